@@ -1,0 +1,307 @@
+"""Reading and writing Chakra execution traces (``.et``: varint-length-delimited protobuf messages).
+
+The file layout is Chakra's: one ``GlobalMetadata`` message, then one ``Node`` message per node, each
+prefixed by its length as a varint (what ``chakra.src.third_party.utils.protolib.encodeMessage`` writes
+and ``decodeMessage`` reads). Files may be gzip-compressed, as Chakra's reader allows.
+
+Writing is atomic: nodes go to a temporary file beside the target, renamed into place only when the
+writer closes without error. Reading treats the file as untrusted: every message length is checked
+against a bound and against the bytes left, and a bad file raises :class:`TraceFormatError` naming the
+file and the byte offset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from chakra.schema.protobuf import et_def_pb2 as pb
+from google.protobuf.message import DecodeError
+
+from profiler.errors import TraceFormatError
+from profiler.vocab import ET_SCHEMA, Attr, NodeType
+
+#: Largest single message we accept (a node with huge shape strings is still far below this).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Largest decompressed size we accept for a gzip-compressed trace.
+MAX_GZIP_BYTES = 8 * 1024 * 1024 * 1024
+#: Chakra schema version string written into GlobalMetadata.
+CHAKRA_VERSION = "0.0.4"
+
+AttrValue = bool | int | float | str | Sequence[int] | Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceNode:
+    """One node to write into a Chakra trace (producers build these; :class:`EtWriter` encodes them)."""
+
+    node_id: int
+    """Unique id of the node within its rank's file."""
+    name: str
+    """Operator / kernel / collective name, e.g. ``aten::mm`` or ``c10d::allreduce_``."""
+    node_type: NodeType
+    """Chakra node type."""
+    start_ns: int
+    """Start time on the run's aligned clock, integer nanoseconds."""
+    dur_ns: int
+    """Duration, integer nanoseconds."""
+    ctrl_deps: tuple[int, ...] = ()
+    """Ids of nodes that must finish first (program order on the same thread/stream)."""
+    data_deps: tuple[int, ...] = ()
+    """Ids of nodes whose output tensors this node reads."""
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
+    """Further attributes (``comm_type``, ``comm_size``, ``pg_name``, ``skl_seq``, ...)."""
+    inputs_values: str = ""
+    """Chakra IOInfo ``inputs.values`` (free-form string)."""
+    inputs_shapes: str = ""
+    """Chakra IOInfo ``inputs.shapes``."""
+    inputs_types: str = ""
+    """Chakra IOInfo ``inputs.types``."""
+
+
+def _attr(name: str, value: AttrValue) -> pb.AttributeProto:
+    a = pb.AttributeProto(name=name)
+    if isinstance(value, bool):
+        a.bool_val = value
+    elif isinstance(value, int):
+        a.int64_val = value
+    elif isinstance(value, float):
+        a.double_val = value
+    elif isinstance(value, str):
+        a.string_val = value
+    elif all(isinstance(v, int) for v in value):
+        a.int64_list.values.extend(int(v) for v in value)
+    else:
+        a.string_list.values.extend(str(v) for v in value)
+    return a
+
+
+def attr_value(a: pb.AttributeProto) -> Any:
+    """Python value of a Chakra ``AttributeProto`` (lists come back as lists)."""
+    kind = a.WhichOneof("value")
+    if kind is None:
+        return None
+    v = getattr(a, kind)
+    if kind.endswith("_list"):
+        return list(v.values)
+    return v
+
+
+def to_proto(node: TraceNode) -> pb.Node:
+    """Encode a :class:`TraceNode` as a Chakra ``Node`` (micros at the edge, exact ns in ``skl_*``)."""
+    msg = pb.Node(
+        id=node.node_id,
+        name=node.name,
+        type=int(node.node_type),
+        start_time_micros=max(node.start_ns, 0) // 1000,
+        duration_micros=max(node.dur_ns, 0) // 1000,
+    )
+    msg.ctrl_deps.extend(node.ctrl_deps)
+    msg.data_deps.extend(node.data_deps)
+    if node.inputs_values or node.inputs_shapes or node.inputs_types:
+        msg.inputs.values = node.inputs_values
+        msg.inputs.shapes = node.inputs_shapes
+        msg.inputs.types = node.inputs_types
+    msg.attr.append(_attr(Attr.START_NS, int(node.start_ns)))
+    msg.attr.append(_attr(Attr.DUR_NS, int(node.dur_ns)))
+    msg.attr.extend(_attr(k, v) for k, v in node.attrs.items())
+    return msg
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    bits = value & 0x7F
+    value >>= 7
+    while value:
+        out.append(0x80 | bits)
+        bits = value & 0x7F
+        value >>= 7
+    out.append(bits)
+    return bytes(out)
+
+
+def encode_message(msg: pb.Node | pb.GlobalMetadata) -> bytes:
+    """A message with its varint length prefix, byte-identical to protolib.encodeMessage's output."""
+    body = msg.SerializeToString()
+    return _encode_varint(len(body)) + body
+
+
+class EtWriter:
+    """Atomic writer of one rank's Chakra trace: ``with EtWriter(path, metadata) as w: w.write(node)``."""
+
+    def __init__(self, path: str | Path, metadata: Mapping[str, AttrValue] | None = None) -> None:
+        self.path = Path(path)
+        self._meta = {"schema": ET_SCHEMA, **(metadata or {})}
+        self._fh: IO[bytes] | None = None
+        self._tmp: str | None = None
+        self.count = 0
+
+    def __enter__(self) -> EtWriter:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+            )
+        except OSError as e:
+            raise TraceFormatError(f"cannot write {self.path}: {e.strerror or e}") from None
+        self._fh = os.fdopen(fd, "wb", buffering=1 << 20)
+        gm = pb.GlobalMetadata(version=CHAKRA_VERSION)
+        gm.attr.extend(_attr(k, v) for k, v in self._meta.items())
+        self._fh.write(encode_message(gm))
+        return self
+
+    def write(self, node: TraceNode | pb.Node) -> None:
+        """Append one node (a :class:`TraceNode` or an already built protobuf ``Node``)."""
+        assert self._fh is not None, "EtWriter used outside its with-block"
+        msg = node if isinstance(node, pb.Node) else to_proto(node)
+        self._fh.write(encode_message(msg))
+        self.count += 1
+
+    def write_raw(self, encoded: bytes) -> None:
+        """Append bytes already produced by :func:`encode_message` (fast path for generators)."""
+        assert self._fh is not None, "EtWriter used outside its with-block"
+        self._fh.write(encoded)
+
+    def write_all(self, nodes: Iterable[TraceNode | pb.Node]) -> None:
+        for n in nodes:
+            self.write(n)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._fh is not None and self._tmp is not None
+        try:
+            self._fh.close()
+            if exc_type is None:
+                Path(self._tmp).replace(self.path)
+        finally:
+            if exc_type is not None or not self.path.exists():
+                Path(self._tmp).unlink(missing_ok=True)
+
+
+def write_et(
+    path: str | Path, nodes: Iterable[TraceNode | pb.Node], metadata: Mapping[str, AttrValue] | None = None
+) -> int:
+    """Write a whole trace atomically; returns the number of nodes written."""
+    with EtWriter(path, metadata) as w:
+        w.write_all(nodes)
+        return w.count
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    data = gz.read(MAX_GZIP_BYTES + 1)
+                if len(data) > MAX_GZIP_BYTES:
+                    raise TraceFormatError(f"{path}: decompressed trace exceeds {MAX_GZIP_BYTES} bytes")
+                return data
+            return fh.read()
+    except FileNotFoundError:
+        raise TraceFormatError(f"{path}: no such trace file") from None
+    except (OSError, EOFError) as e:
+        raise TraceFormatError(f"{path}: cannot read trace: {e}") from None
+
+
+def iter_messages(path: str | Path) -> Iterator[tuple[int, memoryview]]:
+    """Yield ``(byte_offset, message_bytes)`` for each length-delimited message, bounds-checked."""
+    p = Path(path)
+    data = _read_bytes(p)
+    view = memoryview(data)
+    n = len(data)
+    pos = 0
+    while pos < n:
+        start = pos
+        size = 0
+        shift = 0
+        while True:
+            if pos >= n:
+                raise TraceFormatError(f"{p}: truncated length prefix at byte offset {start}")
+            b = data[pos]
+            pos += 1
+            size |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise TraceFormatError(f"{p}: corrupt length prefix at byte offset {start}")
+        if size > MAX_MESSAGE_BYTES:
+            raise TraceFormatError(
+                f"{p}: message at byte offset {start} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
+            )
+        if pos + size > n:
+            raise TraceFormatError(
+                f"{p}: truncated message at byte offset {start}: needs {size} bytes, {n - pos} left"
+            )
+        yield start, view[pos : pos + size]
+        pos += size
+
+
+@dataclass(frozen=True, slots=True)
+class EtFile:
+    """A decoded trace: its global metadata attributes and its nodes, in file order."""
+
+    path: Path
+    metadata: dict[str, Any]
+    nodes: list[pb.Node]
+
+
+def read_metadata(msg_bytes: memoryview | bytes, path: Path, offset: int = 0) -> dict[str, Any]:
+    gm = pb.GlobalMetadata()
+    try:
+        gm.ParseFromString(bytes(msg_bytes))
+    except DecodeError:
+        raise TraceFormatError(f"{path}: corrupt GlobalMetadata at byte offset {offset}") from None
+    meta: dict[str, Any] = {a.name: attr_value(a) for a in gm.attr}
+    meta["version"] = gm.version
+    return meta
+
+
+def iter_nodes(path: str | Path) -> Iterator[tuple[int, pb.Node]]:
+    """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset."""
+    p = Path(path)
+    it = iter_messages(p)
+    first = next(it, None)
+    if first is None:
+        raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
+    read_metadata(first[1], p, first[0])
+    for offset, raw in it:
+        node = pb.Node()
+        try:
+            node.ParseFromString(bytes(raw))
+        except DecodeError:
+            raise TraceFormatError(f"{p}: corrupt node message at byte offset {offset}") from None
+        yield offset, node
+
+
+def read_et(path: str | Path) -> EtFile:
+    """Read a whole trace (metadata + nodes); for large runs prefer the store's columnar loader."""
+    p = Path(path)
+    it = iter_messages(p)
+    first = next(it, None)
+    if first is None:
+        raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
+    meta = read_metadata(first[1], p, first[0])
+    nodes = []
+    for offset, raw in it:
+        node = pb.Node()
+        try:
+            node.ParseFromString(bytes(raw))
+        except DecodeError:
+            raise TraceFormatError(f"{p}: corrupt node message at byte offset {offset}") from None
+        nodes.append(node)
+    return EtFile(path=p, metadata=meta, nodes=nodes)
+
+
+def node_attrs(node: pb.Node) -> dict[str, Any]:
+    """All attributes of a node as a ``name -> value`` dict."""
+    return {a.name: attr_value(a) for a in node.attr}

@@ -1,0 +1,156 @@
+"""The in-memory multi-rank trace model, columnar (numpy arrays per rank, not one object per node).
+
+Row ``i`` of every column of a :class:`RankTrace` is the ``i``-th node of that rank's file, in file
+order. Dependencies are stored CSR-style as row positions (not node ids), so consumers never need a
+dict lookup per edge. Sentinels: ``-1`` for "none" in integer columns (``step``, ``comm_type``,
+``pg``, ``seq``, ``src``, ``dst``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from profiler.manifest import Manifest, ProcessGroupInfo
+from profiler.vocab import CommType, NodeType
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+B = npt.NDArray[np.bool_]
+
+DEP_CTRL = 0
+DEP_DATA = 1
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class RankTrace:
+    """All nodes of one rank, as columns."""
+
+    rank: int
+    """Global rank."""
+    path: str
+    """File the trace was read from (for error messages)."""
+    node_id: I64
+    """Chakra node id (unique within the rank)."""
+    node_type: I8
+    """Chakra ``NodeType`` value."""
+    name_idx: I32
+    """Index into ``names``."""
+    names: list[str]
+    """Dictionary of node names."""
+    start_ns: I64
+    """Start on the aligned clock, ns."""
+    dur_ns: I64
+    """Duration, ns."""
+    stream: I64
+    """Thread id or CUDA stream the node ran on (nodes on one stream run in order)."""
+    step: I32
+    """Training step, -1 when unknown."""
+    comm_type: I8
+    """Chakra ``CollectiveCommType`` for COMM_COLL nodes, else -1."""
+    comm_bytes: I64
+    """Bytes this rank sends/receives/contributes (Chakra ``comm_size``), 0 for compute."""
+    pg: I32
+    """Index into ``RunTrace.pg_names`` of the node's process group, -1 for none."""
+    seq: I64
+    """Per-group sequence number of a collective (or p2p op where known), -1 for none."""
+    src: I32
+    """Global rank of the sender (send/recv), -1 for none."""
+    dst: I32
+    """Global rank of the receiver (send/recv), -1 for none."""
+    tag: I64
+    """p2p tag (0 where none)."""
+    is_cpu: B
+    """True for host-side ops, False for GPU kernels."""
+    dep_ptr: I64
+    """CSR offsets, length n+1: deps of row i are ``dep_idx[dep_ptr[i]:dep_ptr[i+1]]``."""
+    dep_idx: I64
+    """Row positions (within this rank) of the nodes each row depends on."""
+    dep_kind: I8
+    """``DEP_CTRL`` or ``DEP_DATA`` per entry of ``dep_idx``."""
+    streams: dict[int, str] = field(default_factory=dict)
+    """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
+
+    def __len__(self) -> int:
+        return int(self.node_id.shape[0])
+
+    @property
+    def end_ns(self) -> I64:
+        return self.start_ns + self.dur_ns
+
+    def name(self, i: int) -> str:
+        return self.names[int(self.name_idx[i])]
+
+    def deps_of(self, i: int) -> I64:
+        return self.dep_idx[self.dep_ptr[i] : self.dep_ptr[i + 1]]
+
+    def rows_of_type(self, *types: NodeType) -> I64:
+        return np.flatnonzero(np.isin(self.node_type, [int(t) for t in types]))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveInstance:
+    """One collective call, identified by (process group, sequence number), with its members' rows."""
+
+    pg_name: str
+    """Process group name."""
+    seq: int
+    """Per-group sequence number."""
+    comm_type: CommType
+    """Collective type."""
+    ranks: tuple[int, ...]
+    """Global ranks of the members, in group order."""
+    rows: tuple[int, ...]
+    """Row of the instance's node in each member's RankTrace, aligned with ``ranks``."""
+    comm_bytes: tuple[int, ...]
+    """Bytes of each member's call, aligned with ``ranks``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class P2PPair:
+    """A send matched with its recv."""
+
+    src_rank: int
+    """Sender's global rank."""
+    src_row: int
+    """Row of the send node in the sender's RankTrace."""
+    dst_rank: int
+    """Receiver's global rank."""
+    dst_row: int
+    """Row of the recv node in the receiver's RankTrace."""
+    comm_bytes: int
+    """Message size in bytes."""
+    tag: int
+    """Tag."""
+    pg_name: str
+    """Process group of the pair ('' when unknown)."""
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class RunTrace:
+    """A whole multi-rank run: manifest, one RankTrace per rank, and communication matched across ranks."""
+
+    run_dir: str
+    """Directory (or file prefix) the run was loaded from."""
+    manifest: Manifest
+    """The run's manifest (synthesised for runs without one)."""
+    ranks: dict[int, RankTrace]
+    """Per-rank traces by global rank."""
+    pg_names: list[str]
+    """Dictionary of process-group names used by ``RankTrace.pg``."""
+    process_groups: dict[str, ProcessGroupInfo]
+    """Process groups by name."""
+    collectives: list[CollectiveInstance] = field(default_factory=list)
+    """Matched collective instances, ordered by (group, seq)."""
+    p2p: list[P2PPair] = field(default_factory=list)
+    """Matched send/recv pairs."""
+
+    @property
+    def world_size(self) -> int:
+        return self.manifest.world_size
+
+    def pg_index(self, name: str) -> int:
+        return self.pg_names.index(name)

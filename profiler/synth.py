@@ -1,0 +1,254 @@
+"""Build small synthetic multi-rank runs (tests, benchmarks, examples) and write them as run directories.
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        rb.compute("aten::mm", dur_ns=1_000_000)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=200_000)
+    b.write(tmp_path / "run")
+
+Each rank appends nodes to a stream in program order; a node starts when the previous node on its
+stream ended unless ``start_ns`` is given. Sequence numbers are assigned per (group, rank) in call
+order, so the n-th collective a rank issues on a group is instance n of that group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profiler.chakra_io import AttrValue, TraceNode, write_et
+from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
+from profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+
+DEFAULT_PG = "0"
+
+
+@dataclass
+class RankBuilder:
+    """Appends nodes to one rank's trace."""
+
+    rank: int
+    groups: dict[str, tuple[int, ...]]
+    nodes: list[TraceNode] = field(default_factory=list)
+    _next_id: int = 1
+    _stream_last: dict[int, tuple[int, int]] = field(default_factory=dict)  # stream -> (node id, end ns)
+    _seq: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    step_index: int = -1
+
+    def step(self, index: int) -> RankBuilder:
+        """Nodes added from now on belong to training step ``index``."""
+        self.step_index = index
+        return self
+
+    def _add(
+        self,
+        name: str,
+        node_type: NodeType,
+        *,
+        dur_ns: int,
+        start_ns: int | None,
+        stream: int,
+        deps: tuple[int, ...],
+        attrs: dict[str, AttrValue],
+    ) -> int:
+        prev = self._stream_last.get(stream)
+        start = start_ns if start_ns is not None else (prev[1] if prev else 0)
+        nid = self._next_id
+        self._next_id += 1
+        ctrl = ((prev[0],) if prev else ()) + tuple(d for d in deps if prev is None or d != prev[0])
+        all_attrs: dict[str, AttrValue] = {Attr.STREAM: stream, Attr.IS_CPU_OP: True}
+        if self.step_index >= 0:
+            all_attrs[Attr.STEP] = self.step_index
+        all_attrs.update(attrs)
+        self.nodes.append(
+            TraceNode(
+                node_id=nid,
+                name=name,
+                node_type=node_type,
+                start_ns=start,
+                dur_ns=dur_ns,
+                ctrl_deps=ctrl,
+                attrs=all_attrs,
+            )
+        )
+        self._stream_last[stream] = (nid, start + dur_ns)
+        return nid
+
+    def compute(
+        self,
+        name: str,
+        dur_ns: int,
+        *,
+        start_ns: int | None = None,
+        stream: int = 0,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """Add a COMP node; returns its id."""
+        return self._add(
+            name, NodeType.COMP, dur_ns=dur_ns, start_ns=start_ns, stream=stream, deps=deps, attrs={}
+        )
+
+    def collective(
+        self,
+        comm_type: CommType,
+        comm_bytes: int,
+        dur_ns: int,
+        *,
+        pg: str = DEFAULT_PG,
+        start_ns: int | None = None,
+        stream: int = 0,
+        deps: tuple[int, ...] = (),
+        name: str | None = None,
+        seq: int | None = None,
+    ) -> int:
+        """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group."""
+        if seq is None:
+            seq = self._seq[pg]
+        self._seq[pg] = seq + 1
+        return self._add(
+            name or f"c10d::{comm_type.name.lower()}_",
+            NodeType.COMM_COLL,
+            dur_ns=dur_ns,
+            start_ns=start_ns,
+            stream=stream,
+            deps=deps,
+            attrs={
+                Attr.COMM_TYPE: int(comm_type),
+                Attr.COMM_SIZE: comm_bytes,
+                Attr.PG_NAME: pg,
+                Attr.SEQ: seq,
+                Attr.DTYPE: "float32",
+                Attr.NUMEL: comm_bytes // 4,
+            },
+        )
+
+    def send(
+        self,
+        dst: int,
+        comm_bytes: int,
+        dur_ns: int,
+        *,
+        tag: int = 0,
+        pg: str = DEFAULT_PG,
+        start_ns: int | None = None,
+        stream: int = 0,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """Add a COMM_SEND node to global rank ``dst``."""
+        return self._add(
+            "c10d::send",
+            NodeType.COMM_SEND,
+            dur_ns=dur_ns,
+            start_ns=start_ns,
+            stream=stream,
+            deps=deps,
+            attrs={
+                Attr.COMM_SRC: self.rank,
+                Attr.COMM_DST: dst,
+                Attr.COMM_TAG: tag,
+                Attr.COMM_SIZE: comm_bytes,
+                Attr.PG_NAME: pg,
+            },
+        )
+
+    def recv(
+        self,
+        src: int,
+        comm_bytes: int,
+        dur_ns: int,
+        *,
+        tag: int = 0,
+        pg: str = DEFAULT_PG,
+        start_ns: int | None = None,
+        stream: int = 0,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """Add a COMM_RECV node from global rank ``src``."""
+        return self._add(
+            "c10d::recv_",
+            NodeType.COMM_RECV,
+            dur_ns=dur_ns,
+            start_ns=start_ns,
+            stream=stream,
+            deps=deps,
+            attrs={
+                Attr.COMM_SRC: src,
+                Attr.COMM_DST: self.rank,
+                Attr.COMM_TAG: tag,
+                Attr.COMM_SIZE: comm_bytes,
+                Attr.PG_NAME: pg,
+            },
+        )
+
+
+class RunBuilder:
+    """A synthetic multi-rank run; ``groups`` maps group name to global ranks (default: one world group)."""
+
+    def __init__(self, world_size: int, groups: dict[str, tuple[int, ...]] | None = None) -> None:
+        self.world_size = world_size
+        self.groups = dict(groups or {DEFAULT_PG: tuple(range(world_size))})
+        self.ranks: dict[int, RankBuilder] = {}
+
+    def rank(self, r: int) -> RankBuilder:
+        if r not in self.ranks:
+            self.ranks[r] = RankBuilder(rank=r, groups=self.groups)
+        return self.ranks[r]
+
+    def write(self, run_dir: str | Path, *, level: str = "collectives") -> Path:
+        """Write ``rank-<r>.et`` for every rank plus the manifest; returns the run directory."""
+        d = Path(run_dir)
+        pg_meta = json.dumps(
+            [
+                {
+                    "pg_name": n,
+                    "pg_desc": "default_pg" if n == DEFAULT_PG else n,
+                    "backend_config": "cpu:gloo",
+                    "ranks": list(rs),
+                    "group_size": len(rs),
+                }
+                for n, rs in self.groups.items()
+            ]
+        )
+        steps: list[StepSpan] = []
+        for r, rb in sorted(self.ranks.items()):
+            meta_node = TraceNode(
+                node_id=0,
+                name=PG_INIT_NODE_NAME,
+                node_type=NodeType.METADATA,
+                start_ns=0,
+                dur_ns=0,
+                inputs_values=pg_meta,
+            )
+            write_et(rank_file(d, r), [meta_node, *rb.nodes], {"rank": r, "world_size": self.world_size})
+            spans: dict[int, list[int]] = {}
+            for n in rb.nodes:
+                st = n.attrs.get(Attr.STEP)
+                if isinstance(st, int):
+                    s = spans.setdefault(st, [n.start_ns, n.start_ns + n.dur_ns])
+                    s[0] = min(s[0], n.start_ns)
+                    s[1] = max(s[1], n.start_ns + n.dur_ns)
+            steps.extend(
+                StepSpan(rank=r, step=k, start_ns=v[0], end_ns=v[1]) for k, v in sorted(spans.items())
+            )
+        write_manifest(
+            d,
+            Manifest(
+                world_size=self.world_size,
+                ranks=tuple(sorted(self.ranks)),
+                missing_ranks=tuple(r for r in range(self.world_size) if r not in self.ranks),
+                process_groups=tuple(
+                    ProcessGroupInfo(
+                        name=n, ranks=rs, desc="default_pg" if n == DEFAULT_PG else n, backend="gloo"
+                    )
+                    for n, rs in self.groups.items()
+                ),
+                backend="gloo",
+                level=level,
+                source="synthetic",
+                steps=tuple(steps),
+            ),
+        )
+        return d

@@ -1,0 +1,114 @@
+"""The project vocabulary: Chakra node/collective enums and the attribute names we read and write.
+
+Chakra's own attribute names (``comm_type``, ``comm_size``, ``comm_src``, ``comm_dst``, ``comm_tag``,
+``pg_name``, ``is_cpu_op``) are what Chakra's feeder and simulators built on it read; we keep to them.
+What Chakra has no name for carries the ``skl_`` prefix.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+
+class NodeType(IntEnum):
+    """Chakra ``NodeType`` (values equal ``et_def_pb2``'s)."""
+
+    INVALID = 0
+    METADATA = 1
+    MEM_LOAD = 2
+    MEM_STORE = 3
+    COMP = 4
+    COMM_SEND = 5
+    COMM_RECV = 6
+    COMM_COLL = 7
+
+
+class CommType(IntEnum):
+    """Chakra ``CollectiveCommType`` (values equal ``et_def_pb2``'s)."""
+
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+class Level(StrEnum):
+    """Capture levels, cheapest first."""
+
+    COLLECTIVES = "collectives"
+    OPS = "ops"
+    FULL = "full"
+
+
+class Attr(StrEnum):
+    """Attribute names on Chakra nodes."""
+
+    # Chakra's own names
+    COMM_TYPE = "comm_type"  # int64, CommType
+    COMM_SIZE = "comm_size"  # int64, bytes moved by this rank's call (numel x element size)
+    COMM_SRC = "comm_src"  # int64, global rank of the sender (send/recv nodes)
+    COMM_DST = "comm_dst"  # int64, global rank of the receiver (send/recv nodes)
+    COMM_TAG = "comm_tag"  # int64
+    PG_NAME = "pg_name"  # string, process group name
+    IS_CPU_OP = "is_cpu_op"  # bool
+    STREAM = "stream"  # int64, CUDA stream or host thread id (as Chakra's converter writes it)
+    OP_SCHEMA = "op_schema"  # string, operator schema (full level)
+    RF_ID = "rf_id"  # int64, record-function id
+    # ours
+    SEQ = "skl_seq"  # int64, per-process-group sequence number of a collective instance
+    START_NS = "skl_start_ns"  # int64, start on the aligned clock, ns (start_time_micros is its edge form)
+    DUR_NS = "skl_dur_ns"  # int64, duration, ns
+    STEP = "skl_step"  # int64, training step index
+    DTYPE = "skl_dtype"  # string, torch dtype name of the communicated tensor
+    NUMEL = "skl_numel"  # int64, element count of the communicated tensor(s)
+    OP = "skl_op"  # string, the framework op that issued it (e.g. c10d::allreduce_)
+    STREAM_KIND = "skl_stream_kind"  # string, "thread" | "cuda"
+    DEVICE = "skl_device"  # string, e.g. "cpu", "cuda:0"
+    SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
+    INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
+
+
+#: Name of the METADATA node that lists process groups, as PyTorch host traces name it.
+PG_INIT_NODE_NAME = "## process_group:init ##"
+
+#: Schema tag written into the Chakra GlobalMetadata of files we write.
+ET_SCHEMA = "skewlens-chakra-1"
+
+#: Map from the torch / c10d op vocabulary to Chakra collective types.
+COLLECTIVE_BY_OP: dict[str, CommType] = {
+    "allreduce": CommType.ALL_REDUCE,
+    "all_reduce": CommType.ALL_REDUCE,
+    "allreduce_coalesced": CommType.ALL_REDUCE,
+    "reduce": CommType.REDUCE,
+    "allgather": CommType.ALL_GATHER,
+    "all_gather": CommType.ALL_GATHER,
+    "_allgather_base": CommType.ALL_GATHER,
+    "allgather_into_tensor_coalesced": CommType.ALL_GATHER,
+    "all_gather_into_tensor": CommType.ALL_GATHER,
+    "gather": CommType.GATHER,
+    "scatter": CommType.SCATTER,
+    "broadcast": CommType.BROADCAST,
+    "alltoall": CommType.ALL_TO_ALL,
+    "all_to_all": CommType.ALL_TO_ALL,
+    "alltoall_base": CommType.ALL_TO_ALL,
+    "all_to_allv": CommType.ALL_TO_ALL,
+    "reduce_scatter": CommType.REDUCE_SCATTER,
+    "_reduce_scatter_base": CommType.REDUCE_SCATTER,
+    "reduce_scatter_tensor": CommType.REDUCE_SCATTER,
+    "reduce_scatter_tensor_coalesced": CommType.REDUCE_SCATTER,
+    "barrier": CommType.BARRIER,
+}
+
+COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
+
+
+def collective_from_op(op_name: str) -> CommType | None:
+    """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
+    base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()
+    return COLLECTIVE_BY_OP.get(base)

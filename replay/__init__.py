@@ -1,0 +1,1 @@
+"""skewlens replay."""

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Create .venv and install skewlens (editable) with the exact CPU torch build and the dev tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"

@@ -1,0 +1,3 @@
+from skewlens.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""``skewlens`` console script: dispatches a subcommand to its package's CLI module.
+
+Each subcommand is ``module:function`` taking the remaining arguments and returning an exit code;
+modules are imported lazily so ``skewlens check`` never imports torch. A :class:`SkewlensError` that
+reaches this edge is printed as one line and gives exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from profiler.errors import SkewlensError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "profile": (
+        "profiler.cli_profile:main",
+        "run a training command under the profiler (per-rank Chakra traces)",
+    ),
+    "import": ("profiler.cli_import:main", "convert Kineto / host execution traces into a run directory"),
+    "check": ("profiler.cli_store:check_main", "validate a run directory"),
+    "export": ("profiler.cli_store:export_main", "export a run directory to Parquet"),
+    "replay": (
+        "replay.cli:main",
+        "replay a run (simulated or real) under another topology / slowdowns (Hydra)",
+    ),
+    "analyze": ("analysis.cli:main", "attribute skew and communication stalls; name the stragglers"),
+    "demo": ("skewlens.demo:main", "end-to-end demo on the bundled example (4 CPU ranks)"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: skewlens <command> [args...]", "", "commands:"]
+    lines += [f"  {name:<9} {desc}" for name, (_target, desc) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _resolve(target: str) -> Callable[[list[str]], int]:
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from skewlens import __version__
+
+        print(f"skewlens {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(f"skewlens: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    try:
+        return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
+    except SkewlensError as e:
+        print(f"skewlens {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"skewlens {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Contracts of the on-disk format: Chakra .et files, the manifest, and loading into the store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+from profiler.chakra_io import EtWriter, TraceNode, node_attrs, read_et
+from profiler.errors import ManifestError, TraceFormatError
+from profiler.manifest import read_manifest
+from profiler.store import load_run
+from profiler.synth import RunBuilder
+from profiler.vocab import Attr, CommType, NodeType
+
+
+def _two_rank_run(tmp_path: Path) -> Path:
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 1_000_000 * (r + 1))
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 200_000)
+        if r == 0:
+            rb.send(1, 4096, 10_000, tag=3)
+        else:
+            rb.recv(0, 4096, 10_000, tag=3)
+    return b.write(tmp_path / "run")
+
+
+def test_chakra_own_reader_decodes_every_node_we_write(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    fh = openFileRd(str(run / "rank-1.et"))
+    gm = GlobalMetadata()
+    assert decodeMessage(fh, gm)
+    node = Node()
+    names = []
+    while decodeMessage(fh, node):
+        names.append(node.name)
+    fh.close()
+    assert names == ["## process_group:init ##", "aten::mm", "c10d::all_reduce_", "c10d::recv_"]
+    assert {a.name for a in gm.attr} >= {"schema", "rank", "world_size"}
+
+
+def test_chakra_jsonizer_reads_our_trace(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    out = tmp_path / "rank0.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chakra.src.jsonizer.jsonizer",
+            "--input_filename",
+            str(run / "rank-0.et"),
+            "--output_filename",
+            str(out),
+        ],
+        check=True,
+    )
+    text = out.read_text()
+    assert '"comm_size"' in text and '"1048576"' in text
+
+
+def test_times_keep_nanoseconds_and_micros_at_the_edge(tmp_path: Path) -> None:
+    node = TraceNode(node_id=7, name="x", node_type=NodeType.COMP, start_ns=1_234_567, dur_ns=2_500)
+    with EtWriter(tmp_path / "a.et") as w:
+        w.write(node)
+    (n,) = read_et(tmp_path / "a.et").nodes
+    assert (n.start_time_micros, n.duration_micros) == (1234, 2)
+    attrs = node_attrs(n)
+    assert (attrs[Attr.START_NS], attrs[Attr.DUR_NS]) == (1_234_567, 2_500)
+
+
+def test_a_failed_write_leaves_no_file_behind(tmp_path: Path) -> None:
+    target = tmp_path / "b.et"
+    with pytest.raises(RuntimeError), EtWriter(target) as w:
+        w.write(TraceNode(node_id=1, name="x", node_type=NodeType.COMP, start_ns=0, dur_ns=1))
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_truncated_trace_names_file_and_offset(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    f = run / "rank-0.et"
+    data = f.read_bytes()
+    f.write_bytes(data[:-5])
+    with pytest.raises(TraceFormatError, match=r"rank-0\.et: truncated message at byte offset \d+"):
+        read_et(f)
+
+
+def test_length_prefix_beyond_the_bound_is_refused_without_allocating(tmp_path: Path) -> None:
+    f = tmp_path / "evil.et"
+    f.write_bytes(b"\xff\xff\xff\xff\x7f")  # claims ~34 GB
+    with pytest.raises(TraceFormatError, match=r"claims .* bytes"):
+        read_et(f)
+
+
+def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    m = json.loads((run / "manifest.json").read_text())
+    m["version"] = 99
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match="manifest version 99 is not supported"):
+        read_manifest(run)
+
+
+def test_loaded_run_matches_collectives_and_p2p_across_ranks(tmp_path: Path) -> None:
+    run = load_run(_two_rank_run(tmp_path))
+    (coll,) = run.collectives
+    assert (coll.pg_name, coll.seq, coll.comm_type, coll.ranks) == ("0", 0, CommType.ALL_REDUCE, (0, 1))
+    assert coll.comm_bytes == (1 << 20, 1 << 20)
+    (pair,) = run.p2p
+    assert (pair.src_rank, pair.dst_rank, pair.comm_bytes, pair.tag) == (0, 1, 4096, 3)
+    r1 = run.ranks[1]
+    assert r1.start_ns.tolist() == [0, 0, 2_000_000, 2_200_000]
+    assert r1.deps_of(2).tolist() == [1]
+
+
+def test_loading_a_run_directory_does_not_import_torch(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    code = (
+        "import sys; from profiler.store import load_run; load_run(sys.argv[1]); "
+        "bad = [m for m in ('torch', 'hydra', 'rich') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
