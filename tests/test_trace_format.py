@@ -128,3 +128,15 @@ def test_loading_a_run_directory_does_not_import_torch(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_record_dataclasses_give_documented_dictionary_encoded_arrow_schemas() -> None:
+    import pyarrow as pa
+
+    from profiler.store.schema import NodeRecord, arrow_schema
+
+    s = arrow_schema(NodeRecord)
+    assert s.field("rank").type == pa.int64()
+    assert pa.types.is_dictionary(s.field("name").type)
+    assert s.field("comm_type").nullable and not s.field("rank").nullable
+    assert s.field("start_ns").metadata[b"doc"] == b"Start on the aligned clock, ns."

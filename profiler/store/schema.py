@@ -1,0 +1,271 @@
+"""Parquet schemas, derived in one place from frozen record dataclasses, plus atomic table writing.
+
+Every table skewlens writes (the store's ``nodes``/``deps``/``collectives``/``p2p``/``ranks``, replay's
+``timeline``/``summary``, the analyses' outputs) is described by one record dataclass; :func:`arrow_schema`
+turns it into an Arrow schema (string columns dictionary-encoded, field docstrings as field metadata) and
+:func:`write_table` writes it atomically with ``skewlens.schema_version`` and the table name in the file
+metadata. :func:`read_table` checks both back.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import os
+import tempfile
+import textwrap
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from profiler.errors import SkewlensError
+
+#: Bumped on any incompatible change to a table written by skewlens.
+SCHEMA_VERSION = "1"
+META_VERSION = b"skewlens.schema_version"
+META_TABLE = b"skewlens.table"
+
+_ARROW_OF: dict[Any, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    str: pa.dictionary(pa.int32(), pa.string()),
+}
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass (``name -> doc``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for a, b in itertools.pairwise(body):
+        if (
+            isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+@cache
+def arrow_schema(cls: type) -> pa.Schema:
+    """Arrow schema of a record dataclass: int -> int64, float -> float64, bool, str -> dictionary."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        nullable = False
+        args = typing.get_args(t)
+        if args and type(None) in args:
+            nullable = True
+            t = next(a for a in args if a is not type(None))
+        if t not in _ARROW_OF:
+            raise TypeError(f"{cls.__name__}.{f.name}: unsupported column type {t!r}")
+        meta = {"doc": docs[f.name]} if f.name in docs else None
+        fields.append(pa.field(f.name, _ARROW_OF[t], nullable=nullable, metadata=meta))
+    return pa.schema(fields)
+
+
+def table_from_columns(cls: type, columns: Mapping[str, Any], table: str) -> pa.Table:
+    """Build a table from column arrays/lists (names and types per ``cls``)."""
+    schema = arrow_schema(cls)
+    arrays = []
+    for f in schema:
+        col = columns[f.name]
+        if pa.types.is_dictionary(f.type):
+            arr = col if isinstance(col, pa.Array) else pa.array(col, type=pa.string())
+            arrays.append(arr.dictionary_encode() if not pa.types.is_dictionary(arr.type) else arr)
+        else:
+            arrays.append(pa.array(col, type=f.type))
+    meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: table.encode()}
+    return pa.Table.from_arrays(arrays, schema=schema.with_metadata(meta))
+
+
+def table_from_records(cls: type, records: Iterable[Any], table: str) -> pa.Table:
+    """Build a table from record instances (fine for up to ~1e6 rows; use columns beyond that)."""
+    rows = list(records)
+    cols = {f.name: [getattr(r, f.name) for r in rows] for f in dataclasses.fields(cls)}
+    return table_from_columns(cls, cols, table)
+
+
+def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None = None) -> Path:
+    """Write one Parquet file atomically (temp file in the same directory, then rename)."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
+    os.close(fd)
+    try:
+        pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd")
+        Path(tmp).replace(p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def write_records(cls: type, records: Iterable[Any], path: str | Path, table: str) -> Path:
+    """Derive the table from records and write it atomically."""
+    return write_table(table_from_records(cls, records, table), path)
+
+
+def read_table(path: str | Path, cls: type | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read a skewlens Parquet file, checking the schema version (and the columns of ``cls``)."""
+    p = Path(path)
+    try:
+        tbl = pq.read_table(p, columns=list(columns) if columns else None)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise SkewlensError(f"{p}: cannot read Parquet: {e}") from None
+    meta = tbl.schema.metadata or {}
+    found = meta.get(META_VERSION)
+    if found != SCHEMA_VERSION.encode():
+        raise SkewlensError(
+            f"{p}: schema version {found.decode() if found else 'missing'} "
+            f"(this skewlens reads {SCHEMA_VERSION})"
+        )
+    if cls is not None and columns is None:
+        missing = set(arrow_schema(cls).names) - set(tbl.column_names)
+        if missing:
+            raise SkewlensError(f"{p}: missing columns {sorted(missing)}")
+    return tbl
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeRecord:
+    """One row of the ``nodes`` table: a node of one rank's trace."""
+
+    rank: int
+    """Global rank."""
+    node_id: int
+    """Chakra node id (unique within the rank)."""
+    name: str
+    """Operator, kernel or collective name."""
+    type: str
+    """Chakra node type name (COMP, COMM_COLL, COMM_SEND, COMM_RECV, METADATA, ...)."""
+    start_ns: int
+    """Start on the aligned clock, ns."""
+    dur_ns: int
+    """Duration, ns."""
+    stream: int
+    """Thread id or CUDA stream."""
+    step: int
+    """Training step (-1 unknown)."""
+    is_cpu_op: bool
+    """Host op (True) or GPU kernel (False)."""
+    comm_type: str | None
+    """Collective type name (ALL_REDUCE, ...) for COMM_COLL nodes."""
+    comm_bytes: int
+    """Bytes communicated by this rank's call (0 for compute)."""
+    pg_name: str | None
+    """Process group name."""
+    seq: int
+    """Per-group sequence number (-1 none)."""
+    src: int
+    """Sender's global rank for send/recv (-1 none)."""
+    dst: int
+    """Receiver's global rank for send/recv (-1 none)."""
+    tag: int
+    """p2p tag."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DepRecord:
+    """One row of the ``deps`` table: ``dst`` depends on ``src`` within one rank."""
+
+    rank: int
+    """Global rank."""
+    src: int
+    """Node id that must finish first."""
+    dst: int
+    """Node id that depends on it."""
+    kind: str
+    """``ctrl`` (program / stream order) or ``data`` (tensor dependency)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveRecord:
+    """One row of the ``collectives`` table: one member of one collective instance."""
+
+    pg_name: str
+    """Process group name."""
+    seq: int
+    """Per-group sequence number; (pg_name, seq) identifies the instance."""
+    comm_type: str
+    """Collective type name."""
+    rank: int
+    """Member's global rank."""
+    node_id: int
+    """The member's node id."""
+    comm_bytes: int
+    """Bytes of the member's call."""
+    step: int
+    """Training step (-1 unknown)."""
+    start_ns: int
+    """Member's arrival (call start), aligned ns."""
+    end_ns: int
+    """Member's completion, aligned ns."""
+    group_size: int
+    """Number of members."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class P2PRecord:
+    """One row of the ``p2p`` table: a send matched with its recv."""
+
+    pg_name: str | None
+    """Process group name."""
+    src_rank: int
+    """Sender."""
+    dst_rank: int
+    """Receiver."""
+    tag: int
+    """Tag."""
+    comm_bytes: int
+    """Message size in bytes."""
+    send_node_id: int
+    """Send node id on the sender."""
+    recv_node_id: int
+    """Recv node id on the receiver."""
+    send_start_ns: int
+    """Send call start, aligned ns."""
+    send_end_ns: int
+    """Send completion, aligned ns."""
+    recv_start_ns: int
+    """Recv call start, aligned ns."""
+    recv_end_ns: int
+    """Recv completion, aligned ns."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RankRecord:
+    """One row of the ``ranks`` table: per-rank metadata."""
+
+    rank: int
+    """Global rank."""
+    host: str
+    """Host name."""
+    device: str
+    """Device (cpu, cuda:0, ...)."""
+    clock_offset_ns: int
+    """Offset applied to this rank's clock to align it with rank 0."""
+    num_nodes: int
+    """Nodes in the rank's trace."""
+    trace_file: str
+    """The rank's .et file."""
