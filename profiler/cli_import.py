@@ -1,0 +1,82 @@
+"""``skewlens import``: Kineto JSON (+ host execution traces) of a real run -> a run directory.
+
+    skewlens import --kineto traces/dlrm_kineto.tar.gz --host-et traces/dlrm_et.tar.gz --out runs/dlrm
+    skewlens import --kineto rank0.json.gz --out runs/one
+
+Inputs may be files (``.json``, ``.json.gz``), directories or tar archives. Errors print one line
+(the dispatcher in ``skewlens.cli`` does that) and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from profiler.importers import import_traces
+from profiler.manifest import Manifest
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skewlens import",
+        description="Convert per-rank Kineto traces (+ host execution traces) into a run directory.",
+    )
+    p.add_argument(
+        "--kineto", nargs="+", type=Path, required=True, metavar="PATH",
+        help="per-rank Kineto traces: .json/.json.gz files, directories or .tar.gz archives",
+    )  # fmt: skip
+    p.add_argument(
+        "--host-et", nargs="+", type=Path, default=None, metavar="PATH",
+        help="the matching PyTorch host execution traces (paired by pid or by the file name's number)",
+    )  # fmt: skip
+    p.add_argument("--out", type=Path, required=True, help="run directory to create")
+    p.add_argument("--rank", type=int, default=None, help="rank of a single trace without distributedInfo")
+    p.add_argument("--world-size", type=int, default=None, help="world size where the traces lack it")
+    p.add_argument("--force", action="store_true", help="replace an existing run directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    return p
+
+
+def summary_table(manifest: Manifest) -> Table:
+    """One row per imported rank: device, steps, source file."""
+    t = Table()
+    t.add_column("rank", justify="right")
+    t.add_column("device")
+    t.add_column("steps")
+    t.add_column("source")
+    for r in manifest.ranks:
+        steps = [s.step for s in manifest.steps if s.rank == r]
+        t.add_row(
+            str(r),
+            manifest.devices.get(r, ""),
+            ", ".join(map(str, steps)) or "-",
+            manifest.notes.get(f"rank {r} source", ""),
+        )
+    for r in manifest.missing_ranks:
+        t.add_row(str(r), "-", "-", "(missing) " + manifest.notes.get(f"rank {r}", ""))
+    return t
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(stderr=True)
+    manifest = import_traces(
+        args.kineto,
+        args.host_et,
+        args.out,
+        rank=args.rank,
+        world_size=args.world_size,
+        overwrite=args.force,
+        progress=not args.quiet,
+        console=console,
+    )
+    if not args.quiet:
+        out = Console()
+        out.print(
+            f"imported {len(manifest.ranks)} of {manifest.world_size} rank(s) into {args.out}", soft_wrap=True
+        )
+        out.print(summary_table(manifest))
+    return 0

@@ -1,0 +1,552 @@
+"""Turn one rank's Kineto trace (plus, optionally, its host execution trace) into Chakra nodes.
+
+Conversion rules
+================
+
+Times
+    Kineto ``ts``/``dur`` are microseconds (floats in newer files); they become integer ns as
+    ``baseTimeNanoseconds + round(ts * 1000)`` (``baseTimeNanoseconds`` is 0 in older files, whose ``ts``
+    is already absolute). Floats of ~16 significant digits keep this exact to about 1 ns. Kineto clocks
+    of different hosts are not aligned by anything in the files, so ``clock_offsets_ns`` is 0 for every
+    rank (ranks of one host share the clock).
+
+Compute
+    Only **top-level** ``cpu_op`` events of each thread become COMP nodes (``stream`` = tid,
+    ``skl_stream_kind`` = ``thread``, ``is_cpu_op`` = True): an op is top-level when it starts at or after
+    the end of the previous top-level op of its thread. Nested ops are dropped, so summing COMP
+    durations per thread never double counts. User annotations (``ProfilerStep#N``, ``## forward ##``,
+    ``nccl:*``) are not nodes. Every kernel, memcpy and memset becomes a GPU node on its CUDA stream
+    (``stream`` = ``args.stream``, ``skl_stream_kind`` = ``cuda``, ``is_cpu_op`` = False).
+
+Communication
+    A kernel whose name starts with ``nccl`` (``ncclKernel_*``, ``ncclDevKernel_*``) is the GPU side of a
+    communication op. Its CPU side is found through the launch: kernel ``args.correlation`` -> the
+    ``cuda_runtime``/``cuda_driver`` event with that correlation -> the backend annotation
+    (``nccl:*``/``gloo:*``) and ``record_param_comms`` op enclosing the launch on that thread. What the
+    op is, first source that has it wins:
+
+    1. ``Collective name`` / ``In msg nelems`` / ``dtype`` / ``Process Group Name`` / ``Seq`` in the kernel's
+       or ``record_param_comms``'s args (newer Kineto);
+    2. the paired host execution trace's op (the k-th backend annotation of the Kineto trace, in start
+       order, is the host trace's k-th, in id order; names must agree, else the pair is refused): its
+       ``record_param_comms`` (c10d seq, ``all_to_allv`` ...) and input tensors (numel x element size);
+    3. the Kineto ``nccl:*`` annotation (its name; ``Input Dims`` x ``Input type`` for the size);
+    4. the kernel name (``ncclKernel_AllReduce_*`` -> ALL_REDUCE; size unknown, 0).
+
+    Collectives become COMM_COLL nodes with ``comm_type`` (Chakra enum), ``comm_size`` = **bytes of this
+    rank's input buffer** (what it contributes: ``In msg nelems`` x element size, the whole tensor for
+    all-reduce, the local shard for all-gather, the full input for reduce-scatter, the send buffer for
+    all-to-all(v); this is Chakra's converter's convention, the sum of input tensor sizes), ``pg_name``
+    (trace arg, else ``"0"``), ``skl_seq``: the trace's sequence number where every collective of the rank
+    has one (Kineto ``Seq``, or the host trace's c10d seq), otherwise the n-th collective a rank issues on
+    a group (in CPU launch order) gets seq n. Send/recv become COMM_SEND/COMM_RECV where the peer is
+    known (host trace); a ``SendRecv`` kernel of unknown purpose stays a GPU COMP node (counted in the
+    manifest notes). Only the first NCCL kernel launched by one op carries the op; further kernels of
+    the same op are GPU COMP nodes. A backend annotation with no kernel in the trace (gloo, or a
+    kernel outside the window) makes the top-level CPU op around it the communication node; one on a
+    thread of its own (gloo's worker threads) is itself the node, depending on the op that issued it
+    (``c10d::<collective>`` ops and such annotations of one type paired first-in first-out).
+
+Dependencies
+    Control: program order per thread / per CUDA stream (each node depends on the previous node of its
+    stream), and a GPU node depends on the top-level CPU op whose extent contains its launch call.
+    Data (with a host trace): host ops are joined to Kineto ops (:mod:`profiler.importers.join`); a
+    top-level CPU node reads/writes its host op's input/output tensors (tensor id, storage id), a
+    collective's GPU node reads the tensors of its host annotation; a node gets a data dependency on the
+    latest earlier-starting CPU node that wrote a tensor it reads (unless that is already a control
+    dependency). GPU nodes write nothing (a CPU op never waits for a kernel through a data edge).
+
+Process groups and steps
+    ``distributedInfo.pg_config`` and the groups named in the events' args (``Process Group Name`` /
+    ``Ranks``); where neither names any, the host trace's ``## process_group:init ##`` node; else one
+    world group ``"0"`` (an empty rank list means the whole world); written as the
+    ``## process_group:init ##`` METADATA node (node id 0). A ``ProfilerStep#N`` annotation sets
+    ``skl_step`` = N on the CPU nodes that start inside it and on the GPU nodes those launch; the step
+    span ends at the later of the annotation's end and its last node's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from profiler.chakra_io import AttrValue, TraceNode
+from profiler.errors import TraceImportError
+from profiler.importers.comm import (
+    MAX_INT,
+    CommInfo,
+    as_int,
+    info_from_annotation,
+    info_from_args,
+    info_from_host,
+    info_from_kernel_name,
+    merge,
+)
+from profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
+from profiler.importers.join import join_ops
+from profiler.importers.kineto import KEvent, KinetoTrace
+from profiler.manifest import ProcessGroupInfo, StepSpan
+from profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType, collective_from_op
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_MAX_RANKS_TEXT = 1 << 20
+#: Most earlier-starting events examined when looking for the event enclosing a time (nesting bound).
+_LOOK_BACK = 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankConversion:
+    """One rank converted: its nodes, step spans, what it revealed about groups, and remarks."""
+
+    rank: int
+    """Global rank."""
+    nodes: list[TraceNode]
+    """Nodes in file order (METADATA node first)."""
+    steps: list[StepSpan]
+    """Step spans of this rank."""
+    groups: dict[str, ProcessGroupInfo]
+    """Process groups named by the events (before merging with pg_config)."""
+    device: str
+    """``cuda:<i>`` of the GPU activities, ``cpu`` where there are none."""
+    notes: list[str] = field(default_factory=list)
+    """Remarks for the manifest."""
+
+
+def _ranks_arg(text: Any) -> tuple[int, ...] | None:
+    if not isinstance(text, str) or len(text) > _MAX_RANKS_TEXT:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(v, list) and all(isinstance(r, int) for r in v):
+        return tuple(v)
+    return None
+
+
+class _Intervals:
+    """Events of one thread sorted by start, for "which event encloses time t" queries."""
+
+    def __init__(self, events: Sequence[KEvent]) -> None:
+        self.events = sorted(events, key=lambda e: (e.start_ns, -e.dur_ns, e.index))
+        self.starts = [e.start_ns for e in self.events]
+        self.ends = [e.end_ns for e in self.events]
+        self.max_end = list(accumulate(self.ends, max))  # no event at or before k ends later than this
+
+    def enclosing(self, t: int) -> KEvent | None:
+        """The latest-starting event with ``start <= t <= end`` (None where there is none)."""
+        i = bisect_right(self.starts, t) - 1
+        for k in range(i, max(i - _LOOK_BACK, -1), -1):  # bounded: a crafted trace cannot make this quadratic
+            if self.max_end[k] < t:
+                return None
+            if self.ends[k] >= t:
+                return self.events[k]
+        return None
+
+
+def _by_tid(events: Sequence[KEvent]) -> dict[int, _Intervals]:
+    groups: dict[int, list[KEvent]] = defaultdict(list)
+    for e in events:
+        groups[e.tid].append(e)
+    return {tid: _Intervals(evs) for tid, evs in groups.items()}
+
+
+def top_level_ops(cpu_ops: Sequence[KEvent]) -> list[KEvent]:
+    """Ops not nested in another op of their thread (a nested op starts before its parent ends)."""
+    out: list[KEvent] = []
+    groups: dict[int, list[KEvent]] = defaultdict(list)
+    for e in cpu_ops:
+        groups[e.tid].append(e)
+    for evs in groups.values():
+        end = None
+        for e in sorted(evs, key=lambda e: (e.start_ns, -e.dur_ns, e.index)):
+            if end is None or e.start_ns >= end:
+                out.append(e)
+                end = e.end_ns
+    return out
+
+
+def _comm_sites(kt: KinetoTrace) -> list[KEvent]:
+    sites = [e for e in (*kt.annotations, *kt.cpu_ops) if e.name.startswith(COMM_ANNOTATION_PREFIXES)]
+    return sorted(sites, key=lambda e: (e.start_ns, e.tid, e.index))
+
+
+def _pair_host(kt: KinetoTrace, sites: list[KEvent], host: HostTrace) -> dict[int, HostComm]:
+    """Pair the k-th comm annotation of the Kineto trace with the host trace's k-th comm op."""
+    if len(host.comms) != len(sites) or any(
+        h.name != s.name for h, s in zip(host.comms, sites, strict=False)
+    ):
+        first = next(
+            (k for k, (h, s) in enumerate(zip(host.comms, sites, strict=False)) if h.name != s.name),
+            min(len(host.comms), len(sites)),
+        )
+        raise TraceImportError(
+            f"{host.path}: host execution trace does not match Kineto trace {kt.path} (rank {kt.rank}): "
+            f"{len(host.comms)} vs {len(sites)} communication ops, first difference at op #{first}"
+        )
+    ptrs = {h.pg_ptr for h in host.comms if h.pg_ptr is not None}
+    if len(ptrs) > 1 and not kt.pg_config:
+        raise TraceImportError(
+            f"{host.path}: communication on {len(ptrs)} process groups identified only by object address; "
+            "cannot name the groups consistently across ranks"
+        )
+    return {s.index: h for s, h in zip(sites, host.comms, strict=True)}
+
+
+@dataclass(kw_only=True, slots=True)
+class _Pending:
+    """A node being built (mutable while communication and sequence numbers are attached)."""
+
+    event: KEvent
+    """The Kineto event the node comes from."""
+    node_type: NodeType
+    """Chakra node type (COMP until a communication op is attached)."""
+    stream_key: tuple[Any, ...]
+    """``("thread", tid)`` or ``("cuda", device, stream)``: nodes of one key run in order."""
+    attrs: dict[str, AttrValue]
+    """Attributes written with the node."""
+    launch_order: int
+    """CPU issue time (the comm annotation's start for comm nodes): orders collectives for seq."""
+    parent: KEvent | None = None
+    """Top-level CPU op whose extent contains this GPU node's launch call."""
+    comm: CommInfo | None = None
+    """The collective attached to this node, if any."""
+    reads: tuple[TensorKey, ...] = ()
+    """Host-trace tensors the node reads (data dependencies)."""
+    writes: tuple[TensorKey, ...] = ()
+    """Host-trace tensors the node writes."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _Sources:
+    """Lookup structures of one rank's trace used while attaching communication."""
+
+    kt: KinetoTrace
+    """The rank's trace."""
+    tops: dict[int, _Intervals]
+    """Top-level CPU ops per thread."""
+    sites: dict[int, _Intervals]
+    """Backend annotations (``nccl:*``) per thread."""
+    rpcs: dict[int, _Intervals]
+    """``record_param_comms`` ops per thread."""
+    host_of_site: dict[int, HostComm]
+    """Paired host-trace op per annotation (by event index)."""
+    groups: dict[str, ProcessGroupInfo] = field(default_factory=dict)
+    """Process groups named by event args."""
+
+    def site_info(self, site: KEvent) -> list[dict[str, Any]]:
+        """What the annotation, its ``record_param_comms`` and the host trace say, best first."""
+        out = []
+        rv = self.rpcs.get(site.tid)
+        rpc = rv.enclosing(site.start_ns) if rv else None
+        if rpc is not None:
+            out.append(info_from_args(rpc.args))
+            _note_group(self.groups, rpc.args)
+        if site.index in self.host_of_site:
+            out.append(info_from_host(self.host_of_site[site.index]))
+        out.append(info_from_annotation(site))
+        return out
+
+
+def _attach(p: _Pending, info: CommInfo, kt: KinetoTrace) -> bool:
+    """Make ``p`` a communication node; False where the op is neither a collective nor a known p2p."""
+    rank = kt.rank
+    for what, v in (("size", info.size_bytes), ("element count", info.numel), ("sequence number", info.seq)):
+        if v is not None and not 0 <= v < MAX_INT:
+            raise TraceImportError(
+                f"{kt.path}: rank {rank}: {p.event.name[:60]} (traceEvents[{p.event.index}]) has {what} {v} "
+                "out of range"
+            )
+    if info.comm_type is not None:
+        p.node_type = NodeType.COMM_COLL
+        p.comm = info
+        p.attrs.update(
+            {
+                Attr.COMM_TYPE: int(info.comm_type),
+                Attr.COMM_SIZE: info.size_bytes,
+                Attr.PG_NAME: info.pg_name,
+                Attr.DTYPE: info.dtype,
+                Attr.NUMEL: info.numel,
+                Attr.OP: info.op,
+            }
+        )
+        return True
+    if info.p2p and info.peer is not None:
+        if not 0 <= info.peer < (kt.world_size or MAX_INT):
+            raise TraceImportError(
+                f"{kt.path}: rank {rank}: {info.op} with peer rank {info.peer} out of range"
+            )
+        p.node_type = NodeType.COMM_SEND if info.p2p == "send" else NodeType.COMM_RECV
+        src, dst = (rank, info.peer) if info.p2p == "send" else (info.peer, rank)
+        p.attrs.update(
+            {
+                Attr.COMM_SRC: src,
+                Attr.COMM_DST: dst,
+                Attr.COMM_TAG: 0,
+                Attr.COMM_SIZE: info.size_bytes,
+                Attr.PG_NAME: info.pg_name,
+                Attr.OP: info.op,
+            }
+        )
+        return True
+    return False
+
+
+def _cpu_node(e: KEvent) -> _Pending:
+    attrs: dict[str, AttrValue] = {Attr.STREAM: e.tid, Attr.STREAM_KIND: "thread", Attr.IS_CPU_OP: True}
+    if e.rf_id is not None:
+        attrs[Attr.RF_ID] = e.rf_id
+    return _Pending(
+        event=e, node_type=NodeType.COMP, stream_key=("thread", e.tid), attrs=attrs, launch_order=e.start_ns
+    )
+
+
+def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
+    """The GPU node of a kernel/memcpy/memset, and the comm annotation enclosing its launch (if any)."""
+    stream = as_int(e.args.get("stream"))
+    stream = e.tid if stream is None else stream
+    device = as_int(e.args.get("device")) or 0
+    corr = as_int(e.args.get("correlation"))
+    launch = src.kt.launches.get(corr) if corr is not None else None
+    parent = site = None
+    if launch is not None:
+        iv = src.tops.get(launch.tid)
+        parent = iv.enclosing(launch.start_ns) if iv else None
+        sv = src.sites.get(launch.tid)
+        site = sv.enclosing(launch.start_ns) if sv else None
+    p = _Pending(
+        event=e,
+        node_type=NodeType.COMP,
+        stream_key=("cuda", device, stream),
+        attrs={
+            Attr.STREAM: stream,
+            Attr.STREAM_KIND: "cuda",
+            Attr.IS_CPU_OP: False,
+            Attr.DEVICE: f"cuda:{device}",
+        },
+        launch_order=launch.start_ns if launch is not None else e.start_ns,
+        parent=parent,
+    )
+    return p, site
+
+
+def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
+    """Convert one rank (rules in the module docstring)."""
+    tops = top_level_ops(kt.cpu_ops)
+    sites = _comm_sites(kt)
+    src = _Sources(
+        kt=kt,
+        tops=_by_tid(tops),
+        sites=_by_tid(sites),
+        rpcs=_by_tid([e for e in kt.cpu_ops if e.name == "record_param_comms"]),
+        host_of_site=_pair_host(kt, sites, host) if host is not None else {},
+    )
+    cpu_nodes = {e.index: _cpu_node(e) for e in tops}
+    pending = list(cpu_nodes.values())
+    notes: list[str] = []
+    if host is not None:
+        joined = join_ops(host.ops, kt.cpu_ops)
+        for idx, p in cpu_nodes.items():
+            h = joined.get(idx)
+            if h is not None:
+                p.reads, p.writes = h.reads, h.writes
+        notes.append(f"host trace joined to {len(joined)} of {len(kt.cpu_ops)} Kineto cpu ops")
+    used_sites: set[int] = set()
+    counts: dict[str, int] = defaultdict(int)
+    for e in sorted(kt.gpu, key=lambda e: (e.start_ns, e.index)):
+        p, site = _gpu_node(e, src)
+        pending.append(p)
+        if e.cat != "kernel" or not e.name.lower().startswith("nccl"):
+            continue
+        if site is not None and site.index in used_sites:
+            counts["further NCCL kernel(s) of an already converted op kept as GPU COMP"] += 1
+            continue
+        sources = [info_from_args(e.args)]
+        _note_group(src.groups, e.args)
+        if site is not None:
+            used_sites.add(site.index)
+            p.launch_order = site.start_ns
+            sources += src.site_info(site)
+            if site.index in src.host_of_site:
+                p.reads = src.host_of_site[site.index].reads
+        if not _attach(p, merge(*sources, info_from_kernel_name(e.name)), kt):
+            counts["NCCL kernel(s) of unknown collective/peer kept as GPU COMP"] += 1
+    pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
+    devices = sorted({as_int(e.args.get("device")) or 0 for e in kt.gpu})
+    notes += [f"{n} {what}" for what, n in counts.items()]
+    if len(devices) > 1:
+        notes.append(f"GPU activities on devices {devices}: streams of different devices share numbers")
+    _assign_seq(pending)
+    nodes, steps = _finish(pending, kt)
+    return RankConversion(
+        rank=kt.rank,
+        nodes=nodes,
+        steps=steps,
+        groups=src.groups,
+        device=f"cuda:{devices[0]}" if devices else "cpu",
+        notes=notes,
+    )
+
+
+def _issuers(cpu_ops: Sequence[KEvent]) -> dict[CommType, deque[KEvent]]:
+    """``c10d::<collective>`` ops by collective type, in issue order."""
+    out: dict[CommType, deque[KEvent]] = defaultdict(deque)
+    for e in sorted(cpu_ops, key=lambda e: (e.start_ns, e.index)):
+        ct = collective_from_op(e.name) if e.name.startswith("c10d::") else None
+        if ct is not None:
+            out[ct].append(e)
+    return out
+
+
+def _kernel_less_comms(
+    sites: Sequence[KEvent], src: _Sources, cpu_nodes: dict[int, _Pending], counts: dict[str, int]
+) -> list[_Pending]:
+    """Communication with no GPU kernel in the trace (gloo, or a kernel outside the window).
+
+    An annotation inside a top-level CPU op of its thread makes that op the communication node. One on
+    a thread of its own (gloo runs collectives on worker threads) becomes a CPU node itself, depending
+    on the top-level op around the ``c10d::`` op that issued it (issuers and annotations of one
+    collective type are paired first-in first-out, as the backend runs them).
+    """
+    issuers = _issuers(src.kt.cpu_ops)
+    extra: list[_Pending] = []
+    for site in sites:
+        info = merge(*src.site_info(site))
+        iv = src.tops.get(site.tid)
+        top = iv.enclosing(site.start_ns) if iv else None
+        if top is not None:
+            p = cpu_nodes[top.index]
+            if p.node_type != NodeType.COMP:
+                counts["communication annotation(s) sharing a CPU op with another dropped"] += 1
+                continue
+            p.launch_order = site.start_ns
+        else:
+            p = _cpu_node(site)
+            queue = issuers.get(info.comm_type) if info.comm_type is not None else None
+            if queue and queue[0].start_ns <= site.start_ns:
+                issuer = queue.popleft()
+                tv = src.tops.get(issuer.tid)
+                p.parent = tv.enclosing(issuer.start_ns) if tv else None
+                p.launch_order = issuer.start_ns
+            extra.append(p)
+        host = src.host_of_site.get(site.index)
+        if host is not None:
+            p.reads = (*p.reads, *host.reads)
+        if not _attach(p, info, src.kt):
+            counts["communication op(s) of unknown collective/peer kept as COMP"] += 1
+    return extra
+
+
+def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any]) -> None:
+    name = args.get("Process Group Name")
+    ranks = _ranks_arg(args.get("Process Group Ranks"))
+    if isinstance(name, str) and name and ranks is not None and name not in groups:
+        desc = args.get("Process Group Description")
+        groups[name] = ProcessGroupInfo(name=name, ranks=ranks, desc=desc if isinstance(desc, str) else "")
+
+
+def _assign_seq(pending: list[_Pending]) -> None:
+    colls = sorted((p for p in pending if p.comm is not None), key=lambda p: (p.launch_order, p.event.index))
+    given = [p.comm.seq for p in colls if p.comm is not None]
+    keys = [(p.comm.pg_name, s) for p, s in zip(colls, given, strict=True) if p.comm is not None]
+    use_given = all(s is not None for s in given) and len(set(keys)) == len(keys)
+    counters: dict[str, int] = defaultdict(int)
+    for p in colls:
+        assert p.comm is not None
+        if use_given and p.comm.seq is not None:
+            p.attrs[Attr.SEQ] = p.comm.seq
+        else:
+            p.attrs[Attr.SEQ] = counters[p.comm.pg_name]
+            counters[p.comm.pg_name] += 1
+
+
+def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], list[StepSpan]]:
+    step_anns = sorted(
+        ((int(m.group(1)), a) for a in kt.annotations if (m := _STEP.match(a.name))),
+        key=lambda sa: sa[1].start_ns,
+    )
+    step_starts = [a.start_ns for _s, a in step_anns]
+
+    def step_at(t: int) -> int | None:
+        i = bisect_right(step_starts, t) - 1
+        if i >= 0 and t <= step_anns[i][1].end_ns:
+            return step_anns[i][0]
+        return None
+
+    order = sorted(pending, key=lambda p: (p.event.start_ns, p.event.cat != "cpu_op", p.event.index))
+    node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
+    last_on: dict[tuple[Any, ...], int] = {}
+    last_writer: dict[TensorKey, int] = {}
+    step_of: dict[int, int | None] = {}
+    step_end: dict[int, int] = {}
+    nodes: list[TraceNode] = []
+    for p in order:
+        e = p.event
+        deps: list[int] = []
+        prev = last_on.get(p.stream_key)
+        if prev is not None:
+            deps.append(prev)
+        if p.parent is not None:
+            pid = node_id.get(p.parent.index)
+            if pid is not None and pid not in deps:
+                deps.append(pid)
+        nid = node_id[e.index]
+        last_on[p.stream_key] = nid
+        data = sorted({w for k in p.reads if (w := last_writer.get(k)) is not None} - {nid, *deps})
+        for k in p.writes:
+            last_writer[k] = nid
+        step = step_of.get(p.parent.index) if p.parent is not None else None
+        if step is None:
+            step = step_at(e.start_ns)
+        step_of[e.index] = step
+        attrs = dict(p.attrs)
+        if step is not None:
+            attrs[Attr.STEP] = step
+            step_end[step] = max(step_end.get(step, e.end_ns), e.end_ns)
+        nodes.append(
+            TraceNode(
+                node_id=nid,
+                name=e.name,
+                node_type=p.node_type,
+                start_ns=e.start_ns,
+                dur_ns=e.dur_ns,
+                ctrl_deps=tuple(deps),
+                data_deps=tuple(data),
+                attrs=attrs,
+            )
+        )
+    steps = [
+        StepSpan(rank=kt.rank, step=s, start_ns=a.start_ns, end_ns=max(a.end_ns, step_end.get(s, a.end_ns)))
+        for s, a in step_anns
+    ]
+    return nodes, steps
+
+
+def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
+    """The ``## process_group:init ##`` METADATA node (id 0) listing the run's process groups."""
+    values = json.dumps(
+        [
+            {
+                "pg_name": g.name,
+                "pg_desc": g.desc,
+                "backend_config": g.backend,
+                "ranks": list(g.ranks),
+                "group_size": len(g.ranks),
+            }
+            for g in groups
+        ]
+    )
+    return TraceNode(
+        node_id=0,
+        name=PG_INIT_NODE_NAME,
+        node_type=NodeType.METADATA,
+        start_ns=0,
+        dur_ns=0,
+        inputs_values=values,
+    )

@@ -1,0 +1,195 @@
+"""Input files for ``skewlens import``: plain files, directories and ``.tar.gz`` archives, read with bounds.
+
+Everything here treats its input as untrusted:
+
+- a JSON file is read only up to :data:`MAX_JSON_BYTES` (after gzip decompression), then parsed by the
+  standard library (which never executes anything); nesting deeper than the interpreter's recursion
+  limit is reported as a corrupt file, not a crash;
+- an archive is never extracted with ``extractall``: only regular members whose name ends in ``.json`` or
+  ``.json.gz`` are copied out, one by one, after their path was checked (no absolute paths, no ``..``,
+  no links, no devices), with a bound on the member count, on each member's size and on the total;
+- a directory is walked without following symbolic links, with a bound on the number of files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from profiler.errors import TraceImportError
+
+#: Largest (decompressed) JSON trace accepted. Real per-rank Kineto traces of long windows reach a few GB;
+#: Python needs ~10x the file size in memory to hold the parsed document, so 2 GiB is a sane ceiling.
+MAX_JSON_BYTES = 2 * 1024**3
+#: Most members an archive may have (all kinds, including the ones skipped).
+MAX_ARCHIVE_MEMBERS = 100_000
+#: Most bytes extracted from one archive, all members together.
+MAX_ARCHIVE_BYTES = 16 * 1024**3
+#: Most trace files collected from one directory.
+MAX_DIR_FILES = 100_000
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+_CHUNK = 1 << 20
+
+
+def is_trace_name(name: str) -> bool:
+    """True for ``*.json`` / ``*.json.gz`` file names (hidden and AppleDouble ``._*`` files excluded)."""
+    base = name.rsplit("/", 1)[-1]
+    return base.endswith(_TRACE_SUFFIXES) and not base.startswith(".")
+
+
+def _is_archive(path: Path) -> bool:
+    return path.name.endswith(_ARCHIVE_SUFFIXES)
+
+
+def _safe_member_path(archive: Path, name: str) -> PurePosixPath:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in name:
+        raise TraceImportError(f"{archive}: unsafe member path {name!r} (absolute or with '..')")
+    return p
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceFile:
+    """A trace file to read, and the name to use for it in messages."""
+
+    path: Path
+    """Where the bytes are (for an archive member: its extracted copy)."""
+    label: Path
+    """The name users know: the file itself, or ``ARCHIVE/MEMBER`` for an archive member."""
+
+
+def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> list[Path]:
+    """Copy the ``.json``/``.json.gz`` regular members of a tar archive under ``dest``; returns their paths.
+
+    Links, devices and other member kinds are skipped; a member path that is absolute or climbs out
+    with ``..`` is an error (the archive is not one a tool wrote innocently).
+    """
+    out: list[Path] = []
+    total = 0
+    try:
+        with tarfile.open(archive, "r:*") as tf:
+            for count, member in enumerate(tf, start=1):
+                if count > MAX_ARCHIVE_MEMBERS:
+                    raise TraceImportError(f"{archive}: more than {MAX_ARCHIVE_MEMBERS} members")
+                rel = _safe_member_path(archive, member.name)
+                if not member.isreg() or not is_trace_name(member.name):
+                    continue
+                if member.size > MAX_JSON_BYTES:
+                    raise TraceImportError(
+                        f"{archive}: member {member.name} is {member.size} bytes (limit {MAX_JSON_BYTES})"
+                    )
+                target = dest.joinpath(*rel.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(member)
+                if src is None:
+                    continue
+                with src, target.open("wb") as fh:
+                    written = 0
+                    while chunk := src.read(_CHUNK):
+                        written += len(chunk)
+                        total += len(chunk)
+                        if written > MAX_JSON_BYTES or total > max_bytes:
+                            raise TraceImportError(
+                                f"{archive}: extracted data exceeds the limit at member {member.name}"
+                            )
+                        fh.write(chunk)
+                out.append(target)
+    except tarfile.TarError as e:
+        raise TraceImportError(f"{archive}: not a readable tar archive ({e})") from None
+    except (OSError, EOFError) as e:
+        raise TraceImportError(f"{archive}: cannot read archive ({e})") from None
+    if not out:
+        raise TraceImportError(f"{archive}: archive holds no .json / .json.gz trace files")
+    return sorted(out)
+
+
+def _walk_dir(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if is_trace_name(name) and p.is_file() and not p.is_symlink():
+                found.append(p)
+                if len(found) > MAX_DIR_FILES:
+                    raise TraceImportError(f"{root}: more than {MAX_DIR_FILES} trace files")
+    if not found:
+        raise TraceImportError(f"{root}: directory holds no .json / .json.gz trace files")
+    return found
+
+
+def expand_inputs(paths: Iterable[Path], scratch: Path) -> list[TraceFile]:
+    """Files named directly, the trace files of directories, and the trace members of archives.
+
+    Archives are extracted under ``scratch`` (one sub-folder per archive); the caller owns ``scratch``.
+    """
+    out: list[TraceFile] = []
+    for i, raw in enumerate(paths):
+        p = Path(raw)
+        if p.is_dir():
+            out.extend(TraceFile(path=f, label=f) for f in _walk_dir(p))
+        elif not p.is_file():
+            raise TraceImportError(f"{p}: no such file or directory")
+        elif _is_archive(p):
+            dest = scratch / f"archive-{i}"
+            out.extend(TraceFile(path=f, label=p / f.relative_to(dest)) for f in extract_traces(p, dest))
+        else:
+            out.append(TraceFile(path=p, label=p))
+    return out
+
+
+class _ConstantError(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _ConstantError(name)
+
+
+def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None = None) -> Any:
+    """Parse a (possibly gzip-compressed) JSON file, refusing more than ``max_bytes`` of text.
+
+    Messages name ``label`` (default: ``path``).
+    """
+    try:
+        return _read_json(path, max_bytes)
+    except TraceImportError as e:
+        if label is None:
+            raise
+        raise TraceImportError(str(e).replace(str(path), str(label), 1)) from None
+
+
+def _read_json(path: Path, max_bytes: int) -> Any:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    data = gz.read(max_bytes + 1)
+            else:
+                data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise TraceImportError(f"{path}: no such file") from None
+    except (OSError, EOFError) as e:
+        raise TraceImportError(f"{path}: cannot read ({e})") from None
+    if len(data) > max_bytes:
+        raise TraceImportError(f"{path}: larger than the {max_bytes}-byte limit for one trace")
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except _ConstantError as e:
+        raise TraceImportError(f"{path}: not standard JSON (contains {e})") from None
+    except UnicodeDecodeError:
+        raise TraceImportError(f"{path}: not JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as e:
+        raise TraceImportError(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise TraceImportError(f"{path}: JSON nested too deeply") from None

@@ -1,0 +1,386 @@
+"""``skewlens import`` on small hand-built Kineto / host-ET documents: conversion rules and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler.chakra_io import node_attrs, read_et
+from profiler.errors import TraceImportError
+from profiler.importers import import_traces
+from profiler.importers.sources import read_json
+from profiler.manifest import read_manifest
+from profiler.store import load_run
+from profiler.vocab import Attr, CommType, NodeType
+
+KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def kineto_doc(
+    rank: int | None = 0, world: int = 2, *, pid: int = 100, comms: tuple[str, ...] = ("nccl:all_reduce",)
+) -> dict[str, Any]:
+    """One step: an op with a nested op, then per comm a record_param_comms + annotation + NCCL kernel."""
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": pid, "tid": pid,
+         "ts": 0, "dur": 5000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": 1, "dur": 8},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": pid, "tid": pid, "ts": 2, "dur": 1},
+    ]  # fmt: skip
+    for k, name in enumerate(comms):
+        t = 10 + 100 * k
+        ev += [
+            {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": pid, "ts": t,
+             "dur": 50, "args": {}},
+            {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": pid, "ts": t + 5,
+             "dur": 30, "args": {"Input Dims": [[256]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": pid,
+             "ts": t + 10, "dur": 5, "args": {"correlation": 1000 + k}},
+            {"ph": "X", "cat": "kernel", "name": KERNEL, "pid": 0, "tid": 7, "ts": t + 20, "dur": 40.5,
+             "args": {"stream": 7, "device": 0, "correlation": 1000 + k}},
+        ]  # fmt: skip
+    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": ev}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
+    return doc
+
+
+def host_doc(
+    names: tuple[str, ...] = ("nccl:all_reduce",), *, pid: int = 100, schema: str = "1.1.1-chakra.0.0.4"
+) -> dict[str, Any]:
+    nodes = []
+    for k, name in enumerate(names):
+        tensor = [10 + k, 20 + k, 0, 1000, 2, "cuda:0"]  # 1000 bf16 elements
+        if schema == "1.0.1":
+            nodes.append({"id": 5 + k, "name": name, "parent": 1, "inputs": [tensor],
+                          "input_types": ["Tensor(c10::BFloat16)"]})  # fmt: skip
+        else:
+            nodes.append({"id": 5 + k, "name": name, "ctrl_deps": 1,
+                          "inputs": {"values": [tensor], "shapes": [[1000]],
+                                     "types": ["Tensor(c10::BFloat16)"]}})  # fmt: skip
+    return {"schema": schema, "pid": pid, "nodes": nodes}
+
+
+def _write(path: Path, doc: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt") as fh:
+            json.dump(doc, fh)
+    else:
+        path.write_text(json.dumps(doc))
+    return path
+
+
+def _two_ranks(tmp_path: Path) -> list[Path]:
+    return [_write(tmp_path / "in" / f"rank{r}.json", kineto_doc(r, pid=100 + r)) for r in (0, 1)]
+
+
+def test_a_small_trace_becomes_matched_collectives_with_sizes_from_the_annotation(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _two_ranks(tmp_path)
+    m = import_traces([tmp_path / "in"], None, out, progress=False)  # a directory of traces
+    assert (m.world_size, m.ranks, m.level, m.source) == (2, (0, 1), "ops", "import")
+    run = load_run(out)
+    (inst,) = run.collectives
+    assert (inst.comm_type, inst.ranks, inst.comm_bytes, inst.seq) == (
+        CommType.ALL_REDUCE, (0, 1), (1024, 1024), 0,
+    )  # fmt: skip
+    nodes = read_et(out / "rank-0.et").nodes
+    names = [n.name for n in nodes]
+    assert "aten::empty" not in names  # nested in aten::mm: dropped
+    kernel = next(n for n in nodes if n.type == NodeType.COMM_COLL)
+    a = node_attrs(kernel)
+    assert (a[Attr.START_NS], a[Attr.DUR_NS], a[Attr.STEP]) == (30_000, 40_500, 3)
+    (rpc,) = (n for n in nodes if n.name == "record_param_comms")
+    assert rpc.id in kernel.ctrl_deps
+
+
+def test_comm_size_comes_from_the_host_trace_when_kineto_has_no_shapes(tmp_path: Path) -> None:
+    doc = kineto_doc(0, 1)
+    for e in doc["traceEvents"]:
+        e.get("args", {}).pop("Input Dims", None)
+    k = _write(tmp_path / "k" / "worker0.json", doc)
+    h = _write(tmp_path / "h" / "et_0.json", host_doc())
+    import_traces([k], [h], tmp_path / "run", progress=False)
+    (coll,) = (n for n in read_et(tmp_path / "run" / "rank-0.et").nodes if n.type == NodeType.COMM_COLL)
+    assert node_attrs(coll)[Attr.COMM_SIZE] == 1000 * 2
+
+
+def test_a_file_that_is_not_json_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    bad = tmp_path / "in" / "rank0.json"
+    bad.parent.mkdir()
+    bad.write_text("{not json")
+    out = tmp_path / "run"
+    with pytest.raises(TraceImportError, match=r"rank0\.json: not JSON"):
+        import_traces([bad], None, out, progress=False)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_json_without_trace_events_is_refused(tmp_path: Path) -> None:
+    f = _write(tmp_path / "x.json", {"nodes": []})
+    with pytest.raises(TraceImportError, match=r"x\.json: not a Kineto trace"):
+        import_traces([f], None, tmp_path / "run", progress=False)
+
+
+def test_a_trace_without_distributed_info_needs_a_rank(tmp_path: Path) -> None:
+    f = _write(tmp_path / "x.json", kineto_doc(None))
+    with pytest.raises(TraceImportError, match="--rank"):
+        import_traces([f], None, tmp_path / "run", progress=False)
+    m = import_traces([f], None, tmp_path / "run", rank=1, world_size=4, progress=False)
+    assert (m.ranks, m.missing_ranks) == ((1,), (0, 2, 3))
+
+
+def test_duplicate_ranks_name_both_files(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", kineto_doc(1))
+    b = _write(tmp_path / "b.json.gz", kineto_doc(1))
+    with pytest.raises(TraceImportError, match=r"duplicate rank 1: .*a\.json and .*b\.json\.gz"):
+        import_traces([a, b], None, tmp_path / "run", progress=False)
+
+
+def test_an_unknown_host_trace_schema_is_refused_with_the_supported_list(tmp_path: Path) -> None:
+    k = _write(tmp_path / "k.json", kineto_doc(0, 1))
+    h = _write(tmp_path / "h_0.json", host_doc(schema="9.9"))
+    with pytest.raises(TraceImportError, match=r"h_0\.json: .*'9\.9' is not supported.*1\.1\.1-chakra"):
+        import_traces([k], [h], tmp_path / "run", progress=False)
+
+
+def test_a_host_trace_of_another_run_is_refused(tmp_path: Path) -> None:
+    k = _write(tmp_path / "k.json", kineto_doc(0, 1))
+    h = _write(tmp_path / "h_0.json", host_doc(("nccl:all_reduce", "nccl:broadcast")))
+    with pytest.raises(TraceImportError, match=r"does not match Kineto trace .*1 vs 2|2 vs 1"):
+        import_traces([k], [h], tmp_path / "run", progress=False)
+
+
+def test_pid_and_file_name_disagreeing_is_an_ambiguous_pairing(tmp_path: Path) -> None:
+    ks = _two_ranks(tmp_path)  # rank r has pid 100 + r
+    h0 = _write(tmp_path / "h" / "et_0.json", host_doc(pid=101))
+    h1 = _write(tmp_path / "h" / "et_1.json", host_doc(pid=100))
+    with pytest.raises(TraceImportError, match="ambiguous host-trace pairing for rank 0"):
+        import_traces(ks, [h0, h1], tmp_path / "run", progress=False)
+
+
+def test_host_traces_pair_by_file_name_when_pids_do_not_help(tmp_path: Path) -> None:
+    ks = _two_ranks(tmp_path)
+    hs = [_write(tmp_path / "h" / f"et_{r}.json", host_doc(pid=7, schema="1.0.1")) for r in (1, 0)]
+    m = import_traces(ks, hs, tmp_path / "run", progress=False)
+    assert "paired by file-name number" in m.notes["import"]
+
+
+def _tar(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_archives_are_read_member_by_member_and_links_are_skipped(tmp_path: Path) -> None:
+    docs = [json.dumps(kineto_doc(r)).encode() for r in (0, 1)]
+    arc = _tar(
+        tmp_path / "t.tar.gz",
+        [("d/r0.json", docs[0]), ("d/r1.json", docs[1]), ("d/evil.json", None), ("d/._r0.json", b"junk")],
+    )
+    m = import_traces([arc], None, tmp_path / "run", progress=False)
+    assert m.ranks == (0, 1)
+
+
+def test_an_archive_member_climbing_out_is_refused(tmp_path: Path) -> None:
+    arc = _tar(tmp_path / "t.tar.gz", [("../../escape.json", b"{}")])
+    with pytest.raises(TraceImportError, match="unsafe member path"):
+        import_traces([arc], None, tmp_path / "run", progress=False)
+    assert not (tmp_path.parent / "escape.json").exists()
+
+
+def test_reading_is_bounded_in_size_and_depth(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"traceEvents": [0] * 1000}))
+    with pytest.raises(TraceImportError, match="limit"):
+        read_json(big, max_bytes=100)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(TraceImportError, match="nested too deeply"):
+        read_json(deep)
+
+
+def test_an_existing_run_is_kept_unless_overwrite_is_asked(tmp_path: Path) -> None:
+    ks = _two_ranks(tmp_path)
+    out = tmp_path / "run"
+    import_traces(ks[:1], None, out, progress=False)
+    with pytest.raises(TraceImportError, match="exists and is not empty"):
+        import_traces(ks, None, out, progress=False)
+    assert read_manifest(out).ranks == (0,)
+    import_traces(ks, None, out, overwrite=True, progress=False)
+    assert read_manifest(out).ranks == (0, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "run"]
+
+
+def test_a_send_recv_kernel_without_a_known_peer_stays_a_gpu_compute_node(tmp_path: Path) -> None:
+    doc = kineto_doc(0, 1, comms=())
+    doc["traceEvents"].append(
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+         "pid": 0, "tid": 9, "ts": 50, "dur": 5, "args": {"stream": 9, "device": 0, "correlation": 5}}
+    )  # fmt: skip
+    f = _write(tmp_path / "k.json", doc)
+    m = import_traces([f], None, tmp_path / "run", progress=False)
+    (k,) = (n for n in read_et(tmp_path / "run" / "rank-0.et").nodes if "SendRecv" in n.name)
+    assert k.type == NodeType.COMP and node_attrs(k)[Attr.IS_CPU_OP] is False
+    assert "unknown collective/peer" in m.notes["rank 0 import"]
+
+
+def test_collectives_without_a_kernel_become_their_cpu_op(tmp_path: Path) -> None:
+    docs = []
+    for r in (0, 1):
+        doc = kineto_doc(r, comms=("gloo:all_reduce", "gloo:broadcast"))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] not in ("kernel", "cuda_runtime")]
+        docs.append(_write(tmp_path / f"r{r}.json", doc))
+    m = import_traces(docs, None, tmp_path / "run", progress=False)
+    run = load_run(tmp_path / "run")
+    assert [(c.seq, c.comm_type, c.comm_bytes) for c in run.collectives] == [
+        (0, CommType.ALL_REDUCE, (1024, 1024)),
+        (1, CommType.BROADCAST, (1024, 1024)),
+    ]
+    rt = run.ranks[0]
+    rows = [int(r) for r in rt.rows_of_type(NodeType.COMM_COLL)]
+    assert [rt.name(r) for r in rows] == ["record_param_comms"] * 2
+    assert bool(rt.is_cpu[rows].all()) and m.devices == {0: "cpu", 1: "cpu"}
+
+
+def test_non_finite_times_are_refused(tmp_path: Path) -> None:
+    f = tmp_path / "k.json"
+    f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": 1e400,', 1))
+    with pytest.raises(TraceImportError, match=r"traceEvents\[1\] .*malformed ts"):
+        import_traces([f], None, tmp_path / "run", progress=False)
+    f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": NaN,', 1))
+    with pytest.raises(TraceImportError, match="not standard JSON"):
+        import_traces([f], None, tmp_path / "run", progress=False)
+
+
+def test_send_and_recv_take_their_peer_from_the_host_trace(tmp_path: Path) -> None:
+    ks, hs = [], []
+    for r, (op, peer) in enumerate((("send", 1), ("recv", 0))):
+        doc = kineto_doc(r, comms=(f"nccl:{op}",), pid=100 + r)
+        for e in doc["traceEvents"]:
+            if e["cat"] == "kernel":
+                e["name"] = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+        ks.append(_write(tmp_path / "k" / f"w{r}.json", doc))
+        tensor = [10, 20, 0, 256, 4, "cuda:0"]
+        nodes = [
+            {"id": 4, "name": "record_param_comms", "parent": 1, "input_types": ["Tensor(float)", "Int",
+             "Int", "Int", "String", "GenericList[]", "GenericList[]"],
+             "inputs": [tensor, 7, 9999, peer, op, [], []]},
+            {"id": 5, "name": f"nccl:{op}", "parent": 4, "inputs": [tensor],
+             "input_types": ["Tensor(float)"]},
+        ]  # fmt: skip
+        hs.append(
+            _write(tmp_path / "h" / f"et_{r}.json", {"schema": "1.0.1", "pid": 100 + r, "nodes": nodes})
+        )
+    import_traces(ks, hs, tmp_path / "run", progress=False)
+    (pair,) = load_run(tmp_path / "run").p2p
+    assert (pair.src_rank, pair.dst_rank, pair.comm_bytes) == (0, 1, 1024)
+
+
+def test_record_function_ids_join_host_ops_and_give_cross_thread_data_dependencies(tmp_path: Path) -> None:
+    doc = kineto_doc(0, 1, comms=())
+    doc["traceEvents"] = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 100, "ts": 1, "dur": 8,
+         "args": {"Record function id": 11}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 100, "tid": 200, "ts": 20, "dur": 8,
+         "args": {"Record function id": 12}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 100, "tid": 100, "ts": 30, "dur": 8,
+         "args": {"Record function id": 13}},
+    ]  # fmt: skip
+
+    def op(nid: int, name: str, rf: int, tid: int, ins: list[int], outs: list[int]) -> dict[str, Any]:
+        def group(ts: list[int]) -> dict[str, Any]:
+            return {"values": [[t, t, 0, 4, 4, "cuda:0"] for t in ts], "types": ["Tensor(float)"] * len(ts)}
+
+        attrs = [{"name": "rf_id", "value": rf}, {"name": "tid", "value": tid}]
+        return {
+            "id": nid,
+            "name": name,
+            "ctrl_deps": 1,
+            "attrs": attrs,
+            "inputs": group(ins),
+            "outputs": group(outs),
+        }
+
+    host = {
+        "schema": "1.1.1-chakra.0.0.4",
+        "pid": 100,
+        "nodes": [
+            op(2, "aten::mm", 11, 1, [1], [5]),
+            op(3, "aten::add", 12, 2, [5], [6]),
+            op(4, "aten::relu", 13, 1, [7], [8]),
+        ],
+    }
+    k = _write(tmp_path / "k.json", doc)
+    h = _write(tmp_path / "h.json", host)
+    import_traces([k], [h], tmp_path / "run", progress=False)
+    nodes = {n.name: n for n in read_et(tmp_path / "run" / "rank-0.et").nodes}
+    assert list(nodes["aten::add"].data_deps) == [nodes["aten::mm"].id]
+    assert not nodes["aten::relu"].data_deps
+    assert node_attrs(nodes["aten::add"])[Attr.RF_ID] == 12
+
+
+def test_importing_traces_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, profiler.importers, profiler.cli_import; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_sizes_that_do_not_fit_chakras_int64_fields_are_refused(tmp_path: Path) -> None:
+    doc = kineto_doc(0, 1)
+    for e in doc["traceEvents"]:
+        if e["name"] == "nccl:all_reduce":
+            e["args"]["Input Dims"] = [[2**40, 2**40]]
+    f = _write(tmp_path / "k.json", doc)
+    with pytest.raises(TraceImportError, match=r"k\.json: rank 0: .* has size \d+ out of range"):
+        import_traces([f], None, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_errors_in_archive_members_name_the_archive_and_member(tmp_path: Path) -> None:
+    arc = _tar(tmp_path / "t.tar.gz", [("d/r0.json", b"[1, 2")])
+    with pytest.raises(TraceImportError, match=r"t\.tar\.gz/d/r0\.json: not JSON"):
+        import_traces([arc], None, tmp_path / "run", progress=False)
+
+
+def test_gloo_work_on_a_worker_thread_becomes_a_node_that_waits_for_its_issuing_op(tmp_path: Path) -> None:
+    # the shape torch 2.13 records for gloo: c10d::allreduce_ on the main thread returns at once, the
+    # gloo:all_reduce annotation runs later on a gloo worker thread (no kernel, no record_param_comms)
+    files = []
+    for r in (0, 1):
+        ev = [
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 9, "tid": 9, "ts": 10, "dur": 5},
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::broadcast_", "pid": 9, "tid": 9, "ts": 20, "dur": 5},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 77, "ts": 12,
+             "dur": 50, "args": {"Input Dims": [[64]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:broadcast", "pid": 9, "tid": 78, "ts": 23,
+             "dur": 9, "args": {"Input Dims": [[8]], "Input type": ["long int"]}},
+        ]  # fmt: skip
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}, "traceEvents": ev}
+        files.append(_write(tmp_path / f"k{r}.json", doc))
+    import_traces(files, None, tmp_path / "run", progress=False)
+    run = load_run(tmp_path / "run")
+    assert [(c.comm_type, c.comm_bytes) for c in run.collectives] == [
+        (CommType.ALL_REDUCE, (256, 256)),
+        (CommType.BROADCAST, (64, 64)),
+    ]
+    nodes = {n.name: n for n in read_et(tmp_path / "run" / "rank-1.et").nodes}
+    assert list(nodes["gloo:all_reduce"].ctrl_deps) == [nodes["c10d::allreduce_"].id]
+    assert list(nodes["gloo:broadcast"].ctrl_deps) == [nodes["c10d::broadcast_"].id]
+    assert node_attrs(nodes["gloo:all_reduce"])[Attr.STREAM] == 77
