@@ -1,1 +1,17 @@
-"""skewlens replay."""
+"""skewlens replay: simulated (and, in ``replay.real``, real) replay of captured runs.
+
+Layout (dependencies point downwards; the first group is the pure core: no torch, pyarrow, rich, hydra,
+and no trace store):
+
+- ``core``: the discrete-event engine over segments and sync groups (integer ns, SimPy-style queue);
+- ``effects``: the ``Effects`` protocol both replayers consult; ``slowdown``: the configurable model;
+- ``network.topology`` / ``network.algorithms``: topologies and closed-form collective costs;
+- ``comm``: as-recorded and model transfer timing;
+
+- ``lower``: the trace store's ``RunTrace`` -> core graph (host gaps, chains, sync groups);
+- ``simulate``: ``simulate(run, ...) -> SimResult``; ``summary``: per (rank, step) breakdown;
+- ``outputs`` / ``render``: Parquet, Perfetto JSON, rich tables; ``driver``: one replay end to end;
+- ``config`` / ``cli`` / ``sweep``: the Hydra app (``skewlens replay``, ``python -m replay``).
+
+This package imports nothing on import, so ``import replay.core`` stays light.
+"""

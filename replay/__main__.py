@@ -1,0 +1,7 @@
+"""``python -m replay ...`` is ``skewlens replay ...``."""
+
+import sys
+
+from skewlens.cli import main
+
+raise SystemExit(main(["replay", *sys.argv[1:]]))

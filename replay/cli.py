@@ -1,0 +1,119 @@
+"""``skewlens replay`` (and ``python -m replay``): the Hydra app around :func:`replay.driver.replay_run`.
+
+    skewlens replay trace=RUN_DIR out=OUT_DIR topology=dgx_h100_8x slowdown=straggler comm_mode=model
+    skewlens replay -m trace=RUN_DIR out=SWEEP_DIR comm_mode=model slowdown=straggler \
+        slowdown.factor=1.0,1.25,1.5 topology=ring,switch
+
+The config groups live in the repository's ``conf/`` (``replay.yaml``, ``topology/``, ``slowdown/``); every
+value can be overridden on the command line. ``OmegaConf.to_object`` runs once, here; a bad value is a
+:class:`~replay.errors.ConfigError` naming the key (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from rich.console import Console
+
+from profiler.errors import SkewlensError
+from replay.config import ReplayConfig
+from replay.driver import replay_run
+from replay.errors import ConfigError
+from replay.outputs import CONFIG_YAML, SweepRecord, write_text
+from replay.render import summary_table
+from replay.sweep import append_sweep_row
+
+#: The config directory: ``conf/`` next to the package (the package is installed editable).
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+SCHEMA_NAME = "replay_schema"
+
+
+def register_configs() -> None:
+    """Register the root schema in Hydra's ConfigStore (``replay.yaml`` lists it first in its defaults)."""
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=ReplayConfig)
+
+
+def to_config(cfg: DictConfig) -> ReplayConfig:
+    """``OmegaConf.to_object`` with errors turned into one-line :class:`ConfigError`s."""
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except ConfigError as e:  # raised by a schema's __post_init__; OmegaConf may append context lines
+        raise ConfigError(str(e).strip().splitlines()[0]) from None
+    except MissingMandatoryValue as e:
+        key = e.full_key or "?"
+        raise ConfigError(f"{key}: missing value (give it on the command line, e.g. {key}=...)") from None
+    except OmegaConfBaseException as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{e.full_key or 'config'}: {first}") from None
+    if not isinstance(obj, ReplayConfig):
+        raise ConfigError(f"config: expected a ReplayConfig, got {type(obj).__name__}")
+    return obj
+
+
+def run_job(cfg: DictConfig, console: Console) -> None:
+    """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
+    hc = HydraConfig.get()
+    conf = to_config(cfg)
+    out_dir = Path(hc.runtime.output_dir)
+    write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
+    outcome = replay_run(conf, out_dir, console=Console(stderr=True))
+    console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
+    if outcome.real is not None:
+        from replay.real.render import render_comparison
+
+        sim = {}
+        for r in sorted(outcome.run.ranks):
+            rows = [s.step_time_ns for s in outcome.summary if s.rank == r]
+            sim[r] = round(sum(rows) / len(rows)) if rows else 0
+        console.print(render_comparison(outcome.real, sim))
+    if hc.mode == RunMode.MULTIRUN:
+        steps = outcome.sim.steps()
+        times = [outcome.sim.step_time_ns(k) for k in steps]
+        append_sweep_row(
+            Path(hc.sweep.dir),
+            SweepRecord(
+                job=int(hc.job.num),
+                overrides=" ".join(hc.overrides.task),
+                topology=conf.topology.name,
+                slowdown=conf.slowdown.name,
+                comm_mode=conf.comm_mode,
+                makespan_ns=outcome.sim.makespan_ns,
+                mean_step_ns=round(sum(times) / len(times)) if times else outcome.sim.makespan_ns,
+                max_step_ns=max(times, default=outcome.sim.makespan_ns),
+                out_dir=str(out_dir),
+            ),
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
+    register_configs()
+    errors: list[SkewlensError] = []
+    console = Console()
+
+    def task(cfg: DictConfig) -> None:
+        try:
+            run_job(cfg, console)
+        except SkewlensError as e:
+            errors.append(e)
+
+    app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
+    saved = sys.argv
+    sys.argv = ["skewlens-replay", *(sys.argv[1:] if argv is None else argv)]
+    try:
+        app()
+    except SystemExit as e:
+        if e.code not in (0, None):
+            return 2
+    finally:
+        sys.argv = saved
+    if errors:
+        raise errors[0]
+    return 0

@@ -1,0 +1,175 @@
+"""The two ways of timing communication in simulated replay.
+
+``as_recorded`` (:class:`AsRecorded`): the transfer is taken from the trace with the wait for late peers
+removed. For member ``m`` of a collective, ``transfer_m = recorded end_m − max(recorded arrivals)``
+(clamped >= 0); a send/recv pair is a two-member group, so the recv completes at ``max(send start, recv
+start) + recorded transfer``. Replaying an unmodified trace reproduces the measured run.
+
+``model`` (:class:`ModelTiming`): every member ends ``T`` after the last arrival, with ``T`` from the
+topology and the collective algorithm (``replay.network.algorithms``). With ``contention=True`` a group's
+transfer is a flow over the links of the dimensions it spans, and concurrent flows on a link share it.
+
+Network slowdowns (``Effects`` objects that also implement :class:`~replay.effects.NetworkEffects`) scale
+bandwidth and add latency in both modes: as recorded, ``transfer' = transfer / factor + extra``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from profiler.vocab import CommType
+from replay.core import Flow
+from replay.effects import NetworkEffects
+from replay.errors import ConfigError
+from replay.network.algorithms import ALGORITHMS, flat_time_ns, hierarchical_time_ns, p2p_time_ns
+from replay.network.topology import Topology, TopologyError
+
+
+class AsRecorded:
+    """Transfers as recorded (wait for late peers removed)."""
+
+    __slots__ = ("net",)
+
+    def __init__(self, network_effects: NetworkEffects | None = None) -> None:
+        self.net = network_effects
+
+    def _adjust(self, ranks: Sequence[int], step: int, recorded: list[int]) -> list[int]:
+        if self.net is None:
+            return recorded
+        factor, extra = self.net.comm_adjust(ranks, step)
+        if factor == 1.0 and extra == 0:
+            return recorded
+        return [round(t / factor) + extra for t in recorded]
+
+    def collective(
+        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int, recorded: list[int]
+    ) -> list[int]:
+        del comm_type, nbytes
+        return self._adjust(ranks, step, recorded)
+
+    def p2p(self, src: int, dst: int, nbytes: int, step: int, recorded: list[int]) -> list[int]:
+        del nbytes
+        return self._adjust((src, dst), step, recorded)
+
+    def flow(self, ranks: Sequence[int], alone_ns: int) -> Flow | None:
+        del ranks, alone_ns
+        return None
+
+
+class ModelTiming:
+    """Transfers computed from a topology and a collective algorithm (see ``replay.network``)."""
+
+    __slots__ = ("_cache", "algorithm", "contention", "link_ids", "net", "topology")
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        algorithm: str = "ring",
+        contention: bool = False,
+        network_effects: NetworkEffects | None = None,
+    ) -> None:
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        self.topology = topology
+        self.algorithm = algorithm
+        self.contention = contention
+        self.net = network_effects
+        self.link_ids: dict[tuple[int, ...], int] = {}
+        self._cache: dict[tuple[object, ...], int] = {}
+
+    def _spanned(self, ranks: Sequence[int]) -> tuple[int, ...]:
+        try:
+            return self.topology.spanned(ranks)
+        except TopologyError as e:
+            raise ConfigError(f"topology: {e}") from None
+
+    def _adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
+        return self.net.comm_adjust(ranks, step) if self.net is not None else (1.0, 0)
+
+    def collective_time_ns(
+        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int = -1
+    ) -> int:
+        """Model time of one collective among ``ranks`` (all members end together)."""
+        members = tuple(sorted(set(ranks)))
+        if len(members) <= 1:
+            return 0
+        factor, extra = self._adjust(members, step)
+        key = (comm_type, nbytes, members, factor, extra)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self._collective_ns(comm_type, nbytes, members, factor, extra)
+        return cached
+
+    def _collective_ns(
+        self, comm_type: CommType, nbytes: int, members: tuple[int, ...], factor: float, extra: int
+    ) -> int:
+        p = len(members)
+        dims = self._spanned(members)
+        ds = [self.topology.dims[d] for d in dims]
+        if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
+            p0, p1 = self.topology.group_layout(members)
+            inner = (ds[0].latency_ns + extra, ds[0].effective_bandwidth_gbps * factor)
+            outer_dims = ds[1:]
+            outer = (
+                max(d.latency_ns for d in outer_dims) + extra,
+                min(d.effective_bandwidth_gbps for d in outer_dims) * factor,
+            )
+            return round(
+                hierarchical_time_ns(comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer)
+            )
+        alpha = float(max(d.latency_ns for d in ds) + extra)
+        bw = min(d.effective_bandwidth_gbps for d in ds) * factor
+        slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
+        if slowest.kind == "ring" and self.algorithm not in ("ring", "hierarchical"):
+            alpha *= max(1, p // 2)  # messages between non-neighbours travel up to p/2 hops
+        return round(flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw))
+
+    def p2p_time_ns(self, src: int, dst: int, nbytes: int, step: int = -1) -> int:
+        """Model time of one message ``src -> dst`` over the slowest dimension they span."""
+        dims = self._spanned((src, dst))
+        if not dims:
+            return 0
+        factor, extra = self._adjust((src, dst), step)
+        ds = [self.topology.dims[d] for d in dims]
+        alpha = max(d.latency_ns for d in ds) + extra
+        bw = min(d.bandwidth_gbps for d in ds) * factor
+        if any(d.kind == "ring" for d in ds):
+            hops = self._ring_hops(src, dst, dims)
+            alpha *= max(1, hops)
+        return round(p2p_time_ns(nbytes, alpha, bw))
+
+    def _ring_hops(self, src: int, dst: int, dims: tuple[int, ...]) -> int:
+        a, b = self.topology.coords(src), self.topology.coords(dst)
+        hops = 0
+        for d in dims:
+            dim = self.topology.dims[d]
+            if dim.kind != "ring":
+                continue
+            k = abs(a[d] - b[d])
+            size = dim.size or k + 1
+            hops = max(hops, min(k, size - k))
+        return hops
+
+    def collective(
+        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int, recorded: list[int]
+    ) -> list[int]:
+        return [self.collective_time_ns(comm_type, nbytes, ranks, step)] * len(recorded)
+
+    def p2p(self, src: int, dst: int, nbytes: int, step: int, recorded: list[int]) -> list[int]:
+        return [self.p2p_time_ns(src, dst, nbytes, step)] * len(recorded)
+
+    def flow(self, ranks: Sequence[int], alone_ns: int) -> Flow | None:
+        """Links used by a group: one per member and crossed dimension (its port at that level)."""
+        if not self.contention:
+            return None
+        links: list[int] = []
+        members = sorted(set(ranks))
+        for d in self._spanned(members):
+            for r in members:
+                key = (d, *self.topology.coords(r)[d:])
+                lk = self.link_ids.get(key)
+                if lk is None:
+                    lk = self.link_ids[key] = len(self.link_ids)
+                links.append(lk)
+        return Flow(alone_ns=alone_ns, links=tuple(sorted(set(links))))

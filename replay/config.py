@@ -1,0 +1,223 @@
+"""Typed configuration of ``skewlens replay`` (Hydra schemas; ``replay.cli`` registers them).
+
+The YAML groups in ``conf/`` (``topology/*.yaml``, ``slowdown/*.yaml``) fill these dataclasses; ``main()``
+calls ``OmegaConf.to_object`` once, which runs every ``__post_init__`` below, so a bad value fails before
+anything runs with a :class:`~replay.errors.ConfigError` naming the key. Below ``main()`` only these typed
+objects (and the pure ``Topology`` / ``Slowdown`` they convert to) travel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from replay.errors import ConfigError
+from replay.network.algorithms import ALGORITHMS
+from replay.network.topology import Dimension, Topology, TopologyError
+from replay.simulate import COMM_MODES
+from replay.slowdown import Slowdown
+
+MODES = ("sim", "real")
+
+
+@dataclass(kw_only=True)
+class DimensionConfig:
+    """One dimension of a topology (innermost first)."""
+
+    kind: str = "switch"
+    """switch | ring | fully_connected | fat_tree."""
+    size: int = 0
+    """Units in this dimension; 0 = as many as the ranks need (outermost dimension only)."""
+    bandwidth_gbps: float = MISSING
+    """Bandwidth per link and direction, GB/s."""
+    latency_ns: int = MISSING
+    """Latency per message, ns."""
+    oversubscription: float = 1.0
+    """fat_tree: uplink oversubscription ratio."""
+
+
+@dataclass(kw_only=True)
+class TopologyConfig:
+    """A topology and the collective algorithm used on it."""
+
+    name: str = MISSING
+    """Label used in reports."""
+    dims: list[DimensionConfig] = field(default_factory=list)
+    """Dimensions, innermost first."""
+    placement: str = "block"
+    """block | round_robin."""
+    node_of_rank: list[int] = field(default_factory=list)
+    """Explicit node of each rank (two-dimensional topologies), overrides placement."""
+    algorithm: str = "ring"
+    """Collective algorithm: ring | tree | halving_doubling | direct | hierarchical."""
+    contention: bool = False
+    """Share link bandwidth between concurrent transfers (comm_mode=model)."""
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(
+                f"topology.algorithm: expected one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"
+            )
+        if not self.dims:
+            raise ConfigError("topology.dims: a topology needs at least one dimension")
+        self.to_topology()
+
+    def to_topology(self) -> Topology:
+        """The pure :class:`Topology` of this config."""
+        dims = []
+        for i, d in enumerate(self.dims):
+            try:
+                dims.append(
+                    Dimension(
+                        kind=d.kind,
+                        size=d.size,
+                        bandwidth_gbps=float(d.bandwidth_gbps),
+                        latency_ns=int(d.latency_ns),
+                        oversubscription=float(d.oversubscription),
+                    )
+                )
+            except TopologyError as e:
+                raise ConfigError(f"topology.dims[{i}].{e}") from None
+        try:
+            return Topology(
+                name=self.name,
+                dims=tuple(dims),
+                placement=self.placement,
+                node_of_rank=tuple(self.node_of_rank),
+            )
+        except TopologyError as e:
+            raise ConfigError(f"topology.{e}") from None
+
+
+@dataclass(kw_only=True)
+class SlowdownItemConfig:
+    """One slowdown item (see ``replay.slowdown`` for the kinds and fields)."""
+
+    kind: str = MISSING
+    """compute | op | jitter | stall | comm_delay | network."""
+    ranks: list[int] = field(default_factory=list)
+    """Ranks affected (empty: all)."""
+    factor: float = 1.0
+    """compute / op: duration factor; network: bandwidth factor."""
+    pattern: str = ""
+    """op: glob on node names, or re:<regex>."""
+    sigma: float = 0.0
+    """jitter: relative standard deviation."""
+    seed: int = 0
+    """jitter: random seed."""
+    step: int = 0
+    """stall: step at whose start the rank stalls."""
+    delay_ms: float = 0.0
+    """stall / comm_delay: extra wait, ms."""
+    before: str = "collective"
+    """comm_delay: the delay comes before every send | collective | comm node."""
+    latency_ns: int = 0
+    """network: extra latency, ns."""
+    links: list[list[int]] = field(default_factory=list)
+    """network: rank pairs."""
+    nodes: list[int] = field(default_factory=list)
+    """network: nodes of the topology."""
+    first_step: int | None = None
+    """First step of the window (None: from the start)."""
+    last_step: int | None = None
+    """Last step of the window, inclusive (None: to the end)."""
+
+    def __post_init__(self) -> None:
+        self.to_slowdown()
+
+    def to_slowdown(self) -> Slowdown:
+        """The pure :class:`Slowdown` of this item (validates it)."""
+        return Slowdown(
+            kind=self.kind,
+            ranks=tuple(self.ranks),
+            factor=float(self.factor),
+            pattern=self.pattern,
+            sigma=float(self.sigma),
+            seed=self.seed,
+            step=self.step,
+            delay_ms=float(self.delay_ms),
+            before=self.before,
+            latency_ns=self.latency_ns,
+            links=tuple((int(a[0]), int(a[1])) if len(a) == 2 else tuple(a) for a in self.links),  # type: ignore[misc]
+            nodes=tuple(self.nodes),
+            first_step=self.first_step,
+            last_step=self.last_step,
+        )
+
+
+@dataclass(kw_only=True)
+class SlowdownConfig:
+    """A named, composable list of slowdown items, plus knobs the items may interpolate (``${..factor}``)."""
+
+    name: str = "none"
+    """Label used in reports."""
+    factor: float = 1.0
+    """Knob: a factor items refer to (sweep it with ``slowdown.factor=1.0,1.5``)."""
+    rank: int = 0
+    """Knob: a rank items refer to."""
+    delay_ms: float = 0.0
+    """Knob: a delay items refer to."""
+    entries: list[SlowdownItemConfig] = field(default_factory=list)
+    """The slowdowns, applied together."""
+
+    def to_items(self) -> list[Slowdown]:
+        return [i.to_slowdown() for i in self.entries]
+
+
+@dataclass(kw_only=True)
+class RealConfig:
+    """Real replay (``mode=real``; run by ``replay.real``)."""
+
+    timeout_s: float = 60.0
+    """Per-operation timeout, s."""
+    backend: str = "auto"
+    """auto | gloo | nccl."""
+    nproc: int | None = None
+    """Processes to start (None: one per traced rank)."""
+    compute: str = "auto"
+    """How compute is replayed: auto | spin (calibrated busy loop) | sleep."""
+    launcher_args: list[str] = field(default_factory=list)
+    """Extra arguments for torch's launcher (e.g. ``--nnodes``, ``--rdzv-endpoint``)."""
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ConfigError(f"real.timeout_s: must be > 0, got {self.timeout_s}")
+        if self.backend not in ("auto", "gloo", "nccl"):
+            raise ConfigError(f"real.backend: expected auto, gloo or nccl, got {self.backend!r}")
+        if self.nproc is not None and self.nproc < 1:
+            raise ConfigError(f"real.nproc: must be >= 1, got {self.nproc}")
+        if self.compute not in ("auto", "spin", "sleep"):
+            raise ConfigError(f"real.compute: expected auto, spin or sleep, got {self.compute!r}")
+
+
+@dataclass(kw_only=True)
+class ReplayConfig:
+    """Root config of ``skewlens replay``."""
+
+    trace: str = MISSING
+    """Run directory to replay."""
+    out: str = MISSING
+    """Output directory (timeline/summary Parquet, Perfetto JSON, config.yaml)."""
+    mode: str = "sim"
+    """sim (simulated replay) | real (re-execute on real processes)."""
+    comm_mode: str = "as_recorded"
+    """as_recorded (transfers from the trace) | model (from the topology)."""
+    topology: TopologyConfig = MISSING
+    """Network topology (config group ``topology``)."""
+    slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
+    """Slowdowns (config group ``slowdown``)."""
+    real: RealConfig = field(default_factory=RealConfig)
+    """Real-replay settings."""
+    perfetto: bool = True
+    """Also write timeline.json (Chrome/Perfetto trace)."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.comm_mode not in COMM_MODES:
+            raise ConfigError(f"comm_mode: expected one of {', '.join(COMM_MODES)}, got {self.comm_mode!r}")
+        if self.topology.contention and self.comm_mode != "model":
+            raise ConfigError("topology.contention: link sharing needs comm_mode=model")

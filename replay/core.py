@@ -1,0 +1,285 @@
+"""The discrete-event core of simulated replay: pure data in, pure data out, no I/O.
+
+The input is a :class:`Graph` of *segments* over all ranks (``replay.lower`` builds it from the trace
+store). A segment is either a chain of compute nodes that run back to back on one stream (their relative
+timing is fixed, so only the chain's head needs scheduling) or one communication node that is a member of
+a *sync group* (a collective instance, or a matched send/recv pair).
+
+Timing rules (all integer nanoseconds):
+
+- a segment is *ready* when all its dependencies have ended (``ready0`` before that: its rank's start);
+- it starts at ``ready + gap`` (the recorded host gap plus any injected delay);
+- a compute segment ends ``length`` after it starts;
+- a sync member *arrives* when it starts; once every member of the group has arrived and every
+  *queue-order* dependency has ended (the previous async op on a member's communication stream), at
+  ``T``, the transfer begins, and member ``m`` ends at ``T + transfer[m]`` (fixed durations,
+  ``as_recorded`` or the analytic network model) or, in contention mode, when its share of the
+  bandwidth of the links it uses has moved its data.
+
+Ready compute work is advanced in a tight loop without the event queue; the queue only orders
+cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
+Its key is ``(time, priority, sequence)`` as in SimPy, so equal-time events pop in a deterministic order.
+Every event scheduled while handling an event at time ``t`` lies at ``t`` or later, so the order is causal.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Event priorities: at equal times completions are handled before starts.
+PRIO_COMPLETE = 0
+PRIO_START = 1
+
+#: Below any time in a trace.
+_NEVER = -(1 << 62)
+
+#: ``Graph.length`` of a sync segment (its end is decided by the group, not by the segment).
+SYNC = -1
+
+
+class DeadlockError(Exception):
+    """Simulation stopped with unfinished segments (a cycle, or a group whose members never all arrive)."""
+
+    def __init__(self, waiting: list[int], stuck: list[int]) -> None:
+        super().__init__(f"{len(stuck)} segment(s) never ran; blocked sync groups {waiting[:5]}")
+        self.waiting = waiting
+        """Sync groups some (not all) of whose members arrived."""
+        self.stuck = stuck
+        """Segments that never became ready."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Flow:
+    """Contention-mode description of a sync group's transfer."""
+
+    alone_ns: int
+    """Transfer time when no other transfer shares its links."""
+    links: tuple[int, ...]
+    """Ids of the links it uses; concurrent transfers on a link share its bandwidth equally."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Graph:
+    """Segments of all ranks (global ids), their dependencies, and the sync groups."""
+
+    ready0: Sequence[int]
+    """Earliest ready time of each segment (its rank's first recorded start)."""
+    gap: Sequence[int]
+    """Wait between ready and start of each segment's head (host gap + injected delays)."""
+    length: Sequence[int]
+    """Compute segments: head start to tail end; sync segments: ``SYNC``."""
+    ndeps: Sequence[int]
+    """Number of segments each segment waits for."""
+    succ_ptr: Sequence[int]
+    """CSR offsets of successors (length ``n + 1``)."""
+    succ_idx: Sequence[int]
+    """Successor segment ids."""
+    sync_of: Sequence[int]
+    """Sync group of each segment (-1 for compute)."""
+    groups: Sequence[Sequence[int]]
+    """Member segments of each sync group."""
+    transfer: Sequence[Sequence[int]]
+    """Per member (aligned with ``groups``): ns from the last arrival to that member's end."""
+    flows: Sequence[Flow] | None = None
+    """Contention mode: one flow per group (``transfer`` is then ignored)."""
+    xsucc_ptr: Sequence[int] | None = None
+    """CSR offsets of *queue-order* successors: sync segments whose transfer waits for this segment's end
+    but whose arrival does not (an async collective queued behind the previous one on its stream)."""
+    xsucc_idx: Sequence[int] | None = None
+    """Queue-order successor segment ids (sync segments only)."""
+    group_xdeps: Sequence[int] | None = None
+    """Number of queue-order dependencies of each group (over all its members)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """Start and end of every segment; arrival and completion of every sync group."""
+
+    seg_start: list[int]
+    """Start of each segment's head."""
+    seg_end: list[int]
+    """End of each segment's tail."""
+    group_arrival: list[int] = field(default_factory=list)
+    """Latest member arrival per group."""
+    group_end: list[int] = field(default_factory=list)
+    """Latest member end per group."""
+
+
+class EventQueue:
+    """A SimPy-style event queue: ``(time, priority, seq, payload)``, popped in that order."""
+
+    __slots__ = ("_heap", "_seq", "now")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int, int]] = []
+        self._seq = 0
+        self.now = 0
+
+    def schedule(self, time: int, priority: int, payload: int) -> None:
+        """Schedule ``payload`` at ``time`` (never before ``now``)."""
+        if time < self.now:
+            raise ValueError(f"event at {time} ns scheduled in the past (now {self.now} ns)")
+        heapq.heappush(self._heap, (time, priority, self._seq, payload))
+        self._seq += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def peek(self) -> int | None:
+        """Time of the next event, or None."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop(self) -> tuple[int, int, int]:
+        """Remove the next event; returns ``(time, priority, payload)`` and advances ``now``."""
+        t, prio, _seq, payload = heapq.heappop(self._heap)
+        self.now = t
+        return t, prio, payload
+
+
+def run(g: Graph) -> Outcome:
+    """Simulate ``g`` to completion; raises :class:`DeadlockError` if some segment can never run."""
+    n = len(g.length)
+    ready = list(g.ready0)
+    remaining = list(g.ndeps)
+    gap, length, succ_ptr, succ_idx, sync_of = g.gap, g.length, g.succ_ptr, g.succ_idx, g.sync_of
+    xptr = g.xsucc_ptr if g.xsucc_ptr is not None else [0] * (n + 1)
+    xidx = g.xsucc_idx if g.xsucc_idx is not None else []
+    start = [0] * n
+    end = [0] * n
+    ngroups = len(g.groups)
+    arrived = [0] * ngroups
+    arrival_max = [_NEVER] * ngroups
+    xready = [_NEVER] * ngroups  # latest end of the groups' queue-order dependencies
+    xpending = list(g.group_xdeps) if g.group_xdeps is not None else [0] * ngroups
+    group_end = [0] * ngroups
+    group_size = [len(m) for m in g.groups]
+    q = EventQueue()
+    contention = _Contention(g.flows, q) if g.flows is not None else None
+    prio_launch = PRIO_COMPLETE if contention is None else PRIO_START
+    done = 0
+
+    def release_x(s: int, e: int) -> None:
+        for k in range(xptr[s], xptr[s + 1]):
+            gi = sync_of[xidx[k]]
+            xready[gi] = max(xready[gi], e)
+            xpending[gi] -= 1
+            if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
+                q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
+
+    stack = [s for s in range(n) if remaining[s] == 0]
+    while True:
+        while stack:
+            s = stack.pop()
+            t = ready[s] + gap[s]
+            start[s] = t
+            ln = length[s]
+            if ln >= 0:
+                e = t + ln
+                end[s] = e
+                done += 1
+                for k in range(succ_ptr[s], succ_ptr[s + 1]):
+                    d = succ_idx[k]
+                    if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
+                        ready[d] = e
+                    remaining[d] -= 1
+                    if remaining[d] == 0:
+                        stack.append(d)
+                if xptr[s] != xptr[s + 1]:
+                    release_x(s, e)
+            else:
+                gi = sync_of[s]
+                arrived[gi] += 1
+                if t > arrival_max[gi]:  # noqa: PLR1730
+                    arrival_max[gi] = t
+                if arrived[gi] == group_size[gi] and xpending[gi] == 0:
+                    q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
+        if not q:
+            break
+        t, prio, gi = q.pop()
+        if contention is not None:
+            if prio == PRIO_START:
+                contention.start(gi, t)
+                continue
+            if not contention.finish(gi, t):
+                continue  # stale completion (rates changed since it was scheduled)
+        members = g.groups[gi]
+        tr = g.transfer[gi] if contention is None else None
+        gend = _NEVER
+        for j, s in enumerate(members):
+            e = t + tr[j] if tr is not None else t
+            end[s] = e
+            gend = max(gend, e)
+            done += 1
+            for k in range(succ_ptr[s], succ_ptr[s + 1]):
+                d = succ_idx[k]
+                if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
+                    ready[d] = e
+                remaining[d] -= 1
+                if remaining[d] == 0:
+                    stack.append(d)
+            if xptr[s] != xptr[s + 1]:
+                release_x(s, e)
+        group_end[gi] = gend
+    if done != n:
+        waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
+        raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
+    return Outcome(seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end)
+
+
+class _Contention:
+    """Fluid bandwidth sharing: a flow's rate is 1 / (most flows on any of its links).
+
+    Work is measured in "alone" nanoseconds; a flow alone on its links progresses at rate 1. On every
+    start and finish the rates of the active flows are recomputed and their completions rescheduled;
+    a completion event whose time no longer matches the flow's current ETA is stale and ignored.
+    """
+
+    __slots__ = ("active", "eta", "flows", "last", "link_load", "q", "rate", "remaining")
+
+    def __init__(self, flows: Sequence[Flow], q: EventQueue) -> None:
+        self.flows = flows
+        self.q = q
+        self.remaining: dict[int, float] = {}
+        self.rate: dict[int, float] = {}
+        self.eta: dict[int, int] = {}
+        self.link_load: dict[int, int] = {}
+        self.last = 0
+        self.active: set[int] = set()
+
+    def _advance(self, t: int) -> None:
+        dt = t - self.last
+        if dt:
+            for gi in self.active:
+                self.remaining[gi] -= dt * self.rate[gi]
+        self.last = t
+
+    def _reschedule(self, t: int) -> None:
+        for gi in sorted(self.active):
+            load = max((self.link_load[lk] for lk in self.flows[gi].links), default=1)
+            rate = 1.0 / load
+            if self.rate.get(gi) != rate:
+                self.rate[gi] = rate
+                eta = t + max(0, round(self.remaining[gi] / rate))
+                self.eta[gi] = eta
+                self.q.schedule(eta, PRIO_COMPLETE, gi)
+
+    def start(self, gi: int, t: int) -> None:
+        self._advance(t)
+        self.active.add(gi)
+        self.remaining[gi] = float(self.flows[gi].alone_ns)
+        for lk in self.flows[gi].links:
+            self.link_load[lk] = self.link_load.get(lk, 0) + 1
+        self._reschedule(t)
+
+    def finish(self, gi: int, t: int) -> bool:
+        """Complete ``gi`` at ``t`` unless the event is stale; returns whether it completed."""
+        if gi not in self.active or self.eta.get(gi) != t:
+            return False
+        self._advance(t)
+        self.active.discard(gi)
+        for lk in self.flows[gi].links:
+            self.link_load[lk] -= 1
+        self._reschedule(t)
+        return True

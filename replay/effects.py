@@ -1,0 +1,68 @@
+"""What a slowdown does to a replay, as seen by the replayers: the :class:`Effects` protocol.
+
+Both replayers ask the same three questions of an ``Effects`` object, per node:
+
+- ``compute_factor(rank, step, name)``: multiply the node's recorded compute duration by this;
+- ``delay_before_ns(rank, step, node_type, name)``: extra wait before the node starts (a slow send, a
+  per-rank delay before collectives), added to the node's host gap;
+- ``stall_ns(rank, step)``: a one-off wait before the *first* node of ``step`` on ``rank``.
+
+Effects must be pure, deterministic functions of their arguments (seeded jitter hashes its seed with the
+arguments): the simulator evaluates them once per distinct argument tuple, not once per node.
+Network slowdowns (link bandwidth, extra latency) act on the topology instead; see ``replay.slowdown``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from profiler.vocab import NodeType
+
+
+@runtime_checkable
+class Effects(Protocol):
+    """Slowdowns applied per node by simulated and real replay."""
+
+    def compute_factor(self, rank: int, step: int, name: str) -> float:
+        """Factor (> 0) multiplying the recorded duration of compute node ``name`` of ``rank`` at ``step``."""
+        ...
+
+    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+        """Extra wait (ns, >= 0) before a node starts: stall, slow send, per-rank delay before comm."""
+        ...
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        """One-off wait (ns, >= 0) before the first node of ``step`` on ``rank``."""
+        ...
+
+
+class NoEffects:
+    """The identity: recorded durations, no extra delays."""
+
+    __slots__ = ()
+
+    def compute_factor(self, rank: int, step: int, name: str) -> float:
+        return 1.0
+
+    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+        return 0
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "NO_EFFECTS"
+
+
+#: The identity effects (replay the trace as recorded).
+NO_EFFECTS: Effects = NoEffects()
+
+
+@runtime_checkable
+class NetworkEffects(Protocol):
+    """Optional extra protocol of a slowdown model: what it does to the network (simulated replay)."""
+
+    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
+        """``(bandwidth factor, extra latency ns)`` for communication among ``ranks`` at ``step``."""
+        ...

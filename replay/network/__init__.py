@@ -1,0 +1,1 @@
+"""Network model of simulated replay: topologies and collective cost formulas."""

@@ -1,0 +1,122 @@
+"""Closed-form (congestion-unaware) costs of collective algorithms, in ns.
+
+Notation: ``S`` bytes (the collective's message size, the recorded ``comm_size`` of a member's call),
+``p`` ranks, ``α`` latency per message (ns), ``B`` link bandwidth (bytes/ns = GB/s), ``L = ⌈log2 p⌉``.
+Every formula is the time from the last member's arrival until all members are done; ``p <= 1`` costs 0.
+
+- all_reduce: ring ``2(p−1)(α + S/(pB))``; tree ``2Lα + S/B``; halving_doubling ``2Lα + 2(p−1)/p·S/B``;
+  direct ``2α + 2(p−1)/p·S/B``.
+- reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
+  ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``.
+- all_to_all: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling (Bruck) ``L(α + S/(2B))``;
+  direct ``α + (p−1)/p·S/B``.
+- broadcast, reduce: ring (pipelined chain) ``(p−1)α + S/B``; tree and halving_doubling (binomial)
+  ``L(α + S/B)``; direct (root sends to all) ``α + (p−1)·S/B``.
+- barrier: all_reduce with ``S = 0``.
+
+``tree`` is NCCL's double binary tree: the two trees each carry half the data, pipelined, so every rank
+sends and receives ``S`` in each direction once (``S/B``) while latency grows with the depth (``2Lα``:
+reduce up, broadcast down).
+
+``hierarchical`` (a group spanning nodes, ``p0`` ranks per node on ``(α0, B0)``, ``p1`` nodes on
+``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
+ring all-gather of ``S``:
+``T = (p0−1)(α0 + S/(p0·B0)) + 2(p1−1)(α1 + S/(p0·p1·B1)) + (p0−1)(α0 + S/(p0·B0))``.
+reduce_scatter / all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``; other types use the
+flat ring over the slowest dimension.
+
+A point-to-point message costs ``α + S/B``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from profiler.vocab import CommType
+
+ALGORITHMS = ("ring", "tree", "halving_doubling", "direct", "hierarchical")
+
+_RS_LIKE = frozenset(
+    {
+        CommType.REDUCE_SCATTER,
+        CommType.REDUCE_SCATTER_BLOCK,
+        CommType.ALL_GATHER,
+        CommType.GATHER,
+        CommType.SCATTER,
+    }
+)
+
+
+def log2_ceil(p: int) -> int:
+    """``⌈log2 p⌉`` (0 for p <= 1)."""
+    return (p - 1).bit_length() if p > 1 else 0
+
+
+def flat_time_ns(
+    algorithm: str, comm_type: CommType, *, nbytes: float, p: int, alpha: float, bw: float
+) -> float:
+    """Cost of one collective with a flat algorithm (see the module docstring); ``bw`` in bytes/ns."""
+    if p <= 1:
+        return 0.0
+    s = float(nbytes)
+    big_l = log2_ceil(p)
+    alg = "ring" if algorithm == "hierarchical" else algorithm
+    if comm_type == CommType.BARRIER:
+        comm_type, s = CommType.ALL_REDUCE, 0.0
+    frac = (p - 1) / p * s / bw
+    if comm_type == CommType.ALL_REDUCE:
+        if alg == "ring":
+            return 2 * (p - 1) * (alpha + s / (p * bw))
+        if alg == "tree":
+            return 2 * big_l * alpha + s / bw
+        if alg == "halving_doubling":
+            return 2 * big_l * alpha + 2 * frac
+        return 2 * alpha + 2 * frac
+    if comm_type in _RS_LIKE:
+        if alg == "ring":
+            return (p - 1) * (alpha + s / (p * bw))
+        if alg in ("tree", "halving_doubling"):
+            return big_l * alpha + frac
+        return alpha + frac
+    if comm_type == CommType.ALL_TO_ALL:
+        if alg == "ring":
+            return (p - 1) * (alpha + s / (p * bw))
+        if alg in ("tree", "halving_doubling"):
+            return big_l * (alpha + s / (2 * bw))
+        return alpha + frac
+    # broadcast / reduce
+    if alg == "ring":
+        return (p - 1) * alpha + s / bw
+    if alg in ("tree", "halving_doubling"):
+        return big_l * (alpha + s / bw)
+    return alpha + (p - 1) * s / bw
+
+
+def hierarchical_time_ns(
+    comm_type: CommType,
+    *,
+    nbytes: float,
+    p0: int,
+    p1: int,
+    inner: tuple[float, float],
+    outer: tuple[float, float],
+) -> float:
+    """Two-level cost (see the module docstring); ``inner``/``outer`` are ``(α, B)``."""
+    a0, b0 = inner
+    a1, b1 = outer
+    s = float(nbytes)
+    if comm_type == CommType.BARRIER:
+        comm_type, s = CommType.ALL_REDUCE, 0.0
+    intra = (p0 - 1) * (a0 + s / (p0 * b0)) if p0 > 1 else 0.0
+    if comm_type == CommType.ALL_REDUCE:
+        inter = 2 * (p1 - 1) * (a1 + s / (p0 * p1 * b1)) if p1 > 1 else 0.0
+        return 2 * intra + inter
+    if comm_type in _RS_LIKE:
+        inter = (p1 - 1) * (a1 + s / (p0 * p1 * b1)) if p1 > 1 else 0.0
+        return intra + inter
+    return flat_time_ns("ring", comm_type, nbytes=s, p=p0 * p1, alpha=max(a0, a1), bw=min(b0, b1))
+
+
+def p2p_time_ns(nbytes: float, alpha: float, bw: float) -> float:
+    """One message: ``α + S/B``."""
+    return alpha + float(nbytes) / bw if math.isfinite(bw) else alpha

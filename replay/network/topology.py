@@ -1,0 +1,143 @@
+"""Topologies: one or more dimensions, each a switch, ring, fully connected mesh or fat-tree.
+
+A topology is a list of :class:`Dimension`, innermost first: ``[NVSwitch of 8 GPUs, fat-tree of N
+nodes]`` is the usual two-level cluster. Dimension ``d`` has ``size`` units; a rank's coordinates
+``(c0, c1, ...)`` say which unit it occupies in every dimension (``c1`` is its node, ``c0`` its slot in
+the node). Placement maps ranks to coordinates: ``block`` fills a node before the next (ranks 0-7 on
+node 0), ``round_robin`` deals ranks to nodes in turn, and ``node_of_rank`` gives each rank's node
+explicitly (two-dimensional topologies).
+
+Bandwidths are GB/s per link and direction (1 GB/s = 1 byte/ns), latencies ns per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+KINDS = ("switch", "ring", "fully_connected", "fat_tree")
+PLACEMENTS = ("block", "round_robin")
+
+
+class TopologyError(ValueError):
+    """A topology is inconsistent (bad size, bandwidth, placement); the message names the field."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dimension:
+    """One level of a topology."""
+
+    kind: str
+    """``switch`` | ``ring`` | ``fully_connected`` | ``fat_tree``."""
+    size: int
+    """Units in this dimension (GPUs per node, nodes, ...); 0 = as many as the ranks need (outermost only)."""
+    bandwidth_gbps: float
+    """Bandwidth of one link, one direction, GB/s (bytes per ns)."""
+    latency_ns: int
+    """Latency of one message over this dimension, ns."""
+    oversubscription: float = 1.0
+    """``fat_tree`` only: uplink oversubscription ratio (bandwidth per unit is divided by it)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise TopologyError(f"kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.size < 0:
+            raise TopologyError(f"size: must be >= 0, got {self.size}")
+        if not self.bandwidth_gbps > 0:
+            raise TopologyError(f"bandwidth_gbps: must be > 0, got {self.bandwidth_gbps}")
+        if self.latency_ns < 0:
+            raise TopologyError(f"latency_ns: must be >= 0, got {self.latency_ns}")
+        if not self.oversubscription >= 1.0:
+            raise TopologyError(f"oversubscription: must be >= 1, got {self.oversubscription}")
+
+    @property
+    def effective_bandwidth_gbps(self) -> float:
+        """Bandwidth one unit gets when every unit talks at once (fat-tree oversubscription applied)."""
+        return self.bandwidth_gbps / self.oversubscription
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Topology:
+    """Dimensions (innermost first) and how ranks are placed on them."""
+
+    name: str
+    """Label used in reports."""
+    dims: tuple[Dimension, ...]
+    """Dimensions, innermost first."""
+    placement: str = "block"
+    """``block`` or ``round_robin``."""
+    node_of_rank: tuple[int, ...] = ()
+    """Explicit node of each rank (two-dimensional topologies only); overrides ``placement``."""
+    _coords: dict[int, tuple[int, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.dims:
+            raise TopologyError("dims: a topology needs at least one dimension")
+        if any(d.size == 0 for d in self.dims[:-1]):
+            raise TopologyError("size: only the outermost dimension may have size 0 (as many as needed)")
+        if self.placement not in PLACEMENTS:
+            raise TopologyError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.node_of_rank and len(self.dims) != 2:
+            raise TopologyError("node_of_rank: explicit placement needs a two-dimensional topology")
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Coordinates of ``rank`` (innermost first)."""
+        c = self._coords.get(rank)
+        if c is None:
+            c = self._coords[rank] = self._place(rank)
+        return c
+
+    def _place(self, rank: int) -> tuple[int, ...]:
+        sizes = [d.size for d in self.dims]
+        if self.node_of_rank:
+            if rank >= len(self.node_of_rank):
+                raise TopologyError(f"node_of_rank: no node given for rank {rank}")
+            node = self.node_of_rank[rank]
+            slot = sum(1 for r in range(rank) if self.node_of_rank[r] == node)
+            if slot >= sizes[0]:
+                raise TopologyError(f"node_of_rank: node {node} holds more than {sizes[0]} ranks")
+            return (slot, node)
+        if self.placement == "round_robin" and len(sizes) > 1:
+            order = list(range(len(sizes) - 1, -1, -1))  # outermost varies fastest
+        else:
+            order = list(range(len(sizes)))
+        out = [0] * len(sizes)
+        rest = rank
+        for k, d in enumerate(order):
+            size = sizes[d]
+            last = k == len(order) - 1
+            if size == 0 or (last and self.placement == "block"):
+                out[d] = rest
+                if size and rest >= size:
+                    raise TopologyError(f"{self.name}: rank {rank} does not fit ({self.capacity} slots)")
+                rest = 0
+                continue
+            out[d] = rest % size
+            rest //= size
+        if rest:
+            raise TopologyError(f"{self.name}: rank {rank} does not fit ({self.capacity} slots)")
+        return tuple(out)
+
+    @property
+    def capacity(self) -> int:
+        """Number of rank slots (0 = unbounded)."""
+        cap = 1
+        for d in self.dims:
+            if d.size == 0:
+                return 0
+            cap *= d.size
+        return cap
+
+    def spanned(self, ranks: Sequence[int]) -> tuple[int, ...]:
+        """Dimensions in which the members' coordinates differ (the links the group's traffic crosses)."""
+        cs = [self.coords(r) for r in ranks]
+        out = [d for d in range(len(self.dims)) if len({c[d] for c in cs}) > 1]
+        return tuple(out)
+
+    def group_layout(self, ranks: Sequence[int]) -> tuple[int, int]:
+        """``(ranks per node, nodes)`` of a group (for hierarchical algorithms)."""
+        cs = [self.coords(r) for r in ranks]
+        nodes: dict[tuple[int, ...], int] = {}
+        for c in cs:
+            nodes[c[1:]] = nodes.get(c[1:], 0) + 1
+        return max(nodes.values()), len(nodes)

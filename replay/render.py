@@ -1,0 +1,67 @@
+"""Rich rendering of replay results (summary per rank, sweep comparison); no computation here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from replay.outputs import SweepRecord
+from replay.summary import SummaryRecord
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def summary_table(rows: Sequence[SummaryRecord], *, title: str = "Simulated replay") -> Table:
+    """One row per rank: mean step time, compute, communication, exposed communication, wait (ms)."""
+    t = Table(title=title)
+    for col in ("rank", "steps", "step ms", "compute ms", "comm ms", "exposed comm ms", "wait ms"):
+        t.add_column(col, justify="right")
+    by_rank: dict[int, list[SummaryRecord]] = {}
+    for r in rows:
+        by_rank.setdefault(r.rank, []).append(r)
+    for rank, rs in sorted(by_rank.items()):
+        n = len(rs)
+        t.add_row(
+            str(rank),
+            str(n),
+            _ms(sum(x.step_time_ns for x in rs) / n),
+            _ms(sum(x.compute_ns for x in rs) / n),
+            _ms(sum(x.comm_ns for x in rs) / n),
+            _ms(sum(x.exposed_comm_ns for x in rs) / n),
+            _ms(sum(x.wait_ns for x in rs) / n),
+        )
+    return t
+
+
+def sweep_table(rows: Sequence[SweepRecord]) -> Table:
+    """One row per sweep job: the overrides that differ between jobs and the replayed step times (ms)."""
+    t = Table(title="Replay sweep")
+    for col, just in (
+        ("job", "right"),
+        ("overrides", "left"),
+        ("topology", "left"),
+        ("slowdown", "left"),
+        ("comm", "left"),
+        ("mean step ms", "right"),
+        ("max step ms", "right"),
+        ("makespan ms", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    base = rows[0].mean_step_ns if rows else 0
+    common = set.intersection(*(set(r.overrides.split()) for r in rows)) if rows else set()
+    for r in sorted(rows, key=lambda x: x.job):
+        rel = f" ({r.mean_step_ns / base:.2f}x)" if base else ""
+        t.add_row(
+            str(r.job),
+            " ".join(o for o in r.overrides.split() if o not in common),
+            r.topology,
+            r.slowdown,
+            r.comm_mode,
+            _ms(r.mean_step_ns) + rel,
+            _ms(r.max_step_ns),
+            _ms(r.makespan_ns),
+        )
+    return t

@@ -1,0 +1,219 @@
+"""Simulated replay of a whole run: :func:`simulate` and its :class:`SimResult`.
+
+``simulate`` lowers the store's :class:`RunTrace` to the pure core (``replay.lower`` -> ``replay.core``),
+runs it, and maps segment times back to trace rows. See ``replay.lower`` for the host-gap rule and
+``replay.comm`` for the two ways of timing communication (``as_recorded`` and ``model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from profiler.store.model import RunTrace
+from replay.comm import AsRecorded, ModelTiming
+from replay.core import DeadlockError, run
+from replay.effects import NO_EFFECTS, Effects, NetworkEffects
+from replay.errors import ConfigError, ReplayError
+from replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower
+from replay.network.topology import Topology
+
+I64 = npt.NDArray[np.int64]
+
+COMM_MODES = ("as_recorded", "model")
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class SimResult:
+    """Replayed times of every node, row-aligned with the run's RankTraces."""
+
+    start_ns: dict[int, I64]
+    """Replayed start of each row, per rank."""
+    end_ns: dict[int, I64]
+    """Replayed end of each row, per rank."""
+    step: dict[int, npt.NDArray[np.int32]]
+    """Step of each row (as recorded, -1 unknown), per rank."""
+    timed: dict[int, npt.NDArray[np.bool_]]
+    """Rows that take part in the replay (all but METADATA / INVALID nodes), per rank."""
+    coll_arrival_ns: I64
+    """Per ``run.collectives`` instance: the replayed latest arrival of its members."""
+    coll_end_ns: I64
+    """Per ``run.collectives`` instance: the replayed latest completion of its members."""
+    p2p_arrival_ns: I64
+    """Per ``run.p2p`` pair: the later of the replayed send and recv starts."""
+    p2p_end_ns: I64
+    """Per ``run.p2p`` pair: the later of the replayed send and recv ends."""
+    comm_mode: str
+    """``as_recorded`` or ``model``."""
+    _spans: dict[tuple[int, int], tuple[int, int]] | None = field(default=None, repr=False)
+
+    @property
+    def makespan_ns(self) -> int:
+        """Latest replayed end minus earliest replayed start over all ranks (METADATA nodes aside)."""
+        starts = [int(a[self.timed[r]].min()) for r, a in self.start_ns.items() if self.timed[r].any()]
+        ends = [int(a[self.timed[r]].max()) for r, a in self.end_ns.items() if self.timed[r].any()]
+        return max(ends) - min(starts) if starts else 0
+
+    def step_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).
+
+        A rank without any step marks is one step, ``-1``, spanning all its nodes.
+        """
+        if self._spans is None:
+            spans: dict[tuple[int, int], tuple[int, int]] = {}
+            for r, st in self.step.items():
+                m = (st >= 0) & self.timed[r]
+                if not m.any():
+                    m = self.timed[r]
+                    st = np.full(st.shape, -1, dtype=st.dtype)
+                if not m.any():
+                    continue
+                steps = st[m]
+                uniq, inv = np.unique(steps, return_inverse=True)
+                lo = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
+                hi = np.full(uniq.size, np.iinfo(np.int64).min, dtype=np.int64)
+                np.minimum.at(lo, inv, self.start_ns[r][m])
+                np.maximum.at(hi, inv, self.end_ns[r][m])
+                for k, a, b in zip(uniq.tolist(), lo.tolist(), hi.tolist(), strict=True):
+                    spans[(r, k)] = (a, b)
+            self._spans = spans
+        return self._spans
+
+    def steps(self) -> list[int]:
+        """Steps seen on any rank, sorted."""
+        return sorted({k for _r, k in self.step_spans()})
+
+    def step_time_ns(self, step: int) -> int:
+        """Max over ranks of the step's end minus min over ranks of its start."""
+        spans = [v for (_r, k), v in self.step_spans().items() if k == step]
+        if not spans:
+            raise KeyError(f"step {step} has no nodes")
+        return max(b for _a, b in spans) - min(a for a, _b in spans)
+
+
+def make_timing(
+    comm_mode: str,
+    *,
+    topology: Topology | None,
+    algorithm: str = "ring",
+    contention: bool = False,
+    effects: Effects = NO_EFFECTS,
+) -> CommTiming:
+    """The :class:`CommTiming` for ``comm_mode`` (network slowdowns taken from ``effects`` if it has them)."""
+    net = effects if isinstance(effects, NetworkEffects) else None
+    if comm_mode == "as_recorded":
+        if contention:
+            raise ConfigError("contention: link sharing needs comm_mode=model")
+        return AsRecorded(network_effects=net)
+    if comm_mode == "model":
+        if topology is None:
+            raise ConfigError("comm_mode=model needs a topology")
+        return ModelTiming(topology, algorithm=algorithm, contention=contention, network_effects=net)
+    raise ConfigError(f"comm_mode: expected one of {', '.join(COMM_MODES)}, got {comm_mode!r}")
+
+
+def simulate(
+    run_trace: RunTrace,
+    *,
+    topology: Topology | None = None,
+    effects: Effects = NO_EFFECTS,
+    comm_mode: str = "as_recorded",
+    dur_override: Mapping[int, I64] | None = None,
+    gap_override: Mapping[int, I64] | None = None,
+    algorithm: str = "ring",
+    contention: bool = False,
+) -> SimResult:
+    """Replay ``run_trace`` in simulation; see the module docstrings of ``replay.lower`` / ``replay.comm``."""
+    timing = make_timing(
+        comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
+    )
+    low = lower(
+        run_trace, effects=effects, timing=timing, dur_override=dur_override, gap_override=gap_override
+    )
+    try:
+        out = run(low.graph)
+    except DeadlockError as e:
+        raise ReplayError(_deadlock_message(run_trace, low, e)) from None
+    return _lift(
+        run_trace,
+        low=low,
+        seg_start=out.seg_start,
+        seg_end=out.seg_end,
+        garr=out.group_arrival,
+        gend=out.group_end,
+        comm_mode=comm_mode,
+    )
+
+
+def _lift(
+    rt: RunTrace,
+    *,
+    low: Lowered,
+    seg_start: list[int],
+    seg_end: list[int],
+    garr: list[int],
+    gend: list[int],
+    comm_mode: str,
+) -> SimResult:
+    ss = np.asarray(seg_start, dtype=np.int64)
+    se = np.asarray(seg_end, dtype=np.int64)
+    start = ss[low.seg_of_row] + low.off_start
+    end = start + low.dur
+    sync = low.kind == KIND_SYNC
+    end[sync] = se[low.seg_of_row[sync]]
+    starts: dict[int, I64] = {}
+    ends: dict[int, I64] = {}
+    steps: dict[int, npt.NDArray[np.int32]] = {}
+    timed: dict[int, npt.NDArray[np.bool_]] = {}
+    for i, r in enumerate(low.ranks):
+        lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+        starts[r] = start[lo:hi]
+        ends[r] = end[lo:hi]
+        steps[r] = rt.ranks[r].step
+        timed[r] = low.kind[lo:hi] != KIND_FIXED
+    ca = np.zeros(len(rt.collectives), dtype=np.int64)
+    ce = np.zeros(len(rt.collectives), dtype=np.int64)
+    pa = np.zeros(len(rt.p2p), dtype=np.int64)
+    pe = np.zeros(len(rt.p2p), dtype=np.int64)
+    for gi, info in enumerate(low.syncs):
+        if info.is_p2p:
+            pa[info.index], pe[info.index] = garr[gi], gend[gi]
+        else:
+            ca[info.index], ce[info.index] = garr[gi], gend[gi]
+    return SimResult(
+        start_ns=starts,
+        end_ns=ends,
+        step=steps,
+        timed=timed,
+        coll_arrival_ns=ca,
+        coll_end_ns=ce,
+        p2p_arrival_ns=pa,
+        p2p_end_ns=pe,
+        comm_mode=comm_mode,
+    )
+
+
+def _where(rt: RunTrace, low: Lowered, row: int) -> str:
+    i = int(np.searchsorted(low.row_offset, row, side="right")) - 1
+    r = low.ranks[i]
+    local = row - int(low.row_offset[i])
+    t = rt.ranks[r]
+    return f"rank {r} node {int(t.node_id[local])} ({t.name(local)})"
+
+
+def _deadlock_message(rt: RunTrace, low: Lowered, e: DeadlockError) -> str:
+    if e.waiting:
+        info = low.syncs[e.waiting[0]]
+        if info.is_p2p:
+            p = rt.p2p[info.index]
+            what = f"send/recv rank {p.src_rank} -> rank {p.dst_rank} (tag {p.tag})"
+        else:
+            c = rt.collectives[info.index]
+            what = f"collective group {c.pg_name!r} seq {c.seq} ({c.comm_type.name})"
+        return f"{rt.run_dir}: simulated replay deadlocked: {what} never saw all its members arrive"
+    heads = np.flatnonzero(np.isin(low.seg_of_row, e.stuck[:1]))
+    where = _where(rt, low, int(heads[0])) if heads.size else "unknown node"
+    return f"{rt.run_dir}: simulated replay cannot finish: dependency cycle through {where}"

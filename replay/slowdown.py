@@ -1,0 +1,181 @@
+"""Slowdown models: a composable list of :class:`Slowdown` items, evaluated as one :class:`SlowdownModel`.
+
+Kinds of item (each optionally limited to ranks and to a window of steps ``first_step..last_step``):
+
+- ``compute``: multiply compute durations by ``factor``;
+- ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
+- ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
+  generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
+- ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks;
+- ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
+  ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob);
+- ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
+  traffic over the given ``links`` (rank pairs: a group containing both ends), ``nodes`` (a group with a
+  member on one of these nodes, per the topology's placement) or ``ranks`` (a group with one of them);
+  with none of those, all traffic.
+
+Factors of several items multiply, delays and latencies add. The model is a pure function of its inputs,
+as :class:`~replay.effects.Effects` requires.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from profiler.vocab import NodeType
+from replay.errors import ConfigError
+
+KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
+COMM_ON = {
+    "send": frozenset({NodeType.COMM_SEND}),
+    "collective": frozenset({NodeType.COMM_COLL}),
+    "comm": frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL}),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slowdown:
+    """One slowdown item (see the module docstring for the kinds)."""
+
+    kind: str
+    """compute | op | jitter | stall | comm_delay | network."""
+    ranks: tuple[int, ...] = ()
+    """Ranks affected (empty: all)."""
+    factor: float = 1.0
+    """compute / op: duration factor (> 0); network: bandwidth factor (> 0, 0.5 = half bandwidth)."""
+    pattern: str = ""
+    """op: glob on node names, or ``re:<regex>``."""
+    sigma: float = 0.0
+    """jitter: relative standard deviation of the compute factor."""
+    seed: int = 0
+    """jitter: random seed."""
+    step: int = 0
+    """stall: the step before whose first node the rank stalls."""
+    delay_ms: float = 0.0
+    """stall / comm_delay: the extra wait, ms."""
+    before: str = "collective"
+    """comm_delay: the delay comes before every ``send`` | ``collective`` | ``comm`` node."""
+    latency_ns: int = 0
+    """network: extra latency per message, ns."""
+    links: tuple[tuple[int, int], ...] = ()
+    """network: affected links as rank pairs."""
+    nodes: tuple[int, ...] = ()
+    """network: affected nodes (outer coordinate of the topology's placement)."""
+    first_step: int | None = None
+    """First step the item applies to (None: from the start)."""
+    last_step: int | None = None
+    """Last step the item applies to, inclusive (None: to the end)."""
+
+    def __post_init__(self) -> None:
+        where = f"slowdown item (kind={self.kind})"
+        if self.kind not in KINDS:
+            raise ConfigError(f"slowdown item: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not self.factor > 0:
+            raise ConfigError(f"{where}: factor must be > 0, got {self.factor}")
+        if self.sigma < 0:
+            raise ConfigError(f"{where}: sigma must be >= 0, got {self.sigma}")
+        if self.delay_ms < 0:
+            raise ConfigError(f"{where}: delay_ms must be >= 0, got {self.delay_ms}")
+        if self.latency_ns < 0:
+            raise ConfigError(f"{where}: latency_ns must be >= 0, got {self.latency_ns}")
+        if self.before not in COMM_ON:
+            raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")
+        if self.kind == "op" and not self.pattern:
+            raise ConfigError(f"{where}: pattern is required")
+        if self.pattern.startswith("re:"):
+            try:
+                re.compile(self.pattern[3:])
+            except re.error as e:
+                raise ConfigError(f"{where}: pattern {self.pattern!r} is not a valid regex: {e}") from None
+        if any(len(lk) != 2 for lk in self.links):
+            raise ConfigError(f"{where}: links must be pairs of ranks, got {self.links}")
+        if self.first_step is not None and self.last_step is not None and self.first_step > self.last_step:
+            raise ConfigError(f"{where}: first_step {self.first_step} > last_step {self.last_step}")
+
+    def applies(self, rank: int, step: int) -> bool:
+        """True when this item affects ``rank`` at ``step`` (rank filter and step window)."""
+        if self.ranks and rank not in self.ranks:
+            return False
+        if self.first_step is not None and step < self.first_step:
+            return False
+        return self.last_step is None or step <= self.last_step
+
+    def in_window(self, step: int) -> bool:
+        return (self.first_step is None or step >= self.first_step) and (
+            self.last_step is None or step <= self.last_step
+        )
+
+
+@lru_cache(maxsize=256)
+def _matcher(pattern: str) -> Callable[[str], bool]:
+    if pattern.startswith("re:"):
+        rx = re.compile(pattern[3:])
+        return lambda name: rx.search(name) is not None
+    return lambda name: fnmatch.fnmatchcase(name, pattern)
+
+
+def jitter_factor(seed: int, sigma: float, rank: int, step: int) -> float:
+    """The deterministic jitter factor of ``rank`` at ``step``."""
+    z = random.Random(f"skewlens-jitter:{seed}:{rank}:{step}").gauss(0.0, 1.0)
+    return max(0.05, 1.0 + sigma * z)
+
+
+class SlowdownModel:
+    """The items of a slowdown config as :class:`~replay.effects.Effects` (+ ``NetworkEffects``)."""
+
+    __slots__ = ("items", "node_of")
+
+    def __init__(self, items: Sequence[Slowdown], node_of: Callable[[int], int] | None = None) -> None:
+        self.items = tuple(items)
+        self.node_of = node_of
+
+    def __repr__(self) -> str:
+        return f"SlowdownModel({[s.kind for s in self.items]})"
+
+    def compute_factor(self, rank: int, step: int, name: str) -> float:
+        f = 1.0
+        for s in self.items:
+            if not s.applies(rank, step):
+                continue
+            if s.kind == "compute" or (s.kind == "op" and _matcher(s.pattern)(name)):
+                f *= s.factor
+            elif s.kind == "jitter" and s.sigma > 0:
+                f *= jitter_factor(s.seed, s.sigma, rank, step)
+        return f
+
+    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+        del name
+        d = 0
+        for s in self.items:
+            if s.kind == "comm_delay" and node_type in COMM_ON[s.before] and s.applies(rank, step):
+                d += round(s.delay_ms * 1e6)
+        return d
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        d = 0
+        for s in self.items:
+            if s.kind == "stall" and s.step == step and (not s.ranks or rank in s.ranks):
+                d += round(s.delay_ms * 1e6)
+        return d
+
+    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
+        factor, extra = 1.0, 0
+        members = set(ranks)
+        for s in self.items:
+            if s.kind != "network" or not s.in_window(step):
+                continue
+            hit = not (s.links or s.nodes or s.ranks)
+            hit = hit or any(a in members and b in members for a, b in s.links)
+            hit = hit or bool(s.ranks and members.intersection(s.ranks))
+            if s.nodes and not hit:
+                node_of = self.node_of or (lambda r: r)
+                hit = any(node_of(r) in s.nodes for r in members)
+            if hit:
+                factor *= s.factor
+                extra += s.latency_ns
+        return factor, extra

@@ -1,0 +1,63 @@
+"""Architectural rules of the replay package, checked in fresh interpreters and on the sources."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = [
+    "replay.core",
+    "replay.effects",
+    "replay.slowdown",
+    "replay.comm",
+    "replay.network.topology",
+    "replay.network.algorithms",
+]
+HEAVY = ["torch", "pyarrow", "rich", "hydra", "omegaconf"]
+
+
+def imported_after(modules: list[str]) -> list[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(h for h in {HEAVY!r} if h in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+def test_the_simulator_core_imports_no_torch_pyarrow_rich_or_hydra() -> None:
+    assert imported_after(CORE) == []
+
+
+def test_simulating_a_loaded_run_imports_no_torch_rich_or_hydra() -> None:
+    loaded = imported_after(["replay.simulate", "replay.lower", "replay.summary"])
+    assert [m for m in loaded if m != "pyarrow"] == []  # pyarrow only through the trace store
+
+
+def test_the_core_does_not_import_the_trace_store() -> None:
+    for mod in CORE:
+        path = ROOT / (mod.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text())
+        names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        ]
+        assert not [n for n in names if n.startswith("profiler.store")], mod
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in (ROOT / "replay").rglob("*.py") if p.name != "__main__.py")
+)
+def test_nothing_imports_the_cli(path: Path) -> None:
+    if path == ROOT / "replay" / "cli.py":
+        return
+    tree = ast.parse(path.read_text())
+    names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert "replay.cli" not in names

@@ -1,0 +1,194 @@
+"""Network model: topologies, placement, closed-form collective costs (exact to the ns), contention."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from profiler.store import load_run
+from profiler.store.model import RunTrace
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType
+from replay.comm import ModelTiming
+from replay.errors import ConfigError
+from replay.network.topology import Dimension, Topology, TopologyError
+from replay.simulate import simulate
+
+S = 1_048_576  # bytes
+BW = 50.0  # GB/s = bytes/ns
+ALPHA = 500  # ns
+
+
+def flat(kind: str = "switch", bw: float = BW, alpha: int = ALPHA) -> Topology:
+    return Topology(name=kind, dims=(Dimension(kind=kind, size=0, bandwidth_gbps=bw, latency_ns=alpha),))
+
+
+def one_collective_run(
+    tmp_path: Path, world: int, comm_type: CommType = CommType.ALL_REDUCE, groups: dict | None = None
+) -> RunTrace:
+    b = RunBuilder(world_size=world, groups=groups)
+    names = list((groups or {"0": tuple(range(world))}).items())
+    for r in range(world):
+        for name, members in names:
+            if r in members:
+                b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+                b.rank(r).collective(comm_type, comm_bytes=S, dur_ns=123_456, pg=name)
+    return load_run(b.write(tmp_path / "run"))
+
+
+def replayed_transfer(rt: RunTrace, **kw: object) -> list[int]:
+    res = simulate(rt, comm_mode="model", **kw)  # type: ignore[arg-type]
+    return [int(e - a) for a, e in zip(res.coll_arrival_ns, res.coll_end_ns, strict=True)]
+
+
+# closed forms written out independently of replay.network.algorithms (p = 2, L = 1)
+TWO_RANK_ALL_REDUCE = {
+    "ring": 2 * (2 - 1) * (ALPHA + S / (2 * BW)),
+    "tree": 2 * 1 * ALPHA + S / BW,
+    "halving_doubling": 2 * 1 * ALPHA + 2 * (1 / 2) * S / BW,
+    "direct": 2 * ALPHA + 2 * (1 / 2) * S / BW,
+    "hierarchical": 2 * (2 - 1) * (ALPHA + S / (2 * BW)),  # one level: falls back to ring
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(TWO_RANK_ALL_REDUCE))
+def test_two_rank_all_reduce_takes_the_closed_form_time_to_the_nanosecond(
+    tmp_path: Path, algorithm: str
+) -> None:
+    rt = one_collective_run(tmp_path, 2)
+    assert replayed_transfer(rt, topology=flat(), algorithm=algorithm) == [
+        round(TWO_RANK_ALL_REDUCE[algorithm])
+    ]
+
+
+EIGHT = 8
+L8 = 3
+EIGHT_RANK = {
+    ("ring", CommType.ALL_REDUCE): 2 * 7 * (ALPHA + S / (8 * BW)),
+    ("tree", CommType.ALL_REDUCE): 2 * L8 * ALPHA + S / BW,
+    ("halving_doubling", CommType.ALL_REDUCE): 2 * L8 * ALPHA + 2 * 7 / 8 * S / BW,
+    ("direct", CommType.ALL_REDUCE): 2 * ALPHA + 2 * 7 / 8 * S / BW,
+    ("ring", CommType.ALL_GATHER): 7 * (ALPHA + S / (8 * BW)),
+    ("halving_doubling", CommType.REDUCE_SCATTER): L8 * ALPHA + 7 / 8 * S / BW,
+    ("direct", CommType.ALL_TO_ALL): ALPHA + 7 / 8 * S / BW,
+    ("tree", CommType.BROADCAST): L8 * (ALPHA + S / BW),
+    ("ring", CommType.BROADCAST): 7 * ALPHA + S / BW,
+    ("ring", CommType.BARRIER): 2 * 7 * ALPHA,
+}
+
+
+@pytest.mark.parametrize(("algorithm", "comm_type"), list(EIGHT_RANK))
+def test_eight_rank_collectives_follow_their_closed_forms(
+    tmp_path: Path, algorithm: str, comm_type: CommType
+) -> None:
+    rt = one_collective_run(tmp_path, EIGHT, comm_type)
+    got = replayed_transfer(rt, topology=flat(), algorithm=algorithm)
+    assert got == [round(EIGHT_RANK[(algorithm, comm_type)])]
+
+
+def two_level(per_node: int = 2, nodes: int = 2, oversub: float = 1.0) -> Topology:
+    return Topology(
+        name="two-level",
+        dims=(
+            Dimension(kind="switch", size=per_node, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(
+                kind="fat_tree", size=nodes, bandwidth_gbps=25.0, latency_ns=2_000, oversubscription=oversub
+            ),
+        ),
+    )
+
+
+def test_hierarchical_all_reduce_is_intra_reduce_scatter_inter_all_reduce_intra_all_gather(
+    tmp_path: Path,
+) -> None:
+    rt = one_collective_run(tmp_path, 4)
+    p0, p1 = 2, 2
+    intra = (p0 - 1) * (300 + S / (p0 * 200.0))
+    inter = 2 * (p1 - 1) * (2_000 + S / (p0 * p1 * 25.0))
+    assert replayed_transfer(rt, topology=two_level(), algorithm="hierarchical") == [round(2 * intra + inter)]
+
+
+def test_a_flat_algorithm_across_nodes_runs_at_the_slowest_dimension_with_oversubscription(
+    tmp_path: Path,
+) -> None:
+    rt = one_collective_run(tmp_path, 4)
+    expected = 2 * 3 * (2_000 + S / (4 * (25.0 / 4)))
+    assert replayed_transfer(rt, topology=two_level(oversub=4.0), algorithm="ring") == [round(expected)]
+
+
+def test_block_round_robin_and_explicit_placement_put_ranks_on_the_expected_nodes() -> None:
+    dims = two_level(per_node=4, nodes=2).dims
+    block = Topology(name="b", dims=dims)
+    rr = Topology(name="r", dims=dims, placement="round_robin")
+    explicit = Topology(name="e", dims=dims, node_of_rank=(1, 1, 0, 0, 1, 0, 0, 1))
+    assert [block.coords(r)[1] for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [rr.coords(r)[1] for r in range(8)] == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert [explicit.coords(r) for r in range(4)] == [(0, 1), (1, 1), (0, 0), (1, 0)]
+
+
+def test_a_rank_that_does_not_fit_the_topology_is_a_config_error(tmp_path: Path) -> None:
+    rt = one_collective_run(tmp_path, 8)
+    with pytest.raises(ConfigError, match="does not fit"):
+        simulate(rt, topology=two_level(per_node=2, nodes=2), comm_mode="model")
+
+
+def test_bad_dimension_values_name_the_field() -> None:
+    with pytest.raises(TopologyError, match="bandwidth_gbps"):
+        Dimension(kind="switch", size=0, bandwidth_gbps=0.0, latency_ns=1)
+    with pytest.raises(TopologyError, match="kind"):
+        Dimension(kind="torus", size=0, bandwidth_gbps=1.0, latency_ns=1)
+
+
+def test_point_to_point_costs_latency_plus_size_over_bandwidth_and_ring_hops() -> None:
+    sw = ModelTiming(flat("switch"))
+    assert sw.p2p_time_ns(0, 1, S) == round(ALPHA + S / BW)
+    ring = ModelTiming(
+        Topology(name="r", dims=(Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    )
+    assert ring.p2p_time_ns(0, 3, S) == round(3 * ALPHA + S / BW)
+    assert ring.p2p_time_ns(0, 7, S) == round(ALPHA + S / BW)
+
+
+def test_concurrent_collectives_sharing_node_uplinks_share_their_bandwidth_under_contention(
+    tmp_path: Path,
+) -> None:
+    # groups (0,2) and (1,3) both cross between node 0 = {0,1} and node 1 = {2,3} at the same time
+    rt = one_collective_run(tmp_path, 4, groups={"a": (0, 2), "b": (1, 3)})
+    topo = two_level()
+    alone = replayed_transfer(rt, topology=topo, algorithm="ring")
+    shared = replayed_transfer(rt, topology=topo, algorithm="ring", contention=True)
+    assert alone[0] == alone[1] == round(2 * (2_000 + S / (2 * 25.0)))
+    assert shared == [2 * alone[0], 2 * alone[1]]
+
+
+def test_contention_does_not_slow_transfers_on_disjoint_links(tmp_path: Path) -> None:
+    rt = one_collective_run(tmp_path, 4, groups={"a": (0, 1), "b": (2, 3)})
+    topo = two_level()
+    assert replayed_transfer(rt, topology=topo, contention=True) == replayed_transfer(rt, topology=topo)
+
+
+def test_model_mode_needs_a_topology_and_a_known_algorithm(tmp_path: Path) -> None:
+    rt = one_collective_run(tmp_path, 2)
+    with pytest.raises(ConfigError, match="topology"):
+        simulate(rt, comm_mode="model")
+    with pytest.raises(ConfigError, match="algorithm"):
+        simulate(rt, comm_mode="model", topology=flat(), algorithm="magic")
+    assert math.isfinite(replayed_transfer(rt, topology=flat())[0])
+
+
+def test_chained_all_reduces_of_the_benchmark_trace_add_up_to_n_times_the_closed_form(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "sim_throughput", Path(__file__).parents[1] / "benchmarks" / "sim_throughput.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    run_dir = bench.write_run(tmp_path / "bench", "allreduce", 8, 5)
+    rt = load_run(run_dir)
+    res = simulate(rt, topology=bench.ring_topology(), comm_mode="model", algorithm="ring")
+    one = round(2 * 7 * (500 + S / (8 * 50.0)))
+    assert res.makespan_ns == 5 * one

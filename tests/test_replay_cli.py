@@ -1,0 +1,211 @@
+"""``skewlens replay``: config groups compose and validate, outputs are written, errors are one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType
+from replay.cli import CONF_DIR, register_configs, to_config
+from replay.config import ReplayConfig
+from replay.errors import ConfigError
+from replay.outputs import ReplayedNodeRecord
+from replay.summary import SummaryRecord
+from skewlens.cli import main as skewlens_main
+
+TOPOLOGIES = sorted(p.stem for p in (CONF_DIR / "topology").glob("*.yaml"))
+SLOWDOWNS = sorted(p.stem for p in (CONF_DIR / "slowdown").glob("*.yaml"))
+
+
+def compose_replay(overrides: list[str]) -> ReplayConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="replay", overrides=["trace=/nowhere", "out=/nowhere", *overrides])
+    return to_config(cfg)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        rb = b.rank(r)
+        t = 0
+        for s in range(2):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=2_000_000 + 100_000 * r, start_ns=t)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000 - 100_000 * r)
+            t += 2_600_000
+    return b.write(tmp_path / "run")
+
+
+def test_the_ready_made_entries_include_the_documented_ones() -> None:
+    assert {"dgx_h100_8x", "two_node_ib", "ring", "switch"} <= set(TOPOLOGIES)
+    assert {"straggler", "slow_link", "jitter", "none"} <= set(SLOWDOWNS)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_every_topology_entry_composes_into_a_valid_topology(topology: str) -> None:
+    cfg = compose_replay([f"topology={topology}"])
+    topo = cfg.topology.to_topology()
+    assert topo.name == topology
+    assert topo.coords(3)
+
+
+@pytest.mark.parametrize("slowdown", SLOWDOWNS)
+def test_every_slowdown_entry_composes_into_slowdown_items(slowdown: str) -> None:
+    cfg = compose_replay([f"slowdown={slowdown}"])
+    items = cfg.slowdown.to_items()
+    assert cfg.slowdown.name == slowdown
+    assert (items == []) == (slowdown == "none")
+
+
+def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
+    cfg = compose_replay(["slowdown=straggler", "slowdown.factor=1.25", "slowdown.rank=3"])
+    (item,) = cfg.slowdown.to_items()
+    assert (item.kind, item.factor, item.ranks) == ("compute", 1.25, (3,))
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("mode=fast", "mode"),
+        ("comm_mode=guess", "comm_mode"),
+        ("topology.algorithm=magic", "topology.algorithm"),
+        ("topology.dims.0.bandwidth_gbps=-1", "topology.dims[0].bandwidth_gbps"),
+        ("real.timeout_s=0", "real.timeout_s"),
+        ("topology.contention=true", "contention"),
+    ],
+)
+def test_a_bad_value_is_a_config_error_naming_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        compose_replay([override])
+
+
+def test_a_missing_required_value_names_the_key() -> None:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="replay", overrides=["out=/x"])
+    with pytest.raises(ConfigError, match="trace: missing value"):
+        to_config(cfg)
+
+
+def test_replay_writes_timeline_summary_perfetto_and_the_resolved_config(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"])
+    assert rc == 0
+    timeline = pq.read_table(out / "timeline.parquet")
+    assert {"replay_start_ns", "replay_end_ns", "node_id", "name"} <= set(timeline.column_names)
+    assert set(timeline.column_names) == set(ReplayedNodeRecord.__dataclass_fields__)
+    assert timeline.num_rows == sum(1 + 4 for _ in range(4))  # metadata + 2 x (compute + all_reduce)
+    summary = pq.read_table(out / "summary.parquet").to_pylist()
+    assert len(summary) == 4 * 2
+    assert set(summary[0]) == set(SummaryRecord.__dataclass_fields__)
+    # the straggler (rank 2, 1.5x) makes every rank's step longer than the recorded 2.6 ms
+    assert min(r["step_time_ns"] for r in summary) > 2_600_000
+    events = json.loads((out / "timeline.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+    assert all(isinstance(e["ts"], float) for e in events if e["ph"] == "X")
+    saved = OmegaConf.load(out / "config.yaml")
+    assert saved.slowdown.entries[0].factor == 1.5
+    assert saved.trace == str(run_dir)
+
+
+def test_a_bad_config_gives_one_line_and_exit_code_2(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = skewlens_main(
+        ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "slowdown=straggler", "slowdown.factor=-2"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err == ["skewlens replay: error: slowdown item (kind=compute): factor must be > 0, got -2.0"]
+
+
+def test_an_unknown_run_directory_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = skewlens_main(["replay", f"trace={tmp_path / 'none'}", f"out={tmp_path / 'o'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1
+    assert str(tmp_path / "none") in err[0]
+
+
+def test_a_multirun_sweep_writes_one_row_per_job_and_prints_the_comparison(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    rc = skewlens_main(
+        [
+            "replay",
+            "-m",
+            f"trace={run_dir}",
+            f"out={out}",
+            "comm_mode=model",
+            "slowdown=straggler",
+            "slowdown.factor=1.0,1.5",
+            "topology=ring,switch",
+            "progress=false",
+            "perfetto=false",
+        ]
+    )
+    assert rc == 0
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["job"] for r in rows] == [0, 1, 2, 3]
+    assert {(r["topology"], "slowdown.factor=1.5" in r["overrides"]) for r in rows} == {
+        ("ring", False),
+        ("ring", True),
+        ("switch", False),
+        ("switch", True),
+    }
+    by = {(r["topology"], "slowdown.factor=1.5" in r["overrides"]): r["mean_step_ns"] for r in rows}
+    assert by[("ring", True)] > by[("ring", False)]
+    for r in rows:
+        assert (Path(r["out_dir"]) / "timeline.parquet").exists()
+        assert (Path(r["out_dir"]) / "config.yaml").exists()
+    assert "Replay sweep" in capsys.readouterr().out
+
+
+def test_python_dash_m_replay_is_the_same_command(run_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            f"trace={run_dir}",
+            f"out={out}",
+            "progress=false",
+            "perfetto=false",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert (out / "summary.parquet").exists()
+    assert "Simulated replay" in res.stdout
+
+
+def test_the_timeline_record_is_the_store_node_record_plus_replayed_times() -> None:
+    from dataclasses import fields
+
+    from profiler.store.schema import NodeRecord, arrow_schema
+
+    node = [(f.name, f.type) for f in fields(NodeRecord)]
+    replayed = [(f.name, f.type) for f in fields(ReplayedNodeRecord)]
+    assert replayed == [*node, ("replay_start_ns", "int"), ("replay_end_ns", "int")]
+    schema = arrow_schema(ReplayedNodeRecord)
+    assert schema.field("replay_end_ns").metadata[b"doc"] == b"Replayed end, ns."

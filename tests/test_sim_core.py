@@ -1,0 +1,267 @@
+"""The simulator core and the lowering from the store: timing rules, determinism, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.store import load_run
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType
+from replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
+from replay.errors import ReplayError
+from replay.simulate import simulate
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def queue() -> EventQueue:
+    return EventQueue()
+
+
+def test_event_queue_pops_equal_times_by_priority_then_insertion(queue: EventQueue) -> None:
+    log: list[tuple[int, int, int]] = []
+    queue.schedule(20, PRIO_START, 1)
+    queue.schedule(10, PRIO_START, 2)
+    queue.schedule(10, PRIO_COMPLETE, 3)
+    queue.schedule(10, PRIO_START, 4)
+    while queue:
+        log.append(queue.pop())
+    assert log == [(10, PRIO_COMPLETE, 3), (10, PRIO_START, 2), (10, PRIO_START, 4), (20, PRIO_START, 1)]
+    assert queue.now == 20
+
+
+def test_event_queue_refuses_events_in_the_past(queue: EventQueue) -> None:
+    queue.schedule(5, PRIO_START, 0)
+    queue.pop()
+    with pytest.raises(ValueError, match="in the past"):
+        queue.schedule(4, PRIO_START, 1)
+
+
+def _graph(**kw: object) -> Graph:
+    base: dict[str, object] = {"groups": [], "transfer": [], "sync_of": []}
+    base.update(kw)
+    return Graph(**base)  # type: ignore[arg-type]
+
+
+def test_core_chains_compute_and_releases_members_after_the_last_arrival() -> None:
+    # rank A: compute(100) -> sync ; rank B: compute(300) -> sync ; after sync: compute(10) on A
+    g = _graph(
+        ready0=[0, 0, 0, 0, 0],
+        gap=[0, 5, 0, 0, 2],
+        length=[100, SYNC, 300, SYNC, 10],
+        ndeps=[0, 1, 0, 1, 1],
+        succ_ptr=[0, 1, 2, 3, 3, 3],
+        succ_idx=[1, 4, 3],
+        sync_of=[-1, 0, -1, 0, -1],
+        groups=[[1, 3]],
+        transfer=[[7, 9]],
+    )
+    out = run(g)
+    assert out.seg_start == [0, 105, 0, 300, 309]
+    assert out.seg_end == [100, 307, 300, 309, 319]
+    assert out.group_arrival == [300]
+    assert out.group_end == [309]
+
+
+def test_core_reports_a_group_whose_members_never_all_arrive() -> None:
+    # A's sync waits for B's, but B's sync depends on a segment that waits for A's sync end
+    g = _graph(
+        ready0=[0, 0, 0],
+        gap=[0, 0, 0],
+        length=[SYNC, SYNC, 5],
+        ndeps=[0, 1, 1],
+        succ_ptr=[0, 1, 1, 2],
+        succ_idx=[2, 1],
+        sync_of=[0, 0, -1],
+        groups=[[0, 1]],
+        transfer=[[0, 0]],
+    )
+    with pytest.raises(DeadlockError) as ei:
+        run(g)
+    assert ei.value.waiting == [0]
+
+
+def _two_rank_run(tmp_path: Path, durs: tuple[int, int], steps: int = 1) -> Path:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        t = 0
+        for s in range(steps):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=durs[r], start_ns=t + 1_000)
+            arrive = t + 1_000 + durs[r]
+            done = t + 1_000 + max(durs) + 50_000
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=done - arrive, start_ns=arrive)
+            t = done
+    return b.write(tmp_path / "run")
+
+
+def test_unmodified_replay_reproduces_recorded_times_exactly(tmp_path: Path) -> None:
+    rt = load_run(_two_rank_run(tmp_path, (2_000_000, 3_000_000), steps=3))
+    res = simulate(rt)
+    for r, trace in rt.ranks.items():
+        assert np.array_equal(res.start_ns[r], trace.start_ns)
+        assert np.array_equal(res.end_ns[r], trace.end_ns)
+
+
+def test_a_late_rank_delays_every_member_of_the_collective(tmp_path: Path) -> None:
+    rt = load_run(_two_rank_run(tmp_path, (2_000_000, 2_000_000)))
+    base = simulate(rt)
+    late = {1: np.where(rt.ranks[1].node_type == 4, 5_000_000, -1).astype(np.int64)}
+    res = simulate(rt, dur_override=late)
+    coll = 2  # rows: metadata, compute, all_reduce
+    for r in (0, 1):
+        assert res.end_ns[r][coll] - base.end_ns[r][coll] == 3_000_000
+    assert int(res.coll_arrival_ns[0]) == res.start_ns[1][coll]
+
+
+def test_gap_override_replaces_the_host_gap_before_a_node(tmp_path: Path) -> None:
+    rt = load_run(_two_rank_run(tmp_path, (2_000_000, 2_000_000)))
+    gaps = {0: np.array([-1, 500_000, 123_456], dtype=np.int64)}
+    res = simulate(rt, gap_override=gaps)
+    first_start = int(rt.ranks[0].start_ns[1:].min())  # the rank's t0: the first node's gap counts from it
+    assert res.start_ns[0][1] == first_start + 500_000
+    assert res.start_ns[0][2] == res.end_ns[0][1] + 123_456
+
+
+def test_step_spans_and_step_time_follow_the_replayed_nodes(tmp_path: Path) -> None:
+    rt = load_run(_two_rank_run(tmp_path, (1_000_000, 1_500_000), steps=2))
+    res = simulate(rt)
+    spans = res.step_spans()
+    assert set(spans) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    lo = min(spans[(0, 1)][0], spans[(1, 1)][0])
+    hi = max(spans[(0, 1)][1], spans[(1, 1)][1])
+    assert res.step_time_ns(1) == hi - lo
+    timed = {r: rt.ranks[r].node_type != 1 for r in rt.ranks}  # all but the METADATA node
+    assert res.makespan_ns == max(int(a[timed[r]].max()) for r, a in res.end_ns.items()) - min(
+        int(a[timed[r]].min()) for r, a in res.start_ns.items()
+    )
+
+
+def test_simulation_is_deterministic(tmp_path: Path) -> None:
+    rt = load_run(_two_rank_run(tmp_path, (1_234_567, 2_345_678), steps=4))
+    a, b = simulate(rt), simulate(rt)
+    for r in rt.ranks:
+        assert np.array_equal(a.start_ns[r], b.start_ns[r])
+        assert np.array_equal(a.end_ns[r], b.end_ns[r])
+
+
+def test_send_and_recv_pair_up_and_the_recv_waits_for_the_send(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    b.rank(0).compute("work", dur_ns=4_000_000, start_ns=0)
+    b.rank(0).send(1, comm_bytes=MIB, dur_ns=100_000)
+    b.rank(1).recv(0, comm_bytes=MIB, dur_ns=4_100_000, start_ns=0)
+    b.rank(1).compute("after", dur_ns=10_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    assert len(rt.p2p) == 1
+    slow = {0: np.array([-1, 6_000_000, -1], dtype=np.int64)}
+    res = simulate(rt, dur_override=slow)
+    # recv completes at max(send start, recv start) + recorded transfer (100 us)
+    assert res.end_ns[1][1] == 6_000_000 + 100_000
+    assert res.start_ns[1][2] == res.end_ns[1][1]
+
+
+def test_collectives_issued_in_crossed_order_deadlock_with_a_clear_error(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2, groups={"a": (0, 1), "b": (0, 1)})
+    b.rank(0).collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=10_000, pg="a", start_ns=0)
+    b.rank(0).collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=10_000, pg="b")
+    b.rank(1).collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=10_000, pg="b", start_ns=0)
+    b.rank(1).collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=10_000, pg="a")
+    rt = load_run(b.write(tmp_path / "run"))
+    with pytest.raises(ReplayError, match=r"deadlocked: collective group '[ab]' seq 0 .* never saw all"):
+        simulate(rt)
+
+
+def test_an_async_collective_queued_behind_another_starts_its_transfer_after_it(tmp_path: Path) -> None:
+    # two async all_reduces on a comm stream: the second is issued while the first is still running
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        first = rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=5_000_000, start_ns=0, stream=9)
+        host = rb.compute("host", dur_ns=1_000_000, start_ns=0)
+        rb.collective(
+            CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=6_000_000, start_ns=1_000_000, stream=9, deps=(host,)
+        )
+        assert first == 1
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt)
+    for r in (0, 1):
+        assert np.array_equal(res.start_ns[r], rt.ranks[r].start_ns)
+        assert np.array_equal(res.end_ns[r], rt.ranks[r].end_ns)
+    slower = simulate(rt, dur_override={0: np.array([-1, -1, 3_000_000, -1], dtype=np.int64)})
+    # the second collective now arrives at 3 ms on rank 0; its transfer still waits for the first (5 ms)
+    assert slower.start_ns[0][3] == 3_000_000
+    assert slower.end_ns[0][3] == rt.ranks[0].end_ns[3]
+
+
+def test_host_streams_that_never_overlap_replay_as_one_thread(tmp_path: Path) -> None:
+    # operators recorded on stream 1 and the blocking collective on stream 0 of the same host thread,
+    # with no recorded dependency between them: slowing the operator still delays the collective
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=0, stream=1)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=100_000, start_ns=2_010_000, stream=0)
+    rt = load_run(b.write(tmp_path / "run"))
+    base = simulate(rt)
+    slow = simulate(rt, dur_override={0: np.array([-1, 5_000_000, -1], dtype=np.int64)})
+    assert np.array_equal(base.start_ns[0], rt.ranks[0].start_ns)
+    assert slow.start_ns[0][2] == 5_010_000
+    assert slow.end_ns[1][2] - base.end_ns[1][2] == 3_000_000
+
+
+def test_a_host_thread_idle_until_an_async_collective_completes_is_taken_to_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        fwd = rb.compute("fwd", dur_ns=1_000_000, start_ns=0)
+        rb.collective(
+            CommType.ALL_REDUCE,
+            comm_bytes=MIB,
+            dur_ns=9_000_000,
+            start_ns=1_000_000,
+            stream=1000,
+            deps=(fwd,),
+        )
+        rb.compute("bwd", dur_ns=1_000_000)  # host work overlapping the transfer, until 2 ms
+        rb.compute("step", dur_ns=500_000, start_ns=10_050_000)  # idle 8 ms, resumes 50 us after completion
+    rt = load_run(b.write(tmp_path / "run"))
+    base = simulate(rt)
+    assert np.array_equal(base.start_ns[1], rt.ranks[1].start_ns)
+    late = simulate(rt, dur_override={1: np.array([-1, 4_000_000, -1, -1, -1], dtype=np.int64)})
+    # rank 1 arrives 3 ms later, the all_reduce completes 3 ms later, and so does the waiting `step`
+    assert late.end_ns[0][2] - base.end_ns[0][2] == 3_000_000
+    assert late.start_ns[0][4] - base.start_ns[0][4] == 3_000_000
+
+
+def test_recorded_gaps_are_the_gaps_the_simulator_uses(tmp_path: Path) -> None:
+    from replay.lower import recorded_gaps
+
+    rt = load_run(_two_rank_run(tmp_path, (1_500_000, 2_500_000), steps=3))
+    gaps = recorded_gaps(rt)
+    assert set(gaps) == {0, 1}
+    assert gaps[0][1] == 0 and gaps[1][1] == 0  # first nodes: at the rank's t0
+    same = simulate(rt, gap_override=gaps)
+    doubled = simulate(rt, gap_override={0: gaps[0] + 1_000})
+    base = simulate(rt)
+    for r in (0, 1):
+        assert np.array_equal(same.start_ns[r], base.start_ns[r])
+    assert doubled.start_ns[0][1] == base.start_ns[0][1] + 1_000
+
+
+def test_a_run_without_step_marks_is_one_step_spanning_each_rank(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("a", dur_ns=1_000, start_ns=5_000 + r * 100)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=8, dur_ns=2_000 - r * 100)
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt)
+    assert res.step_spans() == {(0, -1): (5_000, 8_000), (1, -1): (5_100, 8_000)}
+    assert res.step_time_ns(-1) == 3_000
+    assert res.makespan_ns == 3_000  # the METADATA node at t=0 does not count

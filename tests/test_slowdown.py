@@ -1,0 +1,182 @@
+"""Slowdowns: compute factors, op patterns, step windows, jitter, stalls, comm delays, network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from profiler.store import load_run
+from profiler.store.model import RunTrace
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType, NodeType
+from replay.effects import NO_EFFECTS, Effects, NetworkEffects
+from replay.errors import ConfigError
+from replay.network.topology import Dimension, Topology
+from replay.simulate import simulate
+from replay.slowdown import Slowdown, SlowdownModel, jitter_factor
+
+MS = 1_000_000
+STEPS = 4
+WORLD = 4
+COMPUTE_MS = 10
+TRANSFER = 100_000
+
+
+def compute_bound_run(tmp_path: Path) -> RunTrace:
+    """Every rank: per step `fwd` (6 ms) + `bwd` (4 ms) then an all_reduce with a 100 us transfer."""
+    b = RunBuilder(world_size=WORLD)
+    for r in range(WORLD):
+        rb = b.rank(r)
+        t = 0
+        for s in range(STEPS):
+            rb.step(s)
+            rb.compute("aten::fwd", dur_ns=6 * MS, start_ns=t)
+            rb.compute("aten::bwd", dur_ns=4 * MS)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=TRANSFER)
+            t += COMPUTE_MS * MS + TRANSFER
+    return load_run(b.write(tmp_path / "run"))
+
+
+def step_times(rt: RunTrace, effects: Effects = NO_EFFECTS) -> list[int]:
+    res = simulate(rt, effects=effects)
+    return [res.step_time_ns(s) for s in range(STEPS)]
+
+
+def test_the_identity_effects_replay_the_recorded_step_times(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    assert step_times(rt) == [COMPUTE_MS * MS + TRANSFER] * STEPS
+
+
+@pytest.mark.parametrize("factor", [1.25, 1.5, 2.0])
+def test_a_compute_slowdown_on_one_rank_raises_the_step_time_by_the_extra_compute(
+    tmp_path: Path, factor: float
+) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = step_times(rt)
+    slow = step_times(rt, SlowdownModel([Slowdown(kind="compute", ranks=(2,), factor=factor)]))
+    extra = round(COMPUTE_MS * MS * (factor - 1))
+    assert [s - b for s, b in zip(slow, base, strict=True)] == [extra] * STEPS
+
+
+def test_an_op_pattern_slows_only_matching_nodes_glob_and_regex(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = step_times(rt)
+    glob = step_times(rt, SlowdownModel([Slowdown(kind="op", pattern="aten::f*", factor=2.0, ranks=(1,))]))
+    regex = step_times(rt, SlowdownModel([Slowdown(kind="op", pattern="re:bwd$", factor=2.0, ranks=(1,))]))
+    assert [g - b for g, b in zip(glob, base, strict=True)] == [6 * MS] * STEPS
+    assert [x - b for x, b in zip(regex, base, strict=True)] == [4 * MS] * STEPS
+
+
+def test_a_step_window_limits_a_slowdown_to_those_steps(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = step_times(rt)
+    win = Slowdown(kind="compute", ranks=(0,), factor=1.5, first_step=1, last_step=2)
+    slow = step_times(rt, SlowdownModel([win]))
+    assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 5 * MS, 5 * MS, 0]
+
+
+def test_jitter_is_seeded_per_rank_and_step(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    a = step_times(rt, SlowdownModel([Slowdown(kind="jitter", sigma=0.2, seed=7)]))
+    b = step_times(rt, SlowdownModel([Slowdown(kind="jitter", sigma=0.2, seed=7)]))
+    c = step_times(rt, SlowdownModel([Slowdown(kind="jitter", sigma=0.2, seed=8)]))
+    assert a == b
+    assert a != c
+    factors = {jitter_factor(7, 0.2, r, s) for r in range(WORLD) for s in range(STEPS)}
+    assert len(factors) == WORLD * STEPS
+    # a step lasts as long as its slowest rank's jittered compute
+    for s in range(STEPS):
+        slowest = max(jitter_factor(7, 0.2, r, s) for r in range(WORLD))
+        assert a[s] >= round(COMPUTE_MS * MS * slowest)
+
+
+def test_a_stall_delays_its_step_once(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = step_times(rt)
+    slow = step_times(rt, SlowdownModel([Slowdown(kind="stall", ranks=(3,), step=2, delay_ms=7.0)]))
+    assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 0, 7 * MS, 0]
+
+
+def test_an_extra_delay_before_a_ranks_collectives_delays_every_member(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = simulate(rt)
+    res = simulate(rt, effects=SlowdownModel([Slowdown(kind="comm_delay", ranks=(1,), delay_ms=2.0)]))
+    colls = [int(e) for e in res.coll_end_ns]
+    base_colls = [int(e) for e in base.coll_end_ns]
+    assert [c - b for c, b in zip(colls, base_colls, strict=True)] == [2 * MS * (k + 1) for k in range(STEPS)]
+
+
+def test_a_slow_send_delays_the_matching_recv(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    b.rank(0).compute("work", dur_ns=MS, start_ns=0)
+    b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000)
+    b.rank(1).recv(0, comm_bytes=1024, dur_ns=MS + 50_000, start_ns=0)
+    rt = load_run(b.write(tmp_path / "run"))
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ms=3.0)])
+    assert model.delay_before_ns(0, -1, NodeType.COMM_SEND, "c10d::send") == 3 * MS
+    assert model.delay_before_ns(0, -1, NodeType.COMM_COLL, "c10d::allreduce_") == 0
+    base, res = simulate(rt), simulate(rt, effects=model)
+    assert res.end_ns[1][1] - base.end_ns[1][1] == 3 * MS
+
+
+def test_a_network_slowdown_scales_bandwidth_and_adds_latency_on_the_affected_link(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    topo = Topology(name="sw", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=50.0, latency_ns=500),))
+    slow = SlowdownModel([Slowdown(kind="network", links=((0, 3),), factor=0.5, latency_ns=1_000)])
+    base = simulate(rt, topology=topo, comm_mode="model")
+    res = simulate(rt, topology=topo, comm_mode="model", effects=slow)
+    s, p = 1 << 20, WORLD
+    expected = round(2 * (p - 1) * (1_500 + s / (p * 25.0)))
+    assert int(res.coll_end_ns[0] - res.coll_arrival_ns[0]) == expected
+    assert int(base.coll_end_ns[0] - base.coll_arrival_ns[0]) == round(2 * (p - 1) * (500 + s / (p * 50.0)))
+    # as recorded: the recorded transfer is divided by the factor, plus the latency
+    rec = simulate(rt, effects=slow)
+    assert int(rec.coll_end_ns[0] - rec.coll_arrival_ns[0]) == 2 * TRANSFER + 1_000
+
+
+def test_network_slowdowns_only_touch_groups_on_their_links_or_nodes() -> None:
+    m = SlowdownModel(
+        [
+            Slowdown(kind="network", links=((0, 1),), factor=0.5),
+            Slowdown(kind="network", nodes=(3,), latency_ns=7),
+        ],
+        node_of=lambda r: r // 2,
+    )
+    assert isinstance(m, NetworkEffects)
+    assert m.comm_adjust((0, 1), 0) == (0.5, 0)
+    assert m.comm_adjust((0, 2), 0) == (1.0, 0)
+    assert m.comm_adjust((2, 6), 0) == (1.0, 7)
+
+
+def test_slowdown_factors_multiply_and_delays_add() -> None:
+    m = SlowdownModel(
+        [
+            Slowdown(kind="compute", factor=1.5),
+            Slowdown(kind="op", pattern="aten::mm", factor=2.0),
+            Slowdown(kind="comm_delay", before="comm", delay_ms=1.0),
+            Slowdown(kind="comm_delay", before="collective", delay_ms=0.5),
+        ]
+    )
+    assert isinstance(m, Effects)
+    assert m.compute_factor(0, 0, "aten::mm") == 3.0
+    assert m.compute_factor(0, 0, "aten::add") == 1.5
+    assert m.delay_before_ns(0, 0, NodeType.COMM_COLL, "x") == 1_500_000
+    assert m.delay_before_ns(0, 0, NodeType.COMM_RECV, "x") == 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"kind": "slow"}, "kind"),
+        ({"kind": "compute", "factor": 0.0}, "factor"),
+        ({"kind": "op"}, "pattern"),
+        ({"kind": "op", "pattern": "re:(("}, "regex"),
+        ({"kind": "stall", "delay_ms": -1.0}, "delay_ms"),
+        ({"kind": "comm_delay", "before": "everything"}, "before"),
+        ({"kind": "compute", "first_step": 3, "last_step": 1}, "first_step"),
+    ],
+)
+def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        Slowdown(**kwargs)
