@@ -1,6 +1,24 @@
-"""The trace store: one multi-rank, columnar model of a run, loaded from a run directory."""
+"""The trace store: one multi-rank, columnar model of a run, loaded from a run directory.
 
+``load_run`` loads and matches (strict: the first inconsistency raises); ``validate_run`` collects every
+problem into a ``ValidationReport``; ``load_validated`` is what replay and analysis call;
+``profiler.store.parquet.export_run`` writes the Parquet tables.
+"""
+
+from profiler.store.issues import Issue, Severity
 from profiler.store.load import load_run
 from profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
+from profiler.store.validate import ValidationReport, load_validated, validate_run
 
-__all__ = ["CollectiveInstance", "P2PPair", "RankTrace", "RunTrace", "load_run"]
+__all__ = [
+    "CollectiveInstance",
+    "Issue",
+    "P2PPair",
+    "RankTrace",
+    "RunTrace",
+    "Severity",
+    "ValidationReport",
+    "load_run",
+    "load_validated",
+    "validate_run",
+]

@@ -1,132 +1,364 @@
-"""Load a run directory into a :class:`RunTrace` and match communication across ranks.
+"""Load a run into a :class:`RunTrace` and match its communication across ranks.
 
-This is the straightforward loader (one protobuf decode per node); see ``profiler.store`` for the
-faster columnar paths built on top of it.
+A run is one of:
+
+- a skewlens run directory: ``manifest.json`` + ``rank-<r>.et``;
+- a directory of Chakra traces from another producer, ``<prefix>.<r>.et`` (as Chakra's converter and
+  generator name them), with no manifest: the world size is inferred from the files, process groups
+  from the ``## process_group:init ##`` metadata node, and collectives without a group are world-wide;
+- a prefix ``DIR/<prefix>`` naming such files.
+
+Files are decoded by the vectorised decoder in :mod:`profiler.store.fast` (falling back to the per-node
+reference decoder here for anything it refuses, so errors name the exact byte offset). Problems go to an
+:class:`~profiler.store.issues.IssueLog`: strict by default (the first error raises
+:class:`~profiler.errors.ValidationError`), collecting everything when ``validate_run`` passes its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections import defaultdict
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from profiler.chakra_io import attr_value, iter_nodes
-from profiler.errors import ValidationError
-from profiler.manifest import Manifest, ProcessGroupInfo, rank_file, read_manifest
+from profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
+from profiler.errors import ManifestError, TraceFormatError, ValidationError
+from profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
+from profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
+from profiler.store.issues import IssueLog
+from profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs
 from profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
-from profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+from profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
+
+#: Name given to the world-wide group assumed for collectives that name no group.
+WORLD_PG = "0"
+_FOREIGN_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+_OURS_RE = re.compile(r"^rank-(?P<rank>\d+)\.et$")
 
 
-class _Columns:
-    def __init__(self) -> None:
-        self.node_id: list[int] = []
-        self.node_type: list[int] = []
-        self.name_idx: list[int] = []
-        self.start_ns: list[int] = []
-        self.dur_ns: list[int] = []
-        self.stream: list[int] = []
-        self.step: list[int] = []
-        self.comm_type: list[int] = []
-        self.comm_bytes: list[int] = []
-        self.pg: list[int] = []
-        self.seq: list[int] = []
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.tag: list[int] = []
-        self.is_cpu: list[bool] = []
-        self.deps: list[tuple[int, int]] = []  # (node_id, kind) per dep, grouped per row via dep_count
-        self.dep_count: list[int] = []
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunFiles:
+    """Where a run's traces are: its manifest (read or inferred) and one file per rank."""
+
+    root: Path
+    """The directory (or prefix) given."""
+    manifest: Manifest
+    """The manifest, synthesised for runs without one (``source="foreign"``)."""
+    files: dict[int, Path]
+    """Trace file of each rank the manifest lists."""
+    has_manifest: bool
+    """Whether ``manifest.json`` was read."""
+
+
+def _synth_manifest(ranks: list[int]) -> Manifest:
+    world = max(ranks) + 1
+    return Manifest(
+        world_size=world,
+        ranks=tuple(ranks),
+        missing_ranks=tuple(sorted(set(range(world)) - set(ranks))),
+        source="foreign",
+        notes={"inferred": "no manifest: world size inferred from the trace file names"},
+    )
+
+
+def locate_run(path: str | Path) -> RunFiles:
+    """Find a run's manifest and rank files (see the module docstring for the accepted layouts)."""
+    p = Path(path)
+    if p.is_dir() and (p / MANIFEST_NAME).exists():
+        m = read_manifest(p)
+        return RunFiles(root=p, manifest=m, files={r: rank_file(p, r) for r in m.ranks}, has_manifest=True)
+    if p.is_dir():
+        folder, want = p, None
+    elif p.parent.is_dir():
+        folder, want = p.parent, p.name
+    else:
+        raise ManifestError(f"{p}: no such run directory or trace prefix")
+    by_prefix: dict[str, dict[int, Path]] = {}
+    for f in sorted(folder.iterdir()):
+        m1 = _FOREIGN_RE.match(f.name)
+        m2 = _OURS_RE.match(f.name)
+        if m2 is not None:
+            by_prefix.setdefault("rank-", {})[int(m2["rank"])] = f
+        elif m1 is not None:
+            by_prefix.setdefault(m1["prefix"], {})[int(m1["rank"])] = f
+    if want is not None:
+        by_prefix = {k: v for k, v in by_prefix.items() if k == want}
+    if not by_prefix:
+        raise ManifestError(
+            f"{p}: no manifest.json and no Chakra traces named <prefix>.<rank>.et (is this a run directory?)"
+        )
+    if len(by_prefix) > 1:
+        raise ManifestError(
+            f"{p}: traces of several runs found (prefixes {sorted(by_prefix)}); pass DIR/<prefix> to pick one"
+        )
+    files = next(iter(by_prefix.values()))
+    return RunFiles(root=p, manifest=_synth_manifest(sorted(files)), files=files, has_manifest=False)
+
+
+# --------------------------------------------------------------------------------------------- decode
+
+
+def decode_reference(path: str | Path) -> RawColumns:
+    """The per-node protobuf decoder: slow, but its errors name the exact byte offset of a bad message."""
+    p = Path(path)
+    first = next(iter_messages(p), None)
+    if first is None:
+        raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
+    read_metadata(first[1], p, first[0])
+    ints = list(_INT_ATTRS)
+    vals: dict[str, list[int]] = {a: [] for a in ints}
+    has: dict[str, list[bool]] = {a: [] for a in [*ints, "pg_name"]}
+    node_id, node_type, start_us, dur_us, offsets = [], [], [], [], []
+    names: list[str] = []
+    pg: list[str | None] = []
+    dep_node: list[int] = []
+    dep_id: list[int] = []
+    dep_kind: list[int] = []
+    meta: list[tuple[int, bytes]] = []
+    for row, (offset, node) in enumerate(iter_nodes(p)):
+        attrs: dict[str, Any] = {a.name: attr_value(a) for a in node.attr}
+        node_id.append(node.id)
+        node_type.append(node.type)
+        start_us.append(node.start_time_micros)
+        dur_us.append(node.duration_micros)
+        offsets.append(offset)
+        names.append(node.name)
+        for a in ints:
+            v = attrs.get(a)
+            ok = isinstance(v, int | float) and not isinstance(v, str)
+            vals[a].append(int(v) if ok else 0)  # type: ignore[arg-type]
+            has[a].append(ok)
+        v = attrs.get(Attr.PG_NAME)
+        pg.append(v if isinstance(v, str) else None)
+        has["pg_name"].append(isinstance(v, str))
+        for kind, deps in ((DEP_CTRL, node.ctrl_deps), (DEP_DATA, node.data_deps)):
+            dep_node.extend([row] * len(deps))
+            dep_id.extend(deps)
+            dep_kind.extend([kind] * len(deps))
+        if node.type == NodeType.METADATA:
+            meta.append((row, node.SerializeToString()))
+    return RawColumns(
+        node_id=np.asarray(node_id, dtype=np.uint64),
+        node_type=np.asarray(node_type, dtype=np.int64),
+        start_us=np.asarray(start_us, dtype=np.uint64).view(np.int64),
+        dur_us=np.asarray(dur_us, dtype=np.uint64).view(np.int64),
+        names=pa.array(names, type=pa.string()).dictionary_encode(),
+        msg_offset=np.asarray(offsets, dtype=np.int64),
+        attr_val={a: np.asarray(v, dtype=np.int64) for a, v in vals.items()},
+        attr_has={a: np.asarray(v, dtype=np.bool_) for a, v in has.items()},
+        pg_name=pa.array(pg, type=pa.string()).dictionary_encode(),
+        dep_node=np.asarray(dep_node, dtype=np.int64),
+        dep_id=np.asarray(dep_id, dtype=np.uint64),
+        dep_kind=np.asarray(dep_kind, dtype=np.int64),
+        metadata_msgs=meta,
+        global_metadata=bytes(first[1]),
+    )
+
+
+_INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
+
+
+def decode(path: str | Path, *, reference: bool = False) -> RawColumns:
+    """Decode a file with the vectorised decoder, falling back to the reference one where it refuses."""
+    if not reference:
+        try:
+            return decode_file(path)
+        except FastDecodeError:
+            pass
+    return decode_reference(path)
+
+
+# ------------------------------------------------------------------------------------------ one rank
+
+
+def _pick(raw: RawColumns, name: str, default: int) -> np.ndarray:
+    return np.where(raw.attr_has[name], raw.attr_val[name], default)
+
+
+def _report(
+    sink: IssueLog,
+    kind: str,
+    idx: np.ndarray,
+    describe: Callable[[int], tuple[int, str]],
+    *,
+    path: Path,
+    rank: int,
+) -> None:
+    """One issue per index (the first ``MAX_REPORTED``), then one that counts the rest."""
+    for i in idx[:MAX_REPORTED].tolist():
+        node, msg = describe(i)
+        sink.error(kind, msg, file=str(path), rank=rank, node=node)
+    if idx.shape[0] > MAX_REPORTED:
+        rest = idx.shape[0] - MAX_REPORTED
+        sink.error(kind, f"{path}: rank {rank}: ... and {rest} more {kind} problem(s)")
+
+
+def _interpret(
+    raw: RawColumns,
+    path: Path,
+    rank: int,
+    *,
+    pg_names: list[str],
+    pg_found: dict[str, ProcessGroupInfo] | None,
+    sink: IssueLog,
+) -> RankTrace:
+    n = raw.node_id.shape[0]
+    node_id = raw.node_id.view(np.int64)
+    names: list[str] = raw.names.dictionary.to_pylist()
+    name_idx = raw.names.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+
+    bad_type = np.flatnonzero((raw.node_type < NodeType.METADATA) | (raw.node_type > NodeType.COMM_COLL))
+    _report(
+        sink,
+        "unknown-node-type",
+        bad_type,
+        lambda i: (
+            int(node_id[i]),
+            (
+                f"{path}: rank {rank}: node {node_id[i]} ({names[name_idx[i]]}) at byte offset "
+                f"{raw.msg_offset[i]} has unknown node type {raw.node_type[i]}"
+            ),
+        ),
+        path=path,
+        rank=rank,
+    )
+    node_type = np.where(
+        (raw.node_type >= 0) & (raw.node_type <= NodeType.COMM_COLL), raw.node_type, NodeType.INVALID
+    ).astype(np.int8)
+
+    if pg_found is not None:
+        from chakra.schema.protobuf import et_def_pb2 as pb
+
+        for row, msg in raw.metadata_msgs:
+            node = pb.Node()
+            node.ParseFromString(msg)
+            if node.name == PG_INIT_NODE_NAME:
+                try:
+                    pg_found.update(parse_pg_init(node.inputs.values, path))
+                except ValidationError as e:
+                    sink.error("bad-metadata", str(e), file=str(path), rank=rank, node=int(node_id[row]))
+
+    # rows by node id: duplicates and dangling dependencies
+    ascending = n < 2 or bool((node_id[1:] > node_id[:-1]).all())  # the usual case: no sort needed
+    order = np.arange(n) if ascending else np.argsort(node_id, kind="stable")
+    sorted_ids = node_id[order]
+    dup_pos = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+    _report(
+        sink,
+        "duplicate-node-id",
+        dup_pos,
+        lambda k: (
+            int(sorted_ids[k]),
+            (
+                f"{path}: rank {rank}: duplicate node id {sorted_ids[k]} "
+                f"(rows {order[k]} and {order[k + 1]}, "
+                f"byte offsets {raw.msg_offset[order[k]]} and {raw.msg_offset[order[k + 1]]})"
+            ),
+        ),
+        path=path,
+        rank=rank,
+    )
+    dep_id = raw.dep_id.view(np.int64)
+    pos = np.searchsorted(sorted_ids, dep_id)
+    pos_c = np.minimum(pos, max(n - 1, 0))
+    found = (pos < n) & (sorted_ids[pos_c] == dep_id) if n else np.zeros(dep_id.shape[0], np.bool_)
+    missing = np.flatnonzero(~found)
+    _report(
+        sink,
+        "dangling-dependency",
+        missing,
+        lambda k: (
+            int(node_id[raw.dep_node[k]]),
+            (
+                f"{path}: rank {rank}: node {node_id[raw.dep_node[k]]} ({names[name_idx[raw.dep_node[k]]]}) "
+                f"depends on node {dep_id[k]}, which does not exist (dangling dependency)"
+            ),
+        ),
+        path=path,
+        rank=rank,
+    )
+    keep = found
+    dep_node = raw.dep_node[keep]
+    dep_idx = order[pos_c[keep]].astype(np.int64)
+    dep_kind = raw.dep_kind[keep].astype(np.int8)
+    dep_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dep_node, minlength=n), out=dep_ptr[1:])
+
+    # process groups: map this file's dictionary onto the run's
+    pg_ix = {g: i for i, g in enumerate(pg_names)}
+    mapping = []
+    for g in raw.pg_name.dictionary.to_pylist():
+        if g not in pg_ix:
+            pg_ix[g] = len(pg_names)
+            pg_names.append(g)
+        mapping.append(pg_ix[g])
+    pg_codes = raw.pg_name.indices.to_numpy(zero_copy_only=False)
+    pg_valid = ~np.asarray(raw.pg_name.indices.is_null().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    pg = np.full(n, -1, dtype=np.int32)
+    if mapping:
+        pg[pg_valid] = np.asarray(mapping, dtype=np.int32)[pg_codes[pg_valid].astype(np.int64)]
+
+    is_coll = node_type == NodeType.COMM_COLL
+    is_p2p = (node_type == NodeType.COMM_SEND) | (node_type == NodeType.COMM_RECV)
+    comm_bytes = np.where(
+        raw.attr_has["comm_size"],
+        raw.attr_val["comm_size"],
+        np.where(is_p2p & raw.attr_has["tensor_size"], raw.attr_val["tensor_size"], 0),
+    )
+    notes: list[str] = []
+    has_ns = raw.attr_has["skl_start_ns"]
+    if n and not has_ns.any() and not raw.start_us.any():
+        notes.append("no start times in the trace (start_ns kept at 0)")
+    return RankTrace(
+        rank=rank,
+        path=str(path),
+        node_id=node_id.copy(),
+        node_type=node_type,
+        name_idx=name_idx,
+        names=names,
+        start_ns=np.where(has_ns, raw.attr_val["skl_start_ns"], raw.start_us * 1000),
+        dur_ns=np.where(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], raw.dur_us * 1000),
+        stream=_pick(raw, "stream", 0).astype(np.int64),
+        step=_pick(raw, "skl_step", -1).astype(np.int32),
+        comm_type=np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1).astype(
+            np.int8
+        ),
+        comm_bytes=comm_bytes.astype(np.int64),
+        pg=pg,
+        seq=_pick(raw, "skl_seq", -1).astype(np.int64),
+        src=_pick(raw, "comm_src", -1).astype(np.int32),
+        dst=_pick(raw, "comm_dst", -1).astype(np.int32),
+        tag=_pick(raw, "comm_tag", 0).astype(np.int64),
+        is_cpu=np.where(raw.attr_has["is_cpu_op"], raw.attr_val["is_cpu_op"] != 0, True),
+        dep_ptr=dep_ptr,
+        dep_idx=dep_idx,
+        dep_kind=dep_kind,
+        notes=notes,
+    )
 
 
 def load_rank(
-    path: str | Path, rank: int, pg_names: list[str], pg_found: dict[str, ProcessGroupInfo] | None = None
+    path: str | Path,
+    rank: int,
+    pg_names: list[str],
+    pg_found: dict[str, ProcessGroupInfo] | None = None,
+    *,
+    sink: IssueLog | None = None,
+    reference: bool = False,
 ) -> RankTrace:
-    """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here."""
+    """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here.
+
+    Without ``sink`` the first problem raises :class:`ValidationError`; with one, problems are collected
+    there and the trace is returned with dangling dependencies dropped.
+    """
     p = Path(path)
-    c = _Columns()
-    names: list[str] = []
-    name_ix: dict[str, int] = {}
-    pg_ix = {n: i for i, n in enumerate(pg_names)}
-    for _offset, node in iter_nodes(p):
-        if node.type == NodeType.METADATA and node.name == PG_INIT_NODE_NAME and pg_found is not None:
-            pg_found.update(parse_pg_init(node.inputs.values, p))
-        attrs: dict[str, Any] = {a.name: attr_value(a) for a in node.attr}
-        c.node_id.append(node.id)
-        c.node_type.append(node.type)
-        ni = name_ix.get(node.name)
-        if ni is None:
-            ni = name_ix[node.name] = len(names)
-            names.append(node.name)
-        c.name_idx.append(ni)
-        start = attrs.get(Attr.START_NS)
-        dur = attrs.get(Attr.DUR_NS)
-        c.start_ns.append(int(start) if start is not None else node.start_time_micros * 1000)
-        c.dur_ns.append(int(dur) if dur is not None else node.duration_micros * 1000)
-        c.stream.append(int(attrs.get(Attr.STREAM, 0)))
-        c.step.append(int(attrs.get(Attr.STEP, -1)))
-        is_comm_coll = node.type == NodeType.COMM_COLL
-        c.comm_type.append(int(attrs.get(Attr.COMM_TYPE, -1)) if is_comm_coll else -1)
-        c.comm_bytes.append(int(attrs.get(Attr.COMM_SIZE, 0)))
-        pg_name = attrs.get(Attr.PG_NAME)
-        if pg_name is None:
-            c.pg.append(-1)
-        else:
-            gi = pg_ix.get(pg_name)
-            if gi is None:
-                gi = pg_ix[pg_name] = len(pg_names)
-                pg_names.append(pg_name)
-            c.pg.append(gi)
-        c.seq.append(int(attrs.get(Attr.SEQ, -1)))
-        c.src.append(int(attrs.get(Attr.COMM_SRC, -1)))
-        c.dst.append(int(attrs.get(Attr.COMM_DST, -1)))
-        c.tag.append(int(attrs.get(Attr.COMM_TAG, 0)))
-        c.is_cpu.append(bool(attrs.get(Attr.IS_CPU_OP, True)))
-        c.deps.extend((d, DEP_CTRL) for d in node.ctrl_deps)
-        c.deps.extend((d, DEP_DATA) for d in node.data_deps)
-        c.dep_count.append(len(node.ctrl_deps) + len(node.data_deps))
-    row_of = {nid: i for i, nid in enumerate(c.node_id)}
-    if len(row_of) != len(c.node_id):
-        seen: set[int] = set()
-        dup = next(n for n in c.node_id if n in seen or seen.add(n))  # type: ignore[func-returns-value]
-        raise ValidationError(f"{p}: rank {rank}: duplicate node id {dup}")
-    dep_idx = np.empty(len(c.deps), dtype=np.int64)
-    for k, (d, _kind) in enumerate(c.deps):
-        r = row_of.get(d)
-        if r is None:
-            owner = int(np.searchsorted(np.cumsum(c.dep_count), k, side="right"))
-            raise ValidationError(
-                f"{p}: rank {rank}: node {c.node_id[owner]} ({names[c.name_idx[owner]]}) depends on "
-                f"node {d}, which does not exist (dangling dependency)"
-            )
-        dep_idx[k] = r
-    dep_ptr = np.zeros(len(c.node_id) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(c.dep_count, dtype=np.int64), out=dep_ptr[1:])
-    return RankTrace(
-        rank=rank,
-        path=str(p),
-        node_id=np.asarray(c.node_id, dtype=np.int64),
-        node_type=np.asarray(c.node_type, dtype=np.int8),
-        name_idx=np.asarray(c.name_idx, dtype=np.int32),
-        names=names,
-        start_ns=np.asarray(c.start_ns, dtype=np.int64),
-        dur_ns=np.asarray(c.dur_ns, dtype=np.int64),
-        stream=np.asarray(c.stream, dtype=np.int64),
-        step=np.asarray(c.step, dtype=np.int32),
-        comm_type=np.asarray(c.comm_type, dtype=np.int8),
-        comm_bytes=np.asarray(c.comm_bytes, dtype=np.int64),
-        pg=np.asarray(c.pg, dtype=np.int32),
-        seq=np.asarray(c.seq, dtype=np.int64),
-        src=np.asarray(c.src, dtype=np.int32),
-        dst=np.asarray(c.dst, dtype=np.int32),
-        tag=np.asarray(c.tag, dtype=np.int64),
-        is_cpu=np.asarray(c.is_cpu, dtype=np.bool_),
-        dep_ptr=dep_ptr,
-        dep_idx=dep_idx,
-        dep_kind=np.asarray([k for _d, k in c.deps], dtype=np.int8),
-    )
+    raw = decode(p, reference=reference)
+    return _interpret(raw, p, rank, pg_names=pg_names, pg_found=pg_found, sink=sink or IssueLog(strict=True))
 
 
 def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
@@ -151,84 +383,152 @@ def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
         ) from None
 
 
-def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
-    """Group COMM_COLL nodes by (group, seq); check that every member has the instance and agrees."""
-    by_key: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    for rank, rt in sorted(run.ranks.items()):
-        rows = np.flatnonzero(rt.node_type == NodeType.COMM_COLL)
-        for r in rows.tolist():
-            if rt.seq[r] < 0 or rt.pg[r] < 0:
-                raise ValidationError(
-                    f"{rt.path}: rank {rank}: collective node {rt.node_id[r]} ({rt.name(r)}) has no "
-                    f"process group / sequence number ({Attr.PG_NAME}, {Attr.SEQ})"
-                )
-            by_key[(int(rt.pg[r]), int(rt.seq[r]))].append((rank, r))
-    out = []
-    for (gi, seq), members in sorted(by_key.items()):
-        name = run.pg_names[gi]
-        members.sort()
-        types = {run.ranks[rk].comm_type[r] for rk, r in members}
-        if len(types) > 1:
-            detail = ", ".join(
-                f"rank {rk}: {CommType(int(run.ranks[rk].comm_type[r])).name}" for rk, r in members
-            )
-            raise ValidationError(f"collective mismatch in group {name!r} seq {seq}: types differ ({detail})")
-        out.append(
-            CollectiveInstance(
-                pg_name=name,
-                seq=seq,
-                comm_type=CommType(int(types.pop())),
-                ranks=tuple(rk for rk, _ in members),
-                rows=tuple(r for _, r in members),
-                comm_bytes=tuple(int(run.ranks[rk].comm_bytes[r]) for rk, r in members),
-            )
+# ------------------------------------------------------------------------------------------ the run
+
+
+def assign_defaults(
+    rt: RankTrace, pg_names: list[str], groups: dict[str, ProcessGroupInfo], world: tuple[int, ...]
+) -> None:
+    """World group for collectives naming none; file-order sequence numbers where ``skl_seq`` is absent."""
+    coll = rt.node_type == NodeType.COMM_COLL
+    no_pg = coll & (rt.pg < 0)
+    if no_pg.any():
+        if WORLD_PG not in pg_names:
+            pg_names.append(WORLD_PG)
+        if WORLD_PG not in groups:
+            groups[WORLD_PG] = ProcessGroupInfo(name=WORLD_PG, ranks=world, desc="world (assumed)")
+        rt.pg[no_pg] = pg_names.index(WORLD_PG)
+        rt.notes.append(f"{int(no_pg.sum())} collective(s) name no process group: assumed world-wide")
+    no_seq = coll & (rt.seq < 0)
+    if no_seq.any():
+        rows = np.flatnonzero(coll)
+        g = rt.pg[rows].astype(np.int64)
+        order = np.argsort(g, kind="stable")
+        gs = g[order]
+        first = np.searchsorted(gs, gs, side="left")
+        within = np.empty_like(order)
+        within[order] = np.arange(order.shape[0]) - first
+        fill = no_seq[rows]
+        rt.seq[rows[fill]] = within[fill]
+        rt.notes.append(
+            f"{int(no_seq.sum())} collective(s) carry no {Attr.SEQ}: numbered per group in file order"
         )
-    return out
+
+
+def _progress(enabled: bool, console: Any, total: int) -> Any:
+    if not enabled:
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console if console is not None else Console(stderr=True),
+        transient=True,
+    )
+    prog.start()
+    prog.add_task("loading ranks", total=total)
+    return prog
+
+
+def iter_ranks(
+    files: RunFiles,
+    pg_names: list[str],
+    pg_found: dict[str, ProcessGroupInfo],
+    sink: IssueLog,
+    *,
+    progress: bool = False,
+    console: Any = None,
+) -> Iterator[RankTrace]:
+    """Load ranks one at a time (missing and unreadable files go to ``sink``)."""
+    prog = _progress(progress, console, len(files.files))
+    try:
+        for r, f in sorted(files.files.items()):
+            if prog is not None:
+                prog.update(prog.task_ids[0], description=f"loading {f.name}")
+            if not f.exists():
+                sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
+            else:
+                try:
+                    yield load_rank(f, r, pg_names, pg_found, sink=sink)
+                except TraceFormatError as e:
+                    if sink.strict:
+                        raise
+                    sink.error("corrupt-trace", str(e), file=str(f), rank=r)
+            if prog is not None:
+                prog.advance(prog.task_ids[0])
+    finally:
+        if prog is not None:
+            prog.stop()
+
+
+def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
+    m = files.manifest
+    for r in m.missing_ranks:
+        why = m.notes.get(f"rank {r}", "")
+        text = f"{files.root}: rank {r} of {m.world_size} has no trace" + (f" ({why})" if why else "")
+        if files.has_manifest:
+            sink.warning("missing-rank", text + " (the manifest says so)", rank=r)
+        else:
+            sink.error("missing-rank", text + " (gap in the rank numbering)", rank=r)
+    unlisted = sorted(set(range(m.world_size)) - set(m.ranks) - set(m.missing_ranks))
+    for r in unlisted:
+        sink.error("missing-rank", f"{files.root}: rank {r} of {m.world_size} is not in the manifest", rank=r)
+
+
+def load_run(
+    run_dir: str | Path,
+    *,
+    match: bool = True,
+    progress: bool = False,
+    console: Any = None,
+    sink: IssueLog | None = None,
+) -> RunTrace:
+    """Load a run (see the module docstring for the layouts) and match its communication.
+
+    ``progress`` shows a rich progress bar on ``console`` (stderr by default). Without ``sink`` the first
+    inconsistency raises :class:`ValidationError`; :func:`profiler.store.validate.validate_run` passes a
+    collecting sink instead.
+    """
+    files = locate_run(run_dir)
+    sink = sink if sink is not None else IssueLog(strict=True)
+    manifest = files.manifest
+    pg_names: list[str] = [g.name for g in manifest.process_groups]
+    pg_found: dict[str, ProcessGroupInfo] = {}
+    ranks = {
+        rt.rank: rt for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress, console=console)
+    }
+    groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
+    world = tuple(range(manifest.world_size))
+    for rt in ranks.values():
+        assign_defaults(rt, pg_names, groups, world)
+    if not files.has_manifest:
+        manifest = dataclasses.replace(manifest, process_groups=tuple(groups.values()))
+    run = RunTrace(
+        run_dir=str(files.root), manifest=manifest, ranks=ranks, pg_names=pg_names, process_groups=groups
+    )
+    missing_rank_issues(files, sink)
+    if match:
+        comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
+        missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(ranks))
+        run.collectives = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
+        run.p2p = match_pairs(comm, pg_names, sink)
+    return run
+
+
+def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
+    """Collective instances of a loaded run (raises :class:`ValidationError` on the first mismatch)."""
+    comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    missing = frozenset(run.manifest.missing_ranks)
+    return match_instances(
+        comm, run.pg_names, run.process_groups, IssueLog(strict=True), missing_ranks=missing
+    )
 
 
 def match_p2p(run: RunTrace) -> list[P2PPair]:
-    """Pair the k-th send a->b (per group and tag) with the k-th recv on b from a."""
-    sends: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
-    for rank, rt in sorted(run.ranks.items()):
-        for r in np.flatnonzero(rt.node_type == NodeType.COMM_SEND).tolist():
-            sends[(rank, int(rt.dst[r]), int(rt.pg[r]), int(rt.tag[r]))].append(r)
-        for r in np.flatnonzero(rt.node_type == NodeType.COMM_RECV).tolist():
-            recvs[(int(rt.src[r]), rank, int(rt.pg[r]), int(rt.tag[r]))].append(r)
-    pairs = []
-    for key in sorted(set(sends) | set(recvs)):
-        s, rv = sends.get(key, []), recvs.get(key, [])
-        src, dst, gi, tag = key
-        if len(s) != len(rv):
-            raise ValidationError(
-                f"p2p mismatch: rank {src} sends {len(s)} message(s) to rank {dst} (tag {tag}) but rank "
-                f"{dst} posts {len(rv)} recv(s) from rank {src}"
-            )
-        for a, b in zip(s, rv, strict=True):
-            pairs.append(
-                P2PPair(
-                    src_rank=src,
-                    src_row=a,
-                    dst_rank=dst,
-                    dst_row=b,
-                    comm_bytes=int(run.ranks[src].comm_bytes[a]),
-                    tag=tag,
-                    pg_name=run.pg_names[gi] if gi >= 0 else "",
-                )
-            )
-    return pairs
-
-
-def load_run(run_dir: str | Path, *, match: bool = True) -> RunTrace:
-    """Load ``RUN_DIR`` (manifest + ``rank-<r>.et``) into a RunTrace and match its communication."""
-    d = Path(run_dir)
-    manifest: Manifest = read_manifest(d)
-    pg_names: list[str] = [g.name for g in manifest.process_groups]
-    pg_found: dict[str, ProcessGroupInfo] = {}
-    ranks = {r: load_rank(rank_file(d, r), r, pg_names, pg_found) for r in manifest.ranks}
-    groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
-    run = RunTrace(run_dir=str(d), manifest=manifest, ranks=ranks, pg_names=pg_names, process_groups=groups)
-    if match:
-        run.collectives = match_collectives(run)
-        run.p2p = match_p2p(run)
-    return run
+    """Send/recv pairs of a loaded run (raises :class:`ValidationError` on the first unmatched one)."""
+    comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    return match_pairs(comm, run.pg_names, IssueLog(strict=True))

@@ -73,6 +73,8 @@ class RankTrace:
     """``DEP_CTRL`` or ``DEP_DATA`` per entry of ``dep_idx``."""
     streams: dict[int, str] = field(default_factory=dict)
     """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
+    notes: list[str] = field(default_factory=list)
+    """What the loader inferred for this rank (no start times, sequence numbers numbered in file order)."""
 
     def __len__(self) -> int:
         return int(self.node_id.shape[0])

@@ -113,7 +113,12 @@ def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None =
         raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
     os.close(fd)
     try:
-        pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd")
+        # Parquet dictionary pages only for the dictionary-typed (string) columns: on unique integer
+        # columns such as start_ns they cost time and space for nothing.
+        dict_cols = [f.name for f in tbl.schema if pa.types.is_dictionary(f.type)]
+        pq.write_table(
+            tbl, tmp, row_group_size=row_group_size, compression="zstd", use_dictionary=dict_cols or False
+        )
         Path(tmp).replace(p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

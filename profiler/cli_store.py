@@ -1,0 +1,65 @@
+"""``skewlens check RUN_DIR`` and ``skewlens export RUN_DIR --out PARQUET_DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+
+def _console() -> Console:
+    return Console(stderr=False)
+
+
+def check_main(argv: list[str], console: Console | None = None) -> int:
+    """Validate a run; prints a rich report; exit code 1 when it has errors."""
+    ap = argparse.ArgumentParser(prog="skewlens check", description="validate a run directory")
+    ap.add_argument("run_dir", help="run directory (manifest + rank-<r>.et), Chakra trace folder or prefix")
+    ap.add_argument("--all", action="store_true", help="list every problem (default: the first 50)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    from profiler.store.render import render_report
+    from profiler.store.validate import validate_run
+
+    out = console or _console()
+    report = validate_run(
+        args.run_dir, progress=not args.no_progress, console=Console(stderr=True) if console is None else out
+    )
+    out.print(render_report(report, max_issues=None if args.all else 50))
+    return 0 if report.ok else 1
+
+
+def export_main(argv: list[str], console: Console | None = None) -> int:
+    """Export a run to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks)."""
+    ap = argparse.ArgumentParser(prog="skewlens export", description="export a run directory to Parquet")
+    ap.add_argument("run_dir", help="run directory, Chakra trace folder or prefix")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: RUN_DIR/parquet, or PREFIX.parquet)",
+    )
+    ap.add_argument("--workers", type=int, default=None, help="processes converting rank files in parallel")
+    ap.add_argument("--allow-errors", action="store_true", help="export even if validation finds errors")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    from profiler.store.parquet import export_run
+    from profiler.store.render import render_export
+
+    out = console or _console()
+    run = Path(args.run_dir)
+    default = run / "parquet" if run.is_dir() else run.with_name(run.name + ".parquet")  # a prefix
+    target = args.out if args.out is not None else default
+    t0 = time.perf_counter()
+    summary = export_run(
+        args.run_dir,
+        target,
+        workers=args.workers,
+        strict=not args.allow_errors,
+        progress=not args.no_progress,
+        console=Console(stderr=True) if console is None else out,
+    )
+    out.print(render_export(summary, time.perf_counter() - t0))
+    return 0

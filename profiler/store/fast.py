@@ -1,0 +1,606 @@
+"""A vectorised (numpy) decoder of Chakra ``.et`` files into the store's columns.
+
+Decoding one protobuf ``Node`` at a time in Python costs tens of microseconds per node; this decoder
+reads every node of a file at once instead. After one pass that splits the file into its
+length-delimited messages, it walks all messages *in lockstep*: step ``k`` decodes the ``k``-th field of
+every message still open, with numpy gathers over the file's bytes. Attribute submessages are decoded the
+same way, packed dependency lists by locating varint terminators. Strings (node names, group names) are
+gathered into one Arrow string array and dictionary-encoded by Arrow.
+
+The input is untrusted: every varint is limited to 10 bytes, every field must end inside its message,
+lengths are checked against the bytes left, and strings must be valid UTF-8. Anything this decoder does
+not accept (a malformed message, a deprecated group wire type) raises :class:`FastDecodeError`; callers
+then fall back to the per-node reference decoder, which names the exact file and byte offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profiler.chakra_io import MAX_MESSAGE_BYTES, _read_bytes
+from profiler.errors import TraceFormatError
+
+# Plain ndarray aliases: the decoder mixes dtypes freely and checks them at run time.
+I64 = np.ndarray
+U64 = np.ndarray
+U8 = np.ndarray
+Bool = np.ndarray
+
+#: Lockstep steps before the decoder gives a file to the reference decoder (one step per field of the
+#: longest message: a node with thousands of attributes would otherwise cost thousands of numpy passes).
+MAX_FIELDS = 512
+_PAD = 16  # zero bytes appended so that 8-byte gathers and 10-byte varints never read past the buffer
+
+# Node fields (et_def.proto)
+F_ID, F_NAME, F_TYPE, F_CTRL, F_DATA, F_START_US, F_DUR_US, F_INPUTS, F_OUTPUTS, F_ATTR = range(1, 11)
+# AttributeProto value fields, by how their payload is decoded
+_VARINT_INT = (7, 9, 11, 13, 27)  # int32, int64, uint32, uint64, bool
+_ZIGZAG = (15, 17)  # sint32, sint64
+_FIXED64_INT = (21, 25)  # fixed64, sfixed64
+_FIXED32_INT = (19,)  # fixed32
+_SFIXED32 = (23,)
+_DOUBLE = 3
+_FLOAT = 5
+_STRING = 29
+
+# Attribute names we turn into columns (all are at most 16 bytes, see _name_parts).
+KNOWN_ATTRS = (
+    "comm_type",
+    "comm_size",
+    "comm_src",
+    "comm_dst",
+    "comm_tag",
+    "pg_name",
+    "is_cpu_op",
+    "stream",
+    "skl_seq",
+    "skl_start_ns",
+    "skl_dur_ns",
+    "skl_step",
+    "tensor_size",
+)
+
+
+class FastDecodeError(TraceFormatError):
+    """The vectorised decoder cannot decode this file (callers fall back to the reference decoder)."""
+
+
+@dataclass(eq=False, slots=True)
+class RawColumns:
+    """What the decoder extracts from one file, before the store interprets it."""
+
+    node_id: U64
+    node_type: I64
+    start_us: I64
+    dur_us: I64
+    names: pa.Array
+    """Node names as a dictionary array (int32 indices)."""
+    msg_offset: I64
+    """Byte offset of each node's length prefix in the (decompressed) file."""
+    attr_val: dict[str, I64]
+    """Per known integer attribute: value per node (0 where absent)."""
+    attr_has: dict[str, Bool]
+    """Per known attribute: whether the node carries it."""
+    pg_name: pa.Array
+    """``pg_name`` per node as a dictionary array (null where absent)."""
+    dep_node: I64
+    """Row of the node owning each dependency entry (sorted by row, ctrl before data)."""
+    dep_id: U64
+    """Node id each dependency entry points to."""
+    dep_kind: I64
+    """0 ctrl, 1 data."""
+    metadata_msgs: list[tuple[int, bytes]]
+    """(row, raw message) of METADATA nodes, decoded with protobuf by the caller."""
+    global_metadata: bytes
+    """The raw GlobalMetadata message."""
+
+
+def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
+    """Start and length of each length-delimited message body (bounds-checked), in file order."""
+    starts: list[int] = []
+    sizes: list[int] = []
+    n = len(data)
+    pos = 0
+    append_s = starts.append
+    append_z = sizes.append
+    last = n - 1
+    while pos < n:
+        b = data[pos]
+        if b < 0x80:
+            size = b
+            body = pos + 1
+        elif pos < last and data[pos + 1] < 0x80:  # two-byte prefix: nodes of 128 B to 16 KiB
+            size = (b & 0x7F) | (data[pos + 1] << 7)
+            body = pos + 2
+        else:
+            size = b & 0x7F
+            shift = 7
+            q = pos + 1
+            while True:
+                if q >= n:
+                    raise TraceFormatError(f"{path}: truncated length prefix at byte offset {pos}")
+                c = data[q]
+                q += 1
+                size |= (c & 0x7F) << shift
+                if c < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
+            body = q
+        if size > MAX_MESSAGE_BYTES:
+            raise TraceFormatError(
+                f"{path}: message at byte offset {pos} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
+            )
+        if body + size > n:
+            raise TraceFormatError(
+                f"{path}: truncated message at byte offset {pos}: needs {size} bytes, {n - body} left"
+            )
+        append_s(body)
+        append_z(size)
+        pos = body + size
+    return np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+
+
+class _Bytes:
+    """The file's bytes with gathers of single bytes, 8-byte words and varints at many offsets."""
+
+    def __init__(self, data: bytes) -> None:
+        self.u8: U8 = np.frombuffer(data + b"\0" * _PAD, dtype=np.uint8)
+        self.n = len(data)
+        # an overlapping, unaligned view: word[i] is the little-endian uint64 at byte i
+        self.word = np.ndarray(shape=(self.n + _PAD - 7,), dtype="<u8", buffer=self.u8, strides=(1,))
+
+    def varint(self, pos: I64) -> tuple[U64, I64]:
+        """Varint values at ``pos`` and the positions after them (limited to 10 bytes)."""
+        b = self.u8[pos]
+        more = np.flatnonzero(b >= 0x80)
+        if more.size == 0:  # the common case for tags and short lengths
+            return b.astype(np.uint64), pos + 1
+        val = (b & 0x7F).astype(np.uint64)
+        after = pos + 1
+        k = 1
+        while more.size:
+            if k >= 10:
+                raise FastDecodeError("varint longer than 10 bytes")
+            c = self.u8[pos[more] + k]
+            val[more] |= (c & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            after[more] += 1
+            more = more[c >= 0x80]
+            k += 1
+        return val, after
+
+    def gather_strings(self, start: I64, length: I64) -> pa.Array:
+        """The byte ranges ``[start, start+length)`` as an Arrow string array (UTF-8 checked)."""
+        offsets = np.zeros(start.shape[0] + 1, dtype=np.int64)
+        np.cumsum(length, out=offsets[1:])
+        total = int(offsets[-1])
+        idx = np.repeat(start - offsets[:-1], length) + np.arange(total, dtype=np.int64)
+        buf = self.u8[idx]
+        arr = pa.Array.from_buffers(
+            pa.large_string(), start.shape[0], [None, pa.py_buffer(offsets), pa.py_buffer(buf)]
+        )
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            raise FastDecodeError("string is not valid UTF-8") from None
+        return arr
+
+
+@dataclass(slots=True)
+class _Fields:
+    """Fields found by one lockstep walk: per wire type, (message index, field number, payload)."""
+
+    v_msg: list[I64]
+    v_field: list[I64]
+    v_val: list[U64]
+    l_msg: list[I64]
+    l_field: list[I64]
+    l_start: list[I64]
+    l_len: list[I64]
+    f_msg: list[I64]
+    f_field: list[I64]
+    f_pos: list[I64]
+    f_wide: list[Bool]
+
+
+def _walk(b: _Bytes, start: I64, end: I64) -> _Fields:
+    """Decode the fields of every message ``[start[i], end[i])`` in lockstep."""
+    out = _Fields([], [], [], [], [], [], [], [], [], [], [])
+    pos = start.copy()
+    live = np.flatnonzero(pos < end)
+    steps = 0
+    while live.size:
+        steps += 1
+        if steps > MAX_FIELDS:
+            raise FastDecodeError(f"a message has more than {MAX_FIELDS} fields")
+        tag, p = b.varint(pos[live])
+        tag_i = tag.view(np.int64)
+        field = tag_i >> 3
+        wire = tag_i & 7
+        e = end[live]
+        if (field <= 0).any():
+            raise FastDecodeError("field number 0 (or a corrupt tag)")
+        if (wire == 2).all():  # the common step: every live message is at an attribute / a string
+            newp = _length_delimited(b, out, live=live, field=field, p=p, e=e)
+        else:
+            newp = _mixed_step(b, out, live=live, field=field, wire=wire, p=p, e=e)
+        if (newp > e).any():
+            raise FastDecodeError("field runs past the end of its message")
+        pos[live] = newp
+        live = live[newp < e]
+    return out
+
+
+def _length_delimited(b: _Bytes, out: _Fields, *, live: I64, field: I64, p: I64, e: I64) -> I64:
+    ln, after = b.varint(p)
+    if (ln > (e - after).clip(0).astype(np.uint64)).any():
+        raise FastDecodeError("length-delimited field runs past the end of its message")
+    ln_i = ln.astype(p.dtype)  # fits: checked against the bytes left above
+    out.l_msg.append(live)
+    out.l_field.append(field)
+    out.l_start.append(after)
+    out.l_len.append(ln_i)
+    return after + ln_i
+
+
+def _mixed_step(b: _Bytes, out: _Fields, *, live: I64, field: I64, wire: I64, p: I64, e: I64) -> I64:
+    newp = np.empty_like(p)
+    m0 = wire == 0
+    if m0.any():
+        val, after = b.varint(p[m0])
+        newp[m0] = after
+        out.v_msg.append(live[m0])
+        out.v_field.append(field[m0])
+        out.v_val.append(val)
+    m2 = wire == 2
+    if m2.any():
+        newp[m2] = _length_delimited(b, out, live=live[m2], field=field[m2], p=p[m2], e=e[m2])
+    m1 = wire == 1
+    m5 = wire == 5
+    if m1.any() or m5.any():
+        mf = m1 | m5
+        newp[m1] = p[m1] + 8
+        newp[m5] = p[m5] + 4
+        out.f_msg.append(live[mf])
+        out.f_field.append(field[mf])
+        out.f_pos.append(p[mf])
+        out.f_wide.append(m1[mf])
+    if (~(m0 | m1 | m2 | m5)).any():
+        raise FastDecodeError("unsupported wire type (3, 4, 6 or 7)")
+    return newp
+
+
+def _cat(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+
+
+def _packed_varints(b: _Bytes, owner: I64, start: I64, length: I64) -> tuple[I64, U64]:
+    """Decode packed varint lists: (owner of each value, value)."""
+    total = int(length.sum())
+    if total == 0:
+        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    offsets = np.zeros(start.shape[0] + 1, dtype=np.int64)
+    np.cumsum(length, out=offsets[1:])
+    idx = np.repeat(start - offsets[:-1], length) + np.arange(total, dtype=np.int64)
+    byte = b.u8[idx]
+    term = byte < 0x80
+    region_end = offsets[1:][length > 0] - 1
+    if not term[region_end].all():
+        raise FastDecodeError("packed list ends inside a varint")
+    ends = np.flatnonzero(term)
+    firsts = np.empty_like(ends)
+    firsts[0] = 0
+    firsts[1:] = ends[:-1] + 1
+    nbytes = ends - firsts + 1
+    if (nbytes > 10).any():
+        raise FastDecodeError("varint longer than 10 bytes")
+    k = np.arange(total, dtype=np.int64) - np.repeat(firsts, nbytes)
+    parts = (byte & 0x7F).astype(np.uint64) << (np.uint64(7) * k.astype(np.uint64))
+    vals = np.bitwise_or.reduceat(parts, firsts)
+    region_of_byte = np.repeat(np.arange(start.shape[0]), length)
+    return owner[region_of_byte[ends]], vals
+
+
+def _read_words(b: _Bytes, pos: I64, wide: Bool) -> U64:
+    w = b.word[pos]
+    return np.where(wide, w, w & np.uint64(0xFFFFFFFF))
+
+
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _name_parts(b: _Bytes, start: I64, length: I64) -> tuple[U64, U64]:
+    """First and last 8 bytes of each name (zero-masked beyond the name): exact for names <= 16 bytes."""
+    first = b.word[start] & _MASKS[np.minimum(length, 8)]
+    last = b.word[start + np.maximum(length - 8, 0)]
+    last[length <= 8] = 0
+    return first, last
+
+
+def _known_table() -> tuple[U64, I64, U64, I64]:
+    raw = [n.encode() for n in KNOWN_ATTRS]
+    blob = _Bytes(b"".join(raw))
+    lengths = np.array([len(r) for r in raw], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    first, last = _name_parts(blob, starts, lengths)
+    order = np.argsort(first)
+    if np.unique(first).shape[0] != first.shape[0]:
+        raise AssertionError("known attribute names must differ in their first 8 bytes")
+    return first[order], order, last, lengths
+
+
+_KNOWN_FIRST, _KNOWN_ORDER, _KNOWN_LAST, _KNOWN_LEN = _known_table()
+
+
+def known_attr_index(b: _Bytes, start: I64, length: I64) -> I64:
+    """Index into ``KNOWN_ATTRS`` of each attribute name, -1 for other names (exact comparison)."""
+    first, last = _name_parts(b, start, length)
+    pos = np.minimum(np.searchsorted(_KNOWN_FIRST, first), len(KNOWN_ATTRS) - 1)
+    idx = _KNOWN_ORDER[pos]
+    exact = (_KNOWN_FIRST[pos] == first) & (_KNOWN_LAST[idx] == last) & (_KNOWN_LEN[idx] == length)
+    return np.where(exact, idx, -1)
+
+
+@dataclass(eq=False, slots=True)
+class _Attrs:
+    """Per attribute: its name's bytes, its integer value (if numeric), its string value (if a string)."""
+
+    name_start: I64
+    name_len: I64
+    value: I64
+    is_int: Bool
+    str_start: I64
+    str_len: I64
+    is_str: Bool
+
+    @staticmethod
+    def empty(n: int) -> _Attrs:
+        z = np.zeros(n, dtype=np.int64)
+        f = np.zeros(n, dtype=np.bool_)
+        return _Attrs(z, z.copy(), z.copy(), f, z.copy(), z.copy(), f.copy())
+
+    def fill(self, rows: I64, other: _Attrs) -> None:
+        for name in self.__slots__:
+            getattr(self, name)[rows] = getattr(other, name)
+
+
+# How an AttributeProto value field's payload becomes an integer, by field number.
+_K_NONE, _K_VARINT, _K_ZIGZAG, _K_FIXED, _K_SFIXED32, _K_DOUBLE, _K_FLOAT = range(7)
+_KIND = np.zeros(64, dtype=np.int8)
+_KIND[list(_VARINT_INT)] = _K_VARINT
+_KIND[list(_ZIGZAG)] = _K_ZIGZAG
+_KIND[list(_FIXED64_INT + _FIXED32_INT)] = _K_FIXED
+_KIND[list(_SFIXED32)] = _K_SFIXED32
+_KIND[_DOUBLE] = _K_DOUBLE
+_KIND[_FLOAT] = _K_FLOAT
+
+
+def _int_values(field: I64, raw: U64, wire0: Bool) -> tuple[I64, Bool]:
+    """Integer value of numeric attribute payloads (varint payloads where ``wire0``, else fixed words)."""
+    kind = _KIND[np.minimum(field, 63)]
+    kind[field > 63] = _K_NONE
+    val = raw.view(np.int64).copy()
+    varint = wire0 & (kind == _K_VARINT)
+    ok = varint | (wire0 & (kind == _K_ZIGZAG)) | (~wire0 & (kind >= _K_FIXED))
+    if not (varint | ~ok).all():  # rare encodings: zigzag, fixed-width, floating point
+        for k, conv in (
+            (_K_ZIGZAG, lambda w: (w >> np.uint64(1)).view(np.int64) ^ -(w & np.uint64(1)).view(np.int64)),
+            (_K_SFIXED32, lambda w: w.astype(np.uint32).view(np.int32).astype(np.int64)),
+            (_K_DOUBLE, lambda w: np.nan_to_num(w.view(np.float64)).astype(np.int64)),
+            (_K_FLOAT, lambda w: np.nan_to_num(w.astype(np.uint32).view(np.float32)).astype(np.int64)),
+        ):
+            m = ok & (kind == k)
+            val[m] = conv(raw[m])
+    return val, ok
+
+
+def _int_value(out: _Attrs, rows: I64, field: I64, raw: U64, wire0: Bool) -> None:
+    """Store the integer values of ``rows`` into ``out`` (see :func:`_int_values`)."""
+    val, ok = _int_values(field, raw, wire0)
+    out.value[rows[ok]] = val[ok]
+    out.is_int[rows[ok]] = True
+
+
+def _decode_attrs_generic(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
+    """Any AttributeProto layout, by the lockstep walk."""
+    out = _Attrs.empty(a_start.shape[0])
+    af = _walk(b, a_start, a_end)
+    l_msg = _cat(af.l_msg, np.int64)
+    l_field = _cat(af.l_field, np.int64)
+    l_start = _cat(af.l_start, np.int64)
+    l_len = _cat(af.l_len, np.int64)
+    m = l_field == 1
+    out.name_start[l_msg[m]] = l_start[m]
+    out.name_len[l_msg[m]] = l_len[m]
+    m = l_field == _STRING
+    out.str_start[l_msg[m]] = l_start[m]
+    out.str_len[l_msg[m]] = l_len[m]
+    out.is_str[l_msg[m]] = True
+    v_msg = _cat(af.v_msg, np.int64)
+    _int_value(out, v_msg, _cat(af.v_field, np.int64), _cat(af.v_val, np.uint64), np.ones(v_msg.shape, bool))
+    f_msg = _cat(af.f_msg, np.int64)
+    if f_msg.size:
+        words = _read_words(b, _cat(af.f_pos, np.int64), _cat(af.f_wide, np.bool_))
+        _int_value(out, f_msg, _cat(af.f_field, np.int64), words, np.zeros(f_msg.shape, bool))
+    return out
+
+
+def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
+    """Attributes laid out as writers write them (name, then one value) in one pass; others walked.
+
+    Works on whole arrays (no subsetting) so that the common case, where every attribute has that
+    layout, costs a few dozen numpy passes; attributes that do not fit go to the lockstep walk.
+    """
+    u8 = b.u8
+    na = a_start.shape[0]
+    nlen = u8[a_start + 1].astype(a_start.dtype)
+    vpos = a_start + 2 + nlen
+    ok = (u8[a_start] == 0x0A) & (nlen < 0x80) & (vpos < a_end)
+    if not ok.all():
+        vpos = np.where(ok, vpos, a_start)
+    t0 = u8[vpos]
+    tag = t0.astype(np.int32)
+    two = t0 >= 0x80
+    if two.any():
+        t1 = u8[vpos + 1].astype(np.int32)
+        ok &= ~two | (t1 < 0x80)
+        tag = np.where(two, (tag & 0x7F) | (t1 << 7), tag)
+    p = vpos + 1 + two
+    field = tag >> 3
+    wire = tag & 7
+    raw = np.zeros(na, dtype=np.uint64)
+    after = np.zeros(na, dtype=a_start.dtype)  # stays 0 (never equal to a_end) for unsupported layouts
+    m0 = np.flatnonzero(ok & (wire == 0))
+    raw[m0], after[m0] = b.varint(p[m0])
+    m2 = np.flatnonzero(ok & (wire == 2))
+    slen, sbody = b.varint(p[m2])
+    slen_i = np.minimum(slen, np.uint64(MAX_MESSAGE_BYTES)).astype(a_start.dtype)
+    after[m2] = sbody + slen_i
+    mw = np.flatnonzero(ok & ((wire == 1) | (wire == 5)))
+    if mw.size:
+        wide = wire[mw] == 1
+        raw[mw] = _read_words(b, p[mw], wide)
+        after[mw] = p[mw] + np.where(wide, 8, 4)
+    ok &= (after == a_end) & (field > 0)
+    str_start = np.zeros(na, dtype=np.int64)
+    str_len = np.zeros(na, dtype=np.int64)
+    str_start[m2] = sbody
+    str_len[m2] = slen_i
+    is_str = ok & (field == _STRING) & (wire == 2)
+    value, is_int = _int_values(field, raw, wire == 0)
+    is_int &= ok
+    out = _Attrs(
+        name_start=np.where(ok, a_start + 2, 0),
+        name_len=np.where(ok, nlen, 0),
+        value=np.where(is_int, value, 0),
+        is_int=is_int,
+        str_start=np.where(is_str, str_start, 0),
+        str_len=np.where(is_str, str_len, 0),
+        is_str=is_str,
+    )
+    rest = np.flatnonzero(~ok)
+    if rest.size:
+        out.fill(rest, _decode_attrs_generic(b, a_start[rest], a_end[rest]))
+    return out
+
+
+def decode_file(path: str | Path) -> RawColumns:
+    """Decode one ``.et`` file into raw columns (raises :class:`FastDecodeError` on anything odd)."""
+    p = Path(path)
+    data = _read_bytes(p)
+    starts, sizes = split_messages(data, p)
+    if starts.size == 0:
+        raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
+    gm = bytes(data[starts[0] : starts[0] + sizes[0]])
+    b = _Bytes(data)
+    # int32 offsets where the file allows: half the memory traffic of every gather and comparison
+    idx_t = np.int32 if len(data) + _PAD < (1 << 31) else np.int64
+    n_start = starts[1:].astype(idx_t)
+    n_end = n_start + sizes[1:].astype(idx_t)
+    prefix_len = np.ones(n_start.shape[0], dtype=np.int64)
+    prefix_len += (sizes[1:] >= 1 << 7).astype(np.int64)
+    prefix_len += (sizes[1:] >= 1 << 14).astype(np.int64)
+    prefix_len += (sizes[1:] >= 1 << 21).astype(np.int64)
+    prefix_len += (sizes[1:] >= 1 << 28).astype(np.int64)
+    n = n_start.shape[0]
+    fl = _walk(b, n_start, n_end)
+
+    # varint fields of Node
+    v_msg = _cat(fl.v_msg, np.int64)
+    v_field = _cat(fl.v_field, np.int64)
+    v_val = _cat(fl.v_val, np.uint64)
+    node_id = np.zeros(n, dtype=np.uint64)
+    node_type = np.zeros(n, dtype=np.int64)
+    start_us = np.zeros(n, dtype=np.int64)
+    dur_us = np.zeros(n, dtype=np.int64)
+    for f, col in ((F_ID, node_id), (F_TYPE, node_type), (F_START_US, start_us), (F_DUR_US, dur_us)):
+        m = v_field == f
+        col[v_msg[m]] = v_val[m].astype(col.dtype)
+
+    # length-delimited fields of Node
+    l_msg = _cat(fl.l_msg, np.int64)
+    l_field = _cat(fl.l_field, np.int64)
+    l_start = _cat(fl.l_start, idx_t)
+    l_len = _cat(fl.l_len, idx_t)
+    name_start = np.zeros(n, dtype=np.int64)
+    name_len = np.zeros(n, dtype=np.int64)
+    m = l_field == F_NAME
+    name_start[l_msg[m]] = l_start[m]
+    name_len[l_msg[m]] = l_len[m]
+    names = pc.dictionary_encode(b.gather_strings(name_start, name_len).cast(pa.string()))
+
+    # dependencies: packed (wire 2) or one value per field (wire 0)
+    dep_parts_node: list[I64] = []
+    dep_parts_id: list[U64] = []
+    dep_parts_kind: list[I64] = []
+    for kind, f in ((0, F_CTRL), (1, F_DATA)):
+        m = l_field == f
+        owner, vals = _packed_varints(b, l_msg[m], l_start[m], l_len[m])
+        mv = v_field == f
+        dep_parts_node += [owner, v_msg[mv]]
+        dep_parts_id += [vals, v_val[mv]]
+        dep_parts_kind += [np.full(owner.shape[0] + int(mv.sum()), kind, dtype=np.int64)]
+    dep_node = np.concatenate(dep_parts_node)
+    dep_id = np.concatenate(dep_parts_id)
+    dep_kind = np.concatenate(dep_parts_kind)
+    key = dep_node * 2 + dep_kind
+    if key.size > 1 and not bool((key[1:] >= key[:-1]).all()):  # usually in order already
+        order = np.argsort(key, kind="stable")
+        dep_node, dep_id, dep_kind = dep_node[order], dep_id[order], dep_kind[order]
+
+    # attributes
+    m = l_field == F_ATTR
+    a_node = l_msg[m]
+    a_start = l_start[m]
+    a_end = a_start + l_len[m]
+    attr_val: dict[str, I64] = {}
+    attr_has: dict[str, Bool] = {}
+    at = _decode_attrs(b, a_start, a_end)
+    which = known_attr_index(b, at.name_start, at.name_len)
+    a_int, a_isint = at.value, at.is_int
+    # one 2-D scatter for all known integer attributes: row = which attribute, column = node
+    sel = np.flatnonzero((which >= 0) & a_isint)
+    vals = np.zeros((len(KNOWN_ATTRS), n), dtype=np.int64)
+    have = np.zeros((len(KNOWN_ATTRS), n), dtype=np.bool_)
+    vals[which[sel], a_node[sel]] = a_int[sel]
+    have[which[sel], a_node[sel]] = True
+    for k, name in enumerate(KNOWN_ATTRS):
+        attr_val[name] = vals[k]
+        attr_has[name] = have[k]
+    # pg_name (string_val)
+    pg_attr = np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index("pg_name")))
+    pg_start = np.zeros(n, dtype=np.int64)
+    pg_len = np.zeros(n, dtype=np.int64)
+    pg_present = np.zeros(n, dtype=np.bool_)
+    pg_start[a_node[pg_attr]] = at.str_start[pg_attr]
+    pg_len[a_node[pg_attr]] = at.str_len[pg_attr]
+    pg_present[a_node[pg_attr]] = True
+    attr_has["pg_name"] = pg_present
+    pg_strings = b.gather_strings(pg_start, pg_len).cast(pa.string())
+    pg_name = pc.dictionary_encode(pc.if_else(pa.array(pg_present), pg_strings, pa.scalar(None, pa.string())))
+
+    meta_rows = np.flatnonzero(node_type == 1)
+    metadata_msgs = [(int(r), bytes(data[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
+    return RawColumns(
+        node_id=node_id,
+        node_type=node_type,
+        start_us=start_us,
+        dur_us=dur_us,
+        names=names,
+        msg_offset=n_start.astype(np.int64) - prefix_len,
+        attr_val=attr_val,
+        attr_has=attr_has,
+        pg_name=pg_name,
+        dep_node=dep_node,
+        dep_id=dep_id,
+        dep_kind=dep_kind,
+        metadata_msgs=metadata_msgs,
+        global_metadata=gm,
+    )

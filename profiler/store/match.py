@@ -1,0 +1,383 @@
+"""Match communication across ranks: collective instances by (group, sequence number), sends with recvs.
+
+Matching works on :class:`CommRows`, the communication rows of each rank only, so that the Parquet
+export can match a run whose nodes never sit in memory all at once.
+
+What "size differs" means per collective type (``comm_size`` is the bytes of each member's own call):
+
+- ALL_REDUCE, REDUCE, BROADCAST, BARRIER: every member's call moves the same tensor, sizes must be equal.
+- ALL_GATHER, REDUCE_SCATTER, REDUCE_SCATTER_BLOCK: compared as what each member *sends* (its input
+  shard for all-gather, its full input for reduce-scatter); these must be equal across members.
+- ALL_TO_ALL, GATHER, SCATTER: members legitimately differ (uneven splits, the root's larger buffer), so
+  sizes are not compared.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler.manifest import ProcessGroupInfo
+from profiler.store.issues import IssueLog
+from profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
+from profiler.vocab import CommType, NodeType
+
+#: Collective types whose members must all report the same ``comm_size``.
+SIZE_MUST_MATCH = frozenset(
+    {
+        CommType.ALL_REDUCE,
+        CommType.REDUCE,
+        CommType.BROADCAST,
+        CommType.BARRIER,
+        CommType.ALL_GATHER,
+        CommType.REDUCE_SCATTER,
+        CommType.REDUCE_SCATTER_BLOCK,
+    }
+)
+#: At most this many issues of one kind are reported individually; the rest are summarised.
+MAX_REPORTED = 20
+
+
+def comm_type_name(value: int) -> str:
+    try:
+        return CommType(value).name
+    except ValueError:
+        return f"unknown comm_type {value}"
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class CommRows:
+    """The communication rows (collectives, sends, recvs) of one rank, as columns."""
+
+    rank: int
+    """Global rank."""
+    path: str
+    """The rank's trace file."""
+    row: I64
+    """Row of each node in the rank's full RankTrace."""
+    node_id: I64
+    """Chakra node id."""
+    node_type: I8
+    """Chakra node type."""
+    name: list[str]
+    """Node name of each row."""
+    pg: I32
+    """Index into the run's ``pg_names`` (-1 none)."""
+    seq: I64
+    """Per-group sequence number (-1 none)."""
+    comm_type: I8
+    """Collective type (-1 for send/recv)."""
+    comm_bytes: I64
+    """Bytes of the call."""
+    src: I32
+    """Sender (send/recv)."""
+    dst: I32
+    """Receiver (send/recv)."""
+    tag: I64
+    """p2p tag."""
+    start_ns: I64
+    """Start, aligned ns."""
+    dur_ns: I64
+    """Duration, ns."""
+    step: I32
+    """Training step (-1 unknown)."""
+
+    @staticmethod
+    def empty(rank: int, path: str) -> CommRows:
+        """No communication rows (a rank whose file could not be read)."""
+        i64, i32, i8 = np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int8)
+        return CommRows(
+            rank=rank, path=path, row=i64, node_id=i64, node_type=i8, name=[], pg=i32, seq=i64,
+            comm_type=i8, comm_bytes=i64, src=i32, dst=i32, tag=i64, start_ns=i64, dur_ns=i64, step=i32,
+        )  # fmt: skip
+
+    @staticmethod
+    def of(rt: RankTrace) -> CommRows:
+        rows = rt.rows_of_type(NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV)
+        return CommRows(
+            rank=rt.rank,
+            path=rt.path,
+            row=rows,
+            node_id=rt.node_id[rows],
+            node_type=rt.node_type[rows],
+            name=[rt.names[i] for i in rt.name_idx[rows].tolist()],
+            pg=rt.pg[rows],
+            seq=rt.seq[rows],
+            comm_type=rt.comm_type[rows],
+            comm_bytes=rt.comm_bytes[rows],
+            src=rt.src[rows],
+            dst=rt.dst[rows],
+            tag=rt.tag[rows],
+            start_ns=rt.start_ns[rows],
+            dur_ns=rt.dur_ns[rows],
+            step=rt.step[rows],
+        )
+
+
+def _reported(sink: IssueLog, counter: dict[str, int], kind: str) -> bool:
+    counter[kind] += 1
+    return counter[kind] <= MAX_REPORTED
+
+
+def _summarise(sink: IssueLog, counter: dict[str, int]) -> None:
+    for kind, count in counter.items():
+        if count > MAX_REPORTED:
+            sink.error(kind, f"... and {count - MAX_REPORTED} more {kind} problem(s) of this kind")
+
+
+def match_instances(
+    comm: dict[int, CommRows],
+    pg_names: list[str],
+    groups: dict[str, ProcessGroupInfo],
+    sink: IssueLog,
+    *,
+    missing_ranks: frozenset[int] = frozenset(),
+) -> list[CollectiveInstance]:
+    """Collective instances ordered by (group, seq); mismatches (type, size, count) go to ``sink``.
+
+    Vectorised: members of all ranks are sorted by (group, seq, rank) once; only instances whose
+    member count, types or sizes look wrong are examined one by one.
+    """
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    for rank, c in sorted(comm.items()):
+        coll = np.flatnonzero(c.node_type == NodeType.COMM_COLL)
+        ok = coll[(c.pg[coll] >= 0) & (c.seq[coll] >= 0)]
+        for i in np.setdiff1d(coll, ok).tolist():
+            sink.error(
+                "collective-without-id",
+                f"{c.path}: rank {rank}: collective node {c.node_id[i]} ({c.name[i]}) has no process group "
+                "/ sequence number (pg_name, skl_seq)",
+                file=c.path,
+                rank=rank,
+                node=int(c.node_id[i]),
+            )
+        parts["rank"].append(np.full(ok.shape[0], rank, dtype=np.int64))
+        parts["idx"].append(ok)
+        parts["pg"].append(c.pg[ok].astype(np.int64))
+        parts["seq"].append(c.seq[ok])
+        parts["type"].append(c.comm_type[ok].astype(np.int64))
+        parts["bytes"].append(c.comm_bytes[ok])
+        parts["row"].append(c.row[ok])
+    if not parts:
+        return []
+    col = {k: np.concatenate(v) for k, v in parts.items()}
+    if col["rank"].size == 0:
+        return []
+    order = np.lexsort((col["rank"], col["seq"], col["pg"]))
+    col = {k: v[order] for k, v in col.items()}
+    rk, pg, seq, ctype, nbytes = col["rank"], col["pg"], col["seq"], col["type"], col["bytes"]
+    brk = np.flatnonzero((np.diff(pg) != 0) | (np.diff(seq) != 0)) + 1
+    starts = np.concatenate([[0], brk]).astype(np.int64)
+    ends = np.concatenate([brk, [rk.shape[0]]]).astype(np.int64)
+    count = ends - starts
+    # expected member count per instance: the group's size where known, else the ranks seen in it
+    seen = {int(g): set(rk[pg == g].tolist()) for g in np.unique(pg).tolist()}
+    expected_of = {
+        g: set(groups[pg_names[g]].ranks) if pg_names[g] in groups else ranks for g, ranks in seen.items()
+    }
+    inst_pg = pg[starts]
+    expect_n = np.asarray([len(expected_of[g]) for g in inst_pg.tolist()], dtype=np.int64)
+    dup = np.zeros(starts.shape[0], dtype=np.bool_)
+    same_rank = np.flatnonzero(np.diff(rk) == 0) + 1  # consecutive equal ranks inside one instance
+    same_rank = same_rank[np.isin(same_rank, starts, invert=True)]
+    dup[np.searchsorted(starts, same_rank, side="right") - 1] = True
+    type_diff = np.minimum.reduceat(ctype, starts) != np.maximum.reduceat(ctype, starts)
+    size_diff = np.minimum.reduceat(nbytes, starts) != np.maximum.reduceat(nbytes, starts)
+    size_rule = np.isin(ctype[starts], [int(t) for t in SIZE_MUST_MATCH])
+    known_type = np.isin(ctype[starts], [int(t) for t in CommType])
+    odd = (count != expect_n) | dup | type_diff | (size_diff & size_rule) | ~known_type
+    counter: dict[str, int] = defaultdict(int)
+    for k in np.flatnonzero(odd).tolist():
+        a, b = int(starts[k]), int(ends[k])
+        _explain(
+            comm,
+            sink,
+            counter,
+            name=pg_names[int(inst_pg[k])],
+            gi=int(inst_pg[k]),
+            seq=int(seq[a]),
+            members=rk[a:b].tolist(),
+            rows_in=col["idx"][a:b].tolist(),
+            expected=expected_of[int(inst_pg[k])],
+            missing_ranks=missing_ranks,
+        )
+    _summarise(sink, counter)
+    rk_l, row_l, bytes_l = rk.tolist(), col["row"].tolist(), nbytes.tolist()
+    out: list[CollectiveInstance] = []
+    for k, (a, b, g, s, t) in enumerate(
+        zip(
+            starts.tolist(),
+            ends.tolist(),
+            inst_pg.tolist(),
+            seq[starts].tolist(),
+            ctype[starts].tolist(),
+            strict=True,
+        )
+    ):
+        if not known_type[k]:
+            continue
+        out.append(
+            CollectiveInstance(
+                pg_name=pg_names[g],
+                seq=s,
+                comm_type=CommType(t),
+                ranks=tuple(rk_l[a:b]),
+                rows=tuple(row_l[a:b]),
+                comm_bytes=tuple(bytes_l[a:b]),
+            )
+        )
+    return out
+
+
+def _explain(
+    comm: dict[int, CommRows],
+    sink: IssueLog,
+    counter: dict[str, int],
+    *,
+    name: str,
+    gi: int,
+    seq: int,
+    members: list[int],
+    rows_in: list[int],
+    expected: set[int],
+    missing_ranks: frozenset[int],
+) -> None:
+    """Issues for one instance whose members disagree (count, duplicates, type, size, unknown type)."""
+    s = seq
+    types = [int(comm[r].comm_type[i]) for r, i in zip(members, rows_in, strict=True)]
+    sizes = [int(comm[r].comm_bytes[i]) for r, i in zip(members, rows_in, strict=True)]
+    if len(set(members)) != len(members) and _reported(sink, counter, "collective-duplicate"):
+        dup = sorted({r for r in members if members.count(r) > 1})
+        sink.error(
+            "collective-duplicate",
+            f"collective mismatch in group {name!r} seq {s}: rank(s) {dup} issue this instance "
+            "more than once",
+        )
+    for r in sorted(expected - set(members)):
+        if r in missing_ranks or r not in comm:
+            continue
+        if _reported(sink, counter, "collective-count"):
+            n_r = int(np.count_nonzero((comm[r].pg == gi) & (comm[r].node_type == NodeType.COMM_COLL)))
+            sink.error(
+                "collective-count",
+                f"collective mismatch in group {name!r} seq {s}: rank {r} has no such collective "
+                f"(count differs: rank {r} issued {n_r} collective(s) on this group; present on "
+                f"rank(s) {members})",
+                rank=r,
+            )
+    if len(set(types)) > 1:
+        if _reported(sink, counter, "collective-type"):
+            detail = ", ".join(
+                f"rank {r}: {comm_type_name(t)} (node {comm[r].node_id[i]})"
+                for r, t, i in zip(members, types, rows_in, strict=True)
+            )
+            sink.error(
+                "collective-type",
+                f"collective mismatch in group {name!r} seq {s}: type differs ({detail})",
+            )
+    elif (
+        types
+        and types[0] in SIZE_MUST_MATCH
+        and len(set(sizes)) > 1
+        and _reported(sink, counter, "collective-size")
+    ):
+        detail = ", ".join(f"rank {r}: {z} B" for r, z in zip(members, sizes, strict=True))
+        sink.error(
+            "collective-size",
+            f"collective mismatch in group {name!r} seq {s} ({comm_type_name(types[0])}): size "
+            f"differs ({detail})",
+        )
+    if types[0] not in set(CommType) and _reported(sink, counter, "collective-unknown-type"):
+        r0, i0 = members[0], rows_in[0]
+        sink.error(
+            "collective-unknown-type",
+            f"{comm[r0].path}: rank {r0}: collective node {comm[r0].node_id[i0]} in group {name!r} "
+            f"seq {s} has {comm_type_name(types[0])}",
+            rank=r0,
+        )
+
+
+def match_pairs(comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog) -> list[P2PPair]:
+    """Pair the k-th send a->b (per group and tag) with the k-th recv on b from a."""
+    sends: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
+    counter: dict[str, int] = defaultdict(int)
+    for rank, c in sorted(comm.items()):
+        for i in np.flatnonzero(c.node_type == NodeType.COMM_SEND).tolist():
+            peer = int(c.dst[i])
+            if peer < 0:
+                if _reported(sink, counter, "p2p-no-peer"):
+                    sink.error(
+                        "p2p-no-peer",
+                        f"{c.path}: rank {rank}: send node {c.node_id[i]} ({c.name[i]}) has no destination "
+                        "rank (comm_dst)",
+                        file=c.path,
+                        rank=rank,
+                        node=int(c.node_id[i]),
+                    )
+                continue
+            sends[(rank, peer, int(c.pg[i]), int(c.tag[i]))].append(i)
+        for i in np.flatnonzero(c.node_type == NodeType.COMM_RECV).tolist():
+            peer = int(c.src[i])
+            if peer < 0:
+                if _reported(sink, counter, "p2p-no-peer"):
+                    sink.error(
+                        "p2p-no-peer",
+                        f"{c.path}: rank {rank}: recv node {c.node_id[i]} ({c.name[i]}) has no source rank "
+                        "(comm_src)",
+                        file=c.path,
+                        rank=rank,
+                        node=int(c.node_id[i]),
+                    )
+                continue
+            recvs[(peer, rank, int(c.pg[i]), int(c.tag[i]))].append(i)
+    pairs: list[P2PPair] = []
+    for key in sorted(set(sends) | set(recvs)):
+        s, rv = sends.get(key, []), recvs.get(key, [])
+        src, dst, gi, tag = key
+        for k in range(len(s), len(rv)) if len(rv) > len(s) else ():
+            if _reported(sink, counter, "p2p-unmatched"):
+                node = int(comm[dst].node_id[rv[k]])
+                sink.error(
+                    "p2p-unmatched",
+                    f"p2p mismatch: recv node {node} on rank {dst} (from rank {src}, tag {tag}) has no "
+                    f"matching send: rank {src} sends {len(s)} message(s) to rank {dst}, rank {dst} posts "
+                    f"{len(rv)} recv(s)",
+                    rank=dst,
+                    node=node,
+                )
+        for k in range(len(rv), len(s)) if len(s) > len(rv) else ():
+            if _reported(sink, counter, "p2p-unmatched"):
+                node = int(comm[src].node_id[s[k]])
+                sink.error(
+                    "p2p-unmatched",
+                    f"p2p mismatch: send node {node} on rank {src} (to rank {dst}, tag {tag}) has no "
+                    f"matching recv: rank {src} sends {len(s)} message(s) to rank {dst}, "
+                    f"rank {dst} posts {len(rv)} recv(s)",
+                    rank=src,
+                    node=node,
+                )
+        for a, b in zip(s, rv, strict=False):
+            sb, rb = int(comm[src].comm_bytes[a]), int(comm[dst].comm_bytes[b])
+            if sb != rb and _reported(sink, counter, "p2p-size"):
+                sink.error(
+                    "p2p-size",
+                    f"p2p mismatch: send node {comm[src].node_id[a]} on rank {src} sends {sb} B but recv "
+                    f"node {comm[dst].node_id[b]} on rank {dst} expects {rb} B (tag {tag})",
+                    rank=src,
+                )
+            pairs.append(
+                P2PPair(
+                    src_rank=src,
+                    src_row=int(comm[src].row[a]),
+                    dst_rank=dst,
+                    dst_row=int(comm[dst].row[b]),
+                    comm_bytes=sb,
+                    tag=tag,
+                    pg_name=pg_names[gi] if gi >= 0 else "",
+                )
+            )
+    _summarise(sink, counter)
+    return pairs

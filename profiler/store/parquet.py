@@ -1,0 +1,453 @@
+"""Export a run to Parquet: ``nodes``/``deps`` partitioned by rank, plus ``collectives``, ``p2p``, ``ranks``.
+
+Layout of ``OUT_DIR`` (schemas: the record dataclasses in :mod:`profiler.store.schema`; see docs/parquet.md)::
+
+    nodes/rank=<r>/part-0.parquet     one row per node of rank r (the rank is the partition key)
+    deps/rank=<r>/part-0.parquet      one row per dependency edge of rank r
+    collectives.parquet               one row per member per collective instance
+    p2p.parquet                       one row per matched send/recv pair
+    ranks.parquet                     one row per rank
+    run.json, manifest.json           provenance: what was exported, from where, by which version
+
+The run is converted rank by rank (one worker process per rank file, ``workers`` at a time), each worker
+streaming its rank's tables to disk and handing back only its communication rows, so memory stays
+bounded by a few ranks whatever the size of the run. Everything is written into a temporary directory
+beside ``OUT_DIR`` and renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from profiler.errors import SkewlensError, TraceFormatError, ValidationError
+from profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
+from profiler.store.issues import Issue, IssueLog, Severity
+from profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
+from profiler.store.match import CommRows, match_instances, match_pairs
+from profiler.store.model import CollectiveInstance, P2PPair, RankTrace
+from profiler.store.schema import (
+    META_TABLE,
+    META_VERSION,
+    SCHEMA_VERSION,
+    CollectiveRecord,
+    DepRecord,
+    NodeRecord,
+    P2PRecord,
+    RankRecord,
+    arrow_schema,
+    table_from_columns,
+    write_table,
+)
+from profiler.store.validate import FIRST_ERRORS, find_cycle
+from profiler.vocab import CommType, NodeType
+
+#: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
+PARTITIONED = ("nodes", "deps")
+#: Tables written as one file each (``<table>.parquet``).
+SINGLE = ("collectives", "p2p", "ranks")
+RECORD_OF: dict[str, type] = {
+    "nodes": NodeRecord,
+    "deps": DepRecord,
+    "collectives": CollectiveRecord,
+    "p2p": P2PRecord,
+    "ranks": RankRecord,
+}
+PART_FILE = "part-0.parquet"
+ROW_GROUP = 1 << 20
+
+_TYPE_NAMES = [t.name for t in NodeType]
+_COMM_NAMES = [t.name for t in CommType]
+
+
+def partition_path(out_dir: str | Path, table: str, rank: int) -> Path:
+    """File of one rank's partition of a partitioned table."""
+    return Path(out_dir) / table / f"rank={rank}" / PART_FILE
+
+
+def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
+    """A ``pyarrow.dataset`` over one exported table (``rank`` comes from the partition path)."""
+    base = Path(out_dir)
+    if table in PARTITIONED:
+        part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive")
+        return ds.dataset(base / table, format="parquet", partitioning=part)
+    if table in SINGLE:
+        return ds.dataset(base / f"{table}.parquet", format="parquet")
+    raise SkewlensError(f"unknown table {table!r} (known: {', '.join(PARTITIONED + SINGLE)})")
+
+
+def _partition_table(cls: type, columns: dict[str, Any], table: str) -> pa.Table:
+    """A table of ``cls``'s schema without the ``rank`` column (the partition key carries it)."""
+    schema = arrow_schema(cls)
+    schema = schema.remove(schema.get_field_index("rank"))
+    arrays = [columns[f.name] for f in schema]
+    meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: table.encode()}
+    return pa.Table.from_arrays(arrays, schema=schema.with_metadata(meta))
+
+
+def _dict(indices: np.ndarray, dictionary: list[str], valid: np.ndarray | None = None) -> pa.Array:
+    mask = None if valid is None else ~np.asarray(valid, dtype=np.bool_)
+    idx = pa.array(indices.astype(np.int32), type=pa.int32(), mask=mask)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(dictionary, type=pa.string()))
+
+
+def nodes_table(rt: RankTrace, pg_names: list[str]) -> pa.Table:
+    """The ``nodes`` partition of one rank."""
+    comm_valid = (rt.comm_type >= 0) & (rt.comm_type < len(_COMM_NAMES))
+    cols = {
+        "node_id": pa.array(rt.node_id),
+        "name": _dict(rt.name_idx, rt.names),
+        "type": _dict(rt.node_type, _TYPE_NAMES),
+        "start_ns": pa.array(rt.start_ns),
+        "dur_ns": pa.array(rt.dur_ns),
+        "stream": pa.array(rt.stream),
+        "step": pa.array(rt.step.astype(np.int64)),
+        "is_cpu_op": pa.array(rt.is_cpu),
+        "comm_type": _dict(np.where(comm_valid, rt.comm_type, 0), _COMM_NAMES, comm_valid),
+        "comm_bytes": pa.array(rt.comm_bytes),
+        "pg_name": _dict(np.maximum(rt.pg, 0), pg_names or [""], rt.pg >= 0),
+        "seq": pa.array(rt.seq),
+        "src": pa.array(rt.src.astype(np.int64)),
+        "dst": pa.array(rt.dst.astype(np.int64)),
+        "tag": pa.array(rt.tag),
+    }
+    return _partition_table(NodeRecord, cols, "nodes")
+
+
+def deps_table(rt: RankTrace) -> pa.Table:
+    """The ``deps`` partition of one rank (node ids, not rows)."""
+    owner = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
+    cols = {
+        "src": pa.array(rt.node_id[rt.dep_idx]),
+        "dst": pa.array(rt.node_id[owner]),
+        "kind": _dict(rt.dep_kind, ["ctrl", "data"]),
+    }
+    return _partition_table(DepRecord, cols, "deps")
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class _RankResult:
+    rank: int
+    comm: CommRows
+    pg_names: list[str]
+    pg_found: dict[str, ProcessGroupInfo]
+    issues: list[Issue]
+    num_nodes: int
+    num_deps: int
+    readable: bool = True
+
+
+def _export_rank(
+    path: Path, rank: int, tmp: Path, pg_names: list[str], world: tuple[int, ...]
+) -> _RankResult:
+    """Worker: decode one rank, write its partitions, return its communication rows."""
+    sink = IssueLog(strict=False)
+    found: dict[str, ProcessGroupInfo] = {}
+    names = list(pg_names)
+    try:
+        rt = load_rank(path, rank, names, found, sink=sink)
+    except TraceFormatError as e:
+        sink.error("corrupt-trace", str(e), file=str(path), rank=rank)
+        return _RankResult(
+            rank=rank,
+            comm=CommRows.empty(rank, str(path)),
+            pg_names=names,
+            pg_found=found,
+            issues=sink.issues,
+            num_nodes=0,
+            num_deps=0,
+            readable=False,
+        )
+    assign_defaults(rt, names, found, world)
+    cycle = find_cycle(rt)
+    if cycle is not None:
+        chain = " -> ".join(f"{rt.node_id[i]} ({rt.name(i)})" for i in reversed(cycle))
+        sink.error("dependency-cycle", f"{path}: rank {rank}: dependency cycle: {chain}", rank=rank)
+    write_table(nodes_table(rt, names), partition_path(tmp, "nodes", rank), row_group_size=ROW_GROUP)
+    write_table(deps_table(rt), partition_path(tmp, "deps", rank), row_group_size=ROW_GROUP)
+    for note in rt.notes:
+        sink.info("inferred", f"{path}: rank {rank}: {note}", file=str(path), rank=rank)
+    return _RankResult(
+        rank=rank,
+        comm=CommRows.of(rt),
+        pg_names=names,
+        pg_found=found,
+        issues=sink.issues,
+        num_nodes=len(rt),
+        num_deps=int(rt.dep_idx.shape[0]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExportSummary:
+    """What ``export_run`` wrote."""
+
+    out_dir: Path
+    """The output directory."""
+    rows: dict[str, int]
+    """Rows written per table."""
+    issues: tuple[Issue, ...]
+    """Problems found while converting (errors abort the export unless ``strict=False``)."""
+
+
+def _remap(res: _RankResult, pg_names: list[str]) -> None:
+    """Rewrite a worker's group indices into the run's ``pg_names``."""
+    table = []
+    for g in res.pg_names:
+        if g not in pg_names:
+            pg_names.append(g)
+        table.append(pg_names.index(g))
+    if table:
+        lut = np.asarray(table, dtype=np.int32)
+        valid = res.comm.pg >= 0
+        res.comm.pg[valid] = lut[res.comm.pg[valid]]
+
+
+def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> Iterator[_RankResult]:
+    world = tuple(range(files.manifest.world_size))
+    todo = [(f, r) for r, f in sorted(files.files.items()) if f.exists()]
+    if workers <= 1 or len(todo) <= 1:
+        for f, r in todo:
+            yield _export_rank(f, r, tmp, pg_names, world)
+        return
+    # forkserver: workers fork from a clean server that imported this module once (no per-worker
+    # import cost, and no fork of a parent that may run a progress-bar thread).
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
+        try:
+            for fut in futures:
+                yield fut.result()
+        except BaseException:  # a failed rank (or Ctrl-C): do not convert the rest first
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def export_run(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    strict: bool = True,
+    progress: bool = False,
+    console: Any = None,
+) -> ExportSummary:
+    """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
+    files = locate_run(run_dir)
+    out = Path(out_dir)
+    n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(files.files), 8)
+    sink = IssueLog(strict=False)
+    for r, f in sorted(files.files.items()):
+        if not f.exists():
+            sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
+    missing_rank_issues(files, sink)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
+    try:
+        summary = _export_into(files, tmp, n_workers, sink, progress=progress, console=console)
+        if strict and any(i.severity is Severity.ERROR for i in summary.issues):
+            errors = [i for i in summary.issues if i.severity is Severity.ERROR]
+            shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
+            raise ValidationError(
+                f"{run_dir}: not exported, {len(errors)} problem(s): {shown} "
+                f"-- run `skewlens check {run_dir}`"
+            )
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.replace(old)
+        tmp.replace(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.replace(out)
+
+
+def _export_into(
+    files: RunFiles, tmp: Path, workers: int, sink: IssueLog, *, progress: bool, console: Any
+) -> ExportSummary:
+    manifest = files.manifest
+    pg_names = [g.name for g in manifest.process_groups]
+    groups: dict[str, ProcessGroupInfo] = {}
+    comm: dict[int, CommRows] = {}
+    num_nodes: dict[int, int] = {}
+    rows = {"nodes": 0, "deps": 0}
+    prog = None
+    if progress:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        prog = Progress(console=console if console is not None else Console(stderr=True), transient=True)
+        prog.start()
+        task = prog.add_task("exporting ranks", total=len(files.files))
+    try:
+        for res in _results(files, tmp, pg_names, workers):
+            _remap(res, pg_names)
+            for k, v in res.pg_found.items():
+                groups.setdefault(k, v)
+            sink.issues.extend(res.issues)
+            if prog is not None:
+                prog.advance(task)
+            if not res.readable:
+                continue
+            comm[res.rank] = res.comm
+            num_nodes[res.rank] = res.num_nodes
+            rows["nodes"] += res.num_nodes
+            rows["deps"] += res.num_deps
+    finally:
+        if prog is not None:
+            prog.stop()
+    groups.update({g.name: g for g in manifest.process_groups})
+    missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
+    instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
+    pairs = match_pairs(comm, pg_names, sink)
+    rows["collectives"] = _write_collectives(tmp, comm, instances)
+    rows["p2p"] = _write_p2p(tmp, comm, pairs)
+    rows["ranks"] = _write_ranks(tmp, files, num_nodes)
+    _write_provenance(tmp, files, rows, sink)
+    return ExportSummary(out_dir=tmp, rows=rows, issues=tuple(sink.issues))
+
+
+def _at(c: CommRows, row: int) -> int:
+    return int(np.searchsorted(c.row, row))
+
+
+def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[CollectiveInstance]) -> int:
+    """One row per member per instance, gathered rank by rank with numpy."""
+    sizes = np.fromiter((len(i.ranks) for i in instances), dtype=np.int64, count=len(instances))
+    total = int(sizes.sum())
+    ranks = np.fromiter(itertools.chain.from_iterable(i.ranks for i in instances), np.int64, total)
+    rows = np.fromiter(itertools.chain.from_iterable(i.rows for i in instances), np.int64, total)
+    nbytes = np.fromiter(itertools.chain.from_iterable(i.comm_bytes for i in instances), np.int64, total)
+    node_id, step, start, end = (np.zeros(total, dtype=np.int64) for _ in range(4))
+    for r, c in comm.items():
+        m = np.flatnonzero(ranks == r)
+        if m.size:
+            at = np.searchsorted(c.row, rows[m])
+            node_id[m] = c.node_id[at]
+            step[m] = c.step[at]
+            start[m] = c.start_ns[at]
+            end[m] = c.start_ns[at] + c.dur_ns[at]
+    pg_dict = sorted({i.pg_name for i in instances})
+    pg_idx = np.fromiter((pg_dict.index(i.pg_name) for i in instances), np.int64, len(instances))
+    type_idx = np.fromiter((_COMM_NAMES.index(i.comm_type.name) for i in instances), np.int64, len(instances))
+    cols = {
+        "pg_name": _dict(np.repeat(pg_idx, sizes), pg_dict),
+        "seq": np.repeat(np.fromiter((i.seq for i in instances), np.int64, len(instances)), sizes),
+        "comm_type": _dict(np.repeat(type_idx, sizes), _COMM_NAMES),
+        "rank": ranks,
+        "node_id": node_id,
+        "comm_bytes": nbytes,
+        "step": step,
+        "start_ns": start,
+        "end_ns": end,
+        "group_size": np.repeat(sizes, sizes),
+    }
+    write_table(table_from_columns(CollectiveRecord, cols, "collectives"), tmp / "collectives.parquet")
+    return total
+
+
+def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> int:
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("pg_name", "src_rank", "dst_rank", "tag", "comm_bytes", "send_node_id",
+                        "recv_node_id", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns")
+    }  # fmt: skip
+    for p in pairs:
+        s, d = comm[p.src_rank], comm[p.dst_rank]
+        i, j = _at(s, p.src_row), _at(d, p.dst_row)
+        cols["pg_name"].append(p.pg_name or None)
+        cols["src_rank"].append(p.src_rank)
+        cols["dst_rank"].append(p.dst_rank)
+        cols["tag"].append(p.tag)
+        cols["comm_bytes"].append(p.comm_bytes)
+        cols["send_node_id"].append(int(s.node_id[i]))
+        cols["recv_node_id"].append(int(d.node_id[j]))
+        cols["send_start_ns"].append(int(s.start_ns[i]))
+        cols["send_end_ns"].append(int(s.start_ns[i] + s.dur_ns[i]))
+        cols["recv_start_ns"].append(int(d.start_ns[j]))
+        cols["recv_end_ns"].append(int(d.start_ns[j] + d.dur_ns[j]))
+    write_table(table_from_columns(P2PRecord, cols, "p2p"), tmp / "p2p.parquet")
+    return len(cols["src_rank"])
+
+
+def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
+    m = files.manifest
+    ranks = sorted(num_nodes)
+    cols = {
+        "rank": ranks,
+        "host": [m.hosts.get(r, "") for r in ranks],
+        "device": [m.devices.get(r, "") for r in ranks],
+        "clock_offset_ns": [m.clock_offsets_ns.get(r, 0) for r in ranks],
+        "num_nodes": [num_nodes[r] for r in ranks],
+        "trace_file": [str(files.files[r]) for r in ranks],
+    }
+    write_table(table_from_columns(RankRecord, cols, "ranks"), tmp / "ranks.parquet")
+    return len(ranks)
+
+
+def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: IssueLog) -> None:
+    from skewlens import __version__
+
+    run = {
+        "format": "skewlens-parquet",
+        "schema_version": SCHEMA_VERSION,
+        "source": str(files.root.resolve()),
+        "has_manifest": files.has_manifest,
+        "world_size": files.manifest.world_size,
+        "skewlens_version": __version__,
+        "tables": {
+            **{t: {"path": f"{t}/rank=<r>/{PART_FILE}", "rows": rows[t]} for t in PARTITIONED},
+            **{t: {"path": f"{t}.parquet", "rows": rows[t]} for t in SINGLE},
+        },
+        "issues": {s.value: sum(1 for i in sink.issues if i.severity is s) for s in Severity},
+        "comm_types": {t.name: int(t) for t in CommType},
+    }
+    (tmp / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    (tmp / MANIFEST_NAME).write_text(json.dumps(files.manifest.to_json(), indent=2) + "\n")
+
+
+def schema_markdown() -> str:
+    """The column tables of docs/parquet.md, generated from the record dataclasses' field docstrings."""
+    from profiler.store.schema import field_docs
+
+    parts = []
+    for table, cls in RECORD_OF.items():
+        where = f"`{table}/rank=<r>/{PART_FILE}`" if table in PARTITIONED else f"`{table}.parquet`"
+        parts.append(f"### `{table}` ({where})\n\n{' '.join((cls.__doc__ or '').split())}\n")
+        parts.append("| column | type | description |\n| --- | --- | --- |")
+        docs = field_docs(cls)
+        for f in arrow_schema(cls):
+            kind = "string (dictionary)" if pa.types.is_dictionary(f.type) else str(f.type)
+            if f.nullable:
+                kind += ", nullable"
+            note = (
+                " Partition key (from the directory name)."
+                if table in PARTITIONED and f.name == "rank"
+                else ""
+            )
+            parts.append(f"| `{f.name}` | {kind} | {docs.get(f.name, '')}{note} |")
+        parts.append("")
+    return "\n".join(parts)

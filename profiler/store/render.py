@@ -1,0 +1,69 @@
+"""Rich rendering of validation reports and export summaries (the pure results live elsewhere)."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from profiler.store.issues import Severity
+from profiler.store.parquet import ExportSummary
+from profiler.store.validate import ValidationReport
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+
+
+def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> RenderableType:
+    """Summary of the run, then one row per issue (errors first), then the verdict."""
+    summary = Table(title=f"skewlens check {report.path}", show_header=False, box=None)
+    run = report.run
+    if run is not None:
+        summary.add_row("ranks", f"{len(run.ranks)} of world size {run.world_size}")
+        summary.add_row("nodes", f"{report.num_nodes:,}")
+        summary.add_row("process groups", ", ".join(sorted(run.process_groups)) or "-")
+        summary.add_row("collective instances", f"{len(run.collectives):,}")
+        summary.add_row("p2p pairs", f"{len(run.p2p):,}")
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    issues = sorted(report.issues, key=lambda i: order[i.severity])
+    shown = issues if max_issues is None else issues[:max_issues]
+    parts: list[RenderableType] = [summary]
+    if shown:
+        table = Table(title="problems", show_lines=False, expand=False)
+        table.add_column("severity")
+        table.add_column("kind")
+        table.add_column("rank", justify="right")
+        table.add_column("node", justify="right")
+        table.add_column("message", overflow="fold")
+        for i in shown:
+            table.add_row(
+                Text(i.severity.value, style=_STYLE[i.severity]),
+                i.kind,
+                "" if i.rank is None else str(i.rank),
+                "" if i.node is None else str(i.node),
+                i.message,
+            )
+        parts.append(table)
+        if len(issues) > len(shown):
+            parts.append(Text(f"... {len(issues) - len(shown)} more (use --all)", style="dim"))
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    verdict = (
+        Text(f"OK ({n_warn} warning(s))", style="bold green")
+        if report.ok
+        else Text(f"FAILED: {n_err} error(s), {n_warn} warning(s)", style="bold red")
+    )
+    parts.append(verdict)
+    return Group(*parts)
+
+
+def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
+    """Rows per table and conversion throughput."""
+    table = Table(title=f"exported to {summary.out_dir}")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in summary.rows.items():
+        table.add_row(name, f"{rows:,}")
+    nodes = summary.rows.get("nodes", 0)
+    rate = nodes / seconds if seconds > 0 else 0.0
+    notes = [i for i in summary.issues if i.severity is not Severity.INFO]
+    tail = Text(f"{nodes:,} nodes in {seconds:.2f} s ({rate:,.0f} nodes/s); {len(notes)} warning(s)/error(s)")
+    return Group(table, tail)

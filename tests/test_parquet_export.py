@@ -1,0 +1,236 @@
+"""Parquet export: round trip, rank partitions, DuckDB example queries from docs/parquet.md, atomicity."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from profiler.cli_store import export_main
+from profiler.errors import ValidationError
+from profiler.store import load_run
+from profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
+from profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType, NodeType
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "parquet.md"
+
+
+def _run(tmp_path: Path) -> Path:
+    b = RunBuilder(3)
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        for i in range(6):
+            rb.compute("aten::mm" if i % 2 else "aten::add", 10_000 * (r + 1) + 1_000 * i)
+            rb.collective(CommType.ALL_REDUCE if i % 3 else CommType.ALL_GATHER, 4096, 2_000)
+        if r == 0:
+            rb.send(1, 512, 100, tag=9)
+        if r == 1:
+            rb.recv(0, 512, 100, tag=9)
+    return b.write(tmp_path / "run")
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[Path, Path]:
+    run = _run(tmp_path)
+    out = tmp_path / "pq"
+    export_run(run, out, workers=1)
+    return run, out
+
+
+def test_nodes_round_trip_column_by_column(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir)
+    tbl = open_dataset(out, "nodes").to_table().sort_by([("rank", "ascending"), ("node_id", "ascending")])
+    assert tbl.num_rows == sum(len(rt) for rt in run.ranks.values())
+    for r, rt in run.ranks.items():
+        part = tbl.filter(pa.compute.equal(tbl["rank"], r))
+        order = np.argsort(rt.node_id)
+        assert part["node_id"].to_pylist() == rt.node_id[order].tolist()
+        assert part["start_ns"].to_pylist() == rt.start_ns[order].tolist()
+        assert part["dur_ns"].to_pylist() == rt.dur_ns[order].tolist()
+        assert part["name"].to_pylist() == [rt.name(i) for i in order.tolist()]
+        assert part["type"].to_pylist() == [NodeType(t).name for t in rt.node_type[order].tolist()]
+        assert part["seq"].to_pylist() == rt.seq[order].tolist()
+        kinds = [None if t < 0 else CommType(t).name for t in rt.comm_type[order].tolist()]
+        assert part["comm_type"].to_pylist() == kinds
+
+
+def test_deps_round_trip_as_node_id_pairs(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    rt = load_run(run_dir).ranks[2]
+    got = sorted(
+        (row["src"], row["dst"], row["kind"])
+        for row in open_dataset(out, "deps").to_table(filter=ds.field("rank") == 2).to_pylist()
+    )
+    want = sorted(
+        (int(rt.node_id[d]), int(rt.node_id[i]), "ctrl" if k == 0 else "data")
+        for i in range(len(rt))
+        for d, k in zip(
+            rt.deps_of(i).tolist(), rt.dep_kind[rt.dep_ptr[i] : rt.dep_ptr[i + 1]].tolist(), strict=True
+        )
+    )
+    assert got == want and len(got) == len(rt) - 2  # the metadata node and the first op have none
+
+
+def test_collectives_and_p2p_tables_match_the_loaded_run(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir)
+    coll = read_table(out / "collectives.parquet").to_pylist()
+    assert len(coll) == sum(len(c.ranks) for c in run.collectives) == 6 * 3
+    first = [c for c in coll if c["seq"] == 0]
+    assert {c["rank"] for c in first} == {0, 1, 2} and {c["comm_type"] for c in first} == {"ALL_GATHER"}
+    for c in first:
+        rt = run.ranks[c["rank"]]
+        row = int(np.flatnonzero(rt.node_id == c["node_id"])[0])
+        assert (c["start_ns"], c["end_ns"]) == (int(rt.start_ns[row]), int(rt.end_ns[row]))
+        assert c["group_size"] == 3
+    (p2p,) = read_table(out / "p2p.parquet").to_pylist()
+    assert (p2p["src_rank"], p2p["dst_rank"], p2p["tag"], p2p["comm_bytes"]) == (0, 1, 9, 512)
+    ranks = read_table(out / "ranks.parquet").to_pylist()
+    assert [(r["rank"], r["num_nodes"]) for r in ranks] == [(r, len(run.ranks[r])) for r in range(3)]
+
+
+def test_rank_filter_reads_only_that_ranks_files(exported: tuple[Path, Path]) -> None:
+    _, out = exported
+    dataset = open_dataset(out, "nodes")
+    files = [f.path for f in dataset.get_fragments(filter=ds.field("rank") == 1)]
+    assert files == [str(out / "nodes" / "rank=1" / "part-0.parquet")]
+    tbl = dataset.to_table(filter=ds.field("rank") == 1)
+    assert set(tbl["rank"].to_pylist()) == {1} and tbl.num_rows == pq.read_metadata(files[0]).num_rows
+
+
+def test_every_file_carries_schema_version_and_dictionary_strings(exported: tuple[Path, Path]) -> None:
+    _, out = exported
+    files = [*out.glob("*/rank=*/*.parquet"), *(out / f"{t}.parquet" for t in SINGLE)]
+    assert len(files) == 2 * 3 + 3
+    for f in files:
+        schema = pq.read_schema(f)
+        assert schema.metadata[META_VERSION] == SCHEMA_VERSION.encode()
+        assert schema.metadata[META_TABLE].decode() in PARTITIONED + SINGLE
+    nodes = pq.read_schema(out / "nodes" / "rank=0" / "part-0.parquet")
+    assert pa.types.is_dictionary(nodes.field("name").type) and "rank" not in nodes.names
+    prov = json.loads((out / "run.json").read_text())
+    assert prov["schema_version"] == SCHEMA_VERSION and prov["tables"]["collectives"]["rows"] == 18
+    assert json.loads((out / "manifest.json").read_text())["world_size"] == 3
+
+
+def _doc_queries() -> list[str]:
+    return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_documented_longest_waits_query_gives_the_waits_computed_from_the_store(
+    exported: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir)
+    waits = []
+    for c in run.collectives:
+        starts = [int(run.ranks[r].start_ns[row]) for r, row in zip(c.ranks, c.rows, strict=True)]
+        waits += [(max(starts) - s, c.pg_name, c.seq, r) for s, r in zip(starts, c.ranks, strict=True)]
+    want = sorted(waits, key=lambda w: (-w[0], w[1], w[2], w[3]))[:10]
+    monkeypatch.chdir(out)
+    rows = duckdb.sql(_doc_queries()[0]).fetchall()
+    assert [(w, g, s, r) for g, s, _t, r, w in rows] == want
+    assert rows[0][4] > 0
+
+
+def test_documented_per_rank_op_time_query_sums_durations(
+    exported: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir)
+    monkeypatch.chdir(out)
+    rows = duckdb.sql(_doc_queries()[1]).fetchall()
+    for rank, name, calls, total in rows:
+        rt = run.ranks[rank]
+        mask = np.asarray([rt.name(i) == name for i in range(len(rt))])
+        assert (calls, total) == (int(mask.sum()), int(rt.dur_ns[mask].sum()))
+    assert {r[0] for r in rows} == {0, 1, 2}
+    one = duckdb.sql(_doc_queries()[2]).fetchall()
+    assert one == [(len(run.ranks[1]), int(run.ranks[1].dur_ns.sum()))]
+
+
+def test_schema_tables_in_the_docs_are_generated_from_the_dataclasses() -> None:
+    assert schema_markdown() in DOC.read_text()
+
+
+def test_export_of_an_invalid_run_writes_nothing(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "out" / "pq"
+    with pytest.raises(ValidationError, match="not exported, 1 problem"):
+        export_run(run, out, workers=1)
+    assert list((tmp_path / "out").iterdir()) == []
+    summary = export_run(run, out, workers=1, strict=False)
+    assert summary.rows["collectives"] == 2 and (out / "nodes" / "rank=1" / "part-0.parquet").exists()
+
+
+def test_export_replaces_an_older_export_in_one_step(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    (out / "stale.txt").write_text("old")
+    export_run(run_dir, out, workers=1)
+    assert not (out / "stale.txt").exists() and (out / "run.json").exists()
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_worker_processes_write_the_same_tables_as_one_process(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    out2 = out.parent / "pq2"
+    export_run(run_dir, out2, workers=2)
+    for t in PARTITIONED + SINGLE:
+        a = open_dataset(out, t).to_table().to_pylist()
+        b = open_dataset(out2, t).to_table().to_pylist()
+        key = lambda row: json.dumps(row, sort_keys=True, default=str)  # noqa: E731
+        assert sorted(a, key=key) == sorted(b, key=key), t
+
+
+def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    buf = io.StringIO()
+    code = export_main([str(run), "--workers", "1", "--no-progress"], console=Console(file=buf, width=120))
+    assert code == 0 and (run / "parquet" / "collectives.parquet").exists()
+    assert re.search(r"collectives\s*│\s*18", buf.getvalue())
+
+
+def test_benchmark_code_path_converts_a_tiny_generated_run(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "store_throughput", ROOT / "benchmarks" / "store_throughput.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    run = tmp_path / "bench"
+    for r in range(2):
+        bench.generate_rank(run, r, 2, 1200)
+    res = bench.convert(run, tmp_path / "out", 1)
+    per_rank = sum(1 for i in range(1, 1200) if i % bench.COLL_EVERY == 0 and i % bench.P2P_EVERY != 0)
+    assert res["nodes"] == 2400 and res["errors"] == 0
+    assert res["collective_rows"] == 2 * per_rank
+    assert res["p2p_rows"] == 4  # two ring exchanges each way
+
+
+def test_an_unreadable_rank_file_is_named_and_the_rest_exported_on_request(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    f = run / "rank-2.et"
+    f.write_bytes(f.read_bytes()[:-3])
+    with pytest.raises(ValidationError, match=r"rank-2\.et: truncated message at byte offset \d+"):
+        export_run(run, tmp_path / "pq", workers=1)
+    summary = export_run(run, tmp_path / "pq", workers=1, strict=False)
+    assert sorted(p.name for p in (tmp_path / "pq" / "nodes").iterdir()) == ["rank=0", "rank=1"]
+    assert summary.rows["ranks"] == 2 and summary.rows["p2p"] == 1

@@ -1,0 +1,266 @@
+"""Loading runs into the store: the vectorised decoder, foreign Chakra traces, real imported traces."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from chakra.schema.protobuf import et_def_pb2 as pb
+from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from rich.console import Console
+
+from profiler.chakra_io import EtWriter
+from profiler.errors import ManifestError, TraceFormatError, ValidationError
+from profiler.store import load_run
+from profiler.store.fast import decode_file
+from profiler.store.load import load_rank
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType, NodeType
+
+COLUMNS = (
+    "node_id", "node_type", "name_idx", "start_ns", "dur_ns", "stream", "step", "comm_type", "comm_bytes",
+    "pg", "seq", "src", "dst", "tag", "is_cpu", "dep_ptr", "dep_idx", "dep_kind",
+)  # fmt: skip
+SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+CHAKRA_GENERATOR = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "chakra_generator"
+
+
+def _assert_same(fast_path: Path) -> None:
+    a = load_rank(fast_path, 0, [], {})
+    b = load_rank(fast_path, 0, [], {}, reference=True)
+    for c in COLUMNS:
+        x, y = getattr(a, c), getattr(b, c)
+        assert x.dtype == y.dtype and np.array_equal(x, y), c
+    assert a.names == b.names
+
+
+def _mixed_run(tmp_path: Path) -> Path:
+    b = RunBuilder(3, groups={"0": (0, 1, 2), "tp": (0, 1)})
+    for r in range(3):
+        rb = b.rank(r).step(1)
+        for i in range(40):
+            rb.compute(f"aten::op{i % 7}", 1000 + 37 * i + r, stream=i % 2)
+            if i % 5 == 0:
+                rb.collective(CommType.ALL_REDUCE, 1 << (10 + i % 4), 300)
+            if r < 2 and i % 9 == 0:
+                rb.collective(CommType.ALL_GATHER, 4096, 300, pg="tp")
+        if r == 0:
+            rb.send(2, 10**9 + 7, 5, tag=-3)
+        if r == 2:
+            rb.recv(0, 10**9 + 7, 5, tag=-3)
+    return b.write(tmp_path / "run")
+
+
+def test_vectorised_decoder_gives_exactly_the_reference_columns(tmp_path: Path) -> None:
+    run = _mixed_run(tmp_path)
+    for r in range(3):
+        _assert_same(run / f"rank-{r}.et")
+
+
+def test_every_attribute_encoding_reads_as_the_same_integer(tmp_path: Path) -> None:
+    f = tmp_path / "t.0.et"
+    encodings = [
+        ("int64_val", 5000), ("int32_val", 5000), ("uint32_val", 5000), ("uint64_val", 5000),
+        ("sint32_val", 5000), ("sint64_val", 5000), ("fixed32_val", 5000), ("fixed64_val", 5000),
+        ("sfixed32_val", 5000), ("sfixed64_val", 5000), ("double_val", 5000.0), ("float_val", 5000.0),
+    ]  # fmt: skip
+    with EtWriter(f) as w:
+        for i, (field, value) in enumerate(encodings):
+            node = pb.Node(id=i, name=field, type=int(NodeType.COMM_SEND))
+            node.attr.add(name="comm_size", **{field: value})
+            node.attr.add(name="comm_dst", sint64_val=-1)
+            node.attr.add(name="doc_first", doc_string="x", string_val="y")
+            w.write(node)
+    rt = load_rank(f, 0, [], {})
+    assert rt.comm_bytes.tolist() == [5000] * len(encodings)
+    assert rt.dst.tolist() == [-1] * len(encodings)
+    _assert_same(f)
+
+
+def test_unpacked_dependency_lists_decode_like_packed_ones(tmp_path: Path) -> None:
+    f = tmp_path / "u.0.et"
+    with EtWriter(f) as w:
+        w.write(pb.Node(id=1, name="a", type=int(NodeType.COMP)))
+        w.write(pb.Node(id=2, name="b", type=int(NodeType.COMP)))
+        # node 3 with ctrl_deps 1 and 2 written unpacked (field 4, wire type 0, one tag each)
+        body = b"\x08\x03" + b"\x12\x01c" + b"\x18\x04" + b"\x20\x01" + b"\x20\x02" + b"\x2a\x01\x01"
+        w.write_raw(bytes([len(body)]) + body)
+    rt = load_rank(f, 0, [], {})
+    assert rt.deps_of(2).tolist() == [0, 1, 0]
+    assert rt.dep_kind[rt.dep_ptr[2] : rt.dep_ptr[3]].tolist() == [0, 0, 1]
+    _assert_same(f)
+
+
+def test_fast_decoder_refuses_a_length_running_past_its_message(tmp_path: Path) -> None:
+    from profiler.store.fast import FastDecodeError
+
+    f = tmp_path / "bad.0.et"
+    with EtWriter(f) as w:
+        w.write_raw(b"\x05\x12\x09abc")  # name claims 9 bytes, the message has 3 left
+    with pytest.raises(FastDecodeError):
+        decode_file(f)
+    with pytest.raises(TraceFormatError, match=r"bad\.0\.et: corrupt node message at byte offset \d+"):
+        load_rank(f, 0, [], {})
+
+
+def test_a_prefix_and_its_directory_load_the_same_foreign_run(tmp_path: Path) -> None:
+    d = tmp_path / "chakra"
+    for r in range(3):
+        with EtWriter(d / f"job.{r}.et") as w:
+            node = pb.Node(id=10, name="allreduce", type=int(NodeType.COMM_COLL), duration_micros=5)
+            node.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+            node.attr.add(name="comm_size", int64_val=1024)
+            w.write(node)
+            w.write(pb.Node(id=11, name="mm", type=int(NodeType.COMP), data_deps=[10]))
+    for where in (d, d / "job"):
+        run = load_run(where)
+        assert run.world_size == 3 and sorted(run.ranks) == [0, 1, 2]
+        (inst,) = run.collectives
+        assert (inst.pg_name, inst.seq, inst.ranks, inst.comm_bytes) == ("0", 0, (0, 1, 2), (1024,) * 3)
+        assert run.process_groups["0"].ranks == (0, 1, 2)
+        assert run.ranks[1].dur_ns.tolist() == [5000, 0]
+        assert "no start times" in " ".join(run.ranks[1].notes)
+
+
+def test_a_folder_with_several_runs_asks_for_a_prefix(tmp_path: Path) -> None:
+    for p in ("a", "b"):
+        with EtWriter(tmp_path / f"{p}.0.et") as w:
+            w.write(pb.Node(id=1, name="x", type=int(NodeType.COMP)))
+    with pytest.raises(ManifestError, match=r"prefixes \['a', 'b'\]\); pass DIR/<prefix>"):
+        load_run(tmp_path)
+    assert len(load_run(tmp_path / "b").ranks) == 1
+
+
+def test_strict_load_still_raises_on_the_first_mismatch(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.REDUCE, 64, 10)
+    with pytest.raises(ValidationError, match="seq 0: type differs"):
+        load_run(b.write(tmp_path / "run"))
+
+
+def test_progress_bar_renders_to_the_injected_console(tmp_path: Path) -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    run = load_run(_mixed_run(tmp_path), progress=True, console=console)
+    assert len(run.ranks) == 3
+    assert "rank-2.et" in buf.getvalue() or "loading" in buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Traces written by Chakra's own generator (``<name>.<npu>.et``) for 4 NPUs."""
+    if not CHAKRA_GENERATOR.exists():
+        pytest.skip(f"{CHAKRA_GENERATOR} not found (mlc-chakra's console script)")
+    d = tmp_path_factory.mktemp("chakra_generator")
+    subprocess.run(
+        [str(CHAKRA_GENERATOR.resolve()), "--num_npus", "4"], cwd=d, check=True, capture_output=True
+    )
+    return d
+
+
+@pytest.mark.parametrize(
+    ("prefix", "comm_type", "size"),
+    [
+        ("ALL_REDUCE", CommType.ALL_REDUCE, 65536),
+        ("ALL_GATHER", CommType.ALL_GATHER, 65536),
+        ("REDUCE_SCATTER", CommType.REDUCE_SCATTER, 65536),
+        ("ALL_TO_ALL", CommType.ALL_TO_ALL, 65536),
+        ("BARRIER", CommType.BARRIER, 0),
+    ],
+)
+def test_chakra_generator_collectives_load_as_one_world_instance(
+    generated: Path, prefix: str, comm_type: CommType, size: int
+) -> None:
+    run = load_run(generated / prefix)
+    assert run.world_size == 4 and len(run.ranks) == 4
+    (inst,) = run.collectives
+    assert (inst.comm_type, inst.ranks, inst.seq, inst.comm_bytes) == (
+        comm_type,
+        (0, 1, 2, 3),
+        0,
+        (size,) * 4,
+    )
+    assert all(not rt.is_cpu[0] for rt in run.ranks.values())
+
+
+def test_chakra_generator_compute_chains_keep_their_dependencies(generated: Path) -> None:
+    run = load_run(generated / "two_comp_nodes_dependent")
+    for rt in run.ranks.values():
+        assert len(rt) == 2 and rt.deps_of(1).tolist() == [0] and rt.deps_of(0).tolist() == []
+        assert rt.node_type.tolist() == [NodeType.COMP, NodeType.COMP]
+
+
+def test_chakra_generator_all_attribute_types_decode_like_the_reference(generated: Path) -> None:
+    for r in range(4):
+        _assert_same(generated / f"one_metadata_node_all_types.{r}.et")
+
+
+def test_chakra_generator_send_without_peer_fails_validation_by_name(generated: Path) -> None:
+    from profiler.store.validate import validate_run
+
+    report = validate_run(generated / "one_comm_send_node")
+    msgs = [i.message for i in report.errors]
+    assert len(msgs) == 4 and all("has no destination rank (comm_dst)" in m for m in msgs)
+    assert report.run is not None and report.run.ranks[0].comm_bytes.tolist() == [
+        1024
+    ]  # --default_tensor_size
+
+
+def _chakra_count(path: Path) -> int:
+    fh = openFileRd(str(path))
+    gm, node, n = pb.GlobalMetadata(), pb.Node(), 0
+    decodeMessage(fh, gm)
+    while decodeMessage(fh, node):
+        n += 1
+    fh.close()
+    return n
+
+
+@pytest.fixture(scope="module")
+def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    importers = pytest.importorskip(
+        "profiler.importers", reason="profiler.importers (helper H2's importer) is not available"
+    )
+    kineto, host = SHARED_TRACES / "dlrm_8gpu_kineto.tar.gz", SHARED_TRACES / "dlrm_8gpu_host_et.tar.gz"
+    if not kineto.exists():
+        pytest.skip(f"real GPU traces not found at {SHARED_TRACES}")
+    out = tmp_path_factory.mktemp("dlrm") / "run"
+    importers.import_traces([kineto], [host], out, progress=False)
+    return out
+
+
+def test_imported_dlrm_run_loads_with_every_collective_matched_on_eight_ranks(dlrm_run: Path) -> None:
+    from profiler.store.validate import validate_run
+
+    report = validate_run(dlrm_run)
+    assert report.errors == []
+    run = report.run
+    assert run is not None and sorted(run.ranks) == list(range(8))
+    for r, rt in run.ranks.items():
+        assert len(rt) == _chakra_count(dlrm_run / f"rank-{r}.et")
+    kinds = sorted(c.comm_type.name for c in run.collectives)
+    assert kinds == ["ALL_REDUCE"] * 3 + ["ALL_TO_ALL"] * 5
+    assert all(c.ranks == tuple(range(8)) for c in run.collectives)
+    for c in run.collectives:
+        for r, row in zip(c.ranks, c.rows, strict=True):
+            assert run.ranks[r].node_type[row] == NodeType.COMM_COLL
+
+
+def test_a_node_with_very_many_fields_falls_back_to_the_reference_decoder(tmp_path: Path) -> None:
+    from profiler.store.fast import MAX_FIELDS, FastDecodeError
+
+    f = tmp_path / "wide.0.et"
+    node = pb.Node(id=1, name="wide", type=int(NodeType.COMP))
+    for i in range(MAX_FIELDS + 5):
+        node.attr.add(name=f"a{i}", int64_val=i)
+    node.attr.add(name="comm_size", int64_val=77)
+    with EtWriter(f) as w:
+        w.write(node)
+    with pytest.raises(FastDecodeError, match="more than"):
+        decode_file(f)
+    assert load_rank(f, 0, [], {}).comm_bytes.tolist() == [77]

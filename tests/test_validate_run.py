@@ -1,0 +1,251 @@
+"""``validate_run`` / ``load_validated`` / ``skewlens check``: hand-made broken traces, one per problem."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from chakra.schema.protobuf import et_def_pb2 as pb
+from rich.console import Console
+
+from profiler.chakra_io import EtWriter, TraceNode
+from profiler.cli_store import check_main
+from profiler.errors import ValidationError
+from profiler.manifest import rank_file
+from profiler.store.issues import Severity
+from profiler.store.validate import load_validated, validate_run
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType, NodeType
+
+
+def _good_run(tmp_path: Path, world: int = 2) -> Path:
+    b = RunBuilder(world)
+    for r in range(world):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 1_000 * (r + 1))
+        rb.collective(CommType.ALL_REDUCE, 4096, 100)
+        rb.collective(CommType.ALL_GATHER, 1024, 100)
+    return b.write(tmp_path / "run")
+
+
+def _rewrite_rank(run: Path, rank: int, nodes: list[TraceNode | pb.Node]) -> None:
+    with EtWriter(rank_file(run, rank), {"rank": rank}) as w:
+        w.write_all(nodes)
+
+
+def _comp(node_id: int, name: str, deps: tuple[int, ...] = ()) -> TraceNode:
+    return TraceNode(
+        node_id=node_id, name=name, node_type=NodeType.COMP, start_ns=0, dur_ns=1, ctrl_deps=deps
+    )
+
+
+def _errors(path: Path, kind: str) -> list[str]:
+    report = validate_run(path)
+    return [i.message for i in report.errors if i.kind == kind]
+
+
+def test_a_consistent_run_validates_without_problems(tmp_path: Path) -> None:
+    report = validate_run(_good_run(tmp_path))
+    assert report.ok and report.errors == [] and report.warnings == []
+    assert report.run is not None and len(report.run.collectives) == 2
+
+
+def test_truncated_file_is_reported_with_file_and_byte_offset(tmp_path: Path) -> None:
+    run = _good_run(tmp_path)
+    f = rank_file(run, 1)
+    data = f.read_bytes()
+    f.write_bytes(data[:-7])
+    (msg,) = _errors(run, "corrupt-trace")
+    assert "rank-1.et: truncated message at byte offset" in msg
+    offset = int(msg.split("byte offset ")[1].split(":")[0])
+    assert 0 < offset < len(data) - 7
+
+
+def test_corrupt_protobuf_inside_a_message_is_reported_with_its_offset(tmp_path: Path) -> None:
+    run = _good_run(tmp_path)
+    f = rank_file(run, 0)
+    good = f.read_bytes()
+    f.write_bytes(good + encode_message_bytes(b"\x0a\xff\xff\xff"))  # field 1 as a string claiming 2 MiB
+    (msg,) = _errors(run, "corrupt-trace")
+    assert f"rank-0.et: corrupt node message at byte offset {len(good)}" in msg
+
+
+def encode_message_bytes(body: bytes) -> bytes:
+    return bytes([len(body)]) + body
+
+
+def test_unknown_node_type_names_the_node(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _rewrite_rank(run, 0, [_comp(1, "ok"), pb.Node(id=2, name="weird", type=42)])
+    (msg,) = _errors(run, "unknown-node-type")
+    assert "rank-0.et: rank 0: node 2 (weird)" in msg and "unknown node type 42" in msg
+
+
+def test_dangling_dependency_names_both_nodes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _rewrite_rank(run, 0, [_comp(1, "a"), _comp(2, "b", deps=(1, 99))])
+    (msg,) = _errors(run, "dangling-dependency")
+    assert "node 2 (b) depends on node 99, which does not exist" in msg
+
+
+def test_dependency_cycle_prints_the_cycles_ids_and_names(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    nodes = [_comp(1, "root"), _comp(2, "a", deps=(1, 4)), _comp(3, "b", deps=(2,)), _comp(4, "c", deps=(3,))]
+    _rewrite_rank(run, 0, nodes)
+    (msg,) = _errors(run, "dependency-cycle")
+    chain = msg.split("dependency cycle: ")[1].split(" -> ")
+    assert chain[0] == chain[-1]
+    assert sorted(set(chain)) == ["2 (a)", "3 (b)", "4 (c)"]
+
+
+def test_a_node_depending_on_itself_is_a_cycle(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _rewrite_rank(run, 0, [_comp(1, "self", deps=(1,))])
+    (msg,) = _errors(run, "dependency-cycle")
+    assert msg.endswith("dependency cycle: 1 (self) -> 1 (self)")
+
+
+def test_duplicate_node_ids_are_reported_with_both_offsets(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _rewrite_rank(run, 0, [_comp(1, "a"), _comp(7, "b"), _comp(7, "c")])
+    (msg,) = _errors(run, "duplicate-node-id")
+    assert "rank 0: duplicate node id 7 (rows 1 and 2, byte offsets" in msg
+
+
+def test_rank_listed_in_the_manifest_without_a_file_is_missing(tmp_path: Path) -> None:
+    run = _good_run(tmp_path, world=3)
+    rank_file(run, 2).unlink()
+    msgs = _errors(run, "missing-rank")
+    assert msgs == [f"{rank_file(run, 2)}: rank 2 is listed but its trace file is missing"]
+
+
+def test_gap_in_foreign_rank_numbering_is_a_missing_rank(tmp_path: Path) -> None:
+    d = tmp_path / "foreign"
+    for r in (0, 2):
+        with EtWriter(d / f"trace.{r}.et") as w:
+            w.write(_comp(1, "x"))
+    msgs = _errors(d, "missing-rank")
+    assert len(msgs) == 1 and "rank 1 of 3 has no trace (gap in the rank numbering)" in msgs[0]
+
+
+def test_collectives_of_different_types_name_group_seq_and_ranks(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    (msg,) = _errors(b.write(tmp_path / "run"), "collective-type")
+    assert msg.startswith("collective mismatch in group '0' seq 0: type differs")
+    assert "rank 0: ALL_REDUCE" in msg and "rank 1: BROADCAST" in msg
+
+
+def test_collectives_of_different_sizes_are_reported_per_rank(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_GATHER, 1024, 10)
+    b.rank(1).collective(CommType.ALL_GATHER, 2048, 10)
+    (msg,) = _errors(b.write(tmp_path / "run"), "collective-size")
+    assert "group '0' seq 0 (ALL_GATHER): size differs (rank 0: 1024 B, rank 1: 2048 B)" in msg
+
+
+def test_all_to_all_members_may_move_different_sizes(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_TO_ALL, 1024, 10)
+    b.rank(1).collective(CommType.ALL_TO_ALL, 4096, 10)
+    assert validate_run(b.write(tmp_path / "run")).ok
+
+
+def test_a_rank_that_issues_fewer_collectives_is_a_count_mismatch(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for _ in range(3):
+        b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    for _ in range(2):
+        b.rank(1).collective(CommType.ALL_REDUCE, 64, 10)
+    (msg,) = _errors(b.write(tmp_path / "run"), "collective-count")
+    assert "group '0' seq 2: rank 1 has no such collective" in msg
+    assert "rank 1 issued 2 collective(s) on this group" in msg
+
+
+def test_send_without_recv_names_the_send(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).send(1, 256, 10, tag=5)
+    b.rank(0).send(1, 256, 10, tag=5)
+    b.rank(1).recv(0, 256, 10, tag=5)
+    report = validate_run(b.write(tmp_path / "run"))
+    (msg,) = [i.message for i in report.errors if i.kind == "p2p-unmatched"]
+    assert "send node 2 on rank 0 (to rank 1, tag 5) has no matching recv" in msg
+    assert report.run is not None and len(report.run.p2p) == 1
+
+
+def test_every_problem_is_collected_not_just_the_first(tmp_path: Path) -> None:
+    b = RunBuilder(3)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    b.rank(2).collective(CommType.ALL_REDUCE, 32, 10)
+    b.rank(0).send(2, 8, 1)
+    run = b.write(tmp_path / "run")
+    with EtWriter(rank_file(run, 1)) as w:  # rank 1 also gets a dangling dependency
+        w.write(_comp(1, "x", deps=(5,)))
+        w.write(TraceNode(node_id=2, name="c", node_type=NodeType.COMM_COLL, start_ns=0, dur_ns=1,
+                          attrs={"comm_type": int(CommType.BROADCAST), "comm_size": 64, "pg_name": "0",
+                                 "skl_seq": 0}))  # fmt: skip
+    kinds = {i.kind for i in validate_run(run).errors}
+    assert kinds == {"dangling-dependency", "collective-type", "p2p-unmatched"}
+
+
+def test_load_validated_raises_one_message_with_the_first_problems(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for _ in range(8):
+        b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+        b.rank(1).collective(CommType.REDUCE, 64, 10)
+    run = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError) as e:
+        load_validated(run)
+    text = str(e.value)
+    assert "8 problem(s)" in text and "seq 0: type differs" in text and "seq 4: type differs" in text
+    assert "seq 5:" not in text and "skewlens check" in text
+
+
+def test_load_validated_returns_the_matched_run_when_it_is_clean(tmp_path: Path) -> None:
+    run = load_validated(_good_run(tmp_path))
+    assert [(c.comm_type, c.ranks) for c in run.collectives] == [
+        (CommType.ALL_REDUCE, (0, 1)),
+        (CommType.ALL_GATHER, (0, 1)),
+    ]
+
+
+def test_inferences_are_reported_as_info_not_errors(tmp_path: Path) -> None:
+    d = tmp_path / "foreign"
+    for r in (0, 1):
+        with EtWriter(d / f"t.{r}.et") as w:
+            node = pb.Node(id=1, name="ar", type=int(NodeType.COMM_COLL))
+            node.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+            w.write(node)
+    report = validate_run(d)
+    assert report.ok
+    infos = [i.message for i in report.issues if i.severity is Severity.INFO]
+    assert any("no start times" in m for m in infos)
+    assert any("numbered per group in file order" in m for m in infos)
+
+
+def test_check_cli_prints_the_problems_and_exits_nonzero(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _rewrite_rank(run, 0, [_comp(1, "a"), _comp(2, "b", deps=(99,))])
+    buf = io.StringIO()
+    code = check_main([str(run), "--no-progress"], console=Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert code == 1
+    assert "dangling-dependency" in text and "depends on node 99" in text and "FAILED: 1 error(s)" in text
+
+
+def test_check_cli_exits_zero_on_a_clean_run(tmp_path: Path) -> None:
+    buf = io.StringIO()
+    assert check_main([str(_good_run(tmp_path)), "--no-progress"], console=Console(file=buf, width=200)) == 0
+    assert "OK" in buf.getvalue() and "collective instances  2" in buf.getvalue()
+
+
+def test_a_rank_issuing_the_same_instance_twice_is_reported(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10, seq=0)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10, seq=0)
+    b.rank(1).collective(CommType.ALL_REDUCE, 64, 10, seq=0)
+    (msg,) = _errors(b.write(tmp_path / "run"), "collective-duplicate")
+    assert "group '0' seq 0: rank(s) [0] issue this instance more than once" in msg
