@@ -179,8 +179,12 @@ class RealConfig:
     """How compute is replayed: auto | spin (calibrated busy loop) | sleep."""
     launcher_args: list[str] = field(default_factory=list)
     """Extra arguments for torch's launcher (e.g. ``--nnodes``, ``--rdzv-endpoint``)."""
+    capture: str = "profiler"
+    """How the replay is recorded: profiler (skewlens capture of the workers) | self (own timings)."""
 
     def __post_init__(self) -> None:
+        if self.capture not in ("profiler", "self"):
+            raise ConfigError(f"real.capture: expected profiler or self, got {self.capture!r}")
         if not self.timeout_s > 0:
             raise ConfigError(f"real.timeout_s: must be > 0, got {self.timeout_s}")
         if self.backend not in ("auto", "gloo", "nccl"):

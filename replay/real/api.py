@@ -1,0 +1,261 @@
+"""Real replay: re-execute a run's traces on real processes through torch.distributed.
+
+    result = real_replay(run_dir=RUN, out_dir=OUT, effects=NO_EFFECTS, cfg=RealConfig())
+
+1. load and validate the run (the store's checks: matching collectives, p2p pairs);
+2. turn each rank's trace into a replay plan (:mod:`replay.real.plan`: gaps, dependencies, effects);
+3. start one worker per traced rank through torchrun (:mod:`replay.real.launch`), each re-creating the
+   process groups and re-issuing every collective / p2p op with the recorded type, size, dtype and group,
+   with calibrated compute in between (:mod:`replay.real.worker`);
+4. the replay is captured by the profiler (``profiler.capture``, collectives level, as ``skewlens
+   profile`` captures a training job) into ``OUT_DIR/run`` (manifest ``source="replay"``), which loads,
+   checks and analyses like any captured run; the workers also record each replayed node's own times
+   into ``OUT_DIR/real/replayed`` (the original nodes, same ids, with replayed times on rank 0's clock).
+   With ``cfg.capture = "self"`` that node-aligned record is ``OUT_DIR/run`` and the profiler stays out.
+
+Step times (``RealReplayResult``) are per rank: the span of each step's nodes (first start to last end),
+averaged over the steps, for the original and for ``OUT_DIR/run``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from profiler.manifest import Manifest, StepSpan, write_manifest
+from profiler.store import RunTrace, load_run
+from profiler.vocab import NodeType
+from replay.effects import Effects
+from replay.errors import ConfigError, ReplayError
+from replay.real.capture import finish_capture
+from replay.real.launch import launcher_command, run_workers
+from replay.real.plan import (
+    RESULT_FILE,
+    PlanMeta,
+    ReplayOp,
+    group_specs,
+    rank_plan,
+    read_json_bounded,
+    warmup_ops,
+    write_plan,
+)
+from replay.real.result import RealReplayResult, rank_step_times, step_spans
+
+BACKENDS = ("auto", "gloo", "nccl")
+COMPUTE_MODES = ("auto", "spin", "sleep")
+#: ``self``: the workers record each replayed node's times themselves (node ids as in the original);
+#: ``profiler``: the replay is also captured by ``profiler.capture`` (collectives level), as a real run is.
+CAPTURE_MODES = ("self", "profiler")
+#: Allowance for start-up (interpreter + torch import, rendezvous, groups) in the whole-replay deadline.
+STARTUP_ALLOWANCE_S = 120.0
+
+
+class RealConfigLike(Protocol):
+    """What real replay reads from its config (``replay.config.RealConfig``)."""
+
+    timeout_s: float
+    backend: str
+    nproc: int | None
+
+
+def _check_config(cfg: RealConfigLike) -> tuple[float, str, int | None, str, list[str] | None, str]:
+    timeout_s = float(cfg.timeout_s)
+    if not timeout_s > 0:
+        raise ConfigError(f"real.timeout_s must be > 0 (got {cfg.timeout_s!r})")
+    if cfg.backend not in BACKENDS:
+        raise ConfigError(f"real.backend must be one of {', '.join(BACKENDS)} (got {cfg.backend!r})")
+    if cfg.nproc is not None and int(cfg.nproc) < 1:
+        raise ConfigError(f"real.nproc must be >= 1 (got {cfg.nproc!r})")
+    compute = str(getattr(cfg, "compute", "auto"))
+    if compute not in COMPUTE_MODES:
+        raise ConfigError(f"real.compute must be one of {', '.join(COMPUTE_MODES)} (got {compute!r})")
+    capture = str(getattr(cfg, "capture", "profiler"))
+    if capture not in CAPTURE_MODES:
+        raise ConfigError(f"real.capture must be one of {', '.join(CAPTURE_MODES)} (got {capture!r})")
+    launcher_args = getattr(cfg, "launcher_args", None)
+    return timeout_s, cfg.backend, cfg.nproc, compute, list(launcher_args) if launcher_args else None, capture
+
+
+def _cuda_available() -> bool:
+    import torch  # only here: deciding on NCCL needs it, the rest of the parent does not
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve_backend(backend: str, manifest: Manifest) -> str:
+    """``auto``: NCCL when the run was on CUDA devices and CUDA is available here, else gloo."""
+    on_cuda = any(d.startswith("cuda") for d in manifest.devices.values())
+    if backend == "auto":
+        return "nccl" if on_cuda and _cuda_available() else "gloo"
+    if backend == "nccl" and not _cuda_available():
+        raise ConfigError("real.backend=nccl: CUDA is not available on this machine")
+    return backend
+
+
+def load_checked(run_dir: Path) -> RunTrace:
+    """The run, validated by the store's checks where available (``profiler.store.validate``)."""
+    try:
+        validate = importlib.import_module("profiler.store.validate")
+    except ImportError:
+        return load_run(run_dir)
+    run: RunTrace = validate.load_validated(run_dir)
+    return run
+
+
+def _deadline_s(run: RunTrace, plans: dict[int, list[ReplayOp]], timeout_s: float) -> float:
+    """Bound on the whole replay: twice the recorded span plus added work, plus start-up and timeout."""
+    span = 0
+    for r, rt in run.ranks.items():
+        if len(rt):
+            extra = sum(max(0, o.dur_ns - int(rt.dur_ns[o.row])) + o.delay_ns for o in plans[r])
+            span = max(span, int(rt.end_ns.max() - rt.start_ns.min()) + extra)
+    return 2 * span / 1e9 + STARTUP_ALLOWANCE_S + timeout_s
+
+
+def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfigLike) -> RealReplayResult:
+    """Replay ``run_dir`` on real processes; the replay is written to ``out_dir/run`` (see module doc)."""
+    timeout_s, backend_cfg, nproc, compute, launcher_args, capture = _check_config(cfg)
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run = load_checked(run_dir)
+    m = run.manifest
+    if m.missing_ranks or sorted(run.ranks) != list(range(m.world_size)):
+        raise ReplayError(
+            f"{run_dir}: cannot replay on real processes: rank(s) {list(m.missing_ranks)} of "
+            f"{m.world_size} have no trace"
+        )
+    if not launcher_args and nproc is not None and nproc != m.world_size:
+        raise ConfigError(
+            f"real.nproc={nproc} but {run_dir} has {m.world_size} ranks: on one host start one process per "
+            "traced rank; across hosts set real.launcher_args (--nnodes, --node-rank, --rdzv-endpoint) and "
+            "run the same command on every host with OUT_DIR on a shared file system"
+        )
+    backend = resolve_backend(backend_cfg, m)
+    default_pg, groups = group_specs(run)
+    firsts: dict[int, int] = {}
+    for r, rt in run.ranks.items():
+        real_rows = rt.node_type != int(NodeType.METADATA)
+        firsts[r] = int(rt.start_ns[real_rows].min()) if real_rows.any() else 0
+    first = min(firsts.values(), default=0)
+    plans = {r: rank_plan(rt, run, effects, firsts[r]) for r, rt in sorted(run.ranks.items())}
+    out_run = out_dir / "run"
+    work = out_dir / "real"
+    plan_dir, work_dir = work / "plan", work / "work"
+    self_run = out_run if capture == "self" else work / "replayed"
+    n_steps = max((len(step_spans(rt)) for rt in run.ranks.values()), default=1)
+    meta = PlanMeta(
+        world_size=m.world_size,
+        backend=backend,
+        timeout_s=timeout_s,
+        compute=compute,
+        default_pg=default_pg,
+        groups=groups,
+        origin_ns={r: f - first for r, f in firsts.items()},
+        first_start_ns=first,
+        source_run=str(run_dir.resolve()),
+        out_run=str(self_run.resolve()),
+        work_dir=str(work_dir.resolve()),
+        capture_run=str(out_run.resolve()) if capture == "profiler" else "",
+        capture_steps=n_steps,
+    )
+    warmups = {r: warmup_ops(run, r, ops) for r, ops in plans.items()}
+    write_plan(plan_dir, meta, plans, warmups)
+    _clear_previous(out_run, self_run)
+    cmd = launcher_command(plan_dir.resolve(), nproc or m.world_size, launcher_args)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env)
+    _write_replay_manifest(
+        out_run=self_run, work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir
+    )
+    replayed = load_run(self_run, match=False)
+    _write_replay_manifest(
+        out_run=self_run,
+        work_dir=work_dir,
+        original=m,
+        backend=backend,
+        cmd=cmd,
+        source=run_dir,
+        replayed=replayed,
+    )
+    if capture == "profiler":
+        finish_capture(out_run, source_run=run_dir, node_aligned=self_run)
+        replayed = load_run(out_run, match=False)
+    ranks = tuple(
+        rank_step_times(r, step_spans(run.ranks[r]), step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
+    )
+    return RealReplayResult(run_dir=out_run, out_dir=out_dir, backend=backend, ranks=ranks)
+
+
+def _clear_previous(*run_dirs: Path) -> None:
+    """Remove what an earlier replay into the same OUT_DIR left (our files only), so nothing stale merges."""
+    for d in run_dirs:
+        for f in [d / "manifest.json", *d.glob("rank-*.et")]:
+            f.unlink(missing_ok=True)
+        parts = d / ".parts"
+        if parts.is_dir():
+            shutil.rmtree(parts)
+
+
+def _write_replay_manifest(
+    *,
+    out_run: Path,
+    work_dir: Path,
+    original: Manifest,
+    backend: str,
+    cmd: list[str],
+    source: Path,
+    replayed: RunTrace | None = None,
+) -> None:
+    results: dict[int, dict[str, Any]] = {}
+    for r in original.ranks:
+        d = read_json_bounded(work_dir / RESULT_FILE.format(rank=r), "worker result")
+        if not isinstance(d, dict):
+            raise ReplayError(f"{work_dir}: malformed result of rank {r}")
+        results[r] = d
+    steps: tuple[StepSpan, ...] = ()
+    if replayed is not None:
+        steps = tuple(
+            StepSpan(rank=r, step=s, start_ns=a, end_ns=b)
+            for r in sorted(replayed.ranks)
+            for s, (a, b) in sorted(step_spans(replayed.ranks[r]).items())
+        )
+    try:
+        from skewlens import __version__ as version
+    except ImportError:  # pragma: no cover - the package is always installed with skewlens
+        version = ""
+    write_manifest(
+        out_run,
+        Manifest(
+            world_size=original.world_size,
+            ranks=original.ranks,
+            process_groups=original.process_groups,
+            backend=backend,
+            level=original.level,
+            source="replay",
+            devices={r: str(d.get("device", "")) for r, d in results.items()},
+            hosts={r: str(d.get("host", socket.gethostname())) for r, d in results.items()},
+            clock_offsets_ns={r: int(d.get("clock_offset_ns", 0)) for r, d in results.items()},
+            step_window=original.step_window,
+            steps=steps,
+            torch_version=_torch_version(),
+            skewlens_version=version,
+            command=tuple(cmd),
+            notes={"replay_of": str(source.resolve()), "original_source": original.source},
+        ),
+    )
+
+
+def _torch_version() -> str:
+    mod = sys.modules.get("torch")
+    if mod is not None:
+        return str(getattr(mod, "__version__", ""))
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:
+        return ""

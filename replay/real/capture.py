@@ -1,0 +1,55 @@
+"""Tidying the profiler's capture of a replay (parent side, no torch).
+
+The workers start the profiler before the common start time and mark one *pre-roll* step (the profiler's
+own start-up and the wait for the common start) before the replayed steps; this module removes that step
+from the captured run directory, so ``OUT_DIR/run`` holds the replayed steps only and can itself be
+replayed, and marks the manifest as a replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from profiler.chakra_io import EtWriter, attr_value, iter_messages, iter_nodes, read_metadata
+from profiler.manifest import rank_file, read_manifest, write_manifest
+from profiler.vocab import Attr
+
+
+def _drop_step(path: Path, step: int) -> int:
+    """Rewrite one rank's trace without the nodes of ``step`` (and dependencies on them); returns dropped."""
+    first = next(iter_messages(path), None)
+    meta = read_metadata(first[1], path) if first is not None else {}
+    meta.pop("version", None)
+    kept = []
+    dropped: set[int] = set()
+    for _off, node in iter_nodes(path):
+        st = next((attr_value(a) for a in node.attr if a.name == Attr.STEP), None)
+        if st == step:
+            dropped.add(node.id)
+        else:
+            kept.append(node)
+    for node in kept:
+        ctrl = [d for d in node.ctrl_deps if d not in dropped]
+        data = [d for d in node.data_deps if d not in dropped]
+        del node.ctrl_deps[:]
+        del node.data_deps[:]
+        node.ctrl_deps.extend(ctrl)
+        node.data_deps.extend(data)
+    with EtWriter(path, meta) as w:
+        w.write_all(kept)
+    return len(dropped)
+
+
+def finish_capture(run_dir: Path, *, source_run: Path, node_aligned: Path) -> None:
+    """Drop the pre-roll step from every rank of the captured replay; mark the manifest ``replay``."""
+    m = read_manifest(run_dir)
+    notes = {**m.notes, "replay_of": str(source_run.resolve()), "node_aligned_replay": str(node_aligned)}
+    steps = m.steps
+    if steps:
+        preroll = min(s.step for s in steps)
+        for r in m.ranks:
+            _drop_step(rank_file(run_dir, r), preroll)
+        steps = tuple(s for s in steps if s.step != preroll)
+        notes["pre_roll_step"] = f"step {preroll} (profiler start-up before the common start) removed"
+    write_manifest(run_dir, replace(m, source="replay", notes=notes, steps=steps))

@@ -1,0 +1,166 @@
+"""Starting the replay workers through torchrun and supervising them (parent side, no torch import).
+
+The launcher (``python -m torch.distributed.run ... -m replay.real.worker``) runs in its own session.
+torchrun starts each worker in a session of its own too, so the supervisor tracks the whole process tree
+(with psutil) while it runs and, on any error, timeout or Ctrl-C, terminates every process it has seen,
+then kills what is left after a bounded wait. Workers report errors through ``rank-<r>.error.json`` files;
+the first one to appear is the error raised here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from replay.errors import ReplayError, ReplayTimeoutError
+
+WORKER_MODULE = "replay.real.worker"
+LAUNCHER_LOG = "launcher.log"
+#: How long processes get to exit after SIGTERM before SIGKILL, and to vanish after SIGKILL.
+TERM_GRACE_S = 3.0
+#: How long to keep collecting error files after the first one appeared (peers report their view).
+ERROR_SETTLE_S = 0.5
+POLL_S = 0.05
+
+
+def launcher_command(plan_dir: Path, nproc: int, launcher_args: Sequence[str] | None) -> list[str]:
+    """torchrun command line: one host by default (``--standalone``), or the caller's rendezvous args."""
+    where = list(launcher_args) if launcher_args else ["--standalone", "--nnodes", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *where,
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.1",
+        "-m",
+        WORKER_MODULE,
+        "--plan",
+        str(plan_dir),
+    ]
+
+
+def _read_errors(work_dir: Path) -> list[dict[str, object]]:
+    out = []
+    for f in sorted(work_dir.glob("rank-*.error.json")):
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict):
+            out.append(d)
+    return out
+
+
+class ProcessTree:
+    """Every process seen below the launcher, so that none is missed once the launcher itself is gone."""
+
+    def __init__(self, root: subprocess.Popen[bytes]) -> None:
+        self.root = root
+        self.seen: dict[int, psutil.Process] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            top = psutil.Process(self.root.pid)
+            procs = [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for p in procs:
+            self.seen.setdefault(p.pid, p)
+
+    def kill_all(self) -> None:
+        """SIGTERM to the launcher's session and every process seen, SIGKILL after a bounded wait."""
+        self.refresh()
+        procs = [p for p in self.seen.values() if p.is_running()]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.root.pid, signal.SIGTERM)
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.terminate()
+        _gone, alive = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
+        for p in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+        try:
+            self.root.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.root.kill()
+            self.root.wait(timeout=TERM_GRACE_S)
+
+
+def _log_tail(log: Path, lines: int = 5) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+def run_workers(
+    cmd: list[str], *, work_dir: Path, deadline_s: float, env: dict[str, str] | None = None
+) -> None:
+    """Run the launcher until it exits; raise on a worker error, a timeout or a non-zero exit.
+
+    ``deadline_s`` bounds the whole replay (the per-op timeouts are the workers' own); whatever happens,
+    no process of the job is left running when this returns or raises.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for stale in work_dir.glob("rank-*.*.json"):
+        stale.unlink()
+    log = work_dir / LAUNCHER_LOG
+    with log.open("wb") as log_fh:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    tree = ProcessTree(proc)
+    t_end = time.monotonic() + deadline_s
+    errors: list[dict[str, object]] = []
+    try:
+        while proc.poll() is None:
+            tree.refresh()
+            errors = _read_errors(work_dir)
+            if errors:
+                time.sleep(ERROR_SETTLE_S)
+                errors = _read_errors(work_dir)
+                break
+            if time.monotonic() > t_end:
+                raise ReplayTimeoutError(
+                    f"real replay did not finish within {deadline_s:.0f} s (no rank reported a stuck op); "
+                    f"every process was stopped; launcher log: {log}"
+                )
+            time.sleep(POLL_S)
+        if not errors:
+            errors = _read_errors(work_dir)
+    finally:
+        tree.kill_all()
+    if errors:
+        first = min(errors, key=lambda d: (d.get("kind") != "timeout", int(str(d.get("at_ns", 0)))))
+        others = [str(d.get("message")) for d in errors if d is not first]
+        more = f" (also: {'; '.join(others)})" if others else ""
+        if first.get("kind") == "timeout":
+            raise ReplayTimeoutError(f"real replay: {first.get('message')}; every rank was stopped{more}")
+        raise ReplayError(f"real replay failed: {first.get('message')}; every rank was stopped{more}")
+    if proc.returncode != 0:
+        raise ReplayError(
+            f"real replay: the launcher exited with code {proc.returncode}; log {log}: {_log_tail(log)}"
+        )

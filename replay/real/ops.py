@@ -1,0 +1,235 @@
+"""Re-issuing recorded operations on real processes (imported only by the worker: uses torch).
+
+Communication is issued with the recorded type, size, dtype, group and peer: blocking where the original
+waited for it right away (the next op on the rank depends on its completion), else asynchronously
+(``async_op=True`` / ``isend`` / ``irecv``), so that a profiler capturing the replay sees the same
+blocking and overlapping calls as in the original. For an asynchronous op a :class:`Completion` records
+when it finished on this rank (a future callback where the backend gives one, else a waiter thread).
+
+Compute is a busy loop of the recorded duration on CPU (``spin``; the deadline is on the monotonic clock,
+so the loop needs no calibration), a plain sleep (``sleep``), or on a GPU ``torch.cuda._sleep`` with a
+cycles-per-ns calibration measured at start-up. ``auto`` picks the busy loop when each local rank has a
+core of its own, else the sleep (see :func:`resolve_compute_mode`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from profiler.vocab import CommType
+from replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes
+
+
+@dataclass(eq=False, slots=True)
+class Completion:
+    """When an asynchronously issued op finished on this rank."""
+
+    desc: str
+    """The op, for error messages (rank, group, sequence number, op)."""
+    issued_ns: int
+    """Local monotonic time of the issue."""
+    end_ns: int = -1
+    """Local monotonic time of completion (-1 while in flight)."""
+    error: str = ""
+    """The backend's error message if the op failed."""
+    event: threading.Event = field(default_factory=threading.Event)
+    """Set once the op finished (successfully or not)."""
+
+
+def describe(op: ReplayOp, rank: int) -> str:
+    """``rank 2: all_reduce on group '0' seq 4 (node 17 c10d::allreduce_)`` and the like."""
+    node = f"(node {op.node_id} {op.name})"
+    group = f"group {op.pg_name!r}" if op.pg_name else "the default group"
+    if op.kind == KIND_COLL:
+        return f"rank {rank}: {CommType(op.comm_type).name.lower()} on {group} seq {op.seq} {node}"
+    if op.kind == KIND_SEND:
+        return f"rank {rank}: send of {op.comm_bytes} B to rank {op.peer} tag {op.tag} on {group} {node}"
+    return f"rank {rank}: recv of {op.comm_bytes} B from rank {op.peer} tag {op.tag} on {group} {node}"
+
+
+class CommIssuer:
+    """Issues one recorded communication op; keeps reusable buffers per (role, numel, dtype)."""
+
+    def __init__(self, rank: int, device: torch.device, groups: dict[str, Any], default_pg: str) -> None:
+        self.rank = rank
+        self.device = device
+        self.groups = groups
+        self.default_pg = default_pg
+        self._buffers: dict[tuple[str, int, str], torch.Tensor] = {}
+
+    def _buf(self, role: str, numel: int, dtype: str) -> torch.Tensor:
+        key = (role, numel, dtype)
+        t = self._buffers.get(key)
+        if t is None:
+            t = self._buffers[key] = torch.zeros(numel, dtype=getattr(torch, dtype), device=self.device)
+        return t
+
+    def _group(self, op: ReplayOp) -> tuple[Any, tuple[int, ...]]:
+        if not op.pg_name or op.pg_name == self.default_pg:
+            return None, tuple(range(dist.get_world_size()))
+        group, ranks = self.groups[op.pg_name]
+        return group, ranks
+
+    def issue(self, op: ReplayOp, *, blocking: bool = False) -> Any:
+        """Issue ``op``: asynchronously (returns the Work handle) or ``blocking`` (returns when done)."""
+        group, ranks = self._group(op)
+        size = len(ranks)
+        root = ranks[0]
+        numel = max(1, op.comm_bytes // element_bytes(op.dtype))
+        dt = op.dtype
+        if op.kind == KIND_SEND:
+            if blocking:
+                return dist.send(self._buf("p2p", numel, dt), dst=op.peer, group=group, tag=op.tag)
+            return dist.isend(self._buf("p2p", numel, dt), dst=op.peer, group=group, tag=op.tag)
+        if op.kind != KIND_COLL:
+            if blocking:
+                return dist.recv(self._buf("p2p", numel, dt), src=op.peer, group=group, tag=op.tag)
+            return dist.irecv(self._buf("p2p", numel, dt), src=op.peer, group=group, tag=op.tag)
+        ct = CommType(op.comm_type)
+        if ct == CommType.BARRIER:
+            return dist.barrier(group=group, async_op=not blocking)
+        if ct == CommType.ALL_REDUCE:
+            return dist.all_reduce(self._buf("in", numel, dt), group=group, async_op=not blocking)
+        if ct == CommType.REDUCE:
+            return dist.reduce(self._buf("in", numel, dt), dst=root, group=group, async_op=not blocking)
+        if ct == CommType.BROADCAST:
+            return dist.broadcast(self._buf("in", numel, dt), src=root, group=group, async_op=not blocking)
+        if ct == CommType.ALL_GATHER:
+            # comm_size of an all_gather is what this rank contributes (its input)
+            out = self._buf("out", numel * size, dt)
+            return dist.all_gather_into_tensor(
+                out, self._buf("in", numel, dt), group=group, async_op=not blocking
+            )
+        if ct in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
+            # comm_size of a reduce_scatter is this rank's input (the whole tensor to be reduced)
+            per = max(1, numel // size)
+            out = self._buf("out", per, dt)
+            return dist.reduce_scatter_tensor(
+                out, self._buf("in", per * size, dt), group=group, async_op=not blocking
+            )
+        if ct == CommType.ALL_TO_ALL:
+            per = max(1, numel // size)
+            out = self._buf("out", per * size, dt)
+            return dist.all_to_all_single(
+                out, self._buf("in", per * size, dt), group=group, async_op=not blocking
+            )
+        if ct == CommType.GATHER:
+            bufs = [self._buf(f"g{k}", numel, dt) for k in range(size)] if self.rank == root else None
+            return dist.gather(self._buf("in", numel, dt), bufs, dst=root, group=group, async_op=not blocking)
+        # SCATTER
+        bufs = [self._buf(f"g{k}", numel, dt) for k in range(size)] if self.rank == root else None
+        return dist.scatter(self._buf("in", numel, dt), bufs, src=root, group=group, async_op=not blocking)
+
+
+def track(work: Any, completion: Completion) -> None:
+    """Record ``work``'s completion time into ``completion`` (future callback, else a waiter thread)."""
+
+    def finish(error: str) -> None:
+        completion.end_ns = time.perf_counter_ns()
+        completion.error = error
+        completion.event.set()
+
+    try:
+        fut = work.get_future()
+    except RuntimeError:
+        fut = None
+    if fut is not None:
+
+        def on_done(f: Any) -> None:
+            try:
+                f.value()
+            except Exception as e:
+                finish(str(e) or type(e).__name__)
+                return
+            finish("")
+
+        fut.add_done_callback(on_done)
+        return
+
+    def waiter() -> None:
+        try:
+            work.wait()
+        except Exception as e:
+            finish(str(e) or type(e).__name__)
+            return
+        finish("")
+
+    threading.Thread(target=waiter, name="skewlens-replay-wait", daemon=True).start()
+
+
+def resolve_compute_mode(mode: str, local_ranks: int) -> str:
+    """``auto``: a busy loop (``spin``) when every rank on this host has a core of its own, else ``sleep``.
+
+    With more ranks than cores, busy loops time-slice: each loop overshoots its deadline by up to a
+    scheduler slice and starves the backend's threads, so recorded durations (which already include the
+    original run's contention) are reproduced better by sleeping.
+    """
+    if mode != "auto":
+        return mode
+    return "spin" if local_ranks <= host_cores() else "sleep"
+
+
+def host_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class Compute:
+    """Replays a compute node's duration: busy loop (CPU), sleep, or a calibrated GPU sleep kernel."""
+
+    def __init__(self, mode: str, device: torch.device, local_ranks: int = 1) -> None:
+        self.mode = resolve_compute_mode(mode, local_ranks)
+        self.device = device
+        self.cycles_per_ns = self._calibrate() if device.type == "cuda" else 0.0
+
+    def _calibrate(self) -> float:
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles)  # warm up
+        torch.cuda.synchronize(self.device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        ms = float(start.elapsed_time(end))
+        return cycles / max(ms * 1e6, 1.0)
+
+    def run(self, dur_ns: int) -> None:
+        """Do ``dur_ns`` of work on this rank's device and return when it is done."""
+        if dur_ns <= 0:
+            return
+        if self.device.type == "cuda":
+            torch.cuda._sleep(int(dur_ns * self.cycles_per_ns))
+            torch.cuda.synchronize(self.device)
+            return
+        if self.mode == "sleep":
+            wait_until(time.perf_counter_ns() + dur_ns)
+            return
+        deadline = time.perf_counter_ns() + dur_ns
+        while time.perf_counter_ns() < deadline:
+            pass
+
+
+#: Below this much time to go, :func:`wait_until` spins instead of sleeping.
+SPIN_BELOW_NS = 300_000
+
+
+def wait_until(deadline_ns: int) -> None:
+    """Return at local monotonic time ``deadline_ns``: sleep most of the way, spin the last bit."""
+    while True:
+        left = deadline_ns - time.perf_counter_ns()
+        if left <= 0:
+            return
+        if left > SPIN_BELOW_NS:
+            time.sleep((left - SPIN_BELOW_NS) / 1e9)

@@ -1,0 +1,468 @@
+"""The replay plan: what each real-replay worker executes, derived from the trace store (pure, no torch).
+
+One :class:`ReplayOp` per node a worker acts on, in execution order (recorded start order, dependencies
+first). Timing rules, the same as the simulator's (see ``replay.simulate``):
+
+- a node with no dependencies starts at the rank's replay origin plus its recorded offset from the rank's
+  first recorded start (``anchor_ns``); the ranks' origins keep the recorded skew between their first nodes;
+- otherwise it starts ``gap_ns`` after the latest of its dependencies, where the gap is the recorded host gap
+  (recorded start minus the recorded end of the latest dependency, clamped at 0);
+- a dependency on a communication node counts from that node's *completion* when the recorded dependant
+  started after the recorded completion, and from its *issue* otherwise (an async op such as DDP's bucket
+  all_reduce overlaps the compute issued after it); such a dependency is an "issue" dependency;
+- a compute node recorded entirely inside an earlier compute node of the same stream (a nested operator)
+  is not executed again: it is ``nested`` in that node and gets its times from it;
+- communication whose completion the very next op waits for is re-issued as a blocking call, the rest
+  asynchronously (what the original did, as far as the trace tells; a profiler capturing the replay then
+  sees the same blocking and overlapping calls);
+- ``effects`` scale compute durations (``compute_factor``) and add waits before nodes
+  (``delay_before_ns``, plus ``stall_ns`` before the first node of a step).
+
+The plan is plain data (ints and strings) serialised as JSON for the workers: no pickles cross processes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from profiler.chakra_io import attr_value, iter_nodes
+from profiler.errors import ValidationError
+from profiler.manifest import ProcessGroupInfo
+from profiler.store.model import RankTrace, RunTrace
+from profiler.vocab import Attr, CommType, NodeType
+from replay.effects import Effects
+from replay.errors import ReplayError
+
+PLAN_FORMAT = "skewlens-real-plan"
+PLAN_VERSION = 1
+META_FILE = "meta.json"
+RANK_PLAN_FILE = "rank-{rank}.json"
+#: Files a worker writes into the work directory.
+ERROR_FILE = "rank-{rank}.error.json"
+RESULT_FILE = "rank-{rank}.result.json"
+#: Largest plan file a worker accepts (the plan is written by us, but read back as untrusted JSON).
+MAX_PLAN_BYTES = 512 * 1024 * 1024
+
+KIND_COMPUTE = "compute"
+KIND_COLL = "coll"
+KIND_SEND = "send"
+KIND_RECV = "recv"
+KIND_NESTED = "nested"
+
+_ELEMENT_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "float64": 8,
+    "double": 8,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "long": 8,
+    "int32": 4,
+    "int": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayOp:
+    """One node a worker replays."""
+
+    row: int
+    """Row of the node in its RankTrace (file order)."""
+    node_id: int
+    """Chakra node id."""
+    name: str
+    """Node name (for error messages and effects)."""
+    kind: str
+    """``compute``, ``coll``, ``send``, ``recv`` or ``nested``."""
+    step: int
+    """Training step, -1 when unknown."""
+    dur_ns: int
+    """Compute to do, ns (recorded duration times the compute factor); 0 for communication; for
+    ``nested`` nodes the recorded duration (not executed: the enclosing node's time covers it)."""
+    deps: tuple[int, ...]
+    """Rows this node waits for (completion, or issue for the rows in ``issue_deps``)."""
+    issue_deps: tuple[int, ...]
+    """Subset of ``deps`` (communication nodes) counted from their issue, not their completion."""
+    gap_ns: int
+    """Recorded host gap after the latest dependency, ns."""
+    anchor_ns: int
+    """For nodes without dependencies: recorded start minus the rank's first recorded start, ns."""
+    delay_ns: int
+    """Extra wait before the node from the effects (delay + stall), ns."""
+    parent: int = -1
+    """For ``nested`` nodes: the row of the enclosing compute node; else -1."""
+    offset_ns: int = 0
+    """For ``nested`` nodes: recorded start minus the enclosing node's recorded start, ns."""
+    comm_type: int = -1
+    """Chakra ``CommType`` of a collective, else -1."""
+    pg_name: str = ""
+    """Process group of a collective / p2p op ('' = the default group)."""
+    seq: int = -1
+    """Per-group sequence number of a collective, else -1."""
+    peer: int = -1
+    """Global rank of the other side of a send / recv, else -1."""
+    tag: int = 0
+    """p2p tag."""
+    comm_bytes: int = 0
+    """Bytes of this rank's call (Chakra ``comm_size``)."""
+    dtype: str = "float32"
+    """Element type of the communicated tensor."""
+    blocking: bool = False
+    """Communication the next op waits for at once: issued as a blocking call (else asynchronously)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupSpec:
+    """A process group to re-create, in creation order."""
+
+    name: str
+    """Recorded group name (``pg_name`` of the nodes)."""
+    ranks: tuple[int, ...]
+    """Global ranks of the members."""
+    desc: str
+    """Recorded description, passed as ``group_desc``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanMeta:
+    """What every worker needs besides its own ops."""
+
+    world_size: int
+    """Number of ranks (one process each)."""
+    backend: str
+    """``gloo`` or ``nccl``."""
+    timeout_s: float
+    """Per-operation timeout, seconds."""
+    compute: str
+    """How compute is replayed: ``auto``, ``spin`` (busy loop) or ``sleep``."""
+    default_pg: str
+    """Recorded name of the default group (nodes naming it use the default group)."""
+    groups: tuple[GroupSpec, ...]
+    """Further groups, in creation order."""
+    origin_ns: dict[int, int]
+    """Per rank: recorded first start minus the run's first start, ns (initial skew)."""
+    first_start_ns: int
+    """The run's first recorded start, ns (replayed times are written relative to it)."""
+    source_run: str
+    """The replayed run directory."""
+    out_run: str
+    """The run directory the workers write (the replay, captured)."""
+    work_dir: str
+    """Directory for worker status / error / result files."""
+    capture_run: str = ""
+    """Where the profiler (``profiler.capture``, collectives level) captures the replay; '' for none."""
+    capture_steps: int = 1
+    """Steps the profiler records (every replayed step)."""
+
+
+def _dtypes_by_node(path: str) -> dict[int, str]:
+    """``skl_dtype`` of each communication node of a rank's file (the store keeps no dtype column)."""
+    out: dict[int, str] = {}
+    for _off, node in iter_nodes(path):
+        if node.type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV):
+            for a in node.attr:
+                if a.name == Attr.DTYPE:
+                    out[node.id] = str(attr_value(a))
+    return out
+
+
+def _execution_order(rt: RankTrace) -> list[int]:
+    """Rows in recorded start order, every dependency before its dependants (Kahn's algorithm)."""
+    n = len(rt)
+    indeg = [0] * n
+    users: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for d in rt.deps_of(i).tolist():
+            indeg[i] += 1
+            users[d].append(i)
+    starts = rt.start_ns.tolist()
+    heap = [(starts[i], i) for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _s, i = heapq.heappop(heap)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(heap, (starts[u], u))
+    if len(order) != n:
+        stuck = next(i for i in range(n) if indeg[i] > 0)
+        raise ValidationError(
+            f"{rt.path}: rank {rt.rank}: dependency cycle through node {rt.node_id[stuck]} ({rt.name(stuck)})"
+        )
+    return order
+
+
+def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects, rank_first_ns: int) -> list[ReplayOp]:
+    """The ops of one rank, in execution order (see the module docstring for the timing rules)."""
+    dtypes = _dtypes_by_node(rt.path)
+    starts = rt.start_ns.tolist()
+    durs = rt.dur_ns.tolist()
+    types = rt.node_type.tolist()
+    steps = rt.step.tolist()
+    comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
+    ops: list[ReplayOp] = []
+    stream_open: dict[int, int] = {}  # stream -> row of the latest executed compute node
+    stalled: set[int] = set()
+    for i in _execution_order(rt):
+        t = types[i]
+        if t == NodeType.METADATA:
+            continue
+        name = rt.name(i)
+        step = steps[i]
+        delay = int(effects.delay_before_ns(rt.rank, step, NodeType(t), name))
+        if step >= 0 and step not in stalled:
+            stalled.add(step)
+            delay += int(effects.stall_ns(rt.rank, step))
+        deps = rt.deps_of(i).tolist()
+        issue_deps = tuple(d for d in deps if types[d] in comm and starts[i] < starts[d] + durs[d])
+        completion_ends = [starts[d] + durs[d] for d in deps if d not in issue_deps]
+        latest = max([*completion_ends, *(starts[d] for d in issue_deps)], default=None)
+        gap = max(0, starts[i] - latest) if latest is not None else 0
+        common: dict[str, Any] = {
+            "row": i,
+            "node_id": int(rt.node_id[i]),
+            "name": name,
+            "step": step,
+            "deps": tuple(deps),
+            "issue_deps": issue_deps,
+            "gap_ns": gap,
+            "anchor_ns": max(0, starts[i] - rank_first_ns),
+            "delay_ns": max(0, delay),
+        }
+        if t in comm:
+            ops.append(_comm_op(rt, run, i, dtypes, common))
+            continue
+        stream = int(rt.stream[i])
+        outer = stream_open.get(stream)
+        if (
+            outer is not None
+            and starts[outer] <= starts[i]
+            and starts[i] + durs[i] <= starts[outer] + durs[outer]
+        ):
+            ops.append(
+                ReplayOp(
+                    kind=KIND_NESTED,
+                    dur_ns=durs[i],
+                    parent=outer,
+                    offset_ns=starts[i] - starts[outer],
+                    **common,
+                )
+            )
+            continue
+        factor = float(effects.compute_factor(rt.rank, step, name))
+        if not factor > 0:
+            raise ReplayError(
+                f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
+            )
+        ops.append(ReplayOp(kind=KIND_COMPUTE, dur_ns=round(durs[i] * factor), **common))
+        stream_open[stream] = i
+    return _mark_blocking(ops)
+
+
+def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
+    """Communication whose completion the very next op waits for (or that ends the rank) is blocking."""
+    out = []
+    for k, op in enumerate(ops):
+        if op.kind in (KIND_COLL, KIND_SEND, KIND_RECV):
+            nxt = ops[k + 1] if k + 1 < len(ops) else None
+            waits = nxt is None or (op.row in nxt.deps and op.row not in nxt.issue_deps)
+            if waits:
+                op = replace(op, blocking=True)
+        out.append(op)
+    return out
+
+
+def _comm_op(
+    rt: RankTrace, run: RunTrace, i: int, dtypes: dict[int, str], common: dict[str, Any]
+) -> ReplayOp:
+    t = int(rt.node_type[i])
+    gi = int(rt.pg[i])
+    pg_name = run.pg_names[gi] if gi >= 0 else ""
+    dtype = normalise_dtype(dtypes.get(int(rt.node_id[i]), ""))
+    fields: dict[str, Any] = {
+        "pg_name": pg_name,
+        "comm_bytes": int(rt.comm_bytes[i]),
+        "dtype": dtype,
+        "dur_ns": 0,
+    }
+    if t == NodeType.COMM_COLL:
+        ct = int(rt.comm_type[i])
+        if ct not in {c.value for c in CommType}:
+            raise ValidationError(
+                f"{rt.path}: rank {rt.rank}: node {rt.node_id[i]} ({rt.name(i)}): unknown comm_type {ct}"
+            )
+        return ReplayOp(kind=KIND_COLL, comm_type=ct, seq=int(rt.seq[i]), **fields, **common)
+    if t == NodeType.COMM_SEND:
+        return ReplayOp(kind=KIND_SEND, peer=int(rt.dst[i]), tag=int(rt.tag[i]), **fields, **common)
+    return ReplayOp(kind=KIND_RECV, peer=int(rt.src[i]), tag=int(rt.tag[i]), **fields, **common)
+
+
+def warmup_ops(run: RunTrace, rank: int, ops: list[ReplayOp]) -> list[ReplayOp]:
+    """One op per distinct communication shape this rank takes part in, run once before the replay.
+
+    gloo and NCCL set up buffers and connections lazily on the first use of a group / size; the recorded
+    steps ran warm, so the replay warms up too. The list follows one global order (group, sequence number;
+    then sender, receiver) on every rank, and every op is waited for before the next, so it cannot deadlock.
+    """
+    by_row = {o.row: o for o in ops}
+    out: list[ReplayOp] = []
+    seen: set[tuple[object, ...]] = set()
+    for inst in sorted(run.collectives, key=lambda c: (run.pg_names.index(c.pg_name), c.seq)):
+        key = (inst.pg_name, int(inst.comm_type), inst.comm_bytes)
+        if key in seen:
+            continue
+        seen.add(key)
+        if rank in inst.ranks:
+            op = by_row.get(inst.rows[inst.ranks.index(rank)])
+            if op is not None:
+                out.append(op)
+    for pair in sorted(run.p2p, key=lambda p: (p.src_rank, p.dst_rank, p.pg_name, p.tag, p.comm_bytes)):
+        pkey = (pair.src_rank, pair.dst_rank, pair.pg_name, pair.tag, pair.comm_bytes)
+        if pkey in seen:
+            continue
+        seen.add(pkey)
+        row = pair.src_row if pair.src_rank == rank else pair.dst_row if pair.dst_rank == rank else -1
+        op = by_row.get(row) if row >= 0 else None
+        if op is not None:
+            out.append(op)
+    return out
+
+
+def normalise_dtype(dtype: str) -> str:
+    """A dtype name the worker can allocate: ``torch.`` prefix dropped; none recorded -> ``float32``;
+    one we do not know -> ``uint8`` (the recorded byte size is what matters for the transfer)."""
+    name = dtype.removeprefix("torch.").strip()
+    if not name:
+        return "float32"
+    return name if name in _ELEMENT_BYTES else "uint8"
+
+
+def element_bytes(dtype: str) -> int:
+    """Size of one element of ``dtype`` (a torch dtype name)."""
+    return _ELEMENT_BYTES[dtype]
+
+
+def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
+    """(default group name, further groups in creation order) from the manifest and the traces."""
+    world = tuple(range(run.world_size))
+    ordered: list[ProcessGroupInfo] = list(run.manifest.process_groups)
+    seen = {g.name for g in ordered}
+    ordered += [g for n, g in run.process_groups.items() if n not in seen]
+    default = next(
+        (g.name for g in ordered if g.desc == "default_pg"),
+        next((g.name for g in ordered if g.name == "0" and tuple(sorted(g.ranks)) == world), "0"),
+    )
+    specs = tuple(
+        GroupSpec(name=g.name, ranks=tuple(g.ranks), desc=g.desc or g.name)
+        for g in ordered
+        if g.name != default
+    )
+    for g in specs:
+        bad = [r for r in g.ranks if not 0 <= r < run.world_size]
+        if bad:
+            raise ValidationError(
+                f"{run.run_dir}: process group {g.name!r} names rank(s) {bad} outside the job"
+            )
+    return default, specs
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json_bounded(path: Path, what: str) -> Any:
+    """Read a JSON file no larger than :data:`MAX_PLAN_BYTES`; errors name the file."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise ReplayError(f"{path}: {what} is {size} bytes (limit {MAX_PLAN_BYTES})")
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReplayError(f"{path}: no {what}") from None
+    except (OSError, ValueError) as e:
+        raise ReplayError(f"{path}: cannot read {what}: {e}") from None
+
+
+def write_plan(
+    plan_dir: Path,
+    meta: PlanMeta,
+    ops_by_rank: dict[int, list[ReplayOp]],
+    warmup_by_rank: dict[int, list[ReplayOp]],
+) -> None:
+    """Write ``meta.json`` and one ``rank-<r>.json`` (``{"warmup": [...], "ops": [...]}``) per rank."""
+    meta_d = asdict(meta)
+    meta_d["origin_ns"] = {str(k): v for k, v in meta.origin_ns.items()}
+    write_json_atomic(plan_dir / META_FILE, {"format": PLAN_FORMAT, "version": PLAN_VERSION, **meta_d})
+    for r, ops in ops_by_rank.items():
+        write_json_atomic(
+            plan_dir / RANK_PLAN_FILE.format(rank=r),
+            {"warmup": [asdict(o) for o in warmup_by_rank.get(r, [])], "ops": [asdict(o) for o in ops]},
+        )
+
+
+def read_meta(plan_dir: Path) -> PlanMeta:
+    """Read and check ``meta.json``."""
+    path = plan_dir / META_FILE
+    d = read_json_bounded(path, "replay plan")
+    if not isinstance(d, dict) or d.get("format") != PLAN_FORMAT or d.get("version") != PLAN_VERSION:
+        raise ReplayError(f"{path}: not a version-{PLAN_VERSION} {PLAN_FORMAT} file")
+    try:
+        return PlanMeta(
+            world_size=int(d["world_size"]),
+            backend=str(d["backend"]),
+            timeout_s=float(d["timeout_s"]),
+            compute=str(d["compute"]),
+            default_pg=str(d["default_pg"]),
+            groups=tuple(
+                GroupSpec(name=str(g["name"]), ranks=tuple(int(r) for r in g["ranks"]), desc=str(g["desc"]))
+                for g in d["groups"]
+            ),
+            origin_ns={int(k): int(v) for k, v in d["origin_ns"].items()},
+            first_start_ns=int(d["first_start_ns"]),
+            source_run=str(d["source_run"]),
+            out_run=str(d["out_run"]),
+            work_dir=str(d["work_dir"]),
+            capture_run=str(d.get("capture_run", "")),
+            capture_steps=int(d.get("capture_steps", 1)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ReplayError(f"{path}: malformed replay plan ({type(e).__name__}: {e})") from None
+
+
+def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[ReplayOp]]:
+    """Read one rank's (warm-up ops, ops)."""
+    path = plan_dir / RANK_PLAN_FILE.format(rank=rank)
+    data = read_json_bounded(path, "replay plan")
+
+    def decode(items: list[dict[str, Any]]) -> list[ReplayOp]:
+        return [
+            ReplayOp(**{**o, "deps": tuple(o["deps"]), "issue_deps": tuple(o["issue_deps"])}) for o in items
+        ]
+
+    try:
+        return decode(data["warmup"]), decode(data["ops"])
+    except (KeyError, TypeError) as e:
+        raise ReplayError(f"{path}: malformed replay plan ({type(e).__name__}: {e})") from None

@@ -1,0 +1,331 @@
+"""One real-replay rank: ``python -m replay.real.worker --plan PLAN_DIR`` under torchrun.
+
+Reads its rank's plan (JSON), joins the job (``init_process_group`` from torchrun's environment),
+re-creates the recorded process groups in the recorded order, warms the communication up (one op per
+distinct shape), aligns its clock to rank 0, starts the profiler's capture (unless the plan says not
+to), then executes its ops from a common start time (see :mod:`replay.real.plan` for the timing rules).
+It writes ``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed times) and a
+small result file for the parent; the profiler writes its own capture of the replay.
+
+A watchdog thread aborts the process (exit code 3) when an op stays in flight longer than the timeout,
+after writing ``rank-<r>.error.json`` naming the rank, group, sequence number and op; it also exits when
+the launcher that started this process goes away, so no worker outlives its job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from profiler.chakra_io import EtWriter, iter_nodes
+from profiler.manifest import rank_file
+from profiler.vocab import Attr
+from replay.real import clock
+from replay.real.ops import CommIssuer, Completion, Compute, describe, track, wait_until
+from replay.real.plan import (
+    ERROR_FILE,
+    KIND_COMPUTE,
+    KIND_NESTED,
+    RESULT_FILE,
+    PlanMeta,
+    ReplayOp,
+    read_meta,
+    read_rank_plan,
+    write_json_atomic,
+)
+
+#: Extra time allowed for start-up (imports, rendezvous, group creation) on top of the op timeout.
+SETUP_GRACE_S = 60.0
+GIL_SWITCH_S = 0.0002
+EXIT_TIMEOUT = 3
+EXIT_FAILED = 1
+EXIT_ORPHANED = 4
+
+
+class Watchdog:
+    """Aborts the worker when an op (or the start-up phase) exceeds its time limit, or when orphaned."""
+
+    def __init__(self, rank: int, work_dir: Path, timeout_s: float) -> None:
+        self.rank = rank
+        self.work_dir = work_dir
+        self.timeout_ns = int(timeout_s * 1e9)
+        self.lock = threading.Lock()
+        self.inflight: dict[int, Completion] = {}
+        self.phase = "start-up"
+        self.phase_deadline_ns = time.perf_counter_ns() + int((timeout_s + SETUP_GRACE_S) * 1e9)
+        self.parent = os.getppid()
+        self.stop = threading.Event()
+
+    def set_phase(self, phase: str, limit_s: float | None) -> None:
+        with self.lock:
+            self.phase = phase
+            self.phase_deadline_ns = (
+                time.perf_counter_ns() + int(limit_s * 1e9) if limit_s is not None else -1
+            )
+
+    def add(self, row: int, completion: Completion) -> None:
+        with self.lock:
+            self.inflight[row] = completion
+
+    def done(self, row: int) -> None:
+        with self.lock:
+            self.inflight.pop(row, None)
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="skewlens-replay-watchdog", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.02):
+            if os.getppid() != self.parent:
+                os._exit(EXIT_ORPHANED)
+            now = time.perf_counter_ns()
+            with self.lock:
+                late = [c for c in self.inflight.values() if not c.event.is_set()]
+                phase, deadline = self.phase, self.phase_deadline_ns
+            stuck = min(late, key=lambda c: c.issued_ns, default=None)
+            if stuck is not None and now - stuck.issued_ns > self.timeout_ns:
+                self.abort(
+                    "timeout",
+                    f"{stuck.desc} did not complete within {self.timeout_ns / 1e9:g} s",
+                    stuck.issued_ns,
+                )
+            if deadline >= 0 and now > deadline:
+                self.abort("timeout", f"rank {self.rank}: {phase} did not finish in time", now)
+
+    def abort(self, kind: str, message: str, at_ns: int) -> None:
+        """Write ``rank-<r>.error.json`` and end the process at once (no cleanup: peers may be hung)."""
+        try:
+            write_json_atomic(
+                self.work_dir / ERROR_FILE.format(rank=self.rank),
+                {"rank": self.rank, "kind": kind, "message": message, "at_ns": at_ns},
+            )
+        finally:
+            os._exit(EXIT_TIMEOUT if kind == "timeout" else EXIT_FAILED)
+
+
+class Runner:
+    """Executes one rank's ops and keeps their replayed times (local monotonic ns)."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        ops: list[ReplayOp],
+        dog: Watchdog,
+        issuer: CommIssuer,
+        compute: Compute,
+    ) -> None:
+        self.rank = rank
+        self.ops = ops
+        self.dog = dog
+        self.issuer = issuer
+        self.compute = compute
+        self.start: dict[int, int] = {}
+        self.end: dict[int, int] = {}
+        self.pending: dict[int, Completion] = {}
+
+    def _finish(self, row: int) -> int:
+        """Wait for the in-flight op at ``row``; returns its completion time."""
+        c = self.pending.pop(row, None)
+        if c is not None:
+            c.event.wait()
+            self.dog.done(row)
+            if c.error:
+                raise RuntimeError(f"{c.desc} failed: {c.error}")
+            self.end[row] = c.end_ns
+        return self.end[row]
+
+    def warm_up(self, ops: list[ReplayOp]) -> None:
+        """Issue each op and wait for it, one at a time (connection and buffer set-up)."""
+        for op in ops:
+            c = Completion(desc=f"warm-up: {describe(op, self.rank)}", issued_ns=time.perf_counter_ns())
+            self.dog.add(-1, c)
+            track(self.issuer.issue(op), c)
+            c.event.wait()
+            self.dog.done(-1)
+            if c.error:
+                raise RuntimeError(f"{c.desc} failed: {c.error}")
+
+    def run(self, origin_ns: int, on_step_end: Callable[[], None] | None = None) -> None:
+        """Execute the ops from ``origin_ns`` (local ns); ``on_step_end`` is called between steps."""
+        step = self.ops[0].step if self.ops else -1
+        for op in self.ops:
+            if on_step_end is not None and op.step != step and op.step >= 0:
+                step = op.step
+                on_step_end()
+            if op.kind == KIND_NESTED:
+                s = self.start.get(op.parent, origin_ns) + op.offset_ns
+                self.start[op.row], self.end[op.row] = s, s + op.dur_ns
+                continue
+            ready = -1
+            for d in op.deps:
+                if d in op.issue_deps:
+                    t = self.start.get(d, -1)
+                elif d in self.pending:
+                    t = self._finish(d)
+                else:
+                    t = self.end.get(d, -1)
+                ready = max(ready, t)
+            ready = origin_ns + op.anchor_ns if ready < 0 else ready + op.gap_ns
+            wait_until(ready + op.delay_ns)
+            if op.kind == KIND_COMPUTE:
+                s = time.perf_counter_ns()
+                self.compute.run(op.dur_ns)
+                self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
+                continue
+            s = time.perf_counter_ns()
+            c = Completion(desc=describe(op, self.rank), issued_ns=s)
+            self.dog.add(op.row, c)
+            self.start[op.row] = s
+            if op.blocking:
+                self.issuer.issue(op, blocking=True)
+                if self.issuer.device.type == "cuda":
+                    torch.cuda.synchronize(self.issuer.device)  # NCCL calls return once enqueued
+                self.end[op.row] = time.perf_counter_ns()
+                c.event.set()
+                self.dog.done(op.row)
+                continue
+            track(self.issuer.issue(op), c)
+            self.pending[op.row] = c
+        for row in list(self.pending):
+            self._finish(row)
+
+
+def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
+    """Re-create the recorded groups, in the recorded order, on every rank (members or not)."""
+    groups: dict[str, Any] = {}
+    for g in meta.groups:
+        pg = dist.new_group(list(g.ranks), group_desc=g.desc)
+        if rank in g.ranks:
+            groups[g.name] = (pg, g.ranks)
+    return groups
+
+
+def _profiler(meta: PlanMeta) -> AbstractContextManager[Any]:
+    """The profiler's capture of the replay (collectives level): a pre-roll step, then every replayed step."""
+    from profiler.capture import capture
+    from profiler.manifest import StepWindow
+
+    window = StepWindow(wait=1, warmup=0, active=max(1, meta.capture_steps) + 1)
+    return capture(meta.capture_run, level="collectives", steps=window, merge_timeout_s=meta.timeout_s)
+
+
+def _device(meta: PlanMeta) -> torch.device:
+    if meta.backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def _write_trace(meta: PlanMeta, rank: int, runner: Runner, to_replay_ns: Any) -> None:
+    """Write the original nodes (same ids, attributes, dependencies) with their replayed times."""
+    src = rank_file(meta.source_run, rank)
+    with EtWriter(
+        rank_file(meta.out_run, rank), {"rank": rank, "world_size": meta.world_size, "source": "replay"}
+    ) as w:
+        for row, (_off, node) in enumerate(iter_nodes(src)):
+            if row in runner.start:
+                s = to_replay_ns(runner.start[row])
+                e = max(s, to_replay_ns(runner.end[row]))
+                node.start_time_micros = max(s, 0) // 1000
+                node.duration_micros = (e - s) // 1000
+                for a in node.attr:
+                    if a.name == Attr.START_NS:
+                        a.int64_val = s
+                    elif a.name == Attr.DUR_NS:
+                        a.int64_val = e - s
+            w.write(node)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="skewlens real-replay worker (started by torchrun)")
+    p.add_argument("--plan", required=True, type=Path, help="plan directory written by real_replay")
+    args = p.parse_args(argv)
+    rank = int(os.environ["RANK"])
+    # completion callbacks and waiter threads need the GIL while the main thread busy-loops: hand it over
+    # often, so completion times are taken when the op completes, not when the compute loop yields
+    sys.setswitchinterval(GIL_SWITCH_S)
+    meta = read_meta(args.plan)
+    work_dir = Path(meta.work_dir)
+    dog = Watchdog(rank, work_dir, meta.timeout_s)
+    dog.start()
+    phase = "start-up"
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "0"))
+        if world != meta.world_size:
+            raise RuntimeError(
+                f"the launcher started {world} processes, the trace has {meta.world_size} ranks"
+            )
+        warmup, ops = read_rank_plan(args.plan, rank)
+        device = _device(meta)
+        phase = "init_process_group"
+        dist.init_process_group(meta.backend, timeout=timedelta(seconds=meta.timeout_s * 2 + SETUP_GRACE_S))
+        phase = "process group creation"
+        groups = _create_groups(meta, rank)
+        runner = Runner(
+            rank=rank,
+            ops=ops,
+            dog=dog,
+            issuer=CommIssuer(rank, device, groups, meta.default_pg),
+            compute=Compute(meta.compute, device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+        )
+        phase = "warm-up"
+        runner.warm_up(warmup)
+        phase = "clock alignment"
+        offset = clock.estimate_offset_ns(rank, meta.world_size, device)
+        lead = clock.START_LEAD_NS * (3 if meta.capture_run else 1)
+        t0 = clock.common_start_ns(rank, offset, device, lead_ns=lead)
+        origin = t0 + meta.origin_ns.get(rank, 0)
+        with ExitStack() as stack:
+            session = None
+            if meta.capture_run:
+                # the profiler records a pre-roll step (its own start-up, up to the common start), then
+                # one step per replayed step; the parent drops the pre-roll
+                phase = "profiler start-up"
+                session = stack.enter_context(_profiler(meta))
+                session.step()
+                wait_until(origin)
+                session.step()
+            phase = "replay"
+            dog.set_phase(phase, None)
+            runner.run(origin, session.step if session is not None else None)
+            phase = "profiler save"
+            dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
+            if session is not None:
+                session.step()
+        phase = "writing the replayed trace"
+        _write_trace(meta, rank, runner, lambda t: t - t0 + meta.first_start_ns)
+        write_json_atomic(
+            work_dir / RESULT_FILE.format(rank=rank),
+            {
+                "rank": rank,
+                "host": socket.gethostname(),
+                "device": str(device),
+                "clock_offset_ns": offset,
+            },
+        )
+        phase = "shutdown"
+        dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:
+        dog.abort("failed", f"rank {rank}: {phase}: {type(e).__name__}: {e}", time.perf_counter_ns())
+    dog.stop.set()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
