@@ -1,0 +1,302 @@
+"""What-if blame: how much faster the recorded steps would be had rank ``r`` run like the median rank.
+
+Corresponding work across ranks: each rank's nodes are cut into *intervals* at its communication nodes,
+per step, and an interval is named by the communication node that ends it: (step, its signature = node
+type, collective type and group size, its occurrence among the step's nodes of that signature). So the
+work before "the 1st all_gather of a 2-rank group in step 5" corresponds across ranks even when the
+groups differ (tensor-parallel pairs), and the work before a send is compared with other senders', not
+with receivers'. Nodes after a step's last communication form the step's tail interval. A rank with a
+different structure simply has keys the others lack (medians use the ranks that have the key).
+
+For every interval the compute total (sum of COMP durations) and the host-gap total (the simulator's
+gap ``start - latest dependency end`` of nodes with dependencies, plus the capture's untraced-time
+nodes) are compared with the lower median over the ranks that have that interval. The what-if for rank
+``r`` scales ``r``'s compute durations in each
+interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
+not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
+``replay.lower.recorded_gaps``), via ``simulate(dur_override=..., gap_override=...)``.
+``straggler_cost = baseline - what-if`` of the simulated step times (see
+:func:`step_times_from_spans`: completion of a step minus completion of the previous one), per step and in
+total. Ranked.
+
+Ranks whose compute and gaps nowhere exceed the median's are not simulated (their cost is 0 by
+construction of "run like the median": they are not slower than it anywhere); ``max_simulations`` bounds
+the number of what-ifs (largest excess first) for very large runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+
+from analysis.index import I64, RankIndex, RunIndex
+from analysis.records import BlameRecord, BlameStepRecord, CauseKind
+from analysis.skew import Cause, SkewResult
+
+_OCC_MAX = (1 << 12) - 1
+_SIZE_MAX = (1 << 12) - 1
+
+SimulateFn = Callable[..., Any]
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class BlameResult:
+    """Blame table (ranked), per-step costs and the simulated step times behind them."""
+
+    records: list[BlameRecord]
+    """One per rank, largest straggler cost first."""
+    step_records: list[BlameStepRecord]
+    """One per (simulated rank, step)."""
+    baseline_step_ns: dict[int, int]
+    """Simulated step time of the recorded run, per step."""
+    whatif_step_ns: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Rank -> step -> simulated step time had that rank run like the median rank."""
+
+    def top_straggler_by_step(self) -> dict[int, int]:
+        """Step -> rank with the largest positive straggler cost in that step."""
+        best: dict[int, tuple[int, int]] = {}
+        for rec in self.step_records:
+            c = rec.straggler_cost_ns
+            if c > 0 and (rec.step not in best or c > best[rec.step][0]):
+                best[rec.step] = (c, rec.rank)
+        return {s: r for s, (_c, r) in sorted(best.items())}
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class _Intervals:
+    key: I64  # per row: interval key, -1 for rows outside any interval (METADATA)
+    keys: I64  # distinct keys, ascending
+    comp: I64  # per distinct key: compute total
+    gap: I64  # per distinct key: gap total
+
+
+def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64) -> _Intervals:
+    """Interval key of each row: (step, signature of the next communication node, its occurrence)."""
+    rt = ri.trace
+    o = ri.order
+    n = len(rt)
+    st_sorted = rt.step[o].astype(np.int64)
+    comm_pos = np.flatnonzero(ri.is_comm[o])
+    comm_key = np.empty(comm_pos.size + 1, dtype=np.int64)
+    seen: dict[tuple[int, int], int] = {}
+    for j, p in enumerate(comm_pos.tolist()):
+        row = int(o[p])
+        raw = (int(rt.node_type[row]) << 24) | ((int(rt.comm_type[row]) + 1) << 12) | int(size_of_row[row])
+        sig = sig_of.setdefault(raw, len(sig_of) + 1)
+        step = int(st_sorted[p])
+        occ = seen.get((step, sig), 0)
+        seen[(step, sig)] = occ + 1
+        comm_key[j] = ((step + 1) << 32) | (sig << 12) | min(occ, _OCC_MAX)
+    comm_key[-1] = -1
+    nxt = np.searchsorted(comm_pos, np.arange(n), side="left")
+    k_sorted = comm_key[nxt]
+    nxt_step = np.append(st_sorted[comm_pos], -2)[nxt]
+    tail = nxt_step != st_sorted  # no later communication in this step: the step's tail interval
+    k_sorted = np.where(tail, (st_sorted + 1) << 32, k_sorted)
+    key = np.empty(n, dtype=np.int64)
+    key[o] = k_sorted
+    valid = ri.is_comp | ri.is_comm | ri.is_untraced
+    key[~valid] = -1
+    keys, inv = np.unique(key[valid], return_inverse=True)
+    vrows = np.flatnonzero(valid)
+    comp_w = np.where(ri.is_comp[vrows], rt.dur_ns[vrows], 0).astype(np.float64)
+    # host gaps: idle before nodes, plus the capture's untraced-time nodes (host time in no operator)
+    gap_w = np.where(ri.has_deps[vrows], gaps[vrows], 0) + np.where(
+        ri.is_untraced[vrows], rt.dur_ns[vrows], 0
+    )
+    gap_w = gap_w.astype(np.float64)
+    comp = np.bincount(inv, weights=comp_w, minlength=keys.size).astype(np.int64)
+    gap = np.bincount(inv, weights=gap_w, minlength=keys.size).astype(np.int64)
+    return _Intervals(key=key, keys=keys, comp=comp, gap=gap)
+
+
+def _group_sizes(ix: RunIndex) -> dict[int, I64]:
+    """Per rank and row: member count of the row's collective (2 for p2p, 0 otherwise), capped."""
+    out = {r: np.zeros(len(ri.trace), dtype=np.int64) for r, ri in ix.ranks.items()}
+    for c in ix.run.collectives:
+        for r, row in zip(c.ranks, c.rows, strict=True):
+            out[r][row] = min(len(c.ranks), _SIZE_MAX)
+    for p in ix.run.p2p:
+        out[p.src_rank][p.src_row] = 2
+        out[p.dst_rank][p.dst_row] = 2
+    return out
+
+
+def _medians(ivs: dict[int, _Intervals]) -> tuple[I64, np.ndarray, np.ndarray]:
+    all_keys = np.unique(np.concatenate([iv.keys for iv in ivs.values()]))
+    comp = np.full((all_keys.size, len(ivs)), np.nan)
+    gap = np.full((all_keys.size, len(ivs)), np.nan)
+    for j, iv in enumerate(ivs.values()):
+        pos = np.searchsorted(all_keys, iv.keys)
+        comp[pos, j] = iv.comp
+        gap[pos, j] = iv.gap
+    # the lower median: with an even number of ranks (two senders, say) the typical, not the mean, one
+    med_c = np.nanquantile(comp, 0.5, axis=1, method="lower")
+    med_g = np.nanquantile(gap, 0.5, axis=1, method="lower")
+    return all_keys, med_c, med_g
+
+
+def _overrides(
+    ri: RankIndex, iv: _Intervals, all_keys: I64, med_comp: np.ndarray, med_gap: np.ndarray, *, gaps: I64
+) -> tuple[I64, I64, int]:
+    """dur/gap overrides making ``ri`` run like the median, and its excess over the median (ns)."""
+    rt = ri.trace
+    pos = np.searchsorted(all_keys, iv.keys)
+    mc, mg = med_comp[pos], med_gap[pos]
+    # only where the rank is slower than the median: a straggler's cost is the time it adds, and slowing
+    # a rank down where it happens to be faster would charge it for its peers' slowness
+    f_comp = np.where(iv.comp > 0, np.minimum(mc / np.maximum(iv.comp, 1), 1.0), 1.0)
+    f_gap = np.where(iv.gap > 0, np.minimum(mg / np.maximum(iv.gap, 1), 1.0), 1.0)
+    excess = float(np.clip(iv.comp - mc, 0, None).sum() + np.clip(iv.gap - mg, 0, None).sum())
+    row_k = np.searchsorted(iv.keys, iv.key)
+    inside = iv.key >= 0
+    row_k = np.clip(row_k, 0, max(iv.keys.size - 1, 0))
+    dur = np.full(len(rt), -1, dtype=np.int64)
+    gap = np.full(len(rt), -1, dtype=np.int64)
+    if iv.keys.size:
+        # override only what changes (-1 keeps the simulator's own value)
+        c = inside & ri.is_comp & (f_comp[row_k] != 1.0)
+        dur[c] = np.rint(rt.dur_ns[c] * f_comp[row_k[c]]).astype(np.int64)
+        u = inside & ri.is_untraced & (f_gap[row_k] != 1.0)
+        dur[u] = np.rint(rt.dur_ns[u] * f_gap[row_k[u]]).astype(np.int64)
+        g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
+        gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
+    return dur, gap, int(excess)
+
+
+def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
+    """Per step: completion of the step (latest end over ranks) minus completion of the previous step
+    (for the first step: minus its earliest start). Ranks that run ahead into the next step (a rank that
+    no longer straggles starts its next step early and then waits) do not lengthen a step this way, and
+    the steps add up to the span of the recorded steps."""
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for (_r, s), (a, b) in spans.items():
+        if s < 0:
+            continue
+        ends[s] = max(ends.get(s, b), b)
+        starts[s] = min(starts.get(s, a), a)
+    out: dict[int, int] = {}
+    prev: int | None = None
+    for s in sorted(ends):
+        out[s] = ends[s] - (starts[s] if prev is None else prev)
+        prev = ends[s] if prev is None else max(prev, ends[s])
+    return out
+
+
+def _simulator_gaps(ix: RunIndex, simulate_fn: SimulateFn) -> dict[int, I64]:
+    """The host gaps exactly as the simulator measures them (``replay.lower.recorded_gaps``), so that the
+    scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps (recorded
+    deps + stream predecessor) where that function is unavailable or a stand-in simulator is used."""
+    own = {r: ri.gap_ns for r, ri in ix.ranks.items()}
+    try:
+        from replay.lower import recorded_gaps
+        from replay.simulate import simulate
+    except ImportError:  # pragma: no cover - the simulator is part of skewlens
+        return own
+    if simulate_fn is not simulate:
+        return own
+    return {r: np.asarray(g, dtype=np.int64) for r, g in recorded_gaps(ix.run).items()}
+
+
+def _step_times(sim: Any) -> dict[int, int]:
+    """Per-step simulated times; a run without step marks is one step, -1, of the whole makespan."""
+    return step_times_from_spans(sim.step_spans()) or {-1: int(sim.makespan_ns)}
+
+
+def _fallback_cause(ix: RunIndex, rank: int) -> Cause:
+    """Cause from whole-run totals when the skew analysis blamed nothing on ``rank``."""
+    tot: dict[int, np.ndarray] = {}
+    n = len(ix.names)
+    gaps: dict[int, int] = {}
+    for r, ri in ix.ranks.items():
+        c = ri.is_comp
+        tot[r] = np.bincount(ri.gname[c], weights=ri.trace.dur_ns[c], minlength=n)
+        gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.trace.dur_ns[ri.is_untraced].sum())
+    med = np.median(np.stack(list(tot.values())), axis=0)
+    d = tot[rank] - med
+    gap_d = gaps[rank] - int(np.median(list(gaps.values())))
+    if d.size and d.max() > max(gap_d, 0):
+        i = int(np.argmax(d))
+        return Cause(
+            kind=CauseKind.COMPUTE, delta_ns=int(d[i]), op=ix.names[i], ops=((ix.names[i], int(d[i])),)
+        )
+    if gap_d > 0:
+        return Cause(kind=CauseKind.HOST_GAP, delta_ns=gap_d)
+    return Cause(kind=CauseKind.NONE, delta_ns=0)
+
+
+def analyze_blame(
+    ix: RunIndex,
+    skew: SkewResult,
+    *,
+    simulate_fn: SimulateFn | None = None,
+    ranks: Sequence[int] | None = None,
+    max_simulations: int | None = None,
+    console: Console | None = None,
+) -> BlameResult:
+    """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
+    if simulate_fn is None:
+        from replay.simulate import simulate
+
+        simulate_fn = simulate
+    run = ix.run
+    gaps = _simulator_gaps(ix, simulate_fn)
+    sizes = _group_sizes(ix)
+    sig_of: dict[int, int] = {}
+    ivs = {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}
+    all_keys, med_comp, med_gap = _medians(ivs)
+    over = {r: _overrides(ix.ranks[r], ivs[r], all_keys, med_comp, med_gap, gaps=gaps[r]) for r in ivs}
+    wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
+    cands = sorted((r for r in wanted if over[r][2] > 0), key=lambda r: -over[r][2])
+    if max_simulations is not None:
+        cands = cands[:max_simulations]
+    base = _step_times(simulate_fn(run))
+    whatif: dict[int, dict[int, int]] = {}
+    with Progress(console=console or Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("what-if blame", total=len(cands))
+        for r in cands:
+            dur, gap, _x = over[r]
+            whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
+            prog.advance(task)
+    steps = sorted(base)
+    step_recs = [
+        BlameStepRecord(
+            rank=r,
+            step=s,
+            baseline_step_ns=base[s],
+            whatif_step_ns=whatif[r].get(s, base[s]),
+            straggler_cost_ns=base[s] - whatif[r].get(s, base[s]),
+        )
+        for r in cands
+        for s in steps
+    ]
+    result = BlameResult(records=[], step_records=step_recs, baseline_step_ns=base, whatif_step_ns=whatif)
+    tops = result.top_straggler_by_step()
+    base_total = sum(base.values())
+    recs = []
+    for r in wanted:
+        w_total = sum(whatif[r].get(s, base[s]) for s in steps) if r in whatif else base_total
+        cause = skew.top_cause.get(r) or _fallback_cause(ix, r)
+        recs.append(
+            BlameRecord(
+                rank=r,
+                straggler_cost_ns=base_total - w_total,
+                baseline_ns=base_total,
+                whatif_ns=w_total,
+                steps_top=sum(1 for v in tops.values() if v == r),
+                caused_wait_ns=skew.caused_wait_ns.get(r, 0),
+                cause_kind=str(cause.kind),
+                cause_op=cause.op,
+                cause=cause.text,
+                simulated=r in whatif,
+            )
+        )
+    recs.sort(key=lambda x: (-x.straggler_cost_ns, x.rank))
+    result.records = recs
+    return result

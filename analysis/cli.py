@@ -1,0 +1,70 @@
+"""``skewlens analyze RUN_DIR --out OUT_DIR``: run the analyses, write tables and pictures, print a report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from analysis.api import analyze_run, write_tables
+from analysis.render import report
+from profiler.errors import SkewlensError
+from profiler.store.model import RunTrace
+
+#: What-if simulations per analysis unless --max-simulations says otherwise (each replays the whole run).
+DEFAULT_MAX_SIMULATIONS = 16
+
+
+def load_for_analysis(run_dir: str | Path, console: Console) -> RunTrace:
+    """Load and validate the run (the store's validating loader)."""
+    from profiler.store.validate import load_validated
+
+    return load_validated(run_dir, progress=True, console=console)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skewlens analyze",
+        description="Attribute skew and communication stalls to ranks and ops; name the stragglers.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)")
+    p.add_argument("--out", required=True, metavar="OUT_DIR", help="where to write tables and pictures")
+    p.add_argument("--no-blame", action="store_true", help="skip the what-if simulations")
+    p.add_argument(
+        "--max-simulations",
+        type=int,
+        default=DEFAULT_MAX_SIMULATIONS,
+        metavar="N",
+        help=f"simulate at most N what-ifs, ranks with the largest excess over the median first "
+        f"(default {DEFAULT_MAX_SIMULATIONS}; 0: none)",
+    )
+    p.add_argument("--no-pictures", action="store_true", help="skip the PNGs and the Perfetto JSON")
+    p.add_argument("--top", type=int, default=5, metavar="N", help="rows in the straggler table")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.max_simulations is not None and args.max_simulations < 0:
+        raise SkewlensError(f"--max-simulations: expected >= 0, got {args.max_simulations}")
+    err = Console(stderr=True)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SkewlensError(f"--out {out}: exists and is not a directory")
+    run = load_for_analysis(args.run_dir, err)
+    result = analyze_run(run, blame=not args.no_blame, max_simulations=args.max_simulations, console=err)
+    written = write_tables(result, out)
+    if not args.no_pictures:
+        from analysis.perfetto import PERFETTO_FILE, write_perfetto
+        from analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+
+        written += [
+            wait_heatmap(result, out / WAIT_HEATMAP_FILE),
+            breakdown_bars(result, out / BREAKDOWN_FILE),
+            write_perfetto(result, out / PERFETTO_FILE),
+        ]
+    console = Console()
+    console.print(report(result, top=args.top))
+    console.print(f"wrote {len(written)} files to {out}")
+    return 0

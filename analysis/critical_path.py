@@ -1,0 +1,141 @@
+"""Critical path of each step across ranks, through compute, stream order, collectives and p2p.
+
+Walk back from the step's last finishing node (over all ranks):
+
+- at a collective, if another member arrived last, the path goes through that member: this node
+  contributes only its transfer (``end - last arrival``), the last arriver's node is put on the path
+  with no duration (it marks the jump) and the walk continues from the last arriver's dependencies;
+- at a recv whose send started later than the recv, likewise through the send (``via="p2p"``);
+- otherwise through the latest-finishing dependency (program / stream order, launch, data).
+
+The walk stops at a node without dependencies or when the next node belongs to another step. Each path
+node records its ``contribution_ns`` (time it accounts for) and ``gap_before_ns`` (idle on the path
+before it, on the node's own rank), so per step the contributions plus gaps add up to the span from the
+first path node's start to the last node's end. :func:`shares` sums them per rank and per op.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analysis.index import RankIndex, RunIndex
+from analysis.records import CriticalPathRecord
+from profiler.vocab import NodeType
+
+_KIND = {
+    int(NodeType.COMP): "compute",
+    int(NodeType.COMM_COLL): "collective",
+    int(NodeType.COMM_SEND): "send",
+    int(NodeType.COMM_RECV): "recv",
+}
+
+
+def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
+    """Step -> (rank, row) of the latest-ending node of that step over all ranks."""
+    best: dict[int, tuple[int, int, int]] = {}
+    for r, ri in sorted(ix.ranks.items()):
+        rt = ri.trace
+        keep = np.flatnonzero(rt.node_type != int(NodeType.METADATA))
+        if keep.size == 0:
+            continue
+        st = rt.step[keep].astype(np.int64)
+        o = np.lexsort((ri.end_ns[keep], st))
+        st_sorted = st[o]
+        last = np.flatnonzero(np.append(st_sorted[1:] != st_sorted[:-1], True))
+        for j in last.tolist():
+            row = int(keep[o[j]])
+            s = int(st_sorted[j])
+            e = int(ri.end_ns[row])
+            if s not in best or e > best[s][0]:
+                best[s] = (e, r, row)
+    steps = {s: (r, row) for s, (_e, r, row) in best.items()}
+    if len(steps) > 1:
+        steps.pop(-1, None)  # nodes outside any step are not a step of their own
+    return steps
+
+
+def _latest_dep(ri: RankIndex, row: int) -> int:
+    return int(ri.latest_dep[row])
+
+
+def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathRecord]:
+    run = ix.run
+    # (rank, row, eff_start, eff_end, via)
+    path: list[tuple[int, int, int, int, str]] = []
+    budget = sum(len(ri.trace) for ri in ix.ranks.values()) + 1
+    r, w = rank, row
+    while budget > 0:
+        budget -= 1
+        ri = ix.ranks[r]
+        start, end = int(ri.trace.start_ns[w]), int(ri.end_ns[w])
+        nxt_r, nxt_w, via = r, _latest_dep(ri, w), "dep"
+        k = int(ri.coll[w])
+        p = int(ri.p2p[w])
+        if k >= 0:
+            c = run.collectives[k]
+            arr = [int(run.ranks[m].start_ns[x]) for m, x in zip(c.ranks, c.rows, strict=True)]
+            j = int(np.argmax(arr))
+            if arr[j] > start:
+                path.append((r, w, arr[j], end, "collective"))
+                r2, w2 = c.ranks[j], c.rows[j]
+                path.append((r2, w2, arr[j], arr[j], "dep"))
+                nxt_r, nxt_w = r2, _latest_dep(ix.ranks[r2], w2)
+                start = -1
+        elif p >= 0 and int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV):
+            pair = run.p2p[p]
+            s_start = int(run.ranks[pair.src_rank].start_ns[pair.src_row])
+            if s_start > start:
+                path.append((r, w, s_start, end, "p2p"))
+                path.append((pair.src_rank, pair.src_row, s_start, s_start, "dep"))
+                nxt_r, nxt_w = pair.src_rank, _latest_dep(ix.ranks[pair.src_rank], pair.src_row)
+                start = -1
+        if start >= 0:
+            path.append((r, w, start, end, "dep"))
+        if nxt_w < 0:
+            break
+        nstep = int(ix.ranks[nxt_r].trace.step[nxt_w])
+        if step >= 0 and nstep != step:
+            break
+        r, w = nxt_r, nxt_w
+    out = []
+    for i, (pr, pw, es, ee, via) in enumerate(path):
+        rt = ix.ranks[pr].trace
+        gap = max(es - path[i + 1][3], 0) if i + 1 < len(path) else 0
+        out.append(
+            CriticalPathRecord(
+                step=step,
+                position=i,
+                rank=pr,
+                node_id=int(rt.node_id[pw]),
+                name=rt.name(pw),
+                kind="idle" if ix.ranks[pr].is_untraced[pw] else _KIND.get(int(rt.node_type[pw]), "other"),
+                start_ns=int(rt.start_ns[pw]),
+                end_ns=int(ix.ranks[pr].end_ns[pw]),
+                contribution_ns=max(ee - es, 0),
+                gap_before_ns=gap,
+                via=via if i + 1 < len(path) else "end",
+            )
+        )
+    return out
+
+
+def analyze_critical_path(ix: RunIndex) -> list[CriticalPathRecord]:
+    """Critical path records of every step, by step then position (last node first)."""
+    out: list[CriticalPathRecord] = []
+    for step, (r, row) in sorted(_last_nodes(ix).items()):
+        out.extend(_walk(ix, step, r, row))
+    return out
+
+
+def shares(records: list[CriticalPathRecord]) -> tuple[dict[int, dict[int, int]], dict[int, dict[str, int]]]:
+    """Per step: time on the path per rank (contributions + gaps on that rank) and per op name."""
+    by_rank: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    by_op: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for rec in records:
+        by_rank[rec.step][rec.rank] += rec.contribution_ns + rec.gap_before_ns
+        by_op[rec.step][rec.name] += rec.contribution_ns
+        if rec.gap_before_ns:
+            by_op[rec.step]["(host gap)"] += rec.gap_before_ns
+    return ({s: dict(v) for s, v in by_rank.items()}, {s: dict(v) for s, v in by_op.items()})

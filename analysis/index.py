@@ -1,0 +1,332 @@
+"""Per-rank arrays every analysis needs, computed once per run with numpy (no per-node Python objects).
+
+:class:`RunIndex` holds, for each rank, row-aligned columns derived from the store's
+:class:`~profiler.store.model.RankTrace`:
+
+- ``wait_ns``: at a communication node, the time this rank waited for its peers. Timing contract of
+  COMM nodes: start = this rank's arrival, end = completion on this rank. For a collective member
+  ``m``: ``wait_m = max(arrivals) - arrival_m``; for one side of a send/recv pair:
+  ``max(0, peer arrival - my arrival)``. Clamped to the node's duration.
+- ``gap_ns``: host gap before each node, ``start - max(end of its effective deps)`` clamped at 0 (0 with
+  none), with the simulator's notion of effective deps (recorded deps + stream predecessor).
+- ``coll`` / ``p2p``: the collective instance (index into ``run.collectives``) or send/recv pair (index
+  into ``run.p2p``) of a communication row, -1 elsewhere.
+- ``gname``: node name as an index into the run-wide ``RunIndex.names`` (rank dictionaries differ).
+
+It also provides :class:`Coverage`, the union of a set of intervals with an O(log n) "covered time up
+to t" function, which the breakdown uses for interval union and intersection across streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from analysis.errors import AnalysisError
+from profiler.store.model import RankTrace, RunTrace
+from profiler.vocab import NodeType
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+_COMM_TYPES = [int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)]
+
+#: Names of COMP nodes that stand for host time inside no operator (capture at the ``ops``/``full`` levels
+#: fills the main thread's untraced time with such nodes: ``profiler.capture.build.UNTRACED_NAME``). The
+#: analyses count them as host idle/gap, not compute.
+UNTRACED_NAMES = frozenset({"untraced"})
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class Coverage:
+    """Union of intervals as sorted disjoint ``[starts, ends)`` with cumulative covered length."""
+
+    starts: I64
+    """Starts of the disjoint intervals, ascending."""
+    ends: I64
+    """Ends of the disjoint intervals."""
+    cum: I64
+    """Covered length before interval ``i`` (length ``len(starts) + 1``)."""
+
+    EMPTY: ClassVar[Coverage]
+
+    @staticmethod
+    def of(starts: I64, ends: I64) -> Coverage:
+        """Union of the intervals ``[starts[i], ends[i])`` (empty ones are dropped)."""
+        keep = ends > starts
+        s, e = starts[keep], ends[keep]
+        if s.size == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return Coverage(starts=z, ends=z, cum=np.zeros(1, dtype=np.int64))
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        run_max = np.maximum.accumulate(e)
+        new = np.ones(s.size, dtype=np.bool_)
+        new[1:] = s[1:] > run_max[:-1]
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], s.size) - 1
+        us, ue = s[first], run_max[last]
+        cum = np.zeros(us.size + 1, dtype=np.int64)
+        np.cumsum(ue - us, out=cum[1:])
+        return Coverage(starts=us, ends=ue, cum=cum)
+
+    def upto(self, t: I64) -> I64:
+        """Covered length in ``(-inf, t)`` for each ``t``."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        ic = np.clip(i, 0, None)
+        inside = np.minimum(t, self.ends[ic]) - self.starts[ic]
+        return np.where(i >= 0, self.cum[ic] + inside, 0).astype(np.int64)
+
+    def idle_before(self, t: I64) -> I64:
+        """Length of the uncovered stretch that ends at ``t`` (0 when ``t`` is inside an interval)."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="left") - 1
+        ic = np.clip(i, 0, None)
+        return np.where(i >= 0, np.maximum(t - self.ends[ic], 0), 0).astype(np.int64)
+
+    def upto_one(self, t: int) -> int:
+        """:meth:`upto` for one time (no array overhead)."""
+        i = int(np.searchsorted(self.starts, t, side="right")) - 1
+        if i < 0:
+            return 0
+        return int(self.cum[i]) + min(t, int(self.ends[i])) - int(self.starts[i])
+
+    def between(self, a: I64, b: I64) -> I64:
+        """Covered length inside ``[a, b)`` for each pair."""
+        return np.maximum(self.upto(b) - self.upto(a), 0)
+
+    @property
+    def total_ns(self) -> int:
+        return int(self.cum[-1])
+
+
+Coverage.EMPTY = Coverage.of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class RankIndex:
+    """Derived per-rank columns (row-aligned with the rank's RankTrace unless named ``sorted_*``)."""
+
+    rank: int
+    """Global rank."""
+    trace: RankTrace
+    """The rank's trace."""
+    end_ns: I64
+    """``start_ns + dur_ns``."""
+    gname: I64
+    """Run-wide name id of each row."""
+    is_comp: B
+    """COMP rows that are real work (not the capture's untraced host time)."""
+    is_untraced: B
+    """COMP rows standing for untraced host time (see ``UNTRACED_NAMES``): idle, not compute."""
+    is_comm: B
+    """COMM_COLL / COMM_SEND / COMM_RECV rows."""
+    is_send: B
+    """COMM_SEND rows."""
+    wait_ns: I64
+    """Wait for peers at communication rows (0 elsewhere)."""
+    gap_ns: I64
+    """Host gap before the row (start minus the latest end of its deps; >= 0; 0 without deps)."""
+    has_deps: B
+    """Rows with at least one effective dependency (recorded deps or a stream predecessor)."""
+    coll: I64
+    """Index into ``run.collectives`` for collective rows, else -1."""
+    p2p: I64
+    """Index into ``run.p2p`` for send/recv rows, else -1."""
+    order: I64
+    """Rows sorted by start (stable)."""
+    sorted_start: I64
+    """``start_ns[order]``."""
+    comm_sorted_end: I64
+    """Ends of the communication rows, ascending."""
+    cov_all: Coverage
+    """Union of all compute and communication intervals of the rank (any stream; untraced time excluded)."""
+    cov_comp: Coverage
+    """Union of the compute intervals of the rank (any stream)."""
+    cov_wait_comp: Coverage
+    """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
+    latest_dep: I64
+    """Per row: the dependency (row) with the latest end, -1 without recorded deps."""
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class RunIndex:
+    """The run plus its per-rank derived arrays and run-wide name dictionary."""
+
+    run: RunTrace
+    """The run."""
+    ranks: dict[int, RankIndex]
+    """Per-rank index."""
+    names: list[str]
+    """Run-wide name dictionary (``RankIndex.gname`` indexes it)."""
+    step_spans: dict[tuple[int, int], tuple[int, int]]
+    """(rank, step) -> (start_ns, end_ns) of each recorded step (step -1: a rank without step marks)."""
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({s for _r, s in self.step_spans})
+
+
+def _gap_ns(rt: RankTrace, end: I64) -> tuple[I64, B]:
+    """Host gap before each row under the simulator's rule (``replay.lower``): the row waits for its
+    recorded deps plus its stream predecessor (the node on the same stream with the latest end among
+    those that started before it, when that end is not after the row's start, so nested ops are not
+    serialised behind their parent); ``gap = start - max(end of those)``, clamped at 0."""
+    n = len(rt)
+    valid = (rt.node_type != int(NodeType.METADATA)) & (rt.node_type != int(NodeType.INVALID))
+    depmax = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    if rt.dep_idx.size:
+        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(rt.dep_ptr))
+        src = rt.dep_idx
+        keep = (src != dst) & valid[src] & valid[dst]
+        np.maximum.at(depmax, dst[keep], end[src[keep]])
+    rows = np.flatnonzero(valid)
+    if rows.size > 1:
+        order = rows[np.lexsort((rows, rt.start_ns[rows], rt.stream[rows]))]
+        streams = rt.stream[order]
+        e = end[order]
+        # running max of ends within each stream: restart the accumulation at every stream boundary
+        cuts = np.flatnonzero(np.diff(streams)) + 1
+        for part_lo, part_hi in zip(np.r_[0, cuts], np.r_[cuts, order.size], strict=True):
+            if part_hi - part_lo < 2:
+                continue
+            pe = e[part_lo:part_hi]
+            runmax = np.maximum.accumulate(pe)[:-1]
+            nxt = order[part_lo + 1 : part_hi]
+            ok = runmax <= rt.start_ns[nxt]
+            np.maximum.at(depmax, nxt[ok], runmax[ok])
+    has = depmax > np.iinfo(np.int64).min
+    gap = np.where(has, np.maximum(rt.start_ns - depmax, 0), 0).astype(np.int64)
+    return gap, has & valid
+
+
+def _latest_dep(rt: RankTrace, end: I64) -> I64:
+    """Per row, the recorded dependency with the latest end (the last one listed among ties), or -1."""
+    n = len(rt)
+    out = np.full(n, -1, dtype=np.int64)
+    if rt.dep_idx.size == 0:
+        return out
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(rt.dep_ptr))
+    dep_end = end[rt.dep_idx]
+    has = np.diff(rt.dep_ptr) > 0
+    mx = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    mx[has] = np.maximum.reduceat(dep_end, rt.dep_ptr[:-1][has])
+    hit = np.flatnonzero(dep_end == mx[owner])
+    out[owner[hit]] = rt.dep_idx[hit]  # later entries overwrite earlier ones: the last of the ties wins
+    return out
+
+
+def _step_spans(run: RunTrace) -> dict[tuple[int, int], tuple[int, int]]:
+    spans: dict[tuple[int, int], tuple[int, int]] = {}
+    for s in run.manifest.steps:
+        if s.rank in run.ranks and s.end_ns > s.start_ns:
+            spans[(s.rank, s.step)] = (s.start_ns, s.end_ns)
+    have = {r for r, _s in spans}
+    for r, rt in run.ranks.items():
+        if r in have:
+            continue
+        busy = rt.node_type != int(NodeType.METADATA)
+        keep = (rt.step >= 0) & busy
+        if not keep.any():
+            if busy.any():  # no step marks at all: the whole trace is one step, numbered -1
+                spans[(r, -1)] = (int(rt.start_ns[busy].min()), int(rt.end_ns[busy].max()))
+            continue
+        st = rt.step[keep].astype(np.int64)
+        uniq, inv = np.unique(st, return_inverse=True)
+        lo = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(uniq.size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(lo, inv, rt.start_ns[keep])
+        np.maximum.at(hi, inv, rt.end_ns[keep])
+        for k, s in enumerate(uniq.tolist()):
+            spans[(r, int(s))] = (int(lo[k]), int(hi[k]))
+    return spans
+
+
+def build_index(run: RunTrace) -> RunIndex:
+    """Derive every per-rank array the analyses share. Raises AnalysisError on an empty run."""
+    if not run.ranks:
+        raise AnalysisError(f"{run.run_dir}: the run has no rank traces")
+    names: list[str] = []
+    name_id: dict[str, int] = {}
+    idx: dict[int, RankIndex] = {}
+    for r, rt in sorted(run.ranks.items()):
+        lut = np.empty(len(rt.names), dtype=np.int64)
+        for k, nm in enumerate(rt.names):
+            g = name_id.get(nm)
+            if g is None:
+                g = name_id[nm] = len(names)
+                names.append(nm)
+            lut[k] = g
+        end = rt.start_ns + rt.dur_ns
+        gap, has = _gap_ns(rt, end)
+        order = np.argsort(rt.start_ns, kind="stable")
+        is_comm = np.isin(rt.node_type, _COMM_TYPES)
+        untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
+        any_comp = rt.node_type == int(NodeType.COMP)
+        is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)
+        is_comp = any_comp & ~is_untraced
+        busy = is_comm | is_comp
+        idx[r] = RankIndex(
+            rank=r,
+            trace=rt,
+            end_ns=end,
+            gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int64),
+            is_comp=is_comp,
+            is_untraced=is_untraced,
+            is_comm=is_comm,
+            is_send=rt.node_type == int(NodeType.COMM_SEND),
+            wait_ns=np.zeros(len(rt), dtype=np.int64),
+            gap_ns=gap,
+            has_deps=has,
+            coll=np.full(len(rt), -1, dtype=np.int64),
+            p2p=np.full(len(rt), -1, dtype=np.int64),
+            order=order,
+            sorted_start=rt.start_ns[order],
+            comm_sorted_end=np.sort(end[is_comm]),
+            cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
+            cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
+            latest_dep=_latest_dep(rt, end),
+            cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
+        )
+    for k, c in enumerate(run.collectives):
+        arr = [int(run.ranks[r].start_ns[row]) for r, row in zip(c.ranks, c.rows, strict=True)]
+        last = max(arr)
+        for r, row, a in zip(c.ranks, c.rows, arr, strict=True):
+            ri = idx[r]
+            ri.coll[row] = k
+            ri.wait_ns[row] = min(last - a, int(ri.trace.dur_ns[row]))
+    for k, p in enumerate(run.p2p):
+        s_start = int(run.ranks[p.src_rank].start_ns[p.src_row])
+        d_start = int(run.ranks[p.dst_rank].start_ns[p.dst_row])
+        si, di = idx[p.src_rank], idx[p.dst_rank]
+        si.p2p[p.src_row] = k
+        di.p2p[p.dst_row] = k
+        si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
+        di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
+    for ri in idx.values():
+        st, comp, comm = ri.trace.start_ns, ri.is_comp, ri.is_comm
+        ri.cov_wait_comp = Coverage.of(
+            np.concatenate([st[comp], st[comm]]),
+            np.concatenate([ri.end_ns[comp], st[comm] + ri.wait_ns[comm]]),
+        )
+    return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
+
+
+def rows_starting_in(ri: RankIndex, a: int, b: int) -> I64:
+    """Rows whose start lies in ``[a, b)``, in start order."""
+    lo, hi = np.searchsorted(ri.sorted_start, [a, b], side="left")
+    return ri.order[lo:hi]
+
+
+def last_comm_end_before(ri: RankIndex, t: int) -> int | None:
+    """End of the latest communication row that completed at or before ``t`` on this rank."""
+    i = int(np.searchsorted(ri.comm_sorted_end, t, side="right")) - 1
+    return int(ri.comm_sorted_end[i]) if i >= 0 else None

@@ -1,0 +1,163 @@
+"""Record dataclasses of the tables the analyses write (one per table; schemas via ``arrow_schema``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CauseKind(StrEnum):
+    """Why a rank arrived late at a synchronisation point (compared with the median member)."""
+
+    COMPUTE = "compute"
+    """Compute ops ran longer (the grown ops are named)."""
+    HOST_GAP = "host_gap"
+    """The host was idle between ops (Python overhead, sleeps, data loading)."""
+    LATE_SEND = "late_send"
+    """The host was idle right before a send (the send was issued late)."""
+    WAIT = "earlier_wait"
+    """The rank itself waited for others earlier (the lateness is passed on)."""
+    NONE = "none"
+    """No member was measurably late."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveSkewRecord:
+    """One row of ``collective_skew``: one member of one collective instance or send/recv pair."""
+
+    kind: str
+    """``collective`` or ``p2p``."""
+    pg_name: str
+    """Process group name ('' when unknown)."""
+    seq: int
+    """Per-group sequence number of a collective; index of the pair in the run's p2p list for p2p."""
+    comm_type: str
+    """Collective type name, or ``SEND_RECV``."""
+    step: int
+    """Training step of the late member's node (-1 unknown)."""
+    rank: int
+    """This member's global rank."""
+    node_id: int
+    """This member's node id."""
+    arrival_ns: int
+    """When this member entered the op (aligned ns)."""
+    end_ns: int
+    """When the op completed on this member (aligned ns)."""
+    wait_ns: int
+    """Time this member waited for the last member to arrive."""
+    exposed_wait_ns: int
+    """The part of ``wait_ns`` not hidden under compute on this rank (asynchronous ops wait under compute)."""
+    transfer_ns: int
+    """Completion minus the last arrival (>= 0)."""
+    skew_ns: int
+    """Last minus first arrival over the members."""
+    late_rank: int
+    """Member that arrived last."""
+    blamed_rank: int
+    """Rank the wait is attributed to (the late rank, or whoever made it wait earlier)."""
+    late_by_ns: int
+    """Late member's arrival minus the median member's arrival."""
+    cause_kind: str
+    """Why the late member was late (a CauseKind value)."""
+    cause_op: str | None
+    """The op that grew most (compute causes), else null."""
+    cause_delta_ns: int
+    """How much the cause grew, late member minus median member, ns."""
+    cause: str
+    """Human-readable cause."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepBreakdownRecord:
+    """One row of ``step_breakdown``: where one rank's time went in one step."""
+
+    rank: int
+    """Global rank."""
+    step: int
+    """Training step."""
+    start_ns: int
+    """Step start (aligned ns)."""
+    end_ns: int
+    """Step end (aligned ns)."""
+    step_ns: int
+    """Step length."""
+    compute_ns: int
+    """Time covered by compute (union over streams/threads)."""
+    exposed_wait_ns: int
+    """Communication not hidden by compute, spent waiting for peers."""
+    exposed_transfer_ns: int
+    """Communication not hidden by compute, spent transferring."""
+    overlapped_comm_ns: int
+    """Communication time hidden under compute (intersection)."""
+    idle_ns: int
+    """Neither compute nor communication (host gaps)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CriticalPathRecord:
+    """One row of ``critical_path``: one node on the critical path of one step (last node first)."""
+
+    step: int
+    """Training step."""
+    position: int
+    """0 for the step's last finishing node, increasing backwards in time."""
+    rank: int
+    """Rank the node ran on."""
+    node_id: int
+    """Node id."""
+    name: str
+    """Node name."""
+    kind: str
+    """``compute``, ``idle`` (untraced host time), ``collective``, ``send``, ``recv`` or ``other``."""
+    start_ns: int
+    """Node start (aligned ns)."""
+    end_ns: int
+    """Node end (aligned ns)."""
+    contribution_ns: int
+    """Time of the step this node accounts for on the path (transfer only, for communication)."""
+    gap_before_ns: int
+    """Time on the path between the previous path node's end and this node's start (idle on the path)."""
+    via: str
+    """How the walk went on from this node: ``dep``, ``collective``, ``p2p``, or ``end``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BlameRecord:
+    """One row of ``blame``: what a rank costs the job, from simulated what-ifs."""
+
+    rank: int
+    """Global rank."""
+    straggler_cost_ns: int
+    """Baseline simulated time of the recorded steps minus the time had this rank run like the median rank."""
+    baseline_ns: int
+    """Simulated total step time of the recorded run (sum over steps)."""
+    whatif_ns: int
+    """Simulated total step time with this rank's compute and gaps set to the median rank's."""
+    steps_top: int
+    """Steps in which this rank has the largest straggler cost."""
+    caused_wait_ns: int
+    """Peers' wait attributed to this rank by the skew analysis."""
+    cause_kind: str
+    """Top cause (a CauseKind value)."""
+    cause_op: str | None
+    """Op that grew most, for compute causes."""
+    cause: str
+    """Human-readable top cause."""
+    simulated: bool
+    """False when the what-if was not simulated for this rank (no lateness to remove)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BlameStepRecord:
+    """One row of ``blame_steps``: one rank's straggler cost in one step."""
+
+    rank: int
+    """Global rank."""
+    step: int
+    """Training step."""
+    baseline_step_ns: int
+    """Simulated step time of the recorded run."""
+    whatif_step_ns: int
+    """Simulated step time had this rank run like the median rank."""
+    straggler_cost_ns: int
+    """Baseline minus what-if."""

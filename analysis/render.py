@@ -1,0 +1,128 @@
+"""Rich renderables of an :class:`~analysis.api.AnalysisResult` (no computation beyond sorting/summing)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.console import Group
+from rich.table import Table
+
+from analysis.api import AnalysisResult
+from analysis.critical_path import shares
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f}"
+
+
+def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
+    """Top stragglers: what-if cost (simulated), steps where each is the top straggler, the peer wait it
+    caused and its top cause."""
+    t = Table(title="Top stragglers (what-if: rank runs like the median rank)", title_justify="left")
+    for c in ("rank", "cost ms", "cost %", "top in steps", "caused wait ms"):
+        t.add_column(c, justify="right", no_wrap=True)
+    t.add_column("cause", ratio=1, overflow="fold")
+    recs = result.stragglers
+    if not recs:
+        caused = sorted(result.skew.caused_wait_ns.items(), key=lambda x: -x[1])[:top]
+        for r, w in caused:
+            cause = result.skew.top_cause.get(r)
+            t.add_row(str(r), "-", "-", "-", _ms(w), cause.text if cause else "")
+        return t
+    for rec in recs[:top]:
+        pct = 100.0 * rec.straggler_cost_ns / rec.baseline_ns if rec.baseline_ns else 0.0
+        t.add_row(
+            str(rec.rank),
+            _ms(rec.straggler_cost_ns) if rec.simulated else "0.00*",
+            f"{pct:.1f}",
+            str(rec.steps_top),
+            _ms(rec.caused_wait_ns),
+            rec.cause,
+        )
+    if any(not r.simulated for r in recs[:top]):
+        t.caption = "* not simulated: nowhere slower than the median rank"
+    return t
+
+
+def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
+    """Synchronisation points with the most total wait."""
+    t = Table(
+        title="Worst collectives / p2p (by exposed wait: not hidden under compute)", title_justify="left"
+    )
+    for c in ("step", "collective", "skew ms", "exposed wait ms", "late", "blamed"):
+        t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=True)
+    t.add_column("cause", ratio=1, overflow="fold")
+    events = sorted(result.skew.events, key=lambda e: -e.total_exposed_wait_ns)[:top]
+    for e in events:
+        if e.total_exposed_wait_ns <= 0:
+            break
+        t.add_row(
+            str(e.step),
+            f"{e.comm_type.lower()} {e.pg_name}#{e.seq}",
+            _ms(e.skew_ns),
+            _ms(e.total_exposed_wait_ns),
+            str(e.late_rank),
+            str(e.blamed_rank),
+            e.cause.text,
+        )
+    return t
+
+
+def breakdown_table(result: AnalysisResult) -> Table:
+    """Each rank's mean step breakdown (ms per step)."""
+    t = Table(title="Step breakdown per rank (mean ms per step)", title_justify="left")
+    cols = ("rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle")
+    for c in cols:
+        t.add_column(c, justify="right")
+    acc: dict[int, list[int]] = defaultdict(lambda: [0] * 7)
+    for b in result.breakdown:
+        a = acc[b.rank]
+        for i, v in enumerate(
+            (
+                1,
+                b.step_ns,
+                b.compute_ns,
+                b.exposed_wait_ns,
+                b.exposed_transfer_ns,
+                b.overlapped_comm_ns,
+                b.idle_ns,
+            )
+        ):
+            a[i] += v
+    for r, a in sorted(acc.items()):
+        n = a[0]
+        t.add_row(str(r), str(n), *(_ms(v / n) for v in a[1:]))
+    return t
+
+
+def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Table:
+    """Each rank's share of the critical path over all steps, and the ops that dominate it."""
+    by_rank, by_op = shares(result.critical_path)
+    rank_tot: dict[int, int] = defaultdict(int)
+    op_tot: dict[str, int] = defaultdict(int)
+    for v in by_rank.values():
+        for r, ns in v.items():
+            rank_tot[r] += ns
+    for ops in by_op.values():
+        for n, ns in ops.items():
+            op_tot[n] += ns
+    total = sum(rank_tot.values()) or 1
+    t = Table(title="Critical path share (all steps)", title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("ms", justify="right")
+    t.add_column("%", justify="right")
+    for r, ns in sorted(rank_tot.items(), key=lambda x: -x[1]):
+        t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
+    best = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
+    t.caption = "top ops: " + ", ".join(f"{n} {100.0 * ns / total:.0f}%" for n, ns in best)
+    return t
+
+
+def report(result: AnalysisResult, *, top: int = 5) -> Group:
+    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares."""
+    return Group(
+        stragglers_table(result, top),
+        worst_collectives_table(result, 2 * top),
+        breakdown_table(result),
+        critical_path_table(result),
+    )

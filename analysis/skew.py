@@ -1,0 +1,427 @@
+"""Collective skew: who arrived last at each synchronisation point, who waited, and why.
+
+For every collective instance and every matched send/recv pair (an *event*):
+
+- each member's arrival (its COMM node's start), wait (``last arrival - my arrival``) and transfer
+  (``my end - last arrival``), and the skew (``last - first arrival``);
+- the late member (last arrival) and why it was late. The late member's *window* since the previous
+  common synchronisation point (the previous instance of the same process group; for p2p, the last
+  communication completed on that rank) is compared with the median member's window:
+
+  - compute: summed COMP durations per op name; the ops that grew most are named;
+  - host gap: idle time before nodes (``start - latest dependency end``), split into gaps right before a
+    send (``late_send``) and other gaps (``host_gap``);
+  - earlier wait: time the late member itself spent waiting at communication in its window, where not
+    hidden under compute (an asynchronous all_reduce waiting under backward compute costs nothing). Then the
+    lateness is passed on: the event is *blamed* on whoever caused that earlier wait (events are
+    processed in order of their last arrival, so that rank is already known).
+
+  The largest positive difference is the cause. A recv that waits for a send whose sender idled right
+  before it (host gap before the send >= half the wait) is a ``late_send``, blamed on the sender.
+
+Each member's wait is attributed to the event's blamed rank; per rank and step the *exposed* part of it
+(not hidden under compute on the waiting rank) is summed to name the top straggler of each step. Pure
+functions; rendering is elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from analysis.index import I64, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
+from analysis.records import CauseKind, CollectiveSkewRecord
+from profiler.vocab import CommType
+
+#: Number of grown ops named in a compute cause.
+TOP_OPS = 3
+#: How many earlier events of the late rank are searched for the last common synchronisation point.
+COMMON_LOOKBACK = 256
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cause:
+    """Why a member was late."""
+
+    kind: CauseKind
+    """Category."""
+    delta_ns: int
+    """Growth of that category, late member minus median member."""
+    op: str | None = None
+    """Op that grew most (compute)."""
+    ops: tuple[tuple[str, int], ...] = ()
+    """Grown ops with their growth in ns, largest first (compute)."""
+    blamed_from: int = -1
+    """For an earlier wait: the rank that caused it."""
+    via_rank: int = -1
+    """When the lateness was passed on by another rank's earlier wait: that rank (else -1)."""
+
+    @property
+    def text(self) -> str:
+        base = self._base_text()
+        return f"{base} (passed on by rank {self.via_rank})" if self.via_rank >= 0 and base else base
+
+    def _base_text(self) -> str:
+        ms = self.delta_ns / 1e6
+        if self.kind is CauseKind.COMPUTE:
+            grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in self.ops) or f"+{ms:.1f} ms"
+            return f"compute grew: {grown}"
+        if self.kind is CauseKind.HOST_GAP:
+            return f"host idle/gap +{ms:.1f} ms"
+        if self.kind is CauseKind.LATE_SEND:
+            return f"late send: host gap +{ms:.1f} ms before the send"
+        if self.kind is CauseKind.WAIT:
+            by = f" (caused by rank {self.blamed_from})" if self.blamed_from >= 0 else ""
+            return f"earlier wait +{ms:.1f} ms{by}"
+        return ""
+
+
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+NO_CAUSE = Cause(kind=CauseKind.NONE, delta_ns=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkewEvent:
+    """One synchronisation point: a collective instance or a send/recv pair."""
+
+    kind: str
+    """``collective`` or ``p2p``."""
+    pg_name: str
+    """Process group name."""
+    seq: int
+    """Sequence number (collective) or pair index (p2p)."""
+    comm_type: str
+    """Collective type name or ``SEND_RECV``."""
+    step: int
+    """Step of the late member's node."""
+    ranks: tuple[int, ...]
+    """Members (p2p: sender, receiver)."""
+    rows: tuple[int, ...]
+    """Members' rows."""
+    node_ids: tuple[int, ...]
+    """Members' node ids."""
+    arrival_ns: I64
+    """Members' arrivals."""
+    end_ns: I64
+    """Members' completions."""
+    wait_ns: I64
+    """Members' waits."""
+    exposed_wait_ns: I64
+    """Members' waits not hidden under compute on their rank."""
+    late_rank: int
+    """Member that arrived last."""
+    blamed_rank: int
+    """Rank the waits are attributed to."""
+    late_by_ns: int
+    """Late arrival minus median arrival."""
+    cause: Cause
+    """Why the late member was late."""
+
+    @property
+    def skew_ns(self) -> int:
+        return int(self.arrival_ns.max() - self.arrival_ns.min())
+
+    @property
+    def total_wait_ns(self) -> int:
+        return int(self.wait_ns.sum())
+
+    @property
+    def total_exposed_wait_ns(self) -> int:
+        return int(self.exposed_wait_ns.sum())
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class SkewResult:
+    """All events, in order of their last arrival."""
+
+    events: list[SkewEvent]
+    """Events by last arrival."""
+    caused_wait_ns: dict[int, int] = field(default_factory=dict)
+    """Rank -> total exposed peer wait (not hidden under compute) blamed on it."""
+    caused_wait_by_step: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(rank, step) -> exposed peer wait blamed on it in that step."""
+    top_cause: dict[int, Cause] = field(default_factory=dict)
+    """Rank -> its dominant cause, weighted by the wait it caused."""
+
+    def records(self) -> list[CollectiveSkewRecord]:
+        out = []
+        for e in self.events:
+            last = int(e.arrival_ns.max())
+            for k, r in enumerate(e.ranks):
+                out.append(
+                    CollectiveSkewRecord(
+                        kind=e.kind,
+                        pg_name=e.pg_name,
+                        seq=e.seq,
+                        comm_type=e.comm_type,
+                        step=e.step,
+                        rank=r,
+                        node_id=e.node_ids[k],
+                        arrival_ns=int(e.arrival_ns[k]),
+                        end_ns=int(e.end_ns[k]),
+                        wait_ns=int(e.wait_ns[k]),
+                        exposed_wait_ns=int(e.exposed_wait_ns[k]),
+                        transfer_ns=max(int(e.end_ns[k]) - last, 0),
+                        skew_ns=e.skew_ns,
+                        late_rank=e.late_rank,
+                        blamed_rank=e.blamed_rank,
+                        late_by_ns=e.late_by_ns,
+                        cause_kind=str(e.cause.kind),
+                        cause_op=e.cause.op,
+                        cause_delta_ns=e.cause.delta_ns,
+                        cause=e.cause.text,
+                    )
+                )
+        return out
+
+    def top_straggler_by_step(self) -> dict[int, int]:
+        """Step -> rank with the most peer wait blamed on it in that step (steps with any wait)."""
+        best: dict[int, tuple[int, int]] = {}
+        for (r, s), w in self.caused_wait_by_step.items():
+            if w > 0 and (s not in best or w > best[s][0]):
+                best[s] = (w, r)
+        return {s: r for s, (_w, r) in sorted(best.items())}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Window:
+    compute_ns: int
+    host_gap_ns: int
+    send_gap_ns: int
+    wait_ns: int
+    max_wait_row: int
+    by_name: I64
+
+
+def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
+    """What a member did in ``[a, b)``: compute (union over streams, and per op name), idle time (no node
+    of the rank running) split into the idle stretches right before sends and the rest, and waits."""
+    rows = rows_starting_in(ri, a, b)
+    rt = ri.trace
+    comp = rows[ri.is_comp[rows]]
+    dur = rt.dur_ns[comp]
+    by_name = (
+        np.bincount(ri.gname[comp], weights=dur).astype(np.int64) if comp.size else np.zeros(0, np.int64)
+    )
+    idle = (b - a) - (ri.cov_all.upto_one(b) - ri.cov_all.upto_one(a))
+    compute = ri.cov_comp.upto_one(b) - ri.cov_comp.upto_one(a)
+    sends = rows[ri.is_send[rows]]
+    if ri.is_send[own_row]:
+        sends = np.append(sends, own_row)
+    send_idle = 0
+    if sends.size:
+        s_start = rt.start_ns[sends]
+        send_idle = int(np.maximum(np.minimum(ri.cov_all.idle_before(s_start), s_start - a), 0).sum())
+    waits = ri.wait_ns[rows]
+    # only waiting that nothing else hid counts (an asynchronous all_reduce waits under backward compute)
+    exposed_wait = (ri.cov_wait_comp.upto_one(b) - ri.cov_wait_comp.upto_one(a)) - compute
+    return _Window(
+        compute_ns=compute,
+        host_gap_ns=max(idle - send_idle, 0),
+        send_gap_ns=min(send_idle, idle),
+        wait_ns=max(exposed_wait, 0),
+        max_wait_row=int(rows[int(np.argmax(waits))]) if rows.size and waits.max() > 0 else -1,
+        by_name=by_name,
+    )
+
+
+def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[str, int], ...]:
+    n = max(late.by_name.size, med.by_name.size)
+    d = np.zeros(n, dtype=np.int64)
+    d[: late.by_name.size] += late.by_name
+    d[: med.by_name.size] -= med.by_name
+    top = np.argsort(-d, kind="stable")[:TOP_OPS]
+    return tuple((names[int(i)], int(d[i])) for i in top if d[i] > 0)
+
+
+def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -> tuple[Cause, int]:
+    """The dominant cause and the row of the late member's longest earlier wait (-1 if none)."""
+    deltas = {
+        CauseKind.COMPUTE: late.compute_ns - med.compute_ns,
+        CauseKind.HOST_GAP: late.host_gap_ns - med.host_gap_ns,
+        CauseKind.LATE_SEND: late.send_gap_ns - med.send_gap_ns,
+        # A window that starts later (the previous sync completed later here) is lateness passed on too.
+        CauseKind.WAIT: late.wait_ns - med.wait_ns + start_delta_ns,
+    }
+    kind = max(deltas, key=lambda k: deltas[k])
+    if deltas[kind] <= 0:
+        return NO_CAUSE, -1
+    if kind is CauseKind.COMPUTE:
+        ops = _grown_ops(late, med, names)
+        return Cause(kind=kind, delta_ns=deltas[kind], op=ops[0][0] if ops else None, ops=ops), -1
+    return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
+
+
+def _window_start(ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool) -> int:
+    """Start of a member's window: the previous instance of the group (collectives), else the rank's
+    step start (collectives) or its last completed communication (p2p)."""
+    arrival = int(ri.trace.start_ns[row])
+    if prev_row is not None:
+        return int(ri.end_ns[prev_row])
+    if collective:
+        span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
+        if span is not None and span[0] <= arrival:
+            return span[0]
+    t = last_comm_end_before(ri, arrival)
+    if t is not None:
+        return t
+    return int(ri.sorted_start[0]) if ri.sorted_start.size else arrival
+
+
+def _common_event(events: list[SkewEvent], late_history: list[int], other: int) -> SkewEvent | None:
+    """The latest earlier event in which the late rank and ``other`` both took part (their last common
+    synchronisation point), looking back at most ``COMMON_LOOKBACK`` events of the late rank."""
+    for i in reversed(late_history[-COMMON_LOOKBACK:]):
+        if other in events[i].ranks:
+            return events[i]
+    return None
+
+
+def analyze_skew(ix: RunIndex) -> SkewResult:
+    """Skew, waits, late member, blamed rank and cause of every collective instance and p2p pair."""
+    run = ix.run
+    # (kind, index, ranks, rows)
+    raw: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] = [
+        ("collective", k, c.ranks, c.rows) for k, c in enumerate(run.collectives)
+    ]
+    raw += [("p2p", k, (p.src_rank, p.dst_rank), (p.src_row, p.dst_row)) for k, p in enumerate(run.p2p)]
+    last_arrival = [
+        max(int(run.ranks[r].start_ns[w]) for r, w in zip(rs, ws, strict=True)) for *_x, rs, ws in raw
+    ]
+    order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
+    prev_row: dict[tuple[str, int], int] = {}  # (pg_name, rank) -> row of the previous instance
+    blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
+    cause_of: dict[tuple[int, int], Cause] = {}
+    history: dict[int, list[int]] = {}  # rank -> indexes into events of the events it took part in
+    events: list[SkewEvent] = []
+    for i in order:
+        kind, k, ranks, rows = raw[i]
+        rts = [ix.ranks[r] for r in ranks]
+        arr = np.array([int(ri.trace.start_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
+        end = np.array([int(ri.end_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
+        wait = np.array([int(ri.wait_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
+        if kind == "collective":
+            c = run.collectives[k]
+            pg_name, seq, ctype = c.pg_name, c.seq, CommType(c.comm_type).name
+        else:
+            p = run.p2p[k]
+            pg_name, seq, ctype = p.pg_name, k, "SEND_RECV"
+        by_arrival = np.argsort(arr, kind="stable")
+        li = int(by_arrival[-1])
+        mi = int(by_arrival[(len(ranks) - 1) // 2])
+        late_rank = ranks[li]
+        step = int(rts[li].trace.step[rows[li]])
+        cause, blamed = NO_CAUSE, late_rank
+        if li != mi and arr[li] > arr[mi]:
+            common = _common_event(events, history.get(late_rank, []), ranks[mi])
+            starts = []
+            for j in (li, mi):
+                if common is not None:
+                    k = common.ranks.index(ranks[j])
+                    # an asynchronous op (DDP's bucket all_reduce) may complete after this arrival: then
+                    # the member's last known synchronised point is its arrival at the common op
+                    done = int(common.end_ns[k])
+                    starts.append(done if done <= arr[j] else int(common.arrival_ns[k]))
+                    continue
+                prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
+                starts.append(
+                    min(_window_start(ix, rts[j], prev, rows[j], kind == "collective"), int(arr[j]))
+                )
+            wl = _window(rts[li], starts[0], int(arr[li]), rows[li])
+            wm = _window(rts[mi], starts[1], int(arr[mi]), rows[mi])
+            peer_wait = int(wait[mi]) if kind == "p2p" else int(wait.max())
+            own_gap = int(rts[li].cov_all.idle_before(np.array([arr[li]]))[0])
+            if kind == "p2p" and li == 0 and own_gap * 2 >= peer_wait:
+                cause, wait_row = Cause(kind=CauseKind.LATE_SEND, delta_ns=own_gap), -1
+            else:
+                cause, wait_row = _cause(wl, wm, starts[0] - starts[1], ix.names)
+            if cause.kind is CauseKind.WAIT and wait_row < 0:
+                # the window itself started late: the lateness comes from the previous sync point
+                if common is not None:
+                    wait_row = common.rows[common.ranks.index(late_rank)]
+                elif kind == "collective":
+                    wait_row = prev_row.get((pg_name, late_rank), -1)
+            if cause.kind is CauseKind.WAIT and wait_row >= 0:
+                b = int(blamed_row[late_rank][wait_row])
+                origin = cause_of.get((late_rank, wait_row))
+                if b >= 0:
+                    blamed = b
+                if origin is not None and origin.kind not in (CauseKind.WAIT, CauseKind.NONE):
+                    # report the root cause, noting who passed the lateness on
+                    cause = replace(origin, via_rank=late_rank if origin.via_rank < 0 else origin.via_rank)
+            if cause.kind is CauseKind.WAIT:
+                cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
+        if kind == "collective":
+            for r, w in zip(ranks, rows, strict=True):
+                prev_row[(pg_name, r)] = w
+        for r, w in zip(ranks, rows, strict=True):
+            blamed_row[r][w] = blamed
+            cause_of[(r, w)] = cause
+        for r in ranks:
+            history.setdefault(r, []).append(len(events))
+        events.append(
+            SkewEvent(
+                kind=kind,
+                pg_name=pg_name,
+                seq=seq,
+                comm_type=ctype,
+                step=step,
+                ranks=tuple(ranks),
+                rows=tuple(rows),
+                node_ids=tuple(int(ri.trace.node_id[w]) for ri, w in zip(rts, rows, strict=True)),
+                arrival_ns=arr,
+                end_ns=end,
+                wait_ns=wait,
+                exposed_wait_ns=np.array(
+                    [
+                        w - (ri.cov_comp.upto_one(a + w) - ri.cov_comp.upto_one(a))
+                        for ri, a, w in zip(rts, arr.tolist(), wait.tolist(), strict=True)
+                    ],
+                    dtype=np.int64,
+                ),
+                late_rank=late_rank,
+                blamed_rank=blamed,
+                late_by_ns=int(arr[li] - arr[mi]),
+                cause=cause,
+            )
+        )
+    return _summarise(events)
+
+
+def _summarise(events: list[SkewEvent]) -> SkewResult:
+    caused: dict[int, int] = defaultdict(int)
+    by_step: dict[tuple[int, int], int] = defaultdict(int)
+    kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
+    op_w: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for e in events:
+        w = e.total_exposed_wait_ns
+        if w <= 0:
+            continue
+        caused[e.blamed_rank] += w
+        by_step[(e.blamed_rank, e.step)] += w
+        if e.cause.kind is not CauseKind.NONE:
+            kind_w[e.blamed_rank][e.cause.kind] += w
+        if e.cause.via_rank < 0:
+            for name, d in e.cause.ops:
+                op_w[e.blamed_rank][name] += d
+    top: dict[int, Cause] = {}
+    for r, kinds in kind_w.items():
+        k = max(kinds, key=lambda x: kinds[x])
+        mine = [e for e in events if e.blamed_rank == r and e.cause.kind is k]
+        own = [e for e in mine if e.cause.via_rank < 0] or mine
+        delta = int(np.median([e.cause.delta_ns for e in own])) if own else 0
+        if k is CauseKind.COMPUTE and op_w[r]:
+            ops = sorted(op_w[r].items(), key=lambda x: -x[1])[:TOP_OPS]
+            n = max(len(own), 1)
+            per = tuple((name, d // n) for name, d in ops)
+            top[r] = Cause(kind=k, delta_ns=delta, op=ops[0][0], ops=per)
+        else:
+            top[r] = Cause(kind=k, delta_ns=delta)
+    return SkewResult(
+        events=events, caused_wait_ns=dict(caused), caused_wait_by_step=dict(by_step), top_cause=top
+    )

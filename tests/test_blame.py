@@ -1,0 +1,93 @@
+"""What-if blame: the straggler's cost is the step time it adds, checked against a run without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_analysis_scenarios import MS, Scenario, build_run
+
+from analysis.blame import BlameResult, analyze_blame
+from analysis.index import build_index
+from analysis.records import CauseKind
+from analysis.skew import analyze_skew
+from profiler.store import load_run
+from replay.simulate import simulate
+
+STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=5)
+CLEAN = Scenario(steps=5)
+SLOW_SEND = Scenario(slow_send_rank=0, slow_send_ns=25 * MS, steps=5)
+
+
+def _blame(tmp: Path, sc: Scenario) -> BlameResult:
+    ix = build_index(load_run(build_run(tmp, sc)))
+    return analyze_blame(ix, analyze_skew(ix))
+
+
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory: pytest.TempPathFactory) -> BlameResult:
+    return _blame(tmp_path_factory.mktemp("s"), STRAGGLER)
+
+
+def test_straggler_is_ranked_first_with_a_cost_equal_to_the_time_it_adds(straggler: BlameResult) -> None:
+    top = straggler.records[0]
+    assert top.rank == STRAGGLER.straggler_rank
+    assert top.simulated
+    assert top.straggler_cost_ns == pytest.approx(STRAGGLER.steps * STRAGGLER.straggler_ns, rel=0.03)
+    assert top.steps_top == STRAGGLER.steps
+    assert top.cause_kind == CauseKind.COMPUTE and top.cause_op == "aten::mm"
+    costs = [r.straggler_cost_ns for r in straggler.records]
+    assert costs == sorted(costs, reverse=True)
+    for other in straggler.records[1:]:
+        assert abs(other.straggler_cost_ns) < 0.01 * top.baseline_ns
+
+
+def test_what_if_step_time_matches_a_run_without_the_straggler(
+    straggler: BlameResult, tmp_path: Path
+) -> None:
+    clean = simulate(load_run(build_run(tmp_path, CLEAN)))
+    for step, t in straggler.whatif_step_ns[STRAGGLER.straggler_rank].items():
+        assert t == pytest.approx(clean.step_time_ns(step), rel=0.02)
+    assert straggler.top_straggler_by_step() == dict.fromkeys(
+        range(STRAGGLER.steps), STRAGGLER.straggler_rank
+    )
+
+
+def test_slow_sender_is_blamed_for_its_sends_not_compute(tmp_path: Path) -> None:
+    res = _blame(tmp_path, SLOW_SEND)
+    top = res.records[0]
+    assert top.rank == SLOW_SEND.slow_send_rank
+    assert top.cause_kind == CauseKind.LATE_SEND
+    assert top.straggler_cost_ns == pytest.approx(SLOW_SEND.steps * SLOW_SEND.slow_send_ns, rel=0.05)
+
+
+def test_max_simulations_bounds_the_what_ifs(tmp_path: Path) -> None:
+    ix = build_index(load_run(build_run(tmp_path, STRAGGLER)))
+    calls: list[object] = []
+
+    def counting(run: object, **kw: object) -> object:
+        calls.append(kw)
+        return simulate(run, **kw)  # type: ignore[arg-type]
+
+    res = analyze_blame(ix, analyze_skew(ix), simulate_fn=counting, max_simulations=1)
+    assert len(calls) == 2  # baseline + the one rank with the largest excess
+    assert [r.rank for r in res.records if r.simulated] == [STRAGGLER.straggler_rank]
+
+
+def test_a_run_without_step_marks_is_blamed_as_one_step(tmp_path: Path) -> None:
+    from profiler.synth import RunBuilder
+    from profiler.vocab import CommType
+
+    extra = 30 * MS
+    b = RunBuilder(3)
+    for r in range(3):
+        b.rank(r).compute("aten::mm", 10 * MS + (extra if r == 1 else 0), start_ns=0)
+    end = 10 * MS + extra + MS
+    for r in range(3):
+        start = 10 * MS + (extra if r == 1 else 0)
+        b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, end - start, start_ns=start)
+    ix = build_index(load_run(b.write(tmp_path / "run")))
+    res = analyze_blame(ix, analyze_skew(ix))
+    assert res.baseline_step_ns == {-1: end}
+    assert res.records[0].rank == 1
+    assert res.records[0].straggler_cost_ns == extra

@@ -1,0 +1,83 @@
+"""Step breakdown: compute, exposed wait / transfer, overlapped communication and idle per rank per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_analysis_scenarios import MS, Scenario, build_run
+
+from analysis.breakdown import analyze_breakdown
+from analysis.index import Coverage, build_index
+from profiler.store import load_run
+from profiler.synth import RunBuilder
+from profiler.vocab import CommType
+
+
+def test_coverage_merges_overlapping_intervals_and_measures_windows() -> None:
+    starts = np.array([0, 2, 10, 12, 30], dtype=np.int64)
+    ends = np.array([5, 4, 15, 20, 30], dtype=np.int64)  # [0,5) ∪ [10,20); [30,30) is empty
+    cov = Coverage.of(starts, ends)
+    assert cov.starts.tolist() == [0, 10]
+    assert cov.ends.tolist() == [5, 20]
+    assert cov.total_ns == 5 + 10
+    a = np.array([-5, 3, 6, 14], dtype=np.int64)
+    b = np.array([100, 12, 9, 40], dtype=np.int64)
+    assert cov.between(a, b).tolist() == [15, (5 - 3) + (12 - 10), 0, 20 - 14]
+
+
+def test_overlap_on_another_stream_is_hidden_and_the_rest_is_split_into_wait_and_transfer(
+    tmp_path: Path,
+) -> None:
+    comp1_end, arrive0, arrive1, coll_end, comp2_start, comp2_end = (
+        5 * MS,
+        4 * MS,
+        6 * MS,
+        8 * MS,
+        9 * MS,
+        10 * MS,
+    )
+    b = RunBuilder(2)
+    for r, arrive in ((0, arrive0), (1, arrive1)):
+        rb = b.rank(r).step(0)
+        rb.compute("kernel_a", comp1_end, start_ns=0, stream=7)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, coll_end - arrive, start_ns=arrive, stream=9)
+        rb.compute("kernel_b", comp2_end - comp2_start, start_ns=comp2_start, stream=7)
+    recs = {x.rank: x for x in analyze_breakdown(build_index(load_run(b.write(tmp_path / "run"))))}
+    r0 = recs[0]
+    assert r0.step_ns == comp2_end
+    assert r0.compute_ns == comp1_end + (comp2_end - comp2_start)
+    assert r0.overlapped_comm_ns == comp1_end - arrive0
+    assert (
+        r0.exposed_wait_ns == arrive1 - comp1_end
+    )  # the wait [arrive0, arrive1) minus the part under compute
+    assert r0.exposed_transfer_ns == coll_end - arrive1
+    assert r0.idle_ns == comp2_start - coll_end
+    r1 = recs[1]
+    assert r1.overlapped_comm_ns == 0
+    assert r1.exposed_wait_ns == 0
+    assert r1.idle_ns == (arrive1 - comp1_end) + (comp2_start - coll_end)
+
+
+def test_parts_add_up_to_the_step_and_the_straggler_computes_while_peers_wait(tmp_path: Path) -> None:
+    sc = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=4)
+    recs = analyze_breakdown(build_index(load_run(build_run(tmp_path, sc))))
+    assert len(recs) == sc.world_size * sc.steps
+    for x in recs:
+        assert x.compute_ns + x.exposed_wait_ns + x.exposed_transfer_ns + x.idle_ns == x.step_ns
+        assert (
+            min(x.compute_ns, x.exposed_wait_ns, x.exposed_transfer_ns, x.idle_ns, x.overlapped_comm_ns) >= 0
+        )
+    mean = {
+        r: {
+            k: float(np.mean([getattr(x, k) for x in recs if x.rank == r]))
+            for k in ("compute_ns", "exposed_wait_ns")
+        }
+        for r in range(sc.world_size)
+    }
+    assert mean[2]["compute_ns"] - mean[0]["compute_ns"] == pytest.approx(sc.straggler_ns, rel=0.02)
+    assert mean[2]["exposed_wait_ns"] < 1 * MS
+    # rank 3 waits for rank 2 at the all_gather; ranks 0 and 1 wait at the all_reduce
+    for r in (0, 1, 3):
+        assert mean[r]["exposed_wait_ns"] == pytest.approx(sc.straggler_ns, rel=0.05)

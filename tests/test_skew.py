@@ -1,0 +1,103 @@
+"""Collective skew: late rank, per-member wait, blamed rank and cause, on synthetic runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_analysis_scenarios import MS, Scenario, build_run
+
+from analysis.index import build_index
+from analysis.records import CauseKind, CollectiveSkewRecord
+from analysis.skew import SkewResult, analyze_skew
+from profiler.store import load_run
+from profiler.store.schema import read_table, write_records
+
+STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS)
+SLOW_SEND = Scenario(slow_send_rank=0, slow_send_ns=25 * MS)
+
+
+def _skew(tmp: Path, sc: Scenario) -> SkewResult:
+    return analyze_skew(build_index(load_run(build_run(tmp, sc))))
+
+
+@pytest.fixture(scope="module")
+def straggler_skew(tmp_path_factory: pytest.TempPathFactory) -> SkewResult:
+    return _skew(tmp_path_factory.mktemp("straggler"), STRAGGLER)
+
+
+@pytest.fixture(scope="module")
+def slow_send_skew(tmp_path_factory: pytest.TempPathFactory) -> SkewResult:
+    return _skew(tmp_path_factory.mktemp("slow_send"), SLOW_SEND)
+
+
+def test_late_rank_is_blamed_for_the_wait_it_causes(straggler_skew: SkewResult) -> None:
+    ag = [e for e in straggler_skew.events if e.pg_name == "tp1"]
+    assert len(ag) == STRAGGLER.steps
+    for e in ag:
+        assert e.late_rank == STRAGGLER.straggler_rank
+        assert e.blamed_rank == STRAGGLER.straggler_rank
+        waits = dict(zip(e.ranks, e.wait_ns.tolist(), strict=True))
+        assert waits[STRAGGLER.straggler_rank] == 0
+        # the peer waits the extra compute, give or take the scenario's per-step jitter
+        assert waits[3] == pytest.approx(STRAGGLER.straggler_ns, abs=2 * STRAGGLER.jitter_ns)
+
+
+def test_compute_cause_names_the_op_that_grew(straggler_skew: SkewResult) -> None:
+    e = next(e for e in straggler_skew.events if e.pg_name == "tp1")
+    assert e.cause.kind is CauseKind.COMPUTE
+    assert e.cause.op == "aten::mm"
+    assert e.cause.delta_ns == pytest.approx(STRAGGLER.straggler_ns, abs=2 * STRAGGLER.jitter_ns)
+    assert "aten::mm" in e.cause.text
+
+
+def test_lateness_passed_on_through_an_earlier_wait_is_blamed_on_its_origin(
+    straggler_skew: SkewResult,
+) -> None:
+    world = [e for e in straggler_skew.events if e.kind == "collective" and e.pg_name == "0"]
+    assert len(world) == STRAGGLER.steps
+    for e in world:
+        # ranks 2 and 3 both arrive late at the all_reduce; whoever is last, rank 2 is to blame
+        assert e.late_rank in (2, 3)
+        assert e.blamed_rank == STRAGGLER.straggler_rank
+        waits = dict(zip(e.ranks, e.wait_ns.tolist(), strict=True))
+        assert waits[0] > 30 * MS and waits[1] > 30 * MS
+
+
+def test_every_step_names_the_straggler_as_top(straggler_skew: SkewResult) -> None:
+    tops = straggler_skew.top_straggler_by_step()
+    assert sorted(tops) == list(range(STRAGGLER.steps))
+    assert set(tops.values()) == {STRAGGLER.straggler_rank}
+    assert straggler_skew.top_cause[2].kind is CauseKind.COMPUTE
+    assert straggler_skew.top_cause[2].op == "aten::mm"
+
+
+def test_recv_waiting_for_a_late_send_blames_the_sender_with_a_late_send(slow_send_skew: SkewResult) -> None:
+    p2p = [e for e in slow_send_skew.events if e.kind == "p2p" and e.ranks == (0, 1)]
+    assert len(p2p) == SLOW_SEND.steps
+    for e in p2p:
+        assert e.late_rank == 0
+        assert e.blamed_rank == 0
+        assert e.cause.kind is CauseKind.LATE_SEND
+        assert e.cause.delta_ns == SLOW_SEND.slow_send_ns
+        assert int(e.wait_ns[1]) == SLOW_SEND.slow_send_ns  # the recv side waited the whole sleep
+    assert slow_send_skew.top_cause[0].kind is CauseKind.LATE_SEND
+
+
+def test_collective_after_a_slow_send_reports_the_send_not_compute(slow_send_skew: SkewResult) -> None:
+    world = [e for e in slow_send_skew.events if e.kind == "collective" and e.pg_name == "0"]
+    late0 = [e for e in world if e.blamed_rank == 0 and e.total_wait_ns > 10 * MS]
+    assert late0, "rank 0's sleep before its send should make it late at the all_reduce"
+    assert all(e.cause.kind is CauseKind.LATE_SEND for e in late0)
+
+
+def test_skew_table_round_trips_through_parquet(straggler_skew: SkewResult, tmp_path: Path) -> None:
+    recs = straggler_skew.records()
+    n_members = sum(len(e.ranks) for e in straggler_skew.events)
+    assert len(recs) == n_members
+    p = write_records(CollectiveSkewRecord, recs, tmp_path / "collective_skew.parquet", "collective_skew")
+    tbl = read_table(p, CollectiveSkewRecord)
+    assert tbl.num_rows == n_members
+    waits = tbl.column("wait_ns").to_pylist()
+    assert sum(waits) == sum(r.wait_ns for r in recs)
+    assert set(tbl.column("cause_kind").to_pylist()) >= {"compute"}
