@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from analysis.errors import AnalysisError
 from profiler.store.model import RankTrace, RunTrace
-from profiler.vocab import NodeType
+from profiler.vocab import UNTRACED_NODE_NAME, NodeType
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -35,9 +35,9 @@ B = npt.NDArray[np.bool_]
 _COMM_TYPES = [int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)]
 
 #: Names of COMP nodes that stand for host time inside no operator (capture at the ``ops``/``full`` levels
-#: fills the main thread's untraced time with such nodes: ``profiler.capture.build.UNTRACED_NAME``). The
-#: analyses count them as host idle/gap, not compute.
-UNTRACED_NAMES = frozenset({"untraced"})
+#: fills the main thread's untraced time with such nodes). The analyses count them as host idle/gap,
+#: not compute.
+UNTRACED_NAMES = frozenset({UNTRACED_NODE_NAME})
 
 
 @dataclass(eq=False, kw_only=True, slots=True)

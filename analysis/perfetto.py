@@ -8,16 +8,13 @@ relative to the run's first node (``otherData.t0_ns`` keeps the origin). Written
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from analysis.api import AnalysisResult
-from profiler.errors import SkewlensError
+from profiler.atomic import write_json_atomic
 from profiler.vocab import NodeType
 
 PERFETTO_FILE = "trace_critical_path.json"
@@ -111,17 +108,4 @@ def write_perfetto(result: AnalysisResult, path: str | Path, *, max_nodes: int =
     """Write the trace JSON atomically."""
     p = Path(path)
     data = trace_events(result, max_nodes=max_nodes)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as e:
-        raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-        Path(tmp).chmod(0o644)
-        Path(tmp).replace(p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_json_atomic(p, data, separators=(",", ":"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from analysis.api import AnalysisResult
-from profiler.errors import SkewlensError
+from profiler.atomic import atomic_file
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -27,19 +25,8 @@ def _figure() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.png", dir=path.parent)
-    except OSError as e:
-        raise SkewlensError(f"cannot write {path}: {e.strerror or e}") from None
-    os.close(fd)
-    try:
+    with atomic_file(path, suffix=".tmp.png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        Path(tmp).chmod(0o644)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

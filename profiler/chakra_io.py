@@ -24,6 +24,7 @@ from typing import IO, Any
 from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
+from profiler.atomic import FILE_MODE
 from profiler.errors import TraceFormatError
 from profiler.vocab import ET_SCHEMA, Attr, NodeType
 
@@ -179,6 +180,7 @@ class EtWriter:
         try:
             self._fh.close()
             if exc_type is None:
+                Path(self._tmp).chmod(FILE_MODE)
                 Path(self._tmp).replace(self.path)
         finally:
             if exc_type is not None or not self.path.exists():

@@ -6,12 +6,11 @@ Versioned: every reader checks ``format`` and ``version`` and says what it found
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiler.atomic import write_text_atomic
 from profiler.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
@@ -153,17 +152,7 @@ def write_manifest(run_dir: str | Path, manifest: Manifest) -> Path:
     """Write ``manifest.json`` atomically (temp file + rename)."""
     d = Path(run_dir)
     d.mkdir(parents=True, exist_ok=True)
-    target = d / MANIFEST_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(manifest.to_json(), fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        Path(tmp).replace(target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(d / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
 
 
 def read_manifest(run_dir: str | Path) -> Manifest:

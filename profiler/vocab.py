@@ -77,6 +77,12 @@ class Attr(StrEnum):
 #: Name of the METADATA node that lists process groups, as PyTorch host traces name it.
 PG_INIT_NODE_NAME = "## process_group:init ##"
 
+#: Capture at the ``collectives`` level: COMP node standing for all host time between two comm calls.
+COMPUTE_GAP_NODE_NAME = "compute"
+#: Capture at the ``ops``/``full`` levels: COMP node standing for main-thread host time inside no operator
+#: (Python, sleeps, waits). Analyses count it as host idle, not compute.
+UNTRACED_NODE_NAME = "untraced"
+
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 

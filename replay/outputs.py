@@ -7,8 +7,6 @@ The Perfetto JSON has one process per rank and one thread per stream; times are 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import TextIO
 
 import numpy as np
 
-from profiler.errors import SkewlensError
+from profiler.atomic import atomic_file
 from profiler.store.model import RunTrace
 from profiler.store.schema import table_from_columns, write_records, write_table
 from profiler.vocab import CommType, NodeType
@@ -144,18 +142,8 @@ def write_summary(rows: list[SummaryRecord], path: Path) -> Path:
 
 
 def _atomic_text(path: Path, write: Callable[[TextIO], object]) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise SkewlensError(f"cannot write {path}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            write(fh)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        write(fh)
     return path
 
 

@@ -82,8 +82,23 @@ def _mean_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> floa
     return sum(vals) / len(vals)
 
 
+_CHILDREN_BEFORE_TEST: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_preexisting_children() -> None:
+    _CHILDREN_BEFORE_TEST.clear()
+    _CHILDREN_BEFORE_TEST.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
 def _no_replay_processes_left() -> list[str]:
-    left = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    # Children the pytest process already had before the test (multiprocessing's resource tracker and
+    # forkserver, started by other tests' process pools and kept for the session) are not the replay's.
+    left = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.is_running() and p.pid not in _CHILDREN_BEFORE_TEST
+    ]
     workers = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])

@@ -13,8 +13,6 @@ import ast
 import dataclasses
 import inspect
 import itertools
-import os
-import tempfile
 import textwrap
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from profiler.atomic import atomic_file
 from profiler.errors import SkewlensError
 
 #: Bumped on any incompatible change to a table written by skewlens.
@@ -106,23 +105,13 @@ def table_from_records(cls: type, records: Iterable[Any], table: str) -> pa.Tabl
 def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None = None) -> Path:
     """Write one Parquet file atomically (temp file in the same directory, then rename)."""
     p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as e:
-        raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
-    os.close(fd)
-    try:
+    with atomic_file(p) as tmp:
         # Parquet dictionary pages only for the dictionary-typed (string) columns: on unique integer
         # columns such as start_ns they cost time and space for nothing.
         dict_cols = [f.name for f in tbl.schema if pa.types.is_dictionary(f.type)]
         pq.write_table(
             tbl, tmp, row_group_size=row_group_size, compression="zstd", use_dictionary=dict_cols or False
         )
-        Path(tmp).replace(p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return p
 
 

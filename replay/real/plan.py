@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from profiler.atomic import write_json_atomic as atomic_json
 from profiler.chakra_io import attr_value, iter_nodes
 from profiler.errors import ValidationError
 from profiler.manifest import ProcessGroupInfo
@@ -382,15 +381,7 @@ def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_json(path, data)
 
 
 def read_json_bounded(path: Path, what: str) -> Any:

@@ -1,0 +1,190 @@
+"""Capture overhead: the example's own step times with and without ``skewlens profile``, per level.
+
+Runs interleaved repetitions (baseline, captured, baseline, captured, ...) of
+``torchrun --nproc-per-node N examples/train.py`` so that load drifting on the machine hits both sides
+alike, and compares the median step time over the recorded steps as train.py measures it
+(``--step-times-out``): wall time (the target) and the process CPU time (all threads; less sensitive to
+other load on the machine, shown beside it). The last recorded step also writes the trace (once per run)
+and is reported apart, not in the ratio. Targets (2 ranks on a 2-core machine): collectives <= 1.03,
+ops <= 1.15, full <= 1.35. The load average before and after is printed: on a loaded machine the wall
+ratios mostly measure the load.
+
+    .venv/bin/python benchmarks/capture_overhead.py [--reps 3] [--nproc 2] [--active 12] [--levels ...]
+    .venv/bin/python benchmarks/capture_overhead.py --micro   # in-process CPU cost of hooks and Kineto
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "examples" / "train.py"
+TARGETS = {"collectives": 1.03, "ops": 1.15, "full": 1.35}
+WAIT, WARMUP = 1, 1
+
+
+@dataclass
+class Side:
+    """Step times (ms) of one side (baseline or captured) of one level, over all repetitions."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    save_wall: list[float] = field(default_factory=list)
+
+
+def run_once(
+    work: Path, *, level: str | None, nproc: int, active: int, tag: str
+) -> list[dict[str, list[int]]]:
+    """Per-rank step times of one run; with ``level``, under capture."""
+    times = work / f"{tag}-{{rank}}.json"
+    steps = WAIT + WARMUP + active + 1
+    train = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        str(TRAIN), "--steps", str(steps), "--step-times-out", str(times),
+    ]  # fmt: skip
+    cmd = train
+    if level is not None:
+        cmd = [
+            sys.executable, "-m", "skewlens", "profile", "--out", str(work / f"{tag}-run"), "--level", level,
+            "--steps", f"{WAIT}:{WARMUP}:{active}", "--", *train,
+        ]  # fmt: skip
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-2000:]}")
+    return [json.loads(Path(str(times).replace("{rank}", str(r))).read_text()) for r in range(nproc)]
+
+
+def add_run(side: Side, per_rank: list[dict[str, list[int]]], active: int) -> float:
+    """Add the recorded steps but the last (mean over ranks) to ``side``; this run's median wall ms."""
+    first = WAIT + WARMUP
+    steps = range(first, first + active)
+    wall = [statistics.fmean(r["step_ns"][s] for r in per_rank) / 1e6 for s in steps]
+    cpu = [statistics.fmean(r["step_cpu_ns"][s] for r in per_rank) / 1e6 for s in steps]
+    side.wall.extend(wall[:-1])
+    side.cpu.extend(cpu[:-1])
+    side.save_wall.append(wall[-1])
+    return statistics.median(wall[:-1])
+
+
+def micro(console: Console, blocks: int = 20) -> None:
+    """In-process, interleaved A/B blocks (robust to other load): CPU cost of the hooks and of Kineto."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    from profiler.capture.hooks import CommHooks
+
+    torch.set_num_threads(1)  # as under torchrun
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo")
+    hooks = CommHooks(lambda _r: None, lambda: True, lambda: 0)
+    t = torch.ones(1000)
+
+    def calls(n: int = 500) -> float:
+        c0 = time.process_time_ns()
+        for _ in range(n):
+            dist.all_reduce(t)
+        return (time.process_time_ns() - c0) / n / 1000
+
+    off, on = [], []
+    for _ in range(blocks):
+        off.append(calls())
+        hooks.install()
+        on.append(calls())
+        hooks.uninstall()
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(128, 512)
+
+    def steps(n: int = 5) -> float:
+        c0 = time.process_time_ns()
+        for _ in range(n):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        return (time.process_time_ns() - c0) / n / 1e6
+
+    k_off, k_on = [], []
+    for _ in range(blocks // 2):
+        k_off.append(steps())
+        prof = profile(activities=[ProfilerActivity.CPU])
+        prof.start()
+        steps(1)  # Kineto's first step warms it up (the capture window's warmup does the same)
+        k_on.append(steps())
+        prof.stop()
+    dist.destroy_process_group()
+    table = Table(title="in-process CPU cost (interleaved blocks, medians)")
+    for col in ("what", "without", "with", "added"):
+        table.add_column(col, justify="right")
+    a, b = statistics.median(off), statistics.median(on)
+    table.add_row("one all_reduce call (µs), collectives hooks", f"{a:.1f}", f"{b:.1f}", f"{b - a:+.1f}")
+    a, b = statistics.median(k_off), statistics.median(k_on)
+    table.add_row("one fwd/bwd/SGD step (ms), Kineto on (ops)", f"{a:.2f}", f"{b:.2f}", f"{(b - a) / a:+.1%}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--reps", type=int, default=3, help="A/B repetitions per level")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--active", type=int, default=12, help="recorded steps per run")
+    p.add_argument("--levels", nargs="+", default=list(TARGETS), choices=list(TARGETS))
+    p.add_argument("--micro", action="store_true", help="only the in-process CPU-cost measurements")
+    args = p.parse_args(argv)
+    console = Console()
+    if args.micro:
+        micro(console)
+        return 0
+    load_before = os.getloadavg()[0]
+    table = Table(
+        title=f"capture overhead: {args.nproc} ranks, {args.reps} interleaved A/B reps, "
+        f"median over {args.active - 1} recorded steps x {args.reps} runs per side"
+    )
+    for col in ("level", "baseline ms", "captured ms", "wall ratio", "target", "cpu ratio", "save step ms"):
+        table.add_column(col, justify="right")
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="skl-overhead-") as tmp:
+        work = Path(tmp)
+        for level in args.levels:
+            base, cap = Side(), Side()
+            for rep in range(args.reps):
+                for lv, side in ((None, base), (level, cap)):
+                    runs = run_once(
+                        work, level=lv, nproc=args.nproc, active=args.active, tag=f"{level}-{rep}-{lv}"
+                    )
+                    med = add_run(side, runs, args.active)
+                    console.print(
+                        f"  {level} rep {rep} {'captured' if lv else 'baseline'}: median {med:.1f} ms"
+                    )
+            b, c = statistics.median(base.wall), statistics.median(cap.wall)
+            cpu_ratio = statistics.median(cap.cpu) / statistics.median(base.cpu)
+            ok &= c / b <= TARGETS[level]
+            table.add_row(
+                level, f"{b:.1f}", f"{c:.1f}", f"{c / b:.3f}", f"<= {TARGETS[level]}", f"{cpu_ratio:.3f}",
+                f"{statistics.median(cap.save_wall):.1f}",
+            )  # fmt: skip
+    console.print(table)
+    console.print(f"load average (1 min) before {load_before:.1f}, after {os.getloadavg()[0]:.1f} "
+                  f"on {os.cpu_count()} CPUs")  # fmt: skip
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

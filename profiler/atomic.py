@@ -1,0 +1,64 @@
+"""Atomic file output: write to a temporary file beside the target, rename into place on success.
+
+Every file skewlens writes goes through :func:`atomic_file`, so a crash, a full disk or an exception
+never leaves a half-written output under the final name. The temporary file gets the permissions an
+ordinary ``open(..., "w")`` would (0666 minus the umask), not ``mkstemp``'s private 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import SkewlensError
+
+
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _file_mode()
+
+
+@contextmanager
+def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s directory; rename it to ``path`` when the block succeeds.
+
+    ``suffix`` lets writers that pick a format from the extension (matplotlib) see the right one.
+    """
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=suffix, dir=p.parent)
+    except OSError as e:
+        raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        tmp.chmod(FILE_MODE)
+        tmp.replace(p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically (UTF-8)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
+    """Write JSON atomically; ``dump_kwargs`` go to :func:`json.dump`."""
+    with atomic_file(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        json.dump(data, fh, **dump_kwargs)
+    return Path(path)

@@ -1,0 +1,64 @@
+"""Capture: run a training job with hooks in every rank and write a skewlens run directory.
+
+Two ways in:
+
+- ``skewlens profile --out RUN_DIR -- torchrun ... train.py`` (no edits to the script: a bootstrap
+  ``sitecustomize`` starts a :class:`CaptureSession` in every rank, steps are detected from
+  ``optimizer.step()``);
+- the Python API, for scripts that mark steps themselves::
+
+      from profiler.capture import capture
+      with capture("runs/x", level="collectives", steps="1:1:3") as cap:
+          for batch in data:
+              train_step(batch)
+              cap.step()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from profiler.capture.schedule import Action, action_for, parse_window
+from profiler.capture.session import CaptureSession, part_file
+from profiler.manifest import StepWindow
+from profiler.vocab import Level
+
+__all__ = ["Action", "CaptureSession", "action_for", "capture", "parse_window"]
+
+
+@contextmanager
+def capture(
+    run_dir: str | Path,
+    *,
+    level: Level | str = Level.COLLECTIVES,
+    steps: str | StepWindow = "1:1:3",
+    auto_step: bool = False,
+    keep_raw: bool = False,
+    merge_timeout_s: float = 30.0,
+) -> Iterator[CaptureSession]:
+    """Capture the steps marked with ``session.step()`` (or ``optimizer.step()`` with ``auto_step``).
+
+    Call it after ``init_process_group`` on every rank. On exit each rank saves its trace; rank 0 then
+    waits (up to ``merge_timeout_s``) for the other ranks' part files and writes ``manifest.json``.
+    """
+    from profiler.capture.run import finalize_run
+
+    window = parse_window(steps) if isinstance(steps, str) else steps
+    session = CaptureSession(
+        run_dir, level=level, window=window, keep_raw=keep_raw, auto_step=auto_step
+    ).install()
+    try:
+        yield session
+    finally:
+        session.save(partial=session.action != Action.DONE)
+        session.uninstall()
+        if session.rank == 0:
+            world = session.world_size
+            deadline = time.monotonic() + merge_timeout_s
+            root = Path(run_dir)
+            while time.monotonic() < deadline and not all(part_file(root, r).is_file() for r in range(world)):
+                time.sleep(0.05)
+            finalize_run(root, level=Level(level), window=window, world_size=world)

@@ -1,0 +1,91 @@
+"""Start capture in a process of a wrapped command, configured by environment variables.
+
+``SKEWLENS_CAPTURE_DIR`` (run directory), ``SKEWLENS_LEVEL``, ``SKEWLENS_STEPS`` (``WAIT:WARMUP:ACTIVE``),
+``SKEWLENS_KEEP_RAW`` (``1``) and ``SKEWLENS_CLOCK_TIMEOUT_S``. The session is created when the process
+finishes importing torch (not at interpreter start, so processes that never import torch pay nothing),
+and not in launcher processes (torchrun's agent), which run no training steps.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ENV_DIR = "SKEWLENS_CAPTURE_DIR"
+ENV_LEVEL = "SKEWLENS_LEVEL"
+ENV_STEPS = "SKEWLENS_STEPS"
+ENV_KEEP_RAW = "SKEWLENS_KEEP_RAW"
+ENV_CLOCK_TIMEOUT = "SKEWLENS_CLOCK_TIMEOUT_S"
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+_session: Any = None
+
+
+def _is_launcher(argv: Sequence[str]) -> bool:
+    prog = Path(argv[0]).name if argv else ""
+    if prog in ("torchrun", "torchrun.exe"):
+        return True
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", "") in LAUNCHER_MODULES or (
+        prog in ("run.py", "launch.py") and "torch" in argv[0]
+    )
+
+
+def start_from_env() -> Any:
+    """Create and install the session described by the environment (once per process)."""
+    global _session  # noqa: PLW0603 - one session per process, by design
+    if _session is not None or _is_launcher(sys.argv):
+        return _session
+    from profiler.capture.schedule import parse_window
+    from profiler.capture.session import CaptureSession
+
+    _session = CaptureSession(
+        os.environ[ENV_DIR],
+        level=os.environ.get(ENV_LEVEL, "collectives"),
+        window=parse_window(os.environ.get(ENV_STEPS, "1:1:3")),
+        keep_raw=os.environ.get(ENV_KEEP_RAW, "") == "1",
+        clock_timeout_s=float(os.environ.get(ENV_CLOCK_TIMEOUT, "10")),
+    ).install()
+    return _session
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps torch's loader so capture starts right after ``import torch``."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            try:
+                start_from_env()
+            except Exception as e:
+                print(f"skewlens: capture not started: {type(e).__name__}: {e}", file=sys.stderr)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def watch_for_torch() -> None:
+    """Start capture when torch is imported (or now, if it already is)."""
+    if "torch" in sys.modules:
+        start_from_env()
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())

@@ -1,0 +1,444 @@
+"""Turn one rank's capture records into Chakra nodes: pure data in, :class:`TraceNode` list out.
+
+Streams (the ``stream`` attribute, with ``skl_stream_kind``):
+
+- host threads are numbered in order of first appearance, the thread that marks steps first: ``0, 1, ...``
+  (kind ``thread``);
+- work of asynchronous communication (DDP's bucket all_reduce, ``async_op=True``, isend/irecv) runs on
+  one stream per process group, ``COMM_STREAM_BASE + k`` for the group's index ``k`` (kind ``comm``);
+- CUDA kernels keep their CUDA stream number, offset by ``CUDA_STREAM_BASE`` (kind ``cuda``).
+
+Timing contract: a COMM node starts when this rank entered the call and ends when the op completed on
+this rank (the call returned for blocking calls; the work's completion for asynchronous ones; the end of
+the matching NCCL kernel on GPUs). At the ``collectives`` level the time between communication calls on a
+host thread becomes one COMP node named :data:`GAP_NAME` per gap; at ``ops``/``full`` the COMP nodes are
+the outermost operators of Kineto (a CPU op that encloses a blocking collective is replaced by its
+children, so no time is counted twice on a thread; at ``full`` a scope without an operator schema, such
+as an autograd-engine or module-forward scope, is replaced by its children too), and the main thread's
+time inside no operator and no call becomes COMP nodes named :data:`UNTRACED_NAME`, so every nanosecond
+of a step on the main thread is in exactly one node.
+
+Control dependencies keep program order per stream; an asynchronous COMM node depends on the node its
+thread ran before issuing it, and the first node of that thread starting after its completion depends on
+it. Data dependencies come from the host execution trace (``full``): a node (operator or collective, joined
+through its ``c10d::`` operator's record-function id) depends on the last node that wrote a tensor it reads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from profiler.capture.records import CommRecord, OpRecord, StepRecord
+from profiler.chakra_io import AttrValue, TraceNode
+from profiler.manifest import ProcessGroupInfo
+from profiler.vocab import COMPUTE_GAP_NODE_NAME, PG_INIT_NODE_NAME, UNTRACED_NODE_NAME, Attr, NodeType
+
+GAP_NAME = COMPUTE_GAP_NODE_NAME
+UNTRACED_NAME = UNTRACED_NODE_NAME
+COMM_STREAM_BASE = 1000
+CUDA_STREAM_BASE = 2000
+#: Shortest gap between communication calls that becomes a COMP node at the collectives level.
+MIN_GAP_NS = 1_000
+#: Kineto CPU events that are communication (their time is in the COMM nodes) or profiler bookkeeping.
+COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ProfilerStep", "## ")
+NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
+
+
+def is_nccl_kernel(name: str) -> bool:
+    """True for NCCL's device kernels (old ``ncclKernel_*`` and new ``ncclDevKernel_*`` names)."""
+    return name.startswith(NCCL_KERNEL_PREFIXES)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostOpInfo:
+    """What the host execution trace says about one operator (full level), keyed by record-function id."""
+
+    schema: str = ""
+    """Operator schema string."""
+    inputs: tuple[int, ...] = ()
+    """Ids of the tensors it reads."""
+    outputs: tuple[int, ...] = ()
+    """Ids of the tensors it writes."""
+    shapes: str = ""
+    """JSON of the input shapes."""
+    types: str = ""
+    """JSON of the input types."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RankCapture:
+    """Everything one rank recorded in the window, on its local clock."""
+
+    rank: int
+    """Global rank."""
+    comms: Sequence[CommRecord]
+    """Communication calls."""
+    steps: Sequence[StepRecord]
+    """Recorded steps (only calls and ops inside them are written)."""
+    groups: Sequence[ProcessGroupInfo]
+    """Process groups of the job."""
+    main_thread: int
+    """Native id of the thread that marks steps (stream 0)."""
+    offset_ns: int = 0
+    """Added to every local time to get the aligned clock."""
+    ops: Sequence[OpRecord] = ()
+    """Kineto operators and kernels (ops/full levels); empty at the collectives level."""
+    host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
+    """Host execution trace facts by record-function id (full level)."""
+    device: str = "cpu"
+    """Device of the rank."""
+
+
+def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
+    """The ``## process_group:init ##`` METADATA node listing the process groups (node id 0)."""
+    values = json.dumps(
+        [
+            {
+                "pg_name": g.name,
+                "pg_desc": g.desc,
+                "backend_config": g.backend,
+                "ranks": list(g.ranks),
+                "group_size": len(g.ranks),
+            }
+            for g in groups
+        ]
+    )
+    return TraceNode(
+        node_id=0,
+        name=PG_INIT_NODE_NAME,
+        node_type=NodeType.METADATA,
+        start_ns=0,
+        dur_ns=0,
+        inputs_values=values,
+    )
+
+
+@dataclass(slots=True)
+class _Proto:
+    """A node before ids and dependencies are assigned."""
+
+    name: str
+    node_type: NodeType
+    start_ns: int
+    end_ns: int
+    stream: int
+    attrs: dict[str, AttrValue]
+    issue_stream: int = -1  # async comm: the thread stream that issued it
+    issue_end_ns: int = 0
+    rf_id: int = -1
+    inputs_shapes: str = ""
+    inputs_types: str = ""
+
+
+class _Streams:
+    """Stream numbers of host threads, keyed by native thread id or ``("kineto", id)``."""
+
+    def __init__(self, main_thread: int) -> None:
+        self.threads: dict[Hashable, int] = {main_thread: 0}
+
+    def thread(self, tid: Hashable) -> int:
+        s = self.threads.get(tid)
+        if s is None:
+            s = self.threads[tid] = len(self.threads)
+        return s
+
+
+def kineto_thread_alias(
+    comms: Sequence[CommRecord], ops: Sequence[OpRecord], main_thread: int
+) -> dict[int, int]:
+    """Kineto's thread ids (small sequential numbers) -> native thread ids of the hooks' records.
+
+    A ``c10d::*`` operator that Kineto saw start inside a hooked call's ``[start, return]`` ran on the
+    calling thread. Where no call identifies the main thread, the Kineto thread with most operators is it.
+    """
+    c10d = sorted((o.start_ns, o.thread) for o in ops if o.is_cpu and o.name.startswith("c10d::"))
+    starts = [t for t, _ in c10d]
+    alias: dict[int, int] = {}
+    for c in comms:
+        k = bisect.bisect_left(starts, c.start_ns)
+        if k < len(c10d) and c10d[k][0] <= c.issue_end_ns:
+            alias.setdefault(c10d[k][1], c.thread)
+    if main_thread not in alias.values():
+        counts: dict[int, int] = defaultdict(int)
+        for o in ops:
+            if o.is_cpu and o.thread not in alias:
+                counts[o.thread] += 1
+        if counts:
+            alias[max(counts, key=lambda t: counts[t])] = main_thread
+    return alias
+
+
+def _step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
+    i = bisect.bisect_right(starts, t) - 1
+    if i >= 0 and t <= steps[i].end_ns:
+        return steps[i].step
+    return -1
+
+
+def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) -> list[_Proto]:
+    kernels = sorted(
+        (o for o in cap.ops if not o.is_cpu and is_nccl_kernel(o.name)), key=lambda o: o.start_ns
+    )
+    ki = 0
+    out = []
+    steps = {s.step for s in cap.steps}
+    cpu = cap.device == "cpu"
+    # the c10d operator Kineto saw inside each call carries the record-function id (host ET join, full)
+    c10d = sorted((o.start_ns, o.rf_id) for o in cap.ops if o.is_cpu and o.name.startswith("c10d::"))
+    c10d_starts = [t for t, _ in c10d]
+    for c in sorted(cap.comms, key=lambda c: c.start_ns):
+        if c.step not in steps:
+            continue
+        k = bisect.bisect_left(c10d_starts, c.start_ns)
+        rf_id = c10d[k][1] if k < len(c10d) and c10d[k][0] <= c.issue_end_ns else -1
+        end = max(c.end_ns, c.issue_end_ns)
+        # on GPUs the op completes when its NCCL kernel ends: take the next kernel that starts after the call
+        while ki < len(kernels) and kernels[ki].start_ns < c.start_ns:
+            ki += 1
+        if ki < len(kernels):
+            end = max(end, kernels[ki].start_ns + kernels[ki].dur_ns)
+            ki += 1
+        thread_stream = streams.thread(c.thread)
+        attrs: dict[str, AttrValue] = {
+            Attr.COMM_SIZE: c.size_bytes,
+            Attr.PG_NAME: c.pg_name,
+            Attr.IS_CPU_OP: cpu,
+            Attr.STEP: c.step,
+            Attr.DTYPE: c.dtype,
+            Attr.NUMEL: c.numel,
+            Attr.OP: c.op,
+        }
+        if c.node_type == NodeType.COMM_COLL:
+            attrs[Attr.COMM_TYPE] = int(c.comm_type) if c.comm_type is not None else -1
+            attrs[Attr.SEQ] = c.seq
+        else:
+            attrs[Attr.COMM_SRC] = c.src
+            attrs[Attr.COMM_DST] = c.dst
+            attrs[Attr.COMM_TAG] = c.tag
+        if rf_id >= 0:
+            attrs[Attr.RF_ID] = rf_id
+        if c.is_async:
+            stream = COMM_STREAM_BASE + pg_index.setdefault(c.pg_name, len(pg_index))
+            attrs[Attr.STREAM_KIND] = "comm"
+        else:
+            stream = thread_stream
+            attrs[Attr.STREAM_KIND] = "thread"
+        out.append(
+            _Proto(
+                name=c.op,
+                node_type=c.node_type,
+                start_ns=c.start_ns,
+                end_ns=end,
+                stream=stream,
+                attrs=attrs,
+                issue_stream=thread_stream if c.is_async else -1,
+                issue_end_ns=c.issue_end_ns,
+                rf_id=rf_id,
+            )
+        )
+    return out
+
+
+def _gap_protos(cap: RankCapture, nodes: list[_Proto], name: str, *, main_only: bool = False) -> list[_Proto]:
+    """COMP nodes named ``name`` for the time no node covers on a thread, within each step."""
+    busy: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p in nodes:
+        if p.issue_stream >= 0:
+            busy[p.issue_stream].append((p.start_ns, p.issue_end_ns))
+        elif p.attrs.get(Attr.STREAM_KIND) == "thread":
+            busy[p.stream].append((p.start_ns, p.end_ns))
+    if main_only:
+        busy = {0: busy.get(0, [])}
+    out = []
+    for s in cap.steps:
+        for stream, intervals in busy.items():
+            inside = sorted((a, b) for a, b in intervals if s.start_ns <= a <= s.end_ns)
+            if stream == 0:
+                edges = [(s.start_ns, s.start_ns), *inside, (s.end_ns, s.end_ns)]
+            elif inside:
+                edges = inside
+            else:
+                continue
+            cursor = edges[0][1]
+            for a, b in edges[1:]:
+                if a - cursor >= MIN_GAP_NS:
+                    out.append(
+                        _Proto(
+                            name=name,
+                            node_type=NodeType.COMP,
+                            start_ns=cursor,
+                            end_ns=a,
+                            stream=stream,
+                            attrs={Attr.IS_CPU_OP: True, Attr.STEP: s.step, Attr.STREAM_KIND: "thread"},
+                        )
+                    )
+                cursor = max(cursor, b)
+    return out
+
+
+def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list[_Proto]:
+    """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels."""
+    starts = [s.start_ns for s in cap.steps]
+    blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p in comms:
+        if p.issue_stream < 0:
+            blocking[p.stream].append((p.start_ns, p.end_ns))
+    by_thread: dict[int, list[OpRecord]] = defaultdict(list)
+    out: list[_Proto] = []
+    for o in cap.ops:
+        if o.is_cpu:
+            by_thread[o.thread].append(o)
+        elif not is_nccl_kernel(o.name):
+            step = _step_of(o.start_ns, starts, cap.steps)
+            if step < 0:
+                continue
+            out.append(
+                _Proto(
+                    name=o.name,
+                    node_type=NodeType.COMP,
+                    start_ns=o.start_ns,
+                    end_ns=o.start_ns + o.dur_ns,
+                    stream=CUDA_STREAM_BASE + o.thread,
+                    attrs={
+                        Attr.IS_CPU_OP: False,
+                        Attr.STEP: step,
+                        Attr.STREAM_KIND: "cuda",
+                        Attr.DEVICE: o.device,
+                    },
+                )
+            )
+    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread)
+    for tid, ops in by_thread.items():
+        native = alias.get(tid)
+        stream = streams.thread(native if native is not None else ("kineto", tid))
+        ops.sort(key=lambda o: (o.start_ns, -o.dur_ns))
+        comm_iv = sorted(blocking.get(stream, []))
+        # nest: children[i] = ops directly inside op i; roots = outermost ops
+        children: dict[int, list[int]] = defaultdict(list)
+        roots: list[int] = []
+        stack: list[int] = []
+        for i, o in enumerate(ops):
+            while stack and ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns <= o.start_ns:
+                stack.pop()
+            (children[stack[-1]] if stack else roots).append(i)
+            stack.append(i)
+        todo = list(reversed(roots))
+        while todo:
+            i = todo.pop()
+            o = ops[i]
+            end = o.start_ns + o.dur_ns
+            if o.name.startswith(COMM_OP_PREFIXES):
+                continue
+            k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
+            encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
+            info = cap.host_ops.get(o.rf_id) if o.rf_id >= 0 else None
+            # full level: a scope without an operator schema (autograd engine, module forward) is not
+            # replayable; its operators are
+            scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
+            if encloses_comm or scope_only:
+                todo.extend(reversed(children[i]))
+                continue
+            step = _step_of(o.start_ns, starts, cap.steps)
+            if step < 0:
+                continue
+            attrs: dict[str, AttrValue] = {Attr.IS_CPU_OP: True, Attr.STEP: step, Attr.STREAM_KIND: "thread"}
+            if o.rf_id >= 0:
+                attrs[Attr.RF_ID] = o.rf_id
+            if info is not None and info.schema:
+                attrs[Attr.OP_SCHEMA] = info.schema
+            out.append(
+                _Proto(
+                    name=o.name,
+                    node_type=NodeType.COMP,
+                    start_ns=o.start_ns,
+                    end_ns=end,
+                    stream=stream,
+                    attrs=attrs,
+                    rf_id=o.rf_id,
+                    inputs_shapes=info.shapes if info else "",
+                    inputs_types=info.types if info else "",
+                )
+            )
+    return out
+
+
+def build_nodes(cap: RankCapture) -> list[TraceNode]:
+    """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start."""
+    streams = _Streams(cap.main_thread)
+    pg_index = {g.name: i for i, g in enumerate(cap.groups)}
+    comms = _comm_protos(cap, streams, pg_index)
+    if cap.ops:
+        ops = _op_protos(cap, streams, comms)
+        comp = ops + _gap_protos(cap, comms + ops, UNTRACED_NAME, main_only=True)
+    else:
+        comp = _gap_protos(cap, comms, GAP_NAME)
+    protos = sorted([*comms, *comp], key=lambda p: (p.start_ns, p.stream, p.end_ns))
+    for p in protos:
+        p.attrs[Attr.STREAM] = p.stream
+    ids = {id(p): k + 1 for k, p in enumerate(protos)}
+    last_on: dict[int, int] = {}
+    ctrl: dict[int, list[int]] = defaultdict(list)
+    pending_async: dict[int, list[_Proto]] = defaultdict(list)  # issuing thread stream -> async comms
+    for p in protos:
+        nid = ids[id(p)]
+        if p.stream in last_on:
+            ctrl[nid].append(last_on[p.stream])
+        if p.issue_stream >= 0:
+            prev = last_on.get(p.issue_stream)
+            if prev is not None and prev not in ctrl[nid]:
+                ctrl[nid].append(prev)
+            pending_async[p.issue_stream].append(p)
+        else:
+            still = []
+            for a in pending_async.get(p.stream, []):
+                if a.end_ns <= p.start_ns:
+                    ctrl[nid].append(ids[id(a)])
+                else:
+                    still.append(a)
+            if p.stream in pending_async:
+                pending_async[p.stream] = still
+        last_on[p.stream] = nid
+    data = _data_deps(protos, ids, cap.host_ops)
+    off = cap.offset_ns
+    nodes = [pg_init_node(cap.groups)]
+    for p in protos:
+        nid = ids[id(p)]
+        nodes.append(
+            TraceNode(
+                node_id=nid,
+                name=p.name,
+                node_type=p.node_type,
+                start_ns=p.start_ns + off,
+                dur_ns=max(p.end_ns - p.start_ns, 0),
+                ctrl_deps=tuple(ctrl.get(nid, ())),
+                data_deps=tuple(data.get(nid, ())),
+                attrs=p.attrs,
+                inputs_shapes=p.inputs_shapes,
+                inputs_types=p.inputs_types,
+            )
+        )
+    return nodes
+
+
+def _data_deps(
+    protos: list[_Proto], ids: dict[int, int], host_ops: Mapping[int, HostOpInfo]
+) -> dict[int, list[int]]:
+    if not host_ops:
+        return {}
+    writer: dict[int, int] = {}
+    deps: dict[int, list[int]] = {}
+    for p in protos:  # start order: the last writer before an op started produced what it reads
+        info = host_ops.get(p.rf_id) if p.rf_id >= 0 else None
+        if info is None:
+            continue
+        nid = ids[id(p)]
+        found = sorted({writer[t] for t in info.inputs if t in writer and writer[t] != nid})
+        if found:
+            deps[nid] = found
+        for t in info.outputs:
+            writer[t] = nid
+    return deps

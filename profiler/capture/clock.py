@@ -1,0 +1,56 @@
+"""Clock alignment: each rank's offset to rank 0's clock, NTP-style (minimum round trip wins).
+
+The exchange runs over the job's c10d store (no process group, so it adds no collective and does not
+shift process-group names or sequence numbers). Rank ``r`` writes a ping with its time ``t0``; rank 0,
+waiting for it, answers with its own time ``t``; rank ``r`` reads it at ``t1``. With the smallest
+round trip ``t1 - t0`` over several rounds, ``offset = t - (t0 + t1) / 2`` is what rank ``r`` adds to its
+clock to read rank 0's. Ranks on one host share ``CLOCK_REALTIME`` and get offsets near zero.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+ROUNDS = 8
+PREFIX = "skewlens/clock"
+
+
+def _key(kind: str, rank: int, i: int, epoch: int) -> str:
+    return f"{PREFIX}/{epoch}/{kind}/{rank}/{i}"
+
+
+def estimate_offset(
+    store: Any, rank: int, world_size: int, *, timeout_s: float = 10.0, epoch: int = 0
+) -> int | None:
+    """This rank's offset to rank 0 in ns (0 on rank 0); None when rank 0 did not answer in time.
+
+    Every rank of the job must call it at about the same time (rank 0 serves the others in rank order).
+    """
+    timeout = timedelta(seconds=timeout_s)
+    if rank == 0:
+        for r in range(1, world_size):
+            for i in range(ROUNDS):
+                try:
+                    store.wait([_key("ping", r, i, epoch)], timeout)
+                except RuntimeError:  # rank r is gone: serve the others
+                    break
+                store.set(_key("pong", r, i, epoch), str(time.time_ns()))
+        return 0
+    best_rtt: int | None = None
+    offset = 0
+    for i in range(ROUNDS):
+        t0 = time.time_ns()
+        store.set(_key("ping", rank, i, epoch), "1")
+        try:
+            store.wait([_key("pong", rank, i, epoch)], timeout)
+        except RuntimeError:
+            return None
+        t1 = time.time_ns()
+        t = int(store.get(_key("pong", rank, i, epoch)))
+        rtt = t1 - t0
+        if best_rtt is None or rtt < best_rtt:
+            best_rtt = rtt
+            offset = t - (t0 + t1) // 2
+    return offset

@@ -1,0 +1,310 @@
+"""Hooks into torch.distributed: every collective and p2p call is timed, sized and numbered.
+
+Python-level wrappers replace the public functions of ``torch.distributed`` (and the same names in
+``torch.distributed.distributed_c10d``, which its own helpers call). DDP issues its gradient all_reduce
+from C++, out of the wrappers' sight, so DDP modules without a user comm hook get PyTorch's own
+``allreduce_hook`` (the documented equivalent of the built-in path: divide by the group size, all_reduce)
+registered before their first forward; its all_reduce then goes through the wrappers.
+
+Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
+``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
+moment the hooks are installed, so they are identical on every member that issues the same program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from profiler.capture.records import CommRecord
+from profiler.vocab import CommType, NodeType
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    op: str
+    node_type: NodeType
+    comm_type: CommType | None
+    inputs: tuple[str, ...]  # parameter names whose tensors (or lists of tensors) this rank contributes
+    always_async: bool = False
+
+
+_C = NodeType.COMM_COLL
+SPECS: dict[str, _Spec] = {
+    "all_reduce": _Spec("c10d::allreduce_", _C, CommType.ALL_REDUCE, ("tensor",)),
+    "all_reduce_coalesced": _Spec("c10d::allreduce_coalesced_", _C, CommType.ALL_REDUCE, ("tensors",)),
+    "broadcast": _Spec("c10d::broadcast_", _C, CommType.BROADCAST, ("tensor",)),
+    "reduce": _Spec("c10d::reduce_", _C, CommType.REDUCE, ("tensor",)),
+    "all_gather": _Spec("c10d::allgather_", _C, CommType.ALL_GATHER, ("tensor",)),
+    "all_gather_single": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
+    "all_gather_into_tensor": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
+    "reduce_scatter": _Spec("c10d::reduce_scatter_", _C, CommType.REDUCE_SCATTER, ("input_list",)),
+    "reduce_scatter_single": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
+    "reduce_scatter_tensor": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
+    "all_to_all_single": _Spec("c10d::alltoall_base_", _C, CommType.ALL_TO_ALL, ("input",)),
+    "all_to_all": _Spec("c10d::alltoall_", _C, CommType.ALL_TO_ALL, ("input_tensor_list",)),
+    "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",)),
+    "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",)),
+    "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
+    "send": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",)),
+    "recv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",)),
+    "isend": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), always_async=True),
+    "irecv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",), always_async=True),
+}
+
+
+class _Args:
+    """Reads call arguments by parameter name (``inspect.Signature.bind`` costs ~100 µs a call)."""
+
+    def __init__(self, sig: inspect.Signature) -> None:
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params = list(sig.parameters.values())
+        self.index = {p.name: i for i, p in enumerate(params) if p.kind in kinds}
+        self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+    def view(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _BoundView:
+        return _BoundView(self, args, kwargs)
+
+
+class _BoundView:
+    __slots__ = ("_args", "_kwargs", "_sig")
+
+    def __init__(self, sig: _Args, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._sig, self._args, self._kwargs = sig, args, kwargs
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self._kwargs:
+            return self._kwargs[name]
+        i = self._sig.index.get(name)
+        if i is not None and i < len(self._args):
+            return self._args[i]
+        return self._sig.defaults.get(name, default)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+class CommHooks:
+    """Installs the wrappers; calls ``sink(record)`` for each call made while ``recording()`` is true."""
+
+    def __init__(
+        self,
+        sink: Callable[[CommRecord], None],
+        recording: Callable[[], bool],
+        step_of: Callable[[], int],
+    ) -> None:
+        self._sink = sink
+        self._recording = recording
+        self._step_of = step_of
+        self._seq: dict[str, int] = defaultdict(int)
+        self._local = threading.local()
+        self._saved: list[tuple[Any, str, Any]] = []
+        self.installed = False
+        self.dropped = 0
+        """Calls whose record could not be made (they ran normally; the trace lacks them)."""
+
+    # ---- install / uninstall -------------------------------------------------------------------------
+    def install(self) -> None:
+        if self.installed:
+            return
+        for name, spec in SPECS.items():
+            orig = getattr(c10d, name, None)
+            if orig is None:
+                continue
+            wrapper = self._wrap(name, spec, orig)
+            for mod in (c10d, dist):
+                if getattr(mod, name, None) is orig:
+                    self._saved.append((mod, name, orig))
+                    setattr(mod, name, wrapper)
+        self._install_ddp()
+        self.installed = True
+
+    def uninstall(self) -> None:
+        for mod, name, orig in reversed(self._saved):
+            setattr(mod, name, orig)
+        self._saved.clear()
+        self.installed = False
+
+    # ---- the wrapper ---------------------------------------------------------------------------------
+    def _wrap(self, name: str, spec: _Spec, orig: Callable[..., Any]) -> Callable[..., Any]:
+        sig = _Args(inspect.signature(orig))
+        local = self._local
+        hooks = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "depth", 0):
+                return orig(*args, **kwargs)
+            local.depth = 1
+            try:
+                return hooks._call(spec, sig, orig, args, kwargs)
+            finally:
+                local.depth = 0
+
+        wrapper.__name__ = name
+        wrapper.__qualname__ = name
+        wrapper.__doc__ = orig.__doc__
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        return wrapper
+
+    def _call(
+        self,
+        spec: _Spec,
+        sig: _Args,
+        orig: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        a = sig.view(args, kwargs)
+        group = a.get("group")
+        try:
+            pg = c10d._group_or_default_group(group) if not isinstance(group, c10d.ProcessGroup) else group
+        except (RuntimeError, ValueError):
+            return orig(*args, **kwargs)
+        if c10d._rank_not_in_group(pg):
+            return orig(*args, **kwargs)
+        pg_name = pg.group_name
+        seq = -1
+        if spec.node_type == NodeType.COMM_COLL:
+            seq = self._seq[pg_name]
+            self._seq[pg_name] = seq + 1
+        recording = self._recording()
+        if not recording:
+            return orig(*args, **kwargs)
+        step = self._step_of()
+        is_async = spec.always_async or bool(a.get("async_op", False))
+        start = time.time_ns()
+        result = orig(*args, **kwargs)
+        issue_end = time.time_ns()
+        try:
+            self._record(
+                spec, a, pg=pg, pg_name=pg_name, seq=seq, step=step, is_async=is_async, start=start,
+                issue_end=issue_end, result=result,
+            )  # fmt: skip
+        except Exception:  # bookkeeping must never break the training program: count and go on
+            self.dropped += 1
+        return result
+
+    def _record(
+        self,
+        spec: _Spec,
+        a: _BoundView,
+        *,
+        pg: Any,
+        pg_name: str,
+        seq: int,
+        step: int,
+        is_async: bool,
+        start: int,
+        issue_end: int,
+        result: Any,
+    ) -> None:
+        tensors = [t for p in spec.inputs for t in _tensors(a.get(p))]
+        numel = sum(t.numel() for t in tensors)
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        dtype = dtype_name(tensors[0].dtype) if tensors else ""
+        me = dist.get_rank()
+        src = dst = -1
+        if spec.node_type == NodeType.COMM_SEND:
+            src, dst = me, self._peer(pg, a.get("dst"), a.get("group_dst"))
+        elif spec.node_type == NodeType.COMM_RECV:
+            dst = me
+            src = self._peer(pg, a.get("src"), a.get("group_src"))
+            if src < 0 and isinstance(result, int):
+                src = result
+        fields: dict[str, Any] = {
+            "node_type": spec.node_type,
+            "op": spec.op,
+            "comm_type": spec.comm_type,
+            "pg_name": pg_name,
+            "seq": seq,
+            "src": src,
+            "dst": dst,
+            "tag": int(a.get("tag", 0) or 0),
+            "numel": numel,
+            "dtype": dtype,
+            "size_bytes": size,
+            "start_ns": start,
+            "issue_end_ns": issue_end,
+            "is_async": is_async,
+            "thread": threading.get_native_id(),
+            "step": step,
+        }
+        if is_async and result is not None:
+            self._on_completion(result, fields)
+        else:
+            self._sink(CommRecord(end_ns=issue_end, **fields))
+
+    def _on_completion(self, work: Any, fields: dict[str, Any]) -> None:
+        sink = self._sink
+        try:
+            fut = work.get_future()
+        except (RuntimeError, AttributeError):
+            sink(CommRecord(end_ns=fields["issue_end_ns"], **fields))  # backend has no future for it
+            return
+
+        def done(_f: Any) -> None:
+            sink(CommRecord(end_ns=time.time_ns(), **fields))
+
+        fut.add_done_callback(done)
+
+    @staticmethod
+    def _peer(pg: Any, global_rank: Any, group_rank: Any) -> int:
+        if global_rank is not None:
+            return int(global_rank)
+        if group_rank is not None:
+            return int(dist.get_global_rank(pg, int(group_rank)))
+        return -1
+
+    # ---- DDP -----------------------------------------------------------------------------------------
+    def _install_ddp(self) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        from torch.nn.parallel import DistributedDataParallel
+
+        orig_forward = DistributedDataParallel.forward
+        orig_register = DistributedDataParallel.register_comm_hook
+        orig_builtin = DistributedDataParallel._register_builtin_comm_hook
+
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(self, "_skl_hooked", False):
+                self._skl_hooked = True
+                with contextlib.suppress(RuntimeError):
+                    # already has a hook (registered before capture started) or already ran backward:
+                    # DDP's all_reduce then stays in C++, unseen at this level
+                    orig_register(self, self.process_group, allreduce_hook)
+            return orig_forward(self, *args, **kwargs)
+
+        def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
+            self._skl_hooked = True  # the user's hook issues its collectives through the wrappers
+            return orig_register(self, state, hook)
+
+        def register_builtin(self: Any, comm_hook_type: Any) -> Any:
+            self._skl_hooked = True  # C++ built-in hooks are not seen at this level
+            return orig_builtin(self, comm_hook_type)
+
+        for name, new, old in (
+            ("forward", forward, orig_forward),
+            ("register_comm_hook", register_comm_hook, orig_register),
+            ("_register_builtin_comm_hook", register_builtin, orig_builtin),
+        ):
+            self._saved.append((DistributedDataParallel, name, old))
+            setattr(DistributedDataParallel, name, new)

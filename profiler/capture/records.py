@@ -1,0 +1,81 @@
+"""What a rank records while capturing: plain, torch-free records (raw local clock, integer ns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiler.vocab import CommType, NodeType
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommRecord:
+    """One collective or point-to-point call issued by this rank."""
+
+    node_type: NodeType
+    """COMM_COLL, COMM_SEND or COMM_RECV."""
+    op: str
+    """Framework op name, e.g. ``c10d::allreduce_`` or ``c10d::send``."""
+    comm_type: CommType | None
+    """Collective type (None for send/recv)."""
+    pg_name: str
+    """Name of the process group the call was issued on."""
+    seq: int
+    """Per-group sequence number of a collective (issue order, identical on all members); -1 for p2p."""
+    src: int
+    """Global rank of the sender (p2p), else -1."""
+    dst: int
+    """Global rank of the receiver (p2p), else -1."""
+    tag: int
+    """p2p tag (0 for collectives)."""
+    numel: int
+    """Elements of the input tensor(s) this rank passed."""
+    dtype: str
+    """torch dtype name of the input tensor (``float32``)."""
+    size_bytes: int
+    """numel x element size of the input tensor(s)."""
+    start_ns: int
+    """When this rank entered the call (its arrival), local clock."""
+    issue_end_ns: int
+    """When the call returned to the caller, local clock."""
+    end_ns: int
+    """When the op completed on this rank (== issue_end_ns for blocking calls), local clock."""
+    is_async: bool
+    """Issued with ``async_op=True`` (or by DDP's hook): it completes after the call returned."""
+    thread: int
+    """Native id of the issuing thread."""
+    step: int
+    """Training step during which it was issued."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpRecord:
+    """One operator / kernel event from Kineto (ops and full levels)."""
+
+    name: str
+    """Operator or kernel name (``aten::mm``, ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``)."""
+    start_ns: int
+    """Start, local clock."""
+    dur_ns: int
+    """Duration, ns."""
+    thread: int
+    """Host thread id (CPU ops) or CUDA stream (kernels)."""
+    is_cpu: bool
+    """True for host operators, False for device kernels."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda:N``."""
+    rf_id: int = -1
+    """Record-function id (joins the host execution trace), -1 when unknown."""
+    step: int = -1
+    """Training step (filled when assigned to a step)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepRecord:
+    """Boundary of one recorded step on this rank, local clock."""
+
+    step: int
+    """Step index (0 = first step seen)."""
+    start_ns: int
+    """End of the previous step (or capture start)."""
+    end_ns: int
+    """When ``optimizer.step()`` (or the API's ``step()``) returned."""

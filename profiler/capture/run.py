@@ -1,0 +1,155 @@
+"""Run a command under capture and merge the ranks' part files into ``manifest.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from profiler.capture.autostart import ENV_CLOCK_TIMEOUT, ENV_DIR, ENV_KEEP_RAW, ENV_LEVEL, ENV_STEPS
+from profiler.capture.schedule import format_window
+from profiler.capture.session import PARTS_DIR, part_file
+from profiler.errors import CaptureError
+from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, StepWindow, rank_file, write_manifest
+from profiler.vocab import Level
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+
+
+def prepare_run_dir(run_dir: Path) -> bool:
+    """Create ``run_dir`` (or accept an empty one) and prove it is writable; returns True if created here."""
+    created = not run_dir.exists()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CaptureError(f"--out {run_dir}: exists and is not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise CaptureError(f"--out {run_dir}: directory is not empty (choose a new run directory)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".probe."):
+            pass
+    except OSError as e:
+        raise CaptureError(f"--out {run_dir}: not writable ({e.strerror or e})") from None
+    return created
+
+
+def capture_env(
+    run_dir: Path, level: Level, window: StepWindow, *, keep_raw: bool, clock_timeout_s: float
+) -> dict[str, str]:
+    """The environment that makes every Python process of the command capture into ``run_dir``."""
+    env = dict(os.environ)
+    # only the bootstrap folder: skewlens itself is imported from the installed package (putting the
+    # project root on the path would shadow the user's own ``tests`` / ``examples`` packages)
+    path = [str(BOOTSTRAP_DIR)]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    env[ENV_DIR] = str(run_dir.resolve())
+    env[ENV_LEVEL] = level.value
+    env[ENV_STEPS] = format_window(window)
+    env[ENV_KEEP_RAW] = "1" if keep_raw else "0"
+    env[ENV_CLOCK_TIMEOUT] = str(clock_timeout_s)
+    return env
+
+
+def run_command(command: Sequence[str], env: dict[str, str]) -> int:
+    """Run the wrapped command to completion; its exit code (negative: killed by that signal)."""
+    if not command:
+        raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
+    exe = command[0]
+    if os.sep not in exe and shutil.which(exe, path=env.get("PATH")) is None:
+        raise CaptureError(f"command not found: {exe!r}")
+    try:
+        return subprocess.call(list(command), env=env)
+    except OSError as e:
+        raise CaptureError(f"cannot run {exe!r}: {e.strerror or e}") from None
+
+
+def _read_parts(run_dir: Path) -> dict[int, dict]:
+    parts: dict[int, dict] = {}
+    d = run_dir / PARTS_DIR
+    if not d.is_dir():
+        return parts
+    for p in sorted(d.glob("rank-*.json")):
+        try:
+            data = json.loads(p.read_text())
+            parts[int(data["rank"])] = data
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"skewlens: ignoring unreadable part file {p}: {e}", file=sys.stderr)
+    return parts
+
+
+def finalize_run(
+    run_dir: Path,
+    *,
+    level: Level,
+    window: StepWindow,
+    command: Sequence[str] = (),
+    exit_code: int = 0,
+    world_size: int | None = None,
+    keep_parts: bool = False,
+) -> Manifest | None:
+    """Merge the part files into ``manifest.json``; None (and nothing written) when no rank saved a trace."""
+    parts = {r: p for r, p in _read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
+    if not parts:
+        return None
+    first = parts[min(parts)]
+    world = world_size or int(first.get("world_size", len(parts)))
+    notes: dict[str, str] = {}
+    missing = tuple(r for r in range(world) if r not in parts)
+    for r in missing:
+        why = f"exited with code {exit_code}" if exit_code else "exited"
+        notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"
+    steps: list[StepSpan] = []
+    for r, p in sorted(parts.items()):
+        notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})
+        if p.get("partial"):
+            notes[f"rank {r}"] = (
+                f"partial trace: saved {len(p.get('steps', []))} of {window.active} steps at exit"
+            )
+        steps.extend(StepSpan(rank=r, **s) for s in p.get("steps", []))
+    from skewlens import __version__
+
+    by_name: dict[str, ProcessGroupInfo] = {}
+    for _r, p in sorted(parts.items()):  # a rank knows only the groups it belongs to: take the union
+        for g in p.get("process_groups", []):
+            by_name.setdefault(
+                str(g["name"]),
+                ProcessGroupInfo(
+                    name=str(g["name"]),
+                    ranks=tuple(int(x) for x in g["ranks"]),
+                    desc=str(g.get("desc", "")),
+                    backend=str(g.get("backend", "")),
+                ),
+            )
+    groups = tuple(by_name.values())
+    manifest = Manifest(
+        world_size=world,
+        ranks=tuple(sorted(parts)),
+        missing_ranks=missing,
+        process_groups=groups,
+        backend=str(first.get("backend", "")),
+        level=level.value,
+        source="capture",
+        devices={r: str(p.get("device", "")) for r, p in parts.items()},
+        hosts={r: str(p.get("host", "")) for r, p in parts.items()},
+        clock_offsets_ns={r: int(p.get("clock_offset_ns", 0)) for r, p in parts.items()},
+        step_window=window,
+        steps=tuple(steps),
+        torch_version=str(first.get("torch_version", "")),
+        skewlens_version=__version__,
+        command=tuple(command),
+        notes=notes,
+    )
+    write_manifest(run_dir, manifest)
+    if not keep_parts:
+        shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
+    return manifest
+
+
+def part_exists(run_dir: Path, rank: int) -> bool:
+    return part_file(run_dir, rank).is_file()

@@ -1,0 +1,81 @@
+"""The capture window, like torch.profiler's schedule: a pure function ``step -> action`` plus transitions.
+
+Steps are counted from 0. The first ``wait`` steps are skipped, the next ``warmup`` steps run the capture
+machinery without keeping what it records, the next ``active`` steps are recorded; after them capture is
+done. :data:`TRANSITIONS` names what a session does when the action changes between two steps; the
+session maps each :class:`Phase` to one of its methods. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from profiler.errors import CaptureError
+from profiler.manifest import StepWindow
+
+
+class Action(StrEnum):
+    """What capture does during one step."""
+
+    NONE = "none"
+    """Before the window: nothing recorded."""
+    WARMUP = "warmup"
+    """Capture machinery on, results discarded."""
+    RECORD = "record"
+    """Recorded."""
+    DONE = "done"
+    """After the window: capture finished (results saved)."""
+
+
+class Phase(StrEnum):
+    """Session callbacks run on a change of action."""
+
+    START_WARMUP = "start_warmup"
+    START_RECORD = "start_record"
+    SAVE = "save"
+
+
+#: ``(previous action, current action) -> phases to run, in order`` (unlisted pairs run nothing).
+TRANSITIONS: dict[tuple[Action, Action], tuple[Phase, ...]] = {
+    (Action.NONE, Action.WARMUP): (Phase.START_WARMUP,),
+    (Action.NONE, Action.RECORD): (Phase.START_WARMUP, Phase.START_RECORD),
+    (Action.WARMUP, Action.RECORD): (Phase.START_RECORD,),
+    (Action.RECORD, Action.DONE): (Phase.SAVE,),
+    (Action.NONE, Action.DONE): (Phase.SAVE,),
+    (Action.WARMUP, Action.DONE): (Phase.SAVE,),
+}
+
+
+def action_for(step: int, window: StepWindow) -> Action:
+    """The action of training step ``step`` (0-based) under ``window``."""
+    if step < window.wait:
+        return Action.NONE
+    if step < window.wait + window.warmup:
+        return Action.WARMUP
+    if step < window.wait + window.warmup + window.active:
+        return Action.RECORD
+    return Action.DONE
+
+
+def phases_between(previous: Action, current: Action) -> tuple[Phase, ...]:
+    """Phases to run when the action changes from ``previous`` to ``current``."""
+    return TRANSITIONS.get((previous, current), ())
+
+
+def parse_window(spec: str) -> StepWindow:
+    """Parse ``WAIT:WARMUP:ACTIVE`` (e.g. ``1:1:3``); raises :class:`CaptureError` naming the problem."""
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise CaptureError(f"--steps {spec!r}: expected WAIT:WARMUP:ACTIVE, e.g. 1:1:3")
+    try:
+        wait, warmup, active = (int(p) for p in parts)
+    except ValueError:
+        raise CaptureError(f"--steps {spec!r}: WAIT, WARMUP and ACTIVE must be integers") from None
+    if wait < 0 or warmup < 0 or active < 1:
+        raise CaptureError(f"--steps {spec!r}: WAIT and WARMUP must be >= 0 and ACTIVE >= 1")
+    return StepWindow(wait=wait, warmup=warmup, active=active)
+
+
+def format_window(window: StepWindow) -> str:
+    """The ``WAIT:WARMUP:ACTIVE`` form of a window (inverse of :func:`parse_window`)."""
+    return f"{window.wait}:{window.warmup}:{window.active}"

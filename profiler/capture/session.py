@@ -1,0 +1,320 @@
+"""One rank's capture session: hooks in, step window, and the rank's files out.
+
+Each rank writes ``RUN_DIR/rank-<r>.et`` (atomically, through :class:`EtWriter`) and a small part file
+``RUN_DIR/.parts/rank-<r>.json`` with what the manifest needs from it; :mod:`profiler.capture.run` merges
+the parts into ``manifest.json``. The window is saved when it ends; if the program exits (or crashes)
+inside it (or is stopped with SIGTERM, as torchrun stops the surviving workers when one fails), the
+steps completed so far are saved from an ``atexit`` / SIGTERM handler and the part says so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from profiler.atomic import write_json_atomic
+from profiler.capture.build import RankCapture, build_nodes
+from profiler.capture.records import CommRecord, OpRecord, StepRecord
+from profiler.capture.schedule import Action, Phase, action_for, phases_between
+from profiler.chakra_io import EtWriter
+from profiler.errors import CaptureError
+from profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
+from profiler.vocab import Level
+
+PARTS_DIR = ".parts"
+RAW_DIR = "raw"
+PART_FILE = "rank-{rank}.json"
+
+
+def part_file(run_dir: Path, rank: int) -> Path:
+    """Path of one rank's part file."""
+    return run_dir / PARTS_DIR / PART_FILE.format(rank=rank)
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    write_json_atomic(path, data)
+
+
+class CaptureSession:
+    """Captures this process's recorded steps at ``level`` into ``run_dir``."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        level: Level | str = Level.COLLECTIVES,
+        window: StepWindow | None = None,
+        keep_raw: bool = False,
+        auto_step: bool = True,
+        clock_timeout_s: float = 10.0,
+    ) -> None:
+        try:
+            self.level = Level(level)
+        except ValueError:
+            raise CaptureError(
+                f"--level {level!r}: expected one of {', '.join(lv.value for lv in Level)}"
+            ) from None
+        self.run_dir = Path(run_dir)
+        self.window = window or StepWindow()
+        self.keep_raw = keep_raw
+        self.auto_step = auto_step
+        self.clock_timeout_s = clock_timeout_s
+        self.step_index = 0
+        self.action = action_for(0, self.window)
+        self.comms: list[CommRecord] = []
+        self.steps: list[StepRecord] = []
+        self.offset_ns: int | None = 0
+        self.notes: dict[str, str] = {}
+        self.saved = False
+        self._step_start = time.time_ns()
+        self._main_thread = threading.get_native_id()
+        self._hooks: Any = None
+        self._opt_handle: Any = None
+        self._first_optimizer: int | None = None
+        self._kineto: Any = None
+        self._et: Any = None
+        self._lock = threading.Lock()
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+    def install(self) -> CaptureSession:
+        """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
+        from profiler.capture.hooks import CommHooks
+
+        self._hooks = CommHooks(self._sink, self._recording, lambda: self.step_index)
+        self._hooks.install()
+        if self.auto_step:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._opt_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        atexit.register(self._at_exit)
+        self._install_sigterm()
+        self._step_start = time.time_ns()
+        self._run_phases(phases_between(Action.NONE, self.action))
+        return self
+
+    def uninstall(self) -> None:
+        if self._hooks is not None:
+            self._hooks.uninstall()
+        if self._opt_handle is not None:
+            self._opt_handle.remove()
+            self._opt_handle = None
+        atexit.unregister(self._at_exit)
+
+    def _recording(self) -> bool:
+        return self.action == Action.RECORD
+
+    def _sink(self, rec: CommRecord) -> None:
+        with self._lock:
+            self.comms.append(rec)
+
+    def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if self._first_optimizer is None:
+            self._first_optimizer = id(optimizer)
+        if id(optimizer) == self._first_optimizer:
+            self.step()
+
+    def step(self) -> None:
+        """Mark the end of the current training step."""
+        now = time.time_ns()
+        if self.action == Action.RECORD:
+            self.steps.append(StepRecord(step=self.step_index, start_ns=self._step_start, end_ns=now))
+        self.step_index += 1
+        self._step_start = now
+        previous, self.action = self.action, action_for(self.step_index, self.window)
+        self._run_phases(phases_between(previous, self.action))
+
+    def _run_phases(self, phases: tuple[Phase, ...]) -> None:
+        for phase in phases:
+            if phase == Phase.START_WARMUP:
+                self._start_warmup()
+            elif phase == Phase.START_RECORD:
+                self._start_record()
+            elif phase == Phase.SAVE:
+                self.save()
+
+    def _start_warmup(self) -> None:
+        if self.level == Level.COLLECTIVES:
+            return
+        import torch
+
+        from profiler.capture.kineto import KinetoCapture
+
+        # shapes come from the host execution trace at the full level: Kineto need not record them
+        self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), record_shapes=False)
+        self._kineto.start()
+
+    def _start_record(self) -> None:
+        self.offset_ns = self._clock_offset()
+        if self.level == Level.FULL:
+            from torch.profiler import ExecutionTraceObserver
+
+            raw = self._raw_dir()
+            self._et = ExecutionTraceObserver().register_callback(str(raw / f"host_et_rank{self.rank}.json"))
+            self._et.start()
+        self._step_start = time.time_ns()
+
+    # ---- identity ------------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+        return int(os.environ.get("RANK", "0"))
+
+    @property
+    def world_size(self) -> int:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    def _raw_dir(self) -> Path:
+        d = self.run_dir / RAW_DIR if self.keep_raw else self.run_dir / PARTS_DIR / f"raw-{self.rank}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _clock_offset(self) -> int | None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return 0
+        from profiler.capture.clock import estimate_offset
+
+        store = dist.distributed_c10d._get_default_store()
+        off = estimate_offset(store, dist.get_rank(), dist.get_world_size(), timeout_s=self.clock_timeout_s)
+        if off is None:
+            self.notes[f"rank {self.rank} clock"] = "clock offset unknown (rank 0 did not answer); 0 assumed"
+        return off
+
+    # ---- saving --------------------------------------------------------------------------------------
+    def _groups(self) -> list[ProcessGroupInfo]:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return [ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="")]
+        c10d = dist.distributed_c10d
+        out = []
+        for pg, name in list(c10d._world.pg_names.items()):
+            try:
+                ranks = tuple(dist.get_process_group_ranks(pg))
+                backend = dist.get_backend_config(pg)
+            except (RuntimeError, ValueError):
+                continue
+            out.append(
+                ProcessGroupInfo(name=str(name), ranks=ranks, desc=str(pg.group_desc), backend=backend)
+            )
+        return out
+
+    def _ops(self) -> tuple[list[OpRecord], dict[int, Any]]:
+        if self._et is not None:
+            self._et.stop()
+            self._et.unregister_callback()
+        events = self._kineto.stop() if self._kineto is not None else []
+        if not events:
+            return [], {}
+        from profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
+
+        host_ops: dict[int, Any] = {}
+        rf_ids: dict[int, int] = {}
+        if self.level == Level.FULL and self._et is not None:
+            from profiler.capture.hostet import parse_host_et
+
+            raw = self._raw_dir()
+            kineto_json = raw / f"kineto_rank{self.rank}.json"
+            self._kineto.export(kineto_json)
+            rf_ids = rf_ids_from_chrome_trace(kineto_json)
+            host_ops = parse_host_et(raw / f"host_et_rank{self.rank}.json")
+        elif self.keep_raw and self._kineto is not None:
+            self._kineto.export(self._raw_dir() / f"kineto_rank{self.rank}.json")
+        return op_records(events, rf_ids), host_ops
+
+    def save(self, *, partial: bool = False) -> Path | None:
+        """Write this rank's trace and part file (once); the trace path, or None when already saved."""
+        if self.saved:
+            return None
+        self.saved = True
+        rank, world = self.rank, self.world_size
+        if self._hooks is not None:
+            self._hooks.uninstall()
+            if self._hooks.dropped:
+                self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
+        ops, host_ops = self._ops()
+        device = "cpu"
+        import torch
+
+        if torch.cuda.is_available():
+            device = f"cuda:{torch.cuda.current_device()}"
+        groups = self._groups()
+        with self._lock:
+            comms = list(self.comms)
+        cap = RankCapture(
+            rank=rank,
+            comms=comms,
+            steps=self.steps,
+            groups=groups,
+            main_thread=self._main_thread,
+            offset_ns=self.offset_ns or 0,
+            ops=ops,
+            host_ops=host_ops,
+            device=device,
+        )
+        nodes = build_nodes(cap)
+        path = rank_file(self.run_dir, rank)
+        with EtWriter(path, {"rank": rank, "world_size": world, "level": self.level.value}) as w:
+            w.write_all(nodes)
+        off = self.offset_ns or 0
+        import torch.distributed as dist
+
+        backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else ""
+        part = {
+            "rank": rank,
+            "world_size": world,
+            "host": socket.gethostname(),
+            "device": device,
+            "backend": str(backend),
+            "level": self.level.value,
+            "window": asdict(self.window),
+            "clock_offset_ns": off,
+            "process_groups": [asdict(g) for g in groups],
+            "steps": [
+                {"step": s.step, "start_ns": s.start_ns + off, "end_ns": s.end_ns + off} for s in self.steps
+            ],
+            "partial": partial,
+            "notes": self.notes,
+            "torch_version": torch.__version__,
+        }
+        _write_json_atomic(part_file(self.run_dir, rank), part)
+        return path
+
+    def _install_sigterm(self) -> None:
+        """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the program handles SIGTERM itself; atexit still saves if it exits normally
+
+        def on_term(signum: int, _frame: Any) -> None:
+            self._at_exit()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def _at_exit(self) -> None:
+        if self.saved or not self.steps:
+            return
+        try:
+            self.save(partial=True)
+        except Exception as e:
+            import sys
+
+            print(f"skewlens: rank {self.rank}: could not save the partial trace: {e}", file=sys.stderr)

@@ -1,0 +1,139 @@
+"""``skewlens profile``: run an unmodified training command with capture in every rank.
+
+    skewlens profile --out RUN_DIR [--level collectives|ops|full] [--steps WAIT:WARMUP:ACTIVE]
+                     [--keep-raw] [--parquet] -- COMMAND ...
+
+The command's exit code passes through; a failed command still leaves the traces of the ranks that
+saved one, with the missing ranks listed in the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from profiler.errors import CaptureError
+from profiler.vocab import Level
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from profiler.manifest import Manifest
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="skewlens profile", description=__doc__.split("\n", 1)[0])
+    p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
+    p.add_argument("--level", default=Level.COLLECTIVES.value, help="collectives | ops | full")
+    p.add_argument("--steps", default="1:1:3", help="capture window WAIT:WARMUP:ACTIVE (default 1:1:3)")
+    p.add_argument("--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/")
+    p.add_argument("--parquet", action="store_true", help="also export RUN_DIR/parquet/ after capture")
+    p.add_argument("--clock-timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from profiler.capture.run import capture_env, finalize_run, prepare_run_dir, run_command
+    from profiler.capture.schedule import parse_window
+
+    if "--" in argv:
+        k = argv.index("--")
+        own, command = argv[:k], argv[k + 1 :]
+    else:
+        own, command = argv, []
+    args = _parser().parse_args(own)
+    try:
+        level = Level(args.level)
+    except ValueError:
+        raise CaptureError(
+            f"--level {args.level!r}: expected one of {', '.join(lv.value for lv in Level)}"
+        ) from None
+    window = parse_window(args.steps)
+    if not command:
+        raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
+    run_dir = Path(args.out)
+    created = prepare_run_dir(run_dir)
+    env = capture_env(run_dir, level, window, keep_raw=args.keep_raw, clock_timeout_s=args.clock_timeout)
+    try:
+        code = run_command(command, env)
+    except CaptureError:
+        if created:
+            _remove_if_empty(run_dir)
+        raise
+    manifest = finalize_run(run_dir, level=level, window=window, command=command, exit_code=code)
+    if manifest is None:
+        if created:
+            _remove_if_empty(run_dir)
+        if code != 0:
+            print(
+                f"skewlens profile: error: command exited with code {code}: {' '.join(command)}",
+                file=sys.stderr,
+            )
+            return code
+        raise CaptureError(
+            f"{' '.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
+            "steps with optimizer.step(), or import torch at all?)"
+        )
+    if code != 0:
+        missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
+        print(
+            f"skewlens profile: error: command exited with code {code}: {' '.join(command)}"
+            f" (traces of ranks {list(manifest.ranks)} kept in {run_dir}{missing})",
+            file=sys.stderr,
+        )
+        return code
+    if args.parquet:
+        _export_parquet(run_dir)
+    from rich.console import Console
+
+    Console(stderr=True).print(summary_table(manifest, run_dir))
+    return 0
+
+
+def summary_table(manifest: Manifest, run_dir: Path) -> Table:
+    """One row per captured rank: host, device, clock offset, recorded steps, nodes written."""
+    from rich.table import Table
+
+    from profiler.chakra_io import iter_messages
+    from profiler.manifest import rank_file
+
+    table = Table(
+        title=f"skewlens profile: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
+        title_justify="left",
+    )
+    for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
+        table.add_column(col, justify="right" if col not in ("host", "device") else "left")
+    for r in manifest.ranks:
+        nodes = sum(1 for _ in iter_messages(rank_file(run_dir, r))) - 1  # minus the GlobalMetadata
+        steps = sum(1 for s in manifest.steps if s.rank == r)
+        offset = manifest.clock_offsets_ns.get(r, 0) / 1000
+        table.add_row(
+            str(r),
+            manifest.hosts.get(r, ""),
+            manifest.devices.get(r, ""),
+            f"{offset:.1f}",
+            str(steps),
+            str(nodes),
+        )
+    for r in manifest.missing_ranks:
+        table.add_row(str(r), "", "", "", "missing", manifest.notes.get(f"rank {r}", ""))
+    return table
+
+
+def _export_parquet(run_dir: Path) -> None:
+    try:
+        from profiler.store.parquet import export_run  # helper H3's module (lazy: pyarrow only when asked)
+    except ImportError as e:
+        raise CaptureError(f"--parquet: Parquet export is not available ({e})") from None
+    export_run(run_dir, run_dir / "parquet", progress=True)
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run_dir / ".parts", ignore_errors=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()

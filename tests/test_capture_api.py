@@ -1,0 +1,134 @@
+"""The Python API (context manager + step()) and the CLI's one-line errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from profiler.chakra_io import node_attrs, read_et
+from profiler.manifest import read_manifest
+from profiler.vocab import Attr, CommType, NodeType
+from skewlens.cli import main as skewlens_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+API_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.distributed as dist
+    from profiler.capture import capture
+    dist.init_process_group("gloo")
+    with capture(sys.argv[1], steps="0:1:2") as cap:
+        for i in range(4):
+            t = torch.ones(1000 * (i + 1))
+            dist.all_reduce(t)
+            cap.step()
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_context_manager_records_the_steps_the_script_marks(tmp_path: Path) -> None:
+    script = tmp_path / "api_train.py"
+    script.write_text(API_SCRIPT)
+    out = tmp_path / "run"
+    res = subprocess.run(  # noqa: PLW1510 - the return code is asserted
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = read_manifest(out)
+    assert (m.world_size, m.ranks, m.level) == (2, (0, 1), "collectives")
+    assert sorted({s.step for s in m.steps}) == [1, 2]
+    for rank in (0, 1):
+        colls = [
+            node_attrs(n) for n in read_et(out / f"rank-{rank}.et").nodes if n.type == NodeType.COMM_COLL
+        ]
+        # steps 1 and 2 all_reduce 2000 and 3000 floats; sequence numbers count from the first call
+        assert [(a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.SEQ], a[Attr.STEP]) for a in colls] == [
+            (CommType.ALL_REDUCE, 8000, 1, 1),
+            (CommType.ALL_REDUCE, 12000, 2, 2),
+        ]
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = skewlens_main(["profile", *argv])
+    return code, capsys.readouterr().err.strip()
+
+
+def one_line_error(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("skewlens profile: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--level", "kernels"], "--level 'kernels'"),
+        (["--steps", "1:x:3"], "--steps '1:x:3'"),
+        (["--steps", "3"], "WAIT:WARMUP:ACTIVE"),
+    ],
+)
+def test_a_bad_flag_is_a_one_line_error_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], words: str
+) -> None:
+    out = tmp_path / "run"
+    code, err = run_cli(["--out", str(out), *flags, "--", sys.executable, "-c", "pass"], capsys)
+    assert code == 2 and words in one_line_error(err)
+    assert not out.exists()
+
+
+def test_an_unwritable_output_directory_is_refused_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    marker = tmp_path / "ran"
+    code, err = run_cli(
+        ["--out", str(blocker / "run"), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"], capsys
+    )
+    assert code == 2 and "not writable" in one_line_error(err) and str(blocker / "run") in err
+    assert not marker.exists()
+
+
+def test_a_non_empty_output_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "old.et").write_text("x")
+    code, err = run_cli(["--out", str(tmp_path), "--", sys.executable, "-c", "pass"], capsys)
+    assert code == 2 and "not empty" in one_line_error(err)
+    assert [p.name for p in tmp_path.iterdir()] == ["old.et"]
+
+
+def test_a_missing_or_unknown_command_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run_cli(["--out", str(tmp_path / "a")], capsys)
+    assert code == 2 and "no command given" in one_line_error(err)
+    code, err = run_cli(["--out", str(tmp_path / "b"), "--", "no-such-trainer-xyz"], capsys)
+    assert code == 2 and "command not found: 'no-such-trainer-xyz'" in one_line_error(err)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    code, err = run_cli(["--out", str(out), "--", sys.executable, "-c", "print('no torch here')"], capsys)
+    assert code == 2 and "no rank saved a trace" in one_line_error(err)
+    assert not out.exists()

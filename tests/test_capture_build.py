@@ -1,0 +1,363 @@
+"""Capture records -> Chakra nodes (pure), including the CUDA/NCCL path on synthetic Kineto-like events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from profiler.capture.build import (
+    COMM_STREAM_BASE,
+    CUDA_STREAM_BASE,
+    GAP_NAME,
+    UNTRACED_NAME,
+    HostOpInfo,
+    RankCapture,
+    build_nodes,
+    is_nccl_kernel,
+)
+from profiler.capture.hostet import parse_host_et
+from profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
+from profiler.capture.records import CommRecord, OpRecord, StepRecord
+from profiler.chakra_io import TraceNode
+from profiler.errors import CaptureError
+from profiler.manifest import ProcessGroupInfo
+from profiler.store.load import parse_pg_init
+from profiler.vocab import Attr, CommType, NodeType
+
+MAIN = 111
+GROUPS = [ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo")]
+
+
+def coll(
+    start: int, end: int, *, seq: int, is_async: bool = False, issue_end: int | None = None, step: int = 0
+) -> CommRecord:
+    return CommRecord(
+        node_type=NodeType.COMM_COLL,
+        op="c10d::allreduce_",
+        comm_type=CommType.ALL_REDUCE,
+        pg_name="0",
+        seq=seq,
+        src=-1,
+        dst=-1,
+        tag=0,
+        numel=256,
+        dtype="float32",
+        size_bytes=1024,
+        start_ns=start,
+        issue_end_ns=issue_end if issue_end is not None else end,
+        end_ns=end,
+        is_async=is_async,
+        thread=MAIN,
+        step=step,
+    )
+
+
+def by_name(nodes: list[TraceNode], name: str) -> list[TraceNode]:
+    return [n for n in nodes if n.name == name]
+
+
+def test_time_between_blocking_collectives_becomes_compute_nodes_on_the_aligned_clock() -> None:
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 20_000, seq=0), coll(50_000, 55_000, seq=1)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=60_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        offset_ns=1_000_000,
+    )
+    nodes = build_nodes(cap)
+    assert nodes[0].node_type == NodeType.METADATA
+    gaps = by_name(nodes, GAP_NAME)
+    assert [(g.start_ns - 1_000_000, g.dur_ns) for g in gaps] == [
+        (0, 10_000),
+        (20_000, 30_000),
+        (55_000, 5_000),
+    ]
+    comms = by_name(nodes, "c10d::allreduce_")
+    assert [(c.start_ns - 1_000_000, c.dur_ns, c.attrs[Attr.SEQ]) for c in comms] == [
+        (10_000, 10_000, 0),
+        (50_000, 5_000, 1),
+    ]
+    # program order: each node depends on the previous one of the thread
+    ordered = sorted(nodes[1:], key=lambda n: n.start_ns)
+    for prev, cur in itertools.pairwise(ordered):
+        assert cur.ctrl_deps == (prev.node_id,)
+
+
+def test_an_async_collective_runs_on_its_group_stream_and_is_awaited_by_the_first_later_node() -> None:
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 40_000, seq=0, is_async=True, issue_end=11_000), coll(50_000, 52_000, seq=1)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=60_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+    )
+    nodes = build_nodes(cap)
+    async_node, sync_node = by_name(nodes, "c10d::allreduce_")
+    assert async_node.attrs[Attr.STREAM] == COMM_STREAM_BASE and async_node.dur_ns == 30_000
+    assert sync_node.attrs[Attr.STREAM] == 0
+    issuer = next(n for n in nodes if n.name == GAP_NAME and n.start_ns == 0)
+    assert issuer.node_id in async_node.ctrl_deps
+    waiter = next(n for n in nodes if n.name == GAP_NAME and n.start_ns == 11_000)
+    assert async_node.node_id not in waiter.ctrl_deps  # started before the all_reduce completed
+    assert async_node.node_id in sync_node.ctrl_deps  # first node of the thread after completion
+
+
+def test_calls_outside_recorded_steps_are_not_written() -> None:
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 20_000, seq=0, step=0), coll(70_000, 80_000, seq=1, step=1)],
+        steps=[StepRecord(step=1, start_ns=60_000, end_ns=90_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+    )
+    comms = by_name(build_nodes(cap), "c10d::allreduce_")
+    assert [c.attrs[Attr.SEQ] for c in comms] == [1]
+    assert all(n.attrs.get(Attr.STEP) == 1 for n in build_nodes(cap)[1:])
+
+
+def test_the_process_group_node_parses_back_into_the_groups() -> None:
+    nodes = build_nodes(RankCapture(rank=0, comms=[], steps=[], groups=GROUPS, main_thread=MAIN))
+    groups = parse_pg_init(nodes[0].inputs_values, Path("x.et"))
+    assert groups == {"0": GROUPS[0]}
+
+
+def test_an_operator_enclosing_a_blocking_collective_is_replaced_by_its_children() -> None:
+    ops = [
+        OpRecord(name="my_block", start_ns=0, dur_ns=100_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::mm", start_ns=1_000, dur_ns=9_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::mm_inner", start_ns=2_000, dur_ns=1_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="c10d::allreduce_", start_ns=10_000, dur_ns=40_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::add", start_ns=60_000, dur_ns=5_000, thread=MAIN, is_cpu=True),
+    ]
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 50_000, seq=0)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=100_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+    )
+    nodes = build_nodes(cap)
+    comp = [n.name for n in nodes if n.node_type == NodeType.COMP and n.name != UNTRACED_NAME]
+    assert comp == ["aten::mm", "aten::add"]
+    # the rest of the step on the main thread is untraced host time: together they cover the step
+    main = [(n.start_ns, n.start_ns + n.dur_ns) for n in nodes[1:] if n.attrs[Attr.STREAM] == 0]
+    assert sum(b - a for a, b in main) == 100_000
+    assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(sorted(main)))
+    assert len(by_name(nodes, "c10d::allreduce_")) == 1
+    assert by_name(nodes, "c10d::allreduce_")[0].node_type == NodeType.COMM_COLL
+
+
+@dataclass
+class FakeKinetoEvent:
+    """The part of torch's _KinetoEvent that op_records reads."""
+
+    n: str
+    t: int
+    d: int
+    dev: str = "DeviceType.CPU"
+    tid: int = MAIN
+    stream: int = 0
+    index: int = 0
+    corr: int = 0
+
+    def name(self) -> str:
+        return self.n
+
+    def start_ns(self) -> int:
+        return self.t
+
+    def duration_ns(self) -> int:
+        return self.d
+
+    def device_type(self) -> str:
+        return self.dev
+
+    def start_thread_id(self) -> int:
+        return self.tid
+
+    def device_resource_id(self) -> int:
+        return self.stream
+
+    def device_index(self) -> int:
+        return self.index
+
+    def correlation_id(self) -> int:
+        return self.corr
+
+
+def test_nccl_kernels_of_both_generations_are_recognised() -> None:
+    assert is_nccl_kernel("ncclKernel_AllReduce_RING_LL_Sum_float")
+    assert is_nccl_kernel("ncclDevKernel_AllGather_RING_LL")
+    assert not is_nccl_kernel("volta_sgemm_128x64_nn")
+
+
+def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_kernel() -> None:
+    events = [
+        FakeKinetoEvent("aten::mm", 0, 5_000, corr=1),
+        FakeKinetoEvent("volta_sgemm_128x64_nn", 6_000, 20_000, dev="DeviceType.CUDA", stream=7, index=1),
+        FakeKinetoEvent(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            30_000,
+            50_000,
+            dev="DeviceType.CUDA",
+            stream=13,
+            index=1,
+        ),
+        FakeKinetoEvent(
+            "ncclKernel_AllGather_RING_LL_Sum_float", 90_000, 5_000, dev="DeviceType.CUDA", stream=13, index=1
+        ),
+    ]
+    ops = op_records(events, rf_ids={1: 42})
+    assert [(o.is_cpu, o.thread, o.rf_id) for o in ops][:2] == [(True, MAIN, 42), (False, 7, -1)]
+    assert ops[1].device == "cuda:1"
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 12_000, seq=0), coll(85_000, 86_000, seq=1)],  # host side: enqueue only
+        steps=[StepRecord(step=0, start_ns=0, end_ns=100_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        device="cuda:1",
+    )
+    nodes = build_nodes(cap)
+    gemm = by_name(nodes, "volta_sgemm_128x64_nn")[0]
+    assert gemm.attrs[Attr.STREAM] == CUDA_STREAM_BASE + 7 and gemm.attrs[Attr.IS_CPU_OP] is False
+    assert not [n for n in nodes if is_nccl_kernel(n.name)]  # NCCL kernels are the comm nodes' device side
+    first, second = by_name(nodes, "c10d::allreduce_")
+    assert first.start_ns + first.dur_ns == 80_000  # completion = end of the NCCL kernel
+    assert second.start_ns + second.dur_ns == 95_000
+    assert first.attrs[Attr.IS_CPU_OP] is False
+
+
+def test_full_level_data_dependencies_follow_tensor_ids() -> None:
+    ops = [
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=1),
+        OpRecord(name="aten::relu", start_ns=2_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=2),
+        OpRecord(name="aten::add", start_ns=4_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=3),
+    ]
+    host = {
+        1: HostOpInfo(schema="aten::mm(Tensor self, Tensor mat2) -> Tensor", inputs=(4, 5), outputs=(7,)),
+        2: HostOpInfo(schema="aten::relu(Tensor self) -> Tensor", inputs=(7,), outputs=(13,)),
+        3: HostOpInfo(schema="aten::add(...)", inputs=(13, 7), outputs=(14,)),
+    }
+    cap = RankCapture(
+        rank=0,
+        comms=[],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=10_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        host_ops=host,
+    )
+    nodes = {n.name: n for n in build_nodes(cap)}
+    assert nodes["aten::mm"].data_deps == ()
+    assert nodes["aten::relu"].data_deps == (nodes["aten::mm"].node_id,)
+    assert set(nodes["aten::add"].data_deps) == {nodes["aten::mm"].node_id, nodes["aten::relu"].node_id}
+    assert nodes["aten::mm"].attrs[Attr.OP_SCHEMA].startswith("aten::mm(")
+
+
+def test_host_execution_trace_gives_schemas_and_tensor_ids(tmp_path: Path) -> None:
+    et = {
+        "schema": "1.1.1-chakra.0.0.4",
+        "nodes": [
+            {
+                "id": 3,
+                "name": "aten::mm",
+                "attrs": [
+                    {"name": "rf_id", "value": 9},
+                    {"name": "op_schema", "value": "aten::mm(Tensor a) -> Tensor"},
+                ],
+                "inputs": {
+                    "values": [[4, 5, 0, 16, 4, "cpu"], 2],
+                    "shapes": [[4, 4], []],
+                    "types": ["Tensor(float)", "Int"],
+                },
+                "outputs": {
+                    "values": [[7, 8, 0, 16, 4, "cpu"]],
+                    "shapes": [[4, 4]],
+                    "types": ["Tensor(float)"],
+                },
+            },
+            {"id": 1, "name": "[root]", "attrs": []},
+        ],
+    }
+    p = tmp_path / "et.json"
+    p.write_text(json.dumps(et))
+    info = parse_host_et(p)
+    assert list(info) == [9]
+    assert (info[9].inputs, info[9].outputs, info[9].schema) == ((4,), (7,), "aten::mm(Tensor a) -> Tensor")
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"nodes": 3})])
+def test_a_broken_host_execution_trace_is_an_error_naming_the_file(tmp_path: Path, content: str) -> None:
+    p = tmp_path / "bad_et.json"
+    p.write_text(content)
+    with pytest.raises(CaptureError, match=r"bad_et\.json"):
+        parse_host_et(p)
+
+
+def test_record_function_ids_come_from_the_kineto_json(tmp_path: Path) -> None:
+    p = tmp_path / "k.json"
+    p.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"name": "aten::relu", "args": {"External id": 21, "Record function id": 1}},
+                    {"name": "x", "args": {"External id": 22}},
+                ]
+            }
+        )
+    )
+    assert rf_ids_from_chrome_trace(p) == {21: 1}
+
+
+def test_kineto_thread_ids_are_matched_to_the_threads_that_made_the_calls() -> None:
+    ops = [
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=5_000, thread=1, is_cpu=True),
+        OpRecord(name="c10d::allreduce_", start_ns=10_100, dur_ns=9_000, thread=1, is_cpu=True),
+        OpRecord(name="aten::add", start_ns=30_000, dur_ns=1_000, thread=2, is_cpu=True),
+    ]
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 20_000, seq=0)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=40_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+    )
+    streams = {n.name: n.attrs[Attr.STREAM] for n in build_nodes(cap)[1:]}
+    assert streams["aten::mm"] == streams["c10d::allreduce_"] == 0  # Kineto's thread 1 is the main thread
+    assert streams["aten::add"] not in (0, COMM_STREAM_BASE)
+
+
+def test_full_level_collectives_join_the_data_flow_through_their_c10d_operator() -> None:
+    ops = [
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=5_000, thread=MAIN, is_cpu=True, rf_id=1),
+        OpRecord(name="c10d::allreduce_", start_ns=10_100, dur_ns=9_000, thread=MAIN, is_cpu=True, rf_id=2),
+        OpRecord(name="aten::relu", start_ns=30_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=3),
+    ]
+    host = {
+        1: HostOpInfo(schema="aten::mm(...)", inputs=(1, 2), outputs=(5,)),
+        2: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(5,), outputs=(5,)),
+        3: HostOpInfo(schema="aten::relu(...)", inputs=(5,), outputs=(6,)),
+    }
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 20_000, seq=0)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=40_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        host_ops=host,
+    )
+    nodes = {n.name: n for n in build_nodes(cap)}
+    ar = nodes["c10d::allreduce_"]
+    assert ar.node_type == NodeType.COMM_COLL and ar.attrs[Attr.RF_ID] == 2
+    assert ar.data_deps == (nodes["aten::mm"].node_id,)  # reads what the matmul wrote
+    assert nodes["aten::relu"].data_deps == (ar.node_id,)  # reads the reduced tensor

@@ -1,0 +1,432 @@
+"""Real captures: the example under ``skewlens profile`` with gloo ranks on CPU, asserted from the traces.
+
+One captured run per level is shared by the tests of that level (module-scoped fixtures).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import statistics
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from profiler.chakra_io import node_attrs, read_et
+from profiler.manifest import read_manifest
+from profiler.vocab import Attr, CommType, NodeType
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "examples" / "train.py"
+pytestmark = pytest.mark.slow
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("skl_example_train", TRAIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+EX = load_example()
+
+
+def profile(
+    out: Path,
+    *train_args: str,
+    level: str = "collectives",
+    steps: str = "1:1:3",
+    nproc: int = 2,
+    command: list[str] | None = None,
+    flags: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "skewlens",
+        "profile",
+        "--out",
+        str(out),
+        "--level",
+        level,
+        "--steps",
+        steps,
+        "--clock-timeout",
+        "5",
+        *flags,
+        "--",
+    ]
+    cmd += command or [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(TRAIN),
+        *train_args,
+    ]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
+
+
+def nodes_of(run: Path, rank: int) -> list[tuple[Any, dict[str, Any]]]:
+    return [(n, node_attrs(n)) for n in read_et(run / f"rank-{rank}.et").nodes]
+
+
+def model_numel() -> int:
+    return EX.LAYERS * (EX.HIDDEN * EX.HIDDEN + EX.HIDDEN)
+
+
+# ---- collectives level, 4 ranks, rank 1 straggles 50 ms per step --------------------------------------
+WORLD = 4
+ACTIVE = 5
+STRAGGLE_MS = 50.0
+
+
+@pytest.fixture(scope="module")
+def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cap") / "run"
+    res = profile(
+        out,
+        "--steps",
+        "8",
+        "--straggler-rank",
+        "1",
+        "--straggler-ms",
+        str(STRAGGLE_MS),
+        steps=f"1:1:{ACTIVE}",
+        nproc=WORLD,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def test_the_manifest_describes_the_job(straggler_run: Path) -> None:
+    m = read_manifest(straggler_run)
+    assert (m.world_size, m.ranks, m.missing_ranks, m.level, m.backend) == (
+        WORLD,
+        (0, 1, 2, 3),
+        (),
+        "collectives",
+        "gloo",
+    )
+    groups = {tuple(g.ranks) for g in m.process_groups}
+    assert {(0, 1, 2, 3), (0, 1), (2, 3)} <= groups
+    assert sorted(m.clock_offsets_ns) == [0, 1, 2, 3] and m.clock_offsets_ns[0] == 0
+    assert all(abs(v) < 5_000_000 for v in m.clock_offsets_ns.values())  # one host: offsets near zero
+    assert Counter(s.rank for s in m.steps) == dict.fromkeys(range(WORLD), ACTIVE)
+    assert all(s.end_ns > s.start_ns for s in m.steps)
+    assert m.command[-1] == str(STRAGGLE_MS) and m.hosts[0] and m.devices[0] == "cpu"
+
+
+def test_every_rank_has_the_collectives_the_script_issued_with_their_sizes(straggler_run: Path) -> None:
+    m = read_manifest(straggler_run)
+    tp_name = {tuple(g.ranks): g.name for g in m.process_groups}
+    f32 = 4
+    for rank in range(WORLD):
+        tp = tp_name[(rank // 2 * 2, rank // 2 * 2 + 1)]
+        per_step: dict[int, Counter[tuple[str, int, int]]] = defaultdict(Counter)
+        ddp_numel: Counter[int] = Counter()
+        for n, a in nodes_of(straggler_run, rank):
+            if n.type != NodeType.COMM_COLL:
+                continue
+            assert a[Attr.COMM_SIZE] == a[Attr.NUMEL] * f32
+            if a[Attr.COMM_TYPE] == CommType.ALL_REDUCE:
+                ddp_numel[a[Attr.STEP]] += a[Attr.NUMEL]
+                per_step[a[Attr.STEP]][(a[Attr.PG_NAME], CommType.ALL_REDUCE, 0)] += 1
+            else:
+                per_step[a[Attr.STEP]][(a[Attr.PG_NAME], a[Attr.COMM_TYPE], a[Attr.COMM_SIZE])] += 1
+        assert sorted(per_step) == list(range(2, 2 + ACTIVE))
+        tp_bytes = EX.BATCH * (EX.TP_DIM // 8) * f32
+        for step, counts in per_step.items():
+            assert counts[("0", CommType.ALL_REDUCE, 0)] >= 1  # DDP buckets
+            assert ddp_numel[step] == model_numel()  # the buckets carry every gradient exactly once
+            assert counts[(tp, CommType.ALL_GATHER, tp_bytes)] == 1
+            assert counts[(tp, CommType.REDUCE_SCATTER, tp_bytes)] == 1
+            assert counts[("0", CommType.BROADCAST, EX.BCAST_NUMEL * f32)] == 1
+            assert counts[("0", CommType.BARRIER, 0)] == 1
+            assert sum(counts.values()) == counts[("0", CommType.ALL_REDUCE, 0)] + 4
+
+
+def test_point_to_point_calls_name_the_right_global_peers(straggler_run: Path) -> None:
+    for rank in range(WORLD):
+        sends = [a for n, a in nodes_of(straggler_run, rank) if n.type == NodeType.COMM_SEND]
+        recvs = [a for n, a in nodes_of(straggler_run, rank) if n.type == NodeType.COMM_RECV]
+        assert len(sends) == (ACTIVE if rank < WORLD - 1 else 0)
+        assert len(recvs) == (ACTIVE if rank > 0 else 0)
+        assert all((a[Attr.COMM_SRC], a[Attr.COMM_DST]) == (rank, rank + 1) for a in sends)
+        assert all((a[Attr.COMM_SRC], a[Attr.COMM_DST]) == (rank - 1, rank) for a in recvs)
+        assert all(a[Attr.COMM_SIZE] == EX.PIPE_NUMEL * 4 and a[Attr.COMM_TAG] == 0 for a in sends + recvs)
+
+
+def test_the_sequence_of_collectives_is_the_same_on_every_member_of_a_group(straggler_run: Path) -> None:
+    m = read_manifest(straggler_run)
+    for g in m.process_groups:
+        seqs = {}
+        for rank in g.ranks:
+            seqs[rank] = [
+                (a[Attr.SEQ], a[Attr.COMM_TYPE], a[Attr.COMM_SIZE])
+                for n, a in nodes_of(straggler_run, rank)
+                if n.type == NodeType.COMM_COLL and a[Attr.PG_NAME] == g.name
+            ]
+        first = seqs[g.ranks[0]]
+        assert first, g
+        assert [s for s, _, _ in first] == sorted({s for s, _, _ in first})  # increasing, no repeats
+        assert all(v == first for v in seqs.values()), g.name
+
+
+def test_the_straggler_arrives_late_by_its_extra_compute_on_the_aligned_clock(straggler_run: Path) -> None:
+    # first collective of each step: the tensor-parallel all_gather of group {0, 1}
+    arrivals: dict[int, dict[int, int]] = defaultdict(dict)
+    for rank in (0, 1):
+        for n, a in nodes_of(straggler_run, rank):
+            if n.type == NodeType.COMM_COLL and a[Attr.COMM_TYPE] == CommType.ALL_GATHER:
+                arrivals[a[Attr.STEP]][rank] = a[Attr.START_NS]
+    lateness_ms = [(t[1] - t[0]) / 1e6 for t in arrivals.values()]
+    assert len(lateness_ms) == ACTIVE
+    # median over the steps: other helpers load this 2-core machine, a single step can be off
+    assert statistics.median(lateness_ms) == pytest.approx(STRAGGLE_MS, rel=0.2), lateness_ms
+    # and the wait shows on rank 0: its all_gather lasts about as long as rank 1 was late
+    waits = [
+        a[Attr.DUR_NS] / 1e6
+        for n, a in nodes_of(straggler_run, 0)
+        if n.type == NodeType.COMM_COLL and a[Attr.COMM_TYPE] == CommType.ALL_GATHER
+    ]
+    assert statistics.median(waits) >= 0.6 * STRAGGLE_MS
+
+
+def test_node_times_and_dependencies_are_consistent(straggler_run: Path) -> None:
+    for rank in range(WORLD):
+        nodes = nodes_of(straggler_run, rank)
+        ids = {n.id for n, _ in nodes}
+        assert len(ids) == len(nodes)
+        for n, a in nodes[1:]:
+            assert (
+                n.start_time_micros == a[Attr.START_NS] // 1000
+                and n.duration_micros == a[Attr.DUR_NS] // 1000
+            )
+            assert a[Attr.DUR_NS] >= 0 and all(d in ids and d < n.id for d in n.ctrl_deps)
+            assert Attr.STREAM in a and Attr.STEP in a and Attr.IS_CPU_OP in a
+        assert nodes[0][0].type == NodeType.METADATA
+
+
+def test_chakras_own_reader_and_jsonizer_read_a_captured_trace(straggler_run: Path, tmp_path: Path) -> None:
+    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    path = straggler_run / "rank-1.et"
+    fh = openFileRd(str(path))
+    gm = GlobalMetadata()
+    decodeMessage(fh, gm)
+    count, types = 0, Counter()
+    node = Node()
+    while decodeMessage(fh, node):
+        count += 1
+        types[node.type] += 1
+        node = Node()
+    fh.close()
+    assert count == len(read_et(path).nodes)
+    assert types[NodeType.COMM_COLL] > 0 and types[NodeType.COMM_SEND] == ACTIVE and types[NodeType.COMP] > 0
+    out = tmp_path / "rank-1.json"
+    bin_dir = Path(sys.executable).parent
+    res = subprocess.run(  # noqa: PLW1510 - the return code is asserted
+        [str(bin_dir / "chakra_jsonizer"), "--input_filename", str(path), "--output_filename", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert out.stat().st_size > 0 and "c10d::send" in out.read_text()
+
+
+def test_the_store_loads_the_capture_and_matches_every_collective(straggler_run: Path) -> None:
+    from profiler.store.load import load_run, match_collectives, match_p2p
+
+    run = load_run(straggler_run)
+    colls = match_collectives(run)
+    full = [
+        c
+        for c in colls
+        if len(c.ranks) == len(next(g for g in run.manifest.process_groups if g.name == c.pg_name).ranks)
+    ]
+    assert len(full) == len(colls)
+    assert len(match_p2p(run)) == ACTIVE * (WORLD - 1)
+
+
+# ---- ops and full levels, 2 ranks ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ops_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ops") / "run"
+    res = profile(
+        out,
+        "--steps",
+        "5",
+        "--straggler-rank",
+        "0",
+        "--straggler-ms",
+        "20",
+        "--slow-send-rank",
+        "0",
+        "--slow-send-ms",
+        "20",
+        level="ops",
+        steps="1:1:2",
+        nproc=2,
+        flags=("--keep-raw",),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def test_ops_level_records_operators_without_counting_communication_twice(ops_run: Path) -> None:
+    assert read_manifest(ops_run).level == "ops"
+    assert sorted(p.name for p in (ops_run / "raw").iterdir()) == ["kineto_rank0.json", "kineto_rank1.json"]
+    for rank in (0, 1):
+        nodes = nodes_of(ops_run, rank)
+        comp = [(n, a) for n, a in nodes if n.type == NodeType.COMP]
+        names = Counter(n.name for n, _ in comp)
+        assert any(k.startswith("aten::") for k in names), names
+        # operators of the main thread share stream 0 with the blocking calls that thread made
+        assert sum(1 for _n, a in comp if a[Attr.STREAM] == 0) > 10
+        assert not any(k.startswith(("c10d::", "gloo:")) for k in names)
+        blocking = [
+            (a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS])
+            for n, a in nodes
+            if n.type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV) and a[Attr.STREAM] == 0
+        ]
+        for _n, a in comp:
+            if a[Attr.STREAM] != 0:
+                continue
+            s, e = a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS]
+            assert not any(s <= bs < e for bs, _be in blocking)  # no operator encloses a blocking call
+        assert sum(1 for n, _ in nodes if n.type == NodeType.COMM_SEND) == (2 if rank == 0 else 0)
+
+
+def test_ops_level_shows_the_straggler_compute_as_matmuls_and_the_slow_send_as_idle_time(
+    ops_run: Path,
+) -> None:
+    nodes = nodes_of(ops_run, 0)
+    for step in (2, 3):
+        in_step = [(n, a) for n, a in nodes if a.get(Attr.STEP) == step]
+        first_comm = min(a[Attr.START_NS] for n, a in in_step if n.type == NodeType.COMM_COLL)
+        mm_before = sum(
+            a[Attr.DUR_NS] for n, a in in_step if n.name == "aten::mm" and a[Attr.START_NS] < first_comm
+        )
+        assert mm_before >= 0.5 * 20e6  # most of the 20 ms extra compute is in matmul nodes
+        send = next(a for n, a in in_step if n.type == NodeType.COMM_SEND)
+        busy_before_send = sum(
+            a[Attr.DUR_NS]
+            for n, a in in_step
+            if n.type == NodeType.COMP
+            and n.name != "untraced"
+            and a[Attr.STREAM] == 0
+            and send[Attr.START_NS] - 20e6 <= a[Attr.START_NS] < send[Attr.START_NS]
+        )
+        assert busy_before_send < 0.5 * 20e6  # the 20 ms sleep before the send has no operators
+        slept = max(
+            a[Attr.DUR_NS]
+            for n, a in in_step
+            if n.name == "untraced" and a[Attr.START_NS] + a[Attr.DUR_NS] <= send[Attr.START_NS] + 1
+        )
+        assert slept >= 0.8 * 20e6  # ... it is one untraced stretch of host time
+
+
+def test_ops_level_nodes_cover_the_main_threads_whole_step(ops_run: Path) -> None:
+    m = read_manifest(ops_run)
+    for span in m.steps:
+        covered = sum(
+            a[Attr.DUR_NS]
+            for n, a in nodes_of(ops_run, span.rank)
+            if a.get(Attr.STEP) == span.step and a.get(Attr.STREAM) == 0
+        )
+        assert covered == pytest.approx(span.end_ns - span.start_ns, rel=0.05)
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("full") / "run"
+    res = profile(out, "--steps", "4", level="full", steps="1:1:1", nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def test_full_level_adds_schemas_and_data_dependencies(full_run: Path) -> None:
+    assert read_manifest(full_run).level == "full"
+    nodes = nodes_of(full_run, 0)
+    comp = [(n, a) for n, a in nodes if n.type == NodeType.COMP and n.name != "untraced"]
+    with_schema = [a for _, a in comp if a.get(Attr.OP_SCHEMA)]
+    assert len(with_schema) >= 0.5 * len(comp)
+    assert all(a[Attr.RF_ID] >= 0 for a in with_schema)
+    ids = {n.id: n for n, _ in nodes}
+    with_data = [n for n, _ in comp if n.data_deps]
+    assert with_data
+    assert all(ids[d].start_time_micros <= n.start_time_micros for n in with_data for d in n.data_deps)
+    # collectives join the data flow too: the tensor-parallel all_gather reads the local matmul's output
+    comm = [(n, a) for n, a in nodes if n.type == NodeType.COMM_COLL]
+    assert any(n.data_deps for n, _ in comm)
+    comm_ids = {n.id for n, _ in comm}
+    assert any(comm_ids & set(n.data_deps) for n, _ in comp)
+    assert not (full_run / "raw").exists() and not (full_run / ".parts").exists()
+
+
+# ---- failures ----------------------------------------------------------------------------------------
+def test_a_crashing_rank_is_listed_missing_and_the_others_traces_are_complete(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = profile(out, "--steps", "6", "--crash-rank", "1", "--crash-step", "3", steps="1:1:3", nproc=2)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert "skewlens profile: error: command exited with code" in last and "missing ranks [1]" in last
+    m = read_manifest(out)
+    assert (m.ranks, m.missing_ranks) == ((0,), (1,))
+    assert "rank 1" in m.notes and "crashed" in m.notes["rank 1"]
+    assert {s.step for s in m.steps} == {2}  # the one step completed before the crash
+    assert [a[Attr.STEP] for n, a in nodes_of(out, 0)[1:]] and all(
+        a[Attr.STEP] == 2 for n, a in nodes_of(out, 0)[1:]
+    )
+    assert not list(out.glob(".*tmp"))
+    # the summary table names the missing rank
+    from rich.console import Console
+
+    from profiler.cli_profile import summary_table
+
+    console = Console(file=io.StringIO(), width=120)
+    console.print(summary_table(m, out))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "missing" in text and "crashed" in text
+
+
+def test_a_failing_command_passes_its_exit_code_through_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = profile(out, command=[sys.executable, "-c", "import sys; sys.exit(7)"])
+    assert res.returncode == 7
+    assert (
+        res.stderr.strip().splitlines()[-1].startswith("skewlens profile: error: command exited with code 7")
+    )
+    assert not out.exists()
+
+
+def test_single_process_python_run_is_captured_too(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    times = tmp_path / "steps-{rank}.json"
+    res = profile(
+        out,
+        command=[sys.executable, str(TRAIN), "--steps", "5", "--step-times-out", str(times)],
+        flags=("--parquet",),
+    )
+    assert res.returncode == 0, res.stderr
+    m = read_manifest(out)
+    assert (m.world_size, m.ranks) == (1, (0,))
+    assert sum(1 for n, _ in nodes_of(out, 0) if n.type == NodeType.COMM_COLL) >= 3 * 4
+    assert json.loads((out / "manifest.json").read_text())["command"][0] == sys.executable
+    # the example's own per-step wall times (what benchmarks/capture_overhead.py reads)
+    data = json.loads((tmp_path / "steps-0.json").read_text())
+    assert (data["rank"], data["world_size"], len(data["step_ns"])) == (0, 1, 5)
+    assert all(t > 0 for t in data["step_ns"])
+    # --parquet exported the run next to it
+    assert (out / "parquet").is_dir() and list((out / "parquet").glob("*.parquet"))

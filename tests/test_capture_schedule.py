@@ -1,0 +1,79 @@
+"""The capture window is a pure function step -> action with an explicit transition table."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.capture.schedule import (
+    TRANSITIONS,
+    Action,
+    Phase,
+    action_for,
+    format_window,
+    parse_window,
+    phases_between,
+)
+from profiler.errors import CaptureError
+from profiler.manifest import StepWindow
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        (StepWindow(wait=1, warmup=1, active=3), "N W R R R D D"),
+        (StepWindow(wait=0, warmup=0, active=2), "R R D D D D D"),
+        (StepWindow(wait=2, warmup=0, active=1), "N N R D D D D"),
+        (StepWindow(wait=0, warmup=2, active=1), "W W R D D D D"),
+    ],
+)
+def test_each_step_gets_the_action_of_its_place_in_the_window(window: StepWindow, expected: str) -> None:
+    letters = {"N": Action.NONE, "W": Action.WARMUP, "R": Action.RECORD, "D": Action.DONE}
+    assert [action_for(s, window) for s in range(7)] == [letters[c] for c in expected.split()]
+
+
+def test_exactly_active_steps_are_recorded_whatever_the_window() -> None:
+    for wait in range(3):
+        for warmup in range(3):
+            for active in range(1, 4):
+                w = StepWindow(wait=wait, warmup=warmup, active=active)
+                recorded = [s for s in range(20) if action_for(s, w) == Action.RECORD]
+                assert recorded == list(range(wait + warmup, wait + warmup + active))
+
+
+def test_walking_any_window_runs_warmup_record_and_save_once_each_in_order() -> None:
+    for w in (StepWindow(wait=1, warmup=1, active=3), StepWindow(wait=0, warmup=0, active=1)):
+        phases: list[Phase] = []
+        prev = Action.NONE
+        for s in range(10):
+            cur = action_for(s, w)
+            phases.extend(phases_between(prev, cur))
+            prev = cur
+        assert phases == [Phase.START_WARMUP, Phase.START_RECORD, Phase.SAVE]
+
+
+def test_unchanged_action_runs_no_phase() -> None:
+    assert all(phases_between(a, a) == () for a in Action)
+    assert all(prev != cur for prev, cur in TRANSITIONS)
+
+
+@pytest.mark.parametrize("spec", ["1:1:3", "0:0:1", "5:2:10"])
+def test_a_window_spec_round_trips(spec: str) -> None:
+    assert format_window(parse_window(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [("1:1", "WAIT:WARMUP:ACTIVE"), ("a:1:3", "integers"), ("1:1:0", "ACTIVE >= 1"), ("-1:0:2", ">= 0")],
+)
+def test_a_bad_window_spec_is_a_one_line_error_naming_the_flag(spec: str, words: str) -> None:
+    with pytest.raises(CaptureError) as e:
+        parse_window(spec)
+    msg = str(e.value)
+    assert "--steps" in msg and spec in msg and words in msg and "\n" not in msg
+
+
+def test_capture_starts_in_training_processes_but_not_in_torchruns_launcher() -> None:
+    from profiler.capture.autostart import _is_launcher
+
+    assert _is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"])
+    assert not _is_launcher(["examples/train.py", "--steps", "3"])
