@@ -223,7 +223,10 @@ def _rank_structure(rt: RankTrace, valid: B, sync: B) -> tuple[I64, I64, I64, I6
     end = rt.start_ns + rt.dur_ns
     src, dst = _edges(rt, valid, end, sync)
     ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
-    follows = (ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src]))
+    # a compute node that starts before its dependency ends but is not nested in it (ends later and
+    # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size
+    later = (end[dst] >= end[src]) & (rt.start_ns[dst] > rt.start_ns[src])
+    follows = (ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src])) | (later & ~sync[dst])
     queued = ~follows & sync[dst]
     qs, qd = src[queued], dst[queued]
     src, dst = src[follows], dst[follows]

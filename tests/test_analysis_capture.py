@@ -10,7 +10,6 @@ with a slow sender the reported cause is the send, not compute.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +25,12 @@ from profiler.store import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
-STEPS = 8  # wait 1, warmup 1, active 6
+STEPS = 12  # wait 1, warmup 1, active 10
 NPROC = 4
 STRAGGLER, STRAGGLER_MS = 2, 40.0
 SLOW_SENDER, SLOW_SEND_MS = 0, 40.0
 #: Largest (max - min) / median of the reference run's step times for which the what-if check is meaningful.
-MAX_REFERENCE_SPREAD = 0.10
+MAX_REFERENCE_SPREAD = 1.0
 
 pytestmark = pytest.mark.slow
 
@@ -50,9 +49,10 @@ def _capture(out: Path, *extra: str) -> Path:
         "--level",
         "ops",
         "--steps",
-        "1:1:6",
+        "1:1:10",
         "--",
         str(torchrun),
+        "--standalone",
         "--nproc-per-node",
         str(NPROC),
         str(EXAMPLE),
@@ -73,11 +73,18 @@ def _analyze(run_dir: Path) -> AnalysisResult:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
     d = tmp_path_factory.mktemp("capture")
+    # the straggler run is bracketed by two runs without it, so drift of the shared machine during the
+    # module affects the reference and the what-if alike
+    clean_before = _capture(d / "clean_before")
     straggler = _capture(
         d / "straggler", "--straggler-rank", str(STRAGGLER), "--straggler-ms", str(STRAGGLER_MS)
     )
     clean = _capture(d / "clean")
-    return {"straggler": _analyze(straggler), "clean": _analyze(clean)}
+    return {
+        "straggler": _analyze(straggler),
+        "clean": _analyze(clean),
+        "clean_before": _analyze(clean_before),
+    }
 
 
 def test_rank_2_is_the_top_straggler_in_almost_every_step(runs: dict[str, AnalysisResult]) -> None:
@@ -114,15 +121,11 @@ def test_peers_wait_about_the_injected_40_ms_at_the_next_collective(runs: dict[s
 def test_what_if_without_the_straggler_matches_a_real_run_without_it(runs: dict[str, AnalysisResult]) -> None:
     blame = runs["straggler"].blame
     assert blame is not None
-    cores = os.cpu_count() or 1
-    if cores < NPROC:
-        # with fewer cores than ranks, the straggler's extra compute also slows its peers' recorded compute
-        # (they share the cores); the what-if replays those inflated durations, a real run without the
-        # straggler does not have them. Trace replay assumes ranks' compute is independent: it is not here.
-        pytest.skip(
-            f"{NPROC} ranks on {cores} CPU cores: recorded compute of the peers depends on the straggler"
-        )
-    clean = list(step_times_from_spans(runs["clean"].index.step_spans).values())
+    clean = [
+        t
+        for name in ("clean_before", "clean")
+        for t in step_times_from_spans(runs[name].index.step_spans).values()
+    ]
     spread = (max(clean) - min(clean)) / median(clean)
     if spread > MAX_REFERENCE_SPREAD:
         # 4 ranks share 2 cores here (and other work runs beside them): when the real run without a

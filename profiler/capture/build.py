@@ -30,7 +30,7 @@ import bisect
 import json
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
 from profiler.chakra_io import AttrValue, TraceNode
@@ -46,6 +46,10 @@ MIN_GAP_NS = 1_000
 #: Kineto CPU events that are communication (their time is in the COMM nodes) or profiler bookkeeping.
 COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ProfilerStep", "## ")
 NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
+#: Untraced host time ending at most this long after an async collective completed was a wait for it.
+WAIT_SLACK_NS = 1_000_000
+#: A hooked call and Kineto's c10d operator further apart than this are not the same call.
+MAX_KINETO_SKEW_NS = 2_000_000
 
 
 def is_nccl_kernel(name: str) -> bool:
@@ -172,6 +176,44 @@ def kineto_thread_alias(
     return alias
 
 
+def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) -> int:
+    """Offset to add to Kineto's timestamps to put them on the hooks' clock (``time.time_ns``).
+
+    Kineto converts its own clock to the Unix epoch once; against ``time.time_ns()`` it can be off by
+    tens of microseconds, enough to make an operator appear to start before the blocking collective it
+    follows has returned. Every hooked call ``[start, return]`` encloses the ``c10d::*`` operator Kineto
+    recorded for it, so the true offset lies in ``[start - k.start, return - k.end]`` for each matched
+    pair; the answer is the middle of the intersection of those ranges (the median of their middles
+    where noise leaves the intersection empty). 0 when nothing matches.
+    """
+    by_name: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for o in ops:
+        if o.is_cpu and o.name.startswith("c10d::"):
+            by_name[o.name].append((o.start_ns, o.start_ns + o.dur_ns))
+    for v in by_name.values():
+        v.sort()
+    lo: list[int] = []
+    hi: list[int] = []
+    for c in comms:
+        cands = by_name.get(c.op)
+        if not cands:
+            continue
+        k = bisect.bisect_left(cands, (c.start_ns, -1))
+        near = [cands[j] for j in (k - 1, k) if 0 <= j < len(cands)]
+        ks, ke = min(near, key=lambda iv: abs(iv[0] - c.start_ns))
+        if abs(ks - c.start_ns) > MAX_KINETO_SKEW_NS:
+            continue
+        lo.append(c.start_ns - ks)
+        hi.append(c.issue_end_ns - ke)
+    if not lo:
+        return 0
+    a, b = max(lo), min(hi)
+    if a <= b:
+        return (a + b) // 2
+    mids = sorted((x + y) // 2 for x, y in zip(lo, hi, strict=True))
+    return mids[len(mids) // 2]
+
+
 def _step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
     i = bisect.bisect_right(starts, t) - 1
     if i >= 0 and t <= steps[i].end_ns:
@@ -253,18 +295,35 @@ def _gap_protos(cap: RankCapture, nodes: list[_Proto], name: str, *, main_only: 
             busy[p.stream].append((p.start_ns, p.end_ns))
     if main_only:
         busy = {0: busy.get(0, [])}
+    # Ops/full levels: untraced time that ends just after an async collective issued from this thread
+    # completed is the thread blocked in wait() (DDP's end of backward): no node for the blocked part,
+    # so replay keeps it a wait on the collective (build_nodes adds that dependency), not a fixed duration.
+    done: dict[int, list[int]] = defaultdict(list)
+    if main_only:
+        for p in nodes:
+            if p.issue_stream >= 0:
+                done[p.issue_stream].append(p.end_ns)
+        for v in done.values():
+            v.sort()
     out = []
     for s in cap.steps:
         for stream, intervals in busy.items():
             inside = sorted((a, b) for a, b in intervals if s.start_ns <= a <= s.end_ns)
             if stream == 0:
-                edges = [(s.start_ns, s.start_ns), *inside, (s.end_ns, s.end_ns)]
+                # the step boundary is taken inside the optimizer's step (its post hook): start the
+                # filler after whatever was still running on the thread then
+                first = max((b for a, b in intervals if a < s.start_ns < b), default=s.start_ns)
+                edges = [(first, first), *inside, (s.end_ns, s.end_ns)]
             elif inside:
                 edges = inside
             else:
                 continue
             cursor = edges[0][1]
+            ends = done.get(stream, [])
             for a, b in edges[1:]:
+                k = bisect.bisect_right(ends, a) - 1
+                if k >= 0 and cursor < ends[k] and a - ends[k] <= WAIT_SLACK_NS:
+                    cursor = ends[k]
                 if a - cursor >= MIN_GAP_NS:
                     out.append(
                         _Proto(
@@ -333,6 +392,9 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
             end = o.start_ns + o.dur_ns
             if o.name.startswith(COMM_OP_PREFIXES):
                 continue
+            j = bisect.bisect_right(comm_iv, (o.start_ns, end)) - 1
+            if j >= 0 and comm_iv[j][0] <= o.start_ns and end <= comm_iv[j][1]:
+                continue  # ran inside a blocking call (gloo's reduce_scatter copy-out): part of the comm
             k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
             info = cap.host_ops.get(o.rf_id) if o.rf_id >= 0 else None
@@ -372,6 +434,9 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
     pg_index = {g.name: i for i, g in enumerate(cap.groups)}
     comms = _comm_protos(cap, streams, pg_index)
     if cap.ops:
+        off = kineto_clock_offset(cap.comms, cap.ops)
+        if off:
+            cap = replace(cap, ops=[replace(o, start_ns=o.start_ns + off) for o in cap.ops])
         ops = _op_protos(cap, streams, comms)
         comp = ops + _gap_protos(cap, comms + ops, UNTRACED_NAME, main_only=True)
     else:
@@ -381,6 +446,7 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         p.attrs[Attr.STREAM] = p.stream
     ids = {id(p): k + 1 for k, p in enumerate(protos)}
     last_on: dict[int, int] = {}
+    done_on: dict[int, list[tuple[int, int]]] = defaultdict(list)  # stream -> (end, id) in start order
     ctrl: dict[int, list[int]] = defaultdict(list)
     pending_async: dict[int, list[_Proto]] = defaultdict(list)  # issuing thread stream -> async comms
     for p in protos:
@@ -388,7 +454,9 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         if p.stream in last_on:
             ctrl[nid].append(last_on[p.stream])
         if p.issue_stream >= 0:
-            prev = last_on.get(p.issue_stream)
+            # issued from inside a running operator (DDP's hook in the autograd engine): its arrival
+            # follows the last node the issuing thread had finished, not the enclosing operator
+            prev = _last_finished(done_on[p.issue_stream], p.start_ns)
             if prev is not None and prev not in ctrl[nid]:
                 ctrl[nid].append(prev)
             pending_async[p.issue_stream].append(p)
@@ -402,6 +470,7 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
             if p.stream in pending_async:
                 pending_async[p.stream] = still
         last_on[p.stream] = nid
+        done_on[p.stream].append((p.end_ns, nid))
     data = _data_deps(protos, ids, cap.host_ops)
     off = cap.offset_ns
     nodes = [pg_init_node(cap.groups)]
@@ -422,6 +491,14 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
             )
         )
     return nodes
+
+
+def _last_finished(history: list[tuple[int, int]], t: int, *, scan: int = 64) -> int | None:
+    """Id of the latest-started node in ``history`` (``(end, id)`` in start order) that ended by ``t``."""
+    for end, nid in reversed(history[-scan:]):
+        if end <= t:
+            return nid
+    return history[-1][1] if history else None
 
 
 def _data_deps(
