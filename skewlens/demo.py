@@ -15,12 +15,16 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
 from profiler.errors import SkewlensError
+
+if TYPE_CHECKING:
+    from analysis.api import AnalysisResult
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train.py"
 
@@ -39,16 +43,19 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
 
-def blame_table(result: object) -> Table:
-    from analysis.api import AnalysisResult
-
-    assert isinstance(result, AnalysisResult)
-    t = Table(title="What-if blame: step time if each rank had run like the median rank")
+def blame_table(result: AnalysisResult) -> Table:
+    """The blame records as a table of per-step means."""
+    steps = max(len(result.blame.baseline_step_ns), 1) if result.blame is not None else 1
+    t = Table(title=f"What-if blame: mean step time had each rank run like the median rank ({steps} steps)")
     for col in ("rank", "straggler cost / step", "simulated step", "what-if step", "top cause"):
         t.add_column(col, justify="right" if col != "top cause" else "left")
     for rec in result.stragglers:
         t.add_row(
-            str(rec.rank), _ms(rec.straggler_cost_ns), _ms(rec.baseline_ns), _ms(rec.whatif_ns), rec.cause
+            str(rec.rank),
+            _ms(rec.straggler_cost_ns / steps),
+            _ms(rec.baseline_ns / steps),
+            _ms(rec.whatif_ns / steps),
+            rec.cause,
         )
     return t
 
@@ -106,13 +113,14 @@ def main(argv: list[str]) -> int:
     if rc != 0:
         raise SkewlensError(f"replay failed (exit code {rc})")
     console.print(blame_table(result))
-    if result.stragglers:
+    if result.stragglers and result.blame is not None:
         top = result.stragglers[0]
+        n = max(len(result.blame.baseline_step_ns), 1)
         console.print(
             Panel(
-                f"Rank {top.rank} is the top straggler: it costs {_ms(top.straggler_cost_ns)} per step "
-                f"(simulated step {_ms(top.baseline_ns)} -> {_ms(top.whatif_ns)} had it run like the median "
-                f"rank).\nCause: {top.cause}",
+                f"Rank {top.rank} is the top straggler: it costs {_ms(top.straggler_cost_ns / n)} per step "
+                f"(mean simulated step {_ms(top.baseline_ns / n)} -> {_ms(top.whatif_ns / n)} had it run "
+                f"like the median rank).\nCause: {top.cause}",
                 title="verdict",
             )
         )
