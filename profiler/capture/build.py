@@ -27,15 +27,14 @@ through its ``c10d::`` operator's record-function id) depends on the last node t
 from __future__ import annotations
 
 import bisect
-import json
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
-from profiler.chakra_io import AttrValue, TraceNode
+from profiler.chakra_io import AttrValue, TraceNode, pg_init_node
 from profiler.manifest import ProcessGroupInfo
-from profiler.vocab import COMPUTE_GAP_NODE_NAME, PG_INIT_NODE_NAME, UNTRACED_NODE_NAME, Attr, NodeType
+from profiler.vocab import COMPUTE_GAP_NODE_NAME, UNTRACED_NODE_NAME, Attr, NodeType
 
 GAP_NAME = COMPUTE_GAP_NODE_NAME
 UNTRACED_NAME = UNTRACED_NODE_NAME
@@ -95,30 +94,6 @@ class RankCapture:
     """Host execution trace facts by record-function id (full level)."""
     device: str = "cpu"
     """Device of the rank."""
-
-
-def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
-    """The ``## process_group:init ##`` METADATA node listing the process groups (node id 0)."""
-    values = json.dumps(
-        [
-            {
-                "pg_name": g.name,
-                "pg_desc": g.desc,
-                "backend_config": g.backend,
-                "ranks": list(g.ranks),
-                "group_size": len(g.ranks),
-            }
-            for g in groups
-        ]
-    )
-    return TraceNode(
-        node_id=0,
-        name=PG_INIT_NODE_NAME,
-        node_type=NodeType.METADATA,
-        start_ns=0,
-        dur_ns=0,
-        inputs_values=values,
-    )
 
 
 @dataclass(slots=True)

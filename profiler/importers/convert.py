@@ -92,7 +92,7 @@ from profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostT
 from profiler.importers.join import join_ops
 from profiler.importers.kineto import KEvent, KinetoTrace
 from profiler.manifest import ProcessGroupInfo, StepSpan
-from profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType, collective_from_op
+from profiler.vocab import Attr, CommType, NodeType, collective_from_op
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _MAX_RANKS_TEXT = 1 << 20
@@ -526,27 +526,3 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
         for s, a in step_anns
     ]
     return nodes, steps
-
-
-def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
-    """The ``## process_group:init ##`` METADATA node (id 0) listing the run's process groups."""
-    values = json.dumps(
-        [
-            {
-                "pg_name": g.name,
-                "pg_desc": g.desc,
-                "backend_config": g.backend,
-                "ranks": list(g.ranks),
-                "group_size": len(g.ranks),
-            }
-            for g in groups
-        ]
-    )
-    return TraceNode(
-        node_id=0,
-        name=PG_INIT_NODE_NAME,
-        node_type=NodeType.METADATA,
-        start_ns=0,
-        dur_ns=0,
-        inputs_values=values,
-    )

@@ -17,10 +17,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from profiler.chakra_io import write_et
+from profiler.chakra_io import pg_init_node, write_et
 from profiler.errors import TraceImportError
 from profiler.importers.comm import DEFAULT_PG
-from profiler.importers.convert import RankConversion, convert_rank, pg_init_node
+from profiler.importers.convert import RankConversion, convert_rank
 from profiler.importers.host_et import HostTrace, parse_host_et
 from profiler.importers.kineto import KinetoTrace, parse_kineto
 from profiler.importers.pairing import pair_host_traces

@@ -41,12 +41,15 @@ _ARROW_OF: dict[Any, pa.DataType] = {
 
 @cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each field of a dataclass (``name -> doc``)."""
+    """The docstring written under each field of a dataclass, its bases' included (``name -> doc``)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            docs.update(field_docs(base))
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):
-        return {}
-    docs: dict[str, str] = {}
+        return docs
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     for a, b in itertools.pairwise(body):
         if (
