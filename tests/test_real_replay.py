@@ -217,7 +217,10 @@ def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path) -
         "start_new_session=True) for _ in range(2)]\n"
         "time.sleep(60)\n"
     )
+    # an interactive terminal's Ctrl-C: Python's default handler, even where this test runs as a
+    # background job of a non-interactive shell (which starts its children with SIGINT ignored)
     parent = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys\nfrom pathlib import Path\nfrom replay.real.launch import run_workers\n"
         f"run_workers([sys.executable, '-c', {launcher!r}], work_dir=Path({str(tmp_path)!r}), "
         "deadline_s=60)\n"
@@ -361,9 +364,9 @@ def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks
     subprocess.run(
         [
             sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--level", "collectives",
-            "--steps", "1:1:4", "--",
+            "--steps", "1:1:8", "--",
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-            str(example), "--steps", "6",
+            str(example), "--steps", "10",
         ],
         check=True,
         capture_output=True,
@@ -374,7 +377,7 @@ def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks
         out = tmp_path / f"out{attempt}"
         result = real_replay(run_dir=run, out_dir=out, effects=NO_EFFECTS, cfg=Cfg())
         assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
-        assert all(len(r.steps) == 4 for r in result.ranks)
+        assert all(len(r.steps) == 8 for r in result.ranks)
         # the median step: a step the machine stalled during capture (other jobs) is not the workload's
         return [
             r
