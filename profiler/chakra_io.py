@@ -12,7 +12,6 @@ file and the byte offset.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import tempfile
@@ -26,14 +25,15 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
 from profiler.atomic import FILE_MODE
+from profiler.bounded import read_bytes_bounded
 from profiler.errors import TraceFormatError
 from profiler.manifest import ProcessGroupInfo
 from profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
 
 #: Largest single message we accept (a node with huge shape strings is still far below this).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: Largest decompressed size we accept for a gzip-compressed trace.
-MAX_GZIP_BYTES = 8 * 1024 * 1024 * 1024
+#: Largest (decompressed) trace file we accept.
+MAX_TRACE_BYTES = 8 * 1024 * 1024 * 1024
 #: Chakra schema version string written into GlobalMetadata.
 CHAKRA_VERSION = "0.0.4"
 
@@ -222,28 +222,15 @@ def write_et(
         return w.count
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    data = gz.read(MAX_GZIP_BYTES + 1)
-                if len(data) > MAX_GZIP_BYTES:
-                    raise TraceFormatError(f"{path}: decompressed trace exceeds {MAX_GZIP_BYTES} bytes")
-                return data
-            return fh.read()
-    except FileNotFoundError:
-        raise TraceFormatError(f"{path}: no such trace file") from None
-    except (OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read trace: {e}") from None
+def read_trace_bytes(path: Path) -> bytes:
+    """A trace file's bytes (gunzipped), bounded; errors name the file."""
+    return read_bytes_bounded(path, MAX_TRACE_BYTES, error=TraceFormatError, what="trace file")
 
 
 def iter_messages(path: str | Path) -> Iterator[tuple[int, memoryview]]:
     """Yield ``(byte_offset, message_bytes)`` for each length-delimited message, bounds-checked."""
     p = Path(path)
-    data = _read_bytes(p)
+    data = read_trace_bytes(p)
     view = memoryview(data)
     n = len(data)
     pos = 0

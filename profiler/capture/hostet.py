@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from profiler.bounded import read_json_bounded
 from profiler.capture.build import HostOpInfo
 from profiler.errors import CaptureError
 
@@ -39,12 +40,7 @@ def _tensor_ids(values: Any, types: Any) -> tuple[int, ...]:
 
 def parse_host_et(path: Path) -> dict[int, HostOpInfo]:
     """Record-function id -> :class:`HostOpInfo` for every operator node of a host execution trace."""
-    try:
-        if path.stat().st_size > MAX_HOST_ET_BYTES:
-            raise CaptureError(f"{path}: host execution trace larger than {MAX_HOST_ET_BYTES} bytes")
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CaptureError(f"{path}: cannot read the host execution trace: {e}") from None
+    data = read_json_bounded(path, MAX_HOST_ET_BYTES, error=CaptureError, what="host execution trace")
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
         raise CaptureError(f"{path}: host execution trace has no 'nodes' list")

@@ -8,11 +8,11 @@ timestamps are on the Unix-epoch clock, the same as ``time.time_ns()`` used by t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from profiler.bounded import read_json_bounded
 from profiler.capture.records import OpRecord
 from profiler.errors import CaptureError
 
@@ -59,12 +59,7 @@ def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -
 
 def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
     """``External id -> Record function id`` of CPU ops in an exported Kineto JSON (full level join key)."""
-    try:
-        if path.stat().st_size > MAX_KINETO_JSON_BYTES:
-            raise CaptureError(f"{path}: Kineto trace larger than {MAX_KINETO_JSON_BYTES} bytes")
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CaptureError(f"{path}: cannot read the Kineto trace: {e}") from None
+    data = read_json_bounded(path, MAX_KINETO_JSON_BYTES, error=CaptureError, what="Kineto trace")
     out: dict[int, int] = {}
     for ev in data.get("traceEvents", []) if isinstance(data, dict) else []:
         args = ev.get("args") if isinstance(ev, dict) else None

@@ -13,8 +13,6 @@ Everything here treats its input as untrusted:
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import tarfile
 from collections.abc import Iterable
@@ -22,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from profiler.bounded import read_json_bounded
 from profiler.errors import TraceImportError
 
 #: Largest (decompressed) JSON trace accepted. Real per-rank Kineto traces of long windows reach a few GB;
@@ -146,50 +145,14 @@ def expand_inputs(paths: Iterable[Path], scratch: Path) -> list[TraceFile]:
     return out
 
 
-class _ConstantError(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    raise _ConstantError(name)
-
-
 def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None = None) -> Any:
     """Parse a (possibly gzip-compressed) JSON file, refusing more than ``max_bytes`` of text.
 
     Messages name ``label`` (default: ``path``).
     """
     try:
-        return _read_json(path, max_bytes)
+        return read_json_bounded(path, max_bytes, error=TraceImportError, what="trace")
     except TraceImportError as e:
         if label is None:
             raise
         raise TraceImportError(str(e).replace(str(path), str(label), 1)) from None
-
-
-def _read_json(path: Path, max_bytes: int) -> Any:
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    data = gz.read(max_bytes + 1)
-            else:
-                data = fh.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise TraceImportError(f"{path}: no such file") from None
-    except (OSError, EOFError) as e:
-        raise TraceImportError(f"{path}: cannot read ({e})") from None
-    if len(data) > max_bytes:
-        raise TraceImportError(f"{path}: larger than the {max_bytes}-byte limit for one trace")
-    try:
-        return json.loads(data, parse_constant=_reject_constant)
-    except _ConstantError as e:
-        raise TraceImportError(f"{path}: not standard JSON (contains {e})") from None
-    except UnicodeDecodeError:
-        raise TraceImportError(f"{path}: not JSON (not UTF-8 text)") from None
-    except json.JSONDecodeError as e:
-        raise TraceImportError(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise TraceImportError(f"{path}: JSON nested too deeply") from None

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profiler.chakra_io import MAX_MESSAGE_BYTES, _read_bytes
+from profiler.chakra_io import MAX_MESSAGE_BYTES, read_trace_bytes
 from profiler.errors import TraceFormatError
 
 # Plain ndarray aliases: the decoder mixes dtypes freely and checks them at run time.
@@ -494,7 +494,7 @@ def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
 def decode_file(path: str | Path) -> RawColumns:
     """Decode one ``.et`` file into raw columns (raises :class:`FastDecodeError` on anything odd)."""
     p = Path(path)
-    data = _read_bytes(p)
+    data = read_trace_bytes(p)
     starts, sizes = split_messages(data, p)
     if starts.size == 0:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")

@@ -24,12 +24,12 @@ The plan is plain data (ints and strings) serialised as JSON for the workers: no
 from __future__ import annotations
 
 import heapq
-import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from profiler.atomic import write_json_atomic as atomic_json
+from profiler.bounded import read_json_bounded as bounded_json
 from profiler.chakra_io import attr_value, iter_nodes
 from profiler.errors import ValidationError
 from profiler.manifest import ProcessGroupInfo
@@ -386,15 +386,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def read_json_bounded(path: Path, what: str) -> Any:
     """Read a JSON file no larger than :data:`MAX_PLAN_BYTES`; errors name the file."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_PLAN_BYTES:
-            raise ReplayError(f"{path}: {what} is {size} bytes (limit {MAX_PLAN_BYTES})")
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReplayError(f"{path}: no {what}") from None
-    except (OSError, ValueError) as e:
-        raise ReplayError(f"{path}: cannot read {what}: {e}") from None
+    return bounded_json(path, MAX_PLAN_BYTES, error=ReplayError, what=what)
 
 
 def write_plan(

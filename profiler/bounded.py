@@ -1,0 +1,62 @@
+"""Bounded reading of untrusted input files: raw bytes (gzip-aware) and strict JSON.
+
+Traces, dumps and plans are untrusted: every reader goes through these two functions, which refuse more
+than ``max_bytes`` (after decompression), refuse non-standard JSON (NaN, Infinity) and over-deep
+nesting, and raise the caller's error class with a one-line message naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import SkewlensError
+
+
+def read_bytes_bounded(
+    path: Path, max_bytes: int, *, error: type[SkewlensError] = SkewlensError, what: str = "file"
+) -> bytes:
+    """The file's bytes, gunzipped if it is gzip-compressed; at most ``max_bytes``."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    data = gz.read(max_bytes + 1)
+            else:
+                data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except (OSError, EOFError) as e:
+        raise error(f"{path}: cannot read {what}: {e}") from None
+    if len(data) > max_bytes:
+        raise error(f"{path}: {what} larger than the {max_bytes}-byte limit")
+    return data
+
+
+class _ConstantError(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _ConstantError(name)
+
+
+def read_json_bounded(
+    path: Path, max_bytes: int, *, error: type[SkewlensError] = SkewlensError, what: str = "file"
+) -> Any:
+    """Parse a (possibly gzip-compressed) standard JSON file of at most ``max_bytes``."""
+    data = read_bytes_bounded(path, max_bytes, error=error, what=what)
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except _ConstantError as e:
+        raise error(f"{path}: not standard JSON (contains {e})") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply") from None
