@@ -28,7 +28,7 @@ import numpy as np
 from chakra.schema.protobuf import et_def_pb2 as pb
 from rich.console import Console
 
-from profiler.chakra_io import EtWriter, encode_message
+from profiler.chakra_io import EtWriter, encode_message, node_template
 from profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
 from profiler.vocab import Attr, CommType, NodeType
 
@@ -40,17 +40,7 @@ SEND_NS = 5_000
 
 
 def _template(name: str, node_type: NodeType, attrs: list[tuple[str, int | str | bool]]) -> pb.Node:
-    node = pb.Node(name=name, type=int(node_type))
-    node.ctrl_deps.append(0)
-    for key, value in [(Attr.START_NS, 0), (Attr.DUR_NS, 0), (Attr.STEP, 0), *attrs]:
-        a = node.attr.add(name=key)
-        if isinstance(value, bool):
-            a.bool_val = value
-        elif isinstance(value, int):
-            a.int64_val = value
-        else:
-            a.string_val = value
-    return node
+    return node_template(name, node_type, [(Attr.STEP, 0), *attrs])
 
 
 def kinds(nodes: int, rank: int) -> np.ndarray:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 from chakra.schema.protobuf import et_def_pb2 as pb
 
-from profiler.chakra_io import EtWriter, encode_message
+from profiler.chakra_io import EtWriter, encode_message, node_template
 from profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
 from profiler.vocab import Attr, CommType, NodeType
 
@@ -38,17 +38,7 @@ COMPUTE_NAMES = ("aten::mm", "aten::add", "aten::relu", "aten::layer_norm", "ate
 
 
 def _template(name: str, node_type: NodeType, attrs: list[tuple[str, int | str | bool]]) -> pb.Node:
-    node = pb.Node(name=name, type=int(node_type))
-    node.ctrl_deps.append(0)
-    for key, value in [(Attr.START_NS, 0), (Attr.DUR_NS, 0), *attrs]:
-        a = node.attr.add(name=key)
-        if isinstance(value, bool):
-            a.bool_val = value
-        elif isinstance(value, int):
-            a.int64_val = value
-        else:
-            a.string_val = value
-    return node
+    return node_template(name, node_type, attrs)
 
 
 def generate_rank(run_dir: Path, rank: int, world: int, nodes: int) -> int:

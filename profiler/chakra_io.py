@@ -109,6 +109,21 @@ def _attr(name: str, value: AttrValue) -> pb.AttributeProto:
     return a
 
 
+def node_template(
+    name: str, node_type: NodeType, attrs: Sequence[tuple[str, AttrValue]] = (), *, ctrl_dep: int | None = 0
+) -> pb.Node:
+    """A protobuf node to fill in and re-encode in a loop (fast synthetic traces).
+
+    Its first two attributes are ``skl_start_ns`` and ``skl_dur_ns`` (set ``attr[0]`` / ``attr[1]``),
+    then ``attrs`` in order; one ctrl dependency slot when ``ctrl_dep`` is given.
+    """
+    node = pb.Node(name=name, type=int(node_type))
+    if ctrl_dep is not None:
+        node.ctrl_deps.append(ctrl_dep)
+    node.attr.extend(_attr(k, v) for k, v in [(Attr.START_NS, 0), (Attr.DUR_NS, 0), *attrs])
+    return node
+
+
 def attr_value(a: pb.AttributeProto) -> Any:
     """Python value of a Chakra ``AttributeProto`` (lists come back as lists)."""
     kind = a.WhichOneof("value")
