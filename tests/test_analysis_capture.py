@@ -10,12 +10,11 @@ with a slow sender the reported cause is the send, not compute.
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 from statistics import median
 
 import pytest
+from capture_helpers import profile
 from rich.console import Console
 
 from analysis import AnalysisResult, analyze_run
@@ -36,29 +35,7 @@ pytestmark = pytest.mark.slow
 def _capture(out: Path, *extra: str) -> Path:
     if not EXAMPLE.is_file() or not (ROOT / "profiler" / "capture").is_dir():
         pytest.skip("capture (profiler/capture) or the example (examples/train.py) is missing")
-    torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [
-        sys.executable,
-        "-m",
-        "skewlens",
-        "profile",
-        "--out",
-        str(out),
-        "--level",
-        "ops",
-        "--steps",
-        "1:1:10",
-        "--",
-        str(torchrun),
-        "--standalone",
-        "--nproc-per-node",
-        str(NPROC),
-        str(EXAMPLE),
-        "--steps",
-        str(STEPS),
-        *extra,
-    ]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = profile(out, "--steps", str(STEPS), *extra, level="ops", steps="1:1:10", nproc=NPROC)
     if proc.returncode != 0:
         pytest.fail(f"capture failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return out

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from capture_helpers import profile
 
 from profiler.chakra_io import node_attrs, read_et
 from profiler.manifest import read_manifest
@@ -36,43 +37,6 @@ def load_example() -> ModuleType:
 
 
 EX = load_example()
-
-
-def profile(
-    out: Path,
-    *train_args: str,
-    level: str = "collectives",
-    steps: str = "1:1:3",
-    nproc: int = 2,
-    command: list[str] | None = None,
-    flags: tuple[str, ...] = (),
-) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "skewlens",
-        "profile",
-        "--out",
-        str(out),
-        "--level",
-        level,
-        "--steps",
-        steps,
-        "--clock-timeout",
-        "5",
-        *flags,
-        "--",
-    ]
-    cmd += command or [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(TRAIN),
-        *train_args,
-    ]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
 
 
 def nodes_of(run: Path, rank: int) -> list[tuple[Any, dict[str, Any]]]:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from capture_helpers import profile
 
 from replay.driver import load_trace
 from replay.simulate import simulate
@@ -22,10 +21,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not EXAMPLE.is_file() or importlib.util.find_spec("profiler.capture") is None:
         pytest.skip("capture (profiler/capture, examples/train.py) is not available")
     run = tmp_path_factory.mktemp("captured") / "run"
-    cmd = [sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--level", "collectives", "--"]
-    cmd += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
-    cmd += [str(EXAMPLE), "--steps", "6"]
-    res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    res = profile(run, "--steps", "6", steps="1:1:3", nproc=4)
     if res.returncode != 0:
         pytest.fail(f"capture failed ({res.returncode}): {res.stderr[-2000:]}")
     return run

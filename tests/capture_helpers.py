@@ -1,0 +1,31 @@
+"""Running the bundled example under ``skewlens profile`` for real (gloo ranks on the CPU), for the tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "train.py"
+
+
+def profile(
+    out: Path,
+    *train_args: str,
+    level: str = "collectives",
+    steps: str = "1:1:3",
+    nproc: int = 2,
+    command: list[str] | None = None,
+    flags: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
+    """``skewlens profile --out OUT ... -- torchrun --nproc-per-node N examples/train.py ARGS``."""
+    cmd = [
+        sys.executable, "-m", "skewlens", "profile", "--out", str(out), "--level", level, "--steps", steps,
+        "--clock-timeout", "5", *flags, "--",
+    ]  # fmt: skip
+    cmd += command or [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        str(EXAMPLE), *train_args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
