@@ -31,8 +31,11 @@ from replay.simulate import simulate
 
 MS = 1_000_000
 SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(60)']"
-STEPS = 4
-COMPUTE_NS = 160 * MS
+# 8 steps of ~300 ms compute: the slowdown test compares per-rank medians over the steps, and a 50 % slower
+# compute (~150 ms a step) dwarfs the few ms a step that other jobs on a loaded 2-core machine add or take
+STEPS = 8
+COMPUTE_NS = 300 * MS
+STEP_PERIOD_NS = COMPUTE_NS + 15 * MS  # recorded start-to-start (compute, communication and a host gap)
 
 
 @dataclass
@@ -60,13 +63,15 @@ class RankFactor:
 
 
 def _four_rank_run(path: Path) -> Path:
-    """4 ranks, 4 steps of ~165 ms: compute, world all_reduce, pair all_gather, compute, send/recv."""
+    """4 ranks, STEPS steps of ~COMPUTE_NS: compute, world all_reduce, pair all_gather, compute, send/recv."""
     b = RunBuilder(4, groups={"0": (0, 1, 2, 3), "tp0": (0, 1), "tp1": (2, 3)})
     for r in range(4):
         rb = b.rank(r)
         for s in range(STEPS):
             rb.step(s)
-            rb.compute("aten::mm", COMPUTE_NS - 5 * MS, start_ns=1_000_000_000 + s * 175 * MS + r * 100_000)
+            rb.compute(
+                "aten::mm", COMPUTE_NS - 5 * MS, start_ns=1_000_000_000 + s * STEP_PERIOD_NS + r * 100_000
+            )
             rb.collective(CommType.ALL_REDUCE, 16 << 10, 500_000)
             rb.collective(CommType.ALL_GATHER, 4 << 10, 300_000, pg="tp0" if r < 2 else "tp1")
             rb.compute("aten::add", 5 * MS)
@@ -77,9 +82,10 @@ def _four_rank_run(path: Path) -> Path:
     return b.write(path)
 
 
-def _mean_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> float:
+def _median_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> float:
     vals = [e - s for (r, _st), (s, e) in spans.items() if r == rank]
-    return sum(vals) / len(vals)
+    assert len(vals) == STEPS, (rank, sorted(spans))
+    return statistics.median(vals)
 
 
 _CHILDREN_BEFORE_TEST: set[int] = set()
@@ -300,25 +306,31 @@ def test_compute_slowdown_on_rank_2_raises_step_time_as_much_as_in_simulated_rep
     synthetic: Path, baseline: RealReplayResult
 ) -> None:
     slow = RankFactor(2, 1.5)
-    # the simulator replays the baseline real replay's own record (the original nodes with the times they
-    # took on these processes), so both sides start from the same measured run
-    run = load_run(baseline.out_dir / "real" / "replayed")
-    sim_base, sim_slow = simulate(run).step_spans(), simulate(run, effects=slow).step_spans()
-    sim_delta = {r: _mean_step(sim_slow, r) - _mean_step(sim_base, r) for r in range(4)}
-    assert all(d > 0.4 * (COMPUTE_NS - 5 * MS) for d in sim_delta.values())  # on every critical path
 
-    def misses(attempt: int) -> list[tuple[int, int, float]]:
+    def misses(attempt: int, base: RealReplayResult) -> list[tuple[int, float, float]]:
+        # the simulator replays the baseline real replay's own record (the original nodes with the times
+        # they took on these processes), so both sides start from the same measured run
+        run = load_run(base.out_dir / "real" / "replayed")
+        sim_base, sim_slow = simulate(run).step_spans(), simulate(run, effects=slow).step_spans()
+        sim_delta = {r: _median_step(sim_slow, r) - _median_step(sim_base, r) for r in range(4)}
+        assert all(d > 0.4 * (COMPUTE_NS - 5 * MS) for d in sim_delta.values())  # on every critical path
         out = synthetic.parent / f"slow{attempt}"
-        slowed = real_replay(run_dir=synthetic, out_dir=out, effects=slow, cfg=Cfg()).replay_step_ns()
-        base = baseline.replay_step_ns()
-        return [
-            (r, slowed[r] - base[r], d)
-            for r, d in sim_delta.items()
-            if abs(slowed[r] - base[r] - d) > 0.10 * d
-        ]
+        slowed = real_replay(run_dir=synthetic, out_dir=out, effects=slow, cfg=Cfg())
+        # the real side measured like the simulated one: per-rank median step of each replay, so that a
+        # step which another job on this shared machine stalled (in either replay) moves neither
+        assert all(len(r.replay_ns) == STEPS for r in (*base.ranks, *slowed.ranks))
+        base_ns = {b.rank: statistics.median(b.replay_ns) for b in base.ranks}
+        real_delta = {r.rank: statistics.median(r.replay_ns) - base_ns[r.rank] for r in slowed.ranks}
+        return [(r, real_delta[r], d) for r, d in sim_delta.items() if abs(real_delta[r] - d) > 0.10 * d]
 
-    # one retry: the machine is shared, a burst of other load during one replay is not a replay error
-    assert misses(0) == [] or misses(1) == []
+    first = misses(0, baseline)
+    if first:
+        # one retry, with the baseline measured again right before the slowed replay: a long burst of
+        # other load during the shared baseline would otherwise fail the retry as well
+        again = real_replay(
+            run_dir=synthetic, out_dir=synthetic.parent / "base1", effects=NO_EFFECTS, cfg=Cfg()
+        )
+        assert misses(1, again) == [], f"first attempt: {first}"
 
 
 @pytest.mark.slow

@@ -101,9 +101,15 @@ def finalize_run(
     world = world_size or int(first.get("world_size", len(parts)))
     notes: dict[str, str] = {}
     missing = tuple(r for r in range(world) if r not in parts)
+    why = f"the command exited with code {exit_code}" if exit_code else "the command exited"
     for r in missing:
-        why = f"exited with code {exit_code}" if exit_code else "exited"
-        notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"
+        if rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
+            notes[f"rank {r}"] = (
+                f"trace incomplete: the process crashed or was killed while saving it ({why}); "
+                f"{rank_file(run_dir, r).name} is left out of the run"
+            )
+        else:
+            notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"
     steps: list[StepSpan] = []
     for r, p in sorted(parts.items()):
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})

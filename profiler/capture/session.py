@@ -301,8 +301,38 @@ class CaptureSession:
             return
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return  # the program handles SIGTERM itself; atexit still saves if it exits normally
+        import contextlib
+
+        # A save may already be under way when the signal comes: the window's end, or the atexit save of
+        # a rank whose collective failed because a peer died (torchrun's SIGTERM follows that peer's exit
+        # within its 0.1 s monitor interval). Dying then would leave the trace without its part file, and
+        # the run without a manifest: the handler lets that save finish and terminates right after.
+        grace_s = 10.0  # bounded (torchrun sends SIGKILL 30 s after SIGTERM)
+        deferred: list[int] = []  # the signal already put off once: the next delivery terminates
+
+        def busy(part: Path) -> bool:
+            # saving (interrupted right here, or on another thread), or the records' lock held (by the
+            # interrupted code itself, maybe: the save this handler would start could never take it)
+            return (self.saved and not part.is_file()) or self._lock.locked()
+
+        def terminate_when_done(signum: int, part: Path) -> None:
+            deadline = time.monotonic() + grace_s
+            while busy(part) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signum)  # again: on_term runs on the main thread and terminates
 
         def on_term(signum: int, _frame: Any) -> None:
+            part = part_file(self.run_dir, self.rank)
+            if not deferred and busy(part):
+                deferred.append(signum)
+                watcher = threading.Thread(
+                    target=terminate_when_done, args=(signum, part), name="skewlens-sigterm", daemon=True
+                )
+                # no new threads at interpreter shutdown (Python 3.12+): that is the atexit save, and the
+                # process exits right after it anyway
+                with contextlib.suppress(RuntimeError):
+                    watcher.start()
+                return
             self._at_exit()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
