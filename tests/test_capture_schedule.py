@@ -77,3 +77,8 @@ def test_capture_starts_in_training_processes_but_not_in_torchruns_launcher() ->
 
     assert _is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"])
     assert not _is_launcher(["examples/train.py", "--steps", "3"])
+    # python -m torch.distributed.run: while -m imports torch, argv[0] is "-m"; the interpreter's line says
+    py = "/venv/bin/python"
+    assert _is_launcher(["-m"], [py, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"])
+    assert not _is_launcher(["-m"], [py, "-u", "-m", "mypkg.train", "--steps", "3"])
+    assert not _is_launcher(["train.py"], [py, "train.py", "-m"])

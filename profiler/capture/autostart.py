@@ -28,9 +28,17 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _session: Any = None
 
 
-def _is_launcher(argv: Sequence[str]) -> bool:
+def _is_launcher(argv: Sequence[str], orig_argv: Sequence[str] = ()) -> bool:
+    """torchrun's agent, whether started as ``torchrun`` or ``python -m torch.distributed.run``.
+
+    While ``-m`` imports torch, ``sys.argv[0]`` is still ``"-m"`` and ``__main__`` has no spec yet: the
+    interpreter's own command line (``sys.orig_argv``) names the module.
+    """
     prog = Path(argv[0]).name if argv else ""
     if prog in ("torchrun", "torchrun.exe"):
+        return True
+    orig = list(orig_argv)
+    if "-m" in orig[:-1] and orig[orig.index("-m") + 1] in LAUNCHER_MODULES:
         return True
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
@@ -42,7 +50,7 @@ def _is_launcher(argv: Sequence[str]) -> bool:
 def start_from_env() -> Any:
     """Create and install the session described by the environment (once per process)."""
     global _session  # noqa: PLW0603 - one session per process, by design
-    if _session is not None or _is_launcher(sys.argv):
+    if _session is not None or _is_launcher(sys.argv, getattr(sys, "orig_argv", ())):
         return _session
     from profiler.capture.schedule import parse_window
     from profiler.capture.session import CaptureSession
