@@ -1,7 +1,7 @@
 """``skewlens profile``: run an unmodified training command with capture in every rank.
 
     skewlens profile --out RUN_DIR [--level collectives|ops|full] [--steps WAIT:WARMUP:ACTIVE]
-                     [--keep-raw] [--parquet] -- COMMAND ...
+                     [--host-trace profiler|observer] [--keep-raw] [--parquet] -- COMMAND ...
 
 The command's exit code passes through; a failed command still leaves the traces of the ranks that
 saved one, with the missing ranks listed in the manifest.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiler.errors import CaptureError
-from profiler.vocab import Level
+from profiler.vocab import HostTrace, Level
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
     p.add_argument("--level", default=Level.COLLECTIVES.value, help="collectives | ops | full")
     p.add_argument("--steps", default="1:1:3", help="capture window WAIT:WARMUP:ACTIVE (default 1:1:3)")
+    p.add_argument(
+        "--host-trace",
+        default=HostTrace.PROFILER.value,
+        help="full level: take operator schemas and tensor ids from torch.profiler (profiler, cheap) or "
+        "from PyTorch's ExecutionTraceObserver (observer: its host trace JSON is kept with --keep-raw)",
+    )
     p.add_argument("--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/")
     p.add_argument("--parquet", action="store_true", help="also export RUN_DIR/parquet/ after capture")
     p.add_argument("--clock-timeout", type=float, default=10.0, help=argparse.SUPPRESS)
@@ -51,12 +57,25 @@ def main(argv: list[str]) -> int:
         raise CaptureError(
             f"--level {args.level!r}: expected one of {', '.join(lv.value for lv in Level)}"
         ) from None
+    try:
+        host_trace = HostTrace(args.host_trace)
+    except ValueError:
+        raise CaptureError(
+            f"--host-trace {args.host_trace!r}: expected one of {', '.join(h.value for h in HostTrace)}"
+        ) from None
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
-    env = capture_env(run_dir, level, window, keep_raw=args.keep_raw, clock_timeout_s=args.clock_timeout)
+    env = capture_env(
+        run_dir,
+        level,
+        window,
+        keep_raw=args.keep_raw,
+        clock_timeout_s=args.clock_timeout,
+        host_trace=host_trace,
+    )
     try:
         code = run_command(command, env)
     except CaptureError:

@@ -46,6 +46,13 @@ class Level(StrEnum):
     FULL = "full"
 
 
+class HostTrace(StrEnum):
+    """Where the ``full`` level takes its host facts (operator schemas, tensor ids) from."""
+
+    PROFILER = "profiler"  # torch.profiler's own input/allocation records: cheap (the default)
+    OBSERVER = "observer"  # PyTorch's ExecutionTraceObserver (its JSON host trace; costly per operator)
+
+
 class Attr(StrEnum):
     """Attribute names on Chakra nodes."""
 

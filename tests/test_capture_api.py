@@ -84,6 +84,7 @@ def one_line_error(err: str) -> str:
         (["--level", "kernels"], "--level 'kernels'"),
         (["--steps", "1:x:3"], "--steps '1:x:3'"),
         (["--steps", "3"], "WAIT:WARMUP:ACTIVE"),
+        (["--host-trace", "et"], "--host-trace 'et'"),
     ],
 )
 def test_a_bad_flag_is_a_one_line_error_and_creates_nothing(

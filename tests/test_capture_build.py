@@ -235,11 +235,11 @@ def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_k
     assert first.attrs[Attr.IS_CPU_OP] is False
 
 
-def test_full_level_data_dependencies_follow_tensor_ids() -> None:
+def test_full_level_data_dependencies_follow_what_each_operator_wrote() -> None:
     ops = [
-        OpRecord(name="aten::mm", start_ns=0, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=1),
-        OpRecord(name="aten::relu", start_ns=2_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=2),
-        OpRecord(name="aten::add", start_ns=4_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=3),
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=1_000, thread=MAIN, is_cpu=True, corr=1),
+        OpRecord(name="aten::relu", start_ns=2_000, dur_ns=1_000, thread=MAIN, is_cpu=True, corr=2),
+        OpRecord(name="aten::add", start_ns=4_000, dur_ns=1_000, thread=MAIN, is_cpu=True, corr=3),
     ]
     host = {
         1: HostOpInfo(schema="aten::mm(Tensor self, Tensor mat2) -> Tensor", inputs=(4, 5), outputs=(7,)),
@@ -338,9 +338,11 @@ def test_kineto_thread_ids_are_matched_to_the_threads_that_made_the_calls() -> N
 
 def test_full_level_collectives_join_the_data_flow_through_their_c10d_operator() -> None:
     ops = [
-        OpRecord(name="aten::mm", start_ns=0, dur_ns=5_000, thread=MAIN, is_cpu=True, rf_id=1),
-        OpRecord(name="c10d::allreduce_", start_ns=10_100, dur_ns=9_000, thread=MAIN, is_cpu=True, rf_id=2),
-        OpRecord(name="aten::relu", start_ns=30_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=3),
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=5_000, thread=MAIN, is_cpu=True, rf_id=1, corr=1),
+        OpRecord(
+            name="c10d::allreduce_", start_ns=10_100, dur_ns=9_000, thread=MAIN, is_cpu=True, rf_id=2, corr=2
+        ),
+        OpRecord(name="aten::relu", start_ns=30_000, dur_ns=1_000, thread=MAIN, is_cpu=True, rf_id=3, corr=3),
     ]
     host = {
         1: HostOpInfo(schema="aten::mm(...)", inputs=(1, 2), outputs=(5,)),

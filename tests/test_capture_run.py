@@ -327,6 +327,9 @@ def test_ops_level_main_thread_is_covered_except_where_it_waits_for_async_collec
         assert covered > 0.3 * (span.end_ns - span.start_ns)
 
 
+MM_SCHEMA = "aten::mm(Tensor self, Tensor mat2) -> Tensor"
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("full") / "run"
@@ -341,7 +344,9 @@ def test_full_level_adds_schemas_and_data_dependencies(full_run: Path) -> None:
     comp = [(n, a) for n, a in nodes if n.type == NodeType.COMP and n.name != "untraced"]
     with_schema = [a for _, a in comp if a.get(Attr.OP_SCHEMA)]
     assert len(with_schema) >= 0.5 * len(comp)
-    assert all(a[Attr.RF_ID] >= 0 for a in with_schema)
+    assert read_et(full_run / "rank-0.et").metadata["host_trace"] == "profiler"
+    typed = [json.loads(n.inputs.types) for n, a in comp if a.get(Attr.OP_SCHEMA) == MM_SCHEMA]
+    assert typed and all(t == ["Tensor(float)", "Tensor(float)"] for t in typed)
     ids = {n.id: n for n, _ in nodes}
     with_data = [n for n, _ in comp if n.data_deps]
     assert with_data

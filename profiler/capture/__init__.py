@@ -24,7 +24,7 @@ from pathlib import Path
 from profiler.capture.schedule import Action, action_for, parse_window
 from profiler.capture.session import CaptureSession, part_file
 from profiler.manifest import StepWindow
-from profiler.vocab import Level
+from profiler.vocab import HostTrace, Level
 
 __all__ = ["Action", "CaptureSession", "action_for", "capture", "parse_window"]
 
@@ -38,17 +38,21 @@ def capture(
     auto_step: bool = False,
     keep_raw: bool = False,
     merge_timeout_s: float = 30.0,
+    host_trace: HostTrace | str = HostTrace.PROFILER,
 ) -> Iterator[CaptureSession]:
     """Capture the steps marked with ``session.step()`` (or ``optimizer.step()`` with ``auto_step``).
 
     Call it after ``init_process_group`` on every rank. On exit each rank saves its trace; rank 0 then
     waits (up to ``merge_timeout_s``) for the other ranks' part files and writes ``manifest.json``.
+    Collectives issued outside ``torch.distributed``'s Python functions (functional, C++) are taken from
+    the flight recorder when it is on: set ``TORCH_FR_BUFFER_SIZE`` (e.g. 20000) before
+    ``init_process_group`` (``skewlens profile`` does this for you).
     """
     from profiler.capture.run import finalize_run
 
     window = parse_window(steps) if isinstance(steps, str) else steps
     session = CaptureSession(
-        run_dir, level=level, window=window, keep_raw=keep_raw, auto_step=auto_step
+        run_dir, level=level, window=window, keep_raw=keep_raw, auto_step=auto_step, host_trace=host_trace
     ).install()
     try:
         yield session

@@ -1,7 +1,8 @@
 """Start capture in a process of a wrapped command, configured by environment variables.
 
 ``SKEWLENS_CAPTURE_DIR`` (run directory), ``SKEWLENS_LEVEL``, ``SKEWLENS_STEPS`` (``WAIT:WARMUP:ACTIVE``),
-``SKEWLENS_KEEP_RAW`` (``1``) and ``SKEWLENS_CLOCK_TIMEOUT_S``. The session is created when the process
+``SKEWLENS_KEEP_RAW`` (``1``), ``SKEWLENS_HOST_TRACE`` (``profiler`` | ``observer``) and
+``SKEWLENS_CLOCK_TIMEOUT_S``. The session is created when the process
 finishes importing torch (not at interpreter start, so processes that never import torch pay nothing),
 and not in launcher processes (torchrun's agent), which run no training steps.
 """
@@ -23,6 +24,7 @@ ENV_LEVEL = "SKEWLENS_LEVEL"
 ENV_STEPS = "SKEWLENS_STEPS"
 ENV_KEEP_RAW = "SKEWLENS_KEEP_RAW"
 ENV_CLOCK_TIMEOUT = "SKEWLENS_CLOCK_TIMEOUT_S"
+ENV_HOST_TRACE = "SKEWLENS_HOST_TRACE"
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 _session: Any = None
@@ -60,6 +62,7 @@ def start_from_env() -> Any:
         level=os.environ.get(ENV_LEVEL, "collectives"),
         window=parse_window(os.environ.get(ENV_STEPS, "1:1:3")),
         keep_raw=os.environ.get(ENV_KEEP_RAW, "") == "1",
+        host_trace=os.environ.get(ENV_HOST_TRACE, "profiler"),
         clock_timeout_s=float(os.environ.get(ENV_CLOCK_TIMEOUT, "10")),
     ).install()
     return _session

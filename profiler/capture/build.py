@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
@@ -43,12 +43,22 @@ CUDA_STREAM_BASE = 2000
 #: Shortest gap between communication calls that becomes a COMP node at the collectives level.
 MIN_GAP_NS = 1_000
 #: Kineto CPU events that are communication (their time is in the COMM nodes) or profiler bookkeeping.
-COMM_OP_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ProfilerStep", "## ")
+COMM_OP_PREFIXES = (
+    "c10d::",
+    "_c10d_functional::",
+    "gloo:",
+    "nccl:",
+    "record_param_comms",
+    "ProfilerStep",
+    "## ",
+)
 NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
 WAIT_SLACK_NS = 1_000_000
 #: A hooked call and Kineto's c10d operator further apart than this are not the same call.
 MAX_KINETO_SKEW_NS = 2_000_000
+#: How much earlier than the flight recorder's issue time a gloo worker event may appear to start.
+WORKER_SLACK_NS = 100_000
 
 
 def is_nccl_kernel(name: str) -> bool:
@@ -58,14 +68,18 @@ def is_nccl_kernel(name: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostOpInfo:
-    """What the host execution trace says about one operator (full level), keyed by record-function id."""
+    """What the full level knows of one host operator, keyed by its Kineto correlation id.
+
+    It comes from torch.profiler's input and allocation records (:mod:`profiler.capture.hostfacts`) or
+    from PyTorch's ExecutionTraceObserver (:mod:`profiler.capture.hostet`).
+    """
 
     schema: str = ""
     """Operator schema string."""
     inputs: tuple[int, ...] = ()
-    """Ids of the tensors it reads."""
+    """Ids of the data (storages) it reads."""
     outputs: tuple[int, ...] = ()
-    """Ids of the tensors it writes."""
+    """Ids of the data (storages) it writes or creates."""
     shapes: str = ""
     """JSON of the input shapes."""
     types: str = ""
@@ -109,6 +123,7 @@ class _Proto:
     issue_stream: int = -1  # async comm: the thread stream that issued it
     issue_end_ns: int = 0
     rf_id: int = -1
+    key: int = -1  # Kineto correlation id of the operator: keys RankCapture.host_ops
     inputs_shapes: str = ""
     inputs_types: str = ""
 
@@ -189,6 +204,40 @@ def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) ->
     return mids[len(mids) // 2]
 
 
+def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
+    """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
+
+    At the ops level Kineto records ``gloo:<op>`` on the worker thread that ran it: the first such event
+    at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once.
+    """
+    hooked = sorted((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
+    events: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for o in cap.ops:
+        if o.is_cpu and o.name.startswith("gloo:"):
+            s, e = o.start_ns, o.start_ns + o.dur_ns
+            k = bisect.bisect_right(hooked, (s, 1 << 62)) - 1
+            if any(hooked[j][0] <= s and e <= hooked[j][1] for j in range(max(k - 8, 0), k + 1)):
+                continue
+            events[o.name].append((s, e))
+    for v in events.values():
+        v.sort()
+    taken: set[tuple[str, int]] = set()
+
+    def end_of(c: CommRecord) -> int:
+        cands = events.get(c.op) if c.op.startswith("gloo:") else None
+        if not cands:
+            return 0
+        k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))
+        while k < len(cands) and (c.op, k) in taken:
+            k += 1
+        if k == len(cands):
+            return 0
+        taken.add((c.op, k))
+        return cands[k][1]
+
+    return end_of
+
+
 def _step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
     i = bisect.bisect_right(starts, t) - 1
     if i >= 0 and t <= steps[i].end_ns:
@@ -204,15 +253,17 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
     out = []
     steps = {s.step for s in cap.steps}
     cpu = cap.device == "cpu"
-    # the c10d operator Kineto saw inside each call carries the record-function id (host ET join, full)
-    c10d = sorted((o.start_ns, o.rf_id) for o in cap.ops if o.is_cpu and o.name.startswith("c10d::"))
-    c10d_starts = [t for t, _ in c10d]
+    # the c10d operator Kineto saw inside each call: its ids join the host facts (full level)
+    c10d = sorted((o.start_ns, o.rf_id, o.corr) for o in cap.ops if o.is_cpu and o.name.startswith("c10d::"))
+    c10d_starts = [t for t, _, _ in c10d]
+    worker_end = _gloo_worker_ends(cap)
     for c in sorted(cap.comms, key=lambda c: c.start_ns):
         if c.step not in steps:
             continue
         k = bisect.bisect_left(c10d_starts, c.start_ns)
-        rf_id = c10d[k][1] if k < len(c10d) and c10d[k][0] <= c.issue_end_ns else -1
-        end = max(c.end_ns, c.issue_end_ns)
+        inside = k < len(c10d) and c10d[k][0] <= c.issue_end_ns
+        rf_id, key = (c10d[k][1], c10d[k][2]) if inside else (-1, -1)
+        end = max(c.end_ns, c.issue_end_ns, worker_end(c))
         # on GPUs the op completes when its NCCL kernel ends: take the next kernel that starts after the call
         while ki < len(kernels) and kernels[ki].start_ns < c.start_ns:
             ki += 1
@@ -255,6 +306,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 issue_stream=thread_stream if c.is_async else -1,
                 issue_end_ns=c.issue_end_ns,
                 rf_id=rf_id,
+                key=key,
             )
         )
     return out
@@ -372,7 +424,7 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
                 continue  # ran inside a blocking call (gloo's reduce_scatter copy-out): part of the comm
             k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
-            info = cap.host_ops.get(o.rf_id) if o.rf_id >= 0 else None
+            info = cap.host_ops.get(o.corr) if o.corr >= 0 else None
             # full level: a scope without an operator schema (autograd engine, module forward) is not
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
@@ -396,6 +448,7 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
                     stream=stream,
                     attrs=attrs,
                     rf_id=o.rf_id,
+                    key=o.corr,
                     inputs_shapes=info.shapes if info else "",
                     inputs_types=info.types if info else "",
                 )
@@ -484,7 +537,7 @@ def _data_deps(
     writer: dict[int, int] = {}
     deps: dict[int, list[int]] = {}
     for p in protos:  # start order: the last writer before an op started produced what it reads
-        info = host_ops.get(p.rf_id) if p.rf_id >= 0 else None
+        info = host_ops.get(p.key) if p.key >= 0 else None
         if info is None:
             continue
         nid = ids[id(p)]

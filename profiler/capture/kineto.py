@@ -20,7 +20,8 @@ from profiler.errors import CaptureError
 MAX_KINETO_JSON_BYTES = 2 * 1024 * 1024 * 1024
 
 
-def _is_cpu(ev: Any) -> bool:
+def is_host_event(ev: Any) -> bool:
+    """A host (CPU) operator, not a device kernel."""
     return str(ev.device_type()).rsplit(".", 1)[-1].upper() == "CPU"
 
 
@@ -31,7 +32,7 @@ def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -
         dur = int(ev.duration_ns())
         if dur < 0:
             continue
-        if _is_cpu(ev):
+        if is_host_event(ev):
             corr = int(ev.correlation_id())
             out.append(
                 OpRecord(
@@ -41,6 +42,7 @@ def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -
                     thread=int(ev.start_thread_id()),
                     is_cpu=True,
                     rf_id=rf_ids.get(corr, -1) if rf_ids else -1,
+                    corr=corr,
                 )
             )
         else:
@@ -74,13 +76,26 @@ def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
 class KinetoCapture:
     """Starts torch.profiler at warm-up and hands back its events at the end of the window."""
 
-    def __init__(self, *, cuda: bool, record_shapes: bool) -> None:
+    def __init__(self, *, cuda: bool, host_facts: bool = False) -> None:
+        """``host_facts``: also record operator inputs (shapes, tensor identities), allocations and
+        overload names, from which :func:`profiler.capture.hostfacts.host_facts` derives schemas and
+        data dependencies (the full level's default source)."""
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
         if cuda:
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(activities=activities, record_shapes=record_shapes)
+        if host_facts:
+            from torch._C._profiler import _ExperimentalConfig
+
+            self._prof = profile(
+                activities=activities,
+                record_shapes=True,
+                profile_memory=True,
+                experimental_config=_ExperimentalConfig(capture_overload_names=True),
+            )
+        else:
+            self._prof = profile(activities=activities)
         self._running = False
 
     def start(self) -> None:
@@ -95,6 +110,11 @@ class KinetoCapture:
         self._prof.stop()
         results = self._prof.profiler.kineto_results if self._prof.profiler else None
         return list(results.events()) if results is not None else []
+
+    def event_tree(self) -> list[Any]:
+        """The profiler's operator tree (after :meth:`stop`): ops with their inputs, allocations inside."""
+        results = self._prof.profiler.kineto_results if self._prof.profiler else None
+        return list(results.experimental_event_tree()) if results is not None else []
 
     def export(self, path: Path) -> None:
         """Write the Kineto trace as Chrome JSON (after :meth:`stop`)."""

@@ -64,7 +64,9 @@ class OpRecord:
     device: str = "cpu"
     """``cpu`` or ``cuda:N``."""
     rf_id: int = -1
-    """Record-function id (joins the host execution trace), -1 when unknown."""
+    """Record-function id (joins PyTorch's host execution trace), -1 when unknown."""
+    corr: int = -1
+    """Kineto correlation id (``External id``) of a host operator: keys the full level's host facts."""
     step: int = -1
     """Training step (filled when assigned to a step)."""
 

@@ -11,12 +11,20 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.capture.autostart import ENV_CLOCK_TIMEOUT, ENV_DIR, ENV_KEEP_RAW, ENV_LEVEL, ENV_STEPS
+from profiler.capture.autostart import (
+    ENV_CLOCK_TIMEOUT,
+    ENV_DIR,
+    ENV_HOST_TRACE,
+    ENV_KEEP_RAW,
+    ENV_LEVEL,
+    ENV_STEPS,
+)
+from profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV
 from profiler.capture.schedule import format_window
 from profiler.capture.session import PARTS_DIR, part_file
 from profiler.errors import CaptureError
 from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, StepWindow, rank_file, write_manifest
-from profiler.vocab import Level
+from profiler.vocab import HostTrace, Level
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
@@ -38,7 +46,13 @@ def prepare_run_dir(run_dir: Path) -> bool:
 
 
 def capture_env(
-    run_dir: Path, level: Level, window: StepWindow, *, keep_raw: bool, clock_timeout_s: float
+    run_dir: Path,
+    level: Level,
+    window: StepWindow,
+    *,
+    keep_raw: bool,
+    clock_timeout_s: float,
+    host_trace: HostTrace = HostTrace.PROFILER,
 ) -> dict[str, str]:
     """The environment that makes every Python process of the command capture into ``run_dir``."""
     env = dict(os.environ)
@@ -53,6 +67,9 @@ def capture_env(
     env[ENV_STEPS] = format_window(window)
     env[ENV_KEEP_RAW] = "1" if keep_raw else "0"
     env[ENV_CLOCK_TIMEOUT] = str(clock_timeout_s)
+    env[ENV_HOST_TRACE] = host_trace.value
+    # the flight recorder sees the collectives the Python hooks cannot (functional ones, C++-issued)
+    env.setdefault(FR_BUFFER_ENV, str(FR_BUFFER_DEFAULT))
     return env
 
 

@@ -26,7 +26,7 @@ from profiler.capture.schedule import Action, Phase, action_for, phases_between
 from profiler.chakra_io import EtWriter
 from profiler.errors import CaptureError
 from profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
-from profiler.vocab import Level
+from profiler.vocab import HostTrace, Level
 
 PARTS_DIR = ".parts"
 RAW_DIR = "raw"
@@ -54,12 +54,19 @@ class CaptureSession:
         keep_raw: bool = False,
         auto_step: bool = True,
         clock_timeout_s: float = 10.0,
+        host_trace: HostTrace | str = HostTrace.PROFILER,
     ) -> None:
         try:
             self.level = Level(level)
         except ValueError:
             raise CaptureError(
                 f"--level {level!r}: expected one of {', '.join(lv.value for lv in Level)}"
+            ) from None
+        try:
+            self.host_trace = HostTrace(host_trace)
+        except ValueError:
+            raise CaptureError(
+                f"--host-trace {host_trace!r}: expected one of {', '.join(h.value for h in HostTrace)}"
             ) from None
         self.run_dir = Path(run_dir)
         self.window = window or StepWindow()
@@ -146,13 +153,15 @@ class CaptureSession:
 
         from profiler.capture.kineto import KinetoCapture
 
-        # shapes come from the host execution trace at the full level: Kineto need not record them
-        self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), record_shapes=False)
+        # the full level's host facts come from the profiler's own input/allocation records unless
+        # PyTorch's ExecutionTraceObserver was asked for
+        facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
+        self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
         self._kineto.start()
 
     def _start_record(self) -> None:
         self.offset_ns = self._clock_offset()
-        if self.level == Level.FULL:
+        if self.level == Level.FULL and self.host_trace == HostTrace.OBSERVER:
             from torch.profiler import ExecutionTraceObserver
 
             raw = self._raw_dir()
@@ -221,7 +230,7 @@ class CaptureSession:
         events = self._kineto.stop() if self._kineto is not None else []
         if not events:
             return [], {}
-        from profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
+        from profiler.capture.kineto import is_host_event, op_records, rf_ids_from_chrome_trace
 
         host_ops: dict[int, Any] = {}
         rf_ids: dict[int, int] = {}
@@ -232,9 +241,16 @@ class CaptureSession:
             kineto_json = raw / f"kineto_rank{self.rank}.json"
             self._kineto.export(kineto_json)
             rf_ids = rf_ids_from_chrome_trace(kineto_json)
-            host_ops = parse_host_et(raw / f"host_et_rank{self.rank}.json")
-        elif self.keep_raw and self._kineto is not None:
-            self._kineto.export(self._raw_dir() / f"kineto_rank{self.rank}.json")
+            by_rf = parse_host_et(raw / f"host_et_rank{self.rank}.json")
+            host_ops = {corr: by_rf[rf] for corr, rf in rf_ids.items() if rf in by_rf}
+        else:
+            if self.level == Level.FULL:
+                from profiler.capture.hostfacts import host_facts
+
+                types = {int(e.correlation_id()): e.dtypes() for e in events if is_host_event(e)}
+                host_ops = host_facts(self._kineto.event_tree(), types)
+            if self.keep_raw:
+                self._kineto.export(self._raw_dir() / f"kineto_rank{self.rank}.json")
         return op_records(events, rf_ids), host_ops
 
     def save(self, *, partial: bool = False) -> Path | None:
@@ -256,6 +272,7 @@ class CaptureSession:
         groups = self._groups()
         with self._lock:
             comms = list(self.comms)
+        comms += self._unhooked(comms)
         cap = RankCapture(
             rank=rank,
             comms=comms,
@@ -269,7 +286,10 @@ class CaptureSession:
         )
         nodes = build_nodes(cap)
         path = rank_file(self.run_dir, rank)
-        with EtWriter(path, {"rank": rank, "world_size": world, "level": self.level.value}) as w:
+        meta = {"rank": rank, "world_size": world, "level": self.level.value}
+        if self.level == Level.FULL:
+            meta["host_trace"] = self.host_trace.value
+        with EtWriter(path, meta) as w:
             w.write_all(nodes)
         off = self.offset_ns or 0
         import torch.distributed as dist
@@ -294,6 +314,22 @@ class CaptureSession:
         }
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
+
+    def _unhooked(self, comms: list[CommRecord]) -> list[CommRecord]:
+        """Collectives the flight recorder saw in the window that the hooks did not (functional, C++)."""
+        import torch.distributed as dist
+
+        from profiler.capture import flight
+
+        if not os.environ.get(flight.FR_BUFFER_ENV) or not (dist.is_available() and dist.is_initialized()):
+            return []
+        extra = flight.unhooked(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
+        if extra:
+            self.notes[f"rank {self.rank} flight recorder"] = (
+                f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
+                f"flight recorder ({flight.summary(extra)}): arrival times; ends only at the ops level"
+            )
+        return extra
 
     def _install_sigterm(self) -> None:
         """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""

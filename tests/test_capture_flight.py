@@ -1,0 +1,134 @@
+"""Collectives issued outside torch.distributed's Python API (functional ones) come from the flight recorder.
+
+A small training script issues, each step, a hooked all_reduce and two functional collectives
+(``torch.ops._c10d_functional``: an all_reduce on a sub-group and an all_gather_into_tensor on the world
+group) that the Python hooks never see; 2 gloo ranks run it under ``skewlens profile`` for real.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from capture_helpers import profile
+
+from profiler.capture.flight import FR_SEQ_BASE, FrEntry, parse_dump, unhooked
+from profiler.capture.records import CommRecord, StepRecord
+from profiler.chakra_io import node_attrs, read_et
+from profiler.manifest import read_manifest
+from profiler.store.validate import load_validated
+from profiler.vocab import Attr, CommType, NodeType
+
+SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+pair = dist.new_group([0, 1])
+w = torch.nn.Parameter(torch.randn(256, 256))
+opt = torch.optim.SGD([w], lr=1e-3)
+for step in range(STEPS):
+    x = torch.randn(64, 256) @ w
+    dist.all_reduce(x)
+    with torch.no_grad():  # (their backward would issue collectives of its own)
+        y = torch.ops._c10d_functional.all_reduce(x, "sum", pair.group_name)
+        y = torch.ops._c10d_functional.wait_tensor(y)
+        world = dist.group.WORLD.group_name
+        g = torch.ops._c10d_functional.all_gather_into_tensor(y[:8].contiguous(), 2, world)
+        g = torch.ops._c10d_functional.wait_tensor(g)
+    (x.sum() + g.sum()).backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+STEPS, ACTIVE = 6, 3
+
+
+@pytest.fixture(scope="module", params=["collectives", "ops"])
+def funcol_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    work = tmp_path_factory.mktemp(f"funcol-{request.param}")
+    script = work / "train_funcol.py"
+    script.write_text(SCRIPT.replace("STEPS", str(STEPS)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    out = work / "run"
+    res = profile(out, level=request.param, steps=f"1:1:{ACTIVE}", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return request.param, out
+
+
+def test_functional_collectives_appear_with_group_size_and_matching_sequence_numbers(
+    funcol_run: tuple[str, Path],
+) -> None:
+    level, run = funcol_run
+    m = read_manifest(run)
+    names = {g.name: g.ranks for g in m.process_groups}
+    per_rank = {}
+    for r in (0, 1):
+        colls = [
+            (n, a)
+            for n in read_et(run / f"rank-{r}.et").nodes
+            if (a := node_attrs(n)) and n.type == NodeType.COMM_COLL
+        ]
+        fr = [(n, a) for n, a in colls if a[Attr.SEQ] >= FR_SEQ_BASE]
+        hooked = [(n, a) for n, a in colls if a[Attr.SEQ] < FR_SEQ_BASE]
+        # per step: the hooked all_reduce is recorded once, not twice; the two functional ones come from FR
+        assert Counter(a[Attr.COMM_TYPE] for _, a in hooked) == {CommType.ALL_REDUCE: ACTIVE}
+        kinds = Counter((a[Attr.COMM_TYPE], names[a[Attr.PG_NAME]]) for _, a in fr)
+        assert kinds == {(CommType.ALL_REDUCE, (0, 1)): ACTIVE, (CommType.ALL_GATHER, (0, 1)): ACTIVE}
+        pair_pg = {a[Attr.PG_NAME] for _, a in fr if a[Attr.COMM_TYPE] == CommType.ALL_REDUCE}
+        world_pg = {a[Attr.PG_NAME] for _, a in hooked}
+        assert len(pair_pg) == 1 and pair_pg != world_pg  # the sub-group's own name, not the world's
+        for _, a in fr:
+            want = 64 * 256 * 4 if a[Attr.COMM_TYPE] == CommType.ALL_REDUCE else 8 * 256 * 4
+            assert a[Attr.COMM_SIZE] == want and a[Attr.DTYPE] == "float32"
+        per_rank[r] = sorted((a[Attr.PG_NAME], a[Attr.SEQ]) for _, a in fr)
+        if level == "ops":  # the gloo worker event gives the real end
+            assert all(n.duration_micros > 0 for n, _ in fr)
+        note = m.notes[f"rank {r} flight recorder"]
+        assert f"{2 * ACTIVE} collective(s)" in note
+    assert per_rank[0] == per_rank[1]  # the same instance carries the same number on both ranks
+    run_trace = load_validated(run)  # and they match across ranks without a mismatch
+    assert len(run_trace.collectives) >= 3 * ACTIVE
+
+
+def _entry(pg: str, seq: int, t: int) -> dict[str, object]:
+    return {
+        "process_group": [pg, "x"], "collective_seq_id": seq, "profiling_name": "gloo:all_reduce",
+        "time_created_ns": t, "input_sizes": [[4, 8]], "input_dtypes": ["Float"], "is_p2p": False,
+    }  # fmt: skip
+
+
+def test_a_flight_recorder_dump_is_parsed_without_trusting_it() -> None:
+    good = _entry("1", 7, 1_000)
+    text = json.dumps({"entries": [good, {"process_group": "bad"}, 5, {**good, "is_p2p": True}]})
+    assert parse_dump(text) == [
+        FrEntry(
+            pg_name="1",
+            seq=7,
+            op="gloo:all_reduce",
+            created_ns=1_000,
+            numel=32,
+            dtype="float32",
+            size_bytes=128,
+        )
+    ]
+    assert parse_dump("{not json") == [] and parse_dump("[1, 2]") == []
+
+
+def test_only_entries_inside_recorded_steps_and_outside_hooked_calls_are_added() -> None:
+    hooked = CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::allreduce_", comm_type=CommType.ALL_REDUCE, pg_name="0",
+        seq=3, src=-1, dst=-1, tag=0, numel=1, dtype="float32", size_bytes=4, start_ns=10_000_000,
+        issue_end_ns=11_000_000, end_ns=12_000_000, is_async=False, thread=1, step=1,
+    )  # fmt: skip
+    steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
+    entries = parse_dump(
+        json.dumps(
+            {"entries": [_entry("0", 1, 10_500_000), _entry("0", 2, 15_000_000), _entry("0", 9, 30_000_000)]}
+        )
+    )
+    extra = unhooked(entries, [hooked], steps, thread=1)
+    assert [(e.seq, e.start_ns, e.step, e.is_async) for e in extra] == [
+        (FR_SEQ_BASE + 2, 15_000_000, 1, True)
+    ]
