@@ -1,6 +1,6 @@
 """Bounded reading of untrusted input files: raw bytes (gzip-aware) and strict JSON.
 
-Traces, dumps and plans are untrusted: every reader goes through these two functions, which refuse more
+Traces, dumps and plans are untrusted: every reader goes through these functions, which refuse more
 than ``max_bytes`` (after decompression), refuse non-standard JSON (NaN, Infinity) and over-deep
 nesting, and raise the caller's error class with a one-line message naming the file.
 """
@@ -50,13 +50,27 @@ def read_json_bounded(
 ) -> Any:
     """Parse a (possibly gzip-compressed) standard JSON file of at most ``max_bytes``."""
     data = read_bytes_bounded(path, max_bytes, error=error, what=what)
+    return parse_json_bounded(data, max_bytes, source=str(path), error=error, what=what)
+
+
+def parse_json_bounded(
+    data: bytes | str,
+    max_bytes: int,
+    *,
+    source: str,
+    error: type[SkewlensError] = SkewlensError,
+    what: str = "file",
+) -> Any:
+    """Parse standard JSON of at most ``max_bytes`` that came from ``source`` (named in the errors)."""
+    if len(data) > max_bytes:
+        raise error(f"{source}: {what} larger than the {max_bytes}-byte limit")
     try:
         return json.loads(data, parse_constant=_reject_constant)
     except _ConstantError as e:
-        raise error(f"{path}: not standard JSON (contains {e})") from None
+        raise error(f"{source}: not standard JSON (contains {e})") from None
     except UnicodeDecodeError:
-        raise error(f"{path}: not JSON (not UTF-8 text)") from None
+        raise error(f"{source}: not JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
-        raise error(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        raise error(f"{source}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
     except RecursionError:
-        raise error(f"{path}: JSON nested too deeply") from None
+        raise error(f"{source}: JSON nested too deeply") from None

@@ -27,8 +27,9 @@ through its ``c10d::`` operator's record-function id) depends on the last node t
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
@@ -57,6 +58,8 @@ NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
 WAIT_SLACK_NS = 1_000_000
 #: A hooked call and Kineto's c10d operator further apart than this are not the same call.
 MAX_KINETO_SKEW_NS = 2_000_000
+#: Earlier than any timestamp (what :class:`Reach` answers before the first interval).
+NEVER_NS = -(1 << 62)
 #: How much earlier than the flight recorder's issue time a gloo worker event may appear to start.
 WORKER_SLACK_NS = 100_000
 
@@ -210,15 +213,13 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     At the ops level Kineto records ``gloo:<op>`` on the worker thread that ran it: the first such event
     at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once.
     """
-    hooked = sorted((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
+    hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
     events: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for o in cap.ops:
         if o.is_cpu and o.name.startswith("gloo:"):
             s, e = o.start_ns, o.start_ns + o.dur_ns
-            k = bisect.bisect_right(hooked, (s, 1 << 62)) - 1
-            if any(hooked[j][0] <= s and e <= hooked[j][1] for j in range(max(k - 8, 0), k + 1)):
-                continue
-            events[o.name].append((s, e))
+            if hooked(s) < e:  # not inside a hooked collective
+                events[o.name].append((s, e))
     for v in events.values():
         v.sort()
     taken: set[tuple[str, int]] = set()
@@ -238,7 +239,25 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     return end_of
 
 
-def _step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
+class Reach:
+    """The latest end among intervals starting at or before a time.
+
+    ``t`` lies inside one of the intervals iff ``reach(t) >= t``; a span ``[s, e]`` lies inside one iff
+    ``reach(s) >= e``.
+    """
+
+    def __init__(self, intervals: Iterable[tuple[int, int]]) -> None:
+        ordered = sorted(intervals)
+        self._starts = [a for a, _ in ordered]
+        self._reach = list(itertools.accumulate((b for _, b in ordered), max))
+
+    def __call__(self, t: int) -> int:
+        i = bisect.bisect_right(self._starts, t) - 1
+        return self._reach[i] if i >= 0 else NEVER_NS
+
+
+def step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
+    """The step whose ``[start, end]`` holds ``t`` (``steps`` by start, ``starts`` their starts), or -1."""
     i = bisect.bisect_right(starts, t) - 1
     if i >= 0 and t <= steps[i].end_ns:
         return steps[i].step
@@ -379,7 +398,7 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
         if o.is_cpu:
             by_thread[o.thread].append(o)
         elif not is_nccl_kernel(o.name):
-            step = _step_of(o.start_ns, starts, cap.steps)
+            step = step_of(o.start_ns, starts, cap.steps)
             if step < 0:
                 continue
             out.append(
@@ -431,7 +450,7 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
             if encloses_comm or scope_only:
                 todo.extend(reversed(children[i]))
                 continue
-            step = _step_of(o.start_ns, starts, cap.steps)
+            step = step_of(o.start_ns, starts, cap.steps)
             if step < 0:
                 continue
             attrs: dict[str, AttrValue] = {Attr.IS_CPU_OP: True, Attr.STEP: step, Attr.STREAM_KIND: "thread"}

@@ -18,13 +18,15 @@ see :mod:`profiler.capture.build`). Its sequence number is the recorder's own pe
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from profiler.bounded import parse_json_bounded
+from profiler.capture.build import Reach, step_of
 from profiler.capture.records import CommRecord, StepRecord
+from profiler.errors import SkewlensError
 from profiler.vocab import NodeType, collective_from_op
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
@@ -72,11 +74,9 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
 
     Malformed entries are skipped: the dump is the recorder's, but nothing in it is trusted.
     """
-    if len(text) > MAX_DUMP_BYTES:
-        return []
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json_bounded(text, MAX_DUMP_BYTES, source="flight recorder dump", what="dump")
+    except SkewlensError:
         return []
     entries = data.get("entries") if isinstance(data, dict) else None
     out: list[FrEntry] = []
@@ -143,17 +143,20 @@ def unhooked(
     A hooked collective on the same group accounts for the entries created while it was being issued
     (``[start - slack, issue end + slack]``: a call may create several, as coalesced ones do).
     """
-    spans = sorted((s.start_ns, s.end_ns, s.step) for s in steps)
-    hooked: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    ordered = sorted(steps, key=lambda s: s.start_ns)
+    starts = [s.start_ns for s in ordered]
+    calls: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for c in comms:
         if c.node_type == NodeType.COMM_COLL:
-            hooked[c.pg_name].append((c.start_ns - slack_ns, c.issue_end_ns + slack_ns))
+            calls[c.pg_name].append((c.start_ns - slack_ns, c.issue_end_ns + slack_ns))
+    hooked = {pg: Reach(iv) for pg, iv in calls.items()}
     out = []
     for e in sorted(entries, key=lambda e: e.created_ns):
-        step = next((s for a, b, s in spans if a <= e.created_ns <= b), None)
-        if step is None:
+        step = step_of(e.created_ns, starts, ordered)
+        if step < 0:
             continue
-        if any(a <= e.created_ns <= b for a, b in hooked.get(e.pg_name, ())):
+        reach = hooked.get(e.pg_name)
+        if reach is not None and reach(e.created_ns) >= e.created_ns:
             continue
         out.append(
             CommRecord(
