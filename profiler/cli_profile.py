@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from profiler.capture.run import capture_env, finalize_run, prepare_run_dir, run_command
-    from profiler.capture.schedule import parse_window
+    from profiler.capture.schedule import parse_choice, parse_window
 
     if "--" in argv:
         k = argv.index("--")
@@ -51,18 +51,8 @@ def main(argv: list[str]) -> int:
     else:
         own, command = argv, []
     args = _parser().parse_args(own)
-    try:
-        level = Level(args.level)
-    except ValueError:
-        raise CaptureError(
-            f"--level {args.level!r}: expected one of {', '.join(lv.value for lv in Level)}"
-        ) from None
-    try:
-        host_trace = HostTrace(args.host_trace)
-    except ValueError:
-        raise CaptureError(
-            f"--host-trace {args.host_trace!r}: expected one of {', '.join(h.value for h in HostTrace)}"
-        ) from None
+    level = parse_choice(Level, args.level, "--level")
+    host_trace = parse_choice(HostTrace, args.host_trace, "--host-trace")
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")

@@ -9,6 +9,7 @@ session maps each :class:`Phase` to one of its methods. Nothing here imports tor
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from profiler.errors import CaptureError
 from profiler.manifest import StepWindow
@@ -60,6 +61,18 @@ def action_for(step: int, window: StepWindow) -> Action:
 def phases_between(previous: Action, current: Action) -> tuple[Phase, ...]:
     """Phases to run when the action changes from ``previous`` to ``current``."""
     return TRANSITIONS.get((previous, current), ())
+
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def parse_choice(kind: type[_Choice], value: str, flag: str) -> _Choice:
+    """``value`` as a member of ``kind`` (``Level``, ``HostTrace``); raises :class:`CaptureError` naming
+    ``flag`` and the accepted values."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise CaptureError(f"{flag} {value!r}: expected one of {', '.join(m.value for m in kind)}") from None
 
 
 def parse_window(spec: str) -> StepWindow:

@@ -22,9 +22,8 @@ from typing import Any
 from profiler.atomic import write_json_atomic
 from profiler.capture.build import RankCapture, build_nodes
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
-from profiler.capture.schedule import Action, Phase, action_for, phases_between
+from profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from profiler.chakra_io import EtWriter
-from profiler.errors import CaptureError
 from profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
 from profiler.vocab import HostTrace, Level
 
@@ -56,18 +55,8 @@ class CaptureSession:
         clock_timeout_s: float = 10.0,
         host_trace: HostTrace | str = HostTrace.PROFILER,
     ) -> None:
-        try:
-            self.level = Level(level)
-        except ValueError:
-            raise CaptureError(
-                f"--level {level!r}: expected one of {', '.join(lv.value for lv in Level)}"
-            ) from None
-        try:
-            self.host_trace = HostTrace(host_trace)
-        except ValueError:
-            raise CaptureError(
-                f"--host-trace {host_trace!r}: expected one of {', '.join(h.value for h in HostTrace)}"
-            ) from None
+        self.level = parse_choice(Level, level, "--level")
+        self.host_trace = parse_choice(HostTrace, host_trace, "--host-trace")
         self.run_dir = Path(run_dir)
         self.window = window or StepWindow()
         self.keep_raw = keep_raw
