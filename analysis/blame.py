@@ -192,15 +192,12 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
 def _simulator_gaps(ix: RunIndex, simulate_fn: SimulateFn) -> dict[int, I64]:
     """The host gaps exactly as the simulator measures them (``replay.lower.recorded_gaps``), so that the
     scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps (recorded
-    deps + stream predecessor) where that function is unavailable or a stand-in simulator is used."""
-    own = {r: ri.gap_ns for r, ri in ix.ranks.items()}
-    try:
-        from replay.lower import recorded_gaps
-        from replay.simulate import simulate
-    except ImportError:  # pragma: no cover - the simulator is part of skewlens
-        return own
+    deps + stream predecessor) where a stand-in simulator is used."""
+    from replay.lower import recorded_gaps
+    from replay.simulate import simulate
+
     if simulate_fn is not simulate:
-        return own
+        return {r: ri.gap_ns for r, ri in ix.ranks.items()}
     return {r: np.asarray(g, dtype=np.int64) for r, g in recorded_gaps(ix.run).items()}
 
 
@@ -209,8 +206,17 @@ def _step_times(sim: Any) -> dict[int, int]:
     return step_times_from_spans(sim.step_spans()) or {-1: int(sim.makespan_ns)}
 
 
-def _fallback_cause(ix: RunIndex, rank: int) -> Cause:
-    """Cause from whole-run totals when the skew analysis blamed nothing on ``rank``."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _RunTotals:
+    """Whole-run per-rank totals and their medians, for :func:`_fallback_cause` (computed once)."""
+
+    comp: dict[int, np.ndarray]  # rank -> compute time per run-wide name id
+    gaps: dict[int, int]  # rank -> host gaps + untraced time
+    med_comp: np.ndarray
+    med_gap: int
+
+
+def _run_totals(ix: RunIndex) -> _RunTotals:
     tot: dict[int, np.ndarray] = {}
     n = len(ix.names)
     gaps: dict[int, int] = {}
@@ -218,14 +224,21 @@ def _fallback_cause(ix: RunIndex, rank: int) -> Cause:
         c = ri.is_comp
         tot[r] = np.bincount(ri.gname[c], weights=ri.trace.dur_ns[c], minlength=n)
         gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.trace.dur_ns[ri.is_untraced].sum())
-    med = np.median(np.stack(list(tot.values())), axis=0)
-    d = tot[rank] - med
-    gap_d = gaps[rank] - int(np.median(list(gaps.values())))
+    return _RunTotals(
+        comp=tot,
+        gaps=gaps,
+        med_comp=np.median(np.stack(list(tot.values())), axis=0),
+        med_gap=int(np.median(list(gaps.values()))),
+    )
+
+
+def _fallback_cause(tot: _RunTotals, names: list[str], rank: int) -> Cause:
+    """Cause from whole-run totals when the skew analysis blamed nothing on ``rank``."""
+    d = tot.comp[rank] - tot.med_comp
+    gap_d = tot.gaps[rank] - tot.med_gap
     if d.size and d.max() > max(gap_d, 0):
         i = int(np.argmax(d))
-        return Cause(
-            kind=CauseKind.COMPUTE, delta_ns=int(d[i]), op=ix.names[i], ops=((ix.names[i], int(d[i])),)
-        )
+        return Cause(kind=CauseKind.COMPUTE, delta_ns=int(d[i]), op=names[i], ops=((names[i], int(d[i])),))
     if gap_d > 0:
         return Cause(kind=CauseKind.HOST_GAP, delta_ns=gap_d)
     return Cause(kind=CauseKind.NONE, delta_ns=0)
@@ -280,9 +293,14 @@ def analyze_blame(
     tops = result.top_straggler_by_step()
     base_total = sum(base.values())
     recs = []
+    totals: _RunTotals | None = None
     for r in wanted:
         w_total = sum(whatif[r].get(s, base[s]) for s in steps) if r in whatif else base_total
-        cause = skew.top_cause.get(r) or _fallback_cause(ix, r)
+        cause = skew.top_cause.get(r)
+        if cause is None:
+            if totals is None:
+                totals = _run_totals(ix)
+            cause = _fallback_cause(totals, ix.names, r)
         recs.append(
             BlameRecord(
                 rank=r,

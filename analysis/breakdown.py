@@ -33,17 +33,13 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
             continue
         a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
         b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
-        st, en = ri.trace.start_ns, ri.end_ns
-        c, m = ri.is_comp, ri.is_comm
-        cov_c = Coverage.of(st[c], en[c])
-        cm = c | m
-        cov_mc = Coverage.of(st[cm], en[cm])
-        cov_wc = ri.cov_wait_comp
-        cov_m = Coverage.of(st[m], en[m])
-        comp = cov_c.between(a, b)
-        union_mc = cov_mc.between(a, b)
+        m = ri.is_comm
+        cov_m = Coverage.of(ri.trace.start_ns[m], ri.end_ns[m])
+        # C and M ∪ C are the index's cov_comp and cov_all; W ∪ C is its cov_wait_comp
+        comp = ri.cov_comp.between(a, b)
+        union_mc = ri.cov_all.between(a, b)
         exposed = union_mc - comp
-        wait = np.minimum(cov_wc.between(a, b) - comp, exposed)
+        wait = np.minimum(ri.cov_wait_comp.between(a, b) - comp, exposed)
         overlapped = cov_m.between(a, b) + comp - union_mc
         idle = (b - a) - union_mc
         for k, s in enumerate(keys):

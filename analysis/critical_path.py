@@ -20,11 +20,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from analysis.index import RankIndex, RunIndex
+from analysis.index import RunIndex
 from analysis.records import CriticalPathRecord
 from profiler.vocab import NodeType
 
-_KIND = {
+#: Path-record ``kind`` of each node type (``other`` for the rest).
+KIND_NAMES = {
     int(NodeType.COMP): "compute",
     int(NodeType.COMM_COLL): "collective",
     int(NodeType.COMM_SEND): "send",
@@ -56,10 +57,6 @@ def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
     return steps
 
 
-def _latest_dep(ri: RankIndex, row: int) -> int:
-    return int(ri.latest_dep[row])
-
-
 def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathRecord]:
     run = ix.run
     # (rank, row, eff_start, eff_end, via)
@@ -70,7 +67,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
         budget -= 1
         ri = ix.ranks[r]
         start, end = int(ri.trace.start_ns[w]), int(ri.end_ns[w])
-        nxt_r, nxt_w, via = r, _latest_dep(ri, w), "dep"
+        nxt_r, nxt_w = r, int(ri.latest_dep[w])
         k = int(ri.coll[w])
         p = int(ri.p2p[w])
         if k >= 0:
@@ -81,7 +78,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
                 path.append((r, w, arr[j], end, "collective"))
                 r2, w2 = c.ranks[j], c.rows[j]
                 path.append((r2, w2, arr[j], arr[j], "dep"))
-                nxt_r, nxt_w = r2, _latest_dep(ix.ranks[r2], w2)
+                nxt_r, nxt_w = r2, int(ix.ranks[r2].latest_dep[w2])
                 start = -1
         elif p >= 0 and int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV):
             pair = run.p2p[p]
@@ -89,7 +86,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
             if s_start > start:
                 path.append((r, w, s_start, end, "p2p"))
                 path.append((pair.src_rank, pair.src_row, s_start, s_start, "dep"))
-                nxt_r, nxt_w = pair.src_rank, _latest_dep(ix.ranks[pair.src_rank], pair.src_row)
+                nxt_r, nxt_w = pair.src_rank, int(ix.ranks[pair.src_rank].latest_dep[pair.src_row])
                 start = -1
         if start >= 0:
             path.append((r, w, start, end, "dep"))
@@ -110,7 +107,9 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
                 rank=pr,
                 node_id=int(rt.node_id[pw]),
                 name=rt.name(pw),
-                kind="idle" if ix.ranks[pr].is_untraced[pw] else _KIND.get(int(rt.node_type[pw]), "other"),
+                kind="idle"
+                if ix.ranks[pr].is_untraced[pw]
+                else KIND_NAMES.get(int(rt.node_type[pw]), "other"),
                 start_ns=int(rt.start_ns[pw]),
                 end_ns=int(ix.ranks[pr].end_ns[pw]),
                 contribution_ns=max(ee - es, 0),

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from analysis.errors import AnalysisError
 from profiler.store.model import RankTrace, RunTrace
 from profiler.vocab import UNTRACED_NODE_NAME, NodeType
+from replay.lower import union_intervals
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -57,18 +58,7 @@ class Coverage:
     def of(starts: I64, ends: I64) -> Coverage:
         """Union of the intervals ``[starts[i], ends[i])`` (empty ones are dropped)."""
         keep = ends > starts
-        s, e = starts[keep], ends[keep]
-        if s.size == 0:
-            z = np.zeros(0, dtype=np.int64)
-            return Coverage(starts=z, ends=z, cum=np.zeros(1, dtype=np.int64))
-        o = np.argsort(s, kind="stable")
-        s, e = s[o], e[o]
-        run_max = np.maximum.accumulate(e)
-        new = np.ones(s.size, dtype=np.bool_)
-        new[1:] = s[1:] > run_max[:-1]
-        first = np.flatnonzero(new)
-        last = np.append(first[1:], s.size) - 1
-        us, ue = s[first], run_max[last]
+        us, ue = union_intervals(starts[keep], ends[keep])
         cum = np.zeros(us.size + 1, dtype=np.int64)
         np.cumsum(ue - us, out=cum[1:])
         return Coverage(starts=us, ends=ue, cum=cum)

@@ -14,20 +14,13 @@ from typing import Any
 import numpy as np
 
 from analysis.api import AnalysisResult
+from analysis.critical_path import KIND_NAMES
 from profiler.atomic import write_json_atomic
-from profiler.vocab import NodeType
 
 PERFETTO_FILE = "trace_critical_path.json"
 #: Beyond this many nodes in the run only communication nodes and the critical path are written.
 MAX_NODES = 400_000
 _CP_TID = 0
-
-_CAT = {
-    int(NodeType.COMP): "compute",
-    int(NodeType.COMM_COLL): "collective",
-    int(NodeType.COMM_SEND): "send",
-    int(NodeType.COMM_RECV): "recv",
-}
 
 
 def trace_events(result: AnalysisResult, *, max_nodes: int = MAX_NODES) -> dict[str, Any]:
@@ -60,7 +53,7 @@ def trace_events(result: AnalysisResult, *, max_nodes: int = MAX_NODES) -> dict[
                 {
                     "ph": "X",
                     "name": rt.name(i),
-                    "cat": _CAT.get(int(rt.node_type[i]), "other"),
+                    "cat": KIND_NAMES.get(int(rt.node_type[i]), "other"),
                     "pid": r,
                     "tid": tids[r][int(rt.stream[i])],
                     "ts": (int(rt.start_ns[i]) - t0) / 1e3,

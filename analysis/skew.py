@@ -322,11 +322,11 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             starts = []
             for j in (li, mi):
                 if common is not None:
-                    k = common.ranks.index(ranks[j])
+                    cm = common.ranks.index(ranks[j])
                     # an asynchronous op (DDP's bucket all_reduce) may complete after this arrival: then
                     # the member's last known synchronised point is its arrival at the common op
-                    done = int(common.end_ns[k])
-                    starts.append(done if done <= arr[j] else int(common.arrival_ns[k]))
+                    done = int(common.end_ns[cm])
+                    starts.append(done if done <= arr[j] else int(common.arrival_ns[cm]))
                     continue
                 prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
                 starts.append(

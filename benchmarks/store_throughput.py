@@ -37,16 +37,12 @@ COLL_TYPES = (CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER)
 COMPUTE_NAMES = ("aten::mm", "aten::add", "aten::relu", "aten::layer_norm", "aten::softmax", "aten::gelu")
 
 
-def _template(name: str, node_type: NodeType, attrs: list[tuple[str, int | str | bool]]) -> pb.Node:
-    return node_template(name, node_type, attrs)
-
-
 def generate_rank(run_dir: Path, rank: int, world: int, nodes: int) -> int:
     """Write one rank's trace: a chain of compute nodes with collectives and ring p2p mixed in."""
     base = [(Attr.STREAM, 0), (Attr.IS_CPU_OP, True), (Attr.STEP, 0)]
-    comp = [_template(n, NodeType.COMP, base) for n in COMPUTE_NAMES]
+    comp = [node_template(n, NodeType.COMP, base) for n in COMPUTE_NAMES]
     coll = {
-        t: _template(
+        t: node_template(
             f"c10d::{t.name.lower()}_",
             NodeType.COMM_COLL,
             [*base, (Attr.COMM_TYPE, int(t)), (Attr.COMM_SIZE, 1 << 20), (Attr.PG_NAME, "0"), (Attr.SEQ, 0)],
@@ -54,12 +50,12 @@ def generate_rank(run_dir: Path, rank: int, world: int, nodes: int) -> int:
         for t in COLL_TYPES
     }
     p2p = [(Attr.COMM_SIZE, 65536), (Attr.COMM_TAG, 7), (Attr.PG_NAME, "0")]
-    send = _template(
+    send = node_template(
         "c10d::send",
         NodeType.COMM_SEND,
         [*base, (Attr.COMM_SRC, rank), (Attr.COMM_DST, (rank + 1) % world), *p2p],
     )
-    recv = _template(
+    recv = node_template(
         "c10d::recv_",
         NodeType.COMM_RECV,
         [*base, (Attr.COMM_SRC, (rank - 1) % world), (Attr.COMM_DST, rank), *p2p],
