@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from capture_helpers import EXAMPLE, profile
 from rich.console import Console
 
 from profiler.errors import ValidationError
@@ -368,22 +369,11 @@ def test_the_parent_side_of_real_replay_does_not_import_torch() -> None:
 def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks_step_time(
     tmp_path: Path,
 ) -> None:
-    root = Path(__file__).resolve().parents[1]
-    example = root / "examples" / "train.py"
-    if not example.is_file() or importlib.util.find_spec("profiler.cli_profile") is None:
+    if not EXAMPLE.is_file() or importlib.util.find_spec("profiler.cli_profile") is None:
         pytest.skip("capture (profiler/cli_profile.py, examples/train.py) is not available")
     run = tmp_path / "captured"
-    subprocess.run(
-        [
-            sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--level", "collectives",
-            "--steps", "1:1:8", "--",
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-            str(example), "--steps", "10",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )  # fmt: skip
+    res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
+    assert res.returncode == 0, res.stderr[-2000:]
 
     def misses(attempt: int) -> list[RankStepTimes]:
         out = tmp_path / f"out{attempt}"

@@ -24,6 +24,7 @@ import os
 import shutil
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -146,7 +147,8 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     work = out_dir / "real"
     plan_dir, work_dir = work / "plan", work / "work"
     self_run = out_run if capture == "self" else work / "replayed"
-    n_steps = max((len(step_spans(rt)) for rt in run.ranks.values()), default=1)
+    original_spans = {r: step_spans(rt) for r, rt in run.ranks.items()}
+    n_steps = max((len(s) for s in original_spans.values()), default=1)
     meta = PlanMeta(
         world_size=m.world_size,
         backend=backend,
@@ -168,24 +170,20 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     cmd = launcher_command(plan_dir.resolve(), nproc or m.world_size, launcher_args)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env)
-    _write_replay_manifest(
-        out_run=self_run, work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir
-    )
+    manifest = _replay_manifest(work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir)
+    write_manifest(self_run, manifest)  # the record loads through its manifest; its step marks come next
     replayed = load_run(self_run, match=False)
-    _write_replay_manifest(
-        out_run=self_run,
-        work_dir=work_dir,
-        original=m,
-        backend=backend,
-        cmd=cmd,
-        source=run_dir,
-        replayed=replayed,
+    marks = tuple(
+        StepSpan(rank=r, step=s, start_ns=a, end_ns=b)
+        for r in sorted(replayed.ranks)
+        for s, (a, b) in sorted(step_spans(replayed.ranks[r]).items())
     )
+    write_manifest(self_run, replace(manifest, steps=marks))
     if capture == "profiler":
         finish_capture(out_run, source_run=run_dir, node_aligned=self_run)
         replayed = load_run(out_run, match=False)
     ranks = tuple(
-        rank_step_times(r, step_spans(run.ranks[r]), step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
+        rank_step_times(r, original_spans[r], step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
     )
     return RealReplayResult(run_dir=out_run, out_dir=out_dir, backend=backend, ranks=ranks)
 
@@ -200,52 +198,35 @@ def _clear_previous(*run_dirs: Path) -> None:
             shutil.rmtree(parts)
 
 
-def _write_replay_manifest(
-    *,
-    out_run: Path,
-    work_dir: Path,
-    original: Manifest,
-    backend: str,
-    cmd: list[str],
-    source: Path,
-    replayed: RunTrace | None = None,
-) -> None:
+def _replay_manifest(
+    *, work_dir: Path, original: Manifest, backend: str, cmd: list[str], source: Path
+) -> Manifest:
+    """The node-aligned record's manifest (no step marks yet), from the workers' result files."""
     results: dict[int, dict[str, Any]] = {}
     for r in original.ranks:
         d = read_json_bounded(work_dir / RESULT_FILE.format(rank=r), "worker result")
         if not isinstance(d, dict):
             raise ReplayError(f"{work_dir}: malformed result of rank {r}")
         results[r] = d
-    steps: tuple[StepSpan, ...] = ()
-    if replayed is not None:
-        steps = tuple(
-            StepSpan(rank=r, step=s, start_ns=a, end_ns=b)
-            for r in sorted(replayed.ranks)
-            for s, (a, b) in sorted(step_spans(replayed.ranks[r]).items())
-        )
     try:
         from skewlens import __version__ as version
     except ImportError:  # pragma: no cover - the package is always installed with skewlens
         version = ""
-    write_manifest(
-        out_run,
-        Manifest(
-            world_size=original.world_size,
-            ranks=original.ranks,
-            process_groups=original.process_groups,
-            backend=backend,
-            level=original.level,
-            source="replay",
-            devices={r: str(d.get("device", "")) for r, d in results.items()},
-            hosts={r: str(d.get("host", socket.gethostname())) for r, d in results.items()},
-            clock_offsets_ns={r: int(d.get("clock_offset_ns", 0)) for r, d in results.items()},
-            step_window=original.step_window,
-            steps=steps,
-            torch_version=_torch_version(),
-            skewlens_version=version,
-            command=tuple(cmd),
-            notes={"replay_of": str(source.resolve()), "original_source": original.source},
-        ),
+    return Manifest(
+        world_size=original.world_size,
+        ranks=original.ranks,
+        process_groups=original.process_groups,
+        backend=backend,
+        level=original.level,
+        source="replay",
+        devices={r: str(d.get("device", "")) for r, d in results.items()},
+        hosts={r: str(d.get("host", socket.gethostname())) for r, d in results.items()},
+        clock_offsets_ns={r: int(d.get("clock_offset_ns", 0)) for r, d in results.items()},
+        step_window=original.step_window,
+        torch_version=_torch_version(),
+        skewlens_version=version,
+        command=tuple(cmd),
+        notes={"replay_of": str(source.resolve()), "original_source": original.source},
     )
 
 

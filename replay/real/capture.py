@@ -11,19 +11,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from profiler.chakra_io import EtWriter, attr_value, iter_messages, iter_nodes, read_metadata
+from profiler.chakra_io import EtWriter, attr_value, read_et
 from profiler.manifest import rank_file, read_manifest, write_manifest
 from profiler.vocab import Attr
 
 
 def _drop_step(path: Path, step: int) -> int:
     """Rewrite one rank's trace without the nodes of ``step`` (and dependencies on them); returns dropped."""
-    first = next(iter_messages(path), None)
-    meta = read_metadata(first[1], path) if first is not None else {}
-    meta.pop("version", None)
+    et = read_et(path)
+    meta = {k: v for k, v in et.metadata.items() if k != "version"}
     kept = []
     dropped: set[int] = set()
-    for _off, node in iter_nodes(path):
+    for node in et.nodes:
         st = next((attr_value(a) for a in node.attr if a.name == Attr.STEP), None)
         if st == step:
             dropped.add(node.id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,32 +137,22 @@ def track(work: Any, completion: Completion) -> None:
         completion.error = error
         completion.event.set()
 
-    try:
-        fut = work.get_future()
-    except RuntimeError:
-        fut = None
-    if fut is not None:
-
-        def on_done(f: Any) -> None:
-            try:
-                f.value()
-            except Exception as e:
-                finish(str(e) or type(e).__name__)
-                return
-            finish("")
-
-        fut.add_done_callback(on_done)
-        return
-
-    def waiter() -> None:
+    def settle(outcome: Callable[[], object]) -> None:
         try:
-            work.wait()
+            outcome()
         except Exception as e:
             finish(str(e) or type(e).__name__)
             return
         finish("")
 
-    threading.Thread(target=waiter, name="skewlens-replay-wait", daemon=True).start()
+    try:
+        fut = work.get_future()
+    except RuntimeError:
+        fut = None
+    if fut is not None:
+        fut.add_done_callback(lambda f: settle(f.value))
+        return
+    threading.Thread(target=settle, args=(work.wait,), name="skewlens-replay-wait", daemon=True).start()
 
 
 def resolve_compute_mode(mode: str, local_ranks: int) -> str:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.atomic import write_json_atomic as atomic_json
+from profiler.atomic import write_json_atomic
 from profiler.bounded import read_json_bounded as bounded_json
 from profiler.chakra_io import attr_value, iter_nodes
 from profiler.errors import ValidationError
@@ -377,11 +377,6 @@ def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
                 f"{run.run_dir}: process group {g.name!r} names rank(s) {bad} outside the job"
             )
     return default, specs
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    atomic_json(path, data)
 
 
 def read_json_bounded(path: Path, what: str) -> Any:

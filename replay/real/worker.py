@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from profiler.atomic import write_json_atomic
 from profiler.chakra_io import EtWriter, iter_nodes
 from profiler.manifest import rank_file
 from profiler.vocab import Attr
@@ -43,7 +44,6 @@ from replay.real.plan import (
     ReplayOp,
     read_meta,
     read_rank_plan,
-    write_json_atomic,
 )
 
 #: Extra time allowed for start-up (imports, rendezvous, group creation) on top of the op timeout.
@@ -136,15 +136,19 @@ class Runner:
         self.end: dict[int, int] = {}
         self.pending: dict[int, Completion] = {}
 
+    def _settle(self, row: int, c: Completion) -> int:
+        """Wait for the asynchronous op ``c`` (watched as ``row``); returns its completion time."""
+        c.event.wait()
+        self.dog.done(row)
+        if c.error:
+            raise RuntimeError(f"{c.desc} failed: {c.error}")
+        return c.end_ns
+
     def _finish(self, row: int) -> int:
         """Wait for the in-flight op at ``row``; returns its completion time."""
         c = self.pending.pop(row, None)
         if c is not None:
-            c.event.wait()
-            self.dog.done(row)
-            if c.error:
-                raise RuntimeError(f"{c.desc} failed: {c.error}")
-            self.end[row] = c.end_ns
+            self.end[row] = self._settle(row, c)
         return self.end[row]
 
     def warm_up(self, ops: list[ReplayOp]) -> None:
@@ -153,10 +157,7 @@ class Runner:
             c = Completion(desc=f"warm-up: {describe(op, self.rank)}", issued_ns=time.perf_counter_ns())
             self.dog.add(-1, c)
             track(self.issuer.issue(op), c)
-            c.event.wait()
-            self.dog.done(-1)
-            if c.error:
-                raise RuntimeError(f"{c.desc} failed: {c.error}")
+            self._settle(-1, c)
 
     def run(self, origin_ns: int, on_step_end: Callable[[], None] | None = None) -> None:
         """Execute the ops from ``origin_ns`` (local ns); ``on_step_end`` is called between steps."""
