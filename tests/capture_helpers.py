@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
@@ -29,3 +31,12 @@ def profile(
         str(EXAMPLE), *train_args,
     ]  # fmt: skip
     return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
+
+
+def load_example(module_name: str = "skl_example_train") -> ModuleType:
+    """The bundled example as a module (its constants and helpers), without running it."""
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

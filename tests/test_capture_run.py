@@ -5,7 +5,6 @@ One captured run per level is shared by the tests of that level (module-scoped f
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import statistics
@@ -13,27 +12,17 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from capture_helpers import profile
+from capture_helpers import EXAMPLE as TRAIN
+from capture_helpers import load_example, profile
 
 from profiler.chakra_io import node_attrs, read_et
 from profiler.manifest import read_manifest
 from profiler.vocab import Attr, CommType, NodeType
 
-ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ROOT / "examples" / "train.py"
 pytestmark = pytest.mark.slow
-
-
-def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("skl_example_train", TRAIN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 EX = load_example()

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ROOT / "examples" / "train.py"
+from capture_helpers import load_example
 
 
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("skl_example_train_t", TRAIN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("skl_example_train_t")
 
 
 def test_the_straggler_work_is_real_matmul_compute_for_the_requested_time(example: ModuleType) -> None:
