@@ -153,6 +153,35 @@ def test_an_operator_enclosing_a_blocking_collective_is_replaced_by_its_children
     assert by_name(nodes, "c10d::allreduce_")[0].node_type == NodeType.COMM_COLL
 
 
+def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_operators_ran_later() -> None:
+    # the optimizer post-hook marks the step from inside Optimizer.step: the rest of that op is the
+    # capture's own work and belongs to no step; a user scope spanning two steps is split into its ops
+    ops = [
+        OpRecord(name="aten::mm", start_ns=0, dur_ns=50_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="Optimizer.step#SGD.step", start_ns=60_000, dur_ns=70_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::add_", start_ns=61_000, dur_ns=30_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="epoch_scope", start_ns=140_000, dur_ns=180_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::mul", start_ns=150_000, dur_ns=40_000, thread=MAIN, is_cpu=True),
+        OpRecord(name="aten::div", start_ns=300_000, dur_ns=10_000, thread=MAIN, is_cpu=True),
+    ]
+    steps = [StepRecord(step=k, start_ns=k * 100_000, end_ns=(k + 1) * 100_000) for k in range(4)]
+    cap = RankCapture(rank=0, comms=[], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
+    nodes = build_nodes(cap)
+    comp = {n.name: n for n in nodes if n.node_type == NodeType.COMP and n.name != UNTRACED_NAME}
+    assert set(comp) == {"aten::mm", "Optimizer.step#SGD.step", "aten::mul", "aten::div"}
+    opt = comp["Optimizer.step#SGD.step"]
+    assert (opt.start_ns, opt.dur_ns, opt.attrs[Attr.STEP]) == (60_000, 40_000, 0)
+    assert (comp["aten::mul"].attrs[Attr.STEP], comp["aten::div"].attrs[Attr.STEP]) == (1, 3)
+    for s in steps:  # every step's main-thread nodes lie inside it, without overlap, and cover it
+        main = sorted(
+            (n.start_ns, n.start_ns + n.dur_ns)
+            for n in nodes[1:]
+            if n.attrs[Attr.STREAM] == 0 and n.attrs[Attr.STEP] == s.step
+        )
+        assert all(s.start_ns <= a and b <= s.end_ns for a, b in main), s
+        assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(main)), s
+
+
 @dataclass
 class FakeKinetoEvent:
     """The part of torch's _KinetoEvent that op_records reads."""

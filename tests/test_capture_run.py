@@ -304,6 +304,7 @@ def test_ops_level_main_thread_is_covered_except_where_it_waits_for_async_collec
             for n, a in nodes
             if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
         ]
+        assert span.start_ns <= main[0][0] and max(b for _, b in main) <= span.end_ns  # none spills out
         uncovered = 0
         cursor = main[0][0]
         for a, b in main:

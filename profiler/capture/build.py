@@ -131,11 +131,15 @@ class _Proto:
     inputs_types: str = ""
 
 
+MAIN_STREAM = 0
+"""Stream number of the thread that runs the training loop (and marks the steps)."""
+
+
 class _Streams:
     """Stream numbers of host threads, keyed by native thread id or ``("kineto", id)``."""
 
     def __init__(self, main_thread: int) -> None:
-        self.threads: dict[Hashable, int] = {main_thread: 0}
+        self.threads: dict[Hashable, int] = {main_thread: MAIN_STREAM}
 
     def thread(self, tid: Hashable) -> int:
         s = self.threads.get(tid)
@@ -264,6 +268,12 @@ def step_of(t: int, starts: list[int], steps: Sequence[StepRecord]) -> int:
     return -1
 
 
+def _boundary_inside(bounds: list[int], start_ns: int, end_ns: int) -> int | None:
+    """The first step boundary strictly inside ``(start_ns, end_ns)`` (``bounds`` sorted), or None."""
+    k = bisect.bisect_right(bounds, start_ns)
+    return bounds[k] if k < len(bounds) and bounds[k] < end_ns else None
+
+
 def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) -> list[_Proto]:
     kernels = sorted(
         (o for o in cap.ops if not o.is_cpu and is_nccl_kernel(o.name)), key=lambda o: o.start_ns
@@ -388,6 +398,7 @@ def _gap_protos(cap: RankCapture, nodes: list[_Proto], name: str, *, main_only: 
 def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list[_Proto]:
     """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels."""
     starts = [s.start_ns for s in cap.steps]
+    bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
     blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for p in comms:
         if p.issue_stream < 0:
@@ -450,6 +461,13 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
             if encloses_comm or scope_only:
                 todo.extend(reversed(children[i]))
                 continue
+            if stream == MAIN_STREAM and (b := _boundary_inside(bounds, o.start_ns, end)) is not None:
+                # the step was marked from inside this op (the optimizer's post-hook): what follows the
+                # mark is the capture's own step work unless operators of the op ran after it
+                if any(ops[c].start_ns + ops[c].dur_ns > b for c in children[i]):
+                    todo.extend(reversed(children[i]))
+                    continue
+                end = b
             step = step_of(o.start_ns, starts, cap.steps)
             if step < 0:
                 continue
