@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -105,6 +105,32 @@ def test_an_async_collective_runs_on_its_group_stream_and_is_awaited_by_the_firs
     waiter = next(n for n in nodes if n.name == GAP_NAME and n.start_ns == 11_000)
     assert async_node.node_id not in waiter.ctrl_deps  # started before the all_reduce completed
     assert async_node.node_id in sync_node.ctrl_deps  # first node of the thread after completion
+
+
+def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:
+    fr = replace(coll(30_000, 30_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
+    worker = [  # the hooked blocking call's own worker event, then the recorder's collective's
+        OpRecord(name="gloo:all_reduce", start_ns=11_000, dur_ns=8_000, thread=7, is_cpu=True),
+        OpRecord(name="gloo:all_reduce", start_ns=31_000, dur_ns=14_000, thread=8, is_cpu=True),
+    ]
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 20_000, seq=0), fr],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=60_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        worker_events=worker,
+    )
+    nodes = build_nodes(cap)
+    (node,) = by_name(nodes, "gloo:all_reduce")
+    assert (node.start_ns, node.dur_ns, node.attrs[Attr.STREAM]) == (30_000, 15_000, COMM_STREAM_BASE)
+    # issued where the thread's next stretch of host time begins: it comes first, after the one before
+    nxt = next(n for n in nodes if n.name == GAP_NAME and n.start_ns == 30_000)
+    before = next(n for n in nodes if n.name == GAP_NAME and n.start_ns == 20_000)
+    assert node.node_id < nxt.node_id and before.node_id in node.ctrl_deps
+    # without the worker event the end is unknown: the arrival
+    (bare,) = by_name(build_nodes(replace(cap, worker_events=worker[:1])), "gloo:all_reduce")
+    assert bare.dur_ns == 0
 
 
 def test_calls_outside_recorded_steps_are_not_written() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.flight import FR_SEQ_BASE, FrEntry, parse_dump, unhooked
+from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump
 from profiler.capture.records import CommRecord, StepRecord
 from profiler.chakra_io import node_attrs, read_et
 from profiler.manifest import read_manifest
@@ -64,7 +64,7 @@ def funcol_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 def test_functional_collectives_appear_with_group_size_and_matching_sequence_numbers(
     funcol_run: tuple[str, Path],
 ) -> None:
-    level, run = funcol_run
+    _level, run = funcol_run
     m = read_manifest(run)
     names = {g.name: g.ranks for g in m.process_groups}
     per_rank = {}
@@ -74,8 +74,9 @@ def test_functional_collectives_appear_with_group_size_and_matching_sequence_num
             for n in read_et(run / f"rank-{r}.et").nodes
             if (a := node_attrs(n)) and n.type == NodeType.COMM_COLL
         ]
-        fr = [(n, a) for n, a in colls if a[Attr.SEQ] >= FR_SEQ_BASE]
-        hooked = [(n, a) for n, a in colls if a[Attr.SEQ] < FR_SEQ_BASE]
+        fr = [(n, a) for n, a in colls if n.name.startswith("gloo:")]  # named by the recorder
+        hooked = [(n, a) for n, a in colls if n.name.startswith("c10d::")]
+        assert len(fr) + len(hooked) == len(colls)
         # per step: the hooked all_reduce is recorded once, not twice; the two functional ones come from FR
         assert Counter(a[Attr.COMM_TYPE] for _, a in hooked) == {CommType.ALL_REDUCE: ACTIVE}
         kinds = Counter((a[Attr.COMM_TYPE], names[a[Attr.PG_NAME]]) for _, a in fr)
@@ -86,9 +87,17 @@ def test_functional_collectives_appear_with_group_size_and_matching_sequence_num
         for _, a in fr:
             want = 64 * 256 * 4 if a[Attr.COMM_TYPE] == CommType.ALL_REDUCE else 8 * 256 * 4
             assert a[Attr.COMM_SIZE] == want and a[Attr.DTYPE] == "float32"
-        per_rank[r] = sorted((a[Attr.PG_NAME], a[Attr.SEQ]) for _, a in fr)
-        if level == "ops":  # the gloo worker event gives the real end
-            assert all(n.duration_micros > 0 for n, _ in fr)
+        # one numbering per group for hooked and recorder-only collectives: increasing in issue order
+        for pg in names:
+            seqs = [
+                a[Attr.SEQ]
+                for _, a in sorted(colls, key=lambda na: na[1][Attr.START_NS])
+                if a[Attr.PG_NAME] == pg
+            ]
+            assert seqs == sorted(set(seqs)) and all(q < FR_SEQ_BASE for q in seqs), (pg, seqs)
+        per_rank[r] = sorted((a[Attr.PG_NAME], a[Attr.SEQ], a[Attr.COMM_TYPE]) for _, a in colls)
+        # gloo's worker event gives the real end, at both levels
+        assert all(n.duration_micros > 0 for n, _ in fr)
         note = m.notes[f"rank {r} flight recorder"]
         assert f"{2 * ACTIVE} collective(s)" in note
     assert per_rank[0] == per_rank[1]  # the same instance carries the same number on both ranks
@@ -120,19 +129,43 @@ def test_a_flight_recorder_dump_is_parsed_without_trusting_it() -> None:
     assert parse_dump("{not json") == [] and parse_dump("[1, 2]") == []
 
 
-def test_only_entries_inside_recorded_steps_and_outside_hooked_calls_are_added() -> None:
-    hooked = CommRecord(
+def _hooked(start: int, issue_end: int, *, seq: int, ident: int) -> CommRecord:
+    return CommRecord(
         node_type=NodeType.COMM_COLL, op="c10d::allreduce_", comm_type=CommType.ALL_REDUCE, pg_name="0",
-        seq=3, src=-1, dst=-1, tag=0, numel=1, dtype="float32", size_bytes=4, start_ns=10_000_000,
-        issue_end_ns=11_000_000, end_ns=12_000_000, is_async=False, thread=1, step=1,
+        seq=seq, src=-1, dst=-1, tag=0, numel=1, dtype="float32", size_bytes=4, start_ns=start,
+        issue_end_ns=issue_end, end_ns=issue_end, is_async=False, thread=1, step=1, ident=ident,
     )  # fmt: skip
+
+
+def test_hooked_calls_take_the_recorders_numbers_and_only_unaccounted_entries_inside_steps_are_added() -> (
+    None
+):
     steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
-    entries = parse_dump(
-        json.dumps(
-            {"entries": [_entry("0", 1, 10_500_000), _entry("0", 2, 15_000_000), _entry("0", 9, 30_000_000)]}
-        )
-    )
-    extra = unhooked(entries, [hooked], steps, thread=1)
-    assert [(e.seq, e.start_ns, e.step, e.is_async) for e in extra] == [
-        (FR_SEQ_BASE + 2, 15_000_000, 1, True)
+    entries = [
+        {**_entry("0", 11, 10_500_000), "thread_id": "77"},  # the hooked call's own
+        {**_entry("0", 12, 10_600_000), "thread_id": "88"},  # another thread, meanwhile (DDP's reducer)
+        {**_entry("0", 13, 15_000_000), "thread_id": "77"},  # issued from C++ on the same thread
+        {**_entry("0", 14, 30_000_000), "thread_id": "77"},  # after the window
     ]
+    parsed = parse_dump(json.dumps({"entries": entries}))
+    assert [e.thread_ident for e in parsed] == [77, 88, 77, 77]
+    hooked, extra = merge(parsed, [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
+    assert [c.seq for c in hooked] == [11]
+    assert [(e.seq, e.start_ns, e.step, e.is_async, e.ident) for e in extra] == [
+        (12, 10_600_000, 1, True, 88),
+        (13, 15_000_000, 1, True, 77),
+    ]
+    # without thread ids, a call accounts for what its group recorded around it
+    anon = parse_dump(json.dumps({"entries": [_entry("0", 11, 10_500_000), _entry("0", 13, 15_000_000)]}))
+    hooked, extra = merge(anon, [_hooked(10_000_000, 11_000_000, seq=3, ident=0)], steps, thread=1)
+    assert [c.seq for c in hooked] == [11] and [e.seq for e in extra] == [13]
+
+
+def test_a_group_whose_hooked_call_the_recorder_lost_keeps_the_hooks_numbers() -> None:
+    steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
+    entries = parse_dump(json.dumps({"entries": [{**_entry("0", 13, 15_000_000), "thread_id": "77"}]}))
+    hooked, extra = merge(entries, [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
+    assert [c.seq for c in hooked] == [3]
+    assert [e.seq for e in extra] == [FR_SEQ_BASE + 13]  # apart from the hooks' numbers
+    hooked, extra = merge([], [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
+    assert ([c.seq for c in hooked], extra) == ([3], [])  # recorder off

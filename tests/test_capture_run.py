@@ -107,6 +107,20 @@ def test_every_rank_has_the_collectives_the_script_issued_with_their_sizes(strag
             assert sum(counts.values()) == counts[("0", CommType.ALL_REDUCE, 0)] + 4
 
 
+def test_ddps_all_reduce_is_left_to_ddp_and_timed_from_gloos_worker_thread(straggler_run: Path) -> None:
+    m = read_manifest(straggler_run)
+    for rank in range(WORLD):
+        nodes = nodes_of(straggler_run, rank)
+        for step in range(2, 2 + ACTIVE):
+            colls = [a for n, a in nodes if n.type == NodeType.COMM_COLL and a[Attr.STEP] == step]
+            ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]  # named by the flight recorder
+            assert ddp and all(a[Attr.PG_NAME] == "0" and a[Attr.STREAM] >= 1000 for a in ddp)
+            bcast = next(a for a in colls if a[Attr.COMM_TYPE] == CommType.BROADCAST)
+            for a in ddp:  # it ran, and DDP waited for it before backward returned (the broadcast is after)
+                assert a[Attr.DUR_NS] > 0 and a[Attr.START_NS] + a[Attr.DUR_NS] <= bcast[Attr.START_NS]
+        assert "all_reduce on group '0'" in m.notes[f"rank {rank} flight recorder"]
+
+
 def test_point_to_point_calls_name_the_right_global_peers(straggler_run: Path) -> None:
     for rank in range(WORLD):
         sends = [a for n, a in nodes_of(straggler_run, rank) if n.type == NodeType.COMM_SEND]

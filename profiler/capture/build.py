@@ -107,6 +107,9 @@ class RankCapture:
     """Added to every local time to get the aligned clock."""
     ops: Sequence[OpRecord] = ()
     """Kineto operators and kernels (ops/full levels); empty at the collectives level."""
+    worker_events: Sequence[OpRecord] = ()
+    """Collectives level: gloo's ``gloo:*`` worker-thread events, on the hooks' clock already (they end
+    the collectives the flight recorder gave); the ops level has them among ``ops``."""
     host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
     """Host execution trace facts by record-function id (full level)."""
     device: str = "cpu"
@@ -202,6 +205,21 @@ def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) ->
             continue
         lo.append(c.start_ns - ks)
         hi.append(c.issue_end_ns - ke)
+    return _bounded_offset(lo, hi)
+
+
+def marker_clock_offset(times_ns: Sequence[int], spans: Sequence[tuple[int, int]]) -> int:
+    """Offset to add to Kineto's timestamps to put them on ``time.time_ns``'s clock, from markers.
+
+    Marker ``i`` is a Kineto event ``spans[i] = (start, end)`` inside which ``time.time_ns()`` read
+    ``times_ns[i]``, so the offset lies in ``[time - end, time - start]``: the middle of the intersection
+    over all markers (the median of their middles where noise leaves it empty). 0 without markers.
+    """
+    pairs = list(zip(times_ns, spans, strict=False))
+    return _bounded_offset([t - e for t, (_, e) in pairs], [t - s for t, (s, _) in pairs])
+
+
+def _bounded_offset(lo: Sequence[int], hi: Sequence[int]) -> int:
     if not lo:
         return 0
     a, b = max(lo), min(hi)
@@ -214,12 +232,13 @@ def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) ->
 def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
 
-    At the ops level Kineto records ``gloo:<op>`` on the worker thread that ran it: the first such event
+    Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a profiler
+    that records nothing else runs for this, :class:`profiler.capture.kineto.WorkerEvents`): the first event
     at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once.
     """
     hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
     events: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for o in cap.ops:
+    for o in itertools.chain(cap.ops, cap.worker_events):
         if o.is_cpu and o.name.startswith("gloo:"):
             s, e = o.start_ns, o.start_ns + o.dur_ns
             if hooked(s) < e:  # not inside a hooked collective
@@ -506,7 +525,9 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         comp = ops + _gap_protos(cap, comms + ops, UNTRACED_NAME, main_only=True)
     else:
         comp = _gap_protos(cap, comms, GAP_NAME)
-    protos = sorted([*comms, *comp], key=lambda p: (p.start_ns, p.stream, p.end_ns))
+    # at equal starts an asynchronous call comes first: it was issued before the thread went on (the
+    # flight recorder's collectives arrive exactly where the thread's next stretch of host time begins)
+    protos = sorted([*comms, *comp], key=lambda p: (p.start_ns, p.issue_stream < 0, p.stream, p.end_ns))
     for p in protos:
         p.attrs[Attr.STREAM] = p.stream
     ids = {id(p): k + 1 for k, p in enumerate(protos)}

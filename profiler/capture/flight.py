@@ -2,29 +2,33 @@
 
 The hooks wrap ``torch.distributed``'s Python functions. Collectives issued elsewhere reach the process
 group without passing them: functional collectives (``torch.ops._c10d_functional``: DTensor, tensor
-parallelism, compiled graphs) and collectives issued from C++. The flight recorder, which every process
-group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile`` turns it on
+parallelism, compiled graphs), collectives issued from C++, and at the collectives level DDP's gradient
+all_reduce (its C++ reducer is left alone there, see :mod:`profiler.capture.hooks`). The flight recorder,
+which every process group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile`` turns it on
 (``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads its entries back at the end of the
 window through the JSON dump (never the pickle one: traces and dumps are untrusted input).
 
-An entry the hooks did not record (no hooked collective on the same group was in flight when the entry was
-created) becomes a collective of its own: group, sequence number, type, size and dtype from the entry; the
-arrival is the entry's creation time (the moment the rank issued it). The flight recorder gives no end on
-gloo (nor on NCCL without timing), so the call is an asynchronous one on the group's comm stream whose end
-is the arrival, unless the ``ops`` level gives the real one (the ``gloo:*`` worker event or the NCCL kernel,
-see :mod:`profiler.capture.build`). Its sequence number is the recorder's own per-group number plus
-:data:`FR_SEQ_BASE`, identical on every member and apart from the hooks' numbers.
+An entry no hooked call accounts for (see :func:`merge`) becomes a collective of its own: group, sequence
+number, type, size and dtype from the entry; the arrival is the entry's creation time (the moment the
+rank issued it). The flight recorder gives no end on gloo (nor on NCCL without timing), so the call is an
+asynchronous one on the group's comm stream that ends when gloo's worker thread finished it (its
+``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a profiler that
+records nothing else does, see :class:`profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's end
+at the ops level, and otherwise at its arrival. Hooked collectives take the recorder's sequence numbers,
+so one numbering covers both.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from profiler.bounded import parse_json_bounded
-from profiler.capture.build import Reach, step_of
+from profiler.capture.build import step_of
 from profiler.capture.records import CommRecord, StepRecord
 from profiler.errors import SkewlensError
 from profiler.vocab import NodeType, collective_from_op
@@ -67,6 +71,14 @@ class FrEntry:
     """torch dtype name of the first input (``float32``), ``""`` if it had none."""
     size_bytes: int
     """numel x element size of the inputs."""
+    thread_ident: int = 0
+    """The issuing thread's ``threading.get_ident()`` (the recorder's ``thread_id``), 0 when unknown."""
+
+
+def enabled() -> bool:
+    """Whether this process's flight recorder records (``TORCH_FR_BUFFER_SIZE`` a positive number)."""
+    value = os.environ.get(FR_BUFFER_ENV, "").strip()
+    return value.isdigit() and int(value) > 0
 
 
 def parse_dump(text: str | bytes) -> list[FrEntry]:
@@ -102,6 +114,8 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
                     numel += n
                     nbytes += n * _DTYPE_BYTES.get(str(dt), 0)
         first = dtypes[0] if isinstance(dtypes, list) and dtypes else ""
+        tid = e.get("thread_id")
+        ident = int(tid) if isinstance(tid, str) and tid.isdigit() and len(tid) <= 20 else 0
         out.append(
             FrEntry(
                 pg_name=pg[0],
@@ -111,6 +125,7 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
                 numel=numel,
                 dtype=_DTYPE_NAMES.get(str(first), str(first).lower()),
                 size_bytes=nbytes,
+                thread_ident=ident,
             )
         )
     return out
@@ -130,56 +145,89 @@ def dump_entries() -> list[FrEntry]:
     return parse_dump(text)
 
 
-def unhooked(
+def merge(
     entries: Sequence[FrEntry],
     comms: Sequence[CommRecord],
     steps: Sequence[StepRecord],
     *,
     thread: int,
     slack_ns: int = 200_000,
-) -> list[CommRecord]:
-    """Collectives the recorder saw inside the recorded steps that no hooked collective accounts for.
+) -> tuple[list[CommRecord], list[CommRecord]]:
+    """The hooked calls numbered as the recorder numbers them, and the collectives only the recorder saw.
 
-    A hooked collective on the same group accounts for the entries created while it was being issued
-    (``[start - slack, issue end + slack]``: a call may create several, as coalesced ones do).
+    A hooked collective accounts for the entries its thread created on its group while it was being
+    issued, ``[start, issue end]`` (a call may create several: gloo's ``reduce_scatter`` of a list does);
+    where either side does not know the thread, for those created on its group within ``slack_ns`` of the
+    call. It takes the recorder's sequence number of its first entry, so that the hooked collectives and
+    the recorder's own (entries inside the recorded steps that no call accounts for) share one numbering
+    per group, in issue order, the same on every member. On a group where a hooked collective has no
+    entry (the recorder is off, or its ring buffer lost the entry) the hooked calls keep the hooks' own
+    numbers and the recorder's collectives get theirs plus :data:`FR_SEQ_BASE`.
     """
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
-    calls: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for c in comms:
-        if c.node_type == NodeType.COMM_COLL:
-            calls[c.pg_name].append((c.start_ns - slack_ns, c.issue_end_ns + slack_ns))
-    hooked = {pg: Reach(iv) for pg, iv in calls.items()}
-    out = []
-    for e in sorted(entries, key=lambda e: e.created_ns):
-        step = step_of(e.created_ns, starts, ordered)
-        if step < 0:
+    by_pg: dict[str, list[FrEntry]] = defaultdict(list)
+    for e in entries:
+        by_pg[e.pg_name].append(e)
+    for es in by_pg.values():
+        es.sort(key=lambda e: e.created_ns)
+    created = {pg: [e.created_ns for e in es] for pg, es in by_pg.items()}
+    claimed: set[tuple[str, int]] = set()
+    first: dict[int, int] = {}  # index of a hooked call -> the recorder's sequence number
+    unnumbered: set[str] = set()  # groups keeping the hooks' numbers
+    for i, c in enumerate(comms):
+        if c.node_type != NodeType.COMM_COLL:
             continue
-        reach = hooked.get(e.pg_name)
-        if reach is not None and reach(e.created_ns) >= e.created_ns:
-            continue
-        out.append(
-            CommRecord(
-                node_type=NodeType.COMM_COLL,
-                op=e.op,
-                comm_type=collective_from_op(e.op),
-                pg_name=e.pg_name,
-                seq=FR_SEQ_BASE + e.seq,
-                src=-1,
-                dst=-1,
-                tag=0,
-                numel=e.numel,
-                dtype=e.dtype,
-                size_bytes=e.size_bytes,
-                start_ns=e.created_ns,
-                issue_end_ns=e.created_ns,
-                end_ns=e.created_ns,
-                is_async=True,
-                thread=thread,
-                step=step,
-            )
+        es = by_pg.get(c.pg_name, [])
+        lo, hi = (
+            (c.start_ns, c.issue_end_ns) if c.ident else (c.start_ns - slack_ns, c.issue_end_ns + slack_ns)
         )
-    return out
+        k = bisect.bisect_left(created.get(c.pg_name, []), lo)
+        while k < len(es) and es[k].created_ns <= hi:
+            e = es[k]
+            if (c.pg_name, k) not in claimed and (
+                not c.ident or not e.thread_ident or e.thread_ident == c.ident
+            ):
+                claimed.add((c.pg_name, k))
+                first.setdefault(i, e.seq)
+            k += 1
+        if i not in first:
+            unnumbered.add(c.pg_name)
+    hooked = [
+        replace(c, seq=first[i]) if i in first and c.pg_name not in unnumbered else c
+        for i, c in enumerate(comms)
+    ]
+    extra = []
+    for pg, es in by_pg.items():
+        base = FR_SEQ_BASE if pg in unnumbered else 0
+        for k, e in enumerate(es):
+            step = step_of(e.created_ns, starts, ordered)
+            if step < 0 or (pg, k) in claimed:
+                continue
+            extra.append(
+                CommRecord(
+                    node_type=NodeType.COMM_COLL,
+                    op=e.op,
+                    comm_type=collective_from_op(e.op),
+                    pg_name=e.pg_name,
+                    seq=base + e.seq,
+                    src=-1,
+                    dst=-1,
+                    tag=0,
+                    numel=e.numel,
+                    dtype=e.dtype,
+                    size_bytes=e.size_bytes,
+                    start_ns=e.created_ns,
+                    issue_end_ns=e.created_ns,
+                    end_ns=e.created_ns,
+                    is_async=True,
+                    thread=thread,
+                    step=step,
+                    ident=e.thread_ident,
+                )
+            )
+    extra.sort(key=lambda c: c.start_ns)
+    return hooked, extra
 
 
 def summary(records: Sequence[CommRecord]) -> str:

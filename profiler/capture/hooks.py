@@ -2,9 +2,13 @@
 
 Python-level wrappers replace the public functions of ``torch.distributed`` (and the same names in
 ``torch.distributed.distributed_c10d``, which its own helpers call). DDP issues its gradient all_reduce
-from C++, out of the wrappers' sight, so DDP modules without a user comm hook get PyTorch's own
-``allreduce_hook`` (the documented equivalent of the built-in path: divide by the group size, all_reduce)
-registered before their first forward; its all_reduce then goes through the wrappers.
+from C++, out of the wrappers' sight. With ``ddp=True`` (the ops and full levels, and any level without
+the flight recorder), DDP modules without a user comm hook get PyTorch's own ``allreduce_hook`` (the
+documented equivalent of the built-in path: divide by the group size, all_reduce) registered before their
+first forward; its all_reduce then goes through the wrappers. That costs a Python call and a pass over
+each gradient bucket on the backward's critical path, and a Python callback on the backend's thread: the
+collectives level leaves DDP's C++ path alone and takes its all_reduce from the flight recorder
+(:mod:`profiler.capture.flight`).
 
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
@@ -112,7 +116,10 @@ class CommHooks:
         sink: Callable[[CommRecord], None],
         recording: Callable[[], bool],
         step_of: Callable[[], int],
+        *,
+        ddp: bool = True,
     ) -> None:
+        self._ddp = ddp
         self._sink = sink
         self._recording = recording
         self._step_of = step_of
@@ -136,7 +143,8 @@ class CommHooks:
                 if getattr(mod, name, None) is orig:
                     self._saved.append((mod, name, orig))
                     setattr(mod, name, wrapper)
-        self._install_ddp()
+        if self._ddp:
+            self._install_ddp()
         self.installed = True
 
     def uninstall(self) -> None:
@@ -247,6 +255,7 @@ class CommHooks:
             "issue_end_ns": issue_end,
             "is_async": is_async,
             "thread": threading.get_native_id(),
+            "ident": threading.get_ident(),
             "step": step,
         }
         if is_async and result is not None:

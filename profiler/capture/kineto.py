@@ -8,6 +8,7 @@ timestamps are on the Unix-epoch clock, the same as ``time.time_ns()`` used by t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,117 @@ class KinetoCapture:
     def export(self, path: Path) -> None:
         """Write the Kineto trace as Chrome JSON (after :meth:`stop`)."""
         self._prof.export_chrome_trace(str(path))
+
+
+#: The record function each step leaves in :class:`WorkerEvents`' profiler (joins the clocks).
+STEP_MARK = "skewlens::step"
+
+
+class WorkerEvents:
+    """Collectives level: gloo's worker-thread events (``gloo:*``) and nothing else, through Kineto.
+
+    gloo runs each collective on a worker thread of its process group and wraps it in a ``USER_SCOPE``
+    record function. A Kineto session restricted to that scope records those, the program's own
+    ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
+    operators are ``FUNCTION`` scope and their record functions do not even run. The events give the end
+    of the collectives the hooks do not time (DDP's all_reduce, see :mod:`profiler.capture.flight`). Each
+    step leaves a :data:`STEP_MARK` event around a ``time.time_ns()`` reading, which puts the events on the
+    hooks' clock.
+
+    Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
+    here); one it starts later takes Kineto over, which :meth:`start` notices through
+    ``torch.autograd.profiler``: the events are then lost (:attr:`note` says so), the program's profiler
+    works as without skewlens.
+    """
+
+    def __init__(self) -> None:
+        self._on = False
+        self._taken_over = False
+        self._times: list[int] = []
+        self._restore: Any = None
+        self.note = ""
+        """Why no events came back ("" when they did)."""
+
+    def start(self) -> bool:
+        """Start recording; False (and :attr:`note`) when the process already profiles."""
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._autograd import _enable_profiler, _prepare_profiler, _profiler_enabled
+        from torch._C._profiler import (
+            ProfilerActivity,
+            ProfilerConfig,
+            ProfilerState,
+            RecordScope,
+            _ExperimentalConfig,
+        )
+
+        if self._on:
+            return True
+        if _profiler_enabled():
+            self.note = "the program runs its own profiler: no gloo worker events, ends unknown"
+            return False
+        # KINETO state; no shapes, memory, stacks, flops or modules
+        flags = (False,) * 5
+        config = ProfilerConfig(ProfilerState.KINETO, *flags, _ExperimentalConfig())
+        activities = {ProfilerActivity.CPU}
+        _prepare_profiler(config, activities)
+        _enable_profiler(config, activities, {RecordScope.USER_SCOPE})  # type: ignore[call-arg]  # stub lacks it
+        self._on = True
+        # torch.autograd.profiler (behind torch.profiler too) prepares every profiler it starts through
+        # this module-level name: a program's profiler starting now takes Kineto over
+        original = autograd_profiler._prepare_profiler
+
+        def prepare(*args: Any, **kwargs: Any) -> Any:
+            if self._on:
+                self._taken_over = True
+            return original(*args, **kwargs)
+
+        autograd_profiler._prepare_profiler = prepare
+        self._restore = lambda: setattr(autograd_profiler, "_prepare_profiler", original)
+        return True
+
+    def mark(self) -> None:
+        """Leave a step marker (a no-op unless recording)."""
+        if self._on and not self._taken_over:
+            from torch.autograd.profiler import record_function
+
+            with record_function(STEP_MARK):
+                self._times.append(time.time_ns())
+
+    def stop(self) -> list[OpRecord]:
+        """Stop; the ``gloo:*`` events on ``time.time_ns()``'s clock (empty when none came back)."""
+        if not self._on:
+            return []
+        self._on = False
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
+        if self._taken_over:
+            self.note = "the program started its own profiler: gloo worker events lost, ends unknown"
+            return []
+        from torch._C._autograd import _disable_profiler
+
+        from profiler.capture.build import marker_clock_offset
+
+        try:
+            events = list(_disable_profiler().events())
+        except RuntimeError as e:
+            self.note = f"the profiler could not be stopped ({e}): collective ends unknown"
+            return []
+        marks = sorted(
+            (int(e.start_ns()), int(e.start_ns() + e.duration_ns())) for e in events if e.name() == STEP_MARK
+        )
+        if len(marks) != len(self._times):
+            self.note = "the profiler lost its step markers: gloo worker events not used, ends unknown"
+            return []
+        off = marker_clock_offset(self._times, marks)
+        return [
+            OpRecord(
+                name=e.name(),
+                start_ns=int(e.start_ns()) + off,
+                dur_ns=int(e.duration_ns()),
+                thread=int(e.start_thread_id()),
+                is_cpu=True,
+            )
+            for e in events
+            if e.name().startswith("gloo:") and e.duration_ns() >= 0
+        ]

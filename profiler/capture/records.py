@@ -45,6 +45,9 @@ class CommRecord:
     """Native id of the issuing thread."""
     step: int
     """Training step during which it was issued."""
+    ident: int = 0
+    """Python identifier (``threading.get_ident()``, the pthread id) of the issuing thread: the flight
+    recorder's ``thread_id``; 0 when unknown."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -75,15 +75,19 @@ class CaptureSession:
         self._opt_handle: Any = None
         self._first_optimizer: int | None = None
         self._kineto: Any = None
+        self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._et: Any = None
         self._lock = threading.Lock()
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def install(self) -> CaptureSession:
         """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
+        from profiler.capture import flight
         from profiler.capture.hooks import CommHooks
 
-        self._hooks = CommHooks(self._sink, self._recording, lambda: self.step_index)
+        # the collectives level leaves DDP's C++ all_reduce alone when the flight recorder sees it
+        ddp = not (self.level == Level.COLLECTIVES and flight.enabled())
+        self._hooks = CommHooks(self._sink, self._recording, lambda: self.step_index, ddp=ddp)
         self._hooks.install()
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -118,6 +122,8 @@ class CaptureSession:
 
     def step(self) -> None:
         """Mark the end of the current training step."""
+        if self._workers is not None:
+            self._workers.mark()
         now = time.time_ns()
         if self.action == Action.RECORD:
             self.steps.append(StepRecord(step=self.step_index, start_ns=self._step_start, end_ns=now))
@@ -137,6 +143,7 @@ class CaptureSession:
 
     def _start_warmup(self) -> None:
         if self.level == Level.COLLECTIVES:
+            self._start_worker_events()
             return
         import torch
 
@@ -147,6 +154,18 @@ class CaptureSession:
         facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
         self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
         self._kineto.start()
+
+    def _start_worker_events(self) -> None:
+        import torch.distributed as dist
+
+        from profiler.capture import flight
+        from profiler.capture.kineto import WorkerEvents
+
+        if flight.enabled() and dist.is_available() and dist.is_initialized():
+            self._workers = WorkerEvents()
+            if not self._workers.start():
+                self.notes[f"rank {self.rank} worker events"] = self._workers.note
+                self._workers = None
 
     def _start_record(self) -> None:
         self.offset_ns = self._clock_offset()
@@ -253,6 +272,11 @@ class CaptureSession:
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
         ops, host_ops = self._ops()
+        workers: list[OpRecord] = []
+        if self._workers is not None:
+            workers = self._workers.stop()
+            if self._workers.note:
+                self.notes[f"rank {rank} worker events"] = self._workers.note
         device = "cpu"
         import torch
 
@@ -261,7 +285,7 @@ class CaptureSession:
         groups = self._groups()
         with self._lock:
             comms = list(self.comms)
-        comms += self._unhooked(comms)
+        comms = self._with_flight_recorder(comms)
         cap = RankCapture(
             rank=rank,
             comms=comms,
@@ -270,6 +294,7 @@ class CaptureSession:
             main_thread=self._main_thread,
             offset_ns=self.offset_ns or 0,
             ops=ops,
+            worker_events=workers,
             host_ops=host_ops,
             device=device,
         )
@@ -304,21 +329,22 @@ class CaptureSession:
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
 
-    def _unhooked(self, comms: list[CommRecord]) -> list[CommRecord]:
-        """Collectives the flight recorder saw in the window that the hooks did not (functional, C++)."""
+    def _with_flight_recorder(self, comms: list[CommRecord]) -> list[CommRecord]:
+        """The hooked calls renumbered by the flight recorder, plus the collectives only it saw."""
         import torch.distributed as dist
 
         from profiler.capture import flight
 
-        if not os.environ.get(flight.FR_BUFFER_ENV) or not (dist.is_available() and dist.is_initialized()):
-            return []
-        extra = flight.unhooked(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
+        if not flight.enabled() or not (dist.is_available() and dist.is_initialized()):
+            return comms
+        hooked, extra = flight.merge(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
         if extra:
             self.notes[f"rank {self.rank} flight recorder"] = (
                 f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
-                f"flight recorder ({flight.summary(extra)}): arrival times; ends only at the ops level"
+                f"flight recorder ({flight.summary(extra)}): arrival from the recorder, end from gloo's "
+                "worker thread where it was seen"
             )
-        return extra
+        return hooked + extra
 
     def _install_sigterm(self) -> None:
         """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""

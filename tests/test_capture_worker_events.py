@@ -1,0 +1,85 @@
+"""The collectives level's light profiler: gloo's worker events on the hooks' clock, and never in the way.
+
+At the collectives level DDP's all_reduce is left to DDP and its end comes from gloo's worker thread,
+recorded by a Kineto session that records nothing else (:class:`profiler.capture.kineto.WorkerEvents`).
+A program that profiles itself must work as without skewlens.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from capture_helpers import profile
+
+from profiler.capture.build import marker_clock_offset
+from profiler.chakra_io import node_attrs, read_et
+from profiler.manifest import read_manifest
+from profiler.vocab import Attr, NodeType
+
+
+def test_step_markers_pin_kinetos_clock_to_the_hooks_clock() -> None:
+    true_offset = 1_234_567
+    # time.time_ns() read inside each marker; Kineto saw the marker at (time - offset) +- its own width
+    times = [10_000_000, 20_000_000, 30_000_000]
+    spans = [(t - true_offset - 3_000, t - true_offset + 1_000) for t in times]
+    spans[1] = (times[1] - true_offset - 500, times[1] - true_offset + 9_000)
+    off = marker_clock_offset(times, spans)
+    assert abs(off - true_offset) <= 1_000  # the intersection of [t - end, t - start] over the markers
+    assert marker_clock_offset([], []) == 0
+    # markers whose ranges disagree (noise): the median of their middles
+    assert marker_clock_offset([100, 100, 100], [(0, 10), (50, 60), (90, 95)]) == 45
+
+
+SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo")
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256)))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+seen = 0
+for step in range(8):
+    if step == PROFILE_AT:  # the program's own profiler, inside skewlens' window
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        prof.start()
+    model(torch.randn(32, 256)).square().mean().backward()
+    dist.broadcast(torch.ones(16), src=0)
+    opt.step()
+    opt.zero_grad()
+    if step == PROFILE_AT:
+        prof.stop()
+        seen = sum(e.name == "aten::addmm" for e in prof.events())
+print(f"rank {dist.get_rank()} own profiler saw {seen} addmm", file=sys.stderr)
+dist.destroy_process_group()
+"""
+
+
+def run_script(tmp_path: Path, profile_at: int) -> tuple[Path, str]:
+    script = tmp_path / "train_own_profiler.py"
+    script.write_text(SCRIPT.replace("PROFILE_AT", str(profile_at)))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(out, level="collectives", steps="1:1:4", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out, res.stderr
+
+
+def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(tmp_path: Path) -> None:
+    out, stderr = run_script(tmp_path, profile_at=3)
+    for r in (0, 1):
+        # its profiler recorded the operators (2 linear layers forward), as without skewlens
+        assert f"rank {r} own profiler saw 2 addmm" in stderr
+        note = read_manifest(out).notes[f"rank {r} worker events"]
+        assert "own profiler" in note and "ends unknown" in note
+        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
+        ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
+        assert len(ddp) == 4 and all(a[Attr.DUR_NS] == 0 for a in ddp)  # there, but without an end
+
+
+def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(tmp_path: Path) -> None:
+    out, _ = run_script(tmp_path, profile_at=-1)
+    for r in (0, 1):
+        assert f"rank {r} worker events" not in read_manifest(out).notes
+        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
+        ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
+        assert len(ddp) == 4 and all(a[Attr.DUR_NS] > 0 for a in ddp)
