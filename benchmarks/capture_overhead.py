@@ -1,6 +1,6 @@
 """Capture overhead: the example's own step times with and without ``skewlens profile``, per level.
 
-Runs interleaved repetitions (baseline, captured, baseline, captured, ...) of
+Runs interleaved repetitions (baseline, captured, captured, baseline, baseline, ...) of
 ``torchrun --nproc-per-node N examples/train.py`` so that load drifting on the machine hits both sides
 alike, and compares the median step time over the recorded steps as train.py measures it
 (``--step-times-out``): wall time (the target; pooled over all runs of a side, and as the median of the
@@ -178,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         for level in args.levels:
             base, cap = Side(), Side()
             for rep in range(args.reps):
-                for lv, side in ((None, base), (level, cap)):
+                # ABBA order (baseline first on even repetitions, captured first on odd ones): a drift
+                # of the machine's speed over the run, or a cost of following the other side, cancels
+                order = ((None, base), (level, cap))
+                for lv, side in order if rep % 2 == 0 else order[::-1]:
                     runs = run_once(
                         work, level=lv, nproc=args.nproc, active=args.active, tag=f"{level}-{rep}-{lv}"
                     )
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
             b, c = statistics.median(base.wall), statistics.median(cap.wall)
             cpu_ratio = statistics.median(cap.cpu) / statistics.median(base.cpu)
-            # each captured run against the baseline run just before it: robust to drift between runs
+            # each captured run against the baseline run next to it: robust to drift between runs
             paired = statistics.median(
                 c_ / b_ for b_, c_ in zip(base.run_medians, cap.run_medians, strict=True)
             )

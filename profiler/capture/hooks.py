@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -108,8 +109,31 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+class _Described(NamedTuple):
+    """What a recorded call is, read before it was made (its times are added after).
+
+    A named tuple, not a frozen dataclass: it is made on every recorded call, and a frozen dataclass's
+    ``__init__`` costs several times as much.
+    """
+
+    spec: _Spec
+    pg_name: str
+    seq: int
+    step: int
+    numel: int
+    size_bytes: int
+    dtype: str
+    src: int
+    dst: int
+    tag: int
+    thread: int
+    ident: int
+    src_from_result: bool  # a recv from any source: the call returns the sender
+
+
 class CommHooks:
-    """Installs the wrappers; calls ``sink(record)`` for each call made while ``recording()`` is true."""
+    """Installs the wrappers; records each call made while ``recording()`` is true and hands it to
+    ``sink`` as a :class:`CommRecord` at :meth:`flush`."""
 
     def __init__(
         self,
@@ -125,6 +149,10 @@ class CommHooks:
         self._step_of = step_of
         self._seq: dict[str, int] = defaultdict(int)
         self._local = threading.local()
+        self._ids = itertools.count()
+        self._calls: list[tuple[int, _Described, int, int, bool, Any]] = []  # list.append: thread-safe
+        self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
+        self._me = -1  # this process's global rank, once known
         self._saved: list[tuple[Any, str, Any]] = []
         self.installed = False
         self.dropped = 0
@@ -195,86 +223,89 @@ class CommHooks:
         if spec.node_type == NodeType.COMM_COLL:
             seq = self._seq[pg_name]
             self._seq[pg_name] = seq + 1
-        recording = self._recording()
-        if not recording:
+        if not self._recording():
             return orig(*args, **kwargs)
-        step = self._step_of()
+        # everything but the times is read before the call: Python work right after a collective returns
+        # costs several times its own CPU time (gloo's threads are still winding down on the cores)
+        try:
+            what = self._describe(spec, a, pg, pg_name, seq)
+        except Exception:  # bookkeeping must never break the training program: count and go on
+            self.dropped += 1
+            return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
         start = time.time_ns()
         result = orig(*args, **kwargs)
         issue_end = time.time_ns()
-        try:
-            self._record(
-                spec, a, pg=pg, pg_name=pg_name, seq=seq, step=step, is_async=is_async, start=start,
-                issue_end=issue_end, result=result,
-            )  # fmt: skip
-        except Exception:  # bookkeeping must never break the training program: count and go on
-            self.dropped += 1
+        call_id = next(self._ids)
+        self._calls.append(
+            (call_id, what, start, issue_end, is_async, result if what.src_from_result else None)
+        )
+        if is_async and result is not None:
+            self._time_completion(call_id, result, issue_end)
+        elif is_async:
+            self._ends[call_id] = issue_end  # nothing to wait on: the return is all we know
         return result
 
-    def _record(
-        self,
-        spec: _Spec,
-        a: _BoundView,
-        *,
-        pg: Any,
-        pg_name: str,
-        seq: int,
-        step: int,
-        is_async: bool,
-        start: int,
-        issue_end: int,
-        result: Any,
-    ) -> None:
+    def _describe(self, spec: _Spec, a: _BoundView, pg: Any, pg_name: str, seq: int) -> _Described:
         tensors = [t for p in spec.inputs for t in _tensors(a.get(p))]
-        numel = sum(t.numel() for t in tensors)
-        size = sum(t.numel() * t.element_size() for t in tensors)
-        dtype = dtype_name(tensors[0].dtype) if tensors else ""
-        me = dist.get_rank()
+        numel = nbytes = 0
+        for t in tensors:
+            n = t.numel()
+            numel += n
+            nbytes += n * t.element_size()
+        if self._me < 0:
+            self._me = dist.get_rank()
         src = dst = -1
         if spec.node_type == NodeType.COMM_SEND:
-            src, dst = me, self._peer(pg, a.get("dst"), a.get("group_dst"))
+            src, dst = self._me, self._peer(pg, a.get("dst"), a.get("group_dst"))
         elif spec.node_type == NodeType.COMM_RECV:
-            dst = me
+            dst = self._me
             src = self._peer(pg, a.get("src"), a.get("group_src"))
-            if src < 0 and isinstance(result, int):
-                src = result
-        fields: dict[str, Any] = {
-            "node_type": spec.node_type,
-            "op": spec.op,
-            "comm_type": spec.comm_type,
-            "pg_name": pg_name,
-            "seq": seq,
-            "src": src,
-            "dst": dst,
-            "tag": int(a.get("tag", 0) or 0),
-            "numel": numel,
-            "dtype": dtype,
-            "size_bytes": size,
-            "start_ns": start,
-            "issue_end_ns": issue_end,
-            "is_async": is_async,
-            "thread": threading.get_native_id(),
-            "ident": threading.get_ident(),
-            "step": step,
-        }
-        if is_async and result is not None:
-            self._on_completion(result, fields)
-        else:
-            self._sink(CommRecord(end_ns=issue_end, **fields))
+        return _Described(
+            spec=spec,
+            pg_name=pg_name,
+            seq=seq,
+            step=self._step_of(),
+            numel=numel,
+            size_bytes=nbytes,
+            dtype=dtype_name(tensors[0].dtype) if tensors else "",
+            src=src,
+            dst=dst,
+            tag=int(a.get("tag", 0) or 0),
+            thread=threading.get_native_id(),
+            ident=threading.get_ident(),
+            src_from_result=spec.node_type == NodeType.COMM_RECV and src < 0,
+        )
 
-    def _on_completion(self, work: Any, fields: dict[str, Any]) -> None:
-        sink = self._sink
+    def _time_completion(self, call_id: int, work: Any, issue_end: int) -> None:
+        ends = self._ends
         try:
             fut = work.get_future()
         except (RuntimeError, AttributeError):
-            sink(CommRecord(end_ns=fields["issue_end_ns"], **fields))  # backend has no future for it
+            ends[call_id] = issue_end  # the backend has no future for it: the return is all we know
             return
 
         def done(_f: Any) -> None:
-            sink(CommRecord(end_ns=time.time_ns(), **fields))
+            ends[call_id] = time.time_ns()
 
         fut.add_done_callback(done)
+
+    def flush(self) -> None:
+        """Hand the calls recorded so far to the sink as :class:`CommRecord` (asynchronous ones once they
+        completed: one still running has no end yet and is left out)."""
+        calls, self._calls = self._calls, []
+        for call_id, w, start, issue_end, is_async, result in calls:
+            end = self._ends.pop(call_id, None) if is_async else issue_end
+            if end is None:
+                continue
+            src = result if w.src_from_result and isinstance(result, int) else w.src
+            rec = CommRecord(
+                node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,
+                seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
+                size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
+                is_async=is_async, thread=w.thread, step=w.step, ident=w.ident,
+            )  # fmt: skip
+            self._sink(rec)
 
     @staticmethod
     def _peer(pg: Any, global_rank: Any, group_rank: Any) -> int:

@@ -124,6 +124,8 @@ class KinetoCapture:
 
 #: The record function each step leaves in :class:`WorkerEvents`' profiler (joins the clocks).
 STEP_MARK = "skewlens::step"
+#: Steps that leave one.
+MARKS = 8
 
 
 class WorkerEvents:
@@ -133,9 +135,9 @@ class WorkerEvents:
     record function. A Kineto session restricted to that scope records those, the program's own
     ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
     operators are ``FUNCTION`` scope and their record functions do not even run. The events give the end
-    of the collectives the hooks do not time (DDP's all_reduce, see :mod:`profiler.capture.flight`). Each
-    step leaves a :data:`STEP_MARK` event around a ``time.time_ns()`` reading, which puts the events on the
-    hooks' clock.
+    of the collectives the hooks do not time (DDP's all_reduce, see :mod:`profiler.capture.flight`). The
+    first steps leave a :data:`STEP_MARK` event around a ``time.time_ns()`` reading, which puts the events
+    on the hooks' clock.
 
     Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
     here); one it starts later takes Kineto over, which :meth:`start` notices through
@@ -189,8 +191,9 @@ class WorkerEvents:
         return True
 
     def mark(self) -> None:
-        """Leave a step marker (a no-op unless recording)."""
-        if self._on and not self._taken_over:
+        """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps: the
+        two clocks keep their offset, a few markers pin it)."""
+        if self._on and not self._taken_over and len(self._times) < MARKS:
             from torch.autograd.profiler import record_function
 
             with record_function(STEP_MARK):

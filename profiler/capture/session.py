@@ -269,6 +269,7 @@ class CaptureSession:
         rank, world = self.rank, self.world_size
         if self._hooks is not None:
             self._hooks.uninstall()
+            self._hooks.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
         ops, host_ops = self._ops()

@@ -1,0 +1,67 @@
+"""The communication hooks on a real (one-rank gloo) process group: what a call leaves, and when.
+
+Each recorded call is described before it is made and only its times are taken after; records are
+built when the session saves (:meth:`CommHooks.flush`). The script runs in its own process so that the
+process group and the wrapped ``torch.distributed`` functions do not outlive it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from profiler.capture import hooks as H
+recs, recording = [], [True]
+hooks = H.CommHooks(recs.append, lambda: recording[0], lambda: 7, ddp=False)
+hooks.install()
+t = torch.ones(300, dtype=torch.float64)
+dist.all_reduce(t)                                    # blocking
+dist.all_reduce(t, async_op=True).wait()              # asynchronous, completed
+recording[0] = False
+dist.broadcast(t, src=0)                              # not recorded, but numbered
+recording[0] = True
+dist.barrier()
+class Pending:                                        # an asynchronous call that never completes
+    def get_future(self):
+        return torch.futures.Future()
+spec = H.SPECS["all_reduce"]
+never = hooks._wrap("all_reduce", spec, lambda tensor, async_op=False: Pending())
+never(t, async_op=True)
+before_flush = len(recs)
+hooks.flush()
+hooks.uninstall()
+out = [dict(op=r.op, seq=r.seq, step=r.step, numel=r.numel, size=r.size_bytes, dtype=r.dtype,
+            start=r.start_ns, issue_end=r.issue_end_ns, end=r.end_ns, is_async=r.is_async) for r in recs]
+print(json.dumps({"before_flush": before_flush, "records": out, "unwrapped": dist.all_reduce.__name__}))
+dist.destroy_process_group()
+"""
+
+
+def test_calls_become_records_at_flush_with_sizes_numbers_and_ordered_times() -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    assert data["before_flush"] == 0  # nothing is built while the program runs
+    recs = data["records"]
+    # the pending asynchronous call is left out; the broadcast was not recorded but took seq 2
+    assert [(r["op"], r["seq"], r["is_async"]) for r in recs] == [
+        ("c10d::allreduce_", 0, False),
+        ("c10d::allreduce_", 1, True),
+        ("c10d::barrier", 3, False),
+    ]
+    first = recs[0]
+    assert (first["numel"], first["size"], first["dtype"], first["step"]) == (300, 2400, "float64", 7)
+    for r in recs:
+        assert r["start"] <= r["issue_end"] <= r["end"]
+        if not r["is_async"]:
+            assert r["end"] == r["issue_end"]
+    assert data["unwrapped"] == "all_reduce"
