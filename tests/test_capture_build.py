@@ -133,6 +133,38 @@ def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_th
     assert bare.dur_ns == 0
 
 
+def test_recorder_collectives_on_two_groups_take_the_worker_events_of_their_own_groups_threads() -> None:
+    two = [*GROUPS, ProcessGroupInfo(name="1", ranks=(0, 1), desc="tp", backend="cpu:gloo")]
+
+    def fr(t: int, pg: str) -> CommRecord:
+        return replace(coll(t, t, seq=(1 << 40) + t, is_async=True), op="gloo:all_reduce", pg_name=pg)
+
+    def ev(s: int, e: int, thread: int) -> OpRecord:
+        return OpRecord(name="gloo:all_reduce", start_ns=s, dur_ns=e - s, thread=thread, is_cpu=True)
+
+    # blocking hooked all_reduces show which worker thread serves which group (7: "0", 8: "1"); then
+    # group "1"'s worker starts first although group "0" issued first
+    hooked = [coll(10_000, 50_000, seq=0), replace(coll(60_000, 90_000, seq=0), pg_name="1")]
+    workers = [
+        ev(20_000, 40_000, 7),
+        ev(65_000, 85_000, 8),
+        ev(120_000, 200_000, 8),
+        ev(150_000, 300_000, 7),
+    ]
+    cap = RankCapture(
+        rank=0,
+        comms=[*hooked, fr(100_000, "0"), fr(110_000, "1")],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=400_000)],
+        groups=two,
+        main_thread=MAIN,
+        worker_events=workers,
+    )
+    ends = {
+        n.attrs[Attr.PG_NAME]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")
+    }
+    assert ends == {"0": 300_000, "1": 200_000}
+
+
 def test_calls_outside_recorded_steps_are_not_written() -> None:
     cap = RankCapture(
         rank=0,

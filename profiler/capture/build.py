@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
 from profiler.chakra_io import AttrValue, TraceNode, pg_init_node
 from profiler.manifest import ProcessGroupInfo
-from profiler.vocab import COMPUTE_GAP_NODE_NAME, UNTRACED_NODE_NAME, Attr, NodeType
+from profiler.vocab import (
+    COMPUTE_GAP_NODE_NAME,
+    UNTRACED_NODE_NAME,
+    Attr,
+    CommType,
+    NodeType,
+    collective_from_op,
+)
 
 GAP_NAME = COMPUTE_GAP_NODE_NAME
 UNTRACED_NAME = UNTRACED_NODE_NAME
@@ -233,26 +240,29 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
 
     Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a profiler
-    that records nothing else runs for this, :class:`profiler.capture.kineto.WorkerEvents`): the first event
-    at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once.
+    that records nothing else runs for this, :class:`profiler.capture.kineto.WorkerEvents`): the first
+    event at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once, on a
+    thread not known to work for another group (:func:`_worker_groups`).
     """
     hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
-    events: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for o in itertools.chain(cap.ops, cap.worker_events):
-        if o.is_cpu and o.name.startswith("gloo:"):
-            s, e = o.start_ns, o.start_ns + o.dur_ns
-            if hooked(s) < e:  # not inside a hooked collective
-                events[o.name].append((s, e))
-    for v in events.values():
-        v.sort()
+    every = sorted(
+        (o.start_ns, o.start_ns + o.dur_ns, o.name, o.thread)
+        for o in itertools.chain(cap.ops, cap.worker_events)
+        if o.is_cpu and o.name.startswith("gloo:")
+    )
+    group_of = _worker_groups(cap.comms, every)
+    events: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for s, e, name, thread in every:
+        if hooked(s) < e:  # not inside a hooked collective
+            events[name].append((s, e, thread))
     taken: set[tuple[str, int]] = set()
 
     def end_of(c: CommRecord) -> int:
         cands = events.get(c.op) if c.op.startswith("gloo:") else None
         if not cands:
             return 0
-        k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))
-        while k < len(cands) and (c.op, k) in taken:
+        k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1, -1))
+        while k < len(cands) and ((c.op, k) in taken or group_of.get(cands[k][2], c.pg_name) != c.pg_name):
             k += 1
         if k == len(cands):
             return 0
@@ -260,6 +270,35 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         return cands[k][1]
 
     return end_of
+
+
+def _worker_groups(
+    comms: Sequence[CommRecord], events: Sequence[tuple[int, int, str, int]]
+) -> dict[int, str]:
+    """gloo worker thread -> the process group it works for, learnt from the blocking hooked collectives.
+
+    Each process group runs its collectives on threads of its own. A blocking call on group ``g`` waits
+    while its ``gloo:*`` event (``events``: ``(start, end, name, thread)`` by start) runs inside it: that
+    thread votes for ``g`` (gloo runs a reduce_scatter as an all_reduce). Threads never seen are not
+    listed.
+    """
+    starts = [ev[0] for ev in events]
+    votes: Counter[tuple[int, str]] = Counter()
+    for c in comms:
+        if c.is_async or c.node_type != NodeType.COMM_COLL or c.op.startswith("gloo:"):
+            continue
+        want = {c.comm_type, CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else None}
+        k = bisect.bisect_left(starts, c.start_ns)
+        while k < len(events) and events[k][0] <= c.end_ns:
+            _, e, name, thread = events[k]
+            if e <= c.end_ns and collective_from_op(name) in want:
+                votes[(thread, c.pg_name)] += 1
+            k += 1
+    best: dict[int, tuple[int, str]] = {}
+    for (thread, pg), n in sorted(votes.items()):
+        if thread not in best or n > best[thread][0]:
+            best[thread] = (n, pg)
+    return {thread: pg for thread, (_, pg) in best.items()}
 
 
 class Reach:
