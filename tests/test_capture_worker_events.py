@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from capture_helpers import profile
 
 from profiler.capture.build import marker_clock_offset
@@ -83,3 +84,27 @@ def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(tmp
         colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
         ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
         assert len(ddp) == 4 and all(a[Attr.DUR_NS] > 0 for a in ddp)
+
+
+def test_a_profiler_that_cannot_start_or_is_already_running_is_a_note_never_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+    import torch._C._autograd as autograd_c
+
+    from profiler.capture.kineto import WorkerEvents
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        w = WorkerEvents()
+        assert w.start() is False and "own profiler" in w.note
+        torch.ones(4).add_(1)
+    assert any(e.name == "aten::add_" for e in prof.events())  # the program's profiler is untouched
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise RuntimeError("no kineto here")
+
+    monkeypatch.setattr(autograd_c, "_prepare_profiler", boom)
+    w = WorkerEvents()
+    assert w.start() is False and "could not start" in w.note and "no kineto here" in w.note
+    w.mark()
+    assert w.stop() == []

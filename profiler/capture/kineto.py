@@ -174,8 +174,12 @@ class WorkerEvents:
         flags = (False,) * 5
         config = ProfilerConfig(ProfilerState.KINETO, *flags, _ExperimentalConfig())
         activities = {ProfilerActivity.CPU}
-        _prepare_profiler(config, activities)
-        _enable_profiler(config, activities, {RecordScope.USER_SCOPE})  # type: ignore[call-arg]  # stub lacks it
+        try:  # this runs inside the program's optimizer.step(): it must never raise into it
+            _prepare_profiler(config, activities)
+            _enable_profiler(config, activities, {RecordScope.USER_SCOPE})  # type: ignore[call-arg]  # stub lacks it
+        except Exception as e:
+            self.note = f"the profiler could not start ({type(e).__name__}: {e}): ends unknown"
+            return False
         self._on = True
         # torch.autograd.profiler (behind torch.profiler too) prepares every profiler it starts through
         # this module-level name: a program's profiler starting now takes Kineto over
@@ -216,7 +220,7 @@ class WorkerEvents:
 
         try:
             events = list(_disable_profiler().events())
-        except RuntimeError as e:
+        except Exception as e:  # the trace must still be written: the ends are what is lost
             self.note = f"the profiler could not be stopped ({e}): collective ends unknown"
             return []
         marks = sorted(
