@@ -125,3 +125,20 @@ def collective_from_op(op_name: str) -> CommType | None:
     """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
     base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()
     return COLLECTIVE_BY_OP.get(base)
+
+
+#: Element size in bytes by dtype name, lower-cased, as Kineto and the flight recorder (``Float``,
+#: ``BFloat16``), host traces (``long int``) or torch (``float32``) spell it.
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "c10::half": 2,
+    "bfloat16": 2, "c10::bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
+    "short": 2, "short int": 2, "int16": 2, "char": 1, "signed char": 1, "int8": 1, "byte": 1,
+    "unsigned char": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "complexfloat": 8, "c10::complex<float>": 8, "complexdouble": 16, "c10::complex<double>": 16,
+}  # fmt: skip
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Element size of a dtype named any of the ways :data:`DTYPE_BYTES` knows (case-insensitive), 0 if
+    unknown."""
+    return DTYPE_BYTES.get(dtype.strip().lower(), 0)

@@ -31,7 +31,7 @@ from profiler.bounded import parse_json_bounded
 from profiler.capture.build import step_of
 from profiler.capture.records import CommRecord, StepRecord
 from profiler.errors import SkewlensError
-from profiler.vocab import NodeType, collective_from_op
+from profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -42,10 +42,6 @@ FR_SEQ_BASE = 1 << 40
 #: Largest dump parsed (the ring buffer bounds it; this bounds a corrupt one).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 
-_DTYPE_BYTES = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-}  # fmt: skip
 _DTYPE_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
     "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
@@ -112,7 +108,7 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
                 if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
                     n = math.prod(shape)
                     numel += n
-                    nbytes += n * _DTYPE_BYTES.get(str(dt), 0)
+                    nbytes += n * dtype_bytes(str(dt))
         first = dtypes[0] if isinstance(dtypes, list) and dtypes else ""
         tid = e.get("thread_id")
         ident = int(tid) if isinstance(tid, str) and tid.isdigit() and len(tid) <= 20 else 0

@@ -13,20 +13,12 @@ from typing import Any
 
 from profiler.importers.host_et import HostComm
 from profiler.importers.kineto import KEvent
-from profiler.vocab import CommType, collective_from_op
+from profiler.vocab import CommType, collective_from_op, dtype_bytes
 
 DEFAULT_PG = "0"
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
 MAX_INT = 2**62
 
-#: Element size in bytes by dtype name as Kineto (``Float``, ``BFloat16``) or shapes (``long int``) spell it.
-DTYPE_BYTES: dict[str, int] = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "c10::half": 2,
-    "bfloat16": 2, "c10::bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
-    "short": 2, "short int": 2, "int16": 2, "char": 1, "signed char": 1, "int8": 1, "byte": 1,
-    "unsigned char": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "complexfloat": 8, "c10::complex<float>": 8, "complexdouble": 16, "c10::complex<double>": 16,
-}  # fmt: skip
 
 _KERNEL_COLL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 _KERNEL_TYPES: dict[str, CommType] = {
@@ -62,10 +54,6 @@ class CommInfo:
     """Peer rank of a send/recv, if known."""
 
 
-def _dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(dtype.strip().lower(), 0)
-
-
 def as_int(v: Any) -> int | None:
     """``v`` if it is an integer of bounded magnitude, else None (bools are not integers here)."""
     return v if isinstance(v, int) and not isinstance(v, bool) and -MAX_INT < v < MAX_INT else None
@@ -82,7 +70,7 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
         out["numel"] = nelems
         if isinstance(dtype, str):
             out["dtype"] = dtype
-            out["size_bytes"] = nelems * _dtype_bytes(dtype)
+            out["size_bytes"] = nelems * dtype_bytes(dtype)
     pg = args.get("Process Group Name")
     if isinstance(pg, str) and pg:
         out["pg_name"] = pg
@@ -103,7 +91,7 @@ def info_from_annotation(ann: KEvent) -> dict[str, Any]:
                 for x in d:
                     n *= x
                 numel += n
-                size += n * _dtype_bytes(t)
+                size += n * dtype_bytes(t)
         out.update(numel=numel, size_bytes=size, dtype=str(types[0]) if types else "")
     return out
 
