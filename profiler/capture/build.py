@@ -118,7 +118,7 @@ class RankCapture:
     """Collectives level: gloo's ``gloo:*`` worker-thread events, on the hooks' clock already (they end
     the collectives the flight recorder gave); the ops level has them among ``ops``."""
     host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
-    """Host execution trace facts by record-function id (full level)."""
+    """Full level: what is known of each host operator, by its Kineto correlation id."""
     device: str = "cpu"
     """Device of the rank."""
 
@@ -287,7 +287,9 @@ def _worker_groups(
     for c in comms:
         if c.is_async or c.node_type != NodeType.COMM_COLL or c.op.startswith("gloo:"):
             continue
-        want = {c.comm_type, CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else None}
+        want = {c.comm_type}
+        if c.comm_type == CommType.REDUCE_SCATTER:
+            want.add(CommType.ALL_REDUCE)
         k = bisect.bisect_left(starts, c.start_ns)
         while k < len(events) and events[k][0] <= c.end_ns:
             _, e, name, thread = events[k]
