@@ -12,7 +12,8 @@ collectives level leaves DDP's C++ path alone and takes its all_reduce from the 
 
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
-moment the hooks are installed, so they are identical on every member that issues the same program.
+moment the hooks are installed, so they are identical on every member that issues the same program; with
+the flight recorder on, :func:`profiler.capture.flight.merge` replaces them by the recorder's own.
 """
 
 from __future__ import annotations
@@ -132,19 +133,17 @@ class _Described(NamedTuple):
 
 
 class CommHooks:
-    """Installs the wrappers; records each call made while ``recording()`` is true and hands it to
-    ``sink`` as a :class:`CommRecord` at :meth:`flush`."""
+    """Installs the wrappers; records each call made while ``recording()`` is true; :meth:`flush` hands
+    the records over."""
 
     def __init__(
         self,
-        sink: Callable[[CommRecord], None],
         recording: Callable[[], bool],
         step_of: Callable[[], int],
         *,
         ddp: bool = True,
     ) -> None:
         self._ddp = ddp
-        self._sink = sink
         self._recording = recording
         self._step_of = step_of
         self._seq: dict[str, int] = defaultdict(int)
@@ -290,10 +289,11 @@ class CommHooks:
 
         fut.add_done_callback(done)
 
-    def flush(self) -> None:
-        """Hand the calls recorded so far to the sink as :class:`CommRecord` (asynchronous ones once they
-        completed: one still running has no end yet and is left out)."""
+    def flush(self) -> list[CommRecord]:
+        """The calls recorded since the last flush (asynchronous ones once they completed: one still
+        running has no end yet and is left out)."""
         calls, self._calls = self._calls, []
+        out = []
         for call_id, w, start, issue_end, is_async, result in calls:
             end = self._ends.pop(call_id, None) if is_async else issue_end
             if end is None:
@@ -305,7 +305,8 @@ class CommHooks:
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident,
             )  # fmt: skip
-            self._sink(rec)
+            out.append(rec)
+        return out
 
     @staticmethod
     def _peer(pg: Any, global_rank: Any, group_rank: Any) -> int:

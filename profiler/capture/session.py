@@ -64,7 +64,6 @@ class CaptureSession:
         self.clock_timeout_s = clock_timeout_s
         self.step_index = 0
         self.action = action_for(0, self.window)
-        self.comms: list[CommRecord] = []
         self.steps: list[StepRecord] = []
         self.offset_ns: int | None = 0
         self.notes: dict[str, str] = {}
@@ -77,17 +76,18 @@ class CaptureSession:
         self._kineto: Any = None
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._et: Any = None
-        self._lock = threading.Lock()
+        from profiler.capture import flight
+
+        self._flight = flight.enabled()  # read once: the recorder was sized when the process started
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def install(self) -> CaptureSession:
         """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
-        from profiler.capture import flight
         from profiler.capture.hooks import CommHooks
 
         # the collectives level leaves DDP's C++ all_reduce alone when the flight recorder sees it
-        ddp = not (self.level == Level.COLLECTIVES and flight.enabled())
-        self._hooks = CommHooks(self._sink, self._recording, lambda: self.step_index, ddp=ddp)
+        ddp = not (self.level == Level.COLLECTIVES and self._flight)
+        self._hooks = CommHooks(self._recording, lambda: self.step_index, ddp=ddp)
         self._hooks.install()
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -109,10 +109,6 @@ class CaptureSession:
 
     def _recording(self) -> bool:
         return self.action == Action.RECORD
-
-    def _sink(self, rec: CommRecord) -> None:
-        with self._lock:
-            self.comms.append(rec)
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if self._first_optimizer is None:
@@ -158,10 +154,9 @@ class CaptureSession:
     def _start_worker_events(self) -> None:
         import torch.distributed as dist
 
-        from profiler.capture import flight
         from profiler.capture.kineto import WorkerEvents
 
-        if flight.enabled() and dist.is_available() and dist.is_initialized():
+        if self._flight and dist.is_available() and dist.is_initialized():
             self._workers = WorkerEvents()
             if not self._workers.start():
                 self.notes[f"rank {self.rank} worker events"] = self._workers.note
@@ -267,9 +262,10 @@ class CaptureSession:
             return None
         self.saved = True
         rank, world = self.rank, self.world_size
+        comms: list[CommRecord] = []
         if self._hooks is not None:
             self._hooks.uninstall()
-            self._hooks.flush()
+            comms = self._hooks.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
         ops, host_ops = self._ops()
@@ -284,8 +280,6 @@ class CaptureSession:
         if torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
-        with self._lock:
-            comms = list(self.comms)
         comms = self._with_flight_recorder(comms)
         cap = RankCapture(
             rank=rank,
@@ -336,7 +330,7 @@ class CaptureSession:
 
         from profiler.capture import flight
 
-        if not flight.enabled() or not (dist.is_available() and dist.is_initialized()):
+        if not self._flight or not (dist.is_available() and dist.is_initialized()):
             return comms
         hooked, extra = flight.merge(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
         if extra:
@@ -363,9 +357,8 @@ class CaptureSession:
         deferred: list[int] = []  # the signal already put off once: the next delivery terminates
 
         def busy(part: Path) -> bool:
-            # saving (interrupted right here, or on another thread), or the records' lock held (by the
-            # interrupted code itself, maybe: the save this handler would start could never take it)
-            return (self.saved and not part.is_file()) or self._lock.locked()
+            # saving (interrupted right here, or on another thread)
+            return self.saved and not part.is_file()
 
         def terminate_when_done(signum: int, part: Path) -> None:
             deadline = time.monotonic() + grace_s
