@@ -56,6 +56,10 @@ def coll(
     )
 
 
+def host_op(name: str, start_ns: int, dur_ns: int, *, thread: int = MAIN) -> OpRecord:
+    return OpRecord(name=name, start_ns=start_ns, dur_ns=dur_ns, thread=thread, is_cpu=True)
+
+
 def by_name(nodes: list[TraceNode], name: str) -> list[TraceNode]:
     return [n for n in nodes if n.name == name]
 
@@ -110,8 +114,8 @@ def test_an_async_collective_runs_on_its_group_stream_and_is_awaited_by_the_firs
 def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:
     fr = replace(coll(30_000, 30_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
     worker = [  # the hooked blocking call's own worker event, then the recorder's collective's
-        OpRecord(name="gloo:all_reduce", start_ns=11_000, dur_ns=8_000, thread=7, is_cpu=True),
-        OpRecord(name="gloo:all_reduce", start_ns=31_000, dur_ns=14_000, thread=8, is_cpu=True),
+        host_op("gloo:all_reduce", 11_000, 8_000, thread=7),
+        host_op("gloo:all_reduce", 31_000, 14_000, thread=8),
     ]
     cap = RankCapture(
         rank=0,
@@ -140,7 +144,7 @@ def test_recorder_collectives_on_two_groups_take_the_worker_events_of_their_own_
         return replace(coll(t, t, seq=(1 << 40) + t, is_async=True), op="gloo:all_reduce", pg_name=pg)
 
     def ev(s: int, e: int, thread: int) -> OpRecord:
-        return OpRecord(name="gloo:all_reduce", start_ns=s, dur_ns=e - s, thread=thread, is_cpu=True)
+        return host_op("gloo:all_reduce", s, e - s, thread=thread)
 
     # blocking hooked all_reduces show which worker thread serves which group (7: "0", 8: "1"); then
     # group "1"'s worker starts first although group "0" issued first
@@ -186,11 +190,11 @@ def test_the_process_group_node_parses_back_into_the_groups() -> None:
 
 def test_an_operator_enclosing_a_blocking_collective_is_replaced_by_its_children() -> None:
     ops = [
-        OpRecord(name="my_block", start_ns=0, dur_ns=100_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::mm", start_ns=1_000, dur_ns=9_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::mm_inner", start_ns=2_000, dur_ns=1_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="c10d::allreduce_", start_ns=10_000, dur_ns=40_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::add", start_ns=60_000, dur_ns=5_000, thread=MAIN, is_cpu=True),
+        host_op("my_block", 0, 100_000),
+        host_op("aten::mm", 1_000, 9_000),
+        host_op("aten::mm_inner", 2_000, 1_000),
+        host_op("c10d::allreduce_", 10_000, 40_000),
+        host_op("aten::add", 60_000, 5_000),
     ]
     cap = RankCapture(
         rank=0,
@@ -215,12 +219,12 @@ def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_oper
     # the optimizer post-hook marks the step from inside Optimizer.step: the rest of that op is the
     # capture's own work and belongs to no step; a user scope spanning two steps is split into its ops
     ops = [
-        OpRecord(name="aten::mm", start_ns=0, dur_ns=50_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="Optimizer.step#SGD.step", start_ns=60_000, dur_ns=70_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::add_", start_ns=61_000, dur_ns=30_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="epoch_scope", start_ns=140_000, dur_ns=180_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::mul", start_ns=150_000, dur_ns=40_000, thread=MAIN, is_cpu=True),
-        OpRecord(name="aten::div", start_ns=300_000, dur_ns=10_000, thread=MAIN, is_cpu=True),
+        host_op("aten::mm", 0, 50_000),
+        host_op("Optimizer.step#SGD.step", 60_000, 70_000),
+        host_op("aten::add_", 61_000, 30_000),
+        host_op("epoch_scope", 140_000, 180_000),
+        host_op("aten::mul", 150_000, 40_000),
+        host_op("aten::div", 300_000, 10_000),
     ]
     steps = [StepRecord(step=k, start_ns=k * 100_000, end_ns=(k + 1) * 100_000) for k in range(4)]
     cap = RankCapture(rank=0, comms=[], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
@@ -406,9 +410,9 @@ def test_record_function_ids_come_from_the_kineto_json(tmp_path: Path) -> None:
 
 def test_kineto_thread_ids_are_matched_to_the_threads_that_made_the_calls() -> None:
     ops = [
-        OpRecord(name="aten::mm", start_ns=0, dur_ns=5_000, thread=1, is_cpu=True),
-        OpRecord(name="c10d::allreduce_", start_ns=10_100, dur_ns=9_000, thread=1, is_cpu=True),
-        OpRecord(name="aten::add", start_ns=30_000, dur_ns=1_000, thread=2, is_cpu=True),
+        host_op("aten::mm", 0, 5_000, thread=1),
+        host_op("c10d::allreduce_", 10_100, 9_000, thread=1),
+        host_op("aten::add", 30_000, 1_000, thread=2),
     ]
     cap = RankCapture(
         rank=0,
