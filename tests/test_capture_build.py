@@ -137,6 +137,36 @@ def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_th
     assert bare.dur_ns == 0
 
 
+def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:
+    # ops level, DDP alone: no hooked call to join the clocks; Kineto runs 40 µs behind time.time_ns()
+    skew = 40_000
+    mark_times = [100_000, 400_000]  # time.time_ns() read inside each marker
+    ops = [
+        *(host_op("skewlens::step", t - 1_000 - skew, 2_000) for t in mark_times),
+        host_op("aten::mm", 150_000 - skew, 100_000),
+        host_op("gloo:all_reduce", 260_000 - skew, 50_000, thread=7),  # the worker ran it
+    ]
+    fr = replace(coll(255_000, 255_000, seq=1, is_async=True), op="gloo:all_reduce")
+    cap = RankCapture(
+        rank=0,
+        comms=[fr],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=500_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        mark_times_ns=mark_times,
+    )
+    nodes = build_nodes(cap)
+    (mm,) = by_name(nodes, "aten::mm")
+    (ar,) = by_name(nodes, "gloo:all_reduce")
+    assert (mm.start_ns, mm.dur_ns) == (150_000, 100_000)
+    assert (ar.start_ns, ar.start_ns + ar.dur_ns) == (255_000, 310_000)  # the worker's end, on our clock
+    assert not by_name(nodes, "skewlens::step")  # bookkeeping, not compute
+    # markers whose count disagrees with the readings are not trusted: Kineto's clock is kept
+    (raw_mm,) = by_name(build_nodes(replace(cap, mark_times_ns=mark_times[:1])), "aten::mm")
+    assert raw_mm.start_ns == 150_000 - skew
+
+
 def test_recorder_collectives_on_two_groups_take_the_worker_events_of_their_own_groups_threads() -> None:
     two = [*GROUPS, ProcessGroupInfo(name="1", ranks=(0, 1), desc="tp", backend="cpu:gloo")]
 

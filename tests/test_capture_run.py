@@ -107,11 +107,12 @@ def test_every_rank_has_the_collectives_the_script_issued_with_their_sizes(strag
             assert sum(counts.values()) == counts[("0", CommType.ALL_REDUCE, 0)] + 4
 
 
-def test_ddps_all_reduce_is_left_to_ddp_and_timed_from_gloos_worker_thread(straggler_run: Path) -> None:
-    m = read_manifest(straggler_run)
-    for rank in range(WORLD):
-        nodes = nodes_of(straggler_run, rank)
-        for step in range(2, 2 + ACTIVE):
+def assert_ddp_left_to_ddp_and_timed(run: Path) -> None:
+    """Every step's DDP all-reduce came from the flight recorder, ran, and ended before the broadcast."""
+    m = read_manifest(run)
+    for rank in m.ranks:
+        nodes = nodes_of(run, rank)
+        for step in sorted({s.step for s in m.steps if s.rank == rank}):
             colls = [a for n, a in nodes if n.type == NodeType.COMM_COLL and a[Attr.STEP] == step]
             ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]  # named by the flight recorder
             assert ddp and all(a[Attr.PG_NAME] == "0" and a[Attr.STREAM] >= 1000 for a in ddp)
@@ -119,6 +120,10 @@ def test_ddps_all_reduce_is_left_to_ddp_and_timed_from_gloos_worker_thread(strag
             for a in ddp:  # it ran, and DDP waited for it before backward returned (the broadcast is after)
                 assert a[Attr.DUR_NS] > 0 and a[Attr.START_NS] + a[Attr.DUR_NS] <= bcast[Attr.START_NS]
         assert "all_reduce on group '0'" in m.notes[f"rank {rank} flight recorder"]
+
+
+def test_ddps_all_reduce_is_left_to_ddp_and_timed_from_gloos_worker_thread(straggler_run: Path) -> None:
+    assert_ddp_left_to_ddp_and_timed(straggler_run)
 
 
 def test_point_to_point_calls_name_the_right_global_peers(straggler_run: Path) -> None:
@@ -273,6 +278,12 @@ def test_ops_level_records_operators_without_counting_communication_twice(ops_ru
             s, e = a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS]
             assert not any(s <= bs < e for bs, _be in blocking)  # no operator encloses a blocking call
         assert sum(1 for n, _ in nodes if n.type == NodeType.COMM_SEND) == (2 if rank == 0 else 0)
+
+
+def test_ops_level_also_leaves_ddps_all_reduce_to_ddp_and_times_it_from_gloos_worker_thread(
+    ops_run: Path,
+) -> None:
+    assert_ddp_left_to_ddp_and_timed(ops_run)
 
 
 def test_ops_level_shows_the_straggler_compute_as_matmuls_and_the_slow_send_as_idle_time(

@@ -48,6 +48,9 @@ GAP_NAME = COMPUTE_GAP_NODE_NAME
 UNTRACED_NAME = UNTRACED_NODE_NAME
 COMM_STREAM_BASE = 1000
 CUDA_STREAM_BASE = 2000
+#: The record function each of the first steps leaves around a ``time.time_ns()`` reading (joins Kineto's
+#: clock to the hooks').
+STEP_MARK_NAME = "skewlens::step"
 #: Shortest gap between communication calls that becomes a COMP node at the collectives level.
 MIN_GAP_NS = 1_000
 #: Kineto CPU events that are communication (their time is in the COMM nodes) or profiler bookkeeping.
@@ -59,6 +62,7 @@ COMM_OP_PREFIXES = (
     "record_param_comms",
     "ProfilerStep",
     "## ",
+    "skewlens::",
 )
 NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
@@ -117,6 +121,10 @@ class RankCapture:
     worker_events: Sequence[OpRecord] = ()
     """Collectives level: gloo's ``gloo:*`` worker-thread events, on the hooks' clock already (they end
     the collectives the flight recorder gave); the ops level has them among ``ops``."""
+    mark_times_ns: Sequence[int] = ()
+    """Ops/full levels: the ``time.time_ns()`` read inside each step marker among ``ops`` (the
+    ``skewlens::step`` record functions, in order); with the hooked calls they put Kineto on the hooks'
+    clock."""
     host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
     """Full level: what is known of each host operator, by its Kineto correlation id."""
     device: str = "cpu"
@@ -183,15 +191,20 @@ def kineto_thread_alias(
     return alias
 
 
-def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) -> int:
+def kineto_clock_offset(
+    comms: Sequence[CommRecord], ops: Sequence[OpRecord], mark_times_ns: Sequence[int] = ()
+) -> int:
     """Offset to add to Kineto's timestamps to put them on the hooks' clock (``time.time_ns``).
 
     Kineto converts its own clock to the Unix epoch once; against ``time.time_ns()`` it can be off by
     tens of microseconds, enough to make an operator appear to start before the blocking collective it
     follows has returned. Every hooked call ``[start, return]`` encloses the ``c10d::*`` operator Kineto
     recorded for it, so the true offset lies in ``[start - k.start, return - k.end]`` for each matched
-    pair; the answer is the middle of the intersection of those ranges (the median of their middles
-    where noise leaves the intersection empty). 0 when nothing matches.
+    pair; likewise each step marker (a :data:`STEP_MARK_NAME` operator, around the ``time.time_ns()``
+    reading ``mark_times_ns[i]``; ignored unless their counts agree), which covers programs whose
+    collectives all come from C++ (DDP alone). The answer is the middle of the intersection of those
+    ranges (the median of their middles where noise leaves the intersection empty). 0 when nothing
+    matches.
     """
     by_name: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for o in ops:
@@ -212,6 +225,10 @@ def kineto_clock_offset(comms: Sequence[CommRecord], ops: Sequence[OpRecord]) ->
             continue
         lo.append(c.start_ns - ks)
         hi.append(c.issue_end_ns - ke)
+    marks = sorted((o.start_ns, o.start_ns + o.dur_ns) for o in ops if o.is_cpu and o.name == STEP_MARK_NAME)
+    if marks and len(marks) == len(mark_times_ns):
+        lo.extend(t - e for t, (_, e) in zip(mark_times_ns, marks, strict=True))
+        hi.extend(t - s for t, (s, _) in zip(mark_times_ns, marks, strict=True))
     return _bounded_offset(lo, hi)
 
 
@@ -557,11 +574,12 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
     """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start."""
     streams = _Streams(cap.main_thread)
     pg_index = {g.name: i for i, g in enumerate(cap.groups)}
-    comms = _comm_protos(cap, streams, pg_index)
-    if cap.ops:
-        off = kineto_clock_offset(cap.comms, cap.ops)
+    if cap.ops:  # on the hooks' clock before anything joins them (worker ends, c10d ids, nesting)
+        off = kineto_clock_offset(cap.comms, cap.ops, cap.mark_times_ns)
         if off:
             cap = replace(cap, ops=[replace(o, start_ns=o.start_ns + off) for o in cap.ops])
+    comms = _comm_protos(cap, streams, pg_index)
+    if cap.ops:
         ops = _op_protos(cap, streams, comms)
         comp = ops + _gap_protos(cap, comms + ops, UNTRACED_NAME, main_only=True)
     else:

@@ -2,11 +2,11 @@
 
 The hooks wrap ``torch.distributed``'s Python functions. Collectives issued elsewhere reach the process
 group without passing them: functional collectives (``torch.ops._c10d_functional``: DTensor, tensor
-parallelism, compiled graphs), collectives issued from C++, and at the collectives level DDP's gradient
-all_reduce (its C++ reducer is left alone there, see :mod:`profiler.capture.hooks`). The flight recorder,
-which every process group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile`` turns it on
-(``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads its entries back at the end of the
-window through the JSON dump (never the pickle one: traces and dumps are untrusted input).
+parallelism, compiled graphs), collectives issued from C++, and at the collectives and ops levels DDP's
+gradient all_reduce (its C++ reducer is left alone there, see :mod:`profiler.capture.hooks`). The flight
+recorder, which every process group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile``
+turns it on (``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads its entries back at the
+end of the window through the JSON dump (never the pickle one: traces and dumps are untrusted input).
 
 An entry no hooked call accounts for (see :func:`merge`) becomes a collective of its own: group, sequence
 number, type, size and dtype from the entry; the arrival is the entry's creation time (the moment the

@@ -2,12 +2,12 @@
 
 Python-level wrappers replace the public functions of ``torch.distributed`` (and the same names in
 ``torch.distributed.distributed_c10d``, which its own helpers call). DDP issues its gradient all_reduce
-from C++, out of the wrappers' sight. With ``ddp=True`` (the ops and full levels, and any level without
-the flight recorder), DDP modules without a user comm hook get PyTorch's own ``allreduce_hook`` (the
+from C++, out of the wrappers' sight. With ``ddp=True`` (the full level, and any level without the
+flight recorder), DDP modules without a user comm hook get PyTorch's own ``allreduce_hook`` (the
 documented equivalent of the built-in path: divide by the group size, all_reduce) registered before their
 first forward; its all_reduce then goes through the wrappers. That costs a Python call and a pass over
 each gradient bucket on the backward's critical path, and a Python callback on the backend's thread: the
-collectives level leaves DDP's C++ path alone and takes its all_reduce from the flight recorder
+collectives and ops levels leave DDP's C++ path alone and take its all_reduce from the flight recorder
 (:mod:`profiler.capture.flight`).
 
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls

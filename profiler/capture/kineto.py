@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.bounded import read_json_bounded
+from profiler.capture.build import STEP_MARK_NAME, marker_clock_offset
 from profiler.capture.records import OpRecord
 from profiler.errors import CaptureError
 
@@ -74,6 +75,22 @@ def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
     return out
 
 
+#: The record function each of the first steps leaves in the profiler (joins the clocks).
+STEP_MARK = STEP_MARK_NAME
+#: Steps that leave one: the two clocks keep their offset, a few markers pin it.
+MARKS = 8
+
+
+def leave_mark(times_ns: list[int]) -> None:
+    """Record a :data:`STEP_MARK` around a ``time.time_ns()`` reading appended to ``times_ns`` (while
+    fewer than :data:`MARKS` were left)."""
+    if len(times_ns) < MARKS:
+        from torch.autograd.profiler import record_function
+
+        with record_function(STEP_MARK):
+            times_ns.append(time.time_ns())
+
+
 class KinetoCapture:
     """Starts torch.profiler at warm-up and hands back its events at the end of the window."""
 
@@ -98,10 +115,17 @@ class KinetoCapture:
         else:
             self._prof = profile(activities=activities)
         self._running = False
+        self.mark_times_ns: list[int] = []
+        """The ``time.time_ns()`` inside each step marker left so far (see ``RankCapture.mark_times_ns``)."""
 
     def start(self) -> None:
         self._prof.start()
         self._running = True
+
+    def mark(self) -> None:
+        """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps)."""
+        if self._running:
+            leave_mark(self.mark_times_ns)
 
     def stop(self) -> list[Any]:
         """Stop and return the raw Kineto events (empty if never started)."""
@@ -120,12 +144,6 @@ class KinetoCapture:
     def export(self, path: Path) -> None:
         """Write the Kineto trace as Chrome JSON (after :meth:`stop`)."""
         self._prof.export_chrome_trace(str(path))
-
-
-#: The record function each step leaves in :class:`WorkerEvents`' profiler (joins the clocks).
-STEP_MARK = "skewlens::step"
-#: Steps that leave one.
-MARKS = 8
 
 
 class WorkerEvents:
@@ -197,11 +215,8 @@ class WorkerEvents:
     def mark(self) -> None:
         """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps: the
         two clocks keep their offset, a few markers pin it)."""
-        if self._on and not self._taken_over and len(self._times) < MARKS:
-            from torch.autograd.profiler import record_function
-
-            with record_function(STEP_MARK):
-                self._times.append(time.time_ns())
+        if self._on and not self._taken_over:
+            leave_mark(self._times)
 
     def stop(self) -> list[OpRecord]:
         """Stop; the ``gloo:*`` events on ``time.time_ns()``'s clock (empty when none came back)."""
@@ -215,8 +230,6 @@ class WorkerEvents:
             self.note = "the program started its own profiler: gloo worker events lost, ends unknown"
             return []
         from torch._C._autograd import _disable_profiler
-
-        from profiler.capture.build import marker_clock_offset
 
         try:
             events = list(_disable_profiler().events())

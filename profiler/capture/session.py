@@ -85,8 +85,9 @@ class CaptureSession:
         """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
         from profiler.capture.hooks import CommHooks
 
-        # the collectives level leaves DDP's C++ all_reduce alone when the flight recorder sees it
-        ddp = not (self.level == Level.COLLECTIVES and self._flight)
+        # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
+        # (its hook's c10d operator joins the host facts: tensor ids, data dependencies)
+        ddp = not (self.level != Level.FULL and self._flight)
         self._hooks = CommHooks(self._recording, lambda: self.step_index, ddp=ddp)
         self._hooks.install()
         if self.auto_step:
@@ -120,6 +121,8 @@ class CaptureSession:
         """Mark the end of the current training step."""
         if self._workers is not None:
             self._workers.mark()
+        elif self._kineto is not None:
+            self._kineto.mark()
         now = time.time_ns()
         if self.action == Action.RECORD:
             self.steps.append(StepRecord(step=self.step_index, start_ns=self._step_start, end_ns=now))
@@ -290,6 +293,7 @@ class CaptureSession:
             offset_ns=self.offset_ns or 0,
             ops=ops,
             worker_events=workers,
+            mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
             host_ops=host_ops,
             device=device,
         )
