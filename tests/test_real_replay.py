@@ -371,11 +371,11 @@ def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks
 ) -> None:
     if not EXAMPLE.is_file() or importlib.util.find_spec("profiler.cli_profile") is None:
         pytest.skip("capture (profiler/cli_profile.py, examples/train.py) is not available")
-    run = tmp_path / "captured"
-    res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
-    assert res.returncode == 0, res.stderr[-2000:]
 
     def misses(attempt: int) -> list[RankStepTimes]:
+        run = tmp_path / f"captured{attempt}"
+        res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
+        assert res.returncode == 0, res.stderr[-2000:]
         out = tmp_path / f"out{attempt}"
         result = real_replay(run_dir=run, out_dir=out, effects=NO_EFFECTS, cfg=Cfg())
         assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
@@ -388,6 +388,7 @@ def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks
             > 0.10 * statistics.median(r.original_ns)
         ]
 
-    # one retry: the machine is shared, a burst of other load during one replay is not a replay error
+    # one retry, capture and replay afresh: the machine is shared (4 ranks on 2 cores here), and a burst
+    # of other load during either the capture or the replay is not a replay error
     assert misses(0) == [] or misses(1) == []
     assert _no_replay_processes_left() == []
