@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump
+from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, unhooked_groups
 from profiler.capture.records import CommRecord, StepRecord
 from profiler.chakra_io import node_attrs, read_et
 from profiler.manifest import read_manifest
@@ -169,3 +169,13 @@ def test_a_group_whose_hooked_call_the_recorder_lost_keeps_the_hooks_numbers() -
     assert [e.seq for e in extra] == [FR_SEQ_BASE + 13]  # apart from the hooks' numbers
     hooked, extra = merge([], [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
     assert ([c.seq for c in hooked], extra) == ([3], [])  # recorder off
+
+
+def test_groups_with_collectives_past_the_hooks_are_those_the_recorder_numbered_further() -> None:
+    entries = parse_dump(
+        json.dumps({"entries": [_entry("0", 4, 1_000), _entry("0", 5, 2_000), _entry("1", 2, 3_000)]})
+    )
+    assert unhooked_groups(entries, {"0": 5, "1": 2}) == []  # every collective went through the hooks
+    assert unhooked_groups(entries, {"0": 4, "1": 2}) == ["0"]  # one more on "0" (DDP's, C++, ...)
+    assert unhooked_groups(entries, {"0": 5}) == ["1"]  # a group the hooks never saw
+    assert unhooked_groups([], {"0": 3}) == []

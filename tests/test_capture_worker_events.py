@@ -108,3 +108,49 @@ def test_a_profiler_that_cannot_start_or_is_already_running_is_a_note_never_an_e
     assert w.start() is False and "could not start" in w.note and "no kineto here" in w.note
     w.mark()
     assert w.stop() == []
+
+
+LATE_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+on = []
+for step in range(6):
+    model(torch.randn(8, 64)).sum().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)  # through torch.distributed's Python API: the hooks time it
+    if step >= LATE_AT:  # one the hooks cannot see (a functional collective, as DTensor issues)
+        t = torch.ops._c10d_functional.all_reduce(torch.ones(16), "sum", dist.group.WORLD.group_name)
+        torch.ops._c10d_functional.wait_tensor(t)
+    on.append(torch.autograd._profiler_enabled())
+    opt.step()
+    opt.zero_grad()
+print(f"rank {dist.get_rank()} profiler on: {on}", file=sys.stderr)
+dist.destroy_process_group()
+os._exit(0)  # torch 2.13 may abort at exit after gloo functional collectives; the trace is saved
+"""
+
+
+@pytest.mark.parametrize("late_at", [99, 3])
+def test_no_profiler_runs_when_every_collective_before_the_window_went_through_the_hooks(
+    tmp_path: Path, late_at: int
+) -> None:
+    script = tmp_path / "train_python_collectives.py"
+    script.write_text(LATE_SCRIPT.replace("LATE_AT", str(late_at)))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(out, level="collectives", steps="1:1:3", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = read_manifest(out)
+    for r in (0, 1):
+        assert f"rank {r} profiler on: {[False] * 6}" in res.stderr  # not in the window either
+        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
+        hooked = [a for a in colls if a[Attr.OP] == "c10d::allreduce_"]
+        assert len(hooked) == 2 * 3 and all(a[Attr.DUR_NS] > 0 for a in hooked)  # timed by the hooks
+        late = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
+        if late_at == 99:
+            assert late == [] and f"rank {r} flight recorder" not in m.notes
+        else:  # began inside the window (steps 3 and 4): there, with their arrival, and said to lack an end
+            assert [a[Attr.STEP] for a in late] == [3, 4] and all(a[Attr.DUR_NS] == 0 for a in late)
+            assert "no end" in m.notes[f"rank {r} flight recorder"]

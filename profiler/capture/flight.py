@@ -24,7 +24,7 @@ import bisect
 import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from profiler.bounded import parse_json_bounded
@@ -139,6 +139,21 @@ def dump_entries() -> list[FrEntry]:
     except RuntimeError:
         return []
     return parse_dump(text)
+
+
+def unhooked_groups(entries: Sequence[FrEntry], hooked: Mapping[str, int]) -> list[str]:
+    """Groups on which the recorder numbered more collectives than went through the hooks.
+
+    ``hooked``: collectives issued per group through the hooks since they were installed (recorded or
+    not, :meth:`profiler.capture.hooks.CommHooks.issued`). The recorder numbers every collective of a
+    group from its creation, so a higher number means collectives issued past the hooks there (DDP's
+    reducer, functional collectives, C++), or before the hooks were installed, or a Python function that
+    issues several (``all_gather_object``): all reasons to expect collectives the hooks cannot time.
+    """
+    last: dict[str, int] = {}
+    for e in entries:
+        last[e.pg_name] = max(last.get(e.pg_name, 0), e.seq)
+    return sorted(pg for pg, n in last.items() if n > hooked.get(pg, 0))
 
 
 def merge(

@@ -289,6 +289,10 @@ class CommHooks:
 
         fut.add_done_callback(done)
 
+    def issued(self) -> dict[str, int]:
+        """Collectives issued through the wrappers per group since :meth:`install`, recorded or not."""
+        return dict(self._seq)
+
     def flush(self) -> list[CommRecord]:
         """The calls recorded since the last flush (asynchronous ones once they completed: one still
         running has no end yet and is left out)."""

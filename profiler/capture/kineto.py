@@ -157,6 +157,10 @@ class WorkerEvents:
     first steps leave a :data:`STEP_MARK` event around a ``time.time_ns()`` reading, which puts the events
     on the hooks' clock.
 
+    The session costs about 1-3% of step time (torch's profiler callbacks on every gloo work item),
+    so the capture starts it only when collectives past the hooks were seen before the window
+    (:func:`profiler.capture.flight.unhooked_groups`).
+
     Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
     here); one it starts later takes Kineto over, which :meth:`start` notices through
     ``torch.autograd.profiler``: the events are then lost (:attr:`note` says so), the program's profiler

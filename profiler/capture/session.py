@@ -75,6 +75,7 @@ class CaptureSession:
         self._first_optimizer: int | None = None
         self._kineto: Any = None
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
+        self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._et: Any = None
         from profiler.capture import flight
 
@@ -159,11 +160,20 @@ class CaptureSession:
 
         from profiler.capture.kineto import WorkerEvents
 
-        if self._flight and dist.is_available() and dist.is_initialized():
-            self._workers = WorkerEvents()
-            if not self._workers.start():
-                self.notes[f"rank {self.rank} worker events"] = self._workers.note
-                self._workers = None
+        if not (self._flight and dist.is_available() and dist.is_initialized()):
+            return
+        if self.step_index > 0 and self._hooks is not None and self._hooks.installed:
+            from profiler.capture import flight
+
+            # the session costs 1-3% of step time (torch's profiler on gloo's work); it is there
+            # for the collectives the hooks cannot time: none so far, none expected
+            if not flight.unhooked_groups(flight.dump_entries(), self._hooks.issued()):
+                self._workers_skipped = True
+                return
+        self._workers = WorkerEvents()
+        if not self._workers.start():
+            self.notes[f"rank {self.rank} worker events"] = self._workers.note
+            self._workers = None
 
     def _start_record(self) -> None:
         self.offset_ns = self._clock_offset()
@@ -338,10 +348,15 @@ class CaptureSession:
             return comms
         hooked, extra = flight.merge(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
         if extra:
+            ends = (
+                "no end: they began after the steps before the window had issued every collective through "
+                "the hooks, so gloo's worker events were not recorded"
+                if self._workers_skipped
+                else "end from gloo's worker thread where it was seen"
+            )
             self.notes[f"rank {self.rank} flight recorder"] = (
                 f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
-                f"flight recorder ({flight.summary(extra)}): arrival from the recorder, end from gloo's "
-                "worker thread where it was seen"
+                f"flight recorder ({flight.summary(extra)}): arrival from the recorder, {ends}"
             )
         return hooked + extra
 
