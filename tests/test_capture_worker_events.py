@@ -55,18 +55,19 @@ dist.destroy_process_group()
 """
 
 
-def run_script(tmp_path: Path, profile_at: int) -> tuple[Path, str]:
-    script = tmp_path / "train_own_profiler.py"
-    script.write_text(SCRIPT.replace("PROFILE_AT", str(profile_at)))
+def run_script(tmp_path: Path, text: str, *, steps: str = "1:1:4") -> tuple[Path, str]:
+    """Run ``text`` on 2 gloo ranks under ``skewlens profile`` at the collectives level."""
+    script = tmp_path / "train.py"
+    script.write_text(text)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    res = profile(out, level="collectives", steps="1:1:4", command=cmd)
+    res = profile(out, level="collectives", steps=steps, command=cmd)
     assert res.returncode == 0, res.stderr[-3000:]
     return out, res.stderr
 
 
 def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(tmp_path: Path) -> None:
-    out, stderr = run_script(tmp_path, profile_at=3)
+    out, stderr = run_script(tmp_path, SCRIPT.replace("PROFILE_AT", "3"))
     for r in (0, 1):
         # its profiler recorded the operators (2 linear layers forward), as without skewlens
         assert f"rank {r} own profiler saw 2 addmm" in stderr
@@ -78,7 +79,7 @@ def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(tmp
 
 
 def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(tmp_path: Path) -> None:
-    out, _ = run_script(tmp_path, profile_at=-1)
+    out, _ = run_script(tmp_path, SCRIPT.replace("PROFILE_AT", "-1"))
     for r in (0, 1):
         assert f"rank {r} worker events" not in read_manifest(out).notes
         colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
@@ -136,15 +137,10 @@ os._exit(0)  # torch 2.13 may abort at exit after gloo functional collectives; t
 def test_no_profiler_runs_when_every_collective_before_the_window_went_through_the_hooks(
     tmp_path: Path, late_at: int
 ) -> None:
-    script = tmp_path / "train_python_collectives.py"
-    script.write_text(LATE_SCRIPT.replace("LATE_AT", str(late_at)))
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    res = profile(out, level="collectives", steps="1:1:3", command=cmd)
-    assert res.returncode == 0, res.stderr[-3000:]
+    out, stderr = run_script(tmp_path, LATE_SCRIPT.replace("LATE_AT", str(late_at)), steps="1:1:3")
     m = read_manifest(out)
     for r in (0, 1):
-        assert f"rank {r} profiler on: {[False] * 6}" in res.stderr  # not in the window either
+        assert f"rank {r} profiler on: {[False] * 6}" in stderr  # not in the window either
         colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
         hooked = [a for a in colls if a[Attr.OP] == "c10d::allreduce_"]
         assert len(hooked) == 2 * 3 and all(a[Attr.DUR_NS] > 0 for a in hooked)  # timed by the hooks
