@@ -208,13 +208,26 @@ class WorkerEvents:
         original = autograd_profiler._prepare_profiler
 
         def prepare(*args: Any, **kwargs: Any) -> Any:
-            if self._on:
+            if self._on and not self._taken_over:
                 self._taken_over = True
+                self._hand_over()
             return original(*args, **kwargs)
 
         autograd_profiler._prepare_profiler = prepare
         self._restore = lambda: setattr(autograd_profiler, "_prepare_profiler", original)
         return True
+
+    def _hand_over(self) -> None:
+        """Stop this session (its events are dropped) before the program's own profiler starts: Kineto
+        is one per process, and the program's profiler then starts and stops on a Kineto that nothing
+        else runs on, as without skewlens (otherwise it would start over this session, and this one
+        would never be stopped)."""
+        from torch._C._autograd import _disable_profiler
+
+        try:
+            _disable_profiler()
+        except Exception as e:  # the program's profiler must start regardless
+            self.note = f"the profiler could not be handed over ({type(e).__name__}: {e}): ends unknown"
 
     def mark(self) -> None:
         """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps: the
