@@ -64,3 +64,48 @@ def test_calls_become_records_at_flush_with_sizes_numbers_and_ordered_times() ->
         if not r["is_async"]:
             assert r["end"] == r["issue_end"]
     assert data["restored"]  # uninstall puts torch.distributed's own function back
+
+
+QUIET_SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from profiler.capture import hooks as H
+from profiler.capture.kineto import MARKS, WorkerEvents
+workers = WorkerEvents()
+assert workers.start()
+loud = [False]
+hooks = H.CommHooks(lambda: True, lambda: 0, ddp=False, quiet=lambda: workers.quiet() and not loud[0])
+hooks.install()
+t = torch.ones(300)
+quiet = []
+for _ in range(MARKS + 1):
+    quiet.append(workers.quiet())
+    dist.all_reduce(t)
+    workers.mark()
+dist.all_reduce(t)                                    # a quiet call: gloo's work item records nothing
+dist.all_reduce(t, async_op=True).wait()
+loud[0] = True
+dist.all_reduce(t)                                    # record functions are on again after quiet calls
+recs = hooks.flush()
+hooks.uninstall()
+events = workers.stop()
+print(json.dumps({"quiet": quiet, "gloo": [e.name for e in events], "records": len(recs),
+                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in recs)}))
+dist.destroy_process_group()
+"""
+
+
+def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_profiler_alone() -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", QUIET_SCRIPT], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    marks = len(data["quiet"]) - 1
+    assert data["quiet"] == [False] * marks + [True]  # loud for the first MARKS steps, then quiet
+    # the profiler saw the loud calls' work items and none of the quiet ones'; the hooks timed all of them
+    assert data["gloo"].count("gloo:all_reduce") == marks + 1
+    assert data["records"] == marks + 4 and data["timed"]

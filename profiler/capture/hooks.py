@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from torch._C._autograd import _enable_record_function
 
 from profiler.capture.records import CommRecord
 from profiler.vocab import CommType, NodeType
@@ -142,8 +143,12 @@ class CommHooks:
         step_of: Callable[[], int],
         *,
         ddp: bool = True,
+        quiet: Callable[[], bool] | None = None,
     ) -> None:
+        """``quiet()`` true: the wrapped call runs with this thread's record functions off (see
+        :meth:`_call`)."""
         self._ddp = ddp
+        self._quiet = quiet
         self._recording = recording
         self._step_of = step_of
         self._seq: dict[str, int] = defaultdict(int)
@@ -233,7 +238,17 @@ class CommHooks:
             return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
         start = time.time_ns()
-        result = orig(*args, **kwargs)
+        if self._quiet is not None and self._quiet():
+            # the worker-event profiler is on for the collectives the hooks cannot time, and has already
+            # seen these calls' worker threads: with record functions off while the call is issued,
+            # gloo's work item records nothing (that profiling is most of the profiler's cost)
+            _enable_record_function(False)
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                _enable_record_function(True)
+        else:
+            result = orig(*args, **kwargs)
         issue_end = time.time_ns()
         call_id = next(self._ids)
         self._calls.append(

@@ -229,6 +229,16 @@ class WorkerEvents:
         except Exception as e:  # the program's profiler must start regardless
             self.note = f"the profiler could not be handed over ({type(e).__name__}: {e}): ends unknown"
 
+    def quiet(self) -> bool:
+        """Whether calls the hooks time should now be issued with record functions off.
+
+        True once recording past the first :data:`MARKS` steps: their blocking hooked calls' worker
+        events have shown which gloo thread serves which group (``build._worker_groups``), and the
+        hooked calls need nothing else from this profiler, while profiling each of their gloo work
+        items is most of what it costs.
+        """
+        return self._on and not self._taken_over and len(self._times) >= MARKS
+
     def mark(self) -> None:
         """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps: the
         two clocks keep their offset, a few markers pin it)."""

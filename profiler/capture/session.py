@@ -105,7 +105,7 @@ class CaptureSession:
         # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
         # (its hook's c10d operator joins the host facts: tensor ids, data dependencies)
         ddp = not (self.level != Level.FULL and self._flight)
-        self._hooks = CommHooks(self._recording, lambda: self.step_index, ddp=ddp)
+        self._hooks = CommHooks(self._recording, lambda: self.step_index, ddp=ddp, quiet=self._quiet_calls)
         self._hooks.install()
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -129,6 +129,9 @@ class CaptureSession:
 
     def _recording(self) -> bool:
         return self.action == Action.RECORD
+
+    def _quiet_calls(self) -> bool:
+        return self._workers is not None and self._workers.quiet()
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if self._first_optimizer is None:
