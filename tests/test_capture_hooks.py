@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 SCRIPT = r"""
 import json, os, socket, torch, torch.distributed as dist
@@ -44,12 +45,17 @@ dist.destroy_process_group()
 """
 
 
-def test_calls_become_records_at_flush_with_sizes_numbers_and_ordered_times() -> None:
+def run_script(script: str) -> Any:
+    """Run ``script`` in a fresh process; the JSON of its last line."""
     res = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    data = json.loads(res.stdout.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_calls_become_records_at_flush_with_sizes_numbers_and_ordered_times() -> None:
+    data = run_script(SCRIPT)
     recs = data["records"]
     # the pending asynchronous call is left out; the broadcast was not recorded but took seq 2
     assert [(r["op"], r["seq"], r["is_async"]) for r in recs] == [
@@ -99,11 +105,7 @@ dist.destroy_process_group()
 
 
 def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_profiler_alone() -> None:
-    res = subprocess.run(
-        [sys.executable, "-c", QUIET_SCRIPT], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    data = json.loads(res.stdout.strip().splitlines()[-1])
+    data = run_script(QUIET_SCRIPT)
     marks = len(data["quiet"]) - 1
     assert data["quiet"] == [False] * marks + [True]  # loud for the first MARKS steps, then quiet
     # the profiler saw the loud calls' work items and none of the quiet ones'; the hooks timed all of them
