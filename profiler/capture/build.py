@@ -227,8 +227,9 @@ def kineto_clock_offset(
         hi.append(c.issue_end_ns - ke)
     marks = sorted((o.start_ns, o.start_ns + o.dur_ns) for o in ops if o.is_cpu and o.name == STEP_MARK_NAME)
     if marks and len(marks) == len(mark_times_ns):
-        lo.extend(t - e for t, (_, e) in zip(mark_times_ns, marks, strict=True))
-        hi.extend(t - s for t, (s, _) in zip(mark_times_ns, marks, strict=True))
+        mark_lo, mark_hi = _marker_bounds(mark_times_ns, marks)
+        lo += mark_lo
+        hi += mark_hi
     return _bounded_offset(lo, hi)
 
 
@@ -239,8 +240,13 @@ def marker_clock_offset(times_ns: Sequence[int], spans: Sequence[tuple[int, int]
     ``times_ns[i]``, so the offset lies in ``[time - end, time - start]``: the middle of the intersection
     over all markers (the median of their middles where noise leaves it empty). 0 without markers.
     """
+    return _bounded_offset(*_marker_bounds(times_ns, spans))
+
+
+def _marker_bounds(times_ns: Sequence[int], spans: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Per marker, the lowest and highest offset it allows: ``time - end`` and ``time - start``."""
     pairs = list(zip(times_ns, spans, strict=False))
-    return _bounded_offset([t - e for t, (_, e) in pairs], [t - s for t, (s, _) in pairs])
+    return [t - e for t, (_, e) in pairs], [t - s for t, (s, _) in pairs]
 
 
 def _bounded_offset(lo: Sequence[int], hi: Sequence[int]) -> int:

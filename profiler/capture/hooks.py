@@ -237,18 +237,18 @@ class CommHooks:
             self.dropped += 1
             return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
-        start = time.time_ns()
-        if self._quiet is not None and self._quiet():
-            # the worker-event profiler is on for the collectives the hooks cannot time, and has already
-            # seen these calls' worker threads: with record functions off while the call is issued,
-            # gloo's work item records nothing (that profiling is most of the profiler's cost)
+        # the worker-event profiler, on for the collectives the hooks cannot time, has seen these calls'
+        # worker threads: with record functions off while the call is issued, gloo's work item records
+        # nothing (that profiling is most of the profiler's cost)
+        quiet = self._quiet is not None and self._quiet()
+        if quiet:
             _enable_record_function(False)
-            try:
-                result = orig(*args, **kwargs)
-            finally:
-                _enable_record_function(True)
-        else:
+        start = time.time_ns()
+        try:
             result = orig(*args, **kwargs)
+        finally:
+            if quiet:
+                _enable_record_function(True)
         issue_end = time.time_ns()
         call_id = next(self._ids)
         self._calls.append(

@@ -75,19 +75,18 @@ def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
     return out
 
 
-#: The record function each of the first steps leaves in the profiler (joins the clocks).
-STEP_MARK = STEP_MARK_NAME
-#: Steps that leave one: the two clocks keep their offset, a few markers pin it.
+#: Steps that leave a ``skewlens::step`` record function (:data:`~profiler.capture.build.STEP_MARK_NAME`):
+#: the two clocks keep their offset, a few markers pin it.
 MARKS = 8
 
 
 def leave_mark(times_ns: list[int]) -> None:
-    """Record a :data:`STEP_MARK` around a ``time.time_ns()`` reading appended to ``times_ns`` (while
-    fewer than :data:`MARKS` were left)."""
+    """Record a ``skewlens::step`` function around a ``time.time_ns()`` reading appended to ``times_ns``
+    (while fewer than :data:`MARKS` were left)."""
     if len(times_ns) < MARKS:
         from torch.autograd.profiler import record_function
 
-        with record_function(STEP_MARK):
+        with record_function(STEP_MARK_NAME):
             times_ns.append(time.time_ns())
 
 
@@ -154,12 +153,13 @@ class WorkerEvents:
     ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
     operators are ``FUNCTION`` scope and their record functions do not even run. The events give the end
     of the collectives the hooks do not time (DDP's all_reduce, see :mod:`profiler.capture.flight`). The
-    first steps leave a :data:`STEP_MARK` event around a ``time.time_ns()`` reading, which puts the events
+    first steps leave a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events
     on the hooks' clock.
 
-    The session costs about 1-3% of step time (torch's profiler callbacks on every gloo work item),
-    so the capture starts it only when collectives past the hooks were seen before the window
-    (:func:`profiler.capture.flight.unhooked_groups`).
+    The session costs about 3% of the example's step time (2.9-3.3% wall, 3-4% CPU measured: torch's
+    profiler callbacks on every gloo work item), so the capture starts it only when collectives past the
+    hooks were seen before the window (:func:`profiler.capture.flight.unhooked_groups`), and the hooks
+    keep their own calls out of it once it knows the worker threads (:meth:`quiet`).
 
     Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
     here); one it starts later takes Kineto over, which :meth:`start` notices through
@@ -264,7 +264,9 @@ class WorkerEvents:
             self.note = f"the profiler could not be stopped ({e}): collective ends unknown"
             return []
         marks = sorted(
-            (int(e.start_ns()), int(e.start_ns() + e.duration_ns())) for e in events if e.name() == STEP_MARK
+            (int(e.start_ns()), int(e.start_ns() + e.duration_ns()))
+            for e in events
+            if e.name() == STEP_MARK_NAME
         )
         if len(marks) != len(self._times):
             self.note = "the profiler lost its step markers: gloo worker events not used, ends unknown"

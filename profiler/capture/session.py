@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.atomic import write_json_atomic
+from profiler.capture import flight
 from profiler.capture.build import RankCapture, build_nodes
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
 from profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
@@ -93,8 +94,6 @@ class CaptureSession:
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._et: Any = None
-        from profiler.capture import flight
-
         self._flight = flight.enabled()  # read once: the recorder was sized when the process started
 
     # ---- lifecycle -----------------------------------------------------------------------------------
@@ -183,14 +182,17 @@ class CaptureSession:
 
         if not (self._flight and dist.is_available() and dist.is_initialized()):
             return
-        if self.step_index > 0 and self._hooks is not None and self._hooks.installed:
-            from profiler.capture import flight
-
-            # the session costs 1-3% of step time (torch's profiler on gloo's work); it is there
-            # for the collectives the hooks cannot time: none so far, none expected
-            if not flight.unhooked_groups(flight.dump_entries(), self._hooks.issued()):
-                self._workers_skipped = True
-                return
+        # the session costs ~3% of step time (torch's profiler on gloo's work); it is there for the
+        # collectives the hooks cannot time: none so far (after a step at least), none expected
+        hooks = self._hooks
+        if (
+            self.step_index > 0
+            and hooks is not None
+            and hooks.installed
+            and not flight.unhooked_groups(flight.dump_entries(), hooks.issued())
+        ):
+            self._workers_skipped = True
+            return
         self._workers = WorkerEvents()
         if not self._workers.start():
             self.notes[f"rank {self.rank} worker events"] = self._workers.note
@@ -362,8 +364,6 @@ class CaptureSession:
     def _with_flight_recorder(self, comms: list[CommRecord]) -> list[CommRecord]:
         """The hooked calls renumbered by the flight recorder, plus the collectives only it saw."""
         import torch.distributed as dist
-
-        from profiler.capture import flight
 
         if not self._flight or not (dist.is_available() and dist.is_initialized()):
             return comms
