@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, unhooked_groups
-from profiler.capture.records import CommRecord, StepRecord
+from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, resolve, unhooked_groups
+from profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
 from profiler.chakra_io import node_attrs, read_et
 from profiler.manifest import read_manifest
 from profiler.store.validate import load_validated
@@ -179,3 +180,50 @@ def test_groups_with_collectives_past_the_hooks_are_those_the_recorder_numbered_
     assert unhooked_groups(entries, {"0": 4, "1": 2}) == ["0"]  # one more on "0" (DDP's, C++, ...)
     assert unhooked_groups(entries, {"0": 5}) == ["1"]  # a group the hooks never saw
     assert unhooked_groups([], {"0": 3}) == []
+
+
+def _lean(start: int, issue_end: int, *, ident: int) -> CommRecord:
+    return CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::broadcast_", comm_type=CommType.BROADCAST,
+        pg_name=FROM_RECORDER, seq=-1, src=-1, dst=-1, tag=0, numel=0, dtype="", size_bytes=0,
+        start_ns=start, issue_end_ns=issue_end, end_ns=issue_end, is_async=False, thread=1, step=1,
+        ident=ident,
+    )  # fmt: skip
+
+
+def test_lean_calls_take_group_and_sizes_from_the_entry_their_thread_made_while_issuing_them() -> None:
+    entries = parse_dump(
+        json.dumps(
+            {
+                "entries": [
+                    {**_entry("1", 4, 1_500), "thread_id": "88", "input_sizes": [[9]]},  # another thread
+                    {**_entry("1", 5, 1_600), "thread_id": "77", "input_sizes": [[10, 3]]},
+                    {
+                        **_entry("0", 9, 2_500),
+                        "thread_id": "77",
+                        "input_sizes": [[5]],
+                        "input_dtypes": ["Double"],
+                    },
+                    {**_entry("0", 10, 9_000), "thread_id": "77"},  # nobody's: a C++ collective
+                ]
+            }
+        )
+    )
+    p2p = replace(_hooked(3_000, 3_100, seq=-1, ident=77), node_type=NodeType.COMM_SEND, pg_name="0")
+    calls = [_lean(1_000, 2_000, ident=77), _lean(2_400, 2_600, ident=77), p2p, _lean(4_000, 5_000, ident=77)]
+    out, lost = resolve(entries, calls)
+    # the third lean call made no entry the recorder still has: it is left out, and counted
+    assert lost == 1
+    assert [(c.pg_name, c.numel, c.size_bytes, c.dtype) for c in out] == [
+        ("1", 30, 120, "float32"),
+        ("0", 5, 40, "float64"),
+        ("0", 1, 4, "float32"),  # not a lean call: unchanged
+    ]
+    assert out[2] is p2p
+    # two lean calls never share an entry; a call of an unknown thread takes any thread's entry
+    twice, lost = resolve(entries[1:2], [_lean(1_000, 2_000, ident=77), _lean(1_000, 2_000, ident=0)])
+    assert ([c.pg_name for c in twice], lost) == (["1"], 1)
+    anon, lost = resolve(entries[:1], [_lean(1_000, 2_000, ident=0)])
+    assert ([c.numel for c in anon], lost) == ([9], 0)
+    # nothing to resolve: the records pass as they are, whatever the recorder has
+    assert resolve([], [p2p]) == ([p2p], 0)

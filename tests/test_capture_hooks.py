@@ -111,3 +111,62 @@ def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_p
     # the profiler saw the loud calls' work items and none of the quiet ones'; the hooks timed all of them
     assert data["gloo"].count("gloo:all_reduce") == marks + 1
     assert data["records"] == marks + 4 and data["timed"]
+
+
+LEAN_SCRIPT = r"""
+import json, os, socket
+os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
+import torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from profiler.capture import flight, hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
+hooks.install()
+pair = dist.new_group([0])
+def calls():
+    t = torch.ones(300, dtype=torch.float64)
+    dist.all_reduce(t)
+    dist.all_reduce(t, group=pair, async_op=True).wait()
+    dist.broadcast(torch.ones(7, dtype=torch.int32), src=0)
+    dist.all_gather_into_tensor(torch.empty(40), torch.ones(40))   # calls another wrapped function
+    dist.reduce_scatter_tensor(torch.empty(16), torch.ones(16))
+    dist.barrier()
+    dist.reduce_scatter(torch.empty(3), [torch.ones(3)])            # one recorder entry per chunk: full path
+hooks.lean_left = 6
+calls()                                                             # 6 lean calls, then the full path
+left = hooks.lean_left
+raw = hooks.flush()
+calls()                                                             # all on the full path
+full = hooks.flush()
+hooks.uninstall()
+lean, lost = flight.resolve(flight.dump_entries(), raw)
+_, none_left = flight.resolve([], raw)
+key = lambda r: [r.op, r.pg_name, r.numel, r.size_bytes, r.dtype, r.is_async, r.step, r.ident]
+print(json.dumps({"raw_groups": [r.pg_name for r in raw], "left": left, "lost": lost, "none_left": none_left,
+                  "lean": [key(r) for r in lean], "full": [key(r) for r in full],
+                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in lean)}))
+dist.destroy_process_group()
+"""
+
+
+def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_the_hooks() -> None:
+    data = run_script(LEAN_SCRIPT)
+    # six lean calls, recorded before the call without reading its arguments; reduce_scatter of a list
+    # takes the full path even while lean calls are left
+    assert data["left"] == 0
+    assert data["raw_groups"] == [""] * 6 + ["0"]
+    assert (data["lost"], data["none_left"]) == (0, 6)
+    assert data["lean"] == data["full"] and data["timed"]
+    ops = [(r[0], r[2], r[3], r[4], r[5]) for r in data["full"]]
+    assert ops == [
+        ("c10d::allreduce_", 300, 2400, "float64", False),
+        ("c10d::allreduce_", 300, 2400, "float64", True),
+        ("c10d::broadcast_", 7, 28, "int32", False),
+        ("c10d::_allgather_base_", 40, 160, "float32", False),
+        ("c10d::_reduce_scatter_base_", 16, 64, "float32", False),
+        ("c10d::barrier", 0, 0, "", False),
+        ("c10d::reduce_scatter_", 3, 12, "float32", False),
+    ]
+    assert data["full"][1][1] != data["full"][0][1]  # the sub-group's name, from the recorder too

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from profiler.bounded import parse_json_bounded
 from profiler.capture.build import step_of
-from profiler.capture.records import CommRecord, StepRecord
+from profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
 from profiler.errors import SkewlensError
 from profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
@@ -73,8 +73,13 @@ class FrEntry:
 
 def enabled() -> bool:
     """Whether this process's flight recorder records (``TORCH_FR_BUFFER_SIZE`` a positive number)."""
+    return buffer_size() > 0
+
+
+def buffer_size() -> int:
+    """Entries this process's flight recorder keeps (``TORCH_FR_BUFFER_SIZE``; 0 when it is off)."""
     value = os.environ.get(FR_BUFFER_ENV, "").strip()
-    return value.isdigit() and int(value) > 0
+    return int(value) if value.isdigit() and len(value) <= 12 else 0
 
 
 def parse_dump(text: str | bytes) -> list[FrEntry]:
@@ -154,6 +159,40 @@ def unhooked_groups(entries: Sequence[FrEntry], hooked: Mapping[str, int]) -> li
     for e in entries:
         last[e.pg_name] = max(last.get(e.pg_name, 0), e.seq)
     return sorted(pg for pg, n in last.items() if n > hooked.get(pg, 0))
+
+
+def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[list[CommRecord], int]:
+    """The calls the hooks timed on their lean path, with the group, size and dtype of their entry;
+    and how many had none (the ring buffer lost it: they are left out).
+
+    A lean call (group :data:`~profiler.capture.records.FROM_RECORDER`) has the entry its thread created
+    while it was being issued, ``[start, issue end]``: the first such entry no other lean call took
+    (an entry that does not know its thread may be any thread's). Other records pass unchanged.
+    """
+    if not any(c.pg_name == FROM_RECORDER and c.node_type == NodeType.COMM_COLL for c in comms):
+        return list(comms), 0
+    ordered = sorted(entries, key=lambda e: e.created_ns)
+    created = [e.created_ns for e in ordered]
+    taken: set[int] = set()
+    out: list[CommRecord] = []
+    lost = 0
+    for c in comms:
+        if c.pg_name != FROM_RECORDER or c.node_type != NodeType.COMM_COLL:
+            out.append(c)
+            continue
+        k = bisect.bisect_left(created, c.start_ns)
+        while k < len(ordered) and ordered[k].created_ns <= c.issue_end_ns:
+            e = ordered[k]
+            if k not in taken and (not e.thread_ident or not c.ident or e.thread_ident == c.ident):
+                break
+            k += 1
+        else:
+            lost += 1
+            continue
+        taken.add(k)
+        e = ordered[k]
+        out.append(replace(c, pg_name=e.pg_name, numel=e.numel, dtype=e.dtype, size_bytes=e.size_bytes))
+    return out, lost
 
 
 def merge(

@@ -10,6 +10,14 @@ each gradient bucket on the backward's critical path, and a Python callback on t
 collectives and ops levels leave DDP's C++ path alone and take its all_reduce from the flight recorder
 (:mod:`profiler.capture.flight`).
 
+Where the flight recorder sees every collective with the hooks' sizes (gloo; DDP's all_reduce left to
+DDP), the recording window's collectives take a lean path: the wrapper takes two clock readings and
+nothing else, and the group, size and dtype are those of the recorder entry the call created
+(:func:`profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the middle of
+the training step, was most of what the hooks cost there. p2p calls, which gloo's recorder does not
+see, and the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``)
+keep the full path.
+
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
 moment the hooks are installed, so they are identical on every member that issues the same program; with
@@ -33,7 +41,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C._autograd import _enable_record_function
 
-from profiler.capture.records import CommRecord
+from profiler.capture.records import FROM_RECORDER, CommRecord
 from profiler.vocab import CommType, NodeType
 
 
@@ -44,6 +52,10 @@ class _Spec:
     comm_type: CommType | None
     inputs: tuple[str, ...]  # parameter names whose tensors (or lists of tensors) this rank contributes
     always_async: bool = False
+    # the flight recorder's entry for the call has the hooks' group, size and dtype (one entry, input
+    # sizes as :meth:`CommHooks._describe` counts them): measured on gloo for every collective but
+    # reduce_scatter of a list (one entry per chunk) and scatter (the source's entry counts every chunk)
+    lean: bool = True
 
 
 _C = NodeType.COMM_COLL
@@ -55,18 +67,21 @@ SPECS: dict[str, _Spec] = {
     "all_gather": _Spec("c10d::allgather_", _C, CommType.ALL_GATHER, ("tensor",)),
     "all_gather_single": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
     "all_gather_into_tensor": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
-    "reduce_scatter": _Spec("c10d::reduce_scatter_", _C, CommType.REDUCE_SCATTER, ("input_list",)),
+    "reduce_scatter": _Spec(
+        "c10d::reduce_scatter_", _C, CommType.REDUCE_SCATTER, ("input_list",), lean=False
+    ),
     "reduce_scatter_single": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
     "reduce_scatter_tensor": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
     "all_to_all_single": _Spec("c10d::alltoall_base_", _C, CommType.ALL_TO_ALL, ("input",)),
     "all_to_all": _Spec("c10d::alltoall_", _C, CommType.ALL_TO_ALL, ("input_tensor_list",)),
     "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",)),
-    "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",)),
+    "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",), lean=False),
     "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
-    "send": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",)),
-    "recv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",)),
-    "isend": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), always_async=True),
-    "irecv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",), always_async=True),
+    # gloo's flight recorder has no p2p entries: peers and sizes are the hooks' to read
+    "send": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), lean=False),
+    "recv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",), lean=False),
+    "isend": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), always_async=True, lean=False),
+    "irecv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",), always_async=True, lean=False),
 }
 
 
@@ -155,12 +170,15 @@ class CommHooks:
         self._local = threading.local()
         self._ids = itertools.count()
         self._calls: list[tuple[int, _Described, int, int, bool, Any]] = []  # list.append: thread-safe
+        self._lean_calls: list[tuple[int, _Spec, int, int, bool, int, int, int]] = []
         self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
         self._me = -1  # this process's global rank, once known
         self._saved: list[tuple[Any, str, Any]] = []
         self.installed = False
         self.dropped = 0
         """Calls whose record could not be made (they ran normally; the trace lacks them)."""
+        self.lean_left = 0
+        """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
 
     # ---- install / uninstall -------------------------------------------------------------------------
     def install(self) -> None:
@@ -190,10 +208,18 @@ class CommHooks:
         sig = _Args(inspect.signature(orig))
         local = self._local
         hooks = self
+        lean = spec.lean
+        group_at = sig.index.get("group", -1)
+        non_member = c10d.GroupMember.NON_GROUP_MEMBER
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "depth", 0):
                 return orig(*args, **kwargs)
+            if lean and hooks.lean_left > 0:
+                group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
+                if group is not non_member:
+                    hooks.lean_left -= 1
+                    return hooks._lean(spec, orig, args, kwargs)
             local.depth = 1
             try:
                 return hooks._call(spec, sig, orig, args, kwargs)
@@ -237,9 +263,26 @@ class CommHooks:
             self.dropped += 1
             return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
-        # the worker-event profiler, on for the collectives the hooks cannot time, has seen these calls'
-        # worker threads: with record functions off while the call is issued, gloo's work item records
-        # nothing (that profiling is most of the profiler's cost)
+        result, start, issue_end = self._timed(orig, args, kwargs)
+        call_id = next(self._ids)
+        self._calls.append(
+            (call_id, what, start, issue_end, is_async, result if what.src_from_result else None)
+        )
+        if is_async and result is not None:
+            self._time_completion(call_id, result, issue_end)
+        elif is_async:
+            self._ends[call_id] = issue_end  # nothing to wait on: the return is all we know
+        return result
+
+    def _timed(
+        self, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, int, int]:
+        """Issue the call; its result, and when it was issued and returned.
+
+        The worker-event profiler, on for the collectives the hooks cannot time, has seen these calls'
+        worker threads once ``quiet()``: with record functions off while the call is issued, gloo's work
+        item records nothing (that profiling is most of the profiler's cost).
+        """
         quiet = self._quiet is not None and self._quiet()
         if quiet:
             _enable_record_function(False)
@@ -249,15 +292,32 @@ class CommHooks:
         finally:
             if quiet:
                 _enable_record_function(True)
-        issue_end = time.time_ns()
+        return result, start, time.time_ns()
+
+    def _lean(
+        self, spec: _Spec, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Record a collective by its times alone: its group, number, size and dtype are the flight
+        recorder's entry for it, which its thread created while issuing it (joined at the end of the
+        window, :func:`profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads them from
+        the call's arguments before issuing it, Python work in the middle of the training step that
+        costs ~2% of the example's step time on a 2-core machine; this one costs two clock readings.
+        """
+        local = self._local
+        local.depth = 1
+        try:
+            result, start, issue_end = self._timed(orig, args, kwargs)
+        finally:
+            local.depth = 0
         call_id = next(self._ids)
-        self._calls.append(
-            (call_id, what, start, issue_end, is_async, result if what.src_from_result else None)
-        )
-        if is_async and result is not None:
+        # the collectives taking this path return None unless issued with async_op=True (a Work)
+        is_async = result is not None
+        self._lean_calls.append(
+            (call_id, spec, start, issue_end, is_async, self._step_of(), threading.get_native_id(),
+             threading.get_ident())
+        )  # fmt: skip
+        if is_async:
             self._time_completion(call_id, result, issue_end)
-        elif is_async:
-            self._ends[call_id] = issue_end  # nothing to wait on: the return is all we know
         return result
 
     def _describe(self, spec: _Spec, a: _BoundView, pg: Any, pg_name: str, seq: int) -> _Described:
@@ -305,14 +365,16 @@ class CommHooks:
         fut.add_done_callback(done)
 
     def issued(self) -> dict[str, int]:
-        """Collectives issued through the wrappers per group since :meth:`install`, recorded or not."""
+        """Collectives issued through the wrappers per group since :meth:`install`, recorded or not
+        (until the lean path starts: it does not look at the group)."""
         return dict(self._seq)
 
     def flush(self) -> list[CommRecord]:
-        """The calls recorded since the last flush (asynchronous ones once they completed: one still
-        running has no end yet and is left out)."""
+        """The calls recorded since the last flush, in issue order (asynchronous ones once they
+        completed: one still running has no end yet and is left out). Those recorded on the lean path
+        have the group :data:`~profiler.capture.records.FROM_RECORDER` and no size yet."""
         calls, self._calls = self._calls, []
-        out = []
+        out: list[tuple[int, CommRecord]] = []
         for call_id, w, start, issue_end, is_async, result in calls:
             end = self._ends.pop(call_id, None) if is_async else issue_end
             if end is None:
@@ -324,8 +386,19 @@ class CommHooks:
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident,
             )  # fmt: skip
-            out.append(rec)
-        return out
+            out.append((call_id, rec))
+        lean, self._lean_calls = self._lean_calls, []
+        for call_id, spec, start, issue_end, is_async, step, thread, ident in lean:
+            end = self._ends.pop(call_id, None) if is_async else issue_end
+            if end is None:
+                continue
+            rec = CommRecord(
+                node_type=spec.node_type, op=spec.op, comm_type=spec.comm_type, pg_name=FROM_RECORDER,
+                seq=-1, src=-1, dst=-1, tag=0, numel=0, dtype="", size_bytes=0, start_ns=start,
+                issue_end_ns=issue_end, end_ns=end, is_async=is_async, thread=thread, step=step, ident=ident,
+            )  # fmt: skip
+            out.append((call_id, rec))
+        return [rec for _, rec in sorted(out, key=lambda x: x[0])]
 
     @staticmethod
     def _peer(pg: Any, global_rank: Any, group_rank: Any) -> int:

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from profiler.vocab import CommType, NodeType
 
+#: ``CommRecord.pg_name`` of a collective the hooks timed without reading its arguments: its group,
+#: number and sizes are the flight recorder's (:func:`profiler.capture.flight.resolve`).
+FROM_RECORDER = ""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommRecord:

@@ -200,6 +200,7 @@ class CaptureSession:
 
     def _start_record(self) -> None:
         self.offset_ns = self._clock_offset()
+        self._start_lean()
         if self.level == Level.FULL and self.host_trace == HostTrace.OBSERVER:
             from torch.profiler import ExecutionTraceObserver
 
@@ -207,6 +208,21 @@ class CaptureSession:
             self._et = ExecutionTraceObserver().register_callback(str(raw / f"host_et_rank{self.rank}.json"))
             self._et.start()
         self._step_start = time.time_ns()
+
+    def _start_lean(self) -> None:
+        """Record collectives on the hooks' lean path (times only; the rest from the flight recorder)
+        where the recorder sees them all with the hooks' sizes: gloo, and DDP's all_reduce left to DDP
+        (not the full level, whose hook needs the arguments). A quarter of the recorder's ring buffer at
+        most, so that their entries are still there at the end of the window (the other three quarters
+        are for the collectives the hooks do not see); past that, the full path reads the arguments."""
+        import torch.distributed as dist
+
+        hooks = self._hooks
+        if hooks is None or not hooks.installed or not self._flight or self.level == Level.FULL:
+            return
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() != "gloo":
+            return
+        hooks.lean_left = flight.buffer_size() // 4
 
     # ---- identity ------------------------------------------------------------------------------------
     @property
@@ -300,6 +316,7 @@ class CaptureSession:
         rank, world = self.rank, self.world_size
         comms: list[CommRecord] = []
         if self._hooks is not None:
+            self._hooks.lean_left = 0
             self._hooks.uninstall()
             comms = self._hooks.flush()
             if self._hooks.dropped:
@@ -365,9 +382,18 @@ class CaptureSession:
         """The hooked calls renumbered by the flight recorder, plus the collectives only it saw."""
         import torch.distributed as dist
 
-        if not self._flight or not (dist.is_available() and dist.is_initialized()):
+        if not self._flight:
             return comms
-        hooked, extra = flight.merge(flight.dump_entries(), comms, self.steps, thread=self._main_thread)
+        entries = flight.dump_entries()
+        comms, lost = flight.resolve(entries, comms)
+        if lost:
+            self.notes[f"rank {self.rank} lost calls"] = (
+                f"{lost} collective call(s) left out: the flight recorder no longer had their entries "
+                f"(its ring buffer holds {flight.buffer_size()}; set {flight.FR_BUFFER_ENV} higher)"
+            )
+        if not (dist.is_available() and dist.is_initialized()):
+            return comms
+        hooked, extra = flight.merge(entries, comms, self.steps, thread=self._main_thread)
         if extra:
             ends = (
                 "no end: they began after the steps before the window had issued every collective through "
