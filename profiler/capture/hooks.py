@@ -301,7 +301,8 @@ class CommHooks:
         recorder's entry for it, which its thread created while issuing it (joined at the end of the
         window, :func:`profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads them from
         the call's arguments before issuing it, Python work in the middle of the training step that
-        costs ~2% of the example's step time on a 2-core machine; this one costs two clock readings.
+        cost about 3% of the example's step time on this 2-core machine (wall and CPU, 10 interleaved
+        runs of 290 steps each with and without it); this one costs two clock readings.
         """
         local = self._local
         local.depth = 1

@@ -156,10 +156,11 @@ class WorkerEvents:
     first steps leave a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events
     on the hooks' clock.
 
-    The session costs about 3% of the example's step time (2.9-3.3% wall, 3-4% CPU measured: torch's
-    profiler callbacks on every gloo work item), so the capture starts it only when collectives past the
-    hooks were seen before the window (:func:`profiler.capture.flight.unhooked_groups`), and the hooks
-    keep their own calls out of it once it knows the worker threads (:meth:`quiet`).
+    The session costs about 2% of the example's step time even with the hooked calls kept out of it
+    (:meth:`quiet`; in-process A/B: +2.0% wall, +1.9% CPU; torch's own cost of a running profiler, which
+    profiling every gloo work item had raised to about 3%), so the capture starts it only when
+    collectives past the hooks were seen before the window
+    (:func:`profiler.capture.flight.unhooked_groups`).
 
     Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
     here); one it starts later takes Kineto over, which :meth:`start` notices through

@@ -182,7 +182,7 @@ class CaptureSession:
 
         if not (self._flight and dist.is_available() and dist.is_initialized()):
             return
-        # the session costs ~3% of step time (torch's profiler on gloo's work); it is there for the
+        # the session costs ~2% of step time (torch's profiler running); it is there for the
         # collectives the hooks cannot time: none so far (after a step at least), none expected
         hooks = self._hooks
         if (
