@@ -16,6 +16,7 @@ pooled ratio's 95% interval comes from resampling whole runs of each side (boots
 
     .venv/bin/python benchmarks/capture_overhead.py [--reps 3] [--nproc 2] [--active 12] [--levels ...]
     .venv/bin/python benchmarks/capture_overhead.py --micro   # in-process CPU cost of hooks and Kineto
+    .venv/bin/python benchmarks/capture_overhead.py --inprocess --reps 4   # collectives parts switched in-run
 """
 
 from __future__ import annotations
@@ -168,6 +169,54 @@ def micro(console: Console, blocks: int = 20) -> None:
     console.print(table)
 
 
+INPROCESS_BOOT = Path(__file__).resolve().parent / "inprocess"
+
+
+def inprocess(console: Console, *, runs: int, steps: int, block: int = 8) -> None:
+    """The collectives level's parts switched off and on in blocks of steps inside each run (see
+    ``benchmarks/inprocess/sitecustomize.py``): on-block over off-block step medians, per run. The steps
+    next to a switch are left out (starting or stopping the profiler lands in them). The flight recorder
+    cannot be switched (it is sized at process start): it is on in both blocks."""
+    table = Table(title=f"collectives level, in-process A/B: {runs} runs of {steps} steps, blocks of {block}")
+    for col in ("switched", "wall (median)", "wall range", "cpu (median)"):
+        table.add_column(col, justify="right")
+    with tempfile.TemporaryDirectory(prefix="skl-inproc-") as tmp:
+        for what in ("profiler", "hooks", "both"):
+            wall, cpu = [], []
+            for r in range(runs):
+                times = Path(tmp) / f"{what}{r}-{{rank}}.json"
+                train = [
+                    sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                    str(TRAIN), "--steps", str(steps), "--step-times-out", str(times),
+                ]  # fmt: skip
+                cmd = [
+                    sys.executable, "-m", "skewlens", "profile", "--out", f"{tmp}/{what}{r}-run",
+                    "--level", "collectives", "--steps", f"1:1:{steps - 4}", "--", *train,
+                ]  # fmt: skip
+                env = dict(os.environ, PYTHONPATH=str(INPROCESS_BOOT), SKEWLENS_BENCH_TOGGLE=what)
+                env["SKEWLENS_BENCH_BLOCK"] = str(block)
+                res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env)
+                if res.returncode != 0:
+                    raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-2000:]}")
+                per = [json.loads(Path(str(times).replace("{rank}", str(k))).read_text()) for k in range(2)]
+                on: dict[str, list[float]] = {"wall": [], "cpu": []}
+                off: dict[str, list[float]] = {"wall": [], "cpu": []}
+                for i in range(20, steps - 5):  # step i runs in the state set when step i - 1 ended
+                    if i % block in (0, block - 1):
+                        continue
+                    side = on if (i // block) % 2 == 0 else off
+                    side["wall"].append(statistics.fmean(q["step_ns"][i] for q in per))
+                    side["cpu"].append(statistics.fmean(q["step_cpu_ns"][i] for q in per))
+                wall.append(statistics.median(on["wall"]) / statistics.median(off["wall"]))
+                cpu.append(statistics.median(on["cpu"]) / statistics.median(off["cpu"]))
+                console.print(f"  {what} run {r}: wall {wall[-1]:.3f}, cpu {cpu[-1]:.3f}")
+            table.add_row(
+                what, f"{statistics.median(wall):.3f}", f"{min(wall):.3f}-{max(wall):.3f}",
+                f"{statistics.median(cpu):.3f}",
+            )  # fmt: skip
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3, help="A/B repetitions per level")
@@ -175,12 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--active", type=int, default=12, help="recorded steps per run")
     p.add_argument("--levels", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     p.add_argument("--micro", action="store_true", help="only the in-process CPU-cost measurements")
+    p.add_argument(
+        "--inprocess", action="store_true", help="only the collectives level's parts switched inside each run"
+    )
+    p.add_argument("--steps", type=int, default=400, help="steps per run with --inprocess")
     args = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped into a file or a log: room for the whole table
         console = Console(width=120)
     if args.micro:
         micro(console)
+        return 0
+    if args.inprocess:
+        inprocess(console, runs=args.reps, steps=args.steps)
         return 0
     load_before = os.getloadavg()[0]
     table = Table(

@@ -297,9 +297,13 @@ def test_workers_also_record_every_original_node_with_its_replayed_times(
         again = aligned.ranks[r]
         assert again.node_id.tolist() == rt.node_id.tolist()
         comp = rt.node_type == int(NodeType.COMP)
-        # compute is replayed for its recorded duration (sleep/spin overshoot only, a few ms at most)
-        assert (again.dur_ns[comp] >= rt.dur_ns[comp] - 100_000).all()
-        assert (again.dur_ns[comp] <= rt.dur_ns[comp] + 15 * MS).all()
+        # compute is replayed for its recorded duration: sleep/spin overshoot only, well under a ms as a
+        # rule and a few ms at most; 4 ranks share 2 cores here, so one node in a run may lose its core
+        # for longer (seen once in ~10 runs: 18 ms)
+        over = again.dur_ns[comp] - rt.dur_ns[comp]
+        assert (over >= -100_000).all()
+        assert statistics.median(over.tolist()) <= 2 * MS
+        assert (over > 15 * MS).sum() <= 1
 
 
 @pytest.mark.slow
