@@ -24,7 +24,7 @@ import bisect
 import math
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from profiler.bounded import parse_json_bounded
@@ -161,6 +161,17 @@ def unhooked_groups(entries: Sequence[FrEntry], hooked: Mapping[str, int]) -> li
     return sorted(pg for pg, n in last.items() if n > hooked.get(pg, 0))
 
 
+def _made_by(c: CommRecord, es: Sequence[FrEntry], created: Sequence[int], lo: int, hi: int) -> Iterator[int]:
+    """Indices of the entries of ``es`` (in creation order; ``created`` their times) created within
+    ``[lo, hi]`` by ``c``'s thread, or by any thread where either side does not know its thread."""
+    k = bisect.bisect_left(created, lo)
+    while k < len(es) and es[k].created_ns <= hi:
+        e = es[k]
+        if not c.ident or not e.thread_ident or e.thread_ident == c.ident:
+            yield k
+        k += 1
+
+
 def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[list[CommRecord], int]:
     """The calls the hooks timed on their lean path, with the group, size and dtype of their entry;
     and how many had none (the ring buffer lost it: they are left out).
@@ -180,13 +191,9 @@ def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[li
         if c.pg_name != FROM_RECORDER or c.node_type != NodeType.COMM_COLL:
             out.append(c)
             continue
-        k = bisect.bisect_left(created, c.start_ns)
-        while k < len(ordered) and ordered[k].created_ns <= c.issue_end_ns:
-            e = ordered[k]
-            if k not in taken and (not e.thread_ident or not c.ident or e.thread_ident == c.ident):
-                break
-            k += 1
-        else:
+        made = (k for k in _made_by(c, ordered, created, c.start_ns, c.issue_end_ns) if k not in taken)
+        k = next(made, -1)
+        if k < 0:
             lost += 1
             continue
         taken.add(k)
@@ -232,15 +239,10 @@ def merge(
         lo, hi = (
             (c.start_ns, c.issue_end_ns) if c.ident else (c.start_ns - slack_ns, c.issue_end_ns + slack_ns)
         )
-        k = bisect.bisect_left(created.get(c.pg_name, []), lo)
-        while k < len(es) and es[k].created_ns <= hi:
-            e = es[k]
-            if (c.pg_name, k) not in claimed and (
-                not c.ident or not e.thread_ident or e.thread_ident == c.ident
-            ):
+        for k in _made_by(c, es, created.get(c.pg_name, []), lo, hi):
+            if (c.pg_name, k) not in claimed:
                 claimed.add((c.pg_name, k))
-                first.setdefault(i, e.seq)
-            k += 1
+                first.setdefault(i, es[k].seq)
         if i not in first:
             unnumbered.add(c.pg_name)
     hooked = [
