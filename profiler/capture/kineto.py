@@ -159,8 +159,7 @@ class WorkerEvents:
     The session costs up to about 2% of the example's step time even with the hooked calls kept out of
     it (:meth:`quiet`; two in-process A/B measurements: +0.4% and +2.0% wall; torch's own cost of a
     running profiler, which profiling every gloo work item had raised to about 3%), so the capture
-    starts it only when
-    collectives past the hooks were seen before the window
+    starts it only when collectives past the hooks were seen before the window
     (:func:`profiler.capture.flight.unhooked_groups`).
 
     Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded

@@ -95,16 +95,19 @@ class CaptureSession:
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._et: Any = None
         self._flight = flight.enabled()  # read once: the recorder was sized when the process started
+        # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
+        # (its hook's c10d operator joins the host facts: tensor ids, data dependencies); the recorder
+        # then sees every collective, and the hooks can take its sizes (their lean path)
+        self._recorder_sees_all = self._flight and self.level != Level.FULL
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def install(self) -> CaptureSession:
         """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
         from profiler.capture.hooks import CommHooks
 
-        # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
-        # (its hook's c10d operator joins the host facts: tensor ids, data dependencies)
-        ddp = not (self.level != Level.FULL and self._flight)
-        self._hooks = CommHooks(self._recording, lambda: self.step_index, ddp=ddp, quiet=self._quiet_calls)
+        self._hooks = CommHooks(
+            self._recording, lambda: self.step_index, ddp=not self._recorder_sees_all, quiet=self._quiet_calls
+        )
         self._hooks.install()
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -218,7 +221,7 @@ class CaptureSession:
         import torch.distributed as dist
 
         hooks = self._hooks
-        if hooks is None or not hooks.installed or not self._flight or self.level == Level.FULL:
+        if hooks is None or not hooks.installed or not self._recorder_sees_all:
             return
         if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() != "gloo":
             return
