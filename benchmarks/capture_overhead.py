@@ -55,9 +55,10 @@ class Side:
 
 
 def run_once(
-    work: Path, *, level: str | None, nproc: int, active: int, tag: str
+    work: Path, *, level: str | None, nproc: int, active: int, tag: str, env: dict[str, str] | None = None
 ) -> list[dict[str, list[int]]]:
-    """Per-rank step times of one run; with ``level``, under capture."""
+    """Per-rank step times of one run (``WAIT + WARMUP + active + 1`` steps); with ``level``, under
+    capture; ``env``: the environment to run it in."""
     times = work / f"{tag}-{{rank}}.json"
     steps = WAIT + WARMUP + active + 1
     train = [
@@ -70,7 +71,7 @@ def run_once(
             sys.executable, "-m", "skewlens", "profile", "--out", str(work / f"{tag}-run"), "--level", level,
             "--steps", f"{WAIT}:{WARMUP}:{active}", "--", *train,
         ]  # fmt: skip
-    res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-2000:]}")
     return [json.loads(Path(str(times).replace("{rank}", str(r))).read_text()) for r in range(nproc)]
@@ -184,21 +185,12 @@ def inprocess(console: Console, *, runs: int, steps: int, block: int = 8) -> Non
         for what in ("profiler", "hooks", "both"):
             wall, cpu = [], []
             for r in range(runs):
-                times = Path(tmp) / f"{what}{r}-{{rank}}.json"
-                train = [
-                    sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                    str(TRAIN), "--steps", str(steps), "--step-times-out", str(times),
-                ]  # fmt: skip
-                cmd = [
-                    sys.executable, "-m", "skewlens", "profile", "--out", f"{tmp}/{what}{r}-run",
-                    "--level", "collectives", "--steps", f"1:1:{steps - 4}", "--", *train,
-                ]  # fmt: skip
                 env = dict(os.environ, PYTHONPATH=str(INPROCESS_BOOT), SKEWLENS_BENCH_TOGGLE=what)
                 env["SKEWLENS_BENCH_BLOCK"] = str(block)
-                res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env)
-                if res.returncode != 0:
-                    raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-2000:]}")
-                per = [json.loads(Path(str(times).replace("{rank}", str(k))).read_text()) for k in range(2)]
+                per = run_once(
+                    Path(tmp), level="collectives", nproc=2, active=steps - WAIT - WARMUP - 1,
+                    tag=f"{what}{r}", env=env,
+                )  # fmt: skip
                 on: dict[str, list[float]] = {"wall": [], "cpu": []}
                 off: dict[str, list[float]] = {"wall": [], "cpu": []}
                 for i in range(20, steps - 5):  # step i runs in the state set when step i - 1 ended
