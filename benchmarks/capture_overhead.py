@@ -55,12 +55,19 @@ class Side:
 
 
 def run_once(
-    work: Path, *, level: str | None, nproc: int, active: int, tag: str, env: dict[str, str] | None = None
+    work: Path,
+    *,
+    level: str | None,
+    nproc: int,
+    active: int,
+    tag: str,
+    env: dict[str, str] | None = None,
+    wait: int = WAIT,
 ) -> list[dict[str, list[int]]]:
-    """Per-rank step times of one run (``WAIT + WARMUP + active + 1`` steps); with ``level``, under
+    """Per-rank step times of one run (``wait + WARMUP + active + 1`` steps); with ``level``, under
     capture; ``env``: the environment to run it in."""
     times = work / f"{tag}-{{rank}}.json"
-    steps = WAIT + WARMUP + active + 1
+    steps = wait + WARMUP + active + 1
     train = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         str(TRAIN), "--steps", str(steps), "--step-times-out", str(times),
@@ -69,7 +76,7 @@ def run_once(
     if level is not None:
         cmd = [
             sys.executable, "-m", "skewlens", "profile", "--out", str(work / f"{tag}-run"), "--level", level,
-            "--steps", f"{WAIT}:{WARMUP}:{active}", "--", *train,
+            "--steps", f"{wait}:{WARMUP}:{active}", "--", *train,
         ]  # fmt: skip
     res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if res.returncode != 0:
@@ -77,9 +84,9 @@ def run_once(
     return [json.loads(Path(str(times).replace("{rank}", str(r))).read_text()) for r in range(nproc)]
 
 
-def add_run(side: Side, per_rank: list[dict[str, list[int]]], active: int) -> float:
+def add_run(side: Side, per_rank: list[dict[str, list[int]]], active: int, wait: int = WAIT) -> float:
     """Add the recorded steps but the last (mean over ranks) to ``side``; this run's median wall ms."""
-    first = WAIT + WARMUP
+    first = wait + WARMUP
     steps = range(first, first + active)
     wall = [statistics.fmean(r["step_ns"][s] for r in per_rank) / 1e6 for s in steps]
     cpu = [statistics.fmean(r["step_cpu_ns"][s] for r in per_rank) / 1e6 for s in steps]
@@ -173,7 +180,7 @@ def micro(console: Console, blocks: int = 20) -> None:
 INPROCESS_BOOT = Path(__file__).resolve().parent / "inprocess"
 
 
-def inprocess(console: Console, *, runs: int, steps: int, block: int = 8) -> None:
+def inprocess(console: Console, *, runs: int, steps: int, block: int = 8, first: int = 12) -> None:
     """The collectives level's parts switched off and on in blocks of steps inside each run (see
     ``benchmarks/inprocess/sitecustomize.py``): on-block over off-block step medians, per run. The steps
     next to a switch are left out (starting or stopping the profiler lands in them). The flight recorder
@@ -186,14 +193,15 @@ def inprocess(console: Console, *, runs: int, steps: int, block: int = 8) -> Non
             wall, cpu = [], []
             for r in range(runs):
                 env = dict(os.environ, PYTHONPATH=str(INPROCESS_BOOT), SKEWLENS_BENCH_TOGGLE=what)
-                env["SKEWLENS_BENCH_BLOCK"] = str(block)
+                env.update(SKEWLENS_BENCH_BLOCK=str(block), SKEWLENS_BENCH_FIRST=str(first))
                 per = run_once(
                     Path(tmp), level="collectives", nproc=2, active=steps - WAIT - WARMUP - 1,
                     tag=f"{what}{r}", env=env,
                 )  # fmt: skip
                 on: dict[str, list[float]] = {"wall": [], "cpu": []}
                 off: dict[str, list[float]] = {"wall": [], "cpu": []}
-                for i in range(20, steps - 5):  # step i runs in the state set when step i - 1 ended
+                # step i runs in the state set when step i - 1 ended; the first switched block is left out
+                for i in range(first + block, steps - 5):
                     if i % block in (0, block - 1):
                         continue
                     side = on if (i // block) % 2 == 0 else off
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3, help="A/B repetitions per level")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--active", type=int, default=12, help="recorded steps per run")
+    p.add_argument("--wait", type=int, default=WAIT, help="steps before the capture window (its position)")
     p.add_argument("--levels", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     p.add_argument("--micro", action="store_true", help="only the in-process CPU-cost measurements")
     p.add_argument(
@@ -233,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     table = Table(
         title=f"capture overhead: {args.nproc} ranks, {args.reps} interleaved A/B reps, "
-        f"median over {args.active - 1} recorded steps x {args.reps} runs per side"
+        f"median over {args.active - 1} recorded steps (from step {args.wait + WARMUP}) x {args.reps} runs "
+        "per side"
     )
     cols = (
         "level",
@@ -263,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                 order = ((None, base), (level, cap))
                 for lv, side in order if rep % 2 == 0 else order[::-1]:
                     runs = run_once(
-                        work, level=lv, nproc=args.nproc, active=args.active, tag=f"{level}-{rep}-{lv}"
-                    )
-                    med = add_run(side, runs, args.active)
+                        work, level=lv, nproc=args.nproc, active=args.active, tag=f"{level}-{rep}-{lv}",
+                        wait=args.wait,
+                    )  # fmt: skip
+                    med = add_run(side, runs, args.active, args.wait)
                     console.print(
                         f"  {level} rep {rep} {'captured' if lv else 'baseline'}: median {med:.1f} ms"
                     )

@@ -2,9 +2,10 @@
 
 Put after skewlens' own bootstrap on PYTHONPATH (it chains here). With ``SKEWLENS_BENCH_TOGGLE`` set to
 ``profiler``, ``hooks`` or ``both``, the capture session of a ``collectives``-level run switches that
-part of itself off and on again in blocks of ``SKEWLENS_BENCH_BLOCK`` steps from step 12 on (blocks
-with an even index on, odd ones off), so that one run holds both sides: the same processes, threads and
-memory, which is what differs most between whole runs on a 2-core machine.
+part of itself off and on again in blocks of ``SKEWLENS_BENCH_BLOCK`` steps from step
+``SKEWLENS_BENCH_FIRST`` on (blocks with an even index on, odd ones off; the benchmark sets both), so that
+one run holds both sides: the same processes, threads and memory, which is what differs most between
+whole runs on a 2-core machine.
 """
 
 import os
@@ -12,7 +13,7 @@ import sys
 
 _WHAT = os.environ.get("SKEWLENS_BENCH_TOGGLE", "")
 _BLOCK = int(os.environ.get("SKEWLENS_BENCH_BLOCK", "8"))
-FIRST = 12
+FIRST = int(os.environ.get("SKEWLENS_BENCH_FIRST", "12"))
 
 
 def _install() -> None:
