@@ -156,9 +156,10 @@ class WorkerEvents:
     first steps leave a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events
     on the hooks' clock.
 
-    The session costs up to about 2% of the example's step time even with the hooked calls kept out of
-    it (:meth:`quiet`; two in-process A/B measurements: +0.4% and +2.0% wall; torch's own cost of a
-    running profiler, which profiling every gloo work item had raised to about 3%), so the capture
+    The session costs a few percent of the example's step time even with the hooked calls kept out of
+    it (:meth:`quiet`; in-process A/B measurements of the profiler, or of it and the hooks together,
+    gave +0.4% to +6.3%, each good to about ±3%: torch's own cost of a running profiler; profiling
+    every gloo work item too gave +2% to +10%), so the capture
     starts it only when collectives past the hooks were seen before the window
     (:func:`profiler.capture.flight.unhooked_groups`).
 

@@ -185,7 +185,7 @@ class CaptureSession:
 
         if not (self._flight and dist.is_available() and dist.is_initialized()):
             return
-        # the session costs ~2% of step time (torch's profiler running); it is there for the
+        # the session costs a few % of step time (torch's profiler running); it is there for the
         # collectives the hooks cannot time: none so far (after a step at least), none expected
         hooks = self._hooks
         if (
