@@ -110,14 +110,18 @@ def pooled_ratio_interval(base: Side, cap: Side, resamples: int = 1000) -> tuple
 
 
 def micro(console: Console, blocks: int = 20) -> None:
-    """In-process, interleaved A/B blocks (robust to other load): CPU cost of the hooks and of Kineto."""
+    """In-process, interleaved A/B blocks (robust to other load): CPU cost of the hooks, of Kineto and of
+    the collectives level's two worker-event recorders."""
     import socket
 
     import torch
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
     from torch.profiler import ProfilerActivity, profile
 
+    from profiler.capture import native
     from profiler.capture.hooks import CommHooks
+    from profiler.capture.kineto import WorkerEvents
 
     torch.set_num_threads(1)  # as under torchrun
     with socket.socket() as s:
@@ -164,6 +168,19 @@ def micro(console: Console, blocks: int = 20) -> None:
         steps(1)  # Kineto's first step warms it up (the capture window's warmup does the same)
         k_on.append(steps())
         prof.stop()
+    # the collectives level's worker-event recorders, on a DDP step (its all-reduce runs on gloo's thread)
+    model = DistributedDataParallel(model)
+    recorders: dict[str, list[float]] = {"none": [], "kineto": [], "native": []}
+    native_lib = native.load()
+    for _ in range(blocks):
+        for name in random.sample(list(recorders), len(recorders)):
+            w = None if name == "none" else WorkerEvents(native_lib if name == "native" else None)
+            if w is not None:
+                w.start()
+            steps(1)
+            recorders[name].append(steps())
+            if w is not None:
+                w.stop()
     dist.destroy_process_group()
     table = Table(title="in-process CPU cost (interleaved blocks, medians)")
     for col in ("what", "without", "with", "added"):
@@ -174,6 +191,11 @@ def micro(console: Console, blocks: int = 20) -> None:
     table.add_row("one all_reduce call (µs), hooks: lean path", f"{a:.1f}", f"{b:.1f}", f"{b - a:+.1f}")
     a, b = statistics.median(k_off), statistics.median(k_on)
     table.add_row("one fwd/bwd/SGD step (ms), Kineto on (ops)", f"{a:.2f}", f"{b:.2f}", f"{(b - a) / a:+.1%}")
+    a = statistics.median(recorders["none"])
+    for name in ("kineto", "native"):
+        b = statistics.median(recorders[name])
+        what = f"one DDP step (ms), worker events: {name}"
+        table.add_row(what, f"{a:.2f}", f"{b:.2f}", f"{(b - a) / a:+.1%}")
     console.print(table)
 
 

@@ -56,6 +56,8 @@ def main(argv: list[str]) -> int:
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
+    if level == Level.COLLECTIVES:
+        _build_native()
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
     env = capture_env(
@@ -100,6 +102,22 @@ def main(argv: list[str]) -> int:
 
     Console(stderr=True).print(summary_table(manifest, run_dir))
     return 0
+
+
+def _build_native() -> None:
+    """Build the native gloo-event recorder once here, not in every rank (a no-op once built); where it
+    cannot be built, say so: the ranks then use torch's profiler, which costs more."""
+    from profiler.capture import native
+
+    if not native.wanted():
+        return
+    try:
+        native.build()
+    except native.NativeBuildError as e:
+        print(
+            f"skewlens profile: warning: {e}; torch's profiler will record gloo's worker events",
+            file=sys.stderr,
+        )
 
 
 def summary_table(manifest: Manifest, run_dir: Path) -> Table:

@@ -6,3 +6,6 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+# the native gloo-event recorder of the collectives level (a small C++ library, cached per torch version;
+# without a compiler the capture uses torch's profiler instead and says so)
+.venv/bin/python -m profiler.capture.native || echo "warning: the native gloo-event recorder was not built"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ def profile(
     nproc: int = 2,
     command: list[str] | None = None,
     flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``skewlens profile --out OUT ... -- torchrun --nproc-per-node N examples/train.py ARGS``."""
     cmd = [
@@ -30,7 +32,10 @@ def profile(
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         str(EXAMPLE), *train_args,
     ]  # fmt: skip
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    run_env = {**os.environ, **env} if env else None
+    return subprocess.run(
+        cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT, env=run_env
+    )
 
 
 def load_example(module_name: str = "skl_example_train") -> ModuleType:

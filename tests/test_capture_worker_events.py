@@ -1,8 +1,10 @@
-"""The collectives level's light profiler: gloo's worker events on the hooks' clock, and never in the way.
+"""The collectives level's worker events: gloo's worker events on the hooks' clock, and never in the way.
 
 At the collectives level DDP's all_reduce is left to DDP and its end comes from gloo's worker thread,
-recorded by a Kineto session that records nothing else (:class:`profiler.capture.kineto.WorkerEvents`).
-A program that profiles itself must work as without skewlens.
+recorded by the native recorder (:mod:`profiler.capture.native`) or, where it cannot be built or
+``SKEWLENS_GLOO_EVENTS=kineto`` asks for it, by a Kineto session that records nothing else
+(:class:`profiler.capture.kineto.WorkerEvents`). A program that profiles itself must work as without
+skewlens.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from torch.nn.parallel import DistributedDataParallel
 dist.init_process_group("gloo")
 model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256)))
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-seen = 0
-for step in range(8):
+seen = bcast = 0
+for step in range(STEPS):
     if step == PROFILE_AT:  # the program's own profiler, inside skewlens' window
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         prof.start()
@@ -50,41 +52,89 @@ for step in range(8):
     if step == PROFILE_AT:
         prof.stop()
         seen = sum(e.name == "aten::addmm" for e in prof.events())
-print(f"rank {dist.get_rank()} own profiler saw {seen} addmm", file=sys.stderr)
+        bcast = sum(e.name == "c10d::broadcast_" for e in prof.events())
+print(f"rank {dist.get_rank()} own profiler saw {seen} addmm {bcast} broadcast", file=sys.stderr)
 dist.destroy_process_group()
 """
 
 
-def run_script(tmp_path: Path, text: str, *, steps: str = "1:1:4") -> tuple[Path, str]:
+def run_script(
+    tmp_path: Path, text: str, *, steps: str = "1:1:4", env: dict[str, str] | None = None
+) -> tuple[Path, str]:
     """Run ``text`` on 2 gloo ranks under ``skewlens profile`` at the collectives level."""
     script = tmp_path / "train.py"
     script.write_text(text)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    res = profile(out, level="collectives", steps=steps, command=cmd)
+    res = profile(out, level="collectives", steps=steps, command=cmd, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return out, res.stderr
 
 
-def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(tmp_path: Path) -> None:
-    out, stderr = run_script(tmp_path, SCRIPT.replace("PROFILE_AT", "3"))
-    for r in (0, 1):
-        # its profiler recorded the operators (2 linear layers forward), as without skewlens
-        assert f"rank {r} own profiler saw 2 addmm" in stderr
-        note = read_manifest(out).notes[f"rank {r} worker events"]
-        assert "own profiler" in note and "ends unknown" in note
-        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
-        ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
-        assert len(ddp) == 4 and all(a[Attr.DUR_NS] == 0 for a in ddp)  # there, but without an end
+#: How the worker events are recorded: the native library (default), Kineto asked for, Kineto because
+#: the library cannot be built (no compiler; an empty cache so that nothing built earlier is found).
+RECORDERS = {
+    "native": {},
+    "kineto": {"SKEWLENS_GLOO_EVENTS": "kineto"},
+    "no compiler": {"CXX": "skewlens-no-such-compiler", "SKEWLENS_CACHE_DIR": "{tmp}/cache"},
+}
 
 
-def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(tmp_path: Path) -> None:
-    out, _ = run_script(tmp_path, SCRIPT.replace("PROFILE_AT", "-1"))
+def recorder_env(recorder: str, tmp_path: Path) -> dict[str, str]:
+    return {k: v.format(tmp=tmp_path) for k, v in RECORDERS[recorder].items()}
+
+
+def ddp_all_reduces(out: Path, rank: int) -> list[dict]:
+    colls = [node_attrs(n) for n in read_et(out / f"rank-{rank}.et").nodes if n.type == NodeType.COMM_COLL]
+    return [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
+
+
+@pytest.mark.parametrize("recorder", ["native", "kineto"])
+def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(
+    tmp_path: Path, recorder: str
+) -> None:
+    # profiled at step 11, once the hooked calls are kept out of the worker events (after 8 steps)
+    text = SCRIPT.replace("PROFILE_AT", "11").replace("STEPS", "14")
+    out, stderr = run_script(tmp_path, text, steps="1:1:11", env=recorder_env(recorder, tmp_path))
     for r in (0, 1):
-        assert f"rank {r} worker events" not in read_manifest(out).notes
-        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
-        ddp = [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
+        # its profiler recorded the operators (2 linear layers forward) and the broadcast, as without skewlens
+        assert f"rank {r} own profiler saw 2 addmm 1 broadcast" in stderr
+        ddp = ddp_all_reduces(out, r)
+        assert len(ddp) == 11
+        if recorder == "native":  # the native recorder runs beside it: every end is there
+            assert f"rank {r} worker events" not in read_manifest(out).notes
+            assert all(a[Attr.DUR_NS] > 0 for a in ddp)
+        else:  # the program's profiler took Kineto over: the window's worker events are lost
+            note = read_manifest(out).notes[f"rank {r} worker events"]
+            assert "own profiler" in note and "ends unknown" in note
+            assert all(a[Attr.DUR_NS] == 0 for a in ddp)  # there, but without an end
+
+
+@pytest.mark.parametrize("recorder", list(RECORDERS))
+def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(
+    tmp_path: Path, recorder: str
+) -> None:
+    out, stderr = run_script(
+        tmp_path,
+        SCRIPT.replace("PROFILE_AT", "-1").replace("STEPS", "8"),
+        env=recorder_env(recorder, tmp_path),
+    )
+    m = read_manifest(out)
+    for r in (0, 1):
+        assert f"rank {r} worker events" not in m.notes
+        ddp = ddp_all_reduces(out, r)
         assert len(ddp) == 4 and all(a[Attr.DUR_NS] > 0 for a in ddp)
+        steps = {s.step: s for s in m.steps if s.rank == r}
+        for a in ddp:  # on the steps' clock: the all-reduce ends inside its step (backward waits for it)
+            step = steps[a[Attr.STEP]]
+            assert step.start_ns <= a[Attr.START_NS] < a[Attr.START_NS] + a[Attr.DUR_NS] <= step.end_ns
+    if recorder == "no compiler":
+        assert "skewlens-no-such-compiler" in stderr and "warning" in stderr  # the launcher said so
+        for r in (0, 1):
+            note = m.notes[f"rank {r} worker events recorder"]
+            assert "skewlens-no-such-compiler" in note and "torch's profiler" in note
+    else:
+        assert not any("worker events recorder" in k for k in m.notes)
 
 
 def test_a_profiler_that_cannot_start_or_is_already_running_is_a_note_never_an_error(

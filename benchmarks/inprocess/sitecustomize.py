@@ -51,7 +51,10 @@ def _install() -> None:
                 workers._on = False
                 workers.start()
             elif workers._on:
-                _disable_profiler()
+                if workers.recorder == "native":
+                    workers._native.stop()
+                else:
+                    _disable_profiler()
 
     s.CaptureSession.step = step  # type: ignore[method-assign]
     autostart.start_from_env()

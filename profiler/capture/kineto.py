@@ -75,6 +75,9 @@ def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
     return out
 
 
+#: Most gloo worker events the native recorder keeps per window (about 100 bytes each).
+MAX_WORKER_EVENTS = 200_000
+
 #: Steps that leave a ``skewlens::step`` record function (:data:`~profiler.capture.build.STEP_MARK_NAME`):
 #: the two clocks keep their offset, a few markers pin it.
 MARKS = 8
@@ -146,36 +149,50 @@ class KinetoCapture:
 
 
 class WorkerEvents:
-    """Collectives level: gloo's worker-thread events (``gloo:*``) and nothing else, through Kineto.
+    """Collectives level: gloo's worker-thread events (``gloo:*``) and nothing else.
 
     gloo runs each collective on a worker thread of its process group and wraps it in a ``USER_SCOPE``
-    record function. A Kineto session restricted to that scope records those, the program's own
-    ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
-    operators are ``FUNCTION`` scope and their record functions do not even run. The events give the end
-    of the collectives the hooks do not time (DDP's all_reduce, see :mod:`profiler.capture.flight`). The
-    first steps leave a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events
-    on the hooks' clock.
+    record function. The events give the end of the collectives the hooks do not time (DDP's all_reduce,
+    see :mod:`profiler.capture.flight`). Two recorders give them:
 
-    The session costs a few percent of the example's step time even with the hooked calls kept out of
-    it (:meth:`quiet`; in-process A/B measurements of the profiler, or of it and the hooks together,
-    gave +0.4% to +6.3%, each good to about ±3%: torch's own cost of a running profiler; profiling
-    every gloo work item too gave +2% to +10%), so the capture
-    starts it only when collectives past the hooks were seen before the window
+    - the native one (:mod:`profiler.capture.native`, the default when given): a RecordFunction callback
+      for that scope that keeps the ``gloo:*`` events, on ``time.time_ns()``'s clock and with native
+      thread ids. It runs beside a profiler the program starts (Kineto is not involved).
+    - otherwise a Kineto session restricted to that scope. It records those events, the program's own
+      ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
+      operators are ``FUNCTION`` scope and their record functions do not even run. The first steps leave
+      a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events on the hooks'
+      clock. It costs more: 40 interleaved triples of whole runs of the example (2 ranks) gave 1.031
+      with it and 0.993 with the native recorder (CPU 1.028 and 1.008); in-process A/B measurements of it,
+      or of it and the hooks together, gave +0.4% to +6.3%, each good to about ±3%; profiling every gloo
+      work item too gave +2% to +10%.
+
+    Either way the hooked calls are kept out of it after the first :data:`MARKS` steps (:meth:`quiet`),
+    and the capture starts it only when collectives past the hooks were seen before the window
     (:func:`profiler.capture.flight.unhooked_groups`).
 
-    Kineto is one per process. A profiler the program already runs is left alone (nothing is recorded
-    here); one it starts later takes Kineto over, which :meth:`start` notices through
-    ``torch.autograd.profiler``: the events are then lost (:attr:`note` says so), the program's profiler
-    works as without skewlens.
+    Kineto is one per process. With the Kineto recorder, a profiler the program already runs is left
+    alone (nothing is recorded here); one it starts later takes Kineto over, which :meth:`start` notices
+    through ``torch.autograd.profiler``: the events are then lost (:attr:`note` says so), the program's
+    profiler works as without skewlens.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, native: Any = None) -> None:
+        """``native``: the loaded native recorder (:class:`profiler.capture.native.GlooEvents`), or None
+        for the Kineto session."""
+        self._native = native
         self._on = False
         self._taken_over = False
         self._times: list[int] = []
         self._restore: Any = None
+        self._profiling: Any = None
         self.note = ""
-        """Why no events came back ("" when they did)."""
+        """Why no events came back, or why some did not ("" when all did)."""
+
+    @property
+    def recorder(self) -> str:
+        """``native`` or ``kineto``."""
+        return "native" if self._native is not None else "kineto"
 
     def start(self) -> bool:
         """Start recording; False (and :attr:`note`) when the process already profiles."""
@@ -191,6 +208,17 @@ class WorkerEvents:
 
         if self._on:
             return True
+        if self._native is not None:
+            try:  # this runs inside the program's optimizer.step(): it must never raise into it
+                started = self._native.start(MAX_WORKER_EVENTS)
+            except Exception as e:
+                started, self.note = False, f"the native recorder could not start ({type(e).__name__}: {e})"
+            if started:
+                self._on = True
+                self._profiling = _profiler_enabled
+                return True
+            self.note = self.note or "the native recorder was already recording"
+            self._native = None  # the Kineto session instead
         if _profiler_enabled():
             self.note = "the program runs its own profiler: no gloo worker events, ends unknown"
             return False
@@ -239,19 +267,27 @@ class WorkerEvents:
         hooked calls need nothing else from this profiler, while profiling each of their gloo work
         items is most of what it costs.
         """
+        if self._native is not None:  # a profiler of the program's own sees its calls as without skewlens
+            return self._on and len(self._times) >= MARKS and not self._profiling()
         return self._on and not self._taken_over and len(self._times) >= MARKS
 
     def mark(self) -> None:
-        """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps: the
-        two clocks keep their offset, a few markers pin it)."""
-        if self._on and not self._taken_over:
+        """Count a step; with Kineto leave a step marker (a no-op unless recording, and after the first
+        :data:`MARKS` steps: the two clocks keep their offset, a few markers pin it)."""
+        if not self._on or self._taken_over:
+            return
+        if self._native is None:
             leave_mark(self._times)
+        elif len(self._times) < MARKS:
+            self._times.append(time.time_ns())
 
     def stop(self) -> list[OpRecord]:
         """Stop; the ``gloo:*`` events on ``time.time_ns()``'s clock (empty when none came back)."""
         if not self._on:
             return []
         self._on = False
+        if self._native is not None:
+            return self._stop_native()
         if self._restore is not None:
             self._restore()
             self._restore = None
@@ -284,4 +320,23 @@ class WorkerEvents:
             )
             for e in events
             if e.name().startswith("gloo:") and e.duration_ns() >= 0
+        ]
+
+    def _stop_native(self) -> list[OpRecord]:
+        try:
+            events = self._native.stop()
+        except Exception as e:  # the trace must still be written: the ends are what is lost
+            self.note = f"the native recorder could not be stopped ({type(e).__name__}: {e}): ends unknown"
+            return []
+        if self._native.dropped:
+            self.note = (
+                f"{self._native.dropped} gloo worker event(s) not kept (the recorder keeps "
+                f"{MAX_WORKER_EVENTS}): their collectives' ends unknown"
+            )
+        return [
+            OpRecord(
+                name=e.name, start_ns=e.start_ns, dur_ns=e.end_ns - e.start_ns, thread=e.thread, is_cpu=True
+            )
+            for e in events
+            if e.name.startswith("gloo:") and e.end_ns >= e.start_ns
         ]

@@ -25,6 +25,7 @@ from profiler.capture.build import RankCapture, build_nodes
 from profiler.capture.records import CommRecord, OpRecord, StepRecord
 from profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from profiler.chakra_io import EtWriter
+from profiler.errors import CaptureError
 from profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
 from profiler.vocab import HostTrace, Level
 
@@ -196,10 +197,28 @@ class CaptureSession:
         ):
             self._workers_skipped = True
             return
-        self._workers = WorkerEvents()
+        self._workers = WorkerEvents(self._native_recorder())
         if not self._workers.start():
             self.notes[f"rank {self.rank} worker events"] = self._workers.note
             self._workers = None
+
+    def _native_recorder(self) -> Any:
+        """The native gloo-event recorder (built here when ``skewlens profile`` did not build it), or
+        None (and a note) where it cannot be had or ``SKEWLENS_GLOO_EVENTS=kineto`` asks for Kineto."""
+        from profiler.capture import native
+
+        try:
+            return native.load() if native.wanted() else None
+        except Exception as e:  # inside the program's optimizer.step(): the capture goes on with Kineto
+            why = (
+                str(e)
+                if isinstance(e, CaptureError)
+                else f"native gloo-event recorder: {type(e).__name__}: {e}"
+            )
+            self.notes[f"rank {self.rank} worker events recorder"] = (
+                f"{why}; torch's profiler recorded gloo's worker events instead (it costs more)"
+            )
+            return None
 
     def _start_record(self) -> None:
         self.offset_ns = self._clock_offset()

@@ -1,0 +1,135 @@
+"""The native gloo-event recorder: built once, it keeps gloo's worker events and nothing else, bounded.
+
+The library is compiled with the machine's C++ compiler against the installed torch
+(:mod:`profiler.capture.native`); where that fails the capture goes on with torch's profiler.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import native
+from profiler.capture.kineto import WorkerEvents
+from profiler.errors import CaptureError
+
+
+@pytest.fixture
+def gloo_world_of_one(tmp_path: Path):
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_recorder_keeps_gloos_worker_events_on_time_ns_clock_up_to_its_capacity(
+    gloo_world_of_one,
+) -> None:
+    import torch
+
+    dist = gloo_world_of_one
+    lib = native.load()
+    t0 = time.time_ns()
+    assert lib.start(2) is True
+    assert lib.start(2) is False  # one recording at a time
+    works = [dist.all_reduce(torch.ones(1000), async_op=True) for _ in range(3)]
+    for w in works:
+        w.wait()
+    dist.broadcast(torch.ones(10), src=0)
+    torch.ones(3).add_(1)  # an operator (FUNCTION scope): never seen
+    events = lib.stop()
+    t1 = time.time_ns()
+    # 4 collectives ran on gloo's worker threads; the buffer keeps 2 and counts the rest
+    assert len(events) == 2 and lib.dropped == 2
+    assert all(e.name in {"gloo:all_reduce", "gloo:broadcast"} for e in events)
+    main = threading.get_native_id()
+    for e in events:
+        assert t0 <= e.start_ns <= e.end_ns <= t1  # time.time_ns()'s clock
+        assert e.thread != main and e.thread > 0  # gloo's worker, by its native id
+
+    # a new window starts empty; nothing is recorded once stopped
+    assert lib.start(10) is True
+    dist.all_reduce(torch.ones(8))
+    second = lib.stop()
+    dist.broadcast(torch.ones(8), src=0)
+    assert [e.name for e in second] == ["gloo:all_reduce"] and lib.dropped == 0
+    assert lib.stop() == []
+
+
+def test_a_failed_build_names_the_compiler_and_the_error_and_leaves_no_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKEWLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", "skewlens-no-such-compiler")
+    with pytest.raises(native.NativeBuildError, match="no C\\+\\+ compiler 'skewlens-no-such-compiler'"):
+        native.build()
+    broken = tmp_path / "cxx.sh"
+    broken.write_text("#!/bin/sh\necho 'gloo_events.cpp:1: error: boom' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CXX", str(broken))
+    with pytest.raises(native.NativeBuildError) as err:
+        native.build()
+    assert "failed (1) on gloo_events.cpp" in str(err.value) and "error: boom" in str(err.value)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".build.lock"]  # nothing half-written
+
+
+def test_the_library_is_cached_per_torch_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKEWLENS_CACHE_DIR", str(tmp_path))
+    first = native.library_path()
+    assert first.parent == tmp_path and "torch2.13" in first.name
+    changed = tmp_path / "gloo_events.cpp"
+    changed.write_text(native.SOURCE.read_text() + "\n// changed\n")
+    monkeypatch.setattr(native, "SOURCE", changed)
+    assert native.library_path() != first
+
+
+def test_an_unknown_recorder_choice_is_a_one_line_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKEWLENS_GLOO_EVENTS", "perfetto")
+    with pytest.raises(CaptureError, match="SKEWLENS_GLOO_EVENTS='perfetto'"):
+        native.wanted()
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "skewlens",
+            "profile",
+            "--out",
+            str(tmp_path / "run"),
+            "--",
+            sys.executable,
+            "-c",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SKEWLENS_GLOO_EVENTS": "perfetto"},
+        check=False,
+        timeout=120,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "SKEWLENS_GLOO_EVENTS='perfetto'" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recorder_that_cannot_start_gives_way_to_the_kineto_session_with_a_note() -> None:
+    class Broken:
+        def start(self, capacity: int) -> bool:
+            raise RuntimeError("no callbacks today")
+
+    w = WorkerEvents(Broken())
+    assert w.recorder == "native"
+    assert w.start() is True and w.recorder == "kineto"
+    assert "native recorder could not start" in w.note and "no callbacks today" in w.note
+    w.stop()
