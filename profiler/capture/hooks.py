@@ -278,9 +278,9 @@ class CommHooks:
     ) -> tuple[Any, int, int]:
         """Issue the call; its result, and when it was issued and returned.
 
-        The worker-event profiler, on for the collectives the hooks cannot time, has seen these calls'
+        The worker-event recorder, on for the collectives the hooks cannot time, has seen these calls'
         worker threads once ``quiet()``: with record functions off while the call is issued, gloo's work
-        item records nothing (that profiling is most of the profiler's cost).
+        item creates no record function (with the Kineto recorder, that profiling was most of its cost).
         """
         quiet = self._quiet is not None and self._quiet()
         if quiet:
