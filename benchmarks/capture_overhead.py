@@ -17,6 +17,7 @@ pooled ratio's 95% interval comes from resampling whole runs of each side (boots
     .venv/bin/python benchmarks/capture_overhead.py [--reps 3] [--nproc 2] [--active 12] [--levels ...]
     .venv/bin/python benchmarks/capture_overhead.py --micro   # in-process CPU cost of hooks and Kineto
     .venv/bin/python benchmarks/capture_overhead.py --inprocess --reps 4   # collectives parts switched in-run
+    .venv/bin/python benchmarks/capture_overhead.py --recorders --reps 40 --active 30   # native vs Kineto
 """
 
 from __future__ import annotations
@@ -239,6 +240,43 @@ def inprocess(console: Console, *, runs: int, steps: int, block: int = 8, first:
     console.print(table)
 
 
+def recorders(console: Console, *, triples: int, nproc: int, active: int, wait: int) -> None:
+    """The collectives level with each worker-event recorder against the baseline: interleaved triples
+    of whole runs (baseline, Kineto, native, in a random order per triple, so that drift hits all three
+    alike); pooled and paired ratios as in the main table."""
+    from profiler.capture import native
+
+    native.build()  # here, not inside the first native run
+    sides = {"baseline": Side(), "kineto": Side(), "native": Side()}
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory(prefix="skl-recorders-") as tmp:
+        for t in range(triples):
+            for name in rng.sample(list(sides), len(sides)):
+                env = dict(os.environ, SKEWLENS_GLOO_EVENTS="kineto" if name == "kineto" else "native")
+                per = run_once(
+                    Path(tmp), level=None if name == "baseline" else "collectives", nproc=nproc,
+                    active=active, tag=f"{name}{t}", env=env, wait=wait,
+                )  # fmt: skip
+                med = add_run(sides[name], per, active, wait)
+                console.print(f"  triple {t} {name}: median {med:.1f} ms")
+    base = sides["baseline"]
+    table = Table(
+        title=f"collectives level by worker-event recorder: {triples} interleaved triples, {nproc} ranks"
+    )
+    for col in ("recorder", "ms", "wall", "95% interval", "paired", "cpu"):
+        table.add_column(col, justify="right")
+    b, bc = statistics.median(base.wall), statistics.median(base.cpu)
+    table.add_row("baseline", f"{b:.1f}", "1", "", "", "1")
+    for name in ("kineto", "native"):
+        side = sides[name]
+        c = statistics.median(side.wall)
+        lo, hi = pooled_ratio_interval(base, side)
+        paired = statistics.median(x / y for y, x in zip(base.run_medians, side.run_medians, strict=True))
+        cpu = statistics.median(side.cpu) / bc
+        table.add_row(name, f"{c:.1f}", f"{c / b:.3f}", f"{lo:.3f}-{hi:.3f}", f"{paired:.3f}", f"{cpu:.3f}")
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3, help="A/B repetitions per level")
@@ -251,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         "--inprocess", action="store_true", help="only the collectives level's parts switched inside each run"
     )
     p.add_argument("--steps", type=int, default=400, help="steps per run with --inprocess")
+    p.add_argument(
+        "--recorders", action="store_true",
+        help="only the collectives level, native vs Kineto worker-event recorder (--reps triples)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped into a file or a log: room for the whole table
@@ -260,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.inprocess:
         inprocess(console, runs=args.reps, steps=args.steps)
+        return 0
+    if args.recorders:
+        recorders(console, triples=args.reps, nproc=args.nproc, active=args.active, wait=args.wait)
         return 0
     load_before = os.getloadavg()[0]
     table = Table(

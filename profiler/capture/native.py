@@ -30,7 +30,6 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +77,14 @@ def cache_dir() -> Path:
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "skewlens"
+    if xdg:
+        return Path(xdg) / "skewlens"
+    try:
+        return Path.home() / ".cache" / "skewlens"
+    except RuntimeError as e:  # no home directory (a service account, say)
+        raise NativeBuildError(
+            f"native gloo-event recorder: no cache directory ({e}); set {ENV_CACHE}"
+        ) from e
 
 
 def _torch() -> tuple[Path, str]:
@@ -87,13 +93,21 @@ def _torch() -> tuple[Path, str]:
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         raise NativeBuildError("native gloo-event recorder: torch is not installed")
-    return Path(spec.origin).resolve().parent, importlib.metadata.version("torch")
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError as e:
+        raise NativeBuildError("native gloo-event recorder: torch has no package metadata") from e
+    return Path(spec.origin).resolve().parent, version
 
 
 def library_path() -> Path:
     """The library's path for the installed torch and this source."""
     torch_dir, version = _torch()
-    digest = hashlib.sha256(SOURCE.read_bytes() + str(torch_dir).encode()).hexdigest()[:16]
+    try:
+        source = SOURCE.read_bytes()
+    except OSError as e:
+        raise NativeBuildError(f"native gloo-event recorder: its source {SOURCE} is missing ({e})") from e
+    digest = hashlib.sha256(source + str(torch_dir).encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in version)
     return cache_dir() / f"gloo_events-torch{safe}-{digest}.so"
 
@@ -127,9 +141,7 @@ def build() -> Path:
         cmd = _compile_command(path)
         if shutil.which(cmd[0]) is None:
             raise NativeBuildError(f"native gloo-event recorder: no C++ compiler {cmd[0]!r} (set CXX)")
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=".so")
-        os.close(fd)
-        tmp = Path(tmp_name)
+        tmp = path.with_name(f".build-{os.getpid()}.so")
         cmd[cmd.index(str(path))] = str(tmp)
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
