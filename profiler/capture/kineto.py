@@ -162,10 +162,10 @@ class WorkerEvents:
       ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
       operators are ``FUNCTION`` scope and their record functions do not even run. The first steps leave
       a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events on the hooks'
-      clock. It costs more: 40 interleaved triples of whole runs of the example (2 ranks) gave 1.031
-      with it and 0.993 with the native recorder (CPU 1.028 and 1.008); in-process A/B measurements of it,
-      or of it and the hooks together, gave +0.4% to +6.3%, each good to about ±3%; profiling every gloo
-      work item too gave +2% to +10%.
+      clock. It costs more: two sets of 40 interleaved triples of whole runs of the example (2 ranks)
+      gave 1.026 and 1.031 with it, 1.006 and 0.993 with the native recorder; in-process A/B
+      measurements of it, or of it and the hooks together, gave +0.4% to +6.3%, each good to about ±3%;
+      profiling every gloo work item too gave +2% to +10%.
 
     Either way the hooked calls are kept out of it after the first :data:`MARKS` steps (:meth:`quiet`),
     and the capture starts it only when collectives past the hooks were seen before the window
@@ -212,12 +212,13 @@ class WorkerEvents:
             try:  # this runs inside the program's optimizer.step(): it must never raise into it
                 started = self._native.start(MAX_WORKER_EVENTS)
             except Exception as e:
-                started, self.note = False, f"the native recorder could not start ({type(e).__name__}: {e})"
+                started = False
+                self.note = f"the native recorder could not start ({type(e).__name__}: {e}); Kineto records"
             if started:
                 self._on = True
                 self._profiling = _profiler_enabled
                 return True
-            self.note = self.note or "the native recorder was already recording"
+            self.note = self.note or "the native recorder was already recording; Kineto records"
             self._native = None  # the Kineto session instead
         if _profiler_enabled():
             self.note = "the program runs its own profiler: no gloo worker events, ends unknown"

@@ -5,9 +5,9 @@ bucket all-reduce, issued from C++): gloo runs each collective on a worker threa
 ``USER_SCOPE`` record function named ``gloo:<collective>``. ``gloo_events.cpp`` registers one
 RecordFunction callback for that scope only and keeps those events (name, native thread id, start and
 end on ``time.time_ns()``'s clock) in a buffer of a fixed capacity. It replaces a Kineto session
-restricted to the same scope, which gives the same events but made the example's steps about 3% slower
-(40 interleaved triples of whole runs, 2 ranks: 1.031 with Kineto, 0.993 with this library; CPU 1.028
-and 1.008).
+restricted to the same scope, which gives the same events but made the example's steps 2-4% slower
+(``benchmarks/capture_overhead.py --recorders``, 40 interleaved triples of whole runs, 2 ranks: 1.026
+with Kineto, 1.006 with this library, CPU 1.028 and 1.012; an earlier set: 1.031 and 0.993).
 
 The library is compiled with the C++ compiler (``$CXX``, else ``c++``) against the installed torch's
 headers and libraries into a cache directory (``$SKEWLENS_CACHE_DIR``, else
