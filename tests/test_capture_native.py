@@ -133,3 +133,16 @@ def test_a_recorder_that_cannot_start_gives_way_to_the_kineto_session_with_a_not
     assert w.start() is True and w.recorder == "kineto"
     assert "native recorder could not start" in w.note and "no callbacks today" in w.note
     w.stop()
+
+
+def test_ranks_building_at_once_compile_one_library_and_leave_nothing_else(tmp_path: Path) -> None:
+    code = "from profiler.capture import native; print(native.build())"
+    env = {**os.environ, "SKEWLENS_CACHE_DIR": str(tmp_path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len(set(outs)) == 1 and Path(outs[0]).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".build.lock", Path(outs[0]).name])
