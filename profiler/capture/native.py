@@ -11,13 +11,15 @@ with Kineto, 1.006 with this library, CPU 1.028 and 1.012; an earlier set: 1.031
 
 The library is compiled with the C++ compiler (``$CXX``, else ``c++``) against the installed torch's
 headers and libraries into a cache directory (``$SKEWLENS_CACHE_DIR``, else
-``$XDG_CACHE_HOME/skewlens``, else ``~/.cache/skewlens``), named by the torch version and the source's
-hash; one process compiles while the others wait on a lock, and the file appears only when complete
-(compiled under a temporary name, then renamed). ``skewlens profile`` builds it before starting the
-command and the capture session at its start; where it cannot be built (no compiler, say), or with
-``SKEWLENS_GLOO_EVENTS=kineto``, the capture uses the Kineto session instead and the manifest says why.
+``$XDG_CACHE_HOME/skewlens``, else ``~/.cache/skewlens``), named by the torch version and a hash of the
+source and of torch's location; one process compiles while the others wait on a lock, and the file
+appears only when complete (compiled under a temporary name, then renamed). ``scripts/install.sh`` and
+``skewlens profile`` (before starting the command) build it; a capture session that does not find it
+(Python API) builds it when its window's warm-up begins. Where it cannot be built (no compiler, say),
+or with ``SKEWLENS_GLOO_EVENTS=kineto``, the capture uses the Kineto session instead and the manifest
+says why.
 
-Nothing here imports torch at module level: :func:`build` and :func:`load` do.
+Nothing here imports torch at module level (the launcher does not load it): :class:`GlooEvents` does.
 """
 
 from __future__ import annotations
