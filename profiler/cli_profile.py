@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiler.capture.native import ENV_UNAVAILABLE
 from profiler.errors import CaptureError
 from profiler.vocab import HostTrace, Level
 
@@ -56,8 +57,7 @@ def main(argv: list[str]) -> int:
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
-    if level == Level.COLLECTIVES:
-        _build_native()
+    native_failure = _build_native() if level == Level.COLLECTIVES else ""
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
     env = capture_env(
@@ -68,6 +68,9 @@ def main(argv: list[str]) -> int:
         clock_timeout_s=args.clock_timeout,
         host_trace=host_trace,
     )
+    env.pop(ENV_UNAVAILABLE, None)
+    if native_failure:  # the ranks need not try again
+        env[ENV_UNAVAILABLE] = native_failure
     try:
         code = run_command(command, env)
     except CaptureError:
@@ -104,13 +107,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _build_native() -> None:
+def _build_native() -> str:
     """Build the native gloo-event recorder once here, not in every rank (a no-op once built); where it
-    cannot be built, say so: the ranks then use torch's profiler, which costs more."""
+    cannot be built, say so and return why ("" otherwise): the ranks then use torch's profiler, which
+    costs more."""
     from profiler.capture import native
 
     if not native.wanted():
-        return
+        return ""
     try:
         native.build()
     except native.NativeBuildError as e:
@@ -118,6 +122,8 @@ def _build_native() -> None:
             f"skewlens profile: warning: {e}; torch's profiler will record gloo's worker events",
             file=sys.stderr,
         )
+        return str(e)
+    return ""
 
 
 def summary_table(manifest: Manifest, run_dir: Path) -> Table:

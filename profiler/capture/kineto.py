@@ -338,6 +338,6 @@ class WorkerEvents:
             OpRecord(
                 name=e.name, start_ns=e.start_ns, dur_ns=e.end_ns - e.start_ns, thread=e.thread, is_cpu=True
             )
-            for e in events
-            if e.name.startswith("gloo:") and e.end_ns >= e.start_ns
+            for e in events  # the library keeps ``gloo:*`` events only
+            if e.end_ns >= e.start_ns  # the wall clock may step back (NTP)
         ]

@@ -41,6 +41,9 @@ SOURCE = Path(__file__).resolve().with_name("gloo_events.cpp")
 ENV_MODE = "SKEWLENS_GLOO_EVENTS"
 """``native`` (the default) or ``kineto``: which recorder gives gloo's worker events."""
 ENV_CACHE = "SKEWLENS_CACHE_DIR"
+ENV_UNAVAILABLE = "SKEWLENS_NATIVE_UNAVAILABLE"
+"""Set by ``skewlens profile`` for its command when the library could not be built, to why: the ranks
+then take the Kineto session without compiling again, each of them."""
 #: Longest a compilation may take.
 BUILD_TIMEOUT_S = 300
 #: Longest event name kept (gloo's are ``gloo:all_reduce`` and the like).
@@ -211,13 +214,14 @@ class GlooEvents:
 _loaded: dict[Path, GlooEvents] = {}
 
 
-def load(*, build_missing: bool = True) -> GlooEvents:
-    """The recorder (built first when missing and ``build_missing``); :class:`NativeBuildError` when it
-    cannot be had. Loaded once per process."""
-    path = build() if build_missing else library_path()
+def load() -> GlooEvents:
+    """The recorder (built first when missing); :class:`NativeBuildError` when it cannot be had. Loaded
+    once per process."""
+    why = os.environ.get(ENV_UNAVAILABLE)
+    if why:
+        raise NativeBuildError(why)
+    path = build()
     if path not in _loaded:
-        if not path.is_file():
-            raise NativeBuildError(f"native gloo-event recorder: {path} not built")
         _loaded[path] = GlooEvents(path)
     return _loaded[path]
 
