@@ -3,6 +3,6 @@
 ``analyze_run(run) -> AnalysisResult`` is the entry point; ``write_tables`` writes the Parquet tables.
 """
 
-from analysis.api import AnalysisResult, analyze_run, write_tables
+from skewlens.analysis.api import AnalysisResult, analyze_run, write_tables
 
 __all__ = ["AnalysisResult", "analyze_run", "write_tables"]

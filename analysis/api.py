@@ -1,9 +1,11 @@
 """The analysis entry points: :func:`analyze_run` (pure, store in, result out) and :func:`write_tables`.
 
 ``analyze_run`` derives the shared per-rank index once, then runs the four analyses: collective skew
-(``analysis.skew``), step breakdown (``analysis.breakdown``), critical path (``analysis.critical_path``)
-and what-if blame (``analysis.blame``, which asks the simulator). Rendering lives in ``analysis.render``,
-``analysis.plots`` and ``analysis.perfetto``; the CLI in ``analysis.cli``.
+(``skewlens.analysis.skew``), step breakdown (``skewlens.analysis.breakdown``), critical path
+(``skewlens.analysis.critical_path``)
+and what-if blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives in
+``skewlens.analysis.render``,
+``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in ``skewlens.analysis.cli``.
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from pathlib import Path
 
 from rich.console import Console
 
-from analysis.blame import BlameResult, SimulateFn, analyze_blame
-from analysis.breakdown import analyze_breakdown
-from analysis.critical_path import analyze_critical_path
-from analysis.index import RunIndex, build_index
-from analysis.records import (
+from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
+from skewlens.analysis.breakdown import analyze_breakdown
+from skewlens.analysis.critical_path import analyze_critical_path
+from skewlens.analysis.index import RunIndex, build_index
+from skewlens.analysis.records import (
     BlameRecord,
     BlameStepRecord,
     CollectiveSkewRecord,
     CriticalPathRecord,
     StepBreakdownRecord,
 )
-from analysis.skew import SkewResult, analyze_skew
-from profiler.store.model import RunTrace
-from profiler.store.schema import write_records
+from skewlens.analysis.skew import SkewResult, analyze_skew
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.schema import write_records
 
 #: Output file names inside OUT_DIR.
 SKEW_FILE = "collective_skew.parquet"

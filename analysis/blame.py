@@ -14,7 +14,7 @@ nodes) are compared with the lower median over the ranks that have that interval
 ``r`` scales ``r``'s compute durations in each
 interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
 not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
-``replay.lower.recorded_gaps``), via ``simulate(dur_override=..., gap_override=...)``.
+``skewlens.replay.lower.recorded_gaps``), via ``simulate(dur_override=..., gap_override=...)``.
 ``straggler_cost = baseline - what-if`` of the simulated step times (see
 :func:`step_times_from_spans`: completion of a step minus completion of the previous one), per step and in
 total. Ranked.
@@ -34,9 +34,9 @@ import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from analysis.index import I64, RankIndex, RunIndex
-from analysis.records import BlameRecord, BlameStepRecord, CauseKind
-from analysis.skew import Cause, SkewResult
+from skewlens.analysis.index import I64, RankIndex, RunIndex
+from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
+from skewlens.analysis.skew import Cause, SkewResult
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -190,11 +190,12 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
 
 
 def _simulator_gaps(ix: RunIndex, simulate_fn: SimulateFn) -> dict[int, I64]:
-    """The host gaps exactly as the simulator measures them (``replay.lower.recorded_gaps``), so that the
+    """The host gaps exactly as the simulator measures them (``skewlens.replay.lower.recorded_gaps``), so
+    that the
     scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps (recorded
     deps + stream predecessor) where a stand-in simulator is used."""
-    from replay.lower import recorded_gaps
-    from replay.simulate import simulate
+    from skewlens.replay.lower import recorded_gaps
+    from skewlens.replay.simulate import simulate
 
     if simulate_fn is not simulate:
         return {r: ri.gap_ns for r, ri in ix.ranks.items()}
@@ -255,7 +256,7 @@ def analyze_blame(
 ) -> BlameResult:
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
     if simulate_fn is None:
-        from replay.simulate import simulate
+        from skewlens.replay.simulate import simulate
 
         simulate_fn = simulate
     run = ix.run

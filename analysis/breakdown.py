@@ -13,15 +13,16 @@ step ``[a, b)``::
     idle                = (b - a) - |M ∪ C|
 
 so ``compute + exposed wait + exposed transfer + idle = step length``. Every measure is a difference
-of "covered time up to t" of a merged union (:class:`~analysis.index.Coverage`), vectorised over steps.
+of "covered time up to t" of a merged union (:class:`~skewlens.analysis.index.Coverage`), vectorised over
+steps.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.index import Coverage, RunIndex
-from analysis.records import StepBreakdownRecord
+from skewlens.analysis.index import Coverage, RunIndex
+from skewlens.analysis.records import StepBreakdownRecord
 
 
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from analysis.api import analyze_run, write_tables
-from analysis.render import report
-from profiler.errors import SkewlensError
-from profiler.store.model import RunTrace
+from skewlens.analysis.api import analyze_run, write_tables
+from skewlens.analysis.render import report
+from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.model import RunTrace
 
 #: What-if simulations per analysis unless --max-simulations says otherwise (each replays the whole run).
 DEFAULT_MAX_SIMULATIONS = 16
@@ -18,7 +18,7 @@ DEFAULT_MAX_SIMULATIONS = 16
 
 def load_for_analysis(run_dir: str | Path, console: Console) -> RunTrace:
     """Load and validate the run (the store's validating loader)."""
-    from profiler.store.validate import load_validated
+    from skewlens.profiler.store.validate import load_validated
 
     return load_validated(run_dir, progress=True, console=console)
 
@@ -56,8 +56,8 @@ def main(argv: list[str]) -> int:
     result = analyze_run(run, blame=not args.no_blame, max_simulations=args.max_simulations, console=err)
     written = write_tables(result, out)
     if not args.no_pictures:
-        from analysis.perfetto import PERFETTO_FILE, write_perfetto
-        from analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+        from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
+        from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
 
         written += [
             wait_heatmap(result, out / WAIT_HEATMAP_FILE),

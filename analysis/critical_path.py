@@ -20,9 +20,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from analysis.index import RunIndex
-from analysis.records import CriticalPathRecord
-from profiler.vocab import NodeType
+from skewlens.analysis.index import RunIndex
+from skewlens.analysis.records import CriticalPathRecord
+from skewlens.profiler.vocab import NodeType
 
 #: Path-record ``kind`` of each node type (``other`` for the rest).
 KIND_NAMES = {

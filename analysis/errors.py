@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError
 
 
 class AnalysisError(SkewlensError):

@@ -1,7 +1,7 @@
 """Per-rank arrays every analysis needs, computed once per run with numpy (no per-node Python objects).
 
 :class:`RunIndex` holds, for each rank, row-aligned columns derived from the store's
-:class:`~profiler.store.model.RankTrace`:
+:class:`~skewlens.profiler.store.model.RankTrace`:
 
 - ``wait_ns``: at a communication node, the time this rank waited for its peers. Timing contract of
   COMM nodes: start = this rank's arrival, end = completion on this rank. For a collective member
@@ -25,10 +25,10 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from analysis.errors import AnalysisError
-from profiler.store.model import RankTrace, RunTrace
-from profiler.vocab import UNTRACED_NODE_NAME, NodeType
-from replay.lower import union_intervals
+from skewlens.analysis.errors import AnalysisError
+from skewlens.profiler.store.model import RankTrace, RunTrace
+from skewlens.profiler.vocab import UNTRACED_NODE_NAME, NodeType
+from skewlens.replay.lower import union_intervals
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -166,7 +166,7 @@ class RunIndex:
 
 
 def _gap_ns(rt: RankTrace, end: I64) -> tuple[I64, B]:
-    """Host gap before each row under the simulator's rule (``replay.lower``): the row waits for its
+    """Host gap before each row under the simulator's rule (``skewlens.replay.lower``): the row waits for its
     recorded deps plus its stream predecessor (the node on the same stream with the latest end among
     those that started before it, when that end is not after the row's start, so nested ops are not
     serialised behind their parent); ``gap = start - max(end of those)``, clamped at 0."""

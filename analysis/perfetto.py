@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.api import AnalysisResult
-from analysis.critical_path import KIND_NAMES
-from profiler.atomic import write_json_atomic
+from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.critical_path import KIND_NAMES
+from skewlens.profiler.atomic import write_json_atomic
 
 PERFETTO_FILE = "trace_critical_path.json"
 #: Beyond this many nodes in the run only communication nodes and the critical path are written.

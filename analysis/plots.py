@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.api import AnalysisResult
-from profiler.atomic import atomic_file
+from skewlens.analysis.api import AnalysisResult
+from skewlens.profiler.atomic import atomic_file
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"

@@ -1,4 +1,5 @@
-"""Rich renderables of an :class:`~analysis.api.AnalysisResult` (no computation beyond sorting/summing)."""
+"""Rich renderables of an :class:`~skewlens.analysis.api.AnalysisResult` (no computation beyond
+sorting/summing)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections import defaultdict
 from rich.console import Group
 from rich.table import Table
 
-from analysis.api import AnalysisResult
-from analysis.critical_path import shares
+from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.critical_path import shares
 
 
 def _ms(ns: float) -> str:

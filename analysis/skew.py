@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analysis.index import I64, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
-from analysis.records import CauseKind, CollectiveSkewRecord
-from profiler.vocab import CommType
+from skewlens.analysis.index import I64, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
+from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
+from skewlens.profiler.vocab import CommType
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3

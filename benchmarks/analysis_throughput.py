@@ -8,7 +8,7 @@ compute nodes with a world all_reduce every ``COLL_EVERY`` nodes and a ring send
 nodes, over ``--steps`` steps; rank ``--straggler`` does 30% more compute. Times follow a lockstep model
 (a collective completes at the last arrival plus a transfer time), so the waits are consistent.
 
-Then times, in this process: load (``profiler.store.load_run``), the shared index, the four analyses
+Then times, in this process: load (``skewlens.profiler.store.load_run``), the shared index, the four analyses
 (skew, breakdown, critical path, what-if blame with ``--max-simulations`` what-ifs) and writing the
 Parquet tables; pictures are optional (``--pictures``). Target: load + analyses + Parquet <= 20 s for
 16 x 100,000 on the 2-core reference machine. Wall and CPU time are both printed: on a machine shared with
@@ -28,9 +28,9 @@ import numpy as np
 from chakra.schema.protobuf import et_def_pb2 as pb
 from rich.console import Console
 
-from profiler.chakra_io import EtWriter, encode_message, node_template
-from profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 COLL_EVERY = 50
 P2P_EVERY = 1000
@@ -187,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         generate(run_dir, a.ranks, a.nodes, a.steps, a.straggler)
         print(f"generated {run_dir} in {time.perf_counter() - t:.1f} s (not timed)")
 
-    from analysis.api import analyze_run, write_tables
-    from analysis.blame import analyze_blame
-    from analysis.breakdown import analyze_breakdown
-    from analysis.critical_path import analyze_critical_path
-    from analysis.index import build_index
-    from analysis.skew import analyze_skew
-    from profiler.store import load_run
+    from skewlens.analysis.api import analyze_run, write_tables
+    from skewlens.analysis.blame import analyze_blame
+    from skewlens.analysis.breakdown import analyze_breakdown
+    from skewlens.analysis.critical_path import analyze_critical_path
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.skew import analyze_skew
+    from skewlens.profiler.store import load_run
 
     quiet = Console(file=io.StringIO())
     stages: dict[str, float] = {}
@@ -230,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         stages["parquet"] = time.perf_counter() - t
         parquet_cpu = time.process_time() - cpu
         if a.pictures:
-            from analysis.perfetto import write_perfetto
-            from analysis.plots import breakdown_bars, wait_heatmap
+            from skewlens.analysis.perfetto import write_perfetto
+            from skewlens.analysis.plots import breakdown_bars, wait_heatmap
 
             t = time.perf_counter()
             wait_heatmap(result, Path(out) / "w.png")

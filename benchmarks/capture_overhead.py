@@ -156,9 +156,9 @@ def micro(console: Console, blocks: int = 20) -> None:
     from torch.nn.parallel import DistributedDataParallel
     from torch.profiler import ProfilerActivity, profile
 
-    from profiler.capture import native
-    from profiler.capture.hooks import CommHooks
-    from profiler.capture.kineto import WorkerEvents
+    from skewlens.profiler.capture import native
+    from skewlens.profiler.capture.hooks import CommHooks
+    from skewlens.profiler.capture.kineto import WorkerEvents
 
     torch.set_num_threads(1)  # as under torchrun
     with socket.socket() as s:
@@ -280,7 +280,7 @@ def recorders(console: Console, *, triples: int, nproc: int, active: int, wait: 
     """The collectives level with each worker-event recorder against the baseline: interleaved triples
     of whole runs (baseline, Kineto, native, in a random order per triple, so that drift hits all three
     alike); pooled and paired ratios as in the main table."""
-    from profiler.capture import native
+    from skewlens.profiler.capture import native
 
     native.build()  # here, not inside the first native run
     sides = {"baseline": Side(), "kineto": Side(), "native": Side()}

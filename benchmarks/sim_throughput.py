@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from profiler.chakra_io import EtWriter, TraceNode, encode_message, to_proto
-from profiler.manifest import rank_file
-from profiler.store import load_run
-from profiler.synth import RankBuilder, RunBuilder
-from profiler.vocab import PG_INIT_NODE_NAME, CommType, NodeType
-from replay.network.topology import Dimension, Topology
-from replay.simulate import simulate
+from skewlens.profiler.chakra_io import EtWriter, TraceNode, encode_message, to_proto
+from skewlens.profiler.manifest import rank_file
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RankBuilder, RunBuilder
+from skewlens.profiler.vocab import PG_INIT_NODE_NAME, CommType, NodeType
+from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.simulate import simulate
 
 MIB = 1 << 20
 TARGETS_S = {"compute": 1.14, "allreduce": 4.05, "wide": 7.5}

@@ -1,4 +1,4 @@
-"""Benchmark: ``.et`` -> Parquet throughput and peak memory of ``profiler.store.parquet.export_run``.
+"""Benchmark: ``.et`` -> Parquet throughput and peak memory of ``skewlens.profiler.store.parquet.export_run``.
 
     .venv/bin/python benchmarks/store_throughput.py                   # 64 ranks x 100,000 nodes
     .venv/bin/python benchmarks/store_throughput.py --ranks 4 --nodes 20000 --workers 2
@@ -27,9 +27,9 @@ from pathlib import Path
 import psutil
 from chakra.schema.protobuf import et_def_pb2 as pb
 
-from profiler.chakra_io import EtWriter, encode_message, node_template
-from profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 COLL_EVERY = 20  # one collective every 20 nodes
 P2P_EVERY = 500  # one send + one recv (ring) every 500 nodes
@@ -106,7 +106,7 @@ def generate(run_dir: Path, world: int, nodes: int, procs: int) -> None:
 
 def convert(run_dir: Path, out_dir: Path, workers: int | None) -> dict[str, float]:
     """Run the export (in this process) and report its wall time and rusage peaks."""
-    from profiler.store.parquet import export_run
+    from skewlens.profiler.store.parquet import export_run
 
     t0 = time.perf_counter()
     summary = export_run(run_dir, out_dir, workers=workers)

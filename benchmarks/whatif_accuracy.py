@@ -21,10 +21,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from analysis import analyze_run
-from analysis.blame import step_times_from_spans
-from analysis.index import build_index
-from profiler.store import load_run
+from skewlens.analysis import analyze_run
+from skewlens.analysis.blame import step_times_from_spans
+from skewlens.analysis.index import build_index
+from skewlens.profiler.store import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError
 
 
 def _file_mode() -> int:

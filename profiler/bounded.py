@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError
 
 
 def read_bytes_bounded(

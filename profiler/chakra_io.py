@@ -24,11 +24,11 @@ from typing import IO, Any
 from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
-from profiler.atomic import FILE_MODE
-from profiler.bounded import read_bytes_bounded
-from profiler.errors import TraceFormatError
-from profiler.manifest import ProcessGroupInfo
-from profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
+from skewlens.profiler.atomic import FILE_MODE
+from skewlens.profiler.bounded import read_bytes_bounded
+from skewlens.profiler.errors import TraceFormatError
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
 
 #: Largest single message we accept (a node with huge shape strings is still far below this).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -15,8 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from profiler.importers import import_traces
-from profiler.manifest import Manifest
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import Manifest
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.capture.native import ENV_UNAVAILABLE
-from profiler.errors import CaptureError
-from profiler.vocab import HostTrace, Level
+from skewlens.profiler.capture.native import ENV_UNAVAILABLE
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.vocab import HostTrace, Level
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from profiler.manifest import Manifest
+    from skewlens.profiler.manifest import Manifest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from profiler.capture.run import capture_env, finalize_run, prepare_run_dir, run_command
-    from profiler.capture.schedule import parse_choice, parse_window
+    from skewlens.profiler.capture.run import capture_env, finalize_run, prepare_run_dir, run_command
+    from skewlens.profiler.capture.schedule import parse_choice, parse_window
 
     if "--" in argv:
         k = argv.index("--")
@@ -111,7 +111,7 @@ def _build_native() -> str:
     """Build the native gloo-event recorder once here, not in every rank (a no-op once built); where it
     cannot be built, say so and return why ("" otherwise): the ranks then use torch's profiler, which
     costs more."""
-    from profiler.capture import native
+    from skewlens.profiler.capture import native
 
     if not native.wanted():
         return ""
@@ -130,8 +130,8 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     """One row per captured rank: host, device, clock offset, recorded steps, nodes written."""
     from rich.table import Table
 
-    from profiler.chakra_io import iter_messages
-    from profiler.manifest import rank_file
+    from skewlens.profiler.chakra_io import iter_messages
+    from skewlens.profiler.manifest import rank_file
 
     table = Table(
         title=f"skewlens profile: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
@@ -157,10 +157,8 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
 
 
 def _export_parquet(run_dir: Path) -> None:
-    try:
-        from profiler.store.parquet import export_run  # helper H3's module (lazy: pyarrow only when asked)
-    except ImportError as e:
-        raise CaptureError(f"--parquet: Parquet export is not available ({e})") from None
+    from skewlens.profiler.store.parquet import export_run  # lazy: pyarrow only when asked
+
     export_run(run_dir, run_dir / "parquet", progress=True)
 
 

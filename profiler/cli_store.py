@@ -20,8 +20,8 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="list every problem (default: the first 50)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from profiler.store.render import render_report
-    from profiler.store.validate import validate_run
+    from skewlens.profiler.store.render import render_report
+    from skewlens.profiler.store.validate import validate_run
 
     out = console or _console()
     report = validate_run(
@@ -45,8 +45,8 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     ap.add_argument("--allow-errors", action="store_true", help="export even if validation finds errors")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from profiler.store.parquet import export_run
-    from profiler.store.render import render_export
+    from skewlens.profiler.store.parquet import export_run
+    from skewlens.profiler.store.render import render_export
 
     out = console or _console()
     run = Path(args.run_dir)

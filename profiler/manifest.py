@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.atomic import write_text_atomic
-from profiler.errors import ManifestError
+from skewlens.profiler.atomic import write_text_atomic
+from skewlens.profiler.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "skewlens-run"

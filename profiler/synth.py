@@ -18,9 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler.chakra_io import AttrValue, TraceNode, pg_init_node, write_et
-from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, pg_init_node, write_et
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 DEFAULT_PG = "0"
 

@@ -1,4 +1,4 @@
-"""skewlens replay: simulated (and, in ``replay.real``, real) replay of captured runs.
+"""skewlens replay: simulated (and, in ``skewlens.replay.real``, real) replay of captured runs.
 
 Layout (dependencies point downwards; the first group is the pure core: no torch, pyarrow, rich, hydra,
 and no trace store):
@@ -11,7 +11,7 @@ and no trace store):
 - ``lower``: the trace store's ``RunTrace`` -> core graph (host gaps, chains, sync groups);
 - ``simulate``: ``simulate(run, ...) -> SimResult``; ``summary``: per (rank, step) breakdown;
 - ``outputs`` / ``render``: Parquet, Perfetto JSON, rich tables; ``driver``: one replay end to end;
-- ``config`` / ``cli`` / ``sweep``: the Hydra app (``skewlens replay``, ``python -m replay``).
+- ``config`` / ``cli`` / ``sweep``: the Hydra app (``skewlens replay``, ``python -m skewlens.replay``).
 
-This package imports nothing on import, so ``import replay.core`` stays light.
+This package imports nothing on import, so ``import skewlens.replay.core`` stays light.
 """

@@ -1,4 +1,4 @@
-"""``python -m replay ...`` is ``skewlens replay ...``."""
+"""``python -m skewlens.replay ...`` is ``skewlens replay ...``."""
 
 import sys
 

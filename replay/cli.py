@@ -1,4 +1,5 @@
-"""``skewlens replay`` (and ``python -m replay``): the Hydra app around :func:`replay.driver.replay_run`.
+"""``skewlens replay`` (and ``python -m skewlens.replay``): the Hydra app around
+:func:`skewlens.replay.driver.replay_run`.
 
     skewlens replay trace=RUN_DIR out=OUT_DIR topology=dgx_h100_8x slowdown=straggler comm_mode=model
     skewlens replay -m trace=RUN_DIR out=SWEEP_DIR comm_mode=model slowdown=straggler \
@@ -6,7 +7,7 @@
 
 The config groups live in the repository's ``conf/`` (``replay.yaml``, ``topology/``, ``slowdown/``); every
 value can be overridden on the command line. ``OmegaConf.to_object`` runs once, here; a bad value is a
-:class:`~replay.errors.ConfigError` naming the key (one line, exit 2).
+:class:`~skewlens.replay.errors.ConfigError` naming the key (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
-from profiler.errors import SkewlensError
-from replay.config import ReplayConfig
-from replay.driver import replay_run
-from replay.errors import ConfigError
-from replay.outputs import CONFIG_YAML, SweepRecord, write_text
-from replay.render import summary_table
-from replay.sweep import append_sweep_row
+from skewlens.paths import CONF_DIR
+from skewlens.profiler.errors import SkewlensError
+from skewlens.replay.config import ReplayConfig
+from skewlens.replay.driver import replay_run
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.outputs import CONFIG_YAML, SweepRecord, write_text
+from skewlens.replay.render import summary_table
+from skewlens.replay.sweep import append_sweep_row
 
-#: The config directory: ``conf/`` next to the package (the package is installed editable).
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 SCHEMA_NAME = "replay_schema"
 
 
@@ -66,7 +66,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     outcome = replay_run(conf, out_dir, console=Console(stderr=True))
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if outcome.real is not None:
-        from replay.real.render import render_comparison
+        from skewlens.replay.real.render import render_comparison
 
         sim = {}
         for r in sorted(outcome.run.ranks):

@@ -6,10 +6,12 @@ removed. For member ``m`` of a collective, ``transfer_m = recorded end_m − max
 start) + recorded transfer``. Replaying an unmodified trace reproduces the measured run.
 
 ``model`` (:class:`ModelTiming`): every member ends ``T`` after the last arrival, with ``T`` from the
-topology and the collective algorithm (``replay.network.algorithms``). With ``contention=True`` a group's
+topology and the collective algorithm (``skewlens.replay.network.algorithms``). With ``contention=True`` a
+group's
 transfer is a flow over the links of the dimensions it spans, and concurrent flows on a link share it.
 
-Network slowdowns (``Effects`` objects that also implement :class:`~replay.effects.NetworkEffects`) scale
+Network slowdowns (``Effects`` objects that also implement :class:`~skewlens.replay.effects.NetworkEffects`)
+scale
 bandwidth and add latency in both modes: as recorded, ``transfer' = transfer / factor + extra``.
 """
 
@@ -17,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from profiler.vocab import CommType
-from replay.core import Flow
-from replay.effects import NetworkEffects
-from replay.errors import ConfigError
-from replay.network.algorithms import ALGORITHMS, flat_time_ns, hierarchical_time_ns, p2p_time_ns
-from replay.network.topology import Topology, TopologyError
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.core import Flow
+from skewlens.replay.effects import NetworkEffects
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.algorithms import ALGORITHMS, flat_time_ns, hierarchical_time_ns, p2p_time_ns
+from skewlens.replay.network.topology import Topology, TopologyError
 
 
 class AsRecorded:
@@ -57,7 +59,7 @@ class AsRecorded:
 
 
 class ModelTiming:
-    """Transfers computed from a topology and a collective algorithm (see ``replay.network``)."""
+    """Transfers computed from a topology and a collective algorithm (see ``skewlens.replay.network``)."""
 
     __slots__ = ("_cache", "algorithm", "contention", "link_ids", "net", "topology")
 

@@ -1,8 +1,9 @@
-"""Typed configuration of ``skewlens replay`` (Hydra schemas; ``replay.cli`` registers them).
+"""Typed configuration of ``skewlens replay`` (Hydra schemas; ``skewlens.replay.cli`` registers them).
 
 The YAML groups in ``conf/`` (``topology/*.yaml``, ``slowdown/*.yaml``) fill these dataclasses; ``main()``
 calls ``OmegaConf.to_object`` once, which runs every ``__post_init__`` below, so a bad value fails before
-anything runs with a :class:`~replay.errors.ConfigError` naming the key. Below ``main()`` only these typed
+anything runs with a :class:`~skewlens.replay.errors.ConfigError` naming the key. Below ``main()`` only these
+typed
 objects (and the pure ``Topology`` / ``Slowdown`` they convert to) travel.
 """
 
@@ -12,11 +13,11 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from replay.errors import ConfigError
-from replay.network.algorithms import ALGORITHMS
-from replay.network.topology import Dimension, Topology, TopologyError
-from replay.simulate import COMM_MODES
-from replay.slowdown import Slowdown
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.algorithms import ALGORITHMS
+from skewlens.replay.network.topology import Dimension, Topology, TopologyError
+from skewlens.replay.simulate import COMM_MODES
+from skewlens.replay.slowdown import Slowdown
 
 MODES = ("sim", "real")
 
@@ -92,7 +93,7 @@ class TopologyConfig:
 
 @dataclass(kw_only=True)
 class SlowdownItemConfig:
-    """One slowdown item (see ``replay.slowdown`` for the kinds and fields)."""
+    """One slowdown item (see ``skewlens.replay.slowdown`` for the kinds and fields)."""
 
     kind: str = MISSING
     """compute | op | jitter | stall | comm_delay | network."""
@@ -167,7 +168,7 @@ class SlowdownConfig:
 
 @dataclass(kw_only=True)
 class RealConfig:
-    """Real replay (``mode=real``; run by ``replay.real``)."""
+    """Real replay (``mode=real``; run by ``skewlens.replay.real``)."""
 
     timeout_s: float = 60.0
     """Per-operation timeout, s."""

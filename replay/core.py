@@ -1,6 +1,6 @@
 """The discrete-event core of simulated replay: pure data in, pure data out, no I/O.
 
-The input is a :class:`Graph` of *segments* over all ranks (``replay.lower`` builds it from the trace
+The input is a :class:`Graph` of *segments* over all ranks (``skewlens.replay.lower`` builds it from the trace
 store). A segment is either a chain of compute nodes that run back to back on one stream (their relative
 timing is fixed, so only the chain's head needs scheduling) or one communication node that is a member of
 a *sync group* (a collective instance, or a matched send/recv pair).

@@ -1,7 +1,8 @@
-"""One replay, end to end, from a typed :class:`~replay.config.ReplayConfig` (the CLI's library call).
+"""One replay, end to end, from a typed :class:`~skewlens.replay.config.ReplayConfig` (the CLI's library
+call).
 
 Load (validated) -> build the slowdown model -> simulate (and, for ``mode=real``, re-execute through
-``replay.real``) -> write ``timeline.parquet``, ``summary.parquet``, ``timeline.json``.
+``skewlens.replay.real``) -> write ``timeline.parquet``, ``summary.parquet``, ``timeline.json``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from profiler.store import load_run
-from profiler.store.model import RunTrace
-from replay.config import ReplayConfig
-from replay.errors import ConfigError
-from replay.outputs import (
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.replay.config import ReplayConfig
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
@@ -26,9 +27,9 @@ from replay.outputs import (
     write_summary,
     write_timeline,
 )
-from replay.simulate import SimResult, simulate
-from replay.slowdown import SlowdownModel
-from replay.summary import SummaryRecord, summarize
+from skewlens.replay.simulate import SimResult, simulate
+from skewlens.replay.slowdown import SlowdownModel
+from skewlens.replay.summary import SummaryRecord, summarize
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,13 +45,13 @@ class ReplayOutcome:
     summary: list[SummaryRecord]
     """Per (rank, step) summary of the simulated replay."""
     real: Any = None
-    """``replay.real`` result for ``mode=real`` (else None)."""
+    """``skewlens.replay.real`` result for ``mode=real`` (else None)."""
 
 
 def load_trace(run_dir: str | Path, *, progress: bool = False, console: Console | None = None) -> RunTrace:
-    """Load a run with the store's validation when available (``profiler.store.validate``)."""
+    """Load a run with the store's validation when available (``skewlens.profiler.store.validate``)."""
     try:
-        validate = importlib.import_module("profiler.store.validate")
+        validate = importlib.import_module("skewlens.profiler.store.validate")
     except ImportError:
         return load_run(run_dir)
     run: RunTrace = validate.load_validated(run_dir, progress=progress, console=console)
@@ -102,7 +103,7 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, console: Console | None = No
     real = None
     if cfg.mode == "real":
         try:
-            api = importlib.import_module("replay.real.api")
+            api = importlib.import_module("skewlens.replay.real.api")
         except ImportError:
             raise ConfigError("mode=real: real replay is not available") from None
         real = api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)

@@ -9,7 +9,8 @@ Both replayers ask the same three questions of an ``Effects`` object, per node:
 
 Effects must be pure, deterministic functions of their arguments (seeded jitter hashes its seed with the
 arguments): the simulator evaluates them once per distinct argument tuple, not once per node.
-Network slowdowns (link bandwidth, extra latency) act on the topology instead; see ``replay.slowdown``.
+Network slowdowns (link bandwidth, extra latency) act on the topology instead; see
+``skewlens.replay.slowdown``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from profiler.vocab import NodeType
+from skewlens.profiler.vocab import NodeType
 
 
 @runtime_checkable

@@ -1,4 +1,5 @@
-"""Lower the trace store's :class:`RunTrace` to the core's :class:`~replay.core.Graph`, and lift results back.
+"""Lower the trace store's :class:`RunTrace` to the core's :class:`~skewlens.replay.core.Graph`, and lift
+results back.
 
 **Dependencies.** On every rank, node ``i`` depends on (see :func:`_edges`): its recorded ctrl/data
 dependencies; its predecessor on its *timeline* (its stream, with host streams that never run concurrently
@@ -23,7 +24,7 @@ recorded times and constrain nothing.
 
 **Durations.** Compute nodes last ``recorded dur (or dur_override) x Effects.compute_factor``.
 Communication nodes of a matched collective instance or send/recv pair become members of a sync group
-(``replay.core``), timed by a :class:`CommTiming`; unmatched ones replay like compute.
+(``skewlens.replay.core``), timed by a :class:`CommTiming`; unmatched ones replay like compute.
 
 **Segments.** Chains of compute nodes with one dependency and one dependent each are collapsed into one
 segment (their relative timing is fixed), which is what lets the core replay long compute chains quickly.
@@ -38,11 +39,11 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
-from profiler.vocab import CommType, NodeType
-from replay.core import SYNC, Flow, Graph
-from replay.effects import Effects, NoEffects
-from replay.errors import ConfigError
+from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.core import SYNC, Flow, Graph
+from skewlens.replay.effects import Effects, NoEffects
+from skewlens.replay.errors import ConfigError
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]

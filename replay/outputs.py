@@ -1,6 +1,6 @@
 """Replay outputs: timeline/summary Parquet, ``timeline.json`` (Chrome/Perfetto) and ``config.yaml``.
 
-Tables are described by record dataclasses and written atomically through ``profiler.store.schema``.
+Tables are described by record dataclasses and written atomically through ``skewlens.profiler.store.schema``.
 The Perfetto JSON has one process per rank and one thread per stream; times are µs floats at that edge.
 """
 
@@ -14,12 +14,12 @@ from typing import TextIO
 
 import numpy as np
 
-from profiler.atomic import atomic_file
-from profiler.store.model import RunTrace
-from profiler.store.schema import NodeRecord, table_from_columns, write_records, write_table
-from profiler.vocab import CommType, NodeType
-from replay.simulate import SimResult
-from replay.summary import SummaryRecord
+from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.schema import NodeRecord, table_from_columns, write_records, write_table
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.simulate import SimResult
+from skewlens.replay.summary import SummaryRecord
 
 TIMELINE_PARQUET = "timeline.parquet"
 SUMMARY_PARQUET = "summary.parquet"

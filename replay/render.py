@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from replay.outputs import SweepRecord
-from replay.summary import SummaryRecord
+from skewlens.replay.outputs import SweepRecord
+from skewlens.replay.summary import SummaryRecord
 
 
 def _ms(ns: float) -> str:

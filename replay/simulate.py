@@ -1,8 +1,9 @@
 """Simulated replay of a whole run: :func:`simulate` and its :class:`SimResult`.
 
-``simulate`` lowers the store's :class:`RunTrace` to the pure core (``replay.lower`` -> ``replay.core``),
-runs it, and maps segment times back to trace rows. See ``replay.lower`` for the host-gap rule and
-``replay.comm`` for the two ways of timing communication (``as_recorded`` and ``model``).
+``simulate`` lowers the store's :class:`RunTrace` to the pure core (``skewlens.replay.lower`` ->
+``skewlens.replay.core``),
+runs it, and maps segment times back to trace rows. See ``skewlens.replay.lower`` for the host-gap rule and
+``skewlens.replay.comm`` for the two ways of timing communication (``as_recorded`` and ``model``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from profiler.store.model import RunTrace
-from replay.comm import AsRecorded, ModelTiming
-from replay.core import DeadlockError, run
-from replay.effects import NO_EFFECTS, Effects, NetworkEffects
-from replay.errors import ConfigError, ReplayError
-from replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower
-from replay.network.topology import Topology
+from skewlens.profiler.store.model import RunTrace
+from skewlens.replay.comm import AsRecorded, ModelTiming
+from skewlens.replay.core import DeadlockError, run
+from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
+from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower
+from skewlens.replay.network.topology import Topology
 
 I64 = npt.NDArray[np.int64]
 
@@ -126,7 +127,8 @@ def simulate(
     algorithm: str = "ring",
     contention: bool = False,
 ) -> SimResult:
-    """Replay ``run_trace`` in simulation; see the module docstrings of ``replay.lower`` / ``replay.comm``."""
+    """Replay ``run_trace`` in simulation; see the module docstrings of ``skewlens.replay.lower`` /
+    ``skewlens.replay.comm``."""
     timing = make_timing(
         comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
     )

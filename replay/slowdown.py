@@ -15,7 +15,7 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
   with none of those, all traffic.
 
 Factors of several items multiply, delays and latencies add. The model is a pure function of its inputs,
-as :class:`~replay.effects.Effects` requires.
+as :class:`~skewlens.replay.effects.Effects` requires.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from profiler.vocab import NodeType
-from replay.errors import ConfigError
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.errors import ConfigError
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
 COMM_ON = {
@@ -126,7 +126,7 @@ def jitter_factor(seed: int, sigma: float, rank: int, step: int) -> float:
 
 
 class SlowdownModel:
-    """The items of a slowdown config as :class:`~replay.effects.Effects` (+ ``NetworkEffects``)."""
+    """The items of a slowdown config as :class:`~skewlens.replay.effects.Effects` (+ ``NetworkEffects``)."""
 
     __slots__ = ("items", "node_of")
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from profiler.store.model import RunTrace
-from profiler.vocab import NodeType
-from replay.lower import union_intervals
-from replay.simulate import SimResult
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.lower import union_intervals
+from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
 

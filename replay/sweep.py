@@ -1,4 +1,5 @@
-"""Multirun sweeps: one :class:`~replay.outputs.SweepRecord` per job in ``<sweep dir>/sweep.parquet``.
+"""Multirun sweeps: one :class:`~skewlens.replay.outputs.SweepRecord` per job in ``<sweep
+dir>/sweep.parquet``.
 
 Jobs run one after another (Hydra's basic launcher); each appends its row by rewriting the table
 atomically. :class:`SweepSummary` is a Hydra callback that prints the comparison table when the sweep ends.
@@ -13,9 +14,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from rich.console import Console
 
-from profiler.store.schema import read_table, table_from_records, write_table
-from replay.outputs import SWEEP_PARQUET, SweepRecord
-from replay.render import sweep_table
+from skewlens.profiler.store.schema import read_table, table_from_records, write_table
+from skewlens.replay.outputs import SWEEP_PARQUET, SweepRecord
+from skewlens.replay.render import sweep_table
 
 
 def read_sweep(path: Path) -> list[SweepRecord]:

@@ -8,4 +8,4 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
 # the native gloo-event recorder of the collectives level (a small C++ library, cached per torch version;
 # without a compiler the capture uses torch's profiler instead and says so)
-.venv/bin/python -m profiler.capture.native || echo "warning: the native gloo-event recorder was not built"
+.venv/bin/python -m skewlens.profiler.capture.native || echo "warning: the native gloo-event recorder was not built"

@@ -11,21 +11,24 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profile": (
-        "profiler.cli_profile:main",
+        "skewlens.profiler.cli_profile:main",
         "run a training command under the profiler (per-rank Chakra traces)",
     ),
-    "import": ("profiler.cli_import:main", "convert Kineto / host execution traces into a run directory"),
-    "check": ("profiler.cli_store:check_main", "validate a run directory"),
-    "export": ("profiler.cli_store:export_main", "export a run directory to Parquet"),
+    "import": (
+        "skewlens.profiler.cli_import:main",
+        "convert Kineto / host execution traces into a run directory",
+    ),
+    "check": ("skewlens.profiler.cli_store:check_main", "validate a run directory"),
+    "export": ("skewlens.profiler.cli_store:export_main", "export a run directory to Parquet"),
     "replay": (
-        "replay.cli:main",
+        "skewlens.replay.cli:main",
         "replay a run (simulated or real) under another topology / slowdowns (Hydra)",
     ),
-    "analyze": ("analysis.cli:main", "attribute skew and communication stalls; name the stragglers"),
+    "analyze": ("skewlens.analysis.cli:main", "attribute skew and communication stalls; name the stragglers"),
     "demo": ("skewlens.demo:main", "end-to-end demo on the bundled example (4 CPU ranks)"),
 }
 

@@ -21,22 +21,46 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from profiler.errors import SkewlensError
+from skewlens.paths import EXAMPLES_DIR
+from skewlens.profiler.errors import SkewlensError
 
 if TYPE_CHECKING:
-    from analysis.api import AnalysisResult
+    from skewlens.analysis.api import AnalysisResult
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train.py"
+EXAMPLE = EXAMPLES_DIR / "train.py"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0])
-    p.add_argument("--out", default="demo-out", help="output directory (replaced)")
+    p.add_argument("--out", default="demo-out", help="output directory: new, empty, or one an earlier demo created (replaced)")
     p.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--steps", type=int, default=8, help="training steps of the example (default 8)")
     p.add_argument("--straggler-rank", type=int, default=2)
     p.add_argument("--straggler-ms", type=float, default=40.0)
     return p
+
+
+#: Left in every ``--out`` the demo creates: only a directory holding it is replaced by a later demo.
+DEMO_MARKER = ".skewlens-demo"
+
+
+def prepare_out(out: Path) -> None:
+    """Make ``out`` an empty directory of the demo's own.
+
+    A missing or empty directory is taken; a non-empty one only when an earlier demo created it (it holds
+    :data:`DEMO_MARKER`), so ``--out .`` or a directory of the user's is never deleted.
+    """
+    if out.exists() and not out.is_dir():
+        raise SkewlensError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / DEMO_MARKER).is_file():
+            raise SkewlensError(
+                f"--out {out}: not empty and not created by skewlens demo; "
+                "name a new or empty directory, or remove this one yourself"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("created by skewlens demo; replaced by the next demo with this --out\n")
 
 
 def _ms(ns: float) -> str:
@@ -64,15 +88,14 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     if not EXAMPLE.is_file():
-        raise SkewlensError(f"bundled example not found at {EXAMPLE} (install skewlens from a checkout)")
+        raise SkewlensError(f"bundled example not found at {EXAMPLE} (the installed package is incomplete)")
     if args.nproc < 2 or not 0 <= args.straggler_rank < args.nproc:
         raise SkewlensError("--nproc must be >= 2 and --straggler-rank one of its ranks")
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
+    prepare_out(out)
     run_dir, analysis_dir, replay_dir = out / "run", out / "analysis", out / "replay"
 
-    from profiler import cli_profile
+    from skewlens.profiler import cli_profile
 
     console.rule(
         f"1/3 capture: {args.nproc} gloo ranks, "
@@ -90,11 +113,11 @@ def main(argv: list[str]) -> int:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
 
     console.rule("2/3 analyse: skew, step breakdown, critical path, what-if blame")
-    from analysis.api import analyze_run, write_tables
-    from analysis.perfetto import PERFETTO_FILE, write_perfetto
-    from analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
-    from analysis.render import report
-    from profiler.store.validate import load_validated
+    from skewlens.analysis.api import analyze_run, write_tables
+    from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
+    from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+    from skewlens.analysis.render import report
+    from skewlens.profiler.store.validate import load_validated
 
     run = load_validated(run_dir)
     result = analyze_run(run, console=console)
@@ -107,7 +130,7 @@ def main(argv: list[str]) -> int:
     console.print(report(result))
 
     console.rule("3/3 replay: simulated, as recorded and without the straggler")
-    from replay import cli as replay_cli
+    from skewlens.replay import cli as replay_cli
 
     rc = replay_cli.main([f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none"])
     if rc != 0:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.synth import RunBuilder
+from skewlens.profiler.synth import RunBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

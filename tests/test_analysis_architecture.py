@@ -9,7 +9,8 @@ import sys
 def test_analyses_import_neither_torch_nor_the_picture_layer() -> None:
     code = (
         "import sys\n"
-        "import analysis, analysis.skew, analysis.breakdown, analysis.critical_path, analysis.blame\n"
+        "import skewlens.analysis, skewlens.analysis.skew, skewlens.analysis.breakdown\n"
+        "import skewlens.analysis.critical_path, skewlens.analysis.blame\n"
         "bad = [m for m in ('torch', 'matplotlib', 'hydra') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

@@ -17,10 +17,10 @@ import pytest
 from capture_helpers import profile
 from rich.console import Console
 
-from analysis import AnalysisResult, analyze_run
-from analysis.blame import step_times_from_spans
-from analysis.records import CauseKind
-from profiler.store import load_run
+from skewlens.analysis import AnalysisResult, analyze_run
+from skewlens.analysis.blame import step_times_from_spans
+from skewlens.analysis.records import CauseKind
+from skewlens.profiler.store import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"

@@ -10,11 +10,11 @@ import pytest
 from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from analysis import analyze_run
-from analysis.render import report
-from profiler.store import load_run
-from profiler.store.schema import read_table
+from skewlens.analysis import analyze_run
+from skewlens.analysis.render import report
 from skewlens.cli import main
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.schema import read_table
 
 SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 

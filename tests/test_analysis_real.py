@@ -17,8 +17,8 @@ import pytest
 from conftest import SHARED_TRACES
 from rich.console import Console
 
-from analysis import AnalysisResult, analyze_run
-from profiler.store import load_run
+from skewlens.analysis import AnalysisResult, analyze_run
+from skewlens.profiler.store import load_run
 
 US = 1000
 
@@ -49,7 +49,8 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> tuple[AnalysisResult, dict
     shared_traces = SHARED_TRACES
     if not (shared_traces / "dlrm_8gpu_kineto.tar.gz").is_file():
         pytest.skip(f"real GPU traces not found at {shared_traces} (see shared/traces/README.md)")
-    importers = pytest.importorskip("profiler.importers", reason="the Kineto importer (helper H2) is missing")
+    from skewlens.profiler import importers
+
     out = tmp_path_factory.mktemp("dlrm") / "run"
     importers.import_traces(
         [shared_traces / "dlrm_8gpu_kineto.tar.gz"],

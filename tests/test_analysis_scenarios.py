@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.store import load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 
 MS = 1_000_000
 

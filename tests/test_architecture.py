@@ -12,12 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = [
-    "replay.core",
-    "replay.effects",
-    "replay.slowdown",
-    "replay.comm",
-    "replay.network.topology",
-    "replay.network.algorithms",
+    "skewlens.replay.core",
+    "skewlens.replay.effects",
+    "skewlens.replay.slowdown",
+    "skewlens.replay.comm",
+    "skewlens.replay.network.topology",
+    "skewlens.replay.network.algorithms",
 ]
 HEAVY = ["torch", "pyarrow", "rich", "hydra", "omegaconf"]
 
@@ -37,7 +37,7 @@ def test_the_simulator_core_imports_no_torch_pyarrow_rich_or_hydra() -> None:
 
 
 def test_simulating_a_loaded_run_imports_no_torch_rich_or_hydra() -> None:
-    loaded = imported_after(["replay.simulate", "replay.lower", "replay.summary"])
+    loaded = imported_after(["skewlens.replay.simulate", "skewlens.replay.lower", "skewlens.replay.summary"])
     assert [m for m in loaded if m != "pyarrow"] == []  # pyarrow only through the trace store
 
 
@@ -48,7 +48,7 @@ def test_the_core_does_not_import_the_trace_store() -> None:
         names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
         ]
-        assert not [n for n in names if n.startswith("profiler.store")], mod
+        assert not [n for n in names if n.startswith("skewlens.profiler.store")], mod
 
 
 @pytest.mark.parametrize(
@@ -60,4 +60,4 @@ def test_nothing_imports_the_cli(path: Path) -> None:
     tree = ast.parse(path.read_text())
     names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    assert "replay.cli" not in names
+    assert "skewlens.replay.cli" not in names

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from analysis.blame import BlameResult, analyze_blame
-from analysis.index import build_index
-from analysis.records import CauseKind
-from analysis.skew import analyze_skew
-from profiler.store import load_run
-from replay.simulate import simulate
+from skewlens.analysis.blame import BlameResult, analyze_blame
+from skewlens.analysis.index import build_index
+from skewlens.analysis.records import CauseKind
+from skewlens.analysis.skew import analyze_skew
+from skewlens.profiler.store import load_run
+from skewlens.replay.simulate import simulate
 
 STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=5)
 CLEAN = Scenario(steps=5)
@@ -75,8 +75,8 @@ def test_max_simulations_bounds_the_what_ifs(tmp_path: Path) -> None:
 
 
 def test_a_run_without_step_marks_is_blamed_as_one_step(tmp_path: Path) -> None:
-    from profiler.synth import RunBuilder
-    from profiler.vocab import CommType
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
 
     extra = 30 * MS
     b = RunBuilder(3)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from analysis.breakdown import analyze_breakdown
-from analysis.index import Coverage, build_index
-from profiler.store import load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
+from skewlens.analysis.breakdown import analyze_breakdown
+from skewlens.analysis.index import Coverage, build_index
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 
 
 def test_coverage_merges_overlapping_intervals_and_measures_windows() -> None:

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from profiler.chakra_io import node_attrs, read_et
-from profiler.manifest import read_manifest
-from profiler.vocab import Attr, CommType, NodeType
 from skewlens.cli import main as skewlens_main
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 ROOT = Path(__file__).resolve().parents[1]
 
 API_SCRIPT = textwrap.dedent(
     """
     import sys, torch, torch.distributed as dist
-    from profiler.capture import capture
+    from skewlens.profiler.capture import capture
     dist.init_process_group("gloo")
     with capture(sys.argv[1], steps="0:1:2") as cap:
         for i in range(4):

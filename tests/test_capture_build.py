@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture.build import (
+from skewlens.profiler.capture.build import (
     COMM_STREAM_BASE,
     CUDA_STREAM_BASE,
     GAP_NAME,
@@ -19,14 +19,14 @@ from profiler.capture.build import (
     build_nodes,
     is_nccl_kernel,
 )
-from profiler.capture.hostet import parse_host_et
-from profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
-from profiler.capture.records import CommRecord, OpRecord, StepRecord
-from profiler.chakra_io import TraceNode
-from profiler.errors import CaptureError
-from profiler.manifest import ProcessGroupInfo
-from profiler.store.load import parse_pg_init
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.capture.hostet import parse_host_et
+from skewlens.profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.chakra_io import TraceNode
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.store.load import parse_pg_init
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 MAIN = 111
 GROUPS = [ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo")]

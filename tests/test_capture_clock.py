@@ -7,7 +7,7 @@ import time
 
 import torch.distributed as dist
 
-from profiler.capture.clock import estimate_offset
+from skewlens.profiler.capture.clock import estimate_offset
 
 
 def test_ranks_sharing_a_clock_get_an_offset_near_zero() -> None:

@@ -2,7 +2,7 @@
 
 torch 2.13's gloo worker threads free a finished collective's tensors a moment after the caller returned;
 if the interpreter is finalizing by then, the process aborts. The capture waits a little at exit, the GIL
-released (:func:`profiler.capture.session.grace_at_exit`), so that they can.
+released (:func:`skewlens.profiler.capture.session.grace_at_exit`), so that they can.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.session import EXIT_GRACE_S, grace_at_exit
+from skewlens.profiler.capture.session import EXIT_GRACE_S, grace_at_exit
 
 SCRIPT = """
 import torch, torch.distributed as dist

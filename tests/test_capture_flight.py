@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, resolve, unhooked_groups
-from profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
-from profiler.chakra_io import node_attrs, read_et
-from profiler.manifest import read_manifest
-from profiler.store.validate import load_validated
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, resolve, unhooked_groups
+from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 SCRIPT = """
 import os, torch, torch.distributed as dist

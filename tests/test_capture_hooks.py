@@ -18,7 +18,7 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
-from profiler.capture import hooks as H
+from skewlens.profiler.capture import hooks as H
 recording = [True]
 original = dist.all_reduce
 hooks = H.CommHooks(lambda: recording[0], lambda: 7, ddp=False)
@@ -78,8 +78,8 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
-from profiler.capture import hooks as H
-from profiler.capture.kineto import MARKS, WorkerEvents
+from skewlens.profiler.capture import hooks as H
+from skewlens.profiler.capture.kineto import MARKS, WorkerEvents
 workers = WorkerEvents()
 assert workers.start()
 loud = [False]
@@ -121,7 +121,7 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
-from profiler.capture import flight, hooks as H
+from skewlens.profiler.capture import flight, hooks as H
 hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
 hooks.install()
 pair = dist.new_group([0])

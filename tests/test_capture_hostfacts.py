@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from profiler.capture import capture
-from profiler.capture.hostfacts import host_facts, schema_of
-from profiler.capture.kineto import KinetoCapture, is_host_event
-from profiler.chakra_io import node_attrs, read_et
-from profiler.vocab import Attr, NodeType
+from skewlens.profiler.capture import capture
+from skewlens.profiler.capture.hostfacts import host_facts, schema_of
+from skewlens.profiler.capture.kineto import KinetoCapture, is_host_event
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.vocab import Attr, NodeType
 
 
 def facts_of(program: Callable[[], None]) -> list[tuple[str, Any]]:

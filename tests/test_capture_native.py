@@ -1,7 +1,7 @@
 """The native gloo-event recorder: built once, it keeps gloo's worker events and nothing else, bounded.
 
 The library is compiled with the machine's C++ compiler against the installed torch
-(:mod:`profiler.capture.native`); where that fails the capture goes on with torch's profiler.
+(:mod:`skewlens.profiler.capture.native`); where that fails the capture goes on with torch's profiler.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import native
-from profiler.capture.kineto import WorkerEvents
-from profiler.errors import CaptureError
+from skewlens.profiler.capture import native
+from skewlens.profiler.capture.kineto import WorkerEvents
+from skewlens.profiler.errors import CaptureError
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_a_recorder_that_cannot_start_gives_way_to_the_kineto_session_with_a_not
 
 
 def test_ranks_building_at_once_compile_one_library_and_leave_nothing_else(tmp_path: Path) -> None:
-    code = "from profiler.capture import native; print(native.build())"
+    code = "from skewlens.profiler.capture import native; print(native.build())"
     env = {**os.environ, "SKEWLENS_CACHE_DIR": str(tmp_path)}
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)

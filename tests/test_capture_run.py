@@ -18,9 +18,9 @@ import pytest
 from capture_helpers import EXAMPLE as TRAIN
 from capture_helpers import load_example, profile
 
-from profiler.chakra_io import node_attrs, read_et
-from profiler.manifest import read_manifest
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 pytestmark = pytest.mark.slow
 
@@ -218,7 +218,7 @@ def test_chakras_own_reader_and_jsonizer_read_a_captured_trace(straggler_run: Pa
 
 
 def test_the_store_loads_the_capture_and_matches_every_collective(straggler_run: Path) -> None:
-    from profiler.store.load import load_run, match_collectives, match_p2p
+    from skewlens.profiler.store.load import load_run, match_collectives, match_p2p
 
     run = load_run(straggler_run)
     colls = match_collectives(run)
@@ -392,7 +392,7 @@ def test_a_crashing_rank_is_listed_missing_and_the_others_traces_are_complete(tm
     # the summary table names the missing rank
     from rich.console import Console
 
-    from profiler.cli_profile import summary_table
+    from skewlens.profiler.cli_profile import summary_table
 
     console = Console(file=io.StringIO(), width=120)
     console.print(summary_table(m, out))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.capture.schedule import (
+from skewlens.profiler.capture.schedule import (
     TRANSITIONS,
     Action,
     Phase,
@@ -13,8 +13,8 @@ from profiler.capture.schedule import (
     parse_window,
     phases_between,
 )
-from profiler.errors import CaptureError
-from profiler.manifest import StepWindow
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import StepWindow
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_a_bad_window_spec_is_a_one_line_error_naming_the_flag(spec: str, words:
 
 
 def test_capture_starts_in_training_processes_but_not_in_torchruns_launcher() -> None:
-    from profiler.capture.autostart import _is_launcher
+    from skewlens.profiler.capture.autostart import _is_launcher
 
     assert _is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"])
     assert not _is_launcher(["examples/train.py", "--steps", "3"])

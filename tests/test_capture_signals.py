@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profiler.capture.session import part_file
+from skewlens.profiler.capture.session import part_file
 
 CHILD = """
 import os, signal, sys, threading, time
-import profiler.capture.session as session
-from profiler.capture.session import CaptureSession
-from profiler.manifest import StepWindow
+import skewlens.profiler.capture.session as session
+from skewlens.profiler.capture.session import CaptureSession
+from skewlens.profiler.manifest import StepWindow
 
 write = session._write_json_atomic
 def slow_write(path, data):

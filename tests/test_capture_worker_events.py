@@ -1,9 +1,9 @@
 """The collectives level's worker events: gloo's worker events on the hooks' clock, and never in the way.
 
 At the collectives level DDP's all_reduce is left to DDP and its end comes from gloo's worker thread,
-recorded by the native recorder (:mod:`profiler.capture.native`) or, where it cannot be built or
+recorded by the native recorder (:mod:`skewlens.profiler.capture.native`) or, where it cannot be built or
 ``SKEWLENS_GLOO_EVENTS=kineto`` asks for it, by a Kineto session that records nothing else
-(:class:`profiler.capture.kineto.WorkerEvents`). A program that profiles itself must work as without
+(:class:`skewlens.profiler.capture.kineto.WorkerEvents`). A program that profiles itself must work as without
 skewlens.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from profiler.capture.build import marker_clock_offset
-from profiler.chakra_io import node_attrs, read_et
-from profiler.manifest import read_manifest
-from profiler.vocab import Attr, NodeType
+from skewlens.profiler.capture.build import marker_clock_offset
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.vocab import Attr, NodeType
 
 
 def test_step_markers_pin_kinetos_clock_to_the_hooks_clock() -> None:
@@ -143,7 +143,7 @@ def test_a_profiler_that_cannot_start_or_is_already_running_is_a_note_never_an_e
     import torch
     import torch._C._autograd as autograd_c
 
-    from profiler.capture.kineto import WorkerEvents
+    from skewlens.profiler.capture.kineto import WorkerEvents
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         w = WorkerEvents()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from analysis.critical_path import analyze_critical_path, shares
-from analysis.index import build_index
-from profiler.store import load_run
-from profiler.synth import RunBuilder
+from skewlens.analysis.critical_path import analyze_critical_path, shares
+from skewlens.analysis.index import build_index
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
 
 
 def test_path_runs_through_the_straggler_and_accounts_for_the_whole_step(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from profiler.chakra_io import node_attrs, read_et
-from profiler.errors import TraceImportError
-from profiler.importers import import_traces
-from profiler.importers.sources import read_json
-from profiler.manifest import read_manifest
-from profiler.store import load_run
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.importers.sources import read_json
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -337,7 +337,9 @@ def test_importing_traces_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, profiler.importers, profiler.cli_import; print('torch' in sys.modules)"
+    code = (
+        "import sys, skewlens.profiler.importers, skewlens.profiler.cli_import; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

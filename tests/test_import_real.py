@@ -22,11 +22,11 @@ from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 from rich.console import Console
 
-from profiler.chakra_io import node_attrs, read_et
-from profiler.importers import import_traces
-from profiler.manifest import read_manifest
-from profiler.store import load_run
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DLRM_KINETO = SHARED / "dlrm_8gpu_kineto.tar.gz"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from profiler.store import load_run
-from profiler.store.model import RunTrace
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
-from replay.comm import ModelTiming
-from replay.errors import ConfigError
-from replay.network.topology import Dimension, Topology, TopologyError
-from replay.simulate import simulate
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.comm import ModelTiming
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.topology import Dimension, Topology, TopologyError
+from skewlens.replay.simulate import simulate
 
 S = 1_048_576  # bytes
 BW = 50.0  # GB/s = bytes/ns

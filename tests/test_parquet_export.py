@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from profiler.cli_store import export_main
-from profiler.errors import ValidationError
-from profiler.store import load_run
-from profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
-from profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.cli_store import export_main
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
+from skewlens.profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "parquet.md"

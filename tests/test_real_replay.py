@@ -17,18 +17,18 @@ import pytest
 from capture_helpers import EXAMPLE, profile
 from rich.console import Console
 
-from profiler.errors import ValidationError
-from profiler.store import RunTrace, load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType, NodeType
-from replay.effects import NO_EFFECTS
-from replay.errors import ReplayTimeoutError
-from replay.real.api import real_replay
-from replay.real.launch import run_workers
-from replay.real.plan import KIND_COMPUTE, KIND_NESTED, rank_plan
-from replay.real.render import render_comparison
-from replay.real.result import RankStepTimes, RealReplayResult
-from replay.simulate import simulate
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.store import RunTrace, load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.errors import ReplayTimeoutError
+from skewlens.replay.real.api import real_replay
+from skewlens.replay.real.launch import run_workers
+from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, rank_plan
+from skewlens.replay.real.render import render_comparison
+from skewlens.replay.real.result import RankStepTimes, RealReplayResult
+from skewlens.replay.simulate import simulate
 
 MS = 1_000_000
 SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(60)']"
@@ -109,7 +109,7 @@ def _no_replay_processes_left() -> list[str]:
     workers = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "replay.real.worker" in cmd:
+        if "skewlens.replay.real.worker" in cmd:
             workers.append(cmd)
     return [f"child {p.pid}: {' '.join(p.cmdline())}" for p in left] + workers
 
@@ -228,7 +228,7 @@ def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path) -
     # background job of a non-interactive shell (which starts its children with SIGINT ignored)
     parent = (
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "import sys\nfrom pathlib import Path\nfrom replay.real.launch import run_workers\n"
+        "import sys\nfrom pathlib import Path\nfrom skewlens.replay.real.launch import run_workers\n"
         f"run_workers([sys.executable, '-c', {launcher!r}], work_dir=Path({str(tmp_path)!r}), "
         "deadline_s=60)\n"
     )
@@ -364,7 +364,10 @@ def test_deadlocked_collectives_abort_every_rank_within_the_timeout_with_one_cle
 
 
 def test_the_parent_side_of_real_replay_does_not_import_torch() -> None:
-    code = "import sys; import replay.real.api, replay.real.render; print('torch' in sys.modules)"
+    code = (
+        "import sys; import skewlens.replay.real.api, skewlens.replay.real.render; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -373,7 +376,7 @@ def test_the_parent_side_of_real_replay_does_not_import_torch() -> None:
 def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks_step_time(
     tmp_path: Path,
 ) -> None:
-    if not EXAMPLE.is_file() or importlib.util.find_spec("profiler.cli_profile") is None:
+    if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.profiler.cli_profile") is None:
         pytest.skip("capture (profiler/cli_profile.py, examples/train.py) is not available")
 
     def misses(attempt: int) -> list[RankStepTimes]:

@@ -13,14 +13,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
-from replay.cli import CONF_DIR, register_configs, to_config
-from replay.config import ReplayConfig
-from replay.errors import ConfigError
-from replay.outputs import ReplayedNodeRecord
-from replay.summary import SummaryRecord
 from skewlens.cli import main as skewlens_main
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.cli import CONF_DIR, register_configs, to_config
+from skewlens.replay.config import ReplayConfig
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.outputs import ReplayedNodeRecord
+from skewlens.replay.summary import SummaryRecord
 
 TOPOLOGIES = sorted(p.stem for p in (CONF_DIR / "topology").glob("*.yaml"))
 SLOWDOWNS = sorted(p.stem for p in (CONF_DIR / "slowdown").glob("*.yaml"))
@@ -202,7 +202,7 @@ def test_python_dash_m_replay_is_the_same_command(run_dir: Path, tmp_path: Path)
 def test_the_timeline_record_is_the_store_node_record_plus_replayed_times() -> None:
     from dataclasses import fields
 
-    from profiler.store.schema import NodeRecord, arrow_schema
+    from skewlens.profiler.store.schema import NodeRecord, arrow_schema
 
     node = [(f.name, f.type) for f in fields(NodeRecord)]
     replayed = [(f.name, f.type) for f in fields(ReplayedNodeRecord)]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from replay.driver import load_trace
-from replay.simulate import simulate
-from replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.driver import load_trace
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
@@ -18,7 +18,7 @@ EXAMPLE = ROOT / "examples" / "train.py"
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not EXAMPLE.is_file() or importlib.util.find_spec("profiler.capture") is None:
+    if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.profiler.capture") is None:
         pytest.skip("capture (profiler/capture, examples/train.py) is not available")
     run = tmp_path_factory.mktemp("captured") / "run"
     res = profile(run, "--steps", "6", steps="1:1:3", nproc=4)

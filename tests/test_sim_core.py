@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler.store import load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
-from replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
-from replay.errors import ReplayError
-from replay.simulate import simulate
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
+from skewlens.replay.errors import ReplayError
+from skewlens.replay.simulate import simulate
 
 MIB = 1 << 20
 
@@ -241,7 +241,7 @@ def test_a_host_thread_idle_until_an_async_collective_completes_is_taken_to_wait
 
 
 def test_recorded_gaps_are_the_gaps_the_simulator_uses(tmp_path: Path) -> None:
-    from replay.lower import recorded_gaps
+    from skewlens.replay.lower import recorded_gaps
 
     rt = load_run(_two_rank_run(tmp_path, (1_500_000, 2_500_000), steps=3))
     gaps = recorded_gaps(rt)

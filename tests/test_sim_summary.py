@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from profiler.store import load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType
-from replay.render import summary_table
-from replay.simulate import simulate
-from replay.summary import summarize
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.render import summary_table
+from skewlens.replay.simulate import simulate
+from skewlens.replay.summary import summarize
 
 MS = 1_000_000
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from analysis.index import build_index
-from analysis.records import CauseKind, CollectiveSkewRecord
-from analysis.skew import SkewResult, analyze_skew
-from profiler.store import load_run
-from profiler.store.schema import read_table, write_records
+from skewlens.analysis.index import build_index
+from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
+from skewlens.analysis.skew import SkewResult, analyze_skew
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.schema import read_table, write_records
 
 STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS)
 SLOW_SEND = Scenario(slow_send_rank=0, slow_send_ns=25 * MS)

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from profiler.store import load_run
-from profiler.store.model import RunTrace
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType, NodeType
-from replay.effects import NO_EFFECTS, Effects, NetworkEffects
-from replay.errors import ConfigError
-from replay.network.topology import Dimension, Topology
-from replay.simulate import simulate
-from replay.slowdown import Slowdown, SlowdownModel, jitter_factor
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel, jitter_factor
 
 MS = 1_000_000
 STEPS = 4

@@ -13,13 +13,13 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 from rich.console import Console
 
-from profiler.chakra_io import EtWriter
-from profiler.errors import ManifestError, TraceFormatError, ValidationError
-from profiler.store import load_run
-from profiler.store.fast import decode_file
-from profiler.store.load import load_rank
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.fast import decode_file
+from skewlens.profiler.store.load import load_rank
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
 
 COLUMNS = (
     "node_id", "node_type", "name_idx", "start_ns", "dur_ns", "stream", "step", "comm_type", "comm_bytes",
@@ -96,7 +96,7 @@ def test_unpacked_dependency_lists_decode_like_packed_ones(tmp_path: Path) -> No
 
 
 def test_fast_decoder_refuses_a_length_running_past_its_message(tmp_path: Path) -> None:
-    from profiler.store.fast import FastDecodeError
+    from skewlens.profiler.store.fast import FastDecodeError
 
     f = tmp_path / "bad.0.et"
     with EtWriter(f) as w:
@@ -201,7 +201,7 @@ def test_chakra_generator_all_attribute_types_decode_like_the_reference(generate
 
 
 def test_chakra_generator_send_without_peer_fails_validation_by_name(generated: Path) -> None:
-    from profiler.store.validate import validate_run
+    from skewlens.profiler.store.validate import validate_run
 
     report = validate_run(generated / "one_comm_send_node")
     msgs = [i.message for i in report.errors]
@@ -223,9 +223,8 @@ def _chakra_count(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    importers = pytest.importorskip(
-        "profiler.importers", reason="profiler.importers (helper H2's importer) is not available"
-    )
+    from skewlens.profiler import importers
+
     kineto, host = SHARED_TRACES / "dlrm_8gpu_kineto.tar.gz", SHARED_TRACES / "dlrm_8gpu_host_et.tar.gz"
     if not kineto.exists():
         pytest.skip(f"real GPU traces not found at {SHARED_TRACES}")
@@ -235,7 +234,7 @@ def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_imported_dlrm_run_loads_with_every_collective_matched_on_eight_ranks(dlrm_run: Path) -> None:
-    from profiler.store.validate import validate_run
+    from skewlens.profiler.store.validate import validate_run
 
     report = validate_run(dlrm_run)
     assert report.errors == []
@@ -252,7 +251,7 @@ def test_imported_dlrm_run_loads_with_every_collective_matched_on_eight_ranks(dl
 
 
 def test_a_node_with_very_many_fields_falls_back_to_the_reference_decoder(tmp_path: Path) -> None:
-    from profiler.store.fast import MAX_FIELDS, FastDecodeError
+    from skewlens.profiler.store.fast import MAX_FIELDS, FastDecodeError
 
     f = tmp_path / "wide.0.et"
     node = pb.Node(id=1, name="wide", type=int(NodeType.COMP))

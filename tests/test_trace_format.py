@@ -11,12 +11,12 @@ import pytest
 from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
-from profiler.chakra_io import EtWriter, TraceNode, node_attrs, read_et
-from profiler.errors import ManifestError, TraceFormatError
-from profiler.manifest import read_manifest
-from profiler.store import load_run
-from profiler.synth import RunBuilder
-from profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.chakra_io import EtWriter, TraceNode, node_attrs, read_et
+from skewlens.profiler.errors import ManifestError, TraceFormatError
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 
 def _two_rank_run(tmp_path: Path) -> Path:
@@ -123,7 +123,7 @@ def test_loaded_run_matches_collectives_and_p2p_across_ranks(tmp_path: Path) -> 
 def test_loading_a_run_directory_does_not_import_torch(tmp_path: Path) -> None:
     run = _two_rank_run(tmp_path)
     code = (
-        "import sys; from profiler.store import load_run; load_run(sys.argv[1]); "
+        "import sys; from skewlens.profiler.store import load_run; load_run(sys.argv[1]); "
         "bad = [m for m in ('torch', 'hydra', 'rich') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, check=False)
@@ -133,7 +133,7 @@ def test_loading_a_run_directory_does_not_import_torch(tmp_path: Path) -> None:
 def test_record_dataclasses_give_documented_dictionary_encoded_arrow_schemas() -> None:
     import pyarrow as pa
 
-    from profiler.store.schema import NodeRecord, arrow_schema
+    from skewlens.profiler.store.schema import NodeRecord, arrow_schema
 
     s = arrow_schema(NodeRecord)
     assert s.field("rank").type == pa.int64()

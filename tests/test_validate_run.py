@@ -9,14 +9,14 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from rich.console import Console
 
-from profiler.chakra_io import EtWriter, TraceNode
-from profiler.cli_store import check_main
-from profiler.errors import ValidationError
-from profiler.manifest import rank_file
-from profiler.store.issues import Severity
-from profiler.store.validate import load_validated, validate_run
-from profiler.synth import RunBuilder
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.chakra_io import EtWriter, TraceNode
+from skewlens.profiler.cli_store import check_main
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.manifest import rank_file
+from skewlens.profiler.store.issues import Severity
+from skewlens.profiler.store.validate import load_validated, validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
 
 
 def _good_run(tmp_path: Path, world: int = 2) -> Path:

@@ -17,14 +17,14 @@ FIRST = int(os.environ.get("SKEWLENS_BENCH_FIRST", "12"))
 
 
 def _install() -> None:
-    from profiler.capture import autostart
+    from skewlens.profiler.capture import autostart
 
     # start the session here, after patching it (skewlens' bootstrap would start it on `import torch`)
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, autostart._TorchWatcher)]
     import torch  # noqa: F401
     from torch._C._autograd import _disable_profiler
 
-    from profiler.capture import session as s
+    from skewlens.profiler.capture import session as s
 
     orig_step = s.CaptureSession.step
     state = {"on": True, "left": 0}

@@ -7,7 +7,7 @@ Two ways in:
   ``optimizer.step()``);
 - the Python API, for scripts that mark steps themselves::
 
-      from profiler.capture import capture
+      from skewlens.profiler.capture import capture
       with capture("runs/x", level="collectives", steps="1:1:3") as cap:
           for batch in data:
               train_step(batch)
@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from profiler.capture.schedule import Action, action_for, parse_window
-from profiler.capture.session import CaptureSession, part_file
-from profiler.manifest import StepWindow
-from profiler.vocab import HostTrace, Level
+from skewlens.profiler.capture.schedule import Action, action_for, parse_window
+from skewlens.profiler.capture.session import CaptureSession, part_file
+from skewlens.profiler.manifest import StepWindow
+from skewlens.profiler.vocab import HostTrace, Level
 
 __all__ = ["Action", "CaptureSession", "action_for", "capture", "parse_window"]
 
@@ -48,7 +48,7 @@ def capture(
     the flight recorder when it is on: set ``TORCH_FR_BUFFER_SIZE`` (e.g. 20000) before
     ``init_process_group`` (``skewlens profile`` does this for you).
     """
-    from profiler.capture.run import finalize_run
+    from skewlens.profiler.capture.run import finalize_run
 
     window = parse_window(steps) if isinstance(steps, str) else steps
     session = CaptureSession(

@@ -54,8 +54,8 @@ def start_from_env() -> Any:
     global _session  # noqa: PLW0603 - one session per process, by design
     if _session is not None or _is_launcher(sys.argv, getattr(sys, "orig_argv", ())):
         return _session
-    from profiler.capture.schedule import parse_window
-    from profiler.capture.session import CaptureSession
+    from skewlens.profiler.capture.schedule import parse_window
+    from skewlens.profiler.capture.session import CaptureSession
 
     _session = CaptureSession(
         os.environ[ENV_DIR],

@@ -32,10 +32,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from profiler.capture.records import CommRecord, OpRecord, StepRecord
-from profiler.chakra_io import AttrValue, TraceNode, pg_init_node
-from profiler.manifest import ProcessGroupInfo
-from profiler.vocab import (
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, pg_init_node
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.vocab import (
     COMPUTE_GAP_NODE_NAME,
     UNTRACED_NODE_NAME,
     Attr,
@@ -84,8 +84,9 @@ def is_nccl_kernel(name: str) -> bool:
 class HostOpInfo:
     """What the full level knows of one host operator, keyed by its Kineto correlation id.
 
-    It comes from torch.profiler's input and allocation records (:mod:`profiler.capture.hostfacts`) or
-    from PyTorch's ExecutionTraceObserver (:mod:`profiler.capture.hostet`).
+    It comes from torch.profiler's input and allocation records (:mod:`skewlens.profiler.capture.hostfacts`)
+    or
+    from PyTorch's ExecutionTraceObserver (:mod:`skewlens.profiler.capture.hostet`).
     """
 
     schema: str = ""
@@ -263,7 +264,8 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
 
     Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a profiler
-    that records nothing else runs for this, :class:`profiler.capture.kineto.WorkerEvents`): the first
+    that records nothing else runs for this, :class:`skewlens.profiler.capture.kineto.WorkerEvents`): the
+    first
     event at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once, on a
     thread not known to work for another group (:func:`_worker_groups`).
     """

@@ -3,7 +3,8 @@
 The hooks wrap ``torch.distributed``'s Python functions. Collectives issued elsewhere reach the process
 group without passing them: functional collectives (``torch.ops._c10d_functional``: DTensor, tensor
 parallelism, compiled graphs), collectives issued from C++, and at the collectives and ops levels DDP's
-gradient all_reduce (its C++ reducer is left alone there, see :mod:`profiler.capture.hooks`). The flight
+gradient all_reduce (its C++ reducer is left alone there, see :mod:`skewlens.profiler.capture.hooks`). The
+flight
 recorder, which every process group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile``
 turns it on (``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads its entries back at the
 end of the window through the JSON dump (never the pickle one: traces and dumps are untrusted input).
@@ -13,7 +14,8 @@ number, type, size and dtype from the entry; the arrival is the entry's creation
 rank issued it). The flight recorder gives no end on gloo (nor on NCCL without timing), so the call is an
 asynchronous one on the group's comm stream that ends when gloo's worker thread finished it (its
 ``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a profiler that
-records nothing else does, see :class:`profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's end
+records nothing else does, see :class:`skewlens.profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's
+end
 at the ops level, and otherwise at its arrival. Hooked collectives take the recorder's sequence numbers,
 so one numbering covers both.
 """
@@ -27,11 +29,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from profiler.bounded import parse_json_bounded
-from profiler.capture.build import step_of
-from profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
-from profiler.errors import SkewlensError
-from profiler.vocab import NodeType, collective_from_op, dtype_bytes
+from skewlens.profiler.bounded import parse_json_bounded
+from skewlens.profiler.capture.build import step_of
+from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
+from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -150,7 +152,7 @@ def unhooked_groups(entries: Sequence[FrEntry], hooked: Mapping[str, int]) -> li
     """Groups on which the recorder numbered more collectives than went through the hooks.
 
     ``hooked``: collectives issued per group through the hooks since they were installed (recorded or
-    not, :meth:`profiler.capture.hooks.CommHooks.issued`). The recorder numbers every collective of a
+    not, :meth:`skewlens.profiler.capture.hooks.CommHooks.issued`). The recorder numbers every collective of a
     group from its creation, so a higher number means collectives issued past the hooks there (DDP's
     reducer, functional collectives, C++), or before the hooks were installed, or a Python function that
     issues several (``all_gather_object``): all reasons to expect collectives the hooks cannot time.
@@ -176,7 +178,8 @@ def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[li
     """The calls the hooks timed on their lean path, with the group, size and dtype of their entry;
     and how many had none (the ring buffer lost it: they are left out).
 
-    A lean call (group :data:`~profiler.capture.records.FROM_RECORDER`) has the entry its thread created
+    A lean call (group :data:`~skewlens.profiler.capture.records.FROM_RECORDER`) has the entry its thread
+    created
     while it was being issued, ``[start, issue end]``: the first such entry no other lean call took
     (an entry that does not know its thread may be any thread's). Other records pass unchanged.
     """

@@ -8,12 +8,13 @@ documented equivalent of the built-in path: divide by the group size, all_reduce
 first forward; its all_reduce then goes through the wrappers. That costs a Python call and a pass over
 each gradient bucket on the backward's critical path, and a Python callback on the backend's thread: the
 collectives and ops levels leave DDP's C++ path alone and take its all_reduce from the flight recorder
-(:mod:`profiler.capture.flight`).
+(:mod:`skewlens.profiler.capture.flight`).
 
 Where the flight recorder sees every collective with the hooks' sizes (gloo; DDP's all_reduce left to
 DDP), the recording window's collectives take a lean path: the wrapper takes two clock readings and
 nothing else, and the group, size and dtype are those of the recorder entry the call created
-(:func:`profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the middle of
+(:func:`skewlens.profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the middle
+of
 the training step, was most of what the hooks cost there. p2p calls, which gloo's recorder does not
 see, and the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``)
 keep the full path.
@@ -21,7 +22,7 @@ keep the full path.
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
 moment the hooks are installed, so they are identical on every member that issues the same program; with
-the flight recorder on, :func:`profiler.capture.flight.merge` replaces them by the recorder's own.
+the flight recorder on, :func:`skewlens.profiler.capture.flight.merge` replaces them by the recorder's own.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C._autograd import _enable_record_function
 
-from profiler.capture.records import FROM_RECORDER, CommRecord
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord
+from skewlens.profiler.vocab import CommType, NodeType
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +299,8 @@ class CommHooks:
     ) -> Any:
         """Record a collective by its times alone: its group, number, size and dtype are the flight
         recorder's entry for it, which its thread created while issuing it (joined at the end of the
-        window, :func:`profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads them from
+        window, :func:`skewlens.profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads them
+        from
         the call's arguments before issuing it, Python work in the middle of the training step that
         cost 3-4% of the example's step time on this 2-core machine (4.3% wall, 3.2% CPU over 10
         interleaved runs of 290 steps each with and without it); this one costs two clock readings.
@@ -373,7 +375,7 @@ class CommHooks:
     def flush(self) -> list[CommRecord]:
         """The calls recorded since the last flush (asynchronous ones once they completed: one still
         running has no end yet and is left out). Those recorded on the lean path have the group
-        :data:`~profiler.capture.records.FROM_RECORDER` and no size yet."""
+        :data:`~skewlens.profiler.capture.records.FROM_RECORDER` and no size yet."""
         calls, self._calls = self._calls, []
         out = []
         for call_id, w, start, issue_end, is_async, result in calls:

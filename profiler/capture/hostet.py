@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from profiler.bounded import read_json_bounded
-from profiler.capture.build import HostOpInfo
-from profiler.errors import CaptureError
+from skewlens.profiler.bounded import read_json_bounded
+from skewlens.profiler.capture.build import HostOpInfo
+from skewlens.profiler.errors import CaptureError
 
 MAX_HOST_ET_BYTES = 2 * 1024 * 1024 * 1024
 MAX_HOST_ET_NODES = 20_000_000

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from profiler.capture.build import HostOpInfo
+from skewlens.profiler.capture.build import HostOpInfo
 
 #: Readable names of dtypes as PyTorch's execution trace writes them (``Tensor(float)``).
 _C10_NAMES = {

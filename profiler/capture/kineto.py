@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from profiler.bounded import read_json_bounded
-from profiler.capture.build import STEP_MARK_NAME, marker_clock_offset
-from profiler.capture.records import OpRecord
-from profiler.errors import CaptureError
+from skewlens.profiler.bounded import read_json_bounded
+from skewlens.profiler.capture.build import STEP_MARK_NAME, marker_clock_offset
+from skewlens.profiler.capture.records import OpRecord
+from skewlens.profiler.errors import CaptureError
 
 #: Largest Kineto JSON we parse to find record-function ids (full level).
 MAX_KINETO_JSON_BYTES = 2 * 1024 * 1024 * 1024
@@ -78,7 +78,8 @@ def rf_ids_from_chrome_trace(path: Path) -> dict[int, int]:
 #: Most gloo worker events the native recorder keeps per window (about 100 bytes each).
 MAX_WORKER_EVENTS = 200_000
 
-#: Steps that leave a ``skewlens::step`` record function (:data:`~profiler.capture.build.STEP_MARK_NAME`):
+#: Steps that leave a ``skewlens::step`` record function
+# (:data:`~skewlens.profiler.capture.build.STEP_MARK_NAME`):
 #: the two clocks keep their offset, a few markers pin it.
 MARKS = 8
 
@@ -98,7 +99,7 @@ class KinetoCapture:
 
     def __init__(self, *, cuda: bool, host_facts: bool = False) -> None:
         """``host_facts``: also record operator inputs (shapes, tensor identities), allocations and
-        overload names, from which :func:`profiler.capture.hostfacts.host_facts` derives schemas and
+        overload names, from which :func:`skewlens.profiler.capture.hostfacts.host_facts` derives schemas and
         data dependencies (the full level's default source)."""
         from torch.profiler import ProfilerActivity, profile
 
@@ -153,9 +154,10 @@ class WorkerEvents:
 
     gloo runs each collective on a worker thread of its process group and wraps it in a ``USER_SCOPE``
     record function. The events give the end of the collectives the hooks do not time (DDP's all_reduce,
-    see :mod:`profiler.capture.flight`). Two recorders give them:
+    see :mod:`skewlens.profiler.capture.flight`). Two recorders give them:
 
-    - the native one (:mod:`profiler.capture.native`, the default when given): a RecordFunction callback
+    - the native one (:mod:`skewlens.profiler.capture.native`, the default when given): a RecordFunction
+    callback
       for that scope that keeps the ``gloo:*`` events, on ``time.time_ns()``'s clock and with native
       thread ids. It runs beside a profiler the program starts (Kineto is not involved).
     - otherwise a Kineto session restricted to that scope. It records those events, the program's own
@@ -169,7 +171,7 @@ class WorkerEvents:
 
     Either way the hooked calls are kept out of it after the first :data:`MARKS` steps (:meth:`quiet`),
     and the capture starts it only when collectives past the hooks were seen before the window
-    (:func:`profiler.capture.flight.unhooked_groups`).
+    (:func:`skewlens.profiler.capture.flight.unhooked_groups`).
 
     Kineto is one per process. With the Kineto recorder, a profiler the program already runs is left
     alone (nothing is recorded here); one it starts later takes Kineto over, which :meth:`start` notices
@@ -178,7 +180,8 @@ class WorkerEvents:
     """
 
     def __init__(self, native: Any = None) -> None:
-        """``native``: the loaded native recorder (:class:`profiler.capture.native.GlooEvents`), or None
+        """``native``: the loaded native recorder (:class:`skewlens.profiler.capture.native.GlooEvents`), or
+        None
         for the Kineto session."""
         self._native = native
         self._on = False

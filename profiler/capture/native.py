@@ -35,7 +35,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.errors import CaptureError
+from skewlens.profiler.errors import CaptureError
 
 SOURCE = Path(__file__).resolve().with_name("gloo_events.cpp")
 ENV_MODE = "SKEWLENS_GLOO_EVENTS"
@@ -227,7 +227,7 @@ def load() -> GlooEvents:
 
 
 def main() -> int:
-    """``python -m profiler.capture.native``: build the library (if needed) and print its path."""
+    """``python -m skewlens.profiler.capture.native``: build the library (if needed) and print its path."""
     try:
         print(build())
     except NativeBuildError as e:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import CommType, NodeType
 
 #: ``CommRecord.pg_name`` of a collective the hooks timed without reading its arguments: its group,
-#: number and sizes are the flight recorder's (:func:`profiler.capture.flight.resolve`).
+#: number and sizes are the flight recorder's (:func:`skewlens.profiler.capture.flight.resolve`).
 FROM_RECORDER = ""
 
 

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.capture.autostart import (
+from skewlens.profiler.capture.autostart import (
     ENV_CLOCK_TIMEOUT,
     ENV_DIR,
     ENV_HOST_TRACE,
@@ -19,12 +19,19 @@ from profiler.capture.autostart import (
     ENV_LEVEL,
     ENV_STEPS,
 )
-from profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV
-from profiler.capture.schedule import format_window
-from profiler.capture.session import PARTS_DIR, part_file
-from profiler.errors import CaptureError
-from profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, StepWindow, rank_file, write_manifest
-from profiler.vocab import HostTrace, Level
+from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV
+from skewlens.profiler.capture.schedule import format_window
+from skewlens.profiler.capture.session import PARTS_DIR, part_file
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import (
+    Manifest,
+    ProcessGroupInfo,
+    StepSpan,
+    StepWindow,
+    rank_file,
+    write_manifest,
+)
+from skewlens.profiler.vocab import HostTrace, Level
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 

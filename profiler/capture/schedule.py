@@ -11,8 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TypeVar
 
-from profiler.errors import CaptureError
-from profiler.manifest import StepWindow
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import StepWindow
 
 
 class Action(StrEnum):

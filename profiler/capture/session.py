@@ -1,7 +1,8 @@
 """One rank's capture session: hooks in, step window, and the rank's files out.
 
 Each rank writes ``RUN_DIR/rank-<r>.et`` (atomically, through :class:`EtWriter`) and a small part file
-``RUN_DIR/.parts/rank-<r>.json`` with what the manifest needs from it; :mod:`profiler.capture.run` merges
+``RUN_DIR/.parts/rank-<r>.json`` with what the manifest needs from it; :mod:`skewlens.profiler.capture.run`
+merges
 the parts into ``manifest.json``. The window is saved when it ends; if the program exits (or crashes)
 inside it (or is stopped with SIGTERM, as torchrun stops the surviving workers when one fails), the
 steps completed so far are saved from an ``atexit`` / SIGTERM handler and the part says so.
@@ -19,15 +20,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from profiler.atomic import write_json_atomic
-from profiler.capture import flight
-from profiler.capture.build import RankCapture, build_nodes
-from profiler.capture.records import CommRecord, OpRecord, StepRecord
-from profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
-from profiler.chakra_io import EtWriter
-from profiler.errors import CaptureError
-from profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
-from profiler.vocab import HostTrace, Level
+from skewlens.profiler.atomic import write_json_atomic
+from skewlens.profiler.capture import flight
+from skewlens.profiler.capture.build import RankCapture, build_nodes
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
+from skewlens.profiler.vocab import HostTrace, Level
 
 #: How long a captured process waits at exit, the GIL released, before the interpreter finalizes.
 EXIT_GRACE_S = 0.05
@@ -104,7 +105,7 @@ class CaptureSession:
     # ---- lifecycle -----------------------------------------------------------------------------------
     def install(self) -> CaptureSession:
         """Install the communication hooks and (with ``auto_step``) the optimizer step hook."""
-        from profiler.capture.hooks import CommHooks
+        from skewlens.profiler.capture.hooks import CommHooks
 
         self._hooks = CommHooks(
             self._recording, lambda: self.step_index, ddp=not self._recorder_sees_all, quiet=self._quiet_calls
@@ -171,7 +172,7 @@ class CaptureSession:
             return
         import torch
 
-        from profiler.capture.kineto import KinetoCapture
+        from skewlens.profiler.capture.kineto import KinetoCapture
 
         # the full level's host facts come from the profiler's own input/allocation records unless
         # PyTorch's ExecutionTraceObserver was asked for
@@ -182,7 +183,7 @@ class CaptureSession:
     def _start_worker_events(self) -> None:
         import torch.distributed as dist
 
-        from profiler.capture.kineto import WorkerEvents
+        from skewlens.profiler.capture.kineto import WorkerEvents
 
         if not (self._flight and dist.is_available() and dist.is_initialized()):
             return
@@ -205,7 +206,7 @@ class CaptureSession:
     def _native_recorder(self) -> Any:
         """The native gloo-event recorder (built here when ``skewlens profile`` did not build it), or
         None (and a note) where it cannot be had or ``SKEWLENS_GLOO_EVENTS=kineto`` asks for Kineto."""
-        from profiler.capture import native
+        from skewlens.profiler.capture import native
 
         try:
             return native.load() if native.wanted() else None
@@ -273,7 +274,7 @@ class CaptureSession:
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return 0
-        from profiler.capture.clock import estimate_offset
+        from skewlens.profiler.capture.clock import estimate_offset
 
         store = dist.distributed_c10d._get_default_store()
         off = estimate_offset(store, dist.get_rank(), dist.get_world_size(), timeout_s=self.clock_timeout_s)
@@ -307,12 +308,12 @@ class CaptureSession:
         events = self._kineto.stop() if self._kineto is not None else []
         if not events:
             return [], {}
-        from profiler.capture.kineto import is_host_event, op_records, rf_ids_from_chrome_trace
+        from skewlens.profiler.capture.kineto import is_host_event, op_records, rf_ids_from_chrome_trace
 
         host_ops: dict[int, Any] = {}
         rf_ids: dict[int, int] = {}
         if self.level == Level.FULL and self._et is not None:
-            from profiler.capture.hostet import parse_host_et
+            from skewlens.profiler.capture.hostet import parse_host_et
 
             raw = self._raw_dir()
             kineto_json = raw / f"kineto_rank{self.rank}.json"
@@ -322,7 +323,7 @@ class CaptureSession:
             host_ops = {corr: by_rf[rf] for corr, rf in rf_ids.items() if rf in by_rf}
         else:
             if self.level == Level.FULL:
-                from profiler.capture.hostfacts import host_facts
+                from skewlens.profiler.capture.hostfacts import host_facts
 
                 types = {int(e.correlation_id()): e.dtypes() for e in events if is_host_event(e)}
                 host_ops = host_facts(self._kineto.event_tree(), types)

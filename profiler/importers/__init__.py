@@ -7,6 +7,6 @@ views of the two formats, with their supported versions), ``pairing`` (host trac
 directory atomically).
 """
 
-from profiler.importers.run import import_traces
+from skewlens.profiler.importers.run import import_traces
 
 __all__ = ["import_traces"]

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.importers.host_et import HostComm
-from profiler.importers.kineto import KEvent
-from profiler.vocab import CommType, collective_from_op, dtype_bytes
+from skewlens.profiler.importers.host_et import HostComm
+from skewlens.profiler.importers.kineto import KEvent
+from skewlens.profiler.vocab import CommType, collective_from_op, dtype_bytes
 
 DEFAULT_PG = "0"
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).

@@ -50,7 +50,7 @@ Communication
 Dependencies
     Control: program order per thread / per CUDA stream (each node depends on the previous node of its
     stream), and a GPU node depends on the top-level CPU op whose extent contains its launch call.
-    Data (with a host trace): host ops are joined to Kineto ops (:mod:`profiler.importers.join`); a
+    Data (with a host trace): host ops are joined to Kineto ops (:mod:`skewlens.profiler.importers.join`); a
     top-level CPU node reads/writes its host op's input/output tensors (tensor id, storage id), a
     collective's GPU node reads the tensors of its host annotation; a node gets a data dependency on the
     latest earlier-starting CPU node that wrote a tensor it reads (unless that is already a control
@@ -76,9 +76,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from profiler.chakra_io import AttrValue, TraceNode
-from profiler.errors import TraceImportError
-from profiler.importers.comm import (
+from skewlens.profiler.chakra_io import AttrValue, TraceNode
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.importers.comm import (
     MAX_INT,
     CommInfo,
     as_int,
@@ -88,11 +88,11 @@ from profiler.importers.comm import (
     info_from_kernel_name,
     merge,
 )
-from profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
-from profiler.importers.join import join_ops
-from profiler.importers.kineto import KEvent, KinetoTrace
-from profiler.manifest import ProcessGroupInfo, StepSpan
-from profiler.vocab import Attr, CommType, NodeType, collective_from_op
+from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
+from skewlens.profiler.importers.join import join_ops
+from skewlens.profiler.importers.kineto import KEvent, KinetoTrace
+from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
+from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _MAX_RANKS_TEXT = 1 << 20

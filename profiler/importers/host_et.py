@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import TraceImportError
-from profiler.vocab import CommType, collective_from_op
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.vocab import CommType, collective_from_op
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

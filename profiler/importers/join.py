@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from profiler.importers.host_et import HostOp
-from profiler.importers.kineto import KEvent
+from skewlens.profiler.importers.host_et import HostOp
+from skewlens.profiler.importers.kineto import KEvent
 
 #: How far ahead the alignment looks for the other side's current name.
 LOOK_AHEAD = 64

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from profiler.errors import TraceImportError
-from profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.manifest import ProcessGroupInfo
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

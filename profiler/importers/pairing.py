@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from profiler.errors import TraceImportError
-from profiler.importers.host_et import HostTrace
-from profiler.importers.kineto import KinetoTrace
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.importers.host_et import HostTrace
+from skewlens.profiler.importers.kineto import KinetoTrace
 
 _TRAILING_NUMBER = re.compile(r"(\d+)\.json(?:\.gz)?$")
 

@@ -17,16 +17,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from profiler.chakra_io import pg_init_node, write_et
-from profiler.errors import TraceImportError
-from profiler.importers.comm import DEFAULT_PG
-from profiler.importers.convert import RankConversion, convert_rank
-from profiler.importers.host_et import HostTrace, parse_host_et
-from profiler.importers.kineto import KinetoTrace, parse_kineto
-from profiler.importers.pairing import pair_host_traces
-from profiler.importers.sources import expand_inputs, read_json
-from profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
-from profiler.vocab import Attr
+from skewlens.profiler.chakra_io import pg_init_node, write_et
+from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.importers.comm import DEFAULT_PG
+from skewlens.profiler.importers.convert import RankConversion, convert_rank
+from skewlens.profiler.importers.host_et import HostTrace, parse_host_et
+from skewlens.profiler.importers.kineto import KinetoTrace, parse_kineto
+from skewlens.profiler.importers.pairing import pair_host_traces
+from skewlens.profiler.importers.sources import expand_inputs, read_json
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
+from skewlens.profiler.vocab import Attr
 
 Advance = Callable[[str], None]
 
@@ -140,7 +140,8 @@ def import_traces(
     """Convert per-rank Kineto traces (files, directories or tar archives) into the run directory ``out``.
 
     ``host_et`` optionally names the matching host execution traces (paired by pid or file-name number,
-    see :mod:`profiler.importers.pairing`). ``rank`` / ``world_size`` stand in for ``distributedInfo``
+    see :mod:`skewlens.profiler.importers.pairing`). ``rank`` / ``world_size`` stand in for
+    ``distributedInfo``
     of a single trace without it. Returns the manifest written.
     """
     out = Path(out)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from profiler.bounded import read_json_bounded
-from profiler.errors import TraceImportError
+from skewlens.profiler.bounded import read_json_bounded
+from skewlens.profiler.errors import TraceImportError
 
 #: Largest (decompressed) JSON trace accepted. Real per-rank Kineto traces of long windows reach a few GB;
 #: Python needs ~10x the file size in memory to hold the parsed document, so 2 GiB is a sane ceiling.

@@ -2,13 +2,13 @@
 
 ``load_run`` loads and matches (strict: the first inconsistency raises); ``validate_run`` collects every
 problem into a ``ValidationReport``; ``load_validated`` is what replay and analysis call;
-``profiler.store.parquet.export_run`` writes the Parquet tables.
+``skewlens.profiler.store.parquet.export_run`` writes the Parquet tables.
 """
 
-from profiler.store.issues import Issue, Severity
-from profiler.store.load import load_run
-from profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
-from profiler.store.validate import ValidationReport, load_validated, validate_run
+from skewlens.profiler.store.issues import Issue, Severity
+from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.store.validate import ValidationReport, load_validated, validate_run
 
 __all__ = [
     "CollectiveInstance",

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profiler.chakra_io import MAX_MESSAGE_BYTES, read_trace_bytes
-from profiler.errors import TraceFormatError
+from skewlens.profiler.chakra_io import MAX_MESSAGE_BYTES, read_trace_bytes
+from skewlens.profiler.errors import TraceFormatError
 
 # Plain ndarray aliases: the decoder mixes dtypes freely and checks them at run time.
 I64 = np.ndarray

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from profiler.errors import ValidationError
+from skewlens.profiler.errors import ValidationError
 
 
 class Severity(StrEnum):

@@ -8,10 +8,12 @@ A run is one of:
   from the ``## process_group:init ##`` metadata node, and collectives without a group are world-wide;
 - a prefix ``DIR/<prefix>`` naming such files.
 
-Files are decoded by the vectorised decoder in :mod:`profiler.store.fast` (falling back to the per-node
+Files are decoded by the vectorised decoder in :mod:`skewlens.profiler.store.fast` (falling back to the
+per-node
 reference decoder here for anything it refuses, so errors name the exact byte offset). Problems go to an
-:class:`~profiler.store.issues.IssueLog`: strict by default (the first error raises
-:class:`~profiler.errors.ValidationError`), collecting everything when ``validate_run`` passes its own.
+:class:`~skewlens.profiler.store.issues.IssueLog`: strict by default (the first error raises
+:class:`~skewlens.profiler.errors.ValidationError`), collecting everything when ``validate_run`` passes its
+own.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
-from profiler.errors import ManifestError, TraceFormatError, ValidationError
-from profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
-from profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
-from profiler.store.issues import IssueLog
-from profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs
-from profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
-from profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
+from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
+from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
+from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
+from skewlens.profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
+from skewlens.profiler.store.issues import IssueLog
+from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs
+from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
 
 #: Name given to the world-wide group assumed for collectives that name no group.
 WORLD_PG = "0"
@@ -490,7 +492,8 @@ def load_run(
     """Load a run (see the module docstring for the layouts) and match its communication.
 
     ``progress`` shows a rich progress bar on ``console`` (stderr by default). Without ``sink`` the first
-    inconsistency raises :class:`ValidationError`; :func:`profiler.store.validate.validate_run` passes a
+    inconsistency raises :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run`
+    passes a
     collecting sink instead.
     """
     files = locate_run(run_dir)

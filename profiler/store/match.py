@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.manifest import ProcessGroupInfo
-from profiler.store.issues import IssueLog
-from profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.store.issues import IssueLog
+from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
+from skewlens.profiler.vocab import CommType, NodeType
 
 #: Collective types whose members must all report the same ``comm_size``.
 SIZE_MUST_MATCH = frozenset(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from profiler.manifest import Manifest, ProcessGroupInfo
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo
+from skewlens.profiler.vocab import CommType, NodeType
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]

@@ -1,6 +1,7 @@
 """Export a run to Parquet: ``nodes``/``deps`` partitioned by rank, plus ``collectives``, ``p2p``, ``ranks``.
 
-Layout of ``OUT_DIR`` (schemas: the record dataclasses in :mod:`profiler.store.schema`; see docs/parquet.md)::
+Layout of ``OUT_DIR`` (schemas: the record dataclasses in :mod:`skewlens.profiler.store.schema`; see
+docs/parquet.md)::
 
     nodes/rank=<r>/part-0.parquet     one row per node of rank r (the rank is the partition key)
     deps/rank=<r>/part-0.parquet      one row per dependency edge of rank r
@@ -33,13 +34,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from profiler.errors import SkewlensError, TraceFormatError, ValidationError
-from profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
-from profiler.store.issues import Issue, IssueLog, Severity
-from profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
-from profiler.store.match import CommRows, match_instances, match_pairs
-from profiler.store.model import CollectiveInstance, P2PPair, RankTrace
-from profiler.store.schema import (
+from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
+from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
+from skewlens.profiler.store.issues import Issue, IssueLog, Severity
+from skewlens.profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
+from skewlens.profiler.store.match import CommRows, match_instances, match_pairs
+from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
+from skewlens.profiler.store.schema import (
     META_TABLE,
     META_VERSION,
     SCHEMA_VERSION,
@@ -52,8 +53,8 @@ from profiler.store.schema import (
     table_from_columns,
     write_table,
 )
-from profiler.store.validate import FIRST_ERRORS, find_cycle
-from profiler.vocab import CommType, NodeType
+from skewlens.profiler.store.validate import FIRST_ERRORS, find_cycle
+from skewlens.profiler.vocab import CommType, NodeType
 
 #: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
 PARTITIONED = ("nodes", "deps")
@@ -431,7 +432,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
 
 def schema_markdown() -> str:
     """The column tables of docs/parquet.md, generated from the record dataclasses' field docstrings."""
-    from profiler.store.schema import field_docs
+    from skewlens.profiler.store.schema import field_docs
 
     parts = []
     for table, cls in RECORD_OF.items():

@@ -6,9 +6,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from profiler.store.issues import Severity
-from profiler.store.parquet import ExportSummary
-from profiler.store.validate import ValidationReport
+from skewlens.profiler.store.issues import Severity
+from skewlens.profiler.store.parquet import ExportSummary
+from skewlens.profiler.store.validate import ValidationReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 

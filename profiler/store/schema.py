@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from profiler.atomic import atomic_file
-from profiler.errors import SkewlensError
+from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.errors import SkewlensError
 
 #: Bumped on any incompatible change to a table written by skewlens.
 SCHEMA_VERSION = "1"

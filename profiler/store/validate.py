@@ -3,7 +3,8 @@
 Checked: truncated or corrupt protobuf (file and byte offset), unknown node types, dangling
 dependencies, dependency cycles (the cycle's node ids and names), duplicate node ids, missing ranks
 (against the manifest, or gaps in 0..N-1 without one), collectives that do not match across a group's
-members (type, size or count; see :mod:`profiler.store.match` for what "size differs" means per type),
+members (type, size or count; see :mod:`skewlens.profiler.store.match` for what "size differs" means per
+type),
 sends without a matching recv and recvs without a matching send. Inferences the loader made (no start
 times, sequence numbers numbered in file order, world-wide groups assumed) are reported as info.
 """
@@ -16,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from profiler.errors import ValidationError
-from profiler.store.issues import Issue, IssueLog, Severity
-from profiler.store.load import load_run
-from profiler.store.model import RankTrace, RunTrace
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.store.issues import Issue, IssueLog, Severity
+from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.model import RankTrace, RunTrace
 
 #: How many errors ``load_validated`` puts into its one-line message.
 FIRST_ERRORS = 5

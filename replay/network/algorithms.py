@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType
 
 ALGORITHMS = ("ring", "tree", "halving_doubling", "direct", "hierarchical")
 

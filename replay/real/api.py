@@ -3,11 +3,12 @@
     result = real_replay(run_dir=RUN, out_dir=OUT, effects=NO_EFFECTS, cfg=RealConfig())
 
 1. load and validate the run (the store's checks: matching collectives, p2p pairs);
-2. turn each rank's trace into a replay plan (:mod:`replay.real.plan`: gaps, dependencies, effects);
-3. start one worker per traced rank through torchrun (:mod:`replay.real.launch`), each re-creating the
+2. turn each rank's trace into a replay plan (:mod:`skewlens.replay.real.plan`: gaps, dependencies, effects);
+3. start one worker per traced rank through torchrun (:mod:`skewlens.replay.real.launch`), each re-creating
+the
    process groups and re-issuing every collective / p2p op with the recorded type, size, dtype and group,
-   with calibrated compute in between (:mod:`replay.real.worker`);
-4. the replay is captured by the profiler (``profiler.capture``, collectives level, as ``skewlens
+   with calibrated compute in between (:mod:`skewlens.replay.real.worker`);
+4. the replay is captured by the profiler (``skewlens.profiler.capture``, collectives level, as ``skewlens
    profile`` captures a training job) into ``OUT_DIR/run`` (manifest ``source="replay"``), which loads,
    checks and analyses like any captured run; the workers also record each replayed node's own times
    into ``OUT_DIR/real/replayed`` (the original nodes, same ids, with replayed times on rank 0's clock).
@@ -28,14 +29,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from profiler.manifest import Manifest, StepSpan, write_manifest
-from profiler.store import RunTrace, load_run
-from profiler.vocab import NodeType
-from replay.effects import Effects
-from replay.errors import ConfigError, ReplayError
-from replay.real.capture import finish_capture
-from replay.real.launch import launcher_command, run_workers
-from replay.real.plan import (
+from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
+from skewlens.profiler.store import RunTrace, load_run
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.effects import Effects
+from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.real.capture import finish_capture
+from skewlens.replay.real.launch import launcher_command, run_workers
+from skewlens.replay.real.plan import (
     RESULT_FILE,
     PlanMeta,
     ReplayOp,
@@ -45,19 +46,20 @@ from replay.real.plan import (
     warmup_ops,
     write_plan,
 )
-from replay.real.result import RealReplayResult, rank_step_times, step_spans
+from skewlens.replay.real.result import RealReplayResult, rank_step_times, step_spans
 
 BACKENDS = ("auto", "gloo", "nccl")
 COMPUTE_MODES = ("auto", "spin", "sleep")
 #: ``self``: the workers record each replayed node's times themselves (node ids as in the original);
-#: ``profiler``: the replay is also captured by ``profiler.capture`` (collectives level), as a real run is.
+#: ``profiler``: the replay is also captured by ``skewlens.profiler.capture`` (collectives level), as a real
+# run is.
 CAPTURE_MODES = ("self", "profiler")
 #: Allowance for start-up (interpreter + torch import, rendezvous, groups) in the whole-replay deadline.
 STARTUP_ALLOWANCE_S = 120.0
 
 
 class RealConfigLike(Protocol):
-    """What real replay reads from its config (``replay.config.RealConfig``)."""
+    """What real replay reads from its config (``skewlens.replay.config.RealConfig``)."""
 
     timeout_s: float
     backend: str
@@ -99,9 +101,9 @@ def resolve_backend(backend: str, manifest: Manifest) -> str:
 
 
 def load_checked(run_dir: Path) -> RunTrace:
-    """The run, validated by the store's checks where available (``profiler.store.validate``)."""
+    """The run, validated by the store's checks where available (``skewlens.profiler.store.validate``)."""
     try:
-        validate = importlib.import_module("profiler.store.validate")
+        validate = importlib.import_module("skewlens.profiler.store.validate")
     except ImportError:
         return load_run(run_dir)
     run: RunTrace = validate.load_validated(run_dir)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from profiler.chakra_io import EtWriter, attr_value, read_et
-from profiler.manifest import rank_file, read_manifest, write_manifest
-from profiler.vocab import Attr
+from skewlens.profiler.chakra_io import EtWriter, attr_value, read_et
+from skewlens.profiler.manifest import rank_file, read_manifest, write_manifest
+from skewlens.profiler.vocab import Attr
 
 
 def _drop_step(path: Path, step: int) -> int:

@@ -1,6 +1,6 @@
 """Starting the replay workers through torchrun and supervising them (parent side, no torch import).
 
-The launcher (``python -m torch.distributed.run ... -m replay.real.worker``) runs in its own session.
+The launcher (``python -m torch.distributed.run ... -m skewlens.replay.real.worker``) runs in its own session.
 torchrun starts each worker in a session of its own too, so the supervisor tracks the whole process tree
 (with psutil) while it runs and, on any error, timeout or Ctrl-C, terminates every process it has seen,
 then kills what is left after a bounded wait. Workers report errors through ``rank-<r>.error.json`` files;
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import psutil
 
-from replay.errors import ReplayError, ReplayTimeoutError
+from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 
-WORKER_MODULE = "replay.real.worker"
+WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
 #: How long processes get to exit after SIGTERM before SIGKILL, and to vanish after SIGKILL.
 TERM_GRACE_S = 3.0

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from profiler.vocab import CommType
-from replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes
 
 
 @dataclass(eq=False, slots=True)

@@ -1,7 +1,7 @@
 """The replay plan: what each real-replay worker executes, derived from the trace store (pure, no torch).
 
 One :class:`ReplayOp` per node a worker acts on, in execution order (recorded start order, dependencies
-first). Timing rules, the same as the simulator's (see ``replay.simulate``):
+first). Timing rules, the same as the simulator's (see ``skewlens.replay.simulate``):
 
 - a node with no dependencies starts at the rank's replay origin plus its recorded offset from the rank's
   first recorded start (``anchor_ns``); the ranks' origins keep the recorded skew between their first nodes;
@@ -28,15 +28,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.atomic import write_json_atomic
-from profiler.bounded import read_json_bounded as bounded_json
-from profiler.chakra_io import attr_value, iter_nodes
-from profiler.errors import ValidationError
-from profiler.manifest import ProcessGroupInfo
-from profiler.store.model import RankTrace, RunTrace
-from profiler.vocab import Attr, CommType, NodeType
-from replay.effects import Effects
-from replay.errors import ReplayError
+from skewlens.profiler.atomic import write_json_atomic
+from skewlens.profiler.bounded import read_json_bounded as bounded_json
+from skewlens.profiler.chakra_io import attr_value, iter_nodes
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.store.model import RankTrace, RunTrace
+from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.replay.effects import Effects
+from skewlens.replay.errors import ReplayError
 
 PLAN_FORMAT = "skewlens-real-plan"
 PLAN_VERSION = 1
@@ -161,7 +161,8 @@ class PlanMeta:
     work_dir: str
     """Directory for worker status / error / result files."""
     capture_run: str = ""
-    """Where the profiler (``profiler.capture``, collectives level) captures the replay; '' for none."""
+    """Where the profiler (``skewlens.profiler.capture``, collectives level) captures the replay; '' for
+    none."""
     capture_steps: int = 1
     """Steps the profiler records (every replayed step)."""
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from replay.real.result import RealReplayResult
+from skewlens.replay.real.result import RealReplayResult
 
 
 def _ms(ns: int | None) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler.store.model import RankTrace
-from profiler.vocab import NodeType
+from skewlens.profiler.store.model import RankTrace
+from skewlens.profiler.vocab import NodeType
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,7 +37,7 @@ class RankStepTimes:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RealReplayResult:
-    """Outcome of :func:`replay.real.api.real_replay`."""
+    """Outcome of :func:`skewlens.replay.real.api.real_replay`."""
 
     run_dir: Path
     """The replay, captured as a run directory (``OUT_DIR/run``)."""

@@ -1,9 +1,10 @@
-"""One real-replay rank: ``python -m replay.real.worker --plan PLAN_DIR`` under torchrun.
+"""One real-replay rank: ``python -m skewlens.replay.real.worker --plan PLAN_DIR`` under torchrun.
 
 Reads its rank's plan (JSON), joins the job (``init_process_group`` from torchrun's environment),
 re-creates the recorded process groups in the recorded order, warms the communication up (one op per
 distinct shape), aligns its clock to rank 0, starts the profiler's capture (unless the plan says not
-to), then executes its ops from a common start time (see :mod:`replay.real.plan` for the timing rules).
+to), then executes its ops from a common start time (see :mod:`skewlens.replay.real.plan` for the timing
+rules).
 It writes ``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed times) and a
 small result file for the parent; the profiler writes its own capture of the replay.
 
@@ -29,13 +30,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from profiler.atomic import write_json_atomic
-from profiler.chakra_io import EtWriter, iter_nodes
-from profiler.manifest import rank_file
-from profiler.vocab import Attr
-from replay.real import clock
-from replay.real.ops import CommIssuer, Completion, Compute, describe, track, wait_until
-from replay.real.plan import (
+from skewlens.profiler.atomic import write_json_atomic
+from skewlens.profiler.chakra_io import EtWriter, iter_nodes
+from skewlens.profiler.manifest import rank_file
+from skewlens.profiler.vocab import Attr
+from skewlens.replay.real import clock
+from skewlens.replay.real.ops import CommIssuer, Completion, Compute, describe, track, wait_until
+from skewlens.replay.real.plan import (
     ERROR_FILE,
     KIND_COMPUTE,
     KIND_NESTED,
@@ -216,8 +217,8 @@ def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
 
 def _profiler(meta: PlanMeta) -> AbstractContextManager[Any]:
     """The profiler's capture of the replay (collectives level): a pre-roll step, then every replayed step."""
-    from profiler.capture import capture
-    from profiler.manifest import StepWindow
+    from skewlens.profiler.capture import capture
+    from skewlens.profiler.manifest import StepWindow
 
     window = StepWindow(wait=1, warmup=0, active=max(1, meta.capture_steps) + 1)
     return capture(meta.capture_run, level="collectives", steps=window, merge_timeout_s=meta.timeout_s)

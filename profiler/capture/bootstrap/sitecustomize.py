@@ -26,7 +26,7 @@ def _chain_next_sitecustomize() -> None:
 
 if os.environ.get("SKEWLENS_CAPTURE_DIR"):
     try:
-        from profiler.capture.autostart import watch_for_torch
+        from skewlens.profiler.capture.autostart import watch_for_torch
 
         watch_for_torch()
     except Exception as _e:  # never break the user's program at interpreter start

@@ -1,0 +1,45 @@
+"""``skewlens demo --out``: a directory is only ever replaced when an earlier demo created it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skewlens.demo import DEMO_MARKER, prepare_out
+from skewlens.profiler.errors import SkewlensError
+
+
+def test_a_missing_out_directory_is_created_with_the_demo_marker(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "demo"
+    prepare_out(out)
+    assert sorted(p.name for p in out.iterdir()) == [DEMO_MARKER]
+
+
+def test_a_non_empty_directory_the_demo_did_not_create_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SkewlensError, match="not created by skewlens demo"):
+        prepare_out(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_directory_an_earlier_demo_created_is_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    prepare_out(out)
+    (out / "run").mkdir()
+    (out / "run" / "old.et").write_bytes(b"x")
+    prepare_out(out)
+    assert sorted(p.name for p in out.iterdir()) == [DEMO_MARKER]
+
+
+def test_an_empty_existing_directory_is_taken(tmp_path: Path) -> None:
+    prepare_out(tmp_path)
+    assert (tmp_path / DEMO_MARKER).is_file()
+
+
+def test_a_file_named_as_out_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "x"
+    f.write_text("data")
+    with pytest.raises(SkewlensError, match="not a directory"):
+        prepare_out(f)
+    assert f.read_text() == "data"
