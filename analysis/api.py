@@ -5,7 +5,7 @@
 (``skewlens.analysis.critical_path``)
 and what-if blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives in
 ``skewlens.analysis.render``,
-``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in ``skewlens.analysis.cli``.
+``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in ``skewlens.cli.analyze``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 The file layout is Chakra's: one ``GlobalMetadata`` message, then one ``Node`` message per node, each
 prefixed by its length as a varint (what ``chakra.src.third_party.utils.protolib.encodeMessage`` writes
-and ``decodeMessage`` reads). Files may be gzip-compressed, as Chakra's reader allows.
+and ``decodeMessage`` reads). Files may be gzip-compressed, as Chakra's reader allows. The message classes
+(``pb``) are :mod:`skewlens.profiler.chakra_schema`, Chakra's schema described without the ``mlc-chakra``
+package; messages built with Chakra's own ``et_def_pb2`` classes are accepted too (same wire format).
 
 Writing is atomic: nodes go to a temporary file beside the target, renamed into place only when the
 writer closes without error. Reading treats the file as untrusted: every message length is checked
@@ -21,9 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.atomic import FILE_MODE
 from skewlens.profiler.bounded import read_bytes_bounded
 from skewlens.profiler.errors import TraceFormatError
@@ -199,9 +201,10 @@ class EtWriter:
         return self
 
     def write(self, node: TraceNode | pb.Node) -> None:
-        """Append one node (a :class:`TraceNode` or an already built protobuf ``Node``)."""
+        """Append one node: a :class:`TraceNode`, or an already built protobuf ``Node`` (``pb.Node`` or
+        Chakra's ``et_def_pb2.Node``: the same message, so the same bytes)."""
         assert self._fh is not None, "EtWriter used outside its with-block"
-        msg = node if isinstance(node, pb.Node) else to_proto(node)
+        msg = to_proto(node) if isinstance(node, TraceNode) else node
         self._fh.write(encode_message(msg))
         self.count += 1
 

@@ -11,7 +11,7 @@ and no trace store):
 - ``lower``: the trace store's ``RunTrace`` -> core graph (host gaps, chains, sync groups);
 - ``simulate``: ``simulate(run, ...) -> SimResult``; ``summary``: per (rank, step) breakdown;
 - ``outputs`` / ``render``: Parquet, Perfetto JSON, rich tables; ``driver``: one replay end to end;
-- ``config`` / ``cli`` / ``sweep``: the Hydra app (``skewlens replay``, ``python -m skewlens.replay``).
+- ``config`` / ``sweep``: the Hydra schemas and multirun rows (the app itself is ``skewlens.cli.replay``).
 
 This package imports nothing on import, so ``import skewlens.replay.core`` stays light.
 """

@@ -1,4 +1,4 @@
-"""Typed configuration of ``skewlens replay`` (Hydra schemas; ``skewlens.replay.cli`` registers them).
+"""Typed configuration of ``skewlens replay`` (Hydra schemas; ``skewlens.cli.replay`` registers them).
 
 The YAML groups in ``conf/`` (``topology/*.yaml``, ``slowdown/*.yaml``) fill these dataclasses; ``main()``
 calls ``OmegaConf.to_object`` once, which runs every ``__post_init__`` below, so a bad value fails before

@@ -60,4 +60,4 @@ def test_nothing_imports_the_cli(path: Path) -> None:
     tree = ast.parse(path.read_text())
     names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    assert "skewlens.replay.cli" not in names
+    assert "skewlens.cli.replay" not in names

@@ -392,7 +392,7 @@ def test_a_crashing_rank_is_listed_missing_and_the_others_traces_are_complete(tm
     # the summary table names the missing rank
     from rich.console import Console
 
-    from skewlens.profiler.cli_profile import summary_table
+    from skewlens.cli.profile import summary_table
 
     console = Console(file=io.StringIO(), width=120)
     console.print(summary_table(m, out))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from skewlens.demo import DEMO_MARKER, prepare_out
+from skewlens.cli.demo import DEMO_MARKER, prepare_out
 from skewlens.profiler.errors import SkewlensError
 
 

@@ -338,7 +338,7 @@ def test_importing_traces_does_not_import_torch() -> None:
     import sys
 
     code = (
-        "import sys, skewlens.profiler.importers, skewlens.profiler.cli_import; print('torch' in sys.modules)"
+        "import sys, skewlens.profiler.importers, skewlens.cli.import_traces; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from skewlens.profiler.cli_store import export_main
+from skewlens.cli.store import export_main
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown

@@ -376,7 +376,7 @@ def test_the_parent_side_of_real_replay_does_not_import_torch() -> None:
 def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks_step_time(
     tmp_path: Path,
 ) -> None:
-    if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.profiler.cli_profile") is None:
+    if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.cli.profile") is None:
         pytest.skip("capture (profiler/cli_profile.py, examples/train.py) is not available")
 
     def misses(attempt: int) -> list[RankStepTimes]:

@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from skewlens.cli import main as skewlens_main
+from skewlens.cli.replay import CONF_DIR, register_configs, to_config
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.cli import CONF_DIR, register_configs, to_config
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import ReplayedNodeRecord
@@ -177,12 +177,15 @@ def test_a_multirun_sweep_writes_one_row_per_job_and_prints_the_comparison(
     assert "Replay sweep" in capsys.readouterr().out
 
 
-def test_python_dash_m_replay_is_the_same_command(run_dir: Path, tmp_path: Path) -> None:
+def test_python_dash_m_skewlens_replay_is_the_same_command_from_any_directory(
+    run_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "m"
     res = subprocess.run(
         [
             sys.executable,
             "-m",
+            "skewlens",
             "replay",
             f"trace={run_dir}",
             f"out={out}",
@@ -193,6 +196,7 @@ def test_python_dash_m_replay_is_the_same_command(run_dir: Path, tmp_path: Path)
         text=True,
         check=False,
         timeout=120,
+        cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr
     assert (out / "summary.parquet").exists()

@@ -9,8 +9,8 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from rich.console import Console
 
+from skewlens.cli.store import check_main
 from skewlens.profiler.chakra_io import EtWriter, TraceNode
-from skewlens.profiler.cli_store import check_main
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.store.issues import Severity

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
@@ -234,8 +235,6 @@ def _interpret(
     ).astype(np.int8)
 
     if pg_found is not None:
-        from chakra.schema.protobuf import et_def_pb2 as pb
-
         for row, msg in raw.metadata_msgs:
             node = pb.Node()
             node.ParseFromString(msg)

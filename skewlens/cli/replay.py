@@ -1,4 +1,4 @@
-"""``skewlens replay`` (and ``python -m skewlens.replay``): the Hydra app around
+"""``skewlens replay``: the Hydra app around
 :func:`skewlens.replay.driver.replay_run`.
 
     skewlens replay trace=RUN_DIR out=OUT_DIR topology=dgx_h100_8x slowdown=straggler comm_mode=model

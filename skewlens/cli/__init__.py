@@ -15,21 +15,21 @@ from skewlens.profiler.errors import SkewlensError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profile": (
-        "skewlens.profiler.cli_profile:main",
+        "skewlens.cli.profile:main",
         "run a training command under the profiler (per-rank Chakra traces)",
     ),
     "import": (
-        "skewlens.profiler.cli_import:main",
+        "skewlens.cli.import_traces:main",
         "convert Kineto / host execution traces into a run directory",
     ),
-    "check": ("skewlens.profiler.cli_store:check_main", "validate a run directory"),
-    "export": ("skewlens.profiler.cli_store:export_main", "export a run directory to Parquet"),
+    "check": ("skewlens.cli.store:check_main", "validate a run directory"),
+    "export": ("skewlens.cli.store:export_main", "export a run directory to Parquet"),
     "replay": (
-        "skewlens.replay.cli:main",
+        "skewlens.cli.replay:main",
         "replay a run (simulated or real) under another topology / slowdowns (Hydra)",
     ),
-    "analyze": ("skewlens.analysis.cli:main", "attribute skew and communication stalls; name the stragglers"),
-    "demo": ("skewlens.demo:main", "end-to-end demo on the bundled example (4 CPU ranks)"),
+    "analyze": ("skewlens.cli.analyze:main", "attribute skew and communication stalls; name the stragglers"),
+    "demo": ("skewlens.cli.demo:main", "end-to-end demo on the bundled example (4 CPU ranks)"),
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,9 @@ EXAMPLE = EXAMPLES_DIR / "train.py"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0])
-    p.add_argument("--out", default="demo-out", help="output directory: new, empty, or one an earlier demo created (replaced)")
+    p.add_argument(
+        "--out", default="demo-out", help="new or empty directory, or one an earlier demo made (replaced)"
+    )
     p.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--steps", type=int, default=8, help="training steps of the example (default 8)")
     p.add_argument("--straggler-rank", type=int, default=2)
@@ -61,6 +64,11 @@ def prepare_out(out: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / DEMO_MARKER).write_text("created by skewlens demo; replaced by the next demo with this --out\n")
+
+
+def _skewlens(*args: str) -> int:
+    """Run ``skewlens ARGS...`` as a user would (its own process, output to this terminal)."""
+    return subprocess.run([sys.executable, "-m", "skewlens", *args], check=False).returncode
 
 
 def _ms(ns: float) -> str:
@@ -95,8 +103,6 @@ def main(argv: list[str]) -> int:
     prepare_out(out)
     run_dir, analysis_dir, replay_dir = out / "run", out / "analysis", out / "replay"
 
-    from skewlens.profiler import cli_profile
-
     console.rule(
         f"1/3 capture: {args.nproc} gloo ranks, "
         f"{args.straggler_ms:g} ms straggler on rank {args.straggler_rank}"
@@ -106,8 +112,8 @@ def main(argv: list[str]) -> int:
         str(EXAMPLE), "--steps", str(args.steps),
         "--straggler-rank", str(args.straggler_rank), "--straggler-ms", str(args.straggler_ms),
     ]  # fmt: skip
-    rc = cli_profile.main(
-        ["--out", str(run_dir), "--level", "ops", "--steps", "1:1:5", "--parquet", "--", *command]
+    rc = _skewlens(
+        "profile", "--out", str(run_dir), "--level", "ops", "--steps", "1:1:5", "--parquet", "--", *command
     )
     if rc != 0:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
@@ -130,9 +136,7 @@ def main(argv: list[str]) -> int:
     console.print(report(result))
 
     console.rule("3/3 replay: simulated, as recorded and without the straggler")
-    from skewlens.replay import cli as replay_cli
-
-    rc = replay_cli.main([f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none"])
+    rc = _skewlens("replay", f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none")
     if rc != 0:
         raise SkewlensError(f"replay failed (exit code {rc})")
     console.print(blame_table(result))
