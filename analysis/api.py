@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-
 from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
 from skewlens.analysis.breakdown import analyze_breakdown
 from skewlens.analysis.critical_path import analyze_critical_path
@@ -29,6 +27,7 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import write_records
+from skewlens.progress import NO_PROGRESS, Progress
 
 #: Output file names inside OUT_DIR.
 SKEW_FILE = "collective_skew.parquet"
@@ -74,9 +73,9 @@ def analyze_run(
     blame: bool = True,
     max_simulations: int | None = None,
     simulate_fn: SimulateFn | None = None,
-    console: Console | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> AnalysisResult:
-    """Run every analysis on ``run``. ``console`` receives the progress bar of the what-if simulations."""
+    """Run every analysis on ``run``. ``progress`` is told of each what-if simulation."""
     ix = build_index(run)
     skew = analyze_skew(ix)
     return AnalysisResult(
@@ -85,7 +84,9 @@ def analyze_run(
         breakdown=analyze_breakdown(ix),
         critical_path=analyze_critical_path(ix),
         blame=(
-            analyze_blame(ix, skew, simulate_fn=simulate_fn, max_simulations=max_simulations, console=console)
+            analyze_blame(
+                ix, skew, simulate_fn=simulate_fn, max_simulations=max_simulations, progress=progress
+            )
             if blame
             else None
         ),

@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.progress import Progress
 
 from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
 from skewlens.analysis.skew import Cause, SkewResult
+from skewlens.progress import NO_PROGRESS, Progress
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -252,7 +251,7 @@ def analyze_blame(
     simulate_fn: SimulateFn | None = None,
     ranks: Sequence[int] | None = None,
     max_simulations: int | None = None,
-    console: Console | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> BlameResult:
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
     if simulate_fn is None:
@@ -272,12 +271,11 @@ def analyze_blame(
         cands = cands[:max_simulations]
     base = _step_times(simulate_fn(run))
     whatif: dict[int, dict[int, int]] = {}
-    with Progress(console=console or Console(stderr=True), transient=True) as prog:
-        task = prog.add_task("what-if blame", total=len(cands))
+    with progress.task("what-if blame", len(cands)) as advance:
         for r in cands:
             dur, gap, _x = over[r]
             whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
-            prog.advance(task)
+            advance()
     steps = sorted(base)
     step_recs = [
         BlameStepRecord(

@@ -18,16 +18,14 @@ other work the wall time overstates the cost.
 from __future__ import annotations
 
 import argparse
-import io
 import multiprocessing
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from chakra.schema.protobuf import et_def_pb2 as pb
-from rich.console import Console
 
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
 from skewlens.profiler.vocab import Attr, CommType, NodeType
@@ -195,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     from skewlens.analysis.skew import analyze_skew
     from skewlens.profiler.store import load_run
 
-    quiet = Console(file=io.StringIO())
     stages: dict[str, float] = {}
     cpu0 = time.process_time()
     t0 = time.perf_counter()
@@ -215,12 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     analyze_critical_path(ix)
     stages["critical path"] = time.perf_counter() - t
     t = time.perf_counter()
-    blame = analyze_blame(ix, skew, max_simulations=a.max_simulations, console=quiet)
+    blame = analyze_blame(ix, skew, max_simulations=a.max_simulations)
     stages[f"blame ({1 + sum(r.simulated for r in blame.records)} simulations)"] = time.perf_counter() - t
     # the public entry point once more, end to end from the loaded run, then the tables
     t = time.perf_counter()
     cpu = time.process_time()
-    result = analyze_run(run, max_simulations=a.max_simulations, console=quiet)
+    result = analyze_run(run, max_simulations=a.max_simulations)
     analyses_total = time.perf_counter() - t
     analyses_cpu = time.process_time() - cpu
     t = time.perf_counter()

@@ -12,14 +12,11 @@ each trio and of the medians over all trios (target: within 10%).
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-from rich.console import Console
 
 from skewlens.analysis import analyze_run
 from skewlens.analysis.blame import step_times_from_spans
@@ -58,7 +55,7 @@ def main() -> None:
                 d / "straggler", "--straggler-rank", str(STRAGGLER), "--straggler-ms", str(STRAGGLER_MS)
             )
             after = capture(d / "clean_after")
-            res = analyze_run(load_run(strag), console=Console(file=io.StringIO()))
+            res = analyze_run(load_run(strag))
             assert res.blame is not None
             whatif = statistics.median(res.blame.whatif_step_ns[STRAGGLER].values())
             measured = statistics.median(step_times_from_spans(res.index.step_spans).values())

@@ -1,5 +1,4 @@
-"""One replay, end to end, from a typed :class:`~skewlens.replay.config.ReplayConfig` (the CLI's library
-call).
+"""One replay, end to end, from a typed :class:`~skewlens.replay.config.ReplayConfig`.
 
 Load (validated) -> build the slowdown model -> simulate (and, for ``mode=real``, re-execute through
 ``skewlens.replay.real``) -> write ``timeline.parquet``, ``summary.parquet``, ``timeline.json``.
@@ -12,11 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.validate import load_validated
+from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import (
@@ -48,14 +45,9 @@ class ReplayOutcome:
     """``skewlens.replay.real`` result for ``mode=real`` (else None)."""
 
 
-def load_trace(run_dir: str | Path, *, progress: bool = False, console: Console | None = None) -> RunTrace:
-    """Load a run with the store's validation when available (``skewlens.profiler.store.validate``)."""
-    try:
-        validate = importlib.import_module("skewlens.profiler.store.validate")
-    except ImportError:
-        return load_run(run_dir)
-    run: RunTrace = validate.load_validated(run_dir, progress=progress, console=console)
-    return run
+def load_trace(run_dir: str | Path, *, progress: Progress = NO_PROGRESS) -> RunTrace:
+    """Load a run with the store's validation (:func:`skewlens.profiler.store.validate.load_validated`)."""
+    return load_validated(run_dir, progress=progress)
 
 
 def build_effects(cfg: ReplayConfig) -> SlowdownModel:
@@ -69,22 +61,13 @@ def build_effects(cfg: ReplayConfig) -> SlowdownModel:
     return SlowdownModel(cfg.slowdown.to_items(), node_of=node_of)
 
 
-def replay_run(cfg: ReplayConfig, out_dir: Path, *, console: Console | None = None) -> ReplayOutcome:
-    """Run the replay ``cfg`` describes and write its outputs into ``out_dir``."""
-    err = console or Console(stderr=True)
+def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROGRESS) -> ReplayOutcome:
+    """Run the replay ``cfg`` describes and write its outputs into ``out_dir``; ``progress`` is told of its
+    stages (load, simulate, write)."""
     effects = build_effects(cfg)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not cfg.progress,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"loading {cfg.trace}", total=4)
+    with progress.task(f"loading {cfg.trace}", 3) as advance:
         run = load_trace(cfg.trace)
-        bar.update(task, advance=1, description="simulating")
+        advance(description="simulating")
         sim = simulate(
             run,
             topology=cfg.topology.to_topology(),
@@ -94,12 +77,12 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, console: Console | None = No
             contention=cfg.topology.contention,
         )
         summary = summarize(run, sim)
-        bar.update(task, advance=1, description="writing outputs")
+        advance(description="writing outputs")
         write_timeline(run, sim, out_dir / TIMELINE_PARQUET)
         write_summary(summary, out_dir / SUMMARY_PARQUET)
         if cfg.perfetto:
             write_perfetto(run, sim, out_dir / TIMELINE_JSON)
-        bar.update(task, advance=1)
+        advance()
     real = None
     if cfg.mode == "real":
         try:

@@ -9,13 +9,11 @@ with a slow sender the reported cause is the send, not compute.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from statistics import median
 
 import pytest
 from capture_helpers import profile
-from rich.console import Console
 
 from skewlens.analysis import AnalysisResult, analyze_run
 from skewlens.analysis.blame import step_times_from_spans
@@ -42,7 +40,7 @@ def _capture(out: Path, *extra: str) -> Path:
 
 
 def _analyze(run_dir: Path) -> AnalysisResult:
-    return analyze_run(load_run(run_dir), console=Console(file=io.StringIO()))
+    return analyze_run(load_run(run_dir))
 
 
 def _bracketed(d: Path) -> dict[str, AnalysisResult]:

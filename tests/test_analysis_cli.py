@@ -20,7 +20,7 @@ SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 
 
 def test_report_names_the_straggler_its_cost_and_cause(tmp_path: Path) -> None:
-    result = analyze_run(load_run(build_run(tmp_path, SC)), console=Console(file=io.StringIO()))
+    result = analyze_run(load_run(build_run(tmp_path, SC)))
     buf = io.StringIO()
     Console(file=buf, width=120).print(report(result))
     text = buf.getvalue()

@@ -8,14 +8,12 @@ hand from the files are pinned too (the first all_to_all: rank 7 arrives last, r
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from pathlib import Path
 
 import pytest
 from conftest import SHARED_TRACES
-from rich.console import Console
 
 from skewlens.analysis import AnalysisResult, analyze_run
 from skewlens.profiler.store import load_run
@@ -56,9 +54,8 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> tuple[AnalysisResult, dict
         [shared_traces / "dlrm_8gpu_kineto.tar.gz"],
         [shared_traces / "dlrm_8gpu_host_et.tar.gz"],
         out,
-        progress=False,
     )
-    result = analyze_run(load_run(out), console=Console(file=io.StringIO()))
+    result = analyze_run(load_run(out))
     return result, _raw_nccl_kernels(shared_traces / "dlrm_8gpu_kineto.tar.gz")
 
 

@@ -61,3 +61,31 @@ def test_nothing_imports_the_cli(path: Path) -> None:
     names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert "skewlens.cli.replay" not in names
+
+
+def imported_by(modules: list[str], watched: list[str]) -> list[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(w for w in {watched!r} if w in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    return json.loads(out.stdout)
+
+
+def test_the_data_model_imports_neither_the_loader_nor_pyarrow_nor_a_renderer() -> None:
+    watched = [*HEAVY, "matplotlib", "chakra", "skewlens.profiler.store.load", "skewlens.profiler.store.fast"]
+    assert imported_by(["skewlens.profiler.store.model", "skewlens.profiler.vocab"], watched) == []
+
+
+def test_importing_the_analyses_imports_no_renderer_torch_or_hydra() -> None:
+    watched = ["torch", "rich", "matplotlib", "hydra", "omegaconf"]
+    assert imported_by(["skewlens.analysis", "skewlens.analysis.blame"], watched) == []
+
+
+def test_the_store_package_still_offers_its_names_on_first_use() -> None:
+    from skewlens.profiler import store
+
+    assert callable(store.load_run) and store.RunTrace.__name__ == "RunTrace"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = store.nope

@@ -83,7 +83,7 @@ def _two_ranks(tmp_path: Path) -> list[Path]:
 def test_a_small_trace_becomes_matched_collectives_with_sizes_from_the_annotation(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _two_ranks(tmp_path)
-    m = import_traces([tmp_path / "in"], None, out, progress=False)  # a directory of traces
+    m = import_traces([tmp_path / "in"], None, out)  # a directory of traces
     assert (m.world_size, m.ranks, m.level, m.source) == (2, (0, 1), "ops", "import")
     run = load_run(out)
     (inst,) = run.collectives
@@ -106,7 +106,7 @@ def test_comm_size_comes_from_the_host_trace_when_kineto_has_no_shapes(tmp_path:
         e.get("args", {}).pop("Input Dims", None)
     k = _write(tmp_path / "k" / "worker0.json", doc)
     h = _write(tmp_path / "h" / "et_0.json", host_doc())
-    import_traces([k], [h], tmp_path / "run", progress=False)
+    import_traces([k], [h], tmp_path / "run")
     (coll,) = (n for n in read_et(tmp_path / "run" / "rank-0.et").nodes if n.type == NodeType.COMM_COLL)
     assert node_attrs(coll)[Attr.COMM_SIZE] == 1000 * 2
 
@@ -117,7 +117,7 @@ def test_a_file_that_is_not_json_is_refused_and_nothing_is_written(tmp_path: Pat
     bad.write_text("{not json")
     out = tmp_path / "run"
     with pytest.raises(TraceImportError, match=r"rank0\.json: not JSON"):
-        import_traces([bad], None, out, progress=False)
+        import_traces([bad], None, out)
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
@@ -125,14 +125,14 @@ def test_a_file_that_is_not_json_is_refused_and_nothing_is_written(tmp_path: Pat
 def test_json_without_trace_events_is_refused(tmp_path: Path) -> None:
     f = _write(tmp_path / "x.json", {"nodes": []})
     with pytest.raises(TraceImportError, match=r"x\.json: not a Kineto trace"):
-        import_traces([f], None, tmp_path / "run", progress=False)
+        import_traces([f], None, tmp_path / "run")
 
 
 def test_a_trace_without_distributed_info_needs_a_rank(tmp_path: Path) -> None:
     f = _write(tmp_path / "x.json", kineto_doc(None))
     with pytest.raises(TraceImportError, match="--rank"):
-        import_traces([f], None, tmp_path / "run", progress=False)
-    m = import_traces([f], None, tmp_path / "run", rank=1, world_size=4, progress=False)
+        import_traces([f], None, tmp_path / "run")
+    m = import_traces([f], None, tmp_path / "run", rank=1, world_size=4)
     assert (m.ranks, m.missing_ranks) == ((1,), (0, 2, 3))
 
 
@@ -140,21 +140,21 @@ def test_duplicate_ranks_name_both_files(tmp_path: Path) -> None:
     a = _write(tmp_path / "a.json", kineto_doc(1))
     b = _write(tmp_path / "b.json.gz", kineto_doc(1))
     with pytest.raises(TraceImportError, match=r"duplicate rank 1: .*a\.json and .*b\.json\.gz"):
-        import_traces([a, b], None, tmp_path / "run", progress=False)
+        import_traces([a, b], None, tmp_path / "run")
 
 
 def test_an_unknown_host_trace_schema_is_refused_with_the_supported_list(tmp_path: Path) -> None:
     k = _write(tmp_path / "k.json", kineto_doc(0, 1))
     h = _write(tmp_path / "h_0.json", host_doc(schema="9.9"))
     with pytest.raises(TraceImportError, match=r"h_0\.json: .*'9\.9' is not supported.*1\.1\.1-chakra"):
-        import_traces([k], [h], tmp_path / "run", progress=False)
+        import_traces([k], [h], tmp_path / "run")
 
 
 def test_a_host_trace_of_another_run_is_refused(tmp_path: Path) -> None:
     k = _write(tmp_path / "k.json", kineto_doc(0, 1))
     h = _write(tmp_path / "h_0.json", host_doc(("nccl:all_reduce", "nccl:broadcast")))
     with pytest.raises(TraceImportError, match=r"does not match Kineto trace .*1 vs 2|2 vs 1"):
-        import_traces([k], [h], tmp_path / "run", progress=False)
+        import_traces([k], [h], tmp_path / "run")
 
 
 def test_pid_and_file_name_disagreeing_is_an_ambiguous_pairing(tmp_path: Path) -> None:
@@ -162,13 +162,13 @@ def test_pid_and_file_name_disagreeing_is_an_ambiguous_pairing(tmp_path: Path) -
     h0 = _write(tmp_path / "h" / "et_0.json", host_doc(pid=101))
     h1 = _write(tmp_path / "h" / "et_1.json", host_doc(pid=100))
     with pytest.raises(TraceImportError, match="ambiguous host-trace pairing for rank 0"):
-        import_traces(ks, [h0, h1], tmp_path / "run", progress=False)
+        import_traces(ks, [h0, h1], tmp_path / "run")
 
 
 def test_host_traces_pair_by_file_name_when_pids_do_not_help(tmp_path: Path) -> None:
     ks = _two_ranks(tmp_path)
     hs = [_write(tmp_path / "h" / f"et_{r}.json", host_doc(pid=7, schema="1.0.1")) for r in (1, 0)]
-    m = import_traces(ks, hs, tmp_path / "run", progress=False)
+    m = import_traces(ks, hs, tmp_path / "run")
     assert "paired by file-name number" in m.notes["import"]
 
 
@@ -191,14 +191,14 @@ def test_archives_are_read_member_by_member_and_links_are_skipped(tmp_path: Path
         tmp_path / "t.tar.gz",
         [("d/r0.json", docs[0]), ("d/r1.json", docs[1]), ("d/evil.json", None), ("d/._r0.json", b"junk")],
     )
-    m = import_traces([arc], None, tmp_path / "run", progress=False)
+    m = import_traces([arc], None, tmp_path / "run")
     assert m.ranks == (0, 1)
 
 
 def test_an_archive_member_climbing_out_is_refused(tmp_path: Path) -> None:
     arc = _tar(tmp_path / "t.tar.gz", [("../../escape.json", b"{}")])
     with pytest.raises(TraceImportError, match="unsafe member path"):
-        import_traces([arc], None, tmp_path / "run", progress=False)
+        import_traces([arc], None, tmp_path / "run")
     assert not (tmp_path.parent / "escape.json").exists()
 
 
@@ -216,11 +216,11 @@ def test_reading_is_bounded_in_size_and_depth(tmp_path: Path) -> None:
 def test_an_existing_run_is_kept_unless_overwrite_is_asked(tmp_path: Path) -> None:
     ks = _two_ranks(tmp_path)
     out = tmp_path / "run"
-    import_traces(ks[:1], None, out, progress=False)
+    import_traces(ks[:1], None, out)
     with pytest.raises(TraceImportError, match="exists and is not empty"):
-        import_traces(ks, None, out, progress=False)
+        import_traces(ks, None, out)
     assert read_manifest(out).ranks == (0,)
-    import_traces(ks, None, out, overwrite=True, progress=False)
+    import_traces(ks, None, out, overwrite=True)
     assert read_manifest(out).ranks == (0, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "run"]
 
@@ -232,7 +232,7 @@ def test_a_send_recv_kernel_without_a_known_peer_stays_a_gpu_compute_node(tmp_pa
          "pid": 0, "tid": 9, "ts": 50, "dur": 5, "args": {"stream": 9, "device": 0, "correlation": 5}}
     )  # fmt: skip
     f = _write(tmp_path / "k.json", doc)
-    m = import_traces([f], None, tmp_path / "run", progress=False)
+    m = import_traces([f], None, tmp_path / "run")
     (k,) = (n for n in read_et(tmp_path / "run" / "rank-0.et").nodes if "SendRecv" in n.name)
     assert k.type == NodeType.COMP and node_attrs(k)[Attr.IS_CPU_OP] is False
     assert "unknown collective/peer" in m.notes["rank 0 import"]
@@ -244,7 +244,7 @@ def test_collectives_without_a_kernel_become_their_cpu_op(tmp_path: Path) -> Non
         doc = kineto_doc(r, comms=("gloo:all_reduce", "gloo:broadcast"))
         doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] not in ("kernel", "cuda_runtime")]
         docs.append(_write(tmp_path / f"r{r}.json", doc))
-    m = import_traces(docs, None, tmp_path / "run", progress=False)
+    m = import_traces(docs, None, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert [(c.seq, c.comm_type, c.comm_bytes) for c in run.collectives] == [
         (0, CommType.ALL_REDUCE, (1024, 1024)),
@@ -260,10 +260,10 @@ def test_non_finite_times_are_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.json"
     f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": 1e400,', 1))
     with pytest.raises(TraceImportError, match=r"traceEvents\[1\] .*malformed ts"):
-        import_traces([f], None, tmp_path / "run", progress=False)
+        import_traces([f], None, tmp_path / "run")
     f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": NaN,', 1))
     with pytest.raises(TraceImportError, match="not standard JSON"):
-        import_traces([f], None, tmp_path / "run", progress=False)
+        import_traces([f], None, tmp_path / "run")
 
 
 def test_send_and_recv_take_their_peer_from_the_host_trace(tmp_path: Path) -> None:
@@ -285,7 +285,7 @@ def test_send_and_recv_take_their_peer_from_the_host_trace(tmp_path: Path) -> No
         hs.append(
             _write(tmp_path / "h" / f"et_{r}.json", {"schema": "1.0.1", "pid": 100 + r, "nodes": nodes})
         )
-    import_traces(ks, hs, tmp_path / "run", progress=False)
+    import_traces(ks, hs, tmp_path / "run")
     (pair,) = load_run(tmp_path / "run").p2p
     assert (pair.src_rank, pair.dst_rank, pair.comm_bytes) == (0, 1, 1024)
 
@@ -326,7 +326,7 @@ def test_record_function_ids_join_host_ops_and_give_cross_thread_data_dependenci
     }
     k = _write(tmp_path / "k.json", doc)
     h = _write(tmp_path / "h.json", host)
-    import_traces([k], [h], tmp_path / "run", progress=False)
+    import_traces([k], [h], tmp_path / "run")
     nodes = {n.name: n for n in read_et(tmp_path / "run" / "rank-0.et").nodes}
     assert list(nodes["aten::add"].data_deps) == [nodes["aten::mm"].id]
     assert not nodes["aten::relu"].data_deps
@@ -351,14 +351,14 @@ def test_sizes_that_do_not_fit_chakras_int64_fields_are_refused(tmp_path: Path) 
             e["args"]["Input Dims"] = [[2**40, 2**40]]
     f = _write(tmp_path / "k.json", doc)
     with pytest.raises(TraceImportError, match=r"k\.json: rank 0: .* has size \d+ out of range"):
-        import_traces([f], None, tmp_path / "run", progress=False)
+        import_traces([f], None, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
 def test_errors_in_archive_members_name_the_archive_and_member(tmp_path: Path) -> None:
     arc = _tar(tmp_path / "t.tar.gz", [("d/r0.json", b"[1, 2")])
     with pytest.raises(TraceImportError, match=r"t\.tar\.gz/d/r0\.json: not JSON"):
-        import_traces([arc], None, tmp_path / "run", progress=False)
+        import_traces([arc], None, tmp_path / "run")
 
 
 def test_gloo_work_on_a_worker_thread_becomes_a_node_that_waits_for_its_issuing_op(tmp_path: Path) -> None:
@@ -376,7 +376,7 @@ def test_gloo_work_on_a_worker_thread_becomes_a_node_that_waits_for_its_issuing_
         ]  # fmt: skip
         doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}, "traceEvents": ev}
         files.append(_write(tmp_path / f"k{r}.json", doc))
-    import_traces(files, None, tmp_path / "run", progress=False)
+    import_traces(files, None, tmp_path / "run")
     run = load_run(tmp_path / "run")
     assert [(c.comm_type, c.comm_bytes) for c in run.collectives] == [
         (CommType.ALL_REDUCE, (256, 256)),

@@ -27,6 +27,7 @@ from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.rich_progress import RichProgress
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DLRM_KINETO = SHARED / "dlrm_8gpu_kineto.tar.gz"
@@ -62,7 +63,7 @@ def raw_2gpu() -> dict[str, Any]:
 def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need_shared()
     out = tmp_path_factory.mktemp("imp") / "dlrm"
-    import_traces([DLRM_KINETO], [DLRM_HOST], out, progress=False)
+    import_traces([DLRM_KINETO], [DLRM_HOST], out)
     return out
 
 
@@ -70,7 +71,7 @@ def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dlrm_run_kineto_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need_shared()
     out = tmp_path_factory.mktemp("imp") / "dlrm_k"
-    import_traces([DLRM_KINETO], None, out, progress=False)
+    import_traces([DLRM_KINETO], None, out)
     return out
 
 
@@ -78,7 +79,7 @@ def dlrm_run_kineto_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need_shared()
     out = tmp_path_factory.mktemp("imp") / "nccl"
-    import_traces([NCCL_2GPU], None, out, progress=False)
+    import_traces([NCCL_2GPU], None, out)
     return out
 
 
@@ -284,7 +285,7 @@ def test_progress_bar_goes_to_the_injected_console(tmp_path: Path) -> None:
     _need_shared()
     buf = io.StringIO()
     console = Console(file=buf, width=100, force_terminal=True)
-    import_traces([NCCL_2GPU], None, tmp_path / "run", console=console)
+    import_traces([NCCL_2GPU], None, tmp_path / "run", progress=RichProgress(console))
     assert "converted rank 0" in buf.getvalue() or "written" in buf.getvalue()
 
 

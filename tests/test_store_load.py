@@ -20,6 +20,7 @@ from skewlens.profiler.store.fast import decode_file
 from skewlens.profiler.store.load import load_rank
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.rich_progress import RichProgress
 
 COLUMNS = (
     "node_id", "node_type", "name_idx", "start_ns", "dur_ns", "stream", "step", "comm_type", "comm_bytes",
@@ -146,7 +147,7 @@ def test_strict_load_still_raises_on_the_first_mismatch(tmp_path: Path) -> None:
 def test_progress_bar_renders_to_the_injected_console(tmp_path: Path) -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
-    run = load_run(_mixed_run(tmp_path), progress=True, console=console)
+    run = load_run(_mixed_run(tmp_path), progress=RichProgress(console))
     assert len(run.ranks) == 3
     assert "rank-2.et" in buf.getvalue() or "loading" in buf.getvalue()
 
@@ -229,7 +230,7 @@ def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not kineto.exists():
         pytest.skip(f"real GPU traces not found at {SHARED_TRACES}")
     out = tmp_path_factory.mktemp("dlrm") / "run"
-    importers.import_traces([kineto], [host], out, progress=False)
+    importers.import_traces([kineto], [host], out)
     return out
 
 

@@ -11,11 +11,9 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 from skewlens.profiler.chakra_io import pg_init_node, write_et
 from skewlens.profiler.errors import TraceImportError
@@ -27,30 +25,7 @@ from skewlens.profiler.importers.pairing import pair_host_traces
 from skewlens.profiler.importers.sources import expand_inputs, read_json
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
 from skewlens.profiler.vocab import Attr
-
-Advance = Callable[[str], None]
-
-
-@contextmanager
-def _progress(console: Any, total: int, enabled: bool) -> Iterator[Advance]:
-    """A rich progress bar on ``console`` (stderr by default); yields ``advance(description)``."""
-    if not enabled:
-        yield lambda _desc: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(
-        TextColumn("{task.description:<40}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console if console is not None else Console(stderr=True),
-        transient=True,
-    )
-    task = prog.add_task("importing", total=total)
-    with prog:
-        yield lambda desc: prog.update(task, advance=1, description=desc)
+from skewlens.progress import NO_PROGRESS, Progress
 
 
 def _skewlens_version() -> str:
@@ -134,8 +109,7 @@ def import_traces(
     rank: int | None = None,
     world_size: int | None = None,
     overwrite: bool = False,
-    progress: bool = True,
-    console: Any = None,
+    progress: Progress = NO_PROGRESS,
 ) -> Manifest:
     """Convert per-rank Kineto traces (files, directories or tar archives) into the run directory ``out``.
 
@@ -161,25 +135,25 @@ def import_traces(
         if rank is not None and len(k_files) != 1:
             raise TraceImportError(f"--rank applies to a single Kineto trace, {len(k_files)} given")
         total = len(k_files) + len(h_files) + len(k_files) + 1
-        with _progress(console, total, progress) as advance:
+        with progress.task("importing", total) as advance:
             kinetos = []
             for f in k_files:
                 kinetos.append(parse_kineto(read_json(f.path, label=f.label), f.label, rank=rank))
-                advance(f"read {f.label.name}")
+                advance(description=f"read {f.label.name}")
             ws = _check_ranks(kinetos, world_size)
             hosts = []
             for f in h_files:
                 hosts.append(parse_host_et(read_json(f.path, label=f.label), f.label))
-                advance(f"read {f.label.name}")
+                advance(description=f"read {f.label.name}")
             pairs, rule = pair_host_traces(kinetos, hosts) if hosts else ({}, "")
             convs = []
             for kt in sorted(kinetos, key=lambda k: k.rank):
                 convs.append(convert_rank(kt, pairs.get(kt.rank)))
-                advance(f"converted rank {kt.rank}")
+                advance(description=f"converted rank {kt.rank}")
             manifest = _write_run(
                 out, kinetos=kinetos, convs=convs, hosts=hosts, ws=ws, rule=rule, overwrite=overwrite
             )
-            advance("written")
+            advance(description="written")
     return manifest
 
 

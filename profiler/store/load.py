@@ -37,6 +37,7 @@ from skewlens.profiler.store.issues import IssueLog
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
+from skewlens.progress import NO_PROGRESS, Progress
 
 #: Name given to the world-wide group assumed for collectives that name no group.
 WORLD_PG = "0"
@@ -416,40 +417,18 @@ def assign_defaults(
         )
 
 
-def _progress(enabled: bool, console: Any, total: int) -> Any:
-    if not enabled:
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console if console is not None else Console(stderr=True),
-        transient=True,
-    )
-    prog.start()
-    prog.add_task("loading ranks", total=total)
-    return prog
-
-
 def iter_ranks(
     files: RunFiles,
     pg_names: list[str],
     pg_found: dict[str, ProcessGroupInfo],
     sink: IssueLog,
     *,
-    progress: bool = False,
-    console: Any = None,
+    progress: Progress = NO_PROGRESS,
 ) -> Iterator[RankTrace]:
     """Load ranks one at a time (missing and unreadable files go to ``sink``)."""
-    prog = _progress(progress, console, len(files.files))
-    try:
+    with progress.task("loading ranks", len(files.files)) as advance:
         for r, f in sorted(files.files.items()):
-            if prog is not None:
-                prog.update(prog.task_ids[0], description=f"loading {f.name}")
+            advance(0, description=f"loading {f.name}")
             if not f.exists():
                 sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
             else:
@@ -459,11 +438,7 @@ def iter_ranks(
                     if sink.strict:
                         raise
                     sink.error("corrupt-trace", str(e), file=str(f), rank=r)
-            if prog is not None:
-                prog.advance(prog.task_ids[0])
-    finally:
-        if prog is not None:
-            prog.stop()
+            advance()
 
 
 def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
@@ -484,25 +459,21 @@ def load_run(
     run_dir: str | Path,
     *,
     match: bool = True,
-    progress: bool = False,
-    console: Any = None,
+    progress: Progress = NO_PROGRESS,
     sink: IssueLog | None = None,
 ) -> RunTrace:
     """Load a run (see the module docstring for the layouts) and match its communication.
 
-    ``progress`` shows a rich progress bar on ``console`` (stderr by default). Without ``sink`` the first
-    inconsistency raises :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run`
-    passes a
-    collecting sink instead.
+    ``progress`` is told of each rank loaded. Without ``sink`` the first inconsistency raises
+    :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run` passes a collecting sink
+    instead.
     """
     files = locate_run(run_dir)
     sink = sink if sink is not None else IssueLog(strict=True)
     manifest = files.manifest
     pg_names: list[str] = [g.name for g in manifest.process_groups]
     pg_found: dict[str, ProcessGroupInfo] = {}
-    ranks = {
-        rt.rank: rt for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress, console=console)
-    }
+    ranks = {rt.rank: rt for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress)}
     groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
     world = tuple(range(manifest.world_size))
     for rt in ranks.values():

@@ -55,6 +55,7 @@ from skewlens.profiler.store.schema import (
 )
 from skewlens.profiler.store.validate import FIRST_ERRORS, find_cycle
 from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.progress import NO_PROGRESS, Progress
 
 #: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
 PARTITIONED = ("nodes", "deps")
@@ -244,8 +245,7 @@ def export_run(
     *,
     workers: int | None = None,
     strict: bool = True,
-    progress: bool = False,
-    console: Any = None,
+    progress: Progress = NO_PROGRESS,
 ) -> ExportSummary:
     """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
     files = locate_run(run_dir)
@@ -262,7 +262,7 @@ def export_run(
     except OSError as e:
         raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
     try:
-        summary = _export_into(files, tmp, n_workers, sink, progress=progress, console=console)
+        summary = _export_into(files, tmp, n_workers, sink, progress=progress)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
             shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
@@ -288,7 +288,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 
 def _export_into(
-    files: RunFiles, tmp: Path, workers: int, sink: IssueLog, *, progress: bool, console: Any
+    files: RunFiles, tmp: Path, workers: int, sink: IssueLog, *, progress: Progress
 ) -> ExportSummary:
     manifest = files.manifest
     pg_names = [g.name for g in manifest.process_groups]
@@ -296,31 +296,19 @@ def _export_into(
     comm: dict[int, CommRows] = {}
     num_nodes: dict[int, int] = {}
     rows = {"nodes": 0, "deps": 0}
-    prog = None
-    if progress:
-        from rich.console import Console
-        from rich.progress import Progress
-
-        prog = Progress(console=console if console is not None else Console(stderr=True), transient=True)
-        prog.start()
-        task = prog.add_task("exporting ranks", total=len(files.files))
-    try:
+    with progress.task("exporting ranks", len(files.files)) as advance:
         for res in _results(files, tmp, pg_names, workers):
             _remap(res, pg_names)
             for k, v in res.pg_found.items():
                 groups.setdefault(k, v)
             sink.issues.extend(res.issues)
-            if prog is not None:
-                prog.advance(task)
+            advance()
             if not res.readable:
                 continue
             comm[res.rank] = res.comm
             num_nodes[res.rank] = res.num_nodes
             rows["nodes"] += res.num_nodes
             rows["deps"] += res.num_deps
-    finally:
-        if prog is not None:
-            prog.stop()
     groups.update({g.name: g for g in manifest.process_groups})
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.model import RankTrace, RunTrace
+from skewlens.progress import NO_PROGRESS, Progress
 
 #: How many errors ``load_validated`` puts into its one-line message.
 FIRST_ERRORS = 5
@@ -108,10 +108,10 @@ def _check_cycles(run: RunTrace, sink: IssueLog) -> None:
             )
 
 
-def validate_run(path: str | Path, *, progress: bool = False, console: Any = None) -> ValidationReport:
+def validate_run(path: str | Path, *, progress: Progress = NO_PROGRESS) -> ValidationReport:
     """Load and check a run, collecting every problem instead of stopping at the first."""
     sink = IssueLog(strict=False)
-    run = load_run(path, progress=progress, console=console, sink=sink)
+    run = load_run(path, progress=progress, sink=sink)
     _check_cycles(run, sink)
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:
@@ -119,9 +119,9 @@ def validate_run(path: str | Path, *, progress: bool = False, console: Any = Non
     return ValidationReport(path=str(path), issues=sink.issues, run=run)
 
 
-def load_validated(path: str | Path, *, progress: bool = False, console: Any = None) -> RunTrace:
+def load_validated(path: str | Path, *, progress: Progress = NO_PROGRESS) -> RunTrace:
     """The run, validated: raises :class:`ValidationError` naming the first few problems if there are any."""
-    report = validate_run(path, progress=progress, console=console)
+    report = validate_run(path, progress=progress)
     errors = report.errors
     if errors:
         shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])

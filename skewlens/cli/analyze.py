@@ -11,6 +11,7 @@ from skewlens.analysis.api import analyze_run, write_tables
 from skewlens.analysis.render import report
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
+from skewlens.rich_progress import RichProgress
 
 #: What-if simulations per analysis unless --max-simulations says otherwise (each replays the whole run).
 DEFAULT_MAX_SIMULATIONS = 16
@@ -20,7 +21,7 @@ def load_for_analysis(run_dir: str | Path, console: Console) -> RunTrace:
     """Load and validate the run (the store's validating loader)."""
     from skewlens.profiler.store.validate import load_validated
 
-    return load_validated(run_dir, progress=True, console=console)
+    return load_validated(run_dir, progress=RichProgress(console))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +54,9 @@ def main(argv: list[str]) -> int:
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
     run = load_for_analysis(args.run_dir, err)
-    result = analyze_run(run, blame=not args.no_blame, max_simulations=args.max_simulations, console=err)
+    result = analyze_run(
+        run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=RichProgress(err)
+    )
     written = write_tables(result, out)
     if not args.no_pictures:
         from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto

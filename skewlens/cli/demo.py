@@ -24,6 +24,7 @@ from rich.table import Table
 
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.errors import SkewlensError
+from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:
     from skewlens.analysis.api import AnalysisResult
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> int:
     from skewlens.profiler.store.validate import load_validated
 
     run = load_validated(run_dir)
-    result = analyze_run(run, console=console)
+    result = analyze_run(run, progress=RichProgress(console))
     written = write_tables(result, analysis_dir)
     written += [
         wait_heatmap(result, analysis_dir / WAIT_HEATMAP_FILE),

@@ -17,6 +17,8 @@ from rich.table import Table
 
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import Manifest
+from skewlens.progress import NO_PROGRESS
+from skewlens.rich_progress import RichProgress
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,8 +72,7 @@ def main(argv: list[str]) -> int:
         rank=args.rank,
         world_size=args.world_size,
         overwrite=args.force,
-        progress=not args.quiet,
-        console=console,
+        progress=NO_PROGRESS if args.quiet else RichProgress(console),
     )
     if not args.quiet:
         out = Console()

@@ -158,8 +158,9 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
 
 def _export_parquet(run_dir: Path) -> None:
     from skewlens.profiler.store.parquet import export_run  # lazy: pyarrow only when asked
+    from skewlens.rich_progress import RichProgress
 
-    export_run(run_dir, run_dir / "parquet", progress=True)
+    export_run(run_dir, run_dir / "parquet", progress=RichProgress())
 
 
 def _remove_if_empty(run_dir: Path) -> None:

@@ -25,12 +25,14 @@ from rich.console import Console
 
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
+from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import CONFIG_YAML, SweepRecord, write_text
 from skewlens.replay.render import summary_table
 from skewlens.replay.sweep import append_sweep_row
+from skewlens.rich_progress import RichProgress
 
 SCHEMA_NAME = "replay_schema"
 
@@ -63,7 +65,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     conf = to_config(cfg)
     out_dir = Path(hc.runtime.output_dir)
     write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
-    outcome = replay_run(conf, out_dir, console=Console(stderr=True))
+    outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if outcome.real is not None:
         from skewlens.replay.real.render import render_comparison

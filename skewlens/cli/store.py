@@ -8,9 +8,17 @@ from pathlib import Path
 
 from rich.console import Console
 
+from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.rich_progress import RichProgress
+
 
 def _console() -> Console:
     return Console(stderr=False)
+
+
+def _progress(off: bool, console: Console | None) -> Progress:
+    """A bar on stderr (or on the console a caller gave), unless ``--no-progress``."""
+    return NO_PROGRESS if off else RichProgress(console if console is not None else Console(stderr=True))
 
 
 def check_main(argv: list[str], console: Console | None = None) -> int:
@@ -24,9 +32,7 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
     from skewlens.profiler.store.validate import validate_run
 
     out = console or _console()
-    report = validate_run(
-        args.run_dir, progress=not args.no_progress, console=Console(stderr=True) if console is None else out
-    )
+    report = validate_run(args.run_dir, progress=_progress(args.no_progress, console))
     out.print(render_report(report, max_issues=None if args.all else 50))
     return 0 if report.ok else 1
 
@@ -58,8 +64,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         target,
         workers=args.workers,
         strict=not args.allow_errors,
-        progress=not args.no_progress,
-        console=Console(stderr=True) if console is None else out,
+        progress=_progress(args.no_progress, console),
     )
     out.print(render_export(summary, time.perf_counter() - t0))
     return 0

@@ -1,0 +1,39 @@
+"""A :class:`skewlens.progress.Progress` drawn as a rich progress bar (rendering; the CLIs use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from skewlens.progress import Advance
+
+
+class RichProgress:
+    """One transient bar per task on ``console`` (stderr by default)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console if console is not None else Console(stderr=True)
+
+    @contextmanager
+    def task(self, description: str, total: int | None) -> Iterator[Advance]:
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        with bar:
+            task_id = bar.add_task(description, total=total)
+
+            def advance(n: int = 1, description: str | None = None) -> None:
+                if description is None:
+                    bar.update(task_id, advance=n)
+                else:
+                    bar.update(task_id, advance=n, description=description)
+
+            yield advance
