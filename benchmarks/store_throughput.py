@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import psutil
-from chakra.schema.protobuf import et_def_pb2 as pb
 
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
 from skewlens.profiler.vocab import Attr, CommType, NodeType

@@ -99,6 +99,7 @@ def _field(
     name: str,
     number: int,
     ftype: int,
+    *,
     label: int = _OPTIONAL,
     type_name: str | None = None,
     oneof_index: int | None = None,
@@ -115,7 +116,7 @@ def _message(fdp: descriptor_pb2.FileDescriptorProto, name: str) -> descriptor_p
 
 
 def file_descriptor_proto() -> descriptor_pb2.FileDescriptorProto:
-    """The schema as a ``FileDescriptorProto`` (proto3, package ``ChakraProtoMsg``), Chakra's message order."""
+    """The schema as a ``FileDescriptorProto`` (proto3, package ``ChakraProtoMsg``), in Chakra's order."""
     fdp = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
 
     # message AttributeProto { string name = 1; string doc_string = 2; oneof value { ... } }
