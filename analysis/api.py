@@ -2,10 +2,9 @@
 
 ``analyze_run`` derives the shared per-rank index once, then runs the four analyses: collective skew
 (``skewlens.analysis.skew``), step breakdown (``skewlens.analysis.breakdown``), critical path
-(``skewlens.analysis.critical_path``)
-and what-if blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives in
-``skewlens.analysis.render``,
-``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in ``skewlens.cli.analyze``.
+(``skewlens.analysis.critical_path``) and what-if blame (``skewlens.analysis.blame``, which asks the
+simulator). Rendering lives in ``skewlens.analysis.render``, ``skewlens.analysis.plots`` and
+``skewlens.analysis.perfetto``; the CLI in ``skewlens.cli.analyze``.
 """
 
 from __future__ import annotations

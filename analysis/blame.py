@@ -190,9 +190,8 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
 
 def _simulator_gaps(ix: RunIndex, simulate_fn: SimulateFn) -> dict[int, I64]:
     """The host gaps exactly as the simulator measures them (``skewlens.replay.lower.recorded_gaps``), so
-    that the
-    scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps (recorded
-    deps + stream predecessor) where a stand-in simulator is used."""
+    that the scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps
+    (recorded deps + stream predecessor) where a stand-in simulator is used."""
     from skewlens.replay.lower import recorded_gaps
     from skewlens.replay.simulate import simulate
 

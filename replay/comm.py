@@ -6,13 +6,13 @@ removed. For member ``m`` of a collective, ``transfer_m = recorded end_m − max
 start) + recorded transfer``. Replaying an unmodified trace reproduces the measured run.
 
 ``model`` (:class:`ModelTiming`): every member ends ``T`` after the last arrival, with ``T`` from the
-topology and the collective algorithm (``skewlens.replay.network.algorithms``). With ``contention=True`` a
-group's
-transfer is a flow over the links of the dimensions it spans, and concurrent flows on a link share it.
+topology and the collective algorithm (``skewlens.replay.network.algorithms``). With ``contention=True``
+a group's transfer is a flow over the links of the dimensions it spans, and concurrent flows on a link
+share it.
 
-Network slowdowns (``Effects`` objects that also implement :class:`~skewlens.replay.effects.NetworkEffects`)
-scale
-bandwidth and add latency in both modes: as recorded, ``transfer' = transfer / factor + extra``.
+Network slowdowns (``Effects`` objects that also implement
+:class:`~skewlens.replay.effects.NetworkEffects`) scale bandwidth and add latency in both modes: as
+recorded, ``transfer' = transfer / factor + extra``.
 """
 
 from __future__ import annotations

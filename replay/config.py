@@ -2,9 +2,8 @@
 
 The YAML groups in ``conf/`` (``topology/*.yaml``, ``slowdown/*.yaml``) fill these dataclasses; ``main()``
 calls ``OmegaConf.to_object`` once, which runs every ``__post_init__`` below, so a bad value fails before
-anything runs with a :class:`~skewlens.replay.errors.ConfigError` naming the key. Below ``main()`` only these
-typed
-objects (and the pure ``Topology`` / ``Slowdown`` they convert to) travel.
+anything runs with a :class:`~skewlens.replay.errors.ConfigError` naming the key. Below ``main()`` only
+these typed objects (and the pure ``Topology`` / ``Slowdown`` they convert to) travel.
 """
 
 from __future__ import annotations

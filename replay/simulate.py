@@ -1,9 +1,9 @@
 """Simulated replay of a whole run: :func:`simulate` and its :class:`SimResult`.
 
 ``simulate`` lowers the store's :class:`RunTrace` to the pure core (``skewlens.replay.lower`` ->
-``skewlens.replay.core``),
-runs it, and maps segment times back to trace rows. See ``skewlens.replay.lower`` for the host-gap rule and
-``skewlens.replay.comm`` for the two ways of timing communication (``as_recorded`` and ``model``).
+``skewlens.replay.core``), runs it, and maps segment times back to trace rows. See ``skewlens.replay.lower``
+for the host-gap rule and ``skewlens.replay.comm`` for the two ways of timing communication (``as_recorded``
+and ``model``).
 """
 
 from __future__ import annotations

@@ -1,3 +1,6 @@
-"""skewlens: the command-line edge. The library lives in ``profiler``, ``replay`` and ``analysis``."""
+"""skewlens: capture (``skewlens.profiler``), replay (``skewlens.replay``), analysis (``skewlens.analysis``).
+
+The commands live in ``skewlens.cli``.
+"""
 
 __version__ = "0.1.0"

@@ -84,9 +84,9 @@ def is_nccl_kernel(name: str) -> bool:
 class HostOpInfo:
     """What the full level knows of one host operator, keyed by its Kineto correlation id.
 
-    It comes from torch.profiler's input and allocation records (:mod:`skewlens.profiler.capture.hostfacts`)
-    or
-    from PyTorch's ExecutionTraceObserver (:mod:`skewlens.profiler.capture.hostet`).
+    It comes from torch.profiler's input and allocation records
+    (:mod:`skewlens.profiler.capture.hostfacts`) or from PyTorch's ExecutionTraceObserver
+    (:mod:`skewlens.profiler.capture.hostet`).
     """
 
     schema: str = ""
@@ -263,11 +263,10 @@ def _bounded_offset(lo: Sequence[int], hi: Sequence[int]) -> int:
 def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
 
-    Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a profiler
-    that records nothing else runs for this, :class:`skewlens.profiler.capture.kineto.WorkerEvents`): the
-    first
-    event at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once, on a
-    thread not known to work for another group (:func:`_worker_groups`).
+    Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a
+    worker-event recorder runs for this, :class:`skewlens.profiler.capture.kineto.WorkerEvents`): the
+    first event at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once,
+    on a thread not known to work for another group (:func:`_worker_groups`).
     """
     hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
     every = sorted(

@@ -3,20 +3,19 @@
 The hooks wrap ``torch.distributed``'s Python functions. Collectives issued elsewhere reach the process
 group without passing them: functional collectives (``torch.ops._c10d_functional``: DTensor, tensor
 parallelism, compiled graphs), collectives issued from C++, and at the collectives and ops levels DDP's
-gradient all_reduce (its C++ reducer is left alone there, see :mod:`skewlens.profiler.capture.hooks`). The
-flight
-recorder, which every process group of gloo and NCCL feeds from C++, sees them all: ``skewlens profile``
-turns it on (``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads its entries back at the
-end of the window through the JSON dump (never the pickle one: traces and dumps are untrusted input).
+gradient all_reduce (its C++ reducer is left alone there, see :mod:`skewlens.profiler.capture.hooks`).
+The flight recorder, which every process group of gloo and NCCL feeds from C++, sees them all:
+``skewlens profile`` turns it on (``TORCH_FR_BUFFER_SIZE``, unless the user set it) and each rank reads
+its entries back at the end of the window through the JSON dump (never the pickle one: traces and dumps
+are untrusted input).
 
 An entry no hooked call accounts for (see :func:`merge`) becomes a collective of its own: group, sequence
 number, type, size and dtype from the entry; the arrival is the entry's creation time (the moment the
 rank issued it). The flight recorder gives no end on gloo (nor on NCCL without timing), so the call is an
 asynchronous one on the group's comm stream that ends when gloo's worker thread finished it (its
-``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a profiler that
-records nothing else does, see :class:`skewlens.profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's
-end
-at the ops level, and otherwise at its arrival. Hooked collectives take the recorder's sequence numbers,
+``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a worker-event
+recorder does, see :class:`skewlens.profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's end at
+the ops level, and otherwise at its arrival. Hooked collectives take the recorder's sequence numbers,
 so one numbering covers both.
 """
 
@@ -178,10 +177,9 @@ def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[li
     """The calls the hooks timed on their lean path, with the group, size and dtype of their entry;
     and how many had none (the ring buffer lost it: they are left out).
 
-    A lean call (group :data:`~skewlens.profiler.capture.records.FROM_RECORDER`) has the entry its thread
-    created
-    while it was being issued, ``[start, issue end]``: the first such entry no other lean call took
-    (an entry that does not know its thread may be any thread's). Other records pass unchanged.
+    A lean call (group :data:`~skewlens.profiler.capture.records.FROM_RECORDER`) has the entry its
+    thread created while it was being issued, ``[start, issue end]``: the first such entry no other lean
+    call took (an entry that does not know its thread may be any thread's). Other records pass unchanged.
     """
     if not any(c.pg_name == FROM_RECORDER and c.node_type == NodeType.COMM_COLL for c in comms):
         return list(comms), 0

@@ -13,9 +13,8 @@ collectives and ops levels leave DDP's C++ path alone and take its all_reduce fr
 Where the flight recorder sees every collective with the hooks' sizes (gloo; DDP's all_reduce left to
 DDP), the recording window's collectives take a lean path: the wrapper takes two clock readings and
 nothing else, and the group, size and dtype are those of the recorder entry the call created
-(:func:`skewlens.profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the middle
-of
-the training step, was most of what the hooks cost there. p2p calls, which gloo's recorder does not
+(:func:`skewlens.profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the
+middle of the training step, is most of what the full path costs. p2p calls, which gloo's recorder does not
 see, and the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``)
 keep the full path.
 
@@ -299,10 +298,9 @@ class CommHooks:
     ) -> Any:
         """Record a collective by its times alone: its group, number, size and dtype are the flight
         recorder's entry for it, which its thread created while issuing it (joined at the end of the
-        window, :func:`skewlens.profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads them
-        from
-        the call's arguments before issuing it, Python work in the middle of the training step that
-        cost 3-4% of the example's step time on this 2-core machine (4.3% wall, 3.2% CPU over 10
+        window, :func:`skewlens.profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads
+        them from the call's arguments before issuing it, Python work in the middle of the training step
+        that costs 3-4% of the example's step time on a 2-core machine (4.3% wall, 3.2% CPU over 10
         interleaved runs of 290 steps each with and without it); this one costs two clock readings.
         """
         local = self._local

@@ -15,7 +15,7 @@ gives, after the window:
   a ``c10d::`` collective writes its ``tensors`` / ``output*`` arguments (their schemas carry no alias
   annotation), except ``send``.
 
-Limits (documented in the README): arguments the profiler does not record as tensors (nested tensor
+Limits (also in docs/capture.md): arguments the profiler does not record as tensors (nested tensor
 lists such as ``all_gather``'s ``Tensor[][]`` outputs) are not seen; scalar values are not kept.
 """
 

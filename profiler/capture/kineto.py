@@ -156,18 +156,17 @@ class WorkerEvents:
     record function. The events give the end of the collectives the hooks do not time (DDP's all_reduce,
     see :mod:`skewlens.profiler.capture.flight`). Two recorders give them:
 
-    - the native one (:mod:`skewlens.profiler.capture.native`, the default when given): a RecordFunction
-    callback
-      for that scope that keeps the ``gloo:*`` events, on ``time.time_ns()``'s clock and with native
-      thread ids. It runs beside a profiler the program starts (Kineto is not involved).
+    - the native one (:mod:`skewlens.profiler.capture.native`, the default when given): a
+      RecordFunction callback for that scope that keeps the ``gloo:*`` events, on ``time.time_ns()``'s
+      clock and with native thread ids. It runs beside a profiler the program starts (Kineto is not
+      involved).
     - otherwise a Kineto session restricted to that scope. It records those events, the program's own
       ``record_function`` scopes and torch's (``Optimizer.step#...``), a few per step, and no operator:
       operators are ``FUNCTION`` scope and their record functions do not even run. The first steps leave
       a ``skewlens::step`` event around a ``time.time_ns()`` reading, which puts the events on the hooks'
-      clock. It costs more: two sets of 40 interleaved triples of whole runs of the example (2 ranks)
-      gave 1.026 and 1.031 with it, 1.006 and 0.993 with the native recorder; in-process A/B
-      measurements of it, or of it and the hooks together, gave +0.4% to +6.3%, each good to about ±3%;
-      profiling every gloo work item too gave +2% to +10%.
+      clock. It costs more: 40 interleaved triples of whole runs of the example (2 ranks,
+      ``benchmarks/capture_overhead.py --recorders``) gave 1.026 with it and 1.006 with the native
+      recorder (docs/benchmarks.md).
 
     Either way the hooked calls are kept out of it after the first :data:`MARKS` steps (:meth:`quiet`),
     and the capture starts it only when collectives past the hooks were seen before the window
@@ -180,9 +179,8 @@ class WorkerEvents:
     """
 
     def __init__(self, native: Any = None) -> None:
-        """``native``: the loaded native recorder (:class:`skewlens.profiler.capture.native.GlooEvents`), or
-        None
-        for the Kineto session."""
+        """``native``: the loaded native recorder (:class:`skewlens.profiler.capture.native.GlooEvents`),
+        or None for the Kineto session."""
         self._native = native
         self._on = False
         self._taken_over = False

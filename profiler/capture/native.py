@@ -4,10 +4,10 @@ At the ``collectives`` level the capture needs the end of the collectives it doe
 bucket all-reduce, issued from C++): gloo runs each collective on a worker thread inside a
 ``USER_SCOPE`` record function named ``gloo:<collective>``. ``gloo_events.cpp`` registers one
 RecordFunction callback for that scope only and keeps those events (name, native thread id, start and
-end on ``time.time_ns()``'s clock) in a buffer of a fixed capacity. It replaces a Kineto session
-restricted to the same scope, which gives the same events but made the example's steps 2-4% slower
-(``benchmarks/capture_overhead.py --recorders``, 40 interleaved triples of whole runs, 2 ranks: 1.026
-with Kineto, 1.006 with this library, CPU 1.028 and 1.012; an earlier set: 1.031 and 0.993).
+end on ``time.time_ns()``'s clock) in a buffer of a fixed capacity. A Kineto session restricted to the
+same scope gives the same events at a higher cost (``benchmarks/capture_overhead.py --recorders``, 40
+interleaved triples of whole runs, 2 ranks: 1.026 with Kineto, 1.006 with this library, CPU 1.028 and
+1.012); it is the fallback.
 
 The library is compiled with the C++ compiler (``$CXX``, else ``c++``) against the installed torch's
 headers and libraries into a cache directory (``$SKEWLENS_CACHE_DIR``, else

@@ -1,11 +1,11 @@
 """One rank's capture session: hooks in, step window, and the rank's files out.
 
 Each rank writes ``RUN_DIR/rank-<r>.et`` (atomically, through :class:`EtWriter`) and a small part file
-``RUN_DIR/.parts/rank-<r>.json`` with what the manifest needs from it; :mod:`skewlens.profiler.capture.run`
-merges
-the parts into ``manifest.json``. The window is saved when it ends; if the program exits (or crashes)
-inside it (or is stopped with SIGTERM, as torchrun stops the surviving workers when one fails), the
-steps completed so far are saved from an ``atexit`` / SIGTERM handler and the part says so.
+``RUN_DIR/.parts/rank-<r>.json`` with what the manifest needs from it;
+:mod:`skewlens.profiler.capture.run` merges the parts into ``manifest.json``. The window is saved when it
+ends; if the program exits (or crashes) inside it (or is stopped with SIGTERM, as torchrun stops the
+surviving workers when one fails), the steps completed so far are saved from an ``atexit`` / SIGTERM handler
+and the part says so.
 """
 
 from __future__ import annotations

@@ -9,11 +9,10 @@ A run is one of:
 - a prefix ``DIR/<prefix>`` naming such files.
 
 Files are decoded by the vectorised decoder in :mod:`skewlens.profiler.store.fast` (falling back to the
-per-node
-reference decoder here for anything it refuses, so errors name the exact byte offset). Problems go to an
-:class:`~skewlens.profiler.store.issues.IssueLog`: strict by default (the first error raises
-:class:`~skewlens.profiler.errors.ValidationError`), collecting everything when ``validate_run`` passes its
-own.
+per-node reference decoder here for anything it refuses, so errors name the exact byte offset). Problems
+go to an :class:`~skewlens.profiler.store.issues.IssueLog`: strict by default (the first error raises
+:class:`~skewlens.profiler.errors.ValidationError`), collecting everything when ``validate_run`` passes
+its own.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
 Checked: truncated or corrupt protobuf (file and byte offset), unknown node types, dangling
 dependencies, dependency cycles (the cycle's node ids and names), duplicate node ids, missing ranks
 (against the manifest, or gaps in 0..N-1 without one), collectives that do not match across a group's
-members (type, size or count; see :mod:`skewlens.profiler.store.match` for what "size differs" means per
-type),
-sends without a matching recv and recvs without a matching send. Inferences the loader made (no start
-times, sequence numbers numbered in file order, world-wide groups assumed) are reported as info.
+members (type, size or count; see :mod:`skewlens.profiler.store.match` for what "size differs" means
+per type), sends without a matching recv and recvs without a matching send. Inferences the loader made (no
+start times, sequence numbers numbered in file order, world-wide groups assumed) are reported as info.
 """
 
 from __future__ import annotations

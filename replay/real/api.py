@@ -4,10 +4,9 @@
 
 1. load and validate the run (the store's checks: matching collectives, p2p pairs);
 2. turn each rank's trace into a replay plan (:mod:`skewlens.replay.real.plan`: gaps, dependencies, effects);
-3. start one worker per traced rank through torchrun (:mod:`skewlens.replay.real.launch`), each re-creating
-the
-   process groups and re-issuing every collective / p2p op with the recorded type, size, dtype and group,
-   with calibrated compute in between (:mod:`skewlens.replay.real.worker`);
+3. start one worker per traced rank through torchrun (:mod:`skewlens.replay.real.launch`), each
+   re-creating the process groups and re-issuing every collective / p2p op with the recorded type, size,
+   dtype and group, with calibrated compute in between (:mod:`skewlens.replay.real.worker`);
 4. the replay is captured by the profiler (``skewlens.profiler.capture``, collectives level, as ``skewlens
    profile`` captures a training job) into ``OUT_DIR/run`` (manifest ``source="replay"``), which loads,
    checks and analyses like any captured run; the workers also record each replayed node's own times

@@ -3,10 +3,9 @@
 Reads its rank's plan (JSON), joins the job (``init_process_group`` from torchrun's environment),
 re-creates the recorded process groups in the recorded order, warms the communication up (one op per
 distinct shape), aligns its clock to rank 0, starts the profiler's capture (unless the plan says not
-to), then executes its ops from a common start time (see :mod:`skewlens.replay.real.plan` for the timing
-rules).
-It writes ``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed times) and a
-small result file for the parent; the profiler writes its own capture of the replay.
+to), then executes its ops from a common start time (see :mod:`skewlens.replay.real.plan` for the
+timing rules). It writes ``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed
+times) and a small result file for the parent; the profiler writes its own capture of the replay.
 
 A watchdog thread aborts the process (exit code 3) when an op stays in flight longer than the timeout,
 after writing ``rank-<r>.error.json`` naming the rank, group, sequence number and op; it also exits when
