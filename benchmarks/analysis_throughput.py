@@ -1,4 +1,4 @@
-"""Benchmark: ``skewlens analyze`` end to end on a large synthetic run (issue 6).
+"""Benchmark: ``skewlens analyze`` end to end on a large synthetic run.
 
     .venv/bin/python benchmarks/analysis_throughput.py                      # 16 ranks x 100,000 nodes
     .venv/bin/python benchmarks/analysis_throughput.py --ranks 4 --nodes 20000

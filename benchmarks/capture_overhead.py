@@ -10,7 +10,7 @@ writes the trace (once per run) and is reported apart, not in the ratio. Targets
 machine): collectives <= 1.03, ops <= 1.15, full <= 1.35, checked on the pooled ratio. The load average
 before and after is printed: on a loaded machine the wall ratios mostly measure the load.
 
-Whole runs of the same program differ from one another by up to 15% on this machine (where the ranks and
+Whole runs of the same program differ from one another by up to 15% on a 2-core machine (where the ranks and
 gloo's threads land, the machine's other load), so the run, not the step, is the unit of noise: the
 pooled ratio's 95% interval comes from resampling whole runs of each side (bootstrap).
 

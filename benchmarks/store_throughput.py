@@ -8,7 +8,7 @@ end unless --keep: ~1 GB at the default size), then runs the conversion in a chi
 the resident memory and CPU time of that process and its workers (summed over the process tree, every
 20 ms, with psutil). Throughput = nodes converted / wall time of ``export_run``; nodes per CPU-second
 shows what a loaded machine hides.
-Targets (issue 3): >= 500,000 nodes/s and peak RSS <= 1.5 GiB.
+Targets: >= 500,000 nodes/s and peak RSS <= 1.5 GiB.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What-if accuracy (issue 6): the simulated step time of a straggler run "had rank 2 run like the median
+"""What-if accuracy: the simulated step time of a straggler run "had rank 2 run like the median
 rank" against real runs of the example without the straggler.
 
     .venv/bin/python benchmarks/whatif_accuracy.py [--trios 3]

@@ -1,13 +1,13 @@
-"""``skewlens replay``: the Hydra app around
-:func:`skewlens.replay.driver.replay_run`.
+"""``skewlens replay``: the Hydra app around :func:`skewlens.replay.driver.replay_run`.
 
     skewlens replay trace=RUN_DIR out=OUT_DIR topology=dgx_h100_8x slowdown=straggler comm_mode=model
     skewlens replay -m trace=RUN_DIR out=SWEEP_DIR comm_mode=model slowdown=straggler \
         slowdown.factor=1.0,1.25,1.5 topology=ring,switch
 
-The config groups live in the repository's ``conf/`` (``replay.yaml``, ``topology/``, ``slowdown/``); every
-value can be overridden on the command line. ``OmegaConf.to_object`` runs once, here; a bad value is a
-:class:`~skewlens.replay.errors.ConfigError` naming the key (one line, exit 2).
+The config groups are package data (``skewlens.paths.CONF_DIR``: ``replay.yaml``, ``topology/``,
+``slowdown/``; ``conf/`` in a checkout); every value can be overridden on the command line.
+``OmegaConf.to_object`` runs once, here; a bad value is a :class:`~skewlens.replay.errors.ConfigError`
+naming the key (one line, exit 2).
 """
 
 from __future__ import annotations
