@@ -1,0 +1,152 @@
+"""skewlens as a user installs it: a wheel in a fresh venv outside the checkout, used from a training repo
+that has its own ``profiler.py``, ``analysis/`` and ``replay/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH = "torch==2.13.0"  # the CPU wheel (an unpinned torch would pull a CUDA build)
+
+# The user's own modules, named like ours: the run must import these, never skewlens' folders.
+USER_PROFILER = "def hello():\n    return 'the training repo profiler'\n"
+USER_PACKAGE = "WHO = 'the training repo {name}'\n"
+USER_TRAIN = """\
+import json, os, runpy, sys
+import profiler, analysis, replay
+
+assert profiler.hello() == "the training repo profiler", profiler.__file__
+assert analysis.WHO == "the training repo analysis", analysis.__file__
+assert replay.WHO == "the training repo replay", replay.__file__
+if os.environ.get("LOCAL_RANK", "0") == "0":
+    with open("imports.json", "w") as f:
+        json.dump({m: sys.modules[m].__file__ for m in ("profiler", "analysis", "replay")}, f)
+sys.argv = [EXAMPLE, *sys.argv[1:]]
+runpy.run_path(EXAMPLE, run_name="__main__")
+"""
+
+
+def _run(cmd: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["COLUMNS"] = "200"
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    res = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], dist)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (whl,) = dist.glob("skewlens-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("venv")
+    assert _run([sys.executable, "-m", "venv", str(home / "v")], home).returncode == 0
+    py = home / "v" / "bin" / "python"
+    res = _run([str(py), "-m", "pip", "install", "-q", TORCH, str(wheel)], home, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return home / "v"
+
+
+@pytest.fixture(scope="module")
+def training_repo(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("trainrepo")
+    (repo / "profiler.py").write_text(USER_PROFILER)
+    for name in ("analysis", "replay"):
+        (repo / name).mkdir()
+        (repo / name / "__init__.py").write_text(USER_PACKAGE.format(name=name))
+    example = _run(
+        [str(venv / "bin" / "python"), "-c", "from skewlens.paths import EXAMPLES_DIR; print(EXAMPLES_DIR)"],
+        repo,
+    )
+    assert example.returncode == 0, example.stderr
+    example_py = Path(example.stdout.strip()) / "train.py"
+    (repo / "train.py").write_text(f"EXAMPLE = {str(example_py)!r}\n" + USER_TRAIN)
+    return repo
+
+
+def test_the_wheel_installs_one_top_level_package_with_its_configs_and_example(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"skewlens", wheel.name.split("-py3")[0] + ".dist-info"}
+    for needed in (
+        "skewlens/conf/replay.yaml",
+        "skewlens/conf/topology/switch.yaml",
+        "skewlens/conf/slowdown/straggler.yaml",
+        "skewlens/examples/train.py",
+        "skewlens/profiler/capture/bootstrap/sitecustomize.py",
+        "skewlens/profiler/capture/gloo_events.cpp",
+    ):
+        assert needed in names, needed
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "skewlens/tests/"))]
+
+
+def test_the_installed_venv_has_no_jupyter_stack_and_skewlens_outside_the_checkout(venv: Path) -> None:
+    py = str(venv / "bin" / "python")
+    code = (
+        "import importlib.util as u, json, skewlens\n"
+        "print(json.dumps({'file': skewlens.__file__, "
+        "'absent': [m for m in ('jupyterlab', 'IPython', 'hta', 'plotly', 'pandas', 'profiler', 'replay', "
+        "'analysis') if u.find_spec(m) is None]}))"
+    )
+    res = _run([py, "-c", code], venv)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert Path(out["file"]).resolve().is_relative_to(venv.resolve()), out["file"]
+    assert sorted(out["absent"]) == sorted(
+        ["jupyterlab", "IPython", "hta", "plotly", "pandas", "profiler", "replay", "analysis"]
+    )
+
+
+def test_a_training_repo_with_its_own_profiler_analysis_and_replay_runs_unchanged_and_the_loop_works(
+    venv: Path, training_repo: Path
+) -> None:
+    sk = str(venv / "bin" / "skewlens")
+    py = str(venv / "bin" / "python")
+    run, repo = training_repo / "run", training_repo
+    prof = _run(
+        [sk, "profile", "--out", str(run), "--level", "collectives", "--steps", "1:1:3", "--",
+         py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "train.py", "--steps", "6",
+         "--straggler-rank", "1", "--straggler-ms", "20"],
+        repo,
+    )  # fmt: skip
+    assert prof.returncode == 0, prof.stderr[-3000:]
+    imported = json.loads((repo / "imports.json").read_text())
+    assert {m: Path(f).resolve().parent for m, f in imported.items()} == {
+        "profiler": repo.resolve(),
+        "analysis": (repo / "analysis").resolve(),
+        "replay": (repo / "replay").resolve(),
+    }
+    assert sorted(p.name for p in run.glob("rank-*.et")) == ["rank-0.et", "rank-1.et"]
+
+    check = _run([sk, "check", str(run), "--no-progress"], repo)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+
+    analyze = _run([sk, "analyze", str(run), "--out", str(repo / "analysis-out")], repo)
+    assert analyze.returncode == 0, analyze.stderr[-3000:]
+    assert (repo / "analysis-out" / "blame.parquet").is_file()
+
+    replay = _run([sk, "replay", f"trace={run}", f"out={repo / 'replay-out'}", "topology=switch"], repo)
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert (repo / "replay-out" / "summary.parquet").is_file()
+    assert (repo / "replay-out" / "config.yaml").is_file()
+
+
+def test_the_demo_runs_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    sk = str(venv / "bin" / "skewlens")
+    demo = _run([sk, "demo", "--out", str(tmp_path / "demo"), "--nproc", "2", "--steps", "6",
+                 "--straggler-rank", "1"], tmp_path)  # fmt: skip
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "Rank 1 is the top straggler" in demo.stdout
+    assert (tmp_path / "demo" / "analysis" / "blame.parquet").is_file()
