@@ -1,12 +1,21 @@
-"""Shared fixtures: synthetic run builders and the real GPU traces in ../shared/traces."""
+"""Shared fixtures (synthetic run builders, the real GPU traces in ../shared/traces); the slow-marker check.
+
+Tests that start torch ranks (torchrun, ``skewlens profile`` / ``demo``, ``mp.spawn``, several Python
+processes) fail unless marked ``slow``: see :mod:`slow_guard`. ``pytest -m "not slow"`` is the fast tier.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from slow_guard import install, pytest_runtest_makereport, pytest_runtest_protocol
 
 from skewlens.profiler.synth import RunBuilder
+
+__all__ = ["pytest_runtest_makereport", "pytest_runtest_protocol"]
+
+install()
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
@@ -18,6 +27,19 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"real GPU traces not found at {SHARED_TRACES} (see shared/traces/README.md)")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def dlrm_imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 8-GPU DLRM traces (Kineto + host execution traces) imported once for the session; read only."""
+    kineto, host = SHARED_TRACES / "dlrm_8gpu_kineto.tar.gz", SHARED_TRACES / "dlrm_8gpu_host_et.tar.gz"
+    if not kineto.is_file():
+        pytest.skip(f"real GPU traces not found at {SHARED_TRACES} (see shared/traces/README.md)")
+    from skewlens.profiler.importers import import_traces
+
+    out = tmp_path_factory.mktemp("dlrm") / "run"
+    import_traces([kineto], [host], out)
+    return out
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ def funcol_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return request.param, out
 
 
+@pytest.mark.slow
 def test_functional_collectives_appear_with_group_size_and_matching_sequence_numbers(
     funcol_run: tuple[str, Path],
 ) -> None:

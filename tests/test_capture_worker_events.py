@@ -89,6 +89,7 @@ def ddp_all_reduces(out: Path, rank: int) -> list[dict]:
     return [a for a in colls if a[Attr.OP] == "gloo:all_reduce"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recorder", ["native", "kineto"])
 def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(
     tmp_path: Path, recorder: str
@@ -110,6 +111,7 @@ def test_a_program_that_profiles_itself_inside_the_window_keeps_its_profiler(
             assert all(a[Attr.DUR_NS] == 0 for a in ddp)  # there, but without an end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recorder", list(RECORDERS))
 def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(
     tmp_path: Path, recorder: str
@@ -183,6 +185,7 @@ os._exit(0)  # torch 2.13 may abort at exit after gloo functional collectives; t
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("late_at", [99, 3])
 def test_no_profiler_runs_when_every_collective_before_the_window_went_through_the_hooks(
     tmp_path: Path, late_at: int
