@@ -42,21 +42,9 @@ def _raw_nccl_kernels(kineto_tar: Path) -> dict[int, list[dict[str, float]]]:
 
 
 @pytest.fixture(scope="module")
-def dlrm(tmp_path_factory: pytest.TempPathFactory) -> tuple[AnalysisResult, dict]:
-    # conftest's ``shared_traces`` fixture is function-scoped; this module-scoped one checks the same folder
-    shared_traces = SHARED_TRACES
-    if not (shared_traces / "dlrm_8gpu_kineto.tar.gz").is_file():
-        pytest.skip(f"real GPU traces not found at {shared_traces} (see shared/traces/README.md)")
-    from skewlens.profiler import importers
-
-    out = tmp_path_factory.mktemp("dlrm") / "run"
-    importers.import_traces(
-        [shared_traces / "dlrm_8gpu_kineto.tar.gz"],
-        [shared_traces / "dlrm_8gpu_host_et.tar.gz"],
-        out,
-    )
-    result = analyze_run(load_run(out))
-    return result, _raw_nccl_kernels(shared_traces / "dlrm_8gpu_kineto.tar.gz")
+def dlrm(dlrm_imported: Path) -> tuple[AnalysisResult, dict]:
+    result = analyze_run(load_run(dlrm_imported))
+    return result, _raw_nccl_kernels(SHARED_TRACES / "dlrm_8gpu_kineto.tar.gz")
 
 
 def test_all_to_all_skew_and_waits_match_the_raw_kernels(dlrm: tuple[AnalysisResult, dict]) -> None:

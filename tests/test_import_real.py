@@ -60,11 +60,8 @@ def raw_2gpu() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    _need_shared()
-    out = tmp_path_factory.mktemp("imp") / "dlrm"
-    import_traces([DLRM_KINETO], [DLRM_HOST], out)
-    return out
+def dlrm_run(dlrm_imported: Path) -> Path:
+    return dlrm_imported
 
 
 @pytest.fixture(scope="session")

@@ -55,26 +55,8 @@ def test_slowing_one_rank_of_the_capture_never_speeds_up_a_step(captured: Path) 
     assert sum(slow.step_time_ns(k) for k in base.steps()) > sum(base.step_time_ns(k) for k in base.steps())
 
 
-def test_replaying_imported_gpu_traces_reproduces_each_ranks_span(
-    shared_traces: Path, tmp_path: Path
-) -> None:
-    from skewlens.cli import main as skewlens_main
-
-    run_dir = tmp_path / "dlrm"
-    rc = skewlens_main(
-        [
-            "import",
-            "--kineto",
-            str(shared_traces / "dlrm_8gpu_kineto.tar.gz"),
-            "--host-et",
-            str(shared_traces / "dlrm_8gpu_host_et.tar.gz"),
-            "--out",
-            str(run_dir),
-            "--quiet",
-        ]
-    )
-    assert rc == 0
-    run = load_trace(run_dir)
+def test_replaying_imported_gpu_traces_reproduces_each_ranks_span(dlrm_imported: Path) -> None:
+    run = load_trace(dlrm_imported)
     res = simulate(run)
     assert len(run.ranks) == 8 and len(run.collectives) > 0
     for r, rt in run.ranks.items():

@@ -223,15 +223,8 @@ def _chakra_count(path: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from skewlens.profiler import importers
-
-    kineto, host = SHARED_TRACES / "dlrm_8gpu_kineto.tar.gz", SHARED_TRACES / "dlrm_8gpu_host_et.tar.gz"
-    if not kineto.exists():
-        pytest.skip(f"real GPU traces not found at {SHARED_TRACES}")
-    out = tmp_path_factory.mktemp("dlrm") / "run"
-    importers.import_traces([kineto], [host], out)
-    return out
+def dlrm_run(dlrm_imported: Path) -> Path:
+    return dlrm_imported
 
 
 def test_imported_dlrm_run_loads_with_every_collective_matched_on_eight_ranks(dlrm_run: Path) -> None:
