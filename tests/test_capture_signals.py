@@ -1,7 +1,8 @@
 """SIGTERM (how torchrun stops surviving ranks) never leaves a rank's trace without its part file.
 
-The child process saves its window with the part-file write slowed down, and receives SIGTERM in the
-middle of that save: the handler must let the save finish, then terminate the process by SIGTERM.
+The child process saves its window with the part-file write held at its start: it says so on stdout and
+waits there until the SIGTERM the parent then sends has been through the capture's handler. The handler
+must let the save finish, then terminate the process by SIGTERM.
 """
 
 from __future__ import annotations
@@ -14,35 +15,62 @@ from pathlib import Path
 
 from skewlens.profiler.capture.session import part_file
 
-CHILD = """
-import os, signal, sys, threading, time
+IN_WRITE = "in the part-file write"
+PUT_OFF = "SIGTERM put off"
+
+CHILD = f"""
+import signal, sys, threading
 import skewlens.profiler.capture.session as session
 from skewlens.profiler.capture.session import CaptureSession
 from skewlens.profiler.manifest import StepWindow
 
+handled = threading.Event()
 write = session._write_json_atomic
-def slow_write(path, data):
-    time.sleep(0.6)  # SIGTERM arrives in here
-    write(path, data)
-session._write_json_atomic = slow_write
 
+
+def write_once_sigterm_was_handled(path, data):
+    print({IN_WRITE!r}, flush=True)  # the parent sends SIGTERM now
+    if not handled.wait(60):  # (a lock wait: the signal's handler runs meanwhile, on this thread)
+        print("no SIGTERM came", flush=True)
+    write(path, data)
+
+
+session._write_json_atomic = write_once_sigterm_was_handled
 s = CaptureSession(sys.argv[1], window=StepWindow(wait=0, warmup=0, active=2), auto_step=False).install()
+capture_handler = signal.getsignal(signal.SIGTERM)
+
+
+def handler_then_resume(signum, frame):
+    capture_handler(signum, frame)  # puts the signal off while the save runs
+    print({PUT_OFF!r}, flush=True)
+    handled.set()
+
+
+signal.signal(signal.SIGTERM, handler_then_resume)
 s.step()
-threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGTERM)), daemon=True).start()
 s.step()  # the window ends: save
-print("saved", flush=True)
-time.sleep(20)
+threading.Event().wait(60)
 print("not terminated", flush=True)
 """
 
 
 def test_sigterm_during_the_window_save_waits_for_the_part_file_then_terminates(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    res = subprocess.run(
-        [sys.executable, "-c", CHILD, str(run)], capture_output=True, text=True, timeout=60, check=False
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert res.returncode == -signal.SIGTERM, res.stderr[-2000:]
-    assert "not terminated" not in res.stdout
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().strip()  # the child is inside the part-file write, waiting
+        assert first == IN_WRITE, proc.stderr.read() if proc.stderr else first
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=60)  # (a guard against a hang only)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGTERM, err[-2000:]
+    assert rest.split("\n")[0] == PUT_OFF
+    assert "no SIGTERM came" not in rest and "not terminated" not in rest
     part = json.loads(part_file(run, 0).read_text())
     assert part["rank"] == 0 and len(part["steps"]) == 2
     assert (run / "rank-0.et").is_file()
