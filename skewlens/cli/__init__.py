@@ -23,7 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "convert Kineto / host execution traces into a run directory",
     ),
     "check": ("skewlens.cli.store:check_main", "validate a run directory"),
-    "export": ("skewlens.cli.store:export_main", "export a run directory to Parquet"),
+    "export": (
+        "skewlens.cli.store:export_main",
+        "export a run directory to Parquet, or as an ASTRA-sim workload (--format astra-sim)",
+    ),
     "replay": (
         "skewlens.cli.replay:main",
         "replay a run (simulated or real) under another topology / slowdowns (Hydra)",

@@ -1,15 +1,21 @@
-"""``skewlens check RUN_DIR`` and ``skewlens export RUN_DIR --out PARQUET_DIR``."""
+"""``skewlens check RUN_DIR`` and ``skewlens export [--format parquet|astra-sim] RUN_DIR --out DIR``."""
 
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from skewlens.profiler.export_astra import AstraExport
 
 
 def _console() -> Console:
@@ -38,27 +44,82 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
 
 
 def export_main(argv: list[str], console: Console | None = None) -> int:
-    """Export a run to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks)."""
-    ap = argparse.ArgumentParser(prog="skewlens export", description="export a run directory to Parquet")
+    """Export a run: to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks; the default), or
+    as an ASTRA-sim workload (``--format astra-sim``: one Chakra trace per NPU, communicator groups, example
+    configurations and the command line that runs it)."""
+    ap = argparse.ArgumentParser(
+        prog="skewlens export", description="export a run directory to Parquet or as an ASTRA-sim workload"
+    )
     ap.add_argument("run_dir", help="run directory, Chakra trace folder or prefix")
+    ap.add_argument(
+        "--format",
+        choices=("parquet", "astra-sim"),
+        default="parquet",
+        help="parquet (default): Parquet tables; astra-sim: Chakra traces ASTRA-sim runs",
+    )
     ap.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="output directory (default: RUN_DIR/parquet, or PREFIX.parquet)",
+        help="output directory (default: RUN_DIR/parquet or RUN_DIR/astra-sim, or PREFIX.parquet / "
+        "PREFIX.astra-sim)",
     )
-    ap.add_argument("--workers", type=int, default=None, help="processes converting rank files in parallel")
+    ap.add_argument(
+        "--workers", type=int, default=None, help="processes converting rank files in parallel (parquet)"
+    )
     ap.add_argument("--allow-errors", action="store_true", help="export even if validation finds errors")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    astra = ap.add_argument_group("astra-sim")
+    astra.add_argument(
+        "--prefix", default="workload", help="workload prefix: rank r's trace is <OUT>/<PREFIX>.<r>.et"
+    )
+    astra.add_argument(
+        "--no-configs",
+        action="store_true",
+        help="write no example system/network/memory configurations (the command names placeholders)",
+    )
+    astra.add_argument(
+        "--bandwidth", type=float, default=50.0, help="example network: GB/s per link (default 50)"
+    )
+    astra.add_argument(
+        "--latency", type=float, default=500.0, help="example network: ns per link (default 500)"
+    )
+    astra.add_argument(
+        "--host-compute",
+        choices=("auto", "npu", "drop"),
+        default="auto",
+        help="host compute nodes: the NPU's compute (npu), dropped (drop), or dropped only on ranks that "
+        "also have GPU kernels (auto, the default)",
+    )
     args = ap.parse_args(argv)
+    out = console or _console()
+    run = Path(args.run_dir)
+    suffix = "parquet" if args.format == "parquet" else "astra-sim"
+    default = run / suffix if run.is_dir() else run.with_name(f"{run.name}.{suffix}")  # a prefix
+    target = args.out if args.out is not None else default
+    t0 = time.perf_counter()
+    if args.format == "astra-sim":
+        from skewlens.profiler.export_astra import export_astra_sim
+
+        result = export_astra_sim(
+            args.run_dir,
+            target,
+            prefix=args.prefix,
+            configs=not args.no_configs,
+            bandwidth_gbps=args.bandwidth,
+            latency_ns=args.latency,
+            host_compute=args.host_compute,
+            strict=not args.allow_errors,
+            progress=_progress(args.no_progress, console),
+        )
+        out.print(_render_astra(result, time.perf_counter() - t0))
+        out.print(
+            result.command_line, soft_wrap=True, markup=False, highlight=False, style="bold"
+        )  # one line
+        return 0
     from skewlens.profiler.store.parquet import export_run
     from skewlens.profiler.store.render import render_export
 
-    out = console or _console()
-    run = Path(args.run_dir)
-    default = run / "parquet" if run.is_dir() else run.with_name(run.name + ".parquet")  # a prefix
-    target = args.out if args.out is not None else default
-    t0 = time.perf_counter()
     summary = export_run(
         args.run_dir,
         target,
@@ -68,3 +129,36 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     )
     out.print(render_export(summary, time.perf_counter() - t0))
     return 0
+
+
+def _render_astra(result: AstraExport, seconds: float) -> RenderableType:
+    """Files per rank, groups and what was rewritten (the command line is printed after it, unwrapped)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"ASTRA-sim workload in {result.out_dir}")
+    table.add_column("rank", justify="right")
+    table.add_column("trace")
+    table.add_column("nodes", justify="right")
+    for r, path in sorted(result.traces.items()):
+        table.add_row(str(r), path.name, f"{result.nodes[r]:,}")
+    parts: list[RenderableType] = [table]
+    subgroups = [g for g in result.groups if g.astra_id != "0"]
+    if subgroups:
+        parts.append(
+            Text(
+                "communicator groups: "
+                + "; ".join(
+                    f"{g.astra_id} = ranks {list(g.ranks)}"
+                    + (f" (c10d group {g.source_name!r})" if g.source_name != g.astra_id else "")
+                    for g in subgroups
+                )
+            )
+        )
+    if result.changes:
+        parts.append(Text("rewritten: " + "; ".join(f"{k}: {v}" for k, v in sorted(result.changes.items()))))
+    parts.extend(Text(f"note: {n}", style="yellow") for n in result.notes)
+    configs = "example configs written beside the traces" if result.system_config else "supply the configs"
+    parts.append(Text(f"{sum(result.nodes.values()):,} nodes in {seconds:.2f} s; {configs}. Run:"))
+    return Group(*parts)

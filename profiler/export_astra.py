@@ -1,0 +1,663 @@
+"""Export a run as a workload ASTRA-sim runs: one Chakra ``.et`` per NPU plus its communicator groups.
+
+ASTRA-sim (the simulator of Chakra execution traces) opens ``<prefix>.<npu>.et`` for every NPU of the
+simulated network, where ``<prefix>`` is its ``--workload-configuration`` argument, and reads
+sub-group membership from the JSON file given as ``--comm-group-configuration``. Its workload layer is
+stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces to what it runs:
+
+- **node types**: only ``COMP``, ``COMM_COLL``, ``COMM_SEND`` and ``COMM_RECV`` are written. The
+  ``## process_group:init ##`` METADATA node (ASTRA-sim's statistics stop on it: *Invalid node_type*) and
+  INVALID nodes are dropped; a node that depended on a dropped node depends on the dropped node's own
+  dependencies instead, so the order they implied is kept. ``MEM_LOAD``/``MEM_STORE`` nodes become
+  ``COMP`` nodes of their recorded duration.
+- **is_cpu_op**: ``false`` on every communication node (ASTRA-sim refuses a comm node on the CPU; Chakra's
+  convention). Compute nodes are ASTRA-sim's NPU compute (``false``) as well: its statistics only take
+  NPU compute and communication, and a CPU-marked compute node stops its report. Where a run also has GPU
+  kernels (an imported NCCL run), the host-side compute nodes are dropped (``host_compute="auto"``):
+  their time is kernel launch and dispatch that the kernels overlap, and ASTRA-sim's single compute
+  resource would otherwise add it to the kernels' time. What the source said is kept as ``skl_host_op``.
+- **timing**: ASTRA-sim replays a compute node for ``duration_micros`` (its roofline model, off in the
+  example system configuration, would use ``num_ops``/``tensor_size`` instead, kept where the source has
+  them). ``duration_micros`` is the recorded duration rounded to the nearest microsecond (the exact
+  nanoseconds stay in ``skl_dur_ns``); a node under half a microsecond runs for ASTRA-sim's minimum of
+  one nanosecond. Communication is timed by ASTRA-sim's network model from ``comm_size``.
+- **collectives**: ASTRA-sim implements ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL, and
+  replays BROADCAST for its recorded duration (without synchronising the members). The others are
+  written as the nearest one it has (see :data:`ASTRA_COMM_TYPE`); a collective over a one-member group
+  is a replayed BROADCAST too (ASTRA-sim's ring over a single NPU never completes); the source type stays
+  in ``skl_comm_type``. A **barrier is an ALL_REDUCE of
+  four bytes** (one float32, which is how c10d's NCCL backend runs a barrier) over the barrier's group:
+  an all-reduce completes on a member only after every member has entered it, which is exactly a
+  barrier's synchronisation, at the cost of the smallest message ASTRA-sim's network model moves.
+- **p2p**: ``COMM_SEND``/``COMM_RECV`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and ``comm_size``
+  (global ranks: ASTRA-sim's NPU ids), as recorded.
+- **groups**: ASTRA-sim keys communicator groups by integer; ``"0"`` (or no ``pg_name``) is the group of
+  all NPUs and the file must not list it. A group keeps its c10d name where that is a positive integer
+  (c10d numbers its groups ``"0"``, ``"1"``, ...); any other name gets the next free integer, the source
+  name kept in ``skl_pg_name``. ``comm_groups.json`` maps each group's id to its members' global ranks.
+
+The output directory holds ``<prefix>.<rank>.et`` for every rank, ``comm_groups.json``, ``export.json``
+(what was converted and the command line), and, unless ``configs=False``, small example ASTRA-sim
+configurations (``system.json``, ``network.yml``: one switch joining all NPUs, ``remote_memory.json``) so
+that the printed command runs as is; replace them with a model of the system to study. Everything is
+written into a temporary directory beside the target and renamed into place at the end.
+
+Limits of ASTRA-sim's workload model, not of the export: one compute and one communication operation in
+flight per NPU (nodes of several threads or streams run one after another), and p2p sends that never
+wait for their receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.atomic import FILE_MODE
+from skewlens.profiler.chakra_io import AttrValue, EtWriter, attr_value, iter_nodes, read_et
+from skewlens.profiler.errors import SkewlensError, ValidationError
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+from skewlens.progress import NO_PROGRESS, Progress
+
+#: ``format`` of ``export.json``; an existing directory is replaced only if it holds one of these.
+EXPORT_FORMAT = "skewlens-astra-sim"
+EXPORT_VERSION = 1
+#: Schema tag in the exported files' GlobalMetadata (ASTRA-sim's conventions, not ``skewlens-chakra-1``).
+ASTRA_SCHEMA = "skewlens-astra-sim-1"
+DEFAULT_PREFIX = "workload"
+COMM_GROUPS_FILE = "comm_groups.json"
+SYSTEM_FILE = "system.json"
+NETWORK_FILE = "network.yml"
+MEMORY_FILE = "remote_memory.json"
+EXPORT_FILE = "export.json"
+#: The ASTRA-sim binary of its analytical (congestion-unaware) network backend.
+ASTRA_BINARY = "AstraSim_Analytical_Congestion_Unaware"
+#: Bytes of the ALL_REDUCE a barrier becomes.
+BARRIER_BYTES = 4
+
+#: Collective types ASTRA-sim's workload layer issues.
+ASTRA_SUPPORTED = frozenset(
+    {
+        CommType.ALL_REDUCE,
+        CommType.ALL_GATHER,
+        CommType.REDUCE_SCATTER,
+        CommType.ALL_TO_ALL,
+        CommType.BROADCAST,
+    }
+)
+#: What each collective type is written as: itself where ASTRA-sim has it, else the nearest operation it
+#: has that moves at least the same data between the same members (REDUCE -> ALL_REDUCE: every member
+#: ends with what the root gets; GATHER -> ALL_GATHER likewise; SCATTER -> ALL_TO_ALL: every member sends
+#: each other member a distinct block, the root's scatter among them; REDUCE_SCATTER_BLOCK is
+#: REDUCE_SCATTER with equal blocks; BARRIER -> an ALL_REDUCE of :data:`BARRIER_BYTES`).
+ASTRA_COMM_TYPE: dict[CommType, CommType] = {
+    CommType.ALL_REDUCE: CommType.ALL_REDUCE,
+    CommType.ALL_GATHER: CommType.ALL_GATHER,
+    CommType.REDUCE_SCATTER: CommType.REDUCE_SCATTER,
+    CommType.ALL_TO_ALL: CommType.ALL_TO_ALL,
+    CommType.BROADCAST: CommType.BROADCAST,
+    CommType.REDUCE: CommType.ALL_REDUCE,
+    CommType.GATHER: CommType.ALL_GATHER,
+    CommType.SCATTER: CommType.ALL_TO_ALL,
+    CommType.REDUCE_SCATTER_BLOCK: CommType.REDUCE_SCATTER,
+    CommType.BARRIER: CommType.ALL_REDUCE,
+}
+#: A collective of unknown type is written as BROADCAST, which ASTRA-sim replays for its recorded time.
+UNKNOWN_COMM_AS = CommType.BROADCAST
+#: A collective over a group of one member (nothing crosses the network) is written as BROADCAST, replayed
+#: for its recorded time: ASTRA-sim's ring over a single NPU never completes.
+ONE_MEMBER_AS = CommType.BROADCAST
+#: ASTRA-sim's name of the group of all NPUs.
+WORLD_GROUP_ID = "0"
+
+#: Attribute names the export adds (ours: ``skl_`` prefix).
+HOST_OP = "skl_host_op"  # bool: the source's is_cpu_op where the export changed it
+SRC_COMM_TYPE = "skl_comm_type"  # int64: the source's comm_type where the export changed it (-1 unknown)
+SRC_PG_NAME = "skl_pg_name"  # string: the source's pg_name where the export renamed the group
+
+HostCompute = Literal["auto", "npu", "drop"]
+
+_KEEP_TYPES = frozenset({NodeType.COMP, NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
+_DROP_TYPES = frozenset({NodeType.METADATA, NodeType.INVALID})
+_AS_COMP = frozenset({NodeType.MEM_LOAD, NodeType.MEM_STORE})
+_P2P = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AstraGroup:
+    """One process group as ASTRA-sim sees it."""
+
+    source_name: str
+    """The group's name in the run (c10d's ``pg_name``)."""
+    astra_id: str
+    """The ``pg_name`` written into the exported traces (an integer; ``"0"``: all NPUs)."""
+    ranks: tuple[int, ...]
+    """Global ranks of the members (ASTRA-sim's NPU ids), in group-rank order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AstraExport:
+    """What :func:`export_astra_sim` wrote and how to run it."""
+
+    out_dir: Path
+    """The output directory."""
+    prefix: Path
+    """The workload prefix (``--workload-configuration``): rank ``r``'s trace is ``<prefix>.<r>.et``."""
+    traces: dict[int, Path]
+    """Trace file of each rank."""
+    nodes: dict[int, int]
+    """Nodes written per rank."""
+    comm_groups: Path
+    """The communicator-group file (``--comm-group-configuration``)."""
+    groups: tuple[AstraGroup, ...]
+    """Every process group and the id it has in the export."""
+    system_config: Path | None
+    """Example system configuration written beside the traces (None with ``configs=False``)."""
+    network_config: Path | None
+    """Example network configuration: one switch joining all NPUs (None with ``configs=False``)."""
+    memory_config: Path | None
+    """Example remote-memory configuration (None with ``configs=False``)."""
+    command: tuple[str, ...]
+    """The ASTRA-sim command line; with ``configs=False`` it names the configurations as ``<SYSTEM.json>``,
+    ``<NETWORK.yml>`` and ``<REMOTE_MEMORY.json>``, for the user to supply."""
+    changes: dict[str, int] = field(default_factory=dict)
+    """What was rewritten, and how often (``"BARRIER -> ALL_REDUCE"``, ``"METADATA dropped"``, ...)."""
+    notes: tuple[str, ...] = ()
+    """Remarks for the user (e.g. a path ASTRA-sim would misread)."""
+
+    @property
+    def command_line(self) -> str:
+        """:attr:`command` as one shell-quoted line."""
+        return shlex.join(self.command)
+
+
+# ------------------------------------------------------------------------------------------- groups
+
+
+def astra_groups(groups: Iterable[ProcessGroupInfo], world_size: int) -> dict[str, AstraGroup]:
+    """ASTRA-sim's id for each group (see the module docstring), by source name."""
+    world = tuple(range(world_size))
+    listed: dict[str, tuple[int, ...]] = {}
+    for g in groups:
+        listed.setdefault(g.name, g.ranks or world)  # an empty member list is PyTorch's "all ranks"
+    out: dict[str, AstraGroup] = {}
+    used: set[int] = set()
+    for name, ranks in listed.items():
+        if name == WORLD_GROUP_ID and sorted(ranks) == list(world):
+            out[name] = AstraGroup(source_name=name, astra_id=WORLD_GROUP_ID, ranks=ranks)
+        elif name.isdecimal() and name == str(int(name)) and int(name) > 0:
+            out[name] = AstraGroup(source_name=name, astra_id=name, ranks=ranks)
+            used.add(int(name))
+    nxt = max(used, default=0) + 1
+    for name, ranks in listed.items():
+        if name not in out:
+            out[name] = AstraGroup(source_name=name, astra_id=str(nxt), ranks=ranks)
+            nxt += 1
+    return out
+
+
+def comm_group_json(groups: Iterable[AstraGroup]) -> dict[str, list[int]]:
+    """The ``--comm-group-configuration`` content: every group but the one of all NPUs, by integer id."""
+    out = {g.astra_id: list(g.ranks) for g in groups if g.astra_id != WORLD_GROUP_ID}
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+# -------------------------------------------------------------------------------------- the rewrite
+
+
+def _attrs(node: pb.Node) -> dict[str, Any]:
+    return {a.name: attr_value(a) for a in node.attr}
+
+
+def _set_attr(node: pb.Node, name: str, value: bool | int | str) -> None:
+    """Set one scalar attribute, replacing any attribute of that name."""
+    keep = [a for a in node.attr if a.name != name]
+    del node.attr[:]
+    node.attr.extend(keep)
+    a = node.attr.add(name=name)
+    if isinstance(value, bool):
+        a.bool_val = value
+    elif isinstance(value, int):
+        a.int64_val = value
+    else:
+        a.string_val = value
+
+
+def _dur_ns(node: pb.Node, attrs: Mapping[str, Any]) -> int:
+    v = attrs.get(Attr.DUR_NS)
+    return int(v) if isinstance(v, int) else int(node.duration_micros) * 1000
+
+
+def _int_attr(attrs: Mapping[str, Any], name: str) -> int | None:
+    v = attrs.get(name)
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(slots=True)
+class _Counts:
+    changes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.changes[what] = self.changes.get(what, 0) + n
+
+
+def _resolve_deps(nodes: Sequence[pb.Node], dropped: set[int], counts: _Counts) -> None:
+    """Replace dependencies on dropped nodes by those nodes' own (kept) dependencies; drop dangling ones."""
+    present = {n.id for n in nodes}
+    parents = {n.id: [*n.ctrl_deps, *n.data_deps] for n in nodes if n.id in dropped}
+    memo: dict[int, list[int]] = {}
+
+    def through(d: int, seen: frozenset[int]) -> list[int]:
+        if d in memo:
+            return memo[d]
+        out: list[int] = []
+        for p in parents[d]:
+            if p in dropped:
+                if p not in seen:
+                    out.extend(through(p, seen | {p}))
+            elif p in present:
+                out.append(p)
+        memo[d] = list(dict.fromkeys(out))
+        return memo[d]
+
+    for n in nodes:
+        if n.id in dropped:
+            continue
+        for field_name in ("ctrl_deps", "data_deps"):
+            deps = getattr(n, field_name)
+            new: list[int] = []
+            for d in deps:
+                if d in dropped:
+                    new.extend(through(d, frozenset({d})))
+                elif d in present and d != n.id:
+                    new.append(d)
+                else:
+                    counts.add("dangling dependencies dropped")
+            new = list(dict.fromkeys(x for x in new if x != n.id))
+            if new != list(deps):
+                del deps[:]
+                deps.extend(new)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Rank:
+    """What rewriting one rank's trace needs."""
+
+    path: Path
+    rank: int
+    world: int
+    groups: dict[str, AstraGroup]
+    host_compute: HostCompute
+    counts: _Counts
+
+
+def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
+    """The nodes of one rank's trace, rewritten for ASTRA-sim (see the module docstring)."""
+    path, counts = ctx.path, ctx.counts
+    et = read_et(path)
+    seen: set[int] = set()
+    for n in et.nodes:
+        if n.id in seen:
+            raise ValidationError(f"{path}: node id {n.id} appears more than once")
+        seen.add(n.id)
+    attrs_of = {n.id: _attrs(n) for n in et.nodes}
+    gpu_compute = any(
+        n.type == NodeType.COMP and attrs_of[n.id].get(Attr.IS_CPU_OP) is False for n in et.nodes
+    )
+    drop_host = ctx.host_compute == "drop" or (ctx.host_compute == "auto" and gpu_compute)
+    dropped: set[int] = set()
+    for n in et.nodes:
+        a = attrs_of[n.id]
+        t = n.type
+        if t in _DROP_TYPES:
+            dropped.add(n.id)
+            counts.add(f"{NodeType(t).name} nodes dropped")
+        elif t in _AS_COMP:
+            counts.add(f"{NodeType(t).name} -> COMP")
+            n.type = int(NodeType.COMP)
+        elif t not in _KEEP_TYPES:
+            raise ValidationError(f"{path}: node {n.id} ({n.name!r}) has unknown node type {t}")
+        if n.type == NodeType.COMP and n.id not in dropped and drop_host and a.get(Attr.IS_CPU_OP, True):
+            dropped.add(n.id)
+            counts.add("host compute nodes dropped (GPU kernels carry the compute)")
+    _resolve_deps(et.nodes, dropped, counts)
+    out: list[pb.Node] = []
+    for n in et.nodes:
+        if n.id in dropped:
+            continue
+        a = attrs_of[n.id]
+        n.duration_micros = (max(_dur_ns(n, a), 0) + 500) // 1000
+        was_cpu = a.get(Attr.IS_CPU_OP)
+        if was_cpu is not False:
+            _set_attr(n, Attr.IS_CPU_OP, False)
+            _set_attr(n, HOST_OP, True if was_cpu is None else bool(was_cpu))
+        if n.type == NodeType.COMM_COLL:
+            _rewrite_collective(n, a, ctx)
+        elif n.type in _P2P:
+            _rewrite_p2p(n, a, ctx)
+        out.append(n)
+    if not out:
+        idle = pb.Node(id=max(seen, default=-1) + 1, name="skl_idle", type=int(NodeType.COMP))
+        idle.attr.add(name=Attr.IS_CPU_OP, bool_val=False)
+        out.append(idle)
+        counts.add("empty ranks given one idle node")
+    return out
+
+
+def _group_of(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> AstraGroup | None:
+    """The node's group, its ``pg_name`` renamed to the group's ASTRA-sim id (None: the group of all NPUs)."""
+    pg = a.get(Attr.PG_NAME)
+    if pg is None or pg == "":
+        return None
+    g = ctx.groups.get(str(pg))
+    if g is None:
+        if str(pg) == WORLD_GROUP_ID:
+            return None
+        raise ValidationError(
+            f"{ctx.path}: node {n.id} ({n.name!r}) names process group {pg!r}, which neither the manifest "
+            f"nor the trace's process-group metadata lists"
+        )
+    if g.astra_id != g.source_name:
+        _set_attr(n, Attr.PG_NAME, g.astra_id)
+        _set_attr(n, SRC_PG_NAME, g.source_name)
+    return g
+
+
+def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
+    raw = _int_attr(a, Attr.COMM_TYPE)
+    try:
+        src = CommType(raw) if raw is not None else None
+    except ValueError:
+        src = None
+    group = _group_of(n, a, ctx)
+    if (len(group.ranks) if group is not None else ctx.world) == 1:
+        dst = ONE_MEMBER_AS  # nothing crosses the network; ASTRA-sim's ring over one NPU never completes
+        ctx.counts.add(f"collectives of one-member groups -> {dst.name} (replayed)")
+    else:
+        dst = ASTRA_COMM_TYPE[src] if src is not None else UNKNOWN_COMM_AS
+        if src is not dst:
+            ctx.counts.add(f"{src.name if src is not None else 'unknown collective'} -> {dst.name}")
+    if src is not dst:
+        _set_attr(n, SRC_COMM_TYPE, int(src) if src is not None else -1)
+    _set_attr(n, Attr.COMM_TYPE, int(dst))
+    size = _int_attr(a, Attr.COMM_SIZE)
+    if src is CommType.BARRIER:
+        size = max(size or 0, BARRIER_BYTES)
+    if size is None:
+        size = _int_attr(a, "tensor_size") or 0
+    _set_attr(n, Attr.COMM_SIZE, size)
+
+
+def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
+    path, rank = ctx.path, ctx.rank
+    send = n.type == NodeType.COMM_SEND
+    src = _int_attr(a, Attr.COMM_SRC)
+    dst = _int_attr(a, Attr.COMM_DST)
+    src = rank if src is None and send else src
+    dst = rank if dst is None and not send else dst
+    if src is None or dst is None:
+        raise ValidationError(f"{path}: {'send' if send else 'recv'} node {n.id} ({n.name!r}) names no peer")
+    if (src if send else dst) != rank:
+        raise ValidationError(
+            f"{path}: {'send' if send else 'recv'} node {n.id} ({n.name!r}) of rank {rank} has "
+            f"comm_src={src}, comm_dst={dst}: ASTRA-sim issues sends on the sender, recvs on the receiver"
+        )
+    _set_attr(n, Attr.COMM_SRC, src)
+    _set_attr(n, Attr.COMM_DST, dst)
+    _set_attr(n, Attr.COMM_TAG, _int_attr(a, Attr.COMM_TAG) or 0)
+    size = _int_attr(a, Attr.COMM_SIZE)
+    _set_attr(n, Attr.COMM_SIZE, size if size is not None else _int_attr(a, "tensor_size") or 0)
+    _group_of(n, a, ctx)
+
+
+# ---------------------------------------------------------------------------------------- configs
+
+
+def system_config() -> dict[str, Any]:
+    """An example ASTRA-sim system configuration: ring collectives, replayed compute (no roofline)."""
+    return {
+        "scheduling-policy": "FIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 1,
+        "all-reduce-implementation": ["ring"],
+        "all-gather-implementation": ["ring"],
+        "reduce-scatter-implementation": ["ring"],
+        "all-to-all-implementation": ["direct"],
+        "collective-optimization": "baseline",
+        "local-mem-bw": 50,
+        "boost-mode": 0,
+        "roofline-enabled": 0,
+    }
+
+
+def network_config(npus: int, bandwidth_gbps: float, latency_ns: float) -> str:
+    """An example analytical-network configuration (YAML): one switch joining ``npus`` NPUs."""
+    return (
+        "# one switch joining every NPU; an example to replace with the network to study\n"
+        "topology: [ Switch ]\n"
+        f"npus_count: [ {npus} ]\n"
+        f"bandwidth: [ {float(bandwidth_gbps)} ]  # GB/s per link\n"
+        f"latency: [ {float(latency_ns)} ]  # ns per link\n"
+    )
+
+
+def astra_command(
+    binary: str,
+    prefix: Path,
+    *,
+    comm_groups: Path,
+    system: Path | str,
+    network: Path | str,
+    memory: Path | str,
+    log_dir: Path,
+) -> tuple[str, ...]:
+    """ASTRA-sim's command line for an exported workload."""
+    return (
+        binary,
+        f"--workload-configuration={prefix}",
+        f"--comm-group-configuration={comm_groups}",
+        f"--system-configuration={system}",
+        f"--network-configuration={network}",
+        f"--remote-memory-configuration={memory}",
+        f"--logging-folder={log_dir}",
+    )
+
+
+# ----------------------------------------------------------------------------------------- export
+
+
+def _check_target(out: Path) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SkewlensError(f"{out}: exists and is not a directory")
+    if any(out.iterdir()):
+        try:
+            prior = json.loads((out / EXPORT_FILE).read_text())
+        except (OSError, ValueError):
+            prior = None
+        if not isinstance(prior, dict) or prior.get("format") != EXPORT_FORMAT:
+            raise SkewlensError(
+                f"{out}: not empty and not an earlier ASTRA-sim export; choose another --out or remove it"
+            )
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.replace(old)
+        tmp.replace(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.replace(out)
+
+
+def _validate(run_dir: str | Path, progress: Progress) -> None:
+    from skewlens.profiler.store.validate import FIRST_ERRORS, validate_run
+
+    report = validate_run(run_dir, progress=progress)
+    errors = report.errors
+    if errors:
+        shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
+        more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
+        raise ValidationError(
+            f"{run_dir}: not exported, {len(errors)} problem(s){more}: {shown} "
+            f"-- run `skewlens check {run_dir}`"
+        )
+
+
+def export_astra_sim(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    configs: bool = True,
+    bandwidth_gbps: float = 50.0,
+    latency_ns: float = 500.0,
+    host_compute: HostCompute = "auto",
+    strict: bool = True,
+    binary: str = ASTRA_BINARY,
+    progress: Progress = NO_PROGRESS,
+) -> AstraExport:
+    """Write ``run_dir`` as an ASTRA-sim workload into ``out_dir`` (replaced atomically).
+
+    ``configs`` writes the example system, network (one switch, ``bandwidth_gbps`` and ``latency_ns`` per
+    link) and remote-memory configurations beside the traces; without it the command names placeholders.
+    ``host_compute``: ``"npu"`` exports every compute node as the NPU's compute, ``"drop"`` drops host
+    compute nodes, ``"auto"`` drops them only on ranks that also have GPU kernels. ``strict`` refuses a
+    run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective).
+    """
+    from skewlens.profiler.store.load import locate_run, parse_pg_init
+
+    if not prefix or "/" in prefix or prefix.startswith("."):
+        raise SkewlensError(f"workload prefix {prefix!r}: expected a plain file name")
+    files = locate_run(run_dir)
+    manifest = files.manifest
+    world = manifest.world_size
+    absent = sorted(set(range(world)) - set(files.files))
+    if absent:
+        raise ValidationError(
+            f"{run_dir}: rank(s) {', '.join(map(str, absent))} of {world} have no trace; ASTRA-sim needs one "
+            f"per NPU"
+        )
+    for r, f in sorted(files.files.items()):
+        if not f.exists():
+            raise ValidationError(f"{f}: rank {r} is listed but its trace file is missing")
+    if strict:
+        _validate(run_dir, progress)
+    listed = list(manifest.process_groups)
+    names = {g.name for g in listed}
+    for f in files.files.values():
+        for _offset, n in iter_nodes(f):  # the process-group node leads the file (ours and PyTorch's)
+            if n.type != NodeType.METADATA:
+                break
+            if n.name == PG_INIT_NODE_NAME:
+                for g in parse_pg_init(n.inputs.values, f).values():
+                    if g.name not in names:
+                        listed.append(g)
+                        names.add(g.name)
+    groups = astra_groups(listed, world)
+
+    out = Path(out_dir)
+    _check_target(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
+    final = out.resolve()
+    counts = _Counts()
+    nodes: dict[int, int] = {}
+    try:
+        with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
+            for r, f in sorted(files.files.items()):
+                ctx = _Rank(
+                    path=f, rank=r, world=world, groups=groups, host_compute=host_compute, counts=counts
+                )
+                rewritten = _rewrite_rank(ctx)
+                meta: dict[str, AttrValue] = {
+                    "schema": ASTRA_SCHEMA,
+                    "rank": r,
+                    "world_size": world,
+                    "source": str(f),
+                }
+                with EtWriter(tmp / f"{prefix}.{r}.et", meta) as w:
+                    w.write_all(rewritten)
+                nodes[r] = len(rewritten)
+                advance()
+        (tmp / COMM_GROUPS_FILE).write_text(json.dumps(comm_group_json(groups.values()), indent=2) + "\n")
+        placeholders = ("<SYSTEM.json>", "<NETWORK.yml>", "<REMOTE_MEMORY.json>")
+        sys_p = net_p = mem_p = None
+        if configs:
+            (tmp / SYSTEM_FILE).write_text(json.dumps(system_config(), indent=2) + "\n")
+            (tmp / NETWORK_FILE).write_text(network_config(world, bandwidth_gbps, latency_ns))
+            (tmp / MEMORY_FILE).write_text(
+                json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=2) + "\n"
+            )
+            sys_p, net_p, mem_p = final / SYSTEM_FILE, final / NETWORK_FILE, final / MEMORY_FILE
+        command = astra_command(
+            binary,
+            final / prefix,
+            comm_groups=final / COMM_GROUPS_FILE,
+            system=sys_p or placeholders[0],
+            network=net_p or placeholders[1],
+            memory=mem_p or placeholders[2],
+            log_dir=final / "log",
+        )
+        notes: list[str] = []
+        if "empty" in str(final / COMM_GROUPS_FILE):
+            notes.append(
+                f"the communicator-group path {final / COMM_GROUPS_FILE} contains 'empty', which ASTRA-sim "
+                f"takes for 'no file': choose an --out without that word if the run has sub-groups"
+            )
+        (tmp / EXPORT_FILE).write_text(
+            json.dumps(
+                {
+                    "format": EXPORT_FORMAT,
+                    "version": EXPORT_VERSION,
+                    "source": str(Path(run_dir).resolve()),
+                    "prefix": prefix,
+                    "world_size": world,
+                    "nodes": {str(r): k for r, k in nodes.items()},
+                    "groups": [
+                        {"source_name": g.source_name, "astra_id": g.astra_id, "ranks": list(g.ranks)}
+                        for g in groups.values()
+                    ],
+                    "changes": counts.changes,
+                    "command": list(command),
+                    "notes": notes,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        for p in tmp.iterdir():
+            p.chmod(FILE_MODE)
+        tmp.chmod(FILE_MODE | (FILE_MODE & 0o444) >> 2)  # a directory: x wherever r
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return AstraExport(
+        out_dir=out,
+        prefix=final / prefix,
+        traces={r: final / f"{prefix}.{r}.et" for r in nodes},
+        nodes=nodes,
+        comm_groups=final / COMM_GROUPS_FILE,
+        groups=tuple(groups.values()),
+        system_config=sys_p,
+        network_config=net_p,
+        memory_config=mem_p,
+        command=command,
+        changes=dict(counts.changes),
+        notes=tuple(notes),
+    )

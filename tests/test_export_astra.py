@@ -1,0 +1,381 @@
+"""The ASTRA-sim export: what it writes, read back with Chakra's own reader (the format authority)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from rich.console import Console
+
+from skewlens.cli import main as cli_main
+from skewlens.cli.store import export_main
+from skewlens.profiler import export_astra
+from skewlens.profiler.chakra_io import TraceNode, node_attrs, pg_init_node, read_et, write_et
+from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
+from skewlens.profiler.export_astra import (
+    ASTRA_SUPPORTED,
+    BARRIER_BYTES,
+    HOST_OP,
+    SRC_COMM_TYPE,
+    SRC_PG_NAME,
+    export_astra_sim,
+)
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
+
+WORLD = 4
+GROUPS = {"0": (0, 1, 2, 3), "1": (0, 1), "2": (2, 3)}
+
+
+def _run(tmp_path: Path, groups: dict[str, tuple[int, ...]] | None = None) -> Path:
+    """Two steps on 4 ranks: all-reduce, all-gather, a sub-group all-reduce, send/recv, a barrier."""
+    groups = groups or GROUPS
+    sub = [g for g in groups if len(groups[g]) < WORLD]
+    b = RunBuilder(world_size=WORLD, groups=groups)
+    for step in range(2):
+        for r in range(WORLD):
+            rb = b.rank(r).step(step)
+            rb.compute("aten::mm", dur_ns=1_000_000 + 250_400 * r, deps=(0,) if step == 0 else ())
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000)
+            rb.compute("aten::add", dur_ns=200_600)
+            rb.collective(CommType.ALL_GATHER, comm_bytes=1 << 18, dur_ns=150_000)
+            mine = next(g for g in sub if r in groups[g])
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 16, dur_ns=80_000, pg=mine)
+            if r % 2 == 0:
+                rb.send(r + 1, 4096 + step, dur_ns=20_000, tag=7 + r)
+            else:
+                rb.recv(r - 1, 4096 + step, dur_ns=20_000, tag=7 + r - 1)
+            rb.collective(CommType.BARRIER, comm_bytes=0, dur_ns=30_000, name="c10d::barrier")
+    return b.write(tmp_path / "run")
+
+
+def _read_chakra(path: Path) -> tuple[GlobalMetadata, list[Node]]:
+    """A trace decoded by Chakra's protolib into Chakra's et_def_pb2 classes."""
+    fh = openFileRd(str(path))
+    gm = GlobalMetadata()
+    assert decodeMessage(fh, gm)
+    nodes = []
+    while True:
+        node = Node()
+        if not decodeMessage(fh, node):
+            break
+        nodes.append(node)
+    fh.close()
+    return gm, nodes
+
+
+def _attrs(node: Node) -> dict[str, Any]:
+    out = {}
+    for a in node.attr:
+        kind = a.WhichOneof("value")
+        out[a.name] = getattr(a, kind) if kind else None
+    return out
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[Path, export_astra.AstraExport]:
+    run = _run(tmp_path)
+    return run, export_astra_sim(run, tmp_path / "astra")
+
+
+def test_every_rank_gets_the_file_astra_sims_feeder_opens_for_the_workload_prefix(exported) -> None:
+    _run_dir, res = exported
+    assert sorted(p.name for p in res.out_dir.glob("*.et")) == [f"workload.{r}.et" for r in range(WORLD)]
+    for r in range(WORLD):
+        assert res.traces[r] == Path(f"{res.prefix}.{r}.et")  # what ASTRA-sim opens: <prefix>.<npu>.et
+        gm, nodes = _read_chakra(res.traces[r])
+        assert len(nodes) == res.nodes[r] > 0
+        assert {a.name for a in gm.attr} >= {"schema", "rank", "world_size"}
+
+
+def test_no_node_type_astra_sim_rejects_is_written_and_the_metadata_node_is_gone(exported) -> None:
+    _run_dir, res = exported
+    for path in res.traces.values():
+        _gm, nodes = _read_chakra(path)
+        types = {n.type for n in nodes}
+        assert types <= {NodeType.COMP, NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV}
+        assert "## process_group:init ##" not in {n.name for n in nodes}
+    assert res.changes["METADATA nodes dropped"] == WORLD
+
+
+def test_every_comm_node_is_off_the_cpu_with_a_collective_type_astra_sim_issues(exported) -> None:
+    _run_dir, res = exported
+    supported = {int(t) for t in ASTRA_SUPPORTED}
+    for path in res.traces.values():
+        _gm, nodes = _read_chakra(path)
+        for n in nodes:
+            a = _attrs(n)
+            assert a[Attr.IS_CPU_OP] is False, n.name  # compute too: ASTRA-sim's NPU compute
+            assert a[HOST_OP] is True  # the source's fact, kept in our own attribute
+            if n.type == NodeType.COMM_COLL:
+                assert a[Attr.COMM_TYPE] in supported
+                assert a[Attr.COMM_TYPE] != CommType.BARRIER
+
+
+def test_a_barrier_becomes_a_four_byte_all_reduce_over_its_group(exported) -> None:
+    _run_dir, res = exported
+    _gm, nodes = _read_chakra(res.traces[2])
+    barriers = [n for n in nodes if n.name == "c10d::barrier"]
+    assert len(barriers) == 2
+    for n in barriers:
+        a = _attrs(n)
+        assert a[Attr.COMM_TYPE] == CommType.ALL_REDUCE
+        assert a[Attr.COMM_SIZE] == BARRIER_BYTES
+        assert a[SRC_COMM_TYPE] == CommType.BARRIER
+        assert a[Attr.PG_NAME] == "0"
+    assert res.changes["BARRIER -> ALL_REDUCE"] == 2 * WORLD
+
+
+def test_every_dependency_names_a_node_of_the_same_file_and_ids_are_unique(exported) -> None:
+    _run_dir, res = exported
+    for path in res.traces.values():
+        _gm, nodes = _read_chakra(path)
+        ids = [n.id for n in nodes]
+        assert len(ids) == len(set(ids))
+        for n in nodes:
+            assert set(n.ctrl_deps) | set(n.data_deps) <= set(ids), n.name
+            assert n.id not in n.ctrl_deps
+
+
+def test_sizes_peers_tags_groups_and_durations_are_those_of_the_source(exported) -> None:
+    run, res = exported
+    for r in range(WORLD):
+        src = {n.id: n for n in read_et(rank_file(run, r)).nodes if n.type != NodeType.METADATA}
+        _gm, nodes = _read_chakra(res.traces[r])
+        assert {n.id for n in nodes} == set(src)
+        for n in nodes:
+            s, a, sa = src[n.id], _attrs(n), node_attrs(src[n.id])
+            assert (n.name, n.type, n.start_time_micros) == (s.name, s.type, s.start_time_micros)
+            assert n.duration_micros == (sa[Attr.DUR_NS] + 500) // 1000  # nearest microsecond
+            assert a[Attr.DUR_NS] == sa[Attr.DUR_NS]
+            if n.type in COMM_NODE_TYPES and s.name != "c10d::barrier":
+                assert a[Attr.COMM_SIZE] == sa[Attr.COMM_SIZE]
+                assert a[Attr.PG_NAME] == sa[Attr.PG_NAME]
+            if n.type in (NodeType.COMM_SEND, NodeType.COMM_RECV):
+                for k in (Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG):
+                    assert a[k] == sa[k]
+        # the first compute node depended on the metadata node (id 0), which had no dependency itself
+        first = next(n for n in nodes if n.name == "aten::mm")
+        assert 0 in src[first.id].ctrl_deps and list(first.ctrl_deps) == []
+
+
+def test_the_comm_group_file_lists_exactly_each_sub_groups_members(exported) -> None:
+    _run_dir, res = exported
+    data = json.loads(res.comm_groups.read_text())
+    assert data == {"1": [0, 1], "2": [2, 3]}  # "0", every NPU, is ASTRA-sim's default and not listed
+    assert f"--comm-group-configuration={res.comm_groups}" in res.command
+
+
+def test_groups_without_a_positive_integer_name_get_the_next_free_id(tmp_path: Path) -> None:
+    run = _run(tmp_path, groups={"0": (0, 1, 2, 3), "tp_a": (0, 1), "5": (2, 3)})
+    res = export_astra_sim(run, tmp_path / "astra")
+    assert json.loads(res.comm_groups.read_text()) == {"5": [2, 3], "6": [0, 1]}
+    _gm, nodes = _read_chakra(res.traces[0])
+    sub = [_attrs(n) for n in nodes if _attrs(n).get(SRC_PG_NAME) == "tp_a"]
+    assert len(sub) == 2 and {a[Attr.PG_NAME] for a in sub} == {"6"}
+    assert {(g.source_name, g.astra_id) for g in res.groups} == {("0", "0"), ("tp_a", "6"), ("5", "5")}
+
+
+def test_a_collective_of_a_one_member_group_is_replayed_as_a_broadcast(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), "1": (0,), "2": (1,)})
+    for r in range(2):
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 16, dur_ns=10_000, pg=str(r + 1))
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 16, dur_ns=10_000)
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    _gm, nodes = _read_chakra(res.traces[1])
+    types = [(_attrs(n)[Attr.PG_NAME], _attrs(n)[Attr.COMM_TYPE]) for n in nodes]
+    assert types == [("2", CommType.BROADCAST), ("0", CommType.ALL_REDUCE)]
+    assert _attrs(nodes[0])[SRC_COMM_TYPE] == CommType.ALL_REDUCE
+    assert json.loads(res.comm_groups.read_text()) == {"1": [0], "2": [1]}
+
+
+def test_a_group_no_one_lists_is_refused_naming_the_file_and_the_group(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=64, dur_ns=1000, pg="9")
+    run = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError, match=rf"{rank_file(run, 0)}: node 1 .* process group '9'"):
+        export_astra_sim(run, tmp_path / "astra", strict=False)
+    assert not (tmp_path / "astra").exists()
+
+
+def test_without_strict_a_dangling_dependency_is_dropped_and_counted(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=1)
+    b.rank(0).compute("aten::mm", dur_ns=1000)
+    b.rank(0).compute("aten::add", dur_ns=1000, deps=(77,))
+    run = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError, match="not exported"):
+        export_astra_sim(run, tmp_path / "astra")
+    res = export_astra_sim(run, tmp_path / "astra", strict=False)
+    _gm, nodes = _read_chakra(res.traces[0])
+    assert [list(n.ctrl_deps) for n in nodes] == [[], [1]]
+    assert res.changes["dangling dependencies dropped"] == 1
+
+
+def test_the_command_line_names_the_prefix_and_the_example_configs_written_beside_it(exported) -> None:
+    _run_dir, res = exported
+    cmd = res.command
+    assert cmd[0] == "AstraSim_Analytical_Congestion_Unaware"
+    assert f"--workload-configuration={res.prefix}" in cmd
+    for flag, path in (
+        ("--system-configuration", res.system_config),
+        ("--network-configuration", res.network_config),
+        ("--remote-memory-configuration", res.memory_config),
+    ):
+        assert path is not None and path.is_file() and f"{flag}={path}" in cmd
+    assert res.network_config is not None
+    assert f"npus_count: [ {WORLD} ]" in res.network_config.read_text()  # ASTRA-sim: one NPU per rank
+    assert json.loads((res.out_dir / "export.json").read_text())["command"] == list(cmd)
+    assert res.command_line.startswith("AstraSim_Analytical_Congestion_Unaware --workload-configuration=")
+
+
+def test_without_configs_the_command_names_placeholders_for_the_user_to_supply(tmp_path: Path) -> None:
+    res = export_astra_sim(_run(tmp_path), tmp_path / "astra", configs=False)
+    assert res.system_config is None and not (res.out_dir / "system.json").exists()
+    assert "--system-configuration=<SYSTEM.json>" in res.command
+    assert "--network-configuration=<NETWORK.yml>" in res.command
+
+
+def test_the_export_loads_back_in_skewlens_own_store_as_a_chakra_prefix(exported) -> None:
+    _run_dir, res = exported
+    report = validate_run(res.prefix)
+    assert report.ok, [i.message for i in report.errors]
+    assert report.run is not None and len(report.run.collectives) == 10
+
+
+def test_a_corrupt_trace_gives_an_error_naming_the_file_and_writes_nothing(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    bad = rank_file(run, 2)
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) - 7])
+    for strict in (True, False):
+        with pytest.raises((TraceFormatError, ValidationError), match=str(bad)):
+            export_astra_sim(run, tmp_path / "astra", strict=strict)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_failure_midway_leaves_the_previous_export_whole_and_no_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / "astra"
+    export_astra_sim(run, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = export_astra._rewrite_rank
+
+    def fail_on_rank_2(ctx: Any) -> list[Node]:
+        if ctx.rank == 2:
+            raise OSError("disk full")
+        return real(ctx)
+
+    monkeypatch.setattr(export_astra, "_rewrite_rank", fail_on_rank_2)
+    with pytest.raises(OSError, match="disk full"):
+        export_astra_sim(run, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["astra", "run"]
+
+
+def test_a_non_empty_directory_that_is_no_export_is_not_replaced(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SkewlensError, match="not an earlier ASTRA-sim export"):
+        export_astra_sim(run, out)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_a_missing_rank_is_refused_because_astra_sim_needs_a_trace_per_npu(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    b.rank(0).compute("aten::mm", dur_ns=1000)
+    run = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError, match=r"rank\(s\) 1 of 2 have no trace"):
+        export_astra_sim(run, tmp_path / "astra")
+
+
+def _gpu_rank(path: Path) -> None:
+    """A rank with host ops launching GPU kernels: host 1 -> kernel 2, host 3 -> kernel 4 (data dep)."""
+    world = ProcessGroupInfo(name="0", ranks=(0,))
+    nodes = [
+        pg_init_node([world]),
+        TraceNode(node_id=1, name="aten::mm", node_type=NodeType.COMP, start_ns=0, dur_ns=5000,
+                  ctrl_deps=(0,), attrs={Attr.IS_CPU_OP: True}),
+        TraceNode(node_id=2, name="sm90_gemm", node_type=NodeType.COMP, start_ns=4000, dur_ns=90_000,
+                  ctrl_deps=(1,), attrs={Attr.IS_CPU_OP: False}),
+        TraceNode(node_id=3, name="aten::add", node_type=NodeType.COMP, start_ns=6000, dur_ns=3000,
+                  ctrl_deps=(1,), attrs={Attr.IS_CPU_OP: True}),
+        TraceNode(node_id=4, name="add_kernel", node_type=NodeType.COMP, start_ns=94_000, dur_ns=2000,
+                  ctrl_deps=(2,), data_deps=(3,), attrs={Attr.IS_CPU_OP: False}),
+    ]  # fmt: skip
+    write_et(path, nodes)
+
+
+def test_on_a_rank_with_gpu_kernels_host_compute_is_dropped_and_its_order_kept(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _gpu_rank(rank_file(run, 0))
+    write_manifest(
+        run, Manifest(world_size=1, ranks=(0,), process_groups=(ProcessGroupInfo(name="0", ranks=(0,)),))
+    )
+    res = export_astra_sim(run, tmp_path / "astra")
+    _gm, nodes = _read_chakra(res.traces[0])
+    by_id = {n.id: n for n in nodes}
+    assert sorted(by_id) == [2, 4]
+    assert list(by_id[2].ctrl_deps) == [] and list(by_id[4].ctrl_deps) == [2]
+    assert list(by_id[4].data_deps) == []  # host 3 depended only on host 1, which depended on metadata
+    assert all(_attrs(n)[Attr.IS_CPU_OP] is False and HOST_OP not in _attrs(n) for n in nodes)
+    npu = export_astra_sim(run, tmp_path / "astra-npu", host_compute="npu")
+    _gm, nodes = _read_chakra(npu.traces[0])
+    assert sorted(n.id for n in nodes) == [1, 2, 3, 4]
+    assert {n.id for n in nodes if _attrs(n).get(HOST_OP)} == {1, 3}
+
+
+def test_the_cli_exports_for_astra_sim_and_prints_the_command_line(exported, tmp_path: Path) -> None:
+    run, _res = exported
+    buf = io.StringIO()
+    out = tmp_path / "cli-astra"
+    code = export_main(
+        ["--format", "astra-sim", str(run), "--out", str(out), "--no-progress"],
+        console=Console(file=buf, width=100),
+    )
+    assert code == 0
+    text = buf.getvalue()
+    lines = [ln for ln in text.splitlines() if ln.startswith("AstraSim_Analytical_Congestion_Unaware")]
+    assert len(lines) == 1 and f"--workload-configuration={out.resolve()}/workload " in lines[0]
+    assert "communicator groups: 1 = ranks [0, 1]; 2 = ranks [2, 3]" in text
+    assert sorted(p.name for p in out.glob("*.et")) == [f"workload.{r}.et" for r in range(WORLD)]
+
+
+def test_the_cli_default_format_is_still_parquet(exported, tmp_path: Path) -> None:
+    run, _res = exported
+    code = export_main(
+        [str(run), "--out", str(tmp_path / "pq"), "--no-progress"], console=Console(file=io.StringIO())
+    )
+    assert code == 0
+    assert (tmp_path / "pq" / "collectives.parquet").is_file() and not list((tmp_path / "pq").glob("*.et"))
+
+
+def test_the_cli_reports_a_missing_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(["export", "--format", "astra-sim", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("skewlens export: error: ") and str(tmp_path / "nope") in err
+
+
+def test_the_export_module_imports_no_torch_rich_or_hydra() -> None:
+    code = (
+        "import json, sys, skewlens.profiler.export_astra\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'rich', 'hydra', 'omegaconf') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
