@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install, lint, type-check and run the test suite (what CI runs): the fast tier (pytest -m "not slow":
+# Install, lint, type-check, check the layers and run the test suite (what CI runs): the fast tier (pytest -m "not slow":
 # in-process, synthetic traces), then the slow tier (pytest -m slow: real gloo ranks through torchrun),
 # each its own pytest run; both must pass. Extra arguments go to both pytest runs.
 set -euo pipefail
@@ -8,6 +8,7 @@ bash scripts/install.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layer contracts in pyproject.toml
 
 # tier NAME MARK-EXPRESSION [PYTEST-ARGS...]: one pytest run; a run that collects nothing (exit 5) fails
 tier() {
