@@ -5,25 +5,62 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch.distributed as dist
 
-from skewlens.profiler.capture.clock import estimate_offset
+from skewlens.profiler.capture import clock
+from skewlens.profiler.capture.clock import ROUNDS, estimate_offset
 
 
-def test_ranks_sharing_a_clock_get_an_offset_near_zero() -> None:
+class RankClocks:
+    """``time.time_ns`` as each rank's thread (named ``rank<r>``) reads it: from that rank's script."""
+
+    def __init__(self, readings: dict[int, list[int]]) -> None:
+        self.readings = {r: iter(v) for r, v in readings.items()}
+
+    def time_ns(self) -> int:
+        return next(self.readings[int(threading.current_thread().name.removeprefix("rank"))])
+
+
+def exchange(world_size: int) -> dict[int, int | None]:
+    """Every rank's :func:`estimate_offset` over one store, each on a thread of its own."""
     store = dist.HashStore()
     out: dict[int, int | None] = {}
     threads = [
-        threading.Thread(target=lambda r=r: out.__setitem__(r, estimate_offset(store, r, 3, timeout_s=5)))
-        for r in range(3)
+        threading.Thread(
+            target=lambda r=r: out.__setitem__(r, estimate_offset(store, r, world_size, timeout_s=5)),
+            name=f"rank{r}",
+        )
+        for r in range(world_size)
     ]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=20)
-    assert out[0] == 0
-    assert out[1] is not None and abs(out[1]) < 2_000_000
-    assert out[2] is not None and abs(out[2]) < 2_000_000
+        t.join(timeout=20)  # (a guard against a hang only)
+    return out
+
+
+def test_ranks_whose_clocks_stand_still_get_exactly_their_offset_to_rank_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # clocks that do not move: every round trip takes 0 ns, and rank 0's answer is its clock
+    base = 1_700_000_000_000_000_000
+    skew = {0: 0, 1: 2_500_000, 2: -40_000}  # what each rank's clock reads ahead of rank 0's
+    reads = {r: [base + skew[r]] * (4 * ROUNDS) for r in skew}
+    monkeypatch.setattr(clock, "time", RankClocks(reads))
+    assert exchange(3) == {0: 0, 1: -2_500_000, 2: 40_000}
+
+
+def test_the_round_with_the_shortest_round_trip_gives_the_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    rtts = [900, 700, 100, 800, 300, 600, 500, 400]  # rank 1's round trips, ns; round 2 is the shortest
+    assert len(rtts) == ROUNDS
+    rank1, rank0 = [], []
+    for i, rtt in enumerate(rtts):
+        t0 = 10_000_000 * (i + 1)
+        rank1 += [t0, t0 + rtt]  # sends the ping at t0, reads the pong at t0 + rtt
+        rank0.append(t0 + rtt // 2 + 5_000 + i)  # the answer implies an offset of 5000 + i ns
+    monkeypatch.setattr(clock, "time", RankClocks({0: rank0, 1: rank1}))
+    assert exchange(2) == {0: 0, 1: 5_000 + 2}
 
 
 def test_without_rank_0_a_rank_gives_up_after_the_timeout() -> None:

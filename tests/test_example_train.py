@@ -15,12 +15,25 @@ def example() -> ModuleType:
     return load_example("skl_example_train_t")
 
 
-def test_the_straggler_work_is_real_matmul_compute_for_the_requested_time(example: ModuleType) -> None:
-    t0 = time.perf_counter()
-    n = example.extra_compute(30.0, torch.device("cpu"))
-    took_ms = (time.perf_counter() - t0) * 1000
-    assert n > 0
-    assert took_ms >= 30.0  # deadline-bound: never shorter (an upper bound would only measure the load)
+def test_the_straggler_work_is_matmuls_until_the_requested_time_has_passed(
+    example: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a clock that advances 0.25 s each time it is read: the deadline (1 s) passes at the 4th check
+    ticks = iter(range(100))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 0.25)
+    shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    mm = torch.mm
+
+    def counted_mm(a: torch.Tensor, b: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        shapes.append((tuple(a.shape), tuple(b.shape)))
+        return mm(a, b, **kwargs)
+
+    monkeypatch.setattr(torch, "mm", counted_mm)
+    n = example.extra_compute(1000.0, torch.device("cpu"))
+    # checks at 0.25, 0.5 and 0.75 s run 4 matmuls each; the one at 1.0 s stops
+    assert n == 12 and len(shapes) == 12
+    assert set(shapes) == {((128, 128), (128, 128))}
+    assert next(ticks) == 5  # read once for the deadline and once per check
 
 
 def test_knobs_parse_and_bad_step_counts_are_refused(example: ModuleType) -> None:
