@@ -25,15 +25,14 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import run_workers
-from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, rank_plan
+from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, rank_plan, read_rank_plan
 from skewlens.replay.real.render import render_comparison
-from skewlens.replay.real.result import RankStepTimes, RealReplayResult
+from skewlens.replay.real.result import RankStepTimes, RealReplayResult, step_spans
 from skewlens.replay.simulate import simulate
 
 MS = 1_000_000
 SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(60)']"
-# 8 steps of ~300 ms compute: the slowdown test compares per-rank medians over the steps, and a 50 % slower
-# compute (~150 ms a step) dwarfs the few ms a step that other jobs on a loaded 2-core machine add or take
+# 8 steps of ~300 ms compute (a 50 % slower compute on rank 2 is ~150 ms a step)
 STEPS = 8
 COMPUTE_NS = 300 * MS
 STEP_PERIOD_NS = COMPUTE_NS + 15 * MS  # recorded start-to-start (compute, communication and a host gap)
@@ -87,6 +86,27 @@ def _median_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> fl
     vals = [e - s for (r, _st), (s, e) in spans.items() if r == rank]
     assert len(vals) == STEPS, (rank, sorted(spans))
     return statistics.median(vals)
+
+
+def assert_the_workers_kept_their_plans(out_dir: Path, ranks: list[int]) -> None:
+    """On each worker's own clock: no op began before its dependencies (their end, or their issue for an
+    issue dependency) plus its recorded gap and added delay, and no compute ran for less than planned.
+
+    The workers wait and compute until deadlines, so these hold however loaded the machine is; how close
+    the replay comes to the recorded times is measured by ``benchmarks/real_replay_fidelity.py``."""
+    replayed = load_run(out_dir / "real" / "replayed", match=False)
+    for r in ranks:
+        _warmup, ops = read_rank_plan(out_dir / "real" / "plan", r)
+        start, end = replayed.ranks[r].start_ns.tolist(), replayed.ranks[r].end_ns.tolist()
+        assert ops
+        for op in ops:
+            if op.kind == KIND_NESTED:
+                continue
+            if op.deps:
+                ready = max(start[d] if d in op.issue_deps else end[d] for d in op.deps)
+                assert start[op.row] >= ready + op.gap_ns + op.delay_ns, (r, op)
+            if op.kind == KIND_COMPUTE:
+                assert end[op.row] - start[op.row] >= op.dur_ns, (r, op)
 
 
 _CHILDREN_BEFORE_TEST: set[int] = set()
@@ -294,48 +314,30 @@ def test_workers_also_record_every_original_node_with_its_replayed_times(
     aligned = load_run(baseline.out_dir / "real" / "replayed")
     assert aligned.manifest.source == "replay"
     for r, rt in orig.ranks.items():
-        again = aligned.ranks[r]
-        assert again.node_id.tolist() == rt.node_id.tolist()
-        comp = rt.node_type == int(NodeType.COMP)
-        # compute is replayed for its recorded duration: sleep/spin overshoot only, well under a ms as a
-        # rule and a few ms at most; 4 ranks share 2 cores here, so one node in a run may lose its core
-        # for longer (seen once in ~10 runs: 18 ms)
-        over = again.dur_ns[comp] - rt.dur_ns[comp]
-        assert (over >= -100_000).all()
-        assert statistics.median(over.tolist()) <= 2 * MS
-        assert (over > 15 * MS).sum() <= 1
+        assert aligned.ranks[r].node_id.tolist() == rt.node_id.tolist()  # same nodes, in the same rows
+    assert_the_workers_kept_their_plans(baseline.out_dir, sorted(orig.ranks))
 
 
 @pytest.mark.slow
-def test_compute_slowdown_on_rank_2_raises_step_time_as_much_as_in_simulated_replay(
-    synthetic: Path, baseline: RealReplayResult
+def test_a_compute_slowdown_on_rank_2_is_replayed_as_the_longer_compute_the_simulator_replays(
+    synthetic: Path,
 ) -> None:
     slow = RankFactor(2, 1.5)
-
-    def misses(attempt: int, base: RealReplayResult) -> list[tuple[int, float, float]]:
-        # the simulator replays the baseline real replay's own record (the original nodes with the times
-        # they took on these processes), so both sides start from the same measured run
-        run = load_run(base.out_dir / "real" / "replayed")
-        sim_base, sim_slow = simulate(run).step_spans(), simulate(run, effects=slow).step_spans()
-        sim_delta = {r: _median_step(sim_slow, r) - _median_step(sim_base, r) for r in range(4)}
-        assert all(d > 0.4 * (COMPUTE_NS - 5 * MS) for d in sim_delta.values())  # on every critical path
-        out = synthetic.parent / f"slow{attempt}"
-        slowed = real_replay(run_dir=synthetic, out_dir=out, effects=slow, cfg=Cfg())
-        # the real side measured like the simulated one: per-rank median step of each replay, so that a
-        # step which another job on this shared machine stalled (in either replay) moves neither
-        assert all(len(r.replay_ns) == STEPS for r in (*base.ranks, *slowed.ranks))
-        base_ns = {b.rank: statistics.median(b.replay_ns) for b in base.ranks}
-        real_delta = {r.rank: statistics.median(r.replay_ns) - base_ns[r.rank] for r in slowed.ranks}
-        return [(r, real_delta[r], d) for r, d in sim_delta.items() if abs(real_delta[r] - d) > 0.10 * d]
-
-    first = misses(0, baseline)
-    if first:
-        # one retry, with the baseline measured again right before the slowed replay: a long burst of
-        # other load during the shared baseline would otherwise fail the retry as well
-        again = real_replay(
-            run_dir=synthetic, out_dir=synthetic.parent / "base1", effects=NO_EFFECTS, cfg=Cfg()
-        )
-        assert misses(1, again) == [], f"first attempt: {first}"
+    orig = load_run(synthetic)
+    # simulated: rank 2's ~300 ms of compute a step runs 150 ms longer, less the 0.2 ms it started after
+    # rank 0 (its recorded skew absorbs that much), and every rank waits for it at the all_reduce
+    sim_base, sim_slow = simulate(orig).step_spans(), simulate(orig, effects=slow).step_spans()
+    sim_delta = {r: _median_step(sim_slow, r) - _median_step(sim_base, r) for r in range(4)}
+    assert sim_delta == dict.fromkeys(range(4), 149_800_000)
+    # real: the workers are told to run rank 2's compute 1.5 times as long, and did
+    slowed = real_replay(run_dir=synthetic, out_dir=synthetic.parent / "slow", effects=slow, cfg=Cfg())
+    assert all(len(r.replay_ns) == STEPS for r in slowed.ranks)
+    for r, rt in orig.ranks.items():
+        _warmup, ops = read_rank_plan(slowed.out_dir / "real" / "plan", r)
+        computed = [(op.dur_ns, int(rt.dur_ns[op.row])) for op in ops if op.kind == KIND_COMPUTE]
+        assert len(computed) == 2 * STEPS
+        assert all(planned == round(recorded * (1.5 if r == 2 else 1.0)) for planned, recorded in computed)
+    assert_the_workers_kept_their_plans(slowed.out_dir, sorted(orig.ranks))
 
 
 @pytest.mark.slow
@@ -373,29 +375,20 @@ def test_the_parent_side_of_real_replay_does_not_import_torch() -> None:
 
 
 @pytest.mark.slow
-def test_replaying_a_captured_four_rank_run_of_the_example_reproduces_each_ranks_step_time(
+def test_a_captured_four_rank_run_of_the_example_replays_every_rank_and_step_as_planned(
     tmp_path: Path,
 ) -> None:
     if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.cli.profile") is None:
         pytest.skip("capture (profiler/cli_profile.py, examples/train.py) is not available")
-
-    def misses(attempt: int) -> list[RankStepTimes]:
-        run = tmp_path / f"captured{attempt}"
-        res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
-        assert res.returncode == 0, res.stderr[-2000:]
-        out = tmp_path / f"out{attempt}"
-        result = real_replay(run_dir=run, out_dir=out, effects=NO_EFFECTS, cfg=Cfg())
-        assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
-        assert all(len(r.steps) == 8 for r in result.ranks)
-        # the median step: a step the machine stalled during capture (other jobs) is not the workload's
-        return [
-            r
-            for r in result.ranks
-            if abs(statistics.median(r.replay_ns) - statistics.median(r.original_ns))
-            > 0.10 * statistics.median(r.original_ns)
-        ]
-
-    # one retry, capture and replay afresh: the machine is shared (4 ranks on 2 cores here), and a burst
-    # of other load during either the capture or the replay is not a replay error
-    assert misses(0) == [] or misses(1) == []
+    run = tmp_path / "captured"
+    res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=Cfg())
+    captured = load_run(run)
+    assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
+    for r in result.ranks:  # the original step times are the capture's, step for step
+        spans = step_spans(captured.ranks[r.rank])
+        assert len(r.steps) == len(r.replay_ns) == 8
+        assert r.original_ns == tuple(spans[s][1] - spans[s][0] for s in sorted(spans))
+    assert_the_workers_kept_their_plans(result.out_dir, [0, 1, 2, 3])
     assert _no_replay_processes_left() == []
