@@ -11,7 +11,8 @@ all_gather, a send/recv):
   of a plain replay, against the simulator's delta on the plain replay's own record (target: within 10%);
 
 and (unless ``--no-capture``) the example captured on 4 gloo ranks under ``skewlens profile`` and replayed:
-per rank, the median replayed step time against the captured one (target: within 10%).
+per rank, the median replayed step time against the captured one (target: within 10%), and the median
+step time of the simulator's unmodified replay of the capture against it too.
 
 The tests check what cannot vary with the machine's load (the plans the workers get, that they never
 start early or compute short); these are the figures that do.
@@ -126,11 +127,13 @@ def captured(tmp: Path, rep: int) -> None:
     ]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, timeout=600)
     result = real_replay(run_dir=run, out_dir=tmp / f"captured-out{rep}", effects=NO_EFFECTS, cfg=Cfg())
+    sim = median_steps(simulate(load_run(run)).step_spans())
     for r in result.ranks:
         orig, rep_ns = statistics.median(r.original_ns), statistics.median(r.replay_ns)
         print(
             f"rep {rep}: captured rank {r.rank}: step {orig / MS:.1f} ms, replayed {rep_ns / MS:.1f} ms "
-            f"({(rep_ns - orig) / orig:+.1%})"
+            f"({(rep_ns - orig) / orig:+.1%}), simulated {sim[r.rank] / MS:.1f} ms "
+            f"({(sim[r.rank] - orig) / orig:+.1%})"
         )
 
 
