@@ -127,9 +127,14 @@ def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(
         ddp = ddp_all_reduces(out, r)
         assert len(ddp) == 4 and all(a[Attr.DUR_NS] > 0 for a in ddp)
         steps = {s.step: s for s in m.steps if s.rank == r}
-        for a in ddp:  # on the steps' clock: the all-reduce ends inside its step (backward waits for it)
-            step = steps[a[Attr.STEP]]
-            assert step.start_ns <= a[Attr.START_NS] < a[Attr.START_NS] + a[Attr.DUR_NS] <= step.end_ns
+        assert [a[Attr.STEP] for a in ddp] == sorted(steps)  # one a step, in order
+        ends = [a[Attr.START_NS] + a[Attr.DUR_NS] for a in ddp]
+        assert ends == sorted(ends)
+        if recorder == "native":  # on the steps' clock: it runs inside its step (backward waits for it)
+            for a in ddp:
+                step = steps[a[Attr.STEP]]
+                assert step.start_ns <= a[Attr.START_NS] < a[Attr.START_NS] + a[Attr.DUR_NS] <= step.end_ns
+        # (Kineto's events are put on that clock through markers, to within their noise: no bound there)
     if recorder == "no compiler":
         assert "skewlens-no-such-compiler" in stderr and "warning" in stderr  # the launcher said so
         for r in (0, 1):
