@@ -70,6 +70,15 @@ class TraceNode:
     """Chakra IOInfo ``inputs.types``."""
 
 
+def as_comm_node(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+    """``attrs`` of a communication node in Chakra's convention: ``is_cpu_op`` false (what Chakra's
+    converter writes and ASTRA-sim requires), where it ran kept in ``skl_host_op`` (default: the host)."""
+    host = attrs.get(Attr.HOST_OP, attrs.get(Attr.IS_CPU_OP, True))
+    attrs[Attr.HOST_OP] = bool(host)
+    attrs[Attr.IS_CPU_OP] = False
+    return attrs
+
+
 def pg_init_node(groups: Sequence[ProcessGroupInfo]) -> TraceNode:
     """The ``## process_group:init ##`` METADATA node (id 0) listing the process groups, in PyTorch's form."""
     values = json.dumps(

@@ -119,7 +119,7 @@ ONE_MEMBER_AS = CommType.BROADCAST
 WORLD_GROUP_ID = "0"
 
 #: Attribute names the export adds (ours: ``skl_`` prefix).
-HOST_OP = "skl_host_op"  # bool: the source's is_cpu_op where the export changed it
+HOST_OP = Attr.HOST_OP  # bool: where the node ran (see skewlens.profiler.vocab)
 SRC_COMM_TYPE = "skl_comm_type"  # int64: the source's comm_type where the export changed it (-1 unknown)
 SRC_PG_NAME = "skl_pg_name"  # string: the source's pg_name where the export renamed the group
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skewlens.profiler.chakra_io import AttrValue, TraceNode, pg_init_node, write_et
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node, write_et
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 
@@ -62,6 +62,8 @@ class RankBuilder:
         if self.step_index >= 0:
             all_attrs[Attr.STEP] = self.step_index
         all_attrs.update(attrs)
+        if node_type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV):
+            as_comm_node(all_attrs)
         self.nodes.append(
             TraceNode(
                 node_id=nid,

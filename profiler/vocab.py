@@ -77,6 +77,9 @@ class Attr(StrEnum):
     OP = "skl_op"  # string, the framework op that issued it (e.g. c10d::allreduce_)
     STREAM_KIND = "skl_stream_kind"  # string, "thread" | "cuda"
     DEVICE = "skl_device"  # string, e.g. "cpu", "cuda:0"
+    # bool, the node ran on a host thread. Set on communication nodes, whose is_cpu_op is false by Chakra's
+    # convention (ASTRA-sim refuses a comm node on the CPU); where absent, is_cpu_op says it (older traces).
+    HOST_OP = "skl_host_op"
     SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
     INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
 

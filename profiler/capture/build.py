@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
-from skewlens.profiler.chakra_io import AttrValue, TraceNode, pg_init_node
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
     COMPUTE_GAP_NODE_NAME,
@@ -387,7 +387,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
         attrs: dict[str, AttrValue] = {
             Attr.COMM_SIZE: c.size_bytes,
             Attr.PG_NAME: c.pg_name,
-            Attr.IS_CPU_OP: cpu,
+            Attr.HOST_OP: cpu,
             Attr.STEP: c.step,
             Attr.DTYPE: c.dtype,
             Attr.NUMEL: c.numel,
@@ -415,7 +415,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 start_ns=c.start_ns,
                 end_ns=end,
                 stream=stream,
-                attrs=attrs,
+                attrs=as_comm_node(attrs),
                 issue_stream=thread_stream if c.is_async else -1,
                 issue_end_ns=c.issue_end_ns,
                 rf_id=rf_id,

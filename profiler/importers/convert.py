@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from skewlens.profiler.chakra_io import AttrValue, TraceNode
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import (
     MAX_INT,
@@ -276,6 +276,7 @@ def _attach(p: _Pending, info: CommInfo, kt: KinetoTrace) -> bool:
                 Attr.OP: info.op,
             }
         )
+        as_comm_node(p.attrs)
         return True
     if info.p2p and info.peer is not None:
         if not 0 <= info.peer < (kt.world_size or MAX_INT):
@@ -294,6 +295,7 @@ def _attach(p: _Pending, info: CommInfo, kt: KinetoTrace) -> bool:
                 Attr.OP: info.op,
             }
         )
+        as_comm_node(p.attrs)
         return True
     return False
 

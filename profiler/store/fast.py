@@ -64,6 +64,7 @@ KNOWN_ATTRS = (
     "skl_dur_ns",
     "skl_step",
     "tensor_size",
+    "skl_host_op",
 )
 
 

@@ -166,6 +166,13 @@ def decode_reference(path: str | Path) -> RawColumns:
 _INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
 
 
+def _host_op(raw: RawColumns) -> np.ndarray:
+    """Whether each node ran on a host thread: ``skl_host_op`` where written (communication nodes, whose
+    ``is_cpu_op`` is false by Chakra's convention), else ``is_cpu_op`` (older traces), else true."""
+    cpu = np.where(raw.attr_has["is_cpu_op"], raw.attr_val["is_cpu_op"] != 0, True)
+    return np.where(raw.attr_has["skl_host_op"], raw.attr_val["skl_host_op"] != 0, cpu)
+
+
 def decode(path: str | Path, *, reference: bool = False) -> RawColumns:
     """Decode a file with the vectorised decoder, falling back to the reference one where it refuses."""
     if not reference:
@@ -335,7 +342,7 @@ def _interpret(
         src=_pick(raw, "comm_src", -1).astype(np.int32),
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
-        is_cpu=np.where(raw.attr_has["is_cpu_op"], raw.attr_val["is_cpu_op"] != 0, True),
+        is_cpu=_host_op(raw),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
         dep_kind=dep_kind,

@@ -1,0 +1,113 @@
+"""Our default ``.et`` follows Chakra's conventions where that loses nothing: a communication node has
+``is_cpu_op`` false (Chakra's converter writes that, ASTRA-sim requires it), and where it ran is kept in
+``skl_host_op``; traces written before that load exactly as they did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, write_et
+from skewlens.profiler.manifest import rank_file
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.load import load_rank
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import Attr, CommType, NodeType
+
+COMM = (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV)
+
+
+def _run(tmp_path: Path) -> Path:
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(1)
+        rb.compute("aten::mm", 1000 + r)
+        rb.collective(CommType.ALL_REDUCE, 4096, 300)
+    b.rank(0).send(1, 256, 50)
+    b.rank(1).recv(0, 256, 50)
+    return b.write(tmp_path / "run")
+
+
+def _chakra_nodes(path: Path) -> list[Node]:
+    fh = openFileRd(str(path))
+    assert decodeMessage(fh, GlobalMetadata())
+    nodes = []
+    while True:
+        n = Node()
+        if not decodeMessage(fh, n):
+            break
+        nodes.append(n)
+    fh.close()
+    return nodes
+
+
+def _attrs(n: Node) -> dict[str, object]:
+    return {a.name: getattr(a, a.WhichOneof("value")) for a in n.attr}
+
+
+def test_comm_nodes_read_by_chakras_reader_are_not_cpu_ops_and_say_they_ran_on_the_host(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path)
+    for r in (0, 1):
+        nodes = _chakra_nodes(rank_file(run, r))
+        comm = [n for n in nodes if n.type in COMM]
+        comp = [n for n in nodes if n.type == NodeType.COMP]
+        assert len(comm) == 2 and comp
+        assert all(_attrs(n)["is_cpu_op"] is False and _attrs(n)[Attr.HOST_OP] is True for n in comm)
+        assert all(_attrs(n)["is_cpu_op"] is True and Attr.HOST_OP not in _attrs(n) for n in comp)
+
+
+def test_as_comm_node_keeps_a_gpu_placement_and_defaults_to_the_host() -> None:
+    assert as_comm_node({Attr.IS_CPU_OP: False}) == {Attr.IS_CPU_OP: False, Attr.HOST_OP: False}
+    assert as_comm_node({Attr.IS_CPU_OP: True}) == {Attr.IS_CPU_OP: False, Attr.HOST_OP: True}
+    assert as_comm_node({}) == {Attr.IS_CPU_OP: False, Attr.HOST_OP: True}
+    assert as_comm_node({Attr.HOST_OP: False, Attr.IS_CPU_OP: True})[Attr.HOST_OP] is False
+
+
+def _as_old_style(path: Path) -> None:
+    """Rewrite a trace as written before: comm nodes with is_cpu_op true and no skl_host_op."""
+    et = read_et(path)
+    for n in et.nodes:
+        if n.type in COMM:
+            kept = [a for a in n.attr if a.name != Attr.HOST_OP]
+            del n.attr[:]
+            n.attr.extend(kept)
+            next(a for a in n.attr if a.name == Attr.IS_CPU_OP).bool_val = True
+    write_et(path, et.nodes, metadata=et.metadata)
+
+
+def test_a_trace_written_before_the_convention_loads_to_the_same_store(tmp_path: Path) -> None:
+    new = load_run(_run(tmp_path / "new"))
+    old_dir = _run(tmp_path / "old")
+    for r in (0, 1):
+        _as_old_style(rank_file(old_dir, r))
+        assert all(node_attrs(n).get(Attr.HOST_OP) is None for n in read_et(rank_file(old_dir, r)).nodes)
+    old = load_run(old_dir)
+    for r in (0, 1):
+        a, b = new.ranks[r], old.ranks[r]
+        assert a.is_cpu.all() and np.array_equal(a.is_cpu, b.is_cpu)
+        assert np.array_equal(a.node_type, b.node_type) and np.array_equal(a.start_ns, b.start_ns)
+    assert len(new.collectives) == len(old.collectives) == 1 and len(new.p2p) == len(old.p2p) == 1
+
+
+def test_a_gpu_comm_node_is_not_a_host_op_for_either_decoder(tmp_path: Path) -> None:
+    node = TraceNode(
+        node_id=1,
+        name="ncclDevKernel_AllReduce",
+        node_type=NodeType.COMM_COLL,
+        start_ns=10,
+        dur_ns=5,
+        attrs=as_comm_node(
+            {Attr.IS_CPU_OP: False, Attr.COMM_TYPE: int(CommType.ALL_REDUCE), Attr.COMM_SIZE: 8, Attr.SEQ: 0}
+        ),
+    )
+    host = TraceNode(node_id=2, name="aten::mm", node_type=NodeType.COMP, start_ns=0, dur_ns=5)
+    path = tmp_path / "rank-0.et"
+    write_et(path, [host, node])
+    for reference in (False, True):
+        rt = load_rank(path, 0, [], {}, reference=reference)
+        assert rt.is_cpu.tolist() == [True, False], reference
