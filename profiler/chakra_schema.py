@@ -17,8 +17,9 @@ with Chakra's ``protolib`` reader, and decodes bytes made with Chakra's classes 
 
 The classes live in a private descriptor pool, so importing Chakra's generated module in the same process
 (as the tests do) never clashes with them. Names mirror the generated module: ``Node``, ``GlobalMetadata``,
-``AttributeProto``, ..., the enum wrappers ``NodeType`` and ``CollectiveCommType`` with their values as
-module constants (``COMP_NODE``, ``ALL_REDUCE``, ...), and ``DESCRIPTOR`` for the file.
+``AttributeProto``, ..., the enum wrappers ``NodeType`` and ``CollectiveCommType`` (their values are
+:mod:`skewlens.profiler.vocab`'s ``NodeType`` and ``CommType``) and those values as module constants
+(``COMP_NODE``, ``ALL_REDUCE``, ...), and ``DESCRIPTOR`` for the file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal import enum_type_wrapper
+
+from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import NodeType as VocabNodeType
 
 #: Chakra's proto package; messages are ``ChakraProtoMsg.Node`` etc., as in Chakra's own files.
 PACKAGE = "ChakraProtoMsg"
@@ -57,36 +61,11 @@ ATTRIBUTE_KINDS: tuple[tuple[str, int], ...] = (
     ("bytes", _F.TYPE_BYTES),
 )
 
-#: ``enum NodeType`` and ``enum CollectiveCommType``: (name, [(value name, number), ...]).
+#: ``enum NodeType`` and ``enum CollectiveCommType``: (name, [(value name, number), ...]), from the
+#: vocabulary's enums (Chakra names a node type ``<TYPE>_NODE``).
 ENUMS: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
-    (
-        "NodeType",
-        (
-            ("INVALID_NODE", 0),
-            ("METADATA_NODE", 1),
-            ("MEM_LOAD_NODE", 2),
-            ("MEM_STORE_NODE", 3),
-            ("COMP_NODE", 4),
-            ("COMM_SEND_NODE", 5),
-            ("COMM_RECV_NODE", 6),
-            ("COMM_COLL_NODE", 7),
-        ),
-    ),
-    (
-        "CollectiveCommType",
-        (
-            ("ALL_REDUCE", 0),
-            ("REDUCE", 1),
-            ("ALL_GATHER", 2),
-            ("GATHER", 3),
-            ("SCATTER", 4),
-            ("BROADCAST", 5),
-            ("ALL_TO_ALL", 6),
-            ("REDUCE_SCATTER", 7),
-            ("REDUCE_SCATTER_BLOCK", 8),
-            ("BARRIER", 9),
-        ),
-    ),
+    ("NodeType", tuple((f"{t.name}_NODE", int(t)) for t in VocabNodeType)),
+    ("CollectiveCommType", tuple((t.name, int(t)) for t in CommType)),
 )
 
 
@@ -200,23 +179,6 @@ Tensor: Any = _message_class("Tensor")
 
 NodeType = enum_type_wrapper.EnumTypeWrapper(DESCRIPTOR.enum_types_by_name["NodeType"])
 CollectiveCommType = enum_type_wrapper.EnumTypeWrapper(DESCRIPTOR.enum_types_by_name["CollectiveCommType"])
-
-INVALID_NODE = 0
-METADATA_NODE = 1
-MEM_LOAD_NODE = 2
-MEM_STORE_NODE = 3
-COMP_NODE = 4
-COMM_SEND_NODE = 5
-COMM_RECV_NODE = 6
-COMM_COLL_NODE = 7
-
-ALL_REDUCE = 0
-REDUCE = 1
-ALL_GATHER = 2
-GATHER = 3
-SCATTER = 4
-BROADCAST = 5
-ALL_TO_ALL = 6
-REDUCE_SCATTER = 7
-REDUCE_SCATTER_BLOCK = 8
-BARRIER = 9
+# the enum values as module constants (``COMP_NODE``, ``ALL_REDUCE``, ...), as the generated module has them
+globals().update(NodeType.items())
+globals().update(CollectiveCommType.items())
