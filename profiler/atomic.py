@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,3 +63,15 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
     with atomic_file(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         json.dump(data, fh, **dump_kwargs)
     return Path(path)
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Put the finished directory ``tmp`` (a sibling of ``out``) in place of ``out``, by renames: readers
+    see the old directory or the new one, never a mix; the old one is removed after."""
+    if not out.exists():
+        tmp.replace(out)
+        return
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.replace(old)
+    tmp.replace(out)
+    shutil.rmtree(old, ignore_errors=True)

@@ -50,7 +50,6 @@ wait for their receiver.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import tempfile
@@ -60,7 +59,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE
+from skewlens.profiler.atomic import FILE_MODE, replace_dir
 from skewlens.profiler.chakra_io import AttrValue, EtWriter, attr_value, iter_nodes, read_et
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -491,28 +490,12 @@ def _check_target(out: Path) -> None:
             )
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.replace(old)
-        tmp.replace(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.replace(out)
-
-
 def _validate(run_dir: str | Path, progress: Progress) -> None:
-    from skewlens.profiler.store.validate import FIRST_ERRORS, validate_run
+    from skewlens.profiler.store.validate import refusal, validate_run
 
     report = validate_run(run_dir, progress=progress)
-    errors = report.errors
-    if errors:
-        shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
-        more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
-        raise ValidationError(
-            f"{run_dir}: not exported, {len(errors)} problem(s){more}: {shown} "
-            f"-- run `skewlens check {run_dir}`"
-        )
+    if report.errors:
+        raise refusal(run_dir, report.errors, "not exported")
 
 
 def export_astra_sim(
@@ -643,7 +626,7 @@ def export_astra_sim(
         for p in tmp.iterdir():
             p.chmod(FILE_MODE)
         tmp.chmod(FILE_MODE | (FILE_MODE & 0o444) >> 2)  # a directory: x wherever r
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
+from skewlens.profiler.atomic import replace_dir
+from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
 from skewlens.profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
@@ -53,7 +54,7 @@ from skewlens.profiler.store.schema import (
     table_from_columns,
     write_table,
 )
-from skewlens.profiler.store.validate import FIRST_ERRORS, find_cycle
+from skewlens.profiler.store.validate import find_cycle, refusal
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -265,26 +266,12 @@ def export_run(
         summary = _export_into(files, tmp, n_workers, sink, progress=progress)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
-            shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
-            raise ValidationError(
-                f"{run_dir}: not exported, {len(errors)} problem(s): {shown} "
-                f"-- run `skewlens check {run_dir}`"
-            )
-        _replace_dir(tmp, out)
+            raise refusal(run_dir, errors, "not exported")
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.replace(old)
-        tmp.replace(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.replace(out)
 
 
 def _export_into(

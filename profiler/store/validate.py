@@ -10,6 +10,7 @@ start times, sequence numbers numbered in file order, world-wide groups assumed)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,15 +119,20 @@ def validate_run(path: str | Path, *, progress: Progress = NO_PROGRESS) -> Valid
     return ValidationReport(path=str(path), issues=sink.issues, run=run)
 
 
+def refusal(path: str | Path, errors: Sequence[Issue], what: str) -> ValidationError:
+    """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
+    first :data:`FIRST_ERRORS` of them, and the command that lists them all."""
+    shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
+    more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
+    return ValidationError(
+        f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- run `skewlens check {path}` for all"
+    )
+
+
 def load_validated(path: str | Path, *, progress: Progress = NO_PROGRESS) -> RunTrace:
     """The run, validated: raises :class:`ValidationError` naming the first few problems if there are any."""
     report = validate_run(path, progress=progress)
-    errors = report.errors
-    if errors:
-        shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
-        more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
-        raise ValidationError(
-            f"{path}: {len(errors)} problem(s) found{more}: {shown} -- run `skewlens check {path}` for all"
-        )
+    if report.errors:
+        raise refusal(path, report.errors, "not loaded")
     assert report.run is not None
     return report.run
