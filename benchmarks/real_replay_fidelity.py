@@ -26,62 +26,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from skewlens.profiler.store import load_run
-from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.config import RealConfig
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
-MS = 1_000_000
-STEPS, COMPUTE_NS = 8, 300 * MS
+sys.path.insert(0, str(ROOT / "tests"))  # the run the real-replay tests use
+from replay_workloads import MS, RankFactor, four_rank_run  # noqa: E402
 
-
-@dataclass
-class Cfg:
-    timeout_s: float = 30.0
-    backend: str = "auto"
-    nproc: int | None = None
-
-
-@dataclass(frozen=True)
-class RankFactor:
-    """Compute on one rank runs ``factor`` times slower."""
-
-    rank: int
-    factor: float
-
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
-        return self.factor if rank == self.rank else 1.0
-
-    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
-        return 0
-
-    def stall_ns(self, rank: int, step: int) -> int:
-        return 0
-
-
-def four_rank_run(path: Path) -> Path:
-    b = RunBuilder(4, groups={"0": (0, 1, 2, 3), "tp0": (0, 1), "tp1": (2, 3)})
-    for r in range(4):
-        rb = b.rank(r)
-        for s in range(STEPS):
-            rb.step(s)
-            start = 1_000_000_000 + s * (COMPUTE_NS + 15 * MS) + r * 100_000
-            rb.compute("aten::mm", COMPUTE_NS - 5 * MS, start_ns=start)
-            rb.collective(CommType.ALL_REDUCE, 16 << 10, 500_000)
-            rb.collective(CommType.ALL_GATHER, 4 << 10, 300_000, pg="tp0" if r < 2 else "tp1")
-            rb.compute("aten::add", 5 * MS)
-            if r % 2 == 0:
-                rb.send(r + 1, 4 << 10, 200_000)
-            else:
-                rb.recv(r - 1, 4 << 10, 200_000)
-    return b.write(path)
+CFG = RealConfig(timeout_s=30.0)
 
 
 def median_steps(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, float]:
@@ -93,7 +52,7 @@ def median_steps(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, flo
 
 def synthetic(tmp: Path, rep: int) -> None:
     orig = four_rank_run(tmp / f"orig{rep}")
-    base = real_replay(run_dir=orig, out_dir=tmp / f"base{rep}", effects=NO_EFFECTS, cfg=Cfg())
+    base = real_replay(run_dir=orig, out_dir=tmp / f"base{rep}", effects=NO_EFFECTS, cfg=CFG)
     record = load_run(base.out_dir / "real" / "replayed")
     source = load_run(orig)
     over = []
@@ -107,7 +66,7 @@ def synthetic(tmp: Path, rep: int) -> None:
     slow = RankFactor(2, 1.5)
     sim = median_steps(simulate(record, effects=slow).step_spans())
     sim_base = median_steps(simulate(record).step_spans())
-    slowed = real_replay(run_dir=orig, out_dir=tmp / f"slow{rep}", effects=slow, cfg=Cfg())
+    slowed = real_replay(run_dir=orig, out_dir=tmp / f"slow{rep}", effects=slow, cfg=CFG)
     base_ns = {b.rank: statistics.median(b.replay_ns) for b in base.ranks}
     for r in slowed.ranks:
         real_d = statistics.median(r.replay_ns) - base_ns[r.rank]
@@ -126,7 +85,7 @@ def captured(tmp: Path, rep: int) -> None:
         str(EXAMPLE), "--steps", "10",
     ]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, timeout=600)
-    result = real_replay(run_dir=run, out_dir=tmp / f"captured-out{rep}", effects=NO_EFFECTS, cfg=Cfg())
+    result = real_replay(run_dir=run, out_dir=tmp / f"captured-out{rep}", effects=NO_EFFECTS, cfg=CFG)
     sim = median_steps(simulate(load_run(run)).step_spans())
     for r in result.ranks:
         orig, rep_ns = statistics.median(r.original_ns), statistics.median(r.replay_ns)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
-from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from chakra.schema.protobuf.et_def_pb2 import Node
+from chakra_reader import read_with_chakra
 
 from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, write_et
 from skewlens.profiler.manifest import rank_file
@@ -31,19 +31,6 @@ def _run(tmp_path: Path) -> Path:
     return b.write(tmp_path / "run")
 
 
-def _chakra_nodes(path: Path) -> list[Node]:
-    fh = openFileRd(str(path))
-    assert decodeMessage(fh, GlobalMetadata())
-    nodes = []
-    while True:
-        n = Node()
-        if not decodeMessage(fh, n):
-            break
-        nodes.append(n)
-    fh.close()
-    return nodes
-
-
 def _attrs(n: Node) -> dict[str, object]:
     return {a.name: getattr(a, a.WhichOneof("value")) for a in n.attr}
 
@@ -53,7 +40,7 @@ def test_comm_nodes_read_by_chakras_reader_are_not_cpu_ops_and_say_they_ran_on_t
 ) -> None:
     run = _run(tmp_path)
     for r in (0, 1):
-        nodes = _chakra_nodes(rank_file(run, r))
+        _gm, nodes = read_with_chakra(rank_file(run, r))
         comm = [n for n in nodes if n.type in COMM]
         comp = [n for n in nodes if n.type == NodeType.COMP]
         assert len(comm) == 2 and comp

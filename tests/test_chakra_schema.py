@@ -20,13 +20,15 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 try:
     from chakra.schema.protobuf import et_def_pb2 as chakra_pb
-    from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage, openFileRd
+    from chakra.src.third_party.utils.protolib import encodeMessage
 except ImportError as e:  # the authority is missing: say how to get it rather than skip
     raise ImportError(
         "tests/test_chakra_schema.py compares skewlens's Chakra schema with Chakra's own module, which is "
         "not installed; install it with `.venv/bin/pip install --no-deps mlc-chakra==1.0.0` "
         "(scripts/install.sh does this)"
     ) from e
+
+from chakra_reader import read_with_chakra
 
 from skewlens.profiler import chakra_schema as ours
 from skewlens.profiler.chakra_io import TraceNode, encode_message, pg_init_node, read_et, write_et
@@ -171,26 +173,11 @@ def _trace_nodes() -> list[TraceNode]:
     ]
 
 
-def _read_with_chakra(path: Path) -> tuple[Any, list[Any]]:
-    fh = openFileRd(str(path))
-    try:
-        gm = chakra_pb.GlobalMetadata()
-        assert decodeMessage(fh, gm)
-        nodes = []
-        node = chakra_pb.Node()
-        while decodeMessage(fh, node):
-            nodes.append(node)
-            node = chakra_pb.Node()
-    finally:
-        fh.close()
-    return gm, nodes
-
-
 def test_chakras_reader_reads_our_file_with_identical_field_values(tmp_path: Path) -> None:
     path = tmp_path / "rank-0.et"
     meta = {"rank": 0, "world_size": 2, "run": "r1"}
     assert write_et(path, _trace_nodes(), meta) == 3
-    gm, theirs = _read_with_chakra(path)
+    gm, theirs = read_with_chakra(path)
 
     mine = read_et(path)
     assert [n.name for n in theirs] == ["## process_group:init ##", "aten::mm", "c10d::allreduce_"]
@@ -312,7 +299,7 @@ def test_our_writer_takes_chakras_own_node_messages(tmp_path: Path) -> None:
     path = tmp_path / "mixed.et"
     theirs = _chakra_made_node()
     write_et(path, [theirs, _trace_nodes()[1]])
-    _gm, back = _read_with_chakra(path)
+    _gm, back = read_with_chakra(path)
     _assert_same_values(back[0], theirs)
     assert back[1].name == "aten::mm"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
-from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from chakra.schema.protobuf.et_def_pb2 import Node
+from chakra_reader import read_with_chakra
 from rich.console import Console
 
 from skewlens.cli import main as cli_main
@@ -58,21 +58,6 @@ def _run(tmp_path: Path, groups: dict[str, tuple[int, ...]] | None = None) -> Pa
     return b.write(tmp_path / "run")
 
 
-def _read_chakra(path: Path) -> tuple[GlobalMetadata, list[Node]]:
-    """A trace decoded by Chakra's protolib into Chakra's et_def_pb2 classes."""
-    fh = openFileRd(str(path))
-    gm = GlobalMetadata()
-    assert decodeMessage(fh, gm)
-    nodes = []
-    while True:
-        node = Node()
-        if not decodeMessage(fh, node):
-            break
-        nodes.append(node)
-    fh.close()
-    return gm, nodes
-
-
 def _attrs(node: Node) -> dict[str, Any]:
     out = {}
     for a in node.attr:
@@ -92,7 +77,7 @@ def test_every_rank_gets_the_file_astra_sims_feeder_opens_for_the_workload_prefi
     assert sorted(p.name for p in res.out_dir.glob("*.et")) == [f"workload.{r}.et" for r in range(WORLD)]
     for r in range(WORLD):
         assert res.traces[r] == Path(f"{res.prefix}.{r}.et")  # what ASTRA-sim opens: <prefix>.<npu>.et
-        gm, nodes = _read_chakra(res.traces[r])
+        gm, nodes = read_with_chakra(res.traces[r])
         assert len(nodes) == res.nodes[r] > 0
         assert {a.name for a in gm.attr} >= {"schema", "rank", "world_size"}
 
@@ -100,7 +85,7 @@ def test_every_rank_gets_the_file_astra_sims_feeder_opens_for_the_workload_prefi
 def test_no_node_type_astra_sim_rejects_is_written_and_the_metadata_node_is_gone(exported) -> None:
     _run_dir, res = exported
     for path in res.traces.values():
-        _gm, nodes = _read_chakra(path)
+        _gm, nodes = read_with_chakra(path)
         types = {n.type for n in nodes}
         assert types <= {NodeType.COMP, NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV}
         assert "## process_group:init ##" not in {n.name for n in nodes}
@@ -111,7 +96,7 @@ def test_every_comm_node_is_off_the_cpu_with_a_collective_type_astra_sim_issues(
     _run_dir, res = exported
     supported = {int(t) for t in ASTRA_SUPPORTED}
     for path in res.traces.values():
-        _gm, nodes = _read_chakra(path)
+        _gm, nodes = read_with_chakra(path)
         for n in nodes:
             a = _attrs(n)
             assert a[Attr.IS_CPU_OP] is False, n.name  # compute too: ASTRA-sim's NPU compute
@@ -123,7 +108,7 @@ def test_every_comm_node_is_off_the_cpu_with_a_collective_type_astra_sim_issues(
 
 def test_a_barrier_becomes_a_four_byte_all_reduce_over_its_group(exported) -> None:
     _run_dir, res = exported
-    _gm, nodes = _read_chakra(res.traces[2])
+    _gm, nodes = read_with_chakra(res.traces[2])
     barriers = [n for n in nodes if n.name == "c10d::barrier"]
     assert len(barriers) == 2
     for n in barriers:
@@ -138,7 +123,7 @@ def test_a_barrier_becomes_a_four_byte_all_reduce_over_its_group(exported) -> No
 def test_every_dependency_names_a_node_of_the_same_file_and_ids_are_unique(exported) -> None:
     _run_dir, res = exported
     for path in res.traces.values():
-        _gm, nodes = _read_chakra(path)
+        _gm, nodes = read_with_chakra(path)
         ids = [n.id for n in nodes]
         assert len(ids) == len(set(ids))
         for n in nodes:
@@ -150,7 +135,7 @@ def test_sizes_peers_tags_groups_and_durations_are_those_of_the_source(exported)
     run, res = exported
     for r in range(WORLD):
         src = {n.id: n for n in read_et(rank_file(run, r)).nodes if n.type != NodeType.METADATA}
-        _gm, nodes = _read_chakra(res.traces[r])
+        _gm, nodes = read_with_chakra(res.traces[r])
         assert {n.id for n in nodes} == set(src)
         for n in nodes:
             s, a, sa = src[n.id], _attrs(n), node_attrs(src[n.id])
@@ -179,7 +164,7 @@ def test_groups_without_a_positive_integer_name_get_the_next_free_id(tmp_path: P
     run = _run(tmp_path, groups={"0": (0, 1, 2, 3), "tp_a": (0, 1), "5": (2, 3)})
     res = export_astra_sim(run, tmp_path / "astra")
     assert json.loads(res.comm_groups.read_text()) == {"5": [2, 3], "6": [0, 1]}
-    _gm, nodes = _read_chakra(res.traces[0])
+    _gm, nodes = read_with_chakra(res.traces[0])
     sub = [_attrs(n) for n in nodes if _attrs(n).get(SRC_PG_NAME) == "tp_a"]
     assert len(sub) == 2 and {a[Attr.PG_NAME] for a in sub} == {"6"}
     assert {(g.source_name, g.astra_id) for g in res.groups} == {("0", "0"), ("tp_a", "6"), ("5", "5")}
@@ -191,7 +176,7 @@ def test_a_collective_of_a_one_member_group_is_replayed_as_a_broadcast(tmp_path:
         b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 16, dur_ns=10_000, pg=str(r + 1))
         b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 16, dur_ns=10_000)
     res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
-    _gm, nodes = _read_chakra(res.traces[1])
+    _gm, nodes = read_with_chakra(res.traces[1])
     types = [(_attrs(n)[Attr.PG_NAME], _attrs(n)[Attr.COMM_TYPE]) for n in nodes]
     assert types == [("2", CommType.BROADCAST), ("0", CommType.ALL_REDUCE)]
     assert _attrs(nodes[0])[SRC_COMM_TYPE] == CommType.ALL_REDUCE
@@ -216,7 +201,7 @@ def test_without_strict_a_dangling_dependency_is_dropped_and_counted(tmp_path: P
     with pytest.raises(ValidationError, match="not exported"):
         export_astra_sim(run, tmp_path / "astra")
     res = export_astra_sim(run, tmp_path / "astra", strict=False)
-    _gm, nodes = _read_chakra(res.traces[0])
+    _gm, nodes = read_with_chakra(res.traces[0])
     assert [list(n.ctrl_deps) for n in nodes] == [[], [1]]
     assert res.changes["dangling dependencies dropped"] == 1
 
@@ -326,14 +311,14 @@ def test_on_a_rank_with_gpu_kernels_host_compute_is_dropped_and_its_order_kept(t
         run, Manifest(world_size=1, ranks=(0,), process_groups=(ProcessGroupInfo(name="0", ranks=(0,)),))
     )
     res = export_astra_sim(run, tmp_path / "astra")
-    _gm, nodes = _read_chakra(res.traces[0])
+    _gm, nodes = read_with_chakra(res.traces[0])
     by_id = {n.id: n for n in nodes}
     assert sorted(by_id) == [2, 4]
     assert list(by_id[2].ctrl_deps) == [] and list(by_id[4].ctrl_deps) == [2]
     assert list(by_id[4].data_deps) == []  # host 3 depended only on host 1, which depended on metadata
     assert all(_attrs(n)[Attr.IS_CPU_OP] is False and HOST_OP not in _attrs(n) for n in nodes)
     npu = export_astra_sim(run, tmp_path / "astra-npu", host_compute="npu")
-    _gm, nodes = _read_chakra(npu.traces[0])
+    _gm, nodes = read_with_chakra(npu.traces[0])
     assert sorted(n.id for n in nodes) == [1, 2, 3, 4]
     assert {n.id for n in nodes if _attrs(n).get(HOST_OP)} == {1, 3}
 

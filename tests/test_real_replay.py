@@ -9,18 +9,19 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 from capture_helpers import EXAMPLE, profile
+from replay_workloads import MS, STEPS, RankFactor, four_rank_run
 from rich.console import Console
 
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.config import RealConfig
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
@@ -30,56 +31,8 @@ from skewlens.replay.real.render import render_comparison
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, step_spans
 from skewlens.replay.simulate import simulate
 
-MS = 1_000_000
+CFG = RealConfig(timeout_s=20.0)  # per-operation timeout of the replays below
 SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(60)']"
-# 8 steps of ~300 ms compute (a 50 % slower compute on rank 2 is ~150 ms a step)
-STEPS = 8
-COMPUTE_NS = 300 * MS
-STEP_PERIOD_NS = COMPUTE_NS + 15 * MS  # recorded start-to-start (compute, communication and a host gap)
-
-
-@dataclass
-class Cfg:
-    timeout_s: float = 20.0
-    backend: str = "auto"
-    nproc: int | None = None
-
-
-@dataclass(frozen=True)
-class RankFactor:
-    """Compute on one rank runs ``factor`` times slower (an ``Effects``, as the slowdown config gives)."""
-
-    rank: int
-    factor: float
-
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
-        return self.factor if rank == self.rank else 1.0
-
-    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
-        return 0
-
-    def stall_ns(self, rank: int, step: int) -> int:
-        return 0
-
-
-def _four_rank_run(path: Path) -> Path:
-    """4 ranks, STEPS steps of ~COMPUTE_NS: compute, world all_reduce, pair all_gather, compute, send/recv."""
-    b = RunBuilder(4, groups={"0": (0, 1, 2, 3), "tp0": (0, 1), "tp1": (2, 3)})
-    for r in range(4):
-        rb = b.rank(r)
-        for s in range(STEPS):
-            rb.step(s)
-            rb.compute(
-                "aten::mm", COMPUTE_NS - 5 * MS, start_ns=1_000_000_000 + s * STEP_PERIOD_NS + r * 100_000
-            )
-            rb.collective(CommType.ALL_REDUCE, 16 << 10, 500_000)
-            rb.collective(CommType.ALL_GATHER, 4 << 10, 300_000, pg="tp0" if r < 2 else "tp1")
-            rb.compute("aten::add", 5 * MS)
-            if r % 2 == 0:
-                rb.send(r + 1, 4 << 10, 200_000)
-            else:
-                rb.recv(r - 1, 4 << 10, 200_000)
-    return b.write(path)
 
 
 def _median_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> float:
@@ -136,12 +89,12 @@ def _no_replay_processes_left() -> list[str]:
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _four_rank_run(tmp_path_factory.mktemp("real") / "orig")
+    return four_rank_run(tmp_path_factory.mktemp("real") / "orig")
 
 
 @pytest.fixture(scope="module")
 def baseline(synthetic: Path) -> RealReplayResult:
-    return real_replay(run_dir=synthetic, out_dir=synthetic.parent / "base", effects=NO_EFFECTS, cfg=Cfg())
+    return real_replay(run_dir=synthetic, out_dir=synthetic.parent / "base", effects=NO_EFFECTS, cfg=CFG)
 
 
 # ---- pure parts: the plan ------------------------------------------------------------------------------
@@ -276,7 +229,7 @@ def test_mismatched_collective_types_are_refused_before_any_process_starts(tmp_p
     b.rank(1).step(0).collective(CommType.BROADCAST, 1024, MS)
     run = b.write(tmp_path / "run")
     with pytest.raises(ValidationError, match=r"seq 0"):
-        real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=Cfg())
+        real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
     assert not (tmp_path / "out" / "real" / "work").exists()
 
 
@@ -332,7 +285,7 @@ def test_a_compute_slowdown_on_rank_2_is_replayed_as_the_longer_compute_the_simu
     sim_delta = {r: _median_step(sim_slow, r) - _median_step(sim_base, r) for r in range(4)}
     assert sim_delta == dict.fromkeys(range(4), 149_800_000)
     # real: the workers are told to run rank 2's compute 1.5 times as long, and did
-    slowed = real_replay(run_dir=synthetic, out_dir=synthetic.parent / "slow", effects=slow, cfg=Cfg())
+    slowed = real_replay(run_dir=synthetic, out_dir=synthetic.parent / "slow", effects=slow, cfg=CFG)
     assert all(len(r.replay_ns) == STEPS for r in slowed.ranks)
     for r, rt in orig.ranks.items():
         _warmup, ops = read_rank_plan(slowed.out_dir / "real" / "plan", r)
@@ -357,7 +310,7 @@ def test_deadlocked_collectives_abort_every_rank_within_the_timeout_with_one_cle
     run = b.write(tmp_path / "run")
     t0 = time.monotonic()
     with pytest.raises(ReplayTimeoutError) as err:
-        real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=Cfg(timeout_s=3.0))
+        real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=3.0))
     elapsed = time.monotonic() - t0
     msg = str(err.value)
     assert "\n" not in msg
@@ -385,7 +338,7 @@ def test_a_captured_four_rank_run_of_the_example_replays_every_rank_and_step_as_
     run = tmp_path / "captured"
     res = profile(run, "--steps", "10", steps="1:1:8", nproc=4)
     assert res.returncode == 0, res.stderr[-2000:]
-    result = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=Cfg())
+    result = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
     captured = load_run(run)
     assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
     for r in result.ranks:  # the original step times are the capture's, step for step
