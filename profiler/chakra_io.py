@@ -120,6 +120,14 @@ def _attr(name: str, value: AttrValue) -> pb.AttributeProto:
     return a
 
 
+def set_attr(node: pb.Node, name: str, value: AttrValue) -> None:
+    """Set attribute ``name`` of ``node`` to ``value``, replacing any attribute of that name."""
+    keep = [a for a in node.attr if a.name != name]
+    del node.attr[:]
+    node.attr.extend(keep)
+    node.attr.append(_attr(name, value))
+
+
 def node_template(
     name: str, node_type: NodeType, attrs: Sequence[tuple[str, AttrValue]] = (), *, ctrl_dep: int | None = 0
 ) -> pb.Node:

@@ -60,7 +60,14 @@ from typing import Any, Literal
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.atomic import FILE_MODE, replace_dir
-from skewlens.profiler.chakra_io import AttrValue, EtWriter, attr_value, iter_nodes, read_et
+from skewlens.profiler.chakra_io import (
+    AttrValue,
+    EtWriter,
+    iter_nodes,
+    node_attrs,
+    read_et,
+    set_attr,
+)
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
@@ -212,24 +219,6 @@ def comm_group_json(groups: Iterable[AstraGroup]) -> dict[str, list[int]]:
 # -------------------------------------------------------------------------------------- the rewrite
 
 
-def _attrs(node: pb.Node) -> dict[str, Any]:
-    return {a.name: attr_value(a) for a in node.attr}
-
-
-def _set_attr(node: pb.Node, name: str, value: bool | int | str) -> None:
-    """Set one scalar attribute, replacing any attribute of that name."""
-    keep = [a for a in node.attr if a.name != name]
-    del node.attr[:]
-    node.attr.extend(keep)
-    a = node.attr.add(name=name)
-    if isinstance(value, bool):
-        a.bool_val = value
-    elif isinstance(value, int):
-        a.int64_val = value
-    else:
-        a.string_val = value
-
-
 def _dur_ns(node: pb.Node, attrs: Mapping[str, Any]) -> int:
     v = attrs.get(Attr.DUR_NS)
     return int(v) if isinstance(v, int) else int(node.duration_micros) * 1000
@@ -307,7 +296,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         if n.id in seen:
             raise ValidationError(f"{path}: node id {n.id} appears more than once")
         seen.add(n.id)
-    attrs_of = {n.id: _attrs(n) for n in et.nodes}
+    attrs_of = {n.id: node_attrs(n) for n in et.nodes}
     gpu_compute = any(
         n.type == NodeType.COMP and attrs_of[n.id].get(Attr.IS_CPU_OP) is False for n in et.nodes
     )
@@ -336,8 +325,8 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         n.duration_micros = (max(_dur_ns(n, a), 0) + 500) // 1000
         was_cpu = a.get(Attr.IS_CPU_OP)
         if was_cpu is not False:
-            _set_attr(n, Attr.IS_CPU_OP, False)
-            _set_attr(n, HOST_OP, True if was_cpu is None else bool(was_cpu))
+            set_attr(n, Attr.IS_CPU_OP, False)
+            set_attr(n, HOST_OP, True if was_cpu is None else bool(was_cpu))
         if n.type == NodeType.COMM_COLL:
             _rewrite_collective(n, a, ctx)
         elif n.type in _P2P:
@@ -365,8 +354,8 @@ def _group_of(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> AstraGroup | None
             f"nor the trace's process-group metadata lists"
         )
     if g.astra_id != g.source_name:
-        _set_attr(n, Attr.PG_NAME, g.astra_id)
-        _set_attr(n, SRC_PG_NAME, g.source_name)
+        set_attr(n, Attr.PG_NAME, g.astra_id)
+        set_attr(n, SRC_PG_NAME, g.source_name)
     return g
 
 
@@ -385,14 +374,14 @@ def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
         if src is not dst:
             ctx.counts.add(f"{src.name if src is not None else 'unknown collective'} -> {dst.name}")
     if src is not dst:
-        _set_attr(n, SRC_COMM_TYPE, int(src) if src is not None else -1)
-    _set_attr(n, Attr.COMM_TYPE, int(dst))
+        set_attr(n, SRC_COMM_TYPE, int(src) if src is not None else -1)
+    set_attr(n, Attr.COMM_TYPE, int(dst))
     size = _int_attr(a, Attr.COMM_SIZE)
     if src is CommType.BARRIER:
         size = max(size or 0, BARRIER_BYTES)
     if size is None:
         size = _int_attr(a, "tensor_size") or 0
-    _set_attr(n, Attr.COMM_SIZE, size)
+    set_attr(n, Attr.COMM_SIZE, size)
 
 
 def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
@@ -409,11 +398,11 @@ def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
             f"{path}: {'send' if send else 'recv'} node {n.id} ({n.name!r}) of rank {rank} has "
             f"comm_src={src}, comm_dst={dst}: ASTRA-sim issues sends on the sender, recvs on the receiver"
         )
-    _set_attr(n, Attr.COMM_SRC, src)
-    _set_attr(n, Attr.COMM_DST, dst)
-    _set_attr(n, Attr.COMM_TAG, _int_attr(a, Attr.COMM_TAG) or 0)
+    set_attr(n, Attr.COMM_SRC, src)
+    set_attr(n, Attr.COMM_DST, dst)
+    set_attr(n, Attr.COMM_TAG, _int_attr(a, Attr.COMM_TAG) or 0)
     size = _int_attr(a, Attr.COMM_SIZE)
-    _set_attr(n, Attr.COMM_SIZE, size if size is not None else _int_attr(a, "tensor_size") or 0)
+    set_attr(n, Attr.COMM_SIZE, size if size is not None else _int_attr(a, "tensor_size") or 0)
     _group_of(n, a, ctx)
 
 
