@@ -22,11 +22,12 @@ CORE = [
 HEAVY = ["torch", "pyarrow", "rich", "hydra", "omegaconf"]
 
 
-def imported_after(modules: list[str]) -> list[str]:
+def imported_after(modules: list[str], watched: list[str] = HEAVY) -> list[str]:
+    """Which of ``watched`` a fresh interpreter has imported once it imported ``modules``."""
     code = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        f"print(json.dumps(sorted(h for h in {HEAVY!r} if h in sys.modules)))\n"
+        f"print(json.dumps(sorted(h for h in {watched!r} if h in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout)
@@ -63,24 +64,14 @@ def test_nothing_imports_the_cli(path: Path) -> None:
     assert "skewlens.cli.replay" not in names
 
 
-def imported_by(modules: list[str], watched: list[str]) -> list[str]:
-    code = (
-        "import importlib, json, sys\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
-        f"print(json.dumps(sorted(w for w in {watched!r} if w in sys.modules)))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
-    return json.loads(out.stdout)
-
-
 def test_the_data_model_imports_neither_the_loader_nor_pyarrow_nor_a_renderer() -> None:
     watched = [*HEAVY, "matplotlib", "chakra", "skewlens.profiler.store.load", "skewlens.profiler.store.fast"]
-    assert imported_by(["skewlens.profiler.store.model", "skewlens.profiler.vocab"], watched) == []
+    assert imported_after(["skewlens.profiler.store.model", "skewlens.profiler.vocab"], watched) == []
 
 
 def test_importing_the_analyses_imports_no_renderer_torch_or_hydra() -> None:
     watched = ["torch", "rich", "matplotlib", "hydra", "omegaconf"]
-    assert imported_by(["skewlens.analysis", "skewlens.analysis.blame"], watched) == []
+    assert imported_after(["skewlens.analysis", "skewlens.analysis.blame"], watched) == []
 
 
 def test_the_store_package_still_offers_its_names_on_first_use() -> None:
