@@ -8,10 +8,10 @@ groups differ (tensor-parallel pairs), and the work before a send is compared wi
 with receivers'. Nodes after a step's last communication form the step's tail interval. A rank with a
 different structure simply has keys the others lack (medians use the ranks that have the key).
 
-For every interval the compute total (sum of COMP durations) and the host-gap total (the simulator's
-gap ``start - latest dependency end`` of nodes with dependencies, plus the capture's untraced-time
-nodes) are compared with the lower median over the ranks that have that interval. The what-if for rank
-``r`` scales ``r``'s compute durations in each
+For every interval the compute total (sum of COMP work, the execution model's: a wait node's blocked
+time is not compute) and the host-gap total (the execution model's gap ``start - latest dependency end``
+of nodes with dependencies, plus the capture's untraced-time nodes) are compared with the lower median
+over the ranks that have that interval. The what-if for rank ``r`` scales ``r``'s compute work in each
 interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
 not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
 ``skewlens.replay.lower.recorded_gaps``), via ``simulate(dur_override=..., gap_override=...)``.
@@ -36,6 +36,7 @@ from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
 from skewlens.analysis.skew import Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.replay.execution import execution_model
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -103,7 +104,7 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     key[~valid] = -1
     keys, inv = np.unique(key[valid], return_inverse=True)
     vrows = np.flatnonzero(valid)
-    comp_w = np.where(ri.is_comp[vrows], rt.dur_ns[vrows], 0).astype(np.float64)
+    comp_w = np.where(ri.is_comp[vrows], ri.work_ns[vrows], 0).astype(np.float64)
     # host gaps: idle before nodes, plus the capture's untraced-time nodes (host time in no operator)
     gap_w = np.where(ri.has_deps[vrows], gaps[vrows], 0) + np.where(
         ri.is_untraced[vrows], rt.dur_ns[vrows], 0
@@ -160,7 +161,7 @@ def _overrides(
     if iv.keys.size:
         # override only what changes (-1 keeps the simulator's own value)
         c = inside & ri.is_comp & (f_comp[row_k] != 1.0)
-        dur[c] = np.rint(rt.dur_ns[c] * f_comp[row_k[c]]).astype(np.int64)
+        dur[c] = np.rint(ri.work_ns[c] * f_comp[row_k[c]]).astype(np.int64)
         u = inside & ri.is_untraced & (f_gap[row_k] != 1.0)
         dur[u] = np.rint(rt.dur_ns[u] * f_gap[row_k[u]]).astype(np.int64)
         g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
@@ -188,16 +189,10 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
     return out
 
 
-def _simulator_gaps(ix: RunIndex, simulate_fn: SimulateFn) -> dict[int, I64]:
-    """The host gaps exactly as the simulator measures them (``skewlens.replay.lower.recorded_gaps``), so
-    that the scaled values passed as ``gap_override`` mean what the simulator means; the index's own gaps
-    (recorded deps + stream predecessor) where a stand-in simulator is used."""
-    from skewlens.replay.lower import recorded_gaps
-    from skewlens.replay.simulate import simulate
-
-    if simulate_fn is not simulate:
-        return {r: ri.gap_ns for r, ri in ix.ranks.items()}
-    return {r: np.asarray(g, dtype=np.int64) for r, g in recorded_gaps(ix.run).items()}
+def _simulator_gaps(ix: RunIndex) -> dict[int, I64]:
+    """The host gaps of the execution model, which the simulator reads too, so that the scaled values
+    passed as ``gap_override`` mean what the simulator means."""
+    return {r: execution_model(ix.run).ranks[r].gap_ns for r in ix.ranks}
 
 
 def _step_times(sim: Any) -> dict[int, int]:
@@ -221,7 +216,7 @@ def _run_totals(ix: RunIndex) -> _RunTotals:
     gaps: dict[int, int] = {}
     for r, ri in ix.ranks.items():
         c = ri.is_comp
-        tot[r] = np.bincount(ri.gname[c], weights=ri.trace.dur_ns[c], minlength=n)
+        tot[r] = np.bincount(ri.gname[c], weights=ri.work_ns[c], minlength=n)
         gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.trace.dur_ns[ri.is_untraced].sum())
     return _RunTotals(
         comp=tot,
@@ -258,7 +253,7 @@ def analyze_blame(
 
         simulate_fn = simulate
     run = ix.run
-    gaps = _simulator_gaps(ix, simulate_fn)
+    gaps = _simulator_gaps(ix)
     sizes = _group_sizes(ix)
     sig_of: dict[int, int] = {}
     ivs = {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}

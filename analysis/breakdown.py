@@ -2,7 +2,9 @@
 
 Per rank, the compute intervals of all streams/threads are merged into one union ``C`` (so nested host
 ops and concurrent GPU streams are not double counted); likewise communication ``M`` and its
-wait-for-peers part ``W`` (``[start, start + wait]`` of each communication node, ``W ⊆ M``). Within a
+wait-for-peers part ``W`` (``[start, start + wait]`` of each communication node, ``W ⊆ M``). A wait node
+(``wait_tensor``, ``Work.wait``: see ``skewlens.replay.execution``) counts as waiting until the
+communication it blocked on completed (in ``M`` and ``W``), and as compute for its own work after. Within a
 step ``[a, b)``::
 
     compute             = |C|
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from skewlens.analysis.index import Coverage, RunIndex
+from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
 
 
@@ -34,9 +36,8 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
             continue
         a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
         b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
-        m = ri.is_comm
-        cov_m = Coverage.of(ri.trace.start_ns[m], ri.end_ns[m])
-        # C and M ∪ C are the index's cov_comp and cov_all; W ∪ C is its cov_wait_comp
+        # C, M and M ∪ C are the index's cov_comp, cov_comm and cov_all; W ∪ C is its cov_wait_comp
+        cov_m = ri.cov_comm
         comp = ri.cov_comp.between(a, b)
         union_mc = ri.cov_all.between(a, b)
         exposed = union_mc - comp

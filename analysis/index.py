@@ -7,8 +7,11 @@
   COMM nodes: start = this rank's arrival, end = completion on this rank. For a collective member
   ``m``: ``wait_m = max(arrivals) - arrival_m``; for one side of a send/recv pair:
   ``max(0, peer arrival - my arrival)``. Clamped to the node's duration.
-- ``gap_ns``: host gap before each node, ``start - max(end of its effective deps)`` clamped at 0 (0 with
-  none), with the simulator's notion of effective deps (recorded deps + stream predecessor).
+- ``gap_ns``: host gap before each node, the execution model's (``skewlens.replay.execution``: ``start -
+  max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
+- ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
+  (``wait_tensor``, ``Work.wait``) spent blocked on communication. Compute is counted from it, and that
+  blocked time is communication wait.
 - ``coll`` / ``p2p``: the collective instance (index into ``run.collectives``) or send/recv pair (index
   into ``run.p2p``) of a communication row, -1 elsewhere.
 - ``gname``: node name as an index into the run-wide ``RunIndex.names`` (rank dictionaries differ).
@@ -28,7 +31,7 @@ import numpy.typing as npt
 from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import UNTRACED_NODE_NAME, NodeType
-from skewlens.replay.lower import union_intervals
+from skewlens.replay.execution import RankModel, execution_model, union_intervals
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -124,9 +127,11 @@ class RankIndex:
     wait_ns: I64
     """Wait for peers at communication rows (0 elsewhere)."""
     gap_ns: I64
-    """Host gap before the row (start minus the latest end of its deps; >= 0; 0 without deps)."""
+    """Host gap before the row (the execution model's; >= 0; 0 without start edges)."""
     has_deps: B
-    """Rows with at least one effective dependency (recorded deps or a stream predecessor)."""
+    """Rows with at least one start edge in the execution model."""
+    work_ns: I64
+    """Own work of each row (the execution model's): its duration, less a wait node's blocked time."""
     coll: I64
     """Index into ``run.collectives`` for collective rows, else -1."""
     p2p: I64
@@ -140,7 +145,9 @@ class RankIndex:
     cov_all: Coverage
     """Union of all compute and communication intervals of the rank (any stream; untraced time excluded)."""
     cov_comp: Coverage
-    """Union of the compute intervals of the rank (any stream)."""
+    """Union of the compute intervals of the rank (any stream): ``[end - work, end)`` of COMP rows."""
+    cov_comm: Coverage
+    """Union of the communication intervals: comm rows, and the blocked part of wait nodes."""
     cov_wait_comp: Coverage
     """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
     latest_dep: I64
@@ -165,37 +172,10 @@ class RunIndex:
         return sorted({s for _r, s in self.step_spans})
 
 
-def _gap_ns(rt: RankTrace, end: I64) -> tuple[I64, B]:
-    """Host gap before each row under the simulator's rule (``skewlens.replay.lower``): the row waits for its
-    recorded deps plus its stream predecessor (the node on the same stream with the latest end among
-    those that started before it, when that end is not after the row's start, so nested ops are not
-    serialised behind their parent); ``gap = start - max(end of those)``, clamped at 0."""
-    n = len(rt)
-    valid = (rt.node_type != int(NodeType.METADATA)) & (rt.node_type != int(NodeType.INVALID))
-    depmax = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    if rt.dep_idx.size:
-        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(rt.dep_ptr))
-        src = rt.dep_idx
-        keep = (src != dst) & valid[src] & valid[dst]
-        np.maximum.at(depmax, dst[keep], end[src[keep]])
-    rows = np.flatnonzero(valid)
-    if rows.size > 1:
-        order = rows[np.lexsort((rows, rt.start_ns[rows], rt.stream[rows]))]
-        streams = rt.stream[order]
-        e = end[order]
-        # running max of ends within each stream: restart the accumulation at every stream boundary
-        cuts = np.flatnonzero(np.diff(streams)) + 1
-        for part_lo, part_hi in zip(np.r_[0, cuts], np.r_[cuts, order.size], strict=True):
-            if part_hi - part_lo < 2:
-                continue
-            pe = e[part_lo:part_hi]
-            runmax = np.maximum.accumulate(pe)[:-1]
-            nxt = order[part_lo + 1 : part_hi]
-            ok = runmax <= rt.start_ns[nxt]
-            np.maximum.at(depmax, nxt[ok], runmax[ok])
-    has = depmax > np.iinfo(np.int64).min
-    gap = np.where(has, np.maximum(rt.start_ns - depmax, 0), 0).astype(np.int64)
-    return gap, has & valid
+def _gap_ns(m: RankModel) -> tuple[I64, B]:
+    """Host gap before each row and whether it has start edges, from the execution model."""
+    has = m.has_start_deps & m.valid
+    return np.where(has, m.gap_ns, 0).astype(np.int64), has
 
 
 def _latest_dep(rt: RankTrace, end: I64) -> I64:
@@ -247,6 +227,7 @@ def build_index(run: RunTrace) -> RunIndex:
     names: list[str] = []
     name_id: dict[str, int] = {}
     idx: dict[int, RankIndex] = {}
+    em = execution_model(run)
     for r, rt in sorted(run.ranks.items()):
         lut = np.empty(len(rt.names), dtype=np.int64)
         for k, nm in enumerate(rt.names):
@@ -256,7 +237,9 @@ def build_index(run: RunTrace) -> RunIndex:
                 names.append(nm)
             lut[k] = g
         end = rt.start_ns + rt.dur_ns
-        gap, has = _gap_ns(rt, end)
+        m = em.ranks[r]
+        gap, has = _gap_ns(m)
+        work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable")
         is_comm = np.isin(rt.node_type, _COMM_TYPES)
         untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
@@ -264,6 +247,8 @@ def build_index(run: RunTrace) -> RunIndex:
         is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)
         is_comp = any_comp & ~is_untraced
         busy = is_comm | is_comp
+        blocked = np.flatnonzero(is_comp & (work < rt.dur_ns))  # wait nodes: blocked, then their work
+        comp_start = np.where(is_comp, end - work, rt.start_ns)
         idx[r] = RankIndex(
             rank=r,
             trace=rt,
@@ -276,13 +261,18 @@ def build_index(run: RunTrace) -> RunIndex:
             wait_ns=np.zeros(len(rt), dtype=np.int64),
             gap_ns=gap,
             has_deps=has,
+            work_ns=work,
             coll=np.full(len(rt), -1, dtype=np.int64),
             p2p=np.full(len(rt), -1, dtype=np.int64),
             order=order,
             sorted_start=rt.start_ns[order],
             comm_sorted_end=np.sort(end[is_comm]),
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
-            cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
+            cov_comp=Coverage.of(comp_start[is_comp], end[is_comp]),
+            cov_comm=Coverage.of(
+                np.concatenate([rt.start_ns[is_comm], rt.start_ns[blocked]]),
+                np.concatenate([end[is_comm], comp_start[blocked]]),
+            ),
             latest_dep=_latest_dep(rt, end),
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
@@ -303,6 +293,7 @@ def build_index(run: RunTrace) -> RunIndex:
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
     for ri in idx.values():
         st, comp, comm = ri.trace.start_ns, ri.is_comp, ri.is_comm
+        # a wait node's blocked part [start, end - work) is waiting, its work compute
         ri.cov_wait_comp = Coverage.of(
             np.concatenate([st[comp], st[comm]]),
             np.concatenate([ri.end_ns[comp], st[comm] + ri.wait_ns[comm]]),

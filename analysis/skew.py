@@ -204,7 +204,7 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     rows = rows_starting_in(ri, a, b)
     rt = ri.trace
     comp = rows[ri.is_comp[rows]]
-    dur = rt.dur_ns[comp]
+    dur = ri.work_ns[comp]
     by_name = (
         np.bincount(ri.gname[comp], weights=dur).astype(np.int64) if comp.size else np.zeros(0, np.int64)
     )

@@ -93,6 +93,12 @@ COMPUTE_GAP_NODE_NAME = "compute"
 #: (Python, sleeps, waits). Analyses count it as host idle, not compute.
 UNTRACED_NODE_NAME = "untraced"
 
+#: COMP nodes that stand for a host thread blocked on an asynchronous communication result: the wait for a
+#: functional collective (``wait_tensor``, what DTensor's ``AsyncCollectiveTensor`` calls when its value
+#: is first used) and ``Work.wait()``. Such a node depends on the communication node it waited for; the
+#: execution model counts its time up to that node's completion as waiting, the rest as its own work.
+WAIT_NODE_NAMES = frozenset({"_c10d_functional::wait_tensor", "c10d::wait"})
+
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 

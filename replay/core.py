@@ -8,13 +8,17 @@ a *sync group* (a collective instance, or a matched send/recv pair).
 Timing rules (all integer nanoseconds):
 
 - a segment is *ready* when all its dependencies have ended (``ready0`` before that: its rank's start);
-- it starts at ``ready + gap`` (the recorded host gap plus any injected delay);
-- a compute segment ends ``length`` after it starts;
+- it *arrives* at ``ready + gap`` (the recorded host gap plus any injected delay);
+- a compute segment starts its work at its arrival, or, if it has *wait* dependencies (a consumer that
+  blocks on an asynchronous result: the completion it waits for), at the later of its arrival and their
+  ends; it ends ``length`` after its work starts;
 - a sync member *arrives* when it starts; once every member of the group has arrived and every
   *queue-order* dependency has ended (the previous async op on a member's communication stream), at
   ``T``, the transfer begins, and member ``m`` ends at ``T + transfer[m]`` (fixed durations,
   ``as_recorded`` or the analytic network model) or, in contention mode, when its share of the
-  bandwidth of the links it uses has moved its data.
+  bandwidth of the links it uses has moved its data;
+- a *detached* member (an eager send: it completed without its receiver) counts as arrived for the
+  group but does not wait for it: it ends ``transfer[m]`` after its own arrival.
 
 Ready compute work is advanced in a tight loop without the event queue; the queue only orders
 cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
@@ -91,6 +95,13 @@ class Graph:
     """Queue-order successor segment ids (sync segments only)."""
     group_xdeps: Sequence[int] | None = None
     """Number of queue-order dependencies of each group (over all its members)."""
+    wsucc_ptr: Sequence[int] | None = None
+    """CSR offsets of *wait* successors: compute segments whose work cannot start before this segment
+    ends (with no gap: they were blocked on it), counted in their ``ndeps``."""
+    wsucc_idx: Sequence[int] | None = None
+    """Wait successor segment ids."""
+    detached: Sequence[Sequence[bool]] | None = None
+    """Per group, aligned with ``groups``: members that do not wait for the group (eager sends)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -98,13 +109,15 @@ class Outcome:
     """Start and end of every segment; arrival and completion of every sync group."""
 
     seg_start: list[int]
-    """Start of each segment's head."""
+    """Start of each segment's work (its arrival, or later where it waited)."""
     seg_end: list[int]
     """End of each segment's tail."""
     group_arrival: list[int] = field(default_factory=list)
     """Latest member arrival per group."""
     group_end: list[int] = field(default_factory=list)
     """Latest member end per group."""
+    seg_arrival: list[int] = field(default_factory=list)
+    """Arrival of each segment (``ready + gap``): its start, unless it waited for a completion."""
 
 
 class EventQueue:
@@ -142,11 +155,15 @@ def run(g: Graph) -> Outcome:
     """Simulate ``g`` to completion; raises :class:`DeadlockError` if some segment can never run."""
     n = len(g.length)
     ready = list(g.ready0)
+    wready = [_NEVER] * n  # latest end of each segment's wait dependencies
     remaining = list(g.ndeps)
     gap, length, succ_ptr, succ_idx, sync_of = g.gap, g.length, g.succ_ptr, g.succ_idx, g.sync_of
     xptr = g.xsucc_ptr if g.xsucc_ptr is not None else [0] * (n + 1)
     xidx = g.xsucc_idx if g.xsucc_idx is not None else []
+    wptr = g.wsucc_ptr if g.wsucc_ptr is not None else [0] * (n + 1)
+    widx = g.wsucc_idx if g.wsucc_idx is not None else []
     start = [0] * n
+    arrive = [0] * n
     end = [0] * n
     ngroups = len(g.groups)
     arrived = [0] * ngroups
@@ -155,44 +172,70 @@ def run(g: Graph) -> Outcome:
     xpending = list(g.group_xdeps) if g.group_xdeps is not None else [0] * ngroups
     group_end = [0] * ngroups
     group_size = [len(m) for m in g.groups]
+    slot: dict[int, int] = {}  # detached segment -> its index among its group's members
+    if g.detached is not None:
+        for gi, flags in enumerate(g.detached):
+            for j, f in enumerate(flags):
+                if f:
+                    slot[g.groups[gi][j]] = j
     q = EventQueue()
     contention = _Contention(g.flows, q) if g.flows is not None else None
     prio_launch = PRIO_COMPLETE if contention is None else PRIO_START
     done = 0
+    stack: list[int] = []
 
-    def release_x(s: int, e: int) -> None:
-        for k in range(xptr[s], xptr[s + 1]):
-            gi = sync_of[xidx[k]]
-            xready[gi] = max(xready[gi], e)
-            xpending[gi] -= 1
-            if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
-                q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
+    def release(s: int, e: int) -> None:
+        for k in range(succ_ptr[s], succ_ptr[s + 1]):
+            d = succ_idx[k]
+            if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
+                ready[d] = e
+            remaining[d] -= 1
+            if remaining[d] == 0:
+                stack.append(d)
+        if wptr[s] != wptr[s + 1]:
+            for k in range(wptr[s], wptr[s + 1]):
+                d = widx[k]
+                if e > wready[d]:  # noqa: PLR1730
+                    wready[d] = e
+                remaining[d] -= 1
+                if remaining[d] == 0:
+                    stack.append(d)
+        if xptr[s] != xptr[s + 1]:
+            for k in range(xptr[s], xptr[s + 1]):
+                gi = sync_of[xidx[k]]
+                xready[gi] = max(xready[gi], e)
+                xpending[gi] -= 1
+                if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
+                    q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
 
-    stack = [s for s in range(n) if remaining[s] == 0]
+    stack.extend(s for s in range(n) if remaining[s] == 0)
     while True:
         while stack:
             s = stack.pop()
             t = ready[s] + gap[s]
-            start[s] = t
+            arrive[s] = t
             ln = length[s]
             if ln >= 0:
+                w = wready[s]
+                if w > t:  # noqa: PLR1730
+                    t = w
+                start[s] = t
                 e = t + ln
                 end[s] = e
                 done += 1
-                for k in range(succ_ptr[s], succ_ptr[s + 1]):
-                    d = succ_idx[k]
-                    if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
-                        ready[d] = e
-                    remaining[d] -= 1
-                    if remaining[d] == 0:
-                        stack.append(d)
-                if xptr[s] != xptr[s + 1]:
-                    release_x(s, e)
+                release(s, e)
             else:
+                start[s] = t
                 gi = sync_of[s]
                 arrived[gi] += 1
                 if t > arrival_max[gi]:  # noqa: PLR1730
                     arrival_max[gi] = t
+                j = slot.get(s, -1)
+                if j >= 0:  # an eager send: done without its receiver
+                    e = t + g.transfer[gi][j]
+                    end[s] = e
+                    done += 1
+                    release(s, e)
                 if arrived[gi] == group_size[gi] and xpending[gi] == 0:
                     q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
         if not q:
@@ -208,24 +251,21 @@ def run(g: Graph) -> Outcome:
         tr = g.transfer[gi] if contention is None else None
         gend = _NEVER
         for j, s in enumerate(members):
+            if s in slot:
+                gend = max(gend, end[s])
+                continue
             e = t + tr[j] if tr is not None else t
             end[s] = e
             gend = max(gend, e)
             done += 1
-            for k in range(succ_ptr[s], succ_ptr[s + 1]):
-                d = succ_idx[k]
-                if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
-                    ready[d] = e
-                remaining[d] -= 1
-                if remaining[d] == 0:
-                    stack.append(d)
-            if xptr[s] != xptr[s + 1]:
-                release_x(s, e)
+            release(s, e)
         group_end[gi] = gend
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
-    return Outcome(seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end)
+    return Outcome(
+        seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, seg_arrival=arrive
+    )
 
 
 class _Contention:

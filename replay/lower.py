@@ -1,30 +1,17 @@
-"""Lower the trace store's :class:`RunTrace` to the core's :class:`~skewlens.replay.core.Graph`, and lift
-results back.
+"""Lower the execution model (``skewlens.replay.execution``) of a run to the core's
+:class:`~skewlens.replay.core.Graph`, and lift results back.
 
-**Dependencies.** On every rank, node ``i`` depends on (see :func:`_edges`): its recorded ctrl/data
-dependencies; its predecessor on its *timeline* (its stream, with host streams that never run concurrently
-merged into one thread): the earlier-starting node with the latest end, unless ``i`` is nested inside it;
-and, inferred, the communication node whose completion a blocked host thread was waiting for.
+What each node waits for (start, queue and wait edges, host gaps, nesting, sync groups and eager sends)
+is the execution model's; see its module docstring. This module only turns it into segments and adds what
+a what-if changes:
 
-**Start dependencies vs queue order.** An edge ``d -> i`` with ``recorded end_d <= recorded start_i`` (or
-overlapping by no more than ``SKEW_NS`` of clock skew) constrains ``i``'s start. If ``d`` was still running
-when ``i`` started and ``i`` is communication, ``i`` was queued behind ``d`` (an async collective issued
-while the previous one on its stream was in flight): ``i``'s arrival does not wait, its transfer does. Other
-overlapping edges (nested operators, kernels launched inside their CPU op) do not constrain the replay.
-
-**Host gaps.** With ``deps_i`` the start dependencies,
-
-    gap_i = recorded start_i - max(recorded end of deps_i)   (clamped >= 0)
-
-and for a node without them ``gap_i = recorded start_i - t0_rank`` (the rank's first recorded start). In
-replay ``start_i = max(replayed ends of deps_i, t0_rank) + gap_i + delay_i``, ``delay_i`` from
-:meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step). Replaying an
-unmodified trace therefore reproduces its recorded times (up to skew clamping). METADATA nodes keep their
-recorded times and constrain nothing.
-
-**Durations.** Compute nodes last ``recorded dur (or dur_override) x Effects.compute_factor``.
-Communication nodes of a matched collective instance or send/recv pair become members of a sync group
-(``skewlens.replay.core``), timed by a :class:`CommTiming`; unmatched ones replay like compute.
+- ``start_i = max(replayed ends of i's start edges, t0_rank) + gap_i + delay_i``, ``delay_i`` from
+  :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step);
+- compute nodes last ``work (or dur_override) x Effects.compute_factor``; a wait node's work begins no
+  earlier than the completions it waits for;
+- communication nodes of a sync group are timed by a :class:`CommTiming` (an eager send keeps its recorded
+  duration); unmatched ones replay like compute;
+- nested nodes follow their enclosing node; METADATA nodes keep their recorded times.
 
 **Segments.** Chains of compute nodes with one dependency and one dependent each are collapsed into one
 segment (their relative timing is fixed), which is what lets the core replay long compute chains quickly.
@@ -44,6 +31,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.execution import ExecutionModel, execution_model, union_intervals
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -51,18 +39,11 @@ B = npt.NDArray[np.bool_]
 KIND_COMPUTE = 0
 KIND_SYNC = 1
 KIND_FIXED = 2  # METADATA / INVALID: recorded times, no dependencies
+KIND_NESTED = 3  # inside another node on its timeline: follows it
 
 _MIN = np.iinfo(np.int64).min
 
-#: A node that starts at most this long before its dependency ends (and ends after it) still follows it:
-#: the overlap is clock skew between trace sources, not concurrency.
-SKEW_NS = 20_000
-#: Host streams whose busy times overlap by at most this fraction are replayed as one thread.
-MERGE_OVERLAP = 0.01
-#: A host node starting at most this long after a communication node completed, on a thread that had
-#: been idle ``WAIT_RATIO`` times longer before the completion, is taken to have waited for it.
-WAIT_SLACK_NS = 1_000_000
-WAIT_RATIO = 10
+__all__ = ["KIND_COMPUTE", "KIND_FIXED", "KIND_NESTED", "KIND_SYNC", "Lowered", "lower", "union_intervals"]
 
 
 class CommTiming(Protocol):
@@ -115,158 +96,28 @@ class Lowered:
     """KIND_* of each row."""
     syncs: tuple[SyncInfo, ...]
     """Origin of each sync group, aligned with ``graph.groups``."""
-
-
-def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
-    """Merge intervals ``[start, end)`` into disjoint ones, sorted."""
-    if starts.size == 0:
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    st, en = starts[o], ends[o]
-    reach = np.maximum.accumulate(en)
-    new = np.ones(st.size, dtype=np.bool_)
-    new[1:] = st[1:] > reach[:-1]
-    idx = np.flatnonzero(new)
-    return st[idx], np.maximum.reduceat(en, idx)
-
-
-def _timelines(rt: RankTrace, valid: B, end: I64) -> I64:
-    """Timeline of each row: its stream, with host streams that never run concurrently merged into one.
-
-    Tracers may give one host thread several stream ids (communication calls and operators recorded by
-    different sources); streams whose busy times overlap by at most ``MERGE_OVERLAP`` of the less busy one
-    are taken as one thread, so program order holds across them.
-    """
-    tl = rt.stream.astype(np.int64, copy=True)
-    rows = np.flatnonzero(valid)
-    streams = np.unique(rt.stream[rows])
-    if streams.size < 2:
-        return tl
-    info = []
-    for sid in streams.tolist():
-        m = rows[rt.stream[rows] == sid]
-        a, b = union_intervals(rt.start_ns[m], end[m])
-        info.append((int(rt.start_ns[m].min()), int(sid), bool(rt.is_cpu[m].all()), a, b))
-    info.sort(key=lambda x: (x[0], x[1]))
-    groups: list[tuple[int, I64, I64]] = []  # host groups: (representative stream, union starts, ends)
-    for _first, sid, host, a, b in info:
-        if not host:
-            continue
-        busy = int((b - a).sum())
-        for k, (rep, ga, gb) in enumerate(groups):
-            ua, ub = union_intervals(np.concatenate([ga, a]), np.concatenate([gb, b]))
-            g_busy = int((gb - ga).sum())
-            inter = g_busy + busy - int((ub - ua).sum())
-            if inter <= MERGE_OVERLAP * min(g_busy, busy):
-                groups[k] = (rep, ua, ub)
-                tl[rt.stream == sid] = rep
-                break
-        else:
-            groups.append((sid, a, b))
-    return tl
-
-
-def _edges(rt: RankTrace, valid: B, end: I64, sync: B) -> tuple[I64, I64]:
-    """Dependency edges ``(src, dst)`` of one rank: recorded deps, timeline order, and inferred waits.
-
-    - the predecessor on the node's timeline is the earlier-starting node with the latest end; a node
-      nested inside it (ending no later) gets no edge;
-    - *inferred waits*: a host node that starts at most ``WAIT_SLACK_NS`` after a communication node on
-      another timeline completed, on a thread that had been idle ``WAIT_RATIO`` times longer before that,
-      waited for it (a blocking ``wait()`` on asynchronous work leaves exactly this gap): it gets an edge.
-
-    Whether an edge constrains the start or only the transfer is decided by :func:`lower` from the
-    recorded times. Every edge added here holds in the recorded run, so replaying it unmodified is exact.
-    """
-    n = len(rt)
-    counts = np.diff(rt.dep_ptr)
-    dst = np.repeat(np.arange(n, dtype=np.int64), counts)
-    src = rt.dep_idx.astype(np.int64, copy=False)
-    keep = (src != dst) & valid[src] & valid[dst] if n else np.zeros(0, dtype=np.bool_)
-    srcs, dsts = [src[keep]], [dst[keep]]
-    rows = np.flatnonzero(valid)
-    if rows.size:
-        timeline = _timelines(rt, valid, end)
-        order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
-        cuts = np.flatnonzero(np.diff(timeline[order])) + 1
-        comm_rows = rows[sync[rows]]
-        for part in np.split(order, cuts):
-            e = end[part]
-            runmax = np.maximum.accumulate(e)
-            if part.size >= 2:
-                holder = np.maximum.accumulate(np.where(e == runmax, np.arange(part.size), 0))
-                free = runmax[:-1]
-                ok = (free <= rt.start_ns[part[1:]]) | (e[1:] > free)  # follows it, or overlaps partially
-                srcs.append(part[holder[:-1][ok]])
-                dsts.append(part[1:][ok])
-            cs = comm_rows[timeline[comm_rows] != timeline[part[0]]]
-            if cs.size and rt.is_cpu[part].all():
-                starts = rt.start_ns[part]
-                done = end[cs]
-                k = np.searchsorted(starts, done, side="left")
-                inside = k < part.size
-                cs, done, k = cs[inside], done[inside], k[inside]
-                prev_end = np.where(k > 0, runmax[np.maximum(k - 1, 0)], _MIN)
-                delta, idle = starts[k] - done, done - prev_end
-                waited = (delta <= WAIT_SLACK_NS) & (delta * WAIT_RATIO <= idle)
-                srcs.append(cs[waited])
-                dsts.append(part[k[waited]])
-    s = np.concatenate(srcs)
-    d = np.concatenate(dsts)
-    key = np.sort(d * max(n, 1) + s)  # dedupe (sort-based: cheaper than np.unique's hashing here)
-    if key.size:
-        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
-    return key % max(n, 1), key // max(n, 1)
-
-
-def _rank_structure(rt: RankTrace, valid: B, sync: B) -> tuple[I64, I64, I64, I64, I64, int]:
-    """Start edges ``(src, dst)``, queue-order edges, recorded host gaps and ``t0`` of one rank."""
-    end = rt.start_ns + rt.dur_ns
-    src, dst = _edges(rt, valid, end, sync)
-    ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
-    # a compute node that starts before its dependency ends but is not nested in it (ends later and
-    # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size
-    later = (end[dst] >= end[src]) & (rt.start_ns[dst] > rt.start_ns[src])
-    follows = (ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src])) | (later & ~sync[dst])
-    queued = ~follows & sync[dst]
-    qs, qd = src[queued], dst[queued]
-    src, dst = src[follows], dst[follows]
-    depmax = np.full(len(rt), _MIN, dtype=np.int64)
-    np.maximum.at(depmax, dst, end[src])
-    t0 = int(rt.start_ns[valid].min()) if valid.any() else 0
-    gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
-    gap[~valid] = 0
-    return src, dst, qs, qd, gap, t0
-
-
-def _sync_rows(run: RunTrace) -> dict[int, list[int]]:
-    """Rows of each rank that are members of a matched collective instance or send/recv pair."""
-    out: dict[int, list[int]] = {r: [] for r in run.ranks}
-    for c in run.collectives:
-        for r, row in zip(c.ranks, c.rows, strict=True):
-            if r in out:
-                out[r].append(row)
-    for p in run.p2p:
-        if p.src_rank in out and p.dst_rank in out:
-            out[p.src_rank].append(p.src_row)
-            out[p.dst_rank].append(p.dst_row)
-    return out
+    parent: I64
+    """Global row of the enclosing row of each nested row, else -1."""
+    rec_start: I64
+    """Recorded start of each global row."""
+    waits: npt.NDArray[np.bool_]
+    """Rows that wait for a completion (wait nodes): their replayed start is their arrival."""
 
 
 def recorded_gaps(run: RunTrace) -> dict[int, I64]:
-    """Per rank, the recorded host gap before each row exactly as :func:`simulate` derives it.
+    """Per rank, the recorded host gap before each row, the execution model's.
 
-    Use these (scaled, replaced) as ``gap_override`` values: the simulator's dependency rules (timelines,
-    skew, queue order, inferred waits; see the module docstring) decide what a gap is measured from.
+    Use these (scaled, replaced) as ``gap_override`` values.
     """
-    rows_of = _sync_rows(run)
-    out: dict[int, I64] = {}
-    for r, rt in run.ranks.items():
-        valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
-        sync = np.zeros(len(rt), dtype=np.bool_)
-        sync[rows_of[r]] = True
-        out[r] = _rank_structure(rt, valid, sync)[4]
-    return out
+    return {r: m.gap_ns for r, m in execution_model(run).ranks.items()}
+
+
+def recorded_work(run: RunTrace) -> dict[int, I64]:
+    """Per rank, the recorded work of each row (its duration, less the waiting inside a wait node).
+
+    ``dur_override`` values replace these.
+    """
+    return {r: m.work_ns for r, m in execution_model(run).ranks.items()}
 
 
 def lower(
@@ -276,8 +127,10 @@ def lower(
     timing: CommTiming,
     dur_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
     gap_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    model: ExecutionModel | None = None,
 ) -> Lowered:
-    """Build the core graph of ``run`` (see the module docstring for the timing rules)."""
+    """Build the core graph of ``run`` from its execution model (see the module docstring)."""
+    em = model if model is not None else execution_model(run)
     ranks = tuple(sorted(run.ranks))
     sizes = [len(run.ranks[r]) for r in ranks]
     row_offset = np.zeros(len(ranks) + 1, dtype=np.int64)
@@ -285,28 +138,12 @@ def lower(
     pos = {r: i for i, r in enumerate(ranks)}
     total = int(row_offset[-1])
     kind = np.zeros(total, dtype=np.int8)
-    # sync membership first (it decides which comm rows are compute-like)
-    sync_rows: list[tuple[int, ...]] = []
     syncs: list[SyncInfo] = []
-    for ci, c in enumerate(run.collectives):
-        # members on ranks that were not loaded (missing traces) cannot hold the others back
-        members = tuple(
-            int(row_offset[pos[r]]) + row for r, row in zip(c.ranks, c.rows, strict=True) if r in pos
-        )
-        if not members:
-            continue
-        sync_rows.append(members)
-        syncs.append(SyncInfo(is_p2p=False, index=ci, rows=members))
-    for pi, pp in enumerate(run.p2p):
-        if pp.src_rank not in pos or pp.dst_rank not in pos:
-            continue
-        members = (
-            int(row_offset[pos[pp.src_rank]]) + pp.src_row,
-            int(row_offset[pos[pp.dst_rank]]) + pp.dst_row,
-        )
-        sync_rows.append(members)
-        syncs.append(SyncInfo(is_p2p=True, index=pi, rows=members))
-    for members in sync_rows:
+    detached: list[list[bool]] = []
+    for sg in em.syncs:
+        members = tuple(int(row_offset[pos[r]]) + row for r, row in zip(sg.ranks, sg.rows, strict=True))
+        syncs.append(SyncInfo(is_p2p=sg.is_p2p, index=sg.index, rows=members))
+        detached.append(list(sg.detached))
         kind[list(members)] = KIND_SYNC
 
     start = np.empty(total, dtype=np.int64)
@@ -315,53 +152,63 @@ def lower(
     gap = np.zeros(total, dtype=np.int64)
     ready0 = np.zeros(total, dtype=np.int64)
     step_all = np.empty(total, dtype=np.int64)
+    parent_all = np.full(total, -1, dtype=np.int64)
     e_src: list[I64] = []
     e_dst: list[I64] = []
     x_src: list[I64] = []
     x_dst: list[I64] = []
+    w_src: list[I64] = []
+    w_dst: list[I64] = []
     identity = isinstance(effects, NoEffects)
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
+        m = em.ranks[r]
         lo, hi = int(row_offset[i]), int(row_offset[i + 1])
         n = hi - lo
         if n == 0:
             continue
-        ntype = rt.node_type
-        valid = (ntype != NodeType.METADATA) & (ntype != NodeType.INVALID)
-        kind[lo:hi][~valid] = KIND_FIXED
+        valid = m.valid
+        nested = m.parent >= 0
+        rk = kind[lo:hi]
+        rk[~valid] = KIND_FIXED
+        rk[nested & (rk != KIND_SYNC)] = KIND_NESTED
         end = rt.start_ns + rt.dur_ns
         start[lo:hi] = rt.start_ns
         rec_end[lo:hi] = end
         step_all[lo:hi] = rt.step
-        src, dst, qs, qd, g, t0 = _rank_structure(rt, valid, kind[lo:hi] == KIND_SYNC)
-        x_src.append(qs + lo)
-        x_dst.append(qd + lo)
+        parent_all[lo:hi] = np.where(nested, m.parent + lo, -1)
+        x_src.append(m.queue_src + lo)
+        x_dst.append(m.queue_dst + lo)
+        w_src.append(m.wait_src + lo)
+        w_dst.append(m.wait_dst + lo)
+        g = m.gap_ns
         if gap_override is not None and r in gap_override:
             ov = _checked_override(gap_override[r], n, r, "gap_override")
             g = np.where(ov >= 0, ov, g)
-        d = rt.dur_ns.copy()
+        d = m.work_ns.copy()
         if dur_override is not None and r in dur_override:
             ov = _checked_override(dur_override[r], n, r, "dur_override")
             d = np.where(ov >= 0, ov, d)
-        comp = ntype == NodeType.COMP
+        comp = rt.node_type == NodeType.COMP
         if not identity:
             d = _apply_factors(effects, rt, r, d, comp)
             g = g + _delays(effects, rt, r, valid)
-        rk = kind[lo:hi]
         d[rk == KIND_SYNC] = 0
-        fixed = rk == KIND_FIXED
+        fixed = (rk == KIND_FIXED) | (rk == KIND_NESTED)
         g[fixed] = 0
         dur[lo:hi] = d
         gap[lo:hi] = g
-        ready0[lo:hi] = np.where(fixed, rt.start_ns, t0)
-        e_src.append(src + lo)
-        e_dst.append(dst + lo)
-    src_all = np.concatenate(e_src) if e_src else np.zeros(0, dtype=np.int64)
-    dst_all = np.concatenate(e_dst) if e_dst else np.zeros(0, dtype=np.int64)
-
-    xs_all = np.concatenate(x_src) if x_src else np.zeros(0, dtype=np.int64)
-    xd_all = np.concatenate(x_dst) if x_dst else np.zeros(0, dtype=np.int64)
-    # rows with a queue-order successor must end a segment: count those edges as successors too
+        ready0[lo:hi] = np.where(fixed, rt.start_ns, m.t0_ns)
+        e_src.append(m.start_src + lo)
+        e_dst.append(m.start_dst + lo)
+    z = np.zeros(0, dtype=np.int64)
+    src_all = np.concatenate(e_src) if e_src else z
+    dst_all = np.concatenate(e_dst) if e_dst else z
+    xs_all = np.concatenate(x_src) if x_src else z
+    xd_all = np.concatenate(x_dst) if x_dst else z
+    ws_all = np.concatenate(w_src) if w_src else z
+    wd_all = np.concatenate(w_dst) if w_dst else z
+    # rows with a queue-order or wait successor end a segment; rows with a wait dependency begin one
     graph_parts = _segments(
         kind=kind,
         dur=dur,
@@ -369,20 +216,19 @@ def lower(
         ready0=ready0,
         src=src_all,
         dst=dst_all,
-        extra_succ=np.bincount(xs_all, minlength=total),
+        extra_succ=np.bincount(xs_all, minlength=total) + np.bincount(ws_all, minlength=total),
+        extra_deps=np.bincount(wd_all, minlength=total),
     )
     seg_of_row, off_start, g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows = graph_parts
-    nseg_all = len(head_rows)
-    xs_seg, xd_seg = seg_of_row[xs_all], seg_of_row[xd_all]
-    order = np.argsort(xs_seg, kind="stable")
-    xsucc_idx = xd_seg[order]
-    xsucc_ptr = np.zeros(nseg_all + 1, dtype=np.int64)
-    np.cumsum(np.bincount(xs_seg, minlength=nseg_all), out=xsucc_ptr[1:])
+    nseg = len(head_rows)
+    xsucc_ptr, xsucc_idx = _csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
+    ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
+    wsucc_ptr, wsucc_idx = _csr(ws_seg, wd_seg, nseg)
+    ndeps = ndeps + np.bincount(wd_seg, minlength=nseg)
     # latest recorded end of each sync row's queue-order dependencies
     xdep_end = np.full(total, _MIN, dtype=np.int64)
     np.maximum.at(xdep_end, xd_all, rec_end[xs_all])
     xdep_count = np.bincount(xd_all, minlength=total)
-    nseg = len(head_rows)
     sync_of = np.full(nseg, -1, dtype=np.int64)
     groups: list[list[int]] = []
     transfer: list[list[int]] = []
@@ -400,13 +246,16 @@ def lower(
         step = int(step_all[rows[0]])
         if info.is_p2p:
             pair: P2PPair = run.p2p[info.index]
-            tr = timing.p2p(pair.src_rank, pair.dst_rank, pair.comm_bytes, step, recorded)
+            tr = list(timing.p2p(pair.src_rank, pair.dst_rank, pair.comm_bytes, step, recorded))
             member_ranks: Sequence[int] = (pair.src_rank, pair.dst_rank)
         else:
             inst: CollectiveInstance = run.collectives[info.index]
             nbytes = max(inst.comm_bytes, default=0)
-            tr = timing.collective(inst.comm_type, nbytes, inst.ranks, step, recorded)
+            tr = list(timing.collective(inst.comm_type, nbytes, inst.ranks, step, recorded))
             member_ranks = inst.ranks
+        for j, det in enumerate(detached[gi]):
+            if det:  # an eager send lasts what it lasted: it did not wait for the transfer
+                tr[j] = int(rec_end[rows[j]] - start[rows[j]])
         transfer.append(tr)
         if use_flows:
             fl = timing.flow(member_ranks, max(tr, default=0))
@@ -428,7 +277,12 @@ def lower(
         xsucc_ptr=xsucc_ptr.tolist(),
         xsucc_idx=xsucc_idx.tolist(),
         group_xdeps=group_xdeps,
+        wsucc_ptr=wsucc_ptr.tolist() if ws_all.size else None,
+        wsucc_idx=wsucc_idx.tolist() if ws_all.size else None,
+        detached=detached if any(any(d) for d in detached) else None,
     )
+    waits_head = np.zeros(total, dtype=np.bool_)
+    waits_head[wd_all] = True
     return Lowered(
         graph=graph,
         ranks=ranks,
@@ -438,7 +292,17 @@ def lower(
         dur=dur,
         kind=kind,
         syncs=tuple(syncs),
+        parent=parent_all,
+        rec_start=start,
+        waits=waits_head,
     )
+
+
+def _csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:
+    order = np.argsort(s_src, kind="stable")
+    ptr = np.zeros(nseg + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s_src, minlength=nseg), out=ptr[1:])
+    return ptr, s_dst[order]
 
 
 def _checked_override(ov: npt.ArrayLike, n: int, rank: int, what: str) -> I64:
@@ -509,10 +373,11 @@ def _segments(
     src: I64,
     dst: I64,
     extra_succ: npt.NDArray[np.intp],
+    extra_deps: npt.NDArray[np.intp],
 ) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64]:
     """Collapse single-dependency compute chains into segments (pointer jumping, O(n log chain))."""
     n = kind.shape[0]
-    ndeps_row = np.bincount(dst, minlength=n)
+    ndeps_row = np.bincount(dst, minlength=n) + extra_deps
     nsucc_row = np.bincount(src, minlength=n) + extra_succ
     pred = np.arange(n, dtype=np.int64)
     one = ndeps_row[dst] == 1

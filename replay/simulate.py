@@ -19,6 +19,7 @@ from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.execution import ExecutionModel
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower
 from skewlens.replay.network.topology import Topology
 
@@ -126,14 +127,20 @@ def simulate(
     gap_override: Mapping[int, I64] | None = None,
     algorithm: str = "ring",
     contention: bool = False,
+    model: ExecutionModel | None = None,
 ) -> SimResult:
-    """Replay ``run_trace`` in simulation; see the module docstrings of ``skewlens.replay.lower`` /
-    ``skewlens.replay.comm``."""
+    """Replay ``run_trace`` in simulation; see the module docstrings of ``skewlens.replay.execution``
+    (what waits on what), ``skewlens.replay.lower`` and ``skewlens.replay.comm``."""
     timing = make_timing(
         comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
     )
     low = lower(
-        run_trace, effects=effects, timing=timing, dur_override=dur_override, gap_override=gap_override
+        run_trace,
+        effects=effects,
+        timing=timing,
+        dur_override=dur_override,
+        gap_override=gap_override,
+        model=model,
     )
     try:
         out = run(low.graph)
@@ -144,6 +151,7 @@ def simulate(
         low=low,
         seg_start=out.seg_start,
         seg_end=out.seg_end,
+        seg_arrival=out.seg_arrival,
         garr=out.group_arrival,
         gend=out.group_end,
         comm_mode=comm_mode,
@@ -156,6 +164,7 @@ def _lift(
     low: Lowered,
     seg_start: list[int],
     seg_end: list[int],
+    seg_arrival: list[int],
     garr: list[int],
     gend: list[int],
     comm_mode: str,
@@ -166,6 +175,14 @@ def _lift(
     end = start + low.dur
     sync = low.kind == KIND_SYNC
     end[sync] = se[low.seg_of_row[sync]]
+    if low.waits.any():  # a wait node starts when it arrived and ends after its work
+        w = np.flatnonzero(low.waits)
+        start[w] = np.asarray(seg_arrival, dtype=np.int64)[low.seg_of_row[w]]
+    nested = np.flatnonzero(low.parent >= 0)
+    if nested.size:  # nested nodes keep their recorded offset into their enclosing node
+        par = low.parent[nested]
+        start[nested] = start[par] + (low.rec_start[nested] - low.rec_start[par])
+        end[nested] = start[nested] + low.dur[nested]
     starts: dict[int, I64] = {}
     ends: dict[int, I64] = {}
     steps: dict[int, npt.NDArray[np.int32]] = {}

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.lower import union_intervals
+from skewlens.replay.execution import union_intervals
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]

@@ -56,7 +56,7 @@ def assert_the_workers_kept_their_plans(out_dir: Path, ranks: list[int]) -> None
             if op.kind == KIND_NESTED:
                 continue
             if op.deps:
-                ready = max(start[d] if d in op.issue_deps else end[d] for d in op.deps)
+                ready = max(end[d] for d in op.deps)
                 assert start[op.row] >= ready + op.gap_ns + op.delay_ns, (r, op)
             if op.kind == KIND_COMPUTE:
                 assert end[op.row] - start[op.row] >= op.dur_ns, (r, op)
@@ -108,24 +108,24 @@ def test_plan_keeps_host_gaps_and_scales_compute_by_the_effects(tmp_path: Path) 
         rb.collective(CommType.ALL_REDUCE, 1024, MS, start_ns=100 * MS + 4 * MS + 700_000, deps=(a,))
         rb.compute("aten::add", 2 * MS, start_ns=100 * MS + 6 * MS)
     run = load_run(b.write(tmp_path / "run"))
-    ops = rank_plan(run.ranks[1], run, RankFactor(1, 1.5), rank_first_ns=100 * MS)
+    ops = rank_plan(run.ranks[1], run, RankFactor(1, 1.5))
     mm, ar, add = ops
-    assert (mm.kind, mm.dur_ns, mm.deps, mm.anchor_ns) == (KIND_COMPUTE, 6 * MS, (), 0)
+    assert (mm.kind, mm.dur_ns, mm.deps, mm.gap_ns) == (KIND_COMPUTE, 6 * MS, (), 0)
     assert (ar.gap_ns, ar.deps, ar.seq, ar.pg_name) == (700_000, (mm.row,), 0, "0")
     assert add.gap_ns == 6 * MS - (4 * MS + 700_000 + MS)
-    assert add.issue_deps == ()
+    assert add.deps == (ar.row,)
     assert ar.blocking  # the next op waited for it: re-issued as a blocking call, as recorded
 
 
-def test_an_op_issued_while_async_communication_is_in_flight_depends_on_its_issue(tmp_path: Path) -> None:
+def test_an_op_issued_while_async_communication_is_in_flight_does_not_wait_for_it(tmp_path: Path) -> None:
     b = RunBuilder(2)
     for r in (0, 1):
         rb = b.rank(r).step(0)
         ar = rb.collective(CommType.ALL_REDUCE, 1024, 10 * MS, start_ns=0, stream=1000)
         rb.compute("aten::mm", 3 * MS, start_ns=2 * MS, deps=(ar,))
     run = load_run(b.write(tmp_path / "run"))
-    _ar, mm = rank_plan(run.ranks[0], run, NO_EFFECTS, rank_first_ns=0)
-    assert mm.issue_deps == mm.deps and mm.gap_ns == 2 * MS
+    _ar, mm = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert mm.deps == () and mm.gap_ns == 2 * MS  # 2 ms after the rank's first start, as recorded
     assert not _ar.blocking  # compute overlapped it: re-issued asynchronously
 
 
@@ -135,7 +135,7 @@ def test_nested_compute_is_not_replayed_twice(tmp_path: Path) -> None:
     outer = rb.compute("aten::linear", 10 * MS, start_ns=0)
     rb.compute("aten::addmm", 6 * MS, start_ns=2 * MS, deps=(outer,))
     run = load_run(b.write(tmp_path / "run"))
-    o, inner = rank_plan(run.ranks[0], run, NO_EFFECTS, rank_first_ns=0)
+    o, inner = rank_plan(run.ranks[0], run, NO_EFFECTS)
     assert (o.kind, inner.kind, inner.parent, inner.offset_ns) == (KIND_COMPUTE, KIND_NESTED, o.row, 2 * MS)
 
 

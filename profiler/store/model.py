@@ -131,7 +131,7 @@ class P2PPair:
     """Process group of the pair ('' when unknown)."""
 
 
-@dataclass(eq=False, kw_only=True, slots=True)
+@dataclass(eq=False, kw_only=True, slots=True, weakref_slot=True)
 class RunTrace:
     """A whole multi-rank run: manifest, one RankTrace per rank, and communication matched across ranks."""
 
@@ -149,6 +149,9 @@ class RunTrace:
     """Matched collective instances, ordered by (group, seq)."""
     p2p: list[P2PPair] = field(default_factory=list)
     """Matched send/recv pairs."""
+    incomplete_steps: tuple[int, ...] = ()
+    """Steps some of whose collectives a flight recorder lost (``manifest.lost_collectives``): those
+    collectives are left out of matching, and analyses should not take these steps as whole."""
 
     @property
     def world_size(self) -> int:

@@ -30,9 +30,9 @@ from typing import Any, Protocol
 
 from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
-from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.execution import execution_model
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import launcher_command, run_workers
 from skewlens.replay.real.plan import (
@@ -138,12 +138,9 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
         )
     backend = resolve_backend(backend_cfg, m)
     default_pg, groups = group_specs(run)
-    firsts: dict[int, int] = {}
-    for r, rt in run.ranks.items():
-        real_rows = rt.node_type != int(NodeType.METADATA)
-        firsts[r] = int(rt.start_ns[real_rows].min()) if real_rows.any() else 0
+    firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
-    plans = {r: rank_plan(rt, run, effects, firsts[r]) for r, rt in sorted(run.ranks.items())}
+    plans = {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())}
     out_run = out_dir / "run"
     work = out_dir / "real"
     plan_dir, work_dir = work / "plan", work / "work"

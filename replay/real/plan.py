@@ -1,22 +1,21 @@
-"""The replay plan: what each real-replay worker executes, derived from the trace store (pure, no torch).
+"""The replay plan: what each real-replay worker executes, derived from the execution model (pure, no torch).
 
 One :class:`ReplayOp` per node a worker acts on, in execution order (recorded start order, dependencies
-first). Timing rules, the same as the simulator's (see ``skewlens.replay.simulate``):
+first). What each op waits for is the execution model's (``skewlens.replay.execution``), the same the
+simulator reads:
 
-- a node with no dependencies starts at the rank's replay origin plus its recorded offset from the rank's
-  first recorded start (``anchor_ns``); the ranks' origins keep the recorded skew between their first nodes;
-- otherwise it starts ``gap_ns`` after the latest of its dependencies, where the gap is the recorded host gap
-  (recorded start minus the recorded end of the latest dependency, clamped at 0);
-- a dependency on a communication node counts from that node's *completion* when the recorded dependant
-  started after the recorded completion, and from its *issue* otherwise (an async op such as DDP's bucket
-  all_reduce overlaps the compute issued after it); such a dependency is an "issue" dependency;
-- a compute node recorded entirely inside an earlier compute node of the same stream (a nested operator)
-  is not executed again: it is ``nested`` in that node and gets its times from it;
+- an op becomes ready when its start dependencies have completed (for one without any: the rank's replay
+  origin); it starts ``gap_ns`` later (the model's recorded host gap, measured from the rank's first
+  recorded start for an op without dependencies; the ranks' origins keep the recorded skew between their
+  first nodes), plus ``delay_ns`` from the effects;
+- a wait node (``wait_deps``) then blocks until those communication ops completed, and does its own work;
+- a nested node (inside another node on its timeline) is not executed again: it takes its times from its
+  enclosing node;
 - communication whose completion the very next op waits for is re-issued as a blocking call, the rest
-  asynchronously (what the original did, as far as the trace tells; a profiler capturing the replay then
-  sees the same blocking and overlapping calls);
-- ``effects`` scale compute durations (``compute_factor``) and add waits before nodes
-  (``delay_before_ns``, plus ``stall_ns`` before the first node of a step).
+  asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
+  overlapping calls;
+- ``effects`` scale compute work (``compute_factor``) and add waits before nodes (``delay_before_ns``,
+  plus ``stall_ns`` before the first node of a step).
 
 The plan is plain data (ints and strings) serialised as JSON for the workers: no pickles cross processes.
 """
@@ -37,9 +36,10 @@ from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
+from skewlens.replay.execution import deps_by_row, execution_model
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -91,13 +91,9 @@ class ReplayOp:
     """Compute to do, ns (recorded duration times the compute factor); 0 for communication; for
     ``nested`` nodes the recorded duration (not executed: the enclosing node's time covers it)."""
     deps: tuple[int, ...]
-    """Rows this node waits for (completion, or issue for the rows in ``issue_deps``)."""
-    issue_deps: tuple[int, ...]
-    """Subset of ``deps`` (communication nodes) counted from their issue, not their completion."""
+    """Rows whose completion this node's start waits for (the model's start edges)."""
     gap_ns: int
-    """Recorded host gap after the latest dependency, ns."""
-    anchor_ns: int
-    """For nodes without dependencies: recorded start minus the rank's first recorded start, ns."""
+    """Recorded host gap after the latest dependency (without any: after the rank's origin), ns."""
     delay_ns: int
     """Extra wait before the node from the effects (delay + stall), ns."""
     parent: int = -1
@@ -120,6 +116,8 @@ class ReplayOp:
     """Element type of the communicated tensor."""
     blocking: bool = False
     """Communication the next op waits for at once: issued as a blocking call (else asynchronously)."""
+    wait_deps: tuple[int, ...] = ()
+    """Communication rows whose completion a wait node blocks on before its own work."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,14 +176,13 @@ def _dtypes_by_node(path: str) -> dict[int, str]:
     return out
 
 
-def _execution_order(rt: RankTrace) -> list[int]:
+def _execution_order(rt: RankTrace, deps: list[list[int]]) -> list[int]:
     """Rows in recorded start order, every dependency before its dependants (Kahn's algorithm)."""
     n = len(rt)
-    indeg = [0] * n
+    indeg = [len(d) for d in deps]
     users: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for d in rt.deps_of(i).tolist():
-            indeg[i] += 1
+    for i, ds in enumerate(deps):
+        for d in ds:
             users[d].append(i)
     starts = rt.start_ns.tolist()
     heap = [(starts[i], i) for i in range(n) if indeg[i] == 0]
@@ -206,20 +203,28 @@ def _execution_order(rt: RankTrace) -> list[int]:
     return order
 
 
-def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects, rank_first_ns: int) -> list[ReplayOp]:
+def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     """The ops of one rank, in execution order (see the module docstring for the timing rules)."""
+    m = execution_model(run).ranks[rt.rank]
+    n = len(rt)
     dtypes = _dtypes_by_node(rt.path)
     starts = rt.start_ns.tolist()
-    durs = rt.dur_ns.tolist()
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
+    gaps = m.gap_ns.tolist()
+    work = m.work_ns.tolist()
+    parent = m.parent.tolist()
+    start_deps = deps_by_row(m.start_src, m.start_dst, n)
+    wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
+    order_deps = [
+        sorted({*start_deps[i], *wait_deps[i], *([parent[i]] if parent[i] >= 0 else [])}) for i in range(n)
+    ]
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
     ops: list[ReplayOp] = []
-    stream_open: dict[int, int] = {}  # stream -> row of the latest executed compute node
     stalled: set[int] = set()
-    for i in _execution_order(rt):
+    for i in _execution_order(rt, order_deps):
         t = types[i]
-        if t == NodeType.METADATA:
+        if not m.valid[i]:
             continue
         name = rt.name(i)
         step = steps[i]
@@ -227,38 +232,25 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects, rank_first_ns: int
         if step >= 0 and step not in stalled:
             stalled.add(step)
             delay += int(effects.stall_ns(rt.rank, step))
-        deps = rt.deps_of(i).tolist()
-        issue_deps = tuple(d for d in deps if types[d] in comm and starts[i] < starts[d] + durs[d])
-        completion_ends = [starts[d] + durs[d] for d in deps if d not in issue_deps]
-        latest = max([*completion_ends, *(starts[d] for d in issue_deps)], default=None)
-        gap = max(0, starts[i] - latest) if latest is not None else 0
         common: dict[str, Any] = {
             "row": i,
             "node_id": int(rt.node_id[i]),
             "name": name,
             "step": step,
-            "deps": tuple(deps),
-            "issue_deps": issue_deps,
-            "gap_ns": gap,
-            "anchor_ns": max(0, starts[i] - rank_first_ns),
+            "deps": tuple(start_deps[i]),
+            "gap_ns": gaps[i],
             "delay_ns": max(0, delay),
         }
         if t in comm:
             ops.append(_comm_op(rt, run, i, dtypes, common))
             continue
-        stream = int(rt.stream[i])
-        outer = stream_open.get(stream)
-        if (
-            outer is not None
-            and starts[outer] <= starts[i]
-            and starts[i] + durs[i] <= starts[outer] + durs[outer]
-        ):
+        if parent[i] >= 0:
             ops.append(
                 ReplayOp(
                     kind=KIND_NESTED,
-                    dur_ns=durs[i],
-                    parent=outer,
-                    offset_ns=starts[i] - starts[outer],
+                    dur_ns=int(rt.dur_ns[i]),
+                    parent=parent[i],
+                    offset_ns=starts[i] - starts[parent[i]],
                     **common,
                 )
             )
@@ -268,8 +260,11 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects, rank_first_ns: int
             raise ReplayError(
                 f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
             )
-        ops.append(ReplayOp(kind=KIND_COMPUTE, dur_ns=round(durs[i] * factor), **common))
-        stream_open[stream] = i
+        ops.append(
+            ReplayOp(
+                kind=KIND_COMPUTE, dur_ns=round(work[i] * factor), wait_deps=tuple(wait_deps[i]), **common
+            )
+        )
     return _mark_blocking(ops)
 
 
@@ -279,7 +274,7 @@ def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
     for k, op in enumerate(ops):
         if op.kind in (KIND_COLL, KIND_SEND, KIND_RECV):
             nxt = ops[k + 1] if k + 1 < len(ops) else None
-            waits = nxt is None or (op.row in nxt.deps and op.row not in nxt.issue_deps)
+            waits = nxt is None or op.row in nxt.deps or op.row in nxt.wait_deps
             if waits:
                 op = replace(op, blocking=True)
         out.append(op)
@@ -438,7 +433,7 @@ def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[Repl
 
     def decode(items: list[dict[str, Any]]) -> list[ReplayOp]:
         return [
-            ReplayOp(**{**o, "deps": tuple(o["deps"]), "issue_deps": tuple(o["issue_deps"])}) for o in items
+            ReplayOp(**{**o, "deps": tuple(o["deps"]), "wait_deps": tuple(o["wait_deps"])}) for o in items
         ]
 
     try:

@@ -170,19 +170,15 @@ class Runner:
                 s = self.start.get(op.parent, origin_ns) + op.offset_ns
                 self.start[op.row], self.end[op.row] = s, s + op.dur_ns
                 continue
-            ready = -1
+            ready = origin_ns
             for d in op.deps:
-                if d in op.issue_deps:
-                    t = self.start.get(d, -1)
-                elif d in self.pending:
-                    t = self._finish(d)
-                else:
-                    t = self.end.get(d, -1)
-                ready = max(ready, t)
-            ready = origin_ns + op.anchor_ns if ready < 0 else ready + op.gap_ns
-            wait_until(ready + op.delay_ns)
+                ready = max(ready, self._finish(d) if d in self.pending else self.end.get(d, origin_ns))
+            wait_until(ready + op.gap_ns + op.delay_ns)
             if op.kind == KIND_COMPUTE:
                 s = time.perf_counter_ns()
+                for d in op.wait_deps:  # a wait node: blocked until the communication completed
+                    if d in self.pending:
+                        self._finish(d)
                 self.compute.run(op.dur_ns)
                 self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
                 continue

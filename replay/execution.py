@@ -1,0 +1,429 @@
+"""The execution model of a run: for every node, what it waits for. Derived once from the trace store.
+
+The simulator (``skewlens.replay.lower`` -> ``skewlens.replay.core``), the analyses (``skewlens.analysis``)
+and the real-replay plan (``skewlens.replay.real.plan``) all read this model; none of them derives timing
+rules of its own. Everything here is measured on the recorded run, so replaying the model unmodified
+reproduces the recorded times.
+
+**Timelines.** A node's *timeline* is its stream, with host streams that never run concurrently merged
+into one thread (tracers may give one thread several stream ids). A stream that holds only communication
+nodes is a *communication stream* (the work of asynchronous collectives and p2p ops of one process group,
+or NCCL kernels); it is never merged.
+
+**Start edges** ``d -> i`` (``i`` starts ``gap_i`` after the latest of them ends):
+
+- recorded ctrl/data dependencies, and the predecessor on ``i``'s timeline (the earlier-starting node with
+  the latest end), unless ``i`` is nested inside it (then ``i`` is *nested*: its times follow its
+  enclosing node, ``parent``) or ``d`` was still running when ``i`` started (see below);
+- *inferred waits*: a host node that starts at most ``WAIT_SLACK_NS`` after a communication node on another
+  timeline completed, on a thread that had been idle ``WAIT_RATIO`` times longer before that, waited for it.
+
+An edge whose source was still running when ``i`` started (by more than ``SKEW_NS`` of clock skew between
+trace sources) does not constrain ``i``'s start: if ``i`` is communication, it becomes a *queue* edge (the
+transfer waits for ``d``; an async collective queued behind the previous one on its stream); otherwise it
+is dropped (nested operators, kernels launched inside their CPU op) unless ``i`` started and ended after
+``d`` (timestamp skew: it follows ``d``).
+
+**Communication streams.** Collectives of one stream run in order: the previous collective on the stream
+is a queue edge of the next, never a start edge (a collective is issued by its host thread, whatever its
+stream is doing). Host-side p2p ops of a stream do not wait for each other (gloo runs them independently);
+on a device stream they queue like collectives.
+
+**Wait nodes.** A COMP node named in :data:`~skewlens.profiler.vocab.WAIT_NODE_NAMES` (``wait_tensor``,
+``Work.wait``) that depends on communication nodes is a *wait*: it arrives after its host dependencies
+like any node, then its work (``work_ns``: the part of its recorded duration after the latest of those
+completions) cannot begin before they complete. Those dependencies are *wait* edges.
+
+**Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
+transfer begins once every member has arrived. A send that completed before its receiver arrived (recorded
+send end at or before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the group,
+ends its own recorded duration after its arrival, and its recv waits for it (not the other way round).
+
+**Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges)`` (clamped >= 0); for a node
+without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded start).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from skewlens.profiler.store.model import RankTrace, RunTrace
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, NodeType
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+_MIN = np.iinfo(np.int64).min
+
+#: A node that starts at most this long before its dependency ends (and ends after it) still follows it:
+#: the overlap is clock skew between trace sources, not concurrency.
+SKEW_NS = 20_000
+#: Host streams whose busy times overlap by at most this fraction are replayed as one thread.
+MERGE_OVERLAP = 0.01
+#: A host node starting at most this long after a communication node completed, on a thread that had
+#: been idle ``WAIT_RATIO`` times longer before the completion, is taken to have waited for it.
+WAIT_SLACK_NS = 1_000_000
+WAIT_RATIO = 10
+
+_COMM = (int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankModel:
+    """What each node of one rank waits for (row-aligned with the rank's RankTrace)."""
+
+    rank: int
+    """Global rank."""
+    valid: B
+    """Rows that take part (all but METADATA / INVALID nodes, which keep their recorded times)."""
+    sync: B
+    """Rows that are members of a sync group (matched collective instance or send/recv pair)."""
+    start_src: I64
+    """Start edges, sources: the row ``start_dst[k]`` starts ``gap_ns`` after the latest of them ends."""
+    start_dst: I64
+    """Start edges, dependants."""
+    queue_src: I64
+    """Queue edges, sources: the transfer of sync row ``queue_dst[k]`` waits for their end."""
+    queue_dst: I64
+    """Queue edges, dependants (sync rows)."""
+    wait_src: I64
+    """Wait edges, sources (communication rows): the work of wait row ``wait_dst[k]`` waits for them."""
+    wait_dst: I64
+    """Wait edges, dependants (wait nodes)."""
+    gap_ns: I64
+    """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
+    work_ns: I64
+    """Each row's own work: its recorded duration, less the waiting of a wait node."""
+    parent: I64
+    """Nested rows: the outermost enclosing row on the timeline (their times follow it); else -1."""
+    has_start_deps: B
+    """Rows with at least one start edge."""
+    t0_ns: int
+    """The rank's first recorded start (valid rows)."""
+    dur_ns: I64
+    """Recorded duration of each row (the trace's)."""
+
+    @property
+    def wait_in_ns(self) -> I64:
+        """Per row, the recorded time spent blocked on communication inside it (wait nodes), else 0."""
+        return self.dur_ns - self.work_ns
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncGroup:
+    """A collective instance or send/recv pair whose members complete together."""
+
+    is_p2p: bool
+    """True for a send/recv pair, False for a collective instance."""
+    index: int
+    """Index into ``run.collectives`` or ``run.p2p``."""
+    ranks: tuple[int, ...]
+    """Members' global ranks (p2p: sender, receiver); members on ranks that were not loaded are left out."""
+    rows: tuple[int, ...]
+    """Members' rows in their rank's RankTrace, aligned with ``ranks``."""
+    detached: tuple[bool, ...]
+    """Members that do not wait for the group (an eager send), aligned with ``ranks``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionModel:
+    """What waits on what in a whole run: one :class:`RankModel` per rank and the sync groups."""
+
+    ranks: dict[int, RankModel]
+    """Per-rank models by global rank."""
+    syncs: tuple[SyncGroup, ...]
+    """Sync groups: collective instances (in ``run.collectives`` order), then send/recv pairs."""
+
+    @property
+    def eager_sends(self) -> int:
+        return sum(1 for g in self.syncs if any(g.detached))
+
+
+_CACHE: weakref.WeakKeyDictionary[RunTrace, ExecutionModel] = weakref.WeakKeyDictionary()
+
+
+def execution_model(run: RunTrace) -> ExecutionModel:
+    """The run's execution model, derived once per RunTrace (cached while the RunTrace lives; a RunTrace
+    is not changed after loading)."""
+    got = _CACHE.get(run)
+    if got is None:
+        got = _CACHE[run] = derive(run)
+    return got
+
+
+def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
+    """Merge intervals ``[start, end)`` into disjoint ones, sorted."""
+    if starts.size == 0:
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    st, en = starts[o], ends[o]
+    reach = np.maximum.accumulate(en)
+    new = np.ones(st.size, dtype=np.bool_)
+    new[1:] = st[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    return st[idx], np.maximum.reduceat(en, idx)
+
+
+def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
+    out: list[SyncGroup] = []
+    for ci, c in enumerate(run.collectives):
+        members = [(r, row) for r, row in zip(c.ranks, c.rows, strict=True) if r in run.ranks]
+        if members:
+            rs, ws = zip(*members, strict=True)
+            out.append(SyncGroup(is_p2p=False, index=ci, ranks=rs, rows=ws, detached=(False,) * len(rs)))
+    for pi, p in enumerate(run.p2p):
+        if p.src_rank not in run.ranks or p.dst_rank not in run.ranks:
+            continue
+        s, d = run.ranks[p.src_rank], run.ranks[p.dst_rank]
+        send_end = int(s.start_ns[p.src_row] + s.dur_ns[p.src_row])
+        eager = send_end <= int(d.start_ns[p.dst_row]) + SKEW_NS
+        out.append(
+            SyncGroup(
+                is_p2p=True,
+                index=pi,
+                ranks=(p.src_rank, p.dst_rank),
+                rows=(p.src_row, p.dst_row),
+                detached=(eager, False),
+            )
+        )
+    return tuple(out)
+
+
+def _comm_streams(rt: RankTrace, valid: B) -> set[int]:
+    """Host streams that carry the work of asynchronous communication: they hold only communication
+    nodes, and some of them depend on a node of another stream (the thread that issued them). A thread
+    that runs only blocking collectives is not one."""
+    rows = np.flatnonzero(valid)
+    if rows.size == 0:
+        return set()
+    is_comm = np.isin(rt.node_type[rows], _COMM)
+    streams = rt.stream[rows]
+    cand = np.setdiff1d(np.unique(streams), np.unique(streams[~is_comm | ~rt.is_cpu[rows]]))
+    if cand.size == 0:
+        return set()
+    n = len(rt)
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(rt.dep_ptr))
+    src = rt.dep_idx.astype(np.int64, copy=False)
+    cross = rt.stream[src] != rt.stream[dst]
+    issued = np.unique(rt.stream[dst[cross]])
+    return set(np.intersect1d(cand, issued).tolist())
+
+
+def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64:
+    """Timeline of each row: its stream, with host streams that never run concurrently merged into one.
+
+    Streams whose busy times overlap by at most ``MERGE_OVERLAP`` of the less busy one are taken as one
+    thread, so program order holds across them. Communication streams are never merged.
+    """
+    tl = rt.stream.astype(np.int64, copy=True)
+    rows = np.flatnonzero(valid)
+    streams = np.unique(rt.stream[rows])
+    if streams.size < 2:
+        return tl
+    info = []
+    for sid in streams.tolist():
+        if sid in comm_streams:
+            continue
+        m = rows[rt.stream[rows] == sid]
+        a, b = union_intervals(rt.start_ns[m], end[m])
+        info.append((int(rt.start_ns[m].min()), int(sid), bool(rt.is_cpu[m].all()), a, b))
+    info.sort(key=lambda x: (x[0], x[1]))
+    groups: list[tuple[int, I64, I64]] = []  # host groups: (representative stream, union starts, ends)
+    for _first, sid, host, a, b in info:
+        if not host:
+            continue
+        busy = int((b - a).sum())
+        for k, (rep, ga, gb) in enumerate(groups):
+            ua, ub = union_intervals(np.concatenate([ga, a]), np.concatenate([gb, b]))
+            g_busy = int((gb - ga).sum())
+            inter = g_busy + busy - int((ub - ua).sum())
+            if inter <= MERGE_OVERLAP * min(g_busy, busy):
+                groups[k] = (rep, ua, ub)
+                tl[rt.stream == sid] = rep
+                break
+        else:
+            groups.append((sid, a, b))
+    return tl
+
+
+def _edges(
+    rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
+) -> tuple[I64, I64, I64, I64, I64]:
+    """Candidate edges ``(src, dst)`` of one rank, the queue edges of communication streams, and the
+    nesting parent of each row (see the module docstring)."""
+    n = len(rt)
+    counts = np.diff(rt.dep_ptr)
+    dst = np.repeat(np.arange(n, dtype=np.int64), counts)
+    src = rt.dep_idx.astype(np.int64, copy=False)
+    keep = (src != dst) & valid[src] & valid[dst] if n else np.zeros(0, dtype=np.bool_)
+    src, dst = src[keep], dst[keep]
+    parent = np.full(n, -1, dtype=np.int64)
+    on_comm = np.isin(rt.stream, list(comm_streams)) if comm_streams else np.zeros(n, dtype=np.bool_)
+    # recorded program order along a communication stream is the stream's queue, not a start order
+    along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
+    srcs, dsts = [src[~along]], [dst[~along]]
+    qsrcs: list[I64] = []
+    qdsts: list[I64] = []
+    rows = np.flatnonzero(valid)
+    if rows.size:
+        timeline = _timelines(rt, valid, end, comm_streams)
+        order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
+        cuts = np.flatnonzero(np.diff(timeline[order])) + 1
+        comm_rows = rows[sync[rows]]
+        is_p2p = np.isin(rt.node_type, (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)))
+        for part in np.split(order, cuts):
+            e = end[part]
+            runmax = np.maximum.accumulate(e)
+            if int(rt.stream[part[0]]) in comm_streams:
+                # collectives queue behind the previous collective; host p2p ops wait for nothing there
+                q = part[~is_p2p[part] | ~rt.is_cpu[part]]
+                if q.size >= 2:
+                    qsrcs.append(q[:-1])
+                    qdsts.append(q[1:])
+                continue
+            if part.size >= 2:
+                holder = np.maximum.accumulate(np.where(e == runmax, np.arange(part.size), 0))
+                free = runmax[:-1]
+                follows = free <= rt.start_ns[part[1:]]
+                partial = e[1:] > free
+                ok = follows | partial
+                srcs.append(part[holder[:-1][ok]])
+                dsts.append(part[1:][ok])
+                # a nested row follows its enclosing one (a sync row inside one keeps its own times)
+                nested = ~ok & ~sync[part[1:]]
+                parent[part[1:][nested]] = part[holder[:-1][nested]]
+            cs = comm_rows[timeline[comm_rows] != timeline[part[0]]]
+            if cs.size and rt.is_cpu[part].all():
+                starts = rt.start_ns[part]
+                done = end[cs]
+                k = np.searchsorted(starts, done, side="left")
+                inside = k < part.size
+                cs, done, k = cs[inside], done[inside], k[inside]
+                prev_end = np.where(k > 0, runmax[np.maximum(k - 1, 0)], _MIN)
+                delta, idle = starts[k] - done, done - prev_end
+                waited = (delta <= WAIT_SLACK_NS) & (delta * WAIT_RATIO <= idle)
+                srcs.append(cs[waited])
+                dsts.append(part[k[waited]])
+    # resolve nesting to the outermost enclosing row
+    for _ in range(64):
+        p = parent[parent >= 0]
+        up = parent[p]
+        if not (up >= 0).any():
+            break
+        idx = np.flatnonzero(parent >= 0)
+        parent[idx] = np.where(up >= 0, up, p)
+    s = np.concatenate(srcs)
+    d = np.concatenate(dsts)
+    key = np.sort(d * max(n, 1) + s)  # dedupe (sort-based: cheaper than np.unique's hashing here)
+    if key.size:
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+    qs = np.concatenate(qsrcs) if qsrcs else np.zeros(0, dtype=np.int64)
+    qd = np.concatenate(qdsts) if qdsts else np.zeros(0, dtype=np.int64)
+    return key % max(n, 1), key // max(n, 1), qs, qd, parent
+
+
+def _wait_rows(rt: RankTrace) -> B:
+    """COMP rows named as wait nodes (see :data:`WAIT_NODE_NAMES`)."""
+    if not rt.names:
+        return np.zeros(len(rt), dtype=np.bool_)
+    is_wait_name = np.array([nm in WAIT_NODE_NAMES for nm in rt.names], dtype=np.bool_)
+    return (rt.node_type == int(NodeType.COMP)) & is_wait_name[rt.name_idx]
+
+
+def rank_model(rt: RankTrace, sync: B) -> RankModel:
+    """The model of one rank, given which of its rows are sync-group members."""
+    n = len(rt)
+    valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
+    end = rt.start_ns + rt.dur_ns
+    comm_streams = _comm_streams(rt, valid)
+    src, dst, qs0, qd0, parent = _edges(rt, valid, end, sync, comm_streams)
+    nested = parent >= 0
+    # edges into or out of nested rows: the outermost enclosing row stands for them
+    src = np.where(nested[src], parent[src], src)
+    keep = ~nested[dst] & (src != dst)
+    src, dst = src[keep], dst[keep]
+    is_comm = np.isin(rt.node_type, _COMM)
+    # wait nodes: their dependencies on communication are wait edges
+    waits = _wait_rows(rt)
+    w = waits[dst] & is_comm[src]
+    ws, wd = src[w], dst[w]
+    src, dst = src[~w], dst[~w]
+    ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
+    # a compute node that starts before its dependency ends but is not nested in it (ends later and
+    # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size
+    later = (end[dst] >= end[src]) & (rt.start_ns[dst] > rt.start_ns[src])
+    follows = (ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src])) | (later & ~sync[dst])
+    queued = ~follows & sync[dst]
+    qs = np.concatenate([qs0, src[queued]])
+    qd = np.concatenate([qd0, dst[queued]])
+    qkeep = sync[qd] & (qs != qd)
+    qs, qd = qs[qkeep], qd[qkeep]
+    src, dst = src[follows], dst[follows]
+    depmax = np.full(n, _MIN, dtype=np.int64)
+    np.maximum.at(depmax, dst, end[src])
+    t0 = int(rt.start_ns[valid].min()) if valid.any() else 0
+    gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
+    gap[~valid | nested] = 0
+    work = rt.dur_ns.astype(np.int64, copy=True)
+    if ws.size:
+        done = np.full(n, _MIN, dtype=np.int64)
+        np.maximum.at(done, wd, end[ws])
+        rows = np.flatnonzero(done > _MIN)
+        work[rows] = np.clip(end[rows] - np.maximum(done[rows], rt.start_ns[rows]), 0, rt.dur_ns[rows])
+    has = np.zeros(n, dtype=np.bool_)
+    has[dst] = True
+    return RankModel(
+        rank=rt.rank,
+        valid=valid,
+        sync=sync,
+        start_src=src,
+        start_dst=dst,
+        queue_src=qs,
+        queue_dst=qd,
+        wait_src=ws,
+        wait_dst=wd,
+        gap_ns=gap.astype(np.int64),
+        work_ns=work,
+        parent=parent,
+        has_start_deps=has,
+        t0_ns=t0,
+        dur_ns=rt.dur_ns.astype(np.int64, copy=False),
+    )
+
+
+def derive(run: RunTrace) -> ExecutionModel:
+    """Derive the execution model of ``run`` (prefer :func:`execution_model`, which caches it)."""
+    syncs = _sync_groups(run)
+    sync_rows: dict[int, list[int]] = {r: [] for r in run.ranks}
+    for g in syncs:
+        for r, row in zip(g.ranks, g.rows, strict=True):
+            sync_rows[r].append(row)
+    ranks: dict[int, RankModel] = {}
+    for r, rt in run.ranks.items():
+        sync = np.zeros(len(rt), dtype=np.bool_)
+        sync[sync_rows[r]] = True
+        ranks[r] = rank_model(rt, sync)
+    return ExecutionModel(ranks=ranks, syncs=syncs)
+
+
+def deps_by_row(src: I64, dst: I64, n: int) -> list[list[int]]:
+    """Edges as per-dependant lists of sources (``out[i]``: the rows ``i`` depends on), sorted."""
+    out: list[list[int]] = [[] for _ in range(n)]
+    for s, d in sorted(zip(src.tolist(), dst.tolist(), strict=True), key=lambda x: (x[1], x[0])):
+        out[d].append(s)
+    return out
+
+
+def describe_row(rt: RankTrace, row: int) -> str:
+    """``rank 1 node 17 (c10d::recv_)``."""
+    return f"rank {rt.rank} node {int(rt.node_id[row])} ({rt.name(row)})"
+
+
+def rows_of(groups: Sequence[SyncGroup], rank: int) -> list[int]:
+    """Rows of ``rank`` that are members of any of ``groups``."""
+    return [row for g in groups for r, row in zip(g.ranks, g.rows, strict=True) if r == rank]
