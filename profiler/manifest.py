@@ -65,6 +65,27 @@ class StepWindow:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LostCollectives:
+    """Collectives of one group that a member's flight recorder lost (its ring buffer wrapped), declared
+    for every member of the group alike: the loader leaves them out of matching and marks the steps
+    incomplete."""
+
+    pg_name: str
+    """The group."""
+    first_seq: int
+    """First lost sequence number."""
+    last_seq: int
+    """Last lost sequence number; -1: every number from ``first_seq`` on."""
+    steps: tuple[int, ...]
+    """Steps that may have lost collectives (incomplete)."""
+    ranks: tuple[int, ...]
+    """The ranks whose recorder lost them (the others' are left out of matching too)."""
+
+    def covers(self, seq: int) -> bool:
+        return seq >= self.first_seq and (self.last_seq < 0 or seq <= self.last_seq)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Manifest:
     """Everything about a run that is not a per-rank node."""
 
@@ -100,6 +121,8 @@ class Manifest:
     """The wrapped command line, where there was one."""
     notes: dict[str, str] = field(default_factory=dict)
     """Free-form remarks (e.g. why a rank is missing: ``{"rank 3": "exited with code 1"}``)."""
+    lost_collectives: tuple[LostCollectives, ...] = ()
+    """Collective ranges a flight recorder lost, one per group (merged over its members)."""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -143,6 +166,16 @@ class Manifest:
                 skewlens_version=str(d.get("skewlens_version", "")),
                 command=tuple(str(c) for c in d.get("command", ())),
                 notes={str(k): str(v) for k, v in d.get("notes", {}).items()},
+                lost_collectives=tuple(
+                    LostCollectives(
+                        pg_name=str(x["pg_name"]),
+                        first_seq=int(x["first_seq"]),
+                        last_seq=int(x["last_seq"]),
+                        steps=tuple(int(t) for t in x["steps"]),
+                        ranks=tuple(int(r) for r in x.get("ranks", ())),
+                    )
+                    for x in d.get("lost_collectives", ())
+                ),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ManifestError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None

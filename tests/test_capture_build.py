@@ -484,3 +484,44 @@ def test_full_level_collectives_join_the_data_flow_through_their_c10d_operator()
     assert ar.node_type == NodeType.COMM_COLL and ar.attrs[Attr.RF_ID] == 2
     assert ar.data_deps == (nodes["aten::mm"].node_id,)  # reads what the matmul wrote
     assert nodes["aten::relu"].data_deps == (ar.node_id,)  # reads the reduced tensor
+
+
+def test_a_recorder_collective_takes_a_worker_event_of_its_own_groups_threads_and_ends_inside_its_step() -> (
+    None
+):
+    from skewlens.profiler.capture.build import FINISH_LAG_NS, RankCapture, build_nodes
+    from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.vocab import Attr, CommType, NodeType
+
+    ms = 1_000_000
+
+    def fr(pg: str, seq: int, t: int) -> CommRecord:
+        return CommRecord(
+            node_type=NodeType.COMM_COLL, op="gloo:all_reduce", comm_type=CommType.ALL_REDUCE, pg_name=pg,
+            seq=seq, src=-1, dst=-1, tag=0, numel=2048, dtype="float32", size_bytes=8192, start_ns=t,
+            issue_end_ns=t, end_ns=t, is_async=True, thread=1, step=1,
+        )  # fmt: skip
+
+    def ev(thread: int, start: int, end: int) -> OpRecord:
+        return OpRecord(
+            name="gloo:all_reduce", start_ns=start, dur_ns=end - start, thread=thread, is_cpu=True
+        )
+
+    step = StepRecord(step=1, start_ns=0, end_ns=100 * ms)
+    # tp ("3", threads 30/31) issued at 10 ms, dp ("1", threads 10/11) at 10.1 ms; dp's worker started
+    # first, and tp's own event only at 12 ms: tp must not take dp's 60 ms event
+    cap = RankCapture(
+        rank=0, comms=[fr("3", 5, 10 * ms), fr("1", 7, 10 * ms + 100_000), fr("1", 8, 90 * ms)],
+        steps=[step], groups=[ProcessGroupInfo(name=g, ranks=(0, 1)) for g in ("0", "1", "3")], main_thread=1,
+        worker_events=[ev(10, 10 * ms + 50_000, 70 * ms), ev(30, 12 * ms, 13 * ms),
+                       ev(11, 91 * ms, 100 * ms + FINISH_LAG_NS // 2)],
+        group_threads={10: "1", 11: "1", 30: "3", 31: "3"},
+    )  # fmt: skip
+    ends = {
+        (n.attrs[Attr.PG_NAME], n.attrs[Attr.SEQ]): (n.start_ns + n.dur_ns) // ms
+        for n in build_nodes(cap)
+        if n.node_type == NodeType.COMM_COLL
+    }
+    # the dp one whose worker event ended just after the step (gloo's finish lag) ends with the step
+    assert ends == {("3", 5): 13, ("1", 7): 70, ("1", 8): 100}

@@ -16,9 +16,18 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
-from skewlens.profiler.capture.flight import FR_SEQ_BASE, FrEntry, merge, parse_dump, resolve, unhooked_groups
+from skewlens.profiler.capture.flight import (
+    FrEntry,
+    Loss,
+    losses,
+    merge,
+    parse_dump,
+    resolve,
+    unhooked_groups,
+)
 from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
 from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import Attr, CommType, NodeType
@@ -96,7 +105,7 @@ def test_functional_collectives_appear_with_group_size_and_matching_sequence_num
                 for _, a in sorted(colls, key=lambda na: na[1][Attr.START_NS])
                 if a[Attr.PG_NAME] == pg
             ]
-            assert seqs == sorted(set(seqs)) and all(q < FR_SEQ_BASE for q in seqs), (pg, seqs)
+            assert seqs == sorted(set(seqs)), (pg, seqs)
         per_rank[r] = sorted((a[Attr.PG_NAME], a[Attr.SEQ], a[Attr.COMM_TYPE]) for _, a in colls)
         # gloo's worker event gives the real end, at both levels
         assert all(n.duration_micros > 0 for n, _ in fr)
@@ -128,7 +137,16 @@ def test_a_flight_recorder_dump_is_parsed_without_trusting_it() -> None:
             size_bytes=128,
         )
     ]
-    assert parse_dump("{not json") == [] and parse_dump("[1, 2]") == []
+    assert parse_dump("{}") == []  # a recorder that recorded nothing yet
+
+
+def test_an_unreadable_or_oversized_dump_is_an_error_naming_the_dump_and_the_limit() -> None:
+    for bad in ("{not json", "[1, 2]", '{"entries": 3}'):
+        with pytest.raises(CaptureError, match=r"flight recorder dump.*parse limit \d+ bytes"):
+            parse_dump(bad)
+    big = json.dumps({"entries": [_entry("0", k, 1_000 + k) for k in range(50)]})
+    with pytest.raises(CaptureError, match=r"larger than the 1000-byte limit.*TORCH_FR_BUFFER_SIZE"):
+        parse_dump(big, max_bytes=1_000)
 
 
 def _hooked(start: int, issue_end: int, *, seq: int, ident: int) -> CommRecord:
@@ -151,26 +169,67 @@ def test_hooked_calls_take_the_recorders_numbers_and_only_unaccounted_entries_in
     ]
     parsed = parse_dump(json.dumps({"entries": entries}))
     assert [e.thread_ident for e in parsed] == [77, 88, 77, 77]
-    hooked, extra = merge(parsed, [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
-    assert [c.seq for c in hooked] == [11]
+    hooked, extra, left_out = merge(
+        parsed, [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1
+    )
+    assert [c.seq for c in hooked] == [11] and left_out == 0
     assert [(e.seq, e.start_ns, e.step, e.is_async, e.ident) for e in extra] == [
         (12, 10_600_000, 1, True, 88),
         (13, 15_000_000, 1, True, 77),
     ]
     # without thread ids, a call accounts for what its group recorded around it
     anon = parse_dump(json.dumps({"entries": [_entry("0", 11, 10_500_000), _entry("0", 13, 15_000_000)]}))
-    hooked, extra = merge(anon, [_hooked(10_000_000, 11_000_000, seq=3, ident=0)], steps, thread=1)
+    hooked, extra, _ = merge(anon, [_hooked(10_000_000, 11_000_000, seq=3, ident=0)], steps, thread=1)
     assert [c.seq for c in hooked] == [11] and [e.seq for e in extra] == [13]
 
 
-def test_a_group_whose_hooked_call_the_recorder_lost_keeps_the_hooks_numbers() -> None:
+def test_a_hooked_call_whose_entry_was_lost_is_left_out_never_renumbered() -> None:
     steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
     entries = parse_dump(json.dumps({"entries": [{**_entry("0", 13, 15_000_000), "thread_id": "77"}]}))
-    hooked, extra = merge(entries, [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
-    assert [c.seq for c in hooked] == [3]
-    assert [e.seq for e in extra] == [FR_SEQ_BASE + 13]  # apart from the hooks' numbers
-    hooked, extra = merge([], [_hooked(10_000_000, 11_000_000, seq=3, ident=77)], steps, thread=1)
-    assert ([c.seq for c in hooked], extra) == ([3], [])  # recorder off
+    call = _hooked(10_000_000, 11_000_000, seq=3, ident=77)
+    hooked, extra, left_out = merge(entries, [call], steps, thread=1)
+    assert (hooked, left_out) == ([], 1)  # no entry, so no number of the recorder's: left out
+    assert [e.seq for e in extra] == [13]  # the recorder's own number, never shifted
+    # a group the recorder does not feed (another backend) keeps the hooks' numbers
+    hooked, extra, left_out = merge(entries, [call], steps, thread=1, recorded={"1"})
+    assert ([c.seq for c in hooked], left_out) == ([3], 0)
+
+
+def _member(seqs: range, first_record: int) -> list[FrEntry]:
+    """One member's dump: group "0" collectives ``seqs``, one a millisecond from t=1 ms."""
+    return parse_dump(
+        json.dumps(
+            {
+                "entries": [
+                    {**_entry("0", q, q * 1_000_000), "thread_id": "77", "record_id": first_record + i}
+                    for i, q in enumerate(seqs)
+                ]
+            }
+        )
+    )
+
+
+def test_two_members_agree_on_every_number_when_one_recorder_wrapped() -> None:
+    # 3 steps of 4 hooked all_reduces (seq 1..12, issued at q ms); rank 1's ring buffer kept only 9..12
+    ms = 1_000_000
+    steps = [
+        StepRecord(step=s, start_ns=(4 * s - 4) * ms + ms // 2, end_ns=4 * s * ms + ms // 2)
+        for s in (1, 2, 3)
+    ]
+    calls = [_hooked(q * 1_000_000 - 100, q * 1_000_000 + 100, seq=q + 100, ident=77) for q in range(1, 13)]
+    full, wrapped = _member(range(1, 13), 0), _member(range(9, 13), 8)
+    ids = {}
+    for r, entries in ((0, full), (1, wrapped)):
+        hooked, extra, left_out = merge(entries, calls, steps, thread=1)
+        ids[r] = {c.seq for c in hooked + extra}
+        assert left_out == (0 if r == 0 else 8)
+    assert ids[1] <= ids[0] and ids[0] == set(range(1, 13))  # the same numbers, the recorder's
+    assert losses(full, steps, ["0"]) == []
+    # what rank 1 lost, with the steps it covers: steps 1 and 2 began before its oldest kept entry
+    assert losses(wrapped, steps, ["0"]) == [Loss(pg_name="0", first_seq=1, last_seq=8, steps=(1, 2, 3))]
+    # a hole in the kept numbers is lost too
+    holed = [e for e in full if e.seq != 6]
+    assert losses(holed, steps, ["0"]) == [Loss(pg_name="0", first_seq=6, last_seq=6, steps=(2,))]
 
 
 def test_groups_with_collectives_past_the_hooks_are_those_the_recorder_numbered_further() -> None:
@@ -228,3 +287,49 @@ def test_lean_calls_take_group_and_sizes_from_the_entry_their_thread_made_while_
     assert ([c.numel for c in anon], lost) == ([9], 0)
     # nothing to resolve: the records pass as they are, whatever the recorder has
     assert resolve([], [p2p]) == ([p2p], 0)
+
+
+def test_the_manifest_declares_one_range_per_group_for_every_member_and_the_loader_leaves_it_out() -> None:
+    import numpy as np
+
+    from skewlens.profiler.capture.run import merge_losses
+    from skewlens.profiler.store.issues import IssueLog
+    from skewlens.profiler.store.match import CommRows, match_instances, without_lost
+
+    parts = {
+        0: {"lost_collectives": []},
+        1: {"lost_collectives": [{"pg_name": "0", "first_seq": 1, "last_seq": 8, "steps": [1, 2]}]},
+        2: {"lost_collectives": [{"pg_name": "0", "first_seq": 1, "last_seq": 5, "steps": [1]}]},
+    }
+    (lost,) = merge_losses(parts)
+    assert (lost.pg_name, lost.first_seq, lost.last_seq, lost.steps, lost.ranks) == (
+        "0",
+        1,
+        8,
+        (1, 2),
+        (1, 2),
+    )
+
+    def rows(rank: int, seqs: list[int]) -> CommRows:
+        n = len(seqs)
+        i64 = np.arange(n, dtype=np.int64)
+        return CommRows(
+            rank=rank, path=f"rank-{rank}.et", row=i64, node_id=i64 + 1,
+            node_type=np.full(n, NodeType.COMM_COLL, np.int8), name=["gloo:all_reduce"] * n,
+            pg=np.zeros(n, np.int32), seq=np.asarray(seqs, np.int64),
+            comm_type=np.full(n, CommType.ALL_REDUCE, np.int8), comm_bytes=np.full(n, 4, np.int64),
+            src=np.full(n, -1, np.int32), dst=np.full(n, -1, np.int32), tag=np.zeros(n, np.int64),
+            start_ns=i64, dur_ns=i64, step=np.ones(n, np.int32),
+        )  # fmt: skip
+
+    comm = {0: rows(0, list(range(1, 13))), 1: rows(1, list(range(9, 13))), 2: rows(2, list(range(6, 13)))}
+    with pytest.raises(Exception, match="collective mismatch"):  # as before: mismatches
+        match_instances(comm, ["0"], {}, IssueLog(strict=True))
+    sink = IssueLog()
+    kept, incomplete = without_lost(comm, (lost,), ["0"], sink)
+    assert incomplete == (1, 2)
+    assert [i.kind for i in sink.issues] == ["lost-collectives"] and "steps [1, 2] incomplete" in str(
+        sink.issues[0]
+    )
+    inst = match_instances(kept, ["0"], {}, IssueLog(strict=True))  # no mismatch left
+    assert [i.seq for i in inst] == [9, 10, 11, 12] and all(i.ranks == (0, 1, 2) for i in inst)

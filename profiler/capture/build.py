@@ -71,8 +71,14 @@ WAIT_SLACK_NS = 1_000_000
 MAX_KINETO_SKEW_NS = 2_000_000
 #: Earlier than any timestamp (what :class:`Reach` answers before the first interval).
 NEVER_NS = -(1 << 62)
-#: How much earlier than the flight recorder's issue time a gloo worker event may appear to start.
-WORKER_SLACK_NS = 100_000
+#: How much earlier than the flight recorder's issue time a gloo worker event may appear to start (the
+#: recorder stamps an entry after the work is queued; a worker can start it first).
+WORKER_SLACK_NS = 1_000_000
+#: gloo's worker event ends after the work's future completed and woke its waiter (``Work::finish``
+#: runs after ``markCompleted``); on a loaded machine the woken thread can run first, for up to a few
+#: scheduler slices. An end past the end of the collective's step by at most this much is that lag: the
+#: step consumed the result, and the end is the step's.
+FINISH_LAG_NS = 10_000_000
 
 
 def is_nccl_kernel(name: str) -> bool:
@@ -128,6 +134,8 @@ class RankCapture:
     clock."""
     host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
     """Full level: what is known of each host operator, by its Kineto correlation id."""
+    group_threads: Mapping[int, str] = field(default_factory=dict)
+    """Native thread id -> the process group whose creation started it (gloo's worker threads)."""
     device: str = "cpu"
     """Device of the rank."""
 
@@ -263,10 +271,14 @@ def _bounded_offset(lo: Sequence[int], hi: Sequence[int]) -> int:
 def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
 
-    Kineto records ``gloo:<op>`` on the worker thread that ran it (at the collectives level a
-    worker-event recorder runs for this, :class:`skewlens.profiler.capture.kineto.WorkerEvents`): the
-    first event at or after the issue that no hooked collective's ``[start, end]`` contains is taken, once,
-    on a thread not known to work for another group (:func:`_worker_groups`).
+    gloo runs each group's collectives in issue order on worker threads of that group, and records
+    ``gloo:<op>`` there (Kineto at the ops level; at the collectives level the worker-event recorder,
+    :class:`skewlens.profiler.capture.kineto.WorkerEvents`). A collective takes, once, the first event of
+    its name that starts at or after its issue (less :data:`WORKER_SLACK_NS`) on a thread of its own
+    group, and that no blocking hooked collective's ``[start, end]`` contains. A group's threads are
+    those its creation started (``RankCapture.group_threads``: all of them); for a group created before
+    the hooks, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any thread
+    not known to serve another group.
     """
     hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
     every = sorted(
@@ -274,23 +286,32 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         for o in itertools.chain(cap.ops, cap.worker_events)
         if o.is_cpu and o.name.startswith("gloo:")
     )
-    group_of = _worker_groups(cap.comms, every)
-    events: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    group_of = {**_worker_groups(cap.comms, every), **cap.group_threads}
+    exact = set(cap.group_threads.values())  # groups whose every thread is known
+    owned: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # name -> (s, e, owner, thread)
     for s, e, name, thread in every:
         if hooked(s) < e:  # not inside a hooked collective
-            events[name].append((s, e, thread))
-    taken: set[tuple[str, int]] = set()
+            owned[name].append((s, e, group_of.get(thread, ""), str(thread)))
+    lists: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    taken: dict[str, set[tuple[int, int]]] = defaultdict(set)  # name -> events claimed
+
+    def candidates(name: str, group: str) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+        key = (name, group)
+        if key not in lists:
+            mine = {group} if group in exact else {group, ""}
+            lists[key] = [(s, e) for s, e, owner, _ in owned.get(name, []) if owner in mine]
+        return lists[key], taken[name]
 
     def end_of(c: CommRecord) -> int:
-        cands = events.get(c.op) if c.op.startswith("gloo:") else None
-        if not cands:
+        if not c.op.startswith("gloo:"):
             return 0
-        k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1, -1))
-        while k < len(cands) and ((c.op, k) in taken or group_of.get(cands[k][2], c.pg_name) != c.pg_name):
+        cands, used = candidates(c.op, c.pg_name)
+        k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))
+        while k < len(cands) and cands[k] in used:
             k += 1
         if k == len(cands):
             return 0
-        taken.add((c.op, k))
+        used.add(cands[k])
         return cands[k][1]
 
     return end_of
@@ -358,13 +379,19 @@ def _boundary_inside(bounds: list[int], start_ns: int, end_ns: int) -> int | Non
     return bounds[k] if k < len(bounds) and bounds[k] < end_ns else None
 
 
+def _within_step(end_ns: int, step_end_ns: int) -> int:
+    """A worker event's end, less gloo's finish lag (:data:`FINISH_LAG_NS`) where that lag carries it
+    past the end of the step; an end further past is the program's: the collective ran on."""
+    return step_end_ns if step_end_ns < end_ns <= step_end_ns + FINISH_LAG_NS else end_ns
+
+
 def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) -> list[_Proto]:
     kernels = sorted(
         (o for o in cap.ops if not o.is_cpu and is_nccl_kernel(o.name)), key=lambda o: o.start_ns
     )
     ki = 0
     out = []
-    steps = {s.step for s in cap.steps}
+    steps = {s.step: s.end_ns for s in cap.steps}
     cpu = cap.device == "cpu"
     # the c10d operator Kineto saw inside each call: its ids join the host facts (full level)
     c10d = sorted((o.start_ns, o.rf_id, o.corr) for o in cap.ops if o.is_cpu and o.name.startswith("c10d::"))
@@ -376,7 +403,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
         k = bisect.bisect_left(c10d_starts, c.start_ns)
         inside = k < len(c10d) and c10d[k][0] <= c.issue_end_ns
         rf_id, key = (c10d[k][1], c10d[k][2]) if inside else (-1, -1)
-        end = max(c.end_ns, c.issue_end_ns, worker_end(c))
+        end = max(c.end_ns, c.issue_end_ns, _within_step(worker_end(c), steps[c.step]))
         # on GPUs the op completes when its NCCL kernel ends: take the next kernel that starts after the call
         while ki < len(kernels) and kernels[ki].start_ns < c.start_ns:
             ki += 1

@@ -15,13 +15,20 @@ rank issued it). The flight recorder gives no end on gloo (nor on NCCL without t
 asynchronous one on the group's comm stream that ends when gloo's worker thread finished it (its
 ``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a worker-event
 recorder does, see :class:`skewlens.profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's end at
-the ops level, and otherwise at its arrival. Hooked collectives take the recorder's sequence numbers,
-so one numbering covers both.
+the ops level, and otherwise at its arrival.
+
+One identity source: where the recorder is on (it is for the whole run: ``skewlens profile`` sets
+``TORCH_FR_BUFFER_SIZE`` for every rank), every collective of a group the recorder feeds (gloo, NCCL)
+carries the recorder's per-group sequence number, hooked or not, on every member. A hooked call whose
+entry the ring buffer no longer holds is left out, and what the buffer lost is declared
+(:func:`losses`): the manifest lists the lost range for every member of the group alike, and the loader
+marks those steps incomplete instead of reporting mismatches.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import os
 from collections import defaultdict
@@ -31,17 +38,19 @@ from dataclasses import dataclass, replace
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.capture.build import step_of
 from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
-from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 #: Entries kept when skewlens turns the recorder on.
 FR_BUFFER_DEFAULT = 20_000
-#: Added to the recorder's sequence numbers so that they never equal the hooks' own.
-FR_SEQ_BASE = 1 << 40
 #: Largest dump parsed (the ring buffer bounds it; this bounds a corrupt one).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
+#: What the dump is called in errors.
+DUMP_SOURCE = "flight recorder dump (torch._C._distributed_c10d._dump_fr_trace_json)"
+#: Backends whose process groups feed the flight recorder.
+RECORDED_BACKENDS = ("gloo", "nccl")
 
 _DTYPE_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
@@ -70,6 +79,23 @@ class FrEntry:
     """numel x element size of the inputs."""
     thread_ident: int = 0
     """The issuing thread's ``threading.get_ident()`` (the recorder's ``thread_id``), 0 when unknown."""
+    record_id: int = -1
+    """The recorder's running number of the entry over all groups (0 = its first ever), -1 unknown."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Loss:
+    """Collectives of one group that this rank's recorder no longer had (its ring buffer wrapped)."""
+
+    pg_name: str
+    """The group."""
+    first_seq: int
+    """First lost sequence number."""
+    last_seq: int
+    """Last lost sequence number; -1 when the recorder kept none of the group's (every number up to the
+    window's end may be lost)."""
+    steps: tuple[int, ...]
+    """Recorded steps the lost collectives may belong to."""
 
 
 def enabled() -> bool:
@@ -83,18 +109,27 @@ def buffer_size() -> int:
     return int(value) if value.isdigit() and len(value) <= 12 else 0
 
 
-def parse_dump(text: str | bytes) -> list[FrEntry]:
+def parse_dump(text: str | bytes, *, max_bytes: int = MAX_DUMP_BYTES) -> list[FrEntry]:
     """The collective entries of a flight-recorder JSON dump (p2p entries are the hooks' to record).
 
-    Malformed entries are skipped: the dump is the recorder's, but nothing in it is trusted.
+    Malformed entries are skipped: the dump is the recorder's, but nothing in it is trusted. A dump that
+    is not JSON, is larger than ``max_bytes``, or has no entry list raises :class:`CaptureError` naming
+    the dump and the limit (the session turns it into a manifest note: the program is not stopped).
     """
+    limit = f"{FR_BUFFER_ENV} ring buffer; parse limit {max_bytes} bytes"
     try:
-        data = parse_json_bounded(text, MAX_DUMP_BYTES, source="flight recorder dump", what="dump")
-    except SkewlensError:
-        return []
+        data = parse_json_bounded(text, max_bytes, source=DUMP_SOURCE, error=CaptureError, what="dump")
+    except CaptureError as err:
+        raise CaptureError(f"{err} ({limit}): its collectives are not in the trace") from None
     entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        if isinstance(data, dict) and "entries" not in data:
+            return []  # the recorder had recorded nothing yet
+        raise CaptureError(
+            f"{DUMP_SOURCE}: unreadable (no list of entries; {limit}): its collectives are not in the trace"
+        )
     out: list[FrEntry] = []
-    for e in entries if isinstance(entries, list) else []:
+    for e in entries:
         if not isinstance(e, dict) or e.get("is_p2p"):
             continue
         pg, seq, name, created = (
@@ -118,6 +153,7 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
         first = dtypes[0] if isinstance(dtypes, list) and dtypes else ""
         tid = e.get("thread_id")
         ident = int(tid) if isinstance(tid, str) and tid.isdigit() and len(tid) <= 20 else 0
+        rid = e.get("record_id")
         out.append(
             FrEntry(
                 pg_name=pg[0],
@@ -128,13 +164,15 @@ def parse_dump(text: str | bytes) -> list[FrEntry]:
                 dtype=_DTYPE_NAMES.get(str(first), str(first).lower()),
                 size_bytes=nbytes,
                 thread_ident=ident,
+                record_id=rid if isinstance(rid, int) and rid >= 0 else -1,
             )
         )
     return out
 
 
 def dump_entries() -> list[FrEntry]:
-    """This process's flight-recorder entries (empty when the recorder is off or unavailable)."""
+    """This process's flight-recorder entries (empty when the recorder is off or unavailable); a dump
+    that cannot be read raises :class:`CaptureError` (see :func:`parse_dump`)."""
     try:
         import torch
 
@@ -145,6 +183,46 @@ def dump_entries() -> list[FrEntry]:
     except (RuntimeError, AttributeError):  # the recorder unavailable: nothing to read back
         return []
     return parse_dump(text)
+
+
+def losses(entries: Sequence[FrEntry], steps: Sequence[StepRecord], groups: Sequence[str]) -> list[Loss]:
+    """What this rank's recorder lost inside the recorded ``steps``, per group of ``groups`` (those it
+    feeds and this rank belongs to).
+
+    The ring buffer keeps the newest entries: where its oldest kept entry is not its first ever
+    (``record_id`` above 0), every group's collectives created before that entry are gone, i.e. a
+    group's numbers below the first it kept (all of them where it kept none), in the steps that began
+    before it. A hole in a group's kept numbers is lost too, in the steps between its neighbours.
+    """
+    if not entries or not steps:
+        return []
+    ordered = sorted(steps, key=lambda s: s.start_ns)
+    oldest = min(entries, key=lambda e: (e.record_id, e.created_ns))
+    by_pg: dict[str, list[FrEntry]] = defaultdict(list)
+    for e in entries:
+        by_pg[e.pg_name].append(e)
+    out: list[Loss] = []
+    wrapped = oldest.record_id > 0
+    early = tuple(s.step for s in ordered if s.start_ns < oldest.created_ns)
+    for pg in sorted(set(groups) | set(by_pg)):
+        es = sorted(by_pg.get(pg, []), key=lambda e: e.seq)
+        if wrapped and early:
+            kept = es[0].seq if es else None
+            if kept is None or kept > 1:
+                out.append(Loss(pg_name=pg, first_seq=1, last_seq=(kept - 1) if kept else -1, steps=early))
+        for a, b in itertools.pairwise(es):
+            if b.seq > a.seq + 1:
+                inside = tuple(
+                    s.step for s in ordered if a.created_ns <= s.end_ns and s.start_ns <= b.created_ns
+                )
+                if inside:
+                    out.append(Loss(pg_name=pg, first_seq=a.seq + 1, last_seq=b.seq - 1, steps=inside))
+    return out
+
+
+def recorded_groups(backends: Mapping[str, str]) -> set[str]:
+    """The groups (name -> backend config, ``cpu:gloo,cuda:nccl``) whose collectives the recorder sees."""
+    return {g for g, b in backends.items() if any(k in b for k in RECORDED_BACKENDS)}
 
 
 def unhooked_groups(entries: Sequence[FrEntry], hooked: Mapping[str, int]) -> list[str]:
@@ -209,18 +287,20 @@ def merge(
     steps: Sequence[StepRecord],
     *,
     thread: int,
+    recorded: set[str] | None = None,
     slack_ns: int = 200_000,
-) -> tuple[list[CommRecord], list[CommRecord]]:
-    """The hooked calls numbered as the recorder numbers them, and the collectives only the recorder saw.
+) -> tuple[list[CommRecord], list[CommRecord], int]:
+    """The hooked calls numbered as the recorder numbers them, the collectives only the recorder saw, and
+    how many hooked calls were left out (their entry was lost).
 
     A hooked collective accounts for the entries its thread created on its group while it was being
     issued, ``[start, issue end]`` (a call may create several: gloo's ``reduce_scatter`` of a list does);
     where either side does not know the thread, for those created on its group within ``slack_ns`` of the
     call. It takes the recorder's sequence number of its first entry, so that the hooked collectives and
     the recorder's own (entries inside the recorded steps that no call accounts for) share one numbering
-    per group, in issue order, the same on every member. On a group where a hooked collective has no
-    entry (the recorder is off, or its ring buffer lost the entry) the hooked calls keep the hooks' own
-    numbers and the recorder's collectives get theirs plus :data:`FR_SEQ_BASE`.
+    per group, the recorder's, the same on every member. On a group the recorder feeds (``recorded``:
+    every group when None), a hooked collective without an entry is left out (the ring buffer lost it,
+    see :func:`losses`); on another group the hooked calls keep the hooks' numbers.
     """
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
@@ -231,28 +311,27 @@ def merge(
         es.sort(key=lambda e: e.created_ns)
     created = {pg: [e.created_ns for e in es] for pg, es in by_pg.items()}
     claimed: set[tuple[str, int]] = set()
-    first: dict[int, int] = {}  # index of a hooked call -> the recorder's sequence number
-    unnumbered: set[str] = set()  # groups keeping the hooks' numbers
-    for i, c in enumerate(comms):
-        if c.node_type != NodeType.COMM_COLL:
+    hooked: list[CommRecord] = []
+    left_out = 0
+    for c in comms:
+        if c.node_type != NodeType.COMM_COLL or (recorded is not None and c.pg_name not in recorded):
+            hooked.append(c)
             continue
         es = by_pg.get(c.pg_name, [])
         lo, hi = (
             (c.start_ns, c.issue_end_ns) if c.ident else (c.start_ns - slack_ns, c.issue_end_ns + slack_ns)
         )
+        seq = -1
         for k in _made_by(c, es, created.get(c.pg_name, []), lo, hi):
             if (c.pg_name, k) not in claimed:
                 claimed.add((c.pg_name, k))
-                first.setdefault(i, es[k].seq)
-        if i not in first:
-            unnumbered.add(c.pg_name)
-    hooked = [
-        replace(c, seq=first[i]) if i in first and c.pg_name not in unnumbered else c
-        for i, c in enumerate(comms)
-    ]
+                seq = es[k].seq if seq < 0 else seq
+        if seq < 0:
+            left_out += 1
+        else:
+            hooked.append(replace(c, seq=seq))
     extra = []
     for pg, es in by_pg.items():
-        base = FR_SEQ_BASE if pg in unnumbered else 0
         for k, e in enumerate(es):
             step = step_of(e.created_ns, starts, ordered)
             if step < 0 or (pg, k) in claimed:
@@ -263,7 +342,7 @@ def merge(
                     op=e.op,
                     comm_type=collective_from_op(e.op),
                     pg_name=e.pg_name,
-                    seq=base + e.seq,
+                    seq=e.seq,
                     src=-1,
                     dst=-1,
                     tag=0,
@@ -280,7 +359,7 @@ def merge(
                 )
             )
     extra.sort(key=lambda c: c.start_ns)
-    return hooked, extra
+    return hooked, extra, left_out
 
 
 def summary(records: Sequence[CommRecord]) -> str:

@@ -34,6 +34,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -148,6 +149,17 @@ class _Described(NamedTuple):
     src_from_result: bool  # a recv from any source: the call returns the sender
 
 
+_TASKS = Path("/proc/self/task")
+
+
+def _thread_ids() -> set[int]:
+    """Native ids of this process's threads (Linux)."""
+    try:
+        return {int(t.name) for t in _TASKS.iterdir() if t.name.isdigit()}
+    except OSError:
+        return set()
+
+
 class CommHooks:
     """Installs the wrappers; records each call made while ``recording()`` is true; :meth:`flush` hands
     the records over."""
@@ -178,6 +190,9 @@ class CommHooks:
         """Calls whose record could not be made (they ran normally; the trace lacks them)."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
+        self.group_threads: dict[int, str] = {}
+        """Native thread id -> name of the process group whose creation started it (gloo's worker
+        threads; see :meth:`_install_group_threads`)."""
 
     # ---- install / uninstall -------------------------------------------------------------------------
     def install(self) -> None:
@@ -194,6 +209,7 @@ class CommHooks:
                     setattr(mod, name, wrapper)
         if self._ddp:
             self._install_ddp()
+        self._install_group_threads()
         self.installed = True
 
     def uninstall(self) -> None:
@@ -397,6 +413,36 @@ class CommHooks:
         if group_rank is not None:
             return int(dist.get_global_rank(pg, int(group_rank)))
         return -1
+
+    # ---- which threads serve which group -------------------------------------------------------------
+    def _install_group_threads(self) -> None:
+        """Learn the threads each process group starts while it is created.
+
+        gloo runs a group's collectives on worker threads the group starts in its constructor, one queue
+        per group served in order. Every group is created through ``_new_process_group_helper`` (the
+        default group, ``new_group``, device meshes): the threads that appear while it runs are the new
+        group's. :func:`skewlens.profiler.capture.build.build_nodes` then matches a collective only to
+        worker events of its own group's threads. A group created before the hooks were installed (the
+        Python API after ``init_process_group``) is not listed; its threads are learnt from its blocking
+        collectives where it has any.
+        """
+        orig = getattr(c10d, "_new_process_group_helper", None)
+        if orig is None or not _TASKS.is_dir():
+            return
+        threads = self.group_threads
+
+        def helper(*args: Any, **kwargs: Any) -> Any:
+            before = _thread_ids()
+            result = orig(*args, **kwargs)
+            with contextlib.suppress(Exception):  # bookkeeping must never break the program
+                pg = result[0] if isinstance(result, tuple) else result
+                if isinstance(pg, c10d.ProcessGroup):
+                    for tid in _thread_ids() - before:
+                        threads[tid] = pg.group_name
+            return result
+
+        self._saved.append((c10d, "_new_process_group_helper", orig))
+        c10d._new_process_group_helper = helper
 
     # ---- DDP -----------------------------------------------------------------------------------------
     def _install_ddp(self) -> None:

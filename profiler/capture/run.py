@@ -24,6 +24,7 @@ from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import (
+    LostCollectives,
     Manifest,
     ProcessGroupInfo,
     StepSpan,
@@ -157,6 +158,12 @@ def finalize_run(
                 ),
             )
     groups = tuple(by_name.values())
+    sizes = {int(p.get("flight_recorder", 0)) for p in parts.values()}
+    if len(sizes) > 1:
+        notes["flight recorder"] = (
+            f"error: the ranks ran with different {FR_BUFFER_ENV} ({', '.join(map(str, sorted(sizes)))}): "
+            "collectives of ranks without the recorder are numbered by the hooks and may not match"
+        )
     manifest = Manifest(
         world_size=world,
         ranks=tuple(sorted(parts)),
@@ -174,11 +181,35 @@ def finalize_run(
         skewlens_version=__version__,
         command=tuple(command),
         notes=notes,
+        lost_collectives=merge_losses(parts),
     )
     write_manifest(run_dir, manifest)
     if not keep_parts:
         shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     return manifest
+
+
+def merge_losses(parts: dict[int, dict]) -> tuple[LostCollectives, ...]:
+    """The ranks' lost ranges (``lost_collectives`` of their part files) as one range per group, the
+    same for every member: from the lowest first number to the highest last one (open-ended where one
+    is), over the union of their steps."""
+    by_pg: dict[str, list[tuple[int, dict]]] = {}
+    for r, p in sorted(parts.items()):
+        for x in p.get("lost_collectives", []):
+            by_pg.setdefault(str(x["pg_name"]), []).append((r, x))
+    out = []
+    for pg, xs in sorted(by_pg.items()):
+        lasts = [int(x["last_seq"]) for _, x in xs]
+        out.append(
+            LostCollectives(
+                pg_name=pg,
+                first_seq=min(int(x["first_seq"]) for _, x in xs),
+                last_seq=-1 if min(lasts) < 0 else max(lasts),
+                steps=tuple(sorted({int(t) for _, x in xs for t in x["steps"]})),
+                ranks=tuple(sorted({r for r, _ in xs})),
+            )
+        )
+    return tuple(out)
 
 
 def part_exists(run_dir: Path, rank: int) -> bool:

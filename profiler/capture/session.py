@@ -86,6 +86,8 @@ class CaptureSession:
         self.steps: list[StepRecord] = []
         self.offset_ns: int | None = 0
         self.notes: dict[str, str] = {}
+        self.lost: list[flight.Loss] = []
+        """What the flight recorder's ring buffer lost inside the window (see :func:`flight.losses`)."""
         self.saved = False
         self._step_start = time.time_ns()
         self._main_thread = threading.get_native_id()
@@ -190,11 +192,17 @@ class CaptureSession:
         # the recorder costs step time (the native one little, the Kineto fallback ~3%); it is there
         # for the collectives the hooks cannot time: none so far (after a step at least), none expected
         hooks = self._hooks
+        try:
+            entries = flight.dump_entries() if self.step_index > 0 else []
+        except CaptureError:  # unreadable now: record the worker events anyway (save() says why)
+            entries = [
+                flight.FrEntry(pg_name="?", seq=1 << 62, op="", created_ns=1, numel=0, dtype="", size_bytes=0)
+            ]
         if (
             self.step_index > 0
             and hooks is not None
             and hooks.installed
-            and not flight.unhooked_groups(flight.dump_entries(), hooks.issued())
+            and not flight.unhooked_groups(entries, hooks.issued())
         ):
             self._workers_skipped = True
             return
@@ -356,7 +364,7 @@ class CaptureSession:
         if torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
-        comms = self._with_flight_recorder(comms)
+        comms = self._with_flight_recorder(comms, groups)
         cap = RankCapture(
             rank=rank,
             comms=comms,
@@ -369,6 +377,7 @@ class CaptureSession:
             mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
             host_ops=host_ops,
             device=device,
+            group_threads=dict(self._hooks.group_threads) if self._hooks is not None else {},
         )
         nodes = build_nodes(cap)
         path = rank_file(self.run_dir, rank)
@@ -395,28 +404,51 @@ class CaptureSession:
                 {"step": s.step, "start_ns": s.start_ns + off, "end_ns": s.end_ns + off} for s in self.steps
             ],
             "partial": partial,
+            "flight_recorder": flight.buffer_size() if self._flight else 0,
+            "lost_collectives": [asdict(x) for x in self.lost],
             "notes": self.notes,
             "torch_version": torch.__version__,
         }
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
 
-    def _with_flight_recorder(self, comms: list[CommRecord]) -> list[CommRecord]:
-        """The hooked calls renumbered by the flight recorder, plus the collectives only it saw."""
+    def _with_flight_recorder(
+        self, comms: list[CommRecord], groups: list[ProcessGroupInfo]
+    ) -> list[CommRecord]:
+        """The hooked calls numbered by the flight recorder, plus the collectives only it saw; what its
+        ring buffer lost goes to :attr:`lost` (and from the part file into the manifest)."""
         import torch.distributed as dist
 
         if not self._flight:
             return comms
-        entries = flight.dump_entries()
+        rank = self.rank
+        try:
+            entries = flight.dump_entries()
+        except CaptureError as e:
+            self.notes[f"rank {rank} flight recorder dump"] = f"error: {e}"
+            entries = []
         comms, lost = flight.resolve(entries, comms)
-        if lost:
-            self.notes[f"rank {self.rank} lost calls"] = (
-                f"{lost} collective call(s) left out: the flight recorder no longer had their entries "
-                f"(its ring buffer holds {flight.buffer_size()}; set {flight.FR_BUFFER_ENV} higher)"
-            )
         if not (dist.is_available() and dist.is_initialized()):
             return comms
-        hooked, extra = flight.merge(entries, comms, self.steps, thread=self._main_thread)
+        recorded = flight.recorded_groups({g.name: g.backend for g in groups})
+        mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]
+        self.lost = flight.losses(entries, self.steps, mine)
+        hooked, extra, left_out = flight.merge(
+            entries, comms, self.steps, thread=self._main_thread, recorded=recorded
+        )
+        lost += left_out
+        if lost or self.lost:
+            ranges = "; ".join(
+                f"group {x.pg_name!r} seq {x.first_seq}..{x.last_seq if x.last_seq >= 0 else 'end'} "
+                f"(steps {', '.join(map(str, x.steps))})"
+                for x in self.lost
+            )
+            self.notes[f"rank {rank} lost calls"] = (
+                f"the flight recorder's ring buffer ({flight.FR_BUFFER_ENV}={flight.buffer_size()} entries) "
+                f"wrapped: {lost} hooked collective call(s) left out (no entry, so no sequence number)"
+                + (f"; lost: {ranges} (declared in the manifest for every member)" if ranges else "")
+                + f"; set {flight.FR_BUFFER_ENV} higher"
+            )
         if extra:
             ends = (
                 "no end: they began after the steps before the window had issued every collective through "
@@ -424,7 +456,7 @@ class CaptureSession:
                 if self._workers_skipped
                 else "end from gloo's worker thread where it was seen"
             )
-            self.notes[f"rank {self.rank} flight recorder"] = (
+            self.notes[f"rank {rank} flight recorder"] = (
                 f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
                 f"flight recorder ({flight.summary(extra)}): arrival from the recorder, {ends}"
             )

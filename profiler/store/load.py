@@ -33,7 +33,7 @@ from skewlens.profiler.errors import ManifestError, TraceFormatError, Validation
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
 from skewlens.profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
 from skewlens.profiler.store.issues import IssueLog
-from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs
+from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
@@ -492,6 +492,7 @@ def load_run(
     missing_rank_issues(files, sink)
     if match:
         comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
+        comm, run.incomplete_steps = without_lost(comm, manifest.lost_collectives, pg_names, sink)
         missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(ranks))
         run.collectives = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
         run.p2p = match_pairs(comm, pg_names, sink)
@@ -501,6 +502,7 @@ def load_run(
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
     """Collective instances of a loaded run (raises :class:`ValidationError` on the first mismatch)."""
     comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    comm, _ = without_lost(comm, run.manifest.lost_collectives, run.pg_names, IssueLog())
     missing = frozenset(run.manifest.missing_ranks)
     return match_instances(
         comm, run.pg_names, run.process_groups, IssueLog(strict=True), missing_ranks=missing

@@ -15,11 +15,12 @@ What "size differs" means per collective type (``comm_size`` is the bytes of eac
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import LostCollectives, ProcessGroupInfo
 from skewlens.profiler.store.issues import IssueLog
 from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.vocab import CommType, NodeType
@@ -93,6 +94,17 @@ class CommRows:
             comm_type=i8, comm_bytes=i64, src=i32, dst=i32, tag=i64, start_ns=i64, dur_ns=i64, step=i32,
         )  # fmt: skip
 
+    def subset(self, keep: np.ndarray) -> CommRows:
+        """The rows where ``keep`` is true."""
+        names = [n for n, k in zip(self.name, keep.tolist(), strict=True) if k]
+        return CommRows(
+            rank=self.rank, path=self.path, row=self.row[keep], node_id=self.node_id[keep],
+            node_type=self.node_type[keep], name=names,
+            pg=self.pg[keep], seq=self.seq[keep], comm_type=self.comm_type[keep],
+            comm_bytes=self.comm_bytes[keep], src=self.src[keep], dst=self.dst[keep], tag=self.tag[keep],
+            start_ns=self.start_ns[keep], dur_ns=self.dur_ns[keep], step=self.step[keep],
+        )  # fmt: skip
+
     @staticmethod
     def of(rt: RankTrace) -> CommRows:
         rows = rt.rows_of_type(NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV)
@@ -114,6 +126,35 @@ class CommRows:
             dur_ns=rt.dur_ns[rows],
             step=rt.step[rows],
         )
+
+
+def without_lost(
+    comm: dict[int, CommRows], lost: Sequence[LostCollectives], pg_names: list[str], sink: IssueLog
+) -> tuple[dict[int, CommRows], tuple[int, ...]]:
+    """``comm`` without the collectives the manifest declares lost (on every member alike), and the steps
+    they make incomplete (each range reported as info)."""
+    if not lost:
+        return comm, ()
+    steps: set[int] = set()
+    drop = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
+    for x in lost:
+        steps.update(x.steps)
+        last = "on" if x.last_seq < 0 else str(x.last_seq)
+        sink.info(
+            "lost-collectives",
+            f"steps {list(x.steps)} incomplete: the flight recorder of rank(s) {list(x.ranks)} lost group "
+            f"{x.pg_name!r} seq {x.first_seq}..{last} (its ring buffer wrapped); those collectives are left "
+            "out of matching on every member",
+        )
+        if x.pg_name not in pg_names:
+            continue
+        gi = pg_names.index(x.pg_name)
+        for r, c in comm.items():
+            hit = (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.seq >= x.first_seq)
+            if x.last_seq >= 0:
+                hit &= c.seq <= x.last_seq
+            drop[r] |= hit
+    return {r: c.subset(~drop[r]) for r, c in comm.items()}, tuple(sorted(steps))
 
 
 def _reported(sink: IssueLog, counter: dict[str, int], kind: str) -> bool:
