@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from skewlens.profiler.store.issues import Issue, Severity
 from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.validate import ValidationReport, validate_run
+from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
@@ -223,8 +227,36 @@ def _where(rt: RunTrace, low: Lowered, row: int) -> str:
     return f"rank {r} node {int(t.node_id[local])} ({t.name(local)})"
 
 
+def _member(rt: RunTrace, low: Lowered, gi: int, j: int) -> str:
+    """``rank 0 node 3 (c10d::recv_: from rank 1, group '0', tag 0)`` for member ``j`` of group ``gi``."""
+    info = low.syncs[gi]
+    row = info.rows[j]
+    where = _where(rt, low, row)
+    if info.is_p2p:
+        p = rt.p2p[info.index]
+        side = f"to rank {p.dst_rank}" if j == 0 else f"from rank {p.src_rank}"
+        kind = "send" if j == 0 else "recv"
+        return f"{where}: {kind} {side}, group {p.pg_name!r}, tag {p.tag}"
+    c = rt.collectives[info.index]
+    return f"{where}: {c.comm_type.name.lower()}, group {c.pg_name!r} seq {c.seq}"
+
+
 def _deadlock_message(rt: RunTrace, low: Lowered, e: DeadlockError) -> str:
+    """What blocks what: each blocked sync group's arrived member and the member it waits for."""
     if e.waiting:
+        stuck = set(e.stuck)
+        parts = []
+        for gi in e.waiting[:4]:
+            segs = low.graph.groups[gi]
+            here = [j for j, sg in enumerate(segs) if sg not in stuck]
+            away = [j for j, sg in enumerate(segs) if sg in stuck]
+            if not here or not away:
+                continue
+            parts.append(f"{_member(rt, low, gi, here[0])} waits for {_member(rt, low, gi, away[0])}")
+        if parts:
+            return f"{rt.run_dir}: the recorded order deadlocks (each waits for the other): " + "; ".join(
+                parts
+            )
         info = low.syncs[e.waiting[0]]
         if info.is_p2p:
             p = rt.p2p[info.index]
@@ -236,3 +268,29 @@ def _deadlock_message(rt: RunTrace, low: Lowered, e: DeadlockError) -> str:
     heads = np.flatnonzero(np.isin(low.seg_of_row, e.stuck[:1]))
     where = _where(rt, low, int(heads[0])) if heads.size else "unknown node"
     return f"{rt.run_dir}: simulated replay cannot finish: dependency cycle through {where}"
+
+
+def find_deadlock(run_trace: RunTrace) -> str | None:
+    """Why the recorded order of ``run_trace`` cannot complete (ranks, groups, tags, node ids), or None.
+
+    Replays the execution model as recorded: a run that really completed replays (its eager sends did not
+    wait for their receivers); one where, say, two ranks each block in a recv before the send the other
+    waits for does not.
+    """
+    low = lower(run_trace, effects=NO_EFFECTS, timing=AsRecorded())
+    try:
+        run(low.graph)
+    except DeadlockError as e:
+        return _deadlock_message(run_trace, low, e)
+    return None
+
+
+def validate_replayable(path: str | Path, *, progress: Progress = NO_PROGRESS) -> ValidationReport:
+    """``validate_run`` plus what only the execution model can tell: whether the recorded order can
+    complete at all (:func:`find_deadlock`; an error of kind ``deadlock``). What ``skewlens check`` runs."""
+    report = validate_run(path, progress=progress)
+    if report.ok and report.run is not None:
+        why = find_deadlock(report.run)
+        if why is not None:
+            report.issues.append(Issue(severity=Severity.ERROR, kind="deadlock", message=why))
+    return report

@@ -35,10 +35,10 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     from skewlens.profiler.store.render import render_report
-    from skewlens.profiler.store.validate import validate_run
+    from skewlens.replay.simulate import validate_replayable
 
     out = console or _console()
-    report = validate_run(args.run_dir, progress=_progress(args.no_progress, console))
+    report = validate_replayable(args.run_dir, progress=_progress(args.no_progress, console))
     out.print(render_report(report, max_issues=None if args.all else 50))
     return 0 if report.ok else 1
 

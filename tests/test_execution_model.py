@@ -1,0 +1,221 @@
+"""The execution model: what waits on what, read alike by the simulator, analyses and real-replay plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from replay_workloads import RankFactor
+
+from skewlens.analysis.api import analyze_run as analyze
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.execution import execution_model
+from skewlens.replay.real.plan import KIND_COMPUTE, rank_plan
+from skewlens.replay.simulate import simulate
+
+MS = 1_000_000
+COMM = 1000  # a communication stream (the work of async ops of one group)
+
+
+def _exact(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    res = simulate(run)
+    for r, rt in run.ranks.items():
+        t = res.timed[r]
+        assert np.array_equal(res.start_ns[r][t], rt.start_ns[t]), r
+        assert np.array_equal(res.end_ns[r][t], rt.end_ns[t]), r
+
+
+def _one_f_one_b(tmp_path: Path, *, steps: int = 2) -> Path:
+    """Rank 0 sends micro-batch 1 before it receives gradient 0; rank 1 sends gradient 0 before it
+    receives micro-batch 1. Legal because sends complete without their receiver (eager)."""
+    b = RunBuilder(2)
+    t = 0
+    for s in range(steps):
+        r0, r1 = b.rank(0).step(s), b.rank(1).step(s)
+        f0 = r0.compute("fwd0", 2 * MS, start_ns=t)
+        s0 = r0.send(1, 4096, 40_000, start_ns=t + 2 * MS, deps=(f0,))
+        r1.recv(0, 4096, 2 * MS + 60_000, start_ns=t)
+        g = r1.compute("fwd_bwd0", 3 * MS, start_ns=t + 2 * MS + 60_000)
+        sg = r1.send(0, 4096, 40_000, start_ns=t + 5 * MS + 60_000, deps=(g,))
+        f1 = r0.compute("fwd1", 2 * MS, start_ns=t + 2 * MS + 40_000, deps=(s0,))
+        s1 = r0.send(1, 4096, 40_000, start_ns=t + 4 * MS + 40_000, deps=(f1,))
+        rg = r0.recv(1, 4096, 1 * MS + 30_000, start_ns=t + 4 * MS + 80_000, deps=(s1,))
+        r1.recv(0, 4096, 30_000, start_ns=t + 5 * MS + 100_000, deps=(sg,))
+        r1.compute("fwd_bwd1", 3 * MS, start_ns=t + 5 * MS + 130_000)
+        r0.compute("bwd", 2 * MS, start_ns=t + 5 * MS + 110_000, deps=(rg,))
+        t += 9 * MS
+    return b.write(tmp_path / "run")
+
+
+def test_crossing_eager_sends_of_1f1b_replay_without_deadlock_and_exactly(tmp_path: Path) -> None:
+    run_dir = _one_f_one_b(tmp_path)
+    run = load_run(run_dir)
+    model = execution_model(run)
+    eager = [g for g in model.syncs if g.is_p2p and g.detached[0]]
+    # micro-batch 1 of each step went before its receiver arrived; the others found their receiver there
+    assert [run.p2p[g.index].src_rank for g in eager] == [0, 0]
+    assert len([g for g in model.syncs if g.is_p2p]) == 6
+    _exact(run_dir)
+    ops = {r: rank_plan(rt, run, NO_EFFECTS) for r, rt in run.ranks.items()}
+    assert all(len(o) == len(run.ranks[r]) - 1 for r, o in ops.items())  # all but the METADATA node
+
+
+def test_an_eager_send_does_not_wait_for_a_late_receiver_but_its_recv_waits_for_it(tmp_path: Path) -> None:
+    run_dir = _one_f_one_b(tmp_path, steps=1)
+    run = load_run(run_dir)
+    base, slow = simulate(run), simulate(run, effects=RankFactor(1, 2.0))
+    r0 = run.ranks[0]
+    send = [i for i in range(len(r0)) if r0.name(i) == "c10d::send"]
+    # rank 0's sends last what they lasted, however late rank 1 gets
+    assert np.array_equal(slow.end_ns[0][send] - slow.start_ns[0][send], r0.dur_ns[send])
+    # rank 0's recv of the gradient waits for rank 1's (slower) send: it ends later
+    recv = next(i for i in range(len(r0)) if r0.name(i) == "c10d::recv_")
+    assert slow.end_ns[0][recv] - base.end_ns[0][recv] >= 3 * MS
+
+
+def _functional(tmp_path: Path, straggler_ms: float, steps: int = 3) -> Path:
+    """Tensor-parallel style: compute, an async all_reduce on a communication stream, more compute, then
+    ``wait_tensor`` (a wait node) before the consumer. Rank 1 computes ``straggler_ms`` longer first."""
+    b = RunBuilder(2)
+    t0 = {0: 0, 1: 0}
+    extra = int(straggler_ms * MS)
+    ar_end = 0
+    for s in range(steps):
+        ends = {}
+        nodes = {}
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            t = t0[r]
+            a = rb.compute("aten::mm", 5 * MS + (extra if r == 1 else 0), start_ns=t)
+            t += 5 * MS + (extra if r == 1 else 0)
+            nodes[r] = (rb, a, t)
+        arrive = max(v[2] for v in nodes.values())
+        ar_end = arrive + MS
+        for r in (0, 1):
+            rb, a, t = nodes[r]
+            ar = rb.collective(
+                CommType.ALL_REDUCE, 8192, ar_end - (t + 10_000), start_ns=t + 10_000, stream=COMM, deps=(a,)
+            )
+            c = rb.compute("aten::relu", 100_000, start_ns=t + 20_000, deps=(a,))
+            w_start = t + 120_000
+            w_end = max(w_start, ar_end) + 5_000
+            w = rb.compute("_c10d_functional::wait_tensor", w_end - w_start, start_ns=w_start, deps=(c, ar))
+            rb.compute("aten::linear", 2 * MS, start_ns=w_end, deps=(w,))
+            ends[r] = w_end + 2 * MS
+        t0 = {r: max(ends.values()) + 50_000 for r in (0, 1)}
+    return b.write(tmp_path / f"run{straggler_ms}")
+
+
+def test_a_wait_node_counts_its_blocked_time_as_waiting_and_its_consumer_follows_the_completion(
+    tmp_path: Path,
+) -> None:
+    run_dir = _functional(tmp_path, 40.0)
+    _exact(run_dir)
+    run = load_run(run_dir)
+    m0 = execution_model(run).ranks[0]
+    rt0 = run.ranks[0]
+    w = [i for i in range(len(rt0)) if rt0.name(i) == "_c10d_functional::wait_tensor"]
+    assert m0.wait_dst.size == 3 and set(m0.wait_dst.tolist()) == set(w)
+    assert (m0.work_ns[w] == 5_000).all()  # all but the part after the all_reduce completed was waiting
+    assert (m0.wait_in_ns[w] >= 39 * MS).all()
+    res = analyze(run, blame=True)
+    bd0 = [b for b in res.breakdown if b.rank == 0]
+    assert all(b.compute_ns < 8 * MS for b in bd0)  # 5 + 0.1 + 2 ms of work, not the 40 ms wait
+    assert all(b.exposed_wait_ns > 38 * MS for b in bd0)
+
+
+def test_blame_of_a_straggler_behind_a_functional_collective_matches_its_real_cost(tmp_path: Path) -> None:
+    slow = load_run(_functional(tmp_path, 40.0))
+    plain = load_run(_functional(tmp_path, 0.0))
+    real_cost = (simulate(slow).makespan_ns - simulate(plain).makespan_ns) / 3
+    res = analyze(slow, blame=True)
+    top = res.stragglers[0]
+    assert top.rank == 1
+    per_step = top.straggler_cost_ns / 3
+    assert per_step == pytest.approx(real_cost, rel=0.1)
+    assert "aten::mm" in (top.cause or "")
+
+
+def test_collectives_of_a_communication_stream_queue_and_p2p_ops_there_do_not(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("issue", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=MS, stream=COMM, deps=(a,))
+        c = rb.compute("more", MS, start_ns=MS + 10_000, deps=(a,))
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=2 * MS + 10_000, stream=COMM, deps=(c,))
+    run = load_run(b.write(tmp_path / "run"))
+    m = execution_model(run).ranks[0]
+    rt = run.ranks[0]
+    ars = [i for i in range(len(rt)) if rt.name(i).startswith("c10d::all_reduce")]
+    assert (ars[0], ars[1]) not in set(zip(m.start_src.tolist(), m.start_dst.tolist(), strict=True))
+    assert (ars[0], ars[1]) in set(zip(m.queue_src.tolist(), m.queue_dst.tolist(), strict=True))
+
+    b = RunBuilder(2)
+    for r, peer in ((0, 1), (1, 0)):
+        rb = b.rank(r).step(0)
+        a = rb.compute("issue", MS, start_ns=0)
+        rb.send(peer, 4096, 3 * MS, start_ns=MS, stream=COMM, deps=(a,))
+        rb.recv(peer, 4096, 3 * MS, start_ns=MS + 5_000, stream=COMM, deps=(a,))
+    run = load_run(b.write(tmp_path / "p2p"))
+    m = execution_model(run).ranks[0]
+    assert m.queue_src.size == 0
+    assert not any(run.ranks[0].name(int(s)) == "c10d::send" for s in m.start_src)
+
+
+def test_a_nested_node_follows_its_enclosing_node_in_the_replay_and_the_plan(tmp_path: Path) -> None:
+    from skewlens.profiler.vocab import NodeType
+
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    first = rb.compute("aten::mm", 4 * MS, start_ns=0)
+    outer = rb.compute("aten::linear", 10 * MS, start_ns=4 * MS, deps=(first,))
+    rb.compute("aten::addmm", 6 * MS, start_ns=6 * MS, deps=(outer,))
+    run = load_run(b.write(tmp_path / "run"))
+
+    class SlowMm:
+        def compute_factor(self, rank: int, step: int, name: str) -> float:
+            return 2.0 if name == "aten::mm" else 1.0
+
+        def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+            return 0
+
+        def stall_ns(self, rank: int, step: int) -> int:
+            return 0
+
+    res = simulate(run, effects=SlowMm())
+    assert res.start_ns[0][2] == 8 * MS and res.start_ns[0][3] == 10 * MS  # linear, then addmm inside it
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert [o.kind for o in ops][:2] == [KIND_COMPUTE, KIND_COMPUTE]
+    assert ops[2].parent == ops[1].row and ops[2].offset_ns == 2 * MS
+
+
+def test_check_refuses_a_trace_where_two_ranks_each_recv_first_naming_both(tmp_path: Path) -> None:
+    from skewlens.cli.store import check_main
+
+    b = RunBuilder(2)
+    for r, peer in ((0, 1), (1, 0)):
+        rb = b.rank(r).step(0)
+        a = rb.compute("fwd", MS, start_ns=0)
+        rb.recv(peer, 4096, 5 * MS, start_ns=MS, tag=7, deps=(a,))
+        rb.send(peer, 4096, 2 * MS, start_ns=6 * MS, tag=7)
+    run_dir = b.write(tmp_path / "run")
+    from skewlens.replay.simulate import find_deadlock
+
+    why = find_deadlock(load_run(run_dir))
+    assert why is not None
+    # node 1 is the compute, 2 the recv, 3 the send
+    assert "rank 0 node 2 (c10d::recv_): recv from rank 1, group '0', tag 7 waits for rank 1 node 3" in why
+    assert "rank 1 node 2 (c10d::recv_): recv from rank 0, group '0', tag 7 waits for rank 0 node 3" in why
+    assert check_main([str(run_dir), "--no-progress"]) == 1
+
+
+def test_check_passes_a_1f1b_run_that_completed(tmp_path: Path) -> None:
+    from skewlens.replay.simulate import find_deadlock
+
+    assert find_deadlock(load_run(_one_f_one_b(tmp_path))) is None
