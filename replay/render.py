@@ -15,19 +15,25 @@ def _ms(ns: float) -> str:
 
 
 def summary_table(rows: Sequence[SummaryRecord], *, title: str = "Simulated replay") -> Table:
-    """One row per rank: mean step time, compute, communication, exposed communication, wait (ms)."""
+    """One row per rank: mean replayed and recorded step time (step mark to step mark) and the difference,
+    compute, communication, exposed communication, wait (ms)."""
     t = Table(title=title)
-    for col in ("rank", "steps", "step ms", "compute ms", "comm ms", "exposed comm ms", "wait ms"):
+    cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
+    for col in (*cols, "exposed comm ms", "wait ms"):
         t.add_column(col, justify="right")
     by_rank: dict[int, list[SummaryRecord]] = {}
     for r in rows:
         by_rank.setdefault(r.rank, []).append(r)
     for rank, rs in sorted(by_rank.items()):
         n = len(rs)
+        rep = sum(x.step_time_ns for x in rs) / n
+        rec = sum(x.recorded_step_ns for x in rs) / n
         t.add_row(
             str(rank),
             str(n),
-            _ms(sum(x.step_time_ns for x in rs) / n),
+            _ms(rep),
+            _ms(rec),
+            f"{(rep - rec) / rec:+.1%}" if rec else "-",
             _ms(sum(x.compute_ns for x in rs) / n),
             _ms(sum(x.comm_ns for x in rs) / n),
             _ms(sum(x.exposed_comm_ns for x in rs) / n),

@@ -2,7 +2,10 @@
 
 For rank ``r`` and step ``k`` (nodes with that step on that rank):
 
-- ``step_time_ns``: replayed span of the rank's nodes of the step (last end − first start);
+- ``step_time_ns``: the replayed step, measured as the recorded one is: from the rank's step mark before
+  the step to the one after it (the optimizer step; see :func:`replayed_step_marks`); for a run without
+  step marks, the span of the rank's nodes of the step (last end − first start);
+- ``recorded_step_ns``: the same, recorded;
 - ``compute_ns``: time covered by compute nodes (union of their intervals);
 - ``comm_ns``: summed duration of its communication nodes (arrival to completion);
 - ``wait_ns``: summed wait for peers: for every sync member, latest arrival of the group − own arrival;
@@ -33,7 +36,9 @@ class SummaryRecord:
     step: int
     """Training step."""
     step_time_ns: int
-    """Replayed span of the rank's nodes of the step, ns."""
+    """Replayed step time (step mark to step mark; without marks: span of the step's nodes), ns."""
+    recorded_step_ns: int
+    """Recorded step time, measured the same way, ns."""
     compute_ns: int
     """Time covered by compute nodes, ns."""
     comm_ns: int
@@ -56,6 +61,43 @@ def _covered(a: I64, b: I64, t: I64) -> I64:
     return np.where(k >= 0, prefix[kk] + part, 0)
 
 
+def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """``(rank, step) -> (recorded start, recorded end, replayed start, replayed end)`` of each step mark
+    pair of the manifest (the optimizer step to the next one).
+
+    A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
+    it, the start mark with the first node that started at or after it. An unmodified replay therefore
+    gives the recorded step times exactly.
+    """
+    out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+    marks: dict[int, list[tuple[int, int, int]]] = {}
+    for sp in run.manifest.steps:
+        if sp.rank in run.ranks and sp.end_ns > sp.start_ns:
+            marks.setdefault(sp.rank, []).append((sp.step, sp.start_ns, sp.end_ns))
+    for r, spans in marks.items():
+        rt = run.ranks[r]
+        timed = res.timed[r]
+        rows = np.flatnonzero(timed)
+        if rows.size == 0:
+            continue
+        rec_end = rt.start_ns[rows] + rt.dur_ns[rows]
+        by_end = rows[np.argsort(rec_end, kind="stable")]
+        ends_sorted = rt.start_ns[by_end] + rt.dur_ns[by_end]
+        # the latest end among rows ending by t: a running argmax over rows sorted by end
+        shift_end = res.end_ns[r][by_end] - ends_sorted
+        by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+        starts_sorted = rt.start_ns[by_start]
+        shift_start = res.start_ns[r][by_start] - starts_sorted
+
+        for step, a, b in sorted(spans, key=lambda x: x[1]):
+            k = int(np.searchsorted(starts_sorted, a, side="left"))
+            moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
+            k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
+            moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
+            out[(r, step)] = (a, b, moved_a, moved_b)
+    return out
+
+
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     """Summary rows for every (rank, step) with nodes (see the module docstring)."""
     arrival: dict[int, dict[int, int]] = {r: {} for r in run.ranks}
@@ -69,6 +111,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         arrival[p.dst_rank][p.dst_row] = t
     out: list[SummaryRecord] = []
     spans = res.step_spans()
+    marks = replayed_step_marks(run, res)
     for r in sorted(run.ranks):
         rt = run.ranks[r]
         st, en = res.start_ns[r], res.end_ns[r]
@@ -88,11 +131,19 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             hidden = _covered(ca, cb, t_hi) - _covered(ca, cb, t_lo)
             exposed = (t_hi - t_lo) - hidden
             a, b = spans[(r, k)]
+            mark = marks.get((r, k))
+            if mark is not None:
+                rec_ns, rep_ns = mark[1] - mark[0], mark[3] - mark[2]
+            else:
+                in_rec = in_step & res.timed[r]
+                rec_ns = int(rt.end_ns[in_rec].max() - rt.start_ns[in_rec].min()) if in_rec.any() else 0
+                rep_ns = b - a
             out.append(
                 SummaryRecord(
                     rank=r,
                     step=k,
-                    step_time_ns=b - a,
+                    step_time_ns=rep_ns,
+                    recorded_step_ns=rec_ns,
                     compute_ns=int((cb - ca).sum()),
                     comm_ns=int((en[comm] - st[comm]).sum()),
                     wait_ns=int(wait.sum()),

@@ -219,3 +219,16 @@ def test_check_passes_a_1f1b_run_that_completed(tmp_path: Path) -> None:
     from skewlens.replay.simulate import find_deadlock
 
     assert find_deadlock(load_run(_one_f_one_b(tmp_path))) is None
+
+
+def test_the_replay_summary_measures_steps_mark_to_mark_and_an_unmodified_replay_matches_them(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.summary import summarize
+
+    run = load_run(_functional(tmp_path, 40.0))
+    rows = summarize(run, simulate(run))
+    assert len(rows) == 6
+    assert all(r.step_time_ns == r.recorded_step_ns > 0 for r in rows)
+    slower = summarize(run, simulate(run, effects=RankFactor(1, 1.5)))
+    assert all(s.step_time_ns > s.recorded_step_ns for s in slower)
