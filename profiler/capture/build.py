@@ -276,8 +276,9 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     :class:`skewlens.profiler.capture.kineto.WorkerEvents`). A collective takes, once, the first event of
     its name that starts at or after its issue (less :data:`WORKER_SLACK_NS`) on a thread of its own
     group, and that no blocking hooked collective's ``[start, end]`` contains. A group's threads are
-    those its creation started (``RankCapture.group_threads``: all of them); for a group created before
-    the hooks, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any thread
+    those its creation started (``RankCapture.group_threads``: all of them; native ids, so not at the
+    ops level, where Kineto numbers the threads); for a group created before the hooks, or at the ops
+    level, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any thread
     not known to serve another group.
     """
     hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
@@ -286,8 +287,10 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         for o in itertools.chain(cap.ops, cap.worker_events)
         if o.is_cpu and o.name.startswith("gloo:")
     )
-    group_of = {**_worker_groups(cap.comms, every), **cap.group_threads}
-    exact = set(cap.group_threads.values())  # groups whose every thread is known
+    # native thread ids: the collectives level's recorder; Kineto (ops level) numbers threads its own way
+    created = {} if any(o.is_cpu and o.name.startswith("gloo:") for o in cap.ops) else cap.group_threads
+    group_of = {**_worker_groups(cap.comms, every), **created}
+    exact = set(created.values())  # groups whose every thread is known
     owned: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # name -> (s, e, owner, thread)
     for s, e, name, thread in every:
         if hooked(s) < e:  # not inside a hooked collective

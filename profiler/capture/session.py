@@ -365,6 +365,7 @@ class CaptureSession:
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
         comms = self._with_flight_recorder(comms, groups)
+        native_workers = self._workers is not None and self._workers.recorder == "native"
         cap = RankCapture(
             rank=rank,
             comms=comms,
@@ -377,7 +378,10 @@ class CaptureSession:
             mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
             host_ops=host_ops,
             device=device,
-            group_threads=dict(self._hooks.group_threads) if self._hooks is not None else {},
+            # native thread ids: they name the native recorder's events (Kineto numbers threads its own way)
+            group_threads=dict(self._hooks.group_threads)
+            if native_workers and self._hooks is not None
+            else {},
         )
         nodes = build_nodes(cap)
         path = rank_file(self.run_dir, rank)
