@@ -100,7 +100,7 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     k_sorted = np.where(tail, (st_sorted + 1) << 32, k_sorted)
     key = np.empty(n, dtype=np.int64)
     key[o] = k_sorted
-    valid = ri.is_comp | ri.is_comm | ri.is_untraced
+    valid = ri.is_comp | ri.is_comm | ri.is_untraced | ri.is_wait
     key[~valid] = -1
     keys, inv = np.unique(key[valid], return_inverse=True)
     vrows = np.flatnonzero(valid)
@@ -127,32 +127,91 @@ def _group_sizes(ix: RunIndex) -> dict[int, I64]:
     return out
 
 
-def _medians(ivs: dict[int, _Intervals]) -> tuple[I64, np.ndarray, np.ndarray]:
-    all_keys = np.unique(np.concatenate([iv.keys for iv in ivs.values()]))
-    comp = np.full((all_keys.size, len(ivs)), np.nan)
-    gap = np.full((all_keys.size, len(ivs)), np.nan)
-    for j, iv in enumerate(ivs.values()):
-        pos = np.searchsorted(all_keys, iv.keys)
-        comp[pos, j] = iv.comp
-        gap[pos, j] = iv.gap
-    # the lower median: with an even number of ranks (two senders, say) the typical, not the mean, one
-    med_c = np.nanquantile(comp, 0.5, axis=1, method="lower")
-    med_g = np.nanquantile(gap, 0.5, axis=1, method="lower")
-    return all_keys, med_c, med_g
+_SLOT_MASK = (1 << 32) - 1
+#: Above this many ranks a rank's peers' median is taken over all ranks (the rank itself included).
+_EXACT_PEERS = 32
+
+
+def _typical(keys: I64, values: I64) -> tuple[I64, np.ndarray]:
+    """Per slot (an interval's signature and occurrence within its step, whatever the step): the median
+    over the steps of ``values``; returns (slots, medians)."""
+    slots = keys & _SLOT_MASK
+    uniq, inv = np.unique(slots, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    cuts = np.flatnonzero(np.diff(inv[order])) + 1
+    vals = values.astype(np.float64)[order]
+    med = np.array([np.median(v) for v in np.split(vals, cuts)]) if vals.size else np.zeros(0)
+    return uniq, med
+
+
+def _peer_medians(
+    ivs: dict[int, _Intervals],
+) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per rank, per key: its own typical compute and gap in the key's slot (median over steps), and its
+    peers' (the lower median over the other ranks that have the slot of their typical values).
+
+    Comparing typical values, not one step's, keeps the what-if from charging a rank for the noise of
+    single steps: "run like the median rank" of a rank that is as fast as its peers costs nothing on
+    average, instead of the sum of every step's positive differences."""
+    ranks = list(ivs)
+    typ = {r: (*_typical(iv.keys, iv.comp), _typical(iv.keys, iv.gap)[1]) for r, iv in ivs.items()}
+    all_slots = np.unique(np.concatenate([t[0] for t in typ.values()])) if typ else np.zeros(0, np.int64)
+    comp = np.full((all_slots.size, len(ranks)), np.nan)
+    gap = np.full((all_slots.size, len(ranks)), np.nan)
+    for j, r in enumerate(ranks):
+        sl, c, g = typ[r]
+        pos = np.searchsorted(all_slots, sl)
+        comp[pos, j] = c
+        gap[pos, j] = g
+    out = {}
+    everyone_c = everyone_g = None
+    if len(ranks) > _EXACT_PEERS:
+        everyone_c = np.nanquantile(comp, 0.5, axis=1, method="lower")
+        everyone_g = np.nanquantile(gap, 0.5, axis=1, method="lower")
+    for j, r in enumerate(ranks):
+        if everyone_c is not None and everyone_g is not None:
+            pc, pg = everyone_c, everyone_g
+        else:
+            others = [k for k in range(len(ranks)) if k != j]
+            if not others:
+                pc, pg = comp[:, j], gap[:, j]
+            else:
+                with np.errstate(all="ignore"):
+                    oc, og = comp[:, others], gap[:, others]
+                    none = np.isnan(oc).all(axis=1)
+                    pc = np.where(
+                        none,
+                        np.nan,
+                        np.nanquantile(np.where(none[:, None], 0, oc), 0.5, axis=1, method="lower"),
+                    )
+                    pg = np.where(
+                        none,
+                        np.nan,
+                        np.nanquantile(np.where(none[:, None], 0, og), 0.5, axis=1, method="lower"),
+                    )
+        pos = np.searchsorted(all_slots, ivs[r].keys & _SLOT_MASK)
+        out[r] = (comp[pos, j], gap[pos, j], pc[pos], pg[pos])
+    return out
 
 
 def _overrides(
-    ri: RankIndex, iv: _Intervals, all_keys: I64, med_comp: np.ndarray, med_gap: np.ndarray, *, gaps: I64
+    ri: RankIndex,
+    iv: _Intervals,
+    typical: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    gaps: I64,
 ) -> tuple[I64, I64, int]:
-    """dur/gap overrides making ``ri`` run like the median, and its excess over the median (ns)."""
+    """dur/gap overrides making ``ri`` run like its peers' typical, and its excess over them (ns)."""
     rt = ri.trace
-    pos = np.searchsorted(all_keys, iv.keys)
-    mc, mg = med_comp[pos], med_gap[pos]
-    # only where the rank is slower than the median: a straggler's cost is the time it adds, and slowing
+    own_c, own_g, mc, mg = typical
+    # where peers lack the slot there is nothing to compare with: keep the rank's own times
+    mc = np.where(np.isnan(mc), own_c, mc)
+    mg = np.where(np.isnan(mg), own_g, mg)
+    # only where the rank is slower than its peers: a straggler's cost is the time it adds, and slowing
     # a rank down where it happens to be faster would charge it for its peers' slowness
-    f_comp = np.where(iv.comp > 0, np.minimum(mc / np.maximum(iv.comp, 1), 1.0), 1.0)
-    f_gap = np.where(iv.gap > 0, np.minimum(mg / np.maximum(iv.gap, 1), 1.0), 1.0)
-    excess = float(np.clip(iv.comp - mc, 0, None).sum() + np.clip(iv.gap - mg, 0, None).sum())
+    f_comp = np.where(own_c > 0, np.minimum(mc / np.maximum(own_c, 1), 1.0), 1.0)
+    f_gap = np.where(own_g > 0, np.minimum(mg / np.maximum(own_g, 1), 1.0), 1.0)
+    excess = float((iv.comp * (1.0 - f_comp)).sum() + (iv.gap * (1.0 - f_gap)).sum())
     row_k = np.searchsorted(iv.keys, iv.key)
     inside = iv.key >= 0
     row_k = np.clip(row_k, 0, max(iv.keys.size - 1, 0))
@@ -257,8 +316,8 @@ def analyze_blame(
     sizes = _group_sizes(ix)
     sig_of: dict[int, int] = {}
     ivs = {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}
-    all_keys, med_comp, med_gap = _medians(ivs)
-    over = {r: _overrides(ix.ranks[r], ivs[r], all_keys, med_comp, med_gap, gaps=gaps[r]) for r in ivs}
+    typical = _peer_medians(ivs)
+    over = {r: _overrides(ix.ranks[r], ivs[r], typical[r], gaps=gaps[r]) for r in ivs}
     wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
     cands = sorted((r for r in wanted if over[r][2] > 0), key=lambda r: -over[r][2])
     if max_simulations is not None:

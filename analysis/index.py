@@ -10,8 +10,8 @@
 - ``gap_ns``: host gap before each node, the execution model's (``skewlens.replay.execution``: ``start -
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
 - ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
-  (``wait_tensor``, ``Work.wait``) spent blocked on communication. Compute is counted from it, and that
-  blocked time is communication wait.
+  (``wait_tensor``, ``Work.wait``) spent blocked on communication. Wait nodes count as communication:
+  their blocked time as waiting for peers, the rest as transfer-like overhead, none of it as compute.
 - ``coll`` / ``p2p``: the collective instance (index into ``run.collectives``) or send/recv pair (index
   into ``run.p2p``) of a communication row, -1 elsewhere.
 - ``gname``: node name as an index into the run-wide ``RunIndex.names`` (rank dictionaries differ).
@@ -117,7 +117,10 @@ class RankIndex:
     gname: I64
     """Run-wide name id of each row."""
     is_comp: B
-    """COMP rows that are real work (not the capture's untraced host time)."""
+    """COMP rows that are real work (not the capture's untraced host time, not wait nodes)."""
+    is_wait: B
+    """Wait nodes (``wait_tensor``, ``Work.wait``): blocked on communication, then the wait's own overhead;
+    counted as communication, never as compute."""
     is_untraced: B
     """COMP rows standing for untraced host time (see ``UNTRACED_NAMES``): idle, not compute."""
     is_comm: B
@@ -147,7 +150,7 @@ class RankIndex:
     cov_comp: Coverage
     """Union of the compute intervals of the rank (any stream): ``[end - work, end)`` of COMP rows."""
     cov_comm: Coverage
-    """Union of the communication intervals: comm rows, and the blocked part of wait nodes."""
+    """Union of the communication intervals: comm rows and wait nodes."""
     cov_wait_comp: Coverage
     """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
     latest_dep: I64
@@ -245,16 +248,17 @@ def build_index(run: RunTrace) -> RunIndex:
         untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
         any_comp = rt.node_type == int(NodeType.COMP)
         is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)
-        is_comp = any_comp & ~is_untraced
-        busy = is_comm | is_comp
-        blocked = np.flatnonzero(is_comp & (work < rt.dur_ns))  # wait nodes: blocked, then their work
-        comp_start = np.where(is_comp, end - work, rt.start_ns)
+        is_wait = m.is_wait & ~is_untraced
+        is_comp = any_comp & ~is_untraced & ~is_wait
+        busy = is_comm | is_comp | is_wait
+        comm_like = is_comm | is_wait
         idx[r] = RankIndex(
             rank=r,
             trace=rt,
             end_ns=end,
             gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int64),
             is_comp=is_comp,
+            is_wait=is_wait,
             is_untraced=is_untraced,
             is_comm=is_comm,
             is_send=rt.node_type == int(NodeType.COMM_SEND),
@@ -268,11 +272,8 @@ def build_index(run: RunTrace) -> RunIndex:
             sorted_start=rt.start_ns[order],
             comm_sorted_end=np.sort(end[is_comm]),
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
-            cov_comp=Coverage.of(comp_start[is_comp], end[is_comp]),
-            cov_comm=Coverage.of(
-                np.concatenate([rt.start_ns[is_comm], rt.start_ns[blocked]]),
-                np.concatenate([end[is_comm], comp_start[blocked]]),
-            ),
+            cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
+            cov_comm=Coverage.of(rt.start_ns[comm_like], end[comm_like]),
             latest_dep=_latest_dep(rt, end),
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
@@ -292,11 +293,12 @@ def build_index(run: RunTrace) -> RunIndex:
         si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
     for ri in idx.values():
-        st, comp, comm = ri.trace.start_ns, ri.is_comp, ri.is_comm
-        # a wait node's blocked part [start, end - work) is waiting, its work compute
+        st, comp, comm, wt = ri.trace.start_ns, ri.is_comp, ri.is_comm, ri.is_wait
+        # a wait node's blocked part [start, end - work) is waiting for peers; the rest is the wait's own
+        # overhead (transfer-like), not compute
         ri.cov_wait_comp = Coverage.of(
-            np.concatenate([st[comp], st[comm]]),
-            np.concatenate([ri.end_ns[comp], st[comm] + ri.wait_ns[comm]]),
+            np.concatenate([st[comp], st[comm], st[wt]]),
+            np.concatenate([ri.end_ns[comp], st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]),
         )
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
 

@@ -43,7 +43,7 @@ def trace_events(result: AnalysisResult, *, max_nodes: int = MAX_NODES) -> dict[
         for s, tid in tids[r].items():
             label = rt.streams.get(s, f"stream {s}")
             ev.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
-        keep = ri.is_comm if comm_only else (ri.is_comp | ri.is_comm | ri.is_untraced)
+        keep = ri.is_comm if comm_only else (ri.is_comp | ri.is_comm | ri.is_untraced | ri.is_wait)
         for i in np.flatnonzero(keep).tolist():
             args: dict[str, Any] = {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])}
             if ri.is_comm[i]:

@@ -103,6 +103,8 @@ class RankModel:
     """Nested rows: the outermost enclosing row on the timeline (their times follow it); else -1."""
     has_start_deps: B
     """Rows with at least one start edge."""
+    is_wait: B
+    """Wait nodes (COMP rows named in ``WAIT_NODE_NAMES``)."""
     t0_ns: int
     """The rank's first recorded start (valid rows)."""
     dur_ns: I64
@@ -391,6 +393,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
         work_ns=work,
         parent=parent,
         has_start_deps=has,
+        is_wait=waits,
         t0_ns=t0,
         dur_ns=rt.dur_ns.astype(np.int64, copy=False),
     )

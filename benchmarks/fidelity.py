@@ -1,0 +1,167 @@
+"""Fidelity on the bundled example workloads: simulated replay, blame and real replay against real runs.
+
+    .venv/bin/python benchmarks/fidelity.py [--pairs 1] [--workloads tp,fsdp2,...] [--no-real] [--level L]
+
+For each workload of ``skewlens demo --workload`` (FSDP2, DTensor TP, pipelining GPipe / 1F1B, DDP with
+``no_sync`` accumulation eager and compiled, the 2-D mesh, and ``train``), on gloo CPU ranks under
+``skewlens profile``, per pair of interleaved captures (one plain, one with ``--straggler-rank R
+--straggler-ms 40``):
+
+* **sim error**: the simulator's unmodified replay of the plain capture, per rank, its median step time
+  (step mark to step mark, as ``skewlens replay`` reports it) against the recorded one; the largest
+  absolute difference over the ranks (target: within 5%);
+* **blamed vs real**: the straggler's blamed cost per step (``skewlens analyze``'s what-if blame on the
+  straggler capture) against its real cost, the median step time of the straggler capture minus that of
+  the plain one (target: within 25%); and whether the straggler is the top-blamed rank;
+* **real-replay error** (unless ``--no-real``): the plain capture re-executed on gloo processes
+  (``replay mode=real``), per rank, its median step time against the recorded one; the largest absolute
+  difference (target: within 15%).
+
+Prints one table, workload x figures, measured in this one run. Timing on a 2-core machine is noisy, so
+``--pairs`` repeats the interleaved captures and the table shows the median over pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from skewlens.analysis.api import analyze_run
+from skewlens.paths import EXAMPLES_DIR
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.replay.config import RealConfig
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.simulate import simulate
+from skewlens.replay.summary import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+STRAGGLER_MS = 40.0
+MS = 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One pair's figures for one workload."""
+
+    sim_error: float
+    blamed_ms: float
+    real_cost_ms: float
+    top_is_straggler: bool
+    real_error: float | None
+
+
+def capture(out: Path, script: str, args: tuple[str, ...], nproc: int, steps: int, level: str) -> RunTrace:
+    """``skewlens profile`` of ``torchrun examples/SCRIPT ARGS`` (two steps skipped, then ``steps``)."""
+    cmd = [
+        sys.executable, "-m", "skewlens", "profile", "--out", str(out), "--level", level,
+        "--steps", f"1:1:{steps}", "--",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        str(EXAMPLES_DIR / script), "--steps", str(steps + 4), *args,
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"capture of {script} {' '.join(args)} failed:\n{res.stderr[-3000:]}")
+    return load_run(out)
+
+
+def median_step_ns(run: RunTrace) -> float:
+    """Median over steps of the mean over ranks of the recorded step time (step mark to step mark)."""
+    by_step: dict[int, list[int]] = {}
+    for s in run.manifest.steps:
+        by_step.setdefault(s.step, []).append(s.end_ns - s.start_ns)
+    return statistics.median(statistics.mean(v) for v in by_step.values())
+
+
+def sim_error(run: RunTrace) -> float:
+    """Largest |replayed - recorded| / recorded over ranks of the median step time (unmodified replay)."""
+    rows = summarize(run, simulate(run))
+    worst = 0.0
+    for r in run.ranks:
+        mine = [x for x in rows if x.rank == r]
+        rep = statistics.median(x.step_time_ns for x in mine)
+        rec = statistics.median(x.recorded_step_ns for x in mine)
+        worst = max(worst, abs(rep - rec) / rec)
+    return worst
+
+
+def real_error(run_dir: Path, out: Path) -> float:
+    from skewlens.replay.real.api import real_replay
+
+    res = real_replay(run_dir=run_dir, out_dir=out, effects=NO_EFFECTS, cfg=RealConfig(timeout_s=60.0))
+    worst = 0.0
+    for r in res.ranks:
+        orig, rep = statistics.median(r.original_ns), statistics.median(r.replay_ns)
+        worst = max(worst, abs(rep - orig) / orig)
+    return worst
+
+
+def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
+    from skewlens.cli.demo import workload
+
+    w = workload(name)
+    slow_args = ("--straggler-rank", str(w.straggler_rank), "--straggler-ms", str(STRAGGLER_MS))
+    plain = capture(tmp / f"{name}-{k}-plain", w.script, w.args, w.nproc, args.steps, args.level)
+    slow = capture(tmp / f"{name}-{k}-slow", w.script, w.args + slow_args, w.nproc, args.steps, args.level)
+    res = analyze_run(slow, blame=True)
+    steps = len({s.step for s in slow.manifest.steps})
+    rec = next(b for b in res.stragglers if b.rank == w.straggler_rank)
+    top = res.stragglers[0].rank if res.stragglers else -1
+    return Figures(
+        sim_error=sim_error(plain),
+        blamed_ms=rec.straggler_cost_ns / steps / MS,
+        real_cost_ms=(median_step_ns(slow) - median_step_ns(plain)) / MS,
+        top_is_straggler=top == w.straggler_rank,
+        real_error=None if args.no_real else real_error(tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-real"),
+    )
+
+
+def main() -> None:
+    from skewlens.cli.demo import WORKLOADS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--pairs", type=int, default=1, help="interleaved plain/straggler capture pairs")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated names")
+    ap.add_argument("--steps", type=int, default=6, help="captured steps per run")
+    ap.add_argument("--level", default="collectives", help="capture level")
+    ap.add_argument("--no-real", action="store_true", help="skip the real replay")
+    args = ap.parse_args()
+    names = [n for n in args.workloads.split(",") if n]
+    table = Table(title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms)")
+    cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "blame error", "top")
+    for c in (*cols, "real-replay error"):
+        table.add_column(c, justify="right")
+    t0 = time.monotonic()
+    print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="skl-fidelity-") as tmp:
+        for name in names:
+            figs = [one_pair(Path(tmp), name, k, args) for k in range(args.pairs)]
+            med = statistics.median
+            blamed, real = med(f.blamed_ms for f in figs), med(f.real_cost_ms for f in figs)
+            reals = [f.real_error for f in figs if f.real_error is not None]
+            table.add_row(
+                name,
+                f"{med(f.sim_error for f in figs):.1%}",
+                f"{blamed:.1f}",
+                f"{real:.1f}",
+                f"{(blamed - real) / real:+.1%}" if real > 0 else "-",
+                "yes" if all(f.top_is_straggler for f in figs) else "no",
+                f"{med(reals):.1%}" if reals else "-",
+            )
+            print(f"{name}: done ({time.monotonic() - t0:.0f} s)", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
