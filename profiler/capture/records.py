@@ -88,3 +88,28 @@ class StepRecord:
     """End of the previous step (or capture start)."""
     end_ns: int
     """When ``optimizer.step()`` (or the API's ``step()``) returned."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WaitRecord:
+    """One call in which a host thread waited for an asynchronous communication result
+    (:mod:`skewlens.profiler.capture.waits`)."""
+
+    name: str
+    """``_c10d_functional::wait_tensor`` or ``c10d::wait``
+    (:data:`skewlens.profiler.vocab.WAIT_NODE_NAMES`)."""
+    start_ns: int
+    """When the thread entered the wait, local clock."""
+    end_ns: int
+    """When the wait returned, local clock."""
+    thread: int
+    """Native id of the waiting thread."""
+    ident: int
+    """``threading.get_ident()`` of the waiting thread (the flight recorder's ``thread_id``)."""
+    step: int
+    """Training step during which it waited."""
+    issue_start_ns: int = -1
+    """``Work.wait()``: ``start_ns`` of the hooked asynchronous call that returned the Work; -1 for
+    ``wait_tensor`` (matched to its collective when the trace is built)."""
+    issue_thread: int = 0
+    """``Work.wait()``: native id of the thread that issued that call."""

@@ -1,0 +1,257 @@
+"""Where a host thread blocked on an asynchronous communication result: the hooks and the trace's nodes.
+
+An asynchronous collective is an issue and, later, a wait. Two waits are visible from Python and recorded
+at every level:
+
+- ``torch.distributed._functional_collectives.wait_tensor``: what DTensor's ``AsyncCollectiveTensor``
+  calls (``trigger_wait``, through the module global at call time) when the result of a functional
+  collective is first used, and what the functional collectives' autograd functions call. Its node is
+  named ``_c10d_functional::wait_tensor``. ``torch.ops._c10d_functional.wait_tensor`` called directly
+  passes no Python function: at the ``ops`` and ``full`` levels Kineto's operator of that name stands for
+  it (where no hooked wait covers it); at the ``collectives`` level it is not seen.
+- ``Work.wait()`` on a Work that a hooked call with ``async_op=True`` returned (FSDP2's all_gather, a
+  user's ``dist.all_reduce(..., async_op=True).wait()``); only the first wait on each Work is recorded (a
+  second returns at once). Its node is named ``c10d::wait``. DDP's reducer waits in C++: not seen.
+
+Each becomes a COMP node on the waiting thread spanning the call (start to return), with a control
+dependency on the COMM node it waited for. The node cuts the ``compute`` gaps (collectives level) and the
+``untraced`` time (ops/full) around it, and at ``ops``/``full`` an outermost operator that encloses a wait
+is replaced by its children, as one enclosing a blocking collective is: no time is counted twice on a
+thread. Every recorded wait is kept, however short (a wait that found its collective done is still the
+point where the program consumed it); one whose collective is not in the trace has no dependency.
+
+Which COMM node a wait waited for:
+
+- ``c10d::wait``: the one the hooks recorded for the Work's call (the same thread and start).
+- ``_c10d_functional::wait_tensor``: the functional collective is not known by the tensor (the flight
+  recorder's entry has no tensor), so it is matched in time, waits in start order, among the asynchronous
+  collectives that did not go through the hooks (the flight recorder's), issued from the waiting thread
+  (the recorder's thread id, else the same stream) before the wait began and not taken by an earlier wait.
+  Of those that completed by the time the wait returned (within :data:`END_SLACK_NS` of clock error), the
+  one that completed last, if it completed during the wait (the wait blocked on it: a wait returns as soon
+  as its own collective completes, so one that completed after that could not have kept it waiting);
+  if every candidate completed before the wait began (it returned at once), the earliest issued one (the
+  program waits in issue order, as DTensor does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from skewlens.profiler.capture.records import WaitRecord
+from skewlens.profiler.chakra_io import AttrValue
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, NodeType
+
+if TYPE_CHECKING:
+    from skewlens.profiler.capture.build import RankCapture, _Proto, _Streams
+
+#: Node name of a functional collective's wait.
+WAIT_TENSOR_NAME = "_c10d_functional::wait_tensor"
+#: Node name of ``Work.wait()``.
+WORK_WAIT_NAME = "c10d::wait"
+assert {WAIT_TENSOR_NAME, WORK_WAIT_NAME} <= WAIT_NODE_NAMES
+#: A collective may appear to complete this long after the wait on it returned (clock error between the
+#: hooks and the recorders of collective ends).
+END_SLACK_NS = 200_000
+#: Issued collectives not waited yet that a ``wait_tensor`` may take (the oldest are dropped past this).
+MAX_PENDING = 1024
+#: Prefix of the hooks' own op names: collectives that went through torch.distributed's Python functions.
+HOOKED_PREFIX = "c10d::"
+
+_Raw = tuple[str, int, int, int, int, int, int, int]
+
+
+class WaitHooks:
+    """Wraps ``wait_tensor`` and ``Work.wait``; records each wait made while ``recording()`` is true."""
+
+    def __init__(self, recording: Callable[[], bool], step_of: Callable[[], int]) -> None:
+        self._recording = recording
+        self._step_of = step_of
+        self._waits: list[_Raw] = []  # list.append: thread-safe
+        # id(work) -> (a weak reference to it, its call's start, issuing thread): Works of recorded async
+        # calls not waited yet (pybind's Work takes no attributes, but weak references)
+        self._works: dict[int, tuple[weakref.ref[Any], int, int]] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
+        self.installed = False
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        import torch.distributed._functional_collectives as funcol
+        from torch._C._distributed_c10d import Work
+
+        orig_tensor = funcol.wait_tensor
+        orig_wait = Work.wait
+        self._saved = [(funcol, "wait_tensor", orig_tensor), (Work, "wait", orig_wait)]
+        funcol.wait_tensor = self._wrap_tensor(orig_tensor)
+        Work.wait = self._wrap_work(orig_wait)  # type: ignore[method-assign]
+        self.installed = True
+
+    def uninstall(self) -> None:
+        for owner, name, orig in reversed(self._saved):
+            setattr(owner, name, orig)
+        self._saved.clear()
+        self.installed = False
+
+    def issued(self, work: Any, start_ns: int, thread: int) -> None:
+        """A recorded asynchronous call that started at ``start_ns`` on ``thread`` returned ``work``."""
+        try:
+            ref = weakref.ref(work)
+        except TypeError:
+            return
+        self._works[id(work)] = (ref, start_ns, thread)
+
+    def _wrap_tensor(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        recording, step_of, waits = self._recording, self._step_of, self._waits
+        clock, native, ident = time.time_ns, threading.get_native_id, threading.get_ident
+
+        def wait_tensor(tensor: Any) -> Any:
+            if not recording():
+                return orig(tensor)
+            start = clock()
+            out = orig(tensor)
+            end = clock()
+            waits.append((WAIT_TENSOR_NAME, start, end, native(), ident(), step_of(), -1, 0))
+            return out
+
+        wait_tensor.__doc__ = orig.__doc__
+        wait_tensor.__wrapped__ = orig  # type: ignore[attr-defined]
+        return wait_tensor
+
+    def _wrap_work(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        recording, step_of, waits, works = self._recording, self._step_of, self._waits, self._works
+        clock, native, ident = time.time_ns, threading.get_native_id, threading.get_ident
+
+        def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+            entry = works.pop(id(self), None) if works else None
+            if entry is None or entry[0]() is not self or not recording():
+                return orig(self, *args, **kwargs)
+            start = clock()
+            out = orig(self, *args, **kwargs)
+            end = clock()
+            waits.append((WORK_WAIT_NAME, start, end, native(), ident(), step_of(), entry[1], entry[2]))
+            return out
+
+        wait.__doc__ = orig.__doc__
+        wait.__wrapped__ = orig  # type: ignore[attr-defined]
+        return wait
+
+    def flush(self) -> list[WaitRecord]:
+        """The waits recorded since the last flush (and forget the Works not waited yet)."""
+        raw = self._waits[:]
+        del self._waits[: len(raw)]  # the wrappers keep appending to this list object
+        self._works.clear()
+        return [
+            WaitRecord(
+                name=n, start_ns=s, end_ns=e, thread=t, ident=i, step=st, issue_start_ns=iss, issue_thread=it
+            )
+            for n, s, e, t, i, st, iss, it in raw
+        ]
+
+
+# ---- the trace's nodes (pure) ------------------------------------------------------------------------
+
+
+class _Wait(NamedTuple):
+    name: str
+    start_ns: int
+    end_ns: int
+    stream: int
+    ident: int  # 0: unknown (a wait Kineto saw)
+    step: int
+    issue: tuple[int, int] | None  # Work.wait: (issuing stream, start) of the call that returned the Work
+
+
+def wait_protos(
+    cap: RankCapture, streams: _Streams, comms: Sequence[_Proto]
+) -> tuple[list[_Proto], dict[int, _Proto]]:
+    """COMP nodes of the waits inside the recorded steps, and for each (by ``id``) the COMM node it
+    waited for (see the module docstring for the rule); ``comms`` are :func:`build._comm_protos`'s.
+
+    At the ops and full levels, a ``_c10d_functional::wait_tensor`` operator that Kineto recorded outside
+    every hooked wait (the op called directly, ``torch.ops._c10d_functional.wait_tensor``) is a wait too.
+    """
+    from skewlens.profiler.capture.build import _Proto
+
+    steps = {s.step for s in cap.steps}
+    waits = [_hooked(w, streams) for w in cap.waits if w.step in steps]
+    waits += _kineto_waits(cap, streams, waits)
+    if not waits:
+        return [], {}
+    waits.sort(key=lambda w: (w.start_ns, w.end_ns))
+    ident_of: dict[tuple[str, int], int] = {(c.op, c.start_ns): c.ident for c in cap.comms}
+    by_issue: dict[tuple[int, int], _Proto] = {}  # (issuing stream, start) -> hooked async comm
+    funcols: list[tuple[_Proto, int]] = []  # async comms past the hooks (the recorder's) by start, ident
+    for p in sorted((p for p in comms if p.issue_stream >= 0), key=lambda p: p.start_ns):
+        if p.name.startswith(HOOKED_PREFIX):
+            by_issue[(p.issue_stream, p.start_ns)] = p
+        else:
+            funcols.append((p, ident_of.get((p.name, p.start_ns), 0)))
+    out: list[_Proto] = []
+    target: dict[int, _Proto] = {}
+    pending: list[tuple[_Proto, int]] = []  # issued, not waited yet
+    k = 0
+    for w in waits:
+        attrs: dict[str, AttrValue] = {Attr.IS_CPU_OP: True, Attr.STEP: w.step, Attr.STREAM_KIND: "thread"}
+        p = _Proto(
+            name=w.name, node_type=NodeType.COMP, start_ns=w.start_ns, end_ns=w.end_ns, stream=w.stream,
+            attrs=attrs,
+        )  # fmt: skip
+        out.append(p)
+        if w.issue is not None:
+            t = by_issue.get(w.issue)
+        else:
+            while k < len(funcols) and funcols[k][0].start_ns <= w.start_ns:
+                pending.append(funcols[k])
+                k += 1
+            del pending[:-MAX_PENDING]
+            mine = [c for c, i in pending if (i == w.ident if i and w.ident else c.issue_stream == w.stream)]
+            t = _waited_for(w, mine)
+            if t is not None:
+                pending = [ci for ci in pending if ci[0] is not t]
+        if t is not None:
+            target[id(p)] = t
+    return out, target
+
+
+def _hooked(w: WaitRecord, streams: _Streams) -> _Wait:
+    issue = (streams.thread(w.issue_thread), w.issue_start_ns) if w.issue_start_ns >= 0 else None
+    return _Wait(w.name, w.start_ns, w.end_ns, streams.thread(w.thread), w.ident, w.step, issue)
+
+
+def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) -> list[_Wait]:
+    """Kineto's ``wait_tensor`` operators inside the steps that no hooked wait covers."""
+    from skewlens.profiler.capture.build import Reach, kineto_thread_alias, step_of
+
+    ops = [o for o in cap.ops if o.is_cpu and o.name == WAIT_TENSOR_NAME]
+    if not ops:
+        return []
+    covered = Reach((w.start_ns, w.end_ns) for w in hooked)
+    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread)
+    ordered = sorted(cap.steps, key=lambda s: s.start_ns)
+    starts = [s.start_ns for s in ordered]
+    out = []
+    for o in ops:
+        end = o.start_ns + o.dur_ns
+        step = step_of(o.start_ns, starts, ordered)
+        if step < 0 or covered(o.start_ns) >= o.start_ns:
+            continue
+        native = alias.get(o.thread)
+        stream = streams.thread(native if native is not None else ("kineto", o.thread))
+        out.append(_Wait(WAIT_TENSOR_NAME, o.start_ns, end, stream, 0, step, None))
+    return out
+
+
+def _waited_for(w: _Wait, candidates: Sequence[_Proto]) -> _Proto | None:
+    """Of the unwaited collectives issued before ``w`` began, the one it waited for (module docstring)."""
+    done = [c for c in candidates if c.end_ns <= w.end_ns + END_SLACK_NS]
+    if not done:
+        return None
+    last = max(done, key=lambda c: (c.end_ns, c.start_ns))
+    if last.end_ns >= w.start_ns:
+        return last
+    return min(done, key=lambda c: (c.start_ns, c.end_ns))

@@ -1,0 +1,404 @@
+"""Waits for async communication results: the hooks (one-rank gloo) and their nodes (synthetic records).
+
+A wait is a COMP node named as :data:`skewlens.profiler.vocab.WAIT_NODE_NAMES` lists, spanning the wait
+call on its thread, with a control dependency on the COMM node it waited for; it cuts the gaps around it
+and splits an operator that encloses it (:mod:`skewlens.profiler.capture.waits`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewlens.profiler.capture.build import GAP_NAME, UNTRACED_NAME, RankCapture, build_nodes
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.waits import WAIT_TENSOR_NAME, WORK_WAIT_NAME
+from skewlens.profiler.chakra_io import TraceNode, node_attrs, read_et
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, CommType, NodeType
+
+MAIN, IDENT = 111, 7_000_111
+MS = 1_000_000
+GROUPS = [ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo")]
+STEP = StepRecord(step=0, start_ns=0, end_ns=100 * MS)
+
+
+def funcol(start: int, end: int, *, ident: int = IDENT) -> CommRecord:
+    """A functional all_reduce as the flight recorder gives it: issued at ``start``, done at ``end``."""
+    return CommRecord(
+        node_type=NodeType.COMM_COLL, op="gloo:all_reduce", comm_type=CommType.ALL_REDUCE, pg_name="0",
+        seq=start, src=-1, dst=-1, tag=0, numel=256, dtype="float32", size_bytes=1024, start_ns=start,
+        issue_end_ns=start, end_ns=end, is_async=True, thread=MAIN, step=0, ident=ident,
+    )  # fmt: skip
+
+
+def hooked_async(start: int, issue_end: int, end: int) -> CommRecord:
+    """``dist.all_gather_into_tensor(..., async_op=True)`` through the hooks."""
+    return CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::_allgather_base_", comm_type=CommType.ALL_GATHER,
+        pg_name="0", seq=start, src=-1, dst=-1, tag=0, numel=256, dtype="float32", size_bytes=1024,
+        start_ns=start, issue_end_ns=issue_end, end_ns=end, is_async=True, thread=MAIN, step=0, ident=IDENT,
+    )  # fmt: skip
+
+
+def wait_tensor(start: int, end: int) -> WaitRecord:
+    return WaitRecord(name=WAIT_TENSOR_NAME, start_ns=start, end_ns=end, thread=MAIN, ident=IDENT, step=0)
+
+
+def work_wait(start: int, end: int, issued_at: int) -> WaitRecord:
+    return WaitRecord(
+        name=WORK_WAIT_NAME, start_ns=start, end_ns=end, thread=MAIN, ident=IDENT, step=0,
+        issue_start_ns=issued_at, issue_thread=MAIN,
+    )  # fmt: skip
+
+
+def capture(
+    comms: list[CommRecord], waits: list[WaitRecord], ops: list[OpRecord] | None = None
+) -> RankCapture:
+    return RankCapture(
+        rank=0, comms=comms, steps=[STEP], groups=GROUPS, main_thread=MAIN, ops=ops or [], waits=waits
+    )
+
+
+def thread_nodes(nodes: list[TraceNode]) -> list[TraceNode]:
+    return sorted(
+        (n for n in nodes[1:] if n.attrs.get(Attr.STREAM_KIND) == "thread"), key=lambda n: n.start_ns
+    )
+
+
+def assert_thread_tiled(nodes: list[TraceNode], filler: str, *, gaps_ok: bool = False) -> None:
+    """No two nodes overlap on the main thread; with ``gaps_ok`` False they cover the step exactly."""
+    main = thread_nodes(nodes)
+    assert all(a.start_ns + a.dur_ns <= b.start_ns for a, b in itertools.pairwise(main)), [
+        (n.name, n.start_ns, n.dur_ns) for n in main
+    ]
+    if not gaps_ok:
+        assert sum(n.dur_ns for n in main) == STEP.end_ns - STEP.start_ns
+    assert any(n.name == filler for n in main)
+
+
+def the(nodes: list[TraceNode], name: str) -> list[TraceNode]:
+    return [n for n in nodes if n.name == name]
+
+
+def test_the_node_names_are_the_vocabularys() -> None:
+    assert {WAIT_TENSOR_NAME, WORK_WAIT_NAME} == WAIT_NODE_NAMES
+
+
+def test_a_functional_collectives_wait_is_a_node_depending_on_it_that_cuts_the_compute_gap() -> None:
+    coll = funcol(10 * MS, 50 * MS)
+    nodes = build_nodes(capture([coll], [wait_tensor(20 * MS, 50 * MS + 30_000)]))
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (comm,) = the(nodes, "gloo:all_reduce")
+    assert wait.node_type == NodeType.COMP and wait.attrs[Attr.STREAM] == 0
+    assert (wait.start_ns, wait.dur_ns) == (20 * MS, 30 * MS + 30_000)
+    assert comm.node_id in wait.ctrl_deps
+    # the gaps around it: [0, 10 ms] and [10, 20 ms] before (the issue splits them), after it the rest
+    gaps = [(n.start_ns, n.start_ns + n.dur_ns) for n in the(nodes, GAP_NAME)]
+    assert gaps == [(0, 10 * MS), (10 * MS, 20 * MS), (50 * MS + 30_000, 100 * MS)]
+    assert_thread_tiled(nodes, GAP_NAME)
+    # the node after the wait depends on the wait (program order), not on the collective again
+    after = next(n for n in thread_nodes(nodes) if n.start_ns == wait.start_ns + wait.dur_ns)
+    assert after.ctrl_deps == (wait.node_id,)
+
+
+def test_work_wait_depends_on_the_call_that_returned_the_work_and_others_keep_the_implicit_rule() -> None:
+    waited = hooked_async(5 * MS, 6 * MS, 30 * MS)
+    unwaited = hooked_async(7 * MS, 8 * MS, 20 * MS)  # its Work is never waited from Python
+    nodes = build_nodes(capture([waited, unwaited], [work_wait(25 * MS, 31 * MS, issued_at=5 * MS)]))
+    (wait,) = the(nodes, WORK_WAIT_NAME)
+    first, second = sorted(the(nodes, "c10d::_allgather_base_"), key=lambda n: n.start_ns)
+    assert first.node_id in wait.ctrl_deps
+    assert (wait.start_ns, wait.dur_ns) == (25 * MS, 6 * MS)
+    # on the thread, nothing but the wait depends on the waited one (the next call on the group's comm
+    # stream follows it in queue order); on the unwaited one, the first node of the thread that starts
+    # after it completed (as without waits: here the wait node itself)
+    assert {n.node_id for n in thread_nodes(nodes) if first.node_id in n.ctrl_deps} == {wait.node_id}
+    (after,) = [n for n in thread_nodes(nodes) if second.node_id in n.ctrl_deps]
+    assert after.start_ns == min(n.start_ns for n in thread_nodes(nodes) if n.start_ns >= 20 * MS)
+    assert_thread_tiled(nodes, GAP_NAME, gaps_ok=True)  # (the two issues are the comm nodes' own time)
+
+
+def test_a_wait_takes_the_collective_that_completed_last_while_it_waited_else_the_oldest_done() -> None:
+    a = funcol(10 * MS, 20 * MS)
+    b = funcol(12 * MS, 40 * MS)
+    c = funcol(13 * MS, 14 * MS)
+    late = funcol(16 * MS, 90 * MS)  # issued before the first wait, completes long after every wait
+    waits = [
+        wait_tensor(15 * MS, 40 * MS + 10_000),  # blocked until b completed (a completed meanwhile too)
+        wait_tensor(41 * MS, 41 * MS + 5_000),  # returned at once: the oldest issued of those done
+        wait_tensor(42 * MS, 42 * MS + 5_000),
+    ]
+    nodes = build_nodes(capture([a, b, c, late], waits))
+    ids = {n.start_ns: n.node_id for n in the(nodes, "gloo:all_reduce")}
+    got = [
+        next(d for d in w.ctrl_deps if d in ids.values())
+        for w in sorted(the(nodes, WAIT_TENSOR_NAME), key=lambda n: n.start_ns)
+    ]
+    assert got == [ids[12 * MS], ids[10 * MS], ids[13 * MS]]
+
+
+def test_a_wait_only_takes_collectives_of_its_own_thread_issued_before_it() -> None:
+    other = funcol(10 * MS, 30 * MS, ident=999)  # issued from another thread
+    later = funcol(21 * MS, 25 * MS)  # issued after the wait began
+    mine = funcol(11 * MS, 29 * MS)
+    nodes = build_nodes(capture([other, later, mine], [wait_tensor(20 * MS, 30 * MS)]))
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (target,) = [n for n in the(nodes, "gloo:all_reduce") if n.node_id in wait.ctrl_deps]
+    assert target.start_ns == 11 * MS
+
+
+def test_a_wait_whose_collective_is_not_in_the_trace_is_kept_without_a_dependency() -> None:
+    nodes = build_nodes(capture([], [wait_tensor(20 * MS, 30 * MS), work_wait(40 * MS, 41 * MS, 1)]))
+    assert [(n.name, n.dur_ns) for n in the(nodes, WAIT_TENSOR_NAME) + the(nodes, WORK_WAIT_NAME)] == [
+        (WAIT_TENSOR_NAME, 10 * MS),
+        (WORK_WAIT_NAME, 1 * MS),
+    ]
+    assert_thread_tiled(nodes, GAP_NAME)
+
+
+def test_waits_outside_the_recorded_steps_are_not_written() -> None:
+    w = WaitRecord(name=WAIT_TENSOR_NAME, start_ns=1, end_ns=2, thread=MAIN, ident=IDENT, step=5)
+    assert not the(build_nodes(capture([], [w])), WAIT_TENSOR_NAME)
+
+
+def host_op(name: str, start: int, end: int) -> OpRecord:
+    return OpRecord(name=name, start_ns=start, dur_ns=end - start, thread=1, is_cpu=True)
+
+
+def test_at_the_ops_level_an_operator_enclosing_a_wait_is_replaced_by_its_children() -> None:
+    coll = funcol(10 * MS, 50 * MS)
+    ops = [
+        host_op("aten::mm", 2 * MS, 9 * MS),
+        host_op("aten::linear", 19 * MS, 55 * MS),  # the consumer of the async result: encloses the wait
+        host_op("aten::t", 19 * MS + 100_000, 19 * MS + 200_000),
+        host_op("_c10d_functional::wait_tensor", 20 * MS + 10_000, 50 * MS + 20_000),
+        host_op("aten::addmm", 50 * MS + 100_000, 54 * MS),
+    ]
+    nodes = build_nodes(capture([coll], [wait_tensor(20 * MS, 50 * MS + 30_000)], ops))
+    names = [n.name for n in thread_nodes(nodes) if n.name != UNTRACED_NAME]
+    assert names == ["aten::mm", "aten::t", WAIT_TENSOR_NAME, "aten::addmm"]
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (comm,) = the(nodes, "gloo:all_reduce")
+    assert comm.node_id in wait.ctrl_deps
+    assert_thread_tiled(nodes, UNTRACED_NAME)
+    # the untraced time right before the wait is not taken for a wait on the collective (it has a node)
+    before = [n for n in the(nodes, UNTRACED_NAME) if n.start_ns + n.dur_ns == wait.start_ns]
+    assert before and before[0].start_ns == 19 * MS + 200_000
+
+
+def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> None:
+    coll = funcol(10 * MS, 30 * MS)
+    ops = [
+        host_op("aten::mm", 2 * MS, 9 * MS),
+        host_op("my_consumer", 19 * MS, 35 * MS),
+        host_op("_c10d_functional::wait_tensor", 20 * MS, 30 * MS + 10_000),  # torch.ops called directly
+        host_op("aten::add", 31 * MS, 34 * MS),
+    ]
+    nodes = build_nodes(capture([coll], [], ops))
+    names = [n.name for n in thread_nodes(nodes) if n.name != UNTRACED_NAME]
+    assert names == ["aten::mm", WAIT_TENSOR_NAME, "aten::add"]
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (comm,) = the(nodes, "gloo:all_reduce")
+    assert comm.node_id in wait.ctrl_deps and (wait.start_ns, wait.dur_ns) == (20 * MS, 10 * MS + 10_000)
+    assert_thread_tiled(nodes, UNTRACED_NAME)
+
+
+HOOK_SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch._C._distributed_c10d import Work
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import hooks as H
+originals = (funcol.wait_tensor, Work.wait)
+recording = [True]
+hooks = H.CommHooks(lambda: recording[0], lambda: 3, ddp=False)
+hooks.install()
+t = torch.ones(64)
+dist.all_reduce(t)                                   # blocking: its internal wait is not a wait node
+work = dist.all_reduce(t, async_op=True)
+work.wait()                                          # recorded
+work.wait()                                          # a second wait on the same Work: not recorded
+y = funcol.all_reduce(t, "sum", dist.group.WORLD)    # an AsyncCollectiveTensor
+z = y + 1                                            # its first use waits (wait_tensor): recorded
+recording[0] = False
+dist.all_reduce(t, async_op=True).wait()             # outside the window
+(funcol.all_reduce(t, "sum", dist.group.WORLD) * 2).sum()
+recording[0] = True
+comms = hooks.flush()
+waits = hooks.waits.flush()
+hooks.uninstall()
+print(json.dumps({
+    "comms": [dict(op=c.op, start=c.start_ns, thread=c.thread, is_async=c.is_async) for c in comms],
+    "waits": [dict(name=w.name, start=w.start_ns, end=w.end_ns, step=w.step, thread=w.thread,
+                   issue_start=w.issue_start_ns, issue_thread=w.issue_thread) for w in waits],
+    "restored": (funcol.wait_tensor, Work.wait) == originals,
+}))
+dist.destroy_process_group()
+"""
+
+
+def run_script(script: str) -> Any:
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_the_hooks_record_the_first_wait_on_a_recorded_work_and_each_wait_tensor_in_the_window() -> None:
+    data = run_script(HOOK_SCRIPT)
+    assert data["restored"]
+    waits = data["waits"]
+    assert [w["name"] for w in waits] == [WORK_WAIT_NAME, WAIT_TENSOR_NAME]
+    work_w, tensor_w = waits
+    issued = [c for c in data["comms"] if c["is_async"]]
+    assert len(issued) == 1
+    assert (work_w["issue_start"], work_w["issue_thread"]) == (issued[0]["start"], issued[0]["thread"])
+    assert issued[0]["start"] < work_w["start"] <= work_w["end"] <= tensor_w["start"] <= tensor_w["end"]
+    assert tensor_w["issue_start"] == -1 and all(w["step"] == 3 for w in waits)
+
+
+# ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
+
+STRAGGLER_MS = 40
+TP_SCRIPT = """
+import os, time, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(STEPS):
+    x = torch.randn(32, 256)
+    if rank == 1:
+        time.sleep(STRAGGLER_MS / 1000)  # the straggler: late for the forward's all_reduce
+    model(x).square().mean().backward()  # the row-parallel output's all_reduce is waited for in square()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)  # (torch 2.13 can abort at exit after gloo functional collectives; the trace is saved)
+"""
+FSDP_SCRIPT = """
+import os, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(LAYERS)])
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(STEPS):
+    for layer in model:  # explicit prefetch: async_op=True all_gathers; each pre-forward waits (Work.wait)
+        layer.unshard(async_op=True)
+    model(torch.randn(32, 128)).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)
+"""
+STEPS, ACTIVE, LAYERS = 5, 3, 3
+
+
+def _profile_script(work: Path, script: str, level: str) -> Path:
+    from capture_helpers import profile
+
+    path = work / "train.py"
+    path.write_text(script)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(path)]
+    out = work / "run"
+    res = profile(out, level=level, steps=f"1:1:{ACTIVE}", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def _nodes(run: Path, rank: int) -> list[Any]:
+    return list(read_et(run / f"rank-{rank}.et").nodes)
+
+
+def _no_overlap_on_threads(nodes: list[Any]) -> None:
+    by_stream: dict[int, list[tuple[int, int, str]]] = {}
+    for n in nodes:
+        a = node_attrs(n)
+        if a and a.get(Attr.STREAM_KIND) == "thread":
+            by_stream.setdefault(a[Attr.STREAM], []).append(
+                (a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS], n.name)
+            )
+    for iv in by_stream.values():
+        iv.sort()
+        assert all(x[1] <= y[0] for x, y in itertools.pairwise(iv)), [
+            (x, y) for x, y in itertools.pairwise(iv) if x[1] > y[0]
+        ][:3]
+
+
+@pytest.fixture(scope="module", params=["collectives", "ops"])
+def tp_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp(f"tp-waits-{request.param}")
+    script = TP_SCRIPT.replace("STRAGGLER_MS", str(STRAGGLER_MS)).replace("STEPS", str(STEPS))
+    return _profile_script(work, script, request.param)
+
+
+@pytest.mark.slow
+def test_dtensor_waits_depend_on_the_all_reduce_and_the_early_rank_waits_out_the_straggler(
+    tp_run: Path,
+) -> None:
+    median_wait = {}
+    for r in (0, 1):
+        nodes = _nodes(tp_run, r)
+        by_id = {n.id: n for n in nodes}
+        waits = [n for n in nodes if n.name == WAIT_TENSOR_NAME]
+        assert len(waits) == ACTIVE, [n.name for n in nodes]  # one forward all_reduce a step
+        for w in waits:
+            assert w.type == NodeType.COMP
+            (target,) = [by_id[d] for d in w.ctrl_deps if by_id[d].type == NodeType.COMM_COLL]
+            assert target.name == "gloo:all_reduce"
+            assert node_attrs(target)[Attr.COMM_TYPE] == CommType.ALL_REDUCE
+        assert len({d for w in waits for d in w.ctrl_deps if by_id[d].type == NodeType.COMM_COLL}) == ACTIVE
+        _no_overlap_on_threads(nodes)
+        durs = sorted(node_attrs(w)[Attr.DUR_NS] for w in waits)
+        median_wait[r] = durs[len(durs) // 2]
+    # rank 0 reaches the all_reduce ~STRAGGLER_MS before rank 1 and blocks in the wait meanwhile
+    assert median_wait[0] > STRAGGLER_MS * 1_000_000 / 2, median_wait
+    assert median_wait[1] < median_wait[0]
+    load_validated(tp_run)
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("fsdp-waits")
+    script = FSDP_SCRIPT.replace("LAYERS", str(LAYERS)).replace("STEPS", str(STEPS))
+    return _profile_script(work, script, "collectives")
+
+
+@pytest.mark.slow
+def test_fsdp2_work_waits_depend_on_their_async_all_gathers(fsdp_run: Path) -> None:
+    for r in (0, 1):
+        nodes = _nodes(fsdp_run, r)
+        by_id = {n.id: n for n in nodes}
+        waits = [n for n in nodes if n.name == WORK_WAIT_NAME]
+        assert len(waits) == LAYERS * ACTIVE, [n.name for n in nodes]
+        targets = set()
+        for w in waits:
+            (t,) = [by_id[d] for d in w.ctrl_deps if by_id[d].type == NodeType.COMM_COLL]
+            a = node_attrs(t)
+            assert a[Attr.COMM_TYPE] == CommType.ALL_GATHER and a[Attr.STREAM_KIND] == "comm"
+            assert a[Attr.START_NS] < node_attrs(w)[Attr.START_NS]
+            targets.add(t.id)
+        assert len(targets) == len(waits)  # each wait on its own all_gather
+        _no_overlap_on_threads(nodes)
+    load_validated(fsdp_run)
