@@ -32,7 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "replay a run (simulated or real) under another topology / slowdowns (Hydra)",
     ),
     "analyze": ("skewlens.cli.analyze:main", "attribute skew and communication stalls; name the stragglers"),
-    "demo": ("skewlens.cli.demo:main", "end-to-end demo on the bundled example (4 CPU ranks)"),
+    "demo": ("skewlens.cli.demo:main", "end-to-end demo on a bundled example (--workload; CPU ranks)"),
 }
 
 

@@ -1,7 +1,9 @@
 """``skewlens demo``: the whole loop on the bundled example, on the CPU.
 
 1. capture ``examples/train.py`` on 4 gloo ranks under ``torchrun`` with a 40 ms straggler on rank 2
-   (``skewlens profile --level ops``);
+   (``skewlens profile --level ops``), or with ``--workload NAME`` another bundled example (see
+   :data:`WORKLOADS`: FSDP2, DTensor tensor parallelism, pipelining with GPipe or 1F1B, DDP with
+   ``no_sync`` accumulation, eager or compiled, a 2-D mesh) on its own rank count, the straggler on rank 1;
 2. validate and analyse the run (``skewlens analyze``: skew, step breakdown, critical path, what-if blame,
    Parquet tables, PNGs and a Perfetto timeline);
 3. replay the run in the simulator with and without the straggler and print the blame table.
@@ -15,6 +17,7 @@ import argparse
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,14 +35,54 @@ if TYPE_CHECKING:
 EXAMPLE = EXAMPLES_DIR / "train.py"
 
 
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A bundled example the demo can run: its script in ``examples/``, arguments, ranks and straggler."""
+
+    script: str
+    """File name in :data:`skewlens.paths.EXAMPLES_DIR`."""
+    args: tuple[str, ...]
+    """The script's own arguments (beyond the shared knobs)."""
+    nproc: int
+    """Ranks it runs on by default."""
+    straggler_rank: int
+    """Rank given the extra compute by default."""
+
+
+#: ``--workload`` names; ``train`` is the default (and the demo as it always was).
+WORKLOADS: dict[str, Workload] = {
+    "train": Workload("train.py", (), 4, 2),
+    "fsdp2": Workload("fsdp2.py", (), 2, 1),
+    "tp": Workload("tp.py", (), 2, 1),
+    "pipeline-gpipe": Workload("pipeline.py", ("--schedule", "gpipe"), 2, 1),
+    "pipeline-1f1b": Workload("pipeline.py", ("--schedule", "1f1b"), 2, 1),
+    "ddp-accum": Workload("ddp_accum.py", (), 2, 1),
+    "ddp-compile": Workload("ddp_accum.py", ("--compile",), 2, 1),
+    "mesh2d": Workload("mesh2d.py", (), 4, 1),
+}
+
+
+def workload(name: str) -> Workload:
+    """The workload called ``name``; an unknown name is an error listing the known ones."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise SkewlensError(f"--workload {name!r}: unknown; one of {', '.join(WORKLOADS)}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0])
     p.add_argument(
         "--out", default="demo-out", help="new or empty directory, or one an earlier demo made (replaced)"
     )
-    p.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
+    p.add_argument(
+        "--workload", default="train", help=f"bundled example to run (default train): {', '.join(WORKLOADS)}"
+    )
+    p.add_argument("--nproc", type=int, default=None, help="ranks (default: the workload's, 4 for train)")
     p.add_argument("--steps", type=int, default=8, help="training steps of the example (default 8)")
-    p.add_argument("--straggler-rank", type=int, default=2)
+    p.add_argument(
+        "--straggler-rank", type=int, default=None, help="default: the workload's (2 for train, else 1)"
+    )
     p.add_argument("--straggler-ms", type=float, default=40.0)
     return p
 
@@ -96,22 +139,26 @@ def blame_table(result: AnalysisResult) -> Table:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     console = Console()
-    if not EXAMPLE.is_file():
-        raise SkewlensError(f"bundled example not found at {EXAMPLE} (the installed package is incomplete)")
-    if args.nproc < 2 or not 0 <= args.straggler_rank < args.nproc:
+    work = workload(args.workload)
+    example = EXAMPLES_DIR / work.script
+    nproc = work.nproc if args.nproc is None else args.nproc
+    straggler = work.straggler_rank if args.straggler_rank is None else args.straggler_rank
+    if not example.is_file():
+        raise SkewlensError(f"bundled example not found at {example} (the installed package is incomplete)")
+    if nproc < 2 or not 0 <= straggler < nproc:
         raise SkewlensError("--nproc must be >= 2 and --straggler-rank one of its ranks")
     out = Path(args.out)
     prepare_out(out)
     run_dir, analysis_dir, replay_dir = out / "run", out / "analysis", out / "replay"
 
     console.rule(
-        f"1/3 capture: {args.nproc} gloo ranks, "
-        f"{args.straggler_ms:g} ms straggler on rank {args.straggler_rank}"
+        f"1/3 capture: {args.workload} ({work.script}) on {nproc} gloo ranks, "
+        f"{args.straggler_ms:g} ms straggler on rank {straggler}"
     )
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-        str(EXAMPLE), "--steps", str(args.steps),
-        "--straggler-rank", str(args.straggler_rank), "--straggler-ms", str(args.straggler_ms),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        str(example), *work.args, "--steps", str(args.steps),
+        "--straggler-rank", str(straggler), "--straggler-ms", str(args.straggler_ms),
     ]  # fmt: skip
     rc = _skewlens(
         "profile", "--out", str(run_dir), "--level", "ops", "--steps", "1:1:5", "--parquet", "--", *command
