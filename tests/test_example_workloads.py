@@ -1,0 +1,137 @@
+"""The example workloads under ``skewlens profile`` (collectives level, gloo ranks, 3 captured steps): each
+step holds exactly the communication its program issues, with its groups, sizes and peers.
+
+Sizes come from the scripts' own constants; each test captures one workload (10-40 s on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from workload_helpers import F32, CommKey, capture_workload, captured_steps, comm_per_step, load_workload
+
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.vocab import NodeType
+
+pytestmark = pytest.mark.slow
+
+ACTIVE = 3
+STEPS = [2, 3, 4]  # the window 1:1:3 captures steps 2..4 (after one waited and one warm-up step)
+
+
+def per_step_is(run: RunTrace, expected: dict[int, Counter[CommKey]]) -> None:
+    """Every rank recorded the 3 steps, each with exactly ``expected[rank]`` (nothing outside a step)."""
+    assert captured_steps(run) == dict.fromkeys(expected, STEPS)
+    comm = comm_per_step(run)
+    for rank, want in expected.items():
+        assert comm[rank] == dict.fromkeys(STEPS, want), f"rank {rank}"
+
+
+def linear_numel(n_in: int, n_out: int) -> int:
+    return n_in * n_out + n_out
+
+
+def test_fsdp2_all_gathers_each_layer_twice_and_reduce_scatters_its_gradients_once_a_step(
+    tmp_path: Path,
+) -> None:
+    ex = load_workload("fsdp2.py")
+    run = capture_workload(tmp_path / "run", "fsdp2.py")
+    full = linear_numel(ex.HIDDEN, ex.HIDDEN) * F32
+    group = (0, 1)
+    # forward un-shards each Linear, backward again (resharded after forward), then reduce-scatters
+    want = Counter(
+        {
+            CommKey("ALL_GATHER", group, full // 2, -1): 2 * ex.LAYERS,  # this rank's shard in
+            CommKey("REDUCE_SCATTER", group, full, -1): ex.LAYERS,  # the full gradient in
+        }
+    )
+    per_step_is(run, {0: want, 1: want})
+    assert len(run.collectives) == ACTIVE * 3 * ex.LAYERS
+
+
+def test_tensor_parallel_all_reduces_each_row_parallel_output_and_column_parallel_input_gradient(
+    tmp_path: Path,
+) -> None:
+    ex = load_workload("tp.py")
+    run = capture_workload(tmp_path / "run", "tp.py")
+    act = ex.BATCH * ex.HIDDEN * F32
+    # forward: one per block; backward: one per block but the first (its input needs no gradient)
+    want = Counter({CommKey("ALL_REDUCE", (0, 1), act, -1): 2 * ex.BLOCKS - 1})
+    per_step_is(run, {0: want, 1: want})
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_sends_every_micro_batch_forward_and_its_gradient_back(
+    tmp_path: Path, schedule: str
+) -> None:
+    ex = load_workload("pipeline.py")
+    run = capture_workload(tmp_path / "run", "pipeline.py", "--schedule", schedule)
+    act = ex.BATCH // ex.MICROBATCHES * ex.HIDDEN * F32
+    assert act == ex.ACT_BYTES
+    mb = ex.MICROBATCHES
+    per_step_is(
+        run,
+        {
+            0: Counter({CommKey("SEND", (0, 1), act, 1): mb, CommKey("RECV", (0, 1), act, 1): mb}),
+            1: Counter({CommKey("RECV", (0, 1), act, 0): mb, CommKey("SEND", (0, 1), act, 0): mb}),
+        },
+    )
+    assert len(run.p2p) == 2 * mb * ACTIVE
+    assert {(p.src_rank, p.dst_rank) for p in run.p2p} == {(0, 1), (1, 0)}
+    # the schedules differ in order: GPipe sends all activations before the first gradient comes back,
+    # 1F1B receives a gradient before its last activation goes out
+    rt = run.ranks[0]
+    for step in STEPS:
+        rows = [i for i in rt.rows_of_type(NodeType.COMM_SEND, NodeType.COMM_RECV) if rt.step[i] == step]
+        rows.sort(key=lambda i: int(rt.start_ns[i]))
+        order = "".join("S" if rt.node_type[i] == NodeType.COMM_SEND else "R" for i in rows)
+        if schedule == "gpipe":
+            assert order == "S" * mb + "R" * mb
+        else:
+            assert order.index("R") < order.rindex("S") and order.endswith("R"), order
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("accum", ("--accum", "3")), ("compile", ("--compile", "--compile-backend", "aot_eager"))],
+)
+def test_ddp_all_reduces_every_gradient_once_a_step_not_once_a_micro_batch(
+    tmp_path: Path, name: str, args: tuple[str, ...]
+) -> None:
+    ex = load_workload("ddp_accum.py")
+    run = capture_workload(tmp_path / "run", "ddp_accum.py", *args)
+    grads = ex.LAYERS * linear_numel(ex.HIDDEN, ex.HIDDEN) * F32
+    assert captured_steps(run) == {0: STEPS, 1: STEPS}
+    comm = comm_per_step(run)
+    for rank in (0, 1):
+        assert sorted(comm[rank]) == STEPS
+        for step, counts in comm[rank].items():
+            assert {(k.kind, k.group) for k in counts} == {("ALL_REDUCE", (0, 1))}, (rank, step)
+            # the buckets carry every gradient exactly once (the no_sync micro-batches sent nothing)
+            assert sum(k.bytes * n for k, n in counts.items()) == grads, (rank, step)
+
+
+def test_a_2d_mesh_all_reduces_on_its_tp_groups_and_shards_on_its_dp_groups(tmp_path: Path) -> None:
+    ex = load_workload("mesh2d.py")
+    run = capture_workload(tmp_path / "run", "mesh2d.py", nproc=4)
+    tp = dp = 2
+    # a block's parameters on one tp rank: up's rows and bias split, down's columns split, its bias whole
+    tp_local = linear_numel(ex.HIDDEN, ex.FFN) // tp + ex.FFN * ex.HIDDEN // tp + ex.HIDDEN
+    shard = tp_local // dp * F32
+    act = ex.BATCH * ex.HIDDEN * F32
+    expected = {}
+    for rank in range(4):
+        tp_group = (rank // tp * tp, rank // tp * tp + 1)  # {0,1}, {2,3}
+        dp_group = (rank % tp, rank % tp + tp)  # {0,2}, {1,3}
+        expected[rank] = Counter(
+            {
+                CommKey("ALL_GATHER", dp_group, shard, -1): 2 * ex.BLOCKS,
+                CommKey("REDUCE_SCATTER", dp_group, 2 * shard, -1): ex.BLOCKS,
+                CommKey("ALL_REDUCE", tp_group, act, -1): 2 * ex.BLOCKS - 1,
+            }
+        )
+    per_step_is(run, expected)
+    members = Counter(c.ranks for c in run.collectives)
+    assert set(members) == {(0, 1), (2, 3), (0, 2), (1, 3)}
