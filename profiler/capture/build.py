@@ -16,7 +16,9 @@ the outermost operators of Kineto (a CPU op that encloses a blocking collective 
 children, so no time is counted twice on a thread; at ``full`` a scope without an operator schema, such
 as an autograd-engine or module-forward scope, is replaced by its children too), and the main thread's
 time inside no operator and no call becomes COMP nodes named :data:`UNTRACED_NAME`, so every nanosecond
-of a step on the main thread is in exactly one node.
+of a step on the main thread is in exactly one node. At every level a wait for an asynchronous result
+(``wait_tensor``, ``Work.wait``) is a COMP node of its own that counts as blocking here, with a control
+dependency on the COMM node it waited for (:mod:`skewlens.profiler.capture.waits`).
 
 Control dependencies keep program order per stream; an asynchronous COMM node depends on the node its
 thread ran before issuing it, and the first node of that thread starting after its completion depends on
@@ -29,10 +31,10 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
@@ -138,6 +140,8 @@ class RankCapture:
     """Native thread id -> the process group whose creation started it (gloo's worker threads)."""
     device: str = "cpu"
     """Device of the rank."""
+    waits: Sequence[WaitRecord] = ()
+    """Waits for asynchronous communication results (:mod:`skewlens.profiler.capture.waits`)."""
 
 
 @dataclass(slots=True)
@@ -455,8 +459,16 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
     return out
 
 
-def _gap_protos(cap: RankCapture, nodes: list[_Proto], name: str, *, main_only: bool = False) -> list[_Proto]:
-    """COMP nodes named ``name`` for the time no node covers on a thread, within each step."""
+def _gap_protos(
+    cap: RankCapture,
+    nodes: list[_Proto],
+    name: str,
+    *,
+    main_only: bool = False,
+    waited: Set[int] = frozenset(),
+) -> list[_Proto]:
+    """COMP nodes named ``name`` for the time no node covers on a thread, within each step (``waited``:
+    ``id`` of the async comms whose wait is a node of its own, not to be guessed from untraced time)."""
     busy: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for p in nodes:
         if p.issue_stream >= 0:
@@ -471,7 +483,7 @@ def _gap_protos(cap: RankCapture, nodes: list[_Proto], name: str, *, main_only: 
     done: dict[int, list[int]] = defaultdict(list)
     if main_only:
         for p in nodes:
-            if p.issue_stream >= 0:
+            if p.issue_stream >= 0 and id(p) not in waited:
                 done[p.issue_stream].append(p.end_ns)
         for v in done.values():
             v.sort()
@@ -616,11 +628,18 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         if off:
             cap = replace(cap, ops=[replace(o, start_ns=o.start_ns + off) for o in cap.ops])
     comms = _comm_protos(cap, streams, pg_index)
+    # waits for async results: COMP nodes that block their thread like a blocking call (they split the
+    # operators around them and cut the gaps), each depending on the COMM node it waited for
+    from skewlens.profiler.capture.waits import wait_protos  # (it builds on this module)
+
+    waits, waited = wait_protos(cap, streams, comms)
+    waited_for = {id(w) for w in waited.values()}
     if cap.ops:
-        ops = _op_protos(cap, streams, comms)
-        comp = ops + _gap_protos(cap, comms + ops, UNTRACED_NAME, main_only=True)
+        ops = _op_protos(cap, streams, comms + waits)
+        gaps = _gap_protos(cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for)
+        comp = waits + ops + gaps
     else:
-        comp = _gap_protos(cap, comms, GAP_NAME)
+        comp = waits + _gap_protos(cap, comms + waits, GAP_NAME)
     # at equal starts an asynchronous call comes first: it was issued before the thread went on (the
     # flight recorder's collectives arrive exactly where the thread's next stretch of host time begins)
     protos = sorted([*comms, *comp], key=lambda p: (p.start_ns, p.issue_stream < 0, p.stream, p.end_ns))
@@ -635,13 +654,16 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         nid = ids[id(p)]
         if p.stream in last_on:
             ctrl[nid].append(last_on[p.stream])
+        if (w := waited.get(id(p))) is not None:
+            ctrl[nid].append(ids[id(w)])
         if p.issue_stream >= 0:
             # issued from inside a running operator (DDP's hook in the autograd engine): its arrival
             # follows the last node the issuing thread had finished, not the enclosing operator
             prev = _last_finished(done_on[p.issue_stream], p.start_ns)
             if prev is not None and prev not in ctrl[nid]:
                 ctrl[nid].append(prev)
-            pending_async[p.issue_stream].append(p)
+            if id(p) not in waited_for:  # else its wait node is where the thread consumed it
+                pending_async[p.issue_stream].append(p)
         else:
             still = []
             for a in pending_async.get(p.stream, []):

@@ -43,6 +43,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._C._autograd import _enable_record_function
 
 from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord
+from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.vocab import CommType, NodeType
 
 
@@ -190,6 +191,9 @@ class CommHooks:
         """Calls whose record could not be made (they ran normally; the trace lacks them)."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
+        self.waits = WaitHooks(recording, step_of)
+        """Where threads waited for async results (``wait_tensor``, ``Work.wait`` on the Works recorded
+        here): :mod:`skewlens.profiler.capture.waits`."""
         self.group_threads: dict[int, str] = {}
         """Native thread id -> name of the process group whose creation started it (gloo's worker
         threads; see :meth:`_install_group_threads`)."""
@@ -210,12 +214,14 @@ class CommHooks:
         if self._ddp:
             self._install_ddp()
         self._install_group_threads()
+        self.waits.install()
         self.installed = True
 
     def uninstall(self) -> None:
         for mod, name, orig in reversed(self._saved):
             setattr(mod, name, orig)
         self._saved.clear()
+        self.waits.uninstall()
         self.installed = False
 
     # ---- the wrapper ---------------------------------------------------------------------------------
@@ -285,6 +291,7 @@ class CommHooks:
         )
         if is_async and result is not None:
             self._time_completion(call_id, result, issue_end)
+            self.waits.issued(result, start, what.thread)
         elif is_async:
             self._ends[call_id] = issue_end  # nothing to wait on: the return is all we know
         return result
@@ -335,6 +342,7 @@ class CommHooks:
         self._calls.append((call_id, what, start, issue_end, is_async, None))
         if is_async:
             self._time_completion(call_id, result, issue_end)
+            self.waits.issued(result, start, what.thread)
         return result
 
     def _describe(self, spec: _Spec, a: _BoundView, pg: Any, pg_name: str, seq: int) -> _Described:

@@ -23,7 +23,7 @@ from typing import Any
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.capture import flight
 from skewlens.profiler.capture.build import RankCapture, build_nodes
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
@@ -346,10 +346,12 @@ class CaptureSession:
         self.saved = True
         rank, world = self.rank, self.world_size
         comms: list[CommRecord] = []
+        waits: list[WaitRecord] = []
         if self._hooks is not None:
             self._hooks.lean_left = 0
             self._hooks.uninstall()
             comms = self._hooks.flush()
+            waits = self._hooks.waits.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
         ops, host_ops = self._ops()
@@ -378,6 +380,7 @@ class CaptureSession:
             mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
             host_ops=host_ops,
             device=device,
+            waits=waits,
             # native thread ids: they name the native recorder's events (Kineto numbers threads its own way)
             group_threads=dict(self._hooks.group_threads)
             if native_workers and self._hooks is not None
