@@ -26,7 +26,7 @@ from _common import finish, init_distributed, parse, parser, run_steps, slow_sen
 from torch.distributed.fsdp import fully_shard
 
 BATCH = 64
-HIDDEN = 512
+HIDDEN = 256
 LAYERS = 4
 
 
