@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import RankTrace, RunTrace
-from skewlens.profiler.vocab import WAIT_NODE_NAMES, NodeType
+from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME, WAIT_NODE_NAMES, NodeType
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -337,6 +337,66 @@ def _wait_rows(rt: RankTrace) -> B:
     return (rt.node_type == int(NodeType.COMP)) & is_wait_name[rt.name_idx]
 
 
+def _gap_waits(
+    rt: RankTrace,
+    *,
+    valid: B,
+    end: I64,
+    sync: B,
+    comm_streams: set[int],
+    src: I64,
+    dst: I64,
+    explicit: I64,
+) -> tuple[I64, I64]:
+    """Inferred wait edges into the ``collectives`` level's host-time nodes (``compute`` gaps).
+
+    Such a node stands for all host time between two communication calls, so a wait the program did
+    inside it (DDP's reducer waits for its gradient buckets at the end of backward, out of the hooks'
+    sight) is hidden in it. The last gap node of a step on its thread (from the step's last
+    communication call to the step's end: the end of backward, then the optimizer) that contains the
+    completion of asynchronous collectives its thread issued before it, none of which a wait node waited
+    for, is taken to have waited for the one that completed last: its work is what follows that
+    completion (what it did before that completion counts as waiting). Earlier gap nodes overlap
+    communication (DDP's buckets during backward) and wait for nothing.
+    """
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    if not comm_streams or not rt.names or COMPUTE_GAP_NODE_NAME not in rt.names:
+        return none
+    gap_name = rt.names.index(COMPUTE_GAP_NODE_NAME)
+    gaps = np.flatnonzero(valid & (rt.node_type == int(NodeType.COMP)) & (rt.name_idx == gap_name))
+    if gaps.size:  # the last gap of each (step, stream)
+        o = gaps[np.lexsort((rt.start_ns[gaps], rt.stream[gaps], rt.step[gaps]))]
+        key = rt.step[o].astype(np.int64) * (1 << 32) + rt.stream[o]
+        gaps = o[np.append(key[1:] != key[:-1], True)]
+    on_comm = np.isin(rt.stream, list(comm_streams))
+    coll = sync & on_comm & (rt.node_type == int(NodeType.COMM_COLL))
+    coll[explicit] = False
+    # the thread each async collective was issued from: the stream of its start-edge sources
+    issued = coll[dst] & ~on_comm[src]
+    if gaps.size == 0 or not issued.any():
+        return none
+    c_rows, first = np.unique(dst[issued], return_index=True)
+    c_stream = rt.stream[src[issued]][first]
+    out_s: list[int] = []
+    out_d: list[int] = []
+    for stream in np.unique(rt.stream[gaps]).tolist():
+        cs = c_rows[c_stream == stream]
+        if cs.size == 0:
+            continue
+        ce = end[cs]
+        o = np.argsort(ce, kind="stable")
+        cs, ce, cst = cs[o], ce[o], rt.start_ns[cs[o]]
+        for g in gaps[rt.stream[gaps] == stream].tolist():
+            a, b = int(rt.start_ns[g]), int(end[g])
+            k = int(np.searchsorted(ce, b, side="left")) - 1  # latest completion before the gap's end
+            while k >= 0 and ce[k] > a and cst[k] > a:
+                k -= 1  # issued inside the gap: not this gap's to wait for
+            if k >= 0 and ce[k] > a:
+                out_s.append(int(cs[k]))
+                out_d.append(g)
+    return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
+
+
 def rank_model(rt: RankTrace, sync: B) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members."""
     n = len(rt)
@@ -355,6 +415,12 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     w = waits[dst] & is_comm[src]
     ws, wd = src[w], dst[w]
     src, dst = src[~w], dst[~w]
+    gs, gd = _gap_waits(
+        rt, valid=valid, end=end, sync=sync, comm_streams=comm_streams, src=src, dst=dst, explicit=ws
+    )
+    ws, wd = np.concatenate([ws, gs]), np.concatenate([wd, gd])
+    waits = waits.copy()
+    waits[gd] = True
     ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
     # a compute node that starts before its dependency ends but is not nested in it (ends later and
     # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size

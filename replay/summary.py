@@ -14,6 +14,7 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,19 @@ def _covered(a: I64, b: I64, t: I64) -> I64:
 
 def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], tuple[int, int, int, int]]:
     """``(rank, step) -> (recorded start, recorded end, replayed start, replayed end)`` of each step mark
-    pair of the manifest (the optimizer step to the next one).
+    pair of the manifest (the optimizer step to the next one), for a simulated replay: see
+    :func:`moved_step_marks`."""
+    return moved_step_marks(run, res.start_ns, res.end_ns, res.timed)
+
+
+def moved_step_marks(
+    run: RunTrace,
+    start_ns: Mapping[int, I64],
+    end_ns: Mapping[int, I64],
+    timed: Mapping[int, npt.NDArray[np.bool_]],
+) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """``(rank, step) -> (recorded start, recorded end, replayed start, replayed end)`` of each step mark
+    pair of the manifest, given the replayed times of every row (simulated, or re-executed).
 
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
     it, the start mark with the first node that started at or after it. An unmodified replay therefore
@@ -72,23 +85,20 @@ def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], 
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
     for sp in run.manifest.steps:
-        if sp.rank in run.ranks and sp.end_ns > sp.start_ns:
+        if sp.rank in run.ranks and sp.rank in start_ns and sp.end_ns > sp.start_ns:
             marks.setdefault(sp.rank, []).append((sp.step, sp.start_ns, sp.end_ns))
     for r, spans in marks.items():
         rt = run.ranks[r]
-        timed = res.timed[r]
-        rows = np.flatnonzero(timed)
+        rows = np.flatnonzero(timed[r])
         if rows.size == 0:
             continue
         rec_end = rt.start_ns[rows] + rt.dur_ns[rows]
         by_end = rows[np.argsort(rec_end, kind="stable")]
         ends_sorted = rt.start_ns[by_end] + rt.dur_ns[by_end]
-        # the latest end among rows ending by t: a running argmax over rows sorted by end
-        shift_end = res.end_ns[r][by_end] - ends_sorted
+        shift_end = end_ns[r][by_end] - ends_sorted
         by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         starts_sorted = rt.start_ns[by_start]
-        shift_start = res.start_ns[r][by_start] - starts_sorted
-
+        shift_start = start_ns[r][by_start] - starts_sorted
         for step, a, b in sorted(spans, key=lambda x: x[1]):
             k = int(np.searchsorted(starts_sorted, a, side="left"))
             moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from replay_workloads import RankFactor
 
-from skewlens.analysis.api import analyze_run as analyze
+from skewlens.analysis.api import analyze_run
+
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -123,7 +124,7 @@ def test_a_wait_node_counts_its_blocked_time_as_waiting_and_its_consumer_follows
     assert m0.wait_dst.size == 3 and set(m0.wait_dst.tolist()) == set(w)
     assert (m0.work_ns[w] == 5_000).all()  # all but the part after the all_reduce completed was waiting
     assert (m0.wait_in_ns[w] >= 39 * MS).all()
-    res = analyze(run, blame=True)
+    res = analyze_run(run, blame=True)
     bd0 = [b for b in res.breakdown if b.rank == 0]
     assert all(b.compute_ns < 8 * MS for b in bd0)  # 5 + 0.1 + 2 ms of work, not the 40 ms wait
     assert all(b.exposed_wait_ns > 38 * MS for b in bd0)
@@ -133,7 +134,7 @@ def test_blame_of_a_straggler_behind_a_functional_collective_matches_its_real_co
     slow = load_run(_functional(tmp_path, 40.0))
     plain = load_run(_functional(tmp_path, 0.0))
     real_cost = (simulate(slow).makespan_ns - simulate(plain).makespan_ns) / 3
-    res = analyze(slow, blame=True)
+    res = analyze_run(slow, blame=True)
     top = res.stragglers[0]
     assert top.rank == 1
     per_step = top.straggler_cost_ns / 3
@@ -232,3 +233,49 @@ def test_the_replay_summary_measures_steps_mark_to_mark_and_an_unmodified_replay
     assert all(r.step_time_ns == r.recorded_step_ns > 0 for r in rows)
     slower = summarize(run, simulate(run, effects=RankFactor(1, 1.5)))
     assert all(s.step_time_ns > s.recorded_step_ns for s in slower)
+
+
+def _ddp_collectives_level(tmp_path: Path, late_ms: float, steps: int = 3) -> Path:
+    """DDP at the collectives level: backward issues two bucket all_reduces, then DDP's reducer waits for
+    them inside the host-time node that follows (out of the hooks' sight), then the optimizer runs."""
+    b = RunBuilder(2)
+    t = 0
+    late = int(late_ms * MS)
+    for s in range(steps):
+        fwd = {0: 10 * MS, 1: 10 * MS + late}
+        last = t + max(fwd.values()) + 2 * MS  # the later rank issues the second bucket here
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            f0 = t + fwd[r]
+            f = rb.compute("compute", fwd[r], start_ns=t)
+            a1 = rb.collective(
+                CommType.ALL_REDUCE, 1 << 20, last - 2 * MS + MS - f0, start_ns=f0, stream=COMM, deps=(f,)
+            )
+            g = rb.compute("compute", 2 * MS, start_ns=f0, deps=(f,))
+            rb.collective(
+                CommType.ALL_REDUCE,
+                1 << 20,
+                last + MS - (f0 + 2 * MS),
+                start_ns=f0 + 2 * MS,
+                stream=COMM,
+                deps=(g, a1),
+            )
+            rb.compute("compute", last + MS + 5 * MS - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
+        t = last + 6 * MS + 100_000
+    return b.write(tmp_path / f"ddp{late_ms}")
+
+
+def test_a_collectives_level_gap_holding_its_threads_last_async_completion_waited_for_it(
+    tmp_path: Path,
+) -> None:
+    run_dir = _ddp_collectives_level(tmp_path, 30.0)
+    _exact(run_dir)
+    run = load_run(run_dir)
+    for r in (0, 1):
+        m, rt = execution_model(run).ranks[r], run.ranks[r]
+        tails = [i for i in range(len(rt)) if rt.name(i) == "compute"][2::3]
+        assert sorted(m.wait_dst.tolist()) == tails  # each step's tail waited for its second bucket
+        assert (m.work_ns[tails] == 5 * MS).all()  # the optimizer's 5 ms, after the completion
+    res = analyze_run(run, blame=True)
+    assert res.stragglers[0].rank == 1
+    assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)

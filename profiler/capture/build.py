@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
@@ -160,6 +160,7 @@ class _Proto:
     key: int = -1  # Kineto correlation id of the operator: keys RankCapture.host_ops
     inputs_shapes: str = ""
     inputs_types: str = ""
+    end_known: bool = True  # False: an async op whose backend reported no completion (END_UNKNOWN)
 
 
 MAIN_STREAM = 0
@@ -454,6 +455,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 issue_end_ns=c.issue_end_ns,
                 rf_id=rf_id,
                 key=key,
+                end_known=c.end_ns != END_UNKNOWN or end > c.issue_end_ns,
             )
         )
     return out
@@ -634,6 +636,11 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
 
     waits, waited = wait_protos(cap, streams, comms)
     waited_for = {id(w) for w in waited.values()}
+    by_id = {id(w): w for w in waits}
+    for wid, target in waited.items():
+        if not target.end_known:  # gloo's send/recv: it completed when the wait on it returned
+            target.end_ns = max(target.end_ns, by_id[wid].end_ns)
+            target.end_known = True
     if cap.ops:
         ops = _op_protos(cap, streams, comms + waits)
         gaps = _gap_protos(cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for)

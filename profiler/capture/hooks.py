@@ -42,7 +42,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch._C._autograd import _enable_record_function
 
-from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, CommRecord
 from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.vocab import CommType, NodeType
 
@@ -381,7 +381,8 @@ class CommHooks:
         try:
             fut = work.get_future()
         except (RuntimeError, AttributeError):
-            ends[call_id] = issue_end  # the backend has no future for it: the return is all we know
+            # the backend has no future for it (gloo's send/recv): the wait on it, if any, tells the end
+            ends[call_id] = END_UNKNOWN
             return
 
         def done(_f: Any) -> None:

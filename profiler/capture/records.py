@@ -11,6 +11,10 @@ from skewlens.profiler.vocab import CommType, NodeType
 FROM_RECORDER = ""
 
 
+#: ``CommRecord.end_ns`` of an asynchronous op whose completion the backend does not report.
+END_UNKNOWN = -1
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommRecord:
     """One collective or point-to-point call issued by this rank."""
@@ -42,7 +46,9 @@ class CommRecord:
     issue_end_ns: int
     """When the call returned to the caller, local clock."""
     end_ns: int
-    """When the op completed on this rank (== issue_end_ns for blocking calls), local clock."""
+    """When the op completed on this rank (== issue_end_ns for blocking calls), local clock;
+    :data:`END_UNKNOWN` for an asynchronous op whose backend gives no completion (gloo's send/recv Work
+    has no future): the wait on it, where there is one, says when it completed."""
     is_async: bool
     """Issued with ``async_op=True`` (or by DDP's hook): it completes after the call returned."""
     thread: int

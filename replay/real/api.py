@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
+from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
@@ -45,7 +46,8 @@ from skewlens.replay.real.plan import (
     warmup_ops,
     write_plan,
 )
-from skewlens.replay.real.result import RealReplayResult, rank_step_times, step_spans
+from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_step_times, step_spans
+from skewlens.replay.summary import moved_step_marks
 
 BACKENDS = ("auto", "gloo", "nccl")
 COMPUTE_MODES = ("auto", "spin", "sleep")
@@ -171,19 +173,49 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     manifest = _replay_manifest(work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir)
     write_manifest(self_run, manifest)  # the record loads through its manifest; its step marks come next
     replayed = load_run(self_run, match=False)
-    marks = tuple(
-        StepSpan(rank=r, step=s, start_ns=a, end_ns=b)
-        for r in sorted(replayed.ranks)
-        for s, (a, b) in sorted(step_spans(replayed.ranks[r]).items())
-    )
+    moved = _moved_marks(run, replayed)
+    if moved:  # the recorded step marks, moved with the nodes they follow (as the simulator measures)
+        marks = tuple(
+            StepSpan(rank=r, step=s, start_ns=v[2], end_ns=v[3]) for (r, s), v in sorted(moved.items())
+        )
+    else:
+        marks = tuple(
+            StepSpan(rank=r, step=s, start_ns=a, end_ns=b)
+            for r in sorted(replayed.ranks)
+            for s, (a, b) in sorted(step_spans(replayed.ranks[r]).items())
+        )
     write_manifest(self_run, replace(manifest, steps=marks))
     if capture == "profiler":
         finish_capture(out_run, source_run=run_dir, node_aligned=self_run)
-        replayed = load_run(out_run, match=False)
-    ranks = tuple(
-        rank_step_times(r, original_spans[r], step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
-    )
+    if moved:
+        ranks = tuple(_mark_step_times(r, moved) for r in sorted(run.ranks))
+    else:
+        if capture == "profiler":
+            replayed = load_run(out_run, match=False)
+        ranks = tuple(
+            rank_step_times(r, original_spans[r], step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
+        )
     return RealReplayResult(run_dir=out_run, out_dir=out_dir, backend=backend, ranks=ranks)
+
+
+def _moved_marks(run: RunTrace, replayed: RunTrace) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """The original's step marks moved with the node-aligned record's replayed times (row for row)."""
+    if not run.manifest.steps or any(len(replayed.ranks[r]) != len(rt) for r, rt in run.ranks.items()):
+        return {}
+    timed = {r: rt.node_type != int(NodeType.METADATA) for r, rt in run.ranks.items()}
+    starts = {r: replayed.ranks[r].start_ns for r in run.ranks}
+    ends = {r: replayed.ranks[r].start_ns + replayed.ranks[r].dur_ns for r in run.ranks}
+    return moved_step_marks(run, starts, ends, timed)
+
+
+def _mark_step_times(rank: int, moved: dict[tuple[int, int], tuple[int, int, int, int]]) -> RankStepTimes:
+    mine = sorted((s, v) for (r, s), v in moved.items() if r == rank)
+    return RankStepTimes(
+        rank=rank,
+        steps=tuple(s for s, _v in mine),
+        original_ns=tuple(v[1] - v[0] for _s, v in mine),
+        replay_ns=tuple(v[3] - v[2] for _s, v in mine),
+    )
 
 
 def _clear_previous(*run_dirs: Path) -> None:
