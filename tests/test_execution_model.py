@@ -9,7 +9,6 @@ import pytest
 from replay_workloads import RankFactor
 
 from skewlens.analysis.api import analyze_run
-
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
