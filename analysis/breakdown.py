@@ -30,6 +30,7 @@ from skewlens.analysis.records import StepBreakdownRecord
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
     """One record per (rank, step) with a recorded step span, ordered by rank then step."""
     out: list[StepBreakdownRecord] = []
+    incomplete = set(ix.run.incomplete_steps)
     for r, ri in sorted(ix.ranks.items()):
         keys = sorted(s for (rk, s) in ix.step_spans if rk == r)
         if not keys:
@@ -57,6 +58,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     exposed_transfer_ns=int(exposed[k] - wait[k]),
                     overlapped_comm_ns=int(overlapped[k]),
                     idle_ns=int(idle[k]),
+                    complete=s not in incomplete,
                 )
             )
     return out

@@ -91,6 +91,9 @@ class StepBreakdownRecord:
     """Communication time hidden under compute (intersection)."""
     idle_ns: int
     """Neither compute nor communication (host gaps)."""
+    complete: bool = True
+    """False for a step in which the flight recorder lost collectives (declared in the manifest's
+    ``lost_collectives``): those were left out of matching, so its waits and transfers are partial."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

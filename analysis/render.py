@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.critical_path import shares
@@ -120,10 +121,22 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Table:
 
 
 def report(result: AnalysisResult, *, top: int = 5) -> Group:
-    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares."""
-    return Group(
+    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares, and
+    a note of the steps the flight recorder lost collectives in."""
+    parts: list[RenderableType] = [
         stragglers_table(result, top),
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         critical_path_table(result),
-    )
+    ]
+    lost = result.run.incomplete_steps
+    if lost:
+        parts.append(
+            Text(
+                f"incomplete step(s) {', '.join(map(str, lost))}: the flight recorder lost collectives "
+                "there (manifest lost_collectives); they were left out of matching, so those steps' waits "
+                "are partial",
+                style="yellow",
+            )
+        )
+    return Group(*parts)
