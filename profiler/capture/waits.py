@@ -31,7 +31,12 @@ Which COMM node a wait waited for:
   one that completed last, if it completed during the wait (the wait blocked on it: a wait returns as soon
   as its own collective completes, so one that completed after that could not have kept it waiting);
   if every candidate completed before the wait began (it returned at once), the earliest issued one (the
-  program waits in issue order, as DTensor does).
+  program waits in issue order, as DTensor does); if none had completed by the time the wait returned
+  (their recorded ends cannot be right), the earliest issued one too.
+
+A collective completed by the time the wait on it returned: a recorded end after that (a worker event
+of a later call taken for its own) is moved to the wait's return, so every end lies within the work that
+consumes it.
 """
 
 from __future__ import annotations
@@ -215,6 +220,8 @@ def wait_protos(
                 pending = [ci for ci in pending if ci[0] is not t]
         if t is not None:
             target[id(p)] = t
+            if t.end_known and t.end_ns > w.end_ns:
+                t.end_ns = max(w.end_ns, t.start_ns)  # it completed by the time its wait returned
     return out, target
 
 
@@ -250,7 +257,9 @@ def _waited_for(w: _Wait, candidates: Sequence[_Proto]) -> _Proto | None:
     """Of the unwaited collectives issued before ``w`` began, the one it waited for (module docstring)."""
     done = [c for c in candidates if c.end_ns <= w.end_ns + END_SLACK_NS]
     if not done:
-        return None
+        # none had completed when the wait returned, which cannot be: their recorded ends are wrong (a
+        # worker event of a later call); the program waits in issue order, so it was the earliest
+        return min(candidates, key=lambda c: (c.start_ns, c.end_ns), default=None)
     last = max(done, key=lambda c: (c.end_ns, c.start_ns))
     if last.end_ns >= w.start_ns:
         return last
