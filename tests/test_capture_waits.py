@@ -145,6 +145,18 @@ def test_a_wait_takes_the_collective_that_completed_last_while_it_waited_else_th
     assert got == [ids[12 * MS], ids[10 * MS], ids[13 * MS]]
 
 
+def test_a_collective_whose_recorded_end_is_after_its_waits_return_ends_there() -> None:
+    a = funcol(10 * MS, 70 * MS)  # a later call's worker event taken for its end
+    b = funcol(12 * MS, 20 * MS)
+    waits = [wait_tensor(11 * MS, 15 * MS), wait_tensor(21 * MS, 21 * MS + 5_000)]
+    nodes = build_nodes(capture([a, b], waits))
+    ars = sorted(the(nodes, "gloo:all_reduce"), key=lambda n: n.start_ns)
+    first, second = sorted(the(nodes, WAIT_TENSOR_NAME), key=lambda n: n.start_ns)
+    assert ars[0].node_id in first.ctrl_deps  # nothing had completed by 15 ms: the earliest issued
+    assert ars[0].start_ns + ars[0].dur_ns == 15 * MS  # it completed by the time its wait returned
+    assert ars[1].node_id in second.ctrl_deps
+
+
 def test_a_wait_only_takes_collectives_of_its_own_thread_issued_before_it() -> None:
     other = funcol(10 * MS, 30 * MS, ident=999)  # issued from another thread
     later = funcol(21 * MS, 25 * MS)  # issued after the wait began
