@@ -352,22 +352,18 @@ def _gap_waits(
 
     Such a node stands for all host time between two communication calls, so a wait the program did
     inside it (DDP's reducer waits for its gradient buckets at the end of backward, out of the hooks'
-    sight) is hidden in it. The last gap node of a step on its thread (from the step's last
-    communication call to the step's end: the end of backward, then the optimizer) that contains the
-    completion of asynchronous collectives its thread issued before it, none of which a wait node waited
-    for, is taken to have waited for the one that completed last: its work is what follows that
-    completion (what it did before that completion counts as waiting). Earlier gap nodes overlap
-    communication (DDP's buckets during backward) and wait for nothing.
+    sight) is hidden in it. The gap node right after the step's last asynchronous collective issued from
+    its thread (where DDP's backward ends: its last bucket is issued, then the reducer waits for all of
+    them) that contains the completion of asynchronous collectives its thread issued before it, none of
+    which a wait node waited for, is taken to have waited for the one that completed last: its work is
+    what follows that completion (what it did before that completion counts as waiting). Earlier gap
+    nodes overlap communication (DDP's buckets during backward) and wait for nothing.
     """
     none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     if not comm_streams or not rt.names or COMPUTE_GAP_NODE_NAME not in rt.names:
         return none
     gap_name = rt.names.index(COMPUTE_GAP_NODE_NAME)
     gaps = np.flatnonzero(valid & (rt.node_type == int(NodeType.COMP)) & (rt.name_idx == gap_name))
-    if gaps.size:  # the last gap of each (step, stream)
-        o = gaps[np.lexsort((rt.start_ns[gaps], rt.stream[gaps], rt.step[gaps]))]
-        key = rt.step[o].astype(np.int64) * (1 << 32) + rt.stream[o]
-        gaps = o[np.append(key[1:] != key[:-1], True)]
     on_comm = np.isin(rt.stream, list(comm_streams))
     coll = sync & on_comm & (rt.node_type == int(NodeType.COMM_COLL))
     coll[explicit] = False
@@ -380,19 +376,23 @@ def _gap_waits(
     out_s: list[int] = []
     out_d: list[int] = []
     for stream in np.unique(rt.stream[gaps]).tolist():
-        cs = c_rows[c_stream == stream]
-        if cs.size == 0:
+        mine = c_rows[c_stream == stream]
+        if mine.size == 0:
             continue
-        ce = end[cs]
-        o = np.argsort(ce, kind="stable")
-        cs, ce, cst = cs[o], ce[o], rt.start_ns[cs[o]]
-        for g in gaps[rt.stream[gaps] == stream].tolist():
+        g_rows = gaps[rt.stream[gaps] == stream]
+        g_rows = g_rows[np.argsort(rt.start_ns[g_rows], kind="stable")]
+        g_start = rt.start_ns[g_rows]
+        for step in np.unique(rt.step[mine]).tolist():
+            cs = mine[rt.step[mine] == step]
+            last_issue = int(rt.start_ns[cs].max())
+            k = int(np.searchsorted(g_start, last_issue, side="left"))
+            if k == g_rows.size:
+                continue
+            g = int(g_rows[k])
             a, b = int(rt.start_ns[g]), int(end[g])
-            k = int(np.searchsorted(ce, b, side="left")) - 1  # latest completion before the gap's end
-            while k >= 0 and ce[k] > a and cst[k] > a:
-                k -= 1  # issued inside the gap: not this gap's to wait for
-            if k >= 0 and ce[k] > a:
-                out_s.append(int(cs[k]))
+            inside = cs[(end[cs] > a) & (end[cs] <= b) & (rt.start_ns[cs] <= a)]
+            if inside.size:
+                out_s.append(int(inside[np.argmax(end[inside])]))
                 out_d.append(g)
     return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
 
