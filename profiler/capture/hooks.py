@@ -184,6 +184,7 @@ class CommHooks:
         self._ids = itertools.count()
         self._calls: list[tuple[int, _Described, int, int, bool, Any]] = []  # list.append: thread-safe
         self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
+        self._no_future: set[tuple[str, str]] = set()  # (op, group) whose Works have no future
         self._me = -1  # this process's global rank, once known
         self._saved: list[tuple[Any, str, Any]] = []
         self.installed = False
@@ -290,7 +291,7 @@ class CommHooks:
             (call_id, what, start, issue_end, is_async, result if what.src_from_result else None)
         )
         if is_async and result is not None:
-            self._time_completion(call_id, result, issue_end)
+            self._time_completion(call_id, result, issue_end, (spec.op, pg_name))
             self.waits.issued(result, start, what.thread)
         elif is_async:
             self._ends[call_id] = issue_end  # nothing to wait on: the return is all we know
@@ -341,7 +342,7 @@ class CommHooks:
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None))
         if is_async:
-            self._time_completion(call_id, result, issue_end)
+            self._time_completion(call_id, result, issue_end, (spec.op, ""))
             self.waits.issued(result, start, what.thread)
         return result
 
@@ -376,12 +377,17 @@ class CommHooks:
             src_from_result=spec.node_type == NodeType.COMM_RECV and src < 0,
         )
 
-    def _time_completion(self, call_id: int, work: Any, issue_end: int) -> None:
+    def _time_completion(self, call_id: int, work: Any, issue_end: int, kind: tuple[str, str]) -> None:
         ends = self._ends
+        if kind in self._no_future:
+            ends[call_id] = END_UNKNOWN
+            return
         try:
             fut = work.get_future()
         except (RuntimeError, AttributeError):
-            # the backend has no future for it (gloo's send/recv): the wait on it, if any, tells the end
+            # the backend has no future for it (gloo's send/recv): the wait on it, if any, tells the end.
+            # Asking raises a C++ error (40-110 µs on the issuing thread): asked once per op and group
+            self._no_future.add(kind)
             ends[call_id] = END_UNKNOWN
             return
 

@@ -194,7 +194,7 @@ class Runner:
                 c.event.set()
                 self.dog.done(op.row)
                 continue
-            track(self.issuer.issue(op), c)
+            track(self.issuer.issue(op), c, (op.kind, op.pg_name))
             self.pending[op.row] = c
         for row in list(self.pending):
             self._finish(row)
