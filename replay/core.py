@@ -184,29 +184,31 @@ def run(g: Graph) -> Outcome:
     done = 0
     stack: list[int] = []
 
-    def release(s: int, e: int) -> None:
-        for k in range(succ_ptr[s], succ_ptr[s + 1]):
-            d = succ_idx[k]
-            if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
-                ready[d] = e
+    def release_rare(s: int, e: int) -> None:
+        """Wait and queue-order successors of ``s`` (most segments have none: checked by the caller)."""
+        for k in range(wptr[s], wptr[s + 1]):
+            d = widx[k]
+            if e > wready[d]:  # noqa: PLR1730
+                wready[d] = e
             remaining[d] -= 1
             if remaining[d] == 0:
                 stack.append(d)
-        if wptr[s] != wptr[s + 1]:
-            for k in range(wptr[s], wptr[s + 1]):
-                d = widx[k]
-                if e > wready[d]:  # noqa: PLR1730
-                    wready[d] = e
-                remaining[d] -= 1
-                if remaining[d] == 0:
-                    stack.append(d)
-        if xptr[s] != xptr[s + 1]:
-            for k in range(xptr[s], xptr[s + 1]):
-                gi = sync_of[xidx[k]]
-                xready[gi] = max(xready[gi], e)
-                xpending[gi] -= 1
-                if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
-                    q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
+        for k in range(xptr[s], xptr[s + 1]):
+            gi = sync_of[xidx[k]]
+            xready[gi] = max(xready[gi], e)
+            xpending[gi] -= 1
+            if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
+                q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
+
+    def release_eager(s: int, e: int) -> None:
+        """All successors of an eager send (few: the hot paths below inline the same loop)."""
+        for k in range(succ_ptr[s], succ_ptr[s + 1]):
+            d = succ_idx[k]
+            ready[d] = max(ready[d], e)
+            remaining[d] -= 1
+            if remaining[d] == 0:
+                stack.append(d)
+        release_rare(s, e)
 
     stack.extend(s for s in range(n) if remaining[s] == 0)
     while True:
@@ -223,7 +225,15 @@ def run(g: Graph) -> Outcome:
                 e = t + ln
                 end[s] = e
                 done += 1
-                release(s, e)
+                for k in range(succ_ptr[s], succ_ptr[s + 1]):
+                    d = succ_idx[k]
+                    if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
+                        ready[d] = e
+                    remaining[d] -= 1
+                    if remaining[d] == 0:
+                        stack.append(d)
+                if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
+                    release_rare(s, e)
             else:
                 start[s] = t
                 gi = sync_of[s]
@@ -235,7 +245,7 @@ def run(g: Graph) -> Outcome:
                     e = t + g.transfer[gi][j]
                     end[s] = e
                     done += 1
-                    release(s, e)
+                    release_eager(s, e)
                 if arrived[gi] == group_size[gi] and xpending[gi] == 0:
                     q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
         if not q:
@@ -258,7 +268,15 @@ def run(g: Graph) -> Outcome:
             end[s] = e
             gend = max(gend, e)
             done += 1
-            release(s, e)
+            for k in range(succ_ptr[s], succ_ptr[s + 1]):
+                d = succ_idx[k]
+                if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
+                    ready[d] = e
+                remaining[d] -= 1
+                if remaining[d] == 0:
+                    stack.append(d)
+            if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
+                release_rare(s, e)
         group_end[gi] = gend
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
