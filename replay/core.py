@@ -163,7 +163,6 @@ def run(g: Graph) -> Outcome:
     wptr = g.wsucc_ptr if g.wsucc_ptr is not None else [0] * (n + 1)
     widx = g.wsucc_idx if g.wsucc_idx is not None else []
     start = [0] * n
-    arrive = [0] * n
     end = [0] * n
     ngroups = len(g.groups)
     arrived = [0] * ngroups
@@ -210,17 +209,25 @@ def run(g: Graph) -> Outcome:
                 stack.append(d)
         release_rare(s, e)
 
+    # per segment: 1 if it has wait or queue-order successors (checked once, not two CSR ranges)
+    rare = bytearray(n)
+    for s in range(n):
+        if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
+            rare[s] = 1
+    waits_on = bytearray(n)  # 1 for segments with wait dependencies
+    for d in widx:
+        waits_on[d] = 1
+    arrived_at: dict[int, int] = {}  # arrival of the segments that waited (the others start at arrival)
     stack.extend(s for s in range(n) if remaining[s] == 0)
     while True:
         while stack:
             s = stack.pop()
             t = ready[s] + gap[s]
-            arrive[s] = t
             ln = length[s]
             if ln >= 0:
-                w = wready[s]
-                if w > t:  # noqa: PLR1730
-                    t = w
+                if waits_on[s]:
+                    arrived_at[s] = t
+                    t = max(t, wready[s])
                 start[s] = t
                 e = t + ln
                 end[s] = e
@@ -232,7 +239,7 @@ def run(g: Graph) -> Outcome:
                     remaining[d] -= 1
                     if remaining[d] == 0:
                         stack.append(d)
-                if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
+                if rare[s]:
                     release_rare(s, e)
             else:
                 start[s] = t
@@ -240,7 +247,7 @@ def run(g: Graph) -> Outcome:
                 arrived[gi] += 1
                 if t > arrival_max[gi]:  # noqa: PLR1730
                     arrival_max[gi] = t
-                j = slot.get(s, -1)
+                j = slot.get(s, -1) if slot else -1
                 if j >= 0:  # an eager send: done without its receiver
                     e = t + g.transfer[gi][j]
                     end[s] = e
@@ -261,7 +268,7 @@ def run(g: Graph) -> Outcome:
         tr = g.transfer[gi] if contention is None else None
         gend = _NEVER
         for j, s in enumerate(members):
-            if s in slot:
+            if slot and s in slot:
                 gend = max(gend, end[s])
                 continue
             e = t + tr[j] if tr is not None else t
@@ -275,12 +282,15 @@ def run(g: Graph) -> Outcome:
                 remaining[d] -= 1
                 if remaining[d] == 0:
                     stack.append(d)
-            if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
+            if rare[s]:
                 release_rare(s, e)
         group_end[gi] = gend
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
+    arrive = list(start)
+    for sg, a in arrived_at.items():
+        arrive[sg] = a
     return Outcome(
         seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, seg_arrival=arrive
     )
