@@ -137,6 +137,7 @@ class RankBuilder:
         start_ns: int | None = None,
         stream: int = 0,
         deps: tuple[int, ...] = (),
+        batch: int = -1,
     ) -> int:
         """Add a COMM_SEND node to global rank ``dst``."""
         return self._add(
@@ -152,6 +153,7 @@ class RankBuilder:
                 Attr.COMM_TAG: tag,
                 Attr.COMM_SIZE: comm_bytes,
                 Attr.PG_NAME: pg,
+                **({Attr.BATCH: batch} if batch >= 0 else {}),
             },
         )
 
@@ -166,6 +168,7 @@ class RankBuilder:
         start_ns: int | None = None,
         stream: int = 0,
         deps: tuple[int, ...] = (),
+        batch: int = -1,
     ) -> int:
         """Add a COMM_RECV node from global rank ``src``."""
         return self._add(
@@ -181,6 +184,7 @@ class RankBuilder:
                 Attr.COMM_TAG: tag,
                 Attr.COMM_SIZE: comm_bytes,
                 Attr.PG_NAME: pg,
+                **({Attr.BATCH: batch} if batch >= 0 else {}),
             },
         )
 

@@ -80,6 +80,7 @@ class Attr(StrEnum):
     # bool, the node ran on a host thread. Set on communication nodes, whose is_cpu_op is false by Chakra's
     # convention (ASTRA-sim refuses a comm node on the CPU); where absent, is_cpu_op says it (older traces).
     HOST_OP = "skl_host_op"
+    BATCH = "skl_batch"  # int64, the batch_isend_irecv call a send/recv was issued in (per rank)
     SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
     INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
 

@@ -397,6 +397,35 @@ def _gap_waits(
     return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
 
 
+def _join_batches(rt: RankTrace, edges: tuple[I64, I64], *, sync: B, end: I64, by: I64) -> tuple[I64, I64]:
+    """Edges out of a member of a ``batch_isend_irecv`` call, from every member of that call: what waits
+    for one of its sends or recvs waits for the whole batch (the program waits for all its works; NCCL
+    completes them together). Only where that held in the recording (the member ended by ``by[dst]``)."""
+    src, dst = edges
+    batch = rt.batch
+    if batch is None:
+        return src, dst
+    member = sync & (batch >= 0) & np.isin(rt.node_type, (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)))
+    hit = member[src]
+    if not hit.any():
+        return src, dst
+    rows_of: dict[int, list[int]] = {}
+    for i in np.flatnonzero(member).tolist():
+        rows_of.setdefault(int(batch[i]), []).append(i)
+    add_s: list[int] = []
+    add_d: list[int] = []
+    for s_, d_ in zip(src[hit].tolist(), dst[hit].tolist(), strict=True):
+        for m in rows_of[int(batch[s_])]:
+            if m not in (s_, d_) and end[m] <= by[d_] + SKEW_NS:
+                add_s.append(m)
+                add_d.append(d_)
+    if not add_s:
+        return src, dst
+    n = max(len(rt), 1)
+    key = np.unique(np.concatenate([dst, np.asarray(add_d)]) * n + np.concatenate([src, np.asarray(add_s)]))
+    return key % n, key // n
+
+
 def rank_model(rt: RankTrace, sync: B) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members."""
     n = len(rt)
@@ -432,6 +461,8 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     qkeep = sync[qd] & (qs != qd)
     qs, qd = qs[qkeep], qd[qkeep]
     src, dst = src[follows], dst[follows]
+    src, dst = _join_batches(rt, (src, dst), sync=sync, end=end, by=rt.start_ns)
+    ws, wd = _join_batches(rt, (ws, wd), sync=sync, end=end, by=end)
     depmax = np.full(n, _MIN, dtype=np.int64)
     np.maximum.at(depmax, dst, end[src])
     t0 = int(rt.start_ns[valid].min()) if valid.any() else 0

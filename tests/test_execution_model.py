@@ -278,3 +278,29 @@ def test_a_collectives_level_gap_holding_its_threads_last_async_completion_waite
     res = analyze_run(run, blame=True)
     assert res.stragglers[0].rank == 1
     assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
+
+
+def test_what_waits_for_one_op_of_a_batch_waits_for_the_whole_batch(tmp_path: Path) -> None:
+    """1F1B's steady state: ``batch_isend_irecv([send activation, recv gradient])``, then a wait on the
+    send's Work; the program waits for every work of the batch, so the gradient's recv holds it too."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", MS, start_ns=0)
+    s = r0.send(1, 4096, 30_000, start_ns=MS, stream=COMM, deps=(f,), batch=0)
+    r0.recv(1, 4096, 5 * MS, start_ns=MS + 10_000, stream=COMM, deps=(f,), batch=0)
+    w = r0.compute("c10d::wait", 5 * MS, start_ns=MS + 20_000, deps=(f, s))
+    r0.compute("bwd", MS, start_ns=6 * MS + 30_000, deps=(w,))
+    g = r1.compute("fwd_bwd", 6 * MS, start_ns=0)
+    r1.recv(0, 4096, 20_000, start_ns=6 * MS, stream=COMM, deps=(g,), batch=0)
+    r1.send(0, 4096, 20_000, start_ns=6 * MS + 5_000, stream=COMM, deps=(g,), batch=0)
+    run_dir = b.write(tmp_path / "run")
+    _exact(run_dir)
+    run = load_run(run_dir)
+    assert run.ranks[0].batch is not None
+    m0 = execution_model(run).ranks[0]
+    rt0 = run.ranks[0]
+    wait_row = next(i for i in range(len(rt0)) if rt0.name(i) == "c10d::wait")
+    recv_row = next(i for i in range(len(rt0)) if rt0.name(i) == "c10d::recv_")
+    assert (recv_row, wait_row) in set(zip(m0.wait_src.tolist(), m0.wait_dst.tolist(), strict=True))
+    slow = simulate(run, effects=RankFactor(1, 2.0))  # rank 1's gradient comes 6 ms later
+    assert slow.end_ns[0][wait_row] - simulate(run).end_ns[0][wait_row] >= 5 * MS

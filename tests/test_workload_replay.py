@@ -61,7 +61,10 @@ def test_1f1b_re_executes_on_real_processes_without_a_deadlock(tmp_path: Path) -
     from skewlens.replay.real.api import real_replay
 
     script, args, nproc = WORKLOADS["pipeline-1f1b"]
-    capture_workload(tmp_path / "run", script, *args, nproc=nproc, steps="1:1:3")
+    run = capture_workload(tmp_path / "run", script, *args, nproc=nproc, steps="1:1:3")
+    # its steady state sends and receives in one batch_isend_irecv: the capture numbers the batches
+    for rt in run.ranks.values():
+        assert rt.batch is not None and len(set(rt.batch[rt.batch >= 0].tolist())) >= 3
     res = real_replay(
         run_dir=tmp_path / "run", out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=60.0)
     )

@@ -435,6 +435,8 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             attrs[Attr.COMM_SRC] = c.src
             attrs[Attr.COMM_DST] = c.dst
             attrs[Attr.COMM_TAG] = c.tag
+            if c.batch >= 0:
+                attrs[Attr.BATCH] = c.batch
         if rf_id >= 0:
             attrs[Attr.RF_ID] = rf_id
         if c.is_async:

@@ -148,6 +148,7 @@ class _Described(NamedTuple):
     thread: int
     ident: int
     src_from_result: bool  # a recv from any source: the call returns the sender
+    batch: int = -1  # the batch_isend_irecv call it was issued in (a counter per process), -1 for none
 
 
 _TASKS = Path("/proc/self/task")
@@ -212,6 +213,7 @@ class CommHooks:
                 if getattr(mod, name, None) is orig:
                     self._saved.append((mod, name, orig))
                     setattr(mod, name, wrapper)
+        self._install_batches()
         if self._ddp:
             self._install_ddp()
         self._install_group_threads()
@@ -224,6 +226,29 @@ class CommHooks:
         self._saved.clear()
         self.waits.uninstall()
         self.installed = False
+
+    def _install_batches(self) -> None:
+        """Number each ``batch_isend_irecv`` call: the sends and recvs it issues carry its number (the
+        execution model joins them: what waits for one of them waits for the batch)."""
+        orig = getattr(c10d, "batch_isend_irecv", None)
+        if orig is None:
+            return
+        local = self._local
+        ids = itertools.count()
+
+        def batch_isend_irecv(p2p_op_list: Any) -> Any:
+            local.batch = next(ids)
+            try:
+                return orig(p2p_op_list)
+            finally:
+                local.batch = -1
+
+        batch_isend_irecv.__wrapped__ = orig  # type: ignore[attr-defined]
+        batch_isend_irecv.__doc__ = orig.__doc__
+        for mod in (c10d, dist):
+            if getattr(mod, "batch_isend_irecv", None) is orig:
+                self._saved.append((mod, "batch_isend_irecv", orig))
+                setattr(mod, "batch_isend_irecv", batch_isend_irecv)  # noqa: B010 (typed modules)
 
     # ---- the wrapper ---------------------------------------------------------------------------------
     def _wrap(self, name: str, spec: _Spec, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -375,6 +400,7 @@ class CommHooks:
             thread=threading.get_native_id(),
             ident=threading.get_ident(),
             src_from_result=spec.node_type == NodeType.COMM_RECV and src < 0,
+            batch=getattr(self._local, "batch", -1),
         )
 
     def _time_completion(self, call_id: int, work: Any, issue_end: int, kind: tuple[str, str]) -> None:
@@ -416,7 +442,7 @@ class CommHooks:
                 node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,
                 seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
-                is_async=is_async, thread=w.thread, step=w.step, ident=w.ident,
+                is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
             )  # fmt: skip
             out.append(rec)
         return out

@@ -58,6 +58,8 @@ class CommRecord:
     ident: int = 0
     """Python identifier (``threading.get_ident()``, the pthread id) of the issuing thread: the flight
     recorder's ``thread_id``; 0 when unknown."""
+    batch: int = -1
+    """The ``batch_isend_irecv`` call a send/recv was issued in (numbered per process), -1 for none."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

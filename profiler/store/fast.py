@@ -65,6 +65,7 @@ KNOWN_ATTRS = (
     "skl_step",
     "tensor_size",
     "skl_host_op",
+    "skl_batch",
 )
 
 

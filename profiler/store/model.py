@@ -71,6 +71,9 @@ class RankTrace:
     """Row positions (within this rank) of the nodes each row depends on."""
     dep_kind: I8
     """``DEP_CTRL`` or ``DEP_DATA`` per entry of ``dep_idx``."""
+    batch: I64 | None = None
+    """Per row, the ``batch_isend_irecv`` call a send/recv was issued in (numbered per rank), -1 for
+    none; None for a trace that records no batches."""
     streams: dict[int, str] = field(default_factory=dict)
     """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
     notes: list[str] = field(default_factory=list)
