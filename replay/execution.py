@@ -38,6 +38,8 @@ completions) cannot begin before they complete. Those dependencies are *wait* ed
 transfer begins once every member has arrived. A send that completed before its receiver arrived (recorded
 send end at or before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the group,
 ends its own recorded duration after its arrival, and its recv waits for it (not the other way round).
+A collective member recorded as done before the last member arrived (which cannot be: clock error
+between the ranks' traces) is detached too, so the recording replays as it was.
 
 **Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges)`` (clamped >= 0); for a node
 without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded start).
@@ -141,10 +143,6 @@ class ExecutionModel:
     syncs: tuple[SyncGroup, ...]
     """Sync groups: collective instances (in ``run.collectives`` order), then send/recv pairs."""
 
-    @property
-    def eager_sends(self) -> int:
-        return sum(1 for g in self.syncs if any(g.detached))
-
 
 _CACHE: weakref.WeakKeyDictionary[RunTrace, ExecutionModel] = weakref.WeakKeyDictionary()
 
@@ -177,7 +175,20 @@ def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
         members = [(r, row) for r, row in zip(c.ranks, c.rows, strict=True) if r in run.ranks]
         if members:
             rs, ws = zip(*members, strict=True)
-            out.append(SyncGroup(is_p2p=False, index=ci, ranks=rs, rows=ws, detached=(False,) * len(rs)))
+            starts = [int(run.ranks[r].start_ns[w]) for r, w in members]
+            ends = [int(run.ranks[r].start_ns[w] + run.ranks[r].dur_ns[w]) for r, w in members]
+            # a member recorded as done before the last one arrived (clock error between the ranks'
+            # traces: a collective cannot complete before all are there) keeps its recorded time
+            last = max(starts)
+            out.append(
+                SyncGroup(
+                    is_p2p=False,
+                    index=ci,
+                    ranks=rs,
+                    rows=ws,
+                    detached=tuple(e + SKEW_NS < last for e in ends),
+                )
+            )
     for pi, p in enumerate(run.p2p):
         if p.src_rank not in run.ranks or p.dst_rank not in run.ranks:
             continue

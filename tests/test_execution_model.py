@@ -304,3 +304,18 @@ def test_what_waits_for_one_op_of_a_batch_waits_for_the_whole_batch(tmp_path: Pa
     assert (recv_row, wait_row) in set(zip(m0.wait_src.tolist(), m0.wait_dst.tolist(), strict=True))
     slow = simulate(run, effects=RankFactor(1, 2.0))  # rank 1's gradient comes 6 ms later
     assert slow.end_ns[0][wait_row] - simulate(run).end_ns[0][wait_row] >= 5 * MS
+
+
+def test_a_member_recorded_done_before_the_last_arrival_keeps_its_time(tmp_path: Path) -> None:
+    """Clock error between two ranks' traces: rank 0's all_reduce ends before rank 1 arrives."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        c = rb.compute("fwd", 5 * MS + (2 * MS if r == 1 else 0), start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 8192, MS if r == 0 else 500_000, deps=(c,))
+        rb.compute("bwd", MS)
+    run_dir = b.write(tmp_path / "run")
+    _exact(run_dir)
+    run = load_run(run_dir)
+    (g,) = execution_model(run).syncs
+    assert g.detached == (True, False)
