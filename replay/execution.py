@@ -48,7 +48,6 @@ without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -528,13 +527,3 @@ def deps_by_row(src: I64, dst: I64, n: int) -> list[list[int]]:
     for s, d in sorted(zip(src.tolist(), dst.tolist(), strict=True), key=lambda x: (x[1], x[0])):
         out[d].append(s)
     return out
-
-
-def describe_row(rt: RankTrace, row: int) -> str:
-    """``rank 1 node 17 (c10d::recv_)``."""
-    return f"rank {rt.rank} node {int(rt.node_id[row])} ({rt.name(row)})"
-
-
-def rows_of(groups: Sequence[SyncGroup], rank: int) -> list[int]:
-    """Rows of ``rank`` that are members of any of ``groups``."""
-    return [row for g in groups for r, row in zip(g.ranks, g.rows, strict=True) if r == rank]

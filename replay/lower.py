@@ -112,14 +112,6 @@ def recorded_gaps(run: RunTrace) -> dict[int, I64]:
     return {r: m.gap_ns for r, m in execution_model(run).ranks.items()}
 
 
-def recorded_work(run: RunTrace) -> dict[int, I64]:
-    """Per rank, the recorded work of each row (its duration, less the waiting inside a wait node).
-
-    ``dur_override`` values replace these.
-    """
-    return {r: m.work_ns for r, m in execution_model(run).ranks.items()}
-
-
 def lower(
     run: RunTrace,
     *,
