@@ -6,7 +6,9 @@ Walk back from the step's last finishing node (over all ranks):
   contributes only its transfer (``end - last arrival``), the last arriver's node is put on the path
   with no duration (it marks the jump) and the walk continues from the last arriver's dependencies;
 - at a recv whose send started later than the recv, likewise through the send (``via="p2p"``);
-- otherwise through the latest-finishing dependency (program / stream order, launch, data).
+- otherwise through the latest-finishing of what the node waits for in the execution model
+  (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
+  on; a nested node, through its enclosing node).
 
 The walk stops at a node without dependencies or when the next node belongs to another step. Each path
 node records its ``contribution_ns`` (time it accounts for) and ``gap_before_ns`` (idle on the path

@@ -154,7 +154,7 @@ class RankIndex:
     cov_wait_comp: Coverage
     """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
     latest_dep: I64
-    """Per row: the dependency (row) with the latest end, -1 without recorded deps."""
+    """Per row: of what it waits for in the execution model, the row that ended latest; -1 for none."""
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -181,19 +181,19 @@ def _gap_ns(m: RankModel) -> tuple[I64, B]:
     return np.where(has, m.gap_ns, 0).astype(np.int64), has
 
 
-def _latest_dep(rt: RankTrace, end: I64) -> I64:
-    """Per row, the recorded dependency with the latest end (the last one listed among ties), or -1."""
-    n = len(rt)
+def _latest_dep(m: RankModel, end: I64) -> I64:
+    """Per row, of what it waits for in the execution model (start and wait edges; a nested row: its
+    enclosing row), the row that ended latest (the later row among ties), or -1."""
+    n = end.shape[0]
     out = np.full(n, -1, dtype=np.int64)
-    if rt.dep_idx.size == 0:
-        return out
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(rt.dep_ptr))
-    dep_end = end[rt.dep_idx]
-    has = np.diff(rt.dep_ptr) > 0
-    mx = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    mx[has] = np.maximum.reduceat(dep_end, rt.dep_ptr[:-1][has])
-    hit = np.flatnonzero(dep_end == mx[owner])
-    out[owner[hit]] = rt.dep_idx[hit]  # later entries overwrite earlier ones: the last of the ties wins
+    src = np.concatenate([m.start_src, m.wait_src])
+    dst = np.concatenate([m.start_dst, m.wait_dst])
+    if src.size:
+        o = np.lexsort((src, end[src], dst))
+        last = np.append(dst[o][1:] != dst[o][:-1], True)
+        out[dst[o][last]] = src[o][last]
+    nested = m.parent >= 0
+    out[nested] = m.parent[nested]
     return out
 
 
@@ -274,7 +274,7 @@ def build_index(run: RunTrace) -> RunIndex:
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
             cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
             cov_comm=Coverage.of(rt.start_ns[comm_like], end[comm_like]),
-            latest_dep=_latest_dep(rt, end),
+            latest_dep=_latest_dep(m, end),
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
     for k, c in enumerate(run.collectives):
