@@ -31,7 +31,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import ExecutionModel, execution_model, union_intervals
+from skewlens.replay.execution import ExecutionModel, SyncGroup, execution_model, union_intervals
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -65,18 +65,6 @@ class CommTiming(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SyncInfo:
-    """Where each sync group of the graph came from."""
-
-    is_p2p: bool
-    """True for a send/recv pair, False for a collective instance."""
-    index: int
-    """Index into ``run.collectives`` or ``run.p2p``."""
-    rows: tuple[int, ...]
-    """Global rows of the members."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Lowered:
     """The core graph plus what is needed to map segment times back to trace rows."""
 
@@ -94,8 +82,10 @@ class Lowered:
     """Replayed duration of each compute / fixed row (0 for sync rows)."""
     kind: npt.NDArray[np.int8]
     """KIND_* of each row."""
-    syncs: tuple[SyncInfo, ...]
-    """Origin of each sync group, aligned with ``graph.groups``."""
+    syncs: tuple[SyncGroup, ...]
+    """The execution model's sync groups, aligned with ``graph.groups``."""
+    sync_rows: tuple[tuple[int, ...], ...]
+    """Global rows of each sync group's members, aligned with ``syncs``."""
     parent: I64
     """Global row of the enclosing row of each nested row, else -1."""
     rec_start: I64
@@ -130,12 +120,10 @@ def lower(
     pos = {r: i for i, r in enumerate(ranks)}
     total = int(row_offset[-1])
     kind = np.zeros(total, dtype=np.int8)
-    syncs: list[SyncInfo] = []
-    detached: list[list[bool]] = []
+    sync_rows: list[tuple[int, ...]] = []
     for sg in em.syncs:
         members = tuple(int(row_offset[pos[r]]) + row for r, row in zip(sg.ranks, sg.rows, strict=True))
-        syncs.append(SyncInfo(is_p2p=sg.is_p2p, index=sg.index, rows=members))
-        detached.append(list(sg.detached))
+        sync_rows.append(members)
         kind[list(members)] = KIND_SYNC
 
     start = np.empty(total, dtype=np.int64)
@@ -227,8 +215,8 @@ def lower(
     flows: list[Flow] = []
     group_xdeps: list[int] = []
     use_flows = True
-    for gi, info in enumerate(syncs):
-        rows = np.asarray(info.rows, dtype=np.int64)
+    for gi, info in enumerate(em.syncs):
+        rows = np.asarray(sync_rows[gi], dtype=np.int64)
         segs = seg_of_row[rows]
         sync_of[segs] = gi
         groups.append(segs.tolist())
@@ -245,7 +233,7 @@ def lower(
             nbytes = max(inst.comm_bytes, default=0)
             tr = list(timing.collective(inst.comm_type, nbytes, inst.ranks, step, recorded))
             member_ranks = inst.ranks
-        for j, det in enumerate(detached[gi]):
+        for j, det in enumerate(info.detached):
             if det:  # an eager send lasts what it lasted: it did not wait for the transfer
                 tr[j] = int(rec_end[rows[j]] - start[rows[j]])
         transfer.append(tr)
@@ -265,13 +253,13 @@ def lower(
         sync_of=sync_of.tolist(),
         groups=groups,
         transfer=transfer,
-        flows=flows if use_flows and syncs else None,
+        flows=flows if use_flows and em.syncs else None,
         xsucc_ptr=xsucc_ptr.tolist(),
         xsucc_idx=xsucc_idx.tolist(),
         group_xdeps=group_xdeps,
         wsucc_ptr=wsucc_ptr.tolist() if ws_all.size else None,
         wsucc_idx=wsucc_idx.tolist() if ws_all.size else None,
-        detached=detached if any(any(d) for d in detached) else None,
+        detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
     )
     waits_head = np.zeros(total, dtype=np.bool_)
     waits_head[wd_all] = True
@@ -283,7 +271,8 @@ def lower(
         off_start=off_start,
         dur=dur,
         kind=kind,
-        syncs=tuple(syncs),
+        syncs=em.syncs,
+        sync_rows=tuple(sync_rows),
         parent=parent_all,
         rec_start=start,
         waits=waits_head,

@@ -230,7 +230,7 @@ def _where(rt: RunTrace, low: Lowered, row: int) -> str:
 def _member(rt: RunTrace, low: Lowered, gi: int, j: int) -> str:
     """``rank 0 node 3 (c10d::recv_: from rank 1, group '0', tag 0)`` for member ``j`` of group ``gi``."""
     info = low.syncs[gi]
-    row = info.rows[j]
+    row = low.sync_rows[gi][j]
     where = _where(rt, low, row)
     if info.is_p2p:
         p = rt.p2p[info.index]
