@@ -31,7 +31,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import ExecutionModel, SyncGroup, execution_model, union_intervals
+from skewlens.replay.execution import ExecutionModel, SyncGroup, execution_model
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -42,8 +42,6 @@ KIND_FIXED = 2  # METADATA / INVALID: recorded times, no dependencies
 KIND_NESTED = 3  # inside another node on its timeline: follows it
 
 _MIN = np.iinfo(np.int64).min
-
-__all__ = ["KIND_COMPUTE", "KIND_FIXED", "KIND_NESTED", "KIND_SYNC", "Lowered", "lower", "union_intervals"]
 
 
 class CommTiming(Protocol):

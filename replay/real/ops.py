@@ -131,8 +131,8 @@ class CommIssuer:
 
 
 #: Threads that block in ``Work.wait()`` for works without a future (gloo's send/recv), reused: starting a
-#: thread per op cost ~0.7 ms on the issuing thread of a loaded 2-core machine (pipelining replayed +14%).
-#: As many as can be outstanding at once: each waits for one work until it completes.
+#: thread per op cost the issuing thread 120 µs (median; 21 µs to hand the work to a pooled one), measured
+#: on 2 gloo ranks of this 2-core machine. As many as can be outstanding at once: each waits for one work.
 WAITERS = 32
 _waiters: ThreadPoolExecutor | None = None
 
