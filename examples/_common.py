@@ -99,6 +99,50 @@ def slow_send(args: argparse.Namespace, rank: int) -> None:
         time.sleep(args.slow_send_ms / 1000.0)
 
 
+def mlp(layers: int, hidden: int, device: torch.device) -> torch.nn.Sequential:
+    """``layers`` times Linear(hidden, hidden) -> ReLU."""
+    mods: list[torch.nn.Module] = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods).to(device)
+
+
+class MlpBlock(torch.nn.Module):
+    """A Megatron-style MLP block, ``up`` (Linear(hidden, ffn)) -> ReLU -> ``down`` (Linear(ffn, hidden)):
+    ``up`` is the one to shard column-wise and ``down`` row-wise."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, ffn)
+        self.down = torch.nn.Linear(ffn, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def train_step(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    make_input: Callable[[], torch.Tensor],
+) -> Callable[[int], None]:
+    """One plain step: the straggler's extra compute, a batch, the slow sender's sleep, forward, backward
+    and ``optimizer.step()`` (which marks the step)."""
+    rank = dist.get_rank()
+    device = next(model.parameters()).device
+
+    def step(_i: int) -> None:
+        straggle(args, rank, device)
+        x = make_input()
+        slow_send(args, rank)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def run_steps(
     args: argparse.Namespace, device: torch.device, step: Callable[[int], None]
 ) -> tuple[list[int], list[int]]:

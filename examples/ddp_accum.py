@@ -31,19 +31,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
+from _common import finish, init_distributed, mlp, parse, parser, run_steps, slow_send, straggle
 from torch.nn.parallel import DistributedDataParallel
 
 BATCH = 32
 HIDDEN = 512
 LAYERS = 4
-
-
-def build_model(device: torch.device) -> torch.nn.Sequential:
-    layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers).to(device)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     device = init_distributed()
     rank = dist.get_rank()
     torch.manual_seed(args.seed)
-    net: torch.nn.Module = build_model(device)
+    net: torch.nn.Module = mlp(LAYERS, HIDDEN, device)
     if args.compile:
         net = torch.compile(net, backend=args.compile_backend)  # type: ignore[assignment]
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
+from _common import finish, init_distributed, mlp, parse, parser, run_steps, train_step
 from torch.distributed.fsdp import fully_shard
 
 BATCH = 64
@@ -30,19 +30,12 @@ HIDDEN = 256
 LAYERS = 4
 
 
-def build_model(device: torch.device) -> torch.nn.Sequential:
-    layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers).to(device)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(__doc__), argv)
     device = init_distributed()
     rank = dist.get_rank()
     torch.manual_seed(args.seed)  # the same full parameters on every rank before sharding
-    model = build_model(device)
+    model = mlp(LAYERS, HIDDEN, device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
@@ -50,15 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator(device=device).manual_seed(args.seed + rank)
 
-    def step(_i: int) -> None:
-        straggle(args, rank, device)
-        x = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
-        slow_send(args, rank)
-        loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(args, model, opt, lambda: torch.randn(BATCH, HIDDEN, device=device, generator=gen))
     return finish(args, run_steps(args, device, step))
 
 

@@ -30,7 +30,7 @@ import warnings
 
 import torch
 import torch.distributed as dist
-from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
+from _common import MlpBlock, finish, init_distributed, parse, parser, run_steps, train_step
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -41,22 +41,12 @@ FFN = 1024
 BLOCKS = 2
 
 
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(HIDDEN, FFN)
-        self.down = torch.nn.Linear(FFN, HIDDEN)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
-
-
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--tp", type=int, default=2, help="ranks per tensor-parallel group (divides the world)")
     args = parse(p, argv)
     device = init_distributed()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     tp = min(args.tp, world)
     if tp < 1 or world % tp:
         p.error(f"--tp {args.tp} must divide the world size {world}")
@@ -64,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(args.seed)  # the same full parameters on every rank before sharding
-    model = torch.nn.Sequential(*(Block() for _ in range(BLOCKS))).to(device)
+    model = torch.nn.Sequential(*(MlpBlock(HIDDEN, FFN) for _ in range(BLOCKS))).to(device)
     for block in model:
         parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
         fully_shard(block, mesh=mesh["dp"])
@@ -73,15 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     dp_rank = mesh["dp"].get_local_rank()
     gen = torch.Generator(device=device).manual_seed(args.seed + dp_rank)  # one batch per tp group
 
-    def step(_i: int) -> None:
-        straggle(args, rank, device)
-        x = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
-        slow_send(args, rank)
-        loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(args, model, opt, lambda: torch.randn(BATCH, HIDDEN, device=device, generator=gen))
     return finish(args, run_steps(args, device, step))
 
 

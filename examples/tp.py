@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
+from _common import MlpBlock, finish, init_distributed, parse, parser, run_steps, train_step
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -38,16 +38,6 @@ FFN = 1024
 BLOCKS = 2
 
 
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(HIDDEN, FFN)
-        self.down = torch.nn.Linear(FFN, HIDDEN)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
-
-
 def tp_plan() -> dict[str, ParallelStyle]:
     """Column-parallel up projection, row-parallel down projection, in every block."""
     plan: dict[str, ParallelStyle] = {}
@@ -60,23 +50,15 @@ def tp_plan() -> dict[str, ParallelStyle]:
 def main(argv: list[str] | None = None) -> int:
     args = parse(parser(__doc__), argv)
     device = init_distributed()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
     torch.manual_seed(args.seed)  # the same full parameters on every rank before sharding
-    model = torch.nn.Sequential(*(Block() for _ in range(BLOCKS))).to(device)
+    model = torch.nn.Sequential(*(MlpBlock(HIDDEN, FFN) for _ in range(BLOCKS))).to(device)
     parallelize_module(model, mesh, tp_plan())
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator(device=device).manual_seed(args.seed)  # replicated input: the same on every rank
 
-    def step(_i: int) -> None:
-        straggle(args, rank, device)
-        x = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
-        slow_send(args, rank)
-        loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(args, model, opt, lambda: torch.randn(BATCH, HIDDEN, device=device, generator=gen))
     return finish(args, run_steps(args, device, step))
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _common import extra_compute, init_distributed
+from _common import extra_compute, init_distributed, mlp
 from torch.nn.parallel import DistributedDataParallel
 
 BATCH = 128
@@ -68,13 +68,6 @@ def tp_groups(world: int) -> list[dist.ProcessGroup]:
     return groups
 
 
-def build_model(device: torch.device) -> torch.nn.Module:
-    layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers).to(device)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = init_distributed()
@@ -85,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     tp_size = dist.get_world_size(tp)
 
     model = DistributedDataParallel(
-        build_model(device), device_ids=[device.index] if device.type == "cuda" else None
+        mlp(LAYERS, HIDDEN, device), device_ids=[device.index] if device.type == "cuda" else None
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     shard_w = torch.randn(HIDDEN, TP_DIM // 8, device=device) * 0.01
