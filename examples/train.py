@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _common import extra_compute, init_distributed, mlp
 from torch.nn.parallel import DistributedDataParallel
 
 BATCH = 128
@@ -58,6 +58,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed() -> torch.device:
+    """Join the job (or make a one-rank job when not started by torchrun); returns this rank's device."""
+    if "RANK" not in os.environ:
+        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"})
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+
+
 def tp_groups(world: int) -> list[dist.ProcessGroup]:
     """Pairs {0,1}, {2,3}, ... (a lone last rank forms its own group); every rank creates every group."""
     groups = []
@@ -66,6 +87,29 @@ def tp_groups(world: int) -> list[dist.ProcessGroup]:
         assert g is not None
         groups.append(g)
     return groups
+
+
+def extra_compute(ms: float, device: torch.device) -> int:
+    """Real compute for ``ms`` milliseconds: small matmuls until the deadline; returns how many ran."""
+    a = torch.randn(128, 128, device=device)
+    b = torch.randn(128, 128, device=device)
+    c = torch.empty(128, 128, device=device)
+    deadline = time.perf_counter() + ms / 1000.0
+    n = 0
+    while time.perf_counter() < deadline:
+        for _ in range(4):
+            torch.mm(a, b, out=c)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        n += 4
+    return n
+
+
+def build_model(device: torch.device) -> torch.nn.Module:
+    layers: list[torch.nn.Module] = []
+    for _ in range(LAYERS):
+        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers).to(device)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     tp_size = dist.get_world_size(tp)
 
     model = DistributedDataParallel(
-        mlp(LAYERS, HIDDEN, device), device_ids=[device.index] if device.type == "cuda" else None
+        build_model(device), device_ids=[device.index] if device.type == "cuda" else None
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     shard_w = torch.randn(HIDDEN, TP_DIM // 8, device=device) * 0.01

@@ -40,8 +40,6 @@ def profile(
 
 def load_example(module_name: str = "skl_example_train") -> ModuleType:
     """The bundled example as a module (its constants and helpers), without running it."""
-    if str(EXAMPLE.parent) not in sys.path:
-        sys.path.insert(0, str(EXAMPLE.parent))  # the examples import their shared _common
     spec = importlib.util.spec_from_file_location(module_name, EXAMPLE)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
