@@ -83,6 +83,23 @@ class Attr(StrEnum):
     BATCH = "skl_batch"  # int64, the batch_isend_irecv call a send/recv was issued in (per rank)
     SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
     INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
+    # int64, GPU nodes: recorded start of the runtime call that launched it (cudaLaunchKernel,
+    # cudaMemcpyAsync, ...), on the node's clock. See "GPU dependencies" below.
+    LAUNCH_NS = "skl_launch_ns"
+    # int64 list, node ids among this node's ctrl deps that were inferred from timing (a trace without
+    # CUDA sync events), not read from a recorded event. See "GPU dependencies" below.
+    INFERRED_DEPS = "skl_inferred_deps"
+
+
+# GPU dependencies: how dependencies between host and GPU nodes read (importers and capture write them so, the execution
+# model reads them so):
+#
+# - a GPU node's ctrl dep on a host node is its **launch**: the node cannot start before the launch call
+#   (``skl_launch_ns``, inside that host node) began, and need not wait for the host node to end;
+# - a GPU node's ctrl dep on a GPU node is **stream order** or an **event wait** (``cudaEventRecord`` ->
+#   ``cudaStreamWaitEvent``): it cannot start before that node ends;
+# - a host node's ctrl dep on a GPU node is a **synchronisation** (stream, event or device synchronise,
+#   a blocking copy): the host node blocks inside until that node ends.
 
 
 #: Name of the METADATA node that lists process groups, as PyTorch host traces name it.
