@@ -120,29 +120,41 @@ WAIT_NODE_NAMES = frozenset({"_c10d_functional::wait_tensor", "c10d::wait"})
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 
-#: Map from the torch / c10d op vocabulary to Chakra collective types.
+#: Map from the torch / c10d op vocabulary to Chakra collective types: the base names (after the last
+#: ``:``, without trailing ``_``, lower-cased) of ``c10d::`` / ``_c10d_functional::`` ops, of the backend
+#: annotations ProcessGroupNCCL records (``nccl:_all_gather_base``, ``nccl:reduce_scatter_tensor_coalesced``)
+#: and of ``record_param_comms``'s ``Collective name`` (``_allgather_base``, ``all_to_allv``). Coalesced
+#: forms are one collective of their kind (one NCCL group, one kernel).
 COLLECTIVE_BY_OP: dict[str, CommType] = {
     "allreduce": CommType.ALL_REDUCE,
     "all_reduce": CommType.ALL_REDUCE,
     "allreduce_coalesced": CommType.ALL_REDUCE,
+    "all_reduce_coalesced": CommType.ALL_REDUCE,
     "reduce": CommType.REDUCE,
+    "_reduce_oop": CommType.REDUCE,
     "allgather": CommType.ALL_GATHER,
     "all_gather": CommType.ALL_GATHER,
     "_allgather_base": CommType.ALL_GATHER,
+    "_all_gather_base": CommType.ALL_GATHER,
+    "allgather_coalesced": CommType.ALL_GATHER,
     "allgather_into_tensor_coalesced": CommType.ALL_GATHER,
+    "all_gather_into_tensor_coalesced": CommType.ALL_GATHER,
     "all_gather_into_tensor": CommType.ALL_GATHER,
     "gather": CommType.GATHER,
     "scatter": CommType.SCATTER,
     "broadcast": CommType.BROADCAST,
+    "_broadcast_oop": CommType.BROADCAST,
     "alltoall": CommType.ALL_TO_ALL,
     "all_to_all": CommType.ALL_TO_ALL,
     "alltoall_base": CommType.ALL_TO_ALL,
     "all_to_allv": CommType.ALL_TO_ALL,
+    "all_to_all_single": CommType.ALL_TO_ALL,
     "reduce_scatter": CommType.REDUCE_SCATTER,
     "_reduce_scatter_base": CommType.REDUCE_SCATTER,
     "reduce_scatter_tensor": CommType.REDUCE_SCATTER,
     "reduce_scatter_tensor_coalesced": CommType.REDUCE_SCATTER,
     "barrier": CommType.BARRIER,
+    "monitored_barrier": CommType.BARRIER,
 }
 
 COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
