@@ -1,8 +1,28 @@
-"""What a communication op is: merged from Kineto args, the host trace, annotations and kernel names.
+"""What a communication op is: merged from Kineto args, the host trace, annotations, ops and kernel names.
 
-Each ``_info_from_*`` reads one source into a partial dict; :func:`merge` takes, field by field, the
-first source that has it (the order is the caller's: most specific first). Sizes are the bytes of this
-rank's input buffer (element count x element size), Chakra's ``comm_size`` convention.
+Each ``info_from_*`` reads one source into a partial dict; :func:`merge` takes, field by field, the
+first source that has it, and the op's kind (collective type, or send/recv) from the first source that
+says it (the order is the caller's: most specific first). Sizes are the bytes of this rank's input
+buffer (element count x element size), Chakra's ``comm_size`` convention. Peers are ranks **within the
+op's process group**, as every trace form records them; the converter maps them to global ranks.
+
+The forms a trace uses, each read here:
+
+- NCCL kernels ``ncclKernel_<Kind>_...`` (NCCL <= 2.18) and ``ncclDevKernel_<Kind>...`` (newer), with,
+  in newer Kineto, ``Collective name`` / ``In msg nelems`` / ``dtype`` / ``Process Group Name`` args;
+- ``record_param_comms`` ops with the same args;
+- backend annotations ``nccl:<op>`` with ``Input Dims`` / ``Input type`` (the input tensors), and
+  ``nccl:send <rank>-><peer>`` / ``nccl:recv <rank><-<peer>`` for point-to-point ops;
+- ``c10d::<op>`` / ``_c10d_functional::<op>`` dispatcher ops (``Input Dims`` of all arguments, and the
+  peer of ``c10d::send`` / ``c10d::recv_`` in ``Concrete Inputs``);
+- the host execution trace's comm nodes.
+
+A kernel's name says the collective only for the specialised kernels (``AllReduce``, ``AllGather``,
+``ReduceScatter``, ``Broadcast``, ``Reduce``, ``AllToAll``) and point-to-point for ``Send`` / ``Recv``.
+``SendRecv`` kernels run all-to-all(v) and batched send/recv, and in NCCL builds that specialise few
+kernels any collective (every all-reduce, reduce-scatter and all-gather of the shared 16- and 128-GPU
+traces runs as ``ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t``); ``Generic`` kernels run whatever was
+queued. Those names say nothing, and the op's CPU side decides.
 """
 
 from __future__ import annotations
@@ -19,15 +39,42 @@ DEFAULT_PG = "0"
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
 MAX_INT = 2**62
 
-
-_KERNEL_COLL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
-_KERNEL_TYPES: dict[str, CommType] = {
+_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
+#: Kernel kinds that say the collective (the specialised kernels; RCCL's all-to-all ones too).
+_KERNEL_COLLECTIVES: dict[str, CommType] = {
     "AllReduce": CommType.ALL_REDUCE,
     "AllGather": CommType.ALL_GATHER,
     "ReduceScatter": CommType.REDUCE_SCATTER,
     "Broadcast": CommType.BROADCAST,
     "Reduce": CommType.REDUCE,
+    "AllToAll": CommType.ALL_TO_ALL,
+    "AlltoAll": CommType.ALL_TO_ALL,
+    "AllToAllPivot": CommType.ALL_TO_ALL,
 }
+_KERNEL_P2P = {"Send": "send", "Recv": "recv"}
+
+#: ``send``, ``recv_``, ``isend``, ``recv_any_source_``, ``recvAnysource``, and ProcessGroupNCCL's
+#: annotation titles ``send 0->1`` / ``recv 1<-0`` (this rank, then the peer, both group ranks).
+_P2P_OP = re.compile(r"^(i?send|i?recv|recv_?any_?source)_*(?:\s+\d+\s*(?:->|<-)\s*(\d+))?$")
+#: ``c10d::`` ops whose first tensor argument is the output: the input is argument 1 (schemas in
+#: torch/csrc/distributed/c10d/Ops.cpp); every other comm op's input is argument 0.
+_C10D_INPUT_ARG = {
+    "allgather": 1,
+    "_allgather_base": 1,
+    "allgather_coalesced": 1,
+    "allgather_into_tensor_coalesced": 1,
+    "reduce_scatter": 1,
+    "_reduce_scatter_base": 1,
+    "reduce_scatter_tensor_coalesced": 1,
+    "alltoall": 1,
+    "alltoall_base": 1,
+    "gather": 1,
+    "scatter": 1,
+}
+#: Position of the peer among a ``c10d::send`` / ``c10d::recv_`` op's arguments (tensors, group, peer, tag).
+_C10D_PEER_ARG = 2
+#: Namespaces of the dispatcher ops that issue communication.
+COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,7 +98,7 @@ class CommInfo:
     seq: int | None
     """Sequence number given by the trace, if any."""
     peer: int | None
-    """Peer rank of a send/recv, if known."""
+    """Peer of a send/recv as its rank within the process group, if known."""
 
 
 def as_int(v: Any) -> int | None:
@@ -59,12 +106,44 @@ def as_int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and -MAX_INT < v < MAX_INT else None
 
 
+def p2p_from_op(op_name: str) -> tuple[str, int | None] | None:
+    """(``send``/``recv``, group-rank peer or None) for a point-to-point op name, else None.
+
+    Reads ``c10d::send``, ``c10d::recv_``, ``nccl:send``, ``nccl:recv 1<-0`` (the peer is the last number),
+    ``send`` / ``recv`` (``Collective name``), ``recvAnysource``.
+    """
+    m = _P2P_OP.match(op_name.rsplit(":", 1)[-1].strip().lower())
+    if m is None:
+        return None
+    return ("recv" if "recv" in m.group(1) else "send"), (int(m.group(2)) if m.group(2) else None)
+
+
+def _kind_of_op(op: str) -> dict[str, Any]:
+    pp = p2p_from_op(op)
+    if pp is not None:
+        return {"p2p": pp[0]} | ({"peer": pp[1]} if pp[1] is not None else {})
+    ct = collective_from_op(op)
+    return {"comm_type": ct} if ct is not None else {}
+
+
+def _tensor_size(dims: Any, dtype: Any) -> tuple[int, int] | None:
+    """(numel, bytes) of one tensor argument as Kineto records it, None where it is not a tensor."""
+    if not isinstance(dims, list) or not isinstance(dtype, str) or dtype_bytes(dtype) == 0:
+        return None  # a scalar, a tensor list ("TensorList", no dims), or an unknown element type
+    if not all(as_int(x) is not None and x >= 0 for x in dims):
+        return None
+    n = 1
+    for x in dims:
+        n *= x
+    return n, n * dtype_bytes(dtype)  # out-of-range sizes are refused where the node is made
+
+
 def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """Fields a newer Kineto writes on NCCL kernels and ``record_param_comms`` (empty when absent)."""
     name = args.get("Collective name")
     if not isinstance(name, str):
         return {}
-    out: dict[str, Any] = {"op": name}
+    out: dict[str, Any] = {"op": name} | _kind_of_op(name)
     nelems, dtype = as_int(args.get("In msg nelems")), args.get("dtype")
     if nelems is not None:
         out["numel"] = nelems
@@ -81,23 +160,48 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def info_from_annotation(ann: KEvent) -> dict[str, Any]:
-    out: dict[str, Any] = {"op": ann.name}
+    """A backend annotation (``nccl:all_reduce``, ``nccl:send 0->1``): its kind and input tensors."""
+    out: dict[str, Any] = {"op": ann.name} | _kind_of_op(ann.name)
     dims, types = ann.args.get("Input Dims"), ann.args.get("Input type")
     if isinstance(dims, list) and isinstance(types, list):
         numel = size = 0
         for d, t in zip(dims, types, strict=False):
-            if isinstance(d, list) and all(isinstance(x, int) for x in d) and isinstance(t, str):
-                n = 1
-                for x in d:
-                    n *= x
-                numel += n
-                size += n * dtype_bytes(t)
+            if (nb := _tensor_size(d, t)) is not None:
+                numel += nb[0]
+                size += nb[1]
         out.update(numel=numel, size_bytes=size, dtype=str(types[0]) if types else "")
+    return out
+
+
+def info_from_op(op: KEvent) -> dict[str, Any]:
+    """A ``c10d::`` / ``_c10d_functional::`` op: its kind, its input tensor and (send/recv) its peer.
+
+    ``Input Dims`` lists every argument, so the input is picked by position: argument 1 for the
+    output-first ``c10d::`` ops (``_allgather_base_(output, input, ...)``), else argument 0. Functional
+    collectives take the input first. Tensor-list arguments carry no dims in Kineto: no size then.
+    """
+    out: dict[str, Any] = {"op": op.name} | _kind_of_op(op.name)
+    ns, _, base = op.name.partition("::")
+    k = _C10D_INPUT_ARG.get(base.rstrip("_"), 0) if ns == "c10d" else 0
+    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+    if isinstance(dims, list) and isinstance(types, list) and k < min(len(dims), len(types)):
+        nb = _tensor_size(dims[k], types[k])
+        if nb is not None:
+            out.update(numel=nb[0], size_bytes=nb[1], dtype=types[k])
+    concrete = op.args.get("Concrete Inputs")
+    if out.get("p2p") and ns == "c10d" and isinstance(concrete, list) and len(concrete) > _C10D_PEER_ARG:
+        peer = concrete[_C10D_PEER_ARG]
+        if isinstance(peer, str) and peer.isdecimal() and len(peer) < 10:
+            out["peer"] = int(peer)
     return out
 
 
 def info_from_host(h: HostComm) -> dict[str, Any]:
     out: dict[str, Any] = {"op": h.op, "numel": h.numel, "size_bytes": h.size_bytes, "dtype": h.dtype}
+    if h.p2p:
+        out["p2p"] = h.p2p
+    elif h.comm_type is not None:
+        out["comm_type"] = h.comm_type
     if h.seq is not None:
         out["seq"] = h.seq
     if h.peer is not None:
@@ -105,14 +209,21 @@ def info_from_host(h: HostComm) -> dict[str, Any]:
     return out
 
 
+def kernel_kind(name: str) -> str:
+    """The kind an NCCL kernel's name gives (``AllReduce``, ``SendRecv``, ``Generic``), '' if none."""
+    m = _KERNEL.match(name)
+    return m.group(1) if m else ""
+
+
 def info_from_kernel_name(name: str) -> dict[str, Any]:
-    m = _KERNEL_COLL.match(name)
-    if m is None:
+    """What the kernel name says: a collective or send/recv for specialised kernels, else only a name."""
+    kind = kernel_kind(name)
+    if not kind:
         return {"op": name}
-    kind = m.group(1)
-    if kind in ("Send", "Recv"):
-        return {"op": kind.lower()}
-    return {"op": kind, "comm_type": _KERNEL_TYPES.get(kind)}
+    if kind in _KERNEL_P2P:
+        return {"op": kind.lower(), "p2p": _KERNEL_P2P[kind]}
+    ct = _KERNEL_COLLECTIVES.get(kind)
+    return {"op": kind} | ({"comm_type": ct} if ct is not None else {})
 
 
 def merge(*sources: dict[str, Any]) -> CommInfo:
@@ -120,21 +231,12 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
     for s in sources:  # first source that has a field wins
         for k, v in s.items():
             merged.setdefault(k, v)
+    # the first source that says what the op is decides (a later one may still give the peer or size)
+    kind = next((s for s in sources if s.get("p2p") or s.get("comm_type") is not None), {})
     ops = [str(s["op"]) for s in sources if "op" in s]
-    comm_type: CommType | None = merged.get("comm_type")
-    p2p = ""
-    for op in ops:
-        base = op.rsplit(":", 1)[-1].lower()
-        if base in ("send", "recv", "recv_anysource"):
-            p2p = "recv" if base.startswith("recv") else "send"
-            comm_type = None
-            break
-        ct = collective_from_op(op)
-        if ct is not None:
-            comm_type = ct
-            break
+    p2p = str(kind.get("p2p") or "")
     return CommInfo(
-        comm_type=comm_type,
+        comm_type=None if p2p else kind.get("comm_type"),
         p2p=p2p,
         op=ops[0] if ops else "",
         numel=int(merged.get("numel", 0)),
@@ -142,5 +244,5 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
         dtype=str(merged.get("dtype", "")),
         pg_name=str(merged.get("pg_name", DEFAULT_PG)),
         seq=merged.get("seq"),
-        peer=merged.get("peer"),
+        peer=merged.get("peer") if p2p else None,
     )

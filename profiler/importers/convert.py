@@ -22,16 +22,22 @@ Communication
     A kernel whose name starts with ``nccl`` (``ncclKernel_*``, ``ncclDevKernel_*``) is the GPU side of a
     communication op. Its CPU side is found through the launch: kernel ``args.correlation`` -> the
     ``cuda_runtime``/``cuda_driver`` event with that correlation -> the backend annotation
-    (``nccl:*``/``gloo:*``) and ``record_param_comms`` op enclosing the launch on that thread. What the
-    op is, first source that has it wins:
+    (``nccl:*``/``gloo:*``) enclosing the launch on that thread, and the ``record_param_comms`` and
+    ``c10d::``/``_c10d_functional::`` ops enclosing that annotation (or, with no annotation, the launch).
+    What the op is, first source that says it wins (:mod:`skewlens.profiler.importers.comm` reads each):
 
     1. ``Collective name`` / ``In msg nelems`` / ``dtype`` / ``Process Group Name`` / ``Seq`` in the kernel's
        or ``record_param_comms``'s args (newer Kineto);
     2. the paired host execution trace's op (the k-th backend annotation of the Kineto trace, in start
        order, is the host trace's k-th, in id order; names must agree, else the pair is refused): its
-       ``record_param_comms`` (c10d seq, ``all_to_allv`` ...) and input tensors (numel x element size);
-    3. the Kineto ``nccl:*`` annotation (its name; ``Input Dims`` x ``Input type`` for the size);
-    4. the kernel name (``ncclKernel_AllReduce_*`` -> ALL_REDUCE; size unknown, 0).
+       ``record_param_comms`` (c10d seq, ``all_to_allv``, peer ...) and input tensors (numel x element size);
+    3. the Kineto ``nccl:*`` annotation (its name, ``nccl:send 0->1`` with the peer; ``Input Dims`` x
+       ``Input type`` for the size);
+    4. the ``c10d::`` op (``c10d::_allgather_base_``; its input argument's dims, the peer of
+       ``c10d::send``/``recv_`` in ``Concrete Inputs``);
+    5. the kernel name, where it says the op (``ncclKernel_AllReduce_*`` -> ALL_REDUCE, ``*_Send*``; size
+       unknown, 0). ``SendRecv`` and ``Generic`` kernels say nothing: they run all-to-all, batched p2p and,
+       in some NCCL builds, every collective.
 
     Collectives become COMM_COLL nodes with ``comm_type`` (Chakra enum), ``comm_size`` = **bytes of this
     rank's input buffer** (what it contributes: ``In msg nelems`` x element size, the whole tensor for
@@ -40,12 +46,16 @@ Communication
     (trace arg, else ``"0"``), ``skl_seq``: the trace's sequence number where every collective of the rank
     has one (Kineto ``Seq``, or the host trace's c10d seq), otherwise the n-th collective a rank issues on
     a group (in CPU launch order) gets seq n. Send/recv become COMM_SEND/COMM_RECV where the peer is
-    known (host trace); a ``SendRecv`` kernel of unknown purpose stays a GPU COMP node (counted in the
-    manifest notes). Only the first NCCL kernel launched by one op carries the op; further kernels of
-    the same op are GPU COMP nodes. A backend annotation with no kernel in the trace (gloo, or a
-    kernel outside the window) makes the top-level CPU op around it the communication node; one on a
-    thread of its own (gloo's worker threads) is itself the node, depending on the op that issued it
-    (``c10d::<collective>`` ops and such annotations of one type paired first-in first-out).
+    known (host trace, annotation or op; a rank within the op's group, mapped to the global rank through
+    the group's ranks, the default group ``"0"`` being the world); a p2p op whose peer the trace does not
+    give, and a ``SendRecv`` kernel whose CPU side is not in the trace, stay GPU COMP nodes (counted in the
+    manifest notes, with the reason). Only the first NCCL kernel launched by one op carries the op; further
+    kernels of the same op are GPU COMP nodes (none of the shared real traces has one). A backend annotation
+    with no kernel in the trace (gloo, a zero-byte all-to-all that launches none, or a kernel outside the
+    window) makes the top-level CPU op around it the communication node, so that every rank counts the
+    same collectives; one on a thread of its own (gloo's worker threads) is itself the node, depending on
+    the op that issued it (``c10d::<collective>`` ops and such annotations of one type paired first-in
+    first-out).
 
 Dependencies
     Control: program order per thread / per CUDA stream (each node depends on the previous node of its
@@ -79,6 +89,8 @@ from typing import Any
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import (
+    COMM_OP_PREFIXES,
+    DEFAULT_PG,
     MAX_INT,
     CommInfo,
     as_int,
@@ -86,6 +98,8 @@ from skewlens.profiler.importers.comm import (
     info_from_args,
     info_from_host,
     info_from_kernel_name,
+    info_from_op,
+    kernel_kind,
     merge,
 )
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
@@ -235,27 +249,62 @@ class _Sources:
     """Backend annotations (``nccl:*``) per thread."""
     rpcs: dict[int, _Intervals]
     """``record_param_comms`` ops per thread."""
+    ops: dict[int, _Intervals]
+    """``c10d::`` / ``_c10d_functional::`` ops per thread."""
     host_of_site: dict[int, HostComm]
     """Paired host-trace op per annotation (by event index)."""
     groups: dict[str, ProcessGroupInfo] = field(default_factory=dict)
     """Process groups named by event args."""
 
-    def site_info(self, site: KEvent) -> list[dict[str, Any]]:
-        """What the annotation, its ``record_param_comms`` and the host trace say, best first."""
+    def cpu_side(
+        self, site: KEvent | None, call: KEvent | None
+    ) -> tuple[KEvent | None, list[dict[str, Any]]]:
+        """The CPU side of a communication op and what it says, best first.
+
+        Sources: the ``record_param_comms`` around the backend annotation ``site``, the paired host-trace
+        op, the annotation, the ``c10d::`` op around it; with no annotation (a kernel launched outside any),
+        the ``record_param_comms`` and ``c10d::`` op around the launch ``call``. Also returns the event that
+        stands for the op (the annotation, else the ``c10d::`` op, else the ``record_param_comms``).
+        """
+        at = site or call
+        if at is None:
+            return None, []
+        rv, ov = self.rpcs.get(at.tid), self.ops.get(at.tid)
+        rpc = rv.enclosing(at.start_ns) if rv else None
+        op = ov.enclosing(at.start_ns) if ov else None
         out = []
-        rv = self.rpcs.get(site.tid)
-        rpc = rv.enclosing(site.start_ns) if rv else None
         if rpc is not None:
             out.append(info_from_args(rpc.args))
             _note_group(self.groups, rpc.args)
-        if site.index in self.host_of_site:
-            out.append(info_from_host(self.host_of_site[site.index]))
-        out.append(info_from_annotation(site))
-        return out
+        if site is not None:
+            if site.index in self.host_of_site:
+                out.append(info_from_host(self.host_of_site[site.index]))
+            out.append(info_from_annotation(site))
+        if op is not None:
+            out.append(info_from_op(op))
+        return site or op or rpc, out
+
+    def global_rank(self, pg_name: str, group_rank: int, what: str) -> int | None:
+        """Global rank of ``group_rank`` in group ``pg_name``; None where the group's ranks are unknown.
+
+        The groups of ``pg_config`` and of event args give the mapping; an empty rank list, or the default
+        group ``"0"`` that nothing describes, is the whole world (group rank = global rank).
+        """
+        g = self.groups.get(pg_name) or next((g for g in self.kt.pg_config if g.name == pg_name), None)
+        if g is None or not g.ranks:
+            return group_rank if g is not None or pg_name == DEFAULT_PG else None
+        if not 0 <= group_rank < len(g.ranks):
+            raise TraceImportError(
+                f"{self.kt.path}: rank {self.kt.rank}: {what} names rank {group_rank} of process group "
+                f"{pg_name!r}, which has {len(g.ranks)} rank(s)"
+            )
+        return g.ranks[group_rank]
 
 
-def _attach(p: _Pending, info: CommInfo, kt: KinetoTrace) -> bool:
-    """Make ``p`` a communication node; False where the op is neither a collective nor a known p2p."""
+def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
+    """Make ``p`` a communication node; False where the op is neither a collective nor a p2p whose peer
+    is known (the trace gives the peer as a group rank: mapped to the global rank here)."""
+    kt = src.kt
     rank = kt.rank
     for what, v in (("size", info.size_bytes), ("element count", info.numel), ("sequence number", info.seq)):
         if v is not None and not 0 <= v < MAX_INT:
@@ -278,17 +327,16 @@ def _attach(p: _Pending, info: CommInfo, kt: KinetoTrace) -> bool:
         )
         as_comm_node(p.attrs)
         return True
-    if info.p2p and info.peer is not None:
-        if not 0 <= info.peer < (kt.world_size or MAX_INT):
-            raise TraceImportError(
-                f"{kt.path}: rank {rank}: {info.op} with peer rank {info.peer} out of range"
-            )
+    peer = src.global_rank(info.pg_name, info.peer, info.op) if info.p2p and info.peer is not None else None
+    if peer is not None:
+        if not 0 <= peer < (kt.world_size or MAX_INT):
+            raise TraceImportError(f"{kt.path}: rank {rank}: {info.op} with peer rank {peer} out of range")
         p.node_type = NodeType.COMM_SEND if info.p2p == "send" else NodeType.COMM_RECV
-        src, dst = (rank, info.peer) if info.p2p == "send" else (info.peer, rank)
+        sender, receiver = (rank, peer) if info.p2p == "send" else (peer, rank)
         p.attrs.update(
             {
-                Attr.COMM_SRC: src,
-                Attr.COMM_DST: dst,
+                Attr.COMM_SRC: sender,
+                Attr.COMM_DST: receiver,
                 Attr.COMM_TAG: 0,
                 Attr.COMM_SIZE: info.size_bytes,
                 Attr.PG_NAME: info.pg_name,
@@ -347,6 +395,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         tops=_by_tid(tops),
         sites=_by_tid(sites),
         rpcs=_by_tid([e for e in kt.cpu_ops if e.name == "record_param_comms"]),
+        ops=_by_tid([e for e in kt.cpu_ops if e.name.startswith(COMM_OP_PREFIXES)]),
         host_of_site=_pair_host(kt, sites, host) if host is not None else {},
     )
     cpu_nodes = {e.index: _cpu_node(e) for e in tops}
@@ -366,19 +415,30 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         pending.append(p)
         if e.cat != "kernel" or not e.name.lower().startswith("nccl"):
             continue
-        if site is not None and site.index in used_sites:
+        corr = as_int(e.args.get("correlation"))
+        call = kt.launches.get(corr) if corr is not None else None
+        anchor, cpu_side = src.cpu_side(site, call)
+        if anchor is not None and anchor.index in used_sites:
             counts["further NCCL kernel(s) of an already converted op kept as GPU COMP"] += 1
             continue
-        sources = [info_from_args(e.args)]
         _note_group(src.groups, e.args)
-        if site is not None:
-            used_sites.add(site.index)
-            p.launch_order = site.start_ns
-            sources += src.site_info(site)
-            if site.index in src.host_of_site:
-                p.reads = src.host_of_site[site.index].reads
-        if not _attach(p, merge(*sources, info_from_kernel_name(e.name)), kt):
-            counts["NCCL kernel(s) of unknown collective/peer kept as GPU COMP"] += 1
+        if anchor is not None:
+            used_sites.add(anchor.index)
+            p.launch_order = anchor.start_ns
+        if site is not None and site.index in src.host_of_site:
+            p.reads = src.host_of_site[site.index].reads
+        info = merge(info_from_args(e.args), *cpu_side, info_from_kernel_name(e.name))
+        if not _attach(p, info, src):
+            kind = kernel_kind(e.name) or e.name[:40]
+            alone = (
+                ""
+                if anchor
+                else f"{kind} kernel(s) launched outside any communication op"
+                if call
+                else f"{kind} kernel(s) whose launch call is not in the trace (issued before the profiling "
+                "window, or not recorded)"
+            )
+            counts[_unknown_note("NCCL kernel(s)", "GPU COMP", info, alone)] += 1
     pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
     devices = sorted({as_int(e.args.get("device")) or 0 for e in kt.gpu})
     notes += [f"{n} {what}" for what, n in counts.items()]
@@ -419,7 +479,7 @@ def _kernel_less_comms(
     issuers = _issuers(src.kt.cpu_ops)
     extra: list[_Pending] = []
     for site in sites:
-        info = merge(*src.site_info(site))
+        info = merge(*src.cpu_side(site, None)[1])
         iv = src.tops.get(site.tid)
         top = iv.enclosing(site.start_ns) if iv else None
         if top is not None:
@@ -440,9 +500,19 @@ def _kernel_less_comms(
         host = src.host_of_site.get(site.index)
         if host is not None:
             p.reads = (*p.reads, *host.reads)
-        if not _attach(p, info, src.kt):
-            counts["communication op(s) of unknown collective/peer kept as COMP"] += 1
+        if not _attach(p, info, src):
+            counts[_unknown_note("communication op(s)", "COMP", info)] += 1
     return extra
+
+
+def _unknown_note(what: str, kept: str, info: CommInfo, alone: str = "") -> str:
+    """Manifest note for communication left as compute, saying why (``alone``: a kernel without CPU side)."""
+    head = f"{what} of unknown collective/peer kept as {kept}"
+    if info.p2p:
+        return f"{head}: {info.op} ({info.p2p}) without its peer rank in the trace (a host trace gives it)"
+    if alone:
+        return f"{head}: {alone}, and the kernel name does not say the op"
+    return f"{head}: {info.op or '(unnamed)'} is neither a known collective nor a send/recv"
 
 
 def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any]) -> None:

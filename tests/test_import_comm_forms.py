@@ -1,0 +1,397 @@
+"""Communication found however a Kineto trace says it (issue 16).
+
+Small documents built here, with the key shapes of the real files (``nccl_2gpu``'s kernel and
+``record_param_comms`` args, ``nccl_16gpu``'s annotations and ``c10d::`` ops, old ``ncclKernel_`` and new
+``ncclDevKernel_`` names), one per form; then the real traces in ../shared/traces, whose NCCL kernels
+are counted here straight from the JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.importers.comm import p2p_from_op
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType, collective_from_op
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+PID = 4515
+#: How the manifest notes begin for an NCCL kernel left as compute (the reason follows).
+KEPT = "NCCL kernel(s) of unknown collective/peer kept as GPU COMP: "
+OLD_ARGS = "(ncclDevComm*, unsigned long, ncclWork*)"
+NEW_ARGS = "(ncclDevKernelArgsStorage<4096ul>)"
+OLD_SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t" + OLD_ARGS
+NEW_SENDRECV = "ncclDevKernel_SendRecv" + NEW_ARGS
+CORR = 869830
+
+
+def _doc(
+    kernel: str,
+    *,
+    kernel_args: dict[str, Any] | None = None,
+    rpc: dict[str, Any] | None = None,
+    annotation: tuple[str, dict[str, Any]] | None = None,
+    op: tuple[str, dict[str, Any]] | None = None,
+    launch: bool = True,
+    rank: int = 0,
+    world: int = 2,
+) -> dict[str, Any]:
+    """One communication op, nested as the profiler records it: ``c10d::`` op > ``record_param_comms`` >
+    ``nccl:*`` annotation > ``cudaLaunchKernel``, then its kernel on stream 7 (each part optional)."""
+    cpu = {"ph": "X", "pid": PID, "tid": PID}
+    ev: list[dict[str, Any]] = [
+        {**cpu, "cat": "user_annotation", "name": "ProfilerStep#2", "ts": 0, "dur": 1000, "args": {}}
+    ]
+    if op is not None:
+        ev.append({**cpu, "cat": "cpu_op", "name": op[0], "ts": 10, "dur": 100, "args": op[1]})
+    if rpc is not None:
+        ev.append({**cpu, "cat": "cpu_op", "name": "record_param_comms", "ts": 12, "dur": 96, "args": rpc})
+    if annotation is not None:
+        ev.append({**cpu, "cat": "user_annotation", "name": annotation[0], "ts": 15, "dur": 80,
+                   "args": annotation[1]})  # fmt: skip
+    if launch:
+        ev.append({**cpu, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20, "dur": 5,
+                   "args": {"External id": CORR, "correlation": CORR}})  # fmt: skip
+    args = {"External id": CORR, "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": CORR,
+            "grid": [24, 1, 1], "block": [544, 1, 1]} | (kernel_args or {})  # fmt: skip
+    ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": 30, "dur": 40.5,
+               "args": args})  # fmt: skip
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "traceEvents": ev}  # fmt: skip
+
+
+def _import(tmp_path: Path, doc: dict[str, Any]) -> tuple[list[Any], dict[str, str]]:
+    f = tmp_path / "trace.json"
+    f.write_text(json.dumps(doc))
+    m = import_traces([f], None, tmp_path / "run")
+    rank = doc["distributedInfo"]["rank"]
+    return read_et(tmp_path / "run" / f"rank-{rank}.et").nodes, m.notes
+
+
+def _the_kernel(nodes: list[Any]) -> tuple[Any, dict[str, Any]]:
+    (k,) = (n for n in nodes if n.name.startswith("nccl") and node_attrs(n)[Attr.STREAM_KIND] == "cuda")
+    return k, node_attrs(k)
+
+
+def _rpc_args(name: str, nelems_in: int, nelems_out: int, dtype: str, pg: str, ranks: str) -> dict[str, Any]:
+    """``record_param_comms`` args as a newer Kineto writes them (the 2-GPU trace's key set)."""
+    n = len(json.loads(ranks))
+    return {"External id": 2099, "Record function id": 1959, "Process Group Name": pg,
+            "Global rank stride": 1, "Out msg nelems": nelems_out, "Process Group Ranks": ranks,
+            "Group size": n, "Global rank start": 0, "Ev Idx": 50, "In msg nelems": nelems_in,
+            "In split size": "[]", "Out split size": "[]", "dtype": dtype,
+            "Process Group Description": "undefined", "Collective name": name}  # fmt: skip
+
+
+def _dims(*shapes: list[int], dtype: str = "float") -> dict[str, Any]:
+    return {
+        "External id": 240,
+        "Ev Idx": 239,
+        "Input Dims": list(shapes),
+        "Input type": [dtype] * len(shapes),
+    }
+
+
+# --- the vocabulary ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "ct"),
+    [
+        ("c10d::_allgather_base_", CommType.ALL_GATHER),
+        ("nccl:_all_gather_base", CommType.ALL_GATHER),
+        ("c10d::allgather_into_tensor_coalesced_", CommType.ALL_GATHER),
+        ("nccl:all_gather_into_tensor_coalesced", CommType.ALL_GATHER),
+        ("_c10d_functional::all_gather_into_tensor", CommType.ALL_GATHER),
+        ("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER),
+        ("nccl:_reduce_scatter_base", CommType.REDUCE_SCATTER),
+        ("c10d::reduce_scatter_tensor_coalesced_", CommType.REDUCE_SCATTER),
+        ("c10d::alltoall_base_", CommType.ALL_TO_ALL),
+        ("c10d::alltoall_", CommType.ALL_TO_ALL),
+        ("all_to_all", CommType.ALL_TO_ALL),
+        ("all_to_allv", CommType.ALL_TO_ALL),
+        ("_c10d_functional::all_to_all_single", CommType.ALL_TO_ALL),
+        ("nccl:all_reduce_coalesced", CommType.ALL_REDUCE),
+        ("nccl:_broadcast_oop", CommType.BROADCAST),
+        ("nccl:_reduce_oop", CommType.REDUCE),
+    ],
+)
+def test_every_spelling_of_a_collective_names_its_type(name: str, ct: CommType) -> None:
+    assert collective_from_op(name) == ct
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("c10d::send", ("send", None)),
+        ("c10d::recv_", ("recv", None)),
+        ("c10d::recv_any_source_", ("recv", None)),
+        ("recvAnysource", ("recv", None)),
+        ("nccl:send", ("send", None)),
+        ("nccl:send 0->3", ("send", 3)),
+        ("nccl:recv 3<-0", ("recv", 0)),
+        ("nccl:all_to_all", None),
+        ("c10d::_allgather_base_", None),
+    ],
+)
+def test_point_to_point_ops_are_told_by_name_with_the_peer_where_the_name_has_it(
+    name: str, kind: tuple[str, int | None] | None
+) -> None:
+    assert p2p_from_op(name) == kind
+    assert collective_from_op(name) is None or kind is None
+
+
+# --- one form each ------------------------------------------------------------------------------------
+
+
+def test_a_kernel_with_collective_name_args_is_that_collective_with_its_size_and_group(
+    tmp_path: Path,
+) -> None:
+    kargs = _rpc_args("allreduce", 6637568, 6637568, "BFloat16", "3", "[0, 1]")
+    nodes, _ = _import(tmp_path, _doc("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",
+                                      kernel_args=kargs))  # fmt: skip
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMM_COLL
+    assert (a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (CommType.ALL_REDUCE, 6637568 * 2, "3")
+
+
+def test_record_param_comms_args_give_type_input_size_and_group_to_a_sendrecv_kernel(tmp_path: Path) -> None:
+    rpc = _rpc_args("reduce_scatter_tensor_coalesced", 1048576, 524288, "Float", "5", "[0, 1]")
+    doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:reduce_scatter_tensor_coalesced", {"Ev Idx": 51}))
+    nodes, _ = _import(tmp_path, doc)
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMM_COLL
+    # the input buffer (In msg nelems), not the output shard
+    assert (a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (
+        CommType.REDUCE_SCATTER,
+        1048576 * 4,
+        "5",
+    )
+
+
+def test_an_nccl_annotation_with_input_dims_gives_type_and_the_sum_of_its_input_tensors(
+    tmp_path: Path,
+) -> None:
+    ann = ("nccl:all_gather_into_tensor_coalesced", _dims([1024, 8], [512], dtype="c10::BFloat16"))
+    nodes, _ = _import(tmp_path, _doc(NEW_SENDRECV, annotation=ann))
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMM_COLL
+    assert (a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (
+        CommType.ALL_GATHER,
+        (8192 + 512) * 2,
+        "0",
+    )
+
+
+@pytest.mark.parametrize("with_annotation", [True, False])
+def test_an_allgather_base_op_without_record_param_comms_is_an_all_gather_of_its_input_shard(
+    tmp_path: Path, with_annotation: bool
+) -> None:
+    # as in nccl_16gpu / a2a_128gpu: c10d::_allgather_base_(output, input, ...), no record_param_comms args
+    op = ("c10d::_allgather_base_", {"External id": 3017, "Ev Idx": 13550,
+          "Input Dims": [[65536, 64], [8192, 64], []], "Input type": ["float", "float", ""]})  # fmt: skip
+    ann = ("nccl:_all_gather_base", _dims([8192, 64])) if with_annotation else None
+    nodes, notes = _import(tmp_path, _doc(OLD_SENDRECV, op=op, annotation=ann))
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMM_COLL
+    assert (a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (
+        CommType.ALL_GATHER,
+        8192 * 64 * 4,
+        "0",
+    )
+    assert "unknown collective" not in " ".join(notes.values())
+
+
+@pytest.mark.parametrize("kernel", [OLD_SENDRECV, NEW_SENDRECV])
+@pytest.mark.parametrize("said_by", ["kernel args", "record_param_comms", "annotation", "c10d op"])
+def test_a_sendrecv_kernel_that_is_an_all_to_all_is_an_all_to_all_collective(
+    tmp_path: Path, kernel: str, said_by: str
+) -> None:
+    n = 384
+    parts: dict[str, Any] = {
+        "kernel args": {"kernel_args": _rpc_args("all_to_allv", n, 2 * n, "Long", "0", "[0, 1]")},
+        "record_param_comms": {"rpc": _rpc_args("all_to_all", n, n, "Long", "0", "[0, 1]")},
+        "annotation": {"annotation": ("nccl:all_to_all", _dims([n], dtype="long"))},
+        "c10d op": {"op": ("c10d::alltoall_base_", {"Input Dims": [[2 * n], [n], [], [], [], []],
+                    "Input type": ["long", "long", "", "", "", "Scalar"]})},
+    }  # fmt: skip
+    nodes, _ = _import(tmp_path, _doc(kernel, **parts[said_by]))
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMM_COLL
+    assert (a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (CommType.ALL_TO_ALL, n * 8, "0")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "ct"),
+    [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float" + OLD_ARGS, CommType.ALL_REDUCE),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL" + NEW_ARGS, CommType.ALL_REDUCE),
+        ("ncclKernel_AllGather_RING_LL_Sum_int8_t" + OLD_ARGS, CommType.ALL_GATHER),
+        ("ncclDevKernel_AllGather_RING_LL" + NEW_ARGS, CommType.ALL_GATHER),
+        ("ncclKernel_ReduceScatter_RING_LL_Sum_float" + OLD_ARGS, CommType.REDUCE_SCATTER),
+        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL" + NEW_ARGS, CommType.REDUCE_SCATTER),
+        ("ncclKernel_Broadcast_RING_LL_Sum_int8_t" + OLD_ARGS, CommType.BROADCAST),
+        ("ncclDevKernel_Broadcast_RING_LL" + NEW_ARGS, CommType.BROADCAST),
+        ("ncclKernel_Reduce_RING_LL_Sum_float" + OLD_ARGS, CommType.REDUCE),
+        ("ncclDevKernel_Reduce_Sum_f32_RING_LL" + NEW_ARGS, CommType.REDUCE),
+        ("ncclKernel_AllToAllPivot_RING_SIMPLE_Sum_int8_t" + OLD_ARGS, CommType.ALL_TO_ALL),
+    ],
+)
+def test_old_and_new_kernel_names_alone_say_the_collective(tmp_path: Path, kernel: str, ct: CommType) -> None:
+    nodes, _ = _import(tmp_path, _doc(kernel, launch=False))
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) == (NodeType.COMM_COLL, ct, 0)
+
+
+@pytest.mark.parametrize("kernel", [OLD_SENDRECV, NEW_SENDRECV, "ncclDevKernel_Generic_1" + NEW_ARGS])
+def test_a_kernel_whose_name_does_not_say_the_op_and_whose_launch_is_missing_stays_compute_with_the_reason(
+    tmp_path: Path, kernel: str
+) -> None:
+    nodes, notes = _import(tmp_path, _doc(kernel, launch=False))
+    k, _ = _the_kernel(nodes)
+    assert k.type == NodeType.COMP
+    kind = kernel.split("_")[1].split("(")[0]
+    assert f"1 {KEPT}{kind} kernel(s) whose launch call is not in the trace" in notes["rank 0 import"]
+
+
+# --- point-to-point -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rank", "ann", "node_type", "src_dst"),
+    [(0, "nccl:send 0->1", NodeType.COMM_SEND, (0, 1)), (1, "nccl:recv 1<-0", NodeType.COMM_RECV, (0, 1))],
+)
+def test_a_p2p_annotation_that_names_the_peer_makes_a_send_or_recv_node(
+    tmp_path: Path, rank: int, ann: str, node_type: NodeType, src_dst: tuple[int, int]
+) -> None:
+    nodes, _ = _import(tmp_path, _doc(NEW_SENDRECV, annotation=(ann, _dims([256])), rank=rank))
+    k, a = _the_kernel(nodes)
+    assert (k.type, (a[Attr.COMM_SRC], a[Attr.COMM_DST]), a[Attr.COMM_SIZE]) == (node_type, src_dst, 1024)
+
+
+def test_the_peer_of_a_c10d_recv_comes_from_its_concrete_inputs(tmp_path: Path) -> None:
+    types = ["TensorList", "", "Scalar", "Scalar"]
+    op = ("c10d::recv_", {"Input Dims": [[]] * 4, "Input type": types, "Concrete Inputs": ["", "", "1", "0"]})
+    nodes, _ = _import(tmp_path, _doc(OLD_SENDRECV, op=op, annotation=("nccl:recv", _dims([256]))))
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.COMM_SRC], a[Attr.COMM_DST], a[Attr.COMM_SIZE]) == (NodeType.COMM_RECV, 1, 0, 1024)
+
+
+def test_a_peer_given_as_a_group_rank_is_mapped_to_the_global_rank_through_the_group(tmp_path: Path) -> None:
+    rpc = _rpc_args("send", 256, 256, "Float", "2", "[4, 6]")
+    doc = _doc(NEW_SENDRECV, rpc=rpc, annotation=("nccl:send 0->1", _dims([256])), rank=4, world=8)
+    nodes, _ = _import(tmp_path, doc)
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.COMM_SRC], a[Attr.COMM_DST], a[Attr.PG_NAME]) == (NodeType.COMM_SEND, 4, 6, "2")
+
+
+def test_a_p2p_whose_peer_the_trace_does_not_give_stays_compute_and_the_note_names_the_op(
+    tmp_path: Path,
+) -> None:
+    nodes, notes = _import(tmp_path, _doc(OLD_SENDRECV, annotation=("nccl:send", _dims([256]))))
+    k, a = _the_kernel(nodes)
+    assert k.type == NodeType.COMP and a[Attr.IS_CPU_OP] is False
+    assert f"1 {KEPT}nccl:send (send) without its peer rank" in notes["rank 0 import"]
+
+
+# --- the real traces ----------------------------------------------------------------------------------
+
+REAL = [
+    pytest.param("dlrm_8gpu_kineto.tar.gz", marks=pytest.mark.slow),  # ~3.5 s to read and import
+    pytest.param("nccl_2gpu_rank0_kineto.json.gz", marks=pytest.mark.slow),  # ~3.5 s
+    pytest.param("nccl_16gpu_rank0_kineto.json.gz", marks=pytest.mark.slow),  # ~9 s
+    "a2a_128gpu_sampled_rank0_kineto.json.gz",
+    "a2a_128gpu_sampled_rank1_kineto.json.gz",
+    "cuda_event_sync_kineto.json.gz",
+    "cuda_event_sync_multistream_kineto.json.gz",
+]
+
+
+def _raw_docs(path: Path) -> list[dict[str, Any]]:
+    if path.name.endswith(".tar.gz"):
+        with tarfile.open(path) as tf:
+            return [json.load(tf.extractfile(m)) for m in tf.getmembers() if m.name.endswith(".json")]  # type: ignore[arg-type]
+    with gzip.open(path) as fh:
+        return [json.load(fh)]
+
+
+def _counted_from_the_file(doc: dict[str, Any]) -> tuple[int, int, int]:
+    """(NCCL kernels, of them with their launch call in the file, ``nccl:*`` annotations that launch no
+    NCCL kernel), read from the raw events."""
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    nccl = [e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    launched = [calls[k["args"]["correlation"]] for k in nccl if k["args"]["correlation"] in calls]
+    anns = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("nccl:")]
+    idle = [
+        a for a in anns
+        if not any(c["tid"] == a["tid"] and a["ts"] <= c["ts"] <= a["ts"] + a["dur"] for c in launched)
+    ]  # fmt: skip
+    return len(nccl), len(launched), len(idle)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_nccl_kernel_of_a_real_trace_whose_op_the_trace_shows_is_a_communication_node(
+    tmp_path: Path, name: str
+) -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"real GPU traces not found at {SHARED} (see shared/traces/README.md)")
+    docs = _raw_docs(SHARED / name)
+    single = "distributedInfo" not in docs[0]
+    m = import_traces([SHARED / name], None, tmp_path / "run", rank=0 if single else None)
+    for doc in docs:
+        rank = 0 if single else doc["distributedInfo"]["rank"]
+        nodes = read_et(tmp_path / "run" / f"rank-{rank}.et").nodes
+        comm = [node_attrs(n) for n in nodes if n.type in COMM_NODE_TYPES]
+        on_gpu = sum(a[Attr.STREAM_KIND] == "cuda" for a in comm)
+        nccl_comp = sum(
+            n.type == NodeType.COMP and n.name.startswith("nccl") and not node_attrs(n)[Attr.IS_CPU_OP]
+            for n in nodes
+        )
+        kernels, launched, idle = _counted_from_the_file(doc)
+        # every NCCL kernel launched in the window is a comm node; one whose launch is not in the file
+        # (and whose name does not say the op) stays compute; an annotation that launched no kernel (a
+        # zero-byte all-to-all) is a host comm node, so every rank counts the same collectives
+        assert (on_gpu, nccl_comp, len(comm) - on_gpu) == (launched, kernels - launched, idle)
+        if launched == kernels and idle == 0:
+            assert len(comm) == kernels
+    if name == "nccl_16gpu_rank0_kineto.json.gz":  # checked by hand against the file
+        assert (kernels, launched, idle) == (80, 75, 10)
+        assert f"5 {KEPT}SendRecv kernel(s) whose launch call is not in the trace" in m.notes["rank 0 import"]
+    if name.startswith("a2a"):
+        assert (kernels, launched, idle) == (10, 10, 0)
+
+
+@pytest.mark.parametrize(
+    "name", ["a2a_128gpu_sampled_rank0_kineto.json.gz", "a2a_128gpu_sampled_rank1_kineto.json.gz"]
+)
+def test_real_all_gather_base_ops_are_all_gathers_of_their_annotated_input(tmp_path: Path, name: str) -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"real GPU traces not found at {SHARED} (see shared/traces/README.md)")
+    (doc,) = _raw_docs(SHARED / name)
+    anns = sorted(
+        (e for e in doc["traceEvents"] if e.get("name") == "nccl:_all_gather_base"), key=lambda e: e["ts"]
+    )
+    elem = {"signed char": 1, "float": 4}
+    want = [elem[a["args"]["Input type"][0]] * math.prod(a["args"]["Input Dims"][0]) for a in anns]
+    import_traces([SHARED / name], None, tmp_path / "run")
+    rank = doc["distributedInfo"]["rank"]
+    colls = [
+        node_attrs(n)
+        for n in read_et(tmp_path / "run" / f"rank-{rank}.et").nodes
+        if n.type == NodeType.COMM_COLL
+    ]
+    got = sorted(
+        (a[Attr.START_NS], a[Attr.COMM_SIZE]) for a in colls if a[Attr.COMM_TYPE] == CommType.ALL_GATHER
+    )
+    assert [s for _, s in got] == want and len(want) == 2
+    assert "unknown collective" not in read_manifest(tmp_path / "run").notes.get(f"rank {rank} import", "")
