@@ -8,7 +8,8 @@ Walk back from the step's last finishing node (over all ranks):
 - at a recv whose send started later than the recv, likewise through the send (``via="p2p"``);
 - otherwise through the latest-finishing of what the node waits for in the execution model
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
-  on; a nested node, through its enclosing node).
+  on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
+  is on the path only up to the launch call).
 
 The walk stops at a node without dependencies or when the next node belongs to another step. Each path
 node records its ``contribution_ns`` (time it accounts for) and ``gap_before_ns`` (idle on the path
@@ -65,11 +66,17 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
     path: list[tuple[int, int, int, int, str]] = []
     budget = sum(len(ri.trace) for ri in ix.ranks.values()) + 1
     r, w = rank, row
+    cap: int | None = None  # when the node after this one on the path needed it (a launch: the call)
     while budget > 0:
         budget -= 1
         ri = ix.ranks[r]
         start, end = int(ri.trace.start_ns[w]), int(ri.end_ns[w])
+        if cap is not None:
+            end = max(min(end, cap), start)
         nxt_r, nxt_w = r, int(ri.latest_dep[w])
+        nxt_cap = int(ri.latest_met_ns[w])
+        if nxt_w >= 0:
+            start = min(max(start, nxt_cap), end)  # a wait: on the path from what it waited for
         k = int(ri.coll[w])
         p = int(ri.p2p[w])
         if k >= 0:
@@ -81,6 +88,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
                 r2, w2 = c.ranks[j], c.rows[j]
                 path.append((r2, w2, arr[j], arr[j], "dep"))
                 nxt_r, nxt_w = r2, int(ix.ranks[r2].latest_dep[w2])
+                nxt_cap = int(ix.ranks[r2].latest_met_ns[w2])
                 start = -1
         elif p >= 0 and int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV):
             pair = run.p2p[p]
@@ -89,6 +97,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
                 path.append((r, w, s_start, end, "p2p"))
                 path.append((pair.src_rank, pair.src_row, s_start, s_start, "dep"))
                 nxt_r, nxt_w = pair.src_rank, int(ix.ranks[pair.src_rank].latest_dep[pair.src_row])
+                nxt_cap = int(ix.ranks[pair.src_rank].latest_met_ns[pair.src_row])
                 start = -1
         if start >= 0:
             path.append((r, w, start, end, "dep"))
@@ -97,7 +106,7 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
         nstep = int(ix.ranks[nxt_r].trace.step[nxt_w])
         if step >= 0 and nstep != step:
             break
-        r, w = nxt_r, nxt_w
+        r, w, cap = nxt_r, nxt_w, nxt_cap
     out = []
     for i, (pr, pw, es, ee, via) in enumerate(path):
         rt = ix.ranks[pr].trace

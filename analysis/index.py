@@ -154,7 +154,9 @@ class RankIndex:
     cov_wait_comp: Coverage
     """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
     latest_dep: I64
-    """Per row: of what it waits for in the execution model, the row that ended latest; -1 for none."""
+    """Per row: of what it waits for in the execution model, the row met latest; -1 for none."""
+    latest_met_ns: I64
+    """Per row: when ``latest_dep`` was met (its end, or for a launch the launch call's start)."""
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -181,20 +183,26 @@ def _gap_ns(m: RankModel) -> tuple[I64, B]:
     return np.where(has, m.gap_ns, 0).astype(np.int64), has
 
 
-def _latest_dep(m: RankModel, end: I64) -> I64:
-    """Per row, of what it waits for in the execution model (start and wait edges; a nested row: its
-    enclosing row), the row that ended latest (the later row among ties), or -1."""
+def _latest_dep(m: RankModel, end: I64) -> tuple[I64, I64]:
+    """Per row, of what it waits for in the execution model (start and wait edges, and launches, met at
+    the launch call; a nested row: its enclosing row), the row met latest (the later row among ties), or
+    -1, and when it was met."""
     n = end.shape[0]
     out = np.full(n, -1, dtype=np.int64)
-    src = np.concatenate([m.start_src, m.wait_src])
-    dst = np.concatenate([m.start_dst, m.wait_dst])
+    met_at = np.full(n, -1, dtype=np.int64)
+    src = np.concatenate([m.start_src, m.wait_src, m.launch_src])
+    dst = np.concatenate([m.start_dst, m.wait_dst, m.launch_dst])
+    launched = (end - m.dur_ns)[m.launch_src] + m.launch_off_ns
+    met = np.concatenate([end[m.start_src], end[m.wait_src], launched])
     if src.size:
-        o = np.lexsort((src, end[src], dst))
+        o = np.lexsort((src, met, dst))
         last = np.append(dst[o][1:] != dst[o][:-1], True)
         out[dst[o][last]] = src[o][last]
+        met_at[dst[o][last]] = met[o][last]
     nested = m.parent >= 0
     out[nested] = m.parent[nested]
-    return out
+    met_at[nested] = (end - m.dur_ns)[nested]  # the enclosing row is on the path up to the nested start
+    return out, met_at
 
 
 def _step_spans(run: RunTrace) -> dict[tuple[int, int], tuple[int, int]]:
@@ -252,6 +260,7 @@ def build_index(run: RunTrace) -> RunIndex:
         is_comp = any_comp & ~is_untraced & ~is_wait
         busy = is_comm | is_comp | is_wait
         comm_like = is_comm | is_wait
+        latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,
             trace=rt,
@@ -274,7 +283,8 @@ def build_index(run: RunTrace) -> RunIndex:
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
             cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
             cov_comm=Coverage.of(rt.start_ns[comm_like], end[comm_like]),
-            latest_dep=_latest_dep(m, end),
+            latest_dep=latest,
+            latest_met_ns=latest_met,
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
     for k, c in enumerate(run.collectives):

@@ -91,8 +91,8 @@ class Attr(StrEnum):
     INFERRED_DEPS = "skl_inferred_deps"
 
 
-# GPU dependencies: how dependencies between host and GPU nodes read (importers and capture write them so, the execution
-# model reads them so):
+# GPU dependencies: how dependencies between host and GPU nodes read (importers and capture write them so,
+# the execution model reads them so):
 #
 # - a GPU node's ctrl dep on a host node is its **launch**: the node cannot start before the launch call
 #   (``skl_launch_ns``, inside that host node) began, and need not wait for the host node to end;

@@ -19,6 +19,8 @@ Timing rules (all integer nanoseconds):
   bandwidth of the links it uses has moved its data;
 - a *detached* member (an eager send: it completed without its receiver) counts as arrived for the
   group but does not wait for it: it ends ``transfer[m]`` after its own arrival.
+- a *launch* dependency (GPU work launched from inside a host segment) is met ``offset`` after the
+  launching segment starts, not when it ends.
 
 Ready compute work is advanced in a tight loop without the event queue; the queue only orders
 cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
@@ -102,6 +104,13 @@ class Graph:
     """Wait successor segment ids."""
     detached: Sequence[Sequence[bool]] | None = None
     """Per group, aligned with ``groups``: members that do not wait for the group (eager sends)."""
+    lsucc_ptr: Sequence[int] | None = None
+    """CSR offsets of *launch* successors: segments (GPU work) that cannot start before this segment's
+    start plus an offset (the launch call inside it), counted in their ``ndeps``."""
+    lsucc_idx: Sequence[int] | None = None
+    """Launch successor segment ids."""
+    lsucc_off: Sequence[int] | None = None
+    """Per launch successor: ns after this segment's start (its work start; a sync member's arrival)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -199,6 +208,25 @@ def run(g: Graph) -> Outcome:
             if xpending[gi] == 0 and arrived[gi] == group_size[gi]:
                 q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
 
+    lptr = g.lsucc_ptr if g.lsucc_ptr is not None else [0] * (n + 1)
+    lidx = g.lsucc_idx if g.lsucc_idx is not None else []
+    loff = g.lsucc_off if g.lsucc_off is not None else []
+    lrare = bytearray(n)  # 1 for segments that launch GPU work
+    for s in range(n):
+        if lptr[s] != lptr[s + 1]:
+            lrare[s] = 1
+
+    def release_launches(s: int, t: int) -> None:
+        """Launch successors of ``s``, which started at ``t``."""
+        for k in range(lptr[s], lptr[s + 1]):
+            d = lidx[k]
+            v = t + loff[k]
+            if v > ready[d]:  # noqa: PLR1730
+                ready[d] = v
+            remaining[d] -= 1
+            if remaining[d] == 0:
+                stack.append(d)
+
     def release_eager(s: int, e: int) -> None:
         """All successors of an eager send (few: the hot paths below inline the same loop)."""
         for k in range(succ_ptr[s], succ_ptr[s + 1]):
@@ -232,6 +260,8 @@ def run(g: Graph) -> Outcome:
                 e = t + ln
                 end[s] = e
                 done += 1
+                if lrare[s]:
+                    release_launches(s, t)
                 for k in range(succ_ptr[s], succ_ptr[s + 1]):
                     d = succ_idx[k]
                     if e > ready[d]:  # noqa: PLR1730 (cheaper than max() in the hot loop)
@@ -243,6 +273,8 @@ def run(g: Graph) -> Outcome:
                     release_rare(s, e)
             else:
                 start[s] = t
+                if lrare[s]:
+                    release_launches(s, t)
                 gi = sync_of[s]
                 arrived[gi] += 1
                 if t > arrival_max[gi]:  # noqa: PLR1730

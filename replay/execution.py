@@ -41,8 +41,17 @@ ends its own recorded duration after its arrival, and its recv waits for it (not
 A collective member recorded as done before the last member arrived (which cannot be: clock error
 between the ranks' traces) is detached too, so the recording replays as it was.
 
-**Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges)`` (clamped >= 0); for a node
-without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded start).
+**GPU work** (see "GPU dependencies" in :mod:`skewlens.profiler.vocab`). Each CUDA stream is a timeline: a
+kernel, copy or memset starts ``gap`` after the later of its predecessor's end and its other start edges
+(event waits across streams) and its *launch*: a *launch edge* from the host row around its launch call
+is met ``launch_off_ns`` after that row starts (the call's place inside it), not when it ends, so the CPU
+runs ahead of the GPU as recorded. A host row that synchronised on the GPU (stream, event or device
+synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are wait edges. An NCCL kernel
+is a member of its collective's sync group: it arrives when launched and its stream is free, its
+transfer begins once every member's kernel has arrived.
+
+**Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges, launch times)`` (clamped
+>= 0); for a node without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded start).
 """
 
 from __future__ import annotations
@@ -96,6 +105,13 @@ class RankModel:
     """Wait edges, sources (communication rows): the work of wait row ``wait_dst[k]`` waits for them."""
     wait_dst: I64
     """Wait edges, dependants (wait nodes)."""
+    launch_src: I64
+    """Launch edges, sources (host rows): GPU row ``launch_dst[k]`` cannot start before ``launch_off_ns[k]``
+    after its source started (the launch call inside it), whatever the source does after that."""
+    launch_dst: I64
+    """Launch edges, dependants (GPU rows)."""
+    launch_off_ns: I64
+    """Launch edges: recorded launch call start minus the source's recorded start (within its duration)."""
     gap_ns: I64
     """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
     work_ns: I64
@@ -265,15 +281,23 @@ def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64
 
 def _edges(
     rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
-) -> tuple[I64, I64, I64, I64, I64]:
-    """Candidate edges ``(src, dst)`` of one rank, the queue edges of communication streams, and the
-    nesting parent of each row (see the module docstring)."""
+) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64]]:
+    """Candidate edges ``(src, dst)`` of one rank, the queue edges of communication streams, the nesting
+    parent of each row, and the recorded GPU dependencies: launches ``(src, dst)`` and host
+    synchronisations ``(src, dst)`` (see the module docstring)."""
     n = len(rt)
     counts = np.diff(rt.dep_ptr)
     dst = np.repeat(np.arange(n, dtype=np.int64), counts)
     src = rt.dep_idx.astype(np.int64, copy=False)
     keep = (src != dst) & valid[src] & valid[dst] if n else np.zeros(0, dtype=np.bool_)
     src, dst = src[keep], dst[keep]
+    # GPU dependencies (see "GPU dependencies" in skewlens.profiler.vocab): a GPU row's dep on a host row
+    # is its launch, a host row's dep on a GPU row a synchronisation; both are edges of their own kind
+    launch = ~rt.is_cpu[dst] & rt.is_cpu[src]
+    host_sync = rt.is_cpu[dst] & ~rt.is_cpu[src]
+    gpu = (src[launch], dst[launch], src[host_sync], dst[host_sync])
+    plain = ~launch & ~host_sync
+    src, dst = src[plain], dst[plain]
     parent = np.full(n, -1, dtype=np.int64)
     on_comm = np.isin(rt.stream, list(comm_streams)) if comm_streams else np.zeros(n, dtype=np.bool_)
     # recorded program order along a communication stream is the stream's queue, not a start order
@@ -286,7 +310,7 @@ def _edges(
         timeline = _timelines(rt, valid, end, comm_streams)
         order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
         cuts = np.flatnonzero(np.diff(timeline[order])) + 1
-        comm_rows = rows[sync[rows]]
+        comm_rows = rows[sync[rows] & rt.is_cpu[rows]]  # host threads wait on host-side communication
         is_p2p = np.isin(rt.node_type, (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)))
         for part in np.split(order, cuts):
             e = end[part]
@@ -336,7 +360,7 @@ def _edges(
         key = key[np.concatenate(([True], key[1:] != key[:-1]))]
     qs = np.concatenate(qsrcs) if qsrcs else np.zeros(0, dtype=np.int64)
     qd = np.concatenate(qdsts) if qdsts else np.zeros(0, dtype=np.int64)
-    return key % max(n, 1), key // max(n, 1), qs, qd, parent
+    return key % max(n, 1), key // max(n, 1), qs, qd, parent, gpu
 
 
 def _wait_rows(rt: RankTrace) -> B:
@@ -442,17 +466,24 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
     end = rt.start_ns + rt.dur_ns
     comm_streams = _comm_streams(rt, valid)
-    src, dst, qs0, qd0, parent = _edges(rt, valid, end, sync, comm_streams)
+    src, dst, qs0, qd0, parent, (ls, ld, hs, hd) = _edges(rt, valid, end, sync, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
     src = np.where(nested[src], parent[src], src)
     keep = ~nested[dst] & (src != dst)
     src, dst = src[keep], dst[keep]
+    ls = np.where(nested[ls], parent[ls], ls)
+    hd = np.where(nested[hd], parent[hd], hd)
+    launch_ns = rt.launch_ns if rt.launch_ns is not None else np.full(n, -1, dtype=np.int64)
+    at = np.where(launch_ns[ld] >= 0, launch_ns[ld], rt.start_ns[ld])
+    loff = np.clip(at - rt.start_ns[ls], 0, rt.dur_ns[ls])
     is_comm = np.isin(rt.node_type, _COMM)
-    # wait nodes: their dependencies on communication are wait edges
+    # wait nodes: their dependencies on communication are wait edges; a host row that synchronised on
+    # the GPU waits for what it synchronised on
     waits = _wait_rows(rt)
+    waits[hd] = True
     w = waits[dst] & is_comm[src]
-    ws, wd = src[w], dst[w]
+    ws, wd = np.concatenate([src[w], hs]), np.concatenate([dst[w], hd])
     src, dst = src[~w], dst[~w]
     gs, gd = _gap_waits(
         rt, valid=valid, end=end, sync=sync, comm_streams=comm_streams, src=src, dst=dst, explicit=ws
@@ -475,6 +506,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     ws, wd = _join_batches(rt, (ws, wd), sync=sync, end=end, by=end)
     depmax = np.full(n, _MIN, dtype=np.int64)
     np.maximum.at(depmax, dst, end[src])
+    np.maximum.at(depmax, ld, rt.start_ns[ls] + loff)
     t0 = int(rt.start_ns[valid].min()) if valid.any() else 0
     gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
     gap[~valid | nested] = 0
@@ -486,6 +518,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
         work[rows] = np.clip(end[rows] - np.maximum(done[rows], rt.start_ns[rows]), 0, rt.dur_ns[rows])
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True
+    has[ld] = True
     return RankModel(
         rank=rt.rank,
         valid=valid,
@@ -496,6 +529,9 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
         queue_dst=qd,
         wait_src=ws,
         wait_dst=wd,
+        launch_src=ls,
+        launch_dst=ld,
+        launch_off_ns=loff.astype(np.int64),
         gap_ns=gap.astype(np.int64),
         work_ns=work,
         parent=parent,

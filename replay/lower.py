@@ -137,6 +137,9 @@ def lower(
     x_dst: list[I64] = []
     w_src: list[I64] = []
     w_dst: list[I64] = []
+    l_src: list[I64] = []
+    l_dst: list[I64] = []
+    l_off: list[I64] = []
     identity = isinstance(effects, NoEffects)
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
@@ -159,6 +162,9 @@ def lower(
         x_dst.append(m.queue_dst + lo)
         w_src.append(m.wait_src + lo)
         w_dst.append(m.wait_dst + lo)
+        l_src.append(m.launch_src + lo)
+        l_dst.append(m.launch_dst + lo)
+        l_off.append(m.launch_off_ns)
         g = m.gap_ns
         if gap_override is not None and r in gap_override:
             ov = _checked_override(gap_override[r], n, r, "gap_override")
@@ -186,6 +192,9 @@ def lower(
     xd_all = np.concatenate(x_dst) if x_dst else z
     ws_all = np.concatenate(w_src) if w_src else z
     wd_all = np.concatenate(w_dst) if w_dst else z
+    ls_all = np.concatenate(l_src) if l_src else z
+    ld_all = np.concatenate(l_dst) if l_dst else z
+    lo_all = np.concatenate(l_off) if l_off else z
     # rows with a queue-order or wait successor end a segment; rows with a wait dependency begin one
     graph_parts = _segments(
         kind=kind,
@@ -194,8 +203,10 @@ def lower(
         ready0=ready0,
         src=src_all,
         dst=dst_all,
-        extra_succ=np.bincount(xs_all, minlength=total) + np.bincount(ws_all, minlength=total),
-        extra_deps=np.bincount(wd_all, minlength=total),
+        extra_succ=np.bincount(xs_all, minlength=total)
+        + np.bincount(ws_all, minlength=total)
+        + np.bincount(ls_all, minlength=total),
+        extra_deps=np.bincount(wd_all, minlength=total) + np.bincount(ld_all, minlength=total),
     )
     seg_of_row, off_start, g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows = graph_parts
     nseg = len(head_rows)
@@ -203,6 +214,14 @@ def lower(
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
     wsucc_ptr, wsucc_idx = _csr(ws_seg, wd_seg, nseg)
     ndeps = ndeps + np.bincount(wd_seg, minlength=nseg)
+    # launch edges: met at the launching segment's start plus the launch call's place inside it
+    ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
+    lorder = np.argsort(ls_seg, kind="stable")
+    lsucc_ptr = np.zeros(nseg + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ls_seg, minlength=nseg), out=lsucc_ptr[1:])
+    lsucc_idx = ld_seg[lorder]
+    lsucc_off = (off_start[ls_all] + lo_all)[lorder]
+    ndeps = ndeps + np.bincount(ld_seg, minlength=nseg)
     # latest recorded end of each sync row's queue-order dependencies
     xdep_end = np.full(total, _MIN, dtype=np.int64)
     np.maximum.at(xdep_end, xd_all, rec_end[xs_all])
@@ -258,6 +277,9 @@ def lower(
         wsucc_ptr=wsucc_ptr.tolist() if ws_all.size else None,
         wsucc_idx=wsucc_idx.tolist() if ws_all.size else None,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
+        lsucc_ptr=lsucc_ptr.tolist() if ls_all.size else None,
+        lsucc_idx=lsucc_idx.tolist() if ls_all.size else None,
+        lsucc_off=lsucc_off.tolist() if ls_all.size else None,
     )
     waits_head = np.zeros(total, dtype=np.bool_)
     waits_head[wd_all] = True

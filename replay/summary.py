@@ -79,8 +79,9 @@ def moved_step_marks(
     pair of the manifest, given the replayed times of every row (simulated, or re-executed).
 
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
-    it, the start mark with the first node that started at or after it. An unmodified replay therefore
-    gives the recorded step times exactly.
+    it, the start mark with the first node that started at or after it, or, for a step that begins where
+    the previous one ended (steps measured end to end, as on GPUs), with that end. An unmodified replay
+    therefore gives the recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
@@ -99,12 +100,17 @@ def moved_step_marks(
         by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         starts_sorted = rt.start_ns[by_start]
         shift_start = start_ns[r][by_start] - starts_sorted
+        prev: tuple[int, int] | None = None  # recorded and moved end of the previous step
         for step, a, b in sorted(spans, key=lambda x: x[1]):
-            k = int(np.searchsorted(starts_sorted, a, side="left"))
-            moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
+            if prev is not None and prev[0] == a:
+                moved_a = prev[1]  # a step that begins where the previous one ended still does
+            else:
+                k = int(np.searchsorted(starts_sorted, a, side="left"))
+                moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
             moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
             out[(r, step)] = (a, b, moved_a, moved_b)
+            prev = (b, moved_b)
     return out
 
 

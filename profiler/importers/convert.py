@@ -72,7 +72,10 @@ Process groups and steps
     world group ``"0"`` (an empty rank list means the whole world); written as the
     ``## process_group:init ##`` METADATA node (node id 0). A ``ProfilerStep#N`` annotation sets
     ``skl_step`` = N on the CPU nodes that start inside it and on the GPU nodes those launch; the step
-    span ends at the later of the annotation's end and its last node's.
+    span ends at the later of the annotation's end and its last node's (on the device, for GPU work),
+    and begins where the previous step's span ended (the first at its annotation's start): a step's time
+    is the period from one step's end to the next, and steps never overlap, however far the CPU runs
+    ahead of the GPU.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ from skewlens.profiler.importers.comm import (
     kernel_kind,
     merge,
 )
+from skewlens.profiler.importers.gpu_deps import GpuNode, gpu_dependencies
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
 from skewlens.profiler.importers.join import join_ops
 from skewlens.profiler.importers.kineto import KEvent, KinetoTrace
@@ -235,6 +239,13 @@ class _Pending:
     """Host-trace tensors the node reads (data dependencies)."""
     writes: tuple[TensorKey, ...] = ()
     """Host-trace tensors the node writes."""
+    extra_deps: list[int] = field(default_factory=list)
+    """Event indices of further nodes it waits for (event waits, host synchronisation: gpu_deps)."""
+    inferred: list[int] = field(default_factory=list)
+    """Those of ``extra_deps`` inferred from timing."""
+    launch_dep: bool = True
+    """Whether a GPU node depends on ``parent`` (its launch); False where ``parent`` then synchronises on
+    the node's stream (the launch stays implied by the host node's own order: no cycle)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -383,6 +394,8 @@ def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
         launch_order=launch.start_ns if launch is not None else e.start_ns,
         parent=parent,
     )
+    if launch is not None:
+        p.attrs[Attr.LAUNCH_NS] = launch.start_ns
     return p, site
 
 
@@ -440,6 +453,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
             )
             counts[_unknown_note("NCCL kernel(s)", "GPU COMP", info, alone)] += 1
     pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
+    pending += _gpu_edges(kt, src, pending, notes)
     devices = sorted({as_int(e.args.get("device")) or 0 for e in kt.gpu})
     notes += [f"{n} {what}" for what, n in counts.items()]
     if len(devices) > 1:
@@ -454,6 +468,53 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         device=f"cuda:{devices[0]}" if devices else "cpu",
         notes=notes,
     )
+
+
+def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: list[str]) -> list[_Pending]:
+    """Event waits and host synchronisations (:mod:`skewlens.profiler.importers.gpu_deps`) as extra deps;
+    returns the host nodes made for blocking calls no host op encloses."""
+    by_index = {p.event.index: p for p in pending}
+    nodes = []
+    for p in pending:
+        e = p.event
+        if p.stream_key[0] != "cuda":
+            continue
+        launch = p.attrs.get(Attr.LAUNCH_NS)
+        nodes.append(
+            GpuNode(
+                key=e.index,
+                device=int(p.stream_key[1]),
+                stream=int(p.stream_key[2]),
+                launch_ns=launch if isinstance(launch, int) else e.start_ns,
+                start_ns=e.start_ns,
+                end_ns=e.end_ns,
+                corr=as_int(e.args.get("correlation")),
+            )
+        )
+
+    def host_of(call: KEvent) -> int | None:
+        iv = src.tops.get(call.tid)
+        top = iv.enclosing(call.start_ns) if iv else None
+        return top.index if top is not None else None
+
+    found = gpu_dependencies(kt, nodes, host_of)
+    extra = [_cpu_node(c) for c in found.bare_calls]
+    by_index.update((p.event.index, p) for p in extra)
+    for key, deps in found.deps.items():
+        p = by_index[key]
+        p.extra_deps += [d for d in deps if d in by_index and d not in p.extra_deps]
+        p.inferred += [d for d in found.inferred.get(key, ()) if d in by_index]
+    # a host op that launches work and then synchronises on that work's stream (``.item()``: a copy, then a
+    # stream synchronise) would close a cycle launch -> sync: such launches keep only their stream order
+    waited_on: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+    for key, deps in found.deps.items():
+        if by_index[key].stream_key[0] == "thread":
+            waited_on[key].update(by_index[d].stream_key for d in deps)
+    for p in pending:
+        if p.parent is not None and p.stream_key in waited_on.get(p.parent.index, ()):
+            p.launch_dep = False
+    notes += found.notes
+    return extra
 
 
 def _issuers(cpu_ops: Sequence[KEvent]) -> dict[CommType, deque[KEvent]]:
@@ -564,7 +625,11 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
         prev = last_on.get(p.stream_key)
         if prev is not None:
             deps.append(prev)
-        if p.parent is not None:
+        for x in p.extra_deps:
+            xid = node_id.get(x)
+            if xid is not None and xid not in deps:
+                deps.append(xid)
+        if p.parent is not None and p.launch_dep:
             pid = node_id.get(p.parent.index)
             if pid is not None and pid not in deps:
                 deps.append(pid)
@@ -578,6 +643,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
             step = step_at(e.start_ns)
         step_of[e.index] = step
         attrs = dict(p.attrs)
+        if p.inferred:
+            attrs[Attr.INFERRED_DEPS] = [node_id[x] for x in p.inferred if x in node_id]
         if step is not None:
             attrs[Attr.STEP] = step
             step_end[step] = max(step_end.get(step, e.end_ns), e.end_ns)
@@ -593,8 +660,14 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
                 attrs=attrs,
             )
         )
-    steps = [
-        StepSpan(rank=kt.rank, step=s, start_ns=a.start_ns, end_ns=max(a.end_ns, step_end.get(s, a.end_ns)))
-        for s, a in step_anns
-    ]
+    # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:
+    # where the CPU runs ahead of the GPU, the annotations overlap, the steps do not
+    steps: list[StepSpan] = []
+    prev_end: int | None = None
+    for s, a in step_anns:
+        end = max(a.end_ns, step_end.get(s, a.end_ns))
+        start = a.start_ns if prev_end is None else prev_end
+        if end > start:
+            steps.append(StepSpan(rank=kt.rank, step=s, start_ns=start, end_ns=end))
+            prev_end = end
     return nodes, steps

@@ -2,7 +2,8 @@
 
 Only complete events (``ph == "X"``) of these categories are kept: ``cpu_op`` (host operators),
 ``user_annotation`` (``ProfilerStep#N``, ``nccl:*`` ...), ``kernel`` / ``gpu_memcpy`` / ``gpu_memset``
-(GPU activities) and ``cuda_runtime`` / ``cuda_driver`` (the launch calls, for their ``correlation``).
+(GPU activities), ``cuda_runtime`` / ``cuda_driver`` (launches, event records and synchronisations, by
+their ``correlation``) and ``cuda_sync`` (synchronisation activities, where the profiler recorded them).
 Flow events (``ac2g``) carry the same correlation ids as the launch/kernel ``args``; the importer reads
 the ids from ``args`` and does not need the flows.
 
@@ -22,7 +23,7 @@ raw key                        where                         type    since / def
 ``ts`` / ``dur``               event                         µs      always (float in newer files)
 ``args.stream``                kernel/memcpy/memset          int     always (default: the event's tid)
 ``args.device``                kernel/memcpy/memset          int     always (default 0)
-``args.correlation``           kernel/runtime                int     always
+``args.correlation``           kernel/runtime/cuda_sync      int     always
 ``args["Collective name"]``    kernel, record_param_comms    str     torch 2.3 (else from names)
 ``args["In msg nelems"]``      kernel, record_param_comms    int     torch 2.3
 ``args["Out msg nelems"]``     kernel, record_param_comms    int     torch 2.3
@@ -34,6 +35,9 @@ raw key                        where                         type    since / def
 ``args["Input Dims"]``         ``nccl:*`` annotation         list    torch 1.13 (with record_shapes)
 ``args["Input type"]``         ``nccl:*`` annotation         list    torch 1.13 (with record_shapes)
 =============================  ============================  ======  ========================================
+
+``cuda_sync`` events also carry ``args.stream``, ``args.wait_on_stream`` and
+``args.wait_on_cuda_event_record_corr_id`` (the ``cudaEventRecord`` waited for); -1 where not applicable.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ from skewlens.profiler.manifest import ProcessGroupInfo
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
-_KEPT = frozenset({"cpu_op", "user_annotation"}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
+#: CUDA synchronisation activities (``enable_cuda_sync_events``): Stream Wait Event, Stream/Event/Context Sync.
+SYNC_CATEGORY = "cuda_sync"
+_KEPT = frozenset({"cpu_op", "user_annotation", SYNC_CATEGORY}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
 #: Bound on times (ns): keeps every value inside Chakra's int64 fields.
 _MAX_NS = 2**62
 
@@ -105,7 +111,9 @@ class KinetoTrace:
     gpu: list[KEvent] = field(default_factory=list)
     """Kernels, memcpys and memsets."""
     launches: dict[int, KEvent] = field(default_factory=dict)
-    """Launch calls (runtime/driver) by correlation id."""
+    """Runtime/driver calls (launches, event records, synchronisations) by correlation id."""
+    syncs: list[KEvent] = field(default_factory=list)
+    """``cuda_sync`` activities (recorded with ``enable_cuda_sync_events``; empty otherwise)."""
     cpu_pids: set[int] = field(default_factory=set)
     """Process ids of the ``cpu_op`` events (pairs the trace with its host trace)."""
 
@@ -207,6 +215,8 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
             trace.annotations.append(e)
         elif e.cat in GPU_CATEGORIES:
             trace.gpu.append(e)
+        elif e.cat == SYNC_CATEGORY:
+            trace.syncs.append(e)
         else:
             corr = args.get("correlation")
             if isinstance(corr, int):

@@ -66,6 +66,7 @@ KNOWN_ATTRS = (
     "tensor_size",
     "skl_host_op",
     "skl_batch",
+    "skl_launch_ns",
 )
 
 

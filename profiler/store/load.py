@@ -343,6 +343,7 @@ def _interpret(
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
         batch=_pick(raw, "skl_batch", -1).astype(np.int64) if raw.attr_has["skl_batch"].any() else None,
+        launch_ns=_pick(raw, "skl_launch_ns", -1).astype(np.int64) if raw.attr_has["skl_launch_ns"].any() else None,
         is_cpu=_host_op(raw),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,

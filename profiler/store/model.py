@@ -9,12 +9,16 @@ dict lookup per edge. Sentinels: ``-1`` for "none" in integer columns (``step``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo
 from skewlens.profiler.vocab import CommType, NodeType
+
+if TYPE_CHECKING:
+    from skewlens.profiler.store.issues import SkippedComm
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -74,6 +78,9 @@ class RankTrace:
     batch: I64 | None = None
     """Per row, the ``batch_isend_irecv`` call a send/recv was issued in (numbered per rank), -1 for
     none; None for a trace that records no batches."""
+    launch_ns: I64 | None = None
+    """Per row, the recorded start of the runtime call that launched a GPU node (``skl_launch_ns``), -1
+    where unknown; None for a trace that records no launches."""
     streams: dict[int, str] = field(default_factory=dict)
     """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
     notes: list[str] = field(default_factory=list)
@@ -155,6 +162,9 @@ class RunTrace:
     incomplete_steps: tuple[int, ...] = ()
     """Steps some of whose collectives a flight recorder lost (``manifest.lost_collectives``): those
     collectives are left out of matching, and analyses should not take these steps as whole."""
+    skipped_comm: tuple[SkippedComm, ...] = ()
+    """Communication whose members disagree across ranks, left out of ``collectives`` / ``p2p`` by a
+    lenient load (its nodes keep their recorded durations and synchronise with no other rank)."""
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,373 @@
+"""GPU execution semantics in the one execution model: launches, streams, event waits, host syncs, NCCL
+kernels as collective members, and steps measured on the device.
+
+Expected values are derived here from the raw Kineto JSON (or from the synthetic generator's known
+schedule), not from the importer or the model under test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from skewlens.analysis.api import analyze_run
+from skewlens.analysis.blame import step_times_from_spans
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
+from skewlens.replay.driver import load_trace
+from skewlens.replay.execution import execution_model
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.summary import summarize
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SYNC_1 = "cuda_event_sync_kineto.json.gz"
+SYNC_MULTI = "cuda_event_sync_multistream_kineto.json.gz"
+SINGLE_FILES = (
+    SYNC_1,
+    SYNC_MULTI,
+    "nccl_2gpu_rank0_kineto.json.gz",
+    "nccl_16gpu_rank0_kineto.json.gz",
+    "a2a_128gpu_sampled_rank0_kineto.json.gz",
+)
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _need(name: str) -> Path:
+    p = SHARED / name
+    if not p.is_file():
+        pytest.skip(f"real GPU trace {p} not found (see shared/traces/README.md)")
+    return p
+
+
+def _raw(name: str) -> dict[str, Any]:
+    with gzip.open(_need(name)) as fh:
+        doc: dict[str, Any] = json.load(fh)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunTrace]:
+    """Each single-file real trace imported, and the DLRM tarball (8 ranks)."""
+    out: dict[str, RunTrace] = {}
+    for name in (*SINGLE_FILES, "dlrm_8gpu_kineto.tar.gz"):
+        if not (SHARED / name).is_file():
+            continue
+        d = tmp_path_factory.mktemp("gpu") / "run"
+        import_traces([SHARED / name], None, d)
+        out[name] = load_trace(d)
+    return out
+
+
+def _run(imported: dict[str, RunTrace], name: str) -> RunTrace:
+    _need(name)
+    return imported[name]
+
+
+def _base_ns(doc: dict[str, Any]) -> int:
+    return int(doc.get("baseTimeNanoseconds", 0))
+
+
+def _ns(doc: dict[str, Any], ts: float) -> int:
+    return _base_ns(doc) + round(ts * 1000)
+
+
+def _row_of(run: RunTrace, doc: dict[str, Any], ev: dict[str, Any]) -> int:
+    """Row of the node imported from event ``ev`` (by start time and name)."""
+    rt = run.ranks[0]
+    hits = np.flatnonzero(rt.start_ns == _ns(doc, ev["ts"]))
+    hits = [int(i) for i in hits if rt.name(int(i)) == ev["name"]]
+    assert len(hits) == 1, (ev["name"], ev["ts"], hits)
+    return hits[0]
+
+
+def _expected_sync_edges(doc: dict[str, Any]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """(stream-wait edges, host-sync edges) as (dependant event index, dependency event index), read
+    straight from the JSON: the cuda_sync activities, their calls by correlation, launches by correlation."""
+    evs = doc["traceEvents"]
+    runtime = {
+        e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"
+    }
+    gpu = [e for e in evs if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
+
+    def launch_ts(g: dict[str, Any]) -> float:
+        return float(runtime[g["args"]["correlation"]]["ts"])
+
+    def last_launched_before(stream: int, ts: float) -> dict[str, Any] | None:
+        c = [g for g in gpu if g["args"]["stream"] == stream and launch_ts(g) < ts]
+        return max(c, key=launch_ts) if c else None
+
+    def first_launched_after(stream: int, ts: float) -> dict[str, Any] | None:
+        c = [g for g in gpu if g["args"]["stream"] == stream and launch_ts(g) > ts]
+        return min(c, key=launch_ts) if c else None
+
+    ops = [e for e in evs if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+
+    def host_of(call: dict[str, Any]) -> dict[str, Any]:
+        around = [o for o in ops if o["ts"] <= call["ts"] <= o["ts"] + o["dur"] and o["tid"] == call["tid"]]
+        return min(around, key=lambda o: o["ts"]) if around else call  # outermost op, else the call
+
+    index = {id(e): i for i, e in enumerate(evs)}
+    waits: set[tuple[int, int]] = set()
+    syncs: set[tuple[int, int]] = set()
+    for e in evs:
+        if e.get("cat") != "cuda_sync":
+            continue
+        a = e["args"]
+        call = runtime[a["correlation"]]
+        if e["name"] == "Stream Wait Event":
+            src = last_launched_before(
+                a["wait_on_stream"], runtime[a["wait_on_cuda_event_record_corr_id"]]["ts"]
+            )
+            dst = first_launched_after(a["stream"], call["ts"])
+            if src is not None and dst is not None:
+                waits.add((index[id(dst)], index[id(src)]))
+            continue
+        if call["name"] not in ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize"):
+            continue  # cudaEventQuery does not block
+        if e["name"] == "Stream Sync":
+            targets = [last_launched_before(a["stream"], call["ts"])]
+        elif e["name"] == "Event Sync":
+            rec = runtime[a["wait_on_cuda_event_record_corr_id"]]
+            targets = [last_launched_before(a["wait_on_stream"], rec["ts"])]
+        else:  # Context Sync: every stream
+            targets = [last_launched_before(s, call["ts"]) for s in {g["args"]["stream"] for g in gpu}]
+        for t in targets:
+            if t is not None:
+                syncs.add((index[id(host_of(call))], index[id(t)]))
+    return waits, syncs
+
+
+@pytest.mark.parametrize("name", [SYNC_1, SYNC_MULTI])
+def test_the_cuda_sync_traces_give_the_stream_wait_and_host_sync_edges_they_record(
+    imported: dict[str, RunTrace], name: str
+) -> None:
+    run = _run(imported, name)
+    doc = _raw(name)
+    evs = doc["traceEvents"]
+    waits, syncs = _expected_sync_edges(doc)
+    assert syncs, "each of these traces records host synchronisations"
+    rt = run.ranks[0]
+    m = execution_model(run).ranks[0]
+    got_start = set(zip(m.start_dst.tolist(), m.start_src.tolist(), strict=True))
+    got_wait = set(zip(m.wait_dst.tolist(), m.wait_src.tolist(), strict=True))
+    for dst_i, src_i in waits:
+        edge = (_row_of(run, doc, evs[dst_i]), _row_of(run, doc, evs[src_i]))
+        assert rt.stream[edge[0]] != rt.stream[edge[1]]
+        assert edge in got_start, (evs[dst_i]["name"], evs[src_i]["name"])
+    for dst_i, src_i in syncs:
+        edge = (_row_of(run, doc, evs[dst_i]), _row_of(run, doc, evs[src_i]))
+        assert edge in got_wait, (evs[dst_i]["name"], evs[src_i]["name"])
+        assert m.is_wait[edge[0]] and rt.is_cpu[edge[0]] and not rt.is_cpu[edge[1]]
+    # no host sync edge other than those recorded (cudaEventQuery is not one)
+    host_waits = {(d, s) for d, s in got_wait if not rt.is_cpu[s]}
+    assert len(host_waits) == len(syncs)
+    if name == SYNC_MULTI:
+        assert len(waits) == 1  # the one Stream Wait Event with kernels on both sides
+
+
+def test_a_gpu_node_depends_on_its_launch_not_on_the_end_of_the_op_that_launched_it(
+    imported: dict[str, RunTrace],
+) -> None:
+    run = _run(imported, "nccl_2gpu_rank0_kineto.json.gz")
+    rt = run.ranks[0]
+    m = execution_model(run).ranks[0]
+    assert rt.launch_ns is not None
+    assert m.launch_dst.size > 0
+    assert not rt.is_cpu[m.launch_dst].any() and rt.is_cpu[m.launch_src].all()
+    launch_at = rt.start_ns[m.launch_src] + m.launch_off_ns
+    np.testing.assert_array_equal(launch_at, rt.launch_ns[m.launch_dst])
+    assert (rt.start_ns[m.launch_dst] >= launch_at).all()
+    # the CPU runs ahead: many kernels start before the op that launched them ended
+    ahead = rt.start_ns[m.launch_dst] < rt.end_ns[m.launch_src]
+    assert ahead.sum() > 100
+    # a host op waits on the GPU only where the trace has a synchronising call inside it
+    doc = _raw("nccl_2gpu_rank0_kineto.json.gz")
+    sync_calls = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "cuda_runtime" and e["name"] in ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+    ]
+    host_wait_rows = np.unique(m.wait_dst[~rt.is_cpu[m.wait_src]])
+    assert 0 < host_wait_rows.size <= len(sync_calls)
+    for row in host_wait_rows.tolist():
+        a, b = int(rt.start_ns[row]), int(rt.end_ns[row])
+        assert any(a <= _ns(doc, e["ts"]) <= b for e in sync_calls), rt.name(row)
+
+
+def _gpu_step_periods(doc: dict[str, Any]) -> dict[int, int]:
+    """Per ProfilerStep: the end on the device of the GPU work launched inside it, minus the previous
+    step's (the first: minus its annotation's start), from the raw JSON."""
+    evs = doc["traceEvents"]
+    steps = sorted(
+        (
+            e
+            for e in evs
+            if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+        ),
+        key=lambda e: e["ts"],
+    )
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in evs
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and e.get("ph") == "X"
+        and "correlation" in e.get("args", {})
+    }
+    ends: dict[int, float] = defaultdict(float)
+    cpu_end: dict[int, float] = defaultdict(float)
+    for e in evs:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") in GPU_CATS:
+            t = launch.get(e["args"].get("correlation"))
+            if t is None:
+                continue
+            ts, end = t, e["ts"] + e["dur"]
+        elif e.get("cat") == "cpu_op":
+            ts, end = e["ts"], e["ts"] + e["dur"]
+        else:
+            continue
+        for s in steps:
+            if s["ts"] <= ts <= s["ts"] + s["dur"]:
+                k = int(s["name"].split("#")[1])
+                if e.get("cat") == "cpu_op":
+                    cpu_end[k] = max(cpu_end[k], end)
+                else:
+                    ends[k] = max(ends[k], end)
+                break
+    out: dict[int, int] = {}
+    prev: float | None = None
+    for s in steps:
+        k = int(s["name"].split("#")[1])
+        end = max(ends[k], cpu_end[k], s["ts"] + s["dur"])
+        out[k] = round(((end - s["ts"]) if prev is None else (end - prev)) * 1000)
+        prev = end
+    return out
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nccl_2gpu_rank0_kineto.json.gz",
+        "nccl_16gpu_rank0_kineto.json.gz",
+        "a2a_128gpu_sampled_rank0_kineto.json.gz",
+    ],
+)
+def test_each_step_lasts_its_period_on_the_device_and_analyze_and_replay_agree(
+    imported: dict[str, RunTrace], name: str
+) -> None:
+    run = _run(imported, name)
+    expected = _gpu_step_periods(_raw(name))
+    assert len(expected) >= 2
+    res = simulate(run)
+    replay = {s.step: s for s in summarize(run, res) if s.rank == 0}
+    analysis = {b.step: b for b in analyze_run(run, blame=False).breakdown if b.rank == 0}
+    assert set(expected) == set(replay) == set(analysis)
+    for k, period in expected.items():
+        a, s = analysis[k], replay[k]
+        assert abs(a.step_ns - period) <= 0.02 * period, (k, a.step_ns, period)
+        assert a.step_ns == s.recorded_step_ns
+        # replaying the unmodified trace as recorded reproduces the step within 2%
+        assert abs(s.step_time_ns - s.recorded_step_ns) <= 0.02 * s.recorded_step_ns, (k, s)
+    # steps never overlap: they add up to the recorded span of the steps
+    spans = sorted((b.start_ns, b.end_ns) for b in analysis.values())
+    assert all(b0 <= a1 for (_a0, b0), (a1, _b1) in pairwise(spans))
+
+
+def test_the_16_gpu_trace_runs_about_213_ms_per_step_not_375(imported: dict[str, RunTrace]) -> None:
+    run = _run(imported, "nccl_16gpu_rank0_kineto.json.gz")
+    steps = sorted((b.step, b.step_ns) for b in analyze_run(run, blame=False).breakdown)
+    later = [ns for _s, ns in steps[1:]]  # the first step starts on an idle GPU
+    assert all(205e6 <= ns <= 220e6 for ns in later), later
+    spans = [(b.start_ns, b.end_ns) for b in analyze_run(run, blame=False).breakdown]
+    assert sum(ns for _s, ns in steps) == max(b for _a, b in spans) - min(a for a, _b in spans)
+
+
+@pytest.mark.parametrize("name", [*SINGLE_FILES, "dlrm_8gpu_kineto.tar.gz"])
+def test_replaying_a_real_gpu_trace_as_recorded_reproduces_every_node(
+    imported: dict[str, RunTrace], name: str
+) -> None:
+    run = _run(imported, name)
+    res = simulate(run)
+    for r, rt in run.ranks.items():
+        timed = rt.node_type != 1
+        d = np.abs(res.start_ns[r][timed] - rt.start_ns[timed])
+        span = int(rt.end_ns[timed].max() - rt.start_ns[timed].min())
+        assert d.max() <= max(0.001 * span, 100_000), (r, int(d.max()), span)
+
+
+def test_a_slower_host_delays_the_kernels_it_launches(
+    imported: dict[str, RunTrace],
+) -> None:
+    run = _run(imported, "nccl_2gpu_rank0_kineto.json.gz")
+    rt = run.ranks[0]
+    base = simulate(run)
+    gpu = ~rt.is_cpu & (rt.node_type != 1)
+    slow_host = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", ranks=(0,), factor=3.0, pattern="aten::*")])
+    )
+    # a host three times slower launches later: GPU work is delayed
+    assert slow_host.end_ns[0][gpu].max() > base.end_ns[0][gpu].max()
+    for k in sorted(base.steps()):
+        assert slow_host.step_time_ns(k) >= base.step_time_ns(k)
+
+
+def _synth_run(tmp_path: Path, *, sync_events: bool) -> tuple[RunTrace, int]:
+    spec = GpuRunSpec(world_size=32, steps=5, layers=8, slow_ranks={5: 1.3}, sync_events=sync_events, seed=0)
+    truth = write_gpu_run(spec, tmp_path / "kineto")
+    known = truth.total_ns - simulate_gpu_run(spec.without_slow_ranks()).total_ns
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "run")
+    return load_trace(tmp_path / "run"), known
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sync_events", "tolerance"), [(True, 0.15), (False, 0.30)])
+def test_blame_on_a_32_rank_gpu_run_finds_the_slow_rank_and_what_it_costs(
+    tmp_path: Path, sync_events: bool, tolerance: float
+) -> None:
+    run, known = _synth_run(tmp_path, sync_events=sync_events)
+    assert known > 0
+    notes = " ".join(run.manifest.notes.values())
+    assert ("inferred from timing" in notes) is not sync_events
+    result = analyze_run(run)
+    assert result.blame is not None
+    top = result.stragglers[0]
+    assert top.rank == 5
+    assert abs(top.straggler_cost_ns - known) <= tolerance * known, (top.straggler_cost_ns, known)
+    # the step times are the schedule's: steps measured on the device, end to end
+    truth = simulate_gpu_run(GpuRunSpec(world_size=32, steps=5, layers=8, slow_ranks={5: 1.3}, seed=0))
+    res = simulate(run)
+    got = step_times_from_spans(res.step_spans())
+    for k, period in zip(sorted(got), list(truth.step_period_ns)[: len(got)], strict=True):
+        assert abs(got[k] - period) <= 0.02 * period
+
+
+def test_gpu_dependency_attributes_round_trip_through_the_trace(tmp_path: Path) -> None:
+    spec = GpuRunSpec(world_size=2, steps=1, layers=2, sync_events=False, seed=1)
+    write_gpu_run(spec, tmp_path / "kineto")
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    rt = run.ranks[0]
+    assert rt.launch_ns is not None
+    gpu = ~rt.is_cpu & (rt.node_type != 1)
+    assert (rt.launch_ns[gpu] > 0).all() and (rt.launch_ns[rt.is_cpu] == -1).all()
+    assert (rt.start_ns[gpu] >= rt.launch_ns[gpu]).all()
+
+
+def test_a_cpu_run_has_no_launch_or_host_sync_edges(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=1_000_000)
+    b.write(tmp_path / "run")
+    m = execution_model(load_trace(tmp_path / "run"))
+    assert all(rm.launch_src.size == 0 for rm in m.ranks.values())
