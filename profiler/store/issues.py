@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
+
+if TYPE_CHECKING:
+    from skewlens.profiler.store.model import RunTrace
 
 
 class Severity(StrEnum):
@@ -45,6 +50,9 @@ class IssueLog:
     """Raise on the first error instead of collecting it."""
     issues: list[Issue] = field(default_factory=list)
     """Everything found so far, in the order found."""
+    skipped: list[SkippedComm] = field(default_factory=list)
+    """Communication whose members disagree: what a lenient load leaves out of matching (a strict one
+    keeps it matched, and reports it as errors)."""
 
     def add(
         self,
@@ -62,6 +70,10 @@ class IssueLog:
             Issue(severity=severity, kind=kind, message=message, file=file, rank=rank, node=node)
         )
 
+    def skip(self, item: SkippedComm) -> None:
+        """Record communication whose members disagree (its issues are added separately)."""
+        self.skipped.append(item)
+
     def error(
         self, kind: str, message: str, *, file: str = "", rank: int | None = None, node: int | None = None
     ) -> None:
@@ -76,3 +88,140 @@ class IssueLog:
         self, kind: str, message: str, *, file: str = "", rank: int | None = None, node: int | None = None
     ) -> None:
         self.add(Severity.INFO, kind, message, file=file, rank=rank, node=node)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkippedComm:
+    """Communication whose members disagree across ranks, left out of matching by a lenient load: its nodes
+    keep their recorded durations and synchronise with no other rank."""
+
+    pg_name: str
+    """Process group ('' where the nodes name none)."""
+    p2p: bool
+    """True for sends/recvs, False for collectives."""
+    reason: str
+    """What disagrees, short: ``sizes differ``, ``order differs``, ``no matching recv``, ..."""
+    detail: str
+    """The values that disagree, per rank (``rank 0: 4 MiB, rank 1: 2 MiB``); '' where none."""
+    seqs: tuple[int, ...] = ()
+    """Sequence numbers of the collective instances concerned (a run of them for ``order differs``)."""
+    nodes: tuple[tuple[int, int], ...] = ()
+    """(global rank, row) of every node left unmatched."""
+
+    @property
+    def count(self) -> int:
+        """Collective instances (or p2p ops) skipped."""
+        return len(self.seqs) if self.seqs else len(self.nodes)
+
+    def describe(self) -> str:
+        """``sizes differ (rank 0: 4 MiB, rank 1: 2 MiB) at seq 12``."""
+        text = self.reason + (f" ({self.detail})" if self.detail else "")
+        if not self.seqs:
+            return text
+        lo, hi = self.seqs[0], self.seqs[-1]
+        return f"{text} at seq {lo}" + (f"-{hi}" if hi != lo else "")
+
+
+#: Per group and reason, at most this many skipped items are described; the rest are counted.
+DESCRIBED_SKIPS = 3
+#: At most this many ranges of ranks are spelt out by :func:`rank_ranges`.
+SHOWN_RANGES = 12
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Ranks as ranges: ``0, 2-4, 7`` (at most :data:`SHOWN_RANGES` ranges, then how many more ranks)."""
+    rs = sorted(set(ranks))
+    runs: list[tuple[int, int]] = []
+    for r in rs:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:SHOWN_RANGES]]
+    rest = sum(b - a + 1 for a, b in runs[SHOWN_RANGES:])
+    return ", ".join(parts) + (f" and {rest} more" if rest else "")
+
+
+def no_trace_line(missing: Sequence[int], world_size: int) -> str:
+    """``rank 3 of 4 has no trace``, ``126 of 128 ranks have no trace: 2-127``: all ranks without a trace in
+    one line."""
+    if len(missing) == 1:
+        return f"rank {missing[0]} of {world_size} has no trace"
+    return f"{len(missing)} of {world_size} ranks have no trace: {rank_ranges(missing)}"
+
+
+def format_bytes(n: int) -> str:
+    """``3072`` -> ``3 KiB``, ``107822144`` -> ``102.8 MiB`` (binary units, at most one decimal)."""
+    if abs(n) < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if abs(value) < 1024:
+            return f"{value:.1f}".removesuffix(".0") + f" {unit}"
+        value /= 1024
+    return f"{value:.1f}".removesuffix(".0") + " GiB"
+
+
+def per_rank(values: Mapping[int, str]) -> str:
+    """Ranks grouped by value: ``rank 0: 4 MiB, rank 1: 2 MiB`` or ``ranks 0-62: 4 MiB, rank 63: 2 MiB``."""
+    by_value: dict[str, list[int]] = {}
+    for r, v in sorted(values.items()):
+        by_value.setdefault(v, []).append(r)
+    return ", ".join(
+        f"{'rank' if len(rs) == 1 else 'ranks'} {rank_ranges(rs)}: {v}" for v, rs in by_value.items()
+    )
+
+
+def sizes_per_rank(sizes: Mapping[int, int]) -> str:
+    """:func:`per_rank` of byte counts, exact where the rounded figures would hide the difference."""
+    short = {r: format_bytes(b) for r, b in sizes.items()}
+    if len(set(short.values())) < len(set(sizes.values())):
+        short = {r: f"{b} B" for r, b in sizes.items()}
+    return per_rank(short)
+
+
+def summarise_skipped(skipped: Sequence[SkippedComm]) -> list[str]:
+    """One line per process group: how many collective instances / p2p ops were skipped, and why.
+
+    ``group '0': 3 collective instance(s) skipped: sizes differ (rank 0: 102.8 MiB, rank 1: 100.2 MiB)
+    at seq 3; order differs (rank 0: ALL_TO_ALL, ALL_REDUCE; rank 1: ALL_REDUCE, ALL_TO_ALL) at seq 5-6``
+    """
+    by_group: dict[str, list[SkippedComm]] = {}
+    for s in skipped:
+        by_group.setdefault(s.pg_name, []).append(s)
+    lines = []
+    for g, items in sorted(by_group.items()):
+        coll = sum(s.count for s in items if not s.p2p)
+        p2p = sum(s.count for s in items if s.p2p)
+        counts = [f"{n} {what}" for n, what in ((coll, "collective instance(s)"), (p2p, "p2p op(s)")) if n]
+        by_reason: dict[str, list[SkippedComm]] = {}
+        for s in items:
+            by_reason.setdefault(s.reason, []).append(s)
+        why = []
+        for group_items in by_reason.values():
+            shown = [s.describe() for s in group_items[:DESCRIBED_SKIPS]]
+            rest = group_items[DESCRIBED_SKIPS:]
+            if rest:
+                seqs = [q for s in rest for q in s.seqs]
+                where = f" at seq {rank_ranges(seqs)}" if seqs else ""
+                shown.append(f"{sum(s.count for s in rest)} more {group_items[0].reason}{where}")
+            why.append("; ".join(shown))
+        name = f"group {g!r}" if g else "no process group"
+        lines.append(f"{name}: {' and '.join(counts)} skipped: {'; '.join(why)}")
+    return lines
+
+
+def run_notes(run: RunTrace) -> list[str]:
+    """What a report on ``run`` says besides its tables: the ranks without a trace (one line), and per
+    process group the communication a lenient load skipped (see :func:`summarise_skipped`)."""
+    m = run.manifest
+    notes = []
+    if m.missing_ranks:
+        notes.append(f"{no_trace_line(m.missing_ranks, m.world_size)}: only the traced ranks are used")
+    skipped = summarise_skipped(run.skipped_comm)
+    if skipped:
+        notes.append(
+            "not synchronised across ranks (lenient), these nodes were used at their recorded durations:"
+        )
+        notes.extend(f"  {line}" for line in skipped)
+    return notes

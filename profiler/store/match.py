@@ -16,12 +16,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from skewlens.profiler.manifest import LostCollectives, ProcessGroupInfo
-from skewlens.profiler.store.issues import IssueLog
+from skewlens.profiler.store.issues import (
+    IssueLog,
+    Severity,
+    SkippedComm,
+    per_rank,
+    rank_ranges,
+    sizes_per_rank,
+)
 from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.vocab import CommType, NodeType
 
@@ -39,6 +46,21 @@ SIZE_MUST_MATCH = frozenset(
 )
 #: At most this many issues of one kind are reported individually; the rest are summarised.
 MAX_REPORTED = 20
+#: Issue kinds of communication whose members disagree across ranks: errors in a strict load, warnings
+#: in a lenient one, which leaves that communication unmatched (``IssueLog.skipped`` says what and why).
+MISMATCH_KINDS = frozenset(
+    {
+        "collective-without-id",
+        "collective-duplicate",
+        "collective-count",
+        "collective-type",
+        "collective-size",
+        "collective-unknown-type",
+        "p2p-no-peer",
+        "p2p-unmatched",
+        "p2p-size",
+    }
+)
 
 
 def comm_type_name(value: int) -> str:
@@ -157,15 +179,30 @@ def without_lost(
     return {r: c.subset(~drop[r]) for r, c in comm.items()}, tuple(sorted(steps))
 
 
-def _reported(sink: IssueLog, counter: dict[str, int], kind: str) -> bool:
-    counter[kind] += 1
-    return counter[kind] <= MAX_REPORTED
+@dataclass(eq=False, kw_only=True, slots=True)
+class _Mismatches:
+    """Reports disagreements across ranks: errors (warnings in a lenient load, which skips what disagrees),
+    the first :data:`MAX_REPORTED` of each kind one by one, then one that counts the rest."""
 
+    sink: IssueLog
+    lenient: bool
+    counter: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-def _summarise(sink: IssueLog, counter: dict[str, int]) -> None:
-    for kind, count in counter.items():
-        if count > MAX_REPORTED:
-            sink.error(kind, f"... and {count - MAX_REPORTED} more {kind} problem(s) of this kind")
+    def wants(self, kind: str) -> bool:
+        """Count one problem of ``kind``; whether it is still to be reported individually."""
+        self.counter[kind] += 1
+        return self.counter[kind] <= MAX_REPORTED
+
+    def add(
+        self, kind: str, message: str, *, file: str = "", rank: int | None = None, node: int | None = None
+    ) -> None:
+        severity = Severity.WARNING if self.lenient else Severity.ERROR
+        self.sink.add(severity, kind, message, file=file, rank=rank, node=node)
+
+    def summarise(self) -> None:
+        for kind, count in self.counter.items():
+            if count > MAX_REPORTED:
+                self.add(kind, f"... and {count - MAX_REPORTED} more {kind} problem(s) of this kind")
 
 
 def match_instances(
@@ -175,24 +212,42 @@ def match_instances(
     sink: IssueLog,
     *,
     missing_ranks: frozenset[int] = frozenset(),
+    lenient: bool = False,
 ) -> list[CollectiveInstance]:
     """Collective instances ordered by (group, seq); mismatches (type, size, count) go to ``sink``.
+
+    Every instance whose members disagree is recorded with ``sink.skip`` as well. Strict (the default),
+    its problems are errors and it is kept, with its first member's type; ``lenient``, they are warnings and
+    it is left out (its members synchronise with no one).
 
     Vectorised: members of all ranks are sorted by (group, seq, rank) once; only instances whose
     member count, types or sizes look wrong are examined one by one.
     """
+    report = _Mismatches(sink=sink, lenient=lenient)
     parts: dict[str, list[np.ndarray]] = defaultdict(list)
     for rank, c in sorted(comm.items()):
         coll = np.flatnonzero(c.node_type == NodeType.COMM_COLL)
         ok = coll[(c.pg[coll] >= 0) & (c.seq[coll] >= 0)]
-        for i in np.setdiff1d(coll, ok).tolist():
-            sink.error(
+        no_id = np.setdiff1d(coll, ok)
+        for i in no_id.tolist():
+            report.add(
                 "collective-without-id",
                 f"{c.path}: rank {rank}: collective node {c.node_id[i]} ({c.name[i]}) has no process group "
                 "/ sequence number (pg_name, skl_seq)",
                 file=c.path,
                 rank=rank,
                 node=int(c.node_id[i]),
+            )
+        for g in np.unique(c.pg[no_id]).tolist():
+            rows = no_id[c.pg[no_id] == g]
+            sink.skip(
+                SkippedComm(
+                    pg_name=pg_names[g] if g >= 0 else "",
+                    p2p=False,
+                    reason="no process group / sequence number",
+                    detail=f"rank {rank}",
+                    nodes=tuple((rank, int(w)) for w in c.row[rows].tolist()),
+                )
             )
         parts["rank"].append(np.full(ok.shape[0], rank, dtype=np.int64))
         parts["idx"].append(ok)
@@ -229,13 +284,12 @@ def match_instances(
     size_rule = np.isin(ctype[starts], [int(t) for t in SIZE_MUST_MATCH])
     known_type = np.isin(ctype[starts], [int(t) for t in CommType])
     odd = (count != expect_n) | dup | type_diff | (size_diff & size_rule) | ~known_type
-    counter: dict[str, int] = defaultdict(int)
+    bad: dict[int, _Disagreement] = {}
     for k in np.flatnonzero(odd).tolist():
         a, b = int(starts[k]), int(ends[k])
-        _explain(
+        found = _explain(
             comm,
-            sink,
-            counter,
+            report,
             name=pg_names[int(inst_pg[k])],
             gi=int(inst_pg[k]),
             seq=int(seq[a]),
@@ -244,7 +298,11 @@ def match_instances(
             expected=expected_of[int(inst_pg[k])],
             missing_ranks=missing_ranks,
         )
-    _summarise(sink, counter)
+        if found is not None:
+            bad[k] = found
+    report.summarise()
+    for item in _skips(bad, comm, pg_names):
+        sink.skip(item)
     rk_l, row_l, bytes_l = rk.tolist(), col["row"].tolist(), nbytes.tolist()
     out: list[CollectiveInstance] = []
     for k, (a, b, g, s, t) in enumerate(
@@ -257,7 +315,7 @@ def match_instances(
             strict=True,
         )
     ):
-        if not known_type[k]:
+        if not known_type[k] or (lenient and k in bad):
             continue
         out.append(
             CollectiveInstance(
@@ -272,10 +330,22 @@ def match_instances(
     return out
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Disagreement:
+    """Why one collective instance's members disagree (the first that applies of unknown type, duplicate,
+    count, type, size)."""
+
+    gi: int
+    seq: int
+    reason: str
+    detail: str
+    members: tuple[tuple[int, int], ...]
+    """(rank, index into that rank's CommRows) of each member."""
+
+
 def _explain(
     comm: dict[int, CommRows],
-    sink: IssueLog,
-    counter: dict[str, int],
+    report: _Mismatches,
     *,
     name: str,
     gi: int,
@@ -284,24 +354,39 @@ def _explain(
     rows_in: list[int],
     expected: set[int],
     missing_ranks: frozenset[int],
-) -> None:
-    """Issues for one instance whose members disagree (count, duplicates, type, size, unknown type)."""
+) -> _Disagreement | None:
+    """Issues for one instance whose members may disagree (count, duplicates, type, size, unknown type),
+    and why they do (None: they agree; only ranks without a trace are absent)."""
     s = seq
     types = [int(comm[r].comm_type[i]) for r, i in zip(members, rows_in, strict=True)]
     sizes = [int(comm[r].comm_bytes[i]) for r, i in zip(members, rows_in, strict=True)]
-    if len(set(members)) != len(members) and _reported(sink, counter, "collective-duplicate"):
+    why: list[tuple[str, str]] = []
+    if types[0] not in set(CommType):
+        r0, i0 = members[0], rows_in[0]
+        why.append(("unknown type", f"rank {r0}: {comm_type_name(types[0])}"))
+        if report.wants("collective-unknown-type"):
+            report.add(
+                "collective-unknown-type",
+                f"{comm[r0].path}: rank {r0}: collective node {comm[r0].node_id[i0]} in group {name!r} "
+                f"seq {s} has {comm_type_name(types[0])}",
+                rank=r0,
+            )
+    if len(set(members)) != len(members):
         dup = sorted({r for r in members if members.count(r) > 1})
-        sink.error(
-            "collective-duplicate",
-            f"collective mismatch in group {name!r} seq {s}: rank(s) {dup} issue this instance "
-            "more than once",
-        )
-    for r in sorted(expected - set(members)):
-        if r in missing_ranks or r not in comm:
-            continue
-        if _reported(sink, counter, "collective-count"):
+        why.append(("issued more than once", f"rank(s) {rank_ranges(dup)}"))
+        if report.wants("collective-duplicate"):
+            report.add(
+                "collective-duplicate",
+                f"collective mismatch in group {name!r} seq {s}: rank(s) {dup} issue this instance "
+                "more than once",
+            )
+    absent = [r for r in sorted(expected - set(members)) if r not in missing_ranks and r in comm]
+    if absent:
+        why.append(("count differs", f"absent on rank(s) {rank_ranges(absent)}"))
+    for r in absent:
+        if report.wants("collective-count"):
             n_r = int(np.count_nonzero((comm[r].pg == gi) & (comm[r].node_type == NodeType.COMM_COLL)))
-            sink.error(
+            report.add(
                 "collective-count",
                 f"collective mismatch in group {name!r} seq {s}: rank {r} has no such collective "
                 f"(count differs: rank {r} issued {n_r} collective(s) on this group; present on "
@@ -309,79 +394,158 @@ def _explain(
                 rank=r,
             )
     if len(set(types)) > 1:
-        if _reported(sink, counter, "collective-type"):
+        why.append(("types differ", per_rank(dict(zip(members, map(comm_type_name, types), strict=True)))))
+        if report.wants("collective-type"):
             detail = ", ".join(
                 f"rank {r}: {comm_type_name(t)} (node {comm[r].node_id[i]})"
                 for r, t, i in zip(members, types, rows_in, strict=True)
             )
-            sink.error(
+            report.add(
                 "collective-type",
                 f"collective mismatch in group {name!r} seq {s}: type differs ({detail})",
             )
-    elif (
-        types
-        and types[0] in SIZE_MUST_MATCH
-        and len(set(sizes)) > 1
-        and _reported(sink, counter, "collective-size")
-    ):
-        detail = ", ".join(f"rank {r}: {z} B" for r, z in zip(members, sizes, strict=True))
-        sink.error(
-            "collective-size",
-            f"collective mismatch in group {name!r} seq {s} ({comm_type_name(types[0])}): size "
-            f"differs ({detail})",
-        )
-    if types[0] not in set(CommType) and _reported(sink, counter, "collective-unknown-type"):
-        r0, i0 = members[0], rows_in[0]
-        sink.error(
-            "collective-unknown-type",
-            f"{comm[r0].path}: rank {r0}: collective node {comm[r0].node_id[i0]} in group {name!r} "
-            f"seq {s} has {comm_type_name(types[0])}",
-            rank=r0,
-        )
+    elif types[0] in SIZE_MUST_MATCH and len(set(sizes)) > 1:
+        why.append(("sizes differ", sizes_per_rank(dict(zip(members, sizes, strict=True)))))
+        if report.wants("collective-size"):
+            detail = ", ".join(f"rank {r}: {z} B" for r, z in zip(members, sizes, strict=True))
+            report.add(
+                "collective-size",
+                f"collective mismatch in group {name!r} seq {s} ({comm_type_name(types[0])}): size "
+                f"differs ({detail})",
+            )
+    if not why:
+        return None
+    reason, detail = why[0]
+    return _Disagreement(
+        gi=gi, seq=seq, reason=reason, detail=detail, members=tuple(zip(members, rows_in, strict=True))
+    )
 
 
-def match_pairs(comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog) -> list[P2PPair]:
-    """Pair the k-th send a->b (per group and tag) with the k-th recv on b from a."""
+#: An ``order differs`` run longer than this shows its first types only.
+SHOWN_ORDER = 4
+
+
+def _skips(
+    bad: dict[int, _Disagreement], comm: dict[int, CommRows], pg_names: list[str]
+) -> list[SkippedComm]:
+    """What a lenient load skips, one item per disagreeing instance; consecutive instances of a group whose
+    types differ, where every rank issues the same types in another order, are one ``order differs``."""
+    out: list[SkippedComm] = []
+    items = sorted(bad.values(), key=lambda d: (d.gi, d.seq))
+    k = 0
+    while k < len(items):
+        d = items[k]
+        j = k + 1
+        if d.reason == "types differ":
+            while (
+                j < len(items)
+                and items[j].reason == "types differ"
+                and items[j].gi == d.gi
+                and items[j].seq == items[j - 1].seq + 1
+            ):
+                j += 1
+        run = items[k:j]
+        order = _order_differs(run, comm) if len(run) > 1 else None
+        if order is not None:
+            out.append(
+                SkippedComm(
+                    pg_name=pg_names[d.gi],
+                    p2p=False,
+                    reason="order differs",
+                    detail=order,
+                    seqs=tuple(x.seq for x in run),
+                    nodes=tuple((r, int(comm[r].row[i])) for x in run for r, i in x.members),
+                )
+            )
+        else:
+            out.extend(
+                SkippedComm(
+                    pg_name=pg_names[x.gi],
+                    p2p=False,
+                    reason=x.reason,
+                    detail=x.detail,
+                    seqs=(x.seq,),
+                    nodes=tuple((r, int(comm[r].row[i])) for r, i in x.members),
+                )
+                for x in run
+            )
+        k = j
+    return out
+
+
+def _order_differs(run: list[_Disagreement], comm: dict[int, CommRows]) -> str | None:
+    """For consecutive instances whose types differ: each rank's types in seq order, when every rank issues
+    the same types (in another order) over them, else None."""
+    ranks = {r for r, _ in run[0].members}
+    if any({r for r, _ in x.members} != ranks or len(x.members) != len(ranks) for x in run):
+        return None
+    seqs: dict[int, list[str]] = {r: [] for r in ranks}
+    for x in run:
+        for r, i in x.members:
+            seqs[r].append(comm_type_name(int(comm[r].comm_type[i])))
+    if len({tuple(sorted(v)) for v in seqs.values()}) != 1:
+        return None
+    more = f" ({len(run)} in all)" if len(run) > SHOWN_ORDER else ""
+    return per_rank({r: " then ".join(v[:SHOWN_ORDER]) + more for r, v in seqs.items()})
+
+
+def match_pairs(
+    comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog, *, lenient: bool = False
+) -> list[P2PPair]:
+    """Pair the k-th send a->b (per group and tag) with the k-th recv on b from a.
+
+    Ops without a peer or a partner are never paired; a send and recv of different sizes are paired unless
+    ``lenient`` (then their problems are warnings, not errors). Each is recorded with ``sink.skip``.
+    """
+    report = _Mismatches(sink=sink, lenient=lenient)
+
+    def skip(gi: int, reason: str, detail: str, nodes: list[tuple[int, int]]) -> None:
+        sink.skip(
+            SkippedComm(
+                pg_name=pg_names[gi] if gi >= 0 else "",
+                p2p=True,
+                reason=reason,
+                detail=detail,
+                nodes=tuple((r, int(comm[r].row[i])) for r, i in nodes),
+            )
+        )
+
     sends: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
     recvs: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
-    counter: dict[str, int] = defaultdict(int)
     for rank, c in sorted(comm.items()):
-        for i in np.flatnonzero(c.node_type == NodeType.COMM_SEND).tolist():
-            peer = int(c.dst[i])
-            if peer < 0:
-                if _reported(sink, counter, "p2p-no-peer"):
-                    sink.error(
+        for ntype, what, peer_of, attr in (
+            (NodeType.COMM_SEND, "send", c.dst, "destination rank (comm_dst)"),
+            (NodeType.COMM_RECV, "recv", c.src, "source rank (comm_src)"),
+        ):
+            for i in np.flatnonzero(c.node_type == ntype).tolist():
+                peer = int(peer_of[i])
+                if peer >= 0:
+                    is_send = ntype == NodeType.COMM_SEND
+                    src_dst = (rank, peer) if is_send else (peer, rank)
+                    (sends if is_send else recvs)[(*src_dst, int(c.pg[i]), int(c.tag[i]))].append(i)
+                    continue
+                skip(int(c.pg[i]), f"{what} without a peer", f"rank {rank} node {c.node_id[i]}", [(rank, i)])
+                if report.wants("p2p-no-peer"):
+                    report.add(
                         "p2p-no-peer",
-                        f"{c.path}: rank {rank}: send node {c.node_id[i]} ({c.name[i]}) has no destination "
-                        "rank (comm_dst)",
+                        f"{c.path}: rank {rank}: {what} node {c.node_id[i]} ({c.name[i]}) has no {attr}",
                         file=c.path,
                         rank=rank,
                         node=int(c.node_id[i]),
                     )
-                continue
-            sends[(rank, peer, int(c.pg[i]), int(c.tag[i]))].append(i)
-        for i in np.flatnonzero(c.node_type == NodeType.COMM_RECV).tolist():
-            peer = int(c.src[i])
-            if peer < 0:
-                if _reported(sink, counter, "p2p-no-peer"):
-                    sink.error(
-                        "p2p-no-peer",
-                        f"{c.path}: rank {rank}: recv node {c.node_id[i]} ({c.name[i]}) has no source rank "
-                        "(comm_src)",
-                        file=c.path,
-                        rank=rank,
-                        node=int(c.node_id[i]),
-                    )
-                continue
-            recvs[(peer, rank, int(c.pg[i]), int(c.tag[i]))].append(i)
     pairs: list[P2PPair] = []
     for key in sorted(set(sends) | set(recvs)):
         s, rv = sends.get(key, []), recvs.get(key, [])
         src, dst, gi, tag = key
-        for k in range(len(s), len(rv)) if len(rv) > len(s) else ():
-            if _reported(sink, counter, "p2p-unmatched"):
+        counts = f"rank {src} -> {dst}, tag {tag}: {len(s)} send(s), {len(rv)} recv(s)"
+        if len(rv) > len(s):
+            skip(gi, "no matching send", counts, [(dst, i) for i in rv[len(s) :]])
+        if len(s) > len(rv):
+            skip(gi, "no matching recv", counts, [(src, i) for i in s[len(rv) :]])
+        for k in range(len(s), len(rv)):
+            if report.wants("p2p-unmatched"):
                 node = int(comm[dst].node_id[rv[k]])
-                sink.error(
+                report.add(
                     "p2p-unmatched",
                     f"p2p mismatch: recv node {node} on rank {dst} (from rank {src}, tag {tag}) has no "
                     f"matching send: rank {src} sends {len(s)} message(s) to rank {dst}, rank {dst} posts "
@@ -389,10 +553,10 @@ def match_pairs(comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog) 
                     rank=dst,
                     node=node,
                 )
-        for k in range(len(rv), len(s)) if len(s) > len(rv) else ():
-            if _reported(sink, counter, "p2p-unmatched"):
+        for k in range(len(rv), len(s)):
+            if report.wants("p2p-unmatched"):
                 node = int(comm[src].node_id[s[k]])
-                sink.error(
+                report.add(
                     "p2p-unmatched",
                     f"p2p mismatch: send node {node} on rank {src} (to rank {dst}, tag {tag}) has no "
                     f"matching recv: rank {src} sends {len(s)} message(s) to rank {dst}, "
@@ -402,13 +566,22 @@ def match_pairs(comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog) 
                 )
         for a, b in zip(s, rv, strict=False):
             sb, rb = int(comm[src].comm_bytes[a]), int(comm[dst].comm_bytes[b])
-            if sb != rb and _reported(sink, counter, "p2p-size"):
-                sink.error(
-                    "p2p-size",
-                    f"p2p mismatch: send node {comm[src].node_id[a]} on rank {src} sends {sb} B but recv "
-                    f"node {comm[dst].node_id[b]} on rank {dst} expects {rb} B (tag {tag})",
-                    rank=src,
+            if sb != rb:
+                skip(
+                    gi,
+                    "sizes differ",
+                    f"send {sizes_per_rank({src: sb})}, recv {sizes_per_rank({dst: rb})}",
+                    [(src, a), (dst, b)],
                 )
+                if report.wants("p2p-size"):
+                    report.add(
+                        "p2p-size",
+                        f"p2p mismatch: send node {comm[src].node_id[a]} on rank {src} sends {sb} B but recv "
+                        f"node {comm[dst].node_id[b]} on rank {dst} expects {rb} B (tag {tag})",
+                        rank=src,
+                    )
+                if lenient:
+                    continue
             pairs.append(
                 P2PPair(
                     src_rank=src,
@@ -420,5 +593,5 @@ def match_pairs(comm: dict[int, CommRows], pg_names: list[str], sink: IssueLog) 
                     pg_name=pg_names[gi] if gi >= 0 else "",
                 )
             )
-    _summarise(sink, counter)
+    report.summarise()
     return pairs

@@ -9,12 +9,16 @@ dict lookup per edge. Sentinels: ``-1`` for "none" in integer columns (``step``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo
 from skewlens.profiler.vocab import CommType, NodeType
+
+if TYPE_CHECKING:
+    from skewlens.profiler.store.issues import SkippedComm
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -158,6 +162,9 @@ class RunTrace:
     incomplete_steps: tuple[int, ...] = ()
     """Steps some of whose collectives a flight recorder lost (``manifest.lost_collectives``): those
     collectives are left out of matching, and analyses should not take these steps as whole."""
+    skipped_comm: tuple[SkippedComm, ...] = ()
+    """Communication whose members disagree across ranks, left out of ``collectives`` / ``p2p`` by a
+    lenient load (its nodes keep their recorded durations and synchronise with no other rank)."""
 
     @property
     def world_size(self) -> int:

@@ -6,6 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.store.issues import Severity
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
@@ -20,7 +21,7 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     if run is not None:
         summary.add_row("ranks", f"{len(run.ranks)} of world size {run.world_size}")
         summary.add_row("nodes", f"{report.num_nodes:,}")
-        summary.add_row("process groups", ", ".join(sorted(run.process_groups)) or "-")
+        summary.add_row("process groups", _groups(run.process_groups))
         summary.add_row("collective instances", f"{len(run.collectives):,}")
         summary.add_row("p2p pairs", f"{len(run.p2p):,}")
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -53,6 +54,21 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     )
     parts.append(verdict)
     return Group(*parts)
+
+
+#: At most this many process groups are named in the summary (all are counted).
+SHOWN_GROUPS = 8
+
+
+def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
+    """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few by name (a bare ``0``, the
+    usual name of the world group, read as a count)."""
+    named = [
+        f"{g.name!r} ({len(g.ranks)} ranks{', ' + g.desc if g.desc and g.desc != g.name else ''})"
+        for g in sorted(groups.values(), key=lambda g: g.name)
+    ]
+    more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
+    return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
 def render_export(summary: ExportSummary, seconds: float) -> RenderableType:

@@ -6,6 +6,10 @@ dependencies, dependency cycles (the cycle's node ids and names), duplicate node
 members (type, size or count; see :mod:`skewlens.profiler.store.match` for what "size differs" means
 per type), sends without a matching recv and recvs without a matching send. Inferences the loader made (no
 start times, sequence numbers numbered in file order, world-wide groups assumed) are reported as info.
+
+Lenient (``lenient=True``; ``skewlens analyze --lenient``, ``skewlens replay lenient=true``): communication
+whose members disagree across ranks is a warning instead of an error and is left unmatched, so the rest of
+the run can be used; ``RunTrace.skipped_comm`` says, per process group, what was skipped and why.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.store.issues import Issue, IssueLog, Severity
+from skewlens.profiler.store.issues import Issue, IssueLog, Severity, SkippedComm, summarise_skipped
 from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -36,7 +41,11 @@ class ValidationReport:
     """All problems, in the order found."""
     run: RunTrace | None = None
     """The run as loaded: dangling dependencies dropped, unmatched sends/recvs left out, a collective
-    whose members disagree kept with its first member's type."""
+    whose members disagree kept with its first member's type (left out too where ``lenient``)."""
+    skipped: list[SkippedComm] = field(default_factory=list)
+    """Communication whose members disagree: what a lenient load leaves unmatched."""
+    lenient: bool = False
+    """Whether the run was loaded leniently (those disagreements are warnings, and left unmatched)."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -108,31 +117,66 @@ def _check_cycles(run: RunTrace, sink: IssueLog) -> None:
             )
 
 
-def validate_run(path: str | Path, *, progress: Progress = NO_PROGRESS) -> ValidationReport:
-    """Load and check a run, collecting every problem instead of stopping at the first."""
+def validate_run(
+    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False
+) -> ValidationReport:
+    """Load and check a run, collecting every problem instead of stopping at the first (``lenient``: see
+    the module docstring)."""
     sink = IssueLog(strict=False)
-    run = load_run(path, progress=progress, sink=sink)
+    run = load_run(path, progress=progress, sink=sink, lenient=lenient)
     _check_cycles(run, sink)
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:
             sink.info("inferred", f"{rt.path}: rank {r}: {note}", file=rt.path, rank=r)
-    return ValidationReport(path=str(path), issues=sink.issues, run=run)
-
-
-def refusal(path: str | Path, errors: Sequence[Issue], what: str) -> ValidationError:
-    """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
-    first :data:`FIRST_ERRORS` of them, and the command that lists them all."""
-    shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
-    more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
-    return ValidationError(
-        f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- run `skewlens check {path}` for all"
+    return ValidationReport(
+        path=str(path), issues=sink.issues, run=run, skipped=sink.skipped, lenient=lenient
     )
 
 
-def load_validated(path: str | Path, *, progress: Progress = NO_PROGRESS) -> RunTrace:
-    """The run, validated: raises :class:`ValidationError` naming the first few problems if there are any."""
-    report = validate_run(path, progress=progress)
+def refusal(
+    path: str | Path,
+    errors: Sequence[Issue],
+    what: str,
+    *,
+    skipped: Sequence[SkippedComm] = (),
+    lenient_option: str = "",
+) -> ValidationError:
+    """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
+    first :data:`FIRST_ERRORS` of them, and the command that lists them all.
+
+    ``lenient_option`` names how the caller's user asks for a lenient load (``--lenient``): where every
+    error is communication that disagrees across ranks, the message says per group what disagrees and
+    that this option uses the rest; where there are other errors too, that it would not be enough.
+    """
+    check = f"`skewlens check {path}` lists every problem"
+    mismatch = [e for e in errors if e.kind in MISMATCH_KINDS]
+    if lenient_option and skipped and len(mismatch) == len(errors):
+        groups = ". ".join(summarise_skipped(skipped)).replace(" skipped: ", " disagree: ")
+        return ValidationError(
+            f"{path}: {what}: communication does not match across ranks: {groups}. With {lenient_option} "
+            "the rest is used and this communication skipped (its nodes keep their recorded durations and "
+            f"do not synchronise across ranks); {check}"
+        )
+    shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
+    more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
+    tail = f"run `skewlens check {path}` for all"
+    if lenient_option and mismatch:
+        tail += f" ({lenient_option} would skip the {len(mismatch)} communication mismatch(es), not the rest)"
+    return ValidationError(f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- {tail}")
+
+
+def load_validated(
+    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False, lenient_option: str = ""
+) -> RunTrace:
+    """The run, validated: raises :class:`ValidationError` naming the first few problems if there are any.
+
+    ``lenient``: communication that disagrees across ranks is skipped (``RunTrace.skipped_comm``) instead;
+    ``lenient_option``: how the caller's user asks for that, named in the refusal (see :func:`refusal`).
+    """
+    report = validate_run(path, progress=progress, lenient=lenient)
     if report.errors:
-        raise refusal(path, report.errors, "not loaded")
+        raise refusal(
+            path, report.errors, "not loaded", skipped=report.skipped, lenient_option=lenient_option
+        )
     assert report.run is not None
     return report.run

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from skewlens.profiler.export_astra import AstraExport
+    from skewlens.profiler.store.validate import ValidationReport
 
 
 def _console() -> Console:
@@ -40,7 +41,24 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
     out = console or _console()
     report = validate_replayable(args.run_dir, progress=_progress(args.no_progress, console))
     out.print(render_report(report, max_issues=None if args.all else 50))
+    hint = _lenient_hint(report)
+    if hint is not None:
+        out.print(hint)
     return 0 if report.ok else 1
+
+
+def _lenient_hint(report: ValidationReport) -> RenderableType | None:
+    """Where communication disagrees across ranks: what ``analyze --lenient`` / ``replay lenient=true``
+    would skip (one line per process group) to use the rest."""
+    from rich.text import Text
+
+    from skewlens.profiler.store.issues import summarise_skipped
+
+    lines = summarise_skipped(report.skipped)
+    if not lines or report.ok:
+        return None
+    head = "`skewlens analyze --lenient` / `skewlens replay lenient=true` use the rest, skipping:"
+    return Text("\n".join([head, *(f"  {line}" for line in lines)]), style="yellow")
 
 
 def export_main(argv: list[str], console: Console | None = None) -> int:
