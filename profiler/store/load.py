@@ -32,7 +32,7 @@ from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, r
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
 from skewlens.profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
-from skewlens.profiler.store.issues import IssueLog
+from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
@@ -343,7 +343,9 @@ def _interpret(
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
         batch=_pick(raw, "skl_batch", -1).astype(np.int64) if raw.attr_has["skl_batch"].any() else None,
-        launch_ns=_pick(raw, "skl_launch_ns", -1).astype(np.int64) if raw.attr_has["skl_launch_ns"].any() else None,
+        launch_ns=_pick(raw, "skl_launch_ns", -1).astype(np.int64)
+        if raw.attr_has["skl_launch_ns"].any()
+        else None,
         is_cpu=_host_op(raw),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
@@ -450,17 +452,42 @@ def iter_ranks(
 
 
 def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
+    """One issue for all ranks without a trace (``126 of 128 ranks have no trace: 2-127``), one for the ranks
+    missing from the manifest: a warning where the manifest says so, an error for a gap in the numbering."""
     m = files.manifest
-    for r in m.missing_ranks:
-        why = m.notes.get(f"rank {r}", "")
-        text = f"{files.root}: rank {r} of {m.world_size} has no trace" + (f" ({why})" if why else "")
-        if files.has_manifest:
-            sink.warning("missing-rank", text + " (the manifest says so)", rank=r)
-        else:
-            sink.error("missing-rank", text + " (gap in the rank numbering)", rank=r)
+    if m.missing_ranks:
+        why = _why_missing(m.missing_ranks, m.notes)
+        source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"
+        sink.add(
+            Severity.WARNING if files.has_manifest else Severity.ERROR,
+            "missing-rank",
+            _no_trace(files, m.missing_ranks, why, source),
+            rank=m.missing_ranks[0] if len(m.missing_ranks) == 1 else None,
+        )
     unlisted = sorted(set(range(m.world_size)) - set(m.ranks) - set(m.missing_ranks))
-    for r in unlisted:
-        sink.error("missing-rank", f"{files.root}: rank {r} of {m.world_size} is not in the manifest", rank=r)
+    if unlisted:
+        if len(unlisted) == 1:
+            text, one = f"rank {unlisted[0]} of {m.world_size} is", unlisted[0]
+        else:
+            text, one = f"ranks {rank_ranges(unlisted)} of {m.world_size} are", None
+        sink.error("missing-rank", f"{files.root}: {text} not in the manifest", rank=one)
+
+
+def _why_missing(ranks: tuple[int, ...], notes: dict[str, str]) -> str:
+    """The manifest's notes on missing ranks, each once with the ranks it applies to."""
+    by_note: dict[str, list[int]] = {}
+    for r in ranks:
+        note = notes.get(f"rank {r}", "")
+        if note:
+            by_note.setdefault(note, []).append(r)
+    if len(by_note) == 1 and len(next(iter(by_note.values()))) == len(ranks):
+        return next(iter(by_note))
+    return "; ".join(f"{rank_ranges(rs)}: {note}" for note, rs in by_note.items())
+
+
+def _no_trace(files: RunFiles, ranks: tuple[int, ...], why: str, source: str) -> str:
+    text = f"{files.root}: {no_trace_line(ranks, files.manifest.world_size)}"
+    return text + (f" ({why})" if why else "") + f" ({source})"
 
 
 def load_run(
@@ -469,12 +496,14 @@ def load_run(
     match: bool = True,
     progress: Progress = NO_PROGRESS,
     sink: IssueLog | None = None,
+    lenient: bool = False,
 ) -> RunTrace:
     """Load a run (see the module docstring for the layouts) and match its communication.
 
     ``progress`` is told of each rank loaded. Without ``sink`` the first inconsistency raises
     :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run` passes a collecting sink
-    instead.
+    instead. ``lenient``: communication whose members disagree across ranks is a warning, not an error, and
+    is left unmatched (``RunTrace.skipped_comm`` says what and why); its nodes synchronise with no one.
     """
     files = locate_run(run_dir)
     sink = sink if sink is not None else IssueLog(strict=True)
@@ -496,8 +525,12 @@ def load_run(
         comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
         comm, run.incomplete_steps = without_lost(comm, manifest.lost_collectives, pg_names, sink)
         missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(ranks))
-        run.collectives = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
-        run.p2p = match_pairs(comm, pg_names, sink)
+        run.collectives = match_instances(
+            comm, pg_names, groups, sink, missing_ranks=missing, lenient=lenient
+        )
+        run.p2p = match_pairs(comm, pg_names, sink, lenient=lenient)
+        if lenient:
+            run.skipped_comm = tuple(sink.skipped)
     return run
 
 
