@@ -11,10 +11,25 @@ from rich.text import Text
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.critical_path import shares
+from skewlens.profiler.store.issues import run_notes
+
+#: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
+NAME_WIDTH = 60
 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f}"
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """``name`` cut to ``width`` characters with an ellipsis at the end (where a kernel's signature is)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _cause_column(t: Table) -> None:
+    """The free-text cause: wrapped at spaces, a word longer than the cell ends in an ellipsis (not folded
+    over many lines); the other columns' headers wrap to leave it room."""
+    t.add_column("cause", ratio=1, overflow="ellipsis")
 
 
 def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
@@ -22,8 +37,8 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     caused and its top cause."""
     t = Table(title="Top stragglers (what-if: rank runs like the median rank)", title_justify="left")
     for c in ("rank", "cost ms", "cost %", "top in steps", "caused wait ms"):
-        t.add_column(c, justify="right", no_wrap=True)
-    t.add_column("cause", ratio=1, overflow="fold")
+        t.add_column(c, justify="right")
+    _cause_column(t)
     recs = result.stragglers
     if not recs:
         caused = sorted(result.skew.caused_wait_ns.items(), key=lambda x: -x[1])[:top]
@@ -52,8 +67,8 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
         title="Worst collectives / p2p (by exposed wait: not hidden under compute)", title_justify="left"
     )
     for c in ("step", "collective", "skew ms", "exposed wait ms", "late", "blamed"):
-        t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=True)
-    t.add_column("cause", ratio=1, overflow="fold")
+        t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=c == "collective")
+    _cause_column(t)
     events = sorted(result.skew.events, key=lambda e: -e.total_exposed_wait_ns)[:top]
     for e in events:
         if e.total_exposed_wait_ns <= 0:
@@ -97,8 +112,9 @@ def breakdown_table(result: AnalysisResult) -> Table:
     return t
 
 
-def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Table:
-    """Each rank's share of the critical path over all steps, and the ops that dominate it."""
+def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Group:
+    """Each rank's share of the critical path over all steps, and the ops that dominate it (their names
+    cut to :data:`NAME_WIDTH`, one line each)."""
     by_rank, by_op = shares(result.critical_path)
     rank_tot: dict[int, int] = defaultdict(int)
     op_tot: dict[str, int] = defaultdict(int)
@@ -115,19 +131,25 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Table:
     t.add_column("%", justify="right")
     for r, ns in sorted(rank_tot.items(), key=lambda x: -x[1]):
         t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
-    best = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
-    t.caption = "top ops: " + ", ".join(f"{n} {100.0 * ns / total:.0f}%" for n, ns in best)
-    return t
+    top = Table(title="Critical path: top ops (all steps)", title_justify="left")
+    top.add_column("op", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
+    top.add_column("ms", justify="right", no_wrap=True)
+    top.add_column("%", justify="right", no_wrap=True)
+    for n, ns in sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]:
+        top.add_row(short_name(n), _ms(ns), f"{100.0 * ns / total:.0f}")
+    return Group(t, top)
 
 
 def report(result: AnalysisResult, *, top: int = 5) -> Group:
-    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares, and
-    a note of the steps the flight recorder lost collectives in."""
+    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares, the
+    ranks without a trace and what a lenient load skipped, and the steps the flight recorder lost
+    collectives in."""
     parts: list[RenderableType] = [
         stragglers_table(result, top),
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         critical_path_table(result),
+        *(Text(note, style="yellow") for note in run_notes(result.run)),
     ]
     lost = result.run.incomplete_steps
     if lost:

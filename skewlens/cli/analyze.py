@@ -15,13 +15,18 @@ from skewlens.rich_progress import RichProgress
 
 #: What-if simulations per analysis unless --max-simulations says otherwise (each replays the whole run).
 DEFAULT_MAX_SIMULATIONS = 16
+#: The option that analyses a run whose communication does not match across ranks (named in the refusal).
+LENIENT_OPTION = "--lenient"
 
 
-def load_for_analysis(run_dir: str | Path, console: Console) -> RunTrace:
-    """Load and validate the run (the store's validating loader)."""
+def load_for_analysis(run_dir: str | Path, console: Console, *, lenient: bool = False) -> RunTrace:
+    """Load and validate the run (the store's validating loader); ``lenient``: communication that
+    disagrees across ranks is skipped (``RunTrace.skipped_comm``) instead of refusing the run."""
     from skewlens.profiler.store.validate import load_validated
 
-    return load_validated(run_dir, progress=RichProgress(console))
+    return load_validated(
+        run_dir, progress=RichProgress(console), lenient=lenient, lenient_option=LENIENT_OPTION
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-pictures", action="store_true", help="skip the PNGs and the Perfetto JSON")
     p.add_argument("--top", type=int, default=5, metavar="N", help="rows in the straggler table")
+    p.add_argument(
+        LENIENT_OPTION,
+        action="store_true",
+        help="analyse a run whose communication does not match across ranks (order, size, count): what "
+        "disagrees is skipped, its nodes keep their recorded durations and synchronise with no other "
+        "rank, and the report says per process group what was skipped and why",
+    )
     return p
 
 
@@ -53,7 +65,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
-    run = load_for_analysis(args.run_dir, err)
+    run = load_for_analysis(args.run_dir, err, lenient=args.lenient)
     result = analyze_run(
         run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=RichProgress(err)
     )
