@@ -217,8 +217,16 @@ class ReplayConfig:
     """Also write timeline.json (Chrome/Perfetto trace)."""
     progress: bool = True
     """Show progress bars."""
+    lenient: bool = False
+    """Replay a run whose communication does not match across ranks (order, size, count): what disagrees is
+    skipped, its nodes keep their recorded durations and synchronise with no other rank (mode=sim only)."""
 
     def __post_init__(self) -> None:
+        if self.lenient and self.mode == "real":
+            raise ConfigError(
+                "lenient: real replay re-issues every collective on real processes, where one whose members "
+                "disagree would hang; lenient=true works with mode=sim"
+            )
         if self.mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
         if self.comm_mode not in COMM_MODES:

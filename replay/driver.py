@@ -45,9 +45,14 @@ class ReplayOutcome:
     """``skewlens.replay.real`` result for ``mode=real`` (else None)."""
 
 
-def load_trace(run_dir: str | Path, *, progress: Progress = NO_PROGRESS) -> RunTrace:
-    """Load a run with the store's validation (:func:`skewlens.profiler.store.validate.load_validated`)."""
-    return load_validated(run_dir, progress=progress)
+#: The override that replays a run whose communication does not match across ranks (named in the refusal).
+LENIENT_OPTION = "lenient=true"
+
+
+def load_trace(run_dir: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False) -> RunTrace:
+    """Load a run with the store's validation (:func:`skewlens.profiler.store.validate.load_validated`);
+    ``lenient``: communication that disagrees across ranks is skipped (``RunTrace.skipped_comm``)."""
+    return load_validated(run_dir, progress=progress, lenient=lenient, lenient_option=LENIENT_OPTION)
 
 
 def build_effects(cfg: ReplayConfig) -> SlowdownModel:
@@ -66,7 +71,7 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
     stages (load, simulate, write)."""
     effects = build_effects(cfg)
     with progress.task(f"loading {cfg.trace}", 3) as advance:
-        run = load_trace(cfg.trace)
+        run = load_trace(cfg.trace, lenient=cfg.lenient)
         advance(description="simulating")
         sim = simulate(
             run,

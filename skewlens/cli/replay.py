@@ -25,6 +25,7 @@ from rich.console import Console
 
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.issues import run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.driver import replay_run
@@ -67,6 +68,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
     outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
+    for note in run_notes(outcome.run):
+        console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
         from skewlens.replay.real.render import render_comparison
 
