@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
+from skewlens.profiler.store.issues import no_trace_line
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
@@ -128,9 +129,10 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     run = load_checked(run_dir)
     m = run.manifest
     if m.missing_ranks or sorted(run.ranks) != list(range(m.world_size)):
+        missing = sorted(set(range(m.world_size)) - set(run.ranks))
         raise ReplayError(
-            f"{run_dir}: cannot replay on real processes: rank(s) {list(m.missing_ranks)} of "
-            f"{m.world_size} have no trace"
+            f"{run_dir}: cannot replay on real processes: "
+            f"{no_trace_line(missing, m.world_size) if missing else 'not every rank was loaded'}"
         )
     if not launcher_args and nproc is not None and nproc != m.world_size:
         raise ConfigError(

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import Manifest
+from skewlens.profiler.store.issues import no_trace_line, rank_ranges
 from skewlens.progress import NO_PROGRESS
 from skewlens.rich_progress import RichProgress
 
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_table(manifest: Manifest) -> Table:
-    """One row per imported rank: device, steps, source file."""
+    """One row per imported rank: device, steps, source file; one row for all ranks without a trace."""
     t = Table()
     t.add_column("rank", justify="right")
     t.add_column("device")
@@ -57,8 +58,12 @@ def summary_table(manifest: Manifest) -> Table:
             ", ".join(map(str, steps)) or "-",
             manifest.notes.get(f"rank {r} source", ""),
         )
-    for r in manifest.missing_ranks:
-        t.add_row(str(r), "-", "-", "(missing) " + manifest.notes.get(f"rank {r}", ""))
+    missing = manifest.missing_ranks
+    if missing:
+        notes = sorted({manifest.notes.get(f"rank {r}", "") for r in missing} - {""})
+        why = f" ({'; '.join(notes)})" if notes else ""
+        line = no_trace_line(missing, manifest.world_size)
+        t.add_row(rank_ranges(missing), "-", "-", f"(missing) {line}{why}")
     return t
 
 
