@@ -1,0 +1,390 @@
+"""Lenient analysis and replay of runs whose communication does not match across ranks, and the reports
+around it: missing ranks in one line, process groups counted, long node names cut in the report.
+
+The real case is the sampled pair of a 128-GPU run in ../shared/traces (ranks 0 and 1 issue their
+collectives in different orders, and one all_reduce differs in size); what ``check`` must find there is
+computed from the raw Kineto files. The synthetic case checks what lenient replay does with the nodes it
+skips: they keep their recorded durations and synchronise with no one, while matched collectives still
+synchronise.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.render import NAME_WIDTH, critical_path_table
+from skewlens.cli import main as skewlens_main
+from skewlens.cli.store import check_main
+from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.store.issues import Severity, rank_ranges, summarise_skipped
+from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.validate import load_validated, validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SAMPLED = [SHARED / f"a2a_128gpu_sampled_rank{r}_kineto.json.gz" for r in (0, 1)]
+MS = 1_000_000
+#: Raw ``nccl:*`` annotation name -> collective type.
+NCCL_TYPES = {
+    "nccl:all_reduce": CommType.ALL_REDUCE,
+    "nccl:all_to_all": CommType.ALL_TO_ALL,
+    "nccl:_all_gather_base": CommType.ALL_GATHER,
+    "nccl:all_gather": CommType.ALL_GATHER,
+}
+MISMATCH_ERRORS = {"collective-type", "collective-size", "collective-count"}
+
+
+# ------------------------------------------------------------------------------ the sampled 128-GPU pair
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not all(p.is_file() for p in SAMPLED):
+        pytest.skip(f"real GPU traces not found at {SHARED} (see shared/traces/README.md)")
+    from skewlens.profiler.importers import import_traces
+
+    out = tmp_path_factory.mktemp("sampled") / "run"
+    import_traces(SAMPLED, None, out)
+    return out
+
+
+def _raw_collectives(path: Path) -> list[tuple[CommType, int]]:
+    """(type, element count) of each ``nccl:*`` annotation of a raw Kineto file, in issue order."""
+    with gzip.open(path) as fh:
+        doc: dict[str, Any] = json.load(fh)
+    events = sorted(
+        (e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") in NCCL_TYPES),
+        key=lambda e: e["ts"],
+    )
+    return [(NCCL_TYPES[e["name"]], int(e["args"]["Input Dims"][0][0])) for e in events]
+
+
+@pytest.fixture(scope="module")
+def raw_mismatches(sampled_run: Path) -> dict[str, set[int]]:
+    """What the raw files say disagrees between rank 0 and 1, by the seq of the world group ('0'): the
+    positions where the types differ, and where an all_reduce's element counts differ. Only the types the
+    importer turns into collectives are numbered (the raw files have no sequence numbers of their own)."""
+    imported = load_run(sampled_run, match=False)
+    kinds = {
+        int(t)
+        for rt in imported.ranks.values()
+        for t in rt.comm_type[rt.node_type == NodeType.COMM_COLL].tolist()
+    }
+    r0, r1 = ([c for c in _raw_collectives(p) if int(c[0]) in kinds] for p in SAMPLED)
+    assert len(r0) == len(r1) > 0
+    types = {k for k, (a, b) in enumerate(zip(r0, r1, strict=True)) if a[0] != b[0]}
+    sizes = {
+        k
+        for k, (a, b) in enumerate(zip(r0, r1, strict=True))
+        if a[0] == b[0] == CommType.ALL_REDUCE and a[1] != b[1]
+    }
+    order: set[int] = set()  # runs of consecutive type mismatches over which both ranks issue the same types
+    for k in sorted(types):
+        if k - 1 in types:
+            continue
+        run = [k]
+        while run[-1] + 1 in types:
+            run.append(run[-1] + 1)
+        if len(run) > 1 and sorted(r0[j][0] for j in run) == sorted(r1[j][0] for j in run):
+            order.update(run)
+    return {"types": types, "sizes": sizes, "order": order}
+
+
+def _seq_of(message: str) -> int:
+    """The sequence number a collective-mismatch message names (``... group '0' seq 3 ...``)."""
+    found = re.search(r" seq (\d+)", message)
+    assert found is not None, message
+    return int(found[1])
+
+
+def test_check_names_the_size_and_type_mismatches_the_raw_files_show(
+    sampled_run: Path, raw_mismatches: dict[str, set[int]]
+) -> None:
+    report = validate_run(sampled_run)
+    errors = report.errors
+    assert {e.kind for e in errors} == {"collective-type", "collective-size"}
+    named: dict[str, set[int]] = {e.kind: set() for e in errors}
+    for e in errors:
+        assert "group '0' seq " in e.message
+        named[e.kind].add(_seq_of(e.message))
+    assert named["collective-type"] == raw_mismatches["types"]
+    assert named["collective-size"] == raw_mismatches["sizes"]
+    assert raw_mismatches["sizes"] and raw_mismatches["order"]
+
+
+def test_check_prints_the_missing_ranks_the_groups_and_what_lenient_would_skip(sampled_run: Path) -> None:
+    buf = io.StringIO()
+    assert check_main([str(sampled_run), "--no-progress"], console=Console(file=buf, width=200)) == 1
+    text = buf.getvalue()
+    missing = sorted(set(range(128)) - {0, 1})
+    no_trace = [line for line in text.splitlines() if "no trace" in line]
+    assert len(no_trace) == 1
+    assert f"{len(missing)} of 128 ranks have no trace: {rank_ranges(missing)}" in no_trace[0]
+    assert rank_ranges(missing) == "2-127"
+    assert re.search(r"process groups +1: '0' \(128 ranks", text)
+    assert "--lenient" in text and "lenient=true" in text
+
+
+def test_the_lenient_load_skips_exactly_the_instances_check_reports(
+    sampled_run: Path, raw_mismatches: dict[str, set[int]]
+) -> None:
+    strict = validate_run(sampled_run)
+    reported = {_seq_of(e.message) for e in strict.errors if e.kind in MISMATCH_ERRORS}
+    lenient = validate_run(sampled_run, lenient=True)
+    assert lenient.ok
+    assert {i.kind for i in lenient.warnings} >= {"collective-type", "collective-size"}
+    assert lenient.run is not None
+    skipped = lenient.run.skipped_comm
+    assert {s.pg_name for s in skipped} == {"0"}
+    assert sorted(q for s in skipped for q in s.seqs) == sorted(reported)
+    assert {q for s in skipped if s.reason == "order differs" for q in s.seqs} == raw_mismatches["order"]
+    assert {q for s in skipped if s.reason == "sizes differ" for q in s.seqs} == raw_mismatches["sizes"]
+    assert strict.run is not None
+    kept = {(c.pg_name, c.seq) for c in lenient.run.collectives}
+    assert kept == {(c.pg_name, c.seq) for c in strict.run.collectives} - {("0", q) for q in reported}
+    (line,) = summarise_skipped(skipped)
+    assert line.startswith(f"group '0': {len(reported)} collective instance(s) skipped: ")
+
+
+def test_without_lenient_analyze_and_replay_refuse_in_one_paragraph_naming_the_group_and_the_option(
+    sampled_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        load_validated(sampled_run, lenient_option="--lenient")
+    assert "\n" not in str(info.value)
+    assert skewlens_main(["analyze", str(sampled_run), "--out", str(tmp_path / "a")]) == 2
+    assert skewlens_main(["replay", f"trace={sampled_run}", f"out={tmp_path / 'r'}", "progress=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    analyze, replay = err
+    for line, option in ((analyze, "--lenient"), (replay, "lenient=true")):
+        assert "Traceback" not in line
+        assert "group '0'" in line and "sizes differ" in line and "order differs" in line
+        assert f"With {option} the rest is used" in line
+    assert not (tmp_path / "a").exists()
+
+
+def _skipped_line(out: str) -> str:
+    """The one per-group line of what was skipped, joined back where the console wrapped it."""
+    flat = " ".join(out.split())
+    start = flat.index("group '0': ")
+    return flat[start:]
+
+
+def test_analyze_lenient_writes_its_tables_and_says_what_it_skipped(
+    sampled_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "analysis"
+    assert skewlens_main(["analyze", str(sampled_run), "--out", str(out), "--lenient", "--no-pictures"]) == 0
+    text = capsys.readouterr().out
+    assert (out / "collective_skew.parquet").is_file() and (out / "step_breakdown.parquet").is_file()
+    skipped = validate_run(sampled_run, lenient=True).skipped
+    n = sum(s.count for s in skipped)
+    assert _skipped_line(text).startswith(f"group '0': {n} collective instance(s) skipped: sizes differ")
+    assert "126 of 128 ranks have no trace: 2-127" in text
+    skew = pq.read_table(out / "collective_skew.parquet").to_pylist()
+    skipped_seqs = {q for s in skipped for q in s.seqs}
+    assert skew and not {r["seq"] for r in skew if r["pg_name"] == "0"} & skipped_seqs
+
+
+def test_replay_lenient_writes_its_outputs_and_says_what_it_skipped(
+    sampled_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "replay"
+    args = ["replay", f"trace={sampled_run}", f"out={out}", "progress=false", "lenient=true"]
+    assert skewlens_main(args) == 0
+    text = capsys.readouterr().out
+    for name in ("timeline.parquet", "summary.parquet", "timeline.json", "config.yaml"):
+        assert (out / name).is_file()
+    assert "lenient: true" in (out / "config.yaml").read_text()
+    skipped = load_validated(sampled_run, lenient=True).skipped_comm
+    n = sum(s.count for s in skipped)
+    assert _skipped_line(text).startswith(f"group '0': {n} collective instance(s) skipped:")
+    assert text.count("have no trace") == 1
+    # the skipped nodes replayed at their recorded durations
+    timeline = pq.read_table(out / "timeline.parquet").to_pylist()
+    run = load_validated(sampled_run, lenient=True)
+    by_node = {(r["rank"], r["node_id"]): r for r in timeline}
+    for s in skipped:
+        for rank, row in s.nodes:
+            rt = run.ranks[rank]
+            rec = by_node[(rank, int(rt.node_id[row]))]
+            assert rec["dur_ns"] == int(rt.dur_ns[row])
+
+
+# --------------------------------------------------------------------------------------- synthetic
+
+
+def _mismatched_run(tmp_path: Path) -> Path:
+    """Two ranks, three all_reduces; the middle one, B, differs in size (rank 0: 4 MiB, rank 1: 2 MiB).
+
+    rank 0: mm 1 ms, A, mm 1 ms, B, mm 1 ms, C; rank 1: mm 5 ms, A, mm 3 ms, B, mm 1 ms, C. As recorded, A,
+    B and C each end together on both ranks (rank 0 waited in them for rank 1), so a B that synchronised
+    would still wait for rank 1 in replay; a B that does not lasts its recorded 2.3 ms on rank 0."""
+    plan = {  # per rank, in program order: (ms of compute before it, collective, bytes, recorded ns)
+        0: [(1, "A", 1 << 20, 4_200_000), (1, "B", 4 << 20, 2_300_000), (1, "C", 1 << 20, 200_000)],
+        1: [(5, "A", 1 << 20, 200_000), (3, "B", 2 << 20, 300_000), (1, "C", 1 << 20, 200_000)],
+    }
+    b = RunBuilder(world_size=2)
+    for r, ops in plan.items():
+        rb = b.rank(r).step(0)
+        for mm_ms, name, nbytes, dur_ns in ops:
+            rb.compute("aten::mm", dur_ns=mm_ms * MS)
+            rb.collective(CommType.ALL_REDUCE, nbytes, dur_ns=dur_ns, name=name)
+    return b.write(tmp_path / "run")
+
+
+def _row(run: Any, rank: int, name: str) -> int:
+    rt = run.ranks[rank]
+    (row,) = [i for i in range(len(rt)) if rt.name(i) == name]
+    return row
+
+
+def test_a_synthetic_size_mismatch_is_refused_strictly_and_skipped_leniently(tmp_path: Path) -> None:
+    d = _mismatched_run(tmp_path)
+    with pytest.raises(ValidationError, match=r"group '0': 1 collective instance\(s\) disagree: sizes differ "
+                       r"\(rank 0: 4 MiB, rank 1: 2 MiB\) at seq 1\. With lenient=true"):  # fmt: skip
+        load_validated(d, lenient_option="lenient=true")
+    run = load_validated(d, lenient=True)
+    assert [(c.pg_name, c.seq) for c in run.collectives] == [("0", 0), ("0", 2)]
+    (skip,) = run.skipped_comm
+    assert (skip.reason, skip.seqs) == ("sizes differ", (1,))
+    assert sorted(skip.nodes) == [(0, _row(run, 0, "B")), (1, _row(run, 1, "B"))]
+
+
+def test_lenient_replay_keeps_matched_collectives_synchronised_and_the_skipped_one_at_its_recorded_time(
+    tmp_path: Path,
+) -> None:
+    run = load_validated(_mismatched_run(tmp_path), lenient=True)
+    factor = 2.0
+    slow = SlowdownModel([Slowdown(kind="compute", ranks=(1,), factor=factor)])
+    plain, slowed = simulate(run), simulate(run, effects=slow)
+    rt0, rt1 = run.ranks[0], run.ranks[1]
+    for r, rt in run.ranks.items():  # unmodified, the replay is the recording
+        valid = rt.node_type != NodeType.METADATA
+        assert np.array_equal(plain.start_ns[r][valid], rt.start_ns[valid])
+        assert np.array_equal(plain.end_ns[r][valid], rt.end_ns[valid])
+    a0, a1, b0, b1, c0, c1 = (
+        _row(run, r, n) for n, r in (("A", 0), ("A", 1), ("B", 0), ("B", 1), ("C", 0), ("C", 1))
+    )
+    # the matched collectives still synchronise: rank 1's slower compute delays rank 0 through them
+    for x0, x1 in ((a0, a1), (c0, c1)):
+        assert slowed.end_ns[0][x0] == slowed.end_ns[1][x1]
+        assert slowed.end_ns[0][x0] > rt0.end_ns[x0]
+    assert slowed.end_ns[0][a0] - slowed.start_ns[1][a1] == rt1.dur_ns[a1]
+    # the skipped one waits for no one: recorded duration on each rank, rank 0 done before rank 1 starts it
+    for r, row in ((0, b0), (1, b1)):
+        assert slowed.end_ns[r][row] - slowed.start_ns[r][row] == run.ranks[r].dur_ns[row]
+    assert slowed.end_ns[0][b0] < slowed.start_ns[1][b1]
+    assert slowed.start_ns[0][b0] == slowed.end_ns[0][b0 - 1]
+
+
+def test_a_collective_one_rank_never_issues_is_skipped_as_a_count_difference(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    b.rank(0).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    run = load_validated(b.write(tmp_path / "run"), lenient=True)
+    assert [c.seq for c in run.collectives] == [0]
+    assert summarise_skipped(run.skipped_comm) == [
+        "group '0': 1 collective instance(s) skipped: count differs (absent on rank(s) 1) at seq 1"
+    ]
+
+
+def test_p2p_ops_that_disagree_are_skipped_and_replay_at_their_recorded_durations(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    b.rank(0).send(1, 1 << 20, dur_ns=MS, start_ns=0)
+    b.rank(1).recv(0, 2 << 20, dur_ns=3 * MS, start_ns=2 * MS)
+    b.rank(1).recv(0, 1 << 20, dur_ns=MS)
+    d = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError, match="p2p op"):
+        load_validated(d, lenient_option="--lenient")
+    run = load_validated(d, lenient=True)
+    assert run.p2p == []
+    assert {(s.reason, len(s.nodes)) for s in run.skipped_comm} == {
+        ("sizes differ", 2),
+        ("no matching send", 1),
+    }
+    (line,) = summarise_skipped(run.skipped_comm)
+    assert line.startswith("group '0': 3 p2p op(s) skipped: ")
+    assert "sizes differ (send rank 0: 1 MiB, recv rank 1: 2 MiB)" in line
+    sim = simulate(run)
+    for r, rt in run.ranks.items():
+        comm = np.flatnonzero(rt.node_type != NodeType.METADATA)
+        assert np.array_equal(sim.end_ns[r][comm] - sim.start_ns[r][comm], rt.dur_ns[comm])
+
+
+def test_lenient_real_replay_is_refused_naming_the_key() -> None:
+    from test_replay_cli import compose_replay
+
+    from skewlens.replay.errors import ConfigError
+
+    assert compose_replay(["lenient=true"]).lenient is True
+    assert compose_replay([]).lenient is False
+    with pytest.raises(ConfigError, match=r"^lenient: real replay .* lenient=true works with mode=sim$"):
+        compose_replay(["lenient=true", "mode=real"])
+
+
+# ----------------------------------------------------------------------------------------- reports
+
+
+def test_missing_ranks_are_one_warning(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=6)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=MS)
+    report = validate_run(b.write(tmp_path / "run"))
+    (issue,) = [i for i in report.issues if i.kind == "missing-rank"]
+    assert issue.severity is Severity.WARNING
+    assert "4 of 6 ranks have no trace: 2-5 (the manifest says so)" in issue.message
+
+
+def test_rank_ranges_join_consecutive_ranks() -> None:
+    assert rank_ranges([7, 0, 2, 3, 4]) == "0, 2-4, 7"
+    assert rank_ranges(range(2, 128)) == "2-127"
+
+
+def test_the_check_summary_counts_process_groups_and_names_them(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "tp": (0, 1)})
+    for r in range(4):
+        b.rank(r).compute("aten::mm", dur_ns=MS)
+    buf = io.StringIO()
+    assert (
+        check_main([str(b.write(tmp_path / "run")), "--no-progress"], console=Console(file=buf, width=200))
+        == 0
+    )
+    (line,) = [ln for ln in buf.getvalue().splitlines() if "process groups" in ln]
+    assert line.split("process groups", 1)[1].strip() == "2: '0' (4 ranks, default_pg), 'tp' (2 ranks)"
+
+
+def test_a_400_character_kernel_name_renders_on_one_line_in_the_critical_path_panel(tmp_path: Path) -> None:
+    from skewlens.analysis import analyze_run
+
+    kernel = "void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(" + ", ".join(["int"] * 80) + ")"
+    assert len(kernel) >= 400
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).step(0).compute(kernel, dur_ns=(r + 2) * MS, start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    result: AnalysisResult = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert any(rec.name == kernel for rec in result.critical_path)
+    buf = io.StringIO()
+    Console(file=buf, width=100).print(critical_path_table(result))
+    lines = [ln for ln in buf.getvalue().splitlines() if "permute_2D_data_kernel" in ln]
+    assert len(lines) == 1
+    assert sum("int, int" in ln for ln in buf.getvalue().splitlines()) == 1  # no wrapped continuation
+    assert kernel[: NAME_WIDTH // 2] in lines[0] and "…" in lines[0]
+    assert len(lines[0]) <= 100
