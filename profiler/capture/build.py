@@ -34,10 +34,20 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.records import (
+    CALL_KINDS,
+    END_UNKNOWN,
+    GPU_KINDS,
+    CommRecord,
+    CudaSyncRecord,
+    OpRecord,
+    StepRecord,
+    WaitRecord,
+)
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
+    COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
     UNTRACED_NODE_NAME,
     Attr,
@@ -142,6 +152,10 @@ class RankCapture:
     """Device of the rank."""
     waits: Sequence[WaitRecord] = ()
     """Waits for asynchronous communication results (:mod:`skewlens.profiler.capture.waits`)."""
+    syncs: Sequence[CudaSyncRecord] = ()
+    """Ops/full levels on CUDA: the synchronisation activities (with ``enable_cuda_sync_events``); with
+    the runtime calls and GPU activities among ``ops`` they give the GPU dependencies
+    (:mod:`skewlens.profiler.capture.launches`)."""
 
 
 @dataclass(slots=True)
@@ -161,6 +175,8 @@ class _Proto:
     inputs_shapes: str = ""
     inputs_types: str = ""
     end_known: bool = True  # False: an async op whose backend reported no completion (END_UNKNOWN)
+    kernel: OpRecord | None = None  # its GPU side: a GPU node's activity, a comm node's NCCL kernel
+    host_waits: bool = True  # an async comm whose completion its issuing thread waits for at some point
 
 
 MAIN_STREAM = 0
@@ -415,8 +431,10 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
         # on GPUs the op completes when its NCCL kernel ends: take the next kernel that starts after the call
         while ki < len(kernels) and kernels[ki].start_ns < c.start_ns:
             ki += 1
+        kernel = None
         if ki < len(kernels):
-            end = max(end, kernels[ki].start_ns + kernels[ki].dur_ns)
+            kernel = kernels[ki]
+            end = max(end, kernel.start_ns + kernel.dur_ns)
             ki += 1
         thread_stream = streams.thread(c.thread)
         attrs: dict[str, AttrValue] = {
@@ -439,7 +457,10 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 attrs[Attr.BATCH] = c.batch
         if rf_id >= 0:
             attrs[Attr.RF_ID] = rf_id
-        if c.is_async:
+        # on a GPU a "blocking" call returns once its kernel is enqueued and its thread goes on: the
+        # node runs on the group's comm stream like an asynchronous one, and no host node waits for it
+        on_device = kernel is not None and not c.is_async
+        if c.is_async or on_device:
             stream = COMM_STREAM_BASE + pg_index.setdefault(c.pg_name, len(pg_index))
             attrs[Attr.STREAM_KIND] = "comm"
         else:
@@ -453,11 +474,13 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 end_ns=end,
                 stream=stream,
                 attrs=as_comm_node(attrs),
-                issue_stream=thread_stream if c.is_async else -1,
+                issue_stream=thread_stream if c.is_async or on_device else -1,
                 issue_end_ns=c.issue_end_ns,
                 rf_id=rf_id,
                 key=key,
                 end_known=c.end_ns != END_UNKNOWN or end > c.issue_end_ns,
+                kernel=kernel,
+                host_waits=not on_device,
             )
         )
     return out
@@ -525,8 +548,11 @@ def _gap_protos(
     return out
 
 
-def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list[_Proto]:
-    """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels."""
+def _op_protos(
+    cap: RankCapture, streams: _Streams, comms: list[_Proto], alias: Mapping[int, int]
+) -> list[_Proto]:
+    """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels
+    (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`)."""
     starts = [s.start_ns for s in cap.steps]
     bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
     blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -538,7 +564,7 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
     for o in cap.ops:
         if o.is_cpu:
             by_thread[o.thread].append(o)
-        elif not is_nccl_kernel(o.name):
+        elif not is_nccl_kernel(o.name) and (not o.kind or o.kind in GPU_KINDS):
             step = step_of(o.start_ns, starts, cap.steps)
             if step < 0:
                 continue
@@ -555,9 +581,9 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
                         Attr.STREAM_KIND: "cuda",
                         Attr.DEVICE: o.device,
                     },
+                    kernel=o,
                 )
             )
-    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread)
     for tid, ops in by_thread.items():
         native = alias.get(tid)
         stream = streams.thread(native if native is not None else ("kineto", tid))
@@ -584,7 +610,8 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
                 continue  # ran inside a blocking call (gloo's reduce_scatter copy-out): part of the comm
             k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
-            info = cap.host_ops.get(o.corr) if o.corr >= 0 else None
+            # a runtime call's correlation id is CUPTI's, not an operator's
+            info = cap.host_ops.get(o.corr) if o.corr >= 0 and not o.kind else None
             # full level: a scope without an operator schema (autograd engine, module forward) is not
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
@@ -623,8 +650,12 @@ def _op_protos(cap: RankCapture, streams: _Streams, comms: list[_Proto]) -> list
     return out
 
 
-def build_nodes(cap: RankCapture) -> list[TraceNode]:
-    """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start."""
+def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:
+    """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start.
+
+    ``notes``: where given, receives what the GPU dependencies came to (counts of the edges drawn and
+    of those the trace could not give), for the manifest.
+    """
     streams = _Streams(cap.main_thread)
     pg_index = {g.name: i for i, g in enumerate(cap.groups)}
     if cap.ops:  # on the hooks' clock before anything joins them (worker ends, c10d ids, nesting)
@@ -643,8 +674,9 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
         if not target.end_known:  # gloo's send/recv: it completed when the wait on it returned
             target.end_ns = max(target.end_ns, by_id[wid].end_ns)
             target.end_known = True
+    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
     if cap.ops:
-        ops = _op_protos(cap, streams, comms + waits)
+        ops = _op_protos(cap, streams, comms + waits, alias)
         gaps = _gap_protos(cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for)
         comp = waits + ops + gaps
     else:
@@ -671,7 +703,8 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
             prev = _last_finished(done_on[p.issue_stream], p.start_ns)
             if prev is not None and prev not in ctrl[nid]:
                 ctrl[nid].append(prev)
-            if id(p) not in waited_for:  # else its wait node is where the thread consumed it
+            # else its wait node is where the thread consumed it, or (a call on a GPU) its thread never waits
+            if id(p) not in waited_for and p.host_waits:
                 pending_async[p.issue_stream].append(p)
         else:
             still = []
@@ -684,6 +717,8 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
                 pending_async[p.stream] = still
         last_on[p.stream] = nid
         done_on[p.stream].append((p.end_ns, nid))
+    if any(p.kernel is not None for p in protos):
+        _gpu_dependencies(cap, protos, ids, streams=streams, alias=alias, ctrl=ctrl, notes=notes)
     data = _data_deps(protos, ids, cap.host_ops)
     off = cap.offset_ns
     nodes = [pg_init_node(cap.groups)]
@@ -704,6 +739,69 @@ def build_nodes(cap: RankCapture) -> list[TraceNode]:
             )
         )
     return nodes
+
+
+def _device_index(device: str) -> int:
+    """``cuda:3`` -> 3 (0 where the name has no index)."""
+    tail = device.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _gpu_dependencies(
+    cap: RankCapture,
+    protos: Sequence[_Proto],
+    ids: Mapping[int, int],
+    *,
+    streams: _Streams,
+    alias: Mapping[int, int],
+    ctrl: dict[int, list[int]],
+    notes: list[str] | None,
+) -> None:
+    """Launch, event-wait and synchronisation edges (:mod:`skewlens.profiler.capture.launches`) into
+    ``ctrl``, and ``skl_launch_ns`` on the GPU nodes."""
+    from skewlens.profiler.capture.launches import Call, GpuNode, HostSpan, gpu_edges
+
+    def thread_stream(tid: int) -> int:
+        native = alias.get(tid)
+        return streams.threads.get(native if native is not None else ("kineto", tid), -1)
+
+    calls = {
+        o.corr: Call(
+            name=o.name, start_ns=o.start_ns, end_ns=o.start_ns + o.dur_ns, stream=thread_stream(o.thread)
+        )
+        for o in cap.ops
+        if o.kind in CALL_KINDS and o.corr > 0
+    }
+    gpu = [
+        GpuNode(
+            nid=ids[id(p)],
+            device=_device_index(k.device),
+            stream=k.thread,
+            corr=k.corr,
+            start_ns=k.start_ns,
+            end_ns=k.start_ns + k.dur_ns,
+            comm=p.node_type in COMM_NODE_TYPES,
+        )
+        for p in protos
+        if (k := p.kernel) is not None and k.corr > 0
+    ]
+    hosts = [
+        HostSpan(nid=ids[id(p)], stream=p.stream, start_ns=p.start_ns, end_ns=p.end_ns)
+        for p in protos
+        if p.node_type == NodeType.COMP and p.attrs.get(Attr.STREAM_KIND) == "thread"
+    ]
+    edges = gpu_edges(gpu, calls, cap.syncs, hosts)
+    for nid, deps in edges.deps.items():
+        ctrl[nid].extend(d for d in deps if d not in ctrl[nid])
+    by_id = {ids[id(p)]: p for p in protos}
+    for nid, launch_ns in edges.launch_ns.items():
+        by_id[nid].attrs[Attr.LAUNCH_NS] = launch_ns + cap.offset_ns
+    if notes is not None and edges.counts:
+        notes.append("; ".join(f"{n} {what}" for what, n in sorted(edges.counts.items())))
+    if notes is not None and calls and not cap.syncs:
+        notes.append(
+            "no CUDA synchronisation activities in the profile: no event-wait or host-synchronisation edges"
+        )
 
 
 def _last_finished(history: list[tuple[int, int]], t: int, *, scan: int = 64) -> int | None:

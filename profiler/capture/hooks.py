@@ -40,11 +40,14 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-from torch._C._autograd import _enable_record_function
 
+from skewlens.profiler.capture.compat import record_function_switch
 from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, CommRecord
 from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.vocab import CommType, NodeType
+
+#: Turns record functions off for a quiet call; None where this torch lacks it (calls stay profiled).
+_enable_record_function = record_function_switch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,15 +334,15 @@ class CommHooks:
         worker threads once ``quiet()``: with record functions off while the call is issued, gloo's work
         item creates no record function (with the Kineto recorder, that profiling was most of its cost).
         """
-        quiet = self._quiet is not None and self._quiet()
-        if quiet:
-            _enable_record_function(False)
+        switch = _enable_record_function if self._quiet is not None and self._quiet() else None
+        if switch is not None:
+            switch(False)
         start = time.time_ns()
         try:
             result = orig(*args, **kwargs)
         finally:
-            if quiet:
-                _enable_record_function(True)
+            if switch is not None:
+                switch(True)
         return result, start, time.time_ns()
 
     def _lean(

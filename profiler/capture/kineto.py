@@ -1,13 +1,25 @@
 """Operator-level capture through torch.profiler (Kineto), and conversion of its events to :class:`OpRecord`.
 
-:func:`op_records` is pure: it takes event-like objects (``name()``, ``start_ns()``, ``duration_ns()``,
-``device_type()``, ``start_thread_id()``, ``device_resource_id()``, ``device_index()``,
-``correlation_id()``), so the CUDA/NCCL path is tested on synthetic events without a GPU. Kineto's
-timestamps are on the Unix-epoch clock, the same as ``time.time_ns()`` used by the communication hooks.
+:func:`op_records` and :func:`sync_records` are pure: they take event-like objects (``name()``,
+``start_ns()``, ``duration_ns()``, ``device_type()``, ``start_thread_id()``, ``device_resource_id()``,
+``device_index()``, ``correlation_id()``, and where torch has them ``activity_type()`` and
+``metadata_json()`` / ``extra_meta()``), so the CUDA/NCCL path is tested on synthetic events without a
+GPU. Kineto's timestamps are on the Unix-epoch clock, the same as ``time.time_ns()`` used by the
+communication hooks.
+
+On CUDA, torch's events hold more than operators and kernels (``activity_type()``, as Kineto's JSON
+names its categories): the CUDA runtime and driver calls (``cuda_runtime``, ``cuda_driver``: launches,
+event records, synchronisations; host events, on the thread of the operator that made them), and, with
+``enable_cuda_sync_events``, the synchronisation activities (``cuda_sync``: device-side events of their
+own, whose streams and event records are only in their metadata, hence
+``expose_kineto_event_metadata``). A launch call and what it launched share a correlation id (CUPTI's);
+so does a synchronisation activity and the call that made it. GPU annotations (``gpu_user_annotation``)
+and other device-side ranges are not GPU work and are left out.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,7 +27,8 @@ from typing import Any
 
 from skewlens.profiler.bounded import read_json_bounded
 from skewlens.profiler.capture.build import STEP_MARK_NAME, marker_clock_offset
-from skewlens.profiler.capture.records import OpRecord
+from skewlens.profiler.capture.compat import experimental_config
+from skewlens.profiler.capture.records import CALL_KINDS, GPU_KINDS, CudaSyncRecord, OpRecord
 from skewlens.profiler.errors import CaptureError
 
 #: Largest Kineto JSON we parse to find record-function ids (full level).
@@ -27,15 +40,48 @@ def is_host_event(ev: Any) -> bool:
     return str(ev.device_type()).rsplit(".", 1)[-1].upper() == "CPU"
 
 
+#: ``activity()`` of Kineto's synchronisation activities.
+SYNC_KIND = "cuda_sync"
+
+
+def activity(ev: Any) -> str:
+    """Kineto's activity type of an event (``kernel``, ``cuda_runtime``, ``cuda_sync``, ``cpu_op``, ...),
+    ``""`` where this torch's events do not say (:mod:`skewlens.profiler.capture.compat`)."""
+    get = getattr(ev, "activity_type", None)
+    return str(get()) if get is not None else ""
+
+
+def event_metadata(ev: Any) -> dict[str, Any]:
+    """The metadata Kineto attached to an event (its JSON ``args`` less what torch adds), as torch gives it
+    with ``expose_kineto_event_metadata``: ``metadata_json()`` is a JSON object body (``"stream": 7,
+    "correlation": 12``), ``extra_meta()`` (newer torch) a mapping; empty where neither has anything."""
+    get = getattr(ev, "metadata_json", None)
+    text = str(get()).strip().rstrip(",") if get is not None else ""
+    if text:
+        try:
+            data = json.loads("{" + text + "}")
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data
+    extra = getattr(ev, "extra_meta", None)
+    meta = extra() if extra is not None else None
+    return dict(meta) if isinstance(meta, Mapping) else {}
+
+
 def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -> list[OpRecord]:
-    """OpRecords from Kineto events: host ops keep their thread, device kernels their stream."""
+    """OpRecords from Kineto events: host ops (and CUDA runtime/driver calls) keep their thread, GPU
+    activities their stream; synchronisation activities (:func:`sync_records`) and GPU annotations are
+    left out."""
     out = []
     for ev in events:
         dur = int(ev.duration_ns())
         if dur < 0:
             continue
+        kind = activity(ev)
         if is_host_event(ev):
             corr = int(ev.correlation_id())
+            call = kind in CALL_KINDS
             out.append(
                 OpRecord(
                     name=ev.name(),
@@ -43,11 +89,12 @@ def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -
                     dur_ns=dur,
                     thread=int(ev.start_thread_id()),
                     is_cpu=True,
-                    rf_id=rf_ids.get(corr, -1) if rf_ids else -1,
+                    rf_id=rf_ids.get(corr, -1) if rf_ids and not call else -1,
                     corr=corr,
+                    kind=kind if call else "",
                 )
             )
-        else:
+        elif not kind or kind in GPU_KINDS:
             out.append(
                 OpRecord(
                     name=ev.name(),
@@ -56,8 +103,38 @@ def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -
                     thread=int(ev.device_resource_id()),
                     is_cpu=False,
                     device=f"cuda:{int(ev.device_index())}",
+                    corr=int(ev.correlation_id()),
+                    kind=kind,
                 )
             )
+    return out
+
+
+def _int(value: Any, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def sync_records(events: Iterable[Any]) -> list[CudaSyncRecord]:
+    """The synchronisation activities among Kineto events (``cuda_sync``), with the streams and event
+    records of their metadata (-1 where it says nothing: no ``expose_kineto_event_metadata``)."""
+    out = []
+    for ev in events:
+        if activity(ev) != SYNC_KIND:
+            continue
+        meta = event_metadata(ev)
+        out.append(
+            CudaSyncRecord(
+                kind=str(meta.get("cuda_sync_kind") or ev.name()),
+                corr=int(ev.correlation_id()),
+                device=_int(meta.get("device"), int(ev.device_index())),
+                stream=_int(meta.get("stream"), int(ev.device_resource_id())),
+                wait_on_stream=_int(meta.get("wait_on_stream")),
+                record_corr=_int(meta.get("wait_on_cuda_event_record_corr_id")),
+            )
+        )
     return out
 
 
@@ -94,29 +171,43 @@ def leave_mark(times_ns: list[int]) -> None:
             times_ns.append(time.time_ns())
 
 
+#: What the trace loses without each ``_ExperimentalConfig`` option the capture asks for.
+MISSING_OPTION = {
+    "enable_cuda_sync_events": "no CUDA synchronisation events: no event-wait or host-synchronisation edges",
+    "expose_kineto_event_metadata": (
+        "no metadata on the profiler's events: no event-wait or host-synchronisation edges"
+    ),
+    "capture_overload_names": "no operator overload names: schemas are the default overload's",
+}
+
+
 class KinetoCapture:
     """Starts torch.profiler at warm-up and hands back its events at the end of the window."""
 
     def __init__(self, *, cuda: bool, host_facts: bool = False) -> None:
         """``host_facts``: also record operator inputs (shapes, tensor identities), allocations and
         overload names, from which :func:`skewlens.profiler.capture.hostfacts.host_facts` derives schemas and
-        data dependencies (the full level's default source)."""
+        data dependencies (the full level's default source). ``cuda``: also GPU activities, the CUDA
+        runtime calls, and the synchronisation activities with their metadata (:attr:`notes` says what
+        this torch could not record)."""
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
+        wanted: dict[str, bool] = {}
         if cuda:
             activities.append(ProfilerActivity.CUDA)
+            wanted.update(enable_cuda_sync_events=True, expose_kineto_event_metadata=True)
         if host_facts:
-            from torch._C._profiler import _ExperimentalConfig
-
-            self._prof = profile(
-                activities=activities,
-                record_shapes=True,
-                profile_memory=True,
-                experimental_config=_ExperimentalConfig(capture_overload_names=True),
-            )
-        else:
-            self._prof = profile(activities=activities)
+            wanted["capture_overload_names"] = True
+        self.notes: list[str] = []
+        """What this torch's profiler could not be asked for, and what that costs the trace."""
+        options: dict[str, Any] = {"record_shapes": True, "profile_memory": True} if host_facts else {}
+        if wanted:
+            config, missing = experimental_config(**wanted)
+            self.notes += [f"{MISSING_OPTION[m]} (this torch's profiler has no {m})" for m in missing]
+            if config is not None:
+                options["experimental_config"] = config
+        self._prof = profile(activities=activities, **options)
         self._running = False
         self.mark_times_ns: list[int] = []
         """The ``time.time_ns()`` inside each step marker left so far (see ``RankCapture.mark_times_ns``)."""

@@ -81,9 +81,42 @@ class OpRecord:
     rf_id: int = -1
     """Record-function id (joins PyTorch's host execution trace), -1 when unknown."""
     corr: int = -1
-    """Kineto correlation id (``External id``) of a host operator: keys the full level's host facts."""
+    """Kineto correlation id. Of a host operator its ``External id`` (keys the full level's host facts);
+    of a CUDA runtime/driver call and of a GPU activity the CUPTI correlation id, the same on a launch
+    call and on what it launched (see :attr:`kind`)."""
     step: int = -1
     """Training step (filled when assigned to a step)."""
+    kind: str = ""
+    """Kineto's activity type where the profiler gives it for an event of the CUDA path:
+    ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (GPU activities, :data:`GPU_KINDS`), ``cuda_runtime``,
+    ``cuda_driver`` (host calls, :data:`CALL_KINDS`); ``""`` for host operators."""
+
+
+#: ``OpRecord.kind`` of the GPU activities that become GPU nodes.
+GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: ``OpRecord.kind`` of CUDA runtime and driver calls (launches, event records, synchronisations).
+CALL_KINDS = frozenset({"cuda_runtime", "cuda_driver"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CudaSyncRecord:
+    """One CUDA synchronisation activity (Kineto's ``cuda_sync``, recorded with
+    ``enable_cuda_sync_events``): what a runtime call waited for."""
+
+    kind: str
+    """``Stream Wait Event``, ``Stream Sync``, ``Event Sync`` or ``Context Sync``."""
+    corr: int
+    """CUPTI correlation id of the runtime call that made it (``cudaStreamWaitEvent``,
+    ``cudaStreamSynchronize``, ``cudaEventSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventQuery``)."""
+    device: int
+    """CUDA device index."""
+    stream: int
+    """The waiting stream (Stream Wait Event) or the stream synchronised (Stream Sync); -1 otherwise."""
+    wait_on_stream: int = -1
+    """Stream Wait Event, Event Sync: the stream the waited-for event was recorded on, -1 if unknown."""
+    record_corr: int = -1
+    """Stream Wait Event, Event Sync: correlation id of the ``cudaEventRecord`` that recorded the event,
+    -1 if unknown."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
