@@ -9,13 +9,19 @@ The flight recorder, which every process group of gloo and NCCL feeds from C++, 
 its entries back at the end of the window through the JSON dump (never the pickle one: traces and dumps
 are untrusted input).
 
+torch keeps two recorders: NCCL's process groups feed one of their own (CUDA events; its dump,
+``_dump_nccl_trace_json``, exists only in builds with NCCL), every other backend (gloo) the generic one
+(``_dump_fr_trace_json``). :func:`dump_entries` reads both; each entry knows its recorder.
+
 An entry no hooked call accounts for (see :func:`merge`) becomes a collective of its own: group, sequence
 number, type, size and dtype from the entry; the arrival is the entry's creation time (the moment the
-rank issued it). The flight recorder gives no end on gloo (nor on NCCL without timing), so the call is an
-asynchronous one on the group's comm stream that ends when gloo's worker thread finished it (its
-``gloo:*`` event: Kineto records it at the ops level, and at the collectives level a worker-event
-recorder does, see :class:`skewlens.profiler.capture.kineto.WorkerEvents`), at the NCCL kernel's end at
-the ops level, and otherwise at its arrival.
+rank issued it). It is an asynchronous call on the group's comm stream. gloo's recorder gives no end: it
+ends when gloo's worker thread finished it (its ``gloo:*`` event: Kineto records it at the ops level,
+and at the collectives level a worker-event recorder does, see
+:class:`skewlens.profiler.capture.kineto.WorkerEvents`). NCCL's ends on the device: at the ops level at
+its NCCL kernel's end; at the collectives level at the end :func:`device_spans` takes from its entry,
+where ``TORCH_NCCL_ENABLE_TIMING`` was set for the process (``skewlens profile`` sets it). Otherwise it
+ends at its arrival.
 
 One identity source: where the recorder is on (it is for the whole run: ``skewlens profile`` sets
 ``TORCH_FR_BUFFER_SIZE`` for every rank), every collective of a group the recorder feeds (gloo, NCCL)
@@ -31,8 +37,9 @@ import bisect
 import itertools
 import math
 import os
+import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from skewlens.profiler.bounded import parse_json_bounded
@@ -43,12 +50,22 @@ from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+#: Its older name, which torch still reads where the new one is not set.
+FR_BUFFER_LEGACY_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+#: Environment variable that makes NCCL's process groups time each collective on the device (a start
+#: event per collective), read when a group is created: the recorder then has its device duration.
+NCCL_TIMING_ENV = "TORCH_NCCL_ENABLE_TIMING"
 #: Entries kept when skewlens turns the recorder on.
 FR_BUFFER_DEFAULT = 20_000
 #: Largest dump parsed (the ring buffer bounds it; this bounds a corrupt one).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 #: What the dump is called in errors.
-DUMP_SOURCE = "flight recorder dump (torch._C._distributed_c10d._dump_fr_trace_json)"
+DUMP_SOURCE = "flight recorder dump (torch._C._distributed_c10d._dump_nccl_trace_json / _dump_fr_trace_json)"
+#: The recorders, as ``FrEntry.recorder`` names them, and the function that dumps each as JSON.
+DUMPS = (("nccl", "_dump_nccl_trace_json"), ("fr", "_dump_fr_trace_json"))
+#: Longest the end of a window waits for NCCL's watchdog to retire the window's collectives (it looks
+#: every 100 ms; only a retired entry has its device duration).
+SETTLE_S = 0.3
 #: Backends whose process groups feed the flight recorder.
 RECORDED_BACKENDS = ("gloo", "nccl")
 
@@ -81,6 +98,17 @@ class FrEntry:
     """The issuing thread's ``threading.get_ident()`` (the recorder's ``thread_id``), 0 when unknown."""
     record_id: int = -1
     """The recorder's running number of the entry over all groups (0 = its first ever), -1 unknown."""
+    recorder: str = "fr"
+    """Which recorder held it: ``nccl`` (NCCL's) or ``fr`` (the generic one, gloo's); record ids count
+    per recorder."""
+    started_ns: int = -1
+    """``time_discovered_started_ns``: when a host thread (NCCL's watchdog, or the dump) found the
+    collective started on the device: after it started, possibly long after; -1 when not found."""
+    completed_ns: int = -1
+    """``time_discovered_completed_ns``: likewise for its completion; -1 when not found."""
+    duration_ns: int = -1
+    """``duration_ms`` in ns: its time on the device between its start and end CUDA events (NCCL with
+    ``TORCH_NCCL_ENABLE_TIMING``, once the watchdog retired it); -1 when absent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,13 +132,32 @@ def enabled() -> bool:
 
 
 def buffer_size() -> int:
-    """Entries this process's flight recorder keeps (``TORCH_FR_BUFFER_SIZE``; 0 when it is off)."""
-    value = os.environ.get(FR_BUFFER_ENV, "").strip()
+    """Entries this process's flight recorder keeps (``TORCH_FR_BUFFER_SIZE``, else its older name, as
+    torch reads them; 0 when it is off)."""
+    value = os.environ.get(FR_BUFFER_ENV, "").strip() or os.environ.get(FR_BUFFER_LEGACY_ENV, "").strip()
     return int(value) if value.isdigit() and len(value) <= 12 else 0
 
 
-def parse_dump(text: str | bytes, *, max_bytes: int = MAX_DUMP_BYTES) -> list[FrEntry]:
-    """The collective entries of a flight-recorder JSON dump (p2p entries are the hooks' to record).
+def nccl_timing() -> bool:
+    """Whether NCCL's process groups of this process time their collectives (``TORCH_NCCL_ENABLE_TIMING``
+    set true, as torch reads it, when they were created)."""
+    return os.environ.get(NCCL_TIMING_ENV, "").strip().lower() in {"1", "true", "yes", "y", "on"}
+
+
+def _positive(value: object) -> int:
+    """An int time of the dump, -1 where it is absent (null in one form of the dump, 0 in the other)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else -1
+
+
+def _duration_ns(value: object) -> int:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e12:
+        return round(value * 1_000_000)
+    return -1
+
+
+def parse_dump(text: str | bytes, *, max_bytes: int = MAX_DUMP_BYTES, recorder: str = "fr") -> list[FrEntry]:
+    """The collective entries of a flight-recorder JSON dump (p2p entries are the hooks' to record);
+    ``recorder``: which recorder it is (:data:`DUMPS`).
 
     Malformed entries are skipped: the dump is the recorder's, but nothing in it is trusted. A dump that
     is not JSON, is larger than ``max_bytes``, or has no entry list raises :class:`CaptureError` naming
@@ -165,29 +212,72 @@ def parse_dump(text: str | bytes, *, max_bytes: int = MAX_DUMP_BYTES) -> list[Fr
                 size_bytes=nbytes,
                 thread_ident=ident,
                 record_id=rid if isinstance(rid, int) and rid >= 0 else -1,
+                recorder=recorder,
+                started_ns=_positive(e.get("time_discovered_started_ns")),
+                completed_ns=_positive(e.get("time_discovered_completed_ns")),
+                duration_ns=_duration_ns(e.get("duration_ms")),
             )
         )
     return out
 
 
 def dump_entries() -> list[FrEntry]:
-    """This process's flight-recorder entries (empty when the recorder is off or unavailable); a dump
-    that cannot be read raises :class:`CaptureError` (see :func:`parse_dump`)."""
-    try:
-        import torch
+    """This process's entries in both flight recorders (:data:`DUMPS`; empty when they are off or have
+    nothing); a dump that cannot be read, or a torch with neither dump while the recorder is on, raises
+    :class:`CaptureError` (see :func:`parse_dump`)."""
+    import torch
 
-        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
-        if dump is None:
-            return []
-        text = dump(True, False)  # collectives included, finished ones too
-    except (RuntimeError, AttributeError):  # the recorder unavailable: nothing to read back
-        return []
-    return parse_dump(text)
+    c10d = getattr(torch._C, "_distributed_c10d", None)
+    out: list[FrEntry] = []
+    found = False
+    for recorder, name in DUMPS:
+        dump = getattr(c10d, name, None)
+        if dump is None:  # NCCL's only exists in builds with NCCL
+            continue
+        found = True
+        try:
+            text = dump(True, False)  # collectives included, finished ones too
+        except RuntimeError:  # this recorder unavailable (never started): nothing to read back
+            continue
+        out += parse_dump(text, recorder=recorder)
+    if not found and enabled():
+        raise CaptureError(
+            f"{DUMP_SOURCE}: this torch ({torch.__version__}) has neither dump: the collectives issued "
+            "past the hooks are not in the trace"
+        )
+    return out
+
+
+def settle(
+    entries: list[FrEntry],
+    since_ns: int,
+    *,
+    dump: Callable[[], list[FrEntry]] = dump_entries,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    timeout_s: float = SETTLE_S,
+) -> list[FrEntry]:
+    """``entries`` again, dumped anew until NCCL's watchdog has retired (given a device duration) every
+    timed NCCL collective created since ``since_ns``, or ``timeout_s`` passed: the last collectives of a
+    window are retired up to 100 ms after they ended. Untimed entries (no discovered start either) are
+    not waited for."""
+    deadline = clock() + timeout_s
+
+    def pending(es: Sequence[FrEntry]) -> bool:
+        return any(
+            e.recorder == "nccl" and e.created_ns >= since_ns and e.duration_ns < 0 and e.started_ns > 0
+            for e in es
+        )
+
+    while pending(entries) and clock() < deadline:
+        sleep(0.02)
+        entries = dump()
+    return entries
 
 
 def losses(entries: Sequence[FrEntry], steps: Sequence[StepRecord], groups: Sequence[str]) -> list[Loss]:
-    """What this rank's recorder lost inside the recorded ``steps``, per group of ``groups`` (those it
-    feeds and this rank belongs to).
+    """What this rank's recorders lost inside the recorded ``steps``, per group of ``groups`` (those they
+    feed and this rank belongs to); each recorder (:data:`DUMPS`) numbers its entries of its own.
 
     The ring buffer keeps the newest entries: where its oldest kept entry is not its first ever
     (``record_id`` above 0), every group's collectives created before that entry are gone, i.e. a
@@ -196,6 +286,17 @@ def losses(entries: Sequence[FrEntry], steps: Sequence[StepRecord], groups: Sequ
     """
     if not entries or not steps:
         return []
+    by_recorder: dict[str, list[FrEntry]] = defaultdict(list)
+    for e in entries:
+        by_recorder[e.recorder].append(e)
+    if len(by_recorder) > 1:  # a group's entries are in one recorder; one without any may be any's
+        mine = {e.pg_name for e in entries}
+        bare = [g for g in groups if g not in mine]
+        return [
+            x
+            for rec, es in sorted(by_recorder.items())
+            for x in losses(es, steps, [*bare, *sorted({e.pg_name for e in es})])
+        ]
     ordered = sorted(steps, key=lambda s: s.start_ns)
     oldest = min(entries, key=lambda e: (e.record_id, e.created_ns))
     by_pg: dict[str, list[FrEntry]] = defaultdict(list)
@@ -218,6 +319,65 @@ def losses(entries: Sequence[FrEntry], steps: Sequence[StepRecord], groups: Sequ
                 if inside:
                     out.append(Loss(pg_name=pg, first_seq=a.seq + 1, last_seq=b.seq - 1, steps=inside))
     return out
+
+
+def device_spans(entries: Sequence[FrEntry]) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(group, seq) -> (start, end)`` on the device of the NCCL collectives timed on it (a device
+    duration ``D`` and a discovered completion ``Q``; ``TORCH_NCCL_ENABLE_TIMING``), on the hooks' clock.
+
+    The recorder measures ``D`` exactly (between the collective's two CUDA events) but stamps its
+    discovered start ``P`` and completion ``Q`` when a host thread finds them (NCCL's watchdog looks every
+    100 ms, and usually finds both at once), so those only bound it: the collective started after it was
+    created (``C``) and after the previous collective of its group ended (one stream per group), and no
+    later than ``min(P, Q - D)``. It is taken to start as early as that allows, ``max(C, previous end)``,
+    the assumption the hooks make for the host (it ran when issued), unless the bounds say later; its
+    end is that start plus ``D``. Where the device ran behind the host (queued kernels), the start is
+    early by that lag.
+    """
+    by_pg: dict[str, list[FrEntry]] = defaultdict(list)
+    for e in entries:
+        if e.recorder == "nccl":
+            by_pg[e.pg_name].append(e)
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for pg, es in by_pg.items():
+        previous_end = 0
+        for e in sorted(es, key=lambda e: (e.seq, e.created_ns)):
+            if e.duration_ns < 0 or e.completed_ns <= 0:
+                previous_end = max(previous_end, e.created_ns)
+                continue
+            latest = e.completed_ns - e.duration_ns
+            if e.started_ns > 0:
+                latest = min(latest, e.started_ns)
+            start = max(e.created_ns, min(max(e.created_ns, previous_end), latest))
+            out[(pg, e.seq)] = (start, start + e.duration_ns)
+            previous_end = start + e.duration_ns
+    return out
+
+
+def device_time_note(
+    entries: Sequence[FrEntry], spans: Mapping[tuple[str, int], tuple[int, int]], steps: Sequence[StepRecord]
+) -> str:
+    """What the manifest says of the NCCL collectives' device times in the window (``""``: none there)."""
+    ordered = sorted(steps, key=lambda s: s.start_ns)
+    starts = [s.start_ns for s in ordered]
+    inside = [e for e in entries if e.recorder == "nccl" and step_of(e.created_ns, starts, ordered) >= 0]
+    if not inside:
+        return ""
+    timed = sum(1 for e in inside if (e.pg_name, e.seq) in spans)
+    if timed == len(inside):
+        return (
+            f"{timed} NCCL collective(s) end on the device: the recorder's device durations, from the "
+            "earliest start its times allow (see flight.device_spans)"
+        )
+    why = (
+        "the watchdog had not retired them when the window ended"
+        if nccl_timing()
+        else f"{NCCL_TIMING_ENV}=1 was not set when the process groups were created"
+    )
+    return (
+        f"{len(inside) - timed} of {len(inside)} NCCL collective(s) without device times ({why}): "
+        "their end is where the hooks or the recorder's enqueue time put it"
+    )
 
 
 def recorded_groups(backends: Mapping[str, str]) -> set[str]:
@@ -289,6 +449,7 @@ def merge(
     thread: int,
     recorded: set[str] | None = None,
     slack_ns: int = 200_000,
+    spans: Mapping[tuple[str, int], tuple[int, int]] | None = None,
 ) -> tuple[list[CommRecord], list[CommRecord], int]:
     """The hooked calls numbered as the recorder numbers them, the collectives only the recorder saw, and
     how many hooked calls were left out (their entry was lost).
@@ -301,7 +462,12 @@ def merge(
     per group, the recorder's, the same on every member. On a group the recorder feeds (``recorded``:
     every group when None), a hooked collective without an entry is left out (the ring buffer lost it,
     see :func:`losses`); on another group the hooked calls keep the hooks' numbers.
+
+    ``spans`` (:func:`device_spans`): a recorder-only collective, and an asynchronous hooked one, ends
+    where its device span ends (a blocking hooked call keeps its return: on NCCL the call returns at
+    enqueue and its thread goes on, which the node on the thread says).
     """
+    spans = spans or {}
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
     by_pg: dict[str, list[FrEntry]] = defaultdict(list)
@@ -329,7 +495,9 @@ def merge(
         if seq < 0:
             left_out += 1
         else:
-            hooked.append(replace(c, seq=seq))
+            span = spans.get((c.pg_name, seq))
+            end = max(c.end_ns, span[1]) if span is not None and c.is_async else c.end_ns
+            hooked.append(replace(c, seq=seq, end_ns=end))
     extra = []
     for pg, es in by_pg.items():
         for k, e in enumerate(es):
@@ -351,7 +519,7 @@ def merge(
                     size_bytes=e.size_bytes,
                     start_ns=e.created_ns,
                     issue_end_ns=e.created_ns,
-                    end_ns=e.created_ns,
+                    end_ns=max(e.created_ns, spans[(pg, e.seq)][1]) if (pg, e.seq) in spans else e.created_ns,
                     is_async=True,
                     thread=thread,
                     step=step,

@@ -19,7 +19,7 @@ from skewlens.profiler.capture.autostart import (
     ENV_LEVEL,
     ENV_STEPS,
 )
-from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV
+from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV, NCCL_TIMING_ENV
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.errors import CaptureError
@@ -78,6 +78,8 @@ def capture_env(
     env[ENV_HOST_TRACE] = host_trace.value
     # the flight recorder sees the collectives the Python hooks cannot (functional ones, C++-issued)
     env.setdefault(FR_BUFFER_ENV, str(FR_BUFFER_DEFAULT))
+    # ... and on NCCL times each collective on the device (read when a process group is created)
+    env.setdefault(NCCL_TIMING_ENV, "1")
     return env
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.capture import flight
 from skewlens.profiler.capture.build import RankCapture, build_nodes
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
@@ -180,6 +180,8 @@ class CaptureSession:
         # PyTorch's ExecutionTraceObserver was asked for
         facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
         self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
+        if self._kineto.notes:
+            self.notes[f"rank {self.rank} profiler"] = "; ".join(self._kineto.notes)
         self._kineto.start()
 
     def _start_worker_events(self) -> None:
@@ -309,14 +311,19 @@ class CaptureSession:
             )
         return out
 
-    def _ops(self) -> tuple[list[OpRecord], dict[int, Any]]:
+    def _ops(self) -> tuple[list[OpRecord], dict[int, Any], list[CudaSyncRecord]]:
         if self._et is not None:
             self._et.stop()
             self._et.unregister_callback()
         events = self._kineto.stop() if self._kineto is not None else []
         if not events:
-            return [], {}
-        from skewlens.profiler.capture.kineto import is_host_event, op_records, rf_ids_from_chrome_trace
+            return [], {}, []
+        from skewlens.profiler.capture.kineto import (
+            is_host_event,
+            op_records,
+            rf_ids_from_chrome_trace,
+            sync_records,
+        )
 
         host_ops: dict[int, Any] = {}
         rf_ids: dict[int, int] = {}
@@ -337,7 +344,7 @@ class CaptureSession:
                 host_ops = host_facts(self._kineto.event_tree(), types)
             if self.keep_raw:
                 self._kineto.export(self._raw_dir() / f"kineto_rank{self.rank}.json")
-        return op_records(events, rf_ids), host_ops
+        return op_records(events, rf_ids), host_ops, sync_records(events)
 
     def save(self, *, partial: bool = False) -> Path | None:
         """Write this rank's trace and part file (once); the trace path, or None when already saved."""
@@ -354,7 +361,7 @@ class CaptureSession:
             waits = self._hooks.waits.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
-        ops, host_ops = self._ops()
+        ops, host_ops, syncs = self._ops()
         workers: list[OpRecord] = []
         if self._workers is not None:
             workers = self._workers.stop()
@@ -366,7 +373,7 @@ class CaptureSession:
         if torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
-        comms = self._with_flight_recorder(comms, groups)
+        comms = self._with_flight_recorder(comms, groups, partial=partial)
         native_workers = self._workers is not None and self._workers.recorder == "native"
         cap = RankCapture(
             rank=rank,
@@ -381,12 +388,16 @@ class CaptureSession:
             host_ops=host_ops,
             device=device,
             waits=waits,
+            syncs=syncs,
             # native thread ids: they name the native recorder's events (Kineto numbers threads its own way)
             group_threads=dict(self._hooks.group_threads)
             if native_workers and self._hooks is not None
             else {},
         )
-        nodes = build_nodes(cap)
+        gpu_notes: list[str] = []
+        nodes = build_nodes(cap, notes=gpu_notes)
+        if gpu_notes:
+            self.notes[f"rank {rank} GPU dependencies"] = "; ".join(gpu_notes)
         path = rank_file(self.run_dir, rank)
         meta = {"rank": rank, "world_size": world, "level": self.level.value}
         if self.level == Level.FULL:
@@ -420,10 +431,13 @@ class CaptureSession:
         return path
 
     def _with_flight_recorder(
-        self, comms: list[CommRecord], groups: list[ProcessGroupInfo]
+        self, comms: list[CommRecord], groups: list[ProcessGroupInfo], *, partial: bool = False
     ) -> list[CommRecord]:
-        """The hooked calls numbered by the flight recorder, plus the collectives only it saw; what its
-        ring buffer lost goes to :attr:`lost` (and from the part file into the manifest)."""
+        """The hooked calls numbered by the flight recorder, plus the collectives only it saw (NCCL's
+        ending on the device where the recorder timed them); what its ring buffer lost goes to
+        :attr:`lost` (and from the part file into the manifest). A complete window waits a moment for
+        NCCL's watchdog to time its last collectives (:func:`flight.settle`); a partial save (at exit,
+        on SIGTERM) does not."""
         import torch.distributed as dist
 
         if not self._flight:
@@ -431,9 +445,14 @@ class CaptureSession:
         rank = self.rank
         try:
             entries = flight.dump_entries()
+            if not partial and self.steps and flight.nccl_timing():
+                entries = flight.settle(entries, min(s.start_ns for s in self.steps))
         except CaptureError as e:
             self.notes[f"rank {rank} flight recorder dump"] = f"error: {e}"
             entries = []
+        spans = flight.device_spans(entries)
+        if note := flight.device_time_note(entries, spans, self.steps):
+            self.notes[f"rank {rank} flight recorder device times"] = note
         comms, lost = flight.resolve(entries, comms)
         if not (dist.is_available() and dist.is_initialized()):
             return comms
@@ -441,7 +460,7 @@ class CaptureSession:
         mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]
         self.lost = flight.losses(entries, self.steps, mine)
         hooked, extra, left_out = flight.merge(
-            entries, comms, self.steps, thread=self._main_thread, recorded=recorded
+            entries, comms, self.steps, thread=self._main_thread, recorded=recorded, spans=spans
         )
         lost += left_out
         if lost or self.lost:
@@ -457,12 +476,15 @@ class CaptureSession:
                 + f"; set {flight.FR_BUFFER_ENV} higher"
             )
         if extra:
-            ends = (
-                "no end: they began after the steps before the window had issued every collective through "
-                "the hooks, so gloo's worker events were not recorded"
-                if self._workers_skipped
-                else "end from gloo's worker thread where it was seen"
-            )
+            if all(c.op.startswith("nccl:") for c in extra):
+                ends = "end on the device where the recorder timed it (see the device times note)"
+            elif self._workers_skipped:
+                ends = (
+                    "no end: they began after the steps before the window had issued every collective "
+                    "through the hooks, so gloo's worker events were not recorded"
+                )
+            else:
+                ends = "end from gloo's worker thread where it was seen"
             self.notes[f"rank {rank} flight recorder"] = (
                 f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
                 f"flight recorder ({flight.summary(extra)}): arrival from the recorder, {ends}"
