@@ -317,9 +317,9 @@ class WorkerEvents:
             return False
         # KINETO state; no shapes, memory, stacks, flops or modules
         flags = (False,) * 5
-        config = ProfilerConfig(ProfilerState.KINETO, *flags, _ExperimentalConfig())
         activities = {ProfilerActivity.CPU}
         try:  # this runs inside the program's optimizer.step(): it must never raise into it
+            config = ProfilerConfig(ProfilerState.KINETO, *flags, _ExperimentalConfig())  # private: may vary
             _prepare_profiler(config, activities)
             _enable_profiler(config, activities, {RecordScope.USER_SCOPE})  # type: ignore[call-arg]  # stub lacks it
         except Exception as e:
