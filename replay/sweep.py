@@ -1,45 +1,127 @@
-"""Multirun sweeps: one :class:`~skewlens.replay.outputs.SweepRecord` per job in ``<sweep
-dir>/sweep.parquet``.
+"""Multirun sweeps: a :class:`~skewlens.replay.outputs.SweepRecord` per job in ``<sweep dir>/sweep.parquet``.
 
-Jobs run one after another (Hydra's basic launcher); each appends its row by rewriting the table
-atomically. :class:`SweepSummary` is a Hydra callback that prints the comparison table when the sweep ends.
+A sweep's jobs may run one after another in this process (Hydra's basic launcher), in parallel worker
+processes on this machine (``hydra/launcher=joblib``) or as cluster jobs (``hydra/launcher=submitit_slurm``,
+``ray``): every job writes only files of its own, so none has to share a table with another while they
+run. Its output directory is ``<sweep dir>/<job number>``; its row of the comparison table, or the
+one-line error that stopped it, goes to ``<sweep dir>/.jobs/`` (:data:`JOBS_DIR`). :class:`SweepSummary`,
+a Hydra callback that runs in the process that launched the sweep, clears ``.jobs/`` before the first job
+and, when the last one has ended, gathers the rows into ``sweep.parquet``, prints the comparison table
+and names every job that failed, with its overrides; then the command exits with status 2.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 
+from skewlens.profiler.atomic import write_text_atomic
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
 from skewlens.replay.outputs import SWEEP_PARQUET, SweepRecord
 from skewlens.replay.render import sweep_table
 
+#: Folder of the sweep directory where each job leaves its row (``<job>.parquet``) or error (``<job>.error``).
+JOBS_DIR = ".jobs"
+ROW_SUFFIX = ".parquet"
+ERROR_SUFFIX = ".error"
+#: Exit status of a sweep in which a job failed (as for any other bad input to ``skewlens replay``).
+FAILED_EXIT = 2
+
 
 def read_sweep(path: Path) -> list[SweepRecord]:
-    """Rows of a ``sweep.parquet``."""
+    """Rows of a ``sweep.parquet`` (or of one job's row file)."""
     tbl = read_table(path, SweepRecord)
     return [SweepRecord(**row) for row in tbl.to_pylist()]
 
 
+def _job_file(sweep_dir: Path, job: int, suffix: str) -> Path:
+    return sweep_dir / JOBS_DIR / f"{job}{suffix}"
+
+
 def append_sweep_row(sweep_dir: Path, row: SweepRecord) -> Path:
-    """Add (or replace, by job number) one row of ``sweep_dir/sweep.parquet``."""
-    path = sweep_dir / SWEEP_PARQUET
-    rows = [r for r in read_sweep(path) if r.job != row.job] if path.exists() else []
-    rows.append(row)
-    rows.sort(key=lambda r: r.job)
-    return write_table(table_from_records(SweepRecord, rows, "sweep"), path)
+    """Record one finished job's row (its own file: jobs may run at the same time); returns the file.
+
+    :func:`collect_sweep` gathers the rows into ``sweep.parquet`` when the sweep ends.
+    """
+    _job_file(sweep_dir, row.job, ERROR_SUFFIX).unlink(missing_ok=True)
+    return write_table(
+        table_from_records(SweepRecord, [row], "sweep"), _job_file(sweep_dir, row.job, ROW_SUFFIX)
+    )
+
+
+def record_failure(error: SkewlensError) -> bool:
+    """In a multirun job: record why it failed (its overrides and the one-line error) for the sweep's
+    summary, and return True; outside a multirun (a single run): False, the caller reports the error."""
+    if not HydraConfig.initialized():
+        return False
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return False
+    sweep_dir, job = Path(hc.sweep.dir), int(hc.job.num)
+    _job_file(sweep_dir, job, ROW_SUFFIX).unlink(missing_ok=True)
+    overrides = " ".join(hc.overrides.task)
+    write_text_atomic(_job_file(sweep_dir, job, ERROR_SUFFIX), f"{overrides}\n{error}\n")
+    return True
+
+
+def _job_number(path: Path) -> int:
+    return int(path.name.removesuffix(path.suffix))
+
+
+def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[str, str]]]:
+    """The finished jobs' rows, written to ``sweep_dir/sweep.parquet`` (by job number), and the failed jobs
+    (job number -> (overrides, error)). ``sweep.parquet`` is left alone when no job finished."""
+    jobs = sweep_dir / JOBS_DIR
+    rows = sorted(
+        (r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)),
+        key=lambda r: r.job,
+    )
+    failed: dict[int, tuple[str, str]] = {}
+    for p in sorted(jobs.glob(f"*{ERROR_SUFFIX}"), key=_job_number):
+        overrides, _, message = p.read_text(encoding="utf-8").partition("\n")
+        failed[_job_number(p)] = (overrides, message.strip())
+    if rows:
+        write_table(table_from_records(SweepRecord, rows, "sweep"), sweep_dir / SWEEP_PARQUET)
+    return rows, failed
 
 
 class SweepSummary(Callback):
-    """Prints the sweep's comparison table at the end of a multirun."""
+    """Clears the job records before a multirun; at its end writes ``sweep.parquet``, prints the
+    comparison table and the failed jobs, and exits with status 2 if any job failed."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        del kwargs
+        jobs = Path(str(config.hydra.sweep.dir)) / JOBS_DIR
+        for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
+            p.unlink()  # a previous sweep's, into the same directory
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
-        path = Path(str(config.hydra.sweep.dir)) / SWEEP_PARQUET
-        if path.exists():
-            Console().print(sweep_table(read_sweep(path)))
-            Console().print(f"sweep table: {path}")
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows, failed = collect_sweep(sweep_dir)
+        if rows:
+            Console().print(sweep_table(rows))
+            Console().print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
+        if not failed:
+            return
+        # name each failed job by what sets it apart (as the comparison table does), else by every override
+        every = [set(r.overrides.split()) for r in rows] + [set(o.split()) for o, _m in failed.values()]
+        common = set.intersection(*every) if len(every) > 1 else set()
+        for job, (overrides, message) in failed.items():
+            own = " ".join(o for o in overrides.split() if o not in common) or overrides
+            print(f"skewlens replay: error: sweep job {job} ({own}): {message}", file=sys.stderr)
+        print(
+            f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; the others' "
+            f"outputs are in {sweep_dir}",
+            file=sys.stderr,
+        )
+        # SystemExit, not an exception: Hydra would print an exception raised here with a traceback
+        sys.exit(FAILED_EXIT)

@@ -32,7 +32,7 @@ from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import CONFIG_YAML, SweepRecord, write_text
 from skewlens.replay.render import summary_table
-from skewlens.replay.sweep import append_sweep_row
+from skewlens.replay.sweep import append_sweep_row, record_failure
 from skewlens.rich_progress import RichProgress
 
 SCHEMA_NAME = "replay_schema"
@@ -101,13 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
     register_configs()
     errors: list[SkewlensError] = []
-    console = Console()
 
     def task(cfg: DictConfig) -> None:
+        # The console is made here, not captured: a sweep's launcher may pickle this function into worker
+        # processes (joblib, submitit), and a Console holds a lock. A job of a sweep leaves its error to the
+        # sweep's summary (skewlens.replay.sweep), which runs where the sweep was launched.
         try:
-            run_job(cfg, console)
+            run_job(cfg, Console())
         except SkewlensError as e:
-            errors.append(e)
+            if not record_failure(e):
+                errors.append(e)
 
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv

@@ -1,0 +1,191 @@
+"""Sweeps of ``skewlens replay -m`` on other Hydra launchers: joblib (parallel on one machine), submitit.
+
+Each job writes its outputs into its own ``SWEEP/<job>/`` and its row (or its error) into ``SWEEP/.jobs/``;
+the process that launched the sweep gathers ``sweep.parquet`` and names the failed jobs.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from skewlens.cli import main as skewlens_main
+from skewlens.cli.replay import CONF_DIR, register_configs, to_config
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.sweep import JOBS_DIR
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+#: Compute of rank r in the synthetic run, ns (rank 2 is the one ``slowdown=straggler`` slows).
+COMPUTE_NS = [2_000_000 + 100_000 * r for r in range(4)]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """4 ranks, 2 steps of compute then an all_reduce; every rank's all_reduce ends when the last
+    (rank 3) arrives, so recorded transfers take no time."""
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=COMPUTE_NS[r], start_ns=s * 2_600_000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=COMPUTE_NS[3] - COMPUTE_NS[r])
+    return b.write(tmp_path / "run")
+
+
+def _sweep(run_dir: Path, out: Path, factors: str, *launcher: str) -> subprocess.CompletedProcess[str]:
+    """``python -m skewlens replay -m`` of the straggler's factors on a launcher, as a user runs it (the
+    launcher's workers are its children)."""
+    args = ["-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", f"slowdown.factor={factors}"]
+    return subprocess.run(
+        [sys.executable, "-m", "skewlens", "replay", *args, *launcher, "progress=false", "perfetto=false"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+        cwd=out.parent,
+    )
+
+
+def _summary(job_dir: Path) -> dict[int, tuple[int, int]]:
+    """rank -> (compute_ns, step_time_ns) of step 0 of one job's summary."""
+    rows = pq.read_table(job_dir / "summary.parquet").to_pylist()
+    return {r["rank"]: (r["compute_ns"], r["step_time_ns"]) for r in rows if r["step"] == 0}
+
+
+def _assert_straggler_sweep(out: Path, factors: list[float]) -> None:
+    """Job k replayed slowdown.factor=factors[k]: rank 2's compute scaled by it, the others' unchanged."""
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["job"] for r in rows] == list(range(len(factors)))
+    for k, factor in enumerate(factors):
+        job = out / str(k)
+        assert rows[k]["out_dir"] == str(job)
+        assert f"slowdown.factor={factor}" in rows[k]["overrides"].split()
+        assert OmegaConf.load(job / "config.yaml").slowdown.entries[0].factor == factor
+        got = _summary(job)
+        want = [round(c * factor) if r == 2 else c for r, c in enumerate(COMPUTE_NS)]
+        assert [got[r][0] for r in range(4)] == want
+        # the last member to arrive ends the step (the recorded transfers take no time)
+        assert {got[r][1] for r in range(4)} == {max(want)}
+        assert rows[k]["mean_step_ns"] == max(want)
+
+
+@pytest.mark.slow
+def test_a_joblib_sweep_runs_its_points_in_worker_processes_each_into_its_own_directory(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    res = _sweep(run_dir, out, "1.0,2.0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert res.returncode == 0, res.stderr
+    _assert_straggler_sweep(out, [1.0, 2.0])
+    assert sorted(p.name for p in (out / JOBS_DIR).iterdir()) == ["0.parquet", "1.parquet"]
+    assert "Replay sweep" in res.stdout
+
+
+@pytest.mark.slow
+def test_a_failing_point_of_a_joblib_sweep_is_named_with_its_overrides_and_the_others_finish(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    res = _sweep(run_dir, out, "1.0,-2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        (
+            "skewlens replay: error: sweep job 1 (slowdown.factor=-2): slowdown item (kind=compute): "
+            "factor must be > 0, got -2.0"
+        ),
+        f"skewlens replay: 1 of 2 sweep jobs failed; the others' outputs are in {out}",
+    ]
+    assert "Traceback" not in res.stdout + res.stderr
+    _assert_straggler_sweep(out, [1.0])
+
+
+@pytest.mark.slow  # three replays in this process, 7 s
+def test_a_failing_point_of_a_sweep_in_this_process_is_reported_the_same_way(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, "slowdown.factor=3.0", "perfetto=false"]) == 0
+    capsys.readouterr()
+    # the same directory again, where an earlier, longer sweep left job 7's row: not this sweep's
+    shutil.copy(out / JOBS_DIR / "0.parquet", out / JOBS_DIR / "7.parquet")
+    rc = skewlens_main([*args, "slowdown.factor=-1,2.0", "perfetto=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[0] == (
+        "skewlens replay: error: sweep job 0 (slowdown.factor=-1): slowdown item (kind=compute): "
+        "factor must be > 0, got -1.0"
+    )
+    assert len(err) == 2
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [(r["job"], "slowdown.factor=2.0" in r["overrides"]) for r in rows] == [(1, True)]
+
+
+def _readme_slurm_command() -> list[str]:
+    """The overrides of the README's SLURM sweep (the ``skewlens replay -m`` line naming submitit_slurm)."""
+    text = README.read_text(encoding="utf-8")
+    commands = [
+        " ".join(shlex.split(m.group(0).replace("\\\n", " ")))
+        for m in re.finditer(r"^skewlens replay -m (?:.*\\\n)*.*$", text, flags=re.MULTILINE)
+    ]
+    (cmd,) = [c for c in commands if "hydra/launcher=submitit_slurm" in c]
+    return shlex.split(cmd)[3:]
+
+
+def _compose(overrides: list[str], *, hydra: bool) -> DictConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="replay", overrides=overrides, return_hydra_config=hydra)
+
+
+def test_the_readme_slurm_sweep_composes_into_a_submitit_slurm_launcher_without_a_cluster() -> None:
+    overrides = _readme_slurm_command()
+    swept = {o.split("=")[0] for o in overrides if "," in o}
+    assert swept == {"topology", "slowdown.factor"}
+    point = [o.split(",")[0].replace("=RUN", "=/runs/x").replace("=SWEEP", "=/sweeps/y") for o in overrides]
+    cfg = _compose(point, hydra=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    given = dict(
+        o.removeprefix("hydra.launcher.").split("=", 1) for o in point if o.startswith("hydra.launcher.")
+    )
+    assert {k: str(launcher[k]) for k in given} == given
+    assert {"partition", "timeout_min", "mem_gb"} <= set(given)
+    assert cfg.hydra.sweep.dir == "/sweeps/y"
+    assert launcher.submitit_folder == "/sweeps/y/.submitit/%j"
+    # the plugin accepts the config (it talks to SLURM only when a sweep is launched)
+    plugin = instantiate(launcher)
+    assert type(plugin).__name__ == "SlurmLauncher"
+    assert plugin.params["partition"] == given["partition"]
+    # and each job's own config is valid
+    conf = to_config(_compose(point, hydra=False))
+    assert (conf.trace, conf.out, conf.comm_mode, conf.slowdown.name) == (
+        "/runs/x",
+        "/sweeps/y",
+        "model",
+        "straggler",
+    )
+
+
+@pytest.mark.slow
+def test_a_submitit_sweep_runs_on_submitits_local_executor_like_on_a_cluster(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """The SLURM launcher's path (the task pickled into a job, run, its result read back) without SLURM."""
+    out = tmp_path / "sweep"
+    res = _sweep(run_dir, out, "1.0,1.5", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=4")
+    assert res.returncode == 0, res.stderr
+    _assert_straggler_sweep(out, [1.0, 1.5])
+    assert len(list((out / ".submitit").glob("*/*_result.pkl"))) == 2
