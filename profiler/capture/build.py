@@ -510,7 +510,7 @@ def _gap_protos(
     done: dict[int, list[int]] = defaultdict(list)
     if main_only:
         for p in nodes:
-            if p.issue_stream >= 0 and id(p) not in waited:
+            if p.issue_stream >= 0 and id(p) not in waited and p.host_waits:
                 done[p.issue_stream].append(p.end_ns)
         for v in done.values():
             v.sort()
