@@ -32,12 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from skewlens.profiler.importers.host_et import HostComm
-from skewlens.profiler.importers.kineto import KEvent
+from skewlens.profiler.importers.kineto import KEvent, as_int
 from skewlens.profiler.vocab import CommType, collective_from_op, dtype_bytes
 
 DEFAULT_PG = "0"
-#: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
-MAX_INT = 2**62
 
 _KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 #: Kernel kinds that say the collective (the specialised kernels; RCCL's all-to-all ones too).
@@ -73,8 +71,6 @@ _C10D_INPUT_ARG = {
 }
 #: Position of the peer among a ``c10d::send`` / ``c10d::recv_`` op's arguments (tensors, group, peer, tag).
 _C10D_PEER_ARG = 2
-#: Namespaces of the dispatcher ops that issue communication.
-COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,11 +95,6 @@ class CommInfo:
     """Sequence number given by the trace, if any."""
     peer: int | None
     """Peer of a send/recv as its rank within the process group, if known."""
-
-
-def as_int(v: Any) -> int | None:
-    """``v`` if it is an integer of bounded magnitude, else None (bools are not integers here)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and -MAX_INT < v < MAX_INT else None
 
 
 def p2p_from_op(op_name: str) -> tuple[str, int | None] | None:

@@ -89,14 +89,11 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node
+from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import (
-    COMM_OP_PREFIXES,
     DEFAULT_PG,
-    MAX_INT,
     CommInfo,
-    as_int,
     info_from_annotation,
     info_from_args,
     info_from_host,
@@ -105,10 +102,11 @@ from skewlens.profiler.importers.comm import (
     kernel_kind,
     merge,
 )
+from skewlens.profiler.importers.encode import NodeEncoder
 from skewlens.profiler.importers.gpu_deps import GpuNode, gpu_dependencies
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
 from skewlens.profiler.importers.join import join_ops
-from skewlens.profiler.importers.kineto import KEvent, KinetoTrace
+from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
 from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
 
@@ -124,8 +122,14 @@ class RankConversion:
 
     rank: int
     """Global rank."""
-    nodes: list[TraceNode]
-    """Nodes in file order (METADATA node first)."""
+    body: bytes
+    """Its nodes in file order, encoded (length-prefixed Chakra ``Node`` messages; the METADATA node that
+    lists the process groups, id 0, is not among them: it is written before them, once all ranks are
+    converted)."""
+    node_count: int
+    """Nodes in ``body``."""
+    pg_names: frozenset[str]
+    """Process groups its communication nodes name (``pg_name``)."""
     steps: list[StepSpan]
     """Step spans of this rank."""
     groups: dict[str, ProcessGroupInfo]
@@ -370,11 +374,9 @@ def _cpu_node(e: KEvent) -> _Pending:
 
 def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
     """The GPU node of a kernel/memcpy/memset, and the comm annotation enclosing its launch (if any)."""
-    stream = as_int(e.args.get("stream"))
-    stream = e.tid if stream is None else stream
-    device = as_int(e.args.get("device")) or 0
-    corr = as_int(e.args.get("correlation"))
-    launch = src.kt.launches.get(corr) if corr is not None else None
+    stream = e.tid if e.stream is None else e.stream
+    device = e.device or 0
+    launch = src.kt.launches.get(e.corr) if e.corr is not None else None
     parent = site = None
     if launch is not None:
         iv = src.tops.get(launch.tid)
@@ -426,10 +428,9 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
     for e in sorted(kt.gpu, key=lambda e: (e.start_ns, e.index)):
         p, site = _gpu_node(e, src)
         pending.append(p)
-        if e.cat != "kernel" or not e.name.lower().startswith("nccl"):
+        if e.cat != "kernel" or e.name[:4].lower() != "nccl":
             continue
-        corr = as_int(e.args.get("correlation"))
-        call = kt.launches.get(corr) if corr is not None else None
+        call = kt.launches.get(e.corr) if e.corr is not None else None
         anchor, cpu_side = src.cpu_side(site, call)
         if anchor is not None and anchor.index in used_sites:
             counts["further NCCL kernel(s) of an already converted op kept as GPU COMP"] += 1
@@ -454,15 +455,17 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
             counts[_unknown_note("NCCL kernel(s)", "GPU COMP", info, alone)] += 1
     pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
     pending += _gpu_edges(kt, src, pending, notes)
-    devices = sorted({as_int(e.args.get("device")) or 0 for e in kt.gpu})
+    devices = sorted({e.device or 0 for e in kt.gpu})
     notes += [f"{n} {what}" for what, n in counts.items()]
     if len(devices) > 1:
         notes.append(f"GPU activities on devices {devices}: streams of different devices share numbers")
     _assign_seq(pending)
-    nodes, steps = _finish(pending, kt)
+    body, steps = _finish(pending, kt)
     return RankConversion(
         rank=kt.rank,
-        nodes=nodes,
+        body=body,
+        node_count=len(pending),
+        pg_names=frozenset(str(p.attrs[Attr.PG_NAME]) for p in pending if Attr.PG_NAME in p.attrs),
         steps=steps,
         groups=src.groups,
         device=f"cuda:{devices[0]}" if devices else "cpu",
@@ -488,7 +491,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
                 launch_ns=launch if isinstance(launch, int) else e.start_ns,
                 start_ns=e.start_ns,
                 end_ns=e.end_ns,
-                corr=as_int(e.args.get("correlation")),
+                corr=e.corr,
             )
         )
 
@@ -578,8 +581,10 @@ def _unknown_note(what: str, kept: str, info: CommInfo, alone: str = "") -> str:
 
 def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any]) -> None:
     name = args.get("Process Group Name")
+    if not isinstance(name, str) or not name or name in groups:
+        return
     ranks = _ranks_arg(args.get("Process Group Ranks"))
-    if isinstance(name, str) and name and ranks is not None and name not in groups:
+    if ranks is not None:
         desc = args.get("Process Group Description")
         groups[name] = ProcessGroupInfo(name=name, ranks=ranks, desc=desc if isinstance(desc, str) else "")
 
@@ -599,18 +604,15 @@ def _assign_seq(pending: list[_Pending]) -> None:
             counters[p.comm.pg_name] += 1
 
 
-def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], list[StepSpan]]:
+def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepSpan]]:
+    """The nodes numbered in start order, their dependencies resolved, encoded; and the step spans."""
     step_anns = sorted(
         ((int(m.group(1)), a) for a in kt.annotations if (m := _STEP.match(a.name))),
         key=lambda sa: sa[1].start_ns,
     )
     step_starts = [a.start_ns for _s, a in step_anns]
-
-    def step_at(t: int) -> int | None:
-        i = bisect_right(step_starts, t) - 1
-        if i >= 0 and t <= step_anns[i][1].end_ns:
-            return step_anns[i][0]
-        return None
+    step_ends = [a.end_ns for _s, a in step_anns]
+    step_nums = [s for s, _a in step_anns]
 
     order = sorted(pending, key=lambda p: (p.event.start_ns, p.event.cat != "cpu_op", p.event.index))
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
@@ -618,8 +620,9 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
     last_writer: dict[TensorKey, int] = {}
     step_of: dict[int, int | None] = {}
     step_end: dict[int, int] = {}
-    nodes: list[TraceNode] = []
-    for p in order:
+    encode = NodeEncoder().encode
+    chunks: list[bytes] = []
+    for nid, p in enumerate(order, start=1):
         e = p.event
         deps: list[int] = []
         prev = last_on.get(p.stream_key)
@@ -633,31 +636,35 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
             pid = node_id.get(p.parent.index)
             if pid is not None and pid not in deps:
                 deps.append(pid)
-        nid = node_id[e.index]
         last_on[p.stream_key] = nid
-        data = sorted({w for k in p.reads if (w := last_writer.get(k)) is not None} - {nid, *deps})
+        data: list[int] = []
+        if p.reads:
+            data = sorted({w for k in p.reads if (w := last_writer.get(k)) is not None} - {nid, *deps})
         for k in p.writes:
             last_writer[k] = nid
         step = step_of.get(p.parent.index) if p.parent is not None else None
         if step is None:
-            step = step_at(e.start_ns)
+            i = bisect_right(step_starts, e.start_ns) - 1
+            step = step_nums[i] if i >= 0 and e.start_ns <= step_ends[i] else None
         step_of[e.index] = step
-        attrs = dict(p.attrs)
+        extra: list[tuple[str, AttrValue]] = []
         if p.inferred:
-            attrs[Attr.INFERRED_DEPS] = [node_id[x] for x in p.inferred if x in node_id]
+            extra.append((Attr.INFERRED_DEPS, [node_id[x] for x in p.inferred if x in node_id]))
+        end_ns = e.start_ns + e.dur_ns
         if step is not None:
-            attrs[Attr.STEP] = step
-            step_end[step] = max(step_end.get(step, e.end_ns), e.end_ns)
-        nodes.append(
-            TraceNode(
+            extra.append((Attr.STEP, step))
+            step_end[step] = max(step_end.get(step, end_ns), end_ns)
+        chunks.append(
+            encode(
                 node_id=nid,
                 name=e.name,
                 node_type=p.node_type,
                 start_ns=e.start_ns,
                 dur_ns=e.dur_ns,
-                ctrl_deps=tuple(deps),
-                data_deps=tuple(data),
-                attrs=attrs,
+                ctrl_deps=deps,
+                data_deps=data,
+                attrs=p.attrs,
+                extra=extra,
             )
         )
     # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:
@@ -670,4 +677,4 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[list[TraceNode], 
         if end > start:
             steps.append(StepSpan(rank=kt.rank, step=s, start_ns=start, end_ns=end))
             prev_end = end
-    return nodes, steps
+    return b"".join(chunks), steps

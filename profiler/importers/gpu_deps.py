@@ -32,8 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from skewlens.profiler.importers.comm import as_int
-from skewlens.profiler.importers.kineto import KEvent, KinetoTrace
+from skewlens.profiler.importers.kineto import KEvent, KinetoTrace, as_int
 
 #: A GPU node delayed by more than this after its launch and its stream predecessor waited for something.
 INFER_MIN_DELAY_NS = 10_000
@@ -132,7 +131,7 @@ def gpu_dependencies(
     by_corr = {g.corr: g for g in nodes if g.corr is not None}
     sync_of: dict[int, KEvent] = {}
     for sev in kt.syncs:
-        c = _arg(sev, "correlation")
+        c = sev.corr
         if c is not None:
             sync_of.setdefault(c, sev)
     records = {c: e.start_ns for c, e in kt.launches.items() if e.name in _EVENT_RECORD_CALLS}
@@ -142,9 +141,7 @@ def gpu_dependencies(
     for call in sorted(kt.launches.values(), key=lambda e: (e.start_ns, e.index)):
         if call.name not in BLOCKING_CALLS:
             continue
-        targets, inferred = _sync_targets(
-            call, sync_of.get(_arg(call, "correlation") or -1), streams, by_corr, records
-        )
+        targets, inferred = _sync_targets(call, sync_of.get(call.corr or -1), streams, by_corr, records)
         targets = [g for g in targets if g.end_ns <= call.end_ns + SKEW_NS]
         if not targets:
             continue
@@ -179,7 +176,7 @@ def _event_waits(kt: KinetoTrace, streams: _Streams, out: GpuDeps, counts: dict[
             continue
         device = _arg(ev, "device") or 0
         s, w = _arg(ev, "stream"), _arg(ev, "wait_on_stream")
-        call = kt.launches.get(_arg(ev, "correlation") or -1)
+        call = kt.launches.get(ev.corr or -1)
         record = kt.launches.get(_arg(ev, "wait_on_cuda_event_record_corr_id") or -1)
         if s is None or w is None or s < 0 or w < 0 or call is None or record is None:
             counts["stream waits without their calls in the trace"] += 1
@@ -204,7 +201,7 @@ def _sync_targets(
     t = call.start_ns
     found: list[GpuNode | None]
     if call.name in _BLOCKING_COPY:
-        own = by_corr.get(_arg(call, "correlation") or -1)
+        own = by_corr.get(call.corr or -1)
         return ([own] if own is not None else []), False
     if ev is not None and ev.name == "Stream Sync":
         found = [streams.last_before(device, _arg(ev, "stream") or -1, t)]
@@ -271,5 +268,4 @@ def _infer_event_waits(kt: KinetoTrace, nodes: Sequence[GpuNode], out: GpuDeps) 
 
 def launch_of(kt: KinetoTrace, e: KEvent) -> KEvent | None:
     """The runtime call that launched GPU event ``e`` (by correlation id), if in the trace."""
-    corr = as_int(e.args.get("correlation"))
-    return kt.launches.get(corr) if corr is not None else None
+    return kt.launches.get(e.corr) if e.corr is not None else None

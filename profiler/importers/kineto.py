@@ -38,6 +38,14 @@ raw key                        where                         type    since / def
 
 ``cuda_sync`` events also carry ``args.stream``, ``args.wait_on_stream`` and
 ``args.wait_on_cuda_event_record_corr_id`` (the ``cudaEventRecord`` waited for); -1 where not applicable.
+
+Reading (:func:`load_kineto`): the file's bytes are decoded by msgspec straight into typed records, one
+per event with only the keys above (``args`` left as raw JSON and decoded only for kept events), so no
+object tree of the whole document is ever built; each kept event is then reduced to a :class:`KEvent`
+(its ``args`` dict only where the conversion reads more than the correlation, stream, device and record
+function id: communication ops and annotations, NCCL kernels, ``cuda_sync`` events). Whatever that fast
+path does not accept (malformed or non-standard JSON, a value of an unexpected JSON type) is parsed again
+by the standard library and checked by :func:`parse_kineto`, so every error reads as it always did.
 """
 
 from __future__ import annotations
@@ -47,17 +55,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import msgspec
+
+from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
 from skewlens.profiler.manifest import ProcessGroupInfo
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
-#: CUDA synchronisation activities (``enable_cuda_sync_events``): Stream Wait Event, Stream/Event/Context Sync.
+#: CUDA synchronisation activities (``enable_cuda_sync_events``): Stream Wait Event, Stream/Event/Context
+#: Sync.
 SYNC_CATEGORY = "cuda_sync"
 _KEPT = frozenset({"cpu_op", "user_annotation", SYNC_CATEGORY}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
 #: Bound on times (ns): keeps every value inside Chakra's int64 fields.
 _MAX_NS = 2**62
+#: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
+MAX_INT = 2**62
+#: Namespaces of the dispatcher ops that issue communication.
+COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::")
+#: Names of the CPU events whose ``args`` the conversion reads (besides ``record_param_comms``).
+_ARGS_KEPT_PREFIXES = COMM_OP_PREFIXES + COMM_ANNOTATION_PREFIXES
+_NO_ARGS: dict[str, Any] = {}
+
+
+def as_int(v: Any) -> int | None:
+    """``v`` if it is an integer of bounded magnitude, else None (bools are not integers here)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -MAX_INT < v < MAX_INT else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,9 +104,15 @@ class KEvent:
     dur_ns: int
     """Duration, ns."""
     args: dict[str, Any]
-    """The event's ``args`` where the conversion reads them (else empty)."""
+    """The event's ``args`` where the conversion reads more of them than the fields below (else empty)."""
     rf_id: int | None = None
     """``args["Record function id"]`` of a ``cpu_op`` (newer Kineto; the host trace's ``rf_id``)."""
+    corr: int | None = None
+    """``args.correlation`` (launch calls, GPU activities, ``cuda_sync`` events), where an integer."""
+    stream: int | None = None
+    """``args.stream`` (GPU activities), where an integer."""
+    device: int | None = None
+    """``args.device`` (GPU activities), where an integer."""
 
     @property
     def end_ns(self) -> int:
@@ -117,10 +148,29 @@ class KinetoTrace:
     cpu_pids: set[int] = field(default_factory=set)
     """Process ids of the ``cpu_op`` events (pairs the trace with its host trace)."""
 
+    def add(self, e: KEvent) -> None:
+        """File a kept event under its category."""
+        cat = e.cat
+        if cat == "cpu_op":
+            self.cpu_ops.append(e)
+            self.cpu_pids.add(e.pid)
+        elif cat == "user_annotation":
+            self.annotations.append(e)
+        elif cat in GPU_CATEGORIES:
+            self.gpu.append(e)
+        elif cat == SYNC_CATEGORY:
+            self.syncs.append(e)
+        elif e.corr is not None:
+            self.launches[e.corr] = e
+
 
 def _keeps_args(cat: str, name: str) -> bool:
-    """Only events whose args the conversion reads keep them (saves memory on large traces)."""
-    return cat not in ("cpu_op", "user_annotation") or name == "record_param_comms" or ":" in name
+    """Whether the conversion reads more of an event's args than correlation, stream, device, rf id."""
+    if cat in ("cpu_op", "user_annotation"):
+        return name == "record_param_comms" or name.startswith(_ARGS_KEPT_PREFIXES)
+    if cat == "kernel":
+        return name[:4].lower() == "nccl"  # the communication kernels: Collective name, Process Group ...
+    return cat == SYNC_CATEGORY
 
 
 def _rf_id(v: Any) -> int | None:
@@ -151,14 +201,10 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
     return tuple(out)
 
 
-def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrace:
-    """Validate a parsed Kineto document and keep its typed events; ``rank`` overrides distributedInfo."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceImportError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    version = doc.get("schemaVersion", 1)
+def _new_trace(path: Path, rank: int | None, *, version: Any, dist: Any, base: Any) -> KinetoTrace:
+    """The trace's header checked (schema, rank, world size, base time), with no events yet."""
     if version not in SUPPORTED_KINETO_SCHEMAS:
         raise TraceImportError(f"{path}: Kineto schemaVersion {version!r} is not supported (supported: 1)")
-    dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     r = dist.get("rank") if rank is None else rank
     if not isinstance(r, int) or isinstance(r, bool) or r < 0:
@@ -168,10 +214,9 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
     ws = dist.get("world_size")
     if ws is not None and (not isinstance(ws, int) or ws <= r):
         raise TraceImportError(f"{path}: distributedInfo.world_size {ws!r} does not cover rank {r}")
-    base = doc.get("baseTimeNanoseconds", 0)
     if not isinstance(base, int) or isinstance(base, bool):
         raise TraceImportError(f"{path}: baseTimeNanoseconds is not an integer")
-    trace = KinetoTrace(
+    return KinetoTrace(
         path=path,
         rank=r,
         world_size=ws,
@@ -179,46 +224,169 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
         pg_config=_pg_config(dist.get("pg_config"), path),
         base_ns=base,
     )
-    for i, ev in enumerate(doc["traceEvents"]):
-        if not isinstance(ev, dict) or ev.get("ph") != "X" or ev.get("cat") not in _KEPT:
-            continue
-        ts, dur, name, pid, tid = ev.get("ts"), ev.get("dur", 0), ev.get("name"), ev.get("pid"), ev.get("tid")
-        args = ev.get("args", {})
-        if not (_num(ts) and _num(dur) and isinstance(name, str) and isinstance(args, dict)):
-            raise TraceImportError(f"{path}: traceEvents[{i}] ({ev.get('cat')}) has a malformed ts/dur/name")
-        if (
-            not isinstance(pid, int)
-            or not isinstance(tid, int)
-            or not (abs(pid) < _MAX_NS and abs(tid) < _MAX_NS)
-        ):
-            raise TraceImportError(
-                f"{path}: traceEvents[{i}] ({name[:60]}) has a non-integer or out-of-range pid/tid"
-            )
-        start_ns = base + round(ts * 1000)
-        if not -_MAX_NS < start_ns < _MAX_NS or not dur < _MAX_NS / 1000:
-            raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
-        e = KEvent(
-            index=i,
-            name=name,
-            cat=ev["cat"],
-            pid=pid,
-            tid=tid,
-            start_ns=start_ns,
-            dur_ns=max(round(dur * 1000), 0),
-            args=args if _keeps_args(ev["cat"], name) else {},
-            rf_id=_rf_id(args.get("Record function id")),
+
+
+def _times(
+    path: Path, i: int, *, cat: Any, name: Any, pid: Any, tid: Any, ts: Any, dur: Any, base: int
+) -> tuple[int, int]:
+    """(start_ns, dur_ns) of kept event ``i``, its fields checked."""
+    if not (_num(ts) and _num(dur) and isinstance(name, str)):
+        raise TraceImportError(f"{path}: traceEvents[{i}] ({cat}) has a malformed ts/dur/name")
+    if (
+        not isinstance(pid, int)
+        or not isinstance(tid, int)
+        or not (abs(pid) < _MAX_NS and abs(tid) < _MAX_NS)
+    ):
+        raise TraceImportError(
+            f"{path}: traceEvents[{i}] ({name[:60]}) has a non-integer or out-of-range pid/tid"
         )
-        if e.cat == "cpu_op":
-            trace.cpu_ops.append(e)
-            trace.cpu_pids.add(pid)
-        elif e.cat == "user_annotation":
-            trace.annotations.append(e)
-        elif e.cat in GPU_CATEGORIES:
-            trace.gpu.append(e)
-        elif e.cat == SYNC_CATEGORY:
-            trace.syncs.append(e)
-        else:
-            corr = args.get("correlation")
-            if isinstance(corr, int):
-                trace.launches[corr] = e
+    start_ns = base + round(ts * 1000)
+    if not -_MAX_NS < start_ns < _MAX_NS or not dur < _MAX_NS / 1000:
+        raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
+    return start_ns, max(round(dur * 1000), 0)
+
+
+def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrace:
+    """Validate a parsed Kineto document and keep its typed events; ``rank`` overrides distributedInfo."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceImportError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
+    trace = _new_trace(
+        path,
+        rank,
+        version=doc.get("schemaVersion", 1),
+        dist=doc.get("distributedInfo"),
+        base=doc.get("baseTimeNanoseconds", 0),
+    )
+    for i, ev in enumerate(doc["traceEvents"]):
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or not isinstance(ev.get("cat"), str):
+            continue
+        if ev["cat"] not in _KEPT:
+            continue
+        cat, args = ev["cat"], ev.get("args", {})
+        name: Any = ev.get("name")
+        start_ns, dur_ns = _times(
+            path,
+            i,
+            cat=cat,
+            name=name if isinstance(args, dict) else None,  # args that are no object: malformed
+            pid=ev.get("pid"),
+            tid=ev.get("tid"),
+            ts=ev.get("ts"),
+            dur=ev.get("dur", 0),
+            base=trace.base_ns,
+        )
+        trace.add(
+            KEvent(
+                index=i,
+                name=name,
+                cat=cat,
+                pid=ev["pid"],
+                tid=ev["tid"],
+                start_ns=start_ns,
+                dur_ns=dur_ns,
+                args=args if _keeps_args(cat, name) else _NO_ARGS,
+                rf_id=_rf_id(args.get("Record function id")),
+                corr=as_int(args.get("correlation")),
+                stream=as_int(args.get("stream")),
+                device=as_int(args.get("device")),
+            )
+        )
+    return trace
+
+
+class _Args(msgspec.Struct):
+    """The ``args`` fields every kept event may have (decoded from the raw ``args`` of each)."""
+
+    correlation: Any = None
+    stream: Any = None
+    device: Any = None
+    rf_id: Any = msgspec.field(default=None, name="Record function id")
+
+
+class _Event(msgspec.Struct):
+    """One entry of ``traceEvents`` as decoded: the keys read, of any JSON type, ``args`` undecoded."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = 0
+    args: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+
+
+class _Doc(msgspec.Struct):
+    """A Kineto document as decoded: the top-level keys read."""
+
+    traceEvents: list[_Event]  # noqa: N815 (the JSON key)
+    schemaVersion: Any = 1  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = 0  # noqa: N815
+
+
+_DOC = msgspec.json.Decoder(_Doc)
+_ARGS = msgspec.json.Decoder(_Args)
+_ANY = msgspec.json.Decoder()
+_FAST_PATH_ERRORS = (msgspec.DecodeError, RecursionError)
+
+
+class _NotFast(Exception):
+    """The fast path met something it leaves to :func:`parse_kineto` (which then says what is wrong)."""
+
+
+def load_kineto(data: bytes, path: Path, *, rank: int | None = None, max_bytes: int) -> KinetoTrace:
+    """A Kineto trace from the JSON text ``data`` of ``path`` (at most ``max_bytes``; module docstring).
+
+    The fast path decodes the events into typed records and keeps what :func:`parse_kineto` keeps;
+    anything it does not take is parsed by the standard library and checked by :func:`parse_kineto`.
+    """
+    try:
+        return _load_fast(data, path, rank)
+    except (_NotFast, *_FAST_PATH_ERRORS):
+        pass
+    doc = parse_json_bounded(data, max_bytes, source=str(path), error=TraceImportError, what="trace")
+    return parse_kineto(doc, path, rank=rank)
+
+
+def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
+    try:
+        doc = _DOC.decode(data)
+    except msgspec.ValidationError:
+        raise _NotFast from None
+    trace = _new_trace(
+        path, rank, version=doc.schemaVersion, dist=doc.distributedInfo, base=doc.baseTimeNanoseconds
+    )
+    base, add = trace.base_ns, trace.add
+    names: dict[str, str] = {}
+    intern = names.setdefault  # one string per distinct name (the decoder makes one per event)
+    decode_args, decode_any = _ARGS.decode, _ANY.decode
+    for i, ev in enumerate(doc.traceEvents):
+        cat = ev.cat
+        if ev.ph != "X" or type(cat) is not str or cat not in _KEPT:
+            continue
+        try:
+            a = decode_args(ev.args)
+        except msgspec.ValidationError:
+            raise _NotFast from None  # args is not an object
+        name = ev.name
+        start_ns, dur_ns = _times(
+            path, i, cat=cat, name=name, pid=ev.pid, tid=ev.tid, ts=ev.ts, dur=ev.dur, base=base
+        )
+        add(
+            KEvent(
+                index=i,
+                name=intern(name, name),
+                cat=cat,
+                pid=ev.pid,
+                tid=ev.tid,
+                start_ns=start_ns,
+                dur_ns=dur_ns,
+                args=decode_any(ev.args) if _keeps_args(cat, name) else _NO_ARGS,
+                rf_id=_rf_id(a.rf_id),
+                corr=as_int(a.correlation),
+                stream=as_int(a.stream),
+                device=as_int(a.device),
+            )
+        )
     return trace

@@ -1,5 +1,11 @@
 """``import_traces``: Kineto (+ host execution) traces of a real run -> a skewlens run directory.
 
+Ranks are converted in parallel, each by a worker process that reads its trace, converts it and writes
+its encoded nodes to a scratch file, returning only a summary (steps, groups, notes); at most
+:func:`plan_workers` workers run, as many as the cores and the memory budget allow (each worker's peak
+memory is estimated from its trace's size), and with one worker the ranks are converted in this process,
+one after the other. No process ever holds more than one rank's trace.
+
 The run directory is assembled in a temporary sibling directory and renamed into place only when every
 rank converted and the manifest is written, so a failed import leaves nothing behind (and an existing
 run directory is untouched unless ``overwrite`` is set).
@@ -9,22 +15,33 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skewlens.profiler.chakra_io import pg_init_node, write_et
+from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
 from skewlens.profiler.importers.convert import RankConversion, convert_rank
 from skewlens.profiler.importers.host_et import HostTrace, parse_host_et
-from skewlens.profiler.importers.kineto import KinetoTrace, parse_kineto
+from skewlens.profiler.importers.kineto import KinetoTrace, load_kineto
 from skewlens.profiler.importers.pairing import pair_host_traces
-from skewlens.profiler.importers.sources import expand_inputs, read_json
+from skewlens.profiler.importers.sources import (
+    MAX_JSON_BYTES,
+    TraceFile,
+    expand_inputs,
+    read_json,
+    read_trace_bytes,
+    text_size_estimate,
+)
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
-from skewlens.profiler.vocab import Attr
 from skewlens.progress import NO_PROGRESS, Progress
 
 
@@ -67,7 +84,7 @@ def _groups(
             for g in _host_pg_init(h):
                 groups.setdefault(g.name, g)
     backend = next((kt.backend for kt in kinetos if kt.backend), "")
-    used = {str(n.attrs[Attr.PG_NAME]) for c in convs for n in c.nodes if Attr.PG_NAME in n.attrs}
+    used = {name for c in convs for name in c.pg_names}
     if DEFAULT_PG not in groups and (not groups or DEFAULT_PG in used):
         groups[DEFAULT_PG] = ProcessGroupInfo(
             name=DEFAULT_PG, ranks=tuple(range(ws)), desc="default_pg", backend=backend
@@ -101,6 +118,146 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
         raise TraceImportError(f"{h.path}: malformed process-group init node ({type(e).__name__})") from None
 
 
+#: Memory an import may use, all processes together, unless told otherwise.
+DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
+#: A worker's memory before it reads a trace (interpreter, numpy, protobuf, msgspec), measured ~70 MB.
+WORKER_BASE_BYTES = 90 << 20
+#: A worker's peak memory per byte of trace text it converts (text, decoded events, nodes), measured
+#: 2.3 on the synthetic 200,000-event rank (39 MB of text) and 2.6 on the 16-GPU real trace; rounded up.
+WORKER_BYTES_PER_TEXT_BYTE = 3.0
+#: Below this much trace text in all, ranks are converted in this process (starting workers costs more).
+PARALLEL_MIN_TEXT_BYTES = 32 << 20
+_CHUNK = 1 << 20
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_estimate(text_bytes: int) -> int:
+    """Estimated peak memory of one worker converting a trace of ``text_bytes`` of JSON text."""
+    return WORKER_BASE_BYTES + int(text_bytes * WORKER_BYTES_PER_TEXT_BYTE)
+
+
+def plan_workers(text_bytes: Sequence[int], budget_bytes: int, cores: int) -> int:
+    """Worker processes for traces of these sizes: at most one per core and per trace, and no more than
+    the budget holds when every worker converts the largest trace (at least one: a trace larger than the
+    budget is still converted, alone)."""
+    if not text_bytes:
+        return 1
+    fits = budget_bytes // worker_estimate(max(text_bytes))
+    return max(1, min(cores, len(text_bytes), fits))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Job:
+    """One rank to read (and, unless ``scan``, convert), as a worker receives it."""
+
+    kineto: TraceFile
+    """The rank's Kineto trace."""
+    host: TraceFile | None
+    """Its host execution trace, if paired."""
+    rank: int | None
+    """``--rank`` (single trace without distributedInfo)."""
+    nodes_path: Path
+    """Where the worker writes the rank's encoded nodes."""
+    scan: bool = False
+    """Only read the trace's header and cpu pids (host-trace pairing needs them before converting)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Done:
+    """What a worker returns: the trace's header (no events) and the conversion (nodes on disk)."""
+
+    header: KinetoTrace
+    """The trace without its events (rank, world size, groups, cpu pids)."""
+    conv: RankConversion | None
+    """The conversion without its body (which is at the job's ``nodes_path``); None for a scan."""
+
+
+def _read_kineto(f: TraceFile, rank: int | None) -> KinetoTrace:
+    data = read_trace_bytes(f.path, label=f.label)
+    return load_kineto(data, f.label, rank=rank, max_bytes=MAX_JSON_BYTES)
+
+
+def _read_host(f: TraceFile) -> HostTrace:
+    return parse_host_et(read_json(f.path, label=f.label), f.label)
+
+
+def _header(kt: KinetoTrace) -> KinetoTrace:
+    return dataclasses.replace(kt, cpu_ops=[], annotations=[], gpu=[], launches={}, syncs=[])
+
+
+def _run_job(job: _Job) -> _Done:
+    """Read one rank's trace and convert it, writing its encoded nodes to ``job.nodes_path``."""
+    kt = _read_kineto(job.kineto, job.rank)
+    if job.scan:
+        return _Done(header=_header(kt), conv=None)
+    host = _read_host(job.host) if job.host is not None else None
+    conv = convert_rank(kt, host)
+    try:
+        job.nodes_path.write_bytes(conv.body)
+    except OSError as e:
+        raise TraceImportError(f"{job.nodes_path}: cannot write scratch data ({e})") from None
+    return _Done(header=_header(kt), conv=dataclasses.replace(conv, body=b""))
+
+
+def _scan_host(f: TraceFile) -> HostTrace:
+    """A host trace reduced to what pairing and the process groups read (its ops are read again later)."""
+    h = _read_host(f)
+    return dataclasses.replace(h, comms=(), ops=())
+
+
+def _run_all(
+    fn: Callable[[_Job], _Done], jobs: Sequence[_Job], workers: int, advance: Callable[[str], None]
+) -> list[_Done]:
+    """``fn`` over ``jobs``, in this process (one worker) or in a pool; results in job order."""
+    if workers <= 1:
+        out = []
+        for job in jobs:
+            out.append(fn(job))
+            advance(job.kineto.label.name)
+        return out
+    results: dict[int, _Done] = {}
+    # forkserver, as the Parquet export: workers fork from a clean server that imported this module once
+    # (no fork of a parent that may run a progress-bar thread, and no re-import of the caller's script)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures: dict[Future[_Done], int] = {pool.submit(fn, job): k for k, job in enumerate(jobs)}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for fut in sorted(done, key=lambda f: futures[f]):
+                    k = futures[fut]
+                    results[k] = _result(fut, jobs[k])
+                    advance(jobs[k].kineto.label.name)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    return [results[k] for k in range(len(jobs))]
+
+
+def _result(fut: Future[_Done], job: _Job) -> _Done:
+    """A worker's result; its failure as a one-line error naming the trace."""
+    try:
+        return fut.result()
+    except TraceImportError as e:
+        raise TraceImportError(str(e)) from None  # the worker's traceback would only confuse
+    except MemoryError:
+        raise TraceImportError(f"{job.kineto.label}: out of memory while converting this trace") from None
+    except BrokenProcessPool:
+        raise TraceImportError(
+            f"{job.kineto.label}: the worker converting this trace (or another one) died, "
+            "most likely out of memory (give a smaller memory budget to run fewer at once)"
+        ) from None
+
+
 def import_traces(
     kineto: Sequence[Path],
     host_et: Sequence[Path] | None,
@@ -110,13 +267,19 @@ def import_traces(
     world_size: int | None = None,
     overwrite: bool = False,
     progress: Progress = NO_PROGRESS,
+    workers: int | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> Manifest:
     """Convert per-rank Kineto traces (files, directories or tar archives) into the run directory ``out``.
 
     ``host_et`` optionally names the matching host execution traces (paired by pid or file-name number,
     see :mod:`skewlens.profiler.importers.pairing`). ``rank`` / ``world_size`` stand in for
-    ``distributedInfo``
-    of a single trace without it. Returns the manifest written.
+    ``distributedInfo`` of a single trace without it. ``workers`` caps the worker processes (default: the
+    cores, and none for less than :data:`PARALLEL_MIN_TEXT_BYTES` of traces) and ``memory_budget_bytes``
+    the memory they may use together (default :data:`DEFAULT_MEMORY_BUDGET_BYTES`; see
+    :func:`plan_workers`). Workers are started by multiprocessing's forkserver, which imports the
+    caller's main module: a script that calls this needs the ``if __name__ == "__main__":`` guard.
+    Returns the manifest written.
     """
     out = Path(out)
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
@@ -125,33 +288,63 @@ def import_traces(
         )
     if not kineto:
         raise TraceImportError("no Kineto trace given")
+    if workers is not None and workers < 1:
+        raise TraceImportError(f"workers must be >= 1, got {workers}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise TraceImportError(f"{out.parent}: cannot create ({e})") from None
+    budget = DEFAULT_MEMORY_BUDGET_BYTES if memory_budget_bytes is None else memory_budget_bytes
     with tempfile.TemporaryDirectory(prefix="skewlens-import-") as scratch:
         k_files = expand_inputs(kineto, Path(scratch) / "kineto")
         h_files = expand_inputs(host_et, Path(scratch) / "host") if host_et else []
         if rank is not None and len(k_files) != 1:
             raise TraceImportError(f"--rank applies to a single Kineto trace, {len(k_files)} given")
-        total = len(k_files) + len(h_files) + len(k_files) + 1
+        sizes = [text_size_estimate(f.path) for f in k_files]
+        if h_files:  # a worker holds a rank's host trace too
+            largest_host = max(text_size_estimate(f.path) for f in h_files)
+            sizes = [s + largest_host for s in sizes]
+        if workers is None and sum(sizes) < PARALLEL_MIN_TEXT_BYTES:
+            n_workers = 1
+        else:
+            n_workers = plan_workers(sizes, budget, min(_cores(), workers or _cores()))
+        parts = Path(scratch) / "nodes"
+        parts.mkdir()
+        jobs = [
+            _Job(kineto=f, host=None, rank=rank, nodes_path=parts / f"{k}.nodes")
+            for k, f in enumerate(k_files)
+        ]
+        total = len(k_files) * (2 if h_files else 1) + len(h_files) + 1
         with progress.task("importing", total) as advance:
-            kinetos = []
-            for f in k_files:
-                kinetos.append(parse_kineto(read_json(f.path, label=f.label), f.label, rank=rank))
-                advance(description=f"read {f.label.name}")
+            rule = ""
+            hosts: list[HostTrace] = []
+            if h_files:
+                scans = _run_all(_run_job, [dataclasses.replace(j, scan=True) for j in jobs], n_workers,
+                                 lambda name: advance(description=f"read {name}"))  # fmt: skip
+                _check_ranks([d.header for d in scans], world_size)
+                for f in h_files:
+                    hosts.append(_scan_host(f))
+                    advance(description=f"read {f.label.name}")
+                pairs, rule = pair_host_traces([d.header for d in scans], hosts)
+                by_label = {f.label: f for f in h_files}
+                jobs = [
+                    dataclasses.replace(j, host=by_label[pairs[d.header.rank].path])
+                    for j, d in zip(jobs, scans, strict=True)
+                ]
+            done = _run_all(_run_job, jobs, n_workers, lambda name: advance(description=f"converted {name}"))
+            kinetos = [d.header for d in done]
             ws = _check_ranks(kinetos, world_size)
-            hosts = []
-            for f in h_files:
-                hosts.append(parse_host_et(read_json(f.path, label=f.label), f.label))
-                advance(description=f"read {f.label.name}")
-            pairs, rule = pair_host_traces(kinetos, hosts) if hosts else ({}, "")
-            convs = []
-            for kt in sorted(kinetos, key=lambda k: k.rank):
-                convs.append(convert_rank(kt, pairs.get(kt.rank)))
-                advance(description=f"converted rank {kt.rank}")
+            order = sorted(range(len(done)), key=lambda k: kinetos[k].rank)
+            convs = [c for k in order if (c := done[k].conv) is not None]
             manifest = _write_run(
-                out, kinetos=kinetos, convs=convs, hosts=hosts, ws=ws, rule=rule, overwrite=overwrite
+                out,
+                kinetos=kinetos,
+                convs=convs,
+                nodes=[jobs[k].nodes_path for k in order],
+                hosts=hosts,
+                ws=ws,
+                rule=rule,
+                overwrite=overwrite,
             )
             advance(description="written")
     return manifest
@@ -162,6 +355,7 @@ def _write_run(
     *,
     kinetos: Sequence[KinetoTrace],
     convs: Sequence[RankConversion],
+    nodes: Sequence[Path],
     hosts: Sequence[HostTrace],
     ws: int,
     rule: str,
@@ -206,8 +400,14 @@ def _write_run(
         raise TraceImportError(f"{out.parent}: cannot create the run directory there ({e})") from None
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; a run directory is an ordinary one
-        for c in convs:
-            write_et(rank_file(tmp, c.rank), [meta_node, *c.nodes], {"rank": c.rank, "world_size": ws})
+        for c, part in zip(convs, nodes, strict=True):
+            with (
+                EtWriter(rank_file(tmp, c.rank), {"rank": c.rank, "world_size": ws}) as w,
+                part.open("rb") as fh,
+            ):
+                w.write(meta_node)
+                while chunk := fh.read(_CHUNK):
+                    w.write_raw(chunk)
         write_manifest(tmp, manifest)
         old = None
         if out.exists():

@@ -2,9 +2,10 @@
 
 Everything here treats its input as untrusted:
 
-- a JSON file is read only up to :data:`MAX_JSON_BYTES` (after gzip decompression), then parsed by the
-  standard library (which never executes anything); nesting deeper than the interpreter's recursion
-  limit is reported as a corrupt file, not a crash;
+- a JSON file is read only up to :data:`MAX_JSON_BYTES` (after gzip decompression), then parsed by
+  msgspec (Kineto traces, into typed records) or the standard library (host traces, and whatever msgspec
+  declines), neither of which executes anything; nesting deeper than the interpreter's recursion limit is
+  reported as a corrupt file, not a crash;
 - an archive is never extracted with ``extractall``: only regular members whose name ends in ``.json`` or
   ``.json.gz`` are copied out, one by one, after their path was checked (no absolute paths, no ``..``,
   no links, no devices), with a bound on the member count, on each member's size and on the total;
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skewlens.profiler.bounded import read_json_bounded
+from skewlens.profiler.bounded import read_bytes_bounded, read_json_bounded
 from skewlens.profiler.errors import TraceImportError
 
 #: Largest (decompressed) JSON trace accepted. Real per-rank Kineto traces of long windows reach a few GB;
-#: Python needs ~10x the file size in memory to hold the parsed document, so 2 GiB is a sane ceiling.
+#: converting one takes ~3x its text size in memory (a parsed host trace ~10x), so 2 GiB is a sane ceiling.
 MAX_JSON_BYTES = 2 * 1024**3
 #: Most members an archive may have (all kinds, including the ones skipped).
 MAX_ARCHIVE_MEMBERS = 100_000
@@ -145,6 +146,33 @@ def expand_inputs(paths: Iterable[Path], scratch: Path) -> list[TraceFile]:
     return out
 
 
+def _relabel(e: TraceImportError, path: Path, label: Path | None) -> TraceImportError:
+    return e if label is None else TraceImportError(str(e).replace(str(path), str(label), 1))
+
+
+def read_trace_bytes(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None = None) -> bytes:
+    """A trace file's text (gunzipped), refusing more than ``max_bytes``; messages name ``label``."""
+    try:
+        return read_bytes_bounded(path, max_bytes, error=TraceImportError, what="trace")
+    except TraceImportError as e:
+        raise _relabel(e, path, label) from None
+
+
+def text_size_estimate(path: Path) -> int:
+    """About how many bytes of text a trace file holds: its size, or for gzip the size its trailer records
+    (modulo 2**32, as gzip keeps it; never less than the compressed size). A hint for planning memory, not
+    a bound: the reading itself is bounded by :func:`read_trace_bytes`."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            return max(int.from_bytes(fh.read(4), "little"), size)
+    except OSError:
+        return 0
+
+
 def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None = None) -> Any:
     """Parse a (possibly gzip-compressed) JSON file, refusing more than ``max_bytes`` of text.
 
@@ -153,6 +181,4 @@ def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None
     try:
         return read_json_bounded(path, max_bytes, error=TraceImportError, what="trace")
     except TraceImportError as e:
-        if label is None:
-            raise
-        raise TraceImportError(str(e).replace(str(path), str(label), 1)) from None
+        raise _relabel(e, path, label) from None

@@ -1,0 +1,149 @@
+"""Chakra ``Node`` messages encoded straight to bytes: the importer's writing hot path.
+
+:func:`skewlens.profiler.chakra_io.to_proto` builds one protobuf message per node and one per attribute,
+which costs more than everything else the importer does per node. :class:`NodeEncoder` writes the same
+bytes directly: the protobuf wire format of ``Node`` (fields in number order, packed dependency lists,
+each attribute a length-delimited ``AttributeProto``), with the parts that repeat from node to node (a
+name, ``is_cpu_op = true``, a stream, a step) encoded once and reused. The result is byte for byte what
+``encode_message(to_proto(node))`` gives (the tests compare the two on varied nodes); values it does not
+encode itself (lists, floats, integers outside int64, text that is not valid UTF-8) go through
+``chakra_io`` and protobuf, which then also raise what they raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.chakra_io import AttrValue, TraceNode, encode_message, set_attr, to_proto
+from skewlens.profiler.vocab import Attr, NodeType
+
+_INT64 = 1 << 63
+#: Varints of 0 .. 2**14 - 1 (ids, dependencies, streams, steps), made once.
+_SMALL = [bytes([v]) for v in range(0x80)] + [bytes([(v & 0x7F) | 0x80, v >> 7]) for v in range(0x80, 0x4000)]
+#: Attributes whose values rarely repeat (not worth a cache entry).
+_UNCACHED = frozenset({Attr.START_NS, Attr.DUR_NS, Attr.LAUNCH_NS, Attr.RF_ID, Attr.SEQ})
+#: Most cached attribute encodings before the cache is emptied (a bound for traces of many distinct values).
+_CACHE_LIMIT = 1 << 16
+
+
+def varint(v: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer below 2**64."""
+    if v < 0x4000:
+        return _SMALL[v]
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: tag, length, payload."""
+    return tag + varint(len(payload)) + payload
+
+
+def _packed(tag: bytes, values: Iterable[int]) -> bytes:
+    return _field(tag, b"".join([varint(v) for v in values]))
+
+
+class NodeEncoder:
+    """Encodes importer nodes as length-prefixed Chakra ``Node`` messages (one encoder per rank)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, bytes] = {}
+        self._attrs: dict[tuple[str, type, AttrValue], bytes] = {}
+        self._keys: dict[str, bytes] = {}
+
+    def encode(
+        self,
+        *,
+        node_id: int,
+        name: str,
+        node_type: NodeType,
+        start_ns: int,
+        dur_ns: int,
+        ctrl_deps: Sequence[int],
+        data_deps: Sequence[int],
+        attrs: Mapping[str, AttrValue],
+        extra: Sequence[tuple[str, AttrValue]] = (),
+    ) -> bytes:
+        """One node, length prefix included (``extra`` attributes follow ``attrs``)."""
+        try:
+            parts = [b"\x08" + varint(node_id)] if node_id else []
+            if name:
+                nb = self._names.get(name)
+                if nb is None:
+                    nb = self._names[name] = _field(b"\x12", name.encode())
+                parts.append(nb)
+            if node_type:
+                parts.append(b"\x18" + _SMALL[node_type])
+            if ctrl_deps:
+                parts.append(_packed(b"\x22", ctrl_deps))
+            if data_deps:
+                parts.append(_packed(b"\x2a", data_deps))
+            if start_ns >= 1000:
+                parts.append(b"\x30" + varint(start_ns // 1000))
+            if dur_ns >= 1000:
+                parts.append(b"\x38" + varint(dur_ns // 1000))
+            parts.append(self._attr(Attr.START_NS, start_ns))
+            parts.append(self._attr(Attr.DUR_NS, dur_ns))
+            parts += [self._attr(k, v) for k, v in attrs.items()]
+            parts += [self._attr(k, v) for k, v in extra]
+        except (ValueError, OverflowError, UnicodeEncodeError, IndexError):
+            # what protobuf refuses, it refuses in its own words
+            node = TraceNode(
+                node_id=node_id,
+                name=name,
+                node_type=node_type,
+                start_ns=start_ns,
+                dur_ns=dur_ns,
+                ctrl_deps=tuple(ctrl_deps),
+                data_deps=tuple(data_deps),
+                attrs={**attrs, **dict(extra)},
+            )
+            return encode_message(to_proto(node))
+        body = b"".join(parts)
+        return varint(len(body)) + body
+
+    def _key(self, name: str) -> bytes:
+        kb = self._keys.get(name)
+        if kb is None:
+            kb = self._keys[name] = _field(b"\x0a", name.encode())
+        return kb
+
+    def _attr(self, name: str, value: AttrValue) -> bytes:
+        """``attr`` field (number 10) holding one ``AttributeProto``."""
+        kind = type(value)
+        if kind is int and name in _UNCACHED:
+            return self._int_attr(name, value)  # type: ignore[arg-type]
+        key = (name, kind, value)
+        try:
+            hit = self._attrs.get(key)
+        except TypeError:  # a list: not hashable, not cached
+            return self._slow_attr(name, value)
+        if hit is not None:
+            return hit
+        if kind is bool:
+            enc = _field(b"\x52", self._key(name) + (b"\xd8\x01\x01" if value else b"\xd8\x01\x00"))
+        elif kind is int:
+            enc = self._int_attr(name, value)  # type: ignore[arg-type]
+        elif kind is str:
+            enc = _field(b"\x52", self._key(name) + _field(b"\xea\x01", value.encode()))  # type: ignore[union-attr]
+        else:
+            enc = self._slow_attr(name, value)
+        if len(self._attrs) >= _CACHE_LIMIT:
+            self._attrs.clear()
+        self._attrs[key] = enc
+        return enc
+
+    def _int_attr(self, name: str, value: int) -> bytes:
+        if not -_INT64 <= value < _INT64:
+            raise ValueError(f"attribute {name}: {value} does not fit int64")
+        return _field(b"\x52", self._key(name) + b"\x48" + varint(value if value >= 0 else value + (1 << 64)))
+
+    def _slow_attr(self, name: str, value: AttrValue) -> bytes:
+        node = pb.Node()
+        set_attr(node, name, value)
+        return _field(b"\x52", node.attr[0].SerializeToString())
