@@ -27,6 +27,16 @@ from skewlens.replay.network.algorithms import ALGORITHMS, flat_time_ns, hierarc
 from skewlens.replay.network.topology import Topology, TopologyError
 
 
+def message_bytes(comm_type: CommType, comm_bytes: int, p: int) -> int:
+    """The message size ``S`` of the cost formulas (``skewlens.replay.network.algorithms``) of a collective
+    whose members' calls are ``comm_bytes`` each. ``comm_size`` is the bytes of a member's input buffer
+    (Chakra's convention, ``skewlens.profiler.importers.convert``): the whole ``S`` for most types, but one
+    member's piece of the ``S`` bytes gathered for all_gather and gather, so ``S = p * comm_bytes`` there."""
+    if comm_type in (CommType.ALL_GATHER, CommType.GATHER):
+        return comm_bytes * p
+    return comm_bytes
+
+
 class AsRecorded:
     """Transfers as recorded (wait for late peers removed)."""
 
@@ -100,7 +110,8 @@ class ModelTiming:
         key = (comm_type, nbytes, members, factor, extra)
         cached = self._cache.get(key)
         if cached is None:
-            cached = self._cache[key] = self._collective_ns(comm_type, nbytes, members, factor, extra)
+            size = message_bytes(comm_type, nbytes, len(members))
+            cached = self._cache[key] = self._collective_ns(comm_type, size, members, factor, extra)
         return cached
 
     def _collective_ns(

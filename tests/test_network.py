@@ -70,7 +70,8 @@ EIGHT_RANK = {
     ("tree", CommType.ALL_REDUCE): 2 * L8 * ALPHA + S / BW,
     ("halving_doubling", CommType.ALL_REDUCE): 2 * L8 * ALPHA + 2 * 7 / 8 * S / BW,
     ("direct", CommType.ALL_REDUCE): 2 * ALPHA + 2 * 7 / 8 * S / BW,
-    ("ring", CommType.ALL_GATHER): 7 * (ALPHA + S / (8 * BW)),
+    # comm_size is a member's input, its shard: the 8 ranks gather 8 * S bytes
+    ("ring", CommType.ALL_GATHER): 7 * (ALPHA + 8 * S / (8 * BW)),
     ("halving_doubling", CommType.REDUCE_SCATTER): L8 * ALPHA + 7 / 8 * S / BW,
     ("direct", CommType.ALL_TO_ALL): ALPHA + 7 / 8 * S / BW,
     ("tree", CommType.BROADCAST): L8 * (ALPHA + S / BW),
