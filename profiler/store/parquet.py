@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
 from skewlens.profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
-from skewlens.profiler.store.match import CommRows, match_instances, match_pairs
+from skewlens.profiler.store.match import CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.store.schema import (
     META_TABLE,
@@ -297,6 +297,8 @@ def _export_into(
             rows["nodes"] += res.num_nodes
             rows["deps"] += res.num_deps
     groups.update({g.name: g for g in manifest.process_groups})
+    # as the loader does: what a flight recorder lost is left out of matching on every member
+    comm, _ = without_lost(comm, manifest.lost_collectives, pg_names, sink)
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
     pairs = match_pairs(comm, pg_names, sink)
@@ -347,13 +349,11 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
 
 
 def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> int:
-    cols: dict[str, list[Any]] = {
-        k: [] for k in ("pg_name", "src_rank", "dst_rank", "tag", "comm_bytes", "send_node_id",
-                        "recv_node_id", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns")
-    }  # fmt: skip
-    for p in pairs:
+    cols: dict[str, list[Any]] = {f.name: [] for f in fields(P2PRecord)}
+    for k, p in enumerate(pairs):
         s, d = comm[p.src_rank], comm[p.dst_rank]
         i, j = _at(s, p.src_row), _at(d, p.dst_row)
+        cols["pair"].append(k)
         cols["pg_name"].append(p.pg_name or None)
         cols["src_rank"].append(p.src_rank)
         cols["dst_rank"].append(p.dst_rank)

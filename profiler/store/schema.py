@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
 
-#: Bumped on any incompatible change to a table written by skewlens.
-SCHEMA_VERSION = "1"
+#: Bumped on any incompatible change to a table written by skewlens (2: ``p2p.pair``).
+SCHEMA_VERSION = "2"
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
 
@@ -226,6 +226,10 @@ class CollectiveRecord:
 class P2PRecord:
     """One row of the ``p2p`` table: a send matched with its recv."""
 
+    pair: int
+    """The pair's number: its index in the run's matched send/recv pairs (ordered by sender, receiver, process
+    group, tag, then the k-th send with the k-th recv); ``collective_skew`` gives it as the ``seq`` of p2p
+    rows."""
     pg_name: str | None
     """Process group name."""
     src_rank: int
