@@ -112,9 +112,9 @@ REPLAY_STAGES = StageRules(
 )
 IMPORT_STAGES = StageRules(
     labels=(
-        ("^importing", "read traces"),
-        ("^read ", "read traces"),
-        ("^converted rank", "convert"),
+        ("^importing", "read + convert"),
+        ("^read ", "read traces"),  # with host traces: the scan that pairs them
+        ("^converted ", "read + convert"),  # a worker reads and converts one rank's trace
         ("^written", "write run"),
     ),
     closing=True,
@@ -217,17 +217,26 @@ class CommandRun:
     stages_s: dict[str, float]
 
 
-def tree_rss_bytes(root: psutil.Process) -> int:
-    """RSS of ``root`` and all its descendants now (shared pages count once per process)."""
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):  # exited between listing and reading
-            total += p.memory_info().rss
-    return total
+@dataclass(slots=True)
+class TreeSamples:
+    """What sampling a process tree saw: the peak of its summed RSS, each process's last CPU time."""
+
+    peak_rss_bytes: int = 0
+    cpu_s: dict[int, float] = field(default_factory=dict)
+
+    def sample(self, root: psutil.Process) -> None:
+        """Read ``root`` and all its descendants now (shared pages count once per process)."""
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = 0
+        for p in procs:
+            with contextlib.suppress(psutil.Error), p.oneshot():  # it may exit between listing and reading
+                rss += p.memory_info().rss
+                t = p.cpu_times()
+                self.cpu_s[p.pid] = t.user + t.system
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
 
 
 def _read_stderr(pipe: IO[bytes], t0: float, frames: list[tuple[float, str]]) -> None:
@@ -244,7 +253,7 @@ def dir_bytes(path: Path) -> int:
 
 
 def run_command(cmd: Command, *, cwd: Path, stages: bool) -> CommandRun:
-    """Run ``cmd`` to completion, sampling its tree's RSS; raises SystemExit naming it if it fails."""
+    """Run ``cmd`` to completion, sampling its process tree; raises SystemExit naming it if it fails."""
     env = dict(os.environ)
     if stages:  # rich draws its bars into the pipe as on a terminal (what a user sees)
         env.update(TTY_COMPATIBLE="1", TERM="xterm-256color", COLUMNS="200", LINES="50")
@@ -267,14 +276,14 @@ def run_command(cmd: Command, *, cwd: Path, stages: bool) -> CommandRun:
             done.set()
 
         threading.Thread(target=wait, daemon=True).start()
+        seen = TreeSamples()
         try:
-            root = psutil.Process(proc.pid)
+            root: psutil.Process | None = psutil.Process(proc.pid)
         except psutil.Error:
             root = None
-        peak = 0
         while not done.is_set():
             if root is not None:
-                peak = max(peak, tree_rss_bytes(root))
+                seen.sample(root)
             done.wait(SAMPLE_S)
         reader.join()
         proc.stderr.close()
@@ -286,12 +295,15 @@ def run_command(cmd: Command, *, cwd: Path, stages: bool) -> CommandRun:
             err = ANSI.sub("", "".join(t for _, t in frames))
             tail = "\n".join((text + err).strip().splitlines()[-15:])
             raise SystemExit(f"{' '.join(cmd.argv)}: exit code {proc.returncode}\n{tail}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    # the reaped descendants' rusage misses workers the command did not wait for, the samples a process's
+    # last 20 ms and processes shorter than that: the larger of the two, a lower bound
+    reaped = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu = max(reaped, sum(seen.cpu_s.values()))
     out_bytes = dir_bytes(cmd.out) if cmd.out.exists() else 0
     return CommandRun(
         name=cmd.name,
         wall_s=wall,
-        peak_rss_bytes=peak,
+        peak_rss_bytes=seen.peak_rss_bytes,
         cpu_s=cpu,
         out_bytes=out_bytes,
         stages_s=stages_from_frames(frames, wall, cmd.rules) if stages else {},
@@ -557,6 +569,7 @@ def summarize(case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool) ->
             "size_ratio": hi["factor"] / lo["factor"],
             "wall_ratio": hi["wall_s"]["median"] / lo["wall_s"]["median"],
             "rss_ratio": hi["peak_rss_mib"]["median"] / lo["peak_rss_mib"]["median"],
+            "cpu_ratio": hi["cpu_s"]["median"] / lo["cpu_s"]["median"],
         }
     one = next((r for r in rows if r["factor"] == 1), None)
     judged = one is not None and not quick
@@ -620,7 +633,7 @@ def render(results: Sequence[dict[str, Any]], quick: bool) -> list[Table]:
     against = Table(
         title="against the anchors (1×)" + (": anchors and targets are for the full sizes" if quick else "")
     )
-    for col in ("case", "2×/1× wall", "anchor", "target", "anchor/ours", ""):
+    for col in ("case", "growth: wall (CPU)", "anchor", "target", "anchor/ours", ""):
         against.add_column(col)
     stages = Table(title="stages (median s, read from the progress bars; resolution 0.1 s)")
     for col in ("case", "size", "stages"):
@@ -640,7 +653,7 @@ def render(results: Sequence[dict[str, Any]], quick: bool) -> list[Table]:
         g = res["growth"]
         against.add_row(
             res["name"],
-            f"{g['wall_ratio']:.2f} (size ×{g['size_ratio']:g})" if g else "",
+            f"×{g['wall_ratio']:.2f} (×{g['cpu_ratio']:.2f}) for ×{g['size_ratio']:g}" if g else "",
             res["anchor"]["text"],
             _target_text(res),
             _speedup_text(res),

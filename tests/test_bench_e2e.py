@@ -53,18 +53,18 @@ def test_a_replays_progress_bar_reads_as_its_stages_adding_up_to_the_wall_time()
 
 
 def test_an_imports_labels_name_the_work_that_led_to_them() -> None:
-    """``read b`` is set once b is read: the time it is shown is the first rank's conversion."""
+    """``read b.json`` is set once b is scanned: the time it is shown is the first rank's conversion."""
     e2e = _bench()
     frames = [
         (0.4, _frame("importing", 0, 5)),
         (0.6, _frame("read a.json", 1, 5)),
         (0.9, _frame("read b.json", 2, 5)),
-        (1.2, _frame("converted rank 0", 3, 5)),
-        (1.5, _frame("converted rank 1", 4, 5)),
-        (1.8, _frame("converted rank 1", 4, 5) + SHOW),
+        (1.2, _frame("converted a.json", 3, 5)),
+        (1.5, _frame("converted b.json", 4, 5)),
+        (1.8, _frame("converted b.json", 4, 5) + SHOW),
     ]
     stages = e2e.stages_from_frames(frames, 2.0, e2e.IMPORT_STAGES)
-    assert list(stages) == ["start-up", "read traces", "convert", "write run", "summary + exit"]
+    assert list(stages) == ["start-up", "read traces", "read + convert", "write run", "summary + exit"]
     assert list(stages.values()) == pytest.approx([0.4, 0.5, 0.6, 0.3, 0.2])
 
 
