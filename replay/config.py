@@ -196,6 +196,33 @@ class RealConfig:
 
 
 @dataclass(kw_only=True)
+class ScaleConfig:
+    """Replay the run as if it had ``dp`` data-parallel ranks (``skewlens.replay.scale``; group ``scale``)."""
+
+    dp: int = 0
+    """Data-parallel ranks (replicas of a 2-D mesh) to replay the run as; 0: as captured (off)."""
+    source: str = "all"
+    """all: new replica i copies captured replica i mod k (or a seeded draw, ``seed``) | a rank: every new
+    replica copies that rank's (its replica's, in a 2-D mesh)."""
+    seed: int | None = None
+    """With source=all: each new replica copies a captured one drawn uniformly with this seed (None: i mod
+    k)."""
+
+    def __post_init__(self) -> None:
+        if self.dp < 0:
+            raise ConfigError(f"scale.dp: must be >= 0 (0: off), got {self.dp}")
+        if self.source != "all" and not self.source.isdigit():
+            raise ConfigError(f"scale.source: expected all or a rank, got {self.source!r}")
+        if self.seed is not None and self.source != "all":
+            raise ConfigError(f"scale.seed: draws sources with scale.source=all; scale.source={self.source}")
+
+    @property
+    def source_rank(self) -> int | None:
+        """The rank every replica copies, None for all."""
+        return None if self.source == "all" else int(self.source)
+
+
+@dataclass(kw_only=True)
 class ReplayConfig:
     """Root config of ``skewlens replay``."""
 
@@ -220,6 +247,8 @@ class ReplayConfig:
     lenient: bool = False
     """Replay a run whose communication does not match across ranks (order, size, count): what disagrees is
     skipped, its nodes keep their recorded durations and synchronise with no other rank (mode=sim only)."""
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    """Extrapolation to another data-parallel size (config group ``scale``)."""
 
     def __post_init__(self) -> None:
         if self.lenient and self.mode == "real":
@@ -233,3 +262,10 @@ class ReplayConfig:
             raise ConfigError(f"comm_mode: expected one of {', '.join(COMM_MODES)}, got {self.comm_mode!r}")
         if self.topology.contention and self.comm_mode != "model":
             raise ConfigError("topology.contention: link sharing needs comm_mode=model")
+        if self.scale.dp and self.comm_mode != "model":
+            raise ConfigError(
+                f"scale.dp={self.scale.dp}: the recorded transfers are those of the captured size, not of "
+                f"{self.scale.dp} ranks; extrapolate with comm_mode=model (and a topology)"
+            )
+        if self.scale.dp and self.mode == "real":
+            raise ConfigError("scale.dp: real replay re-executes the captured ranks; extrapolate in mode=sim")

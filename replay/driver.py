@@ -24,6 +24,7 @@ from skewlens.replay.outputs import (
     write_summary,
     write_timeline,
 )
+from skewlens.replay.scale import scale_run
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.slowdown import SlowdownModel
 from skewlens.replay.summary import SummaryRecord, summarize
@@ -72,6 +73,8 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
     effects = build_effects(cfg)
     with progress.task(f"loading {cfg.trace}", 3) as advance:
         run = load_trace(cfg.trace, lenient=cfg.lenient)
+        if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
+            run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
         advance(description="simulating")
         sim = simulate(
             run,

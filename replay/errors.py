@@ -15,3 +15,7 @@ class ConfigError(ReplayError):
 
 class ReplayTimeoutError(ReplayError):
     """A real-replay operation exceeded its timeout; the message names rank, group, sequence number, op."""
+
+
+class ExtrapolationError(ReplayError):
+    """A run cannot be extrapolated to another size (``scale.dp``); the message says what was found."""

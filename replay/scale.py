@@ -1,0 +1,600 @@
+"""Extrapolate a run to N data-parallel ranks (``skewlens replay scale.dp=N``): :func:`scale_run`.
+
+**What is recognised** (:func:`identify`). Process groups are compared by their members. Groups that
+span every rank of the run are *world* groups; the others must form *families*: sets of disjoint groups of
+one size that together cover the world (two groups of different families meet in exactly one rank, as
+the rows and columns of a mesh do).
+
+- No family: a 1-D run. Its world groups carry the data parallelism: *DDP* (all_reduces of gradient
+  buckets; broadcasts, barriers) or *FSDP2* (all_gathers of parameter shards, reduce_scatters of
+  gradients). A world group whose every all_reduce is waited on by ``_c10d_functional::wait_tensor`` and
+  that has no all_gather / reduce_scatter is DTensor tensor parallelism, not data parallelism: refused.
+- One or two families: a 2-D mesh (``init_device_mesh``, row- or column-major). Which family is data
+  parallel is read from the groups' descriptions (``mesh_dp``, ``mesh_tp``: :data:`DP_WORDS`,
+  :data:`OTHER_WORDS`), else from what they carry (reduce_scatters: FSDP; functional all_reduces: TP). The
+  other family (tensor, context, expert parallelism inside a replica) is *replicated*: every new replica
+  gets copies of its groups, unchanged in size. With one family only, it must be the data-parallel one.
+- Refused, with what was found: send/recv (pipeline parallelism), more than two families, groups that do
+  not tile the ranks, two data-parallel-looking families (HSDP), a data-parallel group carrying
+  all_to_all / gather / scatter, a run without collectives, a lenient load that skipped communication.
+
+**What is built.** New replica ``d'`` (``0 <= d' < N``) copies a captured replica (a captured data-parallel
+coordinate ``d``): ``d' mod k`` (the default: the captured spread repeats), a seeded uniform choice
+(``seed``), or the replica of one rank (``source``); in a 1-D run a replica is one rank. Each new rank
+shares its source rank's columns (numpy arrays, not copies): node ids, durations, start times,
+dependencies, streams and steps; only ``comm_bytes`` (once per source rank, where sizes change) and, for
+the copies of replicated groups, ``pg`` are new arrays. Ranks are numbered as the capture numbered them
+(``d*t + j`` row-major, ``j*N + d`` column-major, ``t`` ranks per replica, ``j`` the coordinate inside it).
+Data-parallel groups keep their names and get the N (or N per tp coordinate) new members; world groups
+get every new rank; a replicated group of new replica ``d'`` copied from captured replica ``d`` keeps its
+name where ``d' == d`` and is named ``<name>@dp<d'>`` otherwise. Collectives are re-matched per (group,
+seq) over the new members (rows from each member's source), so the execution model and the simulator see
+an ordinary run of ``N·t`` ranks.
+
+**Communication sizes** (``comm_bytes`` is the bytes of this rank's input buffer, Chakra's ``comm_size``,
+see :mod:`skewlens.profiler.importers.convert`): on data-parallel groups, all_reduce, broadcast, reduce,
+barrier and reduce_scatter keep their bytes (gradient buckets are the model's; a reduce_scatter's input
+is the full gradient); under FSDP2 an all_gather's input is this rank's shard of a gathered size that
+stays, ``ceil(bytes · k / N)`` (FSDP2 pads shards to whole elements; padding below the byte is not
+modelled); under DDP an all_gather (metrics, objects) keeps its per-rank input. Replicated groups keep
+everything. The new run is meant for ``comm_mode=model``: the recorded transfers of k ranks say nothing
+about N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
+from skewlens.profiler.store.issues import rank_ranges
+from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.errors import ConfigError, ExtrapolationError
+
+#: Words of a group description that name data parallelism (``mesh_dp``, ``dp_shard``, ``replicate``).
+DP_WORDS = frozenset({"dp", "ddp", "fsdp", "data", "replicate", "shard", "hsdp", "zero"})
+#: Words of a group description that name parallelism inside a replica (replicated when scaling).
+OTHER_WORDS = frozenset({"tp", "tensor", "sp", "sequence", "cp", "context", "ep", "expert", "pp", "pipeline"})
+#: Collective types whose bytes a data-parallel resize keeps (every member holds the whole tensor, or a
+#: reduce_scatter's whole input).
+KEEP_BYTES = frozenset(
+    {
+        CommType.ALL_REDUCE,
+        CommType.BROADCAST,
+        CommType.REDUCE,
+        CommType.BARRIER,
+        CommType.REDUCE_SCATTER,
+        CommType.REDUCE_SCATTER_BLOCK,
+        CommType.ALL_GATHER,
+    }
+)
+#: The source option that draws from every captured replica.
+ALL_SOURCES = "all"
+
+DDP = "ddp"
+FSDP2 = "fsdp2"
+
+_FUNCTIONAL_WAIT = "_c10d_functional::wait_tensor"
+_V = TypeVar("_V")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """How a run's ranks are laid out: what is data parallel, what is replicated (see the module doc)."""
+
+    parallelism: str
+    """``ddp`` or ``fsdp2`` (of the data-parallel groups)."""
+    inner: str
+    """What the replicated groups carry (``tp``, ...), ``""`` for a 1-D run."""
+    dp_size: int
+    """Captured data-parallel degree ``k`` (ranks per data-parallel group)."""
+    tp_size: int
+    """Ranks per replica ``t`` (1 for a 1-D run)."""
+    row_major: bool
+    """Captured rank = ``d*t + j`` (else ``j*k + d``)."""
+    dp_groups: tuple[tuple[str, ...], ...]
+    """Per coordinate ``j`` inside a replica, the names of the data-parallel groups along it."""
+    replica_groups: tuple[tuple[str, ...], ...]
+    """Per captured replica ``d``, the names of its replicated groups."""
+    world_groups: tuple[str, ...]
+    """Groups spanning every rank that are not data-parallel groups (2-D meshes)."""
+    coord: Mapping[int, tuple[int, int]]
+    """Captured rank -> ``(d, j)``."""
+    described: str
+    """One line: what was recognised."""
+
+    def rank_of(self, d: int, j: int, dp: int) -> int:
+        """Rank at ``(d, j)`` of a mesh of ``dp`` replicas numbered as the capture numbers them."""
+        return d * self.tp_size + j if self.row_major else j * dp + d
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    name: str
+    ranks: tuple[int, ...]
+    desc: str
+    types: Counter[CommType]
+    functional_all_reduces: int
+
+
+def _tokens(desc: str) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", desc.lower())) - {""}
+
+
+def _count_text(types: Counter[CommType]) -> str:
+    return ", ".join(f"{n} {t.name.lower()}" for t, n in sorted(types.items(), key=lambda x: -x[1]))
+
+
+def _group_text(g: _Group) -> str:
+    desc = f", {g.desc}" if g.desc and g.desc not in ("undefined", g.name) else ""
+    what = _count_text(g.types) or "no collectives"
+    return f"'{g.name}' (ranks {rank_ranges(g.ranks)}{desc}: {what})"
+
+
+def _found(groups: Iterable[_Group]) -> str:
+    return "found " + "; ".join(_group_text(g) for g in groups)
+
+
+def _functional_rows(rt: RankTrace) -> set[int]:
+    """Collective rows of ``rt`` that a ``_c10d_functional::wait_tensor`` node depends on."""
+    if _FUNCTIONAL_WAIT not in rt.names:
+        return set()
+    idx = rt.names.index(_FUNCTIONAL_WAIT)
+    waits = np.flatnonzero((rt.name_idx == idx) & (rt.node_type == int(NodeType.COMP)))
+    out: set[int] = set()
+    for w in waits.tolist():
+        deps = rt.deps_of(w)
+        out.update(int(d) for d in deps[rt.node_type[deps] == int(NodeType.COMM_COLL)].tolist())
+    return out
+
+
+def _used_groups(run: RunTrace) -> list[_Group]:
+    """The process groups that carry collectives, with what they carry (matched instances; a group only
+    unmatched collectives name is listed with none)."""
+    types: dict[str, Counter[CommType]] = {}
+    functional: Counter[str] = Counter()
+    waited = {r: _functional_rows(rt) for r, rt in run.ranks.items()}
+    for c in run.collectives:
+        types.setdefault(c.pg_name, Counter())[c.comm_type] += 1
+        if c.comm_type == CommType.ALL_REDUCE and c.rows and c.rows[0] in waited.get(c.ranks[0], ()):
+            functional[c.pg_name] += 1
+    for rt in run.ranks.values():
+        coll = rt.node_type == int(NodeType.COMM_COLL)
+        for gi in np.unique(rt.pg[coll & (rt.pg >= 0)]).tolist():
+            types.setdefault(run.pg_names[gi], Counter())
+    out = []
+    for name, counts in types.items():
+        info = run.process_groups.get(name)
+        out.append(
+            _Group(
+                name=name,
+                ranks=tuple(info.ranks) if info is not None else (),
+                desc=info.desc if info is not None else "",
+                types=counts,
+                functional_all_reduces=functional[name],
+            )
+        )
+    return sorted(out, key=lambda g: (-len(g.ranks), min(g.ranks, default=0), g.name))
+
+
+def _role(family: Sequence[_Group]) -> str:
+    """``dp``, ``other`` or ``""`` (cannot tell) for a family of groups."""
+    words = set().union(*(_tokens(g.desc) for g in family))
+    says_dp, says_other = bool(words & DP_WORDS), bool(words & OTHER_WORDS)
+    if says_dp != says_other:
+        return "dp" if says_dp else "other"
+    types: Counter[CommType] = sum((g.types for g in family), Counter())
+    if types[CommType.ALL_TO_ALL]:
+        return "other"
+    functional = sum(g.functional_all_reduces for g in family)
+    if functional and functional == types[CommType.ALL_REDUCE] and not types[CommType.REDUCE_SCATTER]:
+        return "other"
+    if types[CommType.REDUCE_SCATTER] or (types[CommType.ALL_REDUCE] and not functional):
+        return "dp"
+    return ""
+
+
+def _families(groups: Sequence[_Group], world: tuple[int, ...]) -> list[list[_Group]]:
+    """Sub-world groups split into families (pairwise disjoint groups tiling the world), or an error."""
+    subs = [g for g in groups if len(g.ranks) < len(world)]
+    by_set: dict[frozenset[int], list[_Group]] = {}
+    for g in subs:
+        by_set.setdefault(frozenset(g.ranks), []).append(g)
+    sets = list(by_set)
+    parent = list(range(len(sets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a in range(len(sets)):
+        for b in range(a + 1, len(sets)):
+            if sets[a].isdisjoint(sets[b]):
+                parent[find(a)] = find(b)
+    comps: dict[int, list[frozenset[int]]] = {}
+    for i, s in enumerate(sets):
+        comps.setdefault(find(i), []).append(s)
+    out: list[list[_Group]] = []
+    everyone = frozenset(world)
+    for members in comps.values():
+        sizes = {len(s) for s in members}
+        covered = frozenset().union(*members)
+        disjoint = sum(len(s) for s in members) == len(covered)
+        if len(sizes) != 1 or covered != everyone or not disjoint or len(members[0]) < 2:
+            found = _found(subs)
+            raise ExtrapolationError(
+                f"the process groups do not tile the ranks as a mesh does (groups of one size, disjoint, "
+                f"covering all {len(world)} ranks): {found}"
+            )
+        out.append(sorted((g for s in members for g in by_set[s]), key=lambda g: min(g.ranks)))
+    return sorted(out, key=lambda f: -len(f[0].ranks))
+
+
+def _parallelism(dp_groups: Sequence[_Group]) -> str:
+    types: Counter[CommType] = sum((g.types for g in dp_groups), Counter())
+    bad = [t for t in types if t not in KEEP_BYTES]
+    if bad:
+        raise ExtrapolationError(
+            f"the data-parallel group carries {', '.join(t.name.lower() for t in bad)}, for which there is "
+            f"no data-parallel resize rule (expert or sequence parallelism?): {_found(dp_groups)}"
+        )
+    return FSDP2 if types[CommType.REDUCE_SCATTER] or types[CommType.REDUCE_SCATTER_BLOCK] else DDP
+
+
+def identify(run: RunTrace) -> Layout:
+    """The data-parallel layout of ``run`` (see the module docstring), or an :class:`ExtrapolationError`
+    saying what was found."""
+    where = f"{run.run_dir}: cannot extrapolate to more data-parallel ranks"
+    try:
+        return _identify(run)
+    except ExtrapolationError as e:
+        raise ExtrapolationError(f"{where}: {e}") from None
+
+
+def _identify(run: RunTrace) -> Layout:
+    world = tuple(range(run.world_size))
+    groups = _used_groups(run)
+    p2p = sum(
+        int(np.isin(rt.node_type, (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV))).sum())
+        for rt in run.ranks.values()
+    )
+    if p2p:
+        pairs = Counter((p.src_rank, p.dst_rank) for p in run.p2p)
+        shown = ", ".join(f"{a}->{b} x{n}" for (a, b), n in sorted(pairs.items())[:6])
+        raise ExtrapolationError(
+            f"found {p2p} send/recv node(s) ({len(run.p2p)} matched pairs{': ' + shown if shown else ''}): "
+            "point-to-point communication (pipeline parallelism) has no data-parallel resize rule"
+        )
+    if run.skipped_comm:
+        raise ExtrapolationError(
+            f"a lenient load skipped {len(run.skipped_comm)} communication(s) whose members disagree: "
+            "extrapolating copies that disagreement; load the run strictly (lenient=false)"
+        )
+    if not run.collectives:
+        raise ExtrapolationError("found no collectives: no data-parallel group to identify")
+    for g in groups:
+        if not g.ranks:
+            raise ExtrapolationError(f"group '{g.name}' is not in the manifest's process groups")
+    whole = [g for g in groups if len(g.ranks) == len(world)]
+    families = _families(groups, world)
+    if not families:
+        return _one_d(run, whole)
+    if len(families) > 2:
+        raise ExtrapolationError(
+            f"{len(families)} families of groups (a mesh of more than two dimensions): {_found(groups)}"
+        )
+    missing = sorted(set(world) - set(run.ranks))
+    if missing:
+        raise ExtrapolationError(
+            f"a 2-D mesh needs every rank's trace; ranks {rank_ranges(missing)} have none: {_found(groups)}"
+        )
+    roles = [_role(f) for f in families]
+    dp = [f for f, r in zip(families, roles, strict=True) if r == "dp"]
+    other = [f for f, r in zip(families, roles, strict=True) if r == "other"]
+    if len(dp) != 1 or len(dp) + len(other) != len(families):
+        what = "; ".join(
+            f"{r or 'unknown role'}: {', '.join(_group_text(g) for g in f)}"
+            for f, r in zip(families, roles, strict=True)
+        )
+        raise ExtrapolationError(
+            "cannot tell which mesh dimension is data parallel (one must be, by its groups' descriptions, "
+            f"e.g. mesh_dp / mesh_tp, or by what it carries): {what}"
+        )
+    return _mesh(run, dp[0], other[0] if other else None, whole)
+
+
+def _one_d(run: RunTrace, whole: Sequence[_Group]) -> Layout:
+    types: Counter[CommType] = sum((g.types for g in whole), Counter())
+    functional = sum(g.functional_all_reduces for g in whole)
+    sharded = types[CommType.ALL_GATHER] or types[CommType.REDUCE_SCATTER]
+    if functional and functional == types[CommType.ALL_REDUCE] and not sharded:
+        raise ExtrapolationError(
+            f"every all_reduce is a functional collective waited on by {_FUNCTIONAL_WAIT} (DTensor tensor "
+            f"parallelism, not DDP's gradient buckets): {_found(whole)}"
+        )
+    parallelism = _parallelism(whole)
+    k = run.world_size
+    coord = {r: (r, 0) for r in run.ranks}
+    names = tuple(g.name for g in whole)
+    return Layout(
+        parallelism=parallelism,
+        inner="",
+        dp_size=k,
+        tp_size=1,
+        row_major=True,
+        dp_groups=(names,),
+        replica_groups=tuple(() for _ in range(k)),
+        world_groups=(),
+        coord=coord,
+        described=f"{parallelism} over {', '.join(_group_text(g) for g in whole)}",
+    )
+
+
+def _by_members(groups: Sequence[_Group]) -> list[list[_Group]]:
+    """Groups with the same members together (aliases), ordered by their lowest rank."""
+    by: dict[frozenset[int], list[_Group]] = {}
+    for g in groups:
+        by.setdefault(frozenset(g.ranks), []).append(g)
+    return [by[s] for s in sorted(by, key=min)]
+
+
+def _mesh(run: RunTrace, dp: list[_Group], other: list[_Group] | None, whole: Sequence[_Group]) -> Layout:
+    dp_sets = _by_members(dp)
+    t, k = len(dp_sets), len(dp_sets[0][0].ranks)
+    coord: dict[int, tuple[int, int]] = {}
+    for j, (g, *_aliases) in enumerate(dp_sets):
+        for pos, r in enumerate(g.ranks):
+            coord[r] = (pos, j)
+    replica_groups: list[tuple[str, ...]] = [() for _ in range(k)]
+    if other is not None:
+        other_sets = _by_members(other)
+        if len(other_sets) != k or len(other_sets[0][0].ranks) != t:
+            raise ExtrapolationError(
+                f"the mesh's dimensions disagree: {t} data-parallel groups of {k} ranks but "
+                f"{len(other_sets)} other groups of {len(other_sets[0][0].ranks)}: {_found([*dp, *other])}"
+            )
+        for d, aliases in enumerate(other_sets):
+            for r in aliases[0].ranks:
+                coord[r] = (d, coord[r][1])
+            replica_groups[d] = tuple(g.name for g in aliases)
+    row = all(r == d * t + j for r, (d, j) in coord.items())
+    col = all(r == j * k + d for r, (d, j) in coord.items())
+    if len(set(coord.values())) != len(coord) or not (row or col):
+        raise ExtrapolationError(
+            "the mesh's ranks are numbered neither row- nor column-major (rank = d*t + j or j*k + d): "
+            f"{_found([*dp, *(other or [])])}"
+        )
+    parallelism = _parallelism([*dp, *whole])
+    if sum((g.types for g in whole), Counter())[CommType.REDUCE_SCATTER]:
+        raise ExtrapolationError(f"a reduce_scatter over every rank of a 2-D mesh: {_found(whole)}")
+    inner_words = set().union(*(_tokens(g.desc) for g in other or [])) & OTHER_WORDS
+    inner = sorted(inner_words)[0] if inner_words else "replicated"
+    text = ", ".join(_group_text(g) for g in dp)
+    rest = f"; replicated {', '.join(_group_text(g) for g in other)}" if other else ""
+    return Layout(
+        parallelism=parallelism,
+        inner=inner,
+        dp_size=k,
+        tp_size=t,
+        row_major=row,
+        dp_groups=tuple(tuple(g.name for g in aliases) for aliases in dp_sets),
+        replica_groups=tuple(replica_groups),
+        world_groups=tuple(g.name for g in whole),
+        coord=coord,
+        described=f"{inner} x {parallelism}, {k} x {t} mesh: {parallelism} over {text}{rest}",
+    )
+
+
+def _sources(lay: Layout, dp: int, source: int | None, seed: int | None) -> list[int]:
+    """Captured replica copied by each new replica."""
+    have = sorted({d for d, _j in lay.coord.values()})
+    if source is not None:
+        if source not in lay.coord:
+            raise ConfigError(
+                f"scale.source={source}: no such rank in the run (ranks {rank_ranges(lay.coord)})"
+            )
+        return [lay.coord[source][0]] * dp
+    if seed is None:
+        return [have[i % len(have)] for i in range(dp)]
+    rng = random.Random(seed)
+    return [rng.choice(have) for _ in range(dp)]
+
+
+def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | None = None) -> RunTrace:
+    """``run`` as if it had ``dp`` data-parallel ranks (replicas), each a copy of a captured one (see the
+    module docstring). ``source``: every replica copies the replica of that rank; else ``seed`` None:
+    replica ``i`` copies captured replica ``i mod k``, an int: a seeded uniform choice per replica."""
+    if dp < 1:
+        raise ConfigError(f"scale.dp: must be >= 1 (0 turns extrapolation off), got {dp}")
+    lay = identify(run)
+    src_rep = _sources(lay, dp, source, seed)
+    t = lay.tp_size
+    at = {c: r for r, c in lay.coord.items()}
+    new_world = dp * t
+    source_of = {lay.rank_of(d2, j, dp): at[(src_rep[d2], j)] for d2 in range(dp) for j in range(t)}
+
+    pg_names = list(run.pg_names)
+    groups: dict[str, ProcessGroupInfo] = {}
+    everyone = tuple(range(new_world))
+    for name in lay.world_groups:
+        groups[name] = dataclasses.replace(run.process_groups[name], ranks=everyone)
+    for j, names in enumerate(lay.dp_groups):
+        members = tuple(lay.rank_of(d2, j, dp) for d2 in range(dp))
+        for name in names:
+            groups[name] = dataclasses.replace(run.process_groups[name], ranks=members)
+    for name, info in run.process_groups.items():  # unused groups spanning the world resize with it
+        if name not in groups and len(info.ranks) == run.world_size and name in pg_names:
+            groups[name] = dataclasses.replace(info, ranks=everyone)
+    # replicated groups: new replica d2 copies captured replica src_rep[d2]
+    copy_name: dict[tuple[str, int], str] = {}
+    for d2, d in enumerate(src_rep):
+        for name in lay.replica_groups[d]:
+            new = name if d2 == d else f"{name}@dp{d2}"
+            copy_name[(name, d2)] = new
+            info = run.process_groups[name]
+            members = tuple(lay.rank_of(d2, lay.coord[r][1], dp) for r in info.ranks)
+            groups[new] = dataclasses.replace(info, name=new, ranks=members)
+            if new not in pg_names:
+                pg_names.append(new)
+
+    new_bytes = _scaled_bytes(run, lay, dp)
+    ranks: dict[int, RankTrace] = {}
+    pg_cache: dict[tuple[int, int], np.ndarray] = {}
+    for nr in range(new_world):
+        s = source_of[nr]
+        rt = run.ranks[s]
+        d2 = _replica_of(lay, nr, dp)
+        pg = rt.pg
+        if lay.replica_groups[src_rep[d2]] and src_rep[d2] != d2:
+            key = (s, d2)
+            if key not in pg_cache:
+                lut = np.arange(len(run.pg_names), dtype=np.int32)
+                for name in lay.replica_groups[src_rep[d2]]:
+                    lut[run.pg_names.index(name)] = pg_names.index(copy_name[(name, d2)])
+                pg_cache[key] = np.where(rt.pg >= 0, lut[np.maximum(rt.pg, 0)], rt.pg).astype(np.int32)
+            pg = pg_cache[key]
+        ranks[nr] = dataclasses.replace(
+            rt, rank=nr, pg=pg, comm_bytes=new_bytes[s], notes=[*rt.notes, f"copy of captured rank {s}"]
+        )
+
+    collectives = _rematch(
+        run, lay, dp=dp, src_rep=src_rep, source_of=source_of, copy_name=copy_name, new_bytes=new_bytes
+    )
+    order = {n: i for i, n in enumerate(pg_names)}
+    collectives.sort(key=lambda c: (order[c.pg_name], c.seq))
+    m = run.manifest
+    described = f"{lay.described} -> {dp} data-parallel ranks ({new_world} in all); " + _source_text(
+        lay, source, seed
+    )
+    manifest = dataclasses.replace(
+        m,
+        world_size=new_world,
+        ranks=everyone,
+        missing_ranks=(),
+        process_groups=tuple(groups[n] for n in pg_names if n in groups),
+        devices=_remap(m.devices, source_of),
+        hosts=_remap(m.hosts, source_of),
+        clock_offsets_ns=_remap(m.clock_offsets_ns, source_of),
+        steps=_steps(m.steps, source_of),
+        notes={**m.notes, "scale": described},
+        lost_collectives=(),
+    )
+    return RunTrace(
+        run_dir=run.run_dir,
+        manifest=manifest,
+        ranks=ranks,
+        pg_names=pg_names,
+        process_groups=groups,
+        collectives=collectives,
+        p2p=[],
+        incomplete_steps=run.incomplete_steps,
+    )
+
+
+def _replica_of(lay: Layout, rank: int, dp: int) -> int:
+    return rank // lay.tp_size if lay.row_major else rank % dp
+
+
+def _source_text(lay: Layout, source: int | None, seed: int | None) -> str:
+    unit = "rank" if lay.tp_size == 1 else "replica"
+    if source is not None:
+        return f"every {unit} copies captured rank {source}" + ("'s replica" if lay.tp_size > 1 else "")
+    if seed is None:
+        return f"{unit} i copies captured {unit} i mod {len({d for d, _ in lay.coord.values()})}"
+    return f"each {unit} copies a captured {unit} drawn with seed {seed}"
+
+
+def _remap(d: Mapping[int, _V], source_of: Mapping[int, int]) -> dict[int, _V]:
+    return {nr: d[s] for nr, s in source_of.items() if s in d}
+
+
+def _steps(steps: Sequence[StepSpan], source_of: Mapping[int, int]) -> tuple[StepSpan, ...]:
+    by_rank: dict[int, list[StepSpan]] = {}
+    for sp in steps:
+        by_rank.setdefault(sp.rank, []).append(sp)
+    return tuple(dataclasses.replace(sp, rank=nr) for nr, s in source_of.items() for sp in by_rank.get(s, ()))
+
+
+def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
+    """Per captured rank, its ``comm_bytes`` at ``dp`` data-parallel ranks (the same array where none
+    changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes."""
+    out: dict[int, np.ndarray] = {}
+    sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
+    for r, rt in run.ranks.items():
+        if lay.parallelism != FSDP2:
+            out[r] = rt.comm_bytes
+            continue
+        rows = (
+            (rt.node_type == int(NodeType.COMM_COLL))
+            & (rt.comm_type == int(CommType.ALL_GATHER))
+            & np.isin(rt.pg, sharded)
+        )
+        if not rows.any():
+            out[r] = rt.comm_bytes
+            continue
+        b = rt.comm_bytes.copy()
+        b[rows] = -((-b[rows] * lay.dp_size) // dp)  # ceil(bytes * k / dp), in integers
+        out[r] = b
+    return out
+
+
+def _rematch(
+    run: RunTrace,
+    lay: Layout,
+    *,
+    dp: int,
+    src_rep: Sequence[int],
+    source_of: Mapping[int, int],
+    copy_name: Mapping[tuple[str, int], str],
+    new_bytes: Mapping[int, np.ndarray],
+) -> list[CollectiveInstance]:
+    """The collective instances of the scaled run: per (group, seq), its new members and their rows."""
+    dp_j = {n: j for j, names in enumerate(lay.dp_groups) for n in names}
+    world = set(lay.world_groups)
+    everyone = tuple(range(dp * lay.tp_size))
+    members_of = [tuple(lay.rank_of(d2, j, dp) for d2 in range(dp)) for j in range(lay.tp_size)]
+    # python ints per (rank, row) are shared between copies: a tuple of N references, not N new ints
+    byte_ints: dict[int, list[int]] = {}
+
+    def nbytes(rank: int, row: int) -> int:
+        got = byte_ints.get(rank)
+        if got is None:
+            got = byte_ints[rank] = new_bytes[rank].tolist()
+        return got[row]
+
+    out: list[CollectiveInstance] = []
+    for c in run.collectives:
+        row_of = dict(zip(c.ranks, c.rows, strict=True))
+        if c.pg_name in dp_j or c.pg_name in world:
+            ranks = everyone if c.pg_name in world else members_of[dp_j[c.pg_name]]
+            try:
+                rows = tuple(row_of[source_of[nr]] for nr in ranks)
+            except KeyError as e:
+                raise ExtrapolationError(
+                    f"{run.run_dir}: collective group '{c.pg_name}' seq {c.seq} has no member on rank {e}, "
+                    "which a new rank copies"
+                ) from None
+            out.append(
+                dataclasses.replace(
+                    c,
+                    ranks=ranks,
+                    rows=rows,
+                    comm_bytes=tuple(nbytes(source_of[nr], w) for nr, w in zip(ranks, rows, strict=True)),
+                )
+            )
+            continue
+        d = lay.coord[c.ranks[0]][0]
+        for d2 in (i for i, s in enumerate(src_rep) if s == d):
+            ranks = tuple(lay.rank_of(d2, lay.coord[r][1], dp) for r in c.ranks)
+            out.append(dataclasses.replace(c, pg_name=copy_name[(c.pg_name, d2)], ranks=ranks))
+    return out

@@ -1,0 +1,418 @@
+"""``scale.dp=N``: a run replayed as if it had N data-parallel ranks (skewlens.replay.scale).
+
+Synthetic DDP-, FSDP2- and 2-D-mesh-shaped runs (fast tier) are scaled and replayed with the ``switch``
+topology of ``conf/topology/`` under ``comm_mode=model``: rank and group counts, the per-rank sizes each
+parallelism implies, and step times against the network model's closed forms written out here. Real
+captures of ``examples/ddp_accum.py`` and ``examples/fsdp2.py`` (slow tier) are checked the same way, and
+a 4-rank capture scaled to 1,024 ranks with one slowed rank finds that rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from skewlens.cli import main as skewlens_main
+from skewlens.cli.replay import CONF_DIR, register_configs, to_config
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.config import ReplayConfig
+from skewlens.replay.driver import build_effects, replay_run
+from skewlens.replay.errors import ConfigError, ExtrapolationError
+from skewlens.replay.scale import identify, scale_run
+from skewlens.replay.simulate import SimResult, simulate
+
+AR, AG, RS = CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER
+MIB = 1 << 20
+# per captured rank: (forward, backward, optimizer) compute, ns; the spread the copies must keep
+COMPUTE = ((3_000_000, 5_000_000, 700_000), (3_400_000, 4_100_000, 900_000))
+BUCKETS = (1 * MIB, 3 * MIB)  # DDP gradient buckets
+FULL = 4 * MIB  # FSDP2: the parameters one all_gather gathers (and one reduce_scatter reduces)
+
+
+def compose_replay(*overrides: str) -> ReplayConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="replay", overrides=["trace=/nowhere", "out=/nowhere", *overrides])
+    return to_config(cfg)
+
+
+MODEL = ("comm_mode=model", "topology=switch")
+SWITCH = compose_replay(*MODEL).topology
+ALPHA = float(SWITCH.dims[0].latency_ns)  # ns
+BW = float(SWITCH.dims[0].bandwidth_gbps)  # bytes/ns
+
+
+def ring_ns(comm_type: CommType, comm_bytes: int, p: int) -> int:
+    """The ring algorithm's time (the switch entry's algorithm), S the message size: a member's
+    comm_size, but for all_gather the p pieces gathered (comm_size is a member's input)."""
+    if comm_type == AR:
+        return round(2 * (p - 1) * (ALPHA + comm_bytes / (p * BW)))
+    size = p * comm_bytes if comm_type == AG else comm_bytes
+    return round((p - 1) * (ALPHA + size / (p * BW)))
+
+
+Schedule = Sequence[tuple[str, CommType, int]]  # (group, type, comm_bytes) before each compute phase
+
+
+def build(
+    path: Path,
+    *,
+    world: int,
+    schedule: Schedule,
+    groups: dict[str, tuple[int, ...]] | None = None,
+    group_of: dict[tuple[int, str], str] | None = None,
+    steps: int = 2,
+) -> RunTrace:
+    """A run whose ranks alternate a collective and a compute phase (COMPUTE of rank r mod 2), recorded as
+    a real one would be: a collective's members end together, the transfer after the last arrival."""
+    b = RunBuilder(world_size=world, groups=groups)
+    now = dict.fromkeys(range(world), 0)
+    for s in range(steps):
+        for r in range(world):
+            b.rank(r).step(s)
+        for i, (kind, ctype, nbytes) in enumerate(schedule):
+            by_group: dict[str, list[int]] = {}
+            for r in range(world):
+                by_group.setdefault(group_of[(r, kind)] if group_of else kind, []).append(r)
+            for name, members in by_group.items():
+                last = max(now[r] for r in members)
+                for r in members:
+                    end = last + 300_000 + nbytes // 1000
+                    b.rank(r).collective(ctype, nbytes, end - now[r], pg=name, start_ns=now[r])
+                    now[r] = end
+            for r in range(world):
+                dur = COMPUTE[r % 2][i % 3]
+                b.rank(r).compute(f"phase{i}", dur, start_ns=now[r])
+                now[r] += dur
+    return load_run(b.write(path))
+
+
+DDP = (("0", AR, BUCKETS[0]), ("0", AR, BUCKETS[1]))
+FSDP2 = (("0", AG, FULL // 2), ("0", AG, FULL // 2), ("0", RS, FULL))
+
+
+def replay(run: RunTrace, *overrides: str) -> SimResult:
+    cfg = compose_replay(*MODEL, *overrides)
+    return simulate(run, topology=cfg.topology.to_topology(), comm_mode="model", effects=build_effects(cfg))
+
+
+def first_step_ns(schedule: Schedule, n: int) -> int:
+    """Step 0 of a scaled 1-D run: the ranks start together; each collective ends its ring time after the
+    slowest rank arrives, then every rank computes (the copies keep both captured ranks' durations)."""
+    total = 0
+    for i, (_g, ctype, nbytes) in enumerate(schedule):
+        total += ring_ns(ctype, nbytes, n) + max(c[i % 3] for c in COMPUTE)
+    return total
+
+
+def transfers(sim: SimResult) -> list[int]:
+    return [int(e - a) for a, e in zip(sim.coll_arrival_ns, sim.coll_end_ns, strict=True)]
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 64])
+def test_ddp_scaled_to_n_ranks_has_n_ranks_one_group_of_n_and_keeps_its_bucket_bytes(
+    tmp_path: Path, n: int
+) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    scaled = scale_run(run, n)
+    assert sorted(scaled.ranks) == list(range(n)) and scaled.world_size == n
+    assert scaled.process_groups["0"].ranks == tuple(range(n))
+    assert len(scaled.collectives) == len(run.collectives)
+    for c in scaled.collectives:
+        assert c.ranks == tuple(range(n))
+        assert set(c.comm_bytes) == {BUCKETS[c.seq % 2]}
+    assert identify(run).parallelism == "ddp"
+
+
+def test_a_copy_shares_its_source_ranks_arrays_and_rank_i_copies_rank_i_mod_k(tmp_path: Path) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    scaled = scale_run(run, 1024)
+    for r in (0, 1, 513, 1022):
+        rt, src = scaled.ranks[r], run.ranks[r % 2]
+        assert rt.rank == r
+        for col in ("dur_ns", "start_ns", "dep_idx", "node_id", "comm_bytes", "pg"):
+            assert getattr(rt, col) is getattr(src, col), col
+    assert [s.rank for s in scaled.manifest.steps].count(1023) == 2
+
+
+def test_ddp_step_time_at_n_ranks_is_the_slowest_compute_plus_the_ring_all_reduces(tmp_path: Path) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    for n in (2, 16):
+        sim = replay(scale_run(run, n))
+        assert sim.step_time_ns(0) == first_step_ns(DDP, n)
+        assert transfers(sim) == [ring_ns(AR, BUCKETS[i % 2], n) for i in range(len(run.collectives))]
+
+
+def test_fsdp2_shards_shrink_as_one_over_n_while_reduce_scatter_keeps_the_full_gradient(
+    tmp_path: Path,
+) -> None:
+    run = build(tmp_path / "fsdp2", world=2, schedule=FSDP2)
+    assert identify(run).parallelism == "fsdp2"
+    for n in (4, 8):
+        scaled = scale_run(run, n)
+        assert scaled.process_groups["0"].ranks == tuple(range(n))
+        per_type = {(c.comm_type, b) for c in scaled.collectives for b in c.comm_bytes}
+        assert per_type == {(AG, FULL // n), (RS, FULL)}
+        assert all(len(c.ranks) == n for c in scaled.collectives)
+        rt = scaled.ranks[n - 1]
+        ag = rt.comm_type == int(AG)
+        assert set(rt.comm_bytes[ag].tolist()) == {FULL // n}
+        assert rt.comm_bytes is scaled.ranks[1].comm_bytes  # one new column per source rank
+
+
+def test_fsdp2_step_time_follows_the_ring_all_gather_and_reduce_scatter_at_n(tmp_path: Path) -> None:
+    run = build(tmp_path / "fsdp2", world=2, schedule=FSDP2)
+    n = 8
+    sim = replay(scale_run(run, n))
+    assert sim.step_time_ns(0) == first_step_ns(((g, t, FULL // n if t == AG else b) for g, t, b in FSDP2), n)
+    # the gathered size stays: an all_gather of FULL / n per rank costs what gathering FULL costs
+    assert transfers(sim)[0] == round((n - 1) * (ALPHA + FULL / (n * BW)))
+
+
+def test_a_shard_that_does_not_divide_rounds_up_to_the_byte(tmp_path: Path) -> None:
+    run = build(tmp_path / "fsdp2", world=2, schedule=FSDP2)
+    scaled = scale_run(run, 3)
+    assert {b for c in scaled.collectives if c.comm_type == AG for b in c.comm_bytes} == {-(-FULL // 3)}
+
+
+def test_source_copies_one_rank_and_a_seed_draws_reproducibly(tmp_path: Path) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    one = scale_run(run, 6, source=1)
+    assert all(rt.dur_ns is run.ranks[1].dur_ns for rt in one.ranks.values())
+    assert replay(one).step_time_ns(0) == sum(ring_ns(AR, b, 6) for b in BUCKETS) + sum(COMPUTE[1][:2])
+
+    def drawn(seed: int) -> list[int]:
+        s = scale_run(run, 32, seed=seed)
+        return [0 if rt.dur_ns is run.ranks[0].dur_ns else 1 for _r, rt in sorted(s.ranks.items())]
+
+    assert drawn(7) == drawn(7)
+    assert drawn(7) != drawn(8)
+    assert 0 < sum(drawn(7)) < 32
+
+
+MESH_GROUPS = {
+    "0": (0, 1, 2, 3),
+    "mesh_dp_0": (0, 2),
+    "mesh_dp_1": (1, 3),
+    "mesh_tp_0": (0, 1),
+    "mesh_tp_1": (2, 3),
+}
+# rank r = d * 2 + j: its dp group is mesh_dp_<j>, its tp group mesh_tp_<d>
+MESH_OF = {(r, k): f"mesh_{k}_{r % 2 if k == 'dp' else r // 2}" for r in range(4) for k in ("dp", "tp")}
+MESH = (("dp", AG, FULL // 2), ("tp", AR, 64 << 10), ("dp", RS, FULL))
+
+
+def test_a_2d_mesh_scales_its_dp_dimension_and_replicates_the_tp_groups(tmp_path: Path) -> None:
+    run = build(tmp_path / "mesh", world=4, schedule=MESH, groups=MESH_GROUPS, group_of=MESH_OF)
+    lay = identify(run)
+    assert (lay.parallelism, lay.inner, lay.dp_size, lay.tp_size) == ("fsdp2", "tp", 2, 2)
+    scaled = scale_run(run, 4)
+    groups = {n: g.ranks for n, g in scaled.process_groups.items()}
+    assert groups == {
+        "0": tuple(range(8)),
+        "mesh_dp_0": (0, 2, 4, 6),
+        "mesh_dp_1": (1, 3, 5, 7),
+        "mesh_tp_0": (0, 1),
+        "mesh_tp_1": (2, 3),
+        "mesh_tp_0@dp2": (4, 5),
+        "mesh_tp_1@dp3": (6, 7),
+    }
+    assert scaled.ranks[5].dur_ns is run.ranks[1].dur_ns  # (d=2, j=1) copies (d=0, j=1)
+    sizes = {(c.comm_type, len(c.ranks), b) for c in scaled.collectives for b in c.comm_bytes}
+    assert sizes == {(AG, 4, FULL // 4), (AR, 2, 64 << 10), (RS, 4, FULL)}
+    tp = [c for c in scaled.collectives if c.comm_type == AR]
+    assert len(tp) == 2 * len([c for c in run.collectives if c.comm_type == AR])
+    # step 0: the dp groups gather, the tp pairs (one rank of each coordinate j) wait for the slower
+    # forward, then each dp group (one coordinate j) reduces after its own backward
+    (fwd0, bwd0, opt0), (fwd1, bwd1, opt1) = COMPUTE
+    expected = (
+        ring_ns(AG, FULL // 4, 4)
+        + max(fwd0, fwd1)
+        + ring_ns(AR, 64 << 10, 2)
+        + max(bwd0 + opt0, bwd1 + opt1)
+        + ring_ns(RS, FULL, 4)
+    )
+    assert replay(scaled).step_time_ns(0) == expected
+
+
+def test_the_cli_replays_a_scaled_run_and_a_slowed_rank_is_the_one_the_others_wait_for(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "ddp"
+    build(run_dir, world=2, schedule=DDP)
+    out = tmp_path / "out"
+    cfg = compose_replay(
+        *MODEL,
+        "scale.dp=12",
+        "slowdown=straggler",
+        "slowdown.rank=9",
+        "slowdown.factor=2.0",
+        "perfetto=false",
+    )
+    cfg.trace, cfg.out, cfg.progress = str(run_dir), str(out), False
+    outcome = replay_run(cfg, out)
+    assert sorted(outcome.run.ranks) == list(range(12))
+    assert "ddp over '0'" in outcome.run.manifest.notes["scale"]
+    waits = dict.fromkeys(range(12), 0)
+    for rec in outcome.summary:
+        waits[rec.rank] += rec.wait_ns
+    assert min(waits, key=lambda r: waits[r]) == 9
+    assert waits[9] == 0 and all(w > 0 for r, w in waits.items() if r != 9)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("scale.dp=8",), r"scale\.dp=8: .*comm_mode=model"),
+        (("scale.dp=8", "comm_mode=model", "mode=real"), r"scale\.dp: real replay .*mode=sim"),
+        (("scale.dp=-2",), r"scale\.dp: must be >= 0"),
+        (("scale.dp=8", "scale.source=first"), r"scale\.source: expected all or a rank"),
+        (("scale.dp=8", "scale.source=1", "scale.seed=3"), r"scale\.seed: .*scale\.source=all"),
+    ],
+)
+def test_bad_scale_settings_are_config_errors_naming_the_key(overrides: tuple[str, ...], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        compose_replay(*overrides)
+
+
+def test_scale_is_off_by_default_and_a_source_outside_the_run_is_refused(tmp_path: Path) -> None:
+    cfg = compose_replay()
+    assert (cfg.scale.dp, cfg.scale.source, cfg.scale.seed) == (0, "all", None)
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    with pytest.raises(ConfigError, match=r"scale\.source=5: no such rank .*0-1"):
+        scale_run(run, 4, source=5)
+
+
+def p2p_run(path: Path) -> RunTrace:
+    b = RunBuilder(world_size=2)
+    b.rank(0).send(1, MIB, 100_000)
+    b.rank(1).recv(0, MIB, 100_000)
+    for r in (0, 1):
+        b.rank(r).collective(AR, MIB, 100_000)
+    return load_run(b.write(path))
+
+
+def tp_run(path: Path) -> RunTrace:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        for _ in range(3):
+            c = rb.collective(AR, 64 << 10, 100_000)
+            rb.compute("_c10d_functional::wait_tensor", 10_000, deps=(c,))
+    return load_run(b.write(path))
+
+
+def one_group_run(path: Path, ctype: CommType, groups: dict[str, tuple[int, ...]] | None = None) -> RunTrace:
+    b = RunBuilder(world_size=4, groups=groups)
+    for name, members in (groups or {"0": (0, 1, 2, 3)}).items():
+        for r in members:
+            b.rank(r).collective(ctype, MIB, 100_000, pg=name)
+    return load_run(b.write(path))
+
+
+def no_comm_run(path: Path) -> RunTrace:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("fwd", 1_000)
+    return load_run(b.write(path))
+
+
+def hsdp_run(path: Path) -> RunTrace:
+    groups = {"rep_0": (0, 2), "rep_1": (1, 3), "shard_0": (0, 1), "shard_1": (2, 3)}
+    b = RunBuilder(world_size=4, groups=groups)
+    for r in range(4):
+        b.rank(r).collective(RS, MIB, 100_000, pg=f"shard_{r // 2}")
+        b.rank(r).collective(AR, MIB, 100_000, pg=f"rep_{r % 2}")
+    return load_run(b.write(path))
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (p2p_run, r"found 2 send/recv node\(s\) \(1 matched pairs: 0->1 x1\).*pipeline parallelism"),
+        (tp_run, r"functional collective .*wait_tensor .*tensor parallelism.*'0' \(ranks 0-1.*3 all_reduce"),
+        (lambda p: one_group_run(p, CommType.ALL_TO_ALL), r"carries all_to_all.*'0' \(ranks 0-3"),
+        (no_comm_run, r"found no collectives"),
+        (
+            lambda p: one_group_run(p, AR, {"a": (0, 1), "b": (1, 2, 3)}),
+            r"(?=.*'a' \(ranks 0-1)(?=.*'b' \(ranks 1-3)do not tile the ranks as a mesh does",
+        ),
+        (
+            hsdp_run,
+            r"(?=.*dp: .*'rep_0')(?=.*dp: .*'shard_0')cannot tell which mesh dimension is data parallel",
+        ),
+    ],
+    ids=["p2p", "tensor-parallel", "all_to_all", "no-collectives", "not-a-mesh", "hsdp"],
+)
+def test_a_run_that_cannot_be_extrapolated_says_what_was_found(
+    tmp_path: Path, make: object, says: str
+) -> None:
+    run = make(tmp_path / "run")  # type: ignore[operator]
+    with pytest.raises(ExtrapolationError, match=says):
+        scale_run(run, 8)
+
+
+def test_the_cli_refuses_an_extrapolation_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = p2p_run(tmp_path / "run")
+    rc = skewlens_main(["replay", f"trace={run.run_dir}", f"out={tmp_path / 'o'}", "scale.dp=8", *MODEL])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and "cannot extrapolate to more data-parallel ranks: found 2 send/recv" in err[0]
+
+
+# ---- real captures (gloo ranks on the CPU) ---------------------------------------------------------
+
+
+def closed_form_transfers(scaled: RunTrace, sim: SimResult) -> None:
+    n = scaled.world_size
+    expected = [ring_ns(c.comm_type, c.comm_bytes[0], len(c.ranks)) for c in scaled.collectives]
+    assert all(len(c.ranks) == n for c in scaled.collectives)
+    assert transfers(sim) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "parallelism"), [("ddp_accum.py", "ddp"), ("fsdp2.py", "fsdp2")])
+def test_a_captured_run_scaled_to_8_sizes_its_communication_by_its_parallelism_and_the_model_times_it(
+    tmp_path: Path, script: str, parallelism: str
+) -> None:
+    from workload_helpers import capture_workload
+
+    run = capture_workload(tmp_path / "run", script, nproc=2)
+    assert identify(run).parallelism == parallelism
+    scaled = scale_run(run, 8)
+    assert scaled.process_groups["0"].ranks == tuple(range(8))
+    captured = {(c.pg_name, c.seq): (c.comm_type, c.comm_bytes[0]) for c in run.collectives}
+    for c in scaled.collectives:
+        ctype, nbytes = captured[(c.pg_name, c.seq)]
+        # DDP's buckets and FSDP2's reduce_scatter inputs keep their bytes, FSDP2's shards are 2/8 of 2's
+        assert c.comm_bytes == (nbytes * 2 // 8 if ctype == AG else nbytes,) * 8
+    assert {c.comm_type for c in scaled.collectives} == ({AR} if parallelism == "ddp" else {AG, RS})
+    closed_form_transfers(scaled, replay(scaled))
+
+
+@pytest.mark.slow
+def test_a_4_rank_capture_scaled_to_1024_with_one_slowed_rank_is_held_up_by_that_rank(
+    tmp_path: Path,
+) -> None:
+    from workload_helpers import capture_workload
+
+    run = capture_workload(tmp_path / "ddp", "ddp_accum.py", nproc=4)
+    scaled = scale_run(run, 1024)
+    sim = replay(scaled, "slowdown=straggler", "slowdown.rank=777", "slowdown.factor=3.0")
+    wait = dict.fromkeys(scaled.ranks, 0)
+    for ci, c in enumerate(scaled.collectives):
+        last = int(sim.coll_arrival_ns[ci])
+        for r, row in zip(c.ranks, c.rows, strict=True):
+            wait[r] += last - int(sim.start_ns[r][row])
+    late = np.array([wait[r] for r in range(1024)])
+    assert int(np.argmin(late)) == 777
+    assert np.all(np.delete(late, 777) > late[777])
