@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "skewlens.cli.replay:main",
         "replay a run (simulated or real) under another topology / slowdowns (Hydra)",
     ),
+    "calibrate": (
+        "skewlens.cli.calibrate:main",
+        "fit the network model (latency, bandwidth) to a run; write a topology entry",
+    ),
     "analyze": ("skewlens.cli.analyze:main", "attribute skew and communication stalls; name the stragglers"),
     "demo": ("skewlens.cli.demo:main", "end-to-end demo on a bundled example (--workload; CPU ranks)"),
 }

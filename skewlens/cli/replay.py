@@ -12,7 +12,9 @@ naming the key (one line, exit 2).
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -97,6 +99,43 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         )
 
 
+def topology_files(args: list[str], tmp: Path) -> list[str]:
+    """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
+    entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
+    put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
+    bundled entry has that name)."""
+    builtin = {f.stem for f in (CONF_DIR / "topology").glob("*.yaml")}
+    out, found = [], False
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key != "topology" or not eq or "(" in value:
+            out.append(arg)
+            continue
+        names = []
+        for item in value.split(","):
+            p = Path(item).expanduser()
+            if p.suffix not in (".yaml", ".yml") and p.name == item:
+                names.append(item)  # an entry of conf/topology/
+                continue
+            if not p.is_file():
+                raise ConfigError(f"topology={item}: no such file")
+            name = p.stem if p.stem not in builtin else f"file_{p.stem}"
+            (tmp / "topology").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, tmp / "topology" / f"{name}.yaml")
+            names.append(name)
+            found = True
+        out.append(f"topology={','.join(names)}")
+    if not found:
+        return out
+    entry = f"file://{tmp}"
+    for k, arg in enumerate(out):
+        if arg.startswith("hydra.searchpath=[") and arg.endswith("]"):
+            rest = arg[len("hydra.searchpath=[") : -1]
+            out[k] = f"hydra.searchpath=[{entry}{',' if rest else ''}{rest}]"
+            return out
+    return [f"hydra.searchpath=[{entry}]", *out]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
     register_configs()
@@ -114,14 +153,18 @@ def main(argv: list[str] | None = None) -> int:
 
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv
-    sys.argv = ["skewlens-replay", *(sys.argv[1:] if argv is None else argv)]
-    try:
-        app()
-    except SystemExit as e:
-        if e.code not in (0, None):
-            return 2
-    finally:
-        sys.argv = saved
+    with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
+        sys.argv = [
+            "skewlens-replay",
+            *topology_files(list(sys.argv[1:] if argv is None else argv), Path(tmp)),
+        ]
+        try:
+            app()
+        except SystemExit as e:
+            if e.code not in (0, None):
+                return 2
+        finally:
+            sys.argv = saved
     if errors:
         raise errors[0]
     return 0

@@ -1,0 +1,193 @@
+"""``skewlens calibrate RUN_DIR --out topology.yaml``: fit the network a run saw, write a topology entry.
+
+    skewlens calibrate RUN --out cal.yaml                       # one switch, ring formulas
+    skewlens calibrate RUN --out cal.yaml --topology two_node_ib # that shape; fit each dimension crossed
+    skewlens replay trace=RUN out=OUT topology=cal.yaml comm_mode=model
+
+The fit is :func:`skewlens.replay.calibrate.calibrate` (see its module docstring); this module loads the
+run and the base topology, renders the fit as a table and writes the entry atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+from rich.table import Table
+
+from skewlens.paths import CONF_DIR
+from skewlens.profiler.errors import SkewlensError
+from skewlens.replay.calibrate import Calibration, Fit, calibrate, write_topology
+from skewlens.replay.config import TopologyConfig
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.algorithms import ALGORITHMS
+from skewlens.rich_progress import RichProgress
+
+#: The option that calibrates from a run whose communication does not match across ranks.
+LENIENT_OPTION = "--lenient"
+
+
+def topology_entry_path(value: str) -> Path:
+    """The YAML file of ``value``: a path to a file, or the name of an entry in ``conf/topology/``."""
+    p = Path(value).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.name != value:
+        if not p.is_file():
+            raise ConfigError(f"--topology {value}: no such file")
+        return p
+    entry = CONF_DIR / "topology" / f"{value}.yaml"
+    if not entry.is_file():
+        names = ", ".join(sorted(f.stem for f in (CONF_DIR / "topology").glob("*.yaml")))
+        raise ConfigError(f"--topology {value}: no such file or topology entry (entries: {names})")
+    return entry
+
+
+def load_topology_entry(value: str) -> TopologyConfig:
+    """A topology entry (file or ``conf/topology/`` name) read with the replay's schema, as
+    ``skewlens replay topology=...`` reads it; errors name the file and the key."""
+    path = topology_entry_path(value)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TopologyConfig), OmegaConf.load(path))
+        obj = OmegaConf.to_object(merged)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {str(e).strip().splitlines()[0]}") from None
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{path}: {first}") from None
+    if not isinstance(obj, TopologyConfig):
+        raise ConfigError(f"{path}: not a topology entry")
+    return obj
+
+
+def _num(x: float, fmt: str) -> str:
+    return "-" if math.isnan(x) else format(x, fmt)
+
+
+def _fit_row(f: Fit, mark: str) -> tuple[str, ...]:
+    return (
+        f.label + mark,
+        str(f.n),
+        str(f.sizes),
+        f"{f.latency_ns / 1e3:.1f}",
+        "-" if f.latency_only else f"{f.bandwidth_gbps:.4g}",
+        _num(f.r2, ".3f"),
+        f"{f.median_residual:.1%}",
+        f"{f.p90_residual:.1%}",
+    )
+
+
+def calibration_table(cal: Calibration) -> Table:
+    """The fit per link class (bold: what the topology holds) and per (group, type) on its own, with the
+    residuals ``|recorded − model| / recorded`` of each row's own fit; notes under the table."""
+    notes: list[str] = []
+
+    def mark(f: Fit) -> str:
+        if not f.note:
+            return ""
+        notes.append(f"[{len(notes) + 1}] {f.label}: {f.note}")
+        return f" [{len(notes)}]"
+
+    t = Table(
+        title=f"Calibration ({cal.algorithm}) from {cal.run_dir}: {len(cal.transfers)} transfers",
+        collapse_padding=True,
+    )
+    for col, just in (
+        ("fit", "left"),
+        ("n", "right"),
+        ("sizes", "right"),
+        ("α µs", "right"),
+        ("B GB/s", "right"),
+        ("R²", "right"),
+        ("med res", "right"),
+        ("p90 res", "right"),
+    ):
+        t.add_column(col, justify=just, no_wrap=col == "fit")  # type: ignore[arg-type]
+    for f in cal.links:
+        t.add_row(*_fit_row(f, mark(f)), style="bold")
+    if cal.groups:
+        t.add_section()
+    for f in cal.groups:
+        t.add_row(*_fit_row(f, mark(f)))
+    t.caption = "\n".join(
+        [
+            "per link class (bold: written) and per group and type; res: |recorded − model| / recorded",
+            *notes,
+        ]
+    )
+    t.caption_justify = "left"
+    return t
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skewlens calibrate",
+        description="Fit the latency and bandwidth of the α-β network model to a run's recorded transfers "
+        "(waits for late peers removed) and write a topology entry that `skewlens replay "
+        "topology=FILE comm_mode=model` loads.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)")
+    p.add_argument("--out", required=True, metavar="FILE", help="topology YAML to write (e.g. cal.yaml)")
+    p.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME|FILE",
+        help="base topology (an entry of conf/topology/ or a YAML file): its dimensions are the link "
+        "classes fitted, its placement maps ranks to them (default: every rank on one switch)",
+    )
+    p.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=None,
+        help="collective algorithm the formulas assume (default: the base topology's, else ring)",
+    )
+    p.add_argument("--name", default=None, help="the entry's name (default: the --out file's stem)")
+    p.add_argument(
+        LENIENT_OPTION,
+        action="store_true",
+        help="calibrate from a run whose communication does not match across ranks (what disagrees is "
+        "left out)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    out = Path(args.out)
+    if out.is_dir():
+        raise SkewlensError(f"--out {out}: is a directory (give the YAML file to write)")
+    base_cfg = load_topology_entry(args.topology) if args.topology else None
+    from skewlens.profiler.store.validate import load_validated
+    from skewlens.progress import NO_PROGRESS
+
+    err = Console(stderr=True)
+    run = load_validated(
+        args.run_dir,
+        progress=NO_PROGRESS if args.no_progress else RichProgress(err),
+        lenient=args.lenient,
+        lenient_option=LENIENT_OPTION,
+    )
+    cal = calibrate(
+        run,
+        base=base_cfg.to_topology() if base_cfg is not None else None,
+        algorithm=args.algorithm or (base_cfg.algorithm if base_cfg is not None else None),
+    )
+    console = Console()
+    console.print(calibration_table(cal))
+    for d in cal.kept:
+        console.print(f"dim {d} ({cal.topology.dims[d].kind}): crossed by no transfer, kept from the base")
+    if cal.skipped:
+        console.print(
+            f"{cal.skipped} transfers left out (recorded as 0 ns, or within one unit of the topology)"
+        )
+    write_topology(cal, out, name=args.name or out.stem)
+    console.print(
+        f"wrote {out}; replay with: "
+        f"skewlens replay trace={args.run_dir} out=OUT topology={out} comm_mode=model",
+        markup=False,
+        highlight=False,
+    )
+    return 0

@@ -1,0 +1,300 @@
+"""``skewlens calibrate``: the α-β network model fitted to a run's transfers, waits for late peers removed."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from capture_helpers import EXAMPLE, profile
+
+from skewlens.cli import main as skewlens_main
+from skewlens.cli.calibrate import load_topology_entry
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.calibrate import (
+    MAX_BANDWIDTH_GBPS,
+    CalibrationError,
+    calibrate,
+    recorded_transfers,
+    write_topology,
+)
+from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.simulate import simulate
+from skewlens.replay.summary import summarize
+
+AR, AG, BC = CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.BROADCAST
+KIB, MIB = 1 << 10, 1 << 20
+MODEL = ("comm_mode=model", "progress=false")
+
+# The closed forms the replay's network model uses (skewlens.replay.network.algorithms), written out here:
+# ring all_reduce 2(p-1)(α + S/(pB)), ring all_gather (p-1)(α + S/(pB)), ring broadcast (p-1)α + S/B, with S
+# the message size: a member's comm_size, but for all_gather the p pieces gathered (comm_size is a member's
+# input, skewlens.replay.comm.message_bytes).
+ALPHA_NS, BW = 25_000.0, 12.0  # 25 µs, 12 GB/s (bytes/ns)
+
+
+def ring_ns(comm_type: CommType, comm_bytes: int, p: int, alpha: float, bw: float) -> float:
+    if comm_type == AR:
+        return 2 * (p - 1) * (alpha + comm_bytes / (p * bw))
+    if comm_type == AG:
+        return (p - 1) * (alpha + p * comm_bytes / (p * bw))
+    return (p - 1) * alpha + comm_bytes / bw
+
+
+Schedule = Sequence[tuple[str, CommType, int]]
+
+
+def build_run(
+    path: Path,
+    *,
+    world: int,
+    groups: dict[str, tuple[int, ...]],
+    schedule: Schedule,
+    transfer_ns: Callable[[str, CommType, int], float],
+    noise: float = 0.02,
+    outliers: Sequence[int] = (),
+    seed: int = 0,
+) -> tuple[Path, int, int]:
+    """A run whose collectives transfer ``transfer_ns(group, type, size)`` (± ``noise``, x3 for the
+    instances in ``outliers``) after the last member arrives; members arrive after compute of random
+    length, so most wait for a late peer first. Returns the run, summed transfers and summed waits."""
+    rng = random.Random(seed)
+    b = RunBuilder(world_size=world, groups=groups)
+    clock = dict.fromkeys(range(world), 0)
+    total_transfer = total_wait = 0
+    for i, (pg, comm_type, nbytes) in enumerate(schedule):
+        members = groups[pg]
+        arrive = {}
+        for r in members:
+            dur = rng.randrange(200_000, 3_000_000)
+            b.rank(r).compute("aten::mm", dur_ns=dur, start_ns=clock[r])
+            arrive[r] = clock[r] + dur
+        last = max(arrive.values())
+        t = transfer_ns(pg, comm_type, nbytes) * (1 + rng.uniform(-noise, noise))
+        t = round(t * (3 if i in outliers else 1))
+        for r in members:
+            b.rank(r).collective(comm_type, comm_bytes=nbytes, dur_ns=last + t - arrive[r], pg=pg)
+            clock[r] = last + t
+            total_wait += last - arrive[r]
+        total_transfer += t
+    return b.write(path), total_transfer, total_wait
+
+
+SCHEDULE: Schedule = [
+    (pg, ty, size)
+    for _ in range(3)
+    for pg, ty, size in [
+        ("0", AR, 4 * KIB),
+        ("0", AR, 256 * KIB),
+        ("0", AR, 4 * MIB),
+        ("0", AR, 32 * MIB),
+        ("0", AG, 256 * KIB),
+        ("0", AG, 8 * MIB),
+        ("0", BC, 1 * MIB),
+    ]
+]
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> tuple[Path, int, int]:
+    return build_run(
+        tmp_path / "run",
+        world=4,
+        groups={"0": (0, 1, 2, 3)},
+        schedule=SCHEDULE,
+        transfer_ns=lambda _pg, ty, size: ring_ns(ty, size, 4, ALPHA_NS, BW),
+        outliers=(9,),
+    )
+
+
+def test_a_calibration_recovers_the_latency_and_bandwidth_the_synthetic_transfers_follow(
+    synthetic: tuple[Path, int, int],
+) -> None:
+    run_dir, transfer, wait = synthetic
+    assert wait > transfer  # the waits for late peers are most of the recorded time: they must go
+    cal = calibrate(load_validated(run_dir))
+    (link,) = cal.links
+    assert link.latency_ns == pytest.approx(ALPHA_NS, rel=0.05)
+    assert link.bandwidth_gbps == pytest.approx(BW, rel=0.05)
+    assert cal.topology.dims[0].latency_ns == round(link.latency_ns)
+    assert link.n == len(SCHEDULE) and link.sizes == 6
+    # the one inflated transfer (x3) is a residual of 200%, the others within the ±2% noise
+    assert link.median_residual < 0.03 and link.p90_residual < 0.05
+    by_type = {f.label: f for f in cal.groups}
+    assert set(by_type) == {"'0' all_reduce", "'0' all_gather", "'0' broadcast"}
+    assert by_type["'0' broadcast"].latency_only and "one size (1048576 B)" in by_type["'0' broadcast"].note
+    assert by_type["'0' all_reduce"].bandwidth_gbps == pytest.approx(BW, rel=0.05)
+
+
+def test_the_transfers_fitted_are_the_recorded_ones_less_the_wait_for_the_last_member(
+    synthetic: tuple[Path, int, int],
+) -> None:
+    run_dir, transfer, _wait = synthetic
+    transfers, skipped = recorded_transfers(load_validated(run_dir))
+    assert skipped == 0
+    assert sum(t.transfer_ns for t in transfers) == transfer
+    assert [(t.type_name, t.nbytes) for t in transfers] == [(ty.name.lower(), s) for _pg, ty, s in SCHEDULE]
+
+
+def test_a_hierarchical_calibration_fits_each_link_class_of_a_two_level_topology(tmp_path: Path) -> None:
+    # 8 ranks, 4 per node: the world group crosses both levels (hierarchical: ring reduce-scatter and
+    # all-gather in the node, ring all_reduce of S/p0 between nodes), the node groups only the inner one
+    a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
+    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+
+    def closed_form(pg: str, _ty: CommType, s: int) -> float:
+        if pg != "0":
+            return 2 * 3 * (a0 + s / (4 * b0))
+        return 2 * 3 * (a0 + s / (4 * b0)) + 2 * 1 * (a1 + s / (8 * b1))
+
+    schedule = [
+        (pg, AR, size) for _ in range(2) for size in (16 * KIB, 1 * MIB, 16 * MIB) for pg in ("0", "1", "2")
+    ]
+    run_dir, _t, _w = build_run(
+        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=closed_form, noise=0.01
+    )
+    base = Topology(
+        name="two_level",
+        dims=(
+            Dimension(kind="switch", size=4, bandwidth_gbps=1.0, latency_ns=1),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=1.0, latency_ns=1),
+        ),
+    )
+    cal = calibrate(load_validated(run_dir), base=base, algorithm="hierarchical")
+    inner, outer = cal.topology.dims
+    assert inner.latency_ns == pytest.approx(a0, rel=0.05)
+    assert inner.bandwidth_gbps == pytest.approx(b0, rel=0.05)
+    assert outer.latency_ns == pytest.approx(a1, rel=0.05)
+    assert outer.bandwidth_gbps == pytest.approx(b1, rel=0.05)
+    assert [f.label for f in cal.links] == ["dim 0 (switch)", "dim 1 (fat_tree)"]
+    assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
+
+
+def test_the_written_entry_loads_with_the_replay_schema_and_replays_the_fitted_transfers(
+    synthetic: tuple[Path, int, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _t, _w = synthetic
+    out = tmp_path / "cal.yaml"
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "dim 0 (switch)" in printed and "'0' all_gather" in printed
+    assert f"{ALPHA_NS / 1e3:.0f}." in printed  # α in µs, e.g. 25.0
+    cfg = load_topology_entry(str(out))
+    assert cfg.name == "cal" and cfg.algorithm == "ring"
+    (dim,) = cfg.dims
+    assert dim.latency_ns == pytest.approx(ALPHA_NS, rel=0.05)
+    assert dim.bandwidth_gbps == pytest.approx(BW, rel=0.05)
+    assert not list(tmp_path.glob(".cal.yaml.*"))  # the temporary file was renamed into place
+    # skewlens replay finds the entry by its path
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", f"topology={out}", *MODEL])
+    assert rc == 0
+    written = (tmp_path / "o" / "config.yaml").read_text()
+    assert "name: cal" in written and f"latency_ns: {cfg.dims[0].latency_ns}" in written
+
+
+def test_a_modelled_replay_on_the_calibrated_topology_keeps_the_recorded_transfer_times(
+    synthetic: tuple[Path, int, int],
+) -> None:
+    run_dir, _t, _w = synthetic
+    run = load_validated(run_dir)
+    cal = calibrate(run)
+    sim = simulate(run, topology=cal.topology, comm_mode="model", algorithm=cal.algorithm)
+    modelled = (sim.coll_end_ns - sim.coll_arrival_ns).tolist()
+    recorded = [t.transfer_ns for t in cal.transfers]
+    rel = sorted(abs(m - r) / r for m, r in zip(modelled, recorded, strict=True))
+    assert rel[len(rel) // 2] < 0.03 and rel[-2] < 0.05  # all but the one outlier
+
+
+def test_transfers_that_do_not_grow_with_size_are_fitted_as_latency_with_a_note(tmp_path: Path) -> None:
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1)},
+        schedule=[("0", AR, s) for s in (4 * KIB, 1 * MIB, 16 * MIB)] * 2,
+        transfer_ns=lambda *_: 400_000.0,
+        noise=0.0,
+    )
+    cal = calibrate(load_validated(run_dir))
+    (link,) = cal.links
+    assert link.bandwidth_gbps == MAX_BANDWIDTH_GBPS
+    assert "do not grow with size" in link.note
+    assert 2 * link.latency_ns == pytest.approx(400_000, rel=0.01)  # ring all_reduce on 2 ranks: 2α + S/B
+
+
+def test_a_run_without_collectives_is_an_error_naming_it(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=1_000_000)
+    run_dir = b.write(tmp_path / "run")
+    with pytest.raises(CalibrationError, match="no matched collectives or send/recv pairs") as e:
+        calibrate(load_validated(run_dir))
+    assert str(run_dir) in str(e.value)
+
+
+def test_a_group_with_one_message_size_is_an_error_naming_the_group(tmp_path: Path) -> None:
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1), "tp": (0, 1)},
+        schedule=[("tp", AG, 1 * MIB)] * 4,
+        transfer_ns=lambda _pg, ty, s: ring_ns(ty, s, 2, ALPHA_NS, BW),
+    )
+    with pytest.raises(CalibrationError, match=r"group 'tp' \(all_gather\).*the same size \(1048576 B\)"):
+        calibrate(load_validated(run_dir))
+
+
+def test_a_bad_run_path_or_topology_is_a_one_line_error_naming_it(
+    synthetic: tuple[Path, int, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _t, _w = synthetic
+    out = ["--out", str(tmp_path / "a.yaml")]
+    cases = [
+        (["calibrate", str(tmp_path / "nowhere"), *out], str(tmp_path / "nowhere")),
+        (["calibrate", str(run_dir), *out, "--topology", "no_such"], "no_such"),
+        (["calibrate", str(run_dir), *out, "--topology", "x/missing.yaml"], "x/missing.yaml"),
+        (["calibrate", str(run_dir), "--out", str(tmp_path)], "is a directory"),
+        (["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "topology=/no/such.yaml"], "/no/such.yaml"),
+    ]
+    for argv, named in cases:
+        assert skewlens_main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], (argv, err)
+    assert not (tmp_path / "a.yaml").exists()
+
+
+def test_a_topology_file_named_like_a_bundled_entry_is_still_the_file(
+    synthetic: tuple[Path, int, int], tmp_path: Path
+) -> None:
+    run_dir, _t, _w = synthetic
+    cal = calibrate(load_validated(run_dir))
+    path = write_topology(cal, tmp_path / "switch.yaml", name="mine")
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", f"topology={path}", *MODEL])
+    assert rc == 0
+    assert "name: mine" in (tmp_path / "o" / "config.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_a_replay_of_a_real_capture_on_its_calibrated_topology_reproduces_the_step_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.profiler.capture") is None:
+        pytest.skip("capture (profiler/capture, examples/train.py) is not available")
+    run_dir = tmp_path / "run"
+    res = profile(run_dir, "--steps", "12", steps="1:1:10", nproc=2)  # 10 steps: 70 transfers
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = tmp_path / "cal.yaml"
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    run = load_validated(run_dir)
+    cfg = load_topology_entry(str(out))
+    sim = simulate(run, topology=cfg.to_topology(), comm_mode="model", algorithm=cfg.algorithm)
+    rows = summarize(run, sim)
+    replayed = sum(r.step_time_ns for r in rows)
+    recorded = sum(r.recorded_step_ns for r in rows)
+    with capsys.disabled():
+        print(f"\ncalibrated replay / recorded step time: {replayed / recorded:.3f} ({len(rows)} rank-steps)")
+    assert math.isclose(replayed, recorded, rel_tol=0.10)
