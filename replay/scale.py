@@ -509,8 +509,11 @@ def _source_text(lay: Layout, source: int | None, seed: int | None) -> str:
     unit = "rank" if lay.tp_size == 1 else "replica"
     if source is not None:
         return f"every {unit} copies captured rank {source}" + ("'s replica" if lay.tp_size > 1 else "")
+    have = sorted({d for d, _ in lay.coord.values()})
+    if seed is None and len(have) == lay.dp_size:
+        return f"{unit} i copies captured {unit} i mod {len(have)}"
     if seed is None:
-        return f"{unit} i copies captured {unit} i mod {len({d for d, _ in lay.coord.values()})}"
+        return f"{unit} i copies traced {unit} number i mod {len(have)} of {rank_ranges(have)}"
     return f"each {unit} copies a captured {unit} drawn with seed {seed}"
 
 

@@ -54,6 +54,8 @@ def ring_ns(comm_type: CommType, comm_bytes: int, p: int) -> int:
     comm_size, but for all_gather the p pieces gathered (comm_size is a member's input)."""
     if comm_type == AR:
         return round(2 * (p - 1) * (ALPHA + comm_bytes / (p * BW)))
+    if comm_type == CommType.BROADCAST:  # a pipelined chain
+        return round((p - 1) * ALPHA + comm_bytes / BW)
     size = p * comm_bytes if comm_type == AG else comm_bytes
     return round((p - 1) * (ALPHA + size / (p * BW)))
 
@@ -267,6 +269,19 @@ def test_the_cli_replays_a_scaled_run_and_a_slowed_rank_is_the_one_the_others_wa
     assert waits[9] == 0 and all(w > 0 for r, w in waits.items() if r != 9)
 
 
+def test_a_sample_of_a_larger_run_scales_from_the_ranks_it_has_with_its_groups_size(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=8)  # ranks 2-7 have no trace
+    for r in (0, 1):
+        b.rank(r).collective(AG, 1024, 100_000)
+        b.rank(r).collective(RS, 8192, 100_000)
+    run = load_run(b.write(tmp_path / "run"))
+    scaled = scale_run(run, 16)
+    assert sorted(scaled.ranks) == list(range(16)) and scaled.manifest.missing_ranks == ()
+    # the captured shard is 1/8 of the gathered size (the group has 8 ranks), so 1/16 of it is half
+    assert {(c.comm_type, b) for c in scaled.collectives for b in c.comm_bytes} == {(AG, 512), (RS, 8192)}
+    assert "traced rank number i mod 2 of 0-1" in scaled.manifest.notes["scale"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
@@ -367,6 +382,28 @@ def test_the_cli_refuses_an_extrapolation_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and "cannot extrapolate to more data-parallel ranks: found 2 send/recv" in err[0]
+
+
+def imported(shared: Path, name: str, out: Path) -> RunTrace:
+    from skewlens.profiler.importers import import_traces
+
+    import_traces([shared / name], None, out)
+    return load_run(out)
+
+
+@pytest.mark.slow
+def test_a_real_gpu_trace_of_ddp_scales_and_one_with_all_to_all_is_refused_naming_it(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    two = imported(shared_traces, "nccl_2gpu_rank0_kineto.json.gz", tmp_path / "two")
+    scaled = scale_run(two, 64)  # one rank of two traced: every new rank copies it
+    assert identify(two).parallelism == "ddp" and scaled.world_size == 64
+    assert all(rt.dur_ns is two.ranks[0].dur_ns for rt in scaled.ranks.values())
+    assert {c.comm_type for c in scaled.collectives} == {AR, CommType.BROADCAST}
+    closed_form_transfers(scaled, replay(scaled))
+    sixteen = imported(shared_traces, "nccl_16gpu_rank0_kineto.json.gz", tmp_path / "sixteen")
+    with pytest.raises(ExtrapolationError, match=r"carries all_to_all.*'0' \(ranks 0-15.*55 all_to_all"):
+        scale_run(sixteen, 64)
 
 
 # ---- real captures (gloo ranks on the CPU) ---------------------------------------------------------
