@@ -1,6 +1,7 @@
 """Closed-form (congestion-unaware) costs of collective algorithms, in ns.
 
-Notation: ``S`` bytes (the collective's message size, the recorded ``comm_size`` of a member's call),
+Notation: ``S`` bytes (the collective's message size: a member's ``comm_size``, its input, and ``p`` times
+that for all_gather and gather, whose input is one member's piece; ``skewlens.replay.comm.message_bytes``),
 ``p`` ranks, ``α`` latency per message (ns), ``B`` link bandwidth (bytes/ns = GB/s), ``L = ⌈log2 p⌉``.
 Every formula is the time from the last member's arrival until all members are done; ``p <= 1`` costs 0.
 
