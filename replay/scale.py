@@ -448,21 +448,18 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
                 pg_names.append(new)
 
     new_bytes = _scaled_bytes(run, lay, dp)
+    index = {n: i for i, n in enumerate(pg_names)}
     ranks: dict[int, RankTrace] = {}
-    pg_cache: dict[tuple[int, int], np.ndarray] = {}
     for nr in range(new_world):
         s = source_of[nr]
         rt = run.ranks[s]
         d2 = _replica_of(lay, nr, dp)
-        pg = rt.pg
+        pg = rt.pg  # shared, unless this replica's replicated groups are copies under new names
         if lay.replica_groups[src_rep[d2]] and src_rep[d2] != d2:
-            key = (s, d2)
-            if key not in pg_cache:
-                lut = np.arange(len(run.pg_names), dtype=np.int32)
-                for name in lay.replica_groups[src_rep[d2]]:
-                    lut[run.pg_names.index(name)] = pg_names.index(copy_name[(name, d2)])
-                pg_cache[key] = np.where(rt.pg >= 0, lut[np.maximum(rt.pg, 0)], rt.pg).astype(np.int32)
-            pg = pg_cache[key]
+            lut = np.arange(len(run.pg_names), dtype=np.int32)
+            for name in lay.replica_groups[src_rep[d2]]:
+                lut[index[name]] = index[copy_name[(name, d2)]]
+            pg = np.where(rt.pg >= 0, lut[np.maximum(rt.pg, 0)], rt.pg).astype(np.int32)
         ranks[nr] = dataclasses.replace(
             rt, rank=nr, pg=pg, comm_bytes=new_bytes[s], notes=[*rt.notes, f"copy of captured rank {s}"]
         )
@@ -470,8 +467,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
     collectives = _rematch(
         run, lay, dp=dp, src_rep=src_rep, source_of=source_of, copy_name=copy_name, new_bytes=new_bytes
     )
-    order = {n: i for i, n in enumerate(pg_names)}
-    collectives.sort(key=lambda c: (order[c.pg_name], c.seq))
+    collectives.sort(key=lambda c: (index[c.pg_name], c.seq))
     m = run.manifest
     described = f"{lay.described} -> {dp} data-parallel ranks ({new_world} in all); " + _source_text(
         lay, source, seed
