@@ -242,6 +242,9 @@ class ReplayConfig:
     """Real-replay settings."""
     perfetto: bool = True
     """Also write timeline.json (Chrome/Perfetto trace)."""
+    perfetto_max_events: int = 1_000_000
+    """At most this many nodes in timeline.json (0: all): beyond it the first whole steps on all ranks that
+    fit, and a note of what was left out (about 110 bytes a node; browsers fail on files over ~1 GB)."""
     progress: bool = True
     """Show progress bars."""
     lenient: bool = False
@@ -256,6 +259,8 @@ class ReplayConfig:
                 "lenient: real replay re-issues every collective on real processes, where one whose members "
                 "disagree would hang; lenient=true works with mode=sim"
             )
+        if self.perfetto_max_events < 0:
+            raise ConfigError(f"perfetto_max_events: must be >= 0 (0: all), got {self.perfetto_max_events}")
         if self.mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
         if self.comm_mode not in COMM_MODES:
