@@ -8,8 +8,9 @@ Each case runs the console script (``skewlens replay trace=... out=...``, ``skew
 ``skewlens analyze ...``) as a separate process with its default outputs, at 1x and 2x its size (``--sizes``),
 repeated ``--reps`` times, interleaved (every case and size once, then again), so that drifting load hits
 all of them alike. Per case and size: wall time (median, min-max), peak RSS of the process tree (the sum over
-the command and its children, sampled every 20 ms with psutil), CPU time of the tree (rusage of the reaped
-children), and the growth from 1x to 2x (median over median; target: at most linear). Each is printed
+the command and its children, sampled every 20 ms with psutil), CPU time of the tree (the larger of the
+reaped children's rusage and the sampled per-process times: a lower bound), and the growth from 1x to 2x
+(median over median, of wall and of CPU time; target: at most linear). Each is printed
 beside the case's anchor (ASTRA-sim or HTA on the same input shape, measured earlier on the reference
 machine) and its target; ``anchor / ours`` is the speed-up.
 
@@ -17,7 +18,9 @@ Per-stage times: the commands print no timings, but they draw progress bars on s
 The commands run with ``TTY_COMPATIBLE=1`` so that rich draws them into the pipe as it would on a terminal;
 the label changes are timestamped as they arrive, so the stages are good to rich's refresh period (0.1 s);
 the time before the first bar is start-up (interpreter, imports, Hydra), the time after the last is the
-report and exit. ``--no-stages`` runs them on a plain pipe (no bars drawn, no stages).
+report and exit. Which label is which stage is a regex per command (:class:`StageRules`); a label none
+matches is ignored, its time going to its neighbours. ``--no-stages`` runs the commands on a plain pipe
+(no bars drawn, no stages).
 
 Inputs are generated untimed, once, into ``--cache`` and reused by later runs (a ``meta.json`` written last
 marks a finished one). The generators are the other benchmarks' (``sim_throughput.write_run``,
@@ -73,9 +76,9 @@ GPU_SLOW_RANK, GPU_SLOW_FACTOR = 5, 1.2
 ANALYZE_STEPS, ANALYZE_STRAGGLER = 10, 3
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-#: A rich progress bar's line as the CLIs draw it: label, bar, ``done/total``, elapsed.
 #: What rich writes when a live display stops (it shows the cursor again).
 CURSOR_SHOWN = "\x1b[?25h"
+#: A rich progress bar's line as the CLIs draw it: label, bar, ``done/total``, elapsed.
 BAR_LINE = re.compile(r"^(?P<label>.*?)\s+[━╸╺\-]{3,}\s+\d+/(?:\d+|\?)\s+(?:\d+:\d\d:\d\d|-:--:--)\s*$")
 
 
@@ -123,10 +126,10 @@ IMPORT_STAGES = StageRules(
 )
 ANALYZE_STAGES = StageRules(
     labels=(("^loading", "load"), ("^what-if blame", "what-if blame")),
-    gaps={"load": "validate, skew, breakdown, critical path, blame baseline"},
+    gaps={"load": "validate + skew + breakdown + critical path + blame baseline"},
     tails={
-        "load": "analyses, tables, pictures, report",
-        "what-if blame": "blame records, tables, pictures, report",
+        "load": "analyses + tables + pictures + report",
+        "what-if blame": "blame records + tables + pictures + report",
     },
 )
 

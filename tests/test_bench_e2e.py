@@ -83,9 +83,9 @@ def test_time_between_two_bars_is_named_and_a_bar_not_redrawn_is_still_up() -> N
         {
             "start-up": 0.3,
             "load": 0.6,
-            "validate, skew, breakdown, critical path, blame baseline": 1.1,
+            "validate + skew + breakdown + critical path + blame baseline": 1.1,
             "what-if blame": 2.0,
-            "blame records, tables, pictures, report": 1.0,
+            "blame records + tables + pictures + report": 1.0,
         }
     )
 
