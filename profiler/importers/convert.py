@@ -80,6 +80,7 @@ Process groups and steps
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from bisect import bisect_right
@@ -88,6 +89,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
+
+import msgspec
 
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
@@ -221,9 +224,9 @@ def _pair_host(kt: KinetoTrace, sites: list[KEvent], host: HostTrace) -> dict[in
     return {s.index: h for s, h in zip(sites, host.comms, strict=True)}
 
 
-@dataclass(kw_only=True, slots=True)
-class _Pending:
-    """A node being built (mutable while communication and sequence numbers are attached)."""
+class _Pending(msgspec.Struct, kw_only=True):
+    """A node being built (mutable while communication and sequence numbers are attached); a msgspec
+    Struct, one per node, made in C."""
 
     event: KEvent
     """The Kineto event the node comes from."""
@@ -243,9 +246,9 @@ class _Pending:
     """Host-trace tensors the node reads (data dependencies)."""
     writes: tuple[TensorKey, ...] = ()
     """Host-trace tensors the node writes."""
-    extra_deps: list[int] = field(default_factory=list)
+    extra_deps: list[int] = msgspec.field(default_factory=list)
     """Event indices of further nodes it waits for (event waits, host synchronisation: gpu_deps)."""
-    inferred: list[int] = field(default_factory=list)
+    inferred: list[int] = msgspec.field(default_factory=list)
     """Those of ``extra_deps`` inferred from timing."""
     launch_dep: bool = True
     """Whether a GPU node depends on ``parent`` (its launch); False where ``parent`` then synchronises on
@@ -372,6 +375,11 @@ def _cpu_node(e: KEvent) -> _Pending:
     )
 
 
+@functools.cache
+def _device_name(device: int) -> str:
+    return f"cuda:{device}"  # one string per device (its hash is computed once, where the encoder caches)
+
+
 def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
     """The GPU node of a kernel/memcpy/memset, and the comm annotation enclosing its launch (if any)."""
     stream = e.tid if e.stream is None else e.stream
@@ -391,7 +399,7 @@ def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
             Attr.STREAM: stream,
             Attr.STREAM_KIND: "cuda",
             Attr.IS_CPU_OP: False,
-            Attr.DEVICE: f"cuda:{device}",
+            Attr.DEVICE: _device_name(device),
         },
         launch_order=launch.start_ns if launch is not None else e.start_ns,
         parent=parent,

@@ -19,8 +19,11 @@ from skewlens.profiler.chakra_io import AttrValue, TraceNode, encode_message, se
 from skewlens.profiler.vocab import Attr, NodeType
 
 _INT64 = 1 << 63
+_UINT64 = 1 << 64
 #: Varints of 0 .. 2**14 - 1 (ids, dependencies, streams, steps), made once.
 _SMALL = [bytes([v]) for v in range(0x80)] + [bytes([(v & 0x7F) | 0x80, v >> 7]) for v in range(0x80, 0x4000)]
+#: The two bytes a 14-bit group of a larger varint takes (both with the continuation bit).
+_GROUP = [bytes([(v & 0x7F) | 0x80, (v >> 7) | 0x80]) for v in range(0x4000)]
 #: Attributes whose values rarely repeat (not worth a cache entry).
 _UNCACHED = frozenset({Attr.START_NS, Attr.DUR_NS, Attr.LAUNCH_NS, Attr.RF_ID, Attr.SEQ})
 #: Most cached attribute encodings before the cache is emptied (a bound for traces of many distinct values).
@@ -28,15 +31,26 @@ _CACHE_LIMIT = 1 << 16
 
 
 def varint(v: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer below 2**64."""
+    """Protobuf base-128 varint of a non-negative integer below 2**64 (14 bits per table look-up)."""
     if v < 0x4000:
         return _SMALL[v]
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    if v < 1 << 28:
+        return _GROUP[v & 0x3FFF] + _SMALL[v >> 14]
+    if v < 1 << 42:
+        return _GROUP[v & 0x3FFF] + _GROUP[(v >> 14) & 0x3FFF] + _SMALL[v >> 28]
+    if v < 1 << 56:
+        return _GROUP[v & 0x3FFF] + _GROUP[(v >> 14) & 0x3FFF] + _GROUP[(v >> 28) & 0x3FFF] + _SMALL[v >> 42]
+    if v >= _UINT64:
+        raise ValueError(f"{v} does not fit a 64-bit varint")
+    g = _GROUP[v & 0x3FFF] + _GROUP[(v >> 14) & 0x3FFF] + _GROUP[(v >> 28) & 0x3FFF]
+    return g + _GROUP[(v >> 42) & 0x3FFF] + _SMALL[v >> 56]
+
+
+def _int64(v: int) -> bytes:
+    """Varint of an int64 (negative values as their two's complement, as protobuf writes them)."""
+    if not -_INT64 <= v < _INT64:
+        raise ValueError(f"{v} does not fit int64")
+    return varint(v) if v >= 0 else varint(v + _UINT64)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -55,6 +69,8 @@ class NodeEncoder:
         self._names: dict[str, bytes] = {}
         self._attrs: dict[tuple[str, type, AttrValue], bytes] = {}
         self._keys: dict[str, bytes] = {}
+        self._start_key = self._key(Attr.START_NS) + b"\x48"
+        self._dur_key = self._key(Attr.DUR_NS) + b"\x48"
 
     def encode(
         self,
@@ -87,11 +103,20 @@ class NodeEncoder:
                 parts.append(b"\x30" + varint(start_ns // 1000))
             if dur_ns >= 1000:
                 parts.append(b"\x38" + varint(dur_ns // 1000))
-            parts.append(self._attr(Attr.START_NS, start_ns))
-            parts.append(self._attr(Attr.DUR_NS, dur_ns))
-            parts += [self._attr(k, v) for k, v in attrs.items()]
-            parts += [self._attr(k, v) for k, v in extra]
-        except (ValueError, OverflowError, UnicodeEncodeError, IndexError):
+            a = self._start_key + _int64(start_ns)
+            parts.append(b"\x52" + _SMALL[len(a)] + a)
+            a = self._dur_key + _int64(dur_ns)
+            parts.append(b"\x52" + _SMALL[len(a)] + a)
+            cache, keys = self._attrs, self._keys
+            for k, v in (*attrs.items(), *extra):
+                t = type(v)
+                if t is int and k in _UNCACHED:  # the common case inline: a per-node integer
+                    a = (keys.get(k) or self._key(k)) + b"\x48" + _int64(v)  # type: ignore[arg-type]
+                    parts.append(b"\x52" + varint(len(a)) + a)
+                    continue
+                hit = cache.get((k, t, v)) if t is not list else None
+                parts.append(hit if hit is not None else self._attr(k, v))
+        except (ValueError, OverflowError, UnicodeEncodeError, IndexError, TypeError):
             # what protobuf refuses, it refuses in its own words
             node = TraceNode(
                 node_id=node_id,
@@ -139,9 +164,7 @@ class NodeEncoder:
         return enc
 
     def _int_attr(self, name: str, value: int) -> bytes:
-        if not -_INT64 <= value < _INT64:
-            raise ValueError(f"attribute {name}: {value} does not fit int64")
-        return _field(b"\x52", self._key(name) + b"\x48" + varint(value if value >= 0 else value + (1 << 64)))
+        return _field(b"\x52", self._key(name) + b"\x48" + _int64(value))
 
     def _slow_attr(self, name: str, value: AttrValue) -> bytes:
         node = pb.Node()

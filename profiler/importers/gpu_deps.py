@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+import msgspec
+
 from skewlens.profiler.importers.kineto import KEvent, KinetoTrace, as_int
 
 #: A GPU node delayed by more than this after its launch and its stream predecessor waited for something.
@@ -53,9 +55,8 @@ _STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
 _EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord"})
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GpuNode:
-    """What the dependency search needs of one GPU node."""
+class GpuNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What the dependency search needs of one GPU node (a frozen msgspec Struct: one per GPU node)."""
 
     key: int
     """The converter's handle of the node (its Kineto event index)."""
