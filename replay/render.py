@@ -14,10 +14,18 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def summary_table(rows: Sequence[SummaryRecord], *, title: str = "Simulated replay") -> Table:
+#: Most ranks :func:`summary_table` lists one by one (a run of 1,024 ranks is summed up in its caption).
+MAX_RANK_ROWS = 32
+
+
+def summary_table(
+    rows: Sequence[SummaryRecord], *, title: str = "Simulated replay", max_ranks: int = MAX_RANK_ROWS
+) -> Table:
     """One row per rank: mean replayed and recorded step time (step mark to step mark) and the difference,
     compute, communication, exposed communication, wait (ms). Padding is shared between neighbouring cells,
-    so that the nine columns fit 80 characters without cutting the figures."""
+    so that the nine columns fit 80 characters without cutting the figures. Of more than ``max_ranks``
+    ranks, those that waited least for their peers (the late arrivals, where stragglers are) are listed,
+    the others summed up in the caption."""
     t = Table(title=title, collapse_padding=True)
     cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
     for col in (*cols, "exposed comm ms", "wait ms"):
@@ -25,6 +33,18 @@ def summary_table(rows: Sequence[SummaryRecord], *, title: str = "Simulated repl
     by_rank: dict[int, list[SummaryRecord]] = {}
     for r in rows:
         by_rank.setdefault(r.rank, []).append(r)
+    if len(by_rank) > max_ranks > 0:
+        mean_wait = {rank: sum(x.wait_ns for x in rs) / len(rs) for rank, rs in by_rank.items()}
+        shown = sorted(sorted(by_rank, key=lambda k: (mean_wait[k], k))[:max_ranks])
+        rest = sorted(set(by_rank) - set(shown))
+        steps = sorted(sum(x.step_time_ns for x in by_rank[k]) / len(by_rank[k]) for k in rest)
+        waits = sorted(mean_wait[k] for k in rest)
+        t.caption = (
+            f"{len(by_rank)} ranks: the {len(shown)} that waited least for their peers; the other "
+            f"{len(rest)}: step {_ms(steps[len(steps) // 2])} ms, wait {_ms(waits[len(waits) // 2])} ms "
+            "(medians); every rank is in summary.parquet"
+        )
+        by_rank = {k: by_rank[k] for k in shown}
     for rank, rs in sorted(by_rank.items()):
         n = len(rs)
         rep = sum(x.step_time_ns for x in rs) / n

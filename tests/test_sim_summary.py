@@ -55,3 +55,25 @@ def test_the_summary_table_shows_one_row_per_rank_in_ms(tmp_path: Path) -> None:
     text = buf.getvalue()
     assert "1.000" in text and "2.000" in text
     assert text.count("│    0 │") == 1 and text.count("│    1 │") == 1
+
+
+def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_up_the_rest() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.render import summary_table
+    from skewlens.replay.summary import SummaryRecord
+
+    def row(r: int) -> SummaryRecord:
+        wait = 0 if r in (7, 777) else 5_000_000 + r
+        return SummaryRecord(
+            rank=r, step=0, step_time_ns=10_000_000, recorded_step_ns=9_000_000, compute_ns=1, comm_ns=1,
+            wait_ns=wait, exposed_comm_ns=0,
+        )  # fmt: skip
+
+    table = summary_table([row(r) for r in range(1024)], max_ranks=2)
+    assert table.row_count == 2
+    console = Console(width=120, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert " 777 " in text and " 7 " in text and " 8 " not in text
+    assert "1024 ranks" in text and "the other 1022" in text and "wait 5.001" in text

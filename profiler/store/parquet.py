@@ -28,11 +28,13 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 from skewlens.profiler.atomic import replace_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
@@ -83,6 +85,8 @@ def partition_path(out_dir: str | Path, table: str, rank: int) -> Path:
 
 def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
     """A ``pyarrow.dataset`` over one exported table (``rank`` comes from the partition path)."""
+    import pyarrow.dataset as ds  # (imports pandas: 0.5 s, paid only by the readers)
+
     base = Path(out_dir)
     if table in PARTITIONED:
         part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive")
