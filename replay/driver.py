@@ -44,6 +44,8 @@ class ReplayOutcome:
     """Per (rank, step) summary of the simulated replay."""
     real: Any = None
     """``skewlens.replay.real`` result for ``mode=real`` (else None)."""
+    notes: tuple[str, ...] = ()
+    """What the outputs left out (``timeline.json`` past ``perfetto_max_events``), for the user."""
 
 
 #: The override that replays a run whose communication does not match across ranks (named in the refusal).
@@ -88,8 +90,11 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
         advance(description="writing outputs")
         write_timeline(run, sim, out_dir / TIMELINE_PARQUET)
         write_summary(summary, out_dir / SUMMARY_PARQUET)
+        notes: list[str] = []
         if cfg.perfetto:
-            write_perfetto(run, sim, out_dir / TIMELINE_JSON)
+            write_perfetto(
+                run, sim, out_dir / TIMELINE_JSON, max_events=cfg.perfetto_max_events, on_note=notes.append
+            )
         advance()
     real = None
     if cfg.mode == "real":
@@ -98,4 +103,4 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
         except ImportError:
             raise ConfigError("mode=real: real replay is not available") from None
         real = api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)
-    return ReplayOutcome(out_dir=out_dir, run=run, sim=sim, summary=summary, real=real)
+    return ReplayOutcome(out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes))

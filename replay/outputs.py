@@ -1,24 +1,49 @@
 """Replay outputs: timeline/summary Parquet, ``timeline.json`` (Chrome/Perfetto) and ``config.yaml``.
 
-Tables are described by record dataclasses and written atomically through ``skewlens.profiler.store.schema``.
-The Perfetto JSON has one process per rank and one thread per stream; times are µs floats at that edge.
+Tables are described by record dataclasses (schemas from ``skewlens.profiler.store.schema``) and written
+atomically; ``timeline.parquet`` is built from the trace's numpy columns, rank by rank on a few threads.
+The Perfetto JSON has one process per rank and one thread per stream (times are µs at that edge); it is
+streamed a chunk at a time (:mod:`skewlens.replay.streaming`) and capped at ``perfetto_max_events`` nodes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.store.schema import NodeRecord, table_from_columns, write_records, write_table
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.store.parquet import ROW_GROUP, nodes_table
+from skewlens.profiler.store.schema import (
+    META_TABLE,
+    META_VERSION,
+    SCHEMA_VERSION,
+    NodeRecord,
+    arrow_schema,
+    write_records,
+)
+from skewlens.profiler.vocab import NodeType
 from skewlens.replay.simulate import SimResult
+from skewlens.replay.streaming import (
+    DEFAULT_MAX_EVENTS,
+    Lookup,
+    Value,
+    cap_events,
+    default_workers,
+    format_events,
+    json_fixed,
+    json_int,
+    ordered_map,
+    rank_chunks,
+    write_trace,
+)
 from skewlens.replay.summary import SummaryRecord
 
 TIMELINE_PARQUET = "timeline.parquet"
@@ -26,6 +51,8 @@ SUMMARY_PARQUET = "summary.parquet"
 TIMELINE_JSON = "timeline.json"
 CONFIG_YAML = "config.yaml"
 SWEEP_PARQUET = "sweep.parquet"
+#: The config key that caps ``timeline.json`` (0: write every node).
+MAX_EVENTS_KEY = "perfetto_max_events"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,46 +89,51 @@ class SweepRecord:
     """The job's output directory."""
 
 
-def _names(values: Iterable[int], enum: type[NodeType] | type[CommType]) -> list[str]:
-    return [enum(v).name for v in values]
+def timeline_table(run: RunTrace, res: SimResult, rank: int) -> pa.Table:
+    """One rank's rows of ``timeline.parquet``, from its numpy columns (the store's node columns, the
+    rank, the replayed times); string columns are dictionary arrays over the trace's own tables."""
+    rt = run.ranks[rank]
+    nodes = nodes_table(rt, run.pg_names)
+    cols: dict[str, Any] = {name: nodes.column(name) for name in nodes.column_names}
+    cols["rank"] = pa.array(np.full(len(rt), rank, dtype=np.int64))
+    cols["replay_start_ns"] = pa.array(res.start_ns[rank], type=pa.int64())
+    cols["replay_end_ns"] = pa.array(res.end_ns[rank], type=pa.int64())
+    schema = _timeline_schema()
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-def write_timeline(run: RunTrace, res: SimResult, path: Path) -> Path:
-    """Write ``timeline.parquet`` (one row per node, column arrays: fine for millions of rows)."""
-    cols: dict[str, list[np.ndarray]] = {}
-    names: list[str] = []
-    types: list[str] = []
-    comm: list[str | None] = []
-    pgs: list[str | None] = []
-    for r in sorted(run.ranks):
-        rt = run.ranks[r]
-        n = len(rt)
-        part = {
-            "rank": np.full(n, r, dtype=np.int64),
-            "node_id": rt.node_id,
-            "start_ns": rt.start_ns,
-            "dur_ns": rt.dur_ns,
-            "stream": rt.stream,
-            "step": rt.step.astype(np.int64),
-            "is_cpu_op": rt.is_cpu,
-            "comm_bytes": rt.comm_bytes,
-            "seq": rt.seq,
-            "src": rt.src.astype(np.int64),
-            "dst": rt.dst.astype(np.int64),
-            "tag": rt.tag,
-            "replay_start_ns": res.start_ns[r],
-            "replay_end_ns": res.end_ns[r],
-        }
-        for k, v in part.items():
-            cols.setdefault(k, []).append(v)
-        names.extend(np.asarray(rt.names, dtype=object)[rt.name_idx].tolist() if n else [])
-        type_names = {int(t): NodeType(int(t)).name for t in np.unique(rt.node_type)}
-        types.extend(type_names[int(t)] for t in rt.node_type.tolist())
-        comm.extend(CommType(int(c)).name if c >= 0 else None for c in rt.comm_type.tolist())
-        pgs.extend(run.pg_names[g] if g >= 0 else None for g in rt.pg.tolist())
-    merged: dict[str, object] = {k: np.concatenate(v) for k, v in cols.items()}
-    merged.update(name=names, type=types, comm_type=comm, pg_name=pgs)
-    return write_table(table_from_columns(ReplayedNodeRecord, merged, "timeline"), path)
+def _timeline_schema() -> pa.Schema:
+    meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: b"timeline"}
+    return arrow_schema(ReplayedNodeRecord).with_metadata(meta)
+
+
+def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | None = None) -> Path:
+    """Write ``timeline.parquet``: one file, one row per node, ranks in order, a row group per
+    ``ROW_GROUP`` rows of whole ranks (so a query for one rank reads one row group).
+
+    Ranks' tables are built on ``workers`` threads (default: the usable CPUs) while the file is written
+    (Parquet encoding releases the GIL); at most a few row groups are in memory at once. One file, not a
+    directory of per-rank files: readers open ``timeline.parquet`` as a file (DuckDB, pandas, the tests),
+    and at 1,024 ranks x 10,000 nodes per-rank files cost twice the CPU (4.6 s vs 2.2 s, measured)."""
+    schema = _timeline_schema()
+    dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    n_workers = default_workers() if workers is None else workers
+    tables = ordered_map(lambda r: timeline_table(run, res, r), sorted(run.ranks), workers=n_workers, ahead=4)
+    with (
+        atomic_file(path) as tmp,
+        pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=dict_cols) as w,
+    ):
+        group: list[pa.Table] = []
+        rows = 0
+        for tbl in tables:
+            group.append(tbl)
+            rows += tbl.num_rows
+            if rows >= ROW_GROUP:
+                w.write_table(pa.concat_tables(group), row_group_size=rows)
+                group, rows = [], 0
+        if group:
+            w.write_table(pa.concat_tables(group), row_group_size=rows)
+    return path
 
 
 def write_summary(rows: list[SummaryRecord], path: Path) -> Path:
@@ -120,38 +152,63 @@ def write_text(path: Path, text: str) -> Path:
     return _atomic_text(path, lambda fh: fh.write(text))
 
 
-def write_perfetto(run: RunTrace, res: SimResult, path: Path) -> Path:
-    """Write ``timeline.json``: Chrome trace events, one process per rank, one thread per stream."""
+def write_perfetto(
+    run: RunTrace,
+    res: SimResult,
+    path: Path,
+    *,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    on_note: Callable[[str], object] | None = None,
+    workers: int | None = None,
+) -> Path:
+    """Write ``timeline.json`` (Chrome trace events: one process per rank, one thread per stream, times in
+    µs), streamed a chunk at a time. At most ``max_events`` nodes (0: all): beyond that, the first whole
+    steps on all ranks that fit (see :func:`skewlens.replay.streaming.cap_events`); what was left out is
+    in ``otherData``, in an instant event where the trace stops, and given to ``on_note``."""
+    p = Path(path)
+    ranks = sorted(run.ranks)
+    cap = cap_events(
+        {r: run.ranks[r].node_type != NodeType.METADATA for r in ranks},
+        res.start_ns,
+        {r: run.ranks[r].step for r in ranks},
+        max_events=max_events,
+        file=p.name,
+        option=f"{MAX_EVENTS_KEY}=0",
+    )
+    names = {r: [json.dumps(n) for n in run.ranks[r].names] for r in ranks}
 
-    def emit(fh: TextIO) -> None:
-        w = fh.write
-        w('{"displayTimeUnit":"ns","traceEvents":[\n')
-        first = True
-        for r in sorted(run.ranks):
+    def fmt(job: tuple[int, np.ndarray]) -> pa.Array:
+        r, rows = job
+        rt = run.ranks[r]
+        st, en = res.start_ns[r][rows], res.end_ns[r][rows]
+        fields: list[tuple[str, Value]] = [
+            ("name", Lookup(names[r], rt.name_idx[rows])),
+            ("ph", '"X"'),
+            ("pid", str(r)),
+            ("tid", json_int(rt.stream[rows])),
+            ("ts", json_fixed(st, 3)),
+            ("dur", json_fixed(en - st, 3)),
+            ("args", [("node_id", json_int(rt.node_id[rows])), ("step", json_int(rt.step[rows]))]),
+        ]
+        return format_events(fields, len(rows))
+
+    def metadata() -> Iterator[dict[str, Any]]:
+        for r in ranks:
             rt = run.ranks[r]
-            meta = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}]
+            yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
             for s in np.unique(rt.stream).tolist():
                 label = rt.streams.get(int(s), f"stream {s}")
-                meta.append(
-                    {"name": "thread_name", "ph": "M", "pid": r, "tid": int(s), "args": {"name": label}}
-                )
-            for m in meta:
-                w(("" if first else ",\n") + json.dumps(m))
-                first = False
-            st = res.start_ns[r]
-            en = res.end_ns[r]
-            keep = np.flatnonzero(rt.node_type != NodeType.METADATA)
-            for i in keep.tolist():
-                ev = {
-                    "name": rt.names[int(rt.name_idx[i])],
-                    "ph": "X",
-                    "pid": r,
-                    "tid": int(rt.stream[i]),
-                    "ts": int(st[i]) / 1000.0,
-                    "dur": int(en[i] - st[i]) / 1000.0,
-                    "args": {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])},
-                }
-                w(",\n" + json.dumps(ev))
-        w("\n]}\n")
+                yield {"name": "thread_name", "ph": "M", "pid": r, "tid": int(s), "args": {"name": label}}
 
-    return _atomic_text(path, emit)
+    return write_trace(
+        p,
+        cap,
+        display_time_unit="ns",
+        other_data={"run_dir": run.run_dir},
+        metadata=metadata(),
+        jobs=rank_chunks(cap),
+        fmt=fmt,
+        end_ns=res.end_ns,
+        workers=workers,
+        on_note=on_note,
+    )

@@ -70,7 +70,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
     outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
-    for note in run_notes(outcome.run):
+    for note in (*run_notes(outcome.run), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
         from skewlens.replay.real.render import render_comparison

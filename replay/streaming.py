@@ -1,0 +1,378 @@
+"""Streaming output writers shared by the replay and the analyses.
+
+- **Chrome trace JSON, a chunk at a time.** :func:`format_events` turns columns (numpy arrays) into one
+  JSON object per row with Arrow compute kernels (integer-to-string casts, ``take`` from small tables,
+  element-wise joins), never a Python object per event; :class:`TraceWriter` writes each chunk's bytes as
+  it comes (the events are never all in memory) into the JSON object format that ui.perfetto.dev and
+  ``chrome://tracing`` load: ``{"displayTimeUnit": ..., "otherData": {...}, "traceEvents": [...]}``.
+- **A cap on what a viewer is given.** :func:`cap_events` picks, for a run too large to look at, the
+  first whole steps on all ranks that fit ``max_events`` (else every rank's first stretch of time), and
+  says in one line what it left out and which option writes everything.
+- :func:`ordered_map`: a thread pool that keeps results in order, at most a few ahead (Arrow's kernels
+  and Parquet encoding release the GIL, so formatting or building the next chunk overlaps writing this one).
+
+Times inside are integer ns; the JSON edge writes them as exact decimals (µs with three digits: ``12.345``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TypeAlias, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from skewlens.profiler.atomic import atomic_file
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Default cap on the events of a Perfetto/Chrome trace file: about 110 MB of JSON, which ui.perfetto.dev
+#: and chrome://tracing open in seconds (a 10-million-event run is 1.2 GB, which browsers fail to load).
+DEFAULT_MAX_EVENTS = 1_000_000
+#: Rows formatted per chunk (about 7 MB of JSON each).
+CHUNK_EVENTS = 1 << 16
+#: An integer column with at most this many distinct values in its range is written from a table of
+#: their strings (a ``take``) instead of a cast per row.
+_SMALL_RANGE = 4096
+_EVENT_SEP = ",\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A column given as indices into a small table of JSON texts (written by ``take``)."""
+
+    table: Sequence[str]
+    """JSON text of each distinct value."""
+    idx: npt.NDArray[np.integer[Any]]
+    """Per row: index into ``table``."""
+
+
+#: One piece of a formatted row: literal JSON text, a column of indices into a table, or a string column.
+Piece: TypeAlias = "str | Lookup | pa.Array"
+#: A field value: one piece, several pieces written back to back, or a nested object's fields.
+Value: TypeAlias = "Piece | list[Piece] | list[tuple[str, Any]]"
+
+
+def json_int(values: npt.NDArray[np.integer[Any]]) -> Piece:
+    """JSON integers: from a table when the values span a small range (steps, streams), else cast."""
+    a = np.asarray(values, dtype=np.int64)
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        if hi - lo < _SMALL_RANGE:
+            return Lookup([str(v) for v in range(lo, hi + 1)], a - lo)
+    return pc.cast(pa.array(a), pa.string())
+
+
+_FRACTIONS: dict[int, list[str]] = {}
+
+
+def json_fixed(values: npt.NDArray[np.integer[Any]], digits: int) -> list[Piece]:
+    """JSON numbers ``values / 10**digits``, exact (``12345, 3 -> 12.345``): ns as µs (3) or ms (6)."""
+    scale = 10**digits
+    a = np.asarray(values, dtype=np.int64)
+    neg = a < 0
+    mag = np.abs(a)
+    whole: Piece = json_int(mag // scale)
+    if neg.any():
+        sign = pc.if_else(pa.array(neg), "-", "")
+        whole = pc.binary_join_element_wise(sign, _materialise(whole), "")
+    frac = mag % scale
+    if digits <= 3:
+        table = _FRACTIONS.setdefault(digits, [f".{v:0{digits}d}" for v in range(scale)])
+        return [whole, Lookup(table, frac)]
+    return [whole, ".", pc.ascii_lpad(pc.cast(pa.array(frac), pa.string()), digits, "0")]
+
+
+def json_strings(values: Sequence[str], idx: npt.NDArray[np.integer[Any]]) -> Lookup:
+    """JSON strings ``values[idx]`` (each distinct value escaped once)."""
+    return Lookup([json.dumps(v) for v in values], idx)
+
+
+def _pieces(fields: Sequence[tuple[str, Value]]) -> list[Piece]:
+    out: list[Piece] = ["{"]
+    for i, (key, value) in enumerate(fields):
+        out.append(("," if i else "") + json.dumps(key) + ":")
+        if isinstance(value, list):
+            if value and isinstance(value[0], tuple):
+                out += _pieces(value)  # a nested object
+            else:
+                out += value
+        else:
+            out.append(value)
+    out.append("}")
+    return out
+
+
+def _materialise(p: Piece) -> pa.Array | str:
+    if isinstance(p, Lookup):
+        return pa.array(p.table, type=pa.string()).take(pa.array(p.idx))
+    return p
+
+
+def _fold(pieces: Iterable[Piece]) -> list[Piece]:
+    """Merge adjacent literals, and fold each literal into a neighbouring lookup's table (the table is
+    small; every piece fewer saves one element-wise join per row)."""
+    out: list[Piece] = []
+    for p in pieces:
+        last = out[-1] if out else None
+        if isinstance(p, str):
+            if isinstance(last, str):
+                out[-1] = last + p
+            elif isinstance(last, Lookup):
+                out[-1] = Lookup([t + p for t in last.table], last.idx)
+            else:
+                out.append(p)
+        elif isinstance(p, Lookup) and isinstance(last, str):
+            out[-1] = Lookup([last + t for t in p.table], p.idx)
+        else:
+            out.append(p)
+    return out
+
+
+def format_events(fields: Sequence[tuple[str, Value]], n: int) -> pa.Array:
+    """One JSON object per row (``n`` rows), each preceded by the event separator (for
+    :meth:`TraceWriter.write_formatted`). ``fields``: ``(key, value)`` in order; a value is literal JSON
+    text, a :class:`Lookup`, a string column, a list of those written back to back, or a nested object's
+    ``(key, value)`` list."""
+    parts = [_materialise(p) for p in _fold([_EVENT_SEP, *_pieces(fields)])]
+    if not any(isinstance(p, pa.Array) for p in parts):
+        return pa.array(["".join(str(p) for p in parts)] * n, type=pa.string())
+    if len(parts) == 1:
+        return parts[0]
+    return pc.binary_join_element_wise(*parts, "")
+
+
+class TraceWriter:
+    """Writes ``traceEvents`` into an open binary file: a few events as dicts, the many as formatted
+    chunks. Made by :func:`trace_json`."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._first = True
+        self.events = 0
+        """Events written so far."""
+
+    def _write(self, data: bytes | memoryview) -> None:
+        if self._first and data:
+            data = data[len(_EVENT_SEP) :]
+            self._first = False
+        self._fh.write(data)
+
+    def write_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Write a few events given as dicts (process and thread names, markers)."""
+        for ev in events:
+            self._write((_EVENT_SEP + json.dumps(ev, separators=(",", ":"))).encode())
+            self.events += 1
+
+    def write_formatted(self, rows: pa.Array | pa.ChunkedArray) -> None:
+        """Write the rows of :func:`format_events` (their bytes, back to back, as they lie in the array)."""
+        for arr in rows.chunks if isinstance(rows, pa.ChunkedArray) else [rows]:
+            if len(arr) == 0:
+                continue
+            offsets = np.frombuffer(
+                arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=4 * arr.offset
+            )
+            self._write(memoryview(arr.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+            self.events += len(arr)
+
+
+@contextmanager
+def trace_json(
+    path: str | Path, *, display_time_unit: str, other_data: Mapping[str, Any]
+) -> Iterator[TraceWriter]:
+    """Open a Chrome trace JSON file for streaming (atomically: it appears under ``path`` only complete)."""
+    with atomic_file(path) as tmp, tmp.open("wb", buffering=1 << 20) as fh:
+        head = {"displayTimeUnit": display_time_unit, "otherData": other_data}
+        fh.write(json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"traceEvents":[\n')
+        yield TraceWriter(fh)
+        fh.write(b"\n]}\n")
+
+
+def chunks(
+    rows: npt.NDArray[np.integer[Any]], size: int = CHUNK_EVENTS
+) -> Iterator[npt.NDArray[np.integer[Any]]]:
+    """``rows`` in consecutive pieces of at most ``size``."""
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]
+
+
+def default_workers() -> int:
+    """Threads for formatting / building outputs: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int = 2) -> Iterator[R]:
+    """``map(fn, items)`` on ``workers`` threads, results in order, at most ``workers * ahead`` pending
+    (so memory stays bounded by a few results). ``workers <= 1``: in this thread."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        pending: list[Future[R]] = []
+        for item in items:
+            pending.append(ex.submit(fn, item))
+            if len(pending) >= workers * ahead:
+                yield pending.pop(0).result()
+        for f in pending:
+            yield f.result()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventCap:
+    """Which rows of each rank a trace file gets (see :func:`cap_events`)."""
+
+    keep: dict[int, B]
+    """Per rank: rows written."""
+    max_events: int
+    """The cap (0: none)."""
+    written: int
+    """Rows written."""
+    total: int
+    """Rows there were."""
+    steps: tuple[int, int] | None = None
+    """First and last step written, when whole steps were kept."""
+    until_ns: int | None = None
+    """When the cap fell inside the first step: rows that start before this time were kept."""
+    note: str | None = None
+    """What was left out and how to write it all (None: nothing was)."""
+
+    def meta(self) -> dict[str, Any]:
+        """For the file's ``otherData``."""
+        return {
+            "events_total": self.total,
+            "events_written": self.written,
+            "max_events": self.max_events,
+            "steps_written": list(self.steps) if self.steps else None,
+            "until_ns": self.until_ns,
+            "left_out": self.note,
+        }
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def cap_events(
+    candidates: Mapping[int, B],
+    start_ns: Mapping[int, I64],
+    step: Mapping[int, npt.NDArray[np.integer[Any]]],
+    *,
+    max_events: int,
+    file: str,
+    option: str,
+) -> EventCap:
+    """Choose the rows to write: all when they fit ``max_events`` (0: no cap); else the first whole steps
+    on every rank that fit (rows of no step left out), which keeps the ranks side by side for comparison;
+    else, when not even the first step fits, every rank's rows that start in the run's first stretch of
+    time. ``file`` and ``option`` (the setting that writes everything) go into the note."""
+    total = sum(int(m.sum()) for m in candidates.values())
+    keep = {r: np.asarray(m, dtype=np.bool_) for r, m in candidates.items()}
+    if max_events <= 0 or total <= max_events:
+        return EventCap(keep=keep, max_events=max_events, written=total, total=total)
+    counts: dict[int, int] = {}
+    for r, m in keep.items():
+        s, c = np.unique(np.asarray(step[r])[m], return_counts=True)
+        for k, n in zip(s.tolist(), c.tolist(), strict=True):
+            counts[k] = counts.get(k, 0) + n
+    steps = sorted(k for k in counts if k >= 0)
+    fits = np.flatnonzero(np.cumsum([counts[k] for k in steps]) <= max_events) if steps else np.array([])
+    ranks = f"all {len(keep)} ranks" if len(keep) > 1 else "rank " + ", ".join(map(str, keep))
+    if fits.size:
+        first, last = steps[0], steps[int(fits[-1])]
+        for r, m in keep.items():
+            s = np.asarray(step[r])
+            keep[r] = m & (s >= first) & (s <= last)
+        written = sum(int(m.sum()) for m in keep.values())
+        later = len(steps) - int(fits[-1]) - 1
+        no_step = counts.get(-1, 0)
+        left = [f"{later} later step(s)"] if later else []
+        left += [f"{no_step:,} events of no step"] if no_step else []
+        shown = f"step {first}" if first == last else f"steps {first}-{last}"
+        note = (
+            f"{file}: {written:,} of {total:,} events written (cap {max_events:,}): {shown} on {ranks}; left "
+            f"out {total - written:,} events ({', '.join(left)}); {option} writes all"
+        )
+        return EventCap(
+            keep=keep, max_events=max_events, written=written, total=total, steps=(first, last), note=note
+        )
+    starts = np.concatenate([np.asarray(start_ns[r])[m] for r, m in keep.items()])
+    until = int(np.partition(starts, max_events)[max_events])
+    origin = int(starts.min())
+    for r, m in keep.items():
+        keep[r] = m & (np.asarray(start_ns[r]) < until)
+    written = sum(int(m.sum()) for m in keep.values())
+    why = f"step {steps[0]} alone has {counts[steps[0]]:,}" if steps else "the run has no steps"
+    note = (
+        f"{file}: {written:,} of {total:,} events written (cap {max_events:,}; {why}): the first "
+        f"{_ms(until - origin)} on {ranks}; left out {total - written:,} later events; {option} writes all"
+    )
+    return EventCap(keep=keep, max_events=max_events, written=written, total=total, until_ns=until, note=note)
+
+
+def cut_marker(note: str, ts_us: float, *, pid: int = 0) -> dict[str, Any]:
+    """A global instant event at ``ts_us`` carrying ``note`` (what the cap left out): the viewers draw it
+    as a line across the tracks where the written trace stops."""
+    return {
+        "name": "skewlens: trace cut here (see args.note)",
+        "ph": "i",
+        "s": "g",
+        "pid": pid,
+        "tid": 0,
+        "ts": ts_us,
+        "args": {"note": note},
+    }
+
+
+def write_trace(
+    path: Path,
+    cap: EventCap,
+    *,
+    display_time_unit: str,
+    other_data: Mapping[str, Any],
+    metadata: Iterable[Mapping[str, Any]],
+    jobs: Iterable[T],
+    fmt: Callable[[T], pa.Array],
+    extra: Callable[[], Iterable[pa.Array]] = lambda: (),
+    end_ns: Mapping[int, I64],
+    origin_ns: int = 0,
+    workers: int | None = None,
+    on_note: Callable[[str], object] | None = None,
+) -> Path:
+    """Stream a capped trace file: the ``metadata`` events (process / thread names), then ``fmt(job)`` of
+    each job, formatted on ``workers`` threads (default: the usable CPUs) and written in order, then the
+    chunks of ``extra``. ``otherData`` gets ``other_data`` and what the cap kept; when it left something
+    out, a marker at the last kept end (``end_ns`` per rank, µs from ``origin_ns``) and ``on_note`` say so."""
+    with trace_json(path, display_time_unit=display_time_unit, other_data={**other_data, **cap.meta()}) as w:
+        w.write_events(metadata)
+        for rows in ordered_map(fmt, jobs, workers=default_workers() if workers is None else workers):
+            w.write_formatted(rows)
+        for rows in extra():
+            w.write_formatted(rows)
+        if cap.note is not None:
+            ends = [int(np.asarray(end_ns[r])[m].max()) for r, m in cap.keep.items() if m.any()]
+            w.write_events([cut_marker(cap.note, (max(ends, default=origin_ns) - origin_ns) / 1e3)])
+    if cap.note is not None and on_note is not None:
+        on_note(cap.note)
+    return path
+
+
+def rank_chunks(cap: EventCap) -> Iterator[tuple[int, npt.NDArray[np.integer[Any]]]]:
+    """``(rank, rows)`` of what ``cap`` keeps, rank by rank, in chunks of :data:`CHUNK_EVENTS`."""
+    for r in sorted(cap.keep):
+        for rows in chunks(np.flatnonzero(cap.keep[r])):
+            yield r, rows
