@@ -9,8 +9,13 @@ simulator). Rendering lives in ``skewlens.analysis.render``, ``skewlens.analysis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
 from skewlens.analysis.breakdown import analyze_breakdown
@@ -25,8 +30,9 @@ from skewlens.analysis.records import (
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.store.schema import write_records
+from skewlens.profiler.store.schema import table_from_columns, table_from_records, write_table
 from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.replay.streaming import default_workers, ordered_map
 
 #: Output file names inside OUT_DIR.
 SKEW_FILE = "collective_skew.parquet"
@@ -92,17 +98,77 @@ def analyze_run(
     )
 
 
-def write_tables(result: AnalysisResult, out_dir: str | Path) -> list[Path]:
-    """Write the Parquet tables (atomically, one file per table); returns their paths."""
+def skew_table(skew: SkewResult) -> pa.Table:
+    """``collective_skew`` as a table, column by column from the events' arrays (one row per member, as
+    :meth:`SkewResult.records` gives them, without a record object per row)."""
+    ev = skew.events
+    members = np.fromiter((len(e.ranks) for e in ev), dtype=np.int64, count=len(ev))
+    owner = np.repeat(np.arange(len(ev)), members)
+
+    def per_event(values: list[Any]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)[owner] if ev else np.zeros(0, dtype=np.int64)
+
+    def per_event_str(values: list[str | None]) -> pa.Array:
+        return pa.array(values, type=pa.string()).dictionary_encode().take(pa.array(owner))
+
+    def per_member(attr: str) -> np.ndarray:
+        parts = [np.asarray(getattr(e, attr), dtype=np.int64) for e in ev]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    end = per_member("end_ns")
+    last = per_event([int(e.arrival_ns.max()) for e in ev])
+    cols: dict[str, Any] = {
+        "kind": per_event_str([e.kind for e in ev]),
+        "pg_name": per_event_str([e.pg_name for e in ev]),
+        "seq": per_event([e.seq for e in ev]),
+        "comm_type": per_event_str([e.comm_type for e in ev]),
+        "step": per_event([e.step for e in ev]),
+        "rank": per_member("ranks"),
+        "node_id": per_member("node_ids"),
+        "arrival_ns": per_member("arrival_ns"),
+        "end_ns": end,
+        "wait_ns": per_member("wait_ns"),
+        "exposed_wait_ns": per_member("exposed_wait_ns"),
+        "transfer_ns": np.maximum(end - last, 0),
+        "skew_ns": per_event([e.skew_ns for e in ev]),
+        "late_rank": per_event([e.late_rank for e in ev]),
+        "blamed_rank": per_event([e.blamed_rank for e in ev]),
+        "late_by_ns": per_event([e.late_by_ns for e in ev]),
+        "cause_kind": per_event_str([str(e.cause.kind) for e in ev]),
+        "cause_op": per_event_str([e.cause.op for e in ev]),
+        "cause_delta_ns": per_event([e.cause.delta_ns for e in ev]),
+        "cause": per_event_str([e.cause.text for e in ev]),
+    }
+    return table_from_columns(CollectiveSkewRecord, cols, "collective_skew")
+
+
+def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
+    """Write the Parquet tables (atomically, one file per table); returns their paths. The tables are
+    encoded on ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
-    paths = [
-        write_records(CollectiveSkewRecord, result.skew.records(), d / SKEW_FILE, "collective_skew"),
-        write_records(StepBreakdownRecord, result.breakdown, d / BREAKDOWN_FILE, "step_breakdown"),
-        write_records(CriticalPathRecord, result.critical_path, d / CRITICAL_PATH_FILE, "critical_path"),
+    jobs: list[tuple[Callable[[], pa.Table], Path]] = [
+        (lambda: skew_table(result.skew), d / SKEW_FILE),
+        (
+            lambda: table_from_records(StepBreakdownRecord, result.breakdown, "step_breakdown"),
+            d / BREAKDOWN_FILE,
+        ),
+        (
+            lambda: table_from_records(CriticalPathRecord, result.critical_path, "critical_path"),
+            d / CRITICAL_PATH_FILE,
+        ),
     ]
-    if result.blame is not None:
-        paths.append(write_records(BlameRecord, result.blame.records, d / BLAME_FILE, "blame"))
-        paths.append(
-            write_records(BlameStepRecord, result.blame.step_records, d / BLAME_STEPS_FILE, "blame_steps")
+    blame = result.blame
+    if blame is not None:
+        jobs.append((lambda: table_from_records(BlameRecord, blame.records, "blame"), d / BLAME_FILE))
+        jobs.append(
+            (
+                lambda: table_from_records(BlameStepRecord, blame.step_records, "blame_steps"),
+                d / BLAME_STEPS_FILE,
+            )
         )
-    return paths
+
+    def write(job: tuple[Callable[[], pa.Table], Path]) -> Path:
+        build, path = job
+        return write_table(build(), path)
+
+    return list(ordered_map(write, jobs, workers=default_workers() if workers is None else workers))

@@ -2,103 +2,220 @@
 
 One process per rank (``pid`` = rank), one track per stream/thread, plus a ``critical path`` track per
 rank holding copies of the path's nodes, and flow arrows (``ph: s/f``) wherever the path jumps from one
-rank to another (to a collective's last arriver or a late send). Times are µs floats at this edge,
-relative to the run's first node (``otherData.t0_ns`` keeps the origin). Written atomically.
+rank to another (to a collective's last arriver or a late send). Times are µs at this edge, relative to
+the run's first node (``otherData.t0_ns`` keeps the origin).
+
+The file is streamed a chunk of nodes at a time (:mod:`skewlens.replay.streaming`: formatted by Arrow
+kernels, never a dict per event) and atomically. At most ``max_events`` nodes are written (default
+:data:`~skewlens.replay.streaming.DEFAULT_MAX_EVENTS`, 0: all): beyond that the first whole steps on all
+ranks that fit, with the critical path of those steps; ``otherData`` and an instant event where the trace
+stops say what was left out.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.critical_path import KIND_NAMES
-from skewlens.profiler.atomic import write_json_atomic
+from skewlens.analysis.index import RankIndex
+from skewlens.analysis.records import CriticalPathRecord
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.streaming import (
+    DEFAULT_MAX_EVENTS,
+    EventCap,
+    Lookup,
+    Value,
+    cap_events,
+    format_events,
+    json_fixed,
+    json_int,
+    json_strings,
+    rank_chunks,
+    write_trace,
+)
 
 PERFETTO_FILE = "trace_critical_path.json"
-#: Beyond this many nodes in the run only communication nodes and the critical path are written.
-MAX_NODES = 400_000
+#: The ``skewlens analyze`` option that sets the cap (named in the note of what was left out).
+MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
+#: ``cat`` of each node type, as JSON text.
+_CATS = [json.dumps(KIND_NAMES.get(t, "other")) for t in range(max(NodeType) + 1)]
 
 
-def trace_events(result: AnalysisResult, *, max_nodes: int = MAX_NODES) -> dict[str, Any]:
-    """The trace as a JSON-ready dict (``traceEvents`` + ``otherData``)."""
-    ix = result.index
-    t0 = min((int(ri.sorted_start[0]) for ri in ix.ranks.values() if ri.sorted_start.size), default=0)
-    total = sum(len(ri.trace) for ri in ix.ranks.values())
-    comm_only = total > max_nodes
-    ev: list[dict[str, Any]] = []
-    tids: dict[int, dict[int, int]] = {}
-    for r, ri in sorted(ix.ranks.items()):
-        rt = ri.trace
-        ev.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}})
-        ev.append(
-            {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}}
+def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
+    meta: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
+        {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
+        {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}},
+    ]
+    for tid, s in enumerate(np.unique(ri.trace.stream).tolist(), start=1):
+        label = ri.trace.streams.get(int(s), f"stream {s}")
+        meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
+    return meta
+
+
+def _node_events(
+    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: list[str], comm: bool
+) -> pa.Array:
+    """Rows of one rank as X events on their stream's track; communication rows (``comm``) also carry
+    their wait and size."""
+    rt = ri.trace
+    streams = np.unique(rt.stream)
+    args: list[tuple[str, Value]] = [
+        ("node_id", json_int(rt.node_id[rows])),
+        ("step", json_int(rt.step[rows])),
+    ]
+    if comm:
+        args += [("wait_ms", json_fixed(ri.wait_ns[rows], 6)), ("bytes", json_int(rt.comm_bytes[rows]))]
+    fields: list[tuple[str, Value]] = [
+        ("ph", '"X"'),
+        ("name", Lookup(names, rt.name_idx[rows])),
+        ("cat", Lookup(_CATS, rt.node_type[rows])),
+        ("pid", str(r)),
+        ("tid", json_int(np.searchsorted(streams, rt.stream[rows]) + 1)),
+        ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),
+        ("dur", json_fixed(rt.dur_ns[rows], 3)),
+        ("args", args),
+    ]
+    return format_events(fields, len(rows))
+
+
+def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iterator[pa.Array]:
+    """The critical path's nodes on each rank's ``critical path`` track, and a flow arrow wherever the
+    path moves to another rank within a step; only the path of what ``cap`` kept."""
+    n = len(path)
+    if n == 0:
+        return
+
+    def col(attr: str) -> np.ndarray:
+        return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
+
+    rank, step, start, end, contrib = (
+        col("rank"),
+        col("step"),
+        col("start_ns"),
+        col("end_ns"),
+        col("contribution_ns"),
+    )
+    ts = end - contrib
+    if cap.steps is not None:
+        kept = (step >= cap.steps[0]) & (step <= cap.steps[1])
+    elif cap.until_ns is not None:
+        kept = ts < cap.until_ns
+    else:
+        kept = np.ones(n, dtype=np.bool_)
+    name_of: dict[str, int] = {}
+    via_of: dict[str, int] = {}
+    name_idx = np.fromiter((name_of.setdefault(p.name, len(name_of)) for p in path), dtype=np.int64, count=n)
+    via_idx = np.fromiter((via_of.setdefault(p.via, len(via_of)) for p in path), dtype=np.int64, count=n)
+    rows = np.flatnonzero(kept)
+    if rows.size:
+        yield format_events(
+            [
+                ("ph", '"X"'),
+                ("name", json_strings(list(name_of), name_idx[rows])),
+                ("cat", '"critical_path"'),
+                ("pid", json_int(rank[rows])),
+                ("tid", str(_CP_TID)),
+                ("ts", json_fixed(ts[rows] - t0, 3)),
+                ("dur", json_fixed(contrib[rows], 3)),
+                (
+                    "args",
+                    [
+                        ("step", json_int(step[rows])),
+                        ("position", json_int(col("position")[rows])),
+                        ("node_id", json_int(col("node_id")[rows])),
+                        ("via", json_strings(list(via_of), via_idx[rows])),
+                    ],
+                ),
+            ],
+            len(rows),
         )
-        streams = np.unique(rt.stream).tolist()
-        tids[r] = {int(s): i + 1 for i, s in enumerate(streams)}
-        for s, tid in tids[r].items():
-            label = rt.streams.get(s, f"stream {s}")
-            ev.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
-        keep = ri.is_comm if comm_only else (ri.is_comp | ri.is_comm | ri.is_untraced | ri.is_wait)
-        for i in np.flatnonzero(keep).tolist():
-            args: dict[str, Any] = {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])}
-            if ri.is_comm[i]:
-                args["wait_ms"] = int(ri.wait_ns[i]) / 1e6
-                args["bytes"] = int(rt.comm_bytes[i])
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": rt.name(i),
-                    "cat": KIND_NAMES.get(int(rt.node_type[i]), "other"),
-                    "pid": r,
-                    "tid": tids[r][int(rt.stream[i])],
-                    "ts": (int(rt.start_ns[i]) - t0) / 1e3,
-                    "dur": int(rt.dur_ns[i]) / 1e3,
-                    "args": args,
-                }
-            )
-    flow = 0
-    prev = None
-    for rec in result.critical_path:
-        ev.append(
-            {
-                "ph": "X",
-                "name": rec.name,
-                "cat": "critical_path",
-                "pid": rec.rank,
-                "tid": _CP_TID,
-                "ts": (rec.end_ns - rec.contribution_ns - t0) / 1e3,
-                "dur": rec.contribution_ns / 1e3,
-                "args": {"step": rec.step, "position": rec.position, "node_id": rec.node_id, "via": rec.via},
-            }
+    # record k + 1 precedes record k in time: an arrow from where the path picks up on k + 1's rank back
+    # to k's node (ids count the jumps of the whole path, so they do not change with the cap)
+    jump = (step[1:] == step[:-1]) & (rank[1:] != rank[:-1])
+    ids = np.cumsum(jump)
+    pairs = np.flatnonzero(jump & kept[1:] & kept[:-1])
+    if pairs.size:
+        common: list[tuple[str, Value]] = [
+            ("name", '"critical path"'),
+            ("cat", '"critical_path"'),
+            ("id", json_int(ids[pairs])),
+            ("tid", str(_CP_TID)),
+        ]
+        cur, prev = pairs + 1, pairs
+        yield format_events(
+            [*common, ("ph", '"s"'), ("pid", json_int(rank[cur])), ("ts", json_fixed(start[cur] - t0, 3))],
+            pairs.size,
         )
-        if prev is not None and prev.step == rec.step and prev.rank != rec.rank:
-            flow += 1
-            common = {"name": "critical path", "cat": "critical_path", "id": flow, "tid": _CP_TID}
-            ev.append({**common, "ph": "s", "pid": rec.rank, "ts": (rec.start_ns - t0) / 1e3})
-            ev.append(
-                {
-                    **common,
-                    "ph": "f",
-                    "bp": "e",
-                    "pid": prev.rank,
-                    "ts": (prev.end_ns - prev.contribution_ns - t0) / 1e3,
-                }
-            )
-        prev = rec
-    return {
-        "traceEvents": ev,
-        "displayTimeUnit": "ms",
-        "otherData": {"t0_ns": t0, "run_dir": ix.run.run_dir, "comm_only": comm_only},
-    }
+        yield format_events(
+            [
+                *common,
+                ("ph", '"f"'),
+                ("bp", '"e"'),
+                ("pid", json_int(rank[prev])),
+                ("ts", json_fixed(ts[prev] - t0, 3)),
+            ],
+            pairs.size,
+        )
 
 
-def write_perfetto(result: AnalysisResult, path: str | Path, *, max_nodes: int = MAX_NODES) -> Path:
-    """Write the trace JSON atomically."""
+def write_perfetto(
+    result: AnalysisResult,
+    path: str | Path,
+    *,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    on_note: Callable[[str], object] | None = None,
+    workers: int | None = None,
+) -> Path:
+    """Write the trace JSON (streamed, atomically). At most ``max_events`` nodes (0: all); when some
+    were left out, ``on_note`` is given the line that says what."""
     p = Path(path)
-    data = trace_events(result, max_nodes=max_nodes)
-    return write_json_atomic(p, data, separators=(",", ":"))
+    ix = result.index
+    ranks = sorted(ix.ranks)
+    t0 = min((int(ri.sorted_start[0]) for ri in ix.ranks.values() if ri.sorted_start.size), default=0)
+    cap = cap_events(
+        {
+            r: ix.ranks[r].is_comp | ix.ranks[r].is_comm | ix.ranks[r].is_untraced | ix.ranks[r].is_wait
+            for r in ranks
+        },
+        {r: ix.ranks[r].trace.start_ns for r in ranks},
+        {r: ix.ranks[r].trace.step for r in ranks},
+        max_events=max_events,
+        file=p.name,
+        option=f"{MAX_EVENTS_OPTION} 0",
+    )
+    names = {r: [json.dumps(n) for n in ix.ranks[r].trace.names] for r in ranks}
+
+    def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
+        for r, rows in rank_chunks(cap):
+            comm = ix.ranks[r].is_comm[rows]
+            for part, is_comm in ((rows[~comm], False), (rows[comm], True)):
+                if part.size:
+                    yield r, part, is_comm
+
+    def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
+        r, rows, comm = job
+        return _node_events(r, ix.ranks[r], rows, t0=t0, names=names[r], comm=comm)
+
+    return write_trace(
+        p,
+        cap,
+        display_time_unit="ms",
+        other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
+        metadata=(m for r in ranks for m in _metadata(r, ix.ranks[r])),
+        jobs=jobs(),
+        fmt=fmt,
+        extra=lambda: _path_events(result.critical_path, cap, t0),
+        end_ns={r: ri.end_ns for r, ri in ix.ranks.items()},
+        origin_ns=t0,
+        workers=workers,
+        on_note=on_note,
+    )

@@ -8,9 +8,11 @@ from pathlib import Path
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run, write_tables
+from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
 from skewlens.analysis.render import report
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
+from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
 from skewlens.rich_progress import RichProgress
 
 #: What-if simulations per analysis unless --max-simulations says otherwise (each replays the whole run).
@@ -46,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_MAX_SIMULATIONS}; 0: none)",
     )
     p.add_argument("--no-pictures", action="store_true", help="skip the PNGs and the Perfetto JSON")
+    p.add_argument(
+        MAX_EVENTS_OPTION,
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"at most N nodes in the Perfetto JSON (default {DEFAULT_MAX_EVENTS:,}; 0: all): a larger run "
+        "gets its first whole steps on all ranks that fit, and a note of what was left out",
+    )
     p.add_argument("--top", type=int, default=5, metavar="N", help="rows in the straggler table")
     p.add_argument(
         LENIENT_OPTION,
@@ -61,6 +71,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.max_simulations is not None and args.max_simulations < 0:
         raise SkewlensError(f"--max-simulations: expected >= 0, got {args.max_simulations}")
+    if args.perfetto_max_events < 0:
+        raise SkewlensError(f"{MAX_EVENTS_OPTION}: expected >= 0 (0: all), got {args.perfetto_max_events}")
     err = Console(stderr=True)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -70,6 +82,7 @@ def main(argv: list[str]) -> int:
         run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=RichProgress(err)
     )
     written = write_tables(result, out)
+    notes: list[str] = []
     if not args.no_pictures:
         from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
         from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
@@ -77,9 +90,13 @@ def main(argv: list[str]) -> int:
         written += [
             wait_heatmap(result, out / WAIT_HEATMAP_FILE),
             breakdown_bars(result, out / BREAKDOWN_FILE),
-            write_perfetto(result, out / PERFETTO_FILE),
+            write_perfetto(
+                result, out / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
+            ),
         ]
     console = Console()
     console.print(report(result, top=args.top))
+    for note in notes:
+        console.print(note, style="yellow", markup=False, highlight=False)
     console.print(f"wrote {len(written)} files to {out}")
     return 0

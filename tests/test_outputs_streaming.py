@@ -1,0 +1,349 @@
+"""Output writers that cost less than the work: the streamed Chrome/Perfetto JSON (vectorised formatting,
+the cap on events and its note), ``timeline.parquet`` built from numpy columns, and the analysis tables."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_analysis_scenarios import MS, Scenario, build_run
+
+from skewlens.analysis import analyze_run
+from skewlens.analysis.api import skew_table
+from skewlens.analysis.index import RankIndex, build_index
+from skewlens.analysis.perfetto import write_perfetto as write_analysis_perfetto
+from skewlens.analysis.records import CollectiveSkewRecord
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.schema import read_table, table_from_records
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay import outputs
+from skewlens.replay.outputs import ReplayedNodeRecord, write_perfetto, write_timeline
+from skewlens.replay.simulate import SimResult, simulate
+from skewlens.replay.streaming import (
+    TraceWriter,
+    cap_events,
+    format_events,
+    json_fixed,
+    json_int,
+    json_strings,
+    ordered_map,
+)
+
+ODD_NAME = 'aten::"odd"\\name\tµ→'
+STEPS = 4
+RANKS = 3
+
+
+def _run(tmp_path: Path) -> Path:
+    """Three ranks: a setup node of no step, then per step a compute node (an awkward name), a second
+    stream's kernel, an all_reduce and a send/recv ring."""
+    b = RunBuilder(world_size=RANKS)
+    for r in range(RANKS):
+        b.rank(r).compute("setup", dur_ns=5_000 + r)
+    for s in range(STEPS):
+        for r in range(RANKS):
+            rb = b.rank(r).step(s)
+            rb.compute(ODD_NAME, dur_ns=1_000_000 + 1_000 * r + 7)
+            rb.compute("kernel", dur_ns=123_456, stream=7)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=50_000)
+        for r in range(RANKS):
+            b.rank(r).send((r + 1) % RANKS, comm_bytes=4096, dur_ns=10_000, tag=s)
+            b.rank((r + 1) % RANKS).recv(r, comm_bytes=4096, dur_ns=10_000, tag=s)
+    return b.write(tmp_path / "run")
+
+
+@pytest.fixture
+def replayed(tmp_path: Path) -> tuple[RunTrace, SimResult]:
+    run = load_run(_run(tmp_path))
+    return run, simulate(run)
+
+
+def _x_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in doc["traceEvents"] if e["ph"] == "X"]
+
+
+def _key(e: dict[str, Any]) -> str:
+    return json.dumps(e, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------------ the formatter
+
+
+def test_formatted_rows_parse_to_the_values_they_were_given() -> None:
+    ints = np.array([0, -1, 7, 2**62, -(2**62), 999, -1000], dtype=np.int64)
+    small = np.array([3, 3, 4, 3, 5, 4, 3], dtype=np.int64)
+    names = ["plain", ODD_NAME, "", "\x00ctl"]
+    idx = np.array([1, 0, 2, 3, 1, 1, 0])
+    fields: list[tuple[str, Any]] = [
+        ("name", json_strings(names, idx)),
+        ("ph", '"X"'),
+        ("big", json_int(ints)),
+        ("small", json_int(small)),
+        ("us", json_fixed(ints, 3)),
+        ("ms", json_fixed(ints, 6)),
+        ("args", [("k", json_int(small)), ("deeper", [("n", json_int(ints))])]),
+    ]
+    buf = io.BytesIO()
+    TraceWriter(buf).write_formatted(format_events(fields, len(ints)))
+    rows = json.loads("[" + buf.getvalue().decode() + "]")
+    assert len(rows) == len(ints)
+    for i, row in enumerate(rows):
+        v = int(ints[i])
+        assert row["name"] == names[idx[i]] and row["ph"] == "X"
+        assert row["big"] == v and row["small"] == int(small[i])
+        assert row["us"] == v / 1000 and isinstance(row["us"], float)
+        assert row["ms"] == v / 10**6
+        assert row["args"] == {"k": int(small[i]), "deeper": {"n": v}}
+
+
+def test_ordered_map_on_threads_keeps_the_order_of_its_items() -> None:
+    assert list(ordered_map(lambda x: x * x, range(100), workers=3, ahead=1)) == [x * x for x in range(100)]
+    assert list(ordered_map(lambda x: -x, range(5), workers=1)) == [0, -1, -2, -3, -4]
+
+
+# --------------------------------------------------------------------------------- replay timeline.json
+
+
+def test_the_streamed_timeline_json_has_every_node_as_one_dict_per_event_would(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path
+) -> None:
+    run, sim = replayed
+    path = write_perfetto(run, sim, tmp_path / "timeline.json", max_events=0, workers=2)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    expected = []
+    for r, rt in run.ranks.items():
+        for i in np.flatnonzero(rt.node_type != NodeType.METADATA).tolist():
+            st, en = int(sim.start_ns[r][i]), int(sim.end_ns[r][i])
+            expected.append(
+                {
+                    "name": rt.name(i),
+                    "ph": "X",
+                    "pid": r,
+                    "tid": int(rt.stream[i]),
+                    "ts": st / 1000,
+                    "dur": (en - st) / 1000,
+                    "args": {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])},
+                }
+            )
+    assert sorted(map(_key, _x_events(doc))) == sorted(map(_key, expected))
+    threads = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert threads == {(r, s) for r in range(RANKS) for s in (0, 7)}
+    assert doc["otherData"]["events_written"] == doc["otherData"]["events_total"] == len(expected)
+    assert doc["otherData"]["left_out"] is None
+    assert not any(e["ph"] == "i" for e in doc["traceEvents"])
+
+
+def test_a_capped_timeline_keeps_the_first_whole_steps_on_all_ranks_and_says_what_it_left_out(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path
+) -> None:
+    run, sim = replayed
+    per_step = {
+        s: sum(int(((rt.step == s) & (rt.node_type != NodeType.METADATA)).sum()) for rt in run.ranks.values())
+        for s in range(STEPS)
+    }
+    total = sum(int((rt.node_type != NodeType.METADATA).sum()) for rt in run.ranks.values())
+    notes: list[str] = []
+    cap = per_step[0] + per_step[1] + per_step[2] // 2  # two steps fit, the third does not
+    doc = json.loads(
+        write_perfetto(run, sim, tmp_path / "t.json", max_events=cap, on_note=notes.append).read_text()
+    )
+    xs = _x_events(doc)
+    assert {e["args"]["step"] for e in xs} == {0, 1}
+    assert {e["pid"] for e in xs} == set(range(RANKS))
+    assert len(xs) == per_step[0] + per_step[1]
+    meta = doc["otherData"]
+    assert meta["events_written"] == len(xs) and meta["events_total"] == total
+    assert meta["steps_written"] == [0, 1] and meta["max_events"] == cap
+    assert len(notes) == 1 and meta["left_out"] == notes[0]
+    assert f"{len(xs):,} of {total:,} events" in notes[0] and "steps 0-1" in notes[0]
+    assert f"{STEPS - 2} later step(s)" in notes[0] and f"{RANKS} events of no step" in notes[0]
+    assert "perfetto_max_events=0" in notes[0]
+    (marker,) = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert marker["s"] == "g" and marker["args"]["note"] == notes[0]
+    assert marker["ts"] == max(e["ts"] + e["dur"] for e in xs)
+
+
+def test_a_cap_inside_the_first_step_keeps_every_rank_up_to_one_time() -> None:
+    starts = {r: np.arange(10, dtype=np.int64) * 100 + r for r in range(4)}
+    cand = {r: np.ones(10, dtype=np.bool_) for r in range(4)}
+    cap = cap_events(
+        cand, starts, {r: np.zeros(10, np.int32) for r in range(4)}, max_events=9, file="f", option="o"
+    )
+    assert cap.steps is None and cap.until_ns is not None
+    assert cap.written == 9 and cap.total == 40
+    for r, m in cap.keep.items():
+        assert m.sum() > 0  # every rank, side by side
+        assert (starts[r][m] < cap.until_ns).all() and (starts[r][~m] >= cap.until_ns).all()
+    assert cap.note is not None and "step 0 alone has 40" in cap.note and "9 of 40 events" in cap.note
+
+
+def test_a_cap_that_the_run_fits_leaves_nothing_out() -> None:
+    cand = {0: np.array([True, False, True])}
+    cap = cap_events(
+        cand, {0: np.zeros(3, np.int64)}, {0: np.zeros(3, np.int32)}, max_events=2, file="f", option="o"
+    )
+    assert cap.note is None and cap.written == 2 and cap.keep[0].tolist() == [True, False, True]
+
+
+def test_replay_prints_the_note_and_refuses_a_negative_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _run(tmp_path)
+    out = tmp_path / "out"
+    args = ["replay", f"trace={run_dir}", f"out={out}", "progress=false"]
+    assert skewlens_main([*args, "perfetto_max_events=5"]) == 0
+    note = json.loads((out / "timeline.json").read_text())["otherData"]["left_out"]
+    assert note and note in capsys.readouterr().out.replace("\n", "")
+    assert skewlens_main([*args, "perfetto_max_events=-1"]) == 2
+    assert "perfetto_max_events: must be >= 0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ timeline.parquet
+
+
+def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_row_groups(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, sim = replayed
+    monkeypatch.setattr(outputs, "ROW_GROUP", 10)  # fewer rows than a rank has: a row group per rank
+    path = write_timeline(run, sim, tmp_path / "timeline.parquet", workers=2)
+    rows = read_table(path, ReplayedNodeRecord).to_pylist()
+    expected = []
+    for r in sorted(run.ranks):
+        rt = run.ranks[r]
+        for i in range(len(rt)):
+            expected.append(
+                {
+                    "rank": r,
+                    "node_id": int(rt.node_id[i]),
+                    "name": rt.name(i),
+                    "type": NodeType(int(rt.node_type[i])).name,
+                    "start_ns": int(rt.start_ns[i]),
+                    "dur_ns": int(rt.dur_ns[i]),
+                    "stream": int(rt.stream[i]),
+                    "step": int(rt.step[i]),
+                    "is_cpu_op": bool(rt.is_cpu[i]),
+                    "comm_type": CommType(int(rt.comm_type[i])).name if rt.comm_type[i] >= 0 else None,
+                    "comm_bytes": int(rt.comm_bytes[i]),
+                    "pg_name": run.pg_names[int(rt.pg[i])] if rt.pg[i] >= 0 else None,
+                    "seq": int(rt.seq[i]),
+                    "src": int(rt.src[i]),
+                    "dst": int(rt.dst[i]),
+                    "tag": int(rt.tag[i]),
+                    "replay_start_ns": int(sim.start_ns[r][i]),
+                    "replay_end_ns": int(sim.end_ns[r][i]),
+                }
+            )
+    assert rows == expected
+    meta = pq.ParquetFile(path).metadata
+    col = meta.schema.names.index("rank")
+    stats = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
+    assert [(s.min, s.max) for s in stats] == [(r, r) for r in sorted(run.ranks)]
+    con = duckdb.connect()
+    assert con.execute(f"SELECT count(*) FROM '{path}' WHERE rank = 1").fetchall() == [(len(run.ranks[1]),)]
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+SC = Scenario(straggler_rank=1, straggler_ns=20 * MS, steps=5)
+CATS = {
+    NodeType.COMP: "compute",
+    NodeType.COMM_COLL: "collective",
+    NodeType.COMM_SEND: "send",
+    NodeType.COMM_RECV: "recv",
+}
+
+
+def _analysed(ri: RankIndex) -> np.ndarray:
+    return ri.is_comp | ri.is_comm | ri.is_untraced | ri.is_wait
+
+
+def test_the_analysis_trace_cap_keeps_whole_steps_and_their_critical_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = build_run(tmp_path, SC)
+    run = load_run(run_dir)
+    ix = build_index(run)
+    per_step = {
+        s: sum(int((_analysed(ri) & (ri.trace.step == s)).sum()) for ri in ix.ranks.values())
+        for s in range(SC.steps)
+    }
+    cap = per_step[0] + per_step[1]
+    out = tmp_path / "out"
+    argv = ["analyze", str(run_dir), "--out", str(out), "--no-blame", "--perfetto-max-events", str(cap)]
+    assert skewlens_main(argv) == 0
+    doc = json.loads((out / "trace_critical_path.json").read_text())
+    assert doc["otherData"]["steps_written"] == [0, 1]
+    nodes = [e for e in _x_events(doc) if e["cat"] != "critical_path"]
+    assert len(nodes) == cap and {e["args"]["step"] for e in nodes} == {0, 1}
+    path = [e for e in _x_events(doc) if e["cat"] == "critical_path"]
+    assert path and {e["args"]["step"] for e in path} == {0, 1}
+    result = analyze_run(run, blame=False)
+    assert len(path) == sum(1 for rec in result.critical_path if rec.step in (0, 1))
+    flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(
+        e["id"] for e in flows if e["ph"] == "f"
+    )
+    note = doc["otherData"]["left_out"]
+    assert "--perfetto-max-events 0" in note and note in capsys.readouterr().out.replace("\n", "")
+    assert skewlens_main([*argv[:-1], "-3"]) == 2
+    assert "--perfetto-max-events: expected >= 0" in capsys.readouterr().err
+
+
+def test_the_analysis_trace_uncapped_has_every_node_on_its_stream_track(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, SC)), blame=False)
+    doc = json.loads(
+        write_analysis_perfetto(result, tmp_path / "t.json", max_events=0, workers=2).read_text()
+    )
+    t0 = doc["otherData"]["t0_ns"]
+    got = sorted(map(_key, (e for e in _x_events(doc) if e["cat"] != "critical_path")))
+    expected = []
+    for r, ri in result.index.ranks.items():
+        rt = ri.trace
+        tids = {int(s): k + 1 for k, s in enumerate(np.unique(rt.stream).tolist())}
+        for i in np.flatnonzero(_analysed(ri)).tolist():
+            args: dict[str, Any] = {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])}
+            if ri.is_comm[i]:
+                args |= {"wait_ms": int(ri.wait_ns[i]) / 10**6, "bytes": int(rt.comm_bytes[i])}
+            expected.append(
+                {
+                    "ph": "X",
+                    "name": rt.name(i),
+                    "cat": CATS[NodeType(int(rt.node_type[i]))],
+                    "pid": r,
+                    "tid": tids[int(rt.stream[i])],
+                    "ts": (int(rt.start_ns[i]) - t0) / 1000,
+                    "dur": int(rt.dur_ns[i]) / 1000,
+                    "args": args,
+                }
+            )
+    assert got == sorted(map(_key, expected))
+    path = [e for e in _x_events(doc) if e["cat"] == "critical_path"]
+    assert len(path) == len(result.critical_path)
+    jumps = sum(
+        1
+        for a, b in zip(result.critical_path, result.critical_path[1:], strict=False)
+        if a.step == b.step and a.rank != b.rank
+    )
+    assert jumps > 0 and sum(1 for e in doc["traceEvents"] if e["ph"] == "s") == jumps
+
+
+def test_the_skew_table_is_built_from_the_event_arrays_as_the_records_give_it(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, SC)), blame=False)
+    got = skew_table(result.skew)
+    want = table_from_records(CollectiveSkewRecord, result.skew.records(), "collective_skew")
+    assert got.num_rows > 0
+    assert got.schema.equals(want.schema, check_metadata=True)
+    assert got.to_pylist() == want.to_pylist()
+    assert all(pa.types.is_dictionary(got.schema.field(c).type) for c in ("kind", "pg_name", "cause"))
