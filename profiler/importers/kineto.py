@@ -69,6 +69,7 @@ LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 #: Sync.
 SYNC_CATEGORY = "cuda_sync"
 _KEPT = frozenset({"cpu_op", "user_annotation", SYNC_CATEGORY}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
+_KEPT_NAMES = {c: c for c in _KEPT}
 #: Bound on times (ns): keeps every value inside Chakra's int64 fields.
 _MAX_NS = 2**62
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
@@ -420,11 +421,15 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
         path, rank, version=doc.schemaVersion, dist=doc.distributedInfo, base=doc.baseTimeNanoseconds
     )
     base, add = trace.base_ns, trace.add
+    # one object per distinct name, category, pid and tid (the decoder makes one per event)
     names: dict[str, str] = {}
-    intern = names.setdefault  # one string per distinct name (the decoder makes one per event)
-    for i, ev in enumerate(doc.traceEvents):
-        cat = ev.cat
-        if ev.ph != "X" or type(cat) is not str or cat not in _KEPT:
+    intern = names.setdefault
+    ids: dict[int, int] = {}
+    same_id = ids.setdefault
+    events = doc.traceEvents
+    for i, ev in enumerate(events):
+        events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
+        if ev.ph != "X" or type(ev.cat) is not str or (cat := _KEPT_NAMES.get(ev.cat)) is None:
             continue
         name, pid, tid, ts, dur = ev.name, ev.pid, ev.tid, ev.ts, ev.dur
         tts, tdur = type(ts), type(dur)
@@ -452,8 +457,8 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
                 index=i,
                 name=intern(name, name),
                 cat=cat,
-                pid=pid,
-                tid=tid,
+                pid=same_id(pid, pid),
+                tid=same_id(tid, tid),
                 start_ns=start_ns,
                 dur_ns=dur_ns,
                 args=_args_dict(a) if _keeps_args(cat, name) else _NO_ARGS,

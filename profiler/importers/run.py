@@ -120,11 +120,12 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
 
 #: Memory an import may use, all processes together, unless told otherwise.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
-#: A worker's memory before it reads a trace (interpreter, numpy, protobuf, msgspec), measured ~70 MB.
-WORKER_BASE_BYTES = 90 << 20
-#: A worker's peak memory per byte of trace text it converts (text, decoded events, nodes), measured
-#: 2.3 on the synthetic 200,000-event rank (39 MB of text) and 2.6 on the 16-GPU real trace; rounded up.
-WORKER_BYTES_PER_TEXT_BYTE = 3.0
+#: A worker's memory before it reads a trace (interpreter, protobuf, msgspec): 27 MiB measured; rounded up.
+WORKER_BASE_BYTES = 40 << 20
+#: A worker's peak memory per byte of trace text it converts (the text, the decoded events while they are
+#: reduced, the kept events, the nodes): measured 4.1 on the synthetic 200,000-event rank (37 MiB of text;
+#: 179 MiB peak), 3.3 on the 16-GPU and 2-GPU real traces; rounded up.
+WORKER_BYTES_PER_TEXT_BYTE = 4.5
 #: Below this much trace text in all, ranks are converted in this process (starting workers costs more).
 PARALLEL_MIN_TEXT_BYTES = 32 << 20
 _CHUNK = 1 << 20
