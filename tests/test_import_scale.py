@@ -120,12 +120,14 @@ def test_args_that_are_no_object_are_reported_by_the_standard_path(tmp_path: Pat
 def test_workers_are_planned_within_the_memory_budget_and_the_cores() -> None:
     mib = 1 << 20
     one = run_mod.worker_estimate(40 * mib)
-    assert run_mod.plan_workers([40 * mib] * 32, budget_bytes=one * 3, cores=16) == 3
-    assert run_mod.plan_workers([40 * mib] * 32, budget_bytes=one * 3, cores=2) == 2
-    assert run_mod.plan_workers([40 * mib] * 2, budget_bytes=one * 30, cores=16) == 2
-    # the largest trace decides; one that alone exceeds the budget is still converted, alone
-    assert run_mod.plan_workers([mib, 40 * mib], budget_bytes=one * 2 - 1, cores=16) == 1
-    assert run_mod.plan_workers([4000 * mib], budget_bytes=one, cores=16) == 1
+    assert one == run_mod.WORKER_BASE_BYTES + 40 * mib * run_mod.WORKER_BYTES_PER_TEXT_BYTE
+    assert run_mod.worker_estimate(40 * mib, 10 * mib) == one + 10 * mib * run_mod.HOST_BYTES_PER_TEXT_BYTE
+    assert run_mod.plan_workers([one] * 32, budget_bytes=one * 3, cores=16) == 3
+    assert run_mod.plan_workers([one] * 32, budget_bytes=one * 3, cores=2) == 2
+    assert run_mod.plan_workers([one] * 2, budget_bytes=one * 30, cores=16) == 2
+    # the largest job decides; one that alone exceeds the budget still runs, alone
+    assert run_mod.plan_workers([mib, one], budget_bytes=one * 2 - 1, cores=16) == 1
+    assert run_mod.plan_workers([100 * one], budget_bytes=one, cores=16) == 1
 
 
 def test_the_text_size_of_a_gzip_file_is_read_from_its_trailer(tmp_path: Path) -> None:
@@ -167,7 +169,7 @@ def test_a_parallel_import_writes_the_same_run_as_a_serial_one(
 ) -> None:
     src = tmp_path / "in"
     write_gpu_run(SPEC, src)
-    budget = run_mod.worker_estimate(max(text_size_estimate(p) for p in src.iterdir())) * 2
+    budget = run_mod.worker_estimate(max(text_size_estimate(p) for p in src.iterdir())) * 2 + 1
     # every input form: a .json, .json.gz files and a tar archive, through the workers
     (src / "rank1_kineto.json").write_bytes(gzip.decompress((src / "rank1_kineto.json.gz").read_bytes()))
     (src / "rank1_kineto.json.gz").unlink()

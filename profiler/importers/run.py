@@ -126,6 +126,8 @@ WORKER_BASE_BYTES = 40 << 20
 #: reduced, the kept events, the nodes): measured 4.1 on the synthetic 200,000-event rank (37 MiB of text;
 #: 179 MiB peak), 3.3 on the 16-GPU and 2-GPU real traces; rounded up.
 WORKER_BYTES_PER_TEXT_BYTE = 4.5
+#: The same for a host execution trace (parsed into Python objects whole, as the standard library does).
+HOST_BYTES_PER_TEXT_BYTE = 10
 #: Below this much trace text in all, ranks are converted in this process (starting workers costs more).
 PARALLEL_MIN_TEXT_BYTES = 32 << 20
 _CHUNK = 1 << 20
@@ -138,19 +140,24 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_estimate(text_bytes: int) -> int:
-    """Estimated peak memory of one worker converting a trace of ``text_bytes`` of JSON text."""
-    return WORKER_BASE_BYTES + int(text_bytes * WORKER_BYTES_PER_TEXT_BYTE)
+def worker_estimate(text_bytes: int, host_text_bytes: int = 0) -> int:
+    """Estimated peak memory of one worker converting a Kineto trace of ``text_bytes`` of JSON text (and a
+    host execution trace of ``host_text_bytes``)."""
+    return (
+        WORKER_BASE_BYTES
+        + int(text_bytes * WORKER_BYTES_PER_TEXT_BYTE)
+        + host_text_bytes * HOST_BYTES_PER_TEXT_BYTE
+    )
 
 
-def plan_workers(text_bytes: Sequence[int], budget_bytes: int, cores: int) -> int:
-    """Worker processes for traces of these sizes: at most one per core and per trace, and no more than
-    the budget holds when every worker converts the largest trace (at least one: a trace larger than the
-    budget is still converted, alone)."""
-    if not text_bytes:
+def plan_workers(estimates: Sequence[int], budget_bytes: int, cores: int) -> int:
+    """Worker processes for jobs of these estimated peaks (:func:`worker_estimate`): at most one per core
+    and per job, and no more than the budget holds when every worker runs the largest job (at least one:
+    a job larger than the budget still runs, alone)."""
+    if not estimates:
         return 1
-    fits = budget_bytes // worker_estimate(max(text_bytes))
-    return max(1, min(cores, len(text_bytes), fits))
+    fits = budget_bytes // max(*estimates, 1)
+    return max(1, min(cores, len(estimates), fits))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -302,13 +309,12 @@ def import_traces(
         if rank is not None and len(k_files) != 1:
             raise TraceImportError(f"--rank applies to a single Kineto trace, {len(k_files)} given")
         sizes = [text_size_estimate(f.path) for f in k_files]
-        if h_files:  # a worker holds a rank's host trace too
-            largest_host = max(text_size_estimate(f.path) for f in h_files)
-            sizes = [s + largest_host for s in sizes]
-        if workers is None and sum(sizes) < PARALLEL_MIN_TEXT_BYTES:
+        host = max((text_size_estimate(f.path) for f in h_files), default=0)  # a worker holds one too
+        if workers is None and sum(sizes) + host * len(h_files) < PARALLEL_MIN_TEXT_BYTES:
             n_workers = 1
         else:
-            n_workers = plan_workers(sizes, budget, min(_cores(), workers or _cores()))
+            estimates = [worker_estimate(s, host) for s in sizes]
+            n_workers = plan_workers(estimates, budget, min(_cores(), workers or _cores()))
         parts = Path(scratch) / "nodes"
         parts.mkdir()
         jobs = [
