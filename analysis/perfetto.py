@@ -46,7 +46,7 @@ PERFETTO_FILE = "trace_critical_path.json"
 MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
 #: ``cat`` of each node type, as JSON text.
-_CATS = [json.dumps(KIND_NAMES.get(t, "other")) for t in range(max(NodeType) + 1)]
+_CATS = tuple(json.dumps(KIND_NAMES.get(t, "other")) for t in range(max(NodeType) + 1))
 
 
 def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
@@ -62,7 +62,7 @@ def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
 
 
 def _node_events(
-    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: list[str], comm: bool
+    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: tuple[str, ...], comm: bool
 ) -> pa.Array:
     """Rows of one rank as X events on their stream's track; communication rows (``comm``) also carry
     their wait and size."""
@@ -192,7 +192,7 @@ def write_perfetto(
         file=p.name,
         option=f"{MAX_EVENTS_OPTION} 0",
     )
-    names = {r: [json.dumps(n) for n in ix.ranks[r].trace.names] for r in ranks}
+    names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
         for r, rows in rank_chunks(cap):

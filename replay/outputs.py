@@ -175,7 +175,7 @@ def write_perfetto(
         file=p.name,
         option=f"{MAX_EVENTS_KEY}=0",
     )
-    names = {r: [json.dumps(n) for n in run.ranks[r].names] for r in ranks}
+    names = {r: tuple(json.dumps(n) for n in run.ranks[r].names) for r in ranks}
 
     def fmt(job: tuple[int, np.ndarray]) -> pa.Array:
         r, rows = job

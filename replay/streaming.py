@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO, TypeAlias, TypeVar
 
@@ -42,8 +43,8 @@ R = TypeVar("R")
 DEFAULT_MAX_EVENTS = 1_000_000
 #: Rows formatted per chunk (about 7 MB of JSON each).
 CHUNK_EVENTS = 1 << 16
-#: An integer column with at most this many distinct values in its range is written from a table of
-#: their strings (a ``take``) instead of a cast per row.
+#: An integer column whose values span at most this many (and no more than it has rows) is written from
+#: a table of their strings (a ``take``) instead of a cast per row.
 _SMALL_RANGE = 4096
 _EVENT_SEP = ",\n"
 
@@ -52,10 +53,29 @@ _EVENT_SEP = ",\n"
 class Lookup:
     """A column given as indices into a small table of JSON texts (written by ``take``)."""
 
-    table: Sequence[str]
+    table: tuple[str, ...]
     """JSON text of each distinct value."""
     idx: npt.NDArray[np.integer[Any]]
     """Per row: index into ``table``."""
+    prefix: str = ""
+    """Literal text written before each entry (folded in from the neighbouring piece)."""
+    suffix: str = ""
+    """Literal text written after each entry."""
+
+
+@lru_cache(maxsize=64)
+def _table_array(table: tuple[str, ...], prefix: str, suffix: str) -> pa.Array:
+    """A lookup table as an Arrow array, its literals folded in: built once for all chunks that use it
+    (the fractions of every timestamp, a rank's names for each of its chunks)."""
+    return pa.array([prefix + t + suffix for t in table], type=pa.string())
+
+
+@lru_cache(maxsize=256)
+def _int_table(lo: int, hi: int) -> tuple[str, ...]:
+    return tuple(str(v) for v in range(lo, hi + 1))
+
+
+_FRACTIONS = {d: tuple(f".{v:0{d}d}" for v in range(10**d)) for d in (1, 2, 3)}
 
 
 #: One piece of a formatted row: literal JSON text, a column of indices into a table, or a string column.
@@ -69,12 +89,9 @@ def json_int(values: npt.NDArray[np.integer[Any]]) -> Piece:
     a = np.asarray(values, dtype=np.int64)
     if a.size:
         lo, hi = int(a.min()), int(a.max())
-        if hi - lo < _SMALL_RANGE:
-            return Lookup([str(v) for v in range(lo, hi + 1)], a - lo)
+        if hi - lo < min(_SMALL_RANGE, a.size):
+            return Lookup(_int_table(lo, hi), a - lo)
     return pc.cast(pa.array(a), pa.string())
-
-
-_FRACTIONS: dict[int, list[str]] = {}
 
 
 def json_fixed(values: npt.NDArray[np.integer[Any]], digits: int) -> list[Piece]:
@@ -88,15 +105,14 @@ def json_fixed(values: npt.NDArray[np.integer[Any]], digits: int) -> list[Piece]
         sign = pc.if_else(pa.array(neg), "-", "")
         whole = pc.binary_join_element_wise(sign, _materialise(whole), "")
     frac = mag % scale
-    if digits <= 3:
-        table = _FRACTIONS.setdefault(digits, [f".{v:0{digits}d}" for v in range(scale)])
-        return [whole, Lookup(table, frac)]
+    if digits in _FRACTIONS:
+        return [whole, Lookup(_FRACTIONS[digits], frac)]
     return [whole, ".", pc.ascii_lpad(pc.cast(pa.array(frac), pa.string()), digits, "0")]
 
 
 def json_strings(values: Sequence[str], idx: npt.NDArray[np.integer[Any]]) -> Lookup:
     """JSON strings ``values[idx]`` (each distinct value escaped once)."""
-    return Lookup([json.dumps(v) for v in values], idx)
+    return Lookup(tuple(json.dumps(v) for v in values), idx)
 
 
 def _pieces(fields: Sequence[tuple[str, Value]]) -> list[Piece]:
@@ -116,7 +132,7 @@ def _pieces(fields: Sequence[tuple[str, Value]]) -> list[Piece]:
 
 def _materialise(p: Piece) -> pa.Array | str:
     if isinstance(p, Lookup):
-        return pa.array(p.table, type=pa.string()).take(pa.array(p.idx))
+        return _table_array(p.table, p.prefix, p.suffix).take(pa.array(p.idx))
     return p
 
 
@@ -130,11 +146,11 @@ def _fold(pieces: Iterable[Piece]) -> list[Piece]:
             if isinstance(last, str):
                 out[-1] = last + p
             elif isinstance(last, Lookup):
-                out[-1] = Lookup([t + p for t in last.table], last.idx)
+                out[-1] = Lookup(last.table, last.idx, last.prefix, last.suffix + p)
             else:
                 out.append(p)
         elif isinstance(p, Lookup) and isinstance(last, str):
-            out[-1] = Lookup([last + t for t in p.table], p.idx)
+            out[-1] = Lookup(p.table, p.idx, last + p.prefix, p.suffix)
         else:
             out.append(p)
     return out
@@ -286,9 +302,17 @@ def cap_events(
         return EventCap(keep=keep, max_events=max_events, written=total, total=total)
     counts: dict[int, int] = {}
     for r, m in keep.items():
-        s, c = np.unique(np.asarray(step[r])[m], return_counts=True)
-        for k, n in zip(s.tolist(), c.tolist(), strict=True):
-            counts[k] = counts.get(k, 0) + n
+        s = np.asarray(step[r], dtype=np.int64)[m]
+        if s.size == 0:
+            continue
+        lo = int(s.min())
+        if int(s.max()) - lo < 1 << 20:  # steps are small numbers: count them without sorting
+            c = np.bincount(s - lo)
+            values, n = np.flatnonzero(c) + lo, c[c > 0]
+        else:
+            values, n = np.unique(s, return_counts=True)
+        for k, cnt in zip(values.tolist(), n.tolist(), strict=True):
+            counts[k] = counts.get(k, 0) + cnt
     steps = sorted(k for k in counts if k >= 0)
     fits = np.flatnonzero(np.cumsum([counts[k] for k in steps]) <= max_events) if steps else np.array([])
     ranks = f"all {len(keep)} ranks" if len(keep) > 1 else "rank " + ", ".join(map(str, keep))
@@ -311,8 +335,9 @@ def cap_events(
             keep=keep, max_events=max_events, written=written, total=total, steps=(first, last), note=note
         )
     starts = np.concatenate([np.asarray(start_ns[r])[m] for r, m in keep.items()])
-    until = int(np.partition(starts, max_events)[max_events])
     origin = int(starts.min())
+    starts.partition(max_events)  # in place: the concatenation is already a copy
+    until = int(starts[max_events])
     for r, m in keep.items():
         keep[r] = m & (np.asarray(start_ns[r]) < until)
     written = sum(int(m.sum()) for m in keep.values())
