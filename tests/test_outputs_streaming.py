@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,24 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
     assert [(s.min, s.max) for s in stats] == [(r, r) for r in sorted(run.ranks)]
     con = duckdb.connect()
     assert con.execute(f"SELECT count(*) FROM '{path}' WHERE rank = 1").fetchall() == [(len(run.ranks[1]),)]
+
+
+def test_the_duckdb_query_in_the_replay_docs_reads_timeline_parquet_by_its_name(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, sim = replayed
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "replay.md").read_text(encoding="utf-8")
+    section = doc.split("## Outputs", 1)[1].split("\n## ", 1)[0]
+    (query,) = re.findall(r"```sql\n(.*?)```", section, flags=re.DOTALL)
+    write_timeline(run, sim, tmp_path / "timeline.parquet")
+    monkeypatch.chdir(tmp_path)
+    got = duckdb.connect().execute(query).fetchall()
+    rt = run.ranks[1]
+    want = []
+    for k in sorted(set(rt.step.tolist())):
+        m = rt.step == k
+        want.append((1, k, int(sim.end_ns[1][m].max() - sim.start_ns[1][m].min())))
+    assert len(want) == STEPS + 1 and got == want  # the steps and the rows of no step
 
 
 # ----------------------------------------------------------------------------------------- analysis
