@@ -16,7 +16,7 @@ import pytest
 from skewlens.profiler.chakra_io import TraceNode, encode_message, to_proto
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import run as run_mod
-from skewlens.profiler.importers.encode import NodeEncoder
+from skewlens.profiler.importers.encode import NodeEncoder, id_and_time_fields
 from skewlens.profiler.importers.kineto import ARGS_READ, load_kineto, parse_kineto
 from skewlens.profiler.importers.sources import TraceFile, text_size_estimate
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
@@ -75,6 +75,24 @@ def test_the_node_encoder_writes_the_bytes_protobuf_writes() -> None:
             attrs=node.attrs,
         )
         assert mine == encode_message(to_proto(node)), node
+
+
+def test_the_id_and_time_fields_of_a_whole_rank_are_the_bytes_of_the_node_by_node_encoding() -> None:
+    rng = random.Random(3)
+    times = [0, 1, 999, 1000, 1001, -1, -(2**63), 2**63 - 1, 2**40, 1_700_000_000_123_456_789]
+    n = 500
+    ids = [rng.choice([0, 1, 127, 128, 2**14, 2**40]) for _ in range(n)]
+    start = [rng.choice(times) + rng.randint(0, 3) * (rng.random() < 0.5) for _ in range(n)]
+    start = [min(t, 2**63 - 1) for t in start]
+    dur = [rng.choice([0, 5, 999, 1000, 123_456, 2**50]) for _ in range(n)]
+    fields = id_and_time_fields(ids, start, dur)
+    assert fields is not None
+    enc = NodeEncoder()
+    for k in range(n):
+        kw: dict[str, Any] = {"node_id": ids[k], "start_ns": start[k], "dur_ns": dur[k], "ctrl_deps": (k,)}
+        kw |= {"name": "aten::mm", "node_type": NodeType.COMP, "data_deps": (), "attrs": {Attr.STREAM: 7}}
+        assert enc.encode(**kw, fields=fields[k]) == enc.encode(**kw)
+    assert id_and_time_fields([1], [2**63], [0]) is None  # beyond int64: encoded (and refused) node by node
 
 
 def test_an_int_attribute_beyond_int64_is_refused_as_protobuf_refuses_it() -> None:

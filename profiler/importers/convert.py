@@ -105,7 +105,7 @@ from skewlens.profiler.importers.comm import (
     kernel_kind,
     merge,
 )
-from skewlens.profiler.importers.encode import NodeEncoder
+from skewlens.profiler.importers.encode import NodeEncoder, id_and_time_fields
 from skewlens.profiler.importers.gpu_deps import GpuNode, gpu_dependencies
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
 from skewlens.profiler.importers.join import join_ops
@@ -629,6 +629,9 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     step_of: dict[int, int | None] = {}
     step_end: dict[int, int] = {}
     encode = NodeEncoder().encode
+    fields = id_and_time_fields(
+        range(1, len(order) + 1), [p.event.start_ns for p in order], [p.event.dur_ns for p in order]
+    )
     chunks: list[bytes] = []
     for nid, p in enumerate(order, start=1):
         e = p.event
@@ -673,6 +676,7 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
                 data_deps=data,
                 attrs=p.attrs,
                 extra=extra,
+                fields=fields[nid - 1] if fields is not None else None,
             )
         )
     # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:

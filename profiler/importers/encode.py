@@ -7,12 +7,16 @@ each attribute a length-delimited ``AttributeProto``), with the parts that repea
 name, ``is_cpu_op = true``, a stream, a step) encoded once and reused. The result is byte for byte what
 ``encode_message(to_proto(node))`` gives (the tests compare the two on varied nodes); values it does not
 encode itself (lists, floats, integers outside int64, text that is not valid UTF-8) go through
-``chakra_io`` and protobuf, which then also raise what they raise.
+``chakra_io`` and protobuf, which then also raise what they raise. :func:`id_and_time_fields` encodes the
+fields every node has (its id; its start and duration, in micros and as ``skl_start_ns``/``skl_dur_ns``) of
+a whole rank at once with numpy, for :meth:`NodeEncoder.encode` to take as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, encode_message, set_attr, to_proto
@@ -84,10 +88,12 @@ class NodeEncoder:
         data_deps: Sequence[int],
         attrs: Mapping[str, AttrValue],
         extra: Sequence[tuple[str, AttrValue]] = (),
+        fields: tuple[bytes, bytes] | None = None,
     ) -> bytes:
-        """One node, length prefix included (``extra`` attributes follow ``attrs``)."""
+        """One node, length prefix included (``extra`` attributes follow ``attrs``; ``fields``: the node's
+        id field and time fields from :func:`id_and_time_fields`, else encoded here)."""
         try:
-            parts = [b"\x08" + varint(node_id)] if node_id else []
+            parts = [fields[0] if fields is not None else b"\x08" + varint(node_id) if node_id else b""]
             if name:
                 nb = self._names.get(name)
                 if nb is None:
@@ -99,14 +105,17 @@ class NodeEncoder:
                 parts.append(_packed(b"\x22", ctrl_deps))
             if data_deps:
                 parts.append(_packed(b"\x2a", data_deps))
-            if start_ns >= 1000:
-                parts.append(b"\x30" + varint(start_ns // 1000))
-            if dur_ns >= 1000:
-                parts.append(b"\x38" + varint(dur_ns // 1000))
-            a = self._start_key + _int64(start_ns)
-            parts.append(b"\x52" + _SMALL[len(a)] + a)
-            a = self._dur_key + _int64(dur_ns)
-            parts.append(b"\x52" + _SMALL[len(a)] + a)
+            if fields is not None:
+                parts.append(fields[1])
+            else:
+                if start_ns >= 1000:
+                    parts.append(b"\x30" + varint(start_ns // 1000))
+                if dur_ns >= 1000:
+                    parts.append(b"\x38" + varint(dur_ns // 1000))
+                a = self._start_key + _int64(start_ns)
+                parts.append(b"\x52" + _SMALL[len(a)] + a)
+                a = self._dur_key + _int64(dur_ns)
+                parts.append(b"\x52" + _SMALL[len(a)] + a)
             cache, keys = self._attrs, self._keys
             for k, v in (*attrs.items(), *extra):
                 t = type(v)
@@ -170,3 +179,83 @@ class NodeEncoder:
         node = pb.Node()
         set_attr(node, name, value)
         return _field(b"\x52", node.attr[0].SerializeToString())
+
+
+_START_KEY = _field(b"\x0a", Attr.START_NS.encode())
+_DUR_KEY = _field(b"\x0a", Attr.DUR_NS.encode())
+
+
+def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of a uint64 array: a (n, 10) byte matrix (row k's first ``lens[k]`` bytes) and ``lens``."""
+    out = np.empty((len(v), 10), dtype=np.uint8)
+    lens = np.ones(len(v), dtype=np.int64)
+    rest = v.copy()
+    for k in range(10):
+        low = (rest & np.uint64(0x7F)).astype(np.uint8)
+        rest >>= np.uint64(7)
+        more = rest != 0
+        out[:, k] = low | (more.astype(np.uint8) << 7)
+        lens += more
+    return out, lens
+
+
+class _Rows:
+    """Rows of bytes of different lengths, built as segments at fixed columns of a padded byte matrix with a
+    mask of the bytes each row has: the masked bytes in row-major order are the rows, one after the other."""
+
+    def __init__(self, n: int, width: int) -> None:
+        self.buf = np.zeros((n, width), dtype=np.uint8)
+        self.keep = np.zeros((n, width), dtype=bool)
+        self.col = 0
+
+    def add(self, present: np.ndarray, prefix: np.ndarray, mat: np.ndarray, lens: np.ndarray) -> None:
+        """Append, to the rows where ``present``, their ``prefix`` row (same length for all) and the first
+        ``lens`` bytes of their ``mat`` row."""
+        c, w, m = self.col, prefix.shape[1], mat.shape[1]
+        self.buf[:, c : c + w] = prefix
+        self.keep[:, c : c + w] = present[:, None]
+        self.buf[:, c + w : c + w + m] = mat
+        self.keep[:, c + w : c + w + m] = (np.arange(m)[None, :] < lens[:, None]) & present[:, None]
+        self.col = c + w + m
+
+    def split(self) -> list[bytes]:
+        data = self.buf[self.keep].tobytes()
+        ends = np.cumsum(self.keep.sum(axis=1)).tolist()
+        return [data[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def _const(n: int, prefix: bytes) -> np.ndarray:
+    return np.broadcast_to(np.frombuffer(prefix, dtype=np.uint8), (n, len(prefix)))
+
+
+def id_and_time_fields(
+    node_ids: Sequence[int], start_ns: Sequence[int], dur_ns: Sequence[int]
+) -> list[tuple[bytes, bytes]] | None:
+    """Per node, its id field and its time fields (``start_time_micros``, ``duration_micros``, then the
+    ``skl_start_ns`` and ``skl_dur_ns`` attributes), as :meth:`NodeEncoder.encode` would write them;
+    None where a value does not fit int64 (the nodes are then encoded one by one, and refused there)."""
+    n = len(node_ids)
+    try:
+        ids = np.asarray(node_ids, dtype=np.int64)
+        start = np.asarray(start_ns, dtype=np.int64)
+        dur = np.asarray(dur_ns, dtype=np.int64)
+    except OverflowError:
+        return None
+    if n == 0:
+        return []
+    if (ids < 0).any():
+        return None
+    everyone = np.ones(n, dtype=bool)
+    head = _Rows(n, 11)
+    head.add(ids != 0, _const(n, b"\x08"), *_varints(ids.astype(np.uint64)))
+    times = _Rows(n, 2 * 11 + 2 * (2 + max(len(_START_KEY), len(_DUR_KEY)) + 11))
+    for tag, v in ((b"\x30", start), (b"\x38", dur)):
+        micros = np.maximum(v, 0) // 1000
+        times.add(micros != 0, _const(n, tag), *_varints(micros.astype(np.uint64)))
+    for key, v in ((_START_KEY, start), (_DUR_KEY, dur)):
+        mat, lens = _varints(v.view(np.uint64))  # two's complement of negatives, as protobuf's int64
+        prefix = np.empty((n, 2 + len(key) + 1), dtype=np.uint8)
+        prefix[:] = np.frombuffer(b"\x52\x00" + key + b"\x48", dtype=np.uint8)
+        prefix[:, 1] = len(key) + 1 + lens  # the attribute's length: < 128, one byte
+        times.add(everyone, prefix, mat, lens)
+    return list(zip(head.split(), times.split(), strict=True))

@@ -364,10 +364,6 @@ def _args_dict(a: _Args) -> dict[str, Any]:
     return out
 
 
-def _opt(v: Any) -> Any:
-    return None if v is _UNSET else v
-
-
 class _Event(msgspec.Struct, gc=False):
     """One entry of ``traceEvents`` as decoded: the keys read, of any JSON type."""
 
@@ -426,6 +422,7 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     intern = names.setdefault
     ids: dict[int, int] = {}
     same_id = ids.setdefault
+    keeps_of: dict[tuple[str, str], bool] = {}
     events = doc.traceEvents
     for i, ev in enumerate(events):
         events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
@@ -451,21 +448,26 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
             start_ns, dur_ns = _times(
                 path, i, cat=cat, name=name, pid=pid, tid=tid, ts=ts, dur=dur, base=base
             )
+        name = intern(name, name)
+        keeps = keeps_of.get((cat, name))
+        if keeps is None:
+            keeps = keeps_of[(cat, name)] = _keeps_args(cat, name)
         a = ev.args
+        rf, c, st, dv = a.rf_id, a.correlation, a.stream, a.device  # UNSET where absent: no int
         add(
             KEvent(
                 index=i,
-                name=intern(name, name),
+                name=name,
                 cat=cat,
                 pid=same_id(pid, pid),
                 tid=same_id(tid, tid),
                 start_ns=start_ns,
                 dur_ns=dur_ns,
-                args=_args_dict(a) if _keeps_args(cat, name) else _NO_ARGS,
-                rf_id=_rf_id(_opt(a.rf_id)),
-                corr=as_int(_opt(a.correlation)),
-                stream=as_int(_opt(a.stream)),
-                device=as_int(_opt(a.device)),
+                args=_args_dict(a) if keeps else _NO_ARGS,
+                rf_id=rf if type(rf) is int else None,  # as _rf_id and as_int, inline (once per event)
+                corr=c if type(c) is int and -MAX_INT < c < MAX_INT else None,
+                stream=st if type(st) is int and -MAX_INT < st < MAX_INT else None,
+                device=dv if type(dv) is int and -MAX_INT < dv < MAX_INT else None,
             )
         )
     return trace
