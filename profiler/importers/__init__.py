@@ -3,8 +3,9 @@
 ``import_traces(kineto, host_et, out)`` is the entry point (``skewlens import`` calls it). One module per
 concern: ``sources`` (files, directories, archives, bounded JSON), ``kineto`` and ``host_et`` (typed
 views of the two formats, with their supported versions), ``pairing`` (host trace <-> rank),
-``convert`` (the conversion rules, written down in its docstring) and ``run`` (assembling the run
-directory atomically).
+``convert`` (the conversion rules, written down in its docstring), ``encode`` (the nodes' Chakra bytes)
+and ``run`` (ranks converted in parallel worker processes within a memory budget, the run directory
+assembled atomically).
 """
 
 from skewlens.profiler.importers.run import import_traces
