@@ -117,6 +117,8 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _MAX_RANKS_TEXT = 1 << 20
 #: Most earlier-starting events examined when looking for the event enclosing a time (nesting bound).
 _LOOK_BACK = 1024
+#: Nodes whose id and time fields are encoded together (:func:`id_and_time_fields`).
+_FIELDS_BATCH = 8192
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -629,12 +631,15 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     step_of: dict[int, int | None] = {}
     step_end: dict[int, int] = {}
     encode = NodeEncoder().encode
-    fields = id_and_time_fields(
-        range(1, len(order) + 1), [p.event.start_ns for p in order], [p.event.dur_ns for p in order]
-    )
+    fields: list[tuple[bytes, bytes]] | None = None
     chunks: list[bytes] = []
     for nid, p in enumerate(order, start=1):
         e = p.event
+        in_batch = (nid - 1) % _FIELDS_BATCH
+        if in_batch == 0:  # the next batch's id and time fields, at once (a batch at a time: bounded memory)
+            batch = [q.event for q in order[nid - 1 : nid - 1 + _FIELDS_BATCH]]
+            ids = range(nid, nid + len(batch))
+            fields = id_and_time_fields(ids, [b.start_ns for b in batch], [b.dur_ns for b in batch])
         deps: list[int] = []
         prev = last_on.get(p.stream_key)
         if prev is not None:
@@ -676,7 +681,7 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
                 data_deps=data,
                 attrs=p.attrs,
                 extra=extra,
-                fields=fields[nid - 1] if fields is not None else None,
+                fields=fields[in_batch] if fields is not None else None,
             )
         )
     # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:

@@ -13,13 +13,15 @@ run directory is untouched unless ``overwrite`` is set).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import multiprocessing
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -199,8 +201,27 @@ def _header(kt: KinetoTrace) -> KinetoTrace:
     return dataclasses.replace(kt, cpu_ops=[], annotations=[], gpu=[], launches={}, syncs=[])
 
 
+@contextlib.contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: a rank's records hold no reference cycles (refcounting frees
+    them), but the collector's full passes over the millions of them grow with the rank (measured on the
+    synthetic rank at 1x and 2x its events: conversion 2.6x the time with it, 2.0x without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _run_job(job: _Job) -> _Done:
     """Read one rank's trace and convert it, writing its encoded nodes to ``job.nodes_path``."""
+    with _cycle_collection_paused():
+        return _convert_job(job)
+
+
+def _convert_job(job: _Job) -> _Done:
     kt = _read_kineto(job.kineto, job.rank)
     if job.scan:
         return _Done(header=_header(kt), conv=None)
