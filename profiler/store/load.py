@@ -18,6 +18,7 @@ its own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -376,23 +377,30 @@ def load_rank(
 def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
     """Process groups from a ``## process_group:init ##`` metadata node (PyTorch's JSON list form)."""
     try:
-        data = json.loads(values) if values else []
-        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
-            data = json.loads(data[0])  # PyTorch host ETs wrap the JSON string in a list
-        out: dict[str, ProcessGroupInfo] = {}
-        for g in data:
-            name = str(g["pg_name"])
-            out[name] = ProcessGroupInfo(
-                name=name,
-                ranks=tuple(int(r) for r in g["ranks"]),
-                desc=str(g.get("pg_desc", "")),
-                backend=str(g.get("backend_config", "")),
-            )
-        return out
+        return dict(_parse_pg_init(values))
     except (ValueError, KeyError, TypeError) as e:
         raise ValidationError(
             f"{path}: malformed process-group metadata node ({type(e).__name__}: {e})"
         ) from None
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_pg_init(values: str) -> tuple[tuple[str, ProcessGroupInfo], ...]:
+    # every rank of a run carries the same node: parsed once per load, not once per rank (a world group of
+    # 1,024 ranks in each of 1,024 files is a million integers); failures are not cached
+    data = json.loads(values) if values else []
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
+        data = json.loads(data[0])  # PyTorch host ETs wrap the JSON string in a list
+    out: dict[str, ProcessGroupInfo] = {}
+    for g in data:
+        name = str(g["pg_name"])
+        out[name] = ProcessGroupInfo(
+            name=name,
+            ranks=tuple(int(r) for r in g["ranks"]),
+            desc=str(g.get("pg_desc", "")),
+            backend=str(g.get("backend_config", "")),
+        )
+    return tuple(out.items())
 
 
 # ------------------------------------------------------------------------------------------ the run
