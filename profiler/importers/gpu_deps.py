@@ -265,8 +265,3 @@ def _infer_event_waits(kt: KinetoTrace, nodes: Sequence[GpuNode], out: GpuDeps) 
                         break
                     hi -= 1
     return total
-
-
-def launch_of(kt: KinetoTrace, e: KEvent) -> KEvent | None:
-    """The runtime call that launched GPU event ``e`` (by correlation id), if in the trace."""
-    return kt.launches.get(e.corr) if e.corr is not None else None
