@@ -176,7 +176,7 @@ class RealConfig:
     nproc: int | None = None
     """Processes to start (None: one per traced rank)."""
     compute: str = "auto"
-    """How compute is replayed: auto | spin (calibrated busy loop) | sleep."""
+    """How compute is replayed: auto | spin (busy loop) | sleep | share (spins cores/ranks of the time)."""
     launcher_args: list[str] = field(default_factory=list)
     """Extra arguments for torch's launcher (e.g. ``--nnodes``, ``--rdzv-endpoint``)."""
     capture: str = "profiler"
@@ -191,8 +191,8 @@ class RealConfig:
             raise ConfigError(f"real.backend: expected auto, gloo or nccl, got {self.backend!r}")
         if self.nproc is not None and self.nproc < 1:
             raise ConfigError(f"real.nproc: must be >= 1, got {self.nproc}")
-        if self.compute not in ("auto", "spin", "sleep"):
-            raise ConfigError(f"real.compute: expected auto, spin or sleep, got {self.compute!r}")
+        if self.compute not in ("auto", "spin", "sleep", "share"):
+            raise ConfigError(f"real.compute: expected auto, spin, sleep or share, got {self.compute!r}")
 
 
 @dataclass(kw_only=True)

@@ -51,7 +51,7 @@ from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_st
 from skewlens.replay.summary import moved_step_marks
 
 BACKENDS = ("auto", "gloo", "nccl")
-COMPUTE_MODES = ("auto", "spin", "sleep")
+COMPUTE_MODES = ("auto", "spin", "sleep", "share")
 #: ``self``: the workers record each replayed node's times themselves (node ids as in the original);
 #: ``profiler``: the replay is also captured by ``skewlens.profiler.capture`` (collectives level), as a real
 # run is.
