@@ -13,13 +13,15 @@ For each workload of ``skewlens demo --workload`` (FSDP2, DTensor TP, pipelining
 * **blamed vs real**: the straggler's blamed cost per step (``skewlens analyze``'s what-if blame on the
   straggler capture) against its real cost, the median step time of the straggler capture minus that of
   the plain one (target: within 25%); and whether the straggler is the top-blamed rank;
-* **real-replay error** (unless ``--no-real``): the plain capture re-executed on gloo processes
-  (``replay mode=real``) ``--replays`` times, per rank, the median over the replays of their median step
-  time against the recorded one; the largest absolute difference (target: within 15%). Single replays of
-  one capture differ by up to ~12 points from one another here, hence several.
+* **real-replay error** (unless ``--no-real``): the plain capture of the first ``--real-pairs`` pairs
+  re-executed on gloo processes (``replay mode=real``) ``--replays`` times, per rank, the median over the
+  replays of their median step time against the recorded one; the largest absolute difference (target:
+  within 15%). Single replays of one capture differ by up to ~12 points from one another here, hence
+  several.
 
 Prints one table, workload x figures, measured in this one run. Timing on a 2-core machine is noisy, so
-``--pairs`` repeats the interleaved captures and the table shows the median over pairs.
+``--pairs`` repeats the interleaved captures (in alternating order) and the table shows the median over
+pairs, and the range of the real cost over them: the noise the blame is measured against.
 """
 
 from __future__ import annotations
@@ -115,13 +117,19 @@ def real_error(run_dir: Path, out: Path, replays: int) -> float:
 
 
 def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
+    """Pair ``k``: a plain and a straggler capture, in alternating order (odd pairs start with the
+    straggler), so that a drift of the machine's speed over the run does not always favour one side."""
     from skewlens.cli.demo import workload
 
     w = workload(name)
     nproc, straggler = OVERRIDES.get(name, (w.nproc, w.straggler_rank))
     slow_args = ("--straggler-rank", str(straggler), "--straggler-ms", str(STRAGGLER_MS))
-    plain = capture(tmp / f"{name}-{k}-plain", w.script, w.args, nproc, args.steps, args.level)
-    slow = capture(tmp / f"{name}-{k}-slow", w.script, w.args + slow_args, nproc, args.steps, args.level)
+    runs = {}
+    for side in ("plain", "slow") if k % 2 == 0 else ("slow", "plain"):
+        extra = slow_args if side == "slow" else ()
+        out = tmp / f"{name}-{k}-{side}"
+        runs[side] = capture(out, w.script, w.args + extra, nproc, args.steps, args.level)
+    plain, slow = runs["plain"], runs["slow"]
     res = analyze_run(slow, blame=True)
     steps = len({s.step for s in slow.manifest.steps})
     rec = next(b for b in res.stragglers if b.rank == straggler)
@@ -132,7 +140,7 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
         real_cost_ms=(median_step_ns(slow) - median_step_ns(plain)) / MS,
         top_is_straggler=top == straggler,
         real_error=None
-        if args.no_real
+        if args.no_real or k >= args.real_pairs
         else real_error(tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-real", args.replays),
     )
 
@@ -141,17 +149,18 @@ def main() -> None:
     from skewlens.cli.demo import WORKLOADS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--pairs", type=int, default=2, help="interleaved plain/straggler capture pairs")
+    ap.add_argument("--pairs", type=int, default=4, help="interleaved plain/straggler capture pairs")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated names")
-    ap.add_argument("--steps", type=int, default=6, help="captured steps per run")
+    ap.add_argument("--steps", type=int, default=10, help="captured steps per run")
     ap.add_argument("--level", default="collectives", help="capture level")
     ap.add_argument("--no-real", action="store_true", help="skip the real replay")
-    ap.add_argument("--replays", type=int, default=3, help="real replays of each plain capture")
+    ap.add_argument("--replays", type=int, default=3, help="real replays of each replayed plain capture")
+    ap.add_argument("--real-pairs", type=int, default=1, help="pairs replayed for real (the first)")
     args = ap.parse_args()
     names = [n for n in args.workloads.split(",") if n]
     table = Table(title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms)")
-    cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "blame error", "top")
-    for c in (*cols, "real-replay error"):
+    cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "real cost range")
+    for c in (*cols, "blame error", "top", "real-replay error"):
         table.add_column(c, justify="right")
     t0 = time.monotonic()
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
@@ -166,13 +175,14 @@ def main() -> None:
                 f"{med(f.sim_error for f in figs):.1%}",
                 f"{blamed:.1f}",
                 f"{real:.1f}",
+                f"{min(f.real_cost_ms for f in figs):.1f}-{max(f.real_cost_ms for f in figs):.1f}",
                 f"{(blamed - real) / real:+.1%}" if real > 0 else "-",
                 "yes" if all(f.top_is_straggler for f in figs) else "no",
                 f"{med(reals):.1%}" if reals else "-",
             )
             print(f"{name}: done ({time.monotonic() - t0:.0f} s)", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    Console().print(table)
+    Console(width=max(140, Console().width)).print(table)
 
 
 if __name__ == "__main__":
