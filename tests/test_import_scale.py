@@ -225,3 +225,38 @@ def test_errors_in_workers_name_the_file_and_rank_and_leave_nothing_behind(
     with pytest.raises(TraceImportError, match=r"rank1_kineto\.json\.gz: not JSON"):
         run_mod.import_traces([src], None, tmp_path / "run", workers=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no run directory, no temporary sibling
+
+
+def test_the_import_command_passes_its_worker_cap_and_memory_budget_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.cli import import_traces as cli
+
+    write_gpu_run(SPEC, tmp_path / "in")
+    calls: list[tuple[int | None, int | None]] = []
+    real = run_mod.import_traces
+
+    def spy(*a: Any, workers: int | None = None, memory_budget_bytes: int | None = None, **kw: Any) -> Any:
+        calls.append((workers, memory_budget_bytes))
+        return real(*a, workers=workers, memory_budget_bytes=memory_budget_bytes, **kw)
+
+    monkeypatch.setattr(cli, "import_traces", spy)
+    argv = ["--kineto", str(tmp_path / "in"), "--quiet", "--workers", "3", "--memory-budget-mib", "64"]
+    assert cli.main([*argv, "--out", str(tmp_path / "run")]) == 0
+    assert cli.main(["--kineto", str(tmp_path / "in"), "--quiet", "--out", str(tmp_path / "run2")]) == 0
+    assert calls == [(3, 64 << 20), (None, None)]
+    assert (tmp_path / "run" / "rank-3.et").read_bytes() == (tmp_path / "run2" / "rank-3.et").read_bytes()
+
+
+@pytest.mark.parametrize("flag", ["--workers", "--memory-budget-mib"])
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_a_worker_cap_or_budget_below_one_is_refused_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    from skewlens.cli import import_traces as cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--kineto", str(tmp_path), "--out", str(tmp_path / "run"), flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -2,6 +2,7 @@
 
     skewlens import --kineto traces/dlrm_kineto.tar.gz --host-et traces/dlrm_et.tar.gz --out runs/dlrm
     skewlens import --kineto rank0.json.gz --out runs/one
+    skewlens import --kineto traces/ --out runs/big --workers 2 --memory-budget-mib 2048
 
 Inputs may be files (``.json``, ``.json.gz``), directories or tar archives. Errors print one line
 (the dispatcher in ``skewlens.cli`` does that) and exit 2.
@@ -16,10 +17,21 @@ from rich.console import Console
 from rich.table import Table
 
 from skewlens.profiler.importers import import_traces
+from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
 from skewlens.profiler.store.issues import no_trace_line, rank_ranges
 from skewlens.progress import NO_PROGRESS
 from skewlens.rich_progress import RichProgress
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="run directory to create")
     p.add_argument("--rank", type=int, default=None, help="rank of a single trace without distributedInfo")
     p.add_argument("--world-size", type=int, default=None, help="world size where the traces lack it")
+    p.add_argument(
+        "--workers", type=_positive, default=None, metavar="N",
+        help="at most N worker processes converting ranks (default: one per core, within the memory budget)",
+    )  # fmt: skip
+    p.add_argument(
+        "--memory-budget-mib", type=_positive, default=None, metavar="MIB",
+        help=f"memory the workers may use together (default {DEFAULT_MEMORY_BUDGET_BYTES >> 20} MiB)",
+    )  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace an existing run directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     return p
@@ -77,6 +97,8 @@ def main(argv: list[str]) -> int:
         rank=args.rank,
         world_size=args.world_size,
         overwrite=args.force,
+        workers=args.workers,
+        memory_budget_bytes=None if args.memory_budget_mib is None else args.memory_budget_mib << 20,
         progress=NO_PROGRESS if args.quiet else RichProgress(console),
     )
     if not args.quiet:
