@@ -21,18 +21,28 @@ steps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
+
+#: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
+MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle")
+_WAIT = MEAN_PARTS.index("exposed wait")
 
 
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
     """One record per (rank, step) with a recorded step span, ordered by rank then step."""
     out: list[StepBreakdownRecord] = []
     incomplete = set(ix.run.incomplete_steps)
+    steps_of: dict[int, list[int]] = {}
+    for rk, s in ix.step_spans:  # once, not once per rank: a rank's steps without a scan of every rank's
+        steps_of.setdefault(rk, []).append(s)
     for r, ri in sorted(ix.ranks.items()):
-        keys = sorted(s for (rk, s) in ix.step_spans if rk == r)
+        keys = sorted(steps_of.get(r, ()))
         if not keys:
             continue
         a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
@@ -62,3 +72,56 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                 )
             )
     return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankMeans:
+    """Each rank's mean step breakdown, one row per rank in rank order."""
+
+    ranks: list[int]
+    """Global ranks, ascending."""
+    steps: list[int]
+    """Recorded steps of each rank."""
+    mean_ns: np.ndarray
+    """Shape ``(len(ranks), len(MEAN_PARTS))``: mean ns per step of each part."""
+
+    def least_waiting(self, max_ranks: int) -> tuple[RankMeans, RankMeans]:
+        """``(shown, rest)``: of more than ``max_ranks`` ranks (0: no limit), the ``max_ranks`` that waited
+        least for their peers (mean exposed wait per step: the late arrivals, where stragglers are), in
+        rank order, and the others; otherwise every rank and an empty rest."""
+        n = len(self.ranks)
+        if not 0 < max_ranks < n:
+            return self, self._take(np.zeros(0, dtype=np.int64))
+        by_wait = np.lexsort((np.asarray(self.ranks), self.mean_ns[:, _WAIT]))
+        shown = np.sort(by_wait[:max_ranks])
+        return self._take(shown), self._take(np.sort(by_wait[max_ranks:]))
+
+    def _take(self, rows: np.ndarray) -> RankMeans:
+        return RankMeans(
+            ranks=[self.ranks[i] for i in rows.tolist()],
+            steps=[self.steps[i] for i in rows.tolist()],
+            mean_ns=self.mean_ns[rows].reshape(rows.size, len(MEAN_PARTS)),
+        )
+
+
+def rank_means(records: Sequence[StepBreakdownRecord]) -> RankMeans:
+    """Each rank's mean of its steps' breakdown (sums in integer ns, then one division per rank)."""
+    vals = np.array(
+        [
+            (
+                b.rank,
+                b.step_ns,
+                b.compute_ns,
+                b.exposed_wait_ns,
+                b.exposed_transfer_ns,
+                b.overlapped_comm_ns,
+                b.idle_ns,
+            )
+            for b in records
+        ],
+        dtype=np.int64,
+    ).reshape(len(records), 1 + len(MEAN_PARTS))
+    ranks, inv, counts = np.unique(vals[:, 0], return_inverse=True, return_counts=True)
+    sums = np.zeros((ranks.size, len(MEAN_PARTS)), dtype=np.int64)
+    np.add.at(sums, inv, vals[:, 1:])
+    return RankMeans(ranks=ranks.tolist(), steps=counts.tolist(), mean_ns=sums / counts[:, None])

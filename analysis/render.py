@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisResult
+from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, rank_means
 from skewlens.analysis.critical_path import shares
 from skewlens.profiler.store.issues import run_notes
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
+#: Most ranks a per-rank table (and the breakdown picture) lists one by one: a run of 1,024 ranks is
+#: summed up in a note, as ``skewlens replay``'s summary does.
+MAX_RANK_ROWS = 32
 
 
 def _ms(ns: float) -> str:
@@ -85,36 +90,37 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     return t
 
 
-def breakdown_table(result: AnalysisResult) -> Table:
-    """Each rank's mean step breakdown (ms per step)."""
+def ranks_left_out(shown: RankMeans, rest: RankMeans) -> str:
+    """What a per-rank breakdown of only ``shown`` leaves out: how many ranks, and the others' medians."""
+    step = float(np.median(rest.mean_ns[:, MEAN_PARTS.index("step")]))
+    wait = float(np.median(rest.mean_ns[:, MEAN_PARTS.index("exposed wait")]))
+    n = len(shown.ranks) + len(rest.ranks)
+    return (
+        f"{n:,} ranks: the {len(shown.ranks)} that waited least for their peers; the other "
+        f"{len(rest.ranks):,}: step {_ms(step)} ms, wait {_ms(wait)} ms (medians); every rank is in "
+        f"{BREAKDOWN_FILE}"
+    )
+
+
+def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> Table:
+    """Each rank's mean step breakdown (ms per step); of more than ``max_ranks`` ranks (0: no limit), those
+    that waited least for their peers (where stragglers are), the others summed up in the caption."""
     t = Table(title="Step breakdown per rank (mean ms per step)", title_justify="left")
     cols = ("rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle")
     for c in cols:
         t.add_column(c, justify="right")
-    acc: dict[int, list[int]] = defaultdict(lambda: [0] * 7)
-    for b in result.breakdown:
-        a = acc[b.rank]
-        for i, v in enumerate(
-            (
-                1,
-                b.step_ns,
-                b.compute_ns,
-                b.exposed_wait_ns,
-                b.exposed_transfer_ns,
-                b.overlapped_comm_ns,
-                b.idle_ns,
-            )
-        ):
-            a[i] += v
-    for r, a in sorted(acc.items()):
-        n = a[0]
-        t.add_row(str(r), str(n), *(_ms(v / n) for v in a[1:]))
+    shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
+    if rest.ranks:
+        t.caption = ranks_left_out(shown, rest)
+    for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
+        t.add_row(str(r), str(n), *(_ms(v) for v in means))
     return t
 
 
-def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Group:
-    """Each rank's share of the critical path over all steps, and the ops that dominate it (their names
-    cut to :data:`NAME_WIDTH`, one line each)."""
+def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: int = MAX_RANK_ROWS) -> Group:
+    """Each rank's share of the critical path over all steps (the ``max_ranks`` largest, 0: all; the rest
+    summed up in the caption), and the ops that dominate it (their names cut to :data:`NAME_WIDTH`, one
+    line each)."""
     by_rank, by_op = shares(result.critical_path)
     rank_tot: dict[int, int] = defaultdict(int)
     op_tot: dict[str, int] = defaultdict(int)
@@ -129,7 +135,15 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5) -> Group:
     t.add_column("rank", justify="right")
     t.add_column("ms", justify="right")
     t.add_column("%", justify="right")
-    for r, ns in sorted(rank_tot.items(), key=lambda x: -x[1]):
+    ranked = sorted(rank_tot.items(), key=lambda x: -x[1])
+    if len(ranked) > max_ranks > 0:
+        rest_ns = sum(ns for _r, ns in ranked[max_ranks:])
+        t.caption = (
+            f"{len(ranked):,} ranks on the path: the other {len(ranked) - max_ranks:,} hold "
+            f"{_ms(rest_ns)} ms ({100.0 * rest_ns / total:.1f}%); every path node is in {CRITICAL_PATH_FILE}"
+        )
+        ranked = ranked[:max_ranks]
+    for r, ns in ranked:
         t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
     top = Table(title="Critical path: top ops (all steps)", title_justify="left")
     top.add_column("op", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)

@@ -11,7 +11,8 @@ from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.render import report
+from skewlens.analysis.plots import breakdown_bars
+from skewlens.analysis.render import breakdown_table, critical_path_table, report
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
@@ -61,3 +62,61 @@ def test_missing_run_directory_is_a_one_line_error(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nope" in err
     assert not (tmp_path / "out").exists()
+
+
+WIDE = Scenario(world_size=8, straggler_rank=5, straggler_ns=40 * MS, steps=3)
+
+
+def _render(renderable: object) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(renderable)
+    return buf.getvalue()
+
+
+def test_a_breakdown_table_of_more_ranks_than_its_cap_lists_the_least_waiting_and_names_the_rest(
+    tmp_path: Path,
+) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, WIDE)), blame=False)
+    per_rank: dict[int, list[int]] = {}
+    for b in result.breakdown:
+        per_rank.setdefault(b.rank, []).append(b.exposed_wait_ns)
+    mean_wait = {r: sum(v) / len(v) for r, v in per_rank.items()}
+    least = sorted(sorted(mean_wait, key=lambda r: (mean_wait[r], r))[:3])
+    assert WIDE.straggler_rank in least  # the others wait for the straggler
+    text = _render(breakdown_table(result, max_ranks=3))
+    listed = [int(line.split("│")[1]) for line in text.splitlines() if line.startswith("│")]
+    assert listed == least
+    caption = " ".join(text.split())
+    assert f"{WIDE.world_size} ranks: the 3 that waited least" in caption
+    assert f"the other {WIDE.world_size - 3}" in caption and "step_breakdown.parquet" in caption
+    uncapped = _render(breakdown_table(result, max_ranks=0))
+    assert [int(line.split("│")[1]) for line in uncapped.splitlines() if line.startswith("│")] == sorted(
+        mean_wait
+    )
+    assert "waited least" not in uncapped
+
+
+def test_a_critical_path_share_table_of_more_ranks_than_its_cap_sums_up_the_others(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, WIDE)), blame=False)
+    on_path: dict[int, int] = {}
+    for rec in result.critical_path:
+        on_path[rec.rank] = on_path.get(rec.rank, 0) + rec.contribution_ns + rec.gap_before_ns
+    assert len(on_path) > 1
+    top = max(on_path, key=lambda r: on_path[r])
+    text = _render(critical_path_table(result, max_ranks=1))
+    share_rows = text.split("Critical path: top ops")[0]
+    listed = [int(line.split("│")[1]) for line in share_rows.splitlines() if line.startswith("│")]
+    assert listed == [top]
+    rest_ms = (sum(on_path.values()) - on_path[top]) / 1e6
+    caption = " ".join(text.split())  # the caption wraps at the table's width
+    assert f"{len(on_path)} ranks on the path: the other {len(on_path) - 1} hold {rest_ms:,.2f} ms" in caption
+
+
+def test_the_breakdown_picture_of_more_ranks_than_its_cap_draws_only_the_capped_ranks(tmp_path: Path) -> None:
+    from PIL import Image
+
+    result = analyze_run(load_run(build_run(tmp_path, WIDE)), blame=False)
+    capped = breakdown_bars(result, tmp_path / "capped.png", max_ranks=2)
+    every = breakdown_bars(result, tmp_path / "every.png", max_ranks=0)
+    with Image.open(capped) as a, Image.open(every) as b:
+        assert a.width < b.width  # 0.6 inch a bar: 6 bars fewer

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from skewlens.analysis.breakdown import analyze_breakdown
+from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, rank_means
 from skewlens.analysis.index import Coverage, build_index
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -81,3 +81,22 @@ def test_parts_add_up_to_the_step_and_the_straggler_computes_while_peers_wait(tm
     # rank 3 waits for rank 2 at the all_gather; ranks 0 and 1 wait at the all_reduce
     for r in (0, 1, 3):
         assert mean[r]["exposed_wait_ns"] == pytest.approx(sc.straggler_ns, rel=0.05)
+
+
+def test_rank_means_average_each_ranks_steps_and_the_least_waiting_ranks_include_the_straggler(
+    tmp_path: Path,
+) -> None:
+    sc = Scenario(world_size=6, straggler_rank=4, straggler_ns=30 * MS, steps=3)
+    recs = analyze_breakdown(build_index(load_run(build_run(tmp_path, sc))))
+    means = rank_means(recs)
+    assert means.ranks == list(range(sc.world_size)) and means.steps == [sc.steps] * sc.world_size
+    for i, r in enumerate(means.ranks):
+        mine = [b for b in recs if b.rank == r]
+        idle, wait = MEAN_PARTS.index("idle"), MEAN_PARTS.index("exposed wait")
+        assert means.mean_ns[i, idle] == sum(b.idle_ns for b in mine) / len(mine)
+        assert means.mean_ns[i, wait] == sum(b.exposed_wait_ns for b in mine) / len(mine)
+    shown, rest = means.least_waiting(2)
+    assert sc.straggler_rank in shown.ranks and len(rest.ranks) == sc.world_size - 2
+    assert sorted(shown.ranks + rest.ranks) == means.ranks
+    everyone, nobody = means.least_waiting(0)
+    assert everyone.ranks == means.ranks and nobody.ranks == []
