@@ -59,7 +59,8 @@ Communication
 
 Dependencies
     Control: program order per thread / per CUDA stream (each node depends on the previous node of its
-    stream), and a GPU node depends on the top-level CPU op whose extent contains its launch call.
+    stream); launches, event waits and host synchronisations as :mod:`skewlens.profiler.gpu_deps` says,
+    the host node of a launch or a synchronisation being the top-level CPU op whose extent contains the call.
     Data (with a host trace): host ops are joined to Kineto ops (:mod:`skewlens.profiler.importers.join`); a
     top-level CPU node reads/writes its host op's input/output tensors (tensor id, storage id), a
     collective's GPU node reads the tensors of its host annotation; a node gets a data dependency on the
@@ -94,6 +95,7 @@ import msgspec
 
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.gpu_deps import CALLS_READ, Call, GpuNode, SyncActivity, gpu_dependencies
 from skewlens.profiler.importers.comm import (
     DEFAULT_PG,
     CommInfo,
@@ -106,10 +108,9 @@ from skewlens.profiler.importers.comm import (
     merge,
 )
 from skewlens.profiler.importers.encode import NodeEncoder, id_and_time_fields
-from skewlens.profiler.importers.gpu_deps import GpuNode, gpu_dependencies
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
 from skewlens.profiler.importers.join import join_ops
-from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace
+from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace, as_int
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
 from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
 
@@ -484,14 +485,13 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
 
 
 def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: list[str]) -> list[_Pending]:
-    """Event waits and host synchronisations (:mod:`skewlens.profiler.importers.gpu_deps`) as extra deps;
-    returns the host nodes made for blocking calls no host op encloses."""
+    """Launches, event waits and host synchronisations (:mod:`skewlens.profiler.gpu_deps`): the extra deps
+    and which launches keep their edge; returns the host nodes made for blocking calls no host op encloses."""
     by_index = {p.event.index: p for p in pending}
+    gpu = [p for p in pending if p.stream_key[0] == "cuda"]
     nodes = []
-    for p in pending:
+    for p in gpu:
         e = p.event
-        if p.stream_key[0] != "cuda":
-            continue
         launch = p.attrs.get(Attr.LAUNCH_NS)
         nodes.append(
             GpuNode(
@@ -502,6 +502,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
                 start_ns=e.start_ns,
                 end_ns=e.end_ns,
                 corr=e.corr,
+                host=p.parent.index if p.parent is not None else None,
             )
         )
 
@@ -510,24 +511,40 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
         top = iv.enclosing(call.start_ns) if iv else None
         return top.index if top is not None else None
 
-    found = gpu_dependencies(kt, nodes, host_of)
-    extra = [_cpu_node(c) for c in found.bare_calls]
+    read = {c: e for c, e in kt.launches.items() if e.name in CALLS_READ}
+    calls = {
+        c: Call(key=e.index, name=e.name, start_ns=e.start_ns, end_ns=e.end_ns, host=host_of(e))
+        for c, e in read.items()
+    }
+    # a synchronisation no sync event names a device for is taken to be on device 0 (the first GPU)
+    found = gpu_dependencies(nodes, calls, [_sync_activity(e) for e in kt.syncs], default_device=0)
+    call_event = {e.index: e for e in read.values()}
+    extra = [_cpu_node(call_event[k]) for k in found.bare_calls]
     by_index.update((p.event.index, p) for p in extra)
     for key, deps in found.deps.items():
         p = by_index[key]
         p.extra_deps += [d for d in deps if d in by_index and d not in p.extra_deps]
         p.inferred += [d for d in found.inferred.get(key, ()) if d in by_index]
-    # a host op that launches work and then synchronises on that work's stream (``.item()``: a copy, then a
-    # stream synchronise) would close a cycle launch -> sync: such launches keep only their stream order
-    waited_on: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-    for key, deps in found.deps.items():
-        if by_index[key].stream_key[0] == "thread":
-            waited_on[key].update(by_index[d].stream_key for d in deps)
-    for p in pending:
-        if p.parent is not None and p.stream_key in waited_on.get(p.parent.index, ()):
-            p.launch_dep = False
+    for p in gpu:
+        p.launch_dep = p.event.index in found.launch
     notes += found.notes
     return extra
+
+
+def _sync_activity(e: KEvent) -> SyncActivity:
+    """A ``cuda_sync`` event as the dependency rules read it (-1 for what it does not say)."""
+    return SyncActivity(
+        kind=e.name,
+        corr=-1 if e.corr is None else e.corr,
+        device=as_int(e.args.get("device")) or 0,
+        stream=_or_unknown(as_int(e.args.get("stream"))),
+        wait_on_stream=_or_unknown(as_int(e.args.get("wait_on_stream"))),
+        record_corr=_or_unknown(as_int(e.args.get("wait_on_cuda_event_record_corr_id"))),
+    )
+
+
+def _or_unknown(v: int | None) -> int:
+    return -1 if v is None else v
 
 
 def _issuers(cpu_ops: Sequence[KEvent]) -> dict[CommType, deque[KEvent]]:

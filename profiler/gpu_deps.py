@@ -1,0 +1,386 @@
+"""What waits on what between one rank's host threads and its CUDA streams: the rules, stated once.
+
+Pure: plain records in (:class:`GpuNode`, :class:`Call`, :class:`SyncActivity`), edges out, in the form
+:mod:`skewlens.profiler.vocab` describes under "GPU dependencies". Both writers feed it: the Kineto importer
+(:func:`skewlens.profiler.importers.convert.convert_rank`, from a trace's events) and the CUDA capture
+(:func:`skewlens.profiler.capture.build.build_nodes`, from torch.profiler's). Each says which of its host
+nodes contains a call (``host``): the importer's top-level ops, the capture's host nodes.
+
+Launch
+    A GPU node depends on the host node that contains its launch call (the runtime or driver call with its
+    correlation id: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...; ``skl_launch_ns`` is that call's
+    start), except where that host node also synchronises on the node's stream (``.item()``: a copy, then
+    a stream synchronise, inside one op). The synchronisation waits for the node, so the launch would close
+    a cycle: such a launch keeps only its stream order. A launch inside no host node gets no edge.
+Event wait (``cudaEventRecord`` on stream W, then ``cudaStreamWaitEvent`` of stream S)
+    With CUDA sync events, each ``Stream Wait Event`` activity names S, W and the correlation of the event
+    record: the first GPU node launched on S after the wait call depends on the last GPU node launched on
+    W before the record.
+Host synchronisation (:data:`BLOCKING_CALLS`: ``cudaStreamSynchronize``, ``cudaEventSynchronize``,
+``cudaDeviceSynchronize``, their driver forms, a blocking ``cudaMemcpy``)
+    The host node containing the call (or, where none does, the call itself as a node: ``bare_calls``)
+    depends on what the call waited for: with sync events, ``Stream Sync`` -> the last GPU node launched on
+    that stream before the call, ``Event Sync`` -> the last node launched on the recorded stream before
+    the event record, ``Context Sync`` -> the last node of every stream of the device; without its sync
+    event, a device synchronise still waits for every stream, a blocking copy for its own copy, and a
+    stream or event synchronise for the GPU node launched before the call that ended last while the call
+    was blocked (inferred). Non-blocking queries (``cudaEventQuery``) are not waits.
+Inferred event waits (a trace without any CUDA sync event)
+    A GPU node that started more than :data:`INFER_MIN_DELAY_NS` after both its launch and the end of its
+    predecessor on its stream, with a ``cudaStreamWaitEvent`` call between its predecessor's launch and its
+    own, waited for something on another stream: the node of another stream of its device that ended last
+    within :data:`INFER_SLACK_NS` before it started. Inferred edges (these and the inferred host waits) are
+    listed apart (``inferred``: ``skl_inferred_deps``) and counted in the notes, with the recorded waiting
+    time that rests on them.
+
+An edge the recorded times contradict (what is waited for ends more than :data:`CLOCK_SLACK_NS` after
+the waiting GPU node started, or after the synchronising call returned) is not written.
+
+Communication nodes whose GPU side is their NCCL kernel but which start at their host call (the capture's
+comm nodes, ``GpuNode.comm``) take part only as dependencies: a GPU node may wait on one, a host node
+synchronise on one; they get no launch or wait edge here, which would contradict their recorded start.
+
+Acyclic, as far as the rules go: order host nodes by start and GPU nodes by launch; every edge goes to a
+node no later in that order (program order, launches, stream order and event waits do), except a
+synchronisation on work launched after its host node began. For work that host node launched on the
+stream it synchronises on (``.item()``) the launch edge is dropped, as said above; a cycle through other
+work launched meanwhile (another thread's, or another stream's waited for by event) is left for the
+trace's validation to report.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+#: A GPU node delayed by more than this after its launch and its stream predecessor waited for something.
+INFER_MIN_DELAY_NS = 10_000
+#: ... for the node of another stream that ended at most this long before it started.
+INFER_SLACK_NS = 20_000
+#: What is waited for may be recorded as ending at most this long after what waited for it started (a GPU
+#: node) or returned (a host call): timestamp rounding between the CPU and GPU timelines.
+CLOCK_SLACK_NS = 2_000
+
+STREAM_WAIT = "Stream Wait Event"
+STREAM_SYNC = "Stream Sync"
+EVENT_SYNC = "Event Sync"
+CONTEXT_SYNC = "Context Sync"
+
+_DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
+_BLOCKING_COPY = frozenset(
+    {"cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
+)
+#: Runtime/driver calls that block the host until the GPU work they name is done.
+BLOCKING_CALLS = (
+    frozenset({"cudaStreamSynchronize", "cuStreamSynchronize", "cudaEventSynchronize", "cuEventSynchronize"})
+    | _DEVICE_SYNC
+    | _BLOCKING_COPY
+)
+STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
+EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord"})
+#: The calls the rules read (a caller may leave the others out of ``calls``; GPU nodes carry their launch).
+CALLS_READ = BLOCKING_CALLS | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
+
+_COMM_WAITS = "stream waits of NCCL kernels (not written: a comm node starts at its call)"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuNode:
+    """One GPU node (kernel, memcpy, memset), or the NCCL kernel a comm node ends with."""
+
+    key: int
+    """The caller's handle of the node."""
+    device: int
+    """CUDA device."""
+    stream: int
+    """CUDA stream."""
+    launch_ns: int
+    """Start of its launch call (its own start where the launch is unknown)."""
+    start_ns: int
+    """Start."""
+    end_ns: int
+    """End."""
+    corr: int | None
+    """Correlation id of its launch (None where unknown)."""
+    host: int | None = None
+    """Key of the host node containing its launch call (None: none does, or the launch is unknown)."""
+    comm: bool = False
+    """A comm node's NCCL kernel, the node starting at its host call: a dependency only."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Call:
+    """A CUDA runtime or driver call."""
+
+    key: int
+    """The caller's handle of the call: orders calls of one start, and keys it where it becomes a host node
+    (a blocking call inside no host node: :attr:`GpuDeps.bare_calls`)."""
+    name: str
+    """``cudaEventRecord``, ``cudaStreamSynchronize``, ..."""
+    start_ns: int
+    """Start."""
+    end_ns: int
+    """End."""
+    host: int | None = None
+    """Key of the host node containing it (None where none does)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncActivity:
+    """One CUDA synchronisation activity (Kineto's ``cuda_sync``, with ``enable_cuda_sync_events``)."""
+
+    kind: str
+    """:data:`STREAM_WAIT`, :data:`STREAM_SYNC`, :data:`EVENT_SYNC` or :data:`CONTEXT_SYNC`."""
+    corr: int
+    """Correlation id of the call that made it (-1 where unknown)."""
+    device: int
+    """CUDA device."""
+    stream: int = -1
+    """The waiting stream (Stream Wait Event) or the stream synchronised (Stream Sync); -1 otherwise."""
+    wait_on_stream: int = -1
+    """Stream Wait Event, Event Sync: the stream the event was recorded on (-1 where unknown)."""
+    record_corr: int = -1
+    """Stream Wait Event, Event Sync: correlation id of the event's ``cudaEventRecord`` (-1 where unknown)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class GpuDeps:
+    """Edges found, by the callers' keys."""
+
+    deps: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Dependant key -> dependency keys: event waits and host synchronisations (launches: :attr:`launch`)."""
+    inferred: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Dependant key -> those of its dependency keys inferred from timing."""
+    launch: dict[int, int] = field(default_factory=dict)
+    """GPU node key -> key of the host node it depends on (its launch)."""
+    bare_calls: list[int] = field(default_factory=list)
+    """Keys of the blocking calls inside no host node that waited for something (keys in :attr:`deps`)."""
+    notes: list[str] = field(default_factory=list)
+    """Counts for the manifest."""
+
+
+class _Streams:
+    """GPU nodes per (device, stream), in launch order."""
+
+    def __init__(self, nodes: Sequence[GpuNode]) -> None:
+        by: dict[tuple[int, int], list[GpuNode]] = defaultdict(list)
+        for g in nodes:
+            by[(g.device, g.stream)].append(g)
+        self.by = {k: sorted(v, key=lambda g: (g.launch_ns, g.start_ns, g.key)) for k, v in by.items()}
+        self.launches = {k: [g.launch_ns for g in v] for k, v in self.by.items()}
+
+    def last_before(self, device: int, stream: int, t: int) -> GpuNode | None:
+        """The last node launched on the stream strictly before ``t``."""
+        v = self.by.get((device, stream))
+        if not v:
+            return None
+        i = bisect_left(self.launches[(device, stream)], t) - 1
+        return v[i] if i >= 0 else None
+
+    def first_after(self, device: int, stream: int, t: int) -> GpuNode | None:
+        """The first node launched on the stream strictly after ``t``."""
+        v = self.by.get((device, stream))
+        if not v:
+            return None
+        i = bisect_right(self.launches[(device, stream)], t)
+        return v[i] if i < len(v) else None
+
+    def streams_of(self, device: int) -> list[int]:
+        return sorted(s for d, s in self.by if d == device)
+
+
+def gpu_dependencies(
+    nodes: Sequence[GpuNode],
+    calls: Mapping[int, Call],
+    syncs: Sequence[SyncActivity],
+    *,
+    default_device: int,
+) -> GpuDeps:
+    """Launch, event-wait and host-synchronisation edges of one rank (the rules in the module docstring).
+
+    ``calls``: the runtime/driver calls by correlation id (those in :data:`CALLS_READ` suffice);
+    ``syncs``: the synchronisation activities (none: the trace has no sync events, and waits are
+    inferred); ``default_device``: the device of a synchronisation no activity names.
+    """
+    out = GpuDeps()
+    streams = _Streams(nodes)
+    by_corr = {g.corr: g for g in nodes if g.corr is not None}
+    sync_of: dict[int, SyncActivity] = {}
+    for activity in syncs:
+        if activity.corr >= 0:
+            sync_of.setdefault(activity.corr, activity)
+    records = {c: call.start_ns for c, call in calls.items() if call.name in EVENT_RECORD_CALLS}
+    counts: dict[str, int] = defaultdict(int)
+    _event_waits(syncs, calls, streams, out, counts)
+    bare_keys: set[int] = set()
+    for corr, call in sorted(calls.items(), key=lambda kv: (kv[1].start_ns, kv[1].key)):
+        if call.name not in BLOCKING_CALLS:
+            continue
+        targets, inferred = _sync_targets(
+            call,
+            sync_of.get(corr),
+            streams,
+            own=by_corr.get(corr),
+            records=records,
+            default_device=default_device,
+        )
+        kept = [g for g in targets if g.end_ns <= call.end_ns + CLOCK_SLACK_NS]
+        if len(kept) < len(targets):
+            counts["host waits contradicted by the recorded times (ignored)"] += len(targets) - len(kept)
+        targets = kept
+        if not targets:
+            continue
+        host = call.host
+        if host is None:
+            host = call.key
+            if host not in bare_keys:
+                bare_keys.add(host)
+                out.bare_calls.append(host)
+        for g in targets:
+            if g.key not in out.deps[host]:
+                out.deps[host].append(g.key)
+                if inferred:
+                    out.inferred[host].append(g.key)
+        counts["inferred host waits on the GPU" if inferred else "host waits on the GPU"] += len(targets)
+    if not syncs:
+        waited_ns = _infer_event_waits(calls, nodes, out, counts)
+        n = sum(len(v) for v in out.inferred.values())
+        if n:
+            out.notes.append(
+                f"no CUDA sync events in the trace: {n} GPU wait edge(s) inferred from timing "
+                f"({waited_ns / 1e6:.3f} ms of recorded kernel waiting rests on event waits inferred so)"
+            )
+    out.notes += [f"{v} {k}" for k, v in sorted(counts.items())]
+    out.launch = _launches(nodes, out.deps)
+    return out
+
+
+def _launches(nodes: Sequence[GpuNode], deps: Mapping[int, list[int]]) -> dict[int, int]:
+    """Launch edges: each GPU node on the host node around its launch, unless that host node synchronises
+    on the node's stream (``.item()``: the launch would close a cycle; stream order keeps it)."""
+    by_key = {g.key: g for g in nodes}
+    waited_on: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for key, ds in deps.items():
+        if key not in by_key:  # a host node: what it synchronised on
+            waited_on[key].update((by_key[d].device, by_key[d].stream) for d in ds)
+    return {
+        g.key: g.host
+        for g in nodes
+        if g.host is not None and not g.comm and (g.device, g.stream) not in waited_on.get(g.host, ())
+    }
+
+
+def _event_waits(
+    syncs: Sequence[SyncActivity],
+    calls: Mapping[int, Call],
+    streams: _Streams,
+    out: GpuDeps,
+    counts: dict[str, int],
+) -> None:
+    """``Stream Wait Event`` activities: the waiting stream's next node depends on the recorded stream's."""
+    for sy in syncs:
+        if sy.kind != STREAM_WAIT:
+            continue
+        s, w = sy.stream, sy.wait_on_stream
+        call, record = calls.get(sy.corr), calls.get(sy.record_corr)
+        if s < 0 or w < 0 or call is None or record is None:
+            counts["stream waits without their calls in the trace"] += 1
+            continue
+        if s == w:
+            continue  # stream order already
+        src = streams.last_before(sy.device, w, record.start_ns)
+        dst = streams.first_after(sy.device, s, call.start_ns)
+        if src is None or dst is None or src.key == dst.key:
+            continue  # nothing ran before the record, or nothing waited after it in the window
+        if dst.comm:
+            counts[_COMM_WAITS] += 1
+            continue
+        if src.end_ns > dst.start_ns + CLOCK_SLACK_NS:
+            counts["stream waits contradicted by the recorded times (ignored)"] += 1
+            continue
+        if src.key not in out.deps[dst.key]:
+            out.deps[dst.key].append(src.key)
+            counts["GPU event waits across streams"] += 1
+
+
+def _sync_targets(
+    call: Call,
+    sy: SyncActivity | None,
+    streams: _Streams,
+    *,
+    own: GpuNode | None,
+    records: Mapping[int, int],
+    default_device: int,
+) -> tuple[list[GpuNode], bool]:
+    """What a blocking call waited for, and whether that was inferred (no sync event said it). ``own``: the
+    GPU node of the call's correlation (a blocking copy's copy)."""
+    device = sy.device if sy is not None else default_device
+    t = call.start_ns
+    found: list[GpuNode | None]
+    if call.name in _BLOCKING_COPY:
+        return ([own] if own is not None else []), False
+    if sy is not None and sy.kind == STREAM_SYNC:
+        found = [streams.last_before(device, sy.stream, t)]
+    elif sy is not None and sy.kind == EVENT_SYNC:
+        record_t = records.get(sy.record_corr)
+        if sy.wait_on_stream < 0 or record_t is None:
+            return [], False
+        found = [streams.last_before(device, sy.wait_on_stream, record_t)]
+    elif (sy is not None and sy.kind == CONTEXT_SYNC) or call.name in _DEVICE_SYNC:
+        found = [streams.last_before(device, s, t) for s in streams.streams_of(device)]
+    else:
+        # a stream or event synchronise with no sync event: the node launched before it that ended last
+        # while the call was blocked
+        best: GpuNode | None = None
+        for key, v in streams.by.items():
+            i = bisect_left(streams.launches[key], t) - 1
+            if i < 0:
+                continue
+            g = v[i]
+            if t <= g.end_ns <= call.end_ns + CLOCK_SLACK_NS and (best is None or g.end_ns > best.end_ns):
+                best = g
+        return ([best] if best is not None else []), True
+    return [g for g in found if g is not None], False
+
+
+def _infer_event_waits(
+    calls: Mapping[int, Call], nodes: Sequence[GpuNode], out: GpuDeps, counts: dict[str, int]
+) -> int:
+    """Inferred event waits (module docstring); returns the recorded waiting time resting on them, ns."""
+    waits = sorted(c.start_ns for c in calls.values() if c.name in STREAM_WAIT_CALLS)
+    if not waits:
+        return 0
+    by_dev: dict[int, list[GpuNode]] = defaultdict(list)
+    for g in nodes:
+        by_dev[g.device].append(g)
+    total = 0
+    for dev_nodes in by_dev.values():
+        per_stream: dict[int, list[GpuNode]] = defaultdict(list)
+        for g in sorted(dev_nodes, key=lambda g: (g.start_ns, g.key)):
+            per_stream[g.stream].append(g)
+        ends = sorted((g.end_ns, g.stream, g.key) for g in dev_nodes)
+        end_t = [e for e, _s, _k in ends]
+        for stream, v in per_stream.items():
+            for prev, g in pairwise(v):
+                delay = g.start_ns - max(g.launch_ns, prev.end_ns)
+                if delay <= INFER_MIN_DELAY_NS:
+                    continue
+                k = bisect_left(waits, prev.launch_ns)
+                if k == len(waits) or waits[k] > g.launch_ns:
+                    continue  # no stream-wait call could have put a wait in front of it
+                hi = bisect_right(end_t, g.start_ns) - 1
+                while hi >= 0 and end_t[hi] >= g.start_ns - INFER_SLACK_NS:
+                    _e, s, key = ends[hi]
+                    if s != stream:
+                        if g.comm:
+                            counts[_COMM_WAITS] += 1
+                        else:
+                            out.deps[g.key].append(key)
+                            out.inferred[g.key].append(key)
+                            total += delay
+                        break
+                    hi -= 1
+    return total
