@@ -210,6 +210,7 @@ def test_every_gpu_node_gets_its_launch_time_and_depends_on_the_host_node_around
     gpu = _gpu(nodes)
     assert len(gpu) == sum(1 for e in raw if e["cat"] in {"kernel", "gpu_memcpy"})
     by_id = {n.node_id: n for n in nodes}
+    unlaunched = []
     for g in gpu:
         (e,) = [
             e for e in raw if e["cat"] in {"kernel", "gpu_memcpy"} and round(e["ts"] * 1000) == g.start_ns
@@ -217,9 +218,14 @@ def test_every_gpu_node_gets_its_launch_time_and_depends_on_the_host_node_around
         launch = runtime[e["args"]["correlation"]]
         assert g.attrs[Attr.LAUNCH_NS] == round(launch["ts"] * 1000)
         host = _at(nodes, round(launch["ts"] * 1000))
-        assert host.node_id in g.ctrl_deps
         assert by_id[host.node_id].attrs[Attr.IS_CPU_OP] is True
+        if host.node_id not in g.ctrl_deps:
+            unlaunched.append(g)
+            # .item(): the host node then synchronises on this node's stream (on this very node)
+            assert g.node_id in host.ctrl_deps
     assert g.attrs[Attr.STREAM] == CUDA_STREAM_BASE + 7
+    # only the copy .item() launched and waited for keeps just its stream order
+    assert [g.name for g in unlaunched] == ["Memcpy DtoH (Device -> Pageable)"]
 
 
 def test_host_synchronisations_depend_on_what_they_waited_for_and_make_no_cycle() -> None:
@@ -239,11 +245,14 @@ def test_host_synchronisations_depend_on_what_they_waited_for_and_make_no_cycle(
 
     launches = {e["args"]["correlation"]: e["ts"] for e in raw if e["cat"] == "cuda_runtime"}
     on_stream = sorted(kernels, key=lambda c: launches[c])  # one stream (7), in launch order
-    # .item(): copy and stream synchronise inside one operator; that operator waits for what ran before it
-    # began (the copy it launched itself is its own time, and an edge to it would close a cycle)
-    item = _at(nodes, round(runtime["cudaStreamSynchronize"]["ts"] * 1000))
-    before_item = [c for c in on_stream if launches[c] * 1000 < item.start_ns]
-    assert deps_of("cudaStreamSynchronize") == {gpu(before_item[-1])}
+    # .item(): copy and stream synchronise inside one operator; that operator waits for the last node
+    # launched on the stream before the synchronise, its own copy, whose launch edge then goes (a cycle)
+    sync_ts = runtime["cudaStreamSynchronize"]["ts"]
+    copy = [c for c in on_stream if launches[c] < sync_ts][-1]
+    assert kernels[copy]["cat"] == "gpu_memcpy"
+    assert deps_of("cudaStreamSynchronize") == {gpu(copy)}
+    item = _at(nodes, round(sync_ts * 1000))
+    assert item.node_id not in next(n for n in nodes if n.node_id == gpu(copy)).ctrl_deps
     # event synchronise: the last kernel launched on the recorded stream before the event record
     sync = next(e for e in raw if e["name"] == "Event Sync")
     record_ts = next(
@@ -258,7 +267,7 @@ def test_host_synchronisations_depend_on_what_they_waited_for_and_make_no_cycle(
     assert deps_of("cudaDeviceSynchronize") == {gpu(on_stream[-1])}
     assert deps_of("cudaEventQuery") == set()
     assert _acyclic(nodes)
-    assert any("3 host synchronisations on GPU nodes" in n for n in notes), notes
+    assert "3 host waits on the GPU" in notes, notes
 
 
 def test_a_stream_wait_event_makes_the_waiting_streams_next_node_depend_on_the_recorded_streams_last() -> (
@@ -369,16 +378,34 @@ def test_a_kernel_waiting_on_the_nccl_stream_depends_on_the_comm_node_which_gets
     assert next(n for n in nodes if n.name == "aten::add").node_id in add.ctrl_deps
 
 
-def test_without_sync_activities_only_launch_edges_are_drawn_and_the_notes_say_so() -> None:
+def test_without_sync_activities_the_waits_are_inferred_listed_and_noted() -> None:
     raw = [e for e in _real("cuda_event_sync_multistream_kineto.json.gz") if e["cat"] != "cuda_sync"]
     notes: list[str] = []
     nodes = _build(raw, notes)
     gpu_ids = {n.node_id for n in _gpu(nodes)}
+    inferred = {n.node_id: set(_ids(n.attrs.get(Attr.INFERRED_DEPS, []))) for n in nodes}
+    # a GPU node's GPU deps beyond stream order are inferred event waits, listed as such
     for n in _gpu(nodes):
-        assert not [d for d in n.ctrl_deps if d in gpu_ids and d != _stream_prev(nodes, n)]
-    assert not [n for n in nodes if n.attrs.get(Attr.STREAM_KIND) == "thread" and set(n.ctrl_deps) & gpu_ids]
-    assert any("no CUDA synchronisation activities" in n for n in notes)
-    assert any("host synchronisations without their synchronisation activity" in n for n in notes)
+        assert {d for d in n.ctrl_deps if d in gpu_ids and d != _stream_prev(nodes, n)} == inferred[n.node_id]
+    # the device synchronise needs no sync event: it waits for the last node of each of the three streams
+    launch = {e["args"]["correlation"]: e["ts"] for e in raw if e["cat"] == "cuda_runtime"}
+    work = sorted(
+        (e for e in raw if e["cat"] in {"kernel", "gpu_memset"}),
+        key=lambda e: launch[e["args"]["correlation"]],
+    )
+    last = {e["args"]["stream"]: round(e["ts"] * 1000) for e in work}
+    sync = next(e for e in raw if e["name"] == "cudaDeviceSynchronize")
+    host = _at(nodes, round(sync["ts"] * 1000))
+    start_of = {n.node_id: n.start_ns for n in nodes}
+    assert {start_of[d] for d in host.ctrl_deps if d in gpu_ids} == set(last.values())
+    assert not inferred[host.node_id]
+    assert any("no CUDA synchronisation activities" in n for n in notes), notes
+    assert _acyclic(nodes)
+
+
+def _ids(v: object) -> list[int]:
+    assert isinstance(v, list | tuple), v
+    return [int(d) for d in v]
 
 
 def _stream_prev(nodes: list[TraceNode], n: TraceNode) -> int | None:

@@ -45,6 +45,7 @@ from skewlens.profiler.capture.records import (
     WaitRecord,
 )
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node
+from skewlens.profiler.gpu_deps import Call, GpuNode, SyncActivity, gpu_dependencies
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
@@ -155,7 +156,7 @@ class RankCapture:
     syncs: Sequence[CudaSyncRecord] = ()
     """Ops/full levels on CUDA: the synchronisation activities (with ``enable_cuda_sync_events``); with
     the runtime calls and GPU activities among ``ops`` they give the GPU dependencies
-    (:mod:`skewlens.profiler.capture.launches`)."""
+    (:mod:`skewlens.profiler.gpu_deps`)."""
 
 
 @dataclass(slots=True)
@@ -747,6 +748,24 @@ def _device_index(device: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+class _Hosts:
+    """Host nodes (id, start, end) per thread stream, by start: which one contains a time."""
+
+    def __init__(self, spans: Iterable[tuple[int, int, int, int]]) -> None:
+        by: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        for stream, start, end, nid in spans:
+            by[stream].append((start, end, nid))
+        self._by = {s: sorted(v) for s, v in by.items()}
+        self._starts = {s: [start for start, _e, _n in v] for s, v in self._by.items()}
+
+    def containing(self, stream: int, t: int) -> int | None:
+        v = self._by.get(stream)
+        if not v:
+            return None
+        k = bisect.bisect_right(self._starts[stream], t) - 1  # a thread's host nodes do not overlap
+        return v[k][2] if k >= 0 and t <= v[k][1] else None
+
+
 def _gpu_dependencies(
     cap: RankCapture,
     protos: Sequence[_Proto],
@@ -757,51 +776,94 @@ def _gpu_dependencies(
     ctrl: dict[int, list[int]],
     notes: list[str] | None,
 ) -> None:
-    """Launch, event-wait and synchronisation edges (:mod:`skewlens.profiler.capture.launches`) into
-    ``ctrl``, and ``skl_launch_ns`` on the GPU nodes."""
-    from skewlens.profiler.capture.launches import Call, GpuNode, HostSpan, gpu_edges
+    """Launch, event-wait and synchronisation edges (:mod:`skewlens.profiler.gpu_deps`) into ``ctrl``,
+    ``skl_launch_ns`` on the GPU nodes and ``skl_inferred_deps`` where edges were inferred."""
 
     def thread_stream(tid: int) -> int:
         native = alias.get(tid)
         return streams.threads.get(native if native is not None else ("kineto", tid), -1)
 
+    hosts = _Hosts(
+        (p.stream, p.start_ns, p.end_ns, ids[id(p)])
+        for p in protos
+        if p.node_type == NodeType.COMP and p.attrs.get(Attr.STREAM_KIND) == "thread"
+    )
     calls = {
         o.corr: Call(
-            name=o.name, start_ns=o.start_ns, end_ns=o.start_ns + o.dur_ns, stream=thread_stream(o.thread)
+            key=-o.corr,  # apart from node ids: a call is no node here
+            name=o.name,
+            start_ns=o.start_ns,
+            end_ns=o.start_ns + o.dur_ns,
+            host=hosts.containing(thread_stream(o.thread), o.start_ns),
         )
         for o in cap.ops
         if o.kind in CALL_KINDS and o.corr > 0
     }
-    gpu = [
-        GpuNode(
-            nid=ids[id(p)],
-            device=_device_index(k.device),
-            stream=k.thread,
-            corr=k.corr,
-            start_ns=k.start_ns,
-            end_ns=k.start_ns + k.dur_ns,
-            comm=p.node_type in COMM_NODE_TYPES,
-        )
-        for p in protos
-        if (k := p.kernel) is not None and k.corr > 0
-    ]
-    hosts = [
-        HostSpan(nid=ids[id(p)], stream=p.stream, start_ns=p.start_ns, end_ns=p.end_ns)
-        for p in protos
-        if p.node_type == NodeType.COMP and p.attrs.get(Attr.STREAM_KIND) == "thread"
-    ]
-    edges = gpu_edges(gpu, calls, cap.syncs, hosts)
-    for nid, deps in edges.deps.items():
-        ctrl[nid].extend(d for d in deps if d not in ctrl[nid])
     by_id = {ids[id(p)]: p for p in protos}
-    for nid, launch_ns in edges.launch_ns.items():
-        by_id[nid].attrs[Attr.LAUNCH_NS] = launch_ns + cap.offset_ns
-    if notes is not None and edges.counts:
-        notes.append("; ".join(f"{n} {what}" for what, n in sorted(edges.counts.items())))
-    if notes is not None and calls and not cap.syncs:
-        notes.append(
-            "no CUDA synchronisation activities in the profile: no event-wait or host-synchronisation edges"
+    counts: Counter[str] = Counter()
+    gpu = []
+    for p in protos:
+        if (k := p.kernel) is None:
+            continue
+        nid, comm = ids[id(p)], p.node_type in COMM_NODE_TYPES
+        call = calls.get(k.corr) if k.corr > 0 else None
+        if call is not None and not comm:
+            p.attrs[Attr.LAUNCH_NS] = call.start_ns + cap.offset_ns
+        elif call is None and not comm:
+            counts["GPU nodes whose launch call is not in the trace"] += 1
+        gpu.append(
+            GpuNode(
+                key=nid,
+                device=_device_index(k.device),
+                stream=k.thread,
+                launch_ns=k.start_ns if call is None else call.start_ns,
+                start_ns=k.start_ns,
+                end_ns=k.start_ns + k.dur_ns,
+                corr=k.corr if k.corr > 0 else None,
+                host=None if call is None else call.host,
+                comm=comm,
+            )
         )
+    syncs = [
+        SyncActivity(
+            kind=s.kind,
+            corr=s.corr,
+            device=s.device,
+            stream=s.stream,
+            wait_on_stream=s.wait_on_stream,
+            record_corr=s.record_corr,
+        )
+        for s in cap.syncs
+    ]
+    found = gpu_dependencies(gpu, calls, syncs, default_device=_device_index(cap.device))
+    for g in gpu:
+        host = found.launch.get(g.key)
+        if host is not None:
+            if host not in ctrl[g.key]:
+                ctrl[g.key].append(host)
+            counts["launch edges"] += 1
+        elif not g.comm and g.host is not None:
+            counts["launches their host node then synchronises on (stream order only)"] += 1
+        elif not g.comm and g.corr is not None and g.corr in calls:
+            counts["GPU nodes launched inside no host node (no launch edge)"] += 1
+    counts["host synchronisations inside no host node (not written)"] += len(found.bare_calls)
+    bare = set(found.bare_calls)
+    for nid, deps in found.deps.items():
+        if nid not in bare:
+            ctrl[nid].extend(d for d in deps if d not in ctrl[nid])
+    for nid, deps in found.inferred.items():
+        if nid not in bare and deps:
+            by_id[nid].attrs[Attr.INFERRED_DEPS] = list(deps)
+    if notes is not None:
+        notes += found.notes
+        launch_counts = "; ".join(f"{n} {what}" for what, n in sorted(counts.items()) if n)
+        if launch_counts:
+            notes.append(launch_counts)
+        if calls and not cap.syncs:
+            notes.append(
+                "no CUDA synchronisation activities in the profile (a torch without "
+                "enable_cuda_sync_events): event waits and host synchronisations inferred from timing"
+            )
 
 
 def _last_finished(history: list[tuple[int, int]], t: int, *, scan: int = 64) -> int | None:

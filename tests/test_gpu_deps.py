@@ -1,0 +1,303 @@
+"""The GPU-dependency rules (:mod:`skewlens.profiler.gpu_deps`): on plain records, and through both of their
+writers, the CUDA capture and the Kineto importer, which must give the same edges for the same events.
+
+Expected edges are worked out here from the synthetic schedules (times in µs), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewlens.profiler.capture.build import RankCapture, build_nodes
+from skewlens.profiler.capture.records import CudaSyncRecord, OpRecord, StepRecord
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.gpu_deps import (
+    CONTEXT_SYNC,
+    STREAM_SYNC,
+    STREAM_WAIT,
+    Call,
+    GpuNode,
+    SyncActivity,
+    gpu_dependencies,
+)
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.vocab import Attr
+
+# -- the rules on plain records ---------------------------------------------------------------------------
+
+
+def _node(key: int, stream: int, launch: int, start: int, end: int, *, host: int | None = None) -> GpuNode:
+    return GpuNode(
+        key=key, device=0, stream=stream, launch_ns=launch, start_ns=start, end_ns=end, corr=key, host=host
+    )
+
+
+def _call(corr: int, name: str, start: int, end: int, host: int | None = None) -> tuple[int, Call]:
+    return corr, Call(key=1000 + corr, name=name, start_ns=start, end_ns=end, host=host)
+
+
+def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_keeps_only_stream_order() -> None:
+    # op 1 launches kernel 10 (stream 7); op 2 (.item()) launches copy 11 on stream 7, then synchronises
+    nodes = [_node(10, 7, 100, 200, 900, host=1), _node(11, 7, 1_000, 1_100, 1_300, host=2)]
+    calls = dict([_call(10, "cudaLaunchKernel", 100, 150), _call(11, "cudaMemcpyAsync", 1_000, 1_050)])
+    calls.update([_call(12, "cudaStreamSynchronize", 1_060, 1_400, host=2)])
+    found = gpu_dependencies(
+        nodes, calls, [SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)], default_device=0
+    )
+    assert found.deps[2] == [11]
+    assert found.launch == {10: 1}  # the copy's launch would close a cycle with the synchronisation
+    assert not found.inferred
+    assert found.notes == ["1 host waits on the GPU"]
+
+
+def test_a_stream_wait_makes_the_waiting_streams_next_node_wait_for_the_recorded_streams_last() -> None:
+    nodes = [
+        _node(10, 7, 100, 200, 5_000),
+        _node(11, 7, 3_000, 5_000, 6_000),
+        _node(12, 20, 2_500, 5_100, 5_500),
+    ]
+    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert dict(found.deps) == {12: [10]}  # 11 was launched after the record
+    contradicted = [_node(10, 7, 100, 200, 9_000), *nodes[1:]]  # ends after 12 started: not written
+    found = gpu_dependencies(contradicted, calls, [wait], default_device=0)
+    assert not any(found.deps.values())
+    assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
+
+
+def test_without_sync_events_a_delayed_node_after_a_stream_wait_call_waits_for_another_streams_node() -> None:
+    # 12 follows 11 on stream 20, launched long before it starts: 31 µs late, after a cudaStreamWaitEvent,
+    # 15 µs after 10 (stream 7) ended
+    nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
+    nodes.append(_node(12, 20, 44_000, 75_000, 85_000))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert found.deps[12] == [10]
+    assert found.inferred[12] == [10]
+    assert found.notes == [
+        (
+            "no CUDA sync events in the trace: 1 GPU wait edge(s) inferred from timing "
+            "(0.031 ms of recorded kernel waiting rests on event waits inferred so)"
+        )
+    ]
+    # the same delay with no stream-wait call before it is no event wait
+    assert not any(gpu_dependencies(nodes, {}, [], default_device=0).deps.values())
+
+
+def test_a_blocking_call_inside_no_host_node_is_a_node_of_its_own_and_a_comm_kernel_only_a_dependency() -> (
+    None
+):
+    comm = GpuNode(
+        key=10, device=1, stream=13, launch_ns=100, start_ns=200, end_ns=900, corr=10, host=5, comm=True
+    )
+    calls = dict(
+        [_call(10, "cudaLaunchKernelExC", 100, 150, host=5), _call(11, "cudaDeviceSynchronize", 1_000, 1_200)]
+    )
+    found = gpu_dependencies([comm], calls, [], default_device=1)  # no sync event: the rank's device
+    assert found.bare_calls == [1011]
+    assert found.deps[1011] == [10]
+    assert found.launch == {}  # a comm node starts at its own call
+    context = SyncActivity(kind=CONTEXT_SYNC, corr=11, device=0)  # ... or the device the activity names
+    assert not any(gpu_dependencies([comm], calls, [context], default_device=1).deps.values())
+
+
+# -- capture and import of one event stream -----------------------------------------------------------------
+
+THREAD = 100
+DEVICE_CATS = ("kernel", "gpu_memcpy")
+
+
+def _kineto_events(*, sync_events: bool) -> list[dict[str, Any]]:
+    """One thread, streams 7 and 20 of device 0 (µs):
+
+    - ``aten::zero_`` launches ``fill`` (stream 20), ``aten::mm`` launches ``gemm`` (stream 7, 20-60);
+    - ``aten::record`` records an event on 7 and makes 20 wait for it; ``aten::add`` then launches ``add``
+      (stream 20), which starts at 75, 15 after ``gemm`` ended;
+    - ``aten::item`` launches a copy (stream 7) and synchronises on stream 7;
+    - ``aten::to`` launches ``copy_kernel`` (stream 20) and synchronises the device;
+    - ``aten::query`` queries the event (no wait); ``aten::wait_event`` synchronises on it.
+    """
+    evs: list[dict[str, Any]] = []
+    ext = iter(range(1, 100))
+
+    def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
+        pid, tid = (0, args["stream"]) if cat in (*DEVICE_CATS, "cuda_sync") else (1, THREAD)
+        evs.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
+
+    def op(name: str, ts: int, dur: int) -> None:
+        x("cpu_op", name, ts, dur, **{"External id": next(ext)})
+
+    def call(name: str, ts: int, dur: int, corr: int) -> None:
+        x("cuda_runtime", name, ts, dur, correlation=corr)
+
+    def gpu(cat: str, name: str, stream: int, ts: int, dur: int, corr: int) -> None:
+        x(cat, name, ts, dur, device=0, stream=stream, correlation=corr)
+
+    def sync(kind: str, ts: int, corr: int, stream: int = -1, **more: int) -> None:
+        if sync_events:
+            x(
+                "cuda_sync",
+                kind,
+                ts,
+                1,
+                cuda_sync_kind=kind,
+                device=0,
+                stream=stream,
+                correlation=corr,
+                **more,
+            )
+
+    op("aten::zero_", 0, 8)
+    call("cudaLaunchKernel", 2, 2, 5)
+    gpu("kernel", "fill", 20, 5, 4, 5)
+    op("aten::mm", 10, 20)
+    call("cudaLaunchKernel", 12, 3, 1)
+    gpu("kernel", "gemm", 7, 20, 40, 1)
+    op("aten::record", 32, 8)
+    call("cudaEventRecord", 33, 1, 2)
+    call("cudaStreamWaitEvent", 35, 1, 3)
+    sync("Stream Wait Event", 35, 3, stream=20, wait_on_stream=7, wait_on_cuda_event_record_corr_id=2)
+    op("aten::add", 42, 8)
+    call("cudaLaunchKernel", 44, 2, 4)
+    gpu("kernel", "add", 20, 75, 10, 4)
+    op("aten::item", 90, 40)
+    call("cudaMemcpyAsync", 92, 2, 6)
+    gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 7, 100, 5, 6)
+    call("cudaStreamSynchronize", 95, 12, 7)
+    sync("Stream Sync", 100, 7, stream=7)
+    op("aten::to", 140, 30)
+    call("cudaLaunchKernel", 141, 2, 11)
+    gpu("kernel", "copy_kernel", 20, 150, 10, 11)
+    call("cudaDeviceSynchronize", 145, 20, 8)
+    sync("Context Sync", 150, 8)
+    op("aten::query", 175, 5)
+    call("cudaEventQuery", 176, 1, 9)
+    sync("Event Sync", 176, 9, wait_on_stream=7, wait_on_cuda_event_record_corr_id=2)
+    op("aten::wait_event", 185, 15)
+    call("cudaEventSynchronize", 186, 5, 10)
+    sync("Event Sync", 187, 10, wait_on_stream=7, wait_on_cuda_event_record_corr_id=2)
+    return evs
+
+
+Edges = tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]]
+
+
+def _gpu_edges(nodes: list[tuple[int, str, bool, list[int], list[int]]]) -> Edges:
+    """(dependant, dependency) names of the edges with a GPU node at either end, and the inferred ones;
+    from ``(id, name, is_gpu, ctrl_deps, inferred_deps)`` rows."""
+    name = {nid: n for nid, n, _g, _c, _i in nodes}
+    gpu = {nid for nid, _n, g, _c, _i in nodes if g}
+    edges = {(n, name[d]) for nid, n, _g, ctrl, _i in nodes for d in ctrl if nid in gpu or d in gpu}
+    inferred = {(n, name[d]) for _nid, n, _g, _c, inf in nodes for d in inf}
+    return frozenset(edges), frozenset(inferred)
+
+
+def _ids(v: object) -> list[int]:
+    assert isinstance(v, list | tuple), v
+    return [int(d) for d in v]
+
+
+def _captured(evs: list[dict[str, Any]]) -> Edges:
+    ops, syncs = [], []
+    for e in evs:
+        a, ns, dur = e["args"], e["ts"] * 1000, e["dur"] * 1000
+        if e["cat"] == "cuda_sync":
+            syncs.append(
+                CudaSyncRecord(
+                    kind=e["name"], corr=a["correlation"], device=a["device"], stream=a["stream"],
+                    wait_on_stream=a.get("wait_on_stream", -1),
+                    record_corr=a.get("wait_on_cuda_event_record_corr_id", -1),
+                )
+            )  # fmt: skip
+        elif e["cat"] in DEVICE_CATS:
+            ops.append(
+                OpRecord(
+                    name=e["name"], start_ns=ns, dur_ns=dur, thread=a["stream"], is_cpu=False,
+                    device="cuda:0", corr=a["correlation"], kind=e["cat"],
+                )
+            )  # fmt: skip
+        else:
+            call = e["cat"] == "cuda_runtime"
+            corr = a["correlation"] if call else a["External id"]
+            kind = e["cat"] if call else ""
+            ops.append(
+                OpRecord(name=e["name"], start_ns=ns, dur_ns=dur, thread=1, is_cpu=True, corr=corr, kind=kind)
+            )
+    cap = RankCapture(
+        rank=0,
+        comms=[],
+        steps=[StepRecord(step=0, start_ns=-1_000, end_ns=300_000)],
+        groups=[ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="cuda:nccl")],
+        main_thread=111,
+        ops=ops,
+        syncs=syncs,
+        device="cuda:0",
+    )
+    nodes = build_nodes(cap)
+    return _gpu_edges(
+        [
+            (
+                n.node_id,
+                n.name,
+                n.attrs.get(Attr.STREAM_KIND) == "cuda",
+                list(n.ctrl_deps),
+                _ids(n.attrs.get(Attr.INFERRED_DEPS, [])),
+            )
+            for n in nodes
+        ]
+    )
+
+
+def _imported(evs: list[dict[str, Any]], tmp: Path) -> Edges:
+    path = tmp / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": evs}))
+    import_traces([path], None, tmp / "run")
+    rows = []
+    for n in read_et(tmp / "run" / "rank-0.et").nodes:
+        attrs = node_attrs(n)
+        inferred = attrs.get(Attr.INFERRED_DEPS, [])
+        rows.append((n.id, n.name, attrs.get(Attr.STREAM_KIND) == "cuda", list(n.ctrl_deps), list(inferred)))
+    return _gpu_edges(rows)
+
+
+COPY = "Memcpy DtoH (Device -> Pageable)"
+#: What both modes give: launches (none for what its own op then synchronises on), stream order, and the
+#: device synchronise (exact without sync events too).
+COMMON = {
+    ("fill", "aten::zero_"),
+    ("gemm", "aten::mm"),
+    ("add", "aten::add"),
+    ("add", "fill"),
+    ("add", "gemm"),  # the event wait
+    (COPY, "gemm"),
+    ("copy_kernel", "add"),
+    ("aten::item", COPY),  # .item(): the op waits for its own copy, whose launch edge goes
+    ("aten::to", COPY),
+    ("aten::to", "copy_kernel"),
+}
+
+
+@pytest.mark.parametrize(
+    ("sync_events", "expected", "inferred"),
+    [
+        (True, {*COMMON, ("aten::wait_event", "gemm")}, set()),
+        # without sync events: the event wait and the stream synchronise are inferred from timing, the event
+        # synchronise (which ended before anything it could have waited for) is lost
+        (False, COMMON, {("add", "gemm"), ("aten::item", COPY)}),
+    ],
+)
+def test_capture_and_import_give_the_same_gpu_edges_for_the_same_events(
+    tmp_path: Path, sync_events: bool, expected: set[tuple[str, str]], inferred: set[tuple[str, str]]
+) -> None:
+    evs = _kineto_events(sync_events=sync_events)
+    captured, imported = _captured(evs), _imported(evs, tmp_path)
+    assert captured == imported
+    assert captured == (expected, inferred)
