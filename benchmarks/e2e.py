@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import codecs
-import contextlib
 import itertools
 import json
 import os
@@ -52,12 +51,12 @@ from pathlib import Path
 from typing import IO, Any
 
 import psutil
+from proctree import SAMPLE_S, TreeSamples
 from rich.console import Console
 from rich.table import Table
 
 MIB = 1 << 20
 #: Interval of the RSS sampling of the command's process tree.
-SAMPLE_S = 0.02
 #: Bumped when a generator's output changes, so that cached inputs of an older shape are not reused.
 GEN_VERSION = 1
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "skewlens-e2e"
@@ -218,28 +217,6 @@ class CommandRun:
     cpu_s: float
     out_bytes: int
     stages_s: dict[str, float]
-
-
-@dataclass(slots=True)
-class TreeSamples:
-    """What sampling a process tree saw: the peak of its summed RSS, each process's last CPU time."""
-
-    peak_rss_bytes: int = 0
-    cpu_s: dict[int, float] = field(default_factory=dict)
-
-    def sample(self, root: psutil.Process) -> None:
-        """Read ``root`` and all its descendants now (shared pages count once per process)."""
-        try:
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        rss = 0
-        for p in procs:
-            with contextlib.suppress(psutil.Error), p.oneshot():  # it may exit between listing and reading
-                rss += p.memory_info().rss
-                t = p.cpu_times()
-                self.cpu_s[p.pid] = t.user + t.system
-        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
 
 
 def _read_stderr(pipe: IO[bytes], t0: float, frames: list[tuple[float, str]]) -> None:

@@ -166,7 +166,16 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="skl-fidelity-") as tmp:
         for name in names:
-            figs = [one_pair(Path(tmp), name, k, args) for k in range(args.pairs)]
+            figs = []
+            for k in range(args.pairs):
+                f = one_pair(Path(tmp), name, k, args)
+                figs.append(f)
+                rr = "-" if f.real_error is None else f"{f.real_error:.1%}"
+                print(
+                    f"{name} pair {k}: sim {f.sim_error:.1%}, blamed {f.blamed_ms:.1f} ms/step, real cost "
+                    f"{f.real_cost_ms:.1f} ms/step, top {f.top_is_straggler}, real replay {rr}",
+                    flush=True,
+                )
             med = statistics.median
             blamed, real = med(f.blamed_ms for f in figs), med(f.real_cost_ms for f in figs)
             reals = [f.real_error for f in figs if f.real_error is not None]

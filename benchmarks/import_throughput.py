@@ -35,9 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
+from proctree import watch
 
-SAMPLE_S = 0.02
 PARSERS = ("json", "orjson", "msgspec", "simdjson", "msgspec-typed", "skewlens")
 
 
@@ -61,24 +60,7 @@ def measure(cmd: list[str]) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    seen_cpu: dict[int, float] = {}
-    while proc.poll() is None:
-        rss = 0
-        try:
-            tree = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = []
-        for p in tree:
-            try:
-                rss += p.memory_info().rss
-                c = p.cpu_times()
-                seen_cpu[p.pid] = c.user + c.system
-            except psutil.NoSuchProcess:
-                pass
-        peak = max(peak, rss)
-        time.sleep(SAMPLE_S)
+    seen = watch(proc)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
@@ -86,8 +68,8 @@ def measure(cmd: list[str]) -> dict[str, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # the forkserver and its workers are not always reaped by the CLI: add what the samples saw beyond it
-    sampled = sum(seen_cpu.values())
-    return {"wall_s": wall, "cpu_s": max(reaped, sampled), "peak_rss": float(peak)}
+    sampled = seen.cpu_total_s
+    return {"wall_s": wall, "cpu_s": max(reaped, sampled), "peak_rss": float(seen.peak_rss_bytes)}
 
 
 def count_events(path: Path) -> int:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
+from proctree import watch
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
@@ -127,26 +128,13 @@ def measure(run_dir: Path, out_dir: Path, workers: int | None) -> dict[str, floa
     if workers is not None:
         cmd += ["--workers", str(workers)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    ps = psutil.Process(proc.pid)
-    peak = 0
-    cpu: dict[int, float] = {}  # last CPU time seen per process of the tree (workers are grandchildren)
-    while proc.poll() is None:
-        rss = 0
-        for p in [ps, *ps.children(recursive=True)]:
-            try:
-                rss += p.memory_info().rss
-                t = p.cpu_times()
-                cpu[p.pid] = t.user + t.system
-            except psutil.Error:
-                pass
-        peak = max(peak, rss)
-        time.sleep(0.02)
+    seen = watch(proc)
     out, _ = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"conversion failed with exit code {proc.returncode}")
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    result["peak_tree_rss_mib"] = peak / (1 << 20)
-    result["tree_cpu_seconds"] = sum(cpu.values())
+    result["peak_tree_rss_mib"] = seen.peak_rss_bytes / (1 << 20)
+    result["tree_cpu_seconds"] = seen.cpu_total_s
     result["nodes_per_s"] = result["nodes"] / result["seconds"]
     return result
 
