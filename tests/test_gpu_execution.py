@@ -371,3 +371,20 @@ def test_a_cpu_run_has_no_launch_or_host_sync_edges(tmp_path: Path) -> None:
     b.write(tmp_path / "run")
     m = execution_model(load_trace(tmp_path / "run"))
     assert all(rm.launch_src.size == 0 for rm in m.ranks.values())
+
+
+def test_a_device_synchronise_on_any_rank_of_an_8_gpu_host_waits_for_that_rank_s_own_device(
+    imported: dict[str, RunTrace],
+) -> None:
+    # without sync events nothing names the device a cudaDeviceSynchronize waited for: it is the rank's
+    # own (rank r of the DLRM host runs on device r), so every rank has the waits rank 0 has
+    run = _run(imported, "dlrm_8gpu_kineto.tar.gz")
+    m = execution_model(run)
+    waits: dict[int, list[str]] = {}
+    for r, rt in run.ranks.items():
+        mr = m.ranks[r]
+        host_rows = np.unique(mr.wait_dst[~rt.is_cpu[mr.wait_src]]).tolist()
+        waits[r] = sorted(rt.name(x) for x in host_rows)
+    assert run.manifest.devices == {r: f"cuda:{r}" for r in range(8)}
+    assert "cudaDeviceSynchronize" in waits[0]
+    assert all(w == waits[0] for w in waits.values()), waits

@@ -85,7 +85,7 @@ import functools
 import json
 import re
 from bisect import bisect_right
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -516,8 +516,11 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
         c: Call(key=e.index, name=e.name, start_ns=e.start_ns, end_ns=e.end_ns, host=host_of(e))
         for c, e in read.items()
     }
-    # a synchronisation no sync event names a device for is taken to be on device 0 (the first GPU)
-    found = gpu_dependencies(nodes, calls, [_sync_activity(e) for e in kt.syncs], default_device=0)
+    # a synchronisation no sync event names a device for is on the rank's device: the one most of its GPU
+    # work ran on (a rank of an 8-GPU host runs on its own device, not on device 0)
+    devices = Counter(n.device for n in nodes)
+    device = min(devices, key=lambda d: (-devices[d], d)) if devices else 0
+    found = gpu_dependencies(nodes, calls, [_sync_activity(e) for e in kt.syncs], default_device=device)
     call_event = {e.index: e for e in read.values()}
     extra = [_cpu_node(call_event[k]) for k in found.bare_calls]
     by_index.update((p.event.index, p) for p in extra)

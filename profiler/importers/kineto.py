@@ -344,8 +344,8 @@ class _Args(
     concrete: msgspec.Raw = _ABSENT
 
 
-#: Every ``args`` key the conversion reads (:mod:`~skewlens.profiler.importers.comm`, ``convert``,
-#: ``gpu_deps``); a kept event's ``args`` dict holds only these (a test checks the list against the code).
+#: Every ``args`` key the conversion reads (:mod:`~skewlens.profiler.importers.comm`, ``convert``);
+#: a kept event's ``args`` dict holds only these (a test checks the list against the code).
 ARGS_READ: tuple[str, ...] = _Args.__struct_encode_fields__
 #: (``args`` key, :class:`_Args` field).
 _ARG_FIELDS = tuple(zip(ARGS_READ, _Args.__struct_fields__, strict=True))
