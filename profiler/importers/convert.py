@@ -92,6 +92,7 @@ from itertools import accumulate
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
@@ -120,6 +121,11 @@ _MAX_RANKS_TEXT = 1 << 20
 _LOOK_BACK = 1024
 #: Nodes whose id and time fields are encoded together (:func:`id_and_time_fields`).
 _FIELDS_BATCH = 8192
+# enum members read once: ``Attr.X`` costs ~0.25 us a look-up (Python 3.11), and the paths below that run
+# once per event or node would make hundreds of thousands of them
+_STREAM, _STREAM_KIND, _IS_CPU_OP, _DEVICE = Attr.STREAM, Attr.STREAM_KIND, Attr.IS_CPU_OP, Attr.DEVICE
+_RF_ID, _LAUNCH_NS, _PG_NAME, _STEP_ATTR = Attr.RF_ID, Attr.LAUNCH_NS, Attr.PG_NAME, Attr.STEP
+_INFERRED_DEPS, _COMP = Attr.INFERRED_DEPS, NodeType.COMP
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,6 +182,41 @@ class _Intervals:
             if self.ends[k] >= t:
                 return self.events[k]
         return None
+
+    def enclosing_all(self, ts: Sequence[int]) -> list[KEvent | None]:
+        """:meth:`enclosing` of each time, at once: the latest event starting at or before a time decides
+        for most (it encloses the time, or nothing before it ends that late); the rest are looked up one by
+        one."""
+        if not ts:
+            return []
+        t = np.asarray(ts, dtype=np.int64)
+        i = np.searchsorted(np.asarray(self.starts, dtype=np.int64), t, side="right") - 1
+        k = np.maximum(i, 0)
+        hit = (i >= 0) & (np.asarray(self.ends, dtype=np.int64)[k] >= t)
+        none = (i < 0) | (np.asarray(self.max_end, dtype=np.int64)[k] < t)
+        events = self.events
+        out: list[KEvent | None] = [None] * len(ts)
+        for j, kk in zip(np.flatnonzero(hit).tolist(), k[hit].tolist(), strict=True):
+            out[j] = events[kk]
+        for j in np.flatnonzero(~(hit | none)).tolist():
+            out[j] = self.enclosing(ts[j])
+        return out
+
+
+def _enclosing_each(by_tid: dict[int, _Intervals], calls: Sequence[KEvent | None]) -> list[KEvent | None]:
+    """For each call, the event of its thread enclosing its start (:meth:`_Intervals.enclosing`); None for
+    no call."""
+    out: list[KEvent | None] = [None] * len(calls)
+    at: dict[int, list[int]] = defaultdict(list)
+    for j, c in enumerate(calls):
+        if c is not None:
+            at[c.tid].append(j)
+    for tid, js in at.items():
+        iv = by_tid.get(tid)
+        if iv is not None:
+            for j, e in zip(js, iv.enclosing_all([calls[j].start_ns for j in js]), strict=True):  # type: ignore[union-attr]
+                out[j] = e
+    return out
 
 
 def _by_tid(events: Sequence[KEvent]) -> dict[int, _Intervals]:
@@ -370,11 +411,11 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
 
 
 def _cpu_node(e: KEvent) -> _Pending:
-    attrs: dict[str, AttrValue] = {Attr.STREAM: e.tid, Attr.STREAM_KIND: "thread", Attr.IS_CPU_OP: True}
+    attrs: dict[str, AttrValue] = {_STREAM: e.tid, _STREAM_KIND: "thread", _IS_CPU_OP: True}
     if e.rf_id is not None:
-        attrs[Attr.RF_ID] = e.rf_id
+        attrs[_RF_ID] = e.rf_id
     return _Pending(
-        event=e, node_type=NodeType.COMP, stream_key=("thread", e.tid), attrs=attrs, launch_order=e.start_ns
+        event=e, node_type=_COMP, stream_key=("thread", e.tid), attrs=attrs, launch_order=e.start_ns
     )
 
 
@@ -383,33 +424,35 @@ def _device_name(device: int) -> str:
     return f"cuda:{device}"  # one string per device (its hash is computed once, where the encoder caches)
 
 
-def _gpu_node(e: KEvent, src: _Sources) -> tuple[_Pending, KEvent | None]:
-    """The GPU node of a kernel/memcpy/memset, and the comm annotation enclosing its launch (if any)."""
+#: Per (device, stream): the stream key and the attributes every GPU node of the stream starts with.
+_GpuStreams = dict[tuple[int, int], tuple[tuple[Any, ...], dict[str, AttrValue]]]
+
+
+def _gpu_node(e: KEvent, launch: KEvent | None, parent: KEvent | None, streams: _GpuStreams) -> _Pending:
+    """The GPU node of a kernel/memcpy/memset launched by ``launch`` inside the top-level op ``parent``."""
     stream = e.tid if e.stream is None else e.stream
     device = e.device or 0
-    launch = src.kt.launches.get(e.corr) if e.corr is not None else None
-    parent = site = None
+    known = streams.get((device, stream))
+    if known is None:
+        first: dict[str, AttrValue] = {
+            _STREAM: stream,
+            _STREAM_KIND: "cuda",
+            _IS_CPU_OP: False,
+            _DEVICE: _device_name(device),
+        }
+        known = streams[(device, stream)] = (("cuda", device, stream), first)
+    key, first = known
+    attrs = first.copy()
     if launch is not None:
-        iv = src.tops.get(launch.tid)
-        parent = iv.enclosing(launch.start_ns) if iv else None
-        sv = src.sites.get(launch.tid)
-        site = sv.enclosing(launch.start_ns) if sv else None
-    p = _Pending(
+        attrs[_LAUNCH_NS] = launch.start_ns
+    return _Pending(
         event=e,
-        node_type=NodeType.COMP,
-        stream_key=("cuda", device, stream),
-        attrs={
-            Attr.STREAM: stream,
-            Attr.STREAM_KIND: "cuda",
-            Attr.IS_CPU_OP: False,
-            Attr.DEVICE: _device_name(device),
-        },
+        node_type=_COMP,
+        stream_key=key,
+        attrs=attrs,
         launch_order=launch.start_ns if launch is not None else e.start_ns,
         parent=parent,
     )
-    if launch is not None:
-        p.attrs[Attr.LAUNCH_NS] = launch.start_ns
-    return p, site
 
 
 def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
@@ -436,12 +479,17 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         notes.append(f"host trace joined to {len(joined)} of {len(kt.cpu_ops)} Kineto cpu ops")
     used_sites: set[int] = set()
     counts: dict[str, int] = defaultdict(int)
-    for e in sorted(kt.gpu, key=lambda e: (e.start_ns, e.index)):
-        p, site = _gpu_node(e, src)
+    gpu = sorted(kt.gpu, key=lambda e: (e.start_ns, e.index))
+    launches = kt.launches
+    calls = [launches.get(e.corr) if e.corr is not None else None for e in gpu]
+    streams: _GpuStreams = {}
+    for e, call, parent, site in zip(
+        gpu, calls, _enclosing_each(src.tops, calls), _enclosing_each(src.sites, calls), strict=True
+    ):
+        p = _gpu_node(e, call, parent, streams)
         pending.append(p)
         if e.cat != "kernel" or e.name[:4].lower() != "nccl":
             continue
-        call = kt.launches.get(e.corr) if e.corr is not None else None
         anchor, cpu_side = src.cpu_side(site, call)
         if anchor is not None and anchor.index in used_sites:
             counts["further NCCL kernel(s) of an already converted op kept as GPU COMP"] += 1
@@ -476,7 +524,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         rank=kt.rank,
         body=body,
         node_count=len(pending),
-        pg_names=frozenset(str(p.attrs[Attr.PG_NAME]) for p in pending if Attr.PG_NAME in p.attrs),
+        pg_names=frozenset(str(p.attrs[_PG_NAME]) for p in pending if _PG_NAME in p.attrs),
         steps=steps,
         groups=src.groups,
         device=f"cuda:{devices[0]}" if devices else "cpu",
@@ -491,30 +539,29 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
     gpu = [p for p in pending if p.stream_key[0] == "cuda"]
     nodes = []
     for p in gpu:
-        e = p.event
-        launch = p.attrs.get(Attr.LAUNCH_NS)
+        e, (_kind, device, stream), launch, parent = p.event, p.stream_key, p.attrs.get(_LAUNCH_NS), p.parent
         nodes.append(
             GpuNode(
                 key=e.index,
-                device=int(p.stream_key[1]),
-                stream=int(p.stream_key[2]),
-                launch_ns=launch if isinstance(launch, int) else e.start_ns,
+                device=device,
+                stream=stream,
+                launch_ns=launch if type(launch) is int else e.start_ns,
                 start_ns=e.start_ns,
-                end_ns=e.end_ns,
+                end_ns=e.start_ns + e.dur_ns,
                 corr=e.corr,
-                host=p.parent.index if p.parent is not None else None,
+                host=parent.index if parent is not None else None,
             )
         )
-
-    def host_of(call: KEvent) -> int | None:
-        iv = src.tops.get(call.tid)
-        top = iv.enclosing(call.start_ns) if iv else None
-        return top.index if top is not None else None
-
     read = {c: e for c, e in kt.launches.items() if e.name in CALLS_READ}
     calls = {
-        c: Call(key=e.index, name=e.name, start_ns=e.start_ns, end_ns=e.end_ns, host=host_of(e))
-        for c, e in read.items()
+        c: Call(
+            key=e.index,
+            name=e.name,
+            start_ns=e.start_ns,
+            end_ns=e.start_ns + e.dur_ns,
+            host=top.index if top is not None else None,
+        )
+        for (c, e), top in zip(read.items(), _enclosing_each(src.tops, list(read.values())), strict=True)
     }
     # a synchronisation no sync event names a device for is on the rank's device: the one most of its GPU
     # work ran on (a rank of an 8-GPU host runs on its own device, not on device 0)
@@ -640,12 +687,16 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         ((int(m.group(1)), a) for a in kt.annotations if (m := _STEP.match(a.name))),
         key=lambda sa: sa[1].start_ns,
     )
-    step_starts = [a.start_ns for _s, a in step_anns]
-    step_ends = [a.end_ns for _s, a in step_anns]
     step_nums = [s for s, _a in step_anns]
-
     order = sorted(pending, key=lambda p: (p.event.start_ns, p.event.cat != "cpu_op", p.event.index))
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
+    starts = [p.event.start_ns for p in order]
+    durs = [p.event.dur_ns for p in order]
+    # the step annotation each node starts in, by time (index into step_anns; -1: none)
+    t = np.asarray(starts, dtype=np.int64)
+    i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), t, side="right") - 1
+    ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
+    in_step: list[int] = np.where((i >= 0) & (t <= ends[np.maximum(i, 0)]), i, -1).tolist()
     last_on: dict[tuple[Any, ...], int] = {}
     last_writer: dict[TensorKey, int] = {}
     step_of: dict[int, int | None] = {}
@@ -657,9 +708,9 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         e = p.event
         in_batch = (nid - 1) % _FIELDS_BATCH
         if in_batch == 0:  # the next batch's id and time fields, at once (a batch at a time: bounded memory)
-            batch = [q.event for q in order[nid - 1 : nid - 1 + _FIELDS_BATCH]]
-            ids = range(nid, nid + len(batch))
-            fields = id_and_time_fields(ids, [b.start_ns for b in batch], [b.dur_ns for b in batch])
+            upto = nid - 1 + _FIELDS_BATCH
+            ids = range(nid, nid + len(starts[nid - 1 : upto]))
+            fields = id_and_time_fields(ids, starts[nid - 1 : upto], durs[nid - 1 : upto])
         deps: list[int] = []
         prev = last_on.get(p.stream_key)
         if prev is not None:
@@ -668,8 +719,9 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
             xid = node_id.get(x)
             if xid is not None and xid not in deps:
                 deps.append(xid)
-        if p.parent is not None and p.launch_dep:
-            pid = node_id.get(p.parent.index)
+        parent = p.parent
+        if parent is not None and p.launch_dep:
+            pid = node_id.get(parent.index)
             if pid is not None and pid not in deps:
                 deps.append(pid)
         last_on[p.stream_key] = nid
@@ -678,17 +730,16 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
             data = sorted({w for k in p.reads if (w := last_writer.get(k)) is not None} - {nid, *deps})
         for k in p.writes:
             last_writer[k] = nid
-        step = step_of.get(p.parent.index) if p.parent is not None else None
-        if step is None:
-            i = bisect_right(step_starts, e.start_ns) - 1
-            step = step_nums[i] if i >= 0 and e.start_ns <= step_ends[i] else None
+        step = step_of.get(parent.index) if parent is not None else None
+        if step is None and (si := in_step[nid - 1]) >= 0:
+            step = step_nums[si]
         step_of[e.index] = step
         extra: list[tuple[str, AttrValue]] = []
         if p.inferred:
-            extra.append((Attr.INFERRED_DEPS, [node_id[x] for x in p.inferred if x in node_id]))
+            extra.append((_INFERRED_DEPS, [node_id[x] for x in p.inferred if x in node_id]))
         end_ns = e.start_ns + e.dur_ns
         if step is not None:
-            extra.append((Attr.STEP, step))
+            extra.append((_STEP_ATTR, step))
             step_end[step] = max(step_end.get(step, end_ns), end_ns)
         chunks.append(
             encode(

@@ -102,7 +102,8 @@ class NodeEncoder:
             if node_type:
                 parts.append(b"\x18" + _SMALL[node_type])
             if ctrl_deps:
-                parts.append(_packed(b"\x22", ctrl_deps))
+                deps = b"".join([varint(v) for v in ctrl_deps])
+                parts.append(b"\x22" + varint(len(deps)) + deps)
             if data_deps:
                 parts.append(_packed(b"\x2a", data_deps))
             if fields is not None:
@@ -116,15 +117,20 @@ class NodeEncoder:
                 parts.append(b"\x52" + _SMALL[len(a)] + a)
                 a = self._dur_key + _int64(dur_ns)
                 parts.append(b"\x52" + _SMALL[len(a)] + a)
-            cache, keys = self._attrs, self._keys
-            for k, v in (*attrs.items(), *extra):
+            cache, keys, add = self._attrs, self._keys, parts.append
+            for k, v in (*attrs.items(), *extra) if extra else attrs.items():
                 t = type(v)
                 if t is int and k in _UNCACHED:  # the common case inline: a per-node integer
-                    a = (keys.get(k) or self._key(k)) + b"\x48" + _int64(v)  # type: ignore[arg-type]
-                    parts.append(b"\x52" + varint(len(a)) + a)
+                    n: int = v  # type: ignore[assignment]
+                    a = (
+                        (keys.get(k) or self._key(k))
+                        + b"\x48"
+                        + (varint(n) if 0 <= n < _INT64 else _int64(n))
+                    )
+                    add(b"\x52" + _SMALL[len(a)] + a)  # an int64 attribute is shorter than 2**14 bytes
                     continue
                 hit = cache.get((k, t, v)) if t is not list else None
-                parts.append(hit if hit is not None else self._attr(k, v))
+                add(hit if hit is not None else self._attr(k, v))
         except (ValueError, OverflowError, UnicodeEncodeError, IndexError, TypeError):
             # what protobuf refuses, it refuses in its own words
             node = TraceNode(
