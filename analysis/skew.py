@@ -282,6 +282,46 @@ def _common_event(events: list[SkewEvent], late_history: list[int], other: int) 
     return None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Members:
+    """Every member of every event, events one after another (``at[i]:at[i + 1]``), with its columns
+    gathered one rank at a time (numpy) instead of one member at a time."""
+
+    at: I64
+    arrival_ns: I64
+    end_ns: I64
+    wait_ns: I64
+    exposed_wait_ns: I64
+    node_id: I64
+
+
+def _members(ix: RunIndex, raw: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]]) -> _Members:
+    """Members' arrival, end, wait, node id and exposed wait (the part of the wait ``[arrival, arrival +
+    wait)`` not covered by compute on the member's rank)."""
+    count = np.fromiter((len(rs) for *_x, rs, _ws in raw), dtype=np.int64, count=len(raw))
+    at = np.zeros(len(raw) + 1, dtype=np.int64)
+    np.cumsum(count, out=at[1:])
+    rank = np.fromiter((r for *_x, rs, _ws in raw for r in rs), dtype=np.int64, count=int(at[-1]))
+    row = np.fromiter((w for *_x, _rs, ws in raw for w in ws), dtype=np.int64, count=int(at[-1]))
+    cols = [np.zeros(rank.size, dtype=np.int64) for _ in range(5)]
+    by_rank = np.argsort(rank, kind="stable")
+    cuts = np.flatnonzero(np.diff(rank[by_rank])) + 1
+    for part in np.split(by_rank, cuts) if rank.size else []:
+        ri = ix.ranks[int(rank[part[0]])]
+        rows = row[part]
+        a, w = ri.trace.start_ns[rows], ri.wait_ns[rows]
+        for col, values in zip(
+            cols,
+            (a, ri.end_ns[rows], w, w - ri.cov_comp.between(a, a + w), ri.trace.node_id[rows]),
+            strict=True,
+        ):
+            col[part] = values
+    arrival, end, wait, exposed, node_id = cols
+    return _Members(
+        at=at, arrival_ns=arrival, end_ns=end, wait_ns=wait, exposed_wait_ns=exposed, node_id=node_id
+    )
+
+
 def analyze_skew(ix: RunIndex) -> SkewResult:
     """Skew, waits, late member, blamed rank and cause of every collective instance and p2p pair."""
     run = ix.run
@@ -290,9 +330,9 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         ("collective", k, c.ranks, c.rows) for k, c in enumerate(run.collectives)
     ]
     raw += [("p2p", k, (p.src_rank, p.dst_rank), (p.src_row, p.dst_row)) for k, p in enumerate(run.p2p)]
-    last_arrival = [
-        max(int(run.ranks[r].start_ns[w]) for r, w in zip(rs, ws, strict=True)) for *_x, rs, ws in raw
-    ]
+    mem = _members(ix, raw)
+    bounds = zip(mem.at[:-1].tolist(), mem.at[1:].tolist(), strict=True)
+    last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
     prev_row: dict[tuple[str, int], int] = {}  # (pg_name, rank) -> row of the previous instance
     blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
@@ -302,9 +342,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     for i in order:
         kind, k, ranks, rows = raw[i]
         rts = [ix.ranks[r] for r in ranks]
-        arr = np.array([int(ri.trace.start_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
-        end = np.array([int(ri.end_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
-        wait = np.array([int(ri.wait_ns[w]) for ri, w in zip(rts, rows, strict=True)], dtype=np.int64)
+        lo, hi = int(mem.at[i]), int(mem.at[i + 1])
+        arr, end, wait = mem.arrival_ns[lo:hi], mem.end_ns[lo:hi], mem.wait_ns[lo:hi]
         if kind == "collective":
             c = run.collectives[k]
             pg_name, seq, ctype = c.pg_name, c.seq, CommType(c.comm_type).name
@@ -373,17 +412,11 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 step=step,
                 ranks=tuple(ranks),
                 rows=tuple(rows),
-                node_ids=tuple(int(ri.trace.node_id[w]) for ri, w in zip(rts, rows, strict=True)),
+                node_ids=tuple(mem.node_id[lo:hi].tolist()),
                 arrival_ns=arr,
                 end_ns=end,
                 wait_ns=wait,
-                exposed_wait_ns=np.array(
-                    [
-                        w - (ri.cov_comp.upto_one(a + w) - ri.cov_comp.upto_one(a))
-                        for ri, a, w in zip(rts, arr.tolist(), wait.tolist(), strict=True)
-                    ],
-                    dtype=np.int64,
-                ),
+                exposed_wait_ns=mem.exposed_wait_ns[lo:hi],
                 late_rank=late_rank,
                 blamed_rank=blamed,
                 late_by_ns=int(arr[li] - arr[mi]),
@@ -398,7 +431,9 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
     by_step: dict[tuple[int, int], int] = defaultdict(int)
     kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
     op_w: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    blamed_on: dict[int, list[SkewEvent]] = defaultdict(list)  # rank -> every event blamed on it
     for e in events:
+        blamed_on[e.blamed_rank].append(e)
         w = e.total_exposed_wait_ns
         if w <= 0:
             continue
@@ -412,7 +447,7 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
     top: dict[int, Cause] = {}
     for r, kinds in kind_w.items():
         k = max(kinds, key=lambda x: kinds[x])
-        mine = [e for e in events if e.blamed_rank == r and e.cause.kind is k]
+        mine = [e for e in blamed_on[r] if e.cause.kind is k]
         own = [e for e in mine if e.cause.via_rank < 0] or mine
         delta = int(np.median([e.cause.delta_ns for e in own])) if own else 0
         if k is CauseKind.COMPUTE and op_w[r]:
