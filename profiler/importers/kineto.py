@@ -51,6 +51,7 @@ by the standard library and checked by :func:`parse_kineto`, so every error read
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -69,7 +70,6 @@ LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 #: Sync.
 SYNC_CATEGORY = "cuda_sync"
 _KEPT = frozenset({"cpu_op", "user_annotation", SYNC_CATEGORY}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
-_KEPT_NAMES = {c: c for c in _KEPT}
 #: Bound on times (ns): keeps every value inside Chakra's int64 fields.
 _MAX_NS = 2**62
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
@@ -347,20 +347,20 @@ class _Args(
 #: Every ``args`` key the conversion reads (:mod:`~skewlens.profiler.importers.comm`, ``convert``);
 #: a kept event's ``args`` dict holds only these (a test checks the list against the code).
 ARGS_READ: tuple[str, ...] = _Args.__struct_encode_fields__
-#: (``args`` key, :class:`_Args` field).
-_ARG_FIELDS = tuple(zip(ARGS_READ, _Args.__struct_fields__, strict=True))
-_RAW_FIELDS = frozenset({"dims", "types", "concrete"})
+#: ``args`` key of each :class:`_Args` field.
+_ARG_KEY = dict(zip(_Args.__struct_fields__, ARGS_READ, strict=True))
+#: ``args`` keys of the fields left raw.
+_RAW_KEYS = tuple(_ARG_KEY[f] for f in ("dims", "types", "concrete"))
 _NO_ARGS_DECODED = _Args()
 
 
 def _args_dict(a: _Args) -> dict[str, Any]:
     """The keys ``a`` has, as a dict (the raw ones decoded)."""
-    out = {}
-    for key, f in _ARG_FIELDS:
-        v = getattr(a, f)
-        if v is _UNSET or v is _ABSENT:
-            continue
-        out[key] = _ANY.decode(v) if f in _RAW_FIELDS else v
+    key = _ARG_KEY
+    out = {key[f]: v for f, v in msgspec.structs.asdict(a).items() if v is not _UNSET and v is not _ABSENT}
+    for k in _RAW_KEYS:
+        if k in out:
+            out[k] = _ANY.decode(out[k])
     return out
 
 
@@ -416,18 +416,25 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     trace = _new_trace(
         path, rank, version=doc.schemaVersion, dist=doc.distributedInfo, base=doc.baseTimeNanoseconds
     )
-    base, add = trace.base_ns, trace.add
+    base = trace.base_ns
     # one object per distinct name, category, pid and tid (the decoder makes one per event)
     names: dict[str, str] = {}
     intern = names.setdefault
     ids: dict[int, int] = {}
     same_id = ids.setdefault
-    keeps_of: dict[tuple[str, str], bool] = {}
+    # per kept category: its name, where its events go (as KinetoTrace.add files them), whether an event
+    # of that name keeps its args
+    runtime: list[KEvent] = []
+    lists = {"cpu_op": trace.cpu_ops, "user_annotation": trace.annotations, SYNC_CATEGORY: trace.syncs}
+    lists |= dict.fromkeys(GPU_CATEGORIES, trace.gpu) | dict.fromkeys(LAUNCH_CATEGORIES, runtime)
+    kept: dict[str, tuple[str, Callable[[KEvent], None], dict[str, bool]]]
+    kept = {c: (c, lists[c].append, {}) for c in _KEPT}
     events = doc.traceEvents
     for i, ev in enumerate(events):
         events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
-        if ev.ph != "X" or type(ev.cat) is not str or (cat := _KEPT_NAMES.get(ev.cat)) is None:
+        if ev.ph != "X" or type(ev.cat) is not str or (to := kept.get(ev.cat)) is None:
             continue
+        cat, add, keeps_of = to
         name, pid, tid, ts, dur = ev.name, ev.pid, ev.tid, ev.ts, ev.dur
         tts, tdur = type(ts), type(dur)
         # decoded JSON numbers are finite and never bools: type checks suffice on the common path
@@ -449,9 +456,9 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
                 path, i, cat=cat, name=name, pid=pid, tid=tid, ts=ts, dur=dur, base=base
             )
         name = intern(name, name)
-        keeps = keeps_of.get((cat, name))
+        keeps = keeps_of.get(name)
         if keeps is None:
-            keeps = keeps_of[(cat, name)] = _keeps_args(cat, name)
+            keeps = keeps_of[name] = _keeps_args(cat, name)
         a = ev.args
         rf, c, st, dv = a.rf_id, a.correlation, a.stream, a.device  # UNSET where absent: no int
         add(
@@ -470,4 +477,6 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
                 device=dv if type(dv) is int and -MAX_INT < dv < MAX_INT else None,
             )
         )
+    trace.cpu_pids.update({e.pid for e in trace.cpu_ops})
+    trace.launches.update({e.corr: e for e in runtime if e.corr is not None})
     return trace
