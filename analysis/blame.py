@@ -82,20 +82,32 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     n = len(rt)
     st_sorted = rt.step[o].astype(np.int64)
     comm_pos = np.flatnonzero(ri.is_comm[o])
+    comm_rows = o[comm_pos]
+    raw = (
+        (rt.node_type[comm_rows].astype(np.int64) << 24)
+        | ((rt.comm_type[comm_rows].astype(np.int64) + 1) << 12)
+        | size_of_row[comm_rows]
+    )
+    # signatures numbered in order of first appearance (run-wide: ranks in order, rows by start)
+    distinct, first = np.unique(raw, return_index=True)
+    for v in distinct[np.argsort(first, kind="stable")].tolist():
+        sig_of.setdefault(v, len(sig_of) + 1)
+    sig = np.array([sig_of[v] for v in distinct.tolist()], dtype=np.int64)[np.searchsorted(distinct, raw)]
+    step = st_sorted[comm_pos]
+    # occurrence of each communication node among the step's earlier ones of its signature
+    group = ((step + 1) << 32) | sig
+    by_group = np.argsort(group, kind="stable")
+    g_sorted = group[by_group]
+    new = np.append(True, g_sorted[1:] != g_sorted[:-1]) if g_sorted.size else np.zeros(0, np.bool_)
+    first_of = np.maximum.accumulate(np.where(new, np.arange(g_sorted.size), 0)) if g_sorted.size else new
+    occ = np.empty(g_sorted.size, dtype=np.int64)
+    occ[by_group] = np.arange(g_sorted.size) - first_of
     comm_key = np.empty(comm_pos.size + 1, dtype=np.int64)
-    seen: dict[tuple[int, int], int] = {}
-    for j, p in enumerate(comm_pos.tolist()):
-        row = int(o[p])
-        raw = (int(rt.node_type[row]) << 24) | ((int(rt.comm_type[row]) + 1) << 12) | int(size_of_row[row])
-        sig = sig_of.setdefault(raw, len(sig_of) + 1)
-        step = int(st_sorted[p])
-        occ = seen.get((step, sig), 0)
-        seen[(step, sig)] = occ + 1
-        comm_key[j] = ((step + 1) << 32) | (sig << 12) | min(occ, _OCC_MAX)
+    comm_key[:-1] = ((step + 1) << 32) | (sig << 12) | np.minimum(occ, _OCC_MAX)
     comm_key[-1] = -1
     nxt = np.searchsorted(comm_pos, np.arange(n), side="left")
     k_sorted = comm_key[nxt]
-    nxt_step = np.append(st_sorted[comm_pos], -2)[nxt]
+    nxt_step = np.append(step, -2)[nxt]
     tail = nxt_step != st_sorted  # no later communication in this step: the step's tail interval
     k_sorted = np.where(tail, (st_sorted + 1) << 32, k_sorted)
     key = np.empty(n, dtype=np.int64)
@@ -127,21 +139,34 @@ def _group_sizes(ix: RunIndex) -> dict[int, I64]:
     return out
 
 
+def _all_intervals(ix: RunIndex, gaps: dict[int, I64]) -> dict[int, _Intervals]:
+    """:func:`_intervals` of every rank, in rank order (which numbers the signatures)."""
+    sizes = _group_sizes(ix)
+    sig_of: dict[int, int] = {}
+    return {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}
+
+
 _SLOT_MASK = (1 << 32) - 1
 #: Above this many ranks a rank's peers' median is taken over all ranks (the rank itself included).
 _EXACT_PEERS = 32
 
 
-def _typical(keys: I64, values: I64) -> tuple[I64, np.ndarray]:
+def _typical(keys: I64, *values: I64) -> tuple[I64, list[np.ndarray]]:
     """Per slot (an interval's signature and occurrence within its step, whatever the step): the median
-    over the steps of ``values``; returns (slots, medians)."""
+    over the steps of each of ``values``; returns (slots, medians of each). The medians are taken for all
+    slots at once: values sorted within their slot, then the middle one (odd count) or the mean of the
+    middle two, as ``np.median``."""
     slots = keys & _SLOT_MASK
     uniq, inv = np.unique(slots, return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    cuts = np.flatnonzero(np.diff(inv[order])) + 1
-    vals = values.astype(np.float64)[order]
-    med = np.array([np.median(v) for v in np.split(vals, cuts)]) if vals.size else np.zeros(0)
-    return uniq, med
+    count = np.bincount(inv, minlength=uniq.size)
+    first = np.zeros(uniq.size, dtype=np.int64)
+    np.cumsum(count[:-1], out=first[1:])
+    lo, hi = first + (count - 1) // 2, first + count // 2
+    meds = []
+    for v in values:
+        vals = v.astype(np.float64)[np.lexsort((v, inv))]
+        meds.append((vals[lo] + vals[hi]) / 2)
+    return uniq, meds
 
 
 def _peer_medians(
@@ -154,7 +179,7 @@ def _peer_medians(
     single steps: "run like the median rank" of a rank that is as fast as its peers costs nothing on
     average, instead of the sum of every step's positive differences."""
     ranks = list(ivs)
-    typ = {r: (*_typical(iv.keys, iv.comp), _typical(iv.keys, iv.gap)[1]) for r, iv in ivs.items()}
+    typ = {r: (sl, *m) for r, iv in ivs.items() for sl, m in [_typical(iv.keys, iv.comp, iv.gap)]}
     all_slots = np.unique(np.concatenate([t[0] for t in typ.values()])) if typ else np.zeros(0, np.int64)
     comp = np.full((all_slots.size, len(ranks)), np.nan)
     gap = np.full((all_slots.size, len(ranks)), np.nan)
@@ -194,15 +219,18 @@ def _peer_medians(
     return out
 
 
-def _overrides(
-    ri: RankIndex,
-    iv: _Intervals,
-    typical: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    *,
-    gaps: I64,
-) -> tuple[I64, I64, int]:
-    """dur/gap overrides making ``ri`` run like its peers' typical, and its excess over them (ns)."""
-    rt = ri.trace
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Scaling:
+    """Per interval key of one rank: the factors that make it run like its peers' typical (<= 1)."""
+
+    f_comp: np.ndarray
+    f_gap: np.ndarray
+    excess_ns: int
+    """The rank's time over its peers' typical, summed over its intervals."""
+
+
+def _scaling(iv: _Intervals, typical: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> _Scaling:
+    """How much of each interval's compute and gaps to keep to run like the peers' typical."""
     own_c, own_g, mc, mg = typical
     # where peers lack the slot there is nothing to compare with: keep the rank's own times
     mc = np.where(np.isnan(mc), own_c, mc)
@@ -212,6 +240,14 @@ def _overrides(
     f_comp = np.where(own_c > 0, np.minimum(mc / np.maximum(own_c, 1), 1.0), 1.0)
     f_gap = np.where(own_g > 0, np.minimum(mg / np.maximum(own_g, 1), 1.0), 1.0)
     excess = float((iv.comp * (1.0 - f_comp)).sum() + (iv.gap * (1.0 - f_gap)).sum())
+    return _Scaling(f_comp=f_comp, f_gap=f_gap, excess_ns=int(excess))
+
+
+def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tuple[I64, I64]:
+    """dur/gap overrides making ``ri`` run like its peers' typical (built only for the ranks simulated:
+    two arrays as long as the rank's trace)."""
+    rt = ri.trace
+    f_comp, f_gap = sc.f_comp, sc.f_gap
     row_k = np.searchsorted(iv.keys, iv.key)
     inside = iv.key >= 0
     row_k = np.clip(row_k, 0, max(iv.keys.size - 1, 0))
@@ -225,7 +261,7 @@ def _overrides(
         dur[u] = np.rint(rt.dur_ns[u] * f_gap[row_k[u]]).astype(np.int64)
         g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
         gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
-    return dur, gap, int(excess)
+    return dur, gap
 
 
 def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
@@ -313,20 +349,19 @@ def analyze_blame(
         simulate_fn = simulate
     run = ix.run
     gaps = _simulator_gaps(ix)
-    sizes = _group_sizes(ix)
-    sig_of: dict[int, int] = {}
-    ivs = {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}
+    ivs = _all_intervals(ix, gaps)
     typical = _peer_medians(ivs)
-    over = {r: _overrides(ix.ranks[r], ivs[r], typical[r], gaps=gaps[r]) for r in ivs}
+    scaling = {r: _scaling(ivs[r], typical[r]) for r in ivs}
     wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
-    cands = sorted((r for r in wanted if over[r][2] > 0), key=lambda r: -over[r][2])
+    cands = sorted((r for r in wanted if scaling[r].excess_ns > 0), key=lambda r: -scaling[r].excess_ns)
     if max_simulations is not None:
         cands = cands[:max_simulations]
+    ivs = {r: ivs[r] for r in cands}  # the others' row keys are not needed any more
     base = _step_times(simulate_fn(run))
     whatif: dict[int, dict[int, int]] = {}
     with progress.task("what-if blame", len(cands)) as advance:
         for r in cands:
-            dur, gap, _x = over[r]
+            dur, gap = _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=gaps[r])
             whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
             advance()
     steps = sorted(base)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
@@ -91,3 +92,19 @@ def test_a_run_without_step_marks_is_blamed_as_one_step(tmp_path: Path) -> None:
     assert res.baseline_step_ns == {-1: end}
     assert res.records[0].rank == 1
     assert res.records[0].straggler_cost_ns == extra
+
+
+def test_the_typical_value_of_each_slot_is_the_median_over_its_steps() -> None:
+    from skewlens.analysis.blame import _typical
+
+    rng = np.random.default_rng(7)
+    steps = rng.integers(0, 6, size=200)
+    slot = rng.integers(1, 9, size=200)
+    keys = ((steps + 1) << 32) | slot  # the step above bit 32, the slot below
+    comp = rng.integers(0, 10_000, size=200)
+    gap = rng.integers(0, 50, size=200)
+    slots, (med_comp, med_gap) = _typical(keys, comp, gap)
+    assert slots.tolist() == sorted(set(slot.tolist()))
+    for k, s in enumerate(slots.tolist()):
+        assert med_comp[k] == np.median(comp[slot == s].astype(np.float64))
+        assert med_gap[k] == np.median(gap[slot == s].astype(np.float64))
