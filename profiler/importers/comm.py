@@ -27,6 +27,7 @@ queued. Those names say nothing, and the op's CPU side decides.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +110,7 @@ def p2p_from_op(op_name: str) -> tuple[str, int | None] | None:
     return ("recv" if "recv" in m.group(1) else "send"), (int(m.group(2)) if m.group(2) else None)
 
 
+@functools.lru_cache(maxsize=4096)  # once per op name, not per comm op (the result is shared: not mutated)
 def _kind_of_op(op: str) -> dict[str, Any]:
     pp = p2p_from_op(op)
     if pp is not None:

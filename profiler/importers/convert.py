@@ -600,8 +600,8 @@ def _or_unknown(v: int | None) -> int:
 def _issuers(cpu_ops: Sequence[KEvent]) -> dict[CommType, deque[KEvent]]:
     """``c10d::<collective>`` ops by collective type, in issue order."""
     out: dict[CommType, deque[KEvent]] = defaultdict(deque)
-    for e in sorted(cpu_ops, key=lambda e: (e.start_ns, e.index)):
-        ct = collective_from_op(e.name) if e.name.startswith("c10d::") else None
+    for e in sorted((e for e in cpu_ops if e.name.startswith("c10d::")), key=lambda e: (e.start_ns, e.index)):
+        ct = collective_from_op(e.name)
         if ct is not None:
             out[ct].append(e)
     return out
