@@ -89,6 +89,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -170,7 +171,7 @@ class _Intervals:
     def __init__(self, events: Sequence[KEvent]) -> None:
         self.events = sorted(events, key=lambda e: (e.start_ns, -e.dur_ns, e.index))
         self.starts = [e.start_ns for e in self.events]
-        self.ends = [e.end_ns for e in self.events]
+        self.ends = [e.start_ns + e.dur_ns for e in self.events]
         self.max_end = list(accumulate(self.ends, max))  # no event at or before k ends later than this
 
     def enclosing(self, t: int) -> KEvent | None:
@@ -237,7 +238,7 @@ def top_level_ops(cpu_ops: Sequence[KEvent]) -> list[KEvent]:
         for e in sorted(evs, key=lambda e: (e.start_ns, -e.dur_ns, e.index)):
             if end is None or e.start_ns >= end:
                 out.append(e)
-                end = e.end_ns
+                end = e.start_ns + e.dur_ns
     return out
 
 
@@ -479,7 +480,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         notes.append(f"host trace joined to {len(joined)} of {len(kt.cpu_ops)} Kineto cpu ops")
     used_sites: set[int] = set()
     counts: dict[str, int] = defaultdict(int)
-    gpu = sorted(kt.gpu, key=lambda e: (e.start_ns, e.index))
+    gpu = sorted(kt.gpu, key=attrgetter("start_ns", "index"))
     launches = kt.launches
     calls = [launches.get(e.corr) if e.corr is not None else None for e in gpu]
     streams: _GpuStreams = {}
@@ -688,12 +689,18 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         key=lambda sa: sa[1].start_ns,
     )
     step_nums = [s for s, _a in step_anns]
-    order = sorted(pending, key=lambda p: (p.event.start_ns, p.event.cat != "cpu_op", p.event.index))
+    # in start order, CPU nodes first, then in trace order
+    events = [p.event for p in pending]
+    t = np.asarray([e.start_ns for e in events], dtype=np.int64)
+    by = np.lexsort(
+        (np.asarray([e.index for e in events]), np.asarray([e.cat != "cpu_op" for e in events]), t)
+    )
+    t = t[by]
+    order = [pending[k] for k in by.tolist()]
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
-    starts = [p.event.start_ns for p in order]
+    starts: list[int] = t.tolist()
     durs = [p.event.dur_ns for p in order]
     # the step annotation each node starts in, by time (index into step_anns; -1: none)
-    t = np.asarray(starts, dtype=np.int64)
     i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), t, side="right") - 1
     ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
     in_step: list[int] = np.where((i >= 0) & (t <= ends[np.maximum(i, 0)]), i, -1).tolist()
@@ -737,10 +744,11 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         extra: list[tuple[str, AttrValue]] = []
         if p.inferred:
             extra.append((_INFERRED_DEPS, [node_id[x] for x in p.inferred if x in node_id]))
-        end_ns = e.start_ns + e.dur_ns
         if step is not None:
             extra.append((_STEP_ATTR, step))
-            step_end[step] = max(step_end.get(step, end_ns), end_ns)
+            end_ns = e.start_ns + e.dur_ns
+            if end_ns > step_end.get(step, end_ns - 1):
+                step_end[step] = end_ns
         chunks.append(
             encode(
                 node_id=nid,
