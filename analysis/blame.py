@@ -343,11 +343,16 @@ def analyze_blame(
     progress: Progress = NO_PROGRESS,
 ) -> BlameResult:
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
-    if simulate_fn is None:
-        from skewlens.replay.simulate import simulate
-
-        simulate_fn = simulate
     run = ix.run
+    if simulate_fn is None:
+        from skewlens.replay.simulate import Simulator
+
+        # lowered once for the baseline and every what-if: each re-times only the rank it changes
+        simulator = Simulator(run)
+
+        def simulate_fn(_run: object, **overrides: Any) -> Any:
+            return simulator.simulate(**overrides)
+
     gaps = _simulator_gaps(ix)
     ivs = _all_intervals(ix, gaps)
     typical = _peer_medians(ivs)

@@ -19,6 +19,7 @@ segment (their relative timing is fixed), which is what lets the core replay lon
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,7 +32,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import ExecutionModel, SyncGroup, execution_model
+from skewlens.replay.execution import ExecutionModel, RankModel, SyncGroup, execution_model
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -110,6 +111,101 @@ def lower(
     model: ExecutionModel | None = None,
 ) -> Lowered:
     """Build the core graph of ``run`` from its execution model (see the module docstring)."""
+    return prepare(
+        run, effects=effects, timing=timing, dur_override=dur_override, gap_override=gap_override, model=model
+    ).lowered
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lowering:
+    """A run lowered once, for what-ifs that change only some ranks' durations and host gaps.
+
+    The segments, edges, sync groups and their transfers do not depend on durations or gaps (a chain of
+    compute nodes is one segment whatever its nodes last; transfers are timed from recorded times), and
+    no segment spans two ranks. So :meth:`retimed` re-runs only the rules of :func:`lower` that depend on
+    durations and gaps (:func:`_rank_times`, :func:`_chain_offsets`, :func:`_segment_times`), and only on
+    the ranks given new overrides; every other part of :attr:`lowered` is shared, not copied.
+    """
+
+    lowered: Lowered
+    """The lowering with the overrides it was prepared with."""
+    run: RunTrace
+    model: ExecutionModel
+    effects: Effects
+    pred: npt.NDArray[np.int32]
+    """Per global row: the row it is chained behind, as a row of its own rank (itself for heads)."""
+    is_head: B
+    """Per global row: whether it begins a segment."""
+    launch_rows: I64
+    """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
+    launch_off_ns: I64
+    """Per launch edge (same order): the launch call's offset into its launching node."""
+
+    def retimed(
+        self,
+        *,
+        dur_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        gap_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    ) -> Lowered:
+        """:func:`lower` of the run with these ranks' overrides instead of those it was prepared with
+        (ranks not named keep theirs); the same values, without lowering the other ranks again."""
+        low = self.lowered
+        changed = [
+            (i, r) for i, r in enumerate(low.ranks) if r in (dur_override or {}) or r in (gap_override or {})
+        ]
+        if not changed:
+            return low
+        dur = low.dur.copy()
+        off_start = low.off_start.copy()
+        seg_gap = list(low.graph.gap)
+        seg_len = list(low.graph.length)
+        l_ptr, l_off = low.graph.lsucc_ptr, low.graph.lsucc_off
+        launch = list(l_off) if l_ptr is not None and l_off is not None else None
+        for i, r in changed:
+            lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+            if hi == lo:
+                continue
+            rk = low.kind[lo:hi]
+            d, g = _rank_times(
+                self.run.ranks[r],
+                self.model.ranks[r],
+                r,
+                rk,
+                effects=self.effects,
+                dur_override=dur_override.get(r) if dur_override is not None else None,
+                gap_override=gap_override.get(r) if gap_override is not None else None,
+            )
+            is_head = self.is_head[lo:hi]
+            # (where prepare() found a cycle of chain rows the core deadlocks whatever the offsets)
+            _ptr, acc, _done = _chain_offsets(self.pred[lo:hi].astype(np.int64), is_head, d, g)
+            heads = np.flatnonzero(is_head)
+            s_lo = int(np.count_nonzero(self.is_head[:lo]))  # the rank's segments follow the earlier ranks'
+            length, head_gap = _segment_times(
+                low.seg_of_row[lo:hi] - s_lo, heads, kind=rk, acc=acc, dur=d, gap=g
+            )
+            dur[lo:hi] = d
+            off_start[lo:hi] = acc
+            seg_gap[s_lo : s_lo + heads.size] = head_gap.tolist()
+            seg_len[s_lo : s_lo + heads.size] = length.tolist()
+            if launch is not None and l_ptr is not None:  # the launch edges out of the rank's segments
+                a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
+                launch[a:b] = _launch_offsets(
+                    off_start, self.launch_rows[a:b], self.launch_off_ns[a:b]
+                ).tolist()
+        graph = dataclasses.replace(low.graph, gap=seg_gap, length=seg_len, lsucc_off=launch)
+        return dataclasses.replace(low, graph=graph, dur=dur, off_start=off_start)
+
+
+def prepare(
+    run: RunTrace,
+    *,
+    effects: Effects,
+    timing: CommTiming,
+    dur_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    gap_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    model: ExecutionModel | None = None,
+) -> Lowering:
+    """:func:`lower`, keeping what :meth:`Lowering.retimed` needs to re-time some ranks."""
     em = model if model is not None else execution_model(run)
     ranks = tuple(sorted(run.ranks))
     sizes = [len(run.ranks[r]) for r in ranks]
@@ -140,7 +236,6 @@ def lower(
     l_src: list[I64] = []
     l_dst: list[I64] = []
     l_off: list[I64] = []
-    identity = isinstance(effects, NoEffects)
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -165,21 +260,16 @@ def lower(
         l_src.append(m.launch_src + lo)
         l_dst.append(m.launch_dst + lo)
         l_off.append(m.launch_off_ns)
-        g = m.gap_ns
-        if gap_override is not None and r in gap_override:
-            ov = _checked_override(gap_override[r], n, r, "gap_override")
-            g = np.where(ov >= 0, ov, g)
-        d = m.work_ns.copy()
-        if dur_override is not None and r in dur_override:
-            ov = _checked_override(dur_override[r], n, r, "dur_override")
-            d = np.where(ov >= 0, ov, d)
-        comp = rt.node_type == NodeType.COMP
-        if not identity:
-            d = _apply_factors(effects, rt, r, d, comp)
-            g = g + _delays(effects, rt, r, valid)
-        d[rk == KIND_SYNC] = 0
+        d, g = _rank_times(
+            rt,
+            m,
+            r,
+            rk,
+            effects=effects,
+            dur_override=dur_override.get(r) if dur_override is not None else None,
+            gap_override=gap_override.get(r) if gap_override is not None else None,
+        )
         fixed = (rk == KIND_FIXED) | (rk == KIND_NESTED)
-        g[fixed] = 0
         dur[lo:hi] = d
         gap[lo:hi] = g
         ready0[lo:hi] = np.where(fixed, rt.start_ns, m.t0_ns)
@@ -208,7 +298,9 @@ def lower(
         + np.bincount(ls_all, minlength=total),
         extra_deps=np.bincount(wd_all, minlength=total) + np.bincount(ld_all, minlength=total),
     )
-    seg_of_row, off_start, g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows = graph_parts
+    seg_of_row, off_start, g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = (
+        graph_parts
+    )
     nseg = len(head_rows)
     xsucc_ptr, xsucc_idx = _csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
@@ -220,7 +312,8 @@ def lower(
     lsucc_ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(ls_seg, minlength=nseg), out=lsucc_ptr[1:])
     lsucc_idx = ld_seg[lorder]
-    lsucc_off = (off_start[ls_all] + lo_all)[lorder]
+    launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
+    lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
     ndeps = ndeps + np.bincount(ld_seg, minlength=nseg)
     # latest recorded end of each sync row's queue-order dependencies
     xdep_end = np.full(total, _MIN, dtype=np.int64)
@@ -283,7 +376,7 @@ def lower(
     )
     waits_head = np.zeros(total, dtype=np.bool_)
     waits_head[wd_all] = True
-    return Lowered(
+    lowered = Lowered(
         graph=graph,
         ranks=ranks,
         row_offset=row_offset,
@@ -297,6 +390,52 @@ def lower(
         rec_start=start,
         waits=waits_head,
     )
+    # chain predecessors as rows of their rank (chains never leave a rank: start edges do not)
+    pred_local = pred - np.repeat(row_offset[:-1], np.diff(row_offset))
+    return Lowering(
+        lowered=lowered,
+        run=run,
+        model=em,
+        effects=effects,
+        pred=pred_local.astype(np.int32),
+        is_head=is_head,
+        launch_rows=launch_rows,
+        launch_off_ns=launch_off,
+    )
+
+
+def _launch_offsets(off_start: I64, launch_rows: I64, launch_off_ns: I64) -> I64:
+    """Per launch edge: ns after its launching segment's start (the launch call's place inside it)."""
+    return off_start[launch_rows] + launch_off_ns
+
+
+def _rank_times(
+    rt: RankTrace,
+    m: RankModel,
+    rank: int,
+    rk: npt.NDArray[np.int8],
+    *,
+    effects: Effects,
+    dur_override: npt.ArrayLike | None,
+    gap_override: npt.ArrayLike | None,
+) -> tuple[I64, I64]:
+    """Replayed duration and host gap of each row of ``rank`` (``rk``: the rows' KIND_*): the execution
+    model's work and gap, overridden where the override is >= 0, then the effects' factors and delays."""
+    n = len(rt)
+    g = m.gap_ns
+    if gap_override is not None:
+        ov = _checked_override(gap_override, n, rank, "gap_override")
+        g = np.where(ov >= 0, ov, g)
+    d = m.work_ns.copy()
+    if dur_override is not None:
+        ov = _checked_override(dur_override, n, rank, "dur_override")
+        d = np.where(ov >= 0, ov, d)
+    if not isinstance(effects, NoEffects):
+        d = _apply_factors(effects, rt, rank, d, rt.node_type == NodeType.COMP)
+        g = g + _delays(effects, rt, rank, m.valid)
+    d[rk == KIND_SYNC] = 0
+    g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
+    return d, g
 
 
 def _csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:
@@ -375,8 +514,11 @@ def _segments(
     dst: I64,
     extra_succ: npt.NDArray[np.intp],
     extra_deps: npt.NDArray[np.intp],
-) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64]:
-    """Collapse single-dependency compute chains into segments (pointer jumping, O(n log chain))."""
+) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64, I64, B]:
+    """Collapse single-dependency compute chains into segments (pointer jumping, O(n log chain)).
+
+    Which rows are chained (``pred``, ``is_head``) depends on the graph only; the offsets and lengths on
+    ``dur`` and ``gap`` (:func:`_chain_offsets`, :func:`_segment_times`)."""
     n = kind.shape[0]
     ndeps_row = np.bincount(dst, minlength=n) + extra_deps
     nsucc_row = np.bincount(src, minlength=n) + extra_succ
@@ -385,38 +527,19 @@ def _segments(
     pred[dst[one]] = src[one]
     compute = kind == KIND_COMPUTE
     internal = compute & (ndeps_row == 1) & compute[pred] & (nsucc_row[pred] == 1) & (pred != np.arange(n))
-    rows = np.arange(n, dtype=np.int64)
     for _attempt in range(2):
         is_head = ~internal
-        w = np.where(internal, dur[pred] + gap, 0).astype(np.int64)
-        ptr = np.where(internal, pred, rows)
-        acc = w.copy()
-        # runs of chain rows that follow their predecessor row by row (the common case) are summed with
-        # one cumsum: each such row points straight at the row before its run
-        contiguous = internal & (pred == rows - 1)
-        if contiguous.any():
-            anchor = np.maximum.accumulate(np.where(contiguous, 0, rows))
-            csum = np.cumsum(np.where(contiguous, w, 0))
-            ptr = np.where(contiguous, anchor, ptr)
-            acc = np.where(contiguous, csum - csum[anchor], acc)
-        for _ in range(n.bit_length() + 1):
-            if is_head[ptr].all():
-                break
-            acc = acc + acc[ptr]
-            ptr = ptr[ptr]
-        else:
-            # a dependency cycle among chain rows: make them heads so the core reports the deadlock
-            internal &= is_head[ptr]
-            continue
-        break
+        ptr, acc, done = _chain_offsets(pred, is_head, dur, gap)
+        if done:
+            break
+        # a dependency cycle among chain rows: make them heads so the core reports the deadlock
+        internal &= is_head[ptr]
     heads = np.flatnonzero(is_head)
     seg_index = np.full(n, -1, dtype=np.int64)
     seg_index[heads] = np.arange(heads.size, dtype=np.int64)
     seg_of_row = seg_index[ptr]
     nseg = heads.size
-    length = np.zeros(nseg, dtype=np.int64)
-    np.maximum.at(length, seg_of_row, acc + dur)
-    length[kind[heads] == KIND_SYNC] = SYNC
+    length, head_gap = _segment_times(seg_of_row, heads, kind=kind, acc=acc, dur=dur, gap=gap)
     cross = is_head[dst]
     s_src = seg_of_row[src[cross]]
     s_dst = seg_of_row[dst[cross]]
@@ -425,4 +548,39 @@ def _segments(
     succ_idx = s_dst[order]
     succ_ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_src, minlength=nseg), out=succ_ptr[1:])
-    return seg_of_row, acc, ready0[heads], gap[heads], length, ndeps, succ_ptr, succ_idx, heads
+    return seg_of_row, acc, ready0[heads], head_gap, length, ndeps, succ_ptr, succ_idx, heads, pred, is_head
+
+
+def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64, bool]:
+    """Head row of each row's chain and the row's start after the head's start; False where the pointer
+    jumping did not reach a head from every row (a cycle)."""
+    n = pred.shape[0]
+    internal = ~is_head
+    rows = np.arange(n, dtype=np.int64)
+    w = np.where(internal, dur[pred] + gap, 0).astype(np.int64)
+    ptr = np.where(internal, pred, rows)
+    acc = w.copy()
+    # runs of chain rows that follow their predecessor row by row (the common case) are summed with
+    # one cumsum: each such row points straight at the row before its run
+    contiguous = internal & (pred == rows - 1)
+    if contiguous.any():
+        anchor = np.maximum.accumulate(np.where(contiguous, 0, rows))
+        csum = np.cumsum(np.where(contiguous, w, 0))
+        ptr = np.where(contiguous, anchor, ptr)
+        acc = np.where(contiguous, csum - csum[anchor], acc)
+    for _ in range(n.bit_length() + 1):
+        if is_head[ptr].all():
+            return ptr, acc, True
+        acc = acc + acc[ptr]
+        ptr = ptr[ptr]
+    return ptr, acc, False
+
+
+def _segment_times(
+    seg_of_row: I64, heads: I64, *, kind: npt.NDArray[np.int8], acc: I64, dur: I64, gap: I64
+) -> tuple[I64, I64]:
+    """Length and head gap of each segment (segments numbered from 0 in ``seg_of_row``)."""
+    length = np.zeros(heads.size, dtype=np.int64)
+    np.maximum.at(length, seg_of_row, acc + dur)
+    length[kind[heads] == KIND_SYNC] = SYNC
+    return length, gap[heads]

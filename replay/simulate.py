@@ -24,7 +24,7 @@ from skewlens.replay.core import DeadlockError, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel
-from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower
+from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare
 from skewlens.replay.network.topology import Topology
 
 I64 = npt.NDArray[np.int64]
@@ -146,6 +146,48 @@ def simulate(
         gap_override=gap_override,
         model=model,
     )
+    return _replay(run_trace, low, comm_mode)
+
+
+class Simulator:
+    """:func:`simulate` of one run for many what-ifs that each change only some ranks' ``dur_override`` /
+    ``gap_override``: the run is lowered once, and each :meth:`simulate` re-times only the ranks it
+    overrides (:meth:`skewlens.replay.lower.Lowering.retimed`), with the same rules and results as
+    ``simulate(run_trace, ..., dur_override=..., gap_override=...)``. Holds the lowering while it lives."""
+
+    __slots__ = ("_comm_mode", "_lowering", "_run")
+
+    def __init__(
+        self,
+        run_trace: RunTrace,
+        *,
+        topology: Topology | None = None,
+        effects: Effects = NO_EFFECTS,
+        comm_mode: str = "as_recorded",
+        algorithm: str = "ring",
+        contention: bool = False,
+        model: ExecutionModel | None = None,
+    ) -> None:
+        timing = make_timing(
+            comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
+        )
+        self._run = run_trace
+        self._comm_mode = comm_mode
+        self._lowering = prepare(run_trace, effects=effects, timing=timing, model=model)
+
+    def simulate(
+        self,
+        *,
+        dur_override: Mapping[int, I64] | None = None,
+        gap_override: Mapping[int, I64] | None = None,
+    ) -> SimResult:
+        """The replay with these overrides (see :func:`simulate`)."""
+        low = self._lowering.retimed(dur_override=dur_override, gap_override=gap_override)
+        return _replay(self._run, low, self._comm_mode)
+
+
+def _replay(run_trace: RunTrace, low: Lowered, comm_mode: str) -> SimResult:
+    """Run the core on ``low`` and map its segment times back to trace rows."""
     try:
         out = run(low.graph)
     except DeadlockError as e:

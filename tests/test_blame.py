@@ -75,6 +75,17 @@ def test_max_simulations_bounds_the_what_ifs(tmp_path: Path) -> None:
     assert [r.rank for r in res.records if r.simulated] == [STRAGGLER.straggler_rank]
 
 
+def test_blame_lowered_once_gives_the_numbers_of_a_full_simulation_per_what_if(
+    straggler: BlameResult, tmp_path: Path
+) -> None:
+    ix = build_index(load_run(build_run(tmp_path, STRAGGLER)))
+    full = analyze_blame(ix, analyze_skew(ix), simulate_fn=simulate)
+    assert full.records == straggler.records
+    assert full.step_records == straggler.step_records
+    assert full.whatif_step_ns == straggler.whatif_step_ns
+    assert full.baseline_step_ns == straggler.baseline_step_ns
+
+
 def test_a_run_without_step_marks_is_blamed_as_one_step(tmp_path: Path) -> None:
     from skewlens.profiler.synth import RunBuilder
     from skewlens.profiler.vocab import CommType

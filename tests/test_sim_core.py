@@ -7,12 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
+from skewlens.replay.effects import NO_EFFECTS, Effects
 from skewlens.replay.errors import ReplayError
-from skewlens.replay.simulate import simulate
+from skewlens.replay.lower import recorded_gaps
+from skewlens.replay.simulate import SimResult, Simulator, simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 MIB = 1 << 20
 
@@ -265,3 +271,54 @@ def test_a_run_without_step_marks_is_one_step_spanning_each_rank(tmp_path: Path)
     assert res.step_spans() == {(0, -1): (5_000, 8_000), (1, -1): (5_100, 8_000)}
     assert res.step_time_ns(-1) == 3_000
     assert res.makespan_ns == 3_000  # the METADATA node at t=0 does not count
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> RunTrace:
+    """A small imported GPU run: kernels launched from host ops, stream waits, nested nodes."""
+    tmp = tmp_path_factory.mktemp("gpu")
+    write_gpu_run(GpuRunSpec(world_size=4, steps=3, layers=4, slow_ranks={1: 1.3}, seed=0), tmp / "kineto")
+    import_traces(sorted((tmp / "kineto").glob("*.json.gz")), None, tmp / "run")
+    return load_run(tmp / "run")
+
+
+def _assert_same_replay(a: SimResult, b: SimResult) -> None:
+    for r in a.start_ns:
+        assert np.array_equal(a.start_ns[r], b.start_ns[r]), f"start_ns of rank {r}"
+        assert np.array_equal(a.end_ns[r], b.end_ns[r]), f"end_ns of rank {r}"
+    for f in ("coll_arrival_ns", "coll_end_ns", "p2p_arrival_ns", "p2p_end_ns"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+@pytest.mark.parametrize(
+    "effects",
+    [
+        NO_EFFECTS,
+        SlowdownModel(
+            [
+                Slowdown(kind="compute", ranks=(2,), factor=1.5),
+                Slowdown(kind="stall", ranks=(0,), step=1, delay_ms=0.1),
+                Slowdown(kind="comm_delay", ranks=(1,), delay_ms=0.05),
+            ]
+        ),
+    ],
+    ids=["no effects", "slowdowns"],
+)
+def test_a_simulator_lowered_once_replays_each_rank_override_as_simulate_does(
+    gpu_run: RunTrace, effects: Effects
+) -> None:
+    gaps = recorded_gaps(gpu_run)
+    sim = Simulator(gpu_run, effects=effects)
+    base = simulate(gpu_run, effects=effects)
+    _assert_same_replay(sim.simulate(), base)
+    rng = np.random.default_rng(0)
+    for r, rt in sorted(gpu_run.ranks.items()):
+        n = len(rt)
+        dur = np.where(rng.random(n) < 0.5, (rt.dur_ns * 0.7).astype(np.int64), -1)
+        gap = np.where(rng.random(n) < 0.5, gaps[r] // 2, -1)
+        got = sim.simulate(dur_override={r: dur}, gap_override={r: gap})
+        _assert_same_replay(
+            got, simulate(gpu_run, effects=effects, dur_override={r: dur}, gap_override={r: gap})
+        )
+        assert not np.array_equal(got.end_ns[r], base.end_ns[r])  # the override did change the replay
+    _assert_same_replay(sim.simulate(), base)  # what-ifs leave the shared lowering as it was
