@@ -513,6 +513,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
                 "window, or not recorded)"
             )
             counts[_unknown_note("NCCL kernel(s)", "GPU COMP", info, alone)] += 1
+    del gpu, calls  # not held while the nodes are encoded
     pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
     pending += _gpu_edges(kt, src, pending, notes)
     devices = sorted({e.device or 0 for e in kt.gpu})
@@ -697,13 +698,14 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     )
     t = t[by]
     order = [pending[k] for k in by.tolist()]
+    del events, by
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
-    starts: list[int] = t.tolist()
-    durs = [p.event.dur_ns for p in order]
+    durs = np.asarray([p.event.dur_ns for p in order], dtype=np.int64)
     # the step annotation each node starts in, by time (index into step_anns; -1: none)
     i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), t, side="right") - 1
     ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
     in_step: list[int] = np.where((i >= 0) & (t <= ends[np.maximum(i, 0)]), i, -1).tolist()
+    del i, ends
     last_on: dict[tuple[Any, ...], int] = {}
     last_writer: dict[TensorKey, int] = {}
     step_of: dict[int, int | None] = {}
@@ -716,8 +718,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         in_batch = (nid - 1) % _FIELDS_BATCH
         if in_batch == 0:  # the next batch's id and time fields, at once (a batch at a time: bounded memory)
             upto = nid - 1 + _FIELDS_BATCH
-            ids = range(nid, nid + len(starts[nid - 1 : upto]))
-            fields = id_and_time_fields(ids, starts[nid - 1 : upto], durs[nid - 1 : upto])
+            ids = range(nid, nid + len(t[nid - 1 : upto]))
+            fields = id_and_time_fields(ids, t[nid - 1 : upto], durs[nid - 1 : upto])
         deps: list[int] = []
         prev = last_on.get(p.stream_key)
         if prev is not None:

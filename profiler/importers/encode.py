@@ -235,7 +235,7 @@ def _const(n: int, prefix: bytes) -> np.ndarray:
 
 
 def id_and_time_fields(
-    node_ids: Sequence[int], start_ns: Sequence[int], dur_ns: Sequence[int]
+    node_ids: Sequence[int], start_ns: Sequence[int] | np.ndarray, dur_ns: Sequence[int] | np.ndarray
 ) -> list[tuple[bytes, bytes]] | None:
     """Per node, its id field and its time fields (``start_time_micros``, ``duration_micros``, then the
     ``skl_start_ns`` and ``skl_dur_ns`` attributes), as :meth:`NodeEncoder.encode` would write them;

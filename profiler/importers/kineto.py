@@ -478,5 +478,8 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
             )
         )
     trace.cpu_pids.update({e.pid for e in trace.cpu_ops})
-    trace.launches.update({e.corr: e for e in runtime if e.corr is not None})
+    launches = trace.launches
+    for e in runtime:
+        if e.corr is not None:
+            launches[e.corr] = e
     return trace
