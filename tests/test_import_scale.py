@@ -16,8 +16,9 @@ import pytest
 from skewlens.profiler.chakra_io import TraceNode, encode_message, to_proto
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import run as run_mod
+from skewlens.profiler.importers.convert import _Intervals
 from skewlens.profiler.importers.encode import NodeEncoder, id_and_time_fields
-from skewlens.profiler.importers.kineto import ARGS_READ, load_kineto, parse_kineto
+from skewlens.profiler.importers.kineto import ARGS_READ, KEvent, load_kineto, parse_kineto
 from skewlens.profiler.importers.sources import TraceFile, text_size_estimate
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import Attr, NodeType
@@ -99,6 +100,35 @@ def test_an_int_attribute_beyond_int64_is_refused_as_protobuf_refuses_it() -> No
     with pytest.raises(ValueError, match=r"out of range"):
         NodeEncoder().encode(node_id=1, name="x", node_type=NodeType.COMP, start_ns=0, dur_ns=0, ctrl_deps=(),
                              data_deps=(), attrs={"a": 2**63})  # fmt: skip
+
+
+def test_the_events_enclosing_many_times_at_once_are_those_found_one_by_one() -> None:
+    rng = random.Random(7)
+    events = []
+    for i in range(400):  # nested, overlapping, touching and zero-length intervals on one thread
+        start = rng.randrange(0, 2_000)
+        events.append(
+            KEvent(
+                index=i,
+                name="op",
+                cat="cpu_op",
+                pid=1,
+                tid=1,
+                start_ns=start,
+                dur_ns=rng.choice([0, 3, 40, 900]),
+                args={},
+            )
+        )
+    iv = _Intervals(events)
+    times = (
+        [rng.randrange(-10, 3_000) for _ in range(2_000)]
+        + [e.start_ns for e in events]
+        + [e.end_ns for e in events]
+    )
+    found = iv.enclosing_all(times)
+    assert found == [iv.enclosing(t) for t in times]
+    assert sum(e is None for e in found) > 0 and sum(e is not None for e in found) > 0
+    assert iv.enclosing_all([]) == []
 
 
 def test_the_fast_path_keeps_the_events_the_standard_parser_keeps(shared_traces: Path) -> None:
