@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import psutil
-from proctree import SAMPLE_S, TreeSamples
 from rich.console import Console
 from rich.table import Table
 
@@ -234,6 +233,8 @@ def dir_bytes(path: Path) -> int:
 
 def run_command(cmd: Command, *, cwd: Path, stages: bool) -> CommandRun:
     """Run ``cmd`` to completion, sampling its process tree; raises SystemExit naming it if it fails."""
+    from proctree import SAMPLE_S, TreeSamples  # a sibling, imported when used (tests load this file by path)
+
     env = dict(os.environ)
     if stages:  # rich draws its bars into the pipe as on a terminal (what a user sees)
         env.update(TTY_COMPATIBLE="1", TERM="xterm-256color", COLUMNS="200", LINES="50")

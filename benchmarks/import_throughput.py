@@ -35,8 +35,6 @@ import sys
 import time
 from pathlib import Path
 
-from proctree import watch
-
 PARSERS = ("json", "orjson", "msgspec", "simdjson", "msgspec-typed", "skewlens")
 
 
@@ -57,6 +55,8 @@ def synthetic(workdir: Path, ranks: int, layers: int, steps: int) -> Path:
 
 def measure(cmd: list[str]) -> dict[str, float]:
     """Run ``cmd``; wall s, CPU s of its process tree, peak summed RSS (bytes)."""
+    from proctree import watch  # a sibling, imported when used (tests load this file by path)
+
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import psutil
-from proctree import watch
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import EtWriter, encode_message, node_template
@@ -124,6 +123,8 @@ def convert(run_dir: Path, out_dir: Path, workers: int | None) -> dict[str, floa
 
 def measure(run_dir: Path, out_dir: Path, workers: int | None) -> dict[str, float]:
     """Convert in a child process, sampling the summed RSS of it and its workers."""
+    from proctree import watch  # a sibling, imported when used (tests load this file by path)
+
     cmd = [sys.executable, __file__, "--convert", str(run_dir), str(out_dir)]
     if workers is not None:
         cmd += ["--workers", str(workers)]
