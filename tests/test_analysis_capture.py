@@ -3,9 +3,10 @@
 A run is captured once per module with ``--straggler-rank 2 --straggler-ms 40``, and one with
 ``--slow-send-rank 0 --slow-send-ms 40``. The checks: rank 2 is the top straggler of more steps than any
 other rank (4 ranks share 2 cores here: a rank starved of CPU is a real straggler of its step), for its
-matmuls; its peers' waits at its first collective of each step are blamed on it, each the time to the
-last arrival; what-if blame finds rank 2 the costliest rank by what its what-if saves; with a slow sender
-the reported cause is the send, not compute. In how many steps rank 2 is on top, how long the peers wait
+matmuls; it is the last to arrive at its first collective of each step, and its peers' waits there are
+blamed on it (or, in a step a CPU-starved peer delayed, passed on by it), each the time to the last
+arrival; what-if blame finds rank 2 the costliest rank by what its what-if saves; with a slow sender the
+reported cause is the send, not compute. In how many steps rank 2 is on top, how long the peers wait
 (~40 ms) and how close the what-if comes to real runs without the straggler are measured by
 ``benchmarks/whatif_accuracy.py``.
 """
@@ -73,9 +74,15 @@ def test_peers_waits_at_rank_2s_first_collective_of_each_step_are_blamed_on_it(
     firsts: dict[int, SkewEvent] = {}
     for e in runs["straggler"].skew.events:  # in order of last arrival: rank 2's first collective a step
         if e.kind == "collective" and STRAGGLER in e.ranks and e.step not in firsts:
-            assert e.blamed_rank == STRAGGLER, f"step {e.step}: {e.pg_name}#{e.seq} blamed on {e.blamed_rank}"
+            assert e.late_rank == STRAGGLER, f"step {e.step}: {e.pg_name}#{e.seq} late rank {e.late_rank}"
             firsts[e.step] = e
     assert len(firsts) == STEPS - 2  # every recorded step
+    # Rank 2 arrives last every step. With 4 ranks on 2 cores a CPU-starved peer can make rank 2 start a
+    # step late too: then rank 2 passes that lateness on (CI saw one step of ten blamed on rank 1 "passed
+    # on by rank 2"), so the blame is on rank 2 in most steps, and passed on by rank 2 in the others.
+    blamed = {s: e.blamed_rank for s, e in firsts.items()}
+    assert sum(b == STRAGGLER for b in blamed.values()) >= len(firsts) - 2, f"blamed rank per step: {blamed}"
+    assert all(e.blamed_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), blamed
     for e in firsts.values():  # each member waited until the last arrival, or for all of its call
         last = int(e.arrival_ns.max())
         assert e.wait_ns.tolist() == [
