@@ -95,6 +95,6 @@ def test_a_gpu_comm_node_is_not_a_host_op_for_either_decoder(tmp_path: Path) -> 
     host = TraceNode(node_id=2, name="aten::mm", node_type=NodeType.COMP, start_ns=0, dur_ns=5)
     path = tmp_path / "rank-0.et"
     write_et(path, [host, node])
-    for reference in (False, True):
-        rt = load_rank(path, 0, [], {}, reference=reference)
-        assert rt.is_cpu.tolist() == [True, False], reference
+    for decoder in ("vectorised", "reference"):
+        rt = load_rank(path, 0, [], {}, decoder=decoder)
+        assert rt.is_cpu.tolist() == [True, False], decoder

@@ -31,8 +31,8 @@ CHAKRA_GENERATOR = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "chakr
 
 
 def _assert_same(fast_path: Path) -> None:
-    a = load_rank(fast_path, 0, [], {})
-    b = load_rank(fast_path, 0, [], {}, reference=True)
+    a = load_rank(fast_path, 0, [], {}, decoder="vectorised")
+    b = load_rank(fast_path, 0, [], {}, decoder="reference")
     for c in COLUMNS:
         x, y = getattr(a, c), getattr(b, c)
         assert x.dtype == y.dtype and np.array_equal(x, y), c
@@ -60,6 +60,30 @@ def test_vectorised_decoder_gives_exactly_the_reference_columns(tmp_path: Path) 
     run = _mixed_run(tmp_path)
     for r in range(3):
         _assert_same(run / f"rank-{r}.et")
+
+
+def test_a_file_of_few_nodes_is_read_by_the_reference_decoder_with_the_same_columns(tmp_path: Path) -> None:
+    from skewlens.profiler.store.fast import MIN_NODES, FastDecodeError
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        for i in range(MIN_NODES - 3):  # with the metadata node: MIN_NODES - 1 nodes on rank 0
+            rb.compute(f"aten::op{i % 3}", 1000 + i, stream=i % 2)
+        rb.collective(CommType.ALL_REDUCE, 4096, 300)
+        if r == 1:
+            rb.compute("aten::extra", 50)  # rank 1: MIN_NODES nodes
+    run = b.write(tmp_path / "run")
+    with pytest.raises(FastDecodeError, match=f"fewer than {MIN_NODES}"):
+        decode_file(run / "rank-0.et")
+    assert decode_file(run / "rank-0.et", min_nodes=0).node_id.shape == (MIN_NODES - 1,)
+    assert decode_file(run / "rank-1.et").node_id.shape == (MIN_NODES,)
+    for r in range(2):
+        _assert_same(run / f"rank-{r}.et")
+        a = load_rank(run / f"rank-{r}.et", r, [], {})
+        v = load_rank(run / f"rank-{r}.et", r, [], {}, decoder="vectorised")
+        for c in COLUMNS:
+            assert np.array_equal(getattr(a, c), getattr(v, c)), c
 
 
 def test_every_attribute_encoding_reads_as_the_same_integer(tmp_path: Path) -> None:
@@ -102,8 +126,8 @@ def test_fast_decoder_refuses_a_length_running_past_its_message(tmp_path: Path) 
     f = tmp_path / "bad.0.et"
     with EtWriter(f) as w:
         w.write_raw(b"\x05\x12\x09abc")  # name claims 9 bytes, the message has 3 left
-    with pytest.raises(FastDecodeError):
-        decode_file(f)
+    with pytest.raises(FastDecodeError, match="runs past"):
+        decode_file(f, min_nodes=0)
     with pytest.raises(TraceFormatError, match=r"bad\.0\.et: corrupt node message at byte offset \d+"):
         load_rank(f, 0, [], {})
 
@@ -255,5 +279,5 @@ def test_a_node_with_very_many_fields_falls_back_to_the_reference_decoder(tmp_pa
     with EtWriter(f) as w:
         w.write(node)
     with pytest.raises(FastDecodeError, match="more than"):
-        decode_file(f)
+        decode_file(f, min_nodes=0)
     assert load_rank(f, 0, [], {}).comm_bytes.tolist() == [77]

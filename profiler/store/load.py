@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,7 @@ from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
-from skewlens.profiler.store.fast import KNOWN_ATTRS, FastDecodeError, RawColumns, decode_file
+from skewlens.profiler.store.fast import KNOWN_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
@@ -174,11 +174,17 @@ def _host_op(raw: RawColumns) -> np.ndarray:
     return np.where(raw.attr_has["skl_host_op"], raw.attr_val["skl_host_op"] != 0, cpu)
 
 
-def decode(path: str | Path, *, reference: bool = False) -> RawColumns:
+#: Which decoder reads a file: ``auto`` the vectorised one except for small files (``fast.MIN_NODES``),
+#: ``vectorised`` it whatever the size, ``reference`` the per-node one; the first two fall back to the
+#: reference decoder for a file the vectorised one refuses.
+Decoder = Literal["auto", "vectorised", "reference"]
+
+
+def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
     """Decode a file with the vectorised decoder, falling back to the reference one where it refuses."""
-    if not reference:
+    if decoder != "reference":
         try:
-            return decode_file(path)
+            return decode_file(path, min_nodes=MIN_NODES if decoder == "auto" else 0)
         except FastDecodeError:
             pass
     return decode_reference(path)
@@ -362,7 +368,7 @@ def load_rank(
     pg_found: dict[str, ProcessGroupInfo] | None = None,
     *,
     sink: IssueLog | None = None,
-    reference: bool = False,
+    decoder: Decoder = "auto",
 ) -> RankTrace:
     """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here.
 
@@ -370,7 +376,7 @@ def load_rank(
     there and the trace is returned with dangling dependencies dropped.
     """
     p = Path(path)
-    raw = decode(p, reference=reference)
+    raw = decode(p, decoder=decoder)
     return _interpret(raw, p, rank, pg_names=pg_names, pg_found=pg_found, sink=sink or IssueLog(strict=True))
 
 
