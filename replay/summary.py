@@ -14,6 +14,7 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -128,6 +129,9 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     out: list[SummaryRecord] = []
     spans = res.step_spans()
     marks = replayed_step_marks(run, res)
+    steps_of: dict[int, list[int]] = defaultdict(list)
+    for rank, step in sorted(spans):
+        steps_of[rank].append(step)
     for r in sorted(run.ranks):
         rt = run.ranks[r]
         st, en = res.start_ns[r], res.end_ns[r]
@@ -135,7 +139,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
         comm_mask = np.isin(rt.node_type, [NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV])
         comp_mask = rt.node_type == NodeType.COMP
-        for k in sorted({s for (rr, s) in spans if rr == r}):
+        for k in steps_of[r]:
             in_step = rt.step == k
             ca, cb = union_intervals(st[comp_mask & in_step], en[comp_mask & in_step])
             comm = comm_mask & in_step
