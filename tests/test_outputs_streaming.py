@@ -212,11 +212,13 @@ def test_replay_prints_the_note_and_refuses_a_negative_cap(
 # ------------------------------------------------------------------------------------ timeline.parquet
 
 
+@pytest.mark.parametrize("table_rows", [1, outputs.TABLE_ROWS])  # a table per rank; all ranks in one
 def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_row_groups(
-    replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_rows: int
 ) -> None:
     run, sim = replayed
-    monkeypatch.setattr(outputs, "ROW_GROUP", 10)  # fewer rows than a rank has: a row group per rank
+    monkeypatch.setattr(outputs, "ROW_GROUP", 10)  # fewer rows than a rank has: a row group per table
+    monkeypatch.setattr(outputs, "TABLE_ROWS", table_rows)
     path = write_timeline(run, sim, tmp_path / "timeline.parquet", workers=2)
     rows = read_table(path, ReplayedNodeRecord).to_pylist()
     expected = []
@@ -249,7 +251,9 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
     meta = pq.ParquetFile(path).metadata
     col = meta.schema.names.index("rank")
     stats = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
-    assert [(s.min, s.max) for s in stats] == [(r, r) for r in sorted(run.ranks)]
+    batches = outputs.rank_batches(run, table_rows)
+    assert len(batches) == (RANKS if table_rows == 1 else 1)
+    assert [(s.min, s.max) for s in stats] == [(b[0], b[-1]) for b in batches]
     con = duckdb.connect()
     assert con.execute(f"SELECT count(*) FROM '{path}' WHERE rank = 1").fetchall() == [(len(run.ranks[1]),)]
 

@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -111,27 +111,50 @@ def _dict(indices: np.ndarray, dictionary: list[str], valid: np.ndarray | None =
     return pa.DictionaryArray.from_arrays(idx, pa.array(dictionary, type=pa.string()))
 
 
-def nodes_table(rt: RankTrace, pg_names: list[str]) -> pa.Table:
-    """The ``nodes`` partition of one rank."""
-    comm_valid = (rt.comm_type >= 0) & (rt.comm_type < len(_COMM_NAMES))
+def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> pa.Table:
+    """The ``nodes`` partition of one rank, or the rows of several ranks one after another (their node
+    names in one dictionary): many small ranks then cost one table, not one each."""
+    rts = [ranks] if isinstance(ranks, RankTrace) else list(ranks)
+
+    def cat(column: Callable[[RankTrace], np.ndarray]) -> np.ndarray:
+        return column(rts[0]) if len(rts) == 1 else np.concatenate([column(rt) for rt in rts])
+
+    names, name_idx = _merged_names(rts)
+    comm_type = cat(lambda rt: rt.comm_type)
+    pg = cat(lambda rt: rt.pg)
+    comm_valid = (comm_type >= 0) & (comm_type < len(_COMM_NAMES))
     cols = {
-        "node_id": pa.array(rt.node_id),
-        "name": _dict(rt.name_idx, rt.names),
-        "type": _dict(rt.node_type, _TYPE_NAMES),
-        "start_ns": pa.array(rt.start_ns),
-        "dur_ns": pa.array(rt.dur_ns),
-        "stream": pa.array(rt.stream),
-        "step": pa.array(rt.step.astype(np.int64)),
-        "is_cpu_op": pa.array(rt.is_cpu),
-        "comm_type": _dict(np.where(comm_valid, rt.comm_type, 0), _COMM_NAMES, comm_valid),
-        "comm_bytes": pa.array(rt.comm_bytes),
-        "pg_name": _dict(np.maximum(rt.pg, 0), pg_names or [""], rt.pg >= 0),
-        "seq": pa.array(rt.seq),
-        "src": pa.array(rt.src.astype(np.int64)),
-        "dst": pa.array(rt.dst.astype(np.int64)),
-        "tag": pa.array(rt.tag),
+        "node_id": pa.array(cat(lambda rt: rt.node_id)),
+        "name": _dict(name_idx, names),
+        "type": _dict(cat(lambda rt: rt.node_type), _TYPE_NAMES),
+        "start_ns": pa.array(cat(lambda rt: rt.start_ns)),
+        "dur_ns": pa.array(cat(lambda rt: rt.dur_ns)),
+        "stream": pa.array(cat(lambda rt: rt.stream)),
+        "step": pa.array(cat(lambda rt: rt.step).astype(np.int64)),
+        "is_cpu_op": pa.array(cat(lambda rt: rt.is_cpu)),
+        "comm_type": _dict(np.where(comm_valid, comm_type, 0), _COMM_NAMES, comm_valid),
+        "comm_bytes": pa.array(cat(lambda rt: rt.comm_bytes)),
+        "pg_name": _dict(np.maximum(pg, 0), pg_names or [""], pg >= 0),
+        "seq": pa.array(cat(lambda rt: rt.seq)),
+        "src": pa.array(cat(lambda rt: rt.src).astype(np.int64)),
+        "dst": pa.array(cat(lambda rt: rt.dst).astype(np.int64)),
+        "tag": pa.array(cat(lambda rt: rt.tag)),
     }
     return _partition_table(NodeRecord, cols, "nodes")
+
+
+def _merged_names(rts: list[RankTrace]) -> tuple[list[str], np.ndarray]:
+    """One name table for the ranks' nodes and each node's index into it (one rank: its own)."""
+    if len(rts) == 1:
+        return list(rts[0].names), rts[0].name_idx
+    ids: dict[str, int] = {}
+    parts = []
+    for rt in rts:
+        remap = np.fromiter(
+            (ids.setdefault(n, len(ids)) for n in rt.names), dtype=np.int64, count=len(rt.names)
+        )
+        parts.append(remap[rt.name_idx] if remap.size else rt.name_idx.astype(np.int64))
+    return list(ids), np.concatenate(parts)
 
 
 def deps_table(rt: RankTrace) -> pa.Table:
