@@ -195,11 +195,12 @@ def write_perfetto(
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
-        for r, rows in rank_chunks(cap):
-            comm = ix.ranks[r].is_comm[rows]
-            for part, is_comm in ((rows[~comm], False), (rows[comm], True)):
-                if part.size:
-                    yield r, part, is_comm
+        for batch in rank_chunks(cap):
+            for r, rows in batch:
+                comm = ix.ranks[r].is_comm[rows]
+                for part, is_comm in ((rows[~comm], False), (rows[comm], True)):
+                    if part.size:
+                        yield r, part, is_comm
 
     def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
         r, rows, comm = job

@@ -34,6 +34,7 @@ from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
     Lookup,
+    RankRows,
     Value,
     cap_events,
     default_workers,
@@ -195,20 +196,34 @@ def write_perfetto(
     )
     names = {r: tuple(json.dumps(n) for n in run.ranks[r].names) for r in ranks}
 
-    def fmt(job: tuple[int, np.ndarray]) -> pa.Array:
-        r, rows = job
-        rt = run.ranks[r]
-        st, en = res.start_ns[r][rows], res.end_ns[r][rows]
+    def fmt(job: RankRows) -> pa.Array:
+        """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
+        table: list[str] = []
+        name_idx, pid, tid, st, en, node_id, step = [], [], [], [], [], [], []
+        for r, rows in job:
+            rt = run.ranks[r]
+            name_idx.append(rt.name_idx[rows] + len(table))
+            table += names[r]
+            pid.append(np.full(len(rows), r, dtype=np.int64))
+            tid.append(rt.stream[rows])
+            st.append(res.start_ns[r][rows])
+            en.append(res.end_ns[r][rows])
+            node_id.append(rt.node_id[rows])
+            step.append(rt.step[rows])
+        s, e = np.concatenate(st), np.concatenate(en)
         fields: list[tuple[str, Value]] = [
-            ("name", Lookup(names[r], rt.name_idx[rows])),
+            ("name", Lookup(tuple(table), np.concatenate(name_idx))),
             ("ph", '"X"'),
-            ("pid", str(r)),
-            ("tid", json_int(rt.stream[rows])),
-            ("ts", json_fixed(st, 3)),
-            ("dur", json_fixed(en - st, 3)),
-            ("args", [("node_id", json_int(rt.node_id[rows])), ("step", json_int(rt.step[rows]))]),
+            ("pid", json_int(np.concatenate(pid))),
+            ("tid", json_int(np.concatenate(tid))),
+            ("ts", json_fixed(s, 3)),
+            ("dur", json_fixed(e - s, 3)),
+            (
+                "args",
+                [("node_id", json_int(np.concatenate(node_id))), ("step", json_int(np.concatenate(step)))],
+            ),
         ]
-        return format_events(fields, len(rows))
+        return format_events(fields, len(s))
 
     def metadata() -> Iterator[dict[str, Any]]:
         for r in ranks:

@@ -396,8 +396,21 @@ def write_trace(
     return path
 
 
-def rank_chunks(cap: EventCap) -> Iterator[tuple[int, npt.NDArray[np.integer[Any]]]]:
-    """``(rank, rows)`` of what ``cap`` keeps, rank by rank, in chunks of :data:`CHUNK_EVENTS`."""
+RankRows: TypeAlias = "list[tuple[int, npt.NDArray[np.integer[Any]]]]"
+
+
+def rank_chunks(cap: EventCap) -> Iterator[RankRows]:
+    """What ``cap`` keeps, rank by rank, in chunks of at most :data:`CHUNK_EVENTS` rows: each chunk a list of
+    ``(rank, rows)``, a rank's rows split over chunks where it has more, several ranks in one where they
+    have few (a chunk has a fixed cost of ~0.4 ms to format: 0.4 s for 1,024 ranks of a few nodes)."""
+    batch: RankRows = []
+    n = 0
     for r in sorted(cap.keep):
         for rows in chunks(np.flatnonzero(cap.keep[r])):
-            yield r, rows
+            if batch and n + len(rows) > CHUNK_EVENTS:
+                yield batch
+                batch, n = [], 0
+            batch.append((r, rows))
+            n += len(rows)
+    if batch:
+        yield batch
