@@ -52,8 +52,9 @@ SUMMARY_PARQUET = "summary.parquet"
 TIMELINE_JSON = "timeline.json"
 CONFIG_YAML = "config.yaml"
 SWEEP_PARQUET = "sweep.parquet"
-#: Rows of the ranks ``write_timeline`` builds one table of (whole ranks, at least this many rows).
-TABLE_ROWS = 1 << 16
+#: Rows of the ranks ``write_timeline`` builds one table of (whole ranks, at least this many rows: a larger
+#: rank is a table of its own, its columns not copied).
+TABLE_ROWS = 1 << 12
 #: The config key that caps ``timeline.json`` (0: write every node).
 MAX_EVENTS_KEY = "perfetto_max_events"
 

@@ -43,6 +43,8 @@ R = TypeVar("R")
 DEFAULT_MAX_EVENTS = 1_000_000
 #: Rows formatted per chunk (about 7 MB of JSON each).
 CHUNK_EVENTS = 1 << 16
+#: Ranks of fewer rows share a chunk until it has this many (see :func:`rank_chunks`).
+PACK_EVENTS = 1 << 12
 #: An integer column whose values span at most this many (and no more than it has rows) is written from
 #: a table of their strings (a ``take``) instead of a cast per row.
 _SMALL_RANGE = 4096
@@ -401,13 +403,14 @@ RankRows: TypeAlias = "list[tuple[int, npt.NDArray[np.integer[Any]]]]"
 
 def rank_chunks(cap: EventCap) -> Iterator[RankRows]:
     """What ``cap`` keeps, rank by rank, in chunks of at most :data:`CHUNK_EVENTS` rows: each chunk a list of
-    ``(rank, rows)``, a rank's rows split over chunks where it has more, several ranks in one where they
-    have few (a chunk has a fixed cost of ~0.4 ms to format: 0.4 s for 1,024 ranks of a few nodes)."""
+    ``(rank, rows)``, a rank's rows split over chunks where it has more, ranks of few rows packed into one
+    until it has :data:`PACK_EVENTS` (a chunk has a fixed cost of ~0.4 ms to format: 0.4 s for 1,024 ranks
+    of a few nodes; larger ranks keep a chunk of their own, as many rows in memory as before)."""
     batch: RankRows = []
     n = 0
     for r in sorted(cap.keep):
-        for rows in chunks(np.flatnonzero(cap.keep[r])):
-            if batch and n + len(rows) > CHUNK_EVENTS:
+        for rows in chunks(np.flatnonzero(cap.keep[r]), CHUNK_EVENTS):
+            if batch and (n >= PACK_EVENTS or n + len(rows) > CHUNK_EVENTS):
                 yield batch
                 batch, n = [], 0
             batch.append((r, rows))

@@ -144,6 +144,26 @@ def test_the_streamed_timeline_json_has_every_node_as_one_dict_per_event_would(
     assert not any(e["ph"] == "i" for e in doc["traceEvents"])
 
 
+def test_small_ranks_share_a_chunk_and_large_ones_keep_their_own_every_row_once_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from skewlens.replay import streaming
+
+    monkeypatch.setattr(streaming, "CHUNK_EVENTS", 10)
+    monkeypatch.setattr(streaming, "PACK_EVENTS", 4)
+    sizes = {0: 1, 1: 2, 2: 3, 3: 25, 4: 1, 5: 4, 6: 1}
+    keep = {r: np.ones(n, dtype=np.bool_) for r, n in sizes.items()}
+    keep[3][[0, 7]] = False  # rows left out by the cap are not written
+    starts = {r: np.arange(n) for r, n in sizes.items()}
+    steps = {r: np.zeros(n, dtype=np.int64) for r, n in sizes.items()}
+    cap = cap_events(keep, starts, steps, max_events=0, file="t.json", option="x")
+    batches = list(streaming.rank_chunks(cap))
+    shape = [[(r, len(rows)) for r, rows in b] for b in batches]
+    assert shape == [[(0, 1), (1, 2), (2, 3)], [(3, 10)], [(3, 10)], [(3, 3), (4, 1)], [(5, 4)], [(6, 1)]]
+    got = [(r, int(i)) for b in batches for r, rows in b for i in rows]
+    assert got == [(r, i) for r in sorted(sizes) for i in np.flatnonzero(keep[r]).tolist()]
+
+
 def test_a_capped_timeline_keeps_the_first_whole_steps_on_all_ranks_and_says_what_it_left_out(
     replayed: tuple[RunTrace, SimResult], tmp_path: Path
 ) -> None:
