@@ -92,7 +92,7 @@ class Watchdog:
                 os._exit(EXIT_ORPHANED)
             now = time.perf_counter_ns()
             with self.lock:
-                late = [c for c in self.inflight.values() if not c.event.is_set()]
+                late = [c for c in self.inflight.values() if not c.done()]
                 phase, deadline = self.phase, self.phase_deadline_ns
             stuck = min(late, key=lambda c: c.issued_ns, default=None)
             if stuck is not None and now - stuck.issued_ns > self.timeout_ns:
@@ -135,10 +135,12 @@ class Runner:
         self.start: dict[int, int] = {}
         self.end: dict[int, int] = {}
         self.pending: dict[int, Completion] = {}
+        #: rows a later op waits for (its start, or its work as a wait node): this thread waits on them
+        self.waited = {d for op in ops if op.kind != KIND_NESTED for d in (*op.deps, *op.wait_deps)}
 
     def _settle(self, row: int, c: Completion) -> int:
         """Wait for the asynchronous op ``c`` (watched as ``row``); returns its completion time."""
-        c.event.wait()
+        c.wait()
         self.dog.done(row)
         if c.error:
             raise RuntimeError(f"{c.desc} failed: {c.error}")
@@ -194,7 +196,7 @@ class Runner:
                 c.event.set()
                 self.dog.done(op.row)
                 continue
-            track(self.issuer.issue(op), c, (op.kind, op.pg_name))
+            track(self.issuer.issue(op), c, (op.kind, op.pg_name), waited=op.row in self.waited)
             self.pending[op.row] = c
         for row in list(self.pending):
             self._finish(row)
