@@ -100,8 +100,9 @@ def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Ta
     nodes = nodes_table(rts, run.pg_names)
     cols: dict[str, Any] = {name: nodes.column(name) for name in nodes.column_names}
     cols["rank"] = pa.array(np.repeat(np.asarray(ranks, dtype=np.int64), [len(rt) for rt in rts]))
-    cols["replay_start_ns"] = pa.array(np.concatenate([res.start_ns[r] for r in ranks]), type=pa.int64())
-    cols["replay_end_ns"] = pa.array(np.concatenate([res.end_ns[r] for r in ranks]), type=pa.int64())
+    for col, times in (("replay_start_ns", res.start_ns), ("replay_end_ns", res.end_ns)):
+        parts = [times[r] for r in ranks]  # one rank: its column as it is, not copied
+        cols[col] = pa.array(parts[0] if len(parts) == 1 else np.concatenate(parts), type=pa.int64())
     schema = _timeline_schema()
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 

@@ -184,8 +184,8 @@ def track(
     """Record ``work``'s completion time into ``completion`` (future callback, else a pooled waiter);
     ``kind`` (op kind, group) remembers which works have no future, so it is asked once. ``waited``: the
     issuing thread will wait for this op; a Work without a future is then left to it (a gloo send or recv
-    can be waited on once), so its completion reaches it without two thread hand-overs (~60-150 µs each
-    on a loaded core, measured after every p2p op of a pipeline replay on 2 cores)."""
+    can be waited on once), so its completion reaches it without two thread hand-overs (the likely cause
+    of the 60-150 µs median lag the replay gained after each p2p op of a pipeline on 2 cores)."""
 
     def settle(outcome: Callable[[], object]) -> None:
         try:
