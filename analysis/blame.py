@@ -21,7 +21,10 @@ total. Ranked.
 
 Ranks whose compute and gaps nowhere exceed the median's are not simulated (their cost is 0 by
 construction of "run like the median": they are not slower than it anywhere); ``max_simulations`` bounds
-the number of what-ifs (largest excess first) for very large runs.
+the number of what-ifs simulated (largest excess first) for very large runs. A what-if that shortens
+nothing on the baseline's binding paths to the steps' ends changes no step (``Simulator.steps_unchanged``
+proves it): its step times are the baseline's, exactly, without simulating it, and it does not count
+against ``max_simulations`` (``prove=False`` simulates every one).
 """
 
 from __future__ import annotations
@@ -341,9 +344,11 @@ def analyze_blame(
     ranks: Sequence[int] | None = None,
     max_simulations: int | None = None,
     progress: Progress = NO_PROGRESS,
+    prove: bool = True,
 ) -> BlameResult:
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
     run = ix.run
+    unchanged: Callable[..., bool] | None = None
     if simulate_fn is None:
         from skewlens.replay.simulate import Simulator
 
@@ -353,22 +358,31 @@ def analyze_blame(
         def simulate_fn(_run: object, **overrides: Any) -> Any:
             return simulator.simulate(**overrides)
 
+        if prove:
+            unchanged = simulator.steps_unchanged
+
     gaps = _simulator_gaps(ix)
     ivs = _all_intervals(ix, gaps)
     typical = _peer_medians(ivs)
     scaling = {r: _scaling(ivs[r], typical[r]) for r in ivs}
     wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
     cands = sorted((r for r in wanted if scaling[r].excess_ns > 0), key=lambda r: -scaling[r].excess_ns)
-    if max_simulations is not None:
-        cands = cands[:max_simulations]
+    if max_simulations is not None and unchanged is None:
+        cands = cands[:max_simulations]  # without proofs every candidate is a simulation
     ivs = {r: ivs[r] for r in cands}  # the others' row keys are not needed any more
     base = _step_times(simulate_fn(run))
     whatif: dict[int, dict[int, int]] = {}
+    simulated = 0
     with progress.task("what-if blame", len(cands)) as advance:
         for r in cands:
             dur, gap = _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=gaps[r])
-            whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
+            if unchanged is not None and unchanged(dur_override={r: dur}, gap_override={r: gap}):
+                whatif[r] = dict(base)  # proven: off every binding path to a step's end
+            elif max_simulations is None or simulated < max_simulations:
+                whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
+                simulated += 1
             advance()
+    cands = [r for r in cands if r in whatif]
     steps = sorted(base)
     step_recs = [
         BlameStepRecord(

@@ -147,7 +147,8 @@ class BlameRecord:
     cause: str
     """Human-readable top cause."""
     simulated: bool
-    """False when the what-if was not simulated for this rank (no lateness to remove)."""
+    """False when no what-if was evaluated for this rank (no lateness to remove); True when it was
+    simulated, or proven to leave every step as the baseline's (see ``skewlens.analysis.blame``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

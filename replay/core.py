@@ -328,6 +328,135 @@ def run(g: Graph) -> Outcome:
     )
 
 
+#: What :func:`binding_segments` explains of a segment: its end, its start, its ready time.
+_END, _START, _READY = 0, 1, 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Preds:
+    """The edges of a :class:`Graph` reversed (CSR by destination segment), for :func:`binding_segments`."""
+
+    ptr: Sequence[int]
+    idx: Sequence[int]
+    """Start-edge predecessors."""
+    wptr: Sequence[int]
+    widx: Sequence[int]
+    """Wait predecessors."""
+    xptr: Sequence[int]
+    xidx: Sequence[int]
+    """Queue-order predecessors of each sync segment."""
+    lptr: Sequence[int]
+    lidx: Sequence[int]
+    loff: Sequence[int]
+    """Launch predecessors and the offset of each launch after its launching segment's start."""
+
+
+def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Preds) -> bytearray | None:
+    """Segments on a *binding path* of ``out`` (a run of ``g`` without contention) to each target's end.
+
+    Walking back from a target, each step follows the rule of :func:`run` that gave the value its time,
+    found by equality: a compute segment's end is its start plus its length; its start is a wait
+    dependency's end where it waited, else its arrival, ``ready + gap``; ``ready`` is its ``ready0`` or a
+    dependency's end or a launching segment's start plus the launch offset; a sync member ends ``transfer``
+    after its group's transfer began (an eager send: after its own arrival), which is the last member's
+    arrival or a queue-order dependency's end. Returns a flag per segment: 1 where its gap, length, row
+    times or launch offsets are on some path (a sync member only where its own arrival is; its transfer is
+    fixed). Every step is an inequality that holds in any run of a graph of the same edges, so a run of
+    ``g`` whose changes only shorten (gaps, lengths, launch offsets) and touch no flagged segment ends every
+    target at the same time. None if ``g`` has contention (transfer times are then not fixed) or a time
+    was not explained (nothing may then be concluded).
+    """
+    if g.flows is not None:
+        return None
+    n = len(g.length)
+    gap, length, ready0, sync_of = g.gap, g.length, g.ready0, g.sync_of
+    start, end, arrival = out.seg_start, out.seg_end, out.seg_arrival
+    on = bytearray(n)
+    seen_end = bytearray(n)
+    seen_start = bytearray(n)
+    for target in targets:
+        todo: tuple[int, int] | None = (_END, target)
+        while todo is not None:
+            what, s = todo
+            todo = None
+            if what == _END:
+                if seen_end[s]:
+                    continue
+                seen_end[s] = 1
+                if length[s] >= 0:
+                    on[s] = 1
+                    todo = (_START, s)
+                    continue
+                gi = sync_of[s]
+                j = g.groups[gi].index(s)
+                if g.detached is not None and g.detached[gi][j]:
+                    on[s] = 1
+                    todo = (_READY, s)
+                    continue
+                t = end[s] - g.transfer[gi][j]
+                if t == out.group_arrival[gi]:
+                    m = next((m for m in g.groups[gi] if arrival[m] == t), -1)
+                    if m < 0:
+                        return None
+                    on[m] = 1
+                    todo = (_READY, m)
+                    continue
+                p = next(
+                    (
+                        preds.xidx[k]
+                        for m in g.groups[gi]
+                        for k in range(preds.xptr[m], preds.xptr[m + 1])
+                        if end[preds.xidx[k]] == t
+                    ),
+                    -1,
+                )
+                if p < 0:
+                    return None
+                todo = (_END, p)
+            elif what == _START:
+                if seen_start[s]:
+                    continue
+                seen_start[s] = 1
+                on[s] = 1
+                if start[s] > arrival[s]:  # it waited for a completion
+                    p = next(
+                        (
+                            preds.widx[k]
+                            for k in range(preds.wptr[s], preds.wptr[s + 1])
+                            if end[preds.widx[k]] == start[s]
+                        ),
+                        -1,
+                    )
+                    if p < 0:
+                        return None
+                    todo = (_END, p)
+                else:
+                    todo = (_READY, s)
+            else:  # _READY: explain ``arrival - gap``
+                r = arrival[s] - gap[s]
+                if r == ready0[s]:
+                    continue
+                p = next(
+                    (preds.idx[k] for k in range(preds.ptr[s], preds.ptr[s + 1]) if end[preds.idx[k]] == r),
+                    -1,
+                )
+                if p >= 0:
+                    todo = (_END, p)
+                    continue
+                p = next(
+                    (
+                        preds.lidx[k]
+                        for k in range(preds.lptr[s], preds.lptr[s + 1])
+                        if start[preds.lidx[k]] + preds.loff[k] == r
+                    ),
+                    -1,
+                )
+                if p < 0:
+                    return None
+                todo = (_START, p)
+    return on
+
+
 class _Contention:
     """Fluid bandwidth sharing: a flow's rate is 1 / (most flows on any of its links).
 

@@ -140,6 +140,9 @@ class Lowering:
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
     launch_off_ns: I64
     """Per launch edge (same order): the launch call's offset into its launching node."""
+    seg_offset: I64
+    """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
+    follow the earlier ranks'."""
 
     def retimed(
         self,
@@ -162,38 +165,79 @@ class Lowering:
         l_ptr, l_off = low.graph.lsucc_ptr, low.graph.lsucc_off
         launch = list(l_off) if l_ptr is not None and l_off is not None else None
         for i, r in changed:
-            lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
-            if hi == lo:
+            rr = self.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
+            if rr is None:
                 continue
-            rk = low.kind[lo:hi]
-            d, g = _rank_times(
-                self.run.ranks[r],
-                self.model.ranks[r],
-                r,
-                rk,
-                effects=self.effects,
-                dur_override=dur_override.get(r) if dur_override is not None else None,
-                gap_override=gap_override.get(r) if gap_override is not None else None,
-            )
-            is_head = self.is_head[lo:hi]
-            # (where prepare() found a cycle of chain rows the core deadlocks whatever the offsets)
-            _ptr, acc, _done = _chain_offsets(self.pred[lo:hi].astype(np.int64), is_head, d, g)
-            heads = np.flatnonzero(is_head)
-            s_lo = int(np.count_nonzero(self.is_head[:lo]))  # the rank's segments follow the earlier ranks'
-            length, head_gap = _segment_times(
-                low.seg_of_row[lo:hi] - s_lo, heads, kind=rk, acc=acc, dur=d, gap=g
-            )
-            dur[lo:hi] = d
-            off_start[lo:hi] = acc
-            seg_gap[s_lo : s_lo + heads.size] = head_gap.tolist()
-            seg_len[s_lo : s_lo + heads.size] = length.tolist()
-            if launch is not None and l_ptr is not None:  # the launch edges out of the rank's segments
-                a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
-                launch[a:b] = _launch_offsets(
-                    off_start, self.launch_rows[a:b], self.launch_off_ns[a:b]
-                ).tolist()
+            lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+            dur[lo:hi] = rr.dur
+            off_start[lo:hi] = rr.off_start
+            seg_gap[rr.seg_lo : rr.seg_lo + rr.gap.size] = rr.gap.tolist()
+            seg_len[rr.seg_lo : rr.seg_lo + rr.length.size] = rr.length.tolist()
+            if launch is not None and rr.launch_off is not None:
+                launch[rr.launch_lo : rr.launch_lo + rr.launch_off.size] = rr.launch_off.tolist()
         graph = dataclasses.replace(low.graph, gap=seg_gap, length=seg_len, lsucc_off=launch)
         return dataclasses.replace(low, graph=graph, dur=dur, off_start=off_start)
+
+    def rank_retimed(
+        self,
+        i: int,
+        *,
+        dur_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        gap_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    ) -> RankRetimed | None:
+        """What :meth:`retimed` gives the ``i``-th rank of ``lowered.ranks`` (None: it has no rows)."""
+        low = self.lowered
+        r = low.ranks[i]
+        lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+        if hi == lo:
+            return None
+        rk = low.kind[lo:hi]
+        d, g = _rank_times(
+            self.run.ranks[r],
+            self.model.ranks[r],
+            r,
+            rk,
+            effects=self.effects,
+            dur_override=dur_override.get(r) if dur_override is not None else None,
+            gap_override=gap_override.get(r) if gap_override is not None else None,
+        )
+        is_head = self.is_head[lo:hi]
+        # (where prepare() found a cycle of chain rows the core deadlocks whatever the offsets)
+        _ptr, acc, _done = _chain_offsets(self.pred[lo:hi].astype(np.int64), is_head, d, g)
+        heads = np.flatnonzero(is_head)
+        s_lo = int(self.seg_offset[i])  # the rank's segments follow the earlier ranks'
+        length, head_gap = _segment_times(low.seg_of_row[lo:hi] - s_lo, heads, kind=rk, acc=acc, dur=d, gap=g)
+        l_ptr = low.graph.lsucc_ptr
+        launch_off: I64 | None = None
+        a = 0
+        if (
+            l_ptr is not None and low.graph.lsucc_off is not None
+        ):  # the launch edges out of the rank's segments
+            a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
+            launch_off = self.launch_off_ns[a:b] + acc[self.launch_rows[a:b] - lo]
+        return RankRetimed(
+            dur=d, off_start=acc, seg_lo=s_lo, gap=head_gap, length=length, launch_lo=a, launch_off=launch_off
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankRetimed:
+    """One rank's values of a :meth:`Lowering.retimed` lowering."""
+
+    dur: I64
+    """Per row of the rank: replayed duration."""
+    off_start: I64
+    """Per row of the rank: start relative to its segment head's start."""
+    seg_lo: int
+    """The rank's first segment."""
+    gap: I64
+    """Per segment of the rank: the head's gap."""
+    length: I64
+    """Per segment of the rank: head start to tail end (``SYNC`` for sync segments)."""
+    launch_lo: int
+    """The first launch edge out of the rank's segments."""
+    launch_off: I64 | None
+    """Per launch edge out of the rank's segments: its offset (None: the run has no launch edges)."""
 
 
 def prepare(
@@ -401,6 +445,7 @@ def prepare(
         is_head=is_head,
         launch_rows=launch_rows,
         launch_off_ns=launch_off,
+        seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
 
 

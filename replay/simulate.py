@@ -20,7 +20,7 @@ from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.validate import ValidationReport, validate_run
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
-from skewlens.replay.core import DeadlockError, run
+from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_segments, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel
@@ -153,9 +153,13 @@ class Simulator:
     """:func:`simulate` of one run for many what-ifs that each change only some ranks' ``dur_override`` /
     ``gap_override``: the run is lowered once, and each :meth:`simulate` re-times only the ranks it
     overrides (:meth:`skewlens.replay.lower.Lowering.retimed`), with the same rules and results as
-    ``simulate(run_trace, ..., dur_override=..., gap_override=...)``. Holds the lowering while it lives."""
+    ``simulate(run_trace, ..., dur_override=..., gap_override=...)``. Holds the lowering while it lives.
 
-    __slots__ = ("_comm_mode", "_lowering", "_run")
+    The replay without overrides also keeps which segments lie on a binding path to each step's end
+    (:func:`skewlens.replay.core.binding_segments`), so that :meth:`steps_unchanged` can tell, without
+    simulating, a what-if that provably leaves every step's time as it is."""
+
+    __slots__ = ("_comm_mode", "_lowering", "_marks", "_run")
 
     def __init__(
         self,
@@ -174,6 +178,7 @@ class Simulator:
         self._run = run_trace
         self._comm_mode = comm_mode
         self._lowering = prepare(run_trace, effects=effects, timing=timing, model=model)
+        self._marks: bytearray | None = None
 
     def simulate(
         self,
@@ -183,15 +188,153 @@ class Simulator:
     ) -> SimResult:
         """The replay with these overrides (see :func:`simulate`)."""
         low = self._lowering.retimed(dur_override=dur_override, gap_override=gap_override)
-        return _replay(self._run, low, self._comm_mode)
+        if dur_override or gap_override:
+            return _replay(self._run, low, self._comm_mode)
+        out = _run_core(self._run, low)
+        res = _lift_outcome(self._run, low, out, self._comm_mode)
+        self._marks = _step_marks(low, out, res)
+        return res
+
+    def steps_unchanged(
+        self,
+        *,
+        dur_override: Mapping[int, I64] | None = None,
+        gap_override: Mapping[int, I64] | None = None,
+    ) -> bool:
+        """True if :meth:`simulate` with these overrides provably gives every step (as
+        ``SimResult.step_spans`` reads them: each step's latest end, the first step's earliest start)
+        the time the replay without overrides gave it; False if that is not proven (simulate it then).
+
+        Proven when the overrides only shorten (durations, gaps, hence offsets inside segments and launch
+        offsets) and shorten nothing on a binding path of the replay without overrides to a step's end
+        (the core's rules are maxima of sums: times can only get earlier, and each path bounds its end
+        from below), and when the first step begins at the earliest a rank can begin. Needs
+        :meth:`simulate` without overrides to have run first; False before that, and without contention
+        only."""
+        marks = self._marks
+        if marks is None:
+            return False
+        lowering = self._lowering
+        base = lowering.lowered
+        g0 = base.graph
+        named = set(dur_override or {}) | set(gap_override or {})
+        for i, r in enumerate(base.ranks):
+            if r not in named:
+                continue
+            new = lowering.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
+            if new is None:
+                continue
+            lo, hi = int(base.row_offset[i]), int(base.row_offset[i + 1])
+            s_lo, s_hi = new.seg_lo, new.seg_lo + new.gap.size
+            d0, o0 = base.dur[lo:hi], base.off_start[lo:hi]
+            gp0, ln0 = np.asarray(g0.gap[s_lo:s_hi]), np.asarray(g0.length[s_lo:s_hi])
+            d1, o1, gp1, ln1 = new.dur, new.off_start, new.gap, new.length
+            if (d1 > d0).any() or (o1 > o0).any() or (gp1 > gp0).any() or (ln1 > ln0).any():
+                return False  # something got longer: times may get later
+            if (gp1 < 0).any() or (o1 < 0).any():
+                return False
+            rows = np.flatnonzero((d1 != d0) | (o1 != o0)) + lo
+            par = base.parent[rows]
+            anchor = np.where(par >= 0, base.seg_of_row[np.maximum(par, 0)], base.seg_of_row[rows])
+            segs = np.concatenate([anchor, np.flatnonzero((gp1 != gp0) | (ln1 != ln0)) + s_lo])
+            if new.launch_off is not None and g0.lsucc_ptr is not None and g0.lsucc_off is not None:
+                a, b = new.launch_lo, new.launch_lo + new.launch_off.size
+                lf0, lf1 = np.asarray(g0.lsucc_off[a:b]), new.launch_off
+                if (lf1 > lf0).any():
+                    return False
+                edge_src = np.repeat(
+                    np.arange(s_lo, s_hi), np.diff(np.asarray(g0.lsucc_ptr[s_lo : s_hi + 1]))
+                )
+                segs = np.concatenate([segs, edge_src[lf1 != lf0]])
+            if any(marks[int(x)] for x in np.unique(segs)):
+                return False
+        return True
+
+
+def _preds(g: Graph) -> Preds:
+    """The graph's edges by destination (CSR), each kind of edge apart."""
+    n = len(g.length)
+
+    def rev(ptr: object, idx: object, extra: object = None) -> tuple[list[int], list[int], list[int]]:
+        if ptr is None or idx is None:
+            return [0] * (n + 1), [], []
+        p = np.asarray(ptr, dtype=np.int64)
+        dst = np.asarray(idx, dtype=np.int64)
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(p))
+        order = np.argsort(dst, kind="stable")
+        rptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=rptr[1:])
+        ex = np.asarray(extra, dtype=np.int64)[order].tolist() if extra is not None else []
+        return rptr.tolist(), src[order].tolist(), ex
+
+    ptr, idx, _ = rev(g.succ_ptr, g.succ_idx)
+    wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
+    xptr, xidx, _ = rev(g.xsucc_ptr, g.xsucc_idx)
+    lptr, lidx, loff = rev(g.lsucc_ptr, g.lsucc_idx, g.lsucc_off)
+    return Preds(
+        ptr=ptr, idx=idx, wptr=wptr, widx=widx, xptr=xptr, xidx=xidx, lptr=lptr, lidx=lidx, loff=loff
+    )
+
+
+def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
+    """:func:`binding_segments` to each step's latest-ending row, as :meth:`SimResult.step_spans` and
+    ``step_times_from_spans`` read steps (without step marks: to the latest row of the run); None where
+    the first step's (or the run's) earliest start could move earlier under a what-if that shortens: when
+    it is later than the earliest ``ready0`` of any segment, or some gap or offset is negative."""
+    g = low.graph
+    best: dict[int, tuple[int, int]] = {}  # step -> (end, global row)
+    first_start: tuple[int, int] | None = None  # (first step, its earliest start)
+    any_steps = any(((st >= 0) & res.timed[r]).any() for r, st in res.step.items())
+    for i, r in enumerate(low.ranks):
+        timed = res.timed[r]
+        st = res.step[r].astype(np.int64) if any_steps else np.zeros(len(timed), dtype=np.int64)
+        m = np.flatnonzero((st >= 0) & timed)
+        if m.size == 0:
+            continue
+        ends, starts, steps = res.end_ns[r][m], res.start_ns[r][m], st[m]
+        o = np.lexsort((ends, steps))
+        last = np.flatnonzero(np.append(steps[o][1:] != steps[o][:-1], True))
+        for j in last.tolist():
+            row = int(m[o[j]])
+            s, e = int(st[row]), int(res.end_ns[r][row])
+            if s not in best or e > best[s][0]:
+                best[s] = (e, int(low.row_offset[i]) + row)
+        s0 = int(steps.min())
+        a0 = int(starts[steps == s0].min())
+        if first_start is None or (s0, a0) < first_start:
+            first_start = (s0, a0)
+    if not best or first_start is None:
+        return None
+    timed_all = low.kind != KIND_FIXED
+    nested = np.flatnonzero(low.parent >= 0)
+    if (
+        min(g.gap, default=0) < 0
+        or int(low.off_start[timed_all].min(initial=0)) < 0
+        or (nested.size and int((low.rec_start[nested] - low.rec_start[low.parent[nested]]).min()) < 0)
+    ):
+        return None
+    ready0 = np.asarray(g.ready0, dtype=np.int64)[low.seg_of_row[timed_all]]
+    if ready0.size and first_start[1] > int(ready0.min()):
+        return None
+    rows = np.fromiter((row for _e, row in best.values()), dtype=np.int64, count=len(best))
+    par = low.parent[rows]
+    targets = np.where(par >= 0, low.seg_of_row[np.maximum(par, 0)], low.seg_of_row[rows])
+    return binding_segments(g, out, targets.tolist(), _preds(g))
 
 
 def _replay(run_trace: RunTrace, low: Lowered, comm_mode: str) -> SimResult:
     """Run the core on ``low`` and map its segment times back to trace rows."""
+    return _lift_outcome(run_trace, low, _run_core(run_trace, low), comm_mode)
+
+
+def _run_core(run_trace: RunTrace, low: Lowered) -> Outcome:
     try:
-        out = run(low.graph)
+        return run(low.graph)
     except DeadlockError as e:
         raise ReplayError(_deadlock_message(run_trace, low, e)) from None
+
+
+def _lift_outcome(run_trace: RunTrace, low: Lowered, out: Outcome, comm_mode: str) -> SimResult:
     return _lift(
         run_trace,
         low=low,

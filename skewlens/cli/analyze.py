@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_SIMULATIONS,
         metavar="N",
-        help=f"simulate at most N what-ifs, ranks with the largest excess over the median first "
+        help=f"simulate at most N what-ifs, ranks with the largest excess over the median first; "
+        f"what-ifs proven to change no step are not simulated and not counted "
         f"(default {DEFAULT_MAX_SIMULATIONS}; 0: none)",
     )
     p.add_argument("--no-pictures", action="store_true", help="skip the PNGs and the Perfetto JSON")
