@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 #: Event priorities: at equal times completions are handled before starts.
 PRIO_COMPLETE = 0
@@ -332,22 +333,28 @@ def run(g: Graph) -> Outcome:
 _END, _START, _READY = 0, 1, 2
 
 
+class _Ints(Protocol):
+    """Integers by position: a list, or an array of a loader that the core only indexes."""
+
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Preds:
     """The edges of a :class:`Graph` reversed (CSR by destination segment), for :func:`binding_segments`."""
 
-    ptr: Sequence[int]
-    idx: Sequence[int]
+    ptr: _Ints
+    idx: _Ints
     """Start-edge predecessors."""
-    wptr: Sequence[int]
-    widx: Sequence[int]
+    wptr: _Ints
+    widx: _Ints
     """Wait predecessors."""
-    xptr: Sequence[int]
-    xidx: Sequence[int]
+    xptr: _Ints
+    xidx: _Ints
     """Queue-order predecessors of each sync segment."""
-    lptr: Sequence[int]
-    lidx: Sequence[int]
-    loff: Sequence[int]
+    lptr: _Ints
+    lidx: _Ints
+    loff: _Ints
     """Launch predecessors and the offset of each launch after its launching segment's start."""
 
 

@@ -154,7 +154,7 @@ class Lowering:
         (ranks not named keep theirs); the same values, without lowering the other ranks again."""
         low = self.lowered
         changed = [
-            (i, r) for i, r in enumerate(low.ranks) if r in (dur_override or {}) or r in (gap_override or {})
+            i for i, r in enumerate(low.ranks) if r in (dur_override or {}) or r in (gap_override or {})
         ]
         if not changed:
             return low
@@ -164,7 +164,7 @@ class Lowering:
         seg_len = list(low.graph.length)
         l_ptr, l_off = low.graph.lsucc_ptr, low.graph.lsucc_off
         launch = list(l_off) if l_ptr is not None and l_off is not None else None
-        for i, r in changed:
+        for i in changed:
             rr = self.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
             if rr is None:
                 continue

@@ -252,20 +252,22 @@ class Simulator:
 
 
 def _preds(g: Graph) -> Preds:
-    """The graph's edges by destination (CSR), each kind of edge apart."""
+    """The graph's edges by destination (CSR), each kind of edge apart; numpy arrays, since the walk
+    reads only the few segments on its paths."""
     n = len(g.length)
+    empty = np.zeros(0, dtype=np.int64)
 
-    def rev(ptr: object, idx: object, extra: object = None) -> tuple[list[int], list[int], list[int]]:
+    def rev(ptr: object, idx: object, extra: object = None) -> tuple[I64, I64, I64]:
         if ptr is None or idx is None:
-            return [0] * (n + 1), [], []
-        p = np.asarray(ptr, dtype=np.int64)
+            return np.zeros(n + 1, dtype=np.int64), empty, empty
         dst = np.asarray(idx, dtype=np.int64)
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(p))
+        fwd: I64 = np.asarray(ptr, dtype=np.int64)
+        src = np.repeat(np.arange(n, dtype=np.int64), fwd[1:] - fwd[:-1])
         order = np.argsort(dst, kind="stable")
         rptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=n), out=rptr[1:])
-        ex = np.asarray(extra, dtype=np.int64)[order].tolist() if extra is not None else []
-        return rptr.tolist(), src[order].tolist(), ex
+        ex = np.asarray(extra, dtype=np.int64)[order] if extra is not None else empty
+        return rptr, src[order], ex
 
     ptr, idx, _ = rev(g.succ_ptr, g.succ_idx)
     wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
