@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from rich.console import Console
@@ -14,7 +17,7 @@ from skewlens.profiler.chakra_io import EtWriter, TraceNode
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.store.issues import Severity
-from skewlens.profiler.store.validate import load_validated, validate_run
+from skewlens.profiler.store.validate import find_cycle, load_validated, validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType, NodeType
 
@@ -249,3 +252,56 @@ def test_a_rank_issuing_the_same_instance_twice_is_reported(tmp_path: Path) -> N
     b.rank(1).collective(CommType.ALL_REDUCE, 64, 10, seq=0)
     (msg,) = _errors(b.write(tmp_path / "run"), "collective-duplicate")
     assert "group '0' seq 0: rank(s) [0] issue this instance more than once" in msg
+
+
+@dataclass
+class _Deps:
+    """What :func:`find_cycle` reads of a rank: its rows' dependency lists (CSR)."""
+
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+
+    def __len__(self) -> int:
+        return self.dep_ptr.size - 1
+
+
+def _has_cycle(deps: list[list[int]]) -> bool:
+    """Kahn's algorithm over every row: a cycle leaves rows that never become ready."""
+    indeg = [len(d) for d in deps]
+    users: list[list[int]] = [[] for _ in deps]
+    for v, ds in enumerate(deps):
+        for w in ds:
+            users[w].append(v)
+    ready = [v for v, k in enumerate(indeg) if k == 0]
+    seen = 0
+    while ready:
+        w = ready.pop()
+        seen += 1
+        for v in users[w]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    return seen < len(deps)
+
+
+def test_the_cycle_search_finds_a_cycle_exactly_when_a_full_topological_sort_fails() -> None:
+    rng = np.random.default_rng(3)
+    found = 0
+    for _ in range(300):
+        n = int(rng.integers(2, 40))
+        deps = [
+            sorted({int(x) for x in rng.integers(0, max(v, 1), rng.integers(0, 3))} - {v}) for v in range(n)
+        ]
+        for _ in range(int(rng.integers(0, 3))):  # a few edges to a row at or after the node's own
+            v = int(rng.integers(0, n))
+            deps[v].append(int(rng.integers(v, n)))
+        ptr = np.cumsum([0] + [len(d) for d in deps])
+        idx = np.asarray([w for d in deps for w in d], dtype=np.int64)
+        cycle = find_cycle(_Deps(ptr, idx))  # type: ignore[arg-type]
+        assert (cycle is not None) == _has_cycle(deps)
+        if cycle is not None:
+            found += 1
+            assert cycle[0] == cycle[-1]
+            for a, b in itertools.pairwise(cycle):
+                assert b in deps[a]  # each row of the cycle depends on the next
+    assert 20 < found < 280  # graphs with and without cycles were tried
