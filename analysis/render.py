@@ -62,7 +62,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
             rec.cause,
         )
     if any(not r.simulated for r in recs[:top]):
-        t.caption = "* not simulated: nowhere slower than the median rank"
+        t.caption = "* not evaluated: nowhere slower than the median rank, or beyond the limit on simulations"
     return t
 
 
