@@ -329,6 +329,7 @@ def prepare(
     ls_all = np.concatenate(l_src) if l_src else z
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
+    del e_src, e_dst, x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off  # the per-rank copies
     # rows with a queue-order or wait successor end a segment; rows with a wait dependency begin one
     graph_parts = _segments(
         kind=kind,
@@ -572,6 +573,12 @@ def _segments(
     pred[dst[one]] = src[one]
     compute = kind == KIND_COMPUTE
     internal = compute & (ndeps_row == 1) & compute[pred] & (nsucc_row[pred] == 1) & (pred != np.arange(n))
+    del (
+        ndeps_row,
+        nsucc_row,
+        one,
+        compute,
+    )  # (a run's graph is held once; its temporaries not longer than needed)
     for _attempt in range(2):
         is_head = ~internal
         ptr, acc, done = _chain_offsets(pred, is_head, dur, gap)
@@ -602,17 +609,24 @@ def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64,
     n = pred.shape[0]
     internal = ~is_head
     rows = np.arange(n, dtype=np.int64)
-    w = np.where(internal, dur[pred] + gap, 0).astype(np.int64)
+    acc = dur[pred]  # (in place from here: a GPU run has about as many rows as segments, 8 bytes a row each)
+    acc += gap
+    acc[~internal] = 0
     ptr = np.where(internal, pred, rows)
-    acc = w.copy()
     # runs of chain rows that follow their predecessor row by row (the common case) are summed with
     # one cumsum: each such row points straight at the row before its run
     contiguous = internal & (pred == rows - 1)
     if contiguous.any():
-        anchor = np.maximum.accumulate(np.where(contiguous, 0, rows))
-        csum = np.cumsum(np.where(contiguous, w, 0))
-        ptr = np.where(contiguous, anchor, ptr)
-        acc = np.where(contiguous, csum - csum[anchor], acc)
+        anchor = np.where(contiguous, 0, rows)
+        np.maximum.accumulate(anchor, out=anchor)
+        csum = np.where(contiguous, acc, 0)
+        np.cumsum(csum, out=csum)
+        np.copyto(ptr, anchor, where=contiguous)
+        sub = csum[anchor]
+        np.subtract(csum, sub, out=sub)
+        np.copyto(acc, sub, where=contiguous)
+        del anchor, csum, sub
+    del rows, contiguous
     for _ in range(n.bit_length() + 1):
         if is_head[ptr].all():
             return ptr, acc, True
