@@ -56,6 +56,16 @@ class Completion:
         self.error = error
         self.event.set()
 
+    def settle(self, outcome: Callable[[], object]) -> None:
+        """Wait for the op by calling ``outcome`` (a Work's ``wait``, a future's ``value``) and record how it
+        ended, with the backend's message if it raised."""
+        try:
+            outcome()
+        except Exception as e:
+            self.finish(str(e) or type(e).__name__)
+            return
+        self.finish("")
+
     def done(self) -> bool:
         """Whether the op finished (for a Work left to the issuing thread: in the backend, not yet seen)."""
         work = self.work
@@ -66,12 +76,7 @@ class Completion:
         thread or callback that records its completion has done so."""
         work, self.work = self.work, None
         if work is not None:
-            try:
-                work.wait()
-            except Exception as e:
-                self.finish(str(e) or type(e).__name__)
-            else:
-                self.finish("")
+            self.settle(work.wait)
         self.event.wait()
 
 
@@ -186,15 +191,6 @@ def track(
     issuing thread will wait for this op; a Work without a future is then left to it (a gloo send or recv
     can be waited on once), so its completion reaches it without two thread hand-overs (the likely cause
     of the 60-150 µs median lag the replay gained after each p2p op of a pipeline on 2 cores)."""
-
-    def settle(outcome: Callable[[], object]) -> None:
-        try:
-            outcome()
-        except Exception as e:
-            completion.finish(str(e) or type(e).__name__)
-            return
-        completion.finish("")
-
     fut = None
     if kind not in _NO_FUTURE:
         try:
@@ -202,12 +198,12 @@ def track(
         except RuntimeError:
             _NO_FUTURE.add(kind)
     if fut is not None:
-        fut.add_done_callback(lambda f: settle(f.value))
+        fut.add_done_callback(lambda f: completion.settle(f.value))
         return
     if waited:
         completion.work = work
         return
-    _waiter_pool().submit(settle, work.wait)
+    _waiter_pool().submit(completion.settle, work.wait)
 
 
 def resolve_compute_mode(mode: str, local_ranks: int) -> str:
