@@ -162,7 +162,10 @@ class EventQueue:
 
 
 def run(g: Graph) -> Outcome:
-    """Simulate ``g`` to completion; raises :class:`DeadlockError` if some segment can never run."""
+    """Simulate ``g`` to completion; raises :class:`DeadlockError` if some segment can never run.
+
+    :func:`binding_segments` walks these rules backwards: a change to how a time is set here is a change
+    there too (``tests/test_whatif_proof.py`` compares its proofs with simulations)."""
     n = len(g.length)
     ready = list(g.ready0)
     wready = [_NEVER] * n  # latest end of each segment's wait dependencies
@@ -378,6 +381,14 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
     n = len(g.length)
     gap, length, ready0, sync_of = g.gap, g.length, g.ready0, g.sync_of
     start, end, arrival = out.seg_start, out.seg_end, out.seg_arrival
+
+    def ended_at(ptr: _Ints, idx: _Ints, s: int, t: int) -> int:
+        """The first predecessor of ``s`` (in the CSR ``ptr``/``idx``) that ended at ``t``, else -1."""
+        for k in range(ptr[s], ptr[s + 1]):
+            if end[idx[k]] == t:
+                return int(idx[k])
+        return -1
+
     on = bytearray(n)
     seen_end = bytearray(n)
     seen_start = bytearray(n)
@@ -390,33 +401,27 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                 if seen_end[s]:
                     continue
                 seen_end[s] = 1
-                if length[s] >= 0:
+                if length[s] >= 0:  # a compute segment: start + length
                     on[s] = 1
                     todo = (_START, s)
                     continue
                 gi = sync_of[s]
-                j = g.groups[gi].index(s)
-                if g.detached is not None and g.detached[gi][j]:
+                members = g.groups[gi]
+                j = members.index(s)
+                if g.detached is not None and g.detached[gi][j]:  # an eager send: arrival + transfer
                     on[s] = 1
                     todo = (_READY, s)
                     continue
-                t = end[s] - g.transfer[gi][j]
-                if t == out.group_arrival[gi]:
-                    m = next((m for m in g.groups[gi] if arrival[m] == t), -1)
-                    if m < 0:
+                t = end[s] - g.transfer[gi][j]  # the group's transfer began at t
+                if t == out.group_arrival[gi]:  # when its last member arrived
+                    p = next((m for m in members if arrival[m] == t), -1)
+                    if p < 0:
                         return None
-                    on[m] = 1
-                    todo = (_READY, m)
+                    on[p] = 1
+                    todo = (_READY, p)
                     continue
-                p = next(
-                    (
-                        preds.xidx[k]
-                        for m in g.groups[gi]
-                        for k in range(preds.xptr[m], preds.xptr[m + 1])
-                        if end[preds.xidx[k]] == t
-                    ),
-                    -1,
-                )
+                # else when the op queued before it on one member's stream ended
+                p = next((q for m in members if (q := ended_at(preds.xptr, preds.xidx, m, t)) >= 0), -1)
                 if p < 0:
                     return None
                 todo = (_END, p)
@@ -425,39 +430,25 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     continue
                 seen_start[s] = 1
                 on[s] = 1
-                if start[s] > arrival[s]:  # it waited for a completion
-                    p = next(
-                        (
-                            preds.widx[k]
-                            for k in range(preds.wptr[s], preds.wptr[s + 1])
-                            if end[preds.widx[k]] == start[s]
-                        ),
-                        -1,
-                    )
-                    if p < 0:
-                        return None
-                    todo = (_END, p)
-                else:
+                if start[s] == arrival[s]:
                     todo = (_READY, s)
-            else:  # _READY: explain ``arrival - gap``
+                    continue
+                p = ended_at(preds.wptr, preds.widx, s, start[s])  # it waited for a completion
+                if p < 0:
+                    return None
+                todo = (_END, p)
+            else:  # _READY: explain ``arrival - gap``: ready0, a dependency's end or a launch
                 r = arrival[s] - gap[s]
                 if r == ready0[s]:
                     continue
-                p = next(
-                    (preds.idx[k] for k in range(preds.ptr[s], preds.ptr[s + 1]) if end[preds.idx[k]] == r),
-                    -1,
-                )
+                p = ended_at(preds.ptr, preds.idx, s, r)
                 if p >= 0:
                     todo = (_END, p)
                     continue
-                p = next(
-                    (
-                        preds.lidx[k]
-                        for k in range(preds.lptr[s], preds.lptr[s + 1])
-                        if start[preds.lidx[k]] + preds.loff[k] == r
-                    ),
-                    -1,
-                )
+                for k in range(preds.lptr[s], preds.lptr[s + 1]):
+                    if start[preds.lidx[k]] + preds.loff[k] == r:
+                        p = int(preds.lidx[k])
+                        break
                 if p < 0:
                     return None
                 todo = (_START, p)
