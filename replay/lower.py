@@ -347,9 +347,9 @@ def prepare(
         graph_parts
     )
     nseg = len(head_rows)
-    xsucc_ptr, xsucc_idx = _csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
+    xsucc_ptr, xsucc_idx = csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
-    wsucc_ptr, wsucc_idx = _csr(ws_seg, wd_seg, nseg)
+    wsucc_ptr, wsucc_idx = csr(ws_seg, wd_seg, nseg)
     ndeps = ndeps + np.bincount(wd_seg, minlength=nseg)
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
@@ -484,7 +484,9 @@ def _rank_times(
     return d, g
 
 
-def _csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:
+def csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:
+    """Edges ``s_src[k] -> s_dst[k]`` over ``nseg`` segments by source: offsets (``nseg + 1``) and the
+    destinations, each source's in edge order."""
     order = np.argsort(s_src, kind="stable")
     ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_src, minlength=nseg), out=ptr[1:])
@@ -573,12 +575,7 @@ def _segments(
     pred[dst[one]] = src[one]
     compute = kind == KIND_COMPUTE
     internal = compute & (ndeps_row == 1) & compute[pred] & (nsucc_row[pred] == 1) & (pred != np.arange(n))
-    del (
-        ndeps_row,
-        nsucc_row,
-        one,
-        compute,
-    )  # (a run's graph is held once; its temporaries not longer than needed)
+    del ndeps_row, nsucc_row, one, compute  # temporaries of a whole run's rows: not held longer than needed
     for _attempt in range(2):
         is_head = ~internal
         ptr, acc, done = _chain_offsets(pred, is_head, dur, gap)

@@ -24,7 +24,7 @@ from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_s
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel
-from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare
+from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, csr, lower, prepare
 from skewlens.replay.network.topology import Topology
 
 I64 = npt.NDArray[np.int64]
@@ -252,8 +252,8 @@ class Simulator:
 
 
 def _preds(g: Graph) -> Preds:
-    """The graph's edges by destination (CSR), each kind of edge apart; numpy arrays, since the walk
-    reads only the few segments on its paths."""
+    """The graph's edges by destination (:func:`skewlens.replay.lower.csr` of the reversed edges), each kind
+    apart; numpy arrays, since the walk reads only the few segments on its paths."""
     n = len(g.length)
     empty = np.zeros(0, dtype=np.int64)
 
@@ -263,11 +263,8 @@ def _preds(g: Graph) -> Preds:
         dst = np.asarray(idx, dtype=np.int64)
         fwd: I64 = np.asarray(ptr, dtype=np.int64)
         src = np.repeat(np.arange(n, dtype=np.int64), fwd[1:] - fwd[:-1])
-        order = np.argsort(dst, kind="stable")
-        rptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst, minlength=n), out=rptr[1:])
-        ex = np.asarray(extra, dtype=np.int64)[order] if extra is not None else empty
-        return rptr, src[order], ex
+        rptr, edge = csr(dst, np.arange(dst.size, dtype=np.int64), n)
+        return rptr, src[edge], np.asarray(extra, dtype=np.int64)[edge] if extra is not None else empty
 
     ptr, idx, _ = rev(g.succ_ptr, g.succ_idx)
     wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
@@ -279,34 +276,22 @@ def _preds(g: Graph) -> Preds:
 
 
 def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
-    """:func:`binding_segments` to each step's latest-ending row, as :meth:`SimResult.step_spans` and
-    ``step_times_from_spans`` read steps (without step marks: to the latest row of the run); None where
-    the first step's (or the run's) earliest start could move earlier under a what-if that shortens: when
-    it is later than the earliest ``ready0`` of any segment, or some gap or offset is negative."""
+    """:func:`binding_segments` to each step's latest-ending row, the steps as ``step_times_from_spans``
+    reads :meth:`SimResult.step_spans` (without step marks: to the latest row of the run); None where the
+    first step's (or the run's) earliest start could move earlier under a what-if that shortens: when it
+    is later than the earliest ``ready0`` of any segment, or some gap or offset is negative."""
     g = low.graph
-    best: dict[int, tuple[int, int]] = {}  # step -> (end, global row)
-    first_start: tuple[int, int] | None = None  # (first step, its earliest start)
-    any_steps = any(((st >= 0) & res.timed[r]).any() for r, st in res.step.items())
-    for i, r in enumerate(low.ranks):
-        timed = res.timed[r]
-        st = res.step[r].astype(np.int64) if any_steps else np.zeros(len(timed), dtype=np.int64)
-        m = np.flatnonzero((st >= 0) & timed)
-        if m.size == 0:
-            continue
-        ends, starts, steps = res.end_ns[r][m], res.start_ns[r][m], st[m]
-        o = np.lexsort((ends, steps))
-        last = np.flatnonzero(np.append(steps[o][1:] != steps[o][:-1], True))
-        for j in last.tolist():
-            row = int(m[o[j]])
-            s, e = int(st[row]), int(res.end_ns[r][row])
-            if s not in best or e > best[s][0]:
-                best[s] = (e, int(low.row_offset[i]) + row)
-        s0 = int(steps.min())
-        a0 = int(starts[steps == s0].min())
-        if first_start is None or (s0, a0) < first_start:
-            first_start = (s0, a0)
-    if not best or first_start is None:
+    spans = res.step_spans()
+    stepped = {k: v for k, v in spans.items() if k[1] >= 0}
+    used = stepped or spans  # without step marks, every rank is one span, step -1: the makespan
+    if not used:
         return None
+    last: dict[int, tuple[int, int]] = {}  # step -> (latest end, its rank)
+    for (r, s), (_a, b) in used.items():
+        if s not in last or b > last[s][0]:
+            last[s] = (b, r)
+    first = min(s for _r, s in used)
+    first_start = min(a for (_r, s), (a, _b) in used.items() if s == first)
     timed_all = low.kind != KIND_FIXED
     nested = np.flatnonzero(low.parent >= 0)
     if (
@@ -316,11 +301,16 @@ def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
     ):
         return None
     ready0 = np.asarray(g.ready0, dtype=np.int64)[low.seg_of_row[timed_all]]
-    if ready0.size and first_start[1] > int(ready0.min()):
+    if ready0.size and first_start > int(ready0.min()):
         return None
-    rows = np.fromiter((row for _e, row in best.values()), dtype=np.int64, count=len(best))
-    par = low.parent[rows]
-    targets = np.where(par >= 0, low.seg_of_row[np.maximum(par, 0)], low.seg_of_row[rows])
+    rows = []
+    for s, (b, r) in last.items():
+        i = low.ranks.index(r)
+        in_step = res.timed[r] & (res.step[r] == s) if stepped else res.timed[r]
+        rows.append(int(low.row_offset[i]) + int(np.flatnonzero(in_step & (res.end_ns[r] == b))[0]))
+    row = np.asarray(rows, dtype=np.int64)
+    par = low.parent[row]
+    targets = np.where(par >= 0, low.seg_of_row[np.maximum(par, 0)], low.seg_of_row[row])
     return binding_segments(g, out, targets.tolist(), _preds(g))
 
 
