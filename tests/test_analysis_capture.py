@@ -74,12 +74,15 @@ def test_peers_waits_at_rank_2s_first_collective_of_each_step_are_blamed_on_it(
     firsts: dict[int, SkewEvent] = {}
     for e in runs["straggler"].skew.events:  # in order of last arrival: rank 2's first collective a step
         if e.kind == "collective" and STRAGGLER in e.ranks and e.step not in firsts:
-            assert e.late_rank == STRAGGLER, f"step {e.step}: {e.pg_name}#{e.seq} late rank {e.late_rank}"
             firsts[e.step] = e
     assert len(firsts) == STEPS - 2  # every recorded step
-    # Rank 2 arrives last every step. With 4 ranks on 2 cores a CPU-starved peer can make rank 2 start a
-    # step late too: then rank 2 passes that lateness on (CI saw one step of ten blamed on rank 1 "passed
-    # on by rank 2"), so the blame is on rank 2 in most steps, and passed on by rank 2 in the others.
+    # Rank 2 arrives last in most steps. With 4 ranks on 2 cores a CPU-starved peer can be later still, or
+    # make rank 2 start a step late: then the lateness is passed on by rank 2 (CI saw one step of ten
+    # blamed on rank 1 "passed on by rank 2", and once its pair peer rank 3 last, by 2 ms, "via rank 2"),
+    # so rank 2 is late and blamed in most steps, and passes the lateness on in the others.
+    late = {s: e.late_rank for s, e in firsts.items()}
+    assert sum(r == STRAGGLER for r in late.values()) >= len(firsts) - 2, f"late rank per step: {late}"
+    assert all(e.late_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), late
     blamed = {s: e.blamed_rank for s, e in firsts.items()}
     assert sum(b == STRAGGLER for b in blamed.values()) >= len(firsts) - 2, f"blamed rank per step: {blamed}"
     assert all(e.blamed_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), blamed
