@@ -1,13 +1,13 @@
 """The analyses on real captured runs of the bundled example (4 gloo ranks on CPU).
 
-A run is captured once per module with ``--straggler-rank 2 --straggler-ms 40``, and one with ``--slow-
-send-rank 0 --slow-send-ms 40``. The checks: rank 2 is the top straggler of more steps than any other rank
-(4 ranks share 2 cores here: a rank starved of CPU is a real straggler of its step), for its matmuls; it
-is the last to arrive at its first collective of a step, and its peers' waits there are blamed on it, in
-all but two steps (in a step a CPU-starved peer delayed, it passes the lateness on), each the time to the
-last arrival; what-if blame finds rank 2 the costliest rank by what its what-if saves; with a slow sender
-the reported cause is the send, not compute. In how many steps rank 2 is on top, how long the peers wait
-(~40 ms) and how close the what-if comes to real runs without the straggler are measured by
+A run is captured once per module with ``--straggler-rank 2 --straggler-ms 40``, and one with
+``--slow-send-rank 0 --slow-send-ms 40``. The checks: rank 2 is the top straggler of more steps than any
+other rank (4 ranks share 2 cores here: a rank starved of CPU is a real straggler of its step), for its
+matmuls; it is the last to arrive at its first collective of a step, and its peers' waits there are blamed
+on it, in all but two steps (in a step a CPU-starved peer delayed, it passes the lateness on), each the
+time to the last arrival; what-if blame finds rank 2 the costliest rank by what its what-if saves; with a
+slow sender the reported cause is the send, not compute. In how many steps rank 2 is on top, how long the
+peers wait (~40 ms) and how close the what-if comes to real runs without the straggler are measured by
 ``benchmarks/whatif_accuracy.py``.
 """
 
