@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.analysis.errors import AnalysisError
-from skewlens.profiler.store.model import RankTrace, RunTrace
+from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import UNTRACED_NODE_NAME, NodeType
 from skewlens.replay.execution import RankModel, execution_model, union_intervals
 
@@ -254,7 +254,7 @@ def build_index(run: RunTrace) -> RunIndex:
         gap, has = _gap_ns(m)
         work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable")
-        is_comm = np.isin(rt.node_type, _COMM_TYPES)
+        is_comm = type_mask(rt.node_type, _COMM_TYPES)
         untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
         any_comp = rt.node_type == int(NodeType.COMP)
         is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)

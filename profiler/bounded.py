@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from skewlens.profiler.errors import SkewlensError
+
+
+def _read_upto(fh: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes from an unbuffered file (a read may return fewer: Linux stops at 2 GiB)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = fh.read(limit - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def read_bytes_bounded(
@@ -20,14 +34,19 @@ def read_bytes_bounded(
 ) -> bytes:
     """The file's bytes, gunzipped if it is gzip-compressed; at most ``max_bytes``."""
     try:
-        with path.open("rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
+        with path.open("rb", buffering=0) as fh:
+            fd = fh.fileno()
+            if os.pread(fd, 2, 0) == b"\x1f\x8b":
                 with gzip.GzipFile(fileobj=fh) as gz:
                     data = gz.read(max_bytes + 1)
             else:
-                data = fh.read(max_bytes + 1)
+                # one read of the file's size (not a buffer of max_bytes shrunk afterwards: a syscall or
+                # two per file where a run has thousands of small ones); a file that grew meanwhile is
+                # read on, still bounded
+                size = os.fstat(fd).st_size
+                data = _read_upto(fh, min(size, max_bytes) + 1)
+                if len(data) > size:
+                    data += _read_upto(fh, max_bytes + 1 - len(data))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except (OSError, EOFError) as e:

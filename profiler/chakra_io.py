@@ -262,10 +262,12 @@ def read_trace_bytes(path: Path) -> bytes:
     return read_bytes_bounded(path, MAX_TRACE_BYTES, error=TraceFormatError, what="trace file")
 
 
-def iter_messages(path: str | Path) -> Iterator[tuple[int, memoryview]]:
-    """Yield ``(byte_offset, message_bytes)`` for each length-delimited message, bounds-checked."""
+def iter_messages(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, memoryview]]:
+    """Yield ``(byte_offset, message_bytes)`` for each length-delimited message, bounds-checked (``data``:
+    the file's bytes where the caller has read them already; ``path`` then only names it in errors)."""
     p = Path(path)
-    data = read_trace_bytes(p)
+    if data is None:
+        data = read_trace_bytes(p)
     view = memoryview(data)
     n = len(data)
     pos = 0
@@ -316,10 +318,11 @@ def read_metadata(msg_bytes: memoryview | bytes, path: Path, offset: int = 0) ->
     return meta
 
 
-def iter_nodes(path: str | Path) -> Iterator[tuple[int, pb.Node]]:
-    """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset."""
+def iter_nodes(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, pb.Node]]:
+    """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset
+    (``data``: as for :func:`iter_messages`)."""
     p = Path(path)
-    it = iter_messages(p)
+    it = iter_messages(p, data)
     first = next(it, None)
     if first is None:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")

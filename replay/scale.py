@@ -55,7 +55,7 @@ import numpy as np
 
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
 from skewlens.profiler.store.issues import rank_ranges
-from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace
+from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.errors import ConfigError, ExtrapolationError
 
@@ -265,7 +265,7 @@ def _identify(run: RunTrace) -> Layout:
     world = tuple(range(run.world_size))
     groups = _used_groups(run)
     p2p = sum(
-        int(np.isin(rt.node_type, (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV))).sum())
+        int(type_mask(rt.node_type, (NodeType.COMM_SEND, NodeType.COMM_RECV)).sum())
         for rt in run.ranks.values()
     )
     if p2p:

@@ -501,11 +501,12 @@ def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     return out
 
 
-def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES) -> RawColumns:
+def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | None = None) -> RawColumns:
     """Decode one ``.et`` file into raw columns (raises :class:`FastDecodeError` on anything odd, and on
-    a file of fewer than ``min_nodes`` nodes)."""
+    a file of fewer than ``min_nodes`` nodes; ``data``: the file's bytes where the caller has read them)."""
     p = Path(path)
-    data = read_trace_bytes(p)
+    if data is None:
+        data = read_trace_bytes(p)
     starts, sizes = split_messages(data, p)
     if starts.size == 0:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata
+from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
 from skewlens.profiler.store.fast import KNOWN_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
@@ -107,10 +107,13 @@ def locate_run(path: str | Path) -> RunFiles:
 # --------------------------------------------------------------------------------------------- decode
 
 
-def decode_reference(path: str | Path) -> RawColumns:
-    """The per-node protobuf decoder: slow, but its errors name the exact byte offset of a bad message."""
+def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
+    """The per-node protobuf decoder: slow, but its errors name the exact byte offset of a bad message
+    (``data``: the file's bytes where the caller has read them already)."""
     p = Path(path)
-    first = next(iter_messages(p), None)
+    if data is None:
+        data = read_trace_bytes(p)
+    first = next(iter_messages(p, data), None)
     if first is None:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
     read_metadata(first[1], p, first[0])
@@ -124,7 +127,7 @@ def decode_reference(path: str | Path) -> RawColumns:
     dep_id: list[int] = []
     dep_kind: list[int] = []
     meta: list[tuple[int, bytes]] = []
-    for row, (offset, node) in enumerate(iter_nodes(p)):
+    for row, (offset, node) in enumerate(iter_nodes(p, data)):
         attrs: dict[str, Any] = {a.name: attr_value(a) for a in node.attr}
         node_id.append(node.id)
         node_type.append(node.type)
@@ -182,12 +185,14 @@ Decoder = Literal["auto", "vectorised", "reference"]
 
 def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
     """Decode a file with the vectorised decoder, falling back to the reference one where it refuses."""
+    p = Path(path)
+    data = read_trace_bytes(p)  # once, for whichever decoder reads it
     if decoder != "reference":
         try:
-            return decode_file(path, min_nodes=MIN_NODES if decoder == "auto" else 0)
+            return decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data)
         except FastDecodeError:
             pass
-    return decode_reference(path)
+    return decode_reference(p, data)
 
 
 # ------------------------------------------------------------------------------------------ one rank
