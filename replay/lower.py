@@ -264,13 +264,9 @@ def prepare(
         sync_rows.append(members)
         kind[list(members)] = KIND_SYNC
 
-    start = np.empty(total, dtype=np.int64)
-    rec_end = np.empty(total, dtype=np.int64)
     dur = np.zeros(total, dtype=np.int64)
     gap = np.zeros(total, dtype=np.int64)
-    ready0 = np.zeros(total, dtype=np.int64)
-    step_all = np.empty(total, dtype=np.int64)
-    parent_all = np.full(total, -1, dtype=np.int64)
+    t0_rank = np.zeros(len(ranks), dtype=np.int64)  # each rank's earliest start (ready0 of its heads)
     e_src: list[I64] = []
     e_dst: list[I64] = []
     x_src: list[I64] = []
@@ -292,11 +288,6 @@ def prepare(
         rk = kind[lo:hi]
         rk[~valid] = KIND_FIXED
         rk[nested & (rk != KIND_SYNC)] = KIND_NESTED
-        end = rt.start_ns + rt.dur_ns
-        start[lo:hi] = rt.start_ns
-        rec_end[lo:hi] = end
-        step_all[lo:hi] = rt.step
-        parent_all[lo:hi] = np.where(nested, m.parent + lo, -1)
         x_src.append(m.queue_src + lo)
         x_dst.append(m.queue_dst + lo)
         w_src.append(m.wait_src + lo)
@@ -313,10 +304,9 @@ def prepare(
             dur_override=dur_override.get(r) if dur_override is not None else None,
             gap_override=gap_override.get(r) if gap_override is not None else None,
         )
-        fixed = (rk == KIND_FIXED) | (rk == KIND_NESTED)
         dur[lo:hi] = d
         gap[lo:hi] = g
-        ready0[lo:hi] = np.where(fixed, rt.start_ns, m.t0_ns)
+        t0_rank[i] = m.t0_ns
         e_src.append(m.start_src + lo)
         e_dst.append(m.start_dst + lo)
     z = np.zeros(0, dtype=np.int64)
@@ -335,7 +325,6 @@ def prepare(
         kind=kind,
         dur=dur,
         gap=gap,
-        ready0=ready0,
         src=src_all,
         dst=dst_all,
         extra_succ=np.bincount(xs_all, minlength=total)
@@ -343,9 +332,29 @@ def prepare(
         + np.bincount(ls_all, minlength=total),
         extra_deps=np.bincount(wd_all, minlength=total) + np.bincount(ld_all, minlength=total),
     )
-    seg_of_row, off_start, g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = (
-        graph_parts
+    seg_of_row, off_start, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = graph_parts
+    del graph_parts
+    # the recorded times and nesting as whole-run columns, made after the segments (whose temporaries are
+    # the lowering's peak of memory) rather than held through them
+    start = np.empty(total, dtype=np.int64)
+    rec_end = np.empty(total, dtype=np.int64)
+    parent_all = np.full(total, -1, dtype=np.int64)
+    for i, r in enumerate(ranks):
+        lo, hi = int(row_offset[i]), int(row_offset[i + 1])
+        if hi == lo:
+            continue
+        rt, parent = run.ranks[r], em.ranks[r].parent
+        start[lo:hi] = rt.start_ns
+        np.add(rt.start_ns, rt.dur_ns, out=rec_end[lo:hi])
+        parent_all[lo:hi] = np.where(parent >= 0, parent + lo, -1)
+    # a head's earliest start: its recorded start where it keeps its recorded times, else its rank's start
+    head_kind = kind[head_rows]
+    g_ready0 = np.where(
+        (head_kind == KIND_FIXED) | (head_kind == KIND_NESTED),
+        start[head_rows],
+        t0_rank[np.searchsorted(row_offset, head_rows, side="right") - 1],
     )
+    del head_kind
     nseg = len(head_rows)
     xsucc_ptr, xsucc_idx = csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
@@ -378,7 +387,7 @@ def prepare(
         launch = max(int(start[rows].max()), int(xdep_end[rows].max()))
         recorded = np.maximum(rec_end[rows] - launch, 0).tolist()
         group_xdeps.append(int(xdep_count[rows].sum()))
-        step = int(step_all[rows[0]])
+        step = int(run.ranks[info.ranks[0]].step[info.rows[0]])
         if info.is_p2p:
             pair: P2PPair = run.p2p[info.index]
             tr = list(timing.p2p(pair.src_rank, pair.dst_rank, pair.comm_bytes, step, recorded))
@@ -436,13 +445,15 @@ def prepare(
         waits=waits_head,
     )
     # chain predecessors as rows of their rank (chains never leave a rank: start edges do not)
-    pred_local = pred - np.repeat(row_offset[:-1], np.diff(row_offset))
+    pred -= np.repeat(row_offset[:-1], np.diff(row_offset))  # in place: pred is this function's own
+    pred_local = pred.astype(np.int32)
+    del pred
     return Lowering(
         lowered=lowered,
         run=run,
         model=em,
         effects=effects,
-        pred=pred_local.astype(np.int32),
+        pred=pred_local,
         is_head=is_head,
         launch_rows=launch_rows,
         launch_off_ns=launch_off,
@@ -557,12 +568,11 @@ def _segments(
     kind: npt.NDArray[np.int8],
     dur: I64,
     gap: I64,
-    ready0: I64,
     src: I64,
     dst: I64,
     extra_succ: npt.NDArray[np.intp],
     extra_deps: npt.NDArray[np.intp],
-) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64, I64, B]:
+) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64, B]:
     """Collapse single-dependency compute chains into segments (pointer jumping, O(n log chain)).
 
     Which rows are chained (``pred``, ``is_head``) depends on the graph only; the offsets and lengths on
@@ -570,6 +580,7 @@ def _segments(
     n = kind.shape[0]
     ndeps_row = np.bincount(dst, minlength=n) + extra_deps
     nsucc_row = np.bincount(src, minlength=n) + extra_succ
+    del extra_deps, extra_succ  # not held through the chain offsets below (the lowering's peak)
     pred = np.arange(n, dtype=np.int64)
     one = ndeps_row[dst] == 1
     pred[dst[one]] = src[one]
@@ -597,7 +608,7 @@ def _segments(
     succ_idx = s_dst[order]
     succ_ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_src, minlength=nseg), out=succ_ptr[1:])
-    return seg_of_row, acc, ready0[heads], head_gap, length, ndeps, succ_ptr, succ_idx, heads, pred, is_head
+    return seg_of_row, acc, head_gap, length, ndeps, succ_ptr, succ_idx, heads, pred, is_head
 
 
 def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64, bool]:
