@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
-from skewlens.profiler.vocab import UNTRACED_NODE_NAME, NodeType
+from skewlens.profiler.vocab import COMM_NODE_TYPES, UNTRACED_NODE_NAME, NodeType
 from skewlens.replay.execution import RankModel, execution_model, union_intervals
 
 I64 = npt.NDArray[np.int64]
@@ -38,7 +38,6 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
 
-_COMM_TYPES = [int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)]
 
 #: Names of COMP nodes that stand for host time inside no operator (capture at the ``ops``/``full`` levels
 #: fills the main thread's untraced time with such nodes). The analyses count them as host idle/gap,
@@ -254,7 +253,7 @@ def build_index(run: RunTrace) -> RunIndex:
         gap, has = _gap_ns(m)
         work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable")
-        is_comm = type_mask(rt.node_type, _COMM_TYPES)
+        is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
         untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
         any_comp = rt.node_type == int(NodeType.COMP)
         is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)

@@ -158,6 +158,7 @@ COLLECTIVE_BY_OP: dict[str, CommType] = {
 }
 
 COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
+P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
 
 
 def collective_from_op(op_name: str) -> CommType | None:

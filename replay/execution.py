@@ -63,7 +63,13 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
-from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME, WAIT_NODE_NAMES, NodeType
+from skewlens.profiler.vocab import (
+    COMM_NODE_TYPES,
+    COMPUTE_GAP_NODE_NAME,
+    P2P_NODE_TYPES,
+    WAIT_NODE_NAMES,
+    NodeType,
+)
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -79,9 +85,6 @@ MERGE_OVERLAP = 0.01
 #: been idle ``WAIT_RATIO`` times longer before the completion, is taken to have waited for it.
 WAIT_SLACK_NS = 1_000_000
 WAIT_RATIO = 10
-
-_COMM = (int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV))
-_P2P = (int(NodeType.COMM_SEND), int(NodeType.COMM_RECV))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -230,7 +233,7 @@ def _comm_streams(rt: RankTrace, valid: B) -> set[int]:
     rows = np.flatnonzero(valid)
     if rows.size == 0:
         return set()
-    is_comm = type_mask(rt.node_type, _COMM)[rows]
+    is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)[rows]
     streams = rt.stream[rows]
     cand = np.setdiff1d(np.unique(streams), np.unique(streams[~is_comm | ~rt.is_cpu[rows]]))
     if cand.size == 0:
@@ -312,7 +315,7 @@ def _edges(
         order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
         cuts = np.flatnonzero(np.diff(timeline[order])) + 1
         comm_rows = rows[sync[rows] & rt.is_cpu[rows]]  # host threads wait on host-side communication
-        is_p2p = type_mask(rt.node_type, _P2P)
+        is_p2p = type_mask(rt.node_type, P2P_NODE_TYPES)
         for part in np.split(order, cuts):
             e = end[part]
             runmax = np.maximum.accumulate(e)
@@ -440,7 +443,7 @@ def _join_batches(rt: RankTrace, edges: tuple[I64, I64], *, sync: B, end: I64, b
     batch = rt.batch
     if batch is None:
         return src, dst
-    member = sync & (batch >= 0) & type_mask(rt.node_type, _P2P)
+    member = sync & (batch >= 0) & type_mask(rt.node_type, P2P_NODE_TYPES)
     hit = member[src]
     if not hit.any():
         return src, dst
@@ -478,7 +481,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     launch_ns = rt.launch_ns if rt.launch_ns is not None else np.full(n, -1, dtype=np.int64)
     at = np.where(launch_ns[ld] >= 0, launch_ns[ld], rt.start_ns[ld])
     loff = np.clip(at - rt.start_ns[ls], 0, rt.dur_ns[ls])
-    is_comm = type_mask(rt.node_type, _COMM)
+    is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
     # wait nodes: their dependencies on communication are wait edges; a host row that synchronised on
     # the GPU waits for what it synchronised on
     waits = _wait_rows(rt)

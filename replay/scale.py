@@ -56,7 +56,7 @@ import numpy as np
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
 from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
 from skewlens.replay.errors import ConfigError, ExtrapolationError
 
 #: Words of a group description that name data parallelism (``mesh_dp``, ``dp_shard``, ``replicate``).
@@ -264,10 +264,7 @@ def identify(run: RunTrace) -> Layout:
 def _identify(run: RunTrace) -> Layout:
     world = tuple(range(run.world_size))
     groups = _used_groups(run)
-    p2p = sum(
-        int(type_mask(rt.node_type, (NodeType.COMM_SEND, NodeType.COMM_RECV)).sum())
-        for rt in run.ranks.values()
-    )
+    p2p = sum(int(type_mask(rt.node_type, P2P_NODE_TYPES).sum()) for rt in run.ranks.values())
     if p2p:
         pairs = Counter((p.src_rank, p.dst_rank) for p in run.p2p)
         shown = ", ".join(f"{a}->{b} x{n}" for (a, b), n in sorted(pairs.items())[:6])

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
-from skewlens.profiler.vocab import NodeType
+from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
 from skewlens.replay.execution import union_intervals
 from skewlens.replay.simulate import SimResult
 
@@ -137,7 +137,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         st, en = res.start_ns[r], res.end_ns[r]
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
-        comm_mask = type_mask(rt.node_type, (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV))
+        comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
         comp_mask = rt.node_type == NodeType.COMP
         for k in steps_of[r]:
             in_step = rt.step == k

@@ -35,6 +35,7 @@ DEP_DATA = 1
 def _type_table(types: tuple[int, ...]) -> B:
     table = np.zeros(256, dtype=np.bool_)
     table[[t & 0xFF for t in types]] = True
+    table.flags.writeable = False  # shared by every caller (cached)
     return table
 
 
