@@ -20,6 +20,7 @@ segment (their relative timing is fixed), which is what lets the core replay lon
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -85,12 +86,24 @@ class Lowered:
     """The execution model's sync groups, aligned with ``graph.groups``."""
     sync_rows: tuple[tuple[int, ...], ...]
     """Global rows of each sync group's members, aligned with ``syncs``."""
-    parent: I64
-    """Global row of the enclosing row of each nested row, else -1."""
-    rec_start: I64
-    """Recorded start of each global row."""
+    nested: I64
+    """Global rows that run inside an enclosing row (ascending): they keep their recorded offset into it."""
+    nested_parent: I64
+    """The enclosing (outermost) row of each of ``nested``."""
+    nested_off_ns: I64
+    """Recorded start of each of ``nested`` after its enclosing row's recorded start."""
     waits: npt.NDArray[np.bool_]
     """Rows that wait for a completion (wait nodes): their replayed start is their arrival."""
+
+    def anchor_segments(self, rows: I64) -> I64:
+        """The segment whose times decide each row's: its enclosing row's segment for a nested row, else
+        its own."""
+        anchor = np.array(rows, dtype=np.int64)
+        if self.nested.size:
+            k = np.minimum(np.searchsorted(self.nested, anchor), self.nested.size - 1)
+            inside = self.nested[k] == anchor
+            anchor[inside] = self.nested_parent[k[inside]]
+        return self.seg_of_row[anchor]
 
 
 def recorded_gaps(run: RunTrace) -> dict[int, I64]:
@@ -267,8 +280,11 @@ def prepare(
     dur = np.zeros(total, dtype=np.int64)
     gap = np.zeros(total, dtype=np.int64)
     t0_rank = np.zeros(len(ranks), dtype=np.int64)  # each rank's earliest start (ready0 of its heads)
-    e_src: list[I64] = []
-    e_dst: list[I64] = []
+    # start edges go straight into whole-run arrays (no per-rank copies to concatenate)
+    n_start = sum(em.ranks[r].start_src.size for r in ranks)
+    src_all = np.empty(n_start, dtype=np.int64)
+    dst_all = np.empty(n_start, dtype=np.int64)
+    e_lo = 0
     x_src: list[I64] = []
     x_dst: list[I64] = []
     w_src: list[I64] = []
@@ -307,11 +323,11 @@ def prepare(
         dur[lo:hi] = d
         gap[lo:hi] = g
         t0_rank[i] = m.t0_ns
-        e_src.append(m.start_src + lo)
-        e_dst.append(m.start_dst + lo)
+        e_hi = e_lo + m.start_src.size
+        np.add(m.start_src, lo, out=src_all[e_lo:e_hi])
+        np.add(m.start_dst, lo, out=dst_all[e_lo:e_hi])
+        e_lo = e_hi
     z = np.zeros(0, dtype=np.int64)
-    src_all = np.concatenate(e_src) if e_src else z
-    dst_all = np.concatenate(e_dst) if e_dst else z
     xs_all = np.concatenate(x_src) if x_src else z
     xd_all = np.concatenate(x_dst) if x_dst else z
     ws_all = np.concatenate(w_src) if w_src else z
@@ -319,7 +335,7 @@ def prepare(
     ls_all = np.concatenate(l_src) if l_src else z
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
-    del e_src, e_dst, x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off  # the per-rank copies
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off  # the per-rank copies
     # rows with a queue-order or wait successor end a segment; rows with a wait dependency begin one
     graph_parts = _segments(
         kind=kind,
@@ -327,34 +343,29 @@ def prepare(
         gap=gap,
         src=src_all,
         dst=dst_all,
-        extra_succ=np.bincount(xs_all, minlength=total)
-        + np.bincount(ws_all, minlength=total)
-        + np.bincount(ls_all, minlength=total),
-        extra_deps=np.bincount(wd_all, minlength=total) + np.bincount(ld_all, minlength=total),
+        extra_succ=np.bincount(np.concatenate([xs_all, ws_all, ls_all]), minlength=total),
+        extra_deps=np.bincount(np.concatenate([wd_all, ld_all]), minlength=total),
     )
+    del src_all, dst_all, gap  # whole-run temporaries: the segments hold what is needed of them
     seg_of_row, off_start, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = graph_parts
     del graph_parts
-    # the recorded times and nesting as whole-run columns, made after the segments (whose temporaries are
-    # the lowering's peak of memory) rather than held through them
-    start = np.empty(total, dtype=np.int64)
-    rec_end = np.empty(total, dtype=np.int64)
-    parent_all = np.full(total, -1, dtype=np.int64)
+    # nested rows keep their recorded offset into their enclosing row
+    nested_rows: list[I64] = []
+    nested_parent: list[I64] = []
+    nested_off: list[I64] = []
     for i, r in enumerate(ranks):
-        lo, hi = int(row_offset[i]), int(row_offset[i + 1])
-        if hi == lo:
-            continue
         rt, parent = run.ranks[r], em.ranks[r].parent
-        start[lo:hi] = rt.start_ns
-        np.add(rt.start_ns, rt.dur_ns, out=rec_end[lo:hi])
-        parent_all[lo:hi] = np.where(parent >= 0, parent + lo, -1)
+        inner = np.flatnonzero(parent >= 0)
+        lo = int(row_offset[i])
+        nested_rows.append(inner + lo)
+        nested_parent.append(parent[inner] + lo)
+        nested_off.append(rt.start_ns[inner] - rt.start_ns[parent[inner]])
     # a head's earliest start: its recorded start where it keeps its recorded times, else its rank's start
     head_kind = kind[head_rows]
-    g_ready0 = np.where(
-        (head_kind == KIND_FIXED) | (head_kind == KIND_NESTED),
-        start[head_rows],
-        t0_rank[np.searchsorted(row_offset, head_rows, side="right") - 1],
-    )
-    del head_kind
+    g_ready0 = t0_rank[np.searchsorted(row_offset, head_rows, side="right") - 1]
+    keeps = np.flatnonzero((head_kind == KIND_FIXED) | (head_kind == KIND_NESTED))
+    g_ready0[keeps] = _recorded(run, ranks, row_offset, head_rows[keeps])[0]
+    del head_kind, keeps
     nseg = len(head_rows)
     xsucc_ptr, xsucc_idx = csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
@@ -369,10 +380,21 @@ def prepare(
     launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
     ndeps = ndeps + np.bincount(ld_seg, minlength=nseg)
-    # latest recorded end of each sync row's queue-order dependencies
-    xdep_end = np.full(total, _MIN, dtype=np.int64)
-    np.maximum.at(xdep_end, xd_all, rec_end[xs_all])
-    xdep_count = np.bincount(xd_all, minlength=total)
+    # per sync row (all groups' members, one after the other): its recorded start and end, and the latest
+    # recorded end and the number of its queue-order dependencies
+    flat = np.fromiter(itertools.chain.from_iterable(sync_rows), dtype=np.int64)
+    first = np.cumsum([0, *(len(m) for m in sync_rows)]).tolist()
+    s_start, s_end = _recorded(run, ranks, row_offset, flat)
+    x_rows, x_of = np.unique(xd_all, return_inverse=True)
+    x_end = np.full(x_rows.size, _MIN, dtype=np.int64)
+    np.maximum.at(x_end, x_of, _recorded(run, ranks, row_offset, xs_all)[1])
+    x_count = np.bincount(x_of, minlength=x_rows.size)
+    k = np.minimum(np.searchsorted(x_rows, flat), max(x_rows.size - 1, 0))
+    has_x = (x_rows[k] == flat) if x_rows.size else np.zeros(flat.size, dtype=np.bool_)
+    s_xend = np.where(has_x, x_end[k] if x_rows.size else _MIN, _MIN).tolist()
+    s_xcount = np.where(has_x, x_count[k] if x_rows.size else 0, 0).tolist()
+    s_start_l, s_end_l = s_start.tolist(), s_end.tolist()
+    del flat, s_start, s_end, x_rows, x_of, x_end, x_count, k, has_x
     sync_of = np.full(nseg, -1, dtype=np.int64)
     groups: list[list[int]] = []
     transfer: list[list[int]] = []
@@ -380,13 +402,14 @@ def prepare(
     group_xdeps: list[int] = []
     use_flows = True
     for gi, info in enumerate(em.syncs):
-        rows = np.asarray(sync_rows[gi], dtype=np.int64)
-        segs = seg_of_row[rows]
+        a, b = first[gi], first[gi + 1]
+        segs = seg_of_row[np.asarray(sync_rows[gi], dtype=np.int64)]
         sync_of[segs] = gi
         groups.append(segs.tolist())
-        launch = max(int(start[rows].max()), int(xdep_end[rows].max()))
-        recorded = np.maximum(rec_end[rows] - launch, 0).tolist()
-        group_xdeps.append(int(xdep_count[rows].sum()))
+        launch = max(*s_start_l[a:b], *s_xend[a:b])
+        ends = s_end_l[a:b]
+        recorded = [max(e - launch, 0) for e in ends]
+        group_xdeps.append(sum(s_xcount[a:b]))
         step = int(run.ranks[info.ranks[0]].step[info.rows[0]])
         if info.is_p2p:
             pair: P2PPair = run.p2p[info.index]
@@ -399,7 +422,7 @@ def prepare(
             member_ranks = inst.ranks
         for j, det in enumerate(info.detached):
             if det:  # an eager send lasts what it lasted: it did not wait for the transfer
-                tr[j] = int(rec_end[rows[j]] - start[rows[j]])
+                tr[j] = ends[j] - s_start_l[a + j]
         transfer.append(tr)
         if use_flows:
             fl = timing.flow(member_ranks, max(tr, default=0))
@@ -440,12 +463,14 @@ def prepare(
         kind=kind,
         syncs=em.syncs,
         sync_rows=tuple(sync_rows),
-        parent=parent_all,
-        rec_start=start,
+        nested=np.concatenate(nested_rows) if nested_rows else z,
+        nested_parent=np.concatenate(nested_parent) if nested_parent else z,
+        nested_off_ns=np.concatenate(nested_off) if nested_off else z,
         waits=waits_head,
     )
     # chain predecessors as rows of their rank (chains never leave a rank: start edges do not)
-    pred -= np.repeat(row_offset[:-1], np.diff(row_offset))  # in place: pred is this function's own
+    for i in range(len(ranks)):  # in place, rank by rank: pred is this function's own
+        pred[row_offset[i] : row_offset[i + 1]] -= row_offset[i]
     pred_local = pred.astype(np.int32)
     del pred
     return Lowering(
@@ -459,6 +484,22 @@ def prepare(
         launch_off_ns=launch_off,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
+
+
+def _recorded(run: RunTrace, ranks: Sequence[int], row_offset: I64, rows: I64) -> tuple[I64, I64]:
+    """Recorded start and end of global ``rows`` (gathered rank by rank: no whole-run columns)."""
+    start = np.empty(rows.size, dtype=np.int64)
+    end = np.empty(rows.size, dtype=np.int64)
+    which = np.searchsorted(row_offset, rows, side="right") - 1
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(ranks) + 1))
+    for i in np.flatnonzero(np.diff(bounds)).tolist():
+        sel = order[bounds[i] : bounds[i + 1]]
+        rt = run.ranks[ranks[i]]
+        local = rows[sel] - row_offset[i]
+        start[sel] = rt.start_ns[local]
+        end[sel] = start[sel] + rt.dur_ns[local]
+    return start, end
 
 
 def _launch_offsets(off_start: I64, launch_rows: I64, launch_off_ns: I64) -> I64:

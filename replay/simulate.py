@@ -234,9 +234,8 @@ class Simulator:
             if (gp1 < 0).any() or (o1 < 0).any():
                 return False
             rows = np.flatnonzero((d1 != d0) | (o1 != o0)) + lo
-            par = base.parent[rows]
-            anchor = np.where(par >= 0, base.seg_of_row[np.maximum(par, 0)], base.seg_of_row[rows])
-            segs = np.concatenate([anchor, np.flatnonzero((gp1 != gp0) | (ln1 != ln0)) + s_lo])
+            retimed_segs = np.flatnonzero((gp1 != gp0) | (ln1 != ln0)) + s_lo
+            segs = np.concatenate([base.anchor_segments(rows), retimed_segs])
             if new.launch_off is not None and g0.lsucc_ptr is not None and g0.lsucc_off is not None:
                 a, b = new.launch_lo, new.launch_lo + new.launch_off.size
                 lf0, lf1 = np.asarray(g0.lsucc_off[a:b]), new.launch_off
@@ -293,11 +292,10 @@ def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
     first = min(s for _r, s in used)
     first_start = min(a for (_r, s), (a, _b) in used.items() if s == first)
     timed_all = low.kind != KIND_FIXED
-    nested = np.flatnonzero(low.parent >= 0)
     if (
         min(g.gap, default=0) < 0
         or int(low.off_start[timed_all].min(initial=0)) < 0
-        or (nested.size and int((low.rec_start[nested] - low.rec_start[low.parent[nested]]).min()) < 0)
+        or int(low.nested_off_ns.min(initial=0)) < 0
     ):
         return None
     ready0 = np.asarray(g.ready0, dtype=np.int64)[low.seg_of_row[timed_all]]
@@ -308,9 +306,7 @@ def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
         i = low.ranks.index(r)
         in_step = res.timed[r] & (res.step[r] == s) if stepped else res.timed[r]
         rows.append(int(low.row_offset[i]) + int(np.flatnonzero(in_step & (res.end_ns[r] == b))[0]))
-    row = np.asarray(rows, dtype=np.int64)
-    par = low.parent[row]
-    targets = np.where(par >= 0, low.seg_of_row[np.maximum(par, 0)], low.seg_of_row[row])
+    targets = low.anchor_segments(np.asarray(rows, dtype=np.int64))
     return binding_segments(g, out, targets.tolist(), _preds(g))
 
 
@@ -359,10 +355,9 @@ def _lift(
     if low.waits.any():  # a wait node starts when it arrived and ends after its work
         w = np.flatnonzero(low.waits)
         start[w] = np.asarray(seg_arrival, dtype=np.int64)[low.seg_of_row[w]]
-    nested = np.flatnonzero(low.parent >= 0)
+    nested = low.nested
     if nested.size:  # nested nodes keep their recorded offset into their enclosing node
-        par = low.parent[nested]
-        start[nested] = start[par] + (low.rec_start[nested] - low.rec_start[par])
+        start[nested] = start[low.nested_parent] + low.nested_off_ns
         end[nested] = start[nested] + low.dur[nested]
     starts: dict[int, I64] = {}
     ends: dict[int, I64] = {}
