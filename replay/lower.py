@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -173,10 +174,10 @@ class Lowering:
             return low
         dur = low.dur.copy()
         off_start = low.off_start.copy()
-        seg_gap = list(low.graph.gap)
-        seg_len = list(low.graph.length)
+        seg_gap = array("q", low.graph.gap)
+        seg_len = array("q", low.graph.length)
         l_ptr, l_off = low.graph.lsucc_ptr, low.graph.lsucc_off
-        launch = list(l_off) if l_ptr is not None and l_off is not None else None
+        launch = array("q", l_off) if l_ptr is not None and l_off is not None else None
         for i in changed:
             rr = self.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
             if rr is None:
@@ -184,10 +185,10 @@ class Lowering:
             lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
             dur[lo:hi] = rr.dur
             off_start[lo:hi] = rr.off_start
-            seg_gap[rr.seg_lo : rr.seg_lo + rr.gap.size] = rr.gap.tolist()
-            seg_len[rr.seg_lo : rr.seg_lo + rr.length.size] = rr.length.tolist()
+            seg_gap[rr.seg_lo : rr.seg_lo + rr.gap.size] = _ints(rr.gap)
+            seg_len[rr.seg_lo : rr.seg_lo + rr.length.size] = _ints(rr.length)
             if launch is not None and rr.launch_off is not None:
-                launch[rr.launch_lo : rr.launch_lo + rr.launch_off.size] = rr.launch_off.tolist()
+                launch[rr.launch_lo : rr.launch_lo + rr.launch_off.size] = _ints(rr.launch_off)
         graph = dataclasses.replace(low.graph, gap=seg_gap, length=seg_len, lsucc_off=launch)
         return dataclasses.replace(low, graph=graph, dur=dur, off_start=off_start)
 
@@ -431,25 +432,25 @@ def prepare(
             else:
                 flows.append(fl)
     graph = Graph(
-        ready0=g_ready0.tolist(),
-        gap=g_gap.tolist(),
-        length=g_len.tolist(),
-        ndeps=ndeps.tolist(),
-        succ_ptr=succ_ptr.tolist(),
-        succ_idx=succ_idx.tolist(),
-        sync_of=sync_of.tolist(),
+        ready0=_ints(g_ready0),
+        gap=_ints(g_gap),
+        length=_ints(g_len),
+        ndeps=_ints(ndeps),
+        succ_ptr=_ints(succ_ptr),
+        succ_idx=_ints(succ_idx),
+        sync_of=_ints(sync_of),
         groups=groups,
         transfer=transfer,
         flows=flows if use_flows and em.syncs else None,
-        xsucc_ptr=xsucc_ptr.tolist(),
-        xsucc_idx=xsucc_idx.tolist(),
+        xsucc_ptr=_ints(xsucc_ptr),
+        xsucc_idx=_ints(xsucc_idx),
         group_xdeps=group_xdeps,
-        wsucc_ptr=wsucc_ptr.tolist() if ws_all.size else None,
-        wsucc_idx=wsucc_idx.tolist() if ws_all.size else None,
+        wsucc_ptr=_ints(wsucc_ptr) if ws_all.size else None,
+        wsucc_idx=_ints(wsucc_idx) if ws_all.size else None,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
-        lsucc_ptr=lsucc_ptr.tolist() if ls_all.size else None,
-        lsucc_idx=lsucc_idx.tolist() if ls_all.size else None,
-        lsucc_off=lsucc_off.tolist() if ls_all.size else None,
+        lsucc_ptr=_ints(lsucc_ptr) if ls_all.size else None,
+        lsucc_idx=_ints(lsucc_idx) if ls_all.size else None,
+        lsucc_off=_ints(lsucc_off) if ls_all.size else None,
     )
     waits_head = np.zeros(total, dtype=np.bool_)
     waits_head[wd_all] = True
@@ -484,6 +485,12 @@ def prepare(
         launch_off_ns=launch_off,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
+
+
+def _ints(a: npt.ArrayLike) -> array[int]:
+    """A per-segment column for the core: a compact int64 sequence (8 bytes an item, where a list holds a
+    pointer and an int object of 32 bytes for each)."""
+    return array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
 
 
 def _recorded(run: RunTrace, ranks: Sequence[int], row_offset: I64, rows: I64) -> tuple[I64, I64]:
