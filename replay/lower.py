@@ -431,29 +431,40 @@ def prepare(
                 use_flows = False
             else:
                 flows.append(fl)
+    waits_head = np.zeros(total, dtype=np.bool_)
+    waits_head[wd_all] = True
+    # the core's per-segment columns, each numpy source freed as its compact copy is made
+    cols: dict[str, npt.NDArray[np.int64] | array[int] | None] = {
+        "ready0": g_ready0,
+        "gap": g_gap,
+        "length": g_len,
+        "ndeps": ndeps,
+        "succ_ptr": succ_ptr,
+        "succ_idx": succ_idx,
+        "sync_of": sync_of,
+        "xsucc_ptr": xsucc_ptr,
+        "xsucc_idx": xsucc_idx,
+        "wsucc_ptr": wsucc_ptr if ws_all.size else None,
+        "wsucc_idx": wsucc_idx if ws_all.size else None,
+        "lsucc_ptr": lsucc_ptr if ls_all.size else None,
+        "lsucc_idx": lsucc_idx if ls_all.size else None,
+        "lsucc_off": lsucc_off if ls_all.size else None,
+    }
+    del g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, sync_of, xsucc_ptr, xsucc_idx
+    del wsucc_ptr, wsucc_idx, lsucc_ptr, lsucc_idx, lsucc_off
+    del xs_all, xd_all, ws_all, wd_all, ls_all, ld_all, lo_all
+    del ws_seg, wd_seg, ls_seg, ld_seg, lorder, head_rows
+    for name, col in cols.items():
+        cols[name] = None if col is None else _ints(col)
+    del col
     graph = Graph(
-        ready0=_ints(g_ready0),
-        gap=_ints(g_gap),
-        length=_ints(g_len),
-        ndeps=_ints(ndeps),
-        succ_ptr=_ints(succ_ptr),
-        succ_idx=_ints(succ_idx),
-        sync_of=_ints(sync_of),
+        **cols,  # type: ignore[arg-type]
         groups=groups,
         transfer=transfer,
         flows=flows if use_flows and em.syncs else None,
-        xsucc_ptr=_ints(xsucc_ptr),
-        xsucc_idx=_ints(xsucc_idx),
         group_xdeps=group_xdeps,
-        wsucc_ptr=_ints(wsucc_ptr) if ws_all.size else None,
-        wsucc_idx=_ints(wsucc_idx) if ws_all.size else None,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
-        lsucc_ptr=_ints(lsucc_ptr) if ls_all.size else None,
-        lsucc_idx=_ints(lsucc_idx) if ls_all.size else None,
-        lsucc_off=_ints(lsucc_off) if ls_all.size else None,
     )
-    waits_head = np.zeros(total, dtype=np.bool_)
-    waits_head[wd_all] = True
     lowered = Lowered(
         graph=graph,
         ranks=ranks,
