@@ -31,6 +31,7 @@ Every event scheduled while handling an event at time ``t`` lies at ``t`` or lat
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -118,15 +119,15 @@ class Graph:
 class Outcome:
     """Start and end of every segment; arrival and completion of every sync group."""
 
-    seg_start: list[int]
+    seg_start: Sequence[int]
     """Start of each segment's work (its arrival, or later where it waited)."""
-    seg_end: list[int]
+    seg_end: Sequence[int]
     """End of each segment's tail."""
     group_arrival: list[int] = field(default_factory=list)
     """Latest member arrival per group."""
     group_end: list[int] = field(default_factory=list)
     """Latest member end per group."""
-    seg_arrival: list[int] = field(default_factory=list)
+    seg_arrival: Sequence[int] = field(default_factory=list)
     """Arrival of each segment (``ready + gap``): its start, unless it waited for a completion."""
 
 
@@ -175,8 +176,10 @@ def run(g: Graph) -> Outcome:
     xidx = g.xsucc_idx if g.xsucc_idx is not None else []
     wptr = g.wsucc_ptr if g.wsucc_ptr is not None else [0] * (n + 1)
     widx = g.wsucc_idx if g.wsucc_idx is not None else []
-    start = [0] * n
-    end = [0] * n
+    # the results as int64 arrays: 8 bytes a segment, where a list holds a pointer and an int object (the
+    # state read in the hot loop stays in lists: reading an array item makes an int object each time)
+    start = array("q", bytes(8 * n))
+    end = array("q", bytes(8 * n))
     ngroups = len(g.groups)
     arrived = [0] * ngroups
     arrival_max = [_NEVER] * ngroups
@@ -324,7 +327,7 @@ def run(g: Graph) -> Outcome:
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
-    arrive = list(start)
+    arrive = array("q", start)
     for sg, a in arrived_at.items():
         arrive[sg] = a
     return Outcome(

@@ -8,7 +8,7 @@ and ``model``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -339,9 +339,9 @@ def _lift(
     rt: RunTrace,
     *,
     low: Lowered,
-    seg_start: list[int],
-    seg_end: list[int],
-    seg_arrival: list[int],
+    seg_start: Sequence[int],
+    seg_end: Sequence[int],
+    seg_arrival: Sequence[int],
     garr: list[int],
     gend: list[int],
     comm_mode: str,

@@ -67,8 +67,8 @@ def test_core_chains_compute_and_releases_members_after_the_last_arrival() -> No
         transfer=[[7, 9]],
     )
     out = run(g)
-    assert out.seg_start == [0, 105, 0, 300, 309]
-    assert out.seg_end == [100, 307, 300, 309, 319]
+    assert list(out.seg_start) == [0, 105, 0, 300, 309]
+    assert list(out.seg_end) == [100, 307, 300, 309, 319]
     assert out.group_arrival == [300]
     assert out.group_end == [309]
 
