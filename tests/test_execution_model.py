@@ -195,6 +195,35 @@ def test_a_nested_node_follows_its_enclosing_node_in_the_replay_and_the_plan(tmp
     assert ops[2].parent == ops[1].row and ops[2].offset_ns == 2 * MS
 
 
+def test_a_nested_node_is_timed_by_its_enclosing_nodes_segment_at_its_recorded_offset(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.comm import AsRecorded
+    from skewlens.replay.lower import lower
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        first = rb.compute("aten::mm", 4 * MS, start_ns=0)
+        outer = rb.compute("aten::linear", 10 * MS, start_ns=4 * MS, deps=(first,))
+        rb.compute("aten::addmm", 6 * MS, start_ns=(6 + r) * MS, deps=(outer,))
+    run = load_run(b.write(tmp_path / "run"))
+    low = lower(run, effects=NO_EFFECTS, timing=AsRecorded())
+    names = {r: [run.ranks[r].name(k) for k in range(len(run.ranks[r]))] for r in low.ranks}
+    first_row = {r: int(low.row_offset[i]) for i, r in enumerate(low.ranks)}
+    linear = {r: first_row[r] + names[r].index("aten::linear") for r in low.ranks}
+    addmm = {r: first_row[r] + names[r].index("aten::addmm") for r in low.ranks}
+    assert low.nested.tolist() == [addmm[0], addmm[1]]
+    assert low.nested_parent.tolist() == [linear[0], linear[1]]
+    assert low.nested_off_ns.tolist() == [2 * MS, 3 * MS]
+    every = np.arange(int(low.row_offset[-1]), dtype=np.int64)
+    anchors = low.anchor_segments(every)
+    expect = low.seg_of_row.copy()
+    expect[[addmm[0], addmm[1]]] = low.seg_of_row[[linear[0], linear[1]]]
+    assert anchors.tolist() == expect.tolist()
+    assert anchors[addmm[1]] != low.seg_of_row[addmm[1]]
+
+
 def test_check_refuses_a_trace_where_two_ranks_each_recv_first_naming_both(tmp_path: Path) -> None:
     from skewlens.cli.store import check_main
 
