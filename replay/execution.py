@@ -514,8 +514,9 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     t0 = int(rt.start_ns[valid].min()) if valid.any() else 0
     gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
     gap[~valid | nested] = 0
-    work = rt.dur_ns.astype(np.int64, copy=True)
+    work = rt.dur_ns.astype(np.int64, copy=False)  # the recorded durations, shared, where nothing waits
     if ws.size:
+        work = work.copy()
         done = np.full(n, _MIN, dtype=np.int64)
         np.maximum.at(done, wd, end[ws])
         rows = np.flatnonzero(done > _MIN)
@@ -536,7 +537,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
         launch_src=ls,
         launch_dst=ld,
         launch_off_ns=loff.astype(np.int64),
-        gap_ns=gap.astype(np.int64),
+        gap_ns=gap.astype(np.int64, copy=False),
         work_ns=work,
         parent=parent,
         has_start_deps=has,

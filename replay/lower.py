@@ -337,17 +337,19 @@ def prepare(
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
     del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off  # the per-rank copies
-    # rows with a queue-order or wait successor end a segment; rows with a wait dependency begin one
+    # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
+    # dependency begin one
+    start_edges = [src_all, dst_all]
+    del src_all, dst_all  # _segments takes them over, to free them before its peak
     graph_parts = _segments(
         kind=kind,
         dur=dur,
         gap=gap,
-        src=src_all,
-        dst=dst_all,
-        extra_succ=np.bincount(np.concatenate([xs_all, ws_all, ls_all]), minlength=total),
-        extra_deps=np.bincount(np.concatenate([wd_all, ld_all]), minlength=total),
+        start_edges=start_edges,
+        extra_src=(xs_all, ws_all, ls_all),
+        extra_dst=(wd_all, ld_all),
     )
-    del src_all, dst_all, gap  # whole-run temporaries: the segments hold what is needed of them
+    del gap  # a whole-run temporary: the segments hold what is needed of it
     seg_of_row, off_start, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = graph_parts
     del graph_parts
     # nested rows keep their recorded offset into their enclosing row
@@ -627,41 +629,61 @@ def _segments(
     kind: npt.NDArray[np.int8],
     dur: I64,
     gap: I64,
-    src: I64,
-    dst: I64,
-    extra_succ: npt.NDArray[np.intp],
-    extra_deps: npt.NDArray[np.intp],
+    start_edges: list[I64],
+    extra_src: Sequence[I64],
+    extra_dst: Sequence[I64],
 ) -> tuple[I64, I64, I64, I64, I64, I64, I64, I64, I64, B]:
     """Collapse single-dependency compute chains into segments (pointer jumping, O(n log chain)).
 
+    ``start_edges`` is ``[src, dst]``, taken over (emptied): the edges are freed once the edges between
+    segments are picked out, before the chain offsets (the lowering's peak of memory). ``extra_src`` and
+    ``extra_dst``: the rows of the other edges' ends (queue-order, wait and launch edges): a row with one
+    of those ends a chain (as a source) or begins one (as a dependant).
+
     Which rows are chained (``pred``, ``is_head``) depends on the graph only; the offsets and lengths on
     ``dur`` and ``gap`` (:func:`_chain_offsets`, :func:`_segment_times`)."""
+    src, dst = start_edges
+    start_edges.clear()
     n = kind.shape[0]
-    ndeps_row = np.bincount(dst, minlength=n) + extra_deps
-    nsucc_row = np.bincount(src, minlength=n) + extra_succ
-    del extra_deps, extra_succ  # not held through the chain offsets below (the lowering's peak)
-    pred = np.arange(n, dtype=np.int64)
-    one = ndeps_row[dst] == 1
-    pred[dst[one]] = src[one]
+    count = np.bincount(dst, minlength=n)
+    for rows in extra_dst:
+        np.add.at(count, rows, 1)
+    single_dep = count == 1
+    count = np.bincount(src, minlength=n)
+    for rows in extra_src:
+        np.add.at(count, rows, 1)
+    single_succ = count == 1
+    del count
+    # a row with a single dependency, a start edge, is chained behind its source
+    pred, has_pred = _single_preds(src, dst, single_dep)
     compute = kind == KIND_COMPUTE
-    internal = compute & (ndeps_row == 1) & compute[pred] & (nsucc_row[pred] == 1) & (pred != np.arange(n))
-    del ndeps_row, nsucc_row, one, compute  # temporaries of a whole run's rows: not held longer than needed
+    internal = compute & single_dep & has_pred
+    internal &= compute[pred]
+    internal &= single_succ[pred]
+    del single_dep, single_succ, compute, has_pred  # whole-run temporaries: not held longer than needed
+    # edges between segments: those into heads (a chain row's one edge is from its predecessor)
+    cross = ~internal[dst]
+    c_src, c_dst = src[cross], dst[cross]
+    del src, dst, cross
     for _attempt in range(2):
         is_head = ~internal
         ptr, acc, done = _chain_offsets(pred, is_head, dur, gap)
         if done:
             break
-        # a dependency cycle among chain rows: make them heads so the core reports the deadlock
+        # a dependency cycle among chain rows: make them heads so the core reports the deadlock; the edge
+        # into each new head (from its predecessor) is now between segments
         internal &= is_head[ptr]
+        new_heads = np.flatnonzero(~internal & ~is_head)
+        c_src, c_dst = np.concatenate([c_src, pred[new_heads]]), np.concatenate([c_dst, new_heads])
     heads = np.flatnonzero(is_head)
     seg_index = np.full(n, -1, dtype=np.int64)
     seg_index[heads] = np.arange(heads.size, dtype=np.int64)
     seg_of_row = seg_index[ptr]
+    del seg_index, ptr
     nseg = heads.size
     length, head_gap = _segment_times(seg_of_row, heads, kind=kind, acc=acc, dur=dur, gap=gap)
-    cross = is_head[dst]
-    s_src = seg_of_row[src[cross]]
-    s_dst = seg_of_row[dst[cross]]
+    s_src = seg_of_row[c_src]
+    s_dst = seg_of_row[c_dst]
     ndeps = np.bincount(s_dst, minlength=nseg).astype(np.int64)
     order = np.argsort(s_src, kind="stable")
     succ_idx = s_dst[order]
@@ -670,34 +692,59 @@ def _segments(
     return seg_of_row, acc, head_gap, length, ndeps, succ_ptr, succ_idx, heads, pred, is_head
 
 
+#: Edges per slice where a whole-run pass over the edges would otherwise copy them whole.
+_CHUNK = 1 << 20
+
+
+def _single_preds(src: I64, dst: I64, single_dep: B) -> tuple[I64, B]:
+    """Per row, the source of its start edge where that is its single dependency (else the row itself), and
+    whether it has one (a self-loop does not count)."""
+    n = single_dep.shape[0]
+    pred = np.arange(n, dtype=np.int64)
+    has_pred = np.zeros(n, dtype=np.bool_)
+    for a in range(0, dst.size, _CHUNK):  # in slices: the selected edges are not copied whole
+        d, sr = dst[a : a + _CHUNK], src[a : a + _CHUNK]
+        one = single_dep[d] & (sr != d)
+        pred[d[one]] = sr[one]
+        has_pred[d[one]] = True
+    return pred, has_pred
+
+
 def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64, bool]:
     """Head row of each row's chain and the row's start after the head's start; False where the pointer
     jumping did not reach a head from every row (a cycle)."""
     n = pred.shape[0]
-    internal = ~is_head
-    rows = np.arange(n, dtype=np.int64)
     acc = dur[pred]  # (in place from here: a GPU run has about as many rows as segments, 8 bytes a row each)
     acc += gap
-    acc[~internal] = 0
-    ptr = np.where(internal, pred, rows)
+    acc[is_head] = 0
+    ptr = np.arange(n, dtype=np.int64)
     # runs of chain rows that follow their predecessor row by row (the common case) are summed with
     # one cumsum: each such row points straight at the row before its run
-    contiguous = internal & (pred == rows - 1)
+    contiguous = ~is_head
+    if n:
+        contiguous[0] = False
+        contiguous[1:] &= pred[1:] == ptr[:-1]
+    others = ~is_head & ~contiguous  # the other chain rows: they point at their predecessor
     if contiguous.any():
-        anchor = np.where(contiguous, 0, rows)
-        np.maximum.accumulate(anchor, out=anchor)
+        ptr[contiguous] = 0  # ptr becomes each row's anchor: the row before its run, else itself
+        np.maximum.accumulate(ptr, out=ptr)
         csum = np.where(contiguous, acc, 0)
         np.cumsum(csum, out=csum)
-        np.copyto(ptr, anchor, where=contiguous)
-        sub = csum[anchor]
-        np.subtract(csum, sub, out=sub)
-        np.copyto(acc, sub, where=contiguous)
-        del anchor, csum, sub
-    del rows, contiguous
+        # acc = csum - csum[anchor] on contiguous rows (0 on heads), written over acc: no third array
+        keep = np.flatnonzero(others)
+        kept = acc[keep]
+        np.take(csum, ptr, out=acc, mode="clip")  # (anchors are rows; "raise" would buffer a copy)
+        np.subtract(csum, acc, out=acc)
+        del csum
+        acc[keep] = kept
+        del keep, kept
+    np.copyto(ptr, pred, where=others)
+    del others
+    del contiguous
     for _ in range(n.bit_length() + 1):
         if is_head[ptr].all():
             return ptr, acc, True
-        acc = acc + acc[ptr]
+        acc += acc[ptr]
         ptr = ptr[ptr]
     return ptr, acc, False
 

@@ -348,7 +348,8 @@ def _lift(
 ) -> SimResult:
     ss = np.asarray(seg_start, dtype=np.int64)
     se = np.asarray(seg_end, dtype=np.int64)
-    start = ss[low.seg_of_row] + low.off_start
+    start = ss[low.seg_of_row]
+    start += low.off_start  # in place: a whole run's rows, 8 bytes each
     end = start + low.dur
     sync = low.kind == KIND_SYNC
     end[sync] = se[low.seg_of_row[sync]]

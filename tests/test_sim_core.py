@@ -322,3 +322,36 @@ def test_a_simulator_lowered_once_replays_each_rank_override_as_simulate_does(
         )
         assert not np.array_equal(got.end_ns[r], base.end_ns[r])  # the override did change the replay
     _assert_same_replay(sim.simulate(), base)  # what-ifs leave the shared lowering as it was
+
+
+def test_a_cycle_of_chained_rows_stays_a_cycle_between_segments_so_the_core_reports_it() -> None:
+    from skewlens.replay.core import DeadlockError, Graph, run
+    from skewlens.replay.lower import KIND_COMPUTE, _segments
+
+    # row 0 alone; rows 1 and 2 each wait only for the other: a chain that never reaches a head
+    kind = np.full(3, KIND_COMPUTE, dtype=np.int8)
+    dur = np.array([5, 7, 11], dtype=np.int64)
+    gap = np.zeros(3, dtype=np.int64)
+    edges = [np.array([1, 2], dtype=np.int64), np.array([2, 1], dtype=np.int64)]
+    seg_of_row, _off, head_gap, length, ndeps, succ_ptr, succ_idx, heads, _pred, is_head = _segments(
+        kind=kind, dur=dur, gap=gap, start_edges=edges, extra_src=(), extra_dst=()
+    )
+    assert edges == []  # taken over
+    assert is_head.tolist() == [True, True, True] and heads.tolist() == [0, 1, 2]
+    assert ndeps.tolist() == [0, 1, 1]
+    assert [succ_idx[succ_ptr[s] : succ_ptr[s + 1]].tolist() for s in range(3)] == [[], [2], [1]]
+    g = Graph(
+        ready0=[0, 0, 0],
+        gap=head_gap.tolist(),
+        length=length.tolist(),
+        ndeps=ndeps.tolist(),
+        succ_ptr=succ_ptr.tolist(),
+        succ_idx=succ_idx.tolist(),
+        sync_of=[-1, -1, -1],
+        groups=[],
+        transfer=[],
+    )
+    with pytest.raises(DeadlockError) as e:
+        run(g)
+    assert sorted(e.value.stuck) == [1, 2]
+    assert seg_of_row.tolist() == [0, 1, 2]
