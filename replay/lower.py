@@ -678,7 +678,9 @@ def _segments(
     heads = np.flatnonzero(is_head)
     seg_index = np.full(n, -1, dtype=np.int64)
     seg_index[heads] = np.arange(heads.size, dtype=np.int64)
-    seg_of_row = seg_index[ptr]
+    # each row's segment, written over its head row (take reads each index before writing it; "raise"
+    # would buffer a copy, and the head rows are rows)
+    seg_of_row = np.take(seg_index, ptr, out=ptr, mode="clip")
     del seg_index, ptr
     nseg = heads.size
     length, head_gap = _segment_times(seg_of_row, heads, kind=kind, acc=acc, dur=dur, gap=gap)
