@@ -100,10 +100,8 @@ class Lowered:
         """The segment whose times decide each row's: its enclosing row's segment for a nested row, else
         its own."""
         anchor = np.array(rows, dtype=np.int64)
-        if self.nested.size:
-            k = np.minimum(np.searchsorted(self.nested, anchor), self.nested.size - 1)
-            inside = self.nested[k] == anchor
-            anchor[inside] = self.nested_parent[k[inside]]
+        k, inside = sorted_lookup(self.nested, anchor)
+        anchor[inside] = self.nested_parent[k[inside]]
         return self.seg_of_row[anchor]
 
 
@@ -365,7 +363,7 @@ def prepare(
         nested_off.append(rt.start_ns[inner] - rt.start_ns[parent[inner]])
     # a head's earliest start: its recorded start where it keeps its recorded times, else its rank's start
     head_kind = kind[head_rows]
-    g_ready0 = t0_rank[np.searchsorted(row_offset, head_rows, side="right") - 1]
+    g_ready0 = t0_rank[rank_index(row_offset, head_rows)]
     keeps = np.flatnonzero((head_kind == KIND_FIXED) | (head_kind == KIND_NESTED))
     g_ready0[keeps] = _recorded(run, ranks, row_offset, head_rows[keeps])[0]
     del head_kind, keeps
@@ -392,12 +390,14 @@ def prepare(
     x_end = np.full(x_rows.size, _MIN, dtype=np.int64)
     np.maximum.at(x_end, x_of, _recorded(run, ranks, row_offset, xs_all)[1])
     x_count = np.bincount(x_of, minlength=x_rows.size)
-    k = np.minimum(np.searchsorted(x_rows, flat), max(x_rows.size - 1, 0))
-    has_x = (x_rows[k] == flat) if x_rows.size else np.zeros(flat.size, dtype=np.bool_)
-    s_xend = np.where(has_x, x_end[k] if x_rows.size else _MIN, _MIN).tolist()
-    s_xcount = np.where(has_x, x_count[k] if x_rows.size else 0, 0).tolist()
+    k, has_x = sorted_lookup(x_rows, flat)
+    s_xend = np.full(flat.size, _MIN, dtype=np.int64)
+    s_xend[has_x] = x_end[k[has_x]]
+    s_xcount = np.zeros(flat.size, dtype=np.int64)
+    s_xcount[has_x] = x_count[k[has_x]]
     s_start_l, s_end_l = s_start.tolist(), s_end.tolist()
-    del flat, s_start, s_end, x_rows, x_of, x_end, x_count, k, has_x
+    s_xend_l, s_xcount_l = s_xend.tolist(), s_xcount.tolist()
+    del flat, s_start, s_end, s_xend, s_xcount, x_rows, x_of, x_end, x_count, k, has_x
     sync_of = np.full(nseg, -1, dtype=np.int64)
     groups: list[list[int]] = []
     transfer: list[list[int]] = []
@@ -409,10 +409,10 @@ def prepare(
         segs = seg_of_row[np.asarray(sync_rows[gi], dtype=np.int64)]
         sync_of[segs] = gi
         groups.append(segs.tolist())
-        launch = max(*s_start_l[a:b], *s_xend[a:b])
+        launch = max(*s_start_l[a:b], *s_xend_l[a:b])
         ends = s_end_l[a:b]
         recorded = [max(e - launch, 0) for e in ends]
-        group_xdeps.append(sum(s_xcount[a:b]))
+        group_xdeps.append(sum(s_xcount_l[a:b]))
         step = int(run.ranks[info.ranks[0]].step[info.rows[0]])
         if info.is_p2p:
             pair: P2PPair = run.p2p[info.index]
@@ -500,6 +500,21 @@ def prepare(
     )
 
 
+def rank_index(row_offset: I64, rows: I64) -> I64:
+    """Index into the lowered ranks of the rank each global row belongs to (``row_offset``: first row of
+    each rank, then the total)."""
+    return np.searchsorted(row_offset, rows, side="right") - 1
+
+
+def sorted_lookup(keys: I64, query: I64) -> tuple[I64, B]:
+    """For each of ``query``: its position in the ascending unique ``keys`` (any valid position where it is
+    absent) and whether it is there."""
+    if keys.size == 0:
+        return np.zeros(query.shape, dtype=np.int64), np.zeros(query.shape, dtype=np.bool_)
+    k = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return k, keys[k] == query
+
+
 def _ints(a: npt.ArrayLike) -> array[int]:
     """A per-segment column for the core: a compact int64 sequence (8 bytes an item, where a list holds a
     pointer and an int object of 32 bytes for each)."""
@@ -510,7 +525,7 @@ def _recorded(run: RunTrace, ranks: Sequence[int], row_offset: I64, rows: I64) -
     """Recorded start and end of global ``rows`` (gathered rank by rank: no whole-run columns)."""
     start = np.empty(rows.size, dtype=np.int64)
     end = np.empty(rows.size, dtype=np.int64)
-    which = np.searchsorted(row_offset, rows, side="right") - 1
+    which = rank_index(row_offset, rows)
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(len(ranks) + 1))
     for i in np.flatnonzero(np.diff(bounds)).tolist():
@@ -741,8 +756,7 @@ def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64,
         acc[keep] = kept
         del keep, kept
     np.copyto(ptr, pred, where=others)
-    del others
-    del contiguous
+    del others, contiguous
     for _ in range(n.bit_length() + 1):
         if is_head[ptr].all():
             return ptr, acc, True

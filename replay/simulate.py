@@ -24,7 +24,7 @@ from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_s
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel
-from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, csr, lower, prepare
+from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, csr, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
 
 I64 = npt.NDArray[np.int64]
@@ -393,7 +393,7 @@ def _lift(
 
 
 def _where(rt: RunTrace, low: Lowered, row: int) -> str:
-    i = int(np.searchsorted(low.row_offset, row, side="right")) - 1
+    i = int(rank_index(low.row_offset, np.asarray([row]))[0])
     r = low.ranks[i]
     local = row - int(low.row_offset[i])
     t = rt.ranks[r]
