@@ -21,6 +21,14 @@ For each workload of ``skewlens demo --workload`` (FSDP2, DTensor TP, pipelining
   another here (GPipe, 2 ranks: +0.2% to +19.7% on one rank over five replays), and one capture's recorded
   steps are themselves one sample, hence several replays of several captures.
 
+Where a workload has more ranks than the machine has cores (the 2-D mesh: 4 ranks on 2 cores), its ranks
+are pinned (``--pin shared``, the default; ``all``: every workload's; ``none``): each worker process of a
+capture or a real replay to core ``LOCAL_RANK`` modulo the cores (``benchmarks/pin/sitecustomize.py``),
+the same placement in every run. Unpinned, the kernel places 4 ranks on 2 cores differently from run to
+run, and the placement decides how much of a straggler's delay its peers absorb: a 40 ms straggler cost
+the mesh either 12-29 or 40-62 ms a step, by run (``docs/benchmarks.md``). With a core per rank there is
+no placement to decide.
+
 Prints one table, workload x figures, measured in this one run. Timing on a 2-core machine is noisy, so
 ``--pairs`` repeats the interleaved captures (in alternating order) and the table shows the median over
 pairs, and the range of the real cost over them: the noise the blame is measured against.
@@ -51,6 +59,7 @@ from skewlens.replay.simulate import simulate
 from skewlens.replay.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
+PIN_DIR = Path(__file__).resolve().parent / "pin"
 STRAGGLER_MS = 40.0
 MS = 1e6
 #: Ranks and straggler per workload where the benchmark differs from the demo: 4 ranks share this machine's
@@ -127,6 +136,9 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
     nproc, straggler = OVERRIDES.get(name, (w.nproc, w.straggler_rank))
     slow_args = ("--straggler-rank", str(straggler), "--straggler-ms", str(STRAGGLER_MS))
     runs = {}
+    # inherited by every capture and real replay of this pair (benchmarks/pin/sitecustomize.py)
+    pin = args.pin == "all" or (args.pin == "shared" and nproc > len(os.sched_getaffinity(0)))
+    os.environ["SKEWLENS_BENCH_PIN"] = "1" if pin else "0"
     for side in ("plain", "slow") if k % 2 == 0 else ("slow", "plain"):
         extra = slow_args if side == "slow" else ()
         out = tmp / f"{name}-{k}-{side}"
@@ -158,11 +170,28 @@ def main() -> None:
     ap.add_argument("--no-real", action="store_true", help="skip the real replay")
     ap.add_argument("--replays", type=int, default=3, help="real replays of each replayed plain capture")
     ap.add_argument("--real-pairs", type=int, default=None, help="pairs replayed for real (default: all)")
+    ap.add_argument(
+        "--pin",
+        choices=("shared", "all", "none"),
+        default="shared",
+        help="pin ranks to cores: where they outnumber the cores (default), always, or never",
+    )
     args = ap.parse_args()
+    if args.pin != "none":  # the folder of the sitecustomize that pins (where one_pair switches it on)
+        rest = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(PIN_DIR), rest] if rest else [str(PIN_DIR)])
     if args.real_pairs is None:
         args.real_pairs = args.pairs
     names = [n for n in args.workloads.split(",") if n]
-    table = Table(title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms)")
+    cores = len(os.sched_getaffinity(0))
+    pinned = {
+        "none": "unpinned",
+        "all": "ranks pinned to cores",
+        "shared": f"ranks pinned where more than the {cores} cores",
+    }[args.pin]
+    table = Table(
+        title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms, {pinned})"
+    )
     cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "real cost range")
     for c in (*cols, "blame error", "top", "real-replay error", "real-replay range"):
         table.add_column(c, justify="right")

@@ -176,7 +176,7 @@ class RealConfig:
     nproc: int | None = None
     """Processes to start (None: one per traced rank)."""
     compute: str = "auto"
-    """How compute is replayed: auto | spin (busy loop) | sleep | share (spins cores/ranks of the time)."""
+    """How compute is replayed: auto | spin (busy loop) | sleep | share (spins the rank's share of a core)."""
     launcher_args: list[str] = field(default_factory=list)
     """Extra arguments for torch's launcher (e.g. ``--nnodes``, ``--rdzv-endpoint``)."""
     capture: str = "profiler"

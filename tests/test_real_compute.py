@@ -11,32 +11,50 @@ from skewlens.replay.real import ops
 
 
 @pytest.mark.parametrize(
-    ("cores", "ranks", "mode"),
-    [(8, 2, "spin"), (4, 2, "spin"), (2, 2, "sleep"), (3, 2, "sleep"), (2, 4, "share"), (1, 2, "share")],
+    ("cores", "mode"), [(4.0, "spin"), (2.0, "spin"), (1.0, "sleep"), (1.5, "sleep"), (0.5, "share")]
 )
 def test_auto_spins_with_two_cores_a_rank_sleeps_with_one_and_shares_with_fewer(
-    monkeypatch: pytest.MonkeyPatch, cores: int, ranks: int, mode: str
+    cores: float, mode: str
 ) -> None:
-    monkeypatch.setattr(ops, "host_cores", lambda: cores)
-    assert ops.resolve_compute_mode("auto", ranks) == mode
+    assert ops.resolve_compute_mode("auto", cores) == mode
 
 
-def test_an_explicit_compute_mode_is_kept_whatever_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ops, "host_cores", lambda: 1)
-    assert [ops.resolve_compute_mode(m, 8) for m in ("spin", "sleep", "share")] == ["spin", "sleep", "share"]
+def test_an_explicit_compute_mode_is_kept_whatever_the_cores() -> None:
+    assert [ops.resolve_compute_mode(m, 0.125) for m in ("spin", "sleep", "share")] == [
+        "spin",
+        "sleep",
+        "share",
+    ]
 
 
-def test_share_mode_spins_for_each_rank_s_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ops, "host_cores", lambda: 2)
-    assert [ops.busy_share(n) for n in (1, 2, 4, 8)] == [1.0, 1.0, 0.5, 0.25]
+def test_share_mode_spins_for_each_rank_s_share_of_a_core() -> None:
+    assert [ops.busy_share(c) for c in (2.0, 1.0, 0.5, 0.25)] == [1.0, 1.0, 0.5, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("own", "host", "cores"),
+    [
+        ({0, 1}, [{0, 1}] * 2, 1.0),  # 2 unpinned ranks on 2 cores
+        ({1}, [{0}, {1}], 1.0),  # the same ranks pinned to a core each: the same count, not half a core
+        ({0, 1}, [{0, 1}] * 4, 0.5),  # 4 unpinned ranks on 2 cores
+        ({0}, [{0}, {1}, {0}, {1}], 0.5),  # the same ranks pinned two to a core
+        (set(range(8)), [set(range(8 * k, 8 * k + 8)) for k in range(8)], 8.0),  # 8 cores each, of 64
+        (set(range(64)), [set(range(64))] * 8, 8.0),  # 8 unpinned ranks on 64 cores
+        ({0, 1}, [{0, 1}] * 8, 0.25),  # a job confined to 2 cores of a larger host
+        ({0}, [{0}, {0, 1, 2}], 1.0),  # no more than its own, however many its neighbour may use
+    ],
+)
+def test_a_rank_counts_its_own_cores_but_no_more_than_an_even_split_of_its_hosts(
+    own: set[int], host: list[set[int]], cores: float
+) -> None:
+    assert ops.cores_per_rank(own, host) == cores
 
 
 @pytest.mark.parametrize("mode", ["spin", "sleep", "share"])
 def test_every_cpu_mode_returns_no_earlier_than_the_recorded_duration(
-    monkeypatch: pytest.MonkeyPatch, mode: str
+    mode: str,
 ) -> None:
-    monkeypatch.setattr(ops, "host_cores", lambda: 2)
-    compute = ops.Compute(mode, torch.device("cpu"), local_ranks=4)
+    compute = ops.Compute(mode, torch.device("cpu"), cores=0.5)
     for dur_ns in (0, 1, 250_000, 2_500_000):
         t0 = time.perf_counter_ns()
         compute.run(dur_ns)

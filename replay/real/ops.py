@@ -12,8 +12,8 @@ Compute is a busy loop of the recorded duration on CPU (``spin``; the deadline i
 so the loop needs no calibration), a plain sleep (``sleep``), a busy loop for a share of every millisecond
 and a sleep for the rest (``share``: the ranks of a host with fewer cores than ranks keep its cores as busy
 as the original's compute did), or on a GPU ``torch.cuda._sleep`` with a cycles-per-ns calibration
-measured at start-up. ``auto`` picks among the CPU modes by cores per local rank (see
-:func:`resolve_compute_mode`).
+measured at start-up. ``auto`` picks among the CPU modes by the cores each rank has (see
+:func:`resolve_compute_mode` and :func:`cores_per_rank`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,10 +206,10 @@ def track(
     _waiter_pool().submit(completion.settle, work.wait)
 
 
-def resolve_compute_mode(mode: str, local_ranks: int) -> str:
-    """``auto``: a busy loop (``spin``) when every rank on this host has two cores of its own (one for the
-    loop, one for its communication backend's threads); ``sleep`` when it has at least one; ``share`` when
-    the ranks outnumber the cores.
+def resolve_compute_mode(mode: str, cores: float) -> str:
+    """``auto``: a busy loop (``spin``) when the rank has two cores (``cores``, from
+    :func:`cores_per_rank`: one for the loop, one for its communication backend's threads); ``sleep`` when
+    it has at least one; ``share`` when it has less.
 
     The busy loop is Python: it holds a core and the GIL. With fewer cores than that it starves the
     backend's threads and delays the completion callbacks: measured on 2 ranks of a 2-core machine
@@ -220,36 +220,51 @@ def resolve_compute_mode(mode: str, local_ranks: int) -> str:
     Where the ranks outnumber the cores, the original's compute kept every core busy, and its
     communication shared the cores with it: sleeping frees them, and the replay's transfers come out faster
     than recorded (the 2-D mesh, 4 ranks on 2 cores: collectives 290 ms against 437 ms recorded over six
-    steps, steps -22..-32%; spinning, +15..+27%). ``share`` spins for ``cores / ranks`` of the time, the
-    share of a core each rank's compute had in the original.
+    steps, steps -22..-32%; spinning, +15..+27%). ``share`` spins for the rank's share of a core
+    (:func:`busy_share`), the share its compute had in the original.
     """
     if mode != "auto":
         return mode
-    cores = host_cores()
-    if 2 * local_ranks <= cores:
+    if cores >= 2:
         return "spin"
-    return "sleep" if local_ranks <= cores else "share"
+    return "sleep" if cores >= 1 else "share"
 
 
-def busy_share(local_ranks: int) -> float:
-    """The share of its compute time a rank spins for in ``share`` mode: cores per local rank, at most 1."""
-    return min(1.0, host_cores() / max(1, local_ranks))
+def busy_share(cores: float) -> float:
+    """The share of its compute time a rank spins for in ``share`` mode: its cores, at most 1."""
+    return min(1.0, cores)
 
 
-def host_cores() -> int:
-    """Cores this process may run on."""
+def cores_per_rank(own: Collection[int], host: Sequence[Collection[int]]) -> float:
+    """The cores one rank can count on: those it may run on (``own``, its affinity mask), but no more than
+    an even split of the cores its host's ranks may run on between them (``host``: every local rank's mask,
+    this one's included).
+
+    Unpinned ranks share one mask (4 ranks on 2 cores: half a core each); ranks pinned to cores of their
+    own each have theirs (2 ranks, a core each: one each, as unpinned); a job confined to part of a host
+    (``taskset -c 0,1 torchrun ...``) splits that part.
+    """
+    union: set[int] = set()
+    for mask in host:
+        union.update(mask)
+    return min(float(len(own)), len(union) / max(1, len(host)))
+
+
+def host_cores() -> frozenset[int]:
+    """The cores this process may run on (its affinity mask; every core where there is none)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return frozenset(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        return frozenset(range(os.cpu_count() or 1))
 
 
 class Compute:
     """Replays a compute node's duration: busy loop (CPU), sleep, or a calibrated GPU sleep kernel."""
 
-    def __init__(self, mode: str, device: torch.device, local_ranks: int = 1) -> None:
-        self.mode = resolve_compute_mode(mode, local_ranks)
-        self.share = busy_share(local_ranks)
+    def __init__(self, mode: str, device: torch.device, cores: float = 1.0) -> None:
+        """``cores``: the rank's cores (:func:`cores_per_rank`), which pick the ``auto`` mode."""
+        self.mode = resolve_compute_mode(mode, cores)
+        self.share = busy_share(cores)
         self.device = device
         self.cycles_per_ns = self._calibrate() if device.type == "cuda" else 0.0
 

@@ -34,7 +34,16 @@ from skewlens.profiler.chakra_io import EtWriter, iter_nodes
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.vocab import Attr
 from skewlens.replay.real import clock
-from skewlens.replay.real.ops import CommIssuer, Completion, Compute, describe, track, wait_until
+from skewlens.replay.real.ops import (
+    CommIssuer,
+    Completion,
+    Compute,
+    cores_per_rank,
+    describe,
+    host_cores,
+    track,
+    wait_until,
+)
 from skewlens.replay.real.plan import (
     ERROR_FILE,
     KIND_COMPUTE,
@@ -249,6 +258,15 @@ def _write_trace(meta: PlanMeta, rank: int, runner: Runner, to_replay_ns: Any) -
             w.write(node)
 
 
+def _cores(world_size: int) -> float:
+    """This rank's cores (:func:`~skewlens.replay.real.ops.cores_per_rank`), from every rank's host name and
+    affinity mask (one all-gather on the default group; the masks are plain lists of ints)."""
+    mine = (socket.gethostname(), sorted(host_cores()))
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    return cores_per_rank(mine[1], [mask for host, mask in everyone if host == mine[0]])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="skewlens real-replay worker (started by torchrun)")
     p.add_argument("--plan", required=True, type=Path, help="plan directory written by real_replay")
@@ -272,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         device = _device(meta)
         phase = "init_process_group"
         dist.init_process_group(meta.backend, timeout=timedelta(seconds=meta.timeout_s * 2 + SETUP_GRACE_S))
+        phase = "the exchange of core counts"
+        cores = _cores(meta.world_size)
         phase = "process group creation"
         groups = _create_groups(meta, rank)
         runner = Runner(
@@ -279,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             ops=ops,
             dog=dog,
             issuer=CommIssuer(rank, device, groups, meta.default_pg),
-            compute=Compute(meta.compute, device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+            compute=Compute(meta.compute, device, cores),
         )
         phase = "warm-up"
         runner.warm_up(warmup)
