@@ -283,17 +283,13 @@ class Compute:
 
     def run(self, dur_ns: int) -> None:
         """Do ``dur_ns`` of work on this rank's device and return when it is done."""
-        self.run_until(time.perf_counter_ns() + dur_ns)
-
-    def run_until(self, deadline: int) -> None:
-        """Work on this rank's device until local monotonic time ``deadline`` (at once if it is past)."""
-        left = deadline - time.perf_counter_ns()
-        if left <= 0:
+        if dur_ns <= 0:
             return
         if self.device.type == "cuda":
-            torch.cuda._sleep(int(left * self.cycles_per_ns))
+            torch.cuda._sleep(int(dur_ns * self.cycles_per_ns))
             torch.cuda.synchronize(self.device)
             return
+        deadline = time.perf_counter_ns() + dur_ns
         if self.mode == "sleep":
             wait_until(deadline)
         elif self.mode == "share":

@@ -184,17 +184,13 @@ class Runner:
             ready = origin_ns
             for d in op.deps:
                 ready = max(ready, self._finish(d) if d in self.pending else self.end.get(d, origin_ns))
-            planned = ready + op.gap_ns + op.delay_ns
-            wait_until(planned)
+            wait_until(ready + op.gap_ns + op.delay_ns)
             if op.kind == KIND_COMPUTE:
                 s = time.perf_counter_ns()
-                begin = planned
-                for d in op.wait_deps:  # a wait node: its work starts once the communication completed
-                    begin = max(begin, self._finish(d) if d in self.pending else self.end.get(d, begin))
-                # the work ends where the model ends it, its duration after its start: the worker's own time
-                # since then (its loop, the completion of the op before) is absorbed, as the original's host
-                # overhead already is in the recorded gaps and durations
-                self.compute.run_until(begin + op.dur_ns)
+                for d in op.wait_deps:  # a wait node: blocked until the communication completed
+                    if d in self.pending:
+                        self._finish(d)
+                self.compute.run(op.dur_ns)
                 self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
                 continue
             s = time.perf_counter_ns()
