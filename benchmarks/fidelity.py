@@ -60,6 +60,8 @@ from skewlens.replay.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN_DIR = Path(__file__).resolve().parent / "pin"
+#: Cores this benchmark (and the ranks it starts) may run on.
+CORES = len(os.sched_getaffinity(0))
 STRAGGLER_MS = 40.0
 MS = 1e6
 #: Ranks and straggler per workload where the benchmark differs from the demo: 4 ranks share this machine's
@@ -137,7 +139,7 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
     slow_args = ("--straggler-rank", str(straggler), "--straggler-ms", str(STRAGGLER_MS))
     runs = {}
     # inherited by every capture and real replay of this pair (benchmarks/pin/sitecustomize.py)
-    pin = args.pin == "all" or (args.pin == "shared" and nproc > len(os.sched_getaffinity(0)))
+    pin = args.pin == "all" or (args.pin == "shared" and nproc > CORES)
     os.environ["SKEWLENS_BENCH_PIN"] = "1" if pin else "0"
     for side in ("plain", "slow") if k % 2 == 0 else ("slow", "plain"):
         extra = slow_args if side == "slow" else ()
@@ -183,11 +185,10 @@ def main() -> None:
     if args.real_pairs is None:
         args.real_pairs = args.pairs
     names = [n for n in args.workloads.split(",") if n]
-    cores = len(os.sched_getaffinity(0))
     pinned = {
         "none": "unpinned",
         "all": "ranks pinned to cores",
-        "shared": f"ranks pinned where more than the {cores} cores",
+        "shared": f"ranks pinned where more than the {CORES} cores",
     }[args.pin]
     table = Table(
         title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms, {pinned})"

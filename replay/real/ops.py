@@ -244,10 +244,7 @@ def cores_per_rank(own: Collection[int], host: Sequence[Collection[int]]) -> flo
     own each have theirs (2 ranks, a core each: one each, as unpinned); a job confined to part of a host
     (``taskset -c 0,1 torchrun ...``) splits that part.
     """
-    union: set[int] = set()
-    for mask in host:
-        union.update(mask)
-    return min(float(len(own)), len(union) / max(1, len(host)))
+    return min(float(len(own)), len(set().union(*host)) / max(1, len(host)))
 
 
 def host_cores() -> frozenset[int]:
