@@ -22,6 +22,13 @@ report and exit. Which label is which stage is a regex per command (:class:`Stag
 matches is ignored, its time going to its neighbours. ``--no-stages`` runs the commands on a plain pipe
 (no bars drawn, no stages).
 
+Loads read a run's decoded columns from its column cache (``RUN/.skewlens-cache``, written by the first load
+of a run; see :mod:`skewlens.profiler.store.colcache`). Each command that loads a generated input therefore
+runs in two states, reported apart: ``cold`` (the cache removed just before: the command decodes every
+``.et`` and writes the cache) and ``warm`` (the cache as the cold run left it), one after the other in every
+repetition (``--column-cache`` picks). The GPU case is cold only: its ``analyze`` loads the run its
+``import`` has just written.
+
 Inputs are generated untimed, once, into ``--cache`` and reused by later runs (a ``meta.json`` written last
 marks a finished one). The generators are the other benchmarks' (``sim_throughput.write_run``,
 ``analysis_throughput.generate``), :class:`skewlens.profiler.synth.RunBuilder` for the overlapped layers and
@@ -430,6 +437,26 @@ def generate(case: Case, ranks: int, count: int, path: Path) -> dict[str, Any]:
     raise ValueError(f"case {case.name}: unknown generator {case.generator!r}")
 
 
+COLD, WARM = "cold", "warm"
+
+
+def cache_states(case: Case, wanted: Sequence[str]) -> list[str]:
+    """The column-cache states ``case`` runs in: the GPU case's ``analyze`` always loads a fresh run."""
+    return [COLD] if case.generator == "gpu" else list(wanted)
+
+
+def set_cache_state(inp: Path, state: str) -> None:
+    """Remove ``inp``'s column cache (cold), or fill it untimed where it is missing (warm)."""
+    from skewlens.profiler.store.colcache import CACHE_DIRNAME
+    from skewlens.profiler.store.load import decode, locate_run
+
+    if state == COLD:
+        shutil.rmtree(inp / CACHE_DIRNAME, ignore_errors=True)
+    elif not (inp / CACHE_DIRNAME).is_dir():
+        for f in locate_run(inp).files.values():
+            decode(f)
+
+
 def cached_input(
     case: Case, ranks: int, count: int, cache: Path, console: Console
 ) -> tuple[Path, dict[str, Any]]:
@@ -511,8 +538,11 @@ def median_stages(runs: Sequence[Sequence[CommandRun]]) -> dict[str, dict[str, f
     return out
 
 
-def summarize(case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool) -> dict[str, Any]:
-    """The case's figures: per size, then growth, anchor ratio and verdict (full sizes only)."""
+def summarize(
+    case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool, cache_state: str = COLD
+) -> dict[str, Any]:
+    """The case's figures in one column-cache state: per size, then growth, anchor ratio and verdict
+    (full sizes only)."""
     rows = []
     for factor, s in sorted(sizes.items()):
         runs: list[list[CommandRun]] = s["runs"]
@@ -566,6 +596,7 @@ def summarize(case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool) ->
         )
     return {
         "name": case.name,
+        "column_cache": cache_state,
         "title": case.title,
         "unit": case.unit,
         "anchor": {"text": case.anchor, "wall_s": case.anchor_s, "peak_rss_mib": case.anchor_rss_mib},
@@ -605,6 +636,10 @@ def _stages_text(row: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _label(res: Mapping[str, Any]) -> str:
+    return f"{res['name']} ({res['column_cache']})"
+
+
 def render(results: Sequence[dict[str, Any]], quick: bool) -> list[Table]:
     """Three tables: the figures per case and size, each case against its anchor and target, the stages."""
     smoke = " — SMOKE: --quick, a tenth of the sizes" if quick else ""
@@ -622,7 +657,7 @@ def render(results: Sequence[dict[str, Any]], quick: bool) -> list[Table]:
     for res in results:
         for k, row in enumerate(res["sizes"]):
             w = row["wall_s"]
-            name = res["name"] if k == 0 else ""
+            name = _label(res) if k == 0 else ""
             figures.add_row(
                 name,
                 f"{row['ranks']:,} × {row['count']:,} {res['unit']} ({row['factor']:g}×)",
@@ -633,7 +668,7 @@ def render(results: Sequence[dict[str, Any]], quick: bool) -> list[Table]:
             stages.add_row(name, f"{row['factor']:g}×", _stages_text(row))
         g = res["growth"]
         against.add_row(
-            res["name"],
+            _label(res),
             f"×{g['wall_ratio']:.2f} (×{g['cpu_ratio']:.2f}) for ×{g['size_ratio']:g}" if g else "",
             res["anchor"]["text"],
             _target_text(res),
@@ -674,6 +709,12 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     ap.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help=f"generated inputs (default {DEFAULT_CACHE})"
     )
+    ap.add_argument(
+        "--column-cache",
+        type=lambda s: parse_list(s, [COLD, WARM]),
+        default=[COLD, WARM],
+        help="states of the inputs' column caches to run in, each reported apart (default cold,warm)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--no-stages", action="store_true", help="plain pipes: no progress bars, no stage times")
     ap.add_argument(
@@ -700,27 +741,33 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         f"{len(cases)} case(s) × {len(sizes)} size(s) × {args.reps} rep(s), interleaved; "
         f"{psutil.cpu_count()} CPUs, load average {load_before[0]:.2f}"
     )
-    runs: dict[tuple[str, float], list[list[CommandRun]]] = {k: [] for k in inputs}
+    runs: dict[tuple[str, float, str], list[list[CommandRun]]] = {
+        (c.name, f, st): [] for c in cases for f in sizes for st in cache_states(c, args.column_cache)
+    }
     scratch_root = args.cache / "scratch"
     for rep in range(args.reps):
         for case in cases:
             for f in sizes:
                 inp, _, ranks, count = inputs[case.name, f]
-                scratch = scratch_root / f"{case.name}-{f:g}-{rep}"
-                shutil.rmtree(scratch, ignore_errors=True)
-                scratch.mkdir(parents=True)
-                try:
-                    done = [
-                        run_command(c, cwd=scratch, stages=not args.no_stages)
-                        for c in commands(case, inp, scratch, args.skewlens)
-                    ]
-                finally:
-                    shutil.rmtree(scratch, ignore_errors=True)  # replay outputs of 10 M nodes are GBs
-                runs[case.name, f].append(done)
-                console.print(
-                    f"rep {rep + 1}/{args.reps} {case.name} {ranks}×{count} ({f:g}×): "
-                    + ", ".join(f"{c.name} {c.wall_s:.2f} s, {c.peak_rss_bytes / MIB:,.0f} MiB" for c in done)
-                )
+                for state in cache_states(case, args.column_cache):
+                    set_cache_state(inp, state)
+                    scratch = scratch_root / f"{case.name}-{f:g}-{rep}"
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    scratch.mkdir(parents=True)
+                    try:
+                        done = [
+                            run_command(c, cwd=scratch, stages=not args.no_stages)
+                            for c in commands(case, inp, scratch, args.skewlens)
+                        ]
+                    finally:
+                        shutil.rmtree(scratch, ignore_errors=True)  # replay outputs of 10 M nodes are GBs
+                    runs[case.name, f, state].append(done)
+                    console.print(
+                        f"rep {rep + 1}/{args.reps} {case.name} {ranks}×{count} ({f:g}×) {state}: "
+                        + ", ".join(
+                            f"{c.name} {c.wall_s:.2f} s, {c.peak_rss_bytes / MIB:,.0f} MiB" for c in done
+                        )
+                    )
     results = [
         summarize(
             case,
@@ -729,13 +776,15 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
                     "ranks": inputs[case.name, f][2],
                     "count": inputs[case.name, f][3],
                     "meta": inputs[case.name, f][1],
-                    "runs": runs[case.name, f],
+                    "runs": runs[case.name, f, state],
                 }
                 for f in sizes
             },
             args.quick,
+            state,
         )
         for case in cases
+        for state in cache_states(case, args.column_cache)
     ]
     for table in render(results, args.quick):
         console.print(table)

@@ -109,8 +109,11 @@ def test_the_quick_smoke_run_writes_the_figures_of_each_size(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["quick"] is True and doc["reps"] == 1
-    (case,) = doc["cases"]
-    assert case["name"] == "compute" and case["anchor"]["wall_s"] == 15.3 and case["target"]["wall_s"] == 1.5
+    case, warm = doc["cases"]
+    assert (case["column_cache"], warm["column_cache"]) == ("cold", "warm")
+    assert case["name"] == warm["name"] == "compute"
+    assert case["anchor"]["wall_s"] == 15.3 and case["target"]["wall_s"] == 1.5
+    assert len(warm["sizes"]) == 2 and all(r["wall_s"]["median"] > 0 for r in warm["sizes"])
     assert case["passed"] is None  # a smoke run is not judged against the full-size targets
     small, large = case["sizes"]
     assert (small["ranks"], small["count"], large["count"]) == (64, 1000, 2000)

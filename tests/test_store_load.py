@@ -39,12 +39,13 @@ def _assert_same(fast_path: Path) -> None:
     assert a.names == b.names
 
 
-def _mixed_run(tmp_path: Path) -> Path:
+def mixed_run(tmp_path: Path, *, op: str = "op", name: str = "run") -> Path:
+    """Three ranks of 50-54 nodes: compute on two streams, collectives on two groups, a send/recv pair."""
     b = RunBuilder(3, groups={"0": (0, 1, 2), "tp": (0, 1)})
     for r in range(3):
         rb = b.rank(r).step(1)
         for i in range(40):
-            rb.compute(f"aten::op{i % 7}", 1000 + 37 * i + r, stream=i % 2)
+            rb.compute(f"aten::{op}{i % 7}", 1000 + 37 * i + r, stream=i % 2)
             if i % 5 == 0:
                 rb.collective(CommType.ALL_REDUCE, 1 << (10 + i % 4), 300)
             if r < 2 and i % 9 == 0:
@@ -53,11 +54,11 @@ def _mixed_run(tmp_path: Path) -> Path:
             rb.send(2, 10**9 + 7, 5, tag=-3)
         if r == 2:
             rb.recv(0, 10**9 + 7, 5, tag=-3)
-    return b.write(tmp_path / "run")
+    return b.write(tmp_path / name)
 
 
 def test_vectorised_decoder_gives_exactly_the_reference_columns(tmp_path: Path) -> None:
-    run = _mixed_run(tmp_path)
+    run = mixed_run(tmp_path)
     for r in range(3):
         _assert_same(run / f"rank-{r}.et")
 
@@ -171,7 +172,7 @@ def test_strict_load_still_raises_on_the_first_mismatch(tmp_path: Path) -> None:
 def test_progress_bar_renders_to_the_injected_console(tmp_path: Path) -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
-    run = load_run(_mixed_run(tmp_path), progress=RichProgress(console))
+    run = load_run(mixed_run(tmp_path), progress=RichProgress(console))
     assert len(run.ranks) == 3
     assert "rank-2.et" in buf.getvalue() or "loading" in buf.getvalue()
 

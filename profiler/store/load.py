@@ -32,6 +32,7 @@ from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
+from skewlens.profiler.store import colcache
 from skewlens.profiler.store.fast import KNOWN_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
@@ -184,15 +185,27 @@ Decoder = Literal["auto", "vectorised", "reference"]
 
 
 def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
-    """Decode a file with the vectorised decoder, falling back to the reference one where it refuses."""
+    """Decode a file with the vectorised decoder, falling back to the reference one where it refuses.
+
+    With ``auto``, the columns come from the file's column cache where it holds this file's current bytes
+    (:mod:`~skewlens.profiler.store.colcache`), and a file of ``MIN_NODES`` nodes or more that had to be
+    decoded is cached for the next load. The explicit decoders always decode.
+    """
     p = Path(path)
+    # taken before reading the file: a file that changes meanwhile is decoded again by the next load
+    key = colcache.fingerprint(p) if decoder == "auto" and colcache.enabled() else None
+    if key is not None and (raw := colcache.read(p, key)) is not None:
+        return raw
     data = read_trace_bytes(p)  # once, for whichever decoder reads it
-    if decoder != "reference":
-        try:
-            return decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data)
-        except FastDecodeError:
-            pass
-    return decode_reference(p, data)
+    try:
+        if decoder == "reference":
+            raise FastDecodeError("reference decoder chosen")
+        raw = decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data)
+    except FastDecodeError:
+        raw = decode_reference(p, data)
+    if key is not None and raw.node_id.shape[0] >= MIN_NODES:
+        colcache.write(p, key, raw)
+    return raw
 
 
 # ------------------------------------------------------------------------------------------ one rank
