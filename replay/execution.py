@@ -234,8 +234,11 @@ def _comm_streams(rt: RankTrace, valid: B) -> set[int]:
     if rows.size == 0:
         return set()
     is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)[rows]
+    other = ~is_comm | ~rt.is_cpu[rows]  # rows that rule their stream out
+    if other.all():  # the usual case of a rank without communication of its own streams
+        return set()
     streams = rt.stream[rows]
-    cand = np.setdiff1d(np.unique(streams), np.unique(streams[~is_comm | ~rt.is_cpu[rows]]))
+    cand = np.setdiff1d(np.unique(streams), np.unique(streams[other]))
     if cand.size == 0:
         return set()
     n = len(rt)
@@ -254,9 +257,10 @@ def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64
     """
     tl = rt.stream.astype(np.int64, copy=True)
     rows = np.flatnonzero(valid)
-    streams = np.unique(rt.stream[rows])
-    if streams.size < 2:
+    on = rt.stream[rows]
+    if on.size == 0 or (on == on[0]).all():  # one stream (cheaper to see than to sort the rows' streams)
         return tl
+    streams = np.unique(on)
     info = []
     for sid in streams.tolist():
         if sid in comm_streams:
@@ -305,8 +309,11 @@ def _edges(
     parent = np.full(n, -1, dtype=np.int64)
     on_comm = np.isin(rt.stream, list(comm_streams)) if comm_streams else np.zeros(n, dtype=np.bool_)
     # recorded program order along a communication stream is the stream's queue, not a start order
-    along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
-    srcs, dsts = [src[~along]], [dst[~along]]
+    if comm_streams:
+        along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
+        srcs, dsts = [src[~along]], [dst[~along]]
+    else:
+        srcs, dsts = [src], [dst]
     qsrcs: list[I64] = []
     qdsts: list[I64] = []
     rows = np.flatnonzero(valid)
@@ -359,7 +366,9 @@ def _edges(
         parent[idx] = np.where(up >= 0, up, p)
     s = np.concatenate(srcs)
     d = np.concatenate(dsts)
-    key = np.sort(d * max(n, 1) + s)  # dedupe (sort-based: cheaper than np.unique's hashing here)
+    # dedupe (sort-based: cheaper than np.unique's hashing here; a stable sort merges the parts, each
+    # mostly in row order, in about linear time)
+    key = np.sort(d * max(n, 1) + s, kind="stable")
     if key.size:
         key = key[np.concatenate(([True], key[1:] != key[:-1]))]
     qs = np.concatenate(qsrcs) if qsrcs else np.zeros(0, dtype=np.int64)
@@ -475,7 +484,8 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     # edges into or out of nested rows: the outermost enclosing row stands for them
     src = np.where(nested[src], parent[src], src)
     keep = ~nested[dst] & (src != dst)
-    src, dst = src[keep], dst[keep]
+    if not keep.all():
+        src, dst = src[keep], dst[keep]
     ls = np.where(nested[ls], parent[ls], ls)
     hd = np.where(nested[hd], parent[hd], hd)
     launch_ns = rt.launch_ns if rt.launch_ns is not None else np.full(n, -1, dtype=np.int64)

@@ -77,12 +77,14 @@ class SimResult:
                     st = np.full(st.shape, -1, dtype=st.dtype)
                 if not m.any():
                     continue
-                steps = st[m]
-                uniq, inv = np.unique(steps, return_inverse=True)
-                lo = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
-                hi = np.full(uniq.size, np.iinfo(np.int64).min, dtype=np.int64)
-                np.minimum.at(lo, inv, self.start_ns[r][m])
-                np.maximum.at(hi, inv, self.end_ns[r][m])
+                steps, starts, ends = st[m], self.start_ns[r][m], self.end_ns[r][m]
+                if not (steps[1:] >= steps[:-1]).all():  # usually in step order already
+                    order = np.argsort(steps, kind="stable")
+                    steps, starts, ends = steps[order], starts[order], ends[order]
+                first = np.flatnonzero(np.concatenate(([True], steps[1:] != steps[:-1])))
+                uniq = steps[first]
+                lo = np.minimum.reduceat(starts, first)
+                hi = np.maximum.reduceat(ends, first)
                 for k, a, b in zip(uniq.tolist(), lo.tolist(), hi.tolist(), strict=True):
                     spans[(r, k)] = (a, b)
             self._spans = spans
