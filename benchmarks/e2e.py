@@ -446,13 +446,14 @@ def cache_states(case: Case, wanted: Sequence[str]) -> list[str]:
 
 
 def set_cache_state(inp: Path, state: str) -> None:
-    """Remove ``inp``'s column cache (cold), or fill it untimed where it is missing (warm)."""
+    """Remove ``inp``'s column cache (cold), or load every rank untimed (warm: a load fills what is missing
+    and reads the rest)."""
     from skewlens.profiler.store.colcache import CACHE_DIRNAME
     from skewlens.profiler.store.load import decode, locate_run
 
     if state == COLD:
         shutil.rmtree(inp / CACHE_DIRNAME, ignore_errors=True)
-    elif not (inp / CACHE_DIRNAME).is_dir():
+    else:
         for f in locate_run(inp).files.values():
             decode(f)
 
@@ -539,7 +540,7 @@ def median_stages(runs: Sequence[Sequence[CommandRun]]) -> dict[str, dict[str, f
 
 
 def summarize(
-    case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool, cache_state: str = COLD
+    case: Case, sizes: Mapping[float, dict[str, Any]], quick: bool, cache_state: str
 ) -> dict[str, Any]:
     """The case's figures in one column-cache state: per size, then growth, anchor ratio and verdict
     (full sizes only)."""

@@ -307,9 +307,9 @@ def _edges(
     plain = ~launch & ~host_sync
     src, dst = src[plain], dst[plain]
     parent = np.full(n, -1, dtype=np.int64)
-    on_comm = np.isin(rt.stream, list(comm_streams)) if comm_streams else np.zeros(n, dtype=np.bool_)
     # recorded program order along a communication stream is the stream's queue, not a start order
     if comm_streams:
+        on_comm = np.isin(rt.stream, list(comm_streams))
         along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
         srcs, dsts = [src[~along]], [dst[~along]]
     else:

@@ -110,6 +110,9 @@ TAMPERED = {
     "a name index past its dictionary": _bad_name_index,
     "a column of another type": lambda b: _with(b, "start_us", b.column("start_us").cast(pa.float64())),
     "a column the format lacks": lambda b: b.append_column("a:evil", pa.array([1] * b.num_rows, pa.int64())),
+    "an unknown attribute's pair of columns": lambda b: b.append_column(
+        "a:evil", pa.array([1] * b.num_rows, pa.int64())
+    ).append_column("h:evil", pa.array([1] * b.num_rows, pa.uint8())),
     "flags that are not 0 or 1": lambda b: _with(b, "h:stream", pa.array([9] * b.num_rows, pa.uint8())),
 }
 

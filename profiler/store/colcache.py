@@ -31,7 +31,7 @@ from pyarrow import ipc
 
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.fast import KNOWN_ATTRS, RawColumns
+from skewlens.profiler.store.fast import INT_ATTRS, RawColumns
 
 CACHE_DIRNAME = ".skewlens-cache"
 #: ``off`` (or ``0``, ``no``, ``false``) disables reading and writing the cache.
@@ -41,7 +41,6 @@ FORMAT_VERSION = 1
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"
-INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _FIXED: dict[str, pa.DataType] = {
@@ -103,11 +102,10 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
 def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
     """Cache ``raw`` as the columns of ``trace`` (decoded from the bytes ``key`` names); False where the
     directory is not writable."""
-    batch = _batch(raw)
-    schema = batch.schema.with_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
+    batch = _batch(raw).replace_schema_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
     try:
-        with atomic_file(cache_path(trace)) as tmp, ipc.new_file(str(tmp), schema) as w:
-            w.write_batch(batch.replace_schema_metadata(schema.metadata))
+        with atomic_file(cache_path(trace)) as tmp, ipc.new_file(str(tmp), batch.schema) as w:
+            w.write_batch(batch)
     except (OSError, SkewlensError):
         return False
     return True
@@ -118,9 +116,8 @@ def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
 
 def _batch(raw: RawColumns) -> pa.RecordBatch:
     n = raw.node_id.shape[0]
-    counts = np.bincount(raw.dep_node, minlength=n) if raw.dep_node.size else np.zeros(n, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    np.cumsum(np.bincount(raw.dep_node, minlength=n), out=offsets[1:])
     off = pa.array(offsets)
     meta: list[bytes | None] = [None] * n
     for row, msg in raw.metadata_msgs:
@@ -153,9 +150,9 @@ def _np(col: pa.Array) -> np.ndarray:
 
 def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: int) -> RawColumns:
     schema = batch.schema
-    attrs = [f.name[2:] for f in schema if f.name.startswith("a:")]
+    attrs = [a for a in INT_ATTRS if f"a:{a}" in schema.names]
     want = dict(_FIXED)
-    for a in attrs:
+    for a in attrs:  # any other column (an unknown attribute's among them) fails the comparison below
         want[f"a:{a}"] = pa.int64()
         want[f"h:{a}"] = pa.uint8()
     if {f.name: f.type for f in schema} != want:
@@ -180,7 +177,7 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
     none = np.zeros(n, dtype=np.bool_)
     attr_val = dict.fromkeys(INT_ATTRS, zero)
     attr_has = dict.fromkeys(INT_ATTRS, none)
-    for a in set(attrs) & set(INT_ATTRS):
+    for a in attrs:
         has = _np(batch.column(f"h:{a}"))
         if has.size and has.max() > 1:
             raise ValueError(f"flag of {a} not 0 or 1")

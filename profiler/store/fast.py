@@ -74,6 +74,8 @@ KNOWN_ATTRS = (
     "skl_batch",
     "skl_launch_ns",
 )
+#: The known attributes with integer values (all but the group name).
+INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
 
 
 class FastDecodeError(TraceFormatError):

@@ -33,7 +33,7 @@ from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, r
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
 from skewlens.profiler.store import colcache
-from skewlens.profiler.store.fast import KNOWN_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
+from skewlens.profiler.store.fast import INT_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
@@ -118,7 +118,7 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
     if first is None:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
     read_metadata(first[1], p, first[0])
-    ints = list(_INT_ATTRS)
+    ints = list(INT_ATTRS)
     vals: dict[str, list[int]] = {a: [] for a in ints}
     has: dict[str, list[bool]] = {a: [] for a in [*ints, "pg_name"]}
     node_id, node_type, start_us, dur_us, offsets = [], [], [], [], []
@@ -166,9 +166,6 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
         metadata_msgs=meta,
         global_metadata=bytes(first[1]),
     )
-
-
-_INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
 
 
 def _host_op(raw: RawColumns) -> np.ndarray:
