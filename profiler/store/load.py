@@ -208,19 +208,8 @@ def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
 # ------------------------------------------------------------------------------------------ one rank
 
 
-def _either(has: np.ndarray, value: np.ndarray, other: Callable[[], np.ndarray | int]) -> np.ndarray:
-    """``value`` where ``has``, else ``other()``, as a new array: without a select where ``has`` is all or
-    none (the usual cases: an attribute every node or no node carries). Never a view of ``value``, which
-    may be a row of the decoder's matrix of every attribute or a read-only view of a cache file."""
-    if has.all():
-        return value.copy()
-    if not has.any():
-        return np.broadcast_to(other(), has.shape).copy()
-    return np.where(has, value, other())
-
-
 def _pick(raw: RawColumns, name: str, default: int) -> np.ndarray:
-    return _either(raw.attr_has[name], raw.attr_val[name], lambda: default)
+    return np.where(raw.attr_has[name], raw.attr_val[name], default)
 
 
 def _report(
@@ -305,14 +294,9 @@ def _interpret(
         rank=rank,
     )
     dep_id = raw.dep_id.view(np.int64)
-    if ascending and n and int(node_id[-1]) - int(node_id[0]) == n - 1:  # ids first..first+n-1: no search
-        pos = dep_id - node_id[0]
-        found = (pos >= 0) & (pos < n)
-        pos_c = np.clip(pos, 0, n - 1)
-    else:
-        pos = np.searchsorted(sorted_ids, dep_id)
-        pos_c = np.minimum(pos, max(n - 1, 0))
-        found = (pos < n) & (sorted_ids[pos_c] == dep_id) if n else np.zeros(dep_id.shape[0], np.bool_)
+    pos = np.searchsorted(sorted_ids, dep_id)
+    pos_c = np.minimum(pos, max(n - 1, 0))
+    found = (pos < n) & (sorted_ids[pos_c] == dep_id) if n else np.zeros(dep_id.shape[0], np.bool_)
     missing = np.flatnonzero(~found)
     _report(
         sink,
@@ -328,12 +312,10 @@ def _interpret(
         path=path,
         rank=rank,
     )
-    if found.all():
-        dep_node, dep_idx, dep_kind = raw.dep_node, pos_c, raw.dep_kind
-    else:
-        dep_node, dep_idx, dep_kind = raw.dep_node[found], pos_c[found], raw.dep_kind[found]
-    dep_idx = (dep_idx if ascending else order[dep_idx]).astype(np.int64)
-    dep_kind = dep_kind.astype(np.int8)
+    keep = found
+    dep_node = raw.dep_node[keep]
+    dep_idx = order[pos_c[keep]].astype(np.int64)
+    dep_kind = raw.dep_kind[keep].astype(np.int8)
     dep_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dep_node, minlength=n), out=dep_ptr[1:])
 
@@ -369,8 +351,8 @@ def _interpret(
         node_type=node_type,
         name_idx=name_idx,
         names=names,
-        start_ns=_either(has_ns, raw.attr_val["skl_start_ns"], lambda: raw.start_us * 1000),
-        dur_ns=_either(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], lambda: raw.dur_us * 1000),
+        start_ns=np.where(has_ns, raw.attr_val["skl_start_ns"], raw.start_us * 1000),
+        dur_ns=np.where(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], raw.dur_us * 1000),
         stream=_pick(raw, "stream", 0).astype(np.int64),
         step=_pick(raw, "skl_step", -1).astype(np.int32),
         comm_type=np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1).astype(
