@@ -216,6 +216,20 @@ def test_two_gpu_trace_lists_world_size_two_with_rank_one_missing(nccl_run: Path
     assert list(run.ranks) == [0]
 
 
+def test_the_import_summary_gives_each_ranks_steps_as_ranges(nccl_run: Path) -> None:
+    import dataclasses
+
+    from skewlens.cli.import_traces import summary_table
+    from skewlens.profiler.manifest import StepSpan
+
+    m = read_manifest(nccl_run)
+    many = tuple(StepSpan(rank=0, step=s, start_ns=s, end_ns=s + 1) for s in [*range(190), 200, 202, 203])
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(summary_table(dataclasses.replace(m, steps=many)))
+    (row,) = (line for line in buf.getvalue().splitlines() if "cuda" in line)
+    assert "0-189, 200, 202-203" in row and "188" not in row
+
+
 def test_two_gpu_collectives_take_type_size_and_group_from_kernel_args(
     nccl_run: Path, raw_2gpu: dict[str, Any]
 ) -> None:

@@ -64,18 +64,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_table(manifest: Manifest) -> Table:
-    """One row per imported rank: device, steps, source file; one row for all ranks without a trace."""
+    """One row per imported rank: device, steps (as ranges: ``0-189``), source file; one row for all ranks
+    without a trace."""
     t = Table()
     t.add_column("rank", justify="right")
     t.add_column("device")
     t.add_column("steps")
     t.add_column("source")
+    steps: dict[int, list[int]] = {}
+    for s in manifest.steps:
+        steps.setdefault(s.rank, []).append(s.step)
     for r in manifest.ranks:
-        steps = [s.step for s in manifest.steps if s.rank == r]
         t.add_row(
             str(r),
             manifest.devices.get(r, ""),
-            ", ".join(map(str, steps)) or "-",
+            rank_ranges(steps.get(r, ())) or "-",
             manifest.notes.get(f"rank {r} source", ""),
         )
     missing = manifest.missing_ranks
