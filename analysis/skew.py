@@ -37,6 +37,8 @@ from skewlens.profiler.vocab import CommType
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
+#: Least growth of an op named in a compute cause beside a larger one (shown as +0.1 ms).
+_SHOWN_NS = 50_000
 #: How many earlier events of the late rank are searched for the last common synchronisation point.
 COMMON_LOOKBACK = 256
 
@@ -66,7 +68,9 @@ class Cause:
     def _base_text(self) -> str:
         ms = self.delta_ns / 1e6
         if self.kind is CauseKind.COMPUTE:
-            grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in self.ops) or f"+{ms:.1f} ms"
+            # ops whose growth rounds to +0.0 ms name nothing: left out where a larger one is named
+            ops = [(n, d) for n, d in self.ops if d >= _SHOWN_NS] or self.ops[:1]
+            grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in ops) or f"+{ms:.1f} ms"
             return f"compute grew: {grown}"
         if self.kind is CauseKind.HOST_GAP:
             return f"host idle/gap +{ms:.1f} ms"
@@ -78,7 +82,14 @@ class Cause:
         return ""
 
 
+#: Prefix of the autograd engine's backward ops: ``autograd::engine::evaluate_function: AddmmBackward0``
+#: reads as ``AddmmBackward0`` (the backward function's own name, which is what users know).
+AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+
+
 def _short(name: str, limit: int = 48) -> str:
+    """An op's name in a cause: without the autograd engine's prefix, cut to ``limit`` characters."""
+    name = name.removeprefix(AUTOGRAD_PREFIX)
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 

@@ -101,3 +101,17 @@ def test_skew_table_round_trips_through_parquet(straggler_skew: SkewResult, tmp_
     waits = tbl.column("wait_ns").to_pylist()
     assert sum(waits) == sum(r.wait_ns for r in recs)
     assert set(tbl.column("cause_kind").to_pylist()) >= {"compute"}
+
+
+def test_a_compute_cause_names_backward_ops_by_function_and_skips_growth_rounding_to_zero() -> None:
+    from skewlens.analysis.skew import Cause
+
+    ops = (
+        ("autograd::engine::evaluate_function: AddmmBackward0", 2_000_000),
+        ("aten::mm", 300_000),
+        ("aten::slice", 20_000),
+    )
+    cause = Cause(kind=CauseKind.COMPUTE, delta_ns=2_320_000, op=ops[0][0], ops=ops)
+    assert cause.text == "compute grew: AddmmBackward0 +2.0 ms, aten::mm +0.3 ms"
+    tiny = Cause(kind=CauseKind.COMPUTE, delta_ns=20_000, op="aten::slice", ops=ops[2:])
+    assert tiny.text == "compute grew: aten::slice +0.0 ms"  # the only one: still named

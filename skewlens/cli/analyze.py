@@ -10,6 +10,7 @@ from rich.console import Console
 from skewlens.analysis.api import analyze_run, write_tables
 from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
 from skewlens.analysis.render import report
+from skewlens.cli.console import report_console
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
         raise SkewlensError(f"--max-simulations: expected >= 0, got {args.max_simulations}")
     if args.perfetto_max_events < 0:
         raise SkewlensError(f"{MAX_EVENTS_OPTION}: expected >= 0 (0: all), got {args.perfetto_max_events}")
-    err = Console(stderr=True)
+    err = report_console(stderr=True)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> int:
                 result, out / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
             ),
         ]
-    console = Console()
+    console = report_console()
     console.print(report(result, top=args.top))
     for note in notes:
         console.print(note, style="yellow", markup=False, highlight=False)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from rich.console import Console
 from rich.table import Table
 
+from skewlens.cli.console import report_console
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.replay.calibrate import Calibration, Fit, calibrate, write_topology
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     from skewlens.profiler.store.validate import load_validated
     from skewlens.progress import NO_PROGRESS
 
-    err = Console(stderr=True)
+    err = report_console(stderr=True)
     run = load_validated(
         args.run_dir,
         progress=NO_PROGRESS if args.no_progress else RichProgress(err),
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
         base=base_cfg.to_topology() if base_cfg is not None else None,
         algorithm=args.algorithm or (base_cfg.algorithm if base_cfg is not None else None),
     )
-    console = Console()
+    console = report_console()
     console.print(calibration_table(cal))
     for d in cal.kept:
         console.print(f"dim {d} ({cal.topology.dims[d].kind}): crossed by no transfer, kept from the base")

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from skewlens.cli.console import report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.rich_progress import RichProgress
@@ -138,7 +138,7 @@ def blame_table(result: AnalysisResult) -> Table:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
+    console = report_console()
     work = workload(args.workload)
     example = EXAMPLES_DIR / work.script
     nproc = work.nproc if args.nproc is None else args.nproc

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from skewlens.cli.console import report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
@@ -92,7 +92,7 @@ def summary_table(manifest: Manifest) -> Table:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    console = Console(stderr=True)
+    console = report_console(stderr=True)
     manifest = import_traces(
         args.kineto,
         args.host_et,
@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
         progress=NO_PROGRESS if args.quiet else RichProgress(console),
     )
     if not args.quiet:
-        out = Console()
+        out = report_console()
         out.print(
             f"imported {len(manifest.ranks)} of {manifest.world_size} rank(s) into {args.out}", soft_wrap=True
         )

@@ -101,9 +101,10 @@ def main(argv: list[str]) -> int:
         return code
     if args.parquet:
         _export_parquet(run_dir)
-    from rich.console import Console
 
-    Console(stderr=True).print(summary_table(manifest, run_dir))
+    from skewlens.cli.console import report_console
+
+    report_console(stderr=True).print(summary_table(manifest, run_dir))
     return 0
 
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
+from skewlens.cli.console import report_console
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         # processes (joblib, submitit), and a Console holds a lock. A job of a sweep leaves its error to the
         # sweep's summary (skewlens.replay.sweep), which runs where the sweep was launched.
         try:
-            run_job(cfg, Console())
+            run_job(cfg, report_console())
         except SkewlensError as e:
             if not record_failure(e):
                 errors.append(e)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from skewlens.cli.console import report_console
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def _console() -> Console:
-    return Console(stderr=False)
+    return report_console()
 
 
 def _progress(off: bool, console: Console | None) -> Progress:

@@ -1,0 +1,20 @@
+"""The console the commands print their reports on."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+
+#: Width of the reports where they go to a file or a pipe (a CI log, ``| tee``): rich's default there is
+#: 80 columns, which wraps a table's free-text cause column into slivers a word wide. ``COLUMNS`` in the
+#: environment still decides, and a terminal keeps its own width.
+FILE_WIDTH = 160
+
+
+def report_console(*, stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = FILE_WIDTH
+    return console
