@@ -105,10 +105,44 @@ class Slowdown:
             return False
         return self.last_step is None or step <= self.last_step
 
+    def describe(self) -> str:
+        """The item in a few words, as the replay's report states it: ``compute x1.5 on rank 2``."""
+        who = f" on {_listed('rank', self.ranks)}" if self.ranks else ""
+        if self.kind == "compute":
+            what = f"compute x{self.factor:g}"
+        elif self.kind == "op":
+            what = f"ops {self.pattern!r} x{self.factor:g}"
+        elif self.kind == "jitter":
+            what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
+        elif self.kind == "stall":
+            what = f"a {self.delay_ms:g} ms stall at step {self.step}"
+        elif self.kind == "comm_delay":
+            what = f"+{self.delay_ms:g} ms before every {'comm' if self.before == 'comm' else self.before} op"
+        else:
+            parts = [f"bandwidth x{self.factor:g}"] if self.factor != 1 else []
+            parts += [f"+{self.latency_ns:,} ns latency"] if self.latency_ns else []
+            what = ", ".join(parts) or "network unchanged"
+            if self.links:
+                who = " on links " + ", ".join(f"{a}-{b}" for a, b in self.links)
+            elif self.nodes:
+                who = f" on {_listed('node', self.nodes)}"
+        first, last = self.first_step, self.last_step
+        when = (
+            ""
+            if first is None and last is None
+            else f" (steps {'' if first is None else first}..{'' if last is None else last})"
+        )
+        return what + who + when
+
     def in_window(self, step: int) -> bool:
         return (self.first_step is None or step >= self.first_step) and (
             self.last_step is None or step <= self.last_step
         )
+
+
+def _listed(what: str, items: Sequence[int]) -> str:
+    """``rank 2``, ``ranks 0, 3``."""
+    return f"{what}{'' if len(items) == 1 else 's'} {', '.join(map(str, items))}"
 
 
 @lru_cache(maxsize=256)

@@ -75,6 +75,34 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
 
 
 @pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        ([], "replayed with transfers as recorded; no slowdown"),
+        (
+            ["slowdown=straggler", "slowdown.rank=3", "comm_mode=model", "topology=ring"],
+            "replayed with topology ring; slowdown straggler: compute x1.5 on rank 3",
+        ),
+        (
+            ["slowdown=slow_link", "comm_mode=model", "topology=switch"],
+            "topology switch; slowdown slow_link: bandwidth x0.25, +20,000 ns latency on links 0-1",
+        ),
+        (
+            ["slowdown=stall"],
+            "replayed with transfers as recorded; slowdown stall: a 50 ms stall at step 1 on rank 0",
+        ),
+        (
+            ["slowdown=slow_send", "+slowdown.entries.0.first_step=2"],
+            "slowdown slow_send: +5 ms before every send op on rank 1 (steps 2..)",
+        ),
+    ],
+)
+def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: list[str], line: str) -> None:
+    from skewlens.cli.replay import scenario_line
+
+    assert scenario_line(compose_replay(overrides)).endswith(line)
+
+
+@pytest.mark.parametrize(
     ("override", "key"),
     [
         ("mode=fast", "mode"),

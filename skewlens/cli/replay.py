@@ -63,6 +63,16 @@ def to_config(cfg: DictConfig) -> ReplayConfig:
     return obj
 
 
+def scenario_line(conf: ReplayConfig) -> str:
+    """What was replayed: the network (the topology where transfers are modelled) and each slowdown."""
+    net = f"topology {conf.topology.name}" if conf.comm_mode == "model" else "transfers as recorded"
+    items = conf.slowdown.to_items()
+    what = "; ".join(i.describe() for i in items)
+    slow = f"slowdown {conf.slowdown.name}: {what}" if items else "no slowdown"
+    scale = f"; as {conf.scale.dp} data-parallel replicas" if conf.scale.dp else ""
+    return f"replayed with {net}; {slow}{scale}"
+
+
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
     hc = HydraConfig.get()
@@ -71,6 +81,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
     outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
+    console.print(scenario_line(conf), markup=False, highlight=False)
     for note in (*run_notes(outcome.run), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
