@@ -26,6 +26,7 @@ functions; rendering is elsewhere.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -87,9 +88,14 @@ class Cause:
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 
 
-def _short(name: str, limit: int = 48) -> str:
-    """An op's name in a cause: without the autograd engine's prefix, cut to ``limit`` characters."""
+def _short(name: str, limit: int = 64) -> str:
+    """An op's name in a cause, cut to ``limit`` characters: a backward op without the autograd engine's
+    prefix; a kernel by its function's name, without its signature (``void f<int>(float*, int)``: ``f``)."""
     name = name.removeprefix(AUTOGRAD_PREFIX)
+    if name.startswith("void "):
+        name = re.split(r"[<(]", name[5:], maxsplit=1)[0] or name
+    elif "(" in name:
+        name = name.split("(", 1)[0] or name
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 

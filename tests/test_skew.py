@@ -113,5 +113,16 @@ def test_a_compute_cause_names_backward_ops_by_function_and_skips_growth_roundin
     )
     cause = Cause(kind=CauseKind.COMPUTE, delta_ns=2_320_000, op=ops[0][0], ops=ops)
     assert cause.text == "compute grew: AddmmBackward0 +2.0 ms, aten::mm +0.3 ms"
+    kernels = (
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::Fill<float> >(int, float*)", 900_000),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 800_000),
+        ("torch::autograd::CppNode<SplitLookupFunction_sgd_Op>", 700_000),
+    )
+    cause = Cause(kind=CauseKind.COMPUTE, delta_ns=2_400_000, op=kernels[0][0], ops=kernels)
+    assert cause.text == (
+        "compute grew: at::native::vectorized_elementwise_kernel +0.9 ms, "
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL +0.8 ms, "
+        "torch::autograd::CppNode<SplitLookupFunction_sgd_Op> +0.7 ms"
+    )
     tiny = Cause(kind=CauseKind.COMPUTE, delta_ns=20_000, op="aten::slice", ops=ops[2:])
     assert tiny.text == "compute grew: aten::slice +0.0 ms"  # the only one: still named
