@@ -388,3 +388,72 @@ def test_a_400_character_kernel_name_renders_on_one_line_in_the_critical_path_pa
     assert sum("int, int" in ln for ln in buf.getvalue().splitlines()) == 1  # no wrapped continuation
     assert kernel[: NAME_WIDTH // 2] in lines[0] and "…" in lines[0]
     assert len(lines[0]) <= 100
+
+
+# ------------------------------------------------------------------------------ unreadable ranks
+
+
+def _three_rank_run(tmp_path: Path) -> Path:
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        for k in range(2):
+            rb.compute("aten::mm", dur_ns=(1 + r + k) * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    return b.write(tmp_path / "run")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_an_unreadable_rank_is_refused_strictly_and_left_out_leniently(tmp_path: Path, damage: str) -> None:
+    from skewlens.profiler.store.issues import run_notes
+
+    d = _three_rank_run(tmp_path)
+    f = d / "rank-2.et"
+    if damage == "truncated":
+        f.write_bytes(f.read_bytes()[:-7])
+    else:
+        f.unlink()
+    why = "truncated message" if damage == "truncated" else "listed but its trace file is missing"
+    with pytest.raises(ValidationError, match=re.escape(why)) as refused:
+        load_validated(d, lenient_option="--lenient")
+    assert str(refused.value).endswith("--lenient would leave out the unreadable rank(s) 2 and use the rest")
+    run = load_validated(d, lenient=True)
+    assert sorted(run.ranks) == [0, 1]
+    assert (run.manifest.ranks, run.manifest.missing_ranks) == ((0, 1), (2,))
+    ((rank, text),) = run.left_out_ranks
+    assert rank == 2 and why in text and str(f) in text
+    assert run_notes(run) == [f"rank 2 left out (lenient): {text}"]
+    # both all_reduces still match, between the two ranks that remain, and replay as recorded
+    assert [(c.pg_name, c.seq, c.ranks) for c in run.collectives] == [("0", 0, (0, 1)), ("0", 1, (0, 1))]
+    sim = simulate(run)
+    for r, rt in run.ranks.items():
+        valid = rt.node_type != NodeType.METADATA
+        assert np.array_equal(sim.end_ns[r][valid], rt.end_ns[valid])
+
+
+def test_a_lenient_check_warns_of_each_unreadable_rank_and_loads_the_others(tmp_path: Path) -> None:
+    d = _three_rank_run(tmp_path)
+    (d / "rank-2.et").unlink()
+    (d / "rank-1.et").write_bytes(b"\x05abc")  # a message that claims 5 bytes and has 3
+    report = validate_run(d, lenient=True)
+    assert [(i.kind, i.rank, i.severity) for i in report.issues if i.rank in (1, 2)] == [
+        ("corrupt-trace", 1, Severity.WARNING),
+        ("missing-rank", 2, Severity.WARNING),
+    ]
+    assert report.run is not None and sorted(report.run.ranks) == [0]
+
+
+def test_the_refusal_says_lenient_is_not_enough_where_other_errors_remain() -> None:
+    from skewlens.profiler.store.issues import Issue
+    from skewlens.profiler.store.validate import refusal
+
+    err = Severity.ERROR
+    corrupt = Issue(
+        severity=err, kind="corrupt-trace", message="r/rank-3.et: cut", file="r/rank-3.et", rank=3
+    )
+    cycle = Issue(severity=err, kind="dependency-cycle", message="r/rank-1.et: rank 1: a cycle", rank=1)
+    text = str(refusal("r", [corrupt, cycle], "not loaded", lenient_option="--lenient"))
+    assert text.endswith("(--lenient would leave out the unreadable rank(s) 3, not the rest)")
+    gap = Issue(severity=err, kind="missing-rank", message="r: rank 5 of 8 is not in the manifest", rank=5)
+    text = str(refusal("r", [gap], "not loaded", lenient_option="--lenient"))
+    assert "--lenient" not in text  # a gap in the manifest is no unreadable file

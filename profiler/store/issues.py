@@ -212,12 +212,15 @@ def summarise_skipped(skipped: Sequence[SkippedComm]) -> list[str]:
 
 
 def run_notes(run: RunTrace) -> list[str]:
-    """What a report on ``run`` says besides its tables: the ranks without a trace (one line), and per
-    process group the communication a lenient load skipped (see :func:`summarise_skipped`)."""
+    """What a report on ``run`` says besides its tables: the ranks a lenient load left out (a line each, with
+    why), the ranks without a trace (one line), and per process group the communication a lenient load
+    skipped (see :func:`summarise_skipped`)."""
     m = run.manifest
-    notes = []
-    if m.missing_ranks:
-        notes.append(f"{no_trace_line(m.missing_ranks, m.world_size)}: only the traced ranks are used")
+    notes = [f"rank {r} left out (lenient): {why}" for r, why in run.left_out_ranks]
+    left_out = {r for r, _why in run.left_out_ranks}
+    missing = [r for r in m.missing_ranks if r not in left_out]
+    if missing:
+        notes.append(f"{no_trace_line(missing, m.world_size)}: only the traced ranks are used")
     skipped = summarise_skipped(run.skipped_comm)
     if skipped:
         notes.append(

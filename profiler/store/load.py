@@ -463,21 +463,41 @@ def iter_ranks(
     sink: IssueLog,
     *,
     progress: Progress = NO_PROGRESS,
+    left_out: dict[int, str] | None = None,
 ) -> Iterator[RankTrace]:
-    """Load ranks one at a time (missing and unreadable files go to ``sink``)."""
+    """Load ranks one at a time (missing and unreadable files go to ``sink``; where ``left_out`` is given,
+    as warnings, and the rank with why into ``left_out``: a lenient load goes on without it)."""
     with progress.task("loading ranks", len(files.files)) as advance:
         for r, f in sorted(files.files.items()):
             advance(0, description=f"loading {f.name}")
             if not f.exists():
-                sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
+                _unreadable(
+                    sink,
+                    left_out,
+                    "missing-rank",
+                    f"{f}: rank {r} is listed but its trace file is missing",
+                    f=f,
+                    r=r,
+                )
             else:
                 try:
                     yield load_rank(f, r, pg_names, pg_found, sink=sink)
                 except TraceFormatError as e:
-                    if sink.strict:
+                    if sink.strict and left_out is None:
                         raise
-                    sink.error("corrupt-trace", str(e), file=str(f), rank=r)
+                    _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
             advance()
+
+
+def _unreadable(
+    sink: IssueLog, left_out: dict[int, str] | None, kind: str, why: str, *, f: Path, r: int
+) -> None:
+    """A rank whose trace is missing or unreadable: an error, or (lenient) a warning and the rank left out."""
+    if left_out is None:
+        sink.error(kind, why, file=str(f), rank=r)
+    else:
+        left_out[r] = why
+        sink.warning(kind, f"{why}; rank {r} left out (lenient)", file=str(f), rank=r)
 
 
 def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
@@ -539,16 +559,27 @@ def load_run(
     manifest = files.manifest
     pg_names: list[str] = [g.name for g in manifest.process_groups]
     pg_found: dict[str, ProcessGroupInfo] = {}
-    ranks = {rt.rank: rt for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress)}
+    left_out: dict[int, str] | None = {} if lenient else None
+    ranks = {
+        rt.rank: rt
+        for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress, left_out=left_out)
+    }
     groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
     world = tuple(range(manifest.world_size))
     for rt in ranks.values():
         assign_defaults(rt, pg_names, groups, world)
     if not files.has_manifest:
         manifest = dataclasses.replace(manifest, process_groups=tuple(groups.values()))
+    if left_out:  # from here on, ranks without a trace
+        manifest = dataclasses.replace(
+            manifest,
+            ranks=tuple(r for r in manifest.ranks if r not in left_out),
+            missing_ranks=tuple(sorted({*manifest.missing_ranks, *left_out})),
+        )
     run = RunTrace(
         run_dir=str(files.root), manifest=manifest, ranks=ranks, pg_names=pg_names, process_groups=groups
     )
+    run.left_out_ranks = tuple(sorted((left_out or {}).items()))
     missing_rank_issues(files, sink)
     if match:
         comm = {r: CommRows.of(rt) for r, rt in ranks.items()}

@@ -185,6 +185,9 @@ class RunTrace:
     skipped_comm: tuple[SkippedComm, ...] = ()
     """Communication whose members disagree across ranks, left out of ``collectives`` / ``p2p`` by a
     lenient load (its nodes keep their recorded durations and synchronise with no other rank)."""
+    left_out_ranks: tuple[tuple[int, str], ...] = ()
+    """(rank, why) of the ranks a lenient load left out because their trace file is missing or cannot be
+    read; the manifest then lists them among ``missing_ranks``, as ranks without a trace."""
 
     @property
     def world_size(self) -> int:

@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.store.issues import Issue, IssueLog, Severity, SkippedComm, summarise_skipped
+from skewlens.profiler.store.issues import (
+    Issue,
+    IssueLog,
+    Severity,
+    SkippedComm,
+    rank_ranges,
+    summarise_skipped,
+)
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
@@ -139,6 +146,11 @@ def validate_run(
     )
 
 
+#: Kinds of error that make a rank unreadable as a whole (its file missing or corrupt): a lenient load leaves
+#: the rank out and goes on with the others.
+UNREADABLE_KINDS = frozenset({"corrupt-trace", "missing-rank"})
+
+
 def refusal(
     path: str | Path,
     errors: Sequence[Issue],
@@ -166,8 +178,16 @@ def refusal(
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
     tail = f"run `skewlens check {path}` for all"
-    if lenient_option and mismatch:
-        tail += f" ({lenient_option} would skip the {len(mismatch)} communication mismatch(es), not the rest)"
+    unreadable = sorted(
+        {e.rank for e in errors if e.kind in UNREADABLE_KINDS and e.file and e.rank is not None}
+    )
+    if lenient_option and (mismatch or unreadable):
+        parts = [f"skip the {len(mismatch)} communication mismatch(es)"] if mismatch else []
+        parts += [f"leave out the unreadable rank(s) {rank_ranges(unreadable)}"] if unreadable else []
+        if unreadable and all(e.kind in MISMATCH_KINDS or e.kind in UNREADABLE_KINDS for e in errors):
+            tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
+        else:
+            tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
     return ValidationError(f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- {tail}")
 
 
