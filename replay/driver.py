@@ -70,6 +70,25 @@ def build_effects(cfg: ReplayConfig) -> SlowdownModel:
     return SlowdownModel(cfg.slowdown.to_items(), node_of=node_of)
 
 
+def check_slowdown_targets(cfg: ReplayConfig, world_size: int) -> None:
+    """Every rank, link and node a slowdown item names is in the replayed run (a slowdown of rank 99 on 8
+    ranks would otherwise slow nothing, silently): raises :class:`ConfigError` naming the key."""
+    topo = cfg.topology.to_topology()
+    nodes = sorted({(c[1] if len(c) > 1 else c[0]) for c in map(topo.coords, range(world_size))})
+    for k, item in enumerate(cfg.slowdown.entries):
+        key = f"slowdown.entries[{k}]"
+        for r in (*item.ranks, *(r for link in item.links for r in link)):
+            if not 0 <= r < world_size:
+                where = "ranks" if r in item.ranks else "links"
+                raise ConfigError(f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1})")
+        for n in item.nodes:
+            if n not in nodes:
+                raise ConfigError(
+                    f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
+                    f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
+                )
+
+
 def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROGRESS) -> ReplayOutcome:
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir``; ``progress`` is told of its
     stages (load, simulate, write)."""
@@ -78,6 +97,7 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
         run = load_trace(cfg.trace, lenient=cfg.lenient)
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
             run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
+        check_slowdown_targets(cfg, run.world_size)
         advance(description="simulating")
         sim = simulate(
             run,

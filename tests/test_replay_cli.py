@@ -160,6 +160,34 @@ def test_a_bad_config_gives_one_line_and_exit_code_2(
     assert err == ["skewlens replay: error: slowdown item (kind=compute): factor must be > 0, got -2.0"]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (
+            ["slowdown=straggler", "slowdown.rank=4"],
+            "slowdown.entries[0].ranks: rank 4 is not in the run (ranks 0-3)",
+        ),
+        (
+            ["slowdown=slow_link", "slowdown.entries.0.links=[[0,9]]", "comm_mode=model", "topology=ring"],
+            "slowdown.entries[0].links: rank 9 is not in the run (ranks 0-3)",
+        ),
+        (
+            ["slowdown=slow_link", "slowdown.entries.0.links=[]", "+slowdown.entries.0.nodes=[9]"],
+            (
+                "slowdown.entries[0].nodes: node 9 holds none of the run's 4 ranks under topology switch "
+                "(nodes 0-3)"
+            ),
+        ),
+    ],
+)
+def test_a_slowdown_of_a_rank_link_or_node_the_run_lacks_is_refused_naming_the_key(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
+) -> None:
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+
+
 def test_an_unknown_run_directory_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
