@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
+from pathlib import Path
+
 import pytest
+from rich.console import Console
 
 from skewlens.cli.console import FILE_WIDTH, report_console
 
@@ -18,3 +23,26 @@ def test_columns_in_the_environment_still_decide_the_width(monkeypatch: pytest.M
     monkeypatch.setenv("COLUMNS", "90")
     assert report_console().width == 90
     assert report_console(stderr=True).width == 90
+
+
+def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no_trace(
+    tmp_path: Path,
+) -> None:
+    from skewlens.cli.profile import summary_table
+    from skewlens.profiler.manifest import read_manifest
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=40)
+    for r in range(36):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    notes = {**m.notes, "rank 36": "crashed", "rank 37": "crashed", "rank 38": "crashed", "rank 39": "killed"}
+    m = dataclasses.replace(m, ranks=tuple(range(36)), missing_ranks=(36, 37, 38, 39), notes=notes)
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(summary_table(m, run))
+    rows = [line for line in buf.getvalue().splitlines() if line.startswith("│")]
+    assert len(rows) == 32 + 2
+    assert "36-38" in rows[-2] and "crashed" in rows[-2] and "39" in rows[-1] and "killed" in rows[-1]
+    assert "36 ranks: the first 32 listed, 4 more in" in buf.getvalue()

@@ -230,6 +230,25 @@ def test_the_import_summary_gives_each_ranks_steps_as_ranges(nccl_run: Path) -> 
     assert "0-189, 200, 202-203" in row and "188" not in row
 
 
+def test_the_import_summary_of_many_ranks_lists_32_and_counts_the_rest(nccl_run: Path) -> None:
+    import dataclasses
+
+    from skewlens.cli.import_traces import summary_table
+
+    m = read_manifest(nccl_run)
+    many = dataclasses.replace(
+        m, world_size=1024, ranks=tuple(range(1000)), missing_ranks=tuple(range(1000, 1024))
+    )
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(summary_table(many))
+    rows = [line for line in buf.getvalue().splitlines() if line.startswith("│")]
+    assert len(rows) == 32 + 1  # ranks 0-31, and one row for the 24 without a trace
+    assert (
+        "1000-1023" in rows[-1]
+        and "1,000 ranks: the first 32 listed, 968 more in manifest.json" in buf.getvalue()
+    )
+
+
 def test_two_gpu_collectives_take_type_size_and_group_from_kernel_args(
     nccl_run: Path, raw_2gpu: dict[str, Any]
 ) -> None:

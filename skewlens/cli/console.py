@@ -18,3 +18,13 @@ def report_console(*, stderr: bool = False) -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
     return console
+
+
+#: Most ranks a command's summary lists one by one (a run of 1,024 ranks is summed up in the caption).
+SHOWN_RANKS = 32
+
+
+def ranks_caption(ranks: tuple[int, ...] | list[int], shown: int, where: str) -> str:
+    """What a summary listing only ``shown`` of ``ranks`` says of the rest: ``1,024 ranks: 0-31 listed,
+    992 more in RUN/manifest.json``."""
+    return f"{len(ranks):,} ranks: the first {shown} listed, {len(ranks) - shown:,} more in {where}"

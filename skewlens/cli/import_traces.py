@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from skewlens.cli.console import report_console
+from skewlens.cli.console import SHOWN_RANKS, ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_table(manifest: Manifest) -> Table:
-    """One row per imported rank: device, steps (as ranges: ``0-189``), source file; one row for all ranks
-    without a trace."""
+    """One row per imported rank (the first :data:`SHOWN_RANKS`; the caption counts the rest): device, steps
+    (as ranges: ``0-189``), source file; one row for all ranks without a trace."""
     t = Table()
     t.add_column("rank", justify="right")
     t.add_column("device")
@@ -74,7 +74,9 @@ def summary_table(manifest: Manifest) -> Table:
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
         steps.setdefault(s.rank, []).append(s.step)
-    for r in manifest.ranks:
+    if len(manifest.ranks) > SHOWN_RANKS:
+        t.caption = ranks_caption(manifest.ranks, SHOWN_RANKS, "manifest.json")
+    for r in manifest.ranks[:SHOWN_RANKS]:
         t.add_row(
             str(r),
             manifest.devices.get(r, ""),

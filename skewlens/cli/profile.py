@@ -128,11 +128,14 @@ def _build_native() -> str:
 
 
 def summary_table(manifest: Manifest, run_dir: Path) -> Table:
-    """One row per captured rank: host, device, clock offset, recorded steps, nodes written."""
+    """One row per captured rank (the first :data:`SHOWN_RANKS`; the caption counts the rest): host, device,
+    clock offset, recorded steps, nodes written; one row per reason for the ranks without a trace."""
     from rich.table import Table
 
+    from skewlens.cli.console import SHOWN_RANKS, ranks_caption
     from skewlens.profiler.chakra_io import iter_messages
     from skewlens.profiler.manifest import rank_file
+    from skewlens.profiler.store.issues import rank_ranges
 
     table = Table(
         title=f"skewlens profile: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
@@ -140,20 +143,27 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     )
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
         table.add_column(col, justify="right" if col not in ("host", "device") else "left")
-    for r in manifest.ranks:
+    if len(manifest.ranks) > SHOWN_RANKS:
+        table.caption = ranks_caption(manifest.ranks, SHOWN_RANKS, str(run_dir / "manifest.json"))
+    steps: dict[int, int] = {}
+    for s in manifest.steps:
+        steps[s.rank] = steps.get(s.rank, 0) + 1
+    for r in manifest.ranks[:SHOWN_RANKS]:
         nodes = sum(1 for _ in iter_messages(rank_file(run_dir, r))) - 1  # minus the GlobalMetadata
-        steps = sum(1 for s in manifest.steps if s.rank == r)
         offset = manifest.clock_offsets_ns.get(r, 0) / 1000
         table.add_row(
             str(r),
             manifest.hosts.get(r, ""),
             manifest.devices.get(r, ""),
             f"{offset:.1f}",
-            str(steps),
+            str(steps.get(r, 0)),
             str(nodes),
         )
+    by_note: dict[str, list[int]] = {}  # ranks without a trace: one row per reason
     for r in manifest.missing_ranks:
-        table.add_row(str(r), "", "", "", "missing", manifest.notes.get(f"rank {r}", ""))
+        by_note.setdefault(manifest.notes.get(f"rank {r}", ""), []).append(r)
+    for note, ranks in by_note.items():
+        table.add_row(rank_ranges(ranks), "", "", "", "missing", note)
     return table
 
 
