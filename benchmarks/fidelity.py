@@ -19,7 +19,12 @@ For each workload of ``skewlens demo --workload`` (FSDP2, DTensor TP, pipelining
   difference over the ranks is the capture's error, and the table shows the median over the captures and
   their range (target: within 15%). Single replays of one capture differ by up to ~20 points from one
   another here (GPipe, 2 ranks: +0.2% to +19.7% on one rank over five replays), and one capture's recorded
-  steps are themselves one sample, hence several replays of several captures.
+  steps are themselves one sample, hence several replays of several captures;
+* **pooled** and **capture spread**: over the captures replayed for real, per rank, the median of their
+  replays' steps against the median of their recorded steps (the largest over the ranks): the replay's
+  systematic error, with gloo's launch-to-launch speed (up to ~2x on this 2-core VM: ``docs/benchmarks.md``)
+  averaged out of both sides; and the captures' own spread, (max - min) / median of their recorded steps:
+  the noise one capture's error is measured against.
 
 Where a workload has more ranks than the machine has cores (the 2-D mesh: 4 ranks on 2 cores), its ranks
 are pinned (``--pin shared``, the default; ``all``: every workload's; ``none``): each worker process of a
@@ -77,7 +82,17 @@ class Figures:
     blamed_ms: float
     real_cost_ms: float
     top_is_straggler: bool
-    real_error: float | None
+    recorded_ms: dict[int, float] | None
+    """Per rank, the plain capture's median recorded step (ms), where it was replayed for real."""
+    replayed_ms: dict[int, float] | None
+    """Per rank, the median over its real replays of their median step (ms)."""
+
+    @property
+    def real_error(self) -> float | None:
+        """Largest |replayed - recorded| / recorded over the ranks (this capture against its replays)."""
+        if self.recorded_ms is None or self.replayed_ms is None:
+            return None
+        return max(abs(self.replayed_ms[r] - o) / o for r, o in self.recorded_ms.items())
 
 
 def capture(out: Path, script: str, args: tuple[str, ...], nproc: int, steps: int, level: str) -> RunTrace:
@@ -114,7 +129,9 @@ def sim_error(run: RunTrace) -> float:
     return worst
 
 
-def real_error(run_dir: Path, out: Path, replays: int) -> float:
+def real_steps(run_dir: Path, out: Path, replays: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Per rank: the capture's median recorded step, and the median over ``replays`` real replays of their
+    median step (ms)."""
     from skewlens.replay.real.api import real_replay
 
     orig: dict[int, float] = {}
@@ -124,9 +141,27 @@ def real_error(run_dir: Path, out: Path, replays: int) -> float:
             run_dir=run_dir, out_dir=out / str(k), effects=NO_EFFECTS, cfg=RealConfig(timeout_s=60.0)
         )
         for r in res.ranks:
-            orig[r.rank] = statistics.median(r.original_ns)
-            reps.setdefault(r.rank, []).append(statistics.median(r.replay_ns))
-    return max(abs(statistics.median(reps[r]) - o) / o for r, o in orig.items())
+            orig[r.rank] = statistics.median(r.original_ns) / MS
+            reps.setdefault(r.rank, []).append(statistics.median(r.replay_ns) / MS)
+    return orig, {r: statistics.median(v) for r, v in reps.items()}
+
+
+def pooled(figs: list[Figures]) -> tuple[float, float] | None:
+    """Over the captures replayed for real: the largest over ranks of |median replayed - median recorded| /
+    median recorded (the replay's systematic error, with the launch-to-launch speed of gloo averaged out of
+    both sides), and of the captures' own spread, (max - min) / median of their recorded steps (the noise a
+    single capture's error is measured against)."""
+    done = [f for f in figs if f.recorded_ms is not None and f.replayed_ms is not None]
+    if not done:
+        return None
+    med = statistics.median
+    error = spread = 0.0
+    for r in done[0].recorded_ms or {}:
+        rec = [f.recorded_ms[r] for f in done if f.recorded_ms is not None]
+        rep = [f.replayed_ms[r] for f in done if f.replayed_ms is not None]
+        error = max(error, abs(med(rep) - med(rec)) / med(rec))
+        spread = max(spread, (max(rec) - min(rec)) / med(rec))
+    return error, spread
 
 
 def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
@@ -146,6 +181,11 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
         out = tmp / f"{name}-{k}-{side}"
         runs[side] = capture(out, w.script, w.args + extra, nproc, args.steps, args.level)
     plain, slow = runs["plain"], runs["slow"]
+    real = (
+        None
+        if args.no_real or k >= args.real_pairs
+        else real_steps(tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-real", args.replays)
+    )
     res = analyze_run(slow, blame=True)
     steps = len({s.step for s in slow.manifest.steps})
     rec = next(b for b in res.stragglers if b.rank == straggler)
@@ -155,9 +195,8 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
         blamed_ms=rec.straggler_cost_ns / steps / MS,
         real_cost_ms=(median_step_ns(slow) - median_step_ns(plain)) / MS,
         top_is_straggler=top == straggler,
-        real_error=None
-        if args.no_real or k >= args.real_pairs
-        else real_error(tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-real", args.replays),
+        recorded_ms=real[0] if real else None,
+        replayed_ms=real[1] if real else None,
     )
 
 
@@ -194,7 +233,15 @@ def main() -> None:
         title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms, {pinned})"
     )
     cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "real cost range")
-    for c in (*cols, "blame error", "top", "real-replay error", "real-replay range"):
+    for c in (
+        *cols,
+        "blame error",
+        "top",
+        "real-replay error",
+        "real-replay range",
+        "pooled",
+        "capture spread",
+    ):
         table.add_column(c, justify="right")
     t0 = time.monotonic()
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
@@ -223,6 +270,7 @@ def main() -> None:
                 "yes" if all(f.top_is_straggler for f in figs) else "no",
                 f"{med(reals):.1%}" if reals else "-",
                 f"{min(reals):.1%}-{max(reals):.1%}" if reals else "-",
+                *((f"{p[0]:.1%}", f"{p[1]:.1%}") if (p := pooled(figs)) else ("-", "-")),
             )
             print(f"{name}: done ({time.monotonic() - t0:.0f} s)", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
