@@ -457,3 +457,5 @@ def test_the_refusal_says_lenient_is_not_enough_where_other_errors_remain() -> N
     gap = Issue(severity=err, kind="missing-rank", message="r: rank 5 of 8 is not in the manifest", rank=5)
     text = str(refusal("r", [gap], "not loaded", lenient_option="--lenient"))
     assert "--lenient" not in text  # a gap in the manifest is no unreadable file
+    text = str(refusal("r", [corrupt, gap], "not loaded", lenient_option="--lenient"))
+    assert text.endswith("(--lenient would leave out the unreadable rank(s) 3, not the rest)")

@@ -151,6 +151,11 @@ def validate_run(
 UNREADABLE_KINDS = frozenset({"corrupt-trace", "missing-rank"})
 
 
+def _unreadable_rank(e: Issue) -> bool:
+    """Whether ``e`` is a rank's trace file missing or unreadable (not a gap in the manifest's ranks)."""
+    return e.kind in UNREADABLE_KINDS and bool(e.file) and e.rank is not None
+
+
 def refusal(
     path: str | Path,
     errors: Sequence[Issue],
@@ -178,13 +183,12 @@ def refusal(
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
     tail = f"run `skewlens check {path}` for all"
-    unreadable = sorted(
-        {e.rank for e in errors if e.kind in UNREADABLE_KINDS and e.file and e.rank is not None}
-    )
+    unreadable_errors = [e for e in errors if _unreadable_rank(e)]
+    unreadable = sorted({e.rank for e in unreadable_errors if e.rank is not None})
     if lenient_option and (mismatch or unreadable):
         parts = [f"skip the {len(mismatch)} communication mismatch(es)"] if mismatch else []
         parts += [f"leave out the unreadable rank(s) {rank_ranges(unreadable)}"] if unreadable else []
-        if unreadable and all(e.kind in MISMATCH_KINDS or e.kind in UNREADABLE_KINDS for e in errors):
+        if unreadable and len(mismatch) + len(unreadable_errors) == len(errors):
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
         else:
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
