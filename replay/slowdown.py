@@ -117,7 +117,7 @@ class Slowdown:
         elif self.kind == "stall":
             what = f"a {self.delay_ms:g} ms stall at step {self.step}"
         elif self.kind == "comm_delay":
-            what = f"+{self.delay_ms:g} ms before every {'comm' if self.before == 'comm' else self.before} op"
+            what = f"+{self.delay_ms:g} ms before every {self.before} op"
         else:
             parts = [f"bandwidth x{self.factor:g}"] if self.factor != 1 else []
             parts += [f"+{self.latency_ns:,} ns latency"] if self.latency_ns else []

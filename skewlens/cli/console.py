@@ -25,6 +25,6 @@ SHOWN_RANKS = 32
 
 
 def ranks_caption(ranks: tuple[int, ...] | list[int], shown: int, where: str) -> str:
-    """What a summary listing only ``shown`` of ``ranks`` says of the rest: ``1,024 ranks: 0-31 listed,
-    992 more in RUN/manifest.json``."""
+    """What a summary listing only the first ``shown`` of ``ranks`` says of the rest: ``1,024 ranks: the first
+    32 listed, 992 more in RUN/manifest.json``."""
     return f"{len(ranks):,} ranks: the first {shown} listed, {len(ranks) - shown:,} more in {where}"
