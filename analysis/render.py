@@ -13,13 +13,10 @@ from rich.text import Text
 from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, rank_means
 from skewlens.analysis.critical_path import shares
-from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, run_notes
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
-#: Most ranks a per-rank table (and the breakdown picture) lists one by one: a run of 1,024 ranks is
-#: summed up in a note, as ``skewlens replay``'s summary does.
-MAX_RANK_ROWS = 32
 
 
 def _ms(ns: float) -> str:

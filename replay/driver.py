@@ -17,6 +17,7 @@ from skewlens.profiler.store.validate import load_validated
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.topology import Topology
 from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
     TIMELINE_JSON,
@@ -59,22 +60,23 @@ def load_trace(run_dir: str | Path, *, progress: Progress = NO_PROGRESS, lenient
     return load_validated(run_dir, progress=progress, lenient=lenient, lenient_option=LENIENT_OPTION)
 
 
+def _node_of(topo: Topology, rank: int) -> int:
+    """The node ``rank`` is placed on, as network slowdowns' ``nodes`` name it (a 1-D topology: the rank)."""
+    c = topo.coords(rank)
+    return c[1] if len(c) > 1 else c[0]
+
+
 def build_effects(cfg: ReplayConfig) -> SlowdownModel:
     """The slowdown model of ``cfg`` (nodes for network slowdowns follow the topology's placement)."""
     topo = cfg.topology.to_topology()
-
-    def node_of(rank: int) -> int:
-        c = topo.coords(rank)
-        return c[1] if len(c) > 1 else c[0]
-
-    return SlowdownModel(cfg.slowdown.to_items(), node_of=node_of)
+    return SlowdownModel(cfg.slowdown.to_items(), node_of=lambda rank: _node_of(topo, rank))
 
 
 def check_slowdown_targets(cfg: ReplayConfig, world_size: int) -> None:
     """Every rank, link and node a slowdown item names is in the replayed run (a slowdown of rank 99 on 8
     ranks would otherwise slow nothing, silently): raises :class:`ConfigError` naming the key."""
     topo = cfg.topology.to_topology()
-    nodes = sorted({(c[1] if len(c) > 1 else c[0]) for c in map(topo.coords, range(world_size))})
+    nodes = sorted({_node_of(topo, r) for r in range(world_size)})
     for k, item in enumerate(cfg.slowdown.entries):
         key = f"slowdown.entries[{k}]"
         for r in (*item.ranks, *(r for link in item.links for r in link)):

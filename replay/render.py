@@ -6,16 +6,13 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from skewlens.profiler.store.issues import MAX_RANK_ROWS
 from skewlens.replay.outputs import SweepRecord
 from skewlens.replay.summary import SummaryRecord
 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
-
-
-#: Most ranks :func:`summary_table` lists one by one (a run of 1,024 ranks is summed up in its caption).
-MAX_RANK_ROWS = 32
 
 
 def summary_table(

@@ -126,6 +126,9 @@ class SkippedComm:
 DESCRIBED_SKIPS = 3
 #: At most this many ranges of ranks are spelt out by :func:`rank_ranges`.
 SHOWN_RANGES = 12
+#: Most ranks a per-rank table of any report lists one by one (a run of 1,024 ranks is summed up in its
+#: caption): the replay's and the analyses' tables, the import and capture summaries.
+MAX_RANK_ROWS = 32
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:

@@ -6,6 +6,8 @@ import os
 
 from rich.console import Console
 
+from skewlens.profiler.store.issues import MAX_RANK_ROWS
+
 #: Width of the reports where they go to a file or a pipe (a CI log, ``| tee``): rich's default there is
 #: 80 columns, which wraps a table's free-text cause column into slivers a word wide. ``COLUMNS`` in the
 #: environment still decides, and a terminal keeps its own width.
@@ -20,11 +22,8 @@ def report_console(*, stderr: bool = False) -> Console:
     return console
 
 
-#: Most ranks a command's summary lists one by one (a run of 1,024 ranks is summed up in the caption).
-SHOWN_RANKS = 32
-
-
-def ranks_caption(ranks: tuple[int, ...] | list[int], shown: int, where: str) -> str:
-    """What a summary listing only the first ``shown`` of ``ranks`` says of the rest: ``1,024 ranks: the first
-    32 listed, 992 more in RUN/manifest.json``."""
-    return f"{len(ranks):,} ranks: the first {shown} listed, {len(ranks) - shown:,} more in {where}"
+def ranks_caption(ranks: tuple[int, ...], where: str) -> str:
+    """What a summary listing only the first :data:`MAX_RANK_ROWS` of ``ranks`` says of the rest: ``1,024
+    ranks: the first 32 listed, 992 more in RUN/manifest.json``."""
+    rest = len(ranks) - MAX_RANK_ROWS
+    return f"{len(ranks):,} ranks: the first {MAX_RANK_ROWS} listed, {rest:,} more in {where}"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from skewlens.cli.console import SHOWN_RANKS, ranks_caption, report_console
+from skewlens.cli.console import ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
-from skewlens.profiler.store.issues import no_trace_line, rank_ranges
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, no_trace_line, rank_ranges
 from skewlens.progress import NO_PROGRESS
 from skewlens.rich_progress import RichProgress
 
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_table(manifest: Manifest) -> Table:
-    """One row per imported rank (the first :data:`SHOWN_RANKS`; the caption counts the rest): device, steps
+    """One row per imported rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): device, steps
     (as ranges: ``0-189``), source file; one row for all ranks without a trace."""
     t = Table()
     t.add_column("rank", justify="right")
@@ -74,9 +74,9 @@ def summary_table(manifest: Manifest) -> Table:
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
         steps.setdefault(s.rank, []).append(s.step)
-    if len(manifest.ranks) > SHOWN_RANKS:
-        t.caption = ranks_caption(manifest.ranks, SHOWN_RANKS, "manifest.json")
-    for r in manifest.ranks[:SHOWN_RANKS]:
+    if len(manifest.ranks) > MAX_RANK_ROWS:
+        t.caption = ranks_caption(manifest.ranks, "manifest.json")
+    for r in manifest.ranks[:MAX_RANK_ROWS]:
         t.add_row(
             str(r),
             manifest.devices.get(r, ""),

@@ -128,14 +128,14 @@ def _build_native() -> str:
 
 
 def summary_table(manifest: Manifest, run_dir: Path) -> Table:
-    """One row per captured rank (the first :data:`SHOWN_RANKS`; the caption counts the rest): host, device,
+    """One row per captured rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): host, device,
     clock offset, recorded steps, nodes written; one row per reason for the ranks without a trace."""
     from rich.table import Table
 
-    from skewlens.cli.console import SHOWN_RANKS, ranks_caption
+    from skewlens.cli.console import ranks_caption
     from skewlens.profiler.chakra_io import iter_messages
     from skewlens.profiler.manifest import rank_file
-    from skewlens.profiler.store.issues import rank_ranges
+    from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
 
     table = Table(
         title=f"skewlens profile: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
@@ -143,12 +143,12 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     )
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
         table.add_column(col, justify="right" if col not in ("host", "device") else "left")
-    if len(manifest.ranks) > SHOWN_RANKS:
-        table.caption = ranks_caption(manifest.ranks, SHOWN_RANKS, str(run_dir / "manifest.json"))
+    if len(manifest.ranks) > MAX_RANK_ROWS:
+        table.caption = ranks_caption(manifest.ranks, str(run_dir / "manifest.json"))
     steps: dict[int, int] = {}
     for s in manifest.steps:
         steps[s.rank] = steps.get(s.rank, 0) + 1
-    for r in manifest.ranks[:SHOWN_RANKS]:
+    for r in manifest.ranks[:MAX_RANK_ROWS]:
         nodes = sum(1 for _ in iter_messages(rank_file(run_dir, r))) - 1  # minus the GlobalMetadata
         offset = manifest.clock_offsets_ns.get(r, 0) / 1000
         table.add_row(
