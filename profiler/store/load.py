@@ -577,9 +577,13 @@ def load_run(
             missing_ranks=tuple(sorted({*manifest.missing_ranks, *left_out})),
         )
     run = RunTrace(
-        run_dir=str(files.root), manifest=manifest, ranks=ranks, pg_names=pg_names, process_groups=groups
+        run_dir=str(files.root),
+        manifest=manifest,
+        ranks=ranks,
+        pg_names=pg_names,
+        process_groups=groups,
+        left_out_ranks=tuple(sorted((left_out or {}).items())),
     )
-    run.left_out_ranks = tuple(sorted((left_out or {}).items()))
     missing_rank_issues(files, sink)
     if match:
         comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
