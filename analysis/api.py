@@ -31,8 +31,8 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import table_from_columns, table_from_records, write_table
+from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.streaming import default_workers, ordered_map
 
 #: Output file names inside OUT_DIR.
 SKEW_FILE = "collective_skew.parquet"

@@ -29,6 +29,7 @@ from skewlens.profiler.store.schema import (
     arrow_schema,
     write_records,
 )
+from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
@@ -37,11 +38,9 @@ from skewlens.replay.streaming import (
     RankRows,
     Value,
     cap_events,
-    default_workers,
     format_events,
     json_fixed,
     json_int,
-    ordered_map,
     rank_chunks,
     write_trace,
 )

@@ -8,8 +8,8 @@
 - **A cap on what a viewer is given.** :func:`cap_events` picks, for a run too large to look at, the
   first whole steps on all ranks that fit ``max_events`` (else every rank's first stretch of time), and
   says in one line what it left out and which option writes everything.
-- :func:`ordered_map`: a thread pool that keeps results in order, at most a few ahead (Arrow's kernels
-  and Parquet encoding release the GIL, so formatting or building the next chunk overlaps writing this one).
+- Formatting or building the next chunk overlaps writing this one on threads
+  (:func:`skewlens.profiler.threads.ordered_map`: Arrow's kernels and Parquet encoding release the GIL).
 
 Times inside are integer ns; the JSON edge writes them as exact decimals (µs with three digits: ``12.345``).
 """
@@ -17,9 +17,7 @@ Times inside are integer ns; the JSON edge writes them as exact decimals (µs wi
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.threads import default_workers, ordered_map
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 T = TypeVar("T")
-R = TypeVar("R")
 
 #: Default cap on the events of a Perfetto/Chrome trace file: about 110 MB of JSON, which ui.perfetto.dev
 #: and chrome://tracing open in seconds (a 10-million-event run is 1.2 GB, which browsers fail to load).
@@ -223,31 +221,6 @@ def chunks(
     """``rows`` in consecutive pieces of at most ``size``."""
     for i in range(0, len(rows), size):
         yield rows[i : i + size]
-
-
-def default_workers() -> int:
-    """Threads for formatting / building outputs: the CPUs this process may use, at most 8."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
-
-
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int = 2) -> Iterator[R]:
-    """``map(fn, items)`` on ``workers`` threads, results in order, at most ``workers * ahead`` pending
-    (so memory stays bounded by a few results). ``workers <= 1``: in this thread."""
-    if workers <= 1:
-        yield from map(fn, items)
-        return
-    with ThreadPoolExecutor(max_workers=workers) as ex:
-        pending: list[Future[R]] = []
-        for item in items:
-            pending.append(ex.submit(fn, item))
-            if len(pending) >= workers * ahead:
-                yield pending.pop(0).result()
-        for f in pending:
-            yield f.result()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -44,7 +44,7 @@ def _spy_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(fn, jobs, workers, advance)
 
     monkeypatch.setattr(run_mod, "_run_all", spy)
-    monkeypatch.setattr(run_mod, "_cores", lambda: 8)
+    monkeypatch.setattr(run_mod, "usable_cores", lambda: 8)
     return seen
 
 

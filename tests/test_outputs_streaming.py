@@ -26,6 +26,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import read_table, table_from_records
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.threads import ordered_map
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay import outputs
 from skewlens.replay.outputs import ReplayedNodeRecord, write_perfetto, write_timeline
@@ -37,7 +38,6 @@ from skewlens.replay.streaming import (
     json_fixed,
     json_int,
     json_strings,
-    ordered_map,
 )
 
 ODD_NAME = 'aten::"odd"\\name\tµ→'

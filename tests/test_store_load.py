@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
+from skewlens.profiler.store import load as load_mod
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.fast import decode_file
 from skewlens.profiler.store.load import load_rank
@@ -282,3 +284,46 @@ def test_a_node_with_very_many_fields_falls_back_to_the_reference_decoder(tmp_pa
     with pytest.raises(FastDecodeError, match="more than"):
         decode_file(f, min_nodes=0)
     assert load_rank(f, 0, [], {}).comm_bytes.tolist() == [77]
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 7])
+
+
+def test_ranks_are_decoded_on_other_threads_and_load_exactly_as_on_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = mixed_run(tmp_path)
+    monkeypatch.setattr(load_mod, "default_workers", lambda: 1)
+    one = load_run(run_dir)
+    seen: list[str] = []
+    decode = load_mod.decode
+
+    def recording(path: Path, **kw: object) -> object:
+        seen.append(threading.current_thread().name)
+        return decode(path, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(load_mod, "decode", recording)
+    monkeypatch.setattr(load_mod, "default_workers", lambda: 2)
+    many = load_run(run_dir)
+    assert len(seen) == 3 and threading.main_thread().name not in seen
+    assert many.pg_names == one.pg_names and sorted(many.ranks) == sorted(one.ranks) == [0, 1, 2]
+    for r in one.ranks:
+        for c in COLUMNS:
+            assert np.array_equal(getattr(many.ranks[r], c), getattr(one.ranks[r], c)), (r, c)
+    assert [(c.pg_name, c.seq) for c in many.collectives] == [(c.pg_name, c.seq) for c in one.collectives]
+
+
+def test_with_two_unreadable_ranks_the_load_names_the_first_in_rank_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = mixed_run(tmp_path)
+    _truncate(run_dir / "rank-1.et")
+    _truncate(run_dir / "rank-2.et")
+    monkeypatch.setattr(load_mod, "default_workers", lambda: 4)
+    with pytest.raises(TraceFormatError, match=r"rank-1\.et"):
+        load_run(run_dir)
+    (run_dir / "rank-1.et").unlink()
+    with pytest.raises(ValidationError, match=r"rank 1 is listed but its trace file is missing"):
+        load_run(run_dir)

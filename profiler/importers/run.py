@@ -18,7 +18,6 @@ import dataclasses
 import gc
 import json
 import multiprocessing
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +43,7 @@ from skewlens.profiler.importers.sources import (
     text_size_estimate,
 )
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
+from skewlens.profiler.threads import usable_cores
 from skewlens.progress import NO_PROGRESS, Progress
 
 
@@ -133,13 +133,6 @@ HOST_BYTES_PER_TEXT_BYTE = 10
 #: Below this much trace text in all, ranks are converted in this process (starting workers costs more).
 PARALLEL_MIN_TEXT_BYTES = 32 << 20
 _CHUNK = 1 << 20
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def worker_estimate(text_bytes: int, host_text_bytes: int = 0) -> int:
@@ -335,7 +328,7 @@ def import_traces(
             n_workers = 1
         else:
             estimates = [worker_estimate(s, host) for s in sizes]
-            n_workers = plan_workers(estimates, budget, min(_cores(), workers or _cores()))
+            n_workers = plan_workers(estimates, budget, min(usable_cores(), workers or usable_cores()))
         parts = Path(scratch) / "nodes"
         parts.mkdir()
         jobs = [

@@ -37,6 +37,7 @@ from skewlens.profiler.store.fast import INT_ATTRS, MIN_NODES, FastDecodeError, 
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -384,14 +385,16 @@ def load_rank(
     *,
     sink: IssueLog | None = None,
     decoder: Decoder = "auto",
+    raw: RawColumns | None = None,
 ) -> RankTrace:
     """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here.
 
     Without ``sink`` the first problem raises :class:`ValidationError`; with one, problems are collected
-    there and the trace is returned with dangling dependencies dropped.
+    there and the trace is returned with dangling dependencies dropped. ``raw``: the file's columns,
+    already decoded.
     """
     p = Path(path)
-    raw = decode(p, decoder=decoder)
+    raw = decode(p, decoder=decoder) if raw is None else raw
     return _interpret(raw, p, rank, pg_names=pg_names, pg_found=pg_found, sink=sink or IssueLog(strict=True))
 
 
@@ -466,11 +469,18 @@ def iter_ranks(
     left_out: dict[int, str] | None = None,
 ) -> Iterator[RankTrace]:
     """Load ranks one at a time (missing and unreadable files go to ``sink``; where ``left_out`` is given,
-    as warnings, and the rank with why into ``left_out``: a lenient load goes on without it)."""
-    with progress.task("loading ranks", len(files.files)) as advance:
-        for r, f in sorted(files.files.items()):
+    as warnings, and the rank with why into ``left_out``: a lenient load goes on without it).
+
+    The next files are decoded (or read from the column cache) on other threads meanwhile, at most a few
+    ahead: the decoder works in numpy with the GIL released. Each rank is interpreted here, in rank order,
+    so issues and group names come in the same order as from a load on one thread.
+    """
+    items = sorted(files.files.items())
+    decoded = ordered_map(_decoded, [f for _, f in items], workers=default_workers())
+    with progress.task("loading ranks", len(items)) as advance:
+        for (r, f), raw in zip(items, decoded, strict=True):
             advance(0, description=f"loading {f.name}")
-            if not f.exists():
+            if raw is None:
                 _unreadable(
                     sink,
                     left_out,
@@ -481,12 +491,24 @@ def iter_ranks(
                 )
             else:
                 try:
-                    yield load_rank(f, r, pg_names, pg_found, sink=sink)
+                    if isinstance(raw, TraceFormatError):
+                        raise raw
+                    yield load_rank(f, r, pg_names, pg_found, sink=sink, raw=raw)
                 except TraceFormatError as e:
                     if sink.strict and left_out is None:
                         raise
                     _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
             advance()
+
+
+def _decoded(f: Path) -> RawColumns | TraceFormatError | None:
+    """``f``'s columns, or why it cannot be decoded (None: there is no such file)."""
+    if not f.exists():
+        return None
+    try:
+        return decode(f)
+    except TraceFormatError as e:
+        return e
 
 
 def _unreadable(

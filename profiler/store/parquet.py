@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +56,7 @@ from skewlens.profiler.store.schema import (
     write_table,
 )
 from skewlens.profiler.store.validate import find_cycle, refusal
+from skewlens.profiler.threads import usable_cores
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -278,7 +278,7 @@ def export_run(
     """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
     files = locate_run(run_dir)
     out = Path(out_dir)
-    n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(files.files), 8)
+    n_workers = workers if workers is not None else min(usable_cores(), len(files.files), 8)
     sink = IssueLog(strict=False)
     for r, f in sorted(files.files.items()):
         if not f.exists():
