@@ -3,11 +3,15 @@
 The decoder, Arrow's kernels and Parquet encoding spend most of their time in numpy and Arrow with the
 GIL released, so a few threads overlap decoding the next trace file (or formatting the next chunk) with
 this one's work, without the start-up, pickling and ``__main__`` guard that worker processes need.
-This module imports only the standard library.
+Memory a thread freed stays in that thread's malloc arena (glibc gives each thread its own), where later
+allocations on the main thread cannot use it: :func:`release_free_memory` hands it back to the OS once
+the threads are done. This module imports only the standard library.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +35,25 @@ def usable_cores() -> int:
 def default_workers() -> int:
     """Threads for decoding, formatting and building outputs: :func:`usable_cores`, at most 8."""
     return max(1, min(usable_cores(), MAX_THREADS))
+
+
+@functools.cache
+def _malloc_trim() -> ctypes._NamedFuncPointer | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
+    except (OSError, AttributeError):  # not glibc (musl, macOS): no per-thread arenas to trim either
+        return None
+
+
+def release_free_memory() -> None:
+    """Return the free memory of every malloc arena to the OS (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Call it after work on threads: the decoding threads' arenas otherwise keep what they freed, and on the
+    32-rank GPU run ``skewlens analyze`` peaked 150 MiB higher (1,375 against 1,229 MiB).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int = 2) -> Iterator[R]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import platform
 import subprocess
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 from rich.console import Console
 
+from skewlens.profiler import threads as threads_mod
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.store import load as load_mod
@@ -327,3 +329,9 @@ def test_with_two_unreadable_ranks_the_load_names_the_first_in_rank_order(
     (run_dir / "rank-1.et").unlink()
     with pytest.raises(ValidationError, match=r"rank 1 is listed but its trace file is missing"):
         load_run(run_dir)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_on_glibc_the_memory_decoding_threads_freed_can_be_given_back() -> None:
+    assert threads_mod._malloc_trim() is not None
+    threads_mod.release_free_memory()  # and calling it is harmless

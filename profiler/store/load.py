@@ -37,7 +37,7 @@ from skewlens.profiler.store.fast import INT_ATTRS, MIN_NODES, FastDecodeError, 
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
-from skewlens.profiler.threads import default_workers, ordered_map
+from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -499,6 +499,7 @@ def iter_ranks(
                         raise
                     _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
             advance()
+    release_free_memory()  # what the decoding threads freed, before the analyses allocate their own
 
 
 def _decoded(f: Path) -> RawColumns | TraceFormatError | None:
