@@ -20,7 +20,7 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: The most threads :func:`default_workers` gives (beyond this, the work is bound by memory bandwidth).
+#: The most threads :func:`default_workers` gives (each holds a chunk or a decoded file in memory).
 MAX_THREADS = 8
 
 
@@ -38,9 +38,10 @@ def default_workers() -> int:
 
 
 @functools.cache
-def _malloc_trim() -> ctypes._NamedFuncPointer | None:
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # the C library the interpreter uses
+        return trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): no per-thread arenas to trim either
         return None
 
