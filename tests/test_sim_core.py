@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import CommType
+from skewlens.replay import core as core_mod
 from skewlens.replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
 from skewlens.replay.effects import NO_EFFECTS, Effects
 from skewlens.replay.errors import ReplayError
@@ -355,3 +357,10 @@ def test_a_cycle_of_chained_rows_stays_a_cycle_between_segments_so_the_core_repo
         run(g)
     assert sorted(e.value.stuck) == [1, 2]
     assert seg_of_row.tolist() == [0, 1, 2]
+
+
+def test_the_segments_with_edges_are_read_from_the_csr_offsets_as_arrays_or_lists() -> None:
+    offsets = [0, 0, 2, 2, 3]
+    assert core_mod._with_edges(array("q", offsets), 4) == bytearray([0, 1, 0, 1])
+    assert core_mod._with_edges(offsets, 4) == bytearray([0, 1, 0, 1])
+    assert core_mod._with_edges([0] * 6, 5) == bytearray(5)
