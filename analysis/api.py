@@ -80,14 +80,21 @@ def analyze_run(
     simulate_fn: SimulateFn | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> AnalysisResult:
-    """Run every analysis on ``run``. ``progress`` is told of each what-if simulation."""
-    ix = build_index(run)
-    skew = analyze_skew(ix)
+    """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation."""
+    with progress.task("analyses: index", 4) as advance:
+        ix = build_index(run)
+        advance(description="analyses: skew")
+        skew = analyze_skew(ix)
+        advance(description="analyses: breakdown")
+        breakdown = analyze_breakdown(ix)
+        advance(description="analyses: critical path")
+        critical_path = analyze_critical_path(ix)
+        advance()
     return AnalysisResult(
         index=ix,
         skew=skew,
-        breakdown=analyze_breakdown(ix),
-        critical_path=analyze_critical_path(ix),
+        breakdown=breakdown,
+        critical_path=critical_path,
         blame=(
             analyze_blame(
                 ix, skew, simulate_fn=simulate_fn, max_simulations=max_simulations, progress=progress

@@ -349,28 +349,32 @@ def analyze_blame(
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
     run = ix.run
     unchanged: Callable[..., bool] | None = None
-    if simulate_fn is None:
-        from skewlens.replay.simulate import Simulator
+    # the baseline's stages under one bar (on a large run, seconds each: lowering, intervals, simulation)
+    with progress.task("blame baseline: lowering", 3) as advance:
+        if simulate_fn is None:
+            from skewlens.replay.simulate import Simulator
 
-        # lowered once for the baseline and every what-if: each re-times only the rank it changes
-        simulator = Simulator(run)
+            # lowered once for the baseline and every what-if: each re-times only the rank it changes
+            simulator = Simulator(run)
 
-        def simulate_fn(_run: object, **overrides: Any) -> Any:
-            return simulator.simulate(**overrides)
+            def simulate_fn(_run: object, **overrides: Any) -> Any:
+                return simulator.simulate(**overrides)
 
-        if prove:
-            unchanged = simulator.steps_unchanged
-
-    gaps = _simulator_gaps(ix)
-    ivs = _all_intervals(ix, gaps)
-    typical = _peer_medians(ivs)
-    scaling = {r: _scaling(ivs[r], typical[r]) for r in ivs}
-    wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
-    cands = sorted((r for r in wanted if scaling[r].excess_ns > 0), key=lambda r: -scaling[r].excess_ns)
-    if max_simulations is not None and unchanged is None:
-        cands = cands[:max_simulations]  # without proofs every candidate is a simulation
-    ivs = {r: ivs[r] for r in cands}  # the others' row keys are not needed any more
-    base = _step_times(simulate_fn(run))
+            if prove:
+                unchanged = simulator.steps_unchanged
+        advance(description="blame baseline: typical intervals")
+        gaps = _simulator_gaps(ix)
+        ivs = _all_intervals(ix, gaps)
+        typical = _peer_medians(ivs)
+        scaling = {r: _scaling(ivs[r], typical[r]) for r in ivs}
+        wanted = [r for r in (ranks if ranks is not None else sorted(ivs)) if r in ivs]
+        cands = sorted((r for r in wanted if scaling[r].excess_ns > 0), key=lambda r: -scaling[r].excess_ns)
+        if max_simulations is not None and unchanged is None:
+            cands = cands[:max_simulations]  # without proofs every candidate is a simulation
+        ivs = {r: ivs[r] for r in cands}  # the others' row keys are not needed any more
+        advance(description="blame baseline: simulating")
+        base = _step_times(simulate_fn(run))
+        advance()
     whatif: dict[int, dict[int, int]] = {}
     simulated = 0
     with progress.task("what-if blame", len(cands)) as advance:

@@ -130,9 +130,17 @@ IMPORT_STAGES = StageRules(
     tails={"write run": "summary + exit"},
 )
 ANALYZE_STAGES = StageRules(
-    labels=(("^loading", "load"), ("^what-if blame", "what-if blame")),
-    gaps={"load": "validate + skew + breakdown + critical path + blame baseline"},
+    labels=(
+        ("^loading", "load"),
+        ("^checking dependencies", "validate"),
+        ("^analyses", "skew + breakdown + critical path"),
+        ("^blame baseline", "blame baseline"),
+        ("^what-if blame", "what-if blame"),
+        ("^writing outputs", "write outputs"),
+    ),
+    gaps={"load": "match communication", "what-if blame": "blame records"},
     tails={
+        "write outputs": "report + exit",
         "load": "analyses + tables + pictures + report",
         "what-if blame": "blame records + tables + pictures + report",
     },

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from skewlens.analysis.render import breakdown_table, critical_path_table, repor
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
+from skewlens.profiler.store.validate import load_validated
 
 SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 
@@ -120,3 +123,39 @@ def test_the_breakdown_picture_of_more_ranks_than_its_cap_draws_only_the_capped_
     every = breakdown_bars(result, tmp_path / "every.png", max_ranks=0)
     with Image.open(capped) as a, Image.open(every) as b:
         assert a.width < b.width  # 0.6 inch a bar: 6 bars fewer
+
+
+class _Recording:
+    """A Progress that records each task and every description it showed, in order."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    @contextmanager
+    def task(self, description: str, total: int | None) -> Iterator[Callable[..., None]]:
+        self.shown.append(description)
+
+        def advance(n: int = 1, description: str | None = None) -> None:
+            if description is not None:
+                self.shown.append(description)
+
+        yield advance
+
+
+def test_every_stage_of_loading_and_analysing_a_run_shows_on_the_progress_bar(tmp_path: Path) -> None:
+    progress = _Recording()
+    run = load_validated(build_run(tmp_path, SC), progress=progress)
+    analyze_run(run, progress=progress)
+    stages = [s.split(":")[0] for s in progress.shown]
+    assert list(dict.fromkeys(stages)) == [
+        "loading ranks",
+        "loading rank-0.et",
+        "loading rank-1.et",
+        "loading rank-2.et",
+        "loading rank-3.et",
+        "checking dependencies",
+        "analyses",
+        "blame baseline",
+        "what-if blame",
+    ]
+    assert "blame baseline: simulating" in progress.shown and "analyses: critical path" in progress.shown

@@ -74,7 +74,12 @@ def test_time_between_two_bars_is_named_and_a_bar_not_redrawn_is_still_up() -> N
         (0.3, _frame("loading ranks", 0, 2)),
         (0.4, _frame("loading rank-0.et", 0, 2)),
         (0.9, _frame("loading rank-1.et", 1, 2) + SHOW),  # the bar stops
-        (2.0, HIDE + _frame("what-if blame", 0, 3)),
+        (1.0, HIDE + _frame("checking dependencies: rank 0", 0, 2)),
+        (1.2, _frame("analyses: index", 0, 4)),
+        (1.3, _frame("analyses: skew", 1, 4)),
+        (1.5, _frame("blame baseline: lowering", 0, 3)),
+        (1.7, _frame("blame baseline: simulating", 2, 3)),
+        (2.0, _frame("what-if blame", 0, 3)),
         (3.5, _frame("what-if blame", 2, 3)),  # 1.5 s without a redraw: the GIL was held
         (4.0, _frame("what-if blame", 3, 3) + SHOW),
     ]
@@ -83,7 +88,10 @@ def test_time_between_two_bars_is_named_and_a_bar_not_redrawn_is_still_up() -> N
         {
             "start-up": 0.3,
             "load": 0.6,
-            "validate + skew + breakdown + critical path + blame baseline": 1.1,
+            "match communication": 0.1,
+            "validate": 0.2,
+            "skew + breakdown + critical path": 0.3,
+            "blame baseline": 0.5,
             "what-if blame": 2.0,
             "blame records + tables + pictures + report": 1.0,
         }

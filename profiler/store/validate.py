@@ -32,7 +32,7 @@ from skewlens.profiler.store.issues import (
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Advance, Progress
 
 #: How many errors ``load_validated`` puts into its one-line message.
 FIRST_ERRORS = 5
@@ -116,9 +116,11 @@ def find_cycle(rt: RankTrace) -> list[int] | None:
     return None
 
 
-def _check_cycles(run: RunTrace, sink: IssueLog) -> None:
+def _check_cycles(run: RunTrace, sink: IssueLog, advance: Advance) -> None:
     for r, rt in sorted(run.ranks.items()):
+        advance(0, description=f"checking dependencies: rank {r}")
         cycle = find_cycle(rt)
+        advance()
         if cycle is not None:
             chain = " -> ".join(f"{rt.node_id[i]} ({rt.name(i)})" for i in reversed(cycle))
             sink.error(
@@ -137,7 +139,8 @@ def validate_run(
     the module docstring)."""
     sink = IssueLog(strict=False)
     run = load_run(path, progress=progress, sink=sink, lenient=lenient)
-    _check_cycles(run, sink)
+    with progress.task("checking dependencies", len(run.ranks)) as advance:
+        _check_cycles(run, sink, advance)
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:
             sink.info("inferred", f"{rt.path}: rank {r}: {note}", file=rt.path, rank=r)

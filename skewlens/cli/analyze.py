@@ -80,22 +80,34 @@ def main(argv: list[str]) -> int:
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
     run = load_for_analysis(args.run_dir, err, lenient=args.lenient)
+    progress = RichProgress(err)
     result = analyze_run(
-        run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=RichProgress(err)
+        run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=progress
     )
-    written = write_tables(result, out)
     notes: list[str] = []
-    if not args.no_pictures:
-        from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
-        from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+    with progress.task("writing outputs: tables", 1 if args.no_pictures else 4) as advance:
+        written = write_tables(result, out)
+        advance()
+        if not args.no_pictures:
+            from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
+            from skewlens.analysis.plots import (
+                BREAKDOWN_FILE,
+                WAIT_HEATMAP_FILE,
+                breakdown_bars,
+                wait_heatmap,
+            )
 
-        written += [
-            wait_heatmap(result, out / WAIT_HEATMAP_FILE),
-            breakdown_bars(result, out / BREAKDOWN_FILE),
-            write_perfetto(
-                result, out / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
-            ),
-        ]
+            advance(0, description="writing outputs: wait heatmap")
+            written.append(wait_heatmap(result, out / WAIT_HEATMAP_FILE))
+            advance(description="writing outputs: breakdown bars")
+            written.append(breakdown_bars(result, out / BREAKDOWN_FILE))
+            advance(description="writing outputs: Perfetto timeline")
+            written.append(
+                write_perfetto(
+                    result, out / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
+                )
+            )
+            advance()
     console = report_console()
     console.print(report(result, top=args.top))
     for note in notes:
