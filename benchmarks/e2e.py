@@ -182,6 +182,11 @@ def bar_segments(frames: Sequence[tuple[float, str]]) -> list[BarSegment]:
     return segs
 
 
+#: A shorter time between one bar's end and the next bar's start is counted to the bar before (it is one
+#: task handing over to the next, below the redraw period's resolution), not reported as a stage of its own.
+GAP_MIN_S = 0.05
+
+
 def stages_from_frames(
     frames: Sequence[tuple[float, str]], wall_s: float, rules: StageRules
 ) -> dict[str, float]:
@@ -203,7 +208,8 @@ def stages_from_frames(
             add(rules.tails.get(name, f"after {name} (no bar)"), wall_s - seg.last_s)
         elif seg.closed:
             add(name, seg.last_s - seg.first_s)
-            add(rules.gaps.get(name, f"after {name} (no bar)"), segs[i + 1][1].first_s - seg.last_s)
+            gap = segs[i + 1][1].first_s - seg.last_s  # one bar closing and the next opening: the bar's
+            add(rules.gaps.get(name, f"after {name} (no bar)") if gap >= GAP_MIN_S else name, gap)
         else:
             add(name, segs[i + 1][1].first_s - seg.first_s)
     return out

@@ -75,7 +75,8 @@ def test_time_between_two_bars_is_named_and_a_bar_not_redrawn_is_still_up() -> N
         (0.4, _frame("loading rank-0.et", 0, 2)),
         (0.9, _frame("loading rank-1.et", 1, 2) + SHOW),  # the bar stops
         (1.0, HIDE + _frame("checking dependencies: rank 0", 0, 2)),
-        (1.2, _frame("analyses: index", 0, 4)),
+        (1.19, _frame("checking dependencies: rank 1", 1, 2) + SHOW),  # 0.01 s to the next bar: no stage
+        (1.2, HIDE + _frame("analyses: index", 0, 4)),
         (1.3, _frame("analyses: skew", 1, 4)),
         (1.5, _frame("blame baseline: lowering", 0, 3)),
         (1.7, _frame("blame baseline: simulating", 2, 3)),
