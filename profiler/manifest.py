@@ -124,6 +124,13 @@ class Manifest:
     lost_collectives: tuple[LostCollectives, ...] = ()
     """Collective ranges a flight recorder lost, one per group (merged over its members)."""
 
+    def missing_by_note(self) -> dict[str, list[int]]:
+        """The ranks without a trace grouped by their note in ``notes`` ('' where none), in rank order."""
+        by_note: dict[str, list[int]] = {}
+        for r in self.missing_ranks:
+            by_note.setdefault(self.notes.get(f"rank {r}", ""), []).append(r)
+        return by_note
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **d}

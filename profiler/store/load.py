@@ -528,7 +528,7 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
     missing from the manifest: a warning where the manifest says so, an error for a gap in the numbering."""
     m = files.manifest
     if m.missing_ranks:
-        why = _why_missing(m.missing_ranks, m.notes)
+        why = _why_missing(m)
         source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"
         sink.add(
             Severity.WARNING if files.has_manifest else Severity.ERROR,
@@ -545,14 +545,11 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
         sink.error("missing-rank", f"{files.root}: {text} not in the manifest", rank=one)
 
 
-def _why_missing(ranks: tuple[int, ...], notes: dict[str, str]) -> str:
+def _why_missing(m: Manifest) -> str:
     """The manifest's notes on missing ranks, each once with the ranks it applies to."""
-    by_note: dict[str, list[int]] = {}
-    for r in ranks:
-        note = notes.get(f"rank {r}", "")
-        if note:
-            by_note.setdefault(note, []).append(r)
-    if len(by_note) == 1 and len(next(iter(by_note.values()))) == len(ranks):
+    by_note = m.missing_by_note()
+    by_note.pop("", None)
+    if len(by_note) == 1 and len(next(iter(by_note.values()))) == len(m.missing_ranks):
         return next(iter(by_note))
     return "; ".join(f"{rank_ranges(rs)}: {note}" for note, rs in by_note.items())
 

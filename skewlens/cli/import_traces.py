@@ -85,7 +85,7 @@ def summary_table(manifest: Manifest) -> Table:
         )
     missing = manifest.missing_ranks
     if missing:
-        notes = sorted({manifest.notes.get(f"rank {r}", "") for r in missing} - {""})
+        notes = sorted(set(manifest.missing_by_note()) - {""})
         why = f" ({'; '.join(notes)})" if notes else ""
         line = no_trace_line(missing, manifest.world_size)
         t.add_row(rank_ranges(missing), "-", "-", f"(missing) {line}{why}")

@@ -159,10 +159,7 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
             str(steps.get(r, 0)),
             str(nodes),
         )
-    by_note: dict[str, list[int]] = {}  # ranks without a trace: one row per reason
-    for r in manifest.missing_ranks:
-        by_note.setdefault(manifest.notes.get(f"rank {r}", ""), []).append(r)
-    for note, ranks in by_note.items():
+    for note, ranks in manifest.missing_by_note().items():  # ranks without a trace: one row per reason
         table.add_row(rank_ranges(ranks), "", "", "", "missing", note)
     return table
 
