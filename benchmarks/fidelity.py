@@ -151,14 +151,18 @@ def pooled(figs: list[Figures]) -> tuple[float, float] | None:
     median recorded (the replay's systematic error, with the launch-to-launch speed of gloo averaged out of
     both sides), and of the captures' own spread, (max - min) / median of their recorded steps (the noise a
     single capture's error is measured against)."""
-    done = [f for f in figs if f.recorded_ms is not None and f.replayed_ms is not None]
+    done = [
+        (f.recorded_ms, f.replayed_ms)
+        for f in figs
+        if f.recorded_ms is not None and f.replayed_ms is not None
+    ]
     if not done:
         return None
     med = statistics.median
     error = spread = 0.0
-    for r in done[0].recorded_ms or {}:
-        rec = [f.recorded_ms[r] for f in done if f.recorded_ms is not None]
-        rep = [f.replayed_ms[r] for f in done if f.replayed_ms is not None]
+    for r in done[0][0]:
+        rec = [recorded[r] for recorded, _ in done]
+        rep = [replayed[r] for _, replayed in done]
         error = max(error, abs(med(rep) - med(rec)) / med(rec))
         spread = max(spread, (max(rec) - min(rec)) / med(rec))
     return error, spread
