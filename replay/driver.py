@@ -72,10 +72,10 @@ def build_effects(cfg: ReplayConfig) -> SlowdownModel:
     return SlowdownModel(cfg.slowdown.to_items(), node_of=lambda rank: _node_of(topo, rank))
 
 
-def check_slowdown_targets(cfg: ReplayConfig, world_size: int) -> None:
+def check_slowdown_targets(cfg: ReplayConfig, world_size: int, topo: Topology) -> None:
     """Every rank, link and node a slowdown item names is in the replayed run (a slowdown of rank 99 on 8
-    ranks would otherwise slow nothing, silently): raises :class:`ConfigError` naming the key."""
-    topo = cfg.topology.to_topology()
+    ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks): raises
+    :class:`ConfigError` naming the key."""
     nodes = sorted({_node_of(topo, r) for r in range(world_size)})
     for k, item in enumerate(cfg.slowdown.entries):
         key = f"slowdown.entries[{k}]"
@@ -95,15 +95,16 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir``; ``progress`` is told of its
     stages (load, simulate, write)."""
     effects = build_effects(cfg)
+    topo = cfg.topology.to_topology()
     with progress.task(f"loading {cfg.trace}", 3) as advance:
         run = load_trace(cfg.trace, lenient=cfg.lenient)
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
             run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
-        check_slowdown_targets(cfg, run.world_size)
+        check_slowdown_targets(cfg, run.world_size, topo)
         advance(description="simulating")
         sim = simulate(
             run,
-            topology=cfg.topology.to_topology(),
+            topology=topo,
             effects=effects,
             comm_mode=cfg.comm_mode,
             algorithm=cfg.topology.algorithm,
