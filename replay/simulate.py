@@ -261,10 +261,11 @@ def _preds(g: Graph) -> Preds:
     def rev(ptr: object, idx: object, extra: object = None) -> tuple[I64, I64, I64]:
         if ptr is None or idx is None:
             return np.zeros(n + 1, dtype=np.int64), empty, empty
-        dst = np.asarray(idx, dtype=np.int64)
-        fwd: I64 = np.asarray(ptr, dtype=np.int64)
-        src = np.repeat(np.arange(n, dtype=np.int64), fwd[1:] - fwd[:-1])
-        rptr, edge = csr(dst, np.arange(dst.size, dtype=np.int64), n)
+        # in the lowering's own integer width (4 bytes where the run fits, see lower._indices)
+        dst = np.asarray(idx)
+        fwd = np.asarray(ptr)
+        src = np.repeat(np.arange(n, dtype=dst.dtype), fwd[1:] - fwd[:-1])
+        rptr, edge = csr(dst, np.arange(dst.size, dtype=dst.dtype), n)
         return rptr, src[edge], np.asarray(extra, dtype=np.int64)[edge] if extra is not None else empty
 
     ptr, idx, _ = rev(g.succ_ptr, g.succ_idx)

@@ -326,6 +326,30 @@ def test_a_simulator_lowered_once_replays_each_rank_override_as_simulate_does(
     _assert_same_replay(sim.simulate(), base)  # what-ifs leave the shared lowering as it was
 
 
+def test_the_lowering_keeps_counts_and_ids_in_4_bytes_and_times_in_8_and_the_core_reads_either(
+    gpu_run: RunTrace,
+) -> None:
+    import dataclasses
+
+    from skewlens.replay.lower import _indices
+
+    sim = Simulator(gpu_run)
+    g = sim._lowering.lowered.graph
+    index_cols = ("ndeps", "succ_ptr", "succ_idx", "sync_of", "xsucc_ptr", "wsucc_ptr", "lsucc_ptr")
+    time_cols = ("ready0", "gap", "length", "lsucc_off")
+    assert {c: getattr(g, c).itemsize for c in (*index_cols, "lsucc_idx")} == dict.fromkeys(
+        (*index_cols, "lsucc_idx"), 4
+    )
+    assert {c: getattr(g, c).itemsize for c in time_cols} == dict.fromkeys(time_cols, 8)
+    wide = dataclasses.replace(g, **{c: array("q", getattr(g, c)) for c in (*index_cols, "lsucc_idx")})
+    a, b = run(g), run(wide)
+    assert (a.seg_start, a.seg_end, a.group_end) == (b.seg_start, b.seg_end, b.group_end)
+    # a value that needs more than 4 bytes keeps 8, and every value as it was
+    big = _indices(np.array([0, -1, 2**31], dtype=np.int64))
+    assert (big.itemsize, big.tolist()) == (8, [0, -1, 2**31])
+    assert _indices(np.array([-(2**31), 2**31 - 1])).itemsize == 4
+
+
 def test_a_cycle_of_chained_rows_stays_a_cycle_between_segments_so_the_core_reports_it() -> None:
     from skewlens.replay.core import DeadlockError, Graph, run
     from skewlens.replay.lower import KIND_COMPUTE, _segments
