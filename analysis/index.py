@@ -196,10 +196,13 @@ def _latest_dep(m: RankModel, end: I64) -> tuple[I32, I64]:
     launched = (end - m.dur_ns)[m.launch_src] + m.launch_off_ns
     met = np.concatenate([end[m.start_src], end[m.wait_src], launched])
     if src.size:
-        o = np.lexsort((src, met, dst))
-        last = np.append(dst[o][1:] != dst[o][:-1], True)
-        out[dst[o][last]] = src[o][last]
-        met_at[dst[o][last]] = met[o][last]
+        # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
+        latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, dst, met)
+        at_latest = met == latest[dst]
+        np.maximum.at(out, dst[at_latest], src[at_latest].astype(np.int32))
+        has = out >= 0
+        met_at[has] = latest[has]
     nested = m.parent >= 0
     out[nested] = m.parent[nested]
     met_at[nested] = (end - m.dur_ns)[nested]  # the enclosing row is on the path up to the nested start

@@ -47,3 +47,45 @@ def test_recv_waiting_for_a_late_send_jumps_to_the_sender(tmp_path: Path) -> Non
     ]
     assert [r.contribution_ns for r in recs] == [tail, transfer, 0, compute0]
     assert recs[1].via == "p2p"
+
+
+def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row_among_ties() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from skewlens.analysis.index import _latest_dep
+
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        n = int(rng.integers(1, 40))
+        e, w, lk = (int(rng.integers(0, 3 * n)), int(rng.integers(0, 4)), int(rng.integers(0, 4)))
+        m = SimpleNamespace(
+            start_src=rng.integers(0, n, e),
+            start_dst=rng.integers(0, n, e),
+            wait_src=rng.integers(0, n, w),
+            wait_dst=rng.integers(0, n, w),
+            launch_src=rng.integers(0, n, lk),
+            launch_dst=rng.integers(0, n, lk),
+            launch_off_ns=rng.integers(0, 3, lk),
+            dur_ns=rng.integers(0, 3, n),
+            parent=np.where(rng.random(n) < 0.1, rng.integers(0, n, n), -1),
+        )
+        end = rng.integers(0, 5, n)  # few distinct times: many ties
+        start = end - m.dur_ns
+        # the reference, edge by edge: (time met, row) compared as pairs, the larger wins
+        best: dict[int, tuple[int, int]] = {}
+        edges = [
+            *zip(m.start_src, m.start_dst, end[m.start_src], strict=True),
+            *zip(m.wait_src, m.wait_dst, end[m.wait_src], strict=True),
+            *zip(m.launch_src, m.launch_dst, start[m.launch_src] + m.launch_off_ns, strict=True),
+        ]
+        for s, d, t in edges:
+            pair = (int(t), int(s))
+            best[int(d)] = max(best[int(d)], pair) if int(d) in best else pair
+        want_row = [best.get(i, (-1, -1))[1] for i in range(n)]
+        want_met = [best.get(i, (-1, -1))[0] for i in range(n)]
+        for i in np.flatnonzero(m.parent >= 0).tolist():
+            want_row[i], want_met[i] = int(m.parent[i]), int(start[i])
+        row, met = _latest_dep(m, end)  # type: ignore[arg-type]
+        assert (row.tolist(), met.tolist()) == (want_row, want_met)
