@@ -63,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
+from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
@@ -564,11 +565,17 @@ def derive(run: RunTrace) -> ExecutionModel:
     for g in syncs:
         for r, row in zip(g.ranks, g.rows, strict=True):
             sync_rows[r].append(row)
-    ranks: dict[int, RankModel] = {}
-    for r, rt in run.ranks.items():
+
+    def one(r: int) -> RankModel:
+        rt = run.ranks[r]
         sync = np.zeros(len(rt), dtype=np.bool_)
         sync[sync_rows[r]] = True
-        ranks[r] = rank_model(rt, sync)
+        return rank_model(rt, sync)
+
+    # ranks on a few threads (numpy releases the GIL for much of each rank's work); in rank order
+    order = list(run.ranks)
+    ranks = dict(zip(order, ordered_map(one, order, workers=default_workers()), strict=True))
+    release_free_memory()  # what the threads freed stays in their malloc arenas otherwise
     return ExecutionModel(ranks=ranks, syncs=syncs)
 
 

@@ -348,3 +348,24 @@ def test_a_member_recorded_done_before_the_last_arrival_keeps_its_time(tmp_path:
     run = load_run(run_dir)
     (g,) = execution_model(run).syncs
     assert g.detached == (True, False)
+
+
+def test_the_model_derived_on_threads_is_the_model_derived_on_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from skewlens.replay import execution
+
+    run = load_run(_one_f_one_b(tmp_path, steps=4))
+    models = {}
+    for workers in (1, 4):
+        monkeypatch.setattr(execution, "default_workers", lambda w=workers: w)
+        models[workers] = execution.derive(run)
+    one, many = models[1], models[4]
+    assert list(many.ranks) == list(one.ranks) == sorted(run.ranks)
+    for r, m in one.ranks.items():
+        for f in dataclasses.fields(m):
+            a, b = getattr(m, f.name), getattr(many.ranks[r], f.name)
+            assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, (r, f.name)
+    assert one.syncs == many.syncs
