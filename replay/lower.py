@@ -517,8 +517,9 @@ def sorted_lookup(keys: I64, query: I64) -> tuple[I64, B]:
 
 #: The core's columns that hold times (ns); the others hold counts, offsets and segment or group ids.
 _TIME_COLUMNS = frozenset({"ready0", "gap", "length", "lsucc_off"})
-#: The array typecode of 4-byte signed integers (``i`` on every platform CPython supports).
-_INT32 = next(c for c in "ilh" if array(c).itemsize == 4)
+#: The array typecode of 4-byte signed integers (``i`` where C's int is 4 bytes, as on every platform
+#: CPython supports; else ``l``).
+_INT32 = next(c for c in "il" if array(c).itemsize == 4)
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
 
@@ -537,8 +538,9 @@ def _compact(typecode: str, v: npt.NDArray[np.integer]) -> array[int]:
 
 def _indices(a: npt.ArrayLike) -> array[int]:
     """A column of counts, offsets or ids for the core: 4 bytes an item where every value fits (a run of
-    fewer than 2**31 segments and edges), else as :func:`_ints`. On the 32-rank GPU run's 2 M segments the
-    ten such columns take 69 MiB instead of 138 (the core reads either as fast)."""
+    fewer than 2**31 segments and edges), else as :func:`_ints`. On the 32-rank GPU run's 2 M segments all
+    the core's columns together take 116 MiB instead of 177 (tracemalloc), and the core reads either width
+    as fast (``docs/benchmarks.md``, stop 29)."""
     v = np.ascontiguousarray(a, dtype=np.int64)
     if v.size and (int(v.max()) > _INT32_MAX or int(v.min()) < _INT32_MIN):
         return _compact("q", v)
