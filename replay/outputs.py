@@ -27,6 +27,7 @@ from skewlens.profiler.store.schema import (
     SCHEMA_VERSION,
     NodeRecord,
     arrow_schema,
+    parquet_options,
     write_records,
 )
 from skewlens.profiler.threads import default_workers, ordered_map
@@ -135,13 +136,12 @@ def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | 
     pandas, the tests), and at 1,024 ranks x 10,000 nodes per-rank files cost twice the CPU (4.6 s vs 2.2 s,
     measured)."""
     schema = _timeline_schema()
-    dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     n_workers = default_workers() if workers is None else workers
     batches = rank_batches(run, TABLE_ROWS)
     tables = ordered_map(lambda rs: timeline_table(run, res, rs), batches, workers=n_workers, ahead=4)
     with (
         atomic_file(path) as tmp,
-        pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=dict_cols) as w,
+        pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as w,
     ):
         group: list[pa.Table] = []
         rows = 0

@@ -126,6 +126,30 @@ def test_every_file_carries_schema_version_and_dictionary_strings(exported: tupl
     assert json.loads((out / "manifest.json").read_text())["world_size"] == 3
 
 
+def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_pages_without(
+    exported: tuple[Path, Path],
+) -> None:
+    _, out = exported
+    for f in (out / "nodes" / "rank=0" / "part-0.parquet", out / "collectives.parquet"):
+        meta = pq.ParquetFile(f).metadata
+        schema = pq.read_schema(f)
+        kinds = {"int": 0, "str": 0}
+        for i, field in enumerate(schema):
+            col = meta.row_group(0).column(i)
+            if pa.types.is_integer(field.type):
+                kinds["int"] += 1
+                assert "DELTA_BINARY_PACKED" in col.encodings, (f.name, field.name, col.encodings)
+                assert col.statistics is not None and col.statistics.has_min_max, (f.name, field.name)
+            elif pa.types.is_dictionary(field.type):
+                kinds["str"] += 1
+                assert "RLE_DICTIONARY" in col.encodings, (f.name, field.name, col.encodings)
+                assert col.statistics is None or not col.statistics.has_min_max, (f.name, field.name)
+        assert kinds["int"] >= 3 and kinds["str"] >= 1, (f.name, kinds)
+    nodes = pq.read_table(out / "nodes" / "rank=0" / "part-0.parquet")
+    got = duckdb.sql(f"SELECT max(start_ns), sum(dur_ns) FROM '{out / 'nodes' / 'rank=0' / 'part-0.parquet'}'")
+    assert got.fetchall() == [(max(nodes.column("start_ns").to_pylist()), sum(nodes.column("dur_ns").to_pylist()))]
+
+
 def _doc_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
 

@@ -4,7 +4,8 @@ Every table skewlens writes (the store's ``nodes``/``deps``/``collectives``/``p2
 ``timeline``/``summary``, the analyses' outputs) is described by one record dataclass; :func:`arrow_schema`
 turns it into an Arrow schema (string columns dictionary-encoded, field docstrings as field metadata) and
 :func:`write_table` writes it atomically with ``skewlens.schema_version`` and the table name in the file
-metadata. :func:`read_table` checks both back.
+metadata. :func:`read_table` checks both back. How a column is laid out in the file (its encoding, its
+statistics) is decided by :func:`parquet_options`, for every writer alike.
 """
 
 from __future__ import annotations
@@ -105,16 +106,37 @@ def table_from_records(cls: type, records: Iterable[Any], table: str) -> pa.Tabl
     return table_from_columns(cls, cols, table)
 
 
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How every skewlens table is laid out in Parquet (the keyword arguments of ``pq.ParquetWriter`` and
+    ``pq.write_table``), by column type:
+
+    - string (dictionary-typed) columns: dictionary pages, no min/max statistics (string statistics cost
+      ~15% of a write and prune nothing a query on a rank, step or time range needs);
+    - integer columns: ``DELTA_BINARY_PACKED`` (times, ids, ranks and steps change by small steps from row
+      to row) with min/max statistics;
+    - all pages compressed with zstd.
+
+    On the 32-rank GPU run's ``timeline.parquet`` (2 M rows) this writes in 0.34 s of CPU instead of 0.59,
+    27 MB become 17 MB, and DuckDB and pyarrow read it 2.5x as fast as with plain pages and statistics on
+    every column (``docs/benchmarks.md``). Every reader skewlens names reads these encodings: pyarrow,
+    DuckDB, pandas, Polars, Spark 3.3+.
+    """
+    strings = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    ints = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
+    return {
+        "compression": "zstd",
+        "use_dictionary": strings or False,
+        "column_encoding": ints or None,
+        "write_statistics": [f.name for f in schema if f.name not in strings] or False,
+    }
+
+
 def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None = None) -> Path:
-    """Write one Parquet file atomically (temp file in the same directory, then rename)."""
+    """Write one Parquet file atomically (temp file in the same directory, then rename), laid out by
+    :func:`parquet_options`."""
     p = Path(path)
     with atomic_file(p) as tmp:
-        # Parquet dictionary pages only for the dictionary-typed (string) columns: on unique integer
-        # columns such as start_ns they cost time and space for nothing.
-        dict_cols = [f.name for f in tbl.schema if pa.types.is_dictionary(f.type)]
-        pq.write_table(
-            tbl, tmp, row_group_size=row_group_size, compression="zstd", use_dictionary=dict_cols or False
-        )
+        pq.write_table(tbl, tmp, row_group_size=row_group_size, **parquet_options(tbl.schema))
     return p
 
 
