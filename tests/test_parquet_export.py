@@ -145,9 +145,10 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
                 assert "RLE_DICTIONARY" in col.encodings, (f.name, field.name, col.encodings)
                 assert col.statistics is None or not col.statistics.has_min_max, (f.name, field.name)
         assert kinds["int"] >= 3 and kinds["str"] >= 1, (f.name, kinds)
-    nodes = pq.read_table(out / "nodes" / "rank=0" / "part-0.parquet")
-    got = duckdb.sql(f"SELECT max(start_ns), sum(dur_ns) FROM '{out / 'nodes' / 'rank=0' / 'part-0.parquet'}'")
-    assert got.fetchall() == [(max(nodes.column("start_ns").to_pylist()), sum(nodes.column("dur_ns").to_pylist()))]
+    part = out / "nodes" / "rank=0" / "part-0.parquet"
+    nodes = pq.read_table(part)
+    got = duckdb.sql(f"SELECT max(start_ns), sum(dur_ns) FROM '{part}'").fetchall()
+    assert got == [(max(nodes.column("start_ns").to_pylist()), sum(nodes.column("dur_ns").to_pylist()))]
 
 
 def _doc_queries() -> list[str]:
