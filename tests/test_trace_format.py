@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,10 @@ import pytest
 from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
-from skewlens.profiler.chakra_io import EtWriter, TraceNode, node_attrs, read_et
+from skewlens.profiler.chakra_io import MAX_MESSAGE_BYTES, EtWriter, TraceNode, node_attrs, read_et
 from skewlens.profiler.errors import ManifestError, TraceFormatError
 from skewlens.profiler.manifest import read_manifest
-from skewlens.profiler.store import load_run
+from skewlens.profiler.store import fast, load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 
@@ -97,6 +98,68 @@ def test_length_prefix_beyond_the_bound_is_refused_without_allocating(tmp_path: 
     f.write_bytes(b"\xff\xff\xff\xff\x7f")  # claims ~34 GB
     with pytest.raises(TraceFormatError, match=r"claims .* bytes"):
         read_et(f)
+
+
+def _split_by_hand(data: bytes, path: Path) -> tuple[list[int], list[int]]:
+    """Messages read one varint at a time, as the protobuf documentation describes a delimited stream."""
+    starts: list[int] = []
+    sizes: list[int] = []
+    pos = 0
+    while pos < len(data):
+        size, shift, q = 0, 0, pos
+        while True:
+            if q >= len(data):
+                raise TraceFormatError(f"{path}: truncated length prefix at byte offset {pos}")
+            size |= (data[q] & 0x7F) << shift
+            q += 1
+            if data[q - 1] < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
+        if size > MAX_MESSAGE_BYTES:
+            raise TraceFormatError(
+                f"{path}: message at byte offset {pos} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
+            )
+        if q + size > len(data):
+            raise TraceFormatError(
+                f"{path}: truncated message at byte offset {pos}: needs {size} bytes, {len(data) - q} left"
+            )
+        starts.append(q)
+        sizes.append(size)
+        pos = q + size
+    return starts, sizes
+
+
+def test_the_decoder_splits_damaged_files_into_the_messages_and_errors_a_byte_by_byte_reading_finds(
+    tmp_path: Path,
+) -> None:
+    run = _two_rank_run(tmp_path)
+    whole = (run / "rank-0.et").read_bytes()
+    big = b"\x80\x02" + b"x" * 256  # a two-byte prefix
+    huge = b"\xff\xff\xff\xff\x0f"  # claims 4 GiB
+    samples = [b"", b"\x00", b"\x80", b"\xff" * 12, b"\x05ab", whole, whole + big, big + whole, whole + huge]
+    rng = random.Random(7)
+    for _ in range(400):
+        damaged = bytearray(rng.choice([whole, whole + big])[: rng.randrange(len(whole) + 1)])
+        for _ in range(rng.randrange(3)):
+            if damaged:
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        samples.append(bytes(damaged))
+    outcomes = set()
+    for data in samples:
+        try:
+            want: object = _split_by_hand(data, Path("f.et"))
+        except TraceFormatError as e:
+            want = str(e)
+        try:
+            starts, sizes = fast.split_messages(data, Path("f.et"))
+            got: object = (starts.tolist(), sizes.tolist())
+        except TraceFormatError as e:
+            got = str(e)
+        assert got == want, data[:40]
+        outcomes.add(want.split(" at ")[0].split(": ")[-1] if isinstance(want, str) else "ok")
+    assert outcomes >= {"ok", "truncated message", "truncated length prefix", "message"}, outcomes
 
 
 def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:

@@ -114,22 +114,22 @@ class RawColumns:
 
 
 def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
-    """Start and length of each length-delimited message body (bounds-checked), in file order."""
-    starts: list[int] = []
-    sizes: list[int] = []
+    """Start and length of each length-delimited message body (bounds-checked), in file order.
+
+    The one pass in Python only steps from each length prefix to the next (the chain is sequential); the
+    prefixes' values and every check are then computed with numpy from the positions it found."""
+    prefixes: list[int] = []
+    append = prefixes.append
     n = len(data)
     pos = 0
-    append_s = starts.append
-    append_z = sizes.append
     last = n - 1
     while pos < n:
+        append(pos)
         b = data[pos]
         if b < 0x80:
-            size = b
-            body = pos + 1
+            pos += b + 1
         elif pos < last and data[pos + 1] < 0x80:  # two-byte prefix: nodes of 128 B to 16 KiB
-            size = (b & 0x7F) | (data[pos + 1] << 7)
-            body = pos + 2
+            pos += 2 + ((b & 0x7F) | (data[pos + 1] << 7))
         else:
             size = b & 0x7F
             shift = 7
@@ -145,19 +145,33 @@ def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
                 shift += 7
                 if shift > 63:
                     raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
-            body = q
-        if size > MAX_MESSAGE_BYTES:
-            raise TraceFormatError(
-                f"{path}: message at byte offset {pos} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
-            )
-        if body + size > n:
-            raise TraceFormatError(
-                f"{path}: truncated message at byte offset {pos}: needs {size} bytes, {n - body} left"
-            )
-        append_s(body)
-        append_z(size)
-        pos = body + size
-    return np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+            pos = q + size
+    at = np.asarray(prefixes, dtype=np.int64)
+    # every prefix lies whole inside the file (checked above): decode them all, a byte position at a time
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    size_u = np.zeros(at.shape[0], dtype=np.uint64)
+    body = at.copy()
+    more = np.arange(at.shape[0])
+    k = 0
+    while more.size:
+        c = u8[at[more] + k]
+        size_u[more] |= (c & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        body[more] += 1
+        more = more[c >= 0x80]
+        k += 1
+    over = np.flatnonzero(size_u > np.uint64(MAX_MESSAGE_BYTES))
+    if over.size:
+        i = int(over[0])
+        raise TraceFormatError(
+            f"{path}: message at byte offset {at[i]} claims {int(size_u[i])} bytes "
+            f"(limit {MAX_MESSAGE_BYTES})"
+        )
+    if pos > n:  # only the last message can run past the end of the file
+        raise TraceFormatError(
+            f"{path}: truncated message at byte offset {at[-1]}: needs {int(size_u[-1])} bytes, "
+            f"{n - int(body[-1])} left"
+        )
+    return body, size_u.astype(np.int64)
 
 
 class _Bytes:
@@ -581,15 +595,26 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     at = _decode_attrs(b, a_start, a_end)
     which = known_attr_index(b, at.name_start, at.name_len)
     a_int, a_isint = at.value, at.is_int
-    # one 2-D scatter for all known integer attributes: row = which attribute, column = node
+    # one flat scatter for the known integer attributes the file has (row = which of them, column = node);
+    # the others share one array of zeros (read-only, as every column the decoder returns)
     sel = np.flatnonzero((which >= 0) & a_isint)
-    vals = np.zeros((len(KNOWN_ATTRS), n), dtype=np.int64)
-    have = np.zeros((len(KNOWN_ATTRS), n), dtype=np.bool_)
-    vals[which[sel], a_node[sel]] = a_int[sel]
-    have[which[sel], a_node[sel]] = True
-    for k, name in enumerate(KNOWN_ATTRS):
-        attr_val[name] = vals[k]
-        attr_has[name] = have[k]
+    w_sel = which[sel]
+    present = np.flatnonzero(np.bincount(w_sel, minlength=len(KNOWN_ATTRS)))
+    slot = np.zeros(len(KNOWN_ATTRS), dtype=np.int64)
+    slot[present] = np.arange(present.size)
+    vals = np.zeros((present.size, n), dtype=np.int64)
+    have = np.zeros((present.size, n), dtype=np.bool_)
+    flat = slot[w_sel] * n + a_node[sel]
+    vals.reshape(-1)[flat] = a_int[sel]
+    have.reshape(-1)[flat] = True
+    zero = np.zeros(n, dtype=np.int64)
+    none = np.zeros(n, dtype=np.bool_)
+    for name in KNOWN_ATTRS:
+        attr_val[name] = zero
+        attr_has[name] = none
+    for k, a in enumerate(present.tolist()):
+        attr_val[KNOWN_ATTRS[a]] = vals[k]
+        attr_has[KNOWN_ATTRS[a]] = have[k]
     # pg_name (string_val)
     pg_attr = np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index("pg_name")))
     pg_start = np.zeros(n, dtype=np.int64)
