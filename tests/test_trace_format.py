@@ -12,7 +12,7 @@ import pytest
 from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
-from skewlens.profiler.chakra_io import MAX_MESSAGE_BYTES, EtWriter, TraceNode, node_attrs, read_et
+from skewlens.profiler.chakra_io import EtWriter, TraceNode, iter_messages, node_attrs, read_et
 from skewlens.profiler.errors import ManifestError, TraceFormatError
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store import fast, load_run
@@ -101,34 +101,10 @@ def test_length_prefix_beyond_the_bound_is_refused_without_allocating(tmp_path: 
 
 
 def _split_by_hand(data: bytes, path: Path) -> tuple[list[int], list[int]]:
-    """Messages read one varint at a time, as the protobuf documentation describes a delimited stream."""
-    starts: list[int] = []
-    sizes: list[int] = []
-    pos = 0
-    while pos < len(data):
-        size, shift, q = 0, 0, pos
-        while True:
-            if q >= len(data):
-                raise TraceFormatError(f"{path}: truncated length prefix at byte offset {pos}")
-            size |= (data[q] & 0x7F) << shift
-            q += 1
-            if data[q - 1] < 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
-        if size > MAX_MESSAGE_BYTES:
-            raise TraceFormatError(
-                f"{path}: message at byte offset {pos} claims {size} bytes (limit {MAX_MESSAGE_BYTES})"
-            )
-        if q + size > len(data):
-            raise TraceFormatError(
-                f"{path}: truncated message at byte offset {pos}: needs {size} bytes, {len(data) - q} left"
-            )
-        starts.append(q)
-        sizes.append(size)
-        pos = q + size
-    return starts, sizes
+    """Body starts and sizes as the reference decoder's splitter reads them, a varint byte at a time."""
+    msgs = [(start, len(view)) for start, view in iter_messages(path, data)]
+    ends = [start for start, _ in msgs[1:]] + [len(data)] * bool(msgs)
+    return [end - size for end, (_, size) in zip(ends, msgs, strict=True)], [size for _, size in msgs]
 
 
 def test_the_decoder_splits_damaged_files_into_the_messages_and_errors_a_byte_by_byte_reading_finds(

@@ -154,10 +154,10 @@ def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
     more = np.arange(at.shape[0])
     k = 0
     while more.size:
-        c = u8[at[more] + k]
-        size_u[more] |= (c & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        byte = u8[at[more] + k]
+        size_u[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         body[more] += 1
-        more = more[c >= 0x80]
+        more = more[byte >= 0x80]
         k += 1
     over = np.flatnonzero(size_u > np.uint64(MAX_MESSAGE_BYTES))
     if over.size:
