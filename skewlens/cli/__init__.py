@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.threads import tune_malloc
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profile": (
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"skewlens: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    tune_malloc()
     try:
         return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
     except SkewlensError as e:
