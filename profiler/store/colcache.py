@@ -1,6 +1,6 @@
 """Decoded columns kept beside each trace file, so that a run is decoded once rather than on every load.
 
-Decoding a ``.et`` file costs about 3 µs a node even vectorised (30 ms for 10,000 nodes; half a minute
+Decoding a ``.et`` file costs about 1.7 µs of CPU a node even vectorised (17 ms for 10,000 nodes; 17 s
 for a run of 1,024 such ranks). The columns it yields are kept in
 ``DIR/.skewlens-cache/<file>.arrow``, an uncompressed Arrow IPC file that later loads map into memory
 (about 2 ms for the same 10,000 nodes). Everything after the decode (the store's interpretation, its
