@@ -65,7 +65,9 @@ def tune_malloc() -> bool:
     whole run, many times over. With both thresholds at 32 MiB, ``skewlens replay`` of 1,024 x 10,000
     nodes (from its column cache) took 7.96 instead of 8.83 s and 430 k page faults instead of 720 k, at an
     11 MiB higher peak; ``skewlens analyze`` of the 32-rank GPU run 13.2 instead of 13.5 s, 6-11 MiB higher
-    (``docs/benchmarks.md``). Blocks over 32 MiB are still mapped (numpy asks for huge pages for them)."""
+    (``docs/benchmarks.md``). Blocks over 32 MiB are still mapped (numpy asks for huge pages for them).
+    The setting is this process's own: the training command ``skewlens profile`` runs and real replay's
+    worker processes keep glibc's defaults."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc

@@ -609,6 +609,7 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     have.reshape(-1)[flat] = True
     zero = np.zeros(n, dtype=np.int64)
     none = np.zeros(n, dtype=np.bool_)
+    zero.flags.writeable = none.flags.writeable = False  # shared by every absent attribute
     for name in KNOWN_ATTRS:
         attr_val[name] = zero
         attr_has[name] = none
