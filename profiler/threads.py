@@ -38,12 +38,18 @@ def default_workers() -> int:
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _glibc(name: str) -> Callable[..., int] | None:
+    """The function ``name`` of the C library the interpreter uses, None where it has none (not glibc:
+    musl, macOS, which have no per-thread arenas to trim or thresholds to tune either)."""
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # the C library the interpreter uses
-        return trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): no per-thread arenas to trim either
+        fn: Callable[..., int] = getattr(ctypes.CDLL(None), name)
+        return fn
+    except (OSError, AttributeError):
         return None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    return _glibc("malloc_trim")
 
 
 #: glibc's ``mallopt`` parameters (``malloc.h``).
@@ -51,7 +57,7 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 #: Blocks up to this size come from the heap and are reused once freed (glibc's largest allowed value).
 MMAP_THRESHOLD_BYTES = 32 << 20
-#: Free memory at the top of the heap beyond this is given back to the OS as it is freed.
+#: Once more than this is free at the top of the heap, glibc gives it back to the OS (all but 128 KiB).
 TRIM_THRESHOLD_BYTES = 32 << 20
 
 
@@ -65,12 +71,12 @@ def tune_malloc() -> bool:
     whole run, many times over. With both thresholds at 32 MiB, ``skewlens replay`` of 1,024 x 10,000
     nodes (from its column cache) took 7.96 instead of 8.83 s and 430 k page faults instead of 720 k, at an
     11 MiB higher peak; ``skewlens analyze`` of the 32-rank GPU run 13.2 instead of 13.5 s, 6-11 MiB higher
-    (``docs/benchmarks.md``). Blocks over 32 MiB are still mapped (numpy asks for huge pages for them).
+    (``docs/benchmarks.md``). Blocks over 32 MiB are still mapped (numpy asks for huge pages for them), and
+    once more than 32 MiB is free at the top of the heap glibc still gives it back.
     The setting is this process's own: the training command ``skewlens profile`` runs and real replay's
     worker processes keep glibc's defaults."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1

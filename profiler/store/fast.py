@@ -113,11 +113,12 @@ class RawColumns:
     """The raw GlobalMetadata message."""
 
 
-def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
-    """Start and length of each length-delimited message body (bounds-checked), in file order.
+def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[I64, I64, I64]:
+    """Byte offset of each length-delimited message's length prefix, and the start and length of its body
+    (bounds-checked), in file order (``buf``: the same bytes as :class:`_Bytes`, where the caller has them).
 
     The one pass in Python only steps from each length prefix to the next (the chain is sequential); the
-    prefixes' values and every check are then computed with numpy from the positions it found."""
+    prefixes' values (:meth:`_Bytes.varint`) and every check are then computed with numpy."""
     prefixes: list[int] = []
     append = prefixes.append
     n = len(data)
@@ -147,18 +148,8 @@ def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
                     raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
             pos = q + size
     at = np.asarray(prefixes, dtype=np.int64)
-    # every prefix lies whole inside the file (checked above): decode them all, a byte position at a time
-    u8 = np.frombuffer(data, dtype=np.uint8)
-    size_u = np.zeros(at.shape[0], dtype=np.uint64)
-    body = at.copy()
-    more = np.arange(at.shape[0])
-    k = 0
-    while more.size:
-        byte = u8[at[more] + k]
-        size_u[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        body[more] += 1
-        more = more[byte >= 0x80]
-        k += 1
+    # every prefix lies whole inside the file and is at most 10 bytes long (checked above)
+    size_u, body = (buf if buf is not None else _Bytes(data)).varint(at)
     over = np.flatnonzero(size_u > np.uint64(MAX_MESSAGE_BYTES))
     if over.size:
         i = int(over[0])
@@ -171,7 +162,7 @@ def split_messages(data: bytes, path: Path) -> tuple[I64, I64]:
             f"{path}: truncated message at byte offset {at[-1]}: needs {int(size_u[-1])} bytes, "
             f"{n - int(body[-1])} left"
         )
-    return body, size_u.astype(np.int64)
+    return at, body, size_u.astype(np.int64)
 
 
 class _Bytes:
@@ -523,22 +514,17 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     p = Path(path)
     if data is None:
         data = read_trace_bytes(p)
-    starts, sizes = split_messages(data, p)
+    b = _Bytes(data)
+    prefix_at, starts, sizes = split_messages(data, p, b)
     if starts.size == 0:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
     if starts.size - 1 < min_nodes:
         raise FastDecodeError(f"{p}: {starts.size - 1} node(s), fewer than {min_nodes}: read per node")
     gm = bytes(data[starts[0] : starts[0] + sizes[0]])
-    b = _Bytes(data)
     # int32 offsets where the file allows: half the memory traffic of every gather and comparison
     idx_t = np.int32 if len(data) + _PAD < (1 << 31) else np.int64
     n_start = starts[1:].astype(idx_t)
     n_end = n_start + sizes[1:].astype(idx_t)
-    prefix_len = np.ones(n_start.shape[0], dtype=np.int64)
-    prefix_len += (sizes[1:] >= 1 << 7).astype(np.int64)
-    prefix_len += (sizes[1:] >= 1 << 14).astype(np.int64)
-    prefix_len += (sizes[1:] >= 1 << 21).astype(np.int64)
-    prefix_len += (sizes[1:] >= 1 << 28).astype(np.int64)
     n = n_start.shape[0]
     fl = _walk(b, n_start, n_end)
 
@@ -590,8 +576,6 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     a_node = l_msg[m]
     a_start = l_start[m]
     a_end = a_start + l_len[m]
-    attr_val: dict[str, I64] = {}
-    attr_has: dict[str, Bool] = {}
     at = _decode_attrs(b, a_start, a_end)
     which = known_attr_index(b, at.name_start, at.name_len)
     a_int, a_isint = at.value, at.is_int
@@ -610,9 +594,8 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     zero = np.zeros(n, dtype=np.int64)
     none = np.zeros(n, dtype=np.bool_)
     zero.flags.writeable = none.flags.writeable = False  # shared by every absent attribute
-    for name in KNOWN_ATTRS:
-        attr_val[name] = zero
-        attr_has[name] = none
+    attr_val: dict[str, I64] = dict.fromkeys(KNOWN_ATTRS, zero)
+    attr_has: dict[str, Bool] = dict.fromkeys(KNOWN_ATTRS, none)
     for k, a in enumerate(present.tolist()):
         attr_val[KNOWN_ATTRS[a]] = vals[k]
         attr_has[KNOWN_ATTRS[a]] = have[k]
@@ -636,7 +619,7 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         start_us=start_us,
         dur_us=dur_us,
         names=names,
-        msg_offset=n_start.astype(np.int64) - prefix_len,
+        msg_offset=prefix_at[1:],
         attr_val=attr_val,
         attr_has=attr_has,
         pg_name=pg_name,
