@@ -24,10 +24,11 @@ transfer waits for ``d``; an async collective queued behind the previous one on 
 is dropped (nested operators, kernels launched inside their CPU op) unless ``i`` started and ended after
 ``d`` (timestamp skew: it follows ``d``).
 
-**Communication streams.** Collectives of one stream run in order: the previous collective on the stream
-is a queue edge of the next, never a start edge (a collective is issued by its host thread, whatever its
-stream is doing). Host-side p2p ops of a stream do not wait for each other (gloo runs them independently);
-on a device stream they queue like collectives.
+**Communication streams.** A collective's transfer queues behind collectives of its stream, never its
+start (a collective is issued by its host thread, whatever its stream is doing): on a device stream behind
+the previous one; on a host stream (gloo's two worker threads) behind the first to end of the two that may
+still run before it (:func:`_host_queue`). Host-side p2p ops of a stream do not wait for each other (gloo
+runs them independently); on a device stream they queue like collectives.
 
 **Wait nodes.** A COMP node named in :data:`~skewlens.profiler.vocab.WAIT_NODE_NAMES` (``wait_tensor``,
 ``Work.wait``) that depends on communication nodes is a *wait*: it arrives after its host dependencies
@@ -288,6 +289,27 @@ def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64
     return tl
 
 
+def _host_queue(q: I64, end: I64) -> tuple[I64, I64]:
+    """Queue edges of a host communication stream (``q``: its collectives in issue order).
+
+    gloo runs a group's collectives on two worker threads (``ProcessGroupGloo``'s default), taking them in
+    issue order, each onto the thread that comes free first. So a collective's transfer waits for the
+    earlier-ending of the two collectives that may still run before it: the previous one, and the
+    latest-ending one before that (``q[i]`` waits for ``q[i - 1]`` or for the latest-ending of
+    ``q[:i - 1]``, whichever ended first; the first two wait for nothing). Two consecutive collectives
+    can so overlap, and the later one end first, as recorded.
+    """
+    if q.size <= 2:
+        return q[:0], q[:0]
+    e = end[q]
+    k = np.arange(q.size)
+    latest = np.maximum.accumulate(np.where(e == np.maximum.accumulate(e), k, 0))  # latest end in q[:k+1]
+    i = k[2:]
+    far = latest[i - 2]
+    dep = np.where(e[i - 1] <= e[far], i - 1, far)
+    return q[dep], q[i]
+
+
 def _edges(
     rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
 ) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64]]:
@@ -328,11 +350,12 @@ def _edges(
             e = end[part]
             runmax = np.maximum.accumulate(e)
             if int(rt.stream[part[0]]) in comm_streams:
-                # collectives queue behind the previous collective; host p2p ops wait for nothing there
+                # collectives queue (on a device stream behind the previous one, on the host on gloo's
+                # worker threads); host p2p ops wait for nothing there
                 q = part[~is_p2p[part] | ~rt.is_cpu[part]]
-                if q.size >= 2:
-                    qsrcs.append(q[:-1])
-                    qdsts.append(q[1:])
+                qs, qd = _host_queue(q, end) if rt.is_cpu[q].all() else (q[:-1], q[1:])
+                qsrcs.append(qs)
+                qdsts.append(qd)
                 continue
             if part.size >= 2:
                 holder = np.maximum.accumulate(np.where(e == runmax, np.arange(part.size), 0))

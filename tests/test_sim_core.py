@@ -184,15 +184,19 @@ def test_collectives_issued_in_crossed_order_deadlock_with_a_clear_error(tmp_pat
         simulate(rt)
 
 
-def test_an_async_collective_queued_behind_another_starts_its_transfer_after_it(tmp_path: Path) -> None:
-    # two async all_reduces on a comm stream: the second is issued while the first is still running
+def test_an_async_collective_behind_two_running_ones_starts_its_transfer_when_the_first_ends(
+    tmp_path: Path,
+) -> None:
+    # three async all_reduces on a gloo comm stream (two worker threads): the second runs beside the
+    # first; the third, issued after the host op, waits for the first of them to end (the first, 5 ms)
     b = RunBuilder(world_size=2)
     for r in (0, 1):
         rb = b.rank(r)
         first = rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=5_000_000, start_ns=0, stream=9)
         host = rb.compute("host", dur_ns=1_000_000, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=5_500_000, start_ns=500_000, stream=9)
         rb.collective(
-            CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=6_000_000, start_ns=1_000_000, stream=9, deps=(host,)
+            CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=7_000_000, start_ns=1_000_000, stream=9, deps=(host,)
         )
         assert first == 1
     rt = load_run(b.write(tmp_path / "run"))
@@ -200,10 +204,11 @@ def test_an_async_collective_queued_behind_another_starts_its_transfer_after_it(
     for r in (0, 1):
         assert np.array_equal(res.start_ns[r], rt.ranks[r].start_ns)
         assert np.array_equal(res.end_ns[r], rt.ranks[r].end_ns)
-    slower = simulate(rt, dur_override={0: np.array([-1, -1, 3_000_000, -1], dtype=np.int64)})
-    # the second collective now arrives at 3 ms on rank 0; its transfer still waits for the first (5 ms)
-    assert slower.start_ns[0][3] == 3_000_000
-    assert slower.end_ns[0][3] == rt.ranks[0].end_ns[3]
+    slower = simulate(rt, dur_override={0: np.array([-1, -1, 5_500_000, -1, -1], dtype=np.int64)})
+    # the third now arrives at 5.5 ms on rank 0, after the first ended (5 ms): its recorded transfer
+    # (8 ms - 5 ms) begins at once; behind the second (6 ms) it would have ended at 8 ms
+    assert slower.start_ns[0][4] == 5_500_000
+    assert slower.end_ns[0][4] == 5_500_000 + 3_000_000
 
 
 def test_host_streams_that_never_overlap_replay_as_one_thread(tmp_path: Path) -> None:
