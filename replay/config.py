@@ -106,8 +106,8 @@ class SlowdownItemConfig:
     """jitter: relative standard deviation."""
     seed: int = 0
     """jitter: random seed."""
-    step: int = 0
-    """stall: step at whose start the rank stalls."""
+    step: int | None = None
+    """stall: step at whose start the rank stalls (None: the run's first step)."""
     delay_ms: float = 0.0
     """stall / comm_delay: extra wait, ms."""
     before: str = "collective"
@@ -158,6 +158,8 @@ class SlowdownConfig:
     """Knob: a rank items refer to."""
     delay_ms: float = 0.0
     """Knob: a delay items refer to."""
+    step: int | None = None
+    """Knob: a step items refer to (None: the run's first step)."""
     entries: list[SlowdownItemConfig] = field(default_factory=list)
     """The slowdowns, applied together."""
 

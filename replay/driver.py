@@ -7,10 +7,13 @@ Load (validated) -> build the slowdown model -> simulate (and, for ``mode=real``
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.validate import load_validated
@@ -28,7 +31,7 @@ from skewlens.replay.outputs import (
 )
 from skewlens.replay.scale import scale_run
 from skewlens.replay.simulate import SimResult, simulate
-from skewlens.replay.slowdown import SlowdownModel
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import SummaryRecord, summarize
 
 
@@ -48,6 +51,8 @@ class ReplayOutcome:
     """``skewlens.replay.real`` result for ``mode=real`` (else None)."""
     notes: tuple[str, ...] = ()
     """What the outputs left out (``timeline.json`` past ``perfetto_max_events``), for the user."""
+    slowdowns: tuple[Slowdown, ...] = ()
+    """The slowdowns replayed (a stall's step filled in: :func:`slowdowns_for`)."""
 
 
 #: The override that replays a run whose communication does not match across ranks (named in the refusal).
@@ -66,41 +71,78 @@ def _node_of(topo: Topology, rank: int) -> int:
     return c[1] if len(c) > 1 else c[0]
 
 
-def build_effects(cfg: ReplayConfig) -> SlowdownModel:
-    """The slowdown model of ``cfg`` (nodes for network slowdowns follow the topology's placement)."""
+def slowdowns_for(cfg: ReplayConfig, run: RunTrace) -> tuple[Slowdown, ...]:
+    """``cfg``'s slowdown items for ``run``: a stall without a step (the ``stall`` preset's default) stalls
+    the run's first step; every rank, link, node and step an item names must be in the run
+    (:func:`check_slowdown_targets`)."""
+    items = cfg.slowdown.to_items()
+    if any(i.kind == "stall" and i.step is None for i in items):
+        steps = run_steps(run)
+        if not steps:
+            raise ConfigError("slowdown: a stall needs a step, and the run marks none")
+        items = [replace(i, step=steps[0]) if i.kind == "stall" and i.step is None else i for i in items]
+    return tuple(items)
+
+
+def run_steps(run: RunTrace) -> list[int]:
+    """The steps the run's nodes belong to, in order."""
+    found: set[int] = set()
+    for rt in run.ranks.values():
+        found.update(int(s) for s in np.unique(rt.step) if s >= 0)
+    return sorted(found)
+
+
+def build_effects(cfg: ReplayConfig, items: Sequence[Slowdown] | None = None) -> SlowdownModel:
+    """The slowdown model of ``items`` (default: ``cfg``'s; nodes for network slowdowns follow the
+    topology's placement)."""
     topo = cfg.topology.to_topology()
-    return SlowdownModel(cfg.slowdown.to_items(), node_of=lambda rank: _node_of(topo, rank))
+    chosen = cfg.slowdown.to_items() if items is None else list(items)
+    return SlowdownModel(chosen, node_of=lambda rank: _node_of(topo, rank))
 
 
-def check_slowdown_targets(cfg: ReplayConfig, world_size: int, topo: Topology) -> None:
-    """Every rank, link and node a slowdown item names is in the replayed run (a slowdown of rank 99 on 8
-    ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks): raises
-    :class:`ConfigError` naming the key."""
+def check_slowdown_targets(items: Sequence[Slowdown], run: RunTrace, topo: Topology) -> None:
+    """Every rank, link, node and step a slowdown item names is in the replayed run (a slowdown of rank 99
+    on 8 ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks): raises
+    :class:`ConfigError` naming the key, and the knob the presets take it from."""
+    world_size = run.world_size
     nodes = sorted({_node_of(topo, r) for r in range(world_size)})
-    for k, item in enumerate(cfg.slowdown.entries):
+    steps: list[int] | None = None
+    for k, item in enumerate(items):
         key = f"slowdown.entries[{k}]"
         for r in (*item.ranks, *(r for link in item.links for r in link)):
             if not 0 <= r < world_size:
                 where = "ranks" if r in item.ranks else "links"
-                raise ConfigError(f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1})")
+                raise ConfigError(
+                    f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1}); "
+                    "the presets take it from slowdown.rank"
+                )
         for n in item.nodes:
             if n not in nodes:
                 raise ConfigError(
                     f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
                     f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
                 )
+        if item.kind == "stall":
+            steps = run_steps(run) if steps is None else steps
+            if item.step not in steps:
+                have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+                raise ConfigError(
+                    f"{key}.step: step {item.step} is not in the run ({have}); "
+                    "the stall preset takes it from slowdown.step"
+                )
 
 
 def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROGRESS) -> ReplayOutcome:
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir``; ``progress`` is told of its
     stages (load, simulate, write)."""
-    effects = build_effects(cfg)
     topo = cfg.topology.to_topology()
     with progress.task(f"loading {cfg.trace}", 3) as advance:
         run = load_trace(cfg.trace, lenient=cfg.lenient)
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
             run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
-        check_slowdown_targets(cfg, run.world_size, topo)
+        slowdowns = slowdowns_for(cfg, run)
+        check_slowdown_targets(slowdowns, run, topo)
+        effects = build_effects(cfg, slowdowns)
         advance(description="simulating")
         sim = simulate(
             run,
@@ -140,4 +182,6 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
         except ImportError:
             raise ConfigError("mode=real: real replay is not available") from None
         real = api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)
-    return ReplayOutcome(out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes))
+    return ReplayOutcome(
+        out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns
+    )

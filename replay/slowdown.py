@@ -54,8 +54,9 @@ class Slowdown:
     """jitter: relative standard deviation of the compute factor."""
     seed: int = 0
     """jitter: random seed."""
-    step: int = 0
-    """stall: the step before whose first node the rank stalls."""
+    step: int | None = None
+    """stall: the step before whose first node the rank stalls (None: the run's first step, which the
+    replay fills in once it has loaded the run: ``skewlens.replay.driver.slowdowns_for``)."""
     delay_ms: float = 0.0
     """stall / comm_delay: the extra wait, ms."""
     before: str = "collective"
@@ -115,7 +116,8 @@ class Slowdown:
         elif self.kind == "jitter":
             what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
         elif self.kind == "stall":
-            what = f"a {self.delay_ms:g} ms stall at step {self.step}"
+            at = "the first step" if self.step is None else f"step {self.step}"
+            what = f"a {self.delay_ms:g} ms stall at {at}"
         elif self.kind == "comm_delay":
             what = f"+{self.delay_ms:g} ms before every {self.before} op"
         else:

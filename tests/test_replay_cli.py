@@ -88,7 +88,11 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
         ),
         (
             ["slowdown=stall"],
-            "replayed with transfers as recorded; slowdown stall: a 50 ms stall at step 1 on rank 0",
+            "replayed with transfers as recorded; slowdown stall: a 50 ms stall at the first step on rank 0",
+        ),
+        (
+            ["slowdown=stall", "slowdown.step=3"],
+            "replayed with transfers as recorded; slowdown stall: a 50 ms stall at step 3 on rank 0",
         ),
         (
             ["slowdown=slow_send", "+slowdown.entries.0.first_step=2"],
@@ -99,7 +103,8 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
 def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: list[str], line: str) -> None:
     from skewlens.cli.replay import scenario_line
 
-    assert scenario_line(compose_replay(overrides)).endswith(line)
+    conf = compose_replay(overrides)
+    assert scenario_line(conf, conf.slowdown.to_items()).endswith(line)
 
 
 @pytest.mark.parametrize(
@@ -165,11 +170,24 @@ def test_a_bad_config_gives_one_line_and_exit_code_2(
     [
         (
             ["slowdown=straggler", "slowdown.rank=4"],
-            "slowdown.entries[0].ranks: rank 4 is not in the run (ranks 0-3)",
+            (
+                "slowdown.entries[0].ranks: rank 4 is not in the run (ranks 0-3); the presets take it from "
+                "slowdown.rank"
+            ),
         ),
         (
             ["slowdown=slow_link", "slowdown.entries.0.links=[[0,9]]", "comm_mode=model", "topology=ring"],
-            "slowdown.entries[0].links: rank 9 is not in the run (ranks 0-3)",
+            (
+                "slowdown.entries[0].links: rank 9 is not in the run (ranks 0-3); the presets take it from "
+                "slowdown.rank"
+            ),
+        ),
+        (
+            ["slowdown=stall", "slowdown.step=5"],
+            (
+                "slowdown.entries[0].step: step 5 is not in the run (steps 0-1); "
+                "the stall preset takes it from slowdown.step"
+            ),
         ),
         (
             ["slowdown=slow_link", "slowdown.entries.0.links=[]", "+slowdown.entries.0.nodes=[9]"],
@@ -180,12 +198,30 @@ def test_a_bad_config_gives_one_line_and_exit_code_2(
         ),
     ],
 )
-def test_a_slowdown_of_a_rank_link_or_node_the_run_lacks_is_refused_naming_the_key(
+def test_a_slowdown_of_a_rank_link_node_or_step_the_run_lacks_is_refused_naming_the_key(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
 ) -> None:
     rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+
+
+def test_the_stall_preset_stalls_the_runs_first_step_unless_told_another(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def slowest_step_ms(*overrides: str) -> list[float]:
+        out = tmp_path / f"o{len(list(tmp_path.iterdir()))}"
+        assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false", *overrides]) == 0
+        rows = pq.read_table(out / "summary.parquet").to_pylist()
+        return [max(r["step_time_ns"] for r in rows if r["step"] == s) / 1e6 for s in (0, 1)]
+
+    plain = slowest_step_ms()
+    first = slowest_step_ms("slowdown=stall")
+    assert "a 50 ms stall at step 0 on rank 0" in capsys.readouterr().out
+    later = slowest_step_ms("slowdown=stall", "slowdown.step=1")
+    # rank 0 starts the step 50 ms late, so its peers wait 50 ms (less the 0.3 ms rank 0 waited for them)
+    assert [first[0] - plain[0], first[1] - plain[1]] == pytest.approx([49.7, 0.0])
+    assert [later[0] - plain[0], later[1] - plain[1]] == pytest.approx([0.0, 49.7])
 
 
 def test_an_unknown_run_directory_is_a_one_line_error(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -35,6 +36,7 @@ from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import CONFIG_YAML, SweepRecord, write_text
 from skewlens.replay.render import summary_table
+from skewlens.replay.slowdown import Slowdown
 from skewlens.replay.sweep import append_sweep_row, record_failure
 from skewlens.rich_progress import RichProgress
 
@@ -63,10 +65,9 @@ def to_config(cfg: DictConfig) -> ReplayConfig:
     return obj
 
 
-def scenario_line(conf: ReplayConfig) -> str:
+def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     """What was replayed: the network (the topology where transfers are modelled) and each slowdown."""
     net = f"topology {conf.topology.name}" if conf.comm_mode == "model" else "transfers as recorded"
-    items = conf.slowdown.to_items()
     what = "; ".join(i.describe() for i in items)
     slow = f"slowdown {conf.slowdown.name}: {what}" if items else "no slowdown"
     scale = f"; as {conf.scale.dp} data-parallel replicas" if conf.scale.dp else ""
@@ -81,7 +82,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
     outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
-    console.print(scenario_line(conf), markup=False, highlight=False)
+    console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in (*run_notes(outcome.run), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
