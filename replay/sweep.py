@@ -20,8 +20,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from rich.console import Console
 
+from skewlens.console import report_console
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
@@ -108,8 +108,9 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         rows, failed = collect_sweep(sweep_dir)
         if rows:
-            Console().print(sweep_table(rows))
-            Console().print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
+            console = report_console()
+            console.print(sweep_table(rows))
+            console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
         if not failed:
             return
         # name each failed job by what sets it apart (as the comparison table does), else by every override

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from skewlens.cli.console import FILE_WIDTH, report_console
+from skewlens.console import FILE_WIDTH, report_console
 
 
 def test_a_report_to_a_pipe_is_wide_enough_for_the_cause_column(monkeypatch: pytest.MonkeyPatch) -> None:

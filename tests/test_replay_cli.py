@@ -266,7 +266,11 @@ def test_a_multirun_sweep_writes_one_row_per_job_and_prints_the_comparison(
     for r in rows:
         assert (Path(r["out_dir"]) / "timeline.parquet").exists()
         assert (Path(r["out_dir"]) / "config.yaml").exists()
-    assert "Replay sweep" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Replay sweep" in printed
+    # the report console's width in a pipe (160 columns), not rich's 80: each point's overrides whole
+    for factor, topology in (("1.0", "ring"), ("1.5", "switch")):
+        assert re.search(rf"slowdown\.factor={factor}\s+topology={topology}", printed), printed
 
 
 def test_python_dash_m_skewlens_replay_is_the_same_command_from_any_directory(

@@ -10,7 +10,7 @@ from rich.console import Console
 from skewlens.analysis.api import analyze_run, write_tables
 from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
 from skewlens.analysis.render import report
-from skewlens.cli.console import report_console
+from skewlens.console import report_console
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS

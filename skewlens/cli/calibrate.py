@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
-from skewlens.cli.console import report_console
+from skewlens.console import report_console
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.replay.calibrate import Calibration, Fit, calibrate, write_topology

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
-from skewlens.cli.console import report_console
+from skewlens.console import report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.rich_progress import RichProgress

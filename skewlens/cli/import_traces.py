@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from skewlens.cli.console import ranks_caption, report_console
+from skewlens.console import ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest

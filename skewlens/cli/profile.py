@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
     if args.parquet:
         _export_parquet(run_dir)
 
-    from skewlens.cli.console import report_console
+    from skewlens.console import report_console
 
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     return 0
@@ -132,7 +132,7 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     clock offset, recorded steps, nodes written; one row per reason for the ranks without a trace."""
     from rich.table import Table
 
-    from skewlens.cli.console import ranks_caption
+    from skewlens.console import ranks_caption
     from skewlens.profiler.chakra_io import iter_messages
     from skewlens.profiler.manifest import rank_file
     from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges

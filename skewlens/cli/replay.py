@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
-from skewlens.cli.console import report_console
+from skewlens.console import report_console
 from skewlens.paths import CONF_DIR
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from skewlens.cli.console import report_console
+from skewlens.console import report_console
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
 

@@ -1,4 +1,4 @@
-"""The console the commands print their reports on."""
+"""The console the commands (and the sweep summary, which Hydra calls back) print their reports on."""
 
 from __future__ import annotations
 
