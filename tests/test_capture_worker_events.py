@@ -140,6 +140,10 @@ def test_without_a_profiler_of_the_programs_own_ddps_all_reduce_gets_its_end(
         for r in (0, 1):
             note = m.notes[f"rank {r} worker events recorder"]
             assert "skewlens-no-such-compiler" in note and "torch's profiler" in note
+    elif recorder == "kineto":  # the manifest says which recorder, and why
+        for r in (0, 1):
+            note = m.notes[f"rank {r} worker events recorder"]
+            assert "SKEWLENS_GLOO_EVENTS=kineto" in note and "torch's profiler" in note
     else:
         assert not any("worker events recorder" in k for k in m.notes)
 

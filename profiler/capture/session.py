@@ -219,7 +219,13 @@ class CaptureSession:
         from skewlens.profiler.capture import native
 
         try:
-            return native.load() if native.wanted() else None
+            if not native.wanted():
+                self.notes[f"rank {self.rank} worker events recorder"] = (
+                    f"{native.ENV_MODE}=kineto: torch's profiler recorded gloo's worker events "
+                    "(it costs more than the native recorder)"
+                )
+                return None
+            return native.load()
         except Exception as e:  # inside the program's optimizer.step(): the capture goes on with Kineto
             why = (
                 str(e)
