@@ -126,6 +126,16 @@ def test_a_missing_or_unknown_command_is_a_one_line_error(
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_keep_raw_at_the_collectives_level_warns_that_there_is_no_torch_trace_to_keep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--out", str(tmp_path / "run"), "--keep-raw", "--", sys.executable, "-c", "pass"]
+    _code, err = run_cli(argv, capsys)
+    assert "warning: --keep-raw: the collectives level records no torch trace to keep" in err
+    _code, err = run_cli(["--level", "ops", *argv], capsys)
+    assert "--keep-raw" not in err
+
+
 def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skewlens profile", description=__doc__.split("\n", 1)[0])
     p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
-    p.add_argument("--level", default=Level.COLLECTIVES.value, help="collectives | ops | full")
+    p.add_argument(
+        "--level", default=Level.COLLECTIVES.value, help="collectives | ops | full (default collectives)"
+    )
     p.add_argument("--steps", default="1:1:3", help="capture window WAIT:WARMUP:ACTIVE (default 1:1:3)")
     p.add_argument(
         "--host-trace",
@@ -36,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
         help="full level: take operator schemas and tensor ids from torch.profiler (profiler, cheap) or "
         "from PyTorch's ExecutionTraceObserver (observer: its host trace JSON is kept with --keep-raw)",
     )
-    p.add_argument("--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/")
+    p.add_argument(
+        "--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/ (ops, full)"
+    )
     p.add_argument("--parquet", action="store_true", help="also export RUN_DIR/parquet/ after capture")
     p.add_argument("--clock-timeout", type=float, default=10.0, help=argparse.SUPPRESS)
     return p
@@ -57,6 +61,12 @@ def main(argv: list[str]) -> int:
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
+    if args.keep_raw and level == Level.COLLECTIVES:
+        print(
+            "skewlens profile: warning: --keep-raw: the collectives level records no torch trace to keep "
+            "(RUN_DIR/raw/ is written at --level ops and full)",
+            file=sys.stderr,
+        )
     native_failure = _build_native() if level == Level.COLLECTIVES else ""
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
