@@ -154,6 +154,16 @@ def test_replay_writes_timeline_summary_perfetto_and_the_resolved_config(
     assert saved.trace == str(run_dir)
 
 
+def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={tmp_path / 'o'}", "--cfg", "hydra"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    modes = "--multirun, --cfg, --info, --run, --shell-completion"
+    assert err == [f"skewlens replay: error: --multirun and --cfg: Hydra takes one of {modes} at a time"]
+
+
 def test_a_bad_config_gives_one_line_and_exit_code_2(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -149,9 +149,30 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     return [f"hydra.searchpath=[{entry}]", *out]
 
 
+#: Hydra's run modes: it takes one at a time, and says so with a traceback.
+HYDRA_MODES = (
+    ("-m", "--multirun"),
+    ("-c", "--cfg"),
+    ("-i", "--info"),
+    ("-r", "--run"),
+    ("-sc", "--shell-completion"),
+)
+
+
+def check_modes(args: Sequence[str]) -> None:
+    """At most one Hydra run mode in ``args`` (:data:`HYDRA_MODES`), else a one-line :class:`ConfigError`."""
+    given = [long for short, long in HYDRA_MODES if any(a in (short, long) for a in args)]
+    if len(given) > 1:
+        raise ConfigError(
+            f"{' and '.join(given)}: Hydra takes one of {', '.join(m for _, m in HYDRA_MODES)} at a time"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
     register_configs()
+    args = list(sys.argv[1:] if argv is None else argv)
+    check_modes(args)
     errors: list[SkewlensError] = []
 
     def task(cfg: DictConfig) -> None:
@@ -169,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
         sys.argv = [
             "skewlens-replay",
-            *topology_files(list(sys.argv[1:] if argv is None else argv), Path(tmp)),
+            *topology_files(args, Path(tmp)),
         ]
         try:
             app()
