@@ -154,6 +154,31 @@ def test_replay_writes_timeline_summary_perfetto_and_the_resolved_config(
     assert saved.trace == str(run_dir)
 
 
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        (
+            "topology=nonexist",
+            (
+                "topology=nonexist: no such entry (one of dgx_h100_8x, fat_tree_oversub, fully_connected, "
+                "ring, switch, two_node_ib; or a YAML file's path)"
+            ),
+        ),
+        (
+            "slowdown=straggler,nope",
+            "slowdown=nope: no such entry (one of jitter, none, slow_link, slow_send, stall, straggler)",
+        ),
+    ],
+)
+def test_an_unknown_topology_or_slowdown_entry_is_one_line_listing_the_entries(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, error: str
+) -> None:
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", override])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

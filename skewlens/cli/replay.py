@@ -112,12 +112,39 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         )
 
 
+def entries(group: str) -> set[str]:
+    """The entries of a config group that come with skewlens (``conf/<group>/*.yaml``)."""
+    return {f.stem for f in (CONF_DIR / group).glob("*.yaml")}
+
+
+def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False) -> None:
+    """``group=name`` names a known entry, else a one-line :class:`ConfigError` listing them (Hydra's own
+    message is a dozen lines with its search path)."""
+    if name not in known:
+        alt = "; or a YAML file's path" if or_file else ""
+        raise ConfigError(f"{group}={name}: no such entry (one of {', '.join(sorted(known))}{alt})")
+
+
+def check_groups(args: list[str]) -> None:
+    """Each ``slowdown=`` value of ``args`` (a sweep's comma list too) names an entry of ``conf/slowdown``,
+    unless the user put config directories of their own on ``hydra.searchpath``."""
+    if any(a.startswith("hydra.searchpath=") for a in args):
+        return
+    known = entries("slowdown")
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key == "slowdown" and eq and "(" not in value:
+            for item in value.split(","):
+                check_entry("slowdown", item, known)
+
+
 def topology_files(args: list[str], tmp: Path) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
     bundled entry has that name)."""
-    builtin = {f.stem for f in (CONF_DIR / "topology").glob("*.yaml")}
+    builtin = entries("topology")
+    searched = any(a.startswith("hydra.searchpath=") for a in args)  # the user's own entries may be there
     out, found = [], False
     for arg in args:
         key, eq, value = arg.partition("=")
@@ -128,6 +155,8 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
         for item in value.split(","):
             p = Path(item).expanduser()
             if p.suffix not in (".yaml", ".yml") and p.name == item:
+                if not searched:
+                    check_entry("topology", item, builtin, or_file=True)
                 names.append(item)  # an entry of conf/topology/
                 continue
             if not p.is_file():
@@ -173,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     register_configs()
     args = list(sys.argv[1:] if argv is None else argv)
     check_modes(args)
+    check_groups(args)
     errors: list[SkewlensError] = []
 
     def task(cfg: DictConfig) -> None:
