@@ -370,6 +370,20 @@ def test_the_check_summary_counts_process_groups_and_names_them(tmp_path: Path) 
     assert line.split("process groups", 1)[1].strip() == "2: '0' (4 ranks, default_pg), 'tp' (2 ranks)"
 
 
+def test_the_check_summary_leaves_out_torchs_undefined_group_description() -> None:
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.render import _groups
+
+    groups = [
+        ProcessGroupInfo(name="0", ranks=(0, 1, 2, 3), desc="default_pg"),
+        ProcessGroupInfo(name="1", ranks=(0, 1), desc="undefined"),  # new_group() without group_desc
+        ProcessGroupInfo(name="2", ranks=(2, 3), desc="mesh_tp"),
+    ]
+    assert _groups({g.name: g for g in groups}) == (
+        "3: '0' (4 ranks, default_pg), '1' (2 ranks), '2' (2 ranks, mesh_tp)"
+    )
+
+
 def test_a_400_character_kernel_name_renders_on_one_line_in_the_critical_path_panel(tmp_path: Path) -> None:
     from skewlens.analysis import analyze_run
 

@@ -58,13 +58,16 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
 
 #: At most this many process groups are named in the summary (all are counted).
 SHOWN_GROUPS = 8
+#: The description torch gives a process group made without one.
+NO_DESC = "undefined"
 
 
 def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few by name (a bare ``0``, the
-    usual name of the world group, read as a count)."""
+    usual name of the world group, read as a count). A group's description is shown where torch's
+    ``new_group`` was given one (its default, :data:`NO_DESC`, says nothing)."""
     named = [
-        f"{g.name!r} ({len(g.ranks)} ranks{', ' + g.desc if g.desc and g.desc != g.name else ''})"
+        f"{g.name!r} ({len(g.ranks)} ranks{', ' + g.desc if g.desc not in ('', g.name, NO_DESC) else ''})"
         for g in sorted(groups.values(), key=lambda g: g.name)
     ]
     more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
