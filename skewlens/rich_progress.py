@@ -12,7 +12,8 @@ from skewlens.progress import Advance
 
 
 class RichProgress:
-    """One transient bar per task on ``console`` (stderr by default)."""
+    """One transient bar per task on ``console`` (stderr by default); none where the console is not a
+    terminal (a file or pipe, where a transient bar would leave only an empty line per task)."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console if console is not None else Console(stderr=True)
@@ -26,6 +27,7 @@ class RichProgress:
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
+            disable=not self.console.is_terminal,
         )
         with bar:
             task_id = bar.add_task(description, total=total)

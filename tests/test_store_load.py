@@ -173,6 +173,13 @@ def test_strict_load_still_raises_on_the_first_mismatch(tmp_path: Path) -> None:
         load_run(b.write(tmp_path / "run"))
 
 
+def test_progress_bars_leave_nothing_in_a_file_or_pipe(tmp_path: Path) -> None:
+    buf = io.StringIO()
+    run = load_run(mixed_run(tmp_path), progress=RichProgress(Console(file=buf, width=100)))
+    assert len(run.ranks) == 3
+    assert buf.getvalue() == ""  # it was one empty line per bar
+
+
 def test_progress_bar_renders_to_the_injected_console(tmp_path: Path) -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
