@@ -45,5 +45,7 @@ def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no
     Console(file=buf, width=160).print(summary_table(m, run))
     rows = [line for line in buf.getvalue().splitlines() if line.startswith("│")]
     assert len(rows) == 32 + 2
+    cells = [c.strip() for c in rows[0].split("│")[1:-1]]
+    assert cells[4] == "0"  # the steps recorded, as the import's table lists them (step 0), not a count
     assert "36-38" in rows[-2] and "crashed" in rows[-2] and "39" in rows[-1] and "killed" in rows[-1]
     assert "36 ranks: the first 32 listed, 4 more in" in buf.getvalue()

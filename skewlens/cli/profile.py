@@ -139,7 +139,8 @@ def _build_native() -> str:
 
 def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     """One row per captured rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): host, device,
-    clock offset, recorded steps, nodes written; one row per reason for the ranks without a trace."""
+    clock offset, the steps recorded (as ranges, ``2-4``, like ``skewlens import``), nodes written; one row
+    per reason for the ranks without a trace."""
     from rich.table import Table
 
     from skewlens.console import ranks_caption
@@ -155,9 +156,9 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
         table.add_column(col, justify="right" if col not in ("host", "device") else "left")
     if len(manifest.ranks) > MAX_RANK_ROWS:
         table.caption = ranks_caption(manifest.ranks, str(run_dir / "manifest.json"))
-    steps: dict[int, int] = {}
+    steps: dict[int, list[int]] = {}
     for s in manifest.steps:
-        steps[s.rank] = steps.get(s.rank, 0) + 1
+        steps.setdefault(s.rank, []).append(s.step)
     for r in manifest.ranks[:MAX_RANK_ROWS]:
         nodes = sum(1 for _ in iter_messages(rank_file(run_dir, r))) - 1  # minus the GlobalMetadata
         offset = manifest.clock_offsets_ns.get(r, 0) / 1000
@@ -166,7 +167,7 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
             manifest.hosts.get(r, ""),
             manifest.devices.get(r, ""),
             f"{offset:.1f}",
-            str(steps.get(r, 0)),
+            rank_ranges(steps.get(r, ())) or "-",
             str(nodes),
         )
     for note, ranks in manifest.missing_by_note().items():  # ranks without a trace: one row per reason
