@@ -179,3 +179,24 @@ def test_record_dataclasses_give_documented_dictionary_encoded_arrow_schemas() -
     assert pa.types.is_dictionary(s.field("name").type)
     assert s.field("comm_type").nullable and not s.field("rank").nullable
     assert s.field("start_ns").metadata[b"doc"] == b"Start on the aligned clock, ns."
+
+
+@pytest.mark.parametrize("decoder", ["vectorised", "reference"])
+def test_a_bad_utf8_byte_in_a_metadata_node_is_a_corrupt_trace_naming_the_rank_and_offset(
+    tmp_path: Path, decoder: str
+) -> None:
+    from skewlens.profiler.store.load import load_rank
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 64, 1000)
+    run = b.write(tmp_path / "run")
+    path = run / "rank-0.et"
+    data = bytearray(path.read_bytes())
+    data[data.find(b"default_pg") + 2] = 0x88  # inside the process-group metadata node's strings
+    path.write_bytes(bytes(data))
+    # the vectorised decoder keeps metadata nodes whole; parsing them later raised protobuf's DecodeError
+    with pytest.raises(TraceFormatError, match=r"rank-0\.et: .*byte offset 64"):
+        load_rank(path, 0, [], {}, decoder=decoder)
+    lenient = load_run(run, lenient=True)
+    assert sorted(lenient.ranks) == [1]

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
@@ -267,7 +268,13 @@ def _interpret(
     if pg_found is not None:
         for row, msg in raw.metadata_msgs:
             node = pb.Node()
-            node.ParseFromString(msg)
+            try:
+                node.ParseFromString(msg)
+            except DecodeError as e:  # the vectorised decoder keeps metadata nodes whole, unparsed
+                raise TraceFormatError(
+                    f"{path}: rank {rank}: metadata node {node_id[row]} at byte offset {raw.msg_offset[row]} "
+                    f"cannot be parsed ({e})"
+                ) from None
             if node.name == PG_INIT_NODE_NAME:
                 try:
                     pg_found.update(parse_pg_init(node.inputs.values, path))
