@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -49,7 +50,7 @@ def read_bytes_bounded(
                     data += _read_upto(fh, max_bytes + 1 - len(data))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib's: a corrupt deflate stream inside the gzip
         raise error(f"{path}: cannot read {what}: {e}") from None
     if len(data) > max_bytes:
         raise error(f"{path}: {what} larger than the {max_bytes}-byte limit")

@@ -213,6 +213,28 @@ def test_reading_is_bounded_in_size_and_depth(tmp_path: Path) -> None:
         read_json(deep)
 
 
+def test_a_corrupt_deflate_stream_in_a_gzip_trace_or_archive_is_an_import_error(tmp_path: Path) -> None:
+    doc = json.dumps(kineto_doc(0)).encode()
+    sources = {
+        "rank0.json.gz": gzip.compress(doc, mtime=0),
+        "t.tar.gz": _tar(tmp_path / "ok.tar.gz", [("d/r0.json", doc)]).read_bytes(),
+    }
+    kinds: set[str] = set()
+    for name, data in sources.items():
+        for at in range(20, len(data) - 8, max(1, (len(data) - 28) // 40)):
+            bad = bytearray(data)
+            bad[at] ^= 0xFF
+            path = tmp_path / f"{name}-{at}" / name
+            path.parent.mkdir()
+            path.write_bytes(bytes(bad))
+            try:
+                import_traces([path], None, path.parent / "run", rank=0)
+            except TraceImportError as e:
+                kinds.add(str(e).split(": ", 1)[1][:30])
+    # zlib's own error (a deflate stream that cannot be decoded) was a traceback
+    assert any("Error -3" in k for k in kinds), kinds
+
+
 def test_an_existing_run_is_kept_unless_overwrite_is_asked(tmp_path: Path) -> None:
     ks = _two_ranks(tmp_path)
     out = tmp_path / "run"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -104,7 +105,7 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                 out.append(target)
     except tarfile.TarError as e:
         raise TraceImportError(f"{archive}: not a readable tar archive ({e})") from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib's: a corrupt deflate stream in a .tar.gz
         raise TraceImportError(f"{archive}: cannot read archive ({e})") from None
     if not out:
         raise TraceImportError(f"{archive}: archive holds no .json / .json.gz trace files")
