@@ -247,6 +247,24 @@ def test_an_existing_run_is_kept_unless_overwrite_is_asked(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "run"]
 
 
+def test_force_replaces_only_a_run_directory_and_never_the_current_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ks = _two_ranks(tmp_path)
+    other = tmp_path / "scratch"
+    (other / "sub").mkdir(parents=True)
+    (other / "sub" / "data.txt").write_text("x")
+    with pytest.raises(TraceImportError, match=r"scratch: not a run directory \(no manifest.json\)"):
+        import_traces(ks, None, other, overwrite=True)
+    assert (other / "sub" / "data.txt").read_text() == "x"
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(TraceImportError, match="the current directory"):
+        import_traces(ks, None, Path("."))
+    assert not any(here.iterdir())
+
+
 def test_a_send_recv_kernel_without_a_known_peer_stays_a_gpu_compute_node(tmp_path: Path) -> None:
     doc = kineto_doc(0, 1, comms=())
     doc["traceEvents"].append(

@@ -42,9 +42,35 @@ from skewlens.profiler.importers.sources import (
     read_trace_bytes,
     text_size_estimate,
 )
-from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
+from skewlens.profiler.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ProcessGroupInfo,
+    StepWindow,
+    rank_file,
+    write_manifest,
+)
 from skewlens.profiler.threads import usable_cores
 from skewlens.progress import NO_PROGRESS, Progress
+
+
+def _not_replaceable(out: Path, overwrite: bool) -> str | None:
+    """Why the import may not write ``out``, or None: it may where nothing is there or an empty directory,
+    and with ``overwrite`` where a run directory is (one with a manifest), never over anything else, and
+    never the directory this process is in (the run is renamed into place: the shell would be left in a
+    deleted directory)."""
+    if not out.exists():
+        return None
+    here = Path.cwd()
+    if out.resolve() == here or out.resolve() in here.parents:
+        return f"{out}: the current directory (or one that holds it); give --out another directory"
+    if out.is_dir() and not any(out.iterdir()):
+        return None
+    if not overwrite:
+        return f"{out}: exists and is not empty (choose another --out, or --force to replace it)"
+    if not (out.is_dir() and (out / MANIFEST_NAME).is_file()):
+        return f"{out}: not a run directory (no {MANIFEST_NAME}); --force replaces only a run directory"
+    return None
 
 
 def _skewlens_version() -> str:
@@ -303,11 +329,9 @@ def import_traces(
     caller's main module: a script that calls this needs the ``if __name__ == "__main__":`` guard.
     Returns the manifest written.
     """
-    out = Path(out)
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise TraceImportError(
-            f"{out}: exists and is not empty (choose another --out, or --force to replace it)"
-        )
+    out = Path(out).absolute()  # ``.`` has no name to make the temporary sibling from
+    if (why := _not_replaceable(out, overwrite)) is not None:
+        raise TraceImportError(why)
     if not kineto:
         raise TraceImportError("no Kineto trace given")
     if workers is not None and workers < 1:
@@ -432,7 +456,7 @@ def _write_run(
         write_manifest(tmp, manifest)
         old = None
         if out.exists():
-            if not overwrite and (not out.is_dir() or any(out.iterdir())):
+            if _not_replaceable(out, overwrite) is not None:
                 raise TraceImportError(f"{out}: appeared while importing; not overwritten")
             old = out.with_name(f".{out.name}.old-{tmp.name}")
             out.rename(old)
