@@ -6,14 +6,22 @@ Versioned: every reader checks ``format`` and ``version`` and says what it found
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from skewlens.profiler.atomic import write_text_atomic
+from skewlens.profiler.bounded import read_bytes_bounded
 from skewlens.profiler.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
+#: Most ranks a run may declare. A manifest is untrusted input and its world size decides what the loader
+#: allocates (a list of every rank); a run of a million ranks fits.
+MAX_WORLD_SIZE = 1 << 20
+#: Largest manifest read (a million ranks with their steps and notes fit).
+MAX_MANIFEST_BYTES = 1 << 30
+_INT64 = 1 << 63
 MANIFEST_FORMAT = "skewlens-run"
 MANIFEST_VERSION = 1
 RANK_FILE = "rank-{rank}.et"
@@ -140,6 +148,9 @@ class Manifest:
 
     @staticmethod
     def from_json(d: dict[str, Any], where: str = "manifest") -> Manifest:
+        """The manifest in ``d`` (parsed JSON), every value type- and range-checked: a manifest is as
+        untrusted as the traces, and its world size decides what the loader allocates. Errors name the key
+        (``manifest.json: ranks[2]: rank 9 is outside world size 4``)."""
         if d.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"{where}: not a skewlens manifest (format={d.get('format')!r})")
         if d.get("version") != MANIFEST_VERSION:
@@ -147,45 +158,141 @@ class Manifest:
                 f"{where}: manifest version {d.get('version')!r} is not supported (this skewlens reads "
                 f"version {MANIFEST_VERSION})"
             )
-        try:
-            return Manifest(
-                world_size=int(d["world_size"]),
-                ranks=tuple(int(r) for r in d["ranks"]),
-                missing_ranks=tuple(int(r) for r in d.get("missing_ranks", ())),
-                process_groups=tuple(
-                    ProcessGroupInfo(
-                        name=str(g["name"]),
-                        ranks=tuple(int(r) for r in g["ranks"]),
-                        desc=str(g.get("desc", "")),
-                        backend=str(g.get("backend", "")),
-                    )
-                    for g in d.get("process_groups", ())
-                ),
-                backend=str(d.get("backend", "")),
-                level=str(d.get("level", "collectives")),
-                source=str(d.get("source", "capture")),
-                devices={int(k): str(v) for k, v in d.get("devices", {}).items()},
-                hosts={int(k): str(v) for k, v in d.get("hosts", {}).items()},
-                clock_offsets_ns={int(k): int(v) for k, v in d.get("clock_offsets_ns", {}).items()},
-                step_window=StepWindow(**d.get("step_window", {})),
-                steps=tuple(StepSpan(**s) for s in d.get("steps", ())),
-                torch_version=str(d.get("torch_version", "")),
-                skewlens_version=str(d.get("skewlens_version", "")),
-                command=tuple(str(c) for c in d.get("command", ())),
-                notes={str(k): str(v) for k, v in d.get("notes", {}).items()},
-                lost_collectives=tuple(
-                    LostCollectives(
-                        pg_name=str(x["pg_name"]),
-                        first_seq=int(x["first_seq"]),
-                        last_seq=int(x["last_seq"]),
-                        steps=tuple(int(t) for t in x["steps"]),
-                        ranks=tuple(int(r) for r in x.get("ranks", ())),
-                    )
-                    for x in d.get("lost_collectives", ())
-                ),
+        j = _Json(where)
+        ws = j.integer(j.need(d, "world_size"), "world_size", 1, MAX_WORLD_SIZE)
+        ranks = j.ranks(j.need(d, "ranks"), "ranks", ws)
+        missing = j.ranks(d.get("missing_ranks", []), "missing_ranks", ws)
+        if both := sorted(set(ranks) & set(missing)):
+            raise ManifestError(f"{where}: ranks and missing_ranks both list rank {both[0]}")
+        groups = []
+        for i, g in enumerate(j.array(d.get("process_groups", []), "process_groups")):
+            key = f"process_groups[{i}]"
+            g = j.obj(g, key)
+            groups.append(
+                ProcessGroupInfo(
+                    name=j.text(j.need(g, "name", key), f"{key}.name"),
+                    ranks=j.ranks(j.need(g, "ranks", key), f"{key}.ranks", ws),
+                    desc=j.text(g.get("desc", ""), f"{key}.desc"),
+                    backend=j.text(g.get("backend", ""), f"{key}.backend"),
+                )
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ManifestError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
+        window = j.obj(d.get("step_window", {}), "step_window")
+        if extra := sorted(set(window) - {"wait", "warmup", "active"}):
+            raise ManifestError(f"{where}: step_window: unknown key {extra[0]!r}")
+        steps = []
+        for i, sp in enumerate(j.array(d.get("steps", []), "steps")):
+            key = f"steps[{i}]"
+            sp = j.obj(sp, key)
+            span = StepSpan(
+                rank=j.integer(j.need(sp, "rank", key), f"{key}.rank", 0, ws - 1),
+                step=j.integer(j.need(sp, "step", key), f"{key}.step", 0),
+                start_ns=j.integer(j.need(sp, "start_ns", key), f"{key}.start_ns"),
+                end_ns=j.integer(j.need(sp, "end_ns", key), f"{key}.end_ns"),
+            )
+            if span.end_ns < span.start_ns:
+                raise ManifestError(
+                    f"{where}: {key}: end_ns {span.end_ns} is before start_ns {span.start_ns}"
+                )
+            steps.append(span)
+        lost = []
+        for i, x in enumerate(j.array(d.get("lost_collectives", []), "lost_collectives")):
+            key = f"lost_collectives[{i}]"
+            x = j.obj(x, key)
+            lost.append(
+                LostCollectives(
+                    pg_name=j.text(j.need(x, "pg_name", key), f"{key}.pg_name"),
+                    first_seq=j.integer(j.need(x, "first_seq", key), f"{key}.first_seq", 0),
+                    last_seq=j.integer(j.need(x, "last_seq", key), f"{key}.last_seq", -1),
+                    steps=tuple(
+                        j.integer(t, f"{key}.steps", 0) for t in j.array(j.need(x, "steps", key), key)
+                    ),
+                    ranks=j.ranks(x.get("ranks", []), f"{key}.ranks", ws),
+                )
+            )
+        return Manifest(
+            world_size=ws,
+            ranks=ranks,
+            missing_ranks=missing,
+            process_groups=tuple(groups),
+            backend=j.text(d.get("backend", ""), "backend"),
+            level=j.text(d.get("level", "collectives"), "level"),
+            source=j.text(d.get("source", "capture"), "source"),
+            devices=j.by_rank(d.get("devices", {}), "devices", ws, j.text),
+            hosts=j.by_rank(d.get("hosts", {}), "hosts", ws, j.text),
+            clock_offsets_ns=j.by_rank(d.get("clock_offsets_ns", {}), "clock_offsets_ns", ws, j.integer),
+            step_window=StepWindow(**{k: j.integer(v, f"step_window.{k}", 0) for k, v in window.items()}),
+            steps=tuple(steps),
+            torch_version=j.text(d.get("torch_version", ""), "torch_version"),
+            skewlens_version=j.text(d.get("skewlens_version", ""), "skewlens_version"),
+            command=tuple(j.text(c, "command") for c in j.array(d.get("command", []), "command")),
+            notes={
+                j.text(k, "notes"): j.text(v, f"notes[{k!r}]")
+                for k, v in j.obj(d.get("notes", {}), "notes").items()
+            },
+            lost_collectives=tuple(lost),
+        )
+
+
+_T = TypeVar("_T")
+
+
+class _Json:
+    """Typed reads of a manifest's parsed JSON; each refusal is a :class:`ManifestError` naming the key."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def _refuse(self, key: str, what: str, v: object) -> NoReturn:
+        raise ManifestError(f"{self.where}: {key}: expected {what}, got {_short(v)}")
+
+    def need(self, d: dict[str, Any], name: str, within: str = "") -> Any:
+        if name not in d:
+            raise ManifestError(f"{self.where}: {within + '.' if within else ''}{name}: missing")
+        return d[name]
+
+    def integer(self, v: object, key: str, lo: int = -_INT64, hi: int = _INT64 - 1) -> int:
+        if not isinstance(v, int) or isinstance(v, bool):
+            self._refuse(key, "an integer", v)
+        if not lo <= v <= hi:
+            raise ManifestError(f"{self.where}: {key}: {v} is outside {lo}..{hi}")
+        return v
+
+    def text(self, v: object, key: str) -> str:
+        return v if isinstance(v, str) else self._refuse(key, "a string", v)
+
+    def array(self, v: object, key: str) -> list[Any]:
+        return v if isinstance(v, list) else self._refuse(key, "a list", v)
+
+    def obj(self, v: object, key: str) -> dict[str, Any]:
+        return v if isinstance(v, dict) else self._refuse(key, "an object", v)
+
+    def ranks(self, v: object, key: str, world_size: int) -> tuple[int, ...]:
+        out = tuple(self.rank(r, f"{key}[{i}]", world_size) for i, r in enumerate(self.array(v, key)))
+        if len(set(out)) != len(out):
+            twice = next(r for r in out if out.count(r) > 1)
+            raise ManifestError(f"{self.where}: {key}: rank {twice} listed twice")
+        return out
+
+    def rank(self, v: object, key: str, world_size: int) -> int:
+        r = self.integer(v, key)
+        if not 0 <= r < world_size:
+            raise ManifestError(f"{self.where}: {key}: rank {r} is outside world size {world_size}")
+        return r
+
+    def by_rank(
+        self, v: object, key: str, world_size: int, value: Callable[[object, str], _T]
+    ) -> dict[int, _T]:
+        out = {}
+        for k, x in self.obj(v, key).items():
+            if not (isinstance(k, str) and k.isascii() and k.isdigit()):
+                raise ManifestError(f"{self.where}: {key}: key {_short(k)} is not a rank")
+            out[self.rank(int(k), f"{key}[{k!r}]", world_size)] = value(x, f"{key}[{k!r}]")
+        return out
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def write_manifest(run_dir: str | Path, manifest: Manifest) -> Path:
@@ -198,16 +305,14 @@ def write_manifest(run_dir: str | Path, manifest: Manifest) -> Path:
 def read_manifest(run_dir: str | Path) -> Manifest:
     """Read and version-check ``RUN_DIR/manifest.json``."""
     path = Path(run_dir) / MANIFEST_NAME
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no manifest (is {run_dir} a skewlens run directory?)") from None
-    except OSError as e:
-        raise ManifestError(f"{path}: cannot read: {e}") from None
+    if not path.exists():
+        raise ManifestError(f"{path}: no manifest (is {run_dir} a skewlens run directory?)")
+    text = read_bytes_bounded(path, MAX_MANIFEST_BYTES, error=ManifestError, what="manifest")
     try:
         d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        why = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        raise ManifestError(f"{path}: not valid JSON ({why})") from None
     if not isinstance(d, dict):
         raise ManifestError(f"{path}: expected a JSON object")
     return Manifest.from_json(d, str(path))

@@ -247,6 +247,18 @@ def test_an_existing_run_is_kept_unless_overwrite_is_asked(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "run"]
 
 
+def test_rank_and_world_size_are_bounded_and_must_agree_with_the_traces(tmp_path: Path) -> None:
+    ks = _two_ranks(tmp_path)
+    for kwargs, error in (
+        ({"rank": -1}, r"--rank -1: expected a rank in 0\.\.1048575"),
+        ({"world_size": 10**7}, r"--world-size 10000000: expected 1\.\.1048576"),
+        ({"world_size": 3}, r"--world-size 3 disagrees with the traces' distributedInfo\.world_size 2"),
+    ):
+        with pytest.raises(TraceImportError, match=error):
+            import_traces(ks, None, tmp_path / "run", **kwargs)  # type: ignore[arg-type]
+    assert not (tmp_path / "run").exists()
+
+
 def test_force_replaces_only_a_run_directory_and_never_the_current_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,36 @@ def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
     m["version"] = 99
     (run / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ManifestError, match="manifest version 99 is not supported"):
+        read_manifest(run)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"world_size": 10**12}, "world_size: 1000000000000 is outside 1..1048576"),
+        ({"world_size": "2"}, "world_size: expected an integer, got '2'"),
+        ({"world_size": 1}, "ranks[1]: rank 1 is outside world size 1"),
+        ({"ranks": "01"}, "ranks: expected a list, got '01'"),
+        ({"ranks": [0, 0]}, "ranks: rank 0 listed twice"),
+        ({"devices": ["cpu", "cpu"]}, "devices: expected an object, got ['cpu', 'cpu']"),
+        ({"clock_offsets_ns": {"0": "abc"}}, "clock_offsets_ns['0']: expected an integer, got 'abc'"),
+        ({"steps": [{"rank": 0, "step": 1, "start_ns": "x", "end_ns": 5}]}, "steps[0].start_ns: expected an"),
+        ({"steps": [{"rank": 0, "step": 1, "start_ns": 9, "end_ns": 5}]}, "steps[0]: end_ns 5 is before"),
+        (
+            {"process_groups": [{"name": "0", "ranks": [0, 9]}]},
+            "process_groups[0].ranks[1]: rank 9 is outside",
+        ),
+        ({"missing_ranks": [1]}, "ranks and missing_ranks both list rank 1"),
+    ],
+)
+def test_a_manifest_value_of_the_wrong_type_or_range_is_refused_naming_its_key(
+    tmp_path: Path, change: dict[str, object], error: str
+) -> None:
+    run = _two_rank_run(tmp_path)
+    m = json.loads((run / "manifest.json").read_text())
+    m.update(change)
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match=re.escape(error)):
         read_manifest(run)
 
 

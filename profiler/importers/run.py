@@ -44,6 +44,7 @@ from skewlens.profiler.importers.sources import (
 )
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
+    MAX_WORLD_SIZE,
     Manifest,
     ProcessGroupInfo,
     StepWindow,
@@ -90,7 +91,13 @@ def _check_ranks(kinetos: Sequence[KinetoTrace], world_size: int | None) -> int:
     if len(sizes) > 1:
         detail = ", ".join(f"{kt.path.name}: {kt.world_size}" for kt in kinetos)
         raise TraceImportError(f"Kineto traces disagree on the world size ({detail})")
+    if world_size is not None and sizes and sizes != {world_size}:
+        raise TraceImportError(
+            f"--world-size {world_size} disagrees with the traces' distributedInfo.world_size {sizes.pop()}"
+        )
     ws = world_size if world_size is not None else (sizes.pop() if sizes else max(seen) + 1)
+    if not 1 <= ws <= MAX_WORLD_SIZE:
+        raise TraceImportError(f"world size {ws} is outside 1..{MAX_WORLD_SIZE}")
     too_big = [r for r in seen if r >= ws]
     if too_big:
         raise TraceImportError(f"rank {too_big[0]} ({seen[too_big[0]]}) is outside world size {ws}")
@@ -334,6 +341,10 @@ def import_traces(
         raise TraceImportError(why)
     if not kineto:
         raise TraceImportError("no Kineto trace given")
+    if rank is not None and not 0 <= rank < MAX_WORLD_SIZE:
+        raise TraceImportError(f"--rank {rank}: expected a rank in 0..{MAX_WORLD_SIZE - 1}")
+    if world_size is not None and not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise TraceImportError(f"--world-size {world_size}: expected 1..{MAX_WORLD_SIZE}")
     if workers is not None and workers < 1:
         raise TraceImportError(f"workers must be >= 1, got {workers}")
     try:
