@@ -179,6 +179,36 @@ def test_an_unknown_topology_or_slowdown_entry_is_one_line_listing_the_entries(
     assert not (tmp_path / "o").exists()
 
 
+def test_an_out_that_cannot_be_a_directory_or_a_bad_topology_file_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text(": : :\n\t- [")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    for args, error in (
+        ([f"out={afile}"], f"out={afile}: cannot be made a directory (File exists)"),
+        ([f"out={afile / 'sub'}"], f"out={afile / 'sub'}: cannot be made a directory (Not a directory)"),
+        ([f"out={tmp_path / 'o'}", f"topology={bad_yaml}"], f"topology={bad_yaml}: not a YAML topology ("),
+        ([f"out={tmp_path / 'o'}", f"topology={empty}"], f"topology={empty}: holds no topology"),
+    ):
+        assert skewlens_main(["replay", f"trace={run_dir}", *args]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"skewlens replay: error: {error}"), line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_replay_that_fails_leaves_no_output_directory_it_made(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "new" / "deeper"
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.rank=9"])
+    assert rc == 2 and "rank 9 is not in the run" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # nor config.yaml: it is written once the replay succeeded
+
+
 def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

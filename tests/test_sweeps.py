@@ -109,6 +109,7 @@ def test_a_failing_point_of_a_joblib_sweep_is_named_with_its_overrides_and_the_o
     ]
     assert "Traceback" not in res.stdout + res.stderr
     _assert_straggler_sweep(out, [1.0])
+    assert not (out / "1").exists()  # the failed point leaves no directory of its own behind
 
 
 @pytest.mark.slow  # three replays in this process, 7 s

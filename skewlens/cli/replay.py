@@ -12,6 +12,7 @@ naming the key (one line, exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -34,7 +36,14 @@ from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.outputs import CONFIG_YAML, SweepRecord, write_text
+from skewlens.replay.outputs import (
+    CONFIG_YAML,
+    SUMMARY_PARQUET,
+    TIMELINE_JSON,
+    TIMELINE_PARQUET,
+    SweepRecord,
+    write_text,
+)
 from skewlens.replay.render import summary_table
 from skewlens.replay.slowdown import Slowdown
 from skewlens.replay.sweep import append_sweep_row, record_failure
@@ -77,10 +86,21 @@ def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
     hc = HydraConfig.get()
-    conf = to_config(cfg)
     out_dir = Path(hc.runtime.output_dir)
-    write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
-    outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
+    outputs = [out_dir / n for n in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML)]
+    before = {p for p in outputs if p.exists()}
+    try:
+        conf = to_config(cfg)
+        outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
+        write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
+    except BaseException:  # a failed or interrupted replay leaves none of its own outputs (each is whole)
+        for p in outputs:
+            if p not in before:
+                p.unlink(missing_ok=True)
+        if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in (*run_notes(outcome.run), *outcome.notes):
@@ -138,6 +158,50 @@ def check_groups(args: list[str]) -> None:
                 check_entry("slowdown", item, known)
 
 
+def check_topology_file(item: str, path: Path) -> None:
+    """``path`` is a YAML mapping (what ``skewlens calibrate`` writes), else a one-line :class:`ConfigError`
+    (YAML's own errors, and Hydra's around them, are tracebacks; an empty file read as a missing name)."""
+    try:
+        doc = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"topology={item}: not a YAML topology ({first})") from None
+    if not isinstance(doc, DictConfig) or not doc:
+        raise ConfigError(f"topology={item}: holds no topology (a YAML mapping with name, dimensions, ...)")
+
+
+def make_out_dir(args: list[str]) -> Path | None:
+    """Make ``out=`` of ``args`` a directory before Hydra does (where it cannot, Hydra fails with a
+    traceback): a one-line :class:`ConfigError` where it cannot be one. Returns the outermost directory this
+    made (None where it existed), for :func:`remove_if_empty` after a command that wrote nothing there."""
+    value = next((a.partition("=")[2] for a in args if a.startswith("out=")), "")
+    if not value or "$" in value:  # an interpolation: Hydra resolves it
+        return None
+    path = Path(value).expanduser()
+    first = path
+    while not first.parent.exists() and first.parent != first:
+        first = first.parent
+    made = None if path.exists() else first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out={value}: cannot be made a directory ({e.strerror or e})") from None
+    return made
+
+
+def remove_if_empty(top: Path, leaf: Path) -> None:
+    """Remove ``leaf`` and its parents up to ``top`` where they hold nothing."""
+    d = leaf
+    while True:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        if d == top:
+            return
+        d = d.parent
+
+
 def topology_files(args: list[str], tmp: Path) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
@@ -161,6 +225,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
                 continue
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
+            check_topology_file(item, p)
             name = p.stem if p.stem not in builtin else f"file_{p.stem}"
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, tmp / "topology" / f"{name}.yaml")
@@ -218,10 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv
     with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
-        sys.argv = [
-            "skewlens-replay",
-            *topology_files(args, Path(tmp)),
-        ]
+        hydra_args = topology_files(args, Path(tmp))
+        made = make_out_dir(args)
+        sys.argv = ["skewlens-replay", *hydra_args]
         try:
             app()
         except SystemExit as e:
@@ -229,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         finally:
             sys.argv = saved
+            if made is not None:  # made here for this command: not left behind empty
+                remove_if_empty(made, Path(next(a for a in args if a.startswith("out=")).partition("=")[2]))
     if errors:
         raise errors[0]
     return 0
