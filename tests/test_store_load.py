@@ -34,9 +34,9 @@ SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 CHAKRA_GENERATOR = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "chakra_generator"
 
 
-def _assert_same(fast_path: Path) -> None:
-    a = load_rank(fast_path, 0, [], {}, decoder="vectorised")
-    b = load_rank(fast_path, 0, [], {}, decoder="reference")
+def _assert_same(fast_path: Path, rank: int = 0) -> None:
+    a = load_rank(fast_path, rank, [], {}, decoder="vectorised")
+    b = load_rank(fast_path, rank, [], {}, decoder="reference")
     for c in COLUMNS:
         x, y = getattr(a, c), getattr(b, c)
         assert x.dtype == y.dtype and np.array_equal(x, y), c
@@ -64,7 +64,7 @@ def mixed_run(tmp_path: Path, *, op: str = "op", name: str = "run") -> Path:
 def test_vectorised_decoder_gives_exactly_the_reference_columns(tmp_path: Path) -> None:
     run = mixed_run(tmp_path)
     for r in range(3):
-        _assert_same(run / f"rank-{r}.et")
+        _assert_same(run / f"rank-{r}.et", r)
 
 
 def test_a_file_of_few_nodes_is_read_by_the_reference_decoder_with_the_same_columns(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_a_file_of_few_nodes_is_read_by_the_reference_decoder_with_the_same_colu
     assert decode_file(run / "rank-0.et", min_nodes=0).node_id.shape == (MIN_NODES - 1,)
     assert decode_file(run / "rank-1.et").node_id.shape == (MIN_NODES,)
     for r in range(2):
-        _assert_same(run / f"rank-{r}.et")
+        _assert_same(run / f"rank-{r}.et", r)
         a = load_rank(run / f"rank-{r}.et", r, [], {})
         v = load_rank(run / f"rank-{r}.et", r, [], {}, decoder="vectorised")
         for c in COLUMNS:

@@ -231,3 +231,11 @@ def test_a_bad_utf8_byte_in_a_metadata_node_is_a_corrupt_trace_naming_the_rank_a
         load_rank(path, 0, [], {}, decoder=decoder)
     lenient = load_run(run, lenient=True)
     assert sorted(lenient.ranks) == [1]
+
+
+def test_a_rank_file_holding_another_ranks_trace_is_a_corrupt_trace_naming_both(tmp_path: Path) -> None:
+    run = _two_rank_run(tmp_path)
+    (run / "rank-1.et").write_bytes((run / "rank-0.et").read_bytes())  # copied over: it passed check
+    with pytest.raises(TraceFormatError, match=r"rank-1\.et: holds rank 0's trace .*not rank 1's"):
+        load_run(run)
+    assert sorted(load_run(run, lenient=True).ranks) == [0]

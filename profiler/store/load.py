@@ -241,6 +241,12 @@ def _interpret(
     pg_found: dict[str, ProcessGroupInfo] | None,
     sink: IssueLog,
 ) -> RankTrace:
+    written_for = read_metadata(raw.global_metadata, path).get("rank")
+    if isinstance(written_for, int) and written_for != rank:  # traces of other tools carry no rank
+        raise TraceFormatError(
+            f"{path}: holds rank {written_for}'s trace (its GlobalMetadata says so), not rank {rank}'s: "
+            "a file copied or renamed?"
+        )
     n = raw.node_id.shape[0]
     node_id = raw.node_id.view(np.int64)
     names: list[str] = raw.names.dictionary.to_pylist()
