@@ -58,6 +58,32 @@ def test_analyze_writes_tables_pictures_and_a_perfetto_trace(
     assert {e["ph"] for e in ev if e.get("cat") == "critical_path"} >= {"s", "f"}
 
 
+def test_analyzing_into_a_used_directory_replaces_the_earlier_outputs_and_an_interrupt_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import skewlens.cli.analyze as cli_analyze
+
+    run_dir = build_run(tmp_path, SC)
+    out = tmp_path / "out"
+    assert main(["analyze", str(run_dir), "--out", str(out)]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert main(["analyze", str(run_dir), "--out", str(out), "--no-blame", "--no-pictures"]) == 0
+    # the earlier blame and pictures are not left beside tables they do not belong to; the user's file stays
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["collective_skew.parquet", "step_breakdown.parquet", "critical_path.parquet", "notes.txt"]
+    )
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(*_a: object, **_k: object) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_analyze, "breakdown_bars", interrupted)
+    assert main(["analyze", str(run_dir), "--out", str(out)]) != 0  # "interrupted"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([run_dir.name, "out"])  # no staging left
+    capsys.readouterr()
+
+
 def test_missing_run_directory_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
 
-from skewlens.analysis.api import analyze_run, write_tables
-from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
+from skewlens.analysis.api import (
+    BLAME_FILE,
+    BLAME_STEPS_FILE,
+    BREAKDOWN_FILE,
+    CRITICAL_PATH_FILE,
+    SKEW_FILE,
+    analyze_run,
+    write_tables,
+)
+from skewlens.analysis.perfetto import MAX_EVENTS_OPTION, PERFETTO_FILE, write_perfetto
+from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
+from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
 from skewlens.analysis.render import report
 from skewlens.console import report_console
 from skewlens.profiler.errors import SkewlensError
@@ -69,6 +83,43 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Every file ``skewlens analyze`` may write into its output directory.
+OUTPUTS = (
+    SKEW_FILE,
+    BREAKDOWN_FILE,
+    CRITICAL_PATH_FILE,
+    BLAME_FILE,
+    BLAME_STEPS_FILE,
+    WAIT_HEATMAP_FILE,
+    BREAKDOWN_PNG,
+    PERFETTO_FILE,
+)
+
+
+@contextlib.contextmanager
+def staged_outputs(out: Path) -> Iterator[Path]:
+    """A directory beside ``out`` to write the outputs into; once the block ends without an error they
+    replace ``out``'s (an earlier analysis's files this one did not write, a blame left from a run with
+    blame, go too: a directory never mixes two analyses); on an error or an interrupt nothing in ``out``
+    changes and the staging directory goes."""
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.absolute().name}.analyze-", dir=parent))
+    except OSError as e:
+        raise SkewlensError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    try:
+        yield stage
+        out.mkdir(exist_ok=True)
+        for name in OUTPUTS:
+            if not (stage / name).exists():
+                (out / name).unlink(missing_ok=True)
+        for f in stage.iterdir():
+            f.replace(out / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.max_simulations is not None and args.max_simulations < 0:
@@ -85,26 +136,21 @@ def main(argv: list[str]) -> int:
         run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=progress
     )
     notes: list[str] = []
-    with progress.task("writing outputs: tables", 1 if args.no_pictures else 4) as advance:
-        written = write_tables(result, out)
+    with (
+        staged_outputs(out) as stage,
+        progress.task("writing outputs: tables", 1 if args.no_pictures else 4) as advance,
+    ):
+        written = write_tables(result, stage)
         advance()
         if not args.no_pictures:
-            from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
-            from skewlens.analysis.plots import (
-                BREAKDOWN_FILE,
-                WAIT_HEATMAP_FILE,
-                breakdown_bars,
-                wait_heatmap,
-            )
-
             advance(0, description="writing outputs: wait heatmap")
-            written.append(wait_heatmap(result, out / WAIT_HEATMAP_FILE))
+            written.append(wait_heatmap(result, stage / WAIT_HEATMAP_FILE))
             advance(description="writing outputs: breakdown bars")
-            written.append(breakdown_bars(result, out / BREAKDOWN_FILE))
+            written.append(breakdown_bars(result, stage / BREAKDOWN_PNG))
             advance(description="writing outputs: Perfetto timeline")
             written.append(
                 write_perfetto(
-                    result, out / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
+                    result, stage / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
                 )
             )
             advance()
