@@ -49,3 +49,41 @@ def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no
     assert cells[4] == "0"  # the steps recorded, as the import's table lists them (step 0), not a count
     assert "36-38" in rows[-2] and "crashed" in rows[-2] and "39" in rows[-1] and "killed" in rows[-1]
     assert "36 ranks: the first 32 listed, 4 more in" in buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["export", "RUN", "--workers", "0", "--out", "OUT"],
+            "skewlens export: error: --workers: expected >= 1, got 0",
+        ),
+        (
+            ["export", "--format", "astra-sim", "RUN", "--bandwidth", "nan", "--out", "OUT"],
+            "skewlens export: error: --bandwidth: expected GB/s > 0, got nan",
+        ),
+        (
+            ["export", "--format", "astra-sim", "RUN", "--latency", "-1", "--out", "OUT"],
+            "skewlens export: error: --latency: expected ns >= 0, got -1.0",
+        ),
+        (
+            ["analyze", "RUN", "--top", "-1", "--out", "OUT"],
+            "skewlens analyze: error: --top: expected >= 1, got -1",
+        ),
+    ],
+)
+def test_an_option_out_of_its_range_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    from skewlens.cli import main
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).step(0).compute("aten::mm", dur_ns=1_000)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "out"
+    argv = [str(run) if a == "RUN" else str(out) if a == "OUT" else a for a in args]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [error]
+    assert not out.exists()

@@ -122,6 +122,8 @@ def staged_outputs(out: Path) -> Iterator[Path]:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.top < 1:
+        raise SkewlensError(f"--top: expected >= 1, got {args.top}")
     if args.max_simulations is not None and args.max_simulations < 0:
         raise SkewlensError(f"--max-simulations: expected >= 0, got {args.max_simulations}")
     if args.perfetto_max_events < 0:

@@ -143,6 +143,8 @@ def main(argv: list[str]) -> int:
     example = EXAMPLES_DIR / work.script
     nproc = work.nproc if args.nproc is None else args.nproc
     straggler = work.straggler_rank if args.straggler_rank is None else args.straggler_rank
+    if args.straggler_rank is None and nproc >= 2:  # fewer ranks than the workload's: its last one
+        straggler = min(straggler, nproc - 1)
     if not example.is_file():
         raise SkewlensError(f"bundled example not found at {example} (the installed package is incomplete)")
     if nproc < 2 or not 0 <= straggler < nproc:

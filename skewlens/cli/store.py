@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from skewlens.console import report_console
+from skewlens.profiler.errors import SkewlensError
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
 
@@ -111,6 +113,12 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         "also have GPU kernels (auto, the default)",
     )
     args = ap.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        raise SkewlensError(f"--workers: expected >= 1, got {args.workers}")
+    if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
+        raise SkewlensError(f"--bandwidth: expected GB/s > 0, got {args.bandwidth}")
+    if not (math.isfinite(args.latency) and args.latency >= 0):
+        raise SkewlensError(f"--latency: expected ns >= 0, got {args.latency}")
     out = console or _console()
     run = Path(args.run_dir)
     suffix = "parquet" if args.format == "parquet" else "astra-sim"
