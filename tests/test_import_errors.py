@@ -259,6 +259,17 @@ def test_rank_and_world_size_are_bounded_and_must_agree_with_the_traces(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+def test_events_with_a_negative_duration_are_read_as_zero_long_and_counted_in_the_manifest(
+    tmp_path: Path,
+) -> None:
+    doc = kineto_doc(0)
+    timed = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    for e in timed[:2]:
+        e["dur"] = -5
+    m = import_traces([_write(tmp_path / "in" / "rank0.json", doc)], None, tmp_path / "run")
+    assert "2 event(s) with a negative dur, read as 0 long" in m.notes["rank 0 import"]
+
+
 def test_force_replaces_only_a_run_directory_and_never_the_current_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -478,6 +478,8 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
             if h is not None:
                 p.reads, p.writes = h.reads, h.writes
         notes.append(f"host trace joined to {len(joined)} of {len(kt.cpu_ops)} Kineto cpu ops")
+    if kt.negative_durations:
+        notes.append(f"{kt.negative_durations} event(s) with a negative dur, read as 0 long")
     used_sites: set[int] = set()
     counts: dict[str, int] = defaultdict(int)
     gpu = sorted(kt.gpu, key=attrgetter("start_ns", "index"))

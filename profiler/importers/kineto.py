@@ -50,6 +50,7 @@ by the standard library and checked by :func:`parse_kineto`, so every error read
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -153,6 +154,8 @@ class KinetoTrace:
     """``cuda_sync`` activities (recorded with ``enable_cuda_sync_events``; empty otherwise)."""
     cpu_pids: set[int] = field(default_factory=set)
     """Process ids of the ``cpu_op`` events (pairs the trace with its host trace)."""
+    negative_durations: int = 0
+    """Kept events whose ``dur`` was negative, read as 0 long (the conversion notes how many)."""
 
     def add(self, e: KEvent) -> None:
         """File a kept event under its category."""
@@ -263,6 +266,7 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
         dist=doc.get("distributedInfo"),
         base=doc.get("baseTimeNanoseconds", 0),
     )
+    negative = 0
     for i, ev in enumerate(doc["traceEvents"]):
         if not isinstance(ev, dict) or ev.get("ph") != "X" or not isinstance(ev.get("cat"), str):
             continue
@@ -281,6 +285,7 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
             dur=ev.get("dur", 0),
             base=trace.base_ns,
         )
+        negative += ev.get("dur", 0) < 0  # a number: _times checked it
         trace.add(
             KEvent(
                 index=i,
@@ -297,7 +302,7 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
                 device=as_int(args.get("device")),
             )
         )
-    return trace
+    return dataclasses.replace(trace, negative_durations=negative) if negative else trace
 
 
 #: Default of the nested ``args`` fields left raw: absent (compared by identity).
@@ -430,6 +435,7 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     kept: dict[str, tuple[str, Callable[[KEvent], None], dict[str, bool]]]
     kept = {c: (c, lists[c].append, {}) for c in _KEPT}
     events = doc.traceEvents
+    negative = 0
     for i, ev in enumerate(events):
         events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
         if ev.ph != "X" or type(ev.cat) is not str or (to := kept.get(ev.cat)) is None:
@@ -450,11 +456,16 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
             start_ns = base + round(ts * 1000)
             if not (-_MAX_NS < start_ns < _MAX_NS and dur < _MAX_NS / 1000):
                 raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
-            dur_ns = round(dur * 1000) if dur > 0 else 0
+            if dur > 0:
+                dur_ns = round(dur * 1000)
+            else:
+                dur_ns = 0
+                negative += dur < 0
         else:
             start_ns, dur_ns = _times(
                 path, i, cat=cat, name=name, pid=pid, tid=tid, ts=ts, dur=dur, base=base
             )
+            negative += dur < 0  # a number: _times checked it
         name = intern(name, name)
         keeps = keeps_of.get(name)
         if keeps is None:
@@ -482,4 +493,4 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     for e in runtime:
         if e.corr is not None:
             launches[e.corr] = e
-    return trace
+    return dataclasses.replace(trace, negative_durations=negative) if negative else trace
