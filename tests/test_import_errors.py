@@ -270,6 +270,22 @@ def test_events_with_a_negative_duration_are_read_as_zero_long_and_counted_in_th
     assert "2 event(s) with a negative dur, read as 0 long" in m.notes["rank 0 import"]
 
 
+@pytest.mark.parametrize("schema", ["1.0.1", "1.1.1-chakra.0.0.4"])
+def test_a_host_trace_node_with_inputs_of_the_wrong_type_or_an_id_past_int64_is_refused(
+    tmp_path: Path, schema: str
+) -> None:
+    k = _write(tmp_path / "k" / "worker0.json", kineto_doc(0, 1))
+    for change, error in (
+        ({"inputs": 5}, r"node 5 \(nccl:all_reduce\): inputs"),
+        ({"id": 2**64}, r"node #0 has id 18446744073709551616, outside 0\.\.2\*\*63-1"),
+    ):
+        doc = host_doc(schema=schema)
+        doc["nodes"][0].update(change)
+        h = _write(tmp_path / f"h{len(change)}{change.popitem()[0]}" / "et_0.json", doc)
+        with pytest.raises(TraceImportError, match=error):
+            import_traces([k], [h], tmp_path / "run")
+
+
 def test_force_replaces_only_a_run_directory_and_never_the_current_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,6 +58,8 @@ HOST_ET_SCHEMAS: dict[str, HostEtLayout] = {
 
 #: Node-name prefixes of backend annotations that carry the communicated tensors.
 COMM_ANNOTATION_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:", "xccl:")
+#: Node ids past int64 (Chakra's field) are refused.
+_MAX_ID = 1 << 63
 _P2P = {"send": "send", "recv": "recv", "recv_anysource": "recv"}
 
 
@@ -140,18 +142,29 @@ def _tensors(value: Any, type_str: str) -> list[list[Any]]:
     return [v for v in value if isinstance(v, list) and len(v) >= 5]
 
 
-def _io(node: dict[str, Any], layout: HostEtLayout, side: str = "inputs") -> tuple[list[Any], list[str]]:
-    """Values and types of a node's ``inputs`` or ``outputs``."""
+def _io(
+    node: dict[str, Any], layout: HostEtLayout, path: Path, side: str = "inputs"
+) -> tuple[list[Any], list[str]]:
+    """Values and types of a node's ``inputs`` or ``outputs`` (absent: none); present but of another JSON
+    type than the schema's is a corrupt trace (read as none, it silently changed what the run holds)."""
     if layout.grouped_io:
-        group = node.get(side)
+        group = node.get(side, {})
         if not isinstance(group, dict):
-            return [], []
+            raise _malformed(path, node, side, "an object")
         values, types = group.get("values", []), group.get("types", [])
+        where = f"{side}.values / {side}.types"
     else:
         values, types = node.get(side, []), node.get(f"{side[:-1]}_types", [])
+        where = f"{side} / {side[:-1]}_types"
     if not isinstance(values, list) or not isinstance(types, list):
-        return [], []
+        raise _malformed(path, node, where, "lists")
     return values, [t if isinstance(t, str) else "" for t in types]
+
+
+def _malformed(path: Path, node: dict[str, Any], key: str, want: str) -> TraceImportError:
+    return TraceImportError(
+        f"{path}: node {node.get('id')} ({str(node.get('name'))[:60]}): {key} must be {want}"
+    )
 
 
 def _int(v: Any) -> int | None:
@@ -203,6 +216,8 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
         nid = _int(node.get("id")) if isinstance(node, dict) else None
         if nid is None or not isinstance(node.get("name"), str):
             raise TraceImportError(f"{path}: node #{k} has no integer 'id' / string 'name'")
+        if not 0 <= nid < _MAX_ID:
+            raise TraceImportError(f"{path}: node #{k} has id {nid}, outside 0..2**63-1")
         by_id[nid] = node
     comms: list[HostComm] = []
     ops: list[HostOp] = []
@@ -211,10 +226,10 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
         node = by_id[nid]
         name: str = node["name"]
         if name == "## process_group:init ##":
-            values, _types = _io(node, layout)
+            values, _types = _io(node, layout, path)
             pg_init = values[0] if values and isinstance(values[0], str) else ""
             continue
-        values, types = _io(node, layout)
+        values, types = _io(node, layout, path)
         reads = _keys(values, types)
         if not name.startswith("[pytorch|profiler|execution_"):
             ops.append(
@@ -224,7 +239,7 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
                     tid=_field(node, layout, "tid") or 0,
                     rf_id=_field(node, layout, "rf_id"),
                     reads=reads,
-                    writes=_keys(*_io(node, layout, "outputs")),
+                    writes=_keys(*_io(node, layout, path, "outputs")),
                 )
             )
         if not name.startswith(COMM_ANNOTATION_PREFIXES):
@@ -236,7 +251,7 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
         fields: dict[str, Any] = {}
         parent = by_id.get(node.get(layout.parent_key, -1))
         if layout.rpc_v101 and parent is not None and parent.get("name") == "record_param_comms":
-            fields = _rpc_fields(_io(parent, layout)[0])
+            fields = _rpc_fields(_io(parent, layout, path)[0])
         op = str(fields.get("op") or name)
         base = op.rsplit(":", 1)[-1]
         p2p = _P2P.get(base, "")
