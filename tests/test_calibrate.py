@@ -298,3 +298,29 @@ def test_a_replay_of_a_real_capture_on_its_calibrated_topology_reproduces_the_st
     with capsys.disabled():
         print(f"\ncalibrated replay / recorded step time: {replayed / recorded:.3f} ({len(rows)} rank-steps)")
     assert math.isclose(replayed, recorded, rel_tol=0.10)
+
+
+@pytest.mark.parametrize(
+    "value", ["/tmp/run", "/tmp/a b", "run ☃", "it's", "a=b,c", "back\\slash", "end\\", "q\\'x", "${x}"]
+)
+def test_the_printed_replay_command_gives_hydra_the_path_back_whatever_its_characters(value: str) -> None:
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from skewlens.cli.calibrate import override
+
+    (word,) = shlex.split(override("trace", value))
+    (parsed,) = OverridesParser.create().parse_overrides([word])
+    assert (parsed.key_or_group, parsed.value()) == ("trace", value)
+
+
+def test_a_bare_topology_name_that_is_a_file_here_and_no_entry_is_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.cli.calibrate import topology_entry_path
+
+    monkeypatch.chdir(tmp_path)
+    Path("mynet").write_text("name: mynet\n")
+    assert topology_entry_path("mynet") == Path("mynet")
+    assert topology_entry_path("ring").name == "ring.yaml"  # an entry still wins

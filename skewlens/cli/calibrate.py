@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -31,14 +33,25 @@ from skewlens.rich_progress import RichProgress
 LENIENT_OPTION = "--lenient"
 
 
+def override(key: str, value: str) -> str:
+    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
+    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
+    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
+        return f"{key}={value}"
+    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
+    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
+    return shlex.quote(f"{key}='{inner}'")
+
+
 def topology_entry_path(value: str) -> Path:
     """The YAML file of ``value``: a path to a file, or the name of an entry in ``conf/topology/``."""
     p = Path(value).expanduser()
-    if p.suffix in (".yaml", ".yml") or p.name != value:
+    entry = CONF_DIR / "topology" / f"{value}.yaml"
+    if p.suffix in (".yaml", ".yml") or p.name != value or (p.is_file() and not entry.is_file()):
         if not p.is_file():
             raise ConfigError(f"--topology {value}: no such file")
         return p
-    entry = CONF_DIR / "topology" / f"{value}.yaml"
     if not entry.is_file():
         names = ", ".join(sorted(f.stem for f in (CONF_DIR / "topology").glob("*.yaml")))
         raise ConfigError(f"--topology {value}: no such file or topology entry (entries: {names})")
@@ -186,7 +199,8 @@ def main(argv: list[str]) -> int:
     write_topology(cal, out, name=args.name or out.stem)
     console.print(
         f"wrote {out}; replay with: "
-        f"skewlens replay trace={args.run_dir} out=OUT topology={out} comm_mode=model",
+        f"skewlens replay {override('trace', str(args.run_dir))} out=OUT {override('topology', str(out))} "
+        "comm_mode=model",
         markup=False,
         highlight=False,
     )
