@@ -209,6 +209,13 @@ def test_a_replay_that_fails_leaves_no_output_directory_it_made(
     assert not (tmp_path / "new").exists()  # nor config.yaml: it is written once the replay succeeded
 
 
+@pytest.mark.parametrize("override", ["+bogus=1", "+topology.zz=2", "+slowdown.entries.0.qq=1"])
+def test_a_key_the_schema_does_not_have_is_refused_not_dropped(override: str) -> None:
+    key = override[1:].split("=")[0]
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: not a replay setting")):
+        compose_replay(["slowdown=straggler", override])
+
+
 def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ naming the key (one line, exit 2).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -57,8 +58,30 @@ def register_configs() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node=ReplayConfig)
 
 
+def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Keys of ``node`` (and of its typed sub-configs) that its schema does not have: ``+bogus=1`` adds
+    one, and ``OmegaConf.to_object`` drops it silently."""
+    kind = OmegaConf.get_type(node)
+    known = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+    out = []
+    for key in node:
+        path = f"{prefix}{key!s}"
+        child = node._get_node(key)
+        if known is not None and key not in known:
+            out.append(path)
+        elif OmegaConf.is_dict(child):
+            out += unknown_keys(child, f"{path}.")  # type: ignore[arg-type]
+        elif OmegaConf.is_list(child):
+            for i, item in enumerate(child):  # type: ignore[arg-type,var-annotated]
+                if OmegaConf.is_dict(item):
+                    out += unknown_keys(item, f"{path}.{i}.")
+    return out
+
+
 def to_config(cfg: DictConfig) -> ReplayConfig:
     """``OmegaConf.to_object`` with errors turned into one-line :class:`ConfigError`s."""
+    if extra := unknown_keys(cfg):
+        raise ConfigError(f"{extra[0]}: not a replay setting (skewlens replay --cfg job lists them)")
     try:
         obj = OmegaConf.to_object(cfg)
     except ConfigError as e:  # raised by a schema's __post_init__; OmegaConf may append context lines
