@@ -64,15 +64,14 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     kind = OmegaConf.get_type(node)
     known = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
     out = []
-    for key in node:
+    for key, child in node.items_ex(resolve=False):
         path = f"{prefix}{key!s}"
-        child = node._get_node(key)
         if known is not None and key not in known:
             out.append(path)
         elif OmegaConf.is_dict(child):
-            out += unknown_keys(child, f"{path}.")  # type: ignore[arg-type]
+            out += unknown_keys(child, f"{path}.")
         elif OmegaConf.is_list(child):
-            for i, item in enumerate(child):  # type: ignore[arg-type,var-annotated]
+            for i, item in enumerate(child):
                 if OmegaConf.is_dict(item):
                     out += unknown_keys(item, f"{path}.{i}.")
     return out
