@@ -51,6 +51,9 @@ TIMELINE_PARQUET = "timeline.parquet"
 SUMMARY_PARQUET = "summary.parquet"
 TIMELINE_JSON = "timeline.json"
 CONFIG_YAML = "config.yaml"
+#: ``mode=real``: the run the real replay captured, and its working files (plans, logs).
+REAL_RUN_DIR = "run"
+REAL_WORK_DIR = "real"
 SWEEP_PARQUET = "sweep.parquet"
 #: Rows of the ranks ``write_timeline`` builds one table of (whole ranks, at least this many rows: a larger
 #: rank is a table of its own, its columns not copied).

@@ -216,6 +216,28 @@ def test_a_key_the_schema_does_not_have_is_refused_not_dropped(override: str) ->
         compose_replay(["slowdown=straggler", override])
 
 
+def test_an_interrupted_replay_removes_what_it_wrote_and_keeps_what_was_there(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import skewlens.cli.replay as cli_replay
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "summary.parquet").write_text("an earlier replay's")
+
+    def interrupted(conf: ReplayConfig, out_dir: Path, **_k: object) -> None:
+        for name in ("timeline.parquet", "summary.parquet"):
+            (out_dir / name).write_text("half")
+        (out_dir / "real" / "plan").mkdir(parents=True)  # mode=real's working files
+        (out_dir / "run").mkdir()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_replay, "replay_run", interrupted)
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) != 0
+    assert sorted(p.name for p in out.iterdir()) == ["summary.parquet"]  # there before: kept
+    capsys.readouterr()
+
+
 def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,6 +35,7 @@ from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
+from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import launcher_command, run_workers
 from skewlens.replay.real.plan import (
@@ -145,8 +146,8 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
     plans = {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())}
-    out_run = out_dir / "run"
-    work = out_dir / "real"
+    out_run = out_dir / REAL_RUN_DIR
+    work = out_dir / REAL_WORK_DIR
     plan_dir, work_dir = work / "plan", work / "work"
     self_run = out_run if capture == "self" else work / "replayed"
     original_spans = {r: step_spans(rt) for r, rt in run.ranks.items()}

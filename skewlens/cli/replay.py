@@ -39,6 +39,8 @@ from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.outputs import (
     CONFIG_YAML,
+    REAL_RUN_DIR,
+    REAL_WORK_DIR,
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
@@ -109,7 +111,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
-    outputs = [out_dir / n for n in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML)]
+    names = (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML, REAL_RUN_DIR, REAL_WORK_DIR)
+    outputs = [out_dir / n for n in names]
     before = {p for p in outputs if p.exists()}
     try:
         conf = to_config(cfg)
@@ -118,7 +121,10 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     except BaseException:  # a failed or interrupted replay leaves none of its own outputs (each is whole)
         for p in outputs:
             if p not in before:
-                p.unlink(missing_ok=True)
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
