@@ -6,7 +6,9 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   the step to the one after it (the optimizer step; see :func:`replayed_step_marks`); for a run without
   step marks, the span of the rank's nodes of the step (last end − first start);
 - ``recorded_step_ns``: the same, recorded;
-- ``compute_ns``: time covered by compute nodes (union of their intervals);
+- ``compute_ns``: time covered by compute nodes (union of their intervals) other than wait nodes
+  (``wait_tensor``, a host op blocked in a CUDA synchronise: the execution model's ``is_wait``), which
+  count as waiting on communication, as ``skewlens analyze``'s breakdown counts them;
 - ``comm_ns``: summed duration of its communication nodes (arrival to completion);
 - ``wait_ns``: summed wait for peers: for every sync member, latest arrival of the group − own arrival;
 - ``exposed_comm_ns``: transfer time (latest arrival to own completion) not hidden under compute.
@@ -23,7 +25,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import union_intervals
+from skewlens.replay.execution import execution_model, union_intervals
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
@@ -127,6 +129,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         arrival[p.src_rank][p.src_row] = t
         arrival[p.dst_rank][p.dst_row] = t
     out: list[SummaryRecord] = []
+    model = execution_model(run)
     spans = res.step_spans()
     marks = replayed_step_marks(run, res)
     steps_of: dict[int, list[int]] = defaultdict(list)
@@ -138,7 +141,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
-        comp_mask = rt.node_type == NodeType.COMP
+        comp_mask = (rt.node_type == NodeType.COMP) & ~model.ranks[r].is_wait
         for k in steps_of[r]:
             in_step = rt.step == k
             ca, cb = union_intervals(st[comp_mask & in_step], en[comp_mask & in_step])

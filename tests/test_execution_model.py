@@ -16,6 +16,7 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.execution import execution_model
 from skewlens.replay.real.plan import KIND_COMPUTE, rank_plan
 from skewlens.replay.simulate import simulate
+from skewlens.replay.summary import summarize
 
 MS = 1_000_000
 COMM = 1000  # a communication stream (the work of async ops of one group)
@@ -127,6 +128,9 @@ def test_a_wait_node_counts_its_blocked_time_as_waiting_and_its_consumer_follows
     bd0 = [b for b in res.breakdown if b.rank == 0]
     assert all(b.compute_ns < 8 * MS for b in bd0)  # 5 + 0.1 + 2 ms of work, not the 40 ms wait
     assert all(b.exposed_wait_ns > 38 * MS for b in bd0)
+    # the replay's report counts compute as the analysis does (it counted the 40 ms blocked as compute)
+    sm0 = sorted((s.step, s.compute_ns) for s in summarize(run, simulate(run)) if s.rank == 0)
+    assert sm0 == sorted((b.step, b.compute_ns) for b in bd0)
 
 
 def test_blame_of_a_straggler_behind_a_functional_collective_matches_its_real_cost(tmp_path: Path) -> None:
