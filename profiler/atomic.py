@@ -65,6 +65,23 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
     return Path(path)
 
 
+@contextmanager
+def staging_dir(out: Path) -> Iterator[Path]:
+    """A new, empty directory beside ``out`` (its parents made) to write a whole output into; the block
+    moves what it wrote into place (:func:`replace_dir`, or file by file), and whatever is left, on success
+    or after an error or an interrupt, is removed when it ends. An unwritable place is a
+    :class:`SkewlensError` naming ``out``."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def replace_dir(tmp: Path, out: Path) -> None:
     """Put the finished directory ``tmp`` (a sibling of ``out``) in place of ``out``, by renames: readers
     see the old directory or the new one, never a mix; the old one is removed after."""

@@ -51,15 +51,13 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE, replace_dir
+from skewlens.profiler.atomic import FILE_MODE, replace_dir, staging_dir
 from skewlens.profiler.chakra_io import (
     AttrValue,
     EtWriter,
@@ -541,15 +539,10 @@ def export_astra_sim(
 
     out = Path(out_dir)
     _check_target(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as e:
-        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
     final = out.resolve()
     counts = _Counts()
     nodes: dict[int, int] = {}
-    try:
+    with staging_dir(out) as tmp:
         with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
             for r, f in sorted(files.files.items()):
                 ctx = _Rank(
@@ -616,9 +609,6 @@ def export_astra_sim(
             p.chmod(FILE_MODE)
         tmp.chmod(FILE_MODE | (FILE_MODE & 0o444) >> 2)  # a directory: x wherever r
         replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return AstraExport(
         out_dir=out,
         prefix=final / prefix,

@@ -21,8 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
@@ -35,7 +33,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-from skewlens.profiler.atomic import replace_dir
+from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
@@ -284,20 +282,12 @@ def export_run(
         if not f.exists():
             sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
     missing_rank_issues(files, sink)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as e:
-        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
-    try:
+    with staging_dir(out) as tmp:
         summary = _export_into(files, tmp, n_workers, sink, progress=progress)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
             raise refusal(run_dir, errors, "not exported")
         replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
 
 

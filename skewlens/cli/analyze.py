@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
 from skewlens.analysis.render import report
 from skewlens.console import report_console
+from skewlens.profiler.atomic import staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
@@ -98,17 +97,11 @@ OUTPUTS = (
 
 @contextlib.contextmanager
 def staged_outputs(out: Path) -> Iterator[Path]:
-    """A directory beside ``out`` to write the outputs into; once the block ends without an error they
-    replace ``out``'s (an earlier analysis's files this one did not write, a blame left from a run with
-    blame, go too: a directory never mixes two analyses); on an error or an interrupt nothing in ``out``
-    changes and the staging directory goes."""
-    parent = out.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.absolute().name}.analyze-", dir=parent))
-    except OSError as e:
-        raise SkewlensError(f"--out {out}: cannot write there ({e.strerror or e})") from None
-    try:
+    """A directory beside ``out`` to write the outputs into (:func:`staging_dir`); once the block ends
+    without an error they replace ``out``'s (an earlier analysis's files this one did not write, a blame
+    left from a run with blame, go too: a directory never mixes two analyses); on an error or an interrupt
+    nothing in ``out`` changes."""
+    with staging_dir(out.absolute()) as stage:
         yield stage
         out.mkdir(exist_ok=True)
         for name in OUTPUTS:
@@ -116,8 +109,6 @@ def staged_outputs(out: Path) -> Iterator[Path]:
                 (out / name).unlink(missing_ok=True)
         for f in stage.iterdir():
             f.replace(out / f.name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
