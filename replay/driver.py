@@ -71,16 +71,17 @@ def _node_of(topo: Topology, rank: int) -> int:
     return c[1] if len(c) > 1 else c[0]
 
 
-def slowdowns_for(cfg: ReplayConfig, run: RunTrace) -> tuple[Slowdown, ...]:
+def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slowdown, ...]:
     """``cfg``'s slowdown items for ``run``: a stall without a step (the ``stall`` preset's default) stalls
     the run's first step; every rank, link, node and step an item names must be in the run
-    (:func:`check_slowdown_targets`)."""
+    (:func:`check_slowdown_targets`, which this calls)."""
     items = cfg.slowdown.to_items()
+    steps = run_steps(run) if any(i.kind == "stall" for i in items) else []
     if any(i.kind == "stall" and i.step is None for i in items):
-        steps = run_steps(run)
         if not steps:
             raise ConfigError("slowdown: a stall needs a step, and the run marks none")
         items = [replace(i, step=steps[0]) if i.kind == "stall" and i.step is None else i for i in items]
+    check_slowdown_targets(items, run, topo, steps)
     return tuple(items)
 
 
@@ -100,13 +101,15 @@ def build_effects(cfg: ReplayConfig, items: Sequence[Slowdown] | None = None) ->
     return SlowdownModel(chosen, node_of=lambda rank: _node_of(topo, rank))
 
 
-def check_slowdown_targets(items: Sequence[Slowdown], run: RunTrace, topo: Topology) -> None:
+def check_slowdown_targets(
+    items: Sequence[Slowdown], run: RunTrace, topo: Topology, steps: Sequence[int]
+) -> None:
     """Every rank, link, node and step a slowdown item names is in the replayed run (a slowdown of rank 99
-    on 8 ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks): raises
-    :class:`ConfigError` naming the key, and the knob the presets take it from."""
+    on 8 ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks; ``steps``: the
+    run's, :func:`run_steps`, needed where an item is a stall): raises :class:`ConfigError` naming the key,
+    and the knob the presets take it from."""
     world_size = run.world_size
     nodes = sorted({_node_of(topo, r) for r in range(world_size)})
-    steps: list[int] | None = None
     for k, item in enumerate(items):
         key = f"slowdown.entries[{k}]"
         for r in (*item.ranks, *(r for link in item.links for r in link)):
@@ -122,14 +125,12 @@ def check_slowdown_targets(items: Sequence[Slowdown], run: RunTrace, topo: Topol
                     f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
                     f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
                 )
-        if item.kind == "stall":
-            steps = run_steps(run) if steps is None else steps
-            if item.step not in steps:
-                have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
-                raise ConfigError(
-                    f"{key}.step: step {item.step} is not in the run ({have}); "
-                    "the stall preset takes it from slowdown.step"
-                )
+        if item.kind == "stall" and item.step not in steps:
+            have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+            raise ConfigError(
+                f"{key}.step: step {item.step} is not in the run ({have}); "
+                "the stall preset takes it from slowdown.step"
+            )
 
 
 def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROGRESS) -> ReplayOutcome:
@@ -140,8 +141,7 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
         run = load_trace(cfg.trace, lenient=cfg.lenient)
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
             run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
-        slowdowns = slowdowns_for(cfg, run)
-        check_slowdown_targets(slowdowns, run, topo)
+        slowdowns = slowdowns_for(cfg, run, topo)
         effects = build_effects(cfg, slowdowns)
         advance(description="simulating")
         sim = simulate(

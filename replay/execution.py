@@ -289,6 +289,12 @@ def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64
     return tl
 
 
+def _latest_ending(e: I64, runmax: I64) -> I64:
+    """For each ``k``, the index of the latest-ending of ``e[:k + 1]`` (the last one, on ties; ``runmax``:
+    ``e``'s running maximum)."""
+    return np.maximum.accumulate(np.where(e == runmax, np.arange(e.size), 0))
+
+
 def _host_queue(q: I64, end: I64) -> tuple[I64, I64]:
     """Queue edges of a host communication stream (``q``: its collectives in issue order).
 
@@ -302,10 +308,8 @@ def _host_queue(q: I64, end: I64) -> tuple[I64, I64]:
     if q.size <= 2:
         return q[:0], q[:0]
     e = end[q]
-    k = np.arange(q.size)
-    latest = np.maximum.accumulate(np.where(e == np.maximum.accumulate(e), k, 0))  # latest end in q[:k+1]
-    i = k[2:]
-    far = latest[i - 2]
+    i = np.arange(2, q.size)
+    far = _latest_ending(e, np.maximum.accumulate(e))[i - 2]
     dep = np.where(e[i - 1] <= e[far], i - 1, far)
     return q[dep], q[i]
 
@@ -358,7 +362,7 @@ def _edges(
                 qdsts.append(qd)
                 continue
             if part.size >= 2:
-                holder = np.maximum.accumulate(np.where(e == runmax, np.arange(part.size), 0))
+                holder = _latest_ending(e, runmax)
                 free = runmax[:-1]
                 follows = free <= rt.start_ns[part[1:]]
                 partial = e[1:] > free
