@@ -17,6 +17,7 @@ import pytest
 from capture_helpers import EXAMPLE as TRAIN
 from capture_helpers import load_example, profile
 
+from skewlens.profiler.capture.build import FINISH_LAG_NS
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.vocab import Attr, CommType, NodeType
@@ -107,7 +108,11 @@ def test_every_rank_has_the_collectives_the_script_issued_with_their_sizes(strag
 
 
 def assert_ddp_left_to_ddp_and_timed(run: Path) -> None:
-    """Every step's DDP all-reduce came from the flight recorder, ran, and ended before the broadcast."""
+    """Every step's DDP all-reduce came from the flight recorder, ran, and ended before the broadcast.
+
+    Its end is gloo's worker event's, which closes after ``Work::finish`` woke DDP's waiter: on a loaded
+    machine the woken main thread can reach the broadcast first, by up to the capture's finish lag.
+    """
     m = read_manifest(run)
     for rank in m.ranks:
         nodes = nodes_of(run, rank)
@@ -117,7 +122,10 @@ def assert_ddp_left_to_ddp_and_timed(run: Path) -> None:
             assert ddp and all(a[Attr.PG_NAME] == "0" and a[Attr.STREAM] >= 1000 for a in ddp)
             bcast = next(a for a in colls if a[Attr.COMM_TYPE] == CommType.BROADCAST)
             for a in ddp:  # it ran, and DDP waited for it before backward returned (the broadcast is after)
-                assert a[Attr.DUR_NS] > 0 and a[Attr.START_NS] + a[Attr.DUR_NS] <= bcast[Attr.START_NS]
+                assert (
+                    a[Attr.DUR_NS] > 0
+                    and a[Attr.START_NS] + a[Attr.DUR_NS] <= bcast[Attr.START_NS] + FINISH_LAG_NS
+                )
         assert "all_reduce on group '0'" in m.notes[f"rank {rank} flight recorder"]
 
 
