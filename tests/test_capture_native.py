@@ -67,6 +67,48 @@ def test_the_recorder_keeps_gloos_worker_events_on_time_ns_clock_up_to_its_capac
     assert lib.stop() == []
 
 
+def _open_event(seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """A thread inside a ``gloo:all_reduce`` record function for ``seconds`` (as gloo's worker is while
+    it finishes a work whose waiter already woke); the event is set once it has entered."""
+    import torch
+
+    entered = threading.Event()
+
+    def work() -> None:
+        with torch.autograd.profiler.record_function("gloo:all_reduce"):
+            entered.set()
+            time.sleep(seconds)
+
+    t = threading.Thread(target=work)
+    t.start()
+    assert entered.wait(10)
+    return t, entered
+
+
+def test_a_stop_waits_for_a_gloo_event_still_open_and_keeps_its_end() -> None:
+    lib = native.load()
+    assert lib.start(10) is True
+    t, _ = _open_event(0.03)
+    assert lib.open_events() == 1
+    events = lib.stop()
+    t.join()
+    assert [e.name for e in events] == ["gloo:all_reduce"] and lib.open_events() == 0
+    assert events[0].end_ns - events[0].start_ns >= 30_000_000
+
+
+def test_a_stop_waits_for_open_events_at_most_its_bound_and_counts_them_no_longer() -> None:
+    lib = native.load()
+    assert lib.start(10) is True
+    t, _ = _open_event(1.0)
+    t0 = time.monotonic()
+    events = lib.stop(settle_s=0.05)
+    waited = time.monotonic() - t0
+    t.join()
+    assert events == [] and 0.05 <= waited < 0.9  # gave up at its bound, long before the event ended
+    assert lib.open_events() == 0  # the late end was paired with its start all the same
+    assert lib.start(10) is True and lib.stop(settle_s=0.0) == []
+
+
 def test_a_failed_build_names_the_compiler_and_the_error_and_leaves_no_library(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,13 +5,15 @@
 // that scope only (operators are FUNCTION scope: their record functions are not even created), keeps
 // the events whose name starts with ``gloo:`` (name, native thread id, start and end on the
 // CLOCK_REALTIME clock that Python's time.time_ns() reads) in a buffer of a fixed capacity, counts
-// the ones that did not fit, and hands them to Python through a C interface (ctypes).
+// the ones that did not fit, counts the ones still open (started, not ended: a stop waits for them),
+// and hands them to Python through a C interface (ctypes).
 #include <ATen/record_function.h>
 
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +41,9 @@ size_t capacity = 0;
 int64_t dropped = 0;
 bool recording = false;
 at::CallbackHandle handle = 0;
+// gloo events entered and not yet left (a RecordFunction runs the end callbacks it started with, so
+// every enter is paired with a leave, even one after the callback was removed)
+std::atomic<int64_t> open_now{0};
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -51,6 +56,7 @@ std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
   if (name == nullptr || std::strncmp(name, "gloo:", 5) != 0) {
     return nullptr;
   }
+  open_now.fetch_add(1, std::memory_order_relaxed);
   return std::make_unique<Start>(now_ns());
 }
 
@@ -59,6 +65,7 @@ void leave(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     return;
   }
   const int64_t end = now_ns();
+  open_now.fetch_sub(1, std::memory_order_relaxed);
   const int64_t start = static_cast<Start*>(ctx)->start_ns;
   const auto thread = static_cast<int64_t>(syscall(SYS_gettid));
   std::lock_guard<std::mutex> guard(mu);
@@ -108,6 +115,12 @@ int64_t skewlens_gloo_stop() {
   }
   std::lock_guard<std::mutex> guard(mu);
   return static_cast<int64_t>(events.size());
+}
+
+// gloo events entered and not left yet (while recording): a worker thread can close its event after
+// the work completed and woke its waiter.
+int64_t skewlens_gloo_open() {
+  return std::max<int64_t>(0, open_now.load(std::memory_order_relaxed));
 }
 
 // Events that did not fit in the buffer.

@@ -32,6 +32,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,12 @@ then take the Kineto session without compiling again, each of them."""
 BUILD_TIMEOUT_S = 300
 #: Longest event name kept (gloo's are ``gloo:all_reduce`` and the like).
 MAX_NAME_BYTES = 128
+#: Longest a stop waits for gloo events still open. A worker thread closes its event after the work
+#: completed and woke its waiter; on a loaded machine the waiter can reach the end of the window first,
+#: and the window's last collective would have no end.
+STOP_SETTLE_S = 0.1
+#: How often a stop looks again while events are open.
+STOP_POLL_S = 0.0005
 
 
 class NativeBuildError(CaptureError):
@@ -186,6 +193,7 @@ class GlooEvents:
         lib.skewlens_gloo_event.argtypes = [i64, ctypes.c_char_p, i64, p64, p64, p64]
         lib.skewlens_gloo_event.restype = ctypes.c_int
         lib.skewlens_gloo_clear.argtypes, lib.skewlens_gloo_clear.restype = [], None
+        lib.skewlens_gloo_open.argtypes, lib.skewlens_gloo_open.restype = [], i64
         self._lib = lib
         self.dropped = 0
         """Events the last window did not keep (its buffer was full)."""
@@ -194,8 +202,16 @@ class GlooEvents:
         """Start recording (at most ``capacity`` events); False when a recording is already on."""
         return int(self._lib.skewlens_gloo_start(capacity)) == 0
 
-    def stop(self) -> list[GlooEvent]:
-        """Stop recording; the events, in the order they ended. The library's buffer is freed."""
+    def open_events(self) -> int:
+        """gloo events started and not ended yet."""
+        return int(self._lib.skewlens_gloo_open())
+
+    def stop(self, settle_s: float = STOP_SETTLE_S) -> list[GlooEvent]:
+        """Stop recording, once the events still open have ended (waiting at most ``settle_s``); the
+        events, in the order they ended. The library's buffer is freed."""
+        deadline = time.monotonic() + settle_s
+        while self.open_events() > 0 and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_S)
         n = int(self._lib.skewlens_gloo_stop())
         self.dropped = int(self._lib.skewlens_gloo_dropped())
         name = ctypes.create_string_buffer(MAX_NAME_BYTES)
