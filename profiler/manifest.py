@@ -165,9 +165,7 @@ class Manifest:
         if both := sorted(set(ranks) & set(missing)):
             raise ManifestError(f"{where}: ranks and missing_ranks both list rank {both[0]}")
         groups = []
-        for i, g in enumerate(j.array(d.get("process_groups", []), "process_groups")):
-            key = f"process_groups[{i}]"
-            g = j.obj(g, key)
+        for key, g in j.objects(d, "process_groups"):
             groups.append(
                 ProcessGroupInfo(
                     name=j.text(j.need(g, "name", key), f"{key}.name"),
@@ -180,9 +178,7 @@ class Manifest:
         if extra := sorted(set(window) - {"wait", "warmup", "active"}):
             raise ManifestError(f"{where}: step_window: unknown key {extra[0]!r}")
         steps = []
-        for i, sp in enumerate(j.array(d.get("steps", []), "steps")):
-            key = f"steps[{i}]"
-            sp = j.obj(sp, key)
+        for key, sp in j.objects(d, "steps"):
             span = StepSpan(
                 rank=j.integer(j.need(sp, "rank", key), f"{key}.rank", 0, ws - 1),
                 step=j.integer(j.need(sp, "step", key), f"{key}.step", 0),
@@ -195,9 +191,7 @@ class Manifest:
                 )
             steps.append(span)
         lost = []
-        for i, x in enumerate(j.array(d.get("lost_collectives", []), "lost_collectives")):
-            key = f"lost_collectives[{i}]"
-            x = j.obj(x, key)
+        for key, x in j.objects(d, "lost_collectives"):
             lost.append(
                 LostCollectives(
                     pg_name=j.text(j.need(x, "pg_name", key), f"{key}.pg_name"),
@@ -265,6 +259,13 @@ class _Json:
 
     def obj(self, v: object, key: str) -> dict[str, Any]:
         return v if isinstance(v, dict) else self._refuse(key, "an object", v)
+
+    def objects(self, d: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+        """``d[name]`` (optional: none where absent), a list of objects: each with its key (``name[i]``)."""
+        return [
+            (f"{name}[{i}]", self.obj(x, f"{name}[{i}]"))
+            for i, x in enumerate(self.array(d.get(name, []), name))
+        ]
 
     def ranks(self, v: object, key: str, world_size: int) -> tuple[int, ...]:
         out = tuple(self.rank(r, f"{key}[{i}]", world_size) for i, r in enumerate(self.array(v, key)))
