@@ -11,3 +11,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).parent
 CONF_DIR = PACKAGE_DIR / "conf"
 EXAMPLES_DIR = PACKAGE_DIR / "examples"
+
+
+def conf_entries(group: str) -> set[str]:
+    """The entries of a config group that come with skewlens (``conf/<group>/*.yaml``)."""
+    return {f.stem for f in (CONF_DIR / group).glob("*.yaml")}

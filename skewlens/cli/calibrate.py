@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
 from skewlens.console import report_console
-from skewlens.paths import CONF_DIR
+from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.errors import SkewlensError
 from skewlens.replay.calibrate import Calibration, Fit, calibrate, write_topology
 from skewlens.replay.config import TopologyConfig
@@ -53,7 +53,7 @@ def topology_entry_path(value: str) -> Path:
             raise ConfigError(f"--topology {value}: no such file")
         return p
     if not entry.is_file():
-        names = ", ".join(sorted(f.stem for f in (CONF_DIR / "topology").glob("*.yaml")))
+        names = ", ".join(sorted(conf_entries("topology")))
         raise ConfigError(f"--topology {value}: no such file or topology entry (entries: {names})")
     return entry
 

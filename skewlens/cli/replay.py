@@ -30,7 +30,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
 from skewlens.console import report_console
-from skewlens.paths import CONF_DIR
+from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes
 from skewlens.progress import NO_PROGRESS
@@ -160,11 +160,6 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         )
 
 
-def entries(group: str) -> set[str]:
-    """The entries of a config group that come with skewlens (``conf/<group>/*.yaml``)."""
-    return {f.stem for f in (CONF_DIR / group).glob("*.yaml")}
-
-
 def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False) -> None:
     """``group=name`` names a known entry, else a one-line :class:`ConfigError` listing them (Hydra's own
     message is a dozen lines with its search path)."""
@@ -178,7 +173,7 @@ def check_groups(args: list[str]) -> None:
     unless the user put config directories of their own on ``hydra.searchpath``."""
     if any(a.startswith("hydra.searchpath=") for a in args):
         return
-    known = entries("slowdown")
+    known = conf_entries("slowdown")
     for arg in args:
         key, eq, value = arg.partition("=")
         if key == "slowdown" and eq and "(" not in value:
@@ -235,7 +230,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
     bundled entry has that name)."""
-    builtin = entries("topology")
+    builtin = conf_entries("topology")
     searched = any(a.startswith("hydra.searchpath=") for a in args)  # the user's own entries may be there
     out, found = [], False
     for arg in args:
