@@ -139,13 +139,29 @@ def analyze_critical_path(ix: RunIndex) -> list[CriticalPathRecord]:
     return out
 
 
-def shares(records: list[CriticalPathRecord]) -> tuple[dict[int, dict[int, int]], dict[int, dict[str, int]]]:
-    """Per step: time on the path per rank (contributions + gaps on that rank) and per op name."""
+#: :func:`shares`' name for the time on the path before a host node it does not spend in its dependencies.
+HOST_GAP = "(host gap)"
+#: :func:`shares`' name for the time on the path a GPU node waited beyond its launch and its known
+#: dependencies (a wait the trace does not show: an event wait without CUDA sync events, another process).
+DEVICE_GAP = "(device gap)"
+
+
+def shares(
+    records: list[CriticalPathRecord], ix: RunIndex | None = None
+) -> tuple[dict[int, dict[int, int]], dict[int, dict[str, int]]]:
+    """Per step: time on the path per rank (contributions + gaps on that rank) and per op name, the gaps as
+    :data:`HOST_GAP` (or, given the run's index, :data:`DEVICE_GAP` before GPU nodes)."""
     by_rank: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     by_op: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    device: dict[int, set[int]] = {}
+    if ix is not None:
+        for r in {rec.rank for rec in records if rec.gap_before_ns}:
+            rt = ix.ranks[r].trace
+            device[r] = set(rt.node_id[~rt.is_cpu].tolist())
     for rec in records:
         by_rank[rec.step][rec.rank] += rec.contribution_ns + rec.gap_before_ns
         by_op[rec.step][rec.name] += rec.contribution_ns
         if rec.gap_before_ns:
-            by_op[rec.step]["(host gap)"] += rec.gap_before_ns
+            gap = DEVICE_GAP if rec.node_id in device.get(rec.rank, ()) else HOST_GAP
+            by_op[rec.step][gap] += rec.gap_before_ns
     return ({s: dict(v) for s, v in by_rank.items()}, {s: dict(v) for s, v in by_op.items()})

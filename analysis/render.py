@@ -118,7 +118,7 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
     """Each rank's share of the critical path over all steps (the ``max_ranks`` largest, 0: all; the rest
     summed up in the caption), and the ops that dominate it (their names cut to :data:`NAME_WIDTH`, one
     line each)."""
-    by_rank, by_op = shares(result.critical_path)
+    by_rank, by_op = shares(result.critical_path, result.index)
     rank_tot: dict[int, int] = defaultdict(int)
     op_tot: dict[str, int] = defaultdict(int)
     for v in by_rank.values():

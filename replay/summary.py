@@ -82,9 +82,11 @@ def moved_step_marks(
     pair of the manifest, given the replayed times of every row (simulated, or re-executed).
 
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
-    it, the start mark with the first node that started at or after it, or, for a step that begins where
-    the previous one ended (steps measured end to end, as on GPUs), with that end. An unmodified replay
-    therefore gives the recorded step times exactly.
+    it, and never before the replayed end of any GPU node of its step that ended by it (on a GPU trace the
+    step ends with its last device node, and another stream's kernels may slide past the node that ended
+    last as recorded); the start mark with the first node that started at or after it, or, for a step that
+    begins where the previous one ended (steps measured end to end, as on GPUs), with that end. An
+    unmodified replay therefore gives the recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
@@ -103,6 +105,8 @@ def moved_step_marks(
         by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         starts_sorted = rt.start_ns[by_start]
         shift_start = start_ns[r][by_start] - starts_sorted
+        dev = rows[~rt.is_cpu[rows]]
+        last_end = _latest_ends_by_step(rt.step[dev], rt.end_ns[dev], end_ns[r][dev], spans)
         prev: tuple[int, int] | None = None  # recorded and moved end of the previous step
         for step, a, b in sorted(spans, key=lambda x: x[1]):
             if prev is not None and prev[0] == a:
@@ -111,10 +115,32 @@ def moved_step_marks(
                 k = int(np.searchsorted(starts_sorted, a, side="left"))
                 moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
-            moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
+            moved_b = max(b + int(shift_end[k] if k >= 0 else shift_start[0]), last_end.get(step, b))
             out[(r, step)] = (a, b, moved_a, moved_b)
             prev = (b, moved_b)
     return out
+
+
+def _latest_ends_by_step(
+    step: npt.NDArray[np.integer], rec_end: I64, end: I64, spans: list[tuple[int, int, int]]
+) -> dict[int, int]:
+    """Step -> the latest replayed ``end`` of the rows labelled with that step whose recorded end
+    (``rec_end``) lies by its end mark (steps in ``spans`` only)."""
+    if not spans:
+        return {}
+    keys = np.asarray(sorted(k for k, _a, _b in spans), dtype=np.int64)
+    mark = {k: b for k, _a, b in spans}
+    bounds = np.asarray([mark[k] for k in keys.tolist()], dtype=np.int64)
+    st = step.astype(np.int64)
+    k = np.minimum(np.searchsorted(keys, st), keys.size - 1)
+    ok = (keys[k] == st) & (rec_end <= bounds[k])
+    best = np.full(keys.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, k[ok], end[ok])
+    return {
+        int(key): int(v)
+        for key, v in zip(keys.tolist(), best.tolist(), strict=True)
+        if v > np.iinfo(np.int64).min
+    }
 
 
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:

@@ -27,7 +27,7 @@ from skewlens.replay.driver import load_trace
 from skewlens.replay.execution import execution_model
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
-from skewlens.replay.summary import summarize
+from skewlens.replay.summary import replayed_step_marks, summarize
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SYNC_1 = "cuda_event_sync_kineto.json.gz"
@@ -284,6 +284,58 @@ def test_each_step_lasts_its_period_on_the_device_and_analyze_and_replay_agree(
     assert all(b0 <= a1 for (_a0, b0), (a1, _b1) in pairwise(spans))
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nccl_2gpu_rank0_kineto.json.gz",
+        "nccl_16gpu_rank0_kineto.json.gz",
+        "a2a_128gpu_sampled_rank0_kineto.json.gz",
+    ],
+)
+def test_gpu_work_belongs_to_the_step_whose_annotation_holds_its_launch_call(
+    imported: dict[str, RunTrace], name: str
+) -> None:
+    # the 16-GPU trace's optimizer kernels are launched late in step N with no CPU op around the launch,
+    # and start on the device inside step N+1's annotation: they are step N's work
+    doc = _raw(name)
+    spans = sorted(
+        (_ns(doc, e["ts"]), _ns(doc, e["ts"] + e["dur"]), int(e["name"].split("#")[1]))
+        for e in doc["traceEvents"]
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    rt = _run(imported, name).ranks[0]
+    assert rt.launch_ns is not None
+    rows = np.flatnonzero(~rt.is_cpu & (rt.launch_ns >= 0))
+    expected = [next((k for a, b, k in spans if a <= t <= b), -1) for t in rt.launch_ns[rows].tolist()]
+    labelled = dict(zip(rows.tolist(), expected, strict=True))
+    wrong = [
+        (int(rt.node_id[i]), rt.name(i)[:40], int(rt.step[i]), k)
+        for i, k in labelled.items()
+        if rt.step[i] != k
+    ]
+    assert len(rows) > 100 and not wrong, wrong[:5]
+    # so on each stream the steps never go back
+    for st in np.unique(rt.stream[rows]).tolist():
+        on = rows[rt.stream[rows] == st]
+        steps = rt.step[on[np.argsort(rt.start_ns[on], kind="stable")]]
+        assert (np.diff(steps[steps >= 0]) >= 0).all(), st
+
+
+def test_the_critical_path_of_each_step_of_the_16_gpu_trace_spans_the_step(
+    imported: dict[str, RunTrace],
+) -> None:
+    from skewlens.analysis.critical_path import DEVICE_GAP, shares
+
+    res = analyze_run(_run(imported, "nccl_16gpu_rank0_kineto.json.gz"), blame=False)
+    steps = {b.step: b.step_ns for b in res.breakdown}
+    by_rank, by_op = shares(res.critical_path, res.index)
+    assert set(by_rank) == set(steps)
+    for s, ns in steps.items():
+        on_path = sum(by_rank[s].values())  # from the step's first path node to its last node's end
+        assert 0.9 * ns <= on_path <= ns, (s, on_path, ns)
+        assert "(host gap)" not in by_op[s] or by_op[s]["(host gap)"] < by_op[s][DEVICE_GAP]
+
+
 def test_the_16_gpu_trace_runs_about_213_ms_per_step_not_375(imported: dict[str, RunTrace]) -> None:
     run = _run(imported, "nccl_16gpu_rank0_kineto.json.gz")
     steps = sorted((b.step, b.step_ns) for b in analyze_run(run, blame=False).breakdown)
@@ -320,6 +372,24 @@ def test_a_slower_host_delays_the_kernels_it_launches(
     assert slow_host.end_ns[0][gpu].max() > base.end_ns[0][gpu].max()
     for k in sorted(base.steps()):
         assert slow_host.step_time_ns(k) >= base.step_time_ns(k)
+
+
+def test_a_replayed_gpu_step_ends_no_earlier_than_its_last_kernel(tmp_path: Path) -> None:
+    # the a2a pair: rank 0's step ends as recorded with a memset, while its NCCL kernels, held up by a slower
+    # rank 1, end up to a quarter of a second later in the replay; the step must end with them
+    names = ["a2a_128gpu_sampled_rank0_kineto.json.gz", "a2a_128gpu_sampled_rank1_kineto.json.gz"]
+    import_traces([_need(n) for n in names], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run", lenient=True)
+    slow = simulate(run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(1,), factor=1.5)]))
+    rows = {(s.rank, s.step): s for s in summarize(run, slow)}
+    base = {(s.rank, s.step): s for s in summarize(run, simulate(run))}
+    rt = run.ranks[0]
+    for step in sorted({k for r, k in rows if r == 0}):
+        gpu = np.flatnonzero(~rt.is_cpu & (rt.step == step))
+        _a, _b, start, end = replayed_step_marks(run, slow)[(0, step)]
+        assert end >= slow.end_ns[0][gpu].max() and end - start == rows[(0, step)].step_time_ns
+    grown = sum(rows[(0, k)].step_time_ns - base[(0, k)].step_time_ns for r, k in rows if r == 0)
+    assert grown > 50_000_000  # rank 0 waits on rank 1 in every all_to_all
 
 
 def _synth_run(tmp_path: Path, *, sync_events: bool) -> tuple[RunTrace, int]:

@@ -72,7 +72,8 @@ Process groups and steps
     ``Ranks``); where neither names any, the host trace's ``## process_group:init ##`` node; else one
     world group ``"0"`` (an empty rank list means the whole world); written as the
     ``## process_group:init ##`` METADATA node (node id 0). A ``ProfilerStep#N`` annotation sets
-    ``skl_step`` = N on the CPU nodes that start inside it and on the GPU nodes those launch; the step
+    ``skl_step`` = N on the CPU nodes that start inside it and on the GPU nodes those launch (or, where no
+    top-level CPU op encloses the launch, on those whose launch call lies inside it); the step
     span ends at the later of the annotation's end and its last node's (on the device, for GPU work),
     and begins where the previous step's span ended (the first at its annotation's start): a step's time
     is the period from one step's end to the next, and steps never overlap, however far the CPU runs
@@ -703,11 +704,15 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     del events, by
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
     durs = np.asarray([p.event.dur_ns for p in order], dtype=np.int64)
-    # the step annotation each node starts in, by time (index into step_anns; -1: none)
-    i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), t, side="right") - 1
+    # the step annotation each node is issued in, by time (index into step_anns; -1: none): its start, or
+    # for GPU work its launch call's (a kernel launched late in step N may start in step N+1's annotation)
+    issued = np.asarray(
+        [v if type(v := p.attrs.get(_LAUNCH_NS)) is int else p.event.start_ns for p in order], dtype=np.int64
+    )
+    i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), issued, "right") - 1
     ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
-    in_step: list[int] = np.where((i >= 0) & (t <= ends[np.maximum(i, 0)]), i, -1).tolist()
-    del i, ends
+    in_step: list[int] = np.where((i >= 0) & (issued <= ends[np.maximum(i, 0)]), i, -1).tolist()
+    del i, ends, issued
     last_on: dict[tuple[Any, ...], int] = {}
     last_writer: dict[TensorKey, int] = {}
     step_of: dict[int, int | None] = {}
