@@ -8,6 +8,7 @@ these typed objects (and the pure ``Topology`` / ``Slowdown`` they convert to) t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -16,7 +17,7 @@ from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import COMM_MODES
-from skewlens.replay.slowdown import Slowdown
+from skewlens.replay.slowdown import Slowdown, SlowdownFieldError
 
 MODES = ("sim", "real")
 
@@ -123,9 +124,6 @@ class SlowdownItemConfig:
     last_step: int | None = None
     """Last step of the window, inclusive (None: to the end)."""
 
-    def __post_init__(self) -> None:
-        self.to_slowdown()
-
     def to_slowdown(self) -> Slowdown:
         """The pure :class:`Slowdown` of this item (validates it)."""
         return Slowdown(
@@ -163,8 +161,27 @@ class SlowdownConfig:
     entries: list[SlowdownItemConfig] = field(default_factory=list)
     """The slowdowns, applied together."""
 
+    def __post_init__(self) -> None:
+        for name, value, positive in (("factor", self.factor, True), ("delay_ms", self.delay_ms, False)):
+            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                bound = "> 0" if positive else ">= 0"
+                raise ConfigError(f"slowdown.{name}: must be a finite number {bound}, got {value}")
+        self.to_items()
+
     def to_items(self) -> list[Slowdown]:
-        return [i.to_slowdown() for i in self.entries]
+        """The pure :class:`Slowdown` of each entry (validates them: an error names the entry's key)."""
+        items = []
+        for i, entry in enumerate(self.entries):
+            try:
+                items.append(entry.to_slowdown())
+            except SlowdownFieldError as e:
+                raise ConfigError(
+                    f"slowdown.entries[{i}].{e.field}: must be {str(e).rpartition(' must be ')[2]}"
+                    f" (kind={entry.kind})"
+                ) from None
+            except ConfigError as e:
+                raise ConfigError(f"slowdown.entries[{i}]: {str(e).partition(': ')[2] or e}") from None
+        return items
 
 
 @dataclass(kw_only=True)

@@ -60,8 +60,9 @@ def summary_table(
     return t
 
 
-def sweep_table(rows: Sequence[SweepRecord]) -> Table:
-    """One row per sweep job: the overrides that differ between jobs and the replayed step times (ms)."""
+def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
+    """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
+    their overrides, included) and the replayed step times (ms)."""
     t = Table(title="Replay sweep")
     for col, just in (
         ("job", "right"),
@@ -75,7 +76,8 @@ def sweep_table(rows: Sequence[SweepRecord]) -> Table:
     ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     base = rows[0].mean_step_ns if rows else 0
-    common = set.intersection(*(set(r.overrides.split()) for r in rows)) if rows else set()
+    every = [set(r.overrides.split()) for r in rows] + [set(o.split()) for o in failed]
+    common = set.intersection(*every) if every else set()
     for r in sorted(rows, key=lambda x: x.job):
         rel = f" ({r.mean_step_ns / base:.2f}x)" if base else ""
         t.add_row(

@@ -21,6 +21,7 @@ as :class:`~skewlens.replay.effects.Effects` requires.
 from __future__ import annotations
 
 import fnmatch
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -36,6 +37,14 @@ COMM_ON = {
     "collective": frozenset({NodeType.COMM_COLL}),
     "comm": frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV, NodeType.COMM_COLL}),
 }
+
+
+class SlowdownFieldError(ConfigError):
+    """A slowdown item's field is out of range; ``field`` names it (the config names the key it came from)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,14 +85,17 @@ class Slowdown:
         where = f"slowdown item (kind={self.kind})"
         if self.kind not in KINDS:
             raise ConfigError(f"slowdown item: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if not self.factor > 0:
-            raise ConfigError(f"{where}: factor must be > 0, got {self.factor}")
-        if self.sigma < 0:
-            raise ConfigError(f"{where}: sigma must be >= 0, got {self.sigma}")
-        if self.delay_ms < 0:
-            raise ConfigError(f"{where}: delay_ms must be >= 0, got {self.delay_ms}")
-        if self.latency_ns < 0:
-            raise ConfigError(f"{where}: latency_ns must be >= 0, got {self.latency_ns}")
+        for name, value, positive in (
+            ("factor", self.factor, True),
+            ("sigma", self.sigma, False),
+            ("delay_ms", self.delay_ms, False),
+            ("latency_ns", self.latency_ns, False),
+        ):
+            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                bound = "> 0" if positive else ">= 0"
+                raise SlowdownFieldError(
+                    f"{where}: {name} must be a finite number {bound}, got {value}", name
+                )
         if self.before not in COMM_ON:
             raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")
         if self.kind == "op" and not self.pattern:

@@ -109,7 +109,7 @@ class SweepSummary(Callback):
         rows, failed = collect_sweep(sweep_dir)
         if rows:
             console = report_console()
-            console.print(sweep_table(rows))
+            console.print(sweep_table(rows, [o for o, _m in failed.values()]))
             console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
         if not failed:
             return

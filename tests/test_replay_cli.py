@@ -154,6 +154,25 @@ def test_replay_writes_timeline_summary_perfetto_and_the_resolved_config(
     assert saved.trace == str(run_dir)
 
 
+def test_a_replay_into_the_directory_of_an_earlier_one_leaves_none_of_its_outputs_behind(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) == 0
+    assert (out / "timeline.json").is_file()
+    (out / "notes.txt").write_text("mine")
+    args = ["slowdown=straggler", "perfetto=false", "progress=false"]
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", *args]) == 0
+    # the earlier replay's timeline.json (no slowdown) would sit beside this one's tables
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml",
+        "notes.txt",
+        "summary.parquet",
+        "timeline.parquet",
+    ]
+    assert OmegaConf.load(out / "config.yaml").slowdown.name == "straggler"
+
+
 @pytest.mark.parametrize(
     ("override", "error"),
     [
@@ -248,15 +267,47 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     assert err == [f"skewlens replay: error: --multirun and --cfg: Hydra takes one of {modes} at a time"]
 
 
-def test_a_bad_config_gives_one_line_and_exit_code_2(
-    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (
+            ["slowdown=straggler", "slowdown.factor=-2"],
+            "slowdown.factor: must be a finite number > 0, got -2.0",
+        ),
+        (
+            ["slowdown=straggler", "slowdown.factor=inf"],
+            "slowdown.factor: must be a finite number > 0, got inf",
+        ),
+        (
+            ["slowdown=jitter", "slowdown.factor=-0.5"],
+            "slowdown.factor: must be a finite number > 0, got -0.5",
+        ),
+        (
+            ["slowdown=slow_send", "slowdown.delay_ms=nan"],
+            "slowdown.delay_ms: must be a finite number >= 0, got nan",
+        ),
+        (
+            ["slowdown=stall", "slowdown.delay_ms=inf"],
+            "slowdown.delay_ms: must be a finite number >= 0, got inf",
+        ),
+        (
+            ["slowdown=straggler", "slowdown.entries.0.factor=0"],
+            "slowdown.entries[0].factor: must be a finite number > 0, got 0.0 (kind=compute)",
+        ),
+        (
+            ["slowdown=jitter", "slowdown.entries.0.sigma=nan"],
+            "slowdown.entries[0].sigma: must be a finite number >= 0, got nan (kind=jitter)",
+        ),
+    ],
+)
+def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
 ) -> None:
-    rc = skewlens_main(
-        ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "slowdown=straggler", "slowdown.factor=-2"]
-    )
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", *overrides])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert err == ["skewlens replay: error: slowdown item (kind=compute): factor must be > 0, got -2.0"]
+    assert err == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(

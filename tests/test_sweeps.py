@@ -102,8 +102,8 @@ def test_a_failing_point_of_a_joblib_sweep_is_named_with_its_overrides_and_the_o
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         (
-            "skewlens replay: error: sweep job 1 (slowdown.factor=-2): slowdown item (kind=compute): "
-            "factor must be > 0, got -2.0"
+            "skewlens replay: error: sweep job 1 (slowdown.factor=-2): slowdown.factor: must be a finite "
+            "number > 0, got -2.0"
         ),
         f"skewlens replay: 1 of 2 sweep jobs failed; the others' outputs are in {out}",
     ]
@@ -126,8 +126,8 @@ def test_a_failing_point_of_a_sweep_in_this_process_is_reported_the_same_way(
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[0] == (
-        "skewlens replay: error: sweep job 0 (slowdown.factor=-1): slowdown item (kind=compute): "
-        "factor must be > 0, got -1.0"
+        "skewlens replay: error: sweep job 0 (slowdown.factor=-1): slowdown.factor: must be a finite "
+        "number > 0, got -1.0"
     )
     assert len(err) == 2
     rows = pq.read_table(out / "sweep.parquet").to_pylist()
@@ -190,3 +190,46 @@ def test_a_submitit_sweep_runs_on_submitits_local_executor_like_on_a_cluster(
     assert res.returncode == 0, res.stderr
     _assert_straggler_sweep(out, [1.0, 1.5])
     assert len(list((out / ".submitit").glob("*/*_result.pkl"))) == 2
+
+
+def test_a_sweep_value_not_of_its_settings_type_is_one_line_before_any_point_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"]
+    rc = skewlens_main([*args, "slowdown.factor=1.0,1.5,abc"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err == [
+        (
+            "skewlens replay: error: slowdown.factor=1.0,1.5,abc: Value 'abc' of type 'str' could not be "
+            "converted to Float"
+        )
+    ]
+    assert not out.exists()
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "scale.dp=1.5"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("skewlens replay: error: scale.dp=1.5: ")
+
+
+def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.outputs import SweepRecord
+    from skewlens.replay.render import sweep_table
+
+    row = SweepRecord(
+        job=0,
+        overrides="trace=r slowdown.rank=1",
+        topology="switch",
+        slowdown="straggler",
+        comm_mode="as_recorded",
+        makespan_ns=2_000_000,
+        mean_step_ns=1_000_000,
+        max_step_ns=1_000_000,
+        out_dir="o/0",
+    )
+    console = Console(width=200, record=True)
+    console.print(sweep_table([row], ["trace=r slowdown.rank=99"]))
+    (line,) = (x for x in console.export_text().splitlines() if "straggler" in x)
+    assert "slowdown.rank=1" in line and "trace=r" not in line

@@ -24,6 +24,8 @@ import hydra
 import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -107,17 +109,30 @@ def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     return f"replayed with {net}; {slow}{scale}"
 
 
+def _identity(p: Path) -> tuple[int, int]:
+    """What tells a file written anew (a new inode, by rename) from the one that was there."""
+    st = p.stat()
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     names = (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML, REAL_RUN_DIR, REAL_WORK_DIR)
     outputs = [out_dir / n for n in names]
-    before = {p for p in outputs if p.exists()}
+    before = {p: _identity(p) for p in outputs if p.exists()}
     try:
         conf = to_config(cfg)
         outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
         write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
+        # an earlier replay's outputs this one did not write (timeline.json under perfetto=false, a real
+        # replay's directories) go: the directory never mixes two replays (each file is written anew)
+        for p, ident in before.items():
+            if p.is_dir() and conf.mode != "real":
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.is_file() and _identity(p) == ident:
+                p.unlink(missing_ok=True)
     except BaseException:  # a failed or interrupted replay leaves none of its own outputs (each is whole)
         for p in outputs:
             if p not in before:
@@ -179,6 +194,33 @@ def check_groups(args: list[str]) -> None:
         if key == "slowdown" and eq and "(" not in value:
             for item in value.split(","):
                 check_entry("slowdown", item, known)
+
+
+def check_types(args: list[str]) -> None:
+    """Each value ``args`` give a setting of the schema (every point of a sweep) has the setting's type,
+    else a one-line :class:`ConfigError` naming the override, before any point runs: Hydra refuses such a
+    sweep as a whole too, with several lines. Overrides Hydra's grammar refuses, group choices and keys
+    below lists (``slowdown.entries.0.factor``) are left to Hydra and the schema's checks."""
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in args if "=" in a])
+    except OverrideParseException:
+        return  # Hydra says what is wrong with it
+    schema = OmegaConf.structured(ReplayConfig)
+    for o in overrides:
+        key = o.key_or_group
+        try:
+            node = OmegaConf.select(schema, key, throw_on_missing=False)
+        except OmegaConfBaseException:
+            continue
+        if node is None or OmegaConf.is_config(node):
+            continue
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        for v in values:
+            try:
+                OmegaConf.update(schema, key, v, merge=False)
+            except OmegaConfBaseException as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"{o.input_line}: {first}") from None
 
 
 def check_topology_file(item: str, path: Path) -> None:
@@ -291,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     check_modes(args)
     check_groups(args)
+    check_types(args)
     errors: list[SkewlensError] = []
 
     def task(cfg: DictConfig) -> None:
