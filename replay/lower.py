@@ -421,8 +421,8 @@ def prepare(
         else:
             inst: CollectiveInstance = run.collectives[info.index]
             nbytes = max(inst.comm_bytes, default=0)
-            tr = list(timing.collective(inst.comm_type, nbytes, inst.ranks, step, recorded))
-            member_ranks = inst.ranks
+            member_ranks = group_members(run, inst)
+            tr = list(timing.collective(inst.comm_type, nbytes, member_ranks, step, recorded))
         for j, det in enumerate(info.detached):
             if det:  # an eager send lasts what it lasted: it did not wait for the transfer
                 tr[j] = ends[j] - s_start_l[a + j]
@@ -498,6 +498,17 @@ def prepare(
         launch_off_ns=launch_off,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
+
+
+def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
+    """The ranks a collective runs among: its process group's (an empty list: the whole world), which a
+    run with ranks missing has more of than ``inst.ranks`` (the members with a trace); ``inst.ranks`` where
+    the group is not known or does not hold them."""
+    pg = run.process_groups.get(inst.pg_name)
+    if pg is None:
+        return inst.ranks
+    full = pg.ranks or tuple(range(run.world_size))
+    return full if len(full) > len(inst.ranks) and set(inst.ranks) <= set(full) else inst.ranks
 
 
 def rank_index(row_offset: I64, rows: I64) -> I64:

@@ -392,6 +392,26 @@ def test_a_replayed_gpu_step_ends_no_earlier_than_its_last_kernel(tmp_path: Path
     assert grown > 50_000_000  # rank 0 waits on rank 1 in every all_to_all
 
 
+def test_a_modelled_collective_spans_its_whole_group_where_only_one_rank_was_traced(
+    imported: dict[str, RunTrace],
+) -> None:
+    from skewlens.replay.comm import ModelTiming
+    from skewlens.replay.network.topology import Dimension, Topology
+
+    run = _run(imported, "nccl_16gpu_rank0_kineto.json.gz")
+    assert list(run.ranks) == [0] and run.world_size == 16
+    switch = Dimension(kind="switch", size=0, bandwidth_gbps=25.0, latency_ns=5_000)
+    topo = Topology(name="sw", dims=(switch,))
+    res = simulate(run, topology=topo, comm_mode="model")
+    timing = ModelTiming(topo)
+    for k, inst in enumerate(run.collectives):
+        assert inst.ranks == (0,)
+        nbytes = max(inst.comm_bytes)
+        # modelled among the 16 ranks of its group, not among the one traced (which would take no time)
+        want = timing.collective_time_ns(inst.comm_type, nbytes, tuple(range(16)))
+        assert want > 0 and int(res.coll_end_ns[k] - res.coll_arrival_ns[k]) == want, (k, inst.comm_type)
+
+
 def _synth_run(tmp_path: Path, *, sync_events: bool) -> tuple[RunTrace, int]:
     spec = GpuRunSpec(world_size=32, steps=5, layers=8, slow_ranks={5: 1.3}, sync_events=sync_events, seed=0)
     truth = write_gpu_run(spec, tmp_path / "kineto")
