@@ -30,19 +30,13 @@ import numpy.typing as npt
 
 from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
-from skewlens.profiler.vocab import COMM_NODE_TYPES, UNTRACED_NODE_NAME, NodeType
-from skewlens.replay.execution import RankModel, execution_model, union_intervals
+from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
+from skewlens.replay.execution import RankModel, execution_model, union_intervals, untraced_rows
 
 I64 = npt.NDArray[np.int64]
 #: Row numbers and small ids (a rank has fewer than 2**31 rows): half the memory of int64 at 10 M nodes.
 I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
-
-
-#: Names of COMP nodes that stand for host time inside no operator (capture at the ``ops``/``full`` levels
-#: fills the main thread's untraced time with such nodes). The analyses count them as host idle/gap,
-#: not compute.
-UNTRACED_NAMES = frozenset({UNTRACED_NODE_NAME})
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -123,7 +117,8 @@ class RankIndex:
     """Wait nodes (``wait_tensor``, ``Work.wait``): blocked on communication, then the wait's own overhead;
     counted as communication, never as compute."""
     is_untraced: B
-    """COMP rows standing for untraced host time (see ``UNTRACED_NAMES``): idle, not compute."""
+    """COMP rows standing for untraced host time (``skewlens.replay.execution.UNTRACED_NAMES``): idle, not
+    compute."""
     is_comm: B
     """COMM_COLL / COMM_SEND / COMM_RECV rows."""
     is_send: B
@@ -257,9 +252,8 @@ def build_index(run: RunTrace) -> RunIndex:
         work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable")
         is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
-        untraced_names = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
         any_comp = rt.node_type == int(NodeType.COMP)
-        is_untraced = any_comp & (untraced_names[rt.name_idx] if rt.names else False)
+        is_untraced = untraced_rows(rt)
         is_wait = m.is_wait & ~is_untraced
         is_comp = any_comp & ~is_untraced & ~is_wait
         busy = is_comm | is_comp | is_wait

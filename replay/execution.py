@@ -69,6 +69,7 @@ from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
     P2P_NODE_TYPES,
+    UNTRACED_NODE_NAME,
     WAIT_NODE_NAMES,
     NodeType,
 )
@@ -175,6 +176,20 @@ def execution_model(run: RunTrace) -> ExecutionModel:
     if got is None:
         got = _CACHE[run] = derive(run)
     return got
+
+
+#: Names of COMP nodes that stand for host time inside no operator (capture at the ``ops``/``full`` levels
+#: fills the main thread's untraced time with such nodes): host idle or gap, not compute, wherever compute
+#: is measured (the analyses' breakdown, the replay's summary).
+UNTRACED_NAMES = frozenset({UNTRACED_NODE_NAME})
+
+
+def untraced_rows(rt: RankTrace) -> B:
+    """Per row: a COMP node standing for untraced host time (:data:`UNTRACED_NAMES`)."""
+    if not rt.names or len(rt) == 0:
+        return np.zeros(len(rt), dtype=np.bool_)
+    named = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
+    return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
 
 
 def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:

@@ -6,9 +6,11 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   the step to the one after it (the optimizer step; see :func:`replayed_step_marks`); for a run without
   step marks, the span of the rank's nodes of the step (last end − first start);
 - ``recorded_step_ns``: the same, recorded;
-- ``compute_ns``: time covered by compute nodes (union of their intervals) other than wait nodes
-  (``wait_tensor``, a host op blocked in a CUDA synchronise: the execution model's ``is_wait``), which
-  count as waiting on communication, as ``skewlens analyze``'s breakdown counts them;
+- ``compute_ns``: time of the replayed step (mark to mark) covered by compute nodes of any step (union of
+  their intervals over all streams), other than wait nodes (``wait_tensor``, a host op blocked in a CUDA
+  synchronise: the execution model's ``is_wait``), which count as waiting on communication, and the
+  capture's untraced host time (``UNTRACED_NAMES``), which is idle: as ``skewlens analyze``'s breakdown
+  counts it, so an unmodified replay gives the breakdown's compute;
 - ``comm_ns``: summed duration of its communication nodes (arrival to completion);
 - ``wait_ns``: summed wait for peers: for every sync member, latest arrival of the group − own arrival;
 - ``exposed_comm_ns``: transfer time (latest arrival to own completion) not hidden under compute.
@@ -25,7 +27,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import execution_model, union_intervals
+from skewlens.replay.execution import execution_model, union_intervals, untraced_rows
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
@@ -167,10 +169,10 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
-        comp_mask = (rt.node_type == NodeType.COMP) & ~model.ranks[r].is_wait
+        comp_mask = (rt.node_type == NodeType.COMP) & ~model.ranks[r].is_wait & ~untraced_rows(rt)
+        ca, cb = union_intervals(st[comp_mask], en[comp_mask])
         for k in steps_of[r]:
             in_step = rt.step == k
-            ca, cb = union_intervals(st[comp_mask & in_step], en[comp_mask & in_step])
             comm = comm_mask & in_step
             srows = sync_rows[rt.step[sync_rows] == k] if sync_rows.size else sync_rows
             sarr = sync_arr[rt.step[sync_rows] == k] if sync_rows.size else sync_arr
@@ -183,17 +185,19 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             mark = marks.get((r, k))
             if mark is not None:
                 rec_ns, rep_ns = mark[1] - mark[0], mark[3] - mark[2]
+                a, b = mark[2], mark[3]
             else:
                 in_rec = in_step & res.timed[r]
                 rec_ns = int(rt.end_ns[in_rec].max() - rt.start_ns[in_rec].min()) if in_rec.any() else 0
                 rep_ns = b - a
+            window = _covered(ca, cb, np.asarray([a, b], dtype=np.int64))
             out.append(
                 SummaryRecord(
                     rank=r,
                     step=k,
                     step_time_ns=rep_ns,
                     recorded_step_ns=rec_ns,
-                    compute_ns=int((cb - ca).sum()),
+                    compute_ns=int(window[1] - window[0]),
                     comm_ns=int((en[comm] - st[comm]).sum()),
                     wait_ns=int(wait.sum()),
                     exposed_comm_ns=int(exposed.sum()),

@@ -277,6 +277,9 @@ def test_each_step_lasts_its_period_on_the_device_and_analyze_and_replay_agree(
         a, s = analysis[k], replay[k]
         assert abs(a.step_ns - period) <= 0.02 * period, (k, a.step_ns, period)
         assert a.step_ns == s.recorded_step_ns
+        # one measure of compute (it was 207.7 against 227.9 ms a step on the 16-GPU trace); the replay
+        # reproduces a few nodes to within microseconds only (see the next test)
+        assert abs(a.compute_ns - s.compute_ns) <= 0.001 * a.step_ns, (k, a.compute_ns, s.compute_ns)
         # replaying the unmodified trace as recorded reproduces the step within 2%
         assert abs(s.step_time_ns - s.recorded_step_ns) <= 0.02 * s.recorded_step_ns, (k, s)
     # steps never overlap: they add up to the recorded span of the steps

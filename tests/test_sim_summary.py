@@ -44,6 +44,26 @@ def test_transfer_hidden_under_compute_on_another_stream_is_not_exposed(tmp_path
     assert [s.exposed_comm_ns for s in rows] == [400_000, 400_000]
 
 
+def test_untraced_host_time_is_not_compute_and_the_replay_counts_compute_as_the_breakdown_does(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.api import analyze_run
+    from skewlens.profiler.vocab import UNTRACED_NODE_NAME
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        for k in range(2):
+            rb = b.rank(r).step(k)
+            rb.compute("aten::mm", dur_ns=2 * MS)
+            rb.compute(UNTRACED_NODE_NAME, dur_ns=(r + 1) * MS)  # the capture's host time in no operator
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = {(s.rank, s.step): s.compute_ns for s in summarize(rt, simulate(rt))}
+    assert set(rows.values()) == {2 * MS}
+    breakdown = {(x.rank, x.step): x.compute_ns for x in analyze_run(rt, blame=False).breakdown}
+    assert rows == breakdown
+
+
 def test_the_summary_table_shows_one_row_per_rank_in_ms(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for r in (0, 1):
