@@ -64,12 +64,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_table(manifest: Manifest) -> Table:
-    """One row per imported rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): device, steps
-    (as ranges: ``0-189``), source file; one row for all ranks without a trace."""
+    """One row per imported rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): device, the
+    ``ProfilerStep#`` numbers of its steps (as ranges: ``0-189``; none: the whole trace is one step), source
+    file; one row for all ranks without a trace."""
     t = Table()
     t.add_column("rank", justify="right")
     t.add_column("device")
-    t.add_column("steps")
+    t.add_column("step numbers")
     t.add_column("source")
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
@@ -80,7 +81,7 @@ def summary_table(manifest: Manifest) -> Table:
         t.add_row(
             str(r),
             manifest.devices.get(r, ""),
-            rank_ranges(steps.get(r, ())) or "-",
+            rank_ranges(steps.get(r, ())) or "none: one step",
             manifest.notes.get(f"rank {r} source", ""),
         )
     missing = manifest.missing_ranks
