@@ -454,3 +454,15 @@ def test_the_timeline_record_is_the_store_node_record_plus_replayed_times() -> N
     assert replayed == [*node, ("replay_start_ns", "int"), ("replay_end_ns", "int")]
     schema = arrow_schema(ReplayedNodeRecord)
     assert schema.field("replay_end_ns").metadata[b"doc"] == b"Replayed end, ns."
+
+
+def test_a_knob_the_chosen_slowdown_does_not_use_is_named_as_changing_nothing(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, "slowdown=jitter", "slowdown.factor=2", "slowdown.rank=1"]) == 0
+    out = capsys.readouterr().out
+    assert "slowdown.factor=2: slowdown jitter does not use slowdown.factor; it changes nothing here" in out
+    assert "slowdown.rank=1: slowdown jitter does not use slowdown.rank" in out
+    assert skewlens_main([*args, "slowdown=straggler", "slowdown.factor=2", "slowdown.rank=1"]) == 0
+    assert "changes nothing" not in capsys.readouterr().out

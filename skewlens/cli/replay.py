@@ -109,6 +109,24 @@ def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     return f"replayed with {net}; {slow}{scale}"
 
 
+#: The slowdown group's knobs: values its presets' entries may refer to (``${slowdown.factor}``).
+KNOBS = ("factor", "rank", "delay_ms", "step")
+
+
+def unused_knobs(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
+    """A note for each knob ``overrides`` set that no entry of the chosen slowdown refers to: it changes
+    nothing (a sweep over it gives the same point again and again)."""
+    entries = OmegaConf.to_yaml(cfg.slowdown.entries, resolve=False) if "slowdown" in cfg else ""
+    notes = []
+    for o in overrides:
+        key = o.partition("=")[0].lstrip("+~")
+        knob = key.removeprefix("slowdown.")
+        if knob in KNOBS and key != knob and f"${{slowdown.{knob}}}" not in entries:
+            name = cfg.slowdown.get("name", "?")
+            notes.append(f"{o}: slowdown {name} does not use slowdown.{knob}; it changes nothing here")
+    return notes
+
+
 def _identity(p: Path) -> tuple[int, int]:
     """What tells a file written anew (a new inode, by rename) from the one that was there."""
     st = p.stat()
@@ -146,6 +164,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         raise
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
+    for note in unused_knobs(cfg, hc.overrides.task):
+        console.print(note, style="yellow", markup=False, highlight=False)
     for note in (*run_notes(outcome.run), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
