@@ -144,13 +144,6 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         conf = to_config(cfg)
         outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
         write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
-        # an earlier replay's outputs this one did not write (timeline.json under perfetto=false, a real
-        # replay's directories) go: the directory never mixes two replays (each file is written anew)
-        for p, ident in before.items():
-            if p.is_dir() and conf.mode != "real":
-                shutil.rmtree(p, ignore_errors=True)
-            elif p.is_file() and _identity(p) == ident:
-                p.unlink(missing_ok=True)
     except BaseException:  # a failed or interrupted replay leaves none of its own outputs (each is whole)
         for p in outputs:
             if p not in before:
@@ -162,6 +155,16 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
         raise
+    # an earlier replay's outputs this one did not write (timeline.json under perfetto=false, a real
+    # replay's directories) go: the directory never mixes two replays (each file is written anew)
+    for p, ident in before.items():
+        if p.is_dir() and conf.mode != "real":
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.is_file() and _identity(p) == ident:
+            try:
+                p.unlink()
+            except OSError as e:
+                console.print(f"{p}: an earlier replay's, not removed ({e.strerror or e})", style="yellow")
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in unused_knobs(cfg, hc.overrides.task):
