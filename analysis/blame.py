@@ -119,7 +119,7 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     key[~valid] = -1
     keys, inv = np.unique(key[valid], return_inverse=True)
     vrows = np.flatnonzero(valid)
-    comp_w = np.where(ri.is_comp[vrows], ri.work_ns[vrows], 0).astype(np.float64)
+    comp_w = np.where((ri.is_comp | ri.host_work)[vrows], ri.work_ns[vrows], 0).astype(np.float64)
     # host gaps: idle before nodes, plus the capture's untraced-time nodes (host time in no operator)
     gap_w = np.where(ri.has_deps[vrows], gaps[vrows], 0) + np.where(
         ri.is_untraced[vrows], rt.dur_ns[vrows], 0
@@ -258,7 +258,7 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
     gap = np.full(len(rt), -1, dtype=np.int64)
     if iv.keys.size:
         # override only what changes (-1 keeps the simulator's own value)
-        c = inside & ri.is_comp & (f_comp[row_k] != 1.0)
+        c = inside & (ri.is_comp | ri.host_work) & (f_comp[row_k] != 1.0)
         dur[c] = np.rint(ri.work_ns[c] * f_comp[row_k[c]]).astype(np.int64)
         u = inside & ri.is_untraced & (f_gap[row_k] != 1.0)
         dur[u] = np.rint(rt.dur_ns[u] * f_gap[row_k[u]]).astype(np.int64)
@@ -313,7 +313,7 @@ def _run_totals(ix: RunIndex) -> _RunTotals:
     n = len(ix.names)
     gaps: dict[int, int] = {}
     for r, ri in ix.ranks.items():
-        c = ri.is_comp
+        c = ri.is_comp | ri.host_work
         tot[r] = np.bincount(ri.gname[c], weights=ri.work_ns[c], minlength=n)
         gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.trace.dur_ns[ri.is_untraced].sum())
     return _RunTotals(

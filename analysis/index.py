@@ -11,7 +11,9 @@
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
 - ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
   (``wait_tensor``, ``Work.wait``) spent blocked on communication. Wait nodes count as communication:
-  their blocked time as waiting for peers, the rest as transfer-like overhead, none of it as compute.
+  their blocked time as waiting for peers, the rest as transfer-like overhead, none of it as compute;
+  except a host-time node that hid a wait (``host_work``: the ``collectives`` level's ``compute`` node
+  after DDP's last bucket), whose work after the completion is the program's compute.
 - ``coll`` / ``p2p``: the collective instance (index into ``run.collectives``) or send/recv pair (index
   into ``run.p2p``) of a communication row, -1 elsewhere.
 - ``gname``: node name as an index into the run-wide ``RunIndex.names`` (rank dictionaries differ).
@@ -115,7 +117,10 @@ class RankIndex:
     """COMP rows that are real work (not the capture's untraced host time, not wait nodes)."""
     is_wait: B
     """Wait nodes (``wait_tensor``, ``Work.wait``): blocked on communication, then the wait's own overhead;
-    counted as communication, never as compute."""
+    counted as communication, never as compute (but see ``host_work``)."""
+    host_work: B
+    """Wait nodes that are host-time nodes which hid a wait (the execution model's ``host_work``): their
+    work after the completion (``work_ns``, the end of the node) is the program's, counted as compute."""
     is_untraced: B
     """COMP rows standing for untraced host time (``skewlens.replay.execution.UNTRACED_NAMES``): idle, not
     compute."""
@@ -256,8 +261,13 @@ def build_index(run: RunTrace) -> RunIndex:
         is_untraced = untraced_rows(rt)
         is_wait = m.is_wait & ~is_untraced
         is_comp = any_comp & ~is_untraced & ~is_wait
+        host_work = m.host_work & is_wait
         busy = is_comm | is_comp | is_wait
-        comm_like = is_comm | is_wait
+        # a wait node is communication while blocked; after that, a wait op's overhead stays
+        # communication-like, a host-time node's own work is compute (host_work)
+        hw = np.flatnonzero(host_work)
+        hw_at = end[hw] - work[hw]
+        comm_like = (is_comm | is_wait) & ~host_work
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,
@@ -266,6 +276,7 @@ def build_index(run: RunTrace) -> RunIndex:
             gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int32),
             is_comp=is_comp,
             is_wait=is_wait,
+            host_work=host_work,
             is_untraced=is_untraced,
             is_comm=is_comm,
             is_send=rt.node_type == int(NodeType.COMM_SEND),
@@ -279,8 +290,13 @@ def build_index(run: RunTrace) -> RunIndex:
             sorted_start=rt.start_ns[order],
             comm_sorted_end=np.sort(end[is_comm]),
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
-            cov_comp=Coverage.of(rt.start_ns[is_comp], end[is_comp]),
-            cov_comm=Coverage.of(rt.start_ns[comm_like], end[comm_like]),
+            cov_comp=Coverage.of(
+                np.concatenate([rt.start_ns[is_comp], hw_at]), np.concatenate([end[is_comp], end[hw]])
+            ),
+            cov_comm=Coverage.of(
+                np.concatenate([rt.start_ns[comm_like], rt.start_ns[hw]]),
+                np.concatenate([end[comm_like], hw_at]),
+            ),
             latest_dep=latest,
             latest_met_ns=latest_met,
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
@@ -301,12 +317,15 @@ def build_index(run: RunTrace) -> RunIndex:
         si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
     for ri in idx.values():
-        st, comp, comm, wt = ri.trace.start_ns, ri.is_comp, ri.is_comm, ri.is_wait
-        # a wait node's blocked part [start, end - work) is waiting for peers; the rest is the wait's own
-        # overhead (transfer-like), not compute
+        st, comp, comm, wt, own = ri.trace.start_ns, ri.is_comp, ri.is_comm, ri.is_wait, ri.host_work
+        # a wait node's blocked part [start, end - work) is waiting for peers; the rest is the wait op's own
+        # overhead (transfer-like), or a host-time node's own work (compute: host_work)
+        own_at = ri.end_ns[own] - ri.work_ns[own]
         ri.cov_wait_comp = Coverage.of(
-            np.concatenate([st[comp], st[comm], st[wt]]),
-            np.concatenate([ri.end_ns[comp], st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]),
+            np.concatenate([st[comp], own_at, st[comm], st[wt]]),
+            np.concatenate(
+                [ri.end_ns[comp], ri.end_ns[own], st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]
+            ),
         )
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
 

@@ -221,6 +221,10 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     rows = rows_starting_in(ri, a, b)
     rt = ri.trace
     comp = rows[ri.is_comp[rows]]
+    # a host-time node's work begins where the wait it hid ended: it counts where that lies
+    own = np.flatnonzero(ri.host_work)
+    own_at = ri.end_ns[own] - ri.work_ns[own]
+    comp = np.concatenate([comp, own[(own_at >= a) & (own_at < b)]])
     dur = ri.work_ns[comp]
     by_name = (
         np.bincount(ri.gname[comp], weights=dur).astype(np.int64) if comp.size else np.zeros(0, np.int64)

@@ -128,7 +128,11 @@ class RankModel:
     has_start_deps: B
     """Rows with at least one start edge."""
     is_wait: B
-    """Wait nodes (COMP rows named in ``WAIT_NODE_NAMES``)."""
+    """Wait nodes: COMP rows named in ``WAIT_NODE_NAMES``, and the ``collectives`` level's host-time nodes
+    taken to have waited for a hidden completion (:attr:`host_work`)."""
+    host_work: B
+    """Those wait nodes whose work after the completion is the program's own host work (a ``compute`` gap
+    node that hid DDP's wait): compute, where a wait op's is its overhead."""
     t0_ns: int
     """The rank's first recorded start (valid rows)."""
     dur_ns: I64
@@ -548,6 +552,8 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     ws, wd = np.concatenate([ws, gs]), np.concatenate([wd, gd])
     waits = waits.copy()
     waits[gd] = True
+    host_work = np.zeros(n, dtype=np.bool_)
+    host_work[gd] = True
     ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
     # a compute node that starts before its dependency ends but is not nested in it (ends later and
     # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size
@@ -595,6 +601,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
         parent=parent,
         has_start_deps=has,
         is_wait=waits,
+        host_work=host_work,
         t0_ns=t0,
         dur_ns=rt.dur_ns.astype(np.int64, copy=False),
     )

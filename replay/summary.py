@@ -8,7 +8,8 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 - ``recorded_step_ns``: the same, recorded;
 - ``compute_ns``: time of the replayed step (mark to mark) covered by compute nodes of any step (union of
   their intervals over all streams), other than wait nodes (``wait_tensor``, a host op blocked in a CUDA
-  synchronise: the execution model's ``is_wait``), which count as waiting on communication, and the
+  synchronise: the execution model's ``is_wait``), which count as waiting on communication (but a
+  host-time node's work after the wait it hid, ``host_work``, is compute), and the
   capture's untraced host time (``UNTRACED_NAMES``), which is idle: as ``skewlens analyze``'s breakdown
   counts it, so an unmodified replay gives the breakdown's compute;
 - ``comm_ns``: summed duration of its communication nodes (arrival to completion);
@@ -169,8 +170,13 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
-        comp_mask = (rt.node_type == NodeType.COMP) & ~model.ranks[r].is_wait & ~untraced_rows(rt)
-        ca, cb = union_intervals(st[comp_mask], en[comp_mask])
+        mr = model.ranks[r]
+        comp_mask = (rt.node_type == NodeType.COMP) & ~mr.is_wait & ~untraced_rows(rt)
+        hw = np.flatnonzero(mr.host_work)  # a host-time node's work after the wait it hid: compute
+        hw_at = np.clip(en[hw] - mr.work_ns[hw], st[hw], en[hw])
+        ca, cb = union_intervals(
+            np.concatenate([st[comp_mask], hw_at]), np.concatenate([en[comp_mask], en[hw]])
+        )
         for k in steps_of[r]:
             in_step = rt.step == k
             comm = comm_mask & in_step

@@ -324,6 +324,27 @@ def test_a_collectives_level_gap_holding_its_threads_last_async_completion_waite
     assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
 
 
+def test_the_work_after_a_hidden_wait_is_compute_in_the_breakdown_and_in_the_replay(
+    tmp_path: Path,
+) -> None:
+    # the optimizer's 5 ms after DDP's hidden wait (or a sleep before the next send) is the program's work,
+    # not the overhead of a wait op: it was counted as transfer, and a slow sender was never the cause
+    run = load_run(_ddp_collectives_level(tmp_path, 30.0))
+    res = analyze_run(run, blame=False)
+    for r in (0, 1):
+        rt = run.ranks[r]
+        tails = [i for i in range(len(rt)) if rt.name(i) == "compute"][2::3]
+        assert np.flatnonzero(execution_model(run).ranks[r].host_work).tolist() == tails
+        assert np.flatnonzero(res.index.ranks[r].host_work).tolist() == tails
+    bd = {(b.rank, b.step): b for b in res.breakdown}
+    fwd = {0: 10 * MS, 1: 40 * MS}  # forward, then 2 ms of backward, then the optimizer's 5 ms
+    for (r, _s), b in bd.items():
+        assert b.compute_ns == fwd[r] + 2 * MS + 5 * MS, (r, b)
+        assert b.compute_ns + b.exposed_wait_ns + b.exposed_transfer_ns + b.idle_ns == b.step_ns
+    replayed = {(x.rank, x.step): x.compute_ns for x in summarize(run, simulate(run))}
+    assert replayed == {k: b.compute_ns for k, b in bd.items()}
+
+
 def test_what_waits_for_one_op_of_a_batch_waits_for_the_whole_batch(tmp_path: Path) -> None:
     """1F1B's steady state: ``batch_isend_irecv([send activation, recv gradient])``, then a wait on the
     send's Work; the program waits for every work of the batch, so the gradient's recv holds it too."""
