@@ -1,4 +1,5 @@
-"""Work on threads, in order: how many CPUs this process may use, and a bounded, ordered thread map.
+"""Work on threads, in order: how many CPUs this process may use, and a bounded, ordered thread map; and
+the worker processes of the commands that convert files one per process (:func:`process_pool`).
 
 The decoder, Arrow's kernels and Parquet encoding spend most of their time in numpy and Arrow with the
 GIL released, so a few threads overlap decoding the next trace file (or formatting the next chunk) with
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -110,3 +113,18 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
                 yield pending.pop(0).result()
         for f in pending:
             yield f.result()
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def process_pool(workers: int, preload: str) -> ProcessPoolExecutor:
+    """Worker processes forked from a forkserver that imported ``preload`` once (no per-worker import, no
+    fork of a parent that may run a progress-bar thread, no re-import of the caller's script). The workers
+    ignore Ctrl-C: the terminal sends it to the whole process group, and a worker that dies of it while the
+    pool hands it a job can leave the pool's shutdown waiting forever; the parent is interrupted alone and
+    shuts the pool down (``shutdown(cancel_futures=True)``: the jobs running end, no other starts)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([preload])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_interrupts)

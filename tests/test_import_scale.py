@@ -290,3 +290,17 @@ def test_a_worker_cap_or_budget_below_one_is_refused_naming_the_option(
     assert exc.value.code == 2
     assert f"argument {flag}" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_worker_processes_ignore_ctrl_c_and_leave_it_to_the_parent() -> None:
+    # the terminal sends Ctrl-C to every process of the group: a worker that died of it while the pool handed
+    # it a job left `skewlens import` waiting forever (seen once in twenty interrupts)
+    import os
+    import signal
+
+    from skewlens.profiler.threads import process_pool
+
+    with process_pool(1, "skewlens.profiler.threads") as pool:
+        pid = pool.submit(os.getpid).result(timeout=60)
+        assert pool.submit(signal.raise_signal, signal.SIGINT).result(timeout=60) is None
+        assert pool.submit(os.getpid).result(timeout=60) == pid  # the same worker, alive

@@ -17,11 +17,10 @@ import contextlib
 import dataclasses
 import gc
 import json
-import multiprocessing
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -51,7 +50,7 @@ from skewlens.profiler.manifest import (
     rank_file,
     write_manifest,
 )
-from skewlens.profiler.threads import usable_cores
+from skewlens.profiler.threads import process_pool, usable_cores
 from skewlens.progress import NO_PROGRESS, Progress
 
 
@@ -277,11 +276,7 @@ def _run_all(
             advance(job.kineto.label.name)
         return out
     results: dict[int, _Done] = {}
-    # forkserver, as the Parquet export: workers fork from a clean server that imported this module once
-    # (no fork of a parent that may run a progress-bar thread, and no re-import of the caller's script)
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with process_pool(workers, __name__) as pool:
         futures: dict[Future[_Done], int] = {pool.submit(fn, job): k for k, job in enumerate(jobs)}
         pending = set(futures)
         try:
@@ -291,9 +286,8 @@ def _run_all(
                     k = futures[fut]
                     results[k] = _result(fut, jobs[k])
                     advance(jobs[k].kineto.label.name)
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
+        except BaseException:  # a failed trace, or Ctrl-C: the jobs running end, no other starts
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [results[k] for k in range(len(jobs))]
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +52,7 @@ from skewlens.profiler.store.schema import (
     write_table,
 )
 from skewlens.profiler.store.validate import find_cycle, refusal
-from skewlens.profiler.threads import usable_cores
+from skewlens.profiler.threads import process_pool, usable_cores
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -251,11 +249,7 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
         for f, r in todo:
             yield _export_rank(f, r, tmp, pg_names, world)
         return
-    # forkserver: workers fork from a clean server that imported this module once (no per-worker
-    # import cost, and no fork of a parent that may run a progress-bar thread).
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with process_pool(workers, __name__) as pool:
         futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
         try:
             for fut in futures:
