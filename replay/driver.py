@@ -133,10 +133,20 @@ def check_slowdown_targets(
             )
 
 
-def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROGRESS) -> ReplayOutcome:
-    """Run the replay ``cfg`` describes and write its outputs into ``out_dir``; ``progress`` is told of its
-    stages (load, simulate, write)."""
+def replay_run(
+    cfg: ReplayConfig, out_dir: Path, *, sim_dir: Path | None = None, progress: Progress = NO_PROGRESS
+) -> ReplayOutcome:
+    """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (the simulated replay's files
+    into ``sim_dir`` where given); ``progress`` is told of its stages (load, simulate, write)."""
+    files = out_dir if sim_dir is None else sim_dir
     topo = cfg.topology.to_topology()
+    real_api = None
+    if cfg.mode == "real":  # refused before anything is simulated or written
+        try:
+            real_api = importlib.import_module("skewlens.replay.real.api")
+        except ImportError:
+            raise ConfigError("mode=real: real replay is not available") from None
+        real_api.preflight(Path(cfg.trace), cfg.real)
     with progress.task(f"loading {cfg.trace}", 3) as advance:
         run = load_trace(cfg.trace, lenient=cfg.lenient)
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
@@ -163,25 +173,21 @@ def replay_run(cfg: ReplayConfig, out_dir: Path, *, progress: Progress = NO_PROG
                     write_perfetto,
                     run,
                     sim,
-                    out_dir / TIMELINE_JSON,
+                    files / TIMELINE_JSON,
                     max_events=cfg.perfetto_max_events,
                     on_note=notes.append,
                 )
                 if cfg.perfetto
                 else None
             )
-            write_timeline(run, sim, out_dir / TIMELINE_PARQUET)
-            write_summary(summary, out_dir / SUMMARY_PARQUET)
+            write_timeline(run, sim, files / TIMELINE_PARQUET)
+            write_summary(summary, files / SUMMARY_PARQUET)
             if perfetto is not None:
                 perfetto.result()
         advance()
     real = None
-    if cfg.mode == "real":
-        try:
-            api = importlib.import_module("skewlens.replay.real.api")
-        except ImportError:
-            raise ConfigError("mode=real: real replay is not available") from None
-        real = api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)
+    if real_api is not None:
+        real = real_api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)
     return ReplayOutcome(
         out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns
     )

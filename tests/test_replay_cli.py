@@ -244,9 +244,9 @@ def test_an_interrupted_replay_removes_what_it_wrote_and_keeps_what_was_there(
     out.mkdir()
     (out / "summary.parquet").write_text("an earlier replay's")
 
-    def interrupted(conf: ReplayConfig, out_dir: Path, **_k: object) -> None:
+    def interrupted(conf: ReplayConfig, out_dir: Path, *, sim_dir: Path, **_k: object) -> None:
         for name in ("timeline.parquet", "summary.parquet"):
-            (out_dir / name).write_text("half")
+            (sim_dir / name).write_text("half")
         (out_dir / "real" / "plan").mkdir(parents=True)  # mode=real's working files
         (out_dir / "run").mkdir()
         raise KeyboardInterrupt
@@ -254,6 +254,8 @@ def test_an_interrupted_replay_removes_what_it_wrote_and_keeps_what_was_there(
     monkeypatch.setattr(cli_replay, "replay_run", interrupted)
     assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) != 0
     assert sorted(p.name for p in out.iterdir()) == ["summary.parquet"]  # there before: kept
+    assert (out / "summary.parquet").read_text() == "an earlier replay's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "run"]  # no staging directory left
     capsys.readouterr()
 
 
@@ -466,3 +468,39 @@ def test_a_knob_the_chosen_slowdown_does_not_use_is_named_as_changing_nothing(
     assert "slowdown.rank=1: slowdown jitter does not use slowdown.rank" in out
     assert skewlens_main([*args, "slowdown=straggler", "slowdown.factor=2", "slowdown.rank=1"]) == 0
     assert "changes nothing" not in capsys.readouterr().out
+
+
+def test_a_failed_replay_into_the_directory_of_an_earlier_one_leaves_that_one_as_it_was(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    for bad in (
+        ["mode=real", "real.nproc=3"],  # refused before anything is simulated or written
+        ["slowdown=straggler", "slowdown.rank=9"],  # refused once the run is loaded
+    ):
+        assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false", *bad]) == 2
+        assert capsys.readouterr().err.startswith("skewlens replay: error: ")
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before, bad
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging directory left
+
+
+def test_real_replay_of_a_run_recorded_on_cuda_is_refused_where_cuda_is_not_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from skewlens.profiler.manifest import read_manifest
+    from skewlens.replay.real import api
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).step(0).compute("k", dur_ns=1_000_000)
+    m = dataclasses.replace(read_manifest(b.write(tmp_path / "run")), devices={0: "cuda:0", 1: "cuda:1"})
+    monkeypatch.setattr(api, "_cuda_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"recorded on CUDA devices \(cuda:0, cuda:1\).*real.backend=gloo"):
+        api.resolve_backend("auto", m)
+    assert api.resolve_backend("gloo", m) == "gloo"  # asked for: replayed on CPU processes anyway
+    assert api.resolve_backend("auto", dataclasses.replace(m, devices={})) == "gloo"

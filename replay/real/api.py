@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
+from skewlens.profiler.manifest import Manifest, StepSpan, read_manifest, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.store.issues import no_trace_line
 from skewlens.profiler.vocab import NodeType
@@ -94,13 +94,45 @@ def _cuda_available() -> bool:
 
 
 def resolve_backend(backend: str, manifest: Manifest) -> str:
-    """``auto``: NCCL when the run was on CUDA devices and CUDA is available here, else gloo."""
-    on_cuda = any(d.startswith("cuda") for d in manifest.devices.values())
+    """``auto``: NCCL when the run was on CUDA devices and CUDA is available here, gloo when it was not; a
+    run on CUDA devices where CUDA is not available is refused (its kernels would run as host work, one
+    after another, and the replay would not reproduce it) unless ``real.backend=gloo`` asks for that."""
+    cuda = sorted({d for d in manifest.devices.values() if d.startswith("cuda")})
     if backend == "auto":
-        return "nccl" if on_cuda and _cuda_available() else "gloo"
+        if not cuda:
+            return "gloo"
+        if _cuda_available():
+            return "nccl"
+        raise ConfigError(
+            f"real.backend=auto: the run was recorded on CUDA devices ({', '.join(cuda[:4])}"
+            f"{', ...' if len(cuda) > 4 else ''}) and CUDA is not available on this machine; on CPU "
+            "processes its kernels would run as host work and the replay would not reproduce the run "
+            "(give real.backend=gloo to replay it so anyway)"
+        )
     if backend == "nccl" and not _cuda_available():
         raise ConfigError("real.backend=nccl: CUDA is not available on this machine")
     return backend
+
+
+def preflight(run_dir: Path, cfg: RealConfigLike, manifest: Manifest | None = None) -> str:
+    """What refuses a real replay of ``run_dir`` before anything runs (the config, ranks without a trace,
+    ``real.nproc`` against the run's ranks, the backend); returns the backend. ``manifest``: the run's, if
+    loaded (else read from ``run_dir``)."""
+    _timeout_s, backend_cfg, nproc, _compute, launcher_args, _capture = _check_config(cfg)
+    m = manifest if manifest is not None else read_manifest(run_dir)
+    if m.missing_ranks or sorted(m.ranks) != list(range(m.world_size)):
+        missing = sorted(set(range(m.world_size)) - set(m.ranks) | set(m.missing_ranks))
+        raise ReplayError(
+            f"{run_dir}: cannot replay on real processes: "
+            f"{no_trace_line(missing, m.world_size) if missing else 'not every rank was loaded'}"
+        )
+    if not launcher_args and nproc is not None and nproc != m.world_size:
+        raise ConfigError(
+            f"real.nproc={nproc} but {run_dir} has {m.world_size} ranks: on one host start one process per "
+            "traced rank; across hosts set real.launcher_args (--nnodes, --node-rank, --rdzv-endpoint) and "
+            "run the same command on every host with OUT_DIR on a shared file system"
+        )
+    return resolve_backend(backend_cfg, m)
 
 
 def load_checked(run_dir: Path) -> RunTrace:
@@ -125,23 +157,16 @@ def _deadline_s(run: RunTrace, plans: dict[int, list[ReplayOp]], timeout_s: floa
 
 def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfigLike) -> RealReplayResult:
     """Replay ``run_dir`` on real processes; the replay is written to ``out_dir/run`` (see module doc)."""
-    timeout_s, backend_cfg, nproc, compute, launcher_args, capture = _check_config(cfg)
+    timeout_s, _backend, nproc, compute, launcher_args, capture = _check_config(cfg)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     run = load_checked(run_dir)
     m = run.manifest
-    if m.missing_ranks or sorted(run.ranks) != list(range(m.world_size)):
+    if sorted(run.ranks) != list(range(m.world_size)):
         missing = sorted(set(range(m.world_size)) - set(run.ranks))
         raise ReplayError(
-            f"{run_dir}: cannot replay on real processes: "
-            f"{no_trace_line(missing, m.world_size) if missing else 'not every rank was loaded'}"
+            f"{run_dir}: cannot replay on real processes: {no_trace_line(missing, m.world_size)}"
         )
-    if not launcher_args and nproc is not None and nproc != m.world_size:
-        raise ConfigError(
-            f"real.nproc={nproc} but {run_dir} has {m.world_size} ranks: on one host start one process per "
-            "traced rank; across hosts set real.launcher_args (--nnodes, --node-rank, --rdzv-endpoint) and "
-            "run the same command on every host with OUT_DIR on a shared file system"
-        )
-    backend = resolve_backend(backend_cfg, m)
+    backend = preflight(run_dir, cfg, m)
     default_pg, groups = group_specs(run)
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)

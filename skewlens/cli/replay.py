@@ -33,6 +33,7 @@ from rich.console import Console
 
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
+from skewlens.profiler.atomic import staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes
 from skewlens.progress import NO_PROGRESS
@@ -128,43 +129,46 @@ def unused_knobs(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
 
 
 def _identity(p: Path) -> tuple[int, int]:
-    """What tells a file written anew (a new inode, by rename) from the one that was there."""
+    """What tells a path written anew or changed (a new inode; a directory's entries changed: its mtime)
+    from the one that was there."""
     st = p.stat()
     return (st.st_ino, st.st_mtime_ns)
 
 
 def run_job(cfg: DictConfig, console: Console) -> None:
-    """One Hydra job: validate, write ``config.yaml``, replay, render, record the sweep row."""
+    """One Hydra job: validate, replay, write the outputs and ``config.yaml``, render, record the sweep row.
+
+    The simulated replay's files and ``config.yaml`` are written beside ``OUT`` and moved in once the whole
+    replay (the real one too) has succeeded, replacing an earlier replay's and removing those of its this
+    one does not write; a failed or interrupted replay leaves them as they were. A real replay writes its
+    directories in place (every host of a replay across hosts writes there): a failed or interrupted one
+    leaves none of them."""
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
-    names = (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML, REAL_RUN_DIR, REAL_WORK_DIR)
-    outputs = [out_dir / n for n in names]
-    before = {p: _identity(p) for p in outputs if p.exists()}
+    real_dirs = [out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR]
+    before = {p: _identity(p) for p in real_dirs if p.exists()}
     try:
         conf = to_config(cfg)
-        outcome = replay_run(conf, out_dir, progress=RichProgress() if conf.progress else NO_PROGRESS)
-        write_text(out_dir / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
-    except BaseException:  # a failed or interrupted replay leaves none of its own outputs (each is whole)
-        for p in outputs:
-            if p not in before:
-                if p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
+        with staging_dir(out_dir.absolute()) as stage:
+            progress = RichProgress() if conf.progress else NO_PROGRESS
+            outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
+            write_text(stage / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
+            for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
+                if (stage / name).exists():
+                    (stage / name).replace(out_dir / name)
+                else:  # an earlier replay's (timeline.json under perfetto=false)
+                    (out_dir / name).unlink(missing_ok=True)
+        if conf.mode != "real":  # an earlier real replay's
+            for p in real_dirs:
+                shutil.rmtree(p, ignore_errors=True)
+    except BaseException:
+        for p in real_dirs:  # what a failed real replay began (it clears an earlier one's first)
+            if p.exists() and before.get(p) != _identity(p):
+                shutil.rmtree(p, ignore_errors=True)
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
         raise
-    # an earlier replay's outputs this one did not write (timeline.json under perfetto=false, a real
-    # replay's directories) go: the directory never mixes two replays (each file is written anew)
-    for p, ident in before.items():
-        if p.is_dir() and conf.mode != "real":
-            shutil.rmtree(p, ignore_errors=True)
-        elif p.is_file() and _identity(p) == ident:
-            try:
-                p.unlink()
-            except OSError as e:
-                console.print(f"{p}: an earlier replay's, not removed ({e.strerror or e})", style="yellow")
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in unused_knobs(cfg, hc.overrides.task):
