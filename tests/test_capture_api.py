@@ -143,3 +143,36 @@ def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
     code, err = run_cli(["--out", str(out), "--", sys.executable, "-c", "print('no torch here')"], capsys)
     assert code == 2 and "no rank saved a trace" in one_line_error(err)
     assert not out.exists()
+
+
+def test_an_interrupted_profile_lets_its_command_end_and_returns_its_code(tmp_path: Path) -> None:
+    # Ctrl-C used to kill the command and leave its ranks' traces without a manifest; now the command gets
+    # the interrupt, saves what it traced and ends, and skewlens profile finalises the run with it
+    import signal
+    import threading
+
+    from skewlens.profiler.capture.run import run_command
+
+    marker = tmp_path / "saved"
+    script = textwrap.dedent(
+        f"""
+        import pathlib, signal, sys, time
+        def stop(*_a):
+            pathlib.Path({str(marker)!r}).write_text("saved")
+            sys.exit(7)
+        signal.signal(signal.SIGINT, stop)
+        pathlib.Path({str(tmp_path / "ready")!r}).touch()
+        time.sleep(60)
+        """
+    )
+
+    def interrupt_when_ready() -> None:
+        for _ in range(600):
+            if (tmp_path / "ready").exists():
+                break
+            threading.Event().wait(0.05)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # as the terminal's Ctrl-C
+
+    threading.Thread(target=interrupt_when_ready, daemon=True).start()
+    assert run_command([sys.executable, "-c", script], env={"PATH": ""}) == 7
+    assert marker.read_text() == "saved"

@@ -131,6 +131,26 @@ def test_a_ddp_program_whose_last_collective_frees_its_tensor_as_it_exits_exits_
     assert read_manifest(tmp_path / "run").ranks == (0, 1)
 
 
+@pytest.mark.slow
+def test_a_program_that_ends_inside_the_window_is_told_its_flight_recorder_was_not_read(
+    tmp_path: Path,
+) -> None:
+    # tp.py destroys its process group at the end; a 10-step window over 4 steps is saved at exit, when
+    # the recorder (the only source of DTensor's functional collectives) can no longer be read
+    from capture_helpers import ROOT
+
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        str(ROOT / "examples" / "tp.py"), "--steps", "4",
+    ]  # fmt: skip
+    res = profile(tmp_path / "run", level="collectives", steps="1:1:10", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    notes = read_manifest(tmp_path / "run").notes
+    for r in (0, 1):
+        assert "partial trace" in notes[f"rank {r}"]
+        assert notes[f"rank {r} flight recorder"].startswith("not read: the program had destroyed its")
+
+
 def test_the_exit_grace_is_registered_to_run_after_the_atexit_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

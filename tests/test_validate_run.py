@@ -132,6 +132,21 @@ def test_gap_in_foreign_rank_numbering_is_a_missing_rank(tmp_path: Path) -> None
     assert len(msgs) == 1 and "rank 1 of 3 has no trace (gap in the rank numbering)" in msgs[0]
 
 
+def test_a_captures_traces_without_their_manifest_are_a_warning_a_foreign_runs_are_not(
+    tmp_path: Path,
+) -> None:
+    run = _good_run(tmp_path)
+    (run / "manifest.json").unlink()  # a capture interrupted before skewlens profile wrote it
+    report = validate_run(run)
+    (msg,) = [i.message for i in report.warnings if i.kind == "no-manifest"]
+    assert msg.startswith(f"{run}: rank-*.et without manifest.json") and report.ok
+    d = tmp_path / "foreign"
+    for r in (0, 1):
+        with EtWriter(d / f"trace.{r}.et") as w:
+            w.write(_comp(1, "x"))
+    assert not [i for i in validate_run(d).warnings if i.kind == "no-manifest"]
+
+
 def test_collectives_of_different_types_name_group_seq_and_ranks(tmp_path: Path) -> None:
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,17 +85,37 @@ def capture_env(
     return env
 
 
+#: How long an interrupted ``skewlens profile`` waits for its command to end (its ranks saving their traces).
+INTERRUPT_GRACE_S = 30.0
+
+
 def run_command(command: Sequence[str], env: dict[str, str]) -> int:
-    """Run the wrapped command to completion; its exit code (negative: killed by that signal)."""
+    """Run the wrapped command to completion; its exit code (negative: killed by that signal). Interrupted
+    (Ctrl-C), it lets the command end and returns its code, so that the run is finalised with what the
+    ranks saved."""
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
     exe = command[0]
     if os.sep not in exe and shutil.which(exe, path=env.get("PATH")) is None:
         raise CaptureError(f"command not found: {exe!r}")
     try:
-        return subprocess.call(list(command), env=env)
+        proc = subprocess.Popen(list(command), env=env)
     except OSError as e:
         raise CaptureError(f"cannot run {exe!r}: {e.strerror or e}") from None
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C: the command was sent it too (or is now); its ranks save what they traced as they exit,
+        # and the run is finalised with what they saved. A second Ctrl-C, or a command that does not end
+        # within INTERRUPT_GRACE_S, is killed.
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=INTERRUPT_GRACE_S)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+            raise KeyboardInterrupt from None
 
 
 def _read_parts(run_dir: Path) -> dict[int, dict]:

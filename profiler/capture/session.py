@@ -461,6 +461,12 @@ class CaptureSession:
             self.notes[f"rank {rank} flight recorder device times"] = note
         comms, lost = flight.resolve(entries, comms)
         if not (dist.is_available() and dist.is_initialized()):
+            self.notes[f"rank {rank} flight recorder"] = (
+                "not read: the program had destroyed its process group before this rank saved its trace "
+                "(it ended inside the capture window), so the collectives only the recorder sees (issued "
+                "outside torch.distributed's Python API: DDP's all_reduces, DTensor's functional "
+                "collectives) are not in the trace; capture a window that ends before the program does"
+            )
             return comms
         recorded = flight.recorded_groups({g.name: g.backend for g in groups})
         mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]

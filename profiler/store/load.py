@@ -538,8 +538,16 @@ def _unreadable(
 
 def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
     """One issue for all ranks without a trace (``126 of 128 ranks have no trace: 2-127``), one for the ranks
-    missing from the manifest: a warning where the manifest says so, an error for a gap in the numbering."""
+    missing from the manifest: a warning where the manifest says so, an error for a gap in the numbering;
+    and a warning for a capture's ``rank-*.et`` without its manifest."""
     m = files.manifest
+    if not files.has_manifest and any(_OURS_RE.match(f.name) for f in files.files.values()):
+        sink.warning(
+            "no-manifest",
+            f"{files.root}: rank-*.et without manifest.json, which skewlens profile writes once its command "
+            "ends (a capture interrupted before that?): clock offsets, step marks, process groups and the "
+            "capture's notes are not known; the world size is guessed from the file names",
+        )
     if m.missing_ranks:
         why = _why_missing(m)
         source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"
