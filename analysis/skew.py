@@ -452,6 +452,7 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
     by_step: dict[tuple[int, int], int] = defaultdict(int)
     kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
     op_w: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    op_n: dict[int, int] = defaultdict(int)  # rank -> events whose ops op_w sums
     blamed_on: dict[int, list[SkewEvent]] = defaultdict(list)  # rank -> every event blamed on it
     for e in events:
         blamed_on[e.blamed_rank].append(e)
@@ -462,7 +463,8 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
         by_step[(e.blamed_rank, e.step)] += w
         if e.cause.kind is not CauseKind.NONE:
             kind_w[e.blamed_rank][e.cause.kind] += w
-        if e.cause.via_rank < 0:
+        if e.cause.via_rank < 0 and e.cause.ops:
+            op_n[e.blamed_rank] += 1
             for name, d in e.cause.ops:
                 op_w[e.blamed_rank][name] += d
     top: dict[int, Cause] = {}
@@ -473,7 +475,7 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
         delta = int(np.median([e.cause.delta_ns for e in own])) if own else 0
         if k is CauseKind.COMPUTE and op_w[r]:
             ops = sorted(op_w[r].items(), key=lambda x: -x[1])[:TOP_OPS]
-            n = max(len(own), 1)
+            n = max(op_n[r], 1)  # a mean over the events that named them (not over every blamed event)
             per = tuple((name, d // n) for name, d in ops)
             top[r] = Cause(kind=k, delta_ns=delta, op=ops[0][0], ops=per)
         else:

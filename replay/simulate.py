@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.issues import Issue, Severity
+from skewlens.profiler.store.load import Decoder
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.validate import ValidationReport, validate_run
 from skewlens.progress import NO_PROGRESS, Progress
@@ -461,10 +462,14 @@ def find_deadlock(run_trace: RunTrace) -> str | None:
     return None
 
 
-def validate_replayable(path: str | Path, *, progress: Progress = NO_PROGRESS) -> ValidationReport:
+def validate_replayable(
+    path: str | Path, *, progress: Progress = NO_PROGRESS, decoder: Decoder = "auto"
+) -> ValidationReport:
     """``validate_run`` plus what only the execution model can tell: whether the recorded order can
-    complete at all (:func:`find_deadlock`; an error of kind ``deadlock``). What ``skewlens check`` runs."""
-    report = validate_run(path, progress=progress)
+    complete at all (:func:`find_deadlock`; an error of kind ``deadlock``). What ``skewlens check`` runs,
+    decoding every file (``decoder="vectorised"``: not the column cache, which only knows the bytes it was
+    written from by the file's size, time and ends)."""
+    report = validate_run(path, progress=progress, decoder=decoder)
     if report.ok and report.run is not None:
         why = find_deadlock(report.run)
         if why is not None:

@@ -126,3 +126,36 @@ def test_a_compute_cause_names_backward_ops_by_function_and_skips_growth_roundin
     )
     tiny = Cause(kind=CauseKind.COMPUTE, delta_ns=20_000, op="aten::slice", ops=ops[2:])
     assert tiny.text == "compute grew: aten::slice +0.0 ms"  # the only one: still named
+
+
+def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_named_it() -> None:
+    # the tp capture said "aten::mm +25.5 ms" where each event said +40: the sum over the three events with
+    # exposed wait was divided by all five events blamed on the rank
+    import numpy as np
+
+    from skewlens.analysis.skew import Cause, SkewEvent, _summarise
+
+    def event(seq: int, exposed_ms: int, grew_ms: int) -> SkewEvent:
+        ops = (("aten::mm", grew_ms * MS),) if exposed_ms else ()
+        return SkewEvent(
+            kind="collective",
+            pg_name="0",
+            seq=seq,
+            comm_type="all_reduce",
+            step=seq,
+            ranks=(0, 1),
+            rows=(seq, seq),
+            node_ids=(seq, seq),
+            arrival_ns=np.array([0, grew_ms * MS]),
+            end_ns=np.array([grew_ms * MS + 1, grew_ms * MS + 1]),
+            wait_ns=np.array([grew_ms * MS, 0]),
+            exposed_wait_ns=np.array([exposed_ms * MS, 0]),
+            late_rank=1,
+            blamed_rank=1,
+            late_by_ns=grew_ms * MS,
+            cause=Cause(kind=CauseKind.COMPUTE, delta_ns=grew_ms * MS, op="aten::mm", ops=ops),
+        )
+
+    res = _summarise([event(0, 40, 40), event(1, 40, 42), event(2, 40, 38), event(3, 0, 40), event(4, 0, 40)])
+    cause = res.top_cause[1]
+    assert cause.ops == (("aten::mm", 40 * MS),)

@@ -320,3 +320,29 @@ def test_the_cycle_search_finds_a_cycle_exactly_when_a_full_topological_sort_fai
             for a, b in itertools.pairwise(cycle):
                 assert b in deps[a]  # each row of the cycle depends on the next
     assert 20 < found < 280  # graphs with and without cycles were tried
+
+
+def test_check_decodes_every_file_where_its_column_cache_still_matches_a_changed_one(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from skewlens.profiler.store.fast import MIN_NODES
+    from skewlens.profiler.store.load import load_run
+
+    b = RunBuilder(1)
+    for k in range(MIN_NODES + 6_000):  # over 128 KiB: the cache checks the first and last 64 KiB
+        b.rank(0).step(0).compute("aten::mm", 1_000 + k)
+    run = b.write(tmp_path / "run")
+    load_run(run)  # writes the column cache
+    f = rank_file(run, 0)
+    st = f.stat()
+    data = bytearray(f.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 40] = b"\xff" * 40  # bit rot in the middle: same size, and the time put back
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert validate_run(run).ok  # a load reads the cache, which matches the file's size, time and ends
+    out = io.StringIO()
+    assert check_main([str(run), "--no-progress"], console=Console(file=out, width=200)) == 1
+    assert "rank-0.et" in out.getvalue() and "corrupt" in out.getvalue()

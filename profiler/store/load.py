@@ -480,6 +480,7 @@ def iter_ranks(
     *,
     progress: Progress = NO_PROGRESS,
     left_out: dict[int, str] | None = None,
+    decoder: Decoder = "auto",
 ) -> Iterator[RankTrace]:
     """Load ranks one at a time (missing and unreadable files go to ``sink``; where ``left_out`` is given,
     as warnings, and the rank with why into ``left_out``: a lenient load goes on without it).
@@ -489,7 +490,9 @@ def iter_ranks(
     so issues and group names come in the same order as from a load on one thread.
     """
     items = sorted(files.files.items())
-    decoded = ordered_map(_decoded, [f for _, f in items], workers=default_workers())
+    decoded = ordered_map(
+        functools.partial(_decoded, decoder=decoder), [f for _, f in items], workers=default_workers()
+    )
     with progress.task("loading ranks", len(items)) as advance:
         for (r, f), raw in zip(items, decoded, strict=True):
             advance(0, description=f"loading {f.name}")
@@ -515,12 +518,12 @@ def iter_ranks(
     release_free_memory()  # what the decoding threads freed, before the analyses allocate their own
 
 
-def _decoded(f: Path) -> RawColumns | TraceFormatError | None:
+def _decoded(f: Path, *, decoder: Decoder = "auto") -> RawColumns | TraceFormatError | None:
     """``f``'s columns, or why it cannot be decoded (None: there is no such file)."""
     if not f.exists():
         return None
     try:
-        return decode(f)
+        return decode(f, decoder=decoder)
     except TraceFormatError as e:
         return e
 
@@ -587,6 +590,7 @@ def load_run(
     progress: Progress = NO_PROGRESS,
     sink: IssueLog | None = None,
     lenient: bool = False,
+    decoder: Decoder = "auto",
 ) -> RunTrace:
     """Load a run (see the module docstring for the layouts) and match its communication.
 
@@ -594,6 +598,7 @@ def load_run(
     :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run` passes a collecting sink
     instead. ``lenient``: communication whose members disagree across ranks is a warning, not an error, and
     is left unmatched (``RunTrace.skipped_comm`` says what and why); its nodes synchronise with no one.
+    ``decoder``: see :func:`decode` (an explicit one decodes every file, column cache or not).
     """
     files = locate_run(run_dir)
     sink = sink if sink is not None else IssueLog(strict=True)
@@ -603,7 +608,9 @@ def load_run(
     left_out: dict[int, str] | None = {} if lenient else None
     ranks = {
         rt.rank: rt
-        for rt in iter_ranks(files, pg_names, pg_found, sink, progress=progress, left_out=left_out)
+        for rt in iter_ranks(
+            files, pg_names, pg_found, sink, progress=progress, left_out=left_out, decoder=decoder
+        )
     }
     groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
     world = tuple(range(manifest.world_size))

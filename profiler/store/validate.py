@@ -29,7 +29,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     summarise_skipped,
 )
-from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.load import Decoder, load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.progress import NO_PROGRESS, Advance, Progress
@@ -133,12 +133,12 @@ def _check_cycles(run: RunTrace, sink: IssueLog, advance: Advance) -> None:
 
 
 def validate_run(
-    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False
+    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False, decoder: Decoder = "auto"
 ) -> ValidationReport:
     """Load and check a run, collecting every problem instead of stopping at the first (``lenient``: see
-    the module docstring)."""
+    the module docstring; ``decoder``: :func:`~skewlens.profiler.store.load.decode`'s)."""
     sink = IssueLog(strict=False)
-    run = load_run(path, progress=progress, sink=sink, lenient=lenient)
+    run = load_run(path, progress=progress, sink=sink, lenient=lenient, decoder=decoder)
     with progress.task("checking dependencies", len(run.ranks)) as advance:
         _check_cycles(run, sink, advance)
     for r, rt in sorted(run.ranks.items()):
