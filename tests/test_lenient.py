@@ -437,6 +437,11 @@ def test_an_unreadable_rank_is_refused_strictly_and_left_out_leniently(tmp_path:
     ((rank, text),) = run.left_out_ranks
     assert rank == 2 and why in text and str(f) in text
     assert run_notes(run) == [f"rank 2 left out (lenient): {text}"]
+    # check says the same
+    out = io.StringIO()
+    assert check_main([str(d), "--no-progress"], console=Console(file=out, width=200)) == 1
+    hint = out.getvalue().split("use the rest, skipping:")[1].strip().splitlines()
+    assert hint == ["rank(s) 2 left out (trace missing or unreadable)"]
     # both all_reduces still match, between the two ranks that remain, and replay as recorded
     assert [(c.pg_name, c.seq, c.ranks) for c in run.collectives] == [("0", 0, (0, 1)), ("0", 1, (0, 1))]
     sim = simulate(run)

@@ -159,6 +159,15 @@ def _unreadable_rank(e: Issue) -> bool:
     return e.kind in UNREADABLE_KINDS and bool(e.file) and e.rank is not None
 
 
+def lenient_remedy(errors: Sequence[Issue]) -> tuple[int, list[int], bool]:
+    """What a lenient load does about ``errors``: the communication mismatches it skips, the ranks it leaves
+    out (their trace missing or unreadable), and whether that is every error (then it uses the rest)."""
+    mismatch = [e for e in errors if e.kind in MISMATCH_KINDS]
+    unreadable_errors = [e for e in errors if _unreadable_rank(e)]
+    unreadable = sorted({e.rank for e in unreadable_errors if e.rank is not None})
+    return len(mismatch), unreadable, len(mismatch) + len(unreadable_errors) == len(errors)
+
+
 def refusal(
     path: str | Path,
     errors: Sequence[Issue],
@@ -186,12 +195,11 @@ def refusal(
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
     tail = f"run `skewlens check {path}` for all"
-    unreadable_errors = [e for e in errors if _unreadable_rank(e)]
-    unreadable = sorted({e.rank for e in unreadable_errors if e.rank is not None})
+    n_mismatch, unreadable, covered = lenient_remedy(errors)
     if lenient_option and (mismatch or unreadable):
-        parts = [f"skip the {len(mismatch)} communication mismatch(es)"] if mismatch else []
+        parts = [f"skip the {n_mismatch} communication mismatch(es)"] if mismatch else []
         parts += [f"leave out the unreadable rank(s) {rank_ranges(unreadable)}"] if unreadable else []
-        if unreadable and len(mismatch) + len(unreadable_errors) == len(errors):
+        if unreadable and covered:
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
         else:
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
