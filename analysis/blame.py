@@ -59,6 +59,10 @@ class BlameResult:
     """Simulated step time of the recorded run, per step."""
     whatif_step_ns: dict[int, dict[int, int]] = field(default_factory=dict)
     """Rank -> step -> simulated step time had that rank run like the median rank."""
+    uncompared_ns: dict[int, int] = field(default_factory=dict)
+    """Rank -> its compute and host gaps (whole run) in intervals no other rank has, which the what-if
+    keeps as they are: a rank that alone sends (the first stage of a 2-stage pipeline, a slow sender of
+    2 ranks) cannot be blamed for that work however slow it is."""
 
     def top_straggler_by_step(self) -> dict[int, int]:
         """Step -> rank with the largest positive straggler cost in that step."""
@@ -230,11 +234,15 @@ class _Scaling:
     f_gap: np.ndarray
     excess_ns: int
     """The rank's time over its peers' typical, summed over its intervals."""
+    uncompared_ns: int
+    """The rank's compute and gaps in intervals no peer has (none to compare them with), summed."""
 
 
 def _scaling(iv: _Intervals, typical: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> _Scaling:
     """How much of each interval's compute and gaps to keep to run like the peers' typical."""
     own_c, own_g, mc, mg = typical
+    alone = np.isnan(mc)
+    uncompared = int(iv.comp[alone].sum() + iv.gap[alone].sum())
     # where peers lack the slot there is nothing to compare with: keep the rank's own times
     mc = np.where(np.isnan(mc), own_c, mc)
     mg = np.where(np.isnan(mg), own_g, mg)
@@ -243,7 +251,7 @@ def _scaling(iv: _Intervals, typical: tuple[np.ndarray, np.ndarray, np.ndarray, 
     f_comp = np.where(own_c > 0, np.minimum(mc / np.maximum(own_c, 1), 1.0), 1.0)
     f_gap = np.where(own_g > 0, np.minimum(mg / np.maximum(own_g, 1), 1.0), 1.0)
     excess = float((iv.comp * (1.0 - f_comp)).sum() + (iv.gap * (1.0 - f_gap)).sum())
-    return _Scaling(f_comp=f_comp, f_gap=f_gap, excess_ns=int(excess))
+    return _Scaling(f_comp=f_comp, f_gap=f_gap, excess_ns=int(excess), uncompared_ns=uncompared)
 
 
 def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tuple[I64, I64]:
@@ -399,7 +407,13 @@ def analyze_blame(
         for r in cands
         for s in steps
     ]
-    result = BlameResult(records=[], step_records=step_recs, baseline_step_ns=base, whatif_step_ns=whatif)
+    result = BlameResult(
+        records=[],
+        step_records=step_recs,
+        baseline_step_ns=base,
+        whatif_step_ns=whatif,
+        uncompared_ns={r: sc.uncompared_ns for r, sc in scaling.items() if sc.uncompared_ns > 0},
+    )
     tops = result.top_straggler_by_step()
     base_total = sum(base.values())
     recs = []

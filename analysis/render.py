@@ -63,6 +63,29 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     return t
 
 
+def uncompared_notes(result: AnalysisResult) -> list[str]:
+    """A note for each rank the collectives table blames for waits that the what-if cannot charge it: the
+    waits it caused exceed its cost by 1 ms a step, and half as much of its work or more has no counterpart
+    on another rank (the work before sends only it makes), which the what-if keeps as it is."""
+    blame = result.blame
+    if blame is None:
+        return []
+    steps = max(len(blame.baseline_step_ns), 1)
+    out = []
+    for rec in blame.records:
+        alone = blame.uncompared_ns.get(rec.rank, 0)
+        unexplained = rec.caused_wait_ns - max(rec.straggler_cost_ns, 0)
+        if unexplained >= steps * 1_000_000 and 2 * alone >= unexplained:
+            caused, kept = _ms(rec.caused_wait_ns // steps), _ms(alone // steps)
+            out.append(
+                f"rank {rec.rank} caused {caused} ms of waits a step, but {kept} ms a step of its work has "
+                "no counterpart on another rank to compare it with (the work before sends only it makes): "
+                "the what-if keeps it as it is, so its cost leaves it out; the worst collectives say what "
+                "it held up"
+            )
+    return out
+
+
 def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     """Synchronisation points with the most total wait."""
     t = Table(
@@ -157,6 +180,7 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
     collectives in."""
     parts: list[RenderableType] = [
         stragglers_table(result, top),
+        *(Text(note, style="yellow") for note in uncompared_notes(result)),
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         critical_path_table(result),

@@ -119,3 +119,21 @@ def test_the_typical_value_of_each_slot_is_the_median_over_its_steps() -> None:
     for k, s in enumerate(slots.tolist()):
         assert med_comp[k] == np.median(comp[slot == s].astype(np.float64))
         assert med_gap[k] == np.median(gap[slot == s].astype(np.float64))
+
+
+def test_a_slow_sender_with_no_other_sender_to_compare_it_with_is_named_under_the_blame(
+    tmp_path: Path,
+) -> None:
+    # on 2 ranks only rank 0 sends: the what-if has nothing to compare its work before the send with, and
+    # gave it no cost while the collectives table blamed it for every wait
+    from skewlens.analysis.api import analyze_run
+    from skewlens.analysis.render import uncompared_notes
+
+    sc = Scenario(world_size=2, slow_send_rank=0, slow_send_ns=25 * MS, steps=5)
+    res = analyze_run(load_run(build_run(tmp_path / "two", sc)), blame=True)
+    assert res.blame is not None
+    assert res.blame.uncompared_ns[0] >= sc.steps * sc.slow_send_ns
+    (note,) = uncompared_notes(res)
+    assert note.startswith("rank 0 caused 2") and "no counterpart on another rank" in note
+    four = analyze_run(load_run(build_run(tmp_path / "four", SLOW_SEND)), blame=True)
+    assert four.stragglers[0].rank == 0 and uncompared_notes(four) == []
