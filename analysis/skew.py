@@ -205,6 +205,10 @@ class SkewResult:
         return {s: r for s, (_w, r) in sorted(best.items())}
 
 
+#: How many of the rows begun last before a window :func:`_window` looks at for compute still running.
+_RUNNING_AT_START = 16
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Window:
     compute_ns: int
@@ -226,6 +230,12 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     own_at = ri.end_ns[own] - ri.work_ns[own]
     comp = np.concatenate([comp, own[(own_at >= a) & (own_at < b)]])
     dur = ri.work_ns[comp]
+    # compute still running at a (begun before the window): its part inside it, under its own name
+    k = int(np.searchsorted(ri.sorted_start, a, side="left"))
+    before = ri.order[max(k - _RUNNING_AT_START, 0) : k]
+    before = before[ri.is_comp[before] & (ri.end_ns[before] > a)]
+    comp = np.concatenate([comp, before])
+    dur = np.concatenate([dur, np.minimum(ri.end_ns[before], b) - a])
     by_name = (
         np.bincount(ri.gname[comp], weights=dur).astype(np.int64) if comp.size else np.zeros(0, np.int64)
     )
