@@ -121,6 +121,10 @@ class RankIndex:
     host_work: B
     """Wait nodes that are host-time nodes which hid a wait (the execution model's ``host_work``): their
     work after the completion (``work_ns``, the end of the node) is the program's, counted as compute."""
+    host_work_rows: I64
+    """The ``host_work`` rows, in the order their work begins (``host_work_at_ns``)."""
+    host_work_at_ns: I64
+    """When each of ``host_work_rows``' work begins (its end less its work), ascending."""
     is_untraced: B
     """COMP rows standing for untraced host time (``skewlens.replay.execution.UNTRACED_NAMES``): idle, not
     compute."""
@@ -267,6 +271,7 @@ def build_index(run: RunTrace) -> RunIndex:
         # communication-like, a host-time node's own work is compute (host_work)
         hw = np.flatnonzero(host_work)
         hw_at = end[hw] - work[hw]
+        by_at = np.argsort(hw_at, kind="stable")
         comm_like = (is_comm | is_wait) & ~host_work
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
@@ -277,6 +282,8 @@ def build_index(run: RunTrace) -> RunIndex:
             is_comp=is_comp,
             is_wait=is_wait,
             host_work=host_work,
+            host_work_rows=hw[by_at],
+            host_work_at_ns=hw_at[by_at],
             is_untraced=is_untraced,
             is_comm=is_comm,
             is_send=rt.node_type == int(NodeType.COMM_SEND),

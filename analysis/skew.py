@@ -226,9 +226,8 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     rt = ri.trace
     comp = rows[ri.is_comp[rows]]
     # a host-time node's work begins where the wait it hid ended: it counts where that lies
-    own = np.flatnonzero(ri.host_work)
-    own_at = ri.end_ns[own] - ri.work_ns[own]
-    comp = np.concatenate([comp, own[(own_at >= a) & (own_at < b)]])
+    lo, hi = np.searchsorted(ri.host_work_at_ns, [a, b], side="left")
+    comp = np.concatenate([comp, ri.host_work_rows[lo:hi]])
     dur = ri.work_ns[comp]
     # compute still running at a (begun before the window): its part inside it, under its own name
     k = int(np.searchsorted(ri.sorted_start, a, side="left"))
