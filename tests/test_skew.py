@@ -159,3 +159,24 @@ def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_na
     res = _summarise([event(0, 40, 40), event(1, 40, 42), event(2, 40, 38), event(3, 0, 40), event(4, 0, 40)])
     cause = res.top_cause[1]
     assert cause.ops == (("aten::mm", 40 * MS),)
+
+
+def test_compute_begun_before_the_late_members_window_is_named_in_its_cause(tmp_path: Path) -> None:
+    # rank 1's matmul starts beside an asynchronous all_reduce and runs on long after it: the next
+    # all_reduce's window opens when the first ends, with the matmul already running (the cause read
+    # "compute grew: +40.0 ms", naming no op)
+    from skewlens.analysis.api import analyze_run
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r, mm_ms in ((0, 2), (1, 42)):
+        rb = b.rank(r).step(0)
+        lin = rb.compute("aten::linear", 5 * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, MS, start_ns=5 * MS, stream=7, deps=(lin,))
+        rb.compute("aten::mm", mm_ms * MS, start_ns=5 * MS)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, (42 - mm_ms) * MS + MS, start_ns=(5 + mm_ms) * MS)
+    res = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    (second,) = [e for e in res.skew.events if e.seq == 1]
+    assert second.late_rank == 1
+    assert second.cause.op == "aten::mm" and second.cause.ops[0][1] == pytest.approx(40 * MS, rel=0.01)
