@@ -33,7 +33,13 @@ import numpy.typing as npt
 from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import RankModel, execution_model, union_intervals, untraced_rows
+from skewlens.replay.execution import (
+    RankModel,
+    compute_intervals,
+    execution_model,
+    union_intervals,
+    untraced_rows,
+)
 
 I64 = npt.NDArray[np.int64]
 #: Row numbers and small ids (a rank has fewer than 2**31 rows): half the memory of int64 at 10 M nodes.
@@ -265,14 +271,13 @@ def build_index(run: RunTrace) -> RunIndex:
         is_untraced = untraced_rows(rt)
         is_wait = m.is_wait & ~is_untraced
         is_comp = any_comp & ~is_untraced & ~is_wait
-        host_work = m.host_work & is_wait
         busy = is_comm | is_comp | is_wait
         # a wait node is communication while blocked; after that, a wait op's overhead stays
         # communication-like, a host-time node's own work is compute (host_work)
-        hw = np.flatnonzero(host_work)
+        hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
-        comm_like = (is_comm | is_wait) & ~host_work
+        comm_like = (is_comm | is_wait) & ~m.host_work
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,
@@ -281,7 +286,7 @@ def build_index(run: RunTrace) -> RunIndex:
             gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int32),
             is_comp=is_comp,
             is_wait=is_wait,
-            host_work=host_work,
+            host_work=m.host_work,
             host_work_rows=hw[by_at],
             host_work_at_ns=hw_at[by_at],
             is_untraced=is_untraced,
@@ -297,9 +302,7 @@ def build_index(run: RunTrace) -> RunIndex:
             sorted_start=rt.start_ns[order],
             comm_sorted_end=np.sort(end[is_comm]),
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
-            cov_comp=Coverage.of(
-                np.concatenate([rt.start_ns[is_comp], hw_at]), np.concatenate([end[is_comp], end[hw]])
-            ),
+            cov_comp=Coverage.of(*compute_intervals(rt, m, rt.start_ns, end)),
             cov_comm=Coverage.of(
                 np.concatenate([rt.start_ns[comm_like], rt.start_ns[hw]]),
                 np.concatenate([end[comm_like], hw_at]),
@@ -324,15 +327,13 @@ def build_index(run: RunTrace) -> RunIndex:
         si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
     for ri in idx.values():
-        st, comp, comm, wt, own = ri.trace.start_ns, ri.is_comp, ri.is_comm, ri.is_wait, ri.host_work
-        # a wait node's blocked part [start, end - work) is waiting for peers; the rest is the wait op's own
-        # overhead (transfer-like), or a host-time node's own work (compute: host_work)
-        own_at = ri.end_ns[own] - ri.work_ns[own]
+        st, comm, wt = ri.trace.start_ns, ri.is_comm, ri.is_wait
+        # W ∪ C: the compute (cov_comp's intervals), the communication's waits for peers, and a wait
+        # node's blocked part [start, end - work)
+        c_start, c_end = ri.cov_comp.starts, ri.cov_comp.ends
         ri.cov_wait_comp = Coverage.of(
-            np.concatenate([st[comp], own_at, st[comm], st[wt]]),
-            np.concatenate(
-                [ri.end_ns[comp], ri.end_ns[own], st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]
-            ),
+            np.concatenate([c_start, st[comm], st[wt]]),
+            np.concatenate([c_end, st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]),
         )
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
 

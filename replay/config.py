@@ -8,7 +8,6 @@ these typed objects (and the pure ``Topology`` / ``Slowdown`` they convert to) t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -17,7 +16,7 @@ from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import COMM_MODES
-from skewlens.replay.slowdown import Slowdown, SlowdownFieldError
+from skewlens.replay.slowdown import Slowdown, SlowdownFieldError, number_problem
 
 MODES = ("sim", "real")
 
@@ -163,9 +162,8 @@ class SlowdownConfig:
 
     def __post_init__(self) -> None:
         for name, value, positive in (("factor", self.factor, True), ("delay_ms", self.delay_ms, False)):
-            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
-                bound = "> 0" if positive else ">= 0"
-                raise ConfigError(f"slowdown.{name}: must be a finite number {bound}, got {value}")
+            if (problem := number_problem(value, positive=positive)) is not None:
+                raise ConfigError(f"slowdown.{name}: {problem}")
         self.to_items()
 
     def to_items(self) -> list[Slowdown]:
@@ -176,8 +174,7 @@ class SlowdownConfig:
                 items.append(entry.to_slowdown())
             except SlowdownFieldError as e:
                 raise ConfigError(
-                    f"slowdown.entries[{i}].{e.field}: must be {str(e).rpartition(' must be ')[2]}"
-                    f" (kind={entry.kind})"
+                    f"slowdown.entries[{i}].{e.field}: {e.problem} (kind={entry.kind})"
                 ) from None
             except ConfigError as e:
                 raise ConfigError(f"slowdown.entries[{i}]: {str(e).partition(': ')[2] or e}") from None

@@ -196,6 +196,18 @@ def untraced_rows(rt: RankTrace) -> B:
     return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
 
 
+def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
+    """A rank's compute, as intervals ``[starts, ends)`` (overlapping, unsorted) given each row's
+    ``start`` and ``end`` (recorded, or replayed): its COMP rows but wait nodes (blocked on communication,
+    then a wait op's own overhead) and the capture's untraced host time (idle), plus each ``host_work``
+    node's work after the wait it hid (its last ``work_ns``). The analyses' breakdown and the replay's
+    summary both measure compute as this union."""
+    comp = (rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt)
+    own = np.flatnonzero(m.host_work)
+    own_at = np.clip(end[own] - m.work_ns[own], start[own], end[own])
+    return np.concatenate([start[comp], own_at]), np.concatenate([end[comp], end[own]])
+
+
 def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     """Merge intervals ``[start, end)`` into disjoint ones, sorted."""
     if starts.size == 0:

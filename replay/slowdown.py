@@ -39,12 +39,22 @@ COMM_ON = {
 }
 
 
-class SlowdownFieldError(ConfigError):
-    """A slowdown item's field is out of range; ``field`` names it (the config names the key it came from)."""
+def number_problem(value: float, *, positive: bool) -> str | None:
+    """What is wrong with a slowdown's number (a factor: ``positive``; a delay, latency or sigma: >= 0),
+    or None: ``must be a finite number > 0, got nan``."""
+    if math.isfinite(value) and (value > 0 if positive else value >= 0):
+        return None
+    return f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}"
 
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
+
+class SlowdownFieldError(ConfigError):
+    """A slowdown item's number is out of range: ``field`` names it and ``problem`` says what is wrong (the
+    config names the key it came from)."""
+
+    def __init__(self, where: str, field: str, problem: str) -> None:
+        super().__init__(f"{where}: {field} {problem}")
         self.field = field
+        self.problem = problem
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,11 +101,8 @@ class Slowdown:
             ("delay_ms", self.delay_ms, False),
             ("latency_ns", self.latency_ns, False),
         ):
-            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
-                bound = "> 0" if positive else ">= 0"
-                raise SlowdownFieldError(
-                    f"{where}: {name} must be a finite number {bound}, got {value}", name
-                )
+            if (problem := number_problem(value, positive=positive)) is not None:
+                raise SlowdownFieldError(where, name, problem)
         if self.before not in COMM_ON:
             raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")
         if self.kind == "op" and not self.pattern:

@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
-from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import execution_model, union_intervals, untraced_rows
+from skewlens.profiler.vocab import COMM_NODE_TYPES
+from skewlens.replay.execution import compute_intervals, execution_model, union_intervals
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
@@ -137,13 +137,10 @@ def _latest_ends_by_step(
     st = step.astype(np.int64)
     k = np.minimum(np.searchsorted(keys, st), keys.size - 1)
     ok = (keys[k] == st) & (rec_end <= bounds[k])
-    best = np.full(keys.size, np.iinfo(np.int64).min, dtype=np.int64)
+    none = np.iinfo(np.int64).min
+    best = np.full(keys.size, none, dtype=np.int64)
     np.maximum.at(best, k[ok], end[ok])
-    return {
-        int(key): int(v)
-        for key, v in zip(keys.tolist(), best.tolist(), strict=True)
-        if v > np.iinfo(np.int64).min
-    }
+    return {int(key): int(v) for key, v in zip(keys.tolist(), best.tolist(), strict=True) if v > none}
 
 
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
@@ -170,13 +167,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
-        mr = model.ranks[r]
-        comp_mask = (rt.node_type == NodeType.COMP) & ~mr.is_wait & ~untraced_rows(rt)
-        hw = np.flatnonzero(mr.host_work)  # a host-time node's work after the wait it hid: compute
-        hw_at = np.clip(en[hw] - mr.work_ns[hw], st[hw], en[hw])
-        ca, cb = union_intervals(
-            np.concatenate([st[comp_mask], hw_at]), np.concatenate([en[comp_mask], en[hw]])
-        )
+        ca, cb = union_intervals(*compute_intervals(rt, model.ranks[r], st, en))
         for k in steps_of[r]:
             in_step = rt.step == k
             comm = comm_mask & in_step

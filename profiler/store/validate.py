@@ -184,8 +184,8 @@ def refusal(
     that this option uses the rest; where there are other errors too, that it would not be enough.
     """
     check = f"`skewlens check {path}` lists every problem"
-    mismatch = [e for e in errors if e.kind in MISMATCH_KINDS]
-    if lenient_option and skipped and len(mismatch) == len(errors):
+    n_mismatch, unreadable, covered = lenient_remedy(errors)
+    if lenient_option and skipped and n_mismatch == len(errors):
         groups = ". ".join(summarise_skipped(skipped)).replace(" skipped: ", " disagree: ")
         return ValidationError(
             f"{path}: {what}: communication does not match across ranks: {groups}. With {lenient_option} "
@@ -195,9 +195,8 @@ def refusal(
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
     tail = f"run `skewlens check {path}` for all"
-    n_mismatch, unreadable, covered = lenient_remedy(errors)
-    if lenient_option and (mismatch or unreadable):
-        parts = [f"skip the {n_mismatch} communication mismatch(es)"] if mismatch else []
+    if lenient_option and (n_mismatch or unreadable):
+        parts = [f"skip the {n_mismatch} communication mismatch(es)"] if n_mismatch else []
         parts += [f"leave out the unreadable rank(s) {rank_ranges(unreadable)}"] if unreadable else []
         if unreadable and covered:
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
