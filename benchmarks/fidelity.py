@@ -42,6 +42,7 @@ pairs, and the range of the real cost over them: the noise the blame is measured
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -221,6 +222,13 @@ def main() -> None:
         default="shared",
         help="pin ranks to cores: where they outnumber the cores (default), always, or never",
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the captures to DIR and keep them (to analyse them again, say with other code)",
+    )
     args = ap.parse_args()
     if args.pin != "none":  # the folder of the sitecustomize that pins (where one_pair switches it on)
         rest = os.environ.get("PYTHONPATH")
@@ -249,7 +257,12 @@ def main() -> None:
         table.add_column(c, justify="right")
     t0 = time.monotonic()
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="skl-fidelity-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="skl-fidelity-"))
+        else:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = str(args.keep)
         for name in names:
             figs = []
             for k in range(args.pairs):

@@ -33,7 +33,11 @@ runs them independently); on a device stream they queue like collectives.
 **Wait nodes.** A COMP node named in :data:`~skewlens.profiler.vocab.WAIT_NODE_NAMES` (``wait_tensor``,
 ``Work.wait``) that depends on communication nodes is a *wait*: it arrives after its host dependencies
 like any node, then its work (``work_ns``: the part of its recorded duration after the latest of those
-completions) cannot begin before they complete. Those dependencies are *wait* edges.
+completions) cannot begin before they complete. Those dependencies are *wait* edges. A host-time node
+(the ``collectives`` level's ``compute`` gap, the ``ops`` level's ``untraced`` time) in which DDP's reducer
+hid its wait for the step's gradient buckets is a wait node too (:func:`_gap_waits`); where a completion
+was recorded just after such a node ended (gloo's worker lags the work it completed), its replay ends at
+that recorded completion, that lag later than recorded.
 
 **Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
 transfer begins once every member has arrived. A send that completed before its receiver arrived (recorded
@@ -128,11 +132,11 @@ class RankModel:
     has_start_deps: B
     """Rows with at least one start edge."""
     is_wait: B
-    """Wait nodes: COMP rows named in ``WAIT_NODE_NAMES``, and the ``collectives`` level's host-time nodes
-    taken to have waited for a hidden completion (:attr:`host_work`)."""
+    """Wait nodes: COMP rows named in ``WAIT_NODE_NAMES``, and host-time nodes (``compute`` gaps,
+    ``untraced`` time) taken to have waited for a hidden completion (:func:`_gap_waits`)."""
     host_work: B
     """Those wait nodes whose work after the completion is the program's own host work (a ``compute`` gap
-    node that hid DDP's wait): compute, where a wait op's is its overhead."""
+    node that hid DDP's wait): compute, where a wait op's is its overhead and untraced time's is idle."""
     t0_ns: int
     """The rank's first recorded start (valid rows)."""
     dur_ns: I64
@@ -454,22 +458,28 @@ def _gap_waits(
     dst: I64,
     explicit: I64,
 ) -> tuple[I64, I64]:
-    """Inferred wait edges into the ``collectives`` level's host-time nodes (``compute`` gaps).
+    """Inferred wait edges into host-time nodes: the ``collectives`` level's ``compute`` gaps and the
+    ``ops``/``full`` levels' ``untraced`` time.
 
-    Such a node stands for all host time between two communication calls, so a wait the program did
-    inside it (DDP's reducer waits for its gradient buckets at the end of backward, out of the hooks'
-    sight) is hidden in it. The gap node right after the step's last asynchronous collective issued from
-    its thread (where DDP's backward ends: its last bucket is issued, then the reducer waits for all of
-    them) that contains the completion of asynchronous collectives its thread issued before it, none of
-    which a wait node waited for, is taken to have waited for the one that completed last: its work is
-    what follows that completion (what it did before that completion counts as waiting). Earlier gap
-    nodes overlap communication (DDP's buckets during backward) and wait for nothing.
+    Such a node stands for host time outside every traced call, so a wait the program did inside it
+    (DDP's reducer waits for its gradient buckets at the end of backward, out of the hooks' and the
+    profiler's sight) is hidden in it. The host-time node right after the step's last asynchronous
+    collective issued from its thread (where DDP's backward ends: its last bucket is issued, then the
+    reducer waits for all of them) that holds the completion of asynchronous collectives its thread issued
+    before it, none of which a wait node waited for, is taken to have waited for the one that completed
+    last: its work is what follows that completion (what it did before that completion counts as waiting).
+    A completion recorded up to ``WAIT_SLACK_NS`` after the node ended, while the node had run
+    ``WAIT_RATIO`` times longer than that before it, is held too: gloo's worker records a collective's end
+    after it has completed the work the program waits on. Earlier host-time nodes overlap communication
+    (DDP's buckets during backward) and wait for nothing.
+
+    Returns the edges' sources and dependants.
     """
     none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    if not comm_streams or not rt.names or COMPUTE_GAP_NODE_NAME not in rt.names:
+    host_time = [rt.names.index(nm) for nm in (COMPUTE_GAP_NODE_NAME, UNTRACED_NODE_NAME) if nm in rt.names]
+    if not comm_streams or not host_time:
         return none
-    gap_name = rt.names.index(COMPUTE_GAP_NODE_NAME)
-    gaps = np.flatnonzero(valid & (rt.node_type == int(NodeType.COMP)) & (rt.name_idx == gap_name))
+    gaps = np.flatnonzero(valid & (rt.node_type == int(NodeType.COMP)) & np.isin(rt.name_idx, host_time))
     on_comm = np.isin(rt.stream, list(comm_streams))
     coll = sync & on_comm & (rt.node_type == int(NodeType.COMM_COLL))
     coll[explicit] = False
@@ -496,7 +506,9 @@ def _gap_waits(
                 continue
             g = int(g_rows[k])
             a, b = int(rt.start_ns[g]), int(end[g])
-            inside = cs[(end[cs] > a) & (end[cs] <= b) & (rt.start_ns[cs] <= a)]
+            late = end[cs] - b
+            held = (late <= 0) | ((late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= end[cs] - a))
+            inside = cs[(end[cs] > a) & held & (rt.start_ns[cs] <= a)]
             if inside.size:
                 out_s.append(int(inside[np.argmax(end[inside])]))
                 out_d.append(g)
@@ -566,6 +578,7 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     waits[gd] = True
     host_work = np.zeros(n, dtype=np.bool_)
     host_work[gd] = True
+    host_work[untraced_rows(rt)] = False  # what follows the wait stays untraced time: idle, not compute
     ov = end[src] - rt.start_ns[dst]  # > 0: the dependency was still running when the node started
     # a compute node that starts before its dependency ends but is not nested in it (ends later and
     # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size

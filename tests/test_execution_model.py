@@ -345,6 +345,68 @@ def test_the_work_after_a_hidden_wait_is_compute_in_the_breakdown_and_in_the_rep
     assert replayed == {k: b.compute_ns for k, b in bd.items()}
 
 
+def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 3) -> Path:
+    """DDP at the ``ops`` level: backward ops issue two bucket all_reduces, then DDP's reducer waits for the
+    first inside ``untraced`` host time, which ends ``lag_ns`` before gloo's worker recorded that bucket's
+    end (the worker lags the completion the program saw), copies it back, waits for the second, then the
+    optimizer runs."""
+    b = RunBuilder(2)
+    t = 0
+    late = int(late_ms * MS)
+    for s in range(steps):
+        fwd = {0: 10 * MS, 1: 10 * MS + late}
+        done1 = t + max(fwd.values()) + 5 * MS  # the later rank's first bucket, 5 ms after it is issued
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            f0 = t + fwd[r]
+            f = rb.compute("aten::mm", fwd[r], start_ns=t)
+            a1 = rb.collective(CommType.ALL_REDUCE, 1 << 20, done1 - f0, start_ns=f0, stream=COMM, deps=(f,))
+            g = rb.compute("aten::mm", 2 * MS, start_ns=f0, deps=(f,))
+            a2 = rb.collective(
+                CommType.ALL_REDUCE,
+                1 << 20,
+                done1 + 2 * MS - (f0 + 2 * MS),
+                start_ns=f0 + 2 * MS,
+                stream=COMM,
+                deps=(g, a1),
+            )
+            u = rb.compute("untraced", done1 - lag_ns - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
+            c = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=done1 - lag_ns, deps=(u,))
+            rb.compute("Optimizer.step", 5 * MS, start_ns=done1 + 2 * MS, deps=(c, a2))
+        t = done1 + 7 * MS + 100_000
+    return b.write(tmp_path / f"ddp_ops{late_ms}")
+
+
+def test_ops_level_untraced_time_that_holds_the_first_buckets_lagged_completion_waited_for_it(
+    tmp_path: Path,
+) -> None:
+    # compiled DDP at the ops level: the reducer's wait for the first bucket sits in untraced time that
+    # ends 0.12 ms before gloo's worker records the bucket's end; kept as host time, it hid rank 1's
+    # lateness from the what-if (7.1 ms blamed on a step that cost 37)
+    lag = 120_000
+    run = load_run(_ddp_ops_level(tmp_path, 30.0, lag_ns=lag))
+    for r in (0, 1):
+        m, rt = execution_model(run).ranks[r], run.ranks[r]
+        untraced = [i for i in range(len(rt)) if rt.name(i) == "untraced"]
+        assert sorted(m.wait_dst.tolist()) == untraced
+        assert [rt.name(i) for i in m.wait_src.tolist()] == ["c10d::all_reduce_"] * 3
+        assert (rt.start_ns[m.wait_src] < rt.start_ns[m.wait_dst]).all()  # the first bucket of each step
+        assert not m.host_work.any()  # what follows the wait is still untraced time: idle, not compute
+    res = simulate(run)
+    for r, rt in run.ranks.items():
+        shift = res.end_ns[r][res.timed[r]] - rt.end_ns[res.timed[r]]
+        assert shift.min() == 0 and shift.max() <= lag  # the unmodified replay, up to the worker's lag
+    out = analyze_run(run, blame=True)
+    assert out.stragglers[0].rank == 1
+    assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
+
+
+def test_untraced_time_that_only_overlaps_a_late_completion_did_not_wait_for_it(tmp_path: Path) -> None:
+    # a completion recorded long after the untraced time ended (more than its tenth) was not what it waited on
+    run = load_run(_ddp_ops_level(tmp_path, 30.0, lag_ns=2 * MS))
+    assert all(m.wait_dst.size == 0 for m in execution_model(run).ranks.values())
+
+
 def test_what_waits_for_one_op_of_a_batch_waits_for_the_whole_batch(tmp_path: Path) -> None:
     """1F1B's steady state: ``batch_isend_irecv([send activation, recv gradient])``, then a wait on the
     send's Work; the program waits for every work of the batch, so the gradient's recv holds it too."""
