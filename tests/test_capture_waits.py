@@ -223,6 +223,26 @@ def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> 
     assert_thread_tiled(nodes, UNTRACED_NAME)
 
 
+def test_a_wait_tensor_operator_seeming_to_begin_just_before_its_hooked_wait_is_that_wait() -> None:
+    # Kineto's clock put the operator 0.46 us before the Python call around it: taken for a second wait,
+    # it held the thread for the whole wait again after the first, and the unmodified replay ran 5.9% long
+    coll = funcol(10 * MS, 30 * MS)
+    ops = [
+        host_op("aten::mm", 2 * MS, 9 * MS),
+        host_op("_c10d_functional::wait_tensor", 20 * MS - 460, 30 * MS - 8_000),
+        host_op("aten::add", 31 * MS, 34 * MS),
+    ]
+    nodes = build_nodes(capture([coll], [wait_tensor(20 * MS, 30 * MS)], ops))
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (comm,) = the(nodes, "gloo:all_reduce")
+    assert comm.node_id in wait.ctrl_deps and (wait.start_ns, wait.dur_ns) == (20 * MS, 10 * MS)
+    assert_thread_tiled(nodes, UNTRACED_NAME)
+    # one that begins well before the hooked wait is an operator of its own (the op called directly)
+    ops[1] = host_op("_c10d_functional::wait_tensor", 12 * MS, 15 * MS)
+    nodes = build_nodes(capture([coll], [wait_tensor(20 * MS, 30 * MS)], ops))
+    assert len(the(nodes, WAIT_TENSOR_NAME)) == 2
+
+
 HOOK_SCRIPT = r"""
 import json, os, socket, torch, torch.distributed as dist
 import torch.distributed._functional_collectives as funcol

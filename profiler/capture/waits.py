@@ -231,7 +231,8 @@ def _hooked(w: WaitRecord, streams: _Streams) -> _Wait:
 
 
 def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) -> list[_Wait]:
-    """Kineto's ``wait_tensor`` operators inside the steps that no hooked wait covers."""
+    """Kineto's ``wait_tensor`` operators inside the steps that no hooked wait covers (one that begins at
+    most ``END_SLACK_NS`` before a hooked wait and overlaps it is that wait's operator)."""
     from skewlens.profiler.capture.build import Reach, kineto_thread_alias, step_of
 
     ops = [o for o in cap.ops if o.is_cpu and o.name == WAIT_TENSOR_NAME]
@@ -245,7 +246,9 @@ def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) 
     for o in ops:
         end = o.start_ns + o.dur_ns
         step = step_of(o.start_ns, starts, ordered)
-        if step < 0 or covered(o.start_ns) >= o.start_ns:
+        # inside a hooked wait, up to the clock error between the hooks and Kineto (the operator may seem
+        # to begin a little before the Python call around it): that wait, not a second one
+        if step < 0 or covered(o.start_ns + END_SLACK_NS) >= o.start_ns:
             continue
         native = alias.get(o.thread)
         stream = streams.thread(native if native is not None else ("kineto", o.thread))
