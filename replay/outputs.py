@@ -89,9 +89,10 @@ class SweepRecord:
     makespan_ns: int
     """Replayed makespan, ns."""
     mean_step_ns: int
-    """Mean replayed step time over steps, ns."""
+    """Mean over steps of the replayed step time (step mark to step mark, as the replay's summary measures
+    it) of the slowest rank, ns; the makespan where the run has no step marks."""
     max_step_ns: int
-    """Longest replayed step, ns."""
+    """Longest replayed step (the same measure), ns."""
     out_dir: str
     """The job's output directory."""
 

@@ -118,7 +118,9 @@ def moved_step_marks(
                 k = int(np.searchsorted(starts_sorted, a, side="left"))
                 moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
-            moved_b = max(b + int(shift_end[k] if k >= 0 else shift_start[0]), last_end.get(step, b))
+            moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
+            if step in last_end:  # not before the step's last GPU row; a CPU step may end earlier
+                moved_b = max(moved_b, last_end[step])
             out[(r, step)] = (a, b, moved_a, moved_b)
             prev = (b, moved_b)
     return out

@@ -97,3 +97,25 @@ def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_
     text = console.export_text()
     assert " 777 " in text and " 7 " in text and " 8 " not in text
     assert "1024 ranks" in text and "the other 1022" in text and "wait 5.001" in text
+
+
+def test_a_replay_that_speeds_the_straggler_up_gives_shorter_steps_and_all_their_compute(
+    tmp_path: Path,
+) -> None:
+    # a CPU step's end mark could only move later: a straggler sped up tenfold still read +0.0%, and
+    # the compute of steps whose marks did not follow read 0
+    from replay_workloads import RankFactor
+
+    b = RunBuilder(world_size=2)
+    for k in range(3):
+        for r in (0, 1):
+            rb = b.rank(r).step(k)
+            rb.compute("aten::mm", dur_ns=(2 if r == 0 else 30) * MS)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=(29 if r == 0 else 1) * MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = summarize(rt, simulate(rt, effects=RankFactor(1, 0.1)))
+    assert len(rows) == 6
+    for s in rows:
+        assert s.recorded_step_ns == 31 * MS
+        assert s.step_time_ns == 4 * MS  # rank 1's 3 ms of compute, then the 1 ms transfer
+        assert s.compute_ns == (2 if s.rank == 0 else 3) * MS
