@@ -200,13 +200,20 @@ def untraced_rows(rt: RankTrace) -> B:
     return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
 
 
+def compute_rows(rt: RankTrace, m: RankModel) -> B:
+    """Per row: its work is the program's compute. COMP rows but wait nodes (blocked on communication,
+    then a wait op's own overhead) and the capture's untraced host time (idle), plus each ``host_work``
+    node (its work after the wait it hid). What a slowdown's compute factor scales, and (with the
+    ``host_work`` nodes' part after their wait) what :func:`compute_intervals` measures."""
+    return ((rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt)) | m.host_work
+
+
 def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
     """A rank's compute, as intervals ``[starts, ends)`` (overlapping, unsorted) given each row's
-    ``start`` and ``end`` (recorded, or replayed): its COMP rows but wait nodes (blocked on communication,
-    then a wait op's own overhead) and the capture's untraced host time (idle), plus each ``host_work``
-    node's work after the wait it hid (its last ``work_ns``). The analyses' breakdown and the replay's
-    summary both measure compute as this union."""
-    comp = (rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt)
+    ``start`` and ``end`` (recorded, or replayed): its :func:`compute_rows`, of which each ``host_work``
+    node only for its work after the wait it hid (its last ``work_ns``). The analyses' breakdown and the
+    replay's summary both measure compute as this union."""
+    comp = compute_rows(rt, m) & ~m.host_work
     own = np.flatnonzero(m.host_work)
     own_at = np.clip(end[own] - m.work_ns[own], start[own], end[own])
     return np.concatenate([start[comp], own_at]), np.concatenate([end[comp], end[own]])

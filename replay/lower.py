@@ -34,7 +34,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import ExecutionModel, RankModel, SyncGroup, execution_model
+from skewlens.replay.execution import ExecutionModel, RankModel, SyncGroup, compute_rows, execution_model
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -601,7 +601,7 @@ def _rank_times(
         ov = _checked_override(dur_override, n, rank, "dur_override")
         d = np.where(ov >= 0, ov, d)
     if not isinstance(effects, NoEffects):
-        d = _apply_factors(effects, rt, rank, d, rt.node_type == NodeType.COMP)
+        d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
         g = g + _delays(effects, rt, rank, m.valid)
     d[rk == KIND_SYNC] = 0
     g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
@@ -625,7 +625,9 @@ def _checked_override(ov: npt.ArrayLike, n: int, rank: int, what: str) -> I64:
 
 
 def _apply_factors(effects: Effects, rt: RankTrace, rank: int, d: I64, comp: B) -> I64:
-    """Multiply compute durations by ``effects.compute_factor``, evaluated once per (step, name)."""
+    """Multiply the durations of the ``comp`` rows (the program's compute:
+    :func:`~skewlens.replay.execution.compute_rows`) by ``effects.compute_factor``, evaluated once per
+    (step, name)."""
     rows = np.flatnonzero(comp)
     if rows.size == 0:
         return d

@@ -119,3 +119,23 @@ def test_a_replay_that_speeds_the_straggler_up_gives_shorter_steps_and_all_their
         assert s.recorded_step_ns == 31 * MS
         assert s.step_time_ns == 4 * MS  # rank 1's 3 ms of compute, then the 1 ms transfer
         assert s.compute_ns == (2 if s.rank == 0 else 3) * MS
+
+
+def test_a_compute_factor_slows_what_the_summary_counts_as_compute_and_not_untraced_host_time(
+    tmp_path: Path,
+) -> None:
+    # the straggler preset doubled a 30 ms sleep between operators (untraced time, idle in every table)
+    from replay_workloads import RankFactor
+
+    from skewlens.profiler.vocab import UNTRACED_NODE_NAME
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=2 * MS)
+        rb.compute(UNTRACED_NODE_NAME, dur_ns=30 * MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = {s.rank: s for s in summarize(rt, simulate(rt, effects=RankFactor(1, 2.0)))}
+    assert (rows[0].compute_ns, rows[1].compute_ns) == (2 * MS, 4 * MS)
+    assert rows[1].step_time_ns == rows[0].step_time_ns == 2 * MS + 30 * MS + 2 * MS + MS
