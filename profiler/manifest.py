@@ -6,7 +6,7 @@ Versioned: every reader checks ``format`` and ``version`` and says what it found
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -25,6 +25,21 @@ _INT64 = 1 << 63
 MANIFEST_FORMAT = "skewlens-run"
 MANIFEST_VERSION = 1
 RANK_FILE = "rank-{rank}.et"
+
+
+#: How a capture's manifest note on a rank (key ``rank N``) begins where the command ended before the capture
+#: window did, so that the rank saved fewer steps than asked.
+PARTIAL_TRACE_NOTE = "partial trace"
+
+
+def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:
+    """Rank -> its note, for the ranks whose manifest note says their trace is partial."""
+    out: dict[int, str] = {}
+    for key, note in notes.items():
+        head, _, num = key.partition(" ")
+        if head == "rank" and num.isdigit() and note.startswith(PARTIAL_TRACE_NOTE):
+            out[int(num)] = note
+    return out
 
 
 def rank_file(run_dir: str | Path, rank: int) -> Path:

@@ -147,6 +147,26 @@ def test_a_captures_traces_without_their_manifest_are_a_warning_a_foreign_runs_a
     assert not [i for i in validate_run(d).warnings if i.kind == "no-manifest"]
 
 
+def test_a_rank_whose_trace_the_capture_saved_partially_is_a_warning_in_check_and_a_note_in_reports(
+    tmp_path: Path,
+) -> None:
+    # the command raised in one rank after its first step: check said OK (0 warning(s))
+    from dataclasses import replace
+
+    from skewlens.profiler.manifest import read_manifest, write_manifest
+    from skewlens.profiler.store import load_run
+    from skewlens.profiler.store.issues import run_notes
+
+    run = _good_run(tmp_path)
+    m = read_manifest(run)
+    write_manifest(run, replace(m, notes={**m.notes, "rank 1": "partial trace: saved 1 of 3 steps at exit"}))
+    report = validate_run(run)
+    (w,) = [i for i in report.warnings if i.kind == "partial-trace"]
+    assert w.rank == 1 and w.message.startswith("rank 1: partial trace: saved 1 of 3 steps at exit")
+    assert report.ok
+    assert "rank 1: partial trace: saved 1 of 3 steps at exit" in "\n".join(run_notes(load_run(run)))
+
+
 def test_collectives_of_different_types_name_group_seq_and_ranks(tmp_path: Path) -> None:
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)

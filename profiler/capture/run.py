@@ -26,6 +26,7 @@ from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import (
+    PARTIAL_TRACE_NOTE,
     LostCollectives,
     Manifest,
     ProcessGroupInfo,
@@ -164,7 +165,7 @@ def finalize_run(
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})
         if p.get("partial"):
             notes[f"rank {r}"] = (
-                f"partial trace: saved {len(p.get('steps', []))} of {window.active} steps at exit"
+                f"{PARTIAL_TRACE_NOTE}: saved {len(p.get('steps', []))} of {window.active} steps at exit"
             )
         steps.extend(StepSpan(rank=r, **s) for s in p.get("steps", []))
     from skewlens import __version__

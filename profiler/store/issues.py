@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.manifest import partial_traces
 
 if TYPE_CHECKING:
     from skewlens.profiler.store.model import RunTrace
@@ -224,6 +225,10 @@ def run_notes(run: RunTrace) -> list[str]:
     missing = [r for r in m.missing_ranks if r not in left_out]
     if missing:
         notes.append(f"{no_trace_line(missing, m.world_size)}: only the traced ranks are used")
+    notes.extend(
+        f"rank {r}: {note} (the command ended before the capture window did)"
+        for r, note in sorted(partial_traces(m.notes).items())
+    )
     skipped = summarise_skipped(run.skipped_comm)
     if skipped:
         notes.append(

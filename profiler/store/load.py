@@ -32,7 +32,14 @@ from google.protobuf.message import DecodeError
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
-from skewlens.profiler.manifest import MANIFEST_NAME, Manifest, ProcessGroupInfo, rank_file, read_manifest
+from skewlens.profiler.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ProcessGroupInfo,
+    partial_traces,
+    rank_file,
+    read_manifest,
+)
 from skewlens.profiler.store import colcache
 from skewlens.profiler.store.fast import INT_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
@@ -550,6 +557,13 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
             f"{files.root}: rank-*.et without manifest.json, which skewlens profile writes once its command "
             "ends (a capture interrupted before that?): clock offsets, step marks, process groups and the "
             "capture's notes are not known; the world size is guessed from the file names",
+        )
+    for r, note in sorted(partial_traces(m.notes).items()):
+        sink.warning(
+            "partial-trace",
+            f"rank {r}: {note} (the command ended before the capture window did): the steps after those "
+            "are not in its trace",
+            rank=r,
         )
     if m.missing_ranks:
         why = _why_missing(m)
