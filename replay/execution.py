@@ -464,6 +464,7 @@ def _gap_waits(
     src: I64,
     dst: I64,
     explicit: I64,
+    peer_later: B,
 ) -> tuple[I64, I64]:
     """Inferred wait edges into host-time nodes: the ``collectives`` level's ``compute`` gaps and the
     ``ops``/``full`` levels' ``untraced`` time.
@@ -477,8 +478,15 @@ def _gap_waits(
     last: its work is what follows that completion (what it did before that completion counts as waiting).
     A completion recorded up to ``WAIT_SLACK_NS`` after the node ended, while the node had run
     ``WAIT_RATIO`` times longer than that before it, is held too: gloo's worker records a collective's end
-    after it has completed the work the program waits on. Earlier host-time nodes overlap communication
-    (DDP's buckets during backward) and wait for nothing.
+    after it has completed the work the program waits on.
+
+    A step may hold several such waits (gradient accumulation without ``no_sync``, two DDP models each with
+    its own backward): the host-time node right after an earlier issue of the step (before the next one)
+    waited too where it holds the completion of every collective its thread issued up to there that had
+    not completed before it began, and the one that completed last had a member arrive after this rank's
+    (``peer_later``: a peer kept it waiting, which compute overlapping a bucket's transfer during backward
+    does not show). Other host-time nodes overlap communication (DDP's buckets during backward) and wait for
+    nothing.
 
     Returns the edges' sources and dependants.
     """
@@ -507,18 +515,36 @@ def _gap_waits(
         g_start = rt.start_ns[g_rows]
         for step in np.unique(rt.step[mine]).tolist():
             cs = mine[rt.step[mine] == step]
-            last_issue = int(rt.start_ns[cs].max())
-            k = int(np.searchsorted(g_start, last_issue, side="left"))
-            if k == g_rows.size:
-                continue
-            g = int(g_rows[k])
-            a, b = int(rt.start_ns[g]), int(end[g])
-            late = end[cs] - b
-            held = (late <= 0) | ((late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= end[cs] - a))
-            inside = cs[(end[cs] > a) & held & (rt.start_ns[cs] <= a)]
-            if inside.size:
-                out_s.append(int(inside[np.argmax(end[inside])]))
+            cs = cs[np.argsort(rt.start_ns[cs], kind="stable")]
+            waited = np.zeros(cs.size, dtype=np.bool_)
+            for j in range(cs.size):
+                k = int(np.searchsorted(g_start, rt.start_ns[cs[j]], side="left"))
+                if k == g_rows.size:
+                    break
+                g = int(g_rows[k])
+                a, b = int(rt.start_ns[g]), int(end[g])
+                last = j == cs.size - 1
+                if not last and rt.start_ns[cs[j + 1]] <= a:
+                    continue  # the next issue came first: this node is not the one right after issue j
+                mine_j = np.arange(cs.size) <= j
+                c_end = end[cs]
+                late = c_end - b
+                held = (late <= 0) | ((late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= c_end - a))
+                if last:
+                    inside = mine_j & (c_end > a) & held & (rt.start_ns[cs] <= a)
+                else:
+                    pending = mine_j & (c_end > a) & ~waited
+                    if not pending.any() or not held[pending].all():
+                        continue
+                    inside = pending
+                if not inside.any():
+                    continue
+                c = int(cs[inside][np.argmax(c_end[inside])])
+                if not last and not peer_later[c]:
+                    continue
+                out_s.append(c)
                 out_d.append(g)
+                waited |= inside
     return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
 
 
@@ -551,8 +577,9 @@ def _join_batches(rt: RankTrace, edges: tuple[I64, I64], *, sync: B, end: I64, b
     return key % n, key // n
 
 
-def rank_model(rt: RankTrace, sync: B) -> RankModel:
-    """The model of one rank, given which of its rows are sync-group members."""
+def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel:
+    """The model of one rank, given which of its rows are sync-group members and which of those had a
+    member arrive after them (recorded starts; none where not given)."""
     n = len(rt)
     valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
     end = rt.start_ns + rt.dur_ns
@@ -578,7 +605,15 @@ def rank_model(rt: RankTrace, sync: B) -> RankModel:
     ws, wd = np.concatenate([src[w], hs]), np.concatenate([dst[w], hd])
     src, dst = src[~w], dst[~w]
     gs, gd = _gap_waits(
-        rt, valid=valid, end=end, sync=sync, comm_streams=comm_streams, src=src, dst=dst, explicit=ws
+        rt,
+        valid=valid,
+        end=end,
+        sync=sync,
+        comm_streams=comm_streams,
+        src=src,
+        dst=dst,
+        explicit=ws,
+        peer_later=np.zeros(n, dtype=np.bool_) if peer_later is None else peer_later,
     )
     ws, wd = np.concatenate([ws, gs]), np.concatenate([wd, gd])
     waits = waits.copy()
@@ -643,15 +678,26 @@ def derive(run: RunTrace) -> ExecutionModel:
     """Derive the execution model of ``run`` (prefer :func:`execution_model`, which caches it)."""
     syncs = _sync_groups(run)
     sync_rows: dict[int, list[int]] = {r: [] for r in run.ranks}
-    for g in syncs:
+    sync_group: dict[int, list[int]] = {r: [] for r in run.ranks}
+    for k, g in enumerate(syncs):
         for r, row in zip(g.ranks, g.rows, strict=True):
             sync_rows[r].append(row)
+            sync_group[r].append(k)
+    # each sync group's last recorded arrival (a member's start)
+    last_arrival = np.full(len(syncs), _MIN, dtype=np.int64)
+    for r, rows in sync_rows.items():
+        if rows:
+            np.maximum.at(last_arrival, np.asarray(sync_group[r]), run.ranks[r].start_ns[np.asarray(rows)])
 
     def one(r: int) -> RankModel:
         rt = run.ranks[r]
         sync = np.zeros(len(rt), dtype=np.bool_)
         sync[sync_rows[r]] = True
-        return rank_model(rt, sync)
+        later = np.zeros(len(rt), dtype=np.bool_)
+        if sync_rows[r]:
+            rows = np.asarray(sync_rows[r])
+            later[rows] = last_arrival[np.asarray(sync_group[r])] > rt.start_ns[rows] + SKEW_NS
+        return rank_model(rt, sync, later)
 
     # ranks on a few threads (numpy releases the GIL for much of each rank's work); in rank order
     order = list(run.ranks)

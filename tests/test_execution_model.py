@@ -345,6 +345,70 @@ def test_the_work_after_a_hidden_wait_is_compute_in_the_breakdown_and_in_the_rep
     assert replayed == {k: b.compute_ns for k, b in bd.items()}
 
 
+def _accumulation_without_no_sync(tmp_path: Path, late_ms: float, steps: int = 3) -> Path:
+    """DDP at the ``collectives`` level, two micro-batches a step without ``no_sync``: each backward issues
+    two buckets and its end waits for both (hidden in the host-time node after the second), then the next
+    micro-batch or the optimizer runs. Rank 1 is ``late_ms`` late into the first backward's second half."""
+    b = RunBuilder(2)
+    t = 0
+    late = int(late_ms * MS)
+    for s in range(steps):
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            at = t
+            prev = rb.compute("compute", 3 * MS, start_ns=at)  # forward, backward's first half
+            for micro in range(2):
+                extra = late if (r == 1 and micro == 0) else 0
+                i1 = at + 3 * MS
+                # bucket 1 issued; then the backward's second half (2 ms, the late rank more)
+                peer1 = at + 3 * MS  # both issue bucket 1 together
+                done1 = peer1 + MS
+                a1 = rb.collective(
+                    CommType.ALL_REDUCE, 1 << 20, done1 - i1, start_ns=i1, stream=COMM, deps=(prev,)
+                )
+                g = rb.compute("compute", 2 * MS + extra, start_ns=i1, deps=(prev,))
+                i2 = i1 + 2 * MS + extra
+                last2 = at + 3 * MS + 2 * MS + (late if micro == 0 else 0)  # the later rank's issue
+                done2 = last2 + MS
+                rb.collective(
+                    CommType.ALL_REDUCE, 1 << 20, done2 - i2, start_ns=i2, stream=COMM, deps=(g, a1)
+                )
+                # DDP's wait for both buckets, then the next micro-batch's forward and backward's first half
+                # (3 ms) or the optimizer (3 ms)
+                prev = rb.compute("compute", done2 + 3 * MS - i2, start_ns=i2, deps=(g,))
+                at = done2
+        t = at + 3 * MS + 100_000
+    return b.write(tmp_path / f"accum{late_ms}")
+
+
+def test_every_backward_of_a_step_without_no_sync_waited_for_its_buckets_where_a_peer_was_late(
+    tmp_path: Path,
+) -> None:
+    # gradient accumulation without no_sync: only the step's last backward had its hidden wait; the
+    # first one's was counted as rank 0's compute, which named rank 0 the straggler (0.59 ms) and rank 1
+    # (20 ms late a step) 0.06 ms
+    run_dir = _accumulation_without_no_sync(tmp_path, 20.0)
+    _exact(run_dir)
+    run = load_run(run_dir)
+    model = execution_model(run)
+    for r in (0, 1):
+        m, rt = model.ranks[r], run.ranks[r]
+        # a step's compute nodes: forward, then per micro-batch the backward's second half and the tail
+        comp = [i for i in range(len(rt)) if rt.name(i) == "compute"]
+        tails = [i for k, i in enumerate(comp) if k % 5 in (2, 4)]
+        waited = sorted(m.wait_dst.tolist())
+        if r == 0:  # both backwards: the first waited for rank 1, the last is the step's last issue
+            assert waited == tails
+            assert (m.work_ns[tails] == 3 * MS).all()  # what follows the completion: its own work
+        else:  # rank 1 arrived last at the first backward's buckets: only the step's last one
+            assert waited == tails[1::2]
+        mids = [i for k, i in enumerate(comp) if k % 5 in (1, 3)]  # backward's second halves
+        assert not set(mids) & set(waited)
+    res = analyze_run(run, blame=True)
+    assert res.stragglers[0].rank == 1
+    assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(20 * MS, rel=0.05)
+
+
 def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 3) -> Path:
     """DDP at the ``ops`` level: backward ops issue two bucket all_reduces, then DDP's reducer waits for the
     first inside ``untraced`` host time, which ends ``lag_ns`` before gloo's worker recorded that bucket's
