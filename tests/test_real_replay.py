@@ -295,6 +295,35 @@ def test_a_compute_slowdown_on_rank_2_is_replayed_as_the_longer_compute_the_simu
     assert_the_workers_kept_their_plans(slowed.out_dir, sorted(orig.ranks))
 
 
+def test_an_uneven_all_to_all_is_planned_with_every_members_bytes(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r, nbytes in ((0, 1200), (1, 2400)):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_TO_ALL, nbytes, MS)
+    run = load_run(b.write(tmp_path / "run"))
+    for r in (0, 1):
+        ops = rank_plan(run.ranks[r], run, NO_EFFECTS)
+        (op,) = [o for o in ops if o.comm_type == CommType.ALL_TO_ALL]
+        assert op.member_bytes == (1200, 2400)
+
+
+@pytest.mark.slow
+def test_an_all_to_all_whose_members_send_unequal_amounts_is_re_executed(tmp_path: Path) -> None:
+    # all_to_all_single with uneven splits: rank 0 sent 1200 B, rank 1 2400 B; each rank split its own
+    # bytes equally and expected as much from the other, and gloo reset the connection
+    b = RunBuilder(2)
+    for r, nbytes in ((0, 1200), (1, 2400)):
+        for s in range(2):
+            rb = b.rank(r).step(s)
+            rb.compute("aten::mm", MS)
+            rb.collective(CommType.ALL_TO_ALL, nbytes, MS)
+    run = b.write(tmp_path / "run")
+    res = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    assert all(len(r.replay_ns) == 2 for r in res.ranks)
+    assert _no_replay_processes_left() == []
+
+
 @pytest.mark.slow
 def test_deadlocked_collectives_abort_every_rank_within_the_timeout_with_one_clear_error(
     tmp_path: Path,

@@ -152,10 +152,18 @@ class CommIssuer:
                 out, self._buf("in", per * size, dt), group=group, async_op=not blocking
             )
         if ct == CommType.ALL_TO_ALL:
+            # each member sends its bytes in equal parts; members' amounts may differ (uneven splits)
+            sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
             per = max(1, numel // size)
-            out = self._buf("out", per * size, dt)
+            got = [max(1, max(1, b // element_bytes(dt)) // size) for b in sizes]
+            out = self._buf("out", sum(got), dt)
             return dist.all_to_all_single(
-                out, self._buf("in", per * size, dt), group=group, async_op=not blocking
+                out,
+                self._buf("in", per * size, dt),
+                output_split_sizes=got,
+                input_split_sizes=[per] * size,
+                group=group,
+                async_op=not blocking,
             )
         if ct == CommType.GATHER:
             bufs = [self._buf(f"g{k}", numel, dt) for k in range(size)] if self.rank == root else None

@@ -118,6 +118,9 @@ class ReplayOp:
     """Communication the next op waits for at once: issued as a blocking call (else asynchronously)."""
     wait_deps: tuple[int, ...] = ()
     """Communication rows whose completion a wait node blocks on before its own work."""
+    member_bytes: tuple[int, ...] = ()
+    """An all_to_all's bytes of each member's call, in group order (members may send unequal amounts:
+    each sends its bytes in equal parts, so each receives a part of every other member's)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -220,6 +223,11 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         sorted({*start_deps[i], *wait_deps[i], *([parent[i]] if parent[i] >= 0 else [])}) for i in range(n)
     ]
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
+    a2a = {
+        inst.rows[inst.ranks.index(rt.rank)]: inst.comm_bytes
+        for inst in run.collectives
+        if inst.comm_type == CommType.ALL_TO_ALL and rt.rank in inst.ranks
+    }
     ops: list[ReplayOp] = []
     stalled: set[int] = set()
     for i in _execution_order(rt, order_deps):
@@ -242,7 +250,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             "delay_ns": max(0, delay),
         }
         if t in comm:
-            ops.append(_comm_op(rt, run, i, dtypes, common))
+            ops.append(_comm_op(rt, run, i, dtypes, {**common, "member_bytes": a2a.get(i, ())}))
             continue
         if parent[i] >= 0:
             ops.append(
@@ -433,7 +441,15 @@ def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[Repl
 
     def decode(items: list[dict[str, Any]]) -> list[ReplayOp]:
         return [
-            ReplayOp(**{**o, "deps": tuple(o["deps"]), "wait_deps": tuple(o["wait_deps"])}) for o in items
+            ReplayOp(
+                **{
+                    **o,
+                    "deps": tuple(o["deps"]),
+                    "wait_deps": tuple(o["wait_deps"]),
+                    "member_bytes": tuple(o.get("member_bytes", ())),
+                }
+            )
+            for o in items
         ]
 
     try:
