@@ -2,10 +2,12 @@
 
 Per rank, the compute intervals of all streams/threads are merged into one union ``C`` (so nested host
 ops and concurrent GPU streams are not double counted); likewise communication ``M`` and its
-wait-for-peers part ``W`` (``[start, start + wait]`` of each communication node, ``W ⊆ M``). A wait node
-(``wait_tensor``, ``Work.wait``: see ``skewlens.replay.execution``) counts as waiting until the
-communication it blocked on completed (in ``M`` and ``W``), and as compute for its own work after. Within a
-step ``[a, b)``::
+wait-for-peers part ``W`` (``[arrival, last arrival)`` of each communication node: the skew table's
+per-member wait, ``W ⊆ M``). A wait node (``wait_tensor``, ``Work.wait``, a host op that synchronised on
+the GPU: see ``skewlens.replay.execution``) is communication (in ``M``) while blocked: waiting for peers
+where that lies in the awaited member's ``[arrival, last arrival)`` (already in ``W``), transfer after the
+last member arrived; its own overhead after the completion is transfer-like too (a ``host_work`` node's
+work after it, compute). Within a step ``[a, b)``::
 
     compute             = |C|
     overlapped comm     = |M ∩ C|       = |M| + |C| - |M ∪ C|

@@ -10,10 +10,12 @@
 - ``gap_ns``: host gap before each node, the execution model's (``skewlens.replay.execution``: ``start -
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
 - ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
-  (``wait_tensor``, ``Work.wait``) spent blocked on communication. Wait nodes count as communication:
-  their blocked time as waiting for peers, the rest as transfer-like overhead, none of it as compute;
-  except a host-time node that hid a wait (``host_work``: the ``collectives`` level's ``compute`` node
-  after DDP's last bucket), whose work after the completion is the program's compute.
+  (``wait_tensor``, ``Work.wait``) spent blocked on communication. Wait nodes count as communication,
+  none of it as compute: their blocked time is waiting for peers only where it lies in the awaited
+  member's ``[arrival, last arrival)`` (that member's ``wait_ns``), the rest of it transfer, and their own
+  overhead transfer-like; except a host-time node that hid a wait (``host_work``: the ``collectives``
+  level's ``compute`` node after DDP's last bucket), whose work after the completion is the program's
+  compute.
 - ``coll`` / ``p2p``: the collective instance (index into ``run.collectives``) or send/recv pair (index
   into ``run.p2p``) of a communication row, -1 elsewhere.
 - ``gname``: node name as an index into the run-wide ``RunIndex.names`` (rank dictionaries differ).
@@ -123,7 +125,8 @@ class RankIndex:
     """COMP rows that are real work (not the capture's untraced host time, not wait nodes)."""
     is_wait: B
     """Wait nodes (``wait_tensor``, ``Work.wait``): blocked on communication, then the wait's own overhead;
-    counted as communication, never as compute (but see ``host_work``)."""
+    counted as communication, never as compute (but see ``host_work``); waiting for peers only inside the
+    awaited member's own wait (``cov_wait_comp``)."""
     host_work: B
     """Wait nodes that are host-time nodes which hid a wait (the execution model's ``host_work``): their
     work after the completion (``work_ns``, the end of the node) is the program's, counted as compute."""
@@ -163,7 +166,10 @@ class RankIndex:
     cov_comm: Coverage
     """Union of the communication intervals: comm rows and wait nodes."""
     cov_wait_comp: Coverage
-    """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows."""
+    """Union of compute intervals and the wait-for-peers part ``[start, start + wait)`` of comm rows (the
+    skew table's per-member wait: ``[arrival, last arrival)``). A wait node adds nothing of its own: its
+    blocked time waits for peers only inside the awaited member's wait, already here; after the last
+    arrival it waits for the transfer."""
     latest_dep: I32
     """Per row: of what it waits for in the execution model, the row met latest; -1 for none."""
     latest_met_ns: I64
@@ -327,13 +333,15 @@ def build_index(run: RunTrace) -> RunIndex:
         si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
     for ri in idx.values():
-        st, comm, wt = ri.trace.start_ns, ri.is_comm, ri.is_wait
-        # W ∪ C: the compute (cov_comp's intervals), the communication's waits for peers, and a wait
-        # node's blocked part [start, end - work)
+        st, comm = ri.trace.start_ns, ri.is_comm
+        # W ∪ C: the compute (cov_comp's intervals) and each member's wait for peers [arrival, last
+        # arrival). A wait node blocked on a communication waits for peers only inside the awaited member's
+        # [arrival, last arrival), which that member's row already puts in W; the rest of its blocked time
+        # (after the last arrival: the transfer) is in M only, so it counts as transfer.
         c_start, c_end = ri.cov_comp.starts, ri.cov_comp.ends
         ri.cov_wait_comp = Coverage.of(
-            np.concatenate([c_start, st[comm], st[wt]]),
-            np.concatenate([c_end, st[comm] + ri.wait_ns[comm], ri.end_ns[wt] - ri.work_ns[wt]]),
+            np.concatenate([c_start, st[comm]]),
+            np.concatenate([c_end, st[comm] + ri.wait_ns[comm]]),
         )
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
 

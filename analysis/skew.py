@@ -11,10 +11,11 @@ For every collective instance and every matched send/recv pair (an *event*):
   - compute: summed COMP durations per op name; the ops that grew most are named;
   - host gap: idle time before nodes (``start - latest dependency end``), split into gaps right before a
     send (``late_send``) and other gaps (``host_gap``);
-  - earlier wait: time the late member itself spent waiting at communication in its window, where not
-    hidden under compute (an asynchronous all_reduce waiting under backward compute costs nothing). Then the
-    lateness is passed on: the event is *blamed* on whoever caused that earlier wait (events are
-    processed in order of their last arrival, so that rank is already known).
+  - earlier wait: time the late member itself spent waiting for peers at communication in its window
+    (the breakdown's ``W``: not a wait node's wait for the transfer), where not hidden under compute (an
+    asynchronous all_reduce waiting under backward compute costs nothing). Then the lateness is passed
+    on: the event is *blamed* on whoever caused that earlier wait (events are processed in order of their
+    last arrival, so that rank is already known).
 
   The largest positive difference is the cause. A recv that waits for a send whose sender idled right
   before it (host gap before the send >= half the wait) is a ``late_send``, blamed on the sender.

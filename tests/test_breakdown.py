@@ -10,6 +10,7 @@ from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, rank_means
 from skewlens.analysis.index import Coverage, build_index
+from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -58,6 +59,49 @@ def test_overlap_on_another_stream_is_hidden_and_the_rest_is_split_into_wait_and
     assert r1.overlapped_comm_ns == 0
     assert r1.exposed_wait_ns == 0
     assert r1.idle_ns == (arrive1 - comp1_end) + (comp2_start - coll_end)
+
+
+def test_a_wait_node_waits_for_peers_only_until_the_last_member_arrived_and_the_rest_is_transfer(
+    tmp_path: Path,
+) -> None:
+    # each rank computes, issues an async all_reduce on a communication stream, computes 1 ms more, then
+    # blocks in wait_tensor until the all_reduce completed (+50 µs of its own overhead); rank 0 arrives
+    # first, rank 1 (the straggler) last
+    arrive = {0: 2 * MS, 1: 6 * MS}
+    coll_end, overhead_ns, comm_stream = 9 * MS, 50_000, 9
+    b = RunBuilder(2)
+    for r, a in arrive.items():
+        rb = b.rank(r).step(0)
+        mm = rb.compute("aten::mm", a, start_ns=0)
+        ar = rb.collective(
+            CommType.ALL_REDUCE, 1 << 20, coll_end - a, start_ns=a, stream=comm_stream, deps=(mm,)
+        )
+        relu = rb.compute("aten::relu", MS, start_ns=a, deps=(mm,))
+        w_end = coll_end + overhead_ns
+        w = rb.compute("_c10d_functional::wait_tensor", w_end - (a + MS), start_ns=a + MS, deps=(relu, ar))
+        rb.compute("aten::linear", MS, start_ns=w_end, deps=(w,))
+    ix = build_index(load_run(b.write(tmp_path / "run")))
+    recs = {x.rank: x for x in analyze_breakdown(ix)}
+    # rank 0 waits for rank 1 from its arrival (2 ms) to rank 1's (6 ms), of which [2, 3) is under relu;
+    # its wait_tensor, blocked [3, 9), waits for peers until 6 ms, then for the transfer
+    r0 = recs[0]
+    assert r0.compute_ns == 2 * MS + MS + MS
+    assert r0.exposed_wait_ns == 3 * MS
+    assert r0.exposed_transfer_ns == 3 * MS + overhead_ns
+    assert r0.overlapped_comm_ns == MS
+    assert r0.idle_ns == 0
+    # rank 1 arrived last: its wait_tensor, blocked [7, 9), waits for the transfer alone
+    r1 = recs[1]
+    assert r1.compute_ns == 6 * MS + MS + MS
+    assert r1.exposed_wait_ns == 0
+    assert r1.exposed_transfer_ns == 2 * MS + overhead_ns
+    assert r1.overlapped_comm_ns == MS
+    assert r1.idle_ns == 0
+    # the same split as the skew table's per-member exposed wait
+    skew = {
+        r: int(w) for e in analyze_skew(ix).events for r, w in zip(e.ranks, e.exposed_wait_ns, strict=True)
+    }
+    assert skew == {0: r0.exposed_wait_ns, 1: r1.exposed_wait_ns}
 
 
 def test_parts_add_up_to_the_step_and_the_straggler_computes_while_peers_wait(tmp_path: Path) -> None:
