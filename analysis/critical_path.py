@@ -5,16 +5,20 @@ Walk back from the step's last finishing node (over all ranks):
 - at a collective, if another member arrived last, the path goes through that member: this node
   contributes only its transfer (``end - last arrival``), the last arriver's node is put on the path
   with no duration (it marks the jump) and the walk continues from the last arriver's dependencies;
-- at a recv whose send started later than the recv, likewise through the send (``via="p2p"``);
+- at a recv whose send started later than the recv, likewise through the send (``via="p2p"``); a member
+  or send that arrived after this node ended (an asynchronous collective's node, which ends at its
+  launch) is not what it waited for, and the walk does not jump to it;
 - otherwise through the latest-finishing of what the node waits for in the execution model
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
   on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
   is on the path only up to the launch call).
 
-The walk stops at a node without dependencies or when the next node belongs to another step. Each path
-node records its ``contribution_ns`` (time it accounts for) and ``gap_before_ns`` (idle on the path
-before it, on the node's own rank), so per step the contributions plus gaps add up to the span from the
-first path node's start to the last node's end. :func:`shares` sums them per rank and per op.
+A node is on the path only up to when the node that waited for it needed it (never later than that node's
+start on the path), so the walk never goes forward in time. The walk stops at a node without dependencies
+or when the next node belongs to another step. Each path node records its ``contribution_ns`` (time it
+accounts for) and ``gap_before_ns`` (idle on the path before it, on the node's own rank), so per step the
+contributions plus gaps add up to the span from the first path node's start to the last node's end.
+:func:`shares` sums them per rank and per op.
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
         budget -= 1
         ri = ix.ranks[r]
         start, end = int(ri.trace.start_ns[w]), int(ri.end_ns[w])
-        if cap is not None:
-            end = max(min(end, cap), start)
+        if cap is not None:  # never later than when the path entry after it needed it: no time twice
+            end = min(end, cap)
+            start = min(start, end)
         nxt_r, nxt_w = r, int(ri.latest_dep[w])
         nxt_cap = int(ri.latest_met_ns[w])
         if nxt_w >= 0:
@@ -83,24 +88,25 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
             c = run.collectives[k]
             arr = [int(run.ranks[m].start_ns[x]) for m, x in zip(c.ranks, c.rows, strict=True)]
             j = int(np.argmax(arr))
-            if arr[j] > start:
+            if start < arr[j] <= end:  # a member that arrived after this node ended is not what it waited for
                 path.append((r, w, arr[j], end, "collective"))
                 r2, w2 = c.ranks[j], c.rows[j]
                 path.append((r2, w2, arr[j], arr[j], "dep"))
                 nxt_r, nxt_w = r2, int(ix.ranks[r2].latest_dep[w2])
-                nxt_cap = int(ix.ranks[r2].latest_met_ns[w2])
+                nxt_cap = min(int(ix.ranks[r2].latest_met_ns[w2]), arr[j])
                 start = -1
         elif p >= 0 and int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV):
             pair = run.p2p[p]
             s_start = int(run.ranks[pair.src_rank].start_ns[pair.src_row])
-            if s_start > start:
+            if start < s_start <= end:
                 path.append((r, w, s_start, end, "p2p"))
                 path.append((pair.src_rank, pair.src_row, s_start, s_start, "dep"))
                 nxt_r, nxt_w = pair.src_rank, int(ix.ranks[pair.src_rank].latest_dep[pair.src_row])
-                nxt_cap = int(ix.ranks[pair.src_rank].latest_met_ns[pair.src_row])
+                nxt_cap = min(int(ix.ranks[pair.src_rank].latest_met_ns[pair.src_row]), s_start)
                 start = -1
         if start >= 0:
             path.append((r, w, start, end, "dep"))
+            nxt_cap = min(nxt_cap, start)
         if nxt_w < 0:
             break
         nstep = int(ix.ranks[nxt_r].trace.step[nxt_w])

@@ -10,6 +10,7 @@ from skewlens.analysis.critical_path import analyze_critical_path, shares
 from skewlens.analysis.index import build_index
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 
 
 def test_path_runs_through_the_straggler_and_accounts_for_the_whole_step(tmp_path: Path) -> None:
@@ -89,3 +90,50 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             want_row[i], want_met[i] = int(m.parent[i]), int(start[i])
         row, met = _latest_dep(m, end)  # type: ignore[arg-type]
         assert (row.tolist(), met.tolist()) == (want_row, want_met)
+
+
+def _path_sum_and_span(recs: list, step: int) -> tuple[int, int]:
+    path = [r for r in recs if r.step == step]
+    return sum(r.contribution_ns + r.gap_before_ns for r in path), path[0].end_ns - path[-1].start_ns
+
+
+def test_a_member_arriving_after_an_asynchronous_collective_ended_is_not_jumped_to(tmp_path: Path) -> None:
+    # rank 0 launches the all_reduce at 10 ms and its node ends there (async); rank 1 arrives at 12 ms,
+    # after it: the walk must not go forward in time to rank 1 and count 10..12 ms twice
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    r0.compute("a", 10 * MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 1 << 20, 0, start_ns=10 * MS)
+    r0.compute("b", 4 * MS, start_ns=10 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("slow", 12 * MS, start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=12 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via) for r in recs] == [
+        (0, "b", "dep"),
+        (0, "c10d::all_reduce_", "dep"),
+        (0, "a", "end"),
+    ]
+    assert [r.contribution_ns for r in recs] == [4 * MS, 0, 10 * MS]
+    assert _path_sum_and_span(recs, 0) == (14 * MS, 14 * MS)
+
+
+def test_a_collective_whose_recorded_end_is_after_its_wait_ended_counts_only_up_to_that_end(
+    tmp_path: Path,
+) -> None:
+    # the wait node ends at 14 ms, the all_reduce it waited for was recorded ending at 15 ms (gloo's worker
+    # lag): the all_reduce is on the path only until 14 ms, not 15, so 14..15 ms is not counted twice
+    b = RunBuilder(1)
+    r0 = b.rank(0).step(0)
+    a = r0.compute("a", 10 * MS, start_ns=0)
+    coll = r0.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=10 * MS, stream=1, deps=(a,))
+    r0.compute("c10d::wait", 4 * MS, start_ns=10 * MS, deps=(coll,))
+    r0.compute("d", 2 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.name, r.contribution_ns) for r in recs] == [
+        ("d", 2 * MS),
+        ("c10d::wait", 0),
+        ("c10d::all_reduce_", 4 * MS),
+        ("a", 10 * MS),
+    ]
+    assert _path_sum_and_span(recs, 0) == (16 * MS, 16 * MS)
