@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.render import MAX_RANK_ROWS, ranks_left_out
+from skewlens.analysis.skew import SkewEvent
 from skewlens.profiler.atomic import atomic_file
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
@@ -40,33 +45,86 @@ def _ticks(n: int) -> list[int]:
     return list(range(0, n, max(n // _MAX_TICKS, 1)))
 
 
-def wait_heatmap(result: AnalysisResult, path: str | Path, *, max_columns: int = 400) -> Path:
-    """Heatmap of each rank's wait (ms) at each collective instance, in order of last arrival. Every rank
-    is a row; of many ranks (or instances) only about :data:`_MAX_TICKS` are labelled, and the picture
-    grows with them up to :data:`_MAX_INCHES`."""
-    events = [e for e in result.skew.events if e.kind == "collective"]
-    if len(events) > max_columns:  # keep the worst ones, still in time order
-        keep = np.sort(np.argsort([-e.total_exposed_wait_ns for e in events])[:max_columns])
-        events = [events[i] for i in keep.tolist()]
+@dataclass(frozen=True, slots=True)
+class HeatmapData:
+    """What :func:`wait_heatmap` draws."""
+
+    ranks: npt.NDArray[np.int64]
+    """Rows: every rank of the run, ascending."""
+    grid: npt.NDArray[np.float64]
+    """Wait for peers (ms) of each rank (row) at each collective instance or send/recv pair (column), in
+    order of last arrival; NaN where the rank is not a member."""
+    labels: list[str]
+    """Column labels: ``all_reduce 0#3`` (type, group, sequence number) or ``p2p 0->1`` (sender, receiver)."""
+    note: str | None
+    """What the picture leaves out, or why it has no cells; None when it shows everything."""
+
+
+def _event_label(e: SkewEvent) -> str:
+    if e.kind == "p2p":
+        return f"p2p {e.ranks[0]}->{e.ranks[1]}"
+    return f"{e.comm_type.lower()} {e.pg_name}#{e.seq}"
+
+
+def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> HeatmapData:
+    """Each rank's wait (ms) at each collective instance and send/recv pair (the sender's and the
+    receiver's, as ``collective_skew`` has them), in order of last arrival; of more than ``max_columns``,
+    the worst by exposed wait."""
+    events = list(result.skew.events)
     ranks = np.array(sorted(result.run.ranks), dtype=np.int64)
-    grid = np.full((ranks.size, max(len(events), 1)), np.nan)
+    note = None
+    if not events:
+        note = "no collectives or send/recv pairs in this run: no waits for peers to show"
+    elif len(events) > max_columns:  # keep the worst ones, still in time order
+        keep = np.sort(np.argsort([-e.total_exposed_wait_ns for e in events], kind="stable")[:max_columns])
+        note = (
+            f"{max_columns:,} of {len(events):,} collectives / send-recv pairs shown: those with the most "
+            "exposed wait"
+        )
+        events = [events[i] for i in keep.tolist()]
+    grid = np.full((ranks.size, len(events)), np.nan)
     for j, e in enumerate(events):
         grid[np.searchsorted(ranks, np.asarray(e.ranks, dtype=np.int64)), j] = e.wait_ns / 1e6
-    fig = _figure()(
-        figsize=(min(4 + 0.12 * len(events), _MAX_INCHES), min(1.5 + 0.35 * ranks.size, _MAX_INCHES))
-    )
+    return HeatmapData(ranks=ranks, grid=grid, labels=[_event_label(e) for e in events], note=note)
+
+
+def wait_heatmap(
+    result: AnalysisResult,
+    path: str | Path,
+    *,
+    max_columns: int = 400,
+    on_note: Callable[[str], object] | None = None,
+) -> Path:
+    """Heatmap of each rank's wait (ms) at each collective instance and send/recv pair, in order of last
+    arrival (:func:`wait_heatmap_data`). Every rank is a row; of many ranks (or columns) only about
+    :data:`_MAX_TICKS` are labelled, and the picture grows with them up to :data:`_MAX_INCHES`. What it
+    leaves out, or why it has no cells, is written in the picture and given to ``on_note``."""
+    data = wait_heatmap_data(result, max_columns=max_columns)
+    ranks, n = data.ranks, len(data.labels)
+    fig = _figure()(figsize=(min(4 + 0.12 * n, _MAX_INCHES), min(1.5 + 0.35 * ranks.size, _MAX_INCHES)))
     ax = fig.add_subplot()
-    im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis")
-    yticks = _ticks(ranks.size)
-    ax.set_yticks(yticks, [str(r) for r in ranks[yticks].tolist()])
-    ax.set_ylabel("rank")
-    ax.set_xlabel("collective instance (by last arrival)")
-    ticks = _ticks(len(events))
-    labels = [f"{events[i].comm_type.lower()} {events[i].pg_name}#{events[i].seq}" for i in ticks]
-    ax.set_xticks(ticks, labels, rotation=90)
-    ax.tick_params(axis="x", labelsize=6)
     ax.set_title("wait for peers (ms); blank: not a member")
-    fig.colorbar(im, ax=ax, label="ms")
+    ax.set_ylabel("rank")
+    ax.set_xlabel("collective / send-recv pair (by last arrival)")
+    if n:
+        im = ax.imshow(data.grid, aspect="auto", interpolation="nearest", cmap="viridis")
+        fig.colorbar(im, ax=ax, label="ms")
+        yticks = _ticks(ranks.size)
+        ax.set_yticks(yticks, [str(r) for r in ranks[yticks].tolist()])
+        ticks = _ticks(n)
+        ax.set_xticks(ticks, [data.labels[i] for i in ticks], rotation=90)
+        ax.tick_params(axis="x", labelsize=6)
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if data.note is not None:
+        if n:
+            ax.set_title(f"wait for peers (ms); blank: not a member\n{data.note}", fontsize=9)
+        else:
+            text = textwrap.fill(data.note, 36)
+            ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        if on_note is not None:
+            on_note(f"{WAIT_HEATMAP_FILE}: {data.note}")
     return _save(fig, Path(path))
 
 

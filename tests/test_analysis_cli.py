@@ -13,12 +13,13 @@ from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.plots import breakdown_bars
+from skewlens.analysis.plots import breakdown_bars, wait_heatmap, wait_heatmap_data
 from skewlens.analysis.render import breakdown_table, critical_path_table, report
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.synth import RunBuilder
 
 SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 
@@ -149,6 +150,43 @@ def test_the_breakdown_picture_of_more_ranks_than_its_cap_draws_only_the_capped_
     every = breakdown_bars(result, tmp_path / "every.png", max_ranks=0)
     with Image.open(capped) as a, Image.open(every) as b:
         assert a.width < b.width  # 0.6 inch a bar: 6 bars fewer
+
+
+def test_the_wait_heatmap_has_a_cell_for_the_sender_and_the_receiver_of_each_send_recv_pair(
+    tmp_path: Path,
+) -> None:
+    # a pipeline of 2 stages: rank 1's recv waits for rank 0's compute in each step (no collectives)
+    b = RunBuilder(2)
+    for step in range(2):
+        t0 = step * 20 * MS
+        r0 = b.rank(0).step(step)
+        r0.compute("stage0", 10 * MS, start_ns=t0)
+        r0.send(1, 1 << 20, 1 * MS, start_ns=t0 + 10 * MS)
+        b.rank(1).step(step).recv(0, 1 << 20, 10 * MS, start_ns=t0 + 1 * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    data = wait_heatmap_data(result)
+    assert data.ranks.tolist() == [0, 1]
+    assert data.labels == ["p2p 0->1", "p2p 0->1"]
+    assert data.grid.tolist() == [[0.0, 0.0], [9.0, 9.0]]  # ms, the receiver's wait, as in the skew table
+    assert data.note is None
+    notes: list[str] = []
+    png = wait_heatmap(result, tmp_path / "w.png", on_note=notes.append)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and notes == []
+
+
+def test_a_run_without_collectives_or_send_recv_gets_a_heatmap_and_a_report_line_that_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = RunBuilder(1)
+    b.rank(0).step(0).compute("work", 5 * MS)
+    run_dir = b.write(tmp_path / "run")
+    data = wait_heatmap_data(analyze_run(load_run(run_dir), blame=False))
+    assert data.grid.shape == (1, 0)
+    said = "no collectives or send/recv pairs in this run: no waits for peers to show"
+    assert data.note == said
+    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
+    assert f"wait_heatmap.png: {said}" in " ".join(capsys.readouterr().out.split())
+    assert (tmp_path / "out" / "wait_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 class _Recording:

@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         advance()
         if not args.no_pictures:
             advance(0, description="writing outputs: wait heatmap")
-            written.append(wait_heatmap(result, stage / WAIT_HEATMAP_FILE))
+            written.append(wait_heatmap(result, stage / WAIT_HEATMAP_FILE, on_note=notes.append))
             advance(description="writing outputs: breakdown bars")
             written.append(breakdown_bars(result, stage / BREAKDOWN_PNG))
             advance(description="writing outputs: Perfetto timeline")
