@@ -23,10 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from skewlens.analysis.api import AnalysisResult
-from skewlens.analysis.critical_path import KIND_NAMES
 from skewlens.analysis.index import RankIndex
 from skewlens.analysis.records import CriticalPathRecord
-from skewlens.profiler.vocab import NodeType
+from skewlens.replay.execution import CATEGORIES, category_index
 from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
     EventCap,
@@ -45,8 +44,8 @@ PERFETTO_FILE = "trace_critical_path.json"
 #: The ``skewlens analyze`` option that sets the cap (named in the note of what was left out).
 MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
-#: ``cat`` of each node type, as JSON text.
-_CATS = tuple(json.dumps(KIND_NAMES.get(t, "other")) for t in range(max(NodeType) + 1))
+#: ``cat`` of each node type and of untraced host time, as JSON text.
+_CATS = tuple(json.dumps(c) for c in CATEGORIES)
 
 
 def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
@@ -77,7 +76,7 @@ def _node_events(
     fields: list[tuple[str, Value]] = [
         ("ph", '"X"'),
         ("name", Lookup(names, rt.name_idx[rows])),
-        ("cat", Lookup(_CATS, rt.node_type[rows])),
+        ("cat", Lookup(_CATS, category_index(rt, rows))),
         ("pid", str(r)),
         ("tid", json_int(np.searchsorted(streams, rt.stream[rows]) + 1)),
         ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),
@@ -180,12 +179,14 @@ def write_perfetto(
     p = Path(path)
     ix = result.index
     ranks = sorted(ix.ranks)
-    t0 = min((int(ri.sorted_start[0]) for ri in ix.ranks.values() if ri.sorted_start.size), default=0)
+    written = {
+        r: ix.ranks[r].is_comp | ix.ranks[r].is_comm | ix.ranks[r].is_untraced | ix.ranks[r].is_wait
+        for r in ranks
+    }
+    # the origin: the first start of a node written (not a METADATA node, which may be recorded at 0)
+    t0 = min((int(ix.ranks[r].trace.start_ns[k].min()) for r, k in written.items() if k.any()), default=0)
     cap = cap_events(
-        {
-            r: ix.ranks[r].is_comp | ix.ranks[r].is_comm | ix.ranks[r].is_untraced | ix.ranks[r].is_wait
-            for r in ranks
-        },
+        written,
         {r: ix.ranks[r].trace.start_ns for r in ranks},
         {r: ix.ranks[r].trace.step for r in ranks},
         max_events=max_events,

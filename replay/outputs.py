@@ -32,6 +32,7 @@ from skewlens.profiler.store.schema import (
 )
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
+from skewlens.replay.execution import CATEGORIES, category_index
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
@@ -176,6 +177,10 @@ def write_text(path: Path, text: str) -> Path:
     return _atomic_text(path, lambda fh: fh.write(text))
 
 
+#: ``cat`` of each node type and of untraced host time, as JSON text.
+_CATS = tuple(json.dumps(c) for c in CATEGORIES)
+
+
 def write_perfetto(
     run: RunTrace,
     res: SimResult,
@@ -185,10 +190,11 @@ def write_perfetto(
     on_note: Callable[[str], object] | None = None,
     workers: int | None = None,
 ) -> Path:
-    """Write ``timeline.json`` (Chrome trace events: one process per rank, one thread per stream, times in
-    µs), streamed a chunk at a time. At most ``max_events`` nodes (0: all): beyond that, the first whole
-    steps on all ranks that fit (see :func:`skewlens.replay.streaming.cap_events`); what was left out is
-    in ``otherData``, in an instant event where the trace stops, and given to ``on_note``."""
+    """Write ``timeline.json`` (Chrome trace events: one process per rank, one thread per stream, ``cat`` from
+    :data:`~skewlens.replay.execution.CATEGORIES`, times in µs from the first replayed start, which
+    ``otherData.t0_ns`` keeps), streamed a chunk at a time. At most ``max_events`` nodes (0: all): beyond
+    that, the first whole steps on all ranks that fit (see :func:`skewlens.replay.streaming.cap_events`); what
+    was left out is in ``otherData``, in an instant event where the trace stops, and given to ``on_note``."""
     p = Path(path)
     ranks = sorted(run.ranks)
     cap = cap_events(
@@ -200,14 +206,18 @@ def write_perfetto(
         option=f"{MAX_EVENTS_KEY}=0",
     )
     names = {r: tuple(json.dumps(n) for n in run.ranks[r].names) for r in ranks}
+    # times are µs from the first replayed start (otherData.t0_ns): absolute ns as µs doubles lose precision
+    written = {r: run.ranks[r].node_type != NodeType.METADATA for r in ranks}
+    t0 = min((int(res.start_ns[r][k].min()) for r, k in written.items() if k.any()), default=0)
 
     def fmt(job: RankRows) -> pa.Array:
         """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
         table: list[str] = []
-        name_idx, pid, tid, st, en, node_id, step = [], [], [], [], [], [], []
+        name_idx, cat, pid, tid, st, en, node_id, step = [], [], [], [], [], [], [], []
         for r, rows in job:
             rt = run.ranks[r]
             name_idx.append(rt.name_idx[rows] + len(table))
+            cat.append(category_index(rt, rows))
             table += names[r]
             pid.append(np.full(len(rows), r, dtype=np.int64))
             tid.append(rt.stream[rows])
@@ -219,9 +229,10 @@ def write_perfetto(
         fields: list[tuple[str, Value]] = [
             ("name", Lookup(tuple(table), np.concatenate(name_idx))),
             ("ph", '"X"'),
+            ("cat", Lookup(_CATS, np.concatenate(cat))),
             ("pid", json_int(np.concatenate(pid))),
             ("tid", json_int(np.concatenate(tid))),
-            ("ts", json_fixed(s, 3)),
+            ("ts", json_fixed(s - t0, 3)),
             ("dur", json_fixed(e - s, 3)),
             (
                 "args",
@@ -242,11 +253,12 @@ def write_perfetto(
         p,
         cap,
         display_time_unit="ns",
-        other_data={"run_dir": run.run_dir},
+        other_data={"t0_ns": t0, "run_dir": run.run_dir},
         metadata=metadata(),
         jobs=rank_chunks(cap),
         fmt=fmt,
         end_ns=res.end_ns,
+        origin_ns=t0,
         workers=workers,
         on_note=on_note,
     )

@@ -122,6 +122,8 @@ def test_the_streamed_timeline_json_has_every_node_as_one_dict_per_event_would(
     path = write_perfetto(run, sim, tmp_path / "timeline.json", max_events=0, workers=2)
     doc = json.loads(path.read_text(encoding="utf-8"))
     expected = []
+    t0 = min(int(sim.start_ns[r][rt.node_type != NodeType.METADATA].min()) for r, rt in run.ranks.items())
+    assert doc["otherData"]["t0_ns"] == t0
     for r, rt in run.ranks.items():
         for i in np.flatnonzero(rt.node_type != NodeType.METADATA).tolist():
             st, en = int(sim.start_ns[r][i]), int(sim.end_ns[r][i])
@@ -129,9 +131,10 @@ def test_the_streamed_timeline_json_has_every_node_as_one_dict_per_event_would(
                 {
                     "name": rt.name(i),
                     "ph": "X",
+                    "cat": CATS[NodeType(int(rt.node_type[i]))],
                     "pid": r,
                     "tid": int(rt.stream[i]),
-                    "ts": st / 1000,
+                    "ts": (st - t0) / 1000,
                     "dur": (en - st) / 1000,
                     "args": {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])},
                 }
@@ -390,3 +393,30 @@ def test_the_skew_table_is_built_from_the_event_arrays_as_the_records_give_it(tm
     assert got.schema.equals(want.schema, check_metadata=True)
     assert got.to_pylist() == want.to_pylist()
     assert all(pa.types.is_dictionary(got.schema.field(c).type) for c in ("kind", "pg_name", "cause"))
+
+
+def test_untraced_host_time_is_in_the_untraced_category_of_both_traces_and_times_start_at_the_first_node(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.vocab import UNTRACED_NODE_NAME
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 2 * MS, start_ns=5 * MS)  # the builder's METADATA node is recorded at 0
+        rb.compute(UNTRACED_NODE_NAME, 1 * MS)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS)
+    run_dir = b.write(tmp_path / "run")
+    run = load_run(run_dir)
+    analysed = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json")
+    replayed = write_perfetto(run, simulate(run), tmp_path / "t.json")
+    for path in (analysed, replayed):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        nodes = [e for e in _x_events(doc) if e["cat"] != "critical_path"]
+        assert {(e["name"], e["cat"]) for e in nodes} == {
+            ("aten::mm", "compute"),
+            (UNTRACED_NODE_NAME, "untraced"),
+            ("c10d::all_reduce_", "collective"),
+        }
+        assert min(e["ts"] for e in nodes) == 0.0
+        assert doc["otherData"]["t0_ns"] == 5 * MS
