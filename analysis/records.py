@@ -139,7 +139,9 @@ class BlameRecord:
     steps_top: int
     """Steps in which this rank has the largest straggler cost."""
     caused_wait_ns: int
-    """Peers' wait attributed to this rank by the skew analysis."""
+    """Exposed wait (not hidden under compute) at the events the skew analysis blamed on this rank, all
+    steps: each waiting rank's overlapping waits counted once (their union over time), summed over the
+    waiting ranks."""
     cause_kind: str
     """Top cause (a CauseKind value)."""
     cause_op: str | None

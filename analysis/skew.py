@@ -21,19 +21,21 @@ For every collective instance and every matched send/recv pair (an *event*):
   before it (host gap before the send >= half the wait) is a ``late_send``, blamed on the sender.
 
 Each member's wait is attributed to the event's blamed rank; per rank and step the *exposed* part of it
-(not hidden under compute on the waiting rank) is summed to name the top straggler of each step. Pure
-functions; rendering is elsewhere.
+(not hidden under compute on the waiting rank) names the top straggler of each step. A rank's time is
+counted once: waits that overlap on one rank (four asynchronous recvs waiting at once) are united per
+waiting rank before they are summed. Pure functions; rendering is elsewhere.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from skewlens.analysis.index import I64, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
+from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.vocab import CommType
 
@@ -160,9 +162,12 @@ class SkewResult:
     events: list[SkewEvent]
     """Events by last arrival."""
     caused_wait_ns: dict[int, int] = field(default_factory=dict)
-    """Rank -> total exposed peer wait (not hidden under compute) blamed on it."""
+    """Rank -> the exposed wait (not hidden under compute) of the events blamed on it: per waiting rank the
+    union over time of those waits (a rank waiting at four recvs at once waited once), summed over the
+    waiting ranks."""
     caused_wait_by_step: dict[tuple[int, int], int] = field(default_factory=dict)
-    """(rank, step) -> exposed peer wait blamed on it in that step."""
+    """(rank, step) -> the part of ``caused_wait_ns`` in events of that step (an instant of waiting counts
+    in the step of the first-begun wait that covers it), so the steps add up to the total."""
     top_cause: dict[int, Cause] = field(default_factory=dict)
     """Rank -> its dominant cause, weighted by the wait it caused."""
 
@@ -454,12 +459,65 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 cause=cause,
             )
         )
-    return _summarise(events)
+    return _summarise(events, {r: ri.cov_comp for r, ri in ix.ranks.items()})
 
 
-def _summarise(events: list[SkewEvent]) -> SkewResult:
+def _caused_waits(
+    events: list[SkewEvent], compute: Mapping[int, Coverage]
+) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
+    """Exposed wait blamed on each rank, in total and per (rank, step). Each waiting rank's time counts
+    once: per (blamed rank, waiting rank) the members' waits ``[arrival, arrival + wait)`` are cut into
+    disjoint pieces (a wait keeps the part no earlier-begun one covered, and that part's step), and each
+    piece counts without the compute on the waiting rank (``compute``) that hid it."""
+    cols: list[list[I64]] = [[], [], [], [], []]  # blamed rank, waiting rank, step, wait start, wait end
+    for e in events:
+        has = e.exposed_wait_ns > 0
+        if not has.any():
+            continue
+        a = e.arrival_ns[has]
+        n = a.size
+        for col, v in zip(
+            cols,
+            (
+                np.full(n, e.blamed_rank, np.int64),
+                np.asarray(e.ranks, np.int64)[has],
+                np.full(n, e.step, np.int64),
+                a,
+                a + e.wait_ns[has],
+            ),
+            strict=True,
+        ):
+            col.append(v)
     caused: dict[int, int] = defaultdict(int)
     by_step: dict[tuple[int, int], int] = defaultdict(int)
+    if not cols[0]:
+        return {}, {}
+    blamed, waiting, step, a, b = (np.concatenate(c) for c in cols)
+    order = np.lexsort((b, a, waiting, blamed))
+    blamed, waiting, step, a, b = blamed[order], waiting[order], step[order], a[order], b[order]
+    cuts = np.flatnonzero((np.diff(blamed) != 0) | (np.diff(waiting) != 0)) + 1
+    for g in np.split(np.arange(a.size), cuts):
+        ga, gb = a[g], b[g]
+        # covered by an earlier-begun wait of the same rank: up to the latest end before this one
+        before = np.empty_like(gb)
+        before[0] = ga[0]
+        np.maximum.accumulate(gb[:-1], out=before[1:])
+        lo = np.maximum(ga, before)
+        hi = np.maximum(gb, lo)
+        cov = compute.get(int(waiting[g[0]]), Coverage.EMPTY)
+        exposed = (hi - lo) - cov.between(lo, hi)
+        r = int(blamed[g[0]])
+        caused[r] += int(exposed.sum())
+        steps, at = np.unique(step[g], return_inverse=True)
+        for s, w in zip(steps.tolist(), np.bincount(at, weights=exposed).tolist(), strict=True):
+            by_step[(r, s)] += int(w)
+    return {r: w for r, w in caused.items() if w > 0}, {k: w for k, w in by_step.items() if w > 0}
+
+
+def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None = None) -> SkewResult:
+    """The per-rank sums of ``events``: the wait each rank caused (``compute``: each rank's compute
+    coverage, which hides waits; none when not given) and its top cause."""
+    caused, by_step = _caused_waits(events, compute or {})
     kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
     op_w: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     op_n: dict[int, int] = defaultdict(int)  # rank -> events whose ops op_w sums
@@ -469,8 +527,6 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
         w = e.total_exposed_wait_ns
         if w <= 0:
             continue
-        caused[e.blamed_rank] += w
-        by_step[(e.blamed_rank, e.step)] += w
         if e.cause.kind is not CauseKind.NONE:
             kind_w[e.blamed_rank][e.cause.kind] += w
         if e.cause.via_rank < 0 and e.cause.ops:
@@ -490,6 +546,4 @@ def _summarise(events: list[SkewEvent]) -> SkewResult:
             top[r] = Cause(kind=k, delta_ns=delta, op=ops[0][0], ops=per)
         else:
             top[r] = Cause(kind=k, delta_ns=delta)
-    return SkewResult(
-        events=events, caused_wait_ns=dict(caused), caused_wait_by_step=dict(by_step), top_cause=top
-    )
+    return SkewResult(events=events, caused_wait_ns=caused, caused_wait_by_step=by_step, top_cause=top)

@@ -180,3 +180,32 @@ def test_compute_begun_before_the_late_members_window_is_named_in_its_cause(tmp_
     (second,) = [e for e in res.skew.events if e.seq == 1]
     assert second.late_rank == 1
     assert second.cause.op == "aten::mm" and second.cause.ops[0][1] == pytest.approx(40 * MS, rel=0.01)
+
+
+def _four_recvs_at_once(tmp: Path) -> SkewResult:
+    """Rank 0 posts four recvs at 0 ms (one stream each) while computing 10 ms; rank 1 computes 40 ms and
+    then sends at 40, 41, 42 and 43 ms: rank 0 waits 40-43 ms at four recvs at once."""
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    r0.compute("aten::add", 10 * MS, start_ns=0)
+    r1.compute("aten::mm", 40 * MS, start_ns=0)
+    for k in range(4):
+        r1.send(0, 4096, MS, tag=k, start_ns=(40 + k) * MS)
+        r0.recv(1, 4096, (41 + k) * MS, tag=k, start_ns=0, stream=1 + k)
+    return analyze_skew(build_index(load_run(b.write(tmp / "run"))))
+
+
+def test_waits_that_overlap_on_one_rank_are_counted_once_in_the_wait_a_rank_caused(tmp_path: Path) -> None:
+    # rank 0's p2p waits on gpipe overlapped (four recvs of ~40 ms at once) and were summed: rank 1 was
+    # charged 1,608.51 ms of caused wait where rank 0's ten steps lasted 563.94 ms
+    skew = _four_recvs_at_once(tmp_path)
+    p2p = [e for e in skew.events if e.kind == "p2p"]
+    assert [e.blamed_rank for e in p2p] == [1, 1, 1, 1]
+    # each event still says what its own member waited (less the 10 ms of compute under it)
+    assert sorted(int(e.exposed_wait_ns[1]) for e in p2p) == [30 * MS, 31 * MS, 32 * MS, 33 * MS]
+    # rank 0 waited from 0 to 43 ms, 10 ms of it under its own compute: 33 ms, not 30 + 31 + 32 + 33
+    assert skew.caused_wait_ns == {1: 33 * MS}
+    assert skew.caused_wait_by_step == {(1, 0): 33 * MS}
+    assert skew.top_straggler_by_step() == {0: 1}
