@@ -62,7 +62,10 @@ class Cause:
     blamed_from: int = -1
     """For an earlier wait: the rank that caused it."""
     via_rank: int = -1
-    """When the lateness was passed on by another rank's earlier wait: that rank (else -1)."""
+    """When the lateness was passed on by another rank than the blamed one: that rank (else -1)."""
+    passed_on: bool = False
+    """Whether this is an earlier event's cause, passed on by an earlier wait of the late member (also
+    when that member is the blamed rank itself, whose own lateness came back to it: ``via_rank`` is -1)."""
 
     @property
     def text(self) -> str:
@@ -427,8 +430,10 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 if b >= 0:
                     blamed = b
                 if origin is not None and origin.kind not in (CauseKind.WAIT, CauseKind.NONE):
-                    # report the root cause, noting who passed the lateness on
-                    cause = replace(origin, via_rank=late_rank if origin.via_rank < 0 else origin.via_rank)
+                    # report the root cause, noting who passed the lateness on (not the blamed rank
+                    # itself: its own lateness that came back to it through its earlier wait)
+                    via = origin.via_rank if origin.via_rank >= 0 else late_rank
+                    cause = replace(origin, via_rank=via if via != blamed else -1, passed_on=True)
             if cause.kind is CauseKind.WAIT:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
         if kind == "collective":
@@ -529,7 +534,7 @@ def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None =
             continue
         if e.cause.kind is not CauseKind.NONE:
             kind_w[e.blamed_rank][e.cause.kind] += w
-        if e.cause.via_rank < 0 and e.cause.ops:
+        if not e.cause.passed_on and e.cause.ops:
             op_n[e.blamed_rank] += 1
             for name, d in e.cause.ops:
                 op_w[e.blamed_rank][name] += d
@@ -537,7 +542,7 @@ def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None =
     for r, kinds in kind_w.items():
         k = max(kinds, key=lambda x: kinds[x])
         mine = [e for e in blamed_on[r] if e.cause.kind is k]
-        own = [e for e in mine if e.cause.via_rank < 0] or mine
+        own = [e for e in mine if not e.cause.passed_on] or mine
         delta = int(np.median([e.cause.delta_ns for e in own])) if own else 0
         if k is CauseKind.COMPUTE and op_w[r]:
             ops = sorted(op_w[r].items(), key=lambda x: -x[1])[:TOP_OPS]

@@ -209,3 +209,22 @@ def test_waits_that_overlap_on_one_rank_are_counted_once_in_the_wait_a_rank_caus
     assert skew.caused_wait_ns == {1: 33 * MS}
     assert skew.caused_wait_by_step == {(1, 0): 33 * MS}
     assert skew.top_straggler_by_step() == {0: 1}
+
+
+def test_a_rank_is_never_said_to_have_passed_its_lateness_on_to_itself(
+    tmp_path: Path, straggler_skew: SkewResult
+) -> None:
+    # gpipe: "compute grew: aten::mm +37.7 ms (passed on by rank 1)" where rank 1 was both late and blamed
+    # (31 of 80 events): its later sends' windows began where its own late first send did
+    skew = _four_recvs_at_once(tmp_path)
+    p2p = [e for e in skew.events if e.kind == "p2p"]
+    assert [e.cause.text for e in p2p] == ["compute grew: aten::mm +40.0 ms"] * 4
+    assert [(e.late_rank, e.blamed_rank, e.cause.passed_on) for e in p2p] == [
+        (1, 1, False),
+        (1, 1, True),
+        (1, 1, True),
+        (1, 1, True),
+    ]
+    # lateness another rank passed on still says so: rank 3 late at the all_reduce for rank 2's compute
+    world = [e for e in straggler_skew.events if e.pg_name == "0" and e.blamed_rank != e.late_rank]
+    assert world and all(e.cause.text.endswith(f"(passed on by rank {e.late_rank})") for e in world)
