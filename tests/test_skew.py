@@ -228,3 +228,45 @@ def test_a_rank_is_never_said_to_have_passed_its_lateness_on_to_itself(
     # lateness another rank passed on still says so: rank 3 late at the all_reduce for rank 2's compute
     world = [e for e in straggler_skew.events if e.pg_name == "0" and e.blamed_rank != e.late_rank]
     assert world and all(e.cause.text.endswith(f"(passed on by rank {e.late_rank})") for e in world)
+
+
+def test_a_ranks_top_cause_amount_is_the_growth_before_one_event_weighted_by_the_wait_it_caused() -> None:
+    # mixed: the table said "compute +5.1 ms" where each all_to_all that made rank 0 wait said +15.1: the
+    # growth was a plain mean over every event naming it, and trivial events of no wait diluted it
+    import numpy as np
+
+    from skewlens.analysis.skew import Cause, SkewEvent, _summarise
+
+    def event(seq: int, exposed_ms: int, ops: tuple[tuple[str, int], ...]) -> SkewEvent:
+        grew = sum(d for _n, d in ops)
+        return SkewEvent(
+            kind="collective",
+            pg_name="0",
+            seq=seq,
+            comm_type="all_to_all",
+            step=seq,
+            ranks=(0, 1),
+            rows=(seq, seq),
+            node_ids=(seq, seq),
+            arrival_ns=np.array([0, exposed_ms * MS]),
+            end_ns=np.array([exposed_ms * MS + 1, exposed_ms * MS + 1]),
+            wait_ns=np.array([exposed_ms * MS, 0]),
+            exposed_wait_ns=np.array([exposed_ms * MS, 0]),
+            late_rank=1,
+            blamed_rank=1,
+            late_by_ns=exposed_ms * MS,
+            cause=Cause(kind=CauseKind.COMPUTE, delta_ns=grew, op=ops[0][0], ops=ops),
+        )
+
+    res = _summarise(
+        [
+            event(0, 8, (("aten::mm", 20 * MS),)),
+            event(1, 1, (("aten::mm", 2 * MS), ("aten::add", 1 * MS))),
+            event(2, 1, (("aten::mm", 2 * MS),)),
+        ]
+    )
+    cause = res.top_cause[1]
+    # aten::mm: (20 * 8 + 2 * 1 + 2 * 1) / 10; aten::add: named by one event only, its growth there
+    assert cause.ops == (("aten::mm", 16_400_000), ("aten::add", 1 * MS))
+    assert cause.delta_ns == (20 * 8 + 3 * 1 + 2 * 1) * MS // 10
+    assert cause.text == "compute grew: aten::mm +16.4 ms, aten::add +1.0 ms"
