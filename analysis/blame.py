@@ -37,7 +37,7 @@ import numpy as np
 
 from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
-from skewlens.analysis.skew import Cause, SkewResult
+from skewlens.analysis.skew import NO_CAUSE, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import execution_model
 
@@ -421,7 +421,9 @@ def analyze_blame(
     for r in wanted:
         w_total = sum(whatif[r].get(s, base[s]) for s in steps) if r in whatif else base_total
         cause = skew.top_cause.get(r)
-        if cause is None:
+        if cause is None and base_total - w_total <= 0:
+            cause = NO_CAUSE  # nothing blamed on it, by the skew analysis or the what-if: nothing to explain
+        elif cause is None:
             if totals is None:
                 totals = _run_totals(ix)
             cause = _fallback_cause(totals, ix.names, r)

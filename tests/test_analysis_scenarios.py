@@ -73,6 +73,25 @@ def build_run(tmp: Path, sc: Scenario) -> Path:
     return b.write(tmp / "run", level="ops")
 
 
+def build_one_slow_rank(tmp: Path, world_size: int = 2, steps: int = 3) -> Path:
+    """Each step: every rank computes (the others ``aten::add`` 1 ms and ``aten::mm`` 5 ms, the last rank
+    ``aten::mm`` 46 ms), then an all_reduce that ends at 47 ms: the others wait 40 ms a step for the last,
+    and the last rank costs 40 ms a step. The others' ``aten::add`` has no counterpart on the last rank."""
+    b = RunBuilder(world_size=world_size)
+    slow = world_size - 1
+    for r in range(world_size):
+        rb = b.rank(r)
+        for s in range(steps):
+            rb.step(s)
+            if r == slow:
+                rb.compute("aten::mm", 46 * MS, start_ns=s * 47 * MS)
+            else:
+                rb.compute("aten::add", 1 * MS, start_ns=s * 47 * MS)
+                rb.compute("aten::mm", 5 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS if r == slow else 41 * MS)
+    return b.write(tmp / "run")
+
+
 def _collective(b: RunBuilder, t: list[int], group_of: dict[int, str], ct: CommType, transfer: int) -> None:
     by_group: dict[str, list[int]] = {}
     for r, g in group_of.items():

@@ -137,3 +137,18 @@ def test_a_slow_sender_with_no_other_sender_to_compare_it_with_is_named_under_th
     assert note.startswith("rank 0 caused 2") and "no counterpart on another rank" in note
     four = analyze_run(load_run(build_run(tmp_path / "four", SLOW_SEND)), blame=True)
     assert four.stragglers[0].rank == 0 and uncompared_notes(four) == []
+
+
+def test_a_rank_nothing_was_blamed_on_is_given_no_cause(tmp_path: Path) -> None:
+    # a rank of cost 0 that caused no wait was given a cause from whole-run totals ("DistributedDataParallel
+    # .forward +0.0 ms"): here rank 0's aten::add, which rank 1 does not run
+    from test_analysis_scenarios import build_one_slow_rank
+
+    from skewlens.analysis import analyze_run
+
+    res = analyze_run(load_run(build_one_slow_rank(tmp_path)))
+    fast = next(r for r in res.stragglers if r.rank == 0)
+    assert (fast.straggler_cost_ns, fast.caused_wait_ns) == (0, 0)
+    assert (fast.cause_kind, fast.cause_op, fast.cause) == ("none", None, "")
+    slow = next(r for r in res.stragglers if r.rank == 1)
+    assert slow.cause == "compute grew: aten::mm +41.0 ms"
