@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_analysis_scenarios import MS, Scenario, build_run
+from test_analysis_scenarios import MS, Scenario, build_one_slow_rank, build_run
 
 from skewlens.analysis import analyze_run
 from skewlens.analysis.plots import breakdown_bars, wait_heatmap, wait_heatmap_data
-from skewlens.analysis.render import breakdown_table, critical_path_table, report
+from skewlens.analysis.render import (
+    breakdown_table,
+    critical_path_table,
+    report,
+    stragglers_table,
+    worst_collectives_table,
+)
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
@@ -31,7 +37,7 @@ def test_report_names_the_straggler_its_cost_and_cause(tmp_path: Path) -> None:
     text = buf.getvalue()
     assert "Top stragglers" in text and "Worst collectives" in text and "Step breakdown" in text
     top_row = next(line for line in text.splitlines() if line.startswith("│    2 │"))
-    cost_ms = result.stragglers[0].straggler_cost_ns / 1e6
+    cost_ms = result.stragglers[0].straggler_cost_ns / SC.steps / 1e6
     assert f"{cost_ms:,.2f}" in top_row
     assert "aten::mm" in top_row
 
@@ -134,7 +140,7 @@ def test_a_critical_path_share_table_of_more_ranks_than_its_cap_sums_up_the_othe
     assert len(on_path) > 1
     top = max(on_path, key=lambda r: on_path[r])
     text = _render(critical_path_table(result, max_ranks=1))
-    share_rows = text.split("Critical path: top ops")[0]
+    share_rows = text.split("Critical path by op")[0]
     listed = [int(line.split("│")[1]) for line in share_rows.splitlines() if line.startswith("│")]
     assert listed == [top]
     rest_ms = (sum(on_path.values()) - on_path[top]) / 1e6
@@ -223,3 +229,52 @@ def test_every_stage_of_loading_and_analysing_a_run_shows_on_the_progress_bar(tm
         "what-if blame",
     ]
     assert "blame baseline: simulating" in progress.shown and "analyses: critical path" in progress.shown
+
+
+def _rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+
+
+def test_the_stragglers_table_gives_ms_per_step_over_the_steps_it_names_and_no_cause_where_none_was_blamed(
+    tmp_path: Path,
+) -> None:
+    # ops-train-0-slow showed "cost ms" 399.41 for a 40 ms/step straggler: totals over the steps, unlabelled;
+    # a rank of cost 0 that caused no wait read "compute grew: aten::add +1.5 ms"
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path)))
+    text = _render(stragglers_table(result))
+    assert text.splitlines()[0].strip() == (
+        "Top stragglers, ms per step over 3 steps (what-if: rank runs like the median rank)"
+    )
+    header = " ".join(text.splitlines()[2].split())
+    assert "cost ms / step" in header and "caused wait ms / step" in header
+    assert "top cause (ms per event)" in header
+    assert _rows(text) == [
+        ["1", "40.00", "85.1", "3", "40.00", "compute grew: aten::mm +41.0 ms"],
+        ["0", "0.00*", "0.0", "0", "0.00", "-"],
+    ]
+    from skewlens.analysis.render import CAUSE_NOTE
+
+    assert CAUSE_NOTE in " ".join(text.split())  # what the cause's amounts are
+    no_blame = analyze_run(load_run(build_one_slow_rank(tmp_path / "b")), blame=False)
+    assert _rows(_render(stragglers_table(no_blame))) == [
+        ["1", "-", "-", "-", "40.00", "compute grew: aten::mm +41.0 ms"]
+    ]
+
+
+def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_members(tmp_path: Path) -> None:
+    # gpurun: "skew 1.63" beside "exposed wait 50.54" (31 members x 1.63), the sum not said
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
+    text = _render(worst_collectives_table(result))
+    assert "exposed wait ms (members' sum)" in text
+    assert [row[2:4] for row in _rows(text)] == [["40.00", "80.00"]] * 3
+
+
+def test_the_critical_path_tables_have_titles_that_fit_on_one_line(tmp_path: Path) -> None:
+    # "Critical path share (all\nsteps)": the title was wider than the three narrow columns
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path)), blame=False)
+    lines = _render(critical_path_table(result)).splitlines()
+    assert [line.strip() for line in lines if line.startswith("Critical path")] == [
+        "Critical path by rank",
+        "Critical path by op",
+    ]
+    assert all("ms, all steps" in line for line in lines if line.startswith("┃"))

@@ -120,18 +120,24 @@ def _ms(ns: float) -> str:
 
 
 def blame_table(result: AnalysisResult) -> Table:
-    """The blame records as a table of per-step means."""
-    steps = max(len(result.blame.baseline_step_ns), 1) if result.blame is not None else 1
-    t = Table(title=f"What-if blame: mean step time had each rank run like the median rank ({steps} steps)")
-    for col in ("rank", "straggler cost / step", "simulated step", "what-if step", "top cause"):
-        t.add_column(col, justify="right" if col != "top cause" else "left")
+    """The blame records as a table of per-step means (the top cause's amounts per event, as the caption
+    says; ``-`` where nothing was blamed on the rank)."""
+    from skewlens.analysis.render import CAUSE_NOTE, blame_steps
+
+    steps = blame_steps(result)
+    t = Table(
+        title=f"What-if blame: mean step time had each rank run like the median rank ({steps} steps)",
+        caption=CAUSE_NOTE,
+    )
+    for col in ("rank", "straggler cost / step", "simulated step", "what-if step", "top cause (per event)"):
+        t.add_column(col, justify="left" if col.startswith("top cause") else "right")
     for rec in result.stragglers:
         t.add_row(
             str(rec.rank),
             _ms(rec.straggler_cost_ns / steps),
             _ms(rec.baseline_ns / steps),
             _ms(rec.whatif_ns / steps),
-            rec.cause,
+            rec.cause or "-",
         )
     return t
 
