@@ -332,10 +332,11 @@ def _run_totals(ix: RunIndex) -> _RunTotals:
     )
 
 
-def _fallback_cause(tot: _RunTotals, names: list[str], rank: int) -> Cause:
-    """Cause from whole-run totals when the skew analysis blamed nothing on ``rank``."""
-    d = tot.comp[rank] - tot.med_comp
-    gap_d = tot.gaps[rank] - tot.med_gap
+def _fallback_cause(tot: _RunTotals, names: list[str], rank: int, steps: int = 1) -> Cause:
+    """Cause from whole-run totals when the skew analysis blamed nothing on ``rank``: its excess over the
+    median rank, per step (the mean over ``steps``)."""
+    d = (tot.comp[rank] - tot.med_comp) / max(steps, 1)
+    gap_d = (tot.gaps[rank] - tot.med_gap) // max(steps, 1)
     if d.size and d.max() > max(gap_d, 0):
         i = int(np.argmax(d))
         return Cause(kind=CauseKind.COMPUTE, delta_ns=int(d[i]), op=names[i], ops=((names[i], int(d[i])),))
@@ -426,7 +427,7 @@ def analyze_blame(
         elif cause is None:
             if totals is None:
                 totals = _run_totals(ix)
-            cause = _fallback_cause(totals, ix.names, r)
+            cause = _fallback_cause(totals, ix.names, r, len(steps))
         recs.append(
             BlameRecord(
                 rank=r,

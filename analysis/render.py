@@ -13,6 +13,7 @@ from rich.text import Text
 from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, rank_means
 from skewlens.analysis.critical_path import shares
+from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS, run_notes
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
@@ -37,7 +38,8 @@ def _cause_column(t: Table, header: str = "cause") -> None:
 #: What the amounts of a rank's top cause are (the stragglers table's caption, the demo's too).
 CAUSE_NOTE = (
     "top cause: what grew on the rank before an event it made others wait at, against the event's median "
-    "member; ms per such event (their mean, weighted by the wait each caused)"
+    "member, ms per such event (their mean, weighted by the wait each caused); of a rank that made no one "
+    "wait, its excess over the median rank, ms per step"
 )
 
 
@@ -50,6 +52,17 @@ def blame_steps(result: AnalysisResult) -> int:
     if result.blame is not None:
         return max(len(result.blame.baseline_step_ns), 1)
     return max(len(result.index.steps), 1)
+
+
+#: Below this a step (what 0.00 ms shows), nothing is blamed on a rank: its cause is not shown.
+_SHOWN_NS = 5_000
+
+
+def shown_cause(rec: BlameRecord, steps: int) -> str:
+    """``rec``'s cause, or ``-`` where nothing is blamed on the rank: no cause, or a cost and a caused wait
+    that both round to 0.00 ms a step (a rank of cost 9 us was shown "host idle/gap +29.6 ms")."""
+    blamed = abs(rec.straggler_cost_ns) >= _SHOWN_NS * steps or rec.caused_wait_ns >= _SHOWN_NS * steps
+    return (rec.cause if blamed else "") or "-"
 
 
 def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
@@ -81,7 +94,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
             f"{pct:.1f}",
             str(rec.steps_top),
             _ms(rec.caused_wait_ns / steps),
-            rec.cause or "-",
+            shown_cause(rec, steps),
         )
     if any(not r.simulated for r in recs[:top]):
         t.caption += f"\n{NOT_EVALUATED}"

@@ -278,3 +278,28 @@ def test_the_critical_path_tables_have_titles_that_fit_on_one_line(tmp_path: Pat
         "Critical path by op",
     ]
     assert all("ms, all steps" in line for line in lines if line.startswith("┃"))
+
+
+def test_a_rank_whose_cost_and_caused_wait_show_as_zero_is_shown_no_cause() -> None:
+    # the demo showed rank 1 at "0.00" cost and caused wait with "host idle/gap +29.6 ms" (a cost of 9 us)
+    from skewlens.analysis.records import BlameRecord
+    from skewlens.analysis.render import shown_cause
+
+    def rec(cost_ns: int, caused_ns: int) -> BlameRecord:
+        return BlameRecord(
+            rank=1,
+            straggler_cost_ns=cost_ns,
+            baseline_ns=400 * MS,
+            whatif_ns=400 * MS - cost_ns,
+            steps_top=0,
+            caused_wait_ns=caused_ns,
+            cause_kind="host_gap",
+            cause_op=None,
+            cause="host idle/gap +29.6 ms",
+            simulated=True,
+        )
+
+    assert shown_cause(rec(9_177, 0), steps=5) == "-"
+    assert shown_cause(rec(25_000, 0), steps=5) == "host idle/gap +29.6 ms"  # 0.01 ms a step
+    assert shown_cause(rec(0, 25_000), steps=5) == "host idle/gap +29.6 ms"
+    assert shown_cause(rec(-25_000, 0), steps=5) == "host idle/gap +29.6 ms"

@@ -122,7 +122,7 @@ def _ms(ns: float) -> str:
 def blame_table(result: AnalysisResult) -> Table:
     """The blame records as a table of per-step means (the top cause's amounts per event, as the caption
     says; ``-`` where nothing was blamed on the rank)."""
-    from skewlens.analysis.render import CAUSE_NOTE, blame_steps
+    from skewlens.analysis.render import CAUSE_NOTE, blame_steps, shown_cause
 
     steps = blame_steps(result)
     t = Table(
@@ -137,7 +137,7 @@ def blame_table(result: AnalysisResult) -> Table:
             _ms(rec.straggler_cost_ns / steps),
             _ms(rec.baseline_ns / steps),
             _ms(rec.whatif_ns / steps),
-            rec.cause or "-",
+            shown_cause(rec, steps),
         )
     return t
 
