@@ -37,7 +37,7 @@ import numpy as np
 
 from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
-from skewlens.analysis.skew import NO_CAUSE, Cause, SkewResult
+from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import execution_model
 
@@ -337,12 +337,13 @@ def _fallback_cause(tot: _RunTotals, names: list[str], rank: int, steps: int = 1
     median rank, per step (the mean over ``steps``)."""
     d = (tot.comp[rank] - tot.med_comp) / max(steps, 1)
     gap_d = (tot.gaps[rank] - tot.med_gap) // max(steps, 1)
-    if d.size and d.max() > max(gap_d, 0):
+    # an excess that would read +0.0 ms explains nothing ("Optimizer.step#SGD.step +0.0 ms")
+    if d.size and d.max() > max(gap_d, 0) and d.max() >= SHOWN_NS:
         i = int(np.argmax(d))
         return Cause(kind=CauseKind.COMPUTE, delta_ns=int(d[i]), op=names[i], ops=((names[i], int(d[i])),))
-    if gap_d > 0:
+    if gap_d >= SHOWN_NS:
         return Cause(kind=CauseKind.HOST_GAP, delta_ns=gap_d)
-    return Cause(kind=CauseKind.NONE, delta_ns=0)
+    return NO_CAUSE
 
 
 def analyze_blame(

@@ -42,7 +42,7 @@ from skewlens.profiler.vocab import CommType
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
 #: Least growth of an op named in a compute cause beside a larger one (shown as +0.1 ms).
-_SHOWN_NS = 50_000
+SHOWN_NS = 50_000
 #: How many earlier events of the late rank are searched for the last common synchronisation point.
 COMMON_LOOKBACK = 256
 
@@ -76,7 +76,7 @@ class Cause:
         ms = self.delta_ns / 1e6
         if self.kind is CauseKind.COMPUTE:
             # ops whose growth rounds to +0.0 ms name nothing: left out where a larger one is named
-            ops = [(n, d) for n, d in self.ops if d >= _SHOWN_NS] or self.ops[:1]
+            ops = [(n, d) for n, d in self.ops if d >= SHOWN_NS] or self.ops[:1]
             grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in ops) or f"+{ms:.1f} ms"
             return f"compute grew: {grown}"
         if self.kind is CauseKind.HOST_GAP:

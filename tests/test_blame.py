@@ -177,3 +177,18 @@ def test_the_cause_of_a_rank_that_made_no_one_wait_is_its_excess_over_the_median
     top = res.stragglers[0]
     assert (top.rank, top.straggler_cost_ns, top.caused_wait_ns) == (2, 7 * MS, 0)
     assert top.cause == "compute grew: aten::sort +3.5 ms"
+
+
+def test_a_cause_from_an_excess_that_would_read_plus_zero_ms_is_no_cause() -> None:
+    # the demo's rank 3 (cost 0.03 ms a step, no wait caused) read "Optimizer.step#SGD.step +0.0 ms"
+    from skewlens.analysis.blame import _fallback_cause, _RunTotals
+
+    tot = _RunTotals(
+        comp={3: np.array([2 * MS + 40_000 * 5, 0.0])},
+        gaps={3: 0},
+        med_comp=np.array([2 * MS, 0.0]),
+        med_gap=0,
+    )
+    assert _fallback_cause(tot, ["Optimizer.step#SGD.step", "aten::mm"], 3, steps=5).kind is CauseKind.NONE
+    grown = _fallback_cause(tot, ["Optimizer.step#SGD.step", "aten::mm"], 3, steps=1)
+    assert grown.text == "compute grew: Optimizer.step#SGD.step +0.2 ms"
