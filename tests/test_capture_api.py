@@ -145,6 +145,41 @@ def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
     assert not out.exists()
 
 
+def test_a_profile_stopped_with_sigterm_passes_it_on_and_lets_its_command_end(tmp_path: Path) -> None:
+    # timeout, scancel or a Kubernetes stop sends SIGTERM: skewlens profile died at once and left the
+    # ranks' traces without a manifest; now the command gets SIGTERM, saves what it traced and ends
+    import signal
+    import threading
+
+    from skewlens.profiler.capture.run import run_command
+
+    marker = tmp_path / "saved"
+    script = textwrap.dedent(
+        f"""
+        import pathlib, signal, sys, time
+        def stop(*_a):
+            pathlib.Path({str(marker)!r}).write_text("saved")
+            sys.exit(9)
+        signal.signal(signal.SIGTERM, stop)
+        pathlib.Path({str(tmp_path / "ready")!r}).touch()
+        time.sleep(60)
+        """
+    )
+
+    def stop_when_ready() -> None:
+        for _ in range(600):
+            if (tmp_path / "ready").exists():
+                break
+            threading.Event().wait(0.05)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=stop_when_ready, daemon=True).start()
+    assert run_command([sys.executable, "-c", script], env={"PATH": ""}) == 9
+    assert marker.read_text() == "saved"
+    assert signal.getsignal(signal.SIGTERM) == before  # its handler was only there while the command ran
+
+
 def test_an_interrupted_profile_lets_its_command_end_and_returns_its_code(tmp_path: Path) -> None:
     # Ctrl-C used to kill the command and leave its ranks' traces without a manifest; now the command gets
     # the interrupt, saves what it traced and ends, and skewlens profile finalises the run with it

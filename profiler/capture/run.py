@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -88,33 +90,85 @@ def capture_env(
 
 #: How long an interrupted ``skewlens profile`` waits for its command to end (its ranks saving their traces).
 INTERRUPT_GRACE_S = 30.0
+#: The same when stopped with SIGTERM (``timeout``, ``scancel``, a Kubernetes stop): within the 30 s after
+#: which SLURM and Kubernetes send SIGKILL, so that the manifest is still written.
+TERM_GRACE_S = 20.0
+
+
+class _Terminated(Exception):
+    """``skewlens profile`` received SIGTERM while its command ran."""
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise _Terminated
 
 
 def run_command(command: Sequence[str], env: dict[str, str]) -> int:
     """Run the wrapped command to completion; its exit code (negative: killed by that signal). Interrupted
-    (Ctrl-C), it lets the command end and returns its code, so that the run is finalised with what the
-    ranks saved."""
+    (Ctrl-C) or stopped (SIGTERM), it passes the signal on once, lets the command end and returns its code,
+    so that the run is finalised with what the ranks saved.
+
+    The command runs in a process group of its own, so that a signal to ours (the terminal's Ctrl-C,
+    ``timeout``) reaches it once, from here: torchrun, signalled twice, stops waiting for its workers to
+    save their traces and exits, and the run would be finalised without them. On Linux it is told to stop
+    (SIGTERM) if this process dies first."""
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
     exe = command[0]
     if os.sep not in exe and shutil.which(exe, path=env.get("PATH")) is None:
         raise CaptureError(f"command not found: {exe!r}")
     try:
-        proc = subprocess.Popen(list(command), env=env)
+        proc = subprocess.Popen(list(command), env=env, process_group=0, preexec_fn=_stop_with_parent)  # noqa: PLW1509 (one prctl call)
     except OSError as e:
         raise CaptureError(f"cannot run {exe!r}: {e.strerror or e}") from None
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
+    try:
+        return _wait(proc)
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _stop_with_parent() -> None:
+    """In the command's process, before it starts: SIGTERM when ``skewlens profile`` dies (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """``sig`` to the command's process group (its own processes but torchrun's workers, which torchrun
+    signals itself, as a terminal would)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
     try:
         return proc.wait()
+    except _Terminated:
+        # stopped (timeout, scancel, a Kubernetes stop): the ranks save what they traced on SIGTERM
+        # (torchrun passes it on); a command that does not end within TERM_GRACE_S is killed, and the run
+        # is finalised with what was saved. A second SIGTERM ends skewlens at once.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _signal(proc, signal.SIGTERM)
+        try:
+            return proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal(proc, signal.SIGKILL)
+            return proc.wait()
     except KeyboardInterrupt:
-        # Ctrl-C: the command was sent it too (or is now); its ranks save what they traced as they exit,
-        # and the run is finalised with what they saved. A second Ctrl-C, or a command that does not end
-        # within INTERRUPT_GRACE_S, is killed.
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGINT)
+        # Ctrl-C: its ranks save what they traced as they exit, and the run is finalised with what they
+        # saved. A second Ctrl-C, or a command that does not end within INTERRUPT_GRACE_S, is killed.
+        _signal(proc, signal.SIGINT)
         try:
             return proc.wait(timeout=INTERRUPT_GRACE_S)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.kill()
+            _signal(proc, signal.SIGKILL)
             proc.wait()
             raise KeyboardInterrupt from None
 
