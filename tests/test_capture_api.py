@@ -126,6 +126,18 @@ def test_a_missing_or_unknown_command_is_a_one_line_error(
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_a_command_given_without_the_double_dash_is_refused_before_its_options_are_taken_for_ours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the script's own --out and --steps were read as skewlens's, then argparse failed on the rest
+    marker = tmp_path / "ran"
+    argv = ["--out", str(tmp_path / "a"), sys.executable, "-c", f"open({str(marker)!r}, 'w')", "--out", "x"]
+    code, err = run_cli(argv, capsys)
+    assert code == 2 and one_line_error(err).startswith("skewlens profile: error: put the command after '--'")
+    assert f"-- {sys.executable} -c" in err
+    assert not marker.exists() and not (tmp_path / "a").exists() and not Path("x").exists()
+
+
 def test_keep_raw_at_the_collectives_level_warns_that_there_is_no_torch_trace_to_keep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

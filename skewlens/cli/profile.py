@@ -53,9 +53,15 @@ def main(argv: list[str]) -> int:
     if "--" in argv:
         k = argv.index("--")
         own, command = argv[:k], argv[k + 1 :]
+        args = _parser().parse_args(own)
     else:
-        own, command = argv, []
-    args = _parser().parse_args(own)
+        args, rest = _parser().parse_known_args(argv)
+        if rest:  # the command without "--": its own --out or --steps would have been taken as ours
+            raise CaptureError(
+                f"put the command after '--': skewlens profile --out RUN_DIR [options] -- {' '.join(rest)} "
+                "(without it, the command's own options such as --out or --steps are read as skewlens's)"
+            )
+        command = []
     level = parse_choice(Level, args.level, "--level")
     host_trace = parse_choice(HostTrace, args.host_trace, "--host-trace")
     window = parse_window(args.steps)
