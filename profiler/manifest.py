@@ -32,6 +32,10 @@ RANK_FILE = "rank-{rank}.et"
 PARTIAL_TRACE_NOTE = "partial trace"
 
 
+#: The manifest note's key that says how steps were marked where several optimizers stepped.
+STEP_MARKS_NOTE = "step marks"
+
+
 def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:
     """Rank -> its note, for the ranks whose manifest note says their trace is partial."""
     out: dict[int, str] = {}

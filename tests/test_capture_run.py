@@ -20,6 +20,8 @@ from capture_helpers import load_example, profile
 from skewlens.profiler.capture.build import FINISH_LAG_NS
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 
 pytestmark = pytest.mark.slow
@@ -429,6 +431,31 @@ def test_a_failing_command_passes_its_exit_code_through_and_writes_nothing(tmp_p
         res.stderr.strip().splitlines()[-1].startswith("skewlens profile: error: command exited with code 7")
     )
     assert not out.exists()
+
+
+def test_a_run_whose_steps_call_several_optimizers_says_which_one_marks_the_steps(tmp_path: Path) -> None:
+    # a GAN steps its discriminator three times per generator step: each of those was a "step", silently
+    script = tmp_path / "gan.py"
+    script.write_text(
+        "import torch\n"
+        "d, g = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)\n"
+        "od, og = torch.optim.SGD(d.parameters(), lr=0.1), torch.optim.Adam(g.parameters())\n"
+        "for _ in range(4):\n"
+        "    for _ in range(3):\n"
+        "        d(torch.ones(8)).sum().backward(); od.step()\n"
+        "    g(torch.ones(8)).sum().backward(); og.step()\n"
+    )
+    out = tmp_path / "run"
+    res = profile(out, command=[sys.executable, str(script)])
+    assert res.returncode == 0, res.stderr
+    note = read_manifest(out).notes["step marks"]
+    # the calls until the window's last step (the 5th of SGD's, its 2nd group of three), when it saved
+    assert note.startswith(
+        "2 optimizers stepped; a step ends at each step() of the first to step "
+        "(SGD, 5 calls by the end of the window;"
+    )
+    assert "others: Adam 1)" in note
+    assert f"steps: {note}" in run_notes(load_run(out))  # analyze's and replay's reports say so
 
 
 def test_single_process_python_run_is_captured_too(tmp_path: Path) -> None:

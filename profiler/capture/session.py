@@ -27,7 +27,7 @@ from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpReco
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import ProcessGroupInfo, StepWindow, rank_file
+from skewlens.profiler.manifest import STEP_MARKS_NOTE, ProcessGroupInfo, StepWindow, rank_file
 from skewlens.profiler.vocab import HostTrace, Level
 
 #: How long a captured process waits at exit, the GIL released, before the interpreter finalizes.
@@ -94,6 +94,7 @@ class CaptureSession:
         self._hooks: Any = None
         self._opt_handle: Any = None
         self._first_optimizer: int | None = None
+        self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
         self._kineto: Any = None
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
@@ -142,6 +143,8 @@ class CaptureSession:
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if self._first_optimizer is None:
             self._first_optimizer = id(optimizer)
+        name, calls = self._optimizer_steps.get(id(optimizer), (type(optimizer).__name__, 0))
+        self._optimizer_steps[id(optimizer)] = (name, calls + 1)
         if id(optimizer) == self._first_optimizer:
             self.step()
 
@@ -367,6 +370,17 @@ class CaptureSession:
             waits = self._hooks.waits.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
+        if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
+            first = self._optimizer_steps[self._first_optimizer]
+            others = ", ".join(
+                f"{n} {c}" for k, (n, c) in self._optimizer_steps.items() if k != self._first_optimizer
+            )
+            self.notes[STEP_MARKS_NOTE] = (
+                f"{len(self._optimizer_steps)} optimizers stepped; a step ends at each step() of the first "
+                f"to step ({first[0]}, {first[1]} calls by the end of the window; others: {others}): where a "
+                "training step calls "
+                "several, mark steps with the Python API (docs/capture.md)"
+            )
         ops, host_ops, syncs = self._ops()
         workers: list[OpRecord] = []
         if self._workers is not None:
