@@ -10,7 +10,8 @@ different structure simply has keys the others lack (medians use the ranks that 
 
 For every interval the compute total (sum of COMP work, the execution model's: a wait node's blocked
 time is not compute) and the host-gap total (the execution model's gap ``start - latest dependency end``
-of nodes with dependencies, plus the capture's untraced-time nodes) are compared with the lower median
+of nodes with dependencies, plus the capture's untraced-time nodes' work: of one that hid a wait, only its
+part after the completion, as the simulator times it) are compared with the lower median
 over the ranks that have that interval. The what-if for rank ``r`` scales ``r``'s compute work in each
 interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
 not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
@@ -125,8 +126,9 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     vrows = np.flatnonzero(valid)
     comp_w = np.where((ri.is_comp | ri.host_work)[vrows], ri.work_ns[vrows], 0).astype(np.float64)
     # host gaps: idle before nodes, plus the capture's untraced-time nodes (host time in no operator)
+    # (of untraced time that hid a wait, its part after the completion: its work)
     gap_w = np.where(ri.has_deps[vrows], gaps[vrows], 0) + np.where(
-        ri.is_untraced[vrows], rt.dur_ns[vrows], 0
+        ri.is_untraced[vrows], ri.work_ns[vrows], 0
     )
     gap_w = gap_w.astype(np.float64)
     comp = np.bincount(inv, weights=comp_w, minlength=keys.size).astype(np.int64)
@@ -269,7 +271,7 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
         c = inside & (ri.is_comp | ri.host_work) & (f_comp[row_k] != 1.0)
         dur[c] = np.rint(ri.work_ns[c] * f_comp[row_k[c]]).astype(np.int64)
         u = inside & ri.is_untraced & (f_gap[row_k] != 1.0)
-        dur[u] = np.rint(rt.dur_ns[u] * f_gap[row_k[u]]).astype(np.int64)
+        dur[u] = np.rint(ri.work_ns[u] * f_gap[row_k[u]]).astype(np.int64)
         g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
         gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
     return dur, gap
@@ -323,7 +325,7 @@ def _run_totals(ix: RunIndex) -> _RunTotals:
     for r, ri in ix.ranks.items():
         c = ri.is_comp | ri.host_work
         tot[r] = np.bincount(ri.gname[c], weights=ri.work_ns[c], minlength=n)
-        gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.trace.dur_ns[ri.is_untraced].sum())
+        gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.work_ns[ri.is_untraced].sum())
     return _RunTotals(
         comp=tot,
         gaps=gaps,

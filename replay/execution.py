@@ -500,9 +500,9 @@ def _gap_waits(
     reducer waits for all of them) that holds the completion of asynchronous collectives its thread issued
     before it, none of which a wait node waited for, is taken to have waited for the one that completed
     last: its work is what follows that completion (what it did before that completion counts as waiting).
-    A completion recorded up to ``WAIT_SLACK_NS`` after the node ended, while the node had run
-    ``WAIT_RATIO`` times longer than that before it, is held too: gloo's worker records a collective's end
-    after it has completed the work the program waits on.
+    Where none was recorded inside it, a completion recorded up to ``WAIT_SLACK_NS`` after the node ended,
+    while the node had run ``WAIT_RATIO`` times longer than that before it, is held: gloo's worker records
+    a collective's end after it has completed the work the program waits on.
 
     A step may hold several such waits (gradient accumulation without ``no_sync``, two DDP models each with
     its own backward): the host-time node right after an earlier issue of the step (before the next one)
@@ -553,12 +553,17 @@ def _gap_waits(
                 mine_j = np.arange(cs.size) <= j
                 c_end = end[cs]
                 late = c_end - b
-                held = (late <= 0) | ((late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= c_end - a))
+                in_node = late <= 0
+                lagged = (late > 0) & (late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= c_end - a)
                 if last:
-                    inside = mine_j & (c_end > a) & held & (rt.start_ns[cs] <= a)
+                    # completions recorded inside it, else one recorded just after (the worker's lag)
+                    running = mine_j & (c_end > a) & (rt.start_ns[cs] <= a)
+                    inside = running & in_node
+                    if not inside.any():
+                        inside = running & lagged
                 else:
                     pending = mine_j & (c_end > a) & ~waited
-                    if not pending.any() or not held[pending].all():
+                    if not pending.any() or not (in_node | lagged)[pending].all():
                         continue
                     inside = pending
                 if not inside.any():

@@ -409,11 +409,11 @@ def test_every_backward_of_a_step_without_no_sync_waited_for_its_buckets_where_a
     assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(20 * MS, rel=0.05)
 
 
-def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 3) -> Path:
+def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 3, tail_ns: int = 0) -> Path:
     """DDP at the ``ops`` level: backward ops issue two bucket all_reduces, then DDP's reducer waits for the
     first inside ``untraced`` host time, which ends ``lag_ns`` before gloo's worker recorded that bucket's
-    end (the worker lags the completion the program saw), copies it back, waits for the second, then the
-    optimizer runs."""
+    end (the worker lags the completion the program saw), or ``tail_ns`` after it (the thread went on in
+    untraced time), copies it back, waits for the second, then the optimizer runs."""
     b = RunBuilder(2)
     t = 0
     late = int(late_ms * MS)
@@ -434,8 +434,9 @@ def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 
                 stream=COMM,
                 deps=(g, a1),
             )
-            u = rb.compute("untraced", done1 - lag_ns - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
-            c = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=done1 - lag_ns, deps=(u,))
+            u_end = done1 - lag_ns + tail_ns
+            u = rb.compute("untraced", u_end - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
+            c = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=u_end, deps=(u,))
             rb.compute("Optimizer.step", 5 * MS, start_ns=done1 + 2 * MS, deps=(c, a2))
         t = done1 + 7 * MS + 100_000
     return b.write(tmp_path / f"ddp_ops{late_ms}")
@@ -463,6 +464,22 @@ def test_ops_level_untraced_time_that_holds_the_first_buckets_lagged_completion_
     out = analyze_run(run, blame=True)
     assert out.stragglers[0].rank == 1
     assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
+
+
+def test_blame_compares_untraced_time_that_hid_a_wait_by_its_part_after_the_completion(
+    tmp_path: Path,
+) -> None:
+    # the what-if scaled such a node's whole recorded length (its wait included) toward its peers': rank 0
+    # looked 30 ms slower than the median in untraced time, and its override, longer than the node's work
+    # after the wait, made a what-if step 2.6 ms slower (a negative cost)
+    run = load_run(_ddp_ops_level(tmp_path, 30.0, lag_ns=0, tail_ns=MS))
+    m = execution_model(run).ranks[0]
+    (u,) = m.wait_dst.tolist()[:1]
+    assert m.work_ns[u] == MS  # blocked until the bucket completed, then 1 ms of untraced time
+    res = analyze_run(run, blame=True)
+    assert res.stragglers[0].rank == 1
+    assert all(x.straggler_cost_ns >= 0 for x in res.blame.step_records)
+    assert not [x for x in res.blame.step_records if x.rank == 0]  # its 1 ms is its peer's too
 
 
 def test_untraced_time_that_only_overlaps_a_late_completion_did_not_wait_for_it(tmp_path: Path) -> None:
