@@ -117,6 +117,21 @@ def test_plan_keeps_host_gaps_and_scales_compute_by_the_effects(tmp_path: Path) 
     assert ar.blocking  # the next op waited for it: re-issued as a blocking call, as recorded
 
 
+def test_the_plan_scales_what_the_simulator_scales_and_not_untraced_host_time(tmp_path: Path) -> None:
+    # the simulator stopped slowing untraced time (idle in every table); the real plan still did
+    from skewlens.profiler.vocab import UNTRACED_NODE_NAME
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 4 * MS)
+        rb.compute(UNTRACED_NODE_NAME, 30 * MS)
+        rb.collective(CommType.ALL_REDUCE, 1024, MS)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = [o for o in rank_plan(run.ranks[1], run, RankFactor(1, 2.0)) if o.kind == KIND_COMPUTE]
+    assert [(o.name, o.dur_ns) for o in ops] == [("aten::mm", 8 * MS), (UNTRACED_NODE_NAME, 30 * MS)]
+
+
 def test_an_op_issued_while_async_communication_is_in_flight_does_not_wait_for_it(tmp_path: Path) -> None:
     b = RunBuilder(2)
     for r in (0, 1):

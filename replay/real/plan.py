@@ -36,7 +36,7 @@ from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
-from skewlens.replay.execution import deps_by_row, execution_model
+from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
 
 PLAN_FORMAT = "skewlens-real-plan"
 PLAN_VERSION = 2
@@ -223,6 +223,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         sorted({*start_deps[i], *wait_deps[i], *([parent[i]] if parent[i] >= 0 else [])}) for i in range(n)
     ]
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
+    scaled = compute_rows(rt, m).tolist()
     a2a = {
         inst.rows[inst.ranks.index(rt.rank)]: inst.comm_bytes
         for inst in run.collectives
@@ -263,7 +264,8 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 )
             )
             continue
-        factor = float(effects.compute_factor(rt.rank, step, name))
+        # the simulator's rule: a compute factor scales the program's compute only (compute_rows)
+        factor = float(effects.compute_factor(rt.rank, step, name)) if scaled[i] else 1.0
         if not factor > 0:
             raise ReplayError(
                 f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
