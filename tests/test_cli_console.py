@@ -51,6 +51,35 @@ def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no
     assert "36 ranks: the first 32 listed, 4 more in" in buf.getvalue()
 
 
+def test_the_profile_summary_says_when_the_collectives_level_recorded_no_communication(
+    tmp_path: Path,
+) -> None:
+    # a program without torch.distributed: its trace held the process group's node only, and the
+    # analyses then reported its whole step as idle, without a word
+    from skewlens.cli.profile import summary_table
+    from skewlens.profiler.chakra_io import EtWriter, TraceNode
+    from skewlens.profiler.manifest import Manifest, rank_file, write_manifest
+    from skewlens.profiler.vocab import NodeType
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with EtWriter(rank_file(run, 0), {"rank": 0}) as w:
+        w.write(
+            TraceNode(
+                node_id=0, name="## process_group:init ##", node_type=NodeType.METADATA, start_ns=0, dur_ns=0
+            )
+        )
+    m = Manifest(world_size=1, ranks=(0,), level="collectives")
+    write_manifest(run, m)
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(summary_table(m, run))
+    assert "no communication in the capture window" in buf.getvalue()
+    m_ops = dataclasses.replace(m, level="ops")
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(summary_table(m_ops, run))
+    assert "no communication" not in buf.getvalue()
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [

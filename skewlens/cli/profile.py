@@ -165,8 +165,10 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
         steps.setdefault(s.rank, []).append(s.step)
+    most = 0
     for r in manifest.ranks[:MAX_RANK_ROWS]:
         nodes = sum(1 for _ in iter_messages(rank_file(run_dir, r))) - 1  # minus the GlobalMetadata
+        most = max(most, nodes)
         offset = manifest.clock_offsets_ns.get(r, 0) / 1000
         table.add_row(
             str(r),
@@ -178,6 +180,13 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
         )
     for note, ranks in manifest.missing_by_note().items():  # ranks without a trace: one row per reason
         table.add_row(rank_ranges(ranks), "", "", "", "missing", note)
+    if most <= 1 and manifest.level == "collectives":  # the process group's node at most
+        note = (
+            "no communication in the capture window: the collectives level records the time between "
+            "torch.distributed calls, so a program that makes none has only its step marks (--level ops "
+            "records its operators)"
+        )
+        table.caption = f"{table.caption}; {note}" if table.caption else note
     return table
 
 
