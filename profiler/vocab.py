@@ -117,6 +117,11 @@ UNTRACED_NODE_NAME = "untraced"
 #: execution model counts its time up to that node's completion as waiting, the rest as its own work.
 WAIT_NODE_NAMES = frozenset({"_c10d_functional::wait_tensor", "c10d::wait"})
 
+#: How long after a gloo collective completed its worker event may end: the worker records the end after the
+#: work's future completed and woke its waiter (``Work::finish`` runs after ``markCompleted``); on a loaded
+#: machine the woken thread can run first, for up to a few scheduler slices.
+GLOO_FINISH_LAG_NS = 10_000_000
+
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 

@@ -73,6 +73,7 @@ from skewlens.profiler.threads import default_workers, ordered_map, release_free
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
+    GLOO_FINISH_LAG_NS,
     P2P_NODE_TYPES,
     UNTRACED_NODE_NAME,
     WAIT_NODE_NAMES,
@@ -93,6 +94,9 @@ MERGE_OVERLAP = 0.01
 #: been idle ``WAIT_RATIO`` times longer before the completion, is taken to have waited for it.
 WAIT_SLACK_NS = 1_000_000
 WAIT_RATIO = 10
+#: A hidden wait's completion may be recorded up to gloo's finish lag after the host-time node that
+#: waited for it ended (:func:`_gap_waits`).
+LAG_SLACK_NS = GLOO_FINISH_LAG_NS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,6 +142,12 @@ class RankModel:
     host_work: B
     """Those wait nodes whose work after the completion is the program's own host work (a ``compute`` gap
     node that hid DDP's wait): compute, where a wait op's is its overhead and untraced time's is idle."""
+    end_clamp_rows: I64
+    """Communication rows whose recorded end lies after the host-time node that waited for them ended
+    (gloo's worker lags the completion): the program saw them complete by then, so their end here is
+    :attr:`end_clamp_ns` (ends lie within the work that consumes them). Sorted."""
+    end_clamp_ns: I64
+    """Their ends, aligned with :attr:`end_clamp_rows`."""
     t0_ns: int
     """The rank's first recorded start (valid rows)."""
     dur_ns: I64
@@ -199,6 +209,17 @@ def untraced_rows(rt: RankTrace) -> B:
         return np.zeros(len(rt), dtype=np.bool_)
     named = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
     return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
+
+
+def model_ends(run: RunTrace, rank: int) -> I64:
+    """Each row's recorded end as the model takes it: a hidden wait's completion recorded after the wait
+    ended is that wait's end (:attr:`RankModel.end_clamp_rows`); what an unmodified replay reproduces."""
+    rt = run.ranks[rank]
+    end = rt.start_ns + rt.dur_ns
+    m = execution_model(run).ranks[rank]
+    if m.end_clamp_rows.size:
+        end[m.end_clamp_rows] = m.end_clamp_ns
+    return end
 
 
 def compute_rows(rt: RankTrace, m: RankModel) -> B:
@@ -500,9 +521,11 @@ def _gap_waits(
     reducer waits for all of them) that holds the completion of asynchronous collectives its thread issued
     before it, none of which a wait node waited for, is taken to have waited for the one that completed
     last: its work is what follows that completion (what it did before that completion counts as waiting).
-    Where none was recorded inside it, a completion recorded up to ``WAIT_SLACK_NS`` after the node ended,
+    Where none was recorded inside it, the completion recorded soonest after the node ended, up to
+    ``LAG_SLACK_NS`` after,
     while the node had run ``WAIT_RATIO`` times longer than that before it, is held: gloo's worker records
-    a collective's end after it has completed the work the program waits on.
+    a collective's end after it has completed the work the program waits on. The program saw it complete
+    by the node's end, so that is its end in the model (:attr:`RankModel.end_clamp_rows`).
 
     A step may hold several such waits (gradient accumulation without ``no_sync``, two DDP models each with
     its own backward): the host-time node right after an earlier issue of the step (before the next one)
@@ -554,13 +577,14 @@ def _gap_waits(
                 c_end = end[cs]
                 late = c_end - b
                 in_node = late <= 0
-                lagged = (late > 0) & (late <= WAIT_SLACK_NS) & (late * WAIT_RATIO <= c_end - a)
+                lagged = (late > 0) & (late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= c_end - a)
                 if last:
-                    # completions recorded inside it, else one recorded just after (the worker's lag)
+                    # completions recorded inside it, else the one recorded soonest after (the lag)
                     running = mine_j & (c_end > a) & (rt.start_ns[cs] <= a)
                     inside = running & in_node
-                    if not inside.any():
-                        inside = running & lagged
+                    if not inside.any() and (running & lagged).any():
+                        inside = np.zeros(cs.size, dtype=np.bool_)
+                        inside[np.flatnonzero(running & lagged)[np.argmin(late[running & lagged])]] = True
                 else:
                     pending = mine_j & (c_end > a) & ~waited
                     if not pending.any() or not (in_node | lagged)[pending].all():
@@ -644,6 +668,14 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
         explicit=ws,
         peer_later=np.zeros(n, dtype=np.bool_) if peer_later is None else peer_later,
     )
+    # a hidden wait's completion recorded after the node that waited for it (the worker's lag): it
+    # completed by the node's end, which is its end from here on
+    lagged = end[gs] > end[gd]
+    clamp_rows = np.unique(gs[lagged])
+    if clamp_rows.size:
+        end = end.copy()
+        np.minimum.at(end, gs[lagged], end[gd[lagged]])
+    clamp_ns = end[clamp_rows]
     ws, wd = np.concatenate([ws, gs]), np.concatenate([wd, gd])
     waits = waits.copy()
     waits[gd] = True
@@ -698,6 +730,8 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
         has_start_deps=has,
         is_wait=waits,
         host_work=host_work,
+        end_clamp_rows=clamp_rows,
+        end_clamp_ns=clamp_ns,
         t0_ns=t0,
         dur_ns=rt.dur_ns.astype(np.int64, copy=False),
     )

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
-from skewlens.replay.execution import compute_intervals, execution_model, union_intervals
+from skewlens.replay.execution import compute_intervals, execution_model, model_ends, union_intervals
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
@@ -101,9 +101,10 @@ def moved_step_marks(
         rows = np.flatnonzero(timed[r])
         if rows.size == 0:
             continue
-        rec_end = rt.start_ns[rows] + rt.dur_ns[rows]
+        end_of = model_ends(run, r)
+        rec_end = end_of[rows]
         by_end = rows[np.argsort(rec_end, kind="stable")]
-        ends_sorted = rt.start_ns[by_end] + rt.dur_ns[by_end]
+        ends_sorted = end_of[by_end]
         shift_end = end_ns[r][by_end] - ends_sorted
         by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         starts_sorted = rt.start_ns[by_start]

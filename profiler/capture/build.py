@@ -50,6 +50,7 @@ from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
+    GLOO_FINISH_LAG_NS,
     UNTRACED_NODE_NAME,
     Attr,
     CommType,
@@ -87,11 +88,9 @@ NEVER_NS = -(1 << 62)
 #: How much earlier than the flight recorder's issue time a gloo worker event may appear to start (the
 #: recorder stamps an entry after the work is queued; a worker can start it first).
 WORKER_SLACK_NS = 1_000_000
-#: gloo's worker event ends after the work's future completed and woke its waiter (``Work::finish``
-#: runs after ``markCompleted``); on a loaded machine the woken thread can run first, for up to a few
-#: scheduler slices. An end past the end of the collective's step by at most this much is that lag: the
-#: step consumed the result, and the end is the step's.
-FINISH_LAG_NS = 10_000_000
+#: An end past the end of the collective's step by at most gloo's finish lag is that lag: the step consumed
+#: the result, and the end is the step's.
+FINISH_LAG_NS = GLOO_FINISH_LAG_NS
 
 
 def is_nccl_kernel(name: str) -> bool:
