@@ -39,6 +39,7 @@ from skewlens.replay.execution import (
     RankModel,
     compute_intervals,
     execution_model,
+    model_ends,
     union_intervals,
     untraced_rows,
 )
@@ -267,8 +268,8 @@ def build_index(run: RunTrace) -> RunIndex:
                 g = name_id[nm] = len(names)
                 names.append(nm)
             lut[k] = g
-        end = rt.start_ns + rt.dur_ns
         m = em.ranks[r]
+        end = model_ends(run, r)  # recorded, but a hidden wait's lagged completion at the wait's end
         gap, has = _gap_ns(m)
         work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable")
