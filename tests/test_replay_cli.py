@@ -154,6 +154,26 @@ def test_replay_writes_timeline_summary_perfetto_and_the_resolved_config(
     assert saved.trace == str(run_dir)
 
 
+def test_a_key_of_the_chosen_topology_can_be_set_on_the_command_line(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the documented `topology=dgx_h100_8x topology.algorithm=tree` ended in OmegaConf's AttributeError: the
+    # type check looked the key up under the schema's MISSING topology
+    out = tmp_path / "out"
+    args = ["replay", f"trace={run_dir}", f"out={out}", "comm_mode=model", "progress=false", "perfetto=false"]
+    rc = skewlens_main([*args, "topology=dgx_h100_8x", "topology.algorithm=tree", "topology.contention=true"])
+    assert rc == 0, capsys.readouterr().err
+    saved = OmegaConf.load(out / "config.yaml")
+    assert (saved.topology.name, saved.topology.algorithm, saved.topology.contention) == (
+        "dgx_h100_8x",
+        "tree",
+        True,
+    )
+    rc = skewlens_main([*args, "topology=dgx_h100_8x", "topology.algorithm=magic"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "topology.algorithm" in err[0]
+
+
 def test_a_replay_into_the_directory_of_an_earlier_one_leaves_none_of_its_outputs_behind(
     run_dir: Path, tmp_path: Path
 ) -> None:

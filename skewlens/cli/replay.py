@@ -238,6 +238,8 @@ def check_types(args: list[str]) -> None:
     schema = OmegaConf.structured(ReplayConfig)
     for o in overrides:
         key = o.key_or_group
+        if _below_missing(schema, key):
+            continue  # a key of a group the defaults fill (topology.algorithm): the chosen entry types it
         try:
             node = OmegaConf.select(schema, key, throw_on_missing=False)
         except OmegaConfBaseException:
@@ -251,6 +253,19 @@ def check_types(args: list[str]) -> None:
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
+
+
+def _below_missing(schema: DictConfig, key: str) -> bool:
+    """``key`` lies under a node the schema leaves ``MISSING`` (a group the defaults fill: OmegaConf's
+    select raises a bare AttributeError there)."""
+    node: object = schema
+    for part in key.split(".")[:-1]:
+        if not isinstance(node, DictConfig) or part not in node.keys():
+            return False
+        if OmegaConf.is_missing(node, part):
+            return True
+        node = node[part]
+    return False
 
 
 def check_topology_file(item: str, path: Path) -> None:
