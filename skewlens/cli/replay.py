@@ -260,7 +260,7 @@ def _below_missing(schema: DictConfig, key: str) -> bool:
     select raises a bare AttributeError there)."""
     node: object = schema
     for part in key.split(".")[:-1]:
-        if not isinstance(node, DictConfig) or part not in node.keys():
+        if not isinstance(node, DictConfig) or part not in node.keys():  # noqa: SIM118 (`in` is False for MISSING)
             return False
         if OmegaConf.is_missing(node, part):
             return True
