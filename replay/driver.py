@@ -76,6 +76,8 @@ def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slo
     the run's first step; every rank, link, node and step an item names must be in the run
     (:func:`check_slowdown_targets`, which this calls)."""
     items = cfg.slowdown.to_items()
+    if cfg.comm_mode == "model" or any(i.nodes for i in items):  # ranks are placed on the topology
+        check_fits(topo, run, cfg)
     steps = run_steps(run) if any(i.kind == "stall" for i in items) else []
     if any(i.kind == "stall" and i.step is None for i in items):
         if not steps:
@@ -101,6 +103,19 @@ def build_effects(cfg: ReplayConfig, items: Sequence[Slowdown] | None = None) ->
     return SlowdownModel(chosen, node_of=lambda rank: _node_of(topo, rank))
 
 
+def check_fits(topo: Topology, run: RunTrace, cfg: ReplayConfig) -> None:
+    """Every rank of ``run`` has a place on ``topo``, else a one-line :class:`ConfigError` naming
+    ``topology`` (and ``scale.dp`` where it made the ranks)."""
+    cap = topo.capacity
+    if cap and run.world_size > cap:
+        made = f" (scale.dp={cfg.scale.dp})" if cfg.scale.dp else ""
+        raise ConfigError(
+            f"topology={topo.name}: {cap} rank slots, and the replayed run has {run.world_size} ranks{made}; "
+            "choose a larger topology, or a topology file whose outermost dimension has size 0 (as many as "
+            "the ranks need)"
+        )
+
+
 def check_slowdown_targets(
     items: Sequence[Slowdown], run: RunTrace, topo: Topology, steps: Sequence[int]
 ) -> None:
@@ -109,7 +124,7 @@ def check_slowdown_targets(
     run's, :func:`run_steps`, needed where an item is a stall): raises :class:`ConfigError` naming the key,
     and the knob the presets take it from."""
     world_size = run.world_size
-    nodes = sorted({_node_of(topo, r) for r in range(world_size)})
+    nodes = sorted({_node_of(topo, r) for r in range(world_size)}) if any(i.nodes for i in items) else []
     for k, item in enumerate(items):
         key = f"slowdown.entries[{k}]"
         for r in (*item.ranks, *(r for link in item.links for r in link)):

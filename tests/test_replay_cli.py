@@ -320,6 +320,14 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
             ["slowdown=jitter", "slowdown.entries.0.sigma=nan"],
             "slowdown.entries[0].sigma: must be a finite number >= 0, got nan (kind=jitter)",
         ),
+        (  # was Hydra's traceback around TopologyError
+            ["topology=two_node_ib", "comm_mode=model", "scale.dp=16"],
+            (
+                "topology=two_node_ib: 8 rank slots, and the replayed run has 16 ranks (scale.dp=16); choose "
+                "a larger topology, or a topology file whose outermost dimension has size 0 (as many as the "
+                "ranks need)"
+            ),
+        ),
     ],
 )
 def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
