@@ -34,6 +34,8 @@ PARTIAL_TRACE_NOTE = "partial trace"
 
 #: The manifest note's key that says how steps were marked where several optimizers stepped.
 STEP_MARKS_NOTE = "step marks"
+#: The manifest note's key that describes an extrapolated run (``skewlens.replay.scale``).
+SCALE_NOTE = "scale"
 
 
 def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:

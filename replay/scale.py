@@ -53,7 +53,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
+from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan
 from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
@@ -469,6 +469,9 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
     described = f"{lay.described} -> {dp} data-parallel ranks ({new_world} in all); " + _source_text(
         lay, source, seed
     )
+    left_out = sorted(set(run.ranks) - set(source_of.values()))
+    if left_out:  # fewer replicas than captured, or a source or draw that skips some
+        described += f"; captured rank(s) {rank_ranges(left_out)} copied by none: not in the replay"
     manifest = dataclasses.replace(
         m,
         world_size=new_world,
@@ -479,7 +482,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
         hosts=_remap(m.hosts, source_of),
         clock_offsets_ns=_remap(m.clock_offsets_ns, source_of),
         steps=_steps(m.steps, source_of),
-        notes={**m.notes, "scale": described},
+        notes={**m.notes, SCALE_NOTE: described},
         lost_collectives=(),
     )
     return RunTrace(

@@ -305,6 +305,23 @@ def test_scale_is_off_by_default_and_a_source_outside_the_run_is_refused(tmp_pat
         scale_run(run, 4, source=5)
 
 
+def test_an_extrapolation_to_fewer_ranks_says_which_captured_ranks_are_not_in_the_replay(
+    tmp_path: Path,
+) -> None:
+    # scale.dp=1 of 2 ranks dropped rank 1 (the straggler, in the tester's run) without a word
+    from skewlens.profiler.store.issues import run_notes
+
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    notes = run_notes(scale_run(run, 1))
+    want = (
+        "extrapolated: ddp over '0' (ranks 0-1, default_pg: 4 all_reduce) -> 1 data-parallel ranks "
+        "(1 in all); rank i copies captured rank i mod 2; captured rank(s) 1 copied by none: "
+        "not in the replay"
+    )
+    assert [n for n in notes if n.startswith("extrapolated: ")] == [want]
+    assert not any("copied by none" in n for n in run_notes(scale_run(run, 4)))
+
+
 def p2p_run(path: Path) -> RunTrace:
     b = RunBuilder(world_size=2)
     b.rank(0).send(1, MIB, 100_000)

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import STEP_MARKS_NOTE, partial_traces
+from skewlens.profiler.manifest import SCALE_NOTE, STEP_MARKS_NOTE, partial_traces
 
 if TYPE_CHECKING:
     from skewlens.profiler.store.model import RunTrace
@@ -229,6 +229,8 @@ def run_notes(run: RunTrace) -> list[str]:
         f"rank {r}: {note} (the command ended before the capture window did)"
         for r, note in sorted(partial_traces(m.notes).items())
     )
+    if SCALE_NOTE in m.notes:
+        notes.append(f"extrapolated: {m.notes[SCALE_NOTE]}")
     if STEP_MARKS_NOTE in m.notes:
         notes.append(f"steps: {m.notes[STEP_MARKS_NOTE]}")
     skipped = summarise_skipped(run.skipped_comm)
