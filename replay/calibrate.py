@@ -560,7 +560,11 @@ def topology_yaml(cal: Calibration, *, name: str | None = None) -> str:
         f"name: {_yaml_str(name or topo.name)}",
         f"algorithm: {cal.algorithm}",
         f"placement: {topo.placement}",
+        f"calibrated_ranks: {max((len(t.ranks) for t in cal.transfers), default=0)}",
     ]
+    r2s = [f.r2 for f in cal.links if math.isfinite(f.r2)]
+    if r2s:
+        lines.append(f"calibrated_r2: {min(r2s)!r}")
     if topo.node_of_rank:
         lines.append(f"node_of_rank: [{', '.join(str(n) for n in topo.node_of_rank)}]")
     lines.append("dims:")

@@ -53,6 +53,10 @@ class TopologyConfig:
     """Collective algorithm: ring | tree | halving_doubling | direct | hierarchical."""
     contention: bool = False
     """Share link bandwidth between concurrent transfers (comm_mode=model)."""
+    calibrated_ranks: int = 0
+    """``skewlens calibrate`` wrote it: the most ranks any fitted transfer spanned (0: not calibrated)."""
+    calibrated_r2: float = 1.0
+    """``skewlens calibrate`` wrote it: the lowest R² of its link fits."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

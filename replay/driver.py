@@ -148,6 +148,28 @@ def check_slowdown_targets(
             )
 
 
+#: Below this R², a calibrated link's fit explains little of the transfers it was fitted to.
+POOR_FIT_R2 = 0.5
+
+
+def calibration_note(cfg: ReplayConfig) -> str:
+    """A warning where an extrapolation (``scale.dp``) models transfers with a topology ``skewlens calibrate``
+    fitted on fewer ranks and fitted poorly: its latency is then mostly the capture's per-call cost, which
+    a ring charges ``2 (N - 1)`` times at N ranks; "" otherwise."""
+    t = cfg.topology
+    if not (cfg.scale.dp and cfg.comm_mode == "model" and 0 < t.calibrated_ranks < cfg.scale.dp):
+        return ""
+    if t.calibrated_r2 >= POOR_FIT_R2:
+        return ""
+    lat = max((d.latency_ns for d in t.dims), default=0) / 1e3
+    return (
+        f"topology {t.name} was calibrated on transfers of at most {t.calibrated_ranks} ranks with R² "
+        f"{t.calibrated_r2:.2f}: its latency ({lat:.1f} us) is likely the capture's cost per call, not the "
+        f"network's, and the {t.algorithm} algorithm pays it per stage at {cfg.scale.dp} ranks; these "
+        "transfer times say more about that fit than about a network"
+    )
+
+
 def replay_run(
     cfg: ReplayConfig, out_dir: Path, *, sim_dir: Path | None = None, progress: Progress = NO_PROGRESS
 ) -> ReplayOutcome:
@@ -179,7 +201,7 @@ def replay_run(
         )
         summary = summarize(run, sim)
         advance(description="writing outputs")
-        notes: list[str] = []
+        notes: list[str] = [n for n in (calibration_note(cfg),) if n]
         # the Perfetto timeline is formatted in Python while the Parquet encoder, which releases the GIL,
         # writes the timeline table: on a thread of its own, it overlaps it (5.3 -> 4.7 s, 10 M nodes)
         with ThreadPoolExecutor(1, thread_name_prefix="skewlens-perfetto") as pool:

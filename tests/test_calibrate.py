@@ -226,6 +226,33 @@ def test_transfers_that_do_not_grow_with_size_are_fitted_as_latency_with_a_note(
     assert 2 * link.latency_ns == pytest.approx(400_000, rel=0.01)  # ring all_reduce on 2 ranks: 2α + S/B
 
 
+def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_its_latency_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a 2-rank gloo capture fitted a 2.3 ms "latency" (R2 0.02): at scale.dp=1024 a ring paid it 2046 times,
+    # 4,760 ms a step, without a word
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1)},
+        schedule=[("0", AR, s) for s in (4 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)] * 3,
+        transfer_ns=lambda *_: 2_000_000.0,
+        noise=0.4,
+    )
+    out = tmp_path / "cal.yaml"
+    write_topology(calibrate(load_validated(run_dir)), out)
+    cfg = load_topology_entry(str(out))
+    assert cfg.calibrated_ranks == 2 and cfg.calibrated_r2 < 0.5
+    args = ["replay", f"trace={run_dir}", f"topology={out}", *MODEL]
+    assert skewlens_main([*args, f"out={tmp_path / 'o'}", "scale.dp=64"]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # as printed, wrapped to the terminal
+    r2 = f"{cfg.calibrated_r2:.2f}"
+    assert f"topology {cfg.name} was calibrated on transfers of at most 2 ranks with R² {r2}" in said
+    assert "at 64 ranks" in said
+    assert skewlens_main([*args, f"out={tmp_path / 'o2'}"]) == 0
+    assert "was calibrated on" not in capsys.readouterr().out  # its own size: what it was fitted to
+
+
 def test_a_run_without_collectives_is_an_error_naming_it(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for r in (0, 1):
