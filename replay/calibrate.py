@@ -65,7 +65,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.lower import lower
+from skewlens.replay.lower import group_members, lower
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology
 
@@ -179,11 +179,15 @@ def model_time_ns(timing: ModelTiming, t: Transfer) -> float:
 
 def recorded_transfers(run: RunTrace) -> tuple[list[Transfer], int]:
     """Each matched collective instance and send/recv pair of ``run`` as a :class:`Transfer` (see the
-    module docstring), and how many were left out (no attached member, or recorded as 0 ns)."""
+    module docstring), and how many were left out (no attached member, or recorded as 0 ns). Collectives
+    of groups with members that have no trace are left out too (:func:`untraced_members`)."""
     low = lower(run, effects=NO_EFFECTS, timing=AsRecorded())
     out: list[Transfer] = []
     skipped = 0
+    partial = set(untraced_members(run))
     for gi, info in enumerate(low.syncs):
+        if not info.is_p2p and run.collectives[info.index].pg_name in partial:
+            continue
         member = [t for t, det in zip(low.graph.transfer[gi], info.detached, strict=True) if not det]
         ns = max(member, default=0)
         if ns <= 0:
@@ -211,6 +215,17 @@ def recorded_transfers(run: RunTrace) -> tuple[list[Transfer], int]:
             )
         out.append(t)
     return out, skipped
+
+
+def untraced_members(run: RunTrace) -> dict[str, tuple[int, int]]:
+    """Process group -> (members traced, members) for the groups whose collectives some member without a
+    trace took part in: their transfers cannot be told from waiting for those members."""
+    out: dict[str, tuple[int, int]] = {}
+    for c in run.collectives:
+        full = group_members(run, c)
+        if len(full) > len(c.ranks):
+            out[c.pg_name] = (len(c.ranks), len(full))
+    return out
 
 
 # --- the design: coefficients of (α_d, 1/B_d) read off the replay's model ---------------------------------
@@ -461,6 +476,13 @@ def calibrate(run: RunTrace, *, base: Topology | None = None, algorithm: str | N
     if alg not in ALGORITHMS:
         raise ConfigError(f"algorithm: expected one of {', '.join(ALGORITHMS)}, got {alg!r}")
     transfers, skipped = recorded_transfers(run)
+    if not transfers and (partial := untraced_members(run)):
+        which = ", ".join(f"'{g}': {k} of {n} ranks traced" for g, (k, n) in sorted(partial.items()))
+        raise CalibrationError(
+            f"{run.run_dir}: every collective has members without a trace ({which}): a transfer cannot be "
+            "told from the wait for a member whose arrival is not known; calibrate from a run with every "
+            "member's trace"
+        )
     if not transfers:
         what = (
             "no matched collectives or send/recv pairs" if skipped == 0 else f"{skipped} transfers, all 0 ns"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import random
@@ -13,6 +14,8 @@ from capture_helpers import EXAMPLE, profile
 
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.calibrate import load_topology_entry
+from skewlens.profiler.manifest import read_manifest, write_manifest
+from skewlens.profiler.store import load_run
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -251,6 +254,21 @@ def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_i
     assert "at 64 ranks" in said
     assert skewlens_main([*args, f"out={tmp_path / 'o2'}"]) == 0
     assert "was calibrated on" not in capsys.readouterr().out  # its own size: what it was fitted to
+
+
+def test_a_run_whose_groups_have_members_without_a_trace_is_refused_for_that_reason(tmp_path: Path) -> None:
+    # one traced rank of a 2-GPU trace was told "every transfer stays inside one unit of topology ...,
+    # give a base topology whose innermost dimension separates the ranks", which cannot help
+    b = RunBuilder(world_size=2)
+    for s in (4 * KIB, 1 * MIB):
+        b.rank(0).compute("aten::mm", dur_ns=1_000_000)
+        b.rank(0).collective(AR, s, dur_ns=1_000_000)
+    run_dir = b.write(tmp_path / "run")
+    (run_dir / "rank-1.et").unlink(missing_ok=True)
+    m = read_manifest(run_dir)
+    write_manifest(run_dir, dataclasses.replace(m, ranks=(0,), missing_ranks=(1,)))
+    with pytest.raises(CalibrationError, match=r"every collective has members without a trace \('0': 1 of 2"):
+        calibrate(load_run(run_dir))
 
 
 def test_a_run_without_collectives_is_an_error_naming_it(tmp_path: Path) -> None:

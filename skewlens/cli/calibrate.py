@@ -23,7 +23,7 @@ from rich.table import Table
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.errors import SkewlensError
-from skewlens.replay.calibrate import Calibration, Fit, calibrate, write_topology
+from skewlens.replay.calibrate import Calibration, Fit, calibrate, untraced_members, write_topology
 from skewlens.replay.config import TopologyConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
@@ -195,6 +195,11 @@ def main(argv: list[str]) -> int:
     if cal.skipped:
         console.print(
             f"{cal.skipped} transfers left out (recorded as 0 ns, or within one unit of the topology)"
+        )
+    for group, (traced, members) in sorted(untraced_members(run).items()):
+        console.print(
+            f"group '{group}' left out: {traced} of its {members} ranks have a trace, so its transfers "
+            "cannot be told from waits for the others"
         )
     write_topology(cal, out, name=args.name or out.stem)
     console.print(
