@@ -403,6 +403,16 @@ def _fit_links(
                 f"latency and bandwidth cannot be told apart; calibrate from a run with at least "
                 f"{MIN_SIZES} message sizes (one > 0) on these links"
             )
+    if (
+        np.linalg.matrix_rank(x / np.maximum(np.linalg.norm(x, axis=0), 1e-300)) < x.shape[1]
+        and len(dims) == 1
+    ):
+        raise CalibrationError(
+            f"{_dim_label(topo, dims[0])}: {_groups_text(transfers)}: every transfer's modelled cost has its "
+            f"latency and bandwidth terms in the same proportion ({_sizes_text(transfers)}: one message "
+            "size per link once the algorithm's steps are counted), so they cannot be told apart; calibrate "
+            f"from a run with at least {MIN_SIZES} message sizes on these links"
+        )
     if np.linalg.matrix_rank(x / np.maximum(np.linalg.norm(x, axis=0), 1e-300)) < x.shape[1]:
         raise CalibrationError(
             f"{', '.join(_dim_label(topo, d) for d in dims)}: the transfers cross these links only "

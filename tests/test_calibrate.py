@@ -271,6 +271,21 @@ def test_a_run_whose_groups_have_members_without_a_trace_is_refused_for_that_rea
         calibrate(load_run(run_dir))
 
 
+def test_transfers_of_one_effective_size_on_one_link_are_refused_for_that_reason(tmp_path: Path) -> None:
+    # FSDP2's all_gather of 2 x 131,584 B and reduce_scatter of 263,168 B were told to "calibrate with a base
+    # topology of fewer dimensions", though the default base has one
+    rs = CommType.REDUCE_SCATTER
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1)},
+        schedule=[("0", AG, 131_584), ("0", rs, 263_168)] * 4,
+        transfer_ns=lambda _pg, ty, size: ring_ns(ty, size, 2, ALPHA_NS, BW),
+    )
+    with pytest.raises(CalibrationError, match=r"one message size per link once the algorithm's steps"):
+        calibrate(load_validated(run_dir))
+
+
 def test_a_run_without_collectives_is_an_error_naming_it(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for r in (0, 1):
