@@ -12,9 +12,10 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   host-time node's work after the wait it hid, ``host_work``, is compute), and the
   capture's untraced host time (``UNTRACED_NAMES``), which is idle: as ``skewlens analyze``'s breakdown
   counts it, so an unmodified replay gives the breakdown's compute;
-- ``comm_ns``: summed duration of its communication nodes (arrival to completion);
-- ``wait_ns``: summed wait for peers: for every sync member, latest arrival of the group − own arrival;
-- ``exposed_comm_ns``: transfer time (latest arrival to own completion) not hidden under compute.
+- ``comm_ns``: time covered by its communication nodes (arrival to completion; a union, as the other
+  two: concurrent ones, DDP's buckets or a 1F1B batch, count once);
+- ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest;
+- ``exposed_comm_ns``: time covered by transfers (latest arrival to own completion) not under compute.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ class SummaryRecord:
     compute_ns: int
     """Time covered by compute nodes, ns."""
     comm_ns: int
-    """Summed duration of communication nodes (arrival to completion), ns."""
+    """Time covered by communication nodes (arrival to completion; concurrent ones count once), ns."""
     wait_ns: int
-    """Summed wait for late peers at sync points, ns."""
+    """Time covered by waits for late peers at sync points (concurrent ones count once), ns."""
     exposed_comm_ns: int
     """Transfer time not overlapped by compute, ns."""
 
@@ -176,11 +177,13 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             comm = comm_mask & in_step
             srows = sync_rows[rt.step[sync_rows] == k] if sync_rows.size else sync_rows
             sarr = sync_arr[rt.step[sync_rows] == k] if sync_rows.size else sync_arr
-            wait = np.maximum(sarr - st[srows], 0)
-            t_lo = np.maximum(sarr, st[srows])
-            t_hi = np.maximum(en[srows], t_lo)
+            # time covered, not summed: a rank's concurrent waits or transfers (DDP's buckets, a 1F1B
+            # batch) happen at once
+            w_lo, w_hi = union_intervals(st[srows], np.maximum(sarr, st[srows]))
+            t_lo, t_hi = union_intervals(np.maximum(sarr, st[srows]), np.maximum(en[srows], sarr))
             hidden = _covered(ca, cb, t_hi) - _covered(ca, cb, t_lo)
             exposed = (t_hi - t_lo) - hidden
+            c_lo, c_hi = union_intervals(st[comm], en[comm])
             a, b = spans[(r, k)]
             mark = marks.get((r, k))
             if mark is not None:
@@ -198,8 +201,8 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                     step_time_ns=rep_ns,
                     recorded_step_ns=rec_ns,
                     compute_ns=int(window[1] - window[0]),
-                    comm_ns=int((en[comm] - st[comm]).sum()),
-                    wait_ns=int(wait.sum()),
+                    comm_ns=int((c_hi - c_lo).sum()),
+                    wait_ns=int((w_hi - w_lo).sum()),
                     exposed_comm_ns=int(exposed.sum()),
                 )
             )

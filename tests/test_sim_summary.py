@@ -139,3 +139,22 @@ def test_a_compute_factor_slows_what_the_summary_counts_as_compute_and_not_untra
     rows = {s.rank: s for s in summarize(rt, simulate(rt, effects=RankFactor(1, 2.0)))}
     assert (rows[0].compute_ns, rows[1].compute_ns) == (2 * MS, 4 * MS)
     assert rows[1].step_time_ns == rows[0].step_time_ns == 2 * MS + 30 * MS + 2 * MS + MS
+
+
+def test_concurrent_waits_and_transfers_of_a_rank_count_once(tmp_path: Path) -> None:
+    # two DDP buckets in flight at once: their waits were summed, and a step of 51.4 ms read 80.6 ms of wait
+    b = RunBuilder(world_size=2)
+    for r, late in ((0, 0), (1, 10 * MS)):
+        rb = b.rank(r).step(0)
+        f = rb.compute("aten::mm", dur_ns=2 * MS + late, start_ns=0)
+        for _ in range(2):  # both issued when rank r's backward ends, on the group's stream
+            rb.collective(
+                CommType.ALL_REDUCE, 1 << 20, dur_ns=12 * MS + MS - 2 * MS - late, start_ns=2 * MS + late,
+                stream=1000, deps=(f,),
+            )  # fmt: skip
+        rb.compute("aten::add", dur_ns=MS, start_ns=13 * MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = {s.rank: s for s in summarize(rt, simulate(rt))}
+    assert rows[0].wait_ns == 10 * MS  # not 20: the two waits are the same 10 ms
+    assert rows[0].comm_ns == 11 * MS
+    assert rows[0].wait_ns <= rows[0].step_time_ns
