@@ -104,11 +104,25 @@ class RankBuilder:
         deps: tuple[int, ...] = (),
         name: str | None = None,
         seq: int | None = None,
+        root: int | None = None,
     ) -> int:
-        """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group."""
+        """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group.
+        ``root``: a rooted collective's root, as the capture records it (broadcast / scatter: ``comm_src``;
+        reduce / gather: ``comm_dst``)."""
         if seq is None:
             seq = self._seq[pg]
         self._seq[pg] = seq + 1
+        attrs: dict[str, AttrValue] = {
+            Attr.COMM_TYPE: int(comm_type),
+            Attr.COMM_SIZE: comm_bytes,
+            Attr.PG_NAME: pg,
+            Attr.SEQ: seq,
+            Attr.DTYPE: "float32",
+            Attr.NUMEL: comm_bytes // 4,
+        }
+        if root is not None:
+            sends = comm_type in (CommType.BROADCAST, CommType.SCATTER)
+            attrs[Attr.COMM_SRC if sends else Attr.COMM_DST] = root
         return self._add(
             name or f"c10d::{comm_type.name.lower()}_",
             NodeType.COMM_COLL,
@@ -116,14 +130,7 @@ class RankBuilder:
             start_ns=start_ns,
             stream=stream,
             deps=deps,
-            attrs={
-                Attr.COMM_TYPE: int(comm_type),
-                Attr.COMM_SIZE: comm_bytes,
-                Attr.PG_NAME: pg,
-                Attr.SEQ: seq,
-                Attr.DTYPE: "float32",
-                Attr.NUMEL: comm_bytes // 4,
-            },
+            attrs=attrs,
         )
 
     def send(

@@ -59,8 +59,8 @@ class Attr(StrEnum):
     # Chakra's own names
     COMM_TYPE = "comm_type"  # int64, CommType
     COMM_SIZE = "comm_size"  # int64, bytes moved by this rank's call (numel x element size)
-    COMM_SRC = "comm_src"  # int64, global rank of the sender (send/recv nodes)
-    COMM_DST = "comm_dst"  # int64, global rank of the receiver (send/recv nodes)
+    COMM_SRC = "comm_src"  # int64, global rank of the sender (send/recv nodes; a broadcast or scatter's root)
+    COMM_DST = "comm_dst"  # int64, global rank of the receiver (send/recv nodes; a reduce or gather's root)
     COMM_TAG = "comm_tag"  # int64
     PG_NAME = "pg_name"  # string, process group name
     IS_CPU_OP = "is_cpu_op"  # bool

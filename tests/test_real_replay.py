@@ -323,6 +323,36 @@ def test_an_uneven_all_to_all_is_planned_with_every_members_bytes(tmp_path: Path
         assert op.member_bytes == (1200, 2400)
 
 
+def test_rooted_collectives_are_planned_with_the_root_the_trace_names(tmp_path: Path) -> None:
+    # every broadcast, reduce, gather and scatter was re-executed from the group's first rank
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        for ct in (CommType.BROADCAST, CommType.REDUCE, CommType.GATHER, CommType.SCATTER):
+            rb.collective(ct, 4096, MS, root=1)
+        rb.collective(CommType.BROADCAST, 4096, MS)  # a trace without roots
+    run = load_run(b.write(tmp_path / "run"))
+    ops = [o for o in rank_plan(run.ranks[0], run, NO_EFFECTS) if o.kind == "coll"]
+    assert [o.root for o in ops] == [1, 1, 1, 1, -1]
+
+
+@pytest.mark.slow
+def test_a_broadcast_and_a_gather_rooted_at_rank_1_are_re_executed_from_rank_1(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for s in range(2):
+            rb = b.rank(r).step(s)
+            rb.compute("aten::mm", MS)
+            rb.collective(CommType.BROADCAST, 1 << 16, MS, root=1)
+            rb.collective(CommType.GATHER, 1 << 16, MS, root=1)
+    run = b.write(tmp_path / "run")
+    res = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    assert all(len(r.replay_ns) == 2 for r in res.ranks)
+    for r in (0, 1):
+        _warmup, ops = read_rank_plan(res.out_dir / "real" / "plan", r)
+        assert {o.root for o in ops if o.kind == "coll"} == {1}
+
+
 @pytest.mark.slow
 def test_an_all_to_all_whose_members_send_unequal_amounts_is_re_executed(tmp_path: Path) -> None:
     # all_to_all_single with uneven splits: rank 0 sent 1200 B, rank 1 2400 B; each rank split its own

@@ -449,6 +449,10 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
         if c.node_type == NodeType.COMM_COLL:
             attrs[Attr.COMM_TYPE] = int(c.comm_type) if c.comm_type is not None else -1
             attrs[Attr.SEQ] = c.seq
+            if c.src >= 0:  # a rooted collective's root (broadcast, scatter send from it)
+                attrs[Attr.COMM_SRC] = c.src
+            if c.dst >= 0:  # (reduce, gather to it)
+                attrs[Attr.COMM_DST] = c.dst
         else:
             attrs[Attr.COMM_SRC] = c.src
             attrs[Attr.COMM_DST] = c.dst

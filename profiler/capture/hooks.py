@@ -15,8 +15,8 @@ DDP), the recording window's collectives take a lean path: the wrapper takes two
 nothing else, and the group, size and dtype are those of the recorder entry the call created
 (:func:`skewlens.profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the
 middle of the training step, is most of what the full path costs. p2p calls, which gloo's recorder does not
-see, and the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``)
-keep the full path.
+see, the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``) and
+the rooted ones (``broadcast``, ``reduce``, ``gather``: the entry has no root) keep the full path.
 
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
@@ -63,12 +63,17 @@ class _Spec:
     lean: bool = True
 
 
+#: Rooted collectives: the root's global rank is recorded as the node's ``comm_src`` (it sends) or
+#: ``comm_dst`` (it receives). The recorder's entry has no root, so they keep the full path.
+_ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
+_ROOT_RECEIVES = frozenset({CommType.REDUCE, CommType.GATHER})
+
 _C = NodeType.COMM_COLL
 SPECS: dict[str, _Spec] = {
     "all_reduce": _Spec("c10d::allreduce_", _C, CommType.ALL_REDUCE, ("tensor",)),
     "all_reduce_coalesced": _Spec("c10d::allreduce_coalesced_", _C, CommType.ALL_REDUCE, ("tensors",)),
-    "broadcast": _Spec("c10d::broadcast_", _C, CommType.BROADCAST, ("tensor",)),
-    "reduce": _Spec("c10d::reduce_", _C, CommType.REDUCE, ("tensor",)),
+    "broadcast": _Spec("c10d::broadcast_", _C, CommType.BROADCAST, ("tensor",), lean=False),
+    "reduce": _Spec("c10d::reduce_", _C, CommType.REDUCE, ("tensor",), lean=False),
     "all_gather": _Spec("c10d::allgather_", _C, CommType.ALL_GATHER, ("tensor",)),
     "all_gather_single": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
     "all_gather_into_tensor": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
@@ -79,7 +84,7 @@ SPECS: dict[str, _Spec] = {
     "reduce_scatter_tensor": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
     "all_to_all_single": _Spec("c10d::alltoall_base_", _C, CommType.ALL_TO_ALL, ("input",)),
     "all_to_all": _Spec("c10d::alltoall_", _C, CommType.ALL_TO_ALL, ("input_tensor_list",)),
-    "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",)),
+    "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",), lean=False),
     "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",), lean=False),
     "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
     # gloo's flight recorder has no p2p entries: peers and sizes are the hooks' to read
@@ -389,6 +394,10 @@ class CommHooks:
         elif spec.node_type == NodeType.COMM_RECV:
             dst = self._me
             src = self._peer(pg, a.get("src"), a.get("group_src"))
+        elif spec.comm_type in _ROOT_SENDS:  # the root: src of broadcast / scatter, dst of reduce / gather
+            src = self._peer(pg, a.get("src"), a.get("group_src"))
+        elif spec.comm_type in _ROOT_RECEIVES:
+            dst = self._peer(pg, a.get("dst"), a.get("group_dst"))
         return _Described(
             spec=spec,
             pg_name=pg_name,

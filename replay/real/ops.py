@@ -118,7 +118,7 @@ class CommIssuer:
         """Issue ``op``: asynchronously (returns the Work handle) or ``blocking`` (returns when done)."""
         group, ranks = self._group(op)
         size = len(ranks)
-        root = ranks[0]
+        root = op.root if op.root in ranks else ranks[0]  # as recorded; a trace without roots: the first
         numel = max(1, op.comm_bytes // element_bytes(op.dtype))
         dt = op.dtype
         if op.kind == KIND_SEND:

@@ -118,6 +118,9 @@ class ReplayOp:
     """Communication the next op waits for at once: issued as a blocking call (else asynchronously)."""
     wait_deps: tuple[int, ...] = ()
     """Communication rows whose completion a wait node blocks on before its own work."""
+    root: int = -1
+    """A rooted collective's root, global rank (broadcast / scatter: ``comm_src``; reduce / gather:
+    ``comm_dst``); -1 where the trace names none (the group's first rank is taken)."""
     member_bytes: tuple[int, ...] = ()
     """An all_to_all's bytes of each member's call, in group order (members may send unequal amounts:
     each sends its bytes in equal parts, so each receives a part of every other member's)."""
@@ -310,7 +313,9 @@ def _comm_op(
             raise ValidationError(
                 f"{rt.path}: rank {rt.rank}: node {rt.node_id[i]} ({rt.name(i)}): unknown comm_type {ct}"
             )
-        return ReplayOp(kind=KIND_COLL, comm_type=ct, seq=int(rt.seq[i]), **fields, **common)
+        root = rt.src[i] if ct in (CommType.BROADCAST, CommType.SCATTER) else -1
+        root = rt.dst[i] if ct in (CommType.REDUCE, CommType.GATHER) else root
+        return ReplayOp(kind=KIND_COLL, comm_type=ct, seq=int(rt.seq[i]), root=int(root), **fields, **common)
     if t == NodeType.COMM_SEND:
         return ReplayOp(kind=KIND_SEND, peer=int(rt.dst[i]), tag=int(rt.tag[i]), **fields, **common)
     return ReplayOp(kind=KIND_RECV, peer=int(rt.src[i]), tag=int(rt.tag[i]), **fields, **common)
