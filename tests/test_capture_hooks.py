@@ -134,8 +134,8 @@ def calls():
     dist.reduce_scatter_tensor(torch.empty(16), torch.ones(16))
     dist.barrier()
     dist.reduce_scatter(torch.empty(3), [torch.ones(3)])            # one recorder entry per chunk: full path
-hooks.lean_left = 5
-calls()                                                             # 5 lean calls, then the full path
+hooks.lean_left = 6
+calls()                                                             # 6 lean calls, then the full path
 left = hooks.lean_left
 raw = hooks.flush()
 calls()                                                             # all on the full path
@@ -143,8 +143,9 @@ full = hooks.flush()
 hooks.uninstall()
 lean, lost = flight.resolve(flight.dump_entries(), raw)
 _, none_left = flight.resolve([], raw)
-key = lambda r: [r.op, r.pg_name, r.numel, r.size_bytes, r.dtype, r.is_async, r.step, r.ident, r.src, r.dst]
+key = lambda r: [r.op, r.pg_name, r.numel, r.size_bytes, r.dtype, r.is_async, r.step, r.ident]
 print(json.dumps({"raw_groups": [r.pg_name for r in raw], "left": left, "lost": lost, "none_left": none_left,
+                  "full_roots": [(r.src, r.dst) for r in full], "lean_roots": [(r.src, r.dst) for r in lean],
                   "lean": [key(r) for r in lean], "full": [key(r) for r in full],
                   "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in lean)}))
 dist.destroy_process_group()
@@ -153,13 +154,14 @@ dist.destroy_process_group()
 
 def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_the_hooks() -> None:
     data = run_script(LEAN_SCRIPT)
-    # five lean calls, recorded before the call without reading its arguments; the broadcast (its root is
-    # in no recorder entry) and reduce_scatter of a list take the full path even while lean calls are left
+    # six lean calls, recorded before the call without reading its arguments; reduce_scatter of a list
+    # takes the full path even while lean calls are left
     assert data["left"] == 0
-    assert data["raw_groups"] == ["", "", "0", "", "", "", "0"]
-    assert (data["lost"], data["none_left"]) == (0, 5)
+    assert data["raw_groups"] == [""] * 6 + ["0"]
+    assert (data["lost"], data["none_left"]) == (0, 6)
     assert data["lean"] == data["full"] and data["timed"]
-    assert [(r[8], r[9]) for r in data["full"]][2] == (0, -1)  # the broadcast's root, rank 0
+    assert data["full_roots"][2] == data["lean_roots"][2] == [0, -1]  # the broadcast's root, rank 0
+    assert data["full_roots"] == data["lean_roots"]
     ops = [(r[0], r[2], r[3], r[4], r[5]) for r in data["full"]]
     assert ops == [
         ("c10d::allreduce_", 300, 2400, "float64", False),

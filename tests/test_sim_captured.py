@@ -37,10 +37,14 @@ def test_replaying_the_unmodified_capture_never_runs_a_node_ahead_of_the_recordi
     run = load_trace(captured)
     res = simulate(run)
     assert sorted((s.rank, s.step) for s in run.manifest.steps) == sorted(res.step_spans())
+    # (the ends as the model takes them: a hidden wait's completion recorded after the wait ended, gloo's
+    # worker lag, is that wait's end)
+    from skewlens.replay.execution import model_ends
+
     for r, rt in run.ranks.items():
         timed = rt.node_type != int(NodeType.METADATA)
         assert (res.start_ns[r][timed] >= rt.start_ns[timed]).all(), r
-        assert (res.end_ns[r][timed] >= rt.end_ns[timed]).all(), r
+        assert (res.end_ns[r][timed] >= model_ends(run, r)[timed]).all(), r
 
 
 @pytest.mark.slow

@@ -15,8 +15,8 @@ DDP), the recording window's collectives take a lean path: the wrapper takes two
 nothing else, and the group, size and dtype are those of the recorder entry the call created
 (:func:`skewlens.profiler.capture.flight.resolve`). Reading them from the arguments in Python, in the
 middle of the training step, is most of what the full path costs. p2p calls, which gloo's recorder does not
-see, the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``) and
-the rooted ones (``broadcast``, ``reduce``, ``gather``: the entry has no root) keep the full path.
+see, and the two collectives whose entries count otherwise (``reduce_scatter`` of a list, ``scatter``)
+keep the full path.
 
 Only the outermost wrapped call on a thread is recorded (``all_gather_into_tensor`` calls
 ``all_gather_single``). Sequence numbers count collectives per process group in issue order from the
@@ -64,16 +64,20 @@ class _Spec:
 
 
 #: Rooted collectives: the root's global rank is recorded as the node's ``comm_src`` (it sends) or
-#: ``comm_dst`` (it receives). The recorder's entry has no root, so they keep the full path.
+#: ``comm_dst`` (it receives).
 _ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
 _ROOT_RECEIVES = frozenset({CommType.REDUCE, CommType.GATHER})
+#: The lean path's root: the parameter that names it as a global rank, and its position
+#: (``broadcast(tensor, src, ...)``, ``reduce(tensor, dst, ...)``, ``gather(tensor, gather_list, dst, ...)``);
+#: the recorder's entry has none. A root given as ``group_src`` / ``group_dst`` is left unknown there.
+_LEAN_ROOT = {CommType.BROADCAST: ("src", 1), CommType.REDUCE: ("dst", 1), CommType.GATHER: ("dst", 2)}
 
 _C = NodeType.COMM_COLL
 SPECS: dict[str, _Spec] = {
     "all_reduce": _Spec("c10d::allreduce_", _C, CommType.ALL_REDUCE, ("tensor",)),
     "all_reduce_coalesced": _Spec("c10d::allreduce_coalesced_", _C, CommType.ALL_REDUCE, ("tensors",)),
-    "broadcast": _Spec("c10d::broadcast_", _C, CommType.BROADCAST, ("tensor",), lean=False),
-    "reduce": _Spec("c10d::reduce_", _C, CommType.REDUCE, ("tensor",), lean=False),
+    "broadcast": _Spec("c10d::broadcast_", _C, CommType.BROADCAST, ("tensor",)),
+    "reduce": _Spec("c10d::reduce_", _C, CommType.REDUCE, ("tensor",)),
     "all_gather": _Spec("c10d::allgather_", _C, CommType.ALL_GATHER, ("tensor",)),
     "all_gather_single": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
     "all_gather_into_tensor": _Spec("c10d::_allgather_base_", _C, CommType.ALL_GATHER, ("input_tensor",)),
@@ -84,7 +88,7 @@ SPECS: dict[str, _Spec] = {
     "reduce_scatter_tensor": _Spec("c10d::_reduce_scatter_base_", _C, CommType.REDUCE_SCATTER, ("input",)),
     "all_to_all_single": _Spec("c10d::alltoall_base_", _C, CommType.ALL_TO_ALL, ("input",)),
     "all_to_all": _Spec("c10d::alltoall_", _C, CommType.ALL_TO_ALL, ("input_tensor_list",)),
-    "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",), lean=False),
+    "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",)),
     "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",), lean=False),
     "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
     # gloo's flight recorder has no p2p entries: peers and sizes are the hooks' to read
@@ -369,8 +373,14 @@ class CommHooks:
         call_id = next(self._ids)
         # the collectives taking this path return None unless issued with async_op=True (a Work)
         is_async = result is not None
+        src = dst = -1
+        if (rooted := _LEAN_ROOT.get(spec.comm_type)) is not None:  # type: ignore[arg-type]
+            name, pos = rooted
+            root = kwargs.get(name, args[pos] if len(args) > pos else None)
+            if isinstance(root, int):
+                src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
         what = _Described(
-            spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", -1, -1, 0, threading.get_native_id(),
+            spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
             threading.get_ident(), False,
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None))
