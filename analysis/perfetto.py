@@ -25,13 +25,14 @@ import pyarrow as pa
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.index import RankIndex
 from skewlens.analysis.records import CriticalPathRecord
-from skewlens.replay.execution import CATEGORIES, category_index
 from skewlens.replay.streaming import (
+    CATEGORY_JSON,
     DEFAULT_MAX_EVENTS,
     EventCap,
     Lookup,
     Value,
     cap_events,
+    category_index,
     format_events,
     json_fixed,
     json_int,
@@ -45,7 +46,6 @@ PERFETTO_FILE = "trace_critical_path.json"
 MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
 #: ``cat`` of each node type and of untraced host time, as JSON text.
-_CATS = tuple(json.dumps(c) for c in CATEGORIES)
 
 
 def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
@@ -76,7 +76,7 @@ def _node_events(
     fields: list[tuple[str, Value]] = [
         ("ph", '"X"'),
         ("name", Lookup(names, rt.name_idx[rows])),
-        ("cat", Lookup(_CATS, category_index(rt, rows))),
+        ("cat", Lookup(CATEGORY_JSON, category_index(rt, rows))),
         ("pid", str(r)),
         ("tid", json_int(np.searchsorted(streams, rt.stream[rows]) + 1)),
         ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),

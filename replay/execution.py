@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -228,29 +227,6 @@ def compute_rows(rt: RankTrace, m: RankModel) -> B:
     node (its work after the wait it hid). What a slowdown's compute factor scales, and (with the
     ``host_work`` nodes' part after their wait) what :func:`compute_intervals` measures."""
     return ((rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt)) | m.host_work
-
-
-#: Perfetto ``cat`` of each node type (index: the type; ``other`` for the rest), then, last, of untraced
-#: host time (:func:`untraced_rows`), which the analyses count as idle, not compute.
-CATEGORIES: tuple[str, ...] = (
-    *(
-        {
-            int(NodeType.COMP): "compute",
-            int(NodeType.COMM_COLL): "collective",
-            int(NodeType.COMM_SEND): "send",
-            int(NodeType.COMM_RECV): "recv",
-        }.get(t, "other")
-        for t in range(max(NodeType) + 1)
-    ),
-    "untraced",
-)
-
-
-def category_index(rt: RankTrace, rows: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
-    """Per row of ``rows``: its index into :data:`CATEGORIES`."""
-    idx = rt.node_type[rows].astype(np.int64)
-    idx[untraced_rows(rt)[rows]] = len(CATEGORIES) - 1
-    return idx
 
 
 def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:

@@ -32,14 +32,15 @@ from skewlens.profiler.store.schema import (
 )
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import CATEGORIES, category_index
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
+    CATEGORY_JSON,
     DEFAULT_MAX_EVENTS,
     Lookup,
     RankRows,
     Value,
     cap_events,
+    category_index,
     format_events,
     json_fixed,
     json_int,
@@ -178,7 +179,6 @@ def write_text(path: Path, text: str) -> Path:
 
 
 #: ``cat`` of each node type and of untraced host time, as JSON text.
-_CATS = tuple(json.dumps(c) for c in CATEGORIES)
 
 
 def write_perfetto(
@@ -191,7 +191,7 @@ def write_perfetto(
     workers: int | None = None,
 ) -> Path:
     """Write ``timeline.json`` (Chrome trace events: one process per rank, one thread per stream, ``cat`` from
-    :data:`~skewlens.replay.execution.CATEGORIES`, times in µs from the first replayed start, which
+    :data:`~skewlens.replay.streaming.CATEGORIES`, times in µs from the first replayed start, which
     ``otherData.t0_ns`` keeps), streamed a chunk at a time. At most ``max_events`` nodes (0: all): beyond
     that, the first whole steps on all ranks that fit (see :func:`skewlens.replay.streaming.cap_events`); what
     was left out is in ``otherData``, in an instant event where the trace stops, and given to ``on_note``."""
@@ -229,7 +229,7 @@ def write_perfetto(
         fields: list[tuple[str, Value]] = [
             ("name", Lookup(tuple(table), np.concatenate(name_idx))),
             ("ph", '"X"'),
-            ("cat", Lookup(_CATS, np.concatenate(cat))),
+            ("cat", Lookup(CATEGORY_JSON, np.concatenate(cat))),
             ("pid", json_int(np.concatenate(pid))),
             ("tid", json_int(np.concatenate(tid))),
             ("ts", json_fixed(s - t0, 3)),

@@ -8,6 +8,8 @@
 - **A cap on what a viewer is given.** :func:`cap_events` picks, for a run too large to look at, the
   first whole steps on all ranks that fit ``max_events`` (else every rank's first stretch of time), and
   says in one line what it left out and which option writes everything.
+- **One set of event categories** (:data:`CATEGORIES`: compute, collective, send, recv, untraced host
+  time) for both timelines.
 - Formatting or building the next chunk overlaps writing this one on threads
   (:func:`skewlens.profiler.threads.ordered_map`: Arrow's kernels and Parquet encoding release the GIL).
 
@@ -30,7 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.threads import default_workers, ordered_map
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.execution import untraced_rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -47,6 +52,32 @@ PACK_EVENTS = 1 << 12
 #: a table of their strings (a ``take``) instead of a cast per row.
 _SMALL_RANGE = 4096
 _EVENT_SEP = ",\n"
+
+
+#: Perfetto ``cat`` of each node type (index: the type; ``other`` for the rest), then, last, of untraced
+#: host time (:func:`~skewlens.replay.execution.untraced_rows`), which the analyses count as idle, not
+#: compute. The replay's and the analyses' timelines both use them.
+CATEGORIES: tuple[str, ...] = (
+    *(
+        {
+            int(NodeType.COMP): "compute",
+            int(NodeType.COMM_COLL): "collective",
+            int(NodeType.COMM_SEND): "send",
+            int(NodeType.COMM_RECV): "recv",
+        }.get(t, "other")
+        for t in range(max(NodeType) + 1)
+    ),
+    "untraced",
+)
+#: :data:`CATEGORIES` as JSON strings, for :class:`Lookup` columns.
+CATEGORY_JSON = tuple(json.dumps(c) for c in CATEGORIES)
+
+
+def category_index(rt: RankTrace, rows: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
+    """Per row of ``rows``: its index into :data:`CATEGORIES`."""
+    idx = rt.node_type[rows].astype(np.int64)
+    idx[untraced_rows(rt)[rows]] = len(CATEGORIES) - 1
+    return idx
 
 
 @dataclass(frozen=True, slots=True)
