@@ -35,9 +35,9 @@ runs them independently); on a device stream they queue like collectives.
 like any node, then its work (``work_ns``: the part of its recorded duration after the latest of those
 completions) cannot begin before they complete. Those dependencies are *wait* edges. A host-time node
 (the ``collectives`` level's ``compute`` gap, the ``ops`` level's ``untraced`` time) in which DDP's reducer
-hid its wait for the step's gradient buckets is a wait node too (:func:`_gap_waits`); where a completion
-was recorded just after such a node ended (gloo's worker lags the work it completed), its replay ends at
-that recorded completion, that lag later than recorded.
+hid its wait for the step's gradient buckets is a wait node too (:func:`_gap_waits`); where that completion
+was recorded just after the node ended (gloo's worker lags the work it completed), the model takes the
+node's end as the collective's end (``RankModel.end_clamp_rows``), so the replay stays exact.
 
 **Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
 transfer begins once every member has arrived. A send that completed before its receiver arrived (recorded
@@ -498,10 +498,10 @@ def _gap_waits(
     before it, none of which a wait node waited for, is taken to have waited for the one that completed
     last: its work is what follows that completion (what it did before that completion counts as waiting).
     Where none was recorded inside it, the completion recorded soonest after the node ended, up to
-    ``LAG_SLACK_NS`` after,
-    while the node had run ``WAIT_RATIO`` times longer than that before it, is held: gloo's worker records
-    a collective's end after it has completed the work the program waits on. The program saw it complete
-    by the node's end, so that is its end in the model (:attr:`RankModel.end_clamp_rows`).
+    ``LAG_SLACK_NS`` after, while the node had run ``WAIT_RATIO`` times longer than that before it, is
+    held: gloo's worker records a collective's end after it has completed the work the program waits on.
+    The program saw it complete by the node's end, so that is its end in the model
+    (:attr:`RankModel.end_clamp_rows`).
 
     A step may hold several such waits (gradient accumulation without ``no_sync``, two DDP models each with
     its own backward): the host-time node right after an earlier issue of the step (before the next one)
@@ -539,41 +539,38 @@ def _gap_waits(
         for step in np.unique(rt.step[mine]).tolist():
             cs = mine[rt.step[mine] == step]
             cs = cs[np.argsort(rt.start_ns[cs], kind="stable")]
+            c_start, c_end = rt.start_ns[cs], end[cs]
             waited = np.zeros(cs.size, dtype=np.bool_)
             for j in range(cs.size):
-                k = int(np.searchsorted(g_start, rt.start_ns[cs[j]], side="left"))
+                k = int(np.searchsorted(g_start, c_start[j], side="left"))
                 if k == g_rows.size:
                     break
                 g = int(g_rows[k])
                 a, b = int(rt.start_ns[g]), int(end[g])
                 last = j == cs.size - 1
-                if not last and rt.start_ns[cs[j + 1]] <= a:
+                if not last and c_start[j + 1] <= a:
                     continue  # the next issue came first: this node is not the one right after issue j
-                mine_j = np.arange(cs.size) <= j
-                c_end = end[cs]
                 late = c_end - b
-                in_node = late <= 0
-                lagged = (late > 0) & (late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= c_end - a)
+                held = (late <= 0) | ((late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= c_end - a))
+                issued = np.arange(cs.size) <= j
                 if last:
                     # completions recorded inside it, else the one recorded soonest after (the lag)
-                    running = mine_j & (c_end > a) & (rt.start_ns[cs] <= a)
-                    inside = running & in_node
-                    if not inside.any() and (running & lagged).any():
-                        inside = np.zeros(cs.size, dtype=np.bool_)
-                        inside[np.flatnonzero(running & lagged)[np.argmin(late[running & lagged])]] = True
+                    running = np.flatnonzero(issued & (c_end > a) & (c_start <= a) & held)
+                    inside = running[late[running] <= 0]
+                    if inside.size == 0 and running.size:
+                        inside = running[[np.argmin(late[running])]]
                 else:
-                    pending = mine_j & (c_end > a) & ~waited
-                    if not pending.any() or not (in_node | lagged)[pending].all():
+                    inside = np.flatnonzero(issued & (c_end > a) & ~waited)
+                    if not held[inside].all():
                         continue
-                    inside = pending
-                if not inside.any():
+                if inside.size == 0:
                     continue
-                c = int(cs[inside][np.argmax(c_end[inside])])
+                c = int(cs[inside[np.argmax(c_end[inside])]])
                 if not last and not peer_later[c]:
                     continue
                 out_s.append(c)
                 out_d.append(g)
-                waited |= inside
+                waited[inside] = True
     return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
 
 
