@@ -474,30 +474,25 @@ def _caused_waits(
     once: per (blamed rank, waiting rank) the members' waits ``[arrival, arrival + wait)`` are cut into
     disjoint pieces (a wait keeps the part no earlier-begun one covered, and that part's step), and each
     piece counts without the compute on the waiting rank (``compute``) that hid it."""
-    cols: list[list[I64]] = [[], [], [], [], []]  # blamed rank, waiting rank, step, wait start, wait end
+    parts: list[tuple[I64, I64, I64, I64, I64]] = []  # blamed rank, waiting rank, step, wait start, end
     for e in events:
         has = e.exposed_wait_ns > 0
-        if not has.any():
-            continue
-        a = e.arrival_ns[has]
-        n = a.size
-        for col, v in zip(
-            cols,
-            (
-                np.full(n, e.blamed_rank, np.int64),
-                np.asarray(e.ranks, np.int64)[has],
-                np.full(n, e.step, np.int64),
-                a,
-                a + e.wait_ns[has],
-            ),
-            strict=True,
-        ):
-            col.append(v)
+        if has.any():
+            a, n = e.arrival_ns[has], int(has.sum())
+            parts.append(
+                (
+                    np.full(n, e.blamed_rank, np.int64),
+                    np.asarray(e.ranks, np.int64)[has],
+                    np.full(n, e.step, np.int64),
+                    a,
+                    a + e.wait_ns[has],
+                )
+            )
+    if not parts:
+        return {}, {}
     caused: dict[int, int] = defaultdict(int)
     by_step: dict[tuple[int, int], int] = defaultdict(int)
-    if not cols[0]:
-        return {}, {}
-    blamed, waiting, step, a, b = (np.concatenate(c) for c in cols)
+    blamed, waiting, step, a, b = (np.concatenate(c) for c in zip(*parts, strict=True))
     order = np.lexsort((b, a, waiting, blamed))
     blamed, waiting, step, a, b = blamed[order], waiting[order], step[order], a[order], b[order]
     cuts = np.flatnonzero((np.diff(blamed) != 0) | (np.diff(waiting) != 0)) + 1
