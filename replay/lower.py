@@ -365,7 +365,7 @@ def prepare(
     head_kind = kind[head_rows]
     g_ready0 = t0_rank[rank_index(row_offset, head_rows)]
     keeps = np.flatnonzero((head_kind == KIND_FIXED) | (head_kind == KIND_NESTED))
-    g_ready0[keeps] = _recorded(run, ranks, row_offset, head_rows[keeps])[0]
+    g_ready0[keeps] = _recorded(run, em, ranks, row_offset, head_rows[keeps])[0]
     del head_kind, keeps
     nseg = len(head_rows)
     xsucc_ptr, xsucc_idx = csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
@@ -385,10 +385,10 @@ def prepare(
     # recorded end and the number of its queue-order dependencies
     flat = np.fromiter(itertools.chain.from_iterable(sync_rows), dtype=np.int64)
     first = np.cumsum([0, *(len(m) for m in sync_rows)]).tolist()
-    s_start, s_end = _recorded(run, ranks, row_offset, flat, em)
+    s_start, s_end = _recorded(run, em, ranks, row_offset, flat)
     x_rows, x_of = np.unique(xd_all, return_inverse=True)
     x_end = np.full(x_rows.size, _MIN, dtype=np.int64)
-    np.maximum.at(x_end, x_of, _recorded(run, ranks, row_offset, xs_all, em)[1])
+    np.maximum.at(x_end, x_of, _recorded(run, em, ranks, row_offset, xs_all)[1])
     x_count = np.bincount(x_of, minlength=x_rows.size)
     k, has_x = sorted_lookup(x_rows, flat)
     s_xend = np.full(flat.size, _MIN, dtype=np.int64)
@@ -559,10 +559,11 @@ def _indices(a: npt.ArrayLike) -> array[int]:
 
 
 def _recorded(
-    run: RunTrace, ranks: Sequence[int], row_offset: I64, rows: I64, em: ExecutionModel | None = None
+    run: RunTrace, em: ExecutionModel, ranks: Sequence[int], row_offset: I64, rows: I64
 ) -> tuple[I64, I64]:
-    """Recorded start and end of global ``rows`` (gathered rank by rank: no whole-run columns); with
-    ``em``, the ends the execution model moved to the wait that consumed them (``end_clamp_rows``)."""
+    """Recorded start and end of global ``rows`` (gathered rank by rank: no whole-run columns), the ends as
+    the execution model takes them (a hidden wait's lagged completion at the wait's end:
+    ``end_clamp_rows``)."""
     start = np.empty(rows.size, dtype=np.int64)
     end = np.empty(rows.size, dtype=np.int64)
     which = rank_index(row_offset, rows)
@@ -574,8 +575,8 @@ def _recorded(
         local = rows[sel] - row_offset[i]
         start[sel] = rt.start_ns[local]
         end[sel] = start[sel] + rt.dur_ns[local]
-        m = em.ranks[ranks[i]] if em is not None else None
-        if m is not None and m.end_clamp_rows.size:
+        m = em.ranks[ranks[i]]
+        if m.end_clamp_rows.size:
             k, hit = sorted_lookup(m.end_clamp_rows, local)
             end[sel[hit]] = m.end_clamp_ns[k[hit]]
     return start, end
