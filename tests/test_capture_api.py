@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -157,69 +159,46 @@ def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
     assert not out.exists()
 
 
-def test_a_profile_stopped_with_sigterm_passes_it_on_and_lets_its_command_end(tmp_path: Path) -> None:
-    # timeout, scancel or a Kubernetes stop sends SIGTERM: skewlens profile died at once and left the
-    # ranks' traces without a manifest; now the command gets SIGTERM, saves what it traced and ends
-    import signal
-    import threading
-
+def _run_signalled(tmp_path: Path, sig: signal.Signals, code: int) -> int:
+    """``run_command`` of a script that, on ``sig``, writes ``tmp_path/saved`` and exits with ``code``;
+    ``sig`` is sent to this process's main thread once the script is ready (as the terminal or ``timeout``
+    sends it to skewlens profile). Returns run_command's result."""
     from skewlens.profiler.capture.run import run_command
 
-    marker = tmp_path / "saved"
     script = textwrap.dedent(
         f"""
         import pathlib, signal, sys, time
         def stop(*_a):
-            pathlib.Path({str(marker)!r}).write_text("saved")
-            sys.exit(9)
-        signal.signal(signal.SIGTERM, stop)
+            pathlib.Path({str(tmp_path / "saved")!r}).write_text("saved")
+            sys.exit({code})
+        signal.signal(signal.{sig.name}, stop)
         pathlib.Path({str(tmp_path / "ready")!r}).touch()
         time.sleep(60)
         """
     )
 
-    def stop_when_ready() -> None:
+    def signal_when_ready() -> None:
         for _ in range(600):
             if (tmp_path / "ready").exists():
                 break
             threading.Event().wait(0.05)
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        signal.pthread_kill(threading.main_thread().ident or 0, sig)
 
+    threading.Thread(target=signal_when_ready, daemon=True).start()
+    return run_command([sys.executable, "-c", script], env={"PATH": ""})
+
+
+def test_a_profile_stopped_with_sigterm_passes_it_on_and_lets_its_command_end(tmp_path: Path) -> None:
+    # timeout, scancel or a Kubernetes stop sends SIGTERM: skewlens profile died at once and left the
+    # ranks' traces without a manifest; now the command gets SIGTERM, saves what it traced and ends
     before = signal.getsignal(signal.SIGTERM)
-    threading.Thread(target=stop_when_ready, daemon=True).start()
-    assert run_command([sys.executable, "-c", script], env={"PATH": ""}) == 9
-    assert marker.read_text() == "saved"
+    assert _run_signalled(tmp_path, signal.SIGTERM, 9) == 9
+    assert (tmp_path / "saved").read_text() == "saved"
     assert signal.getsignal(signal.SIGTERM) == before  # its handler was only there while the command ran
 
 
 def test_an_interrupted_profile_lets_its_command_end_and_returns_its_code(tmp_path: Path) -> None:
     # Ctrl-C used to kill the command and leave its ranks' traces without a manifest; now the command gets
     # the interrupt, saves what it traced and ends, and skewlens profile finalises the run with it
-    import signal
-    import threading
-
-    from skewlens.profiler.capture.run import run_command
-
-    marker = tmp_path / "saved"
-    script = textwrap.dedent(
-        f"""
-        import pathlib, signal, sys, time
-        def stop(*_a):
-            pathlib.Path({str(marker)!r}).write_text("saved")
-            sys.exit(7)
-        signal.signal(signal.SIGINT, stop)
-        pathlib.Path({str(tmp_path / "ready")!r}).touch()
-        time.sleep(60)
-        """
-    )
-
-    def interrupt_when_ready() -> None:
-        for _ in range(600):
-            if (tmp_path / "ready").exists():
-                break
-            threading.Event().wait(0.05)
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # as the terminal's Ctrl-C
-
-    threading.Thread(target=interrupt_when_ready, daemon=True).start()
-    assert run_command([sys.executable, "-c", script], env={"PATH": ""}) == 7
-    assert marker.read_text() == "saved"
+    assert _run_signalled(tmp_path, signal.SIGINT, 7) == 7  # as the terminal's Ctrl-C
+    assert (tmp_path / "saved").read_text() == "saved"
