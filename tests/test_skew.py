@@ -9,7 +9,7 @@ from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
-from skewlens.analysis.skew import SkewResult, analyze_skew
+from skewlens.analysis.skew import Cause, SkewEvent, SkewResult, analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table, write_records
 
@@ -131,30 +131,13 @@ def test_a_compute_cause_names_backward_ops_by_function_and_skips_growth_roundin
 def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_named_it() -> None:
     # the tp capture said "aten::mm +25.5 ms" where each event said +40: the sum over the three events with
     # exposed wait was divided by all five events blamed on the rank
-    import numpy as np
 
-    from skewlens.analysis.skew import Cause, SkewEvent, _summarise
+    from skewlens.analysis.skew import Cause, _summarise
 
     def event(seq: int, exposed_ms: int, grew_ms: int) -> SkewEvent:
         ops = (("aten::mm", grew_ms * MS),) if exposed_ms else ()
-        return SkewEvent(
-            kind="collective",
-            pg_name="0",
-            seq=seq,
-            comm_type="all_reduce",
-            step=seq,
-            ranks=(0, 1),
-            rows=(seq, seq),
-            node_ids=(seq, seq),
-            arrival_ns=np.array([0, grew_ms * MS]),
-            end_ns=np.array([grew_ms * MS + 1, grew_ms * MS + 1]),
-            wait_ns=np.array([grew_ms * MS, 0]),
-            exposed_wait_ns=np.array([exposed_ms * MS, 0]),
-            late_rank=1,
-            blamed_rank=1,
-            late_by_ns=grew_ms * MS,
-            cause=Cause(kind=CauseKind.COMPUTE, delta_ns=grew_ms * MS, op="aten::mm", ops=ops),
-        )
+        cause = Cause(kind=CauseKind.COMPUTE, delta_ns=grew_ms * MS, op="aten::mm", ops=ops)
+        return _late_rank_1_event(seq, "all_reduce", late_ms=grew_ms, exposed_ms=exposed_ms, cause=cause)
 
     res = _summarise([event(0, 40, 40), event(1, 40, 42), event(2, 40, 38), event(3, 0, 40), event(4, 0, 40)])
     cause = res.top_cause[1]
@@ -233,30 +216,13 @@ def test_a_rank_is_never_said_to_have_passed_its_lateness_on_to_itself(
 def test_a_ranks_top_cause_amount_is_the_growth_before_one_event_weighted_by_the_wait_it_caused() -> None:
     # mixed: the table said "compute +5.1 ms" where each all_to_all that made rank 0 wait said +15.1: the
     # growth was a plain mean over every event naming it, and trivial events of no wait diluted it
-    import numpy as np
 
-    from skewlens.analysis.skew import Cause, SkewEvent, _summarise
+    from skewlens.analysis.skew import Cause, _summarise
 
     def event(seq: int, exposed_ms: int, ops: tuple[tuple[str, int], ...]) -> SkewEvent:
         grew = sum(d for _n, d in ops)
-        return SkewEvent(
-            kind="collective",
-            pg_name="0",
-            seq=seq,
-            comm_type="all_to_all",
-            step=seq,
-            ranks=(0, 1),
-            rows=(seq, seq),
-            node_ids=(seq, seq),
-            arrival_ns=np.array([0, exposed_ms * MS]),
-            end_ns=np.array([exposed_ms * MS + 1, exposed_ms * MS + 1]),
-            wait_ns=np.array([exposed_ms * MS, 0]),
-            exposed_wait_ns=np.array([exposed_ms * MS, 0]),
-            late_rank=1,
-            blamed_rank=1,
-            late_by_ns=exposed_ms * MS,
-            cause=Cause(kind=CauseKind.COMPUTE, delta_ns=grew, op=ops[0][0], ops=ops),
-        )
+        cause = Cause(kind=CauseKind.COMPUTE, delta_ns=grew, op=ops[0][0], ops=ops)
+        return _late_rank_1_event(seq, "all_to_all", late_ms=exposed_ms, exposed_ms=exposed_ms, cause=cause)
 
     res = _summarise(
         [
@@ -270,3 +236,28 @@ def test_a_ranks_top_cause_amount_is_the_growth_before_one_event_weighted_by_the
     assert cause.ops == (("aten::mm", 16_400_000), ("aten::add", 1 * MS))
     assert cause.delta_ns == (20 * 8 + 3 * 1 + 2 * 1) * MS // 10
     assert cause.text == "compute grew: aten::mm +16.4 ms, aten::add +1.0 ms"
+
+
+def _late_rank_1_event(seq: int, comm_type: str, *, late_ms: int, exposed_ms: int, cause: Cause) -> SkewEvent:
+    """A 2-rank collective of step ``seq`` that rank 1 reached ``late_ms`` after rank 0, whose wait was
+    ``exposed_ms`` exposed, blamed on rank 1 for ``cause``."""
+    import numpy as np
+
+    return SkewEvent(
+        kind="collective",
+        pg_name="0",
+        seq=seq,
+        comm_type=comm_type,
+        step=seq,
+        ranks=(0, 1),
+        rows=(seq, seq),
+        node_ids=(seq, seq),
+        arrival_ns=np.array([0, late_ms * MS]),
+        end_ns=np.array([late_ms * MS + 1, late_ms * MS + 1]),
+        wait_ns=np.array([late_ms * MS, 0]),
+        exposed_wait_ns=np.array([exposed_ms * MS, 0]),
+        late_rank=1,
+        blamed_rank=1,
+        late_by_ns=late_ms * MS,
+        cause=cause,
+    )
