@@ -20,7 +20,8 @@ For every collective instance and every matched send/recv pair (an *event*):
   The largest positive difference is the cause. A recv that waits for a send whose sender idled right
   before it (host gap before the send >= half the wait) is a ``late_send``, blamed on the sender.
 
-Each member's wait is attributed to the event's blamed rank; per rank and step the *exposed* part of it
+Each member's wait is attributed to the event's blamed rank (the blamed rank's own wait, at an event passed
+on to it, is not: it waited for someone else); per rank and step the *exposed* part of it
 (not hidden under compute on the waiting rank) names the top straggler of each step. A rank's time is
 counted once: waits that overlap on one rank (four asynchronous recvs waiting at once) are united per
 waiting rank before they are summed. Pure functions; rendering is elsewhere.
@@ -470,13 +471,14 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
 def _caused_waits(
     events: list[SkewEvent], compute: Mapping[int, Coverage]
 ) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
-    """Exposed wait blamed on each rank, in total and per (rank, step). Each waiting rank's time counts
+    """Exposed wait blamed on each rank, in total and per (rank, step): its peers' waits (a blamed rank that
+    waits at an event passed on to it waits for someone else, not for itself). Each waiting rank's time counts
     once: per (blamed rank, waiting rank) the members' waits ``[arrival, arrival + wait)`` are cut into
     disjoint pieces (a wait keeps the part no earlier-begun one covered, and that part's step), and each
     piece counts without the compute on the waiting rank (``compute``) that hid it."""
     parts: list[tuple[I64, I64, I64, I64, I64]] = []  # blamed rank, waiting rank, step, wait start, end
     for e in events:
-        has = e.exposed_wait_ns > 0
+        has = (e.exposed_wait_ns > 0) & (np.asarray(e.ranks) != e.blamed_rank)  # a peer's wait, not its own
         if has.any():
             a, n = e.arrival_ns[has], int(has.sum())
             parts.append(

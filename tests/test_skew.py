@@ -261,3 +261,25 @@ def _late_rank_1_event(seq: int, comm_type: str, *, late_ms: int, exposed_ms: in
         late_by_ns=late_ms * MS,
         cause=cause,
     )
+
+
+def test_the_wait_a_rank_caused_never_counts_its_own_wait(tmp_path: Path) -> None:
+    # rank 2 is 20 ms late at a pair all_reduce with rank 1; rank 1's lateness at the next all-rank
+    # all_reduce is passed on to rank 2, which itself waits 1 ms there for rank 1: that 1 ms is rank 2's own
+    # wait, not a wait it made a peer suffer
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=4, groups={"pair": (1, 2)})
+    ranks = {r: b.rank(r).step(0) for r in range(4)}
+    ranks[2].compute("aten::mm", 20 * MS, start_ns=0)
+    ranks[2].collective(CommType.ALL_REDUCE, 4096, MS, start_ns=20 * MS, pg="pair")
+    ranks[1].collective(CommType.ALL_REDUCE, 4096, 21 * MS, start_ns=0, pg="pair")
+    for r, (at_ms, last_ms) in {0: (5, 23), 3: (5, 23), 2: (22, 23), 1: (23, 23)}.items():
+        ranks[r].collective(CommType.ALL_REDUCE, 4096, (last_ms + 1 - at_ms) * MS, start_ns=at_ms * MS)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (pair,) = [e for e in skew.events if e.pg_name == "pair"]
+    (whole,) = [e for e in skew.events if e.pg_name != "pair"]
+    assert (pair.blamed_rank, whole.late_rank, whole.blamed_rank) == (2, 1, 2)
+    # rank 1 waited 20 ms at the pair, ranks 0 and 3 18 ms each at the whole group; rank 2's 1 ms is not in
+    assert skew.caused_wait_ns == {2: (20 + 18 + 18) * MS}
