@@ -383,6 +383,45 @@ def test_full_level_data_dependencies_follow_what_each_operator_wrote() -> None:
     assert nodes["aten::mm"].attrs[Attr.OP_SCHEMA].startswith("aten::mm(")
 
 
+def test_full_level_time_of_a_scope_replaced_by_its_operators_is_that_scopes_work_not_untraced() -> None:
+    # an autograd-engine scope has no schema: at the full level its operators are the nodes, and the
+    # scope's own time around them (the engine, a compiled graph's kernels) is its work, as at ``ops``
+    scope = "autograd::engine::evaluate_function: AddmmBackward0"
+    ops = [
+        OpRecord(name=scope, start_ns=10_000, dur_ns=50_000, thread=MAIN, is_cpu=True, corr=1),
+        OpRecord(name="aten::mm", start_ns=20_000, dur_ns=10_000, thread=MAIN, is_cpu=True, corr=2),
+        OpRecord(name="aten::add_", start_ns=70_000, dur_ns=10_000, thread=MAIN, is_cpu=True, corr=3),
+    ]
+    host = {
+        1: HostOpInfo(schema="", inputs=(), outputs=()),
+        2: HostOpInfo(schema="aten::mm(Tensor self, Tensor mat2) -> Tensor", inputs=(4, 5), outputs=(7,)),
+        3: HostOpInfo(schema="aten::add_.Tensor(Tensor(a!) self, Tensor other)", inputs=(7,), outputs=(7,)),
+    }
+    cap = RankCapture(
+        rank=0,
+        comms=[],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=100_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        host_ops=host,
+    )
+    main = sorted(
+        (n.start_ns, n.start_ns + n.dur_ns, n.name)
+        for n in build_nodes(cap)
+        if n.node_type == NodeType.COMP and n.attrs[Attr.STREAM] == 0
+    )
+    assert main == [
+        (0, 10_000, UNTRACED_NAME),
+        (10_000, 20_000, scope),
+        (20_000, 30_000, "aten::mm"),
+        (30_000, 60_000, scope),
+        (60_000, 70_000, UNTRACED_NAME),
+        (70_000, 80_000, "aten::add_"),
+        (80_000, 100_000, UNTRACED_NAME),
+    ]
+
+
 def test_host_execution_trace_gives_schemas_and_tensor_ids(tmp_path: Path) -> None:
     et = {
         "schema": "1.1.1-chakra.0.0.4",

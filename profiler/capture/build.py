@@ -14,11 +14,12 @@ the matching NCCL kernel on GPUs). At the ``collectives`` level the time between
 host thread becomes one COMP node named :data:`GAP_NAME` per gap; at ``ops``/``full`` the COMP nodes are
 the outermost operators of Kineto (a CPU op that encloses a blocking collective is replaced by its
 children, so no time is counted twice on a thread; at ``full`` a scope without an operator schema, such
-as an autograd-engine or module-forward scope, is replaced by its children too), and the main thread's
-time inside no operator and no call becomes COMP nodes named :data:`UNTRACED_NAME`, so every nanosecond
-of a step on the main thread is in exactly one node. At every level a wait for an asynchronous result
-(``wait_tensor``, ``Work.wait``) is a COMP node of its own that counts as blocking here, with a control
-dependency on the COMM node it waited for (:mod:`skewlens.profiler.capture.waits`).
+as an autograd-engine or module-forward scope, is replaced by its children too, and its own time around
+them on the main thread becomes COMP nodes named after it: its work, as the scope is at ``ops``), and the
+main thread's time inside no operator and no call becomes COMP nodes named :data:`UNTRACED_NAME`, so
+every nanosecond of a step on the main thread is in exactly one node. At every level a wait for an
+asynchronous result (``wait_tensor``, ``Work.wait``) is a COMP node of its own that counts as blocking
+here, with a control dependency on the COMM node it waited for (:mod:`skewlens.profiler.capture.waits`).
 
 Control dependencies keep program order per stream; an asynchronous COMM node depends on the node its
 thread ran before issuing it, and the first node of that thread starting after its completion depends on
@@ -490,6 +491,30 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
     return out
 
 
+def _split_by_scopes(
+    lo: int, hi: int, scopes: Sequence[tuple[int, int, str]], name: str
+) -> list[tuple[int, int, str]]:
+    """``[lo, hi)`` cut at the edges of ``scopes`` (disjoint, sorted): the pieces inside one take its name,
+    the others ``name``."""
+    out: list[tuple[int, int, str]] = []
+    k = max(bisect.bisect_right(scopes, (lo,)) - 1, 0)
+    cur = lo
+    while k < len(scopes) and scopes[k][0] < hi:
+        a, b, nm = scopes[k]
+        k += 1
+        if b <= cur:
+            continue
+        if a > cur:
+            out.append((cur, a, name))
+            cur = a
+        top = min(b, hi)
+        out.append((cur, top, nm))
+        cur = top
+    if cur < hi:
+        out.append((cur, hi, name))
+    return out
+
+
 def _gap_protos(
     cap: RankCapture,
     nodes: list[_Proto],
@@ -497,9 +522,15 @@ def _gap_protos(
     *,
     main_only: bool = False,
     waited: Set[int] = frozenset(),
+    scopes: Sequence[tuple[int, int, str]] = (),
 ) -> list[_Proto]:
     """COMP nodes named ``name`` for the time no node covers on a thread, within each step (``waited``:
-    ``id`` of the async comms whose wait is a node of its own, not to be guessed from untraced time)."""
+    ``id`` of the async comms whose wait is a node of its own, not to be guessed from untraced time).
+
+    ``scopes``: main-thread scopes that were replaced by their operators (full level, :func:`_op_protos`),
+    as ``(start, end, name)``: the part of a gap inside one is that scope's own work (the autograd engine,
+    a module's Python, a compiled graph's generated kernels), a COMP node named after it, not untraced
+    time, as the scope itself is at the ``ops`` level."""
     busy: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for p in nodes:
         if p.issue_stream >= 0:
@@ -538,25 +569,28 @@ def _gap_protos(
                 if k >= 0 and cursor < ends[k] and a - ends[k] <= WAIT_SLACK_NS:
                     cursor = ends[k]
                 if a - cursor >= MIN_GAP_NS:
-                    out.append(
-                        _Proto(
-                            name=name,
-                            node_type=NodeType.COMP,
-                            start_ns=cursor,
-                            end_ns=a,
-                            stream=stream,
-                            attrs={Attr.IS_CPU_OP: True, Attr.STEP: s.step, Attr.STREAM_KIND: "thread"},
+                    for lo, hi, nm in _split_by_scopes(cursor, a, scopes if stream == 0 else (), name):
+                        out.append(
+                            _Proto(
+                                name=nm,
+                                node_type=NodeType.COMP,
+                                start_ns=lo,
+                                end_ns=hi,
+                                stream=stream,
+                                attrs={Attr.IS_CPU_OP: True, Attr.STEP: s.step, Attr.STREAM_KIND: "thread"},
+                            )
                         )
-                    )
                 cursor = max(cursor, b)
     return out
 
 
 def _op_protos(
     cap: RankCapture, streams: _Streams, comms: list[_Proto], alias: Mapping[int, int]
-) -> list[_Proto]:
+) -> tuple[list[_Proto], list[tuple[int, int, str]]]:
     """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels
-    (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`)."""
+    (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`); and the main thread's
+    outermost scopes replaced by their operators for want of a schema (full level), ``(start, end, name)``
+    sorted, each ending at the first step mark inside it (what follows the mark is the capture's own)."""
     starts = [s.start_ns for s in cap.steps]
     bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
     blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -565,6 +599,7 @@ def _op_protos(
             blocking[p.stream].append((p.start_ns, p.end_ns))
     by_thread: dict[int, list[OpRecord]] = defaultdict(list)
     out: list[_Proto] = []
+    scopes: list[tuple[int, int, str]] = []
     for o in cap.ops:
         if o.is_cpu:
             by_thread[o.thread].append(o)
@@ -620,6 +655,9 @@ def _op_protos(
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
             if encloses_comm or scope_only:
+                if scope_only and not encloses_comm and stream == MAIN_STREAM:
+                    b = _boundary_inside(bounds, o.start_ns, end)
+                    scopes.append((o.start_ns, end if b is None else b, o.name))
                 todo.extend(reversed(children[i]))
                 continue
             if stream == MAIN_STREAM and (b := _boundary_inside(bounds, o.start_ns, end)) is not None:
@@ -651,7 +689,12 @@ def _op_protos(
                     inputs_types=info.types if info else "",
                 )
             )
-    return out
+    # the outermost of them (a scope inside a replaced scope is part of its own work)
+    outer: list[tuple[int, int, str]] = []
+    for sc in sorted(scopes):
+        if not outer or sc[0] >= outer[-1][1]:
+            outer.append(sc)
+    return out, outer
 
 
 def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:
@@ -680,8 +723,10 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
             target.end_known = True
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
     if cap.ops:
-        ops = _op_protos(cap, streams, comms + waits, alias)
-        gaps = _gap_protos(cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for)
+        ops, scopes = _op_protos(cap, streams, comms + waits, alias)
+        gaps = _gap_protos(
+            cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for, scopes=scopes
+        )
         comp = waits + ops + gaps
     else:
         comp = waits + _gap_protos(cap, comms + waits, GAP_NAME)
