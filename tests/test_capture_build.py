@@ -286,9 +286,13 @@ class FakeKinetoEvent:
     stream: int = 0
     index: int = 0
     corr: int = 0
+    act: str = ""
 
     def name(self) -> str:
         return self.n
+
+    def activity_type(self) -> str:
+        return self.act
 
     def start_ns(self) -> int:
         return self.t
@@ -310,6 +314,17 @@ class FakeKinetoEvent:
 
     def correlation_id(self) -> int:
         return self.corr
+
+
+def test_the_profilers_memory_instant_events_are_not_operators() -> None:
+    # the full level records allocations (profile_memory): Kineto gives each as a zero-length
+    # "[memory]" instant event, which became a COMP node cutting the untraced time around it in two
+    events = [
+        FakeKinetoEvent("aten::mm", 0, 5_000, corr=1, act="cpu_op"),
+        FakeKinetoEvent("[memory]", 7_000, 0, act="cpu_instant_event"),
+        FakeKinetoEvent("aten::add_", 10_000, 5_000, corr=2, act="cpu_op"),
+    ]
+    assert [o.name for o in op_records(events)] == ["aten::mm", "aten::add_"]
 
 
 def test_nccl_kernels_of_both_generations_are_recognised() -> None:

@@ -42,6 +42,9 @@ def is_host_event(ev: Any) -> bool:
 
 #: ``activity()`` of Kineto's synchronisation activities.
 SYNC_KIND = "cuda_sync"
+#: ``activity()`` of Kineto's instant events: ``[memory]`` allocation records (the full level asks for
+#: them, ``profile_memory``), points in time, not operators.
+INSTANT_KIND = "cpu_instant_event"
 
 
 def activity(ev: Any) -> str:
@@ -71,14 +74,16 @@ def event_metadata(ev: Any) -> dict[str, Any]:
 
 def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -> list[OpRecord]:
     """OpRecords from Kineto events: host ops (and CUDA runtime/driver calls) keep their thread, GPU
-    activities their stream; synchronisation activities (:func:`sync_records`) and GPU annotations are
-    left out."""
+    activities their stream; synchronisation activities (:func:`sync_records`), instant events
+    (:data:`INSTANT_KIND`) and GPU annotations are left out."""
     out = []
     for ev in events:
         dur = int(ev.duration_ns())
         if dur < 0:
             continue
         kind = activity(ev)
+        if kind == INSTANT_KIND:
+            continue
         if is_host_event(ev):
             corr = int(ev.correlation_id())
             call = kind in CALL_KINDS
