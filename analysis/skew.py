@@ -297,20 +297,23 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
     return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
 
 
-def _window_start(ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool) -> int:
+def _window_start(
+    ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool
+) -> tuple[int, bool]:
     """Start of a member's window: the previous instance of the group (collectives), else the rank's
-    step start (collectives) or its last completed communication (p2p)."""
+    step start (collectives) or its last completed communication (p2p), else its first node; and whether
+    that start is a synchronisation point (a completed communication), not a step start or first node."""
     arrival = int(ri.trace.start_ns[row])
     if prev_row is not None:
-        return int(ri.end_ns[prev_row])
+        return int(ri.end_ns[prev_row]), True
     if collective:
         span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
         if span is not None and span[0] <= arrival:
-            return span[0]
+            return span[0], False
     t = last_comm_end_before(ri, arrival)
     if t is not None:
-        return t
-    return int(ri.sorted_start[0]) if ri.sorted_start.size else arrival
+        return t, True
+    return (int(ri.sorted_start[0]) if ri.sorted_start.size else arrival), False
 
 
 def _common_event(events: list[SkewEvent], late_history: list[int], other: int) -> SkewEvent | None:
@@ -399,6 +402,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         if li != mi and arr[li] > arr[mi]:
             common = _common_event(events, history.get(late_rank, []), ranks[mi])
             starts = []
+            synced = common is not None
             for j in (li, mi):
                 if common is not None:
                     cm = common.ranks.index(ranks[j])
@@ -408,9 +412,14 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     starts.append(done if done <= arr[j] else int(common.arrival_ns[cm]))
                     continue
                 prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
-                starts.append(
-                    min(_window_start(ix, rts[j], prev, rows[j], kind == "collective"), int(arr[j]))
-                )
+                t, at_sync = _window_start(ix, rts[j], prev, rows[j], kind == "collective")
+                starts.append(min(t, int(arr[j])))
+                synced = synced or at_sync
+            if not synced:
+                # neither window starts at a synchronisation point (the first collective of a trace: each
+                # member's step start): a member that began its step later did not wait for anyone, so
+                # both windows start together and the late member's later start is its idle time
+                starts = [min(starts)] * 2
             wl = _window(rts[li], starts[0], int(arr[li]), rows[li])
             wm = _window(rts[mi], starts[1], int(arr[mi]), rows[mi])
             peer_wait = int(wait[mi]) if kind == "p2p" else int(wait.max())

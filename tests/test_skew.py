@@ -10,8 +10,10 @@ from test_analysis_scenarios import MS, Scenario, build_run
 from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.analysis.skew import Cause, SkewEvent, SkewResult, analyze_skew
+from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table, write_records
+from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 
 STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS)
 SLOW_SEND = Scenario(slow_send_rank=0, slow_send_ns=25 * MS)
@@ -283,3 +285,18 @@ def test_the_wait_a_rank_caused_never_counts_its_own_wait(tmp_path: Path) -> Non
     assert (pair.blamed_rank, whole.late_rank, whole.blamed_rank) == (2, 1, 2)
     # rank 1 waited 20 ms at the pair, ranks 0 and 3 18 ms each at the whole group; rank 2's 1 ms is not in
     assert skew.caused_wait_ns == {2: (20 + 18 + 18) * MS}
+
+
+def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited(tmp_path: Path) -> None:
+    # the first all_reduce of a GPU run has no earlier synchronisation point: each member's window is its
+    # step, and the late member began its step ~2 ms after the median one (a seeded start delay) without
+    # waiting anywhere; it used to read "earlier wait +2.1 ms (caused by rank 1)", blaming itself
+    spec = GpuRunSpec(world_size=4, steps=1, layers=2, start_skew_ns=5 * MS, kernel_jitter=0.0, seed=0)
+    write_gpu_run(spec, tmp_path / "kineto")
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "run")
+    first = analyze_skew(build_index(load_run(tmp_path / "run"))).events[0]
+    assert first.late_rank == first.blamed_rank == 1
+    assert first.late_by_ns > 2 * MS
+    assert first.cause.kind is CauseKind.HOST_GAP
+    assert first.cause.delta_ns == pytest.approx(first.late_by_ns, abs=20_000)
+    assert first.cause.text == f"host idle/gap +{first.cause.delta_ns / 1e6:.1f} ms"
