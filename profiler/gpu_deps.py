@@ -17,7 +17,9 @@ Event wait (``cudaEventRecord`` on stream W, then ``cudaStreamWaitEvent`` of str
     record: the first GPU node launched on S after the wait call depends on the last GPU node launched on
     W before the record.
 Host synchronisation (:data:`BLOCKING_CALLS`: ``cudaStreamSynchronize``, ``cudaEventSynchronize``,
-``cudaDeviceSynchronize``, their driver forms, a blocking ``cudaMemcpy``)
+``cudaDeviceSynchronize``, their driver forms, a blocking ``cudaMemcpy``; and a ``cudaMemcpyAsync`` whose
+copy is into pageable host memory, :data:`PAGEABLE_DTOH`, which CUDA runs synchronously: ``.cpu()``,
+``.tolist()`` of a CUDA tensor)
     The host node containing the call (or, where none does, the call itself as a node: ``bare_calls``)
     depends on what the call waited for: with sync events, ``Stream Sync`` -> the last GPU node launched on
     that stream before the call, ``Event Sync`` -> the last node launched on the recorded stream before
@@ -75,6 +77,11 @@ _DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
 _BLOCKING_COPY = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
 )
+#: Asynchronous copy calls: they block too where their copy is :data:`PAGEABLE_DTOH`.
+_ASYNC_COPY = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cuMemcpyDtoHAsync_v2"})
+#: Kineto's name of a copy from the device into pageable host memory: CUDA returns from the call that
+#: issued it, asynchronous or not, only once the copy has completed (after the stream's earlier work).
+PAGEABLE_DTOH = "Memcpy DtoH (Device -> Pageable)"
 #: Runtime/driver calls that block the host until the GPU work they name is done.
 BLOCKING_CALLS = (
     frozenset({"cudaStreamSynchronize", "cuStreamSynchronize", "cudaEventSynchronize", "cuEventSynchronize"})
@@ -84,7 +91,7 @@ BLOCKING_CALLS = (
 STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
 EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord"})
 #: The calls the rules read (a caller may leave the others out of ``calls``; GPU nodes carry their launch).
-CALLS_READ = BLOCKING_CALLS | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
+CALLS_READ = BLOCKING_CALLS | _ASYNC_COPY | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
 
 _COMM_WAITS = "stream waits of NCCL kernels (not written: a comm node starts at its call)"
 
@@ -112,6 +119,8 @@ class GpuNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Key of the host node containing its launch call (None: none does, or the launch is unknown)."""
     comm: bool = False
     """A comm node's NCCL kernel, the node starting at its host call: a dependency only."""
+    name: str = ""
+    """Kernel, memcpy or memset name, as Kineto gives it (:data:`PAGEABLE_DTOH` blocks its launch call)."""
 
 
 class Call(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -218,7 +227,7 @@ def gpu_dependencies(
     _event_waits(syncs, calls, streams, out, counts)
     bare_keys: set[int] = set()
     for corr, call in sorted(calls.items(), key=lambda kv: (kv[1].start_ns, kv[1].key)):
-        if call.name not in BLOCKING_CALLS:
+        if not _blocks(call, by_corr.get(corr)):
             continue
         targets, inferred = _sync_targets(
             call,
@@ -240,12 +249,13 @@ def gpu_dependencies(
             if host not in bare_keys:
                 bare_keys.add(host)
                 out.bare_calls.append(host)
-        for g in targets:
-            if g.key not in out.deps[host]:
-                out.deps[host].append(g.key)
-                if inferred:
-                    out.inferred[host].append(g.key)
-        counts["inferred host waits on the GPU" if inferred else "host waits on the GPU"] += len(targets)
+        # once per edge: ``.item()`` waits for its copy in the copy call and again in a stream synchronise
+        added = [g for g in targets if g.key not in out.deps[host]]
+        for g in added:
+            out.deps[host].append(g.key)
+            if inferred:
+                out.inferred[host].append(g.key)
+        counts["inferred host waits on the GPU" if inferred else "host waits on the GPU"] += len(added)
     if not syncs:
         waited_ns = _infer_event_waits(calls, nodes, out, counts)
         n = sum(len(v) for v in out.inferred.values())
@@ -307,6 +317,13 @@ def _event_waits(
             counts["GPU event waits across streams"] += 1
 
 
+def _blocks(call: Call, own: GpuNode | None) -> bool:
+    """Whether the call blocks the host until GPU work is done (``own``: the GPU node it issued)."""
+    if call.name in _ASYNC_COPY:
+        return own is not None and own.name == PAGEABLE_DTOH
+    return call.name in BLOCKING_CALLS
+
+
 def _sync_targets(
     call: Call,
     sy: SyncActivity | None,
@@ -321,7 +338,7 @@ def _sync_targets(
     device = sy.device if sy is not None else default_device
     t = call.start_ns
     found: list[GpuNode | None]
-    if call.name in _BLOCKING_COPY:
+    if call.name in _BLOCKING_COPY or call.name in _ASYNC_COPY:
         return ([own] if own is not None else []), False
     if sy is not None and sy.kind == STREAM_SYNC:
         found = [streams.last_before(device, sy.stream, t)]

@@ -17,6 +17,7 @@ from skewlens.profiler.capture.records import CudaSyncRecord, OpRecord, StepReco
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.gpu_deps import (
     CONTEXT_SYNC,
+    PAGEABLE_DTOH,
     STREAM_SYNC,
     STREAM_WAIT,
     Call,
@@ -53,6 +54,27 @@ def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_keeps
     assert found.launch == {10: 1}  # the copy's launch would close a cycle with the synchronisation
     assert not found.inferred
     assert found.notes == ["1 host waits on the GPU"]
+
+
+def test_an_async_copy_into_pageable_host_memory_blocks_its_op_until_the_copy_ends() -> None:
+    # op 1 launches kernel 10 (stream 7, ends at 900); op 2 (`.cpu()`) issues copy 11 with cudaMemcpyAsync,
+    # which returns only when the copy, queued behind kernel 10, has ended (CUDA: DtoH into pageable memory)
+    def copy(name: str) -> GpuNode:
+        return GpuNode(
+            key=11, device=0, stream=7, launch_ns=300, start_ns=900, end_ns=950, corr=11, host=2, name=name
+        )
+
+    calls = dict([_call(10, "cudaLaunchKernel", 100, 150), _call(11, "cudaMemcpyAsync", 300, 960, host=2)])
+    kernel = _node(10, 7, 100, 200, 900, host=1)
+    found = gpu_dependencies([kernel, copy(PAGEABLE_DTOH)], calls, [], default_device=0)
+    assert dict(found.deps) == {2: [11]}
+    assert found.launch == {10: 1}  # the copy keeps its stream order only: its op waits for it
+    assert not found.inferred
+    assert found.notes == ["1 host waits on the GPU"]
+    # into pinned memory the same call returns at once: no wait
+    found = gpu_dependencies([kernel, copy("Memcpy DtoH (Device -> Pinned)")], calls, [], default_device=0)
+    assert not any(found.deps.values())
+    assert found.launch == {10: 1, 11: 2}
 
 
 def test_a_stream_wait_makes_the_waiting_streams_next_node_wait_for_the_recorded_streams_last() -> None:

@@ -377,6 +377,43 @@ def test_a_slower_host_delays_the_kernels_it_launches(
         assert slow_host.step_time_ns(k) >= base.step_time_ns(k)
 
 
+def test_a_host_op_blocked_in_a_copy_to_pageable_memory_waits_for_the_gpu_and_its_block_is_no_work(
+    imported: dict[str, RunTrace],
+) -> None:
+    # the 16-GPU trace's `.cpu()` copies: cudaMemcpyAsync of a DtoH copy into pageable memory, which CUDA
+    # runs synchronously; the call returns ~140 ms later, when the copy (queued behind the GPU's work) ends
+    name = "nccl_16gpu_rank0_kineto.json.gz"
+    run, doc = _run(imported, name), _raw(name)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    evs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    copies = {e["args"]["correlation"]: e for e in evs if e.get("name") == "Memcpy DtoH (Device -> Pageable)"}
+    blocked = [
+        (e, copies[e["args"]["correlation"]])
+        for e in evs
+        if e.get("name") == "cudaMemcpyAsync"
+        and e["args"].get("correlation") in copies
+        and e["dur"] > 100_000
+    ]
+    assert len(blocked) == 5  # one a step
+    for call, copy in blocked:
+        t = _ns(doc, call["ts"])
+        top = max(
+            (i for i in np.flatnonzero(rt.is_cpu & (m.parent < 0)) if rt.start_ns[i] <= t < rt.end_ns[i]),
+            key=lambda i: rt.dur_ns[i],
+        )
+        assert m.is_wait[top], rt.name(int(top))
+        # its work is what it did after the copy ended, not the 139-147 ms it was blocked
+        assert m.work_ns[top] <= rt.end_ns[top] - _ns(doc, copy["ts"] + copy["dur"]) + 2_000
+    # a host twice as slow, far ahead of the GPU, leaves the device's steps as they were (they were 68%
+    # longer when the blocked time counted as host work and doubled with it)
+    base = simulate(run)
+    slow = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", ranks=(0,), factor=2.0, pattern="aten::*")])
+    )
+    for k in sorted(base.steps()):
+        assert slow.step_time_ns(k) <= base.step_time_ns(k) * 1.01, k
+
+
 def test_a_replayed_gpu_step_ends_no_earlier_than_its_last_kernel(tmp_path: Path) -> None:
     # the a2a pair: rank 0's step ends as recorded with a memset, while its NCCL kernels, held up by a slower
     # rank 1, end up to a quarter of a second later in the replay; the step must end with them

@@ -870,6 +870,7 @@ def _gpu_dependencies(
                 corr=k.corr if k.corr > 0 else None,
                 host=None if call is None else call.host,
                 comm=comm,
+                name=k.name,
             )
         )
     syncs = [

@@ -555,6 +555,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
                 end_ns=e.start_ns + e.dur_ns,
                 corr=e.corr,
                 host=parent.index if parent is not None else None,
+                name=e.name,
             )
         )
     read = {c: e for c, e in kt.launches.items() if e.name in CALLS_READ}
