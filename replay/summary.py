@@ -14,7 +14,8 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   counts it, so an unmodified replay gives the breakdown's compute;
 - ``comm_ns``: time covered by its communication nodes (arrival to completion; a union, as the other
   two: concurrent ones, DDP's buckets or a 1F1B batch, count once);
-- ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest;
+- ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
+  (up to its own end, as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
 - ``exposed_comm_ns``: time covered by transfers (latest arrival to own completion) not under compute.
 """
 
@@ -179,7 +180,9 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             sarr = sync_arr[rt.step[sync_rows] == k] if sync_rows.size else sync_arr
             # time covered, not summed: a rank's concurrent waits or transfers (DDP's buckets, a 1F1B
             # batch) happen at once
-            w_lo, w_hi = union_intervals(st[srows], np.maximum(sarr, st[srows]))
+            # a member waits no longer than it lasted: an eager send, or a recorded member that ended before
+            # the last one arrived (clocks of other hosts), is not waiting after its end (the skew's clamp)
+            w_lo, w_hi = union_intervals(st[srows], np.minimum(np.maximum(sarr, st[srows]), en[srows]))
             t_lo, t_hi = union_intervals(np.maximum(sarr, st[srows]), np.maximum(en[srows], sarr))
             hidden = _covered(ca, cb, t_hi) - _covered(ca, cb, t_lo)
             exposed = (t_hi - t_lo) - hidden

@@ -158,3 +158,23 @@ def test_concurrent_waits_and_transfers_of_a_rank_count_once(tmp_path: Path) -> 
     assert rows[0].wait_ns == 10 * MS  # not 20: the two waits are the same 10 ms
     assert rows[0].comm_ns == 11 * MS
     assert rows[0].wait_ns <= rows[0].step_time_ns
+
+
+def test_an_eager_send_waits_no_longer_than_it_lasted_as_analyze_counts_it(tmp_path: Path) -> None:
+    from skewlens.analysis.api import analyze_run
+
+    # rank 0's send completes in 1 ms, 4 ms before rank 1 arrives at its recv: the summary said rank 0
+    # waited 5 ms (to the recv's arrival) in a step whose only communication lasted 1 ms
+    b = RunBuilder(world_size=2)
+    r0 = b.rank(0).step(0)
+    r0.send(1, comm_bytes=1 << 20, dur_ns=MS, start_ns=0)
+    r0.compute("aten::mm", dur_ns=6 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("aten::mm", dur_ns=5 * MS, start_ns=0)
+    r1.recv(0, comm_bytes=1 << 20, dur_ns=200_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = {s.rank: s for s in summarize(rt, simulate(rt))}
+    assert (rows[0].wait_ns, rows[0].comm_ns) == (MS, MS)
+    assert rows[1].wait_ns == 0
+    (event,) = analyze_run(rt, blame=False).skew.events
+    assert event.wait_ns.tolist() == [rows[0].wait_ns, rows[1].wait_ns]
