@@ -96,14 +96,22 @@ def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iter
     def col(attr: str) -> np.ndarray:
         return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
 
-    rank, step, start, end, contrib = (
+    rank, step, start, end, contrib, gap = (
         col("rank"),
         col("step"),
         col("start_ns"),
         col("end_ns"),
         col("contribution_ns"),
+        col("gap_before_ns"),
     )
-    ts = end - contrib
+    # a node is on the path only until what waited for it needed it (a host op until the launch inside it):
+    # its piece ends where the later piece after it began, less the gap between them, not at the node's end;
+    # each step's pieces tile its path back from its last node's end (records: by step, then position)
+    back = contrib + gap
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    head = np.repeat(first, np.diff(np.r_[first, n]))
+    done = np.cumsum(back) - back  # what the path covered after each piece, from the run's last step back
+    ts = end[head] - (done - done[head]) - contrib
     if cap.steps is not None:
         kept = (step >= cap.steps[0]) & (step <= cap.steps[1])
     elif cap.until_ns is not None:

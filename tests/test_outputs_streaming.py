@@ -420,3 +420,26 @@ def test_untraced_host_time_is_in_the_untraced_category_of_both_traces_and_times
         }
         assert min(e["ts"] for e in nodes) == 0.0
         assert doc["otherData"]["t0_ns"] == 5 * MS
+
+
+def test_the_critical_path_track_shows_each_node_only_while_it_was_on_the_path(tmp_path: Path) -> None:
+    from skewlens.profiler.importers import import_traces
+    from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
+
+    # a host op is on the path only until the launch inside it; its slice used to be drawn up to the op's
+    # end, overlapping the kernel it launched on the same track (6 of the DLRM trace's 495 path nodes)
+    write_gpu_run(GpuRunSpec(world_size=2, steps=2, layers=2, slow_ranks={1: 1.5}, seed=0), tmp_path / "k")
+    import_traces(sorted((tmp_path / "k").glob("*.json.gz")), None, tmp_path / "run")
+    res = analyze_run(load_run(tmp_path / "run"), blame=False)
+    doc = json.loads(write_analysis_perfetto(res, tmp_path / "t.json").read_text(encoding="utf-8"))
+    t0 = doc["otherData"]["t0_ns"]
+    drawn = [e for e in doc["traceEvents"] if e.get("cat") == "critical_path" and e["ph"] == "X"]
+    pieces = [(round(e["ts"] * 1000) + t0, round(e["dur"] * 1000)) for e in drawn]
+    path = res.critical_path
+    assert len(pieces) == len(path)
+    assert any(a + d < p.end_ns for (a, d), p in zip(pieces, path, strict=True))  # some node was cut
+    for k in range(len(path) - 1):
+        if path[k].step == path[k + 1].step:  # the earlier piece ends its gap before the later one begins
+            assert pieces[k + 1][0] + pieces[k + 1][1] + path[k].gap_before_ns == pieces[k][0], k
+    for p, (a, d) in zip(path, pieces, strict=True):
+        assert p.start_ns <= a and a + d <= p.end_ns and d == p.contribution_ns
