@@ -3,11 +3,13 @@
 Per rank, the compute intervals of all streams/threads are merged into one union ``C`` (so nested host
 ops and concurrent GPU streams are not double counted); likewise communication ``M`` and its
 wait-for-peers part ``W`` (``[arrival, last arrival)`` of each communication node: the skew table's
-per-member wait, ``W ⊆ M``). A wait node (``wait_tensor``, ``Work.wait``, a host op that synchronised on
-the GPU: see ``skewlens.replay.execution``) is communication (in ``M``) while blocked: waiting for peers
-where that lies in the awaited member's ``[arrival, last arrival)`` (already in ``W``), transfer after the
-last member arrived; its own overhead after the completion is transfer-like too (a ``host_work`` node's
-work after it, compute). Within a step ``[a, b)``::
+per-member wait, ``W ⊆ M``). A wait node (``wait_tensor``, ``Work.wait``) is communication (in ``M``)
+while blocked: waiting for peers where that lies in the awaited member's ``[arrival, last arrival)``
+(already in ``W``), transfer after the last member arrived; its own overhead after the completion is
+transfer-like too (a ``host_work`` node's work after it, compute). A host op blocked on the GPU (a
+synchronise, a blocking copy: see ``skewlens.replay.execution``) is in neither union by itself: that time
+is the GPU's, communication where an NCCL kernel runs, compute where kernels do, idle where the GPU idles
+too. Within a step ``[a, b)``::
 
     compute             = |C|
     overlapped comm     = |M ∩ C|       = |M| + |C| - |M ∪ C|

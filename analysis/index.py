@@ -11,7 +11,8 @@
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
 - ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
   (``wait_tensor``, ``Work.wait``) spent blocked on communication. Wait nodes count as communication,
-  none of it as compute: their blocked time is waiting for peers only where it lies in the awaited
+  none of it as compute (but a host row blocked on the GPU is no communication by itself: the GPU's rows
+  say what that time was): their blocked time is waiting for peers only where it lies in the awaited
   member's ``[arrival, last arrival)`` (that member's ``wait_ns``), the rest of it transfer, and their own
   overhead transfer-like; except a host-time node that hid a wait (``host_work``: the ``collectives``
   level's ``compute`` node after DDP's last bucket), whose work after the completion is the program's
@@ -278,13 +279,19 @@ def build_index(run: RunTrace) -> RunIndex:
         is_untraced = untraced_rows(rt)
         is_wait = m.is_wait & ~is_untraced
         is_comp = any_comp & ~is_untraced & ~is_wait
-        busy = is_comm | is_comp | is_wait
+        # a host row blocked on the GPU (a synchronise, a blocking copy) is not busy by itself while
+        # blocked: that time is the GPU's, communication where an NCCL kernel runs, compute where kernels
+        # do, idle where the GPU idles too (it waits for what the trace does not show)
+        on_gpu_only = np.zeros(len(rt), dtype=np.bool_)
+        on_gpu_only[m.wait_dst] = True
+        on_gpu_only[m.wait_dst[rt.is_cpu[m.wait_src]]] = False
+        busy = is_comm | is_comp | (is_wait & ~on_gpu_only)
         # a wait node is communication while blocked; after that, a wait op's overhead stays
         # communication-like, a host-time node's own work is compute (host_work)
         hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
-        comm_like = (is_comm | is_wait) & ~m.host_work
+        comm_like = (is_comm | is_wait) & ~m.host_work & ~on_gpu_only
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,

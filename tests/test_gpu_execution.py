@@ -414,6 +414,29 @@ def test_a_host_op_blocked_in_a_copy_to_pageable_memory_waits_for_the_gpu_and_it
         assert slow.step_time_ns(k) <= base.step_time_ns(k) * 1.01, k
 
 
+def test_host_time_blocked_on_an_idle_gpu_is_not_called_transfer(imported: dict[str, RunTrace]) -> None:
+    # the 16-GPU trace's host blocks ~140 ms a step in a .cpu() copy and a device synchronise, while its
+    # NCCL kernels run ~30 ms: the breakdown called the whole block exposed transfer (121 ms a step against
+    # 36 ms of communication). Blocked on the GPU, the host's time is the GPU's: transfer only where an
+    # NCCL kernel ran, compute where kernels did, idle where nothing did
+    from skewlens.analysis.index import Coverage, build_index
+    from skewlens.profiler.store.model import type_mask
+    from skewlens.profiler.vocab import COMM_NODE_TYPES
+
+    run = _run(imported, "nccl_16gpu_rank0_kineto.json.gz")
+    ri = build_index(run).ranks[0]
+    rt = ri.trace
+    comm = type_mask(rt.node_type, COMM_NODE_TYPES)
+    comm_cov = Coverage.of(rt.start_ns[comm], ri.end_ns[comm])
+    records = analyze_run(run, blame=False).breakdown
+    assert len(records) == 5
+    for b in records:
+        ran = int(comm_cov.between(np.array([b.start_ns]), np.array([b.end_ns]))[0])
+        assert b.exposed_wait_ns + b.exposed_transfer_ns <= ran, b.step
+        assert b.idle_ns > 0.4 * b.step_ns, b.step  # the GPU idles through most of the block
+        assert b.compute_ns + b.exposed_wait_ns + b.exposed_transfer_ns + b.idle_ns == b.step_ns
+
+
 def test_a_replayed_gpu_step_ends_no_earlier_than_its_last_kernel(tmp_path: Path) -> None:
     # the a2a pair: rank 0's step ends as recorded with a memset, while its NCCL kernels, held up by a slower
     # rank 1, end up to a quarter of a second later in the replay; the step must end with them
