@@ -29,10 +29,12 @@ from skewlens.analysis.records import (
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
+from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import table_from_columns, table_from_records, write_table
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.replay.execution import clock_note
 
 #: Output file names inside OUT_DIR.
 SKEW_FILE = "collective_skew.parquet"
@@ -60,6 +62,13 @@ class AnalysisResult:
     @property
     def run(self) -> RunTrace:
         return self.index.run
+
+    @property
+    def notes(self) -> list[str]:
+        """What a report on the run says besides its tables (:func:`run_notes`), and where the ranks' clocks
+        contradict the traces (:func:`clock_note`)."""
+        clocks = clock_note(self.run)
+        return [*run_notes(self.run), *([clocks] if clocks else [])]
 
     @property
     def stragglers(self) -> list[BlameRecord]:

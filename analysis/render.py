@@ -14,7 +14,7 @@ from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisRe
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, rank_means
 from skewlens.analysis.critical_path import shares
 from skewlens.analysis.records import BlameRecord
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, run_notes
+from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
@@ -223,7 +223,7 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         critical_path_table(result),
-        *(Text(note, style="yellow") for note in run_notes(result.run)),
+        *(Text(note, style="yellow") for note in result.notes),
     ]
     lost = result.run.incomplete_steps
     if lost:

@@ -253,6 +253,54 @@ def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     return st[idx], np.maximum.reduceat(en, idx)
 
 
+#: Least contradiction :func:`clock_note` reports: below it, the recorded ends' own imprecision (a gloo
+#: worker's end seen 0.5 ms early on one host), which changes a skew by less than the reports show.
+CLOCK_NOTE_NS = 1_000_000
+
+
+def clock_note(run: RunTrace) -> str | None:
+    """What the traces' clocks contradict, in one line, or None: collective members recorded as done before
+    another member arrived (a collective cannot complete before all are there; the model detaches them) and
+    recvs recorded as done before their send began, by more than :data:`CLOCK_NOTE_NS`. Such times come
+    from clocks that disagree (traces of hosts without a common clock, an import without alignment): their
+    skew and waits are not meaningful."""
+    syncs = execution_model(run).syncs
+    worst, where, n = 0, "", 0
+    for g in syncs:
+        if not g.is_p2p and not any(g.detached):  # a collective member is detached only by its clock
+            continue
+        rts = [run.ranks[r] for r in g.ranks]
+        starts = [int(rt.start_ns[w]) for rt, w in zip(rts, g.rows, strict=True)]
+        ends = [int(rt.start_ns[w] + rt.dur_ns[w]) for rt, w in zip(rts, g.rows, strict=True)]
+        if g.is_p2p:  # (send, recv): a recv cannot complete before its send began
+            early, last = 1, 0
+            pg = f"{run.p2p[g.index].pg_name!r}"
+        else:  # of the members whose end was seen (a zero-length one's was not)
+            seen = [k for k, d in enumerate(g.detached) if d and ends[k] > starts[k]]
+            if not seen:
+                continue
+            early = min(seen, key=lambda k: ends[k])
+            last = int(np.argmax(starts))
+            c = run.collectives[g.index]
+            pg = f"{c.pg_name!r} seq {c.seq}"
+        late = starts[last] - ends[early]
+        if late <= CLOCK_NOTE_NS:
+            continue
+        n += 1
+        if late > worst:
+            worst = late
+            who = f"rank {g.ranks[early]} done {late / 1e6:.1f} ms before rank {g.ranks[last]} began"
+            where = f"group {pg}: {who}"
+    if not n:
+        return None
+    return (
+        f"clocks disagree: {n} of {len(syncs)} collectives and p2p pairs have a member recorded as done "
+        f"before another began (worst: {where}); the ranks' clocks are not aligned (traces of hosts without "
+        "a common clock?): the skew and waits of those are not meaningful, and a replay keeps such members' "
+        "recorded times"
+    )
+
+
 def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
     out: list[SyncGroup] = []
     for ci, c in enumerate(run.collectives):

@@ -24,7 +24,7 @@ from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_segments, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.execution import ExecutionModel
+from skewlens.replay.execution import ExecutionModel, clock_note
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, csr, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
 
@@ -474,4 +474,7 @@ def validate_replayable(
         why = find_deadlock(report.run)
         if why is not None:
             report.issues.append(Issue(severity=Severity.ERROR, kind="deadlock", message=why))
+        clocks = clock_note(report.run)
+        if clocks is not None:
+            report.issues.append(Issue(severity=Severity.WARNING, kind="clocks", message=f"{path}: {clocks}"))
     return report

@@ -40,6 +40,7 @@ from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
     CONFIG_YAML,
     REAL_RUN_DIR,
@@ -173,7 +174,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in unused_knobs(cfg, hc.overrides.task):
         console.print(note, style="yellow", markup=False, highlight=False)
-    for note in (*run_notes(outcome.run), *outcome.notes):
+    clocks = clock_note(outcome.run)
+    for note in (*run_notes(outcome.run), *([clocks] if clocks else []), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
         from skewlens.replay.real.render import render_comparison
