@@ -5,9 +5,11 @@ Walk back from the step's last finishing node (over all ranks):
 - at a collective, if another member arrived last, the path goes through that member: this node
   contributes only its transfer (``end - last arrival``), the last arriver's node is put on the path
   with no duration (it marks the jump) and the walk continues from the last arriver's dependencies;
-- at a recv whose send started later than the recv, likewise through the send (``via="p2p"``); a member
-  or send that arrived after this node ended (an asynchronous collective's node, which ends at its
-  launch) is not what it waited for, and the walk does not jump to it;
+- at a recv whose send started later than the recv, likewise through the send (``via="p2p"``), and at a
+  send whose recv was posted later, through the recv, unless the execution model made the send eager
+  (done before its recv arrived: it waited for nobody); a member, send or recv that arrived after this
+  node ended (an asynchronous collective's node, which ends at its launch) is not what it waited for,
+  and the walk does not jump to it;
 - otherwise through the latest-finishing of what the node waits for in the execution model
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
   on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
@@ -30,6 +32,7 @@ import numpy as np
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import CriticalPathRecord
 from skewlens.profiler.vocab import NodeType
+from skewlens.replay.execution import execution_model
 
 #: Path-record ``kind`` of each node type (``other`` for the rest).
 KIND_NAMES = {
@@ -64,7 +67,7 @@ def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
     return steps
 
 
-def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathRecord]:
+def _walk(ix: RunIndex, step: int, rank: int, row: int, eager: set[int]) -> list[CriticalPathRecord]:
     run = ix.run
     # (rank, row, eff_start, eff_end, via)
     path: list[tuple[int, int, int, int, str]] = []
@@ -95,14 +98,16 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
                 nxt_r, nxt_w = r2, int(ix.ranks[r2].latest_dep[w2])
                 nxt_cap = min(int(ix.ranks[r2].latest_met_ns[w2]), arr[j])
                 start = -1
-        elif p >= 0 and int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV):
+        elif p >= 0 and (int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV) or p not in eager):
             pair = run.p2p[p]
-            s_start = int(run.ranks[pair.src_rank].start_ns[pair.src_row])
+            # a recv waits for its send; a send that did not complete eagerly, for its recv
+            pr, pw = (pair.dst_rank, pair.dst_row) if r == pair.src_rank else (pair.src_rank, pair.src_row)
+            s_start = int(run.ranks[pr].start_ns[pw])
             if start < s_start <= end:
                 path.append((r, w, s_start, end, "p2p"))
-                path.append((pair.src_rank, pair.src_row, s_start, s_start, "dep"))
-                nxt_r, nxt_w = pair.src_rank, int(ix.ranks[pair.src_rank].latest_dep[pair.src_row])
-                nxt_cap = min(int(ix.ranks[pair.src_rank].latest_met_ns[pair.src_row]), s_start)
+                path.append((pr, pw, s_start, s_start, "dep"))
+                nxt_r, nxt_w = pr, int(ix.ranks[pr].latest_dep[pw])
+                nxt_cap = min(int(ix.ranks[pr].latest_met_ns[pw]), s_start)
                 start = -1
         if start >= 0:
             path.append((r, w, start, end, "dep"))
@@ -139,9 +144,11 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int) -> list[CriticalPathReco
 
 def analyze_critical_path(ix: RunIndex) -> list[CriticalPathRecord]:
     """Critical path records of every step, by step then position (last node first)."""
+    # sends the execution model detaches from their pair (eager: done before the recv arrived)
+    eager = {g.index for g in execution_model(ix.run).syncs if g.is_p2p and g.detached[0]}
     out: list[CriticalPathRecord] = []
     for step, (r, row) in sorted(_last_nodes(ix).items()):
-        out.extend(_walk(ix, step, r, row))
+        out.extend(_walk(ix, step, r, row, eager))
     return out
 
 

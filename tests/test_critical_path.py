@@ -137,3 +137,50 @@ def test_a_collective_whose_recorded_end_is_after_its_wait_ended_counts_only_up_
         ("a", 10 * MS),
     ]
     assert _path_sum_and_span(recs, 0) == (16 * MS, 16 * MS)
+
+
+def test_a_send_that_waited_for_a_late_recv_jumps_to_the_receiver(tmp_path: Path) -> None:
+    # rank 0's send (issued at 1 ms on gloo's worker, waited for by c10d::wait) is not eager: it completes
+    # at 41 ms, 2 ms after rank 1, 39 ms late in "slow", posted the recv. The path goes through rank 1's
+    # recv to "slow"; the send accounts only for its 2 ms transfer, not the 38 ms it waited for rank 1
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    a = r0.compute("a", 1 * MS, start_ns=0)
+    snd = r0.send(1, 1 << 20, 40 * MS, start_ns=1 * MS, stream=1, deps=(a,))
+    r0.compute("b", 3 * MS, start_ns=1 * MS)
+    r0.compute("c10d::wait", 37 * MS, start_ns=4 * MS, deps=(snd,))
+    r0.compute("after", 5 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("slow", 39 * MS, start_ns=0)
+    r1.recv(0, 1 << 20, 2 * MS, start_ns=39 * MS)
+    r1.compute("consume", 1 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (0, "after", "dep", 5 * MS),
+        (0, "c10d::wait", "dep", 0),
+        (0, "c10d::send", "p2p", 2 * MS),
+        (1, "c10d::recv_", "dep", 0),
+        (1, "slow", "end", 39 * MS),
+    ]
+    by_rank, _ = shares(recs)
+    assert by_rank[0] == {0: 7 * MS, 1: 39 * MS}
+    assert _path_sum_and_span(recs, 0) == (46 * MS, 46 * MS)
+
+
+def test_an_eager_send_is_not_a_wait_for_its_recv(tmp_path: Path) -> None:
+    # the send ends at 3 ms, 15 us after its recv began at 2.985 ms (within the clocks' skew): eager, it
+    # waited for nobody; the path stays on rank 0 ("a", then the send's 2 ms)
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    r0.compute("a", 1 * MS, start_ns=0)
+    r0.send(1, 1 << 20, 2 * MS)
+    r0.compute("after", 5 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("slow", 2_985_000, start_ns=0)
+    r1.recv(0, 1 << 20, 15_000)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.contribution_ns) for r in recs] == [
+        (0, "after", 5 * MS),
+        (0, "c10d::send", 2 * MS),
+        (0, "a", 1 * MS),
+    ]
