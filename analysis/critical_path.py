@@ -10,6 +10,8 @@ Walk back from the step's last finishing node (over all ranks):
   (done before its recv arrived: it waited for nobody); a member, send or recv that arrived after this
   node ended (an asynchronous collective's node, which ends at its launch) is not what it waited for,
   and the walk does not jump to it;
+- at a collective whose transfer waited for the one queued before it on its stream (the execution model's
+  queue edge: gloo's worker threads) past the last arrival, through that one, on this rank;
 - otherwise through the latest-finishing of what the node waits for in the execution model
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
   on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
@@ -67,7 +69,22 @@ def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
     return steps
 
 
-def _walk(ix: RunIndex, step: int, rank: int, row: int, eager: set[int]) -> list[CriticalPathRecord]:
+def _queued_behind(ix: RunIndex) -> dict[int, dict[int, int]]:
+    """Per rank: each communication row with queue edges in the execution model -> the latest-ending of
+    their sources (its transfer waits for them: the collective before it on its stream)."""
+    out: dict[int, dict[int, int]] = {}
+    for r, m in execution_model(ix.run).ranks.items():
+        end = ix.ranks[r].end_ns
+        o = np.lexsort((m.queue_src, end[m.queue_src], m.queue_dst))  # last per dependant: the latest
+        src, dst = m.queue_src[o], m.queue_dst[o]
+        last = np.append(dst[1:] != dst[:-1], True) if dst.size else dst.astype(np.bool_)
+        out[r] = dict(zip(dst[last].tolist(), src[last].tolist(), strict=True))
+    return out
+
+
+def _walk(
+    ix: RunIndex, step: int, rank: int, row: int, *, eager: set[int], queue: dict[int, dict[int, int]]
+) -> list[CriticalPathRecord]:
     run = ix.run
     # (rank, row, eff_start, eff_end, via)
     path: list[tuple[int, int, int, int, str]] = []
@@ -87,28 +104,35 @@ def _walk(ix: RunIndex, step: int, rank: int, row: int, eager: set[int]) -> list
             start = min(max(start, nxt_cap), end)  # a wait: on the path from what it waited for
         k = int(ri.coll[w])
         p = int(ri.p2p[w])
+        peer: tuple[int, int, int, str] | None = None  # the member or peer this node waited for, last
         if k >= 0:
             c = run.collectives[k]
             arr = [int(run.ranks[m].start_ns[x]) for m, x in zip(c.ranks, c.rows, strict=True)]
             j = int(np.argmax(arr))
             if start < arr[j] <= end:  # a member that arrived after this node ended is not what it waited for
-                path.append((r, w, arr[j], end, "collective"))
-                r2, w2 = c.ranks[j], c.rows[j]
-                path.append((r2, w2, arr[j], arr[j], "dep"))
-                nxt_r, nxt_w = r2, int(ix.ranks[r2].latest_dep[w2])
-                nxt_cap = min(int(ix.ranks[r2].latest_met_ns[w2]), arr[j])
-                start = -1
-        elif p >= 0 and (int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV) or p not in eager):
+                peer = (c.ranks[j], c.rows[j], arr[j], "collective")
+        elif p >= 0:
             pair = run.p2p[p]
             # a recv waits for its send; a send that did not complete eagerly, for its recv
-            pr, pw = (pair.dst_rank, pair.dst_row) if r == pair.src_rank else (pair.src_rank, pair.src_row)
+            recv = int(ri.trace.node_type[w]) == int(NodeType.COMM_RECV)
+            pr, pw = (pair.src_rank, pair.src_row) if recv else (pair.dst_rank, pair.dst_row)
             s_start = int(run.ranks[pr].start_ns[pw])
-            if start < s_start <= end:
-                path.append((r, w, s_start, end, "p2p"))
-                path.append((pr, pw, s_start, s_start, "dep"))
-                nxt_r, nxt_w = pr, int(ix.ranks[pr].latest_dep[pw])
-                nxt_cap = min(int(ix.ranks[pr].latest_met_ns[pw]), s_start)
-                start = -1
+            if (recv or p not in eager) and start < s_start <= end:
+                peer = (pr, pw, s_start, "p2p")
+        q = queue[r].get(w, -1) if k >= 0 or p >= 0 else -1
+        if q >= 0 and max(start, peer[2] if peer else start) < int(ri.end_ns[q]) <= end:
+            # its transfer waited for the communication queued before it on its stream, which ended last
+            qe = int(ri.end_ns[q])
+            path.append((r, w, qe, end, "dep"))
+            nxt_r, nxt_w, nxt_cap = r, q, qe
+            start = -1
+        elif peer is not None:
+            pr, pw, at, via = peer
+            path.append((r, w, at, end, via))
+            path.append((pr, pw, at, at, "dep"))
+            nxt_r, nxt_w = pr, int(ix.ranks[pr].latest_dep[pw])
+            nxt_cap = min(int(ix.ranks[pr].latest_met_ns[pw]), at)
+            start = -1
         if start >= 0:
             path.append((r, w, start, end, "dep"))
             nxt_cap = min(nxt_cap, start)
@@ -146,9 +170,10 @@ def analyze_critical_path(ix: RunIndex) -> list[CriticalPathRecord]:
     """Critical path records of every step, by step then position (last node first)."""
     # sends the execution model detaches from their pair (eager: done before the recv arrived)
     eager = {g.index for g in execution_model(ix.run).syncs if g.is_p2p and g.detached[0]}
+    queue = _queued_behind(ix)
     out: list[CriticalPathRecord] = []
     for step, (r, row) in sorted(_last_nodes(ix).items()):
-        out.extend(_walk(ix, step, r, row, eager))
+        out.extend(_walk(ix, step, r, row, eager=eager, queue=queue))
     return out
 
 

@@ -184,3 +184,36 @@ def test_an_eager_send_is_not_a_wait_for_its_recv(tmp_path: Path) -> None:
         (0, "c10d::send", 2 * MS),
         (0, "a", 1 * MS),
     ]
+
+
+def test_a_collective_whose_transfer_waited_for_the_one_queued_before_it_goes_through_that_one(
+    tmp_path: Path,
+) -> None:
+    # gloo's two worker threads: C3's transfer waits for the first to end of C1 and C2 (the execution
+    # model's queue edge). Rank 1, 30 ms late in "slow", issues C1 at 30 ms (done at 40), C2 at 31 (41);
+    # rank 0 issues C3 last, at 35 ms, but C3 waits for C1 until 40, then transfers 2 ms. The step's end
+    # is held by rank 1's lateness through C1, not by rank 0's "bwd2" (shorter, the end is the same)
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        t1, t2, t3 = (1 * MS, 2 * MS, 35 * MS) if r == 0 else (30 * MS, 31 * MS, 32 * MS)
+        h1 = rb.compute("fwd" if r == 0 else "slow", t1, start_ns=0)
+        c1 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 40 * MS - t1, start_ns=t1, stream=1, deps=(h1,))
+        h2 = rb.compute("bwd1", 1 * MS, start_ns=t1)
+        c2 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 41 * MS - t2, start_ns=t2, stream=1, deps=(h2,))
+        h3 = rb.compute("bwd2", t3 - t2, start_ns=t2)
+        c3 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 42 * MS - t3, start_ns=t3, stream=1, deps=(h3,))
+        rb.compute("c10d::wait", 42 * MS - t3, start_ns=t3, deps=(c1, c2, c3))
+        rb.compute("opt", 1 * MS + (100_000 if r == 0 else 0))
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (0, "opt", "dep", 1_100_000),
+        (0, "c10d::wait", "dep", 0),
+        (0, "c10d::all_reduce_", "dep", 2 * MS),  # C3: its own transfer, after C1 ended
+        (0, "c10d::all_reduce_", "collective", 10 * MS),  # C1: its transfer, after rank 1 arrived
+        (1, "c10d::all_reduce_", "dep", 0),
+        (1, "slow", "end", 30 * MS),
+    ]
+    by_rank, _ = shares(recs)
+    assert by_rank[0] == {0: 13_100_000, 1: 30 * MS}
+    assert _path_sum_and_span(recs, 0) == (43_100_000, 43_100_000)
