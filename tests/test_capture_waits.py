@@ -434,3 +434,24 @@ def test_fsdp2_work_waits_depend_on_their_async_all_gathers(fsdp_run: Path) -> N
         assert len(targets) == len(waits)  # each wait on its own all_gather
         _no_overlap_on_threads(nodes)
     load_validated(fsdp_run)
+
+
+def test_a_recorder_collective_whose_end_no_worker_event_showed_ends_at_the_wait_on_it() -> None:
+    # the 2-D mesh: a functional all_reduce the flight recorder gave, whose gloo worker event the capture did
+    # not see, was written as done at its issue; its wait_tensor's 3.78 ms then counted as the wait's own
+    # work where 3.25 ms of it was waiting for a peer
+    from skewlens.profiler.capture.flight import merge, parse_dump
+
+    entry = {
+        "record_id": 0, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 5,
+        "p2p_seq_id": 0, "op_id": 5, "profiling_name": "gloo:all_reduce", "time_created_ns": 10 * MS,
+        "input_sizes": [[256]], "input_dtypes": ["Float"], "output_sizes": [[256]],
+        "output_dtypes": ["Float"], "state": "completed", "thread_id": str(IDENT),
+    }  # fmt: skip
+    _hooked, extra, _left_out = merge(parse_dump(json.dumps({"entries": [entry]})), [], [STEP], thread=MAIN)
+    (coll,) = extra
+    nodes = build_nodes(capture([coll], [wait_tensor(20 * MS, 50 * MS)]))
+    (comm,) = the(nodes, "gloo:all_reduce")
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    assert comm.node_id in wait.ctrl_deps
+    assert (comm.start_ns, comm.start_ns + comm.dur_ns) == (10 * MS, 50 * MS)

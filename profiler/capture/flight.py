@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.capture.build import step_of
-from skewlens.profiler.capture.records import FROM_RECORDER, CommRecord, StepRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, CommRecord, StepRecord
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
@@ -519,7 +519,8 @@ def merge(
                     size_bytes=e.size_bytes,
                     start_ns=e.created_ns,
                     issue_end_ns=e.created_ns,
-                    end_ns=max(e.created_ns, spans[(pg, e.seq)][1]) if (pg, e.seq) in spans else e.created_ns,
+                    # no device span: its end is gloo's worker's where seen (the build looks), else unknown
+                    end_ns=max(e.created_ns, spans[(pg, e.seq)][1]) if (pg, e.seq) in spans else END_UNKNOWN,
                     is_async=True,
                     thread=thread,
                     step=step,
