@@ -173,3 +173,42 @@ def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_t
         ("c10d::reduce_scatter_", 3, 12, "float32", False),
     ]
     assert data["full"][1][1] != data["full"][0][1]  # the sub-group's name, from the recorder too
+
+
+GROUP_ROOT_SCRIPT = r"""
+import json, os, socket
+os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
+import torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import flight, hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
+hooks.install()
+pair = dist.new_group([0])
+hooks.lean_left = 100
+dist.broadcast(torch.ones(5), group_src=0, group=pair)
+dist.reduce(torch.ones(5), group_dst=0)
+dist.gather(torch.ones(5), [torch.empty(5)], group_dst=0, group=pair)
+dist.broadcast_object_list([{"a": 1}], src=0)      # torch names the root as group_src
+raw = hooks.flush()
+hooks.uninstall()
+lean, lost = flight.resolve(flight.dump_entries(), raw)
+print(json.dumps({"roots": [(r.op, r.src, r.dst) for r in lean], "lost": lost}))
+dist.destroy_process_group()
+"""
+
+
+def test_lean_calls_record_a_root_given_as_a_rank_of_the_group() -> None:
+    # broadcast_object_list(src=1) and gather_object(dst=1) name their root as group_src / group_dst: the
+    # lean path left it -1, and a real replay broadcast from the group's first rank instead
+    data = run_script(GROUP_ROOT_SCRIPT)
+    assert data["lost"] == 0
+    assert [tuple(r) for r in data["roots"]] == [
+        ("c10d::broadcast_", 0, -1),
+        ("c10d::reduce_", -1, 0),
+        ("c10d::gather_", -1, 0),
+        ("c10d::broadcast_", 0, -1),
+        ("c10d::broadcast_", 0, -1),
+    ]

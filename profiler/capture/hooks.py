@@ -67,10 +67,24 @@ class _Spec:
 #: ``comm_dst`` (it receives).
 _ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
 _ROOT_RECEIVES = frozenset({CommType.REDUCE, CommType.GATHER})
-#: The lean path's root: the parameter that names it as a global rank, and its position
-#: (``broadcast(tensor, src, ...)``, ``reduce(tensor, dst, ...)``, ``gather(tensor, gather_list, dst, ...)``);
-#: the recorder's entry has none. A root given as ``group_src`` / ``group_dst`` is left unknown there.
-_LEAN_ROOT = {CommType.BROADCAST: ("src", 1), CommType.REDUCE: ("dst", 1), CommType.GATHER: ("dst", 2)}
+#: The lean path's root (the recorder's entry has none): the parameter that names it as a global rank, the
+#: one that names it as a rank of the group, and the group's, each with its position (``broadcast(tensor,
+#: src, group, async_op, group_src)``, ``reduce(tensor, dst, op, group, async_op, group_dst)``,
+#: ``gather(tensor, gather_list, dst, group, async_op, group_dst)``). The object collectives
+#: (``broadcast_object_list``, ``gather_object``, ``scatter_object_list``) name their root as ``group_src`` /
+#: ``group_dst``.
+_LEAN_ROOT = {
+    CommType.BROADCAST: (("src", 1), ("group_src", 4), ("group", 2)),
+    CommType.REDUCE: (("dst", 1), ("group_dst", 5), ("group", 3)),
+    CommType.GATHER: (("dst", 2), ("group_dst", 5), ("group", 3)),
+}
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], where: tuple[str, int]) -> Any:
+    """The argument named ``where[0]`` or at position ``where[1]``; None where it is not given."""
+    name, pos = where
+    return kwargs.get(name, args[pos] if len(args) > pos else None)
+
 
 _C = NodeType.COMM_COLL
 SPECS: dict[str, _Spec] = {
@@ -375,8 +389,10 @@ class CommHooks:
         is_async = result is not None
         src = dst = -1
         if (rooted := _LEAN_ROOT.get(spec.comm_type)) is not None:  # type: ignore[arg-type]
-            name, pos = rooted
-            root = kwargs.get(name, args[pos] if len(args) > pos else None)
+            global_root, group_root, group = rooted
+            root = _arg(args, kwargs, global_root)
+            if root is None and isinstance(in_group := _arg(args, kwargs, group_root), int):
+                root = self._peer(_arg(args, kwargs, group) or dist.group.WORLD, None, in_group)
             if isinstance(root, int):
                 src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
         what = _Described(
