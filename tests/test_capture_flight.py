@@ -8,6 +8,7 @@ group) that the Python hooks never see; 2 gloo ranks run it under ``skewlens pro
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -333,3 +334,78 @@ def test_the_manifest_declares_one_range_per_group_for_every_member_and_the_load
     )
     inst = match_instances(kept, ["0"], {}, IssueLog(strict=True))  # no mismatch left
     assert [i.seq for i in inst] == [9, 10, 11, 12] and all(i.ranks == (0, 1, 2) for i in inst)
+
+
+def test_a_save_after_the_program_destroyed_its_group_still_numbers_the_hooked_calls_by_the_recorder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a program that ends inside the window destroys its group before the save at exit; the recorder keeps
+    # its entries. Its lean calls were left without a number and its full-path ones with the hooks' own
+    # (a scatter at 20 among broadcasts numbered 0.. in file order: "issued more than once", not loaded)
+    import torch.distributed as dist
+
+    from skewlens.profiler.capture import flight as flight_mod
+    from skewlens.profiler.capture.session import CaptureSession
+    from skewlens.profiler.manifest import StepWindow
+
+    assert not dist.is_initialized()
+    entries = parse_dump(
+        json.dumps(
+            {
+                "entries": [
+                    {**_entry("0", 31, 1_500), "thread_id": "77"},
+                    {**_entry("0", 32, 2_500), "thread_id": "77"},
+                    {**_entry("0", 33, 3_050), "thread_id": "77"},  # a functional collective: recorder only
+                ]
+            }
+        )
+    )
+    monkeypatch.setattr(flight_mod, "dump_entries", lambda: entries)
+    s = CaptureSession(tmp_path / "run", window=StepWindow(wait=0, warmup=0, active=3), auto_step=False)
+    s._flight = True
+    s.steps = [StepRecord(step=1, start_ns=1_000, end_ns=4_000)]
+    full_path = _hooked(2_400, 2_600, seq=20, ident=77)
+    out = s._with_flight_recorder(
+        [_lean(1_000, 2_000, ident=77), full_path],
+        s._groups(),  # what the session finds after the group was destroyed: no backend
+        partial=True,
+    )
+    assert [(c.op, c.seq) for c in out] == [
+        ("c10d::broadcast_", 31),
+        ("c10d::allreduce_", 32),
+        ("gloo:all_reduce", 33),
+    ]
+
+
+DESTROYED_GROUPS_SCRIPT = r"""
+import json, os, socket
+import torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+import tempfile
+from skewlens.profiler.capture.session import CaptureSession
+from skewlens.profiler.manifest import StepWindow
+s = CaptureSession(tempfile.mkdtemp(), window=StepWindow(wait=0, warmup=0, active=5), auto_step=False)
+dist.new_group([0], group_desc="sub")
+s.step()                                              # a recorded step (the window starts at once)
+dist.destroy_process_group()
+print(json.dumps([(g.name, list(g.ranks), g.desc, g.backend) for g in s._groups()]))
+"""
+
+
+def test_a_save_after_the_program_destroyed_its_groups_names_them_as_they_were_at_a_recorded_step() -> None:
+    # before: one made-up group '0' of rank 0 only (a 2-rank run's manifest said so, and its group '1' was
+    # unknown: the real replay failed with "KeyError: '1'")
+    res = subprocess.run(
+        [sys.executable, "-c", DESTROYED_GROUPS_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    groups = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [(n, r, d) for n, r, d, _b in groups] == [("0", [0], "default_pg"), ("1", [0], "sub")]
+    assert all("gloo" in b for *_x, b in groups)

@@ -84,6 +84,8 @@ class CaptureSession:
         self.step_index = 0
         self.action = action_for(0, self.window)
         self.steps: list[StepRecord] = []
+        self._known_groups: tuple[ProcessGroupInfo, ...] = ()
+        """The process groups when last looked at (at each recorded step's end, and at the save)."""
         self.offset_ns: int | None = 0
         self.notes: dict[str, str] = {}
         self.lost: list[flight.Loss] = []
@@ -157,6 +159,7 @@ class CaptureSession:
         now = time.time_ns()
         if self.action == Action.RECORD:
             self.steps.append(StepRecord(step=self.step_index, start_ns=self._step_start, end_ns=now))
+            self._groups()  # known for a save after the program destroyed them (it ends inside the window)
         self.step_index += 1
         self._step_start = now
         previous, self.action = self.action, action_for(self.step_index, self.window)
@@ -306,6 +309,8 @@ class CaptureSession:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
+            if self._known_groups:  # destroyed since a recorded step: as they were then
+                return list(self._known_groups)
             return [ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="")]
         c10d = dist.distributed_c10d
         out = []
@@ -318,6 +323,7 @@ class CaptureSession:
             out.append(
                 ProcessGroupInfo(name=str(name), ranks=ranks, desc=str(pg.group_desc), backend=backend)
             )
+        self._known_groups = tuple(out)
         return out
 
     def _ops(self) -> tuple[list[OpRecord], dict[int, Any], list[CudaSyncRecord]]:
@@ -474,7 +480,10 @@ class CaptureSession:
         if note := flight.device_time_note(entries, spans, self.steps):
             self.notes[f"rank {rank} flight recorder device times"] = note
         comms, lost = flight.resolve(entries, comms)
-        if not (dist.is_available() and dist.is_initialized()):
+        # the recorder keeps its entries after the program destroyed its process group (it ended inside
+        # the window): they still number the hooked calls, as on every other save (the lean ones have no
+        # number of their own, and the store's file-order numbering collided with the full path's)
+        if not entries and not (dist.is_available() and dist.is_initialized()):
             self.notes[f"rank {rank} flight recorder"] = (
                 "not read: the program had destroyed its process group before this rank saved its trace "
                 "(it ended inside the capture window), so the collectives only the recorder sees (issued "
@@ -483,6 +492,8 @@ class CaptureSession:
             )
             return comms
         recorded = flight.recorded_groups({g.name: g.backend for g in groups})
+        if not (dist.is_available() and dist.is_initialized()):
+            recorded = {e.pg_name for e in entries}  # the groups are gone; those it has entries of it fed
         mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]
         self.lost = flight.losses(entries, self.steps, mine)
         hooked, extra, left_out = flight.merge(
