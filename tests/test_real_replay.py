@@ -26,7 +26,7 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import run_workers
-from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, rank_plan, read_rank_plan
+from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, group_specs, rank_plan, read_rank_plan
 from skewlens.replay.real.render import render_comparison
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, step_spans
 from skewlens.replay.simulate import simulate
@@ -421,3 +421,23 @@ def test_a_captured_four_rank_run_of_the_example_replays_every_rank_and_step_as_
         assert r.original_ns == tuple(spans[s][1] - spans[s][0] for s in sorted(spans))
     assert_the_workers_kept_their_plans(result.out_dir, [0, 1, 2, 3])
     assert _no_replay_processes_left() == []
+
+
+def test_a_group_the_nodes_name_but_no_record_describes_is_re_created_with_its_members(
+    tmp_path: Path,
+) -> None:
+    # a capture saved after its program destroyed its groups listed only group '0': the workers were
+    # given no group '1' and failed with "KeyError: '1'"
+    b = RunBuilder(3, {"0": (0, 1, 2), "1": (1, 2)})
+    for r in (0, 1, 2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        if r > 0:
+            rb.collective(CommType.ALL_REDUCE, 4096, MS, pg="1")
+        rb.collective(CommType.ALL_REDUCE, 4096, MS)
+    b.groups = {"0": (0, 1, 2)}  # written without group '1'
+    run = load_run(b.write(tmp_path / "run"))
+    assert "1" not in run.process_groups
+    default, groups = group_specs(run)
+    assert default == "0"
+    assert [(g.name, g.ranks) for g in groups] == [("1", (1, 2))]

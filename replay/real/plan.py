@@ -376,6 +376,19 @@ def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
         (g.name for g in ordered if g.desc == "default_pg"),
         next((g.name for g in ordered if g.name == "0" and tuple(sorted(g.ranks)) == world), "0"),
     )
+    # a group the nodes name but neither the manifest nor a trace describes (a capture saved after the
+    # program destroyed its groups): its members are those of its communication, in the order of its names
+    used: dict[str, set[int]] = {}
+    for inst in run.collectives:
+        used.setdefault(inst.pg_name, set()).update(inst.ranks)
+    for pair in run.p2p:
+        used.setdefault(pair.pg_name, set()).update((pair.src_rank, pair.dst_rank))
+    known = {g.name for g in ordered} | {default, ""}
+    ordered += [
+        ProcessGroupInfo(name=n, ranks=tuple(sorted(used[n])), desc=n)
+        for n in run.pg_names
+        if n not in known and n in used
+    ]
     specs = tuple(
         GroupSpec(name=g.name, ranks=tuple(g.ranks), desc=g.desc or g.name)
         for g in ordered
