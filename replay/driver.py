@@ -59,10 +59,17 @@ class ReplayOutcome:
 LENIENT_OPTION = "lenient=true"
 
 
-def load_trace(run_dir: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False) -> RunTrace:
+def load_trace(
+    run_dir: str | Path,
+    *,
+    progress: Progress = NO_PROGRESS,
+    lenient: bool = False,
+    lenient_option: str = LENIENT_OPTION,
+) -> RunTrace:
     """Load a run with the store's validation (:func:`skewlens.profiler.store.validate.load_validated`);
-    ``lenient``: communication that disagrees across ranks is skipped (``RunTrace.skipped_comm``)."""
-    return load_validated(run_dir, progress=progress, lenient=lenient, lenient_option=LENIENT_OPTION)
+    ``lenient``: communication that disagrees across ranks is skipped (``RunTrace.skipped_comm``);
+    ``lenient_option``: the override a refusal suggests ('': none)."""
+    return load_validated(run_dir, progress=progress, lenient=lenient, lenient_option=lenient_option)
 
 
 def _node_of(topo: Topology, rank: int) -> int:
@@ -185,7 +192,10 @@ def replay_run(
             raise ConfigError("mode=real: real replay is not available") from None
         real_api.preflight(Path(cfg.trace), cfg.real)
     with progress.task(f"loading {cfg.trace}", 3) as advance:
-        run = load_trace(cfg.trace, lenient=cfg.lenient)
+        # lenient=true is for mode=sim only (a real replay of disagreeing communication would hang)
+        run = load_trace(
+            cfg.trace, lenient=cfg.lenient, lenient_option=LENIENT_OPTION if real_api is None else ""
+        )
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
             run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
         slowdowns = slowdowns_for(cfg, run, topo)

@@ -441,3 +441,44 @@ def test_a_group_the_nodes_name_but_no_record_describes_is_re_created_with_its_m
     default, groups = group_specs(run)
     assert default == "0"
     assert [(g.name, g.ranks) for g in groups] == [("1", (1, 2))]
+
+
+def test_a_rank_whose_trace_file_is_gone_is_refused_before_loading_without_suggesting_lenient(
+    tmp_path: Path,
+) -> None:
+    # the manifest lists rank 1 but its file is gone: the refusal was the loader's seven problems ending in
+    # "lenient=true would ... leave out the unreadable rank(s) 1", which mode=real then refused too
+    from test_scale import compose_replay
+
+    from skewlens.replay.driver import replay_run
+    from skewlens.replay.errors import ReplayError
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    run = b.write(tmp_path / "run")
+    (run / "rank-1.et").unlink()
+    cfg = compose_replay("mode=real")
+    cfg.trace, cfg.out, cfg.progress = str(run), str(tmp_path / "out"), False
+    with pytest.raises(ReplayError) as e:
+        replay_run(cfg, tmp_path / "out")
+    assert str(e.value) == f"{run}: cannot replay on real processes: rank 1 of 2 has no trace"
+
+
+def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting_lenient(
+    tmp_path: Path,
+) -> None:
+    from test_scale import compose_replay
+
+    from skewlens.replay.driver import replay_run
+
+    b = RunBuilder(2)
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    b.rank(1).step(0).collective(CommType.BROADCAST, 1024, MS)
+    run = b.write(tmp_path / "run")
+    for mode, suggested in (("sim", True), ("real", False)):
+        cfg = compose_replay(f"mode={mode}")
+        cfg.trace, cfg.out, cfg.progress = str(run), str(tmp_path / "out"), False
+        with pytest.raises(ValidationError) as e:
+            replay_run(cfg, tmp_path / "out")
+        assert ("lenient=true" in str(e.value)) is suggested

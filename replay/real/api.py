@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from skewlens.profiler.manifest import Manifest, StepSpan, read_manifest, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.store.issues import no_trace_line
+from skewlens.profiler.store.load import locate_run
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
@@ -120,8 +121,9 @@ def preflight(run_dir: Path, cfg: RealConfigLike, manifest: Manifest | None = No
     loaded (else read from ``run_dir``)."""
     _timeout_s, backend_cfg, nproc, _compute, launcher_args, _capture = _check_config(cfg)
     m = manifest if manifest is not None else read_manifest(run_dir)
-    if m.missing_ranks or sorted(m.ranks) != list(range(m.world_size)):
-        missing = sorted(set(range(m.world_size)) - set(m.ranks) | set(m.missing_ranks))
+    absent = {r for r, f in locate_run(run_dir).files.items() if not f.is_file()}  # listed, file gone
+    if absent or m.missing_ranks or sorted(m.ranks) != list(range(m.world_size)):
+        missing = sorted(set(range(m.world_size)) - set(m.ranks) | set(m.missing_ranks) | absent)
         raise ReplayError(
             f"{run_dir}: cannot replay on real processes: "
             f"{no_trace_line(missing, m.world_size) if missing else 'not every rank was loaded'}"
