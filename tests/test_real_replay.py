@@ -482,3 +482,49 @@ def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting
         with pytest.raises(ValidationError) as e:
             replay_run(cfg, tmp_path / "out")
         assert ("lenient=true" in str(e.value)) is suggested
+
+
+def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_written_outputs(
+    tmp_path: Path,
+) -> None:
+    # SIGTERM (timeout, kill) killed the parent where it stood: a '.out.*.tmp' staging directory beside OUT
+    # and the new replay's half-written run/ and real/ stayed; an earlier replay's real/ was kept even after
+    # a Ctrl-C, as its own entries (plan, replayed, work) had not changed while the new plan replaced theirs
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "out"
+    for d in ("real/plan", "real/work", "real/replayed", "run"):
+        (out / d).mkdir(parents=True)
+    (out / "real" / "plan" / "meta.json").write_text("{}")  # an earlier real replay's
+    (out / "config.yaml").write_text("earlier: true\n")
+    marker = f"skl-sigterm-{tmp_path.name}"
+    launcher = (
+        "import subprocess, sys, time\n"
+        f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], "
+        "start_new_session=True) for _ in range(2)]\n"
+        "time.sleep(60)\n"
+    )
+    parent = (
+        "import sys\nimport skewlens.replay.real.api as api\nfrom skewlens.cli import main\n"
+        "real = api.run_workers\n"
+        f"api.run_workers = lambda cmd, **kw: real([sys.executable, '-c', {launcher!r}], **kw)\n"
+        f"sys.exit(main(['replay', 'mode=real', 'trace={run}', 'out={out}', 'progress=false']))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE)
+
+    def marked() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+
+    deadline = time.monotonic() + 60
+    while len(marked()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(marked()) == 2
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "skewlens replay: interrupted")
+    assert marked() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    assert (out / "config.yaml").read_text() == "earlier: true\n"

@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import hydra
@@ -51,6 +53,7 @@ from skewlens.replay.outputs import (
     SweepRecord,
     write_text,
 )
+from skewlens.replay.real.plan import META_FILE
 from skewlens.replay.render import summary_table
 from skewlens.replay.slowdown import Slowdown
 from skewlens.replay.sweep import append_sweep_row, record_failure
@@ -136,6 +139,13 @@ def _identity(p: Path) -> tuple[int, int]:
     return (st.st_ino, st.st_mtime_ns)
 
 
+def _plan_identity(out_dir: Path) -> tuple[int, int] | None:
+    """The real replay plan's ``meta.json`` (written anew, atomically, by every real replay once it
+    began): None where there is none."""
+    meta = out_dir / REAL_WORK_DIR / "plan" / META_FILE
+    return _identity(meta) if meta.exists() else None
+
+
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, replay, write the outputs and ``config.yaml``, render, record the sweep row.
 
@@ -148,6 +158,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     out_dir = Path(hc.runtime.output_dir)
     real_dirs = [out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR]
     before = {p: _identity(p) for p in real_dirs if p.exists()}
+    plan_before = _plan_identity(out_dir)
     try:
         conf = to_config(cfg)
         with staging_dir(out_dir.absolute()) as stage:
@@ -163,8 +174,11 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             for p in real_dirs:
                 shutil.rmtree(p, ignore_errors=True)
     except BaseException:
-        for p in real_dirs:  # what a failed real replay began (it clears an earlier one's first)
-            if p.exists() and before.get(p) != _identity(p):
+        # what a failed real replay began: it writes inside an earlier one's directories (leaving their own
+        # entries, so their times, as they were), so its new plan tells that it began
+        began = _plan_identity(out_dir) != plan_before
+        for p in real_dirs:
+            if p.exists() and (began or before.get(p) != _identity(p)):
                 shutil.rmtree(p, ignore_errors=True)
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
@@ -374,8 +388,32 @@ def check_modes(args: Sequence[str]) -> None:
         )
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a batch system's end of job) interrupts as Ctrl-C does: the replay
+    cleans up as for Ctrl-C (the workers stopped, the staging directory removed, a real replay's ``run/`` and
+    ``real/`` not left half-written) instead of the process dying where it stands. Only on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
+    with sigterm_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     register_configs()
     args = list(sys.argv[1:] if argv is None else argv)
     check_modes(args)
