@@ -528,3 +528,23 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
     assert (out / "config.yaml").read_text() == "earlier: true\n"
+
+
+def test_more_ranks_than_the_hosts_memory_holds_are_refused_before_any_process_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a 64-rank trace started 64 torch processes (236 MiB each measured: 15 GiB) whatever the host had
+    import skewlens.replay.real.api as api
+    from skewlens.replay.errors import ReplayError
+
+    b = RunBuilder(64)
+    for r in range(64):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    run = b.write(tmp_path / "run")
+    monkeypatch.setattr(api, "_available_memory", lambda: 8 * 2**30)
+    with pytest.raises(
+        ReplayError, match=r"64 ranks on this host need about 15\.0 GiB .* 8\.0 GiB is available"
+    ):
+        api.preflight(run, CFG)
+    monkeypatch.setattr(api, "_available_memory", lambda: 16 * 2**30)
+    assert api.preflight(run, CFG) == "gloo"
