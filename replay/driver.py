@@ -20,6 +20,7 @@ from skewlens.profiler.store.validate import load_validated
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.execution import compute_rows, execution_model
 from skewlens.replay.network.topology import Topology
 from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
@@ -31,7 +32,7 @@ from skewlens.replay.outputs import (
 )
 from skewlens.replay.scale import scale_run
 from skewlens.replay.simulate import SimResult, simulate
-from skewlens.replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.slowdown import Slowdown, SlowdownModel, op_matches
 from skewlens.replay.summary import SummaryRecord, summarize
 
 
@@ -147,12 +148,38 @@ def check_slowdown_targets(
                     f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
                     f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
                 )
+        if item.kind == "op":
+            check_op_pattern(key, item, run)
         if item.kind == "stall" and item.step not in steps:
             have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
             raise ConfigError(
                 f"{key}.step: step {item.step} is not in the run ({have}); "
                 "the stall preset takes it from slowdown.step"
             )
+
+
+def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
+    """An ``op`` item's pattern matches a compute node (what a compute factor scales:
+    :func:`~skewlens.replay.execution.compute_rows`) of one of its ranks, else a :class:`ConfigError` naming
+    the key and the names that take the most compute time there (a pattern matching nothing slowed
+    nothing, and the report said ``ops 'aten::mm' x3 on rank 0`` all the same)."""
+    model = execution_model(run)
+    ranks = [r for r in (item.ranks or sorted(run.ranks)) if r in run.ranks]
+    time_by_name: dict[str, int] = {}
+    for r in ranks:
+        rt = run.ranks[r]
+        rows = compute_rows(rt, model.ranks[r])
+        per_name = np.bincount(rt.name_idx[rows], weights=rt.dur_ns[rows], minlength=len(rt.names))
+        for i in np.flatnonzero(per_name).tolist():
+            if op_matches(item.pattern, rt.names[i]):
+                return
+            time_by_name[rt.names[i]] = time_by_name.get(rt.names[i], 0) + int(per_name[i])
+    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
+    top = sorted(time_by_name, key=lambda n: -time_by_name[n])[:5]
+    raise ConfigError(
+        f"{key}.pattern: {item.pattern!r} matches no compute node of {where}, so it would slow nothing; "
+        f"the names with the most compute time there: {', '.join(repr(n) for n in top) or 'none'}"
+    )
 
 
 #: Below this R², a calibrated link's fit explains little of the transfers it was fitted to.

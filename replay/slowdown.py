@@ -166,6 +166,11 @@ def _listed(what: str, items: Sequence[int]) -> str:
     return f"{what}{'' if len(items) == 1 else 's'} {', '.join(map(str, items))}"
 
 
+def op_matches(pattern: str, name: str) -> bool:
+    """Whether an ``op`` item's ``pattern`` (a glob, or ``re:`` and a regex searched for) matches ``name``."""
+    return _matcher(pattern)(name)
+
+
 @lru_cache(maxsize=256)
 def _matcher(pattern: str) -> Callable[[str], bool]:
     if pattern.startswith("re:"):

@@ -371,9 +371,23 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
                 "(nodes 0-3)"
             ),
         ),
+        (  # slowed nothing, and the report said "ops 'aten::linear' x3 on rank 1" all the same
+            ["+slowdown.entries=[{kind:op,pattern:'aten::linear',factor:3.0,ranks:[1]}]"],
+            (
+                "slowdown.entries[0].pattern: 'aten::linear' matches no compute node of rank 1, so it would "
+                "slow nothing; the names with the most compute time there: 'aten::mm'"
+            ),
+        ),
+        (
+            ["+slowdown.entries=[{kind:op,pattern:'re:^linear',factor:3.0}]"],
+            (
+                "slowdown.entries[0].pattern: 're:^linear' matches no compute node of any rank, so it would "
+                "slow nothing; the names with the most compute time there: 'aten::mm'"
+            ),
+        ),
     ],
 )
-def test_a_slowdown_of_a_rank_link_node_or_step_the_run_lacks_is_refused_naming_the_key(
+def test_a_slowdown_of_a_rank_link_node_step_or_op_the_run_lacks_is_refused_naming_the_key(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
 ) -> None:
     rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
