@@ -26,6 +26,7 @@ from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
+    check_trace_outside,
     write_perfetto,
     write_summary,
     write_timeline,
@@ -210,6 +211,7 @@ def replay_run(
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (the simulated replay's files
     into ``sim_dir`` where given); ``progress`` is told of its stages (load, simulate, write)."""
     files = out_dir if sim_dir is None else sim_dir
+    check_trace_outside(cfg.trace, out_dir)
     topo = cfg.topology.to_topology()
     real_api = None
     if cfg.mode == "real":  # refused before anything is simulated or written

@@ -32,6 +32,7 @@ from skewlens.profiler.store.schema import (
 )
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
+from skewlens.replay.errors import ConfigError
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
@@ -57,6 +58,22 @@ CONFIG_YAML = "config.yaml"
 REAL_RUN_DIR = "run"
 REAL_WORK_DIR = "real"
 SWEEP_PARQUET = "sweep.parquet"
+
+
+def check_trace_outside(trace: str | Path, out_dir: Path) -> None:
+    """Refuse a trace inside ``out_dir``'s ``run/`` or ``real/``: a real replay into ``out_dir`` replaces
+    ``run/`` (it cleared the trace's files before its workers read them), a simulated one removes both (an
+    earlier real replay's), so ``trace=OUT/run out=OUT`` lost the trace."""
+    t = Path(trace).resolve()
+    for name in (REAL_RUN_DIR, REAL_WORK_DIR):
+        d = (Path(out_dir) / name).resolve()
+        if t == d or d in t.parents:
+            raise ConfigError(
+                f"trace={trace} lies in out={out_dir}'s {name}/, which a replay into it replaces "
+                "(mode=real) or removes (mode=sim) along with the trace; give another out"
+            )
+
+
 #: Rows of the ranks ``write_timeline`` builds one table of (whole ranks, at least this many rows: a larger
 #: rank is a table of its own, its columns not copied).
 TABLE_ROWS = 1 << 12

@@ -36,7 +36,7 @@ from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
-from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
+from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import launcher_command, run_workers
 from skewlens.replay.real.plan import (
@@ -186,6 +186,7 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     """Replay ``run_dir`` on real processes; the replay is written to ``out_dir/run`` (see module doc)."""
     timeout_s, _backend, nproc, compute, launcher_args, capture = _check_config(cfg)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_trace_outside(run_dir, out_dir)
     run = load_checked(run_dir)
     m = run.manifest
     if sorted(run.ranks) != list(range(m.world_size)):
