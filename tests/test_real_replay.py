@@ -548,3 +548,54 @@ def test_more_ranks_than_the_hosts_memory_holds_are_refused_before_any_process_s
         api.preflight(run, CFG)
     monkeypatch.setattr(api, "_available_memory", lambda: 16 * 2**30)
     assert api.preflight(run, CFG) == "gloo"
+
+
+def _without_manifest(run: Path, to: Path) -> Path:
+    """``run``'s traces as another tool names them (``trace.<r>.et``), without a manifest."""
+    to.mkdir()
+    for f in run.glob("rank-*.et"):
+        (to / f"trace.{f.stem.removeprefix('rank-')}.et").write_bytes(f.read_bytes())
+    return to
+
+
+def test_a_directory_of_traces_without_a_manifest_passes_the_real_replays_preflight_as_the_simulators(
+    tmp_path: Path,
+) -> None:
+    # the simulator replays it; mode=real said "no manifest (is ... a skewlens run directory?)"
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    bare = _without_manifest(b.write(tmp_path / "run"), tmp_path / "bare")
+    from skewlens.replay.real.api import preflight
+
+    assert preflight(bare, CFG) == "gloo"
+
+
+def test_the_plan_names_each_ranks_trace_file_for_the_workers(tmp_path: Path) -> None:
+    # workers opened rank-<r>.et in the source run, which a run of trace.<r>.et files does not have
+    from skewlens.replay.real.plan import PlanMeta, read_meta, write_plan
+
+    meta = PlanMeta(
+        world_size=2, backend="gloo", timeout_s=1.0, compute="auto", default_pg="0", groups=(),
+        origin_ns={0: 0, 1: 5}, first_start_ns=0, source_run="/r", out_run="/o", work_dir="/w",
+        source_files={0: "/r/trace.0.et", 1: "/r/trace.1.et"},
+    )  # fmt: skip
+    write_plan(tmp_path, meta, {}, {})
+    assert read_meta(tmp_path).source_files == {0: "/r/trace.0.et", 1: "/r/trace.1.et"}
+
+
+@pytest.mark.slow
+def test_a_run_without_a_manifest_is_replayed_on_real_processes_node_for_node(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1024, MS)
+    bare = _without_manifest(b.write(tmp_path / "run"), tmp_path / "bare")
+    result = real_replay(run_dir=bare, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    replayed = load_run(tmp_path / "out" / "real" / "replayed", match=False)
+    original = load_run(bare)
+    for r in (0, 1):
+        names = [original.ranks[r].name(i) for i in range(len(original.ranks[r]))]
+        assert [replayed.ranks[r].name(i) for i in range(len(replayed.ranks[r]))] == names
+    assert [t.rank for t in result.ranks] == [0, 1]

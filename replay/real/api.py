@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from skewlens.profiler.manifest import Manifest, StepSpan, read_manifest, write_manifest
+from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.store.issues import no_trace_line
 from skewlens.profiler.store.load import locate_run
@@ -144,8 +144,9 @@ def preflight(run_dir: Path, cfg: RealConfigLike, manifest: Manifest | None = No
     ``real.nproc`` against the run's ranks, the backend); returns the backend. ``manifest``: the run's, if
     loaded (else read from ``run_dir``)."""
     _timeout_s, backend_cfg, nproc, _compute, launcher_args, _capture = _check_config(cfg)
-    m = manifest if manifest is not None else read_manifest(run_dir)
-    absent = {r for r, f in locate_run(run_dir).files.items() if not f.is_file()}  # listed, file gone
+    located = locate_run(run_dir)  # a directory of Chakra traces without a manifest too, as the simulator
+    m = manifest if manifest is not None else located.manifest
+    absent = {r for r, f in located.files.items() if not f.is_file()}  # listed, file gone
     if absent or m.missing_ranks or sorted(m.ranks) != list(range(m.world_size)):
         missing = sorted(set(range(m.world_size)) - set(m.ranks) | set(m.missing_ranks) | absent)
         raise ReplayError(
@@ -219,6 +220,7 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
         work_dir=str(work_dir.resolve()),
         capture_run=str(out_run.resolve()) if capture == "profiler" else "",
         capture_steps=n_steps,
+        source_files={r: str(Path(rt.path).resolve()) for r, rt in run.ranks.items()},
     )
     warmups = {r: warmup_ops(run, r, ops) for r, ops in plans.items()}
     write_plan(plan_dir, meta, plans, warmups)

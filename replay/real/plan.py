@@ -23,7 +23,7 @@ The plan is plain data (ints and strings) serialised as JSON for the workers: no
 from __future__ import annotations
 
 import heapq
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,9 @@ class PlanMeta:
     none."""
     capture_steps: int = 1
     """Steps the profiler records (every replayed step)."""
+    source_files: dict[int, str] = field(default_factory=dict)
+    """Per rank: its trace file in ``source_run`` (a run without a manifest names them ``<prefix>.<r>.et``);
+    a rank not listed: ``rank-<r>.et``."""
 
 
 def _dtypes_by_node(path: str) -> dict[int, str]:
@@ -417,6 +420,7 @@ def write_plan(
     """Write ``meta.json`` and one ``rank-<r>.json`` (``{"warmup": [...], "ops": [...]}``) per rank."""
     meta_d = asdict(meta)
     meta_d["origin_ns"] = {str(k): v for k, v in meta.origin_ns.items()}
+    meta_d["source_files"] = {str(k): v for k, v in meta.source_files.items()}
     write_json_atomic(plan_dir / META_FILE, {"format": PLAN_FORMAT, "version": PLAN_VERSION, **meta_d})
     for r, ops in ops_by_rank.items():
         write_json_atomic(
@@ -449,6 +453,7 @@ def read_meta(plan_dir: Path) -> PlanMeta:
             work_dir=str(d["work_dir"]),
             capture_run=str(d.get("capture_run", "")),
             capture_steps=int(d.get("capture_steps", 1)),
+            source_files={int(k): str(v) for k, v in d.get("source_files", {}).items()},
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ReplayError(f"{path}: malformed replay plan ({type(e).__name__}: {e})") from None

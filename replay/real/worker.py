@@ -240,7 +240,7 @@ def _device(meta: PlanMeta) -> torch.device:
 
 def _write_trace(meta: PlanMeta, rank: int, runner: Runner, to_replay_ns: Any) -> None:
     """Write the original nodes (same ids, attributes, dependencies) with their replayed times."""
-    src = rank_file(meta.source_run, rank)
+    src = meta.source_files.get(rank) or rank_file(meta.source_run, rank)
     with EtWriter(
         rank_file(meta.out_run, rank), {"rank": rank, "world_size": meta.world_size, "source": "replay"}
     ) as w:
