@@ -294,3 +294,11 @@ class ReplayConfig:
             )
         if self.scale.dp and self.mode == "real":
             raise ConfigError("scale.dp: real replay re-executes the captured ranks; extrapolate in mode=sim")
+        if self.mode == "real":
+            for i, entry in enumerate(self.slowdown.entries):
+                if entry.kind == "network":
+                    raise ConfigError(
+                        f"slowdown.entries[{i}]: kind=network changes transfer times, which a real replay "
+                        "does not: its transfers run on this host's own network as they run; replay it in "
+                        "mode=sim"
+                    )

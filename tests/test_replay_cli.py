@@ -320,6 +320,13 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
             ["slowdown=jitter", "slowdown.entries.0.sigma=nan"],
             "slowdown.entries[0].sigma: must be a finite number >= 0, got nan (kind=jitter)",
         ),
+        (  # the real replay ran the transfers unslowed: real +6.2% against a simulated +77.0% (ddp-accum)
+            ["mode=real", "slowdown=slow_link"],
+            (
+                "slowdown.entries[0]: kind=network changes transfer times, which a real replay does not: its "
+                "transfers run on this host's own network as they run; replay it in mode=sim"
+            ),
+        ),
         (  # was Hydra's traceback around TopologyError
             ["topology=two_node_ib", "comm_mode=model", "scale.dp=16"],
             (
