@@ -89,9 +89,10 @@ def moved_step_marks(
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
     it, and never before the replayed end of any GPU node of its step that ended by it (on a GPU trace the
     step ends with its last device node, and another stream's kernels may slide past the node that ended
-    last as recorded); the start mark with the first node that started at or after it, or, for a step that
-    begins where the previous one ended (steps measured end to end, as on GPUs), with that end. An
-    unmodified replay therefore gives the recorded step times exactly.
+    last as recorded); the start mark likewise with the rank's latest-ending node that ended by it (it stays
+    where none did: nothing before it can delay it, and a stall of the step's first node is in the step),
+    or, for a step that begins where the previous one ended (steps measured end to end, as on GPUs), with
+    that end. An unmodified replay therefore gives the recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
@@ -117,9 +118,9 @@ def moved_step_marks(
         for step, a, b in sorted(spans, key=lambda x: x[1]):
             if prev is not None and prev[0] == a:
                 moved_a = prev[1]  # a step that begins where the previous one ended still does
-            else:
-                k = int(np.searchsorted(starts_sorted, a, side="left"))
-                moved_a = a + int(shift_start[k] if k < starts_sorted.size else shift_end[-1])
+            else:  # with the rank's latest node that ended by it; none: it cannot move (a stall is in)
+                k = int(np.searchsorted(ends_sorted, a, side="right")) - 1
+                moved_a = a + int(shift_end[k]) if k >= 0 else a
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
             moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
             if step in last_end:  # not before the step's last GPU row; a CPU step may end earlier

@@ -178,3 +178,29 @@ def test_an_eager_send_waits_no_longer_than_it_lasted_as_analyze_counts_it(tmp_p
     assert rows[1].wait_ns == 0
     (event,) = analyze_run(rt, blame=False).skew.events
     assert event.wait_ns.tolist() == [rows[0].wait_ns, rows[1].wait_ns]
+
+
+def test_a_stalled_ranks_own_step_holds_its_stall_in_the_first_step_and_later(tmp_path: Path) -> None:
+    # slowdown=stall stalls the run's first step: pipeline-1f1b's stalled rank 0 read -1.6% while rank 1
+    # read +41%, since the step's start mark moved with the stalled first node
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(3):
+            rb.step(s)
+            rb.compute("aten::mm", 2 * MS, start_ns=s * 5 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, MS)
+    run = load_run(b.write(tmp_path / "run"))
+    base = {(x.rank, x.step): x.step_time_ns for x in summarize(run, simulate(run))}
+    for step in (0, 1):
+        stall = SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=step, delay_ms=50.0)])
+        got = {
+            (x.rank, x.step): x.step_time_ns - base[(x.rank, x.step)]
+            for x in summarize(run, simulate(run, effects=stall))
+        }
+        # rank 0 stalls 50 ms inside its step; rank 1 waits as long for it at the all_reduce
+        assert got[(0, step)] == 50 * MS, step
+        assert got[(1, step)] == 50 * MS, step
+        assert all(v == 0 for (r, s), v in got.items() if s != step), got
