@@ -181,8 +181,11 @@ def run(g: Graph) -> Outcome:
     :func:`binding_segments` walks these rules backwards: a change to how a time is set here is a change
     there too (``tests/test_whatif_proof.py`` compares its proofs with simulations)."""
     n = len(g.length)
+    # each segment's ready time, dropped (set to 0) once the segment is taken: what is held is then the
+    # ends of the segments still to run, not an int object for every segment (``Graph.ready0`` from the
+    # lowering shares one object among equal times)
     ready = list(g.ready0)
-    wready = [_NEVER] * n  # latest end of each segment's wait dependencies
+    wready: dict[int, int] = {}  # latest end of the wait dependencies of the segments that have some
     remaining = list(g.ndeps)
     gap, length, succ_ptr, succ_idx, sync_of = g.gap, g.length, g.succ_ptr, g.succ_idx, g.sync_of
     xptr = g.xsucc_ptr if g.xsucc_ptr is not None else [0] * (n + 1)
@@ -216,7 +219,7 @@ def run(g: Graph) -> Outcome:
         """Wait and queue-order successors of ``s`` (most segments have none: checked by the caller)."""
         for k in range(wptr[s], wptr[s + 1]):
             d = widx[k]
-            if e > wready[d]:  # noqa: PLR1730
+            if e > wready.get(d, _NEVER):
                 wready[d] = e
             remaining[d] -= 1
             if remaining[d] == 0:
@@ -267,11 +270,12 @@ def run(g: Graph) -> Outcome:
         while stack:
             s = stack.pop()
             t = ready[s] + gap[s]
+            ready[s] = 0
             ln = length[s]
             if ln >= 0:
                 if waits_on[s]:
                     arrived_at[s] = t
-                    t = max(t, wready[s])
+                    t = max(t, wready.get(s, _NEVER))
                 start[s] = t
                 e = t + ln
                 end[s] = e

@@ -336,16 +336,20 @@ def test_the_lowering_keeps_counts_and_ids_in_4_bytes_and_times_in_8_and_the_cor
 ) -> None:
     import dataclasses
 
-    from skewlens.replay.lower import _indices
+    from skewlens.replay.lower import _indices, _shared_ints
 
     sim = Simulator(gpu_run)
     g = sim._lowering.lowered.graph
     index_cols = ("ndeps", "succ_ptr", "succ_idx", "sync_of", "xsucc_ptr", "wsucc_ptr", "lsucc_ptr")
-    time_cols = ("ready0", "gap", "length", "lsucc_off")
+    time_cols = ("gap", "length", "lsucc_off")
     assert {c: getattr(g, c).itemsize for c in (*index_cols, "lsucc_idx")} == dict.fromkeys(
         (*index_cols, "lsucc_idx"), 4
     )
     assert {c: getattr(g, c).itemsize for c in time_cols} == dict.fromkeys(time_cols, 8)
+    # ready0: a list whose equal times are one int object (the core's copy then holds no int per segment)
+    assert isinstance(g.ready0, list) and len({id(v) for v in g.ready0}) == len(set(g.ready0))
+    assert _shared_ints(np.zeros(0, dtype=np.int64)) == []
+    assert _shared_ints(np.array([5, 5, 7, 5], dtype=np.int64)) == [5, 5, 7, 5]
     wide = dataclasses.replace(g, **{c: array("q", getattr(g, c)) for c in (*index_cols, "lsucc_idx")})
     a, b = run(g), run(wide)
     assert (a.seg_start, a.seg_end, a.group_end) == (b.seg_start, b.seg_end, b.group_end)
