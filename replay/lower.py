@@ -19,12 +19,12 @@ segment (their relative timing is fixed), which is what lets the core replay lon
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import itertools
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -156,39 +156,60 @@ class Lowering:
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
 
+    @contextlib.contextmanager
     def retimed(
         self,
         *,
         dur_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
         gap_override: Mapping[int, npt.NDArray[np.int64]] | None = None,
-    ) -> Lowered:
+    ) -> Iterator[Lowered]:
         """:func:`lower` of the run with these ranks' overrides instead of those it was prepared with
-        (ranks not named keep theirs); the same values, without lowering the other ranks again."""
+        (ranks not named keep theirs), for the ``with`` block: the same values, without lowering the other
+        ranks again. The named ranks' values are written over :attr:`lowered`'s own columns and the
+        earlier ones written back when the block ends, however it ends (copies of the whole-run columns
+        would take 66 MiB more on the 32-rank GPU run): one what-if at a time."""
         low = self.lowered
         changed = [
             i for i, r in enumerate(low.ranks) if r in (dur_override or {}) or r in (gap_override or {})
         ]
-        if not changed:
-            return low
-        dur = low.dur.copy()
-        off_start = low.off_start.copy()
-        seg_gap = array("q", low.graph.gap)
-        seg_len = array("q", low.graph.length)
-        l_ptr, l_off = low.graph.lsucc_ptr, low.graph.lsucc_off
-        launch = array("q", l_off) if l_ptr is not None and l_off is not None else None
-        for i in changed:
-            rr = self.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
-            if rr is None:
-                continue
-            lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
-            dur[lo:hi] = rr.dur
-            off_start[lo:hi] = rr.off_start
-            seg_gap[rr.seg_lo : rr.seg_lo + rr.gap.size] = _ints(rr.gap)
-            seg_len[rr.seg_lo : rr.seg_lo + rr.length.size] = _ints(rr.length)
-            if launch is not None and rr.launch_off is not None:
-                launch[rr.launch_lo : rr.launch_lo + rr.launch_off.size] = _ints(rr.launch_off)
-        graph = dataclasses.replace(low.graph, gap=seg_gap, length=seg_len, lsucc_off=launch)
-        return dataclasses.replace(low, graph=graph, dur=dur, off_start=off_start)
+        saved: list[tuple[int, int, RankRetimed]] = []  # the values written over, to write back
+        try:
+            for i in changed:
+                rr = self.rank_retimed(i, dur_override=dur_override, gap_override=gap_override)
+                if rr is None:
+                    continue
+                lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+                saved.append((lo, hi, self._write(lo, hi, rr)))
+            yield low
+        finally:
+            for lo, hi, rr in reversed(saved):
+                self._write(lo, hi, rr)
+
+    def _write(self, lo: int, hi: int, rr: RankRetimed) -> RankRetimed:
+        """Write ``rr``'s values over the rows ``[lo, hi)`` of one rank and its segments and launch edges in
+        :attr:`lowered`; returns the values they had."""
+        low, g = self.lowered, self.lowered.graph
+        # (prepare() made these arrays; the graph is frozen, its columns are not)
+        seg_gap, seg_len = cast("array[int]", g.gap), cast("array[int]", g.length)
+        launch = cast("array[int] | None", g.lsucc_off)
+        s_lo, s_hi = rr.seg_lo, rr.seg_lo + rr.gap.size
+        a, b = rr.launch_lo, rr.launch_lo + (rr.launch_off.size if rr.launch_off is not None else 0)
+        had = RankRetimed(
+            dur=low.dur[lo:hi].copy(),
+            off_start=low.off_start[lo:hi].copy(),
+            seg_lo=s_lo,
+            gap=np.asarray(seg_gap[s_lo:s_hi], dtype=np.int64),
+            length=np.asarray(seg_len[s_lo:s_hi], dtype=np.int64),
+            launch_lo=a,
+            launch_off=np.asarray(launch[a:b], dtype=np.int64) if launch is not None else None,
+        )
+        low.dur[lo:hi] = rr.dur
+        low.off_start[lo:hi] = rr.off_start
+        seg_gap[s_lo:s_hi] = _ints(rr.gap)
+        seg_len[s_lo:s_hi] = _ints(rr.length)
+        if launch is not None and rr.launch_off is not None:
+            launch[a:b] = _ints(rr.launch_off)
+        return had
 
     def rank_retimed(
         self,
@@ -350,6 +371,15 @@ def prepare(
     del gap  # a whole-run temporary: the segments hold what is needed of it
     seg_of_row, off_start, g_gap, g_len, ndeps, succ_ptr, succ_idx, head_rows, pred, is_head = graph_parts
     del graph_parts
+    # the core's index columns are made compact as each is final (the numpy source freed then): held
+    # together in 8 bytes they were the lowering's peak (on the 32-rank GPU run, 374 MiB traced)
+    c_succ_ptr, c_succ_idx = _indices(succ_ptr), _indices(succ_idx)
+    del succ_ptr, succ_idx
+    # chain predecessors as rows of their rank (chains never leave a rank: start edges do not)
+    for i in range(len(ranks)):  # in place, rank by rank: pred is this function's own
+        pred[row_offset[i] : row_offset[i + 1]] -= row_offset[i]
+    pred_local = pred.astype(np.int32)
+    del pred
     # nested rows keep their recorded offset into their enclosing row
     nested_rows: list[I64] = []
     nested_parent: list[I64] = []
@@ -368,9 +398,11 @@ def prepare(
     g_ready0[keeps] = _recorded(run, em, ranks, row_offset, head_rows[keeps])[0]
     del head_kind, keeps
     nseg = len(head_rows)
-    xsucc_ptr, xsucc_idx = csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg)
+    c_xsucc_ptr, c_xsucc_idx = (_indices(c) for c in csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg))
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
-    wsucc_ptr, wsucc_idx = csr(ws_seg, wd_seg, nseg)
+    c_wsucc_ptr, c_wsucc_idx = (
+        (_indices(c) for c in csr(ws_seg, wd_seg, nseg)) if ws_all.size else (None, None)
+    )
     ndeps = ndeps + np.bincount(wd_seg, minlength=nseg)
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
@@ -381,6 +413,10 @@ def prepare(
     launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
     ndeps = ndeps + np.bincount(ld_seg, minlength=nseg)
+    c_ndeps = _indices(ndeps)
+    del ndeps
+    c_lsucc_ptr, c_lsucc_idx = (_indices(lsucc_ptr), _indices(lsucc_idx)) if ls_all.size else (None, None)
+    del lsucc_ptr, lsucc_idx
     # per sync row (all groups' members, one after the other): its recorded start and end, and the latest
     # recorded end and the number of its queue-order dependencies
     flat = np.fromiter(itertools.chain.from_iterable(sync_rows), dtype=np.int64)
@@ -435,33 +471,33 @@ def prepare(
                 flows.append(fl)
     waits_head = np.zeros(total, dtype=np.bool_)
     waits_head[wd_all] = True
-    # the core's per-segment columns, each numpy source freed as its compact copy is made
+    # the core's time columns, each numpy source freed as its compact copy is made
+    c_sync_of = _indices(sync_of)
     ready0 = _shared_ints(g_ready0)
-    cols: dict[str, npt.NDArray[np.int64] | array[int] | None] = {
-        "gap": g_gap,
-        "length": g_len,
-        "ndeps": ndeps,
-        "succ_ptr": succ_ptr,
-        "succ_idx": succ_idx,
-        "sync_of": sync_of,
-        "xsucc_ptr": xsucc_ptr,
-        "xsucc_idx": xsucc_idx,
-        "wsucc_ptr": wsucc_ptr if ws_all.size else None,
-        "wsucc_idx": wsucc_idx if ws_all.size else None,
-        "lsucc_ptr": lsucc_ptr if ls_all.size else None,
-        "lsucc_idx": lsucc_idx if ls_all.size else None,
-        "lsucc_off": lsucc_off if ls_all.size else None,
-    }
-    del g_ready0, g_gap, g_len, ndeps, succ_ptr, succ_idx, sync_of, xsucc_ptr, xsucc_idx
-    del wsucc_ptr, wsucc_idx, lsucc_ptr, lsucc_idx, lsucc_off
+    del sync_of, g_ready0
+    c_gap = _ints(g_gap)
+    del g_gap
+    c_len = _ints(g_len)
+    del g_len
+    c_lsucc_off = _ints(lsucc_off) if ls_all.size else None
+    del lsucc_off
     del xs_all, xd_all, ws_all, wd_all, ls_all, ld_all, lo_all
     del ws_seg, wd_seg, ls_seg, ld_seg, lorder, head_rows
-    for name, col in cols.items():
-        cols[name] = None if col is None else _ints(col) if name in _TIME_COLUMNS else _indices(col)
-    del col
     graph = Graph(
         ready0=ready0,
-        **cols,  # type: ignore[arg-type]
+        gap=c_gap,
+        length=c_len,
+        lsucc_off=c_lsucc_off,
+        ndeps=c_ndeps,
+        succ_ptr=c_succ_ptr,
+        succ_idx=c_succ_idx,
+        sync_of=c_sync_of,
+        xsucc_ptr=c_xsucc_ptr,
+        xsucc_idx=c_xsucc_idx,
+        wsucc_ptr=c_wsucc_ptr,
+        wsucc_idx=c_wsucc_idx,
+        lsucc_ptr=c_lsucc_ptr,
+        lsucc_idx=c_lsucc_idx,
         groups=groups,
         transfer=transfer,
         flows=flows if use_flows and em.syncs else None,
@@ -483,11 +519,6 @@ def prepare(
         nested_off_ns=np.concatenate(nested_off) if nested_off else z,
         waits=waits_head,
     )
-    # chain predecessors as rows of their rank (chains never leave a rank: start edges do not)
-    for i in range(len(ranks)):  # in place, rank by rank: pred is this function's own
-        pred[row_offset[i] : row_offset[i + 1]] -= row_offset[i]
-    pred_local = pred.astype(np.int32)
-    del pred
     return Lowering(
         lowered=lowered,
         run=run,
@@ -528,7 +559,6 @@ def sorted_lookup(keys: I64, query: I64) -> tuple[I64, B]:
 
 
 #: The core's columns that hold times (ns); the others hold counts, offsets and segment or group ids.
-_TIME_COLUMNS = frozenset({"gap", "length", "lsucc_off"})
 #: The array typecode of 4-byte signed integers (``i`` where C's int is 4 bytes, as on every platform
 #: CPython supports; else ``l``).
 _INT32 = next(c for c in "il" if array(c).itemsize == 4)

@@ -190,9 +190,10 @@ class Simulator:
         gap_override: Mapping[int, I64] | None = None,
     ) -> SimResult:
         """The replay with these overrides (see :func:`simulate`)."""
-        low = self._lowering.retimed(dur_override=dur_override, gap_override=gap_override)
         if dur_override or gap_override:
-            return _replay(self._run, low, self._comm_mode)
+            with self._lowering.retimed(dur_override=dur_override, gap_override=gap_override) as low:
+                return _replay(self._run, low, self._comm_mode)
+        low = self._lowering.lowered
         out = _run_core(self._run, low)
         res = _lift_outcome(self._run, low, out, self._comm_mode)
         self._marks = _step_marks(low, out, res)

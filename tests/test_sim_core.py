@@ -331,6 +331,20 @@ def test_a_simulator_lowered_once_replays_each_rank_override_as_simulate_does(
     _assert_same_replay(sim.simulate(), base)  # what-ifs leave the shared lowering as it was
 
 
+def test_a_what_if_that_fails_halfway_leaves_the_shared_lowering_as_it_was(gpu_run: RunTrace) -> None:
+    from skewlens.replay.errors import ConfigError
+
+    sim = Simulator(gpu_run)
+    base = sim.simulate()
+    (r0, rt0), (r1, _rt1) = sorted(gpu_run.ranks.items())[:2]
+    halved = (rt0.dur_ns // 2).astype(np.int64)  # rank r0's values are written over the lowering's first
+    with pytest.raises(ConfigError, match="expected"):
+        sim.simulate(dur_override={r0: halved, r1: np.zeros(1, dtype=np.int64)})
+    _assert_same_replay(sim.simulate(), base)
+    _assert_same_replay(sim.simulate(dur_override={r0: halved}), simulate(gpu_run, dur_override={r0: halved}))
+    _assert_same_replay(sim.simulate(), base)
+
+
 def test_the_lowering_keeps_counts_and_ids_in_4_bytes_and_times_in_8_and_the_core_reads_either(
     gpu_run: RunTrace,
 ) -> None:
