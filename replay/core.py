@@ -129,8 +129,14 @@ class Outcome:
     """Latest member arrival per group."""
     group_end: list[int] = field(default_factory=list)
     """Latest member end per group."""
-    seg_arrival: Sequence[int] = field(default_factory=list)
-    """Arrival of each segment (``ready + gap``): its start, unless it waited for a completion."""
+    waited: dict[int, int] = field(default_factory=dict)
+    """Arrival (``ready + gap``) of each segment whose work waited for a completion after it arrived (its
+    start is then later); every other segment arrived at its start (:meth:`arrival`). Kept for those few
+    only: a whole column of arrivals, a copy of the starts but there, is 16 MiB on 2 M segments."""
+
+    def arrival(self, s: int) -> int:
+        """Arrival of segment ``s`` (``ready + gap``): its start, unless it waited for a completion."""
+        return self.waited.get(s, self.seg_start[s])
 
 
 class EventQueue:
@@ -340,11 +346,8 @@ def run(g: Graph) -> Outcome:
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
-    arrive = array("q", start)
-    for sg, a in arrived_at.items():
-        arrive[sg] = a
     return Outcome(
-        seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, seg_arrival=arrive
+        seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, waited=arrived_at
     )
 
 
@@ -396,7 +399,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
         return None
     n = len(g.length)
     gap, length, ready0, sync_of = g.gap, g.length, g.ready0, g.sync_of
-    start, end, arrival = out.seg_start, out.seg_end, out.seg_arrival
+    start, end, arrival = out.seg_start, out.seg_end, out.arrival
 
     def ended_at(ptr: _Ints, idx: _Ints, s: int, t: int) -> int:
         """The first predecessor of ``s`` (in the CSR ``ptr``/``idx``) that ended at ``t``, else -1."""
@@ -430,7 +433,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     continue
                 t = end[s] - g.transfer[gi][j]  # the group's transfer began at t
                 if t == out.group_arrival[gi]:  # when its last member arrived
-                    p = next((m for m in members if arrival[m] == t), -1)
+                    p = next((m for m in members if arrival(m) == t), -1)
                     if p < 0:
                         return None
                     on[p] = 1
@@ -446,7 +449,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     continue
                 seen_start[s] = 1
                 on[s] = 1
-                if start[s] == arrival[s]:
+                if start[s] == arrival(s):
                     todo = (_READY, s)
                     continue
                 p = ended_at(preds.wptr, preds.widx, s, start[s])  # it waited for a completion
@@ -454,7 +457,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     return None
                 todo = (_END, p)
             else:  # _READY: explain ``arrival - gap``: ready0, a dependency's end or a launch
-                r = arrival[s] - gap[s]
+                r = arrival(s) - gap[s]
                 if r == ready0[s]:
                     continue
                 p = ended_at(preds.ptr, preds.idx, s, r)

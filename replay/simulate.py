@@ -8,6 +8,7 @@ and ``model``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_s
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel, clock_note
-from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, csr, lower, prepare, rank_index
+from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
 
 I64 = npt.NDArray[np.int64]
@@ -269,13 +270,11 @@ def _preds(g: Graph) -> Preds:
         # too: the four kinds' offsets are held together, 8 MiB each instead of 16 on 2 M segments
         dst = np.asarray(idx)
         fwd = np.asarray(ptr)
-        src = np.repeat(np.arange(n, dtype=dst.dtype), fwd[1:] - fwd[:-1])
-        rptr, edge = csr(dst, np.arange(dst.size, dtype=dst.dtype), n)
-        return (
-            rptr.astype(fwd.dtype, copy=False),
-            src[edge],
-            np.asarray(extra, dtype=np.int64)[edge] if extra is not None else empty,
-        )
+        order = np.argsort(dst, kind="stable")  # the edges by destination, each's in edge order (lower.csr)
+        rptr = np.zeros(n + 1, dtype=fwd.dtype)
+        np.cumsum(np.bincount(dst, minlength=n), out=rptr[1:])
+        src = np.repeat(np.arange(n, dtype=dst.dtype), np.diff(fwd))[order]
+        return rptr, src, np.asarray(extra, dtype=np.int64)[order] if extra is not None else empty
 
     ptr, idx, _ = rev(g.succ_ptr, g.succ_idx)
     wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
@@ -310,9 +309,14 @@ def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
         or int(low.nested_off_ns.min(initial=0)) < 0
     ):
         return None
-    ready0 = np.fromiter(g.ready0, dtype=np.int64, count=len(g.ready0))[low.seg_of_row[timed_all]]
-    if ready0.size and first_start > int(ready0.min()):
+    timed_seg = np.zeros(len(g.length), dtype=np.bool_)  # segments with a timed row
+    for i in range(len(low.ranks)):  # rank by rank: no whole-run column of segment ids
+        lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
+        timed_seg[low.seg_of_row[lo:hi][timed_all[lo:hi]]] = True
+    earliest = min(itertools.compress(g.ready0, timed_seg.tobytes()), default=None)
+    if earliest is not None and first_start > earliest:
         return None
+    del timed_seg, timed_all
     rows = []
     for s, (b, r) in last.items():
         i = low.ranks.index(r)
@@ -340,7 +344,7 @@ def _lift_outcome(run_trace: RunTrace, low: Lowered, out: Outcome, comm_mode: st
         low=low,
         seg_start=out.seg_start,
         seg_end=out.seg_end,
-        seg_arrival=out.seg_arrival,
+        waited=out.waited,
         garr=out.group_arrival,
         gend=out.group_end,
         comm_mode=comm_mode,
@@ -353,7 +357,7 @@ def _lift(
     low: Lowered,
     seg_start: Sequence[int],
     seg_end: Sequence[int],
-    seg_arrival: Sequence[int],
+    waited: Mapping[int, int],
     garr: list[int],
     gend: list[int],
     comm_mode: str,
@@ -367,7 +371,8 @@ def _lift(
     end[sync] = se[low.seg_of_row[sync]]
     if low.waits.any():  # a wait node starts when it arrived and ends after its work
         w = np.flatnonzero(low.waits)
-        start[w] = np.asarray(seg_arrival, dtype=np.int64)[low.seg_of_row[w]]
+        segs = low.seg_of_row[w]
+        start[w] = [waited.get(sg, a) for sg, a in zip(segs.tolist(), ss[segs].tolist(), strict=True)]
     nested = low.nested
     if nested.size:  # nested nodes keep their recorded offset into their enclosing node
         start[nested] = start[low.nested_parent] + low.nested_off_ns
