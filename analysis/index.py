@@ -155,7 +155,7 @@ class RankIndex:
     """Index into ``run.collectives`` for collective rows, else -1."""
     p2p: I32
     """Index into ``run.p2p`` for send/recv rows, else -1."""
-    order: I64
+    order: I32
     """Rows sorted by start (stable)."""
     sorted_start: I64
     """``start_ns[order]``."""
@@ -272,8 +272,12 @@ def build_index(run: RunTrace) -> RunIndex:
         m = em.ranks[r]
         end = model_ends(run, r)  # recorded, but a hidden wait's lagged completion at the wait's end
         gap, has = _gap_ns(m)
-        work = np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
-        order = np.argsort(rt.start_ns, kind="stable")
+        # the model's own work where its invalid rows keep their durations (they do unless a wait ends
+        # in one), not a copy of it: 8 bytes a row of the run
+        bad = ~m.valid
+        same = np.array_equal(m.work_ns[bad], rt.dur_ns[bad])
+        work = m.work_ns if same else np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
+        order = np.argsort(rt.start_ns, kind="stable").astype(np.int32)  # rows of a rank: < 2**31
         is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
         any_comp = rt.node_type == int(NodeType.COMP)
         is_untraced = untraced_rows(rt)
@@ -354,7 +358,7 @@ def build_index(run: RunTrace) -> RunIndex:
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
 
 
-def rows_starting_in(ri: RankIndex, a: int, b: int) -> I64:
+def rows_starting_in(ri: RankIndex, a: int, b: int) -> I32:
     """Rows whose start lies in ``[a, b)``, in start order."""
     lo, hi = np.searchsorted(ri.sorted_start, [a, b], side="left")
     return ri.order[lo:hi]
