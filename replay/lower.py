@@ -38,6 +38,8 @@ from skewlens.replay.execution import ExecutionModel, RankModel, SyncGroup, comp
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+#: Row or segment numbers: 4 bytes where the run's rows fit (``_rows``), else 8.
+Rows = npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 KIND_COMPUTE = 0
 KIND_SYNC = 1
@@ -75,7 +77,7 @@ class Lowered:
     """Global ranks, in the order their rows are concatenated."""
     row_offset: I64
     """First global row of each rank in ``ranks`` (length ``len(ranks) + 1``)."""
-    seg_of_row: I64
+    seg_of_row: Rows
     """Segment of each global row."""
     off_start: I64
     """Start of each row relative to its segment head's start."""
@@ -96,7 +98,7 @@ class Lowered:
     waits: npt.NDArray[np.bool_]
     """Rows that wait for a completion (wait nodes): their replayed start is their arrival."""
 
-    def anchor_segments(self, rows: I64) -> I64:
+    def anchor_segments(self, rows: I64) -> Rows:
         """The segment whose times decide each row's: its enclosing row's segment for a nested row, else
         its own."""
         anchor = np.array(rows, dtype=np.int64)
@@ -148,7 +150,7 @@ class Lowering:
     """Per global row: the row it is chained behind, as a row of its own rank (itself for heads)."""
     is_head: B
     """Per global row: whether it begins a segment."""
-    launch_rows: I64
+    launch_rows: Rows
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
     launch_off_ns: I64
     """Per launch edge (same order): the launch call's offset into its launching node."""
@@ -396,27 +398,29 @@ def prepare(
     g_ready0 = t0_rank[rank_index(row_offset, head_rows)]
     keeps = np.flatnonzero((head_kind == KIND_FIXED) | (head_kind == KIND_NESTED))
     g_ready0[keeps] = _recorded(run, em, ranks, row_offset, head_rows[keeps])[0]
-    del head_kind, keeps
     nseg = len(head_rows)
+    del head_kind, keeps, head_rows
     c_xsucc_ptr, c_xsucc_idx = (_indices(c) for c in csr(seg_of_row[xs_all], seg_of_row[xd_all], nseg))
     ws_seg, wd_seg = seg_of_row[ws_all], seg_of_row[wd_all]
     c_wsucc_ptr, c_wsucc_idx = (
         (_indices(c) for c in csr(ws_seg, wd_seg, nseg)) if ws_all.size else (None, None)
     )
-    ndeps = ndeps + np.bincount(wd_seg, minlength=nseg)
+    ndeps += np.bincount(wd_seg, minlength=nseg)  # (in place: ndeps is _segments' own)
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
     lorder = np.argsort(ls_seg, kind="stable")
     lsucc_ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(ls_seg, minlength=nseg), out=lsucc_ptr[1:])
-    lsucc_idx = ld_seg[lorder]
+    has_launches = bool(ls_all.size)
+    c_lsucc_ptr = _indices(lsucc_ptr) if has_launches else None
+    del lsucc_ptr
+    c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
     launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
-    ndeps = ndeps + np.bincount(ld_seg, minlength=nseg)
+    ndeps += np.bincount(ld_seg, minlength=nseg)
+    del ls_all, ld_all, lo_all, ls_seg, ld_seg, lorder  # the launch edges: in the columns above now
     c_ndeps = _indices(ndeps)
     del ndeps
-    c_lsucc_ptr, c_lsucc_idx = (_indices(lsucc_ptr), _indices(lsucc_idx)) if ls_all.size else (None, None)
-    del lsucc_ptr, lsucc_idx
     # per sync row (all groups' members, one after the other): its recorded start and end, and the latest
     # recorded end and the number of its queue-order dependencies
     flat = np.fromiter(itertools.chain.from_iterable(sync_rows), dtype=np.int64)
@@ -479,10 +483,9 @@ def prepare(
     del g_gap
     c_len = _ints(g_len)
     del g_len
-    c_lsucc_off = _ints(lsucc_off) if ls_all.size else None
+    c_lsucc_off = _ints(lsucc_off) if has_launches else None
     del lsucc_off
-    del xs_all, xd_all, ws_all, wd_all, ls_all, ld_all, lo_all
-    del ws_seg, wd_seg, ls_seg, ld_seg, lorder, head_rows
+    del xs_all, xd_all, ws_all, wd_all, ws_seg, wd_seg
     graph = Graph(
         ready0=ready0,
         gap=c_gap,
@@ -508,7 +511,7 @@ def prepare(
         graph=graph,
         ranks=ranks,
         row_offset=row_offset,
-        seg_of_row=seg_of_row,
+        seg_of_row=_rows(seg_of_row),
         off_start=off_start,
         dur=dur,
         kind=kind,
@@ -526,7 +529,7 @@ def prepare(
         effects=effects,
         pred=pred_local,
         is_head=is_head,
-        launch_rows=launch_rows,
+        launch_rows=_rows(launch_rows),
         launch_off_ns=launch_off,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
@@ -569,6 +572,12 @@ def _ints(a: npt.ArrayLike) -> array[int]:
     """A per-segment column of times for the core: a compact int64 sequence (8 bytes an item, where a list
     holds a pointer and an int object of 32 bytes for each)."""
     return _compact("q", np.ascontiguousarray(a, dtype=np.int64))
+
+
+def _rows(a: I64) -> Rows:
+    """Row or segment numbers in 4 bytes where the run's rows fit (they do below 2**31 rows), as the
+    execution model's and the core's are: half the memory of the whole-run columns the lowering keeps."""
+    return a.astype(np.int32) if a.size == 0 or int(a.max()) <= _INT32_MAX else a
 
 
 def _shared_ints(a: I64) -> list[int]:
@@ -857,7 +866,7 @@ def _chain_offsets(pred: I64, is_head: B, dur: I64, gap: I64) -> tuple[I64, I64,
 
 
 def _segment_times(
-    seg_of_row: I64, heads: I64, *, kind: npt.NDArray[np.int8], acc: I64, dur: I64, gap: I64
+    seg_of_row: Rows, heads: I64, *, kind: npt.NDArray[np.int8], acc: I64, dur: I64, gap: I64
 ) -> tuple[I64, I64]:
     """Length and head gap of each segment (segments numbered from 0 in ``seg_of_row``)."""
     length = np.zeros(heads.size, dtype=np.int64)
