@@ -80,6 +80,8 @@ from skewlens.profiler.vocab import (
 )
 
 I64 = npt.NDArray[np.int64]
+#: Rows of one rank (fewer than 2**31), as the analyses' index keeps them: half the memory of int64.
+I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
 
 _MIN = np.iinfo(np.int64).min
@@ -108,22 +110,22 @@ class RankModel:
     """Rows that take part (all but METADATA / INVALID nodes, which keep their recorded times)."""
     sync: B
     """Rows that are members of a sync group (matched collective instance or send/recv pair)."""
-    start_src: I64
+    start_src: I32
     """Start edges, sources: the row ``start_dst[k]`` starts ``gap_ns`` after the latest of them ends."""
-    start_dst: I64
+    start_dst: I32
     """Start edges, dependants."""
-    queue_src: I64
+    queue_src: I32
     """Queue edges, sources: the transfer of sync row ``queue_dst[k]`` waits for their end."""
-    queue_dst: I64
+    queue_dst: I32
     """Queue edges, dependants (sync rows)."""
-    wait_src: I64
+    wait_src: I32
     """Wait edges, sources (communication rows): the work of wait row ``wait_dst[k]`` waits for them."""
-    wait_dst: I64
+    wait_dst: I32
     """Wait edges, dependants (wait nodes)."""
-    launch_src: I64
+    launch_src: I32
     """Launch edges, sources (host rows): GPU row ``launch_dst[k]`` cannot start before ``launch_off_ns[k]``
     after its source started (the launch call inside it), whatever the source does after that."""
-    launch_dst: I64
+    launch_dst: I32
     """Launch edges, dependants (GPU rows)."""
     launch_off_ns: I64
     """Launch edges: recorded launch call start minus the source's recorded start (within its duration)."""
@@ -131,7 +133,7 @@ class RankModel:
     """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
     work_ns: I64
     """Each row's own work: its recorded duration, less the waiting of a wait node."""
-    parent: I64
+    parent: I32
     """Nested rows: the outermost enclosing row on the timeline (their times follow it); else -1."""
     has_start_deps: B
     """Rows with at least one start edge."""
@@ -732,22 +734,23 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True
     has[ld] = True
+    # the model's edges and nesting as rows of the rank, in 4 bytes (I32)
     return RankModel(
         rank=rt.rank,
         valid=valid,
         sync=sync,
-        start_src=src,
-        start_dst=dst,
-        queue_src=qs,
-        queue_dst=qd,
-        wait_src=ws,
-        wait_dst=wd,
-        launch_src=ls,
-        launch_dst=ld,
+        start_src=src.astype(np.int32),
+        start_dst=dst.astype(np.int32),
+        queue_src=qs.astype(np.int32),
+        queue_dst=qd.astype(np.int32),
+        wait_src=ws.astype(np.int32),
+        wait_dst=wd.astype(np.int32),
+        launch_src=ls.astype(np.int32),
+        launch_dst=ld.astype(np.int32),
         launch_off_ns=loff.astype(np.int64),
         gap_ns=gap.astype(np.int64, copy=False),
         work_ns=work,
-        parent=parent,
+        parent=parent.astype(np.int32),
         has_start_deps=has,
         is_wait=waits,
         host_work=host_work,
@@ -790,7 +793,7 @@ def derive(run: RunTrace) -> ExecutionModel:
     return ExecutionModel(ranks=ranks, syncs=syncs)
 
 
-def deps_by_row(src: I64, dst: I64, n: int) -> list[list[int]]:
+def deps_by_row(src: I32, dst: I32, n: int) -> list[list[int]]:
     """Edges as per-dependant lists of sources (``out[i]``: the rows ``i`` depends on), sorted."""
     out: list[list[int]] = [[] for _ in range(n)]
     for s, d in sorted(zip(src.tolist(), dst.tolist(), strict=True), key=lambda x: (x[1], x[0])):

@@ -326,12 +326,13 @@ def prepare(
         rk = kind[lo:hi]
         rk[~valid] = KIND_FIXED
         rk[nested & (rk != KIND_SYNC)] = KIND_NESTED
-        x_src.append(m.queue_src + lo)
-        x_dst.append(m.queue_dst + lo)
-        w_src.append(m.wait_src + lo)
-        w_dst.append(m.wait_dst + lo)
-        l_src.append(m.launch_src + lo)
-        l_dst.append(m.launch_dst + lo)
+        # (the model's rows are int32: global rows in 8 bytes)
+        x_src.append(np.add(m.queue_src, lo, dtype=np.int64))
+        x_dst.append(np.add(m.queue_dst, lo, dtype=np.int64))
+        w_src.append(np.add(m.wait_src, lo, dtype=np.int64))
+        w_dst.append(np.add(m.wait_dst, lo, dtype=np.int64))
+        l_src.append(np.add(m.launch_src, lo, dtype=np.int64))
+        l_dst.append(np.add(m.launch_dst, lo, dtype=np.int64))
         l_off.append(m.launch_off_ns)
         d, g = _rank_times(
             rt,
@@ -346,8 +347,8 @@ def prepare(
         gap[lo:hi] = g
         t0_rank[i] = m.t0_ns
         e_hi = e_lo + m.start_src.size
-        np.add(m.start_src, lo, out=src_all[e_lo:e_hi])
-        np.add(m.start_dst, lo, out=dst_all[e_lo:e_hi])
+        np.add(m.start_src, lo, out=src_all[e_lo:e_hi], dtype=np.int64)
+        np.add(m.start_dst, lo, out=dst_all[e_lo:e_hi], dtype=np.int64)
         e_lo = e_hi
     z = np.zeros(0, dtype=np.int64)
     xs_all = np.concatenate(x_src) if x_src else z
@@ -391,7 +392,7 @@ def prepare(
         inner = np.flatnonzero(parent >= 0)
         lo = int(row_offset[i])
         nested_rows.append(inner + lo)
-        nested_parent.append(parent[inner] + lo)
+        nested_parent.append(np.add(parent[inner], lo, dtype=np.int64))
         nested_off.append(rt.start_ns[inner] - rt.start_ns[parent[inner]])
     # a head's earliest start: its recorded start where it keeps its recorded times, else its rank's start
     head_kind = kind[head_rows]
