@@ -161,9 +161,11 @@ class Simulator:
 
     The replay without overrides also keeps which segments lie on a binding path to each step's end
     (:func:`skewlens.replay.core.binding_segments`), so that :meth:`steps_unchanged` can tell, without
-    simulating, a what-if that provably leaves every step's time as it is."""
+    simulating, a what-if that provably leaves every step's time as it is. It keeps its segment times and
+    finds those paths at the first :meth:`steps_unchanged` after it: not while its result is held too
+    (the walk's reversed edges were the peak of memory of ``skewlens analyze`` on a 32-rank GPU run)."""
 
-    __slots__ = ("_comm_mode", "_lowering", "_marks", "_run")
+    __slots__ = ("_comm_mode", "_lowering", "_marks", "_run", "_walk")
 
     def __init__(
         self,
@@ -183,6 +185,7 @@ class Simulator:
         self._comm_mode = comm_mode
         self._lowering = prepare(run_trace, effects=effects, timing=timing, model=model)
         self._marks: bytearray | None = None
+        self._walk: tuple[Outcome, list[int]] | None = None  # the baseline's times and the walk's targets
 
     def simulate(
         self,
@@ -197,8 +200,19 @@ class Simulator:
         low = self._lowering.lowered
         out = _run_core(self._run, low)
         res = _lift_outcome(self._run, low, out, self._comm_mode)
-        self._marks = _step_marks(low, out, res)
+        targets = _step_targets(low, res)
+        self._marks = None
+        self._walk = (out, targets) if targets is not None else None
         return res
+
+    def _binding_marks(self) -> bytearray | None:
+        """:func:`binding_segments` of the last replay without overrides, walked the first time asked."""
+        if self._walk is not None:
+            out, targets = self._walk
+            self._walk = None
+            g = self._lowering.lowered.graph
+            self._marks = binding_segments(g, out, targets, _preds(g))
+        return self._marks
 
     def steps_unchanged(
         self,
@@ -216,7 +230,7 @@ class Simulator:
         from below), and when the first step begins at the earliest a rank can begin. Needs
         :meth:`simulate` without overrides to have run first; False before that, and without contention
         only."""
-        marks = self._marks
+        marks = self._binding_marks()
         if marks is None:
             return False
         lowering = self._lowering
@@ -285,11 +299,12 @@ def _preds(g: Graph) -> Preds:
     )
 
 
-def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
-    """:func:`binding_segments` to each step's latest-ending row, the steps as ``step_times_from_spans``
-    reads :meth:`SimResult.step_spans` (without step marks: to the latest row of the run); None where the
-    first step's (or the run's) earliest start could move earlier under a what-if that shortens: when it
-    is later than the earliest ``ready0`` of any segment, or some gap or offset is negative."""
+def _step_targets(low: Lowered, res: SimResult) -> list[int] | None:
+    """The segments :func:`binding_segments` walks back from: each step's latest-ending row's, the steps as
+    ``step_times_from_spans`` reads :meth:`SimResult.step_spans` (without step marks: the latest row of
+    the run); None where the first step's (or the run's) earliest start could move earlier under a
+    what-if that shortens: when it is later than the earliest ``ready0`` of any segment, or some gap or
+    offset is negative."""
     g = low.graph
     spans = res.step_spans()
     stepped = {k: v for k, v in spans.items() if k[1] >= 0}
@@ -316,14 +331,12 @@ def _step_marks(low: Lowered, out: Outcome, res: SimResult) -> bytearray | None:
     earliest = min(itertools.compress(g.ready0, timed_seg.tobytes()), default=None)
     if earliest is not None and first_start > earliest:
         return None
-    del timed_seg, timed_all
     rows = []
     for s, (b, r) in last.items():
         i = low.ranks.index(r)
         in_step = res.timed[r] & (res.step[r] == s) if stepped else res.timed[r]
         rows.append(int(low.row_offset[i]) + int(np.flatnonzero(in_step & (res.end_ns[r] == b))[0]))
-    targets = low.anchor_segments(np.asarray(rows, dtype=np.int64))
-    return binding_segments(g, out, targets.tolist(), _preds(g))
+    return low.anchor_segments(np.asarray(rows, dtype=np.int64)).tolist()
 
 
 def _replay(run_trace: RunTrace, low: Lowered, comm_mode: str) -> SimResult:
