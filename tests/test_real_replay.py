@@ -21,7 +21,7 @@ from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.config import RealConfig
+from skewlens.replay.config import RealConfig, ReplayConfig
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
@@ -443,33 +443,41 @@ def test_a_group_the_nodes_name_but_no_record_describes_is_re_created_with_its_m
     assert [(g.name, g.ranks) for g in groups] == [("1", (1, 2))]
 
 
+def _one_all_reduce(run: Path, world: int = 2) -> Path:
+    """A run where every rank all-reduces 1 KiB once, written to ``run``."""
+    b = RunBuilder(world)
+    for r in range(world):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    return b.write(run)
+
+
+def _real_cfg(mode: str, run: Path, out: Path) -> ReplayConfig:
+    """The replay config of ``skewlens replay mode=<mode> trace=<run> out=<out> progress=false``."""
+    from test_scale import compose_replay
+
+    cfg = compose_replay(f"mode={mode}")
+    cfg.trace, cfg.out, cfg.progress = str(run), str(out), False
+    return cfg
+
+
 def test_a_rank_whose_trace_file_is_gone_is_refused_before_loading_without_suggesting_lenient(
     tmp_path: Path,
 ) -> None:
     # the manifest lists rank 1 but its file is gone: the refusal was the loader's seven problems ending in
     # "lenient=true would ... leave out the unreadable rank(s) 1", which mode=real then refused too
-    from test_scale import compose_replay
-
     from skewlens.replay.driver import replay_run
     from skewlens.replay.errors import ReplayError
 
-    b = RunBuilder(2)
-    for r in (0, 1):
-        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
-    run = b.write(tmp_path / "run")
+    run = _one_all_reduce(tmp_path / "run")
     (run / "rank-1.et").unlink()
-    cfg = compose_replay("mode=real")
-    cfg.trace, cfg.out, cfg.progress = str(run), str(tmp_path / "out"), False
     with pytest.raises(ReplayError) as e:
-        replay_run(cfg, tmp_path / "out")
+        replay_run(_real_cfg("real", run, tmp_path / "out"), tmp_path / "out")
     assert str(e.value) == f"{run}: cannot replay on real processes: rank 1 of 2 has no trace"
 
 
 def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting_lenient(
     tmp_path: Path,
 ) -> None:
-    from test_scale import compose_replay
-
     from skewlens.replay.driver import replay_run
 
     b = RunBuilder(2)
@@ -477,10 +485,8 @@ def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting
     b.rank(1).step(0).collective(CommType.BROADCAST, 1024, MS)
     run = b.write(tmp_path / "run")
     for mode, suggested in (("sim", True), ("real", False)):
-        cfg = compose_replay(f"mode={mode}")
-        cfg.trace, cfg.out, cfg.progress = str(run), str(tmp_path / "out"), False
         with pytest.raises(ValidationError) as e:
-            replay_run(cfg, tmp_path / "out")
+            replay_run(_real_cfg(mode, run, tmp_path / "out"), tmp_path / "out")
         assert ("lenient=true" in str(e.value)) is suggested
 
 
@@ -490,10 +496,7 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     # SIGTERM (timeout, kill) killed the parent where it stood: a '.out.*.tmp' staging directory beside OUT
     # and the new replay's half-written run/ and real/ stayed; an earlier replay's real/ was kept even after
     # a Ctrl-C, as its own entries (plan, replayed, work) had not changed while the new plan replaced theirs
-    b = RunBuilder(2)
-    for r in (0, 1):
-        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
-    run = b.write(tmp_path / "run")
+    run = _one_all_reduce(tmp_path / "run")
     out = tmp_path / "out"
     for d in ("real/plan", "real/work", "real/replayed", "run"):
         (out / d).mkdir(parents=True)
@@ -537,10 +540,7 @@ def test_more_ranks_than_the_hosts_memory_holds_are_refused_before_any_process_s
     import skewlens.replay.real.api as api
     from skewlens.replay.errors import ReplayError
 
-    b = RunBuilder(64)
-    for r in range(64):
-        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
-    run = b.write(tmp_path / "run")
+    run = _one_all_reduce(tmp_path / "run", 64)
     monkeypatch.setattr(api, "_available_memory", lambda: 8 * 2**30)
     with pytest.raises(
         ReplayError, match=r"64 ranks on this host need about 15\.0 GiB .* 8\.0 GiB is available"
@@ -562,10 +562,7 @@ def test_a_directory_of_traces_without_a_manifest_passes_the_real_replays_prefli
     tmp_path: Path,
 ) -> None:
     # the simulator replays it; mode=real said "no manifest (is ... a skewlens run directory?)"
-    b = RunBuilder(2)
-    for r in (0, 1):
-        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
-    bare = _without_manifest(b.write(tmp_path / "run"), tmp_path / "bare")
+    bare = _without_manifest(_one_all_reduce(tmp_path / "run"), tmp_path / "bare")
     from skewlens.replay.real.api import preflight
 
     assert preflight(bare, CFG) == "gloo"
