@@ -113,7 +113,8 @@ def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_p
     assert data["records"] == marks + 4 and data["timed"]
 
 
-LEAN_SCRIPT = r"""
+#: One gloo rank with the flight recorder on, the hooks installed and a sub-group ``pair`` of it.
+ONE_RANK_HOOKED = r"""
 import json, os, socket
 os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
 import torch, torch.distributed as dist
@@ -125,6 +126,11 @@ from skewlens.profiler.capture import flight, hooks as H
 hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
 hooks.install()
 pair = dist.new_group([0])
+"""
+
+LEAN_SCRIPT = (
+    ONE_RANK_HOOKED
+    + r"""
 def calls():
     t = torch.ones(300, dtype=torch.float64)
     dist.all_reduce(t)
@@ -150,6 +156,7 @@ print(json.dumps({"raw_groups": [r.pg_name for r in raw], "left": left, "lost": 
                   "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in lean)}))
 dist.destroy_process_group()
 """
+)
 
 
 def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_the_hooks() -> None:
@@ -175,18 +182,9 @@ def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_t
     assert data["full"][1][1] != data["full"][0][1]  # the sub-group's name, from the recorder too
 
 
-GROUP_ROOT_SCRIPT = r"""
-import json, os, socket
-os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
-import torch, torch.distributed as dist
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-dist.init_process_group("gloo")
-from skewlens.profiler.capture import flight, hooks as H
-hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
-hooks.install()
-pair = dist.new_group([0])
+GROUP_ROOT_SCRIPT = (
+    ONE_RANK_HOOKED
+    + r"""
 hooks.lean_left = 100
 dist.broadcast(torch.ones(5), group_src=0, group=pair)
 dist.reduce(torch.ones(5), group_dst=0)
@@ -198,6 +196,7 @@ lean, lost = flight.resolve(flight.dump_entries(), raw)
 print(json.dumps({"roots": [(r.op, r.src, r.dst) for r in lean], "lost": lost}))
 dist.destroy_process_group()
 """
+)
 
 
 def test_lean_calls_record_a_root_given_as_a_rank_of_the_group() -> None:
