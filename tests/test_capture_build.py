@@ -371,6 +371,22 @@ def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_k
     assert first.attrs[Attr.IS_CPU_OP] is False
 
 
+def full_capture(
+    ops: list[OpRecord], host: dict[int, HostOpInfo], *, end_ns: int, comms: list[CommRecord] | None = None
+) -> RankCapture:
+    """One rank's full-level capture of one step ``[0, end_ns)``: Kineto's ``ops`` with the host trace's
+    ``host`` (schemas and tensors, by correlation id)."""
+    return RankCapture(
+        rank=0,
+        comms=comms or [],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=end_ns)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+        host_ops=host,
+    )
+
+
 def test_full_level_data_dependencies_follow_what_each_operator_wrote() -> None:
     ops = [
         OpRecord(name="aten::mm", start_ns=0, dur_ns=1_000, thread=MAIN, is_cpu=True, corr=1),
@@ -382,15 +398,7 @@ def test_full_level_data_dependencies_follow_what_each_operator_wrote() -> None:
         2: HostOpInfo(schema="aten::relu(Tensor self) -> Tensor", inputs=(7,), outputs=(13,)),
         3: HostOpInfo(schema="aten::add(...)", inputs=(13, 7), outputs=(14,)),
     }
-    cap = RankCapture(
-        rank=0,
-        comms=[],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=10_000)],
-        groups=GROUPS,
-        main_thread=MAIN,
-        ops=ops,
-        host_ops=host,
-    )
+    cap = full_capture(ops, host, end_ns=10_000)
     nodes = {n.name: n for n in build_nodes(cap)}
     assert nodes["aten::mm"].data_deps == ()
     assert nodes["aten::relu"].data_deps == (nodes["aten::mm"].node_id,)
@@ -412,15 +420,7 @@ def test_full_level_time_of_a_scope_replaced_by_its_operators_is_that_scopes_wor
         2: HostOpInfo(schema="aten::mm(Tensor self, Tensor mat2) -> Tensor", inputs=(4, 5), outputs=(7,)),
         3: HostOpInfo(schema="aten::add_.Tensor(Tensor(a!) self, Tensor other)", inputs=(7,), outputs=(7,)),
     }
-    cap = RankCapture(
-        rank=0,
-        comms=[],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=100_000)],
-        groups=GROUPS,
-        main_thread=MAIN,
-        ops=ops,
-        host_ops=host,
-    )
+    cap = full_capture(ops, host, end_ns=100_000)
     main = sorted(
         (n.start_ns, n.start_ns + n.dur_ns, n.name)
         for n in build_nodes(cap)
@@ -524,15 +524,7 @@ def test_full_level_collectives_join_the_data_flow_through_their_c10d_operator()
         2: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(5,), outputs=(5,)),
         3: HostOpInfo(schema="aten::relu(...)", inputs=(5,), outputs=(6,)),
     }
-    cap = RankCapture(
-        rank=0,
-        comms=[coll(10_000, 20_000, seq=0)],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=40_000)],
-        groups=GROUPS,
-        main_thread=MAIN,
-        ops=ops,
-        host_ops=host,
-    )
+    cap = full_capture(ops, host, end_ns=40_000, comms=[coll(10_000, 20_000, seq=0)])
     nodes = {n.name: n for n in build_nodes(cap)}
     ar = nodes["c10d::allreduce_"]
     assert ar.node_type == NodeType.COMM_COLL and ar.attrs[Attr.RF_ID] == 2
