@@ -109,9 +109,8 @@ def moved_step_marks(
         by_end = rows[np.argsort(rec_end, kind="stable")]
         ends_sorted = end_of[by_end]
         shift_end = end_ns[r][by_end] - ends_sorted
-        by_start = rows[np.argsort(rt.start_ns[rows], kind="stable")]
-        starts_sorted = rt.start_ns[by_start]
-        shift_start = start_ns[r][by_start] - starts_sorted
+        first = int(rows[np.argmin(rt.start_ns[rows])])  # the rank's first node, for an end no node precedes
+        first_shift = int(start_ns[r][first] - rt.start_ns[first])
         dev = rows[~rt.is_cpu[rows]]
         last_end = _latest_ends_by_step(rt.step[dev], rt.end_ns[dev], end_ns[r][dev], spans)
         prev: tuple[int, int] | None = None  # recorded and moved end of the previous step
@@ -122,7 +121,7 @@ def moved_step_marks(
                 k = int(np.searchsorted(ends_sorted, a, side="right")) - 1
                 moved_a = a + int(shift_end[k]) if k >= 0 else a
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
-            moved_b = b + int(shift_end[k] if k >= 0 else shift_start[0])
+            moved_b = b + (int(shift_end[k]) if k >= 0 else first_shift)
             if step in last_end:  # not before the step's last GPU row; a CPU step may end earlier
                 moved_b = max(moved_b, last_end[step])
             out[(r, step)] = (a, b, moved_a, moved_b)
