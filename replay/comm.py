@@ -139,14 +139,15 @@ class ModelTiming:
         return round(flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw))
 
     def p2p_time_ns(self, src: int, dst: int, nbytes: int, step: int = -1) -> int:
-        """Model time of one message ``src -> dst`` over the slowest dimension they span."""
+        """Model time of one message ``src -> dst`` over the slowest dimension they span (at its effective
+        bandwidth, oversubscription applied, as a collective between the same ranks gets)."""
         dims = self._spanned((src, dst))
         if not dims:
             return 0
         factor, extra = self._adjust((src, dst), step)
         ds = [self.topology.dims[d] for d in dims]
         alpha = max(d.latency_ns for d in ds) + extra
-        bw = min(d.bandwidth_gbps for d in ds) * factor
+        bw = min(d.effective_bandwidth_gbps for d in ds) * factor
         if any(d.kind == "ring" for d in ds):
             hops = self._ring_hops(src, dst, dims)
             alpha *= max(1, hops)

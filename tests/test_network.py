@@ -152,6 +152,15 @@ def test_point_to_point_costs_latency_plus_size_over_bandwidth_and_ring_hops() -
     assert ring.p2p_time_ns(0, 7, S) == round(ALPHA + S / BW)
 
 
+def test_a_point_to_point_message_across_an_oversubscribed_fat_tree_gets_its_effective_bandwidth() -> None:
+    # ranks 0 and 2 sit on different nodes: a 4:1 oversubscribed 25 GB/s uplink gives 6.25 GB/s, to a send
+    # as to a two-member broadcast between the same ranks
+    timing = ModelTiming(two_level(oversub=4.0))
+    assert timing.p2p_time_ns(0, 2, S) == round(2_000 + S / (25.0 / 4))
+    assert timing.p2p_time_ns(0, 2, S) == timing.collective_time_ns(CommType.BROADCAST, S, (0, 2))
+    assert timing.p2p_time_ns(0, 1, S) == round(300 + S / 200.0)
+
+
 def test_concurrent_collectives_sharing_node_uplinks_share_their_bandwidth_under_contention(
     tmp_path: Path,
 ) -> None:
