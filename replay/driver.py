@@ -21,6 +21,7 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import compute_rows, execution_model
+from skewlens.replay.lower import group_members
 from skewlens.replay.network.topology import Topology
 from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
@@ -33,7 +34,7 @@ from skewlens.replay.outputs import (
 )
 from skewlens.replay.scale import scale_run
 from skewlens.replay.simulate import SimResult, simulate
-from skewlens.replay.slowdown import Slowdown, SlowdownModel, op_matches
+from skewlens.replay.slowdown import COMM_ON, Slowdown, SlowdownModel, op_matches
 from skewlens.replay.summary import SummaryRecord, summarize
 
 
@@ -151,12 +152,54 @@ def check_slowdown_targets(
                 )
         if item.kind == "op":
             check_op_pattern(key, item, run)
+        if item.kind == "comm_delay":
+            check_comm_delay_ops(key, item, run)
+        if item.kind == "network" and item.links:
+            check_network_links(key, item, run)
         if item.kind == "stall" and item.step not in steps:
             have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
             raise ConfigError(
                 f"{key}.step: step {item.step} is not in the run ({have}); "
                 "the stall preset takes it from slowdown.step"
             )
+
+
+def check_comm_delay_ops(key: str, item: Slowdown, run: RunTrace) -> None:
+    """A ``comm_delay`` item's ranks have a node it delays (a ``before`` op), else a :class:`ConfigError`
+    naming the key and the ranks that have such ops (a delay before every send of a rank that sends nothing
+    delayed nothing, and the report said ``+5 ms before every send op on rank 1`` all the same)."""
+    types = np.array([int(t) for t in COMM_ON[item.before]], dtype=np.int8)
+
+    def has(r: int) -> bool:
+        return bool(np.isin(run.ranks[r].node_type, types).any())
+
+    ranks = [r for r in (item.ranks or sorted(run.ranks)) if r in run.ranks]
+    if any(has(r) for r in ranks):
+        return
+    others = [r for r in sorted(run.ranks) if r not in ranks and has(r)]
+    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
+    have = f"ranks with {item.before} ops: {', '.join(map(str, others))}" if others else "the run has none"
+    raise ConfigError(
+        f"{key}.ranks: {where} has no {item.before} op, so a delay before every {item.before} would delay "
+        f"nothing ({have}); the presets take the rank from slowdown.rank"
+    )
+
+
+def check_network_links(key: str, item: Slowdown, run: RunTrace) -> None:
+    """Some communication of ``run`` spans both ends of one of a ``network`` item's links (a collective
+    whose group holds both, or a send/recv between them), else a :class:`ConfigError` naming the key: a slow
+    link no transfer crosses slowed nothing, and the report said ``bandwidth x0.25 on links 0-1``."""
+    pairs = {(min(a, b), max(a, b)) for a, b in item.links}
+    if any((min(p.src_rank, p.dst_rank), max(p.src_rank, p.dst_rank)) in pairs for p in run.p2p):
+        return
+    groups = {group_members(run, c) for c in run.collectives}
+    if any(a in g and b in g for g in groups for a, b in pairs):
+        return
+    links = ", ".join(f"{a}-{b}" for a, b in sorted(pairs))
+    raise ConfigError(
+        f"{key}.links: no collective or send/recv of the run spans link{'s' if len(pairs) > 1 else ''} "
+        f"{links}, so slowing it would slow nothing; the slow_link preset's link is ranks 0-1"
+    )
 
 
 def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:

@@ -392,6 +392,13 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
                 "slow nothing; the names with the most compute time there: 'aten::mm'"
             ),
         ),
+        (  # delayed nothing (no sends), and the report said "+5 ms before every send op on rank 1"
+            ["slowdown=slow_send"],
+            (
+                "slowdown.entries[0].ranks: rank 1 has no send op, so a delay before every send would delay "
+                "nothing (the run has none); the presets take the rank from slowdown.rank"
+            ),
+        ),
     ],
 )
 def test_a_slowdown_of_a_rank_link_node_step_or_op_the_run_lacks_is_refused_naming_the_key(
@@ -400,6 +407,30 @@ def test_a_slowdown_of_a_rank_link_node_step_or_op_the_run_lacks_is_refused_nami
     rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+
+
+def test_a_slow_link_no_transfer_crosses_is_refused_and_one_a_send_crosses_slows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two pairs all_reduce inside themselves, and rank 1 sends to rank 2: link 0-2 carries nothing
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "a": (0, 1), "b": (2, 3)})
+    for r in range(4):
+        b.rank(r).compute("aten::mm", dur_ns=1_000_000, start_ns=0)
+        pg = "a" if r < 2 else "b"
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=200_000, pg=pg)
+    b.rank(1).send(2, 1 << 20, dur_ns=100_000)
+    b.rank(2).recv(1, 1 << 20, dur_ns=100_000)
+    run = b.write(tmp_path / "run")
+    base = ["replay", f"trace={run}", "progress=false", "slowdown=slow_link", "comm_mode=model"]
+    rc = skewlens_main([*base, f"out={tmp_path / 'o'}", "slowdown.entries.0.links=[[0,2]]"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            "skewlens replay: error: slowdown.entries[0].links: no collective or send/recv of the run spans "
+            "link 0-2, so slowing it would slow nothing; the slow_link preset's link is ranks 0-1"
+        )
+    ]
+    assert skewlens_main([*base, f"out={tmp_path / 'o'}", "slowdown.entries.0.links=[[2,1]]"]) == 0
 
 
 def test_the_stall_preset_stalls_the_runs_first_step_unless_told_another(
