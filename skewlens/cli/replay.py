@@ -39,7 +39,7 @@ from skewlens.profiler.atomic import staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes
 from skewlens.progress import NO_PROGRESS
-from skewlens.replay.config import ReplayConfig
+from skewlens.replay.config import ReplayConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import clock_note
@@ -294,6 +294,12 @@ def check_topology_file(item: str, path: Path) -> None:
         raise ConfigError(f"topology={item}: not a YAML topology ({first})") from None
     if not isinstance(doc, DictConfig) or not doc:
         raise ConfigError(f"topology={item}: holds no topology (a YAML mapping with name, dimensions, ...)")
+    try:  # a key the schema lacks (a typo) or a value of the wrong type: Hydra says it in half a dozen lines
+        OmegaConf.merge(OmegaConf.structured(TopologyConfig), doc)
+    except OmegaConfBaseException as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"topology={item}: {key + ': ' if key else ''}{first}") from None
 
 
 def make_out_dir(args: list[str]) -> Path | None:
