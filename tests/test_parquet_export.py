@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.cli.store import export_main
-from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
 from skewlens.profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
@@ -210,6 +210,30 @@ def test_export_replaces_an_older_export_in_one_step(exported: tuple[Path, Path]
     export_run(run_dir, out, workers=1)
     assert not (out / "stale.txt").exists() and (out / "run.json").exists()
     assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_export_over_a_directory_that_is_not_an_earlier_export_is_refused_and_leaves_it_as_it_was(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(SkewlensError, match="not empty and not an earlier Parquet export"):
+        export_run(run, mine, workers=1)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    # --out RUN: the run's own traces stay
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(SkewlensError, match="not empty and not an earlier Parquet export"):
+        export_run(run, run, workers=1)
+    assert sorted(p.name for p in run.iterdir()) == before and "rank-0.et" in before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    # a file in the way is refused too; an empty directory is taken
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SkewlensError, match="exists and is not a directory"):
+        export_run(run, tmp_path / "afile", workers=1)
+    (tmp_path / "empty").mkdir()
+    assert export_run(run, tmp_path / "empty", workers=1).rows["ranks"] == 3
 
 
 def test_worker_processes_write_the_same_tables_as_one_process(exported: tuple[Path, Path]) -> None:

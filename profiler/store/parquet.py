@@ -69,6 +69,9 @@ RECORD_OF: dict[str, type] = {
 }
 PART_FILE = "part-0.parquet"
 ROW_GROUP = 1 << 20
+#: ``format`` of ``run.json``; an existing output directory is replaced only if it holds one of these.
+EXPORT_FORMAT = "skewlens-parquet"
+PROVENANCE_FILE = "run.json"
 
 _TYPE_NAMES = [t.name for t in NodeType]
 _COMM_NAMES = [t.name for t in CommType]
@@ -270,6 +273,7 @@ def export_run(
     """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
     files = locate_run(run_dir)
     out = Path(out_dir)
+    _check_target(out)
     n_workers = workers if workers is not None else min(usable_cores(), len(files.files), 8)
     sink = IssueLog(strict=False)
     for r, f in sorted(files.files.items()):
@@ -283,6 +287,27 @@ def export_run(
             raise refusal(run_dir, errors, "not exported")
         replace_dir(tmp, out)
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
+
+
+def _check_target(out: Path) -> None:
+    """Refuse an ``out`` that is anything but missing, empty or an earlier export: the export replaces the
+    whole directory, and would remove whatever else it held (the run itself, with ``--out RUN``)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SkewlensError(f"{out}: exists and is not a directory")
+    if not any(out.iterdir()):
+        return
+    try:
+        prior = json.loads((out / PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        prior = None
+    if not isinstance(prior, dict) or prior.get("format") != EXPORT_FORMAT:
+        raise SkewlensError(
+            f"{out}: not empty and not an earlier Parquet export (no {PROVENANCE_FILE} of format "
+            f"{EXPORT_FORMAT!r}), and the export replaces the whole directory; choose another --out or "
+            f"remove it"
+        )
 
 
 def _export_into(
@@ -399,7 +424,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
     from skewlens import __version__
 
     run = {
-        "format": "skewlens-parquet",
+        "format": EXPORT_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "source": str(files.root.resolve()),
         "has_manifest": files.has_manifest,
@@ -412,7 +437,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
         "issues": {s.value: sum(1 for i in sink.issues if i.severity is s) for s in Severity},
         "comm_types": {t.name: int(t) for t in CommType},
     }
-    (tmp / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    (tmp / PROVENANCE_FILE).write_text(json.dumps(run, indent=2) + "\n")
     (tmp / MANIFEST_NAME).write_text(json.dumps(files.manifest.to_json(), indent=2) + "\n")
 
 
