@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
+from skewlens.analysis.api import SKEW_FILE
+from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.store import load_run
@@ -155,20 +157,35 @@ def _doc_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
-def test_documented_longest_waits_query_gives_the_waits_computed_from_the_store(
-    exported: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+def test_documented_longest_waits_query_gives_the_waits_analyze_writes_members_that_returned_early_included(
+    exported: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     run_dir, out = exported
     run = load_run(run_dir)
-    waits = []
+    waits, unclamped = [], {}
     for c in run.collectives:
         starts = [int(run.ranks[r].start_ns[row]) for r, row in zip(c.ranks, c.rows, strict=True)]
-        waits += [(max(starts) - s, c.pg_name, c.seq, r) for s, r in zip(starts, c.ranks, strict=True)]
+        ends = [s + int(run.ranks[r].dur_ns[row]) for s, r, row in zip(starts, c.ranks, c.rows, strict=True)]
+        for s, e, r in zip(starts, ends, c.ranks, strict=True):
+            waits.append((min(max(starts), e) - s, c.pg_name, c.seq, r))
+            unclamped[(c.pg_name, c.seq, r)] = max(starts) - s
     want = sorted(waits, key=lambda w: (-w[0], w[1], w[2], w[3]))[:10]
+    assert (
+        skewlens_main(["analyze", str(run_dir), "--out", str(tmp_path / "an"), "--no-blame", "--no-pictures"])
+        == 0
+    )
+    skew = [r for r in pq.read_table(tmp_path / "an" / SKEW_FILE).to_pylist() if r["kind"] == "collective"]
+    analyzed = sorted(
+        ((r["wait_ns"], r["pg_name"], r["seq"], r["rank"]) for r in skew),
+        key=lambda w: (-w[0], w[1], w[2], w[3]),
+    )[:10]
     monkeypatch.chdir(out)
-    rows = duckdb.sql(_doc_queries()[0]).fetchall()
-    assert [(w, g, s, r) for g, s, _t, r, w in rows] == want
-    assert rows[0][4] > 0
+    rows = [(w, g, s, r) for g, s, _t, r, w in duckdb.sql(_doc_queries()[0]).fetchall()]
+    assert rows == want == analyzed
+    assert rows[0][0] > 0
+    # the fixture's members return 2 us after their own arrival, before a late member arrives: their wait
+    # stops there (the last arrival alone would make it longer than the call)
+    assert any(w < unclamped[(g, s, r)] for w, g, s, r in rows)
 
 
 def test_documented_per_rank_op_time_query_sums_durations(
