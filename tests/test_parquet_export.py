@@ -272,6 +272,24 @@ def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
     assert re.search(r"collectives\s*│\s*18", buf.getvalue())
 
 
+def test_export_cli_says_which_warnings_and_errors_it_counted(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    run = b.write(tmp_path / "run")
+    (run / "manifest.json").unlink()
+    buf = io.StringIO()
+    argv = [str(run), "--workers", "1", "--no-progress", "--allow-errors"]
+    assert export_main(argv, console=Console(file=buf, width=400)) == 0
+    text = buf.getvalue()
+    assert "2 warning(s)/error(s)" in text
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.startswith(("error: ", "warning: "))]
+    assert len(lines) == 2 and lines[0].startswith(
+        "error: collective mismatch in group '0' seq 0: type differs"
+    )
+    assert lines[1].startswith("warning: ") and "without manifest.json" in lines[1]
+
+
 def test_benchmark_code_path_converts_a_tiny_generated_run(tmp_path: Path) -> None:
     import importlib.util
 

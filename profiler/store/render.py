@@ -74,6 +74,10 @@ def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
+#: At most this many of an export's warnings and errors are printed under its summary (all are counted).
+SHOWN_EXPORT_ISSUES = 10
+
+
 def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
     """Rows per table and conversion throughput."""
     table = Table(title=f"exported to {summary.out_dir}")
@@ -83,6 +87,20 @@ def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
         table.add_row(name, f"{rows:,}")
     nodes = summary.rows.get("nodes", 0)
     rate = nodes / seconds if seconds > 0 else 0.0
-    notes = [i for i in summary.issues if i.severity is not Severity.INFO]
+    notes = sorted(
+        (i for i in summary.issues if i.severity is not Severity.INFO),
+        key=lambda i: i.severity is not Severity.ERROR,
+    )
     tail = Text(f"{nodes:,} nodes in {seconds:.2f} s ({rate:,.0f} nodes/s); {len(notes)} warning(s)/error(s)")
-    return Group(table, tail)
+    lines = [
+        Text(f"{i.severity.value}: {i.message}", style=_STYLE[i.severity])
+        for i in notes[:SHOWN_EXPORT_ISSUES]
+    ]
+    if len(notes) > SHOWN_EXPORT_ISSUES:
+        lines.append(
+            Text(
+                f"... {len(notes) - SHOWN_EXPORT_ISSUES} more (skewlens check RUN lists them all)",
+                style="dim",
+            )
+        )
+    return Group(table, tail, *lines)
