@@ -290,6 +290,20 @@ def test_export_cli_says_which_warnings_and_errors_it_counted(tmp_path: Path) ->
     assert lines[1].startswith("warning: ") and "without manifest.json" in lines[1]
 
 
+def test_a_parquet_export_given_where_a_run_is_read_is_named_as_an_export_not_as_eight_missing_traces(
+    exported: tuple[Path, Path],
+) -> None:
+    from skewlens.profiler.errors import ManifestError
+    from skewlens.profiler.store.validate import validate_run
+
+    run_dir, out = exported
+    for read in (load_run, validate_run, lambda p: export_run(p, p.parent / "again", workers=1)):
+        with pytest.raises(ManifestError, match="a Parquet export") as e:
+            read(out)
+        assert f"pass the run it was exported from ({run_dir.resolve()})" in str(e.value)
+        assert "trace file is missing" not in str(e.value)
+
+
 def test_benchmark_code_path_converts_a_tiny_generated_run(tmp_path: Path) -> None:
     import importlib.util
 

@@ -51,6 +51,9 @@ from skewlens.progress import NO_PROGRESS, Progress
 
 #: Name given to the world-wide group assumed for collectives that name no group.
 WORLD_PG = "0"
+#: ``format`` of the ``run.json`` that ``skewlens export`` writes beside its copy of the run's manifest.
+PARQUET_EXPORT_FORMAT = "skewlens-parquet"
+PARQUET_EXPORT_FILE = "run.json"
 _FOREIGN_RE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 _OURS_RE = re.compile(r"^rank-(?P<rank>\d+)\.et$")
 
@@ -80,10 +83,27 @@ def _synth_manifest(ranks: list[int]) -> Manifest:
     )
 
 
+def _refuse_parquet_export(p: Path) -> None:
+    """A Parquet export holds a copy of its run's manifest but no traces: say so, rather than that every
+    rank's trace file is missing."""
+    try:
+        prov = json.loads((p / PARQUET_EXPORT_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(prov, dict) and prov.get("format") == PARQUET_EXPORT_FORMAT:
+        source = prov.get("source")
+        where = f" ({source})" if isinstance(source, str) else ""
+        raise ManifestError(
+            f"{p}: a Parquet export (skewlens export), not a run directory: pass the run it was exported from"
+            f"{where}; the tables are read with DuckDB, pyarrow or Spark (docs/parquet.md)"
+        )
+
+
 def locate_run(path: str | Path) -> RunFiles:
     """Find a run's manifest and rank files (see the module docstring for the accepted layouts)."""
     p = Path(path)
     if p.is_dir() and (p / MANIFEST_NAME).exists():
+        _refuse_parquet_export(p)
         m = read_manifest(p)
         return RunFiles(root=p, manifest=m, files={r: rank_file(p, r) for r in m.ranks}, has_manifest=True)
     if p.is_dir():

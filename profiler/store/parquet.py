@@ -35,7 +35,15 @@ from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
-from skewlens.profiler.store.load import RunFiles, assign_defaults, load_rank, locate_run, missing_rank_issues
+from skewlens.profiler.store.load import (
+    PARQUET_EXPORT_FILE,
+    PARQUET_EXPORT_FORMAT,
+    RunFiles,
+    assign_defaults,
+    load_rank,
+    locate_run,
+    missing_rank_issues,
+)
 from skewlens.profiler.store.match import CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.store.schema import (
@@ -70,8 +78,8 @@ RECORD_OF: dict[str, type] = {
 PART_FILE = "part-0.parquet"
 ROW_GROUP = 1 << 20
 #: ``format`` of ``run.json``; an existing output directory is replaced only if it holds one of these.
-EXPORT_FORMAT = "skewlens-parquet"
-PROVENANCE_FILE = "run.json"
+EXPORT_FORMAT = PARQUET_EXPORT_FORMAT
+PROVENANCE_FILE = PARQUET_EXPORT_FILE
 
 _TYPE_NAMES = [t.name for t in NodeType]
 _COMM_NAMES = [t.name for t in CommType]
