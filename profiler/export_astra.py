@@ -506,6 +506,7 @@ def export_astra_sim(
     compute nodes, ``"auto"`` drops them only on ranks that also have GPU kernels. ``strict`` refuses a
     run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective).
     """
+    from skewlens.profiler.store.issues import rank_ranges
     from skewlens.profiler.store.load import locate_run, parse_pg_init
 
     if not prefix or "/" in prefix or prefix.startswith("."):
@@ -516,8 +517,7 @@ def export_astra_sim(
     absent = sorted(set(range(world)) - set(files.files))
     if absent:
         raise ValidationError(
-            f"{run_dir}: rank(s) {', '.join(map(str, absent))} of {world} have no trace; ASTRA-sim needs one "
-            f"per NPU"
+            f"{run_dir}: rank(s) {rank_ranges(absent)} of {world} have no trace; ASTRA-sim needs one per NPU"
         )
     for r, f in sorted(files.files.items()):
         if not f.exists():

@@ -287,6 +287,16 @@ def test_a_missing_rank_is_refused_because_astra_sim_needs_a_trace_per_npu(tmp_p
         export_astra_sim(run, tmp_path / "astra")
 
 
+def test_many_missing_ranks_are_named_as_ranges(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=128)
+    for r in (0, 1, 5):
+        b.rank(r).compute("aten::mm", dur_ns=1000)
+    run = b.write(tmp_path / "run")
+    with pytest.raises(ValidationError, match=r"rank\(s\) 2-4, 6-127 of 128 have no trace; ASTRA-sim") as e:
+        export_astra_sim(run, tmp_path / "astra")
+    assert len(str(e.value)) < 200
+
+
 def _gpu_rank(path: Path) -> None:
     """A rank with host ops launching GPU kernels: host 1 -> kernel 2, host 3 -> kernel 4 (data dep)."""
     world = ProcessGroupInfo(name="0", ranks=(0,))
