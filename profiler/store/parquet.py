@@ -77,9 +77,6 @@ RECORD_OF: dict[str, type] = {
 }
 PART_FILE = "part-0.parquet"
 ROW_GROUP = 1 << 20
-#: ``format`` of ``run.json``; an existing output directory is replaced only if it holds one of these.
-EXPORT_FORMAT = PARQUET_EXPORT_FORMAT
-PROVENANCE_FILE = PARQUET_EXPORT_FILE
 
 _TYPE_NAMES = [t.name for t in NodeType]
 _COMM_NAMES = [t.name for t in CommType]
@@ -307,14 +304,14 @@ def _check_target(out: Path) -> None:
     if not any(out.iterdir()):
         return
     try:
-        prior = json.loads((out / PROVENANCE_FILE).read_text())
+        prior = json.loads((out / PARQUET_EXPORT_FILE).read_text())
     except (OSError, ValueError):
         prior = None
-    if not isinstance(prior, dict) or prior.get("format") != EXPORT_FORMAT:
+    if not isinstance(prior, dict) or prior.get("format") != PARQUET_EXPORT_FORMAT:
         raise SkewlensError(
-            f"{out}: not empty and not an earlier Parquet export (no {PROVENANCE_FILE} of format "
-            f"{EXPORT_FORMAT!r}), and the export replaces the whole directory; choose another --out or "
-            f"remove it"
+            f"{out}: not empty and not an earlier Parquet export (no {PARQUET_EXPORT_FILE} of format "
+            f"{PARQUET_EXPORT_FORMAT!r}), and the export replaces the whole directory; choose another --out "
+            f"or remove it"
         )
 
 
@@ -432,7 +429,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
     from skewlens import __version__
 
     run = {
-        "format": EXPORT_FORMAT,
+        "format": PARQUET_EXPORT_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "source": str(files.root.resolve()),
         "has_manifest": files.has_manifest,
@@ -445,7 +442,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
         "issues": {s.value: sum(1 for i in sink.issues if i.severity is s) for s in Severity},
         "comm_types": {t.name: int(t) for t in CommType},
     }
-    (tmp / PROVENANCE_FILE).write_text(json.dumps(run, indent=2) + "\n")
+    (tmp / PARQUET_EXPORT_FILE).write_text(json.dumps(run, indent=2) + "\n")
     (tmp / MANIFEST_NAME).write_text(json.dumps(files.manifest.to_json(), indent=2) + "\n")
 
 
