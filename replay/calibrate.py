@@ -24,7 +24,10 @@ costs included, and needs no formula of its own.
 is one non-blocking switch, so every group shares one class). A group's traffic is charged to the outermost
 dimension it spans (flat algorithms use the slowest link, taken to be the outermost); a hierarchical
 collective that spans the innermost dimension and an outer one is charged to both. All transfers are
-fitted together, two unknowns per dimension seen; dimensions no transfer crosses keep the base values.
+fitted together, two unknowns per dimension seen; dimensions no transfer crosses keep the base values. The
+base's ``links_per_node`` (links of a node on an outer dimension) is kept and written out resolved: the
+fitted ``B`` is one link's, shared as the replay shares it (the inter-node rings of a hierarchical
+collective on one link divide it).
 
 **The fit** is Huber-weighted least squares on relative residuals ``(T_recorded − T_model) / T_model``, by
 iteratively reweighted least squares: weights ``h_i / T_model,i²`` (``h`` Huber's weight, ``k = 1.345``,
@@ -239,6 +242,7 @@ def _probe_topology(base: Topology, set_dims: dict[int, tuple[int, float]]) -> T
             size=d.size,
             latency_ns=set_dims.get(k, (0, _FREE_BW))[0],
             bandwidth_gbps=set_dims.get(k, (0, _FREE_BW))[1],
+            links_per_node=d.links_per_node,
         )
         for k, d in enumerate(base.dims)
     )
@@ -512,7 +516,13 @@ def calibrate(run: RunTrace, *, base: Topology | None = None, algorithm: str | N
     fitted, notes = _fit_links(seen, design)
     dims = list(topo.dims)
     for d, (alpha, bw) in fitted.items():
-        dims[d] = Dimension(kind=dims[d].kind, size=dims[d].size, bandwidth_gbps=bw, latency_ns=round(alpha))
+        dims[d] = Dimension(
+            kind=dims[d].kind,
+            size=dims[d].size,
+            bandwidth_gbps=bw,
+            latency_ns=round(alpha),
+            links_per_node=dims[d].links_per_node,
+        )
     calibrated = replace(topo, dims=tuple(dims))
     timing = ModelTiming(calibrated, algorithm=alg)
     no_latency = ModelTiming(
@@ -600,7 +610,7 @@ def topology_yaml(cal: Calibration, *, name: str | None = None) -> str:
     if topo.node_of_rank:
         lines.append(f"node_of_rank: [{', '.join(str(n) for n in topo.node_of_rank)}]")
     lines.append("dims:")
-    for dim in topo.dims:
+    for d, dim in enumerate(topo.dims):
         lines += [
             f"  - kind: {dim.kind}",
             f"    size: {dim.size}",
@@ -608,6 +618,8 @@ def topology_yaml(cal: Calibration, *, name: str | None = None) -> str:
             f"    latency_ns: {dim.latency_ns}",
             f"    oversubscription: {dim.oversubscription!r}",
         ]
+        if d:  # resolved: a file's meaning does not hang on the default
+            lines.append(f"    links_per_node: {topo.links_per_node(d)}")
     return "\n".join(lines) + "\n"
 
 

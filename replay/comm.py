@@ -7,8 +7,10 @@ start) + recorded transfer``. Replaying an unmodified trace reproduces the measu
 
 ``model`` (:class:`ModelTiming`): every member ends ``T`` after the last arrival, with ``T`` from the
 topology and the collective algorithm (``skewlens.replay.network.algorithms``). With ``contention=True``
-a group's transfer is a flow over the links of the dimensions it spans, and concurrent flows on a link
-share it.
+a group's transfer is a flow over the links of the dimensions it spans (``Topology.link``: a rank's port,
+its node's links on outer dimensions), and concurrent flows on a link share it. Both use the same links: a
+lone transfer costs the same with and without contention, members of one group sharing a link being in the
+formula's bandwidth (``Topology.link_sharing``).
 
 Network slowdowns (``Effects`` objects that also implement
 :class:`~skewlens.replay.effects.NetworkEffects`) scale bandwidth and add latency in both modes: as
@@ -123,10 +125,14 @@ class ModelTiming:
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
             inner = (ds[0].latency_ns + extra, ds[0].effective_bandwidth_gbps * factor)
-            outer_dims = ds[1:]
+            # the p0 inter-node rings run at once: members of a node on one link (NIC) share it
             outer = (
-                max(d.latency_ns for d in outer_dims) + extra,
-                min(d.effective_bandwidth_gbps for d in outer_dims) * factor,
+                max(d.latency_ns for d in ds[1:]) + extra,
+                min(
+                    self.topology.dims[d].effective_bandwidth_gbps / self.topology.link_sharing(members, d)
+                    for d in dims[1:]
+                )
+                * factor,
             )
             return round(
                 hierarchical_time_ns(comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer)
@@ -174,14 +180,15 @@ class ModelTiming:
         return [self.p2p_time_ns(src, dst, nbytes, step)] * len(recorded)
 
     def flow(self, ranks: Sequence[int], alone_ns: int) -> Flow | None:
-        """Links used by a group: one per member and crossed dimension (its port at that level)."""
+        """Links used by a group: per member and crossed dimension, the link it uses there
+        (``Topology.link``: its port on the innermost dimension, its node's link (NIC) on outer ones)."""
         if not self.contention:
             return None
         links: list[int] = []
         members = sorted(set(ranks))
         for d in self._spanned(members):
             for r in members:
-                key = (d, *self.topology.coords(r)[d:])
+                key = self.topology.link(r, d)
                 lk = self.link_ids.get(key)
                 if lk is None:
                     lk = self.link_ids[key] = len(self.link_ids)

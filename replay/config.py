@@ -35,6 +35,9 @@ class DimensionConfig:
     """Latency per message, ns."""
     oversubscription: float = 1.0
     """fat_tree: uplink oversubscription ratio."""
+    links_per_node: int = 0
+    """Links (NICs) of a node (a unit of the next inner dimension) on this dimension, shared by its ranks;
+    0: one per rank (bandwidth_gbps per GPU). Innermost dimension: 0 or 1."""
 
 
 @dataclass(kw_only=True)
@@ -79,6 +82,7 @@ class TopologyConfig:
                         bandwidth_gbps=float(d.bandwidth_gbps),
                         latency_ns=int(d.latency_ns),
                         oversubscription=float(d.oversubscription),
+                        links_per_node=int(d.links_per_node),
                     )
                 )
             except TopologyError as e:

@@ -178,6 +178,41 @@ def test_a_hierarchical_calibration_fits_each_link_class_of_a_two_level_topology
     assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
 
 
+@pytest.mark.parametrize(("links", "written"), [(1, 1), (0, 4)])
+def test_a_calibration_fits_one_links_bandwidth_and_writes_the_bases_links_per_node(
+    tmp_path: Path, links: int, written: int
+) -> None:
+    # 8 ranks, 4 per node; with one link per node the 4 inter-node rings of the hierarchical all_reduce
+    # each get a quarter of it, with one per rank (the default, written out resolved: 4) a whole link
+    a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
+    share = 4 if links == 1 else 1
+
+    def closed_form(pg: str, _ty: CommType, s: int) -> float:
+        intra = 2 * 3 * (a0 + s / (4 * b0))
+        return intra if pg != "0" else intra + 2 * 1 * (a1 + s / (8 * (b1 / share)))
+
+    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+    schedule = [(pg, AR, size) for size in (16 * KIB, 1 * MIB, 16 * MIB) for pg in ("0", "1", "2")]
+    run_dir, _t, _w = build_run(
+        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=closed_form, noise=0.0
+    )
+    base = Topology(
+        name="two_level",
+        dims=(
+            Dimension(kind="switch", size=4, bandwidth_gbps=1.0, latency_ns=1),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=1.0, latency_ns=1, links_per_node=links),
+        ),
+    )
+    cal = calibrate(load_validated(run_dir), base=base, algorithm="hierarchical")
+    assert cal.topology.dims[1].bandwidth_gbps == pytest.approx(b1, rel=1e-3)
+    out = tmp_path / "cal.yaml"
+    write_topology(cal, out)
+    assert f"    links_per_node: {written}\n" in out.read_text()
+    cfg = load_topology_entry(str(out))
+    assert cfg.dims[1].links_per_node == written
+    assert cfg.to_topology().links_per_node(1) == cal.topology.links_per_node(1)
+
+
 def test_the_written_entry_loads_with_the_replay_schema_and_replays_the_fitted_transfers(
     synthetic: tuple[Path, int, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

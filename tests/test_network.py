@@ -6,12 +6,15 @@ import math
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from skewlens.paths import CONF_DIR
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.comm import ModelTiming
+from skewlens.replay.config import TopologyConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import simulate
@@ -89,13 +92,18 @@ def test_eight_rank_collectives_follow_their_closed_forms(
     assert got == [round(EIGHT_RANK[(algorithm, comm_type)])]
 
 
-def two_level(per_node: int = 2, nodes: int = 2, oversub: float = 1.0) -> Topology:
+def two_level(per_node: int = 2, nodes: int = 2, oversub: float = 1.0, links: int = 0) -> Topology:
     return Topology(
         name="two-level",
         dims=(
             Dimension(kind="switch", size=per_node, bandwidth_gbps=200.0, latency_ns=300),
             Dimension(
-                kind="fat_tree", size=nodes, bandwidth_gbps=25.0, latency_ns=2_000, oversubscription=oversub
+                kind="fat_tree",
+                size=nodes,
+                bandwidth_gbps=25.0,
+                latency_ns=2_000,
+                oversubscription=oversub,
+                links_per_node=links,
             ),
         ),
     )
@@ -164,13 +172,15 @@ def test_a_point_to_point_message_across_an_oversubscribed_fat_tree_gets_its_eff
 def test_concurrent_collectives_sharing_node_uplinks_share_their_bandwidth_under_contention(
     tmp_path: Path,
 ) -> None:
-    # groups (0,2) and (1,3) both cross between node 0 = {0,1} and node 1 = {2,3} at the same time
+    # groups (0,2) and (1,3) both cross between node 0 = {0,1} and node 1 = {2,3} at the same time, over the
+    # one link each node has; with a link per rank (the default) they do not meet
     rt = one_collective_run(tmp_path, 4, groups={"a": (0, 2), "b": (1, 3)})
-    topo = two_level()
-    alone = replayed_transfer(rt, topology=topo, algorithm="ring")
-    shared = replayed_transfer(rt, topology=topo, algorithm="ring", contention=True)
+    one_link = two_level(links=1)
+    alone = replayed_transfer(rt, topology=one_link, algorithm="ring")
+    shared = replayed_transfer(rt, topology=one_link, algorithm="ring", contention=True)
     assert alone[0] == alone[1] == round(2 * (2_000 + S / (2 * 25.0)))
     assert shared == [2 * alone[0], 2 * alone[1]]
+    assert replayed_transfer(rt, topology=two_level(), algorithm="ring", contention=True) == alone
 
 
 def test_contention_does_not_slow_transfers_on_disjoint_links(tmp_path: Path) -> None:
@@ -202,3 +212,91 @@ def test_chained_all_reduces_of_the_benchmark_trace_add_up_to_n_times_the_closed
     res = simulate(rt, topology=bench.ring_topology(), comm_mode="model", algorithm="ring")
     one = round(2 * 7 * (500 + S / (8 * 50.0)))
     assert res.makespan_ns == 5 * one
+
+
+def shipped_topology(name: str) -> TopologyConfig:
+    """A ``conf/topology/`` entry read with the replay's schema."""
+    path = CONF_DIR / "topology" / f"{name}.yaml"
+    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TopologyConfig), OmegaConf.load(path)))
+    assert isinstance(obj, TopologyConfig)
+    return obj
+
+
+def both_ways(rt: RunTrace, cfg: TopologyConfig) -> tuple[list[int], list[int]]:
+    """Transfers without and with contention."""
+    kw = {"topology": cfg.to_topology(), "algorithm": cfg.algorithm}
+    return replayed_transfer(rt, **kw), replayed_transfer(rt, contention=True, **kw)
+
+
+def test_the_dp_all_reduces_of_tp8_dp2_on_dgx_h100_take_the_ring_time_on_a_nic_each_in_both_modes(
+    tmp_path: Path,
+) -> None:
+    # 16 ranks as tp=8 x dp=2: the 8 dp groups (i, i+8) all_reduce at once between the two nodes, each GPU on
+    # its own NDR NIC (8 per node), so they do not share one: contention modelled the node as one NIC (8x)
+    cfg = shipped_topology("dgx_h100_8x")
+    ib = cfg.dims[1]
+    assert cfg.to_topology().links_per_node(1) == 8
+    rt = one_collective_run(tmp_path, 16, groups={f"dp{i}": (i, i + 8) for i in range(8)})
+    p = 2
+    textbook = 2 * (p - 1) * (ib.latency_ns + S / (p * ib.bandwidth_gbps))
+    alone, contended = both_ways(rt, cfg)
+    assert alone == contended == [round(textbook)] * 8
+
+
+def test_a_hierarchical_all_reduce_on_two_node_ib_shares_the_one_link_in_both_timing_modes(
+    tmp_path: Path,
+) -> None:
+    # 8 ranks, 4 per node: after the intra-node reduce-scatter the 4 inter-node rings (S/4 each) run at
+    # once over the nodes' one HDR link, each at a quarter of it; the analytic cost gave each a whole link
+    cfg = shipped_topology("two_node_ib")
+    pcie, hdr = cfg.dims
+    assert cfg.to_topology().links_per_node(1) == 1
+    rt = one_collective_run(tmp_path, 8)
+    p0, p1 = 4, 2
+    intra = (p0 - 1) * (pcie.latency_ns + S / (p0 * pcie.bandwidth_gbps))
+    ring_bw = hdr.bandwidth_gbps / p0
+    inter = 2 * (p1 - 1) * (hdr.latency_ns + S / (p0 * p1 * ring_bw))
+    alone, contended = both_ways(rt, cfg)
+    assert alone == contended == [round(2 * intra + inter)]
+
+
+def test_a_topology_file_without_links_per_node_loads_with_a_link_per_rank(tmp_path: Path) -> None:
+    # the meaning such a file always had without contention: bandwidth_gbps per GPU, one ring each
+    text = (CONF_DIR / "topology" / "two_node_ib.yaml").read_text()
+    bare = "\n".join(line for line in text.splitlines() if "links_per_node" not in line)
+    (tmp_path / "t.yaml").write_text(bare)
+    obj = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(TopologyConfig), OmegaConf.load(tmp_path / "t.yaml"))
+    )
+    assert isinstance(obj, TopologyConfig)
+    topo = obj.to_topology()
+    assert topo.dims[1].links_per_node == 0 and topo.links_per_node(1) == 4
+    assert [topo.link(r, 1)[1] for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    rt = one_collective_run(tmp_path, 8)
+    pcie, hdr = obj.dims
+    intra = 3 * (pcie.latency_ns + S / (4 * pcie.bandwidth_gbps))
+    inter = 2 * (hdr.latency_ns + S / (8 * hdr.bandwidth_gbps))
+    assert both_ways(rt, obj) == ([round(2 * intra + inter)], [round(2 * intra + inter)])
+
+
+def test_ranks_of_a_node_are_spread_over_its_links_in_slot_order_and_a_bad_count_names_the_field() -> None:
+    topo = two_level(per_node=8, nodes=2, links=2)
+    assert [topo.link(r, 1) for r in (0, 3, 4, 7, 8, 15)] == [
+        (1, 0, 0),
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 1, 0),
+        (1, 0, 1),
+        (1, 1, 1),
+    ]
+    assert topo.link_sharing(range(16), 1) == 4
+    assert topo.link_sharing((0, 4, 8, 12), 1) == 1
+    with pytest.raises(TopologyError, match=r"dims\[1\]\.links_per_node: .* 2 rank slots"):
+        two_level(per_node=2, links=3)
+    with pytest.raises(TopologyError, match=r"dims\[0\]\.links_per_node"):
+        Topology(
+            name="t",
+            dims=(Dimension(kind="switch", size=0, bandwidth_gbps=1.0, latency_ns=0, links_per_node=2),),
+        )
+    with pytest.raises(TopologyError, match="links_per_node"):
+        Dimension(kind="switch", size=0, bandwidth_gbps=1.0, latency_ns=0, links_per_node=-1)

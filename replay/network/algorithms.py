@@ -24,7 +24,10 @@ reduce up, broadcast down).
 ring all-gather of ``S``:
 ``T = (p0−1)(α0 + S/(p0·B0)) + 2(p1−1)(α1 + S/(p0·p1·B1)) + (p0−1)(α0 + S/(p0·B0))``.
 reduce_scatter / all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``; other types use the
-flat ring over the slowest dimension.
+flat ring over the slowest dimension. The ``p0`` inter-node rings run at once, so ``B1`` is what one ring
+gets: the outer link's bandwidth divided by the most of the group's ranks on one link of a node
+(``skewlens.replay.comm``; ``Topology.link_sharing``): ``B`` with a link (NIC) per GPU, ``B/p0`` with one
+per node.
 
 A point-to-point message costs ``α + S/B``.
 """

@@ -7,11 +7,19 @@ the node). Placement maps ranks to coordinates: ``block`` fills a node before th
 node 0), ``round_robin`` deals ranks to nodes in turn, and ``node_of_rank`` gives each rank's node
 explicitly (two-dimensional topologies).
 
-Bandwidths are GB/s per link and direction (1 GB/s = 1 byte/ns), latencies ns per message.
+Bandwidths are GB/s per link and direction (1 GB/s = 1 byte/ns), latencies ns per message. A rank has one
+link on the innermost dimension (its port); on an outer dimension ``d`` every unit of dimension ``d − 1``
+(a node, on the second dimension) has ``links_per_node`` links (NICs), its rank slots spread over them in
+order (slot ``s`` of ``U`` on link ``s·links_per_node // U``), and ranks on one link share it. The default,
+0, is one link per rank slot: every rank its own link, ``bandwidth_gbps`` per GPU. :meth:`Topology.link`
+names a rank's link: the analytic costs divide a link's bandwidth between the members of a group on it
+(:meth:`Topology.link_sharing`), and the contention model shares it between concurrent groups.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +45,10 @@ class Dimension:
     """Latency of one message over this dimension, ns."""
     oversubscription: float = 1.0
     """``fat_tree`` only: uplink oversubscription ratio (bandwidth per unit is divided by it)."""
+    links_per_node: int = 0
+    """Links (NICs) each unit of the next inner dimension (a node, on the second dimension) has on this one,
+    each of ``bandwidth_gbps``; 0: one per rank slot of the unit (every rank its own link). The innermost
+    dimension: 0 or 1 (each rank is its own unit)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -49,6 +61,8 @@ class Dimension:
             raise TopologyError(f"latency_ns: must be >= 0, got {self.latency_ns}")
         if not self.oversubscription >= 1.0:
             raise TopologyError(f"oversubscription: must be >= 1, got {self.oversubscription}")
+        if self.links_per_node < 0:
+            raise TopologyError(f"links_per_node: must be >= 0 (0: one per rank), got {self.links_per_node}")
 
     @property
     def effective_bandwidth_gbps(self) -> float:
@@ -79,6 +93,18 @@ class Topology:
             raise TopologyError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.node_of_rank and len(self.dims) != 2:
             raise TopologyError("node_of_rank: explicit placement needs a two-dimensional topology")
+        if self.dims[0].links_per_node > 1:
+            raise TopologyError(
+                f"dims[0].links_per_node: the innermost dimension has one link per rank (0 or 1), "
+                f"got {self.dims[0].links_per_node}"
+            )
+        for d, dim in enumerate(self.dims[1:], 1):
+            slots = self._unit_slots(d)
+            if dim.links_per_node > slots:
+                raise TopologyError(
+                    f"dims[{d}].links_per_node: a node (a unit of dimension {d - 1}) has {slots} rank "
+                    f"slots, so at most {slots} links (a rank uses one), got {dim.links_per_node}"
+                )
 
     def coords(self, rank: int) -> tuple[int, ...]:
         """Coordinates of ``rank`` (innermost first)."""
@@ -127,6 +153,28 @@ class Topology:
                 return 0
             cap *= d.size
         return cap
+
+    def _unit_slots(self, d: int) -> int:
+        """Rank slots of one unit of dimension ``d − 1`` (1 for ``d = 0``: a rank)."""
+        return math.prod(x.size for x in self.dims[:d])
+
+    def links_per_node(self, d: int) -> int:
+        """Links of one unit of dimension ``d − 1`` on dimension ``d`` (``Dimension.links_per_node``, 0
+        resolved to one per rank slot)."""
+        return self.dims[d].links_per_node or self._unit_slots(d)
+
+    def link(self, rank: int, d: int) -> tuple[int, ...]:
+        """The link ``rank`` uses on dimension ``d``: ``(d, link index within its unit, *coords[d:])``."""
+        c = self.coords(rank)
+        slot, stride = 0, 1
+        for j in range(d):
+            slot += c[j] * stride
+            stride *= self.dims[j].size
+        return (d, slot * self.links_per_node(d) // stride, *c[d:])
+
+    def link_sharing(self, ranks: Sequence[int], d: int) -> int:
+        """The most of ``ranks`` on one link of dimension ``d`` (1: each its own)."""
+        return max(Counter(self.link(r, d) for r in set(ranks)).values(), default=1)
 
     def spanned(self, ranks: Sequence[int]) -> tuple[int, ...]:
         """Dimensions in which the members' coordinates differ (the links the group's traffic crosses)."""
