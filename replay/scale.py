@@ -472,6 +472,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some
         described += f"; captured rank(s) {rank_ranges(left_out)} copied by none: not in the replay"
+    described += _untraced_text(run)
     manifest = dataclasses.replace(
         m,
         world_size=new_world,
@@ -508,9 +509,25 @@ def _source_text(lay: Layout, source: int | None, seed: int | None) -> str:
     have = sorted({d for d, _ in lay.coord.values()})
     if seed is None and len(have) == lay.dp_size:
         return f"{unit} i copies captured {unit} i mod {len(have)}"
+    if len(have) == 1:
+        return f"every {unit} copies {unit} {have[0]}, the only traced one"
     if seed is None:
         return f"{unit} i copies traced {unit} number i mod {len(have)} of {rank_ranges(have)}"
     return f"each {unit} copies a captured {unit} drawn with seed {seed}"
+
+
+def _untraced_text(run: RunTrace) -> str:
+    """The captured ranks without a trace (a sample of a run, or ranks a lenient load left out, with why):
+    no new rank copies them, and a straggler among them would otherwise vanish without a word."""
+    untraced = [r for r in range(run.world_size) if r not in run.ranks]
+    if not untraced:
+        return ""
+    why = "; ".join(f"rank {r} left out by the lenient load: {w}" for r, w in run.left_out_ranks[:3])
+    more = len(run.left_out_ranks) - 3
+    why += f"; {more} more" if more > 0 else ""
+    return f"; captured rank(s) {rank_ranges(untraced)} have no trace, so no rank copies them" + (
+        f" ({why})" if why else ""
+    )
 
 
 def _remap(d: Mapping[int, _V], source_of: Mapping[int, int]) -> dict[int, _V]:

@@ -322,6 +322,26 @@ def test_an_extrapolation_to_fewer_ranks_says_which_captured_ranks_are_not_in_th
     assert not any("copied by none" in n for n in run_notes(scale_run(run, 4)))
 
 
+def test_captured_ranks_without_a_trace_are_named_in_the_extrapolation_note_with_why(tmp_path: Path) -> None:
+    # rank 1 (the straggler: 12 ms against 10) had a corrupt trace; lenient=true left it out, and the
+    # 8-rank extrapolation replayed 8 copies of rank 0 saying only "copies traced rank number i mod 1 of 0"
+    from skewlens.profiler.store.issues import run_notes
+
+    b = RunBuilder(world_size=2)
+    for r, dur in ((0, 10_000_000), (1, 12_000_000)):
+        b.rank(r).compute("aten::mm", dur)
+        b.rank(r).collective(AR, MIB, 100_000)
+    run_dir = b.write(tmp_path / "run")
+    (run_dir / "rank-1.et").write_bytes((run_dir / "rank-1.et").read_bytes()[:300])
+    run = load_run(run_dir, lenient=True)
+    note = [n for n in run_notes(scale_run(run, 8)) if n.startswith("extrapolated: ")]
+    assert note == [
+        "extrapolated: ddp over '0' (ranks 0-1, default_pg: 1 all_reduce) -> 8 data-parallel ranks "
+        "(8 in all); every rank copies rank 0, the only traced one; captured rank(s) 1 have no trace, so no "
+        "rank copies them (rank 1 left out by the lenient load: " + dict(run.left_out_ranks)[1] + ")"
+    ]
+
+
 def p2p_run(path: Path) -> RunTrace:
     b = RunBuilder(world_size=2)
     b.rank(0).send(1, MIB, 100_000)
