@@ -467,7 +467,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
     collectives.sort(key=lambda c: (index[c.pg_name], c.seq))
     m = run.manifest
     described = f"{lay.described} -> {dp} data-parallel ranks ({new_world} in all); " + _source_text(
-        lay, source, seed
+        lay, source, seed, src_rep
     )
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some
@@ -502,7 +502,7 @@ def _replica_of(lay: Layout, rank: int, dp: int) -> int:
     return rank // lay.tp_size if lay.row_major else rank % dp
 
 
-def _source_text(lay: Layout, source: int | None, seed: int | None) -> str:
+def _source_text(lay: Layout, source: int | None, seed: int | None, src_rep: Sequence[int]) -> str:
     unit = "rank" if lay.tp_size == 1 else "replica"
     if source is not None:
         return f"every {unit} copies captured rank {source}" + ("'s replica" if lay.tp_size > 1 else "")
@@ -513,7 +513,12 @@ def _source_text(lay: Layout, source: int | None, seed: int | None) -> str:
         return f"every {unit} copies {unit} {have[0]}, the only traced one"
     if seed is None:
         return f"{unit} i copies traced {unit} number i mod {len(have)} of {rank_ranges(have)}"
-    return f"each {unit} copies a captured {unit} drawn with seed {seed}"
+    counts = Counter(src_rep)  # how many copies each got: how many stragglers a captured one makes
+    of = {d: rank_ranges([r for r, (d2, _j) in lay.coord.items() if d2 == d]) for d in counts}
+    got = ", ".join(
+        f"{unit} {d}{f' (ranks {of[d]})' if lay.tp_size > 1 else ''} x{counts[d]}" for d in sorted(counts)
+    )
+    return f"each {unit} copies a captured {unit} drawn with seed {seed}: {got}"
 
 
 def _untraced_text(run: RunTrace) -> str:

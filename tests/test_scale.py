@@ -197,6 +197,10 @@ def test_source_copies_one_rank_and_a_seed_draws_reproducibly(tmp_path: Path) ->
     assert drawn(7) == drawn(7)
     assert drawn(7) != drawn(8)
     assert 0 < sum(drawn(7)) < 32
+    # the note says how many copies each captured rank got (of a straggler: how many stragglers there are)
+    ones = sum(drawn(7))
+    note = scale_run(run, 32, seed=7).manifest.notes["scale"]
+    assert note.endswith(f"copies a captured rank drawn with seed 7: rank 0 x{32 - ones}, rank 1 x{ones}")
 
 
 MESH_GROUPS = {
