@@ -10,7 +10,7 @@ topology and the collective algorithm (``skewlens.replay.network.algorithms``). 
 a group's transfer is a flow over the links of the dimensions it spans (``Topology.link``: a rank's port,
 its node's links on outer dimensions), and concurrent flows on a link share it. Both use the same links: a
 lone transfer costs the same with and without contention, members of one group sharing a link being in the
-formula's bandwidth (``Topology.link_sharing``).
+formula's load of the busiest link (``Topology.outer_load``).
 
 Network slowdowns (``Effects`` objects that also implement
 :class:`~skewlens.replay.effects.NetworkEffects`) scale bandwidth and add latency in both modes: as
@@ -125,17 +125,20 @@ class ModelTiming:
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
             inner = (ds[0].latency_ns + extra, ds[0].effective_bandwidth_gbps * factor)
-            # the p0 inter-node rings run at once: members of a node on one link (NIC) share it
-            outer = (
-                max(d.latency_ns for d in ds[1:]) + extra,
-                min(
-                    self.topology.dims[d].effective_bandwidth_gbps / self.topology.link_sharing(members, d)
+            # the inter-node phase at the outer dimension whose busiest link takes longest: its load per byte
+            # (the p0 rings at once; members sharing a node's link (NIC); a node with fewer members)
+            load, bw = max(
+                (
+                    (self.topology.outer_load(members, d), self.topology.dims[d].effective_bandwidth_gbps)
                     for d in dims[1:]
-                )
-                * factor,
+                ),
+                key=lambda lb: lb[0] / lb[1],
             )
+            outer = (max(d.latency_ns for d in ds[1:]) + extra, bw * factor)
             return round(
-                hierarchical_time_ns(comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer)
+                hierarchical_time_ns(
+                    comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load
+                )
             )
         alpha = float(max(d.latency_ns for d in ds) + extra)
         bw = min(d.effective_bandwidth_gbps for d in ds) * factor

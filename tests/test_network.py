@@ -119,6 +119,26 @@ def test_hierarchical_all_reduce_is_intra_reduce_scatter_inter_all_reduce_intra_
     assert replayed_transfer(rt, topology=two_level(), algorithm="hierarchical") == [round(2 * intra + inter)]
 
 
+@pytest.mark.parametrize(("world", "fewest"), [(6, 2), (5, 1)])
+def test_a_hierarchical_group_with_unevenly_filled_nodes_pays_the_emptiest_nodes_links(
+    tmp_path: Path, world: int, fewest: int
+) -> None:
+    # nodes of 4: 6 ranks are 4 + 2, 5 are 4 + 1. The emptiest node's m members must import the other
+    # nodes' (p - m)/p of S twice (reduce-scatter, all-gather) over their m links; the model priced 5 and 6
+    # ranks as 8 (p0 = 4): S/(p0 p1 B) = 5,243 ns per phase on the outer link, against 13,981 (6 ranks)
+    # and 33,554 (5 ranks)
+    rt = one_collective_run(tmp_path, world)
+    p0, p1 = 4, 2
+    intra = (p0 - 1) * (300 + S / (p0 * 200.0))
+    inter = 2 * (p1 - 1) * 2_000 + 2 * (world - fewest) / (world * fewest) * S / 25.0
+    topo = two_level(per_node=4, nodes=2)
+    assert replayed_transfer(rt, topology=topo, algorithm="hierarchical") == [round(2 * intra + inter)]
+    # one link (NIC) per node: the emptiest node's m members share it, carrying m times as much
+    inter = 2 * (p1 - 1) * 2_000 + 2 * (world - fewest) / world * S / 25.0
+    topo = two_level(per_node=4, nodes=2, links=1)
+    assert replayed_transfer(rt, topology=topo, algorithm="hierarchical") == [round(2 * intra + inter)]
+
+
 def test_a_flat_algorithm_across_nodes_runs_at_the_slowest_dimension_with_oversubscription(
     tmp_path: Path,
 ) -> None:
@@ -289,8 +309,10 @@ def test_ranks_of_a_node_are_spread_over_its_links_in_slot_order_and_a_bad_count
         (1, 0, 1),
         (1, 1, 1),
     ]
-    assert topo.link_sharing(range(16), 1) == 4
-    assert topo.link_sharing((0, 4, 8, 12), 1) == 1
+    # 16 ranks on 2 nodes: 4 on each link, each node importing half of S: 4 * (16 - 8) / (16 * 8)
+    assert topo.outer_load(range(16), 1) == 4 * 8 / (16 * 8)
+    # one rank on each link of each node: 1 * (4 - 2) / (4 * 2)
+    assert topo.outer_load((0, 4, 8, 12), 1) == 2 / 8
     with pytest.raises(TopologyError, match=r"dims\[1\]\.links_per_node: .* 2 rank slots"):
         two_level(per_node=2, links=3)
     with pytest.raises(TopologyError, match=r"dims\[0\]\.links_per_node"):

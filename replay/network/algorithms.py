@@ -24,10 +24,14 @@ reduce up, broadcast down).
 ring all-gather of ``S``:
 ``T = (p0−1)(α0 + S/(p0·B0)) + 2(p1−1)(α1 + S/(p0·p1·B1)) + (p0−1)(α0 + S/(p0·B0))``.
 reduce_scatter / all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``; other types use the
-flat ring over the slowest dimension. The ``p0`` inter-node rings run at once, so ``B1`` is what one ring
-gets: the outer link's bandwidth divided by the most of the group's ranks on one link of a node
-(``skewlens.replay.comm``; ``Topology.link_sharing``): ``B`` with a link (NIC) per GPU, ``B/p0`` with one
-per node.
+flat ring over the slowest dimension. The ``p0`` inter-node rings run at once, and the inter-node phase's
+``(p1−1)/(p0·p1)·S/B1`` is, in general, ``(p1−1)α1 + L·S/B1`` with ``L`` what the busiest outer link
+carries per byte of ``S`` (``Topology.outer_load``): a node with ``m`` of the ``p`` members imports the
+others' ``(p−m)/p`` of ``S`` over its members' links, ``k`` of them on its busiest link,
+``L = k·(p−m)/(p·m)`` at the node where that is largest. Nodes that each hold ``p0`` members on links of
+their own (a NIC per GPU) give ``L = (p1−1)/(p0·p1)``, the formula above; one link per node ``(p1−1)/p1``
+(``B/p0`` a ring); unevenly filled nodes (12 ranks on nodes of 8: 8 + 4) charge the emptiest node, whose
+few links carry the most.
 
 A point-to-point message costs ``α + S/B``.
 """
@@ -104,20 +108,23 @@ def hierarchical_time_ns(
     p1: int,
     inner: tuple[float, float],
     outer: tuple[float, float],
+    outer_load: float | None = None,
 ) -> float:
-    """Two-level cost (see the module docstring); ``inner``/``outer`` are ``(α, B)``."""
+    """Two-level cost (see the module docstring); ``inner``/``outer`` are ``(α, B)``; ``outer_load``: ``L``,
+    per byte of ``S`` what the busiest outer link carries in one inter-node phase (None: ``(p1−1)/(p0·p1)``,
+    whole nodes on links of their own)."""
     a0, b0 = inner
     a1, b1 = outer
     s = float(nbytes)
     if comm_type == CommType.BARRIER:
         comm_type, s = CommType.ALL_REDUCE, 0.0
     intra = (p0 - 1) * (a0 + s / (p0 * b0)) if p0 > 1 else 0.0
+    load = (p1 - 1) / (p0 * p1) if outer_load is None else outer_load
+    phase = (p1 - 1) * a1 + load * s / b1 if p1 > 1 else 0.0
     if comm_type == CommType.ALL_REDUCE:
-        inter = 2 * (p1 - 1) * (a1 + s / (p0 * p1 * b1)) if p1 > 1 else 0.0
-        return 2 * intra + inter
+        return 2 * intra + 2 * phase
     if comm_type in _RS_LIKE:
-        inter = (p1 - 1) * (a1 + s / (p0 * p1 * b1)) if p1 > 1 else 0.0
-        return intra + inter
+        return intra + phase
     return flat_time_ns("ring", comm_type, nbytes=s, p=p0 * p1, alpha=max(a0, a1), bw=min(b0, b1))
 
 

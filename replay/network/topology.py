@@ -13,7 +13,7 @@ link on the innermost dimension (its port); on an outer dimension ``d`` every un
 order (slot ``s`` of ``U`` on link ``s·links_per_node // U``), and ranks on one link share it. The default,
 0, is one link per rank slot: every rank its own link, ``bandwidth_gbps`` per GPU. :meth:`Topology.link`
 names a rank's link: the analytic costs divide a link's bandwidth between the members of a group on it
-(:meth:`Topology.link_sharing`), and the contention model shares it between concurrent groups.
+(:meth:`Topology.outer_load`), and the contention model shares it between concurrent groups.
 """
 
 from __future__ import annotations
@@ -172,9 +172,21 @@ class Topology:
             stride *= self.dims[j].size
         return (d, slot * self.links_per_node(d) // stride, *c[d:])
 
-    def link_sharing(self, ranks: Sequence[int], d: int) -> int:
-        """The most of ``ranks`` on one link of dimension ``d`` (1: each its own)."""
-        return max(Counter(self.link(r, d) for r in set(ranks)).values(), default=1)
+    def outer_load(self, ranks: Sequence[int], d: int) -> float:
+        """Per byte of ``S``, what the busiest link of dimension ``d`` carries in one inter-unit phase of a
+        hierarchical collective over ``ranks`` (``skewlens.replay.network.algorithms``). A unit (a node, on
+        the second dimension) holding ``m`` of the ``p`` members imports the others' ``(p − m)/p`` of ``S``,
+        spread over its ``m`` members, ``k`` of whom share its busiest link: ``k·(p − m)/(p·m)``; the largest
+        over the units. Every node holding ``p0`` members on links of their own: ``(p1 − 1)/(p0·p1)``."""
+        members = sorted(set(ranks))
+        p = len(members)
+        units: dict[tuple[int, ...], list[int]] = {}
+        for r in members:
+            units.setdefault(self.coords(r)[d:], []).append(r)
+        return max(
+            max(Counter(self.link(r, d) for r in rs).values()) * (p - len(rs)) / (p * len(rs))
+            for rs in units.values()
+        )
 
     def spanned(self, ranks: Sequence[int]) -> tuple[int, ...]:
         """Dimensions in which the members' coordinates differ (the links the group's traffic crosses)."""
