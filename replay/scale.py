@@ -472,7 +472,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some
         described += f"; captured rank(s) {rank_ranges(left_out)} copied by none: not in the replay"
-    described += _untraced_text(run)
+    described += _untraced_text(run) + _gather_caveat(run, lay, dp)
     manifest = dataclasses.replace(
         m,
         world_size=new_world,
@@ -519,6 +519,25 @@ def _source_text(lay: Layout, source: int | None, seed: int | None, src_rep: Seq
         f"{unit} {d}{f' (ranks {of[d]})' if lay.tp_size > 1 else ''} x{counts[d]}" for d in sorted(counts)
     )
     return f"each {unit} copies a captured {unit} drawn with seed {seed}: {got}"
+
+
+def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
+    """Where a run without reduce_scatters (read as DDP) all_gathers on its data-parallel groups: they keep
+    their bytes per rank, right for metrics or objects, wrong for the optimizer's shards of ZeRO-1/2 (a
+    2 -> 1,024 extrapolation of a 32 MiB shard gather priced at 152.7 ms, where shards of 1/1,024 cost 0.94
+    ms), which the trace cannot tell apart: say so, with how much is at stake."""
+    if lay.parallelism != DDP:
+        return ""
+    dp_names = {n for names in lay.dp_groups for n in names}
+    gathers = [c for c in run.collectives if c.comm_type == CommType.ALL_GATHER and c.pg_name in dp_names]
+    if not gathers:
+        return ""
+    largest = max(max(c.comm_bytes) for c in gathers)
+    return (
+        f"; {len(gathers)} all_gather(s) on the data-parallel group (up to {largest:,} bytes a rank) keep "
+        f"their bytes at {dp} ranks, as gathers of whole tensors do; gathers of ZeRO-style optimizer shards "
+        f"would shrink to ~{lay.dp_size}/{dp} of them, so the replay overstates those"
+    )
 
 
 def _untraced_text(run: RunTrace) -> str:

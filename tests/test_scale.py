@@ -133,6 +133,21 @@ def test_ddp_scaled_to_n_ranks_has_n_ranks_one_group_of_n_and_keeps_its_bucket_b
     assert identify(run).parallelism == "ddp"
 
 
+def test_all_gathers_on_a_ddp_runs_group_keep_their_bytes_and_the_note_says_zero_shards_would_not(
+    tmp_path: Path,
+) -> None:
+    # ZeRO-1: gradients all_reduced, the optimizer's updated shards all_gathered; no reduce_scatter, so the
+    # run reads as DDP and the gathers keep their bytes: the note says what that assumes
+    zero1 = (("0", AR, BUCKETS[0]), ("0", AG, 2 * MIB))
+    scaled = scale_run(build(tmp_path / "zero1", world=2, schedule=zero1), 64)
+    assert {c.comm_bytes[0] for c in scaled.collectives if c.comm_type == AG} == {2 * MIB}
+    note = scaled.manifest.notes["scale"]
+    assert f"2 all_gather(s) on the data-parallel group (up to {2 * MIB:,} bytes a rank)" in note
+    assert "~2/64 of them" in note
+    plain = scale_run(build(tmp_path / "ddp", world=2, schedule=DDP), 64)
+    assert "all_gather" not in plain.manifest.notes["scale"]
+
+
 def test_a_copy_shares_its_source_ranks_arrays_and_rank_i_copies_rank_i_mod_k(tmp_path: Path) -> None:
     run = build(tmp_path / "ddp", world=2, schedule=DDP)
     scaled = scale_run(run, 1024)
