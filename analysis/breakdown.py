@@ -9,7 +9,8 @@ while blocked: waiting for peers where that lies in the awaited member's ``[arri
 transfer-like too (a ``host_work`` node's work after it, compute). A host op blocked on the GPU (a
 synchronise, a blocking copy: see ``skewlens.replay.execution``) is in neither union by itself: that time
 is the GPU's, communication where an NCCL kernel runs, compute where kernels do, idle where the GPU idles
-too. Within a step ``[a, b)``::
+too. An NCCL kernel the importer kept as COMP (no collective to match it to) is in ``M``, not ``C``.
+Within a step ``[a, b)``::
 
     compute             = |C|
     overlapped comm     = |M ∩ C|       = |M| + |C| - |M ∪ C|

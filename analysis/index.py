@@ -41,6 +41,7 @@ from skewlens.replay.execution import (
     compute_intervals,
     execution_model,
     model_ends,
+    nccl_kernel_rows,
     union_intervals,
     untraced_rows,
 )
@@ -295,7 +296,9 @@ def build_index(run: RunTrace) -> RunIndex:
         hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
-        comm_like = (is_comm | is_wait) & ~m.host_work & ~on_gpu_only
+        # an NCCL kernel the importer kept as COMP (no collective to match it to) ran communication: in
+        # M (transfer: with no peers known, no wait), not in C (compute_intervals leaves it out)
+        comm_like = ((is_comm | is_wait) & ~m.host_work & ~on_gpu_only) | nccl_kernel_rows(rt)
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,

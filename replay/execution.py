@@ -212,6 +212,18 @@ def untraced_rows(rt: RankTrace) -> B:
     return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
 
 
+def nccl_kernel_rows(rt: RankTrace) -> B:
+    """Per row: a GPU COMP node that is an NCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``: a kernel
+    name starting with ``nccl``, the importer's rule). The importer keeps such a kernel as compute where it
+    cannot say which collective or peer it ran (its launch call is outside the trace, or a further kernel of
+    an op already converted): it is communication nothing can match across ranks, not compute, wherever
+    compute is measured (the analyses' breakdown, the replay's summary, a compute slowdown)."""
+    if not rt.names or len(rt) == 0:
+        return np.zeros(len(rt), dtype=np.bool_)
+    named = np.array([nm[:4].lower() == "nccl" for nm in rt.names], dtype=np.bool_)
+    return (rt.node_type == int(NodeType.COMP)) & ~rt.is_cpu & named[rt.name_idx]
+
+
 def model_ends(run: RunTrace, rank: int) -> I64:
     """Each row's recorded end as the model takes it: a hidden wait's completion recorded after the wait
     ended is that wait's end (:attr:`RankModel.end_clamp_rows`); what an unmodified replay reproduces."""
@@ -225,10 +237,12 @@ def model_ends(run: RunTrace, rank: int) -> I64:
 
 def compute_rows(rt: RankTrace, m: RankModel) -> B:
     """Per row: its work is the program's compute. COMP rows but wait nodes (blocked on communication,
-    then a wait op's own overhead) and the capture's untraced host time (idle), plus each ``host_work``
-    node (its work after the wait it hid). What a slowdown's compute factor scales, and (with the
-    ``host_work`` nodes' part after their wait) what :func:`compute_intervals` measures."""
-    return ((rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt)) | m.host_work
+    then a wait op's own overhead), the capture's untraced host time (idle) and NCCL kernels kept as COMP
+    (:func:`nccl_kernel_rows`: communication), plus each ``host_work`` node (its work after the wait it
+    hid). What a slowdown's compute factor scales, and (with the ``host_work`` nodes' part after their
+    wait) what :func:`compute_intervals` measures."""
+    comp = (rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt) & ~nccl_kernel_rows(rt)
+    return comp | m.host_work
 
 
 def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:

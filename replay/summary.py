@@ -13,7 +13,8 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   capture's untraced host time (``UNTRACED_NAMES``), which is idle: as ``skewlens analyze``'s breakdown
   counts it, so an unmodified replay gives the breakdown's compute;
 - ``comm_ns``: time covered by its communication nodes (arrival to completion; a union, as the other
-  two: concurrent ones, DDP's buckets or a 1F1B batch, count once);
+  two: concurrent ones, DDP's buckets or a 1F1B batch, count once), and by NCCL kernels the importer kept
+  as compute (``nccl_kernel_rows``: communication nothing matches), which ``compute_ns`` leaves out;
 - ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
   (up to its own end, as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
 - ``exposed_comm_ns``: time covered by transfers (latest arrival to own completion) not under compute.
@@ -30,7 +31,13 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
-from skewlens.replay.execution import compute_intervals, execution_model, model_ends, union_intervals
+from skewlens.replay.execution import (
+    compute_intervals,
+    execution_model,
+    model_ends,
+    nccl_kernel_rows,
+    union_intervals,
+)
 from skewlens.replay.simulate import SimResult
 
 I64 = npt.NDArray[np.int64]
@@ -171,7 +178,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         st, en = res.start_ns[r], res.end_ns[r]
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
-        comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES)
+        comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)  # as the breakdown's M
         ca, cb = union_intervals(*compute_intervals(rt, model.ranks[r], st, en))
         for k in steps_of[r]:
             in_step = rt.step == k
