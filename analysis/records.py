@@ -82,15 +82,17 @@ class StepBreakdownRecord:
     step_ns: int
     """Step length."""
     compute_ns: int
-    """Time covered by compute (union over streams/threads)."""
+    """Time covered by compute: host operators and GPU kernels alike (union over threads and streams); on a
+    GPU rank not the GPU's busy time."""
     exposed_wait_ns: int
     """Communication not hidden by compute, spent waiting for peers."""
     exposed_transfer_ns: int
     """Communication not hidden by compute, spent transferring."""
     overlapped_comm_ns: int
-    """Communication time hidden under compute (intersection)."""
+    """Communication time hidden under compute (intersection; host operators count as compute)."""
     idle_ns: int
-    """Neither compute nor communication (host gaps)."""
+    """Neither compute nor communication (host gaps): on a GPU rank, the GPU idle while no host operator
+    runs either."""
     complete: bool = True
     """False for a step in which the flight recorder lost collectives (declared in the manifest's
     ``lost_collectives``): those were left out of matching, so its waits and transfers are partial."""
