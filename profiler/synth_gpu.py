@@ -727,7 +727,9 @@ def write_gpu_run(spec: GpuRunSpec, out_dir: str | Path, *, compress: bool = Tru
     files = []
     for st in ranks:
         path = out / (RANK_FILE.format(rank=st.rank) + (".gz" if compress else ""))
-        data = json.dumps(_kineto_doc(spec, st, path.name), separators=(",", ":")).encode()
+        # ": " as torch.profiler writes it: HTA finds a file's rank by the pattern '"rank":\s+(\d+)', and
+        # without the space reads every file as rank 0 and keeps only one of them (+0.2% gzipped)
+        data = json.dumps(_kineto_doc(spec, st, path.name), separators=(",", ": ")).encode()
         path.write_bytes(gzip.compress(data, compresslevel=6, mtime=0) if compress else data)
         files.append(path)
     return dataclasses.replace(truth, files=tuple(files))

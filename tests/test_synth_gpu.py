@@ -145,6 +145,15 @@ def _device_step_ends(w: Written) -> list[int]:
 # --- shapes -------------------------------------------------------------------------------------------
 
 
+def test_each_file_says_its_rank_as_hta_looks_for_it(slow: Written) -> None:
+    # HolisticTraceAnalysis reads a file's rank with this pattern on its text (hta/common/trace_file.py);
+    # compact JSON ('"rank":3') matched nothing, so HTA read all 32 files as rank 0 and analysed one
+    for r, path in enumerate(slow.truth.files):
+        text = gzip.decompress(path.read_bytes()).decode()
+        m = re.search(r'"rank":\s+(\d+)', text)
+        assert m is not None and int(m.group(1)) == r
+
+
 def test_top_level_and_distributed_info_have_the_keys_of_a_recent_nccl_trace(slow: Written) -> None:
     real = _real("nccl_2gpu_rank0_kineto.json.gz")
     ours = slow.ranks[3].doc
