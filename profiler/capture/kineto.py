@@ -214,12 +214,41 @@ class KinetoCapture:
                 options["experimental_config"] = config
         self._prof = profile(activities=activities, **options)
         self._running = False
+        self._restore: Any = None
+        self.note = ""
+        """Why no operators were recorded (the program's own profiler), or empty."""
         self.mark_times_ns: list[int] = []
         """The ``time.time_ns()`` inside each step marker left so far (see ``RankCapture.mark_times_ns``)."""
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start recording; False (and :attr:`note`) when the program already profiles itself.
+
+        Kineto is one session per process: a profiler started over another takes its session, and the
+        first then stops with no events. So a profiler the program runs is left alone, and one the program
+        starts while this one records gets Kineto to itself (this session stops first, its events
+        dropped): the program's profiler records as it would without skewlens."""
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._autograd import _profiler_enabled
+
+        if _profiler_enabled():
+            self.note = "the program runs its own profiler: operators not recorded"
+            return False
         self._prof.start()
         self._running = True
+        # torch.autograd.profiler (behind torch.profiler too) prepares every profiler it starts through
+        # this module-level name
+        original = autograd_profiler._prepare_profiler
+
+        def prepare(*args: Any, **kwargs: Any) -> Any:
+            if self._running:
+                self._running = False
+                self._prof.stop()
+                self.note = "the program started its own profiler: operators not recorded"
+            return original(*args, **kwargs)
+
+        autograd_profiler._prepare_profiler = prepare
+        self._restore = lambda: setattr(autograd_profiler, "_prepare_profiler", original)
+        return True
 
     def mark(self) -> None:
         """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps)."""
@@ -227,7 +256,11 @@ class KinetoCapture:
             leave_mark(self.mark_times_ns)
 
     def stop(self) -> list[Any]:
-        """Stop and return the raw Kineto events (empty if never started)."""
+        """Stop and return the raw Kineto events (empty if never started, or the program's profiler took
+        Kineto over)."""
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
         if not self._running:
             return []
         self._running = False

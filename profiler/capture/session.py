@@ -35,6 +35,12 @@ EXIT_GRACE_S = 0.05
 PARTS_DIR = ".parts"
 RAW_DIR = "raw"
 PART_FILE = "rank-{rank}.json"
+#: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
+#: session per process, and a second one would leave the program's profiler with no events).
+OWN_PROFILER_NOTE = (
+    "the program runs its own torch.profiler, which keeps Kineto to itself: operators not recorded "
+    "(the trace has the collectives level's content)"
+)
 
 
 def part_file(run_dir: Path, rank: int) -> Path:
@@ -188,7 +194,10 @@ class CaptureSession:
         self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
         if self._kineto.notes:
             self.notes[f"rank {self.rank} profiler"] = "; ".join(self._kineto.notes)
-        self._kineto.start()
+        if not self._kineto.start():  # the program profiles itself: the collectives level's content
+            self._kineto = None
+            self.notes[f"rank {self.rank} operators"] = OWN_PROFILER_NOTE
+            self._start_worker_events()  # the native recorder runs beside the program's profiler
 
     def _start_worker_events(self) -> None:
         import torch.distributed as dist
@@ -331,6 +340,11 @@ class CaptureSession:
             self._et.stop()
             self._et.unregister_callback()
         events = self._kineto.stop() if self._kineto is not None else []
+        if self._kineto is not None and self._kineto.note:  # taken over by the program's own profiler
+            self.notes[f"rank {self.rank} operators"] = (
+                f"{self._kineto.note} (its profiler keeps Kineto to itself): the trace has the collectives "
+                "level's content, and the collectives only the flight recorder saw (DDP's all_reduce) no end"
+            )
         if not events:
             return [], {}, []
         from skewlens.profiler.capture.kineto import (
