@@ -212,3 +212,25 @@ def test_no_profiler_runs_when_every_collective_before_the_window_went_through_t
         else:  # began inside the window (steps 3 and 4): there, with their arrival, and said to lack an end
             assert [a[Attr.STEP] for a in late] == [3, 4] and all(a[Attr.DUR_NS] == 0 for a in late)
             assert "no end" in m.notes[f"rank {r} flight recorder"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", ["0:1:3", "0:0:3"])
+def test_a_window_with_no_wait_still_ends_ddps_all_reduce_and_measures_the_clock_offset(
+    tmp_path: Path, window: str
+) -> None:
+    # with no wait the window starts when torch is imported, before the process joins its job: the
+    # recorder of gloo's worker events and the clock exchange wait for the first step's end
+    out, _ = run_script(tmp_path, SCRIPT.replace("PROFILE_AT", "-1").replace("STEPS", "6"), steps=window)
+    m = read_manifest(out)
+    for r in (0, 1):
+        steps = {s.step: s for s in m.steps if s.rank == r}
+        ddp = {a[Attr.STEP]: a for a in ddp_all_reduces(out, r)}
+        assert sorted(ddp) == sorted(steps)
+        for step, a in ddp.items():
+            if step == 0:  # issued before the recorder could start: no end, nor a later one's
+                assert a[Attr.DUR_NS] == 0
+            else:  # before: every one 0 (no end); it ends inside its step (backward waits for it)
+                assert steps[step].start_ns <= a[Attr.START_NS] < a[Attr.START_NS] + a[Attr.DUR_NS]
+                assert a[Attr.START_NS] + a[Attr.DUR_NS] <= steps[step].end_ns
+    assert m.clock_offsets_ns[1] != 0  # exchanged (two processes never read exactly the same clock)

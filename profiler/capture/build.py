@@ -141,6 +141,10 @@ class RankCapture:
     worker_events: Sequence[OpRecord] = ()
     """Collectives level: gloo's ``gloo:*`` worker-thread events, on the hooks' clock already (they end
     the collectives the flight recorder gave); the ops level has them among ``ops``."""
+    worker_events_from_ns: int = 0
+    """Collectives level: when the worker-event recorder started. It starts after the program's first
+    step where the window has no wait (the process joins its job after torch is imported): a collective
+    issued before it has no event of its own, and takes none of a later one's."""
     mark_times_ns: Sequence[int] = ()
     """Ops/full levels: the ``time.time_ns()`` read inside each step marker among ``ops`` (the
     ``skewlens::step`` record functions, in order); with the hooked calls they put Kineto on the hooks'
@@ -328,7 +332,7 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         return lists[key], taken[name]
 
     def end_of(c: CommRecord) -> int:
-        if not c.op.startswith("gloo:"):
+        if not c.op.startswith("gloo:") or c.start_ns < cap.worker_events_from_ns:
             return 0
         cands, used = candidates(c.op, c.pg_name)
         k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))

@@ -66,6 +66,13 @@ def grace_at_exit() -> None:
     time.sleep(EXIT_GRACE_S)
 
 
+def _joined() -> bool:
+    """Whether this process is in a job (its default process group exists)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 class CaptureSession:
     """Captures this process's recorded steps at ``level`` into ``run_dir``."""
 
@@ -106,6 +113,10 @@ class CaptureSession:
         self._kineto: Any = None
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
+        self._workers_from_ns = 0  # when the worker events began
+        self._until_joined: list[Any] = []
+        """What the window's start could not do yet (the process had no process group: a window with no
+        wait starts when torch is imported), done at the first step's end after it joined its job."""
         self._et: Any = None
         self._flight = flight.enabled()  # read once: the recorder was sized when the process started
         # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
@@ -170,6 +181,11 @@ class CaptureSession:
         self._step_start = now
         previous, self.action = self.action, action_for(self.step_index, self.window)
         self._run_phases(phases_between(previous, self.action))
+        if self._until_joined and self.action != Action.NONE and _joined():
+            pending, self._until_joined = self._until_joined, []
+            for start in pending:
+                start()
+            self._step_start = time.time_ns()  # the clock exchange is not the next step's time
 
     def _run_phases(self, phases: tuple[Phase, ...]) -> None:
         for phase in phases:
@@ -200,11 +216,13 @@ class CaptureSession:
             self._start_worker_events()  # the native recorder runs beside the program's profiler
 
     def _start_worker_events(self) -> None:
-        import torch.distributed as dist
 
         from skewlens.profiler.capture.kineto import WorkerEvents
 
-        if not (self._flight and dist.is_available() and dist.is_initialized()):
+        if not self._flight:
+            return
+        if not _joined():
+            self._until_joined.append(self._start_worker_events)
             return
         # the recorder costs step time (the native one little, the Kineto fallback ~3%); it is there
         # for the collectives the hooks cannot time: none so far (after a step at least), none expected
@@ -224,6 +242,7 @@ class CaptureSession:
             self._workers_skipped = True
             return
         self._workers = WorkerEvents(self._native_recorder())
+        self._workers_from_ns = time.time_ns()
         if not self._workers.start():
             self.notes[f"rank {self.rank} worker events"] = self._workers.note
             self._workers = None
@@ -253,8 +272,10 @@ class CaptureSession:
             return None
 
     def _start_record(self) -> None:
-        self.offset_ns = self._clock_offset()
-        self._start_lean()
+        if _joined():
+            self._start_record_in_job()
+        else:
+            self._until_joined.append(self._start_record_in_job)
         if self.level == Level.FULL and self.host_trace == HostTrace.OBSERVER:
             from torch.profiler import ExecutionTraceObserver
 
@@ -262,6 +283,10 @@ class CaptureSession:
             self._et = ExecutionTraceObserver().register_callback(str(raw / f"host_et_rank{self.rank}.json"))
             self._et.start()
         self._step_start = time.time_ns()
+
+    def _start_record_in_job(self) -> None:
+        self.offset_ns = self._clock_offset()
+        self._start_lean()
 
     def _start_lean(self) -> None:
         """Record collectives on the hooks' lean path (times only; the rest from the flight recorder)
@@ -424,6 +449,7 @@ class CaptureSession:
             offset_ns=self.offset_ns or 0,
             ops=ops,
             worker_events=workers,
+            worker_events_from_ns=self._workers_from_ns if workers else 0,
             mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
             host_ops=host_ops,
             device=device,
