@@ -199,10 +199,12 @@ class CommHooks:
         *,
         ddp: bool = True,
         quiet: Callable[[], bool] | None = None,
+        on_group: Callable[[], None] | None = None,
     ) -> None:
         """``quiet()`` true: the wrapped call runs with this thread's record functions off (see
-        :meth:`_call`)."""
+        :meth:`_call`). ``on_group()`` is called after each process group is created."""
         self._ddp = ddp
+        self._on_group = on_group
         self._quiet = quiet
         self._recording = recording
         self._step_of = step_of
@@ -506,18 +508,22 @@ class CommHooks:
         collectives where it has any.
         """
         orig = getattr(c10d, "_new_process_group_helper", None)
-        if orig is None or not _TASKS.is_dir():
+        if orig is None:
             return
+        track = _TASKS.is_dir()
         threads = self.group_threads
+        on_group = self._on_group
 
         def helper(*args: Any, **kwargs: Any) -> Any:
-            before = _thread_ids()
+            before = _thread_ids() if track else set()
             result = orig(*args, **kwargs)
             with contextlib.suppress(Exception):  # bookkeeping must never break the program
                 pg = result[0] if isinstance(result, tuple) else result
-                if isinstance(pg, c10d.ProcessGroup):
+                if track and isinstance(pg, c10d.ProcessGroup):
                     for tid in _thread_ids() - before:
                         threads[tid] = pg.group_name
+            if on_group is not None:
+                on_group()
             return result
 
         self._saved.append((c10d, "_new_process_group_helper", orig))

@@ -114,6 +114,7 @@ class CaptureSession:
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._workers_from_ns = 0  # when the worker events began
+        self._window_waits = False  # for this process to join a job (see install)
         self._until_joined: list[Any] = []
         """What the window's start could not do yet (the process had no process group: a window with no
         wait starts when torch is imported), done at the first step's end after it joined its job."""
@@ -130,7 +131,11 @@ class CaptureSession:
         from skewlens.profiler.capture.hooks import CommHooks
 
         self._hooks = CommHooks(
-            self._recording, lambda: self.step_index, ddp=not self._recorder_sees_all, quiet=self._quiet_calls
+            self._recording,
+            lambda: self.step_index,
+            ddp=not self._recorder_sees_all,
+            quiet=self._quiet_calls,
+            on_group=self._begin_window,
         )
         self._hooks.install()
         if self.auto_step:
@@ -142,8 +147,28 @@ class CaptureSession:
         atexit.register(self._at_exit)
         self._install_sigterm()
         self._step_start = time.time_ns()
-        self._run_phases(phases_between(Action.NONE, self.action))
+        # a process that multiprocessing started and that is in no job yet may be a helper of a rank (a
+        # DataLoader worker under the spawn or forkserver method imports torch again): its window begins
+        # when it joins a job (creates a process group) or steps; a helper does neither, and runs nothing
+        import multiprocessing
+
+        child = multiprocessing.current_process().name != "MainProcess"  # set before a spawned one unpickles
+        self._window_waits = (child or multiprocessing.parent_process() is not None) and not _joined()
+        if not self._window_waits:
+            self._run_phases(phases_between(Action.NONE, self.action))
         return self
+
+    def _begin_window(self) -> None:
+        """Run the window's first phases in a process whose window waited for it to join a job."""
+        if not self._window_waits:
+            return
+        self._window_waits = False
+        try:
+            self._run_phases(phases_between(Action.NONE, self.action))
+        except Exception as e:  # inside the program's init_process_group / new_group
+            import sys
+
+            print(f"skewlens: rank {self.rank}: capture window not started: {e}", file=sys.stderr)
 
     def uninstall(self) -> None:
         if self._hooks is not None:
@@ -169,6 +194,7 @@ class CaptureSession:
 
     def step(self) -> None:
         """Mark the end of the current training step."""
+        self._begin_window()
         if self._workers is not None:
             self._workers.mark()
         elif self._kineto is not None:
@@ -568,6 +594,22 @@ class CaptureSession:
             )
         return hooked + extra
 
+    def _stop_unsaved(self) -> None:
+        """Stop what the window started in a process that recorded no step and saves nothing (the
+        launcher of ``mp.spawn``, a helper process): a profiler session still running when the
+        interpreter finalizes crashes it (SIGSEGV)."""
+        import contextlib
+
+        for recorder in (self._kineto, self._workers):
+            if recorder is not None:
+                with contextlib.suppress(Exception):
+                    recorder.stop()
+        if self._et is not None:
+            with contextlib.suppress(Exception):
+                self._et.stop()
+                self._et.unregister_callback()
+        self._kineto = self._workers = self._et = None
+
     def _install_sigterm(self) -> None:
         """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""
         if threading.current_thread() is not threading.main_thread():
@@ -612,6 +654,8 @@ class CaptureSession:
         signal.signal(signal.SIGTERM, on_term)
 
     def _at_exit(self) -> None:
+        if not self.saved and not self.steps:
+            self._stop_unsaved()
         if self.saved or not self.steps:
             return
         try:
