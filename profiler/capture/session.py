@@ -107,7 +107,8 @@ class CaptureSession:
         self._step_start = time.time_ns()
         self._main_thread = threading.get_native_id()
         self._hooks: Any = None
-        self._opt_handle: Any = None
+        self._opt_handles: list[Any] = []
+        self._opt_open: list[int] = []  # the optimizers whose step() is running, outermost first
         self._first_optimizer: int | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
         self._kineto: Any = None
@@ -139,9 +140,15 @@ class CaptureSession:
         )
         self._hooks.install()
         if self.auto_step:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
 
-            self._opt_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+            self._opt_handles = [
+                register_optimizer_step_pre_hook(self._on_optimizer_pre),
+                register_optimizer_step_post_hook(self._on_optimizer_step),
+            ]
         atexit.unregister(grace_at_exit)  # once per process
         atexit.register(grace_at_exit)  # registered first, so it runs after the atexit save
         atexit.register(self._at_exit)
@@ -173,9 +180,9 @@ class CaptureSession:
     def uninstall(self) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
-        if self._opt_handle is not None:
-            self._opt_handle.remove()
-            self._opt_handle = None
+        for handle in self._opt_handles:
+            handle.remove()
+        self._opt_handles = []
         atexit.unregister(self._at_exit)
 
     def _recording(self) -> bool:
@@ -184,7 +191,16 @@ class CaptureSession:
     def _quiet_calls(self) -> bool:
         return self._workers is not None and self._workers.quiet()
 
+    def _on_optimizer_pre(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if id(optimizer) in self._opt_open:  # its last step() raised (no post hook): long over
+            del self._opt_open[self._opt_open.index(id(optimizer)) :]
+        self._opt_open.append(id(optimizer))
+
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if id(optimizer) in self._opt_open:
+            del self._opt_open[self._opt_open.index(id(optimizer)) :]
+        if self._opt_open:  # stepped inside another optimizer's step() (ZeroRedundancyOptimizer's local
+            return  # optimizer, a wrapper's inner one): part of that step
         if self._first_optimizer is None:
             self._first_optimizer = id(optimizer)
         name, calls = self._optimizer_steps.get(id(optimizer), (type(optimizer).__name__, 0))

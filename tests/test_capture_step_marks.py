@@ -1,0 +1,42 @@
+"""Step marks from ``optimizer.step()`` (``skewlens profile``, or the Python API with ``auto_step``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from skewlens.profiler.capture import capture
+from skewlens.profiler.manifest import STEP_MARKS_NOTE, read_manifest
+
+
+class Wrapper(torch.optim.Optimizer):
+    """An optimizer whose step() runs another's, then works on (as ZeroRedundancyOptimizer runs its local
+    optimizer, then broadcasts the parameters it updated)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        super().__init__(params, {})
+        self.inner = torch.optim.SGD(params, lr=0.1)
+        self.after_inner_ns: list[int] = []
+
+    def step(self, closure: object = None) -> None:  # type: ignore[override]
+        self.inner.step()
+        time.sleep(0.005)  # the wrapper's own work, after the inner step
+        self.after_inner_ns.append(time.time_ns())
+
+
+def test_an_optimizer_stepped_inside_another_ones_step_is_part_of_that_step(tmp_path: Path) -> None:
+    w = torch.zeros(4, requires_grad=True)
+    opt = Wrapper([w])
+    with capture(tmp_path / "run", steps="0:0:3", auto_step=True):
+        for _ in range(3):
+            w.sum().backward()
+            opt.step()
+    m = read_manifest(tmp_path / "run")
+    steps = sorted(m.steps, key=lambda s: s.step)
+    assert [s.step for s in steps] == [0, 1, 2]
+    # each step ends after the wrapper's own work; before, at the inner SGD's end, 5 ms before it
+    for s, after in zip(steps, opt.after_inner_ns, strict=True):
+        assert s.end_ns >= after
+    assert STEP_MARKS_NOTE not in m.notes  # one optimizer stepped the training; before: "2 optimizers"
