@@ -7,11 +7,16 @@ must let the save finish, then terminate the process by SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from skewlens.profiler.capture.session import part_file
 
@@ -74,3 +79,55 @@ def test_sigterm_during_the_window_save_waits_for_the_part_file_then_terminates(
     part = json.loads(part_file(run, 0).read_text())
     assert part["rank"] == 0 and len(part["steps"]) == 2
     assert (run / "rank-0.et").is_file()
+
+
+HUNG = """
+import os, sys, time, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+rank = dist.get_rank()
+open(os.path.join(sys.argv[1], f"pid-{rank}"), "w").write(str(os.getpid()))
+dist.recv(torch.ones(4), src=1 - rank)  # each waits for the other: both blocked in C++, for 10 min
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_stopped_profile_leaves_no_hung_rank_running(tmp_path: Path) -> None:
+    script, pids = tmp_path / "hung.py", tmp_path / "pids"
+    script.write_text(HUNG)
+    pids.mkdir()
+    cmd = [
+        sys.executable, "-m", "skewlens", "profile", "--out", str(tmp_path / "run"), "--",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        str(script), str(pids),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = [int(p.read_text()) for p in pids.iterdir()]
+        assert len(ranks) == 2
+        time.sleep(2)  # both in their recv
+        proc.send_signal(signal.SIGTERM)  # timeout, scancel
+        proc.wait(timeout=60)
+        time.sleep(1)
+        # a blocked main thread never runs the capture's SIGTERM handler; before, torchrun was killed
+        # after the grace period and both ranks ran on, orphaned, until gloo's timeout
+        assert [r for r in ranks if _alive(r)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for r in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(r, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").is_dir() and "zombie" not in Path(f"/proc/{pid}/status").read_text()

@@ -147,6 +147,32 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (Linux ``/proc``; none elsewhere): torchrun's workers run in sessions
+    of their own, out of reach of a signal to its process group."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                kids = [int(k) for k in task.read_text().split()]
+                out += kids
+                todo += kids
+    return out
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command and everything under it. A rank whose main thread is blocked in C++ (a hung
+    collective) never runs the capture's SIGTERM handler, so the signal that would have ended it is held
+    until the call returns (gloo's timeout: 30 min); killed with torchrun alone, it would run on, orphaned."""
+    below = _descendants(proc.pid)
+    _signal(proc, signal.SIGKILL)
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _wait(proc: subprocess.Popen[bytes]) -> int:
     try:
         return proc.wait()
@@ -159,7 +185,7 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
         try:
             return proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
+            _kill(proc)
             return proc.wait()
     except KeyboardInterrupt:
         # Ctrl-C: its ranks save what they traced as they exit, and the run is finalised with what they
@@ -168,7 +194,7 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
         try:
             return proc.wait(timeout=INTERRUPT_GRACE_S)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            _signal(proc, signal.SIGKILL)
+            _kill(proc)
             proc.wait()
             raise KeyboardInterrupt from None
 
