@@ -571,3 +571,21 @@ def test_a_recorder_collective_takes_a_worker_event_of_its_own_groups_threads_an
     }
     # the dp one whose worker event ended just after the step (gloo's finish lag) ends with the step
     assert ends == {("3", 5): 13, ("1", 7): 70, ("1", 8): 100}
+
+
+def test_a_collective_of_another_thread_starting_inside_a_hooked_call_does_not_swap_the_threads() -> None:
+    from skewlens.profiler.capture.build import kineto_thread_alias
+
+    ckpt = 222  # a checkpoint thread (dcp.async_save) broadcasting through the hooks
+    bcast = replace(coll(10_000, 20_000, seq=0), op="c10d::broadcast_", thread=ckpt)
+    ops = [
+        host_op("aten::mm", 1_000, 500, thread=1),
+        host_op("aten::mm", 2_000, 500, thread=1),
+        host_op("c10d::allreduce_", 11_000, 300, thread=1),  # the main thread's DDP all_reduce, meanwhile
+        host_op("c10d::broadcast_", 12_000, 300, thread=2),
+    ]
+    # before: Kineto's thread 1 (the main thread's) was taken for the checkpoint thread, so every training
+    # operator went to the checkpoint thread's stream and the main thread was all untraced time
+    assert kineto_thread_alias([bcast], ops, MAIN) == {2: ckpt, 1: MAIN}
+    # the checkpoint thread started after the profiler: Kineto has none of its operators
+    assert kineto_thread_alias([bcast], ops[:3], MAIN) == {1: MAIN}

@@ -206,16 +206,29 @@ def kineto_thread_alias(
 ) -> dict[int, int]:
     """Kineto's thread ids (small sequential numbers) -> native thread ids of the hooks' records.
 
-    A ``c10d::*`` operator that Kineto saw start inside a hooked call's ``[start, return]`` ran on the
-    calling thread. Where no call identifies the main thread, the Kineto thread with most operators is it.
+    The ``c10d::*`` operator of a hooked call's name that Kineto saw start inside its ``[start, return]``
+    ran on the calling thread; each Kineto thread goes to the native thread most of its calls name (one
+    to one). Only of its name: another thread's operator can start inside a call, as DDP's all_reduce on
+    the main thread does while a checkpoint thread (``dcp.async_save``) broadcasts, and that thread may
+    not be profiled at all (Kineto records the threads that existed when it started). Where no call
+    identifies the main thread, the Kineto thread with most operators is it.
     """
-    c10d = sorted((o.start_ns, o.thread) for o in ops if o.is_cpu and o.name.startswith("c10d::"))
-    starts = [t for t, _ in c10d]
-    alias: dict[int, int] = {}
+    c10d: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for o in ops:
+        if o.is_cpu and o.name.startswith("c10d::"):
+            c10d[o.name].append((o.start_ns, o.thread))
+    for v in c10d.values():
+        v.sort()
+    votes: Counter[tuple[int, int]] = Counter()
     for c in comms:
-        k = bisect.bisect_left(starts, c.start_ns)
-        if k < len(c10d) and c10d[k][0] <= c.issue_end_ns:
-            alias.setdefault(c10d[k][1], c.thread)
+        cands = c10d.get(c.op, [])
+        k = bisect.bisect_left(cands, (c.start_ns, -1))
+        if k < len(cands) and cands[k][0] <= c.issue_end_ns:
+            votes[(cands[k][1], c.thread)] += 1
+    alias: dict[int, int] = {}
+    for (kineto, native), _ in sorted(votes.items(), key=lambda kv: -kv[1]):
+        if kineto not in alias and native not in alias.values():
+            alias[kineto] = native
     if main_thread not in alias.values():
         counts: dict[int, int] = defaultdict(int)
         for o in ops:
