@@ -26,8 +26,9 @@ from skewlens.profiler.capture.autostart import (
 from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV, NCCL_TIMING_ENV
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
-from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
+    MANIFEST_NAME,
     PARTIAL_TRACE_NOTE,
     LostCollectives,
     Manifest,
@@ -35,6 +36,7 @@ from skewlens.profiler.manifest import (
     StepSpan,
     StepWindow,
     rank_file,
+    read_manifest,
     write_manifest,
 )
 from skewlens.profiler.vocab import HostTrace, Level
@@ -223,10 +225,17 @@ def finalize_run(
     world_size: int | None = None,
     keep_parts: bool = False,
 ) -> Manifest | None:
-    """Merge the part files into ``manifest.json``; None (and nothing written) when no rank saved a trace."""
+    """Merge the part files into ``manifest.json``; None (and nothing written) when no rank saved a trace,
+    or when ``manifest.json`` already holds every rank found (another host of the job merged them).
+
+    Across hosts every host's ``skewlens profile`` merges into the same run directory when its command
+    ends. The part files stay until a merge has every rank, so that a host finishing after another (its
+    ranks saved later) merges them all; a manifest is never replaced by one with fewer ranks (the parts
+    are read before the manifest, and a complete merge writes the manifest before it removes them)."""
     parts = {r: p for r, p in _read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
     if not parts:
         return None
+    existing = existing_manifest(run_dir)
     first = parts[min(parts)]
     world = world_size or int(first.get("world_size", len(parts)))
     notes: dict[str, str] = {}
@@ -288,10 +297,26 @@ def finalize_run(
         notes=notes,
         lost_collectives=merge_losses(parts),
     )
+    if existing is not None and set(manifest.ranks) <= set(existing.ranks):
+        return None
     write_manifest(run_dir, manifest)
     if not keep_parts:
-        shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
+        if missing:  # a host that finishes later merges again: keep the part files, not the raw traces
+            for d in (run_dir / PARTS_DIR).glob("raw-*"):
+                shutil.rmtree(d, ignore_errors=True)
+        else:
+            shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     return manifest
+
+
+def existing_manifest(run_dir: Path) -> Manifest | None:
+    """The run's ``manifest.json`` if one is there and readable (written by another host of the job)."""
+    if not (run_dir / MANIFEST_NAME).is_file():
+        return None
+    try:
+        return read_manifest(run_dir)
+    except (ManifestError, OSError):
+        return None
 
 
 def merge_losses(parts: dict[int, dict]) -> tuple[LostCollectives, ...]:

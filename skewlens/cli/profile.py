@@ -47,7 +47,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from skewlens.profiler.capture.run import capture_env, finalize_run, prepare_run_dir, run_command
+    from skewlens.profiler.capture.run import (
+        capture_env,
+        existing_manifest,
+        finalize_run,
+        prepare_run_dir,
+        run_command,
+    )
     from skewlens.profiler.capture.schedule import parse_choice, parse_window
 
     if "--" in argv:
@@ -94,6 +100,8 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         raise
     manifest = finalize_run(run_dir, level=level, window=window, command=command, exit_code=code)
+    if manifest is None and (other := existing_manifest(run_dir)) is not None:
+        return _merged_elsewhere(other, run_dir, command, code)
     if manifest is None:
         if created:
             _remove_if_empty(run_dir)
@@ -120,6 +128,27 @@ def main(argv: list[str]) -> int:
 
     from skewlens.console import report_console
 
+    report_console(stderr=True).print(summary_table(manifest, run_dir))
+    return 0
+
+
+def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
+    """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
+    manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
+    missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
+    where = (
+        f"{run_dir}: manifest.json already merged by another host of the job "
+        f"(ranks {list(manifest.ranks)} of {manifest.world_size}{missing})"
+    )
+    if code != 0:
+        print(
+            f"skewlens profile: error: command exited with code {code}: {' '.join(command)} ({where})",
+            file=sys.stderr,
+        )
+        return code
+    from skewlens.console import report_console
+
+    print(f"skewlens profile: {where}", file=sys.stderr)
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     return 0
 

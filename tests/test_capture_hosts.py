@@ -1,0 +1,105 @@
+"""Capture across hosts: every host's ``skewlens profile`` merges the part files of one shared run directory
+when its command ends (docs/capture.md, Across hosts). The hosts are emulated by calling the merge (and
+the CLI) once per host on the same directory, with the part files each host's ranks left."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler.capture.run import finalize_run
+from skewlens.profiler.capture.session import PARTS_DIR, part_file
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.manifest import StepWindow, rank_file, read_manifest
+from skewlens.profiler.vocab import Level
+
+WINDOW = StepWindow(wait=1, warmup=1, active=3)
+
+
+def save_rank(run: Path, rank: int, host: str, *, world: int = 2) -> None:
+    """What a rank leaves when it saves: its trace (no nodes) and its part file."""
+    with EtWriter(rank_file(run, rank), {"rank": rank, "world_size": world}):
+        pass
+    part_file(run, rank).parent.mkdir(parents=True, exist_ok=True)
+    part = {
+        "rank": rank,
+        "world_size": world,
+        "host": host,
+        "device": "cpu",
+        "backend": "gloo",
+        "clock_offset_ns": 1000 * rank,
+        "process_groups": [{"name": "0", "ranks": list(range(world)), "desc": "default_pg"}],
+        "steps": [{"step": s, "start_ns": 10 * s, "end_ns": 10 * s + 5} for s in (2, 3, 4)],
+        "partial": False,
+        "notes": {},
+    }
+    part_file(run, rank).write_text(json.dumps(part))
+
+
+def merge(run: Path, node_rank: int) -> object:
+    return finalize_run(
+        run, level=Level.COLLECTIVES, window=WINDOW, command=("torchrun", f"--node-rank={node_rank}")
+    )
+
+
+def test_a_host_that_finishes_after_another_adds_its_ranks_to_the_manifest_instead_of_replacing_it(
+    tmp_path: Path,
+) -> None:
+    # host A's command ended before host B's rank had saved (a scancel, B's save slower): A merged rank 0
+    # alone and removed the part files; B then merged rank 1 alone and replaced the manifest, which said
+    # rank 0 (whose trace was complete) crashed
+    save_rank(tmp_path, 0, "a")
+    first = merge(tmp_path, 0)
+    assert first is not None and read_manifest(tmp_path).missing_ranks == (1,)
+    save_rank(tmp_path, 1, "b")
+    second = merge(tmp_path, 1)
+    m = read_manifest(tmp_path)
+    assert second is not None and (m.ranks, m.missing_ranks) == ((0, 1), ())
+    assert m.hosts == {0: "a", 1: "b"} and m.clock_offsets_ns == {0: 0, 1: 1000}
+    assert not any("rank 0" in k for k in m.notes)
+    assert not (tmp_path / PARTS_DIR).exists()  # complete: the part files are gone
+
+
+def test_a_host_that_finds_fewer_ranks_than_the_manifest_leaves_it_alone(tmp_path: Path) -> None:
+    # host A merged both ranks; host B read its part files while A removed them and saw only rank 1
+    save_rank(tmp_path, 0, "a")
+    save_rank(tmp_path, 1, "b")
+    assert merge(tmp_path, 0) is not None
+    save_rank(tmp_path, 1, "b")  # the part file B still read
+    assert merge(tmp_path, 1) is None
+    m = read_manifest(tmp_path)
+    assert (m.ranks, m.missing_ranks) == ((0, 1), ())
+
+
+def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_with_the_commands_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the command stands for this host's torchrun: while it runs, the other host's skewlens profile merges
+    # both ranks (this host's too) and removes the part files. This host then said "no rank saved a trace
+    # (did it run 3+ steps ...?)" and exited with code 2 after a successful run.
+    run = tmp_path / "run"
+    other_host = textwrap.dedent(
+        f"""
+        import json, pathlib, sys
+        sys.path[:0] = {sys.path!r}
+        from skewlens.profiler.capture.run import finalize_run
+        from skewlens.profiler.manifest import StepWindow
+        from skewlens.profiler.vocab import Level
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_capture_hosts import save_rank
+        run = pathlib.Path({str(run)!r})
+        save_rank(run, 0, "a"); save_rank(run, 1, "b")
+        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow())
+        """
+    )
+    code = skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", other_host])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "no rank saved a trace" not in err
+    assert "manifest.json already merged by another host of the job (ranks [0, 1] of 2)" in err
+    assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
