@@ -41,8 +41,13 @@ def _drop_step(path: Path, step: int) -> int:
 
 
 def finish_capture(run_dir: Path, *, source_run: Path, node_aligned: Path) -> None:
-    """Drop the pre-roll step from every rank of the captured replay; mark the manifest ``replay``."""
+    """Drop the pre-roll step from every rank of the captured replay; mark the manifest ``replay``.
+
+    Once: across hosts every host's parent finishes the same ``run_dir`` (the workers have all ended), and
+    a second pass would drop the first replayed step as if it were the pre-roll."""
     m = read_manifest(run_dir)
+    if m.source == "replay":  # another host's parent finished it
+        return
     notes = {**m.notes, "replay_of": str(source_run.resolve()), "node_aligned_replay": str(node_aligned)}
     steps = m.steps
     if steps:
