@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import signal
 import statistics
 import subprocess
@@ -596,3 +597,39 @@ def test_a_run_without_a_manifest_is_replayed_on_real_processes_node_for_node(tm
         names = [original.ranks[r].name(i) for i in range(len(original.ranks[r]))]
         assert [replayed.ranks[r].name(i) for i in range(len(replayed.ranks[r]))] == names
     assert [t.rank for t in result.ranks] == [0, 1]
+
+
+SLOW_PROFILER_START = """
+import os, time
+if os.environ.get("RANK") == "1":
+    from skewlens.profiler.capture import session as _s
+    _start = _s.CaptureSession._start_record
+    def _slow_start(self):
+        time.sleep(1.5)
+        return _start(self)
+    _s.CaptureSession._start_record = _slow_start
+"""
+
+
+@pytest.mark.slow
+def test_a_profiler_that_starts_slowly_on_one_rank_does_not_lengthen_the_first_replayed_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the common start was set before the profiler started, 300 ms ahead: rank 1's profiler taking 1 s
+    # more (a loaded or remote host) made both ranks begin late, and the first replayed step took the
+    # delay (229 -> 1,057 ms on the example, no warning); the profiler now starts before the common start
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s).compute("aten::mm", 5 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 16, MS)
+    run = b.write(tmp_path / "orig")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_PROFILER_START)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    res = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    first = {r.rank: r.replay_ns[0] for r in res.ranks}
+    assert sorted(first) == [0, 1]
+    assert all(v < 500 * MS for v in first.values()), first  # ~6 ms recorded; 1.2 s late before

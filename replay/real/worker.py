@@ -305,17 +305,20 @@ def main(argv: list[str] | None = None) -> int:
         runner.warm_up(warmup)
         phase = "clock alignment"
         offset = clock.estimate_offset_ns(rank, meta.world_size, device)
-        lead = clock.START_LEAD_NS * (3 if meta.capture_run else 1)
-        t0 = clock.common_start_ns(rank, offset, device, lead_ns=lead)
-        origin = t0 + meta.origin_ns.get(rank, 0)
         with ExitStack() as stack:
             session = None
             if meta.capture_run:
-                # the profiler records a pre-roll step (its own start-up, up to the common start), then
-                # one step per replayed step; the parent drops the pre-roll
+                # the profiler records a pre-roll step (its own start-up, the common start's broadcast and
+                # the wait for it), then one step per replayed step; the parent drops the pre-roll. It
+                # starts before the common start is set: a start-up longer than the lead made every rank
+                # begin late, and the first replayed step took the delay (1 s: 229 -> 1,057 ms)
                 phase = "profiler start-up"
                 session = stack.enter_context(_profiler(meta))
                 session.step()
+            phase = "clock alignment"
+            t0 = clock.common_start_ns(rank, offset, device)
+            origin = t0 + meta.origin_ns.get(rank, 0)
+            if session is not None:
                 wait_until(origin)
                 session.step()
             phase = "replay"
