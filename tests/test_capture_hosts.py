@@ -21,7 +21,7 @@ from skewlens.profiler.vocab import Level
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
 
 
-def save_rank(run: Path, rank: int, host: str, *, world: int = 2) -> None:
+def save_rank(run: Path, rank: int, host: str, *, world: int = 2, per_host: int = 1) -> None:
     """What a rank leaves when it saves: its trace (no nodes) and its part file."""
     with EtWriter(rank_file(run, rank), {"rank": rank, "world_size": world}):
         pass
@@ -29,6 +29,7 @@ def save_rank(run: Path, rank: int, host: str, *, world: int = 2) -> None:
     part = {
         "rank": rank,
         "world_size": world,
+        "local_world_size": per_host,
         "host": host,
         "device": "cpu",
         "backend": "gloo",
@@ -103,3 +104,19 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     assert "no rank saved a trace" not in err
     assert "manifest.json already merged by another host of the job (ranks [0, 1] of 2)" in err
     assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
+
+
+def test_a_rank_saved_on_another_hosts_storage_is_not_said_to_have_crashed(tmp_path: Path) -> None:
+    # each host given a RUN_DIR of its own (no shared storage): both commands succeeded, and each host's
+    # manifest said the other host's rank "crashed or was killed before saving"
+    save_rank(tmp_path, 0, "a")
+    merge(tmp_path, 0)
+    note = read_manifest(tmp_path).notes["rank 1"]
+    assert "the job spans hosts (1 rank(s) per host)" in note
+    assert "RUN_DIR must be on storage every host sees" in note
+
+
+def test_a_rank_missing_from_a_one_host_job_is_still_said_to_have_crashed(tmp_path: Path) -> None:
+    save_rank(tmp_path, 0, "a", per_host=2)
+    merge(tmp_path, 0)
+    assert read_manifest(tmp_path).notes["rank 1"].startswith("no trace: the process crashed or was killed")

@@ -241,11 +241,18 @@ def finalize_run(
     notes: dict[str, str] = {}
     missing = tuple(r for r in range(world) if r not in parts)
     why = f"the command exited with code {exit_code}" if exit_code else "the command exited"
+    per_host = min(int(p.get("local_world_size", world)) for p in parts.values())
     for r in missing:
         if rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
             notes[f"rank {r}"] = (
                 f"trace incomplete: the process crashed or was killed while saving it ({why}); "
                 f"{rank_file(run_dir, r).name} is left out of the run"
+            )
+        elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
+            notes[f"rank {r}"] = (
+                f"no trace here: the job spans hosts ({per_host} rank(s) per host) and rank {r}'s host saved "
+                "none in this directory: RUN_DIR must be on storage every host sees (docs/capture.md, "
+                f"Across hosts); else the process crashed or was killed before saving ({why})"
             )
         else:
             notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"

@@ -519,6 +519,8 @@ class CaptureSession:
         part = {
             "rank": rank,
             "world_size": world,
+            # torchrun's ranks per host: fewer than the world, the job spans hosts
+            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
             "host": socket.gethostname(),
             "device": device,
             "backend": str(backend),
