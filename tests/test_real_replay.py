@@ -633,3 +633,24 @@ def test_a_profiler_that_starts_slowly_on_one_rank_does_not_lengthen_the_first_r
     first = {r.rank: r.replay_ns[0] for r in res.ranks}
     assert sorted(first) == [0, 1]
     assert all(v < 500 * MS for v in first.values()), first  # ~6 ms recorded; 1.2 s late before
+
+
+def test_a_replay_across_hosts_without_the_ranks_per_host_is_refused_before_any_process_starts(
+    tmp_path: Path,
+) -> None:
+    # two hosts each started every rank of a 2-rank run (real.nproc defaults to the run's ranks): 4
+    # workers, and after 9 s "the launcher started 4 processes, the trace has 2 ranks"
+    from skewlens.replay.errors import ConfigError
+    from skewlens.replay.real.api import preflight
+
+    run = _one_all_reduce(tmp_path / "run", 2)
+    two_hosts = ["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "host0:29500"]
+    with pytest.raises(
+        ConfigError, match=r"start 2 hosts of real\.nproc=2 ranks each .* 4 in all, .* 2 ranks"
+    ):
+        preflight(run, RealConfig(launcher_args=two_hosts))
+    assert preflight(run, RealConfig(nproc=1, launcher_args=two_hosts)) == "gloo"
+    assert preflight(run, RealConfig(nproc=1, launcher_args=["--nnodes=2"])) == "gloo"
+    assert (
+        preflight(run, RealConfig(nproc=1, launcher_args=["--nnodes", "1:2"])) == "gloo"
+    )  # elastic: unchecked

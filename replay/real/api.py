@@ -159,8 +159,26 @@ def preflight(run_dir: Path, cfg: RealConfigLike, manifest: Manifest | None = No
             "traced rank; across hosts set real.launcher_args (--nnodes, --node-rank, --rdzv-endpoint) and "
             "run the same command on every host with OUT_DIR on a shared file system"
         )
+    nnodes = _nnodes(launcher_args or [])
+    if nnodes is not None and nnodes > 1 and (nproc or m.world_size) * nnodes != m.world_size:
+        raise ConfigError(
+            f"real.launcher_args start {nnodes} hosts of real.nproc={nproc or m.world_size} ranks each"
+            f"{'' if nproc else ' (the default: every rank of the run)'}, {nnodes * (nproc or m.world_size)} "
+            f"in all, but {run_dir} has {m.world_size} ranks: set real.nproc to the ranks of each host"
+        )
     check_host_memory(nproc or m.world_size, _available_memory(), run_dir)
     return resolve_backend(backend_cfg, m)
+
+
+def _nnodes(launcher_args: list[str]) -> int | None:
+    """torchrun's ``--nnodes`` among ``launcher_args`` when it is one number (not an elastic range)."""
+    for i, a in enumerate(launcher_args):
+        value = a.split("=", 1)[1] if a.startswith("--nnodes=") else None
+        if a == "--nnodes" and i + 1 < len(launcher_args):
+            value = launcher_args[i + 1]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def load_checked(run_dir: Path) -> RunTrace:
