@@ -5,11 +5,14 @@ the CLI) once per host on the same directory, with the part files each host's ra
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from capture_helpers import EXAMPLE, ROOT
 
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import finalize_run
@@ -120,3 +123,36 @@ def test_a_rank_missing_from_a_one_host_job_is_still_said_to_have_crashed(tmp_pa
     save_rank(tmp_path, 0, "a", per_host=2)
     merge(tmp_path, 0)
     assert read_manifest(tmp_path).notes["rank 1"].startswith("no trace: the process crashed or was killed")
+
+
+def host_command(run: Path, port: int, node_rank: int) -> list[str]:
+    """What host ``node_rank`` of a two-host job runs: skewlens profile around its torchrun."""
+    return [
+        sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--clock-timeout", "5", "--",
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+        "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+        str(EXAMPLE), "--steps", "6", "--straggler-rank", "1", "--straggler-ms", "20",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_hosts_profiling_one_job_into_one_directory_both_exit_0_with_one_complete_manifest(
+    tmp_path: Path,
+) -> None:
+    # two torchrun invocations joined by --nnodes 2 (the hosts share this machine's clock and name); one
+    # host's skewlens profile exited 2: "no rank saved a trace (did it run 3+ steps ...?)"
+    run = tmp_path / "run"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hosts = [
+        subprocess.Popen(host_command(run, port, k), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        for k in (0, 1)
+    ]
+    errs = [h.communicate(timeout=240)[1] for h in hosts]
+    assert [h.returncode for h in hosts] == [0, 0], [e[-2000:] for e in errs]
+    assert sum("manifest.json already merged by another host of the job" in e for e in errs) <= 1
+    m = read_manifest(run)
+    assert (m.world_size, m.ranks, m.missing_ranks) == (2, (0, 1), ())
+    assert sorted({s.step for s in m.steps}) == [2, 3, 4]
+    assert not (run / PARTS_DIR).exists()
