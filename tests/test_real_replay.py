@@ -654,3 +654,27 @@ def test_a_replay_across_hosts_without_the_ranks_per_host_is_refused_before_any_
     assert (
         preflight(run, RealConfig(nproc=1, launcher_args=["--nnodes", "1:2"])) == "gloo"
     )  # elastic: unchecked
+
+
+def test_each_host_of_a_replay_across_hosts_keeps_its_own_launcher_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every host's launcher wrote OUT/real/work/launcher.log, opened for writing: one host's output
+    # overwrote the other's mid-line (736 bytes of two interleaved logs, where one host alone wrote 986),
+    # and a failed launcher's error quoted that mix
+    import socket
+
+    from skewlens.replay.real.launch import launcher_log
+
+    work = tmp_path / "work"
+    assert launcher_log(work, None) == work / "launcher.log"  # one host, as before
+    across = ["--nnodes", "2", "--node-rank", "0"]
+    logs = {}
+    for host in ("node-a", "node-b"):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        logs[host] = launcher_log(work, across)
+        run_workers(
+            [sys.executable, "-c", f"print('from {host}')"], work_dir=work, deadline_s=30, log=logs[host]
+        )
+    assert logs["node-a"] != logs["node-b"]
+    assert [logs[h].read_text().strip() for h in ("node-a", "node-b")] == ["from node-a", "from node-b"]

@@ -38,7 +38,7 @@ from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
 from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
-from skewlens.replay.real.launch import launcher_command, run_workers
+from skewlens.replay.real.launch import launcher_command, launcher_log, run_workers
 from skewlens.replay.real.plan import (
     RESULT_FILE,
     PlanMeta,
@@ -245,7 +245,8 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     _clear_previous(out_run, self_run)
     cmd = launcher_command(plan_dir.resolve(), nproc or m.world_size, launcher_args)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env)
+    log = launcher_log(work_dir, launcher_args)
+    run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env, log=log)
     manifest = _replay_manifest(work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir)
     write_manifest(self_run, manifest)  # the record loads through its manifest; its step marks come next
     replayed = load_run(self_run, match=False)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,8 +112,21 @@ def _log_tail(log: Path, lines: int = 5) -> str:
     return " | ".join(line.strip() for line in text[-lines:])
 
 
+def launcher_log(work_dir: Path, launcher_args: Sequence[str] | None) -> Path:
+    """Where the launcher's output goes: ``launcher.log``, or across hosts (the caller's rendezvous) one
+    file per host and process, as every host's launcher writes into the same shared ``work_dir``."""
+    if not launcher_args:
+        return work_dir / LAUNCHER_LOG
+    return work_dir / f"launcher.{socket.gethostname()}.{os.getpid()}.log"
+
+
 def run_workers(
-    cmd: list[str], *, work_dir: Path, deadline_s: float, env: dict[str, str] | None = None
+    cmd: list[str],
+    *,
+    work_dir: Path,
+    deadline_s: float,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
 ) -> None:
     """Run the launcher until it exits; raise on a worker error, a timeout or a non-zero exit.
 
@@ -122,7 +136,7 @@ def run_workers(
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in work_dir.glob("rank-*.*.json"):
         stale.unlink()
-    log = work_dir / LAUNCHER_LOG
+    log = log or work_dir / LAUNCHER_LOG
     with log.open("wb") as log_fh:
         proc = subprocess.Popen(
             cmd,
