@@ -41,6 +41,8 @@ def save_rank(run: Path, rank: int, host: str, *, world: int = 2, per_host: int 
         "steps": [{"step": s, "start_ns": 10 * s, "end_ns": 10 * s + 5} for s in (2, 3, 4)],
         "partial": False,
         "notes": {},
+        "level": "collectives",
+        "window": {"wait": 1, "warmup": 1, "active": 3},
     }
     part_file(run, rank).write_text(json.dumps(part))
 
@@ -156,3 +158,20 @@ def test_two_hosts_profiling_one_job_into_one_directory_both_exit_0_with_one_com
     assert (m.world_size, m.ranks, m.missing_ranks) == (2, (0, 1), ())
     assert sorted({s.step for s in m.steps}) == [2, 3, 4]
     assert not (run / PARTS_DIR).exists()
+
+
+def test_hosts_that_gave_different_steps_are_named_in_an_error_note(tmp_path: Path) -> None:
+    # host B ran --steps 2:1:3: rank 1 recorded steps 3-5 against rank 0's 2-4, the manifest kept B's
+    # window alone, and `skewlens check` reported only "count differs" at 12 collectives
+    save_rank(tmp_path, 0, "a")
+    save_rank(tmp_path, 1, "b")
+    part = json.loads(part_file(tmp_path, 1).read_text())
+    part["window"] = {"wait": 2, "warmup": 1, "active": 3}
+    part_file(tmp_path, 1).write_text(json.dumps(part))
+    merge(tmp_path, 1)
+    note = read_manifest(tmp_path).notes["skewlens options"]
+    assert note.startswith("error: the ranks were captured with different skewlens profile options (")
+    assert (
+        "--level collectives --steps 1:1:3 on ranks [0]; --level collectives --steps 2:1:3 on ranks [1]"
+        in note
+    )

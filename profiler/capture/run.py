@@ -42,6 +42,8 @@ from skewlens.profiler.manifest import (
 from skewlens.profiler.vocab import HostTrace, Level
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+#: The manifest note of a run whose hosts gave ``skewlens profile`` different ``--level`` / ``--steps``.
+OPTIONS_NOTE = "skewlens options"
 
 
 def prepare_run_dir(run_dir: Path) -> bool:
@@ -279,6 +281,18 @@ def finalize_run(
                 ),
             )
     groups = tuple(by_name.values())
+    options: dict[str, list[int]] = {}  # across hosts each host gave its own skewlens profile options
+    for r, p in sorted(parts.items()):
+        w = p.get("window")
+        steps_of = format_window(StepWindow(**w)) if isinstance(w, dict) else format_window(window)
+        options.setdefault(f"--level {p.get('level', level.value)} --steps {steps_of}", []).append(r)
+    if len(options) > 1:
+        notes[OPTIONS_NOTE] = (
+            "error: the ranks were captured with different skewlens profile options ("
+            + "; ".join(f"{o} on ranks {rs}" for o, rs in options.items())
+            + "): their steps and collectives do not line up; run the same skewlens profile command on "
+            "every host"
+        )
     sizes = {int(p.get("flight_recorder", 0)) for p in parts.values()}
     if len(sizes) > 1:
         notes["flight recorder"] = (

@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from skewlens.profiler.capture.run import (
+        OPTIONS_NOTE,
         capture_env,
         existing_manifest,
         finalize_run,
@@ -115,6 +116,8 @@ def main(argv: list[str]) -> int:
             f"{' '.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
             "steps with optimizer.step(), or import torch at all?)"
         )
+    if OPTIONS_NOTE in manifest.notes:
+        print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)
     if code != 0:
         missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
         print(
