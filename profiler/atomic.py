@@ -82,6 +82,31 @@ def staging_dir(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def export_marker(directory: Path, marker: str, fmt: str) -> dict[str, Any] | None:
+    """The provenance ``directory / marker`` that an export writes, if it is a JSON object of format
+    ``fmt``; else None (missing, unreadable, or another export's)."""
+    try:
+        doc = json.loads((directory / marker).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == fmt else None
+
+
+def check_replaceable(out: Path, *, marker: str, fmt: str, what: str) -> None:
+    """Refuse an ``out`` that :func:`replace_dir` would replace but that is anything other than missing,
+    empty or an earlier ``what`` (its ``marker`` file of format ``fmt``): it would remove whatever else the
+    directory held (a run itself, given as ``--out RUN``)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SkewlensError(f"{out}: exists and is not a directory")
+    if any(out.iterdir()) and export_marker(out, marker, fmt) is None:
+        raise SkewlensError(
+            f"{out}: not empty and not an earlier {what} (no {marker} of format {fmt!r}), and the export "
+            f"replaces the whole directory; choose another --out or remove it"
+        )
+
+
 def replace_dir(tmp: Path, out: Path) -> None:
     """Put the finished directory ``tmp`` (a sibling of ``out``) in place of ``out``, by renames: readers
     see the old directory or the new one, never a mix; the old one is removed after."""

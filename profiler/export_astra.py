@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE, replace_dir, staging_dir
+from skewlens.profiler.atomic import FILE_MODE, check_replaceable, replace_dir, staging_dir
 from skewlens.profiler.chakra_io import (
     AttrValue,
     EtWriter,
@@ -461,22 +461,6 @@ def astra_command(
 # ----------------------------------------------------------------------------------------- export
 
 
-def _check_target(out: Path) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise SkewlensError(f"{out}: exists and is not a directory")
-    if any(out.iterdir()):
-        try:
-            prior = json.loads((out / EXPORT_FILE).read_text())
-        except (OSError, ValueError):
-            prior = None
-        if not isinstance(prior, dict) or prior.get("format") != EXPORT_FORMAT:
-            raise SkewlensError(
-                f"{out}: not empty and not an earlier ASTRA-sim export; choose another --out or remove it"
-            )
-
-
 def _validate(run_dir: str | Path, progress: Progress) -> None:
     from skewlens.profiler.store.validate import refusal, validate_run
 
@@ -538,7 +522,7 @@ def export_astra_sim(
     groups = astra_groups(listed, world)
 
     out = Path(out_dir)
-    _check_target(out)
+    check_replaceable(out, marker=EXPORT_FILE, fmt=EXPORT_FORMAT, what="ASTRA-sim export")
     final = out.resolve()
     counts = _Counts()
     nodes: dict[int, int] = {}

@@ -30,6 +30,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.atomic import export_marker
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import (
@@ -86,11 +87,8 @@ def _synth_manifest(ranks: list[int]) -> Manifest:
 def _refuse_parquet_export(p: Path) -> None:
     """A Parquet export holds a copy of its run's manifest but no traces: say so, rather than that every
     rank's trace file is missing."""
-    try:
-        prov = json.loads((p / PARQUET_EXPORT_FILE).read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(prov, dict) and prov.get("format") == PARQUET_EXPORT_FORMAT:
+    prov = export_marker(p, PARQUET_EXPORT_FILE, PARQUET_EXPORT_FORMAT)
+    if prov is not None:
         source = prov.get("source")
         where = f" ({source})" if isinstance(source, str) else ""
         raise ManifestError(

@@ -31,7 +31,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-from skewlens.profiler.atomic import replace_dir, staging_dir
+from skewlens.profiler.atomic import check_replaceable, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
@@ -278,7 +278,7 @@ def export_run(
     """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
     files = locate_run(run_dir)
     out = Path(out_dir)
-    _check_target(out)
+    check_replaceable(out, marker=PARQUET_EXPORT_FILE, fmt=PARQUET_EXPORT_FORMAT, what="Parquet export")
     n_workers = workers if workers is not None else min(usable_cores(), len(files.files), 8)
     sink = IssueLog(strict=False)
     for r, f in sorted(files.files.items()):
@@ -292,27 +292,6 @@ def export_run(
             raise refusal(run_dir, errors, "not exported")
         replace_dir(tmp, out)
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
-
-
-def _check_target(out: Path) -> None:
-    """Refuse an ``out`` that is anything but missing, empty or an earlier export: the export replaces the
-    whole directory, and would remove whatever else it held (the run itself, with ``--out RUN``)."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise SkewlensError(f"{out}: exists and is not a directory")
-    if not any(out.iterdir()):
-        return
-    try:
-        prior = json.loads((out / PARQUET_EXPORT_FILE).read_text())
-    except (OSError, ValueError):
-        prior = None
-    if not isinstance(prior, dict) or prior.get("format") != PARQUET_EXPORT_FORMAT:
-        raise SkewlensError(
-            f"{out}: not empty and not an earlier Parquet export (no {PARQUET_EXPORT_FILE} of format "
-            f"{PARQUET_EXPORT_FORMAT!r}), and the export replaces the whole directory; choose another --out "
-            f"or remove it"
-        )
 
 
 def _export_into(
