@@ -151,30 +151,20 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process under ``pid`` (Linux ``/proc``; none elsewhere): torchrun's workers run in sessions
-    of their own, out of reach of a signal to its process group."""
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            with contextlib.suppress(OSError, ValueError):
-                kids = [int(k) for k in task.read_text().split()]
-                out += kids
-                todo += kids
-    return out
-
-
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the command and everything under it. A rank whose main thread is blocked in C++ (a hung
     collective) never runs the capture's SIGTERM handler, so the signal that would have ended it is held
     until the call returns (gloo's timeout: 30 min); killed with torchrun alone, it would run on, orphaned."""
-    below = _descendants(proc.pid)
+    import psutil
+
+    try:  # torchrun's workers run in sessions of their own, out of reach of a signal to its process group
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        below = []
     _signal(proc, signal.SIGKILL)
-    for pid in below:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    for p in below:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            p.kill()
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:
