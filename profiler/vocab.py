@@ -166,6 +166,13 @@ COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.CO
 P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
 
 
+def names_nccl_kernel(name: str) -> bool:
+    """A GPU kernel name that is NCCL's (``ncclKernel_*``, ``ncclDevKernel_*``): it starts with ``nccl``,
+    in any case. The importer reads such a kernel as the GPU side of a collective or send/recv, and keeps
+    it as a COMP node where it cannot say which; the execution model counts those as communication."""
+    return name[:4].lower() == "nccl"
+
+
 def collective_from_op(op_name: str) -> CommType | None:
     """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
     base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()

@@ -62,6 +62,7 @@ transfer begins once every member's kernel has arrived.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +78,7 @@ from skewlens.profiler.vocab import (
     UNTRACED_NODE_NAME,
     WAIT_NODE_NAMES,
     NodeType,
+    names_nccl_kernel,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -204,24 +206,26 @@ def execution_model(run: RunTrace) -> ExecutionModel:
 UNTRACED_NAMES = frozenset({UNTRACED_NODE_NAME})
 
 
-def untraced_rows(rt: RankTrace) -> B:
-    """Per row: a COMP node standing for untraced host time (:data:`UNTRACED_NAMES`)."""
+def _comp_rows_named(rt: RankTrace, named_so: Callable[[str], bool]) -> B:
+    """Per row: a COMP node whose name ``named_so`` accepts (tested once per distinct name)."""
     if not rt.names or len(rt) == 0:
         return np.zeros(len(rt), dtype=np.bool_)
-    named = np.array([nm in UNTRACED_NAMES for nm in rt.names], dtype=np.bool_)
+    named = np.array([named_so(nm) for nm in rt.names], dtype=np.bool_)
     return (rt.node_type == int(NodeType.COMP)) & named[rt.name_idx]
 
 
+def untraced_rows(rt: RankTrace) -> B:
+    """Per row: a COMP node standing for untraced host time (:data:`UNTRACED_NAMES`)."""
+    return _comp_rows_named(rt, UNTRACED_NAMES.__contains__)
+
+
 def nccl_kernel_rows(rt: RankTrace) -> B:
-    """Per row: a GPU COMP node that is an NCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``: a kernel
-    name starting with ``nccl``, the importer's rule). The importer keeps such a kernel as compute where it
-    cannot say which collective or peer it ran (its launch call is outside the trace, or a further kernel of
-    an op already converted): it is communication nothing can match across ranks, not compute, wherever
-    compute is measured (the analyses' breakdown, the replay's summary, a compute slowdown)."""
-    if not rt.names or len(rt) == 0:
-        return np.zeros(len(rt), dtype=np.bool_)
-    named = np.array([nm[:4].lower() == "nccl" for nm in rt.names], dtype=np.bool_)
-    return (rt.node_type == int(NodeType.COMP)) & ~rt.is_cpu & named[rt.name_idx]
+    """Per row: a GPU COMP node that is an NCCL kernel (:func:`~skewlens.profiler.vocab.names_nccl_kernel`,
+    the importer's rule). The importer keeps such a kernel as compute where it cannot say which collective
+    or peer it ran (its launch call is outside the trace, or a further kernel of an op already converted):
+    it is communication nothing can match across ranks, not compute, wherever compute is measured (the
+    analyses' breakdown, the replay's summary, a compute slowdown)."""
+    return _comp_rows_named(rt, names_nccl_kernel) & ~rt.is_cpu
 
 
 def model_ends(run: RunTrace, rank: int) -> I64:

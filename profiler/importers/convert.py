@@ -115,7 +115,7 @@ from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostCo
 from skewlens.profiler.importers.join import join_ops
 from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace, as_int
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
-from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
+from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op, names_nccl_kernel
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _MAX_RANKS_TEXT = 1 << 20
@@ -492,7 +492,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
     ):
         p = _gpu_node(e, call, parent, streams)
         pending.append(p)
-        if e.cat != "kernel" or e.name[:4].lower() != "nccl":
+        if e.cat != "kernel" or not names_nccl_kernel(e.name):
             continue
         anchor, cpu_side = src.cpu_side(site, call)
         if anchor is not None and anchor.index in used_sites:
