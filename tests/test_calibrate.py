@@ -144,31 +144,47 @@ def test_the_transfers_fitted_are_the_recorded_ones_less_the_wait_for_the_last_m
     assert [(t.type_name, t.nbytes) for t in transfers] == [(ty.name.lower(), s) for _pg, ty, s in SCHEDULE]
 
 
+def two_level_run(
+    tmp_path: Path, transfer_ns: Callable[[str, CommType, int], float], *, repeats: int, noise: float
+) -> Path:
+    """8 ranks, 4 per node: all_reduces of three sizes on the world group "0" (both levels) and on the two
+    node groups "1", "2" (the inner level only), ``repeats`` times, timed by ``transfer_ns``."""
+    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+    schedule = [
+        (pg, AR, size)
+        for _ in range(repeats)
+        for size in (16 * KIB, 1 * MIB, 16 * MIB)
+        for pg in ("0", "1", "2")
+    ]
+    run_dir, _t, _w = build_run(
+        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=transfer_ns, noise=noise
+    )
+    return run_dir
+
+
+def two_level_base(links: int = 0) -> Topology:
+    """The base the two-level calibrations fit: nodes of 4 (a switch) on a fat tree of 2 nodes."""
+    return Topology(
+        name="two_level",
+        dims=(
+            Dimension(kind="switch", size=4, bandwidth_gbps=1.0, latency_ns=1),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=1.0, latency_ns=1, links_per_node=links),
+        ),
+    )
+
+
 def test_a_hierarchical_calibration_fits_each_link_class_of_a_two_level_topology(tmp_path: Path) -> None:
     # 8 ranks, 4 per node: the world group crosses both levels (hierarchical: ring reduce-scatter and
     # all-gather in the node, ring all_reduce of S/p0 between nodes), the node groups only the inner one
     a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
-    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
 
     def closed_form(pg: str, _ty: CommType, s: int) -> float:
         if pg != "0":
             return 2 * 3 * (a0 + s / (4 * b0))
         return 2 * 3 * (a0 + s / (4 * b0)) + 2 * 1 * (a1 + s / (8 * b1))
 
-    schedule = [
-        (pg, AR, size) for _ in range(2) for size in (16 * KIB, 1 * MIB, 16 * MIB) for pg in ("0", "1", "2")
-    ]
-    run_dir, _t, _w = build_run(
-        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=closed_form, noise=0.01
-    )
-    base = Topology(
-        name="two_level",
-        dims=(
-            Dimension(kind="switch", size=4, bandwidth_gbps=1.0, latency_ns=1),
-            Dimension(kind="fat_tree", size=2, bandwidth_gbps=1.0, latency_ns=1),
-        ),
-    )
-    cal = calibrate(load_validated(run_dir), base=base, algorithm="hierarchical")
+    run_dir = two_level_run(tmp_path, closed_form, repeats=2, noise=0.01)
+    cal = calibrate(load_validated(run_dir), base=two_level_base(), algorithm="hierarchical")
     inner, outer = cal.topology.dims
     assert inner.latency_ns == pytest.approx(a0, rel=0.05)
     assert inner.bandwidth_gbps == pytest.approx(b0, rel=0.05)
@@ -191,19 +207,8 @@ def test_a_calibration_fits_one_links_bandwidth_and_writes_the_bases_links_per_n
         intra = 2 * 3 * (a0 + s / (4 * b0))
         return intra if pg != "0" else intra + 2 * 1 * (a1 + s / (8 * (b1 / share)))
 
-    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
-    schedule = [(pg, AR, size) for size in (16 * KIB, 1 * MIB, 16 * MIB) for pg in ("0", "1", "2")]
-    run_dir, _t, _w = build_run(
-        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=closed_form, noise=0.0
-    )
-    base = Topology(
-        name="two_level",
-        dims=(
-            Dimension(kind="switch", size=4, bandwidth_gbps=1.0, latency_ns=1),
-            Dimension(kind="fat_tree", size=2, bandwidth_gbps=1.0, latency_ns=1, links_per_node=links),
-        ),
-    )
-    cal = calibrate(load_validated(run_dir), base=base, algorithm="hierarchical")
+    run_dir = two_level_run(tmp_path, closed_form, repeats=1, noise=0.0)
+    cal = calibrate(load_validated(run_dir), base=two_level_base(links), algorithm="hierarchical")
     assert cal.topology.dims[1].bandwidth_gbps == pytest.approx(b1, rel=1e-3)
     out = tmp_path / "cal.yaml"
     write_topology(cal, out)
