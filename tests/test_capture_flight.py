@@ -426,3 +426,32 @@ def test_a_save_after_the_program_destroyed_its_groups_names_them_as_they_were_a
     groups = json.loads(res.stdout.strip().splitlines()[-1])
     assert [(n, r, d) for n, r, d, _b in groups] == [("0", [0], "default_pg"), ("1", [0], "sub")]
     assert all("gloo" in b for *_x, b in groups)
+
+
+def test_a_monitored_barrier_takes_the_first_of_the_numbers_it_left_out_of_the_recorder() -> None:
+    # 2 steps of 2 hooked all_reduces then a monitored_barrier, which makes no entry and takes two numbers:
+    # the all_reduces are 1, 2, 5, 6; the barriers take 3 (and 4) and 7 (and 8), on every member
+    ms = 1_000_000
+    steps = [StepRecord(step=s, start_ns=s * 10 * ms, end_ns=(s + 1) * 10 * ms) for s in range(2)]
+    entries = _member([1, 2, 5, 6], 0)
+    barrier = replace(
+        _hooked(0, 0, seq=99, ident=77),
+        op="c10d::monitored_barrier",
+        comm_type=CommType.BARRIER,
+        size_bytes=0,
+    )
+    calls = [
+        _hooked(1 * ms - 100, 1 * ms + 100, seq=0, ident=77),
+        _hooked(2 * ms - 100, 2 * ms + 100, seq=1, ident=77),
+        replace(barrier, start_ns=3 * ms, issue_end_ns=4 * ms, end_ns=4 * ms),
+        _hooked(5 * ms - 100, 5 * ms + 100, seq=3, ident=77),
+        _hooked(6 * ms - 100, 6 * ms + 100, seq=4, ident=77),
+        replace(barrier, start_ns=7 * ms, issue_end_ns=8 * ms, end_ns=8 * ms),
+        replace(barrier, start_ns=9 * ms, issue_end_ns=9 * ms + 5, end_ns=9 * ms + 5),  # a second in a row
+    ]
+    hooked, extra, left_out = merge(entries, calls, steps, thread=1)
+    assert (left_out, extra) == (0, [])  # before: the barriers were left out as lost (left_out 3)
+    assert [(c.op.removeprefix("c10d::"), c.seq) for c in hooked] == [
+        ("allreduce_", 1), ("allreduce_", 2), ("monitored_barrier", 3),
+        ("allreduce_", 5), ("allreduce_", 6), ("monitored_barrier", 7), ("monitored_barrier", 9),
+    ]  # fmt: skip

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from typing import Any
 
+from skewlens.profiler.vocab import CommType, NodeType
+
 SCRIPT = r"""
 import json, os, socket, torch, torch.distributed as dist
 with socket.socket() as s:
@@ -211,3 +213,30 @@ def test_lean_calls_record_a_root_given_as_a_rank_of_the_group() -> None:
         ("c10d::broadcast_", 0, -1),
         ("c10d::broadcast_", 0, -1),
     ]
+
+
+MONITORED_SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 3, ddp=False)
+hooks.install()
+dist.all_reduce(torch.ones(4))
+dist.monitored_barrier()
+recs = hooks.flush()
+hooks.uninstall()
+print(json.dumps([(r.op, int(r.node_type), int(r.comm_type), r.pg_name, r.seq, r.size_bytes, r.is_async,
+                   r.end_ns == r.issue_end_ns) for r in recs]))
+dist.destroy_process_group()
+"""
+
+
+def test_a_monitored_barrier_is_recorded_as_a_blocking_barrier_of_its_group() -> None:
+    # gloo's monitored_barrier runs its messages in C++: unhooked, its time was a compute gap (collectives
+    # level) or untraced time (ops, full) on every rank, not communication
+    recs = [tuple(r) for r in run_script(MONITORED_SCRIPT)]
+    barrier = ("c10d::monitored_barrier", int(NodeType.COMM_COLL), int(CommType.BARRIER))
+    assert recs[1] == (*barrier, recs[0][3], 1, 0, False, True)  # its group's, numbered after the all_reduce

@@ -68,6 +68,9 @@ DUMPS = (("nccl", "_dump_nccl_trace_json"), ("fr", "_dump_fr_trace_json"))
 SETTLE_S = 0.3
 #: Backends whose process groups feed the flight recorder.
 RECORDED_BACKENDS = ("gloo", "nccl")
+#: Hooked collectives that make no recorder entry, and how many of their group's numbers each takes: gloo's
+#: ``monitored_barrier`` (its point-to-point messages to and from rank 0 take two, on every member).
+NO_ENTRY_NUMBERS = {"c10d::monitored_barrier": 2}
 
 _DTYPE_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
@@ -467,7 +470,8 @@ def merge(
     the recorder's own (entries inside the recorded steps that no call accounts for) share one numbering
     per group, the recorder's, the same on every member. On a group the recorder feeds (``recorded``:
     every group when None), a hooked collective without an entry is left out (the ring buffer lost it,
-    see :func:`losses`); on another group the hooked calls keep the hooks' numbers.
+    see :func:`losses`), but for one that makes none (:data:`NO_ENTRY_NUMBERS`), which takes the first
+    of the numbers it left out of the recorder's; on another group the hooked calls keep the hooks' numbers.
 
     ``spans`` (:func:`device_spans`): a recorder-only collective, and an asynchronous hooked one, ends
     where its device span ends (a blocking hooked call keeps its return: on NCCL the call returns at
@@ -485,11 +489,21 @@ def merge(
     claimed: set[tuple[str, int]] = set()
     hooked: list[CommRecord] = []
     left_out = 0
+    taken: dict[str, int] = {}  # per group, the last number taken by a call that makes no entry
     for c in comms:
         if c.node_type != NodeType.COMM_COLL or (recorded is not None and c.pg_name not in recorded):
             hooked.append(c)
             continue
         es = by_pg.get(c.pg_name, [])
+        if (numbers := NO_ENTRY_NUMBERS.get(c.op)) is not None:
+            # the first of the numbers it took: the next after its group's last entry (or last such call)
+            # before it, the same on every member; a ring buffer that lost that entry has declared the
+            # steps it covers incomplete (:func:`losses`)
+            k = bisect.bisect_left(created.get(c.pg_name, []), c.start_ns)
+            seq = max(es[k - 1].seq if k else 0, taken.get(c.pg_name, 0)) + 1
+            taken[c.pg_name] = seq + numbers - 1
+            hooked.append(replace(c, seq=seq))
+            continue
         lo, hi = (
             (c.start_ns, c.issue_end_ns) if c.ident else (c.start_ns - slack_ns, c.issue_end_ns + slack_ns)
         )

@@ -105,6 +105,9 @@ SPECS: dict[str, _Spec] = {
     "gather": _Spec("c10d::gather_", _C, CommType.GATHER, ("tensor",)),
     "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",), lean=False),
     "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
+    # gloo's monitored_barrier: point-to-point messages to and from rank 0 issued in C++, no recorder entry
+    # (its numbers are taken without one: ``flight.NO_ENTRY_NUMBERS``)
+    "monitored_barrier": _Spec("c10d::monitored_barrier", _C, CommType.BARRIER, (), lean=False),
     # gloo's flight recorder has no p2p entries: peers and sizes are the hooks' to read
     "send": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), lean=False),
     "recv": _Spec("c10d::recv_", NodeType.COMM_RECV, None, ("tensor",), lean=False),
