@@ -105,10 +105,12 @@ class RankBuilder:
         name: str | None = None,
         seq: int | None = None,
         root: int | None = None,
+        peer_bytes: tuple[int, int] | None = None,
     ) -> int:
         """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group.
         ``root``: a rooted collective's root, as the capture records it (broadcast / scatter: ``comm_src``;
-        reduce / gather: ``comm_dst``)."""
+        reduce / gather: ``comm_dst``). ``peer_bytes``: an all_to_all's uneven splits as the capture records
+        them, (bytes sent to the other members, bytes received from them)."""
         if seq is None:
             seq = self._seq[pg]
         self._seq[pg] = seq + 1
@@ -120,6 +122,8 @@ class RankBuilder:
             Attr.DTYPE: "float32",
             Attr.NUMEL: comm_bytes // 4,
         }
+        if peer_bytes is not None:
+            attrs[Attr.SEND_BYTES], attrs[Attr.RECV_BYTES] = peer_bytes
         if root is not None:
             sends = comm_type in (CommType.BROADCAST, CommType.SCATTER)
             attrs[Attr.COMM_SRC if sends else Attr.COMM_DST] = root

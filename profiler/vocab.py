@@ -81,6 +81,10 @@ class Attr(StrEnum):
     # convention (ASTRA-sim refuses a comm node on the CPU); where absent, is_cpu_op says it (older traces).
     HOST_OP = "skl_host_op"
     BATCH = "skl_batch"  # int64, the batch_isend_irecv call a send/recv was issued in (per rank)
+    # int64, all_to_all nodes: bytes this rank sends to the other members / receives from them (its own
+    # chunk left out), where its splits were uneven (even splits: (p - 1) / p of comm_size each way)
+    SEND_BYTES = "skl_send_bytes"
+    RECV_BYTES = "skl_recv_bytes"
     SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
     INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
     # int64, GPU nodes: recorded start of the runtime call that launched it (cudaLaunchKernel,

@@ -68,7 +68,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.lower import group_members, lower
+from skewlens.replay.lower import collective_bytes, group_members, lower
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology
 
@@ -111,7 +111,8 @@ class Transfer:
     ranks: tuple[int, ...]
     """Members' global ranks (send/recv: sender, receiver)."""
     nbytes: int
-    """Message size (a collective: the largest member's ``comm_size``), bytes."""
+    """Message size (a collective: the largest member's ``comm_size``, or for an all_to_all with uneven
+    splits what :func:`~skewlens.replay.comm.collective_bytes` makes of them), bytes."""
     transfer_ns: int
     """Latest attached member's completion − last arrival, ns (the wait for late peers removed)."""
 
@@ -213,7 +214,7 @@ def recorded_transfers(run: RunTrace) -> tuple[list[Transfer], int]:
                 comm_type=c.comm_type,
                 seq=c.seq,
                 ranks=c.ranks,
-                nbytes=max(c.comm_bytes, default=0),
+                nbytes=collective_bytes(run, c),
                 transfer_ns=ns,
             )
         out.append(t)

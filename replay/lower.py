@@ -49,6 +49,33 @@ KIND_NESTED = 3  # inside another node on its timeline: follows it
 _MIN = np.iinfo(np.int64).min
 
 
+def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
+    """The ``comm_bytes`` a collective's cost is computed from (before
+    ``skewlens.replay.comm.message_bytes``): its largest member's ``comm_size``, except for an all_to_all
+    whose splits some member recorded as uneven (``RankTrace.send_bytes`` / ``recv_bytes``).
+
+    The formulas charge an all_to_all ``(p − 1)/p · S`` through each member's port: even splits. With
+    uneven ones the busiest port carries ``D``, the most any member sends to the others or receives from
+    them, so ``S = ⌈D · p / (p − 1)⌉``. A member that recorded neither sent and received ``(p − 1)/p`` of
+    its ``comm_size`` (its splits were even)."""
+    nbytes = max(inst.comm_bytes, default=0)
+    p = len(group_members(run, inst))
+    if inst.comm_type != CommType.ALL_TO_ALL or p <= 1:
+        return nbytes
+    busiest, uneven = 0, False
+    for r, row, b in zip(inst.ranks, inst.rows, inst.comm_bytes, strict=True):
+        rt = run.ranks.get(r)
+        sent = got = -1
+        if rt is not None and rt.send_bytes is not None and rt.recv_bytes is not None:
+            sent, got = int(rt.send_bytes[row]), int(rt.recv_bytes[row])
+        if sent >= 0:
+            uneven = True
+            busiest = max(busiest, sent, got)
+        else:
+            busiest = max(busiest, -(-b * (p - 1) // p))
+    return -(-busiest * p // (p - 1)) if uneven else nbytes
+
+
 class CommTiming(Protocol):
     """Transfer times of sync groups (ns after the last member's arrival, per member)."""
 
@@ -461,7 +488,7 @@ def prepare(
             member_ranks: Sequence[int] = (pair.src_rank, pair.dst_rank)
         else:
             inst: CollectiveInstance = run.collectives[info.index]
-            nbytes = max(inst.comm_bytes, default=0)
+            nbytes = collective_bytes(run, inst)
             member_ranks = group_members(run, inst)
             tr = list(timing.collective(inst.comm_type, nbytes, member_ranks, step, recorded))
         for j, det in enumerate(info.detached):

@@ -322,3 +322,29 @@ def test_ranks_of_a_node_are_spread_over_its_links_in_slot_order_and_a_bad_count
         )
     with pytest.raises(TopologyError, match="links_per_node"):
         Dimension(kind="switch", size=0, bandwidth_gbps=1.0, latency_ns=0, links_per_node=-1)
+
+
+def uneven_all_to_all_run(tmp_path: Path, *, uneven: bool = True) -> RunTrace:
+    """4 ranks, one all_to_all of S bytes each whose splits send everything to rank 0 (rank 0's own S stays
+    with it): ranks 1-3 send S and receive nothing, rank 0 receives 3 S. ``uneven=False``: the capture
+    recorded no splits (as before it did)."""
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+        peers = (0, 3 * S) if r == 0 else (S, 0)
+        b.rank(r).collective(
+            CommType.ALL_TO_ALL, comm_bytes=S, dur_ns=123_456, peer_bytes=peers if uneven else None
+        )
+    return load_run(b.write(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "ring"])
+def test_an_uneven_all_to_all_costs_what_its_busiest_port_carries(tmp_path: Path, algorithm: str) -> None:
+    # rank 0 receives 3 S through one port: direct alpha + 3 S / B, ring (p - 1) alpha + 3 S / B; the even
+    # formula (p - 1)/p S / B charged 0.75 S (a quarter of it: 21 us for 63 us direct, 24 for 65 ring)
+    rt = uneven_all_to_all_run(tmp_path)
+    busiest = {"direct": ALPHA + 3 * S / BW, "ring": 3 * ALPHA + 3 * S / BW}[algorithm]
+    assert replayed_transfer(rt, topology=flat(), algorithm=algorithm) == [round(busiest)]
+    even = {"direct": ALPHA + 3 / 4 * S / BW, "ring": 3 * (ALPHA + S / (4 * BW))}[algorithm]
+    flat_run = uneven_all_to_all_run(tmp_path / "even", uneven=False)
+    assert replayed_transfer(flat_run, topology=flat(), algorithm=algorithm) == [round(even)]

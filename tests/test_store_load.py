@@ -391,3 +391,26 @@ def test_with_malloc_tuned_a_16_mib_column_comes_from_the_heap_not_pages_mapped_
     with contextlib.suppress(SystemExit):
         cli.main(["analyze", "/nonexistent/run"])
     assert calls == [True]  # every command tunes it before it starts
+
+
+def test_an_uneven_all_to_all_keeps_its_send_and_receive_bytes_through_both_decoders_and_the_cache(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(1)
+        for i in range(50):  # enough nodes for the vectorised decoder and the cache
+            rb.compute(f"aten::op{i % 3}", 1000)
+        rb.collective(CommType.ALL_TO_ALL, 4096, 300, peer_bytes=(1000 + r, 3000 - r))
+        rb.collective(CommType.ALL_TO_ALL, 4096, 300)  # even splits: none recorded
+    run = b.write(tmp_path / "run")
+    for decoder in ("vectorised", "reference"):
+        rt = load_rank(run / "rank-1.et", 1, [], {}, decoder=decoder)
+        assert rt.send_bytes is not None and rt.recv_bytes is not None
+        assert (rt.send_bytes[-2:].tolist(), rt.recv_bytes[-2:].tolist()) == ([1001, -1], [2999, -1])
+        assert (rt.send_bytes[:-2] == -1).all()
+    for _ in range(2):  # decoded and cached, then read from the cache
+        rt = load_run(run).ranks[0]
+        assert rt.send_bytes is not None and rt.recv_bytes is not None
+        assert (rt.send_bytes[-2:].tolist(), rt.recv_bytes[-2:].tolist()) == ([1000, -1], [3000, -1])
+    assert load_run(mixed_run(tmp_path)).ranks[0].send_bytes is None  # a trace that records none

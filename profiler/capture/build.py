@@ -471,6 +471,9 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 attrs[Attr.COMM_SRC] = c.src
             if c.dst >= 0:  # (reduce, gather to it)
                 attrs[Attr.COMM_DST] = c.dst
+            if c.send_bytes >= 0:  # an all_to_all's uneven splits
+                attrs[Attr.SEND_BYTES] = c.send_bytes
+                attrs[Attr.RECV_BYTES] = c.recv_bytes
         else:
             attrs[Attr.COMM_SRC] = c.src
             attrs[Attr.COMM_DST] = c.dst

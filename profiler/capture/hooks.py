@@ -80,6 +80,45 @@ _LEAN_ROOT = {
 }
 
 
+#: all_to_all's arguments (name, position): output, input, their split sizes (the single-tensor form), group.
+_A2A_ARGS = {
+    "c10d::alltoall_base_": (
+        ("output", 0), ("input", 1), ("output_split_sizes", 2), ("input_split_sizes", 3), ("group", 4)
+    ),
+    "c10d::alltoall_": (("output_tensor_list", 0), ("input_tensor_list", 1), None, None, ("group", 2)),
+}  # fmt: skip
+
+
+def _chunk_bytes(side: Any, splits: Any, p: int) -> list[int]:
+    """Bytes per member of one side of an all_to_all: a list of tensors, or one tensor cut along its first
+    dimension by ``splits`` (None: in ``p`` equal parts)."""
+    if isinstance(side, list | tuple):
+        return [t.numel() * t.element_size() for t in side]
+    if not splits:
+        return [side.numel() * side.element_size() // p] * p
+    row = side.numel() // side.shape[0] * side.element_size() if side.dim() and side.shape[0] else 0
+    return [int(k) * row for k in splits]
+
+
+def uneven_all_to_all(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """Bytes an all_to_all call sends to the other members of its group and receives from them (its own
+    chunk left out), where its splits are uneven; ``(-1, -1)`` for even ones (every chunk the same: the
+    cost formulas' ``(p - 1) / p`` of ``comm_size`` each way) and for other ops. Reads only the
+    arguments' sizes."""
+    where = _A2A_ARGS.get(op)
+    if where is None:
+        return -1, -1
+    out, inp, out_splits, in_splits, group = (None if w is None else _arg(args, kwargs, w) for w in where)
+    if out_splits is None and in_splits is None and not isinstance(inp, list | tuple):
+        return -1, -1  # all_to_all_single without splits: even
+    p = c10d.get_world_size(group)
+    sent, got = _chunk_bytes(inp, in_splits, p), _chunk_bytes(out, out_splits, p)
+    if len(set(sent)) <= 1 and set(got) <= set(sent):
+        return -1, -1
+    me = c10d.get_rank(group)
+    return sum(sent) - sent[me], sum(got) - got[me]
+
+
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], where: tuple[str, int]) -> Any:
     """The argument named ``where[0]`` or at position ``where[1]``; None where it is not given."""
     name, pos = where
@@ -178,6 +217,8 @@ class _Described(NamedTuple):
     ident: int
     src_from_result: bool  # a recv from any source: the call returns the sender
     batch: int = -1  # the batch_isend_irecv call it was issued in (a counter per process), -1 for none
+    send_bytes: int = -1  # an all_to_all with uneven splits: bytes to / from the other members
+    recv_bytes: int = -1
 
 
 _TASKS = Path("/proc/self/task")
@@ -337,6 +378,9 @@ class CommHooks:
         # costs several times its own CPU time (gloo's threads are still winding down on the cores)
         try:
             what = self._describe(spec, a, pg, pg_name, seq)
+            if spec.comm_type == CommType.ALL_TO_ALL:
+                send, recv = uneven_all_to_all(spec.op, args, kwargs)
+                what = what._replace(send_bytes=send, recv_bytes=recv)
         except Exception:  # bookkeeping must never break the training program: count and go on
             self.dropped += 1
             return orig(*args, **kwargs)
@@ -383,6 +427,12 @@ class CommHooks:
         that costs 3-4% of the example's step time on a 2-core machine (4.3% wall, 3.2% CPU over 10
         interleaved runs of 290 steps each with and without it); this one costs two clock readings.
         """
+        send = recv = -1
+        if spec.comm_type == CommType.ALL_TO_ALL:  # its splits: sizes the recorder's entry does not have
+            try:
+                send, recv = uneven_all_to_all(spec.op, args, kwargs)
+            except Exception:  # bookkeeping must never break the training program: even splits assumed
+                send = recv = -1
         local = self._local
         local.depth = 1
         try:
@@ -402,7 +452,7 @@ class CommHooks:
                 src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
         what = _Described(
             spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
-            threading.get_ident(), False,
+            threading.get_ident(), False, -1, send, recv,
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None))
         if is_async:
@@ -486,6 +536,7 @@ class CommHooks:
                 seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
+                send_bytes=w.send_bytes, recv_bytes=w.recv_bytes,
             )  # fmt: skip
             out.append(rec)
         return out

@@ -60,6 +60,11 @@ class CommRecord:
     recorder's ``thread_id``; 0 when unknown."""
     batch: int = -1
     """The ``batch_isend_irecv`` call a send/recv was issued in (numbered per process), -1 for none."""
+    send_bytes: int = -1
+    """An all_to_all with uneven splits: bytes sent to the other members (its own chunk left out); -1 for
+    none or even splits."""
+    recv_bytes: int = -1
+    """Likewise, bytes received from the other members."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -37,7 +37,7 @@ CACHE_DIRNAME = ".skewlens-cache"
 #: ``off`` (or ``0``, ``no``, ``false``) disables reading and writing the cache.
 ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: Bumped whenever the layout below or the decoder's output changes: older cache files are then ignored.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently)
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"

@@ -73,6 +73,8 @@ KNOWN_ATTRS = (
     "skl_host_op",
     "skl_batch",
     "skl_launch_ns",
+    "skl_send_bytes",
+    "skl_recv_bytes",
 )
 #: The known attributes with integer values (all but the group name).
 INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")

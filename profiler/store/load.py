@@ -404,6 +404,12 @@ def _interpret(
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
         batch=_pick(raw, "skl_batch", -1).astype(np.int64) if raw.attr_has["skl_batch"].any() else None,
+        send_bytes=_pick(raw, "skl_send_bytes", -1).astype(np.int64)
+        if raw.attr_has["skl_send_bytes"].any()
+        else None,
+        recv_bytes=_pick(raw, "skl_recv_bytes", -1).astype(np.int64)
+        if raw.attr_has["skl_recv_bytes"].any()
+        else None,
         launch_ns=_pick(raw, "skl_launch_ns", -1).astype(np.int64)
         if raw.attr_has["skl_launch_ns"].any()
         else None,

@@ -98,6 +98,12 @@ class RankTrace:
     batch: I64 | None = None
     """Per row, the ``batch_isend_irecv`` call a send/recv was issued in (numbered per rank), -1 for
     none; None for a trace that records no batches."""
+    send_bytes: I64 | None = None
+    """Per row, the bytes an all_to_all with uneven splits sends to the other members of its group (its own
+    chunk left out; ``skl_send_bytes``), -1 where not recorded (even splits, other nodes); None for a trace
+    that records none."""
+    recv_bytes: I64 | None = None
+    """Likewise, the bytes it receives from them (``skl_recv_bytes``)."""
     launch_ns: I64 | None = None
     """Per row, the recorded start of the runtime call that launched a GPU node (``skl_launch_ns``), -1
     where unknown; None for a trace that records no launches."""

@@ -10,7 +10,8 @@ Every formula is the time from the last member's arrival until all members are d
 - reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
   ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``.
 - all_to_all: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling (Bruck) ``L(α + S/(2B))``;
-  direct ``α + (p−1)/p·S/B``.
+  direct ``α + (p−1)/p·S/B``. Even splits; with uneven ones the caller makes ``S`` the size whose
+  ``(p−1)/p`` is what the busiest member sends or receives (``skewlens.replay.lower.collective_bytes``).
 - broadcast, reduce: ring (pipelined chain) ``(p−1)α + S/B``; tree and halving_doubling (binomial)
   ``L(α + S/B)``; direct (root sends to all) ``α + (p−1)·S/B``.
 - barrier: all_reduce with ``S = 0``.

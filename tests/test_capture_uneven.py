@@ -1,0 +1,70 @@
+"""Collectives whose members move different amounts, captured end to end on 2 gloo ranks: an
+``all_to_all_single`` with uneven splits records what each rank sends to and receives from the other
+(``skl_send_bytes`` / ``skl_recv_bytes``), on the lean path (collectives level) and the full one (full
+level); gloo's ``monitored_barrier`` is a barrier."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import profile
+
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.lower import collective_bytes
+
+SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+splits = [[10, 300], [200, 5]]  # splits[i][j]: rows rank i sends to rank j (a row: 2 float32, 8 bytes)
+w = torch.nn.Parameter(torch.randn(8, 8))
+opt = torch.optim.SGD([w], lr=1e-3)
+for step in range(6):
+    (torch.randn(4, 8) @ w).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    out = torch.empty(sum(s[r] for s in splits), 2)
+    dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r])
+    dist.all_to_all_single(torch.empty(8), torch.ones(8))  # even
+    dist.monitored_barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["collectives", "full"])
+def test_uneven_splits_and_monitored_barriers_are_captured_as_they_ran(tmp_path: Path, level: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(tmp_path / "run", level=level, steps="1:1:3", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = load_validated(tmp_path / "run")
+    # rank 0 sends 300 rows (2,400 B) to rank 1 and gets 200 (1,600 B); its 10 rows to itself stay
+    want = {0: (2400, 1600), 1: (1600, 2400)}
+    uneven = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL and c.comm_bytes != (32, 32)]
+    even = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL and c.comm_bytes == (32, 32)]
+    assert len(uneven) == len(even) == 3
+    for c in uneven:
+        assert c.comm_bytes == (310 * 8, 205 * 8)
+        for r, row in zip(c.ranks, c.rows, strict=True):
+            rt = run.ranks[r]
+            assert rt.send_bytes is not None and rt.recv_bytes is not None
+            assert (int(rt.send_bytes[row]), int(rt.recv_bytes[row])) == want[r]
+        # the busiest port carries 2,400 B: S = 2,400 * p / (p - 1) for the cost formulas (before: 2,480)
+        assert collective_bytes(run, c) == 4800
+    for c in even:
+        sent = [run.ranks[r].send_bytes for r in c.ranks]
+        assert [int(s[w]) for s, w in zip(sent, c.rows, strict=True) if s is not None] == [-1, -1]
+        assert collective_bytes(run, c) == 32
+    barriers = [c for c in run.collectives if c.comm_type == CommType.BARRIER]
+    assert len(barriers) == 3
+    for c in barriers:
+        names = {run.ranks[r].name(w) for r, w in zip(c.ranks, c.rows, strict=True)}
+        assert names == {"c10d::monitored_barrier"}
+        assert all(
+            run.ranks[r].node_type[w] == NodeType.COMM_COLL for r, w in zip(c.ranks, c.rows, strict=True)
+        )
