@@ -57,9 +57,15 @@ def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
     The formulas charge an all_to_all ``(p − 1)/p · S`` through each member's port: even splits. With
     uneven ones the busiest port carries ``D``, the most any member sends to the others or receives from
     them, so ``S = ⌈D · p / (p − 1)⌉``. A member that recorded neither sent and received ``(p − 1)/p`` of
-    its ``comm_size`` (its splits were even)."""
+    its ``comm_size`` (its splits were even).
+
+    A scatter's ``S`` is what its root sends in all: the largest member's ``comm_size`` where that is the
+    root's whole buffer (Chakra's input convention, an import), ``p`` times the piece where every member
+    recorded its piece (the capture: ``scatter(tensor, ...)``'s output, the same on every member)."""
     nbytes = max(inst.comm_bytes, default=0)
     p = len(group_members(run, inst))
+    if inst.comm_type == CommType.SCATTER and min(inst.comm_bytes, default=0) == nbytes:
+        return nbytes * p
     if inst.comm_type != CommType.ALL_TO_ALL or p <= 1:
         return nbytes
     busiest, uneven = 0, False

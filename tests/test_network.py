@@ -348,3 +348,15 @@ def test_an_uneven_all_to_all_costs_what_its_busiest_port_carries(tmp_path: Path
     even = {"direct": ALPHA + 3 / 4 * S / BW, "ring": 3 * (ALPHA + S / (4 * BW))}[algorithm]
     flat_run = uneven_all_to_all_run(tmp_path / "even", uneven=False)
     assert replayed_transfer(flat_run, topology=flat(), algorithm=algorithm) == [round(even)]
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "closed_form"), [("ring", 7 * (ALPHA + S / BW)), ("direct", ALPHA + 7 * S / BW)]
+)
+def test_a_captured_scatter_costs_the_p_pieces_its_root_sends(
+    tmp_path: Path, algorithm: str, closed_form: float
+) -> None:
+    # the capture records each member's piece (S here) on every member, the root included: the root sends
+    # 8 S, of which 7/8 leave it (before: S in all, 7/8 S / B, an eighth of it)
+    rt = one_collective_run(tmp_path, EIGHT, CommType.SCATTER)
+    assert replayed_transfer(rt, topology=flat(), algorithm=algorithm) == [round(closed_form)]
