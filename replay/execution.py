@@ -77,6 +77,7 @@ from skewlens.profiler.vocab import (
     P2P_NODE_TYPES,
     UNTRACED_NODE_NAME,
     WAIT_NODE_NAMES,
+    CommType,
     NodeType,
     names_nccl_kernel,
 )
@@ -278,14 +279,51 @@ def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
 CLOCK_NOTE_NS = 1_000_000
 
 
+#: Rooted collectives whose members do not all wait for each other: a member of a broadcast or scatter
+#: needs only the root's data (and the root, sending, none), a member of a gather or reduce only sends to
+#: the root (and only the root needs everyone's). gloo lets such members finish before the others arrive.
+_ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
+_ROOT_GETS = frozenset({CommType.GATHER, CommType.REDUCE})
+
+
+def _root_member(run: RunTrace, g: SyncGroup, comm_type: CommType) -> int:
+    """Index among ``g``'s members of its root (``comm_src`` of a broadcast / scatter, ``comm_dst`` of a
+    gather / reduce, as the capture records it); -1 where unknown or not rooted."""
+    if comm_type not in _ROOT_SENDS and comm_type not in _ROOT_GETS:
+        return -1
+    rt = run.ranks[g.ranks[0]]
+    root = int((rt.src if comm_type in _ROOT_SENDS else rt.dst)[g.rows[0]])
+    return g.ranks.index(root) if root in g.ranks else -1
+
+
+def _held_to(
+    run: RunTrace, g: SyncGroup, *, comm_type: CommType, starts: list[int], ends: list[int], seen: list[int]
+) -> tuple[int, int, bool]:
+    """Of a collective whose members ``seen`` were done before its last arrival: the earliest of them that
+    cannot be, the member whose arrival it waited for, and whether a known root decided that. Any member
+    waits for the last arrival; with a known root, a broadcast or scatter member other than the root waits
+    for the root, and of a gather or reduce only the root waits (for the last arrival). -1: none."""
+    last = int(np.argmax(starts))
+    root = _root_member(run, g, comm_type)
+    if root < 0:
+        return min(seen, key=lambda k: ends[k]), last, False
+    if comm_type in _ROOT_SENDS:
+        held = [k for k in seen if k != root]
+        return (min(held, key=lambda k: ends[k]) if held else -1), root, True
+    return (root if root in seen else -1), last, True
+
+
 def clock_note(run: RunTrace) -> str | None:
     """What the traces' clocks contradict, in one line, or None: collective members recorded as done before
-    another member arrived (a collective cannot complete before all are there; the model detaches them) and
-    recvs recorded as done before their send began, by more than :data:`CLOCK_NOTE_NS`. Such times come
-    from clocks that disagree (traces of hosts without a common clock, an import without alignment): their
-    skew and waits are not meaningful."""
+    a member they wait for arrived (the last, or a rooted collective's root: :func:`_held_to`; the model
+    detaches them) and recvs recorded as done before their send began, by more than :data:`CLOCK_NOTE_NS`.
+    Such times come from clocks that disagree (traces of hosts without a common clock, an import without
+    alignment): their skew and waits are not meaningful. Members of rooted collectives done before the last
+    arrival as their root allows (gloo's) are said apart: their skew and waits, counted from the last
+    arrival, overstate what they waited for."""
     syncs = execution_model(run).syncs
     worst, where, n = 0, "", 0
+    r_worst, r_where, rooted = 0, "", 0
     for g in syncs:
         if not g.is_p2p and not any(g.detached):  # a collective member is detached only by its clock
             continue
@@ -299,10 +337,23 @@ def clock_note(run: RunTrace) -> str | None:
             seen = [k for k, d in enumerate(g.detached) if d and ends[k] > starts[k]]
             if not seen:
                 continue
-            early = min(seen, key=lambda k: ends[k])
-            last = int(np.argmax(starts))
             c = run.collectives[g.index]
             pg = f"{c.pg_name!r} seq {c.seq}"
+            early, last, by_root = _held_to(
+                run, g, comm_type=c.comm_type, starts=starts, ends=ends, seen=seen
+            )
+            if by_root and (early < 0 or starts[last] - ends[early] <= CLOCK_NOTE_NS):
+                first, final = min(seen, key=lambda k: ends[k]), int(np.argmax(starts))
+                allowed = starts[final] - ends[first]
+                if allowed > CLOCK_NOTE_NS:
+                    rooted += 1
+                    if allowed > r_worst:
+                        r_worst = allowed
+                        r_where = (
+                            f"group {pg}, a {c.comm_type.name.lower()}: rank {g.ranks[first]} done "
+                            f"{allowed / 1e6:.1f} ms before rank {g.ranks[final]} began"
+                        )
+                continue
         late = starts[last] - ends[early]
         if late <= CLOCK_NOTE_NS:
             continue
@@ -311,14 +362,22 @@ def clock_note(run: RunTrace) -> str | None:
             worst = late
             who = f"rank {g.ranks[early]} done {late / 1e6:.1f} ms before rank {g.ranks[last]} began"
             where = f"group {pg}: {who}"
-    if not n:
-        return None
-    return (
-        f"clocks disagree: {n} of {len(syncs)} collectives and p2p pairs have a member recorded as done "
-        f"before another began (worst: {where}); the ranks' clocks are not aligned (traces of hosts without "
-        "a common clock?): the skew and waits of those are not meaningful, and a replay keeps such members' "
-        "recorded times"
-    )
+    notes = []
+    if n:
+        notes.append(
+            f"clocks disagree: {n} of {len(syncs)} collectives and p2p pairs have a member recorded as "
+            f"done before another began (worst: {where}); the ranks' clocks are not aligned (traces of "
+            "hosts without a common clock?): the skew and waits of those are not meaningful, and a replay "
+            "keeps such members' recorded times"
+        )
+    if rooted:
+        notes.append(
+            f"{rooted} rooted collectives (broadcast, scatter, gather, reduce) have a member done before "
+            f"another began, as their root allows (worst: {r_where}): such a member waited for the root at "
+            "most, not for the last arrival their skew and waits count from, and a replay keeps its "
+            "recorded time"
+        )
+    return "; ".join(notes) or None
 
 
 def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:

@@ -611,3 +611,36 @@ def test_check_analyze_and_replay_say_where_the_ranks_clocks_contradict_the_trac
     assert "clocks disagree: 1 of 2" in " ".join(replayed.stdout.split())
     # an end recorded under a millisecond early (a gloo worker's on one host) is the ends' own imprecision
     assert clock_note(load_run(_contradicting_clocks(tmp_path, 0.5))) is None
+
+
+def _rooted(tmp_path: Path, comm_type: CommType, root: int, early_ms: float) -> Path:
+    """3 ranks of one host, one rooted collective: rank 1 arrives at 1 ms and is done at 2 ms, rank 0 (or
+    2) arrives ``early_ms`` after that, the third at 10 ms; every member recorded ``root``."""
+    b = RunBuilder(3)
+    starts = {1: MS, 0: int((2 + early_ms) * MS), 2: 10 * MS}
+    for r, start in starts.items():
+        b.rank(r).step(0).collective(comm_type, 4096, MS if r == 1 else 2 * MS, start_ns=start, root=root)
+    return b.write(tmp_path / f"run-{comm_type.name}-{root}-{early_ms}")
+
+
+def test_a_rooted_collective_member_done_before_others_arrived_is_not_a_clock_error_where_its_root_allows(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.execution import clock_note
+
+    # gloo on one host (4 ranks): a scatter's rank 0 got its piece from root 1 and left 11.9 ms before
+    # rank 2 arrived; analyze, replay and check said the ranks' clocks were not aligned
+    gather = clock_note(load_run(_rooted(tmp_path, CommType.GATHER, 2, 5.0)))  # rank 1 only sends to 2
+    assert gather is not None and not gather.startswith("clocks disagree")
+    assert gather.startswith("1 rooted collectives (broadcast, scatter, gather, reduce) have a member done")
+    assert "group '0' seq 0, a gather: rank 1 done 8.0 ms before rank 2 began" in gather
+    # rank 1 of a scatter from rank 0 cannot be done before rank 0 arrived (5 ms later): that is the clocks
+    scatter = clock_note(load_run(_rooted(tmp_path, CommType.SCATTER, 0, 5.0)))
+    assert scatter is not None
+    assert "clocks disagree: 1 of 1" in scatter and "rank 1 done 5.0 ms before rank 0 began" in scatter
+    # ... and can be before rank 2 (not the root) arrived
+    scatter = clock_note(load_run(_rooted(tmp_path, CommType.SCATTER, 0, 0.5)))
+    assert scatter is not None and scatter.startswith("1 rooted collectives")
+    # a root recorded as done before the last member of its gather arrived is the clocks again
+    gather = clock_note(load_run(_rooted(tmp_path, CommType.GATHER, 1, 0.5)))
+    assert gather is not None and "clocks disagree: 1 of 1" in gather
