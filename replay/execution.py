@@ -280,8 +280,9 @@ CLOCK_NOTE_NS = 1_000_000
 
 
 #: Rooted collectives whose members do not all wait for each other: a member of a broadcast or scatter
-#: needs only the root's data (and the root, sending, none), a member of a gather or reduce only sends to
-#: the root (and only the root needs everyone's). gloo lets such members finish before the others arrive.
+#: needs only the root's data (the root, which sends, at most its receivers), a member of a gather or
+#: reduce only sends to the root (only the root needs everyone's). gloo lets such members finish before the
+#: others arrive.
 _ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
 _ROOT_GETS = frozenset({CommType.GATHER, CommType.REDUCE})
 
@@ -373,9 +374,8 @@ def clock_note(run: RunTrace) -> str | None:
     if rooted:
         notes.append(
             f"{rooted} rooted collectives (broadcast, scatter, gather, reduce) have a member done before "
-            f"another began, as their root allows (worst: {r_where}): such a member waited for the root at "
-            "most, not for the last arrival their skew and waits count from, and a replay keeps its "
-            "recorded time"
+            f"another began, as their root allows (worst: {r_where}): such a member did not wait for the "
+            "last arrival their skew and waits count from, and a replay keeps its recorded time"
         )
     return "; ".join(notes) or None
 
