@@ -219,17 +219,22 @@ MONITORED_SCRIPT = r"""
 import json, os, socket, torch, torch.distributed as dist
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+                  TORCH_FR_BUFFER_SIZE="100")
 dist.init_process_group("gloo")
-from skewlens.profiler.capture import hooks as H
+from skewlens.profiler.capture import flight, hooks as H
 hooks = H.CommHooks(lambda: True, lambda: 3, ddp=False)
 hooks.install()
 dist.all_reduce(torch.ones(4))
 dist.monitored_barrier()
+dist.all_reduce(torch.ones(4))
 recs = hooks.flush()
 hooks.uninstall()
-print(json.dumps([(r.op, int(r.node_type), int(r.comm_type), r.pg_name, r.seq, r.size_bytes, r.is_async,
-                   r.end_ns == r.issue_end_ns) for r in recs]))
+entries = flight.dump_entries()
+print(json.dumps({"records": [(r.op, int(r.node_type), int(r.comm_type), r.pg_name, r.seq, r.size_bytes,
+                               r.is_async, r.end_ns == r.issue_end_ns) for r in recs],
+                  "recorder": [e.seq for e in entries], "issued": hooks.issued(),
+                  "unhooked": flight.unhooked_groups(entries, hooks.issued())}))
 dist.destroy_process_group()
 """
 
@@ -237,9 +242,14 @@ dist.destroy_process_group()
 def test_a_monitored_barrier_is_recorded_as_a_blocking_barrier_of_its_group() -> None:
     # gloo's monitored_barrier runs its messages in C++: unhooked, its time was a compute gap (collectives
     # level) or untraced time (ops, full) on every rank, not communication
-    recs = [tuple(r) for r in run_script(MONITORED_SCRIPT)]
+    data = run_script(MONITORED_SCRIPT)
+    recs = [tuple(r) for r in data["records"]]
     barrier = ("c10d::monitored_barrier", int(NodeType.COMM_COLL), int(CommType.BARRIER))
     assert recs[1] == (*barrier, recs[0][3], 1, 0, False, True)  # its group's, numbered after the all_reduce
+    # it takes two of its group's numbers, as the flight recorder (which has no entry for it) counts them:
+    # the hooks' count keeps up with the recorder's, so no collective seems to have gone past the hooks
+    assert [r[4] for r in recs] == [0, 1, 3] and data["recorder"] == [1, 4]
+    assert list(data["issued"].values()) == [4] and data["unhooked"] == []
 
 
 def test_an_all_to_all_reads_its_bytes_to_and_from_the_others_from_its_split_sizes_or_tensor_list(

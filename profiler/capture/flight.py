@@ -44,7 +44,13 @@ from dataclasses import dataclass, replace
 
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.capture.build import step_of
-from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, CommRecord, StepRecord
+from skewlens.profiler.capture.records import (
+    END_UNKNOWN,
+    FROM_RECORDER,
+    NO_ENTRY_NUMBERS,
+    CommRecord,
+    StepRecord,
+)
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
 
@@ -68,9 +74,6 @@ DUMPS = (("nccl", "_dump_nccl_trace_json"), ("fr", "_dump_fr_trace_json"))
 SETTLE_S = 0.3
 #: Backends whose process groups feed the flight recorder.
 RECORDED_BACKENDS = ("gloo", "nccl")
-#: Hooked collectives that make no recorder entry, and how many of their group's numbers each takes: gloo's
-#: ``monitored_barrier`` (its point-to-point messages to and from rank 0 take two, on every member).
-NO_ENTRY_NUMBERS = {"c10d::monitored_barrier": 2}
 
 _DTYPE_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
@@ -470,8 +473,9 @@ def merge(
     the recorder's own (entries inside the recorded steps that no call accounts for) share one numbering
     per group, the recorder's, the same on every member. On a group the recorder feeds (``recorded``:
     every group when None), a hooked collective without an entry is left out (the ring buffer lost it,
-    see :func:`losses`), but for one that makes none (:data:`NO_ENTRY_NUMBERS`), which takes the first
-    of the numbers it left out of the recorder's; on another group the hooked calls keep the hooks' numbers.
+    see :func:`losses`), but for one that makes none
+    (:data:`~skewlens.profiler.capture.records.NO_ENTRY_NUMBERS`), which takes the first of the numbers it
+    left out of the recorder's; on another group the hooked calls keep the hooks' numbers.
 
     ``spans`` (:func:`device_spans`): a recorder-only collective, and an asynchronous hooked one, ends
     where its device span ends (a blocking hooked call keeps its return: on NCCL the call returns at

@@ -42,7 +42,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from skewlens.profiler.capture.compat import record_function_switch
-from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, CommRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, NO_ENTRY_NUMBERS, CommRecord
 from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.vocab import CommType, NodeType
 
@@ -145,7 +145,7 @@ SPECS: dict[str, _Spec] = {
     "scatter": _Spec("c10d::scatter_", _C, CommType.SCATTER, ("tensor",), lean=False),
     "barrier": _Spec("c10d::barrier", _C, CommType.BARRIER, ()),
     # gloo's monitored_barrier: point-to-point messages to and from rank 0 issued in C++, no recorder entry
-    # (its numbers are taken without one: ``flight.NO_ENTRY_NUMBERS``)
+    # (it takes two numbers without one: ``records.NO_ENTRY_NUMBERS``)
     "monitored_barrier": _Spec("c10d::monitored_barrier", _C, CommType.BARRIER, (), lean=False),
     # gloo's flight recorder has no p2p entries: peers and sizes are the hooks' to read
     "send": _Spec("c10d::send", NodeType.COMM_SEND, None, ("tensor",), lean=False),
@@ -371,7 +371,9 @@ class CommHooks:
         seq = -1
         if spec.node_type == NodeType.COMM_COLL:
             seq = self._seq[pg_name]
-            self._seq[pg_name] = seq + 1
+            # as many numbers as the group's flight recorder gives it: the hooks' count of a group's
+            # collectives then keeps up with the recorder's (``flight.unhooked_groups``)
+            self._seq[pg_name] = seq + NO_ENTRY_NUMBERS.get(spec.op, 1)
         if not self._recording():
             return orig(*args, **kwargs)
         # everything but the times is read before the call: Python work right after a collective returns

@@ -11,6 +11,10 @@ from skewlens.profiler.vocab import CommType, NodeType
 FROM_RECORDER = ""
 
 
+#: Hooked collectives that make no flight-recorder entry, and how many of their group's numbers each takes:
+#: gloo's ``monitored_barrier`` (its point-to-point messages to and from rank 0 take two, on every member).
+NO_ENTRY_NUMBERS = {"c10d::monitored_barrier": 2}
+
 #: ``CommRecord.end_ns`` of an asynchronous op whose completion the backend does not report.
 END_UNKNOWN = -1
 
