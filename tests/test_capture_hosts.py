@@ -175,3 +175,55 @@ def test_hosts_that_gave_different_steps_are_named_in_an_error_note(tmp_path: Pa
         "--level collectives --steps 1:1:3 on ranks [0]; --level collectives --steps 2:1:3 on ranks [1]"
         in note
     )
+
+
+def test_two_hosts_merging_at_once_keep_every_rank_in_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # host A read the parts (rank 0) and the manifest (none); host B, whose rank 1 had just saved, merged
+    # both ranks and removed the part files; A then wrote its manifest of rank 0 over B's: rank 1, whose
+    # trace is complete, was listed missing, with no part file left to merge it again (18 of 200 tries of
+    # two processes finishing at once)
+    import threading
+
+    from skewlens.profiler.capture import run as run_mod
+
+    a_writing, a_go = threading.Event(), threading.Event()
+    write = run_mod.write_manifest
+
+    def write_after_b(run_dir: Path, manifest: object) -> object:
+        if not a_writing.is_set():  # host A's write: wait until B has merged (or is waiting for A)
+            a_writing.set()
+            assert a_go.wait(timeout=30)
+        return write(run_dir, manifest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_mod, "write_manifest", write_after_b)
+    save_rank(tmp_path, 0, "a")
+    host_a = threading.Thread(target=merge, args=(tmp_path, 0))
+    host_a.start()
+    assert a_writing.wait(timeout=30)
+    save_rank(tmp_path, 1, "b")
+    host_b = threading.Thread(target=merge, args=(tmp_path, 1))
+    host_b.start()
+    host_b.join(timeout=2)  # without a lock B merges here; with one it waits for A
+    a_go.set()
+    host_a.join(timeout=30)
+    host_b.join(timeout=30)
+    m = read_manifest(tmp_path)
+    assert (m.ranks, m.missing_ranks) == ((0, 1), ())
+    assert not (tmp_path / PARTS_DIR).exists() and not (tmp_path / run_mod.MERGE_LOCK).exists()
+
+
+def test_a_merge_lock_left_by_a_host_that_died_while_merging_is_broken(tmp_path: Path) -> None:
+    import os
+
+    from skewlens.profiler.capture import run as run_mod
+
+    lock = tmp_path / run_mod.MERGE_LOCK
+    lock.write_text("otherhost 123\n")
+    old = lock.stat().st_mtime - run_mod.MERGE_LOCK_STALE_S - 1
+    os.utime(lock, (old, old))
+    save_rank(tmp_path, 0, "a")
+    save_rank(tmp_path, 1, "b")
+    assert merge(tmp_path, 0) is not None
+    assert read_manifest(tmp_path).ranks == (0, 1) and not lock.exists()

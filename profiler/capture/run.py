@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from skewlens.profiler.capture.autostart import (
@@ -222,8 +223,64 @@ def finalize_run(
 
     Across hosts every host's ``skewlens profile`` merges into the same run directory when its command
     ends. The part files stay until a merge has every rank, so that a host finishing after another (its
-    ranks saved later) merges them all; a manifest is never replaced by one with fewer ranks (the parts
-    are read before the manifest, and a complete merge writes the manifest before it removes them)."""
+    ranks saved later) merges them all; a manifest is never replaced by one with fewer ranks: the hosts
+    merge one at a time (:func:`merge_lock`), each reading the parts and the manifest afresh."""
+    with merge_lock(run_dir):
+        return _merge(
+            run_dir,
+            level=level,
+            window=window,
+            command=command,
+            exit_code=exit_code,
+            world_size=world_size,
+            keep_parts=keep_parts,
+        )
+
+
+#: The lock file of a run directory's merge (:func:`merge_lock`), and the age past which its holder is
+#: taken to have died while merging (a merge takes well under a second).
+MERGE_LOCK = ".merge.lock"
+MERGE_LOCK_STALE_S = 60.0
+
+
+@contextlib.contextmanager
+def merge_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s merge lock: a file created with ``O_CREAT | O_EXCL`` (atomic on local file
+    systems and NFSv3+), so that two hosts finishing at once do not both read the manifest and the later
+    one replace the other's fuller one. A lock older than :data:`MERGE_LOCK_STALE_S` is broken."""
+    path = run_dir / MERGE_LOCK
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - path.stat().st_mtime > MERGE_LOCK_STALE_S:
+                    path.unlink(missing_ok=True)
+                    continue
+            time.sleep(0.05)
+        except OSError as e:
+            raise CaptureError(
+                f"{run_dir}: cannot create the merge lock {path.name}: {e.strerror or e}"
+            ) from None
+    try:
+        os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
+        os.close(fd)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _merge(
+    run_dir: Path,
+    *,
+    level: Level,
+    window: StepWindow,
+    command: Sequence[str],
+    exit_code: int,
+    world_size: int | None,
+    keep_parts: bool,
+) -> Manifest | None:
     parts = {r: p for r, p in _read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
     if not parts:
         return None
