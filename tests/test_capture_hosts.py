@@ -118,7 +118,10 @@ def test_a_rank_saved_on_another_hosts_storage_is_not_said_to_have_crashed(tmp_p
     merge(tmp_path, 0)
     note = read_manifest(tmp_path).notes["rank 1"]
     assert "the job spans hosts (1 rank(s) per host)" in note
-    assert "RUN_DIR must be on storage every host sees" in note
+    assert (
+        "RUN_DIR must be on storage every host sees, or the hosts' directories combined with skewlens merge"
+        in note
+    )
 
 
 def test_a_rank_missing_from_a_one_host_job_is_still_said_to_have_crashed(tmp_path: Path) -> None:
@@ -227,3 +230,81 @@ def test_a_merge_lock_left_by_a_host_that_died_while_merging_is_broken(tmp_path:
     save_rank(tmp_path, 1, "b")
     assert merge(tmp_path, 0) is not None
     assert read_manifest(tmp_path).ranks == (0, 1) and not lock.exists()
+
+
+def host_dir(run: Path, ranks: tuple[int, ...], host: str, *, world: int = 2, late_s: float = 0.0) -> Path:
+    """A host's own run directory (no shared storage) after its ``skewlens profile`` merged it: its ranks'
+    traces and part files, steps 2-4 of 0.5 s each at whole seconds of rank 0's clock (``late_s`` later;
+    a rank saves its times with its clock offset applied)."""
+    for r in ranks:
+        save_rank(run, r, host, world=world, per_host=len(ranks))
+        part = json.loads(part_file(run, r).read_text())
+        at = {s: int((s + late_s) * 1e9) for s in (2, 3, 4)}
+        part["steps"] = [{"step": s, "start_ns": t, "end_ns": t + 500_000_000} for s, t in at.items()]
+        part_file(run, r).write_text(json.dumps(part))
+    merge(run, 0)
+    return run
+
+
+def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_complete_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each host saved into a directory of its own: every manifest listed the other host's ranks as
+    # missing, and nothing combined them (skewlens analyze takes one RUN_DIR)
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4)
+    b = host_dir(tmp_path / "b", (2, 3), "b", world=4)
+    assert read_manifest(a).missing_ranks == (2, 3)
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
+    m = read_manifest(out)
+    assert (m.world_size, m.ranks, m.missing_ranks) == (4, (0, 1, 2, 3), ())
+    assert m.hosts == {0: "a", 1: "a", 2: "b", 3: "b"}
+    assert m.clock_offsets_ns == {0: 0, 1: 1000, 2: 2000, 3: 3000}
+    assert not any(k.startswith("rank ") for k in m.notes)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"rank-{r}.et" for r in range(4))]
+    assert "skewlens merge:" in capsys.readouterr().err
+    assert read_manifest(a).ranks == (0, 1)  # the hosts' directories are left as they were
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ([((0,), 0.0)], "ranks [1] of 2 are in none of"),
+        ([((0,), 0.0), ((0,), 0.0)], "rank 0 is in both"),
+        ([((0,), 0.0), ((1,), 10.0)], "not one run: rank 1 (host h1) began step 2 9.500 s after rank 0"),
+    ],
+    ids=["a rank missing", "a rank twice", "another run"],
+)
+def test_skewlens_merge_refuses_directories_that_are_not_every_rank_of_one_run_once(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    hosts: list[tuple[tuple[int, ...], float]],
+    message: str,
+) -> None:
+    dirs = [
+        str(host_dir(tmp_path / f"h{k}", ranks, f"h{k}", late_s=late))
+        for k, (ranks, late) in enumerate(hosts)
+    ]
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), *dirs]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("skewlens merge: error: ") and message in err, err
+    assert not out.exists()
+
+
+def test_skewlens_merge_refuses_hosts_that_gave_different_steps_or_world_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    m = json.loads((b / "manifest.json").read_text())
+    m["step_window"] = {"wait": 2, "warmup": 1, "active": 3}
+    (b / "manifest.json").write_text(json.dumps(m))
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    assert (
+        f"not one run: --level collectives --steps 1:1:3 in {a}; --level collectives --steps 2:1:3 in {b}"
+        in capsys.readouterr().err
+    )
+    c = host_dir(tmp_path / "c", (1,), "c", world=3)
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(c)]) == 2
+    assert f"not one run: world size 2 in {a}; world size 3 in {c}" in capsys.readouterr().err

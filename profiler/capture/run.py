@@ -194,7 +194,7 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
             raise KeyboardInterrupt from None
 
 
-def _read_parts(run_dir: Path) -> dict[int, dict]:
+def read_parts(run_dir: Path) -> dict[int, dict]:
     parts: dict[int, dict] = {}
     d = run_dir / PARTS_DIR
     if not d.is_dir():
@@ -281,7 +281,7 @@ def _merge(
     world_size: int | None,
     keep_parts: bool,
 ) -> Manifest | None:
-    parts = {r: p for r, p in _read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
+    parts = {r: p for r, p in read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
     if not parts:
         return None
     existing = existing_manifest(run_dir)
@@ -300,8 +300,9 @@ def _merge(
         elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
             notes[f"rank {r}"] = (
                 f"no trace here: the job spans hosts ({per_host} rank(s) per host) and rank {r}'s host saved "
-                "none in this directory: RUN_DIR must be on storage every host sees (docs/capture.md, "
-                f"Across hosts); else the process crashed or was killed before saving ({why})"
+                "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
+                "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
+                f"crashed or was killed before saving ({why})"
             )
         else:
             notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"

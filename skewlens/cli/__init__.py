@@ -19,6 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "skewlens.cli.profile:main",
         "run a training command under the profiler (per-rank Chakra traces)",
     ),
+    "merge": (
+        "skewlens.cli.profile:merge_main",
+        "combine the run directories of a job's hosts (no shared storage) into one run directory",
+    ),
     "import": (
         "skewlens.cli.import_traces:main",
         "convert Kineto / host execution traces into a run directory",

@@ -135,6 +135,22 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def merge_main(argv: list[str]) -> int:
+    """``skewlens merge --out RUN_DIR HOST_DIR...``: the run directories that the hosts of one job wrote
+    to storage of their own (each ``skewlens profile --out HOST_DIR``), combined into one."""
+    from skewlens.console import report_console
+    from skewlens.profiler.capture.combine import combine_runs
+
+    p = argparse.ArgumentParser(prog="skewlens merge", description=merge_main.__doc__)
+    p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
+    p.add_argument("dirs", nargs="+", metavar="HOST_DIR", help="each host's run directory of the job")
+    args = p.parse_args(argv)
+    run_dir = Path(args.out)
+    manifest = combine_runs([Path(d) for d in args.dirs], run_dir)
+    report_console(stderr=True).print(summary_table(manifest, run_dir, command="merge"))
+    return 0
+
+
 def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
     """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
     manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
@@ -175,7 +191,7 @@ def _build_native() -> str:
     return ""
 
 
-def summary_table(manifest: Manifest, run_dir: Path) -> Table:
+def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> Table:
     """One row per captured rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): host, device,
     clock offset, the steps recorded (as ranges, ``2-4``, like ``skewlens import``), nodes written; one row
     per reason for the ranks without a trace."""
@@ -187,7 +203,7 @@ def summary_table(manifest: Manifest, run_dir: Path) -> Table:
     from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
 
     table = Table(
-        title=f"skewlens profile: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
+        title=f"skewlens {command}: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
         title_justify="left",
     )
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):

@@ -1,0 +1,108 @@
+"""Combine the run directories that the hosts of one job wrote to storage of their own into one run
+directory (``skewlens merge``): the same merge of the ranks' part files as a shared directory gets
+(:func:`~skewlens.profiler.capture.run.finalize_run`), after checking that the directories hold every rank
+of one run, once."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from skewlens.profiler.atomic import staging_dir
+from skewlens.profiler.capture.run import finalize_run, read_parts
+from skewlens.profiler.capture.schedule import format_window
+from skewlens.profiler.capture.session import RAW_DIR, part_file
+from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import Manifest, rank_file, read_manifest
+from skewlens.profiler.vocab import Level
+
+
+def combine_runs(sources: Sequence[Path], out: Path) -> Manifest:
+    """Copy the hosts' run directories ``sources`` into ``out`` (new or empty) and merge their part files
+    into one manifest. Refuses (:class:`CaptureError`, naming the directories and ranks) directories of
+    different world sizes or ``skewlens profile`` options, a rank found twice or in none, and ranks whose
+    recorded steps do not overlap in time once their clock offsets are applied (not one run, or a wrong
+    offset)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CaptureError(f"--out {out}: exists and is not an empty directory (choose a new run directory)")
+    where: dict[int, Path] = {}
+    parts: dict[int, dict] = {}
+    manifests: dict[Path, Manifest] = {}
+    for src in sources:
+        m = manifests[src] = read_manifest(src)
+        if m.source != "capture":
+            raise CaptureError(f"{src}: not a run captured by skewlens profile (source {m.source!r})")
+        found = {r: p for r, p in read_parts(src).items() if rank_file(src, r).is_file()}
+        if lost := sorted(set(m.ranks) - set(found)):
+            raise CaptureError(
+                f"{src}: ranks {lost} have a trace but no part file ({part_file(src, lost[0])}): the "
+                "directory was already merged with every rank, or its .parts/ was removed"
+            )
+        for r in found:
+            if r in where:
+                raise CaptureError(
+                    f"rank {r} is in both {where[r]} and {src}: give each host's directory once"
+                )
+            where[r] = src
+        parts.update(found)
+    if not parts:
+        raise CaptureError("no rank's trace in " + ", ".join(map(str, sources)))
+    _check_same(manifests, lambda m: f"world size {m.world_size}")
+    _check_same(manifests, lambda m: f"--level {m.level} --steps {format_window(m.step_window)}")
+    first = manifests[where[min(where)]]
+    missing = [r for r in range(first.world_size) if r not in where]
+    if missing:
+        raise CaptureError(
+            f"ranks {missing} of {first.world_size} are in none of {', '.join(map(str, sources))}: "
+            "give the directory of every host of the job"
+        )
+    _check_overlap(parts)
+    with staging_dir(out) as tmp:
+        for r, src in where.items():
+            shutil.copy2(rank_file(src, r), rank_file(tmp, r))
+            part_file(tmp, r).parent.mkdir(exist_ok=True)
+            shutil.copy2(part_file(src, r), part_file(tmp, r))
+        for src in sources:  # --keep-raw: the ranks' raw torch traces, named by rank
+            if (src / RAW_DIR).is_dir():
+                shutil.copytree(src / RAW_DIR, tmp / RAW_DIR, dirs_exist_ok=True)
+        manifest = finalize_run(
+            tmp, level=Level(first.level), window=first.step_window, command=first.command
+        )
+        if manifest is None:  # every rank has its trace and part file: cannot happen
+            raise CaptureError(f"{out}: nothing merged")
+        if out.exists():
+            out.rmdir()
+        tmp.replace(out)
+    return manifest
+
+
+def _check_same(manifests: dict[Path, Manifest], what: Callable[[Manifest], str]) -> None:
+    by: dict[str, list[str]] = {}
+    for src, m in manifests.items():
+        by.setdefault(what(m), []).append(str(src))
+    if len(by) > 1:
+        raise CaptureError("not one run: " + "; ".join(f"{k} in {', '.join(v)}" for k, v in by.items()))
+
+
+def _check_overlap(parts: dict[int, dict]) -> None:
+    """Every step that all ranks recorded spans a common instant (each rank's step waits for the others'
+    collectives); else the ranks are of different runs or an offset is wrong. A rank saves its times on
+    rank 0's clock (its ``clock_offset_ns`` already applied)."""
+    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    for r, p in parts.items():
+        for s in p.get("steps", []):
+            spans.setdefault(int(s["step"]), {})[r] = (int(s["start_ns"]), int(s["end_ns"]))
+    for step, by_rank in sorted(spans.items()):
+        if len(by_rank) < len(parts):
+            continue
+        late = max(by_rank, key=lambda r: by_rank[r][0])
+        early = min(by_rank, key=lambda r: by_rank[r][1])
+        gap_s = (by_rank[late][0] - by_rank[early][1]) / 1e9
+        if gap_s > 0:
+            hosts = {r: parts[r].get("host", "?") for r in (early, late)}
+            raise CaptureError(
+                f"not one run: rank {late} (host {hosts[late]}) began step {step} {gap_s:.3f} s after rank "
+                f"{early} (host {hosts[early]}) ended it, on rank 0's clock: the directories are of "
+                "different runs, or a clock offset is wrong (the manifests' notes say if one is unknown)"
+            )
