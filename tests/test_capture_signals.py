@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -131,3 +132,31 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}").is_dir() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_a_command_killed_by_a_signal_exits_with_128_plus_the_signal_as_a_shell_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a host whose ranks hung was killed after the grace period: skewlens profile exited with status 247
+    # (sys.exit(-9)) and said "command exited with code -9"
+    from skewlens.cli import main as skewlens_main
+
+    assert (
+        skewlens_main(["profile", "--out", str(tmp_path / "run"), "--", "sh", "-c", "kill -KILL $$"]) == 137
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("skewlens profile: error: command was killed by SIGKILL: sh -c"), last
+
+
+def test_a_command_killed_after_the_sigterm_grace_period_is_said_to_be_killed_and_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a rank blocked in a collective (its peer on another host frozen) ignores SIGTERM; skewlens profile
+    # killed it 20 s later without a word
+    from skewlens.profiler.capture import run as run_mod
+
+    monkeypatch.setattr(run_mod, "TERM_GRACE_S", 1.0)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    code = run_mod.run_command(["sh", "-c", "trap '' TERM; sleep 30"], dict(os.environ))
+    assert code == -signal.SIGKILL
+    assert "the command did not end within 1 s of SIGTERM: killed it" in capsys.readouterr().err

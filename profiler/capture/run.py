@@ -180,6 +180,7 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
         try:
             return proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
+            _say_killed(TERM_GRACE_S, "SIGTERM")
             _kill(proc)
             return proc.wait()
     except KeyboardInterrupt:
@@ -188,10 +189,24 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
         _signal(proc, signal.SIGINT)
         try:
             return proc.wait(timeout=INTERRUPT_GRACE_S)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
+            _say_killed(INTERRUPT_GRACE_S, "Ctrl-C")
             _kill(proc)
             proc.wait()
             raise KeyboardInterrupt from None
+        except KeyboardInterrupt:
+            _kill(proc)
+            proc.wait()
+            raise KeyboardInterrupt from None
+
+
+def _say_killed(grace_s: float, signal_name: str) -> None:
+    print(
+        f"skewlens profile: the command did not end within {grace_s:.0f} s of {signal_name}: killed it and "
+        "everything under it. A rank blocked in a collective (a peer on another host frozen or gone) cannot "
+        "save its trace; init_process_group(timeout=...) bounds that wait (docs/capture.md, Across hosts)",
+        file=sys.stderr,
+    )
 
 
 def read_parts(run_dir: Path) -> dict[int, dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,10 +109,10 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         if code != 0:
             print(
-                f"skewlens profile: error: command exited with code {code}: {' '.join(command)}",
+                f"skewlens profile: error: command {_exited(code)}: {' '.join(command)}",
                 file=sys.stderr,
             )
-            return code
+            return exit_status(code)
         raise CaptureError(
             f"{' '.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
             "steps with optimizer.step(), or import torch at all?)"
@@ -121,11 +122,11 @@ def main(argv: list[str]) -> int:
     if code != 0:
         missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
         print(
-            f"skewlens profile: error: command exited with code {code}: {' '.join(command)}"
+            f"skewlens profile: error: command {_exited(code)}: {' '.join(command)}"
             f" (traces of ranks {list(manifest.ranks)} kept in {run_dir}{missing})",
             file=sys.stderr,
         )
-        return code
+        return exit_status(code)
     if args.parquet:
         _export_parquet(run_dir)
 
@@ -161,15 +162,28 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     )
     if code != 0:
         print(
-            f"skewlens profile: error: command exited with code {code}: {' '.join(command)} ({where})",
+            f"skewlens profile: error: command {_exited(code)}: {' '.join(command)} ({where})",
             file=sys.stderr,
         )
-        return code
+        return exit_status(code)
     from skewlens.console import report_console
 
     print(f"skewlens profile: {where}", file=sys.stderr)
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     return 0
+
+
+def exit_status(code: int) -> int:
+    """The command's exit code as a shell reports it: 128 + N for a command killed by signal N (``-N``
+    from :func:`run_command`; returned as is, the exit status was ``256 - N``: 247 for SIGKILL)."""
+    return 128 - code if code < 0 else code
+
+
+def _exited(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
 
 
 def _build_native() -> str:
