@@ -107,7 +107,17 @@ def wait_heatmap(
     ax.set_ylabel("rank")
     ax.set_xlabel("collective / send-recv pair (by last arrival)")
     if n:
-        im = ax.imshow(data.grid, aspect="auto", interpolation="nearest", cmap="viridis")
+        # the scale starts at 0 (no wait: the darkest colour), whatever the smallest wait drawn; a run where
+        # no one waited gets 0-1 ms, not matplotlib's -0.1..0.1 around a mid-scale colour
+        top = float(np.nanmax(data.grid)) if np.isfinite(data.grid).any() else 0.0
+        im = ax.imshow(
+            data.grid,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            vmin=0.0,
+            vmax=top if top > 0 else 1.0,
+        )
         fig.colorbar(im, ax=ax, label="ms")
         yticks = _ticks(ranks.size)
         ax.set_yticks(yticks, [str(r) for r in ranks[yticks].tolist()])

@@ -26,6 +26,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 
 SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 
@@ -178,6 +179,28 @@ def test_the_wait_heatmap_has_a_cell_for_the_sender_and_the_receiver_of_each_sen
     notes: list[str] = []
     png = wait_heatmap(result, tmp_path / "w.png", on_note=notes.append)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and notes == []
+
+
+def test_the_wait_heatmap_draws_no_wait_in_the_colour_of_zero_when_no_one_waited(tmp_path: Path) -> None:
+    # two ranks that arrive together at every all_reduce: every cell is 0 ms; matplotlib's own scale for a
+    # constant grid was -0.1..0.1 ms, which drew them in the middle colour (teal) as if they had waited
+    import matplotlib as mpl
+    from PIL import Image
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for step in range(3):
+            rb = b.rank(r).step(step)
+            rb.compute("work", 5 * MS, start_ns=step * 10 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=step * 10 * MS + 5 * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert wait_heatmap_data(result).grid.tolist() == [[0.0] * 3, [0.0] * 3]
+    with Image.open(wait_heatmap(result, tmp_path / "w.png")) as im:
+        colours = im.convert("RGB").getcolors(1 << 20)
+    # the cells are the largest area of one colour that is not the white page
+    cell = max((c for c in colours if c[1] != (255, 255, 255)), key=lambda c: c[0])[1]
+    zero = tuple(round(255 * v) for v in mpl.colormaps["viridis"](0.0)[:3])
+    assert max(abs(a - b) for a, b in zip(cell, zero, strict=True)) <= 1, (cell, zero)
 
 
 def test_a_run_without_collectives_or_send_recv_gets_a_heatmap_and_a_report_line_that_say_so(
