@@ -5,17 +5,21 @@ processes on this machine (``hydra/launcher=joblib``) or as cluster jobs (``hydr
 ``ray``): every job writes only files of its own, so none has to share a table with another while they
 run. Its output directory is ``<sweep dir>/<job number>``; its row of the comparison table, or the
 one-line error that stopped it, goes to ``<sweep dir>/.jobs/`` (:data:`JOBS_DIR`). :class:`SweepSummary`,
-a Hydra callback that runs in the process that launched the sweep, clears ``.jobs/`` before the first job
-and, when the last one has ended, gathers the rows into ``sweep.parquet``, prints the comparison table
-and names every job that failed, with its overrides; then the command exits with status 2.
+a Hydra callback that runs in the process that launched the sweep, clears ``.jobs/``, an earlier sweep's
+``sweep.parquet`` and its jobs' outputs before the first job and, when the last one has ended, gathers the
+rows into ``sweep.parquet``, prints the comparison table and names every job that failed, with its
+overrides; then the command exits with status 2.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -25,7 +29,16 @@ from skewlens.console import report_console
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
-from skewlens.replay.outputs import SWEEP_PARQUET, SweepRecord
+from skewlens.replay.outputs import (
+    CONFIG_YAML,
+    REAL_RUN_DIR,
+    REAL_WORK_DIR,
+    SUMMARY_PARQUET,
+    SWEEP_PARQUET,
+    TIMELINE_JSON,
+    TIMELINE_PARQUET,
+    SweepRecord,
+)
 from skewlens.replay.render import sweep_table
 
 #: Folder of the sweep directory where each job leaves its row (``<job>.parquet``) or error (``<job>.error``).
@@ -78,7 +91,8 @@ def _job_number(path: Path) -> int:
 
 def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[str, str]]]:
     """The finished jobs' rows, written to ``sweep_dir/sweep.parquet`` (by job number), and the failed jobs
-    (job number -> (overrides, error)). ``sweep.parquet`` is left alone when no job finished."""
+    (job number -> (overrides, error)). No ``sweep.parquet`` is written when no job finished (an earlier
+    sweep's was removed when this one began: :func:`clear_earlier_sweep`)."""
     jobs = sweep_dir / JOBS_DIR
     rows = sorted(
         (r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)),
@@ -93,15 +107,45 @@ def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[s
     return rows, failed
 
 
+def _is_job_dir(path: Path) -> bool:
+    """Whether ``path`` is a job directory a sweep wrote: a number, holding a replay's ``config.yaml``."""
+    if not (path.name.isdigit() and path.is_dir()):
+        return False
+    try:
+        conf = yaml.safe_load((path / CONFIG_YAML).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(conf, dict) and "trace" in conf and "mode" in conf
+
+
+def clear_earlier_sweep(sweep_dir: Path) -> None:
+    """Remove what an earlier sweep into ``sweep_dir`` wrote, before this one runs: its ``sweep.parquet``
+    and, in each of its job directories (``<job>/`` with a replay's ``config.yaml``), the replay's outputs
+    (the directory too, when that empties it). Otherwise a sweep of fewer points, or a point that fails, left
+    an earlier sweep's timelines beside this one's table. Files of other names are left alone."""
+    if not sweep_dir.is_dir():
+        return
+    (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
+    for job_dir in filter(_is_job_dir, sweep_dir.iterdir()):
+        for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
+            (job_dir / name).unlink(missing_ok=True)
+        for name in (REAL_RUN_DIR, REAL_WORK_DIR):
+            shutil.rmtree(job_dir / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job_dir.rmdir()
+
+
 class SweepSummary(Callback):
     """Clears the job records before a multirun; at its end writes ``sweep.parquet``, prints the
     comparison table and the failed jobs, and exits with status 2 if any job failed."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
-        jobs = Path(str(config.hydra.sweep.dir)) / JOBS_DIR
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        jobs = sweep_dir / JOBS_DIR
         for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
             p.unlink()  # a previous sweep's, into the same directory
+        clear_earlier_sweep(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs

@@ -23,7 +23,7 @@ from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import CONF_DIR, register_configs, to_config
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.sweep import JOBS_DIR
+from skewlens.replay.sweep import JOBS_DIR, SweepSummary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Compute of rank r in the synthetic run, ns (rank 2 is the one ``slowdown=straggler`` slows).
@@ -132,6 +132,34 @@ def test_a_failing_point_of_a_sweep_in_this_process_is_reported_the_same_way(
     assert len(err) == 2
     rows = pq.read_table(out / "sweep.parquet").to_pylist()
     assert [(r["job"], "slowdown.factor=2.0" in r["overrides"]) for r in rows] == [(1, True)]
+    # job 0 failed: the first sweep's job 0 (factor 3.0) is not left in its place
+    assert not (out / "0").exists()
+    assert OmegaConf.load(out / "1" / "config.yaml").slowdown.factor == 2.0
+
+
+def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_job_outputs_and_table(
+    tmp_path: Path,
+) -> None:
+    # an earlier sweep of 3 points left 0/, 1/, 2/ and sweep.parquet; a user's own folder 7/ (no replay
+    # config) and file beside a job's outputs are not a sweep's and stay
+    out = tmp_path / "sweep"
+    for job in range(3):
+        d = out / str(job)
+        (d / "real").mkdir(parents=True)
+        (d / "config.yaml").write_text(f"trace: /r\nmode: sim\nslowdown:\n  factor: {job}\n")
+        for name in ("timeline.parquet", "summary.parquet", "timeline.json", "real/x"):
+            (d / name).write_text("old")
+    (out / "2" / "mine.txt").write_text("keep")
+    (out / "7").mkdir()
+    (out / "7" / "config.yaml").write_text("mine: 1\n")
+    (out / "sweep.parquet").write_text("old")
+    SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "2",
+        "2/mine.txt",
+        "7",
+        "7/config.yaml",
+    ]
 
 
 def _readme_slurm_command() -> list[str]:
