@@ -38,6 +38,7 @@ from skewlens.replay.streaming import (
     json_int,
     json_strings,
     rank_chunks,
+    stream_labels,
     write_trace,
 )
 
@@ -48,15 +49,16 @@ _CP_TID = 0
 #: ``cat`` of each node type and of untraced host time, as JSON text.
 
 
-def _metadata(r: int, ri: RankIndex) -> list[dict[str, Any]]:
+def _metadata(r: int, ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> list[dict[str, Any]]:
     meta: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
         {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}},
     ]
+    labels = stream_labels(ri.trace, written, pg_names)
     for tid, s in enumerate(np.unique(ri.trace.stream).tolist(), start=1):
-        label = ri.trace.streams.get(int(s), f"stream {s}")
-        meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
+        if s in labels:
+            meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": labels[s]}})
     return meta
 
 
@@ -220,7 +222,7 @@ def write_perfetto(
         cap,
         display_time_unit="ms",
         other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
-        metadata=(m for r in ranks for m in _metadata(r, ix.ranks[r])),
+        metadata=(m for r in ranks for m in _metadata(r, ix.ranks[r], written[r], ix.run.pg_names)),
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: _path_events(result.critical_path, cap, t0),

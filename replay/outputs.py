@@ -46,6 +46,7 @@ from skewlens.replay.streaming import (
     json_fixed,
     json_int,
     rank_chunks,
+    stream_labels,
     write_trace,
 )
 from skewlens.replay.summary import SummaryRecord
@@ -262,9 +263,8 @@ def write_perfetto(
         for r in ranks:
             rt = run.ranks[r]
             yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
-            for s in np.unique(rt.stream).tolist():
-                label = rt.streams.get(int(s), f"stream {s}")
-                yield {"name": "thread_name", "ph": "M", "pid": r, "tid": int(s), "args": {"name": label}}
+            for s, label in stream_labels(rt, written[r], run.pg_names).items():
+                yield {"name": "thread_name", "ph": "M", "pid": r, "tid": s, "args": {"name": label}}
 
     return write_trace(
         p,

@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from skewlens.profiler.atomic import atomic_file
-from skewlens.profiler.store.model import RankTrace
+from skewlens.profiler.store.model import RankTrace, type_mask
 from skewlens.profiler.threads import default_workers, ordered_map
-from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import untraced_rows
+from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
+from skewlens.replay.execution import nccl_kernel_rows, untraced_rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -78,6 +78,39 @@ def category_index(rt: RankTrace, rows: npt.NDArray[np.integer[Any]]) -> npt.NDA
     idx = rt.node_type[rows].astype(np.int64)
     idx[untraced_rows(rt)[rows]] = len(CATEGORIES) - 1
     return idx
+
+
+def stream_labels(
+    rt: RankTrace, written: npt.NDArray[np.bool_], pg_names: Sequence[str] = ()
+) -> dict[int, str]:
+    """A track name for each stream of ``rt`` that has a ``written`` row (a stream that holds only
+    METADATA nodes gets no empty track): the store's label where it has one, else what runs on it, so
+    that a host thread, a GPU stream and a communication stream are told apart: ``host thread 0``,
+    ``GPU stream 7``, ``GPU stream 84 (communication)``, ``communication stream 1000 (group 0)``. The
+    number is the store's ``stream`` value (the ``stream`` column of the Parquet tables)."""
+    rows = np.flatnonzero(written)
+    streams, inverse = np.unique(rt.stream[rows], return_inverse=True)
+    comm = type_mask(rt.node_type[rows], COMM_NODE_TYPES) | nccl_kernel_rows(rt)[rows]
+    out: dict[int, str] = {}
+    for k, s in enumerate(streams.tolist()):
+        on = inverse == k
+        if int(s) in rt.streams:
+            out[int(s)] = rt.streams[int(s)]
+            continue
+        only_comm = bool(comm[on].all())
+        if not rt.is_cpu[rows[on]].any():
+            out[int(s)] = f"GPU stream {s}" + (" (communication)" if only_comm else "")
+        elif only_comm:
+            groups = np.unique(rt.pg[rows[on]]).tolist()
+            group = (
+                f" (group {pg_names[groups[0]]})"
+                if len(groups) == 1 and 0 <= groups[0] < len(pg_names)
+                else ""
+            )
+            out[int(s)] = f"communication stream {s}{group}"
+        else:
+            out[int(s)] = f"host thread {s}"
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,12 @@ from skewlens.analysis.index import RankIndex, build_index
 from skewlens.analysis.perfetto import write_perfetto as write_analysis_perfetto
 from skewlens.analysis.records import CollectiveSkewRecord
 from skewlens.cli import main as skewlens_main
+from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import read_table, table_from_records
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.threads import ordered_map
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay import outputs
@@ -443,3 +445,49 @@ def test_the_critical_path_track_shows_each_node_only_while_it_was_on_the_path(t
             assert pieces[k + 1][0] + pieces[k + 1][1] + path[k].gap_before_ns == pieces[k][0], k
     for p, (a, d) in zip(path, pieces, strict=True):
         assert p.start_ns <= a and a + d <= p.end_ns and d == p.contribution_ns
+
+
+def _thread_names(doc: dict[str, Any], pid: int) -> dict[int, str]:
+    return {
+        e["tid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == pid
+    }
+
+
+def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_stream_by_what_runs_on_them(
+    tmp_path: Path,
+) -> None:
+    # a capture's layout: the main thread (0), a group's asynchronous communication stream (1000)
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=1_000_000)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=50_000, stream=1000)
+    run = load_run(b.write(tmp_path / "cpu"))
+    replay_doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json").read_text())
+    assert _thread_names(replay_doc, 1) == {0: "host thread 0", 1000: "communication stream 1000 (group 0)"}
+    result = analyze_run(run, blame=False)
+    analysis_doc = json.loads(write_analysis_perfetto(result, tmp_path / "a.json").read_text())
+    names = _thread_names(analysis_doc, 1)
+    assert names == {0: "critical path", 1: "host thread 0", 2: "communication stream 1000 (group 0)"}
+    # an imported GPU run: host threads by their tid, the compute and the NCCL stream by their number; the
+    # streams that hold only METADATA nodes get no (empty) track
+    write_gpu_run(GpuRunSpec(world_size=2, steps=1, layers=2, seed=1), tmp_path / "kineto")
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "gpu")
+    run = load_run(tmp_path / "gpu")
+    rt = run.ranks[0]
+    doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "g.json").read_text())
+    names = _thread_names(doc, 0)
+    kinds = {}
+    for s in set(rt.stream[rt.node_type != NodeType.METADATA].tolist()):
+        on = rt.stream == s
+        if rt.is_cpu[on].all():
+            kinds[s] = f"host thread {s}"
+        elif (rt.node_type[on] == NodeType.COMM_COLL).all():
+            kinds[s] = f"GPU stream {s} (communication)"
+        else:
+            kinds[s] = f"GPU stream {s}"
+    assert names == kinds
+    kind_of = {re.sub(r" \d+", "", v) for v in names.values()}
+    assert kind_of == {"host thread", "GPU stream", "GPU stream (communication)"}
