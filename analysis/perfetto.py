@@ -14,6 +14,7 @@ stops say what was left out.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from skewlens.replay.streaming import (
     json_strings,
     rank_chunks,
     stream_labels,
+    wait_events,
     write_trace,
 )
 
@@ -225,7 +227,19 @@ def write_perfetto(
         metadata=(m for r in ranks for m in _metadata(r, ix.ranks[r], written[r], ix.run.pg_names)),
         jobs=jobs(),
         fmt=fmt,
-        extra=lambda: _path_events(result.critical_path, cap, t0),
+        extra=lambda: itertools.chain(
+            _path_events(result.critical_path, cap, t0),
+            wait_events(
+                {r: cap.keep[r] & ix.ranks[r].is_comm for r in ranks},
+                {r: ix.ranks[r].trace.start_ns for r in ranks},
+                {r: ix.ranks[r].wait_ns for r in ranks},
+                tid=lambda r, rows: (
+                    np.searchsorted(np.unique(ix.ranks[r].trace.stream), ix.ranks[r].trace.stream[rows]) + 1
+                ),
+                origin_ns=t0,
+                traces={r: ix.ranks[r].trace for r in ranks},
+            ),
+        ),
         end_ns={r: ri.end_ns for r, ri in ix.ranks.items()},
         origin_ns=t0,
         workers=workers,

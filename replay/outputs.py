@@ -8,6 +8,7 @@ streamed a chunk at a time (:mod:`skewlens.replay.streaming`) and capped at ``pe
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -47,6 +49,7 @@ from skewlens.replay.streaming import (
     json_int,
     rank_chunks,
     stream_labels,
+    wait_events,
     write_trace,
 )
 from skewlens.replay.summary import SummaryRecord
@@ -196,7 +199,32 @@ def write_text(path: Path, text: str) -> Path:
     return _atomic_text(path, lambda fh: fh.write(text))
 
 
-#: ``cat`` of each node type and of untraced host time, as JSON text.
+def replayed_waits(run: RunTrace, res: SimResult) -> dict[int, npt.NDArray[np.int64]]:
+    """Per rank, each row's replayed wait for late peers (0 where none): a collective member or a send /
+    recv waits from its replayed start until the replayed latest arrival of its instance or pair, at most
+    until its own end (as the summary's ``wait_ns`` counts it)."""
+    coll = run.collectives
+    counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
+    ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
+    rows = [np.fromiter(itertools.chain.from_iterable(c.rows for c in coll), dtype=np.int64)]
+    arrival = [np.repeat(np.asarray(res.coll_arrival_ns, dtype=np.int64), counts)]
+    p2p = run.p2p
+    for rank_attr, row_attr in (("src_rank", "src_row"), ("dst_rank", "dst_row")):
+        ranks.append(np.fromiter((getattr(p, rank_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
+        rows.append(np.fromiter((getattr(p, row_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
+        arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
+    rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
+    order = np.argsort(rank_of, kind="stable")
+    bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
+    out: dict[int, npt.NDArray[np.int64]] = {}
+    for k, r in enumerate(sorted(run.ranks)):
+        sel = order[bounds[k] : bounds[k + 1] if k + 1 < len(bounds) else order.size]
+        st, en = res.start_ns[r], res.end_ns[r]
+        w = np.zeros(len(st), dtype=np.int64)
+        rw = row_of[sel]
+        w[rw] = np.clip(last[sel] - st[rw], 0, en[rw] - st[rw])
+        out[r] = w
+    return out
 
 
 def write_perfetto(
@@ -274,6 +302,14 @@ def write_perfetto(
         metadata=metadata(),
         jobs=rank_chunks(cap),
         fmt=fmt,
+        extra=lambda: wait_events(
+            cap.keep,
+            res.start_ns,
+            replayed_waits(run, res),
+            tid=lambda r, rows: run.ranks[r].stream[rows],
+            origin_ns=t0,
+            traces=run.ranks,
+        ),
         end_ns=res.end_ns,
         origin_ns=t0,
         workers=workers,

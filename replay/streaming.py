@@ -8,6 +8,8 @@
 - **A cap on what a viewer is given.** :func:`cap_events` picks, for a run too large to look at, the
   first whole steps on all ranks that fit ``max_events`` (else every rank's first stretch of time), and
   says in one line what it left out and which option writes everything.
+- **Waits drawn inside communication nodes** (:func:`wait_events`): a ``wait for peers`` slice over the
+  part of a collective / send / recv spent waiting for late peers, so a viewer tells it from the transfer.
 - **One set of event categories** (:data:`CATEGORIES`: compute, collective, send, recv, untraced host
   time) for both timelines.
 - Formatting or building the next chunk overlaps writing this one on threads
@@ -386,6 +388,63 @@ def cap_events(
         f"{_ms(until - origin)} on {ranks}; left out {total - written:,} later events; {option} writes all"
     )
     return EventCap(keep=keep, max_events=max_events, written=written, total=total, until_ns=until, note=note)
+
+
+#: Name and ``cat`` of the slice that marks, inside a communication node, its wait for late peers.
+WAIT_NAME = "wait for peers"
+WAIT_CATEGORY = "wait_for_peers"
+
+
+def wait_events(
+    keep: Mapping[int, B],
+    start_ns: Mapping[int, I64],
+    wait_ns: Mapping[int, I64],
+    *,
+    tid: Callable[[int, npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    origin_ns: int,
+    traces: Mapping[int, RankTrace],
+) -> Iterator[pa.Array]:
+    """Per rank, a ``wait for peers`` slice inside each kept row that waited (``wait_ns`` > 0): from the
+    row's start (its arrival) over its wait, on the row's track (``tid(rank, rows)``), so that a viewer
+    draws the wait under the communication node's slice and the rest of that slice is the transfer (``args``:
+    the wait in ms, and the node's ``node_id`` and ``step`` from ``traces``). Written after the nodes: a
+    viewer that meets two slices of one start in file order nests the second."""
+    pid, tids, st, wt, nid, step = [], [], [], [], [], []
+    for r in sorted(keep):
+        rows = np.flatnonzero(keep[r] & (wait_ns[r] > 0))
+        if rows.size:
+            pid.append(np.full(rows.size, r, dtype=np.int64))
+            tids.append(tid(r, rows))
+            st.append(start_ns[r][rows])
+            wt.append(wait_ns[r][rows])
+            nid.append(traces[r].node_id[rows])
+            step.append(traces[r].step[rows])
+    if not pid:
+        return
+    pids, tid_all = np.concatenate(pid), np.concatenate(tids)
+    start, wait = np.concatenate(st), np.concatenate(wt)
+    node_id, steps = np.concatenate(nid), np.concatenate(step)
+    for part in chunks(np.arange(start.size), CHUNK_EVENTS):
+        yield format_events(
+            [
+                ("ph", '"X"'),
+                ("name", json.dumps(WAIT_NAME)),
+                ("cat", json.dumps(WAIT_CATEGORY)),
+                ("pid", json_int(pids[part])),
+                ("tid", json_int(tid_all[part])),
+                ("ts", json_fixed(start[part] - origin_ns, 3)),
+                ("dur", json_fixed(wait[part], 3)),
+                (
+                    "args",
+                    [
+                        ("wait_ms", json_fixed(wait[part], 6)),
+                        ("node_id", json_int(node_id[part])),
+                        ("step", json_int(steps[part])),
+                    ],
+                ),
+            ],
+            part.size,
+        )
 
 
 def cut_marker(note: str, ts_us: float, *, pid: int = 0) -> dict[str, Any]:

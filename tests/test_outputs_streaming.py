@@ -72,7 +72,8 @@ def replayed(tmp_path: Path) -> tuple[RunTrace, SimResult]:
 
 
 def _x_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    """The X events of nodes and of the critical path (not the wait slices inside communication nodes)."""
+    return [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != "wait_for_peers"]
 
 
 def _key(e: dict[str, Any]) -> str:
@@ -491,3 +492,40 @@ def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_strea
     assert names == kinds
     kind_of = {re.sub(r" \d+", "", v) for v in names.values()}
     assert kind_of == {"host thread", "GPU stream", "GPU stream (communication)"}
+
+
+def _waits_by_node(doc: dict[str, Any]) -> dict[tuple[int, int], float]:
+    """``wait for peers`` slices by (rank, step) of the communication node they lie in (same track and start,
+    inside it), in ms."""
+    nodes = [e for e in _x_events(doc) if e["cat"] in ("collective", "send", "recv")]
+    out: dict[tuple[int, int], float] = {}
+    for w in (e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "wait_for_peers"):
+        (node,) = [n for n in nodes if (n["pid"], n["tid"], n["ts"]) == (w["pid"], w["tid"], w["ts"])]
+        assert w["dur"] <= node["dur"] and w["name"] == "wait for peers"
+        assert (w["args"]["node_id"], w["args"]["step"]) == (node["args"]["node_id"], node["args"]["step"])
+        assert w["args"]["wait_ms"] == pytest.approx(w["dur"] / 1000, abs=1e-9)
+        out[(w["pid"], node["args"]["step"])] = round(w["dur"] / 1000, 6)
+    return out
+
+
+def test_both_timelines_draw_each_wait_for_peers_inside_its_communication_node_and_the_replay_its_new_wait(
+    tmp_path: Path,
+) -> None:
+    # 2 ranks, 3 steps 10 ms apart: rank 0 arrives at the all_reduce after 1 ms of compute, rank 1 after 3 ms,
+    # and both finish 0.5 ms after the last arrival: rank 0 waits 2 ms per step, rank 1 none
+    b = RunBuilder(world_size=2)
+    for s in range(3):
+        for r, comp in ((0, 1 * MS), (1, 3 * MS)):
+            rb = b.rank(r).step(s)
+            rb.compute("aten::mm", comp, start_ns=s * 10 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 3 * MS + MS // 2 - comp, start_ns=s * 10 * MS + comp)
+    run_dir = b.write(tmp_path / "run")
+    result = analyze_run(load_run(run_dir), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "a.json").read_text())
+    assert _waits_by_node(doc) == {(0, 0): 2.0, (0, 1): 2.0, (0, 2): 2.0}
+    # replayed with a 5 ms stall of rank 0 at the start of step 1: there rank 0 arrives 3 ms after rank 1
+    out = tmp_path / "replay"
+    argv = [f"trace={run_dir}", f"out={out}", "slowdown=stall", "slowdown.rank=0", "slowdown.step=1"]
+    assert skewlens_main(["replay", *argv, "slowdown.delay_ms=5", "progress=false"]) == 0
+    doc = json.loads((out / "timeline.json").read_text())
+    assert _waits_by_node(doc) == {(0, 0): 2.0, (1, 1): 3.0, (0, 2): 2.0}
