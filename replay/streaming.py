@@ -479,7 +479,9 @@ def write_trace(
     """Stream a capped trace file: the ``metadata`` events (process / thread names), then ``fmt(job)`` of
     each job, formatted on ``workers`` threads (default: the usable CPUs) and written in order, then the
     chunks of ``extra``. ``otherData`` gets ``other_data`` and what the cap kept; when it left something
-    out, a marker at the last kept end (``end_ns`` per rank, µs from ``origin_ns``) and ``on_note`` say so."""
+    out, a marker and ``on_note`` say so: the marker (µs from ``origin_ns``) at the last kept end (``end_ns``
+    per rank) of whole steps, or at the cap's time when it cut inside the first step (later nodes of a rank
+    drawn before it would look like idle time)."""
     with trace_json(path, display_time_unit=display_time_unit, other_data={**other_data, **cap.meta()}) as w:
         w.write_events(metadata)
         for rows in ordered_map(fmt, jobs, workers=default_workers() if workers is None else workers):
@@ -487,8 +489,12 @@ def write_trace(
         for rows in extra():
             w.write_formatted(rows)
         if cap.note is not None:
-            ends = [int(np.asarray(end_ns[r])[m].max()) for r, m in cap.keep.items() if m.any()]
-            w.write_events([cut_marker(cap.note, (max(ends, default=origin_ns) - origin_ns) / 1e3)])
+            if cap.until_ns is not None:  # every node that starts before it is written, none after
+                cut = cap.until_ns
+            else:  # whole steps: where the last of them ends
+                ends = [int(np.asarray(end_ns[r])[m].max()) for r, m in cap.keep.items() if m.any()]
+                cut = max(ends, default=origin_ns)
+            w.write_events([cut_marker(cap.note, (cut - origin_ns) / 1e3)])
     if cap.note is not None and on_note is not None:
         on_note(cap.note)
     return path

@@ -529,3 +529,26 @@ def test_both_timelines_draw_each_wait_for_peers_inside_its_communication_node_a
     assert skewlens_main(["replay", *argv, "slowdown.delay_ms=5", "progress=false"]) == 0
     doc = json.loads((out / "timeline.json").read_text())
     assert _waits_by_node(doc) == {(0, 0): 2.0, (1, 1): 3.0, (0, 2): 2.0}
+
+
+def test_a_trace_cut_inside_the_first_step_marks_the_cut_where_the_written_nodes_stop_being_all(
+    tmp_path: Path,
+) -> None:
+    # one step: rank 0 one 10 ms node, rank 1 ten 1 ms nodes; a cap of 5 keeps what starts before 4 ms
+    b = RunBuilder(world_size=2)
+    b.rank(0).step(0).compute("long", 10 * MS)
+    for _ in range(10):
+        b.rank(1).step(0).compute("short", 1 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    sim = simulate(run)
+    doc = json.loads(write_perfetto(run, sim, tmp_path / "t.json", max_events=5).read_text())
+    meta = doc["otherData"]
+    assert meta["until_ns"] - meta["t0_ns"] == 4 * MS and meta["events_written"] == 5
+    (marker,) = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert marker["ts"] == 4000.0  # not 10,000 (the long node's end), where rank 1 looked idle from 4 ms
+    # every node that starts before the marker is in the file, none after
+    written = {(e["pid"], e["args"]["node_id"]) for e in _x_events(doc)}
+    for r, rt in run.ranks.items():
+        for i in np.flatnonzero(rt.node_type != NodeType.METADATA).tolist():
+            before = (int(sim.start_ns[r][i]) - meta["t0_ns"]) / 1000 < marker["ts"]
+            assert ((r, int(rt.node_id[i])) in written) == before, (r, i)
