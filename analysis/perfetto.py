@@ -31,6 +31,7 @@ from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
     EventCap,
     Lookup,
+    Tracks,
     Value,
     cap_events,
     category_index,
@@ -39,7 +40,7 @@ from skewlens.replay.streaming import (
     json_int,
     json_strings,
     rank_chunks,
-    stream_labels,
+    rank_tracks,
     wait_events,
     write_trace,
 )
@@ -51,26 +52,37 @@ _CP_TID = 0
 #: ``cat`` of each node type and of untraced host time, as JSON text.
 
 
-def _metadata(r: int, ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> list[dict[str, Any]]:
+def _tracks(ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> Tracks:
+    """Track 0 is the critical path; the streams' tracks are numbered from 1 in stream order, then
+    extra lanes of partly overlapping slices (:func:`~skewlens.replay.streaming.rank_tracks`)."""
+    streams = np.unique(ri.trace.stream).tolist()
+    return rank_tracks(
+        ri.trace,
+        written,
+        start_ns=ri.trace.start_ns,
+        end_ns=ri.trace.end_ns,
+        stream_tid={s: k for k, s in enumerate(streams, start=1)},
+        pg_names=pg_names,
+    )
+
+
+def _metadata(r: int, tracks: Tracks) -> list[dict[str, Any]]:
     meta: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
         {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}},
     ]
-    labels = stream_labels(ri.trace, written, pg_names)
-    for tid, s in enumerate(np.unique(ri.trace.stream).tolist(), start=1):
-        if s in labels:
-            meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": labels[s]}})
+    for tid, label in sorted(tracks.names.items()):
+        meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
     return meta
 
 
 def _node_events(
-    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: tuple[str, ...], comm: bool
+    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: tuple[str, ...], comm: bool, tracks: Tracks
 ) -> pa.Array:
     """Rows of one rank as X events on their stream's track; communication rows (``comm``) also carry
     their wait and size."""
     rt = ri.trace
-    streams = np.unique(rt.stream)
     args: list[tuple[str, Value]] = [
         ("node_id", json_int(rt.node_id[rows])),
         ("step", json_int(rt.step[rows])),
@@ -82,7 +94,7 @@ def _node_events(
         ("name", Lookup(names, rt.name_idx[rows])),
         ("cat", Lookup(CATEGORY_JSON, category_index(rt, rows))),
         ("pid", str(r)),
-        ("tid", json_int(np.searchsorted(streams, rt.stream[rows]) + 1)),
+        ("tid", json_int(tracks.tids(rt.stream, rows))),
         ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),
         ("dur", json_fixed(rt.dur_ns[rows], 3)),
         ("args", args),
@@ -206,6 +218,7 @@ def write_perfetto(
         option=f"{MAX_EVENTS_OPTION} 0",
     )
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
+    tracks = {r: _tracks(ix.ranks[r], written[r], ix.run.pg_names) for r in ranks}
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
         for batch in rank_chunks(cap):
@@ -217,14 +230,14 @@ def write_perfetto(
 
     def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
         r, rows, comm = job
-        return _node_events(r, ix.ranks[r], rows, t0=t0, names=names[r], comm=comm)
+        return _node_events(r, ix.ranks[r], rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
 
     return write_trace(
         p,
         cap,
         display_time_unit="ms",
         other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
-        metadata=(m for r in ranks for m in _metadata(r, ix.ranks[r], written[r], ix.run.pg_names)),
+        metadata=(m for r in ranks for m in _metadata(r, tracks[r])),
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(
@@ -233,9 +246,7 @@ def write_perfetto(
                 {r: cap.keep[r] & ix.ranks[r].is_comm for r in ranks},
                 {r: ix.ranks[r].trace.start_ns for r in ranks},
                 {r: ix.ranks[r].wait_ns for r in ranks},
-                tid=lambda r, rows: (
-                    np.searchsorted(np.unique(ix.ranks[r].trace.stream), ix.ranks[r].trace.stream[rows]) + 1
-                ),
+                tid=lambda r, rows: tracks[r].tids(ix.ranks[r].trace.stream, rows),
                 origin_ns=t0,
                 traces={r: ix.ranks[r].trace for r in ranks},
             ),

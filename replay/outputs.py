@@ -48,7 +48,7 @@ from skewlens.replay.streaming import (
     json_fixed,
     json_int,
     rank_chunks,
-    stream_labels,
+    rank_tracks,
     wait_events,
     write_trace,
 )
@@ -255,6 +255,18 @@ def write_perfetto(
     # times are µs from the first replayed start (otherData.t0_ns): absolute ns as µs doubles lose precision
     written = {r: run.ranks[r].node_type != NodeType.METADATA for r in ranks}
     t0 = min((int(res.start_ns[r][k].min()) for r, k in written.items() if k.any()), default=0)
+    # a track per stream (tid: the stream), and one more per lane of slices that partly overlap others there
+    tracks = {
+        r: rank_tracks(
+            run.ranks[r],
+            written[r],
+            start_ns=res.start_ns[r],
+            end_ns=res.end_ns[r],
+            stream_tid={s: s for s in np.unique(run.ranks[r].stream).tolist()},
+            pg_names=run.pg_names,
+        )
+        for r in ranks
+    }
 
     def fmt(job: RankRows) -> pa.Array:
         """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
@@ -266,7 +278,7 @@ def write_perfetto(
             cat.append(category_index(rt, rows))
             table += names[r]
             pid.append(np.full(len(rows), r, dtype=np.int64))
-            tid.append(rt.stream[rows])
+            tid.append(tracks[r].tids(rt.stream, rows))
             st.append(res.start_ns[r][rows])
             en.append(res.end_ns[r][rows])
             node_id.append(rt.node_id[rows])
@@ -289,10 +301,9 @@ def write_perfetto(
 
     def metadata() -> Iterator[dict[str, Any]]:
         for r in ranks:
-            rt = run.ranks[r]
             yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
-            for s, label in stream_labels(rt, written[r], run.pg_names).items():
-                yield {"name": "thread_name", "ph": "M", "pid": r, "tid": s, "args": {"name": label}}
+            for t, label in tracks[r].names.items():
+                yield {"name": "thread_name", "ph": "M", "pid": r, "tid": t, "args": {"name": label}}
 
     return write_trace(
         p,
@@ -306,7 +317,7 @@ def write_perfetto(
             cap.keep,
             res.start_ns,
             replayed_waits(run, res),
-            tid=lambda r, rows: run.ranks[r].stream[rows],
+            tid=lambda r, rows: tracks[r].tids(run.ranks[r].stream, rows),
             origin_ns=t0,
             traces=run.ranks,
         ),

@@ -20,6 +20,7 @@ Times inside are integer ns; the JSON edge writes them as exact decimals (µs wi
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -113,6 +114,109 @@ def stream_labels(
         else:
             out[int(s)] = f"host thread {s}"
     return out
+
+
+def _lanes_of(start: list[int], end: list[int]) -> list[int]:
+    """Lanes of one stream's slices, sorted by start (longest first at one start): a slice joins the
+    first lane where it starts after everything open there ended or nests inside what is open."""
+    stacks: list[list[int]] = []
+    out = []
+    for x, y in zip(start, end, strict=True):
+        for stack in stacks:
+            while stack and stack[-1] <= x:
+                stack.pop()
+        for lane, stack in enumerate(stacks):
+            if not stack or y <= stack[-1]:
+                stack.append(y)
+                out.append(lane)
+                break
+        else:
+            stacks.append([y])
+            out.append(len(stacks) - 1)
+    return out
+
+
+def track_lanes(stream: I64, start: I64, end: I64, rows: npt.NDArray[np.integer[Any]]) -> I64:
+    """Per row of ``rows``: its lane on its stream's track, 0 unless it partly overlaps a slice before it
+    on that stream (asynchronous collectives in flight at once on a communication stream: DDP's buckets).
+    A viewer nests X slices of one track by time, so such a slice drawn there would show as a part of
+    the one it overlaps; a lane of its own keeps each whole. Slices nested inside another stay on its lane."""
+    lane = np.zeros(len(rows), dtype=np.int64)
+    if len(rows) < 2:
+        return lane
+    st, en, sm = start[rows], end[rows], stream[rows]
+    order = np.argsort(sm, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, sm[order][1:] != sm[order][:-1], True])
+    for a, b in itertools.pairwise(bounds.tolist()):
+        part = order[a:b]
+        if b - a < 2 or (st[part][1:] >= np.maximum.accumulate(en[part])[:-1]).all():
+            continue  # in order and none overlaps: the usual stream
+        part = part[np.lexsort((-en[part], st[part]))]
+        if (st[part][1:] >= np.maximum.accumulate(en[part])[:-1]).all():
+            continue
+        lane[part] = _lanes_of(st[part].tolist(), en[part].tolist())
+    return lane
+
+
+@dataclass(frozen=True, slots=True)
+class Tracks:
+    """Where one rank's rows are drawn (:func:`rank_tracks`): the track (``tid``) of each row, and the
+    name of each track."""
+
+    names: dict[int, str]
+    """Track name of each ``tid`` used (:func:`stream_labels`; ``(lane k)`` added to the extra lanes)."""
+    stream_keys: I64
+    """The rank's streams, ascending ..."""
+    stream_tids: I64
+    """... and the track of each."""
+    moved_rows: I64
+    """Rows drawn on an extra lane's track, ascending ..."""
+    moved_tids: I64
+    """... and that track."""
+
+    def tids(self, stream: I64, rows: npt.NDArray[np.integer[Any]]) -> I64:
+        """The track of each of ``rows`` (``stream``: the rank's stream column)."""
+        tid = self.stream_tids[np.searchsorted(self.stream_keys, stream[rows])]
+        if self.moved_rows.size and len(rows):
+            k = np.minimum(np.searchsorted(self.moved_rows, rows), self.moved_rows.size - 1)
+            hit = self.moved_rows[k] == rows
+            tid[hit] = self.moved_tids[k[hit]]
+        return tid
+
+
+def rank_tracks(
+    rt: RankTrace,
+    written: B,
+    *,
+    start_ns: I64,
+    end_ns: I64,
+    stream_tid: Mapping[int, int],
+    pg_names: Sequence[str] = (),
+) -> Tracks:
+    """The tracks of one rank: a stream's rows on its ``stream_tid`` track, except those that partly
+    overlap others there (:func:`track_lanes`), which get further tracks, numbered after the largest
+    ``stream_tid``, named after the stream with ``(lane 2)``, ``(lane 3)``, ... added."""
+    rows = np.flatnonzero(written)
+    lanes = track_lanes(rt.stream, start_ns, end_ns, rows)
+    labels = stream_labels(rt, written, pg_names)
+    names = {stream_tid[s]: label for s, label in labels.items()}
+    extra = np.flatnonzero(lanes > 0)
+    moved = np.zeros(extra.size, dtype=np.int64)
+    if extra.size:
+        pairs = list(zip(rt.stream[rows[extra]].tolist(), lanes[extra].tolist(), strict=True))
+        first = max(stream_tid.values()) + 1
+        new = {pair: first + k for k, pair in enumerate(sorted(set(pairs)))}
+        for (s, lane), t in new.items():
+            names[t] = f"{labels[s]} (lane {lane + 1})"
+        moved[:] = [new[p] for p in pairs]
+    keys = np.array(sorted(stream_tid), dtype=np.int64)
+    return Tracks(
+        names=names,
+        stream_keys=keys,
+        stream_tids=np.array([stream_tid[k] for k in keys.tolist()], dtype=np.int64),
+        moved_rows=rows[extra].astype(np.int64),
+        moved_tids=moved,
+    )
 
 
 @dataclass(frozen=True, slots=True)

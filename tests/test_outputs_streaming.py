@@ -40,6 +40,7 @@ from skewlens.replay.streaming import (
     json_fixed,
     json_int,
     json_strings,
+    track_lanes,
 )
 
 ODD_NAME = 'aten::"odd"\\name\tµ→'
@@ -552,3 +553,64 @@ def test_a_trace_cut_inside_the_first_step_marks_the_cut_where_the_written_nodes
         for i in np.flatnonzero(rt.node_type != NodeType.METADATA).tolist():
             before = (int(sim.start_ns[r][i]) - meta["t0_ns"]) / 1000 < marker["ts"]
             assert ((r, int(rt.node_id[i])) in written) == before, (r, i)
+
+
+def _partial_overlaps(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Slices of one track that overlap without one holding the other (a viewer nests them wrongly)."""
+    by: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            ts = round(e["ts"] * 1000)
+            by.setdefault((e["pid"], e["tid"]), []).append((ts, ts + round(e["dur"] * 1000)))
+    bad = []
+    for track, spans in by.items():
+        stack: list[tuple[int, int]] = []
+        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1][1] <= s:
+                stack.pop()
+            if stack and e > stack[-1][1]:
+                bad.append((track, stack[-1], (s, e)))
+            stack.append((s, e))
+    return bad
+
+
+def test_collectives_in_flight_at_once_on_one_stream_are_drawn_on_lanes_of_their_own_not_nested(
+    tmp_path: Path,
+) -> None:
+    # DDP-like: two buckets' all_reduces in flight at once on the group's stream (0-5 ms and 2-7 ms) while
+    # the host computes; a viewer nests slices of one track by time, so the second looked part of the first
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("backward", 8 * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=0, stream=1000)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=2 * MS, stream=1000)
+    run = load_run(b.write(tmp_path / "run"))
+    replay_doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json").read_text())
+    analysis_doc = json.loads(
+        write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json").read_text()
+    )
+    for doc, comm_tid in ((replay_doc, 1000), (analysis_doc, 2)):
+        assert _partial_overlaps(doc) == []
+        names = _thread_names(doc, 1)
+        lane = next(t for t, n in names.items() if n == "communication stream 1000 (group 0) (lane 2)")
+        assert names[comm_tid] == "communication stream 1000 (group 0)"
+        colls = sorted(
+            (e["args"]["node_id"], e["tid"])
+            for e in _x_events(doc)
+            if e["pid"] == 1 and e["cat"] == "collective"
+        )
+        assert [t for _, t in colls] == [comm_tid, lane]  # the first on the stream's track, the second beside
+        assert (
+            len({(e["pid"], e["args"]["node_id"]) for e in _x_events(doc) if e["cat"] != "critical_path"})
+            == 6
+        )
+
+
+def test_a_slice_nested_in_another_keeps_its_lane_and_only_a_partial_overlap_opens_one() -> None:
+    # stream 5: [0, 10] holds [2, 4]; [3, 12] overlaps [0, 10] in part; [12, 13] follows; stream 6 alone
+    stream = np.array([5, 5, 5, 6, 5], dtype=np.int64)
+    start = np.array([0, 2, 3, 1, 12], dtype=np.int64)
+    end = np.array([10, 4, 12, 20, 13], dtype=np.int64)
+    lanes = track_lanes(stream, start, end, np.arange(5))
+    assert lanes.tolist() == [0, 0, 1, 0, 0]
