@@ -221,6 +221,28 @@ def test_export_of_an_invalid_run_writes_nothing(tmp_path: Path) -> None:
     assert summary.rows["collectives"] == 2 and (out / "nodes" / "rank=1" / "part-0.parquet").exists()
 
 
+def test_an_export_with_errors_gives_each_member_of_a_mismatched_collective_its_own_type(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(3)
+    for r, (t, size) in enumerate(
+        [(CommType.ALL_REDUCE, 64), (CommType.BROADCAST, 64), (CommType.ALL_GATHER, 32)]
+    ):
+        b.rank(r).collective(t, size, 10)
+        b.rank(r).collective(CommType.ALL_REDUCE, 64, 10)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "pq"
+    export_run(run, out, workers=1, strict=False)
+    rows = read_table(out / "collectives.parquet").to_pylist()
+    got = {(r["seq"], r["rank"]): (r["comm_type"], r["comm_bytes"]) for r in rows}
+    assert got == {
+        (0, 0): ("ALL_REDUCE", 64),
+        (0, 1): ("BROADCAST", 64),
+        (0, 2): ("ALL_GATHER", 32),
+        **{(1, r): ("ALL_REDUCE", 64) for r in range(3)},
+    }
+
+
 def test_export_replaces_an_older_export_in_one_step(exported: tuple[Path, Path]) -> None:
     run_dir, out = exported
     (out / "stale.txt").write_text("old")

@@ -44,7 +44,13 @@ from skewlens.profiler.store.load import (
     locate_run,
     missing_rank_issues,
 )
-from skewlens.profiler.store.match import CommRows, match_instances, match_pairs, without_lost
+from skewlens.profiler.store.match import (
+    CommRows,
+    comm_type_name,
+    match_instances,
+    match_pairs,
+    without_lost,
+)
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.store.schema import (
     META_TABLE,
@@ -340,22 +346,25 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
     ranks = np.fromiter(itertools.chain.from_iterable(i.ranks for i in instances), np.int64, total)
     rows = np.fromiter(itertools.chain.from_iterable(i.rows for i in instances), np.int64, total)
     nbytes = np.fromiter(itertools.chain.from_iterable(i.comm_bytes for i in instances), np.int64, total)
-    node_id, step, start, end = (np.zeros(total, dtype=np.int64) for _ in range(4))
+    node_id, step, start, end, ctype = (np.zeros(total, dtype=np.int64) for _ in range(5))
     for r, c in comm.items():
         m = np.flatnonzero(ranks == r)
         if m.size:
             at = np.searchsorted(c.row, rows[m])
             node_id[m] = c.node_id[at]
+            ctype[m] = c.comm_type[at]
             step[m] = c.step[at]
             start[m] = c.start_ns[at]
             end[m] = c.start_ns[at] + c.dur_ns[at]
     pg_dict = sorted({i.pg_name for i in instances})
     pg_idx = np.fromiter((pg_dict.index(i.pg_name) for i in instances), np.int64, len(instances))
-    type_idx = np.fromiter((_COMM_NAMES.index(i.comm_type.name) for i in instances), np.int64, len(instances))
+    # each member's own type: the members of an instance whose types differ (exported with
+    # --allow-errors) keep what each called, not the first member's
+    type_vals, type_idx = np.unique(ctype, return_inverse=True)
     cols = {
         "pg_name": _dict(np.repeat(pg_idx, sizes), pg_dict),
         "seq": np.repeat(np.fromiter((i.seq for i in instances), np.int64, len(instances)), sizes),
-        "comm_type": _dict(np.repeat(type_idx, sizes), _COMM_NAMES),
+        "comm_type": _dict(type_idx, [comm_type_name(int(v)) for v in type_vals]),
         "rank": ranks,
         "node_id": node_id,
         "comm_bytes": nbytes,

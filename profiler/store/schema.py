@@ -227,7 +227,8 @@ class CollectiveRecord:
     seq: int
     """Per-group sequence number; (pg_name, seq) identifies the instance."""
     comm_type: str
-    """Collective type name."""
+    """The member's collective type name. Members of one instance differ only in an export with
+    ``--allow-errors`` of a run whose members disagree: each row has what its own rank called."""
     rank: int
     """Member's global rank."""
     node_id: int
