@@ -89,6 +89,9 @@ MAX_EVENTS_KEY = "perfetto_max_events"
 class ReplayedNodeRecord(NodeRecord):
     """One row of ``timeline.parquet``: a trace node (the store's node columns) with its replayed times."""
 
+    source_rank: int
+    """The captured rank whose trace holds this node: ``rank``, but in an extrapolated run (``scale.dp``)
+    the captured rank that ``rank`` is a copy of."""
     replay_start_ns: int
     """Replayed start, ns."""
     replay_end_ns: int
@@ -126,7 +129,10 @@ def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Ta
     rts = [run.ranks[r] for r in ranks]
     nodes = nodes_table(rts, run.pg_names)
     cols: dict[str, Any] = {name: nodes.column(name) for name in nodes.column_names}
-    cols["rank"] = pa.array(np.repeat(np.asarray(ranks, dtype=np.int64), [len(rt) for rt in rts]))
+    lengths = [len(rt) for rt in rts]
+    cols["rank"] = pa.array(np.repeat(np.asarray(ranks, dtype=np.int64), lengths))
+    sources = np.asarray([run.source_rank(r) for r in ranks], dtype=np.int64)
+    cols["source_rank"] = pa.array(np.repeat(sources, lengths))
     for col, times in (("replay_start_ns", res.start_ns), ("replay_end_ns", res.end_ns)):
         parts = [times[r] for r in ranks]  # one rank: its column as it is, not copied
         cols[col] = pa.array(parts[0] if len(parts) == 1 else np.concatenate(parts), type=pa.int64())
@@ -301,7 +307,10 @@ def write_perfetto(
 
     def metadata() -> Iterator[dict[str, Any]]:
         for r in ranks:
-            yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
+            proc = (
+                f"rank {r} (copy of captured rank {run.source_rank(r)})" if run.source_ranks else f"rank {r}"
+            )
+            yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": proc}}
             for t, label in tracks[r].names.items():
                 yield {"name": "thread_name", "ph": "M", "pid": r, "tid": t, "args": {"name": label}}
 

@@ -22,7 +22,8 @@ def summary_table(
     compute, communication, exposed communication, wait (ms). Padding is shared between neighbouring cells,
     so that the nine columns fit 80 characters without cutting the figures. Of more than ``max_ranks``
     ranks, those that waited least for their peers (the late arrivals, where stragglers are) are listed,
-    the others summed up in the caption."""
+    the others summed up in the caption. A rank of an extrapolated run reads ``5←1``: rank 5, a copy of
+    captured rank 1."""
     t = Table(title=title, collapse_padding=True)
     cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
     for col in (*cols, "exposed comm ms", "wait ms"):
@@ -30,6 +31,7 @@ def summary_table(
     by_rank: dict[int, list[SummaryRecord]] = {}
     for r in rows:
         by_rank.setdefault(r.rank, []).append(r)
+    copies = any(r.source_rank != r.rank for r in rows)  # an extrapolated run: say what each rank copies
     if len(by_rank) > max_ranks > 0:
         mean_wait = {rank: sum(x.wait_ns for x in rs) / len(rs) for rank, rs in by_rank.items()}
         shown = sorted(sorted(by_rank, key=lambda k: (mean_wait[k], k))[:max_ranks])
@@ -42,12 +44,14 @@ def summary_table(
             "(medians); every rank is in summary.parquet"
         )
         by_rank = {k: by_rank[k] for k in shown}
+    if copies:
+        t.caption = "rank←captured rank it copies" + (f"; {t.caption}" if t.caption else "")
     for rank, rs in sorted(by_rank.items()):
         n = len(rs)
         rep = sum(x.step_time_ns for x in rs) / n
         rec = sum(x.recorded_step_ns for x in rs) / n
         t.add_row(
-            str(rank),
+            f"{rank}←{rs[0].source_rank}" if copies else str(rank),
             str(n),
             _ms(rep),
             _ms(rec),

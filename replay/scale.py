@@ -495,6 +495,7 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
         collectives=collectives,
         p2p=[],
         incomplete_steps=run.incomplete_steps,
+        source_ranks={nr: run.source_rank(s) for nr, s in source_of.items()},
     )
 
 

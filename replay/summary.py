@@ -49,6 +49,9 @@ class SummaryRecord:
 
     rank: int
     """Global rank."""
+    source_rank: int
+    """The captured rank whose trace this rank replays: the rank itself, but in an extrapolated run
+    (``scale.dp``) the captured rank it is a copy of."""
     step: int
     """Training step."""
     step_time_ns: int
@@ -207,6 +210,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             out.append(
                 SummaryRecord(
                     rank=r,
+                    source_rank=run.source_rank(r),
                     step=k,
                     step_time_ns=rep_ns,
                     recorded_step_ns=rec_ns,

@@ -270,6 +270,7 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
                     "src": int(rt.src[i]),
                     "dst": int(rt.dst[i]),
                     "tag": int(rt.tag[i]),
+                    "source_rank": r,
                     "replay_start_ns": int(sim.start_ns[r][i]),
                     "replay_end_ns": int(sim.end_ns[r][i]),
                 }

@@ -539,7 +539,7 @@ def test_the_timeline_record_is_the_store_node_record_plus_replayed_times() -> N
 
     node = [(f.name, f.type) for f in fields(NodeRecord)]
     replayed = [(f.name, f.type) for f in fields(ReplayedNodeRecord)]
-    assert replayed == [*node, ("replay_start_ns", "int"), ("replay_end_ns", "int")]
+    assert replayed == [*node, ("source_rank", "int"), ("replay_start_ns", "int"), ("replay_end_ns", "int")]
     schema = arrow_schema(ReplayedNodeRecord)
     assert schema.field("replay_end_ns").metadata[b"doc"] == b"Replayed end, ns."
 

@@ -9,24 +9,31 @@ a 4-rank capture scaled to 1,024 ranks with one slowed rank finds that rank.
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from rich.console import Console
 
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import CONF_DIR, register_configs, to_config
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.driver import build_effects, replay_run
 from skewlens.replay.errors import ConfigError, ExtrapolationError
+from skewlens.replay.outputs import ReplayedNodeRecord
+from skewlens.replay.render import summary_table
 from skewlens.replay.scale import identify, scale_run
 from skewlens.replay.simulate import SimResult, simulate
+from skewlens.replay.summary import SummaryRecord
 
 AR, AG, RS = CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER
 MIB = 1 << 20
@@ -286,6 +293,42 @@ def test_the_cli_replays_a_scaled_run_and_a_slowed_rank_is_the_one_the_others_wa
         waits[rec.rank] += rec.wait_ns
     assert min(waits, key=lambda r: waits[r]) == 9
     assert waits[9] == 0 and all(w > 0 for r, w in waits.items() if r != 9)
+
+
+def test_every_output_of_a_seeded_extrapolation_names_the_captured_rank_each_rank_copies(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "ddp"
+    run = build(run_dir, world=2, schedule=DDP)
+    # the truth, independently: the captured rank whose duration arrays each new rank shares
+    drawn = scale_run(run, 6, seed=5)
+    truth = {r: 0 if rt.dur_ns is run.ranks[0].dur_ns else 1 for r, rt in drawn.ranks.items()}
+    assert sorted(set(truth.values())) == [0, 1] and truth != {r: r % 2 for r in range(6)}
+    out = tmp_path / "out"
+    cfg = compose_replay(*MODEL, "scale.dp=6", "scale.seed=5")
+    cfg.trace, cfg.out, cfg.progress = str(run_dir), str(out), False
+    replay_run(cfg, out)
+    summary = read_table(out / "summary.parquet", SummaryRecord).to_pylist()
+    assert {(s["rank"], s["source_rank"]) for s in summary} == set(truth.items())
+    timeline = read_table(out / "timeline.parquet", ReplayedNodeRecord, ["rank", "source_rank"])
+    assert set(zip(*timeline.to_pydict().values(), strict=True)) == set(truth.items())
+    names = [
+        e["args"]["name"]
+        for e in json.loads((out / "timeline.json").read_text())["traceEvents"]
+        if e.get("name") == "process_name"
+    ]
+    assert names == [f"rank {r} (copy of captured rank {truth[r]})" for r in range(6)]
+    text = io.StringIO()
+    Console(file=text, width=80).print(summary_table(replay_run(cfg, out).summary))
+    assert [ln.split()[1] for ln in text.getvalue().splitlines() if "←" in ln and "│" in ln] == [
+        f"{r}←{truth[r]}" for r in range(6)
+    ]
+    # a run as captured: every rank is its own source, and the table says nothing of copies
+    plain = compose_replay(*MODEL)
+    plain.trace, plain.out, plain.progress = str(run_dir), str(tmp_path / "plain"), False
+    replay_run(plain, tmp_path / "plain")
+    rows = read_table(tmp_path / "plain" / "summary.parquet", SummaryRecord).to_pylist()
+    assert {(s["rank"], s["source_rank"]) for s in rows} == {(0, 0), (1, 1)}
 
 
 def test_a_sample_of_a_larger_run_scales_from_the_ranks_it_has_with_its_groups_size(tmp_path: Path) -> None:

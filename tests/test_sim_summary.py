@@ -86,8 +86,8 @@ def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_
     def row(r: int) -> SummaryRecord:
         wait = 0 if r in (7, 777) else 5_000_000 + r
         return SummaryRecord(
-            rank=r, step=0, step_time_ns=10_000_000, recorded_step_ns=9_000_000, compute_ns=1, comm_ns=1,
-            wait_ns=wait, exposed_comm_ns=0,
+            rank=r, source_rank=r, step=0, step_time_ns=10_000_000, recorded_step_ns=9_000_000,
+            compute_ns=1, comm_ns=1, wait_ns=wait, exposed_comm_ns=0,
         )  # fmt: skip
 
     table = summary_table([row(r) for r in range(1024)], max_ranks=2)

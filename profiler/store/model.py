@@ -194,6 +194,13 @@ class RunTrace:
     left_out_ranks: tuple[tuple[int, str], ...] = ()
     """(rank, why) of the ranks a lenient load left out because their trace file is missing or cannot be
     read; the manifest then lists them among ``missing_ranks``, as ranks without a trace."""
+    source_ranks: dict[int, int] = field(default_factory=dict)
+    """rank -> the captured rank whose trace it copies, for a run extrapolated to another size
+    (``skewlens.replay.scale``); empty for a run as captured, whose every rank is its own source."""
+
+    def source_rank(self, rank: int) -> int:
+        """The captured rank whose trace ``rank`` replays: itself, unless the run was extrapolated."""
+        return self.source_ranks.get(rank, rank)
 
     @property
     def world_size(self) -> int:
