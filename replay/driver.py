@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.validate import load_validated
@@ -269,10 +270,17 @@ def replay_run(
             cfg.trace, lenient=cfg.lenient, lenient_option=LENIENT_OPTION if real_api is None else ""
         )
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
-            run = scale_run(run, cfg.scale.dp, source=cfg.scale.source_rank, seed=cfg.scale.seed)
+            run = scale_run(
+                run,
+                cfg.scale.dp,
+                source=cfg.scale.source_rank,
+                seed=cfg.scale.seed,
+                memory_bytes=psutil.virtual_memory().available,
+            )
         slowdowns = slowdowns_for(cfg, run, topo)
         effects = build_effects(cfg, slowdowns)
-        advance(description="simulating")
+        nodes = sum(len(rt) for rt in run.ranks.values())
+        advance(description=f"simulating {nodes:,} nodes of {len(run.ranks):,} ranks")
         sim = simulate(
             run,
             topology=topo,

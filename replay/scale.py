@@ -78,6 +78,11 @@ KEEP_BYTES = frozenset(
 )
 #: The source option that draws from every captured replica.
 ALL_SOURCES = "all"
+#: Memory a replayed node and a replayed rank cost, about (peak resident memory of ``skewlens replay
+#: scale.dp=N comm_mode=model``: a 2-rank capture of ``examples/ddp_accum.py``, 2,050 nodes a rank, took
+#: 410 MiB at N = 1,024 and 1,463 MiB at 8,192; a synthetic run of 9 nodes a rank 120 and 187 MiB).
+NODE_BYTES = 75
+RANK_BYTES = 9_500
 
 DDP = "ddp"
 FSDP2 = "fsdp2"
@@ -407,13 +412,24 @@ def _sources(lay: Layout, dp: int, source: int | None, seed: int | None) -> list
     return [rng.choice(have) for _ in range(dp)]
 
 
-def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | None = None) -> RunTrace:
+def scale_run(
+    run: RunTrace,
+    dp: int,
+    *,
+    source: int | None = None,
+    seed: int | None = None,
+    memory_bytes: int | None = None,
+) -> RunTrace:
     """``run`` as if it had ``dp`` data-parallel ranks (replicas), each a copy of a captured one (see the
     module docstring). ``source``: every replica copies the replica of that rank; else ``seed`` None:
-    replica ``i`` copies captured replica ``i mod k``, an int: a seeded uniform choice per replica."""
+    replica ``i`` copies captured replica ``i mod k``, an int: a seeded uniform choice per replica.
+    ``memory_bytes``: the memory the replay may take; a run whose simulation would need more (about
+    :data:`NODE_BYTES` a node and :data:`RANK_BYTES` a rank) is refused before anything is built."""
     if dp < 1:
         raise ConfigError(f"scale.dp: must be >= 1 (0 turns extrapolation off), got {dp}")
     lay = identify(run)
+    if memory_bytes is not None:
+        _check_memory(run, lay, dp, source=source, seed=seed, memory_bytes=memory_bytes)
     src_rep = _sources(lay, dp, source, seed)
     t = lay.tp_size
     at = {c: r for r, c in lay.coord.items()}
@@ -496,6 +512,39 @@ def scale_run(run: RunTrace, dp: int, *, source: int | None = None, seed: int | 
         p2p=[],
         incomplete_steps=run.incomplete_steps,
         source_ranks={nr: run.source_rank(s) for nr, s in source_of.items()},
+    )
+
+
+def _check_memory(
+    run: RunTrace, lay: Layout, dp: int, *, source: int | None, seed: int | None, memory_bytes: int
+) -> None:
+    """Refuse (a :class:`ConfigError` naming ``scale.dp``) an extrapolation whose simulation would take more
+    than ``memory_bytes``: ``scale.dp=1000000`` ran for hours towards hundreds of GiB without a word. The
+    nodes are counted from the captured replicas, as :func:`_sources` will copy them (a seeded draw: their
+    mean), without building anything of size ``dp``."""
+    nodes_of = Counter[int]()
+    for r, (d, _j) in lay.coord.items():
+        nodes_of[d] += len(run.ranks[r])
+    have = sorted(nodes_of)
+    if source is not None and source in lay.coord:
+        nodes = dp * nodes_of[lay.coord[source][0]]
+    elif seed is None:
+        whole, part = divmod(dp, len(have))
+        nodes = whole * sum(nodes_of.values()) + sum(nodes_of[d] for d in have[:part])
+    else:
+        nodes = dp * sum(nodes_of.values()) // len(have)
+    ranks = dp * lay.tp_size
+    need = nodes * NODE_BYTES + ranks * RANK_BYTES
+    if need <= memory_bytes:
+        return
+    per_replica = need / dp
+    fits = int(memory_bytes // per_replica)
+    gib = 1 << 30
+    advice = f"choose scale.dp={fits:,} or fewer" if fits >= 1 else "not even one replica fits"
+    raise ConfigError(
+        f"scale.dp={dp}: the replayed run would have {ranks:,} ranks and {nodes:,} nodes, about "
+        f"{need / gib:,.1f} GiB to simulate ({NODE_BYTES} B a node, {RANK_BYTES:,} B a rank), and "
+        f"{memory_bytes / gib:,.1f} GiB of memory is available; {advice}"
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from skewlens.replay.driver import build_effects, replay_run
 from skewlens.replay.errors import ConfigError, ExtrapolationError
 from skewlens.replay.outputs import ReplayedNodeRecord
 from skewlens.replay.render import summary_table
-from skewlens.replay.scale import identify, scale_run
+from skewlens.replay.scale import NODE_BYTES, RANK_BYTES, identify, scale_run
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.summary import SummaryRecord
 
@@ -481,6 +482,31 @@ def test_the_cli_refuses_an_extrapolation_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and "cannot extrapolate to more data-parallel ranks: found 2 send/recv" in err[0]
+
+
+def test_an_extrapolation_larger_than_the_memory_is_refused_before_it_is_built_naming_scale_dp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    per_pair = len(run.ranks[0]) + len(run.ranks[1])
+    need = 4 * per_pair * NODE_BYTES + 8 * RANK_BYTES  # 8 ranks: 4 copies of each captured rank
+    assert len(scale_run(run, 8, memory_bytes=need).ranks) == 8
+    with pytest.raises(ConfigError) as refused:
+        scale_run(run, 8, memory_bytes=need - 1)
+    assert f"scale.dp=8: the replayed run would have 8 ranks and {4 * per_pair:,} nodes" in str(refused.value)
+    assert str(refused.value).endswith("choose scale.dp=7 or fewer")
+    # one that could never fit is refused at once, before a list of its billion sources is drawn
+    with pytest.raises(ConfigError, match=r"scale\.dp=1000000000: .* 1,000,000,000 ranks"):
+        scale_run(run, 10**9, seed=1, memory_bytes=1 << 40)
+    rc = skewlens_main(
+        ["replay", f"trace={run.run_dir}", f"out={tmp_path / 'o'}", "scale.dp=1000000000", *MODEL]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert re.search(
+        r"scale\.dp=1000000000: .* GiB of memory is available; choose scale\.dp=[\d,]+ or fewer", err[0]
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def imported(shared: Path, name: str, out: Path) -> RunTrace:
