@@ -7,6 +7,7 @@ Load (validated) -> build the slowdown model -> simulate (and, for ``mode=real``
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -16,8 +17,9 @@ from typing import Any
 import numpy as np
 import psutil
 
-from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
@@ -227,6 +229,40 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
     )
 
 
+def check_real_timeout(run: RunTrace, sim: SimResult | None, timeout_s: float) -> None:
+    """Refuse a real replay whose ``real.timeout_s`` is shorter than its longest communication op (issue to
+    completion, waits for late peers included, as ``sim``, the simulated replay of the same slowdowns with
+    the recorded transfers, times it: for an unmodified run, as recorded; ``sim`` None: as recorded, where
+    the simulation modelled transfers the real replay does not): every worker's watchdog would stop the
+    whole replay at that op, after all the work before it, where a refusal costs nothing."""
+    longest, where = 0, None
+    for r, rt in sorted(run.ranks.items()):
+        rows = np.flatnonzero(
+            type_mask(rt.node_type, COMM_NODE_TYPES) & (True if sim is None else sim.timed[r])
+        )
+        if rows.size:
+            dur = rt.dur_ns[rows] if sim is None else sim.end_ns[r][rows] - sim.start_ns[r][rows]
+            k = int(np.argmax(dur))
+            if int(dur[k]) > longest:
+                longest, where = int(dur[k]), (r, int(rows[k]))
+    if where is None or longest <= timeout_s * 1e9:
+        return
+    r, i = where
+    rt = run.ranks[r]
+    group = f", group {run.pg_names[rt.pg[i]]!r} seq {rt.seq[i]}" if rt.pg[i] >= 0 and rt.seq[i] >= 0 else ""
+    recorded = (
+        " as recorded"
+        if int(rt.dur_ns[i]) == longest
+        else f" in the simulated replay of these slowdowns ({int(rt.dur_ns[i]) / 1e9:.3g} s as recorded)"
+    )
+    suggest = math.ceil(2 * longest / 1e8) / 10  # twice the longest op, rounded up to 0.1 s
+    raise ConfigError(
+        f"real.timeout_s={timeout_s:g}: rank {r}'s {rt.name(i)} (node {rt.node_id[i]}{group}) is in flight "
+        f"{longest / 1e9:.3g} s{recorded}, the run's longest communication op, and a real replay stops every "
+        f"rank when an op is in flight longer than real.timeout_s; give real.timeout_s={suggest:g} or more"
+    )
+
+
 #: Below this R², a calibrated link's fit explains little of the transfers it was fitted to.
 POOR_FIT_R2 = 0.5
 
@@ -289,6 +325,9 @@ def replay_run(
             algorithm=cfg.topology.algorithm,
             contention=cfg.topology.contention,
         )
+        if real_api is not None:  # before anything is written or started
+            # the real replay's transfers are the host network's: a modelled network's say nothing of them
+            check_real_timeout(run, sim if cfg.comm_mode == "as_recorded" else None, cfg.real.timeout_s)
         summary = summarize(run, sim)
         advance(description="writing outputs")
         notes: list[str] = [n for n in (calibration_note(cfg),) if n]

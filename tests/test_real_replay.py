@@ -22,7 +22,7 @@ from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.config import RealConfig, ReplayConfig
+from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
@@ -474,6 +474,61 @@ def test_a_rank_whose_trace_file_is_gone_is_refused_before_loading_without_sugge
     with pytest.raises(ReplayError) as e:
         replay_run(_real_cfg("real", run, tmp_path / "out"), tmp_path / "out")
     assert str(e.value) == f"{run}: cannot replay on real processes: rank 1 of 2 has no trace"
+
+
+def test_a_timeout_shorter_than_the_longest_collective_is_refused_naming_the_key_before_any_process_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 1 arrives 1.2 s late at the all_reduce: rank 0's call is in flight 1.2 s + 1 ms. With
+    # real.timeout_s=0.5 the workers' watchdog stopped the replay at that op, after starting every process.
+    from skewlens.cli import main as skewlens_main
+    from skewlens.replay.driver import replay_run
+    from skewlens.replay.errors import ConfigError
+
+    b = RunBuilder(2)
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 1024, 1_200 * MS + MS, start_ns=0)
+    b.rank(1).step(0).compute("aten::mm", 1_200 * MS, start_ns=0)
+    b.rank(1).collective(CommType.ALL_REDUCE, 1024, MS, start_ns=1_200 * MS)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "out"
+    cfg = _real_cfg("real", run, out)
+    cfg.real.timeout_s = 0.5
+    with pytest.raises(ConfigError) as e:
+        replay_run(cfg, out)
+    assert str(e.value).startswith(
+        "real.timeout_s=0.5: rank 0's c10d::all_reduce_ (node 1, group '0' seq 0) is in flight 1.2 s as "
+        "recorded, the run's longest communication op"
+    )
+    assert str(e.value).endswith("give real.timeout_s=2.5 or more")
+    # a stall that makes rank 0 wait longer than the timeout, on a run that fits it, is named as simulated
+    cfg.real.timeout_s = 1.5
+    cfg.slowdown = compose_replay_slowdown("slowdown=stall", "slowdown.rank=1", "slowdown.delay_ms=900")
+    with pytest.raises(
+        ConfigError, match=r"in flight 2\.1 s in the simulated replay of these slowdowns \(1\.2 s as"
+    ):
+        replay_run(cfg, out)
+    args = ["replay", "mode=real", f"trace={run}", f"out={out}", "real.timeout_s=0.5", "progress=false"]
+    assert skewlens_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "real.timeout_s=0.5: rank 0's c10d::all_reduce_" in err[0]
+    assert not out.exists() and _no_replay_processes_left() == []
+    # a modelled network times transfers the real replay does not make: the recorded in-flight time counts
+    from skewlens.replay.driver import check_real_timeout
+    from skewlens.replay.network.topology import Dimension, Topology
+
+    loaded = load_run(run)
+    slow = Topology(name="slow", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=1e-6, latency_ns=0),))
+    modelled = simulate(loaded, comm_mode="model", topology=slow)
+    assert int(modelled.coll_end_ns[0] - modelled.coll_arrival_ns[0]) > 1_000_000_000  # 1 KiB at 1 kB/s
+    check_real_timeout(loaded, None, 1.5)
+    with pytest.raises(ConfigError, match=r"real\.timeout_s=1\.1: .* in flight 1\.2 s as recorded"):
+        check_real_timeout(loaded, None, 1.1)
+
+
+def compose_replay_slowdown(*overrides: str) -> SlowdownConfig:
+    from test_scale import compose_replay
+
+    return compose_replay(*overrides).slowdown
 
 
 def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting_lenient(

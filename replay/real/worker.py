@@ -107,7 +107,7 @@ class Watchdog:
             if stuck is not None and now - stuck.issued_ns > self.timeout_ns:
                 self.abort(
                     "timeout",
-                    f"{stuck.desc} did not complete within {self.timeout_ns / 1e9:g} s",
+                    f"{stuck.desc} did not complete within {self.timeout_ns / 1e9:g} s (real.timeout_s)",
                     stuck.issued_ns,
                 )
             if deadline >= 0 and now > deadline:
