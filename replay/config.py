@@ -209,8 +209,10 @@ class RealConfig:
     def __post_init__(self) -> None:
         if self.capture not in ("profiler", "self"):
             raise ConfigError(f"real.capture: expected profiler or self, got {self.capture!r}")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"real.timeout_s: must be > 0, got {self.timeout_s}")
+        if (problem := number_problem(self.timeout_s, positive=True)) is not None:
+            # inf passed "> 0", started every process, and each worker then refused its plan (JSON has no
+            # Infinity): "the launcher exited with code 1"
+            raise ConfigError(f"real.timeout_s: {problem} (seconds an op may stay in flight)")
         if self.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"real.backend: expected auto, gloo or nccl, got {self.backend!r}")
         if self.nproc is not None and self.nproc < 1:

@@ -115,6 +115,7 @@ def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: li
         ("topology.algorithm=magic", "topology.algorithm"),
         ("topology.dims.0.bandwidth_gbps=-1", "topology.dims[0].bandwidth_gbps"),
         ("real.timeout_s=0", "real.timeout_s"),
+        ("real.timeout_s=inf", "real.timeout_s: must be a finite number > 0, got inf"),
         ("topology.contention=true", "contention"),
     ],
 )

@@ -20,6 +20,7 @@ averaged over the steps, for the original and for ``OUT_DIR/run``.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import shutil
 import socket
@@ -96,8 +97,8 @@ class RealConfigLike(Protocol):
 
 def _check_config(cfg: RealConfigLike) -> tuple[float, str, int | None, str, list[str] | None, str]:
     timeout_s = float(cfg.timeout_s)
-    if not timeout_s > 0:
-        raise ConfigError(f"real.timeout_s must be > 0 (got {cfg.timeout_s!r})")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"real.timeout_s must be a finite number > 0 (got {cfg.timeout_s!r})")
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"real.backend must be one of {', '.join(BACKENDS)} (got {cfg.backend!r})")
     if cfg.nproc is not None and int(cfg.nproc) < 1:
