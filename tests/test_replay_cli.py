@@ -108,6 +108,42 @@ def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: li
 
 
 @pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["scale.seed=abc"], "scale.seed=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        (["scale.dp=null"], "scale.dp=null: field 'dp' is not Optional"),
+        (["real.nproc=abc"], "real.nproc=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        (
+            ["real.launcher_args=abc"],
+            "real.launcher_args=abc: Invalid value assigned: str is not a ListConfig",
+        ),
+        (
+            ["topology.dims.0.bandwidth_gbps=abc"],
+            "topology.dims.0.bandwidth_gbps=abc: Value 'abc' of type 'str' could not be converted to Float",
+        ),
+        (["topology.dims.0.latency_ns=1.5"], "topology.dims.0.latency_ns=1.5: Value '1.5' of type 'float'"),
+        (["topology.contention=maybe"], "topology.contention=maybe: Value 'maybe' is not a valid bool"),
+        (
+            ["slowdown=straggler", "slowdown.entries.0.factor=abc"],
+            "slowdown.entries.0.factor=abc: Value 'abc' of type 'str' could not be converted to Float",
+        ),
+        (["scale.nokey=1"], "scale.nokey: no such setting (scale has dp, source, seed)"),
+        (["nokey=1"], "nokey: no such setting (skewlens replay has trace, out, mode,"),
+    ],
+)
+def test_a_value_not_of_its_settings_type_or_an_unknown_key_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], says: str
+) -> None:
+    # these were Hydra's six lines ("Error merging override ...", full_key, reference_type, ...): a setting
+    # whose default is null, one under the topology group or a list, an unknown key
+    args = ["replay", f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false", *overrides]
+    assert skewlens_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"skewlens replay: error: {says}"), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("override", "key"),
     [
         ("mode=fast", "mode"),

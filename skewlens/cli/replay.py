@@ -19,8 +19,10 @@ import signal
 import sys
 import tempfile
 import threading
+import typing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import hydra
 import yaml
@@ -29,7 +31,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
@@ -244,44 +246,58 @@ def check_groups(args: list[str]) -> None:
 
 def check_types(args: list[str]) -> None:
     """Each value ``args`` give a setting of the schema (every point of a sweep) has the setting's type,
-    else a one-line :class:`ConfigError` naming the override, before any point runs: Hydra refuses such a
-    sweep as a whole too, with several lines. Overrides Hydra's grammar refuses, group choices and keys
-    below lists (``slowdown.entries.0.factor``) are left to Hydra and the schema's checks."""
+    and each key they name is a setting, else a one-line :class:`ConfigError` naming the override, before
+    any point runs: Hydra refuses these too, in six lines. The type is the schema's declared one, found
+    through its dataclasses and list items (``topology.dims.0.bandwidth_gbps``: a float, whichever topology
+    is chosen; ``scale.seed``: an int or null). Overrides Hydra's grammar refuses, group choices, nodes
+    (``slowdown.entries.0``), appended keys (``+key=``) and Hydra's own (``hydra.*``) are left to Hydra."""
     try:
         overrides = OverridesParser.create().parse_overrides([a for a in args if "=" in a])
     except OverrideParseException:
         return  # Hydra says what is wrong with it
-    schema = OmegaConf.structured(ReplayConfig)
     for o in overrides:
-        key = o.key_or_group
-        if _below_missing(schema, key):
-            continue  # a key of a group the defaults fill (topology.algorithm): the chosen entry types it
-        try:
-            node = OmegaConf.select(schema, key, throw_on_missing=False)
-        except OmegaConfBaseException:
+        if o.is_delete():
             continue
-        if node is None or OmegaConf.is_config(node):
+        setting = _setting_type(o.key_or_group, adding=o.is_add())
+        if setting is None:
             continue
+        last = o.key_or_group.rpartition(".")[2]
+        name = last if last.isidentifier() else "value"  # what OmegaConf's message calls it
+        holder = OmegaConf.structured(
+            dataclasses.make_dataclass("Setting", [(name, setting, dataclasses.field(default=MISSING))])
+        )
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         for v in values:
             try:
-                OmegaConf.update(schema, key, v, merge=False)
+                OmegaConf.update(holder, name, v, merge=False)
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
 
 
-def _below_missing(schema: DictConfig, key: str) -> bool:
-    """``key`` lies under a node the schema leaves ``MISSING`` (a group the defaults fill: OmegaConf's
-    select raises a bare AttributeError there)."""
-    node: object = schema
-    for part in key.split(".")[:-1]:
-        if not isinstance(node, DictConfig) or part not in node.keys():  # noqa: SIM118 (`in` is False for MISSING)
-            return False
-        if OmegaConf.is_missing(node, part):
-            return True
-        node = node[part]
-    return False
+def _setting_type(key: str, *, adding: bool = False) -> Any:
+    """The declared type of the setting ``key`` names in :class:`ReplayConfig`, through dataclass fields and
+    list items; None where ``key`` is a group or node (a dataclass, or a list of them), is Hydra's, or is
+    appended (``adding``) where the schema has no such key. A key the schema does not have is a one-line
+    :class:`ConfigError` listing the settings it has there."""
+    t: Any = ReplayConfig
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if dataclasses.is_dataclass(t):
+            hints = typing.get_type_hints(t)
+            if part not in hints:
+                if adding or key.startswith("hydra"):
+                    return None
+                where = f"{'.'.join(parts[:depth])} has" if depth else "skewlens replay has"
+                raise ConfigError(f"{key}: no such setting ({where} {', '.join(hints)})")
+            t = hints[part]
+        elif typing.get_origin(t) is list and part.isdigit():
+            t = typing.get_args(t)[0]
+        else:
+            return None
+    if typing.get_origin(t) is list and dataclasses.is_dataclass(typing.get_args(t)[0]):
+        return None  # a list of nodes (slowdown.entries=[{...}]): Hydra merges its items into the schema
+    return None if dataclasses.is_dataclass(t) else t
 
 
 def check_topology_file(item: str, path: Path) -> None:
