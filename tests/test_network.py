@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,28 @@ def test_a_hierarchical_group_with_unevenly_filled_nodes_pays_the_emptiest_nodes
     inter = 2 * (p1 - 1) * 2_000 + 2 * (world - fewest) / world * S / 25.0
     topo = two_level(per_node=4, nodes=2, links=1)
     assert replayed_transfer(rt, topology=topo, algorithm="hierarchical") == [round(2 * intra + inter)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "oversub", "says"),
+    [
+        (
+            "switch",
+            4.0,
+            "oversubscription: applies to a fat_tree dimension, and this one is a switch (got 4)",
+        ),
+        ("fat_tree", math.inf, "oversubscription: must be a finite number >= 1, got inf"),
+        ("fat_tree", 0.5, "oversubscription: must be a finite number >= 1, got 0.5"),
+    ],
+)
+def test_oversubscription_other_than_a_fat_trees_finite_ratio_is_refused_naming_it(
+    kind: str, oversub: float, says: str
+) -> None:
+    # a switch's oversubscription=4 divided its bandwidth by 4 though the docs give it to fat_tree only, and
+    # inf divided it to 0: a ZeroDivisionError traceback
+    with pytest.raises(TopologyError, match=re.escape(says)):
+        Dimension(kind=kind, size=2, bandwidth_gbps=50.0, latency_ns=1_000, oversubscription=oversub)
+    assert Dimension(kind="fat_tree", size=2, bandwidth_gbps=50.0, latency_ns=1, oversubscription=4.0)
 
 
 def test_a_flat_algorithm_across_nodes_runs_at_the_slowest_dimension_with_oversubscription(

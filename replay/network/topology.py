@@ -59,8 +59,16 @@ class Dimension:
             raise TopologyError(f"bandwidth_gbps: must be > 0, got {self.bandwidth_gbps}")
         if self.latency_ns < 0:
             raise TopologyError(f"latency_ns: must be >= 0, got {self.latency_ns}")
-        if not self.oversubscription >= 1.0:
-            raise TopologyError(f"oversubscription: must be >= 1, got {self.oversubscription}")
+        if not (math.isfinite(self.oversubscription) and self.oversubscription >= 1.0):
+            raise TopologyError(
+                f"oversubscription: must be a finite number >= 1, got {self.oversubscription}"
+            )
+        if self.oversubscription != 1.0 and self.kind != "fat_tree":
+            # it divided any kind's bandwidth, where the docs say fat_tree only: a switch of 4 read as 1/4
+            raise TopologyError(
+                f"oversubscription: applies to a fat_tree dimension, and this one is a {self.kind} "
+                f"(got {self.oversubscription:g}); give kind fat_tree, or leave oversubscription at 1"
+            )
         if self.links_per_node < 0:
             raise TopologyError(f"links_per_node: must be >= 0 (0: one per rank), got {self.links_per_node}")
 
