@@ -593,6 +593,19 @@ def test_a_knob_the_chosen_slowdown_does_not_use_is_named_as_changing_nothing(
     assert "changes nothing" not in capsys.readouterr().out
 
 
+def test_a_scale_source_or_seed_without_scale_dp_is_named_as_changing_nothing(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # scale.source=1 alone replayed the run as captured, with no word that scale.dp=0 turned it off
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, "scale.source=1", "scale.seed=null"]) == 0
+    out = capsys.readouterr().out
+    assert "scale.source=1: scale.dp is 0 (the run replayed as captured), so it changes nothing here" in out
+    assert "scale.seed=null: scale.dp is 0" in out
+    assert skewlens_main([*args, "scale.dp=4", "scale.source=1", "comm_mode=model"]) == 0
+    assert "changes nothing" not in capsys.readouterr().out
+
+
 def test_a_failed_replay_into_the_directory_of_an_earlier_one_leaves_that_one_as_it_was(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

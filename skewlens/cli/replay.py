@@ -121,12 +121,15 @@ KNOBS = ("factor", "rank", "delay_ms", "step")
 
 
 def unused_knobs(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
-    """A note for each knob ``overrides`` set that no entry of the chosen slowdown refers to: it changes
-    nothing (a sweep over it gives the same point again and again)."""
+    """A note for each knob ``overrides`` set that no entry of the chosen slowdown refers to, and for
+    ``scale.source`` / ``scale.seed`` without ``scale.dp``: it changes nothing (a sweep over it gives the
+    same point again and again)."""
     entries = OmegaConf.to_yaml(cfg.slowdown.entries, resolve=False) if "slowdown" in cfg else ""
     notes = []
     for o in overrides:
         key = o.partition("=")[0].lstrip("+~")
+        if key in ("scale.source", "scale.seed") and not OmegaConf.select(cfg, "scale.dp", default=0):
+            notes.append(f"{o}: scale.dp is 0 (the run replayed as captured), so it changes nothing here")
         knob = key.removeprefix("slowdown.")
         if knob in KNOBS and key != knob and f"${{slowdown.{knob}}}" not in entries:
             name = cfg.slowdown.get("name", "?")
