@@ -243,6 +243,18 @@ def test_an_export_with_errors_gives_each_member_of_a_mismatched_collective_its_
     }
 
 
+def test_an_export_with_errors_keeps_both_sizes_of_a_send_and_recv_that_disagree(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).send(1, 512, 100, tag=9)
+    b.rank(1).recv(0, 4096, 100, tag=9)
+    b.rank(0).send(1, 64, 100, tag=3)
+    b.rank(1).recv(0, 64, 100, tag=3)
+    run = b.write(tmp_path / "run")
+    export_run(run, tmp_path / "pq", workers=1, strict=False)
+    rows = read_table(tmp_path / "pq" / "p2p.parquet").to_pylist()
+    assert {(r["tag"], r["comm_bytes"], r["recv_bytes"]) for r in rows} == {(9, 512, 4096), (3, 64, 64)}
+
+
 def test_export_replaces_an_older_export_in_one_step(exported: tuple[Path, Path]) -> None:
     run_dir, out = exported
     (out / "stale.txt").write_text("old")

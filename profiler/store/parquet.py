@@ -388,6 +388,7 @@ def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> in
         cols["dst_rank"].append(p.dst_rank)
         cols["tag"].append(p.tag)
         cols["comm_bytes"].append(p.comm_bytes)
+        cols["recv_bytes"].append(int(d.comm_bytes[j]))
         cols["send_node_id"].append(int(s.node_id[i]))
         cols["recv_node_id"].append(int(d.node_id[j]))
         cols["send_start_ns"].append(int(s.start_ns[i]))

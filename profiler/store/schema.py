@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
 
-#: Bumped on any incompatible change to a table written by skewlens (2: ``p2p.pair``).
-SCHEMA_VERSION = "2"
+#: Bumped on any incompatible change to a table written by skewlens (2: ``p2p.pair``; 3: ``p2p.recv_bytes``,
+#: and ``source_rank`` in replay's ``summary`` and ``timeline``).
+SCHEMA_VERSION = "3"
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
 
@@ -262,7 +263,10 @@ class P2PRecord:
     tag: int
     """Tag."""
     comm_bytes: int
-    """Message size in bytes."""
+    """Message size in bytes: the send's."""
+    recv_bytes: int
+    """Bytes the recv expects: ``comm_bytes``, but in an export with ``--allow-errors`` of a pair whose sizes
+    differ, the receiver's own."""
     send_node_id: int
     """Send node id on the sender."""
     recv_node_id: int
