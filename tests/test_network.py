@@ -162,6 +162,34 @@ def test_oversubscription_other_than_a_fat_trees_finite_ratio_is_refused_naming_
     assert Dimension(kind="fat_tree", size=2, bandwidth_gbps=50.0, latency_ns=1, oversubscription=4.0)
 
 
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        (
+            "topology.node_of_rank=[0,-1]",
+            "topology.node_of_rank: rank 1 is placed on node -1, and the topology has nodes 0-1",
+        ),
+        (
+            "topology.node_of_rank=[0,5]",
+            "topology.node_of_rank: rank 1 is placed on node 5, and the topology has nodes 0-1",
+        ),
+        ("topology.dims.0.size=0", "topology.dims[0].size: only the outermost dimension may have size 0"),
+    ],
+)
+def test_a_node_the_topology_lacks_or_an_inner_size_of_0_is_refused_naming_its_key(
+    override: str, says: str
+) -> None:
+    # nodes -1 and 5 of two_node_ib's 2 were taken as nodes of their own; the size's key read "topology.size"
+    from test_scale import compose_replay
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        compose_replay("topology=two_node_ib", override)
+    assert compose_replay("topology=two_node_ib", "topology.node_of_rank=[1,0]").topology.node_of_rank == [
+        1,
+        0,
+    ]
+
+
 def test_a_flat_algorithm_across_nodes_runs_at_the_slowest_dimension_with_oversubscription(
     tmp_path: Path,
 ) -> None:

@@ -95,12 +95,22 @@ class Topology:
     def __post_init__(self) -> None:
         if not self.dims:
             raise TopologyError("dims: a topology needs at least one dimension")
-        if any(d.size == 0 for d in self.dims[:-1]):
-            raise TopologyError("size: only the outermost dimension may have size 0 (as many as needed)")
+        for k, inner in enumerate(self.dims[:-1]):
+            if inner.size == 0:
+                raise TopologyError(
+                    f"dims[{k}].size: only the outermost dimension may have size 0 (as many as needed)"
+                )
         if self.placement not in PLACEMENTS:
             raise TopologyError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if self.node_of_rank and len(self.dims) != 2:
             raise TopologyError("node_of_rank: explicit placement needs a two-dimensional topology")
+        nodes = self.dims[-1].size
+        for r, node in enumerate(self.node_of_rank):  # node -1 or 5 of 2 was taken as a node of its own
+            if node < 0 or (nodes and node >= nodes):
+                have = f"nodes 0-{nodes - 1}" if nodes else "nodes numbered from 0"
+                raise TopologyError(
+                    f"node_of_rank: rank {r} is placed on node {node}, and the topology has {have}"
+                )
         if self.dims[0].links_per_node > 1:
             raise TopologyError(
                 f"dims[0].links_per_node: the innermost dimension has one link per rank (0 or 1), "
