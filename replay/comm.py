@@ -28,6 +28,9 @@ from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS, flat_time_ns, hierarchical_time_ns, p2p_time_ns
 from skewlens.replay.network.topology import Topology, TopologyError
 
+#: The longest transfer the simulator's int64 nanosecond clock can hold with room to spare (about 146 years).
+MAX_MODEL_NS = 2**62
+
 
 def message_bytes(comm_type: CommType, comm_bytes: int, p: int) -> int:
     """The message size ``S`` of the cost formulas (``skewlens.replay.network.algorithms``) of a collective
@@ -135,17 +138,32 @@ class ModelTiming:
                 key=lambda lb: lb[0] / lb[1],
             )
             outer = (max(d.latency_ns for d in ds[1:]) + extra, bw * factor)
-            return round(
+            return self._ns(
                 hierarchical_time_ns(
                     comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load
-                )
+                ),
+                f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
         alpha = float(max(d.latency_ns for d in ds) + extra)
         bw = min(d.effective_bandwidth_gbps for d in ds) * factor
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
         if slowest.kind == "ring" and self.algorithm not in ("ring", "hierarchical"):
             alpha *= max(1, p // 2)  # messages between non-neighbours travel up to p/2 hops
-        return round(flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw))
+        return self._ns(
+            flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw),
+            f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
+        )
+
+    def _ns(self, t: float, what: str) -> int:
+        """``t`` rounded to ns, or a :class:`ConfigError` where it is beyond the simulator's clock (a
+        bandwidth_gbps of 1e-300 crashed the simulator with an OverflowError traceback)."""
+        if not t <= MAX_MODEL_NS:  # NaN too
+            raise ConfigError(
+                f"topology {self.topology.name}: the network model times {what} at {t / 1e9:.3g} s, beyond "
+                "the simulator's clock (about 146 years): its dims' bandwidth_gbps / latency_ns (or a "
+                "network slowdown's factor / latency_ns) are out of any real range"
+            )
+        return round(t)
 
     def p2p_time_ns(self, src: int, dst: int, nbytes: int, step: int = -1) -> int:
         """Model time of one message ``src -> dst`` over the slowest dimension they span (at its effective
@@ -160,7 +178,9 @@ class ModelTiming:
         if any(d.kind == "ring" for d in ds):
             hops = self._ring_hops(src, dst, dims)
             alpha *= max(1, hops)
-        return round(p2p_time_ns(nbytes, alpha, bw))
+        return self._ns(
+            p2p_time_ns(nbytes, alpha, bw), f"one message of {nbytes:,} B from rank {src} to {dst}"
+        )
 
     def _ring_hops(self, src: int, dst: int, dims: tuple[int, ...]) -> int:
         a, b = self.topology.coords(src), self.topology.coords(dst)

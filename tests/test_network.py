@@ -190,6 +190,24 @@ def test_a_node_the_topology_lacks_or_an_inner_size_of_0_is_refused_naming_its_k
     ]
 
 
+@pytest.mark.parametrize(("bandwidth_gbps", "latency_ns"), [(1e-300, 1_000), (50.0, 9 * 10**18)])
+def test_a_transfer_time_beyond_the_simulators_clock_is_a_config_error_not_an_overflow(
+    tmp_path: Path, bandwidth_gbps: float, latency_ns: int
+) -> None:
+    # bandwidth_gbps=1e-300 timed 1 MiB at 1e303 ns and the simulator's int64 clock raised an OverflowError
+    rt = one_collective_run(tmp_path, 2)
+    topo = Topology(
+        name="t",
+        dims=(Dimension(kind="switch", size=0, bandwidth_gbps=bandwidth_gbps, latency_ns=latency_ns),),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"topology t: the network model times one all_reduce of 1,048,576 B among 2 ranks at .* s, "
+        r"beyond the simulator's clock",
+    ):
+        replayed_transfer(rt, topology=topo)
+
+
 def test_a_flat_algorithm_across_nodes_runs_at_the_slowest_dimension_with_oversubscription(
     tmp_path: Path,
 ) -> None:
