@@ -120,7 +120,7 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     k_sorted = np.where(tail, (st_sorted + 1) << 32, k_sorted)
     key = np.empty(n, dtype=np.int64)
     key[o] = k_sorted
-    valid = ri.is_comp | ri.is_comm | ri.is_untraced | ri.is_wait
+    valid = ri.is_comp | ri.is_comm | ri.is_comm_comp | ri.is_untraced | ri.is_wait
     key[~valid] = -1
     keys, inv = np.unique(key[valid], return_inverse=True)
     vrows = np.flatnonzero(valid)

@@ -125,7 +125,12 @@ class RankIndex:
     gname: I32
     """Run-wide name id of each row."""
     is_comp: B
-    """COMP rows that are real work (not the capture's untraced host time, not wait nodes)."""
+    """COMP rows that are real work (not the capture's untraced host time, not wait nodes, not NCCL kernels
+    kept as COMP: ``is_comm_comp``)."""
+    is_comm_comp: B
+    """NCCL kernels the importer kept as COMP (``skewlens.replay.execution.nccl_kernel_rows``: its launch
+    was outside the trace, and the name does not say the collective): communication that matches no peer,
+    never compute (not in the skew's or the blame's compute, not scaled by a what-if)."""
     is_wait: B
     """Wait nodes (``wait_tensor``, ``Work.wait``): blocked on communication, then the wait's own overhead;
     counted as communication, never as compute (but see ``host_work``); waiting for peers only inside the
@@ -283,14 +288,15 @@ def build_index(run: RunTrace) -> RunIndex:
         any_comp = rt.node_type == int(NodeType.COMP)
         is_untraced = untraced_rows(rt)
         is_wait = m.is_wait & ~is_untraced
-        is_comp = any_comp & ~is_untraced & ~is_wait
+        is_comm_comp = nccl_kernel_rows(rt)
+        is_comp = any_comp & ~is_untraced & ~is_wait & ~is_comm_comp
         # a host row blocked on the GPU (a synchronise, a blocking copy) is not busy by itself while
         # blocked: that time is the GPU's, communication where an NCCL kernel runs, compute where kernels
         # do, idle where the GPU idles too (it waits for what the trace does not show)
         on_gpu_only = np.zeros(len(rt), dtype=np.bool_)
         on_gpu_only[m.wait_dst] = True
         on_gpu_only[m.wait_dst[rt.is_cpu[m.wait_src]]] = False
-        busy = is_comm | is_comp | (is_wait & ~on_gpu_only)
+        busy = is_comm | is_comp | is_comm_comp | (is_wait & ~on_gpu_only)
         # a wait node is communication while blocked; after that, a wait op's overhead stays
         # communication-like, a host-time node's own work is compute (host_work)
         hw = np.flatnonzero(m.host_work)
@@ -298,7 +304,7 @@ def build_index(run: RunTrace) -> RunIndex:
         by_at = np.argsort(hw_at, kind="stable")
         # an NCCL kernel the importer kept as COMP (no collective to match it to) ran communication: in
         # M (transfer: with no peers known, no wait), not in C (compute_intervals leaves it out)
-        comm_like = ((is_comm | is_wait) & ~m.host_work & ~on_gpu_only) | nccl_kernel_rows(rt)
+        comm_like = ((is_comm | is_wait) & ~m.host_work & ~on_gpu_only) | is_comm_comp
         latest, latest_met = _latest_dep(m, end)
         idx[r] = RankIndex(
             rank=r,
@@ -306,6 +312,7 @@ def build_index(run: RunTrace) -> RunIndex:
             end_ns=end,
             gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int32),
             is_comp=is_comp,
+            is_comm_comp=is_comm_comp,
             is_wait=is_wait,
             host_work=m.host_work,
             host_work_rows=hw[by_at],

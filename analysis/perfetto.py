@@ -204,7 +204,11 @@ def write_perfetto(
     ix = result.index
     ranks = sorted(ix.ranks)
     written = {
-        r: ix.ranks[r].is_comp | ix.ranks[r].is_comm | ix.ranks[r].is_untraced | ix.ranks[r].is_wait
+        r: ix.ranks[r].is_comp
+        | ix.ranks[r].is_comm
+        | ix.ranks[r].is_comm_comp
+        | ix.ranks[r].is_untraced
+        | ix.ranks[r].is_wait
         for r in ranks
     }
     # the origin: the first start of a node written (not a METADATA node, which may be recorded at 0)
