@@ -11,7 +11,8 @@ different structure simply has keys the others lack (medians use the ranks that 
 For every interval the compute total (sum of COMP work, the execution model's: a wait node's blocked
 time is not compute) and the host-gap total (the execution model's gap ``start - latest dependency end``
 of nodes with dependencies, plus the capture's untraced-time nodes' work: of one that hid a wait, only its
-part after the completion, as the simulator times it) are compared with the lower median
+part after the completion, as the simulator times it; in the rank's first interval, also how much later than
+the run's first start it began) are compared with the lower median
 over the ranks that have that interval. The what-if for rank ``r`` scales ``r``'s compute work in each
 interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
 not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
@@ -40,7 +41,7 @@ from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.execution import execution_model
+from skewlens.replay.execution import execution_model, replay_gaps, run_start_ns
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -81,9 +82,13 @@ class _Intervals:
     keys: I64  # distinct keys, ascending
     comp: I64  # per distinct key: compute total
     gap: I64  # per distinct key: gap total
+    late_ns: int  # how much later than the run's first start the rank began (in its first row's key's gap)
+    first_row: int  # the rank's first row (-1: none)
 
 
-def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64) -> _Intervals:
+def _intervals(
+    ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64, late_ns: int
+) -> _Intervals:
     """Interval key of each row: (step, signature of the next communication node, its occurrence)."""
     rt = ri.trace
     o = ri.order
@@ -133,7 +138,13 @@ def _intervals(ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I6
     gap_w = gap_w.astype(np.float64)
     comp = np.bincount(inv, weights=comp_w, minlength=keys.size).astype(np.int64)
     gap = np.bincount(inv, weights=gap_w, minlength=keys.size).astype(np.int64)
-    return _Intervals(key=key, keys=keys, comp=comp, gap=gap)
+    # a rank that began after the run's first start was idle that long before its first row (the skew's
+    # windows say so too): host idle of its first interval, which the what-if can shorten
+    first = o[valid[o]]
+    first_row = int(first[0]) if first.size else -1
+    if first_row >= 0 and late_ns > 0:
+        gap[np.searchsorted(keys, key[first_row])] += late_ns
+    return _Intervals(key=key, keys=keys, comp=comp, gap=gap, late_ns=late_ns, first_row=first_row)
 
 
 def _group_sizes(ix: RunIndex) -> dict[int, I64]:
@@ -152,7 +163,12 @@ def _all_intervals(ix: RunIndex, gaps: dict[int, I64]) -> dict[int, _Intervals]:
     """:func:`_intervals` of every rank, in rank order (which numbers the signatures)."""
     sizes = _group_sizes(ix)
     sig_of: dict[int, int] = {}
-    return {r: _intervals(ri, sig_of, sizes[r], gaps[r]) for r, ri in sorted(ix.ranks.items())}
+    em = execution_model(ix.run)
+    t0 = run_start_ns(em)
+    return {
+        r: _intervals(ri, sig_of, sizes[r], gaps[r], max(em.ranks[r].t0_ns - t0, 0))
+        for r, ri in sorted(ix.ranks.items())
+    }
 
 
 _SLOT_MASK = (1 << 32) - 1
@@ -274,6 +290,11 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
         dur[u] = np.rint(ri.work_ns[u] * f_gap[row_k[u]]).astype(np.int64)
         g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
         gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
+        if iv.late_ns > 0 and iv.first_row >= 0 and f_gap[row_k[iv.first_row]] != 1.0:
+            # the rank starts earlier: every row without start edges (each counts from the run's start)
+            earlier = int(np.rint(iv.late_ns * (1.0 - f_gap[row_k[iv.first_row]])))
+            heads = ~ri.has_deps & (gaps >= iv.late_ns)
+            gap[heads] = gaps[heads] - earlier
     return dur, gap
 
 
@@ -298,9 +319,11 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
 
 
 def _simulator_gaps(ix: RunIndex) -> dict[int, I64]:
-    """The host gaps of the execution model, which the simulator reads too, so that the scaled values
-    passed as ``gap_override`` mean what the simulator means."""
-    return {r: execution_model(ix.run).ranks[r].gap_ns for r in ix.ranks}
+    """The host gaps the simulator replays (``replay_gaps``: the execution model's, of a row without start
+    edges from the run's first start), so that the scaled values passed as ``gap_override`` mean what the
+    simulator means."""
+    em = execution_model(ix.run)
+    return {r: replay_gaps(em, r) for r in ix.ranks}
 
 
 def _step_times(sim: Any) -> dict[int, int]:

@@ -229,6 +229,25 @@ def nccl_kernel_rows(rt: RankTrace) -> B:
     return _comp_rows_named(rt, names_nccl_kernel) & ~rt.is_cpu
 
 
+def run_start_ns(em: ExecutionModel) -> int:
+    """The run's first recorded start: the earliest :attr:`RankModel.t0_ns` of the ranks with rows."""
+    return min((m.t0_ns for m in em.ranks.values() if m.valid.any()), default=0)
+
+
+def replay_gaps(em: ExecutionModel, rank: int) -> I64:
+    """Each row's host gap as the simulator replays it: :attr:`RankModel.gap_ns`, and for a row without
+    start edges its recorded start less the run's first start (:func:`run_start_ns`), not less the rank's.
+    So a rank that began later than the others (DLRM's rank 7, 7.5 ms after rank 1) holds that as host idle
+    before its first node, which a what-if (``gap_override``) can shorten like any other gap; unmodified,
+    the replay is the same."""
+    m = em.ranks[rank]
+    late = m.t0_ns - run_start_ns(em)
+    if late <= 0:
+        return m.gap_ns
+    heads = ~m.has_start_deps & m.valid & (m.parent < 0)
+    return np.where(heads, m.gap_ns + late, m.gap_ns).astype(np.int64)
+
+
 def model_ends(run: RunTrace, rank: int) -> I64:
     """Each row's recorded end as the model takes it: a hidden wait's completion recorded after the wait
     ended is that wait's end (:attr:`RankModel.end_clamp_rows`); what an unmodified replay reproduces."""

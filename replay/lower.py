@@ -5,7 +5,8 @@ What each node waits for (start, queue and wait edges, host gaps, nesting, sync 
 is the execution model's; see its module docstring. This module only turns it into segments and adds what
 a what-if changes:
 
-- ``start_i = max(replayed ends of i's start edges, t0_rank) + gap_i + delay_i``, ``delay_i`` from
+- ``start_i = max(replayed ends of i's start edges, t0) + gap_i + delay_i`` (``t0`` the run's first start;
+  ``gap_i`` of a node without start edges counts from it: ``execution.replay_gaps``), ``delay_i`` from
   :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step);
 - compute nodes last ``work (or dur_override) x Effects.compute_factor``; a wait node's work begins no
   earlier than the completions it waits for;
@@ -34,7 +35,15 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import ExecutionModel, RankModel, SyncGroup, compute_rows, execution_model
+from skewlens.replay.execution import (
+    ExecutionModel,
+    RankModel,
+    SyncGroup,
+    compute_rows,
+    execution_model,
+    replay_gaps,
+    run_start_ns,
+)
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -141,11 +150,14 @@ class Lowered:
 
 
 def recorded_gaps(run: RunTrace) -> dict[int, I64]:
-    """Per rank, the recorded host gap before each row, the execution model's.
+    """Per rank, the recorded host gap before each row as the simulator replays it
+    (:func:`~skewlens.replay.execution.replay_gaps`: the execution model's, where a node without start
+    edges counts from the run's first start).
 
     Use these (scaled, replaced) as ``gap_override`` values.
     """
-    return {r: m.gap_ns for r, m in execution_model(run).ranks.items()}
+    em = execution_model(run)
+    return {r: replay_gaps(em, r) for r in em.ranks}
 
 
 def lower(
@@ -265,6 +277,7 @@ class Lowering:
             self.model.ranks[r],
             r,
             rk,
+            gap=replay_gaps(self.model, r),
             effects=self.effects,
             dur_override=dur_override.get(r) if dur_override is not None else None,
             gap_override=gap_override.get(r) if gap_override is not None else None,
@@ -334,7 +347,8 @@ def prepare(
 
     dur = np.zeros(total, dtype=np.int64)
     gap = np.zeros(total, dtype=np.int64)
-    t0_rank = np.zeros(len(ranks), dtype=np.int64)  # each rank's earliest start (ready0 of its heads)
+    t0_rank = np.zeros(len(ranks), dtype=np.int64)  # the ready0 of each rank's heads: the run's start
+    run_t0 = run_start_ns(em)
     # start edges go straight into whole-run arrays (no per-rank copies to concatenate)
     n_start = sum(em.ranks[r].start_src.size for r in ranks)
     src_all = np.empty(n_start, dtype=np.int64)
@@ -372,13 +386,14 @@ def prepare(
             m,
             r,
             rk,
+            gap=replay_gaps(em, r),
             effects=effects,
             dur_override=dur_override.get(r) if dur_override is not None else None,
             gap_override=gap_override.get(r) if gap_override is not None else None,
         )
         dur[lo:hi] = d
         gap[lo:hi] = g
-        t0_rank[i] = m.t0_ns
+        t0_rank[i] = run_t0  # a rank that began later holds that as the gap of its first nodes
         e_hi = e_lo + m.start_src.size
         np.add(m.start_src, lo, out=src_all[e_lo:e_hi], dtype=np.int64)
         np.add(m.start_dst, lo, out=dst_all[e_lo:e_hi], dtype=np.int64)
@@ -622,9 +637,9 @@ def _shared_ints(a: I64) -> list[int]:
         return []
     first = np.flatnonzero(np.diff(a)) + 1
     lengths = np.diff(first, prepend=0, append=a.size)
-    return list(
-        itertools.chain.from_iterable(map(itertools.repeat, a[np.r_[0, first]].tolist(), lengths.tolist()))
-    )
+    one: dict[int, int] = {}  # one object per distinct time, however many runs it has (the run's start)
+    values = [one.setdefault(v, v) for v in a[np.r_[0, first]].tolist()]
+    return list(itertools.chain.from_iterable(map(itertools.repeat, values, lengths.tolist())))
 
 
 def _compact(typecode: str, v: npt.NDArray[np.integer]) -> array[int]:
@@ -680,14 +695,16 @@ def _rank_times(
     rank: int,
     rk: npt.NDArray[np.int8],
     *,
+    gap: I64,
     effects: Effects,
     dur_override: npt.ArrayLike | None,
     gap_override: npt.ArrayLike | None,
 ) -> tuple[I64, I64]:
     """Replayed duration and host gap of each row of ``rank`` (``rk``: the rows' KIND_*): the execution
-    model's work and gap, overridden where the override is >= 0, then the effects' factors and delays."""
+    model's work and ``gap`` (:func:`~skewlens.replay.execution.replay_gaps`), overridden where the
+    override is >= 0, then the effects' factors and delays."""
     n = len(rt)
-    g = m.gap_ns
+    g = gap
     if gap_override is not None:
         ov = _checked_override(gap_override, n, rank, "gap_override")
         g = np.where(ov >= 0, ov, g)
