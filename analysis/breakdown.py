@@ -35,7 +35,7 @@ from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
-MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle")
+MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle", "gpu compute")
 _WAIT = MEAN_PARTS.index("exposed wait")
 
 
@@ -60,6 +60,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
         wait = np.minimum(ri.cov_wait_comp.between(a, b) - comp, exposed)
         overlapped = cov_m.between(a, b) + comp - union_mc
         idle = (b - a) - union_mc
+        gpu_comp = ri.cov_gpu_comp.between(a, b)
         for k, s in enumerate(keys):
             out.append(
                 StepBreakdownRecord(
@@ -72,6 +73,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     exposed_wait_ns=int(wait[k]),
                     exposed_transfer_ns=int(exposed[k] - wait[k]),
                     overlapped_comm_ns=int(overlapped[k]),
+                    gpu_compute_ns=int(gpu_comp[k]),
                     idle_ns=int(idle[k]),
                     complete=s not in incomplete,
                 )
@@ -121,6 +123,7 @@ def rank_means(records: Sequence[StepBreakdownRecord]) -> RankMeans:
                 b.exposed_transfer_ns,
                 b.overlapped_comm_ns,
                 b.idle_ns,
+                b.gpu_compute_ns,
             )
             for b in records
         ],

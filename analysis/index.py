@@ -40,6 +40,7 @@ from skewlens.replay.execution import (
     RankModel,
     compute_intervals,
     execution_model,
+    gpu_compute_rows,
     model_ends,
     nccl_kernel_rows,
     union_intervals,
@@ -171,6 +172,9 @@ class RankIndex:
     """Union of all compute and communication intervals of the rank (any stream; untraced time excluded)."""
     cov_comp: Coverage
     """Union of the compute intervals of the rank (any stream): ``[end - work, end)`` of COMP rows."""
+    cov_gpu_comp: Coverage
+    """Union of the GPU's compute kernels (``skewlens.replay.execution.gpu_compute_rows``: not NCCL
+    kernels, copies or memsets), empty on a CPU rank: HTA's compute time."""
     cov_comm: Coverage
     """Union of the communication intervals: comm rows and wait nodes."""
     cov_wait_comp: Coverage
@@ -306,6 +310,7 @@ def build_index(run: RunTrace) -> RunIndex:
         # M (transfer: with no peers known, no wait), not in C (compute_intervals leaves it out)
         comm_like = ((is_comm | is_wait) & ~m.host_work & ~on_gpu_only) | is_comm_comp
         latest, latest_met = _latest_dep(m, end)
+        gpu_comp = gpu_compute_rows(rt, m)
         idx[r] = RankIndex(
             rank=r,
             trace=rt,
@@ -331,6 +336,7 @@ def build_index(run: RunTrace) -> RunIndex:
             comm_sorted_end=np.sort(end[is_comm]),
             cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
             cov_comp=Coverage.of(*compute_intervals(rt, m, rt.start_ns, end)),
+            cov_gpu_comp=Coverage.of(rt.start_ns[gpu_comp], end[gpu_comp]),
             cov_comm=Coverage.of(
                 np.concatenate([rt.start_ns[comm_like], rt.start_ns[hw]]),
                 np.concatenate([end[comm_like], hw_at]),

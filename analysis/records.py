@@ -90,6 +90,10 @@ class StepBreakdownRecord:
     """Communication not hidden by compute, spent transferring."""
     overlapped_comm_ns: int
     """Communication time hidden under compute (intersection; host operators count as compute)."""
+    gpu_compute_ns: int
+    """Time covered by the GPU's compute kernels alone (union over streams; not NCCL kernels, copies or
+    memsets, not host operators): HTA's compute time, within this step; 0 on a CPU rank. Not a part of
+    the step's sum (``compute_ns`` holds it)."""
     idle_ns: int
     """Neither compute nor communication (host gaps): on a GPU rank, the GPU idle while no host operator
     runs either."""

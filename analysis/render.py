@@ -165,14 +165,24 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     """Each rank's mean step breakdown (ms per step); of more than ``max_ranks`` ranks (0: no limit), those
     that waited least for their peers (where stragglers are), the others summed up in the caption."""
     t = Table(title="Step breakdown per rank (mean ms per step)", title_justify="left")
-    cols = ("rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle")
+    cols = ["rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle"]
+    # a GPU run also gets its kernels' own compute (HTA's), which the host operators' time hides in compute
+    gpu = any(b.gpu_compute_ns for b in result.breakdown)
+    if gpu:
+        cols.append("GPU kernels")
     for c in cols:
         t.add_column(c, justify="right")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
-    if rest.ranks:
-        t.caption = ranks_left_out(shown, rest)
+    notes = [ranks_left_out(shown, rest)] if rest.ranks else []
+    if gpu:
+        notes.append(
+            "compute: host operators or GPU kernels running; GPU kernels: compute kernels alone (no NCCL, "
+            "copies, memsets), as HTA counts compute; wait + transfer: communication not under compute"
+        )
+    if notes:
+        t.caption = "\n".join(notes)
     for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
-        t.add_row(str(r), str(n), *(_ms(v) for v in means))
+        t.add_row(str(r), str(n), *(_ms(v) for v in means[: len(cols) - 2]))
     return t
 
 

@@ -177,6 +177,12 @@ def names_nccl_kernel(name: str) -> bool:
     return name[:4].lower() == "nccl"
 
 
+def names_gpu_memory_op(name: str) -> bool:
+    """A GPU activity name that is a copy or a memset (Kineto's ``Memcpy HtoD (Pageable -> Device)``,
+    ``Memset (Device)``): memory work, not compute, in a GPU-only compute figure (as HTA reads them)."""
+    return name.startswith(("Memcpy", "Memset"))
+
+
 def collective_from_op(op_name: str) -> CommType | None:
     """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
     base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()

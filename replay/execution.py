@@ -79,6 +79,7 @@ from skewlens.profiler.vocab import (
     WAIT_NODE_NAMES,
     CommType,
     NodeType,
+    names_gpu_memory_op,
     names_nccl_kernel,
 )
 
@@ -246,6 +247,12 @@ def replay_gaps(em: ExecutionModel, rank: int) -> I64:
         return m.gap_ns
     heads = ~m.has_start_deps & m.valid & (m.parent < 0)
     return np.where(heads, m.gap_ns + late, m.gap_ns).astype(np.int64)
+
+
+def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
+    """Per row: a GPU row among :func:`compute_rows` that is a kernel, not a copy or memset
+    (:func:`~skewlens.profiler.vocab.names_gpu_memory_op`): the GPU's compute as HTA counts it."""
+    return compute_rows(rt, m) & ~rt.is_cpu & ~_comp_rows_named(rt, names_gpu_memory_op)
 
 
 def model_ends(run: RunTrace, rank: int) -> I64:
