@@ -26,6 +26,7 @@ import pyarrow as pa
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.index import RankIndex
 from skewlens.analysis.records import CriticalPathRecord
+from skewlens.replay.execution import RankModel, execution_model
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
     DEFAULT_MAX_EVENTS,
@@ -78,7 +79,15 @@ def _metadata(r: int, tracks: Tracks) -> list[dict[str, Any]]:
 
 
 def _node_events(
-    r: int, ri: RankIndex, rows: np.ndarray, *, t0: int, names: tuple[str, ...], comm: bool, tracks: Tracks
+    r: int,
+    ri: RankIndex,
+    m: RankModel,
+    rows: np.ndarray,
+    *,
+    t0: int,
+    names: tuple[str, ...],
+    comm: bool,
+    tracks: Tracks,
 ) -> pa.Array:
     """Rows of one rank as X events on their stream's track; communication rows (``comm``) also carry
     their wait and size."""
@@ -92,7 +101,7 @@ def _node_events(
     fields: list[tuple[str, Value]] = [
         ("ph", '"X"'),
         ("name", Lookup(names, rt.name_idx[rows])),
-        ("cat", Lookup(CATEGORY_JSON, category_index(rt, rows))),
+        ("cat", Lookup(CATEGORY_JSON, category_index(rt, m, rows))),
         ("pid", str(r)),
         ("tid", json_int(tracks.tids(rt.stream, rows))),
         ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),
@@ -234,7 +243,8 @@ def write_perfetto(
 
     def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
         r, rows, comm = job
-        return _node_events(r, ix.ranks[r], rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
+        m = execution_model(ix.run).ranks[r]
+        return _node_events(r, ix.ranks[r], m, rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
 
     return write_trace(
         p,

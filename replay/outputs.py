@@ -35,6 +35,7 @@ from skewlens.profiler.store.schema import (
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.execution import execution_model
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
@@ -274,6 +275,8 @@ def write_perfetto(
         for r in ranks
     }
 
+    em = execution_model(run)
+
     def fmt(job: RankRows) -> pa.Array:
         """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
         table: list[str] = []
@@ -281,7 +284,7 @@ def write_perfetto(
         for r, rows in job:
             rt = run.ranks[r]
             name_idx.append(rt.name_idx[rows] + len(table))
-            cat.append(category_index(rt, rows))
+            cat.append(category_index(rt, em.ranks[r], rows))
             table += names[r]
             pid.append(np.full(len(rows), r, dtype=np.int64))
             tid.append(tracks[r].tids(rt.stream, rows))

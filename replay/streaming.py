@@ -11,7 +11,7 @@
 - **Waits drawn inside communication nodes** (:func:`wait_events`): a ``wait for peers`` slice over the
   part of a collective / send / recv spent waiting for late peers, so a viewer tells it from the transfer.
 - **One set of event categories** (:data:`CATEGORIES`: compute, collective, send, recv, untraced host
-  time) for both timelines.
+  time, wait, communication) for both timelines, compute exactly where the analyses count compute.
 - Formatting or building the next chunk overlaps writing this one on threads
   (:func:`skewlens.profiler.threads.ordered_map`: Arrow's kernels and Parquet encoding release the GIL).
 
@@ -38,7 +38,7 @@ from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.store.model import RankTrace, type_mask
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import nccl_kernel_rows, untraced_rows
+from skewlens.replay.execution import RankModel, compute_rows, nccl_kernel_rows, untraced_rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -57,9 +57,13 @@ _SMALL_RANGE = 4096
 _EVENT_SEP = ",\n"
 
 
-#: Perfetto ``cat`` of each node type (index: the type; ``other`` for the rest), then, last, of untraced
-#: host time (:func:`~skewlens.replay.execution.untraced_rows`), which the analyses count as idle, not
-#: compute. The replay's and the analyses' timelines both use them.
+#: Perfetto ``cat`` of each node type (index: the type; ``other`` for the rest), then, last, the COMP rows
+#: the analyses do not count as compute (:func:`~skewlens.replay.execution.compute_rows`): untraced host
+#: time (:func:`~skewlens.replay.execution.untraced_rows`), idle; a wait node of the execution model
+#: (:attr:`~skewlens.replay.execution.RankModel.is_wait`: ``wait_tensor``, a host op blocked on a GPU
+#: synchronise such as ``aten::to``), waiting; an NCCL kernel kept as COMP
+#: (:func:`~skewlens.replay.execution.nccl_kernel_rows`), communication. The replay's and the analyses'
+#: timelines both use them.
 CATEGORIES: tuple[str, ...] = (
     *(
         {
@@ -71,15 +75,23 @@ CATEGORIES: tuple[str, ...] = (
         for t in range(max(NodeType) + 1)
     ),
     "untraced",
+    "wait",
+    "communication",
 )
 #: :data:`CATEGORIES` as JSON strings, for :class:`Lookup` columns.
 CATEGORY_JSON = tuple(json.dumps(c) for c in CATEGORIES)
 
 
-def category_index(rt: RankTrace, rows: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
-    """Per row of ``rows``: its index into :data:`CATEGORIES`."""
+def category_index(rt: RankTrace, m: RankModel, rows: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
+    """Per row of ``rows``: its index into :data:`CATEGORIES`, ``m`` the rank's execution model. A COMP row
+    is ``compute`` where the analyses count it so (:func:`~skewlens.replay.execution.compute_rows`), else
+    ``untraced``, ``wait`` or ``communication`` (one rule for the timelines and the numbers)."""
     idx = rt.node_type[rows].astype(np.int64)
-    idx[untraced_rows(rt)[rows]] = len(CATEGORIES) - 1
+    comp = (idx == int(NodeType.COMP)) & ~compute_rows(rt, m)[rows]
+    untraced = untraced_rows(rt)[rows]
+    idx[comp & m.is_wait[rows]] = CATEGORIES.index("wait")
+    idx[comp & nccl_kernel_rows(rt)[rows]] = CATEGORIES.index("communication")
+    idx[untraced] = CATEGORIES.index("untraced")
     return idx
 
 

@@ -615,3 +615,26 @@ def test_a_slice_nested_in_another_keeps_its_lane_and_only_a_partial_overlap_ope
     end = np.array([10, 4, 12, 20, 13], dtype=np.int64)
     lanes = track_lanes(stream, start, end, np.arange(5))
     assert lanes.tolist() == [0, 0, 1, 0, 0]
+
+
+def test_both_timelines_draw_a_host_op_blocked_on_a_gpu_sync_as_wait_where_the_analyses_count_compute(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.execution import compute_rows, execution_model
+
+    # aten::item copies to the host and synchronises: the execution model's wait node (waiting, not
+    # compute, in the breakdown); both timelines drew it as compute (DLRM's rank 0: 9 such ops, 2.56 ms)
+    write_gpu_run(GpuRunSpec(world_size=2, steps=2, layers=2, seed=0), tmp_path / "k")
+    import_traces(sorted((tmp_path / "k").glob("*.json.gz")), None, tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    em = execution_model(run)
+    analysed = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json")
+    replayed = write_perfetto(run, simulate(run), tmp_path / "t.json")
+    for path in (analysed, replayed):
+        nodes = [e for e in _x_events(json.loads(path.read_text(encoding="utf-8"))) if "node_id" in e["args"]]
+        nodes = [e for e in nodes if e["cat"] != "critical_path"]
+        for r, rt in run.ranks.items():
+            compute = set(rt.node_id[compute_rows(rt, em.ranks[r])].tolist())
+            mine = [e for e in nodes if e["pid"] == r]
+            assert sorted(e["name"] for e in mine if e["cat"] == "wait") == ["aten::item", "aten::item"], path
+            assert {e["args"]["node_id"] for e in mine if e["cat"] == "compute"} == compute, path
