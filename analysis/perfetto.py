@@ -249,7 +249,6 @@ def write_perfetto(
     return write_trace(
         p,
         cap,
-        display_time_unit="ms",
         other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
         metadata=(m for r in ranks for m in _metadata(r, tracks[r])),
         jobs=jobs(),

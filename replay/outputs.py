@@ -320,7 +320,6 @@ def write_perfetto(
     return write_trace(
         p,
         cap,
-        display_time_unit="ns",
         other_data={"t0_ns": t0, "run_dir": run.run_dir},
         metadata=metadata(),
         jobs=rank_chunks(cap),

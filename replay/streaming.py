@@ -55,6 +55,12 @@ PACK_EVENTS = 1 << 12
 #: a table of their strings (a ``take``) instead of a cast per row.
 _SMALL_RANGE = 4096
 _EVENT_SEP = ",\n"
+#: ``displayTimeUnit`` of every trace file written (``ts`` / ``dur`` are µs whatever it says): "ms", the
+#: format's default and what torch.profiler's Kineto JSON says. chrome://tracing only displays times in it
+#: ("ns": a 200 ms step as 200,000,000 ns); older Perfetto JSON importers took it for the unit of ``ts``
+#: itself (trace_processor's ``JsonTracker::SetTimeUnit``: "ns" drawn 1000 times too short), today's
+#: ignore it.
+DISPLAY_TIME_UNIT = "ms"
 
 
 #: Perfetto ``cat`` of each node type (index: the type; ``other`` for the rest), then, last, the COMP rows
@@ -386,12 +392,11 @@ class TraceWriter:
 
 
 @contextmanager
-def trace_json(
-    path: str | Path, *, display_time_unit: str, other_data: Mapping[str, Any]
-) -> Iterator[TraceWriter]:
-    """Open a Chrome trace JSON file for streaming (atomically: it appears under ``path`` only complete)."""
+def trace_json(path: str | Path, *, other_data: Mapping[str, Any]) -> Iterator[TraceWriter]:
+    """Open a Chrome trace JSON file for streaming (atomically: it appears under ``path`` only complete),
+    with ``displayTimeUnit`` :data:`DISPLAY_TIME_UNIT`."""
     with atomic_file(path) as tmp, tmp.open("wb", buffering=1 << 20) as fh:
-        head = {"displayTimeUnit": display_time_unit, "otherData": other_data}
+        head = {"displayTimeUnit": DISPLAY_TIME_UNIT, "otherData": other_data}
         fh.write(json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"traceEvents":[\n')
         yield TraceWriter(fh)
         fh.write(b"\n]}\n")
@@ -581,7 +586,6 @@ def write_trace(
     path: Path,
     cap: EventCap,
     *,
-    display_time_unit: str,
     other_data: Mapping[str, Any],
     metadata: Iterable[Mapping[str, Any]],
     jobs: Iterable[T],
@@ -598,7 +602,7 @@ def write_trace(
     out, a marker and ``on_note`` say so: the marker (µs from ``origin_ns``) at the last kept end (``end_ns``
     per rank) of whole steps, or at the cap's time when it cut inside the first step (later nodes of a rank
     drawn before it would look like idle time)."""
-    with trace_json(path, display_time_unit=display_time_unit, other_data={**other_data, **cap.meta()}) as w:
+    with trace_json(path, other_data={**other_data, **cap.meta()}) as w:
         w.write_events(metadata)
         for rows in ordered_map(fmt, jobs, workers=default_workers() if workers is None else workers):
             w.write_formatted(rows)

@@ -638,3 +638,13 @@ def test_both_timelines_draw_a_host_op_blocked_on_a_gpu_sync_as_wait_where_the_a
             mine = [e for e in nodes if e["pid"] == r]
             assert sorted(e["name"] for e in mine if e["cat"] == "wait") == ["aten::item", "aten::item"], path
             assert {e["args"]["node_id"] for e in mine if e["cat"] == "compute"} == compute, path
+
+
+def test_the_replay_and_the_analysis_timelines_say_the_same_display_time_unit_ms(tmp_path: Path) -> None:
+    # the replay's timeline.json said "ns", the analysis trace "ms", both with ts in µs; chrome://tracing
+    # shows "ns" steps in millions of ns, and older Perfetto importers took "ns" as the unit of ts
+    run = load_run(build_run(tmp_path / "run", Scenario(world_size=2, steps=1)))
+    analysed = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json")
+    replayed = write_perfetto(run, simulate(run), tmp_path / "t.json")
+    units = [json.loads(p.read_text(encoding="utf-8"))["displayTimeUnit"] for p in (analysed, replayed)]
+    assert units == ["ms", "ms"]
