@@ -1,9 +1,9 @@
 """Chrome / Perfetto trace JSON of a run with its critical path marked.
 
-One process per rank (``pid`` = rank), one track per stream/thread, plus a ``critical path`` track per
-rank holding copies of the path's nodes, and flow arrows (``ph: s/f``) wherever the path jumps from one
-rank to another (to a collective's last arriver or a late send). Times are µs at this edge, relative to
-the run's first node (``otherData.t0_ns`` keeps the origin).
+One process per rank (``pid`` = rank), one track per stream/thread, plus a ``critical path`` track on
+each rank the path passes through holding copies of the path's nodes, and flow arrows (``ph: s/f``)
+wherever the path jumps from one rank to another (to a collective's last arriver or a late send). Times
+are µs at this edge, relative to the run's first node (``otherData.t0_ns`` keeps the origin).
 
 The file is streamed a chunk of nodes at a time (:mod:`skewlens.replay.streaming`: formatted by Arrow
 kernels, never a dict per event) and atomically. At most ``max_events`` nodes are written (default
@@ -67,12 +67,17 @@ def _tracks(ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> Tracks:
     )
 
 
-def _metadata(r: int, tracks: Tracks) -> list[dict[str, Any]]:
+def _metadata(r: int, tracks: Tracks, *, on_path: bool) -> list[dict[str, Any]]:
+    """Names of rank ``r``'s process and tracks; a ``critical path`` track only where the path drawn
+    (``on_path``) passes through the rank."""
     meta: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
-        {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}},
     ]
+    if on_path:
+        meta.append(
+            {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}}
+        )
     for tid, label in sorted(tracks.names.items()):
         meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
     return meta
@@ -111,24 +116,15 @@ def _node_events(
     return format_events(fields, len(rows))
 
 
-def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iterator[pa.Array]:
-    """The critical path's nodes on each rank's ``critical path`` track, and a flow arrow wherever the
-    path moves to another rank within a step; only the path of what ``cap`` kept."""
+def _path_kept(path: list[CriticalPathRecord], cap: EventCap) -> tuple[np.ndarray, np.ndarray]:
+    """Where each piece of the path is drawn (ns: from where the later piece after it began, less the gap
+    between them, over its contribution) and whether ``cap`` kept it."""
     n = len(path)
-    if n == 0:
-        return
 
     def col(attr: str) -> np.ndarray:
         return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
 
-    rank, step, start, end, contrib, gap = (
-        col("rank"),
-        col("step"),
-        col("start_ns"),
-        col("end_ns"),
-        col("contribution_ns"),
-        col("gap_before_ns"),
-    )
+    step, end, contrib, gap = col("step"), col("end_ns"), col("contribution_ns"), col("gap_before_ns")
     # a node is on the path only until what waited for it needed it (a host op until the launch inside it):
     # its piece ends where the later piece after it began, less the gap between them, not at the node's end;
     # each step's pieces tile its path back from its last node's end (records: by step, then position)
@@ -143,6 +139,21 @@ def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iter
         kept = ts < cap.until_ns
     else:
         kept = np.ones(n, dtype=np.bool_)
+    return ts, kept
+
+
+def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iterator[pa.Array]:
+    """The critical path's nodes on each rank's ``critical path`` track, and a flow arrow wherever the
+    path moves to another rank within a step; only the path of what ``cap`` kept."""
+    n = len(path)
+    if n == 0:
+        return
+
+    def col(attr: str) -> np.ndarray:
+        return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
+
+    rank, step, start, contrib = col("rank"), col("step"), col("start_ns"), col("contribution_ns")
+    ts, kept = _path_kept(path, cap)
     name_of: dict[str, int] = {}
     via_of: dict[str, int] = {}
     name_idx = np.fromiter((name_of.setdefault(p.name, len(name_of)) for p in path), dtype=np.int64, count=n)
@@ -231,6 +242,9 @@ def write_perfetto(
         option=f"{MAX_EVENTS_OPTION} 0",
     )
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
+    # a critical path track only on the ranks the path drawn passes through (the others had an empty one)
+    cp = result.critical_path
+    path_ranks = {c.rank for c, k in zip(cp, _path_kept(cp, cap)[1].tolist(), strict=True) if k}
     tracks = {r: _tracks(ix.ranks[r], written[r], ix.run.pg_names) for r in ranks}
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
@@ -250,7 +264,7 @@ def write_perfetto(
         p,
         cap,
         other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
-        metadata=(m for r in ranks for m in _metadata(r, tracks[r])),
+        metadata=(m for r in ranks for m in _metadata(r, tracks[r], on_path=r in path_ranks)),
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(

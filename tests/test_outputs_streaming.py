@@ -473,7 +473,8 @@ def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_strea
     result = analyze_run(run, blame=False)
     analysis_doc = json.loads(write_analysis_perfetto(result, tmp_path / "a.json").read_text())
     names = _thread_names(analysis_doc, 1)
-    assert names == {0: "critical path", 1: "host thread 0", 2: "communication stream 1000 (group 0)"}
+    path = {0: "critical path"} if 1 in {p.rank for p in result.critical_path} else {}
+    assert names == {**path, 1: "host thread 0", 2: "communication stream 1000 (group 0)"}
     # an imported GPU run: host threads by their tid, the compute and the NCCL stream by their number; the
     # streams that hold only METADATA nodes get no (empty) track
     write_gpu_run(GpuRunSpec(world_size=2, steps=1, layers=2, seed=1), tmp_path / "kineto")
@@ -648,3 +649,26 @@ def test_the_replay_and_the_analysis_timelines_say_the_same_display_time_unit_ms
     replayed = write_perfetto(run, simulate(run), tmp_path / "t.json")
     units = [json.loads(p.read_text(encoding="utf-8"))["displayTimeUnit"] for p in (analysed, replayed)]
     assert units == ["ms", "ms"]
+
+
+def test_only_ranks_the_drawn_critical_path_passes_through_get_a_critical_path_track(tmp_path: Path) -> None:
+    # every rank got a 'critical path' track, empty on those the path never visits (DLRM: 6 of 8 ranks)
+    run = load_run(
+        build_run(tmp_path / "run", Scenario(world_size=4, steps=3, straggler_rank=2, straggler_ns=5 * MS))
+    )
+    res = analyze_run(run, blame=False)
+    on_path = {p.rank for p in res.critical_path}
+    assert on_path and on_path != set(run.ranks)
+    for cap in (0, 20):  # all, and a cap that keeps the first step(s)
+        doc = json.loads(
+            write_analysis_perfetto(res, tmp_path / f"a{cap}.json", max_events=cap).read_text("utf-8")
+        )
+        named = {
+            e["pid"]
+            for e in doc["traceEvents"]
+            if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] == 0
+        }
+        drawn = {e["pid"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "critical_path"}
+        assert named == drawn, cap
+        if cap == 0:
+            assert drawn == on_path
