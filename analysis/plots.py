@@ -16,6 +16,8 @@ from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.render import MAX_RANK_ROWS, ranks_left_out
 from skewlens.analysis.skew import SkewEvent
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.execution import CLOCK_NOTE_NS
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -32,6 +34,12 @@ def _figure() -> Any:
     from matplotlib.figure import Figure
 
     return Figure
+
+
+def _rectangle() -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -58,6 +66,28 @@ class HeatmapData:
     """Column labels: ``all_reduce 0#3`` (type, group, sequence number) or ``p2p 0->1`` (sender, receiver)."""
     note: str | None
     """What the picture leaves out, or why it has no cells; None when it shows everything."""
+    clocks_disagree: npt.NDArray[np.bool_]
+    """Per column: a member recorded as done before another began (:func:`_clocks_disagree`): the ranks'
+    clocks contradict each other there, and its waits are not meaningful (drawn hatched)."""
+
+
+#: Rooted collectives, whose members may finish before others arrive (see
+#: :func:`skewlens.replay.execution.clock_note`): not taken as a contradiction of the clocks here.
+_ROOTED = frozenset(c.name for c in (CommType.BROADCAST, CommType.SCATTER, CommType.GATHER, CommType.REDUCE))
+
+
+def _clocks_disagree(e: SkewEvent) -> bool:
+    """Whether the event's recorded times contradict each other as :func:`~skewlens.replay.execution.
+    clock_note` counts them: a recv done more than :data:`~skewlens.replay.execution.CLOCK_NOTE_NS` before
+    its send began, or a member of a collective that is not rooted done that long before another began
+    (a member of a zero length, whose end was not seen, aside)."""
+    arrival, end = np.asarray(e.arrival_ns), np.asarray(e.end_ns)
+    if e.kind == "p2p":  # (sender, receiver)
+        return bool(arrival[0] - end[1] > CLOCK_NOTE_NS)
+    seen = end > arrival
+    if e.comm_type in _ROOTED or not seen.any():
+        return False
+    return bool(arrival.max() - end[seen].min() > CLOCK_NOTE_NS)
 
 
 def _event_label(e: SkewEvent) -> str:
@@ -85,7 +115,13 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
     grid = np.full((ranks.size, len(events)), np.nan)
     for j, e in enumerate(events):
         grid[np.searchsorted(ranks, np.asarray(e.ranks, dtype=np.int64)), j] = e.wait_ns / 1e6
-    return HeatmapData(ranks=ranks, grid=grid, labels=[_event_label(e) for e in events], note=note)
+    return HeatmapData(
+        ranks=ranks,
+        grid=grid,
+        labels=[_event_label(e) for e in events],
+        note=note,
+        clocks_disagree=np.array([_clocks_disagree(e) for e in events], dtype=np.bool_),
+    )
 
 
 def wait_heatmap(
@@ -119,6 +155,12 @@ def wait_heatmap(
             vmax=top if top > 0 else 1.0,
         )
         fig.colorbar(im, ax=ax, label="ms")
+        # where the clocks contradict each other the waits are not meaningful (the report's clock note):
+        # those columns hatched over their cells
+        for j in np.flatnonzero(data.clocks_disagree).tolist():
+            ax.add_patch(
+                _rectangle()((j - 0.5, -0.5), 1.0, ranks.size, fill=False, hatch="xx", edgecolor="red", lw=0)
+            )
         yticks = _ticks(ranks.size)
         ax.set_yticks(yticks, [str(r) for r in ranks[yticks].tolist()])
         ticks = _ticks(n)
@@ -127,10 +169,22 @@ def wait_heatmap(
     else:
         ax.set_xticks([])
         ax.set_yticks([])
+    lines = []
+    if data.clocks_disagree.any():
+        k = int(data.clocks_disagree.sum())
+        lines.append(
+            textwrap.fill(
+                f"hatched: {k} where the ranks' clocks disagree (a member recorded as done before another "
+                "began): their waits are not meaningful",
+                70,
+            )
+        )
+    if data.note is not None and n:
+        lines.append(data.note)
+    if lines:
+        ax.set_title("\n".join(["wait for peers (ms); blank: not a member", *lines]), fontsize=9)
     if data.note is not None:
-        if n:
-            ax.set_title(f"wait for peers (ms); blank: not a member\n{data.note}", fontsize=9)
-        else:
+        if not n:
             text = textwrap.fill(data.note, 36)
             ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes)
         if on_note is not None:

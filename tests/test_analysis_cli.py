@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_one_slow_rank, build_run
@@ -326,3 +327,33 @@ def test_a_rank_whose_cost_and_caused_wait_show_as_zero_is_shown_no_cause() -> N
     assert shown_cause(rec(25_000, 0), steps=5) == "host idle/gap +29.6 ms"  # 0.01 ms a step
     assert shown_cause(rec(0, 25_000), steps=5) == "host idle/gap +29.6 ms"
     assert shown_cause(rec(-25_000, 0), steps=5) == "host idle/gap +29.6 ms"
+
+
+def test_the_wait_heatmap_hatches_the_collectives_where_the_clocks_disagree_and_says_why(
+    tmp_path: Path, shared_traces: Path
+) -> None:
+    # the 128-GPU sampled pair: at all_to_all 0#1 rank 0 is recorded done 46.5 ms before rank 1 began, so
+    # its 62.8 ms wait is not meaningful (the report's clock note), yet the heatmap drew it as the run's
+    # worst wait with nothing to tell it apart
+    from PIL import Image
+
+    from skewlens.profiler.importers import import_traces
+    from skewlens.replay.driver import load_trace
+    from skewlens.replay.execution import clock_note
+
+    pair = [shared_traces / f"a2a_128gpu_sampled_rank{r}_kineto.json.gz" for r in (0, 1)]
+    import_traces(pair, None, tmp_path / "run")
+    run = load_trace(tmp_path / "run", lenient=True)
+    result = analyze_run(run, blame=False)
+    data = wait_heatmap_data(result)
+    hatched = [label for label, bad in zip(data.labels, data.clocks_disagree.tolist(), strict=True) if bad]
+    assert hatched == ["all_to_all 0#0", "all_to_all 0#1"]
+    assert data.grid[0, data.labels.index("all_to_all 0#1")] == pytest.approx(62.783, abs=1e-3)
+    assert f"clocks disagree: {len(hatched)} of " in (clock_note(run) or "")  # the report's count
+    with Image.open(wait_heatmap(result, tmp_path / "w.png")) as im:
+        rgb = np.asarray(im.convert("RGB")).astype(int)
+    red = (rgb[..., 0] > 200) & (rgb[..., 1] < 80) & (rgb[..., 2] < 80)  # the hatching (viridis has no red)
+    cols = np.flatnonzero(red.any(axis=0))
+    assert red.sum() > 500
+    # only over the first two of the seven columns: the left 2/7 of the cells' span
+    assert cols.max() - cols.min() < (rgb.shape[1] * 0.5) * 2 / 7 + 20
