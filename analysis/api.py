@@ -152,6 +152,9 @@ def skew_table(skew: SkewResult) -> pa.Table:
         "cause_op": per_event_str([e.cause.op for e in ev]),
         "cause_delta_ns": per_event([e.cause.delta_ns for e in ev]),
         "cause": per_event_str([e.cause.text for e in ev]),
+        "clock_contradicted": np.asarray([e.clock_contradicted for e in ev], dtype=np.bool_)[owner]
+        if ev
+        else np.zeros(0, dtype=np.bool_),
     }
     return table_from_columns(CollectiveSkewRecord, cols, "collective_skew")
 

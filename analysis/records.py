@@ -65,6 +65,10 @@ class CollectiveSkewRecord:
     """How much the cause grew, late member minus median member, ns."""
     cause: str
     """Human-readable cause."""
+    clock_contradicted: bool
+    """Whether the members' recorded times contradict each other by more than 1 ms (a member done before
+    one it waits for began: the ranks' clocks disagree): the event's skew, waits and cause are not
+    meaningful."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -124,27 +124,38 @@ def uncompared_notes(result: AnalysisResult) -> list[str]:
     return out
 
 
+#: Mark of a synchronisation point whose members' recorded times contradict each other.
+CLOCK_MARK = "(clocks?)"
+
+
 def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     """Synchronisation points with the most exposed wait, summed over their members (31 members waiting
-    1.63 ms each: 50.54 ms beside a skew of 1.63)."""
+    1.63 ms each: 50.54 ms beside a skew of 1.63). Those whose members' recorded times contradict each other
+    (``clock_contradicted``: clocks that disagree) come after the others, marked :data:`CLOCK_MARK`: their
+    skew and waits are not meaningful."""
     t = Table(
         title="Worst collectives / p2p (by exposed wait: not hidden under compute)", title_justify="left"
     )
     for c in ("step", "collective", "skew ms", "exposed wait ms (members' sum)", "late", "blamed"):
         t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=c == "collective")
     _cause_column(t)
-    events = sorted(result.skew.events, key=lambda e: -e.total_exposed_wait_ns)[:top]
+    waited = [e for e in result.skew.events if e.total_exposed_wait_ns > 0]
+    events = sorted(waited, key=lambda e: (e.clock_contradicted, -e.total_exposed_wait_ns))[:top]
     for e in events:
-        if e.total_exposed_wait_ns <= 0:
-            break
+        mark = f" {CLOCK_MARK}" if e.clock_contradicted else ""
         t.add_row(
             str(e.step),
-            f"{e.comm_type.lower()} {e.pg_name}#{e.seq}",
+            f"{e.comm_type.lower()} {e.pg_name}#{e.seq}{mark}",
             _ms(e.skew_ns),
             _ms(e.total_exposed_wait_ns),
             str(e.late_rank),
             str(e.blamed_rank),
             e.cause.text or "-",
+        )
+    if any(e.clock_contradicted for e in events):
+        t.caption = (
+            f"{CLOCK_MARK}: a member recorded as done before one it waits for began: the ranks' clocks "
+            "disagree, so its skew, waits and cause are not meaningful (listed after the others)"
         )
     return t
 

@@ -39,6 +39,7 @@ import numpy as np
 from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.execution import clock_contradictions
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
@@ -145,6 +146,10 @@ class SkewEvent:
     """Late arrival minus median arrival."""
     cause: Cause
     """Why the late member was late."""
+    clock_contradicted: bool = False
+    """Whether the members' recorded times contradict each other (a member done before one it waits for
+    began: clocks that disagree, :func:`~skewlens.replay.execution.clock_contradictions`): its skew, waits
+    and cause are not meaningful."""
 
     @property
     def skew_ns(self) -> int:
@@ -202,6 +207,7 @@ class SkewResult:
                         cause_op=e.cause.op,
                         cause_delta_ns=e.cause.delta_ns,
                         cause=e.cause.text,
+                        clock_contradicted=e.clock_contradicted,
                     )
                 )
         return out
@@ -374,6 +380,9 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     ]
     raw += [("p2p", k, (p.src_rank, p.dst_rank), (p.src_row, p.dst_row)) for k, p in enumerate(run.p2p)]
     mem = _members(ix, raw)
+    contradicted = {
+        ("p2p" if c.is_p2p else "collective", c.index) for c in clock_contradictions(run) if not c.rooted
+    }
     bounds = zip(mem.at[:-1].tolist(), mem.at[1:].tolist(), strict=True)
     last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
@@ -472,6 +481,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 blamed_rank=blamed,
                 late_by_ns=int(arr[li] - arr[mi]),
                 cause=cause,
+                clock_contradicted=(kind, k) in contradicted,
             )
         )
     return _summarise(events, {r: ri.cov_comp for r, ri in ix.ranks.items()})

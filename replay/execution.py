@@ -340,18 +340,29 @@ def _held_to(
     return (root if root in seen else -1), last, True
 
 
-def clock_note(run: RunTrace) -> str | None:
-    """What the traces' clocks contradict, in one line, or None: collective members recorded as done before
-    a member they wait for arrived (the last, or a rooted collective's root: :func:`_held_to`; the model
-    detaches them) and recvs recorded as done before their send began, by more than :data:`CLOCK_NOTE_NS`.
-    Such times come from clocks that disagree (traces of hosts without a common clock, an import without
-    alignment): their skew and waits are not meaningful. Members of rooted collectives done before the last
-    arrival as their root allows (gloo's) are said apart: their skew and waits, counted from the last
-    arrival, overstate what they waited for."""
-    syncs = execution_model(run).syncs
-    worst, where, n = 0, "", 0
-    r_worst, r_where, rooted = 0, "", 0
-    for g in syncs:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClockContradiction:
+    """A sync group whose recorded times contradict each other (:func:`clock_contradictions`)."""
+
+    is_p2p: bool
+    """True for a send/recv pair, False for a collective instance."""
+    index: int
+    """Index into ``run.collectives`` or ``run.p2p``."""
+    by_ns: int
+    """How much earlier the member was done than the arrival it waits for."""
+    where: str
+    """Where, in words: the group and the two members."""
+    rooted: bool
+    """A rooted collective's member done early as its root allows (gloo's): not a clock error."""
+
+
+def clock_contradictions(run: RunTrace) -> list[ClockContradiction]:
+    """Collective members recorded as done before a member they wait for arrived (the last, or a rooted
+    collective's root: :func:`_held_to`; the model detaches them) and recvs recorded as done before their
+    send began, by more than :data:`CLOCK_NOTE_NS`, in sync group order; and members of rooted collectives
+    done before the last arrival as their root allows (``rooted``)."""
+    out: list[ClockContradiction] = []
+    for g in execution_model(run).syncs:
         if not g.is_p2p and not any(g.detached):  # a collective member is detached only by its clock
             continue
         rts = [run.ranks[r] for r in g.ranks]
@@ -373,35 +384,48 @@ def clock_note(run: RunTrace) -> str | None:
                 first, final = min(seen, key=lambda k: ends[k]), int(np.argmax(starts))
                 allowed = starts[final] - ends[first]
                 if allowed > CLOCK_NOTE_NS:
-                    rooted += 1
-                    if allowed > r_worst:
-                        r_worst = allowed
-                        r_where = (
-                            f"group {pg}, a {c.comm_type.name.lower()}: rank {g.ranks[first]} done "
-                            f"{allowed / 1e6:.1f} ms before rank {g.ranks[final]} began"
-                        )
+                    where = (
+                        f"group {pg}, a {c.comm_type.name.lower()}: rank {g.ranks[first]} done "
+                        f"{allowed / 1e6:.1f} ms before rank {g.ranks[final]} began"
+                    )
+                    found = ClockContradiction(
+                        is_p2p=False, index=g.index, by_ns=allowed, where=where, rooted=True
+                    )
+                    out.append(found)
                 continue
         late = starts[last] - ends[early]
         if late <= CLOCK_NOTE_NS:
             continue
-        n += 1
-        if late > worst:
-            worst = late
-            who = f"rank {g.ranks[early]} done {late / 1e6:.1f} ms before rank {g.ranks[last]} began"
-            where = f"group {pg}: {who}"
+        who = f"rank {g.ranks[early]} done {late / 1e6:.1f} ms before rank {g.ranks[last]} began"
+        where = f"group {pg}: {who}"
+        out.append(ClockContradiction(is_p2p=g.is_p2p, index=g.index, by_ns=late, where=where, rooted=False))
+    return out
+
+
+def clock_note(run: RunTrace) -> str | None:
+    """What the traces' clocks contradict (:func:`clock_contradictions`), in one line, or None. Such times
+    come from clocks that disagree (traces of hosts without a common clock, an import without alignment):
+    their skew and waits are not meaningful. Members of rooted collectives done before the last arrival as
+    their root allows (gloo's) are said apart: their skew and waits, counted from the last arrival, overstate
+    what they waited for."""
+    found = clock_contradictions(run)
+    wrong = [c for c in found if not c.rooted]
+    rooted = [c for c in found if c.rooted]
     notes = []
-    if n:
+    if wrong:
+        worst = max(wrong, key=lambda c: c.by_ns)  # the first of the largest
         notes.append(
-            f"clocks disagree: {n} of {len(syncs)} collectives and p2p pairs have a member recorded as "
-            f"done before another began (worst: {where}); the ranks' clocks are not aligned (traces of "
-            "hosts without a common clock?): the skew and waits of those are not meaningful, and a replay "
-            "keeps such members' recorded times"
+            f"clocks disagree: {len(wrong)} of {len(execution_model(run).syncs)} collectives and p2p pairs "
+            f"have a member recorded as done before another began (worst: {worst.where}); the ranks' clocks "
+            "are not aligned (traces of hosts without a common clock?): the skew and waits of those are not "
+            "meaningful, and a replay keeps such members' recorded times"
         )
     if rooted:
+        worst = max(rooted, key=lambda c: c.by_ns)
         notes.append(
-            f"{rooted} rooted collectives (broadcast, scatter, gather, reduce) have a member done before "
-            f"another began, as their root allows (worst: {r_where}): such a member did not wait for the "
-            "last arrival their skew and waits count from, and a replay keeps its recorded time"
+            f"{len(rooted)} rooted collectives (broadcast, scatter, gather, reduce) have a member done "
+            f"before another began, as their root allows (worst: {worst.where}): such a member did not "
+            "wait for the last arrival their skew and waits count from, and a replay keeps its recorded time"
         )
     return "; ".join(notes) or None
 

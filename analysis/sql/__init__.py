@@ -17,8 +17,9 @@ from skewlens.analysis.records import CollectiveSkewRecord
 SQL_DIR = Path(__file__).resolve().parent
 COLLECTIVE_SKEW_SQL = SQL_DIR / "collective_skew.sql"
 #: Columns of ``collective_skew`` that the analysis derives event by event in order of arrival, each event's
-#: from the ones before (who passed lateness on to whom): not in the SQL.
-NOT_IN_SQL = ("blamed_rank", "cause_kind", "cause_op", "cause_delta_ns", "cause")
+#: from the ones before (who passed lateness on to whom), and ``clock_contradicted``, which the execution
+#: model's rules of who waits for whom (rooted collectives) decide: not in the SQL.
+NOT_IN_SQL = ("blamed_rank", "cause_kind", "cause_op", "cause_delta_ns", "cause", "clock_contradicted")
 #: The columns ``collective_skew.sql`` returns, in this order.
 COLLECTIVE_SKEW_SQL_COLUMNS = tuple(f.name for f in fields(CollectiveSkewRecord) if f.name not in NOT_IN_SQL)
 #: The tables the query reads, by the names it gives them.

@@ -4,8 +4,8 @@
 -- collective_skew.parquet that `skewlens analyze` writes, equal row for row: kind, pg_name, seq, comm_type,
 -- step, rank, node_id, arrival_ns, end_ns, wait_ns, exposed_wait_ns, transfer_ns, skew_ns, late_rank,
 -- late_by_ns. Not here: blamed_rank and cause_kind / cause_op / cause_delta_ns / cause, which the analysis
--- derives event by event in order of arrival, each from the ones before (docs/parquet.md says more, and
--- where exposed_wait_ns can differ).
+-- derives event by event in order of arrival, each from the ones before, and clock_contradicted
+-- (docs/parquet.md says more, and where exposed_wait_ns can differ).
 --
 -- It reads three tables of the export, registered under these names:
 --   DuckDB: CREATE VIEW nodes AS SELECT * FROM read_parquet('PARQUET_DIR/nodes/*/*.parquet',
