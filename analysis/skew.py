@@ -43,7 +43,8 @@ from skewlens.replay.execution import clock_contradictions
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
-#: Least growth of an op named in a compute cause beside a larger one (shown as +0.1 ms).
+#: Least growth of an op named in a compute cause (shown as +0.1 ms), and of a cause: a smaller one shows as
+#: +0.0 ms and explains nothing.
 SHOWN_NS = 50_000
 #: How many earlier events of the late rank are searched for the last common synchronisation point.
 COMMON_LOOKBACK = 256
@@ -77,8 +78,8 @@ class Cause:
     def _base_text(self) -> str:
         ms = self.delta_ns / 1e6
         if self.kind is CauseKind.COMPUTE:
-            # ops whose growth rounds to +0.0 ms name nothing: left out where a larger one is named
-            ops = [(n, d) for n, d in self.ops if d >= SHOWN_NS] or self.ops[:1]
+            # ops whose growth rounds to +0.0 ms name nothing: where none grew more, the whole growth reads
+            ops = [(n, d) for n, d in self.ops if d >= SHOWN_NS]
             grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in ops) or f"+{ms:.1f} ms"
             return f"compute grew: {grown}"
         if self.kind is CauseKind.HOST_GAP:
@@ -295,7 +296,9 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
         CauseKind.WAIT: late.wait_ns - med.wait_ns + start_delta_ns,
     }
     kind = max(deltas, key=lambda k: deltas[k])
-    if deltas[kind] <= 0:
+    if deltas[kind] < SHOWN_NS:
+        # growth that shows as +0.0 ms explains none of the lateness: the late member's extra time lies in
+        # what no category counts (a transfer at another group's collective in its window)
         return NO_CAUSE, -1
     if kind is CauseKind.COMPUTE:
         ops = _grown_ops(late, med, names)
