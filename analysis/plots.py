@@ -16,8 +16,6 @@ from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.render import MAX_RANK_ROWS, ranks_left_out
 from skewlens.analysis.skew import SkewEvent
 from skewlens.profiler.atomic import atomic_file
-from skewlens.profiler.vocab import CommType
-from skewlens.replay.execution import CLOCK_NOTE_NS
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -67,27 +65,9 @@ class HeatmapData:
     note: str | None
     """What the picture leaves out, or why it has no cells; None when it shows everything."""
     clocks_disagree: npt.NDArray[np.bool_]
-    """Per column: a member recorded as done before another began (:func:`_clocks_disagree`): the ranks'
-    clocks contradict each other there, and its waits are not meaningful (drawn hatched)."""
-
-
-#: Rooted collectives, whose members may finish before others arrive (see
-#: :func:`skewlens.replay.execution.clock_note`): not taken as a contradiction of the clocks here.
-_ROOTED = frozenset(c.name for c in (CommType.BROADCAST, CommType.SCATTER, CommType.GATHER, CommType.REDUCE))
-
-
-def _clocks_disagree(e: SkewEvent) -> bool:
-    """Whether the event's recorded times contradict each other as :func:`~skewlens.replay.execution.
-    clock_note` counts them: a recv done more than :data:`~skewlens.replay.execution.CLOCK_NOTE_NS` before
-    its send began, or a member of a collective that is not rooted done that long before another began
-    (a member of a zero length, whose end was not seen, aside)."""
-    arrival, end = np.asarray(e.arrival_ns), np.asarray(e.end_ns)
-    if e.kind == "p2p":  # (sender, receiver)
-        return bool(arrival[0] - end[1] > CLOCK_NOTE_NS)
-    seen = end > arrival
-    if e.comm_type in _ROOTED or not seen.any():
-        return False
-    return bool(arrival.max() - end[seen].min() > CLOCK_NOTE_NS)
+    """Per column: a member recorded as done before one it waits for began (``SkewEvent.clock_contradicted``,
+    the execution model's :func:`~skewlens.replay.execution.clock_contradictions`): the ranks' clocks
+    contradict each other there, and its waits are not meaningful (drawn hatched)."""
 
 
 def _event_label(e: SkewEvent) -> str:
@@ -120,7 +100,7 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         grid=grid,
         labels=[_event_label(e) for e in events],
         note=note,
-        clocks_disagree=np.array([_clocks_disagree(e) for e in events], dtype=np.bool_),
+        clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
     )
 
 
