@@ -15,6 +15,7 @@ order, so the n-th collective a rank issues on a group is instance n of that gro
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,11 +107,13 @@ class RankBuilder:
         seq: int | None = None,
         root: int | None = None,
         peer_bytes: tuple[int, int] | None = None,
+        peer_splits: tuple[Sequence[int], Sequence[int]] | None = None,
     ) -> int:
         """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group.
         ``root``: a rooted collective's root, as the capture records it (broadcast / scatter: ``comm_src``;
         reduce / gather: ``comm_dst``). ``peer_bytes``: an all_to_all's uneven splits as the capture records
-        them, (bytes sent to the other members, bytes received from them)."""
+        them, (bytes sent to the other members, bytes received from them); ``peer_splits``: (bytes sent to
+        each member, bytes received from each), in group-rank order."""
         if seq is None:
             seq = self._seq[pg]
         self._seq[pg] = seq + 1
@@ -124,6 +127,8 @@ class RankBuilder:
         }
         if peer_bytes is not None:
             attrs[Attr.SEND_BYTES], attrs[Attr.RECV_BYTES] = peer_bytes
+        if peer_splits is not None:
+            attrs[Attr.SEND_SPLITS], attrs[Attr.RECV_SPLITS] = list(peer_splits[0]), list(peer_splits[1])
         if root is not None:
             sends = comm_type in (CommType.BROADCAST, CommType.SCATTER)
             attrs[Attr.COMM_SRC if sends else Attr.COMM_DST] = root

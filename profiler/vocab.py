@@ -85,6 +85,10 @@ class Attr(StrEnum):
     # chunk left out), where its splits were uneven (even splits: (p - 1) / p of comm_size each way)
     SEND_BYTES = "skl_send_bytes"
     RECV_BYTES = "skl_recv_bytes"
+    # int64 list, on the same nodes: the bytes this rank sends to / receives from each member of the group,
+    # in group-rank order, its own chunk included (the totals above are their sums less that chunk)
+    SEND_SPLITS = "skl_send_splits"
+    RECV_SPLITS = "skl_recv_splits"
     SHAPES = "skl_shapes"  # string (JSON), input shapes (full level)
     INPUT_TYPES = "skl_input_types"  # string (JSON), input types (full level)
     # int64, GPU nodes: recorded start of the runtime call that launched it (cudaLaunchKernel,

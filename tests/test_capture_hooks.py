@@ -252,7 +252,7 @@ def test_a_monitored_barrier_is_recorded_as_a_blocking_barrier_of_its_group() ->
     assert list(data["issued"].values()) == [4] and data["unhooked"] == []
 
 
-def test_an_all_to_all_reads_its_bytes_to_and_from_the_others_from_its_split_sizes_or_tensor_list(
+def test_an_all_to_all_reads_its_bytes_to_and_from_each_member_from_its_split_sizes_or_tensor_list(
     monkeypatch: Any,
 ) -> None:
     import torch
@@ -264,15 +264,19 @@ def test_an_all_to_all_reads_its_bytes_to_and_from_the_others_from_its_split_siz
     single, lists = "c10d::alltoall_base_", "c10d::alltoall_"
     rows = torch.ones(12, 4)  # 16 bytes a row
     # rank 1 of 3 sends 2, 3 (to itself), 7 rows and receives 3, 0 (its own), 5: 9 and 8 rows move
-    assert hooks.uneven_all_to_all(single, (torch.empty(8, 4), rows, [3, 0, 5], [2, 3, 7]), {}) == (144, 128)
-    assert hooks.uneven_all_to_all(single, (), {"output": torch.empty(12, 4), "input": rows}) == (-1, -1)
+    assert hooks.uneven_all_to_all(single, (torch.empty(8, 4), rows, [3, 0, 5], [2, 3, 7]), {}) == (
+        144, 128, (32, 48, 112), (48, 0, 80)
+    )  # fmt: skip
+    even = (-1, -1, (), ())
+    assert hooks.uneven_all_to_all(single, (), {"output": torch.empty(12, 4), "input": rows}) == even
     # only the input split: the output is cut in 3 equal parts of 4 rows (64 bytes)
     assert hooks.uneven_all_to_all(single, (torch.empty(12, 4), rows), {"input_split_sizes": [2, 3, 7]}) == (
-        144,
-        128,
-    )
+        144, 128, (32, 48, 112), (64, 64, 64)
+    )  # fmt: skip
     ins = [torch.ones(n) for n in (5, 6, 7)]  # the list form: NCCL lets its parts differ (4-byte floats)
-    assert hooks.uneven_all_to_all(lists, ([torch.empty(n) for n in (1, 2, 3)], ins), {}) == (48, 16)
+    assert hooks.uneven_all_to_all(lists, ([torch.empty(n) for n in (1, 2, 3)], ins), {}) == (
+        48, 16, (20, 24, 28), (4, 8, 12)
+    )  # fmt: skip
     same = [torch.ones(4) for _ in range(3)]
-    assert hooks.uneven_all_to_all(lists, (same, same), {}) == (-1, -1)  # even: the formulas' (p - 1) / p
-    assert hooks.uneven_all_to_all("c10d::allreduce_", (rows,), {}) == (-1, -1)
+    assert hooks.uneven_all_to_all(lists, (same, same), {}) == even  # even: the formulas' (p - 1) / p
+    assert hooks.uneven_all_to_all("c10d::allreduce_", (rows,), {}) == even

@@ -1,7 +1,8 @@
-"""Collectives whose members move different amounts, captured end to end on 2 gloo ranks: an
-``all_to_all_single`` with uneven splits records what each rank sends to and receives from the other
-(``skl_send_bytes`` / ``skl_recv_bytes``), on the lean path (collectives level) and the full one (full
-level); gloo's ``monitored_barrier`` is a barrier."""
+"""Collectives whose members move different amounts, captured end to end on 2-3 gloo ranks: an
+``all_to_all_single`` with uneven splits records what each rank sends to and receives from the others
+(``skl_send_bytes`` / ``skl_recv_bytes``, and per member ``skl_send_splits`` / ``skl_recv_splits``), on the
+lean path (collectives level) and the full one (full level), and a real replay re-issues those splits;
+gloo's ``monitored_barrier`` is a barrier."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from pathlib import Path
 import pytest
 from capture_helpers import profile
 
+from skewlens.profiler.chakra_io import iter_nodes, node_attrs
 from skewlens.profiler.store.validate import load_validated
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.replay.config import RealConfig
+from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.lower import collective_bytes
+from skewlens.replay.real.api import real_replay
 
 SCRIPT = """
 import torch, torch.distributed as dist
@@ -60,6 +65,11 @@ def test_uneven_splits_and_monitored_barriers_are_captured_as_they_ran(tmp_path:
         sent = [run.ranks[r].send_bytes for r in c.ranks]
         assert [int(s[w]) for s, w in zip(sent, c.rows, strict=True) if s is not None] == [-1, -1]
         assert collective_bytes(run, c) == 32
+    # and per member, in group-rank order, its own chunk included
+    lists = {
+        r: {str(m[3:]) for m in moved if m[1] is not None} for r, moved in _moved(tmp_path / "run", 2).items()
+    }
+    assert lists == {0: {"([80, 2400], [80, 1600])"}, 1: {"([1600, 40], [2400, 40])"}}
     barriers = [c for c in run.collectives if c.comm_type == CommType.BARRIER]
     assert len(barriers) == 3
     for c in barriers:
@@ -68,3 +78,56 @@ def test_uneven_splits_and_monitored_barriers_are_captured_as_they_ran(tmp_path:
         assert all(
             run.ranks[r].node_type[w] == NodeType.COMM_COLL for r, w in zip(c.ranks, c.rows, strict=True)
         )
+
+
+REPLAYED = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+splits = [[10, 30000, 5000], [200, 5, 7000], [1, 2, 3]]  # rows (8 bytes) rank i sends to rank j
+w = torch.nn.Parameter(torch.randn(8, 8))
+opt = torch.optim.SGD([w], lr=1e-3)
+for step in range(5):
+    (torch.randn(4, 8) @ w).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    out = torch.empty(sum(s[r] for s in splits), 2)
+    dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r])
+    dist.all_to_all_single(torch.empty(12), torch.ones(12))  # even
+dist.destroy_process_group()
+"""
+
+
+def _moved(run_dir: Path, ranks: int = 3) -> dict[int, list[tuple[object, ...]]]:
+    """Per rank, each all_to_all's (comm_size, skl_send_bytes, skl_recv_bytes, skl_send_splits,
+    skl_recv_splits) in file order."""
+    out: dict[int, list[tuple[object, ...]]] = {}
+    for r in range(ranks):
+        nodes = [node_attrs(n) for _o, n in iter_nodes(run_dir / f"rank-{r}.et")]
+        out[r] = [
+            tuple(
+                a.get(k)
+                for k in ("comm_size", Attr.SEND_BYTES, Attr.RECV_BYTES, Attr.SEND_SPLITS, Attr.RECV_SPLITS)
+            )
+            for a in nodes
+            if a.get("comm_type") == CommType.ALL_TO_ALL
+        ]
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_replay_moves_exactly_the_bytes_each_rank_sent_to_each_other(tmp_path: Path) -> None:
+    # before: every rank sent equal parts of its bytes; re-captured, rank 0 sent 186,720 B to the others
+    # instead of 280,000 B and rank 1 received 93,376 B instead of 240,016 B
+    script = tmp_path / "train.py"
+    script.write_text(REPLAYED)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", str(script)]
+    res = profile(tmp_path / "run", steps="1:1:3", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    before = _moved(tmp_path / "run")
+    assert before[0][0] == (280_080, 280_000, 1_608, [80, 240_000, 40_000], [80, 1_600, 8])
+    assert before[1][0][1:3] == (57_600, 240_016)
+    real_replay(
+        run_dir=tmp_path / "run", out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=20)
+    )
+    assert _moved(tmp_path / "out" / "run") == before

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -27,7 +28,15 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import run_workers
-from skewlens.replay.real.plan import KIND_COMPUTE, KIND_NESTED, group_specs, rank_plan, read_rank_plan
+from skewlens.replay.real.plan import (
+    KIND_COMPUTE,
+    KIND_NESTED,
+    ReplayOp,
+    all_to_all_splits,
+    group_specs,
+    rank_plan,
+    read_rank_plan,
+)
 from skewlens.replay.real.render import render_comparison
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, step_spans
 from skewlens.replay.simulate import simulate
@@ -322,6 +331,104 @@ def test_an_uneven_all_to_all_is_planned_with_every_members_bytes(tmp_path: Path
         ops = rank_plan(run.ranks[r], run, NO_EFFECTS)
         (op,) = [o for o in ops if o.comm_type == CommType.ALL_TO_ALL]
         assert op.member_bytes == (1200, 2400)
+
+
+#: rows (8 B each) rank i sends to rank j of 3: rank 0 sends 280,000 B to the others and receives 1,608 B
+A2A_ROWS = ((10, 30000, 5000), (200, 5, 7000), (1, 2, 3))
+
+
+def _uneven_run(tmp_path: Path, rows: tuple[tuple[int, ...], ...], *, recorded: tuple[int, ...]) -> RunTrace:
+    """An all_to_all of ``rows`` among len(rows) ranks; ``recorded``: the ranks that record their splits
+    (the others sent and received equal parts, as the capture leaves them)."""
+    p = len(rows)
+    b = RunBuilder(p)
+    for r in range(p):
+        send = [k * 8 for k in rows[r]]
+        recv = [rows[j][r] * 8 for j in range(p)]
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        if r in recorded:
+            totals = (sum(send) - send[r], sum(recv) - recv[r])
+            rb.collective(CommType.ALL_TO_ALL, sum(send), MS, peer_bytes=totals, peer_splits=(send, recv))
+        else:
+            rb.collective(CommType.ALL_TO_ALL, sum(send), MS)
+    return load_run(b.write(tmp_path / "run"))
+
+
+def _a2a_op(plans: dict[int, list[ReplayOp]], r: int) -> ReplayOp:
+    (op,) = [o for o in plans[r] if o.comm_type == CommType.ALL_TO_ALL]
+    return op
+
+
+def test_an_uneven_all_to_all_is_planned_with_the_bytes_each_member_sends_to_each_other(
+    tmp_path: Path,
+) -> None:
+    # before: each member sent equal parts of its bytes (rank 0 sent 186,720 B of its 280,000 B to the
+    # others, rank 1 received 93,376 B of 240,016 B)
+    run = _uneven_run(tmp_path, A2A_ROWS, recorded=(0, 1, 2))
+    plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(3)})
+    for r in range(3):
+        op = _a2a_op(plans, r)
+        assert op.send_splits == tuple(k * 8 for k in A2A_ROWS[r])
+        assert op.recv_splits == tuple(A2A_ROWS[j][r] * 8 for j in range(3))
+        assert op.dtype == "float32"
+    assert sum(_a2a_op(plans, 0).send_splits[1:]) == 280_000
+    assert sum(_a2a_op(plans, 1).recv_splits) - 40 == 240_016
+
+
+def test_a_member_that_recorded_even_splits_is_given_equal_parts_beside_uneven_ones(tmp_path: Path) -> None:
+    # rank 2 sends and receives 4 rows to and from everyone: the capture records no splits for it
+    rows = ((1, 9, 4), (9, 1, 4), (4, 4, 4))
+    run = _uneven_run(tmp_path, rows, recorded=(0, 1))
+    plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(3)})
+    assert _a2a_op(plans, 2).send_splits == _a2a_op(plans, 2).recv_splits == (32, 32, 32)
+    assert _a2a_op(plans, 0).recv_splits == (8, 72, 32)
+
+
+def test_splits_that_are_not_whole_elements_move_as_bytes_on_every_member(tmp_path: Path) -> None:
+    # 6 B is not a whole number of float32s: both members issue uint8, so the bytes stay as recorded
+    b = RunBuilder(2)
+    for r, (send, recv) in enumerate((([2, 6], [2, 10]), ([10, 2], [6, 2]))):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        totals = (sum(send) - send[r], sum(recv) - recv[r])
+        rb.collective(CommType.ALL_TO_ALL, sum(send), MS, peer_bytes=totals, peer_splits=(send, recv))
+    run = load_run(b.write(tmp_path / "run"))
+    plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(2)})
+    assert [(_a2a_op(plans, r).dtype, _a2a_op(plans, r).send_splits) for r in range(2)] == [
+        ("uint8", (2, 6)),
+        ("uint8", (10, 2)),
+    ]
+
+
+def test_splits_that_do_not_fit_the_group_or_each_other_are_refused_naming_the_node(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        # a group of 2, one size each
+        rb.collective(CommType.ALL_TO_ALL, 24, MS, peer_bytes=(16, 16), peer_splits=([8], [8]))
+    run = load_run(b.write(tmp_path / "short"))
+    with pytest.raises(ValidationError, match=r"rank 0: node \d+ .*1 and 1 sizes for a group of 2"):
+        rank_plan(run.ranks[0], run, NO_EFFECTS)
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        # an untrusted list is not kept beyond the job's size
+        rb.collective(CommType.ALL_TO_ALL, 24, MS, peer_bytes=(16, 16), peer_splits=([8] * 10**6, [8, 8]))
+    run = load_run(b.write(tmp_path / "long"))
+    with pytest.raises(
+        ValidationError, match="skl_send_splits holds 1000000 sizes, more than the job's 2 ranks"
+    ):
+        rank_plan(run.ranks[0], run, NO_EFFECTS)
+    rows = ((1, 9), (9, 1))
+    run = _uneven_run(tmp_path / "mismatch", rows, recorded=(0, 1))
+    plans = {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(2)}
+    k = plans[1].index(_a2a_op(plans, 1))
+    plans[1][k] = replace(plans[1][k], recv_splits=(64, 8))  # rank 1 expects 64 B from rank 0
+    with pytest.raises(ValidationError, match="rank 0 sends 72 B to rank 1, which receives 64 B from it"):
+        all_to_all_splits(run, plans)
 
 
 def test_rooted_collectives_are_planned_with_the_root_the_trace_names(tmp_path: Path) -> None:

@@ -474,6 +474,8 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             if c.send_bytes >= 0:  # an all_to_all's uneven splits
                 attrs[Attr.SEND_BYTES] = c.send_bytes
                 attrs[Attr.RECV_BYTES] = c.recv_bytes
+                attrs[Attr.SEND_SPLITS] = list(c.send_splits)
+                attrs[Attr.RECV_SPLITS] = list(c.recv_splits)
         else:
             attrs[Attr.COMM_SRC] = c.src
             attrs[Attr.COMM_DST] = c.dst

@@ -100,23 +100,30 @@ def _chunk_bytes(side: Any, splits: Any, p: int) -> list[int]:
     return [int(k) * row for k in splits]
 
 
-def uneven_all_to_all(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
-    """Bytes an all_to_all call sends to the other members of its group and receives from them (its own
-    chunk left out), where its splits are uneven; ``(-1, -1)`` for even ones (every chunk the same: the
-    cost formulas' ``(p - 1) / p`` of ``comm_size`` each way) and for other ops. Reads only the
+#: What :func:`uneven_all_to_all` gives for even splits and other ops.
+EVEN_SPLITS: tuple[int, int, tuple[int, ...], tuple[int, ...]] = (-1, -1, (), ())
+
+
+def uneven_all_to_all(
+    op: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """An all_to_all call's uneven splits: (bytes it sends to the other members of its group, bytes it
+    receives from them, its own chunk left out; bytes it sends to each member, bytes it receives from each,
+    in group-rank order, its own chunk included). :data:`EVEN_SPLITS` for even ones (every chunk the same:
+    the cost formulas' ``(p - 1) / p`` of ``comm_size`` each way) and for other ops. Reads only the
     arguments' sizes."""
     where = _A2A_ARGS.get(op)
     if where is None:
-        return -1, -1
+        return EVEN_SPLITS
     out, inp, out_splits, in_splits, group = (None if w is None else _arg(args, kwargs, w) for w in where)
     if out_splits is None and in_splits is None and not isinstance(inp, list | tuple):
-        return -1, -1  # all_to_all_single without splits: even
+        return EVEN_SPLITS  # all_to_all_single without splits: even
     p = c10d.get_world_size(group)
     sent, got = _chunk_bytes(inp, in_splits, p), _chunk_bytes(out, out_splits, p)
     if len(set(sent)) <= 1 and set(got) <= set(sent):
-        return -1, -1
+        return EVEN_SPLITS
     me = c10d.get_rank(group)
-    return sum(sent) - sent[me], sum(got) - got[me]
+    return sum(sent) - sent[me], sum(got) - got[me], tuple(sent), tuple(got)
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], where: tuple[str, int]) -> Any:
@@ -219,6 +226,8 @@ class _Described(NamedTuple):
     batch: int = -1  # the batch_isend_irecv call it was issued in (a counter per process), -1 for none
     send_bytes: int = -1  # an all_to_all with uneven splits: bytes to / from the other members
     recv_bytes: int = -1
+    send_splits: tuple[int, ...] = ()  # ... and to / from each member, in group-rank order
+    recv_splits: tuple[int, ...] = ()
 
 
 _TASKS = Path("/proc/self/task")
@@ -381,8 +390,8 @@ class CommHooks:
         try:
             what = self._describe(spec, a, pg, pg_name, seq)
             if spec.comm_type == CommType.ALL_TO_ALL:
-                send, recv = uneven_all_to_all(spec.op, args, kwargs)
-                what = what._replace(send_bytes=send, recv_bytes=recv)
+                send, recv, to, frm = uneven_all_to_all(spec.op, args, kwargs)
+                what = what._replace(send_bytes=send, recv_bytes=recv, send_splits=to, recv_splits=frm)
         except Exception:  # bookkeeping must never break the training program: count and go on
             self.dropped += 1
             return orig(*args, **kwargs)
@@ -429,12 +438,12 @@ class CommHooks:
         that costs 3-4% of the example's step time on a 2-core machine (4.3% wall, 3.2% CPU over 10
         interleaved runs of 290 steps each with and without it); this one costs two clock readings.
         """
-        send = recv = -1
+        splits = EVEN_SPLITS
         if spec.comm_type == CommType.ALL_TO_ALL:  # its splits: sizes the recorder's entry does not have
             try:
-                send, recv = uneven_all_to_all(spec.op, args, kwargs)
+                splits = uneven_all_to_all(spec.op, args, kwargs)
             except Exception:  # bookkeeping must never break the training program: even splits assumed
-                send = recv = -1
+                splits = EVEN_SPLITS
         local = self._local
         local.depth = 1
         try:
@@ -454,7 +463,7 @@ class CommHooks:
                 src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
         what = _Described(
             spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
-            threading.get_ident(), False, -1, send, recv,
+            threading.get_ident(), False, -1, *splits,
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None))
         if is_async:
@@ -538,7 +547,8 @@ class CommHooks:
                 seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
-                send_bytes=w.send_bytes, recv_bytes=w.recv_bytes,
+                send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
+                recv_splits=w.recv_splits,
             )  # fmt: skip
             out.append(rec)
         return out

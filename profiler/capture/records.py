@@ -69,6 +69,11 @@ class CommRecord:
     none or even splits."""
     recv_bytes: int = -1
     """Likewise, bytes received from the other members."""
+    send_splits: tuple[int, ...] = ()
+    """An all_to_all with uneven splits: bytes sent to each member of its group, in group-rank order (its
+    own chunk included); () for none or even splits."""
+    recv_splits: tuple[int, ...] = ()
+    """Likewise, bytes received from each member."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

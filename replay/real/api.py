@@ -44,6 +44,7 @@ from skewlens.replay.real.plan import (
     RESULT_FILE,
     PlanMeta,
     ReplayOp,
+    all_to_all_splits,
     group_specs,
     rank_plan,
     read_json_bounded,
@@ -218,7 +219,7 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     default_pg, groups = group_specs(run)
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
-    plans = {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())}
+    plans = all_to_all_splits(run, {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())})
     out_run = out_dir / REAL_RUN_DIR
     work = out_dir / REAL_WORK_DIR
     plan_dir, work_dir = work / "plan", work / "work"

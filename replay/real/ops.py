@@ -151,8 +151,20 @@ class CommIssuer:
             return dist.reduce_scatter_tensor(
                 out, self._buf("in", per * size, dt), group=group, async_op=not blocking
             )
+        if ct == CommType.ALL_TO_ALL and len(op.send_splits) == len(op.recv_splits) == size:
+            # the recorded splits (whole elements of the dtype: the plan made it uint8 otherwise)
+            e = element_bytes(dt)
+            send, recv = [b // e for b in op.send_splits], [b // e for b in op.recv_splits]
+            return dist.all_to_all_single(
+                self._buf("out", sum(recv), dt),
+                self._buf("in", sum(send), dt),
+                output_split_sizes=recv,
+                input_split_sizes=send,
+                group=group,
+                async_op=not blocking,
+            )
         if ct == CommType.ALL_TO_ALL:
-            # each member sends its bytes in equal parts; members' amounts may differ (uneven splits)
+            # no splits recorded: each member sends its bytes in equal parts; members' amounts may differ
             sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
             per = max(1, numel // size)
             got = [max(1, max(1, b // element_bytes(dt)) // size) for b in sizes]

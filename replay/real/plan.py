@@ -37,9 +37,10 @@ from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
+from skewlens.replay.lower import group_members
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 2
+PLAN_VERSION = 3  # 3: send_splits / recv_splits
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -122,8 +123,15 @@ class ReplayOp:
     """A rooted collective's root, global rank (broadcast / scatter: ``comm_src``; reduce / gather:
     ``comm_dst``); -1 where the trace names none (the group's first rank is taken)."""
     member_bytes: tuple[int, ...] = ()
-    """An all_to_all's bytes of each member's call, in group order (members may send unequal amounts:
-    each sends its bytes in equal parts, so each receives a part of every other member's)."""
+    """An all_to_all's bytes of each member's call, in group order; without ``send_splits`` (a trace
+    that records no splits) each member sends its bytes in equal parts, so each receives a part of every
+    other member's."""
+    send_splits: tuple[int, ...] = ()
+    """An all_to_all's bytes to each member of its group, in group-rank order, as recorded
+    (``skl_send_splits``; a member that recorded none sent equal parts of its ``comm_bytes``); () where no
+    member recorded splits."""
+    recv_splits: tuple[int, ...] = ()
+    """Likewise, the bytes it receives from each member (``skl_recv_splits``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,15 +182,71 @@ class PlanMeta:
     a rank not listed: ``rank-<r>.et``."""
 
 
-def _dtypes_by_node(path: str) -> dict[int, str]:
-    """``skl_dtype`` of each communication node of a rank's file (the store keeps no dtype column)."""
-    out: dict[int, str] = {}
+@dataclass(frozen=True, slots=True)
+class _CommAttrs:
+    """What the plan reads of a communication node that the store keeps no column for."""
+
+    dtype: str = ""
+    send_splits: tuple[int, ...] = ()
+    recv_splits: tuple[int, ...] = ()
+
+
+def _comm_attrs_by_node(path: str, world_size: int) -> dict[int, _CommAttrs]:
+    """``skl_dtype`` and an all_to_all's ``skl_send_splits`` / ``skl_recv_splits`` of each communication
+    node of a rank's file (the store keeps no column for either). A list is kept only up to the job's
+    ``world_size`` sizes (a longer one is refused: no group has more members); :func:`_checked_splits`
+    checks the rest."""
+    out: dict[int, _CommAttrs] = {}
     for _off, node in iter_nodes(path):
         if node.type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV):
+            got: dict[str, Any] = {}
             for a in node.attr:
                 if a.name == Attr.DTYPE:
-                    out[node.id] = str(attr_value(a))
+                    got["dtype"] = str(attr_value(a))
+                elif a.name in (Attr.SEND_SPLITS, Attr.RECV_SPLITS) and a.WhichOneof("value") == "int64_list":
+                    if (k := len(a.int64_list.values)) > world_size:
+                        raise ValidationError(
+                            f"{path}: node {node.id} ({node.name}): {a.name} holds {k} sizes, more than the "
+                            f"job's {world_size} ranks"
+                        )
+                    got[a.name.removeprefix("skl_")] = tuple(a.int64_list.values)
+            if got:
+                out[node.id] = _CommAttrs(**got)
     return out
+
+
+def _checked_splits(
+    rt: RankTrace, i: int, attrs: _CommAttrs, members: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An all_to_all node's recorded splits, () for none; refused unless both lists hold one non-negative
+    size per member of its group and agree with the node's ``skl_send_bytes`` / ``skl_recv_bytes``
+    (traces are untrusted: a list the replay cannot issue as recorded is named here, not in gloo)."""
+    send, recv = attrs.send_splits, attrs.recv_splits
+    if not send and not recv:
+        return (), ()
+    p = len(members)
+    problem = ""
+    if len(send) != p or len(recv) != p:
+        problem = f"{len(send)} and {len(recv)} sizes for a group of {p}"
+    elif min(send) < 0 or min(recv) < 0:
+        problem = "a negative size"
+    else:
+        me = sorted(members).index(rt.rank)
+        totals = (
+            -1 if rt.send_bytes is None else int(rt.send_bytes[i]),
+            -1 if rt.recv_bytes is None else int(rt.recv_bytes[i]),
+        )
+        lists = (sum(send) - send[me], sum(recv) - recv[me])
+        if totals != lists:
+            problem = (
+                f"{lists[0]} B to the others and {lists[1]} B from them, not {totals[0]} B and {totals[1]} B"
+            )
+    if problem:
+        raise ValidationError(
+            f"{rt.path}: rank {rt.rank}: node {rt.node_id[i]} ({rt.name(i)}): "
+            f"{Attr.SEND_SPLITS} / {Attr.RECV_SPLITS} give {problem} ({Attr.SEND_BYTES} / {Attr.RECV_BYTES})"
+        )
+    return send, recv
 
 
 def _execution_order(rt: RankTrace, deps: list[list[int]]) -> list[int]:
@@ -216,7 +280,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     """The ops of one rank, in execution order (see the module docstring for the timing rules)."""
     m = execution_model(run).ranks[rt.rank]
     n = len(rt)
-    dtypes = _dtypes_by_node(rt.path)
+    attrs = _comm_attrs_by_node(rt.path, run.world_size)
     starts = rt.start_ns.tolist()
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
@@ -231,7 +295,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
     scaled = compute_rows(rt, m).tolist()
     a2a = {
-        inst.rows[inst.ranks.index(rt.rank)]: inst.comm_bytes
+        inst.rows[inst.ranks.index(rt.rank)]: inst
         for inst in run.collectives
         if inst.comm_type == CommType.ALL_TO_ALL and rt.rank in inst.ranks
     }
@@ -257,7 +321,12 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             "delay_ns": max(0, delay),
         }
         if t in comm:
-            ops.append(_comm_op(rt, run, i, dtypes, {**common, "member_bytes": a2a.get(i, ())}))
+            extra: dict[str, Any] = {}
+            if (inst := a2a.get(i)) is not None:
+                node = attrs.get(int(rt.node_id[i]), _CommAttrs())
+                send, recv = _checked_splits(rt, i, node, group_members(run, inst))
+                extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
+            ops.append(_comm_op(rt, run, i, attrs, {**common, **extra}))
             continue
         if parent[i] >= 0:
             ops.append(
@@ -298,12 +367,12 @@ def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
 
 
 def _comm_op(
-    rt: RankTrace, run: RunTrace, i: int, dtypes: dict[int, str], common: dict[str, Any]
+    rt: RankTrace, run: RunTrace, i: int, attrs: dict[int, _CommAttrs], common: dict[str, Any]
 ) -> ReplayOp:
     t = int(rt.node_type[i])
     gi = int(rt.pg[i])
     pg_name = run.pg_names[gi] if gi >= 0 else ""
-    dtype = normalise_dtype(dtypes.get(int(rt.node_id[i]), ""))
+    dtype = normalise_dtype(attrs.get(int(rt.node_id[i]), _CommAttrs()).dtype)
     fields: dict[str, Any] = {
         "pg_name": pg_name,
         "comm_bytes": int(rt.comm_bytes[i]),
@@ -322,6 +391,51 @@ def _comm_op(
     if t == NodeType.COMM_SEND:
         return ReplayOp(kind=KIND_SEND, peer=int(rt.dst[i]), tag=int(rt.tag[i]), **fields, **common)
     return ReplayOp(kind=KIND_RECV, peer=int(rt.src[i]), tag=int(rt.tag[i]), **fields, **common)
+
+
+def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[int, list[ReplayOp]]:
+    """``plans`` with every all_to_all some member recorded splits for issued with the splits of all its
+    members: a member that recorded none sent and received equal parts of its ``comm_bytes`` (its splits
+    were even), and is given those. Refused where what one member sends another does not match what that
+    one receives from it (the collective could not run as recorded). Where some size is not a whole number
+    of its dtype's elements, every member moves ``uint8`` (the bytes are what the replay reproduces)."""
+    by_row = {r: {o.row: k for k, o in enumerate(ops)} for r, ops in plans.items()}
+    out = {r: list(ops) for r, ops in plans.items()}
+    for inst in run.collectives:
+        if inst.comm_type != CommType.ALL_TO_ALL:
+            continue
+        ops = {
+            r: out[r][by_row[r][row]]
+            for r, row in zip(inst.ranks, inst.rows, strict=True)
+            if r in by_row and row in by_row[r]
+        }
+        if not any(o.send_splits for o in ops.values()):
+            continue
+        members = sorted(group_members(run, inst))
+        p = len(members)
+        splits = {
+            r: (o.send_splits, o.recv_splits) if o.send_splits else ((o.comm_bytes // p,) * p,) * 2
+            for r, o in ops.items()
+        }
+        for r, (send, _recv) in splits.items():
+            for q, nbytes in zip(members, send, strict=True):
+                if q in splits and splits[q][1][members.index(r)] != nbytes:
+                    raise ValidationError(
+                        f"{run.run_dir}: all_to_all seq {inst.seq} on group {inst.pg_name!r}: rank {r} sends "
+                        f"{nbytes} B to rank {q}, which receives {splits[q][1][members.index(r)]} B from it "
+                        f"({Attr.SEND_SPLITS} / {Attr.RECV_SPLITS})"
+                    )
+        whole = all(
+            b % element_bytes(ops[r].dtype) == 0
+            for r, lists in splits.items()
+            for b in (*lists[0], *lists[1])
+        )
+        for r, o in ops.items():
+            dtype = o.dtype if whole else "uint8"
+            out[r][by_row[r][o.row]] = replace(
+                o, send_splits=splits[r][0], recv_splits=splits[r][1], dtype=dtype
+            )
+    return out
 
 
 def warmup_ops(run: RunTrace, rank: int, ops: list[ReplayOp]) -> list[ReplayOp]:
@@ -472,6 +586,8 @@ def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[Repl
                     "deps": tuple(o["deps"]),
                     "wait_deps": tuple(o["wait_deps"]),
                     "member_bytes": tuple(o.get("member_bytes", ())),
+                    "send_splits": tuple(o.get("send_splits", ())),
+                    "recv_splits": tuple(o.get("recv_splits", ())),
                 }
             )
             for o in items
