@@ -376,3 +376,28 @@ def test_a_cause_that_grew_by_less_than_it_shows_is_not_named(tmp_path: Path) ->
     ops = (("aten::add", 40_000), ("aten::mul", 40_000))
     spread = Cause(kind=CauseKind.COMPUTE, delta_ns=120_000, op="aten::add", ops=ops)
     assert spread.text == "compute grew: +0.1 ms"
+
+
+def test_an_op_running_on_past_the_late_members_arrival_counts_only_its_part_before_it(
+    tmp_path: Path,
+) -> None:
+    # the 128-GPU sample's all_to_all 0#5 read "compute grew: forward +133.8 ms" in a 113.3 ms window: a
+    # host "forward" scope of 119.3 ms, begun 8.0 ms before rank 0's arrival, counted whole
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(2)
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 4096, MS, start_ns=0)
+    b.rank(0).compute("aten::mm", MS, start_ns=MS)
+    b.rank(0).collective(CommType.ALL_REDUCE, 4096, 4 * MS, start_ns=2 * MS)
+    # rank 1's scope runs 50 ms from 1 ms; the collective it issued on a second stream arrives at 5 ms
+    b.rank(1).compute("forward", 50 * MS, start_ns=MS)
+    b.rank(1).collective(CommType.ALL_REDUCE, 4096, MS, start_ns=5 * MS, stream=1)
+    run = load_run(b.write(tmp_path / "run"))
+    (event,) = [e for e in analyze_skew(build_index(run)).events if e.seq == 1]
+    assert (event.late_rank, event.late_by_ns) == (1, 3 * MS)
+    assert event.cause.kind is CauseKind.COMPUTE
+    assert event.cause.ops == (("forward", 4 * MS),)  # [1 ms, 5 ms), not 50 ms
+    assert event.cause.delta_ns == 3 * MS
+    assert event.cause.text == "compute grew: forward +4.0 ms"
