@@ -543,11 +543,15 @@ def _caused_waits(
 
 def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None = None) -> SkewResult:
     """The per-rank sums of ``events``: the wait each rank caused (``compute``: each rank's compute
-    coverage, which hides waits; none when not given) and its top cause (:func:`_top_cause`)."""
-    caused, by_step = _caused_waits(events, compute or {})
+    coverage, which hides waits; none when not given) and its top cause (:func:`_top_cause`), both of the
+    events whose clocks do not contradict each other (``SkewEvent.clock_contradicted``)."""
+    # an event whose members' clocks contradict each other has no meaningful waits: it is listed (flagged)
+    # but neither charged to a rank nor a source of its top cause
+    counted = [e for e in events if not e.clock_contradicted]
+    caused, by_step = _caused_waits(counted, compute or {})
     kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
     blamed_on: dict[int, list[SkewEvent]] = defaultdict(list)  # rank -> events blamed on it with exposed wait
-    for e in events:
+    for e in counted:
         if e.total_exposed_wait_ns <= 0:
             continue
         blamed_on[e.blamed_rank].append(e)
