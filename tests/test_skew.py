@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
+from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.analysis.skew import Cause, SkewEvent, SkewResult, analyze_skew
@@ -302,6 +303,23 @@ def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited
     assert first.cause.text == f"host idle/gap +{first.cause.delta_ns / 1e6:.1f} ms"
 
 
+def _contradicted_then_late(tmp: Path, *, late: int) -> AnalysisResult:
+    """2 ranks: at seq 0 rank 0 is done at 3 ms and rank 1 begins at 8 ms (clocks that disagree: rank 0
+    "waits" 7 ms); at seq 1 rank ``late`` arrives 1 ms after the other, both done together."""
+    from skewlens.analysis.api import analyze_run
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    r0.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=MS)
+    r1.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=8 * MS)
+    early, last = (r1, r0) if late == 0 else (r0, r1)
+    early.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=20 * MS)
+    last.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=21 * MS)
+    return analyze_run(load_run(b.write(tmp / "run")), blame=False)
+
+
 def test_an_event_whose_members_clocks_contradict_is_flagged_and_listed_after_the_others(
     tmp_path: Path,
 ) -> None:
@@ -309,20 +327,10 @@ def test_an_event_whose_members_clocks_contradict_is_flagged_and_listed_after_th
     # worst collectives with a 109.29 ms skew and a compute cause, unmarked, in the table and the Parquet
     from rich.console import Console
 
-    from skewlens.analysis.api import analyze_run, skew_table
+    from skewlens.analysis.api import skew_table
     from skewlens.analysis.render import worst_collectives_table
-    from skewlens.profiler.synth import RunBuilder
-    from skewlens.profiler.vocab import CommType
 
-    b = RunBuilder(2)
-    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
-    # seq 0: rank 0 done at 3 ms, rank 1 begins at 8 ms (clocks that disagree): rank 0 "waits" 7 ms
-    r0.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=MS)
-    r1.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=8 * MS)
-    # seq 1: rank 1 waits 1 ms for rank 0, both done together
-    r1.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=20 * MS)
-    r0.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=21 * MS)
-    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    result = _contradicted_then_late(tmp_path, late=0)
     by_seq = {e.seq: e for e in result.skew.events}
     assert (by_seq[0].skew_ns, by_seq[0].clock_contradicted) == (7 * MS, True)
     assert (by_seq[1].skew_ns, by_seq[1].clock_contradicted) == (MS, False)
@@ -349,19 +357,8 @@ def test_an_event_whose_members_clocks_contradict_is_flagged_and_listed_after_th
 def test_waits_at_an_event_whose_clocks_contradict_are_not_charged_to_the_late_rank(tmp_path: Path) -> None:
     # the 128-GPU sample: 9.91 of rank 1's 11.68 ms of caused wait came from the two all_to_alls whose clocks
     # contradict each other, which ranked it first among the stragglers with a cause taken from one of them
-    from skewlens.analysis.api import analyze_run
-    from skewlens.profiler.synth import RunBuilder
-    from skewlens.profiler.vocab import CommType
 
-    b = RunBuilder(2)
-    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
-    # seq 0: rank 0 done at 3 ms, rank 1 begins at 8 ms (clocks that disagree): rank 0 "waits" 7 ms
-    r0.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=MS)
-    r1.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=8 * MS)
-    # seq 1: rank 0 waits 1 ms for rank 1, both done together
-    r0.collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=20 * MS)
-    r1.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=21 * MS)
-    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    result = _contradicted_then_late(tmp_path, late=1)
     by_seq = {e.seq: e for e in result.skew.events}
     assert by_seq[0].clock_contradicted and by_seq[0].blamed_rank == 1 and by_seq[0].wait_ns.max() > 0
     assert (by_seq[1].clock_contradicted, by_seq[1].blamed_rank) == (False, 1)
