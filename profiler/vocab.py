@@ -7,6 +7,7 @@ What Chakra has no name for carries the ``skl_`` prefix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum, StrEnum
 
 
@@ -185,6 +186,19 @@ def names_gpu_memory_op(name: str) -> bool:
     """A GPU activity name that is a copy or a memset (Kineto's ``Memcpy HtoD (Pageable -> Device)``,
     ``Memset (Device)``): memory work, not compute, in a GPU-only compute figure (as HTA reads them)."""
     return name.startswith(("Memcpy", "Memset"))
+
+
+def uneven_splits(
+    sent: Sequence[int], got: Sequence[int], me: int
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
+    """An all_to_all member's uneven splits, from the bytes it sends to and receives from each member of its
+    group (group-rank order; ``me``: its own index): (bytes to the other members, bytes from them, its own
+    chunk left out; ``sent``; ``got``), what :attr:`Attr.SEND_BYTES`, :attr:`Attr.RECV_BYTES`,
+    :attr:`Attr.SEND_SPLITS` and :attr:`Attr.RECV_SPLITS` hold. None for even splits (every chunk the same:
+    the cost formulas' ``(p - 1) / p`` of ``comm_size`` each way), where the trace records none."""
+    if len(set(sent)) <= 1 and set(got) <= set(sent):
+        return None
+    return sum(sent) - sent[me], sum(got) - got[me], tuple(sent), tuple(got)
 
 
 def collective_from_op(op_name: str) -> CommType | None:

@@ -395,3 +395,28 @@ def test_real_all_gather_base_ops_are_all_gathers_of_their_annotated_input(tmp_p
     )
     assert [s for _, s in got] == want and len(want) == 2
     assert "unknown collective" not in read_manifest(tmp_path / "run").notes.get(f"rank {rank} import", "")
+
+
+@pytest.mark.parametrize(
+    ("send", "recv", "want"),
+    [
+        # rank 1 of 3 sends 10, 300, 5 floats to ranks 0, 1, 2 and receives 7, 2, 9: its own chunk left out
+        ("[10, 300, 5]", "[7, 2, 9]", (60, 64, [40, 1200, 20], [28, 8, 36])),
+        ("[5, 5, 5]", "[5, 5, 5]", None),  # even: recorded as the capture records even splits, not at all
+        ("[10, x, 5]", "[7, 2, 9]", None),  # not a list of counts
+        ("[10, 300]", "[7, 2]", None),  # not one entry per member of the group
+    ],
+)
+def test_an_all_to_all_with_uneven_split_sizes_records_each_members_bytes_as_the_capture_does(
+    tmp_path: Path, send: str, recv: str, want: tuple[int, int, list[int], list[int]] | None
+) -> None:
+    rpc = _rpc_args("all_to_allv", 315, 18, "Float", "0", "[0, 1, 2]") | {
+        "In split size": send,
+        "Out split size": recv,
+    }
+    nodes, _ = _import(tmp_path, _doc(NEW_SENDRECV, rpc=rpc, rank=1, world=3))
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.COMM_TYPE]) == (NodeType.COMM_COLL, CommType.ALL_TO_ALL)
+    keys = (Attr.SEND_BYTES, Attr.RECV_BYTES, Attr.SEND_SPLITS, Attr.RECV_SPLITS)
+    got = tuple(list(a[x]) if isinstance(a.get(x), list | tuple) else a.get(x) for x in keys)
+    assert got == (want or (None, None, None, None))

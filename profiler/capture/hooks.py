@@ -44,7 +44,7 @@ import torch.distributed.distributed_c10d as c10d
 from skewlens.profiler.capture.compat import record_function_switch
 from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, NO_ENTRY_NUMBERS, CommRecord
 from skewlens.profiler.capture.waits import WaitHooks
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import CommType, NodeType, uneven_splits
 
 #: Turns record functions off for a quiet call; None where this torch lacks it (calls stay profiled).
 _enable_record_function = record_function_switch()
@@ -120,10 +120,7 @@ def uneven_all_to_all(
         return EVEN_SPLITS  # all_to_all_single without splits: even
     p = c10d.get_world_size(group)
     sent, got = _chunk_bytes(inp, in_splits, p), _chunk_bytes(out, out_splits, p)
-    if len(set(sent)) <= 1 and set(got) <= set(sent):
-        return EVEN_SPLITS
-    me = c10d.get_rank(group)
-    return sum(sent) - sent[me], sum(got) - got[me], tuple(sent), tuple(got)
+    return uneven_splits(sent, got, c10d.get_rank(group)) or EVEN_SPLITS
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], where: tuple[str, int]) -> Any:

@@ -34,6 +34,7 @@ from typing import Any
 
 from skewlens.profiler.importers.host_et import HostComm
 from skewlens.profiler.importers.kineto import KEvent, as_int
+from skewlens.profiler.manifest import MAX_WORLD_SIZE
 from skewlens.profiler.vocab import CommType, collective_from_op, dtype_bytes
 
 DEFAULT_PG = "0"
@@ -96,6 +97,11 @@ class CommInfo:
     """Sequence number given by the trace, if any."""
     peer: int | None
     """Peer of a send/recv as its rank within the process group, if known."""
+    send_splits: tuple[int, ...] = ()
+    """An all_to_all's bytes to each member of its group, in group-rank order (``In split size``); ()
+    where the trace gives none."""
+    recv_splits: tuple[int, ...] = ()
+    """... and from each (``Out split size``)."""
 
 
 def p2p_from_op(op_name: str) -> tuple[str, int | None] | None:
@@ -131,6 +137,24 @@ def _tensor_size(dims: Any, dtype: Any) -> tuple[int, int] | None:
     return n, n * dtype_bytes(dtype)  # out-of-range sizes are refused where the node is made
 
 
+def _split_sizes(v: Any) -> tuple[int, ...] | None:
+    """A split-size list as Kineto writes it (``"[3, 0, 5]"``, elements per group member; ``"[]"`` for
+    none), None where it is absent, empty or not such a list; at most :data:`MAX_WORLD_SIZE` entries."""
+    if isinstance(v, str):
+        text = v.strip()
+        if not (text.startswith("[") and text.endswith("]")) or text.count(",") >= MAX_WORLD_SIZE:
+            return None
+        items = [x.strip() for x in text[1:-1].split(",")] if text[1:-1].strip() else []
+        if not all(x.isdecimal() and len(x) < 19 for x in items):
+            return None
+        v = [int(x) for x in items]
+    if not isinstance(v, list) or not v or len(v) > MAX_WORLD_SIZE:
+        return None
+    if not all(type(x) is int and 0 <= x < 1 << 62 for x in v):
+        return None
+    return tuple(v)
+
+
 def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """Fields a newer Kineto writes on NCCL kernels and ``record_param_comms`` (empty when absent)."""
     name = args.get("Collective name")
@@ -149,6 +173,11 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     seq = as_int(args.get("Seq", args.get("seq")))
     if seq is not None:
         out["seq"] = seq
+    width = dtype_bytes(dtype) if isinstance(dtype, str) else 0
+    send, recv = _split_sizes(args.get("In split size")), _split_sizes(args.get("Out split size"))
+    if width and send is not None and recv is not None and len(send) == len(recv):
+        out["send_splits"] = tuple(n * width for n in send)
+        out["recv_splits"] = tuple(n * width for n in recv)
     return out
 
 
@@ -238,4 +267,6 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
         pg_name=str(merged.get("pg_name", DEFAULT_PG)),
         seq=merged.get("seq"),
         peer=merged.get("peer") if p2p else None,
+        send_splits=merged.get("send_splits", ()),
+        recv_splits=merged.get("recv_splits", ()),
     )

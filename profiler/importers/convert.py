@@ -115,7 +115,14 @@ from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostCo
 from skewlens.profiler.importers.join import join_ops
 from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace, as_int
 from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
-from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op, names_nccl_kernel
+from skewlens.profiler.vocab import (
+    Attr,
+    CommType,
+    NodeType,
+    collective_from_op,
+    names_nccl_kernel,
+    uneven_splits,
+)
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _MAX_RANKS_TEXT = 1 << 20
@@ -348,6 +355,30 @@ class _Sources:
             out.append(info_from_op(op))
         return site or op or rpc, out
 
+    def split_attrs(self, info: CommInfo) -> dict[str, AttrValue]:
+        """An all_to_all's uneven splits as the capture records them (``vocab.uneven_splits``), from the
+        trace's ``In split size`` / ``Out split size``; none where they are even, or where this rank's place
+        in the group is unknown or the lists do not have one entry per member."""
+        kt = self.kt
+        g = self.groups.get(info.pg_name) or next((g for g in kt.pg_config if g.name == info.pg_name), None)
+        members = list(g.ranks) if g is not None and g.ranks else None
+        if members is None:  # the whole world (group rank = global rank)
+            if g is None and info.pg_name != DEFAULT_PG:
+                return {}
+            members = list(range(kt.world_size or 0))
+        if kt.rank not in members or len(info.send_splits) != len(members):
+            return {}
+        split = uneven_splits(info.send_splits, info.recv_splits, members.index(kt.rank))
+        if split is None:
+            return {}
+        sent, got, to, frm = split
+        return {
+            Attr.SEND_BYTES: sent,
+            Attr.RECV_BYTES: got,
+            Attr.SEND_SPLITS: list(to),
+            Attr.RECV_SPLITS: list(frm),
+        }
+
     def global_rank(self, pg_name: str, group_rank: int, what: str) -> int | None:
         """Global rank of ``group_rank`` in group ``pg_name``; None where the group's ranks are unknown.
 
@@ -389,6 +420,8 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
                 Attr.OP: info.op,
             }
         )
+        if info.comm_type == CommType.ALL_TO_ALL and info.send_splits:
+            p.attrs.update(src.split_attrs(info))
         as_comm_node(p.attrs)
         return True
     peer = src.global_rank(info.pg_name, info.peer, info.op) if info.p2p and info.peer is not None else None

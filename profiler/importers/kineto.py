@@ -325,6 +325,8 @@ class _Args(
         "dims": "Input Dims",
         "types": "Input type",
         "concrete": "Concrete Inputs",
+        "in_split": "In split size",
+        "out_split": "Out split size",
     },
 ):
     """An event's ``args`` as decoded: the :data:`ARGS_READ` keys (absent: ``UNSET``), any JSON type; the
@@ -344,6 +346,8 @@ class _Args(
     seq: Any = _UNSET
     wait_on_stream: Any = _UNSET
     wait_on_cuda_event_record_corr_id: Any = _UNSET
+    in_split: Any = _UNSET
+    out_split: Any = _UNSET
     dims: msgspec.Raw = _ABSENT
     types: msgspec.Raw = _ABSENT
     concrete: msgspec.Raw = _ABSENT
