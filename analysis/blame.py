@@ -41,7 +41,7 @@ from skewlens.analysis.index import I64, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.execution import execution_model, replay_gaps, run_start_ns
+from skewlens.replay.execution import execution_model, replay_gaps
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -164,7 +164,7 @@ def _all_intervals(ix: RunIndex, gaps: dict[int, I64]) -> dict[int, _Intervals]:
     sizes = _group_sizes(ix)
     sig_of: dict[int, int] = {}
     em = execution_model(ix.run)
-    t0 = run_start_ns(em)
+    t0 = em.start_ns
     return {
         r: _intervals(ri, sig_of, sizes[r], gaps[r], max(em.ranks[r].t0_ns - t0, 0))
         for r, ri in sorted(ix.ranks.items())

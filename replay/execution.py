@@ -188,6 +188,9 @@ class ExecutionModel:
     """Per-rank models by global rank."""
     syncs: tuple[SyncGroup, ...]
     """Sync groups: collective instances (in ``run.collectives`` order), then send/recv pairs."""
+    start_ns: int
+    """The run's first recorded start: the earliest :attr:`RankModel.t0_ns` of the ranks with rows (0 for
+    none); a rank's nodes without start edges are replayed from it (:func:`replay_gaps`)."""
 
 
 _CACHE: weakref.WeakKeyDictionary[RunTrace, ExecutionModel] = weakref.WeakKeyDictionary()
@@ -230,19 +233,14 @@ def nccl_kernel_rows(rt: RankTrace) -> B:
     return _comp_rows_named(rt, names_nccl_kernel) & ~rt.is_cpu
 
 
-def run_start_ns(em: ExecutionModel) -> int:
-    """The run's first recorded start: the earliest :attr:`RankModel.t0_ns` of the ranks with rows."""
-    return min((m.t0_ns for m in em.ranks.values() if m.valid.any()), default=0)
-
-
 def replay_gaps(em: ExecutionModel, rank: int) -> I64:
     """Each row's host gap as the simulator replays it: :attr:`RankModel.gap_ns`, and for a row without
-    start edges its recorded start less the run's first start (:func:`run_start_ns`), not less the rank's.
-    So a rank that began later than the others (DLRM's rank 7, 7.5 ms after rank 1) holds that as host idle
-    before its first node, which a what-if (``gap_override``) can shorten like any other gap; unmodified,
-    the replay is the same."""
+    start edges its recorded start less the run's first start (:attr:`ExecutionModel.start_ns`), not less
+    the rank's. So a rank that began later than the others (DLRM's rank 7, 7.5 ms after rank 1) holds that
+    as host idle before its first node, which a what-if (``gap_override``) can shorten like any other gap;
+    unmodified, the replay is the same."""
     m = em.ranks[rank]
-    late = m.t0_ns - run_start_ns(em)
+    late = m.t0_ns - em.start_ns
     if late <= 0:
         return m.gap_ns
     heads = ~m.has_start_deps & m.valid & (m.parent < 0)
@@ -917,7 +915,8 @@ def derive(run: RunTrace) -> ExecutionModel:
     order = list(run.ranks)
     ranks = dict(zip(order, ordered_map(one, order, workers=default_workers()), strict=True))
     release_free_memory()  # what the threads freed stays in their malloc arenas otherwise
-    return ExecutionModel(ranks=ranks, syncs=syncs)
+    start = min((m.t0_ns for m in ranks.values() if m.valid.any()), default=0)
+    return ExecutionModel(ranks=ranks, syncs=syncs, start_ns=start)
 
 
 def deps_by_row(src: I32, dst: I32, n: int) -> list[list[int]]:

@@ -42,7 +42,6 @@ from skewlens.replay.execution import (
     compute_rows,
     execution_model,
     replay_gaps,
-    run_start_ns,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -348,7 +347,7 @@ def prepare(
     dur = np.zeros(total, dtype=np.int64)
     gap = np.zeros(total, dtype=np.int64)
     t0_rank = np.zeros(len(ranks), dtype=np.int64)  # the ready0 of each rank's heads: the run's start
-    run_t0 = run_start_ns(em)
+    run_t0 = em.start_ns
     # start edges go straight into whole-run arrays (no per-rank copies to concatenate)
     n_start = sum(em.ranks[r].start_src.size for r in ranks)
     src_all = np.empty(n_start, dtype=np.int64)
