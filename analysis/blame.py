@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from skewlens.analysis.index import I64, RankIndex, RunIndex
+from skewlens.analysis.index import I64, B, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.execution import execution_model, replay_gaps
+from skewlens.replay.execution import execution_model, replay_gaps, start_heads
 
 _OCC_MAX = (1 << 12) - 1
 _SIZE_MAX = (1 << 12) - 1
@@ -84,10 +84,11 @@ class _Intervals:
     gap: I64  # per distinct key: gap total
     late_ns: int  # how much later than the run's first start the rank began (in its first row's key's gap)
     first_row: int  # the rank's first row (-1: none)
+    heads: B | None  # of a rank with late_ns: its rows whose replayed gap holds it (execution.start_heads)
 
 
 def _intervals(
-    ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64, late_ns: int
+    ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64, *, late_ns: int, heads: B | None
 ) -> _Intervals:
     """Interval key of each row: (step, signature of the next communication node, its occurrence)."""
     rt = ri.trace
@@ -144,7 +145,9 @@ def _intervals(
     first_row = int(first[0]) if first.size else -1
     if first_row >= 0 and late_ns > 0:
         gap[np.searchsorted(keys, key[first_row])] += late_ns
-    return _Intervals(key=key, keys=keys, comp=comp, gap=gap, late_ns=late_ns, first_row=first_row)
+    return _Intervals(
+        key=key, keys=keys, comp=comp, gap=gap, late_ns=late_ns, first_row=first_row, heads=heads
+    )
 
 
 def _group_sizes(ix: RunIndex) -> dict[int, I64]:
@@ -164,11 +167,14 @@ def _all_intervals(ix: RunIndex, gaps: dict[int, I64]) -> dict[int, _Intervals]:
     sizes = _group_sizes(ix)
     sig_of: dict[int, int] = {}
     em = execution_model(ix.run)
-    t0 = em.start_ns
-    return {
-        r: _intervals(ri, sig_of, sizes[r], gaps[r], max(em.ranks[r].t0_ns - t0, 0))
-        for r, ri in sorted(ix.ranks.items())
-    }
+    out = {}
+    for r, ri in sorted(ix.ranks.items()):
+        m = em.ranks[r]
+        late = max(m.t0_ns - em.start_ns, 0)
+        out[r] = _intervals(
+            ri, sig_of, sizes[r], gaps[r], late_ns=late, heads=start_heads(m) if late else None
+        )
+    return out
 
 
 _SLOT_MASK = (1 << 32) - 1
@@ -290,11 +296,10 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
         dur[u] = np.rint(ri.work_ns[u] * f_gap[row_k[u]]).astype(np.int64)
         g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
         gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
-        if iv.late_ns > 0 and iv.first_row >= 0 and f_gap[row_k[iv.first_row]] != 1.0:
+        if iv.heads is not None and iv.first_row >= 0 and f_gap[row_k[iv.first_row]] != 1.0:
             # the rank starts earlier: every row without start edges (each counts from the run's start)
             earlier = int(np.rint(iv.late_ns * (1.0 - f_gap[row_k[iv.first_row]])))
-            heads = ~ri.has_deps & (gaps >= iv.late_ns)
-            gap[heads] = gaps[heads] - earlier
+            gap[iv.heads] = gaps[iv.heads] - earlier
     return dur, gap
 
 

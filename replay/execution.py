@@ -243,8 +243,13 @@ def replay_gaps(em: ExecutionModel, rank: int) -> I64:
     late = m.t0_ns - em.start_ns
     if late <= 0:
         return m.gap_ns
-    heads = ~m.has_start_deps & m.valid & (m.parent < 0)
-    return np.where(heads, m.gap_ns + late, m.gap_ns).astype(np.int64)
+    return np.where(start_heads(m), m.gap_ns + late, m.gap_ns).astype(np.int64)
+
+
+def start_heads(m: RankModel) -> B:
+    """Per row: one without start edges (nor a parent it follows), whose host gap counts from the rank's
+    first start in :attr:`RankModel.gap_ns` and from the run's in :func:`replay_gaps`."""
+    return ~m.has_start_deps & m.valid & (m.parent < 0)
 
 
 def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
