@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from skewlens.profiler.atomic import staging_dir
+from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.capture.run import finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import RAW_DIR, part_file
@@ -71,9 +71,7 @@ def combine_runs(sources: Sequence[Path], out: Path) -> Manifest:
         )
         if manifest is None:  # every rank has its trace and part file: cannot happen
             raise CaptureError(f"{out}: nothing merged")
-        if out.exists():
-            out.rmdir()
-        tmp.replace(out)
+        replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
     return manifest
 
 

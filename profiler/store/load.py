@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
@@ -239,6 +240,11 @@ def _pick(raw: RawColumns, name: str, default: int) -> np.ndarray:
     return np.where(raw.attr_has[name], raw.attr_val[name], default)
 
 
+def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
+    """An optional int64 column: the attribute's values (-1 where a row lacks it), None where none has it."""
+    return _pick(raw, name, -1).astype(np.int64) if raw.attr_has[name].any() else None
+
+
 def _report(
     sink: IssueLog,
     kind: str,
@@ -403,16 +409,10 @@ def _interpret(
         src=_pick(raw, "comm_src", -1).astype(np.int32),
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
-        batch=_pick(raw, "skl_batch", -1).astype(np.int64) if raw.attr_has["skl_batch"].any() else None,
-        send_bytes=_pick(raw, "skl_send_bytes", -1).astype(np.int64)
-        if raw.attr_has["skl_send_bytes"].any()
-        else None,
-        recv_bytes=_pick(raw, "skl_recv_bytes", -1).astype(np.int64)
-        if raw.attr_has["skl_recv_bytes"].any()
-        else None,
-        launch_ns=_pick(raw, "skl_launch_ns", -1).astype(np.int64)
-        if raw.attr_has["skl_launch_ns"].any()
-        else None,
+        batch=_optional(raw, "skl_batch"),
+        send_bytes=_optional(raw, "skl_send_bytes"),
+        recv_bytes=_optional(raw, "skl_recv_bytes"),
+        launch_ns=_optional(raw, "skl_launch_ns"),
         is_cpu=_host_op(raw),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
