@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.index import RankIndex
 from skewlens.analysis.records import CriticalPathRecord
-from skewlens.replay.execution import RankModel, execution_model
+from skewlens.replay.execution import execution_model
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
     DEFAULT_MAX_EVENTS,
@@ -35,11 +36,11 @@ from skewlens.replay.streaming import (
     Tracks,
     Value,
     cap_events,
-    category_index,
     format_events,
     json_fixed,
     json_int,
     json_strings,
+    rank_categories,
     rank_chunks,
     rank_tracks,
     wait_events,
@@ -86,7 +87,7 @@ def _metadata(r: int, tracks: Tracks, *, on_path: bool) -> list[dict[str, Any]]:
 def _node_events(
     r: int,
     ri: RankIndex,
-    m: RankModel,
+    cats: npt.NDArray[np.int8],
     rows: np.ndarray,
     *,
     t0: int,
@@ -106,7 +107,7 @@ def _node_events(
     fields: list[tuple[str, Value]] = [
         ("ph", '"X"'),
         ("name", Lookup(names, rt.name_idx[rows])),
-        ("cat", Lookup(CATEGORY_JSON, category_index(rt, m, rows))),
+        ("cat", Lookup(CATEGORY_JSON, cats[rows])),
         ("pid", str(r)),
         ("tid", json_int(tracks.tids(rt.stream, rows))),
         ("ts", json_fixed(rt.start_ns[rows] - t0, 3)),
@@ -255,10 +256,12 @@ def write_perfetto(
                     if part.size:
                         yield r, part, is_comm
 
+    em = execution_model(ix.run)
+    cats = {r: rank_categories(ix.ranks[r].trace, em.ranks[r]) for r in ranks}
+
     def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
         r, rows, comm = job
-        m = execution_model(ix.run).ranks[r]
-        return _node_events(r, ix.ranks[r], m, rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
+        return _node_events(r, ix.ranks[r], cats[r], rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
 
     return write_trace(
         p,

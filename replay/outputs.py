@@ -44,10 +44,10 @@ from skewlens.replay.streaming import (
     RankRows,
     Value,
     cap_events,
-    category_index,
     format_events,
     json_fixed,
     json_int,
+    rank_categories,
     rank_chunks,
     rank_tracks,
     wait_events,
@@ -276,6 +276,7 @@ def write_perfetto(
     }
 
     em = execution_model(run)
+    cats = {r: rank_categories(run.ranks[r], em.ranks[r]) for r in ranks}
 
     def fmt(job: RankRows) -> pa.Array:
         """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
@@ -284,7 +285,7 @@ def write_perfetto(
         for r, rows in job:
             rt = run.ranks[r]
             name_idx.append(rt.name_idx[rows] + len(table))
-            cat.append(category_index(rt, em.ranks[r], rows))
+            cat.append(cats[r][rows])
             table += names[r]
             pid.append(np.full(len(rows), r, dtype=np.int64))
             tid.append(tracks[r].tids(rt.stream, rows))

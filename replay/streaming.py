@@ -88,16 +88,16 @@ CATEGORIES: tuple[str, ...] = (
 CATEGORY_JSON = tuple(json.dumps(c) for c in CATEGORIES)
 
 
-def category_index(rt: RankTrace, m: RankModel, rows: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
-    """Per row of ``rows``: its index into :data:`CATEGORIES`, ``m`` the rank's execution model. A COMP row
-    is ``compute`` where the analyses count it so (:func:`~skewlens.replay.execution.compute_rows`), else
-    ``untraced``, ``wait`` or ``communication`` (one rule for the timelines and the numbers)."""
-    idx = rt.node_type[rows].astype(np.int64)
-    comp = (idx == int(NodeType.COMP)) & ~compute_rows(rt, m)[rows]
-    untraced = untraced_rows(rt)[rows]
-    idx[comp & m.is_wait[rows]] = CATEGORIES.index("wait")
-    idx[comp & nccl_kernel_rows(rt)[rows]] = CATEGORIES.index("communication")
-    idx[untraced] = CATEGORIES.index("untraced")
+def rank_categories(rt: RankTrace, m: RankModel) -> npt.NDArray[np.int8]:
+    """Per row of the rank: its index into :data:`CATEGORIES`, ``m`` the rank's execution model (once per
+    rank; a timeline's chunks take their rows of it). A COMP row is ``compute`` where the analyses count it
+    so (:func:`~skewlens.replay.execution.compute_rows`), else ``untraced``, ``wait`` or ``communication``
+    (one rule for the timelines and the numbers)."""
+    idx = rt.node_type.astype(np.int8)
+    comp = (idx == int(NodeType.COMP)) & ~compute_rows(rt, m)
+    idx[comp & m.is_wait] = CATEGORIES.index("wait")
+    idx[comp & nccl_kernel_rows(rt)] = CATEGORIES.index("communication")
+    idx[untraced_rows(rt)] = CATEGORIES.index("untraced")
     return idx
 
 
