@@ -117,13 +117,18 @@ def _node_events(
     return format_events(fields, len(rows))
 
 
+def _path_col(path: list[CriticalPathRecord], attr: str) -> np.ndarray:
+    """One integer field of every piece of the path."""
+    return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=len(path))
+
+
 def _path_kept(path: list[CriticalPathRecord], cap: EventCap) -> tuple[np.ndarray, np.ndarray]:
     """Where each piece of the path is drawn (ns: from where the later piece after it began, less the gap
     between them, over its contribution) and whether ``cap`` kept it."""
     n = len(path)
 
     def col(attr: str) -> np.ndarray:
-        return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
+        return _path_col(path, attr)
 
     step, end, contrib, gap = col("step"), col("end_ns"), col("contribution_ns"), col("gap_before_ns")
     # a node is on the path only until what waited for it needed it (a host op until the launch inside it):
@@ -143,18 +148,20 @@ def _path_kept(path: list[CriticalPathRecord], cap: EventCap) -> tuple[np.ndarra
     return ts, kept
 
 
-def _path_events(path: list[CriticalPathRecord], cap: EventCap, t0: int) -> Iterator[pa.Array]:
+def _path_events(
+    path: list[CriticalPathRecord], ts: np.ndarray, kept: np.ndarray, t0: int
+) -> Iterator[pa.Array]:
     """The critical path's nodes on each rank's ``critical path`` track, and a flow arrow wherever the
-    path moves to another rank within a step; only the path of what ``cap`` kept."""
+    path moves to another rank within a step; only the pieces ``kept``, each drawn at ``ts``
+    (:func:`_path_kept`)."""
     n = len(path)
     if n == 0:
         return
 
     def col(attr: str) -> np.ndarray:
-        return np.fromiter((getattr(p, attr) for p in path), dtype=np.int64, count=n)
+        return _path_col(path, attr)
 
     rank, step, start, contrib = col("rank"), col("step"), col("start_ns"), col("contribution_ns")
-    ts, kept = _path_kept(path, cap)
     name_of: dict[str, int] = {}
     via_of: dict[str, int] = {}
     name_idx = np.fromiter((name_of.setdefault(p.name, len(name_of)) for p in path), dtype=np.int64, count=n)
@@ -245,7 +252,8 @@ def write_perfetto(
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
     # a critical path track only on the ranks the path drawn passes through (the others had an empty one)
     cp = result.critical_path
-    path_ranks = {c.rank for c, k in zip(cp, _path_kept(cp, cap)[1].tolist(), strict=True) if k}
+    cp_ts, cp_kept = _path_kept(cp, cap)
+    path_ranks = {c.rank for c, k in zip(cp, cp_kept.tolist(), strict=True) if k}
     tracks = {r: _tracks(ix.ranks[r], written[r], ix.run.pg_names) for r in ranks}
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
@@ -271,7 +279,7 @@ def write_perfetto(
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(
-            _path_events(result.critical_path, cap, t0),
+            _path_events(cp, cp_ts, cp_kept, t0),
             wait_events(
                 {r: cap.keep[r] & ix.ranks[r].is_comm for r in ranks},
                 {r: ix.ranks[r].trace.start_ns for r in ranks},
