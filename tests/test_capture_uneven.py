@@ -20,23 +20,31 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
 
-SCRIPT = """
+
+def _a2a_script(splits: list[list[int]], *, steps: int, even: int, barrier: bool) -> str:
+    """A training loop whose every step runs an uneven all_to_all_single (``splits[i][j]``: rows rank i
+    sends to rank j, a row 2 float32, 8 bytes), an even one of ``even`` floats, and (``barrier``) a
+    monitored_barrier."""
+    return f"""
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
-splits = [[10, 300], [200, 5]]  # splits[i][j]: rows rank i sends to rank j (a row: 2 float32, 8 bytes)
+splits = {splits!r}
 w = torch.nn.Parameter(torch.randn(8, 8))
 opt = torch.optim.SGD([w], lr=1e-3)
-for step in range(6):
+for step in range({steps}):
     (torch.randn(4, 8) @ w).sum().backward()
     opt.step()
     opt.zero_grad()
     out = torch.empty(sum(s[r] for s in splits), 2)
     dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r])
-    dist.all_to_all_single(torch.empty(8), torch.ones(8))  # even
-    dist.monitored_barrier()
+    dist.all_to_all_single(torch.empty({even}), torch.ones({even}))  # even
+    {"dist.monitored_barrier()" if barrier else "pass"}
 dist.destroy_process_group()
 """
+
+
+SCRIPT = _a2a_script([[10, 300], [200, 5]], steps=6, even=8, barrier=True)
 
 
 @pytest.mark.slow
@@ -80,22 +88,7 @@ def test_uneven_splits_and_monitored_barriers_are_captured_as_they_ran(tmp_path:
         )
 
 
-REPLAYED = """
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-r = dist.get_rank()
-splits = [[10, 30000, 5000], [200, 5, 7000], [1, 2, 3]]  # rows (8 bytes) rank i sends to rank j
-w = torch.nn.Parameter(torch.randn(8, 8))
-opt = torch.optim.SGD([w], lr=1e-3)
-for step in range(5):
-    (torch.randn(4, 8) @ w).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    out = torch.empty(sum(s[r] for s in splits), 2)
-    dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r])
-    dist.all_to_all_single(torch.empty(12), torch.ones(12))  # even
-dist.destroy_process_group()
-"""
+REPLAYED = _a2a_script([[10, 30000, 5000], [200, 5, 7000], [1, 2, 3]], steps=5, even=12, barrier=False)
 
 
 def _moved(run_dir: Path, ranks: int = 3) -> dict[int, list[tuple[object, ...]]]:
