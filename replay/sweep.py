@@ -119,12 +119,16 @@ def _is_job_dir(path: Path) -> bool:
 
 
 def clear_earlier_sweep(sweep_dir: Path) -> None:
-    """Remove what an earlier sweep into ``sweep_dir`` wrote, before this one runs: its ``sweep.parquet``
-    and, in each of its job directories (``<job>/`` with a replay's ``config.yaml``), the replay's outputs
-    (the directory too, when that empties it). Otherwise a sweep of fewer points, or a point that fails, left
-    an earlier sweep's timelines beside this one's table. Files of other names are left alone."""
+    """Remove what an earlier sweep into ``sweep_dir`` wrote, before this one runs: its job records
+    (``.jobs/``), its ``sweep.parquet`` and, in each of its job directories (``<job>/`` with a replay's
+    ``config.yaml``), the replay's outputs (the directory too, when that empties it). Otherwise a sweep of
+    fewer points, or a point that fails, left an earlier sweep's timelines beside this one's table. Files
+    of other names are left alone."""
     if not sweep_dir.is_dir():
         return
+    jobs = sweep_dir / JOBS_DIR
+    for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
+        p.unlink()
     (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
     for job_dir in filter(_is_job_dir, sweep_dir.iterdir()):
         for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
@@ -141,11 +145,7 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        jobs = sweep_dir / JOBS_DIR
-        for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
-            p.unlink()  # a previous sweep's, into the same directory
-        clear_earlier_sweep(sweep_dir)
+        clear_earlier_sweep(Path(str(config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs

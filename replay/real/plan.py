@@ -417,12 +417,13 @@ def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[i
             r: (o.send_splits, o.recv_splits) if o.send_splits else ((o.comm_bytes // p,) * p,) * 2
             for r, o in ops.items()
         }
+        place = {q: k for k, q in enumerate(members)}
         for r, (send, _recv) in splits.items():
             for q, nbytes in zip(members, send, strict=True):
-                if q in splits and splits[q][1][members.index(r)] != nbytes:
+                if q in splits and (got := splits[q][1][place[r]]) != nbytes:
                     raise ValidationError(
                         f"{run.run_dir}: all_to_all seq {inst.seq} on group {inst.pg_name!r}: rank {r} sends "
-                        f"{nbytes} B to rank {q}, which receives {splits[q][1][members.index(r)]} B from it "
+                        f"{nbytes} B to rank {q}, which receives {got} B from it "
                         f"({Attr.SEND_SPLITS} / {Attr.RECV_SPLITS})"
                     )
         whole = all(
