@@ -79,10 +79,12 @@ def test_peers_waits_at_rank_2s_first_collective_of_each_step_are_blamed_on_it(
     # Rank 2 arrives last in most steps. With 4 ranks on 2 cores a CPU-starved peer can be later still, or
     # make rank 2 start a step late: then the lateness is passed on by rank 2 (CI saw one step of ten
     # blamed on rank 1 "passed on by rank 2", and once its pair peer rank 3 last, by 2 ms, "via rank 2"),
-    # so rank 2 is late and blamed in most steps, and passes the lateness on in the others.
+    # so rank 2 is late and blamed in most steps, and passes the lateness on in the others. Its own lateness
+    # can also come back to it: under load, rank 3 (delayed by waiting on rank 2 at the end of the step
+    # before) was last at their pair collective by 0.3 ms, and the wait was blamed on rank 2 "via rank 3".
+    # So the late rank is rank 2 in most steps, and every step's wait is blamed on rank 2 or passed on by it.
     late = {s: e.late_rank for s, e in firsts.items()}
     assert sum(r == STRAGGLER for r in late.values()) >= len(firsts) - 2, f"late rank per step: {late}"
-    assert all(e.late_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), late
     blamed = {s: e.blamed_rank for s, e in firsts.items()}
     assert sum(b == STRAGGLER for b in blamed.values()) >= len(firsts) - 2, f"blamed rank per step: {blamed}"
     assert all(e.blamed_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), blamed
