@@ -111,6 +111,71 @@ class RankMeans:
         )
 
 
+#: A step longer than this many times its rank's median step is named beside the means (warm-up, a hiccup).
+OUTLIER_FACTOR = 1.5
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutlierStep:
+    """A step far longer than the median step on the ranks that recorded it (see :func:`outlier_steps`)."""
+
+    step: int
+    ranks: int
+    """On how many ranks it is an outlier."""
+    worst_rank: int
+    worst_step_ns: int
+    """The step's length on the rank where it is longest against that rank's median."""
+    median_step_ns: int
+    """That rank's median step."""
+
+    def describe(self) -> str:
+        ratio = self.worst_step_ns / self.median_step_ns
+        where = (
+            f"on {self.ranks:,} ranks, e.g. rank {self.worst_rank}"
+            if self.ranks > 1
+            else f"rank {self.worst_rank}"
+        )
+        return (
+            f"step {self.step} took {ratio:.1f}x the median step ({where}: {self.worst_step_ns / 1e6:.2f} "
+            f"against {self.median_step_ns / 1e6:.2f} ms)"
+        )
+
+
+def outlier_steps(
+    records: Sequence[StepBreakdownRecord], *, factor: float = OUTLIER_FACTOR
+) -> list[OutlierStep]:
+    """Steps longer than ``factor`` times their rank's median step, on ranks of at least 3 steps, one per step
+    (in step order), with the rank where it is the longest against its median. The first profiled step often
+    is one (warm-up: allocator, autotuning, communicator set-up): the per-rank means include it, so the
+    report names it rather than leave a mean that no step is near unexplained."""
+    if not records:
+        return []
+    rank = np.fromiter((b.rank for b in records), dtype=np.int64, count=len(records))
+    step = np.fromiter((b.step for b in records), dtype=np.int64, count=len(records))
+    length = np.fromiter((b.step_ns for b in records), dtype=np.int64, count=len(records))
+    _ranks, inv, counts = np.unique(rank, return_inverse=True, return_counts=True)
+    order = np.lexsort((length, inv))  # by rank, then length: each rank's median from its sorted run
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    sorted_len = length[order]
+    median = (sorted_len[first + (counts - 1) // 2] + sorted_len[first + counts // 2]) // 2
+    med = median[inv]
+    out_rows = np.flatnonzero((counts[inv] >= 3) & (med > 0) & (length > factor * med))
+    found: list[OutlierStep] = []
+    for s in np.unique(step[out_rows]).tolist():
+        rows = out_rows[step[out_rows] == s]
+        worst = int(rows[np.argmax(length[rows] / med[rows])])
+        found.append(
+            OutlierStep(
+                step=s,
+                ranks=int(np.unique(rank[rows]).size),
+                worst_rank=int(rank[worst]),
+                worst_step_ns=int(length[worst]),
+                median_step_ns=int(med[worst]),
+            )
+        )
+    return found
+
+
 def rank_means(records: Sequence[StepBreakdownRecord]) -> RankMeans:
     """Each rank's mean of its steps' breakdown (sums in integer ns, then one division per rank)."""
     vals = np.array(

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
-from skewlens.analysis.render import MAX_RANK_ROWS, ranks_left_out
+from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
 from skewlens.analysis.skew import SkewEvent
 from skewlens.profiler.atomic import atomic_file
 
@@ -190,9 +190,12 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
     ax.set_ylabel("ms per step (mean)")
     title = "step breakdown (communication hidden under compute not shown)"
     ax.set_title(title)
-    if rest.ranks:  # under the rank axis, wrapped at the picture's width
+    below = [ranks_left_out(shown, rest)] if rest.ranks else []
+    if (outliers := outliers_note(result)) is not None:
+        below.append(outliers)
+    if below:  # under the rank axis, wrapped at the picture's width
         ax.annotate(
-            ranks_left_out(shown, rest),
+            "\n".join(below),
             xy=(0, 0),
             xycoords="axes fraction",
             xytext=(0, -42),

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisResult
-from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, rank_means
+from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
 from skewlens.analysis.critical_path import shares
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
@@ -172,6 +172,20 @@ def ranks_left_out(shown: RankMeans, rest: RankMeans) -> str:
     )
 
 
+def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
+    """The steps far longer than their ranks' median (:func:`~skewlens.analysis.breakdown.outlier_steps`),
+    which the per-rank means include, or None."""
+    found = outlier_steps(result.breakdown)
+    if not found:
+        return None
+    named = "; ".join(o.describe() for o in found[:most])
+    more = f"; and {len(found) - most} more step(s)" if len(found) > most else ""
+    return (
+        f"{named}{more}: the means include it (a first profiled step often holds warm-up); every step is in "
+        f"{BREAKDOWN_FILE}"
+    )
+
+
 def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> Table:
     """Each rank's mean step breakdown (ms per step); of more than ``max_ranks`` ranks (0: no limit), those
     that waited least for their peers (where stragglers are), the others summed up in the caption."""
@@ -185,6 +199,8 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
         t.add_column(c, justify="right")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
     notes = [ranks_left_out(shown, rest)] if rest.ranks else []
+    if (outliers := outliers_note(result)) is not None:
+        notes.append(outliers)
     if gpu:
         notes.append(
             "compute: host operators or GPU kernels running; GPU kernels: compute kernels alone (no NCCL, "

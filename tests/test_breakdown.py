@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
-from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, rank_means
+from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, outlier_steps, rank_means
 from skewlens.analysis.index import Coverage, build_index
+from skewlens.analysis.records import StepBreakdownRecord
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -144,3 +145,34 @@ def test_rank_means_average_each_ranks_steps_and_the_least_waiting_ranks_include
     assert sorted(shown.ranks + rest.ranks) == means.ranks
     everyone, nobody = means.least_waiting(0)
     assert everyone.ranks == means.ranks and nobody.ranks == []
+
+
+def _steps(lengths_ms: dict[int, list[float]]) -> list[StepBreakdownRecord]:
+    out = []
+    for r, lengths in lengths_ms.items():
+        t = 0
+        for s, ms in enumerate(lengths):
+            ns = int(ms * MS)
+            out.append(StepBreakdownRecord(
+                rank=r, step=s, start_ns=t, end_ns=t + ns, step_ns=ns, compute_ns=ns, exposed_wait_ns=0,
+                exposed_transfer_ns=0, overlapped_comm_ns=0, gpu_compute_ns=0, idle_ns=0, complete=True,
+            ))  # fmt: skip
+            t += ns
+    return out
+
+
+def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it_is_longest() -> None:
+    recs = _steps(
+        {0: [30, 10, 11, 10, 12], 1: [50, 10, 10, 10, 10], 2: [12, 10, 11, 10, 10], 3: [10, 40]}
+    )
+    (found,) = outlier_steps(recs)
+    # rank 1's 50 ms is 5x its median (10); rank 0's 30 ms 2.7x its 11; rank 2's 12 is under 1.5x; rank 3
+    # has too few steps for a median
+    assert (found.step, found.ranks, found.worst_rank) == (0, 2, 1)
+    assert (found.worst_step_ns, found.median_step_ns) == (50 * MS, 10 * MS)
+    assert (
+        found.describe()
+        == "step 0 took 5.0x the median step (on 2 ranks, e.g. rank 1: 50.00 against 10.00 ms)"
+    )
+    assert outlier_steps(_steps({0: [10, 14, 10, 11], 1: [11, 10, 10, 10]})) == []
+    assert outlier_steps([]) == []

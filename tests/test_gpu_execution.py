@@ -21,6 +21,8 @@ import pytest
 
 from skewlens.analysis.api import analyze_run
 from skewlens.analysis.blame import step_times_from_spans
+from skewlens.analysis.breakdown import outlier_steps
+from skewlens.analysis.render import breakdown_table
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
@@ -718,3 +720,20 @@ def test_a_device_synchronise_on_any_rank_of_an_8_gpu_host_waits_for_that_rank_s
     assert run.manifest.devices == {r: f"cuda:{r}" for r in range(8)}
     assert "cudaDeviceSynchronize" in waits[0]
     assert all(w == waits[0] for w in waits.values()), waits
+
+
+def test_the_16_gpu_traces_warm_up_step_is_named_beside_the_means_that_include_it(
+    imported: dict[str, RunTrace],
+) -> None:
+    name = "nccl_16gpu_rank0_kineto.json.gz"
+    periods = _gpu_step_periods(_raw(name))
+    first = min(periods)
+    median = sorted(periods.values())[len(periods) // 2]
+    assert periods[first] > 1.5 * median  # step 550 warms up: about 372 ms against 210-216
+    result = analyze_run(_run(imported, name), blame=False)
+    (found,) = outlier_steps(result.breakdown)
+    assert (found.step, found.ranks, found.worst_rank) == (first, 1, 0)
+    assert abs(found.worst_step_ns - periods[first]) <= 0.02 * periods[first]
+    caption = str(breakdown_table(result).caption)
+    assert f"step {first} took {found.worst_step_ns / found.median_step_ns:.1f}x the median step" in caption
+    assert "the means include it" in caption
