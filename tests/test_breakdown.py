@@ -162,9 +162,7 @@ def _steps(lengths_ms: dict[int, list[float]]) -> list[StepBreakdownRecord]:
 
 
 def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it_is_longest() -> None:
-    recs = _steps(
-        {0: [30, 10, 11, 10, 12], 1: [50, 10, 10, 10, 10], 2: [12, 10, 11, 10, 10], 3: [10, 40]}
-    )
+    recs = _steps({0: [30, 10, 11, 10, 12], 1: [50, 10, 10, 10, 10], 2: [12, 10, 11, 10, 10], 3: [10, 40]})
     (found,) = outlier_steps(recs)
     # rank 1's 50 ms is 5x its median (10); rank 0's 30 ms 2.7x its 11; rank 2's 12 is under 1.5x; rank 3
     # has too few steps for a median
