@@ -2,9 +2,11 @@
 
 Walk back from the step's last finishing node (over all ranks):
 
-- at a collective, if another member arrived last, the path goes through that member: this node
-  contributes only its transfer (``end - last arrival``), the last arriver's node is put on the path
-  with no duration (it marks the jump) and the walk continues from the last arriver's dependencies;
+- at a collective, if the member whose arrival this one waited for (the last to arrive; of a rooted
+  collective with a known root what the execution model's ``waits_for`` says: a broadcast's or scatter's
+  root, no one for a gather's or reduce's non-root) arrived later, the path goes through that member: this
+  node contributes only its transfer (``end - that arrival``), that member's node is put on the path with
+  no duration (it marks the jump) and the walk continues from its dependencies;
 - at a recv whose send started later than the recv, likewise through the send (``via="p2p"``), and at a
   send whose recv was posted later, through the recv, unless the execution model made the send eager
   (done before its recv arrived: it waited for nobody); a member, send or recv that arrived after this
@@ -34,7 +36,7 @@ import numpy as np
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import CriticalPathRecord
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import execution_model
+from skewlens.replay.execution import awaited_member, collective_waits_for, execution_model
 
 #: Path-record ``kind`` of each node type (``other`` for the rest).
 KIND_NAMES = {
@@ -108,8 +110,13 @@ def _walk(
         if k >= 0:
             c = run.collectives[k]
             arr = [int(run.ranks[m].start_ns[x]) for m, x in zip(c.ranks, c.rows, strict=True)]
-            j = int(np.argmax(arr))
-            if start < arr[j] <= end:  # a member that arrived after this node ended is not what it waited for
+            # the member whose arrival this one's transfer waited for (the model's rule): the last, a
+            # rooted collective's root, or none (itself: it arrived at its own start, not after it)
+            me = c.ranks.index(r)
+            j = awaited_member(collective_waits_for(run, c.comm_type, c.ranks, c.rows), arr, me)
+            if (
+                j != me and start < arr[j] <= end
+            ):  # a member that arrived after this node ended is not what it waited for
                 peer = (c.ranks[j], c.rows[j], arr[j], "collective")
         elif p >= 0:
             pair = run.p2p[p]

@@ -5,7 +5,9 @@
 
 - ``wait_ns``: at a communication node, the time this rank waited for its peers. Timing contract of
   COMM nodes: start = this rank's arrival, end = completion on this rank. For a collective member
-  ``m``: ``wait_m = max(arrivals) - arrival_m``; for one side of a send/recv pair:
+  ``m``: ``wait_m = awaited_m - arrival_m``, ``awaited_m`` the arrival the execution model says it waits
+  for (``max(arrivals)``; a rooted collective's root, or its own: ``replay.execution.waits_for``); for one
+  side of a send/recv pair:
   ``max(0, peer arrival - my arrival)``. Clamped to the node's duration.
 - ``gap_ns``: host gap before each node, the execution model's (``skewlens.replay.execution``: ``start -
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
@@ -38,6 +40,8 @@ from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
 from skewlens.replay.execution import (
     RankModel,
+    awaited_arrivals,
+    collective_waits_for,
     compute_intervals,
     execution_model,
     gpu_compute_rows,
@@ -347,11 +351,12 @@ def build_index(run: RunTrace) -> RunIndex:
         )
     for k, c in enumerate(run.collectives):
         arr = [int(run.ranks[r].start_ns[row]) for r, row in zip(c.ranks, c.rows, strict=True)]
-        last = max(arr)
-        for r, row, a in zip(c.ranks, c.rows, arr, strict=True):
+        # the arrival each member waits for: the last, or a rooted collective's root (the model's rule)
+        awaited = awaited_arrivals(collective_waits_for(run, c.comm_type, c.ranks, c.rows), arr)
+        for r, row, a, t in zip(c.ranks, c.rows, arr, awaited, strict=True):
             ri = idx[r]
             ri.coll[row] = k
-            ri.wait_ns[row] = min(last - a, int(ri.trace.dur_ns[row]))
+            ri.wait_ns[row] = min(t - a, int(ri.trace.dur_ns[row]))
     for k, p in enumerate(run.p2p):
         s_start = int(run.ranks[p.src_rank].start_ns[p.src_row])
         d_start = int(run.ranks[p.dst_rank].start_ns[p.dst_row])

@@ -2,11 +2,16 @@
 
 For every collective instance and every matched send/recv pair (an *event*):
 
-- each member's arrival (its COMM node's start), wait (``last arrival - my arrival``) and transfer
-  (``my end - last arrival``), and the skew (``last - first arrival``);
-- the late member (last arrival) and why it was late. The late member's *window* since the previous
-  common synchronisation point (the previous instance of the same process group; for p2p, the last
-  communication completed on that rank) is compared with the median member's window:
+- each member's arrival (its COMM node's start), wait (``awaited arrival - my arrival``) and transfer
+  (``my end - awaited arrival``), and the skew (``last - first arrival``); the awaited arrival is the last
+  one, or for a rooted collective with a known root what the execution model says the member waits for
+  (``replay.execution.waits_for``: a broadcast's, scatter's or gather's root; a broadcast root waits for
+  no one);
+- the late member (the one whose arrival the longest wait was for: the last, or such a root; where nobody
+  waited, the root) and why it was late. The late
+  member's *window* since the previous common synchronisation point (the previous instance of the same
+  process group; for p2p, the last communication completed on that rank) is compared with the median
+  member's window:
 
   - compute: summed COMP durations per op name; the ops that grew most are named;
   - host gap: idle time before nodes (``start - latest dependency end``), split into gaps right before a
@@ -39,7 +44,7 @@ import numpy as np
 from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.execution import clock_contradictions
+from skewlens.replay.execution import clock_contradictions, collective_waits_for, held_by
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
@@ -140,11 +145,12 @@ class SkewEvent:
     exposed_wait_ns: I64
     """Members' waits not hidden under compute on their rank."""
     late_rank: int
-    """Member that arrived last."""
+    """Member whose arrival the longest wait was for: the last to arrive, or a rooted collective's known
+    root (:func:`~skewlens.replay.execution.waits_for`); where nobody waited, that root."""
     blamed_rank: int
     """Rank the waits are attributed to."""
     late_by_ns: int
-    """Late arrival minus median arrival."""
+    """Late member's arrival minus the median arrival of the others (0 where it was not later)."""
     cause: Cause
     """Why the late member was late."""
     clock_contradicted: bool = False
@@ -184,7 +190,6 @@ class SkewResult:
     def records(self) -> list[CollectiveSkewRecord]:
         out = []
         for e in self.events:
-            last = int(e.arrival_ns.max())
             for k, r in enumerate(e.ranks):
                 out.append(
                     CollectiveSkewRecord(
@@ -199,7 +204,7 @@ class SkewResult:
                         end_ns=int(e.end_ns[k]),
                         wait_ns=int(e.wait_ns[k]),
                         exposed_wait_ns=int(e.exposed_wait_ns[k]),
-                        transfer_ns=max(int(e.end_ns[k]) - last, 0),
+                        transfer_ns=max(int(e.end_ns[k] - e.arrival_ns[k] - e.wait_ns[k]), 0),
                         skew_ns=e.skew_ns,
                         late_rank=e.late_rank,
                         blamed_rank=e.blamed_rank,
@@ -386,9 +391,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     ]
     raw += [("p2p", k, (p.src_rank, p.dst_rank), (p.src_row, p.dst_row)) for k, p in enumerate(run.p2p)]
     mem = _members(ix, raw)
-    contradicted = {
-        ("p2p" if c.is_p2p else "collective", c.index) for c in clock_contradictions(run) if not c.rooted
-    }
+    contradicted = {("p2p" if c.is_p2p else "collective", c.index) for c in clock_contradictions(run)}
     bounds = zip(mem.at[:-1].tolist(), mem.at[1:].tolist(), strict=True)
     last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
@@ -409,8 +412,17 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             p = run.p2p[k]
             pg_name, seq, ctype = p.pg_name, k, "SEND_RECV"
         by_arrival = np.argsort(arr, kind="stable")
-        li = int(by_arrival[-1])
-        mi = int(by_arrival[(len(ranks) - 1) // 2])
+        # the late member: the one whose arrival the longest wait was for (the model's rule: the last, or
+        # a rooted collective's root), where nobody waited the one the others wait for; compared with the
+        # median of the others
+        rule = collective_waits_for(run, c.comm_type, ranks, rows) if kind == "collective" else ()
+        held = held_by(rule)
+        if held >= 0 and wait.max() > 0:
+            w = rule[int(np.argmax(wait))]
+            held = w if w >= 0 else -1
+        li = int(by_arrival[-1]) if held < 0 else held
+        others = by_arrival if held < 0 else by_arrival[by_arrival != li]
+        mi = int(others[(len(others) - 1) // 2]) if held < 0 or others.size else li
         late_rank = ranks[li]
         step = int(rts[li].trace.step[rows[li]])
         cause, blamed = NO_CAUSE, late_rank
@@ -485,7 +497,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 exposed_wait_ns=mem.exposed_wait_ns[lo:hi],
                 late_rank=late_rank,
                 blamed_rank=blamed,
-                late_by_ns=int(arr[li] - arr[mi]),
+                late_by_ns=max(int(arr[li] - arr[mi]), 0),
                 cause=cause,
                 clock_contradicted=(kind, k) in contradicted,
             )

@@ -19,6 +19,9 @@ Timing rules (all integer nanoseconds):
   bandwidth of the links it uses has moved its data;
 - a *detached* member (an eager send: it completed without its receiver) counts as arrived for the
   group but does not wait for it: it ends ``transfer[m]`` after its own arrival.
+- a member of a group with a per-member rule (``waits_for``: a rooted collective) waits only for the
+  arrival the rule names (the last, a root's, or its own) and its own queue-order dependencies: it ends
+  ``transfer[m]`` after the later of them.
 - a *launch* dependency (GPU work launched from inside a host segment) is met ``offset`` after the
   launching segment starts, not when it ends.
 
@@ -108,6 +111,12 @@ class Graph:
     """Wait successor segment ids."""
     detached: Sequence[Sequence[bool]] | None = None
     """Per group, aligned with ``groups``: members that do not wait for the group (eager sends)."""
+    waits_for: Sequence[Sequence[int] | None] | None = None
+    """Per group, None (every member's transfer begins at the group's) or, aligned with ``groups``, whose
+    arrival each member's transfer waits for: -1 every member's, ``k`` member ``k``'s (its own index: no
+    one's). Such a member's transfer begins once it and that member have arrived and its own queue-order
+    dependencies have ended; it ends ``transfer`` after that (a rooted collective's members: the execution
+    model's ``waits_for``). In contention mode it is timed so too, and takes no share of the links."""
     lsucc_ptr: Sequence[int] | None = None
     """CSR offsets of *launch* successors: segments (GPU work) that cannot start before this segment's
     start plus an offset (the launch call inside it), counted in their ``ndeps``."""
@@ -215,6 +224,21 @@ def run(g: Graph) -> Outcome:
             for j, f in enumerate(flags):
                 if f:
                     slot[g.groups[gi][j]] = j
+    # groups with a per-member rule (rooted collectives): their members are timed one by one
+    rule_of: dict[int, Sequence[int]] = {}
+    if g.waits_for is not None:
+        rule_of = {gi: w for gi, w in enumerate(g.waits_for) if w is not None}
+    pslot: dict[int, int] = {}  # member segment of such a group -> its index among the group's members
+    for gi in rule_of:
+        for j, s in enumerate(g.groups[gi]):
+            pslot[s] = j
+    p_arr: dict[int, int] = {}  # their arrivals
+    p_xready: dict[int, int] = {}  # latest end of each one's own queue-order dependencies
+    p_xpending: dict[int, int] = {}  # how many of those are still to end
+    if pslot:
+        for s in xidx:
+            if s in pslot:
+                p_xpending[s] = p_xpending.get(s, 0) + 1
     q = EventQueue()
     contention = _Contention(g.flows, q) if g.flows is not None else None
     prio_launch = PRIO_COMPLETE if contention is None else PRIO_START
@@ -231,6 +255,12 @@ def run(g: Graph) -> Outcome:
             if remaining[d] == 0:
                 stack.append(d)
         for k in range(xptr[s], xptr[s + 1]):
+            if xidx[k] in pslot:  # a member timed on its own: its own queue dependencies
+                d = xidx[k]
+                p_xready[d] = max(p_xready.get(d, _NEVER), e)
+                p_xpending[d] -= 1
+                fire_members(sync_of[d], (d,))
+                continue
             gi = sync_of[xidx[k]]
             xready[gi] = max(xready[gi], e)
             xpending[gi] -= 1
@@ -262,6 +292,34 @@ def run(g: Graph) -> Outcome:
             if remaining[d] == 0:
                 stack.append(d)
         release_rare(s, e)
+
+    fired: set[int] = set()  # members of groups with a per-member rule that have ended
+
+    def fire_members(gi: int, candidates: Sequence[int]) -> None:
+        """End those of ``candidates`` (members of group ``gi``, which has a per-member rule) whose
+        transfer may now begin: they, the member they wait for (all, for -1) have arrived and their own
+        queue-order dependencies have ended."""
+        rule = rule_of[gi]
+        members = g.groups[gi]
+        for m in candidates:
+            if m in fired or m in slot or m not in p_arr or p_xpending.get(m, 0):
+                continue
+            j = pslot[m]
+            w = rule[j]
+            if w < 0:
+                if arrived[gi] < group_size[gi]:
+                    continue
+                t = arrival_max[gi]
+            else:
+                a = p_arr.get(members[w])
+                if a is None:
+                    continue
+                t = max(p_arr[m], a)
+            t = max(t, p_xready.get(m, _NEVER))
+            e = t + g.transfer[gi][j]
+            end[m] = e
+            fired.add(m)
+            release_eager(m, e)
 
     # per segment: 1 if it has wait or queue-order successors (checked once, not two CSR ranges)
     rare = _with_edges(xptr, n)
@@ -311,7 +369,10 @@ def run(g: Graph) -> Outcome:
                     end[s] = e
                     done += 1
                     release_eager(s, e)
-                if arrived[gi] == group_size[gi] and xpending[gi] == 0:
+                if s in pslot:  # a member timed on its own, and those that waited for its arrival
+                    p_arr[s] = t
+                    fire_members(gi, g.groups[gi])
+                elif arrived[gi] == group_size[gi] and xpending[gi] == 0:
                     q.schedule(max(arrival_max[gi], xready[gi]), prio_launch, gi)
         if not q:
             break
@@ -343,6 +404,9 @@ def run(g: Graph) -> Outcome:
             if rare[s]:
                 release_rare(s, e)
         group_end[gi] = gend
+    done += len(fired)
+    for gi in rule_of:
+        group_end[gi] = max((end[m] for m in g.groups[gi] if m in fired or m in slot), default=0)
     if done != n:
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
@@ -432,6 +496,18 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     todo = (_READY, s)
                     continue
                 t = end[s] - g.transfer[gi][j]  # the group's transfer began at t
+                rule = g.waits_for[gi] if g.waits_for is not None else None
+                if rule is not None and rule[j] >= 0:  # a member timed on its own: its awaited arrival
+                    p = next((m for m in (s, members[rule[j]]) if arrival(m) == t), -1)
+                    if p >= 0:
+                        on[p] = 1
+                        todo = (_READY, p)
+                        continue
+                    p = ended_at(preds.xptr, preds.xidx, s, t)  # or its own queue-order dependency
+                    if p < 0:
+                        return None
+                    todo = (_END, p)
+                    continue
                 if t == out.group_arrival[gi]:  # when its last member arrived
                     p = next((m for m in members if arrival(m) == t), -1)
                     if p < 0:
@@ -439,8 +515,10 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                     on[p] = 1
                     todo = (_READY, p)
                     continue
-                # else when the op queued before it on one member's stream ended
-                p = next((q for m in members if (q := ended_at(preds.xptr, preds.xidx, m, t)) >= 0), -1)
+                # else when the op queued before it on one member's stream ended (its own only, for a member
+                # of a group with a per-member rule)
+                queued = (s,) if rule is not None else members
+                p = next((q for m in queued if (q := ended_at(preds.xptr, preds.xidx, m, t)) >= 0), -1)
                 if p < 0:
                     return None
                 todo = (_END, p)

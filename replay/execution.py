@@ -40,10 +40,14 @@ was recorded just after the node ended (gloo's worker lags the work it completed
 node's end as the collective's end (``RankModel.end_clamp_rows``), so the replay stays exact.
 
 **Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
-transfer begins once every member has arrived. A send that completed before its receiver arrived (recorded
-send end at or before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the group,
-ends its own recorded duration after its arrival, and its recv waits for it (not the other way round).
-A collective member recorded as done before the last member arrived (which cannot be: clock error
+transfer begins once every member has arrived; but a member of a rooted collective with a known root waits
+only for the arrival :func:`waits_for` names (a broadcast's, scatter's or gather's non-root for the root;
+a broadcast's root for no one, a scatter's or gather's for the last arrival), and the simulator, the skew
+and stall analyses, the critical path and blame read that rule from :attr:`SyncGroup.waits_for` and
+:func:`awaited_arrivals`. A send that completed before its receiver arrived (recorded send end at or
+before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the group, ends its own
+recorded duration after its arrival, and its recv waits for it (not the other way round).
+A collective member recorded as done before the arrival it waits for (which cannot be: clock error
 between the ranks' traces) is detached too, so the recording replays as it was.
 
 **GPU work** (see "GPU dependencies" in :mod:`skewlens.profiler.vocab`). Each CUDA stream is a timeline: a
@@ -62,7 +66,7 @@ transfer begins once every member's kernel has arrived.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,6 +182,10 @@ class SyncGroup:
     """Members' rows in their rank's RankTrace, aligned with ``ranks``."""
     detached: tuple[bool, ...]
     """Members that do not wait for the group (an eager send), aligned with ``ranks``."""
+    waits_for: tuple[int, ...]
+    """Per member, whose arrival its transfer waits for (:func:`waits_for`): -1 the last arrival (every
+    member of a pair, and of a collective but a rooted one with a known root), else a member's index (its
+    own: no one). Aligned with ``ranks``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -308,39 +316,68 @@ def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
 CLOCK_NOTE_NS = 1_000_000
 
 
-#: Rooted collectives whose members do not all wait for each other: a member of a broadcast or scatter
-#: needs only the root's data (the root, which sends, at most its receivers), a member of a gather or
-#: reduce only sends to the root (only the root needs everyone's). gloo lets such members finish before the
-#: others arrive.
+#: Rooted collectives whose members do not all wait for each other (:func:`waits_for`): a member of a
+#: broadcast or scatter needs only the root's data, a member of a gather only sends to the root (only the
+#: root needs everyone's). gloo lets such members finish before the others arrive.
 _ROOT_SENDS = frozenset({CommType.BROADCAST, CommType.SCATTER})
 _ROOT_GETS = frozenset({CommType.GATHER, CommType.REDUCE})
 
 
-def _root_member(run: RunTrace, g: SyncGroup, comm_type: CommType) -> int:
-    """Index among ``g``'s members of its root (``comm_src`` of a broadcast / scatter, ``comm_dst`` of a
-    gather / reduce, as the capture records it); -1 where unknown or not rooted."""
+def root_member(run: RunTrace, comm_type: CommType, ranks: Sequence[int], rows: Sequence[int]) -> int:
+    """Index among a collective's members (``ranks``, ``rows``) of its root (``comm_src`` of a broadcast /
+    scatter, ``comm_dst`` of a gather / reduce, as the capture records it); -1 where unknown or not
+    rooted."""
     if comm_type not in _ROOT_SENDS and comm_type not in _ROOT_GETS:
         return -1
-    rt = run.ranks[g.ranks[0]]
-    root = int((rt.src if comm_type in _ROOT_SENDS else rt.dst)[g.rows[0]])
-    return g.ranks.index(root) if root in g.ranks else -1
+    rt = run.ranks[ranks[0]]
+    root = int((rt.src if comm_type in _ROOT_SENDS else rt.dst)[rows[0]])
+    return list(ranks).index(root) if root in ranks else -1
 
 
-def _held_to(
-    run: RunTrace, g: SyncGroup, *, comm_type: CommType, starts: list[int], ends: list[int], seen: list[int]
-) -> tuple[int, int, bool]:
-    """Of a collective whose members ``seen`` were done before its last arrival: the earliest of them that
-    cannot be, the member whose arrival it waited for, and whether a known root decided that. Any member
-    waits for the last arrival; with a known root, a broadcast or scatter member other than the root waits
-    for the root, and of a gather or reduce only the root waits (for the last arrival). -1: none."""
-    last = int(np.argmax(starts))
-    root = _root_member(run, g, comm_type)
-    if root < 0:
-        return min(seen, key=lambda k: ends[k]), last, False
-    if comm_type in _ROOT_SENDS:
-        held = [k for k in seen if k != root]
-        return (min(held, key=lambda k: ends[k]) if held else -1), root, True
-    return (root if root in seen else -1), last, True
+def waits_for(comm_type: CommType, root: int, n: int) -> tuple[int, ...]:
+    """The wait rule of a collective of ``n`` members whose root is member ``root`` (-1: unknown): per
+    member, the member whose arrival its transfer waits for, -1 for the last arrival, its own index for
+    none. Every member waits for the last arrival, but with a known root: a broadcast member waits for the
+    root, the root for no one (it pushes its data down a tree or ring); a scatter or gather member waits for
+    the root (gloo moves a buffer only once both ends have posted it), the root for the last arrival (it
+    waits for every piece). A reduce keeps the last arrival for all (gloo's and NCCL's reduce pass partial
+    sums through the non-roots). ``docs/execution.md`` says why, with what a gloo capture showed."""
+    if root < 0 or comm_type not in _ROOT_SENDS | _ROOT_GETS or comm_type == CommType.REDUCE:
+        return (-1,) * n
+    if comm_type == CommType.BROADCAST:
+        return (root,) * n
+    return tuple(-1 if k == root else root for k in range(n))
+
+
+def collective_waits_for(
+    run: RunTrace, comm_type: CommType, ranks: Sequence[int], rows: Sequence[int]
+) -> tuple[int, ...]:
+    """:func:`waits_for` of a collective's members ``ranks`` / ``rows`` (loaded ranks), its root as the
+    capture recorded it (a root among no loaded member is unknown)."""
+    if not ranks:
+        return ()
+    return waits_for(comm_type, root_member(run, comm_type, ranks, rows), len(ranks))
+
+
+def awaited_arrivals(rule: Sequence[int], arrivals: Sequence[int]) -> list[int]:
+    """Per member of a sync group, the arrival its transfer waits for under ``rule`` (:func:`waits_for`):
+    the later of its own and the awaited member's (or the last) arrival. Its wait for peers is this less
+    its own arrival; its transfer, its end less this."""
+    last = max(arrivals)
+    return [last if w < 0 else max(a, arrivals[w]) for a, w in zip(arrivals, rule, strict=True)]
+
+
+def awaited_member(rule: Sequence[int], arrivals: Sequence[int], k: int) -> int:
+    """The member whose arrival member ``k``'s transfer waits for under ``rule``: the last to arrive (the
+    first of them), the root, or ``k`` itself where it waits for no one."""
+    w = rule[k]
+    return int(np.argmax(arrivals)) if w < 0 else w
+
+
+def held_by(rule: Sequence[int]) -> int:
+    """The member whose arrival the others wait for under ``rule`` (:func:`waits_for`) where that is not
+    the last arrival (a broadcast's, scatter's or gather's known root), else -1 (the last to arrive)."""
+    return next((w for k, w in enumerate(rule) if w >= 0 and w != k), -1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -355,15 +392,12 @@ class ClockContradiction:
     """How much earlier the member was done than the arrival it waits for."""
     where: str
     """Where, in words: the group and the two members."""
-    rooted: bool
-    """A rooted collective's member done early as its root allows (gloo's): not a clock error."""
 
 
 def clock_contradictions(run: RunTrace) -> list[ClockContradiction]:
-    """Collective members recorded as done before a member they wait for arrived (the last, or a rooted
-    collective's root: :func:`_held_to`; the model detaches them) and recvs recorded as done before their
-    send began, by more than :data:`CLOCK_NOTE_NS`, in sync group order; and members of rooted collectives
-    done before the last arrival as their root allows (``rooted``)."""
+    """Collective members recorded as done before the arrival they wait for (:func:`waits_for`: the last,
+    or a rooted collective's root; the model detaches them) and recvs recorded as done before their send
+    began, by more than :data:`CLOCK_NOTE_NS`, in sync group order."""
     out: list[ClockContradiction] = []
     for g in execution_model(run).syncs:
         if not g.is_p2p and not any(g.detached):  # a collective member is detached only by its clock
@@ -380,57 +414,30 @@ def clock_contradictions(run: RunTrace) -> list[ClockContradiction]:
                 continue
             c = run.collectives[g.index]
             pg = f"{c.pg_name!r} seq {c.seq}"
-            early, last, by_root = _held_to(
-                run, g, comm_type=c.comm_type, starts=starts, ends=ends, seen=seen
-            )
-            if by_root and (early < 0 or starts[last] - ends[early] <= CLOCK_NOTE_NS):
-                first, final = min(seen, key=lambda k: ends[k]), int(np.argmax(starts))
-                allowed = starts[final] - ends[first]
-                if allowed > CLOCK_NOTE_NS:
-                    where = (
-                        f"group {pg}, a {c.comm_type.name.lower()}: rank {g.ranks[first]} done "
-                        f"{allowed / 1e6:.1f} ms before rank {g.ranks[final]} began"
-                    )
-                    found = ClockContradiction(
-                        is_p2p=False, index=g.index, by_ns=allowed, where=where, rooted=True
-                    )
-                    out.append(found)
-                continue
+            early = min(seen, key=lambda k: ends[k])
+            last = awaited_member(g.waits_for, starts, early)
         late = starts[last] - ends[early]
         if late <= CLOCK_NOTE_NS:
             continue
         who = f"rank {g.ranks[early]} done {late / 1e6:.1f} ms before rank {g.ranks[last]} began"
-        where = f"group {pg}: {who}"
-        out.append(ClockContradiction(is_p2p=g.is_p2p, index=g.index, by_ns=late, where=where, rooted=False))
+        out.append(ClockContradiction(is_p2p=g.is_p2p, index=g.index, by_ns=late, where=f"group {pg}: {who}"))
     return out
 
 
 def clock_note(run: RunTrace) -> str | None:
     """What the traces' clocks contradict (:func:`clock_contradictions`), in one line, or None. Such times
     come from clocks that disagree (traces of hosts without a common clock, an import without alignment):
-    their skew and waits are not meaningful. Members of rooted collectives done before the last arrival as
-    their root allows (gloo's) are said apart: their skew and waits, counted from the last arrival, overstate
-    what they waited for."""
+    their skew and waits are not meaningful."""
     found = clock_contradictions(run)
-    wrong = [c for c in found if not c.rooted]
-    rooted = [c for c in found if c.rooted]
-    notes = []
-    if wrong:
-        worst = max(wrong, key=lambda c: c.by_ns)  # the first of the largest
-        notes.append(
-            f"clocks disagree: {len(wrong)} of {len(execution_model(run).syncs)} collectives and p2p pairs "
-            f"have a member recorded as done before another began (worst: {worst.where}); the ranks' clocks "
-            "are not aligned (traces of hosts without a common clock?): the skew and waits of those are not "
-            "meaningful, and a replay keeps such members' recorded times"
-        )
-    if rooted:
-        worst = max(rooted, key=lambda c: c.by_ns)
-        notes.append(
-            f"{len(rooted)} rooted collectives (broadcast, scatter, gather, reduce) have a member done "
-            f"before another began, as their root allows (worst: {worst.where}): such a member did not "
-            "wait for the last arrival their skew and waits count from, and a replay keeps its recorded time"
-        )
-    return "; ".join(notes) or None
+    if not found:
+        return None
+    worst = max(found, key=lambda c: c.by_ns)  # the first of the largest
+    return (
+        f"clocks disagree: {len(found)} of {len(execution_model(run).syncs)} collectives and p2p pairs "
+        f"have a member recorded as done before another began (worst: {worst.where}); the ranks' clocks "
+        "are not aligned (traces of hosts without a common clock?): the skew and waits of those are not "
+        "meaningful, and a replay keeps such members' recorded times"
+    )
 
 
 def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
@@ -441,16 +448,18 @@ def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
             rs, ws = zip(*members, strict=True)
             starts = [int(run.ranks[r].start_ns[w]) for r, w in members]
             ends = [int(run.ranks[r].start_ns[w] + run.ranks[r].dur_ns[w]) for r, w in members]
-            # a member recorded as done before the last one arrived (clock error between the ranks'
-            # traces: a collective cannot complete before all are there) keeps its recorded time
-            last = max(starts)
+            rule = collective_waits_for(run, c.comm_type, rs, ws)
+            # a member recorded as done before the arrival it waits for (clock error between the ranks'
+            # traces: it cannot complete before then) keeps its recorded time
+            awaited = awaited_arrivals(rule, starts)
             out.append(
                 SyncGroup(
                     is_p2p=False,
                     index=ci,
                     ranks=rs,
                     rows=ws,
-                    detached=tuple(e + SKEW_NS < last for e in ends),
+                    detached=tuple(e + SKEW_NS < a for e, a in zip(ends, awaited, strict=True)),
+                    waits_for=rule,
                 )
             )
     for pi, p in enumerate(run.p2p):
@@ -466,6 +475,7 @@ def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
                 ranks=(p.src_rank, p.dst_rank),
                 rows=(p.src_row, p.dst_row),
                 detached=(eager, False),
+                waits_for=(-1, -1),
             )
         )
     return tuple(out)
@@ -905,6 +915,14 @@ def derive(run: RunTrace) -> ExecutionModel:
     for r, rows in sync_rows.items():
         if rows:
             np.maximum.at(last_arrival, np.asarray(sync_group[r]), run.ranks[r].start_ns[np.asarray(rows)])
+    # the arrival each member of a rooted collective waits for instead (:func:`waits_for`)
+    awaited: dict[tuple[int, int], int] = {}
+    for g in syncs:
+        if any(w >= 0 for w in g.waits_for):
+            starts = [int(run.ranks[r].start_ns[w]) for r, w in zip(g.ranks, g.rows, strict=True)]
+            awaited.update(
+                zip(zip(g.ranks, g.rows, strict=True), awaited_arrivals(g.waits_for, starts), strict=True)
+            )
 
     def one(r: int) -> RankModel:
         rt = run.ranks[r]
@@ -913,7 +931,12 @@ def derive(run: RunTrace) -> ExecutionModel:
         later = np.zeros(len(rt), dtype=np.bool_)
         if sync_rows[r]:
             rows = np.asarray(sync_rows[r])
-            later[rows] = last_arrival[np.asarray(sync_group[r])] > rt.start_ns[rows] + SKEW_NS
+            t = last_arrival[np.asarray(sync_group[r])]
+            if awaited:
+                t = np.asarray(
+                    [awaited.get((r, w), v) for w, v in zip(sync_rows[r], t.tolist(), strict=True)]
+                )
+            later[rows] = t > rt.start_ns[rows] + SKEW_NS
         return rank_model(rt, sync, later)
 
     # ranks on a few threads (numpy releases the GIL for much of each rank's work); in rank order

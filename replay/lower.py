@@ -39,6 +39,7 @@ from skewlens.replay.execution import (
     ExecutionModel,
     RankModel,
     SyncGroup,
+    awaited_arrivals,
     compute_rows,
     execution_model,
     replay_gaps,
@@ -497,9 +498,16 @@ def prepare(
         segs = seg_of_row[np.asarray(sync_rows[gi], dtype=np.int64)]
         sync_of[segs] = gi
         groups.append(segs.tolist())
-        launch = max(*s_start_l[a:b], *s_xend_l[a:b])
         ends = s_end_l[a:b]
-        recorded = [max(e - launch, 0) for e in ends]
+        if any(w >= 0 for w in info.waits_for):  # a rooted collective: from the arrival each waits for
+            began = [
+                max(t, x)
+                for t, x in zip(awaited_arrivals(info.waits_for, s_start_l[a:b]), s_xend_l[a:b], strict=True)
+            ]
+            recorded = [max(e - t, 0) for e, t in zip(ends, began, strict=True)]
+        else:
+            launch = max(*s_start_l[a:b], *s_xend_l[a:b])
+            recorded = [max(e - launch, 0) for e in ends]
         group_xdeps.append(sum(s_xcount_l[a:b]))
         step = int(run.ranks[info.ranks[0]].step[info.rows[0]])
         if info.is_p2p:
@@ -554,6 +562,7 @@ def prepare(
         flows=flows if use_flows and em.syncs else None,
         group_xdeps=group_xdeps,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
+        waits_for=_member_rules(em),
     )
     lowered = Lowered(
         graph=graph,
@@ -581,6 +590,13 @@ def prepare(
         launch_off_ns=launch_off,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
+
+
+def _member_rules(em: ExecutionModel) -> list[list[int] | None] | None:
+    """The core's ``waits_for``: each rooted collective's rule (the execution model's), None for the other
+    groups; None where there is no such group."""
+    rules = [list(g.waits_for) if any(w >= 0 for w in g.waits_for) else None for g in em.syncs]
+    return rules if any(r is not None for r in rules) else None
 
 
 def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:

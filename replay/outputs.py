@@ -208,8 +208,9 @@ def write_text(path: Path, text: str) -> Path:
 
 def replayed_waits(run: RunTrace, res: SimResult) -> dict[int, npt.NDArray[np.int64]]:
     """Per rank, each row's replayed wait for late peers (0 where none): a collective member or a send /
-    recv waits from its replayed start until the replayed latest arrival of its instance or pair, at most
-    until its own end (as the summary's ``wait_ns`` counts it)."""
+    recv waits from its replayed start until the replayed latest arrival of its instance or pair (a rooted
+    collective's member: the arrival :meth:`SimResult.rooted_awaited_ns` names), at most until its own end
+    (as the summary's ``wait_ns`` counts it)."""
     coll = run.collectives
     counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
     ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
@@ -221,6 +222,11 @@ def replayed_waits(run: RunTrace, res: SimResult) -> dict[int, npt.NDArray[np.in
         rows.append(np.fromiter((getattr(p, row_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
         arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
     rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
+    rooted = res.rooted_awaited_ns(run)
+    if rooted:  # a rooted collective's member waits for what the execution model's waits_for names
+        n = int(counts.sum())
+        keys = zip(rank_of[:n].tolist(), row_of[:n].tolist(), strict=True)
+        last[:n] = [rooted.get(k, t) for k, t in zip(keys, last[:n].tolist(), strict=True)]
     order = np.argsort(rank_of, kind="stable")
     bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
     out: dict[int, npt.NDArray[np.int64]] = {}

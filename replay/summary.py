@@ -16,8 +16,9 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   two: concurrent ones, DDP's buckets or a 1F1B batch, count once), and by NCCL kernels the importer kept
   as compute (``nccl_kernel_rows``: communication nothing matches), which ``compute_ns`` leaves out;
 - ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
-  (up to its own end, as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
-- ``exposed_comm_ns``: time covered by transfers (latest arrival to own completion) not under compute.
+  (a rooted collective's member: to the arrival the execution model's ``waits_for`` names), up to its own
+  end (as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
+- ``exposed_comm_ns``: time covered by transfers (that arrival to own completion) not under compute.
 """
 
 from __future__ import annotations
@@ -161,10 +162,11 @@ def _latest_ends_by_step(
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     """Summary rows for every (rank, step) with nodes (see the module docstring)."""
     arrival: dict[int, dict[int, int]] = {r: {} for r in run.ranks}
+    rooted = res.rooted_awaited_ns(run)
     for ci, c in enumerate(run.collectives):
         t = int(res.coll_arrival_ns[ci])
         for r, row in zip(c.ranks, c.rows, strict=True):
-            arrival[r][row] = t
+            arrival[r][row] = rooted.get((r, row), t)
     for pi, p in enumerate(run.p2p):
         t = int(res.p2p_arrival_ns[pi])
         arrival[p.src_rank][p.src_row] = t
