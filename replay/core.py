@@ -408,7 +408,12 @@ def run(g: Graph) -> Outcome:
     for gi in rule_of:
         group_end[gi] = max((end[m] for m in g.groups[gi] if m in fired or m in slot), default=0)
     if done != n:
-        waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or xpending[i] > 0]
+        # a group with a per-member rule counts its members' own queue dependencies (its xpending stays)
+        pending = [
+            sum(p_xpending.get(m, 0) for m in g.groups[i]) if i in rule_of else xpending[i]
+            for i in range(ngroups)
+        ]
+        waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or pending[i] > 0]
         raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
     return Outcome(
         seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, waited=arrived_at

@@ -93,6 +93,31 @@ def test_core_reports_a_group_whose_members_never_all_arrive() -> None:
     assert ei.value.waiting == [0]
 
 
+def test_a_deadlock_names_only_the_blocked_groups_not_a_rooted_group_whose_members_all_ended() -> None:
+    # group 0, rooted (member 0 waits for the root, member 1; the root for no one): seg 0 (compute) is
+    # queued before its member 1 on its stream, and every member ends; group 1 deadlocks as in the test
+    # above (seg 4 needs seg 5, which needs seg 3's group to end)
+    g = _graph(
+        ready0=[0] * 6,
+        gap=[0] * 6,
+        length=[5, SYNC, SYNC, SYNC, SYNC, 5],
+        ndeps=[0, 0, 0, 0, 1, 1],
+        succ_ptr=[0, 0, 0, 0, 1, 1, 2],
+        succ_idx=[5, 4],
+        sync_of=[-1, 0, 0, 1, 1, -1],
+        groups=[[1, 2], [3, 4]],
+        transfer=[[3, 0], [0, 0]],
+        xsucc_ptr=[0, 1, 1, 1, 1, 1, 1],
+        xsucc_idx=[1],
+        group_xdeps=[1, 0],
+        waits_for=[[1, 1], None],
+    )
+    with pytest.raises(DeadlockError) as ei:
+        run(g)
+    assert ei.value.waiting == [1]
+    assert ei.value.stuck == [4, 5]
+
+
 def _two_rank_run(tmp_path: Path, durs: tuple[int, int], steps: int = 1) -> Path:
     b = RunBuilder(world_size=2)
     for r in (0, 1):
