@@ -31,12 +31,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewlens.analysis.index import RunIndex
+from skewlens.analysis.index import Coverage, RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
+from skewlens.replay.execution import exposed_parts
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
 MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle", "gpu compute")
 _WAIT = MEAN_PARTS.index("exposed wait")
+
+
+def _merged(cov: Coverage) -> tuple[np.ndarray, np.ndarray]:
+    return cov.starts, cov.ends
 
 
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
@@ -52,13 +57,12 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
             continue
         a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
         b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
-        # C, M and M ∪ C are the index's cov_comp, cov_comm and cov_all; W ∪ C is its cov_wait_comp
-        cov_m = ri.cov_comm
-        comp = ri.cov_comp.between(a, b)
-        union_mc = ri.cov_all.between(a, b)
-        exposed = union_mc - comp
-        wait = np.minimum(ri.cov_wait_comp.between(a, b) - comp, exposed)
-        overlapped = cov_m.between(a, b) + comp - union_mc
+        # C, M and M ∪ C are the index's cov_comp, cov_comm and cov_all; W ∪ C is its cov_wait_comp; the
+        # parts are the execution model's rule (the replay's summary takes its own from it)
+        comp, union_mc, wait, transfer = exposed_parts(
+            _merged(ri.cov_comp), _merged(ri.cov_all), _merged(ri.cov_wait_comp), a, b
+        )
+        overlapped = ri.cov_comm.between(a, b) + comp - union_mc
         idle = (b - a) - union_mc
         gpu_comp = ri.cov_gpu_comp.between(a, b)
         for k, s in enumerate(keys):
@@ -71,7 +75,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     step_ns=int(b[k] - a[k]),
                     compute_ns=int(comp[k]),
                     exposed_wait_ns=int(wait[k]),
-                    exposed_transfer_ns=int(exposed[k] - wait[k]),
+                    exposed_transfer_ns=int(transfer[k]),
                     overlapped_comm_ns=int(overlapped[k]),
                     gpu_compute_ns=int(gpu_comp[k]),
                     idle_ns=int(idle[k]),

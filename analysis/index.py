@@ -41,7 +41,9 @@ from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
 from skewlens.replay.execution import (
     RankModel,
     awaited_arrivals,
+    busy_intervals,
     collective_waits_for,
+    comm_intervals,
     compute_intervals,
     execution_model,
     gpu_compute_rows,
@@ -298,21 +300,10 @@ def build_index(run: RunTrace) -> RunIndex:
         is_wait = m.is_wait & ~is_untraced
         is_comm_comp = nccl_kernel_rows(rt)
         is_comp = any_comp & ~is_untraced & ~is_wait & ~is_comm_comp
-        # a host row blocked on the GPU (a synchronise, a blocking copy) is not busy by itself while
-        # blocked: that time is the GPU's, communication where an NCCL kernel runs, compute where kernels
-        # do, idle where the GPU idles too (it waits for what the trace does not show)
-        on_gpu_only = np.zeros(len(rt), dtype=np.bool_)
-        on_gpu_only[m.wait_dst] = True
-        on_gpu_only[m.wait_dst[rt.is_cpu[m.wait_src]]] = False
-        busy = is_comm | is_comp | is_comm_comp | (is_wait & ~on_gpu_only)
-        # a wait node is communication while blocked; after that, a wait op's overhead stays
-        # communication-like, a host-time node's own work is compute (host_work)
+        # a host-time node's own work after the wait it hid is compute (host_work)
         hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
-        # an NCCL kernel the importer kept as COMP (no collective to match it to) ran communication: in
-        # M (transfer: with no peers known, no wait), not in C (compute_intervals leaves it out)
-        comm_like = ((is_comm | is_wait) & ~m.host_work & ~on_gpu_only) | is_comm_comp
         latest, latest_met = _latest_dep(m, end)
         gpu_comp = gpu_compute_rows(rt, m)
         idx[r] = RankIndex(
@@ -338,13 +329,11 @@ def build_index(run: RunTrace) -> RunIndex:
             order=order,
             sorted_start=rt.start_ns[order],
             comm_sorted_end=np.sort(end[is_comm]),
-            cov_all=Coverage.of(rt.start_ns[busy], end[busy]),
+            # M ∪ C, C and M: the execution model's rules (the replay's summary measures with the same)
+            cov_all=Coverage.of(*busy_intervals(rt, m, rt.start_ns, end)),
             cov_comp=Coverage.of(*compute_intervals(rt, m, rt.start_ns, end)),
             cov_gpu_comp=Coverage.of(rt.start_ns[gpu_comp], end[gpu_comp]),
-            cov_comm=Coverage.of(
-                np.concatenate([rt.start_ns[comm_like], rt.start_ns[hw]]),
-                np.concatenate([end[comm_like], hw_at]),
-            ),
+            cov_comm=Coverage.of(*comm_intervals(rt, m, rt.start_ns, end)),
             latest_dep=latest,
             latest_met_ns=latest_met,
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known

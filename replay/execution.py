@@ -298,6 +298,73 @@ def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tupl
     return np.concatenate([start[comp], own_at]), np.concatenate([end[comp], end[own]])
 
 
+def blocked_on_gpu_rows(rt: RankTrace, m: RankModel) -> B:
+    """Per row: a host row blocked on the GPU (a synchronise, a blocking copy: a host-sync destination
+    waiting on a GPU row). While blocked it is not busy by itself: that time is the GPU's, communication
+    where an NCCL kernel runs, compute where kernels do, idle where the GPU idles too."""
+    out = np.zeros(len(rt), dtype=np.bool_)
+    out[m.wait_dst] = True
+    out[m.wait_dst[rt.is_cpu[m.wait_src]]] = False
+    return out
+
+
+def comm_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
+    """A rank's communication ``M`` as intervals (overlapping, unsorted), given each row's ``start`` and
+    ``end`` (recorded, or replayed): communication nodes and wait nodes while blocked (a ``host_work``
+    node only until its own work after the wait begins, a host row blocked on the GPU not at all), and NCCL
+    kernels kept as COMP (:func:`nccl_kernel_rows`: communication nothing can match). The analyses'
+    breakdown and the replay's summary both measure communication as this union."""
+    gpu_only = blocked_on_gpu_rows(rt, m)
+    comm = type_mask(rt.node_type, COMM_NODE_TYPES)
+    wait = m.is_wait & ~untraced_rows(rt)
+    like = ((comm | wait) & ~m.host_work & ~gpu_only) | nccl_kernel_rows(rt)
+    hw = np.flatnonzero(m.host_work)
+    hw_at = np.clip(end[hw] - m.work_ns[hw], start[hw], end[hw])
+    return np.concatenate([start[like], start[hw]]), np.concatenate([end[like], hw_at])
+
+
+def busy_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
+    """A rank's busy time ``M ∪ C`` as intervals: its communication, compute, NCCL-kernel and wait rows
+    (not a host row while blocked on the GPU: :func:`blocked_on_gpu_rows`), each whole."""
+    untraced = untraced_rows(rt)
+    wait = m.is_wait & ~untraced
+    nccl = nccl_kernel_rows(rt)
+    comp = (rt.node_type == int(NodeType.COMP)) & ~untraced & ~wait & ~nccl
+    busy = type_mask(rt.node_type, COMM_NODE_TYPES) | comp | nccl | (wait & ~blocked_on_gpu_rows(rt, m))
+    return start[busy], end[busy]
+
+
+def exposed_parts(
+    comp: tuple[I64, I64], busy: tuple[I64, I64], wait_comp: tuple[I64, I64], a: I64, b: I64
+) -> tuple[I64, I64, I64, I64]:
+    """``(compute, busy, exposed wait, exposed transfer)`` ns within each window ``[a, b)``, from the merged
+    (:func:`union_intervals`) compute ``C``, busy ``M ∪ C`` (:func:`busy_intervals`) and ``W ∪ C`` (``W``:
+    each member's wait for peers, ``[arrival, awaited arrival)``): ``|C|``, ``|M ∪ C|``, ``|W \\ C|`` (at
+    most the exposed communication ``|M ∪ C| - |C|``) and the rest of the exposed communication. The one
+    rule of the analyses' breakdown and the replay's summary."""
+    comp_ns = covered_between(*comp, a, b)
+    busy_ns = covered_between(*busy, a, b)
+    exposed = busy_ns - comp_ns
+    wait = np.minimum(covered_between(*wait_comp, a, b) - comp_ns, exposed)
+    return comp_ns, busy_ns, wait, exposed - wait
+
+
+def covered_between(starts: I64, ends: I64, a: I64, b: I64) -> I64:
+    """Length of the merged, sorted intervals ``[starts, ends)`` inside each ``[a, b)``."""
+    return _covered_below(starts, ends, b) - _covered_below(starts, ends, a)
+
+
+def _covered_below(starts: I64, ends: I64, t: I64) -> I64:
+    if starts.size == 0:
+        return np.zeros(np.shape(t), dtype=np.int64)
+    lens = ends - starts
+    prefix = np.concatenate(([0], np.cumsum(lens)))
+    k = np.searchsorted(starts, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    part = np.clip(t - starts[kk], 0, lens[kk])
+    return np.where(k >= 0, prefix[kk] + part, 0)
+
+
 def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     """Merge intervals ``[start, end)`` into disjoint ones, sorted."""
     if starts.size == 0:

@@ -19,21 +19,21 @@ def summary_table(
     rows: Sequence[SummaryRecord], *, title: str = "Simulated replay", max_ranks: int = MAX_RANK_ROWS
 ) -> Table:
     """One row per rank: mean replayed and recorded step time (step mark to step mark) and the difference,
-    compute, communication, exposed communication, wait (ms). Padding is shared between neighbouring cells,
-    so that the nine columns fit 80 characters without cutting the figures. Of more than ``max_ranks``
-    ranks, those that waited least for their peers (the late arrivals, where stragglers are) are listed,
-    the others summed up in the caption. A rank of an extrapolated run reads ``5←1``: rank 5, a copy of
-    captured rank 1."""
+    compute, communication, and the exposed wait and transfer as the analyses' breakdown counts them (ms).
+    Padding is shared between neighbouring cells, so that the nine columns fit 80 characters without
+    cutting the figures. Of more than ``max_ranks`` ranks, those that waited least for their peers (the
+    late arrivals, where stragglers are) are listed, the others summed up in the caption. A rank of an
+    extrapolated run reads ``5←1``: rank 5, a copy of captured rank 1."""
     t = Table(title=title, collapse_padding=True)
     cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
-    for col in (*cols, "exposed comm ms", "wait ms"):
+    for col in (*cols, "wait ms", "xfer ms"):  # exposed (not under compute) wait and transfer
         t.add_column(col, justify="right")
     by_rank: dict[int, list[SummaryRecord]] = {}
     for r in rows:
         by_rank.setdefault(r.rank, []).append(r)
     copies = any(r.source_rank != r.rank for r in rows)  # an extrapolated run: say what each rank copies
     if len(by_rank) > max_ranks > 0:
-        mean_wait = {rank: sum(x.wait_ns for x in rs) / len(rs) for rank, rs in by_rank.items()}
+        mean_wait = {rank: sum(x.exposed_wait_ns for x in rs) / len(rs) for rank, rs in by_rank.items()}
         shown = sorted(sorted(by_rank, key=lambda k: (mean_wait[k], k))[:max_ranks])
         rest = sorted(set(by_rank) - set(shown))
         steps = sorted(sum(x.step_time_ns for x in by_rank[k]) / len(by_rank[k]) for k in rest)
@@ -58,8 +58,8 @@ def summary_table(
             f"{(rep - rec) / rec:+.1%}" if rec else "-",
             _ms(sum(x.compute_ns for x in rs) / n),
             _ms(sum(x.comm_ns for x in rs) / n),
-            _ms(sum(x.exposed_comm_ns for x in rs) / n),
-            _ms(sum(x.wait_ns for x in rs) / n),
+            _ms(sum(x.exposed_wait_ns for x in rs) / n),
+            _ms(sum(x.exposed_transfer_ns for x in rs) / n),
         )
     return t
 

@@ -18,14 +18,19 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 - ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
   (a rooted collective's member: to the arrival the execution model's ``waits_for`` names), up to its own
   end (as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
-- ``exposed_comm_ns``: time covered by transfers (that arrival to own completion) not under compute.
+- ``exposed_wait_ns`` and ``exposed_transfer_ns``: the replayed step's (mark to mark) communication not
+  under compute, waiting for peers and the rest, by the rule of ``skewlens analyze``'s breakdown
+  (:func:`~skewlens.replay.execution.exposed_parts`, from the same compute, communication and busy
+  intervals): an unmodified replay gives the breakdown's ``exposed_wait_ns`` and ``exposed_transfer_ns``.
+  ``wait_ns`` counts waits under compute too (DDP's bucket all_reduces waiting during backward), so it can
+  exceed ``exposed_wait_ns``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -33,8 +38,10 @@ import numpy.typing as npt
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.replay.execution import (
+    busy_intervals,
     compute_intervals,
     execution_model,
+    exposed_parts,
     model_ends,
     nccl_kernel_rows,
     union_intervals,
@@ -65,20 +72,11 @@ class SummaryRecord:
     """Time covered by communication nodes (arrival to completion; concurrent ones count once), ns."""
     wait_ns: int
     """Time covered by waits for late peers at sync points (concurrent ones count once), ns."""
-    exposed_comm_ns: int
-    """Transfer time not overlapped by compute, ns."""
-
-
-def _covered(a: I64, b: I64, t: I64) -> I64:
-    """Length of the union ``[a_k, b_k)`` below each ``t``."""
-    if a.size == 0:
-        return np.zeros_like(t)
-    lens = b - a
-    prefix = np.concatenate(([0], np.cumsum(lens)))
-    k = np.searchsorted(a, t, side="right") - 1
-    kk = np.maximum(k, 0)
-    part = np.clip(t - a[kk], 0, lens[kk])
-    return np.where(k >= 0, prefix[kk] + part, 0)
+    exposed_wait_ns: int
+    """Waiting for peers not under compute, in the replayed step, ns (the breakdown's rule)."""
+    exposed_transfer_ns: int
+    """Communication not under compute nor waiting for peers, in the replayed step, ns (the breakdown's
+    rule)."""
 
 
 def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], tuple[int, int, int, int]]:
@@ -183,8 +181,15 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         st, en = res.start_ns[r], res.end_ns[r]
         sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
         sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
+        m = model.ranks[r]
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)  # as the breakdown's M
-        ca, cb = union_intervals(*compute_intervals(rt, model.ranks[r], st, en))
+        comp = union_intervals(*compute_intervals(rt, m, st, en))
+        busy = union_intervals(*busy_intervals(rt, m, st, en))
+        # W ∪ C: compute and each member's wait for peers [arrival, awaited arrival), up to its end
+        w_rows = sync_rows
+        w_end = np.minimum(np.maximum(sync_arr, st[w_rows]), en[w_rows]) if w_rows.size else sync_arr
+        wait_comp = union_intervals(np.concatenate([comp[0], st[w_rows]]), np.concatenate([comp[1], w_end]))
+        windows: list[tuple[int, int]] = []
         for k in steps_of[r]:
             in_step = rt.step == k
             comm = comm_mask & in_step
@@ -195,9 +200,6 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
             # a member waits no longer than it lasted: an eager send, or a recorded member that ended before
             # the last one arrived (clocks of other hosts), is not waiting after its end (the skew's clamp)
             w_lo, w_hi = union_intervals(st[srows], np.minimum(np.maximum(sarr, st[srows]), en[srows]))
-            t_lo, t_hi = union_intervals(np.maximum(sarr, st[srows]), np.maximum(en[srows], sarr))
-            hidden = _covered(ca, cb, t_hi) - _covered(ca, cb, t_lo)
-            exposed = (t_hi - t_lo) - hidden
             c_lo, c_hi = union_intervals(st[comm], en[comm])
             a, b = spans[(r, k)]
             mark = marks.get((r, k))
@@ -208,7 +210,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                 in_rec = in_step & res.timed[r]
                 rec_ns = int(rt.end_ns[in_rec].max() - rt.start_ns[in_rec].min()) if in_rec.any() else 0
                 rep_ns = b - a
-            window = _covered(ca, cb, np.asarray([a, b], dtype=np.int64))
+            windows.append((a, b))
             out.append(
                 SummaryRecord(
                     rank=r,
@@ -216,10 +218,21 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                     step=k,
                     step_time_ns=rep_ns,
                     recorded_step_ns=rec_ns,
-                    compute_ns=int(window[1] - window[0]),
+                    compute_ns=0,
                     comm_ns=int((c_hi - c_lo).sum()),
                     wait_ns=int((w_hi - w_lo).sum()),
-                    exposed_comm_ns=int(exposed.sum()),
+                    exposed_wait_ns=0,
+                    exposed_transfer_ns=0,
                 )
             )
+        if windows:  # the breakdown's parts of every step window at once
+            a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
+            comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
+            first = len(out) - len(windows)
+            for i, (c, w, t) in enumerate(
+                zip(comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True)
+            ):
+                out[first + i] = replace(
+                    out[first + i], compute_ns=c, exposed_wait_ns=w, exposed_transfer_ns=t
+                )
     return out

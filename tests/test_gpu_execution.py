@@ -284,6 +284,9 @@ def test_each_step_lasts_its_period_on_the_device_and_analyze_and_replay_agree(
         # one measure of compute (it was 207.7 against 227.9 ms a step on the 16-GPU trace); the replay
         # reproduces a few nodes to within microseconds only (see the next test)
         assert abs(a.compute_ns - s.compute_ns) <= 0.001 * a.step_ns, (k, a.compute_ns, s.compute_ns)
+        # and one measure of exposed communication, waiting and transfer (the breakdown's rule)
+        assert abs(a.exposed_wait_ns - s.exposed_wait_ns) <= 0.001 * a.step_ns, (k, a, s)
+        assert abs(a.exposed_transfer_ns - s.exposed_transfer_ns) <= 0.001 * a.step_ns, (k, a, s)
         # replaying the unmodified trace as recorded reproduces the step within 2%
         assert abs(s.step_time_ns - s.recorded_step_ns) <= 0.02 * s.recorded_step_ns, (k, s)
     # steps never overlap: they add up to the recorded span of the steps

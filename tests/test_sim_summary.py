@@ -27,7 +27,8 @@ def test_the_early_rank_waits_for_the_late_one_and_transfers_are_exposed(tmp_pat
     rows = {s.rank: s for s in summarize(rt, simulate(rt))}
     assert rows[0].wait_ns == 3 * MS
     assert rows[1].wait_ns == 0
-    assert rows[0].exposed_comm_ns == rows[1].exposed_comm_ns == 300_000
+    assert (rows[0].exposed_wait_ns, rows[1].exposed_wait_ns) == (3 * MS, 0)
+    assert rows[0].exposed_transfer_ns == rows[1].exposed_transfer_ns == 300_000
     assert (rows[0].compute_ns, rows[1].compute_ns) == (2 * MS, 5 * MS)
     assert rows[0].comm_ns == 3 * MS + 300_000
     assert rows[0].step_time_ns == rows[1].step_time_ns == 5 * MS + 300_000
@@ -41,7 +42,7 @@ def test_transfer_hidden_under_compute_on_another_stream_is_not_exposed(tmp_path
         rb.compute("aten::mm", dur_ns=600_000, start_ns=0)
     rt = load_run(b.write(tmp_path / "run"))
     rows = summarize(rt, simulate(rt))
-    assert [s.exposed_comm_ns for s in rows] == [400_000, 400_000]
+    assert [(s.exposed_wait_ns, s.exposed_transfer_ns) for s in rows] == [(0, 400_000)] * 2
 
 
 def test_untraced_host_time_is_not_compute_and_the_replay_counts_compute_as_the_breakdown_does(
@@ -62,6 +63,32 @@ def test_untraced_host_time_is_not_compute_and_the_replay_counts_compute_as_the_
     assert set(rows.values()) == {2 * MS}
     breakdown = {(x.rank, x.step): x.compute_ns for x in analyze_run(rt, blame=False).breakdown}
     assert rows == breakdown
+
+
+def test_one_collectives_transfer_during_anothers_wait_is_counted_once_as_the_breakdown_counts_it(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.api import analyze_run
+
+    # two concurrent collectives on two streams (DDP's buckets): A moves its data during [0, 1 ms) while
+    # rank 0 waits for rank 1 at B until 2 ms; B then transfers until 3 ms. Rank 0's 3 ms of exposed
+    # communication are 2 ms of waiting and 1 ms of transfer; counting each collective's transfer apart
+    # made it 2 ms of transfer beside the 2 ms of waiting (4 ms in a 3 ms step)
+    b = RunBuilder(world_size=2)
+    for r, b_start in ((0, 0), (1, 2 * MS)):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=MS, start_ns=0, stream=7)
+        rb.collective(
+            CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=3 * MS - b_start, start_ns=b_start, stream=8
+        )
+    rt = load_run(b.write(tmp_path / "run"))
+    rows = {s.rank: s for s in summarize(rt, simulate(rt))}
+    assert (rows[0].exposed_wait_ns, rows[0].exposed_transfer_ns) == (2 * MS, MS)
+    assert rows[0].wait_ns == 2 * MS  # every wait, exposed or not (none is under compute here)
+    breakdown = {
+        x.rank: (x.exposed_wait_ns, x.exposed_transfer_ns) for x in analyze_run(rt, blame=False).breakdown
+    }
+    assert {r: (s.exposed_wait_ns, s.exposed_transfer_ns) for r, s in rows.items()} == breakdown
 
 
 def test_the_summary_table_shows_one_row_per_rank_in_ms(tmp_path: Path) -> None:
@@ -87,7 +114,7 @@ def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_
         wait = 0 if r in (7, 777) else 5_000_000 + r
         return SummaryRecord(
             rank=r, source_rank=r, step=0, step_time_ns=10_000_000, recorded_step_ns=9_000_000,
-            compute_ns=1, comm_ns=1, wait_ns=wait, exposed_comm_ns=0,
+            compute_ns=1, comm_ns=1, wait_ns=wait, exposed_wait_ns=wait, exposed_transfer_ns=0,
         )  # fmt: skip
 
     table = summary_table([row(r) for r in range(1024)], max_ranks=2)

@@ -28,8 +28,9 @@ from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
 
 #: Bumped on any incompatible change to a table written by skewlens (2: ``p2p.pair``; 3: ``p2p.recv_bytes``,
-#: ``step_breakdown.gpu_compute_ns``, and ``source_rank`` in replay's ``summary`` and ``timeline``).
-SCHEMA_VERSION = "3"
+#: ``step_breakdown.gpu_compute_ns``, and ``source_rank`` in replay's ``summary`` and ``timeline``; 4:
+#: replay's ``summary.exposed_comm_ns`` is ``exposed_wait_ns`` and ``exposed_transfer_ns``, the breakdown's).
+SCHEMA_VERSION = "4"
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
 
