@@ -414,3 +414,63 @@ def test_an_uneven_all_to_all_keeps_its_send_and_receive_bytes_through_both_deco
         assert rt.send_bytes is not None and rt.recv_bytes is not None
         assert (rt.send_bytes[-2:].tolist(), rt.recv_bytes[-2:].tolist()) == ([1000, -1], [3000, -1])
     assert load_run(mixed_run(tmp_path)).ranks[0].send_bytes is None  # a trace that records none
+
+
+def uneven_splits_run(tmp_path: Path, send: list[int], recv: list[int]) -> Path:
+    """2 ranks, 50 compute nodes each (enough for the vectorised decoder and the cache), then an all_to_all
+    whose splits rank 0 records as ``send`` / ``recv`` (rank 1: the mirror image), then an even one."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(1)
+        for i in range(50):
+            rb.compute(f"aten::op{i % 3}", 1000)
+        s, g = (send, recv) if r == 0 else (recv, send)
+        rb.collective(
+            CommType.ALL_TO_ALL, 4096, 300, peer_bytes=(sum(s) - s[r], sum(g) - g[r]), peer_splits=(s, g)
+        )
+        rb.collective(CommType.ALL_TO_ALL, 4096, 300)
+    return b.write(tmp_path / "run")
+
+
+def test_an_uneven_all_to_alls_per_member_splits_load_the_same_through_both_decoders_and_the_cache(
+    tmp_path: Path,
+) -> None:
+    # before, the store kept only the totals (skl_send_bytes): which member got what was lost
+    run = uneven_splits_run(tmp_path, [100, 2_000_000_000_000], [7, 0])
+    got = []
+    for decoder in ("vectorised", "reference"):
+        got.append(load_rank(run / "rank-0.et", 0, [], {}, decoder=decoder))
+    for _ in range(2):  # decoded and cached, then read from the cache
+        got.append(load_run(run).ranks[0])
+    for rt in got:
+        assert (
+            rt.split_ptr is not None and rt.split_send_bytes is not None and rt.split_recv_bytes is not None
+        )
+        n = rt.node_id.shape[0]
+        assert rt.split_ptr.tolist() == [0] * (n - 1) + [2, 2]  # the uneven one only
+        assert rt.split_send_bytes.tolist() == [100, 2_000_000_000_000]
+        assert rt.split_recv_bytes.tolist() == [7, 0]
+    _, vals = decode_file(run / "rank-0.et", min_nodes=0).attr_lists["skl_send_splits"]  # no fallback
+    assert vals.tolist() == [100, 2_000_000_000_000]
+    assert load_run(mixed_run(tmp_path)).ranks[0].split_ptr is None  # a trace that records none
+
+
+@pytest.mark.parametrize(
+    ("send", "recv", "max_splits"),
+    [([100, 200, 300], [7, 0], None), ([100, -200], [7, 0], None), ([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], 4)],
+    ids=["lengths-differ", "negative", "oversized"],
+)
+@pytest.mark.parametrize("decoder", ["vectorised", "reference"])
+def test_a_corrupt_or_oversized_split_list_is_refused_naming_the_file_and_node(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    send: list[int],
+    recv: list[int],
+    max_splits: int | None,
+    decoder: str,
+) -> None:
+    if max_splits is not None:
+        monkeypatch.setattr(load_mod, "MAX_SPLITS", max_splits)
+    run = uneven_splits_run(tmp_path, send, recv)
+    with pytest.raises(TraceFormatError, match=r"rank-0\.et: rank 0: node \d+ .* corrupt all_to_all splits"):
+        load_rank(run / "rank-0.et", 0, [], {}, decoder=decoder)  # type: ignore[arg-type]

@@ -31,13 +31,14 @@ from pyarrow import ipc
 
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.fast import INT_ATTRS, RawColumns
+from skewlens.profiler.store.fast import INT_ATTRS, LIST_ATTRS, RawColumns
 
 CACHE_DIRNAME = ".skewlens-cache"
 #: ``off`` (or ``0``, ``no``, ``false``) disables reading and writing the cache.
 ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: Bumped whenever the layout below or the decoder's output changes: older cache files are then ignored.
-FORMAT_VERSION = 2  # 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently)
+#: 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently); 3: the split lists
+FORMAT_VERSION = 3
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"
@@ -139,6 +140,10 @@ def _batch(raw: RawColumns) -> pa.RecordBatch:
         if has.any():  # most attributes are absent from most traces: not stored
             cols[f"a:{a}"] = pa.array(raw.attr_val[a], pa.int64())
             cols[f"h:{a}"] = pa.array(has.astype(np.uint8))
+    for a, (rows, vals) in raw.attr_lists.items():
+        ptr = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+        cols[f"l:{a}"] = pa.ListArray.from_arrays(pa.array(ptr), pa.array(vals, pa.int64()))
     return pa.RecordBatch.from_pydict(cols)
 
 
@@ -151,7 +156,10 @@ def _np(col: pa.Array) -> np.ndarray:
 def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: int) -> RawColumns:
     schema = batch.schema
     attrs = [a for a in INT_ATTRS if f"a:{a}" in schema.names]
+    lists = [a for a in LIST_ATTRS if f"l:{a}" in schema.names]
     want = dict(_FIXED)
+    for a in lists:
+        want[f"l:{a}"] = pa.list_(pa.int64())
     for a in attrs:  # any other column (an unknown attribute's among them) fails the comparison below
         want[f"a:{a}"] = pa.int64()
         want[f"h:{a}"] = pa.uint8()
@@ -183,6 +191,13 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
             raise ValueError(f"flag of {a} not 0 or 1")
         attr_val[a] = _np(batch.column(f"a:{a}"))
         attr_has[a] = has.view(np.bool_)
+    attr_lists = {}
+    for a in lists:
+        col: pa.ListArray = batch.column(f"l:{a}")
+        ptr = _np(col.offsets)
+        if col.null_count or ptr[0] != 0 or ptr[-1] > trace_bytes:  # a value takes a byte of the trace
+            raise ValueError(f"{a}: more values than the trace can hold")
+        attr_lists[a] = (np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)), _np(col.values)[: ptr[-1]])
     pg_name = batch.column("pg_name")
     attr_has["pg_name"] = pg_name.is_valid().to_numpy(zero_copy_only=False)
     metadata = batch.column("metadata_msg")
@@ -202,4 +217,5 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
         dep_kind=dep_kind.astype(np.int64),
         metadata_msgs=[(int(r), metadata[int(r)].as_py()) for r in meta_rows.tolist()],
         global_metadata=meta[_GLOBAL],
+        attr_lists=attr_lists,
     )

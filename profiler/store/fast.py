@@ -4,7 +4,8 @@ Decoding one protobuf ``Node`` at a time in Python costs tens of microseconds pe
 reads every node of a file at once instead. After one pass that splits the file into its
 length-delimited messages, it walks all messages *in lockstep*: step ``k`` decodes the ``k``-th field of
 every message still open, with numpy gathers over the file's bytes. Attribute submessages are decoded the
-same way, packed dependency lists by locating varint terminators. Strings (node names, group names) are
+same way, packed dependency lists and ``int64_list`` attributes (an all_to_all's splits) by locating
+varint terminators. Strings (node names, group names) are
 gathered into one Arrow string array and dictionary-encoded by Arrow.
 
 The input is untrusted: every varint is limited to 10 bytes, every field must end inside its message,
@@ -17,7 +18,7 @@ declines files of fewer than ``MIN_NODES`` nodes, which the per-node decoder rea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,7 @@ _SFIXED32 = (23,)
 _DOUBLE = 3
 _FLOAT = 5
 _STRING = 29
+_INT64_LIST = 10
 
 # Attribute names we turn into columns (all are at most 16 bytes, see _name_parts).
 KNOWN_ATTRS = (
@@ -75,9 +77,13 @@ KNOWN_ATTRS = (
     "skl_launch_ns",
     "skl_send_bytes",
     "skl_recv_bytes",
+    "skl_send_splits",
+    "skl_recv_splits",
 )
-#: The known attributes with integer values (all but the group name).
-INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name")
+#: The known attributes whose values are int64 lists (``int64_list``): an all_to_all's per-member splits.
+LIST_ATTRS = ("skl_send_splits", "skl_recv_splits")
+#: The known attributes with integer values (all but the group name and the lists).
+INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name" and a not in LIST_ATTRS)
 
 
 class FastDecodeError(TraceFormatError):
@@ -113,6 +119,9 @@ class RawColumns:
     """(row, raw message) of METADATA nodes, decoded with protobuf by the caller."""
     global_metadata: bytes
     """The raw GlobalMetadata message."""
+    attr_lists: dict[str, tuple[I64, I64]] = field(default_factory=dict)
+    """Per list attribute (``LIST_ATTRS``) some node carries: (row of each value, value), by row then
+    position in the list; an empty list leaves no entry."""
 
 
 def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[I64, I64, I64]:
@@ -349,22 +358,28 @@ def _known_table() -> tuple[U64, I64, U64, I64]:
     lengths = np.array([len(r) for r in raw], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     first, last = _name_parts(blob, starts, lengths)
-    order = np.argsort(first)
-    if np.unique(first).shape[0] != first.shape[0]:
-        raise AssertionError("known attribute names must differ in their first 8 bytes")
+    order = np.lexsort((last, first))
+    if np.unique(first, return_counts=True)[1].max() > _SAME_FIRST:
+        raise AssertionError(f"at most {_SAME_FIRST} known attribute names may share their first 8 bytes")
     return first[order], order, last, lengths
 
 
+#: How many known names may share their first 8 bytes (``skl_send_bytes``, ``skl_send_splits``).
+_SAME_FIRST = 2
 _KNOWN_FIRST, _KNOWN_ORDER, _KNOWN_LAST, _KNOWN_LEN = _known_table()
 
 
 def known_attr_index(b: _Bytes, start: I64, length: I64) -> I64:
     """Index into ``KNOWN_ATTRS`` of each attribute name, -1 for other names (exact comparison)."""
     first, last = _name_parts(b, start, length)
-    pos = np.minimum(np.searchsorted(_KNOWN_FIRST, first), len(KNOWN_ATTRS) - 1)
-    idx = _KNOWN_ORDER[pos]
-    exact = (_KNOWN_FIRST[pos] == first) & (_KNOWN_LAST[idx] == last) & (_KNOWN_LEN[idx] == length)
-    return np.where(exact, idx, -1)
+    found = np.full(first.shape[0], -1, dtype=np.int64)
+    left = np.searchsorted(_KNOWN_FIRST, first)
+    for k in range(_SAME_FIRST):  # the names sharing a first word lie side by side
+        pos = np.minimum(left + k, len(KNOWN_ATTRS) - 1)
+        idx = _KNOWN_ORDER[pos]
+        exact = (_KNOWN_FIRST[pos] == first) & (_KNOWN_LAST[idx] == last) & (_KNOWN_LEN[idx] == length)
+        found = np.where(exact, idx, found)
+    return found
 
 
 @dataclass(eq=False, slots=True)
@@ -378,12 +393,16 @@ class _Attrs:
     str_start: I64
     str_len: I64
     is_str: Bool
+    list_start: I64
+    """Where an ``int64_list`` value's Int64List message starts (its length in ``list_len``)."""
+    list_len: I64
+    is_list: Bool
 
     @staticmethod
     def empty(n: int) -> _Attrs:
         z = np.zeros(n, dtype=np.int64)
         f = np.zeros(n, dtype=np.bool_)
-        return _Attrs(z, z.copy(), z.copy(), f, z.copy(), z.copy(), f.copy())
+        return _Attrs(z, z.copy(), z.copy(), f, z.copy(), z.copy(), f.copy(), z.copy(), z.copy(), f.copy())
 
     def fill(self, rows: I64, other: _Attrs) -> None:
         for name in self.__slots__:
@@ -442,6 +461,10 @@ def _decode_attrs_generic(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     out.str_start[l_msg[m]] = l_start[m]
     out.str_len[l_msg[m]] = l_len[m]
     out.is_str[l_msg[m]] = True
+    m = l_field == _INT64_LIST
+    out.list_start[l_msg[m]] = l_start[m]
+    out.list_len[l_msg[m]] = l_len[m]
+    out.is_list[l_msg[m]] = True
     v_msg = _cat(af.v_msg, np.int64)
     _int_value(out, v_msg, _cat(af.v_field, np.int64), _cat(af.v_val, np.uint64), np.ones(v_msg.shape, bool))
     f_msg = _cat(af.f_msg, np.int64)
@@ -493,6 +516,7 @@ def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     str_start[m2] = sbody
     str_len[m2] = slen_i
     is_str = ok & (field == _STRING) & (wire == 2)
+    is_list = ok & (field == _INT64_LIST) & (wire == 2)
     value, is_int = _int_values(field, raw, wire == 0)
     is_int &= ok
     out = _Attrs(
@@ -503,6 +527,9 @@ def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
         str_start=np.where(is_str, str_start, 0),
         str_len=np.where(is_str, str_len, 0),
         is_str=is_str,
+        list_start=np.where(is_list, str_start, 0),
+        list_len=np.where(is_list, str_len, 0),
+        is_list=is_list,
     )
     rest = np.flatnonzero(~ok)
     if rest.size:
@@ -613,6 +640,10 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     pg_strings = b.gather_strings(pg_start, pg_len).cast(pa.string())
     pg_name = pc.dictionary_encode(pc.if_else(pa.array(pg_present), pg_strings, pa.scalar(None, pa.string())))
 
+    attr_lists = {
+        a: _int64_lists(b, at, np.flatnonzero(at.is_list & (which == KNOWN_ATTRS.index(a))), a_node)
+        for a in LIST_ATTRS
+    }
     meta_rows = np.flatnonzero(node_type == 1)
     metadata_msgs = [(int(r), bytes(data[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
     return RawColumns(
@@ -630,4 +661,28 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         dep_kind=dep_kind,
         metadata_msgs=metadata_msgs,
         global_metadata=gm,
+        attr_lists={a: v for a, v in attr_lists.items() if v[0].size},
     )
+
+
+def _int64_lists(b: _Bytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64]:
+    """(row, value) of the ``int64_list`` attributes ``sel`` (rows ``a_node[sel]``), by row. Each Int64List
+    must be one packed ``values`` field (what protobuf writes), and a node must carry the attribute once:
+    anything else is left to the reference decoder. What is allocated is bounded by the bytes: a value
+    takes at least one."""
+    owner = a_node[sel].astype(np.int64)
+    if owner.size and np.unique(owner).size != owner.size:
+        raise FastDecodeError("a list attribute repeated on one node")
+    start = at.list_start[sel].astype(np.int64)
+    length = at.list_len[sel].astype(np.int64)
+    full = length > 0
+    s, ln, own = start[full], length[full], owner[full]
+    if (b.u8[s] != 0x0A).any():
+        raise FastDecodeError("an Int64List that is not one packed values field")
+    body_len, body = b.varint(s + 1)
+    body_len_i = np.minimum(body_len, np.uint64(MAX_MESSAGE_BYTES)).astype(np.int64)
+    if (body + body_len_i != s + ln).any():
+        raise FastDecodeError("an Int64List that is not one packed values field")
+    rows, vals = _packed_varints(b, own, body.astype(np.int64), body_len_i)
+    order = np.argsort(rows, kind="stable")
+    return rows[order], vals.view(np.int64)[order]

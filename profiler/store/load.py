@@ -43,7 +43,14 @@ from skewlens.profiler.manifest import (
     read_manifest,
 )
 from skewlens.profiler.store import colcache
-from skewlens.profiler.store.fast import INT_ATTRS, MIN_NODES, FastDecodeError, RawColumns, decode_file
+from skewlens.profiler.store.fast import (
+    INT_ATTRS,
+    LIST_ATTRS,
+    MIN_NODES,
+    FastDecodeError,
+    RawColumns,
+    decode_file,
+)
 from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
 from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
@@ -156,8 +163,15 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
     dep_id: list[int] = []
     dep_kind: list[int] = []
     meta: list[tuple[int, bytes]] = []
+    lists: dict[str, tuple[list[int], list[int]]] = {a: ([], []) for a in LIST_ATTRS}
     for row, (offset, node) in enumerate(iter_nodes(p, data)):
         attrs: dict[str, Any] = {a.name: attr_value(a) for a in node.attr}
+        last = {a.name: a for a in node.attr}  # the last of a repeated attribute, as ``attrs`` holds
+        for a, (l_rows, l_vals) in lists.items():
+            if a in last and last[a].WhichOneof("value") == "int64_list":
+                got = last[a].int64_list.values
+                l_rows.extend([row] * len(got))
+                l_vals.extend(got)
         node_id.append(node.id)
         node_type.append(node.type)
         start_us.append(node.start_time_micros)
@@ -193,6 +207,11 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
         dep_kind=np.asarray(dep_kind, dtype=np.int64),
         metadata_msgs=meta,
         global_metadata=bytes(first[1]),
+        attr_lists={
+            a: (np.asarray(l_rows, dtype=np.int64), np.asarray(l_vals, dtype=np.int64))
+            for a, (l_rows, l_vals) in lists.items()
+            if l_rows
+        },
     )
 
 
@@ -243,6 +262,50 @@ def _pick(raw: RawColumns, name: str, default: int) -> np.ndarray:
 def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
     """An optional int64 column: the attribute's values (-1 where a row lacks it), None where none has it."""
     return _pick(raw, name, -1).astype(np.int64) if raw.attr_has[name].any() else None
+
+
+#: The most members an all_to_all's split list may name (a larger one is corrupt).
+MAX_SPLITS = 1 << 17
+
+
+def _splits(
+    raw: RawColumns, path: Path, rank: int, node_id: np.ndarray
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | tuple[None, None, None]:
+    """``RankTrace``'s split columns (``split_ptr``, ``split_send_bytes``, ``split_recv_bytes``; all None
+    where no node carries splits). A node whose lists disagree in length, hold a negative value, name more
+    than ``MAX_SPLITS`` members, or whose sums do not hold its ``skl_send_bytes`` / ``skl_recv_bytes`` plus
+    one chunk of its own is refused (:class:`TraceFormatError` naming it)."""
+    send = raw.attr_lists.get(Attr.SEND_SPLITS)
+    recv = raw.attr_lists.get(Attr.RECV_SPLITS)
+    if send is None and recv is None:
+        return None, None, None
+    n = raw.node_id.shape[0]
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    (s_row, s_val), (r_row, r_val) = send or empty, recv or empty
+    s_count = np.bincount(s_row, minlength=n)
+    r_count = np.bincount(r_row, minlength=n)
+    bad = (s_count != r_count) | (s_count > MAX_SPLITS)
+    bad[s_row[s_val < 0]] = True
+    bad[r_row[r_val < 0]] = True
+    for row, val, total in ((s_row, s_val, Attr.SEND_BYTES), (r_row, r_val, Attr.RECV_BYTES)):
+        # the chunk a node keeps (its list's sum less the total to the others) must be one of its entries
+        own = np.bincount(row, weights=val, minlength=n).astype(np.int64) - raw.attr_val[total]
+        listed = np.zeros(n, dtype=np.bool_)
+        listed[row[val == own[row]]] = True
+        bad |= (s_count > 0) & (~raw.attr_has[total] | ~listed)
+    where = np.flatnonzero(bad)
+    if where.size:
+        i = int(where[0])
+        raise TraceFormatError(
+            f"{path}: rank {rank}: node {node_id[i]} at byte offset {raw.msg_offset[i]} has corrupt "
+            f"all_to_all splits ({Attr.SEND_SPLITS}: {int(s_count[i])} entries, {Attr.RECV_SPLITS}: "
+            f"{int(r_count[i])}; at most {MAX_SPLITS}, equal lengths, no negative bytes, sums of "
+            f"{Attr.SEND_BYTES} / {Attr.RECV_BYTES} plus its own chunk)"
+            + (f", and {where.size - 1} other node(s)" if where.size > 1 else "")
+        )
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(s_count, out=ptr[1:])
+    return ptr, s_val.astype(np.int64), r_val.astype(np.int64)
 
 
 def _report(
@@ -389,6 +452,7 @@ def _interpret(
     has_ns = raw.attr_has["skl_start_ns"]
     if n and not has_ns.any() and not raw.start_us.any():
         notes.append("no start times in the trace (start_ns kept at 0)")
+    split_ptr, split_send, split_recv = _splits(raw, path, rank, node_id)
     return RankTrace(
         rank=rank,
         path=str(path),
@@ -413,6 +477,9 @@ def _interpret(
         send_bytes=_optional(raw, "skl_send_bytes"),
         recv_bytes=_optional(raw, "skl_recv_bytes"),
         launch_ns=_optional(raw, "skl_launch_ns"),
+        split_ptr=split_ptr,
+        split_send_bytes=split_send,
+        split_recv_bytes=split_recv,
         is_cpu=_host_op(raw),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,

@@ -104,6 +104,15 @@ class RankTrace:
     that records none."""
     recv_bytes: I64 | None = None
     """Likewise, the bytes it receives from them (``skl_recv_bytes``)."""
+    split_ptr: I64 | None = None
+    """CSR offsets, length n+1: an uneven all_to_all's per-member splits (``skl_send_splits`` /
+    ``skl_recv_splits``, group-rank order, its own chunk included) are
+    ``split_send_bytes[split_ptr[i]:split_ptr[i+1]]`` and likewise ``split_recv_bytes``; empty for rows
+    without; None (all three) for a trace that records none."""
+    split_send_bytes: I64 | None = None
+    """Bytes each row sends to each member of its group (see ``split_ptr``)."""
+    split_recv_bytes: I64 | None = None
+    """Bytes each row receives from each member of its group (see ``split_ptr``)."""
     launch_ns: I64 | None = None
     """Per row, the recorded start of the runtime call that launched a GPU node (``skl_launch_ns``), -1
     where unknown; None for a trace that records no launches."""
