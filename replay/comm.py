@@ -59,9 +59,16 @@ class AsRecorded:
         return [round(t / factor) + extra for t in recorded]
 
     def collective(
-        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int, recorded: list[int]
+        self,
+        comm_type: CommType,
+        nbytes: int,
+        ranks: Sequence[int],
+        step: int,
+        recorded: list[int],
+        *,
+        pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> list[int]:
-        del comm_type, nbytes
+        del comm_type, nbytes, pairs
         return self._adjust(ranks, step, recorded)
 
     def p2p(self, src: int, dst: int, nbytes: int, step: int, recorded: list[int]) -> list[int]:
@@ -105,13 +112,27 @@ class ModelTiming:
         return self.net.comm_adjust(ranks, step) if self.net is not None else (1.0, 0)
 
     def collective_time_ns(
-        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int = -1
+        self,
+        comm_type: CommType,
+        nbytes: int,
+        ranks: Sequence[int],
+        step: int = -1,
+        *,
+        pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> int:
-        """Model time of one collective among ``ranks`` (all members end together)."""
+        """Model time of one collective among ``ranks`` (all members end together); ``pairs``: an uneven
+        all_to_all's traffic per pair (``skewlens.replay.lower.collective_pairs``), costed link by link
+        where the group spans more than one dimension (:meth:`_pairs_ns`)."""
         members = tuple(sorted(set(ranks)))
         if len(members) <= 1:
             return 0
         factor, extra = self._adjust(members, step)
+        if pairs is not None and comm_type == CommType.ALL_TO_ALL and len(self._spanned(members)) >= 2:
+            key_p = (comm_type, tuple(pairs), members, factor, extra)
+            got = self._cache.get(key_p)
+            if got is None:
+                got = self._cache[key_p] = self._pairs_ns(pairs, members, factor, extra)
+            return got
         key = (comm_type, nbytes, members, factor, extra)
         cached = self._cache.get(key)
         if cached is None:
@@ -154,6 +175,27 @@ class ModelTiming:
             f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
         )
 
+    def _pairs_ns(
+        self, pairs: Sequence[tuple[int, int, int]], members: tuple[int, ...], factor: float, extra: int
+    ) -> int:
+        """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the
+        receiver through their links (``Topology.link``) on every dimension the two differ in (two ranks
+        of a node: its switch only; of two nodes: their nodes' links too); the time is the busiest link's,
+        ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``). On one
+        dimension that is the busiest port's ``α + D/B``, what the flat formulas charge (which are kept
+        there)."""
+        load: dict[tuple[bool, tuple[int, ...]], int] = {}  # (inbound, link): bytes
+        for src, dst, n in pairs:
+            for d in self._spanned((src, dst)):
+                for inbound, r in ((False, src), (True, dst)):
+                    k = (inbound, self.topology.link(r, d))
+                    load[k] = load.get(k, 0) + n
+        t = 0.0
+        for (_, link), n in load.items():
+            dim = self.topology.dims[link[0]]
+            t = max(t, dim.latency_ns + extra + n / (dim.effective_bandwidth_gbps * factor))
+        return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
+
     def _ns(self, t: float, what: str) -> int:
         """``t`` rounded to ns, or a :class:`ConfigError` where it is beyond the simulator's clock (a
         bandwidth_gbps of 1e-300 crashed the simulator with an OverflowError traceback)."""
@@ -195,9 +237,16 @@ class ModelTiming:
         return hops
 
     def collective(
-        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int, recorded: list[int]
+        self,
+        comm_type: CommType,
+        nbytes: int,
+        ranks: Sequence[int],
+        step: int,
+        recorded: list[int],
+        *,
+        pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> list[int]:
-        return [self.collective_time_ns(comm_type, nbytes, ranks, step)] * len(recorded)
+        return [self.collective_time_ns(comm_type, nbytes, ranks, step, pairs=pairs)] * len(recorded)
 
     def p2p(self, src: int, dst: int, nbytes: int, step: int, recorded: list[int]) -> list[int]:
         return [self.p2p_time_ns(src, dst, nbytes, step)] * len(recorded)

@@ -91,13 +91,53 @@ def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
     return -(-busiest * p // (p - 1)) if uneven else nbytes
 
 
+def collective_pairs(run: RunTrace, inst: CollectiveInstance) -> tuple[tuple[int, int, int], ...] | None:
+    """An uneven all_to_all's traffic per pair, ``(sender, receiver, bytes)`` in global ranks (own chunks
+    and empty pairs left out), from the members' recorded splits (``RankTrace.split_send_bytes``): what
+    lets a network model see which pairs cross which links. A member that recorded none sent an equal
+    ``1/p`` of its ``comm_size`` to each. None where no member recorded splits, or the lists do not name
+    the group's members (another group order than the store knows)."""
+    if inst.comm_type != CommType.ALL_TO_ALL:
+        return None
+    members = group_members(run, inst)
+    p = len(members)
+    sent: dict[int, list[int]] = {}
+    for r, row in zip(inst.ranks, inst.rows, strict=True):
+        rt = run.ranks.get(r)
+        if rt is None or rt.split_ptr is None or rt.split_send_bytes is None:
+            continue
+        a, b = int(rt.split_ptr[row]), int(rt.split_ptr[row + 1])
+        if b > a:
+            if b - a != p:
+                return None
+            sent[r] = rt.split_send_bytes[a:b].tolist()
+    if not sent:
+        return None
+    for r, b in zip(inst.ranks, inst.comm_bytes, strict=True):
+        sent.setdefault(r, [b // p] * p)
+    return tuple(
+        (src, dst, n)
+        for src, row in sorted(sent.items())
+        for dst, n in zip(members, row, strict=True)
+        if dst != src and n > 0
+    )
+
+
 class CommTiming(Protocol):
     """Transfer times of sync groups (ns after the last member's arrival, per member)."""
 
     def collective(
-        self, comm_type: CommType, nbytes: int, ranks: Sequence[int], step: int, recorded: list[int]
+        self,
+        comm_type: CommType,
+        nbytes: int,
+        ranks: Sequence[int],
+        step: int,
+        recorded: list[int],
+        *,
+        pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> list[int]:
-        """Per-member transfer of a collective; ``recorded`` is the as-recorded transfer per member."""
+        """Per-member transfer of a collective; ``recorded`` is the as-recorded transfer per member;
+        ``pairs``: an uneven all_to_all's traffic per pair where known (:func:`collective_pairs`)."""
         ...
 
     def p2p(self, src: int, dst: int, nbytes: int, step: int, recorded: list[int]) -> list[int]:
@@ -518,7 +558,8 @@ def prepare(
             inst: CollectiveInstance = run.collectives[info.index]
             nbytes = collective_bytes(run, inst)
             member_ranks = group_members(run, inst)
-            tr = list(timing.collective(inst.comm_type, nbytes, member_ranks, step, recorded))
+            pairs = collective_pairs(run, inst)
+            tr = list(timing.collective(inst.comm_type, nbytes, member_ranks, step, recorded, pairs=pairs))
         for j, det in enumerate(info.detached):
             if det:  # an eager send lasts what it lasted: it did not wait for the transfer
                 tr[j] = ends[j] - s_start_l[a + j]

@@ -429,3 +429,36 @@ def test_a_captured_scatter_costs_the_p_pieces_its_root_sends(
     # 8 S, of which 7/8 leave it (before: S in all, 7/8 S / B, an eighth of it)
     rt = one_collective_run(tmp_path, EIGHT, CommType.SCATTER)
     assert replayed_transfer(rt, topology=flat(), algorithm=algorithm) == [round(closed_form)]
+
+
+def one_pair_all_to_all_run(tmp_path: Path, dst: int, nbytes: int = 280_000) -> RunTrace:
+    """4 ranks (2 nodes of 2 on ``two_level()``), one all_to_all in which rank 0 sends ``nbytes`` to ``dst``
+    only and nobody else sends anything (ranks outside the pair record no splits: even, of 0 bytes)."""
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+        send, recv = [0] * 4, [0] * 4
+        if r == 0:
+            send[dst] = nbytes
+        if r == dst:
+            recv[0] = nbytes
+        kw: dict = {}
+        if r in (0, dst):
+            kw = {"peer_bytes": (sum(send), sum(recv)), "peer_splits": (send, recv)}
+        b.rank(r).collective(CommType.ALL_TO_ALL, comm_bytes=nbytes if r == 0 else 0, dur_ns=123_456, **kw)
+    return load_run(b.write(tmp_path / f"run{dst}"))
+
+
+@pytest.mark.parametrize("algorithm", ["hierarchical", "direct", "ring"])
+def test_an_uneven_all_to_all_costs_only_the_links_its_pairs_cross(tmp_path: Path, algorithm: str) -> None:
+    # rank 0 -> rank 1 stays on node 0's switch: alpha0 + 280,000 / B0; rank 0 -> rank 2 crosses to node 1:
+    # alpha1 + 280,000 / B1. Before, both cost the busiest port over the slowest dimension whatever the
+    # pair (17,200 ns ring / hierarchical, 13,200 direct for either)
+    intra = round(300 + 280_000 / 200.0)
+    inter = round(2_000 + 280_000 / 25.0)
+    assert replayed_transfer(
+        one_pair_all_to_all_run(tmp_path, 1), topology=two_level(), algorithm=algorithm
+    ) == [intra]
+    assert replayed_transfer(
+        one_pair_all_to_all_run(tmp_path, 2), topology=two_level(), algorithm=algorithm
+    ) == [inter]

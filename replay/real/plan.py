@@ -182,54 +182,36 @@ class PlanMeta:
     a rank not listed: ``rank-<r>.et``."""
 
 
-@dataclass(frozen=True, slots=True)
-class _CommAttrs:
-    """What the plan reads of a communication node that the store keeps no column for."""
-
-    dtype: str = ""
-    send_splits: tuple[int, ...] = ()
-    recv_splits: tuple[int, ...] = ()
-
-
-def _comm_attrs_by_node(path: str, world_size: int) -> dict[int, _CommAttrs]:
-    """``skl_dtype`` and an all_to_all's ``skl_send_splits`` / ``skl_recv_splits`` of each communication
-    node of a rank's file (the store keeps no column for either). A list is kept only up to the job's
-    ``world_size`` sizes (a longer one is refused: no group has more members); :func:`_checked_splits`
-    checks the rest."""
-    out: dict[int, _CommAttrs] = {}
+def _dtypes_by_node(path: str) -> dict[int, str]:
+    """``skl_dtype`` of each communication node of a rank's file (the store keeps no column for it)."""
+    out: dict[int, str] = {}
     for _off, node in iter_nodes(path):
         if node.type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV):
-            got: dict[str, Any] = {}
             for a in node.attr:
                 if a.name == Attr.DTYPE:
-                    got["dtype"] = str(attr_value(a))
-                elif a.name in (Attr.SEND_SPLITS, Attr.RECV_SPLITS) and a.WhichOneof("value") == "int64_list":
-                    if (k := len(a.int64_list.values)) > world_size:
-                        raise ValidationError(
-                            f"{path}: node {node.id} ({node.name}): {a.name} holds {k} sizes, more than the "
-                            f"job's {world_size} ranks"
-                        )
-                    got[a.name.removeprefix("skl_")] = tuple(a.int64_list.values)
-            if got:
-                out[node.id] = _CommAttrs(**got)
+                    out[node.id] = str(attr_value(a))
     return out
 
 
 def _checked_splits(
-    rt: RankTrace, i: int, attrs: _CommAttrs, members: tuple[int, ...]
+    rt: RankTrace, i: int, members: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """An all_to_all node's recorded splits, () for none; refused unless both lists hold one non-negative
-    size per member of its group and agree with the node's ``skl_send_bytes`` / ``skl_recv_bytes``
-    (traces are untrusted: a list the replay cannot issue as recorded is named here, not in gloo)."""
-    send, recv = attrs.send_splits, attrs.recv_splits
-    if not send and not recv:
+    """An all_to_all node's recorded splits (the store's ``split_send_bytes`` / ``split_recv_bytes``), ()
+    for none; refused unless both lists hold one size per member of its group (the store has checked that
+    they agree in length, are not negative and sum to the node's ``skl_send_bytes`` / ``skl_recv_bytes``
+    plus its own chunk; which chunk is its own needs the group, checked here: traces are untrusted, and a
+    list the replay cannot issue as recorded is named here, not in gloo)."""
+    if rt.split_ptr is None or rt.split_send_bytes is None or rt.split_recv_bytes is None:
+        return (), ()
+    a, b = int(rt.split_ptr[i]), int(rt.split_ptr[i + 1])
+    send = tuple(rt.split_send_bytes[a:b].tolist())
+    recv = tuple(rt.split_recv_bytes[a:b].tolist())
+    if not send:
         return (), ()
     p = len(members)
     problem = ""
-    if len(send) != p or len(recv) != p:
-        problem = f"{len(send)} and {len(recv)} sizes for a group of {p}"
-    elif min(send) < 0 or min(recv) < 0:
-        problem = "a negative size"
+    if len(send) != p:
+        problem = f"{len(send)} sizes for a group of {p}"
     else:
         me = sorted(members).index(rt.rank)
         totals = (
@@ -280,7 +262,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     """The ops of one rank, in execution order (see the module docstring for the timing rules)."""
     m = execution_model(run).ranks[rt.rank]
     n = len(rt)
-    attrs = _comm_attrs_by_node(rt.path, run.world_size)
+    dtypes = _dtypes_by_node(rt.path)
     starts = rt.start_ns.tolist()
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
@@ -323,10 +305,9 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         if t in comm:
             extra: dict[str, Any] = {}
             if (inst := a2a.get(i)) is not None:
-                node = attrs.get(int(rt.node_id[i]), _CommAttrs())
-                send, recv = _checked_splits(rt, i, node, group_members(run, inst))
+                send, recv = _checked_splits(rt, i, group_members(run, inst))
                 extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
-            ops.append(_comm_op(rt, run, i, attrs, {**common, **extra}))
+            ops.append(_comm_op(rt, run, i, dtypes, {**common, **extra}))
             continue
         if parent[i] >= 0:
             ops.append(
@@ -367,12 +348,12 @@ def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
 
 
 def _comm_op(
-    rt: RankTrace, run: RunTrace, i: int, attrs: dict[int, _CommAttrs], common: dict[str, Any]
+    rt: RankTrace, run: RunTrace, i: int, dtypes: dict[int, str], common: dict[str, Any]
 ) -> ReplayOp:
     t = int(rt.node_type[i])
     gi = int(rt.pg[i])
     pg_name = run.pg_names[gi] if gi >= 0 else ""
-    dtype = normalise_dtype(attrs.get(int(rt.node_id[i]), _CommAttrs()).dtype)
+    dtype = normalise_dtype(dtypes.get(int(rt.node_id[i]), ""))
     fields: dict[str, Any] = {
         "pg_name": pg_name,
         "comm_bytes": int(rt.comm_bytes[i]),
