@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from test_store_load import COLUMNS, mixed_run
+from test_store_load import COLUMNS, mixed_run, uneven_splits_run
 
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.store import colcache, load_run
@@ -207,3 +207,27 @@ def test_files_of_few_nodes_are_not_cached(tmp_path: Path) -> None:
     run = b.write(tmp_path / "run")
     load_run(run)
     assert not colcache.cache_path(run / "rank-0.et").exists()
+
+
+def test_a_cache_whose_split_lists_hold_more_values_than_the_trace_could_is_refused(tmp_path: Path) -> None:
+    # before format 3 the cache had no split lists: a version-2 cache would have loaded without them
+    run = uneven_splits_run(tmp_path, [100, 200], [7, 0])
+    et = run / "rank-0.et"
+    truth = load_rank(et, 0, [], {})
+    key = colcache.fingerprint(et)
+    assert key is not None and key.startswith(b"3:")
+    cached = colcache.read(et, key)
+    assert cached is not None and cached.attr_lists["skl_send_splits"][1].tolist() == [100, 200]
+    size = int(key.split(b":")[1])
+
+    def bloated(b: pa.RecordBatch) -> pa.RecordBatch:  # a last row of one value more than the trace's bytes
+        ptr = np.zeros(b.num_rows + 1, dtype=np.int32)
+        ptr[-1] = size + 1
+        lists = pa.ListArray.from_arrays(pa.array(ptr), pa.array(np.zeros(size + 1, dtype=np.int64)))
+        return _with(b, "l:skl_send_splits", lists)
+
+    _rewrite_cache(et, bloated)
+    assert colcache.read(et, key) is None
+    loaded = load_rank(et, 0, [], {})  # decoded again
+    assert loaded.split_send_bytes is not None and truth.split_send_bytes is not None
+    assert loaded.split_send_bytes.tolist() == truth.split_send_bytes.tolist() == [100, 200]
