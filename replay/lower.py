@@ -99,7 +99,7 @@ def collective_pairs(run: RunTrace, inst: CollectiveInstance) -> tuple[tuple[int
     the group's members (another group order than the store knows)."""
     if inst.comm_type != CommType.ALL_TO_ALL:
         return None
-    members = group_members(run, inst)
+    members = sorted(group_members(run, inst))  # group-rank order (torch sorts a new group's ranks)
     p = len(members)
     sent: dict[int, list[int]] = {}
     for r, row in zip(inst.ranks, inst.rows, strict=True):
