@@ -58,6 +58,13 @@ KIND_NESTED = 3  # inside another node on its timeline: follows it
 _MIN = np.iinfo(np.int64).min
 
 
+def even_split_bytes(nbytes: int, p: int) -> int:
+    """The bytes an all_to_all member whose splits were even (it recorded none) sends to each member of its
+    group of ``p``, and receives from each: equal whole parts of its ``nbytes``, ``nbytes // p`` (what the
+    real replay issues, and ``p − 1`` of them are what its port carries in :func:`collective_bytes`)."""
+    return nbytes // p
+
+
 def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
     """The ``comm_bytes`` a collective's cost is computed from (before
     ``skewlens.replay.comm.message_bytes``): its largest member's ``comm_size``, except for an all_to_all
@@ -65,8 +72,9 @@ def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
 
     The formulas charge an all_to_all ``(p − 1)/p · S`` through each member's port: even splits. With
     uneven ones the busiest port carries ``D``, the most any member sends to the others or receives from
-    them, so ``S = ⌈D · p / (p − 1)⌉``. A member that recorded neither sent and received ``(p − 1)/p`` of
-    its ``comm_size`` (its splits were even).
+    them, so ``S = ⌈D · p / (p − 1)⌉``. A member that recorded neither sent and received ``p − 1`` equal
+    parts of its ``comm_size`` (its splits were even: :func:`even_split_bytes`, the parts the real replay
+    issues).
 
     A scatter's ``S`` is what its root sends in all: the largest member's ``comm_size`` where that is the
     root's whole buffer (Chakra's input convention, an import), ``p`` times the piece where every member
@@ -87,7 +95,7 @@ def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
             uneven = True
             busiest = max(busiest, sent, got)
         else:
-            busiest = max(busiest, -(-b * (p - 1) // p))
+            busiest = max(busiest, (p - 1) * even_split_bytes(b, p))
     return -(-busiest * p // (p - 1)) if uneven else nbytes
 
 

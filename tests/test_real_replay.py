@@ -26,6 +26,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
+from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import run_workers
 from skewlens.replay.real.plan import (
@@ -383,6 +384,29 @@ def test_a_member_that_recorded_even_splits_is_given_equal_parts_beside_uneven_o
     plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(3)})
     assert _a2a_op(plans, 2).send_splits == _a2a_op(plans, 2).recv_splits == (32, 32, 32)
     assert _a2a_op(plans, 0).recv_splits == (8, 72, 32)
+
+
+def test_a_member_with_even_splits_is_costed_by_the_parts_the_real_replay_issues(tmp_path: Path) -> None:
+    # before: rank 2's 10 B in a group of 3 was issued as 3 B to each member (6 B through its port) but
+    # costed as ⌈10 · 2/3⌉ = 7 B, so the simulated all_to_all was 11 B where the real one was 9 B
+    b = RunBuilder(3)
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        if r == 2:
+            rb.collective(CommType.ALL_TO_ALL, 10, MS)
+        else:
+            rb.collective(CommType.ALL_TO_ALL, 5, MS, peer_bytes=(4, 4), peer_splits=([1, 1, 3], [1, 1, 3]))
+    run = load_run(b.write(tmp_path / "run"))
+    plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(3)})
+    assert _a2a_op(plans, 2).send_splits == _a2a_op(plans, 2).recv_splits == (3, 3, 3)
+    port = max(
+        max(sum(o.send_splits) - o.send_splits[r], sum(o.recv_splits) - o.recv_splits[r])
+        for r, o in ((r, _a2a_op(plans, r)) for r in range(3))
+    )
+    (inst,) = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL]
+    assert port == 6
+    assert collective_bytes(run, inst) == -(-port * 3 // 2) == 9
 
 
 def test_splits_that_are_not_whole_elements_move_as_bytes_on_every_member(tmp_path: Path) -> None:

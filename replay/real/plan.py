@@ -37,7 +37,7 @@ from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
-from skewlens.replay.lower import group_members
+from skewlens.replay.lower import even_split_bytes, group_members
 
 PLAN_FORMAT = "skewlens-real-plan"
 PLAN_VERSION = 3  # 3: send_splits / recv_splits
@@ -377,9 +377,12 @@ def _comm_op(
 def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[int, list[ReplayOp]]:
     """``plans`` with every all_to_all some member recorded splits for issued with the splits of all its
     members: a member that recorded none sent and received equal parts of its ``comm_bytes`` (its splits
-    were even), and is given those. Refused where what one member sends another does not match what that
-    one receives from it (the collective could not run as recorded). Where some size is not a whole number
-    of its dtype's elements, every member moves ``uint8`` (the bytes are what the replay reproduces)."""
+    were even), and is given those (``lower.even_split_bytes``, the parts the simulated replay costs).
+    Each member's own lists were checked against its group and totals when its plan was made
+    (:func:`_checked_splits`); refused here where what one member sends another does not match what that
+    one receives from it (the collective could not run as recorded). Where some
+    size is not a whole number of its dtype's elements, every member moves ``uint8`` (the bytes are what
+    the replay reproduces)."""
     by_row = {r: {o.row: k for k, o in enumerate(ops)} for r, ops in plans.items()}
     out = {r: list(ops) for r, ops in plans.items()}
     for inst in run.collectives:
@@ -390,15 +393,17 @@ def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[i
             for r, row in zip(inst.ranks, inst.rows, strict=True)
             if r in by_row and row in by_row[r]
         }
-        if not any(o.send_splits for o in ops.values()):
+        if not any(o.send_splits or o.recv_splits for o in ops.values()):
             continue
         members = sorted(group_members(run, inst))
         p = len(members)
-        splits = {
-            r: (o.send_splits, o.recv_splits) if o.send_splits else ((o.comm_bytes // p,) * p,) * 2
-            for r, o in ops.items()
-        }
         place = {q: k for k, q in enumerate(members)}
+        splits: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        for r, o in ops.items():
+            if not o.send_splits and not o.recv_splits:
+                splits[r] = ((even_split_bytes(o.comm_bytes, p),) * p,) * 2
+            else:  # each member's lists were checked against its group and totals (_checked_splits)
+                splits[r] = (o.send_splits, o.recv_splits)
         for r, (send, _recv) in splits.items():
             for q, nbytes in zip(members, send, strict=True):
                 if q in splits and (got := splits[q][1][place[r]]) != nbytes:
