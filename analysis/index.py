@@ -44,13 +44,12 @@ from skewlens.replay.execution import (
     busy_intervals,
     collective_waits_for,
     comm_intervals,
+    comp_kinds,
     compute_intervals,
     execution_model,
     gpu_compute_rows,
     model_ends,
-    nccl_kernel_rows,
     union_intervals,
-    untraced_rows,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -295,11 +294,7 @@ def build_index(run: RunTrace) -> RunIndex:
         work = m.work_ns if same else np.where(m.valid, m.work_ns, rt.dur_ns).astype(np.int64)
         order = np.argsort(rt.start_ns, kind="stable").astype(np.int32)  # rows of a rank: < 2**31
         is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
-        any_comp = rt.node_type == int(NodeType.COMP)
-        is_untraced = untraced_rows(rt)
-        is_wait = m.is_wait & ~is_untraced
-        is_comm_comp = nccl_kernel_rows(rt)
-        is_comp = any_comp & ~is_untraced & ~is_wait & ~is_comm_comp
+        kinds = comp_kinds(rt, m)
         # a host-time node's own work after the wait it hid is compute (host_work)
         hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
@@ -311,13 +306,13 @@ def build_index(run: RunTrace) -> RunIndex:
             trace=rt,
             end_ns=end,
             gname=lut[rt.name_idx] if len(rt) else np.zeros(0, dtype=np.int32),
-            is_comp=is_comp,
-            is_comm_comp=is_comm_comp,
-            is_wait=is_wait,
+            is_comp=kinds.work,
+            is_comm_comp=kinds.comm,
+            is_wait=kinds.wait,
             host_work=m.host_work,
             host_work_rows=hw[by_at],
             host_work_at_ns=hw_at[by_at],
-            is_untraced=is_untraced,
+            is_untraced=kinds.untraced,
             is_comm=is_comm,
             is_send=rt.node_type == int(NodeType.COMM_SEND),
             wait_ns=np.zeros(len(rt), dtype=np.int64),

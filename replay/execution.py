@@ -241,6 +241,32 @@ def nccl_kernel_rows(rt: RankTrace) -> B:
     return _comp_rows_named(rt, names_nccl_kernel) & ~rt.is_cpu
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompKinds:
+    """What each COMP row of a rank is (row-aligned masks, disjoint): the one rule that splits COMP rows
+    into the program's work and the rest, which :func:`compute_rows`, the interval functions, the analyses'
+    index and the timelines' categories all read (:func:`comp_kinds`)."""
+
+    untraced: B
+    """Untraced host time (:func:`untraced_rows`): idle."""
+    wait: B
+    """Wait nodes (:attr:`RankModel.is_wait`) but untraced ones: blocked on communication (``host_work``
+    ones among them: their work after the wait is compute)."""
+    comm: B
+    """NCCL kernels kept as COMP (:func:`nccl_kernel_rows`): communication nothing can match."""
+    work: B
+    """The other COMP rows: the program's compute (:func:`compute_rows` adds the ``host_work`` nodes)."""
+
+
+def comp_kinds(rt: RankTrace, m: RankModel) -> CompKinds:
+    """The rank's :class:`CompKinds`, ``m`` its execution model."""
+    untraced = untraced_rows(rt)
+    wait = m.is_wait & ~untraced
+    comm = nccl_kernel_rows(rt)
+    work = (rt.node_type == int(NodeType.COMP)) & ~untraced & ~wait & ~comm
+    return CompKinds(untraced=untraced, wait=wait, comm=comm, work=work)
+
+
 def replay_gaps(em: ExecutionModel, rank: int) -> I64:
     """Each row's host gap as the simulator replays it: :attr:`RankModel.gap_ns`, and for a row without
     start edges its recorded start less the run's first start (:attr:`ExecutionModel.start_ns`), not less
@@ -283,8 +309,7 @@ def compute_rows(rt: RankTrace, m: RankModel) -> B:
     (:func:`nccl_kernel_rows`: communication), plus each ``host_work`` node (its work after the wait it
     hid). What a slowdown's compute factor scales, and (with the ``host_work`` nodes' part after their
     wait) what :func:`compute_intervals` measures."""
-    comp = (rt.node_type == int(NodeType.COMP)) & ~m.is_wait & ~untraced_rows(rt) & ~nccl_kernel_rows(rt)
-    return comp | m.host_work
+    return comp_kinds(rt, m).work | m.host_work
 
 
 def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
@@ -316,8 +341,8 @@ def comm_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I
     breakdown and the replay's summary both measure communication as this union."""
     gpu_only = blocked_on_gpu_rows(rt, m)
     comm = type_mask(rt.node_type, COMM_NODE_TYPES)
-    wait = m.is_wait & ~untraced_rows(rt)
-    like = ((comm | wait) & ~m.host_work & ~gpu_only) | nccl_kernel_rows(rt)
+    k = comp_kinds(rt, m)
+    like = ((comm | k.wait) & ~m.host_work & ~gpu_only) | k.comm
     hw = np.flatnonzero(m.host_work)
     hw_at = np.clip(end[hw] - m.work_ns[hw], start[hw], end[hw])
     return np.concatenate([start[like], start[hw]]), np.concatenate([end[like], hw_at])
@@ -326,11 +351,8 @@ def comm_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I
 def busy_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
     """A rank's busy time ``M ∪ C`` as intervals: its communication, compute, NCCL-kernel and wait rows
     (not a host row while blocked on the GPU: :func:`blocked_on_gpu_rows`), each whole."""
-    untraced = untraced_rows(rt)
-    wait = m.is_wait & ~untraced
-    nccl = nccl_kernel_rows(rt)
-    comp = (rt.node_type == int(NodeType.COMP)) & ~untraced & ~wait & ~nccl
-    busy = type_mask(rt.node_type, COMM_NODE_TYPES) | comp | nccl | (wait & ~blocked_on_gpu_rows(rt, m))
+    k = comp_kinds(rt, m)
+    busy = type_mask(rt.node_type, COMM_NODE_TYPES) | k.work | k.comm | (k.wait & ~blocked_on_gpu_rows(rt, m))
     return start[busy], end[busy]
 
 

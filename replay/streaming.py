@@ -38,7 +38,7 @@ from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.store.model import RankTrace, type_mask
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import RankModel, compute_rows, nccl_kernel_rows, untraced_rows
+from skewlens.replay.execution import RankModel, comp_kinds, nccl_kernel_rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -92,12 +92,14 @@ def rank_categories(rt: RankTrace, m: RankModel) -> npt.NDArray[np.int8]:
     """Per row of the rank: its index into :data:`CATEGORIES`, ``m`` the rank's execution model (once per
     rank; a timeline's chunks take their rows of it). A COMP row is ``compute`` where the analyses count it
     so (:func:`~skewlens.replay.execution.compute_rows`), else ``untraced``, ``wait`` or ``communication``
-    (one rule for the timelines and the numbers)."""
+    as :func:`~skewlens.replay.execution.comp_kinds` sorts it (one rule for the timelines, the analyses'
+    index and the numbers)."""
     idx = rt.node_type.astype(np.int8)
-    comp = (idx == int(NodeType.COMP)) & ~compute_rows(rt, m)
-    idx[comp & m.is_wait] = CATEGORIES.index("wait")
-    idx[comp & nccl_kernel_rows(rt)] = CATEGORIES.index("communication")
-    idx[untraced_rows(rt)] = CATEGORIES.index("untraced")
+    k = comp_kinds(rt, m)
+    shown = (idx == int(NodeType.COMP)) & ~m.host_work  # a host_work node is compute (compute_rows)
+    idx[k.wait & shown] = CATEGORIES.index("wait")
+    idx[k.comm & shown] = CATEGORIES.index("communication")
+    idx[k.untraced] = CATEGORIES.index("untraced")
     return idx
 
 

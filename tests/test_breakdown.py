@@ -14,7 +14,9 @@ from skewlens.analysis.records import StepBreakdownRecord
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import UNTRACED_NODE_NAME, CommType
+from skewlens.replay.execution import execution_model
+from skewlens.replay.streaming import CATEGORIES, rank_categories
 
 
 def test_coverage_merges_overlapping_intervals_and_measures_windows() -> None:
@@ -174,3 +176,27 @@ def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it
     )
     assert outlier_steps(_steps({0: [10, 14, 10, 11], 1: [11, 10, 10, 10]})) == []
     assert outlier_steps([]) == []
+
+
+def test_the_timeline_draws_each_row_as_the_analyses_index_counts_it(tmp_path: Path) -> None:
+    # compute, untraced host time, an async all_reduce and the wait_tensor blocked on it: the timeline's
+    # category of each row comes from the same execution-model rule as the index's masks
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        mm = rb.compute("aten::mm", 2 * MS, start_ns=0)
+        gap = rb.compute(UNTRACED_NODE_NAME, MS, start_ns=2 * MS, deps=(mm,))
+        ar = rb.collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=3 * MS, stream=9, deps=(gap,))
+        w = rb.compute("_c10d_functional::wait_tensor", 3 * MS, start_ns=4 * MS, deps=(gap, ar))
+        rb.compute("aten::relu", MS, start_ns=7 * MS, deps=(w,))
+    ix = build_index(load_run(b.write(tmp_path / "run")))
+    em = execution_model(ix.run)
+    for r, ri in ix.ranks.items():
+        drawn = [CATEGORIES[c] for c in rank_categories(ri.trace, em.ranks[r])]
+        counted = np.full(len(ri.trace), "other", dtype=object)
+        counted[ri.is_comm] = "collective"
+        counted[ri.is_comp | ri.host_work] = "compute"
+        counted[ri.is_wait & ~ri.host_work] = "wait"
+        counted[ri.is_untraced] = "untraced"
+        assert drawn == counted.tolist()
+        assert sorted(set(drawn)) == ["collective", "compute", "other", "untraced", "wait"]
