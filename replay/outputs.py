@@ -8,7 +8,6 @@ streamed a chunk at a time (:mod:`skewlens.replay.streaming`) and capped at ``pe
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ from skewlens.replay.streaming import (
     wait_events,
     write_trace,
 )
-from skewlens.replay.summary import SummaryRecord
+from skewlens.replay.summary import SummaryRecord, sync_arrivals
 
 TIMELINE_PARQUET = "timeline.parquet"
 SUMMARY_PARQUET = "summary.parquet"
@@ -210,32 +209,12 @@ def replayed_waits(run: RunTrace, res: SimResult) -> dict[int, npt.NDArray[np.in
     """Per rank, each row's replayed wait for late peers (0 where none): a collective member or a send /
     recv waits from its replayed start until the replayed latest arrival of its instance or pair (a rooted
     collective's member: the arrival :meth:`SimResult.rooted_awaited_ns` names), at most until its own end
-    (as the summary's ``wait_ns`` counts it)."""
-    coll = run.collectives
-    counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
-    ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
-    rows = [np.fromiter(itertools.chain.from_iterable(c.rows for c in coll), dtype=np.int64)]
-    arrival = [np.repeat(np.asarray(res.coll_arrival_ns, dtype=np.int64), counts)]
-    p2p = run.p2p
-    for rank_attr, row_attr in (("src_rank", "src_row"), ("dst_rank", "dst_row")):
-        ranks.append(np.fromiter((getattr(p, rank_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
-        rows.append(np.fromiter((getattr(p, row_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
-        arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
-    rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
-    rooted = res.rooted_awaited_ns(run)
-    if rooted:  # a rooted collective's member waits for what the execution model's waits_for names
-        n = int(counts.sum())
-        keys = zip(rank_of[:n].tolist(), row_of[:n].tolist(), strict=True)
-        last[:n] = [rooted.get(k, t) for k, t in zip(keys, last[:n].tolist(), strict=True)]
-    order = np.argsort(rank_of, kind="stable")
-    bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
+    (the summary's :func:`~skewlens.replay.summary.sync_arrivals`, as its ``wait_ns`` counts it)."""
     out: dict[int, npt.NDArray[np.int64]] = {}
-    for k, r in enumerate(sorted(run.ranks)):
-        sel = order[bounds[k] : bounds[k + 1] if k + 1 < len(bounds) else order.size]
+    for r, (rows, awaited) in sync_arrivals(run, res).items():
         st, en = res.start_ns[r], res.end_ns[r]
         w = np.zeros(len(st), dtype=np.int64)
-        rw = row_of[sel]
-        w[rw] = np.clip(last[sel] - st[rw], 0, en[rw] - st[rw])
+        w[rows] = np.clip(awaited - st[rows], 0, en[rows] - st[rows])
         out[r] = w
     return out
 

@@ -28,6 +28,7 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -157,18 +158,40 @@ def _latest_ends_by_step(
     return {int(key): int(v) for key, v in zip(keys.tolist(), best.tolist(), strict=True) if v > none}
 
 
+def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
+    """Per rank of the run, its sync rows (collective members, sends, recvs) and the replayed arrival each
+    waits for: its instance's or pair's latest (:attr:`SimResult.coll_arrival_ns`, ``p2p_arrival_ns``), a
+    rooted collective's member the one the execution model's ``waits_for`` names
+    (:meth:`SimResult.rooted_awaited_ns`). The summary's ``wait_ns`` and the timeline's replayed waits
+    both read it."""
+    coll = run.collectives
+    counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
+    ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
+    rows = [np.fromiter(itertools.chain.from_iterable(c.rows for c in coll), dtype=np.int64)]
+    arrival = [np.repeat(np.asarray(res.coll_arrival_ns, dtype=np.int64), counts)]
+    p2p = run.p2p
+    for rank_attr, row_attr in (("src_rank", "src_row"), ("dst_rank", "dst_row")):
+        ranks.append(np.fromiter((getattr(p, rank_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
+        rows.append(np.fromiter((getattr(p, row_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
+        arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
+    rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
+    rooted = res.rooted_awaited_ns(run)
+    if rooted:  # a rooted collective's member waits for what the execution model's waits_for names
+        n = int(counts.sum())
+        keys = zip(rank_of[:n].tolist(), row_of[:n].tolist(), strict=True)
+        last[:n] = [rooted.get(k, t) for k, t in zip(keys, last[:n].tolist(), strict=True)]
+    order = np.argsort(rank_of, kind="stable")
+    bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
+    out: dict[int, tuple[I64, I64]] = {}
+    for k, r in enumerate(sorted(run.ranks)):
+        sel = order[bounds[k] : bounds[k + 1] if k + 1 < len(bounds) else order.size]
+        out[r] = row_of[sel], last[sel]
+    return out
+
+
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     """Summary rows for every (rank, step) with nodes (see the module docstring)."""
-    arrival: dict[int, dict[int, int]] = {r: {} for r in run.ranks}
-    rooted = res.rooted_awaited_ns(run)
-    for ci, c in enumerate(run.collectives):
-        t = int(res.coll_arrival_ns[ci])
-        for r, row in zip(c.ranks, c.rows, strict=True):
-            arrival[r][row] = rooted.get((r, row), t)
-    for pi, p in enumerate(run.p2p):
-        t = int(res.p2p_arrival_ns[pi])
-        arrival[p.src_rank][p.src_row] = t
-        arrival[p.dst_rank][p.dst_row] = t
+    arrival = sync_arrivals(run, res)
     out: list[SummaryRecord] = []
     model = execution_model(run)
     spans = res.step_spans()
@@ -179,8 +202,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     for r in sorted(run.ranks):
         rt = run.ranks[r]
         st, en = res.start_ns[r], res.end_ns[r]
-        sync_rows = np.fromiter(arrival[r].keys(), dtype=np.int64, count=len(arrival[r]))
-        sync_arr = np.fromiter(arrival[r].values(), dtype=np.int64, count=len(arrival[r]))
+        sync_rows, sync_arr = arrival[r]
         m = model.ranks[r]
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)  # as the breakdown's M
         comp = union_intervals(*compute_intervals(rt, m, st, en))

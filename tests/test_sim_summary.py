@@ -232,3 +232,22 @@ def test_a_stalled_ranks_own_step_holds_its_stall_in_the_first_step_and_later(tm
         assert got[(0, step)] == 50 * MS, step
         assert got[(1, step)] == 50 * MS, step
         assert all(v == 0 for (r, s), v in got.items() if s != step), got
+
+
+def test_the_timelines_replayed_waits_are_the_summarys_waits(tmp_path: Path) -> None:
+    from skewlens.replay.outputs import replayed_waits
+
+    # a late all_reduce member, an eager send, and a broadcast whose non-root waits for its root alone
+    b = RunBuilder(world_size=3)
+    for r, compute_ms in ((0, 2), (1, 5), (2, 3)):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=compute_ms * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=(6 - compute_ms) * MS)
+        rb.compute("aten::relu", dur_ns=r * MS)
+        rb.collective(CommType.BROADCAST, comm_bytes=1 << 20, dur_ns=3 * MS, root=1)
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt)
+    rows = {s.rank: s.wait_ns for s in summarize(rt, res)}
+    waits = {r: int(w.sum()) for r, w in replayed_waits(rt, res).items()}
+    assert waits == rows
+    assert waits[0] > 0 and waits[2] > 0
