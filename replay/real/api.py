@@ -20,14 +20,13 @@ averaged over the steps, for the original and for ``OUT_DIR/run``.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import shutil
 import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
 from skewlens.profiler.store import RunTrace, load_run
@@ -54,12 +53,9 @@ from skewlens.replay.real.plan import (
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_step_times, step_spans
 from skewlens.replay.summary import moved_step_marks
 
-BACKENDS = ("auto", "gloo", "nccl")
-COMPUTE_MODES = ("auto", "spin", "sleep", "share")
-#: ``self``: the workers record each replayed node's times themselves (node ids as in the original);
-#: ``profiler``: the replay is also captured by ``skewlens.profiler.capture`` (collectives level), as a real
-# run is.
-CAPTURE_MODES = ("self", "profiler")
+if TYPE_CHECKING:  # the config module brings omegaconf: the workers and the plan do not need it
+    from skewlens.replay.config import RealConfig
+
 #: Allowance for start-up (interpreter + torch import, rendezvous, groups) in the whole-replay deadline.
 STARTUP_ALLOWANCE_S = 120.0
 #: Memory one worker holds: 236 MiB peak RSS per gloo worker (torch 2.13, CPU), measured on a 2-rank replay
@@ -88,30 +84,18 @@ def check_host_memory(nproc: int, available: int, run_dir: Path) -> None:
         )
 
 
-class RealConfigLike(Protocol):
-    """What real replay reads from its config (``skewlens.replay.config.RealConfig``)."""
-
-    timeout_s: float
-    backend: str
-    nproc: int | None
-
-
-def _check_config(cfg: RealConfigLike) -> tuple[float, str, int | None, str, list[str] | None, str]:
-    timeout_s = float(cfg.timeout_s)
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise ConfigError(f"real.timeout_s must be a finite number > 0 (got {cfg.timeout_s!r})")
-    if cfg.backend not in BACKENDS:
-        raise ConfigError(f"real.backend must be one of {', '.join(BACKENDS)} (got {cfg.backend!r})")
-    if cfg.nproc is not None and int(cfg.nproc) < 1:
-        raise ConfigError(f"real.nproc must be >= 1 (got {cfg.nproc!r})")
-    compute = str(getattr(cfg, "compute", "auto"))
-    if compute not in COMPUTE_MODES:
-        raise ConfigError(f"real.compute must be one of {', '.join(COMPUTE_MODES)} (got {compute!r})")
-    capture = str(getattr(cfg, "capture", "profiler"))
-    if capture not in CAPTURE_MODES:
-        raise ConfigError(f"real.capture must be one of {', '.join(CAPTURE_MODES)} (got {capture!r})")
-    launcher_args = getattr(cfg, "launcher_args", None)
-    return timeout_s, cfg.backend, cfg.nproc, compute, list(launcher_args) if launcher_args else None, capture
+def _config_fields(cfg: RealConfig) -> tuple[float, str, int | None, str, list[str] | None, str]:
+    """What the real replay reads of its config. ``RealConfig`` checked every field when it was made (the
+    one check of ``real.*``, naming the key); nothing is checked again here."""
+    launcher_args = cfg.launcher_args
+    return (
+        float(cfg.timeout_s),
+        cfg.backend,
+        cfg.nproc,
+        cfg.compute,
+        list(launcher_args) if launcher_args else None,
+        cfg.capture,
+    )
 
 
 def _cuda_available() -> bool:
@@ -141,11 +125,11 @@ def resolve_backend(backend: str, manifest: Manifest) -> str:
     return backend
 
 
-def preflight(run_dir: Path, cfg: RealConfigLike, manifest: Manifest | None = None) -> str:
+def preflight(run_dir: Path, cfg: RealConfig, manifest: Manifest | None = None) -> str:
     """What refuses a real replay of ``run_dir`` before anything runs (the config, ranks without a trace,
     ``real.nproc`` against the run's ranks, the backend); returns the backend. ``manifest``: the run's, if
     loaded (else read from ``run_dir``)."""
-    _timeout_s, backend_cfg, nproc, _compute, launcher_args, _capture = _check_config(cfg)
+    _timeout_s, backend_cfg, nproc, _compute, launcher_args, _capture = _config_fields(cfg)
     located = locate_run(run_dir)  # a directory of Chakra traces without a manifest too, as the simulator
     m = manifest if manifest is not None else located.manifest
     absent = {r for r, f in located.files.items() if not f.is_file()}  # listed, file gone
@@ -203,9 +187,9 @@ def _deadline_s(run: RunTrace, plans: dict[int, list[ReplayOp]], timeout_s: floa
     return 2 * span / 1e9 + STARTUP_ALLOWANCE_S + timeout_s
 
 
-def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfigLike) -> RealReplayResult:
+def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfig) -> RealReplayResult:
     """Replay ``run_dir`` on real processes; the replay is written to ``out_dir/run`` (see module doc)."""
-    timeout_s, _backend, nproc, compute, launcher_args, capture = _check_config(cfg)
+    timeout_s, _backend, nproc, compute, launcher_args, capture = _config_fields(cfg)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_trace_outside(run_dir, out_dir)
     run = load_checked(run_dir)
