@@ -280,3 +280,31 @@ def test_an_all_to_all_reads_its_bytes_to_and_from_each_member_from_its_split_si
     same = [torch.ones(4) for _ in range(3)]
     assert hooks.uneven_all_to_all(lists, (same, same), {}) == even  # even: the formulas' (p - 1) / p
     assert hooks.uneven_all_to_all("c10d::allreduce_", (rows,), {}) == even
+
+
+UNREADABLE_SPLITS_SCRIPT = (
+    ONE_RANK_HOOKED
+    + r"""
+def unreadable(op, args, kwargs):
+    raise TypeError("split sizes of an unknown kind")
+H.uneven_all_to_all = unreadable
+def a2a():
+    dist.all_to_all_single(torch.empty(4), torch.ones(4))
+hooks.lean_left = 1
+a2a()                                                               # the lean path
+a2a()                                                               # the full path
+raw = hooks.flush()
+hooks.uninstall()
+print(json.dumps({"calls": len(raw), "dropped": hooks.dropped, "unread": hooks.unread_splits,
+                  "splits": [(r.send_bytes, r.recv_bytes, list(r.send_splits)) for r in raw]}))
+dist.destroy_process_group()
+"""
+)
+
+
+def test_an_all_to_all_whose_splits_cannot_be_read_is_recorded_with_even_ones_on_either_path() -> None:
+    # before: the lean path recorded it with even splits and said nothing, the full path dropped the call
+    # (1 call recorded of 2, dropped=1)
+    data = run_script(UNREADABLE_SPLITS_SCRIPT)
+    assert (data["calls"], data["dropped"], data["unread"]) == (2, 0, 2)
+    assert data["splits"] == [[-1, -1, []], [-1, -1, []]]

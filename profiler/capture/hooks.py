@@ -269,6 +269,9 @@ class CommHooks:
         self.installed = False
         self.dropped = 0
         """Calls whose record could not be made (they ran normally; the trace lacks them)."""
+        self.unread_splits = 0
+        """all_to_all calls whose split sizes could not be read (:meth:`_splits`): recorded with even
+        splits, on either path."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
         self.waits = WaitHooks(recording, step_of)
@@ -387,7 +390,7 @@ class CommHooks:
         try:
             what = self._describe(spec, a, pg, pg_name, seq)
             if spec.comm_type == CommType.ALL_TO_ALL:
-                send, recv, to, frm = uneven_all_to_all(spec.op, args, kwargs)
+                send, recv, to, frm = self._splits(spec, args, kwargs)
                 what = what._replace(send_bytes=send, recv_bytes=recv, send_splits=to, recv_splits=frm)
         except Exception:  # bookkeeping must never break the training program: count and go on
             self.dropped += 1
@@ -425,6 +428,18 @@ class CommHooks:
                 switch(True)
         return result, start, time.time_ns()
 
+    def _splits(
+        self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+        """An all_to_all call's splits (:func:`uneven_all_to_all`), the same on the full and the lean path:
+        where they cannot be read the call is still recorded, with even splits, and counted in
+        :attr:`unread_splits` (the session notes it)."""
+        try:
+            return uneven_all_to_all(spec.op, args, kwargs)
+        except Exception:  # bookkeeping must never break the training program: counted, noted at the end
+            self.unread_splits += 1
+            return EVEN_SPLITS
+
     def _lean(
         self, spec: _Spec, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
@@ -435,12 +450,8 @@ class CommHooks:
         that costs 3-4% of the example's step time on a 2-core machine (4.3% wall, 3.2% CPU over 10
         interleaved runs of 290 steps each with and without it); this one costs two clock readings.
         """
-        splits = EVEN_SPLITS
-        if spec.comm_type == CommType.ALL_TO_ALL:  # its splits: sizes the recorder's entry does not have
-            try:
-                splits = uneven_all_to_all(spec.op, args, kwargs)
-            except Exception:  # bookkeeping must never break the training program: even splits assumed
-                splits = EVEN_SPLITS
+        # an all_to_all's splits: sizes the recorder's entry does not have
+        splits = self._splits(spec, args, kwargs) if spec.comm_type == CommType.ALL_TO_ALL else EVEN_SPLITS
         local = self._local
         local.depth = 1
         try:

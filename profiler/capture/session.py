@@ -457,6 +457,11 @@ class CaptureSession:
             waits = self._hooks.waits.flush()
             if self._hooks.dropped:
                 self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
+            if self._hooks.unread_splits:
+                self.notes[f"rank {rank} all_to_all splits"] = (
+                    f"{self._hooks.unread_splits} all_to_all call(s) recorded with even splits: their split "
+                    "sizes could not be read"
+                )
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
             first = self._optimizer_steps[self._first_optimizer]
             others = ", ".join(
