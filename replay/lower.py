@@ -122,7 +122,7 @@ def collective_pairs(run: RunTrace, inst: CollectiveInstance) -> tuple[tuple[int
     if not sent:
         return None
     for r, b in zip(inst.ranks, inst.comm_bytes, strict=True):
-        sent.setdefault(r, [b // p] * p)
+        sent.setdefault(r, [even_split_bytes(b, p)] * p)
     return tuple(
         (src, dst, n)
         for src, row in sorted(sent.items())
