@@ -115,6 +115,25 @@ class LostCollectives:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunIdentity:
+    """Which job a capture belongs to, as its ranks saw it under torchrun: what ``skewlens merge`` compares
+    before combining the directories of a job's hosts."""
+
+    run_id: str = ""
+    """torchrun's ``TORCHELASTIC_RUN_ID`` (its ``--rdzv-id``; a fresh uuid under ``--standalone``; ``none``,
+    the same for every job, where a multi-host job gave no ``--rdzv-id``); '' outside torchrun."""
+    rendezvous: str = ""
+    """``MASTER_ADDR:MASTER_PORT`` of the job's ranks ('' where unset)."""
+    started_ns: int = 0
+    """When the earliest rank's capture began (wall clock ns, on rank 0's clock); 0 where unknown."""
+
+    def key(self) -> str:
+        """What must be equal for two hosts' directories to be of one job (the start time is not: each
+        host's ranks start at their own instant)."""
+        return f"run id {self.run_id or '(none set)'} at {self.rendezvous or '(no rendezvous)'}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Manifest:
     """Everything about a run that is not a per-rank node."""
 
@@ -152,6 +171,9 @@ class Manifest:
     """Free-form remarks (e.g. why a rank is missing: ``{"rank 3": "exited with code 1"}``)."""
     lost_collectives: tuple[LostCollectives, ...] = ()
     """Collective ranges a flight recorder lost, one per group (merged over its members)."""
+    run_identity: RunIdentity | None = None
+    """The job the capture belongs to; None in manifests written before skewlens recorded it (and in runs
+    not captured)."""
 
     def missing_by_note(self) -> dict[str, list[int]]:
         """The ranks without a trace grouped by their note in ``notes`` ('' where none), in rank order."""
@@ -245,7 +267,22 @@ class Manifest:
                 for k, v in j.obj(d.get("notes", {}), "notes").items()
             },
             lost_collectives=tuple(lost),
+            run_identity=_run_identity(j, d.get("run_identity")),
         )
+
+
+def _run_identity(j: _Json, v: object) -> RunIdentity | None:
+    """The manifest's ``run_identity`` (absent or null in manifests written before it was recorded)."""
+    if v is None:
+        return None
+    d = j.obj(v, "run_identity")
+    if extra := sorted(set(d) - {"run_id", "rendezvous", "started_ns"}):
+        raise ManifestError(f"{j.where}: run_identity: unknown key {extra[0]!r}")
+    return RunIdentity(
+        run_id=j.text(d.get("run_id", ""), "run_identity.run_id"),
+        rendezvous=j.text(d.get("rendezvous", ""), "run_identity.rendezvous"),
+        started_ns=j.integer(d.get("started_ns", 0), "run_identity.started_ns"),
+    )
 
 
 _T = TypeVar("_T")

@@ -18,7 +18,7 @@ from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import finalize_run
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.chakra_io import EtWriter
-from skewlens.profiler.manifest import StepWindow, rank_file, read_manifest
+from skewlens.profiler.manifest import RunIdentity, StepWindow, rank_file, read_manifest
 from skewlens.profiler.vocab import Level
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
@@ -232,15 +232,31 @@ def test_a_merge_lock_left_by_a_host_that_died_while_merging_is_broken(tmp_path:
     assert read_manifest(tmp_path).ranks == (0, 1) and not lock.exists()
 
 
-def host_dir(run: Path, ranks: tuple[int, ...], host: str, *, world: int = 2, late_s: float = 0.0) -> Path:
+def host_dir(
+    run: Path,
+    ranks: tuple[int, ...],
+    host: str,
+    *,
+    world: int = 2,
+    late_s: float = 0.0,
+    run_id: str | None = None,
+) -> Path:
     """A host's own run directory (no shared storage) after its ``skewlens profile`` merged it: its ranks'
     traces and part files, steps 2-4 of 0.5 s each at whole seconds of rank 0's clock (``late_s`` later;
-    a rank saves its times with its clock offset applied)."""
+    a rank saves its times with its clock offset applied), under torchrun's run id ``run_id`` (None: a part
+    file of a skewlens that recorded no run identity)."""
     for r in ranks:
         save_rank(run, r, host, world=world, per_host=len(ranks))
         part = json.loads(part_file(run, r).read_text())
         at = {s: int((s + late_s) * 1e9) for s in (2, 3, 4)}
         part["steps"] = [{"step": s, "start_ns": t, "end_ns": t + 500_000_000} for s, t in at.items()]
+        if run_id is not None:
+            started_ns = 1_000_000_000 + r
+            part["run_identity"] = {
+                "run_id": run_id,
+                "rendezvous": "10.0.0.1:29500",
+                "started_ns": started_ns,
+            }
         part_file(run, r).write_text(json.dumps(part))
     merge(run, 0)
     return run
@@ -308,3 +324,108 @@ def test_skewlens_merge_refuses_hosts_that_gave_different_steps_or_world_sizes(
     c = host_dir(tmp_path / "c", (1,), "c", world=3)
     assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(c)]) == 2
     assert f"not one run: world size 2 in {a}; world size 3 in {c}" in capsys.readouterr().err
+
+
+def test_skewlens_merge_refuses_hosts_of_different_run_ids_naming_each_directory_and_its_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two jobs of the same world size and options, captured the same day (steps overlapping on the
+    # clock): their hosts' directories merged without a word into one run of two jobs
+    a = host_dir(tmp_path / "a", (0,), "a", run_id="job-7")
+    b = host_dir(tmp_path / "b", (1,), "b", run_id="job-8")
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"not one run: run id job-7 at 10.0.0.1:29500 in {a}; run id job-8 at 10.0.0.1:29500 in {b}" in err
+    ), err
+    assert not out.exists()
+    assert skewlens_main(["merge", "--force", "--out", str(out), str(a), str(b)]) == 0
+    m = read_manifest(out)
+    assert m.ranks == (0, 1)
+    assert m.notes["run identity"].startswith("merged with --force although the directories' identities")
+    assert "skewlens merge: warning: run identity merged with --force" in capsys.readouterr().err
+
+
+def test_the_merged_manifest_keeps_the_jobs_run_identity_with_its_earliest_start(tmp_path: Path) -> None:
+    # the manifest said nothing of which job it was, so a merged run could not be checked against another
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4, run_id="job-7")
+    b = host_dir(tmp_path / "b", (2, 3), "b", world=4, run_id="job-7")
+    assert read_manifest(b).run_identity == RunIdentity(
+        run_id="job-7", rendezvous="10.0.0.1:29500", started_ns=1_000_000_002
+    )
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
+    m = read_manifest(out)
+    assert m.run_identity == RunIdentity(
+        run_id="job-7", rendezvous="10.0.0.1:29500", started_ns=1_000_000_000
+    )
+    assert "run identity" not in m.notes
+
+
+def test_host_directories_captured_before_the_run_identity_still_merge_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a directory of an older skewlens (no run identity) merged as if checked, with no word that it was not
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b", run_id="job-7")
+    old = json.loads((a / "manifest.json").read_text())
+    assert old.pop("run_identity") is None
+    (a / "manifest.json").write_text(json.dumps(old))  # as an older skewlens wrote it: no key at all
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
+    note = f"not checked for {a}: captured by a skewlens that did not record the run's identity"
+    assert read_manifest(out).notes["run identity"] == note
+    assert f"skewlens merge: warning: run identity {note}" in capsys.readouterr().err
+
+
+def test_skewlens_merge_allow_missing_merges_the_ranks_found_and_lists_a_crashed_rank_with_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 3 crashed before saving: merge refused "ranks [3] of 4 are in none of ...", and the three
+    # ranks' traces could not be analysed together at all
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4, run_id="job-7")
+    b = host_dir(tmp_path / "b", (2,), "b", world=4, run_id="job-7")
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 2
+    assert "--allow-missing to merge the ranks found" in capsys.readouterr().err
+    assert skewlens_main(["merge", "--allow-missing", "--out", str(out), str(a), str(b)]) == 0
+    m = read_manifest(out)
+    assert (m.ranks, m.missing_ranks) == ((0, 1, 2), (3,))
+    assert m.notes["rank 3"].startswith(
+        f"no trace in any host directory merged ({a}, {b}): its process crashed"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"rank-{r}.et" for r in range(3))]
+
+
+@pytest.mark.slow
+def test_skewlens_merge_refuses_the_host_directories_of_two_torchrun_jobs_of_different_run_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two two-host jobs of one world size and options (--rdzv-id job-1 and job-2), each host saving into a
+    # directory of its own: host A's directory of job 1 and host B's of job 2 were not told apart by id
+    dirs: dict[tuple[str, int], Path] = {}
+    for job in ("job-1", "job-2"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        hosts = []
+        for k in (0, 1):
+            dirs[job, k] = tmp_path / f"{job}-host{k}"
+            cmd = host_command(dirs[job, k], port, k)
+            cmd.insert(cmd.index("--nnodes"), f"--rdzv-id={job}")
+            hosts.append(subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True))
+        errs = [h.communicate(timeout=240)[1] for h in hosts]
+        assert [h.returncode for h in hosts] == [0, 0], [e[-2000:] for e in errs]
+    identity = read_manifest(dirs["job-1", 0]).run_identity
+    assert (
+        identity is not None and identity.run_id == "job-1" and identity.rendezvous.startswith("127.0.0.1:")
+    )
+    out = tmp_path / "run"
+    a, b = dirs["job-1", 0], dirs["job-2", 1]
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"not one run: run id job-1 at {identity.rendezvous} in {a}; run id job-2 at " in err, err
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(dirs["job-1", 1])]) == 0
+    merged = read_manifest(out).run_identity
+    assert merged is not None and (merged.run_id, merged.rendezvous) == ("job-1", identity.rendezvous)

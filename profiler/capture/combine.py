@@ -7,23 +7,32 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.capture.run import finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
-from skewlens.profiler.capture.session import RAW_DIR, part_file
+from skewlens.profiler.capture.session import PARTS_DIR, RAW_DIR, part_file
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import Manifest, rank_file, read_manifest
+from skewlens.profiler.manifest import Manifest, rank_file, read_manifest, write_manifest
 from skewlens.profiler.vocab import Level
 
+#: The merged manifest's note on the run identity: why it was not checked, or that it was overridden.
+RUN_IDENTITY_NOTE = "run identity"
 
-def combine_runs(sources: Sequence[Path], out: Path) -> Manifest:
+
+def combine_runs(
+    sources: Sequence[Path], out: Path, *, force: bool = False, allow_missing: bool = False
+) -> Manifest:
     """Copy the hosts' run directories ``sources`` into ``out`` (new or empty) and merge their part files
     into one manifest. Refuses (:class:`CaptureError`, naming the directories and ranks) directories of
-    different world sizes or ``skewlens profile`` options, a rank found twice or in none, and ranks whose
-    recorded steps do not overlap in time once their clock offsets are applied (not one run, or a wrong
-    offset)."""
+    different world sizes or ``skewlens profile`` options, of different run identities (torchrun's run id
+    and rendezvous endpoint; unless ``force``), a rank found twice or in none (unless ``allow_missing``:
+    then the ranks found are merged and the others listed missing, with why), and ranks whose recorded
+    steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset).
+    Directories written before the run identity was recorded are merged, with a manifest note
+    (:data:`RUN_IDENTITY_NOTE`) that it was not checked."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CaptureError(f"--out {out}: exists and is not an empty directory (choose a new run directory)")
     where: dict[int, Path] = {}
@@ -50,12 +59,13 @@ def combine_runs(sources: Sequence[Path], out: Path) -> Manifest:
         raise CaptureError("no rank's trace in " + ", ".join(map(str, sources)))
     _check_same(manifests, lambda m: f"world size {m.world_size}")
     _check_same(manifests, lambda m: f"--level {m.level} --steps {format_window(m.step_window)}")
+    identity_note = _check_identity(manifests, force=force)
     first = manifests[where[min(where)]]
     missing = [r for r in range(first.world_size) if r not in where]
-    if missing:
+    if missing and not allow_missing:
         raise CaptureError(
             f"ranks {missing} of {first.world_size} are in none of {', '.join(map(str, sources))}: "
-            "give the directory of every host of the job"
+            "give the directory of every host of the job (or --allow-missing to merge the ranks found)"
         )
     _check_overlap(parts)
     with staging_dir(out) as tmp:
@@ -71,6 +81,20 @@ def combine_runs(sources: Sequence[Path], out: Path) -> Manifest:
         )
         if manifest is None:  # every rank has its trace and part file: cannot happen
             raise CaptureError(f"{out}: nothing merged")
+        notes = dict(manifest.notes)
+        for r in missing:
+            notes[f"rank {r}"] = (
+                f"no trace in any host directory merged ({', '.join(map(str, sources))}): its process "
+                "crashed or was killed before saving, or its host's directory was not given; merged "
+                "without it (skewlens merge --allow-missing)"
+            )
+        if identity_note:
+            notes[RUN_IDENTITY_NOTE] = identity_note
+        if notes != manifest.notes:
+            manifest = replace(manifest, notes=notes)
+            write_manifest(tmp, manifest)
+        if (tmp / PARTS_DIR).is_dir():  # kept by a merge that lacked ranks (--allow-missing)
+            shutil.rmtree(tmp / PARTS_DIR)
         replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
     return manifest
 
@@ -81,6 +105,34 @@ def _check_same(manifests: dict[Path, Manifest], what: Callable[[Manifest], str]
         by.setdefault(what(m), []).append(str(src))
     if len(by) > 1:
         raise CaptureError("not one run: " + "; ".join(f"{k} in {', '.join(v)}" for k, v in by.items()))
+
+
+def _check_identity(manifests: dict[Path, Manifest], *, force: bool) -> str:
+    """Refuse directories of different run identities unless ``force``; the manifest note to keep: that
+    the identity was not checked (directories that did not record one) or was overridden ('' where
+    neither)."""
+    by: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    for src, m in manifests.items():
+        if m.run_identity is None:
+            unknown.append(str(src))
+        else:
+            by.setdefault(m.run_identity.key(), []).append(str(src))
+    said = "; ".join(f"{k} in {', '.join(v)}" for k, v in by.items())
+    notes = []
+    if len(by) > 1:
+        if not force:
+            raise CaptureError(
+                f"not one run: {said} (torchrun's TORCHELASTIC_RUN_ID and MASTER_ADDR:MASTER_PORT differ; "
+                "--force merges them anyway)"
+            )
+        notes.append(f"merged with --force although the directories' identities differ: {said}")
+    if unknown:
+        notes.append(
+            f"not checked for {', '.join(unknown)}: captured by a skewlens that did not record the run's "
+            "identity"
+        )
+    return "; ".join(notes)
 
 
 def _check_overlap(parts: dict[int, dict]) -> None:

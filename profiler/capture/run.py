@@ -34,6 +34,7 @@ from skewlens.profiler.manifest import (
     LostCollectives,
     Manifest,
     ProcessGroupInfo,
+    RunIdentity,
     StepSpan,
     StepWindow,
     rank_file,
@@ -380,6 +381,7 @@ def _merge(
         command=tuple(command),
         notes=notes,
         lost_collectives=merge_losses(parts),
+        run_identity=_run_identity(parts),
     )
     if existing is not None and set(manifest.ranks) <= set(existing.ranks):
         return None
@@ -391,6 +393,19 @@ def _merge(
         else:
             shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     return manifest
+
+
+def _run_identity(parts: dict[int, dict]) -> RunIdentity | None:
+    """The job the ranks saved under (their part files' ``run_identity``; None where none recorded one:
+    parts of an older skewlens), with the earliest rank's start."""
+    ids = [p["run_identity"] for _r, p in sorted(parts.items()) if isinstance(p.get("run_identity"), dict)]
+    if not ids:
+        return None
+    return RunIdentity(
+        run_id=str(ids[0].get("run_id", "")),
+        rendezvous=str(ids[0].get("rendezvous", "")),
+        started_ns=min(int(i.get("started_ns", 0)) for i in ids),
+    )
 
 
 def existing_manifest(run_dir: Path) -> Manifest | None:

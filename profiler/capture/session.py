@@ -105,6 +105,8 @@ class CaptureSession:
         """What the flight recorder's ring buffer lost inside the window (see :func:`flight.losses`)."""
         self.saved = False
         self._step_start = time.time_ns()
+        self._started_ns = self._step_start
+        """When this rank's capture began (its local clock): the job's start in its run identity."""
         self._main_thread = threading.get_native_id()
         self._hooks: Any = None
         self._opt_handles: list[Any] = []
@@ -541,6 +543,7 @@ class CaptureSession:
             "lost_collectives": [asdict(x) for x in self.lost],
             "notes": self.notes,
             "torch_version": torch.__version__,
+            "run_identity": run_identity(self._started_ns + off),
         }
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
@@ -687,3 +690,14 @@ class CaptureSession:
             import sys
 
             print(f"skewlens: rank {self.rank}: could not save the partial trace: {e}", file=sys.stderr)
+
+
+def run_identity(started_ns: int) -> dict[str, Any]:
+    """The job this rank belongs to, from torchrun's environment (a part file's ``run_identity``, the
+    manifest's :class:`~skewlens.profiler.manifest.RunIdentity`)."""
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    return {
+        "run_id": os.environ.get("TORCHELASTIC_RUN_ID", ""),
+        "rendezvous": f"{addr}:{port}" if addr and port else "",
+        "started_ns": started_ns,
+    }

@@ -140,14 +140,28 @@ def merge_main(argv: list[str]) -> int:
     """``skewlens merge --out RUN_DIR HOST_DIR...``: the run directories that the hosts of one job wrote
     to storage of their own (each ``skewlens profile --out HOST_DIR``), combined into one."""
     from skewlens.console import report_console
-    from skewlens.profiler.capture.combine import combine_runs
+    from skewlens.profiler.capture.combine import RUN_IDENTITY_NOTE, combine_runs
 
     p = argparse.ArgumentParser(prog="skewlens merge", description=merge_main.__doc__)
     p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="merge directories whose run identities (torchrun's run id and rendezvous) differ",
+    )
+    p.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="merge the ranks found when some rank is in no directory (crashed); it is listed missing",
+    )
     p.add_argument("dirs", nargs="+", metavar="HOST_DIR", help="each host's run directory of the job")
     args = p.parse_args(argv)
     run_dir = Path(args.out)
-    manifest = combine_runs([Path(d) for d in args.dirs], run_dir)
+    manifest = combine_runs(
+        [Path(d) for d in args.dirs], run_dir, force=args.force, allow_missing=args.allow_missing
+    )
+    if note := manifest.notes.get(RUN_IDENTITY_NOTE):
+        print(f"skewlens merge: warning: run identity {note}", file=sys.stderr)
     report_console(stderr=True).print(summary_table(manifest, run_dir, command="merge"))
     return 0
 
