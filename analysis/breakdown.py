@@ -31,17 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skewlens.analysis.index import Coverage, RunIndex
+from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
 from skewlens.replay.execution import exposed_parts
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
 MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle", "gpu compute")
 _WAIT = MEAN_PARTS.index("exposed wait")
-
-
-def _merged(cov: Coverage) -> tuple[np.ndarray, np.ndarray]:
-    return cov.starts, cov.ends
 
 
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
@@ -59,9 +55,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
         b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
         # C, M and M ∪ C are the index's cov_comp, cov_comm and cov_all; W ∪ C is its cov_wait_comp; the
         # parts are the execution model's rule (the replay's summary takes its own from it)
-        comp, union_mc, wait, transfer = exposed_parts(
-            _merged(ri.cov_comp), _merged(ri.cov_all), _merged(ri.cov_wait_comp), a, b
-        )
+        comp, union_mc, wait, transfer = exposed_parts(ri.cov_comp, ri.cov_all, ri.cov_wait_comp, a, b)
         overlapped = ri.cov_comm.between(a, b) + comp - union_mc
         idle = (b - a) - union_mc
         gpu_comp = ri.cov_gpu_comp.between(a, b)

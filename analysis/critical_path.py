@@ -36,7 +36,7 @@ import numpy as np
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import CriticalPathRecord
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import awaited_member, collective_waits_for, execution_model
+from skewlens.replay.execution import awaited_member, execution_model
 
 #: Path-record ``kind`` of each node type (``other`` for the rest).
 KIND_NAMES = {
@@ -113,7 +113,7 @@ def _walk(
             # the member whose arrival this one's transfer waited for (the model's rule): the last, a
             # rooted collective's root, or none (itself: it arrived at its own start, not after it)
             me = c.ranks.index(r)
-            j = awaited_member(collective_waits_for(run, c.comm_type, c.ranks, c.rows), arr, me)
+            j = awaited_member(execution_model(run).rule(k, len(c.ranks)), arr, me)
             if (
                 j != me and start < arr[j] <= end
             ):  # a member that arrived after this node ended is not what it waited for

@@ -30,7 +30,6 @@ to t" function, which the breakdown uses for interval union and intersection acr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -39,83 +38,22 @@ from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
 from skewlens.replay.execution import (
+    Coverage,
     RankModel,
     awaited_arrivals,
     busy_intervals,
-    collective_waits_for,
     comm_intervals,
     comp_kinds,
     compute_intervals,
     execution_model,
     gpu_compute_rows,
     model_ends,
-    union_intervals,
 )
 
 I64 = npt.NDArray[np.int64]
 #: Row numbers and small ids (a rank has fewer than 2**31 rows): half the memory of int64 at 10 M nodes.
 I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
-
-
-@dataclass(eq=False, kw_only=True, slots=True)
-class Coverage:
-    """Union of intervals as sorted disjoint ``[starts, ends)`` with cumulative covered length."""
-
-    starts: I64
-    """Starts of the disjoint intervals, ascending."""
-    ends: I64
-    """Ends of the disjoint intervals."""
-    cum: I64
-    """Covered length before interval ``i`` (length ``len(starts) + 1``)."""
-
-    EMPTY: ClassVar[Coverage]
-
-    @staticmethod
-    def of(starts: I64, ends: I64) -> Coverage:
-        """Union of the intervals ``[starts[i], ends[i])`` (empty ones are dropped)."""
-        keep = ends > starts
-        us, ue = union_intervals(starts[keep], ends[keep])
-        cum = np.zeros(us.size + 1, dtype=np.int64)
-        np.cumsum(ue - us, out=cum[1:])
-        return Coverage(starts=us, ends=ue, cum=cum)
-
-    def upto(self, t: I64) -> I64:
-        """Covered length in ``(-inf, t)`` for each ``t``."""
-        t = np.asarray(t, dtype=np.int64)
-        if self.starts.size == 0:
-            return np.zeros(t.shape, dtype=np.int64)
-        i = np.searchsorted(self.starts, t, side="right") - 1
-        ic = np.clip(i, 0, None)
-        inside = np.minimum(t, self.ends[ic]) - self.starts[ic]
-        return np.where(i >= 0, self.cum[ic] + inside, 0).astype(np.int64)
-
-    def idle_before(self, t: I64) -> I64:
-        """Length of the uncovered stretch that ends at ``t`` (0 when ``t`` is inside an interval)."""
-        t = np.asarray(t, dtype=np.int64)
-        if self.starts.size == 0:
-            return np.zeros(t.shape, dtype=np.int64)
-        i = np.searchsorted(self.starts, t, side="left") - 1
-        ic = np.clip(i, 0, None)
-        return np.where(i >= 0, np.maximum(t - self.ends[ic], 0), 0).astype(np.int64)
-
-    def upto_one(self, t: int) -> int:
-        """:meth:`upto` for one time (no array overhead)."""
-        i = int(np.searchsorted(self.starts, t, side="right")) - 1
-        if i < 0:
-            return 0
-        return int(self.cum[i]) + min(t, int(self.ends[i])) - int(self.starts[i])
-
-    def between(self, a: I64, b: I64) -> I64:
-        """Covered length inside ``[a, b)`` for each pair."""
-        return np.maximum(self.upto(b) - self.upto(a), 0)
-
-    @property
-    def total_ns(self) -> int:
-        return int(self.cum[-1])
-
-
-Coverage.EMPTY = Coverage.of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -336,7 +274,7 @@ def build_index(run: RunTrace) -> RunIndex:
     for k, c in enumerate(run.collectives):
         arr = [int(run.ranks[r].start_ns[row]) for r, row in zip(c.ranks, c.rows, strict=True)]
         # the arrival each member waits for: the last, or a rooted collective's root (the model's rule)
-        awaited = awaited_arrivals(collective_waits_for(run, c.comm_type, c.ranks, c.rows), arr)
+        awaited = awaited_arrivals(em.rule(k, len(c.ranks)), arr)
         for r, row, a, t in zip(c.ranks, c.rows, arr, awaited, strict=True):
             ri = idx[r]
             ri.coll[row] = k

@@ -44,7 +44,7 @@ import numpy as np
 from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.execution import clock_contradictions, collective_waits_for, held_by
+from skewlens.replay.execution import clock_contradictions, execution_model, held_by
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
@@ -415,7 +415,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         # the late member: the one whose arrival the longest wait was for (the model's rule: the last, or
         # a rooted collective's root), where nobody waited the one the others wait for; compared with the
         # median of the others
-        rule = collective_waits_for(run, c.comm_type, ranks, rows) if kind == "collective" else ()
+        rule = execution_model(run).rule(k, len(ranks)) if kind == "collective" else ()
         held = held_by(rule)
         if held >= 0 and wait.max() > 0:
             w = rule[int(np.argmax(wait))]

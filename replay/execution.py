@@ -68,6 +68,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -199,6 +200,15 @@ class ExecutionModel:
     start_ns: int
     """The run's first recorded start: the earliest :attr:`RankModel.t0_ns` of the ranks with rows (0 for
     none); a rank's nodes without start edges are replayed from it (:func:`replay_gaps`)."""
+    rooted: dict[int, tuple[int, ...]]
+    """The :func:`waits_for` rule of each collective (by index in ``run.collectives``, aligned with its
+    ``ranks``) whose members do not all wait for the last arrival (a rooted one with a known root); every
+    other collective's members do (:meth:`rule`)."""
+
+    def rule(self, ci: int, n: int) -> tuple[int, ...]:
+        """The :func:`waits_for` rule of collective ``ci`` of ``n`` members, as derived once here: what
+        the simulator, the analyses and the summary read."""
+        return self.rooted.get(ci) or (-1,) * n
 
 
 _CACHE: weakref.WeakKeyDictionary[RunTrace, ExecutionModel] = weakref.WeakKeyDictionary()
@@ -357,34 +367,18 @@ def busy_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I
 
 
 def exposed_parts(
-    comp: tuple[I64, I64], busy: tuple[I64, I64], wait_comp: tuple[I64, I64], a: I64, b: I64
+    comp: Coverage, busy: Coverage, wait_comp: Coverage, a: I64, b: I64
 ) -> tuple[I64, I64, I64, I64]:
-    """``(compute, busy, exposed wait, exposed transfer)`` ns within each window ``[a, b)``, from the merged
-    (:func:`union_intervals`) compute ``C``, busy ``M ∪ C`` (:func:`busy_intervals`) and ``W ∪ C`` (``W``:
-    each member's wait for peers, ``[arrival, awaited arrival)``): ``|C|``, ``|M ∪ C|``, ``|W \\ C|`` (at
-    most the exposed communication ``|M ∪ C| - |C|``) and the rest of the exposed communication. The one
-    rule of the analyses' breakdown and the replay's summary."""
-    comp_ns = covered_between(*comp, a, b)
-    busy_ns = covered_between(*busy, a, b)
+    """``(compute, busy, exposed wait, exposed transfer)`` ns within each window ``[a, b)``, from the
+    compute ``C``, busy ``M ∪ C`` (:func:`busy_intervals`) and ``W ∪ C`` (``W``: each member's wait for
+    peers, ``[arrival, awaited arrival)``): ``|C|``, ``|M ∪ C|``, ``|W \\ C|`` (at most the exposed
+    communication ``|M ∪ C| - |C|``) and the rest of the exposed communication. The one rule of the
+    analyses' breakdown and the replay's summary."""
+    comp_ns = comp.between(a, b)
+    busy_ns = busy.between(a, b)
     exposed = busy_ns - comp_ns
-    wait = np.minimum(covered_between(*wait_comp, a, b) - comp_ns, exposed)
+    wait = np.minimum(wait_comp.between(a, b) - comp_ns, exposed)
     return comp_ns, busy_ns, wait, exposed - wait
-
-
-def covered_between(starts: I64, ends: I64, a: I64, b: I64) -> I64:
-    """Length of the merged, sorted intervals ``[starts, ends)`` inside each ``[a, b)``."""
-    return _covered_below(starts, ends, b) - _covered_below(starts, ends, a)
-
-
-def _covered_below(starts: I64, ends: I64, t: I64) -> I64:
-    if starts.size == 0:
-        return np.zeros(np.shape(t), dtype=np.int64)
-    lens = ends - starts
-    prefix = np.concatenate(([0], np.cumsum(lens)))
-    k = np.searchsorted(starts, t, side="right") - 1
-    kk = np.maximum(k, 0)
-    part = np.clip(t - starts[kk], 0, lens[kk])
-    return np.where(k >= 0, prefix[kk] + part, 0)
 
 
 def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
@@ -398,6 +392,66 @@ def union_intervals(starts: I64, ends: I64) -> tuple[I64, I64]:
     new[1:] = st[1:] > reach[:-1]
     idx = np.flatnonzero(new)
     return st[idx], np.maximum.reduceat(en, idx)
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class Coverage:
+    """Union of intervals as sorted disjoint ``[starts, ends)`` with cumulative covered length."""
+
+    starts: I64
+    """Starts of the disjoint intervals, ascending."""
+    ends: I64
+    """Ends of the disjoint intervals."""
+    cum: I64
+    """Covered length before interval ``i`` (length ``len(starts) + 1``)."""
+
+    EMPTY: ClassVar[Coverage]
+
+    @staticmethod
+    def of(starts: I64, ends: I64) -> Coverage:
+        """Union of the intervals ``[starts[i], ends[i])`` (empty ones are dropped)."""
+        keep = ends > starts
+        us, ue = union_intervals(starts[keep], ends[keep])
+        cum = np.zeros(us.size + 1, dtype=np.int64)
+        np.cumsum(ue - us, out=cum[1:])
+        return Coverage(starts=us, ends=ue, cum=cum)
+
+    def upto(self, t: I64) -> I64:
+        """Covered length in ``(-inf, t)`` for each ``t``."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        ic = np.clip(i, 0, None)
+        inside = np.minimum(t, self.ends[ic]) - self.starts[ic]
+        return np.where(i >= 0, self.cum[ic] + inside, 0).astype(np.int64)
+
+    def idle_before(self, t: I64) -> I64:
+        """Length of the uncovered stretch that ends at ``t`` (0 when ``t`` is inside an interval)."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="left") - 1
+        ic = np.clip(i, 0, None)
+        return np.where(i >= 0, np.maximum(t - self.ends[ic], 0), 0).astype(np.int64)
+
+    def upto_one(self, t: int) -> int:
+        """:meth:`upto` for one time (no array overhead)."""
+        i = int(np.searchsorted(self.starts, t, side="right")) - 1
+        if i < 0:
+            return 0
+        return int(self.cum[i]) + min(t, int(self.ends[i])) - int(self.starts[i])
+
+    def between(self, a: I64, b: I64) -> I64:
+        """Covered length inside ``[a, b)`` for each pair."""
+        return np.maximum(self.upto(b) - self.upto(a), 0)
+
+    @property
+    def total_ns(self) -> int:
+        return int(self.cum[-1])
+
+
+Coverage.EMPTY = Coverage.of(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 #: Least contradiction :func:`clock_note` reports: below it, the recorded ends' own imprecision (a gloo
@@ -1005,6 +1059,11 @@ def derive(run: RunTrace) -> ExecutionModel:
         if rows:
             np.maximum.at(last_arrival, np.asarray(sync_group[r]), run.ranks[r].start_ns[np.asarray(rows)])
     # the arrival each member of a rooted collective waits for instead (:func:`waits_for`)
+    rooted = {
+        g.index: g.waits_for
+        for g in syncs
+        if any(w >= 0 for w in g.waits_for) and len(g.ranks) == len(run.collectives[g.index].ranks)
+    }
     awaited: dict[tuple[int, int], int] = {}
     for g in syncs:
         if any(w >= 0 for w in g.waits_for):
@@ -1033,7 +1092,7 @@ def derive(run: RunTrace) -> ExecutionModel:
     ranks = dict(zip(order, ordered_map(one, order, workers=default_workers()), strict=True))
     release_free_memory()  # what the threads freed stays in their malloc arenas otherwise
     start = min((m.t0_ns for m in ranks.values() if m.valid.any()), default=0)
-    return ExecutionModel(ranks=ranks, syncs=syncs, start_ns=start)
+    return ExecutionModel(ranks=ranks, syncs=syncs, start_ns=start, rooted=rooted)
 
 
 def deps_by_row(src: I32, dst: I32, n: int) -> list[list[int]]:

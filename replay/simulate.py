@@ -25,7 +25,7 @@ from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_segments, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.execution import ExecutionModel, awaited_arrivals, clock_note, collective_waits_for
+from skewlens.replay.execution import ExecutionModel, awaited_arrivals, clock_note, execution_model
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
 
@@ -92,17 +92,16 @@ class SimResult:
             self._spans = spans
         return self._spans
 
-    def rooted_awaited_ns(self, run: RunTrace) -> dict[tuple[int, int], int]:
-        """``(rank, row) -> replayed arrival`` that each member of a rooted collective with a known root
-        waited for (the execution model's ``waits_for``: its root's, its own, or the last); every other
-        sync member waited for its group's latest arrival (``coll_arrival_ns``, ``p2p_arrival_ns``)."""
-        out: dict[tuple[int, int], int] = {}
-        for c in run.collectives:
-            rule = collective_waits_for(run, c.comm_type, c.ranks, c.rows)
-            if all(w < 0 for w in rule):
-                continue
+    def rooted_awaited_ns(self, run: RunTrace) -> dict[int, list[int]]:
+        """Of each rooted collective with a known root (by index in ``run.collectives``), the replayed
+        arrival each member waited for (the execution model's ``waits_for``: its root's, its own, or the
+        last), aligned with its ``ranks``; every other sync member waited for its group's latest arrival
+        (``coll_arrival_ns``, ``p2p_arrival_ns``)."""
+        out: dict[int, list[int]] = {}
+        for ci, rule in execution_model(run).rooted.items():
+            c = run.collectives[ci]
             arr = [int(self.start_ns[r][w]) for r, w in zip(c.ranks, c.rows, strict=True)]
-            out.update(zip(zip(c.ranks, c.rows, strict=True), awaited_arrivals(rule, arr), strict=True))
+            out[ci] = awaited_arrivals(rule, arr)
         return out
 
     def steps(self) -> list[int]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +39,7 @@ import numpy.typing as npt
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.replay.execution import (
+    Coverage,
     busy_intervals,
     compute_intervals,
     execution_model,
@@ -175,11 +176,9 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
         rows.append(np.fromiter((getattr(p, row_attr) for p in p2p), dtype=np.int64, count=len(p2p)))
         arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
     rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
-    rooted = res.rooted_awaited_ns(run)
-    if rooted:  # a rooted collective's member waits for what the execution model's waits_for names
-        n = int(counts.sum())
-        keys = zip(rank_of[:n].tolist(), row_of[:n].tolist(), strict=True)
-        last[:n] = [rooted.get(k, t) for k, t in zip(keys, last[:n].tolist(), strict=True)]
+    offset = np.concatenate(([0], np.cumsum(counts)))  # each collective's members in the columns above
+    for ci, awaited in res.rooted_awaited_ns(run).items():  # what the model's waits_for names instead
+        last[offset[ci] : offset[ci + 1]] = awaited
     order = np.argsort(rank_of, kind="stable")
     bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
     out: dict[int, tuple[I64, I64]] = {}
@@ -205,23 +204,24 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         sync_rows, sync_arr = arrival[r]
         m = model.ranks[r]
         comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)  # as the breakdown's M
-        comp = union_intervals(*compute_intervals(rt, m, st, en))
-        busy = union_intervals(*busy_intervals(rt, m, st, en))
-        # W ∪ C: compute and each member's wait for peers [arrival, awaited arrival), up to its end
-        w_rows = sync_rows
-        w_end = np.minimum(np.maximum(sync_arr, st[w_rows]), en[w_rows]) if w_rows.size else sync_arr
-        wait_comp = union_intervals(np.concatenate([comp[0], st[w_rows]]), np.concatenate([comp[1], w_end]))
+        comp = Coverage.of(*compute_intervals(rt, m, st, en))
+        busy = Coverage.of(*busy_intervals(rt, m, st, en))
+        # each member waits from its arrival until the arrival it waits for, no longer than it lasted: an
+        # eager send, or a recorded member that ended before the last one arrived (clocks of other hosts),
+        # is not waiting after its end (the skew's clamp)
+        w_start = st[sync_rows]
+        w_end = np.minimum(np.maximum(sync_arr, w_start), en[sync_rows])
+        wait_comp = Coverage.of(np.concatenate([comp.starts, w_start]), np.concatenate([comp.ends, w_end]))
+        sync_step = rt.step[sync_rows]
+        rows: list[tuple[int, int, int, int, int]] = []  # step, replayed, recorded, comm, wait (ns)
         windows: list[tuple[int, int]] = []
         for k in steps_of[r]:
             in_step = rt.step == k
             comm = comm_mask & in_step
-            srows = sync_rows[rt.step[sync_rows] == k] if sync_rows.size else sync_rows
-            sarr = sync_arr[rt.step[sync_rows] == k] if sync_rows.size else sync_arr
             # time covered, not summed: a rank's concurrent waits or transfers (DDP's buckets, a 1F1B
             # batch) happen at once
-            # a member waits no longer than it lasted: an eager send, or a recorded member that ended before
-            # the last one arrived (clocks of other hosts), is not waiting after its end (the skew's clamp)
-            w_lo, w_hi = union_intervals(st[srows], np.minimum(np.maximum(sarr, st[srows]), en[srows]))
+            mine = sync_step == k
+            w_lo, w_hi = union_intervals(w_start[mine], w_end[mine])
             c_lo, c_hi = union_intervals(st[comm], en[comm])
             a, b = spans[(r, k)]
             mark = marks.get((r, k))
@@ -233,6 +233,15 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                 rec_ns = int(rt.end_ns[in_rec].max() - rt.start_ns[in_rec].min()) if in_rec.any() else 0
                 rep_ns = b - a
             windows.append((a, b))
+            rows.append((k, rep_ns, rec_ns, int((c_hi - c_lo).sum()), int((w_hi - w_lo).sum())))
+        if not windows:
+            continue
+        # the breakdown's parts of every step window at once
+        a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
+        comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
+        for (k, rep_ns, rec_ns, comm_ns, all_wait), c, w, t in zip(
+            rows, comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True
+        ):
             out.append(
                 SummaryRecord(
                     rank=r,
@@ -240,21 +249,11 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                     step=k,
                     step_time_ns=rep_ns,
                     recorded_step_ns=rec_ns,
-                    compute_ns=0,
-                    comm_ns=int((c_hi - c_lo).sum()),
-                    wait_ns=int((w_hi - w_lo).sum()),
-                    exposed_wait_ns=0,
-                    exposed_transfer_ns=0,
+                    compute_ns=c,
+                    comm_ns=comm_ns,
+                    wait_ns=all_wait,
+                    exposed_wait_ns=w,
+                    exposed_transfer_ns=t,
                 )
             )
-        if windows:  # the breakdown's parts of every step window at once
-            a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
-            comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
-            first = len(out) - len(windows)
-            for i, (c, w, t) in enumerate(
-                zip(comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True)
-            ):
-                out[first + i] = replace(
-                    out[first + i], compute_ns=c, exposed_wait_ns=w, exposed_transfer_ns=t
-                )
     return out
