@@ -144,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             # tensor-parallel style layer: column shard, gather the activations, reduce-scatter partials
             local = x @ shard_w
-            dist.all_gather_single(gathered, local.contiguous(), group=tp)
+            # torch 2.13's names; 2.11 and 2.12 have only the older ones (deprecated since 2.13)
+            all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            all_gather(gathered, local.contiguous(), group=tp)
             partial = (gathered[:BATCH] * 0.5).reshape(-1)
-            dist.reduce_scatter_single(rs_out, partial, group=tp)
+            reduce_scatter(rs_out, partial, group=tp)
         # data parallel: forward/backward; DDP all_reduces the gradients
         loss = model(x).square().mean()
         loss.backward()

@@ -23,6 +23,11 @@ if [ "${1:-}" = "--prepare" ]; then
     rm -f "$WHEELS"/skewlens-*.whl
     .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS" .
     cp -f ../shared/cuda-wheels/*.whl "$WHEELS"/
+    # compiled dependencies that ../shared/cuda-wheels lacks, for the GPU machine's CPython 3.12
+    msgspec=$(.venv/bin/python -c 'import msgspec; print(msgspec.__version__)')
+    .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$WHEELS" "msgspec==$msgspec"
     ls -l "$WHEELS"
     exit 0
 fi
@@ -36,8 +41,12 @@ if [ ${#wheels[@]} -eq 0 ]; then
     echo "cuda_check: no wheels in $WHEELS (run 'bash scripts/cuda_check.sh --prepare' first)" >&2
     exit 2
 fi
+cp_tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 for w in "${wheels[@]}"; do
-    "$PY" -m zipfile -e "$w" "$SITE"
+    case $(basename "$w") in
+    *-py3-none-any.whl | *-abi3-* | *-"$cp_tag"-"$cp_tag"-*) "$PY" -m zipfile -e "$w" "$SITE" ;;
+    *) echo "cuda_check: $(basename "$w") is not for this Python ($cp_tag): the installed one is used" ;;
+    esac
 done
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 export SKEWLENS_CACHE_DIR=$WORK/cache # the native gloo-event recorder is built there
@@ -55,6 +64,44 @@ print("flight recorder dumps:", [n for n in ("_dump_nccl_trace_json", "_dump_fr_
 from skewlens.profiler.capture.compat import experimental_config
 _, missing = experimental_config(enable_cuda_sync_events=True, expose_kineto_event_metadata=True, capture_overload_names=True)
 print("profiler options this torch lacks:", list(missing) or "none")
+
+# what this torch's Kineto events give the capture (skewlens.profiler.capture.kineto reads them): one of
+# each kind, with the accessors it uses
+import os
+from collections import Counter
+from torch.profiler import ProfilerActivity, profile
+from skewlens.profiler.capture.kineto import activity, event_metadata, is_host_event
+cuda = torch.cuda.is_available()
+config, _ = experimental_config(enable_cuda_sync_events=True, expose_kineto_event_metadata=True)
+acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+dev = "cuda" if cuda else "cpu"
+with profile(activities=acts, experimental_config=config) as prof:
+    a = torch.randn(256, 256, device=dev)
+    b = a @ a
+    if cuda:
+        s = torch.cuda.Stream()
+        ev = torch.cuda.Event()
+        ev.record()
+        with torch.cuda.stream(s):
+            s.wait_event(ev)
+            c = b + 1
+        torch.cuda.current_stream().wait_stream(s)
+        (c.sum()).item()
+        torch.cuda.synchronize()
+events = list(prof.profiler.kineto_results.events())
+print("_KinetoEvent accessors:", sorted(n for n in dir(events[0]) if not n.startswith("_")))
+seen = Counter()
+for e in events:
+    key = (str(e.device_type()), activity(e), e.name().split("(")[0][:28])
+    seen[key] += 1
+    if seen[key] > 1:
+        continue
+    raw = getattr(e, "activity_type", None)
+    print(f"  {key}: activity_type()={raw() if raw else 'absent'!r} corr={e.correlation_id()} "
+          f"linked={getattr(e, 'linked_correlation_id', lambda: '-')()} thread={e.start_thread_id()} "
+          f"resource={e.device_resource_id()} host={is_host_event(e)} meta={event_metadata(e)}")
+if os.environ.get("OUT"):
+    prof.export_chrome_trace(os.path.join(os.environ["OUT"], "probe_kineto.json"))
 EOF
 
 # gloo with CUDA tensors on one GPU: the examples pick NCCL whenever CUDA is there, and each rank its own
@@ -126,13 +173,27 @@ for r in m["ranks"]:
 EOF
 
 failed=0
+skipped=0
+# CUDA_CHECK_BUDGET_S: no new capture or step starts after that many seconds, so that a device lease's
+# limit leaves time for the archive below
+DEADLINE=$((SECONDS + ${CUDA_CHECK_BUDGET_S:-86400}))
+late() {
+    if [ "$SECONDS" -ge "$DEADLINE" ]; then
+        echo "--- skipped (CUDA_CHECK_BUDGET_S spent): $1"
+        skipped=$((skipped + 1))
+        return 0
+    fi
+    return 1
+}
+
 capture() {  # capture NAME LEVEL NPROC SCRIPT [ARGS...]: one skewlens profile run, then its report
     local name=$1 level=$2 nproc=$3
     shift 3
     local out=$WORK/$name rc=0
+    late "capture $name" && return 0
     echo
     echo "### $name: --level $level, $nproc rank(s): $*"
-    timeout 300 "$PY" -m skewlens profile --out "$out" --level "$level" --steps 1:1:2 --clock-timeout 10 -- \
+    timeout 180 "$PY" -m skewlens profile --out "$out" --level "$level" --steps 1:1:2 --clock-timeout 10 -- \
         "$PY" -m torch.distributed.run --standalone --nproc-per-node="$nproc" "$@" >"$WORK/$name.log" 2>&1 || rc=$?
     if [ "$rc" -ne 0 ] || [ ! -f "$out/manifest.json" ]; then
         echo "FAILED (exit $rc); the last lines of its output:"
@@ -142,34 +203,55 @@ capture() {  # capture NAME LEVEL NPROC SCRIPT [ARGS...]: one skewlens profile r
     fi
     "$PY" "$WORK/report.py" "$out" || failed=$((failed + 1))
     "$PY" -m skewlens check --no-progress "$out" 2>&1 | tail -n 4 || true
+    # what stands on the capture: the analyses (GPU execution model, blame) and the simulated replay
+    step "$name: analyze" 180 "$PY" -m skewlens analyze "$out" --out "$out-analysis" --max-simulations 4
+    step "$name: replay (sim)" 120 "$PY" -m skewlens replay trace="$out" out="$out-replay" progress=false
+}
+
+step() {  # step TITLE TIMEOUT_S COMMAND...: one command on a capture, its output's end, counted if it fails
+    local title=$1 limit=$2 rc=0
+    shift 2
+    late "$title" && return 0
+    echo "--- $title"
+    timeout "$limit" "$@" >"$WORK/step.log" 2>&1 || rc=$?
+    tail -n "${STEP_TAIL:-30}" "$WORK/step.log"
+    if [ "$rc" -ne 0 ]; then
+        echo "FAILED (exit $rc): $title"
+        failed=$((failed + 1))
+    fi
 }
 
 if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    # most telling first, so that a budget cut leaves out the least
     capture train-nccl-ops ops 1 "$ROOT"/examples/train.py --steps 5
-    capture train-nccl-collectives collectives 1 "$ROOT"/examples/train.py --steps 5
+    # the real replay on NCCL, kernels as timed device sleeps (calibrated cycles per ns)
+    [ -f "$WORK/train-nccl-ops/manifest.json" ] && step "train-nccl-ops: replay (real, NCCL)" 180 \
+        "$PY" -m skewlens replay mode=real trace="$WORK/train-nccl-ops" out="$WORK/train-nccl-ops-real" progress=false
     capture ddp-gloo-cuda-ops ops 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/ddp_accum.py --steps 5
-    capture ddp-gloo-cuda-collectives collectives 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/ddp_accum.py --steps 5
     capture ddp-nccl-ops ops 1 "$ROOT"/examples/ddp_accum.py --steps 5
+    capture train-nccl-collectives collectives 1 "$ROOT"/examples/train.py --steps 5
+    capture ddp-gloo-cuda-collectives collectives 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/ddp_accum.py --steps 5
+    capture fsdp2-gloo-cuda-ops ops 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/fsdp2.py --steps 5
 else
     echo "cuda_check: no CUDA here: one CPU capture through the same steps, to check the script"
     capture train-cpu-ops ops 1 "$ROOT"/examples/train.py --steps 4
+    [ -f "$WORK/train-cpu-ops/manifest.json" ] && step "train-cpu-ops: replay (real, gloo)" 240 \
+        "$PY" -m skewlens replay mode=real trace="$WORK/train-cpu-ops" out="$WORK/train-cpu-ops-real" progress=false
 fi
 
 if [ -n "${OUT:-}" ]; then
+    # the device tool brings back at most 8 files: a summary, and one archive of the rest (manifests,
+    # traces under 8 MB, the analyses' and replays' tables and reports, every log)
     {
         for d in "$WORK"/*/; do
             [ -f "$d/manifest.json" ] && "$PY" "$WORK/report.py" "$d"
         done
     } >"$OUT/summary.txt" 2>&1 || true
-    for d in "$WORK"/*/; do
-        name=$(basename "$d")
-        [ -f "$d/manifest.json" ] || continue
-        mkdir -p "$OUT/$name"
-        cp "$d/manifest.json" "$OUT/$name/"
-        find "$d" -maxdepth 1 -name 'rank-*.et' -size -8M -exec cp {} "$OUT/$name/" \;
-    done
-    cp "$WORK"/*.log "$OUT/" 2>/dev/null || true
+    (cd "$WORK" && find . -path ./site -prune -o -path ./cache -prune -o -type f -size -8M \
+        \( -name '*.json' -o -name '*.et' -o -name '*.log' -o -name '*.txt' -o -name '*.md' \
+        -o -name '*.parquet' -o -name '*.yaml' -o -name '*.png' \) -print |
+        tar -czf "$OUT/cuda_check.tar.gz" -T -) || true
 fi
 echo
-echo "cuda_check: $failed run(s) failed; work folder $WORK"
+echo "cuda_check: $failed run(s) failed, $skipped skipped; work folder $WORK"
 [ "$failed" -eq 0 ]
