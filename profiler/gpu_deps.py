@@ -24,10 +24,12 @@ copy is into pageable host memory, :data:`PAGEABLE_DTOH`, which CUDA runs synchr
     depends on what the call waited for: with sync events, ``Stream Sync`` -> the last GPU node launched on
     that stream before the call, ``Event Sync`` -> the last node launched on the recorded stream before
     the event record, ``Context Sync`` -> the last node of every stream of the device; without its sync
-    event, a device synchronise still waits for every stream, a blocking copy for its own copy, and a
-    stream or event synchronise for the GPU node launched before the call that ended last while the call
-    was blocked (inferred). Non-blocking queries (``cudaEventQuery``) are not waits.
-Inferred event waits (a trace without any CUDA sync event)
+    event (or with an ``Event Sync`` that names no record), a device synchronise still waits for every
+    stream, a blocking copy for its own copy, and a stream or event synchronise for the GPU node launched
+    before the call that ended last while the call was blocked (inferred). Non-blocking queries
+    (``cudaEventQuery``) are not waits.
+Inferred event waits (a trace without any CUDA sync event; or a ``Stream Wait Event`` that names no event
+record, only the event's id, as torch 2.11's Kineto writes it: then behind that wait call alone)
     A GPU node that started more than :data:`INFER_MIN_DELAY_NS` after both its launch and the end of its
     predecessor on its stream, with a ``cudaStreamWaitEvent`` call between its predecessor's launch and its
     own, waited for something on another stream: the node of another stream of its device that ended last
@@ -224,7 +226,7 @@ def gpu_dependencies(
             sync_of.setdefault(activity.corr, activity)
     records = {c: call.start_ns for c, call in calls.items() if call.name in EVENT_RECORD_CALLS}
     counts: dict[str, int] = defaultdict(int)
-    _event_waits(syncs, calls, streams, out, counts)
+    unnamed = _event_waits(syncs, calls, streams, out, counts)
     bare_keys: set[int] = set()
     for corr, call in sorted(calls.items(), key=lambda kv: (kv[1].start_ns, kv[1].key)):
         if not _blocks(call, by_corr.get(corr)):
@@ -257,13 +259,23 @@ def gpu_dependencies(
                 out.inferred[host].append(g.key)
         counts["inferred host waits on the GPU" if inferred else "host waits on the GPU"] += len(added)
     if not syncs:
-        waited_ns = _infer_event_waits(calls, nodes, out, counts)
+        waits = sorted(c.start_ns for c in calls.values() if c.name in STREAM_WAIT_CALLS)
+        waited_ns = _infer_event_waits(waits, nodes, out, counts)
         n = sum(len(v) for v in out.inferred.values())
         if n:
             out.notes.append(
                 f"no CUDA sync events in the trace: {n} GPU wait edge(s) inferred from timing "
                 f"({waited_ns / 1e6:.3f} ms of recorded kernel waiting rests on event waits inferred so)"
             )
+    elif unnamed:
+        before = sum(len(v) for v in out.inferred.values())
+        waited_ns = _infer_event_waits(sorted(unnamed), nodes, out, counts)
+        n = sum(len(v) for v in out.inferred.values()) - before
+        out.notes.append(
+            f"{len(unnamed)} CUDA stream wait(s) whose sync event names no event record (the trace gives "
+            f"only the event's id): {n} GPU wait edge(s) inferred from timing ({waited_ns / 1e6:.3f} ms of "
+            "recorded kernel waiting rests on them)"
+        )
     out.notes += [f"{v} {k}" for k, v in sorted(counts.items())]
     out.launch = _launches(nodes, out.deps)
     return out
@@ -290,13 +302,19 @@ def _event_waits(
     streams: _Streams,
     out: GpuDeps,
     counts: dict[str, int],
-) -> None:
-    """``Stream Wait Event`` activities: the waiting stream's next node depends on the recorded stream's."""
+) -> list[int]:
+    """``Stream Wait Event`` activities: the waiting stream's next node depends on the recorded stream's.
+    Returns the start times of the wait calls whose activity does not name the event record or its
+    stream (torch 2.11's Kineto gives only the event's id): those waits are inferred from timing."""
+    unnamed: list[int] = []
     for sy in syncs:
         if sy.kind != STREAM_WAIT:
             continue
         s, w = sy.stream, sy.wait_on_stream
         call, record = calls.get(sy.corr), calls.get(sy.record_corr)
+        if call is not None and (w < 0 or sy.record_corr < 0):
+            unnamed.append(call.start_ns)
+            continue
         if s < 0 or w < 0 or call is None or record is None:
             counts["stream waits without their calls in the trace"] += 1
             continue
@@ -315,6 +333,7 @@ def _event_waits(
         if src.key not in out.deps[dst.key]:
             out.deps[dst.key].append(src.key)
             counts["GPU event waits across streams"] += 1
+    return unnamed
 
 
 def _blocks(call: Call, own: GpuNode | None) -> bool:
@@ -342,11 +361,8 @@ def _sync_targets(
         return ([own] if own is not None else []), False
     if sy is not None and sy.kind == STREAM_SYNC:
         found = [streams.last_before(device, sy.stream, t)]
-    elif sy is not None and sy.kind == EVENT_SYNC:
-        record_t = records.get(sy.record_corr)
-        if sy.wait_on_stream < 0 or record_t is None:
-            return [], False
-        found = [streams.last_before(device, sy.wait_on_stream, record_t)]
+    elif sy is not None and sy.kind == EVENT_SYNC and sy.wait_on_stream >= 0 and sy.record_corr in records:
+        found = [streams.last_before(device, sy.wait_on_stream, records[sy.record_corr])]
     elif (sy is not None and sy.kind == CONTEXT_SYNC) or call.name in _DEVICE_SYNC:
         found = [streams.last_before(device, s, t) for s in streams.streams_of(device)]
     else:
@@ -365,10 +381,10 @@ def _sync_targets(
 
 
 def _infer_event_waits(
-    calls: Mapping[int, Call], nodes: Sequence[GpuNode], out: GpuDeps, counts: dict[str, int]
+    waits: Sequence[int], nodes: Sequence[GpuNode], out: GpuDeps, counts: dict[str, int]
 ) -> int:
-    """Inferred event waits (module docstring); returns the recorded waiting time resting on them, ns."""
-    waits = sorted(c.start_ns for c in calls.values() if c.name in STREAM_WAIT_CALLS)
+    """Inferred event waits (module docstring) behind the stream-wait calls starting at ``waits`` (sorted);
+    returns the recorded waiting time resting on them, ns."""
     if not waits:
         return 0
     by_dev: dict[int, list[GpuNode]] = defaultdict(list)

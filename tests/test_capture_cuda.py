@@ -21,7 +21,13 @@ import torch  # here, not inside the first test that needs it: importing it take
 from skewlens.profiler.capture import compat, flight
 from skewlens.profiler.capture.build import CUDA_STREAM_BASE, RankCapture, build_nodes
 from skewlens.profiler.capture.flight import FrEntry, device_spans, merge, parse_dump, settle
-from skewlens.profiler.capture.kineto import KinetoCapture, event_metadata, op_records, sync_records
+from skewlens.profiler.capture.kineto import (
+    KinetoCapture,
+    activity,
+    event_metadata,
+    op_records,
+    sync_records,
+)
 from skewlens.profiler.capture.records import CommRecord, StepRecord
 from skewlens.profiler.capture.run import capture_env
 from skewlens.profiler.chakra_io import TraceNode
@@ -114,10 +120,43 @@ def _events(raw: list[dict[str, Any]]) -> list[Ev]:
     return out
 
 
-def _build(raw: list[dict[str, Any]], notes: list[str] | None = None) -> list[TraceNode]:
-    evs = _events(raw)
-    lo = min(e.t for e in evs)
-    hi = max(e.t + e.d for e in evs)
+class Torch211Event:
+    """An event as torch 2.11 gives it (seen on an H200 with torch 2.11+cu130, ``scripts/cuda_check.sh``):
+    no ``activity_type()``; an operator's metadata is its event index, a runtime call's CUPTI's callback id
+    and correlation, a device event's what Kineto attached (as :class:`Ev`)."""
+
+    def __init__(self, ev: Ev, meta: str) -> None:
+        self._ev = ev
+        self._meta = meta
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "activity_type":
+            raise AttributeError(name)
+        return getattr(self._ev, name)
+
+    def metadata_json(self) -> str:
+        return self._meta
+
+
+def _as_torch_2_11(raw: list[dict[str, Any]], evs: list[Ev]) -> list[Any]:
+    out: list[Any] = []
+    for i, (e, ev) in enumerate(zip(raw, evs, strict=True)):
+        if e["cat"] == "cpu_op":
+            meta = f'"Ev Idx": {i}'
+        elif e["cat"] in HOST_CATS:
+            meta = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in e["args"].items() if k != "External id")
+        else:
+            meta = ev.meta
+        out.append(Torch211Event(ev, meta))
+    return out
+
+
+def _build(
+    raw: list[dict[str, Any]], notes: list[str] | None = None, *, events: list[Any] | None = None
+) -> list[TraceNode]:
+    evs = events if events is not None else _events(raw)
+    lo = min(e.start_ns() for e in evs)
+    hi = max(e.start_ns() + e.duration_ns() for e in evs)
     cap = RankCapture(
         rank=0,
         comms=[],
@@ -201,6 +240,40 @@ def test_a_gpu_annotation_is_no_gpu_node_and_metadata_comes_from_either_accessor
     assert event_metadata(sync) == {"wait_on_stream": "20", "stream": "24"}
     (rec,) = sync_records([sync])
     assert (rec.stream, rec.wait_on_stream, rec.record_corr) == (24, 20, -1)
+
+
+def test_events_of_a_torch_without_activity_type_give_the_same_trace_told_apart_by_their_metadata() -> None:
+    # torch 2.11 and 2.12 have no activity_type(): before, every device event (sync activities too) became
+    # a GPU node and no runtime call was taken for a launch, so no launch or synchronisation edge was drawn
+    raw = _real("cuda_event_sync_kineto.json.gz")
+    evs = _events(raw)
+    old = _as_torch_2_11(raw, evs)
+    lo = min(e.t for e in evs)
+    # Kineto's overhead ranges: host events on no thread (resource 0) with no metadata, over the ops
+    overhead = [
+        Torch211Event(Ev(name, "cpu_op", lo + 10, 50_000, resource=0, corr=2), "")  # a host event
+        for name in ("Activity Buffer Request", "Lazy Function Loading")
+    ]
+    assert [activity(e) for e in old] == [activity(e) for e in evs]
+    assert [activity(e) for e in overhead] == ["overhead", "overhead"]
+
+    def key(o: Any) -> tuple[Any, ...]:
+        return (o.name, o.start_ns, o.dur_ns, o.thread, o.is_cpu, o.corr, o.kind)
+
+    assert [key(o) for o in op_records([*old, *overhead])] == [key(o) for o in op_records(evs)]
+    assert sync_records(old) == sync_records(evs)
+    want = [(n.node_id, n.name, n.ctrl_deps, n.attrs) for n in _build(raw)]
+    assert [(n.node_id, n.name, n.ctrl_deps, n.attrs) for n in _build(raw, events=old)] == want
+    assert sum(1 for n in _gpu(_build(raw, events=old)) if n.name in {"Event Sync", "Stream Sync"}) == 0
+
+
+def test_a_device_event_with_no_metadata_is_gpu_work_as_before() -> None:
+    # without expose_kineto_event_metadata nothing tells the kinds apart: taken as before
+    bare = Torch211Event(Ev("sgemm", "kernel", 0, 10, resource=7, corr=5), "")
+    assert activity(bare) == ""
+    assert [o.name for o in op_records([bare])] == ["sgemm"]
+    annotation = Torch211Event(Ev("nccl:all_reduce", "gpu_user_annotation", 0, 10), '"device": 0')
+    assert activity(annotation) == "gpu_user_annotation"
 
 
 def test_every_gpu_node_gets_its_launch_time_and_depends_on_the_host_node_around_the_launch() -> None:

@@ -17,6 +17,7 @@ from skewlens.profiler.capture.records import CudaSyncRecord, OpRecord, StepReco
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.gpu_deps import (
     CONTEXT_SYNC,
+    EVENT_SYNC,
     PAGEABLE_DTOH,
     STREAM_SYNC,
     STREAM_WAIT,
@@ -110,6 +111,42 @@ def test_without_sync_events_a_delayed_node_after_a_stream_wait_call_waits_for_a
     ]
     # the same delay with no stream-wait call before it is no event wait
     assert not any(gpu_dependencies(nodes, {}, [], default_device=0).deps.values())
+
+
+def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:
+    # torch 2.11's Kineto: the Stream Wait Event activity gives the waiting stream and the event's id, but
+    # wait_on_stream and the record's correlation are -1. 12 follows 11 on stream 20, 31 µs late, after
+    # the wait call, 15 µs after 10 (stream 7) ended; a second wait call (corr 3) has its record named
+    nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
+    nodes.append(_node(12, 20, 44_000, 75_000, 85_000))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    unnamed = SyncActivity(kind=STREAM_WAIT, corr=1, device=0, stream=20)
+    found = gpu_dependencies(nodes, calls, [unnamed], default_device=0)
+    assert found.deps[12] == [10]
+    assert found.inferred[12] == [10]
+    assert found.notes == [
+        (
+            "1 CUDA stream wait(s) whose sync event names no event record (the trace gives only the event's "
+            "id): 1 GPU wait edge(s) inferred from timing (0.031 ms of recorded kernel waiting rests on them)"
+        )
+    ]
+    # a wait whose record is named is not inferred over: the named rule alone decides (nothing ran on
+    # stream 7 before its record at 1 µs)
+    calls.update([_call(2, "cudaEventRecord", 1_000, 1_010)])
+    named = SyncActivity(kind=STREAM_WAIT, corr=1, device=0, stream=20, wait_on_stream=7, record_corr=2)
+    found = gpu_dependencies(nodes, calls, [named], default_device=0)
+    assert not any(found.deps.values()) and not found.inferred
+
+
+def test_an_event_synchronise_whose_sync_event_names_no_record_waits_for_the_node_that_ended_last() -> None:
+    # op 1 (host node 1) blocks in cudaEventSynchronize from 1 to 9 µs; kernel 10 (stream 7) ends at 8 µs,
+    # kernel 11 (stream 20) at 3 µs: the call returned when 10 ended
+    nodes = [_node(10, 7, 100, 200, 8_000), _node(11, 20, 150, 300, 3_000)]
+    calls = dict([_call(5, "cudaEventSynchronize", 1_000, 9_000, host=1)])
+    sync = SyncActivity(kind=EVENT_SYNC, corr=5, device=0, stream=7)
+    found = gpu_dependencies(nodes, calls, [sync], default_device=0)
+    assert found.deps[1] == [10]
+    assert found.inferred[1] == [10]
 
 
 def test_a_blocking_call_inside_no_host_node_is_a_node_of_its_own_and_a_comm_kernel_only_a_dependency() -> (

@@ -12,9 +12,10 @@ gives, said in the rank's manifest notes (never a failed capture):
   (their metadata). Without it: the same.
 - ``_ExperimentalConfig(capture_overload_names=True)`` (full level): operator overloads. Without it: the
   schemas are the default overload's.
-- ``_KinetoEvent.activity_type()``: kernels told from synchronisation activities and GPU annotations,
-  launch calls from operators. Without it: every device-side event is a GPU node, and no launch or
-  synchronisation edge is drawn.
+- ``_KinetoEvent.activity_type()`` (not in torch 2.11 and 2.12): kernels told from synchronisation
+  activities and GPU annotations, launch calls from operators. Without it the kinds are read from each
+  event's metadata (:func:`skewlens.profiler.capture.kineto.inferred_activity`, said in a note); without
+  that too, every device-side event is a GPU node, and no launch or synchronisation edge is drawn.
 - ``_KinetoEvent.metadata_json()`` / ``extra_meta()``: the synchronisation activities' fields. Without
   them: no event-wait or host-synchronisation edges.
 - ``torch._C._distributed_c10d._dump_nccl_trace_json`` (builds with NCCL) and ``_dump_fr_trace_json``:

@@ -45,13 +45,52 @@ SYNC_KIND = "cuda_sync"
 #: ``activity()`` of Kineto's instant events: ``[memory]`` allocation records (the full level asks for
 #: them, ``profile_memory``), points in time, not operators.
 INSTANT_KIND = "cpu_instant_event"
+#: ``activity()`` of Kineto's own overhead ranges (``Activity Buffer Request``, ``Lazy Function Loading``,
+#: ``Runtime Triggered Module Loading``, ...): no operator, on no thread of the program (resource 0).
+OVERHEAD_KIND = "overhead"
 
 
 def activity(ev: Any) -> str:
-    """Kineto's activity type of an event (``kernel``, ``cuda_runtime``, ``cuda_sync``, ``cpu_op``, ...),
-    ``""`` where this torch's events do not say (:mod:`skewlens.profiler.capture.compat`)."""
+    """Kineto's activity type of an event (``kernel``, ``cuda_runtime``, ``cuda_sync``, ``cpu_op``, ...):
+    ``activity_type()`` where this torch's events have it (2.13), else :func:`inferred_activity`."""
     get = getattr(ev, "activity_type", None)
-    return str(get()) if get is not None else ""
+    return str(get()) if get is not None else inferred_activity(ev)
+
+
+def inferred_activity(ev: Any) -> str:
+    """The activity type of an event of a torch whose events do not say it (2.11 and 2.12 have no
+    ``activity_type()``), from what each kind carries in its metadata, as seen on torch 2.11+cu130 on an
+    H200 (``scripts/cuda_check.sh`` prints it): a CUDA runtime or driver call has CUPTI's callback id
+    (``cbid``), an operator torch's event index (``Ev Idx``), Kineto's overhead ranges nothing and no
+    thread; on the device a synchronisation activity has ``cuda_sync_kind``, a kernel its launch
+    (``grid``, ``queued``), copies and memsets their names. ``""`` where the metadata says nothing (no
+    ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and GPU work
+    on the device."""
+    meta = event_metadata(ev)
+    name = str(ev.name())
+    if is_host_event(ev):
+        if "cbid" in meta:
+            return "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
+        if "Ev Idx" in meta:
+            return "cpu_op"
+        return OVERHEAD_KIND if not meta and _int(ev.device_resource_id()) == 0 else ""
+    if "cuda_sync_kind" in meta:
+        return SYNC_KIND
+    if name.startswith("Memcpy"):
+        return "gpu_memcpy"
+    if name.startswith("Memset"):
+        return "gpu_memset"
+    if "grid" in meta or "queued" in meta:
+        return "kernel"
+    return "gpu_user_annotation" if meta else ""
+
+
+#: Manifest note of a capture whose torch's events have no ``activity_type()``.
+INFERRED_KINDS_NOTE = (
+    "this torch's profiler events have no activity_type(): operators, CUDA calls, kernels and "
+    "synchronisation activities told apart by their metadata (skewlens.profiler.capture.kineto."
+    "inferred_activity)"
+)
 
 
 def event_metadata(ev: Any) -> dict[str, Any]:
@@ -75,14 +114,15 @@ def event_metadata(ev: Any) -> dict[str, Any]:
 def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -> list[OpRecord]:
     """OpRecords from Kineto events: host ops (and CUDA runtime/driver calls) keep their thread, GPU
     activities their stream; synchronisation activities (:func:`sync_records`), instant events
-    (:data:`INSTANT_KIND`) and GPU annotations are left out."""
+    (:data:`INSTANT_KIND`), Kineto's overhead ranges (:data:`OVERHEAD_KIND`) and GPU annotations are left
+    out."""
     out = []
     for ev in events:
         dur = int(ev.duration_ns())
         if dur < 0:
             continue
         kind = activity(ev)
-        if kind == INSTANT_KIND:
+        if kind in (INSTANT_KIND, OVERHEAD_KIND):
             continue
         if is_host_event(ev):
             corr = int(ev.correlation_id())
@@ -266,7 +306,10 @@ class KinetoCapture:
         self._running = False
         self._prof.stop()
         results = self._prof.profiler.kineto_results if self._prof.profiler else None
-        return list(results.events()) if results is not None else []
+        events = list(results.events()) if results is not None else []
+        if events and not hasattr(events[0], "activity_type"):
+            self.notes.append(INFERRED_KINDS_NOTE)
+        return events
 
     def event_tree(self) -> list[Any]:
         """The profiler's operator tree (after :meth:`stop`): ops with their inputs, allocations inside."""

@@ -409,6 +409,8 @@ class CaptureSession:
             self._et.stop()
             self._et.unregister_callback()
         events = self._kineto.stop() if self._kineto is not None else []
+        if self._kineto is not None and self._kineto.notes:  # stop() may add one (inferred kinds)
+            self.notes[f"rank {self.rank} profiler"] = "; ".join(self._kineto.notes)
         if self._kineto is not None and self._kineto.note:  # taken over by the program's own profiler
             self.notes[f"rank {self.rank} operators"] = (
                 f"{self._kineto.note} (its profiler keeps Kineto to itself): the trace has the collectives "
