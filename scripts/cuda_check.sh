@@ -174,7 +174,7 @@ EOF
 
 failed=0
 skipped=0
-# CUDA_CHECK_BUDGET_S: no new capture or step starts after that many seconds, so that a device lease's
+# CUDA_CHECK_RUNS (space-separated capture names) runs only those; CUDA_CHECK_BUDGET_S: no new capture or step starts after that many seconds, so that a device lease's
 # limit leaves time for the archive below
 DEADLINE=$((SECONDS + ${CUDA_CHECK_BUDGET_S:-86400}))
 late() {
@@ -190,6 +190,10 @@ capture() {  # capture NAME LEVEL NPROC SCRIPT [ARGS...]: one skewlens profile r
     local name=$1 level=$2 nproc=$3
     shift 3
     local out=$WORK/$name rc=0
+    # CUDA_CHECK_RUNS: the names of the captures to run (all when unset)
+    if [ -n "${CUDA_CHECK_RUNS:-}" ] && [[ " $CUDA_CHECK_RUNS " != *" $name "* ]]; then
+        return 0
+    fi
     late "capture $name" && return 0
     echo
     echo "### $name: --level $level, $nproc rank(s): $*"
