@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -216,7 +217,9 @@ def test_supervisor_raises_the_first_rank_error_and_stops_the_others(tmp_path: P
 
 
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path) -> None:
-    marker = f"skl-ctrl-c-{tmp_path.name}"
+    # unique to this run: tmp_path's name is the test's, the same in another test run on the machine,
+    # whose processes this one would then count
+    marker = f"skl-ctrl-c-{uuid.uuid4().hex}"
     launcher = (
         "import subprocess, sys, time\n"
         f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], "
