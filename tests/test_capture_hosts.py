@@ -398,6 +398,24 @@ def test_skewlens_merge_allow_missing_merges_the_ranks_found_and_lists_a_crashed
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"rank-{r}.et" for r in range(3))]
 
 
+def test_skewlens_merge_allow_missing_keeps_what_the_crashed_ranks_host_said_of_it(tmp_path: Path) -> None:
+    # rank 3 was killed while saving: its host's manifest says its trace is incomplete; the merge's note
+    # replaced that with a guess ("crashed ... or its host's directory was not given")
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4, run_id="job-7")
+    b = host_dir(tmp_path / "b", (2,), "b", world=4, run_id="job-7")
+    rank_file(b, 3).write_bytes(rank_file(b, 2).read_bytes()[:10])  # its trace, cut short; no part file
+    (b / "manifest.json").unlink()
+    merge(b, 1)  # host b's skewlens profile as it ends
+    host_note = read_manifest(b).notes["rank 3"]
+    assert host_note.startswith("trace incomplete")
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--allow-missing", "--out", str(out), str(a), str(b)]) == 0
+    note = read_manifest(out).notes["rank 3"]
+    assert note.startswith(f"no trace in any host directory merged ({a}, {b})")
+    assert note.endswith(f"; {b} said: {host_note}")
+    assert str(a) + " said" not in note  # host a only guessed that another host held rank 3
+
+
 @pytest.mark.slow
 def test_skewlens_merge_refuses_the_host_directories_of_two_torchrun_jobs_of_different_run_ids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
-from skewlens.profiler.capture.run import finalize_run, read_parts
+from skewlens.profiler.capture.run import OTHER_HOST_NOTE, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, RAW_DIR, part_file
 from skewlens.profiler.errors import CaptureError
@@ -83,11 +83,19 @@ def combine_runs(
             raise CaptureError(f"{out}: nothing merged")
         notes = dict(manifest.notes)
         for r in missing:
-            notes[f"rank {r}"] = (
+            # what a host saw of the rank (a trace cut short while saving, the command's exit code), not
+            # the hosts' guess that another host saved it
+            said = [
+                f"{src} said: {note}"
+                for src, m in manifests.items()
+                if (note := m.notes.get(f"rank {r}")) and not note.startswith(OTHER_HOST_NOTE)
+            ]
+            merged = (
                 f"no trace in any host directory merged ({', '.join(map(str, sources))}): its process "
                 "crashed or was killed before saving, or its host's directory was not given; merged "
                 "without it (skewlens merge --allow-missing)"
             )
+            notes[f"rank {r}"] = "; ".join([merged, *said])
         if identity_note:
             notes[RUN_IDENTITY_NOTE] = identity_note
         if notes != manifest.notes:

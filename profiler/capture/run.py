@@ -46,6 +46,9 @@ from skewlens.profiler.vocab import HostTrace, Level
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 #: The manifest note of a run whose hosts gave ``skewlens profile`` different ``--level`` / ``--steps``.
 OPTIONS_NOTE = "skewlens options"
+#: How a host's manifest begins its note on a rank of a multi-host job that it holds no trace of (another
+#: host's, most likely).
+OTHER_HOST_NOTE = "no trace here: the job spans hosts"
 
 
 def prepare_run_dir(run_dir: Path) -> bool:
@@ -315,7 +318,7 @@ def _merge(
             )
         elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
             notes[f"rank {r}"] = (
-                f"no trace here: the job spans hosts ({per_host} rank(s) per host) and rank {r}'s host saved "
+                f"{OTHER_HOST_NOTE} ({per_host} rank(s) per host) and rank {r}'s host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
                 "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
                 f"crashed or was killed before saving ({why})"
