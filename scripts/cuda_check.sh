@@ -231,6 +231,7 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'
     # the real replay on NCCL, kernels as timed device sleeps (calibrated cycles per ns)
     [ -f "$WORK/train-nccl-ops/manifest.json" ] && step "train-nccl-ops: replay (real, NCCL)" 180 \
         "$PY" -m skewlens replay mode=real trace="$WORK/train-nccl-ops" out="$WORK/train-nccl-ops-real" progress=false
+    capture train-nccl-full full 1 "$ROOT"/examples/train.py --steps 5
     capture ddp-gloo-cuda-ops ops 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/ddp_accum.py --steps 5
     capture ddp-nccl-ops ops 1 "$ROOT"/examples/ddp_accum.py --steps 5
     capture train-nccl-collectives collectives 1 "$ROOT"/examples/train.py --steps 5
