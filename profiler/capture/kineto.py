@@ -66,23 +66,31 @@ def inferred_activity(ev: Any) -> str:
     (``grid``, ``queued``), copies and memsets their names. ``""`` where the metadata says nothing (no
     ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and GPU work
     on the device."""
-    meta = event_metadata(ev)
+    get = getattr(ev, "metadata_json", None)
+    text = str(get()).strip() if get is not None else ""
+    # the keys, found in the JSON text without parsing it (twice per event of a capture otherwise)
+    keys: Iterable[str] = (
+        [k for k in ("cbid", "Ev Idx", "cuda_sync_kind", "grid", "queued") if f'"{k}"' in text]
+        if text
+        else event_metadata(ev)
+    )
+    found = set(keys)
     name = str(ev.name())
     if is_host_event(ev):
-        if "cbid" in meta:
+        if "cbid" in found:
             return "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
-        if "Ev Idx" in meta:
+        if "Ev Idx" in found:
             return "cpu_op"
-        return OVERHEAD_KIND if not meta and _int(ev.device_resource_id()) == 0 else ""
-    if "cuda_sync_kind" in meta:
+        return OVERHEAD_KIND if not text and not found and _int(ev.device_resource_id()) == 0 else ""
+    if "cuda_sync_kind" in found:
         return SYNC_KIND
     if name.startswith("Memcpy"):
         return "gpu_memcpy"
     if name.startswith("Memset"):
         return "gpu_memset"
-    if "grid" in meta or "queued" in meta:
+    if "grid" in found or "queued" in found:
         return "kernel"
-    return "gpu_user_annotation" if meta else ""
+    return "gpu_user_annotation" if text or found else ""
 
 
 #: Manifest note of a capture whose torch's events have no ``activity_type()``.
