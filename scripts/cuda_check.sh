@@ -237,9 +237,10 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'
     capture train-nccl-collectives collectives 1 "$ROOT"/examples/train.py --steps 5
     capture ddp-gloo-cuda-collectives collectives 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/ddp_accum.py --steps 5
     capture fsdp2-gloo-cuda-ops ops 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/fsdp2.py --steps 5
-    # the other bundled workloads (their torch APIs on this torch, their streams on a GPU); not the
-    # pipeline: gloo sends no CUDA tensor point to point (its send fails with "writev ... Bad address"),
-    # and NCCL on one GPU runs one rank, one stage
+    # the other bundled workloads (their torch APIs on this torch, their streams on a GPU); the pipeline
+    # on CPU only: gloo sends no CUDA tensor point to point (its send fails with "writev ... Bad
+    # address"), and NCCL on one GPU runs one rank, one stage
+    CUDA_VISIBLE_DEVICES= capture pipeline-1f1b-cpu-ops ops 2 "$ROOT"/examples/pipeline.py --schedule 1f1b --steps 5
     capture tp-gloo-cuda-ops ops 2 "$WORK/gloo_cuda.py" "$ROOT"/examples/tp.py --steps 5
     capture ddp-compile-nccl-ops ops 1 "$ROOT"/examples/ddp_accum.py --compile --steps 5
     capture mesh2d-gloo-cuda-ops ops 4 "$WORK/gloo_cuda.py" "$ROOT"/examples/mesh2d.py --steps 5
