@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from skewlens.replay.real import ops
 
@@ -54,7 +53,7 @@ def test_a_rank_counts_its_own_cores_but_no_more_than_an_even_split_of_its_hosts
 def test_every_cpu_mode_returns_no_earlier_than_the_recorded_duration(
     mode: str,
 ) -> None:
-    compute = ops.Compute(mode, torch.device("cpu"), cores=0.5)
+    compute = ops.Compute(mode, cores=0.5)
     for dur_ns in (0, 1, 250_000, 2_500_000):
         t0 = time.perf_counter_ns()
         compute.run(dur_ns)

@@ -8,11 +8,11 @@ when it finished on this rank (a future callback where the backend gives one, el
 for an op a later op of the rank waits for and whose Work has no future, the issuing thread itself when
 it waits, as the program's own ``wait()`` did).
 
-Compute is a busy loop of the recorded duration on CPU (``spin``; the deadline is on the monotonic clock,
-so the loop needs no calibration), a plain sleep (``sleep``), a busy loop for a share of every millisecond
+Host compute is a busy loop of the recorded duration (``spin``; the deadline is on the monotonic clock,
+so the loop needs no calibration), a plain sleep (``sleep``), or a busy loop for a share of every millisecond
 and a sleep for the rest (``share``: the ranks of a host with fewer cores than ranks keep its cores as busy
-as the original's compute did), or on a GPU ``torch.cuda._sleep`` with a cycles-per-ns calibration
-measured at start-up. ``auto`` picks among the CPU modes by the cores each rank has (see
+as the original's compute did), on a CUDA device too; GPU work is enqueued on the device
+(:mod:`skewlens.replay.real.gpu`). ``auto`` picks among the CPU modes by the cores each rank has (see
 :func:`resolve_compute_mode` and :func:`cores_per_rank`).
 """
 
@@ -276,35 +276,17 @@ def host_cores() -> frozenset[int]:
 
 
 class Compute:
-    """Replays a compute node's duration: busy loop (CPU), sleep, or a calibrated GPU sleep kernel."""
+    """Replays a host compute node's duration: a busy loop, a sleep, or a share of each (GPU work is the
+    :class:`~skewlens.replay.real.gpu.GpuQueue`'s)."""
 
-    def __init__(self, mode: str, device: torch.device, cores: float = 1.0) -> None:
+    def __init__(self, mode: str, cores: float = 1.0) -> None:
         """``cores``: the rank's cores (:func:`cores_per_rank`), which pick the ``auto`` mode."""
         self.mode = resolve_compute_mode(mode, cores)
         self.share = busy_share(cores)
-        self.device = device
-        self.cycles_per_ns = self._calibrate() if device.type == "cuda" else 0.0
-
-    def _calibrate(self) -> float:
-        cycles = 10_000_000
-        torch.cuda._sleep(cycles)  # warm up
-        torch.cuda.synchronize(self.device)
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        ms = float(start.elapsed_time(end))
-        return cycles / max(ms * 1e6, 1.0)
 
     def run(self, dur_ns: int) -> None:
-        """Do ``dur_ns`` of work on this rank's device and return when it is done."""
+        """Do ``dur_ns`` of host work and return when it is done."""
         if dur_ns <= 0:
-            return
-        if self.device.type == "cuda":
-            torch.cuda._sleep(int(dur_ns * self.cycles_per_ns))
-            torch.cuda.synchronize(self.device)
             return
         deadline = time.perf_counter_ns() + dur_ns
         if self.mode == "sleep":

@@ -11,6 +11,10 @@ simulator reads:
 - a wait node (``wait_deps``) then blocks until those communication ops completed, and does its own work;
 - a nested node (inside another node on its timeline) is not executed again: it takes its times from its
   enclosing node;
+- GPU work (a kernel, copy or memset: the trace's ``is_cpu_op`` false) says so (``gpu``) and names its
+  recorded device stream (``stream``); it comes right after the host node that launched it (the model's
+  launch edges: ordered by its launch call, not its start), so that a worker on a GPU enqueues it where the
+  program launched it and the host runs ahead of the device as recorded;
 - communication whose completion the very next op waits for is re-issued as a blocking call, the rest
   asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
   overlapping calls;
@@ -40,7 +44,7 @@ from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
 from skewlens.replay.lower import even_split_bytes, group_members
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 3  # 3: send_splits / recv_splits
+PLAN_VERSION = 4  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -132,6 +136,14 @@ class ReplayOp:
     member recorded splits."""
     recv_splits: tuple[int, ...] = ()
     """Likewise, the bytes it receives from each member (``skl_recv_splits``)."""
+    gpu: bool = False
+    """Compute that is GPU work (a kernel, copy or memset: the trace's ``is_cpu_op`` false), run on the
+    rank's device on recorded stream ``stream``; False for host work and communication."""
+    stream: int = -1
+    """The recorded device stream of GPU work (the store's ``stream``), else -1."""
+    queue_deps: tuple[int, ...] = ()
+    """Communication: rows whose end its transfer waits for though its issue does not (the model's queue
+    edges: the collective before it on its stream, or GPU work NCCL's stream waited for)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,16 +243,16 @@ def _checked_splits(
     return send, recv
 
 
-def _execution_order(rt: RankTrace, deps: list[list[int]]) -> list[int]:
-    """Rows in recorded start order, every dependency before its dependants (Kahn's algorithm)."""
+def _execution_order(rt: RankTrace, deps: list[list[int]], keys: list[int]) -> list[int]:
+    """Rows in the order of ``keys`` (recorded starts; a launched GPU row's launch call), every dependency
+    before its dependants (Kahn's algorithm)."""
     n = len(rt)
     indeg = [len(d) for d in deps]
     users: list[list[int]] = [[] for _ in range(n)]
     for i, ds in enumerate(deps):
         for d in ds:
             users[d].append(i)
-    starts = rt.start_ns.tolist()
-    heap = [(starts[i], i) for i in range(n) if indeg[i] == 0]
+    heap = [(keys[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
     order: list[int] = []
     while heap:
@@ -249,7 +261,7 @@ def _execution_order(rt: RankTrace, deps: list[list[int]]) -> list[int]:
         for u in users[i]:
             indeg[u] -= 1
             if indeg[u] == 0:
-                heapq.heappush(heap, (starts[u], u))
+                heapq.heappush(heap, (keys[u], u))
     if len(order) != n:
         stuck = next(i for i in range(n) if indeg[i] > 0)
         raise ValidationError(
@@ -271,9 +283,18 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     parent = m.parent.tolist()
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
+    queue_deps = deps_by_row(m.queue_src, m.queue_dst, n)
+    launched_by = deps_by_row(m.launch_src, m.launch_dst, n)
+    # a launched GPU row comes right after the host row that launched it: ordered by its launch call
+    keys = list(starts)
+    for s, d, off in zip(m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), strict=True):
+        keys[d] = starts[s] + off
     order_deps = [
-        sorted({*start_deps[i], *wait_deps[i], *([parent[i]] if parent[i] >= 0 else [])}) for i in range(n)
+        sorted({*start_deps[i], *wait_deps[i], *launched_by[i], *([parent[i]] if parent[i] >= 0 else [])})
+        for i in range(n)
     ]
+    on_gpu = (~rt.is_cpu).tolist()
+    streams = rt.stream.tolist()
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
     scaled = compute_rows(rt, m).tolist()
     a2a = {
@@ -283,7 +304,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     }
     ops: list[ReplayOp] = []
     stalled: set[int] = set()
-    for i in _execution_order(rt, order_deps):
+    for i in _execution_order(rt, order_deps, keys):
         t = types[i]
         if not m.valid[i]:
             continue
@@ -307,6 +328,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             if (inst := a2a.get(i)) is not None:
                 send, recv = _checked_splits(rt, i, group_members(run, inst))
                 extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
+            extra["queue_deps"] = tuple(queue_deps[i])
             ops.append(_comm_op(rt, run, i, dtypes, {**common, **extra}))
             continue
         if parent[i] >= 0:
@@ -326,9 +348,14 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             raise ReplayError(
                 f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
             )
+        gpu = {"gpu": True, "stream": streams[i]} if on_gpu[i] else {}
         ops.append(
             ReplayOp(
-                kind=KIND_COMPUTE, dur_ns=round(work[i] * factor), wait_deps=tuple(wait_deps[i]), **common
+                kind=KIND_COMPUTE,
+                dur_ns=round(work[i] * factor),
+                wait_deps=tuple(wait_deps[i]),
+                **gpu,
+                **common,
             )
         )
     return _mark_blocking(ops)
@@ -575,6 +602,7 @@ def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[Repl
                     "member_bytes": tuple(o.get("member_bytes", ())),
                     "send_splits": tuple(o.get("send_splits", ())),
                     "recv_splits": tuple(o.get("recv_splits", ())),
+                    "queue_deps": tuple(o.get("queue_deps", ())),
                 }
             )
             for o in items

@@ -4,8 +4,9 @@ Reads its rank's plan (JSON), joins the job (``init_process_group`` from torchru
 re-creates the recorded process groups in the recorded order, warms the communication up (one op per
 distinct shape), aligns its clock to rank 0, starts the profiler's capture (unless the plan says not
 to), then executes its ops from a common start time (see :mod:`skewlens.replay.real.plan` for the
-timing rules). It writes ``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed
-times) and a small result file for the parent; the profiler writes its own capture of the replay.
+timing rules; on a CUDA device GPU work is enqueued on streams, see :class:`Runner`). It writes
+``rank-<r>.et`` of the node-aligned record (the original nodes with the replayed times) and a small result
+file for the parent; the profiler writes its own capture of the replay.
 
 A watchdog thread aborts the process (exit code 3) when an op stays in flight longer than the timeout,
 after writing ``rank-<r>.error.json`` naming the rank, group, sequence number and op; it also exits when
@@ -34,6 +35,7 @@ from skewlens.profiler.chakra_io import EtWriter, iter_nodes
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.vocab import Attr
 from skewlens.replay.real import clock
+from skewlens.replay.real.gpu import ISSUE, CudaQueue, GpuQueue
 from skewlens.replay.real.ops import (
     CommIssuer,
     Completion,
@@ -125,7 +127,23 @@ class Watchdog:
 
 
 class Runner:
-    """Executes one rank's ops and keeps their replayed times (local monotonic ns)."""
+    """Executes one rank's ops and keeps their replayed times (local monotonic ns).
+
+    Without a ``gpu`` queue (CPU ranks) every op runs on this thread: compute as host work, each op once
+    its dependencies have completed. With one (a CUDA device), host ops and communication still run here,
+    but GPU ops (``ReplayOp.gpu``) are enqueued on a stream per recorded device stream without waiting,
+    and the dependencies on them, or on communication (which completes on the device), are met where the
+    program met them:
+
+    - a GPU op after GPU work of its own stream: stream order, nothing more; after GPU work of another
+      stream or after communication: its stream waits for that (an event wait); after a host op: issue
+      order (it comes right after the op that launched it);
+    - a host op after GPU work or communication: it blocks until that is done (a host synchronisation);
+    - communication after GPU work or communication: the stream it is issued from waits for that (NCCL
+      orders its own stream after it); the host does not wait.
+
+    The device's times are read once the rank's work is done (:meth:`GpuQueue.times`).
+    """
 
     def __init__(
         self,
@@ -135,17 +153,25 @@ class Runner:
         dog: Watchdog,
         issuer: CommIssuer,
         compute: Compute,
+        gpu: GpuQueue | None = None,
     ) -> None:
         self.rank = rank
         self.ops = ops
         self.dog = dog
         self.issuer = issuer
         self.compute = compute
+        self.gpu = gpu
         self.start: dict[int, int] = {}
         self.end: dict[int, int] = {}
         self.pending: dict[int, Completion] = {}
         #: rows a later op waits for (its start, or its work as a wait node): this thread waits on them
         self.waited = {d for op in ops if op.kind != KIND_NESTED for d in (*op.deps, *op.wait_deps)}
+        #: with a GPU queue, the recorded stream of each GPU op (by row)
+        self.gpu_stream = {op.row: op.stream for op in ops if op.gpu} if gpu is not None else {}
+        #: with a GPU queue, the token of each op whose work is on the device: GPU ops and communication
+        self.device: dict[int, Any] = {}
+        #: nested ops of GPU ops: timed once the device's times are read
+        self._nested_late: list[ReplayOp] = []
 
     def _settle(self, row: int, c: Completion) -> int:
         """Wait for the asynchronous op ``c`` (watched as ``row``); returns its completion time."""
@@ -172,43 +198,100 @@ class Runner:
 
     def run(self, origin_ns: int, on_step_end: Callable[[], None] | None = None) -> None:
         """Execute the ops from ``origin_ns`` (local ns); ``on_step_end`` is called between steps."""
+        if self.gpu is not None:
+            self.gpu.begin()  # the reference for the device's times, recorded on the idle device
         step = self.ops[0].step if self.ops else -1
         for op in self.ops:
             if on_step_end is not None and op.step != step and op.step >= 0:
                 step = op.step
                 on_step_end()
             if op.kind == KIND_NESTED:
+                if op.parent in self.device:
+                    self._nested_late.append(op)
+                    continue
                 s = self.start.get(op.parent, origin_ns) + op.offset_ns
                 self.start[op.row], self.end[op.row] = s, s + op.dur_ns
                 continue
+            if self.gpu is not None and op.row in self.gpu_stream:
+                self._enqueue(self.gpu, op)
+                continue
             ready = origin_ns
             for d in op.deps:
-                ready = max(ready, self._finish(d) if d in self.pending else self.end.get(d, origin_ns))
+                ready = max(ready, self._ready(op, d, origin_ns))
             wait_until(ready + op.gap_ns + op.delay_ns)
             if op.kind == KIND_COMPUTE:
                 s = time.perf_counter_ns()
-                for d in op.wait_deps:  # a wait node: blocked until the communication completed
+                for d in op.wait_deps:  # a wait node: blocked until the communication (or GPU work) completed
                     if d in self.pending:
                         self._finish(d)
+                    if self.gpu is not None and (token := self.device.get(d)) is not None:
+                        self.gpu.sync(token)
                 self.compute.run(op.dur_ns)
                 self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
                 continue
+            if self.gpu is not None:
+                for d in op.queue_deps:
+                    if (token := self.device.get(d)) is not None:
+                        self.gpu.wait(ISSUE, token)
             s = time.perf_counter_ns()
             c = Completion(desc=describe(op, self.rank), issued_ns=s)
             self.dog.add(op.row, c)
             self.start[op.row] = s
             if op.blocking:
                 self.issuer.issue(op, blocking=True)
-                if self.issuer.device.type == "cuda":
-                    torch.cuda.synchronize(self.issuer.device)  # NCCL calls return once enqueued
+                if self.gpu is not None:  # NCCL calls return once enqueued: done on the device
+                    self.device[op.row] = self.gpu.comm_done(ISSUE, None)
                 self.end[op.row] = time.perf_counter_ns()
                 c.event.set()
                 self.dog.done(op.row)
                 continue
-            track(self.issuer.issue(op), c, (op.kind, op.pg_name), waited=op.row in self.waited)
+            work = self.issuer.issue(op)
+            if self.gpu is not None:
+                self.device[op.row] = self.gpu.comm_done(("comm", op.kind, op.pg_name, op.peer), work)
+            track(work, c, (op.kind, op.pg_name), waited=op.row in self.waited)
             self.pending[op.row] = c
         for row in list(self.pending):
             self._finish(row)
+        if self.gpu is not None:
+            self._device_times(self.gpu)
+
+    def _ready(self, op: ReplayOp, d: int, origin_ns: int) -> int:
+        """When dependency ``d`` lets ``op`` (a host op or communication) start, local ns. Work on the device
+        is waited for there: a host op blocks until it is done (a host synchronisation; then it is ready
+        now), communication is issued after its stream waits for it (the host need not wait)."""
+        token = self.device.get(d)
+        if token is None or self.gpu is None:
+            return self._finish(d) if d in self.pending else self.end.get(d, origin_ns)
+        if op.kind == KIND_COMPUTE:
+            self.gpu.sync(token)
+            return time.perf_counter_ns()
+        self.gpu.wait(ISSUE, token)
+        return origin_ns
+
+    def _enqueue(self, gpu: GpuQueue, op: ReplayOp) -> None:
+        """Enqueue GPU op ``op`` on its stream after what it depends on (see the class docstring); the host
+        waits only for its delay from the effects, if any."""
+        for d in (*op.deps, *op.wait_deps):
+            token = self.device.get(d)
+            if token is not None and self.gpu_stream.get(d) != op.stream:
+                gpu.wait(op.stream, token)  # another stream's work, or communication
+        if op.delay_ns > 0:
+            wait_until(time.perf_counter_ns() + op.delay_ns)
+        self.device[op.row] = gpu.enqueue(op.stream, op.dur_ns)
+
+    def _device_times(self, gpu: GpuQueue) -> None:
+        """Once the device is done: each GPU op's times, and each communication op's end, from the device
+        (communication starts at its issue on this thread); then the nested ops of GPU ops."""
+        gpu.finish()
+        for row, token in self.device.items():
+            s, e = gpu.times(token)
+            if row in self.gpu_stream:
+                self.start[row], self.end[row] = s, e
+            else:
+                self.end[row] = max(self.start[row], e)
+        for op in self._nested_late:
+            s = self.start[op.parent] + op.offset_ns
+            self.start[op.row], self.end[op.row] = s, s + op.dur_ns
 
 
 def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
@@ -299,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             ops=ops,
             dog=dog,
             issuer=CommIssuer(rank, device, groups, meta.default_pg),
-            compute=Compute(meta.compute, device, cores),
+            compute=Compute(meta.compute, cores),
+            gpu=CudaQueue(device) if device.type == "cuda" else None,
         )
         phase = "warm-up"
         runner.warm_up(warmup)

@@ -1,0 +1,322 @@
+"""Real replay on a CUDA device, without one: the plan says which ops are GPU work, and the worker's ordering
+(what is enqueued on which stream, what waits for what, what the host synchronises on) is checked against a
+fake GPU queue that records the calls."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth_gpu import COMPUTE_STREAM, GpuRunSpec, write_gpu_run
+from skewlens.replay.driver import load_trace
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.execution import execution_model
+from skewlens.replay.real.gpu import ISSUE
+from skewlens.replay.real.plan import (
+    KIND_COLL,
+    KIND_COMPUTE,
+    KIND_NESTED,
+    ReplayOp,
+    rank_plan,
+    read_rank_plan,
+    write_plan,
+)
+from skewlens.replay.real.worker import Runner, Watchdog
+
+Log = list[tuple[Any, ...]]
+
+
+class FakeGpu:
+    """Records the calls a CUDA worker makes; token ``k`` is the ``k``-th enqueued or completed work, which
+    ran from ``base + 1000 k`` to ``base + 1000 k + 500`` (a communication op's completion: at
+    ``base + 1000 k``); ``base`` is a second after :meth:`begin` (after every host time of these tests)."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.tokens = 0
+        self.finished = False
+        self.base = 0
+
+    def _token(self) -> int:
+        self.tokens += 1
+        return self.tokens
+
+    def begin(self) -> None:
+        self.base = time.perf_counter_ns() + 1_000_000_000
+        self.log.append(("begin",))
+
+    def enqueue(self, stream: Hashable, dur_ns: int) -> int:
+        t = self._token()
+        self.log.append(("enqueue", stream, dur_ns, t))
+        return t
+
+    def wait(self, stream: Hashable, token: int) -> None:
+        self.log.append(("wait", stream, token))
+
+    def comm_done(self, stream: Hashable, work: Any) -> int:
+        t = -self._token()
+        self.log.append(("comm_done", ISSUE if work is None else "own stream", t))
+        return t
+
+    def sync(self, token: int) -> None:
+        self.log.append(("sync", token))
+
+    def finish(self) -> None:
+        self.finished = True
+        self.log.append(("finish",))
+
+    def times(self, token: int) -> tuple[int, int]:
+        assert self.finished, "device times read before the device was done"
+        at = self.base + 1000 * abs(token)
+        return (at, at) if token < 0 else (at, at + 500)
+
+
+class FakeCompute:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def run(self, dur_ns: int) -> None:
+        self.log.append(("host", dur_ns))
+
+
+class FakeFuture:
+    def add_done_callback(self, cb: Callable[[FakeFuture], None]) -> None:
+        cb(self)
+
+    def value(self) -> None:
+        return None
+
+
+class FakeWork:
+    def get_future(self) -> FakeFuture:
+        return FakeFuture()
+
+
+class FakeIssuer:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def issue(self, op: ReplayOp, *, blocking: bool = False) -> FakeWork | None:
+        self.log.append(("issue", op.row, "blocking" if blocking else "async"))
+        return None if blocking else FakeWork()
+
+
+def _runner(ops: list[ReplayOp], tmp_path: Path, *, gpu: bool = True) -> tuple[Runner, Log, int]:
+    """A runner of ``ops`` with fakes, run from now; returns it, the log of its calls and the fake device's
+    time base (see :class:`FakeGpu`)."""
+    log: Log = []
+    fake = FakeGpu(log)
+    runner = Runner(
+        rank=0,
+        ops=ops,
+        dog=Watchdog(0, tmp_path, 10.0),
+        issuer=FakeIssuer(log),  # type: ignore[arg-type]
+        compute=FakeCompute(log),  # type: ignore[arg-type]
+        gpu=fake if gpu else None,
+    )
+    runner.run(time.perf_counter_ns())
+    return runner, log, fake.base
+
+
+def _op(row: int, **kw: Any) -> ReplayOp:
+    base: dict[str, Any] = {
+        "row": row,
+        "node_id": row,
+        "name": f"n{row}",
+        "kind": KIND_COMPUTE,
+        "step": 0,
+        "dur_ns": 100 * (row + 1),
+        "deps": (),
+        "gap_ns": 0,
+        "delay_ns": 0,
+    }
+    return ReplayOp(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> RunTrace:
+    """2 ranks of the synthetic DDP-like GPU run, one step of 2 layers, with CUDA sync events: host ops
+    launch kernels on the compute stream, an NCCL all_reduce waits for the backward's last kernel and
+    the optimizer's first kernel for it (event waits), and ``aten::item`` synchronises on a copy."""
+    d = tmp_path_factory.mktemp("gpu")
+    write_gpu_run(GpuRunSpec(world_size=2, steps=1, layers=2, sync_events=True, seed=1), d / "kineto")
+    import_traces(sorted((d / "kineto").glob("*.json.gz")), None, d / "run")
+    return load_trace(d / "run")
+
+
+def test_the_plan_marks_gpu_work_with_its_recorded_stream_and_host_work_as_host_work(
+    gpu_run: RunTrace,
+) -> None:
+    rt = gpu_run.ranks[0]
+    ops = rank_plan(rt, gpu_run, NO_EFFECTS)
+    for op in ops:
+        on_gpu = not bool(rt.is_cpu[op.row])
+        assert op.gpu is (on_gpu and op.kind == KIND_COMPUTE), op
+        assert op.stream == (int(rt.stream[op.row]) if op.gpu else -1), op
+    assert {op.stream for op in ops if op.gpu} == {COMPUTE_STREAM}
+    assert sum(op.gpu for op in ops) == 7 and sum(not op.gpu and op.kind == KIND_COMPUTE for op in ops) == 8
+
+
+def test_each_launched_kernel_comes_right_after_the_host_op_that_launched_it(gpu_run: RunTrace) -> None:
+    # the host ops run ahead of the GPU (the device is still on the first layer while the host launches
+    # the backward's): in recorded start order the kernels came after all of them, so a worker enqueued
+    # each one late, where the recording showed it starting, not where the program launched it
+    rt = gpu_run.ranks[0]
+    m = execution_model(gpu_run).ranks[0]
+    ops = rank_plan(rt, gpu_run, NO_EFFECTS)
+    place = {op.row: k for k, op in enumerate(ops)}
+    launches = list(zip(m.launch_src.tolist(), m.launch_dst.tolist(), strict=True))
+    assert len(launches) == 7
+    for src, dst in launches:
+        assert place[dst] == place[src] + 1, (rt.name(src), rt.name(dst))
+
+
+def test_the_plan_keeps_its_gpu_fields_through_its_json_file(gpu_run: RunTrace, tmp_path: Path) -> None:
+    from skewlens.replay.real.plan import PlanMeta
+
+    ops = rank_plan(gpu_run.ranks[0], gpu_run, NO_EFFECTS)
+    meta = PlanMeta(
+        world_size=2,
+        backend="nccl",
+        timeout_s=10.0,
+        compute="auto",
+        default_pg="0",
+        groups=(),
+        origin_ns={0: 0},
+        first_start_ns=0,
+        source_run="",
+        out_run="",
+        work_dir="",
+    )
+    write_plan(tmp_path, meta, {0: ops}, {})
+    assert read_rank_plan(tmp_path, 0)[1] == ops
+
+
+def test_a_gpu_rank_enqueues_kernels_without_waiting_and_meets_event_waits_and_syncs_where_recorded(
+    gpu_run: RunTrace, tmp_path: Path
+) -> None:
+    rt = gpu_run.ranks[0]
+    ops = rank_plan(rt, gpu_run, NO_EFFECTS)
+    _, log, _ = _runner(ops, tmp_path)
+    names = {op.row: rt.name(op.row) for op in ops}
+    gpu_rows = [op.row for op in ops if op.gpu]
+    host_durs = [op.dur_ns for op in ops if op.kind == KIND_COMPUTE and not op.gpu]
+    tokens = {e[3]: row for e, row in zip([e for e in log if e[0] == "enqueue"], gpu_rows, strict=True)}
+    (coll,) = [op for op in ops if op.kind == KIND_COLL]
+    readable = []
+    for e in log:
+        if e[0] == "enqueue":
+            readable.append(("enqueue", e[1], names[tokens[e[3]]]))
+        elif e[0] in ("wait", "sync"):
+            readable.append((e[0], *e[1:-1], names[tokens[e[-1]]] if e[-1] > 0 else "all_reduce"))
+        elif e[0] == "issue":
+            readable.append(("issue", names[e[1]]))
+        else:
+            readable.append(e[:2] if e[0] == "comm_done" else e)
+    nn, nt = "ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nt"
+    gemm_tn, gemm_nt = (n for n in (names[r] for r in gpu_rows) if n.startswith("sm90"))
+    opt1, opt2 = (names[r] for r in gpu_rows if names[r].startswith("void at::native"))
+    copy = "Memcpy DtoH (Device -> Pageable)"
+    assert readable == [
+        ("begin",),
+        ("host", host_durs[0]),  # aten::addmm
+        ("enqueue", COMPUTE_STREAM, gemm_tn),  # launched by it, not waited for
+        ("host", host_durs[1]),  # aten::mm
+        ("enqueue", COMPUTE_STREAM, nn),
+        ("host", host_durs[2]),
+        ("enqueue", COMPUTE_STREAM, nt),
+        ("host", host_durs[3]),
+        ("enqueue", COMPUTE_STREAM, gemm_nt),
+        ("host", host_durs[4]),  # c10d::allreduce_
+        # NCCL's kernel waited for the backward's last one (an event wait): the issuing stream waits
+        ("wait", ISSUE, gemm_nt),
+        ("issue", coll.name),
+        ("comm_done", "own stream"),
+        ("host", host_durs[5]),  # aten::_foreach_add_
+        ("wait", COMPUTE_STREAM, "all_reduce"),  # the optimizer's kernel waits for the all_reduce
+        ("enqueue", COMPUTE_STREAM, opt1),
+        ("host", host_durs[6]),
+        ("enqueue", COMPUTE_STREAM, opt2),
+        ("enqueue", COMPUTE_STREAM, copy),  # aten::item's copy (launched inside the op that syncs)
+        ("sync", copy),  # aten::item blocks until its copy is done: the host synchronisation
+        ("host", host_durs[7]),
+        ("finish",),
+    ]
+    # no host op became GPU work, and no GPU op ran on the host
+    assert len(host_durs) == 8 and sum(e[0] == "host" for e in log) == 8
+
+
+def test_a_gpu_op_waits_for_another_streams_work_but_not_its_own_streams(tmp_path: Path) -> None:
+    ops = [
+        _op(0),  # host: launches 1 and 2
+        _op(1, gpu=True, stream=7, deps=()),
+        _op(2, gpu=True, stream=7, deps=(1,)),  # stream order
+        _op(3, gpu=True, stream=9, deps=(1,)),  # event wait on stream 7's work
+        _op(4, deps=(0, 3)),  # host op depending on GPU work: synchronises on it
+        _op(5, gpu=True, stream=9, deps=(3, 2)),  # stream order on 9, event wait on 7
+        _op(6, kind=KIND_NESTED, parent=5, offset_ns=100, dur_ns=50, deps=()),
+    ]
+    runner, log, base = _runner(ops, tmp_path)
+    assert log == [
+        ("begin",),
+        ("host", 100),
+        ("enqueue", 7, 200, 1),
+        ("enqueue", 7, 300, 2),
+        ("wait", 9, 1),
+        ("enqueue", 9, 400, 3),
+        ("sync", 3),
+        ("host", 500),
+        ("wait", 9, 2),
+        ("enqueue", 9, 600, 4),
+        ("finish",),
+    ]
+    # the GPU ops' times are the device's, read after it was done; a nested op follows its GPU parent
+    assert [(runner.start[r] - base, runner.end[r] - base) for r in (1, 2, 3, 5)] == [
+        (1000, 1500),
+        (2000, 2500),
+        (3000, 3500),
+        (4000, 4500),
+    ]
+    assert (runner.start[6] - base, runner.end[6] - base) == (4100, 4150)
+
+
+def test_communication_after_gpu_work_is_ordered_on_the_device_and_ends_when_the_device_says(
+    tmp_path: Path,
+) -> None:
+    ops = [
+        _op(0, gpu=True, stream=7),
+        _op(1, kind=KIND_COLL, comm_type=0, dur_ns=0, deps=(0,), blocking=True),
+        _op(2, kind=KIND_COLL, comm_type=0, dur_ns=0, queue_deps=(0,)),
+        _op(3, gpu=True, stream=7, deps=(0, 1)),
+        _op(4, wait_deps=(2,)),  # a wait node: blocked until the collective completed on the device
+    ]
+    runner, log, base = _runner(ops, tmp_path)
+    assert log == [
+        ("begin",),
+        ("enqueue", 7, 100, 1),
+        ("wait", ISSUE, 1),  # the blocking collective's stream waits for the kernel; the host does not
+        ("issue", 1, "blocking"),
+        ("comm_done", ISSUE, -2),
+        ("wait", ISSUE, 1),  # a queue edge (NCCL's stream waited for the kernel)
+        ("issue", 2, "async"),
+        ("comm_done", "own stream", -3),
+        ("wait", 7, -2),  # the kernel after the collective waits for it on the device
+        ("enqueue", 7, 400, 4),
+        ("sync", -3),
+        ("host", 500),
+        ("finish",),
+    ]
+    # issued on the host, done when the device says
+    assert runner.start[1] < base and (runner.end[1] - base, runner.end[2] - base) == (2000, 3000)
+
+
+def test_without_a_gpu_queue_gpu_ops_run_as_host_work_as_before(tmp_path: Path) -> None:
+    ops = [_op(0), _op(1, gpu=True, stream=7, deps=(0,)), _op(2, deps=(1,))]
+    _, log, _ = _runner(ops, tmp_path, gpu=False)
+    assert log == [("host", 100), ("host", 200), ("host", 300)]
