@@ -320,3 +320,120 @@ def test_without_a_gpu_queue_gpu_ops_run_as_host_work_as_before(tmp_path: Path) 
     ops = [_op(0), _op(1, gpu=True, stream=7, deps=(0,)), _op(2, deps=(1,))]
     _, log, _ = _runner(ops, tmp_path, gpu=False)
     assert log == [("host", 100), ("host", 200), ("host", 300)]
+
+
+class _FakeCuda:
+    """The part of ``torch.cuda`` the CUDA queue calls, recording each call; an event's time is the number
+    of calls made before its record, in ms (so ``elapsed_time`` differences are whole ms)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.current = "default"
+        outer = self
+
+        class Stream:
+            made = 0
+
+            def __init__(self, device: Any = None, name: str = "") -> None:
+                if not name:
+                    Stream.made += 1
+                self.name = name or f"s{Stream.made}"
+
+            def wait_event(self, event: Any) -> None:
+                outer.calls.append(("wait_event", self.name, event.name))
+
+        class Event:
+            made = 0
+
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+                Event.made += 1
+                self.name = f"e{Event.made}"
+                self.at_ms = -1.0
+
+            def record(self, stream: Any = None) -> None:
+                on = outer.current if stream is None else getattr(stream, "name", stream)
+                self.at_ms = float(len(outer.calls))
+                outer.calls.append(("record", self.name, on))
+
+            def synchronize(self) -> None:
+                outer.calls.append(("event_sync", self.name))
+
+            def elapsed_time(self, end: Any) -> float:
+                return float(end.at_ms - self.at_ms)
+
+        class StreamContext:
+            def __init__(self, s: Any) -> None:
+                self.s = s
+
+            def __enter__(self) -> None:
+                self.prev, outer.current = outer.current, self.s.name
+
+            def __exit__(self, *exc: object) -> None:
+                outer.current = self.prev
+
+        self.Stream = Stream
+        self.Event = Event
+        self.stream = StreamContext
+
+    def current_stream(self, device: Any = None) -> Any:
+        return self.Stream(name=self.current)
+
+    def _sleep(self, cycles: int) -> None:
+        self.calls.append(("sleep", self.current, cycles))
+
+    def synchronize(self, device: Any = None) -> None:
+        self.calls.append(("device_sync",))
+
+
+def test_the_cuda_queue_sleeps_on_the_ops_stream_between_timing_events_and_times_them_from_one_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from skewlens.replay.real import gpu
+
+    fake = _FakeCuda()
+    monkeypatch.setattr(gpu, "torch", SimpleNamespace(cuda=fake))
+    monkeypatch.setattr(gpu, "_calibrate", lambda device: 2.0)  # cycles per ns
+    q = gpu.CudaQueue("cuda:0")  # type: ignore[arg-type]
+
+    class Work:
+        def wait(self) -> None:
+            fake.calls.append(("work_wait", fake.current))
+
+    q.begin()
+    a = q.enqueue(7, 1_000)
+    q.wait(9, a)
+    b = q.enqueue(9, 10)
+    q.wait(ISSUE, b)
+    c = q.comm_done(ISSUE, None)
+    d = q.comm_done(("comm", "coll", "0", -1), Work())
+    q.sync(d)
+    q.finish()
+    assert fake.calls == [
+        ("device_sync",),
+        ("record", "e1", "default"),  # the reference, on the idle device
+        ("event_sync", "e1"),
+        ("record", "e2", "s1"),  # stream 7's, made on first use
+        ("sleep", "s1", 2_000),
+        ("record", "e3", "s1"),
+        ("wait_event", "s2", "e3"),  # stream 9 waits for stream 7's op to end
+        ("record", "e4", "s2"),
+        ("sleep", "s2", 20),
+        ("record", "e5", "s2"),
+        ("wait_event", "default", "e5"),  # where communication is issued from
+        ("record", "e6", "default"),  # a blocking call's completion: the issuing stream waits already
+        ("work_wait", "s3"),  # an asynchronous one's: its Work waited for on a stream of its own
+        ("record", "e7", "s3"),
+        ("event_sync", "e7"),
+        ("device_sync",),
+    ]
+    ref = q.times((q._ref, q._ref))[0]
+    # each event's time is the reference's plus its elapsed_time from it (ms) in ns
+    assert [q.times(t) for t in (a, b, c, d)] == [
+        (ref + 2_000_000, ref + 4_000_000),  # e2, e3: 2 and 4 calls after the reference
+        (ref + 6_000_000, ref + 8_000_000),
+        (ref + 10_000_000, ref + 10_000_000),
+        (ref + 12_000_000, ref + 12_000_000),
+    ]
