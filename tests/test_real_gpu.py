@@ -437,3 +437,45 @@ def test_the_cuda_queue_sleeps_on_the_ops_stream_between_timing_events_and_times
         (ref + 10_000_000, ref + 10_000_000),
         (ref + 12_000_000, ref + 12_000_000),
     ]
+
+
+def test_a_host_wait_for_work_on_the_device_is_watched_naming_the_op(tmp_path: Path) -> None:
+    # a blocking collective's call returns once enqueued: a collective that never completes on the device
+    # keeps the host waiting where it synchronises on it, or at the end, and the watchdog names it there
+    ops = [
+        _op(0, kind=KIND_COLL, comm_type=0, dur_ns=0, pg_name="0", seq=3, blocking=True, name="allreduce"),
+        _op(1, gpu=True, stream=7, name="gemm", node_id=41),
+        _op(2, wait_deps=(0,)),
+        _op(3, deps=(1,)),
+    ]
+    watched: list[list[str]] = []
+    log: Log = []
+    dog = Watchdog(0, tmp_path, 10.0)
+
+    class Watching(FakeGpu):
+        def _note(self) -> None:
+            watched.append([c.desc for c in dog.inflight.values() if not c.done()])
+
+        def sync(self, token: int) -> None:
+            self._note()
+            super().sync(token)
+
+        def finish(self) -> None:
+            self._note()
+            super().finish()
+
+    runner = Runner(
+        rank=0,
+        ops=ops,
+        dog=dog,
+        issuer=FakeIssuer(log),  # type: ignore[arg-type]
+        compute=FakeCompute(log),  # type: ignore[arg-type]
+        gpu=Watching(log),
+    )
+    runner.run(time.perf_counter_ns())
+    assert watched == [
+        ["rank 0: all_reduce on group '0' seq 3 (node 0 allreduce)"],
+        ["rank 0: GPU op on stream 7 (node 41 gemm)"],
+        ["rank 0: the work left on the device at the end"],
+    ]
+    assert not [c for c in dog.inflight.values() if not c.done()]

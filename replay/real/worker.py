@@ -63,6 +63,8 @@ GIL_SWITCH_S = 0.0002
 EXIT_TIMEOUT = 3
 EXIT_FAILED = 1
 EXIT_ORPHANED = 4
+#: The watchdog's key of a wait of this thread for work on the device (warm-up ops use -1, ops their row).
+DEVICE_WAIT = -2
 
 
 class Watchdog:
@@ -172,6 +174,7 @@ class Runner:
         self.device: dict[int, Any] = {}
         #: nested ops of GPU ops: timed once the device's times are read
         self._nested_late: list[ReplayOp] = []
+        self.by_row = {op.row: op for op in ops}
 
     def _settle(self, row: int, c: Completion) -> int:
         """Wait for the asynchronous op ``c`` (watched as ``row``); returns its completion time."""
@@ -224,8 +227,8 @@ class Runner:
                 for d in op.wait_deps:  # a wait node: blocked until the communication (or GPU work) completed
                     if d in self.pending:
                         self._finish(d)
-                    if self.gpu is not None and (token := self.device.get(d)) is not None:
-                        self.gpu.sync(token)
+                    if self.gpu is not None and d in self.device:
+                        self._sync(self.gpu, d)
                 self.compute.run(op.dur_ns)
                 self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
                 continue
@@ -263,10 +266,30 @@ class Runner:
         if token is None or self.gpu is None:
             return self._finish(d) if d in self.pending else self.end.get(d, origin_ns)
         if op.kind == KIND_COMPUTE:
-            self.gpu.sync(token)
+            self._sync(self.gpu, d)
             return time.perf_counter_ns()
         self.gpu.wait(ISSUE, token)
         return origin_ns
+
+    def _sync(self, gpu: GpuQueue, row: int) -> None:
+        """Block until the work on the device of the op at ``row`` is done (watched)."""
+        op = self.by_row[row]
+        what = (
+            f"rank {self.rank}: GPU op on stream {op.stream} (node {op.node_id} {op.name})"
+            if op.gpu
+            else describe(op, self.rank)
+        )
+        token = self.device[row]
+        self._watched(what, lambda: gpu.sync(token))
+
+    def _watched(self, what: str, wait: Callable[[], None]) -> None:
+        """``wait()`` for work on the device, watched like an op in flight: a collective that never completes
+        on the device fails the rank naming ``what`` after ``real.timeout_s``."""
+        c = Completion(desc=what, issued_ns=time.perf_counter_ns())
+        self.dog.add(DEVICE_WAIT, c)
+        wait()
+        c.event.set()
+        self.dog.done(DEVICE_WAIT)
 
     def _enqueue(self, gpu: GpuQueue, op: ReplayOp) -> None:
         """Enqueue GPU op ``op`` on its stream after what it depends on (see the class docstring); the host
@@ -282,7 +305,7 @@ class Runner:
     def _device_times(self, gpu: GpuQueue) -> None:
         """Once the device is done: each GPU op's times, and each communication op's end, from the device
         (communication starts at its issue on this thread); then the nested ops of GPU ops."""
-        gpu.finish()
+        self._watched(f"rank {self.rank}: the work left on the device at the end", gpu.finish)
         for row, token in self.device.items():
             s, e = gpu.times(token)
             if row in self.gpu_stream:
