@@ -276,6 +276,15 @@ def test_a_device_event_with_no_metadata_is_gpu_work_as_before() -> None:
     assert activity(annotation) == "gpu_user_annotation"
 
 
+def test_allocation_records_of_a_torch_without_activity_type_are_no_operators_nor_gpu_work() -> None:
+    # the full level's [memory] records (profile_memory) carry no metadata on torch 2.11 and sit on the
+    # allocation's device: on an H200 140 of them became GPU nodes that host synchronisations waited on
+    on_gpu = Torch211Event(Ev("[memory]", "kernel", 0, 0, resource=2908), "")
+    on_host = Torch211Event(Ev("[memory]", "cpu_op", 5, 0, resource=2908), "")
+    assert [activity(on_gpu), activity(on_host)] == ["cpu_instant_event"] * 2
+    assert op_records([on_gpu, on_host]) == []
+
+
 def test_every_gpu_node_gets_its_launch_time_and_depends_on_the_host_node_around_the_launch() -> None:
     raw = _real("cuda_event_sync_kineto.json.gz")
     nodes = _build(raw)

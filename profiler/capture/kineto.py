@@ -45,6 +45,8 @@ SYNC_KIND = "cuda_sync"
 #: ``activity()`` of Kineto's instant events: ``[memory]`` allocation records (the full level asks for
 #: them, ``profile_memory``), points in time, not operators.
 INSTANT_KIND = "cpu_instant_event"
+#: Name of those allocation records.
+MEMORY_EVENT_NAME = "[memory]"
 #: ``activity()`` of Kineto's own overhead ranges (``Activity Buffer Request``, ``Lazy Function Loading``,
 #: ``Runtime Triggered Module Loading``, ...): no operator, on no thread of the program (resource 0).
 OVERHEAD_KIND = "overhead"
@@ -63,7 +65,8 @@ def inferred_activity(ev: Any) -> str:
     H200 (``scripts/cuda_check.sh`` prints it): a CUDA runtime or driver call has CUPTI's callback id
     (``cbid``), an operator torch's event index (``Ev Idx``), Kineto's overhead ranges nothing and no
     thread; on the device a synchronisation activity has ``cuda_sync_kind``, a kernel its launch
-    (``grid``, ``queued``), copies and memsets their names. ``""`` where the metadata says nothing (no
+    (``grid``, ``queued``), copies and memsets their names; allocation records (the full level's
+    ``[memory]``, on the allocation's device) their name. ``""`` where the metadata says nothing (no
     ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and GPU work
     on the device."""
     get = getattr(ev, "metadata_json", None)
@@ -76,6 +79,8 @@ def inferred_activity(ev: Any) -> str:
     )
     found = set(keys)
     name = str(ev.name())
+    if name == MEMORY_EVENT_NAME:  # on the device of the allocation, with no metadata on torch 2.11
+        return INSTANT_KIND
     if is_host_event(ev):
         if "cbid" in found:
             return "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
