@@ -26,7 +26,7 @@ from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.render import NAME_WIDTH, critical_path_table
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import check_main
-from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.errors import TraceFormatError, ValidationError
 from skewlens.profiler.store.issues import Severity, rank_ranges, summarise_skipped
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.validate import load_validated, validate_run
@@ -478,3 +478,100 @@ def test_the_refusal_says_lenient_is_not_enough_where_other_errors_remain() -> N
     assert "--lenient" not in text  # a gap in the manifest is no unreadable file
     text = str(refusal("r", [corrupt, gap], "not loaded", lenient_option="--lenient"))
     assert text.endswith("(--lenient would leave out the unreadable rank(s) 3, not the rest)")
+
+
+# ------------------------------------------------------------------------- inconsistent all_to_all splits
+
+#: Bytes rank r sends to rank k in the run's two uneven all_to_alls (group-rank order, own chunk included).
+A2A_SENDS = [[100, 2_000, 30], [400, 5, 6_000], [70, 800, 9]]
+
+
+def _splits_run(tmp_path: Path, damage: str) -> tuple[Path, int]:
+    """3 ranks, 50 compute nodes each (enough for the column cache), then two uneven all_to_alls; rank 1's
+    second one records splits made inconsistent by ``damage``. Returns the run and that node's id."""
+    b = RunBuilder(world_size=3)
+    bad_node = -1
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        for i in range(50):
+            rb.compute(f"aten::op{i % 3}", dur_ns=1000)
+        send = A2A_SENDS[r]
+        recv = [A2A_SENDS[k][r] for k in range(3)]
+        peer = (sum(send) - send[r], sum(recv) - recv[r])
+        for k in range(2):
+            s, g, p = list(send), list(recv), peer
+            if r == 1 and k == 1:
+                if damage == "sum-differs":
+                    p = (peer[0] + 1_000, peer[1])
+                elif damage == "negative":
+                    s[0] = -s[0]
+                else:  # lengths-differ
+                    s.append(0)
+            node = rb.collective(CommType.ALL_TO_ALL, sum(send), MS, peer_bytes=p, peer_splits=(s, g))
+            if r == 1 and k == 1:
+                bad_node = node
+    return b.write(tmp_path / "run"), bad_node
+
+
+@pytest.mark.parametrize("damage", ["sum-differs", "negative", "lengths-differ"])
+def test_a_lenient_load_drops_only_the_inconsistent_splits_and_keeps_the_rank(
+    tmp_path: Path, damage: str
+) -> None:
+    from skewlens.profiler.store import colcache
+    from skewlens.profiler.store.issues import DroppedSplits, run_notes
+    from skewlens.profiler.store.model import RunTrace
+    from skewlens.replay.lower import collective_pairs
+
+    d, bad = _splits_run(tmp_path, damage)
+    f = d / "rank-1.et"
+    node_re = (
+        rf"rank-1\.et: rank 1: node {bad} \(c10d::all_to_all_\) at byte offset \d+ has corrupt all_to_all "
+        "splits"
+    )
+    with pytest.raises(TraceFormatError, match=node_re):
+        load_run(d)
+    with pytest.raises(ValidationError, match=node_re) as refused:
+        load_validated(d, lenient_option="--lenient")
+    assert str(refused.value).endswith(
+        "--lenient would drop the inconsistent all_to_all splits on rank(s) 1 and use the rest"
+    )
+    runs: list[RunTrace] = []
+    for _ in range(2):  # cold (decoded, cache written), then warm (read from the column cache)
+        runs.append(load_validated(d, lenient=True))
+        assert colcache.cache_path(f).exists()
+    for run in runs:
+        assert sorted(run.ranks) == [0, 1, 2] and run.left_out_ranks == ()
+        rt = run.ranks[1]
+        row = int(np.flatnonzero(rt.node_id == bad)[0])
+        assert (
+            rt.split_ptr is not None and rt.split_send_bytes is not None and rt.split_recv_bytes is not None
+        )
+        a, b = int(rt.split_ptr[row]), int(rt.split_ptr[row + 1])
+        assert a == b  # no splits left on that node
+        assert rt.split_send_bytes.tolist() == A2A_SENDS[1]  # the first all_to_all keeps its own
+        assert rt.split_recv_bytes.tolist() == [2_000, 5, 800]
+        assert rt.send_bytes is not None and rt.recv_bytes is not None
+        assert (int(rt.send_bytes[row]), int(rt.recv_bytes[row])) == (-1, -1)  # as a node without splits
+        assert int(rt.comm_bytes[row]) == sum(A2A_SENDS[1])  # its recorded comm_size
+        ((dropped),) = run.dropped_splits
+        assert isinstance(dropped, DroppedSplits)
+        assert (dropped.file, dropped.rank, dropped.node_id) == (str(f), 1, bad)
+        why = {"sum-differs": "sums to", "negative": "a negative size", "lengths-differ": "lengths differ"}
+        assert why[damage] in dropped.reason
+        assert [n for n in run_notes(run) if "splits" in n] == [dropped.describe()]
+        assert dropped.describe().startswith(f"{f}: rank 1: node {bad}: all_to_all splits dropped (lenient)")
+        # rank 1 is costed as an even all_to_all of its comm_size: a third to each member
+        second = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL][1]
+        pairs = collective_pairs(run, second)
+        assert pairs is not None
+        even = sum(A2A_SENDS[1]) // 3
+        assert [(s, t, n) for s, t, n in pairs if s == 1] == [(1, 0, even), (1, 2, even)]
+        assert [(s, t, n) for s, t, n in pairs if s == 0] == [(0, 1, 2_000), (0, 2, 30)]
+    assert np.array_equal(runs[0].ranks[1].split_ptr, runs[1].ranks[1].split_ptr)  # type: ignore[arg-type]
+    # said once, as a warning naming the file, rank and node; check names the same node as an error
+    warned = [i for i in validate_run(d, lenient=True).issues if i.kind == "corrupt-splits"]
+    assert [(i.severity, i.file, i.rank, i.node) for i in warned] == [(Severity.WARNING, str(f), 1, bad)]
+    out = io.StringIO()
+    assert check_main([str(d), "--no-progress"], console=Console(file=out, width=400)) == 1
+    hint = out.getvalue().split("use the rest, skipping:")[1].strip().splitlines()
+    assert [h.strip() for h in hint] == [runs[0].dropped_splits[0].describe()]

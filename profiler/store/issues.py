@@ -54,6 +54,9 @@ class IssueLog:
     skipped: list[SkippedComm] = field(default_factory=list)
     """Communication whose members disagree: what a lenient load leaves out of matching (a strict one
     keeps it matched, and reports it as errors)."""
+    dropped_splits: list[DroppedSplits] = field(default_factory=list)
+    """All_to_all nodes whose recorded splits are inconsistent, their splits dropped (a strict load refuses
+    the rank instead)."""
 
     def add(
         self,
@@ -74,6 +77,10 @@ class IssueLog:
     def skip(self, item: SkippedComm) -> None:
         """Record communication whose members disagree (its issues are added separately)."""
         self.skipped.append(item)
+
+    def drop_splits(self, item: DroppedSplits) -> None:
+        """Record a node whose splits were dropped (its issue is added separately)."""
+        self.dropped_splits.append(item)
 
     def error(
         self, kind: str, message: str, *, file: str = "", rank: int | None = None, node: int | None = None
@@ -121,6 +128,28 @@ class SkippedComm:
             return text
         lo, hi = self.seqs[0], self.seqs[-1]
         return f"{text} at seq {lo}" + (f"-{hi}" if hi != lo else "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DroppedSplits:
+    """An all_to_all node whose recorded per-member splits are inconsistent, kept by a lenient load without
+    them: it keeps its recorded ``comm_size`` and is an even all_to_all, as a node that recorded none."""
+
+    file: str
+    """The rank's trace file."""
+    rank: int
+    """Global rank."""
+    node_id: int
+    """The node's id."""
+    reason: str
+    """What is inconsistent (``lengths differ: 3 and 2 entries``)."""
+
+    def describe(self) -> str:
+        """``RUN/rank-1.et: rank 1: node 57: all_to_all splits dropped (lenient): a negative size; ...``."""
+        return (
+            f"{self.file}: rank {self.rank}: node {self.node_id}: all_to_all splits dropped (lenient): "
+            f"{self.reason}; the node is an even all_to_all of its recorded comm_size"
+        )
 
 
 #: Per group and reason, at most this many skipped items are described; the rest are counted.
@@ -215,10 +244,28 @@ def summarise_skipped(skipped: Sequence[SkippedComm]) -> list[str]:
     return lines
 
 
+#: At most this many nodes whose splits a lenient load dropped are described one by one; the rest are counted.
+DESCRIBED_DROPS = 20
+
+
+def summarise_dropped_splits(dropped: Sequence[DroppedSplits]) -> list[str]:
+    """A line per node whose splits a lenient load dropped (the first :data:`DESCRIBED_DROPS`), then one
+    that counts the rest with their ranks."""
+    lines = [d.describe() for d in dropped[:DESCRIBED_DROPS]]
+    rest = dropped[DESCRIBED_DROPS:]
+    if rest:
+        lines.append(
+            f"and the all_to_all splits of {len(rest)} more node(s) dropped (lenient), on rank(s) "
+            f"{rank_ranges(d.rank for d in rest)}"
+        )
+    return lines
+
+
 def run_notes(run: RunTrace) -> list[str]:
     """What a report on ``run`` says besides its tables: the ranks a lenient load left out (a line each, with
-    why), the ranks without a trace (one line), and per process group the communication a lenient load
-    skipped (see :func:`summarise_skipped`)."""
+    why), the ranks without a trace (one line), the nodes whose inconsistent all_to_all splits it dropped
+    (a line each, see :func:`summarise_dropped_splits`), and per process group the communication a lenient
+    load skipped (see :func:`summarise_skipped`)."""
     m = run.manifest
     notes = [f"rank {r} left out (lenient): {why}" for r, why in run.left_out_ranks]
     left_out = {r for r, _why in run.left_out_ranks}
@@ -233,6 +280,7 @@ def run_notes(run: RunTrace) -> list[str]:
         notes.append(f"extrapolated: {m.notes[SCALE_NOTE]}")
     if STEP_MARKS_NOTE in m.notes:
         notes.append(f"steps: {m.notes[STEP_MARKS_NOTE]}")
+    notes.extend(summarise_dropped_splits(run.dropped_splits))
     skipped = summarise_skipped(run.skipped_comm)
     if skipped:
         notes.append(

@@ -51,9 +51,17 @@ from skewlens.profiler.store.fast import (
     RawColumns,
     decode_file,
 )
-from skewlens.profiler.store.issues import IssueLog, Severity, no_trace_line, rank_ranges
+from skewlens.profiler.store.issues import DroppedSplits, IssueLog, Severity, no_trace_line, rank_ranges
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
-from skewlens.profiler.store.model import DEP_CTRL, DEP_DATA, CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.store.model import (
+    DEP_CTRL,
+    DEP_DATA,
+    I64,
+    CollectiveInstance,
+    P2PPair,
+    RankTrace,
+    RunTrace,
+)
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
@@ -266,46 +274,97 @@ def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
 
 #: The most members an all_to_all's split list may name (a larger one is corrupt).
 MAX_SPLITS = 1 << 17
+#: The issue kind of an all_to_all node whose splits are inconsistent (a lenient load drops them).
+SPLITS_KIND = "corrupt-splits"
 
 
 def _splits(
-    raw: RawColumns, path: Path, rank: int, node_id: np.ndarray
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | tuple[None, None, None]:
+    raw: RawColumns,
+    path: Path,
+    rank: int,
+    node_id: np.ndarray,
+    node_name: Callable[[int], str],
+    *,
+    sink: IssueLog,
+    lenient: bool,
+) -> tuple[I64 | None, I64 | None, I64 | None, I64]:
     """``RankTrace``'s split columns (``split_ptr``, ``split_send_bytes``, ``split_recv_bytes``; all None
-    where no node carries splits). A node whose lists disagree in length, hold a negative value, name more
-    than ``MAX_SPLITS`` members, or whose sums do not hold its ``skl_send_bytes`` / ``skl_recv_bytes`` plus
-    one chunk of its own is refused (:class:`TraceFormatError` naming it)."""
+    where no node carries splits), and the rows whose splits were dropped.
+
+    A node whose lists disagree in length, hold a negative value, name more than ``MAX_SPLITS`` members, or
+    whose sums do not hold its ``skl_send_bytes`` / ``skl_recv_bytes`` plus one chunk of its own is
+    inconsistent. A strict load refuses the rank (:class:`TraceFormatError` naming the first such node); a
+    lenient one drops that node's splits (a warning and a :class:`DroppedSplits` each), a collecting one
+    (``skewlens check``) likewise but with an error each."""
     send = raw.attr_lists.get(Attr.SEND_SPLITS)
     recv = raw.attr_lists.get(Attr.RECV_SPLITS)
+    none = np.empty(0, np.int64)
     if send is None and recv is None:
-        return None, None, None
+        return None, None, None, none
     n = raw.node_id.shape[0]
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
-    (s_row, s_val), (r_row, r_val) = send or empty, recv or empty
+    (s_row, s_val), (r_row, r_val) = send or (none, none), recv or (none, none)
     s_count = np.bincount(s_row, minlength=n)
     r_count = np.bincount(r_row, minlength=n)
-    bad = (s_count != r_count) | (s_count > MAX_SPLITS)
-    bad[s_row[s_val < 0]] = True
-    bad[r_row[r_val < 0]] = True
+    negative = np.zeros(n, dtype=np.bool_)
+    negative[s_row[s_val < 0]] = True
+    negative[r_row[r_val < 0]] = True
+    unsummed: list[np.ndarray] = []
     for row, val, total in ((s_row, s_val, Attr.SEND_BYTES), (r_row, r_val, Attr.RECV_BYTES)):
         # the chunk a node keeps (its list's sum less the total to the others) must be one of its entries
         own = np.bincount(row, weights=val, minlength=n).astype(np.int64) - raw.attr_val[total]
         listed = np.zeros(n, dtype=np.bool_)
         listed[row[val == own[row]]] = True
-        bad |= (s_count > 0) & (~raw.attr_has[total] | ~listed)
+        unsummed.append((np.maximum(s_count, r_count) > 0) & (~raw.attr_has[total] | ~listed))
+    bad = (s_count != r_count) | (s_count > MAX_SPLITS) | negative | unsummed[0] | unsummed[1]
     where = np.flatnonzero(bad)
-    if where.size:
-        i = int(where[0])
-        raise TraceFormatError(
-            f"{path}: rank {rank}: node {node_id[i]} at byte offset {raw.msg_offset[i]} has corrupt "
-            f"all_to_all splits ({Attr.SEND_SPLITS}: {int(s_count[i])} entries, {Attr.RECV_SPLITS}: "
-            f"{int(r_count[i])}; at most {MAX_SPLITS}, equal lengths, no negative bytes, sums of "
-            f"{Attr.SEND_BYTES} / {Attr.RECV_BYTES} plus its own chunk)"
-            + (f", and {where.size - 1} other node(s)" if where.size > 1 else "")
+    if where.size == 0:
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(s_count, out=ptr[1:])
+        return ptr, s_val.astype(np.int64), r_val.astype(np.int64), none
+
+    def reason(i: int) -> str:
+        if s_count[i] != r_count[i]:
+            return f"lengths differ ({s_count[i]} and {r_count[i]} entries)"
+        if s_count[i] > MAX_SPLITS:
+            return f"{s_count[i]} entries, more than {MAX_SPLITS}"
+        if negative[i]:
+            return "a negative size"
+        lists, totals = (Attr.SEND_SPLITS, Attr.RECV_SPLITS), (Attr.SEND_BYTES, Attr.RECV_BYTES)
+        k = 0 if unsummed[0][i] else 1
+        rows, vals = (s_row, s_val) if k == 0 else (r_row, r_val)
+        total = (
+            f"{totals[k]} {raw.attr_val[totals[k]][i]}" if raw.attr_has[totals[k]][i] else f"no {totals[k]}"
         )
+        return f"{lists[k]} sums to {int(vals[rows == i].sum())} B, not {total} plus one of its entries"
+
+    def message(i: int) -> str:
+        return (
+            f"{path}: rank {rank}: node {node_id[i]} ({node_name(i)}) at byte offset {raw.msg_offset[i]} has "
+            f"corrupt all_to_all splits: {reason(i)} (each list holds at most {MAX_SPLITS} entries, of equal "
+            f"lengths, no negative bytes, and sums to {Attr.SEND_BYTES} / {Attr.RECV_BYTES} plus its own "
+            "chunk)"
+        )
+
+    if sink.strict and not lenient:
+        more = f", and {where.size - 1} other node(s)" if where.size > 1 else ""
+        raise TraceFormatError(message(where[0]) + more)
+    for i in where.tolist():
+        sink.drop_splits(DroppedSplits(file=str(path), rank=rank, node_id=int(node_id[i]), reason=reason(i)))
+    _report(
+        sink,
+        SPLITS_KIND,
+        where,
+        lambda i: (int(node_id[i]), message(i) + ("; its splits dropped (lenient)" if lenient else "")),
+        path=path,
+        rank=rank,
+        severity=Severity.WARNING if lenient else Severity.ERROR,
+    )
+    s_keep, r_keep = ~bad[s_row], ~bad[r_row]
+    if not s_keep.any():
+        return None, None, None, where
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(s_count, out=ptr[1:])
-    return ptr, s_val.astype(np.int64), r_val.astype(np.int64)
+    np.cumsum(np.where(bad, 0, s_count), out=ptr[1:])
+    return ptr, s_val[s_keep].astype(np.int64), r_val[r_keep].astype(np.int64), where
 
 
 def _report(
@@ -316,14 +375,15 @@ def _report(
     *,
     path: Path,
     rank: int,
+    severity: Severity = Severity.ERROR,
 ) -> None:
     """One issue per index (the first ``MAX_REPORTED``), then one that counts the rest."""
     for i in idx[:MAX_REPORTED].tolist():
         node, msg = describe(i)
-        sink.error(kind, msg, file=str(path), rank=rank, node=node)
+        sink.add(severity, kind, msg, file=str(path), rank=rank, node=node)
     if idx.shape[0] > MAX_REPORTED:
         rest = idx.shape[0] - MAX_REPORTED
-        sink.error(kind, f"{path}: rank {rank}: ... and {rest} more {kind} problem(s)")
+        sink.add(severity, kind, f"{path}: rank {rank}: ... and {rest} more {kind} problem(s)", rank=rank)
 
 
 def _interpret(
@@ -334,6 +394,7 @@ def _interpret(
     pg_names: list[str],
     pg_found: dict[str, ProcessGroupInfo] | None,
     sink: IssueLog,
+    lenient: bool = False,
 ) -> RankTrace:
     written_for = read_metadata(raw.global_metadata, path).get("rank")
     if isinstance(written_for, int) and written_for != rank:  # traces of other tools carry no rank
@@ -452,7 +513,13 @@ def _interpret(
     has_ns = raw.attr_has["skl_start_ns"]
     if n and not has_ns.any() and not raw.start_us.any():
         notes.append("no start times in the trace (start_ns kept at 0)")
-    split_ptr, split_send, split_recv = _splits(raw, path, rank, node_id)
+    split_ptr, split_send, split_recv, dropped = _splits(
+        raw, path, rank, node_id, lambda i: names[name_idx[i]], sink=sink, lenient=lenient
+    )
+    send_bytes, recv_bytes = _optional(raw, "skl_send_bytes"), _optional(raw, "skl_recv_bytes")
+    for col in (send_bytes, recv_bytes):
+        if col is not None:
+            col[dropped] = -1  # as a node that recorded no splits: an even all_to_all
     return RankTrace(
         rank=rank,
         path=str(path),
@@ -474,8 +541,8 @@ def _interpret(
         dst=_pick(raw, "comm_dst", -1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
         batch=_optional(raw, "skl_batch"),
-        send_bytes=_optional(raw, "skl_send_bytes"),
-        recv_bytes=_optional(raw, "skl_recv_bytes"),
+        send_bytes=send_bytes,
+        recv_bytes=recv_bytes,
         launch_ns=_optional(raw, "skl_launch_ns"),
         split_ptr=split_ptr,
         split_send_bytes=split_send,
@@ -497,16 +564,27 @@ def load_rank(
     sink: IssueLog | None = None,
     decoder: Decoder = "auto",
     raw: RawColumns | None = None,
+    lenient: bool = False,
 ) -> RankTrace:
     """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here.
 
-    Without ``sink`` the first problem raises :class:`ValidationError`; with one, problems are collected
-    there and the trace is returned with dangling dependencies dropped. ``raw``: the file's columns,
-    already decoded.
+    Without ``sink`` the first problem raises :class:`ValidationError` (:class:`TraceFormatError` for an
+    all_to_all's inconsistent splits); with one, problems are collected there and the trace is returned
+    with dangling dependencies and inconsistent splits dropped. ``lenient``: inconsistent splits are
+    dropped with a warning (``sink.dropped_splits`` names each node), strict sink or not. ``raw``: the
+    file's columns, already decoded.
     """
     p = Path(path)
     raw = decode(p, decoder=decoder) if raw is None else raw
-    return _interpret(raw, p, rank, pg_names=pg_names, pg_found=pg_found, sink=sink or IssueLog(strict=True))
+    return _interpret(
+        raw,
+        p,
+        rank,
+        pg_names=pg_names,
+        pg_found=pg_found,
+        sink=sink or IssueLog(strict=True),
+        lenient=lenient,
+    )
 
 
 def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
@@ -581,7 +659,8 @@ def iter_ranks(
     decoder: Decoder = "auto",
 ) -> Iterator[RankTrace]:
     """Load ranks one at a time (missing and unreadable files go to ``sink``; where ``left_out`` is given,
-    as warnings, and the rank with why into ``left_out``: a lenient load goes on without it).
+    as warnings, and the rank with why into ``left_out``: a lenient load goes on without it; it also drops
+    an all_to_all's inconsistent splits, into ``sink.dropped_splits``, rather than the rank).
 
     The next files are decoded (or read from the column cache) on other threads meanwhile, at most a few
     ahead: the decoder works in numpy with the GIL released. Each rank is interpreted here, in rank order,
@@ -607,7 +686,9 @@ def iter_ranks(
                 try:
                     if isinstance(raw, TraceFormatError):
                         raise raw
-                    yield load_rank(f, r, pg_names, pg_found, sink=sink, raw=raw)
+                    yield load_rank(
+                        f, r, pg_names, pg_found, sink=sink, raw=raw, lenient=left_out is not None
+                    )
                 except TraceFormatError as e:
                     if sink.strict and left_out is None:
                         raise
@@ -702,7 +783,9 @@ def load_run(
     ``progress`` is told of each rank loaded. Without ``sink`` the first inconsistency raises
     :class:`ValidationError`; :func:`skewlens.profiler.store.validate.validate_run` passes a collecting sink
     instead. ``lenient``: communication whose members disagree across ranks is a warning, not an error, and
-    is left unmatched (``RunTrace.skipped_comm`` says what and why); its nodes synchronise with no one.
+    is left unmatched (``RunTrace.skipped_comm`` says what and why); its nodes synchronise with no one; a
+    rank whose trace is missing or unreadable is left out (``RunTrace.left_out_ranks``); an all_to_all
+    node whose splits are inconsistent keeps its rank and loses its splits (``RunTrace.dropped_splits``).
     ``decoder``: see :func:`decode` (an explicit one decodes every file, column cache or not).
     """
     files = locate_run(run_dir)
@@ -736,6 +819,7 @@ def load_run(
         pg_names=pg_names,
         process_groups=groups,
         left_out_ranks=tuple(sorted((left_out or {}).items())),
+        dropped_splits=tuple(sink.dropped_splits),
     )
     missing_rank_issues(files, sink)
     if match:

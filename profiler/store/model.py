@@ -20,7 +20,7 @@ from skewlens.profiler.manifest import Manifest, ProcessGroupInfo
 from skewlens.profiler.vocab import CommType, NodeType
 
 if TYPE_CHECKING:
-    from skewlens.profiler.store.issues import SkippedComm
+    from skewlens.profiler.store.issues import DroppedSplits, SkippedComm
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -203,6 +203,10 @@ class RunTrace:
     left_out_ranks: tuple[tuple[int, str], ...] = ()
     """(rank, why) of the ranks a lenient load left out because their trace file is missing or cannot be
     read; the manifest then lists them among ``missing_ranks``, as ranks without a trace."""
+    dropped_splits: tuple[DroppedSplits, ...] = ()
+    """All_to_all nodes whose recorded splits are inconsistent, kept by a lenient load without them (each
+    keeps its ``comm_size`` and is an even all_to_all; its rank's split and ``send_bytes`` / ``recv_bytes``
+    columns hold nothing for it), in rank and file order."""
     source_ranks: dict[int, int] = field(default_factory=dict)
     """rank -> the captured rank whose trace it copies, for a run extrapolated to another size
     (``skewlens.replay.scale``); empty for a run as captured, whose every rank is its own source."""

@@ -9,7 +9,9 @@ start times, sequence numbers numbered in file order, world-wide groups assumed)
 
 Lenient (``lenient=True``; ``skewlens analyze --lenient``, ``skewlens replay lenient=true``): communication
 whose members disagree across ranks is a warning instead of an error and is left unmatched, so the rest of
-the run can be used; ``RunTrace.skipped_comm`` says, per process group, what was skipped and why.
+the run can be used; ``RunTrace.skipped_comm`` says, per process group, what was skipped and why. A rank
+whose trace is missing or unreadable is left out (``RunTrace.left_out_ranks``), and an all_to_all node whose
+splits are inconsistent loses only them (``RunTrace.dropped_splits``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     summarise_skipped,
 )
-from skewlens.profiler.store.load import Decoder, load_run
+from skewlens.profiler.store.load import SPLITS_KIND, Decoder, load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.progress import NO_PROGRESS, Advance, Progress
@@ -159,13 +161,42 @@ def _unreadable_rank(e: Issue) -> bool:
     return e.kind in UNREADABLE_KINDS and bool(e.file) and e.rank is not None
 
 
-def lenient_remedy(errors: Sequence[Issue]) -> tuple[int, list[int], bool]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LenientRemedy:
+    """What a lenient load does about a strict load's errors."""
+
+    mismatches: int
+    """Communication mismatches it skips."""
+    unreadable: tuple[int, ...]
+    """Ranks it leaves out (their trace missing or unreadable)."""
+    split_ranks: tuple[int, ...]
+    """Ranks of the all_to_all nodes whose inconsistent splits it drops (the nodes stay)."""
+    covered: bool
+    """Whether that is every error (then it uses the rest)."""
+
+    def parts(self) -> list[str]:
+        """``skip the 2 communication mismatch(es)``, ``leave out the unreadable rank(s) 3``, ..."""
+        out = [f"skip the {self.mismatches} communication mismatch(es)"] if self.mismatches else []
+        if self.unreadable:
+            out.append(f"leave out the unreadable rank(s) {rank_ranges(self.unreadable)}")
+        if self.split_ranks:
+            out.append(f"drop the inconsistent all_to_all splits on rank(s) {rank_ranges(self.split_ranks)}")
+        return out
+
+
+def lenient_remedy(errors: Sequence[Issue]) -> LenientRemedy:
     """What a lenient load does about ``errors``: the communication mismatches it skips, the ranks it leaves
-    out (their trace missing or unreadable), and whether that is every error (then it uses the rest)."""
+    out (their trace missing or unreadable), the ranks whose all_to_all nodes lose their inconsistent splits,
+    and whether that is every error (then it uses the rest)."""
     mismatch = [e for e in errors if e.kind in MISMATCH_KINDS]
     unreadable_errors = [e for e in errors if _unreadable_rank(e)]
-    unreadable = sorted({e.rank for e in unreadable_errors if e.rank is not None})
-    return len(mismatch), unreadable, len(mismatch) + len(unreadable_errors) == len(errors)
+    split_errors = [e for e in errors if e.kind == SPLITS_KIND]
+    return LenientRemedy(
+        mismatches=len(mismatch),
+        unreadable=tuple(sorted({e.rank for e in unreadable_errors if e.rank is not None})),
+        split_ranks=tuple(sorted({e.rank for e in split_errors if e.rank is not None})),
+        covered=len(mismatch) + len(unreadable_errors) + len(split_errors) == len(errors),
+    )
 
 
 def refusal(
@@ -184,8 +215,8 @@ def refusal(
     that this option uses the rest; where there are other errors too, that it would not be enough.
     """
     check = f"`skewlens check {path}` lists every problem"
-    n_mismatch, unreadable, covered = lenient_remedy(errors)
-    if lenient_option and skipped and n_mismatch == len(errors):
+    remedy = lenient_remedy(errors)
+    if lenient_option and skipped and remedy.mismatches == len(errors):
         groups = ". ".join(summarise_skipped(skipped)).replace(" skipped: ", " disagree: ")
         return ValidationError(
             f"{path}: {what}: communication does not match across ranks: {groups}. With {lenient_option} "
@@ -195,10 +226,9 @@ def refusal(
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
     tail = f"run `skewlens check {path}` for all"
-    if lenient_option and (n_mismatch or unreadable):
-        parts = [f"skip the {n_mismatch} communication mismatch(es)"] if n_mismatch else []
-        parts += [f"leave out the unreadable rank(s) {rank_ranges(unreadable)}"] if unreadable else []
-        if unreadable and covered:
+    parts = remedy.parts()
+    if lenient_option and parts:
+        if (remedy.unreadable or remedy.split_ranks) and remedy.covered:
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
         else:
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"

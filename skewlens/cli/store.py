@@ -55,21 +55,24 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
 
 
 def _lenient_hint(report: ValidationReport) -> RenderableType | None:
-    """Where communication disagrees across ranks or a rank's trace is missing or unreadable, and nothing
-    else is wrong: what ``analyze --lenient`` / ``replay lenient=true`` would skip (one line per process
-    group, one for the ranks left out) to use the rest."""
+    """Where communication disagrees across ranks, a rank's trace is missing or unreadable, or an
+    all_to_all's splits are inconsistent, and nothing else is wrong: what ``analyze --lenient`` / ``replay
+    lenient=true`` would skip (one line per process group, one for the ranks left out, one per node whose
+    splits it drops) to use the rest."""
     from rich.text import Text
 
-    from skewlens.profiler.store.issues import rank_ranges, summarise_skipped
+    from skewlens.profiler.store.issues import rank_ranges, summarise_dropped_splits, summarise_skipped
     from skewlens.profiler.store.validate import lenient_remedy
 
     if report.ok:
         return None
-    _mismatches, unreadable, covered = lenient_remedy(report.errors)
+    remedy = lenient_remedy(report.errors)
     lines = summarise_skipped(report.skipped)
-    if unreadable:
-        lines.append(f"rank(s) {rank_ranges(unreadable)} left out (trace missing or unreadable)")
-    if not lines or not covered:
+    if remedy.unreadable:
+        lines.append(f"rank(s) {rank_ranges(remedy.unreadable)} left out (trace missing or unreadable)")
+    if report.run is not None:
+        lines.extend(summarise_dropped_splits(report.run.dropped_splits))
+    if not lines or not remedy.covered:
         return None
     head = "`skewlens analyze --lenient` / `skewlens replay lenient=true` use the rest, skipping:"
     return Text("\n".join([head, *(f"  {line}" for line in lines)]), style="yellow")
