@@ -24,7 +24,7 @@ from skewlens.analysis.records import CollectiveSkewRecord
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
-from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.store.schema import read_table, table_from_records
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
@@ -50,7 +50,7 @@ RANKS = 3
 
 def _run(tmp_path: Path) -> Path:
     """Three ranks: a setup node of no step, then per step a compute node (an awkward name), a second
-    stream's kernel, an all_reduce and a send/recv ring."""
+    stream's kernel, an all_reduce and a send/recv ring; last, an uneven all_to_all."""
     b = RunBuilder(world_size=RANKS)
     for r in range(RANKS):
         b.rank(r).compute("setup", dur_ns=5_000 + r)
@@ -63,6 +63,13 @@ def _run(tmp_path: Path) -> Path:
         for r in range(RANKS):
             b.rank(r).send((r + 1) % RANKS, comm_bytes=4096, dur_ns=10_000, tag=s)
             b.rank((r + 1) % RANKS).recv(r, comm_bytes=4096, dur_ns=10_000, tag=s)
+    for r in range(RANKS):  # an uneven all_to_all: rank r sends 100 * (k + 1) + r bytes to rank k
+        send = [100 * (k + 1) + r for k in range(RANKS)]
+        recv = [100 * (r + 1) + k for k in range(RANKS)]
+        peer = (sum(send) - send[r], sum(recv) - recv[r])
+        b.rank(r).collective(
+            CommType.ALL_TO_ALL, sum(send), 20_000, peer_bytes=peer, peer_splits=(send, recv)
+        )
     return b.write(tmp_path / "run")
 
 
@@ -239,6 +246,13 @@ def test_replay_prints_the_note_and_refuses_a_negative_cap(
 # ------------------------------------------------------------------------------------ timeline.parquet
 
 
+def _splits(rt: RankTrace, values: np.ndarray | None, i: int) -> list[int] | None:
+    """Row ``i``'s recorded all_to_all splits (``values``: the send or recv column), None for none."""
+    if rt.split_ptr is None or values is None or rt.split_ptr[i] == rt.split_ptr[i + 1]:
+        return None
+    return [int(v) for v in values[rt.split_ptr[i] : rt.split_ptr[i + 1]]]
+
+
 @pytest.mark.parametrize("table_rows", [1, outputs.TABLE_ROWS])  # a table per rank; all ranks in one
 def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_row_groups(
     replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_rows: int
@@ -270,12 +284,15 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
                     "src": int(rt.src[i]),
                     "dst": int(rt.dst[i]),
                     "tag": int(rt.tag[i]),
+                    "send_splits_bytes": _splits(rt, rt.split_send_bytes, i),
+                    "recv_splits_bytes": _splits(rt, rt.split_recv_bytes, i),
                     "source_rank": r,
                     "replay_start_ns": int(sim.start_ns[r][i]),
                     "replay_end_ns": int(sim.end_ns[r][i]),
                 }
             )
     assert rows == expected
+    assert [r["send_splits_bytes"] for r in rows if r["send_splits_bytes"]][1] == [101, 201, 301]
     meta = pq.ParquetFile(path).metadata
     col = meta.schema.names.index("rank")
     stats = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -366,3 +367,115 @@ def test_an_unreadable_rank_file_is_named_and_the_rest_exported_on_request(tmp_p
     summary = export_run(run, tmp_path / "pq", workers=1, strict=False)
     assert sorted(p.name for p in (tmp_path / "pq" / "nodes").iterdir()) == ["rank=0", "rank=1"]
     assert summary.rows["ranks"] == 2 and summary.rows["p2p"] == 1
+
+
+# ------------------------------------------------------------------------------- all_to_all splits
+
+#: Bytes global rank r sends to each member of group "ep" (ranks 1, 2, 3, group-rank order) in an uneven
+#: all_to_all; rank 0 is not a member.
+EP = (1, 2, 3)
+EP_SENDS = {1: [100, 2_000, 30], 2: [400, 5, 6_000], 3: [70, 800, 9]}
+
+
+def _uneven_run(tmp_path: Path) -> Path:
+    """4 ranks: an even world all_to_all (no splits recorded), then an uneven one on group "ep" (1-3)."""
+    b = RunBuilder(4, groups={"0": (0, 1, 2, 3), "ep": EP})
+    for r in range(4):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 10_000 * (r + 1))
+        rb.collective(CommType.ALL_TO_ALL, 4096, 2_000)
+        if r in EP_SENDS:
+            me = EP.index(r)
+            send = EP_SENDS[r]
+            recv = [EP_SENDS[k][me] for k in EP]
+            peer = (sum(send) - send[me], sum(recv) - recv[me])
+            rb.collective(
+                CommType.ALL_TO_ALL, sum(send), 3_000, pg="ep", peer_bytes=peer, peer_splits=(send, recv)
+            )
+    return b.write(tmp_path / "run")
+
+
+def test_the_nodes_table_carries_an_uneven_all_to_alls_splits_for_pyarrow_and_duckdb(tmp_path: Path) -> None:
+    # before (schema version 4), the splits were not exported: only comm_bytes, the rank's total
+    run = _uneven_run(tmp_path)
+    out = tmp_path / "pq"
+    export_run(run, out, workers=1)
+    loaded = load_run(run)
+    want: dict[tuple[int, int], tuple[list[int], list[int]] | None] = {}
+    for r, rt in loaded.ranks.items():
+        for i in range(len(rt)):
+            a, b = (0, 0) if rt.split_ptr is None else (int(rt.split_ptr[i]), int(rt.split_ptr[i + 1]))
+            got = None
+            if b > a and rt.split_send_bytes is not None and rt.split_recv_bytes is not None:
+                got = (rt.split_send_bytes[a:b].tolist(), rt.split_recv_bytes[a:b].tolist())
+            want[(r, int(rt.node_id[i]))] = got
+    # what the traces hold, in group-rank order: member k of "ep" is global rank EP[k]
+    uneven = {k: v for k, v in want.items() if v is not None}
+    assert sorted(uneven.values()) == sorted(
+        (EP_SENDS[r], [EP_SENDS[k][EP.index(r)] for k in EP]) for r in EP
+    )
+    tbl = open_dataset(out, "nodes").to_table()
+    assert pa.types.is_list(tbl.schema.field("send_splits_bytes").type)
+    assert pa.types.is_int64(tbl.schema.field("send_splits_bytes").type.value_type)
+    by_pyarrow = {
+        (row["rank"], row["node_id"]): (
+            None if row["send_splits_bytes"] is None else (row["send_splits_bytes"], row["recv_splits_bytes"])
+        )
+        for row in tbl.to_pylist()
+    }
+    assert by_pyarrow == want
+    nodes = f"read_parquet('{out}/nodes/*/*.parquet', hive_partitioning = true)"
+    by_duckdb = {
+        (r, n): None if s is None else (s, g)
+        for r, n, s, g in duckdb.sql(
+            f"SELECT rank, node_id, send_splits_bytes, recv_splits_bytes FROM {nodes}"
+        ).fetchall()
+    }
+    assert by_duckdb == want
+    assert duckdb.sql(f"SELECT typeof(send_splits_bytes) FROM {nodes} LIMIT 1").fetchall() == [("BIGINT[]",)]
+    # the documented imbalance query: one row per (sender, member) pair of the uneven all_to_all
+    pairs = duckdb.sql(_doc_queries()[3].replace("'nodes/", f"'{out}/nodes/")).fetchall()
+    assert pairs == [("ep", 0, r, k, EP_SENDS[r][k]) for r in EP for k in range(3)]
+    # its values delta-encoded, like every integer column
+    meta = pq.ParquetFile(out / "nodes" / "rank=1" / "part-0.parquet").metadata.row_group(0)
+    leaves = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert "DELTA_BINARY_PACKED" in leaves["send_splits_bytes.list.element"]
+
+
+def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_refused(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+
+    row = NodeRecord(
+        rank=0, node_id=7, name="aten::mm", type="COMP", start_ns=0, dur_ns=5, stream=0, step=0,
+        is_cpu_op=True, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
+        send_splits_bytes=None, recv_splits_bytes=None,
+    )  # fmt: skip
+    current = table_from_records(
+        NodeRecord, [row, dataclasses.replace(row, send_splits_bytes=[1, 2])], "nodes"
+    )
+    assert read_table(write_table(current, tmp_path / "v5.parquet"), NodeRecord)[
+        "send_splits_bytes"
+    ].to_pylist() == [
+        None,
+        [1, 2],
+    ]
+    old = current.drop_columns(["send_splits_bytes", "recv_splits_bytes"])
+    for version, readable in (("4", True), ("3", False)):
+        f = tmp_path / f"v{version}.parquet"
+        write_table(old.replace_schema_metadata({META_VERSION: version.encode(), META_TABLE: b"nodes"}), f)
+        if readable:
+            tbl = read_table(f, NodeRecord)
+            assert (
+                tbl["send_splits_bytes"].to_pylist() == tbl["recv_splits_bytes"].to_pylist() == [None, None]
+            )
+            assert tbl["node_id"].to_pylist() == [7, 7]
+            picked = read_table(f, NodeRecord, columns=["node_id", "recv_splits_bytes"])
+            assert picked.column_names == ["node_id", "recv_splits_bytes"]
+            assert read_table(f).num_columns == len(old.column_names)  # as written
+        else:
+            with pytest.raises(
+                SkewlensError, match=r"v3\.parquet: schema version 3 \(this skewlens reads 4 to 5\)"
+            ):
+                read_table(f, NodeRecord)

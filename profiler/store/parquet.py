@@ -85,6 +85,7 @@ PART_FILE = "part-0.parquet"
 ROW_GROUP = 1 << 20
 
 _TYPE_NAMES = [t.name for t in NodeType]
+_MAX_LIST_VALUES = (1 << 31) - 1
 _COMM_NAMES = [t.name for t in CommType]
 
 
@@ -149,8 +150,35 @@ def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> 
         "src": pa.array(cat(lambda rt: rt.src).astype(np.int64)),
         "dst": pa.array(cat(lambda rt: rt.dst).astype(np.int64)),
         "tag": pa.array(cat(lambda rt: rt.tag)),
+        "send_splits_bytes": _splits_column(rts, lambda rt: rt.split_send_bytes),
+        "recv_splits_bytes": _splits_column(rts, lambda rt: rt.split_recv_bytes),
     }
     return _partition_table(NodeRecord, cols, "nodes")
+
+
+def _splits_column(rts: list[RankTrace], values: Callable[[RankTrace], np.ndarray | None]) -> pa.Array:
+    """One list<int64> per node: its recorded splits (``split_ptr`` rows of ``values``), null for a node
+    without (a rank's every node, where its trace records none)."""
+    parts = []
+    for rt in rts:
+        vals = values(rt)
+        if rt.split_ptr is None or vals is None:
+            parts.append(pa.nulls(len(rt), type=pa.list_(pa.int64())))
+            continue
+        ptr = rt.split_ptr
+        if int(ptr[-1]) > _MAX_LIST_VALUES:  # list<int64> has 32-bit offsets
+            raise SkewlensError(
+                f"{rt.path}: rank {rt.rank}: {int(ptr[-1])} all_to_all split sizes, more than one Parquet "
+                f"list column of a rank holds ({_MAX_LIST_VALUES})"
+            )
+        parts.append(
+            pa.ListArray.from_arrays(
+                pa.array(ptr.astype(np.int32)),
+                pa.array(vals, type=pa.int64()),
+                mask=pa.array(ptr[1:] == ptr[:-1]),
+            )
+        )
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
 def _merged_names(rts: list[RankTrace]) -> tuple[list[str], np.ndarray]:
@@ -446,7 +474,12 @@ def schema_markdown() -> str:
         parts.append("| column | type | description |\n| --- | --- | --- |")
         docs = field_docs(cls)
         for f in arrow_schema(cls):
-            kind = "string (dictionary)" if pa.types.is_dictionary(f.type) else str(f.type)
+            if pa.types.is_dictionary(f.type):
+                kind = "string (dictionary)"
+            elif pa.types.is_list(f.type):
+                kind = f"list<{f.type.value_type}>"
+            else:
+                kind = str(f.type)
             if f.nullable:
                 kind += ", nullable"
             note = (
