@@ -21,6 +21,7 @@ from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import Severity
 from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
 from skewlens.profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
 from skewlens.profiler.synth import RunBuilder
@@ -377,8 +378,9 @@ EP = (1, 2, 3)
 EP_SENDS = {1: [100, 2_000, 30], 2: [400, 5, 6_000], 3: [70, 800, 9]}
 
 
-def _uneven_run(tmp_path: Path) -> Path:
-    """4 ranks: an even world all_to_all (no splits recorded), then an uneven one on group "ep" (1-3)."""
+def _uneven_run(tmp_path: Path, *, damaged: bool = False) -> Path:
+    """4 ranks: an even world all_to_all (no splits recorded), then an uneven one on group "ep" (1-3);
+    ``damaged``: rank 2 records a negative size in its send list."""
     b = RunBuilder(4, groups={"0": (0, 1, 2, 3), "ep": EP})
     for r in range(4):
         rb = b.rank(r).step(0)
@@ -386,9 +388,11 @@ def _uneven_run(tmp_path: Path) -> Path:
         rb.collective(CommType.ALL_TO_ALL, 4096, 2_000)
         if r in EP_SENDS:
             me = EP.index(r)
-            send = EP_SENDS[r]
+            send = list(EP_SENDS[r])
             recv = [EP_SENDS[k][me] for k in EP]
             peer = (sum(send) - send[me], sum(recv) - recv[me])
+            if damaged and r == 2:
+                send[0] = -send[0]
             rb.collective(
                 CommType.ALL_TO_ALL, sum(send), 3_000, pg="ep", peer_bytes=peer, peer_splits=(send, recv)
             )
@@ -479,3 +483,24 @@ def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_
                 SkewlensError, match=r"v3\.parquet: schema version 3 \(this skewlens reads 4 to 5\)"
             ):
                 read_table(f, NodeRecord)
+
+
+def test_an_export_with_errors_keeps_the_rank_of_an_all_to_all_with_inconsistent_splits_without_them(
+    tmp_path: Path,
+) -> None:
+    # before, the whole of rank 2 was left out of an export with --allow-errors (its file "corrupt")
+    run = _uneven_run(tmp_path, damaged=True)
+    with pytest.raises(
+        ValidationError, match=r"rank-2\.et: rank 2: node \d+ \(c10d::all_to_all_\) .* a negative"
+    ):
+        export_run(run, tmp_path / "pq", workers=1)
+    summary = export_run(run, tmp_path / "pq", workers=1, strict=False)
+    assert [(i.kind, i.rank) for i in summary.issues if i.severity is Severity.ERROR] == [
+        ("corrupt-splits", 2)
+    ]
+    assert sorted(p.name for p in (tmp_path / "pq" / "nodes").iterdir()) == [f"rank={r}" for r in range(4)]
+    rows = duckdb.sql(
+        f"SELECT rank, send_splits_bytes FROM read_parquet('{tmp_path}/pq/nodes/*/*.parquet', "
+        "hive_partitioning = true) WHERE send_splits_bytes IS NOT NULL ORDER BY rank"
+    ).fetchall()
+    assert rows == [(1, EP_SENDS[1]), (3, EP_SENDS[3])]
