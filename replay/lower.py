@@ -30,7 +30,7 @@ from typing import Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace
+from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace, group_members
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
@@ -646,17 +646,6 @@ def _member_rules(em: ExecutionModel) -> list[list[int] | None] | None:
     groups; None where there is no such group."""
     rules = [list(g.waits_for) if any(w >= 0 for w in g.waits_for) else None for g in em.syncs]
     return rules if any(r is not None for r in rules) else None
-
-
-def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
-    """The ranks a collective runs among: its process group's (an empty list: the whole world), which a
-    run with ranks missing has more of than ``inst.ranks`` (the members with a trace); ``inst.ranks`` where
-    the group is not known or does not hold them."""
-    pg = run.process_groups.get(inst.pg_name)
-    if pg is None:
-        return inst.ranks
-    full = pg.ranks or tuple(range(run.world_size))
-    return full if len(full) > len(inst.ranks) and set(inst.ranks) <= set(full) else inst.ranks
 
 
 def rank_index(row_offset: I64, rows: I64) -> I64:

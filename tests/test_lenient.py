@@ -505,6 +505,9 @@ def _splits_run(tmp_path: Path, damage: str) -> tuple[Path, int]:
                     p = (peer[0] + 1_000, peer[1])
                 elif damage == "negative":
                     s[0] = -s[0]
+                elif damage == "group-size":  # each list consistent, one member too many for the group
+                    s.append(0)
+                    g.append(0)
                 else:  # lengths-differ
                     s.append(0)
             node = rb.collective(CommType.ALL_TO_ALL, sum(send), MS, peer_bytes=p, peer_splits=(s, g))
@@ -575,3 +578,37 @@ def test_a_lenient_load_drops_only_the_inconsistent_splits_and_keeps_the_rank(
     assert check_main([str(d), "--no-progress"], console=Console(file=out, width=400)) == 1
     hint = out.getvalue().split("use the rest, skipping:")[1].strip().splitlines()
     assert [h.strip() for h in hint] == [runs[0].dropped_splits[0].describe()]
+
+
+def test_split_lists_of_another_length_than_the_group_are_refused_strictly_and_dropped_leniently(
+    tmp_path: Path,
+) -> None:
+    # rank 1 lists 4 members for its 3-rank group, each list consistent in itself: the load took it, the
+    # simulator costed that all_to_all by its busiest member, and only a real replay refused it
+    from skewlens.replay.lower import collective_pairs
+
+    d, bad = _splits_run(tmp_path, "group-size")
+    why = r"4 entries for a group of 3"
+    with pytest.raises(
+        TraceFormatError, match=rf"rank-1\.et: rank 1: node {bad} \(c10d::all_to_all_\) .*{why}"
+    ):
+        load_run(d)
+    with pytest.raises(ValidationError, match=why):
+        load_validated(d, lenient_option="--lenient")
+    run = load_validated(d, lenient=True)
+    assert sorted(run.ranks) == [0, 1, 2]
+    rt = run.ranks[1]
+    row = int(np.flatnonzero(rt.node_id == bad)[0])
+    assert rt.split_ptr is not None and rt.split_send_bytes is not None
+    assert int(rt.split_ptr[row]) == int(rt.split_ptr[row + 1])  # that node's splits dropped
+    assert rt.split_send_bytes.tolist() == A2A_SENDS[1]  # the first all_to_all keeps its own
+    assert rt.send_bytes is not None and int(rt.send_bytes[row]) == -1
+    ((dropped),) = run.dropped_splits
+    assert (dropped.rank, dropped.node_id) == (1, bad) and why in dropped.reason
+    second = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL][1]
+    pairs = collective_pairs(run, second)
+    assert pairs is not None
+    even = sum(A2A_SENDS[1]) // 3
+    assert [(a, b, n) for a, b, n in pairs if a == 1] == [(1, 0, even), (1, 2, even)]
+    warned = [i for i in validate_run(d, lenient=True).issues if i.kind == "corrupt-splits"]
+    assert [(i.severity, i.rank, i.node) for i in warned] == [(Severity.WARNING, 1, bad)]

@@ -61,9 +61,10 @@ from skewlens.profiler.store.model import (
     P2PPair,
     RankTrace,
     RunTrace,
+    group_members,
 )
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
-from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, NodeType
+from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
 #: Name given to the world-wide group assumed for collectives that name no group.
@@ -832,7 +833,91 @@ def load_run(
         run.p2p = match_pairs(comm, pg_names, sink, lenient=lenient)
         if lenient:
             run.skipped_comm = tuple(sink.skipped)
+        _check_split_members(run, sink, lenient=lenient)
     return run
+
+
+def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> None:
+    """An all_to_all member's split lists name each member of its group once, in group-rank order, its own
+    chunk at its own place. Lists of another length, or whose chunk at the node's place is not the one its
+    totals leave (both known only once the collective is matched), are inconsistent like the ones
+    :func:`_splits` finds in one file, and handled alike: a strict load refuses the run naming file, rank
+    and node (before, the simulator costed such a collective by its busiest member and only the real
+    replay refused it); a lenient or collecting one drops that node's splits."""
+    bad: dict[int, dict[int, str]] = {}
+    for inst in run.collectives:
+        if inst.comm_type != CommType.ALL_TO_ALL:
+            continue
+        members = sorted(group_members(run, inst))
+        for r, row in zip(inst.ranks, inst.rows, strict=True):
+            rt = run.ranks[r]
+            if rt.split_ptr is None or rt.split_send_bytes is None or rt.split_recv_bytes is None:
+                continue
+            a, b = int(rt.split_ptr[row]), int(rt.split_ptr[row + 1])
+            if a == b:
+                continue
+            where = f"group {inst.pg_name or 'default'} #{inst.seq}"
+            if b - a != len(members):
+                bad.setdefault(r, {})[row] = f"{b - a} entries for a group of {len(members)} ({where})"
+                continue
+            # the node's own chunk is the one at its place in the group: the rest is what it sends/receives
+            me = members.index(r)
+            send, recv = rt.split_send_bytes[a:b], rt.split_recv_bytes[a:b]
+            lists = (int(send.sum() - send[me]), int(recv.sum() - recv[me]))
+            totals = tuple(-1 if col is None else int(col[row]) for col in (rt.send_bytes, rt.recv_bytes))
+            if lists != totals:
+                bad.setdefault(r, {})[row] = (
+                    f"{lists[0]} B to the others and {lists[1]} B from them at its place {me} in the group "
+                    f"({where}), not its {Attr.SEND_BYTES} {totals[0]} and {Attr.RECV_BYTES} {totals[1]}"
+                )
+    for r, rows in sorted(bad.items()):
+        rt = run.ranks[r]
+        messages = {
+            row: (
+                f"{rt.path}: rank {r}: node {rt.node_id[row]} ({rt.name(row)}) has corrupt all_to_all "
+                f"splits: {why} (a list names each member of the group once)"
+            )
+            for row, why in rows.items()
+        }
+        if sink.strict and not lenient:
+            more = f", and {len(rows) - 1} other node(s)" if len(rows) > 1 else ""
+            raise TraceFormatError(next(iter(messages.values())) + more)
+        for row, why in rows.items():
+            node = int(rt.node_id[row])
+            sink.drop_splits(DroppedSplits(file=rt.path, rank=r, node_id=node, reason=why))
+            sink.add(
+                Severity.WARNING if lenient else Severity.ERROR,
+                SPLITS_KIND,
+                messages[row] + ("; its splits dropped (lenient)" if lenient else ""),
+                file=rt.path,
+                rank=r,
+                node=node,
+            )
+        _drop_splits(rt, np.fromiter(rows, dtype=np.int64))
+    if bad:
+        run.dropped_splits = tuple(sink.dropped_splits)
+
+
+def _drop_splits(rt: RankTrace, rows: I64) -> None:
+    """Rows ``rows`` of ``rt`` lose their splits and their send/recv totals: even all_to_alls, as nodes
+    that recorded none (new arrays: a loaded rank's may be the column cache's, read-only)."""
+    assert rt.split_ptr is not None and rt.split_send_bytes is not None and rt.split_recv_bytes is not None
+    counts = np.diff(rt.split_ptr)
+    keep_row = np.ones(counts.size, dtype=np.bool_)
+    keep_row[rows] = False
+    keep = np.repeat(keep_row, counts)
+    if not keep.any():
+        rt.split_ptr = rt.split_send_bytes = rt.split_recv_bytes = None
+    else:
+        rt.split_ptr = np.concatenate(([0], np.cumsum(np.where(keep_row, counts, 0)))).astype(np.int64)
+        rt.split_send_bytes = rt.split_send_bytes[keep]
+        rt.split_recv_bytes = rt.split_recv_bytes[keep]
+    for name in ("send_bytes", "recv_bytes"):
+        col = getattr(rt, name)
+        if col is not None:
+            col = col.copy()
+            col[rows] = -1
+            setattr(rt, name, col)
 
 
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:

@@ -221,3 +221,14 @@ class RunTrace:
 
     def pg_index(self, name: str) -> int:
         return self.pg_names.index(name)
+
+
+def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
+    """The ranks a collective runs among: its process group's (an empty list: the whole world), which a
+    run with ranks missing has more of than ``inst.ranks`` (the members with a trace); ``inst.ranks`` where
+    the group is not known or does not hold them."""
+    pg = run.process_groups.get(inst.pg_name)
+    if pg is None:
+        return inst.ranks
+    full = pg.ranks or tuple(range(run.world_size))
+    return full if len(full) > len(inst.ranks) and set(inst.ranks) <= set(full) else inst.ranks

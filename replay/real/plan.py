@@ -205,42 +205,15 @@ def _dtypes_by_node(path: str) -> dict[int, str]:
     return out
 
 
-def _checked_splits(
-    rt: RankTrace, i: int, members: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _recorded_splits(rt: RankTrace, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """An all_to_all node's recorded splits (the store's ``split_send_bytes`` / ``split_recv_bytes``), ()
-    for none; refused unless both lists hold one size per member of its group (the store has checked that
-    they agree in length, are not negative and sum to the node's ``skl_send_bytes`` / ``skl_recv_bytes``
-    plus its own chunk; which chunk is its own needs the group, checked here: traces are untrusted, and a
-    list the replay cannot issue as recorded is named here, not in gloo)."""
+    for none. The store has checked them against each other, the node's totals and its group (one size per
+    member, its own chunk at its place: ``skewlens.profiler.store.load``); a list the replay cannot issue as
+    recorded never reaches gloo."""
     if rt.split_ptr is None or rt.split_send_bytes is None or rt.split_recv_bytes is None:
         return (), ()
     a, b = int(rt.split_ptr[i]), int(rt.split_ptr[i + 1])
-    send = tuple(rt.split_send_bytes[a:b].tolist())
-    recv = tuple(rt.split_recv_bytes[a:b].tolist())
-    if not send:
-        return (), ()
-    p = len(members)
-    problem = ""
-    if len(send) != p:
-        problem = f"{len(send)} sizes for a group of {p}"
-    else:
-        me = sorted(members).index(rt.rank)
-        totals = (
-            -1 if rt.send_bytes is None else int(rt.send_bytes[i]),
-            -1 if rt.recv_bytes is None else int(rt.recv_bytes[i]),
-        )
-        lists = (sum(send) - send[me], sum(recv) - recv[me])
-        if totals != lists:
-            problem = (
-                f"{lists[0]} B to the others and {lists[1]} B from them, not {totals[0]} B and {totals[1]} B"
-            )
-    if problem:
-        raise ValidationError(
-            f"{rt.path}: rank {rt.rank}: node {rt.node_id[i]} ({rt.name(i)}): "
-            f"{Attr.SEND_SPLITS} / {Attr.RECV_SPLITS} give {problem} ({Attr.SEND_BYTES} / {Attr.RECV_BYTES})"
-        )
-    return send, recv
+    return tuple(rt.split_send_bytes[a:b].tolist()), tuple(rt.split_recv_bytes[a:b].tolist())
 
 
 def _execution_order(rt: RankTrace, deps: list[list[int]], keys: list[int]) -> list[int]:
@@ -326,7 +299,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         if t in comm:
             extra: dict[str, Any] = {}
             if (inst := a2a.get(i)) is not None:
-                send, recv = _checked_splits(rt, i, group_members(run, inst))
+                send, recv = _recorded_splits(rt, i)
                 extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
             extra["queue_deps"] = tuple(queue_deps[i])
             ops.append(_comm_op(rt, run, i, dtypes, {**common, **extra}))
