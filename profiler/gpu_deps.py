@@ -41,8 +41,14 @@ An edge the recorded times contradict (what is waited for ends more than :data:`
 the waiting GPU node started, or after the synchronising call returned) is not written.
 
 Communication nodes whose GPU side is their NCCL kernel but which start at their host call (the capture's
-comm nodes, ``GpuNode.comm``) take part only as dependencies: a GPU node may wait on one, a host node
-synchronise on one; they get no launch or wait edge here, which would contradict their recorded start.
+comm nodes, ``GpuNode.comm``, the call's start in ``issue_ns``) get no launch edge (it would contradict
+their recorded start): a GPU node may wait on one, a host node synchronise on one. c10d makes NCCL's
+stream wait for the stream that was current at the call (an event recorded there, waited for by NCCL's
+stream); the event-wait rules above find what the NCCL kernel waited for, and the comm node depends on it
+where it ended after the call: the execution model reads an edge from a node still running when a
+communication node started as a queue edge (the transfer waits for it, the call does not). Where it
+ended before the call no edge is written (it would be a start edge, holding the call): counted, not
+written.
 
 Acyclic, as far as the rules go: order host nodes by start and GPU nodes by launch; every edge goes to a
 node no later in that order (program order, launches, stream order and event waits do), except a
@@ -95,7 +101,11 @@ EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "
 #: The calls the rules read (a caller may leave the others out of ``calls``; GPU nodes carry their launch).
 CALLS_READ = BLOCKING_CALLS | _ASYNC_COPY | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
 
-_COMM_WAITS = "stream waits of NCCL kernels (not written: a comm node starts at its call)"
+_COMM_WAITS = (
+    "stream waits of NCCL kernels on work that ended before their call (not written: a comm node starts at "
+    "its call)"
+)
+_COMM_QUEUED = "stream waits of NCCL kernels on work still running at their call (queue edges)"
 
 
 # the records are frozen msgspec Structs, made in C: one per GPU node and call of a rank (an importer makes
@@ -120,7 +130,9 @@ class GpuNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     host: int | None = None
     """Key of the host node containing its launch call (None: none does, or the launch is unknown)."""
     comm: bool = False
-    """A comm node's NCCL kernel, the node starting at its host call: a dependency only."""
+    """A comm node's NCCL kernel, the node starting at its host call: no launch edge."""
+    issue_ns: int | None = None
+    """A comm node's start: its host call (None otherwise; a comm node without it gets no wait edge)."""
     name: str = ""
     """Kernel, memcpy or memset name, as Kineto gives it (:data:`PAGEABLE_DTOH` blocks its launch call)."""
 
@@ -324,7 +336,7 @@ def _event_waits(
         dst = streams.first_after(sy.device, s, call.start_ns)
         if src is None or dst is None or src.key == dst.key:
             continue  # nothing ran before the record, or nothing waited after it in the window
-        if dst.comm:
+        if dst.comm and not _running_at_call(src.end_ns, dst):
             counts[_COMM_WAITS] += 1
             continue
         if src.end_ns > dst.start_ns + CLOCK_SLACK_NS:
@@ -332,8 +344,13 @@ def _event_waits(
             continue
         if src.key not in out.deps[dst.key]:
             out.deps[dst.key].append(src.key)
-            counts["GPU event waits across streams"] += 1
+            counts[_COMM_QUEUED if dst.comm else "GPU event waits across streams"] += 1
     return unnamed
+
+
+def _running_at_call(end_ns: int, comm: GpuNode) -> bool:
+    """Whether what a comm node's NCCL kernel waited for (ending at ``end_ns``) still ran at its call."""
+    return comm.issue_ns is not None and end_ns > comm.issue_ns
 
 
 def _blocks(call: Call, own: GpuNode | None) -> bool:
@@ -407,14 +424,16 @@ def _infer_event_waits(
                     continue  # no stream-wait call could have put a wait in front of it
                 hi = bisect_right(end_t, g.start_ns) - 1
                 while hi >= 0 and end_t[hi] >= g.start_ns - INFER_SLACK_NS:
-                    _e, s, key = ends[hi]
+                    e, s, key = ends[hi]
                     if s != stream:
-                        if g.comm:
+                        if g.comm and not _running_at_call(e, g):
                             counts[_COMM_WAITS] += 1
                         else:
                             out.deps[g.key].append(key)
                             out.inferred[g.key].append(key)
                             total += delay
+                            if g.comm:
+                                counts[_COMM_QUEUED] += 1
                         break
                     hi -= 1
     return total

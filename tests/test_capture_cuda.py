@@ -30,10 +30,16 @@ from skewlens.profiler.capture.kineto import (
 )
 from skewlens.profiler.capture.records import CommRecord, StepRecord
 from skewlens.profiler.capture.run import capture_env
-from skewlens.profiler.chakra_io import TraceNode
+from skewlens.profiler.chakra_io import EtWriter, TraceNode
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import ProcessGroupInfo, StepWindow
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepWindow, rank_file, write_manifest
 from skewlens.profiler.vocab import Attr, CommType, Level, NodeType
+from skewlens.replay.driver import load_trace
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.execution import execution_model
+from skewlens.replay.real.plan import rank_plan
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 GROUPS = [ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="cuda:nccl")]
@@ -405,8 +411,15 @@ def _stream_wait(t: int, *, corr: int, stream: int, on: int, record: int) -> Ev:
     return Ev("Stream Wait Event", "cuda_sync", t, 10, resource=stream, corr=corr, meta=meta)
 
 
-def _nccl_capture(*, nccl_waits_on_compute: bool) -> tuple[list[TraceNode], list[str]]:
-    """A blocking all_reduce whose NCCL kernel (stream 13) a compute kernel (stream 7) waits for."""
+def _nccl_capture(
+    *, nccl_waits_on_compute: bool, relu_end_ns: int = 40_000, record_named: bool = True
+) -> tuple[list[TraceNode], list[str]]:
+    """A blocking all_reduce (called at 10 µs) whose NCCL kernel (stream 13) a compute kernel (stream 7)
+    waits for; ``nccl_waits_on_compute``: NCCL's stream waits for the relu (stream 7, ending at
+    ``relu_end_ns``), its kernel starting 1 µs after the relu's end (at 25 µs at the earliest); its wait's
+    sync activity names the event record unless not ``record_named`` (torch 2.11: inferred from timing,
+    behind a memset on stream 13)."""
+    nccl_start_ns = max(relu_end_ns, 24_000) + 1_000
     call = CommRecord(
         node_type=NodeType.COMM_COLL, op="c10d::allreduce_", comm_type=CommType.ALL_REDUCE, pg_name="0",
         seq=1, src=-1, dst=-1, tag=0, numel=256, dtype="float32", size_bytes=1024, start_ns=10_000,
@@ -414,28 +427,30 @@ def _nccl_capture(*, nccl_waits_on_compute: bool) -> tuple[list[TraceNode], list
     )  # fmt: skip
     evs = [
         Ev("aten::relu", "cpu_op", 2_000, 3_000, corr=1),
+        Ev("cudaMemsetAsync", "cuda_runtime", 2_200, 200, corr=799),
+        Ev("Memset (Device)", "gpu_memset", 3_000, 500, resource=13, corr=799),
         Ev("cudaLaunchKernel", "cuda_runtime", 2_500, 1_000, corr=800),
-        Ev("relu_kernel", "kernel", 4_000, 4_000, resource=7, corr=800),
+        Ev("relu_kernel", "kernel", 4_000, relu_end_ns - 4_000, resource=7, corr=800),
         Ev("c10d::allreduce_", "cpu_op", 10_100, 1_800, corr=2),
         Ev("cudaLaunchKernelExC", "cuda_runtime", 11_000, 500, corr=900),
-        Ev("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 20_000, 30_000, resource=13, corr=900),
+        Ev("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", nccl_start_ns, 30_000, resource=13, corr=900),
         Ev("aten::add", "cpu_op", 12_200, 3_000, corr=3),
         Ev("cudaEventRecord", "cuda_runtime", 12_300, 100, corr=901),
         Ev("cudaStreamWaitEvent", "cuda_runtime", 12_500, 100, corr=902),
         Ev("cudaLaunchKernel", "cuda_runtime", 13_000, 1_000, corr=903),
-        Ev("add_kernel", "kernel", 50_500, 2_000, resource=7, corr=903),
+        Ev("add_kernel", "kernel", nccl_start_ns + 30_500, 2_000, resource=7, corr=903),
     ]
     evs.append(_stream_wait(12_550, corr=902, stream=7, on=13, record=901))
     if nccl_waits_on_compute:  # NCCL's stream waits for the relu before the all_reduce
         evs += [
             Ev("cudaEventRecord", "cuda_runtime", 10_200, 100, corr=898),
             Ev("cudaStreamWaitEvent", "cuda_runtime", 10_400, 100, corr=899),
-            _stream_wait(10_450, corr=899, stream=13, on=7, record=898),
+            _stream_wait(10_450, corr=899, stream=13, on=7, record=898 if record_named else -1),
         ]
     cap = RankCapture(
         rank=0,
         comms=[call],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=60_000)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=nccl_start_ns + 40_000)],
         groups=GROUPS,
         main_thread=111,
         ops=op_records(evs),
@@ -451,13 +466,45 @@ def test_a_kernel_waiting_on_the_nccl_stream_depends_on_the_comm_node_which_gets
     (comm,) = [n for n in nodes if n.node_type == NodeType.COMM_COLL]
     add = next(n for n in nodes if n.name == "add_kernel")
     relu = next(n for n in nodes if n.name == "relu_kernel")
-    assert comm.start_ns + comm.dur_ns == 50_000  # ends with its NCCL kernel
+    assert comm.start_ns + comm.dur_ns == 71_000  # ends with its NCCL kernel
     assert comm.node_id in add.ctrl_deps
     assert Attr.LAUNCH_NS not in comm.attrs
-    assert relu.node_id not in comm.ctrl_deps  # its start is the host call, before the relu ended
-    assert any("1 stream waits of NCCL kernels" in n for n in notes), notes
+    # NCCL's stream waited for the relu, which ended (40 µs) after the call (10 µs): the comm node depends
+    # on it (a queue edge in the model: the transfer waits for it, the call does not)
+    assert relu.node_id in comm.ctrl_deps
+    assert Attr.INFERRED_DEPS not in comm.attrs
+    queued = "1 stream waits of NCCL kernels on work still running at their call"
+    assert any(queued in n for n in notes), notes
+    assert not any("not written: a comm node" in n for n in notes), notes
     assert add.attrs[Attr.LAUNCH_NS] == 13_000
     assert next(n for n in nodes if n.name == "aten::add").node_id in add.ctrl_deps
+    assert _acyclic(nodes)
+
+
+@pytest.mark.parametrize("record_named", [True, False], ids=["named-record", "torch-2.11-inferred"])
+def test_a_comm_node_depends_on_the_kernel_its_nccl_stream_waited_for_only_where_it_ended_after_the_call(
+    record_named: bool,
+) -> None:
+    late, late_notes = _nccl_capture(
+        nccl_waits_on_compute=True, record_named=record_named, relu_end_ns=40_000
+    )
+    early, early_notes = _nccl_capture(
+        nccl_waits_on_compute=True, record_named=record_named, relu_end_ns=9_000
+    )
+    for nodes, relu_ends_after_call, notes in ((late, True, late_notes), (early, False, early_notes)):
+        (comm,) = [n for n in nodes if n.node_type == NodeType.COMM_COLL]
+        relu = next(n for n in nodes if n.name == "relu_kernel")
+        assert comm.start_ns == 10_000
+        assert (relu.node_id in comm.ctrl_deps) is relu_ends_after_call
+        # without the record's name the wait is inferred from timing, and listed so
+        assert _ids(comm.attrs.get(Attr.INFERRED_DEPS, [])) == (
+            [relu.node_id] if relu_ends_after_call and not record_named else []
+        )
+        written = "1 stream waits of NCCL kernels on work still running at their call (queue edges)"
+        unwritten = "1 stream waits of NCCL kernels on work that ended before their call (not written"
+        assert any(written in n for n in notes) is relu_ends_after_call, notes
+        assert any(unwritten in n for n in notes) is not relu_ends_after_call, notes
+        assert _acyclic(nodes)
 
 
 def test_without_sync_activities_the_waits_are_inferred_listed_and_noted() -> None:
@@ -798,3 +845,59 @@ def test_groups_are_kept_apart_by_group_in_device_spans() -> None:
     for pg, _ in spans:
         per_group[pg] += 1
     assert dict(per_group) == {"0": 1, "1": 1}
+
+
+def _write_run(run: Path, nodes: list[TraceNode]) -> None:
+    """The captured nodes as rank 0's trace of a one-rank run."""
+    run.mkdir()
+    with EtWriter(rank_file(run, 0), {"rank": 0, "world_size": 1}) as w:
+        for n in nodes:
+            w.write(n)
+    write_manifest(
+        run,
+        Manifest(
+            world_size=1,
+            ranks=(0,),
+            process_groups=tuple(GROUPS),
+            backend="nccl",
+            level=Level.OPS,
+            devices={0: "cuda:0"},
+        ),
+    )
+
+
+@pytest.mark.parametrize("relu_end_ns", [40_000])
+def test_a_collective_whose_nccl_stream_waited_for_a_kernel_still_running_at_its_call_moves_with_it(
+    tmp_path: Path, relu_end_ns: int
+) -> None:
+    nodes, _notes = _nccl_capture(nccl_waits_on_compute=True, relu_end_ns=relu_end_ns)
+    comm_end_ns = max(relu_end_ns, 24_000) + 31_000  # (the fixture's NCCL kernel)
+    relu_ns = relu_end_ns - 4_000
+    _write_run(tmp_path / "run", nodes)
+    run = load_trace(tmp_path / "run")
+    rt = run.ranks[0]
+    row = {int(i): k for k, i in enumerate(rt.node_id)}
+    by_name = {n.name: row[n.node_id] for n in nodes if n.node_id in row}
+    comm, relu = by_name["c10d::allreduce_"], by_name["relu_kernel"]
+    m = execution_model(run).ranks[0]
+    # the relu (from 4 µs) was still running at the call (10 µs): the transfer queues behind it, the call
+    # does not wait for it
+    assert (relu, comm) in set(zip(m.queue_src.tolist(), m.queue_dst.tolist(), strict=True))
+    assert (relu, comm) not in set(zip(m.start_src.tolist(), m.start_dst.tolist(), strict=True))
+    # ... and the real replay on CUDA issues the collective once the relu has ended on the device
+    (op,) = [o for o in rank_plan(rt, run, NO_EFFECTS) if o.row == comm]
+    assert op.queue_deps == (relu,)
+    assert relu not in op.deps
+    base = simulate(run)
+    timed = rt.node_type != int(NodeType.METADATA)
+    assert (base.start_ns[0][timed] == rt.start_ns[timed]).all()
+    assert (base.end_ns[0][timed] == rt.end_ns[timed]).all()
+    assert int(base.start_ns[0][comm]) == 10_000
+    assert int(base.end_ns[0][comm]) == comm_end_ns
+    # the relu twice as long: the call stays, the collective's transfer ends the relu's length later
+    slow = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", ranks=(0,), factor=2.0, pattern="relu_kernel")])
+    )
+    assert int(slow.end_ns[0][relu]) == relu_end_ns + relu_ns
+    assert int(slow.start_ns[0][comm]) == 10_000
+    assert int(slow.end_ns[0][comm]) == comm_end_ns + relu_ns

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from skewlens.profiler.capture.build import RankCapture, build_nodes
@@ -111,6 +112,25 @@ def test_without_sync_events_a_delayed_node_after_a_stream_wait_call_waits_for_a
     ]
     # the same delay with no stream-wait call before it is no event wait
     assert not any(gpu_dependencies(nodes, {}, [], default_device=0).deps.values())
+
+
+@pytest.mark.parametrize(("issue_ns", "written"), [(50_000, True), (61_000, False), (None, False)])
+def test_without_sync_events_a_comm_node_depends_on_what_its_nccl_kernel_waited_for_if_it_ran_past_the_call(
+    issue_ns: int | None, written: bool
+) -> None:
+    # as above, 12 being a comm node's NCCL kernel whose call began at issue_ns: 10 ended (60 µs) after a
+    # call at 50 µs (a queue edge), before one at 61 µs (none: it would hold the call)
+    nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
+    nccl = _node(12, 20, 44_000, 75_000, 85_000, host=5)
+    nodes.append(msgspec.structs.replace(nccl, comm=True, issue_ns=issue_ns))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert found.deps.get(12, []) == ([10] if written else [])
+    assert found.inferred.get(12, []) == ([10] if written else [])
+    assert found.launch == {}  # a comm node starts at its own call
+    queued = "1 stream waits of NCCL kernels on work still running at their call (queue edges)"
+    assert (queued in found.notes) is written, found.notes
+    assert any("ended before their call (not written" in n for n in found.notes) is not written, found.notes
 
 
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:

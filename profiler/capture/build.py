@@ -892,6 +892,7 @@ def _gpu_dependencies(
                 corr=k.corr if k.corr > 0 else None,
                 host=None if call is None else call.host,
                 comm=comm,
+                issue_ns=p.start_ns if comm else None,
                 name=k.name,
             )
         )
