@@ -44,11 +44,11 @@ Communication nodes whose GPU side is their NCCL kernel but which start at their
 comm nodes, ``GpuNode.comm``, the call's start in ``issue_ns``) get no launch edge (it would contradict
 their recorded start): a GPU node may wait on one, a host node synchronise on one. c10d makes NCCL's
 stream wait for the stream that was current at the call (an event recorded there, waited for by NCCL's
-stream); the event-wait rules above find what the NCCL kernel waited for, and the comm node depends on it
-where it ended after the call: the execution model reads an edge from a node still running when a
-communication node started as a queue edge (the transfer waits for it, the call does not). Where it
-ended before the call no edge is written (it would be a start edge, holding the call): counted, not
-written.
+stream); the event-wait rules above find what the NCCL kernel waited for, and the comm node depends on it:
+the execution model reads an edge from GPU work to such a node as a queue edge (the transfer waits for
+it, the call does not), whether that work was still running at the call or had ended. An inferred wait
+(no record named: torch 2.11) is written only where that work was still running at the call: one that
+had ended cannot have held the kernel, whose delay the inference explains (counted, not written).
 
 Acyclic, as far as the rules go: order host nodes by start and GPU nodes by launch; every edge goes to a
 node no later in that order (program order, launches, stream order and event waits do), except a
@@ -102,10 +102,10 @@ EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "
 CALLS_READ = BLOCKING_CALLS | _ASYNC_COPY | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
 
 _COMM_WAITS = (
-    "stream waits of NCCL kernels on work that ended before their call (not written: a comm node starts at "
-    "its call)"
+    "stream waits of NCCL kernels not written (inferred on work that ended before their call, or of a "
+    "node without its call's start)"
 )
-_COMM_QUEUED = "stream waits of NCCL kernels on work still running at their call (queue edges)"
+_COMM_QUEUED = "stream waits of NCCL kernels (queue edges: the transfer waits, the call does not)"
 
 
 # the records are frozen msgspec Structs, made in C: one per GPU node and call of a rank (an importer makes
@@ -336,7 +336,7 @@ def _event_waits(
         dst = streams.first_after(sy.device, s, call.start_ns)
         if src is None or dst is None or src.key == dst.key:
             continue  # nothing ran before the record, or nothing waited after it in the window
-        if dst.comm and not _running_at_call(src.end_ns, dst):
+        if dst.comm and dst.issue_ns is None:
             counts[_COMM_WAITS] += 1
             continue
         if src.end_ns > dst.start_ns + CLOCK_SLACK_NS:

@@ -110,8 +110,8 @@ class Attr(StrEnum):
 # - a host node's ctrl dep on a GPU node is a **synchronisation** (stream, event or device synchronise,
 #   a blocking copy): the host node blocks inside until that node ends.
 # - a captured communication node (its call and its NCCL kernel, starting at the call) has no launch edge;
-#   its ctrl dep on a GPU node still running at the call is the **event wait** of its NCCL kernel (NCCL's
-#   stream waits for the stream current at the call): its transfer, not the call, waits for that node.
+#   its ctrl dep on a GPU node is the **event wait** of its NCCL kernel (NCCL's stream waits for the
+#   stream current at the call): its transfer, not the call, waits for that node.
 
 
 #: Name of the METADATA node that lists process groups, as PyTorch host traces name it.

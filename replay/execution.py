@@ -23,8 +23,8 @@ trace sources) does not constrain ``i``'s start: if ``i`` is communication, it b
 transfer waits for ``d``; an async collective queued behind the previous one on its stream); otherwise it
 is dropped (nested operators, kernels launched inside their CPU op) unless ``i`` started and ended after
 ``d`` (timestamp skew: it follows ``d``). A GPU row before a captured device collective (which starts at
-its call and has no launch of its own: the kernel its NCCL stream waited for) that was still running at
-the call is a queue edge by any overlap, not only beyond ``SKEW_NS``.
+its call and has no launch of its own: the kernel its NCCL stream waited for) is a queue edge whatever
+the overlap, none included: it holds the transfer, never the call.
 
 **Communication streams.** A collective's transfer queues behind collectives of its stream, never its
 start (a collective is issued by its host thread, whatever its stream is doing): on a device stream behind
@@ -995,10 +995,10 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     # started later) follows it: the overlap is timestamp skew between trace sources, whatever its size
     later = (end[dst] >= end[src]) & (rt.start_ns[dst] > rt.start_ns[src])
     # GPU work before a device collective that starts at its call (captured: its call and its NCCL kernel,
-    # no launch of its own) is the kernel NCCL's stream waited for: still running at the call, however
-    # briefly, it holds the transfer, not the call (the capture puts calls and kernels on one clock)
+    # no launch of its own) is the kernel NCCL's stream waited for: it holds the transfer, never the call,
+    # whether it was still running at the call (however briefly) or had ended
     held = ~rt.is_cpu[src] & ~sync[src] & sync[dst] & ~rt.is_cpu[dst] & (launch_ns[dst] < 0)
-    follows = (ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src]) & ~held) | (later & ~sync[dst])
+    follows = ((ov <= 0) | ((ov <= SKEW_NS) & (end[dst] >= end[src]))) & ~held | (later & ~sync[dst])
     queued = ~follows & sync[dst]
     qs = np.concatenate([qs0, src[queued]])
     qd = np.concatenate([qd0, dst[queued]])

@@ -119,7 +119,8 @@ def test_without_sync_events_a_comm_node_depends_on_what_its_nccl_kernel_waited_
     issue_ns: int | None, written: bool
 ) -> None:
     # as above, 12 being a comm node's NCCL kernel whose call began at issue_ns: 10 ended (60 µs) after a
-    # call at 50 µs (a queue edge), before one at 61 µs (none: it would hold the call)
+    # call at 50 µs (a queue edge), before one at 61 µs (none: inferred, it cannot have held a kernel
+    # launched after it ended)
     nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
     nccl = _node(12, 20, 44_000, 75_000, 85_000, host=5)
     nodes.append(msgspec.structs.replace(nccl, comm=True, issue_ns=issue_ns))
@@ -128,9 +129,11 @@ def test_without_sync_events_a_comm_node_depends_on_what_its_nccl_kernel_waited_
     assert found.deps.get(12, []) == ([10] if written else [])
     assert found.inferred.get(12, []) == ([10] if written else [])
     assert found.launch == {}  # a comm node starts at its own call
-    queued = "1 stream waits of NCCL kernels on work still running at their call (queue edges)"
+    queued = "1 stream waits of NCCL kernels (queue edges: the transfer waits, the call does not)"
     assert (queued in found.notes) is written, found.notes
-    assert any("ended before their call (not written" in n for n in found.notes) is not written, found.notes
+    assert any("stream waits of NCCL kernels not written" in n for n in found.notes) is not written, (
+        found.notes
+    )
 
 
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:
