@@ -319,9 +319,7 @@ def _splits(
     bad = (s_count != r_count) | (s_count > MAX_SPLITS) | negative | unsummed[0] | unsummed[1]
     where = np.flatnonzero(bad)
     if where.size == 0:
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(s_count, out=ptr[1:])
-        return ptr, s_val.astype(np.int64), r_val.astype(np.int64), none
+        return (*_without_splits(n, (s_row, s_val), (r_row, r_val), none), none)
 
     def reason(i: int) -> str:
         if s_count[i] != r_count[i]:
@@ -346,26 +344,56 @@ def _splits(
             "chunk)"
         )
 
+    _refuse_or_drop(sink, where, node_id, reason, message, path=str(path), rank=rank, lenient=lenient)
+    return (*_without_splits(n, (s_row, s_val), (r_row, r_val), where), where)
+
+
+def _refuse_or_drop(
+    sink: IssueLog,
+    rows: I64,
+    node_id: np.ndarray,
+    reason: Callable[[int], str],
+    message: Callable[[int], str],
+    *,
+    path: str,
+    rank: int,
+    lenient: bool,
+) -> None:
+    """All_to_all nodes ``rows`` of one rank whose splits are inconsistent: a strict load refuses the rank
+    (:class:`TraceFormatError` with the first node's ``message``); otherwise each is a
+    :class:`DroppedSplits` and an issue (a warning when ``lenient``, an error for ``skewlens check``); the
+    caller drops the splits (:func:`_without_splits`)."""
     if sink.strict and not lenient:
-        more = f", and {where.size - 1} other node(s)" if where.size > 1 else ""
-        raise TraceFormatError(message(where[0]) + more)
-    for i in where.tolist():
-        sink.drop_splits(DroppedSplits(file=str(path), rank=rank, node_id=int(node_id[i]), reason=reason(i)))
+        more = f", and {rows.size - 1} other node(s)" if rows.size > 1 else ""
+        raise TraceFormatError(message(int(rows[0])) + more)
+    for i in rows.tolist():
+        sink.drop_splits(DroppedSplits(file=path, rank=rank, node_id=int(node_id[i]), reason=reason(i)))
     _report(
         sink,
         SPLITS_KIND,
-        where,
+        rows,
         lambda i: (int(node_id[i]), message(i) + ("; its splits dropped (lenient)" if lenient else "")),
-        path=path,
+        path=Path(path),
         rank=rank,
         severity=Severity.WARNING if lenient else Severity.ERROR,
     )
-    s_keep, r_keep = ~bad[s_row], ~bad[r_row]
+
+
+def _without_splits(
+    n: int, send: tuple[I64, I64], recv: tuple[I64, I64], rows: I64
+) -> tuple[I64 | None, I64 | None, I64 | None]:
+    """The split columns (``split_ptr``, ``split_send_bytes``, ``split_recv_bytes``) of ``n`` rows from the
+    send and recv values ``(row of each value, value)``, by row, with rows ``rows`` emptied; all None where
+    no row keeps any."""
+    (s_row, s_val), (r_row, r_val) = send, recv
+    dropped = np.zeros(n, dtype=np.bool_)
+    dropped[rows] = True
+    s_keep = ~dropped[s_row]
     if not s_keep.any():
-        return None, None, None, where
+        return None, None, None
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.where(bad, 0, s_count), out=ptr[1:])
-    return ptr, s_val[s_keep].astype(np.int64), r_val[r_keep].astype(np.int64), where
+    np.cumsum(np.bincount(s_row[s_keep], minlength=n), out=ptr[1:])
+    return ptr, s_val[s_keep].astype(np.int64), r_val[~dropped[r_row]].astype(np.int64)
 
 
 def _report(
@@ -872,52 +900,32 @@ def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> Non
                 )
     for r, rows in sorted(bad.items()):
         rt = run.ranks[r]
-        messages = {
-            row: (
-                f"{rt.path}: rank {r}: node {rt.node_id[row]} ({rt.name(row)}) has corrupt all_to_all "
-                f"splits: {why} (a list names each member of the group once)"
+        assert (
+            rt.split_ptr is not None and rt.split_send_bytes is not None and rt.split_recv_bytes is not None
+        )
+        dropped = np.fromiter(rows, dtype=np.int64)
+
+        def message(row: int, rt: RankTrace = rt, rows: dict[int, str] = rows) -> str:
+            return (
+                f"{rt.path}: rank {rt.rank}: node {rt.node_id[row]} ({rt.name(row)}) has corrupt all_to_all "
+                f"splits: {rows[row]} (a list names each member of the group once)"
             )
-            for row, why in rows.items()
-        }
-        if sink.strict and not lenient:
-            more = f", and {len(rows) - 1} other node(s)" if len(rows) > 1 else ""
-            raise TraceFormatError(next(iter(messages.values())) + more)
-        for row, why in rows.items():
-            node = int(rt.node_id[row])
-            sink.drop_splits(DroppedSplits(file=rt.path, rank=r, node_id=node, reason=why))
-            sink.add(
-                Severity.WARNING if lenient else Severity.ERROR,
-                SPLITS_KIND,
-                messages[row] + ("; its splits dropped (lenient)" if lenient else ""),
-                file=rt.path,
-                rank=r,
-                node=node,
-            )
-        _drop_splits(rt, np.fromiter(rows, dtype=np.int64))
+
+        _refuse_or_drop(
+            sink, dropped, rt.node_id, rows.__getitem__, message, path=rt.path, rank=r, lenient=lenient
+        )
+        of_row = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.split_ptr))
+        rt.split_ptr, rt.split_send_bytes, rt.split_recv_bytes = _without_splits(
+            len(rt), (of_row, rt.split_send_bytes), (of_row, rt.split_recv_bytes), dropped
+        )
+        for name in ("send_bytes", "recv_bytes"):  # as a node that recorded no splits: an even all_to_all
+            col = getattr(rt, name)
+            if col is not None:
+                col = col.copy()  # a loaded rank's may be the column cache's, read-only
+                col[dropped] = -1
+                setattr(rt, name, col)
     if bad:
         run.dropped_splits = tuple(sink.dropped_splits)
-
-
-def _drop_splits(rt: RankTrace, rows: I64) -> None:
-    """Rows ``rows`` of ``rt`` lose their splits and their send/recv totals: even all_to_alls, as nodes
-    that recorded none (new arrays: a loaded rank's may be the column cache's, read-only)."""
-    assert rt.split_ptr is not None and rt.split_send_bytes is not None and rt.split_recv_bytes is not None
-    counts = np.diff(rt.split_ptr)
-    keep_row = np.ones(counts.size, dtype=np.bool_)
-    keep_row[rows] = False
-    keep = np.repeat(keep_row, counts)
-    if not keep.any():
-        rt.split_ptr = rt.split_send_bytes = rt.split_recv_bytes = None
-    else:
-        rt.split_ptr = np.concatenate(([0], np.cumsum(np.where(keep_row, counts, 0)))).astype(np.int64)
-        rt.split_send_bytes = rt.split_send_bytes[keep]
-        rt.split_recv_bytes = rt.split_recv_bytes[keep]
-    for name in ("send_bytes", "recv_bytes"):
-        col = getattr(rt, name)
-        if col is not None:
-            col = col.copy()
-            col[rows] = -1
-            setattr(rt, name, col)
 
 
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
