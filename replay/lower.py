@@ -44,6 +44,7 @@ from skewlens.replay.execution import (
     execution_model,
     replay_gaps,
 )
+from skewlens.replay.network.algorithms import even_split_bytes
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -56,13 +57,6 @@ KIND_FIXED = 2  # METADATA / INVALID: recorded times, no dependencies
 KIND_NESTED = 3  # inside another node on its timeline: follows it
 
 _MIN = np.iinfo(np.int64).min
-
-
-def even_split_bytes(nbytes: int, p: int) -> int:
-    """The bytes an all_to_all member whose splits were even (it recorded none) sends to each member of its
-    group of ``p``, and receives from each: equal whole parts of its ``nbytes``, ``nbytes // p`` (what the
-    real replay issues, and ``p − 1`` of them are what its port carries in :func:`collective_bytes`)."""
-    return nbytes // p
 
 
 def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:

@@ -10,8 +10,10 @@ Every formula is the time from the last member's arrival until all members are d
 - reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
   ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``.
 - all_to_all: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling (Bruck) ``L(α + S/(2B))``;
-  direct ``α + (p−1)/p·S/B``. Even splits; with uneven ones the caller makes ``S`` the size whose
-  ``(p−1)/p`` is what the busiest member sends or receives (``skewlens.replay.lower.collective_bytes``).
+  direct ``α + (p−1)/p·S/B``. Even splits (each member sends ``even_split_bytes`` to each other); with
+  uneven ones the caller makes ``S`` the size whose ``(p−1)/p`` is what the busiest member sends or
+  receives (``skewlens.replay.lower.collective_bytes``). These are for a group on one dimension: across
+  dimensions an all_to_all is costed link by link, even or not (``skewlens.replay.comm.ModelTiming``).
 - broadcast, reduce: ring (pipelined chain) ``(p−1)α + S/B``; tree and halving_doubling (binomial)
   ``L(α + S/B)``; direct (root sends to all) ``α + (p−1)·S/B``.
 - barrier: all_reduce with ``S = 0``.
@@ -54,6 +56,14 @@ _RS_LIKE = frozenset(
         CommType.SCATTER,
     }
 )
+
+
+def even_split_bytes(nbytes: int, p: int) -> int:
+    """The bytes an all_to_all member whose splits were even (it recorded none) sends to each member of its
+    group of ``p``, and receives from each: equal whole parts of its ``nbytes``, ``nbytes // p`` (what the
+    real replay issues, what the network model costs, and ``p − 1`` of them are what its port carries in
+    ``skewlens.replay.lower.collective_bytes``)."""
+    return nbytes // p
 
 
 def log2_ceil(p: int) -> int:

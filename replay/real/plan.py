@@ -41,7 +41,8 @@ from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
-from skewlens.replay.lower import even_split_bytes, group_members
+from skewlens.replay.lower import group_members
+from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
 PLAN_VERSION = 4  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order
@@ -377,7 +378,8 @@ def _comm_op(
 def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[int, list[ReplayOp]]:
     """``plans`` with every all_to_all some member recorded splits for issued with the splits of all its
     members: a member that recorded none sent and received equal parts of its ``comm_bytes`` (its splits
-    were even), and is given those (``lower.even_split_bytes``, the parts the simulated replay costs).
+    were even), and is given those (``network.algorithms.even_split_bytes``, the parts the simulated replay
+    costs).
     Each member's own lists were checked against its group and totals when its plan was made
     (:func:`_checked_splits`); refused here where what one member sends another does not match what that
     one receives from it (the collective could not run as recorded). Where some
