@@ -22,7 +22,9 @@ from skewlens.profiler.capture import compat, flight
 from skewlens.profiler.capture.build import CUDA_STREAM_BASE, RankCapture, build_nodes
 from skewlens.profiler.capture.flight import FrEntry, device_spans, merge, parse_dump, settle
 from skewlens.profiler.capture.kineto import (
+    SYNC_KIND,
     KinetoCapture,
+    activities,
     activity,
     event_metadata,
     op_records,
@@ -271,6 +273,32 @@ def test_events_of_a_torch_without_activity_type_give_the_same_trace_told_apart_
     want = [(n.node_id, n.name, n.ctrl_deps, n.attrs) for n in _build(raw)]
     assert [(n.node_id, n.name, n.ctrl_deps, n.attrs) for n in _build(raw, events=old)] == want
     assert sum(1 for n in _gpu(_build(raw, events=old)) if n.name in {"Event Sync", "Stream Sync"}) == 0
+
+
+class CountingTorch211Event(Torch211Event):
+    """A :class:`Torch211Event` that counts the reads of its metadata text."""
+
+    reads = 0
+
+    def metadata_json(self) -> str:
+        CountingTorch211Event.reads += 1
+        return super().metadata_json()
+
+
+def test_a_capture_on_a_torch_without_activity_type_reads_each_events_metadata_once_for_its_kind() -> None:
+    # the kinds are inferred from the metadata text; op_records and sync_records each inferred them all,
+    # so the end of a torch 2.11 capture read every event's metadata twice for its kind
+    raw = _real("cuda_event_sync_kineto.json.gz")
+    evs = _events(raw)
+    old = [CountingTorch211Event(e._ev, e._meta) for e in _as_torch_2_11(raw, evs)]
+    want_ops, want_syncs = op_records(old), sync_records(old)
+    CountingTorch211Event.reads = 0
+    kinds = activities(old)
+    ops, syncs = op_records(old, kinds=kinds), sync_records(old, kinds)
+    # one read per event for its kind, and one more per synchronisation activity for its streams
+    assert CountingTorch211Event.reads == len(old) + kinds.count(SYNC_KIND)
+    assert kinds.count(SYNC_KIND) == len(syncs) > 0
+    assert (ops, syncs) == (want_ops, want_syncs)
 
 
 def test_a_device_event_with_no_metadata_is_gpu_work_as_before() -> None:

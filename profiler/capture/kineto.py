@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +124,24 @@ def event_metadata(ev: Any) -> dict[str, Any]:
     return dict(meta) if isinstance(meta, Mapping) else {}
 
 
-def op_records(events: Iterable[Any], rf_ids: Mapping[int, int] | None = None) -> list[OpRecord]:
+def activities(events: Sequence[Any]) -> list[str]:
+    """:func:`activity` of each event, for :func:`op_records` and :func:`sync_records` to share: on a torch
+    without ``activity_type()`` each is inferred from the event's metadata text."""
+    return [activity(ev) for ev in events]
+
+
+def op_records(
+    events: Sequence[Any], rf_ids: Mapping[int, int] | None = None, kinds: Sequence[str] | None = None
+) -> list[OpRecord]:
     """OpRecords from Kineto events: host ops (and CUDA runtime/driver calls) keep their thread, GPU
     activities their stream; synchronisation activities (:func:`sync_records`), instant events
     (:data:`INSTANT_KIND`), Kineto's overhead ranges (:data:`OVERHEAD_KIND`) and GPU annotations are left
-    out."""
+    out. ``kinds``: the events' :func:`activities` where the caller has them."""
     out = []
-    for ev in events:
+    for ev, kind in zip(events, activities(events) if kinds is None else kinds, strict=True):
         dur = int(ev.duration_ns())
         if dur < 0:
             continue
-        kind = activity(ev)
         if kind in (INSTANT_KIND, OVERHEAD_KIND):
             continue
         if is_host_event(ev):
@@ -175,12 +182,13 @@ def _int(value: Any, default: int = -1) -> int:
         return default
 
 
-def sync_records(events: Iterable[Any]) -> list[CudaSyncRecord]:
+def sync_records(events: Sequence[Any], kinds: Sequence[str] | None = None) -> list[CudaSyncRecord]:
     """The synchronisation activities among Kineto events (``cuda_sync``), with the streams and event
-    records of their metadata (-1 where it says nothing: no ``expose_kineto_event_metadata``)."""
+    records of their metadata (-1 where it says nothing: no ``expose_kineto_event_metadata``). ``kinds``:
+    the events' :func:`activities` where the caller has them."""
     out = []
-    for ev in events:
-        if activity(ev) != SYNC_KIND:
+    for ev, kind in zip(events, activities(events) if kinds is None else kinds, strict=True):
+        if kind != SYNC_KIND:
             continue
         meta = event_metadata(ev)
         out.append(

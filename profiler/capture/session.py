@@ -419,6 +419,7 @@ class CaptureSession:
         if not events:
             return [], {}, []
         from skewlens.profiler.capture.kineto import (
+            activities,
             is_host_event,
             op_records,
             rf_ids_from_chrome_trace,
@@ -444,7 +445,8 @@ class CaptureSession:
                 host_ops = host_facts(self._kineto.event_tree(), types)
             if self.keep_raw:
                 self._kineto.export(self._raw_dir() / f"kineto_rank{self.rank}.json")
-        return op_records(events, rf_ids), host_ops, sync_records(events)
+        kinds = activities(events)  # once: inferred from each event's metadata on torch 2.11 and 2.12
+        return op_records(events, rf_ids, kinds), host_ops, sync_records(events, kinds)
 
     def save(self, *, partial: bool = False) -> Path | None:
         """Write this rank's trace and part file (once); the trace path, or None when already saved."""
