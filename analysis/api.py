@@ -1,10 +1,11 @@
 """The analysis entry points: :func:`analyze_run` (pure, store in, result out) and :func:`write_tables`.
 
-``analyze_run`` derives the shared per-rank index once, then runs the four analyses: collective skew
-(``skewlens.analysis.skew``), step breakdown (``skewlens.analysis.breakdown``), critical path
-(``skewlens.analysis.critical_path``) and what-if blame (``skewlens.analysis.blame``, which asks the
-simulator). Rendering lives in ``skewlens.analysis.render``, ``skewlens.analysis.plots`` and
-``skewlens.analysis.perfetto``; the CLI in ``skewlens.cli.analyze``.
+``analyze_run`` derives the shared per-rank index once, then runs the analyses: collective skew
+(``skewlens.analysis.skew``), step breakdown (``skewlens.analysis.breakdown``), GPU idle time
+(``skewlens.analysis.gpu_idle``, GPU runs), critical path (``skewlens.analysis.critical_path``) and what-if
+blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives in
+``skewlens.analysis.render``, ``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in
+``skewlens.cli.analyze``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import pyarrow as pa
 from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
 from skewlens.analysis.breakdown import analyze_breakdown
 from skewlens.analysis.critical_path import analyze_critical_path
+from skewlens.analysis.gpu_idle import analyze_gpu_idle
 from skewlens.analysis.index import RunIndex, build_index
 from skewlens.analysis.records import (
     BlameRecord,
     BlameStepRecord,
     CollectiveSkewRecord,
     CriticalPathRecord,
+    GpuIdleRecord,
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
@@ -42,6 +45,7 @@ BREAKDOWN_FILE = "step_breakdown.parquet"
 CRITICAL_PATH_FILE = "critical_path.parquet"
 BLAME_FILE = "blame.parquet"
 BLAME_STEPS_FILE = "blame_steps.parquet"
+GPU_IDLE_FILE = "gpu_idle.parquet"
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -54,6 +58,8 @@ class AnalysisResult:
     """Per collective instance / p2p pair: arrivals, waits, late and blamed rank, cause."""
     breakdown: list[StepBreakdownRecord]
     """Per rank and step: compute, exposed wait / transfer, overlapped communication, idle."""
+    gpu_idle: list[GpuIdleRecord]
+    """Per rank, step and GPU stream: its idle time and what it waited for (empty on a CPU run)."""
     critical_path: list[CriticalPathRecord]
     """Per step: the nodes of the critical path, last node first."""
     blame: BlameResult | None
@@ -90,12 +96,14 @@ def analyze_run(
     progress: Progress = NO_PROGRESS,
 ) -> AnalysisResult:
     """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation."""
-    with progress.task("analyses: index", 4) as advance:
+    with progress.task("analyses: index", 5) as advance:
         ix = build_index(run)
         advance(description="analyses: skew")
         skew = analyze_skew(ix)
         advance(description="analyses: breakdown")
         breakdown = analyze_breakdown(ix)
+        advance(description="analyses: GPU idle")
+        gpu_idle = analyze_gpu_idle(ix)
         advance(description="analyses: critical path")
         critical_path = analyze_critical_path(ix)
         advance()
@@ -109,7 +117,9 @@ def analyze_run(
         # peaked at 1,008-1,022 MiB with it kept, above the blame's 1,001-1,008; 799-818 MiB with it
         # handed back)
         release_free_memory()
-    return AnalysisResult(index=ix, skew=skew, breakdown=breakdown, critical_path=critical_path, blame=blamed)
+    return AnalysisResult(
+        index=ix, skew=skew, breakdown=breakdown, gpu_idle=gpu_idle, critical_path=critical_path, blame=blamed
+    )
 
 
 def skew_table(skew: SkewResult) -> pa.Table:
@@ -160,7 +170,8 @@ def skew_table(skew: SkewResult) -> pa.Table:
 
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
-    """Write the Parquet tables (atomically, one file per table); returns their paths. The tables are
+    """Write the Parquet tables (atomically, one file per table; ``gpu_idle`` for a run with GPU streams,
+    the blame's where it was asked for); returns their paths. The tables are
     encoded on ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
     jobs: list[tuple[Callable[[], pa.Table], Path]] = [
@@ -174,6 +185,10 @@ def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | 
             d / CRITICAL_PATH_FILE,
         ),
     ]
+    if result.gpu_idle:
+        jobs.append(
+            (lambda: table_from_records(GpuIdleRecord, result.gpu_idle, "gpu_idle"), d / GPU_IDLE_FILE)
+        )
     blame = result.blame
     if blame is not None:
         jobs.append((lambda: table_from_records(BlameRecord, blame.records, "blame"), d / BLAME_FILE))

@@ -107,6 +107,41 @@ class StepBreakdownRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class GpuIdleRecord:
+    """One row of ``gpu_idle``: how long one GPU stream of one rank idled in one step, and what it waited
+    for (``skewlens.analysis.gpu_idle``); ``launch_wait_ns + comm_wait_ns + stream_wait_ns + other_ns =
+    idle_ns``."""
+
+    rank: int
+    """Global rank."""
+    step: int
+    """Training step."""
+    stream: int
+    """The GPU stream (the store's ``stream``: the trace's stream id)."""
+    step_ns: int
+    """Step length."""
+    busy_ns: int
+    """Time the stream ran ops in the step (kernels, copies, memsets, NCCL kernels; their union)."""
+    compute_ns: int
+    """Of that, time it ran compute kernels (no NCCL kernels, copies or memsets: HTA's compute): the
+    stream with the most is the rank's compute stream."""
+    idle_ns: int
+    """``step_ns - busy_ns``."""
+    ops: int
+    """Ops on the stream that started in the step."""
+    launch_wait_ns: int
+    """Idle until the next op's launch call: the host had not yet asked for it (the GPU starved)."""
+    comm_wait_ns: int
+    """Idle until communication the next op waited for completed (a collective, a p2p op, an NCCL
+    kernel on another stream)."""
+    stream_wait_ns: int
+    """Idle until GPU work on another stream the next op waited for ended (an event wait)."""
+    other_ns: int
+    """The rest: after what the next op waited for was met (launch latency), where nothing it waited for
+    was met after the stream went idle, and after the stream's last op."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CriticalPathRecord:
     """One row of ``critical_path``: one node on the critical path of one step (last node first)."""
 

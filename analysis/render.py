@@ -10,9 +10,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, AnalysisResult
+from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, GPU_IDLE_FILE, AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
 from skewlens.analysis.critical_path import shares
+from skewlens.analysis.gpu_idle import compute_streams
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -213,6 +214,56 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     return t
 
 
+def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> Table | None:
+    """Each rank's compute stream: its idle time and what it waited for (ms per step; the shares of the
+    idle time); of more than ``max_ranks`` ranks (0: no limit), those whose stream idled the most. None on
+    a run without GPU streams."""
+    streams = compute_streams(result.gpu_idle)
+    if not streams:
+        return None
+    t = Table(title="GPU idle per rank, compute stream (mean ms per step)", title_justify="left")
+    for c in (
+        "rank",
+        "stream",
+        "steps",
+        "step",
+        "busy",
+        "idle",
+        "launch wait",
+        "comm wait",
+        "stream wait",
+        "other",
+    ):
+        t.add_column(c, justify="right")
+    shown = sorted(streams, key=lambda s: -s.idle_ns)
+    if len(shown) > max_ranks > 0:
+        shown = shown[:max_ranks]
+    notes = []
+    if len(shown) < len(streams):
+        notes.append(f"{len(streams):,} ranks: the {len(shown)} whose compute stream idled the most")
+    notes.append(
+        "idle: the stream ran nothing; it waited for: launch: the host to launch its next op (host-bound); "
+        "comm: communication; stream: work on another stream (an event); other: launch latency, and what "
+        f"the trace does not say. Every stream of every rank and step is in {GPU_IDLE_FILE}"
+    )
+    t.caption = "\n".join(notes)
+
+    def share(ns: float, idle: float) -> str:
+        return f"{_ms(ns)} ({100.0 * ns / idle:.0f}%)" if idle > 0 else _ms(ns)
+
+    for s in sorted(shown, key=lambda s: s.rank):
+        t.add_row(
+            str(s.rank),
+            str(s.stream),
+            str(s.steps),
+            _ms(s.step_ns),
+            _ms(s.busy_ns),
+            _ms(s.idle_ns),
+            *(share(p, s.idle_ns) for p in s.parts_ns),
+        )
+    return t
+
+
 def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: int = MAX_RANK_ROWS) -> Group:
     """Each rank's share of the critical path over all steps (the ``max_ranks`` largest, 0: all; the rest
     summed up in the caption), and the ops that dominate it (their names cut to :data:`NAME_WIDTH`, one
@@ -259,6 +310,7 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         *(Text(note, style="yellow") for note in uncompared_notes(result)),
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
+        *([gpu] if (gpu := gpu_idle_table(result)) is not None else []),
         critical_path_table(result),
         *(Text(note, style="yellow") for note in result.notes),
     ]

@@ -480,7 +480,8 @@ def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_
             assert read_table(f).num_columns == len(old.column_names)  # as written
         else:
             with pytest.raises(
-                SkewlensError, match=r"v3\.parquet: schema version 3 \(this skewlens reads 4 to 5\)"
+                SkewlensError,
+                match=rf"v3\.parquet: schema version 3 \(this skewlens reads 4 to {SCHEMA_VERSION}\)",
             ):
                 read_table(f, NodeRecord)
 

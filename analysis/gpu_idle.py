@@ -1,0 +1,179 @@
+"""GPU idle time: per rank, step and GPU stream, how long the stream idled and what it was waiting for.
+
+HTA's idle time breakdown tells a stream's idle stretches apart by thresholds on their length. Here each
+is read from the execution model instead (``skewlens.replay.execution``), which knows what every GPU op
+waited for: its launch, an event on another stream, a collective. A stream idles from the end of its
+work so far (``prev_end``: the latest end of its earlier ops) to the start of its next op. Of what that op
+waited for, the dependency met latest (``RankIndex.latest_dep``) and when (``latest_met_ns``: an op's
+launch call for its launch, a row's end otherwise) split the stretch ``[prev_end, start)``:
+
+- ``[prev_end, min(met, start))`` is spent waiting for that dependency:
+
+  - ``launch wait``: a host row, the call that launched the op (or a host op it followed): the host had not
+    yet asked for the op, so the GPU starved (a host-bound step: Python overhead, data loading, a
+    synchronisation that drained the queue);
+  - ``comm wait``: a communication row (a collective or p2p op, an NCCL kernel): the stream waited for the
+    network or for peers;
+  - ``stream wait``: GPU work on another stream (an event the stream waited on, a copy);
+
+- ``[max(met, prev_end), start)``, and the whole stretch where no dependency was met after ``prev_end``
+  (the previous op on the same stream, or none known): ``other`` (the launch latency after the call, what
+  the trace does not say); after a stream's last op, all of the rest is ``other`` too.
+
+So ``launch + comm + stream + other = idle = step - busy`` per stream and step, with ``busy`` the union of
+the stream's ops (kernels, copies, memsets, NCCL kernels) in the step. A CPU rank has no GPU streams and
+no rows here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from skewlens.analysis.index import RankIndex, RunIndex
+from skewlens.analysis.records import GpuIdleRecord
+from skewlens.replay.execution import Coverage, execution_model, gpu_compute_rows
+
+I64 = npt.NDArray[np.int64]
+
+#: The waits an idle stretch is split into, in :class:`GpuIdleRecord`'s order.
+PARTS = ("launch_wait", "comm_wait", "stream_wait", "other")
+_LAUNCH, _COMM, _STREAM, _OTHER = range(len(PARTS))
+
+
+def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
+    """One record per (rank, step, GPU stream) for every rank with GPU ops and recorded steps, ordered by
+    rank, step, stream."""
+    em = execution_model(ix.run)
+    steps_of: dict[int, list[int]] = {}
+    for rk, s in ix.step_spans:
+        steps_of.setdefault(rk, []).append(s)
+    out: list[GpuIdleRecord] = []
+    for r, ri in sorted(ix.ranks.items()):
+        keys = sorted(steps_of.get(r, ()))
+        m = em.ranks[r]
+        gpu = np.flatnonzero(~ri.trace.is_cpu & m.valid)
+        if not keys or gpu.size == 0:
+            continue
+        a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
+        b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
+        kernels = gpu_compute_rows(ri.trace, m)
+        per_stream = []
+        for sid in np.unique(ri.trace.stream[gpu]).tolist():
+            rows = gpu[ri.trace.stream[gpu] == sid]
+            comp = rows[kernels[rows]]
+            compute = Coverage.of(ri.trace.start_ns[comp].astype(np.int64), ri.end_ns[comp]).between(a, b)
+            per_stream.append((int(sid), compute, *_stream_parts(ri, rows, a, b)))
+        for k, s in enumerate(keys):
+            for sid, compute, busy, ops, parts in per_stream:
+                out.append(
+                    GpuIdleRecord(
+                        rank=r,
+                        step=s,
+                        stream=sid,
+                        step_ns=int(b[k] - a[k]),
+                        busy_ns=int(busy[k]),
+                        compute_ns=int(compute[k]),
+                        idle_ns=int(b[k] - a[k] - busy[k]),
+                        ops=int(ops[k]),
+                        launch_wait_ns=int(parts[_LAUNCH][k]),
+                        comm_wait_ns=int(parts[_COMM][k]),
+                        stream_wait_ns=int(parts[_STREAM][k]),
+                        other_ns=int(parts[_OTHER][k]),
+                    )
+                )
+    return out
+
+
+def _stream_parts(ri: RankIndex, rows: I64, a: I64, b: I64) -> tuple[I64, I64, list[I64]]:
+    """One stream's busy time, ops started and idle parts (:data:`PARTS`) in each step ``[a, b)``."""
+    rt = ri.trace
+    rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+    start = rt.start_ns[rows].astype(np.int64)
+    end = ri.end_ns[rows]
+    # the end of the stream's work before each op: the latest end of the ops before it (the first: the
+    # rank's first step start, or its own start where that is earlier)
+    prev_end = np.empty_like(end)
+    prev_end[0] = min(int(a.min()), int(start[0]))
+    prev_end[1:] = np.maximum.accumulate(end)[:-1]
+    idle = start > prev_end
+    dep = ri.latest_dep[rows]
+    met = np.where(dep >= 0, ri.latest_met_ns[rows], np.iinfo(np.int64).min)
+    kind = np.full(rows.shape, _OTHER, dtype=np.int64)
+    late = np.flatnonzero(idle & (met > prev_end))  # met after the stream went idle
+    d = dep[late]
+    kind[late] = np.where(
+        ri.is_comm[d] | ri.is_comm_comp[d],
+        _COMM,
+        np.where(rt.is_cpu[d], _LAUNCH, np.where(rt.stream[d] == rt.stream[rows[late]], _OTHER, _STREAM)),
+    )
+    waited = kind != _OTHER
+    split = np.where(
+        waited, np.minimum(met, start), prev_end
+    )  # waiting for the dependency before, other after
+    tail_end = max(int(b.max()), int(end.max()))
+    parts: list[I64] = []
+    for k in range(len(PARTS)):
+        if k == _OTHER:  # after what was waited for (all of a stretch nothing explains), and the tail
+            lo = np.append(split[idle], end.max())
+            hi = np.append(start[idle], tail_end)
+        else:
+            lo, hi = prev_end[kind == k], split[kind == k]
+        parts.append(Coverage.of(lo, hi).between(a, b))
+    busy = Coverage.of(start, end).between(a, b)
+    ops = np.searchsorted(start, b, side="left") - np.searchsorted(start, a, side="left")
+    return busy, ops.astype(np.int64), parts
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamMeans:
+    """One GPU stream of one rank over its steps: means per step, ns."""
+
+    rank: int
+    stream: int
+    steps: int
+    step_ns: float
+    busy_ns: float
+    compute_ns: float
+    idle_ns: float
+    parts_ns: tuple[float, ...]
+    """Means of the idle parts, in :data:`PARTS`' order."""
+
+
+def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
+    """Per rank, its compute stream (the most compute kernels' time; the busiest on a tie) over its steps,
+    by rank."""
+    acc: dict[tuple[int, int], list[list[int]]] = {}
+    for g in records:
+        acc.setdefault((g.rank, g.stream), []).append(
+            [
+                g.step_ns,
+                g.busy_ns,
+                g.compute_ns,
+                g.idle_ns,
+                g.launch_wait_ns,
+                g.comm_wait_ns,
+                g.stream_wait_ns,
+                g.other_ns,
+            ]
+        )
+    best: dict[int, StreamMeans] = {}
+    for (rank, stream), rows in sorted(acc.items()):
+        m = np.asarray(rows, dtype=np.float64).mean(axis=0).tolist()
+        sm = StreamMeans(
+            rank=rank,
+            stream=stream,
+            steps=len(rows),
+            step_ns=m[0],
+            busy_ns=m[1],
+            compute_ns=m[2],
+            idle_ns=m[3],
+            parts_ns=tuple(m[4:]),
+        )
+        have = best.get(rank)
+        if have is None or (sm.compute_ns, sm.busy_ns) > (have.compute_ns, have.busy_ns):
+            best[rank] = sm
+    return [best[r] for r in sorted(best)]

@@ -1,0 +1,151 @@
+"""GPU idle time by what each stream waited for (``skewlens.analysis.gpu_idle``): a hand-made Kineto trace
+whose every idle stretch is known, the real 2-GPU trace, the table and its Parquet file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from skewlens.analysis.api import analyze_run
+from skewlens.analysis.render import gpu_idle_table
+from skewlens.cli import main
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.schema import read_table
+from skewlens.profiler.synth import RunBuilder
+from skewlens.replay.driver import load_trace
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+US = 1000
+
+
+def _write_trace(path: Path) -> Path:
+    """One rank, one step of 1,000 us (times in us):
+
+    - stream 7: ``gemm`` 20-120 (launched at 12); ``relu`` 310-360 (launched at 305); ``mul`` 555-655,
+      launched at 347 but waiting (an event) for ``add`` on stream 8, which ends at 550; ``div`` 810-860,
+      launched at 672 but waiting for the NCCL kernel on stream 20, which ends at 800;
+    - stream 8: ``add`` 50-550 (launched at 42);
+    - stream 20: an NCCL kernel 600-800 whose launch is before the trace (nothing says what it waited for).
+    """
+    evs: list[dict[str, Any]] = []
+    ext = iter(range(1, 100))
+
+    def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
+        pid, tid = (0, args["stream"]) if cat in ("kernel", "cuda_sync") else (1, 1)
+        evs.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
+
+    def op(name: str, ts: int, dur: int) -> None:
+        x("cpu_op", name, ts, dur, **{"External id": next(ext)})
+
+    def call(name: str, ts: int, corr: int) -> None:
+        x("cuda_runtime", name, ts, 2, correlation=corr)
+
+    def kernel(name: str, stream: int, ts: int, dur: int, corr: int) -> None:
+        x("kernel", name, ts, dur, device=0, stream=stream, correlation=corr)
+
+    def stream_wait(ts: int, corr: int, stream: int, on: int, record: int) -> None:
+        kind = "Stream Wait Event"
+        args = {"wait_on_stream": on, "wait_on_cuda_event_record_corr_id": record}
+        x("cuda_sync", kind, ts, 1, cuda_sync_kind=kind, device=0, stream=stream, correlation=corr, **args)
+
+    x("user_annotation", "ProfilerStep#1", 0, 1000)
+    op("aten::mm", 10, 20), call("cudaLaunchKernel", 12, 1), kernel("gemm", 7, 20, 100, 1)
+    op("aten::add", 40, 10), call("cudaLaunchKernel", 42, 3), kernel("add", 8, 50, 500, 3)
+    op("aten::relu", 300, 20), call("cudaLaunchKernel", 305, 2), kernel("relu", 7, 310, 50, 2)
+    op("aten::record", 330, 10), call("cudaEventRecord", 331, 4), call("cudaStreamWaitEvent", 333, 5)
+    stream_wait(333, 5, stream=7, on=8, record=4)
+    op("aten::mul", 345, 10), call("cudaLaunchKernel", 347, 6), kernel("mul", 7, 555, 100, 6)
+    kernel("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", 20, 600, 200, 99)
+    op("aten::record", 658, 10), call("cudaEventRecord", 660, 7), call("cudaStreamWaitEvent", 662, 8)
+    stream_wait(662, 8, stream=7, on=20, record=7)
+    op("aten::div", 670, 10), call("cudaLaunchKernel", 672, 9), kernel("div", 7, 810, 50, 9)
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": evs}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_each_idle_stretch_of_a_stream_goes_to_what_its_next_op_waited_for(tmp_path: Path) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    got = {g.stream: g for g in res.gpu_idle}
+    assert sorted(got) == [7, 8, 20] and {g.step for g in res.gpu_idle} == {1}
+    s7 = got[7]
+    assert (s7.step_ns, s7.busy_ns, s7.compute_ns, s7.idle_ns, s7.ops) == (
+        1000 * US,
+        300 * US,
+        300 * US,
+        700 * US,
+        4,
+    )
+    # launch: 0-12 (gemm's launch) and 120-305 (relu's); stream: 360-550 (add on stream 8); comm: 655-800
+    # (the NCCL kernel); other: the latencies after each was met (12-20, 305-310, 550-555, 800-810) and the
+    # tail 860-1000
+    assert s7.launch_wait_ns == (12 + 185) * US
+    assert s7.stream_wait_ns == 190 * US
+    assert s7.comm_wait_ns == 145 * US
+    assert s7.other_ns == (8 + 5 + 5 + 10 + 140) * US
+    s8 = got[8]
+    assert (s8.busy_ns, s8.launch_wait_ns, s8.other_ns, s8.comm_wait_ns + s8.stream_wait_ns) == (
+        500 * US, 42 * US, (8 + 450) * US, 0
+    )  # fmt: skip
+    # the NCCL kernel's launch is not in the trace: nothing says what its stream waited for
+    s20 = got[20]
+    assert (s20.busy_ns, s20.compute_ns, s20.other_ns, s20.idle_ns) == (200 * US, 0, 800 * US, 800 * US)
+
+
+def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_time(tmp_path: Path) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    table = gpu_idle_table(res)
+    assert table is not None
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    # stream 8 ran the most compute kernels' time (500 us against stream 7's 300): the compute stream; its
+    # idle: launch 42 us (8%), other 458 (92%)
+    row = next(line for line in text.splitlines() if line.strip().startswith("│    0"))
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:6] == ["0", "8", "1", "1.00", "0.50", "0.50"]
+    assert cells[6:] == ["0.04 (8%)", "0.00 (0%)", "0.00 (0%)", "0.46 (92%)"]
+
+
+def test_a_cpu_run_has_no_gpu_idle_rows_and_no_table(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+    res = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert res.gpu_idle == [] and gpu_idle_table(res) is None
+
+
+def test_the_2_gpu_trace_is_host_bound_and_its_table_round_trips_through_parquet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = TRACES / "nccl_2gpu_rank0_kineto.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"{trace} is absent (../shared/traces)")
+    import_traces([trace], None, tmp_path / "run")
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
+    assert "GPU idle per rank, compute stream" in capsys.readouterr().out
+    rows = read_table(tmp_path / "out" / "gpu_idle.parquet").to_pylist()
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    assert rows == [dataclasses.asdict(g) for g in res.gpu_idle]
+    for g in res.gpu_idle:
+        assert (
+            g.launch_wait_ns + g.comm_wait_ns + g.stream_wait_ns + g.other_ns
+            == g.idle_ns
+            == g.step_ns - g.busy_ns
+        )
+    compute = [g for g in res.gpu_idle if g.stream == 7]
+    assert len(compute) == 3
+    idle = sum(g.idle_ns for g in compute)
+    # the host launches late: the GPU waits for it most of the step (HTA: idle 78% of the window)
+    assert sum(g.launch_wait_ns for g in compute) > 0.9 * idle
+    assert idle > 0.75 * sum(g.step_ns for g in compute)
