@@ -93,6 +93,9 @@ class Ev:
     def metadata_json(self) -> str:
         return self.meta
 
+    def is_user_annotation(self) -> bool:  # torch: a record_function's range, on the host or the device
+        return self.kind in ("user_annotation", "gpu_user_annotation")
+
 
 def _real(name: str) -> list[dict[str, Any]]:
     path = TRACES / name
@@ -308,6 +311,15 @@ def test_a_device_event_with_no_metadata_is_gpu_work_as_before() -> None:
     assert [o.name for o in op_records([bare])] == ["sgemm"]
     annotation = Torch211Event(Ev("nccl:all_reduce", "gpu_user_annotation", 0, 10), '"device": 0')
     assert activity(annotation) == "gpu_user_annotation"
+
+
+def test_a_record_functions_range_on_the_device_without_metadata_is_no_gpu_work_on_torch_2_11() -> None:
+    # on an H200 (torch 2.11, fsdp2 on gloo with CUDA tensors) FSDP's and gloo's ranges on the device came
+    # with no metadata at all and became GPU nodes: 7.9 ms a step of "compute" on a stream of copies
+    fsdp = Torch211Event(Ev("FSDP::post_backward_reduce (6)", "gpu_user_annotation", 0, 4_000_000), "")
+    kernel = Torch211Event(Ev("sgemm", "kernel", 10, 50, resource=7, corr=5), '"grid": [1, 1, 1]')
+    assert [activity(fsdp), activity(kernel)] == ["gpu_user_annotation", "kernel"]
+    assert [o.name for o in op_records([fsdp, kernel])] == ["sgemm"]
 
 
 def test_allocation_records_of_a_torch_without_activity_type_are_no_operators_nor_gpu_work() -> None:

@@ -64,11 +64,12 @@ def inferred_activity(ev: Any) -> str:
     ``activity_type()``), from what each kind carries in its metadata, as seen on torch 2.11+cu130 on an
     H200 (``scripts/cuda_check.sh`` prints it): a CUDA runtime or driver call has CUPTI's callback id
     (``cbid``), an operator torch's event index (``Ev Idx``), Kineto's overhead ranges nothing and no
-    thread; on the device a synchronisation activity has ``cuda_sync_kind``, a kernel its launch
-    (``grid``, ``queued``), copies and memsets their names; allocation records (the full level's
-    ``[memory]``, on the allocation's device) their name. ``""`` where the metadata says nothing (no
-    ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and GPU work
-    on the device."""
+    thread; on the device a synchronisation activity has ``cuda_sync_kind``, a ``record_function``'s range
+    ``is_user_annotation()`` (often no metadata at all: on an H200, FSDP's and gloo's ranges had become GPU
+    work), a kernel its launch (``grid``, ``queued``), copies and memsets their names; allocation records
+    (the full level's ``[memory]``, on the allocation's device) their name. ``""`` where the metadata says
+    nothing (no ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and
+    GPU work on the device."""
     get = getattr(ev, "metadata_json", None)
     text = str(get()).strip() if get is not None else ""
     # the keys, found in the JSON text without parsing it (twice per event of a capture otherwise)
@@ -89,6 +90,8 @@ def inferred_activity(ev: Any) -> str:
         return OVERHEAD_KIND if not text and not found and _int(ev.device_resource_id()) == 0 else ""
     if "cuda_sync_kind" in found:
         return SYNC_KIND
+    if _user_annotation(ev):  # a record_function's range on the device: no work, and often no metadata
+        return "gpu_user_annotation"
     if name.startswith("Memcpy"):
         return "gpu_memcpy"
     if name.startswith("Memset"):
@@ -96,6 +99,13 @@ def inferred_activity(ev: Any) -> str:
     if "grid" in found or "queued" in found:
         return "kernel"
     return "gpu_user_annotation" if text or found else ""
+
+
+def _user_annotation(ev: Any) -> bool:
+    """``is_user_annotation()`` where the event has it (torch 2.11 does): true for a ``record_function``'s
+    range, on the host or on the device (where torch leaves it out of device time too)."""
+    get = getattr(ev, "is_user_annotation", None)
+    return bool(get()) if get is not None else False
 
 
 #: Manifest note of a capture whose torch's events have no ``activity_type()``.
