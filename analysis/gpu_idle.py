@@ -177,3 +177,11 @@ def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
         if have is None or (sm.compute_ns, sm.busy_ns) > (have.compute_ns, have.busy_ns):
             best[rank] = sm
     return [best[r] for r in sorted(best)]
+
+
+def most_idle(streams: Sequence[StreamMeans], max_ranks: int) -> list[StreamMeans]:
+    """Of more than ``max_ranks`` ranks' compute streams (0: no limit), those that idled the most; by rank."""
+    shown = sorted(streams, key=lambda s: -s.idle_ns)
+    if len(shown) > max_ranks > 0:
+        shown = shown[:max_ranks]
+    return sorted(shown, key=lambda s: s.rank)

@@ -1,4 +1,5 @@
-"""PNG pictures of an analysis (matplotlib, Agg backend, no display): wait heatmap, step breakdown bars."""
+"""PNG pictures of an analysis (matplotlib, Agg backend, no display): wait heatmap, step breakdown bars,
+GPU idle bars."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import numpy.typing as npt
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
+from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
 from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
 from skewlens.analysis.skew import SkewEvent
 from skewlens.profiler.atomic import atomic_file
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
+GPU_IDLE_FILE = "gpu_idle.png"
 #: Most labelled ticks on an axis of ranks or collectives (every row / column is still drawn).
 _MAX_TICKS = 40
 #: Largest side of a picture, inches.
@@ -196,6 +199,63 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
     if below:  # under the rank axis, wrapped at the picture's width
         ax.annotate(
             "\n".join(below),
+            xy=(0, 0),
+            xycoords="axes fraction",
+            xytext=(0, -42),
+            textcoords="offset points",
+            va="top",
+            fontsize=8,
+            wrap=True,
+        )
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    return _save(fig, Path(path))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdleBars:
+    """What :func:`gpu_idle_bars` draws: per rank shown, its compute stream's busy time and idle parts."""
+
+    ranks: list[int]
+    streams: list[int]
+    ms: npt.NDArray[np.float64]
+    """(ranks, 1 + len(PARTS)): busy, then the idle parts (``gpu_idle.PARTS``), mean ms per step."""
+    left_out: int
+    """Ranks with a compute stream not drawn."""
+
+
+def gpu_idle_bars_data(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> GpuIdleBars | None:
+    """The bars of :func:`gpu_idle_bars` (the report's table's ranks); None on a run without GPU streams."""
+    streams = compute_streams(result.gpu_idle)
+    if not streams:
+        return None
+    shown = most_idle(streams, max_ranks)
+    ms = np.array([[s.busy_ns, *s.parts_ns] for s in shown], dtype=np.float64) / 1e6
+    return GpuIdleBars([s.rank for s in shown], [s.stream for s in shown], ms, len(streams) - len(shown))
+
+
+def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = MAX_RANK_ROWS) -> Path | None:
+    """Stacked bars of each rank's compute stream (mean ms per step): busy, then its idle time by what it
+    waited for; of more than ``max_ranks`` ranks, those that idled the most. None (nothing written) on a
+    run without GPU streams."""
+    data = gpu_idle_bars_data(result, max_ranks=max_ranks)
+    if data is None:
+        return None
+    labels = [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)]
+    fig = _figure()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
+    ax = fig.add_subplot()
+    bottom = np.zeros(len(labels))
+    names = ("busy", *(p.replace("_", " ") for p in PARTS))
+    colors = ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#bbbbbb")
+    for k, name in enumerate(names):
+        ax.bar(labels, data.ms[:, k], bottom=bottom, label=name, color=colors[k])
+        bottom += data.ms[:, k]
+    ax.set_xlabel("rank (compute stream)")
+    ax.set_ylabel("ms per step (mean)")
+    ax.set_title("GPU compute stream: busy, and idle by what it waited for")
+    if data.left_out:
+        ax.annotate(
+            f"{len(data.ranks) + data.left_out:,} ranks: the {len(data.ranks)} whose compute stream idled "
+            "the most; every stream is in gpu_idle.parquet",
             xy=(0, 0),
             xycoords="axes fraction",
             xytext=(0, -42),

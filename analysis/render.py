@@ -13,7 +13,7 @@ from rich.text import Text
 from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, GPU_IDLE_FILE, AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
 from skewlens.analysis.critical_path import shares
-from skewlens.analysis.gpu_idle import compute_streams
+from skewlens.analysis.gpu_idle import compute_streams, most_idle
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -235,9 +235,7 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
         "other",
     ):
         t.add_column(c, justify="right")
-    shown = sorted(streams, key=lambda s: -s.idle_ns)
-    if len(shown) > max_ranks > 0:
-        shown = shown[:max_ranks]
+    shown = most_idle(streams, max_ranks)
     notes = []
     if len(shown) < len(streams):
         notes.append(f"{len(streams):,} ranks: the {len(shown)} whose compute stream idled the most")
@@ -251,7 +249,7 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
     def share(ns: float, idle: float) -> str:
         return f"{_ms(ns)} ({100.0 * ns / idle:.0f}%)" if idle > 0 else _ms(ns)
 
-    for s in sorted(shown, key=lambda s: s.rank):
+    for s in shown:
         t.add_row(
             str(s.rank),
             str(s.stream),

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
+from skewlens.analysis.plots import gpu_idle_bars, gpu_idle_bars_data
 from skewlens.analysis.render import gpu_idle_table
 from skewlens.cli import main
 from skewlens.profiler.importers import import_traces
@@ -117,12 +118,24 @@ def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_t
     assert cells[6:] == ["0.04 (8%)", "0.00 (0%)", "0.00 (0%)", "0.46 (92%)"]
 
 
-def test_a_cpu_run_has_no_gpu_idle_rows_and_no_table(tmp_path: Path) -> None:
+def test_the_picture_stacks_each_ranks_compute_stream_busy_time_on_its_idle_parts(tmp_path: Path) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    data = gpu_idle_bars_data(res)
+    assert data is not None and (data.ranks, data.streams, data.left_out) == ([0], [8], 0)
+    # stream 8: busy 500 us, then launch 42, comm 0, stream 0, other 458 (ms per step)
+    assert data.ms.tolist() == [[0.5, 0.042, 0.0, 0.0, 0.458]]
+    png = gpu_idle_bars(res, tmp_path / "gpu_idle.png")
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_cpu_run_has_no_gpu_idle_rows_table_or_picture(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for r in range(2):
         b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
     res = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
     assert res.gpu_idle == [] and gpu_idle_table(res) is None
+    assert gpu_idle_bars(res, tmp_path / "gpu_idle.png") is None and not (tmp_path / "gpu_idle.png").exists()
 
 
 def test_the_2_gpu_trace_is_host_bound_and_its_table_round_trips_through_parquet(
@@ -134,6 +147,7 @@ def test_the_2_gpu_trace_is_host_bound_and_its_table_round_trips_through_parquet
     import_traces([trace], None, tmp_path / "run")
     assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
     assert "GPU idle per rank, compute stream" in capsys.readouterr().out
+    assert (tmp_path / "out" / "gpu_idle.png").is_file()
     rows = read_table(tmp_path / "out" / "gpu_idle.parquet").to_pylist()
     res = analyze_run(load_trace(tmp_path / "run"), blame=False)
     assert rows == [dataclasses.asdict(g) for g in res.gpu_idle]

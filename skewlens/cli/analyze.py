@@ -21,7 +21,8 @@ from skewlens.analysis.api import (
 )
 from skewlens.analysis.perfetto import MAX_EVENTS_OPTION, PERFETTO_FILE, write_perfetto
 from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
-from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
+from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
 from skewlens.console import report_console
 from skewlens.profiler.atomic import staging_dir
@@ -93,6 +94,7 @@ OUTPUTS = (
     BLAME_STEPS_FILE,
     WAIT_HEATMAP_FILE,
     BREAKDOWN_PNG,
+    GPU_IDLE_PNG,
     PERFETTO_FILE,
 )
 
@@ -142,6 +144,8 @@ def main(argv: list[str]) -> int:
             written.append(wait_heatmap(result, stage / WAIT_HEATMAP_FILE, on_note=notes.append))
             advance(description="writing outputs: breakdown bars")
             written.append(breakdown_bars(result, stage / BREAKDOWN_PNG))
+            if (bars := gpu_idle_bars(result, stage / GPU_IDLE_PNG)) is not None:
+                written.append(bars)
             advance(description="writing outputs: Perfetto timeline")
             written.append(
                 write_perfetto(
