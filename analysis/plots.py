@@ -4,7 +4,7 @@ GPU idle bars."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,21 +181,42 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
     parts = ("compute", "exposed wait", "exposed transfer", "idle")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
     vals = shown.mean_ns[:, [MEAN_PARTS.index(p) for p in parts]] / 1e6
-    labels = [str(r) for r in shown.ranks]
-    fig = _figure()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
-    ax = fig.add_subplot()
-    bottom = np.zeros(len(labels))
-    colors = ("#4c72b0", "#dd8452", "#c44e52", "#bbbbbb")
-    for k, name in enumerate(parts):
-        ax.bar(labels, vals[:, k], bottom=bottom, label=name, color=colors[k])
-        bottom += vals[:, k]
-    ax.set_xlabel("rank")
-    ax.set_ylabel("ms per step (mean)")
-    title = "step breakdown (communication hidden under compute not shown)"
-    ax.set_title(title)
     below = [ranks_left_out(shown, rest)] if rest.ranks else []
     if (outliers := outliers_note(result)) is not None:
         below.append(outliers)
+    fig = _stacked_bars(
+        [str(r) for r in shown.ranks],
+        vals,
+        parts,
+        ("#4c72b0", "#dd8452", "#c44e52", "#bbbbbb"),
+        xlabel="rank",
+        title="step breakdown (communication hidden under compute not shown)",
+        below=below,
+    )
+    return _save(fig, Path(path))
+
+
+def _stacked_bars(
+    labels: list[str],
+    vals: npt.NDArray[np.float64],
+    names: Sequence[str],
+    colors: Sequence[str],
+    *,
+    xlabel: str,
+    title: str,
+    below: list[str],
+) -> Any:
+    """A figure of one stacked bar per label (``vals``: ms per step, a column per name), the ``below`` lines
+    under the axis."""
+    fig = _figure()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
+    ax = fig.add_subplot()
+    bottom = np.zeros(len(labels))
+    for k, name in enumerate(names):
+        ax.bar(labels, vals[:, k], bottom=bottom, label=name, color=colors[k])
+        bottom += vals[:, k]
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("ms per step (mean)")
+    ax.set_title(title)
     if below:  # under the rank axis, wrapped at the picture's width
         ax.annotate(
             "\n".join(below),
@@ -208,7 +229,7 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
             wrap=True,
         )
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    return _save(fig, Path(path))
+    return fig
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,29 +261,16 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
     data = gpu_idle_bars_data(result, max_ranks=max_ranks)
     if data is None:
         return None
-    labels = [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)]
-    fig = _figure()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
-    ax = fig.add_subplot()
-    bottom = np.zeros(len(labels))
-    names = ("busy", *(p.replace("_", " ") for p in PARTS))
-    colors = ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#bbbbbb")
-    for k, name in enumerate(names):
-        ax.bar(labels, data.ms[:, k], bottom=bottom, label=name, color=colors[k])
-        bottom += data.ms[:, k]
-    ax.set_xlabel("rank (compute stream)")
-    ax.set_ylabel("ms per step (mean)")
-    ax.set_title("GPU compute stream: busy, and idle by what it waited for")
-    if data.left_out:
-        ax.annotate(
-            f"{len(data.ranks) + data.left_out:,} ranks: the {len(data.ranks)} whose compute stream idled "
-            "the most; every stream is in gpu_idle.parquet",
-            xy=(0, 0),
-            xycoords="axes fraction",
-            xytext=(0, -42),
-            textcoords="offset points",
-            va="top",
-            fontsize=8,
-            wrap=True,
-        )
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    n = len(data.ranks)
+    note = f"{n + data.left_out:,} ranks: the {n} whose compute stream idled the most; every stream is in "
+    left_out = [note + "gpu_idle.parquet"] if data.left_out else []
+    fig = _stacked_bars(
+        [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)],
+        data.ms,
+        ("busy", *(p.replace("_", " ") for p in PARTS)),
+        ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#bbbbbb"),
+        xlabel="rank (compute stream)",
+        title="GPU compute stream: busy, and idle by what it waited for",
+        below=left_out,
+    )
     return _save(fig, Path(path))

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
+from skewlens.analysis.gpu_idle import StreamMeans, most_idle
 from skewlens.analysis.plots import gpu_idle_bars, gpu_idle_bars_data
 from skewlens.analysis.render import gpu_idle_table
 from skewlens.cli import main
@@ -163,3 +164,16 @@ def test_the_2_gpu_trace_is_host_bound_and_its_table_round_trips_through_parquet
     # the host launches late: the GPU waits for it most of the step (HTA: idle 78% of the window)
     assert sum(g.launch_wait_ns for g in compute) > 0.9 * idle
     assert idle > 0.75 * sum(g.step_ns for g in compute)
+
+
+def test_of_many_ranks_the_table_and_picture_keep_those_whose_compute_stream_idled_the_most() -> None:
+    def means(rank: int, idle_ms: float) -> StreamMeans:
+        ns = idle_ms * 1e6
+        return StreamMeans(
+            rank=rank, stream=7, steps=1, step_ns=1e9, busy_ns=1e9 - ns, compute_ns=1e9 - ns, idle_ns=ns,
+            parts_ns=(ns, 0.0, 0.0, 0.0),
+        )  # fmt: skip
+
+    streams = [means(r, idle) for r, idle in enumerate([5.0, 9.0, 1.0, 7.0])]
+    assert [s.rank for s in most_idle(streams, 2)] == [1, 3]  # by rank, of the two that idled most
+    assert [s.rank for s in most_idle(streams, 0)] == [0, 1, 2, 3]
