@@ -177,3 +177,22 @@ def test_of_many_ranks_the_table_and_picture_keep_those_whose_compute_stream_idl
     streams = [means(r, idle) for r, idle in enumerate([5.0, 9.0, 1.0, 7.0])]
     assert [s.rank for s in most_idle(streams, 2)] == [1, 3]  # by rank, of the two that idled most
     assert [s.rank for s in most_idle(streams, 0)] == [0, 1, 2, 3]
+
+
+def test_the_documented_duckdb_query_ranks_the_streams_by_their_share_of_launch_wait(tmp_path: Path) -> None:
+    import re
+
+    import duckdb
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text()
+    query = re.search(r"```sql\n(SELECT rank, stream, sum\(busy_ns\).*?)```", doc, re.S)
+    assert query is not None
+    rows = duckdb.sql(query.group(1).replace("OUT/", f"{tmp_path / 'out'}/")).fetchall()
+    # stream 7: launch 197 of 700 us idle; stream 8: 42 of 500; stream 20: none of 800
+    assert [(r, s, round(b, 3), round(i, 3), round(x, 4)) for r, s, b, i, x in rows] == [
+        (0, 7, 0.3, 0.7, round(197 / 700, 4)),
+        (0, 8, 0.5, 0.5, round(42 / 500, 4)),
+        (0, 20, 0.2, 0.8, 0.0),
+    ]
