@@ -133,7 +133,7 @@ ANALYZE_STAGES = StageRules(
     labels=(
         ("^loading", "load"),
         ("^checking dependencies", "validate"),
-        ("^analyses", "skew + breakdown + critical path"),
+        ("^analyses", "skew + breakdown + GPU idle + critical path"),
         ("^blame baseline", "blame baseline"),
         ("^what-if blame", "what-if blame"),
         ("^writing outputs", "write outputs"),

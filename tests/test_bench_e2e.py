@@ -91,7 +91,7 @@ def test_time_between_two_bars_is_named_and_a_bar_not_redrawn_is_still_up() -> N
             "load": 0.6,
             "match communication": 0.1,
             "validate": 0.2,
-            "skew + breakdown + critical path": 0.3,
+            "skew + breakdown + GPU idle + critical path": 0.3,
             "blame baseline": 0.5,
             "what-if blame": 2.0,
             "blame records + tables + pictures + report": 1.0,
