@@ -31,22 +31,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from skewlens.analysis.index import RankIndex, RunIndex
+from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import GpuIdleRecord
-from skewlens.replay.execution import Coverage, execution_model, gpu_compute_rows
+from skewlens.replay.execution import GPU_IDLE_PARTS, execution_model, gpu_idle
 
-I64 = npt.NDArray[np.int64]
-
-#: The waits an idle stretch is split into, in :class:`GpuIdleRecord`'s order.
-PARTS = ("launch_wait", "comm_wait", "stream_wait", "other")
-_LAUNCH, _COMM, _STREAM, _OTHER = range(len(PARTS))
+#: The waits an idle stretch is split into, in :class:`GpuIdleRecord`'s order (the execution model's).
+PARTS = GPU_IDLE_PARTS
 
 
 def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
     """One record per (rank, step, GPU stream) for every rank with GPU ops and recorded steps, ordered by
-    rank, step, stream."""
+    rank, step, stream (the execution model's rule, :func:`~skewlens.replay.execution.gpu_idle`, on the
+    recorded times)."""
     em = execution_model(ix.run)
     steps_of: dict[int, list[int]] = {}
     for rk, s in ix.step_spans:
@@ -54,78 +51,32 @@ def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
     out: list[GpuIdleRecord] = []
     for r, ri in sorted(ix.ranks.items()):
         keys = sorted(steps_of.get(r, ()))
-        m = em.ranks[r]
-        gpu = np.flatnonzero(~ri.trace.is_cpu & m.valid)
-        if not keys or gpu.size == 0:
+        if not keys or ri.trace.is_cpu.all():
             continue
         a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
         b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
-        kernels = gpu_compute_rows(ri.trace, m)
-        per_stream = []
-        for sid in np.unique(ri.trace.stream[gpu]).tolist():
-            rows = gpu[ri.trace.stream[gpu] == sid]
-            comp = rows[kernels[rows]]
-            compute = Coverage.of(ri.trace.start_ns[comp].astype(np.int64), ri.end_ns[comp]).between(a, b)
-            per_stream.append((int(sid), compute, *_stream_parts(ri, rows, a, b)))
+        m = em.ranks[r]
+        streams = gpu_idle(ri.trace, m, start=ri.end_ns - m.dur_ns, end=ri.end_ns, a=a, b=b)
         for k, s in enumerate(keys):
-            for sid, compute, busy, ops, parts in per_stream:
+            for g in streams:
+                launch, comm, stream, other = (int(p[k]) for p in g.parts)
                 out.append(
                     GpuIdleRecord(
                         rank=r,
                         step=s,
-                        stream=sid,
+                        stream=g.stream,
                         step_ns=int(b[k] - a[k]),
-                        busy_ns=int(busy[k]),
-                        compute_ns=int(compute[k]),
-                        idle_ns=int(b[k] - a[k] - busy[k]),
-                        ops=int(ops[k]),
-                        launch_wait_ns=int(parts[_LAUNCH][k]),
-                        comm_wait_ns=int(parts[_COMM][k]),
-                        stream_wait_ns=int(parts[_STREAM][k]),
-                        other_ns=int(parts[_OTHER][k]),
+                        busy_ns=int(g.busy[k]),
+                        compute_ns=int(g.compute[k]),
+                        idle_ns=int(b[k] - a[k] - g.busy[k]),
+                        ops=int(g.ops[k]),
+                        launch_wait_ns=launch,
+                        comm_wait_ns=comm,
+                        stream_wait_ns=stream,
+                        other_ns=other,
                     )
                 )
     return out
-
-
-def _stream_parts(ri: RankIndex, rows: I64, a: I64, b: I64) -> tuple[I64, I64, list[I64]]:
-    """One stream's busy time, ops started and idle parts (:data:`PARTS`) in each step ``[a, b)``."""
-    rt = ri.trace
-    rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
-    start = rt.start_ns[rows].astype(np.int64)
-    end = ri.end_ns[rows]
-    # the end of the stream's work before each op: the latest end of the ops before it (the first: the
-    # rank's first step start, or its own start where that is earlier)
-    prev_end = np.empty_like(end)
-    prev_end[0] = min(int(a.min()), int(start[0]))
-    prev_end[1:] = np.maximum.accumulate(end)[:-1]
-    idle = start > prev_end
-    dep = ri.latest_dep[rows]
-    met = np.where(dep >= 0, ri.latest_met_ns[rows], np.iinfo(np.int64).min)
-    kind = np.full(rows.shape, _OTHER, dtype=np.int64)
-    late = np.flatnonzero(idle & (met > prev_end))  # met after the stream went idle
-    d = dep[late]
-    kind[late] = np.where(
-        ri.is_comm[d] | ri.is_comm_comp[d],
-        _COMM,
-        np.where(rt.is_cpu[d], _LAUNCH, np.where(rt.stream[d] == rt.stream[rows[late]], _OTHER, _STREAM)),
-    )
-    waited = kind != _OTHER
-    split = np.where(
-        waited, np.minimum(met, start), prev_end
-    )  # waiting for the dependency before, other after
-    tail_end = max(int(b.max()), int(end.max()))
-    parts: list[I64] = []
-    for k in range(len(PARTS)):
-        if k == _OTHER:  # after what was waited for (all of a stretch nothing explains), and the tail
-            lo = np.append(split[idle], end.max())
-            hi = np.append(start[idle], tail_end)
-        else:
-            lo, hi = prev_end[kind == k], split[kind == k]
-        parts.append(Coverage.of(lo, hi).between(a, b))
-    busy = Coverage.of(start, end).between(a, b)
-    ops = np.searchsorted(start, b, side="left") - np.searchsorted(start, a, side="left")
-    return busy, ops.astype(np.int64), parts
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -47,6 +47,7 @@ from skewlens.replay.execution import (
     compute_intervals,
     execution_model,
     gpu_compute_rows,
+    latest_deps,
     model_ends,
 )
 
@@ -155,31 +156,6 @@ def _gap_ns(m: RankModel) -> tuple[I64, B]:
     return np.where(has, m.gap_ns, 0).astype(np.int64), has
 
 
-def _latest_dep(m: RankModel, end: I64) -> tuple[I32, I64]:
-    """Per row, of what it waits for in the execution model (start and wait edges, and launches, met at
-    the launch call; a nested row: its enclosing row), the row met latest (the later row among ties), or
-    -1, and when it was met."""
-    n = end.shape[0]
-    out = np.full(n, -1, dtype=np.int32)
-    met_at = np.full(n, -1, dtype=np.int64)
-    src = np.concatenate([m.start_src, m.wait_src, m.launch_src])
-    dst = np.concatenate([m.start_dst, m.wait_dst, m.launch_dst])
-    launched = (end - m.dur_ns)[m.launch_src] + m.launch_off_ns
-    met = np.concatenate([end[m.start_src], end[m.wait_src], launched])
-    if src.size:
-        # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
-        latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(latest, dst, met)
-        at_latest = met == latest[dst]
-        np.maximum.at(out, dst[at_latest], src[at_latest].astype(np.int32))
-        has = out >= 0
-        met_at[has] = latest[has]
-    nested = m.parent >= 0
-    out[nested] = m.parent[nested]
-    met_at[nested] = (end - m.dur_ns)[nested]  # the enclosing row is on the path up to the nested start
-    return out, met_at
-
-
 def _step_spans(run: RunTrace) -> dict[tuple[int, int], tuple[int, int]]:
     spans: dict[tuple[int, int], tuple[int, int]] = {}
     for s in run.manifest.steps:
@@ -237,7 +213,7 @@ def build_index(run: RunTrace) -> RunIndex:
         hw = np.flatnonzero(m.host_work)
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
-        latest, latest_met = _latest_dep(m, end)
+        latest, latest_met = latest_deps(m, end - m.dur_ns, end)
         gpu_comp = gpu_compute_rows(rt, m)
         idx[r] = RankIndex(
             rank=r,

@@ -304,6 +304,108 @@ def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
     return compute_rows(rt, m) & ~rt.is_cpu & ~_comp_rows_named(rt, names_gpu_memory_op)
 
 
+def latest_deps(m: RankModel, start: I64, end: I64) -> tuple[I32, I64]:
+    """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): of what it waits for in the
+    execution model (start and wait edges, and launches, met at the launch call, ``launch_off_ns`` after
+    the launching row's start; a nested row: its enclosing row, met at the nested row's start), the row met
+    latest (the later row among ties), or -1, and when it was met (-1 for none)."""
+    n = end.shape[0]
+    out = np.full(n, -1, dtype=np.int32)
+    met_at = np.full(n, -1, dtype=np.int64)
+    src = np.concatenate([m.start_src, m.wait_src, m.launch_src])
+    dst = np.concatenate([m.start_dst, m.wait_dst, m.launch_dst])
+    launched = start[m.launch_src] + m.launch_off_ns
+    met = np.concatenate([end[m.start_src], end[m.wait_src], launched])
+    if src.size:
+        # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
+        latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, dst, met)
+        at_latest = met == latest[dst]
+        np.maximum.at(out, dst[at_latest], src[at_latest].astype(np.int32))
+        has = out >= 0
+        met_at[has] = latest[has]
+    nested = m.parent >= 0
+    out[nested] = m.parent[nested]
+    met_at[nested] = start[nested]  # the enclosing row is on the path up to the nested start
+    return out, met_at
+
+
+#: What a GPU stream's idle stretch waited for (:func:`gpu_idle`), in the order of ``StreamIdle.parts``.
+GPU_IDLE_PARTS = ("launch_wait", "comm_wait", "stream_wait", "other")
+_LAUNCH, _COMM, _STREAM, _OTHER = range(len(GPU_IDLE_PARTS))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamIdle:
+    """One GPU stream's time in each of a rank's windows (steps): see :func:`gpu_idle`."""
+
+    stream: int
+    busy: I64
+    """The union of the stream's ops in each window."""
+    compute: I64
+    """Of that, the union of its compute kernels (:func:`gpu_compute_rows`)."""
+    ops: I64
+    """Ops that started in each window."""
+    parts: tuple[I64, ...]
+    """The idle time in each window by what the stream waited for, in :data:`GPU_IDLE_PARTS`' order."""
+
+
+def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I64) -> list[StreamIdle]:
+    """Each GPU stream of a rank in the windows ``[a, b)``, given each row's ``start`` and ``end`` (recorded,
+    or replayed): the one rule the analyses' GPU idle table and the replay's summary read.
+
+    A stream idles from the end of its work so far (the latest end of its earlier ops; the first: the
+    first window's start) to the start of its next op; of what that op waited for, the dependency met
+    latest and when (:func:`latest_deps`) split the stretch: until then it waited for that dependency,
+    a launch wait where it is a host row (the launch call, or a host op it followed), a comm wait where
+    it is communication (a collective, a p2p op, an NCCL kernel), a stream wait where it is GPU work on
+    another stream; after it (the launch latency), and all of a stretch whose op had nothing met after
+    the stream went idle, other; so is the time after the stream's last op. So the parts sum to each
+    window's length less the stream's busy time."""
+    dep, met = latest_deps(m, start, end)
+    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
+    comm = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)
+    kernels = gpu_compute_rows(rt, m)
+    out = []
+    for sid in np.unique(rt.stream[gpu]).tolist():
+        rows = gpu[rt.stream[gpu] == sid]
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        st, en = start[rows].astype(np.int64), end[rows].astype(np.int64)
+        prev_end = np.empty_like(en)
+        prev_end[0] = min(int(a.min()), int(st[0]))
+        prev_end[1:] = np.maximum.accumulate(en)[:-1]
+        idle = st > prev_end
+        d = dep[rows]
+        at = np.where(d >= 0, met[rows], np.iinfo(np.int64).min)
+        kind = np.full(rows.shape, _OTHER, dtype=np.int64)
+        late = np.flatnonzero(idle & (at > prev_end))  # met after the stream went idle
+        dl = d[late]
+        kind[late] = np.where(
+            comm[dl], _COMM, np.where(rt.is_cpu[dl], _LAUNCH, np.where(rt.stream[dl] == sid, _OTHER, _STREAM))
+        )
+        waited = kind != _OTHER
+        split = np.where(waited, np.minimum(at, st), prev_end)  # the dependency before, other after
+        tail_end = max(int(b.max()), int(en.max()))
+        parts = []
+        for k in range(len(GPU_IDLE_PARTS)):
+            if k == _OTHER:  # after what was waited for (all of a stretch nothing explains), and the tail
+                lo, hi = np.append(split[idle], en.max()), np.append(st[idle], tail_end)
+            else:
+                lo, hi = prev_end[kind == k], split[kind == k]
+            parts.append(Coverage.of(lo, hi).between(a, b))
+        comp = rows[kernels[rows]]
+        out.append(
+            StreamIdle(
+                stream=int(sid),
+                busy=Coverage.of(st, en).between(a, b),
+                compute=Coverage.of(start[comp].astype(np.int64), end[comp].astype(np.int64)).between(a, b),
+                ops=(np.searchsorted(st, b) - np.searchsorted(st, a)).astype(np.int64),
+                parts=tuple(parts),
+            )
+        )
+    return out
+
+
 def model_ends(run: RunTrace, rank: int) -> I64:
     """Each row's recorded end as the model takes it: a hidden wait's completion recorded after the wait
     ended is that wait's end (:attr:`RankModel.end_clamp_rows`); what an unmodified replay reproduces."""

@@ -55,7 +55,7 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
 
     import numpy as np
 
-    from skewlens.analysis.index import _latest_dep
+    from skewlens.replay.execution import latest_deps
 
     rng = np.random.default_rng(7)
     for _ in range(100):
@@ -88,7 +88,7 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
         want_met = [best.get(i, (-1, -1))[0] for i in range(n)]
         for i in np.flatnonzero(m.parent >= 0).tolist():
             want_row[i], want_met[i] = int(m.parent[i]), int(start[i])
-        row, met = _latest_dep(m, end)  # type: ignore[arg-type]
+        row, met = latest_deps(m, start, end)  # type: ignore[arg-type]
         assert (row.tolist(), met.tolist()) == (want_row, want_met)
 
 
