@@ -64,6 +64,46 @@ def summary_table(
     return t
 
 
+def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_ROWS) -> Table | None:
+    """Each GPU rank's compute stream in the replay (mean ms per step): busy, idle, and the idle by what it
+    waited for (``skewlens analyze``'s rule, on the replayed times); of more than ``max_ranks`` ranks,
+    those whose stream idled the most. None for a replay without GPU ranks."""
+    by_rank: dict[int, list[SummaryRecord]] = {}
+    for r in rows:
+        if r.gpu_stream >= 0:
+            by_rank.setdefault(r.rank, []).append(r)
+    if not by_rank:
+        return None
+    t = Table(title="GPU compute stream in the replay (mean ms per step)", collapse_padding=True)
+    for col in ("rank", "stream", "busy", "idle", "launch", "comm", "stream wait", "other"):
+        t.add_column(col, justify="right")
+
+    def mean(rs: list[SummaryRecord], field: str) -> float:
+        return sum(getattr(x, field) for x in rs) / len(rs)
+
+    shown = sorted(by_rank, key=lambda k: (-mean(by_rank[k], "gpu_idle_ns"), k))[: max_ranks or None]
+    if len(shown) < len(by_rank):
+        t.caption = f"{len(by_rank)} GPU ranks: the {len(shown)} whose stream idled the most"
+    for rank in sorted(shown):
+        rs = by_rank[rank]
+        t.add_row(
+            str(rank),
+            str(rs[0].gpu_stream),
+            *(
+                _ms(mean(rs, f))
+                for f in (
+                    "gpu_busy_ns",
+                    "gpu_idle_ns",
+                    "gpu_launch_wait_ns",
+                    "gpu_comm_wait_ns",
+                    "gpu_stream_wait_ns",
+                    "gpu_other_ns",
+                )
+            ),
+        )
+    return t
+
+
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
     """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
     their overrides, included) and the replayed step times (ms)."""

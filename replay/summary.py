@@ -23,7 +23,11 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   (:func:`~skewlens.replay.execution.exposed_parts`, from the same compute, communication and busy
   intervals): an unmodified replay gives the breakdown's ``exposed_wait_ns`` and ``exposed_transfer_ns``.
   ``wait_ns`` counts waits under compute too (DDP's bucket all_reduces waiting during backward), so it can
-  exceed ``exposed_wait_ns``.
+  exceed ``exposed_wait_ns``;
+- ``gpu_*`` (a rank with GPU streams): its compute stream (the most compute kernels' time over the replayed
+  steps) in the replayed step, busy, idle and the idle by what the stream waited for, by the rule of
+  ``skewlens analyze``'s GPU idle table (:func:`~skewlens.replay.execution.gpu_idle`, on the replayed
+  times): an unmodified replay gives that table's figures for its steps.
 """
 
 from __future__ import annotations
@@ -40,10 +44,12 @@ from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.replay.execution import (
     Coverage,
+    StreamIdle,
     busy_intervals,
     compute_intervals,
     execution_model,
     exposed_parts,
+    gpu_idle,
     model_ends,
     nccl_kernel_rows,
     union_intervals,
@@ -79,6 +85,21 @@ class SummaryRecord:
     exposed_transfer_ns: int
     """Communication not under compute nor waiting for peers, in the replayed step, ns (the breakdown's
     rule)."""
+    gpu_stream: int = -1
+    """The rank's GPU compute stream (the most compute kernels' time over the replayed steps), -1 on a rank
+    without GPU streams (the ``gpu_*`` columns are 0 there)."""
+    gpu_busy_ns: int = 0
+    """Time that stream ran ops in the replayed step, ns."""
+    gpu_idle_ns: int = 0
+    """The replayed step less ``gpu_busy_ns``: the four parts below."""
+    gpu_launch_wait_ns: int = 0
+    """Idle until the host launched its next op (``skewlens analyze``'s GPU idle rule), ns."""
+    gpu_comm_wait_ns: int = 0
+    """Idle until communication its next op waited for completed, ns."""
+    gpu_stream_wait_ns: int = 0
+    """Idle until work on another stream its next op waited for ended, ns."""
+    gpu_other_ns: int = 0
+    """The rest of its idle time (after what was waited for, nothing known, after its last op), ns."""
 
 
 def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], tuple[int, int, int, int]]:
@@ -239,8 +260,9 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         # the breakdown's parts of every step window at once
         a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
         comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
-        for (k, rep_ns, rec_ns, comm_ns, all_wait), c, w, t in zip(
-            rows, comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True
+        gpu = None if rt.is_cpu.all() else _compute_stream(gpu_idle(rt, m, start=st, end=en, a=a_, b=b_))
+        for j, ((k, rep_ns, rec_ns, comm_ns, all_wait), c, w, t) in enumerate(
+            zip(rows, comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True)
         ):
             out.append(
                 SummaryRecord(
@@ -254,6 +276,31 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                     wait_ns=all_wait,
                     exposed_wait_ns=w,
                     exposed_transfer_ns=t,
+                    **_gpu_columns(gpu, j, int(b_[j] - a_[j])),
                 )
             )
     return out
+
+
+def _compute_stream(streams: list[StreamIdle]) -> StreamIdle | None:
+    """Of a rank's GPU streams, the one with the most compute kernels' time over the steps (the busiest, then
+    the lowest-numbered, on a tie), as ``skewlens analyze``'s table picks it; None for none."""
+    if not streams:
+        return None
+    return max(streams, key=lambda g: (int(g.compute.sum()), int(g.busy.sum()), -g.stream))
+
+
+def _gpu_columns(g: StreamIdle | None, j: int, window_ns: int) -> dict[str, int]:
+    """The ``gpu_*`` fields of step ``j`` (of ``window_ns``) for compute stream ``g`` (None: no GPU)."""
+    if g is None:
+        return {}
+    launch, comm, stream, other = (int(p[j]) for p in g.parts)
+    return {
+        "gpu_stream": g.stream,
+        "gpu_busy_ns": int(g.busy[j]),
+        "gpu_idle_ns": window_ns - int(g.busy[j]),
+        "gpu_launch_wait_ns": launch,
+        "gpu_comm_wait_ns": comm,
+        "gpu_stream_wait_ns": stream,
+        "gpu_other_ns": other,
+    }

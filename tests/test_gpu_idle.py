@@ -196,3 +196,62 @@ def test_the_documented_duckdb_query_ranks_the_streams_by_their_share_of_launch_
         (0, 8, 0.5, 0.5, round(42 / 500, 4)),
         (0, 20, 0.2, 0.8, 0.0),
     ]
+
+
+def test_the_replay_times_the_compute_streams_idle_by_the_analyses_rule_unmodified_and_under_a_what_if(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.render import gpu_idle_table as replay_gpu_table
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+    from skewlens.replay.summary import summarize
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    (rec,) = (g for g in analyze_run(run, blame=False).gpu_idle if g.stream == 8)  # the compute stream
+    (s,) = summarize(run, simulate(run))
+    assert (s.gpu_stream, s.gpu_busy_ns, s.gpu_idle_ns) == (8, rec.busy_ns, rec.idle_ns)
+    assert (s.gpu_launch_wait_ns, s.gpu_comm_wait_ns, s.gpu_stream_wait_ns, s.gpu_other_ns) == (
+        rec.launch_wait_ns, rec.comm_wait_ns, rec.stream_wait_ns, rec.other_ns
+    )  # fmt: skip
+    # every op twice as long: aten::mm 10-50, the recorded 10 us gap, aten::add 60-80 launching at 62 (its
+    # call 2 us into it), the kernel 8 us later for 1,000 us: launch wait 62 us, busy 1,000, and the rest of
+    # the 1,525 us step other
+    (w,) = summarize(
+        run, simulate(run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=2.0)]))
+    )
+    assert (w.step_time_ns, w.gpu_busy_ns, w.gpu_launch_wait_ns) == (1525 * US, 1000 * US, 62 * US)
+    assert w.gpu_launch_wait_ns + w.gpu_comm_wait_ns + w.gpu_stream_wait_ns + w.gpu_other_ns == w.gpu_idle_ns
+    assert w.gpu_idle_ns == w.step_time_ns - w.gpu_busy_ns
+    assert replay_gpu_table([s]) is not None
+
+
+def test_a_cpu_replay_has_no_gpu_columns_nor_table(tmp_path: Path) -> None:
+    from skewlens.replay.render import gpu_idle_table as replay_gpu_table
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.summary import summarize
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+    run = load_run(b.write(tmp_path / "run"))
+    rows = summarize(run, simulate(run))
+    assert {(r.gpu_stream, r.gpu_busy_ns, r.gpu_idle_ns) for r in rows} == {(-1, 0, 0)}
+    assert replay_gpu_table(rows) is None
+
+
+def test_a_replay_summary_written_before_the_gpu_columns_reads_with_them_null(tmp_path: Path) -> None:
+    from skewlens.profiler.store.schema import META_TABLE, META_VERSION, table_from_records, write_table
+    from skewlens.replay.summary import SummaryRecord
+
+    row = SummaryRecord(
+        rank=0, source_rank=0, step=1, step_time_ns=10, recorded_step_ns=10, compute_ns=5, comm_ns=0,
+        wait_ns=0, exposed_wait_ns=0, exposed_transfer_ns=0, gpu_stream=7, gpu_busy_ns=4, gpu_idle_ns=6,
+    )  # fmt: skip
+    gpu = [f for f in dataclasses.asdict(row) if f.startswith("gpu_")]
+    old = table_from_records(SummaryRecord, [row], "summary").drop_columns(gpu)
+    f = write_table(
+        old.replace_schema_metadata({META_VERSION: b"5", META_TABLE: b"summary"}), tmp_path / "v5.parquet"
+    )
+    got = read_table(f, SummaryRecord).to_pylist()
+    assert got == [{**dataclasses.asdict(row), **dict.fromkeys(gpu)}]

@@ -56,7 +56,7 @@ from skewlens.replay.outputs import (
     write_text,
 )
 from skewlens.replay.real.plan import META_FILE
-from skewlens.replay.render import summary_table
+from skewlens.replay.render import gpu_idle_table, summary_table
 from skewlens.replay.slowdown import Slowdown
 from skewlens.replay.sweep import append_sweep_row, record_failure
 from skewlens.rich_progress import RichProgress
@@ -190,6 +190,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
                 out_dir.rmdir()
         raise
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
+    if (gpu := gpu_idle_table(outcome.summary)) is not None:
+        console.print(gpu)
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     for note in unused_knobs(cfg, hc.overrides.task):
         console.print(note, style="yellow", markup=False, highlight=False)
