@@ -130,6 +130,8 @@ class SlowdownItemConfig:
     """First step of the window (None: from the start)."""
     last_step: int | None = None
     """Last step of the window, inclusive (None: to the end)."""
+    device: str = "any"
+    """compute / op / jitter: the ops scaled, any | host (host operators) | gpu (GPU ops)."""
 
     def to_slowdown(self) -> Slowdown:
         """The pure :class:`Slowdown` of this item (validates it)."""
@@ -148,6 +150,7 @@ class SlowdownItemConfig:
             nodes=tuple(self.nodes),
             first_step=self.first_step,
             last_step=self.last_step,
+            device=self.device,
         )
 
 

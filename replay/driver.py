@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import psutil
 
-from skewlens.profiler.store.model import RunTrace, type_mask
+from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.progress import NO_PROGRESS, Progress
@@ -153,6 +154,8 @@ def check_slowdown_targets(
                     f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
                     f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
                 )
+        if item.device != "any":
+            check_compute_device(key, item, run)
         if item.kind == "op":
             check_op_pattern(key, item, run)
         if item.kind == "comm_delay":
@@ -205,6 +208,30 @@ def check_network_links(key: str, item: Slowdown, run: RunTrace) -> None:
     )
 
 
+def _on_device(rt: RankTrace, device: str) -> npt.NDArray[np.bool_]:
+    """Per row: on the device a slowdown's ``device`` names (``host``, ``gpu``; ``any``: every row)."""
+    if device == "any":
+        return np.ones(len(rt), dtype=np.bool_)
+    return rt.is_cpu if device == "host" else ~rt.is_cpu
+
+
+def check_compute_device(key: str, item: Slowdown, run: RunTrace) -> None:
+    """A ``compute``, ``op`` or ``jitter`` item whose ``device`` is ``host`` or ``gpu`` has a compute op
+    there on one of its ranks, else a :class:`ConfigError` naming the key (``device: gpu`` on a CPU trace
+    slowed nothing, and the report said ``compute x1.5 (GPU ops) on rank 2`` all the same)."""
+    model = execution_model(run)
+    ranks = [r for r in (item.ranks or sorted(run.ranks)) if r in run.ranks]
+    for r in ranks:
+        rt = run.ranks[r]
+        if (compute_rows(rt, model.ranks[r]) & _on_device(rt, item.device)).any():
+            return
+    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
+    what = "GPU ops (a CPU trace?)" if item.device == "gpu" else "host operators"
+    raise ConfigError(
+        f"{key}.device: {where} has no compute {what}, so device={item.device} would slow nothing"
+    )
+
+
 def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
     """An ``op`` item's pattern matches a compute node (what a compute factor scales:
     :func:`~skewlens.replay.execution.compute_rows`) of one of its ranks, else a :class:`ConfigError` naming
@@ -215,7 +242,7 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
     time_by_name: dict[str, int] = {}
     for r in ranks:
         rt = run.ranks[r]
-        rows = compute_rows(rt, model.ranks[r])
+        rows = compute_rows(rt, model.ranks[r]) & _on_device(rt, item.device)
         per_name = np.bincount(rt.name_idx[rows], weights=rt.dur_ns[rows], minlength=len(rt.names))
         for i in np.flatnonzero(per_name).tolist():
             if op_matches(item.pattern, rt.names[i]):

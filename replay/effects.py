@@ -2,7 +2,8 @@
 
 Both replayers ask the same three questions of an ``Effects`` object, per node:
 
-- ``compute_factor(rank, step, name)``: multiply the node's recorded compute duration by this;
+- ``compute_factor(rank, step, name, on_gpu=...)``: multiply the node's recorded compute duration by this
+  (``on_gpu``: the node is a GPU op, not a host operator);
 - ``delay_before_ns(rank, step, node_type, name)``: extra wait before the node starts (a slow send, a
   per-rank delay before collectives), added to the node's host gap;
 - ``stall_ns(rank, step)``: a one-off wait before the *first* node of ``step`` on ``rank``.
@@ -25,8 +26,9 @@ from skewlens.profiler.vocab import NodeType
 class Effects(Protocol):
     """Slowdowns applied per node by simulated and real replay."""
 
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
-        """Factor (> 0) multiplying the recorded duration of compute node ``name`` of ``rank`` at ``step``."""
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
+        """Factor (> 0) multiplying the recorded duration of compute node ``name`` of ``rank`` at ``step``
+        (``on_gpu``: a GPU op, else a host operator)."""
         ...
 
     def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
@@ -43,7 +45,7 @@ class NoEffects:
 
     __slots__ = ()
 
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
         return 1.0
 
     def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:

@@ -791,10 +791,15 @@ def _apply_factors(effects: Effects, rt: RankTrace, rank: int, d: I64, comp: B) 
     if rows.size == 0:
         return d
     nn = max(len(rt.names), 1)
-    key = (rt.step[rows].astype(np.int64) + 1) * nn + rt.name_idx[rows]
+    key = ((rt.step[rows].astype(np.int64) + 1) * nn + rt.name_idx[rows]) * 2 + ~rt.is_cpu[rows]
     uniq, inv = np.unique(key, return_inverse=True)
     fac = np.array(
-        [effects.compute_factor(rank, int(k // nn) - 1, rt.names[int(k % nn)]) for k in uniq.tolist()],
+        [
+            effects.compute_factor(
+                rank, int(k // 2 // nn) - 1, rt.names[int(k // 2 % nn)], on_gpu=bool(k % 2)
+            )
+            for k in uniq.tolist()
+        ],
         dtype=np.float64,
     )
     if (fac <= 0).any() or not np.isfinite(fac).all():

@@ -3,6 +3,10 @@
 Kinds of item (each optionally limited to ranks and to a window of steps ``first_step..last_step``):
 
 - ``compute``: multiply compute durations by ``factor``;
+
+  ``compute``, ``op`` and ``jitter`` items scale the compute ops of ``device``: ``any`` (default), ``host``
+  (host operators only: a faster or slower host, the GPU as recorded) or ``gpu`` (GPU ops only: kernels,
+  copies and memsets: one slow GPU, whose host runs as recorded);
 - ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
@@ -32,6 +36,10 @@ from skewlens.profiler.vocab import NodeType
 from skewlens.replay.errors import ConfigError
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
+#: Which compute ops a ``compute``, ``op`` or ``jitter`` item scales (:attr:`Slowdown.device`).
+DEVICES = ("any", "host", "gpu")
+#: The kinds ``device`` applies to.
+DEVICE_KINDS = frozenset({"compute", "op", "jitter"})
 COMM_ON = {
     "send": frozenset({NodeType.COMM_SEND}),
     "collective": frozenset({NodeType.COMM_COLL}),
@@ -90,6 +98,8 @@ class Slowdown:
     """First step the item applies to (None: from the start)."""
     last_step: int | None = None
     """Last step the item applies to, inclusive (None: to the end)."""
+    device: str = "any"
+    """compute / op / jitter: the ops scaled, ``any``, ``host`` (host operators) or ``gpu`` (GPU ops)."""
 
     def __post_init__(self) -> None:
         where = f"slowdown item (kind={self.kind})"
@@ -116,6 +126,17 @@ class Slowdown:
             raise ConfigError(f"{where}: links must be pairs of ranks, got {self.links}")
         if self.first_step is not None and self.last_step is not None and self.first_step > self.last_step:
             raise ConfigError(f"{where}: first_step {self.first_step} > last_step {self.last_step}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"{where}: device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.device != "any" and self.kind not in DEVICE_KINDS:
+            raise ConfigError(
+                f"{where}: device ({self.device}) says which compute ops a {', '.join(sorted(DEVICE_KINDS))} "
+                f"item scales; a {self.kind} item scales none"
+            )
+
+    def scales(self, on_gpu: bool) -> bool:
+        """True when this item's ``device`` takes in a compute op on the GPU (``on_gpu``) or on the host."""
+        return self.device == "any" or (self.device == "gpu") == on_gpu
 
     def applies(self, rank: int, step: int) -> bool:
         """True when this item affects ``rank`` at ``step`` (rank filter and step window)."""
@@ -147,6 +168,8 @@ class Slowdown:
                 who = " on links " + ", ".join(f"{a}-{b}" for a, b in self.links)
             elif self.nodes:
                 who = f" on {_listed('node', self.nodes)}"
+        if self.device != "any":
+            what += f" ({'GPU ops' if self.device == 'gpu' else 'host ops'})"
         first, last = self.first_step, self.last_step
         when = (
             ""
@@ -197,10 +220,10 @@ class SlowdownModel:
     def __repr__(self) -> str:
         return f"SlowdownModel({[s.kind for s in self.items]})"
 
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
         f = 1.0
         for s in self.items:
-            if not s.applies(rank, step):
+            if not s.applies(rank, step) or not s.scales(on_gpu):
                 continue
             if s.kind == "compute" or (s.kind == "op" and _matcher(s.pattern)(name)):
                 f *= s.factor

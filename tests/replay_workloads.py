@@ -27,7 +27,7 @@ class RankFactor:
     rank: int
     factor: float
 
-    def compute_factor(self, rank: int, step: int, name: str) -> float:
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
         return self.factor if rank == self.rank else 1.0
 
     def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:

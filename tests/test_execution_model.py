@@ -196,7 +196,7 @@ def test_a_nested_node_follows_its_enclosing_node_in_the_replay_and_the_plan(tmp
     run = load_run(b.write(tmp_path / "run"))
 
     class SlowMm:
-        def compute_factor(self, rank: int, step: int, name: str) -> float:
+        def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
             return 2.0 if name == "aten::mm" else 1.0
 
         def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:

@@ -255,3 +255,50 @@ def test_a_replay_summary_written_before_the_gpu_columns_reads_with_them_null(tm
     )
     got = read_table(f, SummaryRecord).to_pylist()
     assert got == [{**dataclasses.asdict(row), **dict.fromkeys(gpu)}]
+
+
+@pytest.mark.parametrize(("device", "host_x", "gpu_x"), [("gpu", 1, 2), ("host", 2, 1), ("any", 2, 2)])
+def test_a_slowdown_on_the_gpu_or_the_host_scales_only_that_sides_ops(
+    tmp_path: Path, device: str, host_x: int, gpu_x: int
+) -> None:
+    from skewlens.replay.execution import compute_rows, execution_model
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+    # one slow GPU: its kernels take twice as long while its host's Python runs as recorded (before, a
+    # compute slowdown of a GPU rank slowed both)
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    rt = run.ranks[0]
+    res = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=2.0, device=device)])
+    )
+    dur = res.end_ns[0] - res.start_ns[0]
+    comp = compute_rows(rt, execution_model(run).ranks[0])
+    for side, x in ((rt.is_cpu, host_x), (~rt.is_cpu, gpu_x)):
+        rows = comp & side & (rt.dur_ns > 0)
+        assert rows.any() and (dur[rows] == x * rt.dur_ns[rows]).all()
+
+
+def test_a_slow_gpu_on_a_cpu_run_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+    run_dir = b.write(tmp_path / "run")
+    out = tmp_path / "out"
+    assert main(["replay", f"trace={run_dir}", f"out={out}", "slowdown=slow_gpu", "slowdown.rank=1"]) == 2
+    err = capsys.readouterr().err
+    assert "slowdown.entries[0].device: rank 1 has no compute GPU ops" in err and "would slow nothing" in err
+
+
+def test_the_slow_gpu_preset_says_what_it_slowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    out = tmp_path / "out"
+    argv = ["replay", f"trace={tmp_path / 'run'}", f"out={out}", "slowdown=slow_gpu", "slowdown.rank=0"]
+    assert main([*argv, "slowdown.factor=2"]) == 0
+    text = capsys.readouterr().out
+    assert "slowdown slow_gpu: compute x2 (GPU ops) on rank 0" in text
+    (row,) = read_table(out / "summary.parquet").to_pylist()
+    assert row["gpu_busy_ns"] == 1000 * US  # the compute stream's one kernel, 500 us recorded

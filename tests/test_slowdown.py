@@ -175,6 +175,8 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ({"kind": "stall", "delay_ms": -1.0}, "delay_ms"),
         ({"kind": "comm_delay", "before": "everything"}, "before"),
         ({"kind": "compute", "first_step": 3, "last_step": 1}, "first_step"),
+        ({"kind": "compute", "device": "cuda"}, "device must be one of any, host, gpu"),
+        ({"kind": "stall", "device": "gpu"}, r"device \(gpu\) says which compute ops"),
     ],
 )
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:

@@ -317,7 +317,9 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             )
             continue
         # the simulator's rule: a compute factor scales the program's compute only (compute_rows)
-        factor = float(effects.compute_factor(rt.rank, step, name)) if scaled[i] else 1.0
+        factor = (
+            float(effects.compute_factor(rt.rank, step, name, on_gpu=bool(on_gpu[i]))) if scaled[i] else 1.0
+        )
         if not factor > 0:
             raise ReplayError(
                 f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
