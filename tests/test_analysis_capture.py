@@ -87,7 +87,16 @@ def test_peers_waits_at_rank_2s_first_collective_of_each_step_are_blamed_on_it(
     assert sum(r == STRAGGLER for r in late.values()) >= len(firsts) - 2, f"late rank per step: {late}"
     blamed = {s: e.blamed_rank for s, e in firsts.items()}
     assert sum(b == STRAGGLER for b in blamed.values()) >= len(firsts) - 2, f"blamed rank per step: {blamed}"
-    assert all(e.blamed_rank == STRAGGLER or e.cause.via_rank == STRAGGLER for e in firsts.values()), blamed
+    # A step whose wait is neither rank 2's nor passed on by it had another rank last: a peer starved of CPU
+    # by the others (4 ranks on 2 cores) can be later than rank 2 by itself, and then the analysis rightly
+    # blames that peer (a CI run beside other test runs saw one such step of ten). At most one step may be
+    # such, and never one where rank 2 was last.
+    others = {
+        s: (e.late_rank, e.blamed_rank, e.cause.via_rank, e.cause.text)
+        for s, e in firsts.items()
+        if not (e.blamed_rank == STRAGGLER or e.cause.via_rank == STRAGGLER)
+    }
+    assert len(others) <= 1 and all(late != STRAGGLER for late, *_ in others.values()), others
     for e in firsts.values():  # each member waited until the last arrival, or for all of its call
         last = int(e.arrival_ns.max())
         assert e.wait_ns.tolist() == [
