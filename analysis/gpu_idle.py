@@ -1,24 +1,13 @@
 """GPU idle time: per rank, step and GPU stream, how long the stream idled and what it was waiting for.
 
 HTA's idle time breakdown tells a stream's idle stretches apart by thresholds on their length. Here each
-is read from the execution model instead (``skewlens.replay.execution``), which knows what every GPU op
-waited for: its launch, an event on another stream, a collective. A stream idles from the end of its
-work so far (``prev_end``: the latest end of its earlier ops) to the start of its next op. Of what that op
-waited for, the dependency met latest (``RankIndex.latest_dep``) and when (``latest_met_ns``: an op's
-launch call for its launch, a row's end otherwise) split the stretch ``[prev_end, start)``:
-
-- ``[prev_end, min(met, start))`` is spent waiting for that dependency:
-
-  - ``launch wait``: a host row, the call that launched the op (or a host op it followed): the host had not
-    yet asked for the op, so the GPU starved (a host-bound step: Python overhead, data loading, a
-    synchronisation that drained the queue);
-  - ``comm wait``: a communication row (a collective or p2p op, an NCCL kernel): the stream waited for the
-    network or for peers;
-  - ``stream wait``: GPU work on another stream (an event the stream waited on, a copy);
-
-- ``[max(met, prev_end), start)``, and the whole stretch where no dependency was met after ``prev_end``
-  (the previous op on the same stream, or none known): ``other`` (the launch latency after the call, what
-  the trace does not say); after a stream's last op, all of the rest is ``other`` too.
+is read from the execution model instead, which knows what every GPU op waited for (its launch, an event
+on another stream, a collective): the rule is :func:`skewlens.replay.execution.gpu_idle`, which the
+replay's summary applies to replayed times too. Each stretch before an op is split at the time its latest
+dependency was met: before, ``launch wait`` (a host row: the host had not yet asked for the op, so the GPU
+starved: Python overhead, data loading, a synchronisation that drained the queue), ``comm wait`` (a
+collective, a p2p op, an NCCL kernel) or ``stream wait`` (GPU work on another stream); after it, and where
+nothing was met after the stream went idle, and after the stream's last op, ``other``.
 
 So ``launch + comm + stream + other = idle = step - busy`` per stream and step, with ``busy`` the union of
 the stream's ops (kernels, copies, memsets, NCCL kernels) in the step. A CPU rank has no GPU streams and
