@@ -125,3 +125,30 @@ def most_idle(streams: Sequence[StreamMeans], max_ranks: int) -> list[StreamMean
     if len(shown) > max_ranks > 0:
         shown = shown[:max_ranks]
     return sorted(shown, key=lambda s: s.rank)
+
+
+#: How the report names what the compute streams mostly waited for (the largest part of their idle time).
+_VERDICT = {
+    "launch_wait": "for their hosts' launches: host-bound (Python overhead, data loading, synchronisations)",
+    "comm_wait": "for communication",
+    "stream_wait": "for work on other streams",
+    "other": "for what the traces do not say",
+}
+
+
+def verdict(streams: Sequence[StreamMeans]) -> str | None:
+    """One line on the compute streams of all ranks: how much of their steps they idled, and what they
+    mostly waited for; None without streams or idle time."""
+    step = sum(s.step_ns for s in streams)
+    idle = sum(s.idle_ns for s in streams)
+    if not streams or idle <= 0 or step <= 0:
+        return None
+    parts = [sum(s.parts_ns[k] for s in streams) for k in range(len(PARTS))]
+    top = max(range(len(PARTS)), key=lambda k: parts[k])
+    shares = ", ".join(
+        f"{p.replace('_', ' ')} {100 * v / idle:.0f}%" for p, v in zip(PARTS, parts, strict=True)
+    )
+    return (
+        f"the compute streams idled {100 * idle / step:.0f}% of their steps, mostly waiting "
+        f"{_VERDICT[PARTS[top]]}; of that idle time: {shares}"
+    )

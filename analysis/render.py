@@ -13,7 +13,7 @@ from rich.text import Text
 from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, GPU_IDLE_FILE, AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
 from skewlens.analysis.critical_path import shares
-from skewlens.analysis.gpu_idle import compute_streams, most_idle
+from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -236,7 +236,7 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
     ):
         t.add_column(c, justify="right")
     shown = most_idle(streams, max_ranks)
-    notes = []
+    notes = [v] if (v := verdict(streams)) is not None else []
     if len(shown) < len(streams):
         notes.append(f"{len(streams):,} ranks: the {len(shown)} whose compute stream idled the most")
     notes.append(

@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import itertools
 import textwrap
+import threading
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
@@ -63,6 +64,13 @@ _ARROW_OF: dict[Any, pa.DataType] = {
 }
 
 
+#: One thread at a time parses source: two threads parsing at once corrupt the AST constructor's recursion
+#: count on CPython 3.11.7 ("SystemError: AST constructor recursion depth mismatch", CPython gh-106905), and
+#: ``write_tables`` builds its tables' schemas on several threads (with the gpu_idle table, 3 of 4 runs of
+#: tests/test_gpu_idle.py failed so; none of 6 with the lock).
+_PARSING = threading.Lock()
+
+
 @cache
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring written under each field of a dataclass, its bases' included (``name -> doc``)."""
@@ -71,7 +79,8 @@ def field_docs(cls: type) -> dict[str, str]:
         if dataclasses.is_dataclass(base):
             docs.update(field_docs(base))
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        with _PARSING:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):
         return docs
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
