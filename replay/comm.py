@@ -35,6 +35,11 @@ from skewlens.replay.network.algorithms import (
 )
 from skewlens.replay.network.topology import Topology, TopologyError
 
+#: Collectives in which, under ``direct``, every member sends an equal part to every other (an all_reduce
+#: twice): across dimensions, costed link by link (:meth:`ModelTiming._exchange_t`).
+_EXCHANGES = frozenset(
+    {CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK, CommType.ALL_GATHER}
+)
 #: The longest transfer the simulator's int64 nanosecond clock can hold with room to spare (about 146 years).
 MAX_MODEL_NS = 2**62
 
@@ -180,6 +185,14 @@ class ModelTiming:
                 ),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
+        if self.algorithm == "direct" and len(dims) >= 2 and nbytes > 0 and comm_type in _EXCHANGES:
+            # every member sends S/p to every other at once: once (reduce_scatter, all_gather) or twice (an
+            # all_reduce's reduce-scatter, then all-gather), link by link as an even all_to_all is costed
+            phases = 2 if comm_type == CommType.ALL_REDUCE else 1
+            return self._ns(
+                phases * self._exchange_t(nbytes // p, members, factor, extra),
+                f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
+            )
         alpha = float(max(d.latency_ns for d in ds) + extra)
         bw = min(d.effective_bandwidth_gbps for d in ds) * factor
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
@@ -213,12 +226,21 @@ class ModelTiming:
 
     def _even_all_to_all_ns(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> int:
         """An even all_to_all (each member sends ``even_split_bytes(nbytes, p)`` to every other) costed as
-        :meth:`_pairs_ns` costs those pairs, without listing the ``p²`` of them: on each dimension ``d``
-        the group spans, a member sends a part to, and receives one from, each member whose coordinate
-        ``d`` differs from its own, through its link there; a link's load is the sum over the members on
-        it, the same out as in. Time: the busiest link's ``α + load / B``."""
+        :meth:`_pairs_ns` costs those pairs (:meth:`_exchange_t`)."""
+        part = even_split_bytes(nbytes, len(members))
+        return self._ns(
+            self._exchange_t(part, members, factor, extra),
+            f"one all_to_all of {nbytes:,} B among {len(members)} ranks",
+        )
+
+    def _exchange_t(self, part: int, members: tuple[int, ...], factor: float, extra: int) -> float:
+        """Each member sending ``part`` bytes to every other at once, costed as :meth:`_pairs_ns` costs such
+        pairs without listing the ``p²`` of them: on each dimension ``d`` the group spans, a member sends a
+        part to, and receives one from, each member whose coordinate ``d`` differs from its own, through
+        its link there; a link's load is the sum over the members on it, the same out as in. Time: the
+        busiest link's ``α + load / B`` (0 where every part is empty, as :meth:`_pairs_ns`, which lists no
+        pair of 0 bytes)."""
         p = len(members)
-        part = even_split_bytes(nbytes, p)
         topo = self.topology
         t = 0.0
         for d in self._spanned(members):
@@ -228,10 +250,10 @@ class ModelTiming:
             for r in members:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
             busiest = max(load.values())
-            if busiest > 0:  # as _pairs_ns, which lists no pair of 0 bytes
+            if busiest > 0:
                 dim = topo.dims[d]
                 t = max(t, dim.latency_ns + extra + busiest / (dim.effective_bandwidth_gbps * factor))
-        return self._ns(t, f"one all_to_all of {nbytes:,} B among {p} ranks")
+        return t
 
     def _ns(self, t: float, what: str) -> int:
         """``t`` rounded to ns, or a :class:`ConfigError` where it is beyond the simulator's clock (a

@@ -497,3 +497,19 @@ def test_an_even_all_to_all_across_nodes_costs_the_link_its_members_share_as_its
     # a link per member: each sends half of S over its own link, S/2 / B1
     own = replayed_transfer(all_to_all_run(tmp_path, 8), topology=two_level(per_node=4), algorithm=algorithm)
     assert own == [round(2_000 + S / 2 / 25.0)]
+
+
+@pytest.mark.parametrize(
+    ("comm_type", "link_bytes", "phases"),
+    [(CommType.ALL_REDUCE, 2 * S, 2), (CommType.REDUCE_SCATTER, 2 * S, 1), (CommType.ALL_GATHER, 16 * S, 1)],
+)
+def test_a_direct_collective_across_nodes_costs_what_each_nodes_shared_link_carries(
+    tmp_path: Path, comm_type: CommType, link_bytes: int, phases: int
+) -> None:
+    # 8 ranks, 4 on each node's one link; every member sends its part to each of the 4 on the other node
+    # (an all_reduce's or reduce_scatter's S/8, an all_gather's piece S): the link carries 4 * 4 parts each
+    # way, per phase. Before, the flat formula charged alpha + (p - 1)/p of the message at the link's
+    # bandwidth as if each member had a link of its own (all_reduce 77.4 us here against 171.8 us)
+    rt = one_collective_run(tmp_path, EIGHT, comm_type)
+    got = replayed_transfer(rt, topology=two_level(per_node=4, links=1), algorithm="direct")
+    assert got == [round(phases * (2_000 + link_bytes / 25.0))]
