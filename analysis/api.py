@@ -2,7 +2,8 @@
 
 ``analyze_run`` derives the shared per-rank index once, then runs the analyses: collective skew
 (``skewlens.analysis.skew``), step breakdown (``skewlens.analysis.breakdown``), GPU idle time
-(``skewlens.analysis.gpu_idle``, GPU runs), critical path (``skewlens.analysis.critical_path``) and what-if
+(``skewlens.analysis.gpu_idle``) and GPU kernels by time (``skewlens.analysis.gpu_kernels``) on GPU runs,
+critical path (``skewlens.analysis.critical_path``) and what-if
 blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives in
 ``skewlens.analysis.render``, ``skewlens.analysis.plots`` and ``skewlens.analysis.perfetto``; the CLI in
 ``skewlens.cli.analyze``.
@@ -22,6 +23,7 @@ from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
 from skewlens.analysis.breakdown import analyze_breakdown
 from skewlens.analysis.critical_path import analyze_critical_path
 from skewlens.analysis.gpu_idle import analyze_gpu_idle
+from skewlens.analysis.gpu_kernels import analyze_gpu_kernels
 from skewlens.analysis.index import RunIndex, build_index
 from skewlens.analysis.records import (
     BlameRecord,
@@ -29,6 +31,7 @@ from skewlens.analysis.records import (
     CollectiveSkewRecord,
     CriticalPathRecord,
     GpuIdleRecord,
+    GpuKernelRecord,
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
@@ -46,6 +49,7 @@ CRITICAL_PATH_FILE = "critical_path.parquet"
 BLAME_FILE = "blame.parquet"
 BLAME_STEPS_FILE = "blame_steps.parquet"
 GPU_IDLE_FILE = "gpu_idle.parquet"
+GPU_KERNELS_FILE = "gpu_kernels.parquet"
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -60,6 +64,8 @@ class AnalysisResult:
     """Per rank and step: compute, exposed wait / transfer, overlapped communication, idle."""
     gpu_idle: list[GpuIdleRecord]
     """Per rank, step and GPU stream: its idle time and what it waited for (empty on a CPU run)."""
+    gpu_kernels: list[GpuKernelRecord]
+    """Per rank and GPU op name: how many ran and their summed time (empty on a CPU run)."""
     critical_path: list[CriticalPathRecord]
     """Per step: the nodes of the critical path, last node first."""
     blame: BlameResult | None
@@ -104,6 +110,7 @@ def analyze_run(
         breakdown = analyze_breakdown(ix)
         advance(description="analyses: GPU idle")
         gpu_idle = analyze_gpu_idle(ix)
+        gpu_kernels = analyze_gpu_kernels(ix)
         advance(description="analyses: critical path")
         critical_path = analyze_critical_path(ix)
         advance()
@@ -118,7 +125,13 @@ def analyze_run(
         # handed back)
         release_free_memory()
     return AnalysisResult(
-        index=ix, skew=skew, breakdown=breakdown, gpu_idle=gpu_idle, critical_path=critical_path, blame=blamed
+        index=ix,
+        skew=skew,
+        breakdown=breakdown,
+        gpu_idle=gpu_idle,
+        gpu_kernels=gpu_kernels,
+        critical_path=critical_path,
+        blame=blamed,
     )
 
 
@@ -170,9 +183,9 @@ def skew_table(skew: SkewResult) -> pa.Table:
 
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
-    """Write the Parquet tables (atomically, one file per table; ``gpu_idle`` for a run with GPU streams,
-    the blame's where it was asked for); returns their paths. The tables are
-    encoded on ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
+    """Write the Parquet tables (atomically, one file per table; ``gpu_idle`` and ``gpu_kernels`` for a run
+    with GPU ops, the blame's where it was asked for); returns their paths. The tables are encoded on
+    ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
     jobs: list[tuple[Callable[[], pa.Table], Path]] = [
         (lambda: skew_table(result.skew), d / SKEW_FILE),
@@ -188,6 +201,13 @@ def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | 
     if result.gpu_idle:
         jobs.append(
             (lambda: table_from_records(GpuIdleRecord, result.gpu_idle, "gpu_idle"), d / GPU_IDLE_FILE)
+        )
+    if result.gpu_kernels:
+        jobs.append(
+            (
+                lambda: table_from_records(GpuKernelRecord, result.gpu_kernels, "gpu_kernels"),
+                d / GPU_KERNELS_FILE,
+            )
         )
     blame = result.blame
     if blame is not None:

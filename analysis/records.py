@@ -142,6 +142,26 @@ class GpuIdleRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class GpuKernelRecord:
+    """One row of ``gpu_kernels``: one GPU op name on one rank over its recorded steps
+    (``skewlens.analysis.gpu_kernels``)."""
+
+    rank: int
+    """Global rank."""
+    name: str
+    """The kernel's (copy's, memset's) name."""
+    kind: str
+    """``compute``, ``communication`` (a collective or p2p op on the device, an NCCL kernel) or ``memory``
+    (a copy or memset)."""
+    kernels: int
+    """How many ran."""
+    total_ns: int
+    """Their summed duration (two at once on two streams count twice, as HTA counts)."""
+    steps: int
+    """The rank's recorded steps (``total_ns / steps``: its time a step)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CriticalPathRecord:
     """One row of ``critical_path``: one node on the critical path of one step (last node first)."""
 

@@ -10,10 +10,17 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skewlens.analysis.api import BREAKDOWN_FILE, CRITICAL_PATH_FILE, GPU_IDLE_FILE, AnalysisResult
+from skewlens.analysis.api import (
+    BREAKDOWN_FILE,
+    CRITICAL_PATH_FILE,
+    GPU_IDLE_FILE,
+    GPU_KERNELS_FILE,
+    AnalysisResult,
+)
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
 from skewlens.analysis.critical_path import shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
+from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -262,6 +269,33 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
     return t
 
 
+def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
+    """The GPU ops with the most summed time over all ranks (ms and count a step on a rank that ran them,
+    their share of all GPU ops' time); None on a run without GPU ops."""
+    rows = top_kernels(result.gpu_kernels, top)
+    if not rows:
+        return None
+    t = Table(title="GPU kernels by time (all ranks)", title_justify="left")
+    t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
+    for c in ("kind", "ranks", "ms / step", "per step", "%"):
+        t.add_column(c, justify="right", no_wrap=True)
+    for k in rows:
+        t.add_row(
+            short_name(k.name),
+            k.kind,
+            str(k.ranks),
+            _ms(k.per_step_ns),
+            f"{k.kernels_per_step:,.1f}",
+            f"{100 * k.share:.1f}",
+        )
+    t.caption = (
+        "ms / step and per step: on a rank that ran it (the mean over those ranks); %: of all GPU ops' "
+        "summed time; durations summed as HTA sums them (concurrent ones count twice); every rank's are in "
+        f"{GPU_KERNELS_FILE}"
+    )
+    return t
+
+
 def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: int = MAX_RANK_ROWS) -> Group:
     """Each rank's share of the critical path over all steps (the ``max_ranks`` largest, 0: all; the rest
     summed up in the caption), and the ops that dominate it (their names cut to :data:`NAME_WIDTH`, one
@@ -309,6 +343,7 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         *([gpu] if (gpu := gpu_idle_table(result)) is not None else []),
+        *([kern] if (kern := gpu_kernels_table(result)) is not None else []),
         critical_path_table(result),
         *(Text(note, style="yellow") for note in result.notes),
     ]

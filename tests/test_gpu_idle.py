@@ -308,3 +308,35 @@ def test_the_slow_gpu_preset_says_what_it_slowed(tmp_path: Path, capsys: pytest.
     assert "slowdown slow_gpu: compute x2 (GPU ops) on rank 0" in text
     (row,) = read_table(out / "summary.parquet").to_pylist()
     assert row["gpu_busy_ns"] == 1000 * US  # the compute stream's one kernel, 500 us recorded
+
+
+def test_the_gpu_kernels_table_sums_each_ops_time_and_count_by_kind(tmp_path: Path) -> None:
+    from skewlens.analysis.render import gpu_kernels_table
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
+    rows = read_table(tmp_path / "out" / "gpu_kernels.parquet").to_pylist()
+    got = {(r["name"][:4], r["kind"]): (r["kernels"], r["total_ns"], r["steps"]) for r in rows}
+    assert got == {
+        ("add", "compute"): (1, 500 * US, 1),
+        ("nccl", "communication"): (1, 200 * US, 1),
+        ("gemm", "compute"): (1, 100 * US, 1),
+        ("mul", "compute"): (1, 100 * US, 1),
+        ("relu", "compute"): (1, 50 * US, 1),
+        ("div", "compute"): (1, 50 * US, 1),
+    }
+    assert rows[0]["name"] == "add"  # the most time first
+    table = gpu_kernels_table(analyze_run(load_trace(tmp_path / "run"), blame=False), top=2)
+    assert table is not None and table.row_count == 2
+    console = Console(width=200, record=True)
+    console.print(table)
+    lines = [
+        " ".join(c.strip() for c in line.strip("│ ").split("│"))
+        for line in console.export_text().splitlines()
+    ]
+    # add: 0.50 ms a step of 1.00 ms of GPU ops in all (50%); the NCCL kernel 0.20 ms (20%)
+    assert "add compute 1 0.50 1.0 50.0" in lines
+    assert any(
+        line.startswith("ncclDevKernel_SendRecv") and line.endswith("communication 1 0.20 1.0 20.0")
+        for line in lines
+    )

@@ -31,8 +31,8 @@ from skewlens.profiler.errors import SkewlensError
 #: Bumped on any change to a table written by skewlens (2: ``p2p.pair``; 3: ``p2p.recv_bytes``,
 #: ``step_breakdown.gpu_compute_ns``, and ``source_rank`` in replay's ``summary`` and ``timeline``; 4:
 #: replay's ``summary.exposed_comm_ns`` is ``exposed_wait_ns`` and ``exposed_transfer_ns``, the breakdown's;
-#: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` table and
-#: replay's ``summary.gpu_*``).
+#: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
+#: ``gpu_kernels`` tables and replay's ``summary.gpu_*``).
 SCHEMA_VERSION = "6"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
