@@ -33,10 +33,20 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
-from skewlens.replay.execution import exposed_parts
+from skewlens.replay.execution import Coverage, exposed_parts
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
-MEAN_PARTS = ("step", "compute", "exposed wait", "exposed transfer", "overlapped", "idle", "gpu compute")
+MEAN_PARTS = (
+    "step",
+    "compute",
+    "exposed wait",
+    "exposed transfer",
+    "overlapped",
+    "idle",
+    "gpu compute",
+    "gpu comm",
+    "gpu comm overlap",
+)
 _WAIT = MEAN_PARTS.index("exposed wait")
 
 
@@ -59,6 +69,16 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
         overlapped = ri.cov_comm.between(a, b) + comp - union_mc
         idle = (b - a) - union_mc
         gpu_comp = ri.cov_gpu_comp.between(a, b)
+        # communication on the GPU, and the part of it under compute kernels (HTA's overlap)
+        rt = ri.trace
+        gc = np.flatnonzero(~rt.is_cpu & (ri.is_comm | ri.is_comm_comp))
+        cov_gc = Coverage.of(rt.start_ns[gc].astype(np.int64), ri.end_ns[gc])
+        gpu_comm = cov_gc.between(a, b)
+        both = Coverage.of(
+            np.concatenate([cov_gc.starts, ri.cov_gpu_comp.starts]),
+            np.concatenate([cov_gc.ends, ri.cov_gpu_comp.ends]),
+        ).between(a, b)
+        gpu_overlap = gpu_comm + gpu_comp - both
         for k, s in enumerate(keys):
             out.append(
                 StepBreakdownRecord(
@@ -73,6 +93,8 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     overlapped_comm_ns=int(overlapped[k]),
                     gpu_compute_ns=int(gpu_comp[k]),
                     idle_ns=int(idle[k]),
+                    gpu_comm_ns=int(gpu_comm[k]),
+                    gpu_comm_overlap_ns=int(gpu_overlap[k]),
                     complete=s not in incomplete,
                 )
             )
@@ -187,6 +209,8 @@ def rank_means(records: Sequence[StepBreakdownRecord]) -> RankMeans:
                 b.overlapped_comm_ns,
                 b.idle_ns,
                 b.gpu_compute_ns,
+                b.gpu_comm_ns,
+                b.gpu_comm_overlap_ns,
             )
             for b in records
         ],

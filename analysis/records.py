@@ -101,6 +101,12 @@ class StepBreakdownRecord:
     idle_ns: int
     """Neither compute nor communication (host gaps): on a GPU rank, the GPU idle while no host operator
     runs either."""
+    gpu_comm_ns: int = 0
+    """Time covered by communication on the GPU (NCCL kernels, collectives and p2p ops on a GPU stream; their
+    union), within this step; 0 on a CPU rank. Not a part of the step's sum."""
+    gpu_comm_overlap_ns: int = 0
+    """Of ``gpu_comm_ns``, the time GPU compute kernels ran too (``gpu_compute_ns``'s kernels): HTA's
+    communication-computation overlap, GPU kernels only. Not a part of the step's sum."""
     complete: bool = True
     """False for a step in which the flight recorder lost collectives (declared in the manifest's
     ``lost_collectives``): those were left out of matching, so its waits and transfers are partial."""

@@ -202,7 +202,7 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     # a GPU run also gets its kernels' own compute (HTA's), which the host operators' time hides in compute
     gpu = any(b.gpu_compute_ns for b in result.breakdown)
     if gpu:
-        cols.append("GPU kernels")
+        cols += ["GPU kernels", "GPU comm", "hidden"]
     for c in cols:
         t.add_column(c, justify="right")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
@@ -212,12 +212,17 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     if gpu:
         notes.append(
             "compute: host operators or GPU kernels running; GPU kernels: compute kernels alone (no NCCL, "
-            "copies, memsets), as HTA counts compute; wait + transfer: communication not under compute"
+            "copies, memsets), as HTA counts compute; GPU comm: communication on the GPU, hidden: the part "
+            "of it under compute kernels (HTA's overlap); wait + transfer: communication not under compute"
         )
     if notes:
         t.caption = "\n".join(notes)
     for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
-        t.add_row(str(r), str(n), *(_ms(v) for v in means[: len(cols) - 2]))
+        cells = [_ms(v) for v in means[: len(cols) - 2]]
+        if gpu:  # the last column: the share of the GPU's communication under its compute kernels
+            comm, hidden = means[MEAN_PARTS.index("gpu comm")], means[MEAN_PARTS.index("gpu comm overlap")]
+            cells[-1] = f"{100 * hidden / comm:.0f}%" if comm > 0 else "-"
+        t.add_row(str(r), str(n), *cells)
     return t
 
 

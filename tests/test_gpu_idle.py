@@ -20,6 +20,7 @@ from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 from skewlens.replay.driver import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -340,3 +341,22 @@ def test_the_gpu_kernels_table_sums_each_ops_time_and_count_by_kind(tmp_path: Pa
         line.startswith("ncclDevKernel_SendRecv") and line.endswith("communication 1 0.20 1.0 20.0")
         for line in lines
     )
+
+
+def test_the_breakdown_gives_the_gpus_communication_and_the_part_of_it_under_compute_kernels(
+    tmp_path: Path,
+) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    (b,) = analyze_run(load_trace(tmp_path / "run"), blame=False).breakdown
+    # the NCCL kernel 600-800 us; compute kernels then: mul 555-655 (add ended at 550, div starts at 810)
+    assert (b.gpu_comm_ns, b.gpu_comm_overlap_ns) == (200 * US, 55 * US)
+    assert b.gpu_compute_ns == (530 + 100 + 50) * US  # 20-550 (gemm, add, relu inside it), mul, div
+
+
+def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1024, dur_ns=100_000)
+    rows = analyze_run(load_run(b.write(tmp_path / "run")), blame=False).breakdown
+    assert {(x.gpu_comm_ns, x.gpu_comm_overlap_ns) for x in rows} == {(0, 0)}

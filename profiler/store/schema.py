@@ -32,7 +32,8 @@ from skewlens.profiler.errors import SkewlensError
 #: ``step_breakdown.gpu_compute_ns``, and ``source_rank`` in replay's ``summary`` and ``timeline``; 4:
 #: replay's ``summary.exposed_comm_ns`` is ``exposed_wait_ns`` and ``exposed_transfer_ns``, the breakdown's;
 #: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
-#: ``gpu_kernels`` tables and replay's ``summary.gpu_*``).
+#: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
+#: ``summary.gpu_*``).
 SCHEMA_VERSION = "6"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
@@ -41,6 +42,7 @@ OLDEST_READABLE = 4
 ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     5: {"nodes": ("send_splits_bytes", "recv_splits_bytes")},
     6: {
+        "step_breakdown": ("gpu_comm_ns", "gpu_comm_overlap_ns"),
         "summary": (
             "gpu_stream",
             "gpu_busy_ns",
@@ -49,7 +51,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
             "gpu_comm_wait_ns",
             "gpu_stream_wait_ns",
             "gpu_other_ns",
-        )
+        ),
     },
 }
 META_VERSION = b"skewlens.schema_version"
