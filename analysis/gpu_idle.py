@@ -23,7 +23,7 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import GpuIdleRecord
-from skewlens.replay.execution import GPU_IDLE_PARTS, execution_model, gpu_idle
+from skewlens.replay.execution import GPU_IDLE_PARTS, compute_stream, execution_model, gpu_idle
 
 #: The waits an idle stretch is split into, in :class:`GpuIdleRecord`'s order (the execution model's).
 PARTS = GPU_IDLE_PARTS
@@ -48,7 +48,6 @@ def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
         streams = gpu_idle(ri.trace, m, start=ri.end_ns - m.dur_ns, end=ri.end_ns, a=a, b=b)
         for k, s in enumerate(keys):
             for g in streams:
-                launch, comm, stream, other = (int(p[k]) for p in g.parts)
                 out.append(
                     GpuIdleRecord(
                         rank=r,
@@ -59,10 +58,7 @@ def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
                         compute_ns=int(g.compute[k]),
                         idle_ns=int(b[k] - a[k] - g.busy[k]),
                         ops=int(g.ops[k]),
-                        launch_wait_ns=launch,
-                        comm_wait_ns=comm,
-                        stream_wait_ns=stream,
-                        other_ns=other,
+                        **{f"{p}_ns": int(v[k]) for p, v in zip(PARTS, g.parts, strict=True)},
                     )
                 )
     return out
@@ -84,39 +80,33 @@ class StreamMeans:
 
 
 def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
-    """Per rank, its compute stream (the most compute kernels' time; the busiest on a tie) over its steps,
-    by rank."""
+    """Per rank, its compute stream (:func:`~skewlens.replay.execution.compute_stream`: the most compute
+    kernels' time) over its steps, by rank."""
     acc: dict[tuple[int, int], list[list[int]]] = {}
     for g in records:
         acc.setdefault((g.rank, g.stream), []).append(
-            [
-                g.step_ns,
-                g.busy_ns,
-                g.compute_ns,
-                g.idle_ns,
-                g.launch_wait_ns,
-                g.comm_wait_ns,
-                g.stream_wait_ns,
-                g.other_ns,
-            ]
+            [g.step_ns, g.busy_ns, g.compute_ns, g.idle_ns, *(getattr(g, f"{p}_ns") for p in PARTS)]
         )
-    best: dict[int, StreamMeans] = {}
+    by_rank: dict[int, list[StreamMeans]] = {}
     for (rank, stream), rows in sorted(acc.items()):
         m = np.asarray(rows, dtype=np.float64).mean(axis=0).tolist()
-        sm = StreamMeans(
-            rank=rank,
-            stream=stream,
-            steps=len(rows),
-            step_ns=m[0],
-            busy_ns=m[1],
-            compute_ns=m[2],
-            idle_ns=m[3],
-            parts_ns=tuple(m[4:]),
+        by_rank.setdefault(rank, []).append(
+            StreamMeans(
+                rank=rank,
+                stream=stream,
+                steps=len(rows),
+                step_ns=m[0],
+                busy_ns=m[1],
+                compute_ns=m[2],
+                idle_ns=m[3],
+                parts_ns=tuple(m[4:]),
+            )
         )
-        have = best.get(rank)
-        if have is None or (sm.compute_ns, sm.busy_ns) > (have.compute_ns, have.busy_ns):
-            best[rank] = sm
-    return [best[r] for r in sorted(best)]
+    out = []
+    for _rank, streams in sorted(by_rank.items()):
+        pick = compute_stream([(s.stream, s.compute_ns, s.busy_ns) for s in streams])
+        out.append(next(s for s in streams if s.stream == pick))
+    return out
 
 
 def most_idle(streams: Sequence[StreamMeans], max_ranks: int) -> list[StreamMeans]:

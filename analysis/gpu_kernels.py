@@ -1,8 +1,8 @@
 """GPU kernels by time: per rank, each GPU op name's count and summed duration (HTA's kernel breakdown).
 
 Each GPU op of a rank (``RankTrace.is_cpu`` false, the execution model's valid rows) is one of three kinds:
-``communication`` (a collective or p2p op on the device, an NCCL kernel: ``COMM_NODE_TYPES`` or
-:func:`~skewlens.replay.execution.nccl_kernel_rows`), ``memory`` (a copy or memset:
+``communication`` (a collective or p2p op on the device, an NCCL kernel:
+:func:`~skewlens.replay.execution.comm_rows`), ``memory`` (a copy or memset:
 :func:`~skewlens.profiler.vocab.names_gpu_memory_op`) or ``compute`` (the rest). Durations are summed, not
 united: two kernels running at once on two streams count twice, as HTA counts them (the union is the
 breakdown's ``gpu_compute_ns`` and the GPU idle table's ``busy_ns``).
@@ -17,9 +17,8 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import GpuKernelRecord
-from skewlens.profiler.store.model import type_mask
-from skewlens.profiler.vocab import COMM_NODE_TYPES, names_gpu_memory_op
-from skewlens.replay.execution import execution_model, nccl_kernel_rows
+from skewlens.profiler.vocab import names_gpu_memory_op
+from skewlens.replay.execution import comm_rows, execution_model
 
 #: The kinds of GPU op, in the order the report lists them.
 KINDS = ("compute", "communication", "memory")
@@ -39,7 +38,7 @@ def analyze_gpu_kernels(ix: RunIndex) -> list[GpuKernelRecord]:
         gpu = ~rt.is_cpu & em.ranks[r].valid & np.isin(rt.step, steps.get(r, []))
         if not gpu.any():
             continue
-        comm = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)
+        comm = comm_rows(rt)
         memory = np.array([names_gpu_memory_op(n) for n in rt.names], dtype=np.bool_)[rt.name_idx]
         kind = np.where(comm, 1, np.where(memory, 2, 0))
         rows = np.flatnonzero(gpu)

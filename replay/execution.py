@@ -253,6 +253,13 @@ def nccl_kernel_rows(rt: RankTrace) -> B:
     return _comp_rows_named(rt, names_nccl_kernel) & ~rt.is_cpu
 
 
+def comm_rows(rt: RankTrace) -> B:
+    """Per row: communication by what it is: a collective or p2p node, or an NCCL kernel kept as COMP
+    (:func:`nccl_kernel_rows`); not a wait node (which is communication only while blocked:
+    :func:`comm_intervals`)."""
+    return type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CompKinds:
     """What each COMP row of a rank is (row-aligned masks, disjoint): the one rule that splits COMP rows
@@ -350,6 +357,15 @@ class StreamIdle:
     """The idle time in each window by what the stream waited for, in :data:`GPU_IDLE_PARTS`' order."""
 
 
+def compute_stream(streams: Sequence[tuple[int, float, float]]) -> int:
+    """Of a rank's GPU streams, given as ``(stream, compute, busy)`` time over the same steps, its compute
+    stream: the most compute kernels' time, then the busiest, then the lowest-numbered; -1 for none. The
+    analyses' GPU idle table and the replay's summary both pick by this."""
+    if not streams:
+        return -1
+    return max(streams, key=lambda s: (s[1], s[2], -s[0]))[0]
+
+
 def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I64) -> list[StreamIdle]:
     """Each GPU stream of a rank in the windows ``[a, b)``, given each row's ``start`` and ``end`` (recorded,
     or replayed): the one rule the analyses' GPU idle table and the replay's summary read.
@@ -364,7 +380,7 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
     window's length less the stream's busy time."""
     dep, met = latest_deps(m, start, end)
     gpu = np.flatnonzero(~rt.is_cpu & m.valid)
-    comm = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)
+    comm = comm_rows(rt)
     kernels = gpu_compute_rows(rt, m)
     out = []
     for sid in np.unique(rt.stream[gpu]).tolist():

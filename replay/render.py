@@ -8,7 +8,7 @@ from rich.table import Table
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 from skewlens.replay.outputs import SweepRecord
-from skewlens.replay.summary import SummaryRecord
+from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
 
 def _ms(ns: float) -> str:
@@ -89,17 +89,7 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
         t.add_row(
             str(rank),
             str(rs[0].gpu_stream),
-            *(
-                _ms(mean(rs, f))
-                for f in (
-                    "gpu_busy_ns",
-                    "gpu_idle_ns",
-                    "gpu_launch_wait_ns",
-                    "gpu_comm_wait_ns",
-                    "gpu_stream_wait_ns",
-                    "gpu_other_ns",
-                )
-            ),
+            *(_ms(mean(rs, f)) for f in ("gpu_busy_ns", "gpu_idle_ns", *GPU_PART_FIELDS)),
         )
     return t
 

@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from skewlens.profiler.atomic import atomic_file
-from skewlens.profiler.store.model import RankTrace, type_mask
+from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.threads import default_workers, ordered_map
-from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
-from skewlens.replay.execution import RankModel, comp_kinds, nccl_kernel_rows
+from skewlens.profiler.vocab import NodeType
+from skewlens.replay.execution import RankModel, comm_rows, comp_kinds
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -113,7 +113,7 @@ def stream_labels(
     number is the store's ``stream`` value (the ``stream`` column of the Parquet tables)."""
     rows = np.flatnonzero(written)
     streams, inverse = np.unique(rt.stream[rows], return_inverse=True)
-    comm = type_mask(rt.node_type[rows], COMM_NODE_TYPES) | nccl_kernel_rows(rt)[rows]
+    comm = comm_rows(rt)[rows]
     out: dict[int, str] = {}
     for k, s in enumerate(streams.tolist()):
         on = inverse == k

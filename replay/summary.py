@@ -40,18 +40,19 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from skewlens.profiler.store.model import RunTrace, type_mask
-from skewlens.profiler.vocab import COMM_NODE_TYPES
+from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.execution import (
+    GPU_IDLE_PARTS,
     Coverage,
     StreamIdle,
     busy_intervals,
+    comm_rows,
     compute_intervals,
+    compute_stream,
     execution_model,
     exposed_parts,
     gpu_idle,
     model_ends,
-    nccl_kernel_rows,
     union_intervals,
 )
 from skewlens.replay.simulate import SimResult
@@ -100,6 +101,10 @@ class SummaryRecord:
     """Idle until work on another stream its next op waited for ended, ns."""
     gpu_other_ns: int = 0
     """The rest of its idle time (after what was waited for, nothing known, after its last op), ns."""
+
+
+#: The :class:`SummaryRecord` fields of the idle parts, in ``GPU_IDLE_PARTS``' order.
+GPU_PART_FIELDS = tuple(f"gpu_{p}_ns" for p in GPU_IDLE_PARTS)
 
 
 def replayed_step_marks(run: RunTrace, res: SimResult) -> dict[tuple[int, int], tuple[int, int, int, int]]:
@@ -224,7 +229,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         st, en = res.start_ns[r], res.end_ns[r]
         sync_rows, sync_arr = arrival[r]
         m = model.ranks[r]
-        comm_mask = type_mask(rt.node_type, COMM_NODE_TYPES) | nccl_kernel_rows(rt)  # as the breakdown's M
+        comm_mask = comm_rows(rt)  # as the breakdown's M
         comp = Coverage.of(*compute_intervals(rt, m, st, en))
         busy = Coverage.of(*busy_intervals(rt, m, st, en))
         # each member waits from its arrival until the arrival it waits for, no longer than it lasted: an
@@ -260,7 +265,9 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         # the breakdown's parts of every step window at once
         a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
         comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
-        gpu = None if rt.is_cpu.all() else _compute_stream(gpu_idle(rt, m, start=st, end=en, a=a_, b=b_))
+        streams = [] if rt.is_cpu.all() else gpu_idle(rt, m, start=st, end=en, a=a_, b=b_)
+        pick = compute_stream([(g.stream, int(g.compute.sum()), int(g.busy.sum())) for g in streams])
+        gpu = next((g for g in streams if g.stream == pick), None)
         for j, ((k, rep_ns, rec_ns, comm_ns, all_wait), c, w, t) in enumerate(
             zip(rows, comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True)
         ):
@@ -282,25 +289,13 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     return out
 
 
-def _compute_stream(streams: list[StreamIdle]) -> StreamIdle | None:
-    """Of a rank's GPU streams, the one with the most compute kernels' time over the steps (the busiest, then
-    the lowest-numbered, on a tie), as ``skewlens analyze``'s table picks it; None for none."""
-    if not streams:
-        return None
-    return max(streams, key=lambda g: (int(g.compute.sum()), int(g.busy.sum()), -g.stream))
-
-
 def _gpu_columns(g: StreamIdle | None, j: int, window_ns: int) -> dict[str, int]:
     """The ``gpu_*`` fields of step ``j`` (of ``window_ns``) for compute stream ``g`` (None: no GPU)."""
     if g is None:
         return {}
-    launch, comm, stream, other = (int(p[j]) for p in g.parts)
     return {
         "gpu_stream": g.stream,
         "gpu_busy_ns": int(g.busy[j]),
         "gpu_idle_ns": window_ns - int(g.busy[j]),
-        "gpu_launch_wait_ns": launch,
-        "gpu_comm_wait_ns": comm,
-        "gpu_stream_wait_ns": stream,
-        "gpu_other_ns": other,
+        **{f: int(p[j]) for f, p in zip(GPU_PART_FIELDS, g.parts, strict=True)},
     }
