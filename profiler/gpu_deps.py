@@ -11,7 +11,10 @@ Launch
     correlation id: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...; ``skl_launch_ns`` is that call's
     start), except where that host node also synchronises on the node's stream (``.item()``: a copy, then
     a stream synchronise, inside one op). The synchronisation waits for the node, so the launch would close
-    a cycle: such a launch keeps only its stream order. A launch inside no host node gets no edge.
+    a cycle: such a launch keeps only its stream order. A launch inside no host node gets no edge. A
+    collective run on the host (gloo on CUDA tensors) is the host node of the staging copies it launches
+    (on the calling thread, or its worker thread inside it): they keep their launch edge, and its own
+    synchronisation on them is not written (the copies are part of the collective).
 Event wait (``cudaEventRecord`` on stream W, then ``cudaStreamWaitEvent`` of stream S)
     With CUDA sync events, each ``Stream Wait Event`` activity names S, W and the correlation of the event
     record: the first GPU node launched on S after the wait call depends on the last GPU node launched on
@@ -62,7 +65,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -222,12 +225,16 @@ def gpu_dependencies(
     syncs: Sequence[SyncActivity],
     *,
     default_device: int,
+    collectives: Set[int] = frozenset(),
 ) -> GpuDeps:
     """Launch, event-wait and host-synchronisation edges of one rank (the rules in the module docstring).
 
     ``calls``: the runtime/driver calls by correlation id (those in :data:`CALLS_READ` suffice);
     ``syncs``: the synchronisation activities (none: the trace has no sync events, and waits are
-    inferred); ``default_device``: the device of a synchronisation no activity names.
+    inferred); ``default_device``: the device of a synchronisation no activity names; ``collectives``:
+    the keys of host nodes that are collectives run on the host (gloo's on CUDA tensors): work they
+    launch and then synchronise on (their staging copies) keeps its launch edge, and the synchronisation
+    is not written (the copy is part of the collective).
     """
     out = GpuDeps()
     streams = _Streams(nodes)
@@ -288,18 +295,29 @@ def gpu_dependencies(
             f"only the event's id): {n} GPU wait edge(s) inferred from timing ({waited_ns / 1e6:.3f} ms of "
             "recorded kernel waiting rests on them)"
         )
+    out.launch = _launches(nodes, out.deps, collectives)
+    for host in collectives & out.deps.keys():  # its own staging copies: part of it, no cycle
+        own = {d for d in out.deps[host] if out.launch.get(d) == host}
+        if own:
+            out.deps[host] = [d for d in out.deps[host] if d not in own]
+            out.inferred[host] = [d for d in out.inferred.get(host, []) if d not in own]
+            counts["synchronisations of host-run collectives on the copies they launched (not written)"] += (
+                len(own)
+            )
     out.notes += [f"{v} {k}" for k, v in sorted(counts.items())]
-    out.launch = _launches(nodes, out.deps)
     return out
 
 
-def _launches(nodes: Sequence[GpuNode], deps: Mapping[int, list[int]]) -> dict[int, int]:
+def _launches(
+    nodes: Sequence[GpuNode], deps: Mapping[int, list[int]], collectives: Set[int]
+) -> dict[int, int]:
     """Launch edges: each GPU node on the host node around its launch, unless that host node synchronises
-    on the node's stream (``.item()``: the launch would close a cycle; stream order keeps it)."""
+    on the node's stream (``.item()``: the launch would close a cycle; stream order keeps it) and is not
+    one of ``collectives`` (whose synchronisations on their own copies are dropped instead)."""
     by_key = {g.key: g for g in nodes}
     waited_on: dict[int, set[tuple[int, int]]] = defaultdict(set)
     for key, ds in deps.items():
-        if key not in by_key:  # a host node: what it synchronised on
+        if key not in by_key and key not in collectives:  # a host node: what it synchronised on
             waited_on[key].update((by_key[d].device, by_key[d].stream) for d in ds)
     return {
         g.key: g.host

@@ -17,6 +17,7 @@ from skewlens.profiler.capture.build import (
     HostOpInfo,
     RankCapture,
     build_nodes,
+    comm_on_host,
     is_nccl_kernel,
 )
 from skewlens.profiler.capture.hostet import parse_host_et
@@ -369,6 +370,43 @@ def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_k
     assert first.start_ns + first.dur_ns == 80_000  # completion = end of the NCCL kernel
     assert second.start_ns + second.dur_ns == 95_000
     assert first.attrs[Attr.IS_CPU_OP] is False
+
+
+def test_a_gpu_ranks_gloo_collectives_ran_on_the_host_and_its_nccl_ones_on_the_device() -> None:
+    groups = [
+        ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo,cuda:gloo"),
+        ProcessGroupInfo(name="1", ranks=(0, 1), desc="dp", backend="cpu:gloo,cuda:nccl"),
+    ]
+    cap = RankCapture(
+        rank=0,
+        comms=[coll(10_000, 12_000, seq=0), replace(coll(20_000, 22_000, seq=0), pg_name="1")],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=100_000)],
+        groups=groups,
+        main_thread=MAIN,
+        device="cuda:0",
+    )
+    on_host = [n.attrs[Attr.HOST_OP] for n in by_name(build_nodes(cap), "c10d::allreduce_")]
+    assert on_host == [True, False]  # gloo moves CUDA tensors on its worker threads; NCCL on the GPU
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "on_host"),
+    [
+        ("cpu", "cpu:gloo", True),
+        ("cpu", "", True),
+        ("cuda:0", "gloo", True),
+        ("cuda:0", "cpu:gloo,cuda:gloo", True),
+        ("cuda:0", "cuda:nccl", False),
+        ("cuda:0", "cpu:gloo,cuda:nccl", False),
+        ("cuda:0", "nccl", False),
+        ("cuda:0", "cpu:gloo", False),  # no backend for CUDA tensors: not known, as NCCL
+        ("cuda:0", "", False),
+    ],
+)
+def test_where_a_collective_ran_follows_the_groups_backend_for_the_ranks_device(
+    device: str, backend: str, on_host: bool
+) -> None:
+    assert comm_on_host(device, backend) is on_host
 
 
 def full_capture(

@@ -488,11 +488,18 @@ def _nccl_capture(
             Ev("cudaStreamWaitEvent", "cuda_runtime", 10_400, 100, corr=899),
             _stream_wait(10_450, corr=899, stream=13, on=7, record=898 if record_named else -1),
         ]
+    return _build_one_call(call, evs, end_ns=nccl_start_ns + 40_000, groups=GROUPS)
+
+
+def _build_one_call(
+    call: CommRecord, evs: list[Any], *, end_ns: int, groups: list[ProcessGroupInfo]
+) -> tuple[list[TraceNode], list[str]]:
+    """The nodes and notes of one CUDA rank's step ``[0, end_ns)`` holding ``call`` and Kineto's ``evs``."""
     cap = RankCapture(
         rank=0,
         comms=[call],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=nccl_start_ns + 40_000)],
-        groups=GROUPS,
+        steps=[StepRecord(step=0, start_ns=0, end_ns=end_ns)],
+        groups=groups,
         main_thread=111,
         ops=op_records(evs),
         syncs=sync_records(evs),
@@ -551,6 +558,60 @@ def test_a_comm_node_depends_on_the_kernel_its_nccl_stream_waited_for_inferred_o
         assert any(written in n for n in notes) is expected, notes
         assert any(unwritten in n for n in notes) is not expected, notes
         assert _acyclic(nodes)
+
+
+GLOO_GROUPS = [ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="cpu:gloo,cuda:gloo")]
+
+
+def _gloo_cuda_capture() -> tuple[list[TraceNode], list[str]]:
+    """A blocking gloo all_gather of CUDA tensors (called at 10 µs on the main thread, done at 60 µs):
+    its call launches the copy of the input to pinned host memory (stream 20), gloo's worker thread (its
+    ``gloo:all_gather``, no host node) synchronises on it, moves the bytes, and launches the copy back
+    (stream 24)."""
+    call = CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::_allgather_base_", comm_type=CommType.ALL_GATHER,
+        pg_name="0", seq=1, src=-1, dst=-1, tag=0, numel=256, dtype="float32", size_bytes=1024,
+        start_ns=10_000, issue_end_ns=60_000, end_ns=60_000, is_async=False, thread=111, step=0,
+    )  # fmt: skip
+    worker = 2
+    evs = [
+        Ev("aten::mm", "cpu_op", 2_000, 3_000, corr=1),
+        Ev("gloo:all_gather", "cpu_op", 11_500, 40_000, tid=worker, corr=3),  # the worker's work
+        Ev("cudaMemcpyAsync", "cuda_runtime", 11_000, 500, corr=700),
+        Ev("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 12_000, 2_000, resource=20, corr=700),
+        Ev("cudaStreamSynchronize", "cuda_runtime", 11_800, 2_300, tid=worker, corr=701),
+        Ev("Stream Sync", "cuda_sync", 14_000, 10, resource=20, corr=701,
+           meta='"cuda_sync_kind": "Stream Sync", "stream": 20'),
+        Ev("cudaMemcpyAsync", "cuda_runtime", 50_000, 500, tid=worker, corr=702),
+        Ev("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 51_000, 2_000, resource=24, corr=702),
+        Ev("aten::add", "cpu_op", 62_000, 3_000, corr=2),
+    ]  # fmt: skip
+    return _build_one_call(call, evs, end_ns=70_000, groups=GLOO_GROUPS)
+
+
+def test_gloos_staging_copies_of_cuda_tensors_are_launched_by_their_collective_which_waits_for_the_first(
+    tmp_path: Path,
+) -> None:
+    nodes, notes = _gloo_cuda_capture()
+    (comm,) = [n for n in nodes if n.node_type == NodeType.COMM_COLL]
+    copy_in = next(n for n in nodes if n.name.startswith("Memcpy DtoH"))
+    copy_out = next(n for n in nodes if n.name.startswith("Memcpy HtoD"))
+    assert comm.attrs[Attr.HOST_OP] is True  # gloo moved the bytes on the host
+    # launched by the call (its thread) and by the worker thread inside it: both from the collective
+    assert comm.node_id in copy_in.ctrl_deps and comm.node_id in copy_out.ctrl_deps
+    assert (copy_in.attrs[Attr.LAUNCH_NS], copy_out.attrs[Attr.LAUNCH_NS]) == (11_000, 50_000)
+    # the worker's synchronisation on the copy in is part of the collective: no edge (it would be a cycle)
+    assert copy_in.node_id not in comm.ctrl_deps
+    assert any("2 launch edges from collectives run on the host" in n for n in notes), notes
+    assert any("1 synchronisations of host-run collectives on the copies they launched" in n for n in notes)
+    # the execution model: launches met at the calls inside the collective
+    _write_run(tmp_path / "run", nodes, groups=GLOO_GROUPS, backend="gloo")
+    trace = load_trace(tmp_path / "run")
+    m = execution_model(trace).ranks[0]
+    row = {int(i): k for k, i in enumerate(trace.ranks[0].node_id)}
+    launches = set(zip(m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), strict=True))
+    comm_row = row[comm.node_id]
+    assert {(comm_row, row[copy_in.node_id], 1_000), (comm_row, row[copy_out.node_id], 40_000)} <= launches
 
 
 def test_without_sync_activities_the_waits_are_inferred_listed_and_noted() -> None:
@@ -893,7 +954,9 @@ def test_groups_are_kept_apart_by_group_in_device_spans() -> None:
     assert dict(per_group) == {"0": 1, "1": 1}
 
 
-def _write_run(run: Path, nodes: list[TraceNode]) -> None:
+def _write_run(
+    run: Path, nodes: list[TraceNode], *, groups: list[ProcessGroupInfo] = GROUPS, backend: str = "nccl"
+) -> None:
     """The captured nodes as rank 0's trace of a one-rank run."""
     run.mkdir()
     with EtWriter(rank_file(run, 0), {"rank": 0, "world_size": 1}) as w:
@@ -904,8 +967,8 @@ def _write_run(run: Path, nodes: list[TraceNode]) -> None:
         Manifest(
             world_size=1,
             ranks=(0,),
-            process_groups=tuple(GROUPS),
-            backend="nccl",
+            process_groups=tuple(groups),
+            backend=backend,
             level=Level.OPS,
             devices={0: "cuda:0"},
         ),

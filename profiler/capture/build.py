@@ -427,6 +427,29 @@ def _within_step(end_ns: int, step_end_ns: int) -> int:
     return step_end_ns if step_end_ns < end_ns <= step_end_ns + FINISH_LAG_NS else end_ns
 
 
+def comm_on_host(device: str, backend: str) -> bool:
+    """Whether a collective or p2p op of a group whose backend config is ``backend`` (``gloo``, ``nccl``,
+    ``cpu:gloo,cuda:nccl``; ``""`` unknown) ran on a host thread of a rank whose device is ``device``: on
+    a CPU rank always; on a GPU rank where the group's backend for that device type is gloo (or MPI),
+    which stages CUDA tensors through host memory and moves them on its worker threads (its GPU side is
+    the staging copies). NCCL, or a backend not known, on a GPU: on the device, as NCCL runs it."""
+    kind = device.split(":", 1)[0]
+    if kind == "cpu":
+        return True
+    default = ""
+    for part in backend.split(","):
+        dev, sep, name = part.strip().partition(":")
+        if not sep:
+            default = dev
+        elif dev == kind:
+            return name in _HOST_BACKENDS
+    return default in _HOST_BACKENDS
+
+
+#: Backends that move a GPU's tensors on host threads.
+_HOST_BACKENDS = frozenset({"gloo", "mpi"})
+
+
 def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) -> list[_Proto]:
     kernels = sorted(
         (o for o in cap.ops if not o.is_cpu and is_nccl_kernel(o.name)), key=lambda o: o.start_ns
@@ -434,7 +457,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
     ki = 0
     out = []
     steps = {s.step: s.end_ns for s in cap.steps}
-    cpu = cap.device == "cpu"
+    backends = {g.name: g.backend for g in cap.groups}
     # the c10d operator Kineto saw inside each call: its ids join the host facts (full level)
     c10d = sorted((o.start_ns, o.rf_id, o.corr) for o in cap.ops if o.is_cpu and o.name.startswith("c10d::"))
     c10d_starts = [t for t, _, _ in c10d]
@@ -458,7 +481,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
         attrs: dict[str, AttrValue] = {
             Attr.COMM_SIZE: c.size_bytes,
             Attr.PG_NAME: c.pg_name,
-            Attr.HOST_OP: cpu,
+            Attr.HOST_OP: comm_on_host(cap.device, backends.get(c.pg_name, "")),
             Attr.STEP: c.step,
             Attr.DTYPE: c.dtype,
             Attr.NUMEL: c.numel,
@@ -836,6 +859,29 @@ class _Hosts:
         return v[k][2] if k >= 0 and t <= v[k][1] else None
 
 
+_STAGING_LAUNCHES = (
+    "launch edges from collectives run on the host (gloo's staging copies; of the launch edges)"
+)
+
+
+class _Collectives:
+    """Host-side collectives (stream, start, end, id): the one a time on a thread falls in."""
+
+    def __init__(self, spans: Iterable[tuple[int, int, int, int]]) -> None:
+        self._spans = sorted((start, end, stream, nid) for stream, start, end, nid in spans)
+        self._starts = [s for s, _e, _st, _n in self._spans]
+
+    def containing(self, stream: int, t: int) -> int | None:
+        """The collective issued on thread ``stream`` that contains ``t`` (the latest issued, where several
+        do), else the only collective of any thread that contains it (a worker thread's launch); None
+        where there is no such one, or several and none issued on ``stream``."""
+        around = [(st, n) for s, e, st, n in self._spans[: bisect.bisect_right(self._starts, t)] if e >= t]
+        mine = [n for st, n in around if st == stream]
+        if mine:
+            return mine[-1]
+        return around[0][1] if len(around) == 1 else None
+
+
 def _gpu_dependencies(
     cap: RankCapture,
     protos: Sequence[_Proto],
@@ -858,13 +904,26 @@ def _gpu_dependencies(
         for p in protos
         if p.node_type == NodeType.COMP and p.attrs.get(Attr.STREAM_KIND) == "thread"
     )
+    # collectives that ran on the host (gloo on CUDA tensors): the staging copies they launch, on the
+    # calling thread or on the group's worker thread, are launched by the collective
+    on_host = [
+        (p.issue_stream if p.issue_stream >= 0 else p.stream, p.start_ns, p.end_ns, ids[id(p)])
+        for p in protos
+        if p.node_type in COMM_NODE_TYPES and p.attrs.get(Attr.HOST_OP) is True
+    ]
+    in_comm = _Collectives(on_host)
+
+    def launcher(stream: int, t: int) -> int | None:
+        host = hosts.containing(stream, t)
+        return in_comm.containing(stream, t) if host is None else host
+
     calls = {
         o.corr: Call(
             key=-o.corr,  # apart from node ids: a call is no node here
             name=o.name,
             start_ns=o.start_ns,
             end_ns=o.start_ns + o.dur_ns,
-            host=hosts.containing(thread_stream(o.thread), o.start_ns),
+            host=launcher(thread_stream(o.thread), o.start_ns),
         )
         for o in cap.ops
         if o.kind in CALL_KINDS and o.corr > 0
@@ -907,13 +966,18 @@ def _gpu_dependencies(
         )
         for s in cap.syncs
     ]
-    found = gpu_dependencies(gpu, calls, syncs, default_device=_device_index(cap.device))
+    collectives = {n for *_, n in on_host}
+    found = gpu_dependencies(
+        gpu, calls, syncs, default_device=_device_index(cap.device), collectives=collectives
+    )
     for g in gpu:
         host = found.launch.get(g.key)
         if host is not None:
             if host not in ctrl[g.key]:
                 ctrl[g.key].append(host)
             counts["launch edges"] += 1
+            if host in collectives:
+                counts[_STAGING_LAUNCHES] += 1
         elif not g.comm and g.host is not None:
             counts["launches their host node then synchronises on (stream order only)"] += 1
         elif not g.comm and g.corr is not None and g.corr in calls:
