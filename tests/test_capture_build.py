@@ -627,3 +627,21 @@ def test_a_collective_of_another_thread_starting_inside_a_hooked_call_does_not_s
     assert kineto_thread_alias([bcast], ops, MAIN) == {2: ckpt, 1: MAIN}
     # the checkpoint thread started after the profiler: Kineto has none of its operators
     assert kineto_thread_alias([bcast], ops[:3], MAIN) == {1: MAIN}
+
+
+def test_without_a_hooked_call_the_main_thread_is_the_one_that_marked_the_steps() -> None:
+    from skewlens.profiler.capture.build import kineto_thread_alias
+
+    # DDP on a GPU: its all_reduces come from C++ (no hooked call); the backward pass runs on autograd's
+    # device thread (Kineto's 2), with more operators than the main thread (1), which marks the steps
+    ops = [
+        host_op("skewlens::step", 0, 100, thread=1),
+        host_op("aten::mm", 1_000, 500, thread=1),
+        *(
+            host_op("autograd::engine::evaluate_function: MmBackward0", 2_000 + 100 * i, 50, thread=2)
+            for i in range(5)
+        ),
+        host_op("skewlens::step", 9_000, 100, thread=1),
+    ]
+    assert kineto_thread_alias([], ops, MAIN) == {1: MAIN}
+    assert kineto_thread_alias([], [o for o in ops if o.name != "skewlens::step"], MAIN) == {2: MAIN}

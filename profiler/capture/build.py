@@ -211,7 +211,8 @@ def kineto_thread_alias(
     to one). Only of its name: another thread's operator can start inside a call, as DDP's all_reduce on
     the main thread does while a checkpoint thread (``dcp.async_save``) broadcasts, and that thread may
     not be profiled at all (Kineto records the threads that existed when it started). Where no call
-    identifies the main thread, the Kineto thread with most operators is it.
+    identifies the main thread, the Kineto thread of the step marks (:data:`STEP_MARK_NAME`) is it, and
+    without marks the one with most operators.
     """
     c10d: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for o in ops:
@@ -230,12 +231,17 @@ def kineto_thread_alias(
         if kineto not in alias and native not in alias.values():
             alias[kineto] = native
     if main_thread not in alias.values():
-        counts: dict[int, int] = defaultdict(int)
+        # the thread that marks the steps is the main thread; failing marks, the one with most operators
+        # (on a GPU the backward pass runs on autograd's device thread, which can have more)
+        marks: Counter[int] = Counter()
+        counts: Counter[int] = Counter()
         for o in ops:
             if o.is_cpu and o.thread not in alias:
                 counts[o.thread] += 1
-        if counts:
-            alias[max(counts, key=lambda t: counts[t])] = main_thread
+                if o.name == STEP_MARK_NAME:
+                    marks[o.thread] += 1
+        if marks or counts:
+            alias[(marks or counts).most_common(1)[0][0]] = main_thread
     return alias
 
 
