@@ -645,3 +645,39 @@ def test_without_a_hooked_call_the_main_thread_is_the_one_that_marked_the_steps(
     ]
     assert kineto_thread_alias([], ops, MAIN) == {1: MAIN}
     assert kineto_thread_alias([], [o for o in ops if o.name != "skewlens::step"], MAIN) == {2: MAIN}
+
+
+def test_a_backward_pass_on_autograds_device_thread_follows_the_call_and_the_main_thread_waits_for_it() -> (
+    None
+):
+    # on a GPU the autograd engine runs backward() on a device thread of its own (Kineto's 2) while the
+    # calling thread (1, which marks the steps) waits in the call, with no operator of its own
+    engine = "autograd::engine::evaluate_function: MmBackward0"
+    ops = [
+        host_op("skewlens::step", 0, 100, thread=1),
+        host_op("aten::mm", 1_000, 1_000, thread=1),
+        host_op("aten::ones_like", 3_000, 500, thread=1),  # backward()'s seed, then the call waits
+        host_op(engine, 4_000, 2_000, thread=2),
+        host_op(engine, 6_500, 1_500, thread=2),
+        host_op("Optimizer.step#SGD.step", 9_000, 1_000, thread=1),
+        host_op("skewlens::step", 11_000, 100, thread=1),
+    ]
+    notes: list[str] = []
+    cap = RankCapture(
+        rank=0,
+        comms=[],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=12_000)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        ops=ops,
+    )
+    nodes = build_nodes(cap, notes=notes)
+    first, last = by_name(nodes, engine)
+    seed = by_name(nodes, "aten::ones_like")[0]
+    assert seed.node_id in first.ctrl_deps  # the pass starts after the call
+    main = sorted((n for n in nodes if n.attrs.get(Attr.STREAM) == 0), key=lambda n: n.start_ns)
+    # no untraced time on the main thread while it waited for the pass: a wait, not a fixed duration
+    assert not [n for n in main if n.start_ns < 8_000 and n.start_ns + n.dur_ns > 4_000]
+    after = next(n for n in main if n.start_ns >= 8_000)
+    assert last.node_id in after.ctrl_deps and after.start_ns == 8_000  # the main thread goes on after it
+    assert any("1 backward pass(es) on autograd's device thread" in n for n in notes), notes

@@ -574,6 +574,7 @@ def _gap_protos(
     main_only: bool = False,
     waited: Set[int] = frozenset(),
     scopes: Sequence[tuple[int, int, str]] = (),
+    blocked: Sequence[tuple[int, int]] = (),
 ) -> list[_Proto]:
     """COMP nodes named ``name`` for the time no node covers on a thread, within each step (``waited``:
     ``id`` of the async comms whose wait is a node of its own, not to be guessed from untraced time).
@@ -581,8 +582,11 @@ def _gap_protos(
     ``scopes``: main-thread scopes that were replaced by their operators (full level, :func:`_op_protos`),
     as ``(start, end, name)``: the part of a gap inside one is that scope's own work (the autograd engine,
     a module's Python, a compiled graph's generated kernels), a COMP node named after it, not untraced
-    time, as the scope itself is at the ``ops`` level."""
+    time, as the scope itself is at the ``ops`` level. ``blocked``: spans the main thread waited in, for
+    work of another thread (a backward pass on autograd's device thread): no node, as for a blocking
+    call, so that the replay keeps it a wait on that work."""
     busy: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    busy[MAIN_STREAM].extend(blocked)
     for p in nodes:
         if p.issue_stream >= 0:
             busy[p.issue_stream].append((p.start_ns, p.issue_end_ns))
@@ -748,6 +752,74 @@ def _op_protos(
     return out, outer
 
 
+#: Kineto's name of the autograd engine's work on one node of the backward graph.
+ENGINE_OP_PREFIX = "autograd::engine::evaluate_function"
+
+
+def _backward_passes(
+    ops: Sequence[_Proto], main: Sequence[_Proto]
+) -> list[tuple[_Proto | None, _Proto, _Proto]]:
+    """Backward passes run on another thread than the one that called ``backward()``: on a GPU the
+    autograd engine runs them on a device thread of its own while the calling thread waits. Per such
+    thread (one whose operators include :data:`ENGINE_OP_PREFIX`'s), its host nodes in runs during which
+    the main thread started nothing (``ops`` and ``main``, communication and waits, on the main thread),
+    within a step: ``(the main-thread node that ended last before the run began or None, first, last)``."""
+    main_nodes = [p for p in [*ops, *main] if MAIN_STREAM in (p.stream, p.issue_stream)]
+    starts = sorted(p.start_ns for p in main_nodes)  # (an asynchronous call: its issue)
+    by_end = sorted((p for p in main_nodes if p.stream == MAIN_STREAM), key=lambda p: p.end_ns)
+    ends = [p.end_ns for p in by_end]
+    threads: dict[int, list[_Proto]] = defaultdict(list)
+    for p in ops:
+        if p.stream != MAIN_STREAM and p.attrs.get(Attr.STREAM_KIND) == "thread":
+            threads[p.stream].append(p)
+    out: list[tuple[_Proto | None, _Proto, _Proto]] = []
+    for nodes in threads.values():
+        if not any(p.name.startswith(ENGINE_OP_PREFIX) for p in nodes):
+            continue
+        nodes.sort(key=lambda p: p.start_ns)
+        runs = [[nodes[0]]]
+        for p in nodes[1:]:
+            run = runs[-1]
+            if p.attrs.get(Attr.STEP) == run[0].attrs.get(Attr.STEP) and bisect.bisect_left(
+                starts, p.start_ns
+            ) == bisect.bisect_left(starts, run[0].start_ns):  # the main thread started nothing meanwhile
+                run.append(p)
+            else:
+                runs.append([p])
+        for run in runs:
+            k = bisect.bisect_right(ends, run[0].start_ns) - 1
+            same_step = k >= 0 and by_end[k].attrs.get(Attr.STEP) == run[0].attrs.get(Attr.STEP)
+            out.append((by_end[k] if same_step else None, run[0], run[-1]))
+    return out
+
+
+def _join_backward_passes(
+    bursts: Sequence[tuple[_Proto | None, _Proto, _Proto]],
+    protos: Sequence[_Proto],
+    ids: Mapping[int, int],
+    ctrl: dict[int, list[int]],
+    notes: list[str] | None,
+) -> None:
+    """Each backward pass of :func:`_backward_passes` starts after what the main thread did before it
+    (the call of ``backward()``) and the main thread goes on after it: a dependency each way."""
+    main = sorted((p.start_ns, ids[id(p)]) for p in protos if p.stream == MAIN_STREAM)
+    joined = 0
+    for before, first, last in bursts:
+        if before is not None and ids[id(before)] not in ctrl[ids[id(first)]]:
+            ctrl[ids[id(first)]].append(ids[id(before)])
+        k = bisect.bisect_left(main, (last.end_ns, -1))
+        if k < len(main) and main[k][0] - last.end_ns <= WAIT_SLACK_NS:
+            after = main[k][1]
+            if ids[id(last)] not in ctrl[after]:
+                ctrl[after].append(ids[id(last)])
+            joined += 1
+    if notes is not None:
+        notes.append(
+            f"{len(bursts)} backward pass(es) on autograd's device thread: each after the main thread's "
+            f"work before it, {joined} joined by the main thread's next node"
+        )
+
+
 def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:
     """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start.
 
@@ -773,10 +845,18 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
             target.end_ns = max(target.end_ns, by_id[wid].end_ns)
             target.end_known = True
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
+    bursts: list[tuple[_Proto | None, _Proto, _Proto]] = []
     if cap.ops:
         ops, scopes = _op_protos(cap, streams, comms + waits, alias)
+        bursts = _backward_passes(ops, comms + waits)
         gaps = _gap_protos(
-            cap, comms + waits + ops, UNTRACED_NAME, main_only=True, waited=waited_for, scopes=scopes
+            cap,
+            comms + waits + ops,
+            UNTRACED_NAME,
+            main_only=True,
+            waited=waited_for,
+            scopes=scopes,
+            blocked=[(first.start_ns, last.end_ns) for _, first, last in bursts],
         )
         comp = waits + ops + gaps
     else:
@@ -817,6 +897,8 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
                 pending_async[p.stream] = still
         last_on[p.stream] = nid
         done_on[p.stream].append((p.end_ns, nid))
+    if bursts:
+        _join_backward_passes(bursts, protos, ids, ctrl, notes)
     if any(p.kernel is not None for p in protos):
         _gpu_dependencies(cap, protos, ids, streams=streams, alias=alias, ctrl=ctrl, notes=notes)
     data = _data_deps(protos, ids, cap.host_ops)
