@@ -740,3 +740,39 @@ def test_the_16_gpu_traces_warm_up_step_is_named_beside_the_means_that_include_i
     caption = str(breakdown_table(result).caption)
     assert f"step {first} took {found.worst_step_ns / found.median_step_ns:.1f}x the median step" in caption
     assert "the means include it" in caption
+
+
+def test_an_imported_backward_pass_on_autograds_device_thread_follows_the_call_and_the_main_thread_waits(
+    tmp_path: Path,
+) -> None:
+    # Kineto's shape of a GPU step: the main thread (100) calls backward() after the loss's seed and
+    # waits, with no operator, while the engine's device thread (200) runs the backward graph
+    main, engine = {"ph": "X", "pid": 1, "tid": 100}, {"ph": "X", "pid": 1, "tid": 200}
+    back = "autograd::engine::evaluate_function: MmBackward0"
+    ev = [
+        {**main, "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, "args": {}},
+        {**main, "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 10, "args": {}},
+        {**main, "cat": "cpu_op", "name": "aten::ones_like", "ts": 100, "dur": 10, "args": {}},
+        {**engine, "cat": "cpu_op", "name": back, "ts": 150, "dur": 150, "args": {}},
+        {**engine, "cat": "cpu_op", "name": back, "ts": 320, "dur": 80, "args": {}},
+        {**main, "cat": "cpu_op", "name": "Optimizer.step#SGD.step", "ts": 420, "dur": 100, "args": {}},
+    ]
+    f = tmp_path / "trace.json"
+    f.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ev}))
+    manifest = import_traces([f], None, tmp_path / "run")
+    assert any("1 stretch(es) of backward passes" in n for n in manifest.notes.values()), manifest.notes
+    run = load_trace(tmp_path / "run")
+    rt = run.ranks[0]
+    row = {rt.name(k): k for k in range(len(rt)) if rt.name(k) != back}
+    passes = sorted((int(rt.start_ns[k]), k) for k in range(len(rt)) if rt.name(k) == back)
+    first, last = passes[0][1], passes[-1][1]
+    deps = {k: set(rt.dep_idx[rt.dep_ptr[k] : rt.dep_ptr[k + 1]].tolist()) for k in range(len(rt))}
+    assert row["aten::ones_like"] in deps[first]  # the backward pass follows the call
+    assert last in deps[row["Optimizer.step#SGD.step"]]  # the main thread goes on after it
+    # a backward pass twice as slow holds the optimizer step back by as much
+    slow = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", ranks=(0,), factor=2.0, pattern="autograd::*")])
+    )
+    base = simulate(run)
+    opt = row["Optimizer.step#SGD.step"]
+    assert slow.start_ns[0][opt] - base.start_ns[0][opt] == 150_000 + 80_000

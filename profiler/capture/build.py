@@ -35,6 +35,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
+from skewlens.profiler.autograd import backward_runs, is_engine_op
 from skewlens.profiler.capture.records import (
     CALL_KINDS,
     END_UNKNOWN,
@@ -752,20 +753,16 @@ def _op_protos(
     return out, outer
 
 
-#: Kineto's name of the autograd engine's work on one node of the backward graph.
-ENGINE_OP_PREFIX = "autograd::engine::evaluate_function"
-
-
 def _backward_passes(
-    ops: Sequence[_Proto], main: Sequence[_Proto]
+    ops: Sequence[_Proto], main: Sequence[_Proto], steps: Sequence[StepRecord]
 ) -> list[tuple[_Proto | None, _Proto, _Proto]]:
-    """Backward passes run on another thread than the one that called ``backward()``: on a GPU the
-    autograd engine runs them on a device thread of its own while the calling thread waits. Per such
-    thread (one whose operators include :data:`ENGINE_OP_PREFIX`'s), its host nodes in runs during which
-    the main thread started nothing (``ops`` and ``main``, communication and waits, on the main thread),
-    within a step: ``(the main-thread node that ended last before the run began or None, first, last)``."""
+    """The stretches of autograd's device threads that the main thread waited for
+    (:func:`skewlens.profiler.autograd.backward_runs`; ``ops`` and ``main``, communication and waits, on
+    the main thread): ``(the main-thread node that ended last before the stretch began, in its step, or
+    None; its first node; its last)``."""
     main_nodes = [p for p in [*ops, *main] if MAIN_STREAM in (p.stream, p.issue_stream)]
-    starts = sorted(p.start_ns for p in main_nodes)  # (an asynchronous call: its issue)
+    # (an asynchronous call: its issue)
+    starts = sorted([*(p.start_ns for p in main_nodes), *(s.start_ns for s in steps)])
     by_end = sorted((p for p in main_nodes if p.stream == MAIN_STREAM), key=lambda p: p.end_ns)
     ends = [p.end_ns for p in by_end]
     threads: dict[int, list[_Proto]] = defaultdict(list)
@@ -774,22 +771,14 @@ def _backward_passes(
             threads[p.stream].append(p)
     out: list[tuple[_Proto | None, _Proto, _Proto]] = []
     for nodes in threads.values():
-        if not any(p.name.startswith(ENGINE_OP_PREFIX) for p in nodes):
+        if not any(is_engine_op(p.name) for p in nodes):
             continue
         nodes.sort(key=lambda p: p.start_ns)
-        runs = [[nodes[0]]]
-        for p in nodes[1:]:
-            run = runs[-1]
-            if p.attrs.get(Attr.STEP) == run[0].attrs.get(Attr.STEP) and bisect.bisect_left(
-                starts, p.start_ns
-            ) == bisect.bisect_left(starts, run[0].start_ns):  # the main thread started nothing meanwhile
-                run.append(p)
-            else:
-                runs.append([p])
-        for run in runs:
-            k = bisect.bisect_right(ends, run[0].start_ns) - 1
-            same_step = k >= 0 and by_end[k].attrs.get(Attr.STEP) == run[0].attrs.get(Attr.STEP)
-            out.append((by_end[k] if same_step else None, run[0], run[-1]))
+        for i, j in backward_runs([p.start_ns for p in nodes], starts):
+            first = nodes[i]
+            k = bisect.bisect_right(ends, first.start_ns) - 1
+            same_step = k >= 0 and by_end[k].attrs.get(Attr.STEP) == first.attrs.get(Attr.STEP)
+            out.append((by_end[k] if same_step else None, first, nodes[j]))
     return out
 
 
@@ -848,7 +837,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
     bursts: list[tuple[_Proto | None, _Proto, _Proto]] = []
     if cap.ops:
         ops, scopes = _op_protos(cap, streams, comms + waits, alias)
-        bursts = _backward_passes(ops, comms + waits)
+        bursts = _backward_passes(ops, comms + waits, cap.steps)
         gaps = _gap_protos(
             cap,
             comms + waits + ops,

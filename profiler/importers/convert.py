@@ -60,7 +60,9 @@ Communication
 Dependencies
     Control: program order per thread / per CUDA stream (each node depends on the previous node of its
     stream); launches, event waits and host synchronisations as :mod:`skewlens.profiler.gpu_deps` says,
-    the host node of a launch or a synchronisation being the top-level CPU op whose extent contains the call.
+    the host node of a launch or a synchronisation being the top-level CPU op whose extent contains the call;
+    a backward pass on autograd's device thread follows the main thread's call of it and the main thread's
+    next node follows the pass (:mod:`skewlens.profiler.autograd`).
     Data (with a host trace): host ops are joined to Kineto ops (:mod:`skewlens.profiler.importers.join`); a
     top-level CPU node reads/writes its host op's input/output tensors (tensor id, storage id), a
     collective's GPU node reads the tensors of its host annotation; a node gets a data dependency on the
@@ -85,7 +87,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,6 +98,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from skewlens.profiler.autograd import backward_runs, is_engine_op
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.gpu_deps import CALLS_READ, Call, GpuNode, SyncActivity, gpu_dependencies
@@ -552,6 +555,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
     del gpu, calls  # not held while the nodes are encoded
     pending += _kernel_less_comms([x for x in sites if x.index not in used_sites], src, cpu_nodes, counts)
     pending += _gpu_edges(kt, src, pending, notes)
+    _join_backward_passes(cpu_nodes, kt, notes)
     devices = sorted({e.device or 0 for e in kt.gpu})
     notes += [f"{n} {what}" for what, n in counts.items()]
     if len(devices) > 1:
@@ -618,6 +622,47 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
         p.launch_dep = p.event.index in found.launch
     notes += found.notes
     return extra
+
+
+def _join_backward_passes(cpu_nodes: dict[int, _Pending], kt: KinetoTrace, notes: list[str]) -> None:
+    """Each stretch of autograd's device thread that the main thread waited for
+    (:func:`skewlens.profiler.autograd.backward_runs`) depends on the main thread's node that ended last
+    before it, and the main thread's next node on the stretch's last. The main thread is the one of the
+    ``ProfilerStep#`` annotations (else the one with most operators but the engine's)."""
+    by_tid: dict[int, list[_Pending]] = defaultdict(list)
+    for p in cpu_nodes.values():
+        by_tid[p.event.tid].append(p)
+    engine = {t for t, ps in by_tid.items() if any(is_engine_op(p.event.name) for p in ps)}
+    steps = [a for a in kt.annotations if _STEP.match(a.name)]
+    marks = Counter(a.tid for a in steps if a.tid in by_tid)
+    others = {t: len(ps) for t, ps in by_tid.items() if t not in engine}
+    main_tid = marks.most_common(1)[0][0] if marks else max(others, key=others.__getitem__, default=None)
+    if main_tid is None or not engine - {main_tid}:
+        return
+    main = sorted(by_tid[main_tid], key=lambda p: p.event.start_ns)
+    starts = [p.event.start_ns for p in main]
+    step_starts = sorted(a.start_ns for a in steps)
+    bounds = sorted([*starts, *step_starts])
+    by_end = sorted(main, key=lambda p: p.event.start_ns + p.event.dur_ns)
+    ends = [p.event.start_ns + p.event.dur_ns for p in by_end]
+    runs = joined = 0
+    for tid in sorted(engine - {main_tid}):
+        nodes = sorted(by_tid[tid], key=lambda p: p.event.start_ns)
+        for i, j in backward_runs([p.event.start_ns for p in nodes], bounds):
+            first, last = nodes[i].event, nodes[j].event
+            runs += 1
+            k = bisect_right(ends, first.start_ns) - 1
+            # (in the same step: no step began between the two)
+            if k >= 0 and bisect_right(step_starts, ends[k]) == bisect_right(step_starts, first.start_ns):
+                nodes[i].extra_deps.append(by_end[k].event.index)
+            a = bisect_left(starts, first.start_ns)  # the main thread's next node: it waited till then
+            if a < len(main) and main[a].event.start_ns >= last.start_ns + last.dur_ns:
+                main[a].extra_deps.append(last.index)
+                joined += 1
+    notes.append(
+        f"{runs} stretch(es) of backward passes on autograd's device thread(s): each after the main "
+        f"thread's work before it, {joined} joined by the main thread's next node"
+    )
 
 
 def _sync_activity(e: KEvent) -> SyncActivity:

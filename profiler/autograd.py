@@ -1,0 +1,41 @@
+"""Backward passes on autograd's device threads: which stretches of such a thread the main thread waited
+for, one rule for the capture (:mod:`skewlens.profiler.capture.build`) and the Kineto importer
+(:mod:`skewlens.profiler.importers.convert`).
+
+On a GPU the autograd engine runs ``backward()`` on a device thread of its own while the calling thread
+waits in the call, with no operator of its own; where the calling thread runs part of the graph itself
+(CPU-side nodes, FSDP2's synchronisations over gloo) the two take turns. A stretch of the engine's work
+during which the main thread started nothing follows what the main thread did last before it (the call),
+and the main thread's next node follows the stretch. This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+#: Kineto's name of the autograd engine's work on one node of the backward graph (a thread with such
+#: operators other than the main thread is an engine thread).
+ENGINE_OP_PREFIX = "autograd::engine::evaluate_function"
+
+
+def is_engine_op(name: str) -> bool:
+    """Whether a host operator is the autograd engine's work on a node of the backward graph."""
+    return name.startswith(ENGINE_OP_PREFIX)
+
+
+def backward_runs(engine_starts: Sequence[int], main_starts: Sequence[int]) -> list[tuple[int, int]]:
+    """The stretches of an engine thread's nodes during which the main thread started nothing, as
+    ``(first, last)`` indices into ``engine_starts`` (their starts, sorted). ``main_starts``: sorted starts
+    of the main thread's nodes and of the steps (a stretch never spans a step boundary)."""
+    out: list[tuple[int, int]] = []
+    if not engine_starts:
+        return out
+    first, before = 0, bisect_left(main_starts, engine_starts[0])
+    for i in range(1, len(engine_starts)):
+        k = bisect_left(main_starts, engine_starts[i])
+        if k != before:  # the main thread started something since this stretch began
+            out.append((first, i - 1))
+            first, before = i, k
+    out.append((first, len(engine_starts) - 1))
+    return out
