@@ -193,6 +193,18 @@ class ModelTiming:
                 phases * self._exchange_t(nbytes // p, members, factor, extra),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
+        if (
+            self.algorithm == "halving_doubling"
+            and len(dims) >= 2
+            and nbytes > 0
+            and comm_type in _EXCHANGES
+            and p & (p - 1) == 0
+        ):
+            phases = 2 if comm_type == CommType.ALL_REDUCE else 1
+            return self._ns(
+                phases * self._halving_doubling_t(nbytes, members, factor, extra),
+                f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
+            )
         alpha = float(max(d.latency_ns for d in ds) + extra)
         bw = min(d.effective_bandwidth_gbps for d in ds) * factor
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
@@ -253,6 +265,35 @@ class ModelTiming:
             if busiest > 0:
                 dim = topo.dims[d]
                 t = max(t, dim.latency_ns + extra + busiest / (dim.effective_bandwidth_gbps * factor))
+        return t
+
+    def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> float:
+        """Recursive halving (a reduce-scatter of ``S`` among ``p``, a power of two, members in rank order:
+        the partner ``p/2`` away first, then ``p/4``, ..., exchanging ``S/2``, ``S/4``, ..., ``S/p``) link
+        by link; recursive doubling (an all-gather) pairs the same distances with the same parts, in the
+        other order. In each step every member sends its part to its partner (and receives one) through
+        its link on each dimension the two differ in; a link's load is the sum over the members on it, and
+        the step lasts its busiest link's ``α + load / B``. Members sharing a node's link (a NIC) share it
+        in the steps that cross nodes, which the flat formula charged as if each had one of its own."""
+        p = len(members)
+        topo = self.topology
+        dims = self._spanned(members)
+        coords = [topo.coords(r) for r in members]
+        t = 0.0
+        dist, part = p // 2, nbytes / 2
+        while dist >= 1:
+            load: dict[tuple[int, ...], float] = {}
+            for i, r in enumerate(members):
+                j = i ^ dist
+                for d in dims:
+                    if coords[i][d] != coords[j][d]:
+                        k = topo.link(r, d)
+                        load[k] = load.get(k, 0.0) + part
+            t += max(
+                topo.dims[k[0]].latency_ns + extra + n / (topo.dims[k[0]].effective_bandwidth_gbps * factor)
+                for k, n in load.items()
+            )
+            dist, part = dist // 2, part / 2
         return t
 
     def _ns(self, t: float, what: str) -> int:

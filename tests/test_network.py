@@ -500,6 +500,26 @@ def test_an_even_all_to_all_across_nodes_costs_the_link_its_members_share_as_its
 
 
 @pytest.mark.parametrize(
+    ("comm_type", "message", "phases"),
+    [(CommType.ALL_REDUCE, S, 2), (CommType.REDUCE_SCATTER, S, 1), (CommType.ALL_GATHER, 8 * S, 1)],
+)
+@pytest.mark.parametrize("links", [1, 0], ids=["a-link-a-node", "a-link-a-gpu"])
+def test_halving_doubling_across_nodes_costs_each_step_at_its_busiest_link(
+    tmp_path: Path, comm_type: CommType, message: int, phases: int, links: int
+) -> None:
+    # 8 ranks, 4 a node: recursive halving pairs members 4 apart first (across nodes: each sends half the
+    # message, M/2), then 2 and 1 apart (inside a node: M/4, M/8, each over its own port); on one link a
+    # node its 4 members' halves share it. Before, the flat formula charged 2 L alpha + 2 (p-1)/p M / B at
+    # the slowest dimension for every step: all_reduce 85.4 us here, now 176.9 us with one link a node
+    # (its 4 members share it) and 51.1 us with a link a GPU (the steps inside a node go at its 200 GB/s)
+    outer = (4 if links == 1 else 1) * message / 2
+    step = (2_000 + outer / 25.0) + (300 + message / 4 / 200.0) + (300 + message / 8 / 200.0)
+    rt = one_collective_run(tmp_path, EIGHT, comm_type)
+    got = replayed_transfer(rt, topology=two_level(per_node=4, links=links), algorithm="halving_doubling")
+    assert got == [round(phases * step)]
+
+
+@pytest.mark.parametrize(
     ("comm_type", "link_bytes", "phases"),
     [(CommType.ALL_REDUCE, 2 * S, 2), (CommType.REDUCE_SCATTER, 2 * S, 1), (CommType.ALL_GATHER, 16 * S, 1)],
 )
