@@ -369,6 +369,7 @@ def replay_run(
                     files / TIMELINE_JSON,
                     max_events=cfg.perfetto_max_events,
                     on_note=notes.append,
+                    idle_streams={s.rank: s.gpu_stream for s in summary if s.gpu_stream >= 0},
                 )
                 if cfg.perfetto
                 else None

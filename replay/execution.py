@@ -366,6 +366,86 @@ def compute_stream(streams: Sequence[tuple[int, float, float]]) -> int:
     return max(streams, key=lambda s: (s[1], s[2], -s[0]))[0]
 
 
+@dataclass(frozen=True, slots=True)
+class IdleStretches:
+    """One GPU stream's idle time, piece by piece (:func:`idle_stretches`): row-aligned arrays, one entry
+    per piece, by start."""
+
+    stream: int
+    before: I32
+    """The op (row) the piece came before."""
+    lo: I64
+    hi: I64
+    """The piece, ``[lo, hi)``."""
+    part: I64
+    """What the stream waited for then: an index into :data:`GPU_IDLE_PARTS`."""
+
+
+def idle_stretches(
+    rt: RankTrace, m: RankModel, *, start: I64, end: I64, from_ns: int | None = None
+) -> list[IdleStretches]:
+    """Each GPU stream of a rank, given each row's ``start`` and ``end`` (recorded, or replayed): the stretch
+    before each of its ops during which it ran nothing, from the end of its work so far (the latest end of
+    its earlier ops; the first op's: ``from_ns``, or none), split by the rule of :func:`gpu_idle` (the
+    dependency met latest and when: until then it waited for that, after it, other). No piece after the
+    stream's last op."""
+    deps = (*latest_deps(m, start, end), comm_rows(rt))
+    return [
+        _stretches(rt, rows, sid=sid, start=start, end=end, deps=deps, from_ns=from_ns)
+        for sid, rows in _gpu_streams(rt, m, start).items()
+    ]
+
+
+def _gpu_streams(rt: RankTrace, m: RankModel, start: I64) -> dict[int, npt.NDArray[np.int64]]:
+    """Each GPU stream's rows, by start."""
+    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
+    out = {}
+    for sid in np.unique(rt.stream[gpu]).tolist():
+        rows = gpu[rt.stream[gpu] == sid]
+        out[int(sid)] = rows[np.argsort(start[rows], kind="stable")]
+    return out
+
+
+def _stretches(
+    rt: RankTrace,
+    rows: npt.NDArray[np.int64],
+    *,
+    sid: int,
+    start: I64,
+    end: I64,
+    deps: tuple[I32, I64, B],
+    from_ns: int | None,
+) -> IdleStretches:
+    """:func:`idle_stretches` of stream ``sid``, its ``rows`` by start; ``deps``: :func:`latest_deps`'s
+    two arrays and :func:`comm_rows`."""
+    dep, met, comm = deps
+    st, en = start[rows].astype(np.int64), end[rows].astype(np.int64)
+    prev_end = np.empty_like(en)
+    prev_end[0] = int(st[0]) if from_ns is None else min(from_ns, int(st[0]))
+    prev_end[1:] = np.maximum.accumulate(en)[:-1]
+    idle = st > prev_end
+    d = dep[rows]
+    at = np.where(d >= 0, met[rows], np.iinfo(np.int64).min)
+    kind = np.full(rows.shape, _OTHER, dtype=np.int64)
+    late = np.flatnonzero(idle & (at > prev_end))  # met after the stream went idle
+    dl = d[late]
+    kind[late] = np.where(
+        comm[dl], _COMM, np.where(rt.is_cpu[dl], _LAUNCH, np.where(rt.stream[dl] == sid, _OTHER, _STREAM))
+    )
+    split = np.where(kind != _OTHER, np.minimum(at, st), prev_end)  # the dependency before, other after
+    # per idle op: the wait (prev_end, split) of its kind, then other (split, st)
+    k = np.flatnonzero(idle)
+    lo = np.concatenate([prev_end[k], split[k]])
+    hi = np.concatenate([split[k], st[k]])
+    part = np.concatenate([kind[k], np.full(k.size, _OTHER, dtype=np.int64)])
+    before = np.concatenate([rows[k], rows[k]]).astype(np.int32)
+    keep = hi > lo
+    o = np.argsort(lo[keep], kind="stable")
+    return IdleStretches(
+        stream=sid, before=before[keep][o], lo=lo[keep][o], hi=hi[keep][o], part=part[keep][o]
+    )
+
+
 def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I64) -> list[StreamIdle]:
     """Each GPU stream of a rank in the windows ``[a, b)``, given each row's ``start`` and ``end`` (recorded,
     or replayed): the one rule the analyses' GPU idle table and the replay's summary read.
@@ -377,37 +457,20 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
     it is communication (a collective, a p2p op, an NCCL kernel), a stream wait where it is GPU work on
     another stream; after it (the launch latency), and all of a stretch whose op had nothing met after
     the stream went idle, other; so is the time after the stream's last op. So the parts sum to each
-    window's length less the stream's busy time."""
-    dep, met = latest_deps(m, start, end)
-    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
-    comm = comm_rows(rt)
+    window's length less the stream's busy time. The pieces themselves: :func:`idle_stretches`."""
+    deps = (*latest_deps(m, start, end), comm_rows(rt))
     kernels = gpu_compute_rows(rt, m)
     out = []
-    for sid in np.unique(rt.stream[gpu]).tolist():
-        rows = gpu[rt.stream[gpu] == sid]
-        rows = rows[np.argsort(start[rows], kind="stable")]
+    for sid, rows in _gpu_streams(rt, m, start).items():
         st, en = start[rows].astype(np.int64), end[rows].astype(np.int64)
-        prev_end = np.empty_like(en)
-        prev_end[0] = min(int(a.min()), int(st[0]))
-        prev_end[1:] = np.maximum.accumulate(en)[:-1]
-        idle = st > prev_end
-        d = dep[rows]
-        at = np.where(d >= 0, met[rows], np.iinfo(np.int64).min)
-        kind = np.full(rows.shape, _OTHER, dtype=np.int64)
-        late = np.flatnonzero(idle & (at > prev_end))  # met after the stream went idle
-        dl = d[late]
-        kind[late] = np.where(
-            comm[dl], _COMM, np.where(rt.is_cpu[dl], _LAUNCH, np.where(rt.stream[dl] == sid, _OTHER, _STREAM))
-        )
-        waited = kind != _OTHER
-        split = np.where(waited, np.minimum(at, st), prev_end)  # the dependency before, other after
-        tail_end = max(int(b.max()), int(en.max()))
+        pieces = _stretches(rt, rows, sid=sid, start=start, end=end, deps=deps, from_ns=int(a.min()))
+        tail = (int(en.max()), max(int(b.max()), int(en.max())))  # after the last op: other
         parts = []
         for k in range(len(GPU_IDLE_PARTS)):
-            if k == _OTHER:  # after what was waited for (all of a stretch nothing explains), and the tail
-                lo, hi = np.append(split[idle], en.max()), np.append(st[idle], tail_end)
-            else:
-                lo, hi = prev_end[kind == k], split[kind == k]
+            mine = pieces.part == k
+            lo, hi = pieces.lo[mine], pieces.hi[mine]
+            if k == _OTHER:
+                lo, hi = np.append(lo, tail[0]), np.append(hi, tail[1])
             parts.append(Coverage.of(lo, hi).between(a, b))
         comp = rows[kernels[rows]]
         out.append(

@@ -8,8 +8,9 @@ streamed a chunk at a time (:mod:`skewlens.replay.streaming`) and capped at ``pe
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,7 +35,7 @@ from skewlens.profiler.store.schema import (
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.execution import execution_model
+from skewlens.replay.execution import IdleStretches, execution_model, idle_stretches
 from skewlens.replay.simulate import SimResult
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
@@ -44,6 +45,8 @@ from skewlens.replay.streaming import (
     Value,
     cap_events,
     format_events,
+    gpu_idle_events,
+    idle_track_name,
     json_fixed,
     json_int,
     rank_categories,
@@ -227,12 +230,16 @@ def write_perfetto(
     max_events: int = DEFAULT_MAX_EVENTS,
     on_note: Callable[[str], object] | None = None,
     workers: int | None = None,
+    idle_streams: Mapping[int, int] | None = None,
 ) -> Path:
     """Write ``timeline.json`` (Chrome trace events: one process per rank, one thread per stream, ``cat`` from
     :data:`~skewlens.replay.streaming.CATEGORIES`, times in µs from the first replayed start, which
     ``otherData.t0_ns`` keeps), streamed a chunk at a time. At most ``max_events`` nodes (0: all): beyond
     that, the first whole steps on all ranks that fit (see :func:`skewlens.replay.streaming.cap_events`); what
-    was left out is in ``otherData``, in an instant event where the trace stops, and given to ``on_note``."""
+    was left out is in ``otherData``, in an instant event where the trace stops, and given to ``on_note``.
+    ``idle_streams`` (rank -> its GPU compute stream, as the replay's summary picks it): a track more per such
+    rank, its idle time on the replayed times by what it waited for
+    (:func:`~skewlens.replay.streaming.gpu_idle_events`)."""
     p = Path(path)
     ranks = sorted(run.ranks)
     cap = cap_events(
@@ -262,6 +269,20 @@ def write_perfetto(
 
     em = execution_model(run)
     cats = {r: rank_categories(run.ranks[r], em.ranks[r]) for r in ranks}
+    idle: dict[int, IdleStretches] = {}
+    idle_tid: dict[int, int] = {}
+    for r, sid in sorted((idle_streams or {}).items()):
+        first = int(res.start_ns[r][written[r]].min()) if written[r].any() else None  # the rank's start
+        found = [
+            p
+            for p in idle_stretches(
+                run.ranks[r], em.ranks[r], start=res.start_ns[r], end=res.end_ns[r], from_ns=first
+            )
+            if p.stream == sid
+        ]
+        if found:
+            idle[r] = found[0]
+            idle_tid[r] = max(tracks[r].names, default=0) + 1
 
     def fmt(job: RankRows) -> pa.Array:
         """The events of a chunk's ranks, one rank after another (their names tables likewise)."""
@@ -302,6 +323,15 @@ def write_perfetto(
             yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": proc}}
             for t, label in tracks[r].names.items():
                 yield {"name": "thread_name", "ph": "M", "pid": r, "tid": t, "args": {"name": label}}
+            if r in idle:
+                label = idle_track_name(idle[r].stream)
+                yield {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": r,
+                    "tid": idle_tid[r],
+                    "args": {"name": label},
+                }
 
     return write_trace(
         p,
@@ -310,13 +340,16 @@ def write_perfetto(
         metadata=metadata(),
         jobs=rank_chunks(cap),
         fmt=fmt,
-        extra=lambda: wait_events(
-            cap.keep,
-            res.start_ns,
-            replayed_waits(run, res),
-            tid=lambda r, rows: tracks[r].tids(run.ranks[r].stream, rows),
-            origin_ns=t0,
-            traces=run.ranks,
+        extra=lambda: itertools.chain(
+            wait_events(
+                cap.keep,
+                res.start_ns,
+                replayed_waits(run, res),
+                tid=lambda r, rows: tracks[r].tids(run.ranks[r].stream, rows),
+                origin_ns=t0,
+                traces=run.ranks,
+            ),
+            gpu_idle_events(idle, cap.keep, tid=idle_tid, origin_ns=t0, traces=run.ranks),
         ),
         end_ns=res.end_ns,
         origin_ns=t0,

@@ -38,7 +38,7 @@ from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import RankModel, comm_rows, comp_kinds
+from skewlens.replay.execution import GPU_IDLE_PARTS, IdleStretches, RankModel, comm_rows, comp_kinds
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -567,6 +567,68 @@ def wait_events(
                 ),
             ],
             part.size,
+        )
+
+
+#: ``cat`` of the slices that say what a GPU stream idled for, and their names, by
+#: :data:`~skewlens.replay.execution.GPU_IDLE_PARTS`.
+IDLE_CATEGORY = "gpu_idle"
+IDLE_NAMES = tuple(json.dumps("idle: " + p.replace("_", " ")) for p in GPU_IDLE_PARTS)
+
+
+def idle_track_name(stream: int) -> str:
+    """Name of the track that draws GPU stream ``stream``'s idle time."""
+    return f"GPU stream {stream}: idle, by what it waited for"
+
+
+def gpu_idle_events(
+    pieces: Mapping[int, IdleStretches],
+    keep: Mapping[int, B],
+    *,
+    tid: Mapping[int, int],
+    origin_ns: int,
+    traces: Mapping[int, RankTrace],
+) -> Iterator[pa.Array]:
+    """Per rank, a slice for each piece of its GPU stream's idle time (``pieces``, by rank:
+    :func:`~skewlens.replay.execution.idle_stretches`) before a kept row (``keep``), on the track
+    ``tid[rank]``: named after what the stream waited for (``idle: launch wait``, ``idle: comm wait``,
+    ``idle: stream wait``, ``idle: other``), ``cat`` :data:`IDLE_CATEGORY`, ``args``: the ``node_id`` and
+    ``step`` of the op it came before."""
+    pid, tids, lo, hi, part, nid, step = [], [], [], [], [], [], []
+    for r in sorted(pieces):
+        p = pieces[r]
+        mine = keep[r][p.before]
+        if mine.any():
+            before = p.before[mine]
+            pid.append(np.full(before.size, r, dtype=np.int64))
+            tids.append(np.full(before.size, tid[r], dtype=np.int64))
+            lo.append(p.lo[mine])
+            hi.append(p.hi[mine])
+            part.append(p.part[mine])
+            nid.append(traces[r].node_id[before])
+            step.append(traces[r].step[before])
+    if not pid:
+        return
+    pids, tid_all, los, his = (
+        np.concatenate(pid),
+        np.concatenate(tids),
+        np.concatenate(lo),
+        np.concatenate(hi),
+    )
+    parts, node_id, steps = np.concatenate(part), np.concatenate(nid), np.concatenate(step)
+    for c in chunks(np.arange(los.size), CHUNK_EVENTS):
+        yield format_events(
+            [
+                ("ph", '"X"'),
+                ("name", Lookup(IDLE_NAMES, parts[c])),
+                ("cat", json.dumps(IDLE_CATEGORY)),
+                ("pid", json_int(pids[c])),
+                ("tid", json_int(tid_all[c])),
+                ("ts", json_fixed(los[c] - origin_ns, 3)),
+                ("dur", json_fixed(his[c] - los[c], 3)),
+                ("args", [("node_id", json_int(node_id[c])), ("step", json_int(steps[c]))]),
+            ],
+            c.size,
         )
 
 

@@ -360,3 +360,46 @@ def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
         b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1024, dur_ns=100_000)
     rows = analyze_run(load_run(b.write(tmp_path / "run")), blame=False).breakdown
     assert {(x.gpu_comm_ns, x.gpu_comm_overlap_ns) for x in rows} == {(0, 0)}
+
+
+def test_the_replay_timeline_draws_the_compute_streams_idle_pieces_by_what_each_waited_for(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.outputs import write_perfetto
+    from skewlens.replay.simulate import simulate
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json", idle_streams={0: 7}).read_text())
+    (track,) = (
+        e["tid"] for e in doc["traceEvents"] if e["ph"] == "M" and "idle" in e["args"].get("name", "")
+    )
+    pieces = [
+        (e["name"], round(e["ts"]), round(e["dur"]))
+        for e in doc["traceEvents"]
+        if e.get("cat") == "gpu_idle" and e["tid"] == track
+    ]
+    # stream 7 as the analysis splits it (µs from the rank's first start, aten::mm at 10): the launch of
+    # gemm (10-12), then relu's (120-305); the add on stream 8 (360-550); the NCCL kernel (655-800); and
+    # after each, other (the latency to the kernel's start); nothing after the last op
+    assert sorted(pieces, key=lambda p: p[1]) == [
+        ("idle: launch wait", 0, 2),
+        ("idle: other", 2, 8),
+        ("idle: launch wait", 110, 185),
+        ("idle: other", 295, 5),
+        ("idle: stream wait", 350, 190),
+        ("idle: other", 540, 5),
+        ("idle: comm wait", 645, 145),
+        ("idle: other", 790, 10),
+    ]
+
+
+def test_a_replay_of_a_gpu_run_draws_its_compute_streams_idle_on_a_track_of_its_own(tmp_path: Path) -> None:
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    assert main(["replay", f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false"]) == 0
+    doc = json.loads((tmp_path / "out" / "timeline.json").read_text())
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["pid"] == 0}
+    (track,) = (t for t, n in names.items() if n == "GPU stream 8: idle, by what it waited for")
+    on_8 = {e["args"]["node_id"] for e in doc["traceEvents"] if e.get("tid") == 8 and e["ph"] == "X"}
+    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_idle"]
+    assert idle and all(e["tid"] == track and e["args"]["node_id"] in on_8 for e in idle)
