@@ -11,7 +11,7 @@ and the main thread's next node follows the stretch. This module imports only th
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 #: Kineto's name of the autograd engine's work on one node of the backward graph (a thread with such
@@ -39,3 +39,23 @@ def backward_runs(engine_starts: Sequence[int], main_starts: Sequence[int]) -> l
             first, before = i, k
     out.append((first, len(engine_starts) - 1))
     return out
+
+
+def fork_and_join(
+    first_start_ns: int,
+    last_end_ns: int,
+    *,
+    main_starts: Sequence[int],
+    main_ends: Sequence[int],
+    step_starts: Sequence[int],
+) -> tuple[int, int]:
+    """Where a stretch of :func:`backward_runs` (its first node's start, its last node's end) joins the main
+    thread: the index into ``main_ends`` (the main thread's nodes' ends, sorted) of the node it follows, the
+    last to end by its start with no step starting in between (the call), and the index into
+    ``main_starts`` (their starts, sorted) of the node that follows it, the main thread's next node after
+    the stretch began, where that starts once the stretch has ended (it waited till then); -1 for none."""
+    k = bisect_right(main_ends, first_start_ns) - 1
+    if k >= 0 and bisect_right(step_starts, main_ends[k]) != bisect_right(step_starts, first_start_ns):
+        k = -1
+    a = bisect_left(main_starts, first_start_ns)
+    return k, a if a < len(main_starts) and main_starts[a] >= last_end_ns else -1

@@ -680,4 +680,4 @@ def test_a_backward_pass_on_autograds_device_thread_follows_the_call_and_the_mai
     assert not [n for n in main if n.start_ns < 8_000 and n.start_ns + n.dur_ns > 4_000]
     after = next(n for n in main if n.start_ns >= 8_000)
     assert last.node_id in after.ctrl_deps and after.start_ns == 8_000  # the main thread goes on after it
-    assert any("1 backward pass(es) on autograd's device thread" in n for n in notes), notes
+    assert any("1 stretch(es) of backward passes on autograd's device thread" in n for n in notes), notes

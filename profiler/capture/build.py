@@ -35,7 +35,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.autograd import backward_runs, is_engine_op
+from skewlens.profiler.autograd import backward_runs, fork_and_join, is_engine_op
 from skewlens.profiler.capture.records import (
     CALL_KINDS,
     END_UNKNOWN,
@@ -753,59 +753,65 @@ def _op_protos(
     return out, outer
 
 
+_Run = tuple[_Proto, _Proto]
+"""A stretch of an autograd engine thread's work: its first and last node."""
+
+
 def _backward_passes(
     ops: Sequence[_Proto], main: Sequence[_Proto], steps: Sequence[StepRecord]
-) -> list[tuple[_Proto | None, _Proto, _Proto]]:
+) -> list[_Run]:
     """The stretches of autograd's device threads that the main thread waited for
     (:func:`skewlens.profiler.autograd.backward_runs`; ``ops`` and ``main``, communication and waits, on
-    the main thread): ``(the main-thread node that ended last before the stretch began, in its step, or
-    None; its first node; its last)``."""
-    main_nodes = [p for p in [*ops, *main] if MAIN_STREAM in (p.stream, p.issue_stream)]
-    # (an asynchronous call: its issue)
-    starts = sorted([*(p.start_ns for p in main_nodes), *(s.start_ns for s in steps)])
-    by_end = sorted((p for p in main_nodes if p.stream == MAIN_STREAM), key=lambda p: p.end_ns)
-    ends = [p.end_ns for p in by_end]
+    the main thread, where an asynchronous call counts at its issue): each one's first and last node."""
+    starts = sorted(
+        [
+            *(p.start_ns for p in [*ops, *main] if MAIN_STREAM in (p.stream, p.issue_stream)),
+            *(s.start_ns for s in steps),
+        ]
+    )
     threads: dict[int, list[_Proto]] = defaultdict(list)
     for p in ops:
         if p.stream != MAIN_STREAM and p.attrs.get(Attr.STREAM_KIND) == "thread":
             threads[p.stream].append(p)
-    out: list[tuple[_Proto | None, _Proto, _Proto]] = []
+    out: list[_Run] = []
     for nodes in threads.values():
-        if not any(is_engine_op(p.name) for p in nodes):
-            continue
-        nodes.sort(key=lambda p: p.start_ns)
-        for i, j in backward_runs([p.start_ns for p in nodes], starts):
-            first = nodes[i]
-            k = bisect.bisect_right(ends, first.start_ns) - 1
-            same_step = k >= 0 and by_end[k].attrs.get(Attr.STEP) == first.attrs.get(Attr.STEP)
-            out.append((by_end[k] if same_step else None, first, nodes[j]))
+        if any(is_engine_op(p.name) for p in nodes):
+            nodes.sort(key=lambda p: p.start_ns)
+            out += [(nodes[i], nodes[j]) for i, j in backward_runs([p.start_ns for p in nodes], starts)]
     return out
 
 
 def _join_backward_passes(
-    bursts: Sequence[tuple[_Proto | None, _Proto, _Proto]],
+    runs: Sequence[_Run],
     protos: Sequence[_Proto],
     ids: Mapping[int, int],
     ctrl: dict[int, list[int]],
+    *,
+    steps: Sequence[StepRecord],
     notes: list[str] | None,
 ) -> None:
-    """Each backward pass of :func:`_backward_passes` starts after what the main thread did before it
-    (the call of ``backward()``) and the main thread goes on after it: a dependency each way."""
-    main = sorted((p.start_ns, ids[id(p)]) for p in protos if p.stream == MAIN_STREAM)
+    """Each stretch of :func:`_backward_passes` follows the main thread's node before it and the main
+    thread's next node follows it (:func:`skewlens.profiler.autograd.fork_and_join`)."""
+    main = [p for p in protos if p.stream == MAIN_STREAM]
+    by_start = sorted((p.start_ns, ids[id(p)]) for p in main)
+    by_end = sorted((p.end_ns, ids[id(p)]) for p in main)
+    starts, ends = [t for t, _ in by_start], [t for t, _ in by_end]
+    step_starts = sorted(s.start_ns for s in steps)
     joined = 0
-    for before, first, last in bursts:
-        if before is not None and ids[id(before)] not in ctrl[ids[id(first)]]:
-            ctrl[ids[id(first)]].append(ids[id(before)])
-        k = bisect.bisect_left(main, (last.end_ns, -1))
-        if k < len(main) and main[k][0] - last.end_ns <= WAIT_SLACK_NS:
-            after = main[k][1]
-            if ids[id(last)] not in ctrl[after]:
-                ctrl[after].append(ids[id(last)])
+    for first, last in runs:
+        k, a = fork_and_join(
+            first.start_ns, last.end_ns, main_starts=starts, main_ends=ends, step_starts=step_starts
+        )
+        if k >= 0 and by_end[k][1] not in ctrl[ids[id(first)]]:
+            ctrl[ids[id(first)]].append(by_end[k][1])
+        if a >= 0:
+            if ids[id(last)] not in ctrl[by_start[a][1]]:
+                ctrl[by_start[a][1]].append(ids[id(last)])
             joined += 1
     if notes is not None:
         notes.append(
-            f"{len(bursts)} backward pass(es) on autograd's device thread: each after the main thread's "
-            f"work before it, {joined} joined by the main thread's next node"
+            f"{len(runs)} stretch(es) of backward passes on autograd's device thread(s): each after the main "
+            f"thread's work before it, {joined} joined by the main thread's next node"
         )
 
 
@@ -834,7 +840,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
             target.end_ns = max(target.end_ns, by_id[wid].end_ns)
             target.end_known = True
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
-    bursts: list[tuple[_Proto | None, _Proto, _Proto]] = []
+    bursts: list[_Run] = []
     if cap.ops:
         ops, scopes = _op_protos(cap, streams, comms + waits, alias)
         bursts = _backward_passes(ops, comms + waits, cap.steps)
@@ -845,7 +851,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
             main_only=True,
             waited=waited_for,
             scopes=scopes,
-            blocked=[(first.start_ns, last.end_ns) for _, first, last in bursts],
+            blocked=[(first.start_ns, last.end_ns) for first, last in bursts],
         )
         comp = waits + ops + gaps
     else:
@@ -887,7 +893,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
         last_on[p.stream] = nid
         done_on[p.stream].append((p.end_ns, nid))
     if bursts:
-        _join_backward_passes(bursts, protos, ids, ctrl, notes)
+        _join_backward_passes(bursts, protos, ids, ctrl, steps=cap.steps, notes=notes)
     if any(p.kernel is not None for p in protos):
         _gpu_dependencies(cap, protos, ids, streams=streams, alias=alias, ctrl=ctrl, notes=notes)
     data = _data_deps(protos, ids, cap.host_ops)

@@ -87,7 +87,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,7 +98,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from skewlens.profiler.autograd import backward_runs, is_engine_op
+from skewlens.profiler.autograd import backward_runs, fork_and_join, is_engine_op
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.gpu_deps import CALLS_READ, Call, GpuNode, SyncActivity, gpu_dependencies
@@ -626,9 +626,9 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
 
 def _join_backward_passes(cpu_nodes: dict[int, _Pending], kt: KinetoTrace, notes: list[str]) -> None:
     """Each stretch of autograd's device thread that the main thread waited for
-    (:func:`skewlens.profiler.autograd.backward_runs`) depends on the main thread's node that ended last
-    before it, and the main thread's next node on the stretch's last. The main thread is the one of the
-    ``ProfilerStep#`` annotations (else the one with most operators but the engine's)."""
+    (:func:`skewlens.profiler.autograd.backward_runs`) follows the main thread's node before it, and the
+    main thread's next node follows it (:func:`skewlens.profiler.autograd.fork_and_join`). The main thread
+    is the one of the ``ProfilerStep#`` annotations (else the one with most operators but the engine's)."""
     by_tid: dict[int, list[_Pending]] = defaultdict(list)
     for p in cpu_nodes.values():
         by_tid[p.event.tid].append(p)
@@ -639,25 +639,29 @@ def _join_backward_passes(cpu_nodes: dict[int, _Pending], kt: KinetoTrace, notes
     main_tid = marks.most_common(1)[0][0] if marks else max(others, key=others.__getitem__, default=None)
     if main_tid is None or not engine - {main_tid}:
         return
-    main = sorted(by_tid[main_tid], key=lambda p: p.event.start_ns)
-    starts = [p.event.start_ns for p in main]
+    by_start = sorted(by_tid[main_tid], key=lambda p: p.event.start_ns)
+    by_end = sorted(by_start, key=lambda p: p.event.start_ns + p.event.dur_ns)
+    starts = [p.event.start_ns for p in by_start]
+    ends = [p.event.start_ns + p.event.dur_ns for p in by_end]
     step_starts = sorted(a.start_ns for a in steps)
     bounds = sorted([*starts, *step_starts])
-    by_end = sorted(main, key=lambda p: p.event.start_ns + p.event.dur_ns)
-    ends = [p.event.start_ns + p.event.dur_ns for p in by_end]
     runs = joined = 0
     for tid in sorted(engine - {main_tid}):
         nodes = sorted(by_tid[tid], key=lambda p: p.event.start_ns)
         for i, j in backward_runs([p.event.start_ns for p in nodes], bounds):
             first, last = nodes[i].event, nodes[j].event
             runs += 1
-            k = bisect_right(ends, first.start_ns) - 1
-            # (in the same step: no step began between the two)
-            if k >= 0 and bisect_right(step_starts, ends[k]) == bisect_right(step_starts, first.start_ns):
+            k, a = fork_and_join(
+                first.start_ns,
+                last.start_ns + last.dur_ns,
+                main_starts=starts,
+                main_ends=ends,
+                step_starts=step_starts,
+            )
+            if k >= 0:
                 nodes[i].extra_deps.append(by_end[k].event.index)
-            a = bisect_left(starts, first.start_ns)  # the main thread's next node: it waited till then
-            if a < len(main) and main[a].event.start_ns >= last.start_ns + last.dur_ns:
-                main[a].extra_deps.append(last.index)
+            if a >= 0:
+                by_start[a].extra_deps.append(last.index)
                 joined += 1
     notes.append(
         f"{runs} stretch(es) of backward passes on autograd's device thread(s): each after the main "
