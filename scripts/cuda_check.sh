@@ -155,6 +155,13 @@ for r in m["ranks"]:
     syncs = [(i, d) for i in host for d in nodes[i][0].ctrl_deps if kind.get(d) == "cuda"]
     on_comm = [(i, d) for i in host for d in nodes[i][0].ctrl_deps if d in comm]
     print(f"   rank {r}: {len(nodes)} nodes, {len(host)} host, {len(gpu)} GPU, {len(comm)} comm")
+    # the main thread (stream 0) holds the forward pass and the optimizer; autograd's device thread the
+    # backward pass, its first node of each stretch joined to the main thread (a dep on a stream-0 node)
+    threads = Counter((nodes[i][1]["stream"], nodes[i][0].name.startswith("autograd::engine")) for i in host)
+    print(f"     host streams (stream, engine op): {dict(sorted(threads.items()))}")
+    engine = sorted((nodes[i][1].get("skl_start_ns", 0), i) for i in host if nodes[i][0].name.startswith("autograd::engine"))
+    forked = sum(1 for _, i in engine if any(nodes.get(d, (None, {}))[1].get("stream") == 0 and kind.get(d) == "thread" for d in nodes[i][0].ctrl_deps))
+    print(f"     engine nodes with a dependency on the main thread: {forked} of {len(engine)}")
     print(f"     GPU streams (node count): {dict(streams)}")
     print(f"     kernels (top 5): {names.most_common(5)}")
     print(f"     launch: {len(with_ns)} GPU nodes with skl_launch_ns, {launch} with a launch edge"
@@ -209,6 +216,21 @@ capture() {  # capture NAME LEVEL NPROC SCRIPT [ARGS...]: one skewlens profile r
     "$PY" -m skewlens check --no-progress "$out" 2>&1 | tail -n 4 || true
     # what stands on the capture: the analyses (GPU execution model, blame) and the simulated replay
     step "$name: analyze" 180 "$PY" -m skewlens analyze "$out" --out "$out-analysis" --max-simulations 4
+    # how much of each step the critical path covers, and where it stops
+    [ -f "$out-analysis/critical_path.parquet" ] && "$PY" - "$out-analysis" <<'PYEOF' || true
+import sys
+from collections import defaultdict
+import pyarrow.parquet as pq
+d = sys.argv[1]
+path = pq.read_table(f"{d}/critical_path.parquet").to_pylist()
+step_ns = {b["step"]: b["step_ns"] for b in pq.read_table(f"{d}/step_breakdown.parquet").to_pylist()}
+covered = defaultdict(int)
+for p in path:
+    covered[p["step"]] += p["contribution_ns"] + p["gap_before_ns"]
+ends = {p["step"]: p["name"][:40] for p in path if p["via"] == "end"}
+for s in sorted(covered):
+    print(f"     critical path, step {s}: {covered[s] / 1e6:.2f} of {step_ns.get(s, 0) / 1e6:.2f} ms, from {ends.get(s)!r}")
+PYEOF
     step "$name: replay (sim)" 120 "$PY" -m skewlens replay trace="$out" out="$out-replay" progress=false
 }
 
