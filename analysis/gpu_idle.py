@@ -59,6 +59,7 @@ def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
                         idle_ns=int(b[k] - a[k] - g.busy[k]),
                         ops=int(g.ops[k]),
                         **{f"{p}_ns": int(v[k]) for p, v in zip(PARTS, g.parts, strict=True)},
+                        queued_idle_ns=int(g.queued[k]),
                     )
                 )
     return out
@@ -77,6 +78,8 @@ class StreamMeans:
     idle_ns: float
     parts_ns: tuple[float, ...]
     """Means of the idle parts, in :data:`PARTS`' order."""
+    queued_ns: float = 0.0
+    """Mean of ``queued_idle_ns`` (part of ``other``; 0 where a file did not record it)."""
 
 
 def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
@@ -85,7 +88,14 @@ def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
     acc: dict[tuple[int, int], list[list[int]]] = {}
     for g in records:
         acc.setdefault((g.rank, g.stream), []).append(
-            [g.step_ns, g.busy_ns, g.compute_ns, g.idle_ns, *(getattr(g, f"{p}_ns") for p in PARTS)]
+            [
+                g.step_ns,
+                g.busy_ns,
+                g.compute_ns,
+                g.idle_ns,
+                *(getattr(g, f"{p}_ns") for p in PARTS),
+                g.queued_idle_ns or 0,
+            ]
         )
     by_rank: dict[int, list[StreamMeans]] = {}
     for (rank, stream), rows in sorted(acc.items()):
@@ -99,7 +109,8 @@ def compute_streams(records: Sequence[GpuIdleRecord]) -> list[StreamMeans]:
                 busy_ns=m[1],
                 compute_ns=m[2],
                 idle_ns=m[3],
-                parts_ns=tuple(m[4:]),
+                parts_ns=tuple(m[4:-1]),
+                queued_ns=m[-1],
             )
         )
     out = []
@@ -138,7 +149,15 @@ def verdict(streams: Sequence[StreamMeans]) -> str | None:
     shares = ", ".join(
         f"{p.replace('_', ' ')} {100 * v / idle:.0f}%" for p, v in zip(PARTS, parts, strict=True)
     )
+    queued = sum(s.queued_ns for s in streams)
+    other = parts[PARTS.index("other")]
+    unshown = (
+        f"; of the other, {100 * queued / other:.0f}% their whole GPU ran nothing with the next op already "
+        "launched: a wait the traces do not show"
+        if queued > 0 and other > 0
+        else ""
+    )
     return (
         f"the compute streams idled {100 * idle / step:.0f}% of their steps, mostly waiting "
-        f"{_VERDICT[PARTS[top]]}; of that idle time: {shares}"
+        f"{_VERDICT[PARTS[top]]}; of that idle time: {shares}{unshown}"
     )

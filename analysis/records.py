@@ -145,6 +145,10 @@ class GpuIdleRecord:
     other_ns: int
     """The rest: after what the next op waited for was met (launch latency), where nothing it waited for
     was met after the stream went idle, and after the stream's last op."""
+    queued_idle_ns: int | None = None
+    """Of ``other_ns``, the time no stream of the rank's GPU ran anything while the next op had already been
+    launched: a wait the trace does not show (an event of work outside it, kernels the profiler dropped),
+    not launch latency (null in files written before schema 7)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

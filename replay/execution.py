@@ -355,6 +355,10 @@ class StreamIdle:
     """Ops that started in each window."""
     parts: tuple[I64, ...]
     """The idle time in each window by what the stream waited for, in :data:`GPU_IDLE_PARTS`' order."""
+    queued: I64
+    """Of the ``other`` part, the time no op of any stream of the rank's GPU ran while the op the stream
+    idled before had already been launched: a wait the trace does not show (an event of work outside it,
+    kernels the profiler dropped), not launch latency."""
 
 
 def compute_stream(streams: Sequence[tuple[int, float, float]]) -> int:
@@ -460,6 +464,9 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
     window's length less the stream's busy time. The pieces themselves: :func:`idle_stretches`."""
     deps = (*latest_deps(m, start, end), comm_rows(rt))
     kernels = gpu_compute_rows(rt, m)
+    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
+    gpu_busy = Coverage.of(start[gpu].astype(np.int64), end[gpu].astype(np.int64))
+    launch_ns = rt.launch_ns
     out = []
     for sid, rows in _gpu_streams(rt, m, start).items():
         st, en = start[rows].astype(np.int64), end[rows].astype(np.int64)
@@ -473,6 +480,13 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
                 lo, hi = np.append(lo, tail[0]), np.append(hi, tail[1])
             parts.append(Coverage.of(lo, hi).between(a, b))
         comp = rows[kernels[rows]]
+        # other pieces before an op launched before they began (not its launch latency)
+        queued = pieces.part == _OTHER
+        if launch_ns is not None:
+            launched = launch_ns[pieces.before]
+            queued &= (launched >= 0) & (launched < pieces.lo)
+        else:
+            queued &= False
         out.append(
             StreamIdle(
                 stream=int(sid),
@@ -480,8 +494,21 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
                 compute=Coverage.of(start[comp].astype(np.int64), end[comp].astype(np.int64)).between(a, b),
                 ops=(np.searchsorted(st, b) - np.searchsorted(st, a)).astype(np.int64),
                 parts=tuple(parts),
+                queued=_uncovered(pieces.lo[queued], pieces.hi[queued], gpu_busy, a, b),
             )
         )
+    return out
+
+
+def _uncovered(lo: I64, hi: I64, busy: Coverage, a: I64, b: I64) -> I64:
+    """Per window ``[a, b)``: the time inside the disjoint pieces ``[lo, hi)`` (by start) that ``busy``
+    does not cover."""
+    out = np.zeros(a.size, dtype=np.int64)
+    for k, (wa, wb) in enumerate(zip(a.tolist(), b.tolist(), strict=True)):
+        i, j = np.searchsorted(hi, wa, side="right"), np.searchsorted(lo, wb, side="left")
+        clo, chi = np.maximum(lo[i:j], wa), np.minimum(hi[i:j], wb)
+        if clo.size:
+            out[k] = int((chi - clo).sum() - busy.between(clo, chi).sum())
     return out
 
 

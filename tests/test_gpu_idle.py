@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
-from skewlens.analysis.gpu_idle import StreamMeans, most_idle
+from skewlens.analysis.gpu_idle import StreamMeans, compute_streams, most_idle
 from skewlens.analysis.plots import gpu_idle_bars, gpu_idle_bars_data
 from skewlens.analysis.render import gpu_idle_table
 from skewlens.cli import main
@@ -95,13 +95,18 @@ def test_each_idle_stretch_of_a_stream_goes_to_what_its_next_op_waited_for(tmp_p
     assert s7.stream_wait_ns == 190 * US
     assert s7.comm_wait_ns == 145 * US
     assert s7.other_ns == (8 + 5 + 5 + 10 + 140) * US
+    # of other, the GPU ran nothing while the next op was queued: 550-555 (mul, launched at 347) and
+    # 800-810 (div, launched at 672); not the latencies after a launch (12-20, 305-310), nor the tail
+    assert s7.queued_idle_ns == (5 + 10) * US
     s8 = got[8]
     assert (s8.busy_ns, s8.launch_wait_ns, s8.other_ns, s8.comm_wait_ns + s8.stream_wait_ns) == (
         500 * US, 42 * US, (8 + 450) * US, 0
     )  # fmt: skip
+    assert s8.queued_idle_ns == 0
     # the NCCL kernel's launch is not in the trace: nothing says what its stream waited for
     s20 = got[20]
     assert (s20.busy_ns, s20.compute_ns, s20.other_ns, s20.idle_ns) == (200 * US, 0, 800 * US, 800 * US)
+    assert s20.queued_idle_ns == 0  # its launch is not in the trace: not known to be queued
 
 
 def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_time(tmp_path: Path) -> None:
@@ -403,3 +408,32 @@ def test_a_replay_of_a_gpu_run_draws_its_compute_streams_idle_on_a_track_of_its_
     on_8 = {e["args"]["node_id"] for e in doc["traceEvents"] if e.get("tid") == 8 and e["ph"] == "X"}
     idle = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_idle"]
     assert idle and all(e["tid"] == track and e["args"]["node_id"] in on_8 for e in idle)
+
+
+def test_a_gpu_idle_table_written_before_schema_7_reads_with_queued_idle_null(tmp_path: Path) -> None:
+    from skewlens.analysis.records import GpuIdleRecord
+    from skewlens.profiler.store.schema import META_TABLE, META_VERSION, table_from_records, write_table
+
+    row = GpuIdleRecord(
+        rank=0, step=1, stream=7, step_ns=10, busy_ns=4, compute_ns=4, idle_ns=6, ops=1, launch_wait_ns=1,
+        comm_wait_ns=2, stream_wait_ns=0, other_ns=3, queued_idle_ns=2,
+    )  # fmt: skip
+    old = table_from_records(GpuIdleRecord, [row], "gpu_idle").drop_columns(["queued_idle_ns"])
+    f = write_table(
+        old.replace_schema_metadata({META_VERSION: b"6", META_TABLE: b"gpu_idle"}), tmp_path / "v6.parquet"
+    )
+    assert read_table(f, GpuIdleRecord).to_pylist() == [{**dataclasses.asdict(row), "queued_idle_ns": None}]
+    (means,) = compute_streams([dataclasses.replace(row, queued_idle_ns=None)])
+    assert means.queued_ns == 0
+
+
+def test_the_verdict_says_how_much_of_the_other_time_the_gpu_ran_nothing_with_work_queued() -> None:
+    from skewlens.analysis.gpu_idle import verdict
+
+    stream = StreamMeans(
+        rank=0, stream=7, steps=1, step_ns=100.0, busy_ns=20.0, compute_ns=20.0, idle_ns=80.0,
+        parts_ns=(10.0, 10.0, 0.0, 60.0), queued_ns=45.0,
+    )  # fmt: skip
+    line = verdict([stream])
+    assert line is not None and "of the other, 75% their whole GPU ran nothing" in line
+    assert "of the other" not in (verdict([dataclasses.replace(stream, queued_ns=0.0)]) or "")
