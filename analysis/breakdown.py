@@ -54,15 +54,11 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
     """One record per (rank, step) with a recorded step span, ordered by rank then step."""
     out: list[StepBreakdownRecord] = []
     incomplete = set(ix.run.incomplete_steps)
-    steps_of: dict[int, list[int]] = {}
-    for rk, s in ix.step_spans:  # once, not once per rank: a rank's steps without a scan of every rank's
-        steps_of.setdefault(rk, []).append(s)
+    windows = ix.rank_windows()
     for r, ri in sorted(ix.ranks.items()):
-        keys = sorted(steps_of.get(r, ()))
-        if not keys:
+        if r not in windows:
             continue
-        a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
-        b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
+        keys, a, b = windows[r]
         # C, M and M ∪ C are the index's cov_comp, cov_comm and cov_all; W ∪ C is its cov_wait_comp; the
         # parts are the execution model's rule (the replay's summary takes its own from it)
         comp, union_mc, wait, transfer = exposed_parts(ri.cov_comp, ri.cov_all, ri.cov_wait_comp, a, b)

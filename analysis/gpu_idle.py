@@ -34,16 +34,12 @@ def analyze_gpu_idle(ix: RunIndex) -> list[GpuIdleRecord]:
     rank, step, stream (the execution model's rule, :func:`~skewlens.replay.execution.gpu_idle`, on the
     recorded times)."""
     em = execution_model(ix.run)
-    steps_of: dict[int, list[int]] = {}
-    for rk, s in ix.step_spans:
-        steps_of.setdefault(rk, []).append(s)
+    windows = ix.rank_windows()
     out: list[GpuIdleRecord] = []
     for r, ri in sorted(ix.ranks.items()):
-        keys = sorted(steps_of.get(r, ()))
-        if not keys or ri.trace.is_cpu.all():
+        if r not in windows or ri.trace.is_cpu.all():
             continue
-        a = np.array([ix.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
-        b = np.array([ix.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
+        keys, a, b = windows[r]
         m = em.ranks[r]
         streams = gpu_idle(ri.trace, m, start=ri.end_ns - m.dur_ns, end=ri.end_ns, a=a, b=b)
         for k, s in enumerate(keys):

@@ -28,14 +28,13 @@ def analyze_gpu_kernels(ix: RunIndex) -> list[GpuKernelRecord]:
     """One record per (rank, GPU op name) over the rank's recorded steps, by rank then the most time
     first."""
     em = execution_model(ix.run)
-    steps: dict[int, list[int]] = {}
-    for rk, s in ix.step_spans:
-        steps.setdefault(rk, []).append(s)
+    windows = ix.rank_windows()
     out: list[GpuKernelRecord] = []
     for r, ri in sorted(ix.ranks.items()):
         rt = ri.trace
+        steps = windows[r][0] if r in windows else []
         # the ops of the rank's recorded steps (all of a run without step marks: step -1)
-        gpu = ~rt.is_cpu & em.ranks[r].valid & np.isin(rt.step, steps.get(r, []))
+        gpu = ~rt.is_cpu & em.ranks[r].valid & np.isin(rt.step, steps)
         if not gpu.any():
             continue
         comm = comm_rows(rt)
@@ -54,7 +53,7 @@ def analyze_gpu_kernels(ix: RunIndex) -> list[GpuKernelRecord]:
                     kind=KINDS[int(uniq[k] // n_names)],
                     kernels=int(count[k]),
                     total_ns=int(total[k]),
-                    steps=len(steps[r]),
+                    steps=len(steps),
                 )
             )
     return out

@@ -149,6 +149,20 @@ class RunIndex:
     def steps(self) -> list[int]:
         return sorted({s for _r, s in self.step_spans})
 
+    def rank_windows(self) -> dict[int, tuple[list[int], I64, I64]]:
+        """Per rank with recorded steps: its steps in order, and their spans' starts and ends (the windows
+        the per-step analyses measure in); one pass over :attr:`step_spans`, not one per rank."""
+        steps_of: dict[int, list[int]] = {}
+        for r, s in self.step_spans:
+            steps_of.setdefault(r, []).append(s)
+        out = {}
+        for r, steps in steps_of.items():
+            keys = sorted(steps)
+            a = np.array([self.step_spans[(r, s)][0] for s in keys], dtype=np.int64)
+            b = np.array([self.step_spans[(r, s)][1] for s in keys], dtype=np.int64)
+            out[r] = (keys, a, b)
+        return out
+
 
 def _gap_ns(m: RankModel) -> tuple[I64, B]:
     """Host gap before each row and whether it has start edges, from the execution model."""
