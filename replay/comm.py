@@ -20,7 +20,7 @@ recorded, ``transfer' = transfer / factor + extra``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.core import Flow
@@ -185,26 +185,20 @@ class ModelTiming:
                 ),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
-        if self.algorithm == "direct" and len(dims) >= 2 and nbytes > 0 and comm_type in _EXCHANGES:
-            # every member sends S/p to every other at once: once (reduce_scatter, all_gather) or twice (an
-            # all_reduce's reduce-scatter, then all-gather), link by link as an even all_to_all is costed
-            phases = 2 if comm_type == CommType.ALL_REDUCE else 1
-            return self._ns(
-                phases * self._exchange_t(nbytes // p, members, factor, extra),
-                f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
-            )
-        if (
-            self.algorithm == "halving_doubling"
-            and len(dims) >= 2
-            and nbytes > 0
-            and comm_type in _EXCHANGES
-            and p & (p - 1) == 0
-        ):
-            phases = 2 if comm_type == CommType.ALL_REDUCE else 1
-            return self._ns(
-                phases * self._halving_doubling_t(nbytes, members, factor, extra),
-                f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
-            )
+        if len(dims) >= 2 and nbytes > 0 and comm_type in _EXCHANGES:
+            # across dimensions, link by link: once (reduce_scatter, all_gather) or twice (an all_reduce's
+            # reduce-scatter, then all-gather); direct: every member sends S/p to every other at once, as an
+            # even all_to_all is costed; halving_doubling (a power-of-two group): step by step
+            phase: float | None = None
+            if self.algorithm == "direct":
+                phase = self._exchange_t(nbytes // p, members, factor, extra)
+            elif self.algorithm == "halving_doubling" and p & (p - 1) == 0:
+                phase = self._halving_doubling_t(nbytes, members, factor, extra)
+            if phase is not None:
+                phases = 2 if comm_type == CommType.ALL_REDUCE else 1
+                return self._ns(
+                    phases * phase, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks"
+                )
         alpha = float(max(d.latency_ns for d in ds) + extra)
         bw = min(d.effective_bandwidth_gbps for d in ds) * factor
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
@@ -224,17 +218,28 @@ class ModelTiming:
         ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``). On one
         dimension that is the busiest port's ``α + D/B``, what the flat formulas charge (which are kept
         there)."""
-        load: dict[tuple[bool, tuple[int, ...]], int] = {}  # (inbound, link): bytes
+        out: dict[tuple[int, ...], float] = {}  # link: bytes leaving through it
+        into: dict[tuple[int, ...], float] = {}  # link: bytes entering through it
         for src, dst, n in pairs:
             for d in self._spanned((src, dst)):
-                for inbound, r in ((False, src), (True, dst)):
-                    k = (inbound, self.topology.link(r, d))
+                for load, r in ((out, src), (into, dst)):
+                    k = self.topology.link(r, d)
                     load[k] = load.get(k, 0) + n
-        t = 0.0
-        for (_, link), n in load.items():
-            dim = self.topology.dims[link[0]]
-            t = max(t, dim.latency_ns + extra + n / (dim.effective_bandwidth_gbps * factor))
+        t = max(self._busiest_t(out, factor, extra), self._busiest_t(into, factor, extra))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
+
+    def _busiest_t(self, load: Mapping[tuple[int, ...], float], factor: float, extra: int) -> float:
+        """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of
+        the link's dimension; 0 where none carries a byte."""
+        dims = self.topology.dims
+        return max(
+            (
+                dims[k[0]].latency_ns + extra + n / (dims[k[0]].effective_bandwidth_gbps * factor)
+                for k, n in load.items()
+                if n > 0
+            ),
+            default=0.0,
+        )
 
     def _even_all_to_all_ns(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> int:
         """An even all_to_all (each member sends ``even_split_bytes(nbytes, p)`` to every other) costed as
@@ -254,18 +259,13 @@ class ModelTiming:
         pair of 0 bytes)."""
         p = len(members)
         topo = self.topology
-        t = 0.0
+        load: Counter[tuple[int, ...]] = Counter()
         for d in self._spanned(members):
             coord = {r: topo.coords(r)[d] for r in members}
             same = Counter(coord.values())
-            load: Counter[tuple[int, ...]] = Counter()
             for r in members:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
-            busiest = max(load.values())
-            if busiest > 0:
-                dim = topo.dims[d]
-                t = max(t, dim.latency_ns + extra + busiest / (dim.effective_bandwidth_gbps * factor))
-        return t
+        return self._busiest_t(load, factor, extra)
 
     def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> float:
         """Recursive halving (a reduce-scatter of ``S`` among ``p``, a power of two, members in rank order:
@@ -289,10 +289,7 @@ class ModelTiming:
                     if coords[i][d] != coords[j][d]:
                         k = topo.link(r, d)
                         load[k] = load.get(k, 0.0) + part
-            t += max(
-                topo.dims[k[0]].latency_ns + extra + n / (topo.dims[k[0]].effective_bandwidth_gbps * factor)
-                for k, n in load.items()
-            )
+            t += self._busiest_t(load, factor, extra)
             dist, part = dist // 2, part / 2
         return t
 
