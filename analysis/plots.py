@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from skewlens.analysis.api import GPU_IDLE_FILE as GPU_IDLE_TABLE
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
@@ -263,7 +264,7 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
         return None
     n = len(data.ranks)
     note = f"{n + data.left_out:,} ranks: the {n} whose compute stream idled the most; every stream is in "
-    left_out = [note + "gpu_idle.parquet"] if data.left_out else []
+    left_out = [note + GPU_IDLE_TABLE] if data.left_out else []
     fig = _stacked_bars(
         [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)],
         data.ms,
