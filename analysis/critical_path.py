@@ -17,7 +17,8 @@ Walk back from the step's last finishing node (over all ranks):
 - otherwise through the latest-finishing of what the node waits for in the execution model
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
   on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
-  is on the path only up to the launch call).
+  is on the path only up to the launch call, and then through what held that node's arrival, not what it
+  waited for after its launches: ``.item()`` waits for the copy it launched).
 
 A node is on the path only up to when the node that waited for it needed it (never later than that node's
 start on the path), so the walk never goes forward in time. The walk stops at a node without dependencies
@@ -102,6 +103,9 @@ def _walk(
             start = min(start, end)
         nxt_r, nxt_w = r, int(ri.latest_dep[w])
         nxt_cap = int(ri.latest_met_ns[w])
+        if cap is not None and nxt_cap > cap and w in ri.arrival_dep:
+            # needed for a launch before it waited (``.item()``'s copy): what held its arrival
+            nxt_w, nxt_cap = ri.arrival_dep[w]
         if nxt_w >= 0:
             start = min(max(start, nxt_cap), end)  # a wait: on the path from what it waited for
         k = int(ri.coll[w])

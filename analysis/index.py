@@ -29,7 +29,7 @@ to t" function, which the breakdown uses for interval union and intersection acr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -130,6 +130,10 @@ class RankIndex:
     """Per row: of what it waits for in the execution model, the row met latest; -1 for none."""
     latest_met_ns: I64
     """Per row: when ``latest_dep`` was met (its end, or for a launch the launch call's start)."""
+    arrival_dep: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Of the host rows that waited for GPU work and launched some (``.item()`` launches the copy it then
+    waits for), each one's ``latest_dep`` and ``latest_met_ns`` of its arrival (wait edges left out): what
+    held it up to its launches."""
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -228,6 +232,12 @@ def build_index(run: RunTrace) -> RunIndex:
         hw_at = end[hw] - work[hw]
         by_at = np.argsort(hw_at, kind="stable")
         latest, latest_met = latest_deps(m, end - m.dur_ns, end)
+        arrival_dep: dict[int, tuple[int, int]] = {}
+        own = np.intersect1d(m.wait_dst, m.launch_src)
+        if own.size:
+            a_dep, a_met = latest_deps(m, end - m.dur_ns, end, waits=False)
+            held = zip(own.tolist(), a_dep[own].tolist(), a_met[own].tolist(), strict=True)
+            arrival_dep = {w: (d, t) for w, d, t in held}
         gpu_comp = gpu_compute_rows(rt, m)
         idx[r] = RankIndex(
             rank=r,
@@ -259,6 +269,7 @@ def build_index(run: RunTrace) -> RunIndex:
             cov_comm=Coverage.of(*comm_intervals(rt, m, rt.start_ns, end)),
             latest_dep=latest,
             latest_met_ns=latest_met,
+            arrival_dep=arrival_dep,
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
     for k, c in enumerate(run.collectives):

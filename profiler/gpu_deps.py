@@ -10,8 +10,10 @@ Launch
     A GPU node depends on the host node that contains its launch call (the runtime or driver call with its
     correlation id: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...; ``skl_launch_ns`` is that call's
     start), except where that host node also synchronises on the node's stream (``.item()``: a copy, then
-    a stream synchronise, inside one op). The synchronisation waits for the node, so the launch would close
-    a cycle: such a launch keeps only its stream order. A launch inside no host node gets no edge. A
+    a stream synchronise, inside one op). The synchronisation waits for the node, so a dependency would
+    close a cycle: such a launch is no dependency but ``launched_in`` (``skl_launched_in``, which the
+    execution model meets at the host node's arrival, before it blocks). A launch inside no host node gets
+    no edge. A
     collective run on the host (gloo on CUDA tensors) is the host node of the staging copies it launches
     (on the calling thread, or its worker thread inside it): they keep their launch edge, and its own
     synchronisation on them is not written (the copies are part of the collective).
@@ -56,7 +58,7 @@ had ended cannot have held the kernel, whose delay the inference explains (count
 Acyclic, as far as the rules go: order host nodes by start and GPU nodes by launch; every edge goes to a
 node no later in that order (program order, launches, stream order and event waits do), except a
 synchronisation on work launched after its host node began. For work that host node launched on the
-stream it synchronises on (``.item()``) the launch edge is dropped, as said above; a cycle through other
+stream it synchronises on (``.item()``) the launch is no dependency, as said above; a cycle through other
 work launched meanwhile (another thread's, or another stream's waited for by event) is left for the
 trace's validation to report.
 """
@@ -183,6 +185,9 @@ class GpuDeps:
     """Dependant key -> those of its dependency keys inferred from timing."""
     launch: dict[int, int] = field(default_factory=dict)
     """GPU node key -> key of the host node it depends on (its launch)."""
+    launched_in: dict[int, int] = field(default_factory=dict)
+    """GPU node key -> key of the host node around its launch call where that host node synchronises on the
+    node's stream (``.item()``): a launch all the same, written as ``skl_launched_in``, not a dependency."""
     bare_calls: list[int] = field(default_factory=list)
     """Keys of the blocking calls inside no host node that waited for something (keys in :attr:`deps`)."""
     notes: list[str] = field(default_factory=list)
@@ -296,6 +301,9 @@ def gpu_dependencies(
             "recorded kernel waiting rests on them)"
         )
     out.launch = _launches(nodes, out.deps, collectives)
+    out.launched_in = {
+        g.key: g.host for g in nodes if g.host is not None and not g.comm and g.key not in out.launch
+    }
     for host in collectives & out.deps.keys():  # its own staging copies: part of it, no cycle
         own = {d for d in out.deps[host] if out.launch.get(d) == host}
         if own:

@@ -95,6 +95,10 @@ class Attr(StrEnum):
     # int64, GPU nodes: recorded start of the runtime call that launched it (cudaLaunchKernel,
     # cudaMemcpyAsync, ...), on the node's clock. See "GPU dependencies" below.
     LAUNCH_NS = "skl_launch_ns"
+    # int64, GPU nodes: id of the host node whose launch call launched it, where that host node then
+    # synchronised on the node's stream (``.item()``, a blocking copy): not a ctrl dep, which would close a
+    # cycle with the synchronisation. See "GPU dependencies" below.
+    LAUNCHED_IN = "skl_launched_in"
     # int64 list, node ids among this node's ctrl deps that were inferred from timing (a trace without
     # CUDA sync events), not read from a recorded event. See "GPU dependencies" below.
     INFERRED_DEPS = "skl_inferred_deps"
@@ -109,6 +113,10 @@ class Attr(StrEnum):
 #   ``cudaStreamWaitEvent``): it cannot start before that node ends;
 # - a host node's ctrl dep on a GPU node is a **synchronisation** (stream, event or device synchronise,
 #   a blocking copy): the host node blocks inside until that node ends.
+# - a host node that launched GPU work and then synchronised on that work's stream (``.item()``: a copy,
+#   then a stream synchronise) cannot also be that work's ctrl dep (a cycle): the work names it in
+#   ``skl_launched_in`` instead, and it is a launch all the same, met at the host node's arrival plus the
+#   call's place inside it (before the host node blocks).
 # - a captured communication node (its call and its NCCL kernel, starting at the call) has no launch edge;
 #   its ctrl dep on a GPU node is the **event wait** of its NCCL kernel (NCCL's stream waits for the
 #   stream current at the call): its transfer, not the call, waits for that node.

@@ -23,7 +23,9 @@ Timing rules (all integer nanoseconds):
   arrival the rule names (the last, a root's, or its own) and its own queue-order dependencies: it ends
   ``transfer[m]`` after the later of them.
 - a *launch* dependency (GPU work launched from inside a host segment) is met ``offset`` after the
-  launching segment starts, not when it ends.
+  launching segment starts, not when it ends; after it arrives where the segment is
+  ``launch_at_arrival`` (a host op that launched work and then waited for it, such as ``.item()``: the
+  launch comes before the wait, and the wait may be for that very work).
 
 Ready compute work is advanced in a tight loop without the event queue; the queue only orders
 cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
@@ -106,7 +108,8 @@ class Graph:
     """Number of queue-order dependencies of each group (over all its members)."""
     wsucc_ptr: Sequence[int] | None = None
     """CSR offsets of *wait* successors: compute segments whose work cannot start before this segment
-    ends (with no gap: they were blocked on it), counted in their ``ndeps``."""
+    ends (with no gap: they were blocked on it), counted in their ``ndeps`` (though they hold only the
+    work's start, not the arrival: :func:`run` counts them apart)."""
     wsucc_idx: Sequence[int] | None = None
     """Wait successor segment ids."""
     detached: Sequence[Sequence[bool]] | None = None
@@ -123,7 +126,12 @@ class Graph:
     lsucc_idx: Sequence[int] | None = None
     """Launch successor segment ids."""
     lsucc_off: Sequence[int] | None = None
-    """Per launch successor: ns after this segment's start (its work start; a sync member's arrival)."""
+    """Per launch successor: ns after this segment's start (its work start; a sync member's arrival; its
+    arrival where ``launch_at_arrival``)."""
+    launch_at_arrival: Sequence[int] | None = None
+    """Per segment, 1 where its launches are met at its arrival, not at its start: a segment with wait
+    dependencies that launched work before it waited (the work it waits for, maybe). A wait dependency
+    then holds only its start: it arrives, launches, and waits (None: no such segment)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -201,7 +209,7 @@ def run(g: Graph) -> Outcome:
     # lowering shares one object among equal times)
     ready = list(g.ready0)
     wready: dict[int, int] = {}  # latest end of the wait dependencies of the segments that have some
-    remaining = list(g.ndeps)
+    remaining = list(g.ndeps)  # dependencies still to end, but wait dependencies (``wpending``)
     gap, length, succ_ptr, succ_idx, sync_of = g.gap, g.length, g.succ_ptr, g.succ_idx, g.sync_of
     xptr = g.xsucc_ptr if g.xsucc_ptr is not None else [0] * (n + 1)
     xidx = g.xsucc_idx if g.xsucc_idx is not None else []
@@ -251,8 +259,8 @@ def run(g: Graph) -> Outcome:
             d = widx[k]
             if e > wready.get(d, _NEVER):
                 wready[d] = e
-            remaining[d] -= 1
-            if remaining[d] == 0:
+            wpending[d] -= 1
+            if wpending[d] == 0 and d in arrived_at:  # it arrived before: its work may start now
                 stack.append(d)
         for k in range(xptr[s], xptr[s + 1]):
             if xidx[k] in pslot:  # a member timed on its own: its own queue dependencies
@@ -326,9 +334,15 @@ def run(g: Graph) -> Outcome:
     if wptr[n]:
         rare = bytearray(map(operator.or_, rare, _with_edges(wptr, n)))
     waits_on = bytearray(n)  # 1 for segments with wait dependencies
+    wpending: dict[int, int] = {}  # how many wait dependencies of each such segment are still to end
     for d in widx:
         waits_on[d] = 1
-    arrived_at: dict[int, int] = {}  # arrival of the segments that waited (the others start at arrival)
+        wpending[d] = wpending.get(d, 0) + 1
+        remaining[d] -= 1  # a wait dependency holds the work's start, not the arrival
+    early = g.launch_at_arrival if g.launch_at_arrival is not None else bytes(n)
+    if g.launch_at_arrival is not None:  # their launches are released at arrival, not again at the start
+        lrare = bytearray(map(operator.and_, lrare, map(operator.not_, early)))
+    arrived_at: dict[int, int] = {}  # arrival of the segments with wait dependencies
     stack.extend(compress(range(n), map(operator.not_, remaining)))  # those with no dependency
     while True:
         while stack:
@@ -338,8 +352,14 @@ def run(g: Graph) -> Outcome:
             ln = length[s]
             if ln >= 0:
                 if waits_on[s]:
-                    arrived_at[s] = t
-                    t = max(t, wready.get(s, _NEVER))
+                    a = arrived_at.get(s)
+                    if a is None:  # its arrival (popped again once its wait dependencies end)
+                        arrived_at[s] = a = t
+                        if early[s]:
+                            release_launches(s, a)
+                        if wpending[s]:
+                            continue
+                    t = max(a, wready.get(s, _NEVER))
                 start[s] = t
                 e = t + ln
                 end[s] = e
@@ -414,7 +434,8 @@ def run(g: Graph) -> Outcome:
             for i in range(ngroups)
         ]
         waiting = [i for i in range(ngroups) if 0 < arrived[i] < group_size[i] or pending[i] > 0]
-        raise DeadlockError(waiting, [i for i in range(n) if remaining[i] > 0])
+        stuck = [i for i in range(n) if remaining[i] > 0 or wpending.get(i, 0) > 0]
+        raise DeadlockError(waiting, stuck)
     return Outcome(
         seg_start=start, seg_end=end, group_arrival=arrival_max, group_end=group_end, waited=arrived_at
     )
@@ -455,7 +476,8 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
     Walking back from a target, each step follows the rule of :func:`run` that gave the value its time,
     found by equality: a compute segment's end is its start plus its length; its start is a wait
     dependency's end where it waited, else its arrival, ``ready + gap``; ``ready`` is its ``ready0`` or a
-    dependency's end or a launching segment's start plus the launch offset; a sync member ends ``transfer``
+    dependency's end or a launching segment's start (its arrival, where ``launch_at_arrival``) plus the
+    launch offset; a sync member ends ``transfer``
     after its group's transfer began (an eager send: after its own arrival), which is the last member's
     arrival or a queue-order dependency's end. Returns a flag per segment: 1 where its gap, length, row
     times or launch offsets are on some path (a sync member only where its own arrival is; its transfer is
@@ -469,6 +491,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
     n = len(g.length)
     gap, length, ready0, sync_of = g.gap, g.length, g.ready0, g.sync_of
     start, end, arrival = out.seg_start, out.seg_end, out.arrival
+    early = g.launch_at_arrival
 
     def ended_at(ptr: _Ints, idx: _Ints, s: int, t: int) -> int:
         """The first predecessor of ``s`` (in the CSR ``ptr``/``idx``) that ended at ``t``, else -1."""
@@ -547,12 +570,19 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                 if p >= 0:
                     todo = (_END, p)
                     continue
+                at_arrival = False
                 for k in range(preds.lptr[s], preds.lptr[s + 1]):
-                    if start[preds.lidx[k]] + preds.loff[k] == r:
-                        p = int(preds.lidx[k])
+                    q = int(preds.lidx[k])
+                    at_arrival = early is not None and bool(early[q])
+                    if (arrival(q) if at_arrival else start[q]) + preds.loff[k] == r:
+                        p = q
                         break
                 if p < 0:
                     return None
+                if at_arrival:  # launched before it waited: on the path up to its arrival
+                    on[p] = 1
+                    todo = (_READY, p)
+                    continue
                 todo = (_START, p)
     return on
 

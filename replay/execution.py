@@ -57,7 +57,9 @@ kernel, copy or memset starts ``gap`` after the later of its predecessor's end a
 (event waits across streams) and its *launch*: a *launch edge* from the host row around its launch call
 is met ``launch_off_ns`` after that row starts (the call's place inside it), not when it ends, so the CPU
 runs ahead of the GPU as recorded. A host row that synchronised on the GPU (stream, event or device
-synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are wait edges. An NCCL kernel
+synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are wait edges; its launches
+are met after it *arrives* (its recorded start), before it waits, so that a host op may launch the very
+work it then waits for (``.item()``: the copy names the op in ``skl_launched_in``). An NCCL kernel
 is a member of its collective's sync group: it arrives when launched and its stream is free, its
 transfer begins once every member's kernel has arrived.
 
@@ -311,18 +313,20 @@ def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
     return compute_rows(rt, m) & ~rt.is_cpu & ~_comp_rows_named(rt, names_gpu_memory_op)
 
 
-def latest_deps(m: RankModel, start: I64, end: I64) -> tuple[I32, I64]:
+def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tuple[I32, I64]:
     """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): of what it waits for in the
     execution model (start and wait edges, and launches, met at the launch call, ``launch_off_ns`` after
-    the launching row's start; a nested row: its enclosing row, met at the nested row's start), the row met
-    latest (the later row among ties), or -1, and when it was met (-1 for none)."""
+    the launching row's start, its arrival; a nested row: its enclosing row, met at the nested row's
+    start), the row met latest (the later row among ties), or -1, and when it was met (-1 for none).
+    Without ``waits``: what held its arrival (wait edges left out)."""
     n = end.shape[0]
     out = np.full(n, -1, dtype=np.int32)
     met_at = np.full(n, -1, dtype=np.int64)
-    src = np.concatenate([m.start_src, m.wait_src, m.launch_src])
-    dst = np.concatenate([m.start_dst, m.wait_dst, m.launch_dst])
+    ws, wd = (m.wait_src, m.wait_dst) if waits else (m.wait_src[:0], m.wait_dst[:0])
+    src = np.concatenate([m.start_src, ws, m.launch_src])
+    dst = np.concatenate([m.start_dst, wd, m.launch_dst])
     launched = start[m.launch_src] + m.launch_off_ns
-    met = np.concatenate([end[m.start_src], end[m.wait_src], launched])
+    met = np.concatenate([end[m.start_src], end[ws], launched])
     if src.size:
         # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
         latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
@@ -1146,6 +1150,17 @@ def _join_batches(rt: RankTrace, edges: tuple[I64, I64], *, sync: B, end: I64, b
     return key % n, key // n
 
 
+def _with_launched_in(rt: RankTrace, valid: B, ls: I64, ld: I64) -> tuple[I64, I64]:
+    """The launch edges ``ls -> ld`` and those a GPU row names in ``skl_launched_in`` (a host row that then
+    synchronised on it: a launch, met at that row's arrival, which a ctrl dep could not say)."""
+    if rt.launched_in is None:
+        return ls, ld
+    d = np.flatnonzero(rt.launched_in >= 0)
+    s = rt.launched_in[d]
+    ok = valid[d] & valid[s] & rt.is_cpu[s] & ~rt.is_cpu[d]
+    return np.concatenate([ls, s[ok]]), np.concatenate([ld, d[ok]])
+
+
 def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members and which of those had a
     member arrive after them (recorded starts; none where not given)."""
@@ -1160,6 +1175,7 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     keep = ~nested[dst] & (src != dst)
     if not keep.all():
         src, dst = src[keep], dst[keep]
+    ls, ld = _with_launched_in(rt, valid, ls, ld)
     ls = np.where(nested[ls], parent[ls], ls)
     hd = np.where(nested[hd], parent[hd], hd)
     launch_ns = rt.launch_ns if rt.launch_ns is not None else np.full(n, -1, dtype=np.int64)

@@ -497,6 +497,15 @@ def prepare(
         (_indices(c) for c in csr(ws_seg, wd_seg, nseg)) if ws_all.size else (None, None)
     )
     ndeps += np.bincount(wd_seg, minlength=nseg)  # (in place: ndeps is _segments' own)
+    # a host row that waits for work it launched itself (``.item()``): a segment of its own (a wait
+    # dependency begins one, a launch successor ends one), whose launches are met at its arrival
+    at_arrival: bytearray | None = None
+    if ls_all.size and wd_all.size:
+        own = np.intersect1d(wd_all, ls_all)
+        if own.size:
+            at_arrival = bytearray(nseg)
+            for sg in np.unique(seg_of_row[own]).tolist():
+                at_arrival[sg] = 1
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
     lorder = np.argsort(ls_seg, kind="stable")
@@ -606,6 +615,7 @@ def prepare(
         group_xdeps=group_xdeps,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
         waits_for=_member_rules(em),
+        launch_at_arrival=at_arrival,
     )
     lowered = Lowered(
         graph=graph,

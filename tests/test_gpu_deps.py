@@ -44,7 +44,7 @@ def _call(corr: int, name: str, start: int, end: int, host: int | None = None) -
     return corr, Call(key=1000 + corr, name=name, start_ns=start, end_ns=end, host=host)
 
 
-def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_keeps_only_stream_order() -> None:
+def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_is_launched_in_it() -> None:
     # op 1 launches kernel 10 (stream 7); op 2 (.item()) launches copy 11 on stream 7, then synchronises
     nodes = [_node(10, 7, 100, 200, 900, host=1), _node(11, 7, 1_000, 1_100, 1_300, host=2)]
     calls = dict([_call(10, "cudaLaunchKernel", 100, 150), _call(11, "cudaMemcpyAsync", 1_000, 1_050)])
@@ -53,7 +53,8 @@ def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_keeps
         nodes, calls, [SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)], default_device=0
     )
     assert found.deps[2] == [11]
-    assert found.launch == {10: 1}  # the copy's launch would close a cycle with the synchronisation
+    assert found.launch == {10: 1}  # the copy's launch as a dependency would close a cycle with the wait:
+    assert found.launched_in == {11: 2}  # launched in op 2 all the same
     assert not found.inferred
     assert found.notes == ["1 host waits on the GPU"]
 
@@ -70,13 +71,15 @@ def test_an_async_copy_into_pageable_host_memory_blocks_its_op_until_the_copy_en
     kernel = _node(10, 7, 100, 200, 900, host=1)
     found = gpu_dependencies([kernel, copy(PAGEABLE_DTOH)], calls, [], default_device=0)
     assert dict(found.deps) == {2: [11]}
-    assert found.launch == {10: 1}  # the copy keeps its stream order only: its op waits for it
+    assert found.launch == {10: 1}  # its op waits for it: launched in it, not a dependency of it
+    assert found.launched_in == {11: 2}
     assert not found.inferred
     assert found.notes == ["1 host waits on the GPU"]
     # into pinned memory the same call returns at once: no wait
     found = gpu_dependencies([kernel, copy("Memcpy DtoH (Device -> Pinned)")], calls, [], default_device=0)
     assert not any(found.deps.values())
     assert found.launch == {10: 1, 11: 2}
+    assert found.launched_in == {}
 
 
 def test_a_stream_wait_makes_the_waiting_streams_next_node_wait_for_the_recorded_streams_last() -> None:
@@ -269,17 +272,24 @@ def _kineto_events(*, sync_events: bool) -> list[dict[str, Any]]:
     return evs
 
 
-Edges = tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]]
+Edges = tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]], frozenset[tuple[str, str]]]
 
 
-def _gpu_edges(nodes: list[tuple[int, str, bool, list[int], list[int]]]) -> Edges:
-    """(dependant, dependency) names of the edges with a GPU node at either end, and the inferred ones;
-    from ``(id, name, is_gpu, ctrl_deps, inferred_deps)`` rows."""
-    name = {nid: n for nid, n, _g, _c, _i in nodes}
-    gpu = {nid for nid, _n, g, _c, _i in nodes if g}
-    edges = {(n, name[d]) for nid, n, _g, ctrl, _i in nodes for d in ctrl if nid in gpu or d in gpu}
-    inferred = {(n, name[d]) for _nid, n, _g, _c, inf in nodes for d in inf}
-    return frozenset(edges), frozenset(inferred)
+def _gpu_edges(nodes: list[tuple[int, str, bool, list[int], list[int], int | None]]) -> Edges:
+    """(dependant, dependency) names of the edges with a GPU node at either end, the inferred ones, and
+    (GPU node, host node) of each ``skl_launched_in``; from ``(id, name, is_gpu, ctrl_deps, inferred_deps,
+    launched_in)`` rows."""
+    name = {nid: n for nid, n, *_ in nodes}
+    gpu = {nid for nid, _n, g, *_ in nodes if g}
+    edges = {(n, name[d]) for nid, n, _g, ctrl, *_ in nodes for d in ctrl if nid in gpu or d in gpu}
+    inferred = {(n, name[d]) for _nid, n, _g, _c, inf, _l in nodes for d in inf}
+    inside = {(n, name[h]) for _nid, n, *_, h in nodes if h is not None}
+    return frozenset(edges), frozenset(inferred), frozenset(inside)
+
+
+def _id(v: object) -> int | None:
+    assert v is None or isinstance(v, int), v
+    return v
 
 
 def _ids(v: object) -> list[int]:
@@ -332,6 +342,7 @@ def _captured(evs: list[dict[str, Any]]) -> Edges:
                 n.attrs.get(Attr.STREAM_KIND) == "cuda",
                 list(n.ctrl_deps),
                 _ids(n.attrs.get(Attr.INFERRED_DEPS, [])),
+                _id(n.attrs.get(Attr.LAUNCHED_IN)),
             )
             for n in nodes
         ]
@@ -346,7 +357,8 @@ def _imported(evs: list[dict[str, Any]], tmp: Path) -> Edges:
     for n in read_et(tmp / "run" / "rank-0.et").nodes:
         attrs = node_attrs(n)
         inferred = attrs.get(Attr.INFERRED_DEPS, [])
-        rows.append((n.id, n.name, attrs.get(Attr.STREAM_KIND) == "cuda", list(n.ctrl_deps), list(inferred)))
+        cuda = attrs.get(Attr.STREAM_KIND) == "cuda"
+        rows.append((n.id, n.name, cuda, list(n.ctrl_deps), list(inferred), _id(attrs.get(Attr.LAUNCHED_IN))))
     return _gpu_edges(rows)
 
 
@@ -361,10 +373,15 @@ COMMON = {
     ("add", "gemm"),  # the event wait
     (COPY, "gemm"),
     ("copy_kernel", "add"),
-    ("aten::item", COPY),  # .item(): the op waits for its own copy, whose launch edge goes
+    ("aten::item", COPY),  # .item(): the op waits for its own copy, launched in it (LAUNCHED_IN)
     ("aten::to", COPY),
     ("aten::to", "copy_kernel"),
 }
+
+
+#: What both modes give as ``skl_launched_in``: GPU work its op launched and then synchronised on (not a
+#: dependency: the op waits for it).
+LAUNCHED_IN = frozenset({(COPY, "aten::item"), ("copy_kernel", "aten::to")})
 
 
 @pytest.mark.parametrize(
@@ -382,4 +399,4 @@ def test_capture_and_import_give_the_same_gpu_edges_for_the_same_events(
     evs = _kineto_events(sync_events=sync_events)
     captured, imported = _captured(evs), _imported(evs, tmp_path)
     assert captured == imported
-    assert captured == (expected, inferred)
+    assert captured == (expected, inferred, LAUNCHED_IN)

@@ -776,3 +776,63 @@ def test_an_imported_backward_pass_on_autograds_device_thread_follows_the_call_a
     base = simulate(run)
     opt = row["Optimizer.step#SGD.step"]
     assert slow.start_ns[0][opt] - base.start_ns[0][opt] == 150_000 + 80_000
+
+
+def host_bound_spec(**kw: Any) -> GpuRunSpec:
+    """A host-bound GPU run: microsecond kernels, 200 µs host ops; each step ends with ``aten::item``,
+    which launches a DtoH copy and then waits for it (on the step's path)."""
+    kernels = {"forward_kernel_ns": 1_000, "backward_kernel_ns": 1_000, "optimizer_kernel_ns": 1_000}
+    return GpuRunSpec(**{"layers": 2, "op_cpu_ns": 200_000, **kernels, **kw})
+
+
+def _host_bound_run(tmp_path: Path) -> RunTrace:
+    """2 ranks, 2 steps of :func:`host_bound_spec`."""
+    write_gpu_run(host_bound_spec(world_size=2, steps=2, seed=1, kernel_jitter=0.0), tmp_path / "kineto")
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "run")
+    return load_trace(tmp_path / "run")
+
+
+def test_the_copy_item_launches_and_waits_for_is_launched_in_it_and_a_slower_host_delays_it(
+    tmp_path: Path,
+) -> None:
+    run = _host_bound_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    item = np.flatnonzero(np.asarray([rt.name(i) == "aten::item" for i in range(len(rt))]))
+    copy = np.flatnonzero(np.asarray([rt.name(i).startswith("Memcpy DtoH") for i in range(len(rt))]))
+    assert item.size == copy.size == 2
+    # written as skl_launched_in (a dependency would close a cycle with the op's wait), read as a launch
+    assert rt.launched_in is not None and rt.launched_in[copy].tolist() == item.tolist()
+    launches = set(zip(m.launch_src.tolist(), m.launch_dst.tolist(), strict=True))
+    assert {(int(i), int(c)) for i, c in zip(item, copy, strict=True)} <= launches
+    assert set(m.wait_dst[np.isin(m.wait_src, copy)].tolist()) == set(item.tolist())
+    base = simulate(run)
+    slow = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", ranks=(0,), factor=3.0, pattern="aten::_foreach_*")])
+    )
+    for res in (base, slow):
+        st, en = res.start_ns[0], res.end_ns[0]
+        for i, c in zip(item.tolist(), copy.tolist(), strict=True):
+            launch = int(rt.launch_ns[c]) - int(rt.start_ns[i])  # type: ignore[index]
+            assert st[c] >= st[i] + launch  # never before the op that launches it reached the call
+            assert en[i] >= en[c]  # and the op waits for it
+    # the two optimizer ops before each item, 400 µs longer: the copy (on an idle GPU) moves with them
+    moved = slow.start_ns[0][copy] - base.start_ns[0][copy]
+    assert (moved >= 2 * 400_000 - 10_000).all(), moved
+
+
+def test_the_critical_path_of_a_host_bound_step_goes_through_the_copy_item_launched(tmp_path: Path) -> None:
+    from skewlens.analysis.critical_path import analyze_critical_path
+    from skewlens.analysis.index import build_index
+
+    run = _host_bound_run(tmp_path)
+    recs = [r for r in analyze_critical_path(build_index(run)) if r.step == 1]
+    names = [r.name for r in recs]
+    k = next(i for i, n in enumerate(names) if n.startswith("Memcpy DtoH"))
+    # item's work after its wait, its copy, item up to the copy's launch call, then the host ops before it
+    assert names[k - 1 : k + 3] == ["aten::item", names[k], "aten::item", "aten::_foreach_add_"]
+    assert recs[k].gap_before_ns <= 10_000  # the copy waited only for its launch, not for an unknown cause
+    assert recs[k + 2].contribution_ns == 200_000  # the optimizer op is on the path whole
+    # the path spans the step on the host: most of it is host ops, not device gaps
+    span = recs[0].end_ns - recs[-1].start_ns
+    host = sum(r.contribution_ns for r in recs if r.name.startswith(("aten::", "c10d::")))
+    assert host >= 0.9 * span

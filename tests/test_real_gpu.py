@@ -172,9 +172,12 @@ def test_each_launched_kernel_comes_right_after_the_host_op_that_launched_it(gpu
     ops = rank_plan(rt, gpu_run, NO_EFFECTS)
     place = {op.row: k for k, op in enumerate(ops)}
     launches = list(zip(m.launch_src.tolist(), m.launch_dst.tolist(), strict=True))
-    assert len(launches) == 7
+    waiting = set(m.wait_dst.tolist())
+    # the 7 kernels, and the copy ``aten::item`` launches and then waits for: it comes right before it
+    assert len(launches) == 8
+    assert [rt.name(s) for s, _d in launches if s in waiting] == ["aten::item"]
     for src, dst in launches:
-        assert place[dst] == place[src] + 1, (rt.name(src), rt.name(dst))
+        assert place[dst] == place[src] + (-1 if src in waiting else 1), (rt.name(src), rt.name(dst))
 
 
 def test_the_plan_keeps_its_gpu_fields_through_its_json_file(gpu_run: RunTrace, tmp_path: Path) -> None:

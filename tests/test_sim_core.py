@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
 from pathlib import Path
 
@@ -73,6 +74,39 @@ def test_core_chains_compute_and_releases_members_after_the_last_arrival() -> No
     assert list(out.seg_end) == [100, 307, 300, 309, 319]
     assert out.group_arrival == [300]
     assert out.group_end == [309]
+
+
+def test_a_host_segment_that_launches_the_work_it_then_waits_for_arrives_launches_and_waits() -> None:
+    # 0: host op (.item()) arrives at 10, launches 2 (a copy) 4 ns in, then waits for it and works 3 ns
+    # 1: the copy's stream predecessor, ends at 50; 2: the copy, 6 ns, after its launch and its predecessor
+    def graph(at_arrival: bytes | None) -> Graph:
+        return _graph(
+            ready0=[0, 0, 0],
+            gap=[10, 0, 0],
+            length=[3, 50, 6],
+            ndeps=[1, 0, 2],  # 0: its wait on 2; 2: its launch and its stream predecessor
+            succ_ptr=[0, 0, 1, 1],
+            succ_idx=[2],
+            sync_of=[-1, -1, -1],
+            wsucc_ptr=[0, 0, 0, 1],
+            wsucc_idx=[0],
+            lsucc_ptr=[0, 1, 1, 1],
+            lsucc_idx=[2],
+            lsucc_off=[4],
+            launch_at_arrival=at_arrival,
+        )
+
+    out = run(graph(bytes([1, 0, 0])))
+    assert list(out.seg_start) == [56, 0, 50] and list(out.seg_end) == [59, 50, 56]
+    assert out.arrival(0) == 10 and out.arrival(2) == 50
+    # the stream free first: the copy waits for its launch (arrival 60 + 4), the op for the copy
+    g = graph(bytes([1, 0, 0]))
+    out = run(dataclasses.replace(g, gap=[60, 0, 0]))
+    assert list(out.seg_start) == [70, 0, 64] and list(out.seg_end) == [73, 50, 70]
+    # launched at its (post-wait) start, the copy would never run: a cycle, reported
+    with pytest.raises(DeadlockError) as ei:
+        run(graph(None))
+    assert ei.value.stuck == [0, 2]
 
 
 def test_core_reports_a_group_whose_members_never_all_arrive() -> None:
@@ -373,7 +407,6 @@ def test_a_what_if_that_fails_halfway_leaves_the_shared_lowering_as_it_was(gpu_r
 def test_the_lowering_keeps_counts_and_ids_in_4_bytes_and_times_in_8_and_the_core_reads_either(
     gpu_run: RunTrace,
 ) -> None:
-    import dataclasses
 
     from skewlens.replay.lower import _indices, _shared_ints
 

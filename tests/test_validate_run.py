@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 from dataclasses import dataclass
@@ -90,6 +91,22 @@ def test_dangling_dependency_names_both_nodes(tmp_path: Path) -> None:
     _rewrite_rank(run, 0, [_comp(1, "a"), _comp(2, "b", deps=(1, 99))])
     (msg,) = _errors(run, "dangling-dependency")
     assert "node 2 (b) depends on node 99, which does not exist" in msg
+
+
+def test_a_launch_inside_a_node_is_read_as_its_row_and_one_inside_a_missing_node_names_both(
+    tmp_path: Path,
+) -> None:
+    run = _good_run(tmp_path)
+    copy = TraceNode(node_id=3, name="Memcpy DtoH", node_type=NodeType.COMP, start_ns=5, dur_ns=1)
+    item = _comp(2, "aten::item")
+    _rewrite_rank(run, 1, [item, dataclasses.replace(copy, attrs={"is_cpu_op": False, "skl_launched_in": 2})])
+    _rewrite_rank(
+        run, 0, [item, dataclasses.replace(copy, attrs={"is_cpu_op": False, "skl_launched_in": 77})]
+    )
+    (msg,) = _errors(run, "dangling-dependency")
+    assert "rank 0: node 3 (Memcpy DtoH) was launched inside node 77 (skl_launched_in), which does" in msg
+    rt = validate_run(run).run.ranks[1]  # type: ignore[union-attr]
+    assert rt.launched_in is not None and rt.launched_in.tolist() == [-1, 0]  # rows, not ids
 
 
 def test_dependency_cycle_prints_the_cycles_ids_and_names(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
+from test_gpu_execution import host_bound_spec
 
 from skewlens.analysis.blame import analyze_blame, step_times_from_spans
 from skewlens.analysis.index import build_index
@@ -39,6 +40,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunTrace]:
     write_gpu_run(GpuRunSpec(world_size=4, steps=3, layers=4, slow_ranks={1: 1.3}, seed=0), tmp / "kineto")
     import_traces(sorted((tmp / "kineto").glob("*.json.gz")), None, tmp / "gpu")
     out["gpu"] = load_run(tmp / "gpu")
+    # host-bound: each ``aten::item`` launches the copy it waits for, and the copy is on the step's path
+    host_bound = host_bound_spec(world_size=2, steps=3, seed=0, slow_ranks={1: 1.3})
+    write_gpu_run(host_bound, tmp / "kineto-host")
+    import_traces(sorted((tmp / "kineto-host").glob("*.json.gz")), None, tmp / "gpu-host")
+    out["gpu, host-bound"] = load_run(tmp / "gpu-host")
     return out
 
 
@@ -46,7 +52,7 @@ def _steps(sim: Simulator, **overrides: dict[int, np.ndarray]) -> dict[int, int]
     return step_times_from_spans(sim.simulate(**overrides).step_spans())
 
 
-@pytest.mark.parametrize("name", ["collectives and p2p", "gpu"])
+@pytest.mark.parametrize("name", ["collectives and p2p", "gpu", "gpu, host-bound"])
 def test_a_what_if_proven_unchanged_simulates_to_the_same_step_times_and_others_are_not_proven(
     runs: dict[str, RunTrace], name: str
 ) -> None:

@@ -1061,8 +1061,9 @@ def _gpu_dependencies(
             counts["launch edges"] += 1
             if host in collectives:
                 counts[_STAGING_LAUNCHES] += 1
-        elif not g.comm and g.host is not None:
-            counts["launches their host node then synchronises on (stream order only)"] += 1
+        elif (inside := found.launched_in.get(g.key)) is not None:
+            by_id[g.key].attrs[Attr.LAUNCHED_IN] = inside
+            counts["launches their host node then synchronises on (skl_launched_in, no dependency)"] += 1
         elif not g.comm and g.corr is not None and g.corr in calls:
             counts["GPU nodes launched inside no host node (no launch edge)"] += 1
     counts["host synchronisations inside no host node (not written)"] += len(found.bare_calls)

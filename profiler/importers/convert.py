@@ -137,7 +137,7 @@ _FIELDS_BATCH = 8192
 # once per event or node would make hundreds of thousands of them
 _STREAM, _STREAM_KIND, _IS_CPU_OP, _DEVICE = Attr.STREAM, Attr.STREAM_KIND, Attr.IS_CPU_OP, Attr.DEVICE
 _RF_ID, _LAUNCH_NS, _PG_NAME, _STEP_ATTR = Attr.RF_ID, Attr.LAUNCH_NS, Attr.PG_NAME, Attr.STEP
-_INFERRED_DEPS, _COMP = Attr.INFERRED_DEPS, NodeType.COMP
+_INFERRED_DEPS, _LAUNCHED_IN, _COMP = Attr.INFERRED_DEPS, Attr.LAUNCHED_IN, NodeType.COMP
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -308,7 +308,9 @@ class _Pending(msgspec.Struct, kw_only=True):
     """Those of ``extra_deps`` inferred from timing."""
     launch_dep: bool = True
     """Whether a GPU node depends on ``parent`` (its launch); False where ``parent`` then synchronises on
-    the node's stream (the launch stays implied by the host node's own order: no cycle)."""
+    the node's stream (a dependency would close a cycle)."""
+    launched_in: bool = False
+    """Where ``launch_dep`` is False for that reason: the launch is written as ``skl_launched_in``."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -620,6 +622,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
         p.inferred += [d for d in found.inferred.get(key, ()) if d in by_index]
     for p in gpu:
         p.launch_dep = p.event.index in found.launch
+        p.launched_in = p.event.index in found.launched_in
     notes += found.notes
     return extra
 
@@ -819,10 +822,13 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
             if xid is not None and xid not in deps:
                 deps.append(xid)
         parent = p.parent
-        if parent is not None and p.launch_dep:
+        launched_in = None
+        if parent is not None and (p.launch_dep or p.launched_in):
             pid = node_id.get(parent.index)
-            if pid is not None and pid not in deps:
+            if p.launch_dep and pid is not None and pid not in deps:
                 deps.append(pid)
+            elif not p.launch_dep:
+                launched_in = pid
         last_on[p.stream_key] = nid
         data: list[int] = []
         if p.reads:
@@ -834,6 +840,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
             step = step_nums[si]
         step_of[e.index] = step
         extra: list[tuple[str, AttrValue]] = []
+        if launched_in is not None:
+            extra.append((_LAUNCHED_IN, launched_in))
         if p.inferred:
             extra.append((_INFERRED_DEPS, [node_id[x] for x in p.inferred if x in node_id]))
         if step is not None:

@@ -37,8 +37,9 @@ CACHE_DIRNAME = ".skewlens-cache"
 #: ``off`` (or ``0``, ``no``, ``false``) disables reading and writing the cache.
 ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: Bumped whenever the layout below or the decoder's output changes: older cache files are then ignored.
-#: 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently); 3: the split lists
-FORMAT_VERSION = 3
+#: 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently); 3: the split lists;
+#: 4: skl_launched_in
+FORMAT_VERSION = 4
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"

@@ -75,6 +75,7 @@ KNOWN_ATTRS = (
     "skl_host_op",
     "skl_batch",
     "skl_launch_ns",
+    "skl_launched_in",
     "skl_send_bytes",
     "skl_recv_bytes",
     "skl_send_splits",

@@ -510,6 +510,20 @@ def _interpret(
         path=path,
         rank=rank,
     )
+    launched_in = _optional(raw, "skl_launched_in")
+    if launched_in is not None:  # a node id: the row of that node, -1 where it names none
+        named = np.flatnonzero(launched_in >= 0)
+        lpos = np.minimum(np.searchsorted(sorted_ids, launched_in[named]), max(n - 1, 0))
+        ok = sorted_ids[lpos] == launched_in[named]
+
+        def launched_in_nothing(k: int) -> tuple[int, str]:
+            inside = raw.attr_val["skl_launched_in"][k]
+            what = f"node {node_id[k]} ({names[name_idx[k]]}) was launched inside node {inside}"
+            return int(node_id[k]), f"{path}: rank {rank}: {what} (skl_launched_in), which does not exist"
+
+        _report(sink, "dangling-dependency", named[~ok], launched_in_nothing, path=path, rank=rank)
+        launched_in[named[~ok]] = -1
+        launched_in[named[ok]] = order[lpos[ok]]
     keep = found
     dep_node = raw.dep_node[keep]
     dep_idx = order[pos_c[keep]].astype(np.int64)
@@ -573,6 +587,7 @@ def _interpret(
         send_bytes=send_bytes,
         recv_bytes=recv_bytes,
         launch_ns=_optional(raw, "skl_launch_ns"),
+        launched_in=launched_in,
         split_ptr=split_ptr,
         split_send_bytes=split_send,
         split_recv_bytes=split_recv,

@@ -14,7 +14,9 @@ simulator reads:
 - GPU work (a kernel, copy or memset: the trace's ``is_cpu_op`` false) says so (``gpu``) and names its
   recorded device stream (``stream``); it comes right after the host node that launched it (the model's
   launch edges: ordered by its launch call, not its start), so that a worker on a GPU enqueues it where the
-  program launched it and the host runs ahead of the device as recorded;
+  program launched it and the host runs ahead of the device as recorded; work launched by a host node
+  that then waited on the GPU (``.item()``, waiting for the copy it launched) comes right before that
+  node, since it was launched before the wait;
 - communication whose completion the very next op waits for is re-issued as a blocking call, the rest
   asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
   overlapping calls;
@@ -258,11 +260,18 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
     queue_deps = deps_by_row(m.queue_src, m.queue_dst, n)
-    launched_by = deps_by_row(m.launch_src, m.launch_dst, n)
-    # a launched GPU row comes right after the host row that launched it: ordered by its launch call
+    launched_by: list[list[int]] = [[] for _ in range(n)]
+    waiting = set(m.wait_dst.tolist())
+    # a launched GPU row comes right after the host row that launched it: ordered by its launch call; one
+    # launched by a host row that then waited (``.item()``, which may wait for that very row) comes before
+    # it, after what that row followed (the launch precedes the wait)
     keys = list(starts)
     for s, d, off in zip(m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), strict=True):
         keys[d] = starts[s] + off
+        if s in waiting:
+            launched_by[d] += [*start_deps[s], *([parent[s]] if parent[s] >= 0 else [])]
+        else:
+            launched_by[d].append(s)
     order_deps = [
         sorted({*start_deps[i], *wait_deps[i], *launched_by[i], *([parent[i]] if parent[i] >= 0 else [])})
         for i in range(n)
