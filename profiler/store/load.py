@@ -510,11 +510,12 @@ def _interpret(
         path=path,
         rank=rank,
     )
-    launched_in = _optional(raw, "skl_launched_in")
-    if launched_in is not None:  # a node id: the row of that node, -1 where it names none
-        named = np.flatnonzero(launched_in >= 0)
-        lpos = np.minimum(np.searchsorted(sorted_ids, launched_in[named]), max(n - 1, 0))
-        ok = sorted_ids[lpos] == launched_in[named]
+    launched_in: npt.NDArray[np.int32] | None = None
+    inside_id = _optional(raw, "skl_launched_in")
+    if inside_id is not None:  # a node id: the row of that node, -1 where it names none
+        named = np.flatnonzero(inside_id >= 0)
+        lpos = np.minimum(np.searchsorted(sorted_ids, inside_id[named]), max(n - 1, 0))
+        ok = sorted_ids[lpos] == inside_id[named]
 
         def launched_in_nothing(k: int) -> tuple[int, str]:
             inside = raw.attr_val["skl_launched_in"][k]
@@ -522,7 +523,7 @@ def _interpret(
             return int(node_id[k]), f"{path}: rank {rank}: {what} (skl_launched_in), which does not exist"
 
         _report(sink, "dangling-dependency", named[~ok], launched_in_nothing, path=path, rank=rank)
-        launched_in[named[~ok]] = -1
+        launched_in = np.full(n, -1, dtype=np.int32)  # rows of a rank: < 2**31
         launched_in[named[ok]] = order[lpos[ok]]
     keep = found
     dep_node = raw.dep_node[keep]

@@ -116,7 +116,7 @@ class RankTrace:
     launch_ns: I64 | None = None
     """Per row, the recorded start of the runtime call that launched a GPU node (``skl_launch_ns``), -1
     where unknown; None for a trace that records no launches."""
-    launched_in: I64 | None = None
+    launched_in: I32 | None = None
     """Per row, the row of the host node whose launch call launched this GPU node where that host node then
     synchronised on it (``skl_launched_in``: a launch, not a dependency, which would close a cycle), -1
     elsewhere; None for a trace that records none."""
