@@ -836,3 +836,28 @@ def test_the_critical_path_of_a_host_bound_step_goes_through_the_copy_item_launc
     span = recs[0].end_ns - recs[-1].start_ns
     host = sum(r.contribution_ns for r in recs if r.name.startswith(("aten::", "c10d::")))
     assert host >= 0.9 * span
+
+
+def test_the_parquet_export_gives_each_gpu_nodes_launch_and_the_op_it_was_launched_in(tmp_path: Path) -> None:
+    import duckdb
+
+    from skewlens.profiler.store.parquet import export_run
+
+    run = _host_bound_run(tmp_path)
+    export_run(run.run_dir, tmp_path / "pq")
+    nodes = f"read_parquet('{tmp_path / 'pq'}/nodes/*/*.parquet', hive_partitioning = true)"
+    pairs = duckdb.sql(
+        f"SELECT g.rank, g.name, h.name FROM {nodes} g JOIN {nodes} h "
+        "ON g.rank = h.rank AND g.launched_in = h.node_id ORDER BY g.rank, g.start_ns"
+    ).fetchall()
+    assert [(r, h) for r, _g, h in pairs] == [(0, "aten::item")] * 2 + [(1, "aten::item")] * 2
+    assert all(g.startswith("Memcpy DtoH") for _r, g, _h in pairs)
+    ((gpu_launched, host_launched, early),) = duckdb.sql(
+        "SELECT count(*) FILTER (NOT is_cpu_op AND launch_ns IS NOT NULL), "
+        "count(*) FILTER (is_cpu_op AND launch_ns IS NOT NULL), "
+        f"count(*) FILTER (launch_ns > start_ns) FROM {nodes}"
+    ).fetchall()
+    assert gpu_launched == sum(
+        int((t.launch_ns >= 0).sum()) for t in run.ranks.values() if t.launch_ns is not None
+    )
+    assert gpu_launched > 0 and host_launched == early == 0  # host nodes have none; none before its call

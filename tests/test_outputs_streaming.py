@@ -246,6 +246,11 @@ def test_replay_prints_the_note_and_refuses_a_negative_cap(
 # ------------------------------------------------------------------------------------ timeline.parquet
 
 
+def _given(col: np.ndarray | None, i: int) -> int | None:
+    """Row ``i`` of an optional column, None where the trace has none or the row -1."""
+    return None if col is None or col[i] < 0 else int(col[i])
+
+
 def _splits(rt: RankTrace, values: np.ndarray | None, i: int) -> list[int] | None:
     """Row ``i``'s recorded all_to_all splits (``values``: the send or recv column), None for none."""
     if rt.split_ptr is None or values is None or rt.split_ptr[i] == rt.split_ptr[i + 1]:
@@ -286,6 +291,8 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
                     "tag": int(rt.tag[i]),
                     "send_splits_bytes": _splits(rt, rt.split_send_bytes, i),
                     "recv_splits_bytes": _splits(rt, rt.split_recv_bytes, i),
+                    "launch_ns": _given(rt.launch_ns, i),
+                    "launched_in": None if (k := _given(rt.launched_in, i)) is None else int(rt.node_id[k]),
                     "source_rank": r,
                     "replay_start_ns": int(sim.start_ns[r][i]),
                     "replay_end_ns": int(sim.end_ns[r][i]),

@@ -143,7 +143,9 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
             if pa.types.is_integer(field.type):
                 kinds["int"] += 1
                 assert "DELTA_BINARY_PACKED" in col.encodings, (f.name, field.name, col.encodings)
-                assert col.statistics is not None and col.statistics.has_min_max, (f.name, field.name)
+                st = col.statistics
+                all_null = st is not None and st.null_count == meta.row_group(0).num_rows  # nothing to bound
+                assert st is not None and (st.has_min_max or all_null), (f.name, field.name)
             elif pa.types.is_dictionary(field.type):
                 kinds["str"] += 1
                 assert "RLE_DICTIONARY" in col.encodings, (f.name, field.name, col.encodings)
@@ -446,7 +448,7 @@ def test_the_nodes_table_carries_an_uneven_all_to_alls_splits_for_pyarrow_and_du
     assert "DELTA_BINARY_PACKED" in leaves["send_splits_bytes.list.element"]
 
 
-def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_refused(
+def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_ones_are_refused(
     tmp_path: Path,
 ) -> None:
     from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
@@ -454,7 +456,7 @@ def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_
     row = NodeRecord(
         rank=0, node_id=7, name="aten::mm", type="COMP", start_ns=0, dur_ns=5, stream=0, step=0,
         is_cpu_op=True, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
-        send_splits_bytes=None, recv_splits_bytes=None,
+        send_splits_bytes=None, recv_splits_bytes=None, launch_ns=None, launched_in=None,
     )  # fmt: skip
     current = table_from_records(
         NodeRecord, [row, dataclasses.replace(row, send_splits_bytes=[1, 2])], "nodes"
@@ -465,7 +467,13 @@ def test_a_version_4_nodes_file_still_reads_with_null_splits_and_older_ones_are_
         None,
         [1, 2],
     ]
-    old = current.drop_columns(["send_splits_bytes", "recv_splits_bytes"])
+    v7 = current.drop_columns(["launch_ns", "launched_in"])
+    f = tmp_path / "v7.parquet"
+    write_table(v7.replace_schema_metadata({META_VERSION: b"7", META_TABLE: b"nodes"}), f)
+    tbl = read_table(f, NodeRecord)  # a version-7 file: no launch columns, read as null
+    assert tbl["launch_ns"].to_pylist() == tbl["launched_in"].to_pylist() == [None, None]
+    assert tbl["send_splits_bytes"].to_pylist() == [None, [1, 2]]
+    old = v7.drop_columns(["send_splits_bytes", "recv_splits_bytes"])
     for version, readable in (("4", True), ("3", False)):
         f = tmp_path / f"v{version}.parquet"
         write_table(old.replace_schema_metadata({META_VERSION: version.encode(), META_TABLE: b"nodes"}), f)

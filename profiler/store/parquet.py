@@ -152,8 +152,26 @@ def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> 
         "tag": pa.array(cat(lambda rt: rt.tag)),
         "send_splits_bytes": _splits_column(rts, lambda rt: rt.split_send_bytes),
         "recv_splits_bytes": _splits_column(rts, lambda rt: rt.split_recv_bytes),
+        "launch_ns": _nullable(cat(lambda rt: _or_none(rt, rt.launch_ns))),
+        "launched_in": _nullable(cat(_launched_in_ids)),
     }
     return _partition_table(NodeRecord, cols, "nodes")
+
+
+def _or_none(rt: RankTrace, col: np.ndarray | None) -> np.ndarray:
+    """An optional per-row column of ``rt``, -1 in every row where the trace has none."""
+    return col if col is not None else np.full(len(rt), -1, dtype=np.int64)
+
+
+def _launched_in_ids(rt: RankTrace) -> np.ndarray:
+    """Per row, the node id of the host node it was launched in (``RankTrace.launched_in``), else -1."""
+    rows = _or_none(rt, rt.launched_in)
+    return np.where(rows >= 0, rt.node_id[np.maximum(rows, 0)].astype(np.int64), -1)
+
+
+def _nullable(values: np.ndarray) -> pa.Array:
+    """An int64 column, null where ``values`` is negative (none recorded)."""
+    return pa.array(values.astype(np.int64, copy=False), type=pa.int64(), mask=values < 0)
 
 
 def _splits_column(rts: list[RankTrace], values: Callable[[RankTrace], np.ndarray | None]) -> pa.Array:

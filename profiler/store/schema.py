@@ -33,14 +33,17 @@ from skewlens.profiler.errors import SkewlensError
 #: replay's ``summary.exposed_comm_ns`` is ``exposed_wait_ns`` and ``exposed_transfer_ns``, the breakdown's;
 #: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
-#: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``).
-SCHEMA_VERSION = "7"
+#: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``).
+SCHEMA_VERSION = "8"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
 #: Columns added by each version since :data:`OLDEST_READABLE`, per table (all nullable).
 ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
-    5: {"nodes": ("send_splits_bytes", "recv_splits_bytes")},
+    5: {
+        "nodes": ("send_splits_bytes", "recv_splits_bytes"),
+        "timeline": ("send_splits_bytes", "recv_splits_bytes"),
+    },
     6: {
         "step_breakdown": ("gpu_comm_ns", "gpu_comm_overlap_ns"),
         "summary": (
@@ -54,6 +57,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
         ),
     },
     7: {"gpu_idle": ("queued_idle_ns",)},
+    8: {"nodes": ("launch_ns", "launched_in"), "timeline": ("launch_ns", "launched_in")},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
@@ -277,6 +281,13 @@ class NodeRecord:
     recv_splits_bytes: list[int] | None
     """The bytes this rank received from each member of its group, in group-rank order, its own chunk
     included (``skl_recv_splits``); null where ``send_splits_bytes`` is."""
+    launch_ns: int | None
+    """GPU node: start of the runtime call that launched it (``cudaLaunchKernel``, ``cudaMemcpyAsync``;
+    ``skl_launch_ns``) on the aligned clock; null for host nodes and where the launch is unknown."""
+    launched_in: int | None
+    """GPU node: ``node_id`` of the host node that launched it and then synchronised on it (``.item()``'s
+    copy; ``skl_launched_in``), which is not in ``deps`` (with that synchronisation, a cycle); null
+    elsewhere."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
