@@ -164,8 +164,11 @@ for r in m["ranks"]:
     print(f"     engine nodes with a dependency on the main thread: {forked} of {len(engine)}")
     print(f"     GPU streams (node count): {dict(streams)}")
     print(f"     kernels (top 5): {names.most_common(5)}")
+    inside = Counter(nodes[nodes[i][1]["skl_launched_in"]][0].name[:40] for i in gpu
+                     if nodes[i][1].get("skl_launched_in") in nodes)
     print(f"     launch: {len(with_ns)} GPU nodes with skl_launch_ns, {launch} with a launch edge"
-          + (f"; launch-to-start median {statistics.median(lag) / 1e3:.1f} us" if lag else ""))
+          + (f"; launch-to-start median {statistics.median(lag) / 1e3:.1f} us" if lag else "")
+          + f"; {sum(inside.values())} launched in an op that then waited on them (skl_launched_in): {dict(inside)}")
     print(f"     event waits (GPU -> GPU of another stream or a comm node): {len(waits)}"
           + "".join(f"\n       {nodes[i][0].name[:40]} (s {nodes[i][1]['stream']}) <- {nodes[d][0].name[:40]} (s {nodes[d][1].get('stream')})" for i, d in waits[:4]))
     print(f"     host synchronisations (host -> GPU): {len(syncs)}"
