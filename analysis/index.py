@@ -233,7 +233,9 @@ def build_index(run: RunTrace) -> RunIndex:
         by_at = np.argsort(hw_at, kind="stable")
         latest, latest_met = latest_deps(m, end - m.dur_ns, end)
         arrival_dep: dict[int, tuple[int, int]] = {}
-        own = np.intersect1d(m.wait_dst, m.launch_src)
+        waiting = np.zeros(len(rt), dtype=np.bool_)
+        waiting[m.wait_dst] = True
+        own = np.unique(m.launch_src[waiting[m.launch_src]])
         if own.size:
             a_dep, a_met = latest_deps(m, end - m.dur_ns, end, waits=False)
             held = zip(own.tolist(), a_dep[own].tolist(), a_met[own].tolist(), strict=True)

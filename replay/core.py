@@ -340,8 +340,8 @@ def run(g: Graph) -> Outcome:
         wpending[d] = wpending.get(d, 0) + 1
         remaining[d] -= 1  # a wait dependency holds the work's start, not the arrival
     early = g.launch_at_arrival if g.launch_at_arrival is not None else bytes(n)
-    if g.launch_at_arrival is not None:  # their launches are released at arrival, not again at the start
-        lrare = bytearray(map(operator.and_, lrare, map(operator.not_, early)))
+    for s in compress(range(n), early):  # their launches are released at arrival, not again at the start
+        lrare[s] = 0
     arrived_at: dict[int, int] = {}  # arrival of the segments with wait dependencies
     stack.extend(compress(range(n), map(operator.not_, remaining)))  # those with no dependency
     while True:

@@ -501,7 +501,10 @@ def prepare(
     # dependency begins one, a launch successor ends one), whose launches are met at its arrival
     at_arrival: bytearray | None = None
     if ls_all.size and wd_all.size:
-        own = np.intersect1d(wd_all, ls_all)
+        waiting = np.zeros(total, dtype=np.bool_)  # (a mask, not np.intersect1d: no hashing of 1 M edges)
+        waiting[wd_all] = True
+        own = ls_all[waiting[ls_all]]
+        del waiting
         if own.size:
             at_arrival = bytearray(nseg)
             for sg in np.unique(seg_of_row[own]).tolist():
