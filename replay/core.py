@@ -25,7 +25,8 @@ Timing rules (all integer nanoseconds):
 - a *launch* dependency (GPU work launched from inside a host segment) is met ``offset`` after the
   launching segment starts, not when it ends; after it arrives where the segment is
   ``launch_at_arrival`` (a host op that launched work and then waited for it, such as ``.item()``: the
-  launch comes before the wait, and the wait may be for that very work).
+  launch comes before the wait, and the wait may be for that very work), but for a call after that
+  segment's wait (``lsucc_late``), ``offset`` after its work starts, as any other.
 
 Ready compute work is advanced in a tight loop without the event queue; the queue only orders
 cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
@@ -132,6 +133,10 @@ class Graph:
     """Per segment, 1 where its launches are met at its arrival, not at its start: a segment with wait
     dependencies that launched work before it waited (the work it waits for, maybe). A wait dependency
     then holds only its start: it arrives, launches, and waits (None: no such segment)."""
+    lsucc_late: Sequence[int] | None = None
+    """Per launch successor (aligned with ``lsucc_idx``), 1 where the launching segment is
+    ``launch_at_arrival`` but the call came after its wait: met ``lsucc_off`` after its work starts, as
+    any other segment's (None: none)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -291,6 +296,22 @@ def run(g: Graph) -> Outcome:
             if remaining[d] == 0:
                 stack.append(d)
 
+    late = g.lsucc_late if g.lsucc_late is not None else bytes(len(loff))
+
+    def release_split(s: int, t: int, after_wait: int) -> None:
+        """Launch successors of a ``launch_at_arrival`` segment: the calls before its wait at its arrival
+        ``t``, or (``after_wait``) those after it at its work's start ``t``."""
+        for k in range(lptr[s], lptr[s + 1]):
+            if late[k] != after_wait:
+                continue
+            v = t + loff[k]
+            d = lidx[k]
+            if v > ready[d]:  # noqa: PLR1730
+                ready[d] = v
+            remaining[d] -= 1
+            if remaining[d] == 0:
+                stack.append(d)
+
     def release_eager(s: int, e: int) -> None:
         """All successors of an eager send (few: the hot paths below inline the same loop)."""
         for k in range(succ_ptr[s], succ_ptr[s + 1]):
@@ -356,10 +377,12 @@ def run(g: Graph) -> Outcome:
                     if a is None:  # its arrival (popped again once its wait dependencies end)
                         arrived_at[s] = a = t
                         if early[s]:
-                            release_launches(s, a)
+                            release_split(s, a, 0)
                         if wpending[s]:
                             continue
                     t = max(a, wready.get(s, _NEVER))
+                    if early[s]:
+                        release_split(s, t, 1)
                 start[s] = t
                 e = t + ln
                 end[s] = e
@@ -468,6 +491,8 @@ class Preds:
     lidx: _Ints
     loff: _Ints
     """Launch predecessors and the offset of each launch after its launching segment's start."""
+    llate: _Ints
+    """Per launch predecessor: 1 where ``Graph.lsucc_late``."""
 
 
 def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Preds) -> bytearray | None:
@@ -573,7 +598,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                 at_arrival = False
                 for k in range(preds.lptr[s], preds.lptr[s + 1]):
                     q = int(preds.lidx[k])
-                    at_arrival = early is not None and bool(early[q])
+                    at_arrival = early is not None and bool(early[q]) and not preds.llate[k]
                     if (arrival(q) if at_arrival else start[q]) + preds.loff[k] == r:
                         p = q
                         break

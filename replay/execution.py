@@ -59,7 +59,9 @@ is met ``launch_off_ns`` after that row starts (the call's place inside it), not
 runs ahead of the GPU as recorded. A host row that synchronised on the GPU (stream, event or device
 synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are wait edges; its launches
 are met after it *arrives* (its recorded start), before it waits, so that a host op may launch the very
-work it then waits for (``.item()``: the copy names the op in ``skl_launched_in``). An NCCL kernel
+work it then waits for (``.item()``: the copy names the op in ``skl_launched_in``); those whose call came
+after its wait had ended (``aten::index``: a synchronise, then launches) are met as long after its wait
+as recorded, so that they move with the wait (:func:`launch_times`). An NCCL kernel
 is a member of its collective's sync group: it arrives when launched and its stream is free, its
 transfer begins once every member's kernel has arrived.
 
@@ -142,6 +144,11 @@ class RankModel:
     """Launch edges, dependants (GPU rows)."""
     launch_off_ns: I64
     """Launch edges: recorded launch call start minus the source's recorded start (within its duration)."""
+    launch_after_wait: B
+    """Launch edges whose call came after the source (a wait row) had waited (``aten::index``: a
+    synchronise, then launches): met ``launch_off_ns - wait_in_ns`` after the source's wait ended (its
+    work's start), so that the call moves with the wait; the others are met ``launch_off_ns`` after its
+    start (:func:`launch_times`)."""
     gap_ns: I64
     """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
     work_ns: I64
@@ -313,6 +320,22 @@ def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
     return compute_rows(rt, m) & ~rt.is_cpu & ~_comp_rows_named(rt, names_gpu_memory_op)
 
 
+def launch_times(m: RankModel, start: I64, end: I64) -> I64:
+    """Per launch edge, when it is met, given each row's ``start`` (a wait row's arrival) and ``end``
+    (recorded, or replayed): ``launch_off_ns`` after its source's start, or, for a call after the source's
+    wait (:attr:`RankModel.launch_after_wait`), as long after that wait ended (the latest end of its wait
+    edges, its start at the earliest: its work's start) as it was recorded. The simulator meets its launch
+    edges by the same rule (``Graph.lsucc_late``)."""
+    src = m.launch_src
+    early = start[src] + m.launch_off_ns
+    if not m.launch_after_wait.any():
+        return early
+    work_start = start.astype(np.int64, copy=True)
+    np.maximum.at(work_start, m.wait_dst, end[m.wait_src])
+    late = work_start[src] + m.launch_off_ns - m.wait_in_ns[src]
+    return np.where(m.launch_after_wait, late, early)
+
+
 def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tuple[I32, I64]:
     """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): of what it waits for in the
     execution model (start and wait edges, and launches, met at the launch call, ``launch_off_ns`` after
@@ -325,8 +348,7 @@ def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tu
     ws, wd = (m.wait_src, m.wait_dst) if waits else (m.wait_src[:0], m.wait_dst[:0])
     src = np.concatenate([m.start_src, ws, m.launch_src])
     dst = np.concatenate([m.start_dst, wd, m.launch_dst])
-    launched = start[m.launch_src] + m.launch_off_ns
-    met = np.concatenate([end[m.start_src], end[ws], launched])
+    met = np.concatenate([end[m.start_src], end[ws], launch_times(m, start, end)])
     if src.size:
         # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
         latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
@@ -1238,12 +1260,14 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
     gap[~valid | nested] = 0
     work = rt.dur_ns.astype(np.int64, copy=False)  # the recorded durations, shared, where nothing waits
+    after_wait = np.zeros(ls.size, dtype=np.bool_)
     if ws.size:
         work = work.copy()
         done = np.full(n, _MIN, dtype=np.int64)
         np.maximum.at(done, wd, end[ws])
         rows = np.flatnonzero(done > _MIN)
         work[rows] = np.clip(end[rows] - np.maximum(done[rows], rt.start_ns[rows]), 0, rt.dur_ns[rows])
+        after_wait = (done[ls] > _MIN) & (rt.start_ns[ls] + loff > done[ls])
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True
     has[ld] = True
@@ -1261,6 +1285,7 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
         launch_src=ls.astype(np.int32),
         launch_dst=ld.astype(np.int32),
         launch_off_ns=loff.astype(np.int64),
+        launch_after_wait=after_wait,
         gap_ns=gap.astype(np.int64, copy=False),
         work_ns=work,
         parent=parent.astype(np.int32),

@@ -240,7 +240,8 @@ class Lowering:
     launch_rows: Rows
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
     launch_off_ns: I64
-    """Per launch edge (same order): the launch call's offset into its launching node."""
+    """Per launch edge (same order): the launch call's offset into its launching node (into its work after
+    its wait, for a call after that wait: ``Graph.lsucc_late``)."""
     seg_offset: I64
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
@@ -403,6 +404,7 @@ def prepare(
     l_src: list[I64] = []
     l_dst: list[I64] = []
     l_off: list[I64] = []
+    l_late: list[npt.NDArray[np.bool_]] = []
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -422,7 +424,10 @@ def prepare(
         w_dst.append(np.add(m.wait_dst, lo, dtype=np.int64))
         l_src.append(np.add(m.launch_src, lo, dtype=np.int64))
         l_dst.append(np.add(m.launch_dst, lo, dtype=np.int64))
-        l_off.append(m.launch_off_ns)
+        # a call after its row's wait: met as long after the wait as recorded (the core's lsucc_late)
+        late = m.launch_after_wait
+        l_off.append(np.where(late, m.launch_off_ns - m.wait_in_ns[m.launch_src], m.launch_off_ns))
+        l_late.append(late)
         d, g = _rank_times(
             rt,
             m,
@@ -448,7 +453,8 @@ def prepare(
     ls_all = np.concatenate(l_src) if l_src else z
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
-    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off  # the per-rank copies
+    late_all = np.concatenate(l_late) if l_late else z.astype(np.bool_)
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_late  # the per-rank copies
     # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
     # dependency begin one
     start_edges = [src_all, dst_all]
@@ -520,8 +526,9 @@ def prepare(
     c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
     launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
+    lsucc_late = bytes(late_all[lorder].astype(np.uint8)) if late_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
-    del ls_all, ld_all, lo_all, ls_seg, ld_seg, lorder  # the launch edges: in the columns above now
+    del ls_all, ld_all, lo_all, late_all, ls_seg, ld_seg, lorder  # the launch edges: in the columns above now
     c_ndeps = _indices(ndeps)
     del ndeps
     # per sync row (all groups' members, one after the other): its recorded start and end, and the latest
@@ -619,6 +626,7 @@ def prepare(
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
         waits_for=_member_rules(em),
         launch_at_arrival=at_arrival,
+        lsucc_late=lsucc_late,
     )
     lowered = Lowered(
         graph=graph,
@@ -745,7 +753,8 @@ def _recorded(
 
 
 def _launch_offsets(off_start: I64, launch_rows: I64, launch_off_ns: I64) -> I64:
-    """Per launch edge: ns after its launching segment's start (the launch call's place inside it)."""
+    """Per launch edge: ns after its launching segment's start (the launch call's place inside it; for a
+    call after its row's wait, ``Graph.lsucc_late``, after the work's start)."""
     return off_start[launch_rows] + launch_off_ns
 
 

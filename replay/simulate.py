@@ -306,8 +306,20 @@ def _preds(g: Graph) -> Preds:
     wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
     xptr, xidx, _ = rev(g.xsucc_ptr, g.xsucc_idx)
     lptr, lidx, loff = rev(g.lsucc_ptr, g.lsucc_idx, g.lsucc_off)
+    llate = None
+    if g.lsucc_late is not None:
+        llate = rev(g.lsucc_ptr, g.lsucc_idx, np.frombuffer(bytes(g.lsucc_late), dtype=np.uint8))[2]
     return Preds(
-        ptr=ptr, idx=idx, wptr=wptr, widx=widx, xptr=xptr, xidx=xidx, lptr=lptr, lidx=lidx, loff=loff
+        ptr=ptr,
+        idx=idx,
+        wptr=wptr,
+        widx=widx,
+        xptr=xptr,
+        xidx=xidx,
+        lptr=lptr,
+        lidx=lidx,
+        loff=loff,
+        llate=llate if llate is not None else np.zeros(len(loff), dtype=np.int64),
     )
 
 

@@ -861,3 +861,48 @@ def test_the_parquet_export_gives_each_gpu_nodes_launch_and_the_op_it_was_launch
         int((t.launch_ns >= 0).sum()) for t in run.ranks.values() if t.launch_ns is not None
     )
     assert gpu_launched > 0 and host_launched == early == 0  # host nodes have none; none before its call
+
+
+def _sync_then_launch_run(tmp_path: Path) -> RunTrace:
+    """One rank, µs: ``aten::mm`` launches ``gemm`` (stream 7, 5-105); ``aten::index`` (20-120) synchronises
+    on stream 7 (returns at 107, once ``gemm`` ended), then launches ``index_kernel`` (call at 110, kernel
+    114-119), as ``aten::index`` does after its ``nonzero``."""
+    evs: list[dict[str, Any]] = []
+
+    def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
+        pid, tid = (0, args["stream"]) if cat in ("kernel", "cuda_sync") else (1, 100)
+        evs.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
+
+    x("cpu_op", "aten::mm", 0, 10, **{"External id": 1})
+    x("cuda_runtime", "cudaLaunchKernel", 2, 2, correlation=1)
+    x("kernel", "gemm", 5, 100, device=0, stream=7, correlation=1)
+    x("cpu_op", "aten::index", 20, 100, **{"External id": 2})
+    x("cuda_runtime", "cudaStreamSynchronize", 22, 85, correlation=2)
+    x("cuda_sync", "Stream Sync", 105, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=2)
+    x("cuda_runtime", "cudaLaunchKernel", 110, 2, correlation=3)
+    x("kernel", "index_kernel", 114, 5, device=0, stream=7, correlation=3)
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": evs}
+    (tmp_path / "rank0.json").write_text(json.dumps(doc))
+    import_traces([tmp_path / "rank0.json"], None, tmp_path / "run")
+    return load_trace(tmp_path / "run")
+
+
+def test_a_kernel_launched_after_its_op_waited_moves_with_the_wait(tmp_path: Path) -> None:
+    run = _sync_then_launch_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    src = zip(m.launch_src.tolist(), m.launch_after_wait.tolist(), strict=True)
+    edges = dict(zip(m.launch_dst.tolist(), src, strict=True))
+    assert edges[row["index_kernel"]] == (row["aten::index"], True)  # its call came after the op's wait
+    assert edges[row["gemm"]] == (row["aten::mm"], False)
+    base = simulate(run)
+    assert int(base.start_ns[0][row["index_kernel"]]) == int(rt.start_ns[row["index_kernel"]])  # as recorded
+    # a GPU twice as fast: gemm ends 50 µs sooner, so does the op's wait, and the launch after it
+    fast = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", pattern="gemm", factor=0.5, device="gpu")])
+    )
+    moved = int(base.start_ns[0][row["index_kernel"]]) - int(fast.start_ns[0][row["index_kernel"]])
+    assert moved == 50_000, moved
+    assert int(fast.end_ns[0][row["aten::index"]]) == int(base.end_ns[0][row["aten::index"]]) - 50_000

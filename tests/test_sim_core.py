@@ -109,6 +109,37 @@ def test_a_host_segment_that_launches_the_work_it_then_waits_for_arrives_launche
     assert ei.value.stuck == [0, 2]
 
 
+def test_a_launch_after_a_segments_wait_is_met_as_long_after_the_wait_as_recorded() -> None:
+    # 0: host op arrives at 10, waits for 1 (ends at 50), works 30 (ends 80); it launched 2 (a kernel, 5
+    # ns) 20 ns into its work, after its wait: at 70. 1: 50 ns of GPU work.
+    def graph(length_1: int) -> Graph:
+        return _graph(
+            ready0=[0, 0, 0],
+            gap=[10, 0, 0],
+            length=[30, length_1, 5],
+            ndeps=[1, 0, 1],
+            succ_ptr=[0, 0, 0, 0],
+            succ_idx=[],
+            sync_of=[-1, -1, -1],
+            wsucc_ptr=[0, 0, 1, 1],
+            wsucc_idx=[0],
+            lsucc_ptr=[0, 1, 1, 1],
+            lsucc_idx=[2],
+            lsucc_off=[20],
+            launch_at_arrival=bytes([1, 0, 0]),
+            lsucc_late=bytes([1]),
+        )
+
+    out = run(graph(50))
+    assert list(out.seg_start) == [50, 0, 70] and list(out.seg_end) == [80, 50, 75]
+    # the GPU work 30 ns shorter: the wait, the work and the launch after it all 30 ns earlier
+    out = run(graph(20))
+    assert list(out.seg_start) == [20, 0, 40] and list(out.seg_end) == [50, 20, 45]
+    # launched at its arrival (not after its wait), the kernel would not move with it
+    out = run(dataclasses.replace(graph(20), lsucc_late=bytes([0])))
+    assert out.seg_start[2] == 30
+
+
 def test_core_reports_a_group_whose_members_never_all_arrive() -> None:
     # A's sync waits for B's, but B's sync depends on a segment that waits for A's sync end
     g = _graph(

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
-from test_gpu_execution import host_bound_spec
+from test_gpu_execution import SHARED, host_bound_spec
 
 from skewlens.analysis.blame import analyze_blame, step_times_from_spans
 from skewlens.analysis.index import build_index
@@ -45,6 +45,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunTrace]:
     write_gpu_run(host_bound, tmp / "kineto-host")
     import_traces(sorted((tmp / "kineto-host").glob("*.json.gz")), None, tmp / "gpu-host")
     out["gpu, host-bound"] = load_run(tmp / "gpu-host")
+    dlrm = SHARED / "dlrm_8gpu_kineto.tar.gz"  # host ops that launch after they synchronised (aten::index)
+    if dlrm.is_file():
+        import_traces([dlrm], None, tmp / "dlrm")
+        out["DLRM"] = load_run(tmp / "dlrm")
     return out
 
 
@@ -52,10 +56,12 @@ def _steps(sim: Simulator, **overrides: dict[int, np.ndarray]) -> dict[int, int]
     return step_times_from_spans(sim.simulate(**overrides).step_spans())
 
 
-@pytest.mark.parametrize("name", ["collectives and p2p", "gpu", "gpu, host-bound"])
+@pytest.mark.parametrize("name", ["collectives and p2p", "gpu", "gpu, host-bound", "DLRM"])
 def test_a_what_if_proven_unchanged_simulates_to_the_same_step_times_and_others_are_not_proven(
     runs: dict[str, RunTrace], name: str
 ) -> None:
+    if name not in runs:
+        pytest.skip(f"{SHARED} has no DLRM trace (see shared/traces/README.md)")
     run = runs[name]
     sim = Simulator(run)
     base = _steps(sim)

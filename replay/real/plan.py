@@ -15,7 +15,7 @@ simulator reads:
   recorded device stream (``stream``); it comes right after the host node that launched it (the model's
   launch edges: ordered by its launch call, not its start), so that a worker on a GPU enqueues it where the
   program launched it and the host runs ahead of the device as recorded; work launched by a host node
-  that then waited on the GPU (``.item()``, waiting for the copy it launched) comes right before that
+  before it waited on the GPU (``.item()``, waiting for the copy it launched) comes right before that
   node, since it was launched before the wait;
 - communication whose completion the very next op waits for is re-issued as a blocking call, the rest
   asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
@@ -266,9 +266,13 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     # launched by a host row that then waited (``.item()``, which may wait for that very row) comes before
     # it, after what that row followed (the launch precedes the wait)
     keys = list(starts)
-    for s, d, off in zip(m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), strict=True):
+    after_wait = m.launch_after_wait.tolist()
+    edges = zip(
+        m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), after_wait, strict=True
+    )
+    for s, d, off, after in edges:
         keys[d] = starts[s] + off
-        if s in waiting:
+        if s in waiting and not after:
             launched_by[d] += [*start_deps[s], *([parent[s]] if parent[s] >= 0 else [])]
         else:
             launched_by[d].append(s)
