@@ -906,3 +906,26 @@ def test_a_kernel_launched_after_its_op_waited_moves_with_the_wait(tmp_path: Pat
     moved = int(base.start_ns[0][row["index_kernel"]]) - int(fast.start_ns[0][row["index_kernel"]])
     assert moved == 50_000, moved
     assert int(fast.end_ns[0][row["aten::index"]]) == int(base.end_ns[0][row["aten::index"]]) - 50_000
+
+
+def test_a_launch_named_inside_a_gpu_node_or_a_node_itself_is_ignored_and_the_run_replays_as_recorded(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.chakra_io import EtWriter, read_et, set_attr
+
+    run = _sync_then_launch_run(tmp_path)
+    et = read_et(Path(run.run_dir) / "rank-0.et")
+    ids = {n.name: n.id for n in et.nodes}
+    for n in et.nodes:  # untrusted input: a kernel "launched in" itself, a host op "launched in" a kernel
+        if n.name == "gemm":
+            set_attr(n, "skl_launched_in", n.id)
+        elif n.name == "aten::mm":
+            set_attr(n, "skl_launched_in", ids["index_kernel"])
+    with EtWriter(Path(run.run_dir) / "rank-0.et", et.metadata) as w:
+        w.write_all(et.nodes)
+    bad = load_trace(run.run_dir)
+    rt, m = bad.ranks[0], execution_model(bad).ranks[0]
+    assert rt.launched_in is not None and (rt.launched_in >= 0).sum() == 3  # index_kernel's own, and those
+    assert m.launch_src.size == 2  # aten::mm -> gemm, aten::index -> index_kernel: nothing more
+    res = simulate(bad)
+    assert res.start_ns[0].tolist() == rt.start_ns.tolist()
