@@ -338,10 +338,10 @@ def launch_times(m: RankModel, start: I64, end: I64) -> I64:
 
 def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tuple[I32, I64]:
     """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): of what it waits for in the
-    execution model (start and wait edges, and launches, met at the launch call, ``launch_off_ns`` after
-    the launching row's start, its arrival; a nested row: its enclosing row, met at the nested row's
-    start), the row met latest (the later row among ties), or -1, and when it was met (-1 for none).
-    Without ``waits``: what held its arrival (wait edges left out)."""
+    execution model (start and wait edges, and launches, met at the launch call: :func:`launch_times`; a
+    nested row: its enclosing row, met at the nested row's start), the row met latest (the later row among
+    ties), or -1, and when it was met (-1 for none). Without ``waits``: what held its arrival (wait edges
+    left out)."""
     n = end.shape[0]
     out = np.full(n, -1, dtype=np.int32)
     met_at = np.full(n, -1, dtype=np.int64)
