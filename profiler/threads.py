@@ -119,6 +119,13 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+#: Why a worker process of :func:`process_pool` died (``BrokenProcessPool``), as the errors say it.
+POOL_DIED = (
+    "most likely out of memory, or, called from a Python script, the script has no "
+    "'if __name__ == \"__main__\":' guard (worker processes import it)"
+)
+
+
 def process_pool(workers: int, preload: str) -> ProcessPoolExecutor:
     """Worker processes forked from a forkserver that imported ``preload`` once (no per-worker import, no
     fork of a parent that may run a progress-bar thread, no re-import of the caller's script). The workers

@@ -513,3 +513,25 @@ def test_an_export_with_errors_keeps_the_rank_of_an_all_to_all_with_inconsistent
         "hive_partitioning = true) WHERE send_splits_bytes IS NOT NULL ORDER BY rank"
     ).fetchall()
     assert rows == [(1, EP_SENDS[1]), (3, EP_SENDS[3])]
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_gets_an_error_that_says_so_not_out_of_memory(
+    exported: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    run, _ = exported
+    script = tmp_path / "export_it.py"  # the worker processes import it, and it exports again: refused
+    script.write_text(
+        "from skewlens.profiler.store.parquet import export_run\n"
+        f"export_run({str(run)!r}, {str(tmp_path / 'pq')!r}, workers=2)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode != 0
+    said = [line for line in p.stderr.splitlines() if "the worker exporting rank" in line]
+    assert said and 'if __name__ == "__main__":' in said[0], p.stderr[-2000:]
+    assert "SkewlensError" in said[0]  # one error of ours, not a BrokenProcessPool from inside the pool

@@ -50,7 +50,7 @@ from skewlens.profiler.manifest import (
     rank_file,
     write_manifest,
 )
-from skewlens.profiler.threads import process_pool, usable_cores
+from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
 from skewlens.progress import NO_PROGRESS, Progress
 
 
@@ -302,8 +302,8 @@ def _result(fut: Future[_Done], job: _Job) -> _Done:
         raise TraceImportError(f"{job.kineto.label}: out of memory while converting this trace") from None
     except BrokenProcessPool:
         raise TraceImportError(
-            f"{job.kineto.label}: the worker converting this trace (or another one) died, "
-            "most likely out of memory (give a smaller memory budget to run fewer at once)"
+            f"{job.kineto.label}: the worker converting this trace (or another one) died: {POOL_DIED} "
+            "(out of memory: give a smaller memory budget to run fewer at once)"
         ) from None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +67,7 @@ from skewlens.profiler.store.schema import (
     write_table,
 )
 from skewlens.profiler.store.validate import find_cycle, refusal
-from skewlens.profiler.threads import process_pool, usable_cores
+from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
@@ -312,8 +313,14 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
     with process_pool(workers, __name__) as pool:
         futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
         try:
-            for fut in futures:
-                yield fut.result()
+            for (f, r), fut in zip(todo, futures, strict=True):
+                try:
+                    res = fut.result()
+                except BrokenProcessPool:
+                    raise SkewlensError(
+                        f"{f}: the worker exporting rank {r} (or another one) died: {POOL_DIED}"
+                    ) from None
+                yield res
         except BaseException:  # a failed rank (or Ctrl-C): do not convert the rest first
             pool.shutdown(wait=True, cancel_futures=True)
             raise
