@@ -23,10 +23,9 @@ Timing rules (all integer nanoseconds):
   arrival the rule names (the last, a root's, or its own) and its own queue-order dependencies: it ends
   ``transfer[m]`` after the later of them.
 - a *launch* dependency (GPU work launched from inside a host segment) is met ``offset`` after the
-  launching segment starts, not when it ends; after it arrives where the segment is
-  ``launch_at_arrival`` (a host op that launched work and then waited for it, such as ``.item()``: the
-  launch comes before the wait, and the wait may be for that very work), but for a call after that
-  segment's wait (``lsucc_late``), ``offset`` after its work starts, as any other.
+  launching segment starts, not when it ends; where the launch is ``lsucc_at_arrival`` (a host op that
+  launched work and then waited for it, such as ``.item()``: the launch comes before the wait, and the
+  wait may be for that very work), ``offset`` after the segment arrives.
 
 Ready compute work is advanced in a tight loop without the event queue; the queue only orders
 cross-rank synchronisation (group completions, and in contention mode transfer starts and rate changes).
@@ -128,15 +127,13 @@ class Graph:
     """Launch successor segment ids."""
     lsucc_off: Sequence[int] | None = None
     """Per launch successor: ns after this segment's start (its work start; a sync member's arrival; its
-    arrival where ``launch_at_arrival``)."""
-    launch_at_arrival: Sequence[int] | None = None
-    """Per segment, 1 where its launches are met at its arrival, not at its start: a segment with wait
-    dependencies that launched work before it waited (the work it waits for, maybe). A wait dependency
-    then holds only its start: it arrives, launches, and waits (None: no such segment)."""
-    lsucc_late: Sequence[int] | None = None
-    """Per launch successor (aligned with ``lsucc_idx``), 1 where the launching segment is
-    ``launch_at_arrival`` but the call came after its wait: met ``lsucc_off`` after its work starts, as
-    any other segment's (None: none)."""
+    arrival where ``lsucc_at_arrival``)."""
+    lsucc_at_arrival: Sequence[int] | None = None
+    """Per launch successor (aligned with ``lsucc_idx``), 1 where it is met ``lsucc_off`` after the
+    launching segment *arrives*, not after its work starts: a segment with wait dependencies that launched
+    work before it waited (the work it waits for, maybe; a wait dependency holds only the work's start, so
+    it arrives, launches, and waits). Only a segment with wait dependencies tells the two apart (None:
+    none is so)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -296,13 +293,13 @@ def run(g: Graph) -> Outcome:
             if remaining[d] == 0:
                 stack.append(d)
 
-    late = g.lsucc_late if g.lsucc_late is not None else bytes(len(loff))
+    at_arrival = g.lsucc_at_arrival if g.lsucc_at_arrival is not None else bytes(len(loff))
 
-    def release_split(s: int, t: int, after_wait: int) -> None:
-        """Launch successors of a ``launch_at_arrival`` segment: the calls before its wait at its arrival
-        ``t``, or (``after_wait``) those after it at its work's start ``t``."""
+    def release_split(s: int, t: int, arrived: int) -> None:
+        """Launch successors of a waiting segment that launches: those ``lsucc_at_arrival`` at its arrival
+        ``t`` (``arrived``), or the others at its work's start ``t``."""
         for k in range(lptr[s], lptr[s + 1]):
-            if late[k] != after_wait:
+            if at_arrival[k] != arrived:
                 continue
             v = t + loff[k]
             d = lidx[k]
@@ -360,9 +357,12 @@ def run(g: Graph) -> Outcome:
         waits_on[d] = 1
         wpending[d] = wpending.get(d, 0) + 1
         remaining[d] -= 1  # a wait dependency holds the work's start, not the arrival
-    early = g.launch_at_arrival if g.launch_at_arrival is not None else bytes(n)
-    for s in compress(range(n), early):  # their launches are released at arrival, not again at the start
-        lrare[s] = 0
+    # waiting segments with launches met at arrival: released in two parts, not by release_launches
+    split = bytearray(n)
+    if g.lsucc_at_arrival is not None:
+        for d in wpending:
+            if lrare[d]:
+                split[d], lrare[d] = 1, 0
     arrived_at: dict[int, int] = {}  # arrival of the segments with wait dependencies
     stack.extend(compress(range(n), map(operator.not_, remaining)))  # those with no dependency
     while True:
@@ -376,13 +376,13 @@ def run(g: Graph) -> Outcome:
                     a = arrived_at.get(s)
                     if a is None:  # its arrival (popped again once its wait dependencies end)
                         arrived_at[s] = a = t
-                        if early[s]:
-                            release_split(s, a, 0)
+                        if split[s]:
+                            release_split(s, a, 1)
                         if wpending[s]:
                             continue
                     t = max(a, wready.get(s, _NEVER))
-                    if early[s]:
-                        release_split(s, t, 1)
+                    if split[s]:
+                        release_split(s, t, 0)
                 start[s] = t
                 e = t + ln
                 end[s] = e
@@ -491,8 +491,9 @@ class Preds:
     lidx: _Ints
     loff: _Ints
     """Launch predecessors and the offset of each launch after its launching segment's start."""
-    llate: _Ints
-    """Per launch predecessor: 1 where ``Graph.lsucc_late``."""
+    lat_arrival: _Ints
+    """Per launch predecessor: 1 where ``Graph.lsucc_at_arrival`` (met after the launching segment's
+    arrival)."""
 
 
 def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Preds) -> bytearray | None:
@@ -501,7 +502,7 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
     Walking back from a target, each step follows the rule of :func:`run` that gave the value its time,
     found by equality: a compute segment's end is its start plus its length; its start is a wait
     dependency's end where it waited, else its arrival, ``ready + gap``; ``ready`` is its ``ready0`` or a
-    dependency's end or a launching segment's start (its arrival, where ``launch_at_arrival``) plus the
+    dependency's end or a launching segment's start (its arrival, where ``lsucc_at_arrival``) plus the
     launch offset; a sync member ends ``transfer``
     after its group's transfer began (an eager send: after its own arrival), which is the last member's
     arrival or a queue-order dependency's end. Returns a flag per segment: 1 where its gap, length, row
@@ -516,7 +517,6 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
     n = len(g.length)
     gap, length, ready0, sync_of = g.gap, g.length, g.ready0, g.sync_of
     start, end, arrival = out.seg_start, out.seg_end, out.arrival
-    early = g.launch_at_arrival
 
     def ended_at(ptr: _Ints, idx: _Ints, s: int, t: int) -> int:
         """The first predecessor of ``s`` (in the CSR ``ptr``/``idx``) that ended at ``t``, else -1."""
@@ -595,16 +595,16 @@ def binding_segments(g: Graph, out: Outcome, targets: Sequence[int], preds: Pred
                 if p >= 0:
                     todo = (_END, p)
                     continue
-                at_arrival = False
+                met_at_arrival = False
                 for k in range(preds.lptr[s], preds.lptr[s + 1]):
                     q = int(preds.lidx[k])
-                    at_arrival = early is not None and bool(early[q]) and not preds.llate[k]
-                    if (arrival(q) if at_arrival else start[q]) + preds.loff[k] == r:
+                    met_at_arrival = bool(preds.lat_arrival[k])
+                    if (arrival(q) if met_at_arrival else start[q]) + preds.loff[k] == r:
                         p = q
                         break
                 if p < 0:
                     return None
-                if at_arrival:  # launched before it waited: on the path up to its arrival
+                if met_at_arrival:  # launched before it waited: on the path up to its arrival
                     on[p] = 1
                     todo = (_READY, p)
                     continue

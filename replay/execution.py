@@ -325,7 +325,7 @@ def launch_times(m: RankModel, start: I64, end: I64) -> I64:
     (recorded, or replayed): ``launch_off_ns`` after its source's start, or, for a call after the source's
     wait (:attr:`RankModel.launch_after_wait`), as long after that wait ended (the latest end of its wait
     edges, its start at the earliest: its work's start) as it was recorded. The simulator meets its launch
-    edges by the same rule (``Graph.lsucc_late``)."""
+    edges by the same rule (``Graph.lsucc_at_arrival``: those before a wait)."""
     src = m.launch_src
     early = start[src] + m.launch_off_ns
     if not m.launch_after_wait.any():

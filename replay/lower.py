@@ -241,7 +241,7 @@ class Lowering:
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
     launch_off_ns: I64
     """Per launch edge (same order): the launch call's offset into its launching node (into its work after
-    its wait, for a call after that wait: ``Graph.lsucc_late``)."""
+    its wait, for a call after that wait)."""
     seg_offset: I64
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
@@ -424,7 +424,7 @@ def prepare(
         w_dst.append(np.add(m.wait_dst, lo, dtype=np.int64))
         l_src.append(np.add(m.launch_src, lo, dtype=np.int64))
         l_dst.append(np.add(m.launch_dst, lo, dtype=np.int64))
-        # a call after its row's wait: met as long after the wait as recorded (the core's lsucc_late)
+        # a call after its row's wait: met as long after the wait as recorded (from the work's start)
         late = m.launch_after_wait
         l_off.append(np.where(late, m.launch_off_ns - m.wait_in_ns[m.launch_src], m.launch_off_ns))
         l_late.append(late)
@@ -503,18 +503,15 @@ def prepare(
         (_indices(c) for c in csr(ws_seg, wd_seg, nseg)) if ws_all.size else (None, None)
     )
     ndeps += np.bincount(wd_seg, minlength=nseg)  # (in place: ndeps is _segments' own)
-    # a host row that waits for work it launched itself (``.item()``): a segment of its own (a wait
-    # dependency begins one, a launch successor ends one), whose launches are met at its arrival
-    at_arrival: bytearray | None = None
+    # a launch by a host row that waits, before its wait (``.item()``, of the very work it waits for): met
+    # at the row's arrival; the row is a segment of its own (a wait dependency begins one, a launch
+    # successor ends one)
+    early_all = np.zeros(ls_all.size, dtype=np.bool_)
     if ls_all.size and wd_all.size:
         waiting = np.zeros(total, dtype=np.bool_)  # (a mask, not np.intersect1d: no hashing of 1 M edges)
         waiting[wd_all] = True
-        own = ls_all[waiting[ls_all]]
+        early_all = waiting[ls_all] & ~late_all
         del waiting
-        if own.size:
-            at_arrival = bytearray(nseg)
-            for sg in np.unique(seg_of_row[own]).tolist():
-                at_arrival[sg] = 1
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
     lorder = np.argsort(ls_seg, kind="stable")
@@ -526,9 +523,9 @@ def prepare(
     c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
     launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
-    lsucc_late = bytes(late_all[lorder].astype(np.uint8)) if late_all.any() else None
+    lsucc_at_arrival = bytes(early_all[lorder].astype(np.uint8)) if early_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
-    del ls_all, ld_all, lo_all, late_all, ls_seg, ld_seg, lorder  # the launch edges: in the columns above now
+    del ls_all, ld_all, lo_all, late_all, early_all, ls_seg, ld_seg, lorder  # in the columns above now
     c_ndeps = _indices(ndeps)
     del ndeps
     # per sync row (all groups' members, one after the other): its recorded start and end, and the latest
@@ -625,8 +622,7 @@ def prepare(
         group_xdeps=group_xdeps,
         detached=[list(g.detached) for g in em.syncs] if any(any(g.detached) for g in em.syncs) else None,
         waits_for=_member_rules(em),
-        launch_at_arrival=at_arrival,
-        lsucc_late=lsucc_late,
+        lsucc_at_arrival=lsucc_at_arrival,
     )
     lowered = Lowered(
         graph=graph,
@@ -754,7 +750,7 @@ def _recorded(
 
 def _launch_offsets(off_start: I64, launch_rows: I64, launch_off_ns: I64) -> I64:
     """Per launch edge: ns after its launching segment's start (the launch call's place inside it; for a
-    call after its row's wait, ``Graph.lsucc_late``, after the work's start)."""
+    call after its row's wait, after the work's start; ``Graph.lsucc_at_arrival``: after its arrival)."""
     return off_start[launch_rows] + launch_off_ns
 
 

@@ -306,9 +306,10 @@ def _preds(g: Graph) -> Preds:
     wptr, widx, _ = rev(g.wsucc_ptr, g.wsucc_idx)
     xptr, xidx, _ = rev(g.xsucc_ptr, g.xsucc_idx)
     lptr, lidx, loff = rev(g.lsucc_ptr, g.lsucc_idx, g.lsucc_off)
-    llate = None
-    if g.lsucc_late is not None:
-        llate = rev(g.lsucc_ptr, g.lsucc_idx, np.frombuffer(bytes(g.lsucc_late), dtype=np.uint8))[2]
+    lat_arrival = None
+    if g.lsucc_at_arrival is not None:
+        flags = np.frombuffer(bytes(g.lsucc_at_arrival), dtype=np.uint8)
+        lat_arrival = rev(g.lsucc_ptr, g.lsucc_idx, flags)[2]
     return Preds(
         ptr=ptr,
         idx=idx,
@@ -319,7 +320,7 @@ def _preds(g: Graph) -> Preds:
         lptr=lptr,
         lidx=lidx,
         loff=loff,
-        llate=llate if llate is not None else np.zeros(len(loff), dtype=np.int64),
+        lat_arrival=lat_arrival if lat_arrival is not None else np.zeros(len(loff), dtype=np.int64),
     )
 
 

@@ -76,31 +76,40 @@ def test_core_chains_compute_and_releases_members_after_the_last_arrival() -> No
     assert out.group_end == [309]
 
 
+def _host_op_graph(
+    *, lengths: tuple[int, int, int], off: int, waits_for: int, at_arrival: bytes | None
+) -> Graph:
+    """0: a host op, arriving at 10, that launches 2 ``off`` ns in and waits for ``waits_for``: 2, the work
+    it launched (which also follows 1 on its stream), or 1."""
+    own = waits_for == 2
+    return _graph(
+        ready0=[0, 0, 0],
+        gap=[10, 0, 0],
+        length=list(lengths),
+        ndeps=[1, 0, 2 if own else 1],  # 0: its wait; 2: its launch (and its stream predecessor)
+        succ_ptr=[0, 0, 1, 1] if own else [0, 0, 0, 0],
+        succ_idx=[2] if own else [],
+        sync_of=[-1, -1, -1],
+        wsucc_ptr=[0, 0, 0, 1] if own else [0, 0, 1, 1],
+        wsucc_idx=[0],
+        lsucc_ptr=[0, 1, 1, 1],
+        lsucc_idx=[2],
+        lsucc_off=[off],
+        lsucc_at_arrival=at_arrival,
+    )
+
+
 def test_a_host_segment_that_launches_the_work_it_then_waits_for_arrives_launches_and_waits() -> None:
     # 0: host op (.item()) arrives at 10, launches 2 (a copy) 4 ns in, then waits for it and works 3 ns
     # 1: the copy's stream predecessor, ends at 50; 2: the copy, 6 ns, after its launch and its predecessor
     def graph(at_arrival: bytes | None) -> Graph:
-        return _graph(
-            ready0=[0, 0, 0],
-            gap=[10, 0, 0],
-            length=[3, 50, 6],
-            ndeps=[1, 0, 2],  # 0: its wait on 2; 2: its launch and its stream predecessor
-            succ_ptr=[0, 0, 1, 1],
-            succ_idx=[2],
-            sync_of=[-1, -1, -1],
-            wsucc_ptr=[0, 0, 0, 1],
-            wsucc_idx=[0],
-            lsucc_ptr=[0, 1, 1, 1],
-            lsucc_idx=[2],
-            lsucc_off=[4],
-            launch_at_arrival=at_arrival,
-        )
+        return _host_op_graph(lengths=(3, 50, 6), off=4, waits_for=2, at_arrival=at_arrival)
 
-    out = run(graph(bytes([1, 0, 0])))
+    out = run(graph(bytes([1])))
     assert list(out.seg_start) == [56, 0, 50] and list(out.seg_end) == [59, 50, 56]
     assert out.arrival(0) == 10 and out.arrival(2) == 50
     # the stream free first: the copy waits for its launch (arrival 60 + 4), the op for the copy
-    g = graph(bytes([1, 0, 0]))
+    g = graph(bytes([1]))
     out = run(dataclasses.replace(g, gap=[60, 0, 0]))
     assert list(out.seg_start) == [70, 0, 64] and list(out.seg_end) == [73, 50, 70]
     # launched at its (post-wait) start, the copy would never run: a cycle, reported
@@ -113,22 +122,7 @@ def test_a_launch_after_a_segments_wait_is_met_as_long_after_the_wait_as_recorde
     # 0: host op arrives at 10, waits for 1 (ends at 50), works 30 (ends 80); it launched 2 (a kernel, 5
     # ns) 20 ns into its work, after its wait: at 70. 1: 50 ns of GPU work.
     def graph(length_1: int) -> Graph:
-        return _graph(
-            ready0=[0, 0, 0],
-            gap=[10, 0, 0],
-            length=[30, length_1, 5],
-            ndeps=[1, 0, 1],
-            succ_ptr=[0, 0, 0, 0],
-            succ_idx=[],
-            sync_of=[-1, -1, -1],
-            wsucc_ptr=[0, 0, 1, 1],
-            wsucc_idx=[0],
-            lsucc_ptr=[0, 1, 1, 1],
-            lsucc_idx=[2],
-            lsucc_off=[20],
-            launch_at_arrival=bytes([1, 0, 0]),
-            lsucc_late=bytes([1]),
-        )
+        return _host_op_graph(lengths=(30, length_1, 5), off=20, waits_for=1, at_arrival=bytes([0]))
 
     out = run(graph(50))
     assert list(out.seg_start) == [50, 0, 70] and list(out.seg_end) == [80, 50, 75]
@@ -136,7 +130,7 @@ def test_a_launch_after_a_segments_wait_is_met_as_long_after_the_wait_as_recorde
     out = run(graph(20))
     assert list(out.seg_start) == [20, 0, 40] and list(out.seg_end) == [50, 20, 45]
     # launched at its arrival (not after its wait), the kernel would not move with it
-    out = run(dataclasses.replace(graph(20), lsucc_late=bytes([0])))
+    out = run(dataclasses.replace(graph(20), lsucc_at_arrival=bytes([1])))
     assert out.seg_start[2] == 30
 
 
