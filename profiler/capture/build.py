@@ -953,15 +953,22 @@ class _Collectives:
     def __init__(self, spans: Iterable[tuple[int, int, int, int]]) -> None:
         self._spans = sorted((start, end, stream, nid) for stream, start, end, nid in spans)
         self._starts = [s for s, _e, _st, _n in self._spans]
+        # the latest end of the spans up to each: none before a span whose reach is below t contains t
+        self._reach = list(itertools.accumulate((e for _s, e, _st, _n in self._spans), max))
 
     def containing(self, stream: int, t: int) -> int | None:
         """The collective issued on thread ``stream`` that contains ``t`` (the latest issued, where several
         do), else the only collective of any thread that contains it (a worker thread's launch); None
         where there is no such one, or several and none issued on ``stream``."""
-        around = [(st, n) for s, e, st, n in self._spans[: bisect.bisect_right(self._starts, t)] if e >= t]
-        mine = [n for st, n in around if st == stream]
-        if mine:
-            return mine[-1]
+        around: list[tuple[int, int]] = []  # (thread, id) of those containing t, the latest issued first
+        i = bisect.bisect_right(self._starts, t) - 1
+        while i >= 0 and self._reach[i] >= t:
+            _s, e, st, n = self._spans[i]
+            if e >= t:
+                if st == stream:
+                    return n
+                around.append((st, n))
+            i -= 1
         return around[0][1] if len(around) == 1 else None
 
 
