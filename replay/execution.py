@@ -506,13 +506,9 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
                 lo, hi = np.append(lo, tail[0]), np.append(hi, tail[1])
             parts.append(Coverage.of(lo, hi).between(a, b))
         comp = rows[kernels[rows]]
-        # other pieces before an op launched before they began (not its launch latency)
-        queued = pieces.part == _OTHER
-        if launch_ns is not None:
-            launched = launch_ns[pieces.before]
-            queued &= (launched >= 0) & (launched < pieces.lo)
-        else:
-            queued &= False
+        # other pieces before an op launched before they began (not its launch latency; unknown: -1)
+        launched = launch_ns[pieces.before] if launch_ns is not None else np.full(pieces.before.size, -1)
+        queued = (pieces.part == _OTHER) & (launched >= 0) & (launched < pieces.lo)
         out.append(
             StreamIdle(
                 stream=int(sid),
