@@ -59,3 +59,29 @@ def fork_and_join(
         k = -1
     a = bisect_left(main_starts, first_start_ns)
     return k, a if a < len(main_starts) and main_starts[a] >= last_end_ns else -1
+
+
+def joins(
+    stretches: Sequence[tuple[int, int]], main: Sequence[tuple[int, int]], step_starts: Sequence[int]
+) -> list[tuple[int, int]]:
+    """For each stretch of :func:`backward_runs` (its first node's start, its last node's end), the index
+    into ``main`` (the main thread's nodes' ``(start, end)``; ties go by their order there) of the node it
+    follows and of the node that follows it (:func:`fork_and_join`), -1 for none."""
+    by_start = sorted(range(len(main)), key=lambda i: (main[i][0], i))
+    by_end = sorted(range(len(main)), key=lambda i: (main[i][1], i))
+    starts, ends = [main[i][0] for i in by_start], [main[i][1] for i in by_end]
+    steps = sorted(step_starts)
+    out = []
+    for first, last in stretches:
+        k, a = fork_and_join(first, last, main_starts=starts, main_ends=ends, step_starts=steps)
+        out.append((by_end[k] if k >= 0 else -1, by_start[a] if a >= 0 else -1))
+    return out
+
+
+def joins_note(stretches: int, joined: int) -> str:
+    """The manifest note of :func:`joins`: the stretches, and how many the main thread's next node
+    followed."""
+    return (
+        f"{stretches} stretch(es) of backward passes on autograd's device thread(s): each after the main "
+        f"thread's work before it, {joined} joined by the main thread's next node"
+    )

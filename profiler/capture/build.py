@@ -35,7 +35,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.autograd import backward_runs, fork_and_join, is_engine_op
+from skewlens.profiler.autograd import backward_runs, is_engine_op, joins, joins_note
 from skewlens.profiler.capture.records import (
     CALL_KINDS,
     END_UNKNOWN,
@@ -791,28 +791,21 @@ def _join_backward_passes(
     notes: list[str] | None,
 ) -> None:
     """Each stretch of :func:`_backward_passes` follows the main thread's node before it and the main
-    thread's next node follows it (:func:`skewlens.profiler.autograd.fork_and_join`)."""
-    main = [p for p in protos if p.stream == MAIN_STREAM]
-    by_start = sorted((p.start_ns, ids[id(p)]) for p in main)
-    by_end = sorted((p.end_ns, ids[id(p)]) for p in main)
-    starts, ends = [t for t, _ in by_start], [t for t, _ in by_end]
-    step_starts = sorted(s.start_ns for s in steps)
+    thread's next node follows it (:func:`skewlens.profiler.autograd.joins`)."""
+    main = sorted((ids[id(p)], p.start_ns, p.end_ns) for p in protos if p.stream == MAIN_STREAM)
     joined = 0
-    for first, last in runs:
-        k, a = fork_and_join(
-            first.start_ns, last.end_ns, main_starts=starts, main_ends=ends, step_starts=step_starts
-        )
-        if k >= 0 and by_end[k][1] not in ctrl[ids[id(first)]]:
-            ctrl[ids[id(first)]].append(by_end[k][1])
+    stretches = [(first.start_ns, last.end_ns) for first, last in runs]
+    for (first, last), (k, a) in zip(
+        runs, joins(stretches, [(s, e) for _, s, e in main], [s.start_ns for s in steps]), strict=True
+    ):
+        if k >= 0 and main[k][0] not in ctrl[ids[id(first)]]:
+            ctrl[ids[id(first)]].append(main[k][0])
         if a >= 0:
-            if ids[id(last)] not in ctrl[by_start[a][1]]:
-                ctrl[by_start[a][1]].append(ids[id(last)])
+            if ids[id(last)] not in ctrl[main[a][0]]:
+                ctrl[main[a][0]].append(ids[id(last)])
             joined += 1
     if notes is not None:
-        notes.append(
-            f"{len(runs)} stretch(es) of backward passes on autograd's device thread(s): each after the main "
-            f"thread's work before it, {joined} joined by the main thread's next node"
-        )
+        notes.append(joins_note(len(runs), joined))
 
 
 def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:

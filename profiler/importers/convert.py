@@ -98,7 +98,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from skewlens.profiler.autograd import backward_runs, fork_and_join, is_engine_op
+from skewlens.profiler.autograd import backward_runs, is_engine_op, joins, joins_note
 from skewlens.profiler.chakra_io import AttrValue, as_comm_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.gpu_deps import CALLS_READ, Call, GpuNode, SyncActivity, gpu_dependencies
@@ -630,7 +630,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
 def _join_backward_passes(cpu_nodes: dict[int, _Pending], kt: KinetoTrace, notes: list[str]) -> None:
     """Each stretch of autograd's device thread that the main thread waited for
     (:func:`skewlens.profiler.autograd.backward_runs`) follows the main thread's node before it, and the
-    main thread's next node follows it (:func:`skewlens.profiler.autograd.fork_and_join`). The main thread
+    main thread's next node follows it (:func:`skewlens.profiler.autograd.joins`). The main thread
     is the one of the ``ProfilerStep#`` annotations (else the one with most operators but the engine's)."""
     by_tid: dict[int, list[_Pending]] = defaultdict(list)
     for p in cpu_nodes.values():
@@ -642,34 +642,25 @@ def _join_backward_passes(cpu_nodes: dict[int, _Pending], kt: KinetoTrace, notes
     main_tid = marks.most_common(1)[0][0] if marks else max(others, key=others.__getitem__, default=None)
     if main_tid is None or not engine - {main_tid}:
         return
-    by_start = sorted(by_tid[main_tid], key=lambda p: p.event.start_ns)
-    by_end = sorted(by_start, key=lambda p: p.event.start_ns + p.event.dur_ns)
-    starts = [p.event.start_ns for p in by_start]
-    ends = [p.event.start_ns + p.event.dur_ns for p in by_end]
-    step_starts = sorted(a.start_ns for a in steps)
-    bounds = sorted([*starts, *step_starts])
+    main = sorted(by_tid[main_tid], key=lambda p: p.event.start_ns)
+    spans = [(p.event.start_ns, p.event.start_ns + p.event.dur_ns) for p in main]
+    step_starts = [a.start_ns for a in steps]
+    bounds = sorted([*(s for s, _e in spans), *step_starts])
     runs = joined = 0
     for tid in sorted(engine - {main_tid}):
         nodes = sorted(by_tid[tid], key=lambda p: p.event.start_ns)
-        for i, j in backward_runs([p.event.start_ns for p in nodes], bounds):
-            first, last = nodes[i].event, nodes[j].event
+        pairs = backward_runs([p.event.start_ns for p in nodes], bounds)
+        stretches = [
+            (nodes[i].event.start_ns, nodes[j].event.start_ns + nodes[j].event.dur_ns) for i, j in pairs
+        ]
+        for (i, j), (k, a) in zip(pairs, joins(stretches, spans, step_starts), strict=True):
             runs += 1
-            k, a = fork_and_join(
-                first.start_ns,
-                last.start_ns + last.dur_ns,
-                main_starts=starts,
-                main_ends=ends,
-                step_starts=step_starts,
-            )
             if k >= 0:
-                nodes[i].extra_deps.append(by_end[k].event.index)
+                nodes[i].extra_deps.append(main[k].event.index)
             if a >= 0:
-                by_start[a].extra_deps.append(last.index)
+                main[a].extra_deps.append(nodes[j].event.index)
                 joined += 1
-    notes.append(
-        f"{runs} stretch(es) of backward passes on autograd's device thread(s): each after the main "
-        f"thread's work before it, {joined} joined by the main thread's next node"
-    )
+    notes.append(joins_note(runs, joined))
 
 
 def _sync_activity(e: KEvent) -> SyncActivity:
