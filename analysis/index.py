@@ -131,9 +131,9 @@ class RankIndex:
     latest_met_ns: I64
     """Per row: when ``latest_dep`` was met (its end, or for a launch the launch call's start)."""
     arrival_dep: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """Of the host rows that waited for GPU work and launched some (``.item()`` launches the copy it then
-    waits for), each one's ``latest_dep`` and ``latest_met_ns`` of its arrival (wait edges left out): what
-    held it up to its launches."""
+    """Of the host rows that launched GPU work before they waited (``RankModel.launch_at_arrival``:
+    ``.item()`` launches the copy it then waits for), each one's ``latest_dep`` and ``latest_met_ns`` of its
+    arrival (wait edges left out): what held it up to those launches."""
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -233,9 +233,7 @@ def build_index(run: RunTrace) -> RunIndex:
         by_at = np.argsort(hw_at, kind="stable")
         latest, latest_met = latest_deps(m, end - m.dur_ns, end)
         arrival_dep: dict[int, tuple[int, int]] = {}
-        waiting = np.zeros(len(rt), dtype=np.bool_)
-        waiting[m.wait_dst] = True
-        own = np.unique(m.launch_src[waiting[m.launch_src]])
+        own = np.unique(m.launch_src[m.launch_at_arrival])
         if own.size:
             a_dep, a_met = latest_deps(m, end - m.dur_ns, end, waits=False)
             held = zip(own.tolist(), a_dep[own].tolist(), a_met[own].tolist(), strict=True)

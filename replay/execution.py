@@ -179,6 +179,15 @@ class RankModel:
         """Per row, the recorded time spent blocked on communication inside it (wait nodes), else 0."""
         return self.dur_ns - self.work_ns
 
+    @property
+    def launch_at_arrival(self) -> B:
+        """Per launch edge: its source waits (has wait edges) and the call came before the wait, so it is
+        met after the source *arrives* (its start), before the source blocks: ``.item()`` launching the
+        copy it then waits for (:func:`launch_times`)."""
+        waiting = np.zeros(self.valid.shape[0], dtype=np.bool_)
+        waiting[self.wait_dst] = True
+        return waiting[self.launch_src] & ~self.launch_after_wait
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SyncGroup:

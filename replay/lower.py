@@ -404,7 +404,7 @@ def prepare(
     l_src: list[I64] = []
     l_dst: list[I64] = []
     l_off: list[I64] = []
-    l_late: list[npt.NDArray[np.bool_]] = []
+    l_early: list[npt.NDArray[np.bool_]] = []
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -425,9 +425,10 @@ def prepare(
         l_src.append(np.add(m.launch_src, lo, dtype=np.int64))
         l_dst.append(np.add(m.launch_dst, lo, dtype=np.int64))
         # a call after its row's wait: met as long after the wait as recorded (from the work's start)
-        late = m.launch_after_wait
-        l_off.append(np.where(late, m.launch_off_ns - m.wait_in_ns[m.launch_src], m.launch_off_ns))
-        l_late.append(late)
+        l_off.append(
+            np.where(m.launch_after_wait, m.launch_off_ns - m.wait_in_ns[m.launch_src], m.launch_off_ns)
+        )
+        l_early.append(m.launch_at_arrival)
         d, g = _rank_times(
             rt,
             m,
@@ -453,8 +454,8 @@ def prepare(
     ls_all = np.concatenate(l_src) if l_src else z
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
-    late_all = np.concatenate(l_late) if l_late else z.astype(np.bool_)
-    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_late  # the per-rank copies
+    early_all = np.concatenate(l_early) if l_early else z.astype(np.bool_)
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early  # the per-rank copies
     # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
     # dependency begin one
     start_edges = [src_all, dst_all]
@@ -503,15 +504,8 @@ def prepare(
         (_indices(c) for c in csr(ws_seg, wd_seg, nseg)) if ws_all.size else (None, None)
     )
     ndeps += np.bincount(wd_seg, minlength=nseg)  # (in place: ndeps is _segments' own)
-    # a launch by a host row that waits, before its wait (``.item()``, of the very work it waits for): met
-    # at the row's arrival; the row is a segment of its own (a wait dependency begins one, a launch
-    # successor ends one)
-    early_all = np.zeros(ls_all.size, dtype=np.bool_)
-    if ls_all.size and wd_all.size:
-        waiting = np.zeros(total, dtype=np.bool_)  # (a mask, not np.intersect1d: no hashing of 1 M edges)
-        waiting[wd_all] = True
-        early_all = waiting[ls_all] & ~late_all
-        del waiting
+    # a launch met at its row's arrival (RankModel.launch_at_arrival): that row is a segment of its own (a
+    # wait dependency begins one, a launch successor ends one), so at the segment's arrival
     # launch edges: met at the launching segment's start plus the launch call's place inside it
     ls_seg, ld_seg = seg_of_row[ls_all], seg_of_row[ld_all]
     lorder = np.argsort(ls_seg, kind="stable")
@@ -525,7 +519,15 @@ def prepare(
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
     lsucc_at_arrival = bytes(early_all[lorder].astype(np.uint8)) if early_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
-    del ls_all, ld_all, lo_all, late_all, early_all, ls_seg, ld_seg, lorder  # in the columns above now
+    del (
+        ls_all,
+        ld_all,
+        lo_all,
+        early_all,
+        ls_seg,
+        ld_seg,
+        lorder,
+    )  # the launch edges: in the columns above now
     c_ndeps = _indices(ndeps)
     del ndeps
     # per sync row (all groups' members, one after the other): its recorded start and end, and the latest

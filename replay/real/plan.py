@@ -261,18 +261,20 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
     queue_deps = deps_by_row(m.queue_src, m.queue_dst, n)
     launched_by: list[list[int]] = [[] for _ in range(n)]
-    waiting = set(m.wait_dst.tolist())
     # a launched GPU row comes right after the host row that launched it: ordered by its launch call; one
-    # launched by a host row that then waited (``.item()``, which may wait for that very row) comes before
-    # it, after what that row followed (the launch precedes the wait)
+    # launched by a host row before it waited (``launch_at_arrival``: ``.item()``, which may wait for that
+    # very row) comes before it, after what that row followed
     keys = list(starts)
-    after_wait = m.launch_after_wait.tolist()
     edges = zip(
-        m.launch_src.tolist(), m.launch_dst.tolist(), m.launch_off_ns.tolist(), after_wait, strict=True
+        m.launch_src.tolist(),
+        m.launch_dst.tolist(),
+        m.launch_off_ns.tolist(),
+        m.launch_at_arrival.tolist(),
+        strict=True,
     )
-    for s, d, off, after in edges:
+    for s, d, off, before_wait in edges:
         keys[d] = starts[s] + off
-        if s in waiting and not after:
+        if before_wait:
             launched_by[d] += [*start_deps[s], *([parent[s]] if parent[s] >= 0 else [])]
         else:
             launched_by[d].append(s)
