@@ -421,17 +421,24 @@ class IdleStretches:
 
 
 def idle_stretches(
-    rt: RankTrace, m: RankModel, *, start: I64, end: I64, from_ns: int | None = None
+    rt: RankTrace,
+    m: RankModel,
+    *,
+    start: I64,
+    end: I64,
+    from_ns: int | None = None,
+    stream: int | None = None,
 ) -> list[IdleStretches]:
-    """Each GPU stream of a rank, given each row's ``start`` and ``end`` (recorded, or replayed): the stretch
-    before each of its ops during which it ran nothing, from the end of its work so far (the latest end of
-    its earlier ops; the first op's: ``from_ns``, or none), split by the rule of :func:`gpu_idle` (the
-    dependency met latest and when: until then it waited for that, after it, other). No piece after the
-    stream's last op."""
+    """Each GPU stream of a rank (or the one ``stream``), given each row's ``start`` and ``end`` (recorded,
+    or replayed): the stretch before each of its ops during which it ran nothing, from the end of its work
+    so far (the latest end of its earlier ops; the first op's: ``from_ns``, or none), split by the rule of
+    :func:`gpu_idle` (the dependency met latest and when: until then it waited for that, after it, other).
+    No piece after the stream's last op."""
     deps = (*latest_deps(m, start, end), comm_rows(rt))
     return [
         _stretches(rt, rows, sid=sid, start=start, end=end, deps=deps, from_ns=from_ns)
         for sid, rows in _gpu_streams(rt, m, start).items()
+        if stream is None or sid == stream
     ]
 
 

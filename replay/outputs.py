@@ -273,13 +273,9 @@ def write_perfetto(
     idle_tid: dict[int, int] = {}
     for r, sid in sorted((idle_streams or {}).items()):
         first = int(res.start_ns[r][written[r]].min()) if written[r].any() else None  # the rank's start
-        found = [
-            p
-            for p in idle_stretches(
-                run.ranks[r], em.ranks[r], start=res.start_ns[r], end=res.end_ns[r], from_ns=first
-            )
-            if p.stream == sid
-        ]
+        found = idle_stretches(
+            run.ranks[r], em.ranks[r], start=res.start_ns[r], end=res.end_ns[r], from_ns=first, stream=sid
+        )
         if found:
             idle[r] = found[0]
             idle_tid[r] = max(tracks[r].names, default=0) + 1
