@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -142,3 +143,25 @@ def test_the_quick_smoke_run_writes_the_figures_of_each_size(tmp_path: Path) -> 
     assert case["growth"]["wall_ratio"] == pytest.approx(ratio)
     assert case["growth"]["size_ratio"] == 2
     assert "compute" in proc.stdout and "SMOKE" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_benchmark_writes_fresh_bytecode_for_every_module_of_the_package_before_timing() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, an edited module of an editable install would be compiled by
+    every timed command; the benchmark compiles them all first, symlinked subpackages included."""
+    import importlib.util as iu
+
+    import skewlens
+
+    e2e = _bench()
+    n = e2e.compile_package(str(Path(sys.executable).with_name("skewlens")))
+    root = Path(skewlens.__file__).parent
+    sources = [Path(d) / f for d, _, fs in os.walk(root, followlinks=True) for f in fs]
+    sources = [p for p in sources if p.suffix == ".py"]
+    assert n == len(sources) > 100
+    assert any(p.parent.is_symlink() or p.parent.parent.is_symlink() for p in sources)
+    for src in sources:
+        header = Path(iu.cache_from_source(str(src))).read_bytes()[:16]
+        st = src.stat()
+        assert int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF, src
+        assert int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF, src
