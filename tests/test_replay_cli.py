@@ -98,6 +98,10 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
             ["slowdown=slow_send", "+slowdown.entries.0.first_step=2"],
             "slowdown slow_send: +5 ms before every send op on rank 1 (steps 2..)",
         ),
+        (  # entries of its own under the default preset, "none": not "slowdown none: ..."
+            ["slowdown.entries=[{kind:compute,factor:0.5,device:host}]"],
+            "replayed with transfers as recorded; slowdown compute x0.5 (host ops)",
+        ),
     ],
 )
 def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: list[str], line: str) -> None:
@@ -127,6 +131,21 @@ def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: li
             ["slowdown=straggler", "slowdown.entries.0.factor=abc"],
             "slowdown.entries.0.factor=abc: Value 'abc' of type 'str' could not be converted to Float",
         ),
+        (
+            ["slowdown.entries=[{kind:compute,factr:0.5}]"],
+            (
+                "slowdown.entries=[{kind:compute,factr:0.5}]: item 0: Key 'factr' not in "
+                "'SlowdownItemConfig' (an item has kind, ranks, factor,"
+            ),
+        ),
+        (
+            ["+slowdown.entries=[{kind:compute,factor:2},{kind:compute,factor:abc}]"],
+            (
+                "+slowdown.entries=[{kind:compute,factor:2},{kind:compute,factor:abc}]: item 1: Value 'abc' "
+                "of type 'str' could not be converted to Float"
+            ),
+        ),
+        (["slowdown.entries=abc"], "slowdown.entries=abc: expected a list of {key:value,...} items"),
         (["scale.nokey=1"], "scale.nokey: no such setting (scale has dp, source, seed)"),
         (["nokey=1"], "nokey: no such setting (skewlens replay has trace, out, mode,"),
     ],
@@ -274,6 +293,14 @@ def test_an_out_that_cannot_be_a_directory_or_a_bad_topology_file_is_one_line(
         ([f"out={afile / 'sub'}"], f"out={afile / 'sub'}: cannot be made a directory (Not a directory)"),
         ([f"out={tmp_path / 'o'}", f"topology={bad_yaml}"], f"topology={bad_yaml}: not a YAML topology ("),
         ([f"out={tmp_path / 'o'}", f"topology={empty}"], f"topology={empty}: holds no topology"),
+        (
+            [f"out={tmp_path / 'o'}", f"topology={tmp_path}/"],
+            f"topology={tmp_path}/: a directory; give a topology",
+        ),
+        (
+            [f"out={tmp_path / 'o'}", f"topology={tmp_path / 'no.yaml'}"],
+            f"topology={tmp_path / 'no.yaml'}: no such file",
+        ),
         (
             [f"out={tmp_path / 'o'}", f"topology={typo}", "comm_mode=model"],
             f"topology={typo}: bandwidth_gbs: Key 'bandwidth_gbs' not in 'DimensionConfig'",

@@ -32,7 +32,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
 from skewlens.console import report_console
@@ -111,7 +111,9 @@ def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     """What was replayed: the network (the topology where transfers are modelled) and each slowdown."""
     net = f"topology {conf.topology.name}" if conf.comm_mode == "model" else "transfers as recorded"
     what = "; ".join(i.describe() for i in items)
-    slow = f"slowdown {conf.slowdown.name}: {what}" if items else "no slowdown"
+    # a preset named ``none`` that has entries was given them on the command line (slowdown.entries=[...])
+    named = f"slowdown {conf.slowdown.name}: " if conf.slowdown.name != "none" else "slowdown "
+    slow = f"{named}{what}" if items else "no slowdown"
     scale = f"; as {conf.scale.dp} data-parallel replicas" if conf.scale.dp else ""
     return f"replayed with {net}; {slow}{scale}"
 
@@ -272,12 +274,32 @@ def check_types(args: list[str]) -> None:
             dataclasses.make_dataclass("Setting", [(name, setting, dataclasses.field(default=MISSING))])
         )
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        if typing.get_origin(setting) is list and dataclasses.is_dataclass(typing.get_args(setting)[0]):
+            for v in values:
+                _check_items(o.input_line or o.key_or_group, holder, name, typing.get_args(setting)[0], v)
+            continue
         for v in values:
             try:
                 OmegaConf.update(holder, name, v, merge=False)
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
+
+
+def _check_items(line: str, holder: DictConfig, name: str, item: type, value: Any) -> None:
+    """``value`` for a list of ``item`` nodes (``slowdown.entries=[{kind:compute,factor:2}]``): a list whose
+    items have only ``item``'s keys, each of its type, else a one-line :class:`ConfigError` naming the item
+    (Hydra's own message is six lines, and its advice, ``+key=``, would not mend a typo)."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{line}: expected a list of {{key:value,...}} items")
+    for i, v in enumerate(value):
+        try:
+            OmegaConf.merge(holder, {name: [v]})
+        except OmegaConfBaseException as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            has = ", ".join(f.name for f in dataclasses.fields(item))
+            hint = f" (an item has {has})" if isinstance(e, ConfigKeyError) else ""
+            raise ConfigError(f"{line}: item {i}: {first}{hint}") from None
 
 
 def _setting_type(key: str, *, adding: bool = False) -> Any:
@@ -300,9 +322,7 @@ def _setting_type(key: str, *, adding: bool = False) -> Any:
             t = typing.get_args(t)[0]
         else:
             return None
-    if typing.get_origin(t) is list and dataclasses.is_dataclass(typing.get_args(t)[0]):
-        return None  # a list of nodes (slowdown.entries=[{...}]): Hydra merges its items into the schema
-    return None if dataclasses.is_dataclass(t) else t
+    return None if dataclasses.is_dataclass(t) else t  # a list of nodes is a setting: its items are checked
 
 
 def check_topology_file(item: str, path: Path) -> None:
@@ -376,6 +396,8 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
                     check_entry("topology", item, builtin, or_file=True)
                 names.append(item)  # an entry of conf/topology/
                 continue
+            if p.is_dir():
+                raise ConfigError(f"topology={item}: a directory; give a topology YAML file in it")
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
             check_topology_file(item, p)
