@@ -461,12 +461,12 @@ def astra_command(
 # ----------------------------------------------------------------------------------------- export
 
 
-def _validate(run_dir: str | Path, progress: Progress) -> None:
+def _validate(run_dir: str | Path, progress: Progress, allow_option: str) -> None:
     from skewlens.profiler.store.validate import refusal, validate_run
 
     report = validate_run(run_dir, progress=progress)
     if report.errors:
-        raise refusal(run_dir, report.errors, "not exported")
+        raise refusal(run_dir, report.errors, "not exported", anyway=allow_option)
 
 
 def export_astra_sim(
@@ -481,6 +481,7 @@ def export_astra_sim(
     strict: bool = True,
     binary: str = ASTRA_BINARY,
     progress: Progress = NO_PROGRESS,
+    allow_option: str = "strict=False",
 ) -> AstraExport:
     """Write ``run_dir`` as an ASTRA-sim workload into ``out_dir`` (replaced atomically).
 
@@ -488,7 +489,8 @@ def export_astra_sim(
     link) and remote-memory configurations beside the traces; without it the command names placeholders.
     ``host_compute``: ``"npu"`` exports every compute node as the NPU's compute, ``"drop"`` drops host
     compute nodes, ``"auto"`` drops them only on ranks that also have GPU kernels. ``strict`` refuses a
-    run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective).
+    run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective), naming
+    ``allow_option``, how the caller's user asks to export it all the same.
     """
     from skewlens.profiler.store.issues import rank_ranges
     from skewlens.profiler.store.load import locate_run, parse_pg_init
@@ -507,7 +509,7 @@ def export_astra_sim(
         if not f.exists():
             raise ValidationError(f"{f}: rank {r} is listed but its trace file is missing")
     if strict:
-        _validate(run_dir, progress)
+        _validate(run_dir, progress, allow_option)
     listed = list(manifest.process_groups)
     names = {g.name for g in listed}
     for f in files.files.values():

@@ -218,8 +218,11 @@ def test_export_of_an_invalid_run_writes_nothing(tmp_path: Path) -> None:
     b.rank(1).collective(CommType.BROADCAST, 64, 10)
     run = b.write(tmp_path / "run")
     out = tmp_path / "out" / "pq"
-    with pytest.raises(ValidationError, match="not exported, 1 problem"):
+    with pytest.raises(ValidationError, match="not exported, 1 problem") as e:
         export_run(run, out, workers=1)
+    assert str(e.value).endswith("; strict=False does it all the same")  # the way round it
+    with pytest.raises(ValidationError, match=r"; --allow-errors does it all the same$"):
+        export_run(run, out, workers=1, allow_option="--allow-errors")
     assert list((tmp_path / "out").iterdir()) == []
     summary = export_run(run, out, workers=1, strict=False)
     assert summary.rows["collectives"] == 2 and (out / "nodes" / "rank=1" / "part-0.parquet").exists()

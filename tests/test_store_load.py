@@ -165,6 +165,22 @@ def test_a_folder_with_several_runs_asks_for_a_prefix(tmp_path: Path) -> None:
     assert len(load_run(tmp_path / "b").ranks) == 1
 
 
+def test_a_missing_path_a_rank_file_and_an_empty_folder_are_each_told_apart(tmp_path: Path) -> None:
+    # each said "no manifest.json and no Chakra traces named <prefix>.<rank>.et (is this a run directory?)"
+    with EtWriter(tmp_path / "run" / "a.0.et") as w:
+        w.write(pb.Node(id=1, name="x", type=int(NodeType.COMP)))
+    (tmp_path / "empty").mkdir()
+    cases = {
+        tmp_path / "nope": rf"nope: no such run directory \(nor traces nope.<rank>.et in {tmp_path}\)",
+        tmp_path / "run" / "a.0.et": rf"a.0.et: a file, not a run: give the run directory that holds it "
+        rf"\({tmp_path / 'run'}\)",
+        tmp_path / "empty": r"empty: no manifest.json and no Chakra traces named <prefix>.<rank>.et",
+    }
+    for path, says in cases.items():
+        with pytest.raises(ManifestError, match=says):
+            load_run(path)
+
+
 def test_strict_load_still_raises_on_the_first_mismatch(tmp_path: Path) -> None:
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)

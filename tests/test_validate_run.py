@@ -161,7 +161,11 @@ def test_a_captures_traces_without_their_manifest_are_a_warning_a_foreign_runs_a
     for r in (0, 1):
         with EtWriter(d / f"trace.{r}.et") as w:
             w.write(_comp(1, "x"))
-    assert not [i for i in validate_run(d).warnings if i.kind == "no-manifest"]
+    foreign = validate_run(d)
+    assert not [i for i in foreign.warnings if i.kind == "no-manifest"]
+    # the world size it guessed is said as info (it was not said at all)
+    infos = [i.message for i in foreign.issues if i.severity.value == "info"]
+    assert f"{d}: no manifest: world size inferred from the trace file names" in infos
 
 
 def test_a_rank_whose_trace_the_capture_saved_partially_is_a_warning_in_check_and_a_note_in_reports(
@@ -230,6 +234,24 @@ def test_send_without_recv_names_the_send(tmp_path: Path) -> None:
     assert report.run is not None and len(report.run.p2p) == 1
 
 
+def test_sends_to_a_rank_without_a_trace_are_one_error_not_one_per_send(tmp_path: Path) -> None:
+    # each send was its own error, drowning the one that matters (the missing rank)
+    b = RunBuilder(3)
+    for _ in range(5):
+        b.rank(0).send(1, 256, 10, tag=5)
+        b.rank(1).recv(0, 256, 10, tag=5)
+    b.rank(2).recv(1, 256, 10, tag=7)
+    run = b.write(tmp_path / "run")
+    rank_file(run, 1).unlink()
+    report = validate_run(run)
+    msgs = sorted(i.message for i in report.errors if i.kind == "p2p-unmatched")
+    no_trace = "which has no trace"
+    assert msgs == [
+        f"p2p mismatch: rank 0 posts 5 send(s) to rank 1 (tag 5), {no_trace}: nodes 1-5 have no partner",
+        f"p2p mismatch: rank 2 posts 1 recv(s) from rank 1 (tag 7), {no_trace}: node 1 has no partner",
+    ]
+
+
 def test_every_problem_is_collected_not_just_the_first(tmp_path: Path) -> None:
     b = RunBuilder(3)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
@@ -253,10 +275,13 @@ def test_load_validated_raises_one_message_with_the_first_problems(tmp_path: Pat
         b.rank(1).collective(CommType.REDUCE, 64, 10)
     run = b.write(tmp_path / "run")
     with pytest.raises(ValidationError) as e:
-        load_validated(run)
+        load_validated(run, lenient_option="")
     text = str(e.value)
     assert "8 problem(s)" in text and "seq 0: type differs" in text and "seq 4: type differs" in text
     assert "seq 5:" not in text and "skewlens check" in text
+    # by default the refusal names the Python caller's way round it (the CLIs name their options)
+    with pytest.raises(ValidationError, match="With lenient=True the rest is used"):
+        load_validated(run)
 
 
 def test_load_validated_returns_the_matched_run_when_it_is_clean(tmp_path: Path) -> None:

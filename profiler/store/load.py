@@ -90,6 +90,10 @@ class RunFiles:
     """Whether ``manifest.json`` was read."""
 
 
+#: The note of a manifest the loader made up for traces without one (``skewlens check`` reports it as info).
+SYNTH_NOTE = "inferred"
+
+
 def _synth_manifest(ranks: list[int]) -> Manifest:
     world = max(ranks) + 1
     return Manifest(
@@ -97,7 +101,7 @@ def _synth_manifest(ranks: list[int]) -> Manifest:
         ranks=tuple(ranks),
         missing_ranks=tuple(sorted(set(range(world)) - set(ranks))),
         source="foreign",
-        notes={"inferred": "no manifest: world size inferred from the trace file names"},
+        notes={SYNTH_NOTE: "no manifest: world size inferred from the trace file names"},
     )
 
 
@@ -137,6 +141,10 @@ def locate_run(path: str | Path) -> RunFiles:
             by_prefix.setdefault(m1["prefix"], {})[int(m1["rank"])] = f
     if want is not None:
         by_prefix = {k: v for k, v in by_prefix.items() if k == want}
+    if not by_prefix and p.is_file():
+        raise ManifestError(f"{p}: a file, not a run: give the run directory that holds it ({folder})")
+    if not by_prefix and not p.exists():
+        raise ManifestError(f"{p}: no such run directory (nor traces {p.name}.<rank>.et in {folder})")
     if not by_prefix:
         raise ManifestError(
             f"{p}: no manifest.json and no Chakra traces named <prefix>.<rank>.et (is this a run directory?)"

@@ -542,6 +542,21 @@ def match_pairs(
             skip(gi, "no matching send", counts, [(dst, i) for i in rv[len(s) :]])
         if len(s) > len(rv):
             skip(gi, "no matching recv", counts, [(src, i) for i in s[len(rv) :]])
+        absent = dst if dst not in comm else src if src not in comm else None
+        if absent is not None:  # one error for the lot: each op's own would repeat the missing rank's
+            if report.wants("p2p-unmatched"):
+                r, ops = (src, s) if absent == dst else (dst, rv)
+                what = f"{len(ops)} send(s) to" if absent == dst else f"{len(ops)} recv(s) from"
+                ids = rank_ranges(int(comm[r].node_id[i]) for i in ops)
+                nodes = f"nodes {ids} have" if len(ops) > 1 else f"node {ids} has"
+                report.add(
+                    "p2p-unmatched",
+                    f"p2p mismatch: rank {r} posts {what} rank {absent} (tag {tag}), which has no trace: "
+                    f"{nodes} no partner",
+                    rank=r,
+                    node=int(comm[r].node_id[ops[0]]),
+                )
+            continue
         for k in range(len(s), len(rv)):
             if report.wants("p2p-unmatched"):
                 node = int(comm[dst].node_id[rv[k]])

@@ -333,8 +333,11 @@ def export_run(
     workers: int | None = None,
     strict: bool = True,
     progress: Progress = NO_PROGRESS,
+    allow_option: str = "strict=False",
 ) -> ExportSummary:
-    """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring."""
+    """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring.
+    ``allow_option``: how the caller's user asks for a run with errors to be exported, named in the
+    refusal."""
     files = locate_run(run_dir)
     out = Path(out_dir)
     check_replaceable(out, marker=PARQUET_EXPORT_FILE, fmt=PARQUET_EXPORT_FORMAT, what="Parquet export")
@@ -348,7 +351,7 @@ def export_run(
         summary = _export_into(files, tmp, n_workers, sink, progress=progress)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
-            raise refusal(run_dir, errors, "not exported")
+            raise refusal(run_dir, errors, "not exported", anyway=allow_option)
         replace_dir(tmp, out)
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
 

@@ -31,7 +31,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     summarise_skipped,
 )
-from skewlens.profiler.store.load import SPLITS_KIND, Decoder, load_run
+from skewlens.profiler.store.load import SPLITS_KIND, SYNTH_NOTE, Decoder, load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.progress import NO_PROGRESS, Advance, Progress
@@ -143,6 +143,8 @@ def validate_run(
     run = load_run(path, progress=progress, sink=sink, lenient=lenient, decoder=decoder)
     with progress.task("checking dependencies", len(run.ranks)) as advance:
         _check_cycles(run, sink, advance)
+    if run.manifest.source == "foreign" and SYNTH_NOTE in run.manifest.notes:
+        sink.info("inferred", f"{path}: {run.manifest.notes[SYNTH_NOTE]}", file=str(path))
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:
             sink.info("inferred", f"{rt.path}: rank {r}: {note}", file=rt.path, rank=r)
@@ -206,6 +208,7 @@ def refusal(
     *,
     skipped: Sequence[SkippedComm] = (),
     lenient_option: str = "",
+    anyway: str = "",
 ) -> ValidationError:
     """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
     first :data:`FIRST_ERRORS` of them, and the command that lists them all.
@@ -213,6 +216,7 @@ def refusal(
     ``lenient_option`` names how the caller's user asks for a lenient load (``--lenient``): where every
     error is communication that disagrees across ranks, the message says per group what disagrees and
     that this option uses the rest; where there are other errors too, that it would not be enough.
+    ``anyway`` names how the user asks for the work to be done regardless (an export's ``--allow-errors``).
     """
     check = f"`skewlens check {path}` lists every problem"
     remedy = lenient_remedy(errors)
@@ -232,11 +236,17 @@ def refusal(
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
         else:
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
+    if anyway:
+        tail += f"; {anyway} does it all the same"
     return ValidationError(f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- {tail}")
 
 
 def load_validated(
-    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False, lenient_option: str = ""
+    path: str | Path,
+    *,
+    progress: Progress = NO_PROGRESS,
+    lenient: bool = False,
+    lenient_option: str = "lenient=True",
 ) -> RunTrace:
     """The run, validated: raises :class:`ValidationError` naming the first few problems if there are any.
 

@@ -174,14 +174,14 @@ def main(argv: list[str]) -> int:
     if rc != 0:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
 
-    console.rule("2/3 analyse: skew, step breakdown, critical path, what-if blame")
+    console.rule("2/3 analyze: skew, step breakdown, critical path, what-if blame")
     from skewlens.analysis.api import analyze_run, write_tables
     from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
     from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
     from skewlens.analysis.render import report
     from skewlens.profiler.store.validate import load_validated
 
-    run = load_validated(run_dir)
+    run = load_validated(run_dir, lenient_option="")  # the demo's own run: no option to offer
     result = analyze_run(run, progress=RichProgress(console))
     written = write_tables(result, analysis_dir)
     written += [

@@ -152,6 +152,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
             host_compute=args.host_compute,
             strict=not args.allow_errors,
             progress=_progress(args.no_progress, console),
+            allow_option="--allow-errors",
         )
         out.print(_render_astra(result, time.perf_counter() - t0))
         out.print(
@@ -167,6 +168,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         workers=args.workers,
         strict=not args.allow_errors,
         progress=_progress(args.no_progress, console),
+        allow_option="--allow-errors",
     )
     out.print(render_export(summary, time.perf_counter() - t0))
     return 0
