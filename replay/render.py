@@ -46,6 +46,11 @@ def summary_table(
         by_rank = {k: by_rank[k] for k in shown}
     if copies:
         t.caption = "rank←captured rank it copies" + (f"; {t.caption}" if t.caption else "")
+    # summary.parquet's wait_ns counts every wait; the columns are the exposed part, which the step paid
+    exposed = (
+        "wait, xfer: exposed (not under compute): summary.parquet's exposed_wait_ns, exposed_transfer_ns"
+    )
+    t.caption = f"{t.caption}; {exposed}" if t.caption else exposed
     for rank, rs in sorted(by_rank.items()):
         n = len(rs)
         rep = sum(x.step_time_ns for x in rs) / n

@@ -163,9 +163,9 @@ class SweepSummary(Callback):
         for job, (overrides, message) in failed.items():
             own = " ".join(o for o in overrides.split() if o not in common) or overrides
             print(f"skewlens replay: error: sweep job {job} ({own}): {message}", file=sys.stderr)
+        where = f"the others' outputs are in {sweep_dir}" if rows else "none wrote outputs"
         print(
-            f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; the others' "
-            f"outputs are in {sweep_dir}",
+            f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; {where}",
             file=sys.stderr,
         )
         # SystemExit, not an exception: Hydra would print an exception raised here with a traceback

@@ -49,6 +49,9 @@ def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no
     assert cells[4] == "0"  # the steps recorded, as the import's table lists them (step 0), not a count
     assert "36-38" in rows[-2] and "crashed" in rows[-2] and "39" in rows[-1] and "killed" in rows[-1]
     assert "36 ranks: the first 32 listed, 4 more in" in buf.getvalue()
+    # the reason starts where the nodes column does (it was right-aligned in it); the title is one line
+    assert rows[-2].split("│")[6].startswith(" crashed")
+    assert buf.getvalue().splitlines()[0].strip().endswith("(level collectives, world size 40)")
 
 
 def test_the_profile_summary_says_when_the_collectives_level_recorded_no_communication(
@@ -116,3 +119,15 @@ def test_an_option_out_of_its_range_is_one_line_and_writes_nothing(
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines() == [error]
     assert not out.exists()
+
+
+def test_a_misspelt_command_is_refused_with_the_command_it_resembles(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from skewlens.cli import main
+
+    assert main(["analyse", "RUN"]) == 2
+    assert main(["frobnicate"]) == 2
+    first, second = (e for e in capsys.readouterr().err.splitlines() if e.startswith("skewlens: unknown"))
+    assert first == "skewlens: unknown command 'analyse' (did you mean 'analyze'?)"
+    assert second == "skewlens: unknown command 'frobnicate'"

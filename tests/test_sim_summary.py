@@ -125,6 +125,8 @@ def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_
     assert " 777 " in text and " 7 " in text and " 8 " not in text
     words = " ".join(text.split())  # the caption wraps at the table's width
     assert "1024 ranks" in words and "the other 1022" in words and "wait 5.001" in words
+    # which wait the column is: the exposed one, not summary.parquet's wait_ns
+    assert "wait, xfer: exposed (not under compute): summary.parquet's exposed_wait_ns" in words
 
 
 def test_a_replay_that_speeds_the_straggler_up_gives_shorter_steps_and_all_their_compute(

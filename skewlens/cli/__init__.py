@@ -7,6 +7,7 @@ reaches this edge is printed as one line and gives exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -68,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in SUBCOMMANDS:
-        print(f"skewlens: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        close = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"skewlens: unknown command {name!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
     tune_malloc()
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
         args, rest = _parser().parse_known_args(argv)
         if rest:  # the command without "--": its own --out or --steps would have been taken as ours
             raise CaptureError(
-                f"put the command after '--': skewlens profile --out RUN_DIR [options] -- {' '.join(rest)} "
+                f"put the command after '--': skewlens profile --out RUN_DIR [options] -- {shlex.join(rest)} "
                 "(without it, the command's own options such as --out or --steps are read as skewlens's)"
             )
         command = []
@@ -109,12 +110,12 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         if code != 0:
             print(
-                f"skewlens profile: error: command {_exited(code)}: {' '.join(command)}",
+                f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}",
                 file=sys.stderr,
             )
             return exit_status(code)
         raise CaptureError(
-            f"{' '.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
+            f"{shlex.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
             "steps with optimizer.step(), or import torch at all?)"
         )
     if OPTIONS_NOTE in manifest.notes:
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> int:
     if code != 0:
         missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
         print(
-            f"skewlens profile: error: command {_exited(code)}: {' '.join(command)}"
+            f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}"
             f" (traces of ranks {list(manifest.ranks)} kept in {run_dir}{missing})",
             file=sys.stderr,
         )
@@ -176,7 +177,7 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     )
     if code != 0:
         print(
-            f"skewlens profile: error: command {_exited(code)}: {' '.join(command)} ({where})",
+            f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)} ({where})",
             file=sys.stderr,
         )
         return exit_status(code)
@@ -224,16 +225,15 @@ def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile"
     clock offset, the steps recorded (as ranges, ``2-4``, like ``skewlens import``), nodes written; one row
     per reason for the ranks without a trace."""
     from rich.table import Table
+    from rich.text import Text
 
     from skewlens.console import ranks_caption
     from skewlens.profiler.chakra_io import iter_messages
     from skewlens.profiler.manifest import rank_file
     from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
 
-    table = Table(
-        title=f"skewlens {command}: {run_dir} (level {manifest.level}, world size {manifest.world_size})",
-        title_justify="left",
-    )
+    title = f"skewlens {command}: {run_dir} (level {manifest.level}, world size {manifest.world_size})"
+    table = Table(title=title, title_justify="left", min_width=len(title))  # a narrow table wrapped it
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
         table.add_column(col, justify="right" if col not in ("host", "device") else "left")
     if len(manifest.ranks) > MAX_RANK_ROWS:
@@ -255,7 +255,7 @@ def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile"
             str(nodes),
         )
     for note, ranks in manifest.missing_by_note().items():  # ranks without a trace: one row per reason
-        table.add_row(rank_ranges(ranks), "", "", "", "missing", note)
+        table.add_row(rank_ranges(ranks), "", "", "", "missing", Text(note, justify="left"))
     if most <= 1 and manifest.level == "collectives":  # the process group's node at most
         note = (
             "no communication in the capture window: the collectives level records the time between "
