@@ -31,15 +31,29 @@ def _read_upto(fh: BinaryIO, limit: int) -> bytes:
 
 
 def read_bytes_bounded(
-    path: Path, max_bytes: int, *, error: type[SkewlensError] = SkewlensError, what: str = "file"
+    path: Path,
+    max_bytes: int,
+    *,
+    error: type[SkewlensError] = SkewlensError,
+    what: str = "file",
+    gzip_ratio: int = 0,
+    gzip_floor: int = 0,
 ) -> bytes:
-    """The file's bytes, gunzipped if it is gzip-compressed; at most ``max_bytes``."""
+    """The file's bytes, gunzipped if it is gzip-compressed; at most ``max_bytes``, and where ``gzip_ratio``
+    is given, a gzipped file at most ``max(gzip_ratio × its size, gzip_floor)`` (a decompression bomb)."""
     try:
         with path.open("rb", buffering=0) as fh:
             fd = fh.fileno()
             if os.pread(fd, 2, 0) == b"\x1f\x8b":
+                packed = os.fstat(fd).st_size
+                limit = min(max_bytes, max(gzip_ratio * packed, gzip_floor)) if gzip_ratio else max_bytes
                 with gzip.GzipFile(fileobj=fh) as gz:
-                    data = gz.read(max_bytes + 1)
+                    data = gz.read(limit + 1)
+                if len(data) > limit and limit < max_bytes:
+                    raise error(
+                        f"{path}: gzipped {what} expands past {limit} bytes, over {gzip_ratio} times its "
+                        f"{packed} bytes (a decompression bomb?)"
+                    )
             else:
                 # one read of the file's size (not a buffer of max_bytes shrunk afterwards: a syscall or
                 # two per file where a run has thousands of small ones); a file that grew meanwhile is

@@ -36,6 +36,14 @@ from skewlens.profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Largest (decompressed) trace file we accept.
 MAX_TRACE_BYTES = 8 * 1024 * 1024 * 1024
+#: A gzipped trace may expand to at most this many times its size (or :data:`MIN_GZIP_LIMIT_BYTES`): ours
+#: and PyTorch's compress about 9x; a file of one repeated tiny node compresses a thousandfold, and each
+#: node costs the loader about 150 bytes.
+MAX_GZIP_RATIO = 32
+MIN_GZIP_LIMIT_BYTES = 16 * 1024 * 1024
+#: What a zero-length message after the GlobalMetadata is called: a Node with no field set (no id, no type)
+#: is no node any tool writes, and a file of zero bytes would be a billion of them.
+EMPTY_NODE = "empty node message (zero bytes: no id, no type)"
 #: Chakra schema version string written into GlobalMetadata.
 CHAKRA_VERSION = "0.0.4"
 
@@ -259,7 +267,14 @@ def write_et(
 
 def read_trace_bytes(path: Path) -> bytes:
     """A trace file's bytes (gunzipped), bounded; errors name the file."""
-    return read_bytes_bounded(path, MAX_TRACE_BYTES, error=TraceFormatError, what="trace file")
+    return read_bytes_bounded(
+        path,
+        MAX_TRACE_BYTES,
+        error=TraceFormatError,
+        what="trace file",
+        gzip_ratio=MAX_GZIP_RATIO,
+        gzip_floor=MIN_GZIP_LIMIT_BYTES,
+    )
 
 
 def iter_messages(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, memoryview]]:
@@ -294,6 +309,8 @@ def iter_messages(path: str | Path, data: bytes | None = None) -> Iterator[tuple
             raise TraceFormatError(
                 f"{p}: truncated message at byte offset {start}: needs {size} bytes, {n - pos} left"
             )
+        if size == 0 and start > 0:
+            raise TraceFormatError(f"{p}: {EMPTY_NODE} at byte offset {start}")
         yield start, view[pos : pos + size]
         pos += size
 

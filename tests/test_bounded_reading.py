@@ -77,3 +77,64 @@ def test_the_node_type_lookup_agrees_with_isin_on_every_int8_value() -> None:
         assert np.array_equal(type_mask(values, types), want), types
     wide = values.astype(np.int64)  # another dtype takes np.isin
     assert np.array_equal(type_mask(wide, (NodeType.COMM_SEND,)), wide == int(NodeType.COMM_SEND))
+
+
+def test_a_gzipped_trace_that_expands_past_its_ratio_is_refused_before_it_is_held(tmp_path: Path) -> None:
+    # a 51 KB gzip of zeros held 8.4 GB as empty nodes; now at most 32x its size (or 16 MiB) is inflated
+    from skewlens.profiler.chakra_io import MAX_GZIP_RATIO, MIN_GZIP_LIMIT_BYTES
+    from skewlens.profiler.errors import TraceFormatError
+    from skewlens.profiler.store.load import decode
+
+    bomb = tmp_path / "rank-0.et"
+    bomb.write_bytes(gzip.compress(b"\0" * (MIN_GZIP_LIMIT_BYTES + 1), compresslevel=9))
+    size = bomb.stat().st_size
+    assert MAX_GZIP_RATIO * size < MIN_GZIP_LIMIT_BYTES  # the floor is what it is held to
+    with pytest.raises(
+        TraceFormatError, match=f"expands past {MIN_GZIP_LIMIT_BYTES} bytes, over 32 times its"
+    ):
+        decode(bomb)
+    fine = tmp_path / "fine.gz"
+    body = os.urandom(1 << 20) * 20  # 20 MiB compressing 20x: over the floor, under the ratio
+    fine.write_bytes(gzip.compress(body, compresslevel=1))
+    assert len(body) > MIN_GZIP_LIMIT_BYTES and len(body) < MAX_GZIP_RATIO * fine.stat().st_size
+    assert (
+        read_bytes_bounded(fine, 1 << 30, gzip_ratio=MAX_GZIP_RATIO, gzip_floor=MIN_GZIP_LIMIT_BYTES) == body
+    )
+
+
+@pytest.mark.parametrize("decoder", ["vectorised", "reference"])
+def test_an_empty_node_message_is_a_corrupt_trace_in_either_decoder(tmp_path: Path, decoder: str) -> None:
+    # each zero byte was a node (no id, no type): 10 MiB of them took 1.9 GB and as many errors
+    from skewlens.profiler import chakra_schema as pb
+    from skewlens.profiler.chakra_io import EtWriter, encode_message
+    from skewlens.profiler.errors import TraceFormatError
+    from skewlens.profiler.store.load import decode
+
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f) as w:
+        for i in range(60):
+            w.write(pb.Node(id=i + 1, name="aten::mm", type=int(NodeType.COMP)))
+    head = f.read_bytes()
+    f.write_bytes(head + b"\0" * 100 + encode_message(pb.Node(id=99, name="x", type=int(NodeType.COMP))))
+    with pytest.raises(
+        TraceFormatError, match=f"rank-0.et: empty node message .* at byte offset {len(head)}"
+    ):
+        decode(f, decoder=decoder)  # type: ignore[arg-type]
+
+
+def test_a_file_of_nodes_too_small_to_mean_anything_is_refused_not_held_fifty_times_over(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler import chakra_schema as pb
+    from skewlens.profiler.chakra_io import EtWriter, encode_message
+    from skewlens.profiler.errors import TraceFormatError
+    from skewlens.profiler.store.load import decode
+
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f):
+        pass
+    tiny = encode_message(pb.Node(id=1))  # 3 bytes: a length and one field
+    assert len(tiny) == 3
+    f.write_bytes(f.read_bytes() + tiny * 100_000)
+    with pytest.raises(TraceFormatError, match=r"100,00[0-9] messages in .* fewer than 6 bytes a node"):
+        decode(f)

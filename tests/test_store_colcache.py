@@ -182,6 +182,24 @@ def test_errors_in_a_trace_are_reported_the_same_from_the_cache(tmp_path: Path) 
     assert msgs[0] == msgs[1] and "999999" in msgs[0] and "dangling" in msgs[0]
 
 
+def test_a_node_type_the_cache_cannot_hold_is_not_cached_so_a_second_load_refuses_it_too(
+    tmp_path: Path,
+) -> None:
+    # stored as int8, type 260 read back as 4 (COMP): the first load refused the trace, the second passed
+    import dataclasses
+
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    for i in range(MIN_NODES + 2):
+        rb.compute(f"aten::op{i % 3}", 1000 + i)
+    rb.nodes[3] = dataclasses.replace(rb.nodes[3], node_type=260)  # type: ignore[arg-type]
+    run = b.write(tmp_path / "run")
+    for _ in range(2):
+        with pytest.raises(ValidationError, match="unknown node type 260"):
+            load_run(run)
+    assert not colcache.cache_path(run / "rank-0.et").exists()
+
+
 def test_no_cache_is_written_where_the_directory_cannot_hold_one_or_where_it_is_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

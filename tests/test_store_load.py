@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import platform
@@ -490,3 +491,58 @@ def test_a_corrupt_or_oversized_split_list_is_refused_naming_the_file_and_node(
     run = uneven_splits_run(tmp_path, send, recv)
     with pytest.raises(TraceFormatError, match=r"rank-0\.et: rank 0: node \d+ .* corrupt all_to_all splits"):
         load_rank(run / "rank-0.et", 0, [], {}, decoder=decoder)  # type: ignore[arg-type]
+
+
+def _odd_values_run(d: Path, nodes: int) -> Path:
+    """One rank whose nodes give integer attributes as NaN, infinity, 1e30 and a uint64 past int64."""
+    with EtWriter(d / "rank-0.et", {"rank": 0, "world_size": 1}) as w:
+        for i in range(nodes):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4, duration_micros=3)
+            odd = [float("nan"), float("inf"), -1e30, 7.9][i % 4]
+            n.attr.add(name="stream", double_val=odd)
+            n.attr.add(name="skl_seq", uint64_val=(1 << 64) - 1 - i)
+            n.attr.add(name="skl_step", float_val=2.5)
+            w.write(n)
+    return d
+
+
+@pytest.mark.parametrize("nodes", [8, 64])  # the reference decoder (few nodes), the vectorised one
+def test_integer_attributes_given_as_floats_or_past_int64_read_alike_in_both_decoders(
+    tmp_path: Path, nodes: int
+) -> None:
+    # int(nan) and an OverflowError were tracebacks in the reference decoder (files of under 48 nodes),
+    # while the vectorised one read on
+    run = _odd_values_run(tmp_path / "run", nodes)
+    a = load_mod.decode(run / "rank-0.et", decoder="reference")
+    b = load_mod.decode(run / "rank-0.et", decoder="vectorised")
+    for name in ("stream", "skl_seq", "skl_step"):
+        assert np.array_equal(a.attr_val[name], b.attr_val[name]), name
+    assert a.attr_val["stream"][:4].tolist() == [0, 9_200_000_000_000_000_000, -9_200_000_000_000_000_000, 7]
+    assert a.attr_val["skl_seq"][:2].tolist() == [-1, -2] and a.attr_val["skl_step"][0] == 2
+    assert load_run(run).ranks[0].stream[3] == 7
+
+
+def test_values_a_column_would_wrap_or_no_trace_can_mean_are_errors_naming_the_node(tmp_path: Path) -> None:
+    # comm_src 2**32 was read as rank 0, comm_type 260 as 4, and a negative duration was taken as is
+    from skewlens.profiler.store.validate import validate_run
+
+    b = RunBuilder(2)
+    b.rank(0).send(1, 256, 10, tag=5)
+    b.rank(1).recv(0, 256, 10, tag=5)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).compute("aten::mm", 10)
+    r1 = b.rank(1).nodes
+    r1[0] = dataclasses.replace(r1[0], attrs={**r1[0].attrs, "comm_src": 1 << 32})
+    r1[1] = dataclasses.replace(r1[1], attrs={**r1[1].attrs, "comm_type": 260})
+    r1[2] = dataclasses.replace(r1[2], attrs={**r1[2].attrs, "skl_dur_ns": -5})
+    run = b.write(tmp_path / "run")
+    bad = sorted(i.message for i in validate_run(run).errors if i.kind == "bad-attribute")
+    f = run / "rank-1.et"
+    assert bad == [
+        f"{f}: rank 1: node 1: comm_src 4294967296 is out of range (-1..2147483647)",
+        f"{f}: rank 1: node 2: comm_type 260 is out of range (-1..127)",
+        f"{f}: rank 1: node 3: duration (ns) -5 is out of range (0..1125899906842624)",
+    ]
+    with pytest.raises(ValidationError, match=r"rank 1: node \d: .* is out of range"):
+        load_run(run)

@@ -103,7 +103,10 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
 
 def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
     """Cache ``raw`` as the columns of ``trace`` (decoded from the bytes ``key`` names); False where the
-    directory is not writable."""
+    directory is not writable, or where the columns do not fit the cache's types (a node type the trace
+    gives as 260 would read back as 4, a COMP node: such a trace, an error anyway, is decoded each time)."""
+    if not (_fits_int8(raw.node_type) and _fits_int8(raw.dep_kind)):
+        return False
     batch = _batch(raw).replace_schema_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
     try:
         with atomic_file(cache_path(trace)) as tmp, ipc.new_file(str(tmp), batch.schema) as w:
@@ -114,6 +117,10 @@ def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ layout
+
+
+def _fits_int8(a: np.ndarray) -> bool:
+    return a.size == 0 or (int(a.min()) >= -128 and int(a.max()) <= 127)
 
 
 def _batch(raw: RawColumns) -> pa.RecordBatch:

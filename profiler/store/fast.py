@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from skewlens.profiler.chakra_io import MAX_MESSAGE_BYTES, read_trace_bytes
+from skewlens.profiler.chakra_io import EMPTY_NODE, MAX_MESSAGE_BYTES, read_trace_bytes
 from skewlens.profiler.errors import TraceFormatError
 
 # Plain ndarray aliases: the decoder mixes dtypes freely and checks them at run time.
@@ -42,7 +42,22 @@ MAX_FIELDS = 512
 #: plus 30 µs a node; they break even at 48-56 nodes (measured on compute and all_reduce files of 4-128
 #: nodes). A run of 1,024 ranks of a few collectives each is 1,024 such files.
 MIN_NODES = 48
+#: Fewest bytes a message takes on average (length prefix included) in a file we decode: the smallest node
+#: that means anything (an id, a short name, a type) takes about ten; a file of 3-byte nodes (one field
+#: each) is a way to make the loader hold 50 times the file's size.
+MIN_MEAN_MESSAGE_BYTES = 6
 _PAD = 16  # zero bytes appended so that 8-byte gathers and 10-byte varints never read past the buffer
+
+#: Floating-point values of integer attributes are truncated, NaN reads 0, and past ±9.2e18 (int64's range,
+#: where a cast would wrap) the bound; the reference decoder reads them alike (``load.int64_of``).
+FLOAT_INT_BOUND = 9.2e18
+
+
+def float_ints(x: np.ndarray) -> I64:
+    return np.clip(np.nan_to_num(x.astype(np.float64), nan=0.0), -FLOAT_INT_BOUND, FLOAT_INT_BOUND).astype(
+        np.int64
+    )
+
 
 # Node fields (et_def.proto)
 F_ID, F_NAME, F_TYPE, F_CTRL, F_DATA, F_START_US, F_DUR_US, F_INPUTS, F_OUTPUTS, F_ATTR = range(1, 11)
@@ -139,8 +154,12 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
     while pos < n:
         append(pos)
         b = data[pos]
-        if b < 0x80:
+        if 0 < b < 0x80:
             pos += b + 1
+        elif b == 0:  # an empty message: the GlobalMetadata may be (no version), a node may not
+            if pos:
+                raise TraceFormatError(f"{path}: {EMPTY_NODE} at byte offset {pos}")
+            pos = 1
         elif pos < last and data[pos + 1] < 0x80:  # two-byte prefix: nodes of 128 B to 16 KiB
             pos += 2 + ((b & 0x7F) | (data[pos + 1] << 7))
         else:
@@ -159,6 +178,11 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
                 if shift > 63:
                     raise TraceFormatError(f"{path}: corrupt length prefix at byte offset {pos}")
             pos = q + size
+    if len(prefixes) > 1 and n < MIN_MEAN_MESSAGE_BYTES * len(prefixes):
+        raise TraceFormatError(
+            f"{path}: {len(prefixes):,} messages in {n:,} bytes: fewer than {MIN_MEAN_MESSAGE_BYTES} bytes a "
+            "node on average, which no trace holds (a node has an id, a name and a type)"
+        )
     at = np.asarray(prefixes, dtype=np.int64)
     # every prefix lies whole inside the file and is at most 10 bytes long (checked above)
     size_u, body = (buf if buf is not None else _Bytes(data)).varint(at)
@@ -432,8 +456,8 @@ def _int_values(field: I64, raw: U64, wire0: Bool) -> tuple[I64, Bool]:
         for k, conv in (
             (_K_ZIGZAG, lambda w: (w >> np.uint64(1)).view(np.int64) ^ -(w & np.uint64(1)).view(np.int64)),
             (_K_SFIXED32, lambda w: w.astype(np.uint32).view(np.int32).astype(np.int64)),
-            (_K_DOUBLE, lambda w: np.nan_to_num(w.view(np.float64)).astype(np.int64)),
-            (_K_FLOAT, lambda w: np.nan_to_num(w.astype(np.uint32).view(np.float32)).astype(np.int64)),
+            (_K_DOUBLE, lambda w: float_ints(w.view(np.float64))),
+            (_K_FLOAT, lambda w: float_ints(w.astype(np.uint32).view(np.float32))),
         ):
             m = ok & (kind == k)
             val[m] = conv(raw[m])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,7 @@ from skewlens.profiler.manifest import (
 )
 from skewlens.profiler.store import colcache
 from skewlens.profiler.store.fast import (
+    FLOAT_INT_BOUND,
     INT_ATTRS,
     LIST_ATTRS,
     MIN_NODES,
@@ -160,6 +162,16 @@ def locate_run(path: str | Path) -> RunFiles:
 # --------------------------------------------------------------------------------------------- decode
 
 
+def int64_of(v: int | float) -> int:
+    """An integer attribute's value as the vectorised decoder reads it: a uint64 past int64's range wraps
+    (as its view of the varint does), a float is truncated, NaN reads 0, and past ±9.2e18 the bound
+    (:func:`~skewlens.profiler.store.fast.float_ints`); ``int(nan)`` was a traceback."""
+    if isinstance(v, float):
+        return 0 if math.isnan(v) else int(max(-FLOAT_INT_BOUND, min(FLOAT_INT_BOUND, v)))
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
 def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
     """The per-node protobuf decoder: slow, but its errors name the exact byte offset of a bad message
     (``data``: the file's bytes where the caller has read them already)."""
@@ -198,7 +210,7 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
         for a in ints:
             v = attrs.get(a)
             ok = isinstance(v, int | float) and not isinstance(v, str)
-            vals[a].append(int(v) if ok else 0)  # type: ignore[arg-type]
+            vals[a].append(int64_of(v) if ok else 0)  # type: ignore[arg-type]
             has[a].append(ok)
         v = attrs.get(Attr.PG_NAME)
         pg.append(v if isinstance(v, str) else None)
@@ -274,6 +286,41 @@ def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
 
 def _pick(raw: RawColumns, name: str, default: int) -> np.ndarray:
     return np.where(raw.attr_has[name], raw.attr_val[name], default)
+
+
+#: Longest node and latest start we take, ns (2**50 ns: 13 days; 2**62 ns: the year 2116 as a Unix time):
+#: past them a value is corrupt, and sums of such values overflow the simulator's int64 clock.
+MAX_DUR_NS = 1 << 50
+MAX_START_NS = 1 << 62
+
+
+def _in_range(
+    values: np.ndarray,
+    lo: int,
+    hi: int,
+    what: str,
+    *,
+    default: int,
+    sink: IssueLog,
+    path: Path,
+    rank: int,
+    node_id: np.ndarray,
+) -> np.ndarray:
+    """``values`` with those outside ``[lo, hi]`` reported (``bad-attribute``, an error naming each node)
+    and set to ``default``: a value a narrower column would wrap (``comm_src`` 2**32 read as rank 0, a
+    ``comm_type`` of 260 as 4) or that no trace can mean (a negative duration)."""
+    bad = np.flatnonzero((values < lo) | (values > hi))
+    if not bad.size:
+        return values
+
+    def describe(k: int) -> tuple[int, str]:
+        node = int(node_id[k])
+        return node, f"{path}: rank {rank}: node {node}: {what} {int(values[k])} is out of range ({lo}..{hi})"
+
+    _report(sink, "bad-attribute", bad, describe, path=path, rank=rank)
+    out = values.copy()
+    out[bad] = default
+    return out
 
 
 def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
@@ -572,6 +619,17 @@ def _interpret(
     for col in (send_bytes, recv_bytes):
         if col is not None:
             col[dropped] = -1  # as a node that recorded no splits: an even all_to_all
+    checked = functools.partial(_in_range, sink=sink, path=path, rank=rank, node_id=node_id)
+    i32 = np.iinfo(np.int32)
+    start_ns = checked(
+        np.where(has_ns, raw.attr_val["skl_start_ns"], raw.start_us * 1000), 0, MAX_START_NS, "start (ns)",
+        default=0,
+    )  # fmt: skip
+    dur_ns = checked(
+        np.where(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], raw.dur_us * 1000), 0, MAX_DUR_NS,
+        "duration (ns)", default=0,
+    )  # fmt: skip
+    coll_type = np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1)
     return RankTrace(
         rank=rank,
         path=str(path),
@@ -579,18 +637,16 @@ def _interpret(
         node_type=node_type,
         name_idx=name_idx,
         names=names,
-        start_ns=np.where(has_ns, raw.attr_val["skl_start_ns"], raw.start_us * 1000),
-        dur_ns=np.where(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], raw.dur_us * 1000),
+        start_ns=start_ns,
+        dur_ns=dur_ns,
         stream=_pick(raw, "stream", 0).astype(np.int64),
-        step=_pick(raw, "skl_step", -1).astype(np.int32),
-        comm_type=np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1).astype(
-            np.int8
-        ),
+        step=checked(_pick(raw, "skl_step", -1), -1, int(i32.max), "skl_step", default=-1).astype(np.int32),
+        comm_type=checked(coll_type, -1, 127, "comm_type", default=-1).astype(np.int8),
         comm_bytes=comm_bytes.astype(np.int64),
         pg=pg,
         seq=_pick(raw, "skl_seq", -1).astype(np.int64),
-        src=_pick(raw, "comm_src", -1).astype(np.int32),
-        dst=_pick(raw, "comm_dst", -1).astype(np.int32),
+        src=checked(_pick(raw, "comm_src", -1), -1, int(i32.max), "comm_src", default=-1).astype(np.int32),
+        dst=checked(_pick(raw, "comm_dst", -1), -1, int(i32.max), "comm_dst", default=-1).astype(np.int32),
         tag=_pick(raw, "comm_tag", 0).astype(np.int64),
         batch=_optional(raw, "skl_batch"),
         send_bytes=send_bytes,
