@@ -108,3 +108,10 @@ def parse_json_bounded(
         raise error(f"{source}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
     except RecursionError:
         raise error(f"{source}: JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4,300)
+        raise error(f"{source}: not usable JSON ({too_long(e)})") from None
+
+
+def too_long(e: ValueError) -> str:
+    """What a ValueError of ``json.loads`` says, without Python's advice to raise its digit limit."""
+    return "an integer of more than 4,300 digits" if "digits" in str(e) else str(e)[:200]

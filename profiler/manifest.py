@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from skewlens.profiler.atomic import write_text_atomic
-from skewlens.profiler.bounded import read_bytes_bounded
+from skewlens.profiler.bounded import read_bytes_bounded, too_long
 from skewlens.profiler.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
@@ -369,8 +369,14 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     text = read_bytes_bounded(path, MAX_MANIFEST_BYTES, error=ManifestError, what="manifest")
     try:
         d = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        why = f"line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else type(e).__name__
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; an int of 5,000 digits
+        why = (
+            f"line {e.lineno}: {e.msg}"
+            if isinstance(e, json.JSONDecodeError)
+            else too_long(e)
+            if type(e) is ValueError
+            else type(e).__name__
+        )
         raise ManifestError(f"{path}: not valid JSON ({why})") from None
     if not isinstance(d, dict):
         raise ManifestError(f"{path}: expected a JSON object")

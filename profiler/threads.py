@@ -16,7 +16,7 @@ import functools
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -98,10 +98,15 @@ def release_free_memory() -> None:
         trim(0)
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int = 2) -> Iterator[R]:
+def ordered_map(
+    fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int = 2
+) -> Generator[R, None, None]:
     """``map(fn, items)`` on ``workers`` threads, results in order, at most ``workers * ahead`` pending
     (so memory stays bounded by a few results). ``workers <= 1``: in this thread. An exception in ``fn``
-    is raised where its result would have been; closing the iterator early waits for the pending calls."""
+    is raised where its result would have been; closing the iterator early waits for the pending calls.
+    A caller whose own code may raise while the iterator is suspended closes it (``contextlib.closing``):
+    left to the garbage collector, the pool's shutdown runs on whatever thread collects it, and on a thread
+    being started it deadlocks."""
     if workers <= 1:
         yield from map(fn, items)
         return

@@ -8,6 +8,7 @@ streamed a chunk at a time (:mod:`skewlens.replay.streaming`) and capped at ``pe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -176,6 +177,7 @@ def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | 
     batches = rank_batches(run, TABLE_ROWS)
     tables = ordered_map(lambda rs: timeline_table(run, res, rs), batches, workers=n_workers, ahead=4)
     with (
+        contextlib.closing(tables),  # closed here if the writer raises (see ordered_map)
         atomic_file(path) as tmp,
         pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as w,
     ):

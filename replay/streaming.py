@@ -20,6 +20,7 @@ Times inside are integer ns; the JSON edge writes them as exact decimals (µs wi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -668,8 +669,10 @@ def write_trace(
     drawn before it would look like idle time)."""
     with trace_json(path, other_data={**other_data, **cap.meta()}) as w:
         w.write_events(metadata)
-        for rows in ordered_map(fmt, jobs, workers=default_workers() if workers is None else workers):
-            w.write_formatted(rows)
+        formatted = ordered_map(fmt, jobs, workers=default_workers() if workers is None else workers)
+        with contextlib.closing(formatted):  # closed here if the writer raises (see ordered_map)
+            for rows in formatted:
+                w.write_formatted(rows)
         for rows in extra():
             w.write_formatted(rows)
         if cap.note is not None:

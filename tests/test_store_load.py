@@ -7,6 +7,7 @@ import io
 import os
 import platform
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -546,3 +547,45 @@ def test_values_a_column_would_wrap_or_no_trace_can_mean_are_errors_naming_the_n
     ]
     with pytest.raises(ValidationError, match=r"rank 1: node \d: .* is out of range"):
         load_run(run)
+
+
+_LOAD_LOOP = """
+import faulthandler, sys
+from pathlib import Path
+faulthandler.dump_traceback_later(100, exit=True)
+from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.load import load_run
+bad, good = Path(sys.argv[1]), Path(sys.argv[2])
+for _ in range(60):
+    try:
+        load_run(bad)
+    except SkewlensError:
+        pass
+    load_run(good)
+print("ok")
+"""
+
+
+@pytest.mark.slow  # a Python process of its own: a hang must not take the test run with it
+def test_loads_that_fail_on_a_corrupt_rank_leave_no_thread_pool_for_the_garbage_collector(
+    tmp_path: Path,
+) -> None:
+    # the decoding threads' iterator was left suspended in a reference cycle (the error raised was held by
+    # the frame it was raised in): the collector then shut its pool down on one of the pool's own threads
+    # ("RuntimeError: cannot join current thread", ignored) or on a thread being started (a deadlock)
+    runs = []
+    for name in ("bad", "good"):
+        b = RunBuilder(8)
+        for r in range(8):
+            rb = b.rank(r).step(0)
+            for i in range(60):
+                rb.compute("aten::mm", 1000 + i)
+            rb.collective(CommType.ALL_REDUCE, 1024, 100)
+        runs.append(b.write(tmp_path / name))
+    f = runs[0] / "rank-1.et"
+    f.write_bytes(f.read_bytes()[:200])  # truncated: decoded on a thread, raised on the loading one
+    env = {**os.environ, "SKEWLENS_COLUMN_CACHE": "off"}
+    argv = [sys.executable, "-c", _LOAD_LOOP, *map(str, runs)]
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=150, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert "Exception ignored" not in proc.stderr and "cannot join" not in proc.stderr, proc.stderr[-2000:]

@@ -62,7 +62,7 @@ import msgspec
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -73,6 +73,7 @@ SYNC_CATEGORY = "cuda_sync"
 _KEPT = frozenset({"cpu_op", "user_annotation", SYNC_CATEGORY}) | GPU_CATEGORIES | LAUNCH_CATEGORIES
 #: Bound on times (ns): keeps every value inside Chakra's int64 fields.
 _MAX_NS = 2**62
+_TS_LIMIT = _MAX_NS / 1000  # µs
 #: Largest magnitude accepted for an integer read from a trace (keeps Chakra's int64 fields valid).
 MAX_INT = 2**62
 #: Namespaces of the dispatcher ops that issue communication.
@@ -183,7 +184,7 @@ def _keeps_args(cat: str, name: str) -> bool:
 
 
 def _rf_id(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return as_int(v)
 
 
 def _num(v: Any) -> TypeGuard[int | float]:
@@ -197,7 +198,12 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
         raise TraceImportError(f"{path}: distributedInfo.pg_config is not a list")
     out = []
     for g in raw:
-        if not isinstance(g, dict) or "pg_name" not in g or not isinstance(g.get("ranks"), list):
+        if (
+            not isinstance(g, dict)
+            or "pg_name" not in g
+            or not isinstance(g.get("ranks"), list)
+            or not all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in g["ranks"])
+        ):
             raise TraceImportError(f"{path}: malformed distributedInfo.pg_config entry {g!r:.200}")
         out.append(
             ProcessGroupInfo(
@@ -212,7 +218,7 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
 
 def _new_trace(path: Path, rank: int | None, *, version: Any, dist: Any, base: Any) -> KinetoTrace:
     """The trace's header checked (schema, rank, world size, base time), with no events yet."""
-    if version not in SUPPORTED_KINETO_SCHEMAS:
+    if not isinstance(version, int | str) or version not in SUPPORTED_KINETO_SCHEMAS:  # a list: unhashable
         raise TraceImportError(f"{path}: Kineto schemaVersion {version!r} is not supported (supported: 1)")
     dist = dist if isinstance(dist, dict) else {}
     r = dist.get("rank") if rank is None else rank
@@ -249,6 +255,8 @@ def _times(
         raise TraceImportError(
             f"{path}: traceEvents[{i}] ({name[:60]}) has a non-integer or out-of-range pid/tid"
         )
+    if not abs(ts) < _TS_LIMIT:  # round() of an infinite product is an OverflowError
+        raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
     start_ns = base + round(ts * 1000)
     if not -_MAX_NS < start_ns < _MAX_NS or not dur < _MAX_NS / 1000:
         raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
@@ -457,6 +465,8 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
             and -_MAX_NS < pid < _MAX_NS
             and -_MAX_NS < tid < _MAX_NS
         ):
+            if not -_TS_LIMIT < ts < _TS_LIMIT:  # round() of an infinite product is an OverflowError
+                raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
             start_ns = base + round(ts * 1000)
             if not (-_MAX_NS < start_ns < _MAX_NS and dur < _MAX_NS / 1000):
                 raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
@@ -486,7 +496,7 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
                 start_ns=start_ns,
                 dur_ns=dur_ns,
                 args=_args_dict(a) if keeps else _NO_ARGS,
-                rf_id=rf if type(rf) is int else None,  # as _rf_id and as_int, inline (once per event)
+                rf_id=rf if type(rf) is int and -MAX_INT < rf < MAX_INT else None,  # as _rf_id, inline
                 corr=c if type(c) is int and -MAX_INT < c < MAX_INT else None,
                 stream=st if type(st) is int and -MAX_INT < st < MAX_INT else None,
                 device=dv if type(dv) is int and -MAX_INT < dv < MAX_INT else None,

@@ -17,6 +17,7 @@ its own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -700,9 +701,9 @@ def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
     """Process groups from a ``## process_group:init ##`` metadata node (PyTorch's JSON list form)."""
     try:
         return dict(_parse_pg_init(values))
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
         raise ValidationError(
-            f"{path}: malformed process-group metadata node ({type(e).__name__}: {e})"
+            f"{path}: malformed process-group metadata node ({type(e).__name__}: {str(e)[:200]})"
         ) from None
 
 
@@ -779,7 +780,9 @@ def iter_ranks(
     decoded = ordered_map(
         functools.partial(_decoded, decoder=decoder), [f for _, f in items], workers=default_workers()
     )
-    with progress.task("loading ranks", len(items)) as advance:
+    # closed here when a rank raises: left suspended, its thread pool was shut down by whichever thread the
+    # garbage collector ran on, which could deadlock starting a thread
+    with contextlib.closing(decoded), progress.task("loading ranks", len(items)) as advance:
         for (r, f), raw in zip(items, decoded, strict=True):
             advance(0, description=f"loading {f.name}")
             if raw is None:
