@@ -46,9 +46,19 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         yield tmp
         tmp.chmod(FILE_MODE)
         tmp.replace(p)
+    except OSError as e:  # the disk full, a quota: the writer's own traceback would say it in 20 lines
+        tmp.unlink(missing_ok=True)
+        raise SkewlensError(f"cannot write {p}: {_why(e, tmp)}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _why(e: OSError, tmp: Path) -> str:
+    """An OSError in a line: its reason, and the file it names where that is not the temporary one."""
+    why = e.strerror or str(e) or type(e).__name__
+    other = e.filename not in (None, str(tmp))
+    return f"{why} ({e.filename})" if other else why
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -78,6 +88,8 @@ def staging_dir(out: Path) -> Iterator[Path]:
         raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
     try:
         yield tmp
+    except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)
+        raise SkewlensError(f"cannot write {out}: {_why(e, tmp)}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -138,3 +138,26 @@ def test_a_file_of_nodes_too_small_to_mean_anything_is_refused_not_held_fifty_ti
     f.write_bytes(f.read_bytes() + tiny * 100_000)
     with pytest.raises(TraceFormatError, match=r"100,00[0-9] messages in .* fewer than 6 bytes a node"):
         decode(f)
+
+
+def test_a_disk_that_fills_while_an_output_is_written_is_one_error_naming_the_output(tmp_path: Path) -> None:
+    # matplotlib's and pyarrow's OSErrors went through as tracebacks (analyze's pictures, export's tables)
+    import errno
+
+    from skewlens.profiler.atomic import atomic_file, staging_dir
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    target = tmp_path / "out" / "wait_heatmap.png"
+    says = f"^cannot write {target}: No space left on device$"
+    with pytest.raises(SkewlensError, match=says), atomic_file(target) as tmp:
+        tmp.write_bytes(b"half a picture")
+        raise full
+    assert list(target.parent.iterdir()) == []  # nor its temporary file
+    says = f"^cannot write {tmp_path / 'pq'}: No space left on device$"
+    with pytest.raises(SkewlensError, match=says), staging_dir(tmp_path / "pq") as d:
+        (d / "nodes.parquet").write_bytes(b"part")
+        raise full
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    reading = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "in.et"))
+    with pytest.raises(SkewlensError, match=r"No such file or directory \(.*in.et\)$"), atomic_file(target):
+        raise reading  # an input's error inside the block names that file

@@ -447,3 +447,29 @@ def test_skewlens_merge_refuses_the_host_directories_of_two_torchrun_jobs_of_dif
     assert skewlens_main(["merge", "--out", str(out), str(a), str(dirs["job-1", 1])]) == 0
     merged = read_manifest(out).run_identity
     assert merged is not None and (merged.run_id, merged.rendezvous) == ("job-1", identity.rendezvous)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("clock_offset_ns", "x", "clock_offset_ns: expected an integer"),
+        ("steps", "abc", "steps: expected a JSON list"),
+        ("notes", ["a"], "notes: expected a JSON object"),
+        ("window", {"bogus": 1}, "window: expected {wait, warmup, active} integers"),
+        ("world_size", 10**12, "world_size: expected 1..1048576"),
+        ("process_groups", [{"name": "0", "ranks": "ab"}], "process_groups: expected {name, ranks:"),
+    ],
+)
+def test_skewlens_merge_names_a_malformed_part_file_and_its_field_instead_of_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object, says: str
+) -> None:
+    # another host's files: each of these was a TypeError or ValueError traceback (a world size of 10**12
+    # a loop over that many ranks)
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4)
+    b = host_dir(tmp_path / "b", (2, 3), "b", world=4)
+    f = part_file(b, 2)
+    f.write_text(json.dumps({**json.loads(f.read_text()), field: value}))
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"skewlens: ignoring malformed part file {f}: {says}" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()

@@ -146,6 +146,9 @@ def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: li
             ),
         ),
         (["slowdown.entries=abc"], "slowdown.entries=abc: expected a list of {key:value,...} items"),
+        (["scale=3"], "scale=3: no such entry (one of none)"),  # was a ValueError traceback from Hydra
+        (["real=3"], "real=3: real holds settings (timeout_s, backend, nproc,"),
+        (["topology.dims.0=3"], "topology.dims.0=3: topology.dims.0 holds settings (kind, size,"),
         (["scale.nokey=1"], "scale.nokey: no such setting (scale has dp, source, seed)"),
         (["nokey=1"], "nokey: no such setting (skewlens replay has trace, out, mode,"),
     ],

@@ -30,6 +30,7 @@ from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
+    MAX_WORLD_SIZE,
     PARTIAL_TRACE_NOTE,
     LostCollectives,
     Manifest,
@@ -221,10 +222,71 @@ def read_parts(run_dir: Path) -> dict[int, dict]:
     for p in sorted(d.glob("rank-*.json")):
         try:
             data = json.loads(p.read_text())
-            parts[int(data["rank"])] = data
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             print(f"skewlens: ignoring unreadable part file {p}: {e}", file=sys.stderr)
+            continue
+        if (why := part_problem(data)) is not None:  # one host's files, merged by another: untrusted
+            print(f"skewlens: ignoring malformed part file {p}: {why}", file=sys.stderr)
+            continue
+        parts[data["rank"]] = data
     return parts
+
+
+def _is_int(v: object, lo: int = -(1 << 62), hi: int = 1 << 62) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def part_problem(data: object) -> str | None:
+    """What is wrong with a rank's part file (the fields the merge reads, each of its type and range), or
+    None. A value of another type was a traceback in ``skewlens merge``, a world size of 10**12 a loop
+    over that many ranks."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if not _is_int(data.get("rank"), 0, MAX_WORLD_SIZE - 1):
+        return f"rank: expected 0..{MAX_WORLD_SIZE - 1}"
+    for key, lo, hi in (("world_size", 1, MAX_WORLD_SIZE), ("local_world_size", 1, MAX_WORLD_SIZE)):
+        if key in data and not _is_int(data[key], lo, hi):
+            return f"{key}: expected {lo}..{hi}"
+    for key in ("clock_offset_ns", "flight_recorder"):
+        if key in data and not _is_int(data[key]):
+            return f"{key}: expected an integer"
+    for key, kind in (("notes", dict), ("steps", list), ("process_groups", list), ("lost_collectives", list)):
+        if key in data and not isinstance(data[key], kind):
+            return f"{key}: expected a JSON {'object' if kind is dict else 'list'}"
+    for s in data.get("steps", []):
+        if (
+            not isinstance(s, dict)
+            or set(s) != {"step", "start_ns", "end_ns"}
+            or not all(map(_is_int, s.values()))
+        ):
+            return f"steps: expected {{step, start_ns, end_ns}} integers, got {s!r:.80}"
+    for g in data.get("process_groups", []):
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if (
+            not isinstance(ranks, list)
+            or "name" not in g
+            or not all(_is_int(x, 0, MAX_WORLD_SIZE - 1) for x in ranks)
+        ):
+            return f"process_groups: expected {{name, ranks: [0..{MAX_WORLD_SIZE - 1}]}}, got {g!r:.80}"
+    for x in data.get("lost_collectives", []):
+        ok = (
+            isinstance(x, dict)
+            and "pg_name" in x
+            and all(_is_int(x.get(k)) for k in ("first_seq", "last_seq"))
+        )
+        if not ok or not isinstance(x.get("steps"), list) or not all(map(_is_int, x["steps"])):
+            return f"lost_collectives: expected {{pg_name, first_seq, last_seq, steps}}, got {x!r:.80}"
+    window = data.get("window")
+    if window is not None and (
+        not isinstance(window, dict)
+        or not set(window) <= {"wait", "warmup", "active"}
+        or not all(_is_int(v, 0) for v in window.values())
+    ):
+        return f"window: expected {{wait, warmup, active}} integers, got {window!r:.80}"
+    run_id = data.get("run_identity")
+    if run_id is not None and (not isinstance(run_id, dict) or not _is_int(run_id.get("started_ns", 0))):
+        return "run_identity: expected an object with an integer started_ns"
+    return None
 
 
 def finalize_run(

@@ -238,17 +238,22 @@ def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False
         raise ConfigError(f"{group}={name}: no such entry (one of {', '.join(sorted(known))}{alt})")
 
 
+#: Config groups whose choice ``check_groups`` checks (``topology=`` may also name a file: checked apart).
+CHECKED_GROUPS = ("slowdown", "scale")
+
+
 def check_groups(args: list[str]) -> None:
-    """Each ``slowdown=`` value of ``args`` (a sweep's comma list too) names an entry of ``conf/slowdown``,
-    unless the user put config directories of their own on ``hydra.searchpath``."""
+    """Each ``slowdown=`` and ``scale=`` value of ``args`` (a sweep's comma list too) names an entry of its
+    group in ``conf/``, unless the user put config directories of their own on ``hydra.searchpath``."""
     if any(a.startswith("hydra.searchpath=") for a in args):
         return
-    known = conf_entries("slowdown")
-    for arg in args:
-        key, eq, value = arg.partition("=")
-        if key == "slowdown" and eq and "(" not in value:
-            for item in value.split(","):
-                check_entry("slowdown", item, known)
+    for group in CHECKED_GROUPS:
+        known = conf_entries(group)
+        for arg in args:
+            key, eq, value = arg.partition("=")
+            if key == group and eq and "(" not in value:
+                for item in value.split(","):
+                    check_entry(group, item, known)
 
 
 def check_types(args: list[str]) -> None:
@@ -267,6 +272,9 @@ def check_types(args: list[str]) -> None:
             continue
         setting = _setting_type(o.key_or_group, adding=o.is_add())
         if setting is None:
+            values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+            if not all(isinstance(v, dict) for v in values):  # a node is given a mapping, or nothing
+                _not_a_node_value(o.key_or_group, o.input_line or o.key_or_group, adding=o.is_add())
             continue
         last = o.key_or_group.rpartition(".")[2]
         name = last if last.isidentifier() else "value"  # what OmegaConf's message calls it
@@ -302,6 +310,20 @@ def _check_items(line: str, holder: DictConfig, name: str, item: type, value: An
             raise ConfigError(f"{line}: item {i}: {first}{hint}") from None
 
 
+def _not_a_node_value(key: str, line: str, *, adding: bool) -> None:
+    """``key=value`` where ``key`` names a node of settings (``real``, ``topology.dims.0``), not a group
+    Hydra chooses an entry of: a one-line :class:`ConfigError` naming its settings (Hydra's message was six
+    lines, or for ``scale=3`` a traceback)."""
+    if adding or key.startswith("hydra") or key in (*CHECKED_GROUPS, "topology"):
+        return
+    t = _declared_type(key)
+    if dataclasses.is_dataclass(t):
+        names = [f.name for f in dataclasses.fields(t)]
+        raise ConfigError(
+            f"{line}: {key} holds settings ({', '.join(names)}): set one, e.g. {key}.{names[0]}=..."
+        )
+
+
 def _setting_type(key: str, *, adding: bool = False) -> Any:
     """The declared type of the setting ``key`` names in :class:`ReplayConfig`, through dataclass fields and
     list items; None where ``key`` is a group or node (a dataclass, or a list of them), is Hydra's, or is
@@ -323,6 +345,19 @@ def _setting_type(key: str, *, adding: bool = False) -> Any:
         else:
             return None
     return None if dataclasses.is_dataclass(t) else t  # a list of nodes is a setting: its items are checked
+
+
+def _declared_type(key: str) -> Any:
+    """The schema's type at ``key`` (a dataclass for a node), None where it has none."""
+    t: Any = ReplayConfig
+    for part in key.split("."):
+        if dataclasses.is_dataclass(t) and part in (hints := typing.get_type_hints(t)):
+            t = hints[part]
+        elif typing.get_origin(t) is list and part.isdigit():
+            t = typing.get_args(t)[0]
+        else:
+            return None
+    return t
 
 
 def check_topology_file(item: str, path: Path) -> None:
