@@ -589,3 +589,21 @@ def test_loads_that_fail_on_a_corrupt_rank_leave_no_thread_pool_for_the_garbage_
     proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=150, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     assert "Exception ignored" not in proc.stderr and "cannot join" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_an_attribute_name_that_is_not_utf8_is_a_corrupt_node_in_both_decoders(tmp_path: Path) -> None:
+    # the vectorised decoder dropped the attribute (check: "sizes differ ... 0 B") where protobuf refused
+    # the node (analyze: "corrupt node message")
+    f = tmp_path / "run" / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4, duration_micros=3)
+            n.attr.add(name="my_attr", int64_val=i)
+            w.write(n)
+    data = bytearray(f.read_bytes())
+    at = data.index(b"my_attr", len(data) // 2)
+    data[at] = 0xFF
+    f.write_bytes(bytes(data))
+    for decoder in ("reference", "vectorised", "auto"):
+        with pytest.raises(TraceFormatError, match=r"rank-0\.et: corrupt node message at byte offset"):
+            load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]

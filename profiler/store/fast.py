@@ -366,6 +366,7 @@ def _read_words(b: _Bytes, pos: I64, wide: Bool) -> U64:
     return np.where(wide, w, w & np.uint64(0xFFFFFFFF))
 
 
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
@@ -632,6 +633,16 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     a_end = a_start + l_len[m]
     at = _decode_attrs(b, a_start, a_end)
     which = known_attr_index(b, at.name_start, at.name_len)
+    # other attributes are not read, but protobuf checks their names and string values too: a name
+    # corrupted into invalid UTF-8 was dropped here (its node read on without it) and refused there
+    other = which < 0
+    if other.any():
+        texts = np.flatnonzero(other & at.is_str)
+        _check_utf8(
+            b,
+            np.concatenate([at.name_start[other], at.str_start[texts]]),
+            np.concatenate([at.name_len[other], at.str_len[texts]]),
+        )
     a_int, a_isint = at.value, at.is_int
     # one flat scatter for the known integer attributes the file has (row = which of them, column = node);
     # the others share one array of zeros (read-only, as every column the decoder returns)
@@ -688,6 +699,18 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         global_metadata=gm,
         attr_lists={a: v for a, v in attr_lists.items() if v[0].size},
     )
+
+
+def _check_utf8(b: _Bytes, start: I64, length: I64) -> None:
+    """:class:`FastDecodeError` unless every byte range is UTF-8. A range of at most 16 bytes without a byte
+    of 0x80 or more is ASCII, so UTF-8: that is read from its first and last 8 bytes (:func:`_name_parts`),
+    without gathering it; the others (names are seldom either) are gathered and checked by Arrow."""
+    short = length <= 16
+    first, last = _name_parts(b, start[short], length[short])
+    ascii_ = ((first | last) & _HIGH_BITS) == 0
+    idx = np.concatenate([np.flatnonzero(short)[~ascii_], np.flatnonzero(~short)])
+    if idx.size:
+        b.gather_strings(start[idx], length[idx])
 
 
 def _int64_lists(b: _Bytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64]:
