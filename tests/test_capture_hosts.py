@@ -472,4 +472,5 @@ def test_skewlens_merge_names_a_malformed_part_file_and_its_field_instead_of_a_t
     assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
     err = capsys.readouterr().err
     assert f"skewlens: ignoring malformed part file {f}: {says}" in err and "Traceback" not in err
+    assert f"{b}: ranks [2]: part file unreadable or malformed ({f})" in err
     assert not (tmp_path / "run").exists()
