@@ -22,6 +22,8 @@ MAX_WORLD_SIZE = 1 << 20
 #: Largest manifest read (a million ranks with their steps and notes fit).
 MAX_MANIFEST_BYTES = 1 << 30
 _INT64 = 1 << 63
+#: Range of step times taken, ns (2**62 ns: the year 2116 as a Unix time).
+_TIMES = (-(1 << 62), 1 << 62)
 MANIFEST_FORMAT = "skewlens-run"
 MANIFEST_VERSION = 1
 RANK_FILE = "rank-{rank}.et"
@@ -208,7 +210,13 @@ class Manifest:
         if both := sorted(set(ranks) & set(missing)):
             raise ManifestError(f"{where}: ranks and missing_ranks both list rank {both[0]}")
         groups = []
+        names: set[str] = set()
         for key, g in j.objects(d, "process_groups"):
+            name = g.get("name")
+            if isinstance(name, str):
+                if name in names:
+                    raise ManifestError(f"{where}: {key}.name: group {name!r} is listed twice")
+                names.add(name)
             groups.append(
                 ProcessGroupInfo(
                     name=j.text(j.need(g, "name", key), f"{key}.name"),
@@ -225,8 +233,9 @@ class Manifest:
             span = StepSpan(
                 rank=j.integer(j.need(sp, "rank", key), f"{key}.rank", 0, ws - 1),
                 step=j.integer(j.need(sp, "step", key), f"{key}.step", 0),
-                start_ns=j.integer(j.need(sp, "start_ns", key), f"{key}.start_ns"),
-                end_ns=j.integer(j.need(sp, "end_ns", key), f"{key}.end_ns"),
+                # bounded as the traces' times (the store's MAX_START_NS): differences of ±2**63 overflowed
+                start_ns=j.integer(j.need(sp, "start_ns", key), f"{key}.start_ns", *_TIMES),
+                end_ns=j.integer(j.need(sp, "end_ns", key), f"{key}.end_ns", *_TIMES),
             )
             if span.end_ns < span.start_ns:
                 raise ManifestError(

@@ -479,6 +479,8 @@ def _malformed(doc: dict[str, Any], how: str) -> dict[str, Any]:
         doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "ranks": [{"a": 1}, 1]}]
     elif how == "pg_rank_float":
         doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "ranks": [0, 1.5]}]
+    elif how == "pg_rank_out":
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "ranks": [0, 1, 2]}]  # of world size 2
     return doc
 
 
@@ -489,6 +491,7 @@ def _malformed(doc: dict[str, Any], how: str) -> dict[str, Any]:
         ("ts", r"traceEvents\[1\] \(aten::mm\) has ts/dur out of range"),
         ("pg_ranks", r"malformed distributedInfo.pg_config entry"),
         ("pg_rank_float", r"malformed distributedInfo.pg_config entry"),
+        ("pg_rank_out", r"distributedInfo.pg_config group '0' lists rank 2, outside world size 2"),
         ("bigint", r"not usable JSON \(an integer of more than 4,300 digits\)"),
     ],
 )

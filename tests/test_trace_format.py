@@ -165,6 +165,14 @@ def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
             "process_groups[0].ranks[1]: rank 9 is outside",
         ),
         ({"missing_ranks": [1]}, "ranks and missing_ranks both list rank 1"),
+        (
+            {"steps": [{"rank": 0, "step": 1, "start_ns": -(2**63), "end_ns": 2**63 - 1}]},
+            f"steps[0].start_ns: {-(2**63)} is outside {-(2**62)}..{2**62}",
+        ),
+        (
+            {"process_groups": [{"name": "0", "ranks": [0, 1]}, {"name": "0", "ranks": [0]}]},
+            "process_groups[1].name: group '0' is listed twice",
+        ),
     ],
 )
 def test_a_manifest_value_of_the_wrong_type_or_range_is_refused_naming_its_key(

@@ -231,12 +231,19 @@ def _new_trace(path: Path, rank: int | None, *, version: Any, dist: Any, base: A
         raise TraceImportError(f"{path}: distributedInfo.world_size {ws!r} does not cover rank {r}")
     if not isinstance(base, int) or isinstance(base, bool):
         raise TraceImportError(f"{path}: baseTimeNanoseconds is not an integer")
+    groups = _pg_config(dist.get("pg_config"), path)
+    for g in groups:
+        if ws is not None and g.ranks and max(g.ranks) >= ws:
+            raise TraceImportError(
+                f"{path}: distributedInfo.pg_config group {g.name!r} lists rank {max(g.ranks)}, outside "
+                f"world size {ws}"
+            )
     return KinetoTrace(
         path=path,
         rank=r,
         world_size=ws,
         backend=str(dist.get("backend", "")),
-        pg_config=_pg_config(dist.get("pg_config"), path),
+        pg_config=groups,
         base_ns=base,
     )
 
