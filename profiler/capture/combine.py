@@ -44,11 +44,11 @@ def combine_runs(
             raise CaptureError(f"{src}: not a run captured by skewlens profile (source {m.source!r})")
         found = {r: p for r, p in read_parts(src).items() if rank_file(src, r).is_file()}
         if lost := sorted(set(m.ranks) - set(found)):
-            first = part_file(src, lost[0])
-            if first.exists():  # read_parts said why it was ignored
-                raise CaptureError(f"{src}: ranks {lost}: part file unreadable or malformed ({first})")
+            lost_part = part_file(src, lost[0])
+            if lost_part.exists():  # read_parts said why it was ignored
+                raise CaptureError(f"{src}: ranks {lost}: part file unreadable or malformed ({lost_part})")
             raise CaptureError(
-                f"{src}: ranks {lost} have a trace but no part file ({first}): the "
+                f"{src}: ranks {lost} have a trace but no part file ({lost_part}): the "
                 "directory was already merged with every rank, or its .parts/ was removed"
             )
         for r in found:
