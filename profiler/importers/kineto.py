@@ -455,60 +455,62 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     kept = {c: (c, lists[c].append, {}) for c in _KEPT}
     events = doc.traceEvents
     negative = 0
-    for i, ev in enumerate(events):
-        events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
-        if ev.ph != "X" or type(ev.cat) is not str or (to := kept.get(ev.cat)) is None:
-            continue
-        cat, add, keeps_of = to
-        name, pid, tid, ts, dur = ev.name, ev.pid, ev.tid, ev.ts, ev.dur
-        tts, tdur = type(ts), type(dur)
-        # decoded JSON numbers are finite and never bools: type checks suffice on the common path
-        if (
-            (tts is float or tts is int)
-            and (tdur is float or tdur is int)
-            and type(name) is str
-            and type(pid) is int
-            and type(tid) is int
-            and -_MAX_NS < pid < _MAX_NS
-            and -_MAX_NS < tid < _MAX_NS
-        ):
-            if not -_TS_LIMIT < ts < _TS_LIMIT:  # round() of an infinite product is an OverflowError
-                raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
-            start_ns = base + round(ts * 1000)
-            if not (-_MAX_NS < start_ns < _MAX_NS and dur < _MAX_NS / 1000):
-                raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
-            if dur > 0:
-                dur_ns = round(dur * 1000)
+    i = -1
+    try:  # free of cost in the loop (zero-cost exceptions), where a bound check per event is not
+        for i, ev in enumerate(events):
+            events[i] = None  # type: ignore[call-overload]  # freed as read: the events shrink as KEvents grow
+            if ev.ph != "X" or type(ev.cat) is not str or (to := kept.get(ev.cat)) is None:
+                continue
+            cat, add, keeps_of = to
+            name, pid, tid, ts, dur = ev.name, ev.pid, ev.tid, ev.ts, ev.dur
+            tts, tdur = type(ts), type(dur)
+            # decoded JSON numbers are finite and never bools: type checks suffice on the common path
+            if (
+                (tts is float or tts is int)
+                and (tdur is float or tdur is int)
+                and type(name) is str
+                and type(pid) is int
+                and type(tid) is int
+                and -_MAX_NS < pid < _MAX_NS
+                and -_MAX_NS < tid < _MAX_NS
+            ):
+                start_ns = base + round(ts * 1000)
+                if not (-_MAX_NS < start_ns < _MAX_NS and dur < _MAX_NS / 1000):
+                    raise TraceImportError(f"{path}: traceEvents[{i}] ({name[:60]}) has ts/dur out of range")
+                if dur > 0:
+                    dur_ns = round(dur * 1000)
+                else:
+                    dur_ns = 0
+                    negative += dur < 0
             else:
-                dur_ns = 0
-                negative += dur < 0
-        else:
-            start_ns, dur_ns = _times(
-                path, i, cat=cat, name=name, pid=pid, tid=tid, ts=ts, dur=dur, base=base
+                start_ns, dur_ns = _times(
+                    path, i, cat=cat, name=name, pid=pid, tid=tid, ts=ts, dur=dur, base=base
+                )
+                negative += dur < 0  # a number: _times checked it
+            name = intern(name, name)
+            keeps = keeps_of.get(name)
+            if keeps is None:
+                keeps = keeps_of[name] = _keeps_args(cat, name)
+            a = ev.args
+            rf, c, st, dv = a.rf_id, a.correlation, a.stream, a.device  # UNSET where absent: no int
+            add(
+                KEvent(
+                    index=i,
+                    name=name,
+                    cat=cat,
+                    pid=same_id(pid, pid),
+                    tid=same_id(tid, tid),
+                    start_ns=start_ns,
+                    dur_ns=dur_ns,
+                    args=_args_dict(a) if keeps else _NO_ARGS,
+                    rf_id=rf if type(rf) is int and -MAX_INT < rf < MAX_INT else None,  # as _rf_id, inline
+                    corr=c if type(c) is int and -MAX_INT < c < MAX_INT else None,
+                    stream=st if type(st) is int and -MAX_INT < st < MAX_INT else None,
+                    device=dv if type(dv) is int and -MAX_INT < dv < MAX_INT else None,
+                )
             )
-            negative += dur < 0  # a number: _times checked it
-        name = intern(name, name)
-        keeps = keeps_of.get(name)
-        if keeps is None:
-            keeps = keeps_of[name] = _keeps_args(cat, name)
-        a = ev.args
-        rf, c, st, dv = a.rf_id, a.correlation, a.stream, a.device  # UNSET where absent: no int
-        add(
-            KEvent(
-                index=i,
-                name=name,
-                cat=cat,
-                pid=same_id(pid, pid),
-                tid=same_id(tid, tid),
-                start_ns=start_ns,
-                dur_ns=dur_ns,
-                args=_args_dict(a) if keeps else _NO_ARGS,
-                rf_id=rf if type(rf) is int and -MAX_INT < rf < MAX_INT else None,  # as _rf_id, inline
-                corr=c if type(c) is int and -MAX_INT < c < MAX_INT else None,
-                stream=st if type(st) is int and -MAX_INT < st < MAX_INT else None,
-                device=dv if type(dv) is int and -MAX_INT < dv < MAX_INT else None,
-            )
-        )
+    except OverflowError:  # round() of a ts so large that ts * 1000 is infinite
+        raise TraceImportError(f"{path}: traceEvents[{i}] has ts/dur out of range") from None
     trace.cpu_pids.update({e.pid for e in trace.cpu_ops})
     launches = trace.launches
     for e in runtime:

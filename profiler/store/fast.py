@@ -395,9 +395,9 @@ _SAME_FIRST = 2
 _KNOWN_FIRST, _KNOWN_ORDER, _KNOWN_LAST, _KNOWN_LEN = _known_table()
 
 
-def known_attr_index(b: _Bytes, start: I64, length: I64) -> I64:
-    """Index into ``KNOWN_ATTRS`` of each attribute name, -1 for other names (exact comparison)."""
-    first, last = _name_parts(b, start, length)
+def known_attr_index(first: U64, last: U64, length: I64) -> I64:
+    """Index into ``KNOWN_ATTRS`` of each attribute name, -1 for other names (exact comparison), from the
+    names' :func:`_name_parts` and lengths."""
     found = np.full(first.shape[0], -1, dtype=np.int64)
     left = np.searchsorted(_KNOWN_FIRST, first)
     for k in range(_SAME_FIRST):  # the names sharing a first word lie side by side
@@ -632,17 +632,16 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     a_start = l_start[m]
     a_end = a_start + l_len[m]
     at = _decode_attrs(b, a_start, a_end)
-    which = known_attr_index(b, at.name_start, at.name_len)
+    first, last = _name_parts(b, at.name_start, at.name_len)
+    which = known_attr_index(first, last, at.name_len)
     # other attributes are not read, but protobuf checks their names and string values too: a name
     # corrupted into invalid UTF-8 was dropped here (its node read on without it) and refused there
-    other = which < 0
-    if other.any():
-        texts = np.flatnonzero(other & at.is_str)
-        _check_utf8(
-            b,
-            np.concatenate([at.name_start[other], at.str_start[texts]]),
-            np.concatenate([at.name_len[other], at.str_len[texts]]),
-        )
+    other = np.flatnonzero(which < 0)
+    if other.size:
+        _check_utf8(b, at.name_start[other], at.name_len[other], first[other], last[other])
+        texts = other[at.is_str[other]]
+        if texts.size:
+            _check_utf8(b, at.str_start[texts], at.str_len[texts])
     a_int, a_isint = at.value, at.is_int
     # one flat scatter for the known integer attributes the file has (row = which of them, column = node);
     # the others share one array of zeros (read-only, as every column the decoder returns)
@@ -701,14 +700,18 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     )
 
 
-def _check_utf8(b: _Bytes, start: I64, length: I64) -> None:
+def _check_utf8(
+    b: _Bytes, start: I64, length: I64, first: U64 | None = None, last: U64 | None = None
+) -> None:
     """:class:`FastDecodeError` unless every byte range is UTF-8. A range of at most 16 bytes without a byte
-    of 0x80 or more is ASCII, so UTF-8: that is read from its first and last 8 bytes (:func:`_name_parts`),
-    without gathering it; the others (names are seldom either) are gathered and checked by Arrow."""
+    of 0x80 or more is ASCII, so UTF-8: that is read from its first and last 8 bytes (:func:`_name_parts`,
+    given where the caller has them), without gathering it; the others (names are seldom either) are
+    gathered and checked by Arrow."""
+    if first is None or last is None:
+        first, last = _name_parts(b, start, length)
     short = length <= 16
-    first, last = _name_parts(b, start[short], length[short])
     ascii_ = ((first | last) & _HIGH_BITS) == 0
-    idx = np.concatenate([np.flatnonzero(short)[~ascii_], np.flatnonzero(~short)])
+    idx = np.flatnonzero(~(short & ascii_))
     if idx.size:
         b.gather_strings(start[idx], length[idx])
 
