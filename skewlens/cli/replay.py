@@ -271,8 +271,8 @@ def check_types(args: list[str]) -> None:
         if o.is_delete():
             continue
         setting = _setting_type(o.key_or_group, adding=o.is_add())
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         if setting is None:
-            values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
             if not all(isinstance(v, dict) for v in values):  # a node is given a mapping, or nothing
                 _not_a_node_value(o.key_or_group, o.input_line or o.key_or_group, adding=o.is_add())
             continue
@@ -281,7 +281,6 @@ def check_types(args: list[str]) -> None:
         holder = OmegaConf.structured(
             dataclasses.make_dataclass("Setting", [(name, setting, dataclasses.field(default=MISSING))])
         )
-        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         if typing.get_origin(setting) is list and dataclasses.is_dataclass(typing.get_args(setting)[0]):
             for v in values:
                 _check_items(o.input_line or o.key_or_group, holder, name, typing.get_args(setting)[0], v)
@@ -325,33 +324,27 @@ def _not_a_node_value(key: str, line: str, *, adding: bool) -> None:
 
 
 def _setting_type(key: str, *, adding: bool = False) -> Any:
-    """The declared type of the setting ``key`` names in :class:`ReplayConfig`, through dataclass fields and
-    list items; None where ``key`` is a group or node (a dataclass, or a list of them), is Hydra's, or is
-    appended (``adding``) where the schema has no such key. A key the schema does not have is a one-line
-    :class:`ConfigError` listing the settings it has there."""
+    """The declared type of the setting ``key`` names in :class:`ReplayConfig` (:func:`_declared_type`);
+    None where ``key`` is a group or node (a dataclass), is Hydra's, or is appended (``adding``) where the
+    schema has no such key. A key the schema does not have is a one-line :class:`ConfigError` listing the
+    settings it has there."""
+    t = _declared_type(key, refuse_unknown=not (adding or key.startswith("hydra")))
+    return None if dataclasses.is_dataclass(t) else t  # a list of nodes is a setting: its items are checked
+
+
+def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
+    """The schema's type at ``key``, through dataclass fields and list items (a dataclass for a node); None
+    where it has none, or with ``refuse_unknown`` a :class:`ConfigError` for a field it does not have."""
     t: Any = ReplayConfig
     parts = key.split(".")
     for depth, part in enumerate(parts):
         if dataclasses.is_dataclass(t):
             hints = typing.get_type_hints(t)
             if part not in hints:
-                if adding or key.startswith("hydra"):
+                if not refuse_unknown:
                     return None
                 where = f"{'.'.join(parts[:depth])} has" if depth else "skewlens replay has"
                 raise ConfigError(f"{key}: no such setting ({where} {', '.join(hints)})")
-            t = hints[part]
-        elif typing.get_origin(t) is list and part.isdigit():
-            t = typing.get_args(t)[0]
-        else:
-            return None
-    return None if dataclasses.is_dataclass(t) else t  # a list of nodes is a setting: its items are checked
-
-
-def _declared_type(key: str) -> Any:
-    """The schema's type at ``key`` (a dataclass for a node), None where it has none."""
-    t: Any = ReplayConfig
-    for part in key.split("."):
-        if dataclasses.is_dataclass(t) and part in (hints := typing.get_type_hints(t)):
             t = hints[part]
         elif typing.get_origin(t) is list and part.isdigit():
             t = typing.get_args(t)[0]
