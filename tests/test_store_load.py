@@ -607,3 +607,24 @@ def test_an_attribute_name_that_is_not_utf8_is_a_corrupt_node_in_both_decoders(t
     for decoder in ("reference", "vectorised", "auto"):
         with pytest.raises(TraceFormatError, match=r"rank-0\.et: corrupt node message at byte offset"):
             load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]
+
+
+def test_a_corrupt_input_or_output_description_is_a_corrupt_node_in_both_decoders(tmp_path: Path) -> None:
+    # the vectorised decoder skipped a node's inputs/outputs (IOInfo) unparsed where protobuf refused the
+    # node: the last disagreement of the audit's byte-flip fuzz
+    f = tmp_path / "run" / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4, duration_micros=3)
+            n.inputs.values, n.inputs.shapes, n.inputs.types = "[[1,2]]", "[[4,4]]", '["Tensor(float)"]'
+            n.outputs.types = '["Tensor(float)"]'
+            w.write(n)
+    clean = load_mod.decode(f, decoder="vectorised")
+    assert clean.node_id.tolist() == list(range(1, 61))
+    data = bytearray(f.read_bytes())
+    at = data.index(b"Tensor(float)", len(data) // 2)
+    data[at] = 0xFF  # no longer UTF-8
+    f.write_bytes(bytes(data))
+    for decoder in ("reference", "vectorised", "auto"):
+        with pytest.raises(TraceFormatError, match=r"rank-0\.et: corrupt node message at byte offset"):
+            load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]

@@ -626,6 +626,16 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         order = np.argsort(key, kind="stable")
         dep_node, dep_id, dep_kind = dep_node[order], dep_id[order], dep_kind[order]
 
+    # inputs and outputs (IOInfo: values, shapes, types, strings) are not read, but protobuf parses them:
+    # their wire format and strings are checked as it checks them, or a corrupt one reads differently
+    m = (l_field == F_INPUTS) | (l_field == F_OUTPUTS)
+    if m.any():
+        io_start = l_start[m].astype(np.int64)
+        io = _walk(b, io_start, io_start + l_len[m].astype(np.int64))
+        text = (_cat(io.l_field, np.int64) >= 1) & (_cat(io.l_field, np.int64) <= 3)
+        if text.any():
+            _check_utf8(b, _cat(io.l_start, np.int64)[text], _cat(io.l_len, np.int64)[text])
+
     # attributes
     m = l_field == F_ATTR
     a_node = l_msg[m]
