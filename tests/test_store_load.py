@@ -628,3 +628,40 @@ def test_a_corrupt_input_or_output_description_is_a_corrupt_node_in_both_decoder
     for decoder in ("reference", "vectorised", "auto"):
         with pytest.raises(TraceFormatError, match=r"rank-0\.et: corrupt node message at byte offset"):
             load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_a_bool_varint_past_1_and_an_attribute_given_two_values_read_as_protobuf_reads_them(
+    tmp_path: Path,
+) -> None:
+    # the vectorised decoder read a bool_val of 15 as 15 (protobuf: True) and kept the first of two values
+    # of one attribute where protobuf keeps the last (an int64 stream then a list: no stream)
+    f = tmp_path / "run" / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4, duration_micros=3)
+            body = n.SerializeToString()
+            flag = pb.AttributeProto(name="is_cpu_op", bool_val=True).SerializeToString()
+            assert flag.endswith(b"\xd8\x01\x01")
+            flag = flag[:-1] + b"\x0f"  # bool_val 15
+            two = (
+                pb.AttributeProto(name="stream", int64_val=7).SerializeToString()
+                + pb.AttributeProto(int64_list=pb.Int64List(values=[1])).SerializeToString()
+            )
+            for attr in (flag, two) if i == 30 else (flag,):
+                body += b"\x52" + _varint(len(attr)) + attr  # field 10 (attr), length-delimited
+            w.write_raw(_varint(len(body)) + body)
+    a = load_mod.decode(f, decoder="reference")
+    b = load_mod.decode(f, decoder="vectorised")
+    for name in ("is_cpu_op", "stream"):
+        assert np.array_equal(a.attr_has[name], b.attr_has[name]), name
+        assert np.array_equal(a.attr_val[name][a.attr_has[name]], b.attr_val[name][b.attr_has[name]]), name
+    assert set(a.attr_val["is_cpu_op"].tolist()) == {1} and not a.attr_has["stream"][30]

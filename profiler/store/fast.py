@@ -63,6 +63,7 @@ def float_ints(x: np.ndarray) -> I64:
 F_ID, F_NAME, F_TYPE, F_CTRL, F_DATA, F_START_US, F_DUR_US, F_INPUTS, F_OUTPUTS, F_ATTR = range(1, 11)
 # AttributeProto value fields, by how their payload is decoded
 _VARINT_INT = (7, 9, 11, 13, 27)  # int32, int64, uint32, uint64, bool
+_INT32, _UINT32, _BOOL = 7, 11, 27
 _ZIGZAG = (15, 17)  # sint32, sint64
 _FIXED64_INT = (21, 25)  # fixed64, sfixed64
 _FIXED32_INT = (19,)  # fixed32
@@ -436,9 +437,10 @@ class _Attrs:
 
 
 # How an AttributeProto value field's payload becomes an integer, by field number.
-_K_NONE, _K_VARINT, _K_ZIGZAG, _K_FIXED, _K_SFIXED32, _K_DOUBLE, _K_FLOAT = range(7)
+_K_NONE, _K_VARINT, _K_ZIGZAG, _K_FIXED, _K_SFIXED32, _K_DOUBLE, _K_FLOAT, _K_NARROW = range(8)
 _KIND = np.zeros(64, dtype=np.int8)
 _KIND[list(_VARINT_INT)] = _K_VARINT
+_KIND[[_INT32, _UINT32, _BOOL]] = _K_NARROW  # varints read narrower (see _int_values)
 _KIND[list(_ZIGZAG)] = _K_ZIGZAG
 _KIND[list(_FIXED64_INT + _FIXED32_INT)] = _K_FIXED
 _KIND[list(_SFIXED32)] = _K_SFIXED32
@@ -446,13 +448,32 @@ _KIND[_DOUBLE] = _K_DOUBLE
 _KIND[_FLOAT] = _K_FLOAT
 
 
+def _low_int32(v: I64) -> I64:
+    return v.astype(np.int32).astype(np.int64)
+
+
+def _low_uint32(v: I64) -> I64:
+    return v & 0xFFFFFFFF
+
+
+def _nonzero(v: I64) -> I64:
+    return (v != 0).astype(np.int64)
+
+
 def _int_values(field: I64, raw: U64, wire0: Bool) -> tuple[I64, Bool]:
     """Integer value of numeric attribute payloads (varint payloads where ``wire0``, else fixed words)."""
     kind = _KIND[np.minimum(field, 63)]
     kind[field > 63] = _K_NONE
     val = raw.view(np.int64).copy()
-    varint = wire0 & (kind == _K_VARINT)
-    ok = varint | (wire0 & (kind == _K_ZIGZAG)) | (~wire0 & (kind >= _K_FIXED))
+    narrow = kind == _K_NARROW
+    varint = wire0 & ((kind == _K_VARINT) | narrow)
+    nz = np.flatnonzero(narrow & wire0)
+    if nz.size:  # as protobuf reads these varints: int32, uint32 keep their low 32 bits, a bool is 0/1
+        f = field[nz]
+        for code, conv in ((_INT32, _low_int32), (_UINT32, _low_uint32), (_BOOL, _nonzero)):
+            sel = nz[f == code]
+            val[sel] = conv(val[sel])
+    ok = varint | (wire0 & (kind == _K_ZIGZAG)) | (~wire0 & (kind >= _K_FIXED) & (kind <= _K_FLOAT))
     if not (varint | ~ok).all():  # rare encodings: zigzag, fixed-width, floating point
         for k, conv in (
             (_K_ZIGZAG, lambda w: (w >> np.uint64(1)).view(np.int64) ^ -(w & np.uint64(1)).view(np.int64)),
@@ -492,11 +513,20 @@ def _decode_attrs_generic(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     out.list_len[l_msg[m]] = l_len[m]
     out.is_list[l_msg[m]] = True
     v_msg = _cat(af.v_msg, np.int64)
-    _int_value(out, v_msg, _cat(af.v_field, np.int64), _cat(af.v_val, np.uint64), np.ones(v_msg.shape, bool))
+    v_field = _cat(af.v_field, np.int64)
     f_msg = _cat(af.f_msg, np.int64)
+    f_field = _cat(af.f_field, np.int64)
+    # fields 3-32 are AttributeProto's one value (a oneof): protobuf keeps the last of several, the reference
+    # decoder does that
+    valued = np.concatenate(
+        [m[(fs >= 3) & (fs <= 32)] for m, fs in ((l_msg, l_field), (v_msg, v_field), (f_msg, f_field))]
+    )
+    if valued.size and np.bincount(valued).max() > 1:
+        raise FastDecodeError("an attribute with several values")
+    _int_value(out, v_msg, v_field, _cat(af.v_val, np.uint64), np.ones(v_msg.shape, bool))
     if f_msg.size:
         words = _read_words(b, _cat(af.f_pos, np.int64), _cat(af.f_wide, np.bool_))
-        _int_value(out, f_msg, _cat(af.f_field, np.int64), words, np.zeros(f_msg.shape, bool))
+        _int_value(out, f_msg, f_field, words, np.zeros(f_msg.shape, bool))
     return out
 
 
