@@ -183,11 +183,10 @@ def check_comm_delay_ops(key: str, item: Slowdown, run: RunTrace) -> None:
     if any(has(r) for r in ranks):
         return
     others = [r for r in sorted(run.ranks) if r not in ranks and has(r)]
-    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
     have = f"ranks with {item.before} ops: {', '.join(map(str, others))}" if others else "the run has none"
     raise ConfigError(
-        f"{key}.ranks: {where} has no {item.before} op, so a delay before every {item.before} would delay "
-        f"nothing ({have}); the presets take the rank from slowdown.rank"
+        f"{key}.ranks: {_has_none(item, ranks, f'{item.before} op')}, so a delay before every {item.before} "
+        f"would delay nothing ({have}); the presets take the rank from slowdown.rank"
     )
 
 
@@ -225,11 +224,9 @@ def check_compute_device(key: str, item: Slowdown, run: RunTrace) -> None:
         rt = run.ranks[r]
         if (compute_rows(rt, model.ranks[r]) & _on_device(rt, item.device)).any():
             return
-    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
-    what = "GPU ops (a CPU trace?)" if item.device == "gpu" else "host operators"
-    raise ConfigError(
-        f"{key}.device: {where} has no compute {what}, so device={item.device} would slow nothing"
-    )
+    what = "compute GPU ops (a CPU trace?)" if item.device == "gpu" else "compute host operators"
+    none = _has_none(item, ranks, what)
+    raise ConfigError(f"{key}.device: {none}, so device={item.device} would slow nothing")
 
 
 def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
@@ -248,7 +245,7 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
             if op_matches(item.pattern, rt.names[i]):
                 return
             time_by_name[rt.names[i]] = time_by_name.get(rt.names[i], 0) + int(per_name[i])
-    where = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}" if item.ranks else "any rank"
+    where = _ranks_text(ranks) if item.ranks else "any rank"
     top = sorted(time_by_name, key=lambda n: -time_by_name[n])[:5]
     raise ConfigError(
         f"{key}.pattern: {item.pattern!r} matches no compute node of {where}, so it would slow nothing; "
@@ -385,3 +382,14 @@ def replay_run(
     return ReplayOutcome(
         out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns
     )
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _has_none(item: Slowdown, ranks: list[int], what: str) -> str:
+    """``rank 3 has no X``, ``ranks 1, 2 have no X``, or for an item on every rank ``no rank has X``."""
+    if not item.ranks:
+        return f"no rank has {what}"
+    return f"{_ranks_text(ranks)} {'has' if len(ranks) == 1 else 'have'} no {what}"

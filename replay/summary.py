@@ -18,6 +18,8 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
 - ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
   (a rooted collective's member: to the arrival the execution model's ``waits_for`` names), up to its own
   end (as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
+- every column of a step covers its window (mark to mark): a node of one step that runs into the next
+  step's window counts there for the time it does (so ``exposed_wait_ns`` <= ``wait_ns`` in every row);
 - ``exposed_wait_ns`` and ``exposed_transfer_ns``: the replayed step's (mark to mark) communication not
   under compute, waiting for peers and the rest, by the rule of ``skewlens analyze``'s breakdown
   (:func:`~skewlens.replay.execution.exposed_parts`, from the same compute, communication and busy
@@ -53,7 +55,6 @@ from skewlens.replay.execution import (
     exposed_parts,
     gpu_idle,
     model_ends,
-    union_intervals,
 )
 from skewlens.replay.simulate import SimResult
 
@@ -238,17 +239,15 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         w_start = st[sync_rows]
         w_end = np.minimum(np.maximum(sync_arr, w_start), en[sync_rows])
         wait_comp = Coverage.of(np.concatenate([comp.starts, w_start]), np.concatenate([comp.ends, w_end]))
-        sync_step = rt.step[sync_rows]
-        rows: list[tuple[int, int, int, int, int]] = []  # step, replayed, recorded, comm, wait (ns)
+        # time covered, not summed (a rank's concurrent waits or transfers, DDP's buckets or a 1F1B batch,
+        # happen at once), inside each step's window as every other column: a wait of one step's node that
+        # runs into the next step's window counts there, as its exposed part does
+        waits = Coverage.of(w_start, w_end)
+        comms = Coverage.of(st[comm_mask], en[comm_mask])
+        rows: list[tuple[int, int, int]] = []  # step, replayed, recorded (ns)
         windows: list[tuple[int, int]] = []
         for k in steps_of[r]:
             in_step = rt.step == k
-            comm = comm_mask & in_step
-            # time covered, not summed: a rank's concurrent waits or transfers (DDP's buckets, a 1F1B
-            # batch) happen at once
-            mine = sync_step == k
-            w_lo, w_hi = union_intervals(w_start[mine], w_end[mine])
-            c_lo, c_hi = union_intervals(st[comm], en[comm])
             a, b = spans[(r, k)]
             mark = marks.get((r, k))
             if mark is not None:
@@ -259,17 +258,25 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                 rec_ns = int(rt.end_ns[in_rec].max() - rt.start_ns[in_rec].min()) if in_rec.any() else 0
                 rep_ns = b - a
             windows.append((a, b))
-            rows.append((k, rep_ns, rec_ns, int((c_hi - c_lo).sum()), int((w_hi - w_lo).sum())))
+            rows.append((k, rep_ns, rec_ns))
         if not windows:
             continue
         # the breakdown's parts of every step window at once
         a_, b_ = (np.asarray(x, dtype=np.int64) for x in zip(*windows, strict=True))
         comp_ns, _busy, wait_ns, transfer_ns = exposed_parts(comp, busy, wait_comp, a_, b_)
+        parts = zip(
+            comp_ns.tolist(),
+            wait_ns.tolist(),
+            transfer_ns.tolist(),
+            waits.between(a_, b_).tolist(),
+            comms.between(a_, b_).tolist(),
+            strict=True,
+        )
         streams = [] if rt.is_cpu.all() else gpu_idle(rt, m, start=st, end=en, a=a_, b=b_)
         pick = compute_stream([(g.stream, int(g.compute.sum()), int(g.busy.sum())) for g in streams])
         gpu = next((g for g in streams if g.stream == pick), None)
-        for j, ((k, rep_ns, rec_ns, comm_ns, all_wait), c, w, t) in enumerate(
-            zip(rows, comp_ns.tolist(), wait_ns.tolist(), transfer_ns.tolist(), strict=True)
+        for j, ((k, rep_ns, rec_ns), (c, w, t, wait_all, comm_ns)) in enumerate(
+            zip(rows, parts, strict=True)
         ):
             out.append(
                 SummaryRecord(
@@ -280,7 +287,7 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
                     recorded_step_ns=rec_ns,
                     compute_ns=c,
                     comm_ns=comm_ns,
-                    wait_ns=all_wait,
+                    wait_ns=wait_all,
                     exposed_wait_ns=w,
                     exposed_transfer_ns=t,
                     **_gpu_columns(gpu, j, int(b_[j] - a_[j])),

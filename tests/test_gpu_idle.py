@@ -303,6 +303,11 @@ def test_a_slow_gpu_on_a_cpu_run_is_refused_naming_the_key(
     assert main(["replay", f"trace={run_dir}", f"out={out}", "slowdown=slow_gpu", "slowdown.rank=1"]) == 2
     err = capsys.readouterr().err
     assert "slowdown.entries[0].device: rank 1 has no compute GPU ops" in err and "would slow nothing" in err
+    # on every rank: it read "any rank has no compute GPU ops"
+    every = "slowdown.entries=[{kind:compute,factor:2,device:gpu}]"
+    args = ["replay", f"trace={run_dir}", f"out={out}", every]
+    assert main(args) == 2
+    assert "slowdown.entries[0].device: no rank has compute GPU ops (a CPU trace?)" in capsys.readouterr().err
 
 
 def test_the_slow_gpu_preset_says_what_it_slowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -612,3 +612,20 @@ def test_split_lists_of_another_length_than_the_group_are_refused_strictly_and_d
     assert [(a, b, n) for a, b, n in pairs if a == 1] == [(1, 0, even), (1, 2, even)]
     warned = [i for i in validate_run(d, lenient=True).issues if i.kind == "corrupt-splits"]
     assert [(i.severity, i.rank, i.node) for i in warned] == [(Severity.WARNING, 1, bad)]
+
+
+def test_every_replayed_step_counts_its_waits_in_its_window_so_exposed_never_exceeds_all(
+    sampled_run: Path,
+) -> None:
+    # with its GPU twice as slow, rank 1's step 551 read wait_ns 0 and exposed_wait_ns 9.66 ms: the waits
+    # were counted by their nodes' step, the exposed part by the step's window (mark to mark)
+    from skewlens.replay.summary import summarize
+
+    run = load_validated(sampled_run, lenient=True)
+    slow = SlowdownModel([Slowdown(kind="compute", factor=2.0, device="gpu")])
+    rows = summarize(run, simulate(run, effects=slow))
+    assert len(rows) == 4  # two ranks, two steps
+    for row in rows:
+        assert row.exposed_wait_ns <= row.wait_ns, (row.rank, row.step)
+        assert row.exposed_wait_ns + row.exposed_transfer_ns <= row.step_time_ns, (row.rank, row.step)
+    assert max(r.exposed_wait_ns for r in rows) > 1_000_000  # it did wait
