@@ -79,9 +79,11 @@ class SummaryRecord:
     compute_ns: int
     """Time covered by compute nodes, ns."""
     comm_ns: int
-    """Time covered by communication nodes (arrival to completion; concurrent ones count once), ns."""
+    """Time covered by communication nodes in the replayed step (arrival to completion; concurrent ones
+    count once), ns."""
     wait_ns: int
-    """Time covered by waits for late peers at sync points (concurrent ones count once), ns."""
+    """Time covered by waits for late peers at sync points in the replayed step (concurrent ones count
+    once; under compute too, so never less than ``exposed_wait_ns``), ns."""
     exposed_wait_ns: int
     """Waiting for peers not under compute, in the replayed step, ns (the breakdown's rule)."""
     exposed_transfer_ns: int
