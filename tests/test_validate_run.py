@@ -408,20 +408,3 @@ def test_check_decodes_every_file_where_its_column_cache_still_matches_a_changed
     out = io.StringIO()
     assert check_main([str(run), "--no-progress"], console=Console(file=out, width=200)) == 1
     assert "rank-0.et" in out.getvalue() and "corrupt" in out.getvalue()
-
-
-def test_a_flood_of_one_kind_of_problem_keeps_the_first_thousand_and_counts_the_rest() -> None:
-    from skewlens.profiler.store.issues import MAX_ISSUES_PER_KIND, IssueLog
-
-    sink = IssueLog()
-    for i in range(MAX_ISSUES_PER_KIND + 2_500):
-        sink.error("unknown-node-type", f"f.et: node {i}: unknown node type 99", file="f.et", node=i)
-    sink.error("dangling-dependency", "f.et: node 1 depends on node 7, not in the trace", file="f.et")
-    sink.warning("unknown-node-type", "g.et: node 3: something else", file="g.et")
-    assert len(sink.issues) == MAX_ISSUES_PER_KIND + 3
-    more = sink.issues[MAX_ISSUES_PER_KIND]
-    assert more.message == (
-        "f.et: 2,500 more unknown-node-type problem(s) like those above (the first 1,000 of each kind in a "
-        "file are listed)"
-    )
-    assert [i.kind for i in sink.issues[-2:]] == ["dangling-dependency", "unknown-node-type"]

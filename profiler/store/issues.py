@@ -43,11 +43,6 @@ class Issue:
         return self.message
 
 
-#: Most issues of one kind (and severity) in one file that are kept one by one; past it one issue says how
-#: many more there are. A corrupt trace can give one per node: millions of records otherwise.
-MAX_ISSUES_PER_KIND = 1000
-
-
 @dataclass(eq=False, kw_only=True, slots=True)
 class IssueLog:
     """Collects issues; in strict mode the first error is raised at once as :class:`ValidationError`."""
@@ -62,8 +57,6 @@ class IssueLog:
     dropped_splits: list[DroppedSplits] = field(default_factory=list)
     """All_to_all nodes whose recorded splits are inconsistent, their splits dropped (a strict load refuses
     the rank instead)."""
-    _counts: dict[tuple[Severity, str, str], int] = field(default_factory=dict)
-    _more_at: dict[tuple[Severity, str, str], int] = field(default_factory=dict)
 
     def add(
         self,
@@ -77,26 +70,9 @@ class IssueLog:
     ) -> None:
         if self.strict and severity is Severity.ERROR:
             raise ValidationError(message)
-        key = (severity, kind, file)
-        n = self._counts[key] = self._counts.get(key, 0) + 1
-        if n <= MAX_ISSUES_PER_KIND:
-            self.issues.append(
-                Issue(severity=severity, kind=kind, message=message, file=file, rank=rank, node=node)
-            )
-            return
-        more = Issue(
-            severity=severity,
-            kind=kind,
-            message=f"{file or 'the run'}: {n - MAX_ISSUES_PER_KIND:,} more {kind} problem(s) like those "
-            f"above (the first {MAX_ISSUES_PER_KIND:,} of each kind in a file are listed)",
-            file=file,
-            rank=rank,
+        self.issues.append(
+            Issue(severity=severity, kind=kind, message=message, file=file, rank=rank, node=node)
         )
-        if key in self._more_at:
-            self.issues[self._more_at[key]] = more
-        else:
-            self._more_at[key] = len(self.issues)
-            self.issues.append(more)
 
     def skip(self, item: SkippedComm) -> None:
         """Record communication whose members disagree (its issues are added separately)."""

@@ -512,6 +512,7 @@ def _interpret(
     ).astype(np.int8)
 
     if pg_found is not None:
+        bad_meta: dict[int, str] = {}  # row: why its process-group node is malformed
         for row, msg in raw.metadata_msgs:
             node = pb.Node()
             try:
@@ -525,7 +526,9 @@ def _interpret(
                 try:
                     pg_found.update(parse_pg_init(node.inputs.values, path))
                 except ValidationError as e:
-                    sink.error("bad-metadata", str(e), file=str(path), rank=rank, node=int(node_id[row]))
+                    bad_meta[row] = str(e)
+        rows = np.fromiter(bad_meta, dtype=np.int64, count=len(bad_meta))
+        _report(sink, "bad-metadata", rows, lambda i: (int(node_id[i]), bad_meta[i]), path=path, rank=rank)
 
     # rows by node id: duplicates and dangling dependencies
     ascending = n < 2 or bool((node_id[1:] > node_id[:-1]).all())  # the usual case: no sort needed
