@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.chakra_io import iter_nodes, node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.sources import read_json
@@ -515,4 +515,6 @@ def test_a_record_function_id_past_int64_is_dropped_not_a_traceback_when_the_nod
 ) -> None:
     f = _write(tmp_path / "in" / "rank0.json", _malformed(kineto_doc(0), "rfid"))
     import_traces([f], None, tmp_path / "run")
-    assert (tmp_path / "run" / "rank-0.et").is_file()
+    nodes = [n for _, n in iter_nodes(tmp_path / "run" / "rank-0.et")]
+    (mm,) = [n for n in nodes if n.name == "aten::mm"]
+    assert "rf_id" not in {a.name for a in mm.attr}  # dropped, not written past int64
