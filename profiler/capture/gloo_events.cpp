@@ -65,18 +65,21 @@ void leave(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     return;
   }
   const int64_t end = now_ns();
-  open_now.fetch_sub(1, std::memory_order_relaxed);
   const int64_t start = static_cast<Start*>(ctx)->start_ns;
   const auto thread = static_cast<int64_t>(syscall(SYS_gettid));
-  std::lock_guard<std::mutex> guard(mu);
-  if (!recording) {
-    return;
+  {
+    std::lock_guard<std::mutex> guard(mu);
+    if (recording) {
+      if (events.size() >= capacity) {
+        ++dropped;
+      } else {
+        events.push_back(Event{fn.name(), thread, start, end});
+      }
+    }
   }
-  if (events.size() >= capacity) {
-    ++dropped;
-    return;
-  }
-  events.push_back(Event{fn.name(), thread, start, end});
+  // closed only once kept: a stop that sees no event open finds every ended one in the buffer (closed
+  // before, a stop could take the lock between the two and drop an event that had ended in time)
+  open_now.fetch_sub(1, std::memory_order_release);
 }
 
 }  // namespace
@@ -120,7 +123,7 @@ int64_t skewlens_gloo_stop() {
 // gloo events entered and not left yet (while recording): a worker thread can close its event after
 // the work completed and woke its waiter.
 int64_t skewlens_gloo_open() {
-  return std::max<int64_t>(0, open_now.load(std::memory_order_relaxed));
+  return std::max<int64_t>(0, open_now.load(std::memory_order_acquire));
 }
 
 // Events that did not fit in the buffer.
