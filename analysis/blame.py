@@ -304,10 +304,12 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
 
 
 def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
-    """Per step: completion of the step (latest end over ranks) minus completion of the previous step
-    (for the first step: minus its earliest start). Ranks that run ahead into the next step (a rank that
-    no longer straggles starts its next step early and then waits) do not lengthen a step this way, and
-    the steps add up to the span of the recorded steps."""
+    """Per step: completion of the step minus completion of the previous step (for the first step: minus
+    its earliest start). A step completes at the latest end over ranks, and not before the step before
+    it completed: where a rank lacks a step, the ranks that have it can end it before another rank ends
+    the previous one, and that step then takes 0. Ranks that run ahead into the next step (a rank that no
+    longer straggles starts its next step early and then waits) do not lengthen a step this way; no step
+    is negative, and the steps add up to the span of the recorded steps."""
     ends: dict[int, int] = {}
     starts: dict[int, int] = {}
     for (_r, s), (a, b) in spans.items():
@@ -318,8 +320,9 @@ def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict
     out: dict[int, int] = {}
     prev: int | None = None
     for s in sorted(ends):
-        out[s] = ends[s] - (starts[s] if prev is None else prev)
-        prev = ends[s] if prev is None else max(prev, ends[s])
+        done = ends[s] if prev is None else max(prev, ends[s])
+        out[s] = done - (starts[s] if prev is None else prev)
+        prev = done
     return out
 
 

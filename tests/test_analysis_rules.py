@@ -1,0 +1,140 @@
+"""Analysis rules the other tests leave unchecked (found by mutation testing): the step-outlier median,
+step times where a rank lacks a step, the compute-stream verdict without idle time, a rooted
+collective's lateness, a scatter's message size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skewlens.analysis.blame import step_times_from_spans
+from skewlens.analysis.breakdown import outlier_steps
+from skewlens.analysis.gpu_idle import PARTS, StreamMeans, verdict
+from skewlens.analysis.index import build_index
+from skewlens.analysis.records import StepBreakdownRecord
+from skewlens.analysis.skew import CauseKind, analyze_skew
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.simulate import simulate
+
+MS = 1_000_000
+
+
+def _steps(rank: int, lengths: list[int]) -> list[StepBreakdownRecord]:
+    return [
+        StepBreakdownRecord(
+            rank=rank,
+            step=s,
+            start_ns=0,
+            end_ns=n,
+            step_ns=n,
+            compute_ns=n,
+            exposed_wait_ns=0,
+            exposed_transfer_ns=0,
+            overlapped_comm_ns=0,
+            gpu_compute_ns=0,
+            idle_ns=0,
+        )
+        for s, n in enumerate(lengths)
+    ]
+
+
+def test_the_median_step_of_an_even_count_is_the_mean_of_the_middle_two() -> None:
+    # 10, 10, 16, 20 ms: median 13 ms, so 20 ms is over 1.5 times it (19.5 ms); the upper middle (16 ms)
+    # would make the bar 24 ms and name no step
+    found = outlier_steps(_steps(0, [10 * MS, 10 * MS, 16 * MS, 20 * MS]))
+    assert [(o.step, o.median_step_ns) for o in found] == [(3, (10 * MS + 16 * MS) // 2)]
+
+
+def test_a_rank_of_exactly_three_steps_can_have_an_outlier_step() -> None:
+    found = outlier_steps(_steps(0, [20 * MS, 10 * MS, 10 * MS]))
+    assert [(o.step, o.worst_rank, o.median_step_ns) for o in found] == [(0, 0, 10 * MS)]
+    assert outlier_steps(_steps(0, [20 * MS, 10 * MS])) == []  # two steps: too few for a median
+
+
+def test_compute_streams_that_never_idled_give_no_verdict() -> None:
+    busy = StreamMeans(
+        rank=0,
+        stream=7,
+        steps=3,
+        step_ns=10.0 * MS,
+        busy_ns=10.0 * MS,
+        compute_ns=10.0 * MS,
+        idle_ns=0.0,
+        parts_ns=(0.0,) * len(PARTS),
+    )
+    assert verdict([busy]) is None
+
+
+def test_a_broadcast_root_that_arrived_first_is_late_by_nothing(tmp_path: Path) -> None:
+    # root 0 arrives at 1 ms, its receivers at 2 and 3 ms: nobody waits for anybody (the receivers need only
+    # the root's data, which was there), and the root, the member the others wait for, is not late
+    b = RunBuilder(3)
+    for r, arrive in ((0, MS), (1, 2 * MS), (2, 3 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", arrive, start_ns=0)
+        rb.collective(CommType.BROADCAST, 4096, 4 * MS - arrive, start_ns=arrive, root=0)
+        rb.compute("opt", MS)
+    (event,) = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert event.wait_ns.tolist() == [0, 0, 0]
+    assert event.late_rank == 0
+    assert event.late_by_ns == 0
+
+
+def test_an_imported_scatter_whose_root_records_its_whole_buffer_moves_that_buffer(tmp_path: Path) -> None:
+    # Chakra's input convention: the root's comm_size is its whole buffer (4 pieces), each receiver's its
+    # piece; S is the root's buffer, not 4 times it
+    piece = 1 << 20
+    b = RunBuilder(4)
+    for r in range(4):
+        rb = b.rank(r)
+        rb.compute("fwd", MS, start_ns=0)
+        rb.collective(CommType.SCATTER, 4 * piece if r == 0 else piece, 123_456, root=0)
+    rt = load_run(b.write(tmp_path / "run"))
+    bw, alpha = 50.0, 500
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=bw, latency_ns=alpha),))
+    res = simulate(rt, comm_mode="model", topology=flat, algorithm="ring")
+    got = [int(e - a) for a, e in zip(res.coll_arrival_ns, res.coll_end_ns, strict=True)]
+    s = 4 * piece
+    assert got == [round((4 - 1) * (alpha + s / (4 * bw)))]
+
+
+def test_a_members_transfer_is_its_time_after_the_last_arrival_not_its_whole_call(tmp_path: Path) -> None:
+    # rank 0 arrives at 1 ms, rank 1 at 3 ms, both end at 5 ms: rank 0 waits 2 ms, then each moves 2 ms
+    b = RunBuilder(2)
+    for r, arrive in ((0, MS), (1, 3 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", arrive, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, 5 * MS - arrive, start_ns=arrive)
+    recs = {x.rank: x for x in analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).records()}
+    assert {r: (x.wait_ns, x.transfer_ns) for r, x in recs.items()} == {0: (2 * MS, 2 * MS), 1: (0, 2 * MS)}
+
+
+def test_a_send_after_a_host_gap_of_at_least_half_its_receivers_wait_is_a_late_send(tmp_path: Path) -> None:
+    # rank 0 computes 2 ms, idles 0.5 ms, sends at 2.5 ms; rank 1 computes 1 ms, idles 0.6 ms, receives from
+    # 1.6 ms: it waits 0.9 ms, and the sender's gap (0.5 ms) is at least half of that: a late send, though
+    # the sender's compute grew more (1 ms) than its gap
+    us = MS // 1000
+    b = RunBuilder(2)
+    s = b.rank(0).step(0)
+    s.compute("fwd", 2 * MS, start_ns=0)
+    s.send(1, 4096, 100 * us, start_ns=2500 * us)
+    r = b.rank(1).step(0)
+    r.compute("fwd", MS, start_ns=0)
+    r.recv(0, 4096, 1000 * us, start_ns=1600 * us)
+    (event,) = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert event.wait_ns.tolist() == [0, 900 * us]
+    assert event.late_rank == 0
+    assert event.cause.kind is CauseKind.LATE_SEND
+    assert event.cause.delta_ns == 500 * us
+
+
+def test_a_step_only_some_ranks_have_and_end_early_takes_no_time_and_the_steps_add_up() -> None:
+    # rank 0 has no step 1; rank 1 ends its step 1 (at 90) before rank 0 ends step 0 (at 100)
+    spans = {(0, 0): (0, 100), (1, 0): (0, 60), (1, 1): (60, 90), (0, 2): (100, 200), (1, 2): (90, 180)}
+    times = step_times_from_spans(spans)
+    assert times == {0: 100 - 0, 1: 0, 2: 200 - 100}
+    first_start = min(a for a, _ in spans.values())
+    last_end = max(b for _, b in spans.values())
+    assert sum(times.values()) == last_end - first_start

@@ -1,0 +1,79 @@
+"""Edges of the execution model the other tests leave unchecked (found by mutation testing): where a row
+that touches its predecessor's end follows it or is nested in it, and when a host thread's idle time is
+taken to be a wait for an asynchronous collective."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.simulate import simulate
+
+MS = 1_000_000
+
+
+def _row(rt: RunTrace, rank: int, name: str) -> int:
+    r = rt.ranks[rank]
+    return next(i for i in range(len(r)) if r.name(i) == name)
+
+
+def test_a_nested_row_that_ends_with_its_enclosing_row_is_replayed_inside_it(tmp_path: Path) -> None:
+    # a: [0, 100 us); b nested in it, [50 us, 100 us), ending when a ends; c after both
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    rb.compute("a", dur_ns=100_000, start_ns=0)
+    rb.compute("b", dur_ns=50_000, start_ns=50_000)
+    rb.compute("c", dur_ns=10_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt)
+    nested = _row(rt, 0, "b")
+    assert (int(res.start_ns[0][nested]), int(res.end_ns[0][nested])) == (50_000, 100_000)
+    assert int(res.start_ns[0][_row(rt, 0, "c")]) == 100_000
+
+
+def test_a_zero_length_row_at_its_predecessors_end_follows_it_when_the_predecessor_grows(
+    tmp_path: Path,
+) -> None:
+    # a: [0, 100 us); z: 0 ns at 100 us (it follows a, it is not inside it); c: after z
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    rb.compute("a", dur_ns=100_000, start_ns=0)
+    rb.compute("z", dur_ns=0)
+    rb.compute("c", dur_ns=10_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    a, z, c = (_row(rt, 0, n) for n in ("a", "z", "c"))
+    longer = np.full(len(rt.ranks[0]), -1, dtype=np.int64)
+    longer[a] = 300_000
+    res = simulate(rt, dur_override={0: longer})
+    assert int(res.start_ns[0][z]) == 300_000  # a's new end
+    assert int(res.start_ns[0][c]) == 300_000
+
+
+def test_a_host_thread_briefly_idle_before_an_async_completion_is_not_taken_to_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    # each rank: fwd [0, 1 ms), an async all_reduce [1, 10 ms) on a communication stream, bwd [1, 9 ms) on
+    # the host, then step at 10.5 ms: it resumes 0.5 ms after the completion, but its thread was idle only
+    # 1 ms before it (from 9 ms), under 10 times as long (WAIT_RATIO): not a wait for the completion
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        fwd = rb.compute("fwd", dur_ns=MS, start_ns=0)
+        rb.collective(
+            CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=9 * MS, start_ns=MS, stream=1000, deps=(fwd,)
+        )
+        rb.compute("bwd", dur_ns=8 * MS)
+        rb.compute("step", dur_ns=MS // 2, start_ns=10 * MS + MS // 2)
+    rt = load_run(b.write(tmp_path / "run"))
+    base = simulate(rt)
+    slow = np.full(len(rt.ranks[1]), -1, dtype=np.int64)
+    slow[_row(rt, 1, "fwd")] = 4 * MS  # rank 1 arrives 3 ms later: the all_reduce ends 3 ms later
+    late = simulate(rt, dur_override={1: slow})
+    coll, step = _row(rt, 0, "c10d::all_reduce_"), _row(rt, 0, "step")
+    assert int(late.end_ns[0][coll]) - int(base.end_ns[0][coll]) == 3 * MS
+    assert int(late.start_ns[0][step]) == int(base.start_ns[0][step]) == 10 * MS + MS // 2

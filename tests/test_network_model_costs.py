@@ -1,0 +1,131 @@
+"""Network-model costs the other tests leave unchecked (found by mutation testing).
+
+Every expected time is written out from the formulas of ``skewlens.replay.network.algorithms`` and
+``skewlens.replay.comm`` (``α + bytes / B`` per link, bandwidth scaled and latency added by a network
+slowdown), not read from a run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.comm import ModelTiming
+from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.simulate import simulate
+
+S = 1_048_576  # bytes
+BW = 50.0  # GB/s = bytes/ns
+ALPHA = 500  # ns
+
+
+def two_level(per_node: int = 2, nodes: int = 2, links: int = 0) -> Topology:
+    """Nodes of ``per_node`` ranks on a 200 GB/s, 300 ns switch, joined by a 25 GB/s, 2 us fat tree."""
+    return Topology(
+        name="two-level",
+        dims=(
+            Dimension(kind="switch", size=per_node, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(
+                kind="fat_tree", size=nodes, bandwidth_gbps=25.0, latency_ns=2_000, links_per_node=links
+            ),
+        ),
+    )
+
+
+class Slower:
+    """A network slowdown on every link: bandwidth times ``factor``, ``extra`` ns more latency."""
+
+    def __init__(self, factor: float, extra: int) -> None:
+        self.factor, self.extra = factor, extra
+
+    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
+        del ranks, step
+        return self.factor, self.extra
+
+
+def test_a_gather_of_eight_pieces_moves_the_eight_pieces_its_root_collects() -> None:
+    # comm_size of a gather is one member's piece: the message S of the ring formula is 8 pieces
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    got = ModelTiming(flat, algorithm="ring").collective_time_ns(CommType.GATHER, S, range(8))
+    assert got == round(7 * (ALPHA + 8 * S / (8 * BW)))
+
+
+def test_a_tree_all_reduce_on_a_ring_network_pays_up_to_half_the_ring_in_hops_per_message() -> None:
+    ring = Topology(name="r", dims=(Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    got = ModelTiming(ring, algorithm="tree").collective_time_ns(CommType.ALL_REDUCE, S, range(8))
+    hops = 8 // 2
+    assert got == round(2 * 3 * (hops * ALPHA) + S / BW)
+
+
+def test_a_message_between_ranks_that_differ_in_both_dimensions_goes_at_the_slower_ones_bandwidth() -> None:
+    # rank 1 is slot 1 of node 0, rank 2 slot 0 of node 1: the pair crosses the switch and the fat tree
+    timing = ModelTiming(two_level())
+    assert timing.p2p_time_ns(1, 2, S) == round(max(300, 2_000) + S / min(200.0, 25.0))
+
+
+def test_an_all_to_all_whose_pairs_all_send_to_one_rank_costs_what_that_ranks_links_receive() -> None:
+    # ranks 1, 2, 3 each send S to rank 0 (node 0 = {0, 1}, node 1 = {2, 3}, a link per rank): rank 0's
+    # fat-tree link receives 2 S (from 2 and 3), its switch port 2 S (from 1 and 3); each sender sends S
+    timing = ModelTiming(two_level(), algorithm="direct")
+    got = timing.collective_time_ns(
+        CommType.ALL_TO_ALL, S, (0, 1, 2, 3), pairs=[(1, 0, S), (2, 0, S), (3, 0, S)]
+    )
+    assert got == round(max(2_000 + 2 * S / 25.0, 300 + 2 * S / 200.0))
+
+
+def test_a_network_slowdown_scales_both_levels_of_a_hierarchical_all_reduce() -> None:
+    f, extra = 0.5, 100
+    timing = ModelTiming(two_level(), algorithm="hierarchical", network_effects=Slower(f, extra))
+    p0, p1 = 2, 2
+    intra = (p0 - 1) * (300 + extra + S / (p0 * 200.0 * f))
+    inter = 2 * (p1 - 1) * (2_000 + extra + S / (p0 * p1 * 25.0 * f))
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4)) == round(2 * intra + inter)
+
+
+def test_a_network_slowdown_scales_the_links_of_an_all_to_all_across_nodes() -> None:
+    # 8 ranks, 4 a node, a link each: a member sends S/8 to each of the 4 on the other node, S/2 over its
+    # link (its switch port carries 6 S/8 at 200 GB/s: less time)
+    f, extra = 0.5, 100
+    timing = ModelTiming(two_level(per_node=4), algorithm="direct", network_effects=Slower(f, extra))
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8))
+    assert got == round(2_000 + extra + (S / 2) / (25.0 * f))
+
+
+def test_a_hierarchical_collective_over_three_levels_pays_the_outer_level_whose_busiest_link_is_slowest() -> (
+    None
+):
+    # 8 ranks: nodes of 2 (200 GB/s switch), pairs of nodes (100 GB/s, 1 us), racks of 4 ranks (10 GB/s,
+    # 5 us), a link per rank everywhere. Per byte of S the busiest link of a level carries (p - m)/(p m)
+    # for units of m members: nodes 6/16 at 100 GB/s, racks 4/32 at 10 GB/s, the slower (0.0125 ns/B)
+    topo = Topology(
+        name="three",
+        dims=(
+            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=100.0, latency_ns=1_000),
+            Dimension(kind="fat_tree", size=0, bandwidth_gbps=10.0, latency_ns=5_000),
+        ),
+    )
+    got = ModelTiming(topo, algorithm="hierarchical").collective_time_ns(CommType.ALL_REDUCE, S, range(8))
+    p0, p1 = 2, 4  # 2 ranks on each of 4 nodes
+    intra = (p0 - 1) * (300 + S / (p0 * 200.0))
+    phase = (p1 - 1) * 5_000 + (4 / 32) * S / 10.0
+    assert got == round(2 * intra + 2 * phase)
+
+
+def test_under_contention_a_group_shares_the_links_of_every_member_not_only_its_first(tmp_path: Path) -> None:
+    # 3 nodes of 2 ranks, one fat-tree link a node; groups (0, 2), (3, 4), (1, 5) each join two nodes, and
+    # every node's link carries two of them at once: each gets half, so each takes twice its lone time
+    groups = {"a": (0, 2), "b": (3, 4), "c": (1, 5)}
+    b = RunBuilder(world_size=6, groups=groups)
+    for name, members in groups.items():
+        for r in members:
+            b.rank(r).compute("fwd", dur_ns=1_000_000, start_ns=0)
+            b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=S, dur_ns=123_456, pg=name)
+    rt = load_run(b.write(tmp_path / "run"))
+    topo = two_level(per_node=2, nodes=3, links=1)
+    res = simulate(rt, comm_mode="model", topology=topo, algorithm="ring", contention=True)
+    got = [int(e - a) for a, e in zip(res.coll_arrival_ns, res.coll_end_ns, strict=True)]
+    alone = 2 * (2_000 + S / (2 * 25.0))  # a two-member ring all_reduce over one fat-tree link
+    assert got == [round(2 * alone)] * 3
