@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -195,6 +197,56 @@ def test_a_profile_stopped_with_sigterm_passes_it_on_and_lets_its_command_end(tm
     assert _run_signalled(tmp_path, signal.SIGTERM, 9) == 9
     assert (tmp_path / "saved").read_text() == "saved"
     assert signal.getsignal(signal.SIGTERM) == before  # its handler was only there while the command ran
+
+
+def test_two_sigterms_a_moment_apart_as_timeout_sends_them_are_one_stop(tmp_path: Path) -> None:
+    # coreutils timeout signals its command, then its own process group: skewlens profile took the second
+    # as "end at once", died without a manifest and left the ranks running (in a process of its own, which
+    # the old behaviour killed)
+    child = textwrap.dedent(
+        f"""
+        import pathlib, signal, sys, time
+        def stop(*_a):
+            time.sleep(0.5)  # saving
+            pathlib.Path({str(tmp_path / "saved")!r}).write_text("saved")
+            sys.exit(9)
+        signal.signal(signal.SIGTERM, stop)
+        pathlib.Path({str(tmp_path / "ready")!r}).touch()
+        time.sleep(60)
+        """
+    )
+    driver = (
+        "import os, sys; from skewlens.profiler.capture.run import run_command; "
+        f"sys.exit(run_command([sys.executable, '-c', {child!r}], dict(os.environ)))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (tmp_path / "ready").exists():
+                break
+            threading.Event().wait(0.05)
+        proc.send_signal(signal.SIGTERM)
+        threading.Event().wait(0.1)  # (sent together, the two are one pending signal)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 9, err[-2000:]
+    assert (tmp_path / "saved").read_text() == "saved"
+
+
+def test_a_second_sigterm_later_kills_the_command_and_returns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from skewlens.profiler.capture import run as run_mod
+
+    monkeypatch.setattr(run_mod, "TERM_REPEAT_S", 0.2)
+    for delay in (0.3, 1.0):  # the first SIGTERM, which the command ignores; then the second
+        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    t0 = time.monotonic()
+    code = run_mod.run_command(["sh", "-c", "trap '' TERM; sleep 30"], dict(os.environ))
+    assert code == -signal.SIGKILL
+    assert time.monotonic() - t0 < run_mod.TERM_GRACE_S  # killed at the second, not after the grace period
 
 
 def test_an_interrupted_profile_lets_its_command_end_and_returns_its_code(tmp_path: Path) -> None:

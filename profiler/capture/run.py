@@ -103,6 +103,9 @@ INTERRUPT_GRACE_S = 30.0
 #: The same when stopped with SIGTERM (``timeout``, ``scancel``, a Kubernetes stop): within the 30 s after
 #: which SLURM and Kubernetes send SIGKILL, so that the manifest is still written.
 TERM_GRACE_S = 20.0
+#: A second SIGTERM within this long of the first is the same stop: coreutils ``timeout`` signals its
+#: command, then its own process group, which ``skewlens profile`` is in (two signals, microseconds apart).
+TERM_REPEAT_S = 2.0
 
 
 class _Terminated(Exception):
@@ -179,13 +182,23 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
     except _Terminated:
         # stopped (timeout, scancel, a Kubernetes stop): the ranks save what they traced on SIGTERM
         # (torchrun passes it on); a command that does not end within TERM_GRACE_S is killed, and the run
-        # is finalised with what was saved. A second SIGTERM ends skewlens at once.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # is finalised with what was saved. A second SIGTERM, later than TERM_REPEAT_S, kills the command
+        # and everything under it at once (dying here instead left the ranks running, orphaned).
+        first = time.monotonic()
+
+        def again(_signum: int, _frame: object) -> None:
+            if time.monotonic() - first >= TERM_REPEAT_S:
+                raise _Terminated
+
+        signal.signal(signal.SIGTERM, again)
         _signal(proc, signal.SIGTERM)
         try:
             return proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
             _say_killed(TERM_GRACE_S, "SIGTERM")
+            _kill(proc)
+            return proc.wait()
+        except _Terminated:
             _kill(proc)
             return proc.wait()
     except KeyboardInterrupt:
