@@ -399,7 +399,7 @@ class CommHooks:
         result, start, issue_end = self._timed(orig, args, kwargs)
         call_id = next(self._ids)
         self._calls.append(
-            (call_id, what, start, issue_end, is_async, result if what.src_from_result else None)
+            (call_id, what, start, issue_end, is_async, (result, pg) if what.src_from_result else None)
         )
         if is_async and result is not None:
             self._time_completion(call_id, result, issue_end, (spec.op, pg_name))
@@ -549,7 +549,7 @@ class CommHooks:
             end = self._ends.pop(call_id, None) if is_async else issue_end
             if end is None:
                 continue
-            src = result if w.src_from_result and isinstance(result, int) else w.src
+            src = _sender(*result) if result is not None else w.src
             rec = CommRecord(
                 node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,
                 seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
@@ -636,3 +636,15 @@ class CommHooks:
         ):
             self._saved.append((DistributedDataParallel, name, old))
             setattr(DistributedDataParallel, name, new)
+
+
+def _sender(result: Any, pg: Any) -> int:
+    """The sender of a receive from any source, -1 where not known: what a blocking ``recv`` returned (a
+    global rank), or, for an ``irecv`` (flushed once it completed), its work's source, a rank in ``pg``."""
+    if isinstance(result, int):
+        return result
+    try:
+        r = int(result._source_rank())
+        return int(dist.get_global_rank(pg, r)) if r >= 0 else -1
+    except Exception:  # bookkeeping must never break the program: the source stays unknown
+        return -1
