@@ -108,8 +108,9 @@ class StepBreakdownRecord:
     """Of ``gpu_comm_ns``, the time GPU compute kernels ran too (``gpu_compute_ns``'s kernels): HTA's
     communication-computation overlap, GPU kernels only. Not a part of the step's sum."""
     complete: bool = True
-    """False for a step in which the flight recorder lost collectives (declared in the manifest's
-    ``lost_collectives``): those were left out of matching, so its waits and transfers are partial."""
+    """False for a step some of whose communication is not in every trace (a flight recorder lost
+    collectives, declared in the manifest's ``lost_collectives``, or a rank stopped inside the step): that
+    was left out of matching, so its waits and transfers are partial."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -356,9 +356,9 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
     if lost:
         parts.append(
             Text(
-                f"incomplete step(s) {', '.join(map(str, lost))}: the flight recorder lost collectives "
-                "there (manifest lost_collectives); they were left out of matching, so those steps' waits "
-                "are partial",
+                f"incomplete step(s) {', '.join(map(str, lost))}: some of their communication is not in "
+                "every trace (a flight recorder lost collectives, or a rank stopped inside the step: see "
+                "skewlens check); it was left out of matching, so those steps' waits are partial",
                 style="yellow",
             )
         )

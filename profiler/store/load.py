@@ -55,7 +55,7 @@ from skewlens.profiler.store.fast import (
     decode_file,
 )
 from skewlens.profiler.store.issues import DroppedSplits, IssueLog, Severity, no_trace_line, rank_ranges
-from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, without_lost
+from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, matchable
 from skewlens.profiler.store.model import (
     DEP_CTRL,
     DEP_DATA,
@@ -939,7 +939,7 @@ def load_run(
     missing_rank_issues(files, sink)
     if match:
         comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
-        comm, run.incomplete_steps = without_lost(comm, manifest.lost_collectives, pg_names, sink)
+        comm, run.incomplete_steps = matchable(comm, manifest, groups, pg_names, sink)
         missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(ranks))
         run.collectives = match_instances(
             comm, pg_names, groups, sink, missing_ranks=missing, lenient=lenient
@@ -1017,7 +1017,7 @@ def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> Non
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
     """Collective instances of a loaded run (raises :class:`ValidationError` on the first mismatch)."""
     comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
-    comm, _ = without_lost(comm, run.manifest.lost_collectives, run.pg_names, IssueLog())
+    comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
     missing = frozenset(run.manifest.missing_ranks)
     return match_instances(
         comm, run.pg_names, run.process_groups, IssueLog(strict=True), missing_ranks=missing
@@ -1027,4 +1027,5 @@ def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
 def match_p2p(run: RunTrace) -> list[P2PPair]:
     """Send/recv pairs of a loaded run (raises :class:`ValidationError` on the first unmatched one)."""
     comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
     return match_pairs(comm, run.pg_names, IssueLog(strict=True))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from skewlens.profiler.manifest import LostCollectives, ProcessGroupInfo
+from skewlens.profiler.manifest import LostCollectives, Manifest, ProcessGroupInfo, StepSpan
 from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
@@ -177,6 +177,73 @@ def without_lost(
                 hit &= c.seq <= x.last_seq
             drop[r] |= hit
     return {r: c.subset(~drop[r]) for r, c in comm.items()}, tuple(sorted(steps))
+
+
+def without_truncated(
+    comm: dict[int, CommRows],
+    steps: Sequence[StepSpan],
+    groups: dict[str, ProcessGroupInfo],
+    pg_names: list[str],
+    sink: IssueLog,
+) -> tuple[dict[int, CommRows], tuple[int, ...]]:
+    """``comm`` without the communication that a rank whose trace ends early (its last recorded step before
+    the others': it crashed, or was stopped, inside a step, and saved only the steps it completed) can no
+    longer have: on each group, the collectives of the steps after its earliest-ending member's last, and
+    the sends and receives with such a rank after its last. Each such rank is a warning; returns the steps
+    this leaves incomplete. ``steps``: the manifest's step marks (none: nothing is cut)."""
+    last: dict[int, int] = {}
+    for s in steps:
+        if s.rank in comm:
+            last[s.rank] = max(last.get(s.rank, s.step), s.step)
+    if not last or len(set(last.values())) == 1:
+        return comm, ()
+    end = max(last.values())
+    cut = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
+    for gi, name in enumerate(pg_names):
+        g = groups.get(name)
+        members = [m for m in (g.ranks if g is not None else ()) if m in last]
+        if not members or (cutoff := min(last[m] for m in members)) == end:
+            continue
+        for m in members:
+            c = comm[m]
+            cut[m] |= (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.step > cutoff)
+    last_of = np.full(max(last) + 1, end, dtype=np.int64)  # rank -> its last step (a rank not known: end)
+    last_of[list(last)] = list(last.values())
+    for r, c in comm.items():
+        p2p = (c.node_type == NodeType.COMM_SEND) | (c.node_type == NodeType.COMM_RECV)
+        if not p2p.any() or r not in last:
+            continue
+        peer = np.where(c.node_type == NodeType.COMM_SEND, c.dst, c.src).astype(np.int64)
+        known = (peer >= 0) & (peer < last_of.size)
+        peer_last = np.where(known, last_of[np.where(known, peer, 0)], end)
+        cut[r] |= p2p & (c.step > np.minimum(peer_last, last[r]))
+    dropped = sum(int(x.sum()) for x in cut.values())
+    for r in sorted(r for r, s in last.items() if s < end):
+        sink.warning(
+            "truncated-rank",
+            f"rank {r}'s trace ends at step {last[r]}, the others' at step {end} (it stopped inside a step "
+            "and saved the steps it completed): communication with it after step "
+            f"{last[r]} is left out of matching on every rank ({dropped} node(s) in all), and "
+            + (f"step {end} is" if last[r] + 1 == end else f"steps {last[r] + 1}..{end} are")
+            + " incomplete",
+            rank=r,
+        )
+    gone = {int(st) for r, c in comm.items() for st in np.unique(c.step[cut[r]]).tolist()}
+    return {r: c.subset(~cut[r]) for r, c in comm.items()}, tuple(sorted(gone))
+
+
+def matchable(
+    comm: dict[int, CommRows],
+    manifest: Manifest,
+    groups: dict[str, ProcessGroupInfo],
+    pg_names: list[str],
+    sink: IssueLog,
+) -> tuple[dict[int, CommRows], tuple[int, ...]]:
+    """``comm`` without what the run says no rank can match (:func:`without_lost`,
+    :func:`without_truncated`), and the steps that leaves incomplete: every matcher of a run starts here."""
+    comm, lost = without_lost(comm, manifest.lost_collectives, pg_names, sink)
+    comm, cut = without_truncated(comm, manifest.steps, groups, pg_names, sink)
+    return comm, tuple(sorted({*lost, *cut}))
 
 
 @dataclass(eq=False, kw_only=True, slots=True)

@@ -199,8 +199,9 @@ class RunTrace:
     p2p: list[P2PPair] = field(default_factory=list)
     """Matched send/recv pairs."""
     incomplete_steps: tuple[int, ...] = ()
-    """Steps some of whose collectives a flight recorder lost (``manifest.lost_collectives``): those
-    collectives are left out of matching, and analyses should not take these steps as whole."""
+    """Steps some of whose communication is not in every trace (a flight recorder lost collectives,
+    ``manifest.lost_collectives``; a rank stopped inside the step, its trace ending before the others'):
+    it is left out of matching, and analyses should not take these steps as whole."""
     skipped_comm: tuple[SkippedComm, ...] = ()
     """Communication whose members disagree across ranks, left out of ``collectives`` / ``p2p`` by a
     lenient load (its nodes keep their recorded durations and synchronise with no other rank)."""

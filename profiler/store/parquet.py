@@ -50,7 +50,7 @@ from skewlens.profiler.store.match import (
     comm_type_name,
     match_instances,
     match_pairs,
-    without_lost,
+    matchable,
 )
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.store.schema import (
@@ -379,8 +379,7 @@ def _export_into(
             rows["nodes"] += res.num_nodes
             rows["deps"] += res.num_deps
     groups.update({g.name: g for g in manifest.process_groups})
-    # as the loader does: what a flight recorder lost is left out of matching on every member
-    comm, _ = without_lost(comm, manifest.lost_collectives, pg_names, sink)
+    comm, _ = matchable(comm, manifest, groups, pg_names, sink)  # as the loader does
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
     pairs = match_pairs(comm, pg_names, sink)

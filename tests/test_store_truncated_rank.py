@@ -1,0 +1,81 @@
+"""A rank that stopped inside a step (a crash, a stop) saved only the steps it completed, while its
+peers' traces hold that step's communication with it: the loader leaves that communication out of
+matching on every rank, says so, and marks the steps incomplete, instead of refusing the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.simulate import simulate
+
+MIB = 1 << 20
+
+
+def _run(tmp_path: Path, *, rank1_steps: int) -> Path:
+    """Ranks 0-2 on the world group and a pair group of ranks 0 and 2, three steps each; rank 1 keeps only
+    its first ``rank1_steps``. Each step: an all_reduce on the world, one on the pair, a send 0 -> 1 and a
+    send 2 -> 0."""
+    b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "pair": (0, 2)})
+    for step in range(3):
+        for r in (0, 1, 2):
+            if r == 1 and step >= rank1_steps:
+                continue
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", dur_ns=1000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
+            if r != 1:
+                rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500, pg="pair")
+        b.rank(0).send(dst=1, comm_bytes=64, dur_ns=100, tag=step)
+        if step < rank1_steps:
+            b.rank(1).recv(src=0, comm_bytes=64, dur_ns=100, tag=step)
+        b.rank(2).send(dst=0, comm_bytes=32, dur_ns=100, tag=7)
+        b.rank(0).recv(src=2, comm_bytes=32, dur_ns=100, tag=7)
+    return b.write(tmp_path / "run")
+
+
+def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps_marked_incomplete(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path, rank1_steps=2)
+    report = validate_run(run)
+    assert report.ok, [str(i) for i in report.errors]
+    (warn,) = [i for i in report.warnings if i.kind == "truncated-rank"]
+    assert warn.rank == 1 and "ends at step 1, the others' at step 2" in warn.message
+    # rank 0's step-2 all_reduce on the world and its send to rank 1; rank 2's all_reduce on the world
+    assert "(3 node(s) in all)" in warn.message
+    rt = load_run(run)
+    assert rt.incomplete_steps == (2,)
+    by_group: dict[str, int] = {}
+    for inst in rt.collectives:
+        by_group[inst.pg_name] = by_group.get(inst.pg_name, 0) + 1
+    assert by_group == {"0": 2, "pair": 3}  # the pair, which rank 1 is not in, keeps its step 2
+    sends = sorted((p.src_rank, p.dst_rank) for p in rt.p2p)
+    assert sends == [(0, 1), (0, 1), (2, 0), (2, 0), (2, 0)]
+    simulate(rt)  # what is left replays
+
+
+def test_a_missing_collective_inside_a_truncated_ranks_last_step_is_still_a_mismatch(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for step in range(3):
+        for r in (0, 1):
+            if r == 1 and step == 2:
+                continue
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", dur_ns=1000)
+            if not (r == 1 and step == 1):  # rank 1 lacks step 1's all_reduce, which it completed
+                rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
+    report = validate_run(b.write(tmp_path / "run"))
+    assert not report.ok
+    assert any("mismatch" in i.kind or "count" in i.message for i in report.errors), [
+        str(i) for i in report.errors
+    ]
+
+
+def test_ranks_that_end_together_lose_nothing(tmp_path: Path) -> None:
+    report = validate_run(_run(tmp_path, rank1_steps=3))
+    assert report.ok and not [i for i in report.warnings if i.kind == "truncated-rank"]
+    assert load_run(tmp_path / "run").incomplete_steps == ()
