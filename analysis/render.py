@@ -352,14 +352,4 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         critical_path_table(result),
         *(Text(note, style="yellow") for note in result.notes),
     ]
-    lost = result.run.incomplete_steps
-    if lost:
-        parts.append(
-            Text(
-                f"incomplete step(s) {', '.join(map(str, lost))}: some of their communication is not in "
-                "every trace (a flight recorder lost collectives, or a rank stopped inside the step: see "
-                "skewlens check); it was left out of matching, so those steps' waits are partial",
-                style="yellow",
-            )
-        )
     return Group(*parts)

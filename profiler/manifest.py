@@ -34,6 +34,33 @@ RANK_FILE = "rank-{rank}.et"
 PARTIAL_TRACE_NOTE = "partial trace"
 
 
+#: Kinds of a capture's per-rank manifest notes (key ``rank N KIND``) that say some of the rank's data was
+#: not recorded (operators or calls, collectives' ends, a clock offset, the flight recorder's entries):
+#: ``skewlens check`` warns of each, and the reports of ``analyze`` and ``replay`` repeat them.
+DEGRADED_NOTE_KINDS = frozenset(
+    {
+        "operators",
+        "calls",
+        "lost calls",
+        "clock",
+        "flight recorder dump",
+        "worker events",
+        "all_to_all splits",
+    }
+)
+
+
+def degraded_notes(notes: Mapping[str, str]) -> dict[str, list[int]]:
+    """Each distinct note of a :data:`DEGRADED_NOTE_KINDS` kind -> the ranks it was written for."""
+    out: dict[str, list[int]] = {}
+    for key, note in sorted(notes.items()):
+        head, _, rest = key.partition(" ")
+        num, _, kind = rest.partition(" ")
+        if head == "rank" and num.isdigit() and kind in DEGRADED_NOTE_KINDS:
+            out.setdefault(note, []).append(int(num))
+    return {note: sorted(ranks) for note, ranks in out.items()}
+
+
 #: The manifest note's key that says how steps were marked where several optimizers stepped.
 STEP_MARKS_NOTE = "step marks"
 #: The manifest note's key that describes an extrapolated run (``skewlens.replay.scale``).

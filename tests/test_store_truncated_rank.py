@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -56,6 +57,8 @@ def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps
     sends = sorted((p.src_rank, p.dst_rank) for p in rt.p2p)
     assert sends == [(0, 1), (0, 1), (2, 0), (2, 0), (2, 0)]
     simulate(rt)  # what is left replays
+    # analyze and replay say so among their notes
+    assert [n for n in run_notes(rt) if n.startswith("incomplete step(s) 2: ")]
 
 
 def test_a_missing_collective_inside_a_truncated_ranks_last_step_is_still_a_mismatch(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import SCALE_NOTE, STEP_MARKS_NOTE, partial_traces
+from skewlens.profiler.manifest import SCALE_NOTE, STEP_MARKS_NOTE, degraded_notes, partial_traces
+from skewlens.profiler.vocab import NodeType
 
 if TYPE_CHECKING:
     from skewlens.profiler.store.model import RunTrace
@@ -276,6 +277,15 @@ def run_notes(run: RunTrace) -> list[str]:
         f"rank {r}: {note} (the command ended before the capture window did)"
         for r, note in sorted(partial_traces(m.notes).items())
     )
+    notes.extend(f"{_ranks_word(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
+    if unknown := ends_unknown(run):
+        notes.append(ends_unknown_line(unknown))
+    if run.incomplete_steps:
+        notes.append(
+            f"incomplete step(s) {rank_ranges(run.incomplete_steps)}: some of their communication is not in "
+            "every trace (a flight recorder lost collectives, or a rank stopped inside the step: see "
+            "skewlens check); it was left out of matching, so those steps' waits are partial"
+        )
     if SCALE_NOTE in m.notes:
         notes.append(f"extrapolated: {m.notes[SCALE_NOTE]}")
     if STEP_MARKS_NOTE in m.notes:
@@ -288,3 +298,27 @@ def run_notes(run: RunTrace) -> list[str]:
         )
         notes.extend(f"  {line}" for line in skipped)
     return notes
+
+
+def _ranks_word(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
+def ends_unknown(run: RunTrace) -> dict[int, int]:
+    """Rank -> how many of its communication nodes were recorded without an end (a duration of 0: a
+    collective only the flight recorder saw, whose gloo worker event was not recorded), where any."""
+    out: dict[int, int] = {}
+    for r, rt in sorted(run.ranks.items()):
+        t = rt.node_type
+        comm = (t == NodeType.COMM_COLL) | (t == NodeType.COMM_SEND) | (t == NodeType.COMM_RECV)
+        if n := int((comm & (rt.dur_ns == 0)).sum()):
+            out[r] = n
+    return out
+
+
+def ends_unknown_line(counts: Mapping[int, int]) -> str:
+    """One line on :func:`ends_unknown`'s counts."""
+    return (
+        f"{sum(counts.values())} communication node(s) on {_ranks_word(sorted(counts))} recorded without an "
+        "end (duration 0; the manifest's notes say why): their recorded transfers and waits are missing"
+    )

@@ -40,6 +40,7 @@ from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     Manifest,
     ProcessGroupInfo,
+    degraded_notes,
     partial_traces,
     rank_file,
     read_manifest,
@@ -844,6 +845,12 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
             f"{files.root}: rank-*.et without manifest.json, which skewlens profile writes once its command "
             "ends (a capture interrupted before that?): clock offsets, step marks, process groups and the "
             "capture's notes are not known; the world size is guessed from the file names",
+        )
+    for note, rs in degraded_notes(m.notes).items():
+        sink.warning(
+            "capture-note",
+            f"{'rank' if len(rs) == 1 else 'ranks'} {rank_ranges(rs)}: {note}",
+            rank=rs[0] if len(rs) == 1 else None,
         )
     for r, note in sorted(partial_traces(m.notes).items()):
         sink.warning(

@@ -28,6 +28,8 @@ from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
     SkippedComm,
+    ends_unknown,
+    ends_unknown_line,
     rank_ranges,
     summarise_skipped,
 )
@@ -145,6 +147,10 @@ def validate_run(
         _check_cycles(run, sink, advance)
     if run.manifest.source == "foreign" and SYNTH_NOTE in run.manifest.notes:
         sink.info("inferred", f"{path}: {run.manifest.notes[SYNTH_NOTE]}", file=str(path))
+    if unknown := ends_unknown(run):
+        sink.warning(
+            "no-end", ends_unknown_line(unknown), rank=next(iter(unknown)) if len(unknown) == 1 else None
+        )
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:
             sink.info("inferred", f"{rt.path}: rank {r}: {note}", file=rt.path, rank=r)

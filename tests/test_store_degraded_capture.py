@@ -1,0 +1,60 @@
+"""What a capture could not record is said where users look: ``skewlens check`` warns of it, and the
+notes that ``analyze`` and ``replay`` print repeat it. Before, it was only in ``manifest.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from skewlens.profiler.manifest import read_manifest, write_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+
+MIB = 1 << 20
+OWN = "the program started its own profiler: operators not recorded"
+INFO = "3 collective(s) taken from the flight recorder: end from gloo's worker thread where it was seen"
+
+
+def _run(tmp_path: Path, *, ends: tuple[int, int], notes: dict[str, str] | None = None) -> Path:
+    """Two ranks, two steps of a compute node and an all_reduce each; the all_reduces of step 1 last
+    ``ends[r]`` ns on rank r (0: recorded without an end)."""
+    b = RunBuilder(world_size=2)
+    for step in range(2):
+        for r in (0, 1):
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", dur_ns=1000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=ends[r] if step else 500)
+    run = b.write(tmp_path / "run")
+    if notes:
+        m = read_manifest(run)
+        write_manifest(run, dataclasses.replace(m, notes={**m.notes, **notes}))
+    return run
+
+
+def test_collectives_recorded_without_an_end_are_a_warning_and_a_report_note(tmp_path: Path) -> None:
+    run = _run(tmp_path, ends=(0, 0))
+    report = validate_run(run)
+    assert report.ok
+    (warn,) = [i for i in report.warnings if i.kind == "no-end"]
+    assert warn.message.startswith("2 communication node(s) on ranks 0-1 recorded without an end")
+    assert [n for n in run_notes(load_run(run)) if "without an end" in n] == [warn.message]
+
+
+def test_a_run_whose_collectives_all_have_ends_has_no_such_warning(tmp_path: Path) -> None:
+    report = validate_run(_run(tmp_path, ends=(500, 700)))
+    assert report.ok and not report.warnings
+
+
+def test_a_capture_note_that_data_was_not_recorded_is_one_warning_for_the_ranks_it_names(
+    tmp_path: Path,
+) -> None:
+    notes = {"rank 0 operators": OWN, "rank 1 operators": OWN, "rank 0 flight recorder": INFO}
+    run = _run(tmp_path, ends=(500, 500), notes=notes)
+    report = validate_run(run)
+    assert [(i.kind, i.message) for i in report.warnings] == [("capture-note", f"ranks 0-1: {OWN}")]
+    said = run_notes(load_run(run))
+    assert f"ranks 0-1: {OWN}" in said
+    assert not [n for n in said if INFO in n]  # a note that loses nothing stays in the manifest
