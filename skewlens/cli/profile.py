@@ -115,8 +115,10 @@ def main(argv: list[str]) -> int:
             )
             return exit_status(code)
         raise CaptureError(
-            f"{shlex.join(command)}: no rank saved a trace (did it run {window.wait + window.warmup + 1}+ "
-            "steps with optimizer.step(), or import torch at all?)"
+            f"{shlex.join(command)}: no rank saved a trace. A rank saves it when the window ends or when "
+            "it exits through Python (os._exit skips that); did it import torch, and run "
+            f"{window.wait + window.warmup + 1}+ steps, each ended by optimizer.step()? A loop without an "
+            "optimizer marks its steps with the Python API (cap.step(), docs/capture.md)"
         )
     if OPTIONS_NOTE in manifest.notes:
         print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)
