@@ -38,7 +38,8 @@ PART_FILE = "rank-{rank}.json"
 #: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
 #: session per process, and a second one would leave the program's profiler with no events).
 OWN_PROFILER_NOTE = (
-    "the program runs its own torch.profiler, which keeps Kineto to itself: operators not recorded "
+    "the program runs its own torch profiler (torch.profiler or torch.autograd.profiler), which keeps "
+    "Kineto to itself: operators not recorded "
     "(the trace has the collectives level's content)"
 )
 
