@@ -32,6 +32,24 @@ for step in range(7):
 dist.destroy_process_group()
 """
 
+DDP_MID_RUN = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo")
+net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+model = net
+for step in range(6):
+    if step == 3:  # inside the window: every collective before it went through the hooks
+        model = DistributedDataParallel(net, process_group=dist.new_group([1, 0]), bucket_cap_mb=0.01)
+    model(torch.randn(8, 64)).sum().backward()
+    if step < 3:
+        dist.all_reduce(net[0].weight.grad)
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
 MESH = """
 import os, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -109,6 +127,21 @@ def test_ddp_ends_inside_their_step_and_a_wrapped_recorder_is_declared_alike_for
     assert ids[1] <= ids[0]  # what both have carries the same (group, seq) on both
     assert all(not lost.covers(q) for _, q in ids[1])
     assert "wrapped" in m.notes["rank 1 lost calls"] and "rank 0 lost calls" not in m.notes
+
+
+@pytest.mark.slow
+def test_a_ddp_model_built_inside_the_window_has_its_all_reduces_ended(tmp_path: Path) -> None:
+    # every collective before the window went through the hooks, so gloo's worker events were not
+    # recorded, and the all_reduces of a DDP model built inside the window had no end (duration 0)
+    out = _run(tmp_path, DDP_MID_RUN, 2)
+    _ends_inside_steps(out)
+    for r in (0, 1):
+        ddp = [a for a in _collectives(out, r) if a[Attr.OP] == "gloo:all_reduce" and a[Attr.STEP] >= 3]
+        assert len(ddp) >= 2, (r, ddp)  # two buckets a step at least
+    report = validate_run(out)
+    assert report.ok and not [i for i in report.warnings if i.kind == "no-end"], [
+        str(i) for i in report.issues
+    ]
 
 
 @pytest.mark.slow

@@ -250,11 +250,14 @@ class CommHooks:
         ddp: bool = True,
         quiet: Callable[[], bool] | None = None,
         on_group: Callable[[], None] | None = None,
+        on_ddp: Callable[[], None] | None = None,
     ) -> None:
         """``quiet()`` true: the wrapped call runs with this thread's record functions off (see
-        :meth:`_call`). ``on_group()`` is called after each process group is created."""
+        :meth:`_call`). ``on_group()`` is called after each process group is created, ``on_ddp()`` as each
+        ``DistributedDataParallel`` is built (before its constructor's collectives)."""
         self._ddp = ddp
         self._on_group = on_group
+        self._on_ddp = on_ddp
         self._quiet = quiet
         self._recording = recording
         self._step_of = step_of
@@ -297,6 +300,7 @@ class CommHooks:
         self._install_batches()
         if self._ddp:
             self._install_ddp()
+        self._install_ddp_init()
         self._install_group_threads()
         self.waits.install()
         self.installed = True
@@ -604,6 +608,25 @@ class CommHooks:
         c10d._new_process_group_helper = helper
 
     # ---- DDP -----------------------------------------------------------------------------------------
+    def _install_ddp_init(self) -> None:
+        """Call ``on_ddp()`` as each ``DistributedDataParallel`` is built, before its constructor runs."""
+        if self._on_ddp is None:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+
+        orig_init = DistributedDataParallel.__init__
+        on_ddp = self._on_ddp
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            with contextlib.suppress(Exception):  # bookkeeping must never break the program
+                on_ddp()
+            orig_init(self, *args, **kwargs)
+
+        init.__doc__ = orig_init.__doc__
+        init.__wrapped__ = orig_init  # type: ignore[attr-defined]
+        self._saved.append((DistributedDataParallel, "__init__", orig_init))
+        DistributedDataParallel.__init__ = init  # type: ignore[method-assign]
+
     def _install_ddp(self) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         from torch.nn.parallel import DistributedDataParallel

@@ -373,7 +373,8 @@ class WorkerEvents:
 
     Either way the hooked calls are kept out of it after the first :data:`MARKS` steps (:meth:`quiet`),
     and the capture starts it only when collectives past the hooks were seen before the window
-    (:func:`skewlens.profiler.capture.flight.unhooked_groups`).
+    (:func:`skewlens.profiler.capture.flight.unhooked_groups`), or when a ``DistributedDataParallel`` is
+    built inside it.
 
     Kineto is one per process. With the Kineto recorder, a profiler the program already runs is left
     alone (nothing is recorded here); one it starts later takes Kineto over, which :meth:`start` notices

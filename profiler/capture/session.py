@@ -140,6 +140,7 @@ class CaptureSession:
             ddp=not self._recorder_sees_all,
             quiet=self._quiet_calls,
             on_group=self._begin_window,
+            on_ddp=self._ddp_built,
         )
         self._hooks.install()
         if self.auto_step:
@@ -260,32 +261,39 @@ class CaptureSession:
             self.notes[f"rank {self.rank} operators"] = OWN_PROFILER_NOTE
             self._start_worker_events()  # the native recorder runs beside the program's profiler
 
-    def _start_worker_events(self) -> None:
+    def _ddp_built(self) -> None:
+        """A ``DistributedDataParallel`` is being built: its constructor's collectives and its gradient
+        all_reduces go past the hooks. Where the window skipped gloo's worker events (every collective had
+        gone through the hooks), they are recorded from now on, so that those collectives have ends."""
+        if self._workers_skipped and not self.saved:
+            self._workers_skipped = False
+            self._start_worker_events(past_hooks=True)
 
+    def _start_worker_events(self, *, past_hooks: bool = False) -> None:
+        """Record gloo's worker events, unless every collective so far went through the hooks (and
+        ``past_hooks`` does not say that some will not)."""
         from skewlens.profiler.capture.kineto import WorkerEvents
 
         if not self._flight:
             return
         if not _joined():
-            self._until_joined.append(self._start_worker_events)
+            self._until_joined.append(lambda: self._start_worker_events(past_hooks=past_hooks))
             return
         # the recorder costs step time (the native one little, the Kineto fallback ~3%); it is there
         # for the collectives the hooks cannot time: none so far (after a step at least), none expected
         hooks = self._hooks
-        try:
-            entries = flight.dump_entries() if self.step_index > 0 else []
-        except CaptureError:  # unreadable now: record the worker events anyway (save() says why)
-            entries = [
-                flight.FrEntry(pg_name="?", seq=1 << 62, op="", created_ns=1, numel=0, dtype="", size_bytes=0)
-            ]
-        if (
-            self.step_index > 0
-            and hooks is not None
-            and hooks.installed
-            and not flight.unhooked_groups(entries, hooks.issued())
-        ):
-            self._workers_skipped = True
-            return
+        if not past_hooks and self.step_index > 0 and hooks is not None and hooks.installed:
+            try:
+                entries = flight.dump_entries()
+            except CaptureError:  # unreadable now: record the worker events anyway (save() says why)
+                entries = [
+                    flight.FrEntry(
+                        pg_name="?", seq=1 << 62, op="", created_ns=1, numel=0, dtype="", size_bytes=0
+                    )
+                ]
+            if not flight.unhooked_groups(entries, hooks.issued()):
+                self._workers_skipped = True
+                return
         self._workers = WorkerEvents(self._native_recorder())
         self._workers_from_ns = time.time_ns()
         if not self._workers.start():
