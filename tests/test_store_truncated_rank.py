@@ -4,8 +4,10 @@ matching on every rank, says so, and marks the steps incomplete, instead of refu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.validate import validate_run
@@ -16,10 +18,11 @@ from skewlens.replay.simulate import simulate
 MIB = 1 << 20
 
 
-def _run(tmp_path: Path, *, rank1_steps: int) -> Path:
+def _run(tmp_path: Path, *, rank1_steps: int, partial: bool = True) -> Path:
     """Ranks 0-2 on the world group and a pair group of ranks 0 and 2, three steps each; rank 1 keeps only
-    its first ``rank1_steps``. Each step: an all_reduce on the world, one on the pair, a send 0 -> 1 and a
-    send 2 -> 0."""
+    its first ``rank1_steps`` (and, ``partial``, the manifest says its trace is partial, as a capture does
+    for a rank that exited inside its window). Each step: an all_reduce on the world, one on the pair, a
+    send 0 -> 1 and a send 2 -> 0."""
     b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "pair": (0, 2)})
     for step in range(3):
         for r in (0, 1, 2):
@@ -35,7 +38,12 @@ def _run(tmp_path: Path, *, rank1_steps: int) -> Path:
             b.rank(1).recv(src=0, comm_bytes=64, dur_ns=100, tag=step)
         b.rank(2).send(dst=0, comm_bytes=32, dur_ns=100, tag=7)
         b.rank(0).recv(src=2, comm_bytes=32, dur_ns=100, tag=7)
-    return b.write(tmp_path / "run")
+    run = b.write(tmp_path / "run")
+    if partial and rank1_steps < 3:
+        m = read_manifest(run)
+        note = f"{PARTIAL_TRACE_NOTE}: saved {rank1_steps} of 3 steps at exit"
+        write_manifest(run, dataclasses.replace(m, notes={**m.notes, "rank 1": note}))
+    return run
 
 
 def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps_marked_incomplete(
@@ -61,6 +69,14 @@ def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps
     assert [n for n in run_notes(rt) if n.startswith("incomplete step(s) 2: ")]
 
 
+def test_a_rank_whose_steps_end_early_without_a_partial_trace_note_is_left_to_the_matcher(
+    tmp_path: Path,
+) -> None:
+    # traces that simply did not record the same steps (no crash): their communication must still match
+    report = validate_run(_run(tmp_path, rank1_steps=2, partial=False))
+    assert not report.ok and not [i for i in report.warnings if i.kind == "truncated-rank"]
+
+
 def test_a_missing_collective_inside_a_truncated_ranks_last_step_is_still_a_mismatch(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for step in range(3):
@@ -71,7 +87,11 @@ def test_a_missing_collective_inside_a_truncated_ranks_last_step_is_still_a_mism
             rb.compute("fwd", dur_ns=1000)
             if not (r == 1 and step == 1):  # rank 1 lacks step 1's all_reduce, which it completed
                 rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
-    report = validate_run(b.write(tmp_path / "run"))
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    note = f"{PARTIAL_TRACE_NOTE}: saved 2 of 3 steps at exit"
+    write_manifest(run, dataclasses.replace(m, notes={**m.notes, "rank 1": note}))
+    report = validate_run(run)
     assert not report.ok
     assert any("mismatch" in i.kind or "count" in i.message for i in report.errors), [
         str(i) for i in report.errors

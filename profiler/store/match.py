@@ -15,12 +15,12 @@ What "size differs" means per collective type (``comm_size`` is the bytes of eac
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from skewlens.profiler.manifest import LostCollectives, Manifest, ProcessGroupInfo, StepSpan
+from skewlens.profiler.manifest import LostCollectives, Manifest, ProcessGroupInfo, StepSpan, partial_traces
 from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
@@ -181,50 +181,55 @@ def without_lost(
 
 def without_truncated(
     comm: dict[int, CommRows],
-    steps: Sequence[StepSpan],
-    groups: dict[str, ProcessGroupInfo],
     pg_names: list[str],
     sink: IssueLog,
+    *,
+    steps: Sequence[StepSpan],
+    partial: Collection[int],
+    groups: dict[str, ProcessGroupInfo],
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
-    """``comm`` without the communication that a rank whose trace ends early (its last recorded step before
-    the others': it crashed, or was stopped, inside a step, and saved only the steps it completed) can no
-    longer have: on each group, the collectives of the steps after its earliest-ending member's last, and
-    the sends and receives with such a rank after its last. Each such rank is a warning; returns the steps
-    this leaves incomplete. ``steps``: the manifest's step marks (none: nothing is cut)."""
+    """``comm`` without the communication that a rank whose trace ends early can no longer have: a rank
+    the manifest says saved a partial trace (``partial``: it crashed, or was stopped, inside a step, and
+    saved the steps it completed) whose last recorded step (``steps``: the manifest's step marks) is
+    before the others'. Left out: on each group, the collectives of the steps after its earliest-ending
+    such member's last, and the sends and receives with such a rank after its last. Each such rank is a
+    warning; returns the steps this leaves incomplete. A rank whose steps end early without such a note
+    (traces that did not record the same steps) is left to the matcher."""
     last: dict[int, int] = {}
     for s in steps:
         if s.rank in comm:
             last[s.rank] = max(last.get(s.rank, s.step), s.step)
-    if not last or len(set(last.values())) == 1:
+    end = max(last.values(), default=-1)
+    early = {r: s for r, s in last.items() if r in partial and s < end}
+    if not early:
         return comm, ()
-    end = max(last.values())
     cut = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
     for gi, name in enumerate(pg_names):
-        g = groups.get(name)
-        members = [m for m in (g.ranks if g is not None else ()) if m in last]
-        if not members or (cutoff := min(last[m] for m in members)) == end:
+        members = groups[name].ranks if name in groups else ()
+        ends = [early[m] for m in members if m in early]
+        if not ends:
             continue
         for m in members:
-            c = comm[m]
-            cut[m] |= (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.step > cutoff)
-    last_of = np.full(max(last) + 1, end, dtype=np.int64)  # rank -> its last step (a rank not known: end)
-    last_of[list(last)] = list(last.values())
+            if (c := comm.get(m)) is not None:
+                cut[m] |= (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.step > min(ends))
+    early_of = np.full(max(comm) + 1, end, dtype=np.int64)  # rank -> its last step where early, else end
+    early_of[list(early)] = list(early.values())
     for r, c in comm.items():
         p2p = (c.node_type == NodeType.COMM_SEND) | (c.node_type == NodeType.COMM_RECV)
-        if not p2p.any() or r not in last:
+        if not p2p.any():
             continue
         peer = np.where(c.node_type == NodeType.COMM_SEND, c.dst, c.src).astype(np.int64)
-        known = (peer >= 0) & (peer < last_of.size)
-        peer_last = np.where(known, last_of[np.where(known, peer, 0)], end)
-        cut[r] |= p2p & (c.step > np.minimum(peer_last, last[r]))
+        known = (peer >= 0) & (peer < early_of.size)
+        peer_last = np.where(known, early_of[np.where(known, peer, 0)], end)
+        cut[r] |= p2p & (c.step > np.minimum(peer_last, early.get(r, end)))
     dropped = sum(int(x.sum()) for x in cut.values())
-    for r in sorted(r for r, s in last.items() if s < end):
+    for r, at in sorted(early.items()):
         sink.warning(
             "truncated-rank",
-            f"rank {r}'s trace ends at step {last[r]}, the others' at step {end} (it stopped inside a step "
-            "and saved the steps it completed): communication with it after step "
-            f"{last[r]} is left out of matching on every rank ({dropped} node(s) in all), and "
-            + (f"step {end} is" if last[r] + 1 == end else f"steps {last[r] + 1}..{end} are")
+            f"rank {r}'s trace ends at step {at}, the others' at step {end} (it stopped inside a step and "
+            f"saved the steps it completed): communication with it after step {at} is left out of matching "
+            f"on every rank ({dropped} node(s) in all), and "
+            + (f"step {end} is" if at + 1 == end else f"steps {at + 1}..{end} are")
             + " incomplete",
             rank=r,
         )
@@ -242,7 +247,8 @@ def matchable(
     """``comm`` without what the run says no rank can match (:func:`without_lost`,
     :func:`without_truncated`), and the steps that leaves incomplete: every matcher of a run starts here."""
     comm, lost = without_lost(comm, manifest.lost_collectives, pg_names, sink)
-    comm, cut = without_truncated(comm, manifest.steps, groups, pg_names, sink)
+    partial = partial_traces(manifest.notes)
+    comm, cut = without_truncated(comm, pg_names, sink, steps=manifest.steps, partial=partial, groups=groups)
     return comm, tuple(sorted({*lost, *cut}))
 
 
