@@ -277,7 +277,7 @@ def run_notes(run: RunTrace) -> list[str]:
         f"rank {r}: {note} (the command ended before the capture window did)"
         for r, note in sorted(partial_traces(m.notes).items())
     )
-    notes.extend(f"{_ranks_word(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
+    notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
     if unknown := ends_unknown(run):
         notes.append(ends_unknown_line(unknown))
     if run.incomplete_steps:
@@ -300,7 +300,8 @@ def run_notes(run: RunTrace) -> list[str]:
     return notes
 
 
-def _ranks_word(ranks: Sequence[int]) -> str:
+def ranks_label(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0-1, 4`` (:func:`rank_ranges`)."""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
@@ -319,6 +320,6 @@ def ends_unknown(run: RunTrace) -> dict[int, int]:
 def ends_unknown_line(counts: Mapping[int, int]) -> str:
     """One line on :func:`ends_unknown`'s counts."""
     return (
-        f"{sum(counts.values())} communication node(s) on {_ranks_word(sorted(counts))} recorded without an "
+        f"{sum(counts.values())} communication node(s) on {ranks_label(sorted(counts))} recorded without an "
         "end (duration 0; the manifest's notes say why): their recorded transfers and waits are missing"
     )

@@ -55,7 +55,14 @@ from skewlens.profiler.store.fast import (
     RawColumns,
     decode_file,
 )
-from skewlens.profiler.store.issues import DroppedSplits, IssueLog, Severity, no_trace_line, rank_ranges
+from skewlens.profiler.store.issues import (
+    DroppedSplits,
+    IssueLog,
+    Severity,
+    no_trace_line,
+    rank_ranges,
+    ranks_label,
+)
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, matchable
 from skewlens.profiler.store.model import (
     DEP_CTRL,
@@ -849,7 +856,7 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
     for note, rs in degraded_notes(m.notes).items():
         sink.warning(
             "capture-note",
-            f"{'rank' if len(rs) == 1 else 'ranks'} {rank_ranges(rs)}: {note}",
+            f"{ranks_label(rs)}: {note}",
             rank=rs[0] if len(rs) == 1 else None,
         )
     for r, note in sorted(partial_traces(m.notes).items()):
