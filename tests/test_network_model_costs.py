@@ -13,6 +13,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.comm import ModelTiming
+from skewlens.replay.lower import collective_bytes
 from skewlens.replay.network.topology import Dimension, Topology
 from skewlens.replay.simulate import simulate
 
@@ -129,3 +130,14 @@ def test_under_contention_a_group_shares_the_links_of_every_member_not_only_its_
     got = [int(e - a) for a, e in zip(res.coll_arrival_ns, res.coll_end_ns, strict=True)]
     alone = 2 * (2_000 + S / (2 * 25.0))  # a two-member ring all_reduce over one fat-tree link
     assert got == [round(2 * alone)] * 3
+
+
+def test_an_uneven_all_to_all_is_costed_from_its_busiest_port_rounded_up(tmp_path: Path) -> None:
+    # three members; rank 0 sends 7 bytes to the others and receives 7 (the busiest port), ranks 1 and 2
+    # move 3 each way: S = D * p / (p - 1) = 7 * 3 / 2 = 10.5 bytes, charged as 11 (never less than moved)
+    b = RunBuilder(world_size=3)
+    for r, moved in ((0, 7), (1, 3), (2, 3)):
+        b.rank(r).collective(CommType.ALL_TO_ALL, comm_bytes=12, dur_ns=100, peer_bytes=(moved, moved))
+    run = load_run(b.write(tmp_path / "run"))
+    (inst,) = run.collectives
+    assert collective_bytes(run, inst) == -(-7 * 3 // 2) == 11
