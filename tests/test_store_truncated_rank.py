@@ -5,7 +5,11 @@ matching on every rank, says so, and marks the steps incomplete, instead of refu
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+
+import pytest
+from capture_helpers import profile
 
 from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
@@ -102,3 +106,42 @@ def test_ranks_that_end_together_lose_nothing(tmp_path: Path) -> None:
     report = validate_run(_run(tmp_path, rank1_steps=3))
     assert report.ok and not [i for i in report.warnings if i.kind == "truncated-rank"]
     assert load_run(tmp_path / "run").incomplete_steps == ()
+
+
+CRASH = """
+import datetime, torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+r = dist.get_rank()
+m = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(8):
+    m(torch.randn(4, 16)).sum().backward()
+    for p in m.parameters():
+        dist.all_reduce(p.grad)
+    if r == 1 and step == 3:
+        raise RuntimeError("boom")  # after its step's collectives, before the step ends
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_crashes_after_its_steps_collectives_leaves_a_run_that_loads(tmp_path: Path) -> None:
+    # the commonest crash shape: check called it a count mismatch and analyze refused the run
+    script = tmp_path / "train.py"
+    script.write_text(CRASH)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(out, command=cmd, steps="1:1:4")
+    assert res.returncode != 0  # the command failed, and says so
+    m = read_manifest(out)
+    last = {r: max(s.step for s in m.steps if s.rank == r) for r in m.ranks}
+    assert last == {0: 3, 1: 2}, last  # rank 0 ended step 3, rank 1 crashed inside it
+    report = validate_run(out)
+    assert report.ok, [str(i) for i in report.errors]
+    assert [i.rank for i in report.warnings if i.kind == "truncated-rank"] == [1]
+    rt = load_run(out)
+    assert rt.incomplete_steps == (3,)
+    assert {inst.seq for inst in rt.collectives}  # step 2's collectives still match
+    simulate(rt)
