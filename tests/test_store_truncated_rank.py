@@ -109,7 +109,7 @@ def test_ranks_that_end_together_lose_nothing(tmp_path: Path) -> None:
 
 
 CRASH = """
-import datetime, torch, torch.distributed as dist
+import datetime, time, torch, torch.distributed as dist
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 r = dist.get_rank()
 m = torch.nn.Linear(16, 16)
@@ -119,6 +119,7 @@ for step in range(8):
     for p in m.parameters():
         dist.all_reduce(p.grad)
     if r == 1 and step == 3:
+        time.sleep(1)  # rank 0 ends its step 3 and waits in step 4's first all_reduce
         raise RuntimeError("boom")  # after its step's collectives, before the step ends
     opt.step()
     opt.zero_grad()
