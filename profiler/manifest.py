@@ -54,11 +54,16 @@ def degraded_notes(notes: Mapping[str, str]) -> dict[str, list[int]]:
     """Each distinct note of a :data:`DEGRADED_NOTE_KINDS` kind -> the ranks it was written for."""
     out: dict[str, list[int]] = {}
     for key, note in sorted(notes.items()):
-        head, _, rest = key.partition(" ")
-        num, _, kind = rest.partition(" ")
-        if head == "rank" and num.isdigit() and kind in DEGRADED_NOTE_KINDS:
-            out.setdefault(note, []).append(int(num))
+        if (at := _rank_key(key)) is not None and at[1] in DEGRADED_NOTE_KINDS:
+            out.setdefault(note, []).append(at[0])
     return {note: sorted(ranks) for note, ranks in out.items()}
+
+
+def _rank_key(key: str) -> tuple[int, str] | None:
+    """``(N, KIND)`` of a per-rank note's key ``rank N KIND`` (``KIND`` '' for ``rank N``), else None."""
+    head, _, rest = key.partition(" ")
+    num, _, kind = rest.partition(" ")
+    return (int(num), kind) if head == "rank" and num.isdigit() else None
 
 
 #: The manifest note's key that says how steps were marked where several optimizers stepped.
@@ -71,9 +76,8 @@ def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:
     """Rank -> its note, for the ranks whose manifest note says their trace is partial."""
     out: dict[int, str] = {}
     for key, note in notes.items():
-        head, _, num = key.partition(" ")
-        if head == "rank" and num.isdigit() and note.startswith(PARTIAL_TRACE_NOTE):
-            out[int(num)] = note
+        if (at := _rank_key(key)) is not None and at[1] == "" and note.startswith(PARTIAL_TRACE_NOTE):
+            out[at[0]] = note
     return out
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.manifest import SCALE_NOTE, STEP_MARKS_NOTE, degraded_notes, partial_traces
-from skewlens.profiler.vocab import NodeType
+from skewlens.profiler.store.model import type_mask
+from skewlens.profiler.vocab import COMM_NODE_TYPES
 
 if TYPE_CHECKING:
     from skewlens.profiler.store.model import RunTrace
@@ -310,9 +311,7 @@ def ends_unknown(run: RunTrace) -> dict[int, int]:
     collective only the flight recorder saw, whose gloo worker event was not recorded), where any."""
     out: dict[int, int] = {}
     for r, rt in sorted(run.ranks.items()):
-        t = rt.node_type
-        comm = (t == NodeType.COMM_COLL) | (t == NodeType.COMM_SEND) | (t == NodeType.COMM_RECV)
-        if n := int((comm & (rt.dur_ns == 0)).sum()):
+        if n := int((type_mask(rt.node_type, COMM_NODE_TYPES) & (rt.dur_ns == 0)).sum()):
             out[r] = n
     return out
 

@@ -29,7 +29,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     sizes_per_rank,
 )
-from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace
+from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace, type_mask
 from skewlens.profiler.vocab import CommType, NodeType
 
 #: Collective types whose members must all report the same ``comm_size``.
@@ -209,13 +209,14 @@ def without_truncated(
         ends = [early[m] for m in members if m in early]
         if not ends:
             continue
+        cutoff = min(ends)
         for m in members:
             if (c := comm.get(m)) is not None:
-                cut[m] |= (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.step > min(ends))
+                cut[m] |= (c.node_type == NodeType.COMM_COLL) & (c.pg == gi) & (c.step > cutoff)
     early_of = np.full(max(comm) + 1, end, dtype=np.int64)  # rank -> its last step where early, else end
     early_of[list(early)] = list(early.values())
     for r, c in comm.items():
-        p2p = (c.node_type == NodeType.COMM_SEND) | (c.node_type == NodeType.COMM_RECV)
+        p2p = type_mask(c.node_type, (NodeType.COMM_SEND, NodeType.COMM_RECV))
         if not p2p.any():
             continue
         peer = np.where(c.node_type == NodeType.COMM_SEND, c.dst, c.src).astype(np.int64)
