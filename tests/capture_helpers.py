@@ -22,20 +22,33 @@ def profile(
     command: list[str] | None = None,
     flags: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    script: Path = EXAMPLE,
 ) -> subprocess.CompletedProcess[str]:
-    """``skewlens profile --out OUT ... -- torchrun --nproc-per-node N examples/train.py ARGS``."""
+    """``skewlens profile --out OUT ... -- torchrun --nproc-per-node N SCRIPT ARGS`` (the bundled example
+    unless ``script``)."""
     cmd = [
         sys.executable, "-m", "skewlens", "profile", "--out", str(out), "--level", level, "--steps", steps,
         "--clock-timeout", "5", *flags, "--",
     ]  # fmt: skip
     cmd += command or [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        str(EXAMPLE), *train_args,
+        str(script), *train_args,
     ]  # fmt: skip
     run_env = {**os.environ, **env} if env else None
     return subprocess.run(
         cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT, env=run_env
     )
+
+
+def profile_script(
+    tmp_path: Path, text: str, *, nproc: int, steps: str = "1:1:3", env: dict[str, str] | None = None
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Write the training script ``text`` under ``tmp_path`` and profile it on ``nproc`` gloo ranks with
+    torchrun (:func:`profile`); the run directory and the finished ``skewlens profile``."""
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    out = tmp_path / "run"
+    return out, profile(out, steps=steps, nproc=nproc, env=env, script=script)
 
 
 def load_example(module_name: str = "skl_example_train") -> ModuleType:

@@ -4,11 +4,10 @@ on a group whose ranks are not the global ones."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from capture_helpers import profile
+from capture_helpers import profile_script
 
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs
 from skewlens.profiler.store.validate import validate_run
@@ -42,11 +41,7 @@ dist.destroy_process_group()
 def test_a_receive_from_any_source_names_the_rank_that_sent(tmp_path: Path) -> None:
     # an irecv without a source was recorded with comm_src -1: check refused the run (its sends
     # unmatched) and analyze and replay would not load it
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", str(script)]
-    res = profile(out, command=cmd)
+    out, res = profile_script(tmp_path, SCRIPT, nproc=3)
     assert res.returncode == 0, res.stderr[-3000:]
     srcs = {}
     for r in (0, 2):

@@ -4,11 +4,10 @@ when one rank's flight recorder wrapped), and collective ends inside the work th
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
-from capture_helpers import profile
+from capture_helpers import profile_script
 
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import read_manifest
@@ -78,18 +77,7 @@ os._exit(0)  # torch 2.13 may abort at exit after gloo functional collectives; t
 
 
 def _run(tmp_path: Path, text: str, nproc: int, env: dict[str, str] | None = None) -> Path:
-    script = tmp_path / "train.py"
-    script.write_text(text)
-    out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(script),
-    ]
-    res = profile(out, level="collectives", steps="1:1:4", command=cmd, env=env)
+    out, res = profile_script(tmp_path, text, nproc=nproc, steps="1:1:4", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 

@@ -5,11 +5,10 @@ matching on every rank, says so, and marks the steps incomplete, instead of refu
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
-from capture_helpers import profile
+from capture_helpers import profile_script
 
 from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
@@ -130,11 +129,7 @@ dist.destroy_process_group()
 @pytest.mark.slow
 def test_a_rank_that_crashes_after_its_steps_collectives_leaves_a_run_that_loads(tmp_path: Path) -> None:
     # the commonest crash shape: check called it a count mismatch and analyze refused the run
-    script = tmp_path / "train.py"
-    script.write_text(CRASH)
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    res = profile(out, command=cmd, steps="1:1:4")
+    out, res = profile_script(tmp_path, CRASH, nproc=2, steps="1:1:4")
     assert res.returncode != 0  # the command failed, and says so
     m = read_manifest(out)
     last = {r: max(s.step for s in m.steps if s.rank == r) for r in m.ranks}
@@ -144,5 +139,8 @@ def test_a_rank_that_crashes_after_its_steps_collectives_leaves_a_run_that_loads
     assert [i.rank for i in report.warnings if i.kind == "truncated-rank"] == [1]
     rt = load_run(out)
     assert rt.incomplete_steps == (3,)
-    assert {inst.seq for inst in rt.collectives}  # step 2's collectives still match
+    # step 2's two all_reduces (weight, bias) still match, on both ranks
+    members = [(r, row) for inst in rt.collectives for r, row in zip(inst.ranks, inst.rows, strict=True)]
+    matched = {int(rt.ranks[r].step[row]) for r, row in members}
+    assert len(rt.collectives) == 2 and matched == {2}
     simulate(rt)
