@@ -187,17 +187,15 @@ def test_an_eager_send_is_not_a_wait_for_its_recv(tmp_path: Path) -> None:
     ]
 
 
-def test_a_collective_whose_transfer_waited_for_the_one_queued_before_it_goes_through_that_one(
-    tmp_path: Path,
-) -> None:
-    # gloo's two worker threads: C3's transfer waits for the first to end of C1 and C2 (the execution
-    # model's queue edge). Rank 1, 30 ms late in "slow", issues C1 at 30 ms (done at 40), C2 at 31 (41);
-    # rank 0 issues C3 last, at 35 ms, but C3 waits for C1 until 40, then transfers 2 ms. The step's end
-    # is held by rank 1's lateness through C1, not by rank 0's "bwd2" (shorter, the end is the same)
+def _three_queued_all_reduces(tmp_path: Path, *, rank1_c3_ns: int) -> Path:
+    """Two ranks, one step, three async all_reduces on a gloo comm stream (two worker threads: C3's
+    transfer waits for the first to end of C1 and C2). Rank 0 issues C1, C2, C3 at 1, 2 and 35 ms after
+    "fwd", "bwd1", "bwd2"; rank 1, late in "slow", at 30, 31 and ``rank1_c3_ns``. C1 ends at 40 ms, C2 at
+    41, C3 at 42; then a wait for all three and "opt" (1.1 ms on rank 0, 1 ms on rank 1)."""
     b = RunBuilder(2)
     for r in (0, 1):
         rb = b.rank(r).step(0)
-        t1, t2, t3 = (1 * MS, 2 * MS, 35 * MS) if r == 0 else (30 * MS, 31 * MS, 32 * MS)
+        t1, t2, t3 = (1 * MS, 2 * MS, 35 * MS) if r == 0 else (30 * MS, 31 * MS, rank1_c3_ns)
         h1 = rb.compute("fwd" if r == 0 else "slow", t1, start_ns=0)
         c1 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 40 * MS - t1, start_ns=t1, stream=1, deps=(h1,))
         h2 = rb.compute("bwd1", 1 * MS, start_ns=t1)
@@ -206,7 +204,19 @@ def test_a_collective_whose_transfer_waited_for_the_one_queued_before_it_goes_th
         c3 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 42 * MS - t3, start_ns=t3, stream=1, deps=(h3,))
         rb.compute("c10d::wait", 42 * MS - t3, start_ns=t3, deps=(c1, c2, c3))
         rb.compute("opt", 1 * MS + (100_000 if r == 0 else 0))
-    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    return b.write(tmp_path / "run")
+
+
+def test_a_collective_whose_transfer_waited_for_the_one_queued_before_it_goes_through_that_one(
+    tmp_path: Path,
+) -> None:
+    # gloo's two worker threads: C3's transfer waits for the first to end of C1 and C2 (the execution
+    # model's queue edge). Rank 1, 30 ms late in "slow", issues C1 at 30 ms (done at 40), C2 at 31 (41);
+    # rank 0 issues C3 last, at 35 ms, but C3 waits for C1 until 40, then transfers 2 ms. The step's end
+    # is held by rank 1's lateness through C1, not by rank 0's "bwd2" (shorter, the end is the same)
+    recs = analyze_critical_path(
+        build_index(load_run(_three_queued_all_reduces(tmp_path, rank1_c3_ns=32 * MS)))
+    )
     assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
         (0, "opt", "dep", 1_100_000),
         (0, "c10d::wait", "dep", 0),
@@ -218,3 +228,22 @@ def test_a_collective_whose_transfer_waited_for_the_one_queued_before_it_goes_th
     by_rank, _ = shares(recs)
     assert by_rank[0] == {0: 13_100_000, 1: 30 * MS}
     assert _path_sum_and_span(recs, 0) == (43_100_000, 43_100_000)
+
+
+def test_a_collective_whose_queued_predecessor_ended_before_its_last_peer_arrived_goes_to_that_peer(
+    tmp_path: Path,
+) -> None:
+    # gloo's two worker threads: C3 is queued behind the first to end of C1 (40 ms) and C2 (41 ms). Rank 0
+    # issues C3 at 35 ms; rank 1, late, at 41 ms, after C1 ended: rank 0's C3 waited for rank 1 (1 ms of
+    # transfer after it), so the path goes to rank 1 and its "bwd2" (31 to 41 ms), not back through C1
+    recs = analyze_critical_path(
+        build_index(load_run(_three_queued_all_reduces(tmp_path, rank1_c3_ns=41 * MS)))
+    )
+    path = [(x.rank, x.name, x.via, x.contribution_ns) for x in recs]
+    assert path[:4] == [
+        (0, "opt", "dep", 1_100_000),
+        (0, "c10d::wait", "dep", 0),
+        (0, "c10d::all_reduce_", "collective", 42 * MS - 41 * MS),  # C3, after rank 1 arrived
+        (1, "c10d::all_reduce_", "dep", 0),
+    ]
+    assert (1, "bwd2", "dep", 41 * MS - 31 * MS) in path
