@@ -9,10 +9,18 @@ from skewlens.replay.core import SYNC, Flow, Graph, binding_segments, run
 from skewlens.replay.simulate import _preds
 
 
-def _graph(**kw: object) -> Graph:
-    base: dict[str, object] = {"groups": [], "transfer": [], "sync_of": []}
-    base.update(kw)
-    return Graph(**base)  # type: ignore[arg-type]
+def _graph(*, gap: list[int], **kw: object) -> Graph:
+    """A graph of ``len(gap)`` synchronising segments, each ready at 0 after its ``gap`` and with no
+    dependencies, unless ``kw`` says otherwise."""
+    n = len(gap)
+    base: dict[str, object] = {
+        "ready0": [0] * n,
+        "length": [SYNC] * n,
+        "ndeps": [0] * n,
+        "succ_ptr": [0] * (n + 1),
+        "succ_idx": [],
+    }
+    return Graph(gap=gap, **(base | kw))  # type: ignore[arg-type]
 
 
 def _queued_behind_a_long_transfer() -> Graph:
@@ -20,9 +28,7 @@ def _queued_behind_a_long_transfer() -> Graph:
     arrives at 10 and moves for 5 ns. B (2 on rank 0, 3 on rank 1) is queued behind A on rank 0's stream
     (2 has queue-order dependency 0); 2 arrives at 20 and 3 when C's member 5 ends (15)."""
     return _graph(
-        ready0=[0] * 6,
         gap=[0, 0, 20, 0, 10, 10],
-        length=[SYNC] * 6,
         ndeps=[0, 0, 0, 1, 0, 0],
         succ_ptr=[0, 0, 0, 0, 0, 0, 1],
         succ_idx=[3],
@@ -59,12 +65,7 @@ def test_the_binding_path_of_a_transfer_held_by_the_op_queued_ahead_goes_to_that
 
 def test_a_group_ends_with_its_latest_member_not_its_last_listed_one() -> None:
     g = _graph(
-        ready0=[0, 0],
         gap=[0, 4],
-        length=[SYNC, SYNC],
-        ndeps=[0, 0],
-        succ_ptr=[0, 0, 0],
-        succ_idx=[],
         sync_of=[0, 0],
         groups=[[0, 1]],
         transfer=[[9, 2]],
@@ -77,12 +78,7 @@ def test_a_group_ends_with_its_latest_member_not_its_last_listed_one() -> None:
 def test_an_eager_send_that_ends_after_its_receiver_is_the_end_of_their_group() -> None:
     # 0: an eager send arriving at 0 that moves for 100 ns on its own; 1: its receiver, arriving at 50, 10 ns
     g = _graph(
-        ready0=[0, 0],
         gap=[0, 50],
-        length=[SYNC, SYNC],
-        ndeps=[0, 0],
-        succ_ptr=[0, 0, 0],
-        succ_idx=[],
         sync_of=[0, 0],
         groups=[[0, 1]],
         transfer=[[100, 10]],
@@ -97,12 +93,7 @@ def _rooted_with_a_queued_root() -> Graph:
     """A broadcast R (0: root, 1: receiver; each arrives at 10; transfers 3 and 4) whose root is queued on
     its stream behind 2, a one-member group that arrives at 0 and moves for 500 ns."""
     return _graph(
-        ready0=[0, 0, 0],
         gap=[10, 10, 0],
-        length=[SYNC] * 3,
-        ndeps=[0, 0, 0],
-        succ_ptr=[0, 0, 0, 0],
-        succ_idx=[],
         sync_of=[0, 0, 1],
         groups=[[0, 1], [2]],
         transfer=[[3, 4], [500]],
@@ -130,12 +121,7 @@ def test_the_binding_path_of_a_rooted_member_held_by_its_own_queue_goes_to_its_o
     # R: members 0 and 1 (rule -1: both wait for every arrival) arrive at 10; each is queued behind a
     # one-member group (2 before 0, 3 before 1), both of which end at 500
     g = _graph(
-        ready0=[0] * 4,
         gap=[10, 10, 0, 0],
-        length=[SYNC] * 4,
-        ndeps=[0] * 4,
-        succ_ptr=[0] * 5,
-        succ_idx=[],
         sync_of=[0, 0, 1, 2],
         groups=[[0, 1], [2], [3]],
         transfer=[[3, 4], [500], [500]],
@@ -156,12 +142,7 @@ def test_a_flow_shares_the_bandwidth_of_its_busiest_link() -> None:
     # X (0, 1) uses links 0 and 1, Y (2, 3) link 0 only; both start at 0 and would move alone for 100 ns:
     # on link 0 each gets half its bandwidth, so X too, though link 1 is its own
     g = _graph(
-        ready0=[0] * 4,
         gap=[0] * 4,
-        length=[SYNC] * 4,
-        ndeps=[0] * 4,
-        succ_ptr=[0] * 5,
-        succ_idx=[],
         sync_of=[0, 0, 1, 1],
         groups=[[0, 1], [2, 3]],
         transfer=[[0, 0], [0, 0]],
