@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -34,18 +35,43 @@ RANK_FILE = "rank-{rank}.et"
 PARTIAL_TRACE_NOTE = "partial trace"
 
 
-#: Kinds of a capture's per-rank manifest notes (key ``rank N KIND``) that say some of the rank's data was
-#: not recorded (operators or calls, collectives' ends, a clock offset, the flight recorder's entries):
-#: ``skewlens check`` warns of each, and the reports of ``analyze`` and ``replay`` repeat them.
-DEGRADED_NOTE_KINDS = frozenset(
+class RankNote(StrEnum):
+    """Kinds of a rank's manifest notes: the key ``rank N KIND`` (:func:`rank_note_key`), which writers and
+    readers both spell from here."""
+
+    PROFILER = "profiler"
+    OPERATORS = "operators"
+    CALLS = "calls"
+    LOST_CALLS = "lost calls"
+    CLOCK = "clock"
+    WORKER_EVENTS = "worker events"
+    WORKER_EVENTS_RECORDER = "worker events recorder"
+    ALL_TO_ALL_SPLITS = "all_to_all splits"
+    GPU_DEPENDENCIES = "GPU dependencies"
+    FLIGHT_RECORDER = "flight recorder"
+    FLIGHT_RECORDER_DUMP = "flight recorder dump"
+    FLIGHT_RECORDER_DEVICE_TIMES = "flight recorder device times"
+    IMPORT = "import"
+    SOURCE = "source"
+
+
+def rank_note_key(rank: int, kind: RankNote | None = None) -> str:
+    """The manifest note key of rank ``rank``: ``rank N KIND``, or ``rank N`` (what became of the rank)."""
+    return f"rank {rank}" if kind is None else f"rank {rank} {kind.value}"
+
+
+#: Kinds of a capture's per-rank manifest notes that say some of the rank's data was not recorded
+#: (operators or calls, collectives' ends, a clock offset, the flight recorder's entries): ``skewlens
+#: check`` warns of each, and the reports of ``analyze`` and ``replay`` repeat them.
+DEGRADED_NOTE_KINDS: frozenset[str] = frozenset(
     {
-        "operators",
-        "calls",
-        "lost calls",
-        "clock",
-        "flight recorder dump",
-        "worker events",
-        "all_to_all splits",
+        RankNote.OPERATORS,
+        RankNote.CALLS,
+        RankNote.LOST_CALLS,
+        RankNote.CLOCK,
+        RankNote.FLIGHT_RECORDER_DUMP,
+        RankNote.WORKER_EVENTS,
+        RankNote.ALL_TO_ALL_SPLITS,
     }
 )
 

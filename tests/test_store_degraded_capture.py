@@ -6,7 +6,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from skewlens.profiler.manifest import read_manifest, write_manifest
+from skewlens.profiler.manifest import (
+    DEGRADED_NOTE_KINDS,
+    RankNote,
+    degraded_notes,
+    rank_note_key,
+    read_manifest,
+    write_manifest,
+)
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.validate import validate_run
@@ -58,3 +65,10 @@ def test_a_capture_note_that_data_was_not_recorded_is_one_warning_for_the_ranks_
     said = run_notes(load_run(run))
     assert f"ranks 0-1: {OWN}" in said
     assert not [n for n in said if INFO in n]  # a note that loses nothing stays in the manifest
+
+
+def test_the_degraded_kinds_are_read_from_the_keys_a_capture_writes_and_no_other_kind_is() -> None:
+    for kind in RankNote:
+        said = degraded_notes({rank_note_key(12, kind): "lost", rank_note_key(3): "lost"})
+        assert said == ({"lost": [12]} if kind in DEGRADED_NOTE_KINDS else {}), kind
+    assert set(RankNote) > DEGRADED_NOTE_KINDS

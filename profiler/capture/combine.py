@@ -15,7 +15,7 @@ from skewlens.profiler.capture.run import OTHER_HOST_NOTE, finalize_run, read_pa
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, RAW_DIR, part_file
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import Manifest, rank_file, read_manifest, write_manifest
+from skewlens.profiler.manifest import Manifest, rank_file, rank_note_key, read_manifest, write_manifest
 from skewlens.profiler.vocab import Level
 
 #: The merged manifest's note on the run identity: why it was not checked, or that it was overridden.
@@ -98,7 +98,7 @@ def combine_runs(
                 "crashed or was killed before saving, or its host's directory was not given; merged "
                 "without it (skewlens merge --allow-missing)"
             )
-            notes[f"rank {r}"] = "; ".join([merged, *said])
+            notes[rank_note_key(r)] = "; ".join([merged, *said])
         if identity_note:
             notes[RUN_IDENTITY_NOTE] = identity_note
         if notes != manifest.notes:

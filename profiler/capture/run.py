@@ -39,6 +39,7 @@ from skewlens.profiler.manifest import (
     StepSpan,
     StepWindow,
     rank_file,
+    rank_note_key,
     read_manifest,
     write_manifest,
 )
@@ -387,24 +388,24 @@ def _merge(
     per_host = min(int(p.get("local_world_size", world)) for p in parts.values())
     for r in missing:
         if rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
-            notes[f"rank {r}"] = (
+            notes[rank_note_key(r)] = (
                 f"trace incomplete: the process crashed or was killed while saving it ({why}); "
                 f"{rank_file(run_dir, r).name} is left out of the run"
             )
         elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
-            notes[f"rank {r}"] = (
+            notes[rank_note_key(r)] = (
                 f"{OTHER_HOST_NOTE} ({per_host} rank(s) per host) and rank {r}'s host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
                 "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
                 f"crashed or was killed before saving ({why})"
             )
         else:
-            notes[f"rank {r}"] = f"no trace: the process crashed or was killed before saving ({why})"
+            notes[rank_note_key(r)] = f"no trace: the process crashed or was killed before saving ({why})"
     steps: list[StepSpan] = []
     for r, p in sorted(parts.items()):
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})
         if p.get("partial"):
-            notes[f"rank {r}"] = (
+            notes[rank_note_key(r)] = (
                 f"{PARTIAL_TRACE_NOTE}: saved {len(p.get('steps', []))} of {window.active} steps at exit"
             )
         steps.extend(StepSpan(rank=r, **s) for s in p.get("steps", []))

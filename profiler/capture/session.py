@@ -27,7 +27,14 @@ from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpReco
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import STEP_MARKS_NOTE, ProcessGroupInfo, StepWindow, rank_file
+from skewlens.profiler.manifest import (
+    STEP_MARKS_NOTE,
+    ProcessGroupInfo,
+    RankNote,
+    StepWindow,
+    rank_file,
+    rank_note_key,
+)
 from skewlens.profiler.vocab import HostTrace, Level
 
 #: How long a captured process waits at exit, the GIL released, before the interpreter finalizes.
@@ -255,10 +262,10 @@ class CaptureSession:
         facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
         self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
         if self._kineto.notes:
-            self.notes[f"rank {self.rank} profiler"] = "; ".join(self._kineto.notes)
+            self.notes[rank_note_key(self.rank, RankNote.PROFILER)] = "; ".join(self._kineto.notes)
         if not self._kineto.start():  # the program profiles itself: the collectives level's content
             self._kineto = None
-            self.notes[f"rank {self.rank} operators"] = OWN_PROFILER_NOTE
+            self.notes[rank_note_key(self.rank, RankNote.OPERATORS)] = OWN_PROFILER_NOTE
             self._start_worker_events()  # the native recorder runs beside the program's profiler
 
     def _ddp_built(self) -> None:
@@ -297,7 +304,7 @@ class CaptureSession:
         self._workers = WorkerEvents(self._native_recorder())
         self._workers_from_ns = time.time_ns()
         if not self._workers.start():
-            self.notes[f"rank {self.rank} worker events"] = self._workers.note
+            self.notes[rank_note_key(self.rank, RankNote.WORKER_EVENTS)] = self._workers.note
             self._workers = None
 
     def _native_recorder(self) -> Any:
@@ -307,7 +314,7 @@ class CaptureSession:
 
         try:
             if not native.wanted():
-                self.notes[f"rank {self.rank} worker events recorder"] = (
+                self.notes[rank_note_key(self.rank, RankNote.WORKER_EVENTS_RECORDER)] = (
                     f"{native.ENV_MODE}=kineto: torch's profiler recorded gloo's worker events "
                     "(it costs more than the native recorder)"
                 )
@@ -319,7 +326,7 @@ class CaptureSession:
                 if isinstance(e, CaptureError)
                 else f"native gloo-event recorder: {type(e).__name__}: {e}"
             )
-            self.notes[f"rank {self.rank} worker events recorder"] = (
+            self.notes[rank_note_key(self.rank, RankNote.WORKER_EVENTS_RECORDER)] = (
                 f"{why}; torch's profiler recorded gloo's worker events instead (it costs more)"
             )
             return None
@@ -388,7 +395,9 @@ class CaptureSession:
         store = dist.distributed_c10d._get_default_store()
         off = estimate_offset(store, dist.get_rank(), dist.get_world_size(), timeout_s=self.clock_timeout_s)
         if off is None:
-            self.notes[f"rank {self.rank} clock"] = "clock offset unknown (rank 0 did not answer); 0 assumed"
+            self.notes[rank_note_key(self.rank, RankNote.CLOCK)] = (
+                "clock offset unknown (rank 0 did not answer); 0 assumed"
+            )
         return off
 
     # ---- saving --------------------------------------------------------------------------------------
@@ -419,9 +428,9 @@ class CaptureSession:
             self._et.unregister_callback()
         events = self._kineto.stop() if self._kineto is not None else []
         if self._kineto is not None and self._kineto.notes:  # stop() may add one (inferred kinds)
-            self.notes[f"rank {self.rank} profiler"] = "; ".join(self._kineto.notes)
+            self.notes[rank_note_key(self.rank, RankNote.PROFILER)] = "; ".join(self._kineto.notes)
         if self._kineto is not None and self._kineto.note:  # taken over by the program's own profiler
-            self.notes[f"rank {self.rank} operators"] = (
+            self.notes[rank_note_key(self.rank, RankNote.OPERATORS)] = (
                 f"{self._kineto.note} (its profiler keeps Kineto to itself): the trace has the collectives "
                 "level's content, and the collectives only the flight recorder saw (DDP's all_reduce) no end"
             )
@@ -471,9 +480,11 @@ class CaptureSession:
             comms = self._hooks.flush()
             waits = self._hooks.waits.flush()
             if self._hooks.dropped:
-                self.notes[f"rank {rank} calls"] = f"{self._hooks.dropped} communication call(s) not recorded"
+                self.notes[rank_note_key(rank, RankNote.CALLS)] = (
+                    f"{self._hooks.dropped} communication call(s) not recorded"
+                )
             if self._hooks.unread_splits:
-                self.notes[f"rank {rank} all_to_all splits"] = (
+                self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = (
                     f"{self._hooks.unread_splits} all_to_all call(s) recorded with even splits: their split "
                     "sizes could not be read"
                 )
@@ -493,7 +504,7 @@ class CaptureSession:
         if self._workers is not None:
             workers = self._workers.stop()
             if self._workers.note:
-                self.notes[f"rank {rank} worker events"] = self._workers.note
+                self.notes[rank_note_key(rank, RankNote.WORKER_EVENTS)] = self._workers.note
         device = "cpu"
         import torch
 
@@ -525,7 +536,7 @@ class CaptureSession:
         gpu_notes: list[str] = []
         nodes = build_nodes(cap, notes=gpu_notes)
         if gpu_notes:
-            self.notes[f"rank {rank} GPU dependencies"] = "; ".join(gpu_notes)
+            self.notes[rank_note_key(rank, RankNote.GPU_DEPENDENCIES)] = "; ".join(gpu_notes)
         path = rank_file(self.run_dir, rank)
         meta = {"rank": rank, "world_size": world, "level": self.level.value}
         if self.level == Level.FULL:
@@ -579,17 +590,17 @@ class CaptureSession:
             if not partial and self.steps and flight.nccl_timing():
                 entries = flight.settle(entries, min(s.start_ns for s in self.steps))
         except CaptureError as e:
-            self.notes[f"rank {rank} flight recorder dump"] = f"error: {e}"
+            self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER_DUMP)] = f"error: {e}"
             entries = []
         spans = flight.device_spans(entries)
         if note := flight.device_time_note(entries, spans, self.steps):
-            self.notes[f"rank {rank} flight recorder device times"] = note
+            self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER_DEVICE_TIMES)] = note
         comms, lost = flight.resolve(entries, comms)
         # the recorder keeps its entries after the program destroyed its process group (it ended inside
         # the window): they still number the hooked calls, as on every other save (the lean ones have no
         # number of their own, and the store's file-order numbering collided with the full path's)
         if not entries and not (dist.is_available() and dist.is_initialized()):
-            self.notes[f"rank {rank} flight recorder"] = (
+            self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER)] = (
                 "not read: the program had destroyed its process group before this rank saved its trace "
                 "(it ended inside the capture window), so the collectives only the recorder sees (issued "
                 "outside torch.distributed's Python API: DDP's all_reduces, DTensor's functional "
@@ -611,7 +622,7 @@ class CaptureSession:
                 f"(steps {', '.join(map(str, x.steps))})"
                 for x in self.lost
             )
-            self.notes[f"rank {rank} lost calls"] = (
+            self.notes[rank_note_key(rank, RankNote.LOST_CALLS)] = (
                 f"the flight recorder's ring buffer ({flight.FR_BUFFER_ENV}={flight.buffer_size()} entries) "
                 f"wrapped: {lost} hooked collective call(s) left out (no entry, so no sequence number)"
                 + (f"; lost: {ranges} (declared in the manifest for every member)" if ranges else "")
@@ -627,7 +638,7 @@ class CaptureSession:
                 )
             else:
                 ends = "end from gloo's worker thread where it was seen"
-            self.notes[f"rank {rank} flight recorder"] = (
+            self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER)] = (
                 f"{len(extra)} collective(s) issued outside torch.distributed's Python API taken from the "
                 f"flight recorder ({flight.summary(extra)}): arrival from the recorder, {ends}"
             )

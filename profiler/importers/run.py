@@ -46,8 +46,10 @@ from skewlens.profiler.manifest import (
     MAX_WORLD_SIZE,
     Manifest,
     ProcessGroupInfo,
+    RankNote,
     StepWindow,
     rank_file,
+    rank_note_key,
     write_manifest,
 )
 from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
@@ -420,13 +422,13 @@ def _write_run(
         "clock": "Kineto clocks are not aligned across hosts by the files; clock_offsets_ns are 0",
     }
     for kt in kinetos:
-        notes[f"rank {kt.rank} source"] = str(kt.path.name)
+        notes[rank_note_key(kt.rank, RankNote.SOURCE)] = str(kt.path.name)
     for r in range(ws):
         if r not in ranks:
-            notes[f"rank {r}"] = "no Kineto trace given for this rank"
+            notes[rank_note_key(r)] = "no Kineto trace given for this rank"
     for c in convs:
         if c.notes:
-            notes[f"rank {c.rank} import"] = "; ".join(c.notes)
+            notes[rank_note_key(c.rank, RankNote.IMPORT)] = "; ".join(c.notes)
     steps = tuple(s for c in convs for s in c.steps)
     n_steps = max((len(c.steps) for c in convs), default=0)
     manifest = Manifest(
