@@ -29,7 +29,7 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
-from skewlens.replay.real.launch import run_workers
+from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers
 from skewlens.replay.real.plan import (
     KIND_COMPUTE,
     KIND_NESTED,
@@ -288,6 +288,22 @@ def test_replay_is_captured_by_the_profiler_with_the_same_communication(
         arrivals = [int(rep.ranks[r].start_ns[row]) - off.get(r, 0) for r, row in members]
         ends = [int(rep.ranks[r].end_ns[row]) - off.get(r, 0) for r, row in members]
         assert min(ends) >= max(arrivals), (c.pg_name, c.seq)
+
+
+@pytest.mark.slow
+def test_torchrun_keeps_its_log_directory_in_the_replays_work_directory_not_the_systems_temporary_one(
+    baseline: RealReplayResult,
+) -> None:
+    (launch,) = (baseline.out_dir / "real" / "work" / TORCHRUN_LOGS).iterdir()  # torchrun's run-id dir
+    assert (launch / "attempt_0").is_dir()
+
+
+def test_a_log_directory_the_caller_gives_torchrun_is_kept_and_not_given_twice(tmp_path: Path) -> None:
+    mine = ["--nnodes", "2", "--log_dir=/shared/logs"]
+    cmd = launcher_command(tmp_path, 4, mine, log_dir=tmp_path / "ours")
+    assert [a for a in cmd if a.startswith("--log")] == ["--log_dir=/shared/logs"]
+    cmd = launcher_command(tmp_path, 4, None, log_dir=tmp_path / "ours")
+    assert cmd[cmd.index("--log-dir") + 1] == str(tmp_path / "ours")
 
 
 @pytest.mark.slow

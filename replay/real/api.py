@@ -38,7 +38,7 @@ from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
 from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
-from skewlens.replay.real.launch import launcher_command, launcher_log, run_workers
+from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, launcher_log, run_workers
 from skewlens.replay.real.plan import (
     RESULT_FILE,
     PlanMeta,
@@ -229,7 +229,9 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     warmups = {r: warmup_ops(run, r, ops) for r, ops in plans.items()}
     write_plan(plan_dir, meta, plans, warmups)
     _clear_previous(out_run, self_run)
-    cmd = launcher_command(plan_dir.resolve(), nproc or m.world_size, launcher_args)
+    cmd = launcher_command(
+        plan_dir.resolve(), nproc or m.world_size, launcher_args, log_dir=(work_dir / TORCHRUN_LOGS).resolve()
+    )
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log = launcher_log(work_dir, launcher_args)
     run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env, log=log)

@@ -26,6 +26,8 @@ from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
+#: torchrun's ``--log-dir`` under the work directory (its per-worker error files land there).
+TORCHRUN_LOGS = "torchrun"
 #: How long processes get to exit after SIGTERM before SIGKILL, and to vanish after SIGKILL.
 TERM_GRACE_S = 3.0
 #: How long to keep collecting error files after the first one appeared (peers report their view).
@@ -33,9 +35,17 @@ ERROR_SETTLE_S = 0.5
 POLL_S = 0.05
 
 
-def launcher_command(plan_dir: Path, nproc: int, launcher_args: Sequence[str] | None) -> list[str]:
-    """torchrun command line: one host by default (``--standalone``), or the caller's rendezvous args."""
+def launcher_command(
+    plan_dir: Path, nproc: int, launcher_args: Sequence[str] | None, *, log_dir: Path | None = None
+) -> list[str]:
+    """torchrun command line: one host by default (``--standalone``), or the caller's rendezvous args.
+
+    ``log_dir``: torchrun's ``--log-dir`` unless the caller's args give one; without it torchrun makes a
+    ``torchelastic_*`` directory in the system's temporary directory at each launch and never removes it.
+    """
     where = list(launcher_args) if launcher_args else ["--standalone", "--nnodes", "1"]
+    if log_dir is not None and not any(a.split("=")[0] in ("--log-dir", "--log_dir") for a in where):
+        where += ["--log-dir", str(log_dir)]
     return [
         sys.executable,
         "-m",
