@@ -165,6 +165,12 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
             f"{CLOCK_MARK}: a member recorded as done before one it waits for began: the ranks' clocks "
             "disagree, so its skew, waits and cause are not meaningful (listed after the others)"
         )
+    elif not events:
+        t.caption = (
+            "none: no member of a collective or p2p waited for a peer outside compute"
+            if result.skew.events
+            else "none: the run has no collective or p2p whose members were all traced"
+        )
     return t
 
 

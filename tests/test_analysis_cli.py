@@ -293,6 +293,25 @@ def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_membe
     assert [row[2:4] for row in _rows(text)] == [["40.00", "80.00"]] * 3
 
 
+def test_an_empty_worst_collectives_table_says_why_it_is_empty(tmp_path: Path) -> None:
+    # a one-rank import of a 16-GPU job printed the table's header and nothing else
+    def caption(ranks: int, comm: bool) -> str:
+        b = RunBuilder(world_size=ranks)
+        for step in range(2):
+            for r in range(ranks):
+                rb = b.rank(r).step(step)
+                rb.compute("fwd", dur_ns=MS)  # the same on every rank: no one waits
+                if comm:
+                    rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=MS // 2)
+        result = analyze_run(load_run(b.write(tmp_path / f"{ranks}-{comm}")), blame=False)
+        text = _render(worst_collectives_table(result))
+        assert _rows(text) == []
+        return " ".join(text.split("┘", 1)[1].split())
+
+    assert caption(2, True) == "none: no member of a collective or p2p waited for a peer outside compute"
+    assert caption(2, False) == "none: the run has no collective or p2p whose members were all traced"
+
+
 def test_the_critical_path_tables_have_titles_that_fit_on_one_line(tmp_path: Path) -> None:
     # "Critical path share (all\nsteps)": the title was wider than the three narrow columns
     result = analyze_run(load_run(build_one_slow_rank(tmp_path)), blame=False)
