@@ -138,3 +138,64 @@ def test_a_step_only_some_ranks_have_and_end_early_takes_no_time_and_the_steps_a
     first_start = min(a for a, _ in spans.values())
     last_end = max(b for _, b in spans.values())
     assert sum(times.values()) == last_end - first_start
+
+
+def test_a_collectives_last_member_that_arrived_with_the_median_member_is_late_by_nothing_and_has_no_cause(
+    tmp_path: Path,
+) -> None:
+    # rank 0 arrives at 1 ms, ranks 1 and 2 at 3 ms: the last (rank 2) arrived with the median member (rank
+    # 1), so it was late by nothing, though its window holds 2 ms more compute than rank 1's (whose 2 ms
+    # were idle): there is no lateness to explain
+    b = RunBuilder(3)
+    for r, fwd, arrive in ((0, MS, MS), (1, MS, 3 * MS), (2, 3 * MS, 3 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", fwd, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, 4 * MS - arrive, start_ns=arrive)
+    (event,) = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert event.late_rank == 2
+    assert event.late_by_ns == 3 * MS - 3 * MS
+    assert event.cause.kind is CauseKind.NONE
+
+
+def test_a_window_starts_at_the_common_collectives_end_where_that_end_is_the_members_next_arrival(
+    tmp_path: Path,
+) -> None:
+    # C1: rank 0 arrives at 1 ms, rank 1 at 2 ms, both done at 3 ms. C2: rank 1 arrives at 3 ms, right at
+    # C1's end (its last synchronised point is that end, not its arrival at C1: C1 did not complete after
+    # it); rank 0 computes 0.5 ms more and arrives at 3.5 ms. Windows: rank 0 [3, 3.5) ms, rank 1 [3, 3)
+    # ms: both start at C1's end, so the cause is rank 0's 0.5 ms of compute, not a wait (the median's
+    # window starting 1 ms earlier, at its C1 arrival, would read as 1 ms of lateness passed on)
+    b = RunBuilder(2)
+    for r, fwd in ((0, MS), (1, 2 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", fwd, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, 3 * MS - fwd, start_ns=fwd)
+    b.rank(0).compute("bwd", MS // 2)
+    for r in (0, 1):
+        b.rank(r).collective(CommType.ALL_REDUCE, 4096, 4 * MS - (3 * MS + (MS // 2 if r == 0 else 0)))
+    _c1, c2 = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert c2.arrival_ns.tolist() == [3 * MS + MS // 2, 3 * MS]
+    assert c2.late_rank == 0
+    assert (c2.cause.kind, c2.cause.delta_ns, c2.cause.op) == (CauseKind.COMPUTE, MS // 2, "bwd")
+
+
+def test_a_collectives_late_member_idle_right_before_a_send_in_its_window_is_a_late_send_not_a_host_gap(
+    tmp_path: Path,
+) -> None:
+    # rank 0: fwd [0, 1) ms, idle [1, 4) ms, a send to rank 2 at 4 ms (done at 4.1), then the all_reduce of
+    # ranks 0 and 1 at 4.1 ms; rank 1: fwd [0, 1) ms, the all_reduce at 1 ms. Windows from the step start:
+    # rank 0's 3 ms idle lie right before its send (late_send 3 ms, host gap 0), rank 1 has no idle time
+    us = MS // 1000
+    b = RunBuilder(3, groups={"world": (0, 1, 2), "pair": (0, 1)})
+    r0 = b.rank(0).step(0)
+    r0.compute("fwd", MS, start_ns=0)
+    r0.send(2, 4096, 100 * us, start_ns=4 * MS, pg="world")
+    r0.collective(CommType.ALL_REDUCE, 4096, MS, pg="pair")
+    r1 = b.rank(1).step(0)
+    r1.compute("fwd", MS, start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 4096, 5100 * us - MS, start_ns=MS, pg="pair")
+    b.rank(2).step(0).recv(0, 4096, 4100 * us, start_ns=0, pg="world")
+    events = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    (ar,) = [e for e in events if e.kind == "collective"]
+    assert ar.late_rank == 0
+    assert (ar.cause.kind, ar.cause.delta_ns) == (CauseKind.LATE_SEND, 4 * MS - MS)

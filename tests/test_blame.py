@@ -13,6 +13,8 @@ from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 from skewlens.replay.simulate import simulate
 
 STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=5)
@@ -192,3 +194,22 @@ def test_a_cause_from_an_excess_that_would_read_plus_zero_ms_is_no_cause() -> No
     assert _fallback_cause(tot, ["Optimizer.step#SGD.step", "aten::mm"], 3, steps=5).kind is CauseKind.NONE
     grown = _fallback_cause(tot, ["Optimizer.step#SGD.step", "aten::mm"], 3, steps=1)
     assert grown.text == "compute grew: Optimizer.step#SGD.step +0.2 ms"
+
+
+def test_a_rank_that_began_late_is_charged_its_late_start_where_its_peers_began_at_once(
+    tmp_path: Path,
+) -> None:
+    # rank 0 computes [0, 10) ms and arrives at the all_reduce at 10 ms; rank 1 begins 20 ms late, computes
+    # [20, 30) ms and arrives at 30 ms; both done at 31 ms. Rank 1's first interval holds 20 ms of host idle
+    # (its late start) against its peer's 0: run like it, rank 1 begins at 0, both arrive at 10 ms and are
+    # done 1 ms (the recorded transfer) later: the step takes 11 ms instead of 31
+    b = RunBuilder(2)
+    for r, begin in ((0, 0), (1, 20 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", 10 * MS, start_ns=begin)
+        rb.collective(CommType.ALL_REDUCE, 4096, 31 * MS - (begin + 10 * MS))
+    ix = build_index(load_run(b.write(tmp_path / "run")))
+    res = analyze_blame(ix, analyze_skew(ix))
+    assert res.baseline_step_ns == {0: 31 * MS}
+    assert res.whatif_step_ns[1] == {0: 10 * MS + 1 * MS}
+    assert {r.rank: r.straggler_cost_ns for r in res.records} == {1: 31 * MS - 11 * MS, 0: 0}

@@ -247,3 +247,43 @@ def test_a_collective_whose_queued_predecessor_ended_before_its_last_peer_arrive
         (1, "c10d::all_reduce_", "dep", 0),
     ]
     assert (1, "bwd2", "dep", 41 * MS - 31 * MS) in path
+
+
+def test_a_collective_whose_awaited_member_arrived_when_it_did_stays_on_its_own_rank(tmp_path: Path) -> None:
+    # both ranks arrive at the all_reduce at 10 ms; rank 1's "b" ends last (16 ms). Rank 1's member waited
+    # for the first of the last arrivals (rank 0), which arrived no later than itself: no jump, the path
+    # stays on rank 1 ("slow", its own 10 ms)
+    b = RunBuilder(2)
+    for r, name, tail in ((0, "a", 1 * MS), (1, "slow", 4 * MS)):
+        rb = b.rank(r).step(0)
+        rb.compute(name, 10 * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 2 * MS, start_ns=10 * MS)
+        rb.compute("b", tail)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (1, "b", "dep", 4 * MS),
+        (1, "c10d::all_reduce_", "dep", 2 * MS),
+        (1, "slow", "end", 10 * MS),
+    ]
+
+
+def test_the_node_before_a_jumped_to_member_counts_only_up_to_that_members_arrival(tmp_path: Path) -> None:
+    # rank 1's all_reduce arrives at 10 ms, 5 us before its "slow" ends (timestamp skew: it still follows
+    # "slow"); rank 0 waited for it from 1 ms. The path jumps to rank 1 at 10 ms, so "slow" is on it only
+    # until 10 ms: 10 ms, and the path adds up to its 14 ms span (not 14.005)
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    r0.compute("a", 1 * MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 1 << 20, 11 * MS, start_ns=1 * MS)
+    r0.compute("b", 2 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("slow", 10 * MS + 5_000, start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 1 << 20, 2 * MS, start_ns=10 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (0, "b", "dep", 2 * MS),
+        (0, "c10d::all_reduce_", "collective", 12 * MS - 10 * MS),
+        (1, "c10d::all_reduce_", "dep", 0),
+        (1, "slow", "end", 10 * MS),
+    ]
+    assert _path_sum_and_span(recs, 0) == (14 * MS, 14 * MS)

@@ -1,6 +1,6 @@
 """Edges of the execution model the other tests leave unchecked (found by mutation testing): where a row
 that touches its predecessor's end follows it or is nested in it, and when a host thread's idle time is
-taken to be a wait for an asynchronous collective."""
+taken to be a wait for an asynchronous collective, and which one."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.execution import execution_model
 from skewlens.replay.simulate import simulate
 
 MS = 1_000_000
@@ -77,3 +78,27 @@ def test_a_host_thread_briefly_idle_before_an_async_completion_is_not_taken_to_w
     coll, step = _row(rt, 0, "c10d::all_reduce_"), _row(rt, 0, "step")
     assert int(late.end_ns[0][coll]) - int(base.end_ns[0][coll]) == 3 * MS
     assert int(late.start_ns[0][step]) == int(base.start_ns[0][step]) == 10 * MS + MS // 2
+
+
+def test_a_step_tail_that_ends_as_its_last_async_completion_does_waited_for_that_one(tmp_path: Path) -> None:
+    # collectives level, one rank: fwd [0, 10) ms issues C1 (10 to 15 ms) on a communication stream, bwd
+    # [10, 12) ms issues C2 (12 to 20 ms), then the step's last host-time node [12, 20) ms. It holds both
+    # completions, C2's at its very end: it waited for the one that completed last, C2, and did no work
+    # after it (C1's end at 15 ms would leave it 5 ms of work)
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0).step(0)
+    f = rb.compute("compute", dur_ns=10 * MS, start_ns=0)
+    rb.collective(
+        CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=5 * MS, start_ns=10 * MS, stream=1000, deps=(f,)
+    )
+    g = rb.compute("compute", dur_ns=2 * MS, start_ns=10 * MS)
+    rb.collective(
+        CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=8 * MS, start_ns=12 * MS, stream=1000, deps=(g,)
+    )
+    rb.compute("compute", dur_ns=8 * MS, start_ns=12 * MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    m, r = execution_model(rt).ranks[0], rt.ranks[0]
+    colls = [i for i in range(len(r)) if r.name(i) == "c10d::all_reduce_"]
+    tail = [i for i in range(len(r)) if r.name(i) == "compute"][-1]
+    assert (m.wait_src.tolist(), m.wait_dst.tolist()) == ([colls[1]], [tail])
+    assert int(m.work_ns[tail]) == 20 * MS - 20 * MS

@@ -28,7 +28,7 @@ from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.driver import load_trace
-from skewlens.replay.execution import execution_model
+from skewlens.replay.execution import execution_model, latest_deps
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import replayed_step_marks, summarize
@@ -906,6 +906,20 @@ def test_a_kernel_launched_after_its_op_waited_moves_with_the_wait(tmp_path: Pat
     moved = int(base.start_ns[0][row["index_kernel"]]) - int(fast.start_ns[0][row["index_kernel"]])
     assert moved == 50_000, moved
     assert int(fast.end_ns[0][row["aten::index"]]) == int(base.end_ns[0][row["aten::index"]]) - 50_000
+
+
+def test_a_launch_after_its_ops_wait_is_met_at_the_recorded_call_as_the_analyses_read_it(
+    tmp_path: Path,
+) -> None:
+    # aten::index (20-120 us) waited for gemm until 105 us, then called the launch at 110: met as long
+    # after the wait ended as recorded (110 - 105 = 5 us), so at 110 us in the recorded times, not 85 us
+    # (its blocked time) later
+    run = _sync_then_launch_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    dep, met = latest_deps(m, rt.start_ns, rt.start_ns + rt.dur_ns)
+    k = row["index_kernel"]
+    assert (int(dep[k]), int(met[k])) == (row["aten::index"], 105_000 + (110_000 - 105_000))
 
 
 def test_a_launch_named_inside_a_gpu_node_or_a_node_itself_is_ignored_and_the_run_replays_as_recorded(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 
 from skewlens.profiler.store import load_run
@@ -253,3 +254,18 @@ def test_the_timelines_replayed_waits_are_the_summarys_waits(tmp_path: Path) -> 
     waits = {r: int(w.sum()) for r, w in replayed_waits(rt, res).items()}
     assert waits == rows
     assert waits[0] > 0 and waits[2] > 0
+
+
+def test_a_steps_start_mark_moves_with_the_node_that_ended_right_at_it(tmp_path: Path) -> None:
+    # "load" [0, 5) ms belongs to no step; step 0 ("fwd") is marked [5, 10) ms. "load" 2 ms longer ends at
+    # 7 ms: the start mark moves with it (the latest node that ended by the mark, here at it), so "fwd"
+    # [7, 12) ms still takes its 5 ms step, not 7
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    rb.compute("load", 5 * MS, start_ns=0)
+    rb.step(0).compute("fwd", 5 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    longer = np.full(len(run.ranks[0]), -1, dtype=np.int64)
+    longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == "load")] = 7 * MS
+    (s,) = summarize(run, simulate(run, dur_override={0: longer}))
+    assert (s.step, s.step_time_ns, s.recorded_step_ns) == (0, 12 * MS - 7 * MS, 10 * MS - 5 * MS)
