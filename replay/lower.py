@@ -580,12 +580,13 @@ def prepare(
             member_ranks = group_members(run, inst)
             pairs = collective_pairs(run, inst)
             tr = list(timing.collective(inst.comm_type, nbytes, member_ranks, step, recorded, pairs=pairs))
+        alone = max(tr, default=0)  # the transfer's time with no other flow on its links
         for j, det in enumerate(info.detached):
             if det:  # an eager send lasts what it lasted: it did not wait for the transfer
                 tr[j] = ends[j] - s_start_l[a + j]
         transfer.append(tr)
         if use_flows:
-            fl = timing.flow(member_ranks, max(tr, default=0))
+            fl = timing.flow(member_ranks, alone)
             if fl is None:
                 use_flows = False
             else:

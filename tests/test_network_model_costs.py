@@ -11,7 +11,7 @@ from pathlib import Path
 
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.comm import ModelTiming
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.network.topology import Dimension, Topology
@@ -141,3 +141,23 @@ def test_an_uneven_all_to_all_is_costed_from_its_busiest_port_rounded_up(tmp_pat
     run = load_run(b.write(tmp_path / "run"))
     (inst,) = run.collectives
     assert collective_bytes(run, inst) == -(-7 * 3 // 2) == 11
+
+
+def test_under_contention_a_recv_after_an_eager_send_takes_the_models_transfer_not_the_sends_duration(
+    tmp_path: Path,
+) -> None:
+    # rank 0: a [0, 1) ms, then an eager send of S that returned at 3 ms (before rank 1 arrived); rank 1:
+    # slow [0, 5) ms, then the recv at 5 ms. No other flow shares the switch: the recv takes the model's
+    # alpha + S / B with contention as without it, not the send's 2 ms
+    b = RunBuilder(world_size=2)
+    b.rank(0).compute("a", dur_ns=1_000_000, start_ns=0)
+    b.rank(0).send(1, S, 2_000_000)
+    b.rank(1).compute("slow", dur_ns=5_000_000, start_ns=0)
+    b.rank(1).recv(0, S, 1_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    topo = Topology(name="one", dims=(Dimension(kind="switch", size=2, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    alone = round(ALPHA + S / BW)
+    for contention in (False, True):
+        res = simulate(rt, comm_mode="model", topology=topo, algorithm="ring", contention=contention)
+        (recv,) = rt.ranks[1].rows_of_type(NodeType.COMM_RECV)
+        assert int(res.end_ns[1][recv]) == 5_000_000 + alone, contention
