@@ -102,3 +102,25 @@ def test_a_step_tail_that_ends_as_its_last_async_completion_does_waited_for_that
     tail = [i for i in range(len(r)) if r.name(i) == "compute"][-1]
     assert (m.wait_src.tolist(), m.wait_dst.tolist()) == ([colls[1]], [tail])
     assert int(m.work_ns[tail]) == 20 * MS - 20 * MS
+
+
+def test_a_broadcast_receiver_recorded_done_just_before_its_root_arrived_still_waits_for_the_root(
+    tmp_path: Path,
+) -> None:
+    # the root (rank 0) arrives at 10 ms after 10 ms of x; rank 1 arrives at 1 ms. Recorded done 10 us
+    # before the root arrived (within SKEW_NS: clock noise), rank 1 still waits for it: it replays done at
+    # the root's arrival, 10 ms, and 3 ms later with the root's x 3 ms longer. Recorded done 30 us before
+    # (beyond SKEW_NS: clocks that disagree), it is detached and keeps its recorded end either way
+    for done, replayed, slowed in ((9_990_000, 10 * MS, 13 * MS), (9_970_000, 9_970_000, 9_970_000)):
+        b = RunBuilder(world_size=2)
+        for r, x in ((0, 10 * MS), (1, MS)):
+            b.rank(r).compute("x", dur_ns=x, start_ns=0)
+            b.rank(r).collective(
+                CommType.BROADCAST, comm_bytes=4096, dur_ns=MS if r == 0 else done - x, root=0
+            )
+        rt = load_run(b.write(tmp_path / str(done)))
+        longer = np.full(len(rt.ranks[0]), -1, dtype=np.int64)
+        longer[_row(rt, 0, "x")] = 13 * MS
+        bcast = _row(rt, 1, "c10d::broadcast_")
+        assert int(simulate(rt).end_ns[1][bcast]) == replayed
+        assert int(simulate(rt, dur_override={0: longer}).end_ns[1][bcast]) == slowed
