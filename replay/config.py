@@ -116,6 +116,8 @@ class SlowdownItemConfig:
     """jitter: random seed."""
     step: int | None = None
     """stall: step at whose start the rank stalls (None: the run's first step)."""
+    every_step: bool = False
+    """stall: stall at the start of every step of the window first_step..last_step instead."""
     delay_ms: float = 0.0
     """stall / comm_delay: extra wait, ms."""
     before: str = "collective"
@@ -143,6 +145,7 @@ class SlowdownItemConfig:
             sigma=float(self.sigma),
             seed=self.seed,
             step=self.step,
+            every_step=bool(self.every_step),
             delay_ms=float(self.delay_ms),
             before=self.before,
             latency_ns=self.latency_ns,

@@ -10,7 +10,9 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
 - ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
-- ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks;
+- ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks, or with
+  ``every_step`` before the first node of every step of the item's window (a data loader that takes
+  ``delay_ms`` longer each step);
 - ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
   ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob);
 - ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
@@ -84,6 +86,8 @@ class Slowdown:
     step: int | None = None
     """stall: the step before whose first node the rank stalls (None: the run's first step, which the
     replay fills in once it has loaded the run: ``skewlens.replay.driver.slowdowns_for``)."""
+    every_step: bool = False
+    """stall: stall before every step of the window ``first_step..last_step`` instead (``step`` unset)."""
     delay_ms: float = 0.0
     """stall / comm_delay: the extra wait, ms."""
     before: str = "collective"
@@ -126,6 +130,19 @@ class Slowdown:
             raise ConfigError(f"{where}: links must be pairs of ranks, got {self.links}")
         if self.first_step is not None and self.last_step is not None and self.first_step > self.last_step:
             raise ConfigError(f"{where}: first_step {self.first_step} > last_step {self.last_step}")
+        if self.every_step and self.kind != "stall":
+            raise ConfigError(
+                f"{where}: every_step is a stall's (it stalls every step); a {self.kind} item has none"
+            )
+        if self.every_step and self.step is not None:
+            raise ConfigError(
+                f"{where}: step {self.step} and every_step: a stall is at one step or at every step"
+            )
+        if self.kind == "stall" and self.step is not None and not self.in_window(self.step):
+            raise ConfigError(
+                f"{where}: step {self.step} is outside first_step..last_step ({self.window()}): the stall "
+                "would stall nothing"
+            )
         if self.device not in DEVICES:
             raise ConfigError(f"{where}: device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.device != "any" and self.kind not in DEVICE_KINDS:
@@ -156,8 +173,8 @@ class Slowdown:
         elif self.kind == "jitter":
             what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
         elif self.kind == "stall":
-            at = "the first step" if self.step is None else f"step {self.step}"
-            what = f"a {self.delay_ms:g} ms stall at {at}"
+            at = f"step {self.step}" if self.step is not None else "the first step"
+            what = f"a {self.delay_ms:g} ms stall at {'every step' if self.every_step else at}"
         elif self.kind == "comm_delay":
             what = f"+{self.delay_ms:g} ms before every {self.before} op"
         else:
@@ -170,13 +187,13 @@ class Slowdown:
                 who = f" on {_listed('node', self.nodes)}"
         if self.device != "any":
             what += f" ({'GPU ops' if self.device == 'gpu' else 'host ops'})"
-        first, last = self.first_step, self.last_step
-        when = (
-            ""
-            if first is None and last is None
-            else f" (steps {'' if first is None else first}..{'' if last is None else last})"
-        )
+        when = "" if self.first_step is None and self.last_step is None else f" (steps {self.window()})"
         return what + who + when
+
+    def window(self) -> str:
+        """The item's steps ``first_step..last_step``, an unset end left blank (``3..``, ``..7``, ``..``)."""
+        first, last = self.first_step, self.last_step
+        return f"{'' if first is None else first}..{'' if last is None else last}"
 
     def in_window(self, step: int) -> bool:
         return (self.first_step is None or step >= self.first_step) and (
@@ -242,7 +259,7 @@ class SlowdownModel:
     def stall_ns(self, rank: int, step: int) -> int:
         d = 0
         for s in self.items:
-            if s.kind == "stall" and s.step == step and (not s.ranks or rank in s.ranks):
+            if s.kind == "stall" and (s.every_step or s.step == step) and s.applies(rank, step):
                 d += round(s.delay_ms * 1e6)
         return d
 

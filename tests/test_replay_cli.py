@@ -95,6 +95,10 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
             "replayed with transfers as recorded; slowdown stall: a 50 ms stall at step 3 on rank 0",
         ),
         (
+            ["slowdown=stall", "slowdown.entries.0.every_step=true"],
+            "replayed with transfers as recorded; slowdown stall: a 50 ms stall at every step on rank 0",
+        ),
+        (
             ["slowdown=slow_send", "+slowdown.entries.0.first_step=2"],
             "slowdown slow_send: +5 ms before every send op on rank 1 (steps 2..)",
         ),
@@ -445,6 +449,13 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
             (
                 "slowdown.entries[0].step: step 5 is not in the run (steps 0-1); "
                 "the stall preset takes it from slowdown.step"
+            ),
+        ),
+        (
+            ["slowdown=stall", "slowdown.entries.0.every_step=true", "slowdown.entries.0.first_step=5"],
+            (
+                "slowdown.entries[0].first_step: steps 5.. hold none of the run's (steps 0-1): a stall at "
+                "every step of them would stall nothing"
             ),
         ),
         (

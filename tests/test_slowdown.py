@@ -98,6 +98,15 @@ def test_a_stall_delays_its_step_once(tmp_path: Path) -> None:
     assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 0, 7 * MS, 0]
 
 
+def test_a_stall_at_every_step_delays_each_step_of_its_window(tmp_path: Path) -> None:
+    rt = compute_bound_run(tmp_path)
+    base = step_times(rt)
+    item = Slowdown(kind="stall", ranks=(3,), every_step=True, first_step=1, delay_ms=7.0)
+    slow = step_times(rt, SlowdownModel([item]))
+    assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 7 * MS, 7 * MS, 7 * MS]
+    assert item.describe() == "a 7 ms stall at every step on rank 3 (steps 1..)"
+
+
 def test_an_extra_delay_before_a_ranks_collectives_delays_every_member(tmp_path: Path) -> None:
     rt = compute_bound_run(tmp_path)
     base = simulate(rt)
@@ -177,6 +186,9 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ({"kind": "compute", "first_step": 3, "last_step": 1}, "first_step"),
         ({"kind": "compute", "device": "cuda"}, "device must be one of any, host, gpu"),
         ({"kind": "stall", "device": "gpu"}, r"device \(gpu\) says which compute ops"),
+        ({"kind": "compute", "every_step": True}, "every_step is a stall's"),
+        ({"kind": "stall", "step": 2, "every_step": True}, "step 2 and every_step"),
+        ({"kind": "stall", "step": 0, "first_step": 1}, r"step 0 is outside first_step..last_step \(1..\)"),
     ],
 )
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
