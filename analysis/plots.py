@@ -18,7 +18,7 @@ from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
 from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
 from skewlens.analysis.skew import SkewEvent
-from skewlens.profiler.atomic import atomic_file
+from skewlens.pictures import figure_class, save_png
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -29,25 +29,10 @@ _MAX_TICKS = 40
 _MAX_INCHES = 18
 
 
-def _figure() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    return Figure
-
-
 def _rectangle() -> Any:
     from matplotlib.patches import Rectangle
 
     return Rectangle
-
-
-def _save(fig: Any, path: Path) -> Path:
-    with atomic_file(path, suffix=".tmp.png") as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    return path
 
 
 def _ticks(n: int) -> list[int]:
@@ -121,7 +106,7 @@ def wait_heatmap(
     leaves out, or why it has no cells, is written in the picture and given to ``on_note``."""
     data = wait_heatmap_data(result, max_columns=max_columns)
     ranks, n = data.ranks, len(data.labels)
-    fig = _figure()(figsize=(min(4 + 0.12 * n, _MAX_INCHES), min(1.5 + 0.35 * ranks.size, _MAX_INCHES)))
+    fig = figure_class()(figsize=(min(4 + 0.12 * n, _MAX_INCHES), min(1.5 + 0.35 * ranks.size, _MAX_INCHES)))
     ax = fig.add_subplot()
     ax.set_title("wait for peers (ms); blank: not a member")
     ax.set_ylabel("rank")
@@ -173,7 +158,7 @@ def wait_heatmap(
             ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes)
         if on_note is not None:
             on_note(f"{WAIT_HEATMAP_FILE}: {data.note}")
-    return _save(fig, Path(path))
+    return save_png(fig, Path(path))
 
 
 def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = MAX_RANK_ROWS) -> Path:
@@ -194,7 +179,7 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
         title="step breakdown (communication hidden under compute not shown)",
         below=below,
     )
-    return _save(fig, Path(path))
+    return save_png(fig, Path(path))
 
 
 def _stacked_bars(
@@ -209,7 +194,7 @@ def _stacked_bars(
 ) -> Any:
     """A figure of one stacked bar per label (``vals``: ms per step, a column per name), the ``below`` lines
     under the axis."""
-    fig = _figure()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
+    fig = figure_class()(figsize=(max(4, 0.6 * len(labels) + 3), 4))
     ax = fig.add_subplot()
     bottom = np.zeros(len(labels))
     for k, name in enumerate(names):
@@ -274,4 +259,4 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
         title="GPU compute stream: busy, and idle by what it waited for",
         below=left_out,
     )
-    return _save(fig, Path(path))
+    return save_png(fig, Path(path))

@@ -66,6 +66,7 @@ CONFIG_YAML = "config.yaml"
 REAL_RUN_DIR = "run"
 REAL_WORK_DIR = "real"
 SWEEP_PARQUET = "sweep.parquet"
+SWEEP_PNG = "sweep.png"
 
 
 def check_trace_outside(trace: str | Path, out_dir: Path) -> None:
@@ -125,6 +126,14 @@ class SweepRecord:
     """Longest replayed step (the same measure), ns."""
     out_dir: str
     """The job's output directory."""
+
+
+def distinct_overrides(overrides: Sequence[str]) -> list[str]:
+    """Each sweep job's overrides (``overrides[k]``, space-separated) without those every job shares: what
+    sets the job apart (a lone job keeps all of its own)."""
+    every = [set(o.split()) for o in overrides]
+    common = set.intersection(*every) if len(every) > 1 else set()
+    return [" ".join(x for x in o.split() if x not in common) for o in overrides]
 
 
 def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Table:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
-from skewlens.replay.outputs import SweepRecord
+from skewlens.replay.outputs import SweepRecord, distinct_overrides
 from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
 
@@ -115,13 +115,12 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
     ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     base = rows[0].mean_step_ns if rows else 0
-    every = [set(r.overrides.split()) for r in rows] + [set(o.split()) for o in failed]
-    common = set.intersection(*every) if every else set()
-    for r in sorted(rows, key=lambda x: x.job):
+    own = distinct_overrides([r.overrides for r in rows] + list(failed))[: len(rows)]
+    for r, mine in sorted(zip(rows, own, strict=True), key=lambda x: x[0].job):
         rel = f" ({r.mean_step_ns / base:.2f}x)" if base else ""
         t.add_row(
             str(r.job),
-            " ".join(o for o in r.overrides.split() if o not in common),
+            mine,
             r.topology,
             r.slowdown,
             r.comm_mode,

@@ -7,7 +7,8 @@ run. Its output directory is ``<sweep dir>/<job number>``; its row of the compar
 one-line error that stopped it, goes to ``<sweep dir>/.jobs/`` (:data:`JOBS_DIR`). :class:`SweepSummary`,
 a Hydra callback that runs in the process that launched the sweep, clears ``.jobs/``, an earlier sweep's
 ``sweep.parquet`` and its jobs' outputs before the first job and, when the last one has ended, gathers the
-rows into ``sweep.parquet``, prints the comparison table and names every job that failed, with its
+rows into ``sweep.parquet``, prints the comparison table, draws it (``sweep.png``: step time against the
+swept value, :func:`skewlens.replay.plots.sweep_plot`) and names every job that failed, with its
 overrides; then the command exits with status 2.
 """
 
@@ -35,10 +36,13 @@ from skewlens.replay.outputs import (
     REAL_WORK_DIR,
     SUMMARY_PARQUET,
     SWEEP_PARQUET,
+    SWEEP_PNG,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     SweepRecord,
+    distinct_overrides,
 )
+from skewlens.replay.plots import sweep_plot
 from skewlens.replay.render import sweep_table
 
 #: Folder of the sweep directory where each job leaves its row (``<job>.parquet``) or error (``<job>.error``).
@@ -120,16 +124,17 @@ def _is_job_dir(path: Path) -> bool:
 
 def clear_earlier_sweep(sweep_dir: Path) -> None:
     """Remove what an earlier sweep into ``sweep_dir`` wrote, before this one runs: its job records
-    (``.jobs/``), its ``sweep.parquet`` and, in each of its job directories (``<job>/`` with a replay's
-    ``config.yaml``), the replay's outputs (the directory too, when that empties it). Otherwise a sweep of
-    fewer points, or a point that fails, left an earlier sweep's timelines beside this one's table. Files
-    of other names are left alone."""
+    (``.jobs/``), its ``sweep.parquet`` and ``sweep.png`` and, in each of its job directories (``<job>/``
+    with a replay's ``config.yaml``), the replay's outputs (the directory too, when that empties it).
+    Otherwise a sweep of fewer points, or a point that fails, left an earlier sweep's timelines beside this
+    one's table. Files of other names are left alone."""
     if not sweep_dir.is_dir():
         return
     jobs = sweep_dir / JOBS_DIR
     for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
         p.unlink()
     (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
+    (sweep_dir / SWEEP_PNG).unlink(missing_ok=True)
     for job_dir in filter(_is_job_dir, sweep_dir.iterdir()):
         for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
             (job_dir / name).unlink(missing_ok=True)
@@ -140,8 +145,8 @@ def clear_earlier_sweep(sweep_dir: Path) -> None:
 
 
 class SweepSummary(Callback):
-    """Clears the job records before a multirun; at its end writes ``sweep.parquet``, prints the
-    comparison table and the failed jobs, and exits with status 2 if any job failed."""
+    """Clears the job records before a multirun; at its end writes ``sweep.parquet`` and ``sweep.png``,
+    prints the comparison table and the failed jobs, and exits with status 2 if any job failed."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
@@ -155,14 +160,16 @@ class SweepSummary(Callback):
             console = report_console()
             console.print(sweep_table(rows, [o for o, _m in failed.values()]))
             console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
+            if len(rows) >= 2:
+                console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG)}")
         if not failed:
             return
         # name each failed job by what sets it apart (as the comparison table does), else by every override
-        every = [set(r.overrides.split()) for r in rows] + [set(o.split()) for o, _m in failed.values()]
-        common = set.intersection(*every) if len(every) > 1 else set()
-        for job, (overrides, message) in failed.items():
-            own = " ".join(o for o in overrides.split() if o not in common) or overrides
-            print(f"skewlens replay: error: sweep job {job} ({own}): {message}", file=sys.stderr)
+        own = distinct_overrides([r.overrides for r in rows] + [o for o, _m in failed.values()])[len(rows) :]
+        for (job, (overrides, message)), mine in zip(failed.items(), own, strict=True):
+            print(
+                f"skewlens replay: error: sweep job {job} ({mine or overrides}): {message}", file=sys.stderr
+            )
         where = f"the others' outputs are in {sweep_dir}" if rows else "none wrote outputs"
         print(
             f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; {where}",

@@ -23,6 +23,8 @@ from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import CONF_DIR, register_configs, to_config
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.outputs import SweepRecord, distinct_overrides
+from skewlens.replay.plots import sweep_plot, sweep_points
 from skewlens.replay.sweep import JOBS_DIR, SweepSummary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -91,6 +93,8 @@ def test_a_joblib_sweep_runs_its_points_in_worker_processes_each_into_its_own_di
     _assert_straggler_sweep(out, [1.0, 2.0])
     assert sorted(p.name for p in (out / JOBS_DIR).iterdir()) == ["0.parquet", "1.parquet"]
     assert "Replay sweep" in res.stdout
+    assert f"sweep plot: {out / 'sweep.png'}" in " ".join(res.stdout.split())
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
@@ -153,6 +157,7 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
     (out / "7").mkdir()
     (out / "7" / "config.yaml").write_text("mine: 1\n")
     (out / "sweep.parquet").write_text("old")
+    (out / "sweep.png").write_text("old")
     SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "2",
@@ -243,7 +248,6 @@ def test_a_sweep_value_not_of_its_settings_type_is_one_line_before_any_point_run
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 
-    from skewlens.replay.outputs import SweepRecord
     from skewlens.replay.render import sweep_table
 
     row = SweepRecord(
@@ -261,3 +265,54 @@ def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_f
     console.print(sweep_table([row], ["trace=r slowdown.rank=99"]))
     (line,) = (x for x in console.export_text().splitlines() if "straggler" in x)
     assert "slowdown.rank=1" in line and "trace=r" not in line
+
+
+def _job(job: int, overrides: str, mean_ms: float) -> SweepRecord:
+    ns = round(mean_ms * 1e6)
+    return SweepRecord(
+        job=job,
+        overrides=f"trace=r out=o {overrides}",
+        topology="switch",
+        slowdown="straggler",
+        comm_mode="as_recorded",
+        makespan_ns=2 * ns,
+        mean_step_ns=ns,
+        max_step_ns=ns + 1,
+        out_dir=f"o/{job}",
+    )
+
+
+def test_a_sweep_of_one_numeric_setting_is_drawn_as_step_time_against_its_values_in_their_order(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        _job(0, "slowdown.factor=2", 20.0),
+        _job(1, "slowdown.factor=1", 10.0),
+        _job(2, "slowdown.factor=1.5", 15.0),
+    ]
+    pts = sweep_points(rows)
+    assert (pts.key, pts.x, [r.job for r in pts.jobs]) == ("slowdown.factor", (1.0, 1.5, 2.0), [1, 2, 0])
+    path = sweep_plot(rows, tmp_path / "sweep.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.png"]  # written whole: no temporary file left
+
+
+def test_a_sweep_of_two_settings_or_of_names_is_a_bar_per_job_labelled_with_what_sets_it_apart() -> None:
+    two = [_job(0, "slowdown.factor=1 topology=ring", 1.0), _job(1, "slowdown.factor=2 topology=switch", 2.0)]
+    pts = sweep_points(two)
+    assert (pts.key, pts.x, pts.labels) == (
+        None,
+        (),
+        ("slowdown.factor=1 topology=ring", "slowdown.factor=2 topology=switch"),
+    )
+    names = sweep_points([_job(1, "slowdown=stall", 1.0), _job(0, "slowdown=straggler", 2.0)])
+    assert (names.key, [r.job for r in names.jobs], names.labels) == (
+        None,
+        [0, 1],
+        ("slowdown=straggler", "slowdown=stall"),
+    )
+
+
+def test_a_lone_sweep_job_keeps_all_its_overrides_as_what_sets_it_apart() -> None:
+    assert distinct_overrides(["a=1 b=2"]) == ["a=1 b=2"]
+    assert distinct_overrides(["a=1 b=2", "a=1 b=3", "a=1"]) == ["b=2", "b=3", ""]

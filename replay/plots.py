@@ -1,0 +1,80 @@
+"""The replay's pictures: ``sweep.png``, the replayed step time of each job of a sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from skewlens.pictures import figure_class, save_png
+from skewlens.replay.outputs import SweepRecord, distinct_overrides
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoints:
+    """What :func:`sweep_plot` draws: one point per finished job, in drawing order."""
+
+    jobs: tuple[SweepRecord, ...]
+    """The jobs, by ``x`` where there is one, else by job number."""
+    labels: tuple[str, ...]
+    """Each job's overrides that set it apart from the others."""
+    key: str | None
+    """The one setting the jobs differ in, where they differ in one only and its values are numbers: the
+    x axis; None: one bar per job."""
+    x: tuple[float, ...]
+    """The value of ``key`` of each job (empty without ``key``)."""
+
+
+def sweep_points(rows: Sequence[SweepRecord]) -> SweepPoints:
+    """The points of a sweep's picture: a line over the swept value where the jobs differ in one numeric
+    setting (``-m slowdown.factor=1,1.5,2``), else a bar per job labelled with what sets it apart."""
+    jobs = sorted(rows, key=lambda r: r.job)
+    labels = distinct_overrides([r.overrides for r in jobs])
+    parts = [label.split() for label in labels]
+    keys = {p[0].partition("=")[0] for p in parts if len(p) == 1}
+    if len(jobs) >= 2 and all(len(p) == 1 for p in parts) and len(keys) == 1:
+        try:
+            x = [float(p[0].partition("=")[2]) for p in parts]
+        except ValueError:
+            pass
+        else:
+            order = sorted(range(len(jobs)), key=lambda k: (x[k], jobs[k].job))
+            return SweepPoints(
+                jobs=tuple(jobs[k] for k in order),
+                labels=tuple(labels[k] for k in order),
+                key=keys.pop(),
+                x=tuple(x[k] for k in order),
+            )
+    return SweepPoints(jobs=tuple(jobs), labels=tuple(labels), key=None, x=())
+
+
+def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
+    """Draw a sweep's replayed step times (the slowest rank's mean and longest step, ms) to ``path``."""
+    pts = sweep_points(rows)
+    mean = [r.mean_step_ns / 1e6 for r in pts.jobs]
+    longest = [r.max_step_ns / 1e6 for r in pts.jobs]
+    if pts.key is not None:
+        fig = figure_class()(figsize=(6, 4))
+        ax = fig.subplots()
+        ax.plot(pts.x, mean, marker="o", label="mean step")
+        ax.plot(pts.x, longest, marker="^", linestyle="--", label="longest step")
+        ax.set_xlabel(pts.key)
+        ax.set_ylabel("replayed step time, ms (slowest rank)")
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    else:
+        n = len(pts.jobs)
+        fig = figure_class()(figsize=(7, min(2 + 0.4 * n, 18)))
+        ax = fig.subplots()
+        pos = list(range(n))
+        ax.barh(pos, mean, label="mean step")
+        ax.scatter(longest, pos, marker="|", s=200, color="black", label="longest step", zorder=3)
+        ax.set_yticks(
+            pos, [f"{r.job}: {label or '(as given)'}" for r, label in zip(pts.jobs, pts.labels, strict=True)]
+        )
+        ax.invert_yaxis()
+        ax.set_xlabel("replayed step time, ms (slowest rank)")
+        ax.set_xlim(left=0)
+        ax.legend(loc="lower right")
+    ax.set_title(f"Replay sweep: {len(pts.jobs)} jobs")
+    return save_png(fig, path)
