@@ -9,6 +9,9 @@ from pathlib import Path
 from skewlens.pictures import figure_class, save_png
 from skewlens.replay.outputs import SweepRecord, distinct_overrides
 
+#: Most labelled bars of a sweep of many jobs (one in every ``ceil(jobs / _MAX_LABELS)``).
+_MAX_LABELS = 40
+
 
 @dataclass(frozen=True, slots=True)
 class SweepPoints:
@@ -69,8 +72,12 @@ def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
         pos = list(range(n))
         ax.barh(pos, mean, label="mean step")
         ax.scatter(longest, pos, marker="|", s=200, color="black", label="longest step", zorder=3)
+        every = -(-n // _MAX_LABELS)  # at most about _MAX_LABELS labels; every bar is drawn
         ax.set_yticks(
-            pos, [f"{r.job}: {label or '(as given)'}" for r, label in zip(pts.jobs, pts.labels, strict=True)]
+            pos[::every],
+            [f"{r.job}: {label or '(as given)'}" for r, label in zip(pts.jobs, pts.labels, strict=True)][
+                ::every
+            ],
         )
         ax.invert_yaxis()
         ax.set_xlabel("replayed step time, ms (slowest rank)")
