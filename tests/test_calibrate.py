@@ -424,3 +424,31 @@ def test_a_bare_topology_name_that_is_a_file_here_and_no_entry_is_that_file(
     Path("mynet").write_text("name: mynet\n")
     assert topology_entry_path("mynet") == Path("mynet")
     assert topology_entry_path("ring").name == "ring.yaml"  # an entry still wins
+
+
+def test_an_instances_transfer_ends_with_its_last_member_to_finish(tmp_path: Path) -> None:
+    # both arrive at 1 us; rank 0 is done 5 us later, rank 1 3 us later: the transfer is the latest, 5 us
+    b = RunBuilder(world_size=2)
+    for r, dur in ((0, 5_000), (1, 3_000)):
+        b.rank(r).compute("aten::mm", dur_ns=1_000, start_ns=0)
+        b.rank(r).collective(AR, comm_bytes=MIB, dur_ns=dur, start_ns=1_000)
+    (t,), skipped = recorded_transfers(load_validated(b.write(tmp_path / "run")))
+    assert (t.transfer_ns, skipped) == (5_000, 0)
+
+
+def test_a_transfer_three_times_the_models_is_a_residual_of_two_thirds_of_its_recorded_time(
+    tmp_path: Path,
+) -> None:
+    # three of 21 transfers inflated x3 (down-weighted, the fit follows the others): |3T − T| / 3T = 2/3,
+    # residuals being relative to the recorded time; p90 of 21 is the 19th smallest, the lowest of the three
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=4,
+        groups={"0": (0, 1, 2, 3)},
+        schedule=SCHEDULE,
+        transfer_ns=lambda _pg, ty, size: ring_ns(ty, size, 4, ALPHA_NS, BW),
+        noise=0.001,
+        outliers=(1, 9, 19),
+    )
+    (link,) = calibrate(load_validated(run_dir)).links
+    assert link.p90_residual == pytest.approx(2 / 3, abs=0.01)

@@ -17,6 +17,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay.comm import ModelTiming
 from skewlens.replay.config import TopologyConfig
 from skewlens.replay.errors import ConfigError
+from skewlens.replay.network.algorithms import flat_time_ns, hierarchical_time_ns
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import simulate
 
@@ -533,3 +534,60 @@ def test_a_direct_collective_across_nodes_costs_what_each_nodes_shared_link_carr
     rt = one_collective_run(tmp_path, EIGHT, comm_type)
     got = replayed_transfer(rt, topology=two_level(per_node=4, links=1), algorithm="direct")
     assert got == [round(phases * (2_000 + link_bytes / 25.0))]
+
+
+def test_a_collective_of_one_rank_costs_nothing_whatever_the_algorithm() -> None:
+    # algorithms: "p <= 1 costs 0"; the tree formula 2Lα + S/B would otherwise charge S/B for p = 1
+    for algorithm in ("ring", "tree", "halving_doubling", "direct"):
+        assert flat_time_ns(algorithm, CommType.ALL_REDUCE, nbytes=S, p=1, alpha=ALPHA, bw=BW) == 0.0
+
+
+def test_a_bruck_all_to_all_sends_half_its_bytes_in_each_of_its_log2_p_rounds() -> None:
+    # halving_doubling all_to_all (Bruck): L(α + S/(2B)), L = ⌈log2 8⌉ = 3
+    got = ModelTiming(flat(), algorithm="halving_doubling").collective_time_ns(
+        CommType.ALL_TO_ALL, S, range(8)
+    )
+    assert got == round(3 * (ALPHA + S / (2 * BW)))
+
+
+def test_a_direct_broadcast_root_sends_the_message_to_each_of_the_other_ranks() -> None:
+    # direct broadcast (root sends to all): α + (p − 1)·S/B
+    got = ModelTiming(flat(), algorithm="direct").collective_time_ns(CommType.BROADCAST, S, range(8))
+    assert got == round(ALPHA + 7 * S / BW)
+
+
+def test_a_hierarchical_all_reduce_without_an_outer_load_takes_whole_nodes_on_links_of_their_own() -> None:
+    # outer_load None: L = (p1 − 1)/(p0·p1); p0 = 4, p1 = 2: the inter-node phase is (p1−1)α1 + S/(8·B1),
+    # twice, plus the intra-node reduce-scatter and all-gather (p0 − 1)(α0 + S/(p0·B0)) each
+    got = hierarchical_time_ns(
+        CommType.ALL_REDUCE, nbytes=S, p0=4, p1=2, inner=(300.0, 200.0), outer=(2_000.0, 25.0)
+    )
+    intra = 3 * (300 + S / (4 * 200.0))
+    phase = 1 * 2_000 + S / (8 * 25.0)
+    assert got == pytest.approx(2 * intra + 2 * phase)
+
+
+def test_explicit_placement_refuses_a_node_past_the_last_and_a_node_holding_more_ranks_than_slots() -> None:
+    dims = (
+        Dimension(kind="switch", size=2, bandwidth_gbps=BW, latency_ns=ALPHA),
+        Dimension(kind="fat_tree", size=2, bandwidth_gbps=BW, latency_ns=ALPHA),
+    )
+    with pytest.raises(TopologyError, match="rank 1 is placed on node 2"):  # nodes are 0 and 1
+        Topology(name="t", dims=dims, node_of_rank=(0, 2))
+    crowded = Topology(name="t", dims=dims, node_of_rank=(0, 0, 0))  # a node has 2 slots
+    assert crowded.coords(1) == (1, 0)
+    with pytest.raises(TopologyError, match="node 0 holds more than 2 ranks"):
+        crowded.coords(2)
+
+
+def test_the_outer_load_is_that_of_a_nodes_busiest_link() -> None:
+    # nodes of 4 slots with 2 NICs: slots 0-1 on NIC 0, 2-3 on NIC 1. Members 0, 1, 2 (node 0) and 4, 5, 6
+    # (node 1): p = 6, m = 3 per node, k = 2 members on the busiest NIC: L = k(p − m)/(p·m) = 2·3/18
+    topo = Topology(
+        name="t",
+        dims=(
+            Dimension(kind="switch", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=BW, latency_ns=ALPHA, links_per_node=2),
+        ),
+    )
+    assert topo.outer_load([0, 1, 2, 4, 5, 6], 1) == pytest.approx(2 * 3 / 18)

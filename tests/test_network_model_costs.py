@@ -161,3 +161,12 @@ def test_under_contention_a_recv_after_an_eager_send_takes_the_models_transfer_n
         res = simulate(rt, comm_mode="model", topology=topo, algorithm="ring", contention=contention)
         (recv,) = rt.ranks[1].rows_of_type(NodeType.COMM_RECV)
         assert int(res.end_ns[1][recv]) == 5_000_000 + alone, contention
+
+
+def test_a_hierarchical_broadcast_is_a_flat_ring_at_the_slowest_links_bandwidth() -> None:
+    # hierarchical, types other than all_reduce / reduce_scatter / all_gather: the flat ring over the
+    # slowest dimension, α = max(300, 2000), B = min(200, 25): (p − 1)α + S/B with p = 4
+    got = ModelTiming(two_level(), algorithm="hierarchical").collective_time_ns(
+        CommType.BROADCAST, S, range(4)
+    )
+    assert got == round(3 * 2_000 + S / 25.0)

@@ -578,3 +578,75 @@ def test_a_4_rank_capture_scaled_to_1024_with_one_slowed_rank_is_held_up_by_that
     late = np.array([wait[r] for r in range(1024)])
     assert int(np.argmin(late)) == 777
     assert np.all(np.delete(late, 777) > late[777])
+
+
+def test_a_column_major_mesh_numbers_its_new_ranks_j_times_n_plus_d(tmp_path: Path) -> None:
+    # captured rank r = j * 2 + d (column-major, k = 2): its dp group is mesh_dp_<j>, its tp group
+    # mesh_tp_<d>. At N = 4 the new rank of (d, j) is j * 4 + d: dp group j = 4j..4j+3, tp group d =
+    # (d, 4 + d)
+    groups = {
+        "0": (0, 1, 2, 3),
+        "mesh_dp_0": (0, 1),
+        "mesh_dp_1": (2, 3),
+        "mesh_tp_0": (0, 2),
+        "mesh_tp_1": (1, 3),
+    }
+    group_of = {(r, k): f"mesh_{k}_{r // 2 if k == 'dp' else r % 2}" for r in range(4) for k in ("dp", "tp")}
+    run = build(tmp_path / "mesh", world=4, schedule=MESH, groups=groups, group_of=group_of)
+    assert not identify(run).row_major
+    scaled = scale_run(run, 4)
+    assert {n: g.ranks for n, g in scaled.process_groups.items()} == {
+        "0": tuple(range(8)),
+        "mesh_dp_0": (0, 1, 2, 3),
+        "mesh_dp_1": (4, 5, 6, 7),
+        "mesh_tp_0": (0, 4),
+        "mesh_tp_1": (1, 5),
+        "mesh_tp_0@dp2": (2, 6),
+        "mesh_tp_1@dp3": (3, 7),
+    }
+
+
+def test_reduce_scatter_block_makes_a_run_fsdp2_whose_all_gather_shards_shrink(tmp_path: Path) -> None:
+    # FSDP2 by its reduce_scatter(_tensor) of the full gradient: the all_gather input of 2 MiB at k = 2
+    # becomes ceil(2 MiB * 2 / 8) = 512 KiB at N = 8
+    run = build(
+        tmp_path / "rsb", world=2, schedule=(("0", AG, FULL // 2), ("0", CommType.REDUCE_SCATTER_BLOCK, FULL))
+    )
+    assert identify(run).parallelism == "fsdp2"
+    scaled = scale_run(run, 8)
+    assert {b for c in scaled.collectives if c.comm_type == AG for b in c.comm_bytes} == {FULL // 8}
+
+
+def test_functional_all_reduces_beside_an_all_gather_are_read_as_ddp_not_tensor_parallelism(
+    tmp_path: Path,
+) -> None:
+    # refused only where every all_reduce is functional and the group has no all_gather / reduce_scatter
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        c = rb.collective(AR, 64 << 10, 100_000)
+        rb.compute("_c10d_functional::wait_tensor", 10_000, deps=(c,))
+        rb.collective(AG, 64 << 10, 100_000)
+    assert identify(load_run(b.write(tmp_path / "run"))).parallelism == "ddp"
+
+
+def test_the_memory_check_of_a_mesh_counts_the_nodes_of_the_source_ranks_replica(tmp_path: Path) -> None:
+    # source rank 3 = (d = 1, j = 1): every one of 4 replicas copies ranks 2 and 3, 8 ranks in all
+    run = build(tmp_path / "mesh", world=4, schedule=MESH, groups=MESH_GROUPS, group_of=MESH_OF)
+    need = 4 * (len(run.ranks[2]) + len(run.ranks[3])) * NODE_BYTES + 8 * RANK_BYTES
+    assert len(scale_run(run, 4, source=3, memory_bytes=need).ranks) == 8
+    with pytest.raises(ConfigError, match=r"scale\.dp=4: the replayed run would have 8 ranks"):
+        scale_run(run, 4, source=3, memory_bytes=need - 1)
+
+
+def test_an_all_gather_on_a_replicated_group_keeps_its_bytes_when_the_dp_shards_shrink(
+    tmp_path: Path,
+) -> None:
+    # replicated (tp) groups keep everything: their all_gather input stays 64 KiB on every new rank
+    schedule = (("dp", AG, FULL // 2), ("tp", AG, 64 << 10), ("dp", RS, FULL))
+    run = build(tmp_path / "mesh", world=4, schedule=schedule, groups=MESH_GROUPS, group_of=MESH_OF)
+    scaled = scale_run(run, 4)
+    tp = [c for c in scaled.collectives if c.pg_name.startswith("mesh_tp")]
+    assert tp and {
+        int(scaled.ranks[r].comm_bytes[w]) for c in tp for r, w in zip(c.ranks, c.rows, strict=True)
+    } == {64 << 10}

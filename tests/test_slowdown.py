@@ -194,3 +194,40 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         Slowdown(**kwargs)
+
+
+def test_a_network_slowdown_acts_on_the_steps_of_its_window_both_ends_included() -> None:
+    # first_step..last_step = 3..4, inclusive: steps 3 and 4 slowed, 2 and 5 not
+    m = SlowdownModel([Slowdown(kind="network", factor=0.5, latency_ns=100, first_step=3, last_step=4)])
+    assert [m.comm_adjust((0, 1), s) for s in (2, 3, 4, 5)] == [(1.0, 0), (0.5, 100), (0.5, 100), (1.0, 0)]
+
+
+def test_a_network_slowdown_on_ranks_touches_only_the_groups_with_one_of_them() -> None:
+    m = SlowdownModel([Slowdown(kind="network", ranks=(1,), factor=0.5)])
+    assert m.comm_adjust((0, 1), 0) == (0.5, 0)
+    assert m.comm_adjust((0, 2), 0) == (1.0, 0)
+
+
+def test_a_network_slowdown_with_ranks_and_nodes_touches_a_group_that_either_names() -> None:
+    m = SlowdownModel(
+        [Slowdown(kind="network", ranks=(0,), nodes=(3,), latency_ns=5)], node_of=lambda r: r // 2
+    )
+    assert m.comm_adjust((0, 1), 0) == (1.0, 5)  # has rank 0 (on node 0)
+    assert m.comm_adjust((6, 7), 0) == (1.0, 5)  # on node 3
+    assert m.comm_adjust((2, 3), 0) == (1.0, 0)  # neither
+
+
+def test_the_latencies_of_two_network_slowdowns_add_and_their_bandwidth_factors_multiply() -> None:
+    m = SlowdownModel(
+        [
+            Slowdown(kind="network", factor=0.5, latency_ns=100),
+            Slowdown(kind="network", factor=0.5, latency_ns=200),
+        ]
+    )
+    assert m.comm_adjust((0, 1), 0) == (0.25, 300)
+
+
+def test_the_identity_effects_scale_nothing_and_add_no_wait() -> None:
+    assert NO_EFFECTS.compute_factor(0, 0, "aten::mm", on_gpu=True) == 1.0
+    assert NO_EFFECTS.delay_before_ns(0, 0, NodeType.COMM_COLL, "allreduce") == 0
+    assert NO_EFFECTS.stall_ns(0, 0) == 0

@@ -408,3 +408,65 @@ def test_check_decodes_every_file_where_its_column_cache_still_matches_a_changed
     out = io.StringIO()
     assert check_main([str(run), "--no-progress"], console=Console(file=out, width=200)) == 1
     assert "rank-0.et" in out.getvalue() and "corrupt" in out.getvalue()
+
+
+def test_a_group_member_that_issues_none_of_its_collectives_is_a_count_mismatch(tmp_path: Path) -> None:
+    # group "0" is ranks 0-2 by the manifest; rank 2 (traced, with collectives on group "b") issues none on it
+    b = RunBuilder(3, groups={"0": (0, 1, 2), "b": (1, 2)})
+    for r in (0, 1):
+        b.rank(r).collective(CommType.ALL_REDUCE, 64, 10)
+    for r in (1, 2):
+        b.rank(r).collective(CommType.ALL_REDUCE, 64, 10, pg="b")
+    (msg,) = _errors(b.write(tmp_path / "run"), "collective-count")
+    assert "group '0' seq 0: rank 2 has no such collective" in msg
+
+
+def test_a_strict_load_keeps_an_instance_whose_members_disagree_with_its_first_members_type(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    report = validate_run(b.write(tmp_path / "run"))
+    assert not report.ok
+    assert report.run is not None
+    assert [(c.comm_type, c.ranks) for c in report.run.collectives] == [(CommType.ALL_REDUCE, (0, 1))]
+
+
+def test_a_strict_load_pairs_a_send_and_recv_of_different_sizes(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).send(1, 256, 10)
+    b.rank(1).recv(0, 512, 10)
+    report = validate_run(b.write(tmp_path / "run"))
+    assert [i.kind for i in report.errors] == ["p2p-size"]
+    assert report.run is not None and [(p.src_rank, p.dst_rank) for p in report.run.p2p] == [(0, 1)]
+
+
+def test_consecutive_instances_whose_ranks_issue_the_same_types_in_another_order_are_one_order_skip(
+    tmp_path: Path,
+) -> None:
+    # rank 0: all_reduce then broadcast; rank 1: broadcast then all_reduce (seq 0 and 1 disagree)
+    b = RunBuilder(2)
+    for r, types in (
+        (0, (CommType.ALL_REDUCE, CommType.BROADCAST)),
+        (1, (CommType.BROADCAST, CommType.ALL_REDUCE)),
+    ):
+        for t in types:
+            b.rank(r).collective(t, 64, 10)
+    report = validate_run(b.write(tmp_path / "run"), lenient=True)
+    assert [(s.reason, s.seqs) for s in report.skipped] == [("order differs", (0, 1))]
+
+
+def test_instances_whose_types_differ_with_an_agreeing_one_between_are_skipped_one_by_one(
+    tmp_path: Path,
+) -> None:
+    # seq 0 and 2 disagree, seq 1 agrees: not consecutive, so not one reordering
+    b = RunBuilder(2)
+    for r, types in (
+        (0, (CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.BROADCAST)),
+        (1, (CommType.BROADCAST, CommType.ALL_GATHER, CommType.ALL_REDUCE)),
+    ):
+        for t in types:
+            b.rank(r).collective(t, 64, 10)
+    report = validate_run(b.write(tmp_path / "run"), lenient=True)
+    assert [(s.reason, s.seqs) for s in report.skipped] == [("types differ", (0,)), ("types differ", (2,))]
