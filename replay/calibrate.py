@@ -171,7 +171,8 @@ class Calibration:
     kept: tuple[int, ...] = ()
     """Dimensions no transfer crosses: kept from the base topology."""
     skipped: int = 0
-    """Transfers left out (recorded as 0 ns, every member detached)."""
+    """Transfers left out: recorded as 0 ns (every member detached), or between ranks of one unit of the
+    base topology (crossing none of its links, so no dimension's latency or bandwidth is in them)."""
 
 
 def model_time_ns(timing: ModelTiming, t: Transfer) -> float:

@@ -480,6 +480,21 @@ def test_the_refusal_says_lenient_is_not_enough_where_other_errors_remain() -> N
     assert text.endswith("(--lenient would leave out the unreadable rank(s) 3, not the rest)")
 
 
+def test_the_refusal_says_lenient_uses_the_rest_where_it_covers_every_error_even_without_a_skip_summary() -> (
+    None
+):
+    # every error a communication mismatch, but no per-group summary of what lenient skips passed (a caller
+    # other than load_validated): lenient still covers every error, so it uses the rest
+    from skewlens.profiler.store.issues import Issue
+    from skewlens.profiler.store.match import MISMATCH_KINDS
+    from skewlens.profiler.store.validate import refusal
+
+    kind = sorted(MISMATCH_KINDS)[0]
+    clash = Issue(severity=Severity.ERROR, kind=kind, message="r: group '0' seq 3: sizes differ")
+    text = str(refusal("r", [clash], "not loaded", lenient_option="--lenient"))
+    assert text.endswith("; --lenient would skip the 1 communication mismatch(es) and use the rest")
+
+
 # ------------------------------------------------------------------------- inconsistent all_to_all splits
 
 #: Bytes rank r sends to rank k in the run's two uneven all_to_alls (group-rank order, own chunk included).

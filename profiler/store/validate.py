@@ -238,7 +238,7 @@ def refusal(
     tail = f"run `skewlens check {path}` for all"
     parts = remedy.parts()
     if lenient_option and parts:
-        if (remedy.unreadable or remedy.split_ranks) and remedy.covered:
+        if remedy.covered:
             tail += f"; {lenient_option} would {' and '.join(parts)} and use the rest"
         else:
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
