@@ -195,6 +195,22 @@ def test_a_hierarchical_calibration_fits_each_link_class_of_a_two_level_topology
     assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
 
 
+def test_the_written_entrys_calibrated_r2_is_its_worst_link_fit(tmp_path: Path) -> None:
+    # the two-level run above with 20% noise: each link class fits with its own R², the entry keeps the lower
+    a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
+
+    def closed_form(pg: str, _ty: CommType, s: int) -> float:
+        inner = 2 * 3 * (a0 + s / (4 * b0))
+        return inner if pg != "0" else inner + 2 * 1 * (a1 + s / (8 * b1))
+
+    run_dir = two_level_run(tmp_path, closed_form, repeats=2, noise=0.2)
+    cal = calibrate(load_validated(run_dir), base=two_level_base(), algorithm="hierarchical")
+    inner, outer = (f.r2 for f in cal.links)
+    assert inner != outer
+    cfg = load_topology_entry(str(write_topology(cal, tmp_path / "cal.yaml")))
+    assert cfg.calibrated_r2 == min(inner, outer)
+
+
 @pytest.mark.parametrize(("links", "written"), [(1, 1), (0, 4)])
 def test_a_calibration_fits_one_links_bandwidth_and_writes_the_bases_links_per_node(
     tmp_path: Path, links: int, written: int
@@ -268,6 +284,24 @@ def test_transfers_that_do_not_grow_with_size_are_fitted_as_latency_with_a_note(
     assert link.bandwidth_gbps == MAX_BANDWIDTH_GBPS
     assert "do not grow with size" in link.note
     assert 2 * link.latency_ns == pytest.approx(400_000, rel=0.01)  # ring all_reduce on 2 ranks: 2α + S/B
+
+
+def test_a_group_of_one_size_faster_than_its_links_bandwidth_allows_gets_its_latency_pinned_to_0(
+    tmp_path: Path,
+) -> None:
+    # group "tp" all_gathers 1 MiB in 1 µs; its link class (fitted on these transfers, "0"'s all_reduces of
+    # three sizes at 12 GB/s among them: over 12 GB/s but well under 1,000) moves 1 MiB in over 1 µs (ring
+    # all_gather on 2 ranks: α + S/B), so its latency alone comes out negative
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1), "tp": (0, 1)},
+        schedule=[("0", AR, s) for s in (4 * KIB, 1 * MIB, 16 * MIB)] * 2 + [("tp", AG, 1 * MIB)] * 3,
+        transfer_ns=lambda pg, ty, s: 1_000.0 if pg == "tp" else ring_ns(ty, s, 2, ALPHA_NS, BW),
+        noise=0.0,
+    )
+    tp = next(f for f in calibrate(load_validated(run_dir)).groups if f.groups == ("tp",))
+    assert tp.latency_only and tp.latency_ns == 0.0
 
 
 def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_its_latency_is(

@@ -188,8 +188,92 @@ def test_a_blocking_call_inside_no_host_node_is_a_node_of_its_own_and_a_comm_ker
     assert found.bare_calls == [1011]
     assert found.deps[1011] == [10]
     assert found.launch == {}  # a comm node starts at its own call
+    assert found.launched_in == {}  # ... so it is no launch in any form (skl_launched_in is a launch too)
     context = SyncActivity(kind=CONTEXT_SYNC, corr=11, device=0)  # ... or the device the activity names
     assert not any(gpu_dependencies([comm], calls, [context], default_device=1).deps.values())
+
+
+def test_a_node_launched_at_the_instant_of_a_call_is_neither_launched_before_it_nor_after_it() -> None:
+    # another thread launches 11 on stream 7 at 1 µs, the instant op 2's cudaStreamSynchronize (1-1.4 µs)
+    # starts: the synchronise waits for the last node launched strictly before it, 10
+    nodes = [_node(10, 7, 100, 200, 900), _node(11, 7, 1_000, 1_000, 1_300)]
+    calls = dict([_call(12, "cudaStreamSynchronize", 1_000, 1_400, host=2)])
+    sync = SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)
+    assert gpu_dependencies(nodes, calls, [sync], default_device=0).deps[2] == [10]
+    # stream 20's 12 is launched at 2.1 µs, the instant of the cudaStreamWaitEvent call: the wait holds the
+    # first node launched strictly after the call, 13 (12, starting at 2.2 µs before 10 ended at 5 µs,
+    # would contradict the wait)
+    nodes = [
+        _node(10, 7, 100, 200, 5_000),
+        _node(12, 20, 2_100, 2_200, 2_300),
+        _node(13, 20, 2_500, 5_100, 5_500),
+    ]
+    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert dict(found.deps) == {13: [10]}
+
+
+def test_what_is_waited_for_may_end_up_to_the_clock_slack_after_the_wait_without_contradicting_it() -> None:
+    # 10 ends at 6 µs, 1 µs after the cudaStreamSynchronize it waits for returned (5 µs): within the 2 µs
+    # clock slack, so the wait is written
+    nodes = [_node(10, 7, 100, 200, 6_000)]
+    calls = dict([_call(12, "cudaStreamSynchronize", 1_000, 5_000, host=2)])
+    sync = SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)
+    found = gpu_dependencies(nodes, calls, [sync], default_device=0)
+    assert found.deps[2] == [10]
+    assert found.notes == ["1 host waits on the GPU"]
+    # a stream wait: 10 ends at 5 µs, 1 µs after the waiting 12 started (4 µs): written too
+    nodes = [_node(10, 7, 100, 200, 5_000), _node(12, 20, 2_500, 4_000, 5_500)]
+    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert dict(found.deps) == {12: [10]}
+    assert found.notes == ["1 GPU event waits across streams"]
+
+
+def test_an_op_that_waits_for_its_copy_in_the_copy_call_and_again_in_a_synchronise_depends_on_it_once() -> (
+    None
+):
+    # op 2 copies 11 (stream 7) with a blocking cudaMemcpy (1-1.35 µs), then synchronises stream 7
+    # (1.36-1.4 µs), whose last node launched before is the same copy: one edge, one wait counted
+    nodes = [_node(10, 7, 100, 200, 900, host=1), _node(11, 7, 1_000, 1_100, 1_300, host=2)]
+    calls = dict(
+        [
+            _call(11, "cudaMemcpy", 1_000, 1_350, host=2),
+            _call(12, "cudaStreamSynchronize", 1_360, 1_400, host=2),
+        ]
+    )
+    sync = SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)
+    found = gpu_dependencies(nodes, calls, [sync], default_device=0)
+    assert found.deps[2] == [11]
+    assert found.notes == ["1 host waits on the GPU"]
+
+
+def test_without_sync_events_a_node_is_inferred_to_wait_only_if_delayed_by_more_than_ten_microseconds() -> (
+    None
+):
+    # 12 follows 11 on stream 20 after a cudaStreamWaitEvent; 10 (stream 7) ended 15 µs before 12 started.
+    # 12 starts exactly 10 µs after 11 ends (at 65 µs; launched at 44 µs): not more than 10 µs, no wait
+    nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 65_000)]
+    nodes.append(_node(12, 20, 44_000, 75_000, 85_000))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    assert not any(gpu_dependencies(nodes, calls, [], default_device=0).deps.values())
+    # 1 ns more delay (11 ends at 64.999 µs): 12 waited for 10
+    nodes[1] = _node(11, 20, 2_000, 5_000, 64_999)
+    assert gpu_dependencies(nodes, calls, [], default_device=0).inferred[12] == [10]
+
+
+def test_without_sync_events_an_inferred_wait_is_on_another_stream_not_on_its_own_streams_predecessor() -> (
+    None
+):
+    # 12 follows 11 on stream 20, 15 µs after 11 ended (at 60 µs), after a cudaStreamWaitEvent; 10 (stream
+    # 7) ended at 57 µs: 11 ended later, but stream order is no event wait, so 12 waited for 10
+    nodes = [_node(10, 7, 12_000, 20_000, 57_000), _node(11, 20, 2_000, 5_000, 60_000)]
+    nodes.append(_node(12, 20, 44_000, 75_000, 85_000))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert dict(found.deps) == {12: [10]}
 
 
 # -- capture and import of one event stream -----------------------------------------------------------------

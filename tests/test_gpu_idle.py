@@ -353,6 +353,44 @@ def test_the_gpu_kernels_table_sums_each_ops_time_and_count_by_kind(tmp_path: Pa
     )
 
 
+def test_the_gpu_kernels_table_counts_only_the_kernels_of_the_recorded_steps(tmp_path: Path) -> None:
+    # after ProfilerStep#1 (0-1000 us) an op at 1100 us launches kernel "zero" (stream 7): in no step
+    path = _write_trace(tmp_path / "trace.json")
+    doc = json.loads(path.read_text())
+
+    def x(cat: str, name: str, tid: int, ts: int, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": int(cat == "kernel"), "tid": tid, "ts": ts,
+                "dur": 20, "args": args}  # fmt: skip
+
+    doc["traceEvents"] += [
+        x("cpu_op", "aten::zero_", 1, 1100, **{"External id": 200}),
+        x("cuda_runtime", "cudaLaunchKernel", 1, 1102, correlation=50),
+        x("kernel", "zero", 7, 1110, device=0, stream=7, correlation=50),
+    ]
+    path.write_text(json.dumps(doc))
+    import_traces([path], None, tmp_path / "run")
+    got = {g.name[:4] for g in analyze_run(load_trace(tmp_path / "run"), blame=False).gpu_kernels}
+    assert got == {"gemm", "add", "relu", "mul", "nccl", "div"}
+
+
+def test_the_top_kernels_are_ranked_by_time_summed_over_ranks_with_a_steps_time_the_mean_over_ranks() -> None:
+    from skewlens.analysis.gpu_kernels import top_kernels
+    from skewlens.analysis.records import GpuKernelRecord
+
+    def rec(rank: int, name: str, kernels: int, total_us: int, steps: int) -> GpuKernelRecord:
+        return GpuKernelRecord(rank=rank, name=name, kind="compute", kernels=kernels, total_ns=total_us * US,
+                               steps=steps)  # fmt: skip
+
+    # gemm: 400 us over rank 0's 2 steps (200 a step) and 600 us over rank 1's 2 (300 a step): 1,000 us in
+    # all, 250 us a step on a rank that ran it (the mean), (4/2 + 3/2) / 2 = 1.75 kernels a step;
+    # add: 1,200 us over rank 0's 6 steps (200 a step, less than gemm's 500 summed over ranks): first
+    records = [rec(0, "gemm", 4, 400, 2), rec(1, "gemm", 3, 600, 2), rec(0, "add", 6, 1_200, 6)]
+    add, gemm = top_kernels(records, 2)
+    assert (add.name, add.ranks, add.per_step_ns, add.kernels_per_step) == ("add", 1, 200 * US, 1.0)
+    assert (gemm.name, gemm.ranks, gemm.per_step_ns, gemm.kernels_per_step) == ("gemm", 2, 250 * US, 1.75)
+    assert (add.share, gemm.share) == (1_200 / 2_200, 1_000 / 2_200)
+
+
 def test_the_breakdown_gives_the_gpus_communication_and_the_part_of_it_under_compute_kernels(
     tmp_path: Path,
 ) -> None:

@@ -405,6 +405,7 @@ def test_real_all_gather_base_ops_are_all_gathers_of_their_annotated_input(tmp_p
         ("[5, 5, 5]", "[5, 5, 5]", None),  # even: recorded as the capture records even splits, not at all
         ("[10, x, 5]", "[7, 2, 9]", None),  # not a list of counts
         ("[10, 300]", "[7, 2]", None),  # not one entry per member of the group
+        ("[10, 300, 5]", "[7, 2]", None),  # ... on one side
     ],
 )
 def test_an_all_to_all_with_uneven_split_sizes_records_each_members_bytes_as_the_capture_does(
@@ -420,3 +421,16 @@ def test_an_all_to_all_with_uneven_split_sizes_records_each_members_bytes_as_the
     keys = (Attr.SEND_BYTES, Attr.RECV_BYTES, Attr.SEND_SPLITS, Attr.RECV_SPLITS)
     got = tuple(list(a[x]) if isinstance(a.get(x), list | tuple) else a.get(x) for x in keys)
     assert got == (want or (None, None, None, None))
+
+
+def test_an_all_to_all_kernel_whose_own_args_give_empty_split_sizes_takes_those_of_its_record_param_comms(
+    tmp_path: Path,
+) -> None:
+    # the kernel's args say "[]" (no split sizes: as absent), its record_param_comms the uneven ones of the
+    # case above: rank 1 of 3 sends 10, 300, 5 floats and receives 7, 2, 9
+    kargs = _rpc_args("all_to_allv", 315, 18, "Float", "0", "[0, 1, 2]")
+    rpc = kargs | {"In split size": "[10, 300, 5]", "Out split size": "[7, 2, 9]"}
+    nodes, _ = _import(tmp_path, _doc(NEW_SENDRECV, kernel_args=kargs, rpc=rpc, rank=1, world=3))
+    _, a = _the_kernel(nodes)
+    assert (a[Attr.SEND_BYTES], a[Attr.RECV_BYTES]) == (60, 64)
+    assert (list(a[Attr.SEND_SPLITS]), list(a[Attr.RECV_SPLITS])) == ([40, 1200, 20], [28, 8, 36])

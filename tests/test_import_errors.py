@@ -172,6 +172,40 @@ def test_host_traces_pair_by_file_name_when_pids_do_not_help(tmp_path: Path) -> 
     assert "paired by file-name number" in m.notes["import"]
 
 
+def test_host_traces_pair_by_file_name_when_one_pid_is_in_two_ranks_traces(tmp_path: Path) -> None:
+    # rank 0 and rank 1 ran on two hosts under the same pid 100 ("may collide across hosts"): the pid
+    # pairs both with et_0, not one-to-one, so the file names pair them (et_1 has pid 7)
+    ks = [_write(tmp_path / "in" / f"rank{r}.json", kineto_doc(r, pid=100)) for r in (0, 1)]
+    hs = [_write(tmp_path / "h" / f"et_{r}.json", host_doc(pid=(100, 7)[r], schema="1.0.1")) for r in (0, 1)]
+    m = import_traces(ks, hs, tmp_path / "run")
+    assert "paired by file-name number" in m.notes["import"]
+
+
+def test_host_traces_pair_by_file_name_when_a_ranks_trace_has_the_pids_of_two_host_traces(
+    tmp_path: Path,
+) -> None:
+    # rank 0's trace also has ops of process 101 (rank 1's): two host traces could be its own, so the pid
+    # does not pair one-to-one and the file names pair them
+    ks = _two_ranks(tmp_path)  # rank r has pid 100 + r
+    doc = kineto_doc(0, pid=100)
+    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 101, "tid": 101,
+                               "ts": 3, "dur": 1})  # fmt: skip
+    _write(ks[0], doc)
+    hs = [_write(tmp_path / "h" / f"et_{r}.json", host_doc(pid=100 + r, schema="1.0.1")) for r in (0, 1)]
+    m = import_traces(ks, hs, tmp_path / "run")
+    assert "paired by file-name number" in m.notes["import"]
+
+
+def test_host_traces_whose_file_name_numbers_are_not_the_ranks_pair_by_pid(tmp_path: Path) -> None:
+    # et_2024.json / et_2025.json: trailing numbers, but not ranks 0 and 1; the pids pair them
+    ks = _two_ranks(tmp_path)  # rank r has pid 100 + r
+    hs = [
+        _write(tmp_path / "h" / f"et_{2024 + r}.json", host_doc(pid=100 + r, schema="1.0.1")) for r in (0, 1)
+    ]
+    m = import_traces(ks, hs, tmp_path / "run")
+    assert "paired by pid" in m.notes["import"]
+
+
 def _tar(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
     with tarfile.open(path, "w:gz") as tf:
         for name, data in members:

@@ -480,6 +480,24 @@ def test_the_refusal_says_lenient_is_not_enough_where_other_errors_remain() -> N
     assert text.endswith("(--lenient would leave out the unreadable rank(s) 3, not the rest)")
 
 
+def test_a_refusal_with_a_skip_summary_says_lenient_is_not_enough_where_other_errors_remain() -> None:
+    # a collective mismatch (its skip summary given, as load_validated gives it) and a dependency cycle:
+    # lenient would skip the mismatch but not mend the cycle, so no "the rest is used"
+    from skewlens.profiler.store.issues import Issue, SkippedComm
+    from skewlens.profiler.store.match import MISMATCH_KINDS
+    from skewlens.profiler.store.validate import refusal
+
+    kind = sorted(MISMATCH_KINDS)[0]
+    clash = Issue(severity=Severity.ERROR, kind=kind, message="r: group '0' seq 3: sizes differ")
+    cycle = Issue(
+        severity=Severity.ERROR, kind="dependency-cycle", message="r/rank-1.et: rank 1: a cycle", rank=1
+    )
+    skipped = [SkippedComm(pg_name="0", p2p=False, reason="sizes differ", detail="", seqs=(3,))]
+    text = str(refusal("r", [clash, cycle], "not loaded", skipped=skipped, lenient_option="--lenient"))
+    assert "the rest is used" not in text
+    assert text.endswith("(--lenient would skip the 1 communication mismatch(es), not the rest)")
+
+
 def test_the_refusal_says_lenient_uses_the_rest_where_it_covers_every_error_even_without_a_skip_summary() -> (
     None
 ):

@@ -630,6 +630,24 @@ def test_functional_all_reduces_beside_an_all_gather_are_read_as_ddp_not_tensor_
     assert identify(load_run(b.write(tmp_path / "run"))).parallelism == "ddp"
 
 
+def test_a_mesh_family_whose_all_reduces_are_only_partly_functional_is_of_unknown_role(
+    tmp_path: Path,
+) -> None:
+    # a 2 x 2 mesh whose group names say nothing: a_<j> carries reduce_scatters (data parallel); b_<d> an
+    # all_reduce waited on by wait_tensor (TP-like) and one that is not (DDP-like): neither, so which
+    # dimension is data parallel cannot be told from it
+    groups = {"0": (0, 1, 2, 3), "a_0": (0, 2), "a_1": (1, 3), "b_0": (0, 1), "b_1": (2, 3)}
+    b = RunBuilder(world_size=4, groups=groups)
+    for r in range(4):
+        rb = b.rank(r)
+        rb.collective(RS, MIB, 100_000, pg=f"a_{r % 2}")
+        c = rb.collective(AR, 64 << 10, 100_000, pg=f"b_{r // 2}")
+        rb.compute("_c10d_functional::wait_tensor", 10_000, deps=(c,))
+        rb.collective(AR, 64 << 10, 100_000, pg=f"b_{r // 2}")
+    with pytest.raises(ExtrapolationError, match=r"cannot tell which mesh dimension.*unknown role: .*'b_0'"):
+        identify(load_run(b.write(tmp_path / "run")))
+
+
 def test_the_memory_check_of_a_mesh_counts_the_nodes_of_the_source_ranks_replica(tmp_path: Path) -> None:
     # source rank 3 = (d = 1, j = 1): every one of 4 replicas copies ranks 2 and 3, 8 ranks in all
     run = build(tmp_path / "mesh", world=4, schedule=MESH, groups=MESH_GROUPS, group_of=MESH_OF)

@@ -101,6 +101,44 @@ def test_a_missing_collective_inside_a_truncated_ranks_last_step_is_still_a_mism
     ]
 
 
+def test_of_two_truncated_ranks_of_a_group_the_earlier_ending_one_sets_where_its_collectives_stop(
+    tmp_path: Path,
+) -> None:
+    # ranks 0-3 on the world group, an all_reduce a step; rank 2 saved 1 of 3 steps, rank 3 2 of 3: the
+    # group's collectives after step 0 (rank 2's last) are left out on every rank, step 1's too, which
+    # rank 2 never issued
+    b = RunBuilder(world_size=4)
+    kept = {0: 3, 1: 3, 2: 1, 3: 2}
+    for r, n in kept.items():
+        for step in range(n):
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", dur_ns=1000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    notes = {f"rank {r}": f"{PARTIAL_TRACE_NOTE}: saved {kept[r]} of 3 steps at exit" for r in (2, 3)}
+    write_manifest(run, dataclasses.replace(m, notes={**m.notes, **notes}))
+    report = validate_run(run)
+    assert report.ok, [str(i) for i in report.errors]
+    assert sorted(i.rank for i in report.warnings if i.kind == "truncated-rank") == [2, 3]
+    rt = load_run(run)
+    assert len(rt.collectives) == 1 and rt.incomplete_steps == (1, 2)
+
+
+def test_a_truncated_ranks_own_sends_and_receives_after_its_last_step_are_left_out(tmp_path: Path) -> None:
+    # rank 1 crashed inside step 2 after its step's communication (as the capture above): its trace holds
+    # step 2's recv from rank 0, its step marks end at step 1; that recv is left out with rank 0's send
+    run = _run(tmp_path, rank1_steps=3)
+    m = read_manifest(run)
+    steps = tuple(s for s in m.steps if (s.rank, s.step) != (1, 2))
+    note = f"{PARTIAL_TRACE_NOTE}: saved 2 of 3 steps at exit"
+    write_manifest(run, dataclasses.replace(m, steps=steps, notes={**m.notes, "rank 1": note}))
+    report = validate_run(run)
+    assert report.ok, [str(i) for i in report.errors]
+    sends = sorted((p.src_rank, p.dst_rank) for p in load_run(run).p2p)
+    assert sends == [(0, 1), (0, 1), (2, 0), (2, 0), (2, 0)]
+
+
 def test_ranks_that_end_together_lose_nothing(tmp_path: Path) -> None:
     report = validate_run(_run(tmp_path, rank1_steps=3))
     assert report.ok and not [i for i in report.warnings if i.kind == "truncated-rank"]
