@@ -23,9 +23,9 @@ from rich.console import Console
 from skewlens.profiler.errors import TraceFormatError, ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, CommType, NodeType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
-from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
@@ -38,9 +38,10 @@ from skewlens.replay.real.plan import (
     group_specs,
     rank_plan,
     read_rank_plan,
+    warmup_ops,
 )
 from skewlens.replay.real.render import render_comparison
-from skewlens.replay.real.result import RankStepTimes, RealReplayResult, step_spans
+from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_step_times, step_spans
 from skewlens.replay.simulate import simulate
 
 CFG = RealConfig(timeout_s=20.0)  # per-operation timeout of the replays below
@@ -483,6 +484,124 @@ def test_rooted_collectives_are_planned_with_the_root_the_trace_names(tmp_path: 
     run = load_run(b.write(tmp_path / "run"))
     ops = [o for o in rank_plan(run.ranks[0], run, NO_EFFECTS) if o.kind == "coll"]
     assert [o.root for o in ops] == [1, 1, 1, 1, -1]
+
+
+class _StallEachStep(NoEffects):
+    """A 5 ms stall before each step; ``aten::add`` asks for a negative delay."""
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        return 5 * MS
+
+    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+        return -2 * MS if name == "aten::add" else 0
+
+
+def test_a_steps_stall_delays_only_its_first_op_and_a_negative_delay_is_no_wait(tmp_path: Path) -> None:
+    # module docstring: ``stall_ns`` before the first node of a step (step 0 included), once per step;
+    # delay_ns is a wait, so the -2 ms asked before aten::add waits 0, not less
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    rb.compute("aten::mm", MS, start_ns=0)
+    rb.compute("aten::add", MS)
+    rb.step(1).compute("aten::mm", MS)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[0], run, _StallEachStep())
+    assert [(o.name, o.step, o.delay_ns) for o in ops] == [
+        ("aten::mm", 0, 5 * MS),
+        ("aten::add", 0, 0),
+        ("aten::mm", 1, 5 * MS),
+    ]
+
+
+def test_communication_a_wait_node_waits_for_next_is_re_issued_as_a_blocking_call(tmp_path: Path) -> None:
+    # the wait node does not start after the collective (no start edge): it blocks on it (wait_deps), so
+    # the collective's completion is what the very next op waits for: a blocking call
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        ar = rb.collective(CommType.ALL_REDUCE, 1024, 10 * MS, start_ns=0, stream=1000)
+        rb.compute(sorted(WAIT_NODE_NAMES)[0], 10 * MS, start_ns=MS, deps=(ar,))
+    run = load_run(b.write(tmp_path / "run"))
+    coll, wait = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert (wait.deps, wait.wait_deps) == ((), (coll.row,))
+    assert coll.blocking
+
+
+def test_a_kernel_is_planned_at_its_launch_call_after_host_ops_that_started_before_it(tmp_path: Path) -> None:
+    # aten::mm starts at 10 ms and launches the kernel at 15 ms (5 ms into it); aten::add starts at 13 ms on
+    # another thread: ordered by launch call, the kernel (15 ms) comes after aten::add (13 ms)
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    mm = rb.compute("aten::mm", 10 * MS, start_ns=10 * MS)
+    rb.compute("aten::add", MS, start_ns=13 * MS, stream=1)
+    gpu = {Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: 15 * MS}
+    rb._add("gemm_kernel", NodeType.COMP, dur_ns=2 * MS, start_ns=20 * MS, stream=7, deps=(mm,), attrs=gpu)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert [(o.name, o.gpu) for o in ops] == [
+        ("aten::mm", False),
+        ("aten::add", False),
+        ("gemm_kernel", True),
+    ]
+
+
+def test_a_send_and_a_recv_are_planned_with_the_other_side_as_their_peer(tmp_path: Path) -> None:
+    # ReplayOp.peer: the global rank of the other side (rank 0 sends 4 KiB to rank 2, which receives it)
+    b = RunBuilder(3)
+    b.rank(0).step(0).send(2, 4096, MS, tag=3)
+    b.rank(1).step(0).compute("aten::mm", MS)
+    b.rank(2).step(0).recv(0, 4096, MS, tag=3)
+    run = load_run(b.write(tmp_path / "run"))
+    (send,) = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    (recv,) = rank_plan(run.ranks[2], run, NO_EFFECTS)
+    assert (send.kind, send.peer, send.tag) == ("send", 2, 3)
+    assert (recv.kind, recv.peer, recv.tag) == ("recv", 0, 3)
+
+
+def test_step_spans_run_from_a_steps_first_start_to_its_last_end_and_a_trace_without_marks_is_one_step(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(1)
+    rb = b.rank(0)
+    rb.compute("setup", MS, start_ns=0)  # no step: not a step beside steps 0 and 1
+    rb.step(0).compute("aten::mm", 10 * MS, start_ns=2 * MS)
+    rb.compute("aten::add", MS, start_ns=4 * MS, stream=1)  # ends at 5 ms, before aten::mm (12 ms)
+    rb.step(1).compute("aten::mm", 3 * MS, start_ns=20 * MS)
+    marked = load_run(b.write(tmp_path / "marked"), match=False).ranks[0]
+    assert step_spans(marked) == {0: (2 * MS, 12 * MS), 1: (20 * MS, 23 * MS)}
+    b = RunBuilder(1)
+    b.rank(0).compute("aten::mm", 4 * MS, start_ns=MS)
+    plain = load_run(b.write(tmp_path / "plain"), match=False).ranks[0]
+    assert step_spans(plain) == {-1: (MS, 5 * MS)}  # RankStepTimes.steps: -1, the whole trace one step
+
+
+def test_step_times_pair_steps_in_order_and_average_over_every_step() -> None:
+    # the replay's capture counts from 0, the original from 5; the replayed dict is not in step order
+    t = rank_step_times(0, {5: (0, 10), 6: (10, 30)}, {1: (100, 160), 0: (0, 30)})
+    assert (t.steps, t.original_ns, t.replay_ns) == ((5, 6), (10, 20), (30, 60))
+    assert (t.original_mean_ns, t.replay_mean_ns) == (15, 45)  # (10 + 20) / 2, (30 + 60) / 2
+
+
+def test_the_warm_up_runs_one_op_per_group_type_and_size_and_each_ranks_own_side_of_a_send(
+    tmp_path: Path,
+) -> None:
+    # warmup_ops: one op per distinct communication shape (group, type, bytes; for p2p the pair and tag):
+    # two all_reduces of 1 KiB and one of 2 KiB warm up twice; rank 0's send and rank 1's recv each warm
+    # up their own op (rank 0 has a compute before its send: its rows are not rank 1's)
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        if r == 0:
+            rb.compute("aten::mm", MS)
+        for nbytes in (1024, 1024, 2048):
+            rb.collective(CommType.ALL_REDUCE, nbytes, MS)
+    b.rank(0).send(1, 512, MS)
+    b.rank(1).recv(0, 512, MS)
+    run = load_run(b.write(tmp_path / "run"))
+    for r, p2p in ((0, "send"), (1, "recv")):
+        ops = rank_plan(run.ranks[r], run, NO_EFFECTS)
+        warm = warmup_ops(run, r, ops)
+        assert [(o.kind, o.comm_bytes) for o in warm] == [("coll", 1024), ("coll", 2048), (p2p, 512)]
 
 
 @pytest.mark.slow
