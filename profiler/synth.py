@@ -93,6 +93,28 @@ class RankBuilder:
             name, NodeType.COMP, dur_ns=dur_ns, start_ns=start_ns, stream=stream, deps=deps, attrs={}
         )
 
+    def kernel(
+        self,
+        name: str,
+        dur_ns: int,
+        *,
+        launch_ns: int,
+        start_ns: int | None = None,
+        stream: int = 7,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """Add a GPU compute node (a kernel on CUDA stream ``stream``, launched by a call at ``launch_ns``;
+        ``deps``: its launching host op among them); returns its id."""
+        return self._add(
+            name,
+            NodeType.COMP,
+            dur_ns=dur_ns,
+            start_ns=start_ns,
+            stream=stream,
+            deps=deps,
+            attrs={Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: launch_ns},
+        )
+
     def collective(
         self,
         comm_type: CommType,

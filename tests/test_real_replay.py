@@ -23,7 +23,7 @@ from rich.console import Console
 from skewlens.profiler.errors import TraceFormatError, ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, CommType, NodeType
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, CommType, NodeType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ReplayTimeoutError
@@ -534,8 +534,7 @@ def test_a_kernel_is_planned_at_its_launch_call_after_host_ops_that_started_befo
     rb = b.rank(0).step(0)
     mm = rb.compute("aten::mm", 10 * MS, start_ns=10 * MS)
     rb.compute("aten::add", MS, start_ns=13 * MS, stream=1)
-    gpu = {Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: 15 * MS}
-    rb._add("gemm_kernel", NodeType.COMP, dur_ns=2 * MS, start_ns=20 * MS, stream=7, deps=(mm,), attrs=gpu)
+    rb.kernel("gemm_kernel", 2 * MS, launch_ns=15 * MS, start_ns=20 * MS, deps=(mm,))
     run = load_run(b.write(tmp_path / "run"))
     ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
     assert [(o.name, o.gpu) for o in ops] == [
