@@ -87,32 +87,15 @@ class RankBuilder:
         start_ns: int | None = None,
         stream: int = 0,
         deps: tuple[int, ...] = (),
+        launch_ns: int | None = None,
     ) -> int:
-        """Add a COMP node; returns its id."""
-        return self._add(
-            name, NodeType.COMP, dur_ns=dur_ns, start_ns=start_ns, stream=stream, deps=deps, attrs={}
+        """Add a COMP node; returns its id. With ``launch_ns``, a GPU kernel on CUDA stream ``stream``
+        launched by a call at that time (its launching host op among ``deps``)."""
+        gpu: dict[str, AttrValue] = (
+            {Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: launch_ns} if launch_ns is not None else {}
         )
-
-    def kernel(
-        self,
-        name: str,
-        dur_ns: int,
-        *,
-        launch_ns: int,
-        start_ns: int | None = None,
-        stream: int = 7,
-        deps: tuple[int, ...] = (),
-    ) -> int:
-        """Add a GPU compute node (a kernel on CUDA stream ``stream``, launched by a call at ``launch_ns``;
-        ``deps``: its launching host op among them); returns its id."""
         return self._add(
-            name,
-            NodeType.COMP,
-            dur_ns=dur_ns,
-            start_ns=start_ns,
-            stream=stream,
-            deps=deps,
-            attrs={Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: launch_ns},
+            name, NodeType.COMP, dur_ns=dur_ns, start_ns=start_ns, stream=stream, deps=deps, attrs=gpu
         )
 
     def collective(

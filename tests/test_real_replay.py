@@ -534,7 +534,7 @@ def test_a_kernel_is_planned_at_its_launch_call_after_host_ops_that_started_befo
     rb = b.rank(0).step(0)
     mm = rb.compute("aten::mm", 10 * MS, start_ns=10 * MS)
     rb.compute("aten::add", MS, start_ns=13 * MS, stream=1)
-    rb.kernel("gemm_kernel", 2 * MS, launch_ns=15 * MS, start_ns=20 * MS, deps=(mm,))
+    rb.compute("gemm_kernel", 2 * MS, start_ns=20 * MS, stream=7, deps=(mm,), launch_ns=15 * MS)
     run = load_run(b.write(tmp_path / "run"))
     ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
     assert [(o.name, o.gpu) for o in ops] == [
