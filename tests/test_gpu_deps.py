@@ -484,3 +484,24 @@ def test_capture_and_import_give_the_same_gpu_edges_for_the_same_events(
     captured, imported = _captured(evs), _imported(evs, tmp_path)
     assert captured == imported
     assert captured == (expected, inferred, LAUNCHED_IN)
+
+
+def test_an_imported_device_synchronise_no_sync_event_names_a_device_for_waits_on_the_ranks_own_device(
+    tmp_path: Path,
+) -> None:
+    # convert.py: a synchronisation no sync event names a device for is on the device most of the rank's GPU
+    # work ran on. Kernels k1, k2 on device 1 (stream 7), k0 on device 0 (stream 9), all done by 300 µs;
+    # the cudaDeviceSynchronize at 400 µs (inside no op: a node of its own) waits for device 1's last
+    # kernel, k2, and not for k0 (device 0 has 1 kernel of 3)
+    evs: list[dict[str, Any]] = []
+    for corr, (name, device, stream, ts) in enumerate(
+        [("k1", 1, 7, 100), ("k0", 0, 9, 100), ("k2", 1, 7, 200)]
+    ):
+        evs.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": THREAD,
+                    "ts": 10 + 10 * corr, "dur": 2, "args": {"correlation": corr + 1}})  # fmt: skip
+        evs.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": 100,
+                    "args": {"device": device, "stream": stream, "correlation": corr + 1}})  # fmt: skip
+    evs.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": THREAD,
+                "ts": 400, "dur": 100, "args": {"correlation": 9}})  # fmt: skip
+    edges, _inferred, _inside = _imported(evs, tmp_path)
+    assert {d for n, d in edges if n == "cudaDeviceSynchronize"} == {"k2"}

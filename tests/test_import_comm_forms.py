@@ -434,3 +434,183 @@ def test_an_all_to_all_kernel_whose_own_args_give_empty_split_sizes_takes_those_
     _, a = _the_kernel(nodes)
     assert (a[Attr.SEND_BYTES], a[Attr.RECV_BYTES]) == (60, 64)
     assert (list(a[Attr.SEND_SPLITS]), list(a[Attr.RECV_SPLITS])) == ([40, 1200, 20], [28, 8, 36])
+
+
+# --- streams and the order of collectives -----------------------------------------------------------
+
+
+ALL_REDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float" + OLD_ARGS
+
+
+def test_a_kernel_is_on_the_stream_its_args_name_not_on_its_tid(tmp_path: Path) -> None:
+    # module docstring: GPU node ``stream`` = ``args.stream`` (tid only where the arg is absent)
+    nodes, _ = _import(tmp_path, _doc(ALL_REDUCE, kernel_args={"stream": 13}))
+    _, a = _the_kernel(nodes)
+    assert (a[Attr.STREAM], a[Attr.STREAM_KIND]) == (13, "cuda")
+
+
+def _two_all_reduces(threads: list[tuple[int, int, int, int]], seq: int | None = None) -> dict[str, Any]:
+    """Two all-reduce kernels (with newer Kineto's args and ``Seq`` = ``seq`` where given), one per (tid,
+    annotation start (-1: none), launch, kernel start) in µs; kernel k (correlation k + 1) runs on stream
+    7 + k for 5 µs."""
+    ev: list[dict[str, Any]] = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": PID,
+                                 "tid": PID, "ts": 0, "dur": 1000, "args": {}}]  # fmt: skip
+    for k, (tid, ann, launch, start) in enumerate(threads):
+        cpu = {"ph": "X", "pid": PID, "tid": tid}
+        if ann >= 0:
+            ev.append({**cpu, "cat": "user_annotation", "name": "nccl:all_reduce", "ts": ann,
+                       "dur": launch + 10 - ann, "args": {}})  # fmt: skip
+        ev.append({**cpu, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": launch, "dur": 2,
+                   "args": {"correlation": k + 1}})  # fmt: skip
+        ev.append({"ph": "X", "cat": "kernel", "name": ALL_REDUCE, "pid": 0, "tid": 7 + k, "ts": start,
+                   "dur": 5, "args": {"device": 0, "stream": 7 + k, "correlation": k + 1}
+                   | ({} if seq is None else {**_rpc_args("allreduce", 256, 256, "Float", "0", "[0, 1]"),
+                                                  "Seq": seq})})  # fmt: skip
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2},
+            "traceEvents": ev}  # fmt: skip
+
+
+def _seq_by_stream(nodes: list[Any]) -> dict[int, int]:
+    return {
+        a[Attr.STREAM]: a[Attr.SEQ]
+        for n in nodes
+        if n.type == NodeType.COMM_COLL and (a := node_attrs(n))[Attr.STREAM_KIND] == "cuda"
+    }
+
+
+def test_collectives_without_a_trace_seq_are_numbered_in_launch_order_not_in_kernel_start_order(
+    tmp_path: Path,
+) -> None:
+    # docstring: without Seq the n-th collective a rank issues on a group, in CPU launch order, gets seq n.
+    # No annotation: the launch calls (20 µs, then 25 µs) say the order, although the second kernel
+    # (stream 8) starts first (30 µs < 60 µs): stream 7 -> seq 0, stream 8 -> seq 1
+    nodes, _ = _import(tmp_path, _two_all_reduces([(PID, -1, 20, 60), (PID, -1, 25, 30)]))
+    assert _seq_by_stream(nodes) == {7: 0, 8: 1}
+
+
+def test_collectives_without_a_trace_seq_are_numbered_in_the_order_their_ops_begin(tmp_path: Path) -> None:
+    # two threads: the op (its nccl:* annotation) on thread 1 begins at 10 µs and launches at 90 µs; the
+    # one on thread 2 begins at 20 µs and launches at 30 µs. The collective issued first is the op that
+    # begins first: stream 7 (thread 1) -> seq 0, stream 8 -> seq 1
+    nodes, _ = _import(tmp_path, _two_all_reduces([(1, 10, 90, 120), (2, 20, 30, 40)]))
+    assert _seq_by_stream(nodes) == {7: 0, 8: 1}
+
+
+def _gloo_doc(threads: list[tuple[int, int, int]], *, issuer_ts: int = -1) -> dict[str, Any]:
+    """Kernel-less all-reduces (``gloo:all_reduce``, no launch): one per (tid, top-level op start, annotation
+    start) in µs, the annotation inside a ``aten::foo`` op of its thread (top-level op start -1: on a thread
+    of its own); ``issuer_ts`` >= 0 adds a ``c10d::allreduce_`` op there on thread ``PID``."""
+    ev: list[dict[str, Any]] = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": PID,
+                                 "tid": PID, "ts": 0, "dur": 1000, "args": {}}]  # fmt: skip
+    if issuer_ts >= 0:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": PID, "tid": PID,
+                   "ts": issuer_ts, "dur": 20, "args": {}})  # fmt: skip
+    for tid, top, ann in threads:
+        cpu = {"ph": "X", "pid": PID, "tid": tid}
+        if top >= 0:
+            ev.append({**cpu, "cat": "cpu_op", "name": "aten::foo", "ts": top, "dur": 200, "args": {}})
+        ev.append({**cpu, "cat": "user_annotation", "name": "gloo:all_reduce", "ts": ann, "dur": 20,
+                   "args": {}})  # fmt: skip
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
+            "traceEvents": ev}  # fmt: skip
+
+
+def test_kernel_less_collectives_are_numbered_in_the_order_their_annotations_begin_not_their_ops(
+    tmp_path: Path,
+) -> None:
+    # the op around each annotation becomes the collective; the order is the annotations' (the collective's
+    # issue): thread 1's op begins first (10 µs) but its annotation at 100 µs, after thread 2's (60 µs):
+    # thread 2 -> seq 0, thread 1 -> seq 1
+    nodes, _ = _import(tmp_path, _gloo_doc([(1, 10, 100), (2, 50, 60)]))
+    seq = {(a := node_attrs(n))[Attr.STREAM]: a[Attr.SEQ] for n in nodes if n.type == NodeType.COMM_COLL}
+    assert seq == {1: 1, 2: 0}
+
+
+def _steps_and_kernel(ops: list[tuple[str, int]], launch: int, kernel: int) -> dict[str, Any]:
+    """ProfilerStep#2 over 0-100 µs and #3 over 100-200 µs on thread ``PID``, with the top-level ``cpu_op``s
+    ``ops`` (name, start; 5 µs long), a ``cudaLaunchKernel`` at ``launch`` (inside no op) and its kernel
+    ``k`` at ``kernel`` (10 µs, stream 7)."""
+    cpu = {"ph": "X", "pid": PID, "tid": PID}
+    ev: list[dict[str, Any]] = [
+        {**cpu, "cat": "user_annotation", "name": f"ProfilerStep#{s}", "ts": 100 * (s - 2), "dur": 100,
+         "args": {}} for s in (2, 3)
+    ]  # fmt: skip
+    ev += [{**cpu, "cat": "cpu_op", "name": name, "ts": ts, "dur": 5, "args": {}} for name, ts in ops]
+    ev.append({**cpu, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": launch, "dur": 2,
+               "args": {"correlation": 1}})  # fmt: skip
+    ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": kernel, "dur": 10,
+               "args": {"device": 0, "stream": 7, "correlation": 1}})  # fmt: skip
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+            "traceEvents": ev}  # fmt: skip
+
+
+def test_gpu_work_launched_outside_any_op_is_in_the_step_its_launch_call_lies_in_not_where_it_runs(
+    tmp_path: Path,
+) -> None:
+    # docstring: where no top-level CPU op encloses the launch, skl_step is that of the step annotation the
+    # launch call lies inside: launched at 50 µs (step 2), run at 150 µs (inside step 3's annotation) -> 2
+    nodes, _ = _import(tmp_path, _steps_and_kernel([], launch=50, kernel=150))
+    (k,) = (n for n in nodes if n.name == "k")
+    assert node_attrs(k)[Attr.STEP] == 2
+
+
+def test_a_cpu_op_and_a_kernel_that_start_at_the_same_instant_are_numbered_cpu_op_first(
+    tmp_path: Path,
+) -> None:
+    # nodes are numbered in start order, CPU nodes first at equal starts: aten::mm and kernel k both start
+    # at 30 µs -> aten::mm gets the smaller id
+    nodes, _ = _import(tmp_path, _steps_and_kernel([("aten::mm", 30)], launch=20, kernel=30))
+    ids = {n.name: n.id for n in nodes}
+    assert ids["aten::mm"] < ids["k"]
+
+
+def test_a_trace_seq_given_twice_on_one_group_is_not_used_and_the_collectives_are_counted_instead(
+    tmp_path: Path,
+) -> None:
+    # docstring: the trace's seq is used where every collective has one; two all-reduces on group "0" both
+    # given Seq 5 do not say which came first, so they are counted in launch order (20 µs, then 25 µs)
+    nodes, _ = _import(tmp_path, _two_all_reduces([(PID, -1, 20, 60), (PID, -1, 25, 30)], seq=5))
+    assert _seq_by_stream(nodes) == {7: 0, 8: 1}
+
+
+def test_gpu_work_is_in_the_step_of_the_op_that_launched_it_even_where_the_launch_falls_in_the_next(
+    tmp_path: Path,
+) -> None:
+    # docstring: a step sets skl_step on the CPU nodes that start inside it and on the GPU nodes those
+    # launch: aten::mm starts at 98 µs (step 2) and launches k at 101 µs, inside step 3's annotation -> 2
+    nodes, _ = _import(tmp_path, _steps_and_kernel([("aten::mm", 98)], launch=101, kernel=110))
+    (k,) = (n for n in nodes if n.name == "k")
+    assert node_attrs(k)[Attr.STEP] == 2
+
+
+def test_a_step_begins_where_the_previous_step_ended_on_the_device_not_at_its_annotation(
+    tmp_path: Path,
+) -> None:
+    # docstring: a step's span ends at the later of its annotation's end and its last node's, and the next
+    # begins there. aten::mm (50 µs, step 2) launches k, which runs 140-150 µs: step 2 is 0-150 µs, step 3
+    # (annotation 100-200 µs, no node past it) 150-200 µs
+    f = tmp_path / "trace.json"
+    f.write_text(json.dumps(_steps_and_kernel([("aten::mm", 50)], launch=52, kernel=140)))
+    m = import_traces([f], None, tmp_path / "run")
+    assert [(s.step, s.start_ns, s.end_ns) for s in m.steps] == [(2, 0, 150_000), (3, 150_000, 200_000)]
+
+
+def test_a_kernel_whose_name_begins_nccl_in_capitals_is_read_as_nccl_args_and_all(tmp_path: Path) -> None:
+    # vocab.names_nccl_kernel: a kernel name starting with "nccl" in any case is NCCL's; its Collective
+    # name args then say the op (a Generic kernel's name says nothing)
+    kargs = _rpc_args("allreduce", 256, 256, "Float", "0", "[0, 1]")
+    nodes, _ = _import(tmp_path, _doc("NCCLDevKernel_Generic_4" + NEW_ARGS, kernel_args=kargs))
+    (k,) = (n for n in nodes if n.name.startswith("NCCL"))
+    a = node_attrs(k)
+    assert (k.type, a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) == (NodeType.COMM_COLL, CommType.ALL_REDUCE, 1024)
+
+
+def test_a_kernel_less_collective_on_a_thread_of_its_own_depends_on_an_issuer_that_began_at_the_same_instant(
+    tmp_path: Path,
+) -> None:
+    # docstring: an annotation on a thread of its own is itself the node, depending on the op that issued
+    # it; c10d::allreduce_ (thread PID) and gloo:all_reduce (thread 2) both begin at 10 µs: the issuer
+    # has begun by then, so the two pair
+    nodes, _ = _import(tmp_path, _gloo_doc([(2, -1, 10)], issuer_ts=10))
+    ids = {n.name: n for n in nodes}
+    assert list(ids["gloo:all_reduce"].ctrl_deps) == [ids["c10d::allreduce_"].id]

@@ -552,3 +552,31 @@ def test_a_record_function_id_past_int64_is_dropped_not_a_traceback_when_the_nod
     nodes = [n for _, n in iter_nodes(tmp_path / "run" / "rank-0.et")]
     (mm,) = [n for n in nodes if n.name == "aten::mm"]
     assert "rf_id" not in {a.name for a in mm.attr}  # dropped, not written past int64
+
+
+def test_a_data_dependency_already_given_by_program_order_is_not_written_again_as_data(
+    tmp_path: Path,
+) -> None:
+    # convert.py: a node gets a data dependency on the earlier CPU node that wrote a tensor it reads unless
+    # that is already a control dependency: aten::add reads tensor 5, written by aten::mm just before it on
+    # the same thread (its program-order control dependency) -> no data dependency
+    doc = kineto_doc(0, 1, comms=())
+    doc["traceEvents"] = [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": 8,
+         "args": {"Record function id": rf}} for name, ts, rf in (("aten::mm", 1, 11), ("aten::add", 20, 12))
+    ]  # fmt: skip
+
+    def op(nid: int, name: str, rf: int, ins: list[int], outs: list[int]) -> dict[str, Any]:
+        def group(ts: list[int]) -> dict[str, Any]:
+            return {"values": [[t, t, 0, 4, 4, "cuda:0"] for t in ts], "types": ["Tensor(float)"] * len(ts)}
+
+        attrs = [{"name": "rf_id", "value": rf}, {"name": "tid", "value": 1}]
+        return {"id": nid, "name": name, "ctrl_deps": 1, "attrs": attrs, "inputs": group(ins),
+                "outputs": group(outs)}  # fmt: skip
+
+    host = {"schema": "1.1.1-chakra.0.0.4", "pid": 100,
+            "nodes": [op(2, "aten::mm", 11, [1], [5]), op(3, "aten::add", 12, [5], [6])]}  # fmt: skip
+    import_traces([_write(tmp_path / "k.json", doc)], [_write(tmp_path / "h.json", host)], tmp_path / "run")
+    nodes = {n.name: n for n in read_et(tmp_path / "run" / "rank-0.et").nodes}
+    assert list(nodes["aten::add"].ctrl_deps) == [nodes["aten::mm"].id]
+    assert not nodes["aten::add"].data_deps

@@ -304,3 +304,24 @@ def test_worker_processes_ignore_ctrl_c_and_leave_it_to_the_parent() -> None:
         pid = pool.submit(os.getpid).result(timeout=60)
         assert pool.submit(signal.raise_signal, signal.SIGINT).result(timeout=60) is None
         assert pool.submit(os.getpid).result(timeout=60) == pid  # the same worker, alive
+
+
+def test_both_parsers_read_times_correlations_and_pids_alike_on_the_edge_values() -> None:
+    # kineto.py: ts/dur are µs read as ns (x 1000, negative dur read as 0 long and counted); cpu_pids are the
+    # cpu_op events' pids; a launch is filed by its correlation, whatever the int (0 included)
+    x = {"ph": "X", "pid": 1, "tid": 2}
+    doc = {"traceEvents": [
+        {**x, "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 0, "args": {}},
+        {**x, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 0.5,
+         "args": {"correlation": 0}},
+        {**x, "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 40.5,
+         "args": {"correlation": 0, "stream": 7, "device": 0}},
+        {**x, "cat": "cpu_op", "name": "aten::add", "ts": 50, "dur": -1, "args": {}},
+    ], "distributedInfo": {"rank": 0}}  # fmt: skip
+    data = json.dumps(doc).encode()
+    fast = load_kineto(data, Path("k.json"), max_bytes=len(data))
+    slow = parse_kineto(doc, Path("k.json"))
+    assert fast == slow
+    assert [(e.name, e.dur_ns) for e in fast.cpu_ops] == [("aten::mm", 0), ("aten::add", 0)]
+    assert (fast.launches[0].dur_ns, fast.gpu[0].dur_ns) == (500, 40_500)
+    assert (fast.cpu_pids, fast.negative_durations) == ({1}, 1)

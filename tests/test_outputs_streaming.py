@@ -696,3 +696,72 @@ def test_only_ranks_the_drawn_critical_path_passes_through_get_a_critical_path_t
         assert named == drawn, cap
         if cap == 0:
             assert drawn == on_path
+
+
+def test_a_critical_path_arrow_runs_from_where_the_path_picks_up_on_one_rank_to_its_piece_on_the_other(
+    tmp_path: Path,
+) -> None:
+    # perfetto.py: record k + 1 precedes record k in time; where they are of one step on two ranks, an arrow
+    # starts ("s") on k + 1's rank at k + 1's node start and ends ("f") on k's rank at k's drawn piece; the
+    # arrows are numbered by the jumps of the whole path (1, 2, ...)
+    result = analyze_run(load_run(build_run(tmp_path, SC)), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "t.json", max_events=0).read_text())
+    t0 = doc["otherData"]["t0_ns"]
+    pieces = [e["ts"] for e in _x_events(doc) if e["cat"] == "critical_path"]
+    path = result.critical_path
+    want_s, want_f, jump, cut = {}, {}, 0, []
+    for k in range(len(path) - 1):
+        if path[k].step == path[k + 1].step and path[k].rank != path[k + 1].rank:
+            jump += 1
+            want_s[jump] = (path[k + 1].rank, (path[k + 1].start_ns - t0) / 1000)
+            want_f[jump] = (path[k].rank, pieces[k])
+            cut.append(pieces[k] != (path[k].start_ns - t0) / 1000)  # drawn after the node's start
+    flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert want_s and {e["id"]: (e["pid"], e["ts"]) for e in flows if e["ph"] == "s"} == want_s
+    assert {e["id"]: (e["pid"], e["ts"]) for e in flows if e["ph"] == "f"} == want_f
+    assert any(cut)  # the arrow's end is the drawn piece, not the node
+
+
+def test_a_cap_inside_the_first_step_leaves_out_the_nodes_and_path_pieces_that_start_at_the_cut(
+    tmp_path: Path,
+) -> None:
+    # cap_events: when not even the first step fits, rows that start before until_ns are kept, until_ns
+    # being where the first row left out starts. One rank, step 0 = a, b, c (1 ms each, back to back from
+    # 1 ms), cap 1: until_ns = b's start (2 ms), so only a is written; the path a <- b <- c is drawn piece
+    # by piece from each node's start (each is on it for its whole time): only a's piece, at 1 ms, is kept
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    rb.compute("a", 1 * MS, start_ns=1 * MS)
+    rb.compute("b", 1 * MS)
+    rb.compute("c", 1 * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "t.json", max_events=1).read_text())
+    assert doc["otherData"]["until_ns"] == 2 * MS
+    assert [e["name"] for e in _x_events(doc) if e["cat"] != "critical_path"] == ["a"]
+    assert [e["name"] for e in _x_events(doc) if e["cat"] == "critical_path"] == ["a"]
+
+
+def test_the_analysis_trace_begins_at_the_first_node_of_any_rank(tmp_path: Path) -> None:
+    # perfetto.py: the origin is the first start of a node written: rank 0 begins at 5 ms, rank 1 at 7 ms
+    # -> t0_ns = 5 ms and rank 0's first node is drawn at 0
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).compute("aten::mm", 2 * MS, start_ns=(5 + 2 * r) * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "t.json").read_text())
+    assert doc["otherData"]["t0_ns"] == 5 * MS
+    assert sorted((e["pid"], e["ts"]) for e in _x_events(doc) if e["cat"] != "critical_path") == [
+        (0, 0.0),
+        (1, 2000.0),
+    ]
+
+
+def test_a_cap_inside_the_first_step_says_how_long_a_stretch_from_the_first_start_it_kept() -> None:
+    # cap_events: the rows that start in the run's first stretch of time, told in the note as "the first
+    # <until - first start> ms": starts 1, 2, 3 ms, cap 1 -> until 2 ms, the first 1.000 ms
+    starts = {0: np.array([1, 2, 3], dtype=np.int64) * MS}
+    cap = cap_events(
+        {0: np.ones(3, np.bool_)}, starts, {0: np.zeros(3, np.int32)}, max_events=1, file="f", option="o"
+    )
+    assert cap.until_ns == 2 * MS and cap.keep[0].tolist() == [True, False, False]
+    assert cap.note is not None and "the first 1.000 ms on rank 0" in cap.note

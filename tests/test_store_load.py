@@ -665,3 +665,41 @@ def test_a_bool_varint_past_1_and_an_attribute_given_two_values_read_as_protobuf
         assert np.array_equal(a.attr_has[name], b.attr_has[name]), name
         assert np.array_equal(a.attr_val[name][a.attr_has[name]], b.attr_val[name][b.attr_has[name]]), name
     assert set(a.attr_val["is_cpu_op"].tolist()) == {1} and not a.attr_has["stream"][30]
+
+
+def test_a_foreign_trace_without_skewlens_attributes_loads_with_chakras_fields_and_the_documented_defaults(
+    tmp_path: Path,
+) -> None:
+    # docs/store.md: Chakra's *_micros fields stand where skl_start_ns / skl_dur_ns are absent (µs -> ns);
+    # model.RankTrace: comm_bytes is 0 for compute (a tensor_size on a compute node is no message), tag is
+    # 0 where none, comm_type -1 but on collectives. Rank 0: mm (start 7 µs, 3 µs, tensor_size 64), then
+    # a send of tensor_size 256 to rank 1 (comm_type set, but no collective)
+    d = tmp_path / "chakra"
+    for r in range(2):
+        with EtWriter(d / f"job.{r}.et") as w:
+            mm = pb.Node(id=10, name="mm", type=int(NodeType.COMP), start_time_micros=7, duration_micros=3)
+            mm.attr.add(name="tensor_size", uint64_val=64)
+            w.write(mm)
+            p2p = pb.Node(id=11, name="p2p", type=int(NodeType.COMM_SEND if r == 0 else NodeType.COMM_RECV),
+                          start_time_micros=20, duration_micros=5, ctrl_deps=[10])  # fmt: skip
+            p2p.attr.add(name="comm_src", int32_val=0)
+            p2p.attr.add(name="comm_dst", int32_val=1)
+            p2p.attr.add(name="tensor_size", uint64_val=256)
+            p2p.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+            w.write(p2p)
+    rt = load_run(d).ranks[0]
+    assert rt.start_ns.tolist() == [7_000, 20_000]
+    assert rt.comm_bytes.tolist() == [0, 256]
+    assert rt.tag.tolist() == [0, 0]
+    assert rt.comm_type.tolist() == [-1, -1]
+
+
+def test_collectives_on_the_first_named_group_keep_it_and_are_not_taken_for_groupless(tmp_path: Path) -> None:
+    # assign_defaults: the world group only for collectives naming none; "tp" is the run's only (index 0)
+    # group, and the all_reduce on it stays there with no note
+    b = RunBuilder(2, groups={"tp": (0, 1)})
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, 300, pg="tp")
+    run = load_run(b.write(tmp_path / "run"))
+    assert [(c.pg_name, c.ranks) for c in run.collectives] == [("tp", (0, 1))]
+    assert not any("name no process group" in n for n in run.ranks[0].notes)
