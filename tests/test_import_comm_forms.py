@@ -595,6 +595,32 @@ def test_a_step_begins_where_the_previous_step_ended_on_the_device_not_at_its_an
     assert [(s.step, s.start_ns, s.end_ns) for s in m.steps] == [(2, 0, 150_000), (3, 150_000, 200_000)]
 
 
+def test_a_node_issued_as_a_step_annotation_ends_is_in_that_step_where_the_next_begins_later(
+    tmp_path: Path,
+) -> None:
+    # convert: an annotation holds its end instant. ProfilerStep#2 over 0-100 µs, #3 moved to 150-250 µs;
+    # aten::add starts at 100 µs, as #2 ends and before #3 begins: in step 2
+    doc = _steps_and_kernel([("aten::add", 100)], launch=20, kernel=30)
+    (ann3,) = (e for e in doc["traceEvents"] if e["name"] == "ProfilerStep#3")
+    ann3["ts"] = 150
+    nodes, _ = _import(tmp_path, doc)
+    (add,) = (n for n in nodes if n.name == "aten::add")
+    assert node_attrs(add)[Attr.STEP] == 2
+
+
+@pytest.mark.parametrize("kernel_us", [190, 195])
+def test_a_step_whose_work_all_ended_by_the_time_the_previous_step_ended_on_the_device_has_no_span(
+    tmp_path: Path, kernel_us: int
+) -> None:
+    # convert: step 2's kernel (launched by aten::mm at 50 µs) runs 10 µs from 190 or 195 µs, so step 2
+    # ends at 200 or 205 µs; step 3's annotation ends at 200 µs and nothing of it runs later: no time of its
+    # own (none at all, or less than none), no span
+    f = tmp_path / "trace.json"
+    f.write_text(json.dumps(_steps_and_kernel([("aten::mm", 50)], launch=52, kernel=kernel_us)))
+    m = import_traces([f], None, tmp_path / "run")
+    assert [(s.step, s.start_ns, s.end_ns) for s in m.steps] == [(2, 0, (kernel_us + 10) * 1000)]
+
+
 def test_a_kernel_whose_name_begins_nccl_in_capitals_is_read_as_nccl_args_and_all(tmp_path: Path) -> None:
     # vocab.names_nccl_kernel: a kernel name starting with "nccl" in any case is NCCL's; its Collective
     # name args then say the op (a Generic kernel's name says nothing)

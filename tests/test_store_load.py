@@ -670,7 +670,8 @@ def test_a_bool_varint_past_1_and_an_attribute_given_two_values_read_as_protobuf
 def test_a_foreign_trace_without_skewlens_attributes_loads_with_chakras_fields_and_the_documented_defaults(
     tmp_path: Path,
 ) -> None:
-    # docs/store.md: Chakra's *_micros fields stand where skl_start_ns / skl_dur_ns are absent (µs -> ns);
+    # docs/store.md: Chakra's *_micros fields stand where skl_start_ns / skl_dur_ns are absent (µs -> ns),
+    # and an attribute a node lacks reads as its documented default;
     # model.RankTrace: comm_bytes is 0 for compute (a tensor_size on a compute node is no message), tag is
     # 0 where none, comm_type -1 but on collectives. Rank 0: mm (start 7 µs, 3 µs, tensor_size 64), then
     # a send of tensor_size 256 to rank 1 (comm_type set, but no collective)
@@ -692,6 +693,8 @@ def test_a_foreign_trace_without_skewlens_attributes_loads_with_chakras_fields_a
     assert rt.comm_bytes.tolist() == [0, 256]
     assert rt.tag.tolist() == [0, 0]
     assert rt.comm_type.tolist() == [-1, -1]
+    assert rt.stream.tolist() == [0, 0]  # no stream named: the one stream 0
+    assert rt.step.tolist() == [-1, -1]  # in no step
 
 
 def test_collectives_on_the_first_named_group_keep_it_and_are_not_taken_for_groupless(tmp_path: Path) -> None:

@@ -782,7 +782,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     node_id = {p.event.index: k + 1 for k, p in enumerate(order)}
     durs = np.asarray([p.event.dur_ns for p in order], dtype=np.int64)
     # the step annotation each node is issued in, by time (index into step_anns; -1: none): its start, or
-    # for GPU work its launch call's (a kernel launched late in step N may start in step N+1's annotation)
+    # for GPU work its launch call's (a kernel launched late in step N may start in step N+1's annotation);
+    # an annotation holds its end instant too (a node issued exactly as it ends, before the next begins)
     issued = np.asarray(
         [v if type(v := p.attrs.get(_LAUNCH_NS)) is int else p.event.start_ns for p in order], dtype=np.int64
     )
@@ -855,7 +856,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
             )
         )
     # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:
-    # where the CPU runs ahead of the GPU, the annotations overlap, the steps do not
+    # where the CPU runs ahead of the GPU, the annotations overlap, the steps do not; a step left no time
+    # of its own (all of it done by the time the previous step ended on the device) has no span
     steps: list[StepSpan] = []
     prev_end: int | None = None
     for s, a in step_anns:
