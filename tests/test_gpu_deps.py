@@ -23,6 +23,7 @@ from skewlens.profiler.gpu_deps import (
     STREAM_SYNC,
     STREAM_WAIT,
     Call,
+    GpuDeps,
     GpuNode,
     SyncActivity,
     gpu_dependencies,
@@ -42,6 +43,14 @@ def _node(key: int, stream: int, launch: int, start: int, end: int, *, host: int
 
 def _call(corr: int, name: str, start: int, end: int, host: int | None = None) -> tuple[int, Call]:
     return corr, Call(key=1000 + corr, name=name, start_ns=start, end_ns=end, host=host)
+
+
+def _stream_20_waits_for_7(nodes: list[GpuNode]) -> GpuDeps:
+    """``gpu_dependencies`` of ``nodes`` where stream 20 waits for an event recorded on stream 7: the record
+    call at 2-2.01 µs, the cudaStreamWaitEvent call at 2.1-2.11 µs (CUDA sync events on)."""
+    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
+    return gpu_dependencies(nodes, calls, [wait], default_device=0)
 
 
 def test_an_op_that_synchronises_on_its_own_copy_waits_for_it_and_the_copy_is_launched_in_it() -> None:
@@ -88,12 +97,10 @@ def test_a_stream_wait_makes_the_waiting_streams_next_node_wait_for_the_recorded
         _node(11, 7, 3_000, 5_000, 6_000),
         _node(12, 20, 2_500, 5_100, 5_500),
     ]
-    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
-    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
-    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    found = _stream_20_waits_for_7(nodes)
     assert dict(found.deps) == {12: [10]}  # 11 was launched after the record
     contradicted = [_node(10, 7, 100, 200, 9_000), *nodes[1:]]  # ends after 12 started: not written
-    found = gpu_dependencies(contradicted, calls, [wait], default_device=0)
+    found = _stream_20_waits_for_7(contradicted)
     assert not any(found.deps.values())
     assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
 
@@ -208,9 +215,7 @@ def test_a_node_launched_at_the_instant_of_a_call_is_neither_launched_before_it_
         _node(12, 20, 2_100, 2_200, 2_300),
         _node(13, 20, 2_500, 5_100, 5_500),
     ]
-    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
-    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
-    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    found = _stream_20_waits_for_7(nodes)
     assert dict(found.deps) == {13: [10]}
 
 
@@ -225,9 +230,7 @@ def test_what_is_waited_for_may_end_up_to_the_clock_slack_after_the_wait_without
     assert found.notes == ["1 host waits on the GPU"]
     # a stream wait: 10 ends at 5 µs, 1 µs after the waiting 12 started (4 µs): written too
     nodes = [_node(10, 7, 100, 200, 5_000), _node(12, 20, 2_500, 4_000, 5_500)]
-    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
-    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1)
-    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    found = _stream_20_waits_for_7(nodes)
     assert dict(found.deps) == {12: [10]}
     assert found.notes == ["1 GPU event waits across streams"]
 
