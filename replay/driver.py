@@ -93,13 +93,11 @@ def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slo
     if cfg.comm_mode == "model" or any(i.nodes for i in items):  # ranks are placed on the topology
         check_fits(topo, run, cfg)
     steps = run_steps(run) if any(i.kind == "stall" for i in items) else []
-    if any(i.kind == "stall" and i.step is None and not i.every_step for i in items):
+    unset = [i.kind == "stall" and i.step is None and not i.every_step for i in items]
+    if any(unset):
         if not steps:
             raise ConfigError("slowdown: a stall needs a step, and the run marks none")
-        items = [
-            replace(i, step=steps[0]) if i.kind == "stall" and i.step is None and not i.every_step else i
-            for i in items
-        ]
+        items = [replace(i, step=steps[0]) if u else i for i, u in zip(items, unset, strict=True)]
     check_slowdown_targets(items, run, topo, steps)
     return tuple(items)
 
@@ -165,15 +163,14 @@ def check_slowdown_targets(
             check_comm_delay_ops(key, item, run)
         if item.kind == "network" and item.links:
             check_network_links(key, item, run)
+        have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
         if item.kind == "stall" and item.every_step:
             if not any(item.in_window(s) for s in steps):
-                have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
                 raise ConfigError(
                     f"{key}.first_step: steps {item.window()} hold none of the run's ({have}): a stall at "
                     "every step of them would stall nothing"
                 )
         elif item.kind == "stall" and item.step not in steps:
-            have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
             raise ConfigError(
                 f"{key}.step: step {item.step} is not in the run ({have}); "
                 "the stall preset takes it from slowdown.step"
