@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import psutil
 
+from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
@@ -252,7 +253,7 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
             if op_matches(item.pattern, rt.names[i]):
                 return
             time_by_name[rt.names[i]] = time_by_name.get(rt.names[i], 0) + int(per_name[i])
-    where = _ranks_text(ranks) if item.ranks else "any rank"
+    where = ranks_label(ranks) if item.ranks else "any rank"
     top = sorted(time_by_name, key=lambda n: -time_by_name[n])[:5]
     raise ConfigError(
         f"{key}.pattern: {item.pattern!r} matches no compute node of {where}, so it would slow nothing; "
@@ -391,12 +392,8 @@ def replay_run(
     )
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}"
-
-
 def _has_none(item: Slowdown, ranks: list[int], what: str) -> str:
     """``rank 3 has no X``, ``ranks 1, 2 have no X``, or for an item on every rank ``no rank has X``."""
     if not item.ranks:
         return f"no rank has {what}"
-    return f"{_ranks_text(ranks)} {'has' if len(ranks) == 1 else 'have'} no {what}"
+    return f"{ranks_label(ranks)} {'has' if len(ranks) == 1 else 'have'} no {what}"

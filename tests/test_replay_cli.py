@@ -472,6 +472,13 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
                 "slow nothing; the names with the most compute time there: 'aten::mm'"
             ),
         ),
+        (  # several ranks are named as ranges, as in every message on ranks
+            ["+slowdown.entries=[{kind:op,pattern:'aten::linear',factor:3.0,ranks:[0,1,2]}]"],
+            (
+                "slowdown.entries[0].pattern: 'aten::linear' matches no compute node of ranks 0-2, so it "
+                "would slow nothing; the names with the most compute time there: 'aten::mm'"
+            ),
+        ),
         (
             ["+slowdown.entries=[{kind:op,pattern:'re:^linear',factor:3.0}]"],
             (
