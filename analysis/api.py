@@ -152,8 +152,6 @@ def skew_table(skew: SkewResult) -> pa.Table:
         parts = [np.asarray(getattr(e, attr), dtype=np.int64) for e in ev]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    end = per_member("end_ns")
-    last = per_event([int(e.arrival_ns.max()) for e in ev])
     cols: dict[str, Any] = {
         "kind": per_event_str([e.kind for e in ev]),
         "pg_name": per_event_str([e.pg_name for e in ev]),
@@ -163,10 +161,10 @@ def skew_table(skew: SkewResult) -> pa.Table:
         "rank": per_member("ranks"),
         "node_id": per_member("node_ids"),
         "arrival_ns": per_member("arrival_ns"),
-        "end_ns": end,
+        "end_ns": per_member("end_ns"),
         "wait_ns": per_member("wait_ns"),
         "exposed_wait_ns": per_member("exposed_wait_ns"),
-        "transfer_ns": np.maximum(end - last, 0),
+        "transfer_ns": per_member("transfer_ns"),
         "skew_ns": per_event([e.skew_ns for e in ev]),
         "late_rank": per_event([e.late_rank for e in ev]),
         "blamed_rank": per_event([e.blamed_rank for e in ev]),

@@ -44,19 +44,22 @@ class CollectiveSkewRecord:
     end_ns: int
     """When the op completed on this member (aligned ns)."""
     wait_ns: int
-    """Time this member waited for the last member to arrive."""
+    """Time this member waited for its peers: from its arrival to the arrival it waits for (the last one, or
+    under a rooted collective's rule the root's; ``replay.execution.waits_for``), at most its op's
+    duration."""
     exposed_wait_ns: int
     """The part of ``wait_ns`` not hidden under compute on this rank (asynchronous ops wait under compute)."""
     transfer_ns: int
-    """Completion minus the last arrival (>= 0)."""
+    """Completion minus the arrival this member waited for (>= 0; 0 for a member done before it)."""
     skew_ns: int
     """Last minus first arrival over the members."""
     late_rank: int
-    """Member that arrived last."""
+    """Member whose arrival the longest wait was for: the last to arrive, or a rooted collective's root."""
     blamed_rank: int
     """Rank the wait is attributed to (the late rank, or whoever made it wait earlier)."""
     late_by_ns: int
-    """Late member's arrival minus the median member's arrival."""
+    """Late member's arrival minus the median arrival (of all members; of the others where the late member
+    is a root), 0 where it was not later."""
     cause_kind: str
     """Why the late member was late (a CauseKind value)."""
     cause_op: str | None

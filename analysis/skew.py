@@ -159,6 +159,12 @@ class SkewEvent:
     and cause are not meaningful."""
 
     @property
+    def transfer_ns(self) -> I64:
+        """Members' transfers: completion less the arrival each waited for (``end - arrival - wait``; 0 for a
+        member done before it)."""
+        return np.maximum(self.end_ns - self.arrival_ns - self.wait_ns, 0)
+
+    @property
     def skew_ns(self) -> int:
         return int(self.arrival_ns.max() - self.arrival_ns.min())
 
@@ -190,6 +196,7 @@ class SkewResult:
     def records(self) -> list[CollectiveSkewRecord]:
         out = []
         for e in self.events:
+            transfer = e.transfer_ns
             for k, r in enumerate(e.ranks):
                 out.append(
                     CollectiveSkewRecord(
@@ -204,7 +211,7 @@ class SkewResult:
                         end_ns=int(e.end_ns[k]),
                         wait_ns=int(e.wait_ns[k]),
                         exposed_wait_ns=int(e.exposed_wait_ns[k]),
-                        transfer_ns=max(int(e.end_ns[k] - e.arrival_ns[k] - e.wait_ns[k]), 0),
+                        transfer_ns=int(transfer[k]),
                         skew_ns=e.skew_ns,
                         late_rank=e.late_rank,
                         blamed_rank=e.blamed_rank,

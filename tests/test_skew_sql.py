@@ -49,7 +49,8 @@ def _skewed_run(out: Path, seed: int, steps: int = 3) -> Path:
     """4 ranks, ``steps`` steps of seeded compute with a straggler (rank ``seed % 4``): an all_reduce on the
     world, all_gathers in pairs, a reduce_scatter of 3 ranks, an asynchronous all_reduce on its own stream
     waited for under compute, sends from 1 to 2 and from 3 to 0 in two groups (some eager), a second thread
-    whose ops overlap the first's, and a wait node and untraced host time on it (neither is compute)."""
+    whose ops overlap the first's, a wait node and untraced host time on it (neither is compute), and rooted
+    collectives (a root of every rank in turn; a reduce; a root that is no member)."""
     rng = random.Random(seed)
     b = RunBuilder(4, groups=GROUPS)
     ranks = [b.rank(r) for r in range(4)]
@@ -58,14 +59,20 @@ def _skewed_run(out: Path, seed: int, steps: int = 3) -> Path:
     def grid(*choices: int) -> int:
         return rng.choice(choices) * GRID_NS
 
-    def collective(ctype: CommType, pg: str) -> None:
+    def collective(ctype: CommType, pg: str, root: int | None = None) -> None:
         members = GROUPS[pg]
         arrive = {r: t[r] + grid(0, 0, 1) for r in members}
         last, transfer = max(arrive.values()), grid(0, 1, 2)
         for r in members:
+            # what the member waits for (docs/execution.md, rooted collectives): the last arrival; with a
+            # root, a broadcast member the root, the root no one; a scatter or gather member the root
+            if root not in members or (r == root and ctype != CommType.BROADCAST):
+                awaited = last
+            else:
+                awaited = arrive[root] if r != root else arrive[r]
             # now and then a member leaves early (its call returned before the others arrived)
-            end = arrive[r] + GRID_NS if rng.random() < 0.15 else last + transfer
-            ranks[r].collective(ctype, 4096, end - arrive[r], pg=pg, start_ns=arrive[r])
+            end = arrive[r] + GRID_NS if rng.random() < 0.15 else max(awaited, arrive[r]) + transfer
+            ranks[r].collective(ctype, 4096, end - arrive[r], pg=pg, start_ns=arrive[r], root=root)
             t[r] = end
 
     def pair(src: int, dst: int, pg: str, tag: int) -> None:
@@ -92,6 +99,12 @@ def _skewed_run(out: Path, seed: int, steps: int = 3) -> Path:
         collective(CommType.ALL_GATHER, "tp0")
         collective(CommType.ALL_GATHER, "tp1")
         collective(CommType.REDUCE_SCATTER, "odd")
+        # rooted collectives, each rank a root in turn; a root that is no member is unknown
+        collective(CommType.BROADCAST, "0", root=step % 4)
+        collective(CommType.SCATTER, "odd", root=(0, 1, 3)[step % 3])
+        collective(CommType.GATHER, "tp1", root=2 + step % 2)
+        collective(CommType.REDUCE, "0", root=(step + 1) % 4)
+        collective(CommType.BROADCAST, "tp0", root=3)
         pair(1, 2, "0", 3)
         pair(3, 0, "odd", 0)
         pair(1, 2, "0", 3)
@@ -190,6 +203,18 @@ def test_the_sql_on_the_export_gives_the_skew_table_analyze_writes(tmp_path: Pat
         last[_key(r)[:3]] = max(last.get(_key(r)[:3], 0), r["arrival_ns"])
     # a member that left before the last arrived (an eager send) waited only as long as its call lasted
     assert any(r["wait_ns"] < last[_key(r)[:3]] - r["arrival_ns"] for r in got)
+    # rooted collectives follow the model's rule: a root (a broadcast's, scatter's or gather's) is the late
+    # member though another arrived after it, and a broadcast root waits for no one
+    last_rank = {_key(r)[:3]: r["rank"] for r in sorted(got, key=lambda r: (r["arrival_ns"], r["rank"]))}
+    rooted = [r for r in got if r["comm_type"] in ("BROADCAST", "SCATTER", "GATHER")]
+    assert any(r["late_rank"] != last_rank[_key(r)[:3]] for r in rooted)
+    assert any(
+        r["comm_type"] == "BROADCAST"
+        and r["rank"] == r["late_rank"]
+        and r["wait_ns"] == 0
+        and r["arrival_ns"] < last[_key(r)[:3]]
+        for r in rooted
+    )
 
 
 def test_rows_come_in_the_order_analyze_writes_them_where_last_arrivals_differ(tmp_path: Path) -> None:

@@ -35,31 +35,97 @@ members AS (
     FROM p2p p
     JOIN nodes n ON n.rank = p.dst_rank AND n.node_id = p.recv_node_id
 ),
-ordered AS (
-    SELECT m.*,
-           MAX(arrival_ns) OVER (PARTITION BY kind, pg_name, seq) AS last_arrival_ns,
-           MIN(arrival_ns) OVER (PARTITION BY kind, pg_name, seq) AS first_arrival_ns,
-           COUNT(*) OVER (PARTITION BY kind, pg_name, seq) AS members,
-           ROW_NUMBER() OVER (PARTITION BY kind, pg_name, seq ORDER BY arrival_ns, member_pos) AS arrival_order
-    FROM members m
+-- Rooted collectives (the execution model's waits_for, docs/execution.md): a broadcast's or scatter's root
+-- is its nodes' src, a gather's their dst, as the lowest-ranked member recorded it; the instance's type is
+-- that member's too. A root that is no member is unknown (the instance is not rooted). A reduce keeps the
+-- last arrival for all, so it needs no root.
+first_members AS (
+    SELECT c.pg_name, c.seq, c.comm_type, c.rank, c.node_id,
+           ROW_NUMBER() OVER (PARTITION BY c.pg_name, c.seq ORDER BY c.rank) AS pos
+    FROM collectives c
 ),
--- A member waits from its arrival until the last member arrives, at most as long as its op lasted.
+roots AS (
+    SELECT f.pg_name, f.seq, f.comm_type AS root_type, c.rank AS root_rank, c.start_ns AS root_arrival_ns
+    FROM first_members f
+    JOIN nodes n ON n.rank = f.rank AND n.node_id = f.node_id
+    JOIN collectives c
+      ON c.pg_name = f.pg_name AND c.seq = f.seq
+     AND c.rank = CASE WHEN f.comm_type = 'GATHER' THEN n.dst ELSE n.src END
+    WHERE f.pos = 1 AND f.comm_type IN ('BROADCAST', 'SCATTER', 'GATHER')
+),
+-- The arrival each member waits for: the last one; with a known root, a broadcast member's the root's (the
+-- later of its own and the root's), the root's its own (it waits for no one); a scatter or gather member's
+-- the root's, the root's the last one. A member waits from its arrival until then, at most as long as its
+-- op lasted.
 waits AS (
-    SELECT o.*, LEAST(last_arrival_ns - arrival_ns, end_ns - arrival_ns) AS wait_ns
-    FROM ordered o
+    SELECT a.*, LEAST(awaited_ns - arrival_ns, end_ns - arrival_ns) AS wait_ns
+    FROM (
+        SELECT l.*,
+               CASE WHEN root_rank IS NULL THEN last_arrival_ns
+                    WHEN rank <> root_rank THEN GREATEST(arrival_ns, root_arrival_ns)
+                    WHEN root_type = 'BROADCAST' THEN arrival_ns
+                    ELSE last_arrival_ns
+               END AS awaited_ns
+        FROM (
+            SELECT m.*, r.root_type, r.root_rank, r.root_arrival_ns,
+                   MAX(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS last_arrival_ns,
+                   MIN(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS first_arrival_ns,
+                   COUNT(*) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS members
+            FROM members m
+            LEFT JOIN roots r ON m.kind = 'collective' AND r.pg_name = m.pg_name AND r.seq = m.seq
+        ) l
+    ) a
 ),
--- The late member arrived last (of equal arrivals, the last in member order); the median member is the
--- ((members - 1) / 2, rounded down)-th in arrival order, counting from 0: 2 * position is members - 1 or
--- members - 2, whichever is even.
+-- The late member: the one whose arrival the longest wait was for. That is the last to arrive (of equal
+-- arrivals, the last in member order), or a rooted instance's root (of two members or more), unless the
+-- first member (in member order) with the longest wait, a wait above 0, is a scatter's or gather's root,
+-- which waits for the last arrival.
+held AS (
+    SELECT f.*,
+           CASE WHEN root_rank IS NULL OR members < 2 THEN NULL
+                WHEN root_type <> 'BROADCAST' AND longest_ns > 0 AND first_longest = root_rank THEN NULL
+                ELSE root_rank
+           END AS held_rank
+    FROM (
+        SELECT l.*,
+               MIN(CASE WHEN wait_ns = longest_ns THEN member_pos END) OVER (PARTITION BY kind, pg_name, seq)
+                 AS first_longest
+        FROM (
+            SELECT w.*, MAX(wait_ns) OVER (PARTITION BY kind, pg_name, seq) AS longest_ns
+            FROM waits w
+        ) l
+    ) f
+),
+-- Arrival order, counting from 1: of all members, and of the members other than the held one.
+ordered AS (
+    SELECT h.*,
+           ROW_NUMBER() OVER (PARTITION BY kind, pg_name, seq ORDER BY arrival_ns, member_pos) AS arrival_order,
+           ROW_NUMBER() OVER (
+               PARTITION BY kind, pg_name, seq, CASE WHEN rank = held_rank THEN 1 ELSE 0 END
+               ORDER BY arrival_ns, member_pos) AS other_order
+    FROM held h
+),
+-- The late member is compared with the median of the others: without a held member, the
+-- ((members - 1) / 2, rounded down)-th member in arrival order, counting from 0 (2 * position is members - 1
+-- or members - 2, whichever is even), the late one included; with one, the ((members - 2) / 2)-th of the
+-- others. late_by_ns is how much later the late member arrived, 0 where it did not.
 events AS (
-    SELECT kind, pg_name, seq,
-           MAX(CASE WHEN arrival_order = members THEN rank END) AS late_rank,
-           MAX(CASE WHEN arrival_order = members THEN step END) AS step,
-           MAX(CASE WHEN arrival_order = members THEN arrival_ns END)
-             - MAX(CASE WHEN 2 * (arrival_order - 1) IN (members - 1, members - 2) THEN arrival_ns END)
-             AS late_by_ns
-    FROM ordered
-    GROUP BY kind, pg_name, seq
+    SELECT kind, pg_name, seq, late_rank, step, GREATEST(late_ns - median_ns, 0) AS late_by_ns
+    FROM (
+        SELECT kind, pg_name, seq,
+               MAX(CASE WHEN (held_rank IS NULL AND arrival_order = members OR rank = held_rank) THEN rank END)
+                 AS late_rank,
+               MAX(CASE WHEN (held_rank IS NULL AND arrival_order = members OR rank = held_rank) THEN step END)
+                 AS step,
+               MAX(CASE WHEN (held_rank IS NULL AND arrival_order = members OR rank = held_rank)
+                        THEN arrival_ns END) AS late_ns,
+               MAX(CASE WHEN held_rank IS NULL AND 2 * (arrival_order - 1) IN (members - 1, members - 2)
+                          OR (held_rank IS NOT NULL AND rank <> held_rank
+                              AND 2 * (other_order - 1) IN (members - 2, members - 3))
+                        THEN arrival_ns END) AS median_ns
+        FROM ordered
+        GROUP BY kind, pg_name, seq
+    ) e
 ),
 -- Compute on each rank, all streams and threads together: COMP nodes, less the capture's untraced host
 -- time and the wait nodes (these names are skewlens.profiler.vocab's UNTRACED_NODE_NAME and
@@ -105,7 +171,7 @@ covered AS (
 )
 SELECT w.kind, w.pg_name, w.seq, w.comm_type, e.step, w.rank, w.node_id, w.arrival_ns, w.end_ns,
        w.wait_ns, w.wait_ns - COALESCE(x.covered_ns, 0) AS exposed_wait_ns,
-       GREATEST(w.end_ns - w.last_arrival_ns, 0) AS transfer_ns,
+       GREATEST(w.end_ns - w.arrival_ns - w.wait_ns, 0) AS transfer_ns,
        w.last_arrival_ns - w.first_arrival_ns AS skew_ns,
        e.late_rank, e.late_by_ns
 FROM waits w
