@@ -26,6 +26,8 @@ def _file_mode() -> int:
 
 
 FILE_MODE = _file_mode()
+#: What ``mkdir`` gives a new directory (0777 minus the umask), for those made private by ``mkdtemp``.
+DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
 
 
 @contextmanager
@@ -79,11 +81,13 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
 def staging_dir(out: Path) -> Iterator[Path]:
     """A new, empty directory beside ``out`` (its parents made) to write a whole output into; the block
     moves what it wrote into place (:func:`replace_dir`, or file by file), and whatever is left, on success
-    or after an error or an interrupt, is removed when it ends. An unwritable place is a
-    :class:`SkewlensError` naming ``out``."""
+    or after an error or an interrupt, is removed when it ends. It has an ordinary directory's permissions
+    (:data:`DIR_MODE`), not ``mkdtemp``'s private 0700: moved into place, it is what others read. An
+    unwritable place is a :class:`SkewlensError` naming ``out``."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        tmp.chmod(DIR_MODE)
     except OSError as e:
         raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
     try:

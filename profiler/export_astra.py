@@ -593,7 +593,6 @@ def export_astra_sim(
         )
         for p in tmp.iterdir():
             p.chmod(FILE_MODE)
-        tmp.chmod(FILE_MODE | (FILE_MODE & 0o444) >> 2)  # a directory: x wherever r
         replace_dir(tmp, out)
     return AstraExport(
         out_dir=out,

@@ -538,3 +538,17 @@ def test_a_script_without_a_main_guard_gets_an_error_that_says_so_not_out_of_mem
     said = [line for line in p.stderr.splitlines() if "the worker exporting rank" in line]
     assert said and 'if __name__ == "__main__":' in said[0], p.stderr[-2000:]
     assert "SkewlensError" in said[0]  # one error of ours, not a BrokenProcessPool from inside the pool
+
+
+def test_an_export_is_readable_as_an_ordinary_directory_is_not_private_to_its_writer(
+    exported: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The export is written into a staging directory that ``mkdtemp`` makes 0700, then moved into place:
+    it gets the mode ``mkdir`` gives under the same umask, so that others (a team, a Spark service user) can
+    read it."""
+    _run_dir, out = exported
+    ordinary = tmp_path / "ordinary"
+    ordinary.mkdir()
+    assert out.stat().st_mode & 0o777 == ordinary.stat().st_mode & 0o777
+    for p in out.rglob("*"):
+        assert p.stat().st_mode & 0o444 == ordinary.stat().st_mode & 0o444, p

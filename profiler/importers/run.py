@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from skewlens.profiler.atomic import DIR_MODE
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
@@ -451,7 +452,7 @@ def _write_run(
     except OSError as e:
         raise TraceImportError(f"{out.parent}: cannot create the run directory there ({e})") from None
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; a run directory is an ordinary one
+        tmp.chmod(DIR_MODE)  # mkdtemp makes it private; a run directory is an ordinary one
         for c, part in zip(convs, nodes, strict=True):
             with (
                 EtWriter(rank_file(tmp, c.rank), {"rank": c.rank, "world_size": ws}) as w,
