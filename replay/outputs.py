@@ -72,8 +72,14 @@ SWEEP_PNG = "sweep.png"
 def check_trace_outside(trace: str | Path, out_dir: Path) -> None:
     """Refuse a trace inside ``out_dir``'s ``run/`` or ``real/``: a real replay into ``out_dir`` replaces
     ``run/`` (it cleared the trace's files before its workers read them), a simulated one removes both (an
-    earlier real replay's), so ``trace=OUT/run out=OUT`` lost the trace."""
+    earlier real replay's), so ``trace=OUT/run out=OUT`` lost the trace. Refuse ``out`` the run's own
+    directory too: the replay's files would lie among the run's."""
     t = Path(trace).resolve()
+    if t == Path(out_dir).resolve():
+        raise ConfigError(
+            f"out={out_dir} is the run's own directory (trace={trace}): the replay's files would lie among "
+            "the run's; give another out, such as a directory beside it"
+        )
     for name in (REAL_RUN_DIR, REAL_WORK_DIR):
         d = (Path(out_dir) / name).resolve()
         if t == d or d in t.parents:

@@ -102,6 +102,20 @@ def test_missing_run_directory_is_a_one_line_error(
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_that_is_the_runs_own_directory_is_a_one_line_error_and_writes_nothing_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = build_one_slow_rank(tmp_path)
+    files = sorted(p.name for p in run.iterdir())
+    assert main(["analyze", str(run), "--out", str(run)]) == 2
+    error = (
+        f"skewlens analyze: error: --out {run}: is the run's own directory: the analysis' files "
+        "would lie among the run's; give another directory, such as one beside it"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [error]
+    assert sorted(p.name for p in run.iterdir()) == files
+
+
 WIDE = Scenario(world_size=8, straggler_rank=5, straggler_ns=40 * MS, steps=3)
 
 

@@ -694,22 +694,30 @@ def test_real_replay_of_a_run_recorded_on_cuda_is_refused_where_cuda_is_not_avai
 
 
 @pytest.mark.parametrize("mode", ["sim", "real"])
-def test_a_trace_inside_outs_run_directory_is_refused_and_kept(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+@pytest.mark.parametrize("where", ["out/run", "out"])
+def test_a_trace_that_is_out_or_inside_outs_run_directory_is_refused_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str, where: str
 ) -> None:
     # replaying a real replay's capture into its own OUT: mode=sim removed OUT/run (the trace) after the
-    # replay as an earlier real replay's; mode=real cleared its files and captured over them
+    # replay as an earlier real replay's; mode=real cleared its files and captured over them. Into the run's
+    # own directory, the replay's files lay among the run's.
     b = RunBuilder(world_size=2)
     for r in range(2):
         b.rank(r).step(0).collective(CommType.ALL_REDUCE, comm_bytes=1024, dur_ns=300_000)
     out = tmp_path / "out"
-    trace = b.write(out / "run")
+    trace = b.write(tmp_path / where)
     files = sorted(p.name for p in trace.iterdir())
     rc = skewlens_main(["replay", f"mode={mode}", f"trace={trace}", f"out={out}", "progress=false"])
     assert rc == 2
-    error = (
-        f"skewlens replay: error: trace={trace} lies in out={out}'s run/, which a replay into it replaces "
-        "(mode=real) or removes (mode=sim) along with the trace; give another out"
-    )
+    if where == "out":
+        error = (
+            f"skewlens replay: error: out={out} is the run's own directory (trace={trace}): the replay's "
+            "files would lie among the run's; give another out, such as a directory beside it"
+        )
+    else:
+        error = (
+            f"skewlens replay: error: trace={trace} lies in out={out}'s run/, which a replay into it "
+            "replaces (mode=real) or removes (mode=sim) along with the trace; give another out"
+        )
     assert capsys.readouterr().err.strip().splitlines() == [error]
     assert sorted(p.name for p in trace.iterdir()) == files

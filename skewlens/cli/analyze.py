@@ -129,6 +129,11 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
+    if out.resolve() == Path(args.run_dir).resolve():
+        raise SkewlensError(
+            f"--out {out}: is the run's own directory: the analysis' files would lie among the run's; give "
+            "another directory, such as one beside it"
+        )
     run = load_for_analysis(args.run_dir, err, lenient=args.lenient)
     progress = RichProgress(err)
     result = analyze_run(
