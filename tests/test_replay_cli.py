@@ -721,3 +721,76 @@ def test_a_trace_that_is_out_or_inside_outs_run_directory_is_refused_and_kept(
         )
     assert capsys.readouterr().err.strip().splitlines() == [error]
     assert sorted(p.name for p in trace.iterdir()) == files
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["{run}"], "{run}: replay takes key=value overrides: did you mean trace={run}?"),
+        (
+            ["trace={run}", "slowdown.rank", "1"],
+            "slowdown.rank: replay takes key=value overrides: did you mean slowdown.rank=1?",
+        ),
+        (
+            ["trace={run}", "slowdown.rank"],
+            "slowdown.rank: replay takes key=value overrides: did you mean slowdown.rank=...?",
+        ),
+        (["--trace", "{run}"], "--trace: replay takes key=value overrides: did you mean trace={run}?"),
+        (
+            ["trace={run}", "--comm-mode=model"],
+            "--comm-mode=model: replay takes key=value overrides: did you mean comm_mode=model?",
+        ),
+        (
+            ["trace={run}", "--lenient"],
+            "--lenient: replay takes key=value overrides: did you mean lenient=true?",
+        ),
+        (
+            ["trace={run}", "straggler"],
+            "straggler: replay takes key=value overrides: did you mean slowdown=straggler?",
+        ),
+        (
+            ["trace={run}", "--bogus"],
+            (
+                "--bogus: not an option of skewlens replay (it takes key=value overrides and Hydra's flags: "
+                "skewlens replay --help)"
+            ),
+        ),
+        (
+            ["trace={run}", "compute}]"],
+            "compute}]: replay takes key=value overrides (quote one that holds spaces)",
+        ),
+        (["trace={run}", "--cfg"], "--cfg: expects a value"),
+        (["trace={run}", "--cfg", "jobs"], "--cfg: expects one of job, hydra, all, got 'jobs'"),
+    ],
+)
+def test_an_argument_that_is_not_an_override_or_a_hydra_flag_is_one_line_saying_what_was_meant(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    # were Hydra's grammar error in five lines ("extraneous input '/' expecting {EQUAL, ...}", "missing EQUAL
+    # at '<EOF>'") or argparse's usage under the program name skewlens-replay
+    args = [a.replace("{run}", str(run_dir)) for a in args]
+    assert skewlens_main(["replay", f"out={tmp_path / 'o'}", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"skewlens replay: error: {error.replace('{run}', str(run_dir))}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_hydra_flags_and_their_values_pass_and_version_is_skewlens_version(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens import __version__
+
+    assert skewlens_main(["replay", "--version"]) == 0
+    assert capsys.readouterr().out == f"skewlens {__version__}\n"  # was "Hydra 1.3.8"
+    args = ["replay", "-c", "job", "-p", "slowdown", f"trace={run_dir}", f"out={tmp_path / 'o'}", "~scale"]
+    assert skewlens_main(args) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ["# @package slowdown", "name: none"]
+
+
+def test_an_error_of_hydras_own_parser_names_the_program_skewlens_replay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert skewlens_main(["replay", "--info", "--cfg=all", "--info=bogus"]) == 2
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1].startswith("skewlens replay: error: argument --info")
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import shutil
 import signal
 import sys
@@ -465,6 +466,94 @@ def check_modes(args: Sequence[str]) -> None:
         )
 
 
+#: Hydra's flags (``hydra._internal.utils.get_args_parser``): those that take a value, the one whose value is
+#: optional (with its choices), and those that take none.
+HYDRA_CFG = ("-c", "--cfg")
+HYDRA_CFG_CHOICES = ("job", "hydra", "all")
+HYDRA_VALUE_FLAGS = (
+    HYDRA_CFG,
+    ("-p", "--package"),
+    ("-cp", "--config-path"),
+    ("-cn", "--config-name"),
+    ("-cd", "--config-dir"),
+    ("", "--experimental-rerun"),
+)
+HYDRA_INFO = ("-i", "--info")
+HYDRA_INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+HYDRA_PLAIN_FLAGS = (
+    ("-h", "--help"),
+    ("", "--hydra-help"),
+    ("", "--version"),
+    ("", "--resolve"),
+    ("-r", "--run"),
+    ("-m", "--multirun"),
+    ("-sc", "--shell-completion"),
+)
+_KEY = re.compile(r"\+{0,2}[A-Za-z_]\w*(\.\w+)*")
+
+
+def _hydra_flag(arg: str) -> tuple[str, ...] | None:
+    """The Hydra flag (short, long) ``arg`` names (``--cfg=job`` too; a long one by a unique prefix, as
+    argparse takes it), else None."""
+    name = arg.partition("=")[0]
+    flags = (*HYDRA_VALUE_FLAGS, HYDRA_INFO, *HYDRA_PLAIN_FLAGS)
+    for flag in flags:
+        if name in flag and name:
+            return flag
+    if name.startswith("--"):
+        close = [f for f in flags if f[1].startswith(name)]
+        if len(close) == 1:
+            return close[0]
+    return None
+
+
+def check_arguments(args: Sequence[str]) -> None:
+    """Each argument is a ``key=value`` override (``~key`` deletes one), a Hydra flag or its value, else a
+    one-line :class:`ConfigError` naming it and saying what was likely meant: a run directory given as a
+    path (``check``, ``analyze`` take one) is ``trace=PATH``, ``key value`` and ``--key value`` are
+    ``key=value``. Hydra's own message is its grammar error in five lines, or argparse's usage."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        loose = nxt is not None and not nxt.startswith("-") and "=" not in nxt  # a value without its key
+        if arg.startswith("-"):
+            flag = _hydra_flag(arg)
+            if flag is not None:
+                value = arg.partition("=")[2] if "=" in arg else nxt
+                if flag in HYDRA_VALUE_FLAGS and (value is None or value.startswith("-")):
+                    raise ConfigError(f"{arg}: expects a value")
+                if flag == HYDRA_CFG and value not in HYDRA_CFG_CHOICES:
+                    raise ConfigError(f"{arg}: expects one of {', '.join(HYDRA_CFG_CHOICES)}, got {value!r}")
+                takes = flag in HYDRA_VALUE_FLAGS or (flag == HYDRA_INFO and nxt in HYDRA_INFO_CHOICES)
+                i += 2 if takes and "=" not in arg else 1
+                continue
+            name, eq, value = arg.lstrip("-").partition("=")
+            key = name.replace("-", "_")
+            if _KEY.fullmatch(key) and _declared_type(key) is not None:
+                given = value if eq else nxt if loose else None
+                if given is None:
+                    given = "true" if _declared_type(key) is bool else "..."
+                raise ConfigError(f"{arg}: replay takes key=value overrides: did you mean {key}={given}?")
+            raise ConfigError(
+                f"{arg}: not an option of skewlens replay (it takes key=value overrides and Hydra's flags: "
+                "skewlens replay --help)"
+            )
+        if "=" in arg or arg.startswith("~"):
+            i += 1
+            continue
+        path = Path(arg).expanduser()
+        if "/" in arg or path.exists():
+            raise ConfigError(f"{arg}: replay takes key=value overrides: did you mean trace={arg}?")
+        if _KEY.fullmatch(arg):
+            for group in (*CHECKED_GROUPS, "topology"):
+                if arg in conf_entries(group):
+                    raise ConfigError(f"{arg}: replay takes key=value overrides: did you mean {group}={arg}?")
+            given = nxt if loose else "..."
+            raise ConfigError(f"{arg}: replay takes key=value overrides: did you mean {arg}={given}?")
+        raise ConfigError(f"{arg}: replay takes key=value overrides (quote one that holds spaces)")
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (``timeout``, ``kill``, a batch system's end of job) interrupts as Ctrl-C does: the replay
@@ -493,6 +582,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     register_configs()
     args = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "-V" or (a.startswith("--") and _hydra_flag(a) == ("", "--version")) for a in args):
+        from skewlens import __version__
+
+        print(f"skewlens {__version__}")  # as ``skewlens --version``; Hydra's would say its own
+        return 0
+    check_arguments(args)
     check_modes(args)
     check_groups(args)
     check_types(args)
@@ -513,7 +608,7 @@ def _main(argv: list[str] | None) -> int:
     with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
         hydra_args = topology_files(args, Path(tmp))
         made = make_out_dir(args)
-        sys.argv = ["skewlens-replay", *hydra_args]
+        sys.argv = ["skewlens replay", *hydra_args]  # argparse names the program after it
         try:
             app()
         except SystemExit as e:
