@@ -335,3 +335,31 @@ def test_host_trace_adds_data_dependencies_on_earlier_writers(
     # some collective kernels read tensors that a CPU op other than their launching op produced
     assert any(n.data_deps for n in nodes if n.type == NodeType.COMM_COLL)
     assert all(not n.data_deps for n in read_et(dlrm_run_kineto_only / "rank-0.et").nodes)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "{t}"],
+        ["analyze", "{t}", "--out", "{o}"],
+        ["export", "{t}"],
+        ["replay", "trace={t}", "out={o}"],
+    ],
+)
+def test_a_real_kineto_trace_given_as_a_run_is_named_with_the_command_that_imports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # was "a file, not a run: give the run directory that holds it (.../traces)", and that directory then
+    # "no manifest.json and no Chakra traces named <prefix>.<rank>.et (is this a run directory?)"
+    _need_shared()
+    from skewlens.cli import main
+
+    args = [a.format(t=NCCL_2GPU, o=tmp_path / "o") for a in command]
+    assert main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        (
+            f"skewlens {command[0]}: error: {NCCL_2GPU}: a Kineto trace (torch.profiler JSON), not a "
+            f"run: import it first: skewlens import --kineto {NCCL_2GPU} --out RUN"
+        )
+    ]
+    assert not (tmp_path / "o").exists()

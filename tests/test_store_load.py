@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import io
+import json
 import os
 import platform
 import subprocess
 import sys
+import tarfile
 import threading
 from pathlib import Path
 
@@ -706,3 +709,33 @@ def test_collectives_on_the_first_named_group_keep_it_and_are_not_taken_for_grou
     run = load_run(b.write(tmp_path / "run"))
     assert [(c.pg_name, c.ranks) for c in run.collectives] == [("tp", (0, 1))]
     assert not any("name no process group" in n for n in run.ranks[0].notes)
+
+
+def test_kineto_traces_given_as_a_run_are_named_as_such_with_the_import_command(tmp_path: Path) -> None:
+    # each said "a file, not a run: give the run directory that holds it", and that directory "no
+    # manifest.json and no Chakra traces ... (is this a run directory?)"
+    kineto = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}
+    d = tmp_path / "traces"
+    d.mkdir()
+    (d / "worker0.pt.trace.json").write_text(json.dumps(kineto))
+    (d / "r1.json.gz").write_bytes(gzip.compress(json.dumps(kineto).encode()))
+    (d / "et.json").write_text(json.dumps({"schema": "1.0.1", "nodes": []}))
+    with tarfile.open(tmp_path / "k.tar.gz", "w:gz") as tf:
+        tf.add(d / "r1.json.gz", arcname="k/r1.json.gz")
+    imp = "skewlens import --kineto"
+    cases = {
+        d / "worker0.pt.trace.json": f"a Kineto trace (torch.profiler JSON), not a run: import it first: "
+        f"{imp} {d / 'worker0.pt.trace.json'} --out RUN",
+        d / "r1.json.gz": f"a Kineto trace (torch.profiler JSON), not a run: import it first: "
+        f"{imp} {d / 'r1.json.gz'} --out RUN",
+        tmp_path / "k.tar.gz": f"an archive of Kineto traces (torch.profiler JSON), not a run: import it "
+        f"first: {imp} {tmp_path / 'k.tar.gz'} --out RUN",
+        d / "et.json": f"a PyTorch host execution trace, not a run: import it with its Kineto traces: "
+        f"{imp} KINETO --host-et {d / 'et.json'} --out RUN",
+        d: f"it holds Kineto traces (r1.json.gz, worker0.pt.trace.json), not a run: import them first: "
+        f"{imp} {d} --out RUN",
+    }
+    for path, says in cases.items():
+        with pytest.raises(ManifestError) as e:
+            load_run(path)
+        assert str(e.value) == f"{path}: {says}"

@@ -8,6 +8,9 @@ A run is one of:
   from the ``## process_group:init ##`` metadata node, and collectives without a group are world-wide;
 - a prefix ``DIR/<prefix>`` naming such files.
 
+Kineto traces (torch.profiler JSON) given in place of a run, a file or a directory of them, are refused
+naming the ``skewlens import --kineto`` command that makes a run of them.
+
 Files are decoded by the vectorised decoder in :mod:`skewlens.profiler.store.fast` (falling back to the
 per-node reference decoder here for anything it refuses, so errors name the exact byte offset). Problems
 go to an :class:`~skewlens.profiler.store.issues.IssueLog`: strict by default (the first error raises
@@ -23,6 +26,8 @@ import functools
 import json
 import math
 import re
+import tarfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -129,6 +134,82 @@ def _refuse_parquet_export(p: Path) -> None:
         )
 
 
+#: How much of a file's (gunzipped) text :func:`_sniff` reads: a Kineto trace's ``traceEvents`` key follows
+#: a few KB of device properties and distributed info.
+_SNIFF_BYTES = 1 << 16
+#: Most entries of a directory (and members of an archive) looked at for Kineto traces.
+_SNIFF_ENTRIES = 1000
+_ARCHIVES = (".tar.gz", ".tgz", ".tar")
+_IMPORT = "skewlens import --kineto"
+
+
+def _sniff(f: Path) -> str | None:
+    """``kineto`` for a file that looks like a Kineto trace (torch.profiler's JSON: ``traceEvents`` in its
+    first :data:`_SNIFF_BYTES`, or a ``*kineto*`` / ``*.pt.trace.json*`` name), ``host_et`` for a PyTorch
+    host execution trace, else None; a ``.tar`` / ``.tar.gz`` archive by the first trace member it holds.
+    Reads no more than a few KB (an archive: up to its first trace member); unreadable files are None."""
+    name = f.name.lower()
+    try:
+        if name.endswith(_ARCHIVES):
+            with tarfile.open(f, "r:*") as tf:
+                for count, member in enumerate(tf):
+                    if count >= _SNIFF_ENTRIES:
+                        return None
+                    if member.isreg() and member.name.lower().endswith((".json", ".json.gz")):
+                        src = tf.extractfile(member)
+                        if src is None:
+                            return None
+                        with src:
+                            head = src.read(_SNIFF_BYTES)
+                        if member.name.lower().endswith(".gz"):
+                            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+                        return _sniff_text(member.name.lower(), head)
+            return None
+        if not name.endswith((".json", ".json.gz")):
+            return None
+        with f.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+    except (OSError, EOFError, tarfile.TarError, zlib.error):
+        return None
+    return _sniff_text(name, head)
+
+
+def _sniff_text(name: str, head: bytes) -> str | None:
+    if b'"traceEvents"' in head or "kineto" in name or ".pt.trace.json" in name:
+        return "kineto"
+    if b'"nodes"' in head and b'"schema"' in head:
+        return "host_et"
+    return None
+
+
+def _import_hint(p: Path) -> str | None:
+    """What to say where ``p`` (a file, or a directory without a run) holds Kineto traces rather than a run:
+    that it does, and the ``skewlens import`` command that makes a run of them; None where it does not."""
+    if p.is_file():
+        kind = _sniff(p)
+        if kind == "kineto":
+            what = "an archive of Kineto traces" if p.name.lower().endswith(_ARCHIVES) else "a Kineto trace"
+            return f"{what} (torch.profiler JSON), not a run: import it first: {_IMPORT} {p} --out RUN"
+        if kind == "host_et":
+            return (
+                "a PyTorch host execution trace, not a run: import it with its Kineto traces: "
+                f"{_IMPORT} KINETO --host-et {p} --out RUN"
+            )
+        return None
+    found = []
+    for count, f in enumerate(sorted(p.iterdir())):
+        if count >= _SNIFF_ENTRIES:
+            break
+        if f.is_file() and _sniff(f) == "kineto":
+            found.append(f.name)
+    if not found:
+        return None
+    names = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return f"it holds Kineto traces ({names}), not a run: import them first: {_IMPORT} {p} --out RUN"
+
+
 def locate_run(path: str | Path) -> RunFiles:
     """Find a run's manifest and rank files (see the module docstring for the accepted layouts)."""
     p = Path(path)
@@ -152,6 +233,8 @@ def locate_run(path: str | Path) -> RunFiles:
             by_prefix.setdefault(m1["prefix"], {})[int(m1["rank"])] = f
     if want is not None:
         by_prefix = {k: v for k, v in by_prefix.items() if k == want}
+    if not by_prefix and p.exists() and (hint := _import_hint(p)) is not None:
+        raise ManifestError(f"{p}: {hint}")
     if not by_prefix and p.is_file():
         raise ManifestError(f"{p}: a file, not a run: give the run directory that holds it ({folder})")
     if not by_prefix and not p.exists():
