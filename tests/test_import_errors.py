@@ -580,3 +580,36 @@ def test_a_data_dependency_already_given_by_program_order_is_not_written_again_a
     nodes = {n.name: n for n in read_et(tmp_path / "run" / "rank-0.et").nodes}
     assert list(nodes["aten::add"].ctrl_deps) == [nodes["aten::mm"].id]
     assert not nodes["aten::add"].data_deps
+
+
+_X = {"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}
+
+
+@pytest.mark.parametrize(
+    ("events", "says"),
+    [
+        ([], "its traceEvents list is empty (no operators, GPU kernels or ProfilerStep# marks)"),
+        (
+            [
+                {**_X, "cat": "user_annotation", "name": "ProfilerStep#3"},
+                {**_X, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 7}},
+                {"ph": "i", "name": "marker", "ts": 3, "pid": 1, "tid": 1},
+            ],
+            (
+                "none of its 3 traceEvents is a host operator (cpu_op) or GPU activity (gpu_memcpy, "
+                "gpu_memset, kernel) (it has ProfilerStep# marks, but no work in them)"
+            ),
+        ),
+    ],
+)
+def test_a_trace_with_no_operator_or_gpu_activity_is_refused_naming_it_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], events: list[dict[str, Any]], says: str
+) -> None:
+    # was imported as a rank with one metadata node: check said OK and analyze printed empty tables
+    from skewlens.cli import main
+
+    f = _write(tmp_path / "in" / "e.json", {"traceEvents": events})
+    out = tmp_path / "run"
+    assert main(["import", "--kineto", str(f), "--rank", "0", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"skewlens import: error: {f}: nothing to import: {says}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]

@@ -157,6 +157,8 @@ class KinetoTrace:
     """Process ids of the ``cpu_op`` events (pairs the trace with its host trace)."""
     negative_durations: int = 0
     """Kept events whose ``dur`` was negative, read as 0 long (the conversion notes how many)."""
+    events: int = 0
+    """Entries of ``traceEvents``, kept or not."""
 
     def add(self, e: KEvent) -> None:
         """File a kept event under its category."""
@@ -317,7 +319,7 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
                 device=as_int(args.get("device")),
             )
         )
-    return dataclasses.replace(trace, negative_durations=negative) if negative else trace
+    return dataclasses.replace(trace, negative_durations=negative, events=len(doc["traceEvents"]))
 
 
 #: Default of the nested ``args`` fields left raw: absent (compared by identity).
@@ -516,4 +518,24 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     for e in runtime:
         if e.corr is not None:
             launches[e.corr] = e
-    return dataclasses.replace(trace, negative_durations=negative) if negative else trace
+    return dataclasses.replace(trace, negative_durations=negative, events=len(events))
+
+
+def require_work(kt: KinetoTrace) -> None:
+    """``kt`` holds a host operator or GPU activity, the events a rank's nodes are made of, else a
+    :class:`TraceImportError` naming the file and what it lacks: such a trace (an empty ``traceEvents``, only
+    annotations or runtime calls) would import as a rank with no nodes, which every command then took for a
+    run that did nothing."""
+    if kt.cpu_ops or kt.gpu:
+        return
+    if not kt.events:
+        raise TraceImportError(
+            f"{kt.path}: nothing to import: its traceEvents list is empty (no operators, GPU kernels or "
+            "ProfilerStep# marks)"
+        )
+    steps = any(a.name.startswith("ProfilerStep#") for a in kt.annotations)
+    but = " (it has ProfilerStep# marks, but no work in them)" if steps else ""
+    raise TraceImportError(
+        f"{kt.path}: nothing to import: none of its {kt.events:,} traceEvents is a host operator (cpu_op) or "
+        f"GPU activity ({', '.join(sorted(GPU_CATEGORIES))}){but}"
+    )

@@ -32,7 +32,7 @@ from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
 from skewlens.profiler.importers.convert import RankConversion, convert_rank
 from skewlens.profiler.importers.host_et import HostTrace, parse_host_et
-from skewlens.profiler.importers.kineto import KinetoTrace, load_kineto
+from skewlens.profiler.importers.kineto import KinetoTrace, load_kineto, require_work
 from skewlens.profiler.importers.pairing import pair_host_traces
 from skewlens.profiler.importers.sources import (
     MAX_JSON_BYTES,
@@ -251,6 +251,7 @@ def _run_job(job: _Job) -> _Done:
 
 def _convert_job(job: _Job) -> _Done:
     kt = _read_kineto(job.kineto, job.rank)
+    require_work(kt)
     if job.scan:
         return _Done(header=_header(kt), conv=None)
     host = _read_host(job.host) if job.host is not None else None
