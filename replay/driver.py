@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import psutil
 
-from skewlens.profiler.store.issues import ranks_label
+from skewlens.profiler.store.issues import counted, ranks_label
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
@@ -153,8 +153,8 @@ def check_slowdown_targets(
         for n in item.nodes:
             if n not in nodes:
                 raise ConfigError(
-                    f"{key}.nodes: node {n} holds none of the run's {world_size} ranks under topology "
-                    f"{topo.name} (nodes {nodes[0]}-{nodes[-1]})"
+                    f"{key}.nodes: node {n} holds none of the run's {counted(world_size, 'rank')} under "
+                    f"topology {topo.name} (nodes {nodes[0]}-{nodes[-1]})"
                 )
         if item.device != "any":
             check_compute_device(key, item, run)

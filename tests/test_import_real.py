@@ -306,7 +306,7 @@ def test_cli_imports_a_directory_and_renders_a_summary(
     out = tmp_path / "run"
     assert main(["import", "--kineto", str(NCCL_2GPU), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "1 of 2 rank(s)" in text and "(missing)" in text
+    assert "imported 1 of 2 ranks into" in text and "(missing)" in text
     assert main(["import", "--kineto", str(NCCL_2GPU), "--out", str(out)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
 

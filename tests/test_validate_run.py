@@ -470,3 +470,15 @@ def test_instances_whose_types_differ_with_an_agreeing_one_between_are_skipped_o
             b.rank(r).collective(t, 64, 10)
     report = validate_run(b.write(tmp_path / "run"), lenient=True)
     assert [(s.reason, s.seqs) for s in report.skipped] == [("types differ", (0,)), ("types differ", (2,))]
+
+
+def test_the_check_report_counts_a_groups_ranks_in_the_singular_for_one(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=1)
+    b.rank(0).step(0)
+    b.rank(0).compute("aten::mm", dur_ns=1000, start_ns=0)
+    buf = io.StringIO()
+    assert (
+        check_main([str(b.write(tmp_path / "run")), "--no-progress"], console=Console(file=buf, width=200))
+        == 0
+    )
+    assert "process groups        1: '0' (1 rank, default_pg) " in buf.getvalue()  # was "(1 ranks, ...)"

@@ -177,6 +177,11 @@ def rank_ranges(ranks: Iterable[int]) -> str:
     return ", ".join(parts) + (f" and {rest} more" if rest else "")
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``, ``1,024 ranks``: a count and its noun, in the plural unless it is one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def no_trace_line(missing: Sequence[int], world_size: int) -> str:
     """``rank 3 of 4 has no trace``, ``126 of 128 ranks have no trace: 2-127``: all ranks without a trace in
     one line."""

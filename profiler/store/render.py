@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewlens.profiler.manifest import ProcessGroupInfo
-from skewlens.profiler.store.issues import Severity
+from skewlens.profiler.store.issues import Severity, counted
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
 
@@ -66,10 +66,12 @@ def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few by name (a bare ``0``, the
     usual name of the world group, read as a count). A group's description is shown where torch's
     ``new_group`` was given one (its default, :data:`NO_DESC`, says nothing)."""
-    named = [
-        f"{g.name!r} ({len(g.ranks)} ranks{', ' + g.desc if g.desc not in ('', g.name, NO_DESC) else ''})"
-        for g in sorted(groups.values(), key=lambda g: g.name)
-    ]
+
+    def one(g: ProcessGroupInfo) -> str:
+        desc = f", {g.desc}" if g.desc not in ("", g.name, NO_DESC) else ""
+        return f"{g.name!r} ({counted(len(g.ranks), 'rank')}{desc})"
+
+    named = [one(g) for g in sorted(groups.values(), key=lambda g: g.name)]
     more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
     return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 

@@ -19,7 +19,7 @@ from skewlens.console import ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, no_trace_line, rank_ranges
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, counted, no_trace_line, rank_ranges
 from skewlens.progress import NO_PROGRESS
 from skewlens.rich_progress import RichProgress
 
@@ -110,7 +110,8 @@ def main(argv: list[str]) -> int:
     if not args.quiet:
         out = report_console()
         out.print(
-            f"imported {len(manifest.ranks)} of {manifest.world_size} rank(s) into {args.out}", soft_wrap=True
+            f"imported {len(manifest.ranks)} of {counted(manifest.world_size, 'rank')} into {args.out}",
+            soft_wrap=True,
         )
         out.print(summary_table(manifest))
     return 0
