@@ -105,11 +105,18 @@ def parse_json_bounded(
     except UnicodeDecodeError:
         raise error(f"{source}: not JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
-        raise error(f"{source}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        raise error(f"{source}: not JSON ({json_error_text(e)})") from None
     except RecursionError:
         raise error(f"{source}: JSON nested too deeply") from None
     except ValueError as e:  # an integer of more digits than Python converts (4,300)
         raise error(f"{source}: not usable JSON ({too_long(e)})") from None
+
+
+def json_error_text(e: json.JSONDecodeError) -> str:
+    """``line 1 column 57: Unterminated string``: where the JSON went wrong and what, in words (the decoder's
+    own ``msg`` ends ``starting at`` or ``at`` where its ``str`` gives the place after it)."""
+    msg = e.msg.removesuffix(" at").removesuffix(" starting")
+    return f"line {e.lineno} column {e.colno}: {msg}"
 
 
 def too_long(e: ValueError) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from skewlens.profiler.atomic import write_text_atomic
-from skewlens.profiler.bounded import read_bytes_bounded, too_long
+from skewlens.profiler.bounded import json_error_text, read_bytes_bounded, too_long
 from skewlens.profiler.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
@@ -437,7 +437,7 @@ def read_manifest(run_dir: str | Path) -> Manifest:
         d = json.loads(text)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; an int of 5,000 digits
         why = (
-            f"line {e.lineno}: {e.msg}"
+            json_error_text(e)
             if isinstance(e, json.JSONDecodeError)
             else too_long(e)
             if type(e) is ValueError

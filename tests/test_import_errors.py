@@ -613,3 +613,14 @@ def test_a_trace_with_no_operator_or_gpu_activity_is_refused_naming_it_and_nothi
     assert main(["import", "--kineto", str(f), "--rank", "0", "--out", str(out)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"skewlens import: error: {f}: nothing to import: {says}"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_a_truncated_trace_names_the_line_and_column_where_its_json_ends_without_a_dangling_at(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "rank0.json"
+    bad.write_text('{"traceEvents": [{"name": "aten::m')
+    with pytest.raises(TraceImportError) as e:
+        import_traces([bad], None, tmp_path / "run")
+    # was "(line 1 column 27: Unterminated string starting at)"
+    assert str(e.value) == f"{bad}: not JSON (line 1 column 27: Unterminated string)"

@@ -7,6 +7,7 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,34 @@ def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
     (run / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ManifestError, match="manifest version 99 is not supported"):
         read_manifest(run)
+
+
+@pytest.mark.parametrize(
+    ("damage", "error"),
+    [
+        (
+            lambda t: t[:56],
+            "line 4 column 3: Unterminated string",
+        ),  # was "line 4: Unterminated string starting at"
+        (lambda t: t[:20] + "\x01" + t[20:], "line 2 column 19: Invalid control character"),
+        (
+            lambda t: '{"format": "skewlens-run",}',
+            "line 1 column 27: Expecting property name enclosed in double quotes",
+        ),
+    ],
+)
+def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_goes_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Callable[[str], str], error: str
+) -> None:
+    from skewlens.cli import main
+
+    run = _two_rank_run(tmp_path)
+    path = run / "manifest.json"
+    path.write_text(damage(path.read_text()))
+    assert main(["check", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"skewlens check: error: {path}: not valid JSON ({error})"
+    ]
 
 
 @pytest.mark.parametrize(
