@@ -10,6 +10,7 @@ synchronise.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -27,6 +28,7 @@ from skewlens.analysis.render import NAME_WIDTH, critical_path_table
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import check_main
 from skewlens.profiler.errors import TraceFormatError, ValidationError
+from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store.issues import Severity, rank_ranges, summarise_skipped
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.validate import load_validated, validate_run
@@ -662,3 +664,31 @@ def test_every_replayed_step_counts_its_waits_in_its_window_so_exposed_never_exc
         assert row.exposed_wait_ns <= row.wait_ns, (row.rank, row.step)
         assert row.exposed_wait_ns + row.exposed_transfer_ns <= row.step_time_ns, (row.rank, row.step)
     assert max(r.exposed_wait_ns for r in rows) > 1_000_000  # it did wait
+
+
+def test_a_crashed_ranks_warning_gives_the_manifests_note_after_the_line_not_nested_in_brackets(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(world_size=4)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=MS)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    crashed = "no trace: the process crashed or was killed before saving (the command exited with code 1)"
+    notes = {**m.notes, "rank 2": crashed, "rank 3": crashed}
+    write_manifest(run, dataclasses.replace(m, notes=notes))
+    (issue,) = [i for i in validate_run(run).issues if i.kind == "missing-rank"]
+    # was "... have no trace: 2-3 (no trace: the process crashed ... (the command exited with code 1)) (the
+    # manifest says so)"
+    assert issue.message == (
+        f"{run}: 2 of 4 ranks have no trace: 2-3 (the manifest says so): the process crashed or was killed "
+        "before saving (the command exited with code 1)"
+    )
+    write_manifest(
+        run, dataclasses.replace(m, notes={**notes, "rank 3": "no Kineto trace given for this rank"})
+    )
+    (issue,) = [i for i in validate_run(run).issues if i.kind == "missing-rank"]
+    assert issue.message == (
+        f"{run}: 2 of 4 ranks have no trace: 2-3 (the manifest says so): 2: the process crashed or was "
+        "killed before saving (the command exited with code 1); 3: no Kineto trace given for this rank"
+    )

@@ -968,17 +968,19 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
 
 
 def _why_missing(m: Manifest) -> str:
-    """The manifest's notes on missing ranks, each once with the ranks it applies to."""
-    by_note = m.missing_by_note()
-    by_note.pop("", None)
+    """The manifest's notes on missing ranks, each once with the ranks it applies to (less the ``no trace:``
+    a capture's note starts with: the line it ends says so)."""
+    by_note = {note.removeprefix("no trace: "): rs for note, rs in m.missing_by_note().items() if note}
     if len(by_note) == 1 and len(next(iter(by_note.values()))) == len(m.missing_ranks):
         return next(iter(by_note))
     return "; ".join(f"{rank_ranges(rs)}: {note}" for note, rs in by_note.items())
 
 
 def _no_trace(files: RunFiles, ranks: tuple[int, ...], why: str, source: str) -> str:
-    text = f"{files.root}: {no_trace_line(ranks, files.manifest.world_size)}"
-    return text + (f" ({why})" if why else "") + f" ({source})"
+    """``RUN: rank 1 of 2 has no trace (the manifest says so): the process crashed or was killed before saving
+    (the command exited with code 1)``: the manifest's notes after the line, not nested in its brackets."""
+    text = f"{files.root}: {no_trace_line(ranks, files.manifest.world_size)} ({source})"
+    return f"{text}: {why}" if why else text
 
 
 def load_run(
