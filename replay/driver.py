@@ -23,7 +23,7 @@ from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.config import ReplayConfig
+from skewlens.replay.config import ReplayConfig, SlowdownConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import compute_rows, execution_model
 from skewlens.replay.lower import group_members
@@ -99,7 +99,8 @@ def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slo
         if not steps:
             raise ConfigError("slowdown: a stall needs a step, and the run marks none")
         items = [replace(i, step=steps[0]) if u else i for i, u in zip(items, unset, strict=True)]
-    check_slowdown_targets(items, run, topo, steps)
+    preset = cfg.slowdown if cfg.slowdown.name != "none" else None
+    check_slowdown_targets(items, run, topo, steps, preset=preset)
     return tuple(items)
 
 
@@ -133,12 +134,18 @@ def check_fits(topo: Topology, run: RunTrace, cfg: ReplayConfig) -> None:
 
 
 def check_slowdown_targets(
-    items: Sequence[Slowdown], run: RunTrace, topo: Topology, steps: Sequence[int]
+    items: Sequence[Slowdown],
+    run: RunTrace,
+    topo: Topology,
+    steps: Sequence[int],
+    *,
+    preset: SlowdownConfig | None = None,
 ) -> None:
     """Every rank, link, node and step a slowdown item names is in the replayed run (a slowdown of rank 99
     on 8 ranks would otherwise slow nothing, silently; nodes as ``topo`` places the ranks; ``steps``: the
     run's, :func:`run_steps`, needed where an item is a stall): raises :class:`ConfigError` naming the key,
-    and the knob the presets take it from."""
+    and, where the items came from ``preset`` (``slowdown=straggler``; None: entries given on the command
+    line) and the value is its knob's, the knob to set (``slowdown.rank``)."""
     world_size = run.world_size
     nodes = sorted({_node_of(topo, r) for r in range(world_size)}) if any(i.nodes for i in items) else []
     for k, item in enumerate(items):
@@ -146,9 +153,10 @@ def check_slowdown_targets(
         for r in (*item.ranks, *(r for link in item.links for r in link)):
             if not 0 <= r < world_size:
                 where = "ranks" if r in item.ranks else "links"
+                knob = where == "ranks" and preset is not None and r == preset.rank
+                hint = f"; the {preset.name} preset takes it from slowdown.rank" if knob and preset else ""
                 raise ConfigError(
-                    f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1}); "
-                    "the presets take it from slowdown.rank"
+                    f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1}){hint}"
                 )
         for n in item.nodes:
             if n not in nodes:
@@ -161,9 +169,9 @@ def check_slowdown_targets(
         if item.kind == "op":
             check_op_pattern(key, item, run)
         if item.kind == "comm_delay":
-            check_comm_delay_ops(key, item, run)
+            check_comm_delay_ops(key, item, run, preset=preset)
         if item.kind == "network" and item.links:
-            check_network_links(key, item, run)
+            check_network_links(key, item, run, preset=preset)
         have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
         if item.kind == "stall" and item.every_step:
             if not any(item.in_window(s) for s in steps):
@@ -172,13 +180,14 @@ def check_slowdown_targets(
                     "every step of them would stall nothing"
                 )
         elif item.kind == "stall" and item.step not in steps:
-            raise ConfigError(
-                f"{key}.step: step {item.step} is not in the run ({have}); "
-                "the stall preset takes it from slowdown.step"
-            )
+            knob = preset is not None and item.step == preset.step
+            hint = f"; the {preset.name} preset takes it from slowdown.step" if knob and preset else ""
+            raise ConfigError(f"{key}.step: step {item.step} is not in the run ({have}){hint}")
 
 
-def check_comm_delay_ops(key: str, item: Slowdown, run: RunTrace) -> None:
+def check_comm_delay_ops(
+    key: str, item: Slowdown, run: RunTrace, *, preset: SlowdownConfig | None = None
+) -> None:
     """A ``comm_delay`` item's ranks have a node it delays (a ``before`` op), else a :class:`ConfigError`
     naming the key and the ranks that have such ops (a delay before every send of a rank that sends nothing
     delayed nothing, and the report said ``+5 ms before every send op on rank 1`` all the same)."""
@@ -192,13 +201,17 @@ def check_comm_delay_ops(key: str, item: Slowdown, run: RunTrace) -> None:
         return
     others = [r for r in sorted(run.ranks) if r not in ranks and has(r)]
     have = f"ranks with {item.before} ops: {', '.join(map(str, others))}" if others else "the run has none"
+    knob = preset is not None and preset.rank in item.ranks
+    hint = f"; the {preset.name} preset takes the rank from slowdown.rank" if knob and preset else ""
     raise ConfigError(
         f"{key}.ranks: {_has_none(item, ranks, f'{item.before} op')}, so a delay before every {item.before} "
-        f"would delay nothing ({have}); the presets take the rank from slowdown.rank"
+        f"would delay nothing ({have}){hint}"
     )
 
 
-def check_network_links(key: str, item: Slowdown, run: RunTrace) -> None:
+def check_network_links(
+    key: str, item: Slowdown, run: RunTrace, *, preset: SlowdownConfig | None = None
+) -> None:
     """Some communication of ``run`` spans both ends of one of a ``network`` item's links (a collective
     whose group holds both, or a send/recv between them), else a :class:`ConfigError` naming the key: a slow
     link no transfer crosses slowed nothing, and the report said ``bandwidth x0.25 on links 0-1``."""
@@ -209,9 +222,14 @@ def check_network_links(key: str, item: Slowdown, run: RunTrace) -> None:
     if any(a in g and b in g for g in groups for a, b in pairs):
         return
     links = ", ".join(f"{a}-{b}" for a, b in sorted(pairs))
+    hint = (
+        "; the slow_link preset's link is ranks 0-1"
+        if preset is not None and preset.name == "slow_link"
+        else ""
+    )
     raise ConfigError(
         f"{key}.links: no collective or send/recv of the run spans link{'s' if len(pairs) > 1 else ''} "
-        f"{links}, so slowing it would slow nothing; the slow_link preset's link is ranks 0-1"
+        f"{links}, so slowing it would slow nothing{hint}"
     )
 
 

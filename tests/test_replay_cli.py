@@ -433,16 +433,25 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
         (
             ["slowdown=straggler", "slowdown.rank=4"],
             (
-                "slowdown.entries[0].ranks: rank 4 is not in the run (ranks 0-3); the presets take it from "
-                "slowdown.rank"
+                "slowdown.entries[0].ranks: rank 4 is not in the run (ranks 0-3); the straggler preset takes "
+                "it from slowdown.rank"
             ),
+        ),
+        (  # given on the command line, not taken from a preset's knob: no hint ("the presets take it ...")
+            ["+slowdown.entries=[{kind:compute,factor:2,ranks:[7]}]"],
+            "slowdown.entries[0].ranks: rank 7 is not in the run (ranks 0-3)",
+        ),
+        (
+            ["slowdown=straggler", "slowdown.entries.0.ranks=[7]"],
+            "slowdown.entries[0].ranks: rank 7 is not in the run (ranks 0-3)",
         ),
         (
             ["slowdown=slow_link", "slowdown.entries.0.links=[[0,9]]", "comm_mode=model", "topology=ring"],
-            (
-                "slowdown.entries[0].links: rank 9 is not in the run (ranks 0-3); the presets take it from "
-                "slowdown.rank"
-            ),
+            "slowdown.entries[0].links: rank 9 is not in the run (ranks 0-3)",
+        ),
+        (
+            ["+slowdown.entries=[{kind:stall,ranks:[0],step:5,delay_ms:1}]"],
+            "slowdown.entries[0].step: step 5 is not in the run (steps 0-1)",
         ),
         (
             ["slowdown=stall", "slowdown.step=5"],
@@ -490,7 +499,14 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
             ["slowdown=slow_send"],
             (
                 "slowdown.entries[0].ranks: rank 1 has no send op, so a delay before every send would delay "
-                "nothing (the run has none); the presets take the rank from slowdown.rank"
+                "nothing (the run has none); the slow_send preset takes the rank from slowdown.rank"
+            ),
+        ),
+        (
+            ["+slowdown.entries=[{kind:comm_delay,before:send,ranks:[1],delay_ms:5}]"],
+            (
+                "slowdown.entries[0].ranks: rank 1 has no send op, so a delay before every send would delay "
+                "nothing (the run has none)"
             ),
         ),
     ],
