@@ -306,6 +306,13 @@ class ReplayConfig:
             )
         if self.scale.dp and self.mode == "real":
             raise ConfigError("scale.dp: real replay re-executes the captured ranks; extrapolate in mode=sim")
+        if self.mode == "real" and self.comm_mode == "model":
+            raise ConfigError(
+                f"comm_mode=model: a real replay's transfers run on this host's own network as they run, not "
+                f"on topology {self.topology.name}'s model, and its table would set them beside a simulation "
+                "of that other network; replay it with comm_mode=as_recorded (the default), or model the "
+                "topology in mode=sim"
+            )
         if self.mode == "real":
             for i, entry in enumerate(self.slowdown.entries):
                 if entry.kind == "network":

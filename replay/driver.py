@@ -376,8 +376,8 @@ def replay_run(
             contention=cfg.topology.contention,
         )
         if real_api is not None:  # before anything is written or started
-            # the real replay's transfers are the host network's: a modelled network's say nothing of them
-            check_real_timeout(run, sim if cfg.comm_mode == "as_recorded" else None, cfg.real.timeout_s)
+            # comm_mode=model is refused in mode=real (ReplayConfig): sim's transfers are the recorded ones
+            check_real_timeout(run, sim, cfg.real.timeout_s)
         summary = summarize(run, sim)
         advance(description="writing outputs")
         notes: list[str] = [n for n in (calibration_note(cfg),) if n]

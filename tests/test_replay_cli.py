@@ -407,6 +407,15 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
                 "transfers run on this host's own network as they run; replay it in mode=sim"
             ),
         ),
+        (  # the real replay ran on this host's gloo network: real +17.8% beside a DGX-modelled -18.5%
+            ["mode=real", "topology=dgx_h100_8x", "comm_mode=model"],
+            (
+                "comm_mode=model: a real replay's transfers run on this host's own network as they run, not "
+                "on topology dgx_h100_8x's model, and its table would set them beside a simulation of that "
+                "other network; replay it with comm_mode=as_recorded (the default), or model the topology in "
+                "mode=sim"
+            ),
+        ),
         (  # was Hydra's traceback around TopologyError
             ["topology=two_node_ib", "comm_mode=model", "scale.dp=16"],
             (
