@@ -40,7 +40,7 @@ from skewlens.replay.real.plan import (
     read_rank_plan,
     warmup_ops,
 )
-from skewlens.replay.real.render import render_comparison
+from skewlens.replay.real.render import outputs_line, render_comparison
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_step_times, step_spans
 from skewlens.replay.simulate import simulate
 
@@ -183,6 +183,26 @@ def test_comparison_table_shows_each_rank_with_all_three_step_times(tmp_path: Pa
     row1 = next(line for line in text.splitlines() if line.strip().startswith("│ 1") or "  1 " in line[:8])
     assert "20.00" in row1 and "22.00" in row1 and "21.00" in row1 and "+10.0%" in row1
     assert "11.00" in text and "10.50" in text
+
+
+def test_the_real_replays_table_says_recorded_as_the_simulated_ones_and_which_outputs_are_whose(
+    tmp_path: Path,
+) -> None:
+    result = RealReplayResult(
+        run_dir=tmp_path / "run",
+        out_dir=tmp_path,
+        backend="gloo",
+        ranks=(RankStepTimes(rank=0, steps=(0,), original_ns=(10 * MS,), replay_ns=(11 * MS,)),),
+    )
+    table = render_comparison(result, {0: 10 * MS})
+    assert table.title == "Step time per rank: recorded vs real replay (gloo) vs simulated"
+    assert [c.header for c in table.columns][2] == "recorded ms"
+    assert table.caption == f"Δ: against the recorded step time; real replay captured in {tmp_path / 'run'}"
+    assert outputs_line(result, ["timeline.parquet", "summary.parquet"]) == (
+        f"outputs in {tmp_path}: timeline.parquet, summary.parquet: the simulated replay; run/: the real "
+        f"replay, captured as a run (skewlens analyze {tmp_path / 'run'}); real/: its plan, logs and each "
+        "replayed node's own times"
+    )
 
 
 # ---- the supervisor (no torch): timeouts and clean-up -----------------------------------------------------

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.result import RealReplayResult
 
 
@@ -20,11 +21,12 @@ def _delta(ns: int | None, ref: int) -> str:
 
 
 def render_comparison(result: RealReplayResult, simulated: Mapping[int, int]) -> Table:
-    """One row per rank: original measured, real-replay and simulated mean step time (ms), and deviations."""
-    table = Table(title=f"Step time per rank: original vs real replay ({result.backend}) vs simulated")
+    """One row per rank: recorded (the original run's), real-replay and simulated mean step time (ms), and
+    deviations from the recorded one (the word the simulated replay's table uses too)."""
+    table = Table(title=f"Step time per rank: recorded vs real replay ({result.backend}) vs simulated")
     table.add_column("rank", justify="right")
     table.add_column("steps", justify="right")
-    table.add_column("original ms", justify="right")
+    table.add_column("recorded ms", justify="right")
     table.add_column("real ms", justify="right")
     table.add_column("real Δ", justify="right")
     table.add_column("simulated ms", justify="right")
@@ -41,5 +43,16 @@ def render_comparison(result: RealReplayResult, simulated: Mapping[int, int]) ->
             _ms(sim),
             _delta(sim, orig),
         )
-    table.caption = f"Δ: against the original; replay captured in {result.run_dir}"
+    table.caption = f"Δ: against the recorded step time; real replay captured in {result.run_dir}"
     return table
+
+
+def outputs_line(result: RealReplayResult, simulated_files: Sequence[str]) -> str:
+    """Which of a real replay's outputs are whose: ``OUT``'s own files (``simulated_files``) are the
+    simulated replay's, ``OUT/run`` is the real replay's capture, ``OUT/real`` its working files."""
+    files = ", ".join(simulated_files) or "no files"
+    return (
+        f"outputs in {result.out_dir}: {files}: the simulated replay; {REAL_RUN_DIR}/: the real replay, "
+        f"captured as a run (skewlens analyze {result.run_dir}); {REAL_WORK_DIR}/: its plan, logs and each "
+        "replayed node's own times"
+    )

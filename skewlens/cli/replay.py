@@ -202,13 +202,15 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     for note in (*run_notes(outcome.run), *([clocks] if clocks else []), *outcome.notes):
         console.print(note, style="yellow", markup=False, highlight=False)
     if outcome.real is not None:
-        from skewlens.replay.real.render import render_comparison
+        from skewlens.replay.real.render import outputs_line, render_comparison
 
         sim = {}
         for r in sorted(outcome.run.ranks):
             rows = [s.step_time_ns for s in outcome.summary if s.rank == r]
             sim[r] = round(sum(rows) / len(rows)) if rows else 0
         console.print(render_comparison(outcome.real, sim))
+        simulated = [n for n in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON) if (out_dir / n).exists()]
+        console.print(outputs_line(outcome.real, simulated), markup=False, highlight=False)
     if hc.mode == RunMode.MULTIRUN:
         # each step's time as the summary measures it (step mark to step mark), the slowest rank's
         slowest: dict[int, int] = {}
