@@ -131,3 +131,48 @@ def test_a_misspelt_command_is_refused_with_the_command_it_resembles(
     first, second = (e for e in capsys.readouterr().err.splitlines() if e.startswith("skewlens: unknown"))
     assert first == "skewlens: unknown command 'analyse' (did you mean 'analyze'?)"
     assert second == "skewlens: unknown command 'frobnicate'"
+
+
+def test_profile_ends_its_summary_with_the_warnings_check_gives_of_a_partial_or_degraded_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `profile --steps 1:1:10 -- ... --steps 4` exited 0 with a summary of steps 2-3 and no remark; only
+    # `skewlens check` said the traces were partial
+    from skewlens.cli import main as skewlens_main
+    from skewlens.profiler.capture import run as capture_run
+    from skewlens.profiler.manifest import read_manifest, write_manifest
+    from skewlens.profiler.store.validate import validate_run
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    out = tmp_path / "run"
+
+    def finalize(run_dir: Path, **_: object) -> object:
+        b = RunBuilder(world_size=2)
+        for r in range(2):
+            b.rank(r).step(2).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000)
+        b.write(run_dir)
+        m = read_manifest(run_dir)
+        partial = "partial trace: saved 2 of 10 steps at exit"
+        notes = {**m.notes, "rank 0": partial, "rank 1": partial, "rank 1 clock": "no clock offset"}
+        m = dataclasses.replace(m, notes=notes)
+        write_manifest(run_dir, m)
+        return m
+
+    monkeypatch.setattr(capture_run, "run_command", lambda command, env: 0)
+    monkeypatch.setattr(capture_run, "finalize_run", finalize)
+    monkeypatch.setattr("skewlens.cli.profile._build_native", lambda: "")
+    assert skewlens_main(["profile", "--out", str(out), "--", "true"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    warnings = err[-3:]
+    partial = (
+        "partial trace: saved 2 of 10 steps at exit (the command ended before the capture window did): the "
+        "steps after those are not in its trace"
+    )
+    assert warnings == [
+        "skewlens profile: warning: rank 1: no clock offset",
+        f"skewlens profile: warning: rank 0: {partial}",
+        f"skewlens profile: warning: rank 1: {partial}",
+    ]
+    # the same words as skewlens check's
+    assert [f"skewlens profile: warning: {i.message}" for i in validate_run(out).warnings] == warnings

@@ -306,6 +306,21 @@ def run_notes(run: RunTrace) -> list[str]:
     return notes
 
 
+def capture_note_issues(notes: Mapping[str, str], sink: IssueLog) -> None:
+    """A warning per distinct note of the manifest's ``notes`` that says data was not recorded (with its
+    ranks), and per rank whose trace is partial: what ``skewlens check`` lists and ``skewlens profile``
+    prints after its summary."""
+    for note, rs in degraded_notes(notes).items():
+        sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
+    for r, note in sorted(partial_traces(notes).items()):
+        sink.warning(
+            "partial-trace",
+            f"rank {r}: {note} (the command ended before the capture window did): the steps after those "
+            "are not in its trace",
+            rank=r,
+        )
+
+
 def ranks_label(ranks: Sequence[int]) -> str:
     """``rank 3``, ``ranks 0-1, 4`` (:func:`rank_ranges`)."""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"

@@ -45,8 +45,6 @@ from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     Manifest,
     ProcessGroupInfo,
-    degraded_notes,
-    partial_traces,
     rank_file,
     read_manifest,
 )
@@ -64,9 +62,9 @@ from skewlens.profiler.store.issues import (
     DroppedSplits,
     IssueLog,
     Severity,
+    capture_note_issues,
     no_trace_line,
     rank_ranges,
-    ranks_label,
 )
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, matchable
 from skewlens.profiler.store.model import (
@@ -936,19 +934,7 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
             "ends (a capture interrupted before that?): clock offsets, step marks, process groups and the "
             "capture's notes are not known; the world size is guessed from the file names",
         )
-    for note, rs in degraded_notes(m.notes).items():
-        sink.warning(
-            "capture-note",
-            f"{ranks_label(rs)}: {note}",
-            rank=rs[0] if len(rs) == 1 else None,
-        )
-    for r, note in sorted(partial_traces(m.notes).items()):
-        sink.warning(
-            "partial-trace",
-            f"rank {r}: {note} (the command ended before the capture window did): the steps after those "
-            "are not in its trace",
-            rank=r,
-        )
+    capture_note_issues(m.notes, sink)
     if m.missing_ranks:
         why = _why_missing(m)
         source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"

@@ -123,6 +123,7 @@ def main(argv: list[str]) -> int:
     if OPTIONS_NOTE in manifest.notes:
         print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)
     if code != 0:
+        print_capture_warnings(manifest, run_dir)
         missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
         print(
             f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}"
@@ -136,7 +137,26 @@ def main(argv: list[str]) -> int:
     from skewlens.console import report_console
 
     report_console(stderr=True).print(summary_table(manifest, run_dir))
+    print_capture_warnings(manifest, run_dir)
     return 0
+
+
+#: At most this many of a capture's warnings follow ``skewlens profile``'s summary; a line counts the rest.
+MAX_WARNINGS = 10
+
+
+def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> None:
+    """The warnings of the manifest's notes (data not recorded, traces cut short by the command's end), each
+    in the words ``skewlens check`` uses, on stderr (the first :data:`MAX_WARNINGS`)."""
+    from skewlens.profiler.store.issues import IssueLog, capture_note_issues
+
+    log = IssueLog()
+    capture_note_issues(manifest.notes, log)
+    for issue in log.issues[:MAX_WARNINGS]:
+        print(f"skewlens {command}: warning: {issue.message}", file=sys.stderr)
+    rest = len(log.issues) - MAX_WARNINGS
+    if rest > 0:
+        print(f"skewlens {command}: and {rest} more warning(s): skewlens check {run_dir}", file=sys.stderr)
 
 
 def merge_main(argv: list[str]) -> int:
@@ -166,6 +186,7 @@ def merge_main(argv: list[str]) -> int:
     if note := manifest.notes.get(RUN_IDENTITY_NOTE):
         print(f"skewlens merge: warning: run identity {note}", file=sys.stderr)
     report_console(stderr=True).print(summary_table(manifest, run_dir, command="merge"))
+    print_capture_warnings(manifest, run_dir, command="merge")
     return 0
 
 
@@ -187,6 +208,7 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
 
     print(f"skewlens profile: {where}", file=sys.stderr)
     report_console(stderr=True).print(summary_table(manifest, run_dir))
+    print_capture_warnings(manifest, run_dir)
     return 0
 
 
