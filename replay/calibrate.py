@@ -92,6 +92,11 @@ _FREE_BW = 1e15  # bytes/ns of the dimensions a probe leaves out (their bytes co
 _MAX_ITER = 100
 #: The bandwidth written where the transfers do not grow with message size (none can be fitted), GB/s.
 MAX_BANDWIDTH_GBPS = 10_000.0
+#: Below this R², a link class's fit explains little of the transfers it was fitted to (:func:`poor_fits`).
+POOR_FIT_R2 = 0.5
+#: Above this median ``|recorded − model| / recorded``, a link class's fit misses a typical transfer by more
+#: than half its time (:func:`poor_fits`).
+POOR_FIT_MEDIAN_RESIDUAL = 0.5
 
 
 class CalibrationError(ReplayError):
@@ -623,6 +628,26 @@ def topology_yaml(cal: Calibration, *, name: str | None = None) -> str:
         if d:  # resolved: a file's meaning does not hang on the default
             lines.append(f"    links_per_node: {topo.links_per_node(d)}")
     return "\n".join(lines) + "\n"
+
+
+def poor_fits(cal: Calibration) -> list[str]:
+    """A warning per link class (what the topology holds) whose fit explains little of its transfers: R²
+    under :data:`POOR_FIT_R2`, or a median relative residual over :data:`POOR_FIT_MEDIAN_RESIDUAL`."""
+    out = []
+    for f in cal.links:
+        why = []
+        if math.isfinite(f.r2) and f.r2 < POOR_FIT_R2:
+            why.append(f"R² {f.r2:.2f} < {POOR_FIT_R2:g}")
+        if f.median_residual > POOR_FIT_MEDIAN_RESIDUAL:
+            why.append(f"median residual {f.median_residual:.0%} > {POOR_FIT_MEDIAN_RESIDUAL:.0%}")
+        if why:
+            out.append(
+                f"{f.label}: the fit explains little of its {f.n} transfers ({', '.join(why)}), so replays "
+                "with this topology (comm_mode=model) will time transfers off by about that much; few "
+                "transfers or message sizes, and noisy timing (a short capture, gloo on shared CPU cores), "
+                "cause it: calibrate from a longer capture with more message sizes, on the network to model"
+            )
+    return out
 
 
 def write_topology(cal: Calibration, path: str | Path, *, name: str | None = None) -> Path:

@@ -23,6 +23,7 @@ from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.replay.calibrate import POOR_FIT_R2
 from skewlens.replay.config import ReplayConfig, SlowdownConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import compute_rows, execution_model
@@ -311,10 +312,6 @@ def check_real_timeout(run: RunTrace, sim: SimResult | None, timeout_s: float) -
         f"{longest / 1e9:.3g} s{recorded}, the run's longest communication op, and a real replay stops every "
         f"rank when an op is in flight longer than real.timeout_s; give real.timeout_s={suggest:g} or more"
     )
-
-
-#: Below this R², a calibrated link's fit explains little of the transfers it was fitted to.
-POOR_FIT_R2 = 0.5
 
 
 def calibration_note(cfg: ReplayConfig) -> str:

@@ -23,6 +23,7 @@ from skewlens.replay.calibrate import (
     MAX_BANDWIDTH_GBPS,
     CalibrationError,
     calibrate,
+    poor_fits,
     recorded_transfers,
     write_topology,
 )
@@ -241,8 +242,10 @@ def test_the_written_entry_loads_with_the_replay_schema_and_replays_the_fitted_t
     run_dir, _t, _w = synthetic
     out = tmp_path / "cal.yaml"
     assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
+    said = capsys.readouterr()
+    printed = said.out
     assert "dim 0 (switch)" in printed and "'0' all_gather" in printed
+    assert "warning" not in said.err  # a good fit (R² near 1, residuals of 2%)
     assert f"{ALPHA_NS / 1e3:.0f}." in printed  # α in µs, e.g. 25.0
     cfg = load_topology_entry(str(out))
     assert cfg.name == "cal" and cfg.algorithm == "ring"
@@ -329,6 +332,54 @@ def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_i
     assert "at 64 ranks" in said
     assert skewlens_main([*args, f"out={tmp_path / 'o2'}"]) == 0
     assert "was calibrated on" not in capsys.readouterr().out  # its own size: what it was fitted to
+
+
+def test_a_fit_that_explains_little_is_written_with_a_warning_that_replays_on_it_will_be_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a small CPU run fitted R² 0.160, median residual 251%: the file was written and "replay with: ..."
+    # printed without a word; its bandwidth was printed 1e+04, and the caption said "bold: written" in a pipe
+    run_dir, _t, _w = build_run(
+        tmp_path / "run",
+        world=2,
+        groups={"0": (0, 1)},
+        schedule=[("0", AR, s) for s in (4 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)] * 3,
+        transfer_ns=lambda *_: 2_000_000.0,
+        noise=0.4,
+    )
+    out = tmp_path / "cal.yaml"
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr()
+    cal = calibrate(load_validated(run_dir))
+    (link,) = cal.links
+    assert f"{link.r2:.2f}" == "-0.02" and link.median_residual < 0.5
+    because = (
+        "so replays with this topology (comm_mode=model) will time transfers off by about that much; few "
+        "transfers or message sizes, and noisy timing (a short capture, gloo on shared CPU cores), cause it: "
+        "calibrate from a longer capture with more message sizes, on the network to model"
+    )
+    head = "skewlens calibrate: warning: dim 0 (switch): the fit explains little of its 12 transfers"
+    assert said.err.splitlines() == [f"{head} (R² -0.02 < 0.5), {because}"]
+    # a median residual over 50% is the other sign of it
+    worse = dataclasses.replace(cal, links=(dataclasses.replace(link, r2=0.9, median_residual=2.51),))
+    assert poor_fits(worse) == [
+        f"dim 0 (switch): the fit explains little of its 12 transfers (median residual 251% > 50%), {because}"
+    ]
+    assert out.is_file()
+    printed = " ".join(said.out.split())
+    assert "│ 10000 │" in said.out and "e+0" not in said.out  # MAX_BANDWIDTH_GBPS, in plain digits
+    assert "bold" not in printed
+    assert (
+        "above the line: per link class, written to the topology; below it: per group and type, each "
+        "fitted on its own (not written); res: |recorded − model| / recorded" in printed
+    )
+
+
+def test_a_bandwidth_is_printed_in_plain_digits_with_four_significant_figures() -> None:
+    from skewlens.cli.calibrate import plain_number
+
+    said = [plain_number(x) for x in (10_000.0, 12.3456, 0.0123456, 1234.5, 0.5)]
+    assert said == ["10000", "12.35", "0.01235", "1234", "0.5"]
 
 
 def test_a_run_whose_groups_have_members_without_a_trace_is_refused_for_that_reason(tmp_path: Path) -> None:

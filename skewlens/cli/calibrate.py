@@ -14,6 +14,7 @@ import argparse
 import math
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -23,7 +24,14 @@ from rich.table import Table
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.errors import SkewlensError
-from skewlens.replay.calibrate import Calibration, Fit, calibrate, untraced_members, write_topology
+from skewlens.replay.calibrate import (
+    Calibration,
+    Fit,
+    calibrate,
+    poor_fits,
+    untraced_members,
+    write_topology,
+)
 from skewlens.replay.config import TopologyConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
@@ -76,7 +84,20 @@ def load_topology_entry(value: str) -> TopologyConfig:
 
 
 def _num(x: float, fmt: str) -> str:
-    return "-" if math.isnan(x) else format(x, fmt)
+    if math.isnan(x):
+        return "-"
+    s = format(x, fmt)
+    return s[1:] if s.startswith("-") and float(s) == 0 else s  # -0.000: a fit that explains nothing
+
+
+def plain_number(x: float, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant figures in plain notation, trailing zeros dropped (``10000``,
+    ``12.35``, ``0.01234``, ``0.5``), where ``:g`` wrote ``1e+04``."""
+    if not math.isfinite(x) or x == 0:
+        return format(x, "g")
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    s = f"{x:.{decimals}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
 
 
 def _fit_row(f: Fit, mark: str) -> tuple[str, ...]:
@@ -85,7 +106,7 @@ def _fit_row(f: Fit, mark: str) -> tuple[str, ...]:
         str(f.n),
         str(f.sizes),
         f"{f.latency_ns / 1e3:.1f}",
-        "-" if f.latency_only else f"{f.bandwidth_gbps:.4g}",
+        "-" if f.latency_only else plain_number(f.bandwidth_gbps),
         _num(f.r2, ".3f"),
         f"{f.median_residual:.1%}",
         f"{f.p90_residual:.1%}",
@@ -93,8 +114,9 @@ def _fit_row(f: Fit, mark: str) -> tuple[str, ...]:
 
 
 def calibration_table(cal: Calibration) -> Table:
-    """The fit per link class (bold: what the topology holds) and per (group, type) on its own, with the
-    residuals ``|recorded − model| / recorded`` of each row's own fit; notes under the table."""
+    """The fit per link class (what the topology holds: the first section, bold) and per (group, type) on
+    its own, with the residuals ``|recorded − model| / recorded`` of each row's own fit; notes under the
+    table, worded to hold without the styling (a pipe has no bold)."""
     notes: list[str] = []
 
     def mark(f: Fit) -> str:
@@ -126,7 +148,13 @@ def calibration_table(cal: Calibration) -> Table:
         t.add_row(*_fit_row(f, mark(f)))
     t.caption = "\n".join(
         [
-            "per link class (bold: written) and per group and type; res: |recorded − model| / recorded",
+            (
+                "above the line: per link class, written to the topology; below it: per group and type, "
+                "each fitted on its own (not written)"
+                if cal.groups
+                else "per link class, written to the topology"
+            )
+            + "; res: |recorded − model| / recorded",
             *notes,
         ]
     )
@@ -209,4 +237,6 @@ def main(argv: list[str]) -> int:
         markup=False,
         highlight=False,
     )
+    for warning in poor_fits(cal):
+        print(f"skewlens calibrate: warning: {warning}", file=sys.stderr)
     return 0
