@@ -17,7 +17,6 @@ from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
 from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
-from skewlens.analysis.skew import SkewEvent
 from skewlens.pictures import figure_class, save_png
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
@@ -50,19 +49,14 @@ class HeatmapData:
     """Wait for peers (ms) of each rank (row) at each collective instance or send/recv pair (column), in
     order of last arrival; NaN where the rank is not a member."""
     labels: list[str]
-    """Column labels: ``all_reduce 0#3`` (type, group, sequence number) or ``p2p 0->1`` (sender, receiver)."""
+    """Column labels, as the worst-collectives table names them (``SkewEvent.label``): ``all_reduce 0#3``
+    (type, group, sequence number), ``send_recv 0#2 0->1`` (pair index, sender, receiver)."""
     note: str | None
     """What the picture leaves out, or why it has no cells; None when it shows everything."""
     clocks_disagree: npt.NDArray[np.bool_]
     """Per column: a member recorded as done before one it waits for began (``SkewEvent.clock_contradicted``,
     the execution model's :func:`~skewlens.replay.execution.clock_contradictions`): the ranks' clocks
     contradict each other there, and its waits are not meaningful (drawn hatched)."""
-
-
-def _event_label(e: SkewEvent) -> str:
-    if e.kind == "p2p":
-        return f"p2p {e.ranks[0]}->{e.ranks[1]}"
-    return f"{e.comm_type.lower()} {e.pg_name}#{e.seq}"
 
 
 def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> HeatmapData:
@@ -87,7 +81,7 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
     return HeatmapData(
         ranks=ranks,
         grid=grid,
-        labels=[_event_label(e) for e in events],
+        labels=[e.label for e in events],
         note=note,
         clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
     )

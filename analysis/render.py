@@ -4,6 +4,7 @@ sorting/summing)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -33,8 +34,38 @@ def _ms(ns: float) -> str:
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
-    """``name`` cut to ``width`` characters with an ellipsis at the end (where a kernel's signature is)."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """``name`` in ``width`` characters: two thirds its start (a kernel's name), a third its end (where
+    names cut at the end differ: arguments, ``...AccumulateGrad``), an ellipsis between."""
+    if len(name) <= width:
+        return name
+    tail = width // 3
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail :]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def short_names(names: Sequence[str], width: int = NAME_WIDTH) -> list[str]:
+    """Each of ``names`` in ``width`` characters, so that rows of one table can be told apart: a name that
+    shares a long start with another (kernels of one template: ``void at::native::vectorized_elementwise_
+    kernel<4, at::native::...``) keeps a third of its start, then from a little before where they differ;
+    others, their start and end (:func:`short_name`)."""
+    out = []
+    for i, name in enumerate(names):
+        shared = max(
+            (_common_prefix(name, other) for j, other in enumerate(names) if j != i and other != name),
+            default=0,
+        )
+        if len(name) <= width or shared < width // 2:
+            out.append(short_name(name, width))
+            continue
+        head = width // 3
+        rest = name[max(shared - 8, head) :]
+        room = width - head - 1
+        out.append(name[:head] + "…" + (rest if len(rest) <= room else rest[: room - 1] + "…"))
+    return out
 
 
 def _cause_column(t: Table, header: str = "cause") -> None:
@@ -49,6 +80,10 @@ CAUSE_NOTE = (
     "member, ms per such event (their mean, weighted by the wait each caused); of a rank that made no one "
     "wait, its excess over the median rank, ms per step"
 )
+
+
+#: What the stragglers table's cost % is a share of.
+COST_NOTE = "cost %: cost ms / step as a share of the recorded step time (the run replayed as recorded)"
 
 
 #: The caption's note on a cost marked ``*``.
@@ -86,7 +121,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     for c in ("rank", "cost ms / step", "cost %", "top in steps", "caused wait ms / step"):
         t.add_column(c, justify="right")
     _cause_column(t, "top cause (ms per event)")
-    t.caption = CAUSE_NOTE
+    t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}"
     recs = result.stragglers
     if not recs:
         caused = sorted(result.skew.caused_wait_ns.items(), key=lambda x: -x[1])[:top]
@@ -153,7 +188,7 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
         mark = f" {CLOCK_MARK}" if e.clock_contradicted else ""
         t.add_row(
             str(e.step),
-            f"{e.comm_type.lower()} {e.pg_name}#{e.seq}{mark}",
+            f"{e.label}{mark}",
             _ms(e.skew_ns),
             _ms(e.total_exposed_wait_ns),
             str(e.late_rank),
@@ -288,11 +323,11 @@ def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
         return None
     t = Table(title="GPU kernels by time (all ranks)", title_justify="left")
     t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
-    for c in ("kind", "ranks", "ms / step", "per step", "%"):
+    for c in ("kind", "ranks", "ms / step", "count / step", "%"):
         t.add_column(c, justify="right", no_wrap=True)
-    for k in rows:
+    for k, name in zip(rows, short_names([k.name for k in rows]), strict=True):
         t.add_row(
-            short_name(k.name),
+            name,
             k.kind,
             str(k.ranks),
             _ms(k.per_step_ns),
@@ -300,7 +335,8 @@ def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
             f"{100 * k.share:.1f}",
         )
     t.caption = (
-        "ms / step and per step: on a rank that ran it (the mean over those ranks); %: of all GPU ops' "
+        "ms / step and count / step (how many ran): on a rank that ran it (the mean over those ranks); %: "
+        "of all GPU ops' "
         "summed time; durations summed as HTA sums them (concurrent ones count twice); every rank's are in "
         f"{GPU_KERNELS_FILE}"
     )
@@ -339,8 +375,9 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
     top.add_column("op", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
     top.add_column("ms, all steps", justify="right", no_wrap=True)
     top.add_column("%", justify="right", no_wrap=True)
-    for n, ns in sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]:
-        top.add_row(short_name(n), _ms(ns), f"{100.0 * ns / total:.0f}")
+    shown = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
+    for (_n, ns), name in zip(shown, short_names([n for n, _ns in shown]), strict=True):
+        top.add_row(name, _ms(ns), f"{100.0 * ns / total:.1f}")  # one decimal, as by rank
     return Group(t, top)
 
 

@@ -165,6 +165,13 @@ class SkewEvent:
         return np.maximum(self.end_ns - self.arrival_ns - self.wait_ns, 0)
 
     @property
+    def label(self) -> str:
+        """``all_reduce 0#3`` (type, group, sequence number); a send/recv pair ``send_recv 0#2 0->1`` (its
+        index, sender and receiver): how the worst-collectives table and the wait heatmap name it."""
+        pair = f" {self.ranks[0]}->{self.ranks[1]}" if self.kind == "p2p" else ""
+        return f"{self.comm_type.lower()} {self.pg_name}#{self.seq}{pair}"
+
+    @property
     def skew_ns(self) -> int:
         return int(self.arrival_ns.max() - self.arrival_ns.min())
 

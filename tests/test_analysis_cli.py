@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -188,7 +189,8 @@ def test_the_wait_heatmap_has_a_cell_for_the_sender_and_the_receiver_of_each_sen
     result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
     data = wait_heatmap_data(result)
     assert data.ranks.tolist() == [0, 1]
-    assert data.labels == ["p2p 0->1", "p2p 0->1"]
+    # told apart, and named as the worst-collectives table names them (they were "p2p 0->1" both)
+    assert data.labels == ["send_recv 0#0 0->1", "send_recv 0#1 0->1"]
     assert data.grid.tolist() == [[0.0, 0.0], [9.0, 9.0]]  # ms, the receiver's wait, as in the skew table
     assert data.note is None
     notes: list[str] = []
@@ -335,6 +337,41 @@ def test_the_critical_path_tables_have_titles_that_fit_on_one_line(tmp_path: Pat
         "Critical path by op",
     ]
     assert all("ms, all steps" in line for line in lines if line.startswith("┃"))
+
+
+def test_the_critical_path_shares_by_rank_and_by_op_are_both_given_to_one_decimal(tmp_path: Path) -> None:
+    # by op "41", by rank "68.8"
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path)), blame=False)
+    by_rank, by_op = _render(critical_path_table(result)).split("Critical path by op")
+    shares = [row[-1] for text in (by_rank, by_op) for row in _rows(text)]
+    assert len(shares) > 2 and all(re.fullmatch(r"\d+\.\d", pct) for pct in shares)
+
+
+def test_the_stragglers_caption_says_what_cost_percent_is_a_share_of(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path)))
+    caption = " ".join(_render(stragglers_table(result)).split("┘", 1)[1].split())
+    assert caption.startswith(
+        "cost %: cost ms / step as a share of the recorded step time (the run replayed as recorded) "
+        "top cause:"
+    )
+
+
+def test_long_names_of_one_template_are_cut_so_that_rows_can_be_told_apart() -> None:
+    from skewlens.analysis.render import short_names
+
+    # "void at::native::vectorized_elementwise_kernel<4, at::nativ…" on several rows of the kernels table
+    stem = "void at::native::vectorized_elementwise_kernel<4, at::native::"
+    kernels = [
+        f"{stem}{f}<float>, std::array<char*, {n}ul> >(int, at::native::{f}<float>, std::array<char*, {n}ul>)"
+        for f, n in (("CUDAFunctor_add", 3), ("FillFunctor", 1))
+    ]
+    alone = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    assert short_names([*kernels, alone, "aten::mm"]) == [
+        "void at::native::vec…native::CUDAFunctor_add<float>, std::a…",
+        "void at::native::vec…native::FillFunctor<float>, std::array…",
+        "autograd::engine::evaluate_function: to…grad::AccumulateGrad",  # its start and its end
+        "aten::mm",
+    ]
 
 
 def test_a_rank_whose_cost_and_caused_wait_show_as_zero_is_shown_no_cause() -> None:

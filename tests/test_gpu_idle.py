@@ -345,6 +345,14 @@ def test_the_gpu_kernels_table_sums_each_ops_time_and_count_by_kind(tmp_path: Pa
         " ".join(c.strip() for c in line.strip("│ ").split("│"))
         for line in console.export_text().splitlines()
     ]
+    assert [c.header for c in table.columns] == [
+        "kernel",
+        "kind",
+        "ranks",
+        "ms / step",
+        "count / step",
+        "%",
+    ]
     # add: 0.50 ms a step of 1.00 ms of GPU ops in all (50%); the NCCL kernel 0.20 ms (20%)
     assert "add compute 1 0.50 1.0 50.0" in lines
     assert any(
