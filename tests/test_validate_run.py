@@ -197,6 +197,24 @@ def test_collectives_of_different_types_name_group_seq_and_ranks(tmp_path: Path)
     assert "rank 0: ALL_REDUCE" in msg and "rank 1: BROADCAST" in msg
 
 
+def test_a_collective_mismatch_fills_the_rank_and_node_of_the_member_that_disagrees(tmp_path: Path) -> None:
+    # check's problems table left rank and node blank though the message named them
+    b = RunBuilder(3)
+    for r in range(3):
+        b.rank(r).compute("aten::mm", 10)
+        b.rank(r).collective(CommType.BROADCAST if r == 1 else CommType.ALL_REDUCE, 64, 10)
+        b.rank(r).collective(CommType.ALL_GATHER, 2048 if r == 2 else 1024, 10)
+    report = validate_run(b.write(tmp_path / "run"))
+    said = {i.kind: (i.rank, i.node) for i in report.errors}
+    assert said == {"collective-type": (1, 2), "collective-size": (2, 3)}  # after the mm (node 1)
+    # two members: the one that is not the first member's (the instance is kept with the first's type)
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).collective(CommType.BROADCAST, 64, 10)
+    (issue,) = validate_run(b.write(tmp_path / "run2")).errors
+    assert (issue.kind, issue.rank, issue.node) == ("collective-type", 1, 1)
+
+
 def test_collectives_of_different_sizes_are_reported_per_rank(tmp_path: Path) -> None:
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_GATHER, 1024, 10)

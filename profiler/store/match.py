@@ -14,7 +14,7 @@ What "size differs" means per collective type (``comm_size`` is the bytes of eac
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -443,7 +443,9 @@ def _explain(
                 "collective-unknown-type",
                 f"{comm[r0].path}: rank {r0}: collective node {comm[r0].node_id[i0]} in group {name!r} "
                 f"seq {s} has {comm_type_name(types[0])}",
+                file=comm[r0].path,
                 rank=r0,
+                node=int(comm[r0].node_id[i0]),
             )
     if len(set(members)) != len(members):
         dup = sorted({r for r in members if members.count(r) > 1})
@@ -453,6 +455,7 @@ def _explain(
                 "collective-duplicate",
                 f"collective mismatch in group {name!r} seq {s}: rank(s) {dup} issue this instance "
                 "more than once",
+                rank=dup[0] if len(dup) == 1 else None,
             )
     absent = [r for r in sorted(expected - set(members)) if r not in missing_ranks and r in comm]
     if absent:
@@ -474,18 +477,24 @@ def _explain(
                 f"rank {r}: {comm_type_name(t)} (node {comm[r].node_id[i]})"
                 for r, t, i in zip(members, types, rows_in, strict=True)
             )
+            k = _odd_member(types)
             report.add(
                 "collective-type",
                 f"collective mismatch in group {name!r} seq {s}: type differs ({detail})",
+                rank=members[k],
+                node=int(comm[members[k]].node_id[rows_in[k]]),
             )
     elif types[0] in SIZE_MUST_MATCH and len(set(sizes)) > 1:
         why.append(("sizes differ", sizes_per_rank(dict(zip(members, sizes, strict=True)))))
         if report.wants("collective-size"):
             detail = ", ".join(f"rank {r}: {z} B" for r, z in zip(members, sizes, strict=True))
+            k = _odd_member(sizes)
             report.add(
                 "collective-size",
                 f"collective mismatch in group {name!r} seq {s} ({comm_type_name(types[0])}): size "
                 f"differs ({detail})",
+                rank=members[k],
+                node=int(comm[members[k]].node_id[rows_in[k]]),
             )
     if not why:
         return None
@@ -493,6 +502,15 @@ def _explain(
     return _Disagreement(
         gi=gi, seq=seq, reason=reason, detail=detail, members=tuple(zip(members, rows_in, strict=True))
     )
+
+
+def _odd_member(values: list[int]) -> int:
+    """Index of the member that disagrees (``values`` differ): the first whose value is not the one most
+    members share, or where none is shared by most, the first whose value is not the first member's (the
+    instance is kept with the first member's type)."""
+    common, n = Counter(values).most_common(1)[0]
+    ref = common if 2 * n > len(values) else values[0]
+    return next(k for k, v in enumerate(values) if v != ref)
 
 
 #: An ``order differs`` run longer than this shows its first types only.
