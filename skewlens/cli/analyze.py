@@ -74,7 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"at most N nodes in the Perfetto JSON (default {DEFAULT_MAX_EVENTS:,}; 0: all): a larger run "
         "gets its first whole steps on all ranks that fit, and a note of what was left out",
     )
-    p.add_argument("--top", type=int, default=5, metavar="N", help="rows in the straggler table")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=5,
+        metavar="N",
+        help="rows in the straggler table (default 5; the worst collectives table has twice as many)",
+    )
     p.add_argument(
         LENIENT_OPTION,
         action="store_true",

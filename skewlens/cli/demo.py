@@ -81,9 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=None, help="ranks (default: the workload's, 4 for train)")
     p.add_argument("--steps", type=int, default=8, help="training steps of the example (default 8)")
     p.add_argument(
-        "--straggler-rank", type=int, default=None, help="default: the workload's (2 for train, else 1)"
+        "--straggler-rank",
+        type=int,
+        default=None,
+        help="the rank made slow (default: the workload's, 2 for train, else 1; with fewer ranks than "
+        "that, the last one: rank 1 with --nproc 2)",
     )
-    p.add_argument("--straggler-ms", type=float, default=40.0)
+    p.add_argument(
+        "--straggler-ms",
+        type=float,
+        default=40.0,
+        help="extra compute the straggler does at the start of each step, ms (default 40)",
+    )
     return p
 
 

@@ -28,17 +28,37 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="skewlens profile", description=__doc__.split("\n", 1)[0])
-    p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
-    p.add_argument(
-        "--level", default=Level.COLLECTIVES.value, help="collectives | ops | full (default collectives)"
+    p = argparse.ArgumentParser(
+        prog="skewlens profile",
+        description=__doc__.split("\n", 1)[0],
+        usage="%(prog)s [-h] --out RUN_DIR [--level LEVEL] [--steps WAIT:WARMUP:ACTIVE] [--host-trace "
+        "SOURCE] [--keep-raw] [--parquet] -- COMMAND ...",
+        epilog="COMMAND: the training command, after '--' (torchrun ... train.py ..., python train.py ...)",
     )
-    p.add_argument("--steps", default="1:1:3", help="capture window WAIT:WARMUP:ACTIVE (default 1:1:3)")
+    p.add_argument(
+        "--out", required=True, metavar="RUN_DIR", help="run directory to create (must be new or empty)"
+    )
+    p.add_argument(
+        "--level",
+        default=Level.COLLECTIVES.value,
+        metavar="LEVEL",
+        help="what is recorded: collectives (the time between torch.distributed calls), ops (torch "
+        "operators and GPU kernels too), full (operator schemas and tensor dependencies too); one of "
+        f"{', '.join(v.value for v in Level)} (default collectives)",
+    )
+    p.add_argument(
+        "--steps",
+        default="1:1:3",
+        metavar="WAIT:WARMUP:ACTIVE",
+        help="capture window: steps to skip, to warm up, to record (default 1:1:3)",
+    )
     p.add_argument(
         "--host-trace",
         default=HostTrace.PROFILER.value,
+        metavar="SOURCE",
         help="full level: take operator schemas and tensor ids from torch.profiler (profiler, cheap) or "
-        "from PyTorch's ExecutionTraceObserver (observer: its host trace JSON is kept with --keep-raw)",
+        "from PyTorch's ExecutionTraceObserver (observer: its host trace JSON is kept with --keep-raw); "
+        f"one of {', '.join(v.value for v in HostTrace)} (default profiler)",
     )
     p.add_argument(
         "--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/ (ops, full)"
@@ -80,6 +100,12 @@ def main(argv: list[str]) -> int:
         print(
             "skewlens profile: warning: --keep-raw: the collectives level records no torch trace to keep "
             "(RUN_DIR/raw/ is written at --level ops and full)",
+            file=sys.stderr,
+        )
+    if host_trace != HostTrace.PROFILER and level != Level.FULL:
+        print(
+            f"skewlens profile: warning: --host-trace {host_trace.value}: only the full level takes operator "
+            f"schemas and tensor ids from a host trace; at --level {level.value} it changes nothing",
             file=sys.stderr,
         )
     native_failure = _build_native() if level == Level.COLLECTIVES else ""

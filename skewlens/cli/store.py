@@ -78,6 +78,10 @@ def _lenient_hint(report: ValidationReport) -> RenderableType | None:
     return Text("\n".join([head, *(f"  {line}" for line in lines)]), style="yellow")
 
 
+#: The options of ``skewlens export --format astra-sim`` alone (refused with the Parquet export).
+ASTRA_OPTIONS = ("--prefix", "--no-configs", "--bandwidth", "--latency", "--host-compute")
+
+
 def export_main(argv: list[str], console: Console | None = None) -> int:
     """Export a run: to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks; the default), or
     as an ASTRA-sim workload (``--format astra-sim``: one Chakra trace per NPU, communicator groups, example
@@ -127,6 +131,17 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         "also have GPU kernels (auto, the default)",
     )
     args = ap.parse_args(argv)
+    if args.format != "astra-sim":  # an option of the other format would be ignored, silently
+        given = [
+            o
+            for o in ASTRA_OPTIONS
+            if getattr(args, o[2:].replace("-", "_")) != ap.get_default(o[2:].replace("-", "_"))
+        ]
+        if given:
+            raise SkewlensError(
+                f"{given[0]}: an option of --format astra-sim, which this export (--format {args.format}) "
+                "does not use; add --format astra-sim, or leave it out"
+            )
     if args.workers is not None and args.workers < 1:
         raise SkewlensError(f"--workers: expected >= 1, got {args.workers}")
     if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):

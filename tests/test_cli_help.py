@@ -1,0 +1,82 @@
+"""The commands' --help and the options that apply only with others: said, not silently ignored."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from skewlens.cli import main as skewlens_main
+
+
+def _help(capsys: pytest.CaptureFixture[str], *command: str) -> str:
+    with pytest.raises(SystemExit):
+        skewlens_main([*command, "--help"])
+    return " ".join(capsys.readouterr().out.split())  # as wrapped to the terminal
+
+
+def test_profiles_help_shows_the_command_after_two_dashes_and_lists_the_levels_and_host_traces(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    said = _help(capsys, "profile")
+    assert said.startswith(
+        "usage: skewlens profile [-h] --out RUN_DIR [--level LEVEL] [--steps WAIT:WARMUP:ACTIVE] "
+        "[--host-trace SOURCE] [--keep-raw] [--parquet] -- COMMAND ..."
+    )
+    assert "one of collectives, ops, full (default collectives)" in said
+    assert "one of profiler, observer (default profiler)" in said
+
+
+def test_analyzes_top_and_the_demos_straggler_options_say_their_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "--top N rows in the straggler table (default 5;" in _help(capsys, "analyze")
+    demo = _help(capsys, "demo")
+    assert (
+        "--straggler-ms STRAGGLER_MS extra compute the straggler does at the start of each step, ms " in demo
+    )
+    assert "with fewer ranks than that, the last one: rank 1 with --nproc 2" in demo
+
+
+def test_an_astra_sim_option_given_to_a_parquet_export_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000)
+    run = b.write(tmp_path / "run")
+    assert skewlens_main(["export", str(run), "--out", str(tmp_path / "x"), "--prefix", "foo"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "skewlens export: error: --prefix: an option of --format astra-sim, which this export (--format "
+        "parquet) does not use; add --format astra-sim, or leave it out"
+    )
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_observer_host_trace_below_the_full_level_is_warned_of_as_keep_raw_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.profiler.capture import run as capture_run
+    from skewlens.profiler.manifest import read_manifest
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    def finalize(run_dir: Path, **_: object) -> object:
+        b = RunBuilder(world_size=1)
+        b.rank(0).step(2).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000)
+        b.write(run_dir)
+        return dataclasses.replace(read_manifest(run_dir))
+
+    monkeypatch.setattr(capture_run, "run_command", lambda command, env: 0)
+    monkeypatch.setattr(capture_run, "finalize_run", finalize)
+    monkeypatch.setattr("skewlens.cli.profile._build_native", lambda: "")
+    args = ["profile", "--out", str(tmp_path / "run"), "--host-trace", "observer", "--", "true"]
+    assert skewlens_main(args) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "skewlens profile: warning: --host-trace observer: only the full level takes operator schemas and "
+        "tensor ids from a host trace; at --level collectives it changes nothing"
+    )
