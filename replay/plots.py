@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from skewlens.pictures import figure_class, save_png
 from skewlens.replay.outputs import SweepRecord, distinct_overrides
@@ -53,6 +54,12 @@ def sweep_points(rows: Sequence[SweepRecord]) -> SweepPoints:
 
 def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
     """Draw a sweep's replayed step times (the slowest rank's mean and longest step, ms) to ``path``."""
+    return save_png(sweep_figure(rows), path)
+
+
+def sweep_figure(rows: Sequence[SweepRecord]) -> Any:
+    """The figure of :func:`sweep_plot`: a line per step time against one numeric setting, else a bar per
+    job; the legend above the axes (inside, it covered the last job's longest-step marker)."""
     pts = sweep_points(rows)
     mean = [r.mean_step_ns / 1e6 for r in pts.jobs]
     longest = [r.max_step_ns / 1e6 for r in pts.jobs]
@@ -64,7 +71,6 @@ def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
         ax.set_xlabel(pts.key)
         ax.set_ylabel("replayed step time, ms (slowest rank)")
         ax.set_ylim(bottom=0)
-        ax.legend()
     else:
         n = len(pts.jobs)
         fig = figure_class()(figsize=(7, min(2 + 0.4 * n, 18)))
@@ -82,6 +88,7 @@ def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
         ax.invert_yaxis()
         ax.set_xlabel("replayed step time, ms (slowest rank)")
         ax.set_xlim(left=0)
-        ax.legend(loc="lower right")
-    ax.set_title(f"Replay sweep: {len(pts.jobs)} jobs")
-    return save_png(fig, path)
+    # above the axes, under the title: it covers no point (the picture is cropped to what is drawn)
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False, borderaxespad=0.2)
+    ax.set_title(f"Replay sweep: {len(pts.jobs)} jobs", pad=26)
+    return fig

@@ -297,6 +297,23 @@ def test_a_sweep_of_one_numeric_setting_is_drawn_as_step_time_against_its_values
     assert [p.name for p in tmp_path.iterdir()] == ["sweep.png"]  # written whole: no temporary file left
 
 
+@pytest.mark.parametrize(
+    "overrides", [("slowdown.factor=1", "slowdown.factor=2"), ("slowdown=a", "slowdown=b")]
+)
+def test_the_sweep_pictures_legend_lies_outside_the_axes_so_it_covers_no_jobs_marker(
+    overrides: tuple[str, str],
+) -> None:
+    # the legend sat at the lower right of the bars, on the last job's longest-step marker
+    from skewlens.replay.plots import sweep_figure
+
+    fig = sweep_figure([_job(0, overrides[0], 10.0), _job(1, overrides[1], 20.0)])
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y0 >= axes.y1  # above the plotting area (y grows upwards)
+    assert ax.title.get_window_extent().y0 >= legend.y1  # and under the title
+
+
 def test_a_sweep_of_two_settings_or_of_names_is_a_bar_per_job_labelled_with_what_sets_it_apart() -> None:
     two = [_job(0, "slowdown.factor=1 topology=ring", 1.0), _job(1, "slowdown.factor=2 topology=switch", 2.0)]
     pts = sweep_points(two)
