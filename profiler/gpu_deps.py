@@ -21,6 +21,15 @@ Event wait (``cudaEventRecord`` on stream W, then ``cudaStreamWaitEvent`` of str
     With CUDA sync events, each ``Stream Wait Event`` activity names S, W and the correlation of the event
     record: the first GPU node launched on S after the wait call depends on the last GPU node launched on
     W before the record.
+Stream current at a collective's call (NCCL kernels, and the comm nodes that end with one)
+    c10d makes NCCL's stream wait for the stream current at the call (an event recorded there, waited for
+    by NCCL's stream), so an NCCL kernel depends on the last GPU node launched on that stream before its
+    call, whether that node still ran at the call or had ended (a what-if that slows it must hold the
+    collective; as recorded the edge holds nothing). Where a named ``Stream Wait Event`` says what the
+    kernel waited for, that decides. Otherwise the current stream is the stream of the last other GPU
+    node (not NCCL's) that the calling thread launched on the device before the call (any thread's where
+    the thread is unknown or launched none): Kineto names no stream for ``cudaEventRecord``. An edge the
+    recorded times contradict is not written.
 Host synchronisation (:data:`BLOCKING_CALLS`: ``cudaStreamSynchronize``, ``cudaEventSynchronize``,
 ``cudaDeviceSynchronize``, their driver forms, a blocking ``cudaMemcpy``; and a ``cudaMemcpyAsync`` whose
 copy is into pageable host memory, :data:`PAGEABLE_DTOH`, which CUDA runs synchronously: ``.cpu()``,
@@ -53,7 +62,8 @@ stream); the event-wait rules above find what the NCCL kernel waited for, and th
 the execution model reads an edge from GPU work to such a node as a queue edge (the transfer waits for
 it, the call does not), whether that work was still running at the call or had ended. An inferred wait
 (no record named: torch 2.11) is written only where that work was still running at the call: one that
-had ended cannot have held the kernel, whose delay the inference explains (counted, not written).
+had ended cannot have held the kernel, whose delay the inference explains; the stream current at the call
+gives such a node its edge all the same (above).
 
 Acyclic, as far as the rules go: order host nodes by start and GPU nodes by launch; every edge goes to a
 node no later in that order (program order, launches, stream order and event waits do), except a
@@ -72,6 +82,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 import msgspec
+
+from skewlens.profiler.vocab import names_nccl_kernel
 
 #: A GPU node delayed by more than this after its launch and its stream predecessor waited for something.
 INFER_MIN_DELAY_NS = 10_000
@@ -106,10 +118,7 @@ EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "
 #: The calls the rules read (a caller may leave the others out of ``calls``; GPU nodes carry their launch).
 CALLS_READ = BLOCKING_CALLS | _ASYNC_COPY | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
 
-_COMM_WAITS = (
-    "stream waits of NCCL kernels not written (inferred on work that ended before their call, or of a "
-    "node without its call's start)"
-)
+_COMM_WAITS = "stream waits of NCCL kernels not written (of a comm node without its call's start)"
 _COMM_QUEUED = "stream waits of NCCL kernels (queue edges: the transfer waits, the call does not)"
 
 
@@ -140,6 +149,8 @@ class GpuNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A comm node's start: its host call (None otherwise; a comm node without it gets no wait edge)."""
     name: str = ""
     """Kernel, memcpy or memset name, as Kineto gives it (:data:`PAGEABLE_DTOH` blocks its launch call)."""
+    thread: int | None = None
+    """Host thread of its launch call, or a comm node's of its call (None where unknown)."""
 
 
 class Call(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -250,7 +261,8 @@ def gpu_dependencies(
             sync_of.setdefault(activity.corr, activity)
     records = {c: call.start_ns for c, call in calls.items() if call.name in EVENT_RECORD_CALLS}
     counts: dict[str, int] = defaultdict(int)
-    unnamed = _event_waits(syncs, calls, streams, out, counts)
+    named: set[int] = set()
+    unnamed = _event_waits(syncs, calls, streams, out, counts, named=named)
     bare_keys: set[int] = set()
     for corr, call in sorted(calls.items(), key=lambda kv: (kv[1].start_ns, kv[1].key)):
         if not _blocks(call, by_corr.get(corr)):
@@ -300,6 +312,7 @@ def gpu_dependencies(
             f"only the event's id): {n} GPU wait edge(s) inferred from timing ({waited_ns / 1e6:.3f} ms of "
             "recorded kernel waiting rests on them)"
         )
+    _current_stream_waits(nodes, streams, out, counts, named)
     out.launch = _launches(nodes, out.deps, collectives)
     out.launched_in = {
         g.key: g.host for g in nodes if g.host is not None and not g.comm and g.key not in out.launch
@@ -340,10 +353,13 @@ def _event_waits(
     streams: _Streams,
     out: GpuDeps,
     counts: dict[str, int],
+    *,
+    named: set[int],
 ) -> list[int]:
-    """``Stream Wait Event`` activities: the waiting stream's next node depends on the recorded stream's.
-    Returns the start times of the wait calls whose activity does not name the event record or its
-    stream (torch 2.11's Kineto gives only the event's id): those waits are inferred from timing."""
+    """``Stream Wait Event`` activities: the waiting stream's next node depends on the recorded stream's
+    (its key added to ``named``, whether or not anything ran there before the record). Returns the start
+    times of the wait calls whose activity does not name the event record or its stream (torch 2.11's
+    Kineto gives only the event's id): those waits are inferred from timing."""
     unnamed: list[int] = []
     for sy in syncs:
         if sy.kind != STREAM_WAIT:
@@ -360,6 +376,8 @@ def _event_waits(
             continue  # stream order already
         src = streams.last_before(sy.device, w, record.start_ns)
         dst = streams.first_after(sy.device, s, call.start_ns)
+        if dst is not None:
+            named.add(dst.key)
         if src is None or dst is None or src.key == dst.key:
             continue  # nothing ran before the record, or nothing waited after it in the window
         if dst.comm and dst.issue_ns is None:
@@ -372,6 +390,47 @@ def _event_waits(
             out.deps[dst.key].append(src.key)
             counts[_COMM_QUEUED if dst.comm else "GPU event waits across streams"] += 1
     return unnamed
+
+
+_CURRENT_STREAM = (
+    "stream waits of NCCL kernels for the stream current at their call (c10d's; from the launch order)"
+)
+
+
+def _current_stream_waits(
+    nodes: Sequence[GpuNode], streams: _Streams, out: GpuDeps, counts: dict[str, int], named: Set[int]
+) -> None:
+    """Each NCCL kernel (or comm node) not in ``named`` depends on the last node launched before its call
+    on the stream current at that call (module docstring)."""
+    others: dict[tuple[int, int | None], list[GpuNode]] = defaultdict(list)
+    for g in nodes:
+        if not (g.comm or names_nccl_kernel(g.name)):
+            others[(g.device, None)].append(g)
+            if g.thread is not None:
+                others[(g.device, g.thread)].append(g)
+    launched = {k: sorted(v, key=lambda g: (g.launch_ns, g.key)) for k, v in others.items()}
+    at = {k: [g.launch_ns for g in v] for k, v in launched.items()}
+
+    def last_launched(key: tuple[int, int | None], t: int) -> GpuNode | None:
+        i = bisect_left(at.get(key, ()), t) - 1
+        return launched[key][i] if i >= 0 else None
+
+    for g in nodes:
+        if not (g.comm or names_nccl_kernel(g.name)) or g.key in named:
+            continue
+        t = g.issue_ns if g.comm else g.launch_ns
+        if t is None:
+            continue  # a comm node without its call's start gets no wait edge (counted where one applied)
+        mine = last_launched((g.device, g.thread), t) if g.thread is not None else None
+        last = mine or last_launched((g.device, None), t)
+        src = None if last is None else streams.last_before(g.device, last.stream, t)
+        if src is None or src.key in out.deps[g.key]:
+            continue
+        if src.end_ns > g.start_ns + CLOCK_SLACK_NS:
+            counts["stream waits contradicted by the recorded times (ignored)"] += 1
+            continue
+        out.deps[g.key].append(src.key)
+        counts[_CURRENT_STREAM] += 1
 
 
 def _running_at_call(end_ns: int, comm: GpuNode) -> bool:
@@ -453,7 +512,10 @@ def _infer_event_waits(
                     e, s, key = ends[hi]
                     if s != stream:
                         if g.comm and not _running_at_call(e, g):
-                            counts[_COMM_WAITS] += 1
+                            # ended before the call: it cannot have held the kernel (the stream current
+                            # at the call gives the node its edge); a node without its call, no edge
+                            if g.issue_ns is None:
+                                counts[_COMM_WAITS] += 1
                         else:
                             out.deps[g.key].append(key)
                             out.inferred[g.key].append(key)

@@ -124,26 +124,29 @@ def test_without_sync_events_a_delayed_node_after_a_stream_wait_call_waits_for_a
     assert not any(gpu_dependencies(nodes, {}, [], default_device=0).deps.values())
 
 
-@pytest.mark.parametrize(("issue_ns", "written"), [(50_000, True), (61_000, False), (None, False)])
-def test_without_sync_events_a_comm_node_depends_on_what_its_nccl_kernel_waited_for_if_it_ran_past_the_call(
-    issue_ns: int | None, written: bool
+@pytest.mark.parametrize(("issue_ns", "inferred"), [(50_000, True), (61_000, False), (None, False)])
+def test_without_sync_events_a_comm_node_depends_on_the_last_node_of_the_stream_current_at_its_call(
+    issue_ns: int | None, inferred: bool
 ) -> None:
-    # as above, 12 being a comm node's NCCL kernel whose call began at issue_ns: 10 ended (60 µs) after a
-    # call at 50 µs (a queue edge), before one at 61 µs (none: inferred, it cannot have held a kernel
-    # launched after it ended)
+    # as above, 12 being a comm node's NCCL kernel whose call began at issue_ns; 10 (stream 7, launched at
+    # 12 µs) is the last other node launched before the call, so stream 7 was current there: c10d made the
+    # NCCL stream wait for 10 either way. 10 ended (60 µs) after a call at 50 µs: the timing inference finds
+    # it too (the recorded waiting rests on it); before one at 61 µs it held nothing as recorded, but a
+    # what-if that slows it must hold the collective. A comm node without its call's start gets no edge.
     nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
     nccl = _node(12, 20, 44_000, 75_000, 85_000, host=5)
     nodes.append(msgspec.structs.replace(nccl, comm=True, issue_ns=issue_ns))
     calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
     found = gpu_dependencies(nodes, calls, [], default_device=0)
-    assert found.deps.get(12, []) == ([10] if written else [])
-    assert found.inferred.get(12, []) == ([10] if written else [])
+    assert found.deps.get(12, []) == ([] if issue_ns is None else [10])
+    assert found.inferred.get(12, []) == ([10] if inferred else [])
     assert found.launch == {}  # a comm node starts at its own call
     queued = "1 stream waits of NCCL kernels (queue edges: the transfer waits, the call does not)"
-    assert (queued in found.notes) is written, found.notes
-    assert any("stream waits of NCCL kernels not written" in n for n in found.notes) is not written, (
-        found.notes
+    current = (
+        "1 stream waits of NCCL kernels for the stream current at their call (c10d's; from the launch order)"
     )
+    assert (queued in found.notes) is inferred, found.notes
+    assert (current in found.notes) is (issue_ns is not None and not inferred), found.notes
 
 
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:

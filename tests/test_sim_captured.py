@@ -75,3 +75,37 @@ def test_replaying_imported_gpu_traces_reproduces_each_ranks_span(dlrm_imported:
         recorded = int(rt.end_ns[timed].max() - rt.start_ns[timed].min())
         replayed = int(res.end_ns[r][timed].max() - res.start_ns[r][timed].min())
         assert abs(replayed - recorded) <= 0.01 * recorded, (r, replayed, recorded)
+
+
+def test_a_collective_on_a_slowed_gpu_waits_for_the_kernels_launched_before_its_call(
+    dlrm_imported: Path,
+) -> None:
+    """c10d makes NCCL's stream wait for the stream current at the call, so a collective's NCCL kernel
+    cannot start before the work launched on that stream before it ends. DLRM's kernels feeding its
+    collectives had ended before each call: no edge was read from timing, and with rank 0's GPU ten times
+    slower its all_reduces started up to 1.5 ms before the kernels that computed their input ended, while
+    the other ranks' steps did not change."""
+    run = load_trace(dlrm_imported)
+    rt = run.ranks[0]
+    assert rt.launch_ns is not None
+    base = simulate(run)
+    slow = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=10.0, device="gpu")])
+    )
+    gpu = ~rt.is_cpu & (rt.launch_ns >= 0)
+    comm = gpu & (rt.node_type == NodeType.COMM_COLL)
+    compute = gpu & (rt.node_type == NodeType.COMP)
+    assert comm.sum() == 8
+    for i in comm.nonzero()[0]:
+        same_stream_before = compute & (rt.launch_ns < rt.launch_ns[i]) & (rt.stream == 7)
+        assert same_stream_before.any()
+        assert slow.end_ns[0][same_stream_before].max() <= slow.start_ns[0][i], rt.name(int(i))
+    # ... so the peers wait for rank 0's delayed collectives: no rank's step shrinks, most grow (ranks 4
+    # and 5 end their step with work of their own after the last collective)
+    base_spans, slow_spans = base.step_spans(), slow.step_spans()
+    grew = 0
+    for r in run.ranks:
+        (b0, b1), (s0, s1) = base_spans[(r, 10)], slow_spans[(r, 10)]
+        assert s1 - s0 >= b1 - b0, r
+        grew += s1 - s0 > b1 - b0
+    assert grew >= 6

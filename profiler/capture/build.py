@@ -911,6 +911,16 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
     return nodes
 
 
+def _issuer(p: _Proto) -> int:
+    """The host stream (thread) that issued a comm node: its own stream where it ran on the thread."""
+    return p.issue_stream if p.issue_stream >= 0 else p.stream
+
+
+def _known(stream: int) -> int | None:
+    """A host stream id, None for an unknown one (-1)."""
+    return None if stream < 0 else stream
+
+
 def _device_index(device: str) -> int:
     """``cuda:3`` -> 3 (0 where the name has no index)."""
     tail = device.rpartition(":")[2]
@@ -1011,6 +1021,7 @@ def _gpu_dependencies(
         for o in cap.ops
         if o.kind in CALL_KINDS and o.corr > 0
     }
+    call_thread = {o.corr: thread_stream(o.thread) for o in cap.ops if o.kind in CALL_KINDS and o.corr > 0}
     by_id = {ids[id(p)]: p for p in protos}
     counts: Counter[str] = Counter()
     gpu = []
@@ -1036,6 +1047,7 @@ def _gpu_dependencies(
                 comm=comm,
                 issue_ns=p.start_ns if comm else None,
                 name=k.name,
+                thread=_known(_issuer(p) if comm else call_thread.get(k.corr, -1)),
             )
         )
     syncs = [

@@ -595,6 +595,7 @@ def _gpu_edges(kt: KinetoTrace, src: _Sources, pending: list[_Pending], notes: l
                 corr=e.corr,
                 host=parent.index if parent is not None else None,
                 name=e.name,
+                thread=call.tid if e.corr is not None and (call := kt.launches.get(e.corr)) else None,
             )
         )
     read = {c: e for c, e in kt.launches.items() if e.name in CALLS_READ}
