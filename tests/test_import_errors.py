@@ -14,6 +14,7 @@ import pytest
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
+from skewlens.profiler.importers.host_et import parse_host_et
 from skewlens.profiler.importers.sources import read_json
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store import load_run
@@ -148,6 +149,22 @@ def test_an_unknown_host_trace_schema_is_refused_with_the_supported_list(tmp_pat
     h = _write(tmp_path / "h_0.json", host_doc(schema="9.9"))
     with pytest.raises(TraceImportError, match=r"h_0\.json: .*'9\.9' is not supported.*1\.1\.1-chakra"):
         import_traces([k], [h], tmp_path / "run")
+
+
+def _rpc_nodes(op: str, annotation: str, peer: int = 1) -> list[dict[str, Any]]:
+    """A 1.0.1 ``record_param_comms`` node of collective name ``op`` and its backend annotation."""
+    tensor = [10, 20, 0, 256, 4, "cuda:0"]
+    return [
+        {"id": 4, "name": "record_param_comms", "parent": 1, "input_types": ["Tensor(float)", "Int", "Int",
+         "Int", "String", "GenericList[]", "GenericList[]"], "inputs": [tensor, 7, 9999, peer, op, [], []]},
+        {"id": 5, "name": annotation, "parent": 4, "inputs": [tensor], "input_types": ["Tensor(float)"]},
+    ]  # fmt: skip
+
+
+def test_a_collective_the_annotation_does_not_name_takes_its_type_from_record_param_comms() -> None:
+    doc = {"schema": "1.0.1", "pid": 100, "nodes": _rpc_nodes("allreduce_coalesced", "nccl:coalesced")}
+    (comm,) = parse_host_et(doc, Path("et.json")).comms
+    assert (comm.op, comm.comm_type) == ("allreduce_coalesced", CommType.ALL_REDUCE)
 
 
 def test_a_host_trace_of_another_run_is_refused(tmp_path: Path) -> None:

@@ -255,11 +255,13 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
         op = str(fields.get("op") or name)
         base = op.rsplit(":", 1)[-1]
         p2p = _P2P.get(base, "")
+        # not `or`: CommType.ALL_REDUCE is 0, falsy
+        ct = collective_from_op(op)
         comms.append(
             HostComm(
                 node_id=nid,
                 name=name,
-                comm_type=None if p2p else (collective_from_op(op) or collective_from_op(name)),
+                comm_type=None if p2p else ct if ct is not None else collective_from_op(name),
                 p2p=p2p,
                 op=op,
                 numel=numel,
