@@ -529,6 +529,30 @@ def test_a_kernel_waiting_on_the_nccl_stream_depends_on_the_comm_node_which_gets
     assert _acyclic(nodes)
 
 
+def test_a_kernel_launched_through_the_driver_api_gets_that_calls_launch_time_as_a_runtime_launch_does() -> (
+    None
+):
+    # Triton launches with cuLaunchKernel, which Kineto files as cuda_driver, not cuda_runtime
+    call = CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::allreduce_", comm_type=CommType.ALL_REDUCE, pg_name="0",
+        seq=1, src=-1, dst=-1, tag=0, numel=256, dtype="float32", size_bytes=1024, start_ns=30_000,
+        issue_end_ns=32_000, end_ns=32_000, is_async=False, thread=111, step=0,
+    )  # fmt: skip
+    evs = [
+        Ev("triton_poi_fused_add", "cpu_op", 2_000, 4_000, corr=1),
+        Ev("cuLaunchKernel", "cuda_driver", 2_500, 1_000, corr=800),
+        Ev("triton_poi_fused_add_0", "kernel", 5_000, 3_000, resource=7, corr=800),
+        Ev("aten::relu", "cpu_op", 10_000, 4_000, corr=2),
+        Ev("cudaLaunchKernel", "cuda_runtime", 11_000, 1_000, corr=801),
+        Ev("relu_kernel", "kernel", 13_000, 3_000, resource=7, corr=801),
+    ]
+    nodes, notes = _build_one_call(call, evs, end_ns=60_000, groups=GROUPS)
+    triton = next(n for n in nodes if n.name == "triton_poi_fused_add_0")
+    relu = next(n for n in nodes if n.name == "relu_kernel")
+    assert (triton.attrs[Attr.LAUNCH_NS], relu.attrs[Attr.LAUNCH_NS]) == (2_500, 11_000)
+    assert not any("launch call is not in the trace" in n for n in notes), notes
+
+
 @pytest.mark.parametrize("record_named", [True, False], ids=["named-record", "torch-2.11-inferred"])
 def test_a_comm_node_depends_on_the_kernel_its_nccl_stream_waited_for_whether_or_not_it_ran_at_the_call(
     record_named: bool,

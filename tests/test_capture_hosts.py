@@ -288,8 +288,10 @@ def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_co
         ([((0,), 0.0)], "ranks [1] of 2 are in none of"),
         ([((0,), 0.0), ((0,), 0.0)], "rank 0 is in both"),
         ([((0,), 0.0), ((1,), 10.0)], "not one run: rank 1 (host h1) began step 2 9.500 s after rank 0"),
+        # 0.6 s late with steps of 0.5 s: each of rank 1's steps begins 0.1 s after rank 0's ended
+        ([((0,), 0.0), ((1,), 0.6)], "not one run: rank 1 (host h1) began step 2 0.100 s after rank 0"),
     ],
-    ids=["a rank missing", "a rank twice", "another run"],
+    ids=["a rank missing", "a rank twice", "another run", "steps apart by less than a second"],
 )
 def test_skewlens_merge_refuses_directories_that_are_not_every_rank_of_one_run_once(
     tmp_path: Path,
@@ -306,6 +308,20 @@ def test_skewlens_merge_refuses_directories_that_are_not_every_rank_of_one_run_o
     err = capsys.readouterr().err
     assert err.startswith("skewlens merge: error: ") and message in err, err
     assert not out.exists()
+
+
+def test_skewlens_merge_refuses_an_out_that_holds_files_and_leaves_them_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 2
+    assert f"--out {out}: exists and is not an empty directory" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_skewlens_merge_refuses_hosts_that_gave_different_steps_or_world_sizes(

@@ -51,6 +51,26 @@ def test_walking_any_window_runs_warmup_record_and_save_once_each_in_order() -> 
         assert phases == [Phase.START_WARMUP, Phase.START_RECORD, Phase.SAVE]
 
 
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        (StepWindow(wait=1, warmup=1, active=0), [Phase.START_WARMUP, Phase.SAVE]),
+        (StepWindow(wait=1, warmup=0, active=0), [Phase.SAVE]),
+    ],
+)
+def test_a_window_without_recorded_steps_given_to_the_api_still_saves_once_when_it_is_done(
+    window: StepWindow, expected: list[Phase]
+) -> None:
+    # capture(steps=StepWindow(...)) takes a window parse_window would refuse; its capture still ends
+    phases: list[Phase] = []
+    prev = Action.NONE
+    for s in range(5):
+        cur = action_for(s, window)
+        phases.extend(phases_between(prev, cur))
+        prev = cur
+    assert phases == expected
+
+
 def test_unchanged_action_runs_no_phase() -> None:
     assert all(phases_between(a, a) == () for a in Action)
     assert all(prev != cur for prev, cur in TRANSITIONS)

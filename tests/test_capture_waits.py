@@ -126,6 +126,19 @@ def test_work_wait_depends_on_the_call_that_returned_the_work_and_others_keep_th
     assert_thread_tiled(nodes, GAP_NAME, gaps_ok=True)  # (the two issues are the comm nodes' own time)
 
 
+def test_a_work_waited_on_by_another_thread_depends_on_the_call_that_issued_it() -> None:
+    # the Work's call was made on the main thread; a helper thread (native id 222) waits on it
+    waited = hooked_async(5 * MS, 6 * MS, 30 * MS)
+    wait = WaitRecord(
+        name=WORK_WAIT_NAME, start_ns=25 * MS, end_ns=31 * MS, thread=222, ident=7_000_222, step=0,
+        issue_start_ns=5 * MS, issue_thread=MAIN,
+    )  # fmt: skip
+    nodes = build_nodes(capture([waited], [wait]))
+    (node,) = the(nodes, WORK_WAIT_NAME)
+    (comm,) = the(nodes, "c10d::_allgather_base_")
+    assert comm.node_id in node.ctrl_deps
+
+
 def test_a_wait_takes_the_collective_that_completed_last_while_it_waited_else_the_oldest_done() -> None:
     a = funcol(10 * MS, 20 * MS)
     b = funcol(12 * MS, 40 * MS)
@@ -143,6 +156,34 @@ def test_a_wait_takes_the_collective_that_completed_last_while_it_waited_else_th
         for w in sorted(the(nodes, WAIT_TENSOR_NAME), key=lambda n: n.start_ns)
     ]
     assert got == [ids[12 * MS], ids[10 * MS], ids[13 * MS]]
+
+
+def waited_issue(comms: list[CommRecord], wait: WaitRecord) -> int:
+    """When the collective that ``wait``'s node depends on was issued."""
+    nodes = build_nodes(capture(comms, [wait]))
+    (w,) = the(nodes, WAIT_TENSOR_NAME)
+    (target,) = [n for n in the(nodes, "gloo:all_reduce") if n.node_id in w.ctrl_deps]
+    return target.start_ns
+
+
+def test_a_collective_ending_within_the_clock_slack_after_the_wait_returned_is_what_it_blocked_on() -> None:
+    # b's recorded end is 0.1 ms (within END_SLACK_NS) after the wait returned: clock error between the
+    # recorder and the hooks, so b completed during the wait, last; a completed earlier in it
+    a = funcol(10 * MS, 20 * MS)
+    b = funcol(12 * MS, 40 * MS + 100_000)
+    assert waited_issue([a, b], wait_tensor(15 * MS, 40 * MS)) == 12 * MS
+
+
+def test_a_wait_by_whose_return_no_collective_had_completed_takes_the_earliest_issued() -> None:
+    # both recorded ends lie long after the wait returned (they cannot be right): issue order decides
+    a = funcol(10 * MS, 70 * MS)
+    b = funcol(12 * MS, 80 * MS)
+    assert waited_issue([b, a], wait_tensor(20 * MS, 25 * MS)) == 10 * MS
+
+
+def test_a_collective_issued_at_the_instant_its_thread_began_the_wait_is_a_candidate() -> None:
+    # the thread issued it, then waited: the same clock reading is still an issue before the wait
+    assert waited_issue([funcol(20 * MS, 29 * MS)], wait_tensor(20 * MS, 30 * MS)) == 20 * MS
 
 
 def test_a_collective_whose_recorded_end_is_after_its_waits_return_ends_there() -> None:
@@ -221,6 +262,11 @@ def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> 
     (comm,) = the(nodes, "gloo:all_reduce")
     assert comm.node_id in wait.ctrl_deps and (wait.start_ns, wait.dur_ns) == (20 * MS, 10 * MS + 10_000)
     assert_thread_tiled(nodes, UNTRACED_NAME)
+
+
+def test_a_wait_tensor_operator_outside_the_recorded_steps_is_no_wait() -> None:
+    ops = [host_op("_c10d_functional::wait_tensor", 150 * MS, 160 * MS)]  # the step ends at 100 ms
+    assert not the(build_nodes(capture([funcol(140 * MS, 155 * MS)], [], ops)), WAIT_TENSOR_NAME)
 
 
 def test_a_wait_tensor_operator_seeming_to_begin_just_before_its_hooked_wait_is_that_wait() -> None:
