@@ -14,7 +14,9 @@ import pytest
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
-from skewlens.profiler.importers.host_et import parse_host_et
+from skewlens.profiler.importers.host_et import HostOp, parse_host_et
+from skewlens.profiler.importers.join import join_ops
+from skewlens.profiler.importers.kineto import KEvent
 from skewlens.profiler.importers.sources import read_json
 from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store import load_run
@@ -161,10 +163,27 @@ def _rpc_nodes(op: str, annotation: str, peer: int = 1) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def test_a_recv_from_any_source_is_a_recv_from_the_peer_the_host_trace_names() -> None:
+    doc = {
+        "schema": "1.0.1",
+        "pid": 100,
+        "nodes": _rpc_nodes("recv_anysource", "nccl:recv_anysource", peer=3),
+    }
+    (comm,) = parse_host_et(doc, Path("et.json")).comms
+    assert (comm.p2p, comm.comm_type, comm.peer) == ("recv", None, 3)
+
+
 def test_a_collective_the_annotation_does_not_name_takes_its_type_from_record_param_comms() -> None:
     doc = {"schema": "1.0.1", "pid": 100, "nodes": _rpc_nodes("allreduce_coalesced", "nccl:coalesced")}
     (comm,) = parse_host_et(doc, Path("et.json")).comms
     assert (comm.op, comm.comm_type) == ("allreduce_coalesced", CommType.ALL_REDUCE)
+
+
+def test_a_host_trace_node_whose_id_is_a_boolean_is_refused() -> None:
+    doc = host_doc()
+    doc["nodes"][0]["id"] = True
+    with pytest.raises(TraceImportError, match=r"et\.json: node #0 has no integer 'id' / string 'name'"):
+        parse_host_et(doc, Path("et.json"))
 
 
 def test_a_host_trace_of_another_run_is_refused(tmp_path: Path) -> None:
@@ -461,6 +480,70 @@ def test_record_function_ids_join_host_ops_and_give_cross_thread_data_dependenci
     assert list(nodes["aten::add"].data_deps) == [nodes["aten::mm"].id]
     assert not nodes["aten::relu"].data_deps
     assert node_attrs(nodes["aten::add"])[Attr.RF_ID] == 12
+
+
+def _host_ops(tid: int, names: str, *, first_id: int = 1) -> list[HostOp]:
+    """Host-trace operators of observer thread ``tid``, one per space-separated name, in id order."""
+    return [
+        HostOp(node_id=first_id + k, name=n, tid=tid, rf_id=None, reads=(), writes=())
+        for k, n in enumerate(names.split())
+    ]
+
+
+def _cpu_ops(tid: int, names: str, *, first_index: int = 0, rf_ids: list[int] | None = None) -> list[KEvent]:
+    """Kineto ``cpu_op`` events of thread ``tid``, one per space-separated name, 10 us apart."""
+    return [
+        KEvent(
+            index=first_index + k, name=n, cat="cpu_op", pid=100, tid=tid, start_ns=10_000 * k, dur_ns=5_000,
+            args={}, rf_id=rf_ids[k] if rf_ids else None,
+        )
+        for k, n in enumerate(names.split())
+    ]  # fmt: skip
+
+
+def _joined(host: list[HostOp], kineto: list[KEvent]) -> dict[str, str]:
+    """``kineto op -> host op`` of :func:`join_ops`, each op named ``name@index`` / ``name#node id``."""
+    names = {e.index: e.name for e in kineto}
+    return {f"{names[i]}@{i}": f"{h.name}#{h.node_id}" for i, h in sorted(join_ops(host, kineto).items())}
+
+
+def test_a_record_function_id_joins_only_a_host_op_of_the_same_name() -> None:
+    host = [HostOp(node_id=2, name="aten::mm", tid=1, rf_id=11, reads=(), writes=())]
+    assert _joined(host, _cpu_ops(100, "aten::add", rf_ids=[11])) == {}
+    assert _joined(host, _cpu_ops(100, "aten::mm", rf_ids=[11])) == {"aten::mm@0": "aten::mm#2"}
+
+
+def test_kineto_ops_with_record_function_ids_join_a_host_trace_without_them_by_order() -> None:
+    host = _host_ops(1, "aten::mm aten::add")
+    kineto = _cpu_ops(100, "aten::mm aten::add", rf_ids=[11, 12])
+    assert _joined(host, kineto) == {"aten::mm@0": "aten::mm#1", "aten::add@1": "aten::add#2"}
+
+
+def test_the_order_join_resynchronises_by_the_shorter_skip_of_either_side() -> None:
+    # at (b, c): the host's next c is 3 ops ahead, the Kineto side's next b 2 ahead: skip Kineto's c, y
+    host = _host_ops(1, "a b y w c")
+    kineto = _cpu_ops(100, "a c y b")
+    assert _joined(host, kineto) == {"a@0": "a#1", "b@3": "b#2"}
+
+
+def test_the_order_join_skips_host_ops_kineto_lacks_looking_past_the_next_two() -> None:
+    # x, y, z are user annotations Kineto files apart: three host ops to skip to reach b (Kineto's y comes
+    # after b, so it is not the host's y)
+    host = _host_ops(1, "a x y z b")
+    kineto = _cpu_ops(100, "a b y")
+    assert _joined(host, kineto) == {"a@0": "a#1", "b@1": "b#5"}
+
+
+def test_at_equal_skips_the_order_join_skips_the_host_op_which_may_be_an_annotation_kineto_lacks() -> None:
+    host = _host_ops(1, "a ann b")
+    kineto = _cpu_ops(100, "a b ann")
+    assert _joined(host, kineto) == {"a@0": "a#1", "b@1": "b#3"}
+
+
+def test_each_kineto_thread_is_paired_with_one_host_thread_the_one_sharing_most_op_names() -> None:
+    host = _host_ops(1, "aten::mm aten::add") + _host_ops(2, "aten::mm", first_id=10)
+    kineto = _cpu_ops(100, "aten::mm aten::add")
+    assert _joined(host, kineto) == {"aten::mm@0": "aten::mm#1", "aten::add@1": "aten::add#2"}
 
 
 def test_importing_traces_does_not_import_torch() -> None:

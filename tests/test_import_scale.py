@@ -96,10 +96,11 @@ def test_the_id_and_time_fields_of_a_whole_rank_are_the_bytes_of_the_node_by_nod
     assert id_and_time_fields([1], [2**63], [0]) is None  # beyond int64: encoded (and refused) node by node
 
 
-def test_an_int_attribute_beyond_int64_is_refused_as_protobuf_refuses_it() -> None:
+@pytest.mark.parametrize("key", ["a", Attr.RF_ID])  # a cached attribute, and a per-node one encoded inline
+def test_an_int_attribute_beyond_int64_is_refused_as_protobuf_refuses_it(key: str) -> None:
     with pytest.raises(ValueError, match=r"out of range"):
         NodeEncoder().encode(node_id=1, name="x", node_type=NodeType.COMP, start_ns=0, dur_ns=0, ctrl_deps=(),
-                             data_deps=(), attrs={"a": 2**63})  # fmt: skip
+                             data_deps=(), attrs={key: 2**63})  # fmt: skip
 
 
 def test_the_events_enclosing_many_times_at_once_are_those_found_one_by_one() -> None:
