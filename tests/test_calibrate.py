@@ -332,6 +332,8 @@ def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_i
     assert "at 64 ranks" in said
     assert skewlens_main([*args, f"out={tmp_path / 'o2'}"]) == 0
     assert "was calibrated on" not in capsys.readouterr().out  # its own size: what it was fitted to
+    assert skewlens_main([*args, f"out={tmp_path / 'o3'}", "scale.dp=2"]) == 0
+    assert "was calibrated on" not in capsys.readouterr().out  # extrapolated to the size it was fitted on
 
 
 def test_a_fit_that_explains_little_is_written_with_a_warning_that_replays_on_it_will_be_off(

@@ -424,6 +424,20 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
                 "ranks need)"
             ),
         ),
+        (  # as recorded, the ranks are placed on the topology all the same where a slowdown names nodes
+            [
+                "topology=two_node_ib",
+                "topology.dims.0.size=1",
+                "slowdown=slow_link",
+                "slowdown.entries.0.links=[]",
+                "+slowdown.entries.0.nodes=[1]",
+            ],
+            (
+                "topology=two_node_ib: 2 rank slots, and the replayed run has 4 ranks; choose a larger "
+                "topology, or a topology file whose outermost dimension has size 0 (as many as the ranks "
+                "need)"
+            ),
+        ),
     ],
 )
 def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
@@ -481,6 +495,18 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
             (
                 "slowdown.entries[0].nodes: node 9 holds none of the run's 4 ranks under topology switch "
                 "(nodes 0-3)"
+            ),
+        ),
+        (  # two_node_ib places ranks 0-3 on node 0 (block placement, 4 per node): node 1 holds none
+            [
+                "slowdown=slow_link",
+                "slowdown.entries.0.links=[]",
+                "+slowdown.entries.0.nodes=[1]",
+                "topology=two_node_ib",
+            ],
+            (
+                "slowdown.entries[0].nodes: node 1 holds none of the run's 4 ranks under topology "
+                "two_node_ib (nodes 0-0)"
             ),
         ),
         (  # slowed nothing, and the report said "ops 'aten::linear' x3 on rank 1" all the same
@@ -552,6 +578,18 @@ def test_a_slow_link_no_transfer_crosses_is_refused_and_one_a_send_crosses_slows
     assert skewlens_main([*base, f"out={tmp_path / 'o'}", "slowdown.entries.0.links=[[2,1]]"]) == 0
 
 
+def test_a_delay_before_every_send_of_ranks_of_which_one_sends_is_replayed(tmp_path: Path) -> None:
+    # rank 1 sends to rank 2, rank 0 sends nothing: the delay on ranks 0 and 1 delays rank 1's send
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        b.rank(r).compute("aten::mm", dur_ns=1_000_000, start_ns=0)
+    b.rank(1).send(2, 1 << 20, dur_ns=100_000)
+    b.rank(2).recv(1, 1 << 20, dur_ns=100_000)
+    run = b.write(tmp_path / "run")
+    args = ["replay", f"trace={run}", f"out={tmp_path / 'o'}", "progress=false", "slowdown=slow_send"]
+    assert skewlens_main([*args, "slowdown.entries.0.ranks=[0,1]"]) == 0
+
+
 def test_the_stall_preset_stalls_the_runs_first_step_unless_told_another(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -568,6 +606,26 @@ def test_the_stall_preset_stalls_the_runs_first_step_unless_told_another(
     # rank 0 starts the step 50 ms late, so its peers wait 50 ms (less the 0.3 ms rank 0 waited for them)
     assert [first[0] - plain[0], first[1] - plain[1]] == pytest.approx([49.7, 0.0])
     assert [later[0] - plain[0], later[1] - plain[1]] == pytest.approx([0.0, 49.7])
+
+
+def test_a_stall_at_every_step_of_a_window_holding_one_of_the_runs_steps_stalls_that_step(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # the run's steps are 0-1: the window 1.. holds step 1 (not step 0), so the stall is not refused
+    def slowest_step_ms(out: Path, *overrides: str) -> list[float]:
+        assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false", *overrides]) == 0
+        rows = pq.read_table(out / "summary.parquet").to_pylist()
+        return [max(r["step_time_ns"] for r in rows if r["step"] == s) / 1e6 for s in (0, 1)]
+
+    plain = slowest_step_ms(tmp_path / "plain")
+    every = slowest_step_ms(
+        tmp_path / "every",
+        "slowdown=stall",
+        "slowdown.entries.0.every_step=true",
+        "slowdown.entries.0.first_step=1",
+    )
+    # as a one-off stall at step 1: rank 0 starts it 50 ms late, less the 0.3 ms it waited for its peers
+    assert [every[0] - plain[0], every[1] - plain[1]] == pytest.approx([0.0, 49.7])
 
 
 def test_an_unknown_run_directory_is_a_one_line_error(
@@ -718,14 +776,24 @@ def test_real_replay_of_a_run_recorded_on_cuda_is_refused_where_cuda_is_not_avai
     assert api.resolve_backend("auto", dataclasses.replace(m, devices={})) == "gloo"
 
 
-@pytest.mark.parametrize("mode", ["sim", "real"])
-@pytest.mark.parametrize("where", ["out/run", "out"])
-def test_a_trace_that_is_out_or_inside_outs_run_directory_is_refused_and_kept(
+@pytest.mark.parametrize(
+    ("mode", "where"),
+    [
+        ("sim", "out/run"),
+        ("real", "out/run"),
+        ("sim", "out/run/copy"),
+        ("sim", "out/real/run"),
+        ("sim", "out"),
+        ("real", "out"),
+    ],
+)
+def test_a_trace_that_is_out_or_inside_outs_run_or_real_directory_is_refused_and_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str, where: str
 ) -> None:
     # replaying a real replay's capture into its own OUT: mode=sim removed OUT/run (the trace) after the
-    # replay as an earlier real replay's; mode=real cleared its files and captured over them. Into the run's
-    # own directory, the replay's files lay among the run's.
+    # replay as an earlier real replay's; mode=real cleared its files and captured over them (and OUT/real,
+    # its working files, goes the same way). Into the run's own directory, the replay's files lay among the
+    # run's.
     b = RunBuilder(world_size=2)
     for r in range(2):
         b.rank(r).step(0).collective(CommType.ALL_REDUCE, comm_bytes=1024, dur_ns=300_000)
@@ -741,8 +809,8 @@ def test_a_trace_that_is_out_or_inside_outs_run_directory_is_refused_and_kept(
         )
     else:
         error = (
-            f"skewlens replay: error: trace={trace} lies in out={out}'s run/, which a replay into it "
-            "replaces (mode=real) or removes (mode=sim) along with the trace; give another out"
+            f"skewlens replay: error: trace={trace} lies in out={out}'s {where.split('/')[1]}/, which a "
+            "replay into it replaces (mode=real) or removes (mode=sim) along with the trace; give another out"
         )
     assert capsys.readouterr().err.strip().splitlines() == [error]
     assert sorted(p.name for p in trace.iterdir()) == files
