@@ -456,6 +456,9 @@ def test_a_replay_of_a_gpu_run_draws_its_compute_streams_idle_on_a_track_of_its_
     doc = json.loads((tmp_path / "out" / "timeline.json").read_text())
     names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["pid"] == 0}
     (track,) = (t for t, n in names.items() if n == "GPU stream 8: idle, by what it waited for")
+    # a tid of its own: no stream's track shares it
+    named = [e["tid"] for e in doc["traceEvents"] if e["name"] == "thread_name" and e["pid"] == 0]
+    assert named.count(track) == 1
     on_8 = {e["args"]["node_id"] for e in doc["traceEvents"] if e.get("tid") == 8 and e["ph"] == "X"}
     idle = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_idle"]
     assert idle and all(e["tid"] == track and e["args"]["node_id"] in on_8 for e in idle)

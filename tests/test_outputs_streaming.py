@@ -7,7 +7,8 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import duckdb
 import numpy as np
@@ -308,6 +309,48 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
     assert [(s.min, s.max) for s in stats] == [(b[0], b[-1]) for b in batches]
     con = duckdb.connect()
     assert con.execute(f"SELECT count(*) FROM '{path}' WHERE rank = 1").fetchall() == [(len(run.ranks[1]),)]
+
+
+def test_a_batch_of_ranks_is_complete_once_it_holds_at_least_the_rows_asked_for() -> None:
+    sizes = {0: 3, 1: 3, 2: 2, 3: 1}
+    run = cast(RunTrace, SimpleNamespace(ranks={r: [0] * n for r, n in sizes.items()}))
+    assert outputs.rank_batches(run, 3) == [[0], [1], [2, 3]]
+    assert outputs.rank_batches(run, 4) == [[0, 1], [2, 3]]
+    assert outputs.rank_batches(run, 6) == [[0, 1], [2, 3]]
+
+
+def test_a_row_group_of_timeline_parquet_ends_at_the_rank_that_brings_it_to_row_group_rows(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, sim = replayed
+    monkeypatch.setattr(outputs, "TABLE_ROWS", 1)  # a table per rank
+    monkeypatch.setattr(outputs, "ROW_GROUP", len(run.ranks[0]))  # rank 0 alone fills a row group
+    path = write_timeline(run, sim, tmp_path / "timeline.parquet", workers=2)
+    meta = pq.ParquetFile(path).metadata
+    assert meta.row_group(0).num_rows == len(run.ranks[0])
+
+
+def test_the_timelines_times_count_from_the_earliest_replayed_start_of_any_rank(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r, start_ms in ((0, 7), (1, 5)):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 2 * MS, start_ns=start_ms * MS)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    sim = simulate(run)
+    first = {r: int(sim.start_ns[r][rt.node_type != NodeType.METADATA].min()) for r, rt in run.ranks.items()}
+    assert first[1] < first[0]  # rank 1 starts first
+    doc = json.loads(write_perfetto(run, sim, tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert doc["otherData"]["t0_ns"] == first[1]
+    assert min(e["ts"] for e in _x_events(doc)) == 0.0
+
+
+def test_a_text_output_that_fails_while_written_leaves_the_earlier_file_whole(tmp_path: Path) -> None:
+    path = outputs.write_text(tmp_path / "config.yaml", "trace: /r\n")
+    with pytest.raises(UnicodeEncodeError):
+        outputs.write_text(path, "trace: /s\nmode: \ud800\n")  # a lone surrogate: no UTF-8
+    assert path.read_text(encoding="utf-8") == "trace: /r\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 def test_the_duckdb_query_in_the_replay_docs_reads_timeline_parquet_by_its_name(

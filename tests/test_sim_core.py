@@ -364,6 +364,25 @@ def test_a_run_without_step_marks_is_one_step_spanning_each_rank(tmp_path: Path)
     assert res.makespan_ns == 3_000  # the METADATA node at t=0 does not count
 
 
+def test_a_steps_span_takes_every_row_of_the_step_wherever_it_lies_among_the_ranks_rows() -> None:
+    # a node of step 0 recorded after step 1's (a late callback): it still belongs to step 0's span
+    def i64(*v: int) -> np.ndarray:
+        return np.asarray(v, dtype=np.int64)
+
+    res = SimResult(
+        start_ns={0: i64(0, 10, 20, 5)},
+        end_ns={0: i64(4, 15, 30, 8)},
+        step={0: np.asarray([0, 1, 1, 0], dtype=np.int32)},
+        timed={0: np.ones(4, dtype=np.bool_)},
+        coll_arrival_ns=i64(),
+        coll_end_ns=i64(),
+        p2p_arrival_ns=i64(),
+        p2p_end_ns=i64(),
+        comm_mode="as_recorded",
+    )
+    assert res.step_spans() == {(0, 0): (0, 8), (0, 1): (10, 30)}
+
+
 @pytest.fixture(scope="module")
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> RunTrace:
     """A small imported GPU run: kernels launched from host ops, stream waits, nested nodes."""

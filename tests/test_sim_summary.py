@@ -193,6 +193,7 @@ def test_concurrent_waits_and_transfers_of_a_rank_count_once(tmp_path: Path) -> 
 
 def test_an_eager_send_waits_no_longer_than_it_lasted_as_analyze_counts_it(tmp_path: Path) -> None:
     from skewlens.analysis.api import analyze_run
+    from skewlens.replay.outputs import replayed_waits
 
     # rank 0's send completes in 1 ms, 4 ms before rank 1 arrives at its recv: the summary said rank 0
     # waited 5 ms (to the recv's arrival) in a step whose only communication lasted 1 ms
@@ -204,9 +205,12 @@ def test_an_eager_send_waits_no_longer_than_it_lasted_as_analyze_counts_it(tmp_p
     r1.compute("aten::mm", dur_ns=5 * MS, start_ns=0)
     r1.recv(0, comm_bytes=1 << 20, dur_ns=200_000)
     rt = load_run(b.write(tmp_path / "run"))
-    rows = {s.rank: s for s in summarize(rt, simulate(rt))}
+    res = simulate(rt)
+    rows = {s.rank: s for s in summarize(rt, res)}
     assert (rows[0].wait_ns, rows[0].comm_ns) == (MS, MS)
     assert rows[1].wait_ns == 0
+    # the timeline draws the same wait: the send's own 1 ms, not the 5 ms to the recv's arrival
+    assert {r: int(w.sum()) for r, w in replayed_waits(rt, res).items()} == {0: MS, 1: 0}
     (event,) = analyze_run(rt, blame=False).skew.events
     assert event.wait_ns.tolist() == [rows[0].wait_ns, rows[1].wait_ns]
 
