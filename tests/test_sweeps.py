@@ -16,16 +16,19 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import CONF_DIR, register_configs, to_config
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.outputs import SweepRecord, distinct_overrides
 from skewlens.replay.plots import sweep_plot, sweep_points
-from skewlens.replay.sweep import JOBS_DIR, SweepSummary
+from skewlens.replay.sweep import JOBS_DIR, SweepSummary, append_sweep_row, collect_sweep, record_failure
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Compute of rank r in the synthetic run, ns (rank 2 is the one ``slowdown=straggler`` slows).
@@ -156,6 +159,10 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
     (out / "2" / "mine.txt").write_text("keep")
     (out / "7").mkdir()
     (out / "7" / "config.yaml").write_text("mine: 1\n")
+    # a user's own replay beside the jobs: a replay's config.yaml, but not a job number
+    (out / "baseline").mkdir()
+    (out / "baseline" / "config.yaml").write_text("trace: /r\nmode: sim\n")
+    (out / "baseline" / "timeline.parquet").write_text("mine")
     (out / "sweep.parquet").write_text("old")
     (out / "sweep.png").write_text("old")
     SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
@@ -164,7 +171,74 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
         "2/mine.txt",
         "7",
         "7/config.yaml",
+        "baseline",
+        "baseline/config.yaml",
+        "baseline/timeline.parquet",
     ]
+
+
+def _row(job: int, overrides: str) -> SweepRecord:
+    return SweepRecord(
+        job=job, overrides=overrides, topology="switch", slowdown="none", comm_mode="as_recorded",
+        makespan_ns=10, mean_step_ns=5, max_step_ns=6, out_dir=str(job),
+    )  # fmt: skip
+
+
+def test_the_sweep_gathers_each_failed_jobs_overrides_and_its_one_line_error(tmp_path: Path) -> None:
+    append_sweep_row(tmp_path, _row(10, "slowdown=none topology=switch"))
+    append_sweep_row(tmp_path, _row(0, "slowdown=none topology=switch"))
+    # as record_failure writes it: the job's overrides, then its error, a line each
+    (tmp_path / JOBS_DIR / "1.error").write_text(
+        "slowdown=straggler topology=switch\nrank 9 is not in the run\n"
+    )
+    rows, failed = collect_sweep(tmp_path)
+    assert [r.job for r in rows] == [0, 10]  # by job number
+    assert failed == {1: ("slowdown=straggler topology=switch", "rank 9 is not in the run")}
+
+
+def test_a_sweep_with_a_failed_job_names_it_by_what_sets_it_apart_and_exits_2_with_no_plot_of_one_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_sweep_row(tmp_path, _row(0, "slowdown=none topology=switch"))
+    (tmp_path / JOBS_DIR / "1.error").write_text(
+        "slowdown=straggler topology=switch\nrank 9 is not in the run\n"
+    )
+    with pytest.raises(SystemExit) as stop:
+        SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "skewlens replay: error: sweep job 1 (slowdown=straggler): rank 9 is not in the run",
+        f"skewlens replay: 1 of 2 sweep jobs failed; the others' outputs are in {tmp_path}",
+    ]
+    assert (tmp_path / "sweep.parquet").is_file()
+    assert not (tmp_path / "sweep.png").exists()  # drawn with two or more finished jobs
+
+
+def test_a_job_that_wrote_its_row_and_then_failed_counts_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test
+    cfg = _compose(["slowdown=straggler"], hydra=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+        cfg.hydra.sweep.dir = str(tmp_path)
+        cfg.hydra.job.num = 3
+        cfg.hydra.overrides.task = ["slowdown=straggler"]
+    HydraConfig.instance().set_config(cfg)
+    append_sweep_row(tmp_path, _row(3, "slowdown=straggler"))
+    assert record_failure(SkewlensError("real replay: worker 1 died"))
+    assert collect_sweep(tmp_path) == ([], {3: ("slowdown=straggler", "real replay: worker 1 died")})
+    assert not (tmp_path / "sweep.parquet").exists()  # no job finished: no table
+
+
+def test_a_job_that_failed_and_then_finished_counts_as_finished(tmp_path: Path) -> None:
+    # a cluster job requeued after it failed: its row replaces its error
+    (tmp_path / JOBS_DIR).mkdir()
+    (tmp_path / JOBS_DIR / "0.error").write_text("slowdown=none\nout of memory\n")
+    append_sweep_row(tmp_path, _row(0, "slowdown=none"))
+    rows, failed = collect_sweep(tmp_path)
+    assert ([r.job for r in rows], failed) == ([0], {})
 
 
 def _readme_slurm_command() -> list[str]:
