@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import tarfile
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -94,6 +95,22 @@ def test_the_id_and_time_fields_of_a_whole_rank_are_the_bytes_of_the_node_by_nod
         kw |= {"name": "aten::mm", "node_type": NodeType.COMP, "data_deps": (), "attrs": {Attr.STREAM: 7}}
         assert enc.encode(**kw, fields=fields[k]) == enc.encode(**kw)
     assert id_and_time_fields([1], [2**63], [0]) is None  # beyond int64: encoded (and refused) node by node
+    assert id_and_time_fields([-1], [0], [0]) is None  # a negative id: likewise
+
+
+@pytest.mark.parametrize(
+    ("node_id", "ctrl_deps", "data_deps"), [(-1, (), ()), (1, (-3,), ()), (1, (), (-2,)), (1, (2**64,), ())]
+)
+def test_a_node_id_or_dependency_outside_uint64_is_refused_as_protobuf_refuses_it(
+    node_id: int, ctrl_deps: tuple[int, ...], data_deps: tuple[int, ...]
+) -> None:
+    # a negative one was written as the varint of another id (-1: 16383), a dependency on another node
+    kw: dict[str, Any] = {"name": "x", "node_type": NodeType.COMP, "start_ns": 0, "dur_ns": 0, "attrs": {}}
+    node = TraceNode(node_id=node_id, ctrl_deps=ctrl_deps, data_deps=data_deps, **kw)
+    with pytest.raises(ValueError, match=r"out of range") as protobuf:
+        encode_message(to_proto(node))
+    with pytest.raises(ValueError, match=re.escape(str(protobuf.value))):
+        NodeEncoder().encode(node_id=node_id, ctrl_deps=ctrl_deps, data_deps=data_deps, **kw)
 
 
 @pytest.mark.parametrize("key", ["a", Attr.RF_ID])  # a cached attribute, and a per-node one encoded inline

@@ -36,8 +36,10 @@ _CACHE_LIMIT = 1 << 16
 
 def varint(v: int) -> bytes:
     """Protobuf base-128 varint of a non-negative integer below 2**64 (14 bits per table look-up)."""
-    if v < 0x4000:
+    if 0 <= v < 0x4000:
         return _SMALL[v]
+    if v < 0:  # not a negative index into the tables: another value's bytes
+        raise ValueError(f"{v} is negative: no varint")
     if v < 1 << 28:
         return _GROUP[v & 0x3FFF] + _SMALL[v >> 14]
     if v < 1 << 42:
