@@ -309,7 +309,9 @@ work.wait()                                          # recorded
 work.wait()                                          # a second wait on the same Work: not recorded
 y = funcol.all_reduce(t, "sum", dist.group.WORLD)    # an AsyncCollectiveTensor
 z = y + 1                                            # its first use waits (wait_tensor): recorded
+late = dist.all_reduce(t, async_op=True)             # issued in the window ...
 recording[0] = False
+late.wait()                                          # ... waited on after it: not recorded
 dist.all_reduce(t, async_op=True).wait()             # outside the window
 (funcol.all_reduce(t, "sum", dist.group.WORLD) * 2).sum()
 recording[0] = True
@@ -341,7 +343,7 @@ def test_the_hooks_record_the_first_wait_on_a_recorded_work_and_each_wait_tensor
     assert [w["name"] for w in waits] == [WORK_WAIT_NAME, WAIT_TENSOR_NAME]
     work_w, tensor_w = waits
     issued = [c for c in data["comms"] if c["is_async"]]
-    assert len(issued) == 1
+    assert len(issued) == 2  # the Work waited on, and one waited on after the window
     assert (work_w["issue_start"], work_w["issue_thread"]) == (issued[0]["start"], issued[0]["thread"])
     assert issued[0]["start"] < work_w["start"] <= work_w["end"] <= tensor_w["start"] <= tensor_w["end"]
     assert tensor_w["issue_start"] == -1 and all(w["step"] == 3 for w in waits)
