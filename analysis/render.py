@@ -83,7 +83,10 @@ CAUSE_NOTE = (
 
 
 #: What the stragglers table's cost % is a share of.
-COST_NOTE = "cost %: cost ms / step as a share of the recorded step time (the run replayed as recorded)"
+COST_NOTE = (
+    "cost %: of the job's step time replayed unmodified (from the first rank's start, or the previous "
+    "step's end, to the last rank's end: longer than one rank's own step where ranks start apart)"
+)
 
 
 #: The caption's note on a cost marked ``*``.

@@ -351,7 +351,8 @@ def test_the_stragglers_caption_says_what_cost_percent_is_a_share_of(tmp_path: P
     result = analyze_run(load_run(build_one_slow_rank(tmp_path)))
     caption = " ".join(_render(stragglers_table(result)).split("┘", 1)[1].split())
     assert caption.startswith(
-        "cost %: cost ms / step as a share of the recorded step time (the run replayed as recorded) "
+        "cost %: of the job's step time replayed unmodified (from the first rank's start, or the previous "
+        "step's end, to the last rank's end: longer than one rank's own step where ranks start apart) "
         "top cause:"
     )
 
