@@ -23,8 +23,8 @@ from rich.console import Console
 from skewlens.profiler import threads as threads_mod
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
+from skewlens.profiler.store import colcache, load_run
 from skewlens.profiler.store import load as load_mod
-from skewlens.profiler.store import load_run
 from skewlens.profiler.store.fast import decode_file
 from skewlens.profiler.store.load import load_rank
 from skewlens.profiler.synth import RunBuilder
@@ -142,6 +142,81 @@ def test_fast_decoder_refuses_a_length_running_past_its_message(tmp_path: Path) 
         load_rank(f, 0, [], {})
 
 
+def _sixty_nodes_and(f: Path, body: bytes) -> int:
+    """Write ``f``: 60 plain nodes, then one node message of ``body``, then 10 more; return that message's
+    byte offset."""
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            w.write(pb.Node(id=i + 1, name="aten::mm", type=int(NodeType.COMP), duration_micros=3))
+    at = f.stat().st_size
+    with f.open("ab") as fh:
+        fh.write(_varint(len(body)) + body)
+        for i in range(10):
+            node = pb.Node(id=100 + i, name="aten::mm", type=int(NodeType.COMP))
+            fh.write(_varint(node.ByteSize()) + node.SerializeToString())
+    return at
+
+
+_NODE = b"\x08\x3d" + b"\x12\x08aten::mm" + b"\x18\x04"  # id 61, name, type COMP
+
+MALFORMED = {
+    "a varint of 11 bytes": b"\x08" + b"\xff" * 10 + b"\x01" + _NODE[2:],
+    "field number 0": b"\x00\x01" + _NODE,
+    "a fixed64 with 3 of its 8 bytes in the message": _NODE + b"\x79\x01\x02\x03",  # field 15, wire 1
+    "a length of 2**32 + 2 with 2 bytes left": _NODE + b"\x52\x82\x80\x80\x80\x10\x0a\x00",  # an attr
+    "a packed dependency list ending inside a varint": _NODE + b"\x22\x02\x01\x81",
+    "a packed dependency of 11 bytes": _NODE + b"\x22\x0b" + b"\xff" * 10 + b"\x01",
+    "an attribute value of field number 0": _NODE + b"\x52\x0a\x0a\x06stream\x00\x05",
+    "an unknown attribute's string that is not UTF-8": _NODE + b"\x52\x0a\x0a\x04note\xea\x01\x01\xff",
+    # names of at most 16 ASCII bytes are checked from their first and last 8 bytes, longer ones whole
+    "an attribute name of 12 bytes whose 11th is not UTF-8": (
+        _NODE + b"\x52\x10\x0a\x0cabcdefghij\xffk\x48\x01"
+    ),
+    "an attribute name of 20 bytes whose 11th is not UTF-8": (
+        _NODE + b"\x52\x18\x0a\x14abcdefghij\xffklmnopqrs\x48\x01"
+    ),
+}
+
+
+def test_an_unknown_node_type_is_named_with_its_nodes_byte_offset_by_every_decoder_and_the_cache(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "rank-0.et"
+    at = _sixty_nodes_and(f, b"\x08\x3d\x12\x03odd\x18\x09")  # node 61 "odd" of type 9
+    unknown = rf"node 61 \(odd\) at byte offset {at} has unknown node type 9"
+    for decoder in ("reference", "vectorised", "auto", "auto"):  # the second auto load reads the cache
+        with pytest.raises(ValidationError, match=unknown):
+            load_rank(f, 0, [], {}, decoder=decoder)  # type: ignore[arg-type]
+    assert colcache.cache_path(f).is_file()
+
+
+@pytest.mark.parametrize("how", list(MALFORMED))
+def test_a_malformed_field_is_a_corrupt_node_at_its_offset_in_both_decoders(tmp_path: Path, how: str) -> None:
+    # protobuf refuses each of these; a vectorised decoder that read on would give columns of garbage
+    f = tmp_path / "rank-0.et"
+    at = _sixty_nodes_and(f, MALFORMED[how])
+    for decoder in ("reference", "vectorised", "auto"):
+        with pytest.raises(TraceFormatError, match=rf"rank-0\.et: corrupt node message at byte offset {at}$"):
+            load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "unknown",
+    # the fixed64's last 4 bytes read as fields would set id 7 and type 5
+    [b"\x79\x00\x00\x00\x00\x08\x07\x18\x05", b"\x7d\x02\x03\x04\x05", b"\x7b\x08\x01\x7c"],
+    ids=["fixed64", "fixed32", "group"],
+)
+def test_unknown_node_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them(
+    tmp_path: Path, unknown: bytes
+) -> None:
+    f = tmp_path / "rank-0.et"
+    _sixty_nodes_and(f, unknown + _NODE + unknown)
+    a = load_mod.decode(f, decoder="reference")
+    b = load_mod.decode(f, decoder="vectorised")
+    assert a.node_id.tolist() == b.node_id.tolist() == [*range(1, 62), *range(100, 110)]
+    assert b.names.to_pylist() == ["aten::mm"] * 71 and b.node_type.tolist() == [4] * 71
+
+
 def test_a_prefix_and_its_directory_load_the_same_foreign_run(tmp_path: Path) -> None:
     d = tmp_path / "chakra"
     for r in range(3):
@@ -159,6 +234,31 @@ def test_a_prefix_and_its_directory_load_the_same_foreign_run(tmp_path: Path) ->
         assert run.process_groups["0"].ranks == (0, 1, 2)
         assert run.ranks[1].dur_ns.tolist() == [5000, 0]
         assert "no start times" in " ".join(run.ranks[1].notes)
+
+
+def test_a_foreign_run_of_many_nodes_takes_its_groups_from_the_process_group_node(tmp_path: Path) -> None:
+    # files of MIN_NODES nodes or more are read by the vectorised decoder, which keeps METADATA nodes whole
+    # for the loader to parse: the sub-group "tp" is named nowhere else (no manifest)
+    from skewlens.profiler.chakra_io import pg_init_node
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.fast import MIN_NODES
+
+    groups = [ProcessGroupInfo(name="0", ranks=(0, 1, 2)), ProcessGroupInfo(name="tp", ranks=(1, 2))]
+    d = tmp_path / "chakra"
+    for r in range(3):
+        with EtWriter(d / f"job.{r}.et") as w:
+            w.write(pg_init_node(groups))
+            for i in range(MIN_NODES):
+                w.write(pb.Node(id=i + 1, name="mm", type=int(NodeType.COMP), duration_micros=2))
+            if r > 0:
+                node = pb.Node(id=100, name="allgather", type=int(NodeType.COMM_COLL), duration_micros=5)
+                node.attr.add(name="comm_type", int64_val=int(CommType.ALL_GATHER))
+                node.attr.add(name="comm_size", int64_val=64)
+                node.attr.add(name="pg_name", string_val="tp")
+                w.write(node)
+    run = load_run(d)
+    assert run.process_groups["tp"].ranks == (1, 2)
+    assert [(c.pg_name, c.ranks) for c in run.collectives] == [("tp", (1, 2))]
 
 
 def test_a_folder_with_several_runs_asks_for_a_prefix(tmp_path: Path) -> None:
@@ -670,6 +770,106 @@ def test_a_bool_varint_past_1_and_an_attribute_given_two_values_read_as_protobuf
     assert set(a.attr_val["is_cpu_op"].tolist()) == {1} and not a.attr_has["stream"][30]
 
 
+def test_narrow_and_signed_attribute_values_read_as_protobuf_reads_them_in_the_vectorised_decoder(
+    tmp_path: Path,
+) -> None:
+    # protobuf: an int32 keeps the low 32 bits of its varint as a signed number, a uint32 unsigned, a bool
+    # is 0 or 1, an sfixed32 is signed; every node is laid out as writers lay them out, so the vectorised
+    # decoder reads the file itself (decode_file raises where it would leave it to the reference decoder)
+    values = {  # attribute: (field number and wire type of its value, payload, what protobuf reads)
+        "comm_tag": (7 << 3, _varint(-3 % (1 << 64)), -3),  # int32_val, a 10-byte varint
+        "stream": (11 << 3, _varint((1 << 32) + 7), 7),  # uint32_val past 32 bits
+        "is_cpu_op": (27 << 3, _varint(15), 1),  # bool_val 15
+        "comm_src": ((23 << 3) | 5, (-2 % (1 << 32)).to_bytes(4, "little"), -2),  # sfixed32_val
+    }
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            body = pb.Node(id=i + 1, name="aten::mm", type=4).SerializeToString()
+            for name, (tag, payload, _) in values.items():
+                attr = pb.AttributeProto(name=name).SerializeToString() + _varint(tag) + payload
+                body += b"\x52" + _varint(len(attr)) + attr
+            w.write_raw(_varint(len(body)) + body)
+    fast = decode_file(f, min_nodes=0)
+    ref = load_mod.decode(f, decoder="reference")
+    for name, (_, _, want) in values.items():
+        for raw in (fast, ref):
+            assert raw.attr_has[name].all(), name
+            assert raw.attr_val[name].tolist() == [want] * 60, name
+
+
+def test_an_attribute_given_a_double_then_an_int_reads_the_int_as_protobuf_does(tmp_path: Path) -> None:
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            body = pb.Node(id=i + 1, name="aten::mm", type=4).SerializeToString()
+            attr = (
+                pb.AttributeProto(name="comm_size", double_val=7.0).SerializeToString()
+                + pb.AttributeProto(int64_val=9).SerializeToString()
+            )  # one AttributeProto holding two values of its oneof, the int last
+            body += b"\x52" + _varint(len(attr)) + attr
+            w.write_raw(_varint(len(body)) + body)
+    for decoder in ("reference", "vectorised"):
+        assert load_mod.decode(f, decoder=decoder).attr_val["comm_size"].tolist() == [9] * 60, decoder  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("case", ["given twice", "in two packed chunks", "unpacked"])
+def test_a_split_list_given_twice_in_two_packed_chunks_or_unpacked_reads_as_protobuf_reads_it(
+    tmp_path: Path, case: str
+) -> None:
+    # protobuf: of an attribute given twice the reference decoder keeps the last; the packed chunks of one
+    # repeated field are one list, and so are its values written one field each
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4)
+            if i == 30 and case == "given twice":
+                n.attr.add(name="skl_send_splits", int64_list=pb.Int64List(values=[1, 2]))
+                n.attr.add(name="skl_send_splits", int64_list=pb.Int64List(values=[4, 3, 5]))
+            body = n.SerializeToString()
+            if i == 30 and case == "in two packed chunks":  # Int64List {values: [4, 3]} {values: [5]}
+                attr = pb.AttributeProto(name="skl_send_splits").SerializeToString()
+                attr += b"\x52\x07" + b"\x0a\x02\x04\x03" + b"\x0a\x01\x05"
+                body += b"\x52" + _varint(len(attr)) + attr
+            if i == 30 and case == "unpacked":  # Int64List with values 4, 3, 5 one field each (wire type 0)
+                attr = pb.AttributeProto(name="skl_send_splits").SerializeToString()
+                attr += b"\x52\x06" + b"\x08\x04\x08\x03\x08\x05"
+                body += b"\x52" + _varint(len(attr)) + attr
+            w.write_raw(_varint(len(body)) + body)
+    for decoder in ("reference", "vectorised"):
+        rows, values = load_mod.decode(f, decoder=decoder).attr_lists["skl_send_splits"]  # type: ignore[arg-type]
+        assert (rows.tolist(), values.tolist()) == ([30] * 3, [4, 3, 5]), decoder
+
+
+def test_a_pg_name_given_as_an_integer_is_no_group_name_in_either_decoder(tmp_path: Path) -> None:
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4)
+            n.attr.add(name="pg_name", int64_val=3)
+            w.write(n)
+    for decoder in ("reference", "vectorised"):
+        raw = load_mod.decode(f, decoder=decoder)  # type: ignore[arg-type]
+        assert not raw.attr_has["pg_name"].any() and raw.pg_name.null_count == 60, decoder
+
+
+def test_an_unknown_attribute_whose_name_is_a_known_one_but_for_its_last_byte_or_length_is_not_read_as_it(
+    tmp_path: Path,
+) -> None:
+    # the vectorised decoder compares names by their first and last 8 bytes and their length
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(60):
+            n = pb.Node(id=i + 1, name="aten::mm", type=4)
+            n.attr.add(name="comm_srx", int64_val=5)  # comm_src but for its 8th byte
+            n.attr.add(name="stream\x00", int64_val=9)  # stream and one more (zero) byte
+            n.attr.add(name="comm_dst", int64_val=3)
+            w.write(n)
+    for raw in (decode_file(f, min_nodes=0), load_mod.decode(f, decoder="reference")):
+        assert not raw.attr_has["comm_src"].any() and not raw.attr_has["stream"].any()
+        assert raw.attr_val["comm_dst"].tolist() == [3] * 60
+
+
 def test_a_foreign_trace_without_skewlens_attributes_loads_with_chakras_fields_and_the_documented_defaults(
     tmp_path: Path,
 ) -> None:
@@ -698,6 +898,8 @@ def test_a_foreign_trace_without_skewlens_attributes_loads_with_chakras_fields_a
     assert rt.comm_type.tolist() == [-1, -1]
     assert rt.stream.tolist() == [0, 0]  # no stream named: the one stream 0
     assert rt.step.tolist() == [-1, -1]  # in no step
+    for decoder in ("vectorised", "reference"):
+        assert load_rank(d / "job.0.et", 0, [], {}, decoder=decoder).dur_ns.tolist() == [3_000, 5_000]
 
 
 def test_collectives_on_the_first_named_group_keep_it_and_are_not_taken_for_groupless(tmp_path: Path) -> None:
