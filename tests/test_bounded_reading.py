@@ -36,6 +36,22 @@ def test_a_gzip_file_is_bounded_by_its_decompressed_size(tmp_path: Path) -> None
         read_bytes_bounded(f, 9_999)
 
 
+def test_a_gzip_file_allowed_a_high_ratio_is_inflated_no_further_than_the_byte_limit(tmp_path: Path) -> None:
+    # the limit is min(max_bytes, max(ratio x size, floor)): a generous ratio never lifts max_bytes
+    import tracemalloc
+
+    f = tmp_path / "t.gz"
+    f.write_bytes(gzip.compress(b"\0" * (64 << 20), compresslevel=9))  # 64 MiB in about 64 KB
+    tracemalloc.start()
+    try:
+        with pytest.raises(SkewlensError, match=r"t\.gz: file larger than the 1048576-byte limit"):
+            read_bytes_bounded(f, 1 << 20, gzip_ratio=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # about 1 MiB inflated, not 64
+
+
 def test_a_file_that_grew_after_its_size_was_taken_is_read_on_still_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,6 +153,29 @@ def test_a_file_of_nodes_too_small_to_mean_anything_is_refused_not_held_fifty_ti
     assert len(tiny) == 3
     f.write_bytes(f.read_bytes() + tiny * 100_000)
     with pytest.raises(TraceFormatError, match=r"100,00[0-9] messages in .* fewer than 6 bytes a node"):
+        decode(f)
+
+
+def test_a_file_whose_messages_average_six_bytes_is_read_and_a_node_after_an_empty_header_is_not(
+    tmp_path: Path,
+) -> None:
+    # docs/store.md: a file whose messages average under 6 bytes (length prefixes included) is corrupt
+    from skewlens.profiler import chakra_schema as pb
+    from skewlens.profiler.chakra_io import EtWriter, encode_message
+    from skewlens.profiler.errors import TraceFormatError
+    from skewlens.profiler.store.load import decode
+
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f):
+        pass
+    header = f.stat().st_size
+    node = [encode_message(pb.Node(id=k + 1, type=int(NodeType.COMP))) for k in range(header - 6)]
+    assert {len(m) for m in node} == {5}
+    f.write_bytes(f.read_bytes() + b"".join(node))  # 6 * (1 + header - 6) bytes: 6 a message
+    assert f.stat().st_size == 6 * (1 + len(node))
+    assert decode(f).node_id.tolist() == list(range(1, header - 5))
+    f.write_bytes(b"\x00" + node[0])  # an empty GlobalMetadata and a node: 6 bytes, 3 a message
+    with pytest.raises(TraceFormatError, match="2 messages in 6 bytes: fewer than 6 bytes a node"):
         decode(f)
 
 

@@ -78,6 +78,20 @@ def test_times_keep_nanoseconds_and_micros_at_the_edge(tmp_path: Path) -> None:
     assert (attrs[Attr.START_NS], attrs[Attr.DUR_NS]) == (1_234_567, 2_500)
 
 
+def test_a_negative_start_or_duration_is_written_as_zero_micros_and_kept_exact_in_nanoseconds(
+    tmp_path: Path,
+) -> None:
+    # Chakra's *_micros fields are uint64: the exact (and wrong) values stay in skl_*, where the loader
+    # reports them (docs/store.md: a negative duration is a bad-attribute error naming the node)
+    node = TraceNode(node_id=7, name="x", node_type=NodeType.COMP, start_ns=-5_000, dur_ns=-2_500)
+    with EtWriter(tmp_path / "a.et") as w:
+        w.write(node)
+    (n,) = read_et(tmp_path / "a.et").nodes
+    assert (n.start_time_micros, n.duration_micros) == (0, 0)
+    attrs = node_attrs(n)
+    assert (attrs[Attr.START_NS], attrs[Attr.DUR_NS]) == (-5_000, -2_500)
+
+
 def test_a_failed_write_leaves_no_file_behind(tmp_path: Path) -> None:
     target = tmp_path / "b.et"
     with pytest.raises(RuntimeError), EtWriter(target) as w:
@@ -102,6 +116,24 @@ def test_length_prefix_beyond_the_bound_is_refused_without_allocating(tmp_path: 
         read_et(f)
 
 
+def test_a_message_of_exactly_the_size_limit_is_split_by_both_splitters_one_byte_more_is_refused() -> None:
+    from skewlens.profiler.chakra_io import MAX_MESSAGE_BYTES
+
+    for size in (MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES + 1):
+        prefix = bytes([0x80 | size & 0x7F, 0x80 | size >> 7 & 0x7F, 0x80 | size >> 14 & 0x7F, size >> 21])
+        data = b"\x00" + prefix + bytes(size)  # an empty GlobalMetadata, then one message of `size` bytes
+        if size == MAX_MESSAGE_BYTES:
+            _, starts, sizes = fast.split_messages(data, Path("f.et"))
+            assert (starts.tolist(), sizes.tolist()) == ([1, 5], [0, size])
+            assert [(at, len(m)) for at, m in iter_messages(Path("f.et"), data)] == [(0, 0), (1, size)]
+            continue
+        claims = rf"f\.et: message at byte offset 1 claims {size} bytes \(limit {MAX_MESSAGE_BYTES}\)"
+        with pytest.raises(TraceFormatError, match=claims):
+            fast.split_messages(data, Path("f.et"))
+        with pytest.raises(TraceFormatError, match=claims):
+            list(iter_messages(Path("f.et"), data))
+
+
 def _split_by_hand(data: bytes, path: Path) -> tuple[list[int], list[int]]:
     """Body starts and sizes as the reference decoder's splitter reads them, a varint byte at a time."""
     msgs = [(start, len(view)) for start, view in iter_messages(path, data)]
@@ -117,6 +149,7 @@ def test_the_decoder_splits_damaged_files_into_the_messages_and_errors_a_byte_by
     big = b"\x80\x02" + b"x" * 256  # a two-byte prefix
     huge = b"\xff\xff\xff\xff\x0f"  # claims 4 GiB
     samples = [b"", b"\x00", b"\x80", b"\xff" * 12, b"\x05ab", whole, whole + big, big + whole, whole + huge]
+    samples.append(b"\xff" * 10 + b"\x01")  # a length prefix ending in its 11th byte: 10 at most
     rng = random.Random(7)
     for _ in range(400):
         damaged = bytearray(rng.choice([whole, whole + big])[: rng.randrange(len(whole) + 1)])
