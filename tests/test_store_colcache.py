@@ -47,6 +47,7 @@ def test_a_second_load_reads_the_cache_and_gives_exactly_the_decoded_columns(
     first = load_run(run)
     assert sorted(p.name for p in seen) == ["rank-0.et", "rank-1.et", "rank-2.et"]
     assert colcache.cache_path(run / "rank-0.et").is_file()
+    assert (run / ".skewlens-cache" / "rank-0.et.arrow").is_file()  # as docs/store.md names it
     seen.clear()
     second = load_run(run)
     assert seen == []  # every rank came from the cache
@@ -74,6 +75,57 @@ def test_a_rewritten_trace_is_decoded_again_not_read_from_its_old_cache(
     assert "aten::oq0" in loaded.ranks[0].names and "aten::op0" in loaded.ranks[1].names
 
 
+def _long_trace(d: Path, odd: int | None = None) -> Path:
+    """One rank of 3,000 compute nodes (about 300 KB), ``aten::mm`` but node ``odd``: ``aten::zz``."""
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    for i in range(3000):
+        rb.compute("aten::zz" if i == odd else "aten::mm", 1000)
+    return b.write(d) / "rank-0.et"
+
+
+@pytest.mark.parametrize(("node", "new_mtime"), [(0, False), (2999, False), (1500, True)])
+def test_a_large_trace_changed_in_its_first_or_last_64_kib_or_given_a_new_mtime_is_decoded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: int, new_mtime: bool
+) -> None:
+    # docs/store.md: the cache is used only for a trace of the same size, mtime and CRC-32 of its first and
+    # last 64 KiB; a change elsewhere is seen only through the mtime
+    et = _long_trace(tmp_path / "run")
+    load_rank(et, 0, [], {})
+    data = et.read_bytes()
+    changed = _long_trace(tmp_path / "other", odd=node).read_bytes()
+    assert len(changed) == len(data) > 4 * 64 * 1024
+    at = next(i for i, (x, y) in enumerate(zip(data, changed, strict=True)) if x != y)
+    edge = 64 * 1024
+    assert (edge <= at < len(data) - edge) == new_mtime  # the middle case changes no byte the CRC covers
+    stat = et.stat()
+    et.write_bytes(changed)
+    mtime = stat.st_mtime_ns + 1_000_000_000 if new_mtime else stat.st_mtime_ns
+    os.utime(et, ns=(stat.st_atime_ns, mtime))
+    seen = _decodes(monkeypatch)
+    loaded = load_rank(et, 0, [], {})
+    assert seen == [et]
+    assert loaded.names[loaded.name_idx[node + 1]] == "aten::zz"  # row 0 is the process-group node
+
+
+def test_a_cache_written_by_format_3_is_not_used_it_lacks_launched_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/store.md: a cache file of another format version (4 since launched_in was added) is ignored
+    run = mixed_run(tmp_path)
+    et = run / "rank-0.et"
+    monkeypatch.setattr(colcache, "FORMAT_VERSION", 3)  # as a skewlens of format 3 wrote it
+    load_rank(et, 0, [], {})
+    assert colcache.cache_path(et).is_file()
+    monkeypatch.undo()
+    seen = _decodes(monkeypatch)
+    load_rank(et, 0, [], {})
+    assert seen == [et]
+    seen.clear()
+    load_rank(et, 0, [], {})
+    assert seen == []  # rewritten in this format
+
+
 def _rewrite_cache(et: Path, change: object, key: bytes | None = None) -> None:
     """Apply ``change`` (batch -> batch) to ``et``'s cache file, keeping its key unless given ``key``."""
     path = colcache.cache_path(et)
@@ -83,8 +135,10 @@ def _rewrite_cache(et: Path, change: object, key: bytes | None = None) -> None:
     if key is not None:
         meta[b"skewlens.columns"] = key
     path.unlink()
-    with ipc.new_file(str(path), new.schema.with_metadata(meta)) as w:
-        w.write_batch(new.replace_schema_metadata(meta))
+    parts = new if isinstance(new, list) else [new]  # a list: one record batch each
+    with ipc.new_file(str(path), parts[0].schema.with_metadata(meta)) as w:
+        for part in parts:
+            w.write_batch(part.replace_schema_metadata(meta))
 
 
 def _with(batch: pa.RecordBatch, name: str, col: pa.Array) -> pa.RecordBatch:
@@ -104,6 +158,19 @@ def _bad_name_index(b: pa.RecordBatch) -> pa.RecordBatch:
     return _with(b, "name", pa.DictionaryArray.from_arrays(pa.array(idx), names.dictionary, safe=False))
 
 
+def _null_name(b: pa.RecordBatch) -> pa.RecordBatch:
+    names = b.column("name")
+    idx = pa.array([None, *names.indices.to_pylist()[1:]], pa.int32())
+    return _with(b, "name", pa.DictionaryArray.from_arrays(idx, names.dictionary))
+
+
+def _kinds_apart_from_ids(b: pa.RecordBatch) -> pa.RecordBatch:
+    kinds = b.column("dep_kind")  # as many kinds as ids, but all on the last row
+    offsets = np.zeros(b.num_rows + 1, dtype=np.int32)
+    offsets[-1] = len(kinds.values)
+    return _with(b, "dep_kind", pa.ListArray.from_arrays(pa.array(offsets), kinds.values))
+
+
 TAMPERED = {
     "truncated": None,
     "dependency kinds of 7": _kinds_of_seven,
@@ -114,6 +181,9 @@ TAMPERED = {
         "a:evil", pa.array([1] * b.num_rows, pa.int64())
     ).append_column("h:evil", pa.array([1] * b.num_rows, pa.uint8())),
     "flags that are not 0 or 1": lambda b: _with(b, "h:stream", pa.array([9] * b.num_rows, pa.uint8())),
+    "a node without a name": _null_name,
+    "dependency kinds listed apart from their ids": _kinds_apart_from_ids,
+    "its rows in two record batches": lambda b: [b.slice(0, 20), b.slice(20)],
 }
 
 
@@ -150,6 +220,28 @@ def test_a_cache_claiming_more_rows_than_its_trace_could_hold_is_refused(tmp_pat
     assert colcache.read(et, small) is None
     _rewrite_cache(et, lambda b: b, key=key)
     assert colcache.read(et, key) is not None
+
+
+def test_a_cache_whose_dependency_lists_hold_more_entries_than_the_trace_could_is_refused(
+    tmp_path: Path,
+) -> None:
+    run = mixed_run(tmp_path)
+    et = run / "rank-0.et"
+    truth = load_rank(et, 0, [], {})
+    key = colcache.fingerprint(et)
+    assert key is not None and colcache.read(et, key) is not None
+    size = int(key.split(b":")[1])
+
+    def bloated(b: pa.RecordBatch) -> pa.RecordBatch:  # a last row of one dependency more than the bytes
+        offsets = np.zeros(b.num_rows + 1, dtype=np.int32)
+        offsets[-1] = size + 1
+        ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(size + 1, dtype=np.uint64)))
+        kinds = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.zeros(size + 1, dtype=np.int8)))
+        return _with(_with(b, "dep_id", ids), "dep_kind", kinds)
+
+    _rewrite_cache(et, bloated)
+    assert colcache.read(et, key) is None
+    _assert_same(load_rank(et, 0, [], {}), truth)  # decoded again
 
 
 def test_a_cache_that_says_so_is_trusted_for_its_content_but_the_explicit_decoders_read_the_trace(
@@ -215,6 +307,15 @@ def test_no_cache_is_written_where_the_directory_cannot_hold_one_or_where_it_is_
     assert not (other / colcache.CACHE_DIRNAME).exists()
     assert len(seen) == 6
     _assert_same(first.ranks[0], load_run(other).ranks[0])
+
+
+@pytest.mark.parametrize("value", ["off", "0", "no", "false", " OFF "])
+def test_each_documented_off_value_turns_the_cache_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    # colcache.ENV_CACHE: off (or 0, no, false), in any case
+    monkeypatch.setenv(colcache.ENV_CACHE, value)
+    assert not colcache.enabled()
+    monkeypatch.setenv(colcache.ENV_CACHE, "on")
+    assert colcache.enabled()
 
 
 def test_files_of_few_nodes_are_not_cached(tmp_path: Path) -> None:
