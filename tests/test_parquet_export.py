@@ -19,6 +19,7 @@ from rich.console import Console
 from skewlens.analysis.api import SKEW_FILE
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import Severity
@@ -69,6 +70,44 @@ def test_nodes_round_trip_column_by_column(exported: tuple[Path, Path]) -> None:
         assert part["seq"].to_pylist() == rt.seq[order].tolist()
         kinds = [None if t < 0 else CommType(t).name for t in rt.comm_type[order].tolist()]
         assert part["comm_type"].to_pylist() == kinds
+        for col, values in (
+            ("stream", rt.stream), ("step", rt.step), ("is_cpu_op", rt.is_cpu), ("comm_bytes", rt.comm_bytes),
+            ("src", rt.src), ("dst", rt.dst), ("tag", rt.tag),
+        ):  # fmt: skip
+            assert part[col].to_pylist() == values[order].tolist(), col
+        groups = [run.pg_names[g] if g >= 0 else None for g in rt.pg[order].tolist()]
+        assert part["pg_name"].to_pylist() == groups and "0" in groups
+    assert {tuple(tbl[c].unique().to_pylist()) for c in ("src", "dst", "tag")} >= {(-1, 0), (-1, 1), (0, 9)}
+
+
+def test_dependencies_and_the_node_a_kernel_was_launched_in_are_node_ids_and_a_launch_at_0_is_kept(
+    tmp_path: Path,
+) -> None:
+    # DepRecord and NodeRecord: deps and launched_in name node ids (here not the rows: 10, 20, 30), launch_ns
+    # is null only where none was recorded (a launch at 0 ns is one)
+    from skewlens.profiler.chakra_io import EtWriter, TraceNode
+    from skewlens.profiler.vocab import Attr
+
+    host = {Attr.IS_CPU_OP: True, Attr.STREAM: 0}
+    nodes = [
+        TraceNode(node_id=10, name="aten::item", node_type=NodeType.COMP, start_ns=0, dur_ns=5_000,
+                  attrs=host),
+        TraceNode(
+            node_id=20, name="copy", node_type=NodeType.COMP, start_ns=1_000, dur_ns=1_000,
+            attrs={Attr.IS_CPU_OP: False, Attr.STREAM: 7, Attr.LAUNCH_NS: 0, Attr.LAUNCHED_IN: 10},
+        ),
+        TraceNode(node_id=30, name="aten::mm", node_type=NodeType.COMP, start_ns=5_000, dur_ns=100,
+                  ctrl_deps=(10,), data_deps=(20,), attrs=host),
+    ]  # fmt: skip
+    with EtWriter(tmp_path / "gpu" / "job.0.et") as w:
+        w.write_all(nodes)
+    export_run(tmp_path / "gpu", tmp_path / "pq", workers=1)
+    tbl = open_dataset(tmp_path / "pq", "nodes").to_table().sort_by("node_id")
+    assert tbl["node_id"].to_pylist() == [10, 20, 30]
+    assert tbl["launch_ns"].to_pylist() == [None, 0, None]
+    assert tbl["launched_in"].to_pylist() == [None, 10, None]
+    deps = open_dataset(tmp_path / "pq", "deps").to_table().to_pylist()
+    assert sorted((d["src"], d["dst"], d["kind"]) for d in deps) == [(10, 30, "ctrl"), (20, 30, "data")]
 
 
 def test_deps_round_trip_as_node_id_pairs(exported: tuple[Path, Path]) -> None:
@@ -106,6 +145,59 @@ def test_collectives_and_p2p_tables_match_the_loaded_run(exported: tuple[Path, P
     assert [(r["rank"], r["num_nodes"]) for r in ranks] == [(r, len(run.ranks[r])) for r in range(3)]
 
 
+def test_the_ranks_table_gives_each_ranks_host_device_clock_offset_node_count_and_trace(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.manifest import read_manifest, write_manifest
+
+    run_dir = _run(tmp_path)
+    m = read_manifest(run_dir)
+    hosts, devices = {0: "a", 1: "b", 2: "c"}, {r: f"cuda:{r}" for r in range(3)}
+    offsets = {1: -1_500, 2: 2_500}  # rank 0: none recorded, 0
+    write_manifest(run_dir, dataclasses.replace(m, hosts=hosts, devices=devices, clock_offsets_ns=offsets))
+    export_run(run_dir, tmp_path / "pq", workers=1)
+    run = load_run(run_dir)
+    got = read_table(tmp_path / "pq" / "ranks.parquet").to_pylist()
+    assert [(g["rank"], g["host"], g["device"], g["clock_offset_ns"], g["num_nodes"]) for g in got] == [
+        (r, hosts[r], devices[r], offsets.get(r, 0), len(run.ranks[r])) for r in range(3)
+    ]
+    assert [Path(g["trace_file"]).name for g in got] == ["rank-0.et", "rank-1.et", "rank-2.et"]
+
+
+def test_groups_each_rank_names_only_in_its_own_trace_are_one_run_wide_group_list(tmp_path: Path) -> None:
+    # a foreign run (no manifest): rank 0 lists group a, rank 2 group b, rank 1 both; each rank is decoded
+    # on its own, its group numbers then mapped into the run's
+    from skewlens.profiler.chakra_io import EtWriter, pg_init_node
+    from skewlens.profiler.manifest import ProcessGroupInfo
+
+    a, b = ProcessGroupInfo(name="a", ranks=(0, 1)), ProcessGroupInfo(name="b", ranks=(1, 2))
+    mine = {0: [a], 1: [a, b], 2: [b]}
+    for r, groups in mine.items():
+        with EtWriter(tmp_path / "chakra" / f"job.{r}.et") as w:
+            w.write(pg_init_node(groups))
+            for k, g in enumerate(groups):
+                node = pb.Node(id=10 + k, name="allreduce", type=int(NodeType.COMM_COLL), duration_micros=5)
+                node.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+                node.attr.add(name="comm_size", int64_val=64)
+                node.attr.add(name="pg_name", string_val=g.name)
+                w.write(node)
+    export_run(tmp_path / "chakra", tmp_path / "pq", workers=2)  # each worker starts from no groups
+    rows = read_table(tmp_path / "pq" / "collectives.parquet").to_pylist()
+    assert sorted((c["pg_name"], c["rank"], c["group_size"]) for c in rows) == [
+        ("a", 0, 2),
+        ("a", 1, 2),
+        ("b", 1, 2),
+        ("b", 2, 2),
+    ]
+    nodes = open_dataset(tmp_path / "pq", "nodes").to_table(filter=ds.field("type") == "COMM_COLL")
+    assert sorted(zip(nodes["rank"].to_pylist(), nodes["pg_name"].to_pylist(), strict=True)) == [
+        (0, "a"),
+        (1, "a"),
+        (1, "b"),
+        (2, "b"),
+    ]
+
+
 def test_rank_filter_reads_only_that_ranks_files(exported: tuple[Path, Path]) -> None:
     _, out = exported
     dataset = open_dataset(out, "nodes")
@@ -139,7 +231,8 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
         schema = pq.read_schema(f)
         kinds = {"int": 0, "str": 0}
         for i, field in enumerate(schema):
-            col = meta.row_group(0).column(i)
+            col = meta.row_group(0).column(i)  # one leaf column a field (a list's: its element)
+            assert col.compression == "ZSTD", (f.name, field.name)
             if pa.types.is_integer(field.type):
                 kinds["int"] += 1
                 assert "DELTA_BINARY_PACKED" in col.encodings, (f.name, field.name, col.encodings)
@@ -248,6 +341,21 @@ def test_an_export_with_errors_gives_each_member_of_a_mismatched_collective_its_
         (0, 2): ("ALL_GATHER", 32),
         **{(1, r): ("ALL_REDUCE", 64) for r in range(3)},
     }
+
+
+def test_an_export_with_errors_writes_a_comm_type_no_collective_has_as_null(tmp_path: Path) -> None:
+    # NodeRecord.comm_type names the collective type; 50 names none (the load's error: unknown comm_type)
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, 64, 10)
+        rb.collective(CommType.ALL_REDUCE, 64, 10)
+        rb.nodes[-1] = dataclasses.replace(rb.nodes[-1], attrs={**rb.nodes[-1].attrs, "comm_type": 50})
+    run = b.write(tmp_path / "run")
+    summary = export_run(run, tmp_path / "pq", workers=1, strict=False)
+    assert any("unknown comm_type 50" in i.message for i in summary.issues)
+    tbl = open_dataset(tmp_path / "pq", "nodes").to_table(filter=ds.field("type") == "COMM_COLL")
+    assert sorted(tbl["comm_type"].to_pylist(), key=str) == ["ALL_REDUCE", "ALL_REDUCE", None, None]
 
 
 def test_an_export_with_errors_keeps_both_sizes_of_a_send_and_recv_that_disagree(tmp_path: Path) -> None:
@@ -495,6 +603,32 @@ def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_
                 match=rf"v3\.parquet: schema version 3 \(this skewlens reads 4 to {SCHEMA_VERSION}\)",
             ):
                 read_table(f, NodeRecord)
+
+
+def test_a_file_of_a_newer_or_unnamed_version_or_missing_a_column_is_refused_and_a_current_one_read_whole(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+
+    row = NodeRecord(
+        rank=0, node_id=7, name="copy", type="COMP", start_ns=0, dur_ns=5, stream=9, step=0,
+        is_cpu_op=False, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
+        send_splits_bytes=None, recv_splits_bytes=None, launch_ns=2, launched_in=3,
+    )  # fmt: skip
+    current = table_from_records(NodeRecord, [row], "nodes")
+    f = write_table(current, tmp_path / "current.parquet")
+    picked = read_table(f, NodeRecord, columns=["node_id", "launch_ns", "launched_in"])  # version 8's own
+    assert picked.to_pylist() == [{"node_id": 7, "launch_ns": 2, "launched_in": 3}]
+    newer = str(int(SCHEMA_VERSION) + 1)
+    for version in (newer, "x", None):
+        meta = {META_TABLE: b"nodes", **({META_VERSION: version.encode()} if version else {})}
+        g = write_table(current.replace_schema_metadata(meta), tmp_path / f"v{version}.parquet")
+        said = rf"schema version {version or 'missing'} \(this skewlens reads 4 to {SCHEMA_VERSION}\)"
+        with pytest.raises(SkewlensError, match=said):
+            read_table(g, NodeRecord)
+    h = write_table(current.drop_columns(["dur_ns"]), tmp_path / "no_dur.parquet")
+    with pytest.raises(SkewlensError, match=r"no_dur\.parquet: missing columns \['dur_ns'\]"):
+        read_table(h, NodeRecord)
 
 
 def test_an_export_with_errors_keeps_the_rank_of_an_all_to_all_with_inconsistent_splits_without_them(
