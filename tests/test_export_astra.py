@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -16,8 +17,9 @@ from rich.console import Console
 
 from skewlens.cli import main as cli_main
 from skewlens.cli.store import export_main
+from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler import export_astra
-from skewlens.profiler.chakra_io import TraceNode, node_attrs, pg_init_node, read_et, write_et
+from skewlens.profiler.chakra_io import EtWriter, TraceNode, node_attrs, pg_init_node, read_et, write_et
 from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
 from skewlens.profiler.export_astra import (
     ASTRA_SUPPORTED,
@@ -168,6 +170,16 @@ def test_groups_without_a_positive_integer_name_get_the_next_free_id(tmp_path: P
     sub = [_attrs(n) for n in nodes if _attrs(n).get(SRC_PG_NAME) == "tp_a"]
     assert len(sub) == 2 and {a[Attr.PG_NAME] for a in sub} == {"6"}
     assert {(g.source_name, g.astra_id) for g in res.groups} == {("0", "0"), ("tp_a", "6"), ("5", "5")}
+
+
+def test_a_group_named_0_that_is_not_every_rank_is_a_sub_group_with_an_id_of_its_own() -> None:
+    # "0" is ASTRA-sim's group of all NPUs: a group of that name and fewer members takes the next free id
+    groups = [ProcessGroupInfo(name="0", ranks=(0, 1)), ProcessGroupInfo(name="1", ranks=(2, 3))]
+    got = export_astra.astra_groups(groups, 4)
+    assert {n: g.astra_id for n, g in got.items()} == {"0": "2", "1": "1"}
+    assert export_astra.comm_group_json(got.values()) == {"1": [2, 3], "2": [0, 1]}
+    world = export_astra.astra_groups([ProcessGroupInfo(name="0", ranks=(1, 0, 2, 3))], 4)
+    assert export_astra.comm_group_json(world.values()) == {} and world["0"].astra_id == "0"
 
 
 def test_a_collective_of_a_one_member_group_is_replayed_as_a_broadcast(tmp_path: Path) -> None:
@@ -331,6 +343,74 @@ def test_on_a_rank_with_gpu_kernels_host_compute_is_dropped_and_its_order_kept(t
     _gm, nodes = read_with_chakra(npu.traces[0])
     assert sorted(n.id for n in nodes) == [1, 2, 3, 4]
     assert {n.id for n in nodes if _attrs(n).get(HOST_OP)} == {1, 3}
+
+
+def test_a_kernel_keeps_its_order_through_a_chain_of_dropped_host_nodes_one_without_is_cpu_op(
+    tmp_path: Path,
+) -> None:
+    # docs/store.md: a node without is_cpu_op ran on the host; host compute is dropped on a rank with GPU
+    # kernels and a node depending on a dropped node depends on that node's own dependencies instead
+    run = tmp_path / "run"
+    host, gpu = {Attr.IS_CPU_OP: True}, {Attr.IS_CPU_OP: False}
+    nodes = [
+        pg_init_node([ProcessGroupInfo(name="0", ranks=(0,))]),
+        TraceNode(node_id=1, name="gemm", node_type=NodeType.COMP, start_ns=0, dur_ns=9000, attrs=gpu),
+        TraceNode(node_id=2, name="aten::mm", node_type=NodeType.COMP, start_ns=100, dur_ns=900,
+                  ctrl_deps=(1,), attrs=host),
+        TraceNode(node_id=3, name="aten::add", node_type=NodeType.COMP, start_ns=1000, dur_ns=900,
+                  ctrl_deps=(2,)),  # no is_cpu_op: a host node
+        TraceNode(node_id=4, name="add_kernel", node_type=NodeType.COMP, start_ns=9000, dur_ns=2000,
+                  ctrl_deps=(3,), attrs=gpu),
+    ]  # fmt: skip
+    write_et(rank_file(run, 0), nodes)
+    write_manifest(
+        run, Manifest(world_size=1, ranks=(0,), process_groups=(ProcessGroupInfo(name="0", ranks=(0,)),))
+    )
+    res = export_astra_sim(run, tmp_path / "astra")
+    _gm, out = read_with_chakra(res.traces[0])
+    assert [(n.id, list(n.ctrl_deps)) for n in out] == [(1, []), (4, [1])]
+
+
+def test_memory_loads_and_stores_are_compute_of_their_recorded_duration(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=1)
+    b.rank(0).compute("load", dur_ns=2_500)
+    b.rank(0).compute("store", dur_ns=1_400)
+    rb = b.rank(0)
+    for k, t in ((0, NodeType.MEM_LOAD), (1, NodeType.MEM_STORE)):
+        rb.nodes[k] = dataclasses.replace(rb.nodes[k], node_type=t)
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    _gm, out = read_with_chakra(res.traces[0])
+    assert [(n.name, n.type, n.duration_micros) for n in out] == [
+        ("load", NodeType.COMP, 3),
+        ("store", NodeType.COMP, 1),
+    ]
+    assert res.changes["MEM_LOAD -> COMP"] == res.changes["MEM_STORE -> COMP"] == 1
+
+
+def test_a_foreign_runs_peers_sizes_and_world_group_are_filled_in_as_chakra_means_them(
+    tmp_path: Path,
+) -> None:
+    # a send names only its receiver, a recv only its sender, sizes are Chakra's tensor_size, the world
+    # group is "0" with no process-group node: ASTRA-sim needs both ranks and a comm_size on each
+    d = tmp_path / "chakra"
+    for r in range(2):
+        coll = pb.Node(id=1, name="allreduce", type=int(NodeType.COMM_COLL), duration_micros=5)
+        coll.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+        coll.attr.add(name="tensor_size", uint64_val=512)
+        coll.attr.add(name="pg_name", string_val="0")
+        p2p = pb.Node(id=2, name="p2p", type=int(NodeType.COMM_SEND if r == 0 else NodeType.COMM_RECV),
+                      duration_micros=5, ctrl_deps=[1])  # fmt: skip
+        p2p.attr.add(name="comm_dst" if r == 0 else "comm_src", int64_val=1 - r)
+        p2p.attr.add(name="tensor_size", uint64_val=256)
+        with EtWriter(d / f"job.{r}.et") as w:
+            w.write_all([coll, p2p])
+    res = export_astra_sim(d, tmp_path / "astra")
+    assert json.loads(res.comm_groups.read_text()) == {}
+    for r in range(2):
+        _gm, (c, p) = read_with_chakra(res.traces[r])
+        assert (_attrs(c)[Attr.COMM_SIZE], _attrs(c)[Attr.PG_NAME]) == (512, "0")
+        a = _attrs(p)
+        assert (a[Attr.COMM_SRC], a[Attr.COMM_DST], a[Attr.COMM_SIZE]) == (0, 1, 256)
 
 
 def test_the_cli_exports_for_astra_sim_and_prints_the_command_line(exported, tmp_path: Path) -> None:
