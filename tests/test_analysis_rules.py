@@ -1,6 +1,7 @@
 """Analysis rules the other tests leave unchecked (found by mutation testing): the step-outlier median,
 step times where a rank lacks a step, the compute-stream verdict without idle time, a rooted
-collective's lateness, a scatter's message size."""
+collective's lateness, a scatter's message size; the run index's step spans, hidden waits' host work and
+last communication."""
 
 from __future__ import annotations
 
@@ -199,3 +200,82 @@ def test_a_collectives_late_member_idle_right_before_a_send_in_its_window_is_a_l
     (ar,) = [e for e in events if e.kind == "collective"]
     assert ar.late_rank == 0
     assert (ar.cause.kind, ar.cause.delta_ns) == (CauseKind.LATE_SEND, 4 * MS - MS)
+
+
+# ------------------------------------------------------------------------------- the run index's own rules
+
+
+def test_step_spans_without_the_manifests_run_from_a_steps_first_start_to_its_last_end(
+    tmp_path: Path,
+) -> None:
+    # RunIndex.step_spans: the manifest's spans, else each step's nodes; a rank without step marks is one
+    # step, -1, from its first node's start to its last node's end (the process-group node is no work)
+    import dataclasses
+
+    from skewlens.profiler.manifest import read_manifest, write_manifest
+
+    b = RunBuilder(2)
+    r0 = b.rank(0)
+    for s in (0, 1):
+        r0.step(s).compute("aten::mm", 2 * MS, start_ns=5 * MS * s + MS)
+        r0.collective(CommType.ALL_REDUCE, 4096, MS // 2)
+        r0.compute("aten::add", MS)  # from the step's start + 2.5 ms: its last end at + 3.5 ms
+    r1 = b.rank(1)  # no step marks: a compute running past a later, shorter one
+    r1.compute("aten::mm", 7 * MS, start_ns=MS // 4)
+    r1.compute("aten::add", MS, start_ns=2 * MS, stream=1)
+    r1.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=2 * MS, deps=())
+    r1.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=8 * MS, deps=())
+    run = b.write(tmp_path / "run")
+    write_manifest(run, dataclasses.replace(read_manifest(run), steps=()))
+    ix = build_index(load_run(run))
+    assert ix.step_spans == {
+        (0, 0): (MS, MS + 3 * MS + MS // 2),
+        (0, 1): (6 * MS, 6 * MS + 3 * MS + MS // 2),
+        (1, -1): (MS // 4, 8 * MS + MS // 2),
+    }
+
+
+def test_a_hidden_waits_host_work_begins_where_the_collective_it_held_completed(tmp_path: Path) -> None:
+    # RankIndex.host_work_at_ns: a host-time node's work begins at its end less its work; here the compute
+    # gap [2, 8) ms holds the completion of the all_reduce issued before it at 6 ms: its work is [6, 8) ms
+    from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        mm = rb.compute("aten::mm", 2 * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=2 * MS, stream=9, deps=(mm,))
+        rb.compute(COMPUTE_GAP_NODE_NAME, 6 * MS, start_ns=2 * MS, deps=(mm,))
+    for ri in build_index(load_run(b.write(tmp_path / "run"))).ranks.values():
+        (row,) = ri.host_work_rows.tolist()
+        assert ri.trace.name(row) == COMPUTE_GAP_NODE_NAME
+        assert ri.host_work_at_ns.tolist() == [6 * MS] and int(ri.work_ns[row]) == 2 * MS
+
+
+def test_the_last_communication_before_t_counts_one_that_ended_exactly_at_t(tmp_path: Path) -> None:
+    from skewlens.analysis.index import last_comm_end_before
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS)  # [1, 2) ms
+    ri = build_index(load_run(b.write(tmp_path / "run"))).ranks[0]
+    assert last_comm_end_before(ri, 2 * MS) == 2 * MS  # "at or before t"
+    assert last_comm_end_before(ri, 2 * MS - 1) is None
+
+
+def test_a_rank_left_out_of_a_lenient_load_has_no_steps_in_the_index(tmp_path: Path) -> None:
+    from skewlens.profiler.store.validate import load_validated
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS)
+    run = b.write(tmp_path / "run")
+    f = run / "rank-1.et"
+    f.write_bytes(f.read_bytes()[:-3])  # truncated: left out, its steps still in the manifest
+    ix = build_index(load_validated(run, lenient=True))
+    assert sorted(ix.run.ranks) == [0] and ix.run.left_out_ranks
+    assert ix.step_spans == {(0, 0): (0, 2 * MS)} and list(ix.rank_windows()) == [0]
