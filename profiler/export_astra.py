@@ -26,9 +26,10 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   written as the nearest one it has (see :data:`ASTRA_COMM_TYPE`); a collective over a one-member group
   is a replayed BROADCAST too (ASTRA-sim's ring over a single NPU never completes); the source type stays
   in ``skl_comm_type``. A **barrier is an ALL_REDUCE of
-  four bytes** (one float32, which is how c10d's NCCL backend runs a barrier) over the barrier's group:
-  an all-reduce completes on a member only after every member has entered it, which is exactly a
-  barrier's synchronisation, at the cost of the smallest message ASTRA-sim's network model moves.
+  its recorded size, at least four bytes** (one float32, which is how c10d's NCCL backend runs a barrier;
+  gloo's record none) over the barrier's group: an all-reduce completes on a member only after every
+  member has entered it, which is exactly a barrier's synchronisation, at the cost of the smallest message
+  ASTRA-sim's network model moves.
 - **p2p**: ``COMM_SEND``/``COMM_RECV`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and ``comm_size``
   (global ranks: ASTRA-sim's NPU ids), as recorded.
 - **groups**: ASTRA-sim keys communicator groups by integer; ``"0"`` (or no ``pg_name``) is the group of

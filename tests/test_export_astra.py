@@ -122,6 +122,16 @@ def test_a_barrier_becomes_a_four_byte_all_reduce_over_its_group(exported) -> No
     assert res.changes["BARRIER -> ALL_REDUCE"] == 2 * WORLD
 
 
+def test_a_barrier_recorded_with_more_than_four_bytes_keeps_its_size(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.BARRIER, comm_bytes=64, dur_ns=30_000, name="c10d::barrier")
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    _gm, nodes = read_with_chakra(res.traces[0])
+    (barrier,) = [n for n in nodes if n.name == "c10d::barrier"]
+    assert _attrs(barrier)[Attr.COMM_SIZE] == 64
+
+
 def test_every_dependency_names_a_node_of_the_same_file_and_ids_are_unique(exported) -> None:
     _run_dir, res = exported
     for path in res.traces.values():
