@@ -149,6 +149,39 @@ def test_without_sync_events_a_comm_node_depends_on_the_last_node_of_the_stream_
     assert (current in found.notes) is (issue_ns is not None and not inferred), found.notes
 
 
+@pytest.mark.parametrize("thread_known", [True, False])
+def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread_had_current(
+    thread_known: bool,
+) -> None:
+    # thread 1 launches kernel 10 on stream 7 (ended at 20 µs), thread 2 then copy 11 on stream 24, then
+    # thread 1 calls the all_reduce whose NCCL kernel 12 (stream 20) starts at once: c10d made stream 20
+    # wait for thread 1's current stream, 7, so 12 depends on 10 though 10 had ended (no timing says so).
+    # Where the launches' threads are unknown, the last other node launched on the device says the stream.
+    def node(key: int, stream: int, launch: int, start: int, end: int, thread: int, name: str) -> GpuNode:
+        return GpuNode(
+            key=key, device=0, stream=stream, launch_ns=launch, start_ns=start, end_ns=end, corr=key,
+            name=name, thread=thread if thread_known else None,
+        )  # fmt: skip
+
+    nodes = [
+        node(10, 7, 10_000, 11_000, 20_000, 1, "void gemm_kernel"),
+        node(11, 24, 30_000, 31_000, 32_000, 2, "Memcpy HtoD (Pinned -> Device)"),
+        node(12, 20, 40_000, 41_000, 60_000, 1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+    ]
+    found = gpu_dependencies(nodes, {}, [], default_device=0)
+    assert found.deps[12] == ([10] if thread_known else [11])
+    assert not found.inferred
+    assert found.notes == [
+        "1 stream waits of NCCL kernels for the stream current at their call (c10d's; from the launch order)"
+    ]
+    # a named Stream Wait Event decides: stream 20 waited for stream 24 (its record after the copy's launch)
+    calls = dict(
+        [_call(1, "cudaEventRecord", 33_000, 33_100), _call(2, "cudaStreamWaitEvent", 34_000, 34_100)]
+    )
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=24, record_corr=1)
+    assert dict(gpu_dependencies(nodes, calls, [wait], default_device=0).deps) == {12: [11]}
+
+
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:
     # torch 2.11's Kineto: the Stream Wait Event activity gives the waiting stream and the event's id, but
     # wait_on_stream and the record's correlation are -1. 12 follows 11 on stream 20, 31 µs late, after
