@@ -439,6 +439,15 @@ def test_the_cli_exports_for_astra_sim_and_prints_the_command_line(exported, tmp
     assert sorted(p.name for p in out.glob("*.et")) == [f"workload.{r}.et" for r in range(WORLD)]
 
 
+def test_the_astra_sim_export_title_keeps_a_long_output_path_on_one_line(exported, tmp_path: Path) -> None:
+    run, _res = exported
+    out = tmp_path / ("long-output-directory-" * 3) / "astra"
+    buf = io.StringIO()
+    argv = ["--format", "astra-sim", str(run), "--out", str(out), "--no-progress"]
+    assert export_main(argv, console=Console(file=buf, width=len(str(out)) + 40)) == 0
+    assert buf.getvalue().splitlines()[0].strip() == f"ASTRA-sim workload in {out}"
+
+
 def test_the_cli_default_format_is_still_parquet(exported, tmp_path: Path) -> None:
     run, _res = exported
     code = export_main(

@@ -421,6 +421,16 @@ def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
     assert re.search(r"collectives\s*│\s*18", buf.getvalue())
 
 
+def test_the_export_summary_title_keeps_a_long_output_path_on_one_line(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / ("long-output-directory-" * 3) / "parquet"
+    buf = io.StringIO()
+    argv = [str(run), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert export_main(argv, console=Console(file=buf, width=len(str(out)) + 20)) == 0
+    # the table is narrower than its title: rich wrapped it mid-path ("exported to /tmp/.../parque", "t")
+    assert buf.getvalue().splitlines()[0].strip() == f"exported to {out}"
+
+
 def test_export_cli_says_which_warnings_and_errors_it_counted(tmp_path: Path) -> None:
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)

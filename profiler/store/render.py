@@ -82,7 +82,8 @@ SHOWN_EXPORT_ISSUES = 10
 
 def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
     """Rows per table and conversion throughput."""
-    table = Table(title=f"exported to {summary.out_dir}")
+    title = f"exported to {summary.out_dir}"
+    table = Table(title=title, min_width=len(title))  # narrower, the table wrapped its title mid-path
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, rows in summary.rows.items():

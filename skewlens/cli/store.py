@@ -195,7 +195,8 @@ def _render_astra(result: AstraExport, seconds: float) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"ASTRA-sim workload in {result.out_dir}")
+    title = f"ASTRA-sim workload in {result.out_dir}"
+    table = Table(title=title, min_width=len(title))  # narrower, the table wrapped its title mid-path
     table.add_column("rank", justify="right")
     table.add_column("trace")
     table.add_column("nodes", justify="right")
