@@ -16,6 +16,9 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   kernels (an imported NCCL run), the host-side compute nodes are dropped (``host_compute="auto"``):
   their time is kernel launch and dispatch that the kernels overlap, and ASTRA-sim's single compute
   resource would otherwise add it to the kernels' time. What the source said is kept as ``skl_host_op``.
+  One note (:attr:`AstraExport.notes`) says how long the hosts were busy in the dropped compute and the
+  GPUs in the kept compute kernels, within the ranks' recorded steps (their traced span where none is
+  recorded): a host-bound run loses most of its step time to ASTRA-sim.
 - **timing**: ASTRA-sim replays a compute node for ``duration_micros`` (its roofline model, off in the
   example system configuration, would use ``num_ops``/``tensor_size`` instead, kept where the source has
   them). ``duration_micros`` is the recorded duration rounded to the nearest microsecond (the exact
@@ -231,9 +234,96 @@ def _int_attr(attrs: Mapping[str, Any], name: str) -> int | None:
 @dataclass(slots=True)
 class _Counts:
     changes: dict[str, int] = field(default_factory=dict)
+    dropped_ranks: int = 0
+    """Ranks whose host compute was dropped (at least one node)."""
+    dropped_host_ns: int = 0
+    """On those ranks: time the host spent in the dropped compute nodes within the ranks' windows."""
+    kept_gpu_ns: int = 0
+    """On those ranks: time the GPU spent in compute kernels within the windows."""
+    window_ns: int = 0
+    """On those ranks: the windows' length (recorded steps, or the traced span where none is recorded)."""
+    untimed_window: bool = False
+    """A rank without recorded steps: its window is its traced span."""
 
     def add(self, what: str, n: int = 1) -> None:
         self.changes[what] = self.changes.get(what, 0) + n
+
+
+def _covered_ns(intervals: Iterable[tuple[int, int]], windows: Sequence[tuple[int, int]]) -> int:
+    """Length of the union of ``intervals`` within the (disjoint) ``windows``."""
+    clipped = sorted(
+        (max(b, ws), min(e, we)) for b, e in intervals for ws, we in windows if min(e, we) > max(b, ws)
+    )
+    total = 0
+    cur: tuple[int, int] | None = None
+    for b, e in clipped:
+        if cur is not None and b <= cur[1]:
+            cur = (cur[0], max(cur[1], e))
+            continue
+        if cur is not None:
+            total += cur[1] - cur[0]
+        cur = (b, e)
+    return total + (cur[1] - cur[0] if cur is not None else 0)
+
+
+def _start_ns(node: pb.Node, attrs: Mapping[str, Any]) -> int:
+    v = attrs.get(Attr.START_NS)
+    return int(v) if isinstance(v, int) else int(node.start_time_micros) * 1000
+
+
+def _count_dropped_time(
+    nodes: Sequence[pb.Node], attrs_of: Mapping[int, Mapping[str, Any]], dropped_host: set[int], ctx: _Rank
+) -> None:
+    """Add to ``ctx.counts`` how long this rank's host spent in the dropped compute and its GPU in the kept
+    compute kernels, within its recorded steps (or its traced span where none is recorded)."""
+    span = {
+        n.id: (
+            _start_ns(n, attrs_of[n.id]),
+            _start_ns(n, attrs_of[n.id]) + max(_dur_ns(n, attrs_of[n.id]), 0),
+        )
+        for n in nodes
+    }
+    windows = sorted(ctx.steps)
+    if not windows:  # the span of the nodes the export keeps or drops as compute (not the metadata node)
+        timed = [span[n.id] for n in nodes if n.type not in _DROP_TYPES]
+        windows = [(min(b for b, _e in timed), max(e for _b, e in timed))]
+        ctx.counts.untimed_window = True
+    merged: list[tuple[int, int]] = []
+    for b, e in windows:  # steps do not overlap, but a rank's spans are not promised sorted or disjoint
+        if merged and b <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((b, e))
+    gpu = [
+        span[n.id]
+        for n in nodes
+        if n.type == NodeType.COMP
+        and n.id not in dropped_host
+        and attrs_of[n.id].get(Attr.IS_CPU_OP) is False
+    ]
+    c = ctx.counts
+    c.dropped_ranks += 1
+    c.dropped_host_ns += _covered_ns((span[i] for i in dropped_host), merged)
+    c.kept_gpu_ns += _covered_ns(gpu, merged)
+    c.window_ns += sum(e - b for b, e in merged)
+
+
+def _dropped_host_note(c: _Counts, host_compute: HostCompute) -> str | None:
+    """One line for every rank together: how much of the steps the dropped host compute was, what ASTRA-sim
+    replays instead, and the option that keeps it."""
+    if not c.dropped_ranks or not c.dropped_host_ns:
+        return None
+    window = "traced time (steps where recorded)" if c.untimed_window else "recorded steps"
+
+    def share(ns: int) -> str:
+        return f"{ns / 1e6:.2f} ms ({ns / c.window_ns:.0%})" if c.window_ns else f"{ns / 1e6:.2f} ms"
+
+    return (
+        f"host compute dropped on {c.dropped_ranks} rank(s) (--host-compute {host_compute}): the hosts were "
+        f"busy in it {share(c.dropped_host_ns)} of the ranks' {c.window_ns / 1e6:.2f} ms of {window}; "
+        f"ASTRA-sim replays only the GPUs' compute kernels, {share(c.kept_gpu_ns)}; --host-compute npu keeps "
+        "the host compute, as NPU compute run in series with the kernels"
+    )
 
 
 def _resolve_deps(nodes: Sequence[pb.Node], dropped: set[int], counts: _Counts) -> None:
@@ -284,6 +374,8 @@ class _Rank:
     groups: dict[str, AstraGroup]
     host_compute: HostCompute
     counts: _Counts
+    steps: tuple[tuple[int, int], ...] = ()
+    """The rank's recorded step spans (start, end), aligned ns."""
 
 
 def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
@@ -301,6 +393,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
     )
     drop_host = ctx.host_compute == "drop" or (ctx.host_compute == "auto" and gpu_compute)
     dropped: set[int] = set()
+    dropped_host: set[int] = set()
     for n in et.nodes:
         a = attrs_of[n.id]
         t = n.type
@@ -314,7 +407,10 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
             raise ValidationError(f"{path}: node {n.id} ({n.name!r}) has unknown node type {t}")
         if n.type == NodeType.COMP and n.id not in dropped and drop_host and a.get(Attr.IS_CPU_OP, True):
             dropped.add(n.id)
+            dropped_host.add(n.id)
             counts.add("host compute nodes dropped (GPU kernels carry the compute)")
+    if dropped_host:
+        _count_dropped_time(et.nodes, attrs_of, dropped_host, ctx)
     _resolve_deps(et.nodes, dropped, counts)
     out: list[pb.Node] = []
     for n in et.nodes:
@@ -533,7 +629,13 @@ def export_astra_sim(
         with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
             for r, f in sorted(files.files.items()):
                 ctx = _Rank(
-                    path=f, rank=r, world=world, groups=groups, host_compute=host_compute, counts=counts
+                    path=f,
+                    rank=r,
+                    world=world,
+                    groups=groups,
+                    host_compute=host_compute,
+                    counts=counts,
+                    steps=tuple((s.start_ns, s.end_ns) for s in manifest.steps if s.rank == r),
                 )
                 rewritten = _rewrite_rank(ctx)
                 meta: dict[str, AttrValue] = {
@@ -566,6 +668,9 @@ def export_astra_sim(
             log_dir=final / "log",
         )
         notes: list[str] = []
+        dropped_note = _dropped_host_note(counts, host_compute)
+        if dropped_note is not None:
+            notes.append(dropped_note)
         if "empty" in str(final / COMM_GROUPS_FILE):
             notes.append(
                 f"the communicator-group path {final / COMM_GROUPS_FILE} contains 'empty', which ASTRA-sim "

@@ -29,7 +29,7 @@ from skewlens.profiler.export_astra import (
     SRC_PG_NAME,
     export_astra_sim,
 )
-from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, rank_file, write_manifest
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
@@ -421,6 +421,74 @@ def test_a_foreign_runs_peers_sizes_and_world_group_are_filled_in_as_chakra_mean
         assert (_attrs(c)[Attr.COMM_SIZE], _attrs(c)[Attr.PG_NAME]) == (512, "0")
         a = _attrs(p)
         assert (a[Attr.COMM_SRC], a[Attr.COMM_DST], a[Attr.COMM_SIZE]) == (0, 1, 256)
+
+
+MS = 1_000_000
+
+
+def _host_bound_gpu_run(run: Path) -> None:
+    """Two GPU ranks whose hosts are busy 10 of their 20 ms of steps, their GPUs 2 ms: rank 0 (step 1-11 ms):
+    host ops 1-5 and 6-9 ms, kernels 4.5-5 and 9-9.5 ms; rank 1 (step 0-10 ms): host ops 0-2 ms, 1-1.5 ms
+    (another thread, inside the first) and 9-12 ms (1 ms of it in the step), a kernel 2-3 ms."""
+    world = ProcessGroupInfo(name="0", ranks=(0, 1))
+    ops = {
+        0: [(1, "aten::mm", True, 1 * MS, 4 * MS), (2, "gemm", False, 4 * MS + MS // 2, MS // 2),
+            (3, "aten::add", True, 6 * MS, 3 * MS), (4, "add_kernel", False, 9 * MS, MS // 2)],
+        1: [(1, "aten::mm", True, 0, 2 * MS), (2, "aten::view", True, MS, MS // 2),
+            (3, "gemm", False, 2 * MS, MS), (4, "aten::item", True, 9 * MS, 3 * MS)],
+    }  # fmt: skip
+    for r, rank_ops in ops.items():
+        nodes = [pg_init_node([world])] + [
+            TraceNode(node_id=i, name=name, node_type=NodeType.COMP, start_ns=start, dur_ns=dur,
+                      ctrl_deps=(0,), attrs={Attr.IS_CPU_OP: cpu})
+            for i, name, cpu, start, dur in rank_ops
+        ]  # fmt: skip
+        write_et(rank_file(run, r), nodes)
+    steps = (
+        StepSpan(rank=0, step=0, start_ns=MS, end_ns=11 * MS),
+        StepSpan(rank=1, step=0, start_ns=0, end_ns=10 * MS),
+    )
+    write_manifest(run, Manifest(world_size=2, ranks=(0, 1), process_groups=(world,), steps=steps))
+
+
+def test_dropping_a_host_bound_gpu_runs_host_compute_says_in_one_line_how_much_of_the_steps_it_was(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    _host_bound_gpu_run(run)
+    res = export_astra_sim(run, tmp_path / "astra")
+    assert res.notes == (
+        (
+            "host compute dropped on 2 rank(s) (--host-compute auto): the hosts were busy in it 10.00 ms "
+            "(50%) of the ranks' 20.00 ms of recorded steps; ASTRA-sim replays only the GPUs' compute "
+            "kernels, 2.00 ms (10%); --host-compute npu keeps the host compute, as NPU compute run in series "
+            "with the kernels"
+        ),
+    )
+    assert json.loads((tmp_path / "astra" / "export.json").read_text())["notes"] == list(res.notes)
+    assert export_astra_sim(run, tmp_path / "astra-npu", host_compute="npu").notes == ()
+    buf = io.StringIO()
+    argv = ["--format", "astra-sim", str(run), "--out", str(tmp_path / "cli"), "--no-progress"]
+    assert export_main(argv, console=Console(file=buf, width=400)) == 0
+    assert [ln for ln in buf.getvalue().splitlines() if "host compute dropped" in ln] == [
+        f"note: {res.notes[0]}"
+    ]
+
+
+def test_without_recorded_steps_the_dropped_host_compute_is_measured_against_the_traced_span(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    _gpu_rank(rank_file(run, 0))  # host 0-5 and 6-9 µs, kernels 4-94 and 94-96 µs: 96 µs traced
+    write_manifest(
+        run, Manifest(world_size=1, ranks=(0,), process_groups=(ProcessGroupInfo(name="0", ranks=(0,)),))
+    )
+    (note,) = export_astra_sim(run, tmp_path / "astra").notes
+    assert note.startswith(
+        "host compute dropped on 1 rank(s) (--host-compute auto): the hosts were busy in it 0.01 ms (8%) of "
+        "the ranks' 0.10 ms of traced time (steps where recorded); ASTRA-sim replays only the GPUs' compute "
+        "kernels, 0.09 ms (96%);"
+    )
 
 
 def test_the_cli_exports_for_astra_sim_and_prints_the_command_line(exported, tmp_path: Path) -> None:
