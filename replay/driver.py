@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import psutil
 
-from skewlens.profiler.store.issues import counted, ranks_label
+from skewlens.profiler.store.issues import counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
@@ -154,10 +154,16 @@ def check_slowdown_targets(
         for r in (*item.ranks, *(r for link in item.links for r in link)):
             if not 0 <= r < world_size:
                 where = "ranks" if r in item.ranks else "links"
-                knob = where == "ranks" and preset is not None and r == preset.rank
-                hint = f"; the {preset.name} preset takes it from slowdown.rank" if knob and preset else ""
+                hint = _preset_hint(preset, "rank", r) if where == "ranks" else ""
                 raise ConfigError(
                     f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1}){hint}"
+                )
+        for r in item.ranks:
+            if r not in run.ranks:  # in the world, but no trace of it was loaded (lenient, --allow-missing)
+                traced = rank_ranges(sorted(run.ranks))
+                raise ConfigError(
+                    f"{key}.ranks: rank {r} has no trace in the run (traced: {traced}), so slowing it would "
+                    f"slow nothing{_preset_hint(preset, 'rank', r)}"
                 )
         for n in item.nodes:
             if n not in nodes:
@@ -181,9 +187,16 @@ def check_slowdown_targets(
                     "every step of them would stall nothing"
                 )
         elif item.kind == "stall" and item.step not in steps:
-            knob = preset is not None and item.step == preset.step
-            hint = f"; the {preset.name} preset takes it from slowdown.step" if knob and preset else ""
+            hint = _preset_hint(preset, "step", item.step)
             raise ConfigError(f"{key}.step: step {item.step} is not in the run ({have}){hint}")
+
+
+def _preset_hint(preset: SlowdownConfig | None, knob: str, value: object) -> str:
+    """``; the straggler preset takes it from slowdown.rank`` where the items came from ``preset`` and
+    ``value`` is its ``knob``'s (a value the user typed into entries of their own gets no such hint)."""
+    if preset is None or getattr(preset, knob) != value:
+        return ""
+    return f"; the {preset.name} preset takes it from slowdown.{knob}"
 
 
 def check_comm_delay_ops(

@@ -256,6 +256,21 @@ def _row(run: Any, rank: int, name: str) -> int:
     return row
 
 
+def test_a_slowdown_of_a_rank_the_lenient_load_has_no_trace_of_is_refused_naming_the_key(
+    sampled_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 5 is in the 128-rank world but only ranks 0 and 1 were traced: a straggler there slowed
+    # nothing, and the report said "compute x1.5 on rank 5" with every rank at +0.0%
+    args = ["replay", f"trace={sampled_run}", f"out={tmp_path / 'o'}", "progress=false", "lenient=true"]
+    assert skewlens_main([*args, "slowdown=straggler", "slowdown.rank=5"]) == 2
+    error = (
+        "skewlens replay: error: slowdown.entries[0].ranks: rank 5 has no trace in the run (traced: 0-1), so "
+        "slowing it would slow nothing; the straggler preset takes it from slowdown.rank"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [error]
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_synthetic_size_mismatch_is_refused_strictly_and_skipped_leniently(tmp_path: Path) -> None:
     d = _mismatched_run(tmp_path)
     with pytest.raises(ValidationError, match=r"group '0': 1 collective instance\(s\) disagree: sizes differ "
