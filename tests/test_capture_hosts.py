@@ -490,3 +490,20 @@ def test_skewlens_merge_names_a_malformed_part_file_and_its_field_instead_of_a_t
     assert f"skewlens: ignoring malformed part file {f}: {says}" in err and "Traceback" not in err
     assert f"{b}: ranks [2]: part file unreadable or malformed ({f})" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_skewlens_merge_names_a_hosts_missing_trace_instead_of_blaming_its_sound_part_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 1's trace was not copied: merge said "part file unreadable or malformed (b/.parts/rank-1.json)",
+    # a file that was fine
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    rank_file(b, 1).unlink()
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"skewlens merge: error: {b}/rank-1.et is missing: {b}/manifest.json lists rank 1 with a trace "
+        "(copy the host's whole directory)\n"
+    )
+    assert not (tmp_path / "run").exists()

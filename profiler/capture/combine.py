@@ -15,7 +15,15 @@ from skewlens.profiler.capture.run import OTHER_HOST_NOTE, finalize_run, read_pa
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import PARTS_DIR, RAW_DIR, part_file
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import Manifest, rank_file, rank_note_key, read_manifest, write_manifest
+from skewlens.profiler.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    rank_file,
+    rank_note_key,
+    read_manifest,
+    write_manifest,
+)
+from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import Level
 
 #: The merged manifest's note on the run identity: why it was not checked, or that it was overridden.
@@ -44,13 +52,7 @@ def combine_runs(
             raise CaptureError(f"{src}: not a run captured by skewlens profile (source {m.source!r})")
         found = {r: p for r, p in read_parts(src).items() if rank_file(src, r).is_file()}
         if lost := sorted(set(m.ranks) - set(found)):
-            lost_part = part_file(src, lost[0])
-            if lost_part.exists():  # read_parts said why it was ignored
-                raise CaptureError(f"{src}: ranks {lost}: part file unreadable or malformed ({lost_part})")
-            raise CaptureError(
-                f"{src}: ranks {lost} have a trace but no part file ({lost_part}): the "
-                "directory was already merged with every rank, or its .parts/ was removed"
-            )
+            _refuse_lost(src, lost)
         for r in found:
             if r in where:
                 raise CaptureError(
@@ -108,6 +110,25 @@ def combine_runs(
             shutil.rmtree(tmp / PARTS_DIR)
         replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
     return manifest
+
+
+def _refuse_lost(src: Path, lost: list[int]) -> None:
+    """Refuse ``src``, whose manifest lists ``lost`` among its ranks although their files cannot be merged:
+    the traces missing first (a part file is not blamed for a trace that is gone), then the part files."""
+    if gone := [r for r in lost if not rank_file(src, r).is_file()]:
+        files = ", ".join(str(rank_file(src, r)) for r in gone[:3])
+        more = f" and {len(gone) - 3} more rank(s)' traces" if len(gone) > 3 else ""
+        raise CaptureError(
+            f"{files}{more} {'is' if len(gone) == 1 else 'are'} missing: {src / MANIFEST_NAME} lists "
+            f"{ranks_label(gone)} with a trace (copy the host's whole directory)"
+        )
+    lost_part = part_file(src, lost[0])
+    if lost_part.exists():  # read_parts said why it was ignored
+        raise CaptureError(f"{src}: ranks {lost}: part file unreadable or malformed ({lost_part})")
+    raise CaptureError(
+        f"{src}: ranks {lost} have a trace but no part file ({lost_part}): the "
+        "directory was already merged with every rank, or its .parts/ was removed"
+    )
 
 
 def _check_same(manifests: dict[Path, Manifest], what: Callable[[Manifest], str]) -> None:
