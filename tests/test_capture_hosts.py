@@ -287,9 +287,15 @@ def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_co
     [
         ([((0,), 0.0)], "ranks [1] of 2 are in none of"),
         ([((0,), 0.0), ((0,), 0.0)], "rank 0 is in both"),
-        ([((0,), 0.0), ((1,), 10.0)], "not one run: rank 1 (host h1) began step 2 9.500 s after rank 0"),
+        (
+            [((0,), 0.0), ((1,), 10.0)],
+            "not one run: rank 1 (host h1, in {h1}) began step 2 9.500 s after rank 0 (host h0, in {h0})",
+        ),
         # 0.6 s late with steps of 0.5 s: each of rank 1's steps begins 0.1 s after rank 0's ended
-        ([((0,), 0.0), ((1,), 0.6)], "not one run: rank 1 (host h1) began step 2 0.100 s after rank 0"),
+        (
+            [((0,), 0.0), ((1,), 0.6)],
+            "not one run: rank 1 (host h1, in {h1}) began step 2 0.100 s after rank 0 (host h0, in {h0})",
+        ),
     ],
     ids=["a rank missing", "a rank twice", "another run", "steps apart by less than a second"],
 )
@@ -306,7 +312,26 @@ def test_skewlens_merge_refuses_directories_that_are_not_every_rank_of_one_run_o
     out = tmp_path / "run"
     assert skewlens_main(["merge", "--out", str(out), *dirs]) == 2
     err = capsys.readouterr().err
+    message = message.format(**{f"h{k}": d for k, d in enumerate(dirs)})
     assert err.startswith("skewlens merge: error: ") and message in err, err
+    assert not out.exists()
+
+
+def test_skewlens_merge_refuses_steps_that_do_not_overlap_even_with_force_naming_each_ranks_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the refusal named ranks and hosts (one host name on every machine of a container job) but not the
+    # directories to look at, and did not say whether --force, which the run-identity refusal offers, helps
+    a = host_dir(tmp_path / "a", (0,), "vm", run_id="job-7")
+    b = host_dir(tmp_path / "b", (1,), "vm", late_s=38.873, run_id="job-7")
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--force", "--out", str(out), str(a), str(b)]) == 2
+    assert capsys.readouterr().err == (
+        f"skewlens merge: error: not one run: rank 1 (host vm, in {b}) began step 2 38.373 s after rank 0 "
+        f"(host vm, in {a}) ended it, on rank 0's clock: the directories are of different runs, or a clock "
+        "offset is wrong (the manifests' notes say if one is unknown); --force does not merge them (it "
+        "overrides only a run identity that differs)\n"
+    )
     assert not out.exists()
 
 

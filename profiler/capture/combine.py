@@ -38,7 +38,8 @@ def combine_runs(
     different world sizes or ``skewlens profile`` options, of different run identities (torchrun's run id
     and rendezvous endpoint; unless ``force``), a rank found twice or in none (unless ``allow_missing``:
     then the ranks found are merged and the others listed missing, with why), and ranks whose recorded
-    steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset).
+    steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset;
+    even with ``force``).
     Directories written before the run identity was recorded are merged, with a manifest note
     (:data:`RUN_IDENTITY_NOTE`) that it was not checked."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -72,7 +73,7 @@ def combine_runs(
             f"ranks {missing} of {first.world_size} are in none of {', '.join(map(str, sources))}: "
             "give the directory of every host of the job (or --allow-missing to merge the ranks found)"
         )
-    _check_overlap(parts)
+    _check_overlap(parts, where)
     with staging_dir(out) as tmp:
         for r, src in where.items():
             shutil.copy2(rank_file(src, r), rank_file(tmp, r))
@@ -167,10 +168,11 @@ def _check_identity(manifests: dict[Path, Manifest], *, force: bool) -> str:
     return "; ".join(notes)
 
 
-def _check_overlap(parts: dict[int, dict]) -> None:
+def _check_overlap(parts: dict[int, dict], where: dict[int, Path]) -> None:
     """Every step that all ranks recorded spans a common instant (each rank's step waits for the others'
-    collectives); else the ranks are of different runs or an offset is wrong. A rank saves its times on
-    rank 0's clock (its ``clock_offset_ns`` already applied)."""
+    collectives); else the ranks are of different runs or an offset is wrong: refused whatever ``force``
+    says, naming each rank's host and directory (``where``). A rank saves its times on rank 0's clock (its
+    ``clock_offset_ns`` already applied)."""
     spans: dict[int, dict[int, tuple[int, int]]] = {}
     for r, p in parts.items():
         for s in p.get("steps", []):
@@ -182,9 +184,10 @@ def _check_overlap(parts: dict[int, dict]) -> None:
         early = min(by_rank, key=lambda r: by_rank[r][1])
         gap_s = (by_rank[late][0] - by_rank[early][1]) / 1e9
         if gap_s > 0:
-            hosts = {r: parts[r].get("host", "?") for r in (early, late)}
+            at = {r: f"(host {parts[r].get('host', '?')}, in {where[r]})" for r in (early, late)}
             raise CaptureError(
-                f"not one run: rank {late} (host {hosts[late]}) began step {step} {gap_s:.3f} s after rank "
-                f"{early} (host {hosts[early]}) ended it, on rank 0's clock: the directories are of "
-                "different runs, or a clock offset is wrong (the manifests' notes say if one is unknown)"
+                f"not one run: rank {late} {at[late]} began step {step} {gap_s:.3f} s after rank "
+                f"{early} {at[early]} ended it, on rank 0's clock: the directories are of different runs, "
+                "or a clock offset is wrong (the manifests' notes say if one is unknown); --force does not "
+                "merge them (it overrides only a run identity that differs)"
             )
