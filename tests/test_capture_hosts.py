@@ -18,7 +18,7 @@ from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import finalize_run
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.chakra_io import EtWriter
-from skewlens.profiler.manifest import RunIdentity, StepWindow, rank_file, read_manifest
+from skewlens.profiler.manifest import Manifest, RunIdentity, StepWindow, rank_file, read_manifest
 from skewlens.profiler.vocab import Level
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
@@ -121,6 +121,42 @@ def test_a_rank_saved_on_another_hosts_storage_is_not_said_to_have_crashed(tmp_p
     assert (
         "RUN_DIR must be on storage every host sees, or the hosts' directories combined with skewlens merge"
         in note
+    )
+
+
+def test_a_hosts_summary_and_check_give_the_other_hosts_ranks_of_a_1024_rank_job_one_line_not_1016(
+    tmp_path: Path,
+) -> None:
+    # host 1 of 128 hosts of 8 ranks, with a directory of its own: each of the 1,016 other ranks' notes
+    # named its rank ("rank 17's host saved none"), so the summary had a row per rank and check's warning
+    # 1,016 "N: ..." parts
+    import io
+
+    from rich.console import Console
+
+    from skewlens.cli.profile import summary_table
+    from skewlens.profiler.store.validate import validate_run
+
+    for r in range(8, 16):
+        save_rank(tmp_path, r, "h1", world=1024, per_host=8)
+    m = merge(tmp_path, 1)
+    assert isinstance(m, Manifest) and len(m.missing_ranks) == 1016
+    note = (
+        "no trace here: the job spans hosts (8 rank(s) per host) and the rank's host saved none in this "
+        "directory: RUN_DIR must be on storage every host sees, or the hosts' directories combined with "
+        "skewlens merge (docs/capture.md, Across hosts); else the process crashed or was killed before "
+        "saving (the command exited)"
+    )
+    assert set(m.notes.values()) == {note} and m.notes.keys() == {f"rank {r}" for r in m.missing_ranks}
+    buf = io.StringIO()
+    Console(file=buf, width=1000).print(summary_table(m, tmp_path))
+    text = buf.getvalue().splitlines()
+    assert [line for line in text if "missing" in line][1:] == [f"ranks 0-7, 16-1023 missing: {note}"]
+    assert sum(line.startswith("│") for line in text) == 8 + 1
+    [warning] = [i.message for i in validate_run(tmp_path).issues if i.kind == "missing-rank"]
+    assert (
+        warning
+        == f"{tmp_path}: 1016 of 1024 ranks have no trace: 0-7, 16-1023 (the manifest says so): {note}"
     )
 
 

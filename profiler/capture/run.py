@@ -394,7 +394,7 @@ def _merge(
             )
         elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
             notes[rank_note_key(r)] = (
-                f"{OTHER_HOST_NOTE} ({per_host} rank(s) per host) and rank {r}'s host saved "
+                f"{OTHER_HOST_NOTE} ({per_host} rank(s) per host) and the rank's host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
                 "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
                 f"crashed or was killed before saving ({why})"

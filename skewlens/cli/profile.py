@@ -22,7 +22,7 @@ from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.vocab import HostTrace, Level
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import Group
 
     from skewlens.profiler.manifest import Manifest
 
@@ -270,24 +270,29 @@ def _build_native() -> str:
     return ""
 
 
-def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> Table:
+def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> Group:
     """One row per captured rank (the first :data:`MAX_RANK_ROWS`; the caption counts the rest): host, device,
     clock offset, the steps recorded (as ranges, ``2-4``, like ``skewlens import``), nodes written; one row
-    per reason for the ranks without a trace."""
+    per reason for the ranks without a trace (``0-7, 16-1023`` ... ``missing``), the reason on a line of its
+    own under the table (``ranks 0-7, 16-1023 missing: ...``), as wide as the console: in the table's
+    right-aligned last column, or its caption, a reason of three lines took ten."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     from skewlens.console import ranks_caption
     from skewlens.profiler.chakra_io import iter_messages
     from skewlens.profiler.manifest import rank_file
-    from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
+    from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges, ranks_label
 
     title = f"skewlens {command}: {run_dir} (level {manifest.level}, world size {manifest.world_size})"
     table = Table(title=title, title_justify="left", min_width=len(title))  # a narrow table wrapped it
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
         table.add_column(col, justify="right" if col not in ("host", "device") else "left")
+    caption: list[str] = []
     if len(manifest.ranks) > MAX_RANK_ROWS:
-        table.caption = ranks_caption(manifest.ranks, str(run_dir / "manifest.json"))
+        caption.append(ranks_caption(manifest.ranks, str(run_dir / "manifest.json")))
+    lines: list[Text] = []
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
         steps.setdefault(s.rank, []).append(s.step)
@@ -305,15 +310,18 @@ def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile"
             str(nodes),
         )
     for note, ranks in manifest.missing_by_note().items():  # ranks without a trace: one row per reason
-        table.add_row(rank_ranges(ranks), "", "", "", "missing", Text(note, justify="left"))
+        table.add_row(rank_ranges(ranks), "", "", "", "missing", "")
+        if note:
+            lines.append(Text(f"{ranks_label(ranks)} missing: {note}"))
     if most <= 1 and manifest.level == "collectives":  # the process group's node at most
-        note = (
+        caption.append(
             "no communication in the capture window: the collectives level records the time between "
             "torch.distributed calls, so a program that makes none has only its step marks (--level ops "
             "records its operators)"
         )
-        table.caption = f"{table.caption}; {note}" if table.caption else note
-    return table
+    if caption:
+        table.caption = "; ".join(caption)
+    return Group(table, *lines)
 
 
 def _export_parquet(run_dir: Path) -> None:
