@@ -225,7 +225,8 @@ class Manifest:
     skewlens_version: str = ""
     """Version of skewlens that wrote the run."""
     command: tuple[str, ...] = ()
-    """The wrapped command line, where there was one."""
+    """The wrapped command line, where there was one (of a run ``skewlens merge`` combined: the command of
+    rank 0's host)."""
     notes: dict[str, str] = field(default_factory=dict)
     """Free-form remarks (e.g. why a rank is missing: ``{"rank 3": "exited with code 1"}``)."""
     lost_collectives: tuple[LostCollectives, ...] = ()
@@ -233,6 +234,10 @@ class Manifest:
     run_identity: RunIdentity | None = None
     """The job the capture belongs to; None in manifests written before skewlens recorded it (and in runs
     not captured)."""
+    merged_from: tuple[str, ...] = ()
+    """The hosts' run directories ``skewlens merge`` combined into this run, absolute, in the order given
+    (each keeps its host's own manifest and command); () where no merge wrote the run, and in manifests
+    written before skewlens recorded it."""
 
     def missing_by_note(self) -> dict[str, list[int]]:
         """The ranks without a trace grouped by their note in ``notes`` ('' where none), in rank order."""
@@ -334,6 +339,10 @@ class Manifest:
             },
             lost_collectives=tuple(lost),
             run_identity=_run_identity(j, d.get("run_identity")),
+            merged_from=tuple(
+                j.text(p, f"merged_from[{i}]")
+                for i, p in enumerate(j.array(d.get("merged_from", []), "merged_from"))
+            ),
         )
 
 

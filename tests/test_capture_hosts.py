@@ -371,6 +371,39 @@ def test_skewlens_merge_refuses_steps_that_do_not_overlap_even_with_force_naming
     assert not out.exists()
 
 
+def test_skewlens_merge_given_one_directory_twice_says_so_instead_of_that_its_rank_is_in_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # said "rank 0 is in both h0 and h0: give each host's directory once"
+    monkeypatch.chdir(tmp_path)
+    host_dir(tmp_path / "h0", (0,), "a")
+    host_dir(tmp_path / "h1", (1,), "b")
+    assert skewlens_main(["merge", "--out", "run", "h0", "h1", "h0"]) == 2
+    assert capsys.readouterr().err == (
+        "skewlens merge: error: h0 is given twice: give each host's directory once\n"
+    )
+    assert skewlens_main(["merge", "--out", "run", "h0", str(tmp_path / "h0")]) == 2
+    assert capsys.readouterr().err == (
+        f"skewlens merge: error: h0 and {tmp_path}/h0 are one directory: give each host's directory once\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_merged_manifest_records_the_host_directories_it_was_merged_from_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it kept rank 0's host's command and nothing of which directories were combined
+    monkeypatch.chdir(tmp_path)
+    host_dir(tmp_path / "h1", (1,), "b")
+    host_dir(tmp_path / "h0", (0,), "a")
+    assert skewlens_main(["merge", "--out", "run", "h1", "h0"]) == 0
+    m = read_manifest(tmp_path / "run")
+    assert m.merged_from == (str((tmp_path / "h1").resolve()), str((tmp_path / "h0").resolve()))
+    assert m.command == ("torchrun", "--node-rank=0")
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["merged_from"] == list(m.merged_from)
+    assert read_manifest(tmp_path / "h0").merged_from == ()  # a host's own profile merged no directories
+
+
 def test_skewlens_merge_refuses_an_out_that_holds_files_and_leaves_them_there(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

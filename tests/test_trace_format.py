@@ -235,6 +235,7 @@ def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_
             {"process_groups": [{"name": "0", "ranks": [0, 1]}, {"name": "0", "ranks": [0]}]},
             "process_groups[1].name: group '0' is listed twice",
         ),
+        ({"merged_from": ["/a", 7]}, "merged_from[1]: expected a string, got 7"),
     ],
 )
 def test_a_manifest_value_of_the_wrong_type_or_range_is_refused_naming_its_key(

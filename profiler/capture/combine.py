@@ -39,11 +39,17 @@ def combine_runs(
     and rendezvous endpoint; unless ``force``), a rank found twice or in none (unless ``allow_missing``:
     then the ranks found are merged and the others listed missing, with why), and ranks whose recorded
     steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset;
-    even with ``force``).
-    Directories written before the run identity was recorded are merged, with a manifest note
-    (:data:`RUN_IDENTITY_NOTE`) that it was not checked."""
+    even with ``force``), and a directory given twice. Directories written before the run identity was
+    recorded are merged, with a manifest note (:data:`RUN_IDENTITY_NOTE`) that it was not checked. The
+    manifest's ``merged_from`` lists the directories, absolute."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CaptureError(f"--out {out}: exists and is not an empty directory (choose a new run directory)")
+    given: dict[Path, Path] = {}
+    for src in sources:
+        if (same := given.get(src.resolve())) is not None:
+            twice = f"{src} is given twice" if same == src else f"{same} and {src} are one directory"
+            raise CaptureError(f"{twice}: give each host's directory once")
+        given[src.resolve()] = src
     where: dict[int, Path] = {}
     parts: dict[int, dict] = {}
     manifests: dict[Path, Manifest] = {}
@@ -87,6 +93,7 @@ def combine_runs(
         )
         if manifest is None:  # every rank has its trace and part file: cannot happen
             raise CaptureError(f"{out}: nothing merged")
+        manifest = replace(manifest, merged_from=tuple(str(p) for p in given))
         notes = dict(manifest.notes)
         for r in missing:
             # what a host saw of the rank (a trace cut short while saving, the command's exit code), not
@@ -104,9 +111,8 @@ def combine_runs(
             notes[rank_note_key(r)] = "; ".join([merged, *said])
         if identity_note:
             notes[RUN_IDENTITY_NOTE] = identity_note
-        if notes != manifest.notes:
-            manifest = replace(manifest, notes=notes)
-            write_manifest(tmp, manifest)
+        manifest = replace(manifest, notes=notes)
+        write_manifest(tmp, manifest)
         if (tmp / PARTS_DIR).is_dir():  # kept by a merge that lacked ranks (--allow-missing)
             shutil.rmtree(tmp / PARTS_DIR)
         replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
