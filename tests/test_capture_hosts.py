@@ -107,8 +107,30 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     err = capsys.readouterr().err
     assert code == 0, err
     assert "no rank saved a trace" not in err
-    assert "manifest.json already merged by another host of the job (ranks [0, 1] of 2)" in err
+    assert "manifest.json already merged by another host of the job (ranks 0-1 of 2)" in err
     assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
+
+
+def test_a_failing_host_of_a_1024_rank_job_gives_its_kept_and_missing_ranks_as_ranges_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the error line listed every missing rank: "missing ranks [0, 1, 2, ..., 1023]", 1,016 numbers
+    run = tmp_path / "run"
+    host = textwrap.dedent(
+        f"""
+        import pathlib, sys
+        sys.path[:0] = {sys.path!r}
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_capture_hosts import save_rank
+        for r in range(8, 16):
+            save_rank(pathlib.Path({str(run)!r}), r, "h1", world=1024, per_host=8)
+        sys.exit(3)
+        """
+    )
+    assert skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", host]) == 3
+    err = capsys.readouterr().err  # the error's command line holds the script's lines
+    error = err[err.index("skewlens profile: error: command exited with code 3: ") :]
+    assert error.endswith(f"' (traces of ranks 8-15 kept in {run}; missing ranks 0-7, 16-1023)\n")
 
 
 def test_a_rank_saved_on_another_hosts_storage_is_not_said_to_have_crashed(tmp_path: Path) -> None:

@@ -408,7 +408,7 @@ def test_a_crashing_rank_is_listed_missing_and_the_others_traces_are_complete(tm
     res = profile(out, "--steps", "6", "--crash-rank", "1", "--crash-step", "3", steps="1:1:3", nproc=2)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
-    assert "skewlens profile: error: command exited with code" in last and "missing ranks [1]" in last
+    assert "skewlens profile: error: command exited with code" in last and "missing rank 1" in last
     m = read_manifest(out)
     assert (m.ranks, m.missing_ranks) == ((0,), (1,))
     assert "rank 1" in m.notes and "crashed" in m.notes["rank 1"]

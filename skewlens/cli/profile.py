@@ -150,10 +150,9 @@ def main(argv: list[str]) -> int:
         print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)
     if code != 0:
         print_capture_warnings(manifest, run_dir)
-        missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
         print(
             f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}"
-            f" (traces of ranks {list(manifest.ranks)} kept in {run_dir}{missing})",
+            f" (traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)})",
             file=sys.stderr,
         )
         return exit_status(code)
@@ -219,10 +218,9 @@ def merge_main(argv: list[str]) -> int:
 def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
     """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
     manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
-    missing = f"; missing ranks {list(manifest.missing_ranks)}" if manifest.missing_ranks else ""
     where = (
         f"{run_dir}: manifest.json already merged by another host of the job "
-        f"(ranks {list(manifest.ranks)} of {manifest.world_size}{missing})"
+        f"({_ranks(manifest.ranks)} of {manifest.world_size}{_missing(manifest)})"
     )
     if code != 0:
         print(
@@ -236,6 +234,18 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    """``rank 3``, ``ranks 0-7, 16-1023``: a one-line list however many ranks a job has (each host of a
+    128-host job of 8 ranks lists the other 1,016 as missing)."""
+    from skewlens.profiler.store.issues import ranks_label
+
+    return ranks_label(ranks) if ranks else "no ranks"
+
+
+def _missing(manifest: Manifest) -> str:
+    return f"; missing {_ranks(manifest.missing_ranks)}" if manifest.missing_ranks else ""
 
 
 def exit_status(code: int) -> int:
