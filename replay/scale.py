@@ -54,7 +54,7 @@ from typing import TypeVar
 import numpy as np
 
 from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan
-from skewlens.profiler.store.issues import rank_ranges
+from skewlens.profiler.store.issues import by_reason, rank_ranges, ranks_label
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
 from skewlens.replay.errors import ConfigError, ExtrapolationError
@@ -596,9 +596,10 @@ def _untraced_text(run: RunTrace) -> str:
     untraced = [r for r in range(run.world_size) if r not in run.ranks]
     if not untraced:
         return ""
-    why = "; ".join(f"rank {r} left out by the lenient load: {w}" for r, w in run.left_out_ranks[:3])
-    more = len(run.left_out_ranks) - 3
-    why += f"; {more} more" if more > 0 else ""
+    said = by_reason(run.left_out_ranks)
+    why = "; ".join(f"{ranks_label(rs)} left out by the lenient load: {w}" for rs, w in said[:3])
+    more = sum(len(rs) for rs, _w in said[3:])
+    why += f"; {more} more rank(s) for other reasons" if more > 0 else ""
     return f"; captured rank(s) {rank_ranges(untraced)} have no trace, so no rank copies them" + (
         f" ({why})" if why else ""
     )

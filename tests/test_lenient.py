@@ -707,3 +707,58 @@ def test_a_crashed_ranks_warning_gives_the_manifests_note_after_the_line_not_nes
         f"{run}: 2 of 4 ranks have no trace: 2-3 (the manifest says so): 2: the process crashed or was "
         "killed before saving (the command exited with code 1); 3: no Kineto trace given for this rank"
     )
+
+
+def _pairs_run(tmp_path: Path, world: int, *, recv_bytes: int = 1024) -> Path:
+    """``world`` ranks, an all_reduce then even rank r sending 1 KiB to r + 1 (rank 1 expects
+    ``recv_bytes``)."""
+    b = RunBuilder(world_size=world)
+    for r in range(world):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+        if r % 2 == 0:
+            rb.send(r + 1, 1024, dur_ns=MS)
+        else:
+            rb.recv(r - 1, recv_bytes if r == 1 else 1024, dur_ns=MS)
+    return b.write(tmp_path / "run")
+
+
+def test_the_ranks_a_lenient_load_leaves_out_are_one_line_per_reason_with_their_ranks(tmp_path: Path) -> None:
+    from skewlens.profiler.store.issues import run_notes
+
+    d = _pairs_run(tmp_path, 64)
+    for r in range(54, 64):
+        (d / f"rank-{r}.et").unlink()
+    for r in (20, 21):  # cut at different places
+        f = d / f"rank-{r}.et"
+        f.write_bytes(f.read_bytes()[: -7 - r])
+    f = d / "rank-30.et"
+    f.write_bytes(b"")
+    run = load_validated(d, lenient=True)
+    assert run_notes(run)[:3] == [
+        (
+            f"ranks 20-21 left out (lenient): {d}/rank-<r>.et: truncated message"
+            " (at a different place in each file)"
+        ),
+        f"rank 30 left out (lenient): {d}/rank-30.et: empty file, expected a Chakra GlobalMetadata message",
+        f"ranks 54-63 left out (lenient): {d}/rank-<r>.et: rank <r> is listed but its trace file is missing",
+    ]
+    assert not any(n.startswith("rank 55 ") for n in run_notes(run))
+
+
+def test_check_gives_the_missing_ranks_one_row_so_the_p2p_size_error_is_not_cut(tmp_path: Path) -> None:
+    d = _pairs_run(tmp_path, 64, recv_bytes=2048)
+    for r in range(8, 64):
+        (d / f"rank-{r}.et").unlink()
+    out = io.StringIO()
+    assert check_main([str(d), "--no-progress"], console=Console(file=out, width=300)) == 1
+    rows = [ln.split("│")[1:-1] for ln in out.getvalue().splitlines() if ln.startswith("│")]
+    assert [(c[1].strip(), c[2].strip()) for c in rows] == [("missing-rank", "8-63"), ("p2p-size", "0")]
+    assert rows[0][4].strip() == f"{d}/rank-<r>.et: rank <r> is listed but its trace file is missing"
+    assert "more (use --all)" not in out.getvalue()
+    assert "FAILED: 57 error(s)" in out.getvalue()
+    # --all lists every issue on its own row
+    out = io.StringIO()
+    check_main([str(d), "--no-progress", "--all"], console=Console(file=out, width=300))
+    assert sum(ln.startswith("│") for ln in out.getvalue().splitlines()) == 57

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -177,6 +178,33 @@ def rank_ranges(ranks: Iterable[int]) -> str:
     return ", ".join(parts) + (f" and {rest} more" if rest else "")
 
 
+#: Where in its file a trace breaks (``at byte offset 1234: needs 56 bytes, 7 left``): left out of what
+#: :func:`by_reason` groups ranks by.
+_WHERE_IN_FILE = re.compile(r" at byte offset \d+(?:: needs \d+ bytes, \d+ left)?")
+
+
+def by_reason(said: Iterable[tuple[int, str]]) -> list[tuple[list[int], str]]:
+    """What was said of each rank, grouped: (ranks, what was said of them) per reason, in the order first
+    said. Texts that differ only in the rank's own number (its file's name included) and in where in its file
+    a trace breaks are one reason; said of one rank, it is as it was said; of several, with ``<r>`` for each
+    rank's number (``run/rank-<r>.et: rank <r> is listed but its trace file is missing``), and where the
+    place in the file differed, without it and a word that it differs."""
+    groups: dict[str, list[tuple[int, str, str]]] = {}
+    for r, text in said:
+        number = re.compile(rf"(?<!\d){r}(?!\d)")
+        own = number.sub("<r>", text)
+        groups.setdefault(number.sub("<r>", _WHERE_IN_FILE.sub("", text)), []).append((r, text, own))
+    out = []
+    for key, items in groups.items():
+        if len(items) == 1:
+            out.append(([items[0][0]], items[0][1]))
+        elif len({own for _r, _text, own in items}) == 1:
+            out.append(([r for r, _text, _own in items], items[0][2]))
+        else:
+            out.append(([r for r, _text, _own in items], f"{key} (at a different place in each file)"))
+    return out
+
+
 def counted(n: int, noun: str) -> str:
     """``1 rank``, ``2 ranks``, ``1,024 ranks``: a count and its noun, in the plural unless it is one."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -269,12 +297,12 @@ def summarise_dropped_splits(dropped: Sequence[DroppedSplits]) -> list[str]:
 
 
 def run_notes(run: RunTrace) -> list[str]:
-    """What a report on ``run`` says besides its tables: the ranks a lenient load left out (a line each, with
-    why), the ranks without a trace (one line), the nodes whose inconsistent all_to_all splits it dropped
-    (a line each, see :func:`summarise_dropped_splits`), and per process group the communication a lenient
-    load skipped (see :func:`summarise_skipped`)."""
+    """What a report on ``run`` says besides its tables: the ranks a lenient load left out (a line per reason,
+    with their ranks: :func:`by_reason`), the ranks without a trace (one line), the nodes whose inconsistent
+    all_to_all splits it dropped (a line each, see :func:`summarise_dropped_splits`), and per process group
+    the communication a lenient load skipped (see :func:`summarise_skipped`)."""
     m = run.manifest
-    notes = [f"rank {r} left out (lenient): {why}" for r, why in run.left_out_ranks]
+    notes = [f"{ranks_label(rs)} left out (lenient): {why}" for rs, why in by_reason(run.left_out_ranks)]
     left_out = {r for r, _why in run.left_out_ranks}
     missing = [r for r in m.missing_ranks if r not in left_out]
     if missing:

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewlens.profiler.manifest import ProcessGroupInfo
-from skewlens.profiler.store.issues import Severity, counted
+from skewlens.profiler.store.issues import Issue, Severity, by_reason, counted, rank_ranges
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
 
@@ -15,7 +15,9 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 
 
 def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> RenderableType:
-    """Summary of the run, then one row per issue (errors first), then the verdict."""
+    """Summary of the run, then the issues (errors first), then the verdict. With ``max_issues``, the first
+    that many rows, where issues of one kind said of several ranks for one reason (:func:`by_reason`: a
+    hundred ranks whose trace file is missing) are one row with their ranks; without, a row per issue."""
     summary = Table(title=f"skewlens check {report.path}", show_header=False, box=None)
     run = report.run
     if run is not None:
@@ -26,7 +28,10 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
         summary.add_row("p2p pairs", f"{len(run.p2p):,}")
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     issues = sorted(report.issues, key=lambda i: order[i.severity])
-    shown = issues if max_issues is None else issues[:max_issues]
+    rows = [(i, "" if i.rank is None else str(i.rank), i.message) for i in issues]
+    if max_issues is not None:
+        rows = _per_reason(issues)
+    shown = rows if max_issues is None else rows[:max_issues]
     parts: list[RenderableType] = [summary]
     if shown:
         table = Table(title="problems", show_lines=False, expand=False)
@@ -35,17 +40,17 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
         table.add_column("rank", justify="right")
         table.add_column("node", justify="right")
         table.add_column("message", overflow="fold")
-        for i in shown:
+        for i, ranks, message in shown:
             table.add_row(
                 Text(i.severity.value, style=_STYLE[i.severity]),
                 i.kind,
-                "" if i.rank is None else str(i.rank),
+                ranks,
                 "" if i.node is None else str(i.node),
-                i.message,
+                message,
             )
         parts.append(table)
-        if len(issues) > len(shown):
-            parts.append(Text(f"... {len(issues) - len(shown)} more (use --all)", style="dim"))
+        if len(rows) > len(shown):
+            parts.append(Text(f"... {len(rows) - len(shown)} more (use --all)", style="dim"))
     n_err, n_warn = len(report.errors), len(report.warnings)
     verdict = (
         Text(f"OK ({n_warn} warning(s))", style="bold green")
@@ -54,6 +59,27 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     )
     parts.append(verdict)
     return Group(*parts)
+
+
+def _per_reason(issues: list[Issue]) -> list[tuple[Issue, str, str]]:
+    """(first issue, its ranks, message) per row: the issues of one severity and kind on a rank and no node
+    one row per reason (:func:`by_reason`), where the first of them was; the others a row each."""
+    same: dict[tuple[Severity, str], list[Issue]] = {}
+    for i in issues:
+        if i.rank is not None and i.node is None:
+            same.setdefault((i.severity, i.kind), []).append(i)
+    rows: list[tuple[Issue, str, str]] = []
+    grouped: set[tuple[Severity, str]] = set()
+    for i in issues:
+        key = (i.severity, i.kind)
+        if i.rank is None or i.node is not None:
+            rows.append((i, "" if i.rank is None else str(i.rank), i.message))
+        elif key not in grouped:
+            grouped.add(key)
+            said = by_reason((j.rank, j.message) for j in same[key] if j.rank is not None)
+            first = {j.rank: j for j in same[key]}
+            rows.extend((first[rs[0]], rank_ranges(rs), message) for rs, message in said)
+    return rows
 
 
 #: At most this many process groups are named in the summary (all are counted).
