@@ -126,10 +126,12 @@ class SweepRecord:
     makespan_ns: int
     """Replayed makespan, ns."""
     mean_step_ns: int
-    """Mean over steps of the replayed step time (step mark to step mark, as the replay's summary measures
-    it) of the slowest rank, ns; the makespan where the run has no step marks."""
+    """Mean over steps of each step's slowest rank's replayed step time (step mark to step mark, as the
+    replay's summary measures it), ns: a step of the job lasts as long as its slowest rank, so this is at
+    least the mean of any one rank (where the slowest rank changes from step to step, more than each rank's);
+    the makespan where the run has no step marks."""
     max_step_ns: int
-    """Longest replayed step (the same measure), ns."""
+    """Longest replayed step (of its slowest rank, the same measure), ns."""
     out_dir: str
     """The job's output directory."""
 

@@ -52,14 +52,21 @@ def sweep_points(rows: Sequence[SweepRecord]) -> SweepPoints:
     return SweepPoints(jobs=tuple(jobs), labels=tuple(labels), key=None, x=())
 
 
-def sweep_plot(rows: Sequence[SweepRecord], path: Path) -> Path:
-    """Draw a sweep's replayed step times (the slowest rank's mean and longest step, ms) to ``path``."""
-    return save_png(sweep_figure(rows), path)
+#: What the sweep picture's step times are, on its axis: a step of the job lasts as long as its slowest rank
+#: (:attr:`SweepRecord.mean_step_ns`, ``max_step_ns``).
+STEP_TIME_AXIS = "replayed step time, ms (each step's slowest rank)"
 
 
-def sweep_figure(rows: Sequence[SweepRecord]) -> Any:
+def sweep_plot(rows: Sequence[SweepRecord], path: Path, *, failed: int = 0) -> Path:
+    """Draw a sweep's replayed step times (the mean over steps and the longest, each step's time its slowest
+    rank's, ms) to ``path``; ``failed``: how many of the sweep's jobs failed (the title says so)."""
+    return save_png(sweep_figure(rows, failed=failed), path)
+
+
+def sweep_figure(rows: Sequence[SweepRecord], *, failed: int = 0) -> Any:
     """The figure of :func:`sweep_plot`: a line per step time against one numeric setting, else a bar per
-    job; the legend above the axes (inside, it covered the last job's longest-step marker)."""
+    job; the legend above the axes (inside, it covered the last job's longest-step marker); the title counts
+    the jobs drawn, of how many where ``failed`` did not finish."""
     pts = sweep_points(rows)
     mean = [r.mean_step_ns / 1e6 for r in pts.jobs]
     longest = [r.max_step_ns / 1e6 for r in pts.jobs]
@@ -69,7 +76,7 @@ def sweep_figure(rows: Sequence[SweepRecord]) -> Any:
         ax.plot(pts.x, mean, marker="o", label="mean step")
         ax.plot(pts.x, longest, marker="^", linestyle="--", label="longest step")
         ax.set_xlabel(pts.key)
-        ax.set_ylabel("replayed step time, ms (slowest rank)")
+        ax.set_ylabel(STEP_TIME_AXIS)
         ax.set_ylim(bottom=0)
     else:
         n = len(pts.jobs)
@@ -86,9 +93,11 @@ def sweep_figure(rows: Sequence[SweepRecord]) -> Any:
             ],
         )
         ax.invert_yaxis()
-        ax.set_xlabel("replayed step time, ms (slowest rank)")
+        ax.set_xlabel(STEP_TIME_AXIS)
         ax.set_xlim(left=0)
     # above the axes, under the title: it covers no point (the picture is cropped to what is drawn)
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False, borderaxespad=0.2)
-    ax.set_title(f"Replay sweep: {len(pts.jobs)} jobs", pad=26)
+    n = len(pts.jobs)
+    jobs = f"{n} of {n + failed} jobs ({failed} failed)" if failed else f"{n} jobs"
+    ax.set_title(f"Replay sweep: {jobs}", pad=26)
     return fig

@@ -102,7 +102,11 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
     """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
     their overrides, included) and the replayed step times (ms)."""
-    t = Table(title="Replay sweep")
+    t = Table(
+        title="Replay sweep",
+        caption="mean / max step: over steps, each step's replayed time that of its slowest rank (step mark "
+        "to step mark)",
+    )
     for col, just in (
         ("job", "right"),
         ("overrides", "left"),

@@ -161,7 +161,7 @@ class SweepSummary(Callback):
             console.print(sweep_table(rows, [o for o, _m in failed.values()]))
             console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
             if len(rows) >= 2:
-                console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG)}")
+                console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG, failed=len(failed))}")
         if not failed:
             return
         # name each failed job by what sets it apart (as the comparison table does), else by every override

@@ -407,3 +407,26 @@ def test_a_sweep_of_two_settings_or_of_names_is_a_bar_per_job_labelled_with_what
 def test_a_lone_sweep_job_keeps_all_its_overrides_as_what_sets_it_apart() -> None:
     assert distinct_overrides(["a=1 b=2"]) == ["a=1 b=2"]
     assert distinct_overrides(["a=1 b=2", "a=1 b=3", "a=1"]) == ["b=2", "b=3", ""]
+
+
+def test_the_sweep_picture_says_its_step_times_are_each_steps_slowest_rank_and_counts_failed_jobs() -> None:
+    from skewlens.replay.plots import sweep_figure
+
+    rows = [_job(k, f"slowdown.factor={k + 1}", 10.0 * (k + 1)) for k in range(3)]
+    line = sweep_figure(rows, failed=1)
+    (ax,) = line.axes
+    assert ax.get_ylabel() == "replayed step time, ms (each step's slowest rank)"
+    assert ax.get_title() == "Replay sweep: 3 of 4 jobs (1 failed)"
+    bars = sweep_figure([_job(0, "slowdown=a", 1.0), _job(1, "slowdown=b", 2.0)])
+    (ax,) = bars.axes
+    assert ax.get_xlabel() == "replayed step time, ms (each step's slowest rank)"
+    assert ax.get_title() == "Replay sweep: 2 jobs"
+
+
+def test_the_sweep_table_says_a_step_is_timed_by_its_slowest_rank() -> None:
+    from skewlens.replay.render import sweep_table
+
+    assert sweep_table([_job(0, "slowdown.factor=1", 1.0)]).caption == (
+        "mean / max step: over steps, each step's replayed time that of its slowest rank (step mark to step "
+        "mark)"
+    )
