@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewlens.analysis.api import (
+    BLAME_FILE,
     BREAKDOWN_FILE,
     CRITICAL_PATH_FILE,
     GPU_IDLE_FILE,
@@ -114,7 +115,9 @@ def shown_cause(rec: BlameRecord, steps: int) -> str:
 def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     """Top stragglers, ms per step (the mean over the steps, named in the title): what-if cost (simulated),
     steps where each is the top straggler, the peer wait it caused and its top cause (``-`` where nothing
-    was blamed on it)."""
+    was blamed on it). After the first, a rank that costs nothing and made no one wait is left out (at 1,024
+    ranks, four rows of 0.00 under the one straggler); the caption then says how many ranks cost anything and
+    that every rank is in ``blame.parquet``."""
     steps = blame_steps(result)
     t = Table(
         title=f"Top stragglers, ms per step over {steps} step{'s' if steps != 1 else ''} (what-if: rank runs "
@@ -132,7 +135,8 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
             cause = result.skew.top_cause.get(r)
             t.add_row(str(r), "-", "-", "-", _ms(w / steps), (cause.text if cause else "") or "-")
         return t
-    for rec in recs[:top]:
+    shown = [recs[0], *(rec for rec in recs[1:] if _costs_anything(rec, steps))][:top]
+    for rec in shown:
         pct = 100.0 * rec.straggler_cost_ns / rec.baseline_ns if rec.baseline_ns else 0.0
         t.add_row(
             str(rec.rank),
@@ -142,9 +146,20 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
             _ms(rec.caused_wait_ns / steps),
             shown_cause(rec, steps),
         )
-    if any(not r.simulated for r in recs[:top]):
+    if any(not r.simulated for r in shown):
         t.caption += f"\n{NOT_EVALUATED}"
+    if len(shown) < len(recs):
+        n = sum(_costs_anything(rec, steps) for rec in recs)
+        t.caption += (
+            f"\n{n:,} of {len(recs):,} ranks cost, or made others wait, 0.01 ms a step or more (those that "
+            f"did not are left out); every rank is in {BLAME_FILE}"
+        )
     return t
+
+
+def _costs_anything(rec: BlameRecord, steps: int) -> bool:
+    """Whether ``rec``'s rank costs, or made others wait, 0.01 ms a step or more (shown, not 0.00)."""
+    return (rec.simulated and rec.straggler_cost_ns >= 5_000 * steps) or rec.caused_wait_ns >= 5_000 * steps
 
 
 def uncompared_notes(result: AnalysisResult) -> list[str]:
