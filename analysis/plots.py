@@ -61,18 +61,38 @@ class HeatmapData:
 
 def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> HeatmapData:
     """Each rank's wait (ms) at each collective instance and send/recv pair (the sender's and the
-    receiver's, as ``collective_skew`` has them), in order of last arrival; of more than ``max_columns``,
-    the worst by exposed wait."""
+    receiver's, as ``collective_skew`` has them), in order of last arrival. Of more than ``max_columns``,
+    the collectives first (a column of every member: a pair's is two cells, a dot in a picture of 1,024
+    ranks), the worst by exposed wait where they are too many, then the pairs of the most exposed wait in
+    the columns left; the note says how many of each were left out."""
     events = list(result.skew.events)
     ranks = np.array(sorted(result.run.ranks), dtype=np.int64)
     note = None
     if not events:
         note = "no collectives or send/recv pairs in this run: no waits for peers to show"
-    elif len(events) > max_columns:  # keep the worst ones, still in time order
-        keep = np.sort(np.argsort([-e.total_exposed_wait_ns for e in events], kind="stable")[:max_columns])
+    elif len(events) > max_columns:  # keep the collectives, then the worst pairs, still in time order
+        pairs = np.array([e.kind == "p2p" for e in events], dtype=np.bool_)
+        worst = np.argsort([-e.total_exposed_wait_ns for e in events], kind="stable")
+        keep = np.sort(np.concatenate([worst[~pairs[worst]], worst[pairs[worst]]])[:max_columns])
+        n_coll, n_pairs = int((~pairs).sum()), int(pairs.sum())
+        kept_coll = int((~pairs[keep]).sum())
+        kept_pairs = keep.size - kept_coll
+        shown = [
+            _all_or(k, n, what)
+            for k, n, what in (
+                (kept_coll, n_coll, "collective(s)"),
+                (kept_pairs, n_pairs, "send/recv pair(s)"),
+            )
+            if n
+        ]
+        left = [
+            f"{n - k:,} {what}"
+            for n, k, what in ((n_coll, kept_coll, "collective(s)"), (n_pairs, kept_pairs, "pair(s)"))
+            if n > k
+        ]
         note = (
-            f"{max_columns:,} of {len(events):,} collectives / send-recv pairs shown: those with the most "
-            "exposed wait"
+            f"{max_columns:,} of {len(events):,} collectives / send-recv pairs shown: {' and '.join(shown)}; "
+            f"{' and '.join(left)} left out"
         )
         events = [events[i] for i in keep.tolist()]
     grid = np.full((ranks.size, len(events)), np.nan)
@@ -84,6 +104,16 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         labels=[e.label for e in events],
         note=note,
         clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
+    )
+
+
+def _all_or(kept: int, of: int, what: str) -> str:
+    """``all 38 collective(s)``, ``the 362 of 1,024 send/recv pair(s) with the most exposed wait``, ``none of
+    the 1,024 send/recv pair(s)``."""
+    if kept == of:
+        return f"all {of:,} {what}"
+    return (
+        f"the {kept:,} of {of:,} {what} with the most exposed wait" if kept else f"none of the {of:,} {what}"
     )
 
 

@@ -438,3 +438,36 @@ def test_the_wait_heatmap_hatches_the_collectives_where_the_clocks_disagree_and_
     assert red.sum() > 500
     # only over the first two of the seven columns: the left 2/7 of the cells' span
     assert cols.max() - cols.min() < (rgb.shape[1] * 0.5) * 2 / 7 + 20
+
+
+def test_a_cut_wait_heatmap_keeps_every_collective_before_the_pairs_and_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    # 1,024 ranks: 400 of 1,062 columns, nearly all of them two-member pairs (a dot each), because a pair's
+    # receiver waited longer than an all_reduce's members put together
+    b = RunBuilder(4)
+    for step in range(4):
+        t0 = step * 20 * MS
+        b.rank(0).step(step).compute("mm", (1 + step) * MS, start_ns=t0)
+        b.rank(0).send(1, 1024, MS // 10, start_ns=t0 + (1 + step) * MS)
+        b.rank(1).step(step).recv(0, 1024, (1 + step) * MS + MS // 10, start_ns=t0)
+        for r in range(4):
+            late = MS // 10 if r == 3 else 0
+            b.rank(r).step(step).collective(
+                CommType.ALL_REDUCE, 1024, MS // 10 + MS // 10 - late, start_ns=t0 + 10 * MS + late
+            )
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert [e.total_exposed_wait_ns for e in result.skew.events][:2] == [1 * MS, 3 * MS // 10]
+    data = wait_heatmap_data(result, max_columns=6)
+    assert data.labels == [  # still in order of last arrival
+        "all_reduce 0#0",
+        "all_reduce 0#1",
+        "send_recv 0#2 0->1",
+        "all_reduce 0#2",
+        "send_recv 0#3 0->1",
+        "all_reduce 0#3",
+    ]
+    assert data.note == (
+        "6 of 8 collectives / send-recv pairs shown: all 4 collective(s) and the 2 of 4 send/recv pair(s) "
+        "with the most exposed wait; 2 pair(s) left out"
+    )
