@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.bounded import json_error_text, read_bytes_bounded, too_long
 from skewlens.profiler.errors import ManifestError
+from skewlens.profiler.vocab import Level
 
 MANIFEST_NAME = "manifest.json"
 #: Most ranks a run may declare. A manifest is untrusted input and its world size decides what the loader
@@ -260,9 +261,11 @@ class Manifest:
         (``manifest.json: ranks[2]: rank 9 is outside world size 4``)."""
         if d.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"{where}: not a skewlens manifest (format={d.get('format')!r})")
-        if d.get("version") != MANIFEST_VERSION:
+        if "version" not in d:
+            raise ManifestError(f"{where}: version: missing (this skewlens reads version {MANIFEST_VERSION})")
+        if d["version"] != MANIFEST_VERSION:
             raise ManifestError(
-                f"{where}: manifest version {d.get('version')!r} is not supported (this skewlens reads "
+                f"{where}: manifest version {d['version']!r} is not supported (this skewlens reads "
                 f"version {MANIFEST_VERSION})"
             )
         j = _Json(where)
@@ -323,7 +326,7 @@ class Manifest:
             missing_ranks=missing,
             process_groups=tuple(groups),
             backend=j.text(d.get("backend", ""), "backend"),
-            level=j.text(d.get("level", "collectives"), "level"),
+            level=j.choice(d.get("level", Level.COLLECTIVES.value), "level", [v.value for v in Level]),
             source=j.text(d.get("source", "capture"), "source"),
             devices=j.by_rank(d.get("devices", {}), "devices", ws, j.text),
             hosts=j.by_rank(d.get("hosts", {}), "hosts", ws, j.text),
@@ -386,6 +389,12 @@ class _Json:
 
     def text(self, v: object, key: str) -> str:
         return v if isinstance(v, str) else self._refuse(key, "a string", v)
+
+    def choice(self, v: object, key: str, allowed: list[str]) -> str:
+        text = self.text(v, key)
+        if text not in allowed:
+            raise ManifestError(f"{self.where}: {key}: expected one of {', '.join(allowed)}, got {text!r}")
+        return text
 
     def array(self, v: object, key: str) -> list[Any]:
         return v if isinstance(v, list) else self._refuse(key, "a list", v)

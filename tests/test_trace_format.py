@@ -180,6 +180,12 @@ def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
     (run / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ManifestError, match="manifest version 99 is not supported"):
         read_manifest(run)
+    del m["version"]  # said "manifest version None is not supported"
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(
+        ManifestError, match=r"manifest.json: version: missing \(this skewlens reads version 1\)"
+    ):
+        read_manifest(run)
 
 
 @pytest.mark.parametrize(
@@ -236,6 +242,7 @@ def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_
             "process_groups[1].name: group '0' is listed twice",
         ),
         ({"merged_from": ["/a", 7]}, "merged_from[1]: expected a string, got 7"),
+        ({"level": "bogus"}, "level: expected one of collectives, ops, full, got 'bogus'"),
     ],
 )
 def test_a_manifest_value_of_the_wrong_type_or_range_is_refused_naming_its_key(
