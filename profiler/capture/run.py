@@ -228,6 +228,16 @@ def _say_killed(grace_s: float, signal_name: str) -> None:
     )
 
 
+#: The manifest's note on a rank whose save failed (a full disk, a quota), before the reason its part
+#: file gives (``not_saved``): the training went on without its trace.
+NOT_SAVED_NOTE = "trace not saved"
+
+
+def unsaved_traces(run_dir: Path) -> dict[int, str]:
+    """The ranks whose save failed -> why (their part files' ``not_saved``)."""
+    return {r: str(p["not_saved"]) for r, p in read_parts(run_dir).items() if "not_saved" in p}
+
+
 def read_parts(run_dir: Path) -> dict[int, dict]:
     parts: dict[int, dict] = {}
     d = run_dir / PARTS_DIR
@@ -297,6 +307,8 @@ def part_problem(data: object) -> str | None:
         or not all(_is_int(v, 0) for v in window.values())
     ):
         return f"window: expected {{wait, warmup, active}} integers, got {window!r:.80}"
+    if "not_saved" in data and not isinstance(data["not_saved"], str):
+        return "not_saved: expected a string"
     run_id = data.get("run_identity")
     if run_id is not None and (not isinstance(run_id, dict) or not _is_int(run_id.get("started_ns", 0))):
         return "run_identity: expected an object with an integer started_ns"
@@ -376,7 +388,8 @@ def _merge(
     world_size: int | None,
     keep_parts: bool,
 ) -> Manifest | None:
-    parts = {r: p for r, p in read_parts(run_dir).items() if rank_file(run_dir, r).is_file()}
+    found = read_parts(run_dir)
+    parts = {r: p for r, p in found.items() if rank_file(run_dir, r).is_file() and "not_saved" not in p}
     if not parts:
         return None
     existing = existing_manifest(run_dir)
@@ -387,7 +400,9 @@ def _merge(
     why = f"the command exited with code {exit_code}" if exit_code else "the command exited"
     per_host = min(int(p.get("local_world_size", world)) for p in parts.values())
     for r in missing:
-        if rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
+        if (not_saved := found.get(r, {}).get("not_saved")) is not None:  # its save failed; it said why
+            notes[rank_note_key(r)] = f"{NOT_SAVED_NOTE}: {not_saved}"
+        elif rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
             notes[rank_note_key(r)] = (
                 f"trace incomplete: the process crashed or was killed while saving it ({why}); "
                 f"{rank_file(run_dir, r).name} is left out of the run"

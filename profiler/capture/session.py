@@ -26,7 +26,7 @@ from skewlens.profiler.capture.build import RankCapture, build_nodes
 from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
-from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.errors import CaptureError, SkewlensError
 from skewlens.profiler.manifest import (
     STEP_MARKS_NOTE,
     ProcessGroupInfo,
@@ -112,6 +112,8 @@ class CaptureSession:
         self.lost: list[flight.Loss] = []
         """What the flight recorder's ring buffer lost inside the window (see :func:`flight.losses`)."""
         self.saved = False
+        self._saving = False  # a save under way (the SIGTERM handler lets it finish)
+        self._trace_written = False  # this rank's trace file is in place (its part file next)
         self._step_start = time.time_ns()
         self._started_ns = self._step_start
         """When this rank's capture began (its local clock): the job's start in its run identity."""
@@ -467,10 +469,48 @@ class CaptureSession:
         return op_records(events, rf_ids, kinds), host_ops, sync_records(events, kinds)
 
     def save(self, *, partial: bool = False) -> Path | None:
-        """Write this rank's trace and part file (once); the trace path, or None when already saved."""
+        """Write this rank's trace and part file (once); the trace path, or None when already saved or
+        when it could not be saved.
+
+        A save runs inside the program (its optimizer.step(), its exit): one that fails (a full disk, a
+        quota, an unwritable run directory) must not end the training. It leaves no trace behind (a trace
+        without its part file is no part of the run), says why on stderr and, where it can, in a part file
+        of its own (``not_saved``), which the manifest's note on the missing rank repeats."""
         if self.saved:
             return None
-        self.saved = True
+        self.saved = self._saving = True
+        try:
+            return self._save(partial=partial)
+        except (OSError, SkewlensError) as e:
+            self._not_saved(e)
+            return None
+        finally:
+            self._saving = False
+
+    def _not_saved(self, e: OSError | SkewlensError) -> None:
+        """Record a failed save: no trace left, the reason in a part file (if that can be written)."""
+        import sys
+
+        rank, trace = self.rank, rank_file(self.run_dir, self.rank)
+        why = f"{e.filename or trace}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
+        if self._trace_written:  # the part file failed after it: the trace alone is left out of the run
+            trace.unlink(missing_ok=True)
+        print(f"skewlens: rank {rank}: trace not saved: {why}", file=sys.stderr)
+        part = {
+            "rank": rank,
+            "world_size": self.world_size,
+            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
+            "host": socket.gethostname(),
+            "level": self.level.value,
+            "window": asdict(self.window),
+            "not_saved": why,
+        }
+        try:
+            _write_json_atomic(part_file(self.run_dir, rank), part)
+        except (OSError, SkewlensError) as err:
+            print(f"skewlens: rank {rank}: nor its part file: {err}", file=sys.stderr)
+
+    def _save(self, *, partial: bool) -> Path:
         rank, world = self.rank, self.world_size
         comms: list[CommRecord] = []
         waits: list[WaitRecord] = []
@@ -543,6 +583,7 @@ class CaptureSession:
             meta["host_trace"] = self.host_trace.value
         with EtWriter(path, meta) as w:
             w.write_all(nodes)
+        self._trace_written = True
         off = self.offset_ns or 0
         import torch.distributed as dist
 
@@ -676,8 +717,8 @@ class CaptureSession:
         deferred: list[int] = []  # the signal already put off once: the next delivery terminates
 
         def busy(part: Path) -> bool:
-            # saving (interrupted right here, or on another thread)
-            return self.saved and not part.is_file()
+            # saving (interrupted right here, or on another thread); a failed save is over
+            return self._saving and not part.is_file()
 
         def terminate_when_done(signum: int, part: Path) -> None:
             deadline = time.monotonic() + grace_s

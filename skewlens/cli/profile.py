@@ -132,14 +132,17 @@ def main(argv: list[str]) -> int:
     if manifest is None and (other := existing_manifest(run_dir)) is not None:
         return _merged_elsewhere(other, run_dir, command, code)
     if manifest is None:
+        unsaved = _unsaved(run_dir)
         if created:
             _remove_if_empty(run_dir)
         if code != 0:
             print(
-                f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}",
+                f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}{unsaved}",
                 file=sys.stderr,
             )
             return exit_status(code)
+        if unsaved:
+            raise CaptureError(f"{shlex.join(command)}: no rank saved a trace{unsaved}")
         raise CaptureError(
             f"{shlex.join(command)}: no rank saved a trace. A rank saves it when the window ends or when "
             "it exits through Python (os._exit skips that); did it import torch, and run "
@@ -234,6 +237,19 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
+
+
+def _unsaved(run_dir: Path) -> str:
+    """`` (rank 0: trace not saved: RUN_DIR/rank-0.et: No space left on device; and 1 more)``: the ranks
+    whose save failed, as their part files say, or ''."""
+    from skewlens.profiler.capture.run import NOT_SAVED_NOTE, unsaved_traces
+
+    unsaved = unsaved_traces(run_dir)
+    if not unsaved:
+        return ""
+    first = min(unsaved)
+    more = f"; and {len(unsaved) - 1} more" if len(unsaved) > 1 else ""
+    return f" (rank {first}: {NOT_SAVED_NOTE}: {unsaved[first]}{more})"
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

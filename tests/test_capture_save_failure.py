@@ -1,0 +1,93 @@
+"""A save that fails (a full disk, a quota) never ends the training it runs in.
+
+A rank saves its trace inside the program (from optimizer.step()'s hook, at exit): the writer's
+``OSError: [Errno 28] No space left on device`` used to reach the training script, which died, and
+torchrun stopped the other ranks. Now the save leaves nothing half-written and says why in the rank's
+part file, which the manifest's note on the missing rank repeats.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skewlens.profiler.capture.run import finalize_run, read_parts
+from skewlens.profiler.capture.session import CaptureSession
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.manifest import StepWindow
+from skewlens.profiler.vocab import Level
+
+WINDOW = StepWindow(wait=0, warmup=0, active=1)
+
+
+def disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace writer runs out of space after its first bytes (its temporary file exists by then)."""
+
+    def write_all(self: EtWriter, _nodes: Any) -> None:
+        self.write_raw(b"\0" * 4096)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(EtWriter, "write_all", write_all)
+
+
+def capture_one_step(run: Path, monkeypatch: pytest.MonkeyPatch, rank: int) -> CaptureSession:
+    """Rank ``rank`` of 2 (no process group: the rank from torchrun's environment) records one step; its
+    end saves the window, as the optimizer's step hook does."""
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    s = CaptureSession(run, level=Level.COLLECTIVES, window=WINDOW, auto_step=False)
+    monkeypatch.setattr("signal.signal", lambda *_a: None)  # (the capture's SIGTERM handler)
+    s.install()
+    try:
+        s.step()
+    finally:
+        s.uninstall()
+    return s
+
+
+def test_a_save_that_runs_out_of_space_returns_to_the_training_and_leaves_only_a_part_file_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    disk_full(monkeypatch)
+    s = capture_one_step(run, monkeypatch, rank=1)  # raised OSError into the program
+    assert s.saved
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == [".parts", ".parts/rank-1.json"]
+    why = f"{run}/rank-1.et: No space left on device"
+    assert read_parts(run)[1]["not_saved"] == why
+    assert capsys.readouterr().err == f"skewlens: rank 1: trace not saved: {why}\n"
+
+
+def test_the_manifest_lists_a_rank_whose_save_failed_as_missing_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    capture_one_step(run, monkeypatch, rank=0)
+    with monkeypatch.context() as m:
+        disk_full(m)
+        capture_one_step(run, monkeypatch, rank=1)
+    manifest = finalize_run(run, level=Level.COLLECTIVES, window=WINDOW, command=["train"])
+    assert manifest is not None
+    assert (manifest.ranks, manifest.missing_ranks) == ((0,), (1,))
+    # was "no trace: the process crashed or was killed before saving (the command exited)"
+    assert manifest.notes["rank 1"] == f"trace not saved: {run}/rank-1.et: No space left on device"
+
+
+def test_a_trace_whose_part_file_cannot_be_written_is_removed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    (run / ".parts").mkdir(parents=True)
+    (run / ".parts" / "rank-1.json").mkdir()  # the part file's place is taken: it cannot be written
+    capture_one_step(run, monkeypatch, rank=1)
+    assert not (run / "rank-1.et").exists()  # a trace without its part file is no part of the run
+    why = f"cannot write {run}/.parts/rank-1.json: Is a directory"
+    assert capsys.readouterr().err.splitlines() == [
+        f"skewlens: rank 1: trace not saved: {why}",
+        f"skewlens: rank 1: nor its part file: {why}",
+    ]
