@@ -83,7 +83,13 @@ def test_a_window_spec_round_trips(spec: str) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "words"),
-    [("1:1", "WAIT:WARMUP:ACTIVE"), ("a:1:3", "integers"), ("1:1:0", "ACTIVE >= 1"), ("-1:0:2", ">= 0")],
+    [
+        ("1:1", "WAIT:WARMUP:ACTIVE"),
+        ("a:1:3", "integers"),
+        ("1:1:0", "ACTIVE >= 1"),
+        ("-1:0:2", ">= 0"),
+        ("1:1:4611686018427387905", "at most 2**62 (4611686018427387904)"),
+    ],
 )
 def test_a_bad_window_spec_is_a_one_line_error_naming_the_flag(spec: str, words: str) -> None:
     with pytest.raises(CaptureError) as e:
@@ -102,3 +108,15 @@ def test_capture_starts_in_training_processes_but_not_in_torchruns_launcher() ->
     assert _is_launcher(["-m"], [py, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"])
     assert not _is_launcher(["-m"], [py, "-u", "-m", "mypkg.train", "--steps", "3"])
     assert not _is_launcher(["train.py"], [py, "train.py", "-m"])
+
+
+def test_a_window_past_what_a_part_file_may_hold_is_refused_at_the_flag_and_the_bound_is_taken() -> None:
+    # --steps 1:1:10**21 was taken; both ranks saved their traces, the merge refused their part files (a
+    # window past 2**62) and the run ended "no rank saved a trace", its traces without a manifest
+    with pytest.raises(CaptureError) as e:
+        parse_window("1:1:1000000000000000000000")
+    assert str(e.value) == (
+        "--steps '1:1:1000000000000000000000': WAIT, WARMUP and ACTIVE must be at most 2**62 "
+        "(4611686018427387904)"
+    )
+    assert parse_window(f"{2**62}:0:{2**62}") == StepWindow(wait=2**62, warmup=0, active=2**62)

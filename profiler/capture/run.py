@@ -25,7 +25,7 @@ from skewlens.profiler.capture.autostart import (
     ENV_STEPS,
 )
 from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV, NCCL_TIMING_ENV
-from skewlens.profiler.capture.schedule import format_window
+from skewlens.profiler.capture.schedule import MAX_WINDOW_STEPS, format_window
 from skewlens.profiler.capture.session import PARTS_DIR, part_file
 from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
@@ -304,7 +304,7 @@ def part_problem(data: object) -> str | None:
     if window is not None and (
         not isinstance(window, dict)
         or not set(window) <= {"wait", "warmup", "active"}
-        or not all(_is_int(v, 0) for v in window.values())
+        or not all(_is_int(v, 0, MAX_WINDOW_STEPS) for v in window.values())
     ):
         return f"window: expected {{wait, warmup, active}} integers, got {window!r:.80}"
     if "not_saved" in data and not isinstance(data["not_saved"], str):

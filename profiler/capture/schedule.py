@@ -75,6 +75,11 @@ def parse_choice(kind: type[_Choice], value: str, flag: str) -> _Choice:
         raise CaptureError(f"{flag} {value!r}: expected one of {', '.join(m.value for m in kind)}") from None
 
 
+#: The most steps each of WAIT, WARMUP and ACTIVE may count: what a rank's part file may hold (the merge
+#: refuses a part file past it, and a run whose every rank saved a trace would end without a manifest).
+MAX_WINDOW_STEPS = 1 << 62
+
+
 def parse_window(spec: str) -> StepWindow:
     """Parse ``WAIT:WARMUP:ACTIVE`` (e.g. ``1:1:3``); raises :class:`CaptureError` naming the problem."""
     parts = spec.split(":")
@@ -86,6 +91,10 @@ def parse_window(spec: str) -> StepWindow:
         raise CaptureError(f"--steps {spec!r}: WAIT, WARMUP and ACTIVE must be integers") from None
     if wait < 0 or warmup < 0 or active < 1:
         raise CaptureError(f"--steps {spec!r}: WAIT and WARMUP must be >= 0 and ACTIVE >= 1")
+    if max(wait, warmup, active) > MAX_WINDOW_STEPS:
+        raise CaptureError(
+            f"--steps {spec!r}: WAIT, WARMUP and ACTIVE must be at most 2**62 ({MAX_WINDOW_STEPS})"
+        )
     return StepWindow(wait=wait, warmup=warmup, active=active)
 
 
