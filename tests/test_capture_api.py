@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -254,3 +255,78 @@ def test_an_interrupted_profile_lets_its_command_end_and_returns_its_code(tmp_pa
     # the interrupt, saves what it traced and ends, and skewlens profile finalises the run with it
     assert _run_signalled(tmp_path, signal.SIGINT, 7) == 7  # as the terminal's Ctrl-C
     assert (tmp_path / "saved").read_text() == "saved"
+
+
+def _profile_interrupted(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    script: str,
+    *,
+    interrupts: int = 1,
+    steps: str = "1:1:3",
+) -> tuple[int, str, str]:
+    """``skewlens profile --out tmp_path/run --steps STEPS -- python -c SCRIPT``, Ctrl-C'd (``interrupts``
+    times, a moment apart) once the script has touched ``tmp_path/ready``; its code, its stderr, and the
+    command as its messages quote it."""
+
+    def interrupt_when_ready() -> None:
+        for _ in range(1200):
+            if (tmp_path / "ready").exists():
+                break
+            threading.Event().wait(0.05)
+        for _ in range(interrupts):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            threading.Event().wait(0.5)
+
+    threading.Thread(target=interrupt_when_ready, daemon=True).start()
+    out = str(tmp_path / "run")
+    code = skewlens_main(["profile", "--out", out, "--steps", steps, "--", sys.executable, "-c", script])
+    return code, capsys.readouterr().err, shlex.join([sys.executable, "-c", script])
+
+
+def test_an_interrupted_profile_says_so_and_exits_130_when_no_rank_saved_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "error: command exited with code 1" and exited 1: nothing told that Ctrl-C had stopped it
+    script = textwrap.dedent(
+        f"""
+        import pathlib, signal, sys, time
+        signal.signal(signal.SIGINT, lambda *_a: sys.exit(1))
+        pathlib.Path({str(tmp_path / "ready")!r}).touch()
+        time.sleep(60)
+        """
+    )
+    code, err, cmd = _profile_interrupted(tmp_path, capsys, script)
+    assert code == 130
+    assert err.endswith(
+        f"skewlens profile: interrupted (Ctrl-C): command exited with code 1: {cmd} (no rank saved a trace)\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_profile_interrupted_twice_kills_its_command_keeps_the_saved_traces_says_so_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the second Ctrl-C killed the command and raised out of skewlens profile: the saved trace was left
+    # without a manifest, and the line said only "interrupted"
+    script = textwrap.dedent(
+        f"""
+        import pathlib, signal, time, torch
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):  # the window (0:0:2) ends, and is saved, at the second step()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # deaf to Ctrl-C: only the second one ends it
+        pathlib.Path({str(tmp_path / "ready")!r}).touch()
+        time.sleep(60)
+        """
+    )
+    code, err, cmd = _profile_interrupted(tmp_path, capsys, script, interrupts=2, steps="0:0:2")
+    assert code == 130
+    run = tmp_path / "run"
+    assert err.endswith(
+        f"skewlens profile: interrupted (Ctrl-C): command was killed by SIGKILL: {cmd} (traces of rank 0 "
+        f"kept in {run})\n"
+    )
+    assert read_manifest(run).ranks == (0,)

@@ -161,7 +161,7 @@ def test_profile_ends_its_summary_with_the_warnings_check_gives_of_a_partial_or_
         write_manifest(run_dir, m)
         return m
 
-    monkeypatch.setattr(capture_run, "run_command", lambda command, env: 0)
+    monkeypatch.setattr(capture_run, "run_command", lambda command, env, **_kw: 0)
     monkeypatch.setattr(capture_run, "finalize_run", finalize)
     monkeypatch.setattr("skewlens.cli.profile._build_native", lambda: "")
     assert skewlens_main(["profile", "--out", str(out), "--", "true"]) == 0

@@ -71,7 +71,7 @@ def test_an_observer_host_trace_below_the_full_level_is_warned_of_as_keep_raw_is
         b.write(run_dir)
         return dataclasses.replace(read_manifest(run_dir))
 
-    monkeypatch.setattr(capture_run, "run_command", lambda command, env: 0)
+    monkeypatch.setattr(capture_run, "run_command", lambda command, env, **_kw: 0)
     monkeypatch.setattr(capture_run, "finalize_run", finalize)
     monkeypatch.setattr("skewlens.cli.profile._build_native", lambda: "")
     args = ["profile", "--out", str(tmp_path / "run"), "--host-trace", "observer", "--", "true"]

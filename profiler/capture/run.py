@@ -117,10 +117,16 @@ def _raise_terminated(_signum: int, _frame: object) -> None:
     raise _Terminated
 
 
-def run_command(command: Sequence[str], env: dict[str, str]) -> int:
+#: What :func:`run_command` adds to its ``stops`` when it was interrupted (Ctrl-C) or stopped (SIGTERM).
+INTERRUPTED, TERMINATED = "Ctrl-C", "SIGTERM"
+
+
+def run_command(command: Sequence[str], env: dict[str, str], *, stops: list[str] | None = None) -> int:
     """Run the wrapped command to completion; its exit code (negative: killed by that signal). Interrupted
     (Ctrl-C) or stopped (SIGTERM), it passes the signal on once, lets the command end and returns its code,
-    so that the run is finalised with what the ranks saved.
+    so that the run is finalised with what the ranks saved; a second Ctrl-C, or a command still running
+    after the grace period, is killed, and its code returned too. Each such stop is added to ``stops``
+    (:data:`INTERRUPTED`, :data:`TERMINATED`), so that the caller can say the run was cut short.
 
     The command runs in a process group of its own, so that a signal to ours (the terminal's Ctrl-C,
     ``timeout``) reaches it once, from here: torchrun, signalled twice, stops waiting for its workers to
@@ -138,7 +144,7 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
-        return _wait(proc)
+        return _wait(proc, [] if stops is None else stops)
     finally:
         if main and previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -177,10 +183,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             p.kill()
 
 
-def _wait(proc: subprocess.Popen[bytes]) -> int:
+def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
     try:
         return proc.wait()
     except _Terminated:
+        stops.append(TERMINATED)
         # stopped (timeout, scancel, a Kubernetes stop): the ranks save what they traced on SIGTERM
         # (torchrun passes it on); a command that does not end within TERM_GRACE_S is killed, and the run
         # is finalised with what was saved. A second SIGTERM, later than TERM_REPEAT_S, kills the command
@@ -204,19 +211,19 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
             return proc.wait()
     except KeyboardInterrupt:
         # Ctrl-C: its ranks save what they traced as they exit, and the run is finalised with what they
-        # saved. A second Ctrl-C, or a command that does not end within INTERRUPT_GRACE_S, is killed.
+        # saved. A second Ctrl-C, or a command that does not end within INTERRUPT_GRACE_S, is killed (and
+        # the run finalised with what was saved by then).
+        stops.append(INTERRUPTED)
         _signal(proc, signal.SIGINT)
         try:
             return proc.wait(timeout=INTERRUPT_GRACE_S)
         except subprocess.TimeoutExpired:
             _say_killed(INTERRUPT_GRACE_S, "Ctrl-C")
             _kill(proc)
-            proc.wait()
-            raise KeyboardInterrupt from None
+            return proc.wait()
         except KeyboardInterrupt:
             _kill(proc)
-            proc.wait()
-            raise KeyboardInterrupt from None
+            return proc.wait()
 
 
 def _say_killed(grace_s: float, signal_name: str) -> None:

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from skewlens.profiler.capture.run import (
+        INTERRUPTED,
         OPTIONS_NOTE,
         capture_env,
         existing_manifest,
@@ -122,17 +123,20 @@ def main(argv: list[str]) -> int:
     env.pop(ENV_UNAVAILABLE, None)
     if native_failure:  # the ranks need not try again
         env[ENV_UNAVAILABLE] = native_failure
+    stops: list[str] = []
     try:
-        code = run_command(command, env)
+        code = run_command(command, env, stops=stops)
     except CaptureError:
         if created:
             _remove_if_empty(run_dir)
         raise
     manifest = finalize_run(run_dir, level=level, window=window, command=command, exit_code=code)
+    if INTERRUPTED in stops:
+        return _interrupted(manifest, run_dir, command, code, created=created)
     if manifest is None and (other := existing_manifest(run_dir)) is not None:
         return _merged_elsewhere(other, run_dir, command, code)
     if manifest is None:
-        unsaved = _unsaved(run_dir)
+        unsaved = f" ({why})" if (why := _unsaved(run_dir)) else ""
         if created:
             _remove_if_empty(run_dir)
         if code != 0:
@@ -218,6 +222,36 @@ def merge_main(argv: list[str]) -> int:
     return 0
 
 
+#: ``skewlens profile``'s exit status when interrupted (Ctrl-C), as every command's (128 + SIGINT).
+INTERRUPTED_STATUS = 130
+
+
+def _interrupted(
+    manifest: Manifest | None, run_dir: Path, command: list[str], code: int, *, created: bool
+) -> int:
+    """Ctrl-C: the command got it once and ended (or was killed at a second one); the run is finalised with
+    what its ranks saved. Say so, in one line after the capture's warnings, and exit 130."""
+    from skewlens.profiler.capture.run import existing_manifest
+
+    if manifest is not None:
+        print_capture_warnings(manifest, run_dir)
+        kept = f"traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)}"
+    elif (other := existing_manifest(run_dir)) is not None:
+        kept = (
+            f"{run_dir}: manifest.json already merged by another host of the job "
+            f"({_ranks(other.ranks)} of {other.world_size}{_missing(other)})"
+        )
+    else:
+        kept = f"no rank saved a trace{f': {why}' if (why := _unsaved(run_dir)) else ''}"
+        if created:
+            _remove_if_empty(run_dir)
+    print(
+        f"skewlens profile: interrupted (Ctrl-C): command {_exited(code)}: {shlex.join(command)} ({kept})",
+        file=sys.stderr,
+    )
+    return INTERRUPTED_STATUS
+
+
 def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
     """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
     manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
@@ -240,7 +274,7 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
 
 
 def _unsaved(run_dir: Path) -> str:
-    """`` (rank 0: trace not saved: RUN_DIR/rank-0.et: No space left on device; and 1 more)``: the ranks
+    """``rank 0: trace not saved: RUN_DIR/rank-0.et: No space left on device; and 1 more``: the ranks
     whose save failed, as their part files say, or ''."""
     from skewlens.profiler.capture.run import NOT_SAVED_NOTE, unsaved_traces
 
@@ -249,7 +283,7 @@ def _unsaved(run_dir: Path) -> str:
         return ""
     first = min(unsaved)
     more = f"; and {len(unsaved) - 1} more" if len(unsaved) > 1 else ""
-    return f" (rank {first}: {NOT_SAVED_NOTE}: {unsaved[first]}{more})"
+    return f"rank {first}: {NOT_SAVED_NOTE}: {unsaved[first]}{more}"
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
