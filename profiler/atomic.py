@@ -30,6 +30,33 @@ FILE_MODE = _file_mode()
 DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
 
 
+def not_a_directory(path: Path) -> Path | None:
+    """The first of ``path``'s parents (from the root down) that exists and is not a directory (a regular
+    file where the output's directory should be), or None."""
+    return next((a for a in reversed(path.parents) if a.exists() and not a.is_dir()), None)
+
+
+def why_not_created(path: Path, e: OSError) -> str:
+    """Why ``path`` (its temporary file or directory) could not be created, in a line: ``/x/file is not a
+    directory`` where a parent is a regular file (the OSError's ``File exists`` named neither), else the
+    OSError's reason."""
+    if (blocker := not_a_directory(path)) is not None:
+        return f"{blocker} is not a directory"
+    return e.strerror or str(e) or type(e).__name__
+
+
+def check_writable(path: str | Path) -> None:
+    """Refuse, before any work, an output ``path`` that could not be written: a parent that is a regular
+    file, or the nearest existing one not writable (a :class:`SkewlensError` naming ``path``). Nothing is
+    created."""
+    p = Path(path)
+    if (blocker := not_a_directory(p)) is not None:
+        raise SkewlensError(f"cannot write {p}: {blocker} is not a directory")
+    existing = next(a for a in p.parents if a.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SkewlensError(f"cannot write {p}: {existing}: Permission denied")
+
+
 @contextmanager
 def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temporary path in ``path``'s directory; rename it to ``path`` when the block succeeds.
@@ -41,7 +68,7 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=suffix, dir=p.parent)
     except OSError as e:
-        raise SkewlensError(f"cannot write {p}: {e.strerror or e}") from None
+        raise SkewlensError(f"cannot write {p}: {why_not_created(p, e)}") from None
     os.close(fd)
     tmp = Path(name)
     try:
@@ -89,7 +116,7 @@ def staging_dir(out: Path) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
         tmp.chmod(DIR_MODE)
     except OSError as e:
-        raise SkewlensError(f"cannot write {out}: {e.strerror or e}") from None
+        raise SkewlensError(f"cannot write {out}: {why_not_created(out, e)}") from None
     try:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)

@@ -26,7 +26,7 @@ from typing import IO, Any
 from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE
+from skewlens.profiler.atomic import FILE_MODE, why_not_created
 from skewlens.profiler.bounded import read_bytes_bounded
 from skewlens.profiler.errors import TraceFormatError
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -218,7 +218,7 @@ class EtWriter:
                 prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
             )
         except OSError as e:
-            raise TraceFormatError(f"cannot write {self.path}: {e.strerror or e}") from None
+            raise TraceFormatError(f"cannot write {self.path}: {why_not_created(self.path, e)}") from None
         self._fh = os.fdopen(fd, "wb", buffering=1 << 20)
         gm = pb.GlobalMetadata(version=CHAKRA_VERSION)
         gm.attr.extend(_attr(k, v) for k, v in self._meta.items())

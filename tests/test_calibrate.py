@@ -540,3 +540,17 @@ def test_a_transfer_three_times_the_models_is_a_residual_of_two_thirds_of_its_re
     )
     (link,) = calibrate(load_validated(run_dir)).links
     assert link.p90_residual == pytest.approx(2 / 3, abs=0.01)
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_fit(
+    synthetic: tuple[Path, int, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _t, _w = synthetic
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = blocker / "cal.yaml"
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out)]) == 2
+    got = capsys.readouterr()
+    # it loaded the run and fitted it (its table printed), then said "cannot write ...: Not a directory"
+    assert got.out == ""
+    assert got.err == f"skewlens calibrate: error: cannot write {out}: {blocker} is not a directory\n"

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
+from skewlens.profiler.atomic import check_writable
 from skewlens.profiler.errors import SkewlensError
 from skewlens.replay.calibrate import (
     Calibration,
@@ -200,6 +201,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise SkewlensError(f"--out {out}: is a directory (give the YAML file to write)")
+    check_writable(out)  # before the fit, which takes a while, not after it
     base_cfg = load_topology_entry(args.topology) if args.topology else None
     from skewlens.profiler.store.validate import load_validated
     from skewlens.progress import NO_PROGRESS

@@ -1,0 +1,55 @@
+"""An output whose place is under a regular file is refused in words that say so, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler.atomic import atomic_file, check_writable, staging_dir
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+
+
+def small_run(path: Path) -> Path:
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=1_000, start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1024, dur_ns=1_000)
+    return b.write(path)
+
+
+@pytest.mark.parametrize("command", ["analyze", "export"])
+def test_an_out_under_a_regular_file_says_that_file_is_not_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    run = small_run(tmp_path / "run")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker / "sub", blocker / "sub" / "deeper"):
+        assert skewlens_main([command, str(run), "--out", str(out)]) == 2
+        # was "cannot write .../file/sub: File exists" (and "Not a directory" one level down)
+        assert capsys.readouterr().err == (
+            f"skewlens {command}: error: cannot write {out}: {blocker} is not a directory\n"
+        )
+    assert blocker.read_text() == "x"
+
+
+def test_every_writer_names_the_regular_file_in_the_way(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = blocker / "sub" / "out.json"
+    says = f"^cannot write {out}: {blocker} is not a directory$"
+    with pytest.raises(SkewlensError, match=says), atomic_file(out):
+        pass
+    with pytest.raises(SkewlensError, match=says), staging_dir(out):
+        pass
+    with pytest.raises(SkewlensError, match=says), EtWriter(out):
+        pass
+    with pytest.raises(SkewlensError, match=says):
+        check_writable(out)
+    check_writable(tmp_path / "new" / "dirs" / "out.yaml")  # a place that can be made is taken
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # and nothing is made to check it
