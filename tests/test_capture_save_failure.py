@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +94,33 @@ def test_a_trace_whose_part_file_cannot_be_written_is_removed_too(
         f"skewlens: rank 1: trace not saved: {why}",
         f"skewlens: rank 1: nor its part file: {why}",
     ]
+
+
+def test_a_profile_whose_only_rank_could_not_save_gives_its_reason_instead_of_asking_whether_it_stepped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli import main as skewlens_main
+
+    run = tmp_path / "run"
+    script = textwrap.dedent(
+        f"""
+        import pathlib, torch
+        pathlib.Path({str(run / "rank-0.et")!r}).mkdir()  # the trace's place is taken: its rename fails
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        pathlib.Path({str(tmp_path / "trained")!r}).touch()  # the save failed at the second step()
+        """
+    )
+    argv = ["profile", "--out", str(run), "--steps", "0:0:2", "--", sys.executable, "-c", script]
+    assert skewlens_main(argv) == 2
+    err = capsys.readouterr().err
+    assert (tmp_path / "trained").exists()
+    # was "no rank saved a trace. A rank saves it when the window ends ...; did it import torch, and run
+    # 3+ steps ...?" (after the script died of the save's IsADirectoryError)
+    assert err.endswith(
+        f"skewlens profile: error: {shlex.join([sys.executable, '-c', script])}: no rank saved a trace "
+        f"(rank 0: trace not saved: {run}/rank-0.et: Is a directory)\n"
+    )

@@ -492,7 +492,7 @@ class CaptureSession:
         import sys
 
         rank, trace = self.rank, rank_file(self.run_dir, self.rank)
-        why = f"{e.filename or trace}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
+        why = f"{_named(e, trace)}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
         if self._trace_written:  # the part file failed after it: the trace alone is left out of the run
             trace.unlink(missing_ok=True)
         print(f"skewlens: rank {rank}: trace not saved: {why}", file=sys.stderr)
@@ -755,6 +755,15 @@ class CaptureSession:
             import sys
 
             print(f"skewlens: rank {self.rank}: could not save the partial trace: {e}", file=sys.stderr)
+
+
+def _named(e: OSError, trace: Path) -> str | Path:
+    """The file an OSError of a save is about: the trace where it names none, or the trace's temporary
+    file (its rename into place: ``filename2`` is the trace)."""
+    name = e.filename2 or e.filename
+    if name is None or Path(name).name.startswith(f".{trace.name}."):
+        return trace
+    return name
 
 
 def run_identity(started_ns: int) -> dict[str, Any]:
