@@ -414,7 +414,9 @@ def replay_run(
         advance()
     real = None
     if real_api is not None:
-        real = real_api.real_replay(run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real)
+        real = real_api.real_replay(
+            run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real, stage_dir=sim_dir
+        )
     return ReplayOutcome(
         out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns
     )

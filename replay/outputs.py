@@ -65,6 +65,8 @@ CONFIG_YAML = "config.yaml"
 #: ``mode=real``: the run the real replay captured, and its working files (plans, logs).
 REAL_RUN_DIR = "run"
 REAL_WORK_DIR = "real"
+#: ``mode=real``: a failed real replay's logs (the launcher's, torchrun's, the workers' error files).
+REAL_FAILED_DIR = "real-failed"
 SWEEP_PARQUET = "sweep.parquet"
 SWEEP_PNG = "sweep.png"
 

@@ -871,8 +871,39 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "skewlens replay: interrupted")
     assert marked() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    # the new replay was staged beside OUT: the earlier one's run/ and real/ are as they were
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "real", "run"]
+    assert (out / "real" / "plan" / "meta.json").read_text() == "{}"
     assert (out / "config.yaml").read_text() == "earlier: true\n"
+
+
+@pytest.mark.slow
+def test_a_failed_real_replay_leaves_the_earlier_one_in_out_as_it_was_and_keeps_the_log_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the failed replay wrote into OUT/run and OUT/real and then removed them: the earlier real replay's
+    # were gone while its timeline.parquet, summary.parquet and config.yaml stayed, and the error named a
+    # launcher log under OUT/real/work that no longer existed
+    from skewlens.cli import main as skewlens_main
+
+    run = _one_all_reduce(tmp_path / "run")
+    out = tmp_path / "out"
+    args = ["replay", "mode=real", f"trace={run}", f"out={out}", "progress=false", "real.timeout_s=20"]
+    assert skewlens_main(args) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert skewlens_main([*args, "real.launcher_args=[--bogus]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("skewlens replay: error: real replay: the launcher exited with code 2; log ")
+    log = Path(err.split("; log ", 1)[1].split(": ", 1)[0])
+    assert log.parent == out / "real-failed"
+    assert "unrecognized arguments: --bogus" in log.read_text()
+    assert {
+        p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.parent != log.parent
+    } == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
+    assert skewlens_main(args) == 0  # a replay that succeeds removes the earlier failure's logs
+    assert not (out / "real-failed").exists()
 
 
 def test_an_infinite_timeout_is_refused_naming_the_key_before_any_process_starts() -> None:

@@ -19,6 +19,7 @@ averaged over the steps, for the original and for ``OUT_DIR/run``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -36,7 +37,7 @@ from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.execution import execution_model
-from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
+from skewlens.replay.outputs import REAL_FAILED_DIR, REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, launcher_log, run_workers
 from skewlens.replay.real.plan import (
@@ -187,10 +188,50 @@ def _deadline_s(run: RunTrace, plans: dict[int, list[ReplayOp]], timeout_s: floa
     return 2 * span / 1e9 + STARTUP_ALLOWANCE_S + timeout_s
 
 
-def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfig) -> RealReplayResult:
-    """Replay ``run_dir`` on real processes; the replay is written to ``out_dir/run`` (see module doc)."""
+def shared_out(launcher_args: list[str] | None) -> bool:
+    """Whether ``real.launcher_args`` start hosts that all write into ``OUT`` (``--nnodes`` other than 1)."""
+    for i, a in enumerate(launcher_args or []):
+        if a.startswith("--nnodes="):
+            return a.split("=", 1)[1] not in ("1", "1:1")
+        if a == "--nnodes" and i + 1 < len(launcher_args or []):
+            return (launcher_args or [])[i + 1] not in ("1", "1:1")
+    return False
+
+
+def keep_failure_logs(work_dir: Path, log: Path, kept: Path, *, alone: bool) -> Path:
+    """Move a failed replay's logs (the launcher's ``log``, torchrun's log directory, the workers' error
+    files) from ``work_dir`` into ``kept``, which outlives the failed replay's working files; returns where
+    ``log`` went. ``alone`` (one host): ``kept`` holds only this failure's logs; across hosts every host adds
+    its own (launcher logs per host and process, torchrun's per launch)."""
+    if alone:
+        shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True, exist_ok=True)
+    items = [log, *sorted(work_dir.glob("rank-*.error.json"))]
+    logs = work_dir / TORCHRUN_LOGS
+    if logs.is_dir():
+        (kept / TORCHRUN_LOGS).mkdir(exist_ok=True)
+        items += sorted(logs.iterdir())
+    for item in items:
+        dest = kept / item.relative_to(work_dir)
+        if dest.is_dir():
+            shutil.rmtree(dest, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            item.replace(dest)
+    return kept / log.relative_to(work_dir)
+
+
+def real_replay(
+    *, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfig, stage_dir: Path | None = None
+) -> RealReplayResult:
+    """Replay ``run_dir`` on real processes; the replay is for ``out_dir/run`` (see module doc).
+
+    ``stage_dir``: a new directory beside ``out_dir`` to write ``run/`` and ``real/`` into (the caller moves
+    them into ``out_dir`` once the whole replay has succeeded), unless the replay spans hosts: every host's
+    workers write into ``out_dir`` itself then. A failed launch's logs go to ``out_dir/real-failed``."""
     timeout_s, _backend, nproc, compute, launcher_args, capture = _config_fields(cfg)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    across = shared_out(launcher_args)
+    root = out_dir if stage_dir is None or across else Path(stage_dir)
     check_trace_outside(run_dir, out_dir)
     run = load_checked(run_dir)
     m = run.manifest
@@ -204,8 +245,8 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
     plans = all_to_all_splits(run, {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())})
-    out_run = out_dir / REAL_RUN_DIR
-    work = out_dir / REAL_WORK_DIR
+    out_run = root / REAL_RUN_DIR
+    work = root / REAL_WORK_DIR
     plan_dir, work_dir = work / "plan", work / "work"
     self_run = out_run if capture == "self" else work / "replayed"
     original_spans = {r: step_spans(rt) for r, rt in run.ranks.items()}
@@ -234,8 +275,19 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
     )
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log = launcher_log(work_dir, launcher_args)
-    run_workers(cmd, work_dir=work_dir, deadline_s=_deadline_s(run, plans, timeout_s), env=env, log=log)
-    manifest = _replay_manifest(work_dir=work_dir, original=m, backend=backend, cmd=cmd, source=run_dir)
+    run_workers(
+        cmd,
+        work_dir=work_dir,
+        deadline_s=_deadline_s(run, plans, timeout_s),
+        env=env,
+        log=log,
+        keep_logs=lambda f: keep_failure_logs(
+            work_dir, f, out_dir / REAL_FAILED_DIR, alone=not launcher_args
+        ),
+    )
+    # the command as it would read in out_dir, where the record is moved
+    shown = [a.replace(str(root.resolve()), str(out_dir.resolve())) for a in cmd] if root != out_dir else cmd
+    manifest = _replay_manifest(work_dir=work_dir, original=m, backend=backend, cmd=shown, source=run_dir)
     write_manifest(self_run, manifest)  # the record loads through its manifest; its step marks come next
     replayed = load_run(self_run, match=False)
     moved = _moved_marks(run, replayed)
@@ -251,7 +303,8 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
         )
     write_manifest(self_run, replace(manifest, steps=marks))
     if capture == "profiler":
-        finish_capture(out_run, source_run=run_dir, node_aligned=self_run)
+        # the record's place once moved into out_dir
+        finish_capture(out_run, source_run=run_dir, node_aligned=out_dir / self_run.relative_to(root))
     if moved:
         ranks = tuple(_mark_step_times(r, moved) for r in sorted(run.ranks))
     else:
@@ -260,7 +313,7 @@ def real_replay(*, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConf
         ranks = tuple(
             rank_step_times(r, original_spans[r], step_spans(replayed.ranks[r])) for r in sorted(run.ranks)
         )
-    return RealReplayResult(run_dir=out_run, out_dir=out_dir, backend=backend, ranks=ranks)
+    return RealReplayResult(run_dir=out_dir / REAL_RUN_DIR, out_dir=out_dir, backend=backend, ranks=ranks)
 
 
 def _moved_marks(run: RunTrace, replayed: RunTrace) -> dict[tuple[int, int], tuple[int, int, int, int]]:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
@@ -137,11 +137,14 @@ def run_workers(
     deadline_s: float,
     env: dict[str, str] | None = None,
     log: Path | None = None,
+    keep_logs: Callable[[Path], Path] | None = None,
 ) -> None:
     """Run the launcher until it exits; raise on a worker error, a timeout or a non-zero exit.
 
     ``deadline_s`` bounds the whole replay (the per-op timeouts are the workers' own); whatever happens,
-    no process of the job is left running when this returns or raises.
+    no process of the job is left running when this returns or raises. ``keep_logs``: called with the
+    launcher's log once every process has stopped after a failure, to put the logs where they outlive the
+    replay's working files; the error names the log where it returns it.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in work_dir.glob("rank-*.*.json"):
@@ -159,6 +162,7 @@ def run_workers(
     tree = ProcessTree(proc)
     t_end = time.monotonic() + deadline_s
     errors: list[dict[str, object]] = []
+    timed_out = False
     try:
         while proc.poll() is None:
             tree.refresh()
@@ -168,15 +172,22 @@ def run_workers(
                 errors = _read_errors(work_dir)
                 break
             if time.monotonic() > t_end:
-                raise ReplayTimeoutError(
-                    f"real replay did not finish within {deadline_s:.0f} s (no rank reported a stuck op); "
-                    f"every process was stopped; launcher log: {log}"
-                )
+                timed_out = True
+                break
             time.sleep(POLL_S)
-        if not errors:
+        if not errors and not timed_out:
             errors = _read_errors(work_dir)
     finally:
         tree.kill_all()
+    if not (timed_out or errors or proc.returncode != 0):
+        return
+    tail = _log_tail(log)  # before the log moves
+    shown = keep_logs(log) if keep_logs is not None else log
+    if timed_out:
+        raise ReplayTimeoutError(
+            f"real replay did not finish within {deadline_s:.0f} s (no rank reported a stuck op); "
+            f"every process was stopped; launcher log: {shown}"
+        )
     if errors:
         first = min(errors, key=lambda d: (d.get("kind") != "timeout", int(str(d.get("at_ns", 0)))))
         others = [str(d.get("message")) for d in errors if d is not first]
@@ -184,7 +195,4 @@ def run_workers(
         if first.get("kind") == "timeout":
             raise ReplayTimeoutError(f"real replay: {first.get('message')}; every rank was stopped{more}")
         raise ReplayError(f"real replay failed: {first.get('message')}; every rank was stopped{more}")
-    if proc.returncode != 0:
-        raise ReplayError(
-            f"real replay: the launcher exited with code {proc.returncode}; log {log}: {_log_tail(log)}"
-        )
+    raise ReplayError(f"real replay: the launcher exited with code {proc.returncode}; log {shown}: {tail}")

@@ -38,7 +38,7 @@ from rich.console import Console
 
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
-from skewlens.profiler.atomic import staging_dir
+from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import run_notes
 from skewlens.progress import NO_PROGRESS
@@ -48,6 +48,7 @@ from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
     CONFIG_YAML,
+    REAL_FAILED_DIR,
     REAL_RUN_DIR,
     REAL_WORK_DIR,
     SUMMARY_PARQUET,
@@ -159,9 +160,10 @@ def run_job(cfg: DictConfig, console: Console) -> None:
 
     The simulated replay's files and ``config.yaml`` are written beside ``OUT`` and moved in once the whole
     replay (the real one too) has succeeded, replacing an earlier replay's and removing those of its this
-    one does not write; a failed or interrupted replay leaves them as they were. A real replay writes its
-    directories in place (every host of a replay across hosts writes there): a failed or interrupted one
-    leaves none of them."""
+    one does not write; a failed or interrupted replay leaves them as they were. A real replay on one host
+    stages ``run/`` and ``real/`` there too; across hosts it writes them in place (every host writes there):
+    a failed or interrupted one leaves none of them. A successful replay removes an earlier failure's logs
+    (``real-failed/``)."""
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     real_dirs = [out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR]
@@ -178,9 +180,12 @@ def run_job(cfg: DictConfig, console: Console) -> None:
                     (stage / name).replace(out_dir / name)
                 else:  # an earlier replay's (timeline.json under perfetto=false)
                     (out_dir / name).unlink(missing_ok=True)
-        if conf.mode != "real":  # an earlier real replay's
-            for p in real_dirs:
-                shutil.rmtree(p, ignore_errors=True)
+            for p in real_dirs:  # a real replay on one host staged them; else an earlier real replay's
+                if (stage / p.name).exists():
+                    replace_dir(stage / p.name, p)
+                elif conf.mode != "real":
+                    shutil.rmtree(p, ignore_errors=True)
+        shutil.rmtree(out_dir / REAL_FAILED_DIR, ignore_errors=True)  # an earlier failure's logs
     except BaseException:
         # what a failed real replay began: it writes inside an earlier one's directories (leaving their own
         # entries, so their times, as they were), so its new plan tells that it began
