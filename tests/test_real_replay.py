@@ -1059,3 +1059,73 @@ def test_each_host_of_a_replay_across_hosts_keeps_its_own_launcher_log(
         )
     assert logs["node-a"] != logs["node-b"]
     assert [logs[h].read_text().strip() for h in ("node-a", "node-b")] == ["from node-a", "from node-b"]
+
+
+def _hang(tmp_path: Path, error: dict[str, object], progress: dict[int, dict[str, object]]) -> str:
+    """The error of a replay whose launcher writes the ranks' ``progress``, then ``error`` (rank 0's)."""
+    import json
+
+    work = tmp_path / "work"
+    files = {f"rank-{r}.progress.json": {"rank": r, **d} for r, d in progress.items()}
+    files["rank-0.error.json"] = error
+    script = (
+        "import json, pathlib, time\n"
+        f"for name, doc in json.loads({json.dumps(files)!r}).items():\n"
+        f"    pathlib.Path({str(work)!r}, name).write_text(json.dumps(doc))\n"
+        "time.sleep(60)\n"
+    )
+    groups = {"": range(4), "0": range(4), "tp0": (0, 1)}
+    with pytest.raises(ReplayTimeoutError) as e:
+        run_workers([sys.executable, "-c", script], work_dir=work, deadline_s=30, groups=groups)
+    return str(e.value)
+
+
+def test_a_start_up_timeout_names_the_ranks_that_never_reported_or_reported_an_earlier_phase(
+    tmp_path: Path,
+) -> None:
+    # with rank 1 stopped at start-up the error was "rank 0: start-up did not finish in time": rank 0 waited
+    error = {
+        "rank": 0,
+        "kind": "timeout",
+        "message": "rank 0: start-up did not finish in time",
+        "at_ns": 5,
+        "waited": {"phase": "start-up"},
+    }
+    progress = {
+        0: {"phase": "init_process_group"},
+        2: {"phase": "start-up"},
+        3: {"phase": "init_process_group"},
+    }
+    assert _hang(tmp_path, error, progress) == (
+        "real replay: rank 0: start-up did not finish in time; waiting for rank 1, which never reported its "
+        "start-up; rank 2, which last reported start-up (as they last reported); every rank was stopped"
+    )
+
+
+def test_a_stuck_collective_names_the_members_that_had_not_issued_it_and_their_last_op(
+    tmp_path: Path,
+) -> None:
+    # with rank 1 stopped mid-replay the error named rank 0's all_reduce only: rank 0 waited, rank 1 was stuck
+    error = {
+        "rank": 0,
+        "kind": "timeout",
+        "message": "rank 0: all_reduce on group 'tp0' seq 22 (node 9 x) did not complete within 5 s",
+        "at_ns": 5,
+        "waited": {"group": "tp0", "seq": 22, "peer": -1},
+    }
+    last = "rank 1: all_reduce on group 'tp0' seq 21 (node 8 x)"
+    progress = {
+        0: {"phase": "replay", "issued": {"tp0": 22}},
+        1: {"phase": "replay", "issued": {"tp0": 21}, "last": last},
+        2: {"phase": "replay", "issued": {"0": 3}},  # not a member of tp0
+    }
+    assert _hang(tmp_path, error, progress) == (
+        "real replay: rank 0: all_reduce on group 'tp0' seq 22 (node 9 x) did not complete within 5 s; "
+        "waiting for rank 1, whose last op issued was all_reduce on group 'tp0' seq 21 (node 8 x) (as they "
+        "last reported); every rank was stopped"
+    )
+    progress[1]["issued"] = {"tp0": 22}  # it had issued it too, and reported no error (stopped, or hung)
+    assert _hang(tmp_path / "b", error, progress).endswith(
+        "within 5 s; waiting for rank 1, which had issued it too and reported no error (as they last "
+        "reported); every rank was stopped"
+    )

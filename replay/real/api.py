@@ -199,14 +199,14 @@ def shared_out(launcher_args: list[str] | None) -> bool:
 
 
 def keep_failure_logs(work_dir: Path, log: Path, kept: Path, *, alone: bool) -> Path:
-    """Move a failed replay's logs (the launcher's ``log``, torchrun's log directory, the workers' error
-    files) from ``work_dir`` into ``kept``, which outlives the failed replay's working files; returns where
-    ``log`` went. ``alone`` (one host): ``kept`` holds only this failure's logs; across hosts every host adds
-    its own (launcher logs per host and process, torchrun's per launch)."""
+    """Move a failed replay's logs (the launcher's ``log``, torchrun's log directory, the workers' error and
+    progress files) from ``work_dir`` into ``kept``, which outlives the failed replay's working files;
+    returns where ``log`` went. ``alone`` (one host): ``kept`` holds only this failure's logs; across hosts
+    every host adds its own (launcher logs per host and process, torchrun's per launch)."""
     if alone:
         shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True, exist_ok=True)
-    items = [log, *sorted(work_dir.glob("rank-*.error.json"))]
+    items = [log, *sorted(work_dir.glob("rank-*.error.json")), *sorted(work_dir.glob("rank-*.progress.json"))]
     logs = work_dir / TORCHRUN_LOGS
     if logs.is_dir():
         (kept / TORCHRUN_LOGS).mkdir(exist_ok=True)
@@ -275,15 +275,15 @@ def real_replay(
     )
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log = launcher_log(work_dir, launcher_args)
+    everyone = range(m.world_size)
     run_workers(
         cmd,
         work_dir=work_dir,
         deadline_s=_deadline_s(run, plans, timeout_s),
         env=env,
         log=log,
-        keep_logs=lambda f: keep_failure_logs(
-            work_dir, f, out_dir / REAL_FAILED_DIR, alone=not launcher_args
-        ),
+        keep_logs=lambda f: keep_failure_logs(work_dir, f, out_dir / REAL_FAILED_DIR, alone=not across),
+        groups={"": everyone, default_pg: everyone, **{g.name: g.ranks for g in groups}},
     )
     # the command as it would read in out_dir, where the record is moved
     shown = [a.replace(str(root.resolve()), str(out_dir.resolve())) for a in cmd] if root != out_dir else cmd

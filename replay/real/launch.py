@@ -17,12 +17,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from skewlens.profiler.store.issues import rank_ranges
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
+from skewlens.replay.real.plan import PROGRESS_FILE, STARTUP_PHASES
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
@@ -114,6 +117,91 @@ class ProcessTree:
             self.root.wait(timeout=TERM_GRACE_S)
 
 
+def _read_progress(work_dir: Path) -> dict[int, dict[str, Any]]:
+    out = {}
+    for f in work_dir.glob(PROGRESS_FILE.format(rank="*")):
+        with contextlib.suppress(OSError, ValueError):
+            d = json.loads(f.read_text())
+            if isinstance(d, dict) and isinstance(d.get("rank"), int):
+                out[d["rank"]] = d
+    return out
+
+
+def _op_of(last: object) -> str:
+    """A progress file's last op without its ``rank N: `` prefix."""
+    return str(last).split(": ", 1)[-1]
+
+
+def waiting_for(
+    error: dict[str, Any],
+    progress: dict[int, dict[str, Any]],
+    groups: Mapping[str, Sequence[int]],
+    reported: Collection[int] = (),
+) -> str:
+    """Which ranks the rank of ``error`` (a timeout) was waiting for, as far as the workers' progress files
+    (``progress``: rank -> its last report) tell: ``waiting for rank 1, ...``; '' where they tell nothing.
+
+    Start-up (the error's ``phase``): the ranks that never reported or reported an earlier phase than it.
+    A collective (``group``, ``seq``): the group's members (``groups``) that had not issued that seq when
+    they last reported, or where all had, those not among the ranks that ``reported`` an error. A send or
+    recv (``peer``): its peer, and the last op it had issued."""
+    waited = error.get("waited") or {}
+    me = int(error.get("rank", -1))
+    mine = progress.get(me, {})
+    everyone = groups.get("", ())
+    parts: list[str] = []
+    if "phase" in waited:
+        order = {p: i for i, p in enumerate(STARTUP_PHASES)}
+        at = order.get(str(mine.get("phase", "start-up")), 0)
+        silent = [r for r in everyone if r != me and r not in progress]
+        if silent:
+            parts.append(f"{_ranks(silent)}, which never reported its start-up")
+        behind: dict[str, list[int]] = {}
+        for r, d in sorted(progress.items()):
+            if r != me and order.get(str(d.get("phase")), len(order)) < at:
+                behind.setdefault(str(d.get("phase")), []).append(r)
+        parts += [f"{_ranks(rs)}, which last reported {phase}" for phase, rs in behind.items()]
+    elif int(waited.get("seq", -1)) >= 0:
+        group, seq = str(waited.get("group", "")), int(waited["seq"])
+        members = [r for r in groups.get(group, everyone) if r != me]
+        late = [r for r in members if int(progress.get(r, {}).get("issued", {}).get(group, -1)) < seq]
+        if not late:  # all had issued it: the members that did not time out on it too (stopped, or hung)
+            quiet = [r for r in members if r not in reported]
+            if quiet:
+                parts.append(f"{_ranks(quiet)}, which had issued it too and reported no error")
+        for r in late[:SHOWN_WAITED]:
+            rp = progress.get(r)
+            if rp is None:
+                parts.append(f"rank {r}, which never reported its start-up")
+                continue
+            if rp.get("phase") != "replay":
+                parts.append(f"rank {r}, which last reported {rp.get('phase')}")
+            elif rp.get("last"):
+                parts.append(f"rank {r}, whose last op issued was {_op_of(rp['last'])}")
+            else:
+                parts.append(f"rank {r}, which had issued no op")
+        if len(late) > SHOWN_WAITED:
+            parts.append(f"{len(late) - SHOWN_WAITED} more ranks")
+    elif int(waited.get("peer", -1)) >= 0:
+        peer = int(waited["peer"])
+        seen = progress.get(peer)
+        if seen is None:
+            parts.append(f"rank {peer}, which never reported its start-up")
+        elif seen.get("last"):
+            parts.append(f"rank {peer}, whose last op issued was {_op_of(seen['last'])}")
+    if not parts:
+        return ""
+    return f"; waiting for {'; '.join(parts)} (as they last reported)"
+
+
+#: Ranks a stuck collective's message names one by one.
+SHOWN_WAITED = 4
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
 def _log_tail(log: Path, lines: int = 5) -> str:
     try:
         text = log.read_text(errors="replace").strip().splitlines()
@@ -138,13 +226,15 @@ def run_workers(
     env: dict[str, str] | None = None,
     log: Path | None = None,
     keep_logs: Callable[[Path], Path] | None = None,
+    groups: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Run the launcher until it exits; raise on a worker error, a timeout or a non-zero exit.
 
     ``deadline_s`` bounds the whole replay (the per-op timeouts are the workers' own); whatever happens,
     no process of the job is left running when this returns or raises. ``keep_logs``: called with the
     launcher's log once every process has stopped after a failure, to put the logs where they outlive the
-    replay's working files; the error names the log where it returns it.
+    replay's working files; the error names the log where it returns it. ``groups``: each process group's
+    members ('' all ranks), for a timeout's error to name the ranks it waited for (:func:`waiting_for`).
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in work_dir.glob("rank-*.*.json"):
@@ -182,6 +272,7 @@ def run_workers(
     if not (timed_out or errors or proc.returncode != 0):
         return
     tail = _log_tail(log)  # before the log moves
+    progress = _read_progress(work_dir)
     shown = keep_logs(log) if keep_logs is not None else log
     if timed_out:
         raise ReplayTimeoutError(
@@ -190,9 +281,12 @@ def run_workers(
         )
     if errors:
         first = min(errors, key=lambda d: (d.get("kind") != "timeout", int(str(d.get("at_ns", 0)))))
+        reported = {int(str(d.get("rank", -1))) for d in errors}
         others = [str(d.get("message")) for d in errors if d is not first]
         more = f" (also: {'; '.join(others)})" if others else ""
         if first.get("kind") == "timeout":
-            raise ReplayTimeoutError(f"real replay: {first.get('message')}; every rank was stopped{more}")
+            waits = waiting_for(first, progress, groups, reported) if groups is not None else ""
+            msg = f"{first.get('message')}{waits}"
+            raise ReplayTimeoutError(f"real replay: {msg}; every rank was stopped{more}")
         raise ReplayError(f"real replay failed: {first.get('message')}; every rank was stopped{more}")
     raise ReplayError(f"real replay: the launcher exited with code {proc.returncode}; log {shown}: {tail}")

@@ -49,6 +49,8 @@ class Completion:
     """Set once the op finished (successfully or not)."""
     work: Any = None
     """A Work no other thread waits on: the issuing thread waits on it itself (:meth:`wait`)."""
+    op: ReplayOp | None = None
+    """The replayed op (for the rank's progress report and a timeout's error: its group, seq, peer)."""
 
     def finish(self, error: str) -> None:
         """Record the completion (now) and wake whoever waits for it."""

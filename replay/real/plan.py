@@ -53,6 +53,22 @@ RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
 ERROR_FILE = "rank-{rank}.error.json"
 RESULT_FILE = "rank-{rank}.result.json"
+#: A worker's progress (the start-up phase it reached; in the replay, its last op issued and each group's
+#: last collective seq issued), rewritten by its watchdog at most every ``PROGRESS_S``.
+PROGRESS_FILE = "rank-{rank}.progress.json"
+PROGRESS_S = 0.25
+#: A worker's start-up phases, in order (each reported in its progress file as it reaches it).
+STARTUP_PHASES = (
+    "start-up",
+    "init_process_group",
+    "the exchange of core counts",
+    "process group creation",
+    "warm-up",
+    "clock alignment",
+    "profiler start-up",
+    "the common start",
+    "replay",
+)
 #: Largest plan file a worker accepts (the plan is written by us, but read back as untrusted JSON).
 MAX_PLAN_BYTES = 512 * 1024 * 1024
 

@@ -16,6 +16,7 @@ the launcher that started this process goes away, so no worker outlives its job.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -50,6 +51,8 @@ from skewlens.replay.real.plan import (
     ERROR_FILE,
     KIND_COMPUTE,
     KIND_NESTED,
+    PROGRESS_FILE,
+    PROGRESS_S,
     RESULT_FILE,
     PlanMeta,
     ReplayOp,
@@ -80,6 +83,33 @@ class Watchdog:
         self.phase_deadline_ns = time.perf_counter_ns() + int((timeout_s + SETUP_GRACE_S) * 1e9)
         self.parent = os.getppid()
         self.stop = threading.Event()
+        self.reached_phase = "start-up"
+        self.last = ""
+        self.issued: dict[str, int] = {}
+        self.changed = True
+        self.next_report_ns = 0
+
+    def reached(self, phase: str) -> str:
+        """Report (now) that start-up got to ``phase``; returns it."""
+        with self.lock:
+            self.reached_phase, self.changed = phase, True
+        self.report()
+        return phase
+
+    def report(self) -> None:
+        """Rewrite ``rank-<r>.progress.json`` where anything changed since the last one."""
+        with self.lock:
+            if not self.changed:
+                return
+            doc = {
+                "rank": self.rank,
+                "phase": self.reached_phase,
+                "last": self.last,
+                "issued": dict(self.issued),
+            }
+            self.changed = False
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.work_dir / PROGRESS_FILE.format(rank=self.rank), doc)
 
     def set_phase(self, phase: str, limit_s: float | None) -> None:
         with self.lock:
@@ -91,6 +121,11 @@ class Watchdog:
     def add(self, row: int, completion: Completion) -> None:
         with self.lock:
             self.inflight[row] = completion
+            op = completion.op
+            if op is not None and row >= 0:
+                self.last, self.changed = completion.desc, True
+                if op.seq >= 0:
+                    self.issued[op.pg_name] = op.seq
 
     def done(self, row: int) -> None:
         with self.lock:
@@ -104,25 +139,33 @@ class Watchdog:
             if os.getppid() != self.parent:
                 os._exit(EXIT_ORPHANED)
             now = time.perf_counter_ns()
+            if now >= self.next_report_ns:
+                self.report()
+                self.next_report_ns = now + int(PROGRESS_S * 1e9)
             with self.lock:
                 late = [c for c in self.inflight.values() if not c.done()]
                 phase, deadline = self.phase, self.phase_deadline_ns
             stuck = min(late, key=lambda c: c.issued_ns, default=None)
             if stuck is not None and now - stuck.issued_ns > self.timeout_ns:
+                op = stuck.op
                 self.abort(
                     "timeout",
                     f"{stuck.desc} did not complete within {self.timeout_ns / 1e9:g} s (real.timeout_s)",
                     stuck.issued_ns,
+                    {"group": op.pg_name, "seq": op.seq, "peer": op.peer} if op is not None else {},
                 )
             if deadline >= 0 and now > deadline:
-                self.abort("timeout", f"rank {self.rank}: {phase} did not finish in time", now)
+                self.abort(
+                    "timeout", f"rank {self.rank}: {phase} did not finish in time", now, {"phase": phase}
+                )
 
-    def abort(self, kind: str, message: str, at_ns: int) -> None:
-        """Write ``rank-<r>.error.json`` and end the process at once (no cleanup: peers may be hung)."""
+    def abort(self, kind: str, message: str, at_ns: int, waited: dict[str, Any] | None = None) -> None:
+        """Write ``rank-<r>.error.json`` and end the process at once (no cleanup: peers may be hung);
+        ``waited``: what the rank waited for (a stuck op's group, seq and peer; a phase)."""
         try:
             write_json_atomic(
                 self.work_dir / ERROR_FILE.format(rank=self.rank),
-                {"rank": self.rank, "kind": kind, "message": message, "at_ns": at_ns},
+                {"rank": self.rank, "kind": kind, "message": message, "at_ns": at_ns, "waited": waited or {}},
             )
         finally:
             os._exit(EXIT_TIMEOUT if kind == "timeout" else EXIT_FAILED)
@@ -237,7 +280,7 @@ class Runner:
                     if (token := self.device.get(d)) is not None:
                         self.gpu.wait(ISSUE, token)
             s = time.perf_counter_ns()
-            c = Completion(desc=describe(op, self.rank), issued_ns=s)
+            c = Completion(desc=describe(op, self.rank), issued_ns=s, op=op)
             self.dog.add(op.row, c)
             self.start[op.row] = s
             if op.blocking:
@@ -385,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(meta.work_dir)
     dog = Watchdog(rank, work_dir, meta.timeout_s)
     dog.start()
-    phase = "start-up"
+    phase = dog.reached("start-up")
     try:
         world = int(os.environ.get("WORLD_SIZE", "0"))
         if world != meta.world_size:
@@ -394,11 +437,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         warmup, ops = read_rank_plan(args.plan, rank)
         device = _device(meta)
-        phase = "init_process_group"
+        phase = dog.reached("init_process_group")
         dist.init_process_group(meta.backend, timeout=timedelta(seconds=meta.timeout_s * 2 + SETUP_GRACE_S))
-        phase = "the exchange of core counts"
+        phase = dog.reached("the exchange of core counts")
         cores = _cores(meta.world_size)
-        phase = "process group creation"
+        phase = dog.reached("process group creation")
         groups = _create_groups(meta, rank)
         runner = Runner(
             rank=rank,
@@ -408,9 +451,9 @@ def main(argv: list[str] | None = None) -> int:
             compute=Compute(meta.compute, cores),
             gpu=CudaQueue(device) if device.type == "cuda" else None,
         )
-        phase = "warm-up"
+        phase = dog.reached("warm-up")
         runner.warm_up(warmup)
-        phase = "clock alignment"
+        phase = dog.reached("clock alignment")
         offset = clock.estimate_offset_ns(rank, meta.world_size, device)
         with ExitStack() as stack:
             session = None
@@ -419,23 +462,23 @@ def main(argv: list[str] | None = None) -> int:
                 # the wait for it), then one step per replayed step; the parent drops the pre-roll. It
                 # starts before the common start is set: a start-up longer than the lead made every rank
                 # begin late, and the first replayed step took the delay (1 s: 229 -> 1,057 ms)
-                phase = "profiler start-up"
+                phase = dog.reached("profiler start-up")
                 session = stack.enter_context(_profiler(meta))
                 session.step()
-            phase = "clock alignment"
+            phase = dog.reached("the common start")
             t0 = clock.common_start_ns(rank, offset, device)
             origin = t0 + meta.origin_ns.get(rank, 0)
             if session is not None:
                 wait_until(origin)
                 session.step()
-            phase = "replay"
+            phase = dog.reached("replay")
             dog.set_phase(phase, None)
             runner.run(origin, session.step if session is not None else None)
-            phase = "profiler save"
+            phase = dog.reached("profiler save")
             dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
             if session is not None:
                 session.step()
-        phase = "writing the replayed trace"
+        phase = dog.reached("writing the replayed trace")
         _write_trace(meta, rank, runner, lambda t: t - t0 + meta.first_start_ns)
         write_json_atomic(
             work_dir / RESULT_FILE.format(rank=rank),
@@ -446,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 "clock_offset_ns": offset,
             },
         )
-        phase = "shutdown"
+        phase = dog.reached("shutdown")
         dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
         dist.barrier()
         dist.destroy_process_group()
