@@ -26,7 +26,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import WAIT_NODE_NAMES, CommType, NodeType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
-from skewlens.replay.errors import ReplayTimeoutError
+from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers
@@ -1128,4 +1128,21 @@ def test_a_stuck_collective_names_the_members_that_had_not_issued_it_and_their_l
     assert _hang(tmp_path / "b", error, progress).endswith(
         "within 5 s; waiting for rank 1, which had issued it too and reported no error (as they last "
         "reported); every rank was stopped"
+    )
+
+
+def test_a_rendezvous_timeout_is_one_line_naming_the_cause_and_torchruns_join_timeout(tmp_path: Path) -> None:
+    # a host whose peers never started waited torchrun's 600 s, then ended with traceback fragments
+    script = (
+        "print('Traceback (most recent call last):')\n"
+        "print('torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError')\n"
+        "print('  File \"x.py\", line 1')\n"
+        "raise SystemExit(1)\n"
+    )
+    log = tmp_path / "work" / "launcher.log"
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script], work_dir=tmp_path / "work", deadline_s=30)
+    assert str(e.value) == (
+        "real replay: the rendezvous timed out waiting for the other nodes to join (torchrun's --rdzv-conf "
+        f"join_timeout bounds it, 600 s unless real.launcher_args give one); log {log}"
     )

@@ -276,6 +276,13 @@ def real_replay(
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log = launcher_log(work_dir, launcher_args)
     everyone = range(m.world_size)
+    if across:  # the launcher says nothing until every node has joined (or its join_timeout ends)
+        print(
+            f"real replay: waiting for the other nodes ({_nnodes(launcher_args or []) or 'several'} in all) "
+            "to join torchrun's rendezvous (its --rdzv-conf join_timeout bounds the wait, 600 s by default)",
+            file=sys.stderr,
+            flush=True,
+        )
     run_workers(
         cmd,
         work_dir=work_dir,

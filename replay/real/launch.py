@@ -202,7 +202,18 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
+def _rendezvous_timed_out(log: Path) -> bool:
+    """Whether torchrun's output in ``log`` ends with its rendezvous timing out (its last 64 KiB)."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 65536))
+            return b"RendezvousTimeoutError" in fh.read()
+    except OSError:
+        return False
+
+
 def _log_tail(log: Path, lines: int = 5) -> str:
+    """The last ``lines`` lines of ``log``, on one line."""
     try:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -272,6 +283,7 @@ def run_workers(
     if not (timed_out or errors or proc.returncode != 0):
         return
     tail = _log_tail(log)  # before the log moves
+    rendezvous = _rendezvous_timed_out(log)
     progress = _read_progress(work_dir)
     shown = keep_logs(log) if keep_logs is not None else log
     if timed_out:
@@ -289,4 +301,9 @@ def run_workers(
             msg = f"{first.get('message')}{waits}"
             raise ReplayTimeoutError(f"real replay: {msg}; every rank was stopped{more}")
         raise ReplayError(f"real replay failed: {first.get('message')}; every rank was stopped{more}")
+    if rendezvous:
+        raise ReplayError(
+            "real replay: the rendezvous timed out waiting for the other nodes to join (torchrun's "
+            f"--rdzv-conf join_timeout bounds it, 600 s unless real.launcher_args give one); log {shown}"
+        )
     raise ReplayError(f"real replay: the launcher exited with code {proc.returncode}; log {shown}: {tail}")
