@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.core import Flow
 from skewlens.replay.effects import NetworkEffects
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 from skewlens.replay.network.algorithms import (
     ALGORITHMS,
     even_split_bytes,
@@ -41,7 +41,7 @@ _EXCHANGES = frozenset(
     {CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK, CommType.ALL_GATHER}
 )
 #: The longest transfer the simulator's int64 nanosecond clock can hold with room to spare (about 146 years).
-MAX_MODEL_NS = 2**62
+MAX_MODEL_NS = MAX_SIM_NS
 
 
 def message_bytes(comm_type: CommType, comm_bytes: int, p: int) -> int:
@@ -299,7 +299,7 @@ class ModelTiming:
         if not t <= MAX_MODEL_NS:  # NaN too
             raise ConfigError(
                 f"topology {self.topology.name}: the network model times {what} at {t / 1e9:.3g} s, beyond "
-                "the simulator's clock (about 146 years): its dims' bandwidth_gbps / latency_ns (or a "
+                f"{SIM_CLOCK}: its dims' bandwidth_gbps / latency_ns (or a "
                 "network slowdown's factor / latency_ns) are out of any real range"
             )
         return round(t)

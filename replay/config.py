@@ -176,7 +176,7 @@ class SlowdownConfig:
 
     def __post_init__(self) -> None:
         for name, value, positive in (("factor", self.factor, True), ("delay_ms", self.delay_ms, False)):
-            if (problem := number_problem(value, positive=positive)) is not None:
+            if (problem := number_problem(value, positive=positive, name=name)) is not None:
                 raise ConfigError(f"slowdown.{name}: {problem}")
         self.to_items()
 

@@ -25,7 +25,7 @@ from skewlens.profiler.vocab import COMM_NODE_TYPES
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.calibrate import POOR_FIT_R2
 from skewlens.replay.config import ReplayConfig, SlowdownConfig
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 from skewlens.replay.execution import compute_rows, execution_model
 from skewlens.replay.lower import group_members
 from skewlens.replay.network.topology import Topology
@@ -175,6 +175,8 @@ def check_slowdown_targets(
             check_compute_device(key, item, run)
         if item.kind == "op":
             check_op_pattern(key, item, run)
+        if item.kind in ("compute", "op") and item.factor > 1:
+            check_factor_fits(key, item, run, preset=preset)
         if item.kind == "comm_delay":
             check_comm_delay_ops(key, item, run, preset=preset)
         if item.kind == "network" and item.links:
@@ -291,6 +293,33 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
         f"{key}.pattern: {item.pattern!r} matches no compute node of {where}, so it would slow nothing; "
         f"the names with the most compute time there: {', '.join(repr(n) for n in top) or 'none'}"
     )
+
+
+def check_factor_fits(
+    key: str, item: Slowdown, run: RunTrace, *, preset: SlowdownConfig | None = None
+) -> None:
+    """A ``compute`` or ``op`` item's factor times the longest compute op it scales stays on the simulator's
+    clock, else a :class:`ConfigError` naming the key (a factor of 1e13 on a 2 ms op was an OverflowError
+    traceback; 1e17 wrapped the replayed times around, silently)."""
+    limit = MAX_SIM_NS / item.factor
+    ranks = [r for r in (item.ranks or sorted(run.ranks)) if r in run.ranks]
+    if all(not len(run.ranks[r]) or int(run.ranks[r].dur_ns.max()) <= limit for r in ranks):
+        return  # no op at all is that long (the usual case: nothing else to look at)
+    model = execution_model(run)
+    for r in ranks:
+        rt = run.ranks[r]
+        rows = np.flatnonzero(compute_rows(rt, model.ranks[r]) & _on_device(rt, item.device))
+        rows = rows[rt.dur_ns[rows] > limit]
+        if item.kind == "op":
+            rows = rows[[op_matches(item.pattern, rt.names[i]) for i in rt.name_idx[rows].tolist()]]
+        if rows.size:
+            i = int(rows[np.argmax(rt.dur_ns[rows])])
+            dur = int(rt.dur_ns[i])
+            raise ConfigError(
+                f"{key}.factor: {item.factor:g} times rank {r}'s {rt.names[int(rt.name_idx[i])]} "
+                f"({dur / 1e6:.3g} ms) is {item.factor * dur / 1e9:.3g} s, beyond {SIM_CLOCK}"
+                f"{_preset_hint(preset, 'factor', item.factor)}"
+            )
 
 
 def check_real_timeout(run: RunTrace, sim: SimResult | None, timeout_s: float) -> None:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from skewlens.profiler.errors import SkewlensError
 
+#: The latest time the simulator's int64 nanosecond clock holds with room to spare (2**62 ns, about 146
+#: years): a slowdown, a network model or a replayed time beyond it is a :class:`ConfigError`.
+MAX_SIM_NS = 2**62
+#: How the errors name that bound.
+SIM_CLOCK = "the simulator's clock (about 146 years)"
+
 
 class ReplayError(SkewlensError):
     """A replay could not run or did not finish (deadlock, timeout, failed rank)."""

@@ -34,7 +34,7 @@ from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 from skewlens.replay.execution import (
     ExecutionModel,
     RankModel,
@@ -827,8 +827,16 @@ def _apply_factors(effects: Effects, rt: RankTrace, rank: int, d: I64, comp: B) 
         raise ConfigError(f"rank {rank}: compute factor must be a positive number, got {fac.min()}")
     if (fac == 1.0).all():
         return d
+    scaled = d[rows] * fac[inv]
+    if (over := scaled > MAX_SIM_NS).any():  # cast to int64, it would wrap around
+        i = int(np.argmax(over))
+        raise ConfigError(
+            f"slowdown: rank {rank}'s {rt.names[int(rt.name_idx[rows[i]])]} x{fac[inv[i]]:g} lasts "
+            f"{scaled[i] / 1e9:.3g} s, beyond {SIM_CLOCK}: the slowdown's factor / sigma is out of any "
+            "real range"
+        )
     out = d.copy()
-    out[rows] = np.rint(d[rows] * fac[inv]).astype(np.int64)
+    out[rows] = np.rint(scaled).astype(np.int64)
     return out
 
 
@@ -847,6 +855,10 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
         step, rest = divmod(k, 16 * nn)
         ntype, name = divmod(rest, nn)
         vals.append(int(effects.delay_before_ns(rank, step - 1, NodeType(ntype), rt.names[name])))
+    if vals and max(vals) > MAX_SIM_NS:  # several items' delays, each on the clock, summed past it
+        raise ConfigError(
+            f"slowdown: rank {rank}'s delay before a node is {max(vals) / 1e9:.3g} s, beyond {SIM_CLOCK}"
+        )
     delay = np.asarray(vals, dtype=np.int64)
     if (delay < 0).any():
         raise ConfigError(f"rank {rank}: delay before a node must be >= 0 ns, got {int(delay.min())}")
@@ -859,6 +871,10 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
         stall = int(effects.stall_ns(rank, st))
         if stall < 0:
             raise ConfigError(f"rank {rank}: stall at step {st} must be >= 0 ns, got {stall}")
+        if stall + int(out[order[fi]]) > MAX_SIM_NS:
+            raise ConfigError(
+                f"slowdown: rank {rank}'s stall at step {st} is {stall / 1e9:.3g} s, beyond {SIM_CLOCK}"
+            )
         out[order[fi]] += stall
     return out
 

@@ -24,7 +24,7 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_segments, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
-from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError, ReplayError
 from skewlens.replay.execution import ExecutionModel, awaited_arrivals, clock_note, execution_model
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
@@ -370,10 +370,20 @@ def _replay(run_trace: RunTrace, low: Lowered, comm_mode: str) -> SimResult:
 
 
 def _run_core(run_trace: RunTrace, low: Lowered) -> Outcome:
+    """The core's times of ``low``: a deadlock, or a time beyond the simulator's clock (the core's int64
+    arrays overflow past 2**63 ns, and the outputs' sums past :data:`MAX_SIM_NS`), is a one-line error."""
     try:
-        return run(low.graph)
+        out = run(low.graph)
     except DeadlockError as e:
         raise ReplayError(_deadlock_message(run_trace, low, e)) from None
+    except OverflowError:
+        out = None
+    if out is None or (len(out.seg_end) and int(np.max(out.seg_end)) > MAX_SIM_NS):
+        raise ConfigError(
+            f"slowdown: the replayed times run beyond {SIM_CLOCK}: the slowdown's factors / delays "
+            "(slowdown.*) are out of any real range"
+        )
+    return out
 
 
 def _lift_outcome(run_trace: RunTrace, low: Lowered, out: Outcome, comm_mode: str) -> SimResult:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
 #: Which compute ops a ``compute``, ``op`` or ``jitter`` item scales (:attr:`Slowdown.device`).
@@ -49,12 +49,25 @@ COMM_ON = {
 }
 
 
-def number_problem(value: float, *, positive: bool) -> str | None:
-    """What is wrong with a slowdown's number (a factor: ``positive``; a delay, latency or sigma: >= 0),
-    or None: ``must be a finite number > 0, got nan``."""
-    if math.isfinite(value) and (value > 0 if positive else value >= 0):
-        return None
-    return f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}"
+#: The most each number of a slowdown may be, and its unit: a factor or sigma times a 1 ns op, a delay or a
+#: latency, must stay on the simulator's clock (a factor of 1e308 wrapped the replayed times around).
+LIMITS = {
+    "factor": (MAX_SIM_NS, ""),
+    "sigma": (MAX_SIM_NS, ""),
+    "delay_ms": (MAX_SIM_NS / 1e6, " ms"),
+    "latency_ns": (MAX_SIM_NS, " ns"),
+}
+
+
+def number_problem(value: float, *, positive: bool, name: str = "") -> str | None:
+    """What is wrong with a slowdown's number ``name`` (a factor: ``positive``; a delay, latency or sigma:
+    >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number > 0, got nan``."""
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        return f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}"
+    most, unit = LIMITS.get(name, (math.inf, ""))
+    if value > most:
+        return f"must be at most {most:.3g}{unit}, got {value:g}: beyond it, times leave {SIM_CLOCK}"
+    return None
 
 
 class SlowdownFieldError(ConfigError):
@@ -115,7 +128,7 @@ class Slowdown:
             ("delay_ms", self.delay_ms, False),
             ("latency_ns", self.latency_ns, False),
         ):
-            if (problem := number_problem(value, positive=positive)) is not None:
+            if (problem := number_problem(value, positive=positive, name=name)) is not None:
                 raise SlowdownFieldError(where, name, problem)
         if self.before not in COMM_ON:
             raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")

@@ -887,3 +887,99 @@ def test_an_error_of_hydras_own_parser_names_the_program_skewlens_replay(
     assert (
         capsys.readouterr().err.strip().splitlines()[-1].startswith("skewlens replay: error: argument --info")
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (  # was an OverflowError traceback (core.py)
+            ["slowdown=straggler", "slowdown.rank=1", "slowdown.factor=1e13"],
+            (
+                "slowdown.entries[0].factor: 1e+13 times rank 1's aten::mm (2.1 ms) is 2.1e+10 s, beyond the "
+                "simulator's clock (about 146 years); the straggler preset takes it from slowdown.factor"
+            ),
+        ),
+        (  # wrapped the replayed times around, silently
+            ["slowdown=straggler", "slowdown.rank=1", "slowdown.factor=1e17"],
+            (
+                "slowdown.entries[0].factor: 1e+17 times rank 1's aten::mm (2.1 ms) is 2.1e+14 s, beyond the "
+                "simulator's clock (about 146 years); the straggler preset takes it from slowdown.factor"
+            ),
+        ),
+        (  # was an OverflowError traceback (summary.py)
+            ["slowdown=straggler", "slowdown.rank=1", "slowdown.factor=1e308"],
+            (
+                "slowdown.factor: must be at most 4.61e+18, got 1e+308: beyond it, times leave the "
+                "simulator's clock (about 146 years)"
+            ),
+        ),
+        (  # was an OverflowError traceback (slowdown.py)
+            ["slowdown=stall", "slowdown.delay_ms=1e308"],
+            (
+                "slowdown.delay_ms: must be at most 4.61e+12 ms, got 1e+308: beyond it, times leave the "
+                "simulator's clock (about 146 years)"
+            ),
+        ),
+        (
+            ["slowdown=jitter", "slowdown.entries.0.sigma=1e308"],
+            (
+                "slowdown.entries[0].sigma: must be at most 4.61e+18, got 1e+308: beyond it, times leave the "
+                "simulator's clock (about 146 years) (kind=jitter)"
+            ),
+        ),
+        (
+            ["slowdown=jitter", "slowdown.entries.0.sigma=1e17"],
+            (
+                "slowdown: rank 0's aten::mm x1.02958e+16 lasts 2.06e+13 s, beyond the simulator's clock "
+                "(about 146 years): the slowdown's factor / sigma is out of any real range"
+            ),
+        ),
+        (  # two delays, each on the clock, add up past it
+            ["+slowdown.entries=[{kind:comm_delay,delay_ms:4e12},{kind:comm_delay,delay_ms:4e12}]"],
+            (
+                "slowdown: rank 0's delay before a node is 8e+09 s, beyond the simulator's clock "
+                "(about 146 years)"
+            ),
+        ),
+        (  # the core's times run past the clock (beyond int64 there: an OverflowError)
+            ["+slowdown.entries=[{kind:stall,delay_ms:4e12,step:0},{kind:comm_delay,delay_ms:4e12}]"],
+            (
+                "slowdown: the replayed times run beyond the simulator's clock (about 146 years): the "
+                "slowdown's factors / delays (slowdown.*) are out of any real range"
+            ),
+        ),
+        (  # past 2**62 ns, within int64: the outputs' sums would wrap
+            ["+slowdown.entries=[{kind:stall,delay_ms:4e12,step:0},{kind:stall,delay_ms:4e12,step:1}]"],
+            (
+                "slowdown: the replayed times run beyond the simulator's clock (about 146 years): the "
+                "slowdown's factors / delays (slowdown.*) are out of any real range"
+            ),
+        ),
+    ],
+)
+def test_a_slowdown_beyond_the_simulators_clock_is_one_line_naming_the_key(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
+) -> None:
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert rc == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_point_beyond_the_simulators_clock_fails_alone_and_the_sweep_is_gathered(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sw"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.rank=1"]
+    rc = skewlens_main([*args, "slowdown.factor=1.0,1e13,1.5", "progress=false", "perfetto=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        (
+            "skewlens replay: error: sweep job 1 (slowdown.factor=10000000000000.0): "
+            "slowdown.entries[0].factor: 1e+13 times rank 1's aten::mm (2.1 ms) is 2.1e+10 s, beyond the "
+            "simulator's clock (about 146 years); the straggler preset takes it from slowdown.factor"
+        ),
+        f"skewlens replay: 1 of 3 sweep jobs failed; the others' outputs are in {out}",
+    ]
+    assert rc == 2
+    assert pq.read_table(out / "sweep.parquet").num_rows > 0
