@@ -90,7 +90,35 @@ def test_the_profile_summary_says_when_the_collectives_level_recorded_no_communi
     [
         (
             ["export", "RUN", "--workers", "0", "--out", "OUT"],
-            "skewlens export: error: --workers: expected >= 1, got 0",
+            (
+                "skewlens export: error: --workers: expected 1..1,048,576 (one process per rank file at "
+                "most), got 0"
+            ),
+        ),
+        (  # was an OverflowError traceback from the process pool
+            ["export", "RUN", "--workers", "100000000000000000000", "--out", "OUT"],
+            (
+                "skewlens export: error: --workers: expected 1..1,048,576 (one process per rank file at "
+                "most), got 100000000000000000000"
+            ),
+        ),
+        (  # went to torchrun as --nproc-per-node=100000000000000000000
+            ["demo", "--nproc", "100000000000000000000", "--out", "OUT"],
+            (
+                "skewlens demo: error: --nproc: expected 2..64 (gloo ranks on this machine), "
+                "got 100000000000000000000"
+            ),
+        ),
+        (  # trained forever
+            ["demo", "--steps", "100000000000000000000", "--out", "OUT"],
+            "skewlens demo: error: --steps: expected 1..10,000, got 100000000000000000000",
+        ),
+        (  # the straggler's extra compute never ended
+            ["demo", "--straggler-ms", "1e308", "--out", "OUT"],
+            (
+                "skewlens demo: error: --straggler-ms: expected 0..60,000 (a minute of extra compute), "
+                "got 1e+308"
+            ),
         ),
         (
             ["export", "--format", "astra-sim", "RUN", "--bandwidth", "nan", "--out", "OUT"],

@@ -310,7 +310,7 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
         for f, r in todo:
             yield _export_rank(f, r, tmp, pg_names, world)
         return
-    with process_pool(workers, __name__) as pool:
+    with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
         futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
         try:
             for (f, r), fut in zip(todo, futures, strict=True):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
+from skewlens.cli.options import check_range
 from skewlens.console import report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.errors import SkewlensError
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from skewlens.analysis.api import AnalysisResult
 
 EXAMPLE = EXAMPLES_DIR / "train.py"
+#: The most ranks, training steps and straggler ms a demo runs (1e20 ranks went to torchrun, 1e20 steps or
+#: 1e308 ms never ended).
+MAX_NPROC = 64
+MAX_STEPS = 10_000
+MAX_STRAGGLER_MS = 60_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workload", default="train", help=f"bundled example to run (default train): {', '.join(WORKLOADS)}"
     )
-    p.add_argument("--nproc", type=int, default=None, help="ranks (default: the workload's, 4 for train)")
-    p.add_argument("--steps", type=int, default=8, help="training steps of the example (default 8)")
+    p.add_argument(
+        "--nproc", type=int, default=None, help="ranks (2 to 64; default: the workload's, 4 for train)"
+    )
+    p.add_argument(
+        "--steps", type=int, default=8, help="training steps of the example (1 to 10,000; default 8)"
+    )
     p.add_argument(
         "--straggler-rank",
         type=int,
@@ -91,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         "--straggler-ms",
         type=float,
         default=40.0,
-        help="extra compute the straggler does at the start of each step, ms (default 40)",
+        help="extra compute the straggler does at the start of each step, ms (0 to 60,000; default 40)",
     )
     return p
 
@@ -162,6 +172,9 @@ def main(argv: list[str]) -> int:
         straggler = min(straggler, nproc - 1)
     if not example.is_file():
         raise SkewlensError(f"bundled example not found at {example} (the installed package is incomplete)")
+    check_range("--nproc", nproc, 2, MAX_NPROC, "gloo ranks on this machine")
+    check_range("--steps", args.steps, 1, MAX_STEPS)
+    check_range("--straggler-ms", args.straggler_ms, 0.0, MAX_STRAGGLER_MS, "a minute of extra compute")
     if nproc < 2 or not 0 <= straggler < nproc:
         raise SkewlensError("--nproc must be >= 2 and --straggler-rank one of its ranks")
     out = Path(args.out)

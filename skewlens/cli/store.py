@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from skewlens.cli.options import check_range
 from skewlens.console import report_console
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.manifest import MAX_WORLD_SIZE
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
 
@@ -142,8 +144,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
                 f"{given[0]}: an option of --format astra-sim, which this export (--format {args.format}) "
                 "does not use; add --format astra-sim, or leave it out"
             )
-    if args.workers is not None and args.workers < 1:
-        raise SkewlensError(f"--workers: expected >= 1, got {args.workers}")
+    check_range("--workers", args.workers, 1, MAX_WORLD_SIZE, "one process per rank file at most")
     if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
         raise SkewlensError(f"--bandwidth: expected GB/s > 0, got {args.bandwidth}")
     if not (math.isfinite(args.latency) and args.latency >= 0):
