@@ -206,3 +206,47 @@ def test_profile_ends_its_summary_with_the_warnings_check_gives_of_a_partial_or_
     ]
     # the same words as skewlens check's
     assert [f"skewlens profile: warning: {i.message}" for i in validate_run(out).warnings] == warnings
+
+
+@pytest.mark.parametrize("command", ["analyze", "export"])
+def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    # SIGTERM killed them where they stood: exit 143, no message, a '.out.*.tmp' staging directory with
+    # the finished outputs beside OUT (and export's worker semaphores leaked)
+    import os
+    import signal
+
+    import skewlens.cli.analyze as analyze_cli
+    import skewlens.profiler.store.parquet as parquet
+    from skewlens.cli import main
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=1_000 * (r + 1))
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 10, dur_ns=500)
+    run = b.write(tmp_path / "run")
+    out = tmp_path / "out"
+
+    def terminated(*_args: object) -> None:  # the signal, mid-way through writing the outputs
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # it would kill the test process
+            raise AssertionError("SIGTERM is not an interrupt here")
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt")
+
+    if command == "analyze":  # its tables are written into the staging directory by then
+        monkeypatch.setattr(analyze_cli, "breakdown_bars", terminated)
+        argv = ["analyze", str(run), "--out", str(out), "--no-blame"]
+    else:  # rank 0 exported, rank 1 not
+        export_rank = parquet._export_rank
+        monkeypatch.setattr(
+            parquet, "_export_rank", lambda f, r, *a: terminated() if r == 1 else export_rank(f, r, *a)
+        )
+        argv = ["export", str(run), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1:] == [f"skewlens {command}: interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was

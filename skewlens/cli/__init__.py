@@ -2,15 +2,19 @@
 
 Each subcommand is ``module:function`` taking the remaining arguments and returning an exit code;
 modules are imported lazily so ``skewlens check`` never imports torch. A :class:`SkewlensError` that
-reaches this edge is printed as one line and gives exit code 2.
+reaches this edge is printed as one line and gives exit code 2; Ctrl-C, and SIGTERM as Ctrl-C
+(:func:`sigterm_as_interrupt`), one line and exit code 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.threads import tune_malloc
@@ -57,6 +61,26 @@ def _resolve(target: str) -> Callable[[list[str]], int]:
     return getattr(importlib.import_module(module), func)
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a batch system's end of job) interrupts as Ctrl-C does: a subcommand
+    cleans up as for Ctrl-C (its worker processes stopped, its staging directory removed, a real replay's
+    ``run/`` and ``real/`` not left half-written) instead of dying where it stands (``analyze`` and
+    ``export`` left ``.OUT.*.tmp`` directories and, export, leaked semaphores). Only on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -75,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tune_malloc()
     try:
-        return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
+        with sigterm_as_interrupt():
+            return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
     except SkewlensError as e:
         print(f"skewlens {name}: error: {e}", file=sys.stderr)
         return 2

@@ -129,9 +129,24 @@ def prepare_out(out: Path) -> None:
     (out / DEMO_MARKER).write_text("created by skewlens demo; replaced by the next demo with this --out\n")
 
 
+#: How long an interrupted demo waits for the ``skewlens`` it runs to clean up and end.
+STOP_GRACE_S = 30.0
+
+
 def _skewlens(*args: str) -> int:
-    """Run ``skewlens ARGS...`` as a user would (its own process, output to this terminal)."""
-    return subprocess.run([sys.executable, "-m", "skewlens", *args], check=False).returncode
+    """Run ``skewlens ARGS...`` as a user would (its own process, output to this terminal). Interrupted
+    (Ctrl-C, or SIGTERM to the demo alone), it passes SIGTERM on and waits for it to clean up (a
+    ``subprocess.run`` killed it, leaving its staging directory) before SIGKILL."""
+    with subprocess.Popen([sys.executable, "-m", "skewlens", *args]) as proc:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
 
 
 def _ms(ns: float) -> str:

@@ -16,12 +16,10 @@ import contextlib
 import dataclasses
 import re
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -561,32 +559,9 @@ def check_arguments(args: Sequence[str]) -> None:
         raise ConfigError(f"{arg}: replay takes key=value overrides (quote one that holds spaces)")
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``timeout``, ``kill``, a batch system's end of job) interrupts as Ctrl-C does: the replay
-    cleans up as for Ctrl-C (the workers stopped, the staging directory removed, a real replay's ``run/`` and
-    ``real/`` not left half-written) instead of the process dying where it stands. Only on the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``)."""
-    with sigterm_as_interrupt():
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
+    """Entry point: Hydra parses ``argv`` (``key=value`` overrides, ``-m`` for sweeps, ``--help``). SIGTERM
+    interrupts it as Ctrl-C does (``skewlens.cli.sigterm_as_interrupt``, as every subcommand)."""
     register_configs()
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a == "-V" or (a.startswith("--") and _hydra_flag(a) == ("", "--version")) for a in args):
