@@ -250,3 +250,54 @@ def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_dire
     assert capsys.readouterr().err.strip().splitlines()[-1:] == [f"skewlens {command}: interrupted"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
+
+
+def test_a_second_sigterm_a_moment_later_is_the_same_stop_and_one_later_still_ends_the_process(
+    tmp_path: Path,
+) -> None:
+    # taken as Ctrl-C, SIGTERM no longer ended a command stuck where the interrupt cannot reach (a FIFO
+    # opened on a worker thread): timeout's SIGTERM left it running for ever
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script = (
+        "import concurrent.futures, sys\n"
+        "from skewlens.cli import sigterm_as_interrupt\n"
+        "with sigterm_as_interrupt():\n"
+        "    pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+        "    stuck = pool.submit(open, sys.argv[1], 'rb')\n"
+        "    print('ready', flush=True)\n"
+        "    try:\n"
+        "        stuck.result()\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n"
+        "        pool.shutdown()\n"
+    )
+    log = tmp_path / "log"
+
+    def said(text: str) -> bool:
+        deadline = time.monotonic() + 10
+        while text not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return text in log.read_text()
+
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script, str(fifo)], stdout=out)
+    try:
+        assert said("ready")
+        proc.send_signal(signal.SIGTERM)
+        assert said("interrupted")
+        proc.send_signal(signal.SIGTERM)  # coreutils timeout's second, to its process group
+        time.sleep(0.5)
+        assert proc.poll() is None
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()

@@ -14,6 +14,7 @@ import importlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from skewlens.profiler.errors import SkewlensError
@@ -61,18 +62,33 @@ def _resolve(target: str) -> Callable[[list[str]], int]:
     return getattr(importlib.import_module(module), func)
 
 
+#: A second SIGTERM within this long of the first is the same stop (as ``skewlens profile`` takes it).
+TERM_REPEAT_S = 2.0
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (``timeout``, ``kill``, a batch system's end of job) interrupts as Ctrl-C does: a subcommand
     cleans up as for Ctrl-C (its worker processes stopped, its staging directory removed, a real replay's
     ``run/`` and ``real/`` not left half-written) instead of dying where it stands (``analyze`` and
-    ``export`` left ``.OUT.*.tmp`` directories and, export, leaked semaphores). Only on the main thread."""
+    ``export`` left ``.OUT.*.tmp`` directories and, export, leaked semaphores). A second SIGTERM within
+    :data:`TERM_REPEAT_S` is the same stop (coreutils ``timeout`` signals its command, then its process
+    group); a later one ends the process as SIGTERM did before (a command stuck where an interrupt cannot
+    reach it, as in a blocking read on another thread, still ends). Only on the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    first: list[float] = []
 
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+    def interrupt(signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if not first:
+            first.append(now)
+            raise KeyboardInterrupt
+        if now - first[0] < TERM_REPEAT_S:
+            return
+        signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        signal.raise_signal(signum)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
