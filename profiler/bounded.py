@@ -7,14 +7,47 @@ nesting, and raise the caller's error class with a one-line message naming the f
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
+import stat
 import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from skewlens.profiler.errors import SkewlensError
+
+
+class NotRegularFileError(OSError):
+    """What :func:`open_regular` refuses: a FIFO, a device, a socket or a directory in place of a file."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, unbuffered, if it is a regular file; else a :class:`NotRegularFileError`
+    saying what it is. Opened without blocking and checked on the open file: a FIFO's open blocked until a
+    writer came (``skewlens check`` hung, deaf to the first Ctrl-C), and a check before the open could be
+    raced."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"{_kind(mode)}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return open(fd, "rb", buffering=0)  # noqa: PTH123 (a descriptor, not a path)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read_upto(fh: BinaryIO, limit: int) -> bytes:
@@ -42,7 +75,7 @@ def read_bytes_bounded(
     """The file's bytes, gunzipped if it is gzip-compressed; at most ``max_bytes``, and where ``gzip_ratio``
     is given, a gzipped file at most ``max(gzip_ratio × its size, gzip_floor)`` (a decompression bomb)."""
     try:
-        with path.open("rb", buffering=0) as fh:
+        with open_regular(path) as fh:
             fd = fh.fileno()
             if os.pread(fd, 2, 0) == b"\x1f\x8b":
                 packed = os.fstat(fd).st_size
@@ -64,6 +97,8 @@ def read_bytes_bounded(
                     data += _read_upto(fh, max_bytes + 1 - len(data))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
+    except NotRegularFileError as e:
+        raise error(f"{path}: {e.strerror}: cannot read {what}") from None
     except (OSError, EOFError, zlib.error) as e:  # zlib's: a corrupt deflate stream inside the gzip
         raise error(f"{path}: cannot read {what}: {e}") from None
     if len(data) > max_bytes:

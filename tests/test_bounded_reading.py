@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,7 @@ def test_a_file_that_grew_after_its_size_was_taken_is_read_on_still_bounded(
 
     class _Stale:
         st_size = 10  # the size seen before the file grew
+        st_mode = stat.S_IFREG | 0o644
 
     monkeypatch.setattr(bounded.os, "fstat", lambda fd: _Stale() if fd > 2 else real_fstat(fd))
     assert read_bytes_bounded(f, 10_000) == body

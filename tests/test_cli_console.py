@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -301,3 +304,79 @@ def test_a_second_sigterm_a_moment_later_is_the_same_stop_and_one_later_still_en
     finally:
         proc.kill()
         proc.wait()
+
+
+#: How long the FIFOs' writer waits before it first opens them (the tests' own bound on a hang).
+UNBLOCK_S = 10.0
+
+
+def _unblock_later(fifo: Path) -> None:
+    """From :data:`UNBLOCK_S` on, opens ``fifo`` for writing whenever a reader waits, and closes it: a reader
+    stuck in its open (the bug) then reads an empty file and fails its test instead of hanging it."""
+    import threading
+    import time
+
+    def writer() -> None:
+        time.sleep(UNBLOCK_S)
+        for _ in range(600):
+            with contextlib.suppress(OSError):  # ENXIO: no reader now
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            time.sleep(0.1)
+
+    threading.Thread(target=writer, daemon=True).start()
+
+
+def _big_run(tmp_path: Path) -> Path:
+    from skewlens.profiler.store.fast import MIN_NODES
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        for _ in range(MIN_NODES):  # enough nodes to be cached
+            rb.compute("aten::mm", dur_ns=1_000 * (r + 1))
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 10, dur_ns=500)
+    return b.write(tmp_path / "run")
+
+
+def test_a_fifo_in_place_of_a_trace_file_is_one_line_naming_it_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli import main
+
+    run = _big_run(tmp_path)
+    trace = run / "rank-1.et"
+    trace.unlink()
+    os.mkfifo(trace)
+    _unblock_later(trace)
+    t0 = time.monotonic()
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 2
+    assert time.monotonic() - t0 < UNBLOCK_S
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            f"skewlens analyze: error: {run}: not loaded, 1 problem(s): {trace}: a FIFO, not a regular file: "
+            f"cannot read trace file -- run `skewlens check {run}` for all; --lenient would leave out the "
+            "unreadable rank(s) 1 and use the rest"
+        )
+    ]
+
+
+def test_a_fifo_in_place_of_a_column_cache_file_is_no_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli import main
+    from skewlens.profiler.store import colcache
+
+    run = _big_run(tmp_path)
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 0
+    cache = colcache.cache_path(run / "rank-1.et")
+    cache.unlink()
+    os.mkfifo(cache)
+    _unblock_later(cache)
+    capsys.readouterr()
+    t0 = time.monotonic()
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert time.monotonic() - t0 < UNBLOCK_S  # not stuck until the FIFO's writer came
+    assert "wrote 8 files" in capsys.readouterr().out
+    assert cache.is_file()  # cached anew

@@ -30,6 +30,7 @@ import pyarrow as pa
 from pyarrow import ipc
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.bounded import open_regular
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.fast import INT_ATTRS, LIST_ATTRS, RawColumns
 
@@ -74,7 +75,7 @@ def fingerprint(trace: Path) -> bytes | None:
     first and last 64 KiB (which covers the whole of a file up to 128 KiB). None where the file cannot be
     read (the decoder then says why)."""
     try:
-        with trace.open("rb") as fh:
+        with open_regular(trace) as fh:  # a FIFO's open blocked (the decoder then says what it is)
             st = os.fstat(fh.fileno())
             crc = zlib.crc32(fh.read(_EDGE_BYTES))
             if st.st_size > _EDGE_BYTES:
@@ -90,6 +91,7 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
     is sound; else None."""
     path = cache_path(trace)
     try:
+        open_regular(path).close()  # a FIFO's open blocked in memory_map: no cache, as an absent one
         reader = ipc.open_file(pa.memory_map(str(path)))
         meta = reader.schema.metadata or {}
         if meta.get(_KEY) != key or reader.num_record_batches != 1:

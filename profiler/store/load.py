@@ -39,6 +39,7 @@ from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.atomic import export_marker
+from skewlens.profiler.bounded import open_regular
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import (
@@ -149,7 +150,7 @@ def _sniff(f: Path) -> str | None:
     name = f.name.lower()
     try:
         if name.endswith(_ARCHIVES):
-            with tarfile.open(f, "r:*") as tf:
+            with open_regular(f) as raw, tarfile.open(fileobj=raw, mode="r:*") as tf:
                 for count, member in enumerate(tf):
                     if count >= _SNIFF_ENTRIES:
                         return None
@@ -165,7 +166,7 @@ def _sniff(f: Path) -> str | None:
             return None
         if not name.endswith((".json", ".json.gz")):
             return None
-        with f.open("rb") as fh:
+        with open_regular(f) as fh:  # a FIFO's open blocked
             head = fh.read(_SNIFF_BYTES)
         if head[:2] == b"\x1f\x8b":
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
