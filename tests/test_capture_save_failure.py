@@ -124,3 +124,23 @@ def test_a_profile_whose_only_rank_could_not_save_gives_its_reason_instead_of_as
         f"skewlens profile: error: {shlex.join([sys.executable, '-c', script])}: no rank saved a trace "
         f"(rank 0: trace not saved: {run}/rank-0.et: Is a directory)\n"
     )
+
+
+def test_uninstalling_a_session_puts_back_the_sigterm_handler_it_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an in-process capture (the Python API, and the tests) left its handler in the process after it ended
+    import signal
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        s = CaptureSession(tmp_path / "run", level=Level.COLLECTIVES, window=WINDOW, auto_step=False)
+        s.install()
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the session's, while it runs
+        s.uninstall()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -234,8 +234,10 @@ def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_dire
     run = b.write(tmp_path / "run")
     out = tmp_path / "out"
 
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or what an in-process capture test left
+
     def terminated(*_args: object) -> None:  # the signal, mid-way through writing the outputs
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # it would kill the test process
+        if signal.getsignal(signal.SIGTERM) is before:  # it would kill the test process
             raise AssertionError("SIGTERM is not an interrupt here")
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt")
@@ -252,7 +254,7 @@ def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_dire
     assert main(argv) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1:] == [f"skewlens {command}: interrupted"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
+    assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
 
 
 def test_a_second_sigterm_a_moment_later_is_the_same_stop_and_one_later_still_ends_the_process(

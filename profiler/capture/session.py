@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,7 @@ class CaptureSession:
         self._main_thread = threading.get_native_id()
         self._hooks: Any = None
         self._opt_handles: list[Any] = []
+        self._on_term: Callable[[int, Any], None] | None = None  # the SIGTERM handler installed, if any
         self._opt_open: list[int] = []  # the optimizers whose step() is running, outermost first
         self._first_optimizer: int | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
@@ -197,6 +199,10 @@ class CaptureSession:
             handle.remove()
         self._opt_handles = []
         atexit.unregister(self._at_exit)
+        on_term, self._on_term = self._on_term, None
+        main = threading.current_thread() is threading.main_thread()
+        if on_term is not None and main and signal.getsignal(signal.SIGTERM) is on_term:  # still ours
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as _install_sigterm found it
 
     def _recording(self) -> bool:
         return self.action == Action.RECORD
@@ -743,6 +749,7 @@ class CaptureSession:
             os.kill(os.getpid(), signum)
 
         signal.signal(signal.SIGTERM, on_term)
+        self._on_term = on_term
 
     def _at_exit(self) -> None:
         if not self.saved and not self.steps:
