@@ -983,3 +983,42 @@ def test_a_sweep_point_beyond_the_simulators_clock_fails_alone_and_the_sweep_is_
     ]
     assert rc == 2
     assert pq.read_table(out / "sweep.parquet").num_rows > 0
+
+
+@pytest.mark.parametrize("flag", [["--config-dir", "{cfg}"], ["-cd", "{cfg}"], ["--config-dir={cfg}"]])
+def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    # skewlens's own check knew hydra.searchpath only: 'topology=good: no such entry'
+    cfg = tmp_path / "cfg"
+    (cfg / "topology").mkdir(parents=True)
+    (cfg / "topology" / "good.yaml").write_text(
+        (CONF_DIR / "topology" / "switch.yaml").read_text().replace("name: switch", "name: good")
+    )
+    out = tmp_path / "o"
+    args = [f.format(cfg=cfg) for f in flag]
+    rc = skewlens_main(["replay", *args, f"trace={run_dir}", f"out={out}", "progress=false", "topology=good"])
+    assert rc == 0, capsys.readouterr().err
+    assert OmegaConf.load(out / "config.yaml").topology.name == "good"
+    rc = skewlens_main(["replay", *args, f"trace={run_dir}", f"out={out}", "progress=false", "topology=bad"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            "skewlens replay: error: topology=bad: no such entry (one of dgx_h100_8x, fat_tree_oversub, "
+            "fully_connected, good, ring, switch, two_node_ib; or a YAML file's path)"
+        )
+    ]
+
+
+def test_a_config_dir_or_searchpath_that_does_not_exist_is_one_line_naming_it(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nope = tmp_path / "nope"
+    for args, error in (
+        (["--config-dir", str(nope)], f"--config-dir {nope}: no such directory"),
+        ([f"hydra.searchpath=[file://{nope}]"], f"hydra.searchpath: file://{nope}: no such directory"),
+    ):
+        rc = skewlens_main(["replay", *args, f"trace={run_dir}", f"out={tmp_path / 'o'}", "topology=switch"])
+        assert rc == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()

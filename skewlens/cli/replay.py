@@ -248,13 +248,53 @@ def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False
 CHECKED_GROUPS = ("slowdown", "scale")
 
 
+def user_conf_dirs(args: list[str]) -> list[Path] | None:
+    """The config directories ``args`` add to Hydra's search path: ``--config-dir`` / ``-cd`` and the
+    entries of ``hydra.searchpath`` (``file://`` or a plain path); None where one is a package's
+    (``pkg://``), whose entries are not listed here. One that is not a directory is a one-line
+    :class:`ConfigError` naming it (Hydra's was a dozen lines, or an argparse error about the next
+    override)."""
+    dirs: list[Path] = []
+    for i, arg in enumerate(args):
+        if _hydra_flag(arg) == ("-cd", "--config-dir"):
+            flag, eq, value = arg.partition("=")
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            where = f"{flag} {value}"
+            entries = [value]
+        elif arg.startswith("hydra.searchpath="):
+            value = arg.partition("=")[2].strip()
+            if value.startswith("[") and value.endswith("]"):
+                value = value[1:-1]
+            entries = [e.strip().strip("'\"") for e in value.split(",") if e.strip()]
+            where = ""
+        else:
+            continue
+        for entry in entries:
+            if entry.startswith("pkg://"):
+                return None
+            d = Path(entry.removeprefix("file://")).expanduser()
+            if not d.is_dir():
+                what = "not a directory" if d.exists() else "no such directory"
+                raise ConfigError(f"{where or f'hydra.searchpath: {entry}'}: {what}")
+            dirs.append(d)
+    return dirs
+
+
+def known_entries(group: str, dirs: list[Path]) -> set[str]:
+    """The entries of ``group``: skewlens's (``conf/<group>/``) and those of the user's config ``dirs``."""
+    return conf_entries(group).union(*({f.stem for f in (d / group).glob("*.yaml")} for d in dirs))
+
+
 def check_groups(args: list[str]) -> None:
     """Each ``slowdown=`` and ``scale=`` value of ``args`` (a sweep's comma list too) names an entry of its
-    group in ``conf/``, unless the user put config directories of their own on ``hydra.searchpath``."""
-    if any(a.startswith("hydra.searchpath=") for a in args):
+    group in ``conf/`` or in a config directory of the user's (``--config-dir``, ``hydra.searchpath``:
+    :func:`user_conf_dirs`; not checked where one is a package's)."""
+    dirs = user_conf_dirs(args)
+    if dirs is None:
         return
     for group in CHECKED_GROUPS:
-        known = conf_entries(group)
+        known = known_entries(group, dirs)
         for arg in args:
             key, eq, value = arg.partition("=")
             if key == group and eq and "(" not in value:
@@ -414,8 +454,9 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
     bundled entry has that name)."""
-    builtin = conf_entries("topology")
-    searched = any(a.startswith("hydra.searchpath=") for a in args)  # the user's own entries may be there
+    dirs = user_conf_dirs(args)
+    builtin = known_entries("topology", dirs or [])
+    searched = dirs is None  # entries of a package's config directory may be there
     out, found = [], False
     for arg in args:
         key, eq, value = arg.partition("=")
