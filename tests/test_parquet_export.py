@@ -7,6 +7,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -569,16 +570,24 @@ def test_the_nodes_table_carries_an_uneven_all_to_alls_splits_for_pyarrow_and_du
     assert "DELTA_BINARY_PACKED" in leaves["send_splits_bytes.list.element"]
 
 
-def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_ones_are_refused(
-    tmp_path: Path,
-) -> None:
-    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+def _node_record(**changes: Any) -> Any:
+    """One host node of rank 0 (node 7, ``aten::mm``, 5 ns) as the nodes table holds it, with ``changes``."""
+    from skewlens.profiler.store.schema import NodeRecord
 
     row = NodeRecord(
         rank=0, node_id=7, name="aten::mm", type="COMP", start_ns=0, dur_ns=5, stream=0, step=0,
         is_cpu_op=True, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
         send_splits_bytes=None, recv_splits_bytes=None, launch_ns=None, launched_in=None,
     )  # fmt: skip
+    return dataclasses.replace(row, **changes)
+
+
+def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_ones_are_refused(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+
+    row = _node_record()
     current = table_from_records(
         NodeRecord, [row, dataclasses.replace(row, send_splits_bytes=[1, 2])], "nodes"
     )
@@ -620,11 +629,7 @@ def test_a_file_of_a_newer_or_unnamed_version_or_missing_a_column_is_refused_and
 ) -> None:
     from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
 
-    row = NodeRecord(
-        rank=0, node_id=7, name="copy", type="COMP", start_ns=0, dur_ns=5, stream=9, step=0,
-        is_cpu_op=False, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
-        send_splits_bytes=None, recv_splits_bytes=None, launch_ns=2, launched_in=3,
-    )  # fmt: skip
+    row = _node_record(name="copy", stream=9, is_cpu_op=False, launch_ns=2, launched_in=3)
     current = table_from_records(NodeRecord, [row], "nodes")
     f = write_table(current, tmp_path / "current.parquet")
     picked = read_table(f, NodeRecord, columns=["node_id", "launch_ns", "launched_in"])  # version 8's own

@@ -549,9 +549,17 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
 def test_a_slowdown_of_a_rank_link_node_step_or_op_the_run_lacks_is_refused_naming_the_key(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
 ) -> None:
-    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
+    rc, said = _replay_said(run_dir, tmp_path / "o", capsys, overrides)
     assert rc == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert said == [f"skewlens replay: error: {error}"]
+
+
+def _replay_said(
+    run_dir: Path, out: Path, capsys: pytest.CaptureFixture[str], overrides: list[str]
+) -> tuple[int, list[str]]:
+    """``skewlens replay`` of ``run_dir`` into ``out`` with ``overrides``: exit code and stderr's lines."""
+    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false", *overrides])
+    return rc, capsys.readouterr().err.strip().splitlines()
 
 
 def test_a_slow_link_no_transfer_crosses_is_refused_and_one_a_send_crosses_slows_it(
@@ -960,8 +968,8 @@ def test_an_error_of_hydras_own_parser_names_the_program_skewlens_replay(
 def test_a_slowdown_beyond_the_simulators_clock_is_one_line_naming_the_key(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
 ) -> None:
-    rc = skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", *overrides])
-    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    rc, said = _replay_said(run_dir, tmp_path / "o", capsys, overrides)
+    assert said == [f"skewlens replay: error: {error}"]
     assert rc == 2
     assert not (tmp_path / "o").exists()
 
