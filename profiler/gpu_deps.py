@@ -402,9 +402,13 @@ def _current_stream_waits(
 ) -> None:
     """Each NCCL kernel (or comm node) not in ``named`` depends on the last node launched before its call
     on the stream current at that call (module docstring)."""
+    nccl = [g for g in nodes if g.comm or names_nccl_kernel(g.name)]
+    if not nccl:
+        return
+    waiting = {g.key for g in nccl}
     others: dict[tuple[int, int | None], list[GpuNode]] = defaultdict(list)
     for g in nodes:
-        if not (g.comm or names_nccl_kernel(g.name)):
+        if g.key not in waiting:
             others[(g.device, None)].append(g)
             if g.thread is not None:
                 others[(g.device, g.thread)].append(g)
@@ -415,8 +419,8 @@ def _current_stream_waits(
         i = bisect_left(at.get(key, ()), t) - 1
         return launched[key][i] if i >= 0 else None
 
-    for g in nodes:
-        if not (g.comm or names_nccl_kernel(g.name)) or g.key in named:
+    for g in nccl:
+        if g.key in named:
             continue
         t = g.issue_ns if g.comm else g.launch_ns
         if t is None:

@@ -40,8 +40,6 @@ from skewlens.replay.network.topology import Topology, TopologyError
 _EXCHANGES = frozenset(
     {CommType.ALL_REDUCE, CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK, CommType.ALL_GATHER}
 )
-#: The longest transfer the simulator's int64 nanosecond clock can hold with room to spare (about 146 years).
-MAX_MODEL_NS = MAX_SIM_NS
 
 
 def message_bytes(comm_type: CommType, comm_bytes: int, p: int) -> int:
@@ -296,7 +294,7 @@ class ModelTiming:
     def _ns(self, t: float, what: str) -> int:
         """``t`` rounded to ns, or a :class:`ConfigError` where it is beyond the simulator's clock (a
         bandwidth_gbps of 1e-300 crashed the simulator with an OverflowError traceback)."""
-        if not t <= MAX_MODEL_NS:  # NaN too
+        if not t <= MAX_SIM_NS:  # NaN too
             raise ConfigError(
                 f"topology {self.topology.name}: the network model times {what} at {t / 1e9:.3g} s, beyond "
                 f"{SIM_CLOCK}: its dims' bandwidth_gbps / latency_ns (or a "

@@ -35,7 +35,9 @@ members AS (
     FROM p2p p
     JOIN nodes n ON n.rank = p.dst_rank AND n.node_id = p.recv_node_id
 ),
--- Rooted collectives (the execution model's waits_for, docs/execution.md): a broadcast's or scatter's root
+-- Rooted collectives (the execution model's waits_for and root_member in skewlens.replay.execution, which
+-- this must match; tests/test_skew_sql.py holds it equal to analyze's table on broadcasts, scatters,
+-- gathers and reduces): a broadcast's or scatter's root
 -- is its nodes' src, a gather's their dst, as the lowest-ranked member recorded it; the instance's type is
 -- that member's too. A root that is no member is unknown (the instance is not rooted). A reduce keeps the
 -- last arrival for all, so it needs no root.

@@ -46,10 +46,10 @@ def combine_runs(
         raise CaptureError(f"--out {out}: exists and is not an empty directory (choose a new run directory)")
     given: dict[Path, Path] = {}
     for src in sources:
-        if (same := given.get(src.resolve())) is not None:
+        if (same := given.get(key := src.resolve())) is not None:
             twice = f"{src} is given twice" if same == src else f"{same} and {src} are one directory"
             raise CaptureError(f"{twice}: give each host's directory once")
-        given[src.resolve()] = src
+        given[key] = src
     where: dict[int, Path] = {}
     parts: dict[int, dict] = {}
     manifests: dict[Path, Manifest] = {}

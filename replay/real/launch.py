@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from skewlens.profiler.store.issues import rank_ranges
+from skewlens.profiler.store.issues import ranks_label
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.real.plan import PROGRESS_FILE, STARTUP_PHASES
 
@@ -155,12 +155,12 @@ def waiting_for(
         at = order.get(str(mine.get("phase", "start-up")), 0)
         silent = [r for r in everyone if r != me and r not in progress]
         if silent:
-            parts.append(f"{_ranks(silent)}, which never reported its start-up")
+            parts.append(f"{ranks_label(silent)}, which never reported its start-up")
         behind: dict[str, list[int]] = {}
         for r, d in sorted(progress.items()):
             if r != me and order.get(str(d.get("phase")), len(order)) < at:
                 behind.setdefault(str(d.get("phase")), []).append(r)
-        parts += [f"{_ranks(rs)}, which last reported {phase}" for phase, rs in behind.items()]
+        parts += [f"{ranks_label(rs)}, which last reported {phase}" for phase, rs in behind.items()]
     elif int(waited.get("seq", -1)) >= 0:
         group, seq = str(waited.get("group", "")), int(waited["seq"])
         members = [r for r in groups.get(group, everyone) if r != me]
@@ -168,7 +168,7 @@ def waiting_for(
         if not late:  # all had issued it: the members that did not time out on it too (stopped, or hung)
             quiet = [r for r in members if r not in reported]
             if quiet:
-                parts.append(f"{_ranks(quiet)}, which had issued it too and reported no error")
+                parts.append(f"{ranks_label(quiet)}, which had issued it too and reported no error")
         for r in late[:SHOWN_WAITED]:
             rp = progress.get(r)
             if rp is None:
@@ -196,10 +196,6 @@ def waiting_for(
 
 #: Ranks a stuck collective's message names one by one.
 SHOWN_WAITED = 4
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
 def _rendezvous_timed_out(log: Path) -> bool:
