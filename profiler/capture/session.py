@@ -493,6 +493,18 @@ class CaptureSession:
         finally:
             self._saving = False
 
+    def _part_header(self) -> dict[str, Any]:
+        """What every part file of this rank says first: who wrote it, where, and how it captured."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            # torchrun's ranks per host: fewer than the world, the job spans hosts
+            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
+            "host": socket.gethostname(),
+            "level": self.level.value,
+            "window": asdict(self.window),
+        }
+
     def _not_saved(self, e: OSError | SkewlensError) -> None:
         """Record a failed save: no trace left, the reason in a part file (if that can be written)."""
         import sys
@@ -502,15 +514,7 @@ class CaptureSession:
         if self._trace_written:  # the part file failed after it: the trace alone is left out of the run
             trace.unlink(missing_ok=True)
         print(f"skewlens: rank {rank}: trace not saved: {why}", file=sys.stderr)
-        part = {
-            "rank": rank,
-            "world_size": self.world_size,
-            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
-            "host": socket.gethostname(),
-            "level": self.level.value,
-            "window": asdict(self.window),
-            "not_saved": why,
-        }
+        part = {**self._part_header(), "not_saved": why}
         try:
             _write_json_atomic(part_file(self.run_dir, rank), part)
         except (OSError, SkewlensError) as err:
@@ -595,15 +599,9 @@ class CaptureSession:
 
         backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else ""
         part = {
-            "rank": rank,
-            "world_size": world,
-            # torchrun's ranks per host: fewer than the world, the job spans hosts
-            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-            "host": socket.gethostname(),
+            **self._part_header(),
             "device": device,
             "backend": str(backend),
-            "level": self.level.value,
-            "window": asdict(self.window),
             "clock_offset_ns": off,
             "process_groups": [asdict(g) for g in groups],
             "steps": [
