@@ -233,3 +233,9 @@ def dtype_bytes(dtype: str) -> int:
     """Element size of a dtype named any of the ways :data:`DTYPE_BYTES` knows (case-insensitive), 0 if
     unknown."""
     return DTYPE_BYTES.get(dtype.strip().lower(), 0)
+
+
+#: File names of the JSON traces torch writes (Kineto, host execution traces), compressed or not, and of
+#: the archives that hold them: what ``skewlens import`` reads, and what the loader takes for such traces.
+TRACE_SUFFIXES = (".json", ".json.gz")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")

@@ -24,6 +24,7 @@ from typing import Any
 
 from skewlens.profiler.bounded import read_bytes_bounded, read_json_bounded
 from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.vocab import ARCHIVE_SUFFIXES, TRACE_SUFFIXES
 
 #: Largest (decompressed) JSON trace accepted. Real per-rank Kineto traces of long windows reach a few GB;
 #: converting one takes ~3x its text size in memory (a parsed host trace ~10x), so 2 GiB is a sane ceiling.
@@ -35,19 +36,17 @@ MAX_ARCHIVE_BYTES = 16 * 1024**3
 #: Most trace files collected from one directory.
 MAX_DIR_FILES = 100_000
 
-_TRACE_SUFFIXES = (".json", ".json.gz")
-_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _CHUNK = 1 << 20
 
 
 def is_trace_name(name: str) -> bool:
     """True for ``*.json`` / ``*.json.gz`` file names (hidden and AppleDouble ``._*`` files excluded)."""
     base = name.rsplit("/", 1)[-1]
-    return base.endswith(_TRACE_SUFFIXES) and not base.startswith(".")
+    return base.endswith(TRACE_SUFFIXES) and not base.startswith(".")
 
 
 def _is_archive(path: Path) -> bool:
-    return path.name.endswith(_ARCHIVE_SUFFIXES)
+    return path.name.endswith(ARCHIVE_SUFFIXES)
 
 
 def _safe_member_path(archive: Path, name: str) -> PurePosixPath:

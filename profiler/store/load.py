@@ -79,7 +79,14 @@ from skewlens.profiler.store.model import (
     group_members,
 )
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
-from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+from skewlens.profiler.vocab import (
+    ARCHIVE_SUFFIXES,
+    PG_INIT_NODE_NAME,
+    TRACE_SUFFIXES,
+    Attr,
+    CommType,
+    NodeType,
+)
 from skewlens.progress import NO_PROGRESS, Progress
 
 #: Name given to the world-wide group assumed for collectives that name no group.
@@ -138,7 +145,6 @@ def _refuse_parquet_export(p: Path) -> None:
 _SNIFF_BYTES = 1 << 16
 #: Most entries of a directory (and members of an archive) looked at for Kineto traces.
 _SNIFF_ENTRIES = 1000
-_ARCHIVES = (".tar.gz", ".tgz", ".tar")
 _IMPORT = "skewlens import --kineto"
 
 
@@ -149,30 +155,35 @@ def _sniff(f: Path) -> str | None:
     Reads no more than a few KB (an archive: up to its first trace member); unreadable files are None."""
     name = f.name.lower()
     try:
-        if name.endswith(_ARCHIVES):
+        if name.endswith(ARCHIVE_SUFFIXES):
             with open_regular(f) as raw, tarfile.open(fileobj=raw, mode="r:*") as tf:
                 for count, member in enumerate(tf):
                     if count >= _SNIFF_ENTRIES:
                         return None
-                    if member.isreg() and member.name.lower().endswith((".json", ".json.gz")):
+                    if member.isreg() and member.name.lower().endswith(TRACE_SUFFIXES):
                         src = tf.extractfile(member)
                         if src is None:
                             return None
                         with src:
                             head = src.read(_SNIFF_BYTES)
                         if member.name.lower().endswith(".gz"):
-                            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+                            head = _gunzip_head(head)
                         return _sniff_text(member.name.lower(), head)
             return None
-        if not name.endswith((".json", ".json.gz")):
+        if not name.endswith(TRACE_SUFFIXES):
             return None
         with open_regular(f) as fh:  # a FIFO's open blocked
             head = fh.read(_SNIFF_BYTES)
         if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+            head = _gunzip_head(head)
     except (OSError, EOFError, tarfile.TarError, zlib.error):
         return None
     return _sniff_text(name, head)
+
+
+def _gunzip_head(head: bytes) -> bytes:
+    """The first :data:`_SNIFF_BYTES` of the gzip stream that ``head`` begins (it may be cut short)."""
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
 
 
 def _sniff_text(name: str, head: bytes) -> str | None:
@@ -189,7 +200,11 @@ def _import_hint(p: Path) -> str | None:
     if p.is_file():
         kind = _sniff(p)
         if kind == "kineto":
-            what = "an archive of Kineto traces" if p.name.lower().endswith(_ARCHIVES) else "a Kineto trace"
+            what = (
+                "an archive of Kineto traces"
+                if p.name.lower().endswith(ARCHIVE_SUFFIXES)
+                else "a Kineto trace"
+            )
             return f"{what} (torch.profiler JSON), not a run: import it first: {_IMPORT} {p} --out RUN"
         if kind == "host_et":
             return (
