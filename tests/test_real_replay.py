@@ -1131,6 +1131,47 @@ def test_a_stuck_collective_names_the_members_that_had_not_issued_it_and_their_l
     )
 
 
+def test_a_stuck_broadcast_names_its_late_root_alone_as_the_execution_model_waits_for_it() -> None:
+    # a member of a broadcast waits for the root alone (execution.waits_for), but the message named every
+    # member that had not issued it: here rank 1 too, which rank 0's broadcast never waited for
+    from skewlens.replay.real.launch import waiting_for
+
+    groups = {"": range(4)}
+    progress = {r: {"phase": "replay", "issued": {"": seq}} for r, seq in ((0, 7), (1, 6), (2, 6), (3, 7))}
+
+    def waited(kind: CommType, root: int, me: int = 0) -> str:
+        error = {
+            "rank": me,
+            "waited": {"group": "", "seq": 7, "peer": -1, "comm_type": int(kind), "root": root},
+        }
+        return waiting_for(error, progress, groups)
+
+    assert (
+        waited(CommType.BROADCAST, 2)
+        == "; waiting for rank 2, which had issued no op (as they last reported)"
+    )
+    assert waited(CommType.SCATTER, 2).startswith("; waiting for rank 2, which")
+    assert waited(CommType.GATHER, 2).startswith("; waiting for rank 2, which")
+    # the root of a gather waits for every member, a reduce's members for the last arrival: both late ones
+    both = (
+        "; waiting for rank 1, which had issued no op; rank 2, which had issued no op (as they last reported)"
+    )
+    assert waited(CommType.GATHER, 3, me=3) == both
+    assert waited(CommType.REDUCE, 2) == both
+    assert waited(CommType.ALL_REDUCE, -1) == both
+    # a broadcast whose root had issued it: the late members are named, as before
+    progress[2]["issued"] = {"": 7}
+    assert (
+        waited(CommType.BROADCAST, 2)
+        == "; waiting for rank 1, which had issued no op (as they last reported)"
+    )
+    # a root the trace names none of: the group's first rank, as the plan takes it
+    progress[0]["issued"] = {"": 6}
+    assert waited(CommType.BROADCAST, -1, me=3) == (
+        "; waiting for rank 0, which had issued no op (as they last reported)"
+    )
+
+
 def test_a_rendezvous_timeout_is_one_line_naming_the_cause_and_torchruns_join_timeout(tmp_path: Path) -> None:
     # a host whose peers never started waited torchrun's 600 s, then ended with traceback fragments
     script = (

@@ -24,7 +24,9 @@ from typing import Any
 import psutil
 
 from skewlens.profiler.store.issues import ranks_label
+from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
+from skewlens.replay.execution import waits_for
 from skewlens.replay.real.plan import PROGRESS_FILE, STARTUP_PHASES
 
 WORKER_MODULE = "skewlens.replay.real.worker"
@@ -165,6 +167,8 @@ def waiting_for(
         group, seq = str(waited.get("group", "")), int(waited["seq"])
         members = [r for r in groups.get(group, everyone) if r != me]
         late = [r for r in members if int(progress.get(r, {}).get("issued", {}).get(group, -1)) < seq]
+        if (root := _awaited_member(waited, groups.get(group, everyone), me)) in late:
+            late = [root]  # a broadcast's, scatter's or gather's member waits for its root alone
         if not late:  # all had issued it: the members that did not time out on it too (stopped, or hung)
             quiet = [r for r in members if r not in reported]
             if quiet:
@@ -192,6 +196,24 @@ def waiting_for(
     if not parts:
         return ""
     return f"; waiting for {'; '.join(parts)} (as they last reported)"
+
+
+def _awaited_member(waited: Mapping[str, Any], members: Sequence[int], me: int) -> int:
+    """The member whose arrival rank ``me`` of a stuck collective (``waited``'s ``comm_type`` and ``root``)
+    waits for by the execution model's rule (:func:`skewlens.replay.execution.waits_for`): a non-root
+    member of a broadcast, scatter or gather waits for the root; -1 for every other case (the last
+    arrival, or no one)."""
+    try:
+        kind, root = CommType(int(waited.get("comm_type", -1))), int(waited.get("root", -1))
+    except ValueError:  # not a collective's type (-1), or a file from another version
+        return -1
+    if me not in members:
+        return -1
+    root = members[0] if root < 0 and members else root  # the plan's convention: the group's first rank
+    if root not in members:
+        return -1
+    k = waits_for(kind, list(members).index(root), len(members))[list(members).index(me)]
+    return members[k] if k >= 0 and members[k] != me else -1
 
 
 #: Ranks a stuck collective's message names one by one.

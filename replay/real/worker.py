@@ -70,6 +70,13 @@ EXIT_ORPHANED = 4
 DEVICE_WAIT = -2
 
 
+def _waited(op: ReplayOp | None) -> dict[str, Any]:
+    """What a rank stuck in ``op`` waited for, for the parent's message (``launch.waiting_for``)."""
+    if op is None:
+        return {}
+    return {"group": op.pg_name, "seq": op.seq, "peer": op.peer, "comm_type": op.comm_type, "root": op.root}
+
+
 class Watchdog:
     """Aborts the worker when an op (or the start-up phase) exceeds its time limit, or when orphaned."""
 
@@ -152,7 +159,7 @@ class Watchdog:
                     "timeout",
                     f"{stuck.desc} did not complete within {self.timeout_ns / 1e9:g} s (real.timeout_s)",
                     stuck.issued_ns,
-                    {"group": op.pg_name, "seq": op.seq, "peer": op.peer} if op is not None else {},
+                    _waited(op),
                 )
             if deadline >= 0 and now > deadline:
                 self.abort(
