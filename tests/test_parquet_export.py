@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis.api import SKEW_FILE
+from skewlens.analysis.sql import collective_skew_sql
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main
 from skewlens.profiler import chakra_schema as pb
@@ -33,12 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "parquet.md"
 
 
-def _run(tmp_path: Path) -> Path:
+def _run(tmp_path: Path, rank1_slower_ns: int = 0) -> Path:
     b = RunBuilder(3)
     for r in range(3):
         rb = b.rank(r).step(0)
         for i in range(6):
-            rb.compute("aten::mm" if i % 2 else "aten::add", 10_000 * (r + 1) + 1_000 * i)
+            extra_ns = rank1_slower_ns if r == 1 else 0
+            rb.compute("aten::mm" if i % 2 else "aten::add", 10_000 * (r + 1) + 1_000 * i + extra_ns)
             rb.collective(CommType.ALL_REDUCE if i % 3 else CommType.ALL_GATHER, 4096, 2_000)
         if r == 0:
             rb.send(1, 512, 100, tag=9)
@@ -253,6 +255,10 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
 
 def _doc_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def _doc_python() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
 def test_documented_longest_waits_query_gives_the_waits_analyze_writes_members_that_returned_early_included(
@@ -701,3 +707,64 @@ def test_an_export_is_readable_as_an_ordinary_directory_is_not_private_to_its_wr
     assert out.stat().st_mode & 0o777 == ordinary.stat().st_mode & 0o777
     for p in out.rglob("*"):
         assert p.stat().st_mode & 0o444 == ordinary.stat().st_mode & 0o444, p
+
+
+def _skew_rows(
+    con: duckdb.DuckDBPyConnection, nodes: str, collectives: str, p2p: str
+) -> list[tuple[Any, ...]]:
+    con.execute(
+        f"CREATE OR REPLACE VIEW nodes AS SELECT * FROM read_parquet('{nodes}', hive_partitioning = true)"
+    )
+    con.execute(f"CREATE OR REPLACE VIEW collectives AS SELECT * FROM read_parquet('{collectives}')")
+    con.execute(f"CREATE OR REPLACE VIEW p2p AS SELECT * FROM read_parquet('{p2p}')")
+    return con.sql(collective_skew_sql()).fetchall()
+
+
+def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_of_exports_mixes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = {"a": _run(tmp_path / "a"), "b": _run(tmp_path / "b", rank1_slower_ns=25_000)}
+    for name, run_dir in runs.items():
+        export_run(run_dir, tmp_path / "FLEET" / f"run={name}", workers=1)
+    monkeypatch.chdir(tmp_path)
+    (query,) = [q for q in _doc_queries() if "FLEET/" in q]
+    want = []
+    for name, run_dir in runs.items():
+        run = load_run(run_dir)
+        want += [(name, r, len(rt), int(rt.dur_ns.sum())) for r, rt in sorted(run.ranks.items())]
+    assert duckdb.sql(query).fetchall() == want
+    # each run alone, and a union of the two exports read as one
+    con = duckdb.connect()
+    alone = {
+        name: _skew_rows(
+            con,
+            f"FLEET/run={name}/nodes/*/*.parquet",
+            *(f"FLEET/run={name}/{t}.parquet" for t in ("collectives", "p2p")),
+        )
+        for name in runs
+    }
+    union = _skew_rows(con, "FLEET/*/nodes/*/*.parquet", "FLEET/*/collectives.parquet", "FLEET/*/p2p.parquet")
+    assert alone["a"] != alone["b"] and len(alone["a"]) == len(alone["b"]) > 0
+    assert set(union) - set(alone["a"]) - set(alone["b"])  # rows of neither run: the union mixed them
+    (loop,) = [c for c in _doc_python() if "FLEET" in c]
+    scope: dict[str, Any] = {}
+    exec(loop, scope)  # the docs' snippet, verbatim
+    assert scope["skew"] == [(name, *row) for name in runs for row in alone[name]]
+
+
+def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_file(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in range(2):
+        b.rank(r).step(0).compute("aten::mm", 1_000 * (r + 1))
+    quiet = tmp_path / "quiet"
+    export_run(b.write(tmp_path / "no_comm"), quiet, workers=1)
+    busy = tmp_path / "busy"
+    export_run(_run(tmp_path), busy, workers=1)
+    files = sorted(
+        p.relative_to(busy) for p in busy.rglob("*.parquet") if "rank=0" in str(p) or p.parent == busy
+    )
+    assert len(files) == 5
+    for f in files:
+        assert pq.read_schema(quiet / f).equals(pq.read_schema(busy / f), check_metadata=True), f
+    assert pq.read_metadata(quiet / "p2p.parquet").num_rows == 0
+    assert pq.read_metadata(quiet / "collectives.parquet").num_rows == 0
