@@ -37,7 +37,12 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.store.schema import table_from_columns, table_from_records, write_table
+from skewlens.profiler.store.schema import (
+    columns_markdown,
+    table_from_columns,
+    table_from_records,
+    write_table,
+)
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import clock_note
@@ -50,6 +55,16 @@ BLAME_FILE = "blame.parquet"
 BLAME_STEPS_FILE = "blame_steps.parquet"
 GPU_IDLE_FILE = "gpu_idle.parquet"
 GPU_KERNELS_FILE = "gpu_kernels.parquet"
+#: Each output file's record dataclass (its columns), in the order docs/parquet.md lists them.
+RECORD_OF: dict[str, type] = {
+    SKEW_FILE: CollectiveSkewRecord,
+    BREAKDOWN_FILE: StepBreakdownRecord,
+    GPU_IDLE_FILE: GpuIdleRecord,
+    GPU_KERNELS_FILE: GpuKernelRecord,
+    CRITICAL_PATH_FILE: CriticalPathRecord,
+    BLAME_FILE: BlameRecord,
+    BLAME_STEPS_FILE: BlameStepRecord,
+}
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -178,6 +193,13 @@ def skew_table(skew: SkewResult) -> pa.Table:
         else np.zeros(0, dtype=np.bool_),
     }
     return table_from_columns(CollectiveSkewRecord, cols, "collective_skew")
+
+
+def schema_markdown() -> str:
+    """The column tables of the analyses' files in docs/parquet.md, from their record dataclasses."""
+    return "\n".join(
+        columns_markdown(f"`{name}` (`skewlens analyze`)", cls) for name, cls in RECORD_OF.items()
+    )
 
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:

@@ -30,6 +30,7 @@ from skewlens.profiler.store.schema import (
     SCHEMA_VERSION,
     NodeRecord,
     arrow_schema,
+    columns_markdown,
     parquet_options,
     write_records,
 )
@@ -136,6 +137,21 @@ class SweepRecord:
     """Longest replayed step (of its slowest rank, the same measure), ns."""
     out_dir: str
     """The job's output directory."""
+
+
+#: Each output file's record dataclass (its columns), in the order docs/parquet.md lists them.
+RECORD_OF: dict[str, type] = {
+    TIMELINE_PARQUET: ReplayedNodeRecord,
+    SUMMARY_PARQUET: SummaryRecord,
+    SWEEP_PARQUET: SweepRecord,
+}
+
+
+def schema_markdown() -> str:
+    """The column tables of the replay's files in docs/parquet.md, from their record dataclasses."""
+    return "\n".join(
+        columns_markdown(f"`{name}` (`skewlens replay`)", cls) for name, cls in RECORD_OF.items()
+    )
 
 
 def distinct_overrides(overrides: Sequence[str]) -> list[str]:

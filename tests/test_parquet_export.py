@@ -17,18 +17,25 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
+from skewlens.analysis.api import RECORD_OF as ANALYSIS_RECORDS
 from skewlens.analysis.api import SKEW_FILE
+from skewlens.analysis.api import schema_markdown as analysis_markdown
 from skewlens.analysis.sql import collective_skew_sql
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.errors import SkewlensError, ValidationError
+from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import Severity
 from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
-from skewlens.profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, read_table
+from skewlens.profiler.store.schema import META_TABLE, META_VERSION, SCHEMA_VERSION, arrow_schema, read_table
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.outputs import RECORD_OF as REPLAY_RECORDS
+from skewlens.replay.outputs import SWEEP_PARQUET
+from skewlens.replay.outputs import schema_markdown as replay_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "parquet.md"
@@ -768,3 +775,23 @@ def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_fi
         assert pq.read_schema(quiet / f).equals(pq.read_schema(busy / f), check_metadata=True), f
     assert pq.read_metadata(quiet / "p2p.parquet").num_rows == 0
     assert pq.read_metadata(quiet / "collectives.parquet").num_rows == 0
+
+
+def test_the_docs_list_the_columns_of_every_file_analyze_and_replay_write_as_they_write_them(
+    tmp_path: Path,
+) -> None:
+    doc = DOC.read_text()
+    assert analysis_markdown() in doc and replay_markdown() in doc
+    write_gpu_run(GpuRunSpec(world_size=2, steps=2, layers=2, slow_ranks={1: 1.5}, seed=0), tmp_path / "k")
+    run = tmp_path / "run"
+    import_traces(sorted((tmp_path / "k").glob("*.json.gz")), None, run)
+    an, rp = tmp_path / "an", tmp_path / "rp"
+    assert skewlens_main(["analyze", str(run), "--out", str(an), "--no-pictures"]) == 0
+    assert skewlens_main(["replay", f"trace={run}", f"out={rp}", "progress=false"]) == 0
+    written = {p.name: p for d in (an, rp) for p in d.glob("*.parquet")}
+    records = {**ANALYSIS_RECORDS, **REPLAY_RECORDS}
+    assert set(written) == set(records) - {SWEEP_PARQUET}  # a GPU run: every analysis; no sweep here
+    for name, path in written.items():
+        schema = pq.read_schema(path)
+        assert schema.equals(arrow_schema(records[name])), name
+        assert schema.metadata[META_VERSION] == SCHEMA_VERSION.encode(), name

@@ -63,6 +63,7 @@ from skewlens.profiler.store.schema import (
     P2PRecord,
     RankRecord,
     arrow_schema,
+    columns_markdown,
     table_from_columns,
     write_table,
 )
@@ -492,28 +493,13 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
 
 def schema_markdown() -> str:
     """The column tables of docs/parquet.md, generated from the record dataclasses' field docstrings."""
-    from skewlens.profiler.store.schema import field_docs
-
-    parts = []
-    for table, cls in RECORD_OF.items():
-        where = f"`{table}/rank=<r>/{PART_FILE}`" if table in PARTITIONED else f"`{table}.parquet`"
-        parts.append(f"### `{table}` ({where})\n\n{' '.join((cls.__doc__ or '').split())}\n")
-        parts.append("| column | type | description |\n| --- | --- | --- |")
-        docs = field_docs(cls)
-        for f in arrow_schema(cls):
-            if pa.types.is_dictionary(f.type):
-                kind = "string (dictionary)"
-            elif pa.types.is_list(f.type):
-                kind = f"list<{f.type.value_type}>"
-            else:
-                kind = str(f.type)
-            if f.nullable:
-                kind += ", nullable"
-            note = (
-                " Partition key (from the directory name)."
-                if table in PARTITIONED and f.name == "rank"
-                else ""
-            )
-            parts.append(f"| `{f.name}` | {kind} | {docs.get(f.name, '')}{note} |")
-        parts.append("")
-    return "\n".join(parts)
+    return "\n".join(
+        columns_markdown(
+            f"`{table}` (`{table}/rank=<r>/{PART_FILE}`)"
+            if table in PARTITIONED
+            else f"`{table}` (`{table}.parquet`)",
+            cls,
+            partition_key="rank" if table in PARTITIONED else None,
+        )
+        for table, cls in RECORD_OF.items()
+    )

@@ -124,6 +124,28 @@ def arrow_schema(cls: type) -> pa.Schema:
     return pa.schema(fields)
 
 
+def columns_markdown(heading: str, cls: type, *, partition_key: str | None = None) -> str:
+    """A table's section of the docs' column lists, from its record dataclass: a ``###`` heading, the class
+    docstring, and a row per column (name, type, field docstring); ``partition_key`` is noted as read from
+    the directory name."""
+    parts = [f"### {heading}\n\n{' '.join((cls.__doc__ or '').split())}\n"]
+    parts.append("| column | type | description |\n| --- | --- | --- |")
+    docs = field_docs(cls)
+    for f in arrow_schema(cls):
+        if pa.types.is_dictionary(f.type):
+            kind = "string (dictionary)"
+        elif pa.types.is_list(f.type):
+            kind = f"list<{f.type.value_type}>"
+        else:
+            kind = str(f.type)
+        if f.nullable:
+            kind += ", nullable"
+        note = " Partition key (from the directory name)." if f.name == partition_key else ""
+        parts.append(f"| `{f.name}` | {kind} | {docs.get(f.name, '')}{note} |")
+    parts.append("")
+    return "\n".join(parts)
+
+
 def table_from_columns(cls: type, columns: Mapping[str, Any], table: str) -> pa.Table:
     """Build a table from column arrays/lists (names and types per ``cls``)."""
     schema = arrow_schema(cls)
