@@ -795,3 +795,17 @@ def test_the_docs_list_the_columns_of_every_file_analyze_and_replay_write_as_the
         schema = pq.read_schema(path)
         assert schema.equals(arrow_schema(records[name])), name
         assert schema.metadata[META_VERSION] == SCHEMA_VERSION.encode(), name
+    export_run(run, tmp_path / "pq", workers=1)
+    for path in [*written.values(), *(tmp_path / "pq").rglob("*.parquet")]:
+        assert _parquet_types(path) <= SPARK_READS, path
+
+
+#: The Parquet (physical, logical) types of skewlens' columns, all of which Spark reads without a setting:
+#: INT64 (bigint), BYTE_ARRAY STRING (string), BOOLEAN (boolean).
+SPARK_READS = {("INT64", "None"), ("BYTE_ARRAY", "String"), ("BOOLEAN", "None")}
+
+
+def _parquet_types(path: Path) -> set[tuple[str, str]]:
+    """The (physical type, logical type) of every leaf column of a file (a list's values included)."""
+    schema = pq.ParquetFile(path).schema
+    return {(c.physical_type, str(c.logical_type)) for c in (schema.column(i) for i in range(len(schema)))}
