@@ -29,7 +29,7 @@ from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
-from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers
+from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
     KIND_COMPUTE,
     KIND_NESTED,
@@ -1099,6 +1099,22 @@ def test_a_start_up_timeout_names_the_ranks_that_never_reported_or_reported_an_e
     assert _hang(tmp_path, error, progress) == (
         "real replay: rank 0: start-up did not finish in time; waiting for rank 1, which never reported its "
         "start-up; rank 2, which last reported start-up (as they last reported); every rank was stopped"
+    )
+
+
+def test_a_shutdown_timeout_names_the_ranks_still_before_the_shutdown_barrier() -> None:
+    # the phases after the replay were typed in the worker only: a rank timing out in the shutdown barrier
+    # ranked as start-up, so the rank still writing its trace was not named (waiting for '')
+    error = {"rank": 0, "waited": {"phase": "shutdown"}}
+    progress = {
+        0: {"phase": "shutdown"},
+        1: {"phase": "writing the replayed trace"},
+        2: {"phase": "shutdown"},
+        3: {"phase": "replay"},
+    }
+    assert waiting_for(error, progress, {"": range(4)}) == (
+        "; waiting for rank 1, which last reported writing the replayed trace; rank 3, which last reported "
+        "replay (as they last reported)"
     )
 
 

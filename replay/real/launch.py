@@ -27,7 +27,7 @@ from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.execution import waits_for
-from skewlens.replay.real.plan import PROGRESS_FILE, STARTUP_PHASES
+from skewlens.replay.real.plan import PROGRESS_FILE, WorkerPhase
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
@@ -153,8 +153,8 @@ def waiting_for(
     everyone = groups.get("", ())
     parts: list[str] = []
     if "phase" in waited:
-        order = {p: i for i, p in enumerate(STARTUP_PHASES)}
-        at = order.get(str(mine.get("phase", "start-up")), 0)
+        order: dict[str, int] = {p: i for i, p in enumerate(WorkerPhase)}
+        at = order.get(str(mine.get("phase", WorkerPhase.START_UP)), 0)
         silent = [r for r in everyone if r != me and r not in progress]
         if silent:
             parts.append(f"{ranks_label(silent)}, which never reported its start-up")
@@ -178,7 +178,7 @@ def waiting_for(
             if rp is None:
                 parts.append(f"rank {r}, which never reported its start-up")
                 continue
-            if rp.get("phase") != "replay":
+            if rp.get("phase") != WorkerPhase.REPLAY:
                 parts.append(f"rank {r}, which last reported {rp.get('phase')}")
             elif rp.get("last"):
                 parts.append(f"rank {r}, whose last op issued was {_op_of(rp['last'])}")

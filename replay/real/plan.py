@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -53,22 +54,29 @@ RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
 ERROR_FILE = "rank-{rank}.error.json"
 RESULT_FILE = "rank-{rank}.result.json"
-#: A worker's progress (the start-up phase it reached; in the replay, its last op issued and each group's
-#: last collective seq issued), rewritten by its watchdog at most every ``PROGRESS_S``.
+#: A worker's progress (the :class:`WorkerPhase` it reached; in the replay, its last op issued and each
+#: group's last collective seq issued), rewritten by its watchdog at most every ``PROGRESS_S``.
 PROGRESS_FILE = "rank-{rank}.progress.json"
 PROGRESS_S = 0.25
-#: A worker's start-up phases, in order (each reported in its progress file as it reaches it).
-STARTUP_PHASES = (
-    "start-up",
-    "init_process_group",
-    "the exchange of core counts",
-    "process group creation",
-    "warm-up",
-    "clock alignment",
-    "profiler start-up",
-    "the common start",
-    "replay",
-)
+
+
+class WorkerPhase(StrEnum):
+    """A worker's phases, in the order it reaches them (each reported in its progress file as it does)."""
+
+    START_UP = "start-up"
+    INIT_PROCESS_GROUP = "init_process_group"
+    CORE_COUNTS = "the exchange of core counts"
+    GROUP_CREATION = "process group creation"
+    WARM_UP = "warm-up"
+    CLOCK_ALIGNMENT = "clock alignment"
+    PROFILER_START_UP = "profiler start-up"
+    COMMON_START = "the common start"
+    REPLAY = "replay"
+    PROFILER_SAVE = "profiler save"
+    WRITING_TRACE = "writing the replayed trace"
+    SHUTDOWN = "shutdown"
+
+
 #: Largest plan file a worker accepts (the plan is written by us, but read back as untrusted JSON).
 MAX_PLAN_BYTES = 512 * 1024 * 1024
 

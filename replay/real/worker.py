@@ -56,6 +56,7 @@ from skewlens.replay.real.plan import (
     RESULT_FILE,
     PlanMeta,
     ReplayOp,
+    WorkerPhase,
     read_meta,
     read_rank_plan,
 )
@@ -86,17 +87,17 @@ class Watchdog:
         self.timeout_ns = int(timeout_s * 1e9)
         self.lock = threading.Lock()
         self.inflight: dict[int, Completion] = {}
-        self.phase = "start-up"
+        self.phase = WorkerPhase.START_UP
         self.phase_deadline_ns = time.perf_counter_ns() + int((timeout_s + SETUP_GRACE_S) * 1e9)
         self.parent = os.getppid()
         self.stop = threading.Event()
-        self.reached_phase = "start-up"
+        self.reached_phase = WorkerPhase.START_UP
         self.last = ""
         self.issued: dict[str, int] = {}
         self.changed = True
         self.next_report_ns = 0
 
-    def reached(self, phase: str) -> str:
+    def reached(self, phase: WorkerPhase) -> WorkerPhase:
         """Report (now) that start-up got to ``phase``; returns it."""
         with self.lock:
             self.reached_phase, self.changed = phase, True
@@ -118,7 +119,7 @@ class Watchdog:
         with contextlib.suppress(OSError):
             write_json_atomic(self.work_dir / PROGRESS_FILE.format(rank=self.rank), doc)
 
-    def set_phase(self, phase: str, limit_s: float | None) -> None:
+    def set_phase(self, phase: WorkerPhase, limit_s: float | None) -> None:
         with self.lock:
             self.phase = phase
             self.phase_deadline_ns = (
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(meta.work_dir)
     dog = Watchdog(rank, work_dir, meta.timeout_s)
     dog.start()
-    phase = dog.reached("start-up")
+    phase = dog.reached(WorkerPhase.START_UP)
     try:
         world = int(os.environ.get("WORLD_SIZE", "0"))
         if world != meta.world_size:
@@ -444,11 +445,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         warmup, ops = read_rank_plan(args.plan, rank)
         device = _device(meta)
-        phase = dog.reached("init_process_group")
+        phase = dog.reached(WorkerPhase.INIT_PROCESS_GROUP)
         dist.init_process_group(meta.backend, timeout=timedelta(seconds=meta.timeout_s * 2 + SETUP_GRACE_S))
-        phase = dog.reached("the exchange of core counts")
+        phase = dog.reached(WorkerPhase.CORE_COUNTS)
         cores = _cores(meta.world_size)
-        phase = dog.reached("process group creation")
+        phase = dog.reached(WorkerPhase.GROUP_CREATION)
         groups = _create_groups(meta, rank)
         runner = Runner(
             rank=rank,
@@ -458,9 +459,9 @@ def main(argv: list[str] | None = None) -> int:
             compute=Compute(meta.compute, cores),
             gpu=CudaQueue(device) if device.type == "cuda" else None,
         )
-        phase = dog.reached("warm-up")
+        phase = dog.reached(WorkerPhase.WARM_UP)
         runner.warm_up(warmup)
-        phase = dog.reached("clock alignment")
+        phase = dog.reached(WorkerPhase.CLOCK_ALIGNMENT)
         offset = clock.estimate_offset_ns(rank, meta.world_size, device)
         with ExitStack() as stack:
             session = None
@@ -469,23 +470,23 @@ def main(argv: list[str] | None = None) -> int:
                 # the wait for it), then one step per replayed step; the parent drops the pre-roll. It
                 # starts before the common start is set: a start-up longer than the lead made every rank
                 # begin late, and the first replayed step took the delay (1 s: 229 -> 1,057 ms)
-                phase = dog.reached("profiler start-up")
+                phase = dog.reached(WorkerPhase.PROFILER_START_UP)
                 session = stack.enter_context(_profiler(meta))
                 session.step()
-            phase = dog.reached("the common start")
+            phase = dog.reached(WorkerPhase.COMMON_START)
             t0 = clock.common_start_ns(rank, offset, device)
             origin = t0 + meta.origin_ns.get(rank, 0)
             if session is not None:
                 wait_until(origin)
                 session.step()
-            phase = dog.reached("replay")
+            phase = dog.reached(WorkerPhase.REPLAY)
             dog.set_phase(phase, None)
             runner.run(origin, session.step if session is not None else None)
-            phase = dog.reached("profiler save")
+            phase = dog.reached(WorkerPhase.PROFILER_SAVE)
             dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
             if session is not None:
                 session.step()
-        phase = dog.reached("writing the replayed trace")
+        phase = dog.reached(WorkerPhase.WRITING_TRACE)
         _write_trace(meta, rank, runner, lambda t: t - t0 + meta.first_start_ns)
         write_json_atomic(
             work_dir / RESULT_FILE.format(rank=rank),
@@ -496,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                 "clock_offset_ns": offset,
             },
         )
-        phase = dog.reached("shutdown")
+        phase = dog.reached(WorkerPhase.SHUTDOWN)
         dog.set_phase(phase, meta.timeout_s + SETUP_GRACE_S)
         dist.barrier()
         dist.destroy_process_group()
