@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,51 @@ def test_the_store_package_still_offers_its_names_on_first_use() -> None:
     assert callable(store.load_run) and store.RunTrace.__name__ == "RunTrace"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = store.nope
+
+
+def _modules() -> list[str]:
+    """Every module of the ``skewlens`` namespace, from the files (the root packages through their links)."""
+    pkg = ROOT / "skewlens"
+    files = [Path(d, f) for d, _, fs in os.walk(pkg, followlinks=True) for f in fs if f.endswith(".py")]
+    names = []
+    for path in sorted(files):
+        parts = path.relative_to(pkg).with_suffix("").parts
+        if parts[0] in ("examples", "conf"):  # training scripts and Hydra groups, not importable modules
+            continue
+        names.append(".".join(("skewlens", *parts[:-1], *([] if parts[-1] == "__init__" else parts[-1:]))))
+    return names
+
+
+def _not_held(contract: str, exempt: tuple[str, ...]) -> list[str]:
+    """The modules that neither ``contract``'s sources (a source holds its submodules) nor ``exempt`` (these
+    modules alone; ``NAME.*``: NAME and its submodules) cover."""
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (sources,) = [
+        c["source_modules"] for c in doc["tool"]["importlinter"]["contracts"] if c["name"] == contract
+    ]
+    trees = [*sources, *(e.removesuffix(".*") for e in exempt if e.endswith(".*"))]
+    return [
+        m for m in _modules() if m not in exempt and not any(m == t or m.startswith(t + ".") for t in trees)
+    ]
+
+
+def test_every_module_but_capture_and_its_commands_is_held_to_importing_no_torch() -> None:
+    # the contract listed five packages: gpu_deps, synth, manifest, the console, the analysis commands, ...
+    # could have imported torch (loading a run must not) and lint-imports said nothing
+    exempt = (
+        "skewlens",
+        "skewlens.__main__",
+        "skewlens.profiler",
+        "skewlens.profiler.capture.*",
+        "skewlens.cli",
+    )
+    exempt = (*exempt, "skewlens.cli.profile", "skewlens.cli.demo")  # they capture: torch, when they run
+    assert _not_held("Only capture and the real-replay workers import torch", exempt) == []
+
+
+def test_every_module_outside_the_commands_is_held_to_not_importing_them() -> None:
+    # skewlens.console and skewlens.pictures were not among the contract's sources
+    exempt = ("skewlens", "skewlens.__main__", "skewlens.cli.*")  # the commands may share code
+    assert _not_held("The CLIs sit at the edge: nothing imports them", exempt) == []
