@@ -8,7 +8,8 @@
   ``m``: ``wait_m = awaited_m - arrival_m``, ``awaited_m`` the arrival the execution model says it waits
   for (``max(arrivals)``; a rooted collective's root, or its own: ``replay.execution.waits_for``); for one
   side of a send/recv pair:
-  ``max(0, peer arrival - my arrival)``. Clamped to the node's duration.
+  ``max(0, peer arrival - my arrival)``. Clamped to the node's duration; 0 for a send the model detaches
+  from its pair (eager: it completed before its receiver arrived), which waits for no one.
 - ``gap_ns``: host gap before each node, the execution model's (``skewlens.replay.execution``: ``start -
   max(end of its start edges)`` clamped at 0), 0 for a node without start edges.
 - ``work_ns``: each node's own work, the execution model's: its duration, less the time a wait node
@@ -45,6 +46,7 @@ from skewlens.replay.execution import (
     comm_intervals,
     comp_kinds,
     compute_intervals,
+    eager_send_rows,
     execution_model,
     gpu_compute_rows,
     latest_deps,
@@ -288,6 +290,8 @@ def build_index(run: RunTrace) -> RunIndex:
         di.p2p[p.dst_row] = k
         si.wait_ns[p.src_row] = min(max(d_start - s_start, 0), int(si.trace.dur_ns[p.src_row]))
         di.wait_ns[p.dst_row] = min(max(s_start - d_start, 0), int(di.trace.dur_ns[p.dst_row]))
+    for r, eager in eager_send_rows(run).items():  # an eager send waited for no one (the model's rule)
+        idx[r].wait_ns[eager] = 0
     for ri in idx.values():
         st, comm = ri.trace.start_ns, ri.is_comm
         # W ∪ C: the compute (cov_comp's intervals) and each member's wait for peers [arrival, last

@@ -17,7 +17,7 @@ For rank ``r`` and step ``k`` (nodes with that step on that rank):
   as compute (``nccl_kernel_rows``: communication nothing matches), which ``compute_ns`` leaves out;
 - ``wait_ns``: time covered by waits for peers: for every sync member, own arrival to the group's latest
   (a rooted collective's member: to the arrival the execution model's ``waits_for`` names), up to its own
-  end (as ``skewlens analyze`` clamps it: an eager send does not wait after it completed);
+  end, none for a send the model makes eager, as ``skewlens analyze`` counts them;
 - every column of a step covers its window (mark to mark): a node of one step that runs into the next
   step's window counts there for the time it does (so ``exposed_wait_ns`` <= ``wait_ns`` in every row);
 - ``exposed_wait_ns`` and ``exposed_transfer_ns``: the replayed step's (mark to mark) communication not
@@ -51,6 +51,7 @@ from skewlens.replay.execution import (
     comm_rows,
     compute_intervals,
     compute_stream,
+    eager_send_rows,
     execution_model,
     exposed_parts,
     gpu_idle,
@@ -192,8 +193,9 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
     """Per rank of the run, its sync rows (collective members, sends, recvs) and the replayed arrival each
     waits for: its instance's or pair's latest (:attr:`SimResult.coll_arrival_ns`, ``p2p_arrival_ns``), a
     rooted collective's member the one the execution model's ``waits_for`` names
-    (:meth:`SimResult.rooted_awaited_ns`). The summary's ``wait_ns`` and the timeline's replayed waits
-    both read it."""
+    (:meth:`SimResult.rooted_awaited_ns`), an eager send its own (it waits for no one:
+    :func:`~skewlens.replay.execution.eager_send_rows`). The summary's ``wait_ns`` and the timeline's
+    replayed waits both read it."""
     coll = run.collectives
     counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
     ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
@@ -210,10 +212,13 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
         last[offset[ci] : offset[ci + 1]] = awaited
     order = np.argsort(rank_of, kind="stable")
     bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
+    eager = eager_send_rows(run)
     out: dict[int, tuple[I64, I64]] = {}
     for k, r in enumerate(sorted(run.ranks)):
         sel = order[bounds[k] : bounds[k + 1] if k + 1 < len(bounds) else order.size]
-        out[r] = row_of[sel], last[sel]
+        rows_r, last_r = row_of[sel], last[sel]
+        d = eager[r][rows_r]  # an eager send waits for no one: its own arrival
+        out[r] = rows_r, np.where(d, res.start_ns[r][rows_r], last_r) if d.any() else last_r
     return out
 
 
@@ -235,9 +240,8 @@ def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
         comm_mask = comm_rows(rt)  # as the breakdown's M
         comp = Coverage.of(*compute_intervals(rt, m, st, en))
         busy = Coverage.of(*busy_intervals(rt, m, st, en))
-        # each member waits from its arrival until the arrival it waits for, no longer than it lasted: an
-        # eager send, or a recorded member that ended before the last one arrived (clocks of other hosts),
-        # is not waiting after its end (the skew's clamp)
+        # each member waits from its arrival until the arrival it waits for, no longer than it lasted (the
+        # skew's clamp); an eager send has its own arrival there: it waits for no one
         w_start = st[sync_rows]
         w_end = np.minimum(np.maximum(sync_arr, w_start), en[sync_rows])
         wait_comp = Coverage.of(np.concatenate([comp.starts, w_start]), np.concatenate([comp.ends, w_end]))

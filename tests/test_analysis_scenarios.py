@@ -92,6 +92,19 @@ def build_one_slow_rank(tmp: Path, world_size: int = 2, steps: int = 3) -> Path:
     return b.write(tmp / "run")
 
 
+def build_eager_send(tmp: Path) -> Path:
+    """2 ranks, one step: rank 0's 1 ms send completes 4 ms before rank 1, after 5 ms of compute, arrives at
+    its recv (eager), then 6 ms of compute on rank 0."""
+    b = RunBuilder(world_size=2)
+    r0 = b.rank(0).step(0)
+    r0.send(1, comm_bytes=1 << 20, dur_ns=MS, start_ns=0)
+    r0.compute("aten::mm", dur_ns=6 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("aten::mm", dur_ns=5 * MS, start_ns=0)
+    r1.recv(0, comm_bytes=1 << 20, dur_ns=200_000)
+    return b.write(tmp / "run")
+
+
 def _collective(b: RunBuilder, t: list[int], group_of: dict[int, str], ct: CommType, transfer: int) -> None:
     by_group: dict[str, list[int]] = {}
     for r, g in group_of.items():

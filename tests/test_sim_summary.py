@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from test_analysis_scenarios import build_eager_send
 
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -191,26 +192,20 @@ def test_concurrent_waits_and_transfers_of_a_rank_count_once(tmp_path: Path) -> 
     assert rows[0].wait_ns <= rows[0].step_time_ns
 
 
-def test_an_eager_send_waits_no_longer_than_it_lasted_as_analyze_counts_it(tmp_path: Path) -> None:
+def test_an_eager_send_waits_for_no_one_as_the_model_and_analyze_count_it(tmp_path: Path) -> None:
     from skewlens.analysis.api import analyze_run
     from skewlens.replay.outputs import replayed_waits
 
     # rank 0's send completes in 1 ms, 4 ms before rank 1 arrives at its recv: the summary said rank 0
-    # waited 5 ms (to the recv's arrival) in a step whose only communication lasted 1 ms
-    b = RunBuilder(world_size=2)
-    r0 = b.rank(0).step(0)
-    r0.send(1, comm_bytes=1 << 20, dur_ns=MS, start_ns=0)
-    r0.compute("aten::mm", dur_ns=6 * MS)
-    r1 = b.rank(1).step(0)
-    r1.compute("aten::mm", dur_ns=5 * MS, start_ns=0)
-    r1.recv(0, comm_bytes=1 << 20, dur_ns=200_000)
-    rt = load_run(b.write(tmp_path / "run"))
+    # waited 5 ms (to the recv's arrival) in a step whose only communication lasted 1 ms, then 1 ms (its
+    # whole send), though the execution model detaches the send (eager: it waits for no one)
+    rt = load_run(build_eager_send(tmp_path))
     res = simulate(rt)
     rows = {s.rank: s for s in summarize(rt, res)}
-    assert (rows[0].wait_ns, rows[0].comm_ns) == (MS, MS)
+    assert (rows[0].wait_ns, rows[0].comm_ns, rows[0].exposed_transfer_ns) == (0, MS, MS)
     assert rows[1].wait_ns == 0
-    # the timeline draws the same wait: the send's own 1 ms, not the 5 ms to the recv's arrival
-    assert {r: int(w.sum()) for r, w in replayed_waits(rt, res).items()} == {0: MS, 1: 0}
+    # the timeline draws the same: no wait
+    assert {r: int(w.sum()) for r, w in replayed_waits(rt, res).items()} == {0: 0, 1: 0}
     (event,) = analyze_run(rt, blame=False).skew.events
     assert event.wait_ns.tolist() == [rows[0].wait_ns, rows[1].wait_ns]
 

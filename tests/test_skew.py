@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_analysis_scenarios import MS, Scenario, build_run
+from test_analysis_scenarios import MS, Scenario, build_eager_send, build_run
 
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.index import build_index
@@ -422,3 +422,17 @@ def test_an_op_running_on_past_the_late_members_arrival_counts_only_its_part_bef
     assert event.cause.ops == (("forward", 4 * MS),)  # [1 ms, 5 ms), not 50 ms
     assert event.cause.delta_ns == 3 * MS
     assert event.cause.text == "compute grew: forward +4.0 ms"
+
+
+def test_an_eager_send_waits_for_no_one_so_its_late_receiver_is_charged_no_wait(tmp_path: Path) -> None:
+    # rank 0's send completes in 1 ms, 4 ms before rank 1 arrives at its recv: the execution model (and the
+    # critical path) has it wait for no one, but the skew counted its whole 1 ms as a wait for rank 1,
+    # charged rank 1 with 1 ms of caused wait and put the send in rank 0's exposed wait, not its transfer
+    from skewlens.analysis.api import analyze_run
+
+    result = analyze_run(load_run(build_eager_send(tmp_path)), blame=False)
+    (event,) = result.skew.events
+    assert event.wait_ns.tolist() == [0, 0]
+    assert result.skew.caused_wait_ns.get(1, 0) == 0
+    rank0 = next(r for r in result.breakdown if r.rank == 0)
+    assert (rank0.exposed_wait_ns, rank0.exposed_transfer_ns) == (0, MS)

@@ -312,3 +312,10 @@ def test_docs_show_the_query_the_package_ships() -> None:
     doc = DOC.read_text(encoding="utf-8")
     blocks = re.findall(r"```sql\n(.*?)```", doc, flags=re.DOTALL)
     assert collective_skew_sql().strip() in [b.strip() for b in blocks]
+
+
+def test_the_sqls_eager_send_rule_allows_the_models_clock_skew() -> None:
+    from skewlens.replay.execution import SKEW_NS
+
+    (slack,) = re.findall(r"end_ns <= recv_arrival_ns \+ (\d+)", collective_skew_sql())
+    assert int(slack) == SKEW_NS

@@ -58,9 +58,13 @@ roots AS (
 -- The arrival each member waits for: the last one; with a known root, a broadcast member's the root's (the
 -- later of its own and the root's), the root's its own (it waits for no one); a scatter or gather member's
 -- the root's, the root's the last one. A member waits from its arrival until then, at most as long as its
--- op lasted.
+-- op lasted; a send done before its recv arrived (eager, as the execution model detaches it, within its
+-- SKEW_NS of clock skew: 20000, which a test holds equal) waits for no one.
 waits AS (
-    SELECT a.*, LEAST(awaited_ns - arrival_ns, end_ns - arrival_ns) AS wait_ns
+    SELECT a.*,
+           CASE WHEN kind = 'p2p' AND member_pos = 0 AND end_ns <= recv_arrival_ns + 20000 THEN 0
+                ELSE LEAST(awaited_ns - arrival_ns, end_ns - arrival_ns)
+           END AS wait_ns
     FROM (
         SELECT l.*,
                CASE WHEN root_rank IS NULL THEN last_arrival_ns
@@ -72,6 +76,8 @@ waits AS (
             SELECT m.*, r.root_type, r.root_rank, r.root_arrival_ns,
                    MAX(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS last_arrival_ns,
                    MIN(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS first_arrival_ns,
+                   MAX(CASE WHEN m.kind = 'p2p' AND m.member_pos = 1 THEN m.arrival_ns END)
+                     OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS recv_arrival_ns,
                    COUNT(*) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS members
             FROM members m
             LEFT JOIN roots r ON m.kind = 'collective' AND r.pg_name = m.pg_name AND r.seq = m.seq
