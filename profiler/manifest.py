@@ -29,6 +29,11 @@ _TIMES = (-(1 << 62), 1 << 62)
 MANIFEST_FORMAT = "skewlens-run"
 MANIFEST_VERSION = 1
 RANK_FILE = "rank-{rank}.et"
+#: A run directory's other entries: the ranks' part files of a capture under way (removed once it is
+#: combined), the raw per-rank events kept on request, and the Parquet export's default place.
+PARTS_DIR = ".parts"
+RAW_DIR = "raw"
+PARQUET_DIR = "parquet"
 
 
 #: How a capture's manifest note on a rank (key ``rank N``) begins where the command ended before the capture

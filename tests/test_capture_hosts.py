@@ -16,9 +16,9 @@ from capture_helpers import EXAMPLE, ROOT
 
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import finalize_run
-from skewlens.profiler.capture.session import PARTS_DIR, part_file
+from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.chakra_io import EtWriter
-from skewlens.profiler.manifest import Manifest, RunIdentity, StepWindow, rank_file, read_manifest
+from skewlens.profiler.manifest import PARTS_DIR, Manifest, RunIdentity, StepWindow, rank_file, read_manifest
 from skewlens.profiler.vocab import Level
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)

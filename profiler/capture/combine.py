@@ -13,10 +13,12 @@ from pathlib import Path
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.capture.run import OTHER_HOST_NOTE, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
-from skewlens.profiler.capture.session import PARTS_DIR, RAW_DIR, part_file
+from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
+    PARTS_DIR,
+    RAW_DIR,
     Manifest,
     rank_file,
     rank_note_key,

@@ -26,12 +26,13 @@ from skewlens.profiler.capture.autostart import (
 )
 from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV, NCCL_TIMING_ENV
 from skewlens.profiler.capture.schedule import MAX_WINDOW_STEPS, format_window
-from skewlens.profiler.capture.session import PARTS_DIR, part_file
+from skewlens.profiler.capture.session import PART_FILE, part_file
 from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     MAX_WORLD_SIZE,
     PARTIAL_TRACE_NOTE,
+    PARTS_DIR,
     LostCollectives,
     Manifest,
     ProcessGroupInfo,
@@ -250,7 +251,7 @@ def read_parts(run_dir: Path) -> dict[int, dict]:
     d = run_dir / PARTS_DIR
     if not d.is_dir():
         return parts
-    for p in sorted(d.glob("rank-*.json")):
+    for p in sorted(d.glob(PART_FILE.format(rank="*"))):
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError, RecursionError) as e:

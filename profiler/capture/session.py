@@ -29,6 +29,8 @@ from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError, SkewlensError
 from skewlens.profiler.manifest import (
+    PARTS_DIR,
+    RAW_DIR,
     STEP_MARKS_NOTE,
     ProcessGroupInfo,
     RankNote,
@@ -40,8 +42,6 @@ from skewlens.profiler.vocab import HostTrace, Level
 
 #: How long a captured process waits at exit, the GIL released, before the interpreter finalizes.
 EXIT_GRACE_S = 0.05
-PARTS_DIR = ".parts"
-RAW_DIR = "raw"
 PART_FILE = "rank-{rank}.json"
 #: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
 #: session per process, and a second one would leave the program's profiler with no events).

@@ -29,7 +29,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skewlens.profiler.manifest import Manifest, StepSpan, write_manifest
+from skewlens.profiler.manifest import (
+    MANIFEST_NAME,
+    PARTS_DIR,
+    RANK_FILE,
+    Manifest,
+    StepSpan,
+    write_manifest,
+)
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.store.issues import no_trace_line
 from skewlens.profiler.store.load import locate_run
@@ -41,6 +48,8 @@ from skewlens.replay.outputs import REAL_FAILED_DIR, REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, launcher_log, run_workers
 from skewlens.replay.real.plan import (
+    ERROR_FILE,
+    PROGRESS_FILE,
     RESULT_FILE,
     PlanMeta,
     ReplayOp,
@@ -206,7 +215,10 @@ def keep_failure_logs(work_dir: Path, log: Path, kept: Path, *, alone: bool) -> 
     if alone:
         shutil.rmtree(kept, ignore_errors=True)
     kept.mkdir(parents=True, exist_ok=True)
-    items = [log, *sorted(work_dir.glob("rank-*.error.json")), *sorted(work_dir.glob("rank-*.progress.json"))]
+    items = [
+        log,
+        *(f for name in (ERROR_FILE, PROGRESS_FILE) for f in sorted(work_dir.glob(name.format(rank="*")))),
+    ]
     logs = work_dir / TORCHRUN_LOGS
     if logs.is_dir():
         (kept / TORCHRUN_LOGS).mkdir(exist_ok=True)
@@ -346,9 +358,9 @@ def _mark_step_times(rank: int, moved: dict[tuple[int, int], tuple[int, int, int
 def _clear_previous(*run_dirs: Path) -> None:
     """Remove what an earlier replay into the same OUT_DIR left (our files only), so nothing stale merges."""
     for d in run_dirs:
-        for f in [d / "manifest.json", *d.glob("rank-*.et")]:
+        for f in [d / MANIFEST_NAME, *d.glob(RANK_FILE.format(rank="*"))]:
             f.unlink(missing_ok=True)
-        parts = d / ".parts"
+        parts = d / PARTS_DIR
         if parts.is_dir():
             shutil.rmtree(parts)
 

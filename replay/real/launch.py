@@ -27,7 +27,7 @@ from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.execution import waits_for
-from skewlens.replay.real.plan import PROGRESS_FILE, WorkerPhase
+from skewlens.replay.real.plan import ERROR_FILE, PROGRESS_FILE, RESULT_FILE, WorkerPhase
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
@@ -71,7 +71,7 @@ def launcher_command(
 
 def _read_errors(work_dir: Path) -> list[dict[str, object]]:
     out = []
-    for f in sorted(work_dir.glob("rank-*.error.json")):
+    for f in sorted(work_dir.glob(ERROR_FILE.format(rank="*"))):
         try:
             d = json.loads(f.read_text())
         except (OSError, ValueError):
@@ -266,7 +266,9 @@ def run_workers(
     members ('' all ranks), for a timeout's error to name the ranks it waited for (:func:`waiting_for`).
     """
     work_dir.mkdir(parents=True, exist_ok=True)
-    for stale in work_dir.glob("rank-*.*.json"):
+    for stale in (
+        f for name in (ERROR_FILE, RESULT_FILE, PROGRESS_FILE) for f in work_dir.glob(name.format(rank="*"))
+    ):
         stale.unlink()
     log = log or work_dir / LAUNCHER_LOG
     with log.open("wb") as log_fh:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
 from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.manifest import PARQUET_DIR, PARTS_DIR
 from skewlens.profiler.vocab import HostTrace, Level
 
 if TYPE_CHECKING:
@@ -388,12 +389,12 @@ def _export_parquet(run_dir: Path) -> None:
     from skewlens.profiler.store.parquet import export_run  # lazy: pyarrow only when asked
     from skewlens.rich_progress import RichProgress
 
-    export_run(run_dir, run_dir / "parquet", progress=RichProgress())
+    export_run(run_dir, run_dir / PARQUET_DIR, progress=RichProgress())
 
 
 def _remove_if_empty(run_dir: Path) -> None:
     import shutil
 
-    shutil.rmtree(run_dir / ".parts", ignore_errors=True)
+    shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.rmdir()
