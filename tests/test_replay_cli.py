@@ -1030,3 +1030,21 @@ def test_a_config_dir_or_searchpath_that_does_not_exist_is_one_line_naming_it(
         assert rc == 2
         assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_root_configs_restated_values_are_the_schemas_defaults_and_the_timeline_cap_is_analyzes() -> None:
+    # conf/replay.yaml restates mode, comm_mode, perfetto, perfetto_max_events, progress and lenient over
+    # ReplayConfig, whose cap of timeline.json is streaming.DEFAULT_MAX_EVENTS typed again: nothing held the
+    # copies equal (the YAML wins, so a changed schema default would be dead, the docs wrong)
+    import dataclasses
+
+    import yaml
+
+    from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
+
+    doc = yaml.safe_load((CONF_DIR / "replay.yaml").read_text(encoding="utf-8"))
+    restated = {k: v for k, v in doc.items() if k not in ("defaults", "hydra", "trace", "out")}
+    defaults = {f.name: f.default for f in dataclasses.fields(ReplayConfig)}
+    assert restated == {k: defaults[k] for k in restated}
+    assert len(restated) >= 6
+    assert defaults["perfetto_max_events"] == DEFAULT_MAX_EVENTS
