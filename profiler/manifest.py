@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from skewlens.profiler.atomic import write_text_atomic
-from skewlens.profiler.bounded import json_error_text, read_bytes_bounded, too_long
+from skewlens.profiler.bounded import (
+    JSON_GZIP_FLOOR_BYTES,
+    JSON_GZIP_RATIO,
+    json_error_text,
+    read_bytes_bounded,
+    too_long,
+)
 from skewlens.profiler.errors import ManifestError
 from skewlens.profiler.vocab import Level
 
@@ -455,7 +461,14 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     path = Path(run_dir) / MANIFEST_NAME
     if not path.exists():
         raise ManifestError(f"{path}: no manifest (is {run_dir} a skewlens run directory?)")
-    text = read_bytes_bounded(path, MAX_MANIFEST_BYTES, error=ManifestError, what="manifest")
+    text = read_bytes_bounded(
+        path,
+        MAX_MANIFEST_BYTES,
+        error=ManifestError,
+        what="manifest",
+        gzip_ratio=JSON_GZIP_RATIO,  # a 1 MB gzip of zeros was 1 GiB of JSON, and 5 GB parsed
+        gzip_floor=JSON_GZIP_FLOOR_BYTES,
+    )
     try:
         d = json.loads(text)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; an int of 5,000 digits

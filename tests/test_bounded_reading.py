@@ -202,3 +202,21 @@ def test_a_disk_that_fills_while_an_output_is_written_is_one_error_naming_the_ou
     reading = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "in.et"))
     with pytest.raises(SkewlensError, match=r"No such file or directory \(.*in.et\)$"), atomic_file(target):
         raise reading  # an input's error inside the block names that file
+
+
+def test_a_gzipped_manifest_that_inflates_past_its_ratio_is_refused_before_it_is_parsed(
+    tmp_path: Path,
+) -> None:
+    # a 1 MB gzip of a manifest padded with "0,0,0,..." was 1 GiB of JSON, and a 5.4 GB MemoryError parsed
+    from skewlens.profiler.bounded import JSON_GZIP_FLOOR_BYTES
+    from skewlens.profiler.errors import ManifestError
+    from skewlens.profiler.manifest import read_manifest
+
+    head = b'{"format": "skewlens-run", "version": 1, "world_size": 1, "ranks": [0], "x": ['
+    (tmp_path / "manifest.json").write_bytes(
+        gzip.compress(head + b"0," * (JSON_GZIP_FLOOR_BYTES >> 1) + b"0]}")
+    )
+    with pytest.raises(
+        ManifestError, match=f"manifest.json: gzipped manifest expands past {JSON_GZIP_FLOOR_BYTES}"
+    ):
+        read_manifest(tmp_path)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from skewlens.profiler.bounded import JSON_GZIP_FLOOR_BYTES, JSON_GZIP_RATIO
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
@@ -281,6 +282,87 @@ def test_reading_is_bounded_in_size_and_depth(tmp_path: Path) -> None:
     deep.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(TraceImportError, match="nested too deeply"):
         read_json(deep)
+
+
+#: Past the floor that any compressed input may expand to (64 MiB), in a few tens of KB of gzip.
+_INFLATED = (JSON_GZIP_FLOOR_BYTES >> 1) + 1
+
+
+def test_a_gzipped_trace_that_inflates_past_its_ratio_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    # a 1.9 MB gzip of "0,0,0,..." inflated to the 2 GiB trace limit and the JSON parser held 5.8 GB for it
+    head = b'{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ['
+    bomb = tmp_path / "rank0.json.gz"
+    bomb.write_bytes(gzip.compress(head + b"0," * _INFLATED + b"0]}", compresslevel=9))
+    size = bomb.stat().st_size
+    assert JSON_GZIP_RATIO * size < JSON_GZIP_FLOOR_BYTES  # the floor is what it is held to
+    said = (
+        f"rank0.json.gz: gzipped trace expands past {JSON_GZIP_FLOOR_BYTES} bytes, over 64 times its {size}"
+    )
+    with pytest.raises(TraceImportError, match=said):
+        import_traces([bomb], None, tmp_path / "run")
+    with pytest.raises(TraceImportError, match=said):
+        read_json(bomb)  # a host execution trace
+    assert not (tmp_path / "run").exists()
+
+
+def _zeros_member(name: str) -> tuple[tarfile.TarInfo, io.BytesIO]:
+    info = tarfile.TarInfo(name)
+    info.size = 2 * _INFLATED
+    return info, io.BytesIO(bytes(info.size))
+
+
+def test_an_archive_that_inflates_past_its_ratio_is_refused_even_in_members_it_skips(tmp_path: Path) -> None:
+    # tar skips a member by inflating it: 3.9 MB of .tar.gz wrote 3.8 GB of scratch and held 3.9 GB
+    arc = tmp_path / "t.tar.gz"
+    with tarfile.open(arc, "w:gz", compresslevel=9) as tf:
+        tf.addfile(*_zeros_member("d/core.bin"))
+        doc = json.dumps(kineto_doc(0, world=1)).encode()
+        info = tarfile.TarInfo("d/r0.json")
+        info.size = len(doc)
+        tf.addfile(info, io.BytesIO(doc))
+    with pytest.raises(
+        TraceImportError, match=r"t\.tar\.gz: archive expands past \d+ bytes, over 64 times its"
+    ):
+        import_traces([arc], None, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_long_name_header_claiming_more_than_the_archive_can_hold_is_refused_unread(tmp_path: Path) -> None:
+    # tarfile reads a GNU long-name header whole: 1.5 MB of .tar.gz held 1.6 GB, in check's sniffing too
+    import tracemalloc
+
+    from skewlens.profiler.store.load import _sniff
+
+    arc = tmp_path / "t.tar.gz"
+    info = tarfile.TarInfo("././@LongLink")
+    info.type, info.size = tarfile.GNUTYPE_LONGNAME, 8 * _INFLATED
+    header = info._create_header(info.get_info(), tarfile.GNU_FORMAT, "utf-8", "surrogateescape")  # type: ignore[attr-defined]
+    arc.write_bytes(gzip.compress(header + b"a" * info.size + bytes(1024), compresslevel=9))
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceImportError, match=r"t\.tar\.gz: archive expands past"):
+            import_traces([arc], None, tmp_path / "run")
+        assert _sniff(arc) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * JSON_GZIP_FLOOR_BYTES  # the floor (and gzip's buffers) at most, not the 4x it claims
+
+
+def test_checking_an_archive_sniffs_past_no_more_than_its_ratio(tmp_path: Path) -> None:
+    from skewlens.profiler.store.load import _sniff
+
+    arc = tmp_path / "t.tar.gz"
+    doc = json.dumps(kineto_doc(0, world=1)).encode()
+    info = tarfile.TarInfo("r0.json")
+    info.size = len(doc)
+    with tarfile.open(arc, "w:gz", compresslevel=9) as tf:
+        tf.addfile(info, io.BytesIO(doc))
+    assert _sniff(arc) == "kineto"
+    with tarfile.open(arc, "w:gz", compresslevel=9) as tf:
+        tf.addfile(*_zeros_member("core.bin"))
+        tf.addfile(info, io.BytesIO(doc))
+    assert _sniff(arc) is None  # it inflated 128 MiB to find the trace
 
 
 def test_a_corrupt_deflate_stream_in_a_gzip_trace_or_archive_is_an_import_error(tmp_path: Path) -> None:

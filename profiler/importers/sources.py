@@ -2,13 +2,16 @@
 
 Everything here treats its input as untrusted:
 
-- a JSON file is read only up to :data:`MAX_JSON_BYTES` (after gzip decompression), then parsed by
+- a JSON file is read only up to :data:`MAX_JSON_BYTES` (after gzip decompression; a gzipped one also to
+  at most :data:`~skewlens.profiler.bounded.JSON_GZIP_RATIO` times its size, or 64 MiB), then parsed by
   msgspec (Kineto traces, into typed records) or the standard library (host traces, and whatever msgspec
   declines), neither of which executes anything; nesting deeper than the interpreter's recursion limit is
   reported as a corrupt file, not a crash;
 - an archive is never extracted with ``extractall``: only regular members whose name ends in ``.json`` or
   ``.json.gz`` are copied out, one by one, after their path was checked (no absolute paths, no ``..``,
-  no links, no devices), with a bound on the member count, on each member's size and on the total;
+  no links, no devices), with a bound on the member count, on each member's size and on the archive's
+  decompressed stream (at most ``JSON_GZIP_RATIO`` times the archive's size, or 64 MiB, and at most
+  :data:`MAX_ARCHIVE_BYTES`; skipped members and long-name headers count: tar inflates them too);
 - a directory is walked without following symbolic links, with a bound on the number of files.
 """
 
@@ -22,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skewlens.profiler.bounded import read_bytes_bounded, read_json_bounded
+from skewlens.profiler.bounded import (
+    JSON_GZIP_FLOOR_BYTES,
+    JSON_GZIP_RATIO,
+    open_archive,
+    parse_json_bounded,
+    read_bytes_bounded,
+)
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.vocab import ARCHIVE_SUFFIXES, TRACE_SUFFIXES
 
@@ -31,7 +40,7 @@ from skewlens.profiler.vocab import ARCHIVE_SUFFIXES, TRACE_SUFFIXES
 MAX_JSON_BYTES = 2 * 1024**3
 #: Most members an archive may have (all kinds, including the ones skipped).
 MAX_ARCHIVE_MEMBERS = 100_000
-#: Most bytes extracted from one archive, all members together.
+#: Most bytes of one archive's decompressed stream (its members, extracted or skipped, and their headers).
 MAX_ARCHIVE_BYTES = 16 * 1024**3
 #: Most trace files collected from one directory.
 MAX_DIR_FILES = 100_000
@@ -70,12 +79,16 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
     """Copy the ``.json``/``.json.gz`` regular members of a tar archive under ``dest``; returns their paths.
 
     Links, devices and other member kinds are skipped; a member path that is absolute or climbs out
-    with ``..`` is an error (the archive is not one a tool wrote innocently).
+    with ``..`` is an error (the archive is not one a tool wrote innocently), and so is an archive that
+    decompresses to more than ``JSON_GZIP_RATIO`` times its size (a decompression bomb).
     """
     out: list[Path] = []
     total = 0
     try:
-        with tarfile.open(archive, "r:*") as tf:
+        with (
+            open_archive(archive, max_bytes, error=TraceImportError) as (stream, limit),
+            tarfile.open(fileobj=stream, mode="r:") as tf,
+        ):
             for count, member in enumerate(tf, start=1):
                 if count > MAX_ARCHIVE_MEMBERS:
                     raise TraceImportError(f"{archive}: more than {MAX_ARCHIVE_MEMBERS} members")
@@ -96,7 +109,7 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                     while chunk := src.read(_CHUNK):
                         written += len(chunk)
                         total += len(chunk)
-                        if written > MAX_JSON_BYTES or total > max_bytes:
+                        if written > MAX_JSON_BYTES or total > limit:  # a sparse member's zeros
                             raise TraceImportError(
                                 f"{archive}: extracted data exceeds the limit at member {member.name}"
                             )
@@ -153,7 +166,14 @@ def _relabel(e: TraceImportError, path: Path, label: Path | None) -> TraceImport
 def read_trace_bytes(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None = None) -> bytes:
     """A trace file's text (gunzipped), refusing more than ``max_bytes``; messages name ``label``."""
     try:
-        return read_bytes_bounded(path, max_bytes, error=TraceImportError, what="trace")
+        return read_bytes_bounded(
+            path,
+            max_bytes,
+            error=TraceImportError,
+            what="trace",
+            gzip_ratio=JSON_GZIP_RATIO,
+            gzip_floor=JSON_GZIP_FLOOR_BYTES,
+        )
     except TraceImportError as e:
         raise _relabel(e, path, label) from None
 
@@ -178,7 +198,6 @@ def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES, label: Path | None
 
     Messages name ``label`` (default: ``path``).
     """
-    try:
-        return read_json_bounded(path, max_bytes, error=TraceImportError, what="trace")
-    except TraceImportError as e:
-        raise _relabel(e, path, label) from None
+    data = read_trace_bytes(path, max_bytes=max_bytes, label=label)
+    source = str(label or path)
+    return parse_json_bounded(data, max_bytes, source=source, error=TraceImportError, what="trace")

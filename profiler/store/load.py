@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.atomic import export_marker
-from skewlens.profiler.bounded import open_regular
+from skewlens.profiler.bounded import open_archive, open_regular
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import (
@@ -145,6 +145,10 @@ def _refuse_parquet_export(p: Path) -> None:
 _SNIFF_BYTES = 1 << 16
 #: Most entries of a directory (and members of an archive) looked at for Kineto traces.
 _SNIFF_ENTRIES = 1000
+#: Most bytes of an archive's decompressed stream read past on the way to its first trace member (and at
+#: most :data:`~skewlens.profiler.bounded.JSON_GZIP_RATIO` times the archive's size): a tar skips a member
+#: by inflating it.
+_SNIFF_ARCHIVE_BYTES = 1 << 30
 _IMPORT = "skewlens import --kineto"
 
 
@@ -152,11 +156,15 @@ def _sniff(f: Path) -> str | None:
     """``kineto`` for a file that looks like a Kineto trace (torch.profiler's JSON: ``traceEvents`` in its
     first :data:`_SNIFF_BYTES`, or a ``*kineto*`` / ``*.pt.trace.json*`` name), ``host_et`` for a PyTorch
     host execution trace, else None; a ``.tar`` / ``.tar.gz`` archive by the first trace member it holds.
-    Reads no more than a few KB (an archive: up to its first trace member); unreadable files are None."""
+    Reads no more than a few KB (an archive: up to its first trace member); unreadable files (and archives
+    that inflate past their bound) are None."""
     name = f.name.lower()
     try:
         if name.endswith(ARCHIVE_SUFFIXES):
-            with open_regular(f) as raw, tarfile.open(fileobj=raw, mode="r:*") as tf:
+            with (
+                open_archive(f, _SNIFF_ARCHIVE_BYTES, error=ManifestError) as (stream, _),
+                tarfile.open(fileobj=stream, mode="r:") as tf,
+            ):
                 for count, member in enumerate(tf):
                     if count >= _SNIFF_ENTRIES:
                         return None
@@ -176,7 +184,7 @@ def _sniff(f: Path) -> str | None:
             head = fh.read(_SNIFF_BYTES)
         if head[:2] == b"\x1f\x8b":
             head = _gunzip_head(head)
-    except (OSError, EOFError, tarfile.TarError, zlib.error):
+    except (OSError, EOFError, tarfile.TarError, zlib.error, ManifestError):
         return None
     return _sniff_text(name, head)
 
