@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from skewlens.profiler.bounded import read_json_bounded
 from skewlens.profiler.errors import SkewlensError
 
 
@@ -125,12 +126,19 @@ def staging_dir(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: Largest export provenance file read (ours are a few hundred bytes).
+MAX_MARKER_BYTES = 1 << 20
+
+
 def export_marker(directory: Path, marker: str, fmt: str) -> dict[str, Any] | None:
     """The provenance ``directory / marker`` that an export writes, if it is a JSON object of format
-    ``fmt``; else None (missing, unreadable, or another export's)."""
+    ``fmt``; else None (missing, unreadable, not a regular file, too large or deep, or another export's).
+    Every load of a run reads its ``run.json``: a FIFO there hung ``skewlens check``, and deep nesting was
+    a RecursionError traceback."""
+    path = directory / marker
     try:
-        doc = json.loads((directory / marker).read_text())
-    except (OSError, ValueError):
+        doc = read_json_bounded(path, MAX_MARKER_BYTES)
+    except SkewlensError:
         return None
     return doc if isinstance(doc, dict) and doc.get("format") == fmt else None
 

@@ -5,6 +5,7 @@ the CLI) once per host on the same directory, with the part files each host's ra
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -623,3 +624,38 @@ def test_skewlens_merge_names_a_hosts_missing_trace_instead_of_blaming_its_sound
         "(copy the host's whole directory)\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("which", ["trace", "part file"])
+def test_skewlens_merge_refuses_a_hosts_file_that_is_a_link_instead_of_copying_what_it_points_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str
+) -> None:
+    # a host directory's rank-1.et linking to ~/.ssh/id_rsa put the merging user's key into the run
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    f = rank_file(b, 1) if which == "trace" else part_file(b, 1)
+    secret = tmp_path / "secret"
+    f.rename(secret)
+    f.symlink_to(secret)
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    assert capsys.readouterr().err == (
+        f"skewlens merge: error: {f}: a symbolic link (to {secret}), not a file the host saved: merge copies "
+        "only the hosts' own files (copy the host's directory with its files, not links)\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_skewlens_merge_copies_a_hosts_raw_traces_but_not_its_links_or_fifos(tmp_path: Path) -> None:
+    # a link in a host's raw/ to /etc/passwd was copied into the run as raw/rank-1.json
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    (b / "raw").mkdir()
+    (b / "raw" / "rank-1_kineto.json").write_text("{}")
+    (b / "raw" / "rank-1.json").symlink_to("/etc/passwd")
+    os.mkfifo(b / "raw" / "rank-1_host.json")
+    (a / "raw").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "private").write_text("x")
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
+    assert sorted(p.name for p in (out / "raw").iterdir()) == ["rank-1_kineto.json"]

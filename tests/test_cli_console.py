@@ -382,3 +382,51 @@ def test_a_fifo_in_place_of_a_column_cache_file_is_no_cache(
     assert time.monotonic() - t0 < UNBLOCK_S  # not stuck until the FIFO's writer came
     assert "wrote 8 files" in capsys.readouterr().out
     assert cache.is_file()  # cached anew
+
+
+def test_a_fifo_or_deep_json_in_place_of_a_runs_run_json_is_no_export_marker_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every load reads RUN/run.json (is it a Parquet export?): a FIFO there hung check until a writer came,
+    # and JSON nested 100,000 deep was a RecursionError traceback
+    from skewlens.cli import main
+
+    run = _big_run(tmp_path)
+    marker = run / "run.json"
+    marker.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["check", str(run)]) == 0
+    marker.unlink()
+    os.mkfifo(marker)
+    _unblock_later(marker)
+    capsys.readouterr()
+    t0 = time.monotonic()
+    assert main(["check", str(run)]) == 0
+    assert time.monotonic() - t0 < UNBLOCK_S
+    assert "OK" in capsys.readouterr().out
+
+
+def test_a_fifo_in_place_of_a_hosts_part_file_is_named_by_merge_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # another host's directory: merge read its part files with read_text, and a FIFO's open waited
+    from test_capture_hosts import host_dir
+
+    from skewlens.cli import main
+    from skewlens.profiler.capture.session import part_file
+
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    f = part_file(b, 1)
+    f.unlink()
+    os.mkfifo(f)
+    _unblock_later(f)
+    t0 = time.monotonic()
+    assert main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    assert time.monotonic() - t0 < UNBLOCK_S
+    err = capsys.readouterr().err
+    assert (
+        f"skewlens: ignoring unreadable part file {f}: a FIFO, not a regular file: cannot read part file"
+        in err
+    )
+    assert f"{b}: ranks [1]: part file unreadable or malformed ({f})" in err
+    assert not (tmp_path / "run").exists()

@@ -63,6 +63,8 @@ def combine_runs(
         if lost := sorted(set(m.ranks) - set(found)):
             _refuse_lost(src, lost)
         for r in found:
+            _refuse_link(rank_file(src, r))
+            _refuse_link(part_file(src, r))
             if r in where:
                 raise CaptureError(
                     f"rank {r} is in both {where[r]} and {src}: give each host's directory once"
@@ -88,8 +90,8 @@ def combine_runs(
             part_file(tmp, r).parent.mkdir(exist_ok=True)
             shutil.copy2(part_file(src, r), part_file(tmp, r))
         for src in sources:  # --keep-raw: the ranks' raw torch traces, named by rank
-            if (src / RAW_DIR).is_dir():
-                shutil.copytree(src / RAW_DIR, tmp / RAW_DIR, dirs_exist_ok=True)
+            if (src / RAW_DIR).is_dir() and not (src / RAW_DIR).is_symlink():
+                shutil.copytree(src / RAW_DIR, tmp / RAW_DIR, dirs_exist_ok=True, ignore=_not_own_files)
         manifest = finalize_run(
             tmp, level=Level(first.level), window=first.step_window, command=first.command
         )
@@ -119,6 +121,23 @@ def combine_runs(
             shutil.rmtree(tmp / PARTS_DIR)
         replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
     return manifest
+
+
+def _refuse_link(f: Path) -> None:
+    """Refuse a host's trace or part file that is a symbolic link: the merge copies what a link points to
+    into the run (a host directory's ``rank-2.et`` linking to ``~/.ssh/id_rsa`` put that key in the run)."""
+    if f.is_symlink():
+        raise CaptureError(
+            f"{f}: a symbolic link (to {f.readlink()}), not a file the host saved: merge copies only the "
+            "hosts' own files (copy the host's directory with its files, not links)"
+        )
+
+
+def _not_own_files(directory: str, names: list[str]) -> set[str]:
+    """What a copy of a host's ``raw/`` leaves out: symbolic links (one to ``/etc/passwd`` was copied in as
+    a raw trace) and what is neither a file nor a directory (a FIFO's copy hung)."""
+    d = Path(directory)
+    return {n for n in names if (d / n).is_symlink() or not ((d / n).is_file() or (d / n).is_dir())}
 
 
 def _refuse_lost(src: Path, lost: list[int]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from skewlens.profiler.bounded import read_json_bounded
 from skewlens.profiler.capture.autostart import (
     ENV_CLOCK_TIMEOUT,
     ENV_DIR,
@@ -30,6 +30,7 @@ from skewlens.profiler.capture.session import PART_FILE, part_file
 from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
     MAX_WORLD_SIZE,
     PARTIAL_TRACE_NOTE,
     PARTS_DIR,
@@ -252,10 +253,11 @@ def read_parts(run_dir: Path) -> dict[int, dict]:
     if not d.is_dir():
         return parts
     for p in sorted(d.glob(PART_FILE.format(rank="*"))):
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError, RecursionError) as e:
-            print(f"skewlens: ignoring unreadable part file {p}: {e}", file=sys.stderr)
+        try:  # bounded, and never a FIFO's open (which waited for a writer: a merge hung)
+            data = read_json_bounded(p, MAX_MANIFEST_BYTES, error=CaptureError, what="part file")
+        except CaptureError as e:
+            said = str(e).removeprefix(f"{p}: ")
+            print(f"skewlens: ignoring unreadable part file {p}: {said}", file=sys.stderr)
             continue
         if (why := part_problem(data)) is not None:  # one host's files, merged by another: untrusted
             print(f"skewlens: ignoring malformed part file {p}: {why}", file=sys.stderr)
