@@ -350,3 +350,22 @@ def test_a_cache_whose_split_lists_hold_more_values_than_the_trace_could_is_refu
     loaded = load_rank(et, 0, [], {})  # decoded again
     assert loaded.split_send_bytes is not None and truth.split_send_bytes is not None
     assert loaded.split_send_bytes.tolist() == truth.split_send_bytes.tolist() == [100, 200]
+
+
+def test_a_cache_folder_that_is_a_link_is_neither_written_through_nor_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run from elsewhere whose .skewlens-cache linked to another folder had analyze write rank-<r>.et.arrow
+    # there (replacing files of those names): loading a run wrote outside its directory
+    run = mixed_run(tmp_path)
+    load_run(run)  # a sound cache, moved away and linked to
+    elsewhere = tmp_path / "elsewhere"
+    (run / colcache.CACHE_DIRNAME).rename(elsewhere)
+    (run / colcache.CACHE_DIRNAME).symlink_to(elsewhere, target_is_directory=True)
+    seen = _decodes(monkeypatch)
+    load_run(run)
+    assert len(seen) == 3  # decoded, not read through the link
+    for f in elsewhere.iterdir():
+        f.unlink()
+    load_run(run)
+    assert list(elsewhere.iterdir()) == []

@@ -15,7 +15,9 @@ be exactly ours, and its row counts are bounded by the trace's size, so that it 
 allocate more than the trace could.
 
 The cache is written where the run's directory is writable (atomically: temp file, then rename; two
-loads of one run may race, and either one's file is whole); elsewhere loads simply decode. Set
+loads of one run may race, and either one's file is whole); elsewhere loads simply decode. A
+``.skewlens-cache`` that is a symbolic link is neither read nor written: loading a run never writes
+outside its directory. Set
 ``SKEWLENS_COLUMN_CACHE=off`` to neither read nor write it; deleting ``.skewlens-cache`` is always safe.
 """
 
@@ -90,6 +92,8 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
     """The cached columns of ``trace`` if its cache file matches ``key`` (see :func:`fingerprint`) and
     is sound; else None."""
     path = cache_path(trace)
+    if path.parent.is_symlink():  # not the run's own: see write
+        return None
     try:
         open_regular(path).close()  # a FIFO's open blocked in memory_map: no cache, as an absent one
         reader = ipc.open_file(pa.memory_map(str(path)))
@@ -106,9 +110,12 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
 def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
     """Cache ``raw`` as the columns of ``trace`` (decoded from the bytes ``key`` names); False where the
     directory is not writable, or where the columns do not fit the cache's types (a node type the trace
-    gives as 260 would read back as 4, a COMP node: such a trace, an error anyway, is decoded each time)."""
+    gives as 260 would read back as 4, a COMP node: such a trace, an error anyway, is decoded each time),
+    and where ``.skewlens-cache`` is a symbolic link (a run from elsewhere may point it anywhere)."""
     if not (_fits_int8(raw.node_type) and _fits_int8(raw.dep_kind)):
         return False
+    if cache_path(trace).parent.is_symlink():
+        return False  # a run's .skewlens-cache linking elsewhere had analyze write rank-<r>.et.arrow there
     batch = _batch(raw).replace_schema_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
     try:
         with atomic_file(cache_path(trace)) as tmp, ipc.new_file(str(tmp), batch.schema) as w:
