@@ -806,3 +806,29 @@ def test_a_truncated_trace_names_the_line_and_column_where_its_json_ends_without
         import_traces([bad], None, tmp_path / "run")
     # was "(line 1 column 27: Unterminated string starting at)"
     assert str(e.value) == f"{bad}: not JSON (line 1 column 27: Unterminated string)"
+
+
+def test_process_group_ranks_or_a_host_pg_init_node_nested_too_deeply_are_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # JSON inside JSON strings: "[[[[..." 50,000 deep in either was a RecursionError traceback
+    deep = "[" * 50_000 + "]" * 50_000
+    doc = kineto_doc(0, world=1)
+    for e in doc["traceEvents"]:
+        if e["name"] == "record_param_comms":
+            e["args"] = {"Process Group Ranks": deep, "Process Group Name": "0"}
+    k = _write(tmp_path / "in" / "rank0.json", doc)
+    m = import_traces([k], None, tmp_path / "run")  # ranks it cannot read are ranks it was not given
+    assert m.process_groups[0].ranks == (0,)
+    host = host_doc()
+    host["nodes"].append(
+        {"id": 99, "name": "## process_group:init ##", "ctrl_deps": 1,
+         "inputs": {"values": [deep], "shapes": [[]], "types": ["String"]}}
+    )  # fmt: skip
+    h = _write(tmp_path / "in" / "host0.json", host)
+    with pytest.raises(
+        TraceImportError, match=r"host0\.json: malformed process-group init node \(RecursionError\)"
+    ):
+        import_traces(
+            [_write(tmp_path / "in2" / "rank0.json", kineto_doc(0, world=1))], [h], tmp_path / "run2"
+        )

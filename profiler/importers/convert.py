@@ -169,7 +169,7 @@ def _ranks_arg(text: Any) -> tuple[int, ...] | None:
         return None
     try:
         v = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested 50,000 deep was a traceback
         return None
     if isinstance(v, list) and all(isinstance(r, int) for r in v):
         return tuple(v)

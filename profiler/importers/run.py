@@ -151,7 +151,7 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
             )
             for g in data
         ]
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
         raise TraceImportError(f"{h.path}: malformed process-group init node ({type(e).__name__})") from None
 
 
