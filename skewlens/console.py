@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -14,9 +16,31 @@ from skewlens.profiler.store.issues import MAX_RANK_ROWS
 FILE_WIDTH = 160
 
 
+#: What :func:`printable` replaces: the C0 controls but tab and newline, DEL, and the C1 controls.
+_CONTROLS = dict.fromkeys([*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)], "\N{REPLACEMENT CHARACTER}")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters shown as U+FFFD: names and messages from a trace are untrusted,
+    and an operator named ``\x1b]0;...\x07`` set the terminal's title when a report printed it (ESC
+    sequences can recolour, move the cursor, or on some terminals write the clipboard)."""
+    return text.translate(_CONTROLS)
+
+
+class _ReportConsole(Console):
+    """A console that prints what it is given as plain text: no markup (a kernel named ``x[/bold]`` was a
+    MarkupError traceback, ``[link=...]`` a link), no control characters (:func:`printable`); rich's own
+    control segments (a progress bar's cursor moves) pass."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            yield seg if seg.control else Segment(printable(seg.text), seg.style)
+
+
 def report_console(*, stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal."""
-    console = Console(stderr=stderr)
+    """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal, that prints
+    strings as plain text (:class:`_ReportConsole`)."""
+    console = _ReportConsole(stderr=stderr, markup=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
     return console

@@ -430,3 +430,56 @@ def test_a_fifo_in_place_of_a_hosts_part_file_is_named_by_merge_not_a_hang(
     )
     assert f"{b}: ranks [1]: part file unreadable or malformed ({f})" in err
     assert not (tmp_path / "run").exists()
+
+
+def _named_run(tmp_path: Path, name: str) -> Path:
+    """Two ranks of five steps; rank 1's compute, named ``name``, runs six times as long."""
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        for s in range(5):
+            rb.step(s)
+            rb.compute(name, dur_ns=1_000_000 * (1 + 5 * r))
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=200_000)
+    return b.write(tmp_path / "run")
+
+
+@pytest.mark.parametrize("color", [False, True], ids=["to a file", "to a terminal"])
+def test_names_from_a_trace_print_as_plain_text_neither_markup_nor_terminal_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, color: bool
+) -> None:
+    # a trace is untrusted: an op named "x[/bold]" was a MarkupError traceback, and one named with an ESC
+    # sequence set the terminal's title (or colours, or on some terminals the clipboard) when printed
+    from skewlens.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # no cell wrapped
+    if color:
+        monkeypatch.setenv("FORCE_COLOR", "1")
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
+    for name, shown in (("evil[/bold]", "evil[/bold]"), ("evil\x1b]0;pwned\x07", "evil\ufffd]0;pwned +")):
+        run = _named_run(tmp_path / name.encode().hex(), name)
+        assert main(["analyze", str(run), "--out", str(run.parent / "out")]) == 0
+        out = capsys.readouterr().out
+        assert f"compute grew: {shown}" in out
+        assert "\x07" not in out and "\x1b]" not in out  # (rich drops the BEL itself)
+
+
+def test_an_error_line_quoting_a_traces_name_prints_no_terminal_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli import main
+    from skewlens.profiler.chakra_io import read_et, write_et
+
+    run = _named_run(tmp_path, "aten::mm")
+    et = read_et(run / "rank-0.et")
+    last = et.nodes[-1]
+    last.name = "\x1b[2Jgone"
+    last.ctrl_deps.append(last.id)  # a cycle: the error names the node
+    write_et(run / "rank-0.et", et.nodes, et.metadata)
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "dependency cycle" in err and "\ufffd[2Jgone" in err and "\x1b" not in err

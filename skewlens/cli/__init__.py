@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt():
             return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
     except SkewlensError as e:
-        print(f"skewlens {name}: error: {e}", file=sys.stderr)
+        from skewlens.console import printable  # a message may quote a trace's names
+
+        print(f"skewlens {name}: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"skewlens {name}: interrupted", file=sys.stderr)
