@@ -1048,3 +1048,24 @@ def test_the_root_configs_restated_values_are_the_schemas_defaults_and_the_timel
     assert restated == {k: defaults[k] for k in restated}
     assert len(restated) >= 6
     assert defaults["perfetto_max_events"] == DEFAULT_MAX_EVENTS
+
+
+def test_a_topology_file_with_yaml_aliases_is_refused_in_one_line_before_anything_expands_them(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each alias expands in place: a 443-byte topology of nine aliases nested nine deep held 3.5 GB for over
+    # 5 minutes in skewlens replay (and in calibrate --topology); this one nests three deep
+    from skewlens.cli.calibrate import load_topology_entry
+    from skewlens.replay.errors import ConfigError
+
+    bomb = tmp_path / "bomb.yaml"
+    levels = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in (1, 2, 3)]
+    bomb.write_text("\n".join([*levels, "name: bomb"]) + "\n")
+    said = "YAML alias *a0 at line 2: aliases are not read (each expands in place; write the value out)"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", f"topology={bomb}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"skewlens replay: error: topology={bomb}: {said}"
+    with pytest.raises(ConfigError, match=re.escape(f"--topology {bomb}: {said}")):
+        load_topology_entry(str(bomb))
+    assert not (tmp_path / "o").exists()

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
+from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable
@@ -71,6 +72,7 @@ def load_topology_entry(value: str) -> TopologyConfig:
     """A topology entry (file or ``conf/topology/`` name) read with the replay's schema, as
     ``skewlens replay topology=...`` reads it; errors name the file and the key."""
     path = topology_entry_path(value)
+    refuse_yaml_aliases(path, f"--topology {value}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(TopologyConfig), OmegaConf.load(path))
         obj = OmegaConf.to_object(merged)

@@ -34,6 +34,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
+from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import replace_dir, staging_dir
@@ -401,7 +402,9 @@ def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
 
 def check_topology_file(item: str, path: Path) -> None:
     """``path`` is a YAML mapping (what ``skewlens calibrate`` writes), else a one-line :class:`ConfigError`
-    (YAML's own errors, and Hydra's around them, are tracebacks; an empty file read as a missing name)."""
+    (YAML's own errors, and Hydra's around them, are tracebacks; an empty file read as a missing name), with
+    no YAML aliases (:func:`~skewlens.cli.options.refuse_yaml_aliases`)."""
+    refuse_yaml_aliases(path, f"topology={item}")
     try:
         doc = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as e:
