@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import IO
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
@@ -27,20 +28,42 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-class _ReportConsole(Console):
+def silence(stream: IO[str]) -> None:
+    """Points ``stream``'s file descriptor at the null device, so that what is still written to it (a
+    buffer flushed at exit included) goes nowhere instead of raising :class:`BrokenPipeError` again; a
+    stream without a descriptor (a test's ``StringIO``) is left as it is."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class ReportConsole(Console):
     """A console that prints what it is given as plain text: no markup (a kernel named ``x[/bold]`` was a
     MarkupError traceback, ``[link=...]`` a link), no control characters (:func:`printable`); rich's own
-    control segments (a progress bar's cursor moves) pass."""
+    control segments (a progress bar's cursor moves) pass. Its reader going away (``skewlens calibrate RUN
+    --out cal.yaml | head -3``) silences it and lets the command finish: rich's own console ended the
+    command with ``SystemExit(1)`` at that print, without a word, before calibrate wrote its ``--out`` and
+    with ``check``'s exit code for a run with errors."""
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for seg in super().render(renderable, options):
             yield seg if seg.control else Segment(printable(seg.text), seg.style)
 
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence(self.file)
+
 
 def report_console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal, that prints
-    strings as plain text (:class:`_ReportConsole`)."""
-    console = _ReportConsole(stderr=stderr, markup=False)
+    strings as plain text and that a closed pipe silences (:class:`ReportConsole`)."""
+    console = ReportConsole(stderr=stderr, markup=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
     return console

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -553,3 +554,18 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_fit(
     # it loaded the run and fitted it (its table printed), then said "cannot write ...: Not a directory"
     assert got.out == ""
     assert got.err == f"skewlens calibrate: error: cannot write {out}: {blocker} is not a directory\n"
+
+
+def test_a_reader_that_goes_away_does_not_stop_calibrate_writing_its_topology(
+    synthetic: tuple[Path, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `skewlens calibrate RUN --out cal.yaml | head -3`: rich ended the command at the fit table's print,
+    # exit code 1 and not a word, before cal.yaml was written
+    run_dir, _t, _w = synthetic
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as closed:
+        monkeypatch.setattr("sys.stdout", closed)
+        out = tmp_path / "cal.yaml"
+        assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    assert load_topology_entry(str(out)).name == "cal"

@@ -483,3 +483,49 @@ def test_an_error_line_quoting_a_traces_name_prints_no_terminal_controls(
     assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "dependency cycle" in err and "\ufffd[2Jgone" in err and "\x1b" not in err
+
+
+def _reader_gone(monkeypatch: pytest.MonkeyPatch) -> contextlib.AbstractContextManager[object]:
+    """``sys.stdout`` a pipe whose reader has already gone (``| head`` after its lines, ``| true``)."""
+    read, write = os.pipe()
+    os.close(read)
+    stream = os.fdopen(write, "w")
+    monkeypatch.setattr("sys.stdout", stream)
+    return stream
+
+
+def test_check_of_a_clean_run_whose_reader_went_away_still_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich ended the command with exit code 1 at its first print: check's code for a run with errors
+    from skewlens.cli import main
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000)
+    run = b.write(tmp_path / "run")
+    with _reader_gone(monkeypatch):
+        assert main(["check", str(run)]) == 0
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["--version"], ["check", "--help"], ["replay", "--cfg", "job"]], ids=" ".join
+)
+def test_help_into_a_pipe_whose_reader_went_away_ends_quietly_with_141(args: list[str]) -> None:
+    # it was a BrokenPipeError traceback (Hydra's --cfg: its traceback and a hint) and exit code 1
+    import subprocess
+    import sys
+
+    from skewlens.cli import BROKEN_PIPE_EXIT
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the flush at exit, too
+    p = subprocess.Popen(
+        [sys.executable, "-m", "skewlens", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before the command has started printing
+    err = p.stderr.read()
+    p.stderr.close()
+    assert (p.wait(timeout=60), err) == (BROKEN_PIPE_EXIT, b"")

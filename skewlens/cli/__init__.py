@@ -3,7 +3,10 @@
 Each subcommand is ``module:function`` taking the remaining arguments and returning an exit code;
 modules are imported lazily so ``skewlens check`` never imports torch. A :class:`SkewlensError` that
 reaches this edge is printed as one line and gives exit code 2; Ctrl-C, and SIGTERM as Ctrl-C
-(:func:`sigterm_as_interrupt`), one line and exit code 130.
+(:func:`sigterm_as_interrupt`), one line and exit code 130. A reader that goes away early (``| head``) does
+not stop a command's work: its reports go quiet (:class:`skewlens.console.ReportConsole`) and it exits
+with its own code; where printing was all there was to do (``--help``, ``--version``), it ends without a
+word with :data:`BROKEN_PIPE_EXIT`, as ``cat`` ended by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -97,7 +100,26 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: The exit code of a command whose output's reader went away before it was written (128 + SIGPIPE, as the
+#: shell reports ``cat`` ended by that signal); it was a BrokenPipeError traceback and exit code 1.
+BROKEN_PIPE_EXIT = 128 + int(signal.SIGPIPE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # argparse's --help exits: flushed here, not at exit, where Python prints its own error
+            sys.stdout.flush()
+    except BrokenPipeError:
+        from skewlens.console import silence
+
+        silence(sys.stdout)  # nothing more to say; Python's flush at exit would raise again
+        silence(sys.stderr)
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
