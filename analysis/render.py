@@ -69,6 +69,19 @@ def short_names(names: Sequence[str], width: int = NAME_WIDTH) -> list[str]:
     return out
 
 
+def _name_column(t: Table, header: str) -> None:
+    """A column of names (:func:`short_names`, in :func:`_name_cell`) that gives way on a narrow terminal,
+    each name ending in an ellipsis on its one line, and leaves the figures beside it whole: a column that
+    may not wrap is one rich does not narrow first, and with every column so, it cut them all alike (at 80
+    columns the GPU kernels' ``ranks`` and ``%`` to nothing, ``ms / step`` to ``4…``)."""
+    t.add_column(header, max_width=NAME_WIDTH)
+
+
+def _name_cell(name: str) -> Text:
+    """A name for :func:`_name_column`: on one line, cut with an ellipsis where the column is narrower."""
+    return Text(name, no_wrap=True, overflow="ellipsis")
+
+
 def _cause_column(t: Table, header: str = "cause") -> None:
     """The free-text cause: wrapped at spaces, a word longer than the cell ends in an ellipsis (not folded
     over many lines); the other columns' headers wrap to leave it room."""
@@ -340,12 +353,12 @@ def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
     if not rows:
         return None
     t = Table(title="GPU kernels by time (all ranks)", title_justify="left")
-    t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
+    _name_column(t, "kernel")
     for c in ("kind", "ranks", "ms / step", "count / step", "%"):
         t.add_column(c, justify="right", no_wrap=True)
     for k, name in zip(rows, short_names([k.name for k in rows]), strict=True):
         t.add_row(
-            name,
+            _name_cell(name),
             k.kind,
             str(k.ranks),
             _ms(k.per_step_ns),
@@ -390,12 +403,12 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
     for r, ns in ranked:
         t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
     top = Table(title="Critical path by op", title_justify="left")
-    top.add_column("op", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH)
+    _name_column(top, "op")
     top.add_column("ms, all steps", justify="right", no_wrap=True)
     top.add_column("%", justify="right", no_wrap=True)
     shown = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
     for (_n, ns), name in zip(shown, short_names([n for n, _ns in shown]), strict=True):
-        top.add_row(name, _ms(ns), f"{100.0 * ns / total:.1f}")  # one decimal, as by rank
+        top.add_row(_name_cell(name), _ms(ns), f"{100.0 * ns / total:.1f}")  # one decimal, as by rank
     return Group(t, top)
 
 

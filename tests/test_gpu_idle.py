@@ -491,3 +491,24 @@ def test_the_verdict_says_how_much_of_the_other_time_the_gpu_ran_nothing_with_wo
     line = verdict([stream])
     assert line is not None and "of the other, 75% their whole GPU ran nothing" in line
     assert "of the other" not in (verdict([dataclasses.replace(stream, queued_ns=0.0)]) or "")
+
+
+def test_the_gpu_kernels_table_on_an_80_column_terminal_cuts_the_names_and_keeps_the_figures(
+    tmp_path: Path,
+) -> None:
+    # every column no_wrap: rich cut them all alike, `ranks` and `%` to nothing and `ms / step` to `0…`
+    from skewlens.analysis.render import gpu_kernels_table
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    table = gpu_kernels_table(analyze_run(load_trace(tmp_path / "run"), blame=False), top=2)
+    assert table is not None
+    console = Console(width=80, record=True)
+    console.print(table)
+    rows = [line for line in console.export_text().splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in row.split("│")[1:-1]] for row in rows]
+    assert [c[1:] for c in cells] == [
+        ["compute", "1", "0.50", "1.0", "50.0"],
+        ["communication", "1", "0.20", "1.0", "20.0"],
+    ]
+    assert cells[1][0] == "ncclDevKernel_Sen…"
+    assert all(len(row) <= 80 for row in rows)
