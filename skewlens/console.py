@@ -6,8 +6,9 @@ import os
 from collections.abc import Iterable
 from typing import IO
 
-from rich.console import Console, ConsoleOptions, RenderableType
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook
 from rich.segment import Segment
+from rich.table import Table
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 
@@ -60,10 +61,40 @@ class ReportConsole(Console):
         silence(self.file)
 
 
+class FoldFigures(RenderHook):
+    """Folds the figures of a table too wide for the console onto a second line instead of cutting them:
+    rich narrowed every column of such a table alike and ended what no longer fitted with an ellipsis, so
+    that at 80 columns the step breakdown of a GPU run showed a step of 615.14 ms as ``615…`` (and one of
+    1,234.56 as ``1,2…``). A table's right-aligned columns (its figures, ranks and rank ranges) fold; their
+    headers are still cut (``ste…``), where folding ``steps`` into ``step`` and ``s`` would read worse."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        for renderable in renderables:
+            self._fold(renderable)
+        return renderables
+
+    def _fold(self, renderable: object) -> None:
+        if isinstance(renderable, Group):
+            for inner in renderable.renderables:
+                self._fold(inner)
+        elif isinstance(renderable, Table):
+            for column in renderable.columns:
+                if column.justify == "right" and column.overflow == "ellipsis":
+                    if isinstance(column.header, str):
+                        column.header = self.console.render_str(column.header)
+                        column.header.overflow = "ellipsis"
+                    column.overflow = "fold"
+
+
 def report_console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal, that prints
-    strings as plain text and that a closed pipe silences (:class:`ReportConsole`)."""
+    strings as plain text and that a closed pipe silences (:class:`ReportConsole`), and whose tables fold
+    their figures rather than cut them (:class:`FoldFigures`)."""
     console = ReportConsole(stderr=stderr, markup=False)
+    console.push_render_hook(FoldFigures(console))
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
     return console

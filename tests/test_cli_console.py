@@ -529,3 +529,23 @@ def test_help_into_a_pipe_whose_reader_went_away_ends_quietly_with_141(args: lis
     err = p.stderr.read()
     p.stderr.close()
     assert (p.wait(timeout=60), err) == (BROKEN_PIPE_EXIT, b"")
+
+
+def test_a_table_too_wide_for_the_terminal_folds_its_figures_instead_of_cutting_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # at 80 columns a GPU run's step breakdown showed a step of 615.14 ms as `615…`, 1,234.56 as `1,2…`
+    from rich.table import Table
+
+    monkeypatch.setenv("COLUMNS", "30")
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    t = Table()
+    for header in ("alpha", "bravo", "charlie", "delta"):
+        t.add_column(header, justify="right")
+    t.add_row("615.14", "1,234.56", "3", "44.44")
+    report_console().print(t)
+    lines = out.getvalue().splitlines()
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    assert ["".join(column) for column in zip(*cells, strict=True)] == ["615.14", "1,234.56", "3", "44.44"]
+    assert lines[1] == "┃ alp… ┃ bra… ┃ char… ┃ del… ┃"  # headers cut on their one line, not folded

@@ -36,7 +36,7 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     if shown:
         table = Table(title="problems", show_lines=False, expand=False)
         table.add_column("severity")
-        table.add_column("kind")
+        table.add_column("kind", no_wrap=True)  # the problem's name, kept whole: the message gives way
         table.add_column("rank", justify="right")
         table.add_column("node", justify="right")
         table.add_column("message", overflow="fold")
