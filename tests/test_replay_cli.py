@@ -370,6 +370,31 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["trace={run}", "out={out}", "--cfg", "job", "topology=ring"],
+        ["--cfg=job", "trace={run}", "out={out}", "topology=ring"],
+        ["trace={run}", "-p", "topology", "out={out}", "--cfg", "job", "topology=ring"],
+        ["trace={run}", "--resolve", "out={out}", "--cfg", "job", "topology=ring"],
+    ],
+    ids=lambda a: " ".join(a).replace("={run}", "").replace("={out}", ""),
+)
+def test_hydras_flags_may_come_before_between_or_after_the_overrides(
+    args: list[str], run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a flag between two overrides was argparse's usage and `unrecognized arguments: topology=ring`; a bare
+    # --info before them took the first override for its value (`invalid choice: 'trace=...'`; not tested
+    # in-process: Hydra's --info leaves a logging handler on this test's stream, closed for the next ones)
+    out = tmp_path / "o"
+    argv = [a.format(run=run_dir, out=out) for a in args]
+    assert skewlens_main(["replay", *argv]) == 0
+    said = capsys.readouterr()
+    assert said.err == ""
+    assert "name: ring\n" in said.out  # the override after the flag was taken
+    assert not out.exists()  # shown, not run
+
+
+@pytest.mark.parametrize(
     ("overrides", "error"),
     [
         (

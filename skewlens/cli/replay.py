@@ -556,6 +556,36 @@ def _hydra_flag(arg: str) -> tuple[str, ...] | None:
     return None
 
 
+def _flag_width(flag: tuple[str, ...], arg: str, nxt: str | None) -> int:
+    """How many arguments the Hydra flag ``flag`` given as ``arg``, ``nxt`` after it, spans: 2 where the
+    next one is its value (``--cfg job``, ``--info config``), else 1 (``--cfg=job``, ``-m``)."""
+    takes = flag in HYDRA_VALUE_FLAGS or (flag == HYDRA_INFO and nxt in HYDRA_INFO_CHOICES)
+    return 2 if takes and "=" not in arg else 1
+
+
+def flags_last(args: Sequence[str]) -> list[str]:
+    """``args`` (checked by :func:`check_arguments`) with the overrides first and Hydra's flags and their
+    values after them, each in its order. Hydra's argparse takes the overrides as one run of positional
+    arguments, so a flag between two (``trace=RUN out=OUT --cfg job topology=ring``: a flag added at the end
+    of a command line, then another override) was argparse's usage and ``unrecognized arguments:
+    topology=ring``; the flags mean the same wherever they are, and last, ``--info`` without a value does
+    not take an override for one."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag = _hydra_flag(arg) if arg.startswith("-") else None
+        if flag is None:
+            overrides.append(arg)
+            i += 1
+            continue
+        width = _flag_width(flag, arg, args[i + 1] if i + 1 < len(args) else None)
+        flags += args[i : i + width]
+        i += width
+    return [*overrides, *flags]
+
+
 def check_arguments(args: Sequence[str]) -> None:
     """Each argument is a ``key=value`` override (``~key`` deletes one), a Hydra flag or its value, else a
     one-line :class:`ConfigError` naming it and saying what was likely meant: a run directory given as a
@@ -574,8 +604,7 @@ def check_arguments(args: Sequence[str]) -> None:
                     raise ConfigError(f"{arg}: expects a value")
                 if flag == HYDRA_CFG and value not in HYDRA_CFG_CHOICES:
                     raise ConfigError(f"{arg}: expects one of {', '.join(HYDRA_CFG_CHOICES)}, got {value!r}")
-                takes = flag in HYDRA_VALUE_FLAGS or (flag == HYDRA_INFO and nxt in HYDRA_INFO_CHOICES)
-                i += 2 if takes and "=" not in arg else 1
+                i += _flag_width(flag, arg, nxt)
                 continue
             name, eq, value = arg.lstrip("-").partition("=")
             key = name.replace("-", "_")
@@ -634,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
         hydra_args = topology_files(args, Path(tmp))
         made = make_out_dir(args)
-        sys.argv = ["skewlens replay", *hydra_args]  # argparse names the program after it
+        sys.argv = ["skewlens replay", *flags_last(hydra_args)]  # argparse names the program after it
         try:
             app()
         except SystemExit as e:
