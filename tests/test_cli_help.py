@@ -80,3 +80,33 @@ def test_an_observer_host_trace_below_the_full_level_is_warned_of_as_keep_raw_is
         "skewlens profile: warning: --host-trace observer: only the full level takes operator schemas and "
         "tensor ids from a host trace; at --level collectives it changes nothing"
     )
+
+
+def test_replays_help_says_how_to_call_it_and_its_examples_run_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Hydra's own header said only "replay is powered by Hydra.": no usage, no example, no exit status
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    assert skewlens_main(["replay", "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("skewlens replay: replay a run in the simulator")
+    assert "usage: skewlens replay trace=RUN out=OUT [key=value ...] [-m] [--cfg job] [--help]" in lines
+    examples = [line.split("#")[0].split() for line in lines if line.startswith("  skewlens replay ")]
+    assert len(examples) == 4
+    b = RunBuilder(world_size=2)
+    for step in range(2):
+        for r in range(2):
+            rank = b.rank(r).step(step)
+            rank.compute("fwd", dur_ns=1_000_000)
+            rank.collective(CommType.ALL_REDUCE, (1 + step) << 20, dur_ns=100_000)
+    run = b.write(tmp_path / "run")
+    for k, example in enumerate(examples):
+        out = tmp_path / f"o{k}"
+        argv = [
+            a.replace("=RUN", f"={run}").replace("=OUT", f"={out}").replace("=SWEEP", f"={out}")
+            for a in example
+        ]
+        assert skewlens_main(argv[1:]) == 0, argv
+    capsys.readouterr()
