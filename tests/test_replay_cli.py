@@ -1094,3 +1094,23 @@ def test_a_topology_file_with_yaml_aliases_is_refused_in_one_line_before_anythin
     with pytest.raises(ConfigError, match=re.escape(f"--topology {bomb}: {said}")):
         load_topology_entry(str(bomb))
     assert not (tmp_path / "o").exists()
+
+
+def test_a_path_hydra_takes_only_quoted_is_one_line_saying_how_to_quote_it(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Hydra's grammar refuses a bare non-ASCII letter: its message was four lines pointing at the `ü`
+    import shlex
+
+    moved = run_dir.rename(tmp_path / "rün 1")
+    out = tmp_path / "o"
+    assert skewlens_main(["replay", f"trace={moved}", f"out={out}"]) == 2
+    said = capsys.readouterr().err.strip()
+    quoted = f"\"trace='{moved}'\""
+    assert said == (
+        f"skewlens replay: error: trace={moved}: Hydra's override grammar takes this value only quoted: "
+        f"{quoted}"
+    )
+    assert not out.exists()
+    assert skewlens_main(["replay", *shlex.split(quoted), f"out={out}"]) == 0  # as it says
+    assert (out / "summary.parquet").is_file()

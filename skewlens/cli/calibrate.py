@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
 from skewlens.cli.options import refuse_yaml_aliases
+from skewlens.cli.replay import override
 from skewlens.console import report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable
@@ -41,17 +40,6 @@ from skewlens.rich_progress import RichProgress
 
 #: The option that calibrates from a run whose communication does not match across ranks.
 LENIENT_OPTION = "--lenient"
-
-
-def override(key: str, value: str) -> str:
-    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
-    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
-    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
-        return f"{key}={value}"
-    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
-    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
-    return shlex.quote(f"{key}='{inner}'")
 
 
 def topology_entry_path(value: str) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -303,6 +304,42 @@ def check_groups(args: list[str]) -> None:
                     check_entry(group, item, known)
 
 
+def override(key: str, value: str) -> str:
+    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
+    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
+    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
+        return f"{key}={value}"
+    if re.fullmatch(r"[^'\"$`\\!]*", value):  # the shell's double quotes keep it as it is: easier to read
+        return f"\"{key}='{value}'\""
+    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
+    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
+    return shlex.quote(f"{key}='{inner}'")
+
+
+def _say_how_to_quote(args: Sequence[str]) -> None:
+    """A :class:`ConfigError` for the first override in ``args`` whose value Hydra's grammar refuses bare
+    and takes quoted (a path with a non-ASCII letter, ``trace=ünï/run``: Hydra's own message was four
+    lines pointing at the letter), saying how to write it (:func:`override`); else nothing (Hydra's
+    message then)."""
+    parser = OverridesParser.create()
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if not eq or arg.startswith("-") or not _KEY.fullmatch(key):
+            continue
+        try:
+            parser.parse_overrides([arg])
+            continue
+        except OverrideParseException:
+            pass
+        quoted = override(key, value)
+        try:
+            parser.parse_overrides(shlex.split(quoted))
+        except OverrideParseException:
+            continue
+        raise ConfigError(f"{arg}: Hydra's override grammar takes this value only quoted: {quoted}")
+
+
 def check_types(args: list[str]) -> None:
     """Each value ``args`` give a setting of the schema (every point of a sweep) has the setting's type,
     and each key they name is a setting, else a one-line :class:`ConfigError` naming the override, before
@@ -313,6 +350,7 @@ def check_types(args: list[str]) -> None:
     try:
         overrides = OverridesParser.create().parse_overrides([a for a in args if "=" in a])
     except OverrideParseException:
+        _say_how_to_quote(args)
         return  # Hydra says what is wrong with it
     for o in overrides:
         if o.is_delete():
