@@ -114,7 +114,17 @@ def test_the_profile_summary_says_when_the_collectives_level_recorded_no_communi
         ),
         (  # trained forever
             ["demo", "--steps", "100000000000000000000", "--out", "OUT"],
-            "skewlens demo: error: --steps: expected 1..10,000, got 100000000000000000000",
+            (
+                "skewlens demo: error: --steps: expected 4..10,000 (the capture window and a step after it), "
+                "got 100000000000000000000"
+            ),
+        ),
+        (  # fewer steps than the demo's capture window: no rank saved a trace, the capture failed
+            ["demo", "--steps", "2", "--out", "OUT"],
+            (
+                "skewlens demo: error: --steps: expected 4..10,000 (the capture window and a step after it), "
+                "got 2"
+            ),
         ),
         (  # the straggler's extra compute never ended
             ["demo", "--straggler-ms", "1e308", "--out", "OUT"],

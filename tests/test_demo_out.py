@@ -43,3 +43,16 @@ def test_a_file_named_as_out_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SkewlensError, match="not a directory"):
         prepare_out(f)
     assert f.read_text() == "data"
+
+
+@pytest.mark.parametrize("steps", [4, 5, 7, 8, 10_000])
+def test_the_demos_capture_window_ends_before_its_last_training_step(steps: int) -> None:
+    # the window was 1:1:5 whatever --steps said: --steps 4 saved partial traces with a warning per rank,
+    # --steps 2 no trace at all (the capture failed)
+    from skewlens.cli.demo import capture_window
+    from skewlens.profiler.capture.schedule import parse_window
+
+    window = parse_window(capture_window(steps))
+    assert (window.wait, window.warmup) == (1, 1)
+    assert window.active == min(5, steps - 3)  # the default 8 records 5, as it always did
+    assert window.wait + window.warmup + window.active < steps

@@ -38,6 +38,12 @@ EXAMPLE = EXAMPLES_DIR / "train.py"
 #: 1e308 ms never ended).
 MAX_NPROC = 64
 MAX_STEPS = 10_000
+#: The fewest training steps a demo runs, and the most it records: its capture window is one step skipped,
+#: one warming up, up to MAX_ACTIVE recorded and one more step, in which each rank saves its trace (with
+#: fewer steps than the window the ranks saved partial traces at exit, with a warning each, and with 2 or
+#: fewer no trace at all: the capture failed).
+MIN_STEPS = 4
+MAX_ACTIVE = 5
 MAX_STRAGGLER_MS = 60_000.0
 
 
@@ -76,6 +82,12 @@ def workload(name: str) -> Workload:
         raise SkewlensError(f"--workload {name!r}: unknown; one of {', '.join(WORKLOADS)}") from None
 
 
+def capture_window(steps: int) -> str:
+    """The ``--steps`` window the demo captures a run of ``steps`` (at least :data:`MIN_STEPS`) training
+    steps with: one skipped, one warming up, up to :data:`MAX_ACTIVE` recorded, and a step left after them."""
+    return f"1:1:{min(MAX_ACTIVE, steps - 3)}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0])
     p.add_argument(
@@ -88,7 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         "--nproc", type=int, default=None, help="ranks (2 to 64; default: the workload's, 4 for train)"
     )
     p.add_argument(
-        "--steps", type=int, default=8, help="training steps of the example (1 to 10,000; default 8)"
+        "--steps",
+        type=int,
+        default=8,
+        help=f"training steps of the example ({MIN_STEPS} to 10,000; default 8): one skipped, one warming "
+        f"up, up to {MAX_ACTIVE} recorded, and one after them",
     )
     p.add_argument(
         "--straggler-rank",
@@ -188,7 +204,7 @@ def main(argv: list[str]) -> int:
     if not example.is_file():
         raise SkewlensError(f"bundled example not found at {example} (the installed package is incomplete)")
     check_range("--nproc", nproc, 2, MAX_NPROC, "gloo ranks on this machine")
-    check_range("--steps", args.steps, 1, MAX_STEPS)
+    check_range("--steps", args.steps, MIN_STEPS, MAX_STEPS, "the capture window and a step after it")
     check_range("--straggler-ms", args.straggler_ms, 0.0, MAX_STRAGGLER_MS, "a minute of extra compute")
     if nproc < 2 or not 0 <= straggler < nproc:
         raise SkewlensError("--nproc must be >= 2 and --straggler-rank one of its ranks")
@@ -205,8 +221,9 @@ def main(argv: list[str]) -> int:
         str(example), *work.args, "--steps", str(args.steps),
         "--straggler-rank", str(straggler), "--straggler-ms", str(args.straggler_ms),
     ]  # fmt: skip
+    window = capture_window(args.steps)
     rc = _skewlens(
-        "profile", "--out", str(run_dir), "--level", "ops", "--steps", "1:1:5", "--parquet", "--", *command
+        "profile", "--out", str(run_dir), "--level", "ops", "--steps", window, "--parquet", "--", *command
     )
     if rc != 0:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
