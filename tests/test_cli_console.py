@@ -176,6 +176,20 @@ def test_a_misspelt_command_is_refused_with_the_command_it_resembles(
     assert second == "skewlens: unknown command 'frobnicate'"
 
 
+def test_no_command_is_an_error_whose_usage_goes_to_stderr_and_help_is_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `skewlens > out.txt` wrote the usage into out.txt and exited 2
+    from skewlens.cli import main
+
+    assert main([]) == 2
+    said = capsys.readouterr()
+    assert (said.out, said.err.splitlines()[0]) == ("", "usage: skewlens <command> [args...]")
+    assert main(["--help"]) == 0
+    said = capsys.readouterr()
+    assert (said.out.splitlines()[0], said.err) == ("usage: skewlens <command> [args...]", "")
+
+
 def test_profile_ends_its_summary_with_the_warnings_check_gives_of_a_partial_or_degraded_capture(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        print(_usage())
+        print(_usage(), file=sys.stdout if args else sys.stderr)  # no command: an error, said on stderr
         return 0 if args else 2
     if args[0] in ("-V", "--version"):
         from skewlens import __version__
