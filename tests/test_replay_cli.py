@@ -1114,3 +1114,30 @@ def test_a_path_hydra_takes_only_quoted_is_one_line_saying_how_to_quote_it(
     assert not out.exists()
     assert skewlens_main(["replay", *shlex.split(quoted), f"out={out}"]) == 0  # as it says
     assert (out / "summary.parquet").is_file()
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        ("out='~/o'", "Hydra expands no ~ (it would make a directory named ~ here)"),
+        ("out=~/o", "Hydra's override grammar takes no bare ~, and expands none"),
+    ],
+)
+def test_an_out_under_home_written_with_a_tilde_is_one_line_giving_the_expanded_path(
+    arg: str,
+    said: str,
+    run_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # quoted, Hydra made ./~/o, a directory named ~ (its output in it); bare, its four-line grammar error,
+    # and the quoting then advised would have made the same
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert skewlens_main(["replay", f"trace={run_dir}", arg]) == 2
+    assert capsys.readouterr().err.strip() == f"skewlens replay: error: {arg}: {said}: out={home}/o"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "run"]  # no ~ made
+    assert list(home.iterdir()) == []

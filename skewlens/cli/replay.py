@@ -332,6 +332,9 @@ def _say_how_to_quote(args: Sequence[str]) -> None:
             continue
         except OverrideParseException:
             pass
+        if value.startswith("~"):  # quoted, it would be a directory named ~ (Hydra expands no ~)
+            home = override(key, str(Path(value).expanduser()))
+            raise ConfigError(f"{arg}: Hydra's override grammar takes no bare ~, and expands none: {home}")
         quoted = override(key, value)
         try:
             parser.parse_overrides(shlex.split(quoted))
@@ -355,6 +358,14 @@ def check_types(args: list[str]) -> None:
     for o in overrides:
         if o.is_delete():
             continue
+        value = None if o.is_sweep_override() else o.value()
+        if o.key_or_group in ("trace", "out") and isinstance(value, str) and value.startswith("~"):
+            # out='~/x' made ./~/x, a directory named ~ (rm -rf ~ then removes home); trace= looked there
+            where = "make" if o.key_or_group == "out" else "look for"
+            raise ConfigError(
+                f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
+                f"{override(o.key_or_group, str(Path(value).expanduser()))}"
+            )
         setting = _setting_type(o.key_or_group, adding=o.is_add())
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         if setting is None:
