@@ -117,7 +117,8 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
         ("max step ms", "right"),
         ("makespan ms", "right"),
     ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        # folded, not cut: at 80 columns every job's overrides read `slowdow…`, which tell the jobs apart
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     base = rows[0].mean_step_ns if rows else 0
     own = distinct_overrides([r.overrides for r in rows] + list(failed))[: len(rows)]
     for r, mine in sorted(zip(rows, own, strict=True), key=lambda x: x[0].job):

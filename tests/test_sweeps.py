@@ -6,6 +6,7 @@ the process that launched the sweep gathers ``sweep.parquet`` and names the fail
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import shutil
@@ -339,6 +340,31 @@ def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_f
     console.print(sweep_table([row], ["trace=r slowdown.rank=99"]))
     (line,) = (x for x in console.export_text().splitlines() if "straggler" in x)
     assert "slowdown.rank=1" in line and "trace=r" not in line
+
+
+def test_the_sweep_table_on_an_80_column_terminal_folds_each_jobs_overrides_instead_of_cutting_them() -> None:
+    # they read `slowdow…` in every row, the one column that told the jobs apart
+    from rich.console import Console
+
+    from skewlens.replay.render import sweep_table
+
+    rows = [
+        dataclasses.replace(_job(k, f"slowdown.factor={f} topology=two_node_ib", 10.0 * (1 + k)), topology=t)
+        for k, (f, t) in enumerate([(1.0, "two_node_ib"), (1.5, "two_node_ib")])
+    ]
+    console = Console(width=80, record=True)
+    console.print(sweep_table(rows))
+    lines = console.export_text().splitlines()
+    body = lines[lines.index(next(x for x in lines if x.startswith("┡"))) + 1 : -3]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in body]
+    jobs = "".join(c[0] + "|" if c[0] else "" for c in cells).split("|")[:-1]
+    assert jobs == ["0", "1"]
+    overrides = [""]
+    for c in cells:
+        if c[0] and overrides[-1]:
+            overrides.append("")
+        overrides[-1] += c[1]
+    assert overrides == ["slowdown.factor=1.0", "slowdown.factor=1.5"]  # what differs between them
 
 
 def _job(job: int, overrides: str, mean_ms: float) -> SweepRecord:
