@@ -230,6 +230,19 @@ def test_the_import_summary_gives_each_ranks_steps_as_ranges(nccl_run: Path) -> 
     assert "0-189, 200, 202-203" in row and "188" not in row
 
 
+def test_the_import_summary_on_a_narrow_terminal_folds_the_source_file_name_instead_of_cutting_it(
+    nccl_run: Path,
+) -> None:
+    # at 60 columns a file name read `worker0_step_12.16941282…`
+    from skewlens.cli.import_traces import summary_table
+
+    buf = io.StringIO()
+    Console(file=buf, width=50).print(summary_table(read_manifest(nccl_run)))
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in buf.getvalue().splitlines()]
+    source = "".join(cells[3] for cells in rows if cells and not cells[3].startswith("(missing"))
+    assert source.startswith("nccl_2gpu_rank0_kineto.json.gz")
+
+
 def test_the_import_summary_of_many_ranks_lists_32_and_counts_the_rest(nccl_run: Path) -> None:
     import dataclasses
 

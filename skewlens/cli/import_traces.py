@@ -70,8 +70,8 @@ def summary_table(manifest: Manifest) -> Table:
     t = Table()
     t.add_column("rank", justify="right")
     t.add_column("device")
-    t.add_column("step numbers")
-    t.add_column("source")
+    t.add_column("step numbers", overflow="fold")  # folded, not cut where the terminal is narrow: a
+    t.add_column("source", overflow="fold")  # file name read `worker0_step_12.16941282…` at 60 columns
     steps: dict[int, list[int]] = {}
     for s in manifest.steps:
         steps.setdefault(s.rank, []).append(s.step)

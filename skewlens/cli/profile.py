@@ -349,7 +349,8 @@ def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile"
     title = f"skewlens {command}: {run_dir} (level {manifest.level}, world size {manifest.world_size})"
     table = Table(title=title, title_justify="left", min_width=len(title))  # a narrow table wrapped it
     for col in ("rank", "host", "device", "clock offset µs", "steps", "nodes"):
-        table.add_column(col, justify="right" if col not in ("host", "device") else "left")
+        left = col in ("host", "device")  # a host's name folded, not cut, where the terminal is narrow
+        table.add_column(col, justify="left" if left else "right", overflow="fold" if left else "ellipsis")
     caption: list[str] = []
     if len(manifest.ranks) > MAX_RANK_ROWS:
         caption.append(ranks_caption(manifest.ranks, str(run_dir / "manifest.json")))
