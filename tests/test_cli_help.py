@@ -110,3 +110,15 @@ def test_replays_help_says_how_to_call_it_and_its_examples_run_as_written(
         ]
         assert skewlens_main(argv[1:]) == 0, argv
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["profile", "merge", "demo"])
+def test_a_commands_help_shows_no_rst_markup(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # the descriptions taken from docstrings read ``skewlens profile``: ...
+    assert "``" not in _help(capsys, command)
+
+
+def test_checks_help_gives_its_exit_status_for_scripts_and_ci(capsys: pytest.CaptureFixture[str]) -> None:
+    said = _help(capsys, "check")
+    assert "exit status: 0 when the run has no errors (warnings allowed), 1 when it has errors" in said
+    assert "2 when it cannot be read as a run" in said

@@ -89,7 +89,7 @@ def capture_window(steps: int) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0])
+    p = argparse.ArgumentParser(prog="skewlens demo", description=__doc__.split("\n", 1)[0].replace("``", ""))
     p.add_argument(
         "--out", default="demo-out", help="new or empty directory, or one an earlier demo made (replaced)"
     )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="skewlens profile",
-        description=__doc__.split("\n", 1)[0],
+        description=__doc__.split("\n", 1)[0].replace("``", ""),
         usage="%(prog)s [-h] --out RUN_DIR [--level LEVEL] [--steps WAIT:WARMUP:ACTIVE] [--host-trace "
         "SOURCE] [--keep-raw] [--parquet] -- COMMAND ...",
         epilog="COMMAND: the training command, after '--' (torchrun ... train.py ..., python train.py ...)",
@@ -198,7 +198,9 @@ def merge_main(argv: list[str]) -> int:
     from skewlens.console import report_console
     from skewlens.profiler.capture.combine import RUN_IDENTITY_NOTE, combine_runs
 
-    p = argparse.ArgumentParser(prog="skewlens merge", description=merge_main.__doc__)
+    p = argparse.ArgumentParser(
+        prog="skewlens merge", description=(merge_main.__doc__ or "").replace("``", "")
+    )
     p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
     p.add_argument(
         "--force",

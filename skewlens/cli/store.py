@@ -35,7 +35,13 @@ def _progress(off: bool, console: Console | None) -> Progress:
 
 def check_main(argv: list[str], console: Console | None = None) -> int:
     """Validate a run; prints a rich report; exit code 1 when it has errors."""
-    ap = argparse.ArgumentParser(prog="skewlens check", description="validate a run directory")
+    ap = argparse.ArgumentParser(
+        prog="skewlens check",
+        description="validate a run directory",
+        epilog="exit status: 0 when the run has no errors (warnings allowed), 1 when it has errors (a "
+        "corrupt or missing rank file, unmatched communication, ...), 2 when it cannot be read as a run "
+        "(no manifest or traces, a manifest that is not JSON)",
+    )
     ap.add_argument("run_dir", help="run directory (manifest + rank-<r>.et), Chakra trace folder or prefix")
     ap.add_argument("--all", action="store_true", help="list every problem (default: the first 50)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
