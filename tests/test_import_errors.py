@@ -298,8 +298,11 @@ def test_a_gzipped_trace_that_inflates_past_its_ratio_is_refused_before_it_is_pa
     said = (
         f"rank0.json.gz: gzipped trace expands past {JSON_GZIP_FLOOR_BYTES} bytes, over 64 times its {size}"
     )
-    with pytest.raises(TraceImportError, match=said):
+    with pytest.raises(TraceImportError, match=said) as e:
         import_traces([bomb], None, tmp_path / "run")
+    assert str(e.value).endswith(
+        "if it is a real trace, decompress it first (gunzip, tar -x): a plain file is not held to this ratio"
+    )
     with pytest.raises(TraceImportError, match=said):
         read_json(bomb)  # a host execution trace
     assert not (tmp_path / "run").exists()
