@@ -42,15 +42,19 @@ class CollectiveSkewRecord:
     arrival_ns: int
     """When this member entered the op (aligned ns)."""
     end_ns: int
-    """When the op completed on this member (aligned ns)."""
+    """When the op completed on this member (aligned ns): its recorded end, or where gloo's worker recorded
+    it after the host wait that hid it had ended, that wait's end (``replay.execution.model_ends``)."""
     wait_ns: int
     """Time this member waited for its peers: from its arrival to the arrival it waits for (the last one, or
     under a rooted collective's rule the root's; ``replay.execution.waits_for``), at most its op's
-    duration."""
+    duration; 0 for a send done before its recv arrived (eager: ``replay.execution.eager_send_rows``),
+    which waits for no one."""
     exposed_wait_ns: int
     """The part of ``wait_ns`` not hidden under compute on this rank (asynchronous ops wait under compute)."""
     transfer_ns: int
-    """Completion minus the arrival this member waited for (>= 0; 0 for a member done before it)."""
+    """The rest of the op: completion minus the arrival this member waited for, or its own arrival where it
+    waited for no one (an eager send: its whole duration); >= 0, 0 for a member done before the arrival it
+    waited for."""
     skew_ns: int
     """Last minus first arrival over the members."""
     late_rank: int
