@@ -445,7 +445,10 @@ def test_the_export_summary_title_keeps_a_long_output_path_on_one_line(tmp_path:
     assert buf.getvalue().splitlines()[0].strip() == f"exported to {out}"
 
 
-def test_export_cli_says_which_warnings_and_errors_it_counted(tmp_path: Path) -> None:
+def test_export_cli_says_which_warnings_and_errors_it_counted_on_stderr_named_after_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # they were `warning: ...` lines on stdout, under the summary: in a script's > out.txt
     b = RunBuilder(2)
     b.rank(0).collective(CommType.ALL_REDUCE, 64, 10)
     b.rank(1).collective(CommType.BROADCAST, 64, 10)
@@ -456,11 +459,31 @@ def test_export_cli_says_which_warnings_and_errors_it_counted(tmp_path: Path) ->
     assert export_main(argv, console=Console(file=buf, width=400)) == 0
     text = buf.getvalue()
     assert "2 warning(s)/error(s)" in text
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.startswith(("error: ", "warning: "))]
+    assert "error:" not in text and "warning:" not in text
+    lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and lines[0].startswith(
-        "error: collective mismatch in group '0' seq 0: type differs"
+        "skewlens export: error: collective mismatch in group '0' seq 0: type differs"
     )
-    assert lines[1].startswith("warning: ") and "without manifest.json" in lines[1]
+    assert lines[1].startswith("skewlens export: warning: ") and "without manifest.json" in lines[1]
+
+
+def test_export_cli_counts_the_warnings_it_does_not_show_and_names_the_command_that_lists_them(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.store.issues import Issue, Severity
+    from skewlens.profiler.store.parquet import ExportSummary
+    from skewlens.profiler.store.render import SHOWN_EXPORT_ISSUES, export_issue_lines
+
+    issues = [
+        Issue(severity=Severity.WARNING, kind="w", message=f"warning {i}")
+        for i in range(SHOWN_EXPORT_ISSUES + 3)
+    ]
+    bad = Issue(severity=Severity.ERROR, kind="e", message="bad")
+    summary = ExportSummary(out_dir=tmp_path, rows={}, issues=(*issues, bad))
+    lines = export_issue_lines(summary, "RUN_DIR")
+    assert lines[0] == "error: bad" and lines[1] == "warning: warning 0"
+    assert len(lines) == SHOWN_EXPORT_ISSUES + 1
+    assert lines[-1] == "and 4 more warning(s)/error(s): skewlens check RUN_DIR"
 
 
 def test_a_parquet_export_given_where_a_run_is_read_is_named_as_an_export_not_as_eight_missing_traces(

@@ -102,12 +102,21 @@ def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
-#: At most this many of an export's warnings and errors are printed under its summary (all are counted).
+#: At most this many of an export's warnings and errors are printed after its summary (all are counted).
 SHOWN_EXPORT_ISSUES = 10
 
 
+def _export_notes(summary: ExportSummary) -> list[Issue]:
+    """The export's errors, then its warnings (not its infos)."""
+    return sorted(
+        (i for i in summary.issues if i.severity is not Severity.INFO),
+        key=lambda i: i.severity is not Severity.ERROR,
+    )
+
+
 def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
-    """Rows per table and conversion throughput."""
+    """Rows per table, conversion throughput and how many warnings and errors the run has (said on their
+    own by :func:`export_issue_lines`)."""
     title = f"exported to {summary.out_dir}"
     table = Table(title=title, min_width=len(title))  # narrower, the table wrapped its title mid-path
     table.add_column("table")
@@ -116,20 +125,18 @@ def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
         table.add_row(name, f"{rows:,}")
     nodes = summary.rows.get("nodes", 0)
     rate = nodes / seconds if seconds > 0 else 0.0
-    notes = sorted(
-        (i for i in summary.issues if i.severity is not Severity.INFO),
-        key=lambda i: i.severity is not Severity.ERROR,
+    notes = len(_export_notes(summary))
+    return Group(
+        table, Text(f"{nodes:,} nodes in {seconds:.2f} s ({rate:,.0f} nodes/s); {notes} warning(s)/error(s)")
     )
-    tail = Text(f"{nodes:,} nodes in {seconds:.2f} s ({rate:,.0f} nodes/s); {len(notes)} warning(s)/error(s)")
-    lines = [
-        Text(f"{i.severity.value}: {i.message}", style=_STYLE[i.severity])
-        for i in notes[:SHOWN_EXPORT_ISSUES]
-    ]
+
+
+def export_issue_lines(summary: ExportSummary, run: str) -> list[str]:
+    """The export's errors, then its warnings, one line each (``error: ...``, ``warning: ...``; the first
+    :data:`SHOWN_EXPORT_ISSUES`, and a line counting the rest), for stderr: a script's ``> out.txt`` gets
+    the summary alone. ``run``: the run as the command was given it (for ``skewlens check RUN``)."""
+    notes = _export_notes(summary)
+    lines = [f"{i.severity.value}: {i.message}" for i in notes[:SHOWN_EXPORT_ISSUES]]
     if len(notes) > SHOWN_EXPORT_ISSUES:
-        lines.append(
-            Text(
-                f"... {len(notes) - SHOWN_EXPORT_ISSUES} more (skewlens check RUN lists them all)",
-                style="dim",
-            )
-        )
-    return Group(table, tail, *lines)
+        lines.append(f"and {len(notes) - SHOWN_EXPORT_ISSUES} more warning(s)/error(s): skewlens check {run}")
+    return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from skewlens.cli.options import check_range
-from skewlens.console import report_console
+from skewlens.console import printable, report_console
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.manifest import MAX_WORLD_SIZE
 from skewlens.progress import NO_PROGRESS, Progress
@@ -182,7 +183,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         )  # one line
         return 0
     from skewlens.profiler.store.parquet import export_run
-    from skewlens.profiler.store.render import render_export
+    from skewlens.profiler.store.render import export_issue_lines, render_export
 
     summary = export_run(
         args.run_dir,
@@ -193,6 +194,8 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         allow_option="--allow-errors",
     )
     out.print(render_export(summary, time.perf_counter() - t0))
+    for line in export_issue_lines(summary, args.run_dir):  # on stderr: a script's > out.txt gets results
+        print(f"skewlens export: {printable(line)}", file=sys.stderr)
     return 0
 
 
