@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable
-from typing import IO
+from typing import IO, TextIO
 
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook
 from rich.segment import Segment
@@ -42,6 +43,39 @@ def silence(stream: IO[str]) -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+class QuietPipe(io.TextIOBase):
+    """A text stream in front of ``stream`` that goes quiet where ``stream``'s reader went away: what is
+    written after that is dropped (the descriptor :func:`silence` d) instead of raising
+    :class:`BrokenPipeError`, and :attr:`broken` says so. For what prints through :mod:`logging` onto
+    stdout (Hydra's ``--info``): a logging handler takes the error of every line it writes and prints it
+    as a "--- Logging error ---" traceback on stderr. Only that stream is guarded: another handler's errors
+    are still reported."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.broken = False
+        """Whether ``stream``'s reader went away."""
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.broken = True
+        silence(self.stream)  # what the stream still buffers goes nowhere when it is flushed at exit
 
 
 class ReportConsole(Console):

@@ -535,10 +535,13 @@ def test_check_of_a_clean_run_whose_reader_went_away_still_exits_0(
 
 
 @pytest.mark.parametrize(
-    "args", [["--help"], ["--version"], ["check", "--help"], ["replay", "--cfg", "job"]], ids=" ".join
+    "args",
+    [["--help"], ["--version"], ["check", "--help"], ["replay", "--cfg", "job"], ["replay", "--info"]],
+    ids=" ".join,
 )
 def test_help_into_a_pipe_whose_reader_went_away_ends_quietly_with_141(args: list[str]) -> None:
-    # it was a BrokenPipeError traceback (Hydra's --cfg: its traceback and a hint) and exit code 1
+    # it was a BrokenPipeError traceback (Hydra's --cfg: its traceback and a hint) and exit code 1; Hydra's
+    # --info, which prints through logging, a "--- Logging error ---" traceback per line and 141
     import subprocess
     import sys
 

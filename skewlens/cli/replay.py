@@ -36,7 +36,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from rich.console import Console
 
 from skewlens.cli.options import refuse_yaml_aliases
-from skewlens.console import report_console
+from skewlens.console import QuietPipe, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError
@@ -713,8 +713,13 @@ def main(argv: list[str] | None = None) -> int:
         hydra_args = topology_files(args, Path(tmp))
         made = make_out_dir(args)
         sys.argv = ["skewlens replay", *flags_last(hydra_args)]  # argparse names the program after it
+        # --info prints through logging, whose handler took a closed stdout (`| head`) as an error per line
+        info = (
+            QuietPipe(sys.stdout) if any(_hydra_flag(a) == HYDRA_INFO for a in args if a[:1] == "-") else None
+        )
         try:
-            app()
+            with contextlib.redirect_stdout(info) if info is not None else contextlib.nullcontext():
+                app()
         except SystemExit as e:
             if e.code not in (0, None):
                 return 2
@@ -722,6 +727,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.argv = saved
             if made is not None:  # made here for this command: not left behind empty
                 remove_if_empty(made, Path(next(a for a in args if a.startswith("out=")).partition("=")[2]))
+    if info is not None and info.broken:
+        raise BrokenPipeError  # skewlens.cli: the exit status of a command whose reader went away
     if errors:
         raise errors[0]
     return 0
