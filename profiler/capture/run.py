@@ -140,7 +140,7 @@ def run_command(command: Sequence[str], env: dict[str, str], *, stops: list[str]
     if os.sep not in exe and shutil.which(exe, path=env.get("PATH")) is None:
         raise CaptureError(f"command not found: {exe!r}")
     try:
-        proc = subprocess.Popen(list(command), env=env, process_group=0, preexec_fn=_stop_with_parent)  # noqa: PLW1509 (one prctl call)
+        proc = subprocess.Popen(list(command), env=env, process_group=0, preexec_fn=stop_with_parent)  # noqa: PLW1509 (one prctl call)
     except OSError as e:
         raise CaptureError(f"cannot run {exe!r}: {e.strerror or e}") from None
     main = threading.current_thread() is threading.main_thread()
@@ -156,8 +156,9 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def _stop_with_parent() -> None:
-    """In the command's process, before it starts: SIGTERM when ``skewlens profile`` dies (Linux)."""
+def stop_with_parent() -> None:
+    """In a child process, before it starts: SIGTERM when its parent (``skewlens profile``, the demo) dies
+    (Linux)."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from rich.table import Table
 from skewlens.cli.options import check_range
 from skewlens.console import report_console
 from skewlens.paths import EXAMPLES_DIR
+from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
 from skewlens.rich_progress import RichProgress
 
@@ -145,24 +147,42 @@ def prepare_out(out: Path) -> None:
     (out / DEMO_MARKER).write_text("created by skewlens demo; replaced by the next demo with this --out\n")
 
 
-#: How long an interrupted demo waits for the ``skewlens`` it runs to clean up and end.
-STOP_GRACE_S = 30.0
+#: How long an interrupted demo waits for the ``skewlens`` it runs to clean up and end: longer than
+#: ``skewlens profile`` gives its command after a Ctrl-C, so that it finalises the run with what was saved.
+STOP_GRACE_S = INTERRUPT_GRACE_S + 15.0
 
 
 def _skewlens(*args: str) -> int:
-    """Run ``skewlens ARGS...`` as a user would (its own process, output to this terminal). Interrupted
-    (Ctrl-C, or SIGTERM to the demo alone), it passes SIGTERM on and waits for it to clean up (a
-    ``subprocess.run`` killed it, leaving its staging directory) before SIGKILL."""
-    with subprocess.Popen([sys.executable, "-m", "skewlens", *args]) as proc:
+    """Run ``skewlens ARGS...`` as a user would (its own process, output to this terminal)."""
+    return run_child([sys.executable, "-m", "skewlens", *args])
+
+
+def run_child(command: list[str]) -> int:
+    """Run ``command`` to its end, in a process group of its own, and return its exit code. Interrupted
+    (the terminal's Ctrl-C, or SIGINT or SIGTERM to the demo), it passes Ctrl-C (SIGINT) on, once, and
+    waits for the command to clean up and end (a ``subprocess.run`` killed it, leaving its staging
+    directory) before SIGKILL; a second Ctrl-C is passed on too. In the demo's own group it got the
+    terminal's Ctrl-C and then the SIGTERM the demo passed on: ``skewlens profile`` took that for a stop by
+    SIGTERM and said ``error: command exited with code 1``. It gets SIGTERM if the demo dies first."""
+    with subprocess.Popen(command, process_group=0, preexec_fn=stop_with_parent) as proc:  # noqa: PLW1509 (one prctl call)
         try:
             return proc.wait()
         except KeyboardInterrupt:
-            proc.terminate()
+            proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                _wait_or_kill(proc)
+            except KeyboardInterrupt:  # a second Ctrl-C: ``skewlens profile`` kills its command at once
+                proc.send_signal(signal.SIGINT)
+                _wait_or_kill(proc)
             raise
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
+    """Wait up to :data:`STOP_GRACE_S` for ``proc`` to end; then SIGKILL it."""
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def _ms(ns: float) -> str:
