@@ -136,7 +136,11 @@ class SlowdownItemConfig:
     """compute / op / jitter: the ops scaled, any | host (host operators) | gpu (GPU ops)."""
 
     def to_slowdown(self) -> Slowdown:
-        """The pure :class:`Slowdown` of this item (validates it)."""
+        """The pure :class:`Slowdown` of this item (validates it): ``delay_ms`` becomes its ``delay_ns``,
+        checked first (a NaN, inf or 1e308 is refused as ``delay_ms``, not converted)."""
+        delay_ms = float(self.delay_ms)
+        if (problem := number_problem(delay_ms, positive=False, name="delay_ms")) is not None:
+            raise SlowdownFieldError(f"slowdown item (kind={self.kind})", "delay_ms", problem)
         return Slowdown(
             kind=self.kind,
             ranks=tuple(self.ranks),
@@ -146,7 +150,7 @@ class SlowdownItemConfig:
             seed=self.seed,
             step=self.step,
             every_step=bool(self.every_step),
-            delay_ms=float(self.delay_ms),
+            delay_ns=round(delay_ms * 1e6),
             before=self.before,
             latency_ns=self.latency_ns,
             links=tuple((int(a[0]), int(a[1])) if len(a) == 2 else tuple(a) for a in self.links),  # type: ignore[misc]

@@ -10,10 +10,10 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
 - ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
-- ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks, or with
+- ``stall``: a one-off wait of ``delay_ns`` before the first node of step ``step`` on the ranks, or with
   ``every_step`` before the first node of every step of the item's window (a data loader that takes
-  ``delay_ms`` longer each step);
-- ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
+  ``delay_ns`` longer each step);
+- ``comm_delay``: an extra wait of ``delay_ns`` before every ``before`` node of the ranks (``send``,
   ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob);
 - ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
   traffic over the given ``links`` (rank pairs: a group containing both ends), ``nodes`` (a group with a
@@ -21,7 +21,9 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
   with none of those, all traffic.
 
 Factors of several items multiply, delays and latencies add. The model is a pure function of its inputs,
-as :class:`~skewlens.replay.effects.Effects` requires.
+as :class:`~skewlens.replay.effects.Effects` requires. Times are integer nanoseconds here; the config gives
+delays in ms (``delay_ms``), converted once where an item becomes a :class:`Slowdown`
+(``skewlens.replay.config.SlowdownItemConfig.to_slowdown``).
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ COMM_ON = {
 
 #: The most each number of a slowdown may be, and its unit: a factor or sigma times a 1 ns op, a delay or a
 #: latency, must stay on the simulator's clock (a factor of 1e308 wrapped the replayed times around).
+#: ``delay_ms`` is the config's (checked before it becomes a :attr:`Slowdown.delay_ns`).
 LIMITS = {
     "factor": (MAX_SIM_NS, ""),
     "sigma": (MAX_SIM_NS, ""),
     "delay_ms": (MAX_SIM_NS / 1e6, " ms"),
+    "delay_ns": (MAX_SIM_NS, " ns"),
     "latency_ns": (MAX_SIM_NS, " ns"),
 }
 
@@ -101,8 +105,8 @@ class Slowdown:
     replay fills in once it has loaded the run: ``skewlens.replay.driver.slowdowns_for``)."""
     every_step: bool = False
     """stall: stall before every step of the window ``first_step..last_step`` instead (``step`` unset)."""
-    delay_ms: float = 0.0
-    """stall / comm_delay: the extra wait, ms."""
+    delay_ns: int = 0
+    """stall / comm_delay: the extra wait, ns (the config's ``delay_ms``)."""
     before: str = "collective"
     """comm_delay: the delay comes before every ``send`` | ``collective`` | ``comm`` node."""
     latency_ns: int = 0
@@ -125,7 +129,7 @@ class Slowdown:
         for name, value, positive in (
             ("factor", self.factor, True),
             ("sigma", self.sigma, False),
-            ("delay_ms", self.delay_ms, False),
+            ("delay_ns", self.delay_ns, False),
             ("latency_ns", self.latency_ns, False),
         ):
             if (problem := number_problem(value, positive=positive, name=name)) is not None:
@@ -187,9 +191,9 @@ class Slowdown:
             what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
         elif self.kind == "stall":
             at = f"step {self.step}" if self.step is not None else "the first step"
-            what = f"a {self.delay_ms:g} ms stall at {'every step' if self.every_step else at}"
+            what = f"a {self.delay_ns / 1e6:g} ms stall at {'every step' if self.every_step else at}"
         elif self.kind == "comm_delay":
-            what = f"+{self.delay_ms:g} ms before every {self.before} op"
+            what = f"+{self.delay_ns / 1e6:g} ms before every {self.before} op"
         else:
             parts = [f"bandwidth x{self.factor:g}"] if self.factor != 1 else []
             parts += [f"+{self.latency_ns:,} ns latency"] if self.latency_ns else []
@@ -266,14 +270,14 @@ class SlowdownModel:
         d = 0
         for s in self.items:
             if s.kind == "comm_delay" and node_type in COMM_ON[s.before] and s.applies(rank, step):
-                d += round(s.delay_ms * 1e6)
+                d += s.delay_ns
         return d
 
     def stall_ns(self, rank: int, step: int) -> int:
         d = 0
         for s in self.items:
             if s.kind == "stall" and (s.every_step or s.step == step) and s.applies(rank, step):
-                d += round(s.delay_ms * 1e6)
+                d += s.delay_ns
         return d
 
     def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:

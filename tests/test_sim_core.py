@@ -407,8 +407,8 @@ def _assert_same_replay(a: SimResult, b: SimResult) -> None:
         SlowdownModel(
             [
                 Slowdown(kind="compute", ranks=(2,), factor=1.5),
-                Slowdown(kind="stall", ranks=(0,), step=1, delay_ms=0.1),
-                Slowdown(kind="comm_delay", ranks=(1,), delay_ms=0.05),
+                Slowdown(kind="stall", ranks=(0,), step=1, delay_ns=100_000),
+                Slowdown(kind="comm_delay", ranks=(1,), delay_ns=50_000),
             ]
         ),
     ],

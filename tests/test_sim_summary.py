@@ -225,7 +225,7 @@ def test_a_stalled_ranks_own_step_holds_its_stall_in_the_first_step_and_later(tm
     run = load_run(b.write(tmp_path / "run"))
     base = {(x.rank, x.step): x.step_time_ns for x in summarize(run, simulate(run))}
     for step in (0, 1):
-        stall = SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=step, delay_ms=50.0)])
+        stall = SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=step, delay_ns=50_000_000)])
         got = {
             (x.rank, x.step): x.step_time_ns - base[(x.rank, x.step)]
             for x in summarize(run, simulate(run, effects=stall))

@@ -94,14 +94,14 @@ def test_jitter_is_seeded_per_rank_and_step(tmp_path: Path) -> None:
 def test_a_stall_delays_its_step_once(tmp_path: Path) -> None:
     rt = compute_bound_run(tmp_path)
     base = step_times(rt)
-    slow = step_times(rt, SlowdownModel([Slowdown(kind="stall", ranks=(3,), step=2, delay_ms=7.0)]))
+    slow = step_times(rt, SlowdownModel([Slowdown(kind="stall", ranks=(3,), step=2, delay_ns=7 * MS)]))
     assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 0, 7 * MS, 0]
 
 
 def test_a_stall_at_every_step_delays_each_step_of_its_window(tmp_path: Path) -> None:
     rt = compute_bound_run(tmp_path)
     base = step_times(rt)
-    item = Slowdown(kind="stall", ranks=(3,), every_step=True, first_step=1, delay_ms=7.0)
+    item = Slowdown(kind="stall", ranks=(3,), every_step=True, first_step=1, delay_ns=7 * MS)
     slow = step_times(rt, SlowdownModel([item]))
     assert [s - b for s, b in zip(slow, base, strict=True)] == [0, 7 * MS, 7 * MS, 7 * MS]
     assert item.describe() == "a 7 ms stall at every step on rank 3 (steps 1..)"
@@ -110,7 +110,7 @@ def test_a_stall_at_every_step_delays_each_step_of_its_window(tmp_path: Path) ->
 def test_an_extra_delay_before_a_ranks_collectives_delays_every_member(tmp_path: Path) -> None:
     rt = compute_bound_run(tmp_path)
     base = simulate(rt)
-    res = simulate(rt, effects=SlowdownModel([Slowdown(kind="comm_delay", ranks=(1,), delay_ms=2.0)]))
+    res = simulate(rt, effects=SlowdownModel([Slowdown(kind="comm_delay", ranks=(1,), delay_ns=2 * MS)]))
     colls = [int(e) for e in res.coll_end_ns]
     base_colls = [int(e) for e in base.coll_end_ns]
     assert [c - b for c, b in zip(colls, base_colls, strict=True)] == [2 * MS * (k + 1) for k in range(STEPS)]
@@ -122,7 +122,7 @@ def test_a_slow_send_delays_the_matching_recv(tmp_path: Path) -> None:
     b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000)
     b.rank(1).recv(0, comm_bytes=1024, dur_ns=MS + 50_000, start_ns=0)
     rt = load_run(b.write(tmp_path / "run"))
-    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ms=3.0)])
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=3 * MS)])
     assert model.delay_before_ns(0, -1, NodeType.COMM_SEND, "c10d::send") == 3 * MS
     assert model.delay_before_ns(0, -1, NodeType.COMM_COLL, "c10d::allreduce_") == 0
     base, res = simulate(rt), simulate(rt, effects=model)
@@ -163,8 +163,8 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         [
             Slowdown(kind="compute", factor=1.5),
             Slowdown(kind="op", pattern="aten::mm", factor=2.0),
-            Slowdown(kind="comm_delay", before="comm", delay_ms=1.0),
-            Slowdown(kind="comm_delay", before="collective", delay_ms=0.5),
+            Slowdown(kind="comm_delay", before="comm", delay_ns=MS),
+            Slowdown(kind="comm_delay", before="collective", delay_ns=MS // 2),
         ]
     )
     assert isinstance(m, Effects)
@@ -181,7 +181,7 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ({"kind": "compute", "factor": 0.0}, "factor"),
         ({"kind": "op"}, "pattern"),
         ({"kind": "op", "pattern": "re:(("}, "regex"),
-        ({"kind": "stall", "delay_ms": -1.0}, "delay_ms"),
+        ({"kind": "stall", "delay_ns": -1}, "delay_ns"),
         ({"kind": "comm_delay", "before": "everything"}, "before"),
         ({"kind": "compute", "first_step": 3, "last_step": 1}, "first_step"),
         ({"kind": "compute", "device": "cuda"}, "device must be one of any, host, gpu"),
@@ -231,3 +231,41 @@ def test_the_identity_effects_scale_nothing_and_add_no_wait() -> None:
     assert NO_EFFECTS.compute_factor(0, 0, "aten::mm", on_gpu=True) == 1.0
     assert NO_EFFECTS.delay_before_ns(0, 0, NodeType.COMM_COLL, "allreduce") == 0
     assert NO_EFFECTS.stall_ns(0, 0) == 0
+
+
+def test_a_config_items_delay_in_ms_becomes_integer_nanoseconds_once_and_still_reads_in_ms() -> None:
+    # the core's record carried delay_ms: float, converted with round(delay_ms * 1e6) at every call
+    from skewlens.replay.config import SlowdownItemConfig
+
+    stall = SlowdownItemConfig(kind="stall", ranks=[1], delay_ms=40.0).to_slowdown()
+    assert (stall.delay_ns, type(stall.delay_ns)) == (40 * MS, int)
+    assert stall.describe() == "a 40 ms stall at the first step on rank 1"
+    send = SlowdownItemConfig(kind="comm_delay", before="send", delay_ms=0.0025).to_slowdown()
+    assert send.delay_ns == 2_500
+    assert send.describe() == "+0.0025 ms before every send op"
+    assert SlowdownModel([send]).delay_before_ns(0, 0, NodeType.COMM_SEND, "c10d::send") == 2_500
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "problem"),
+    [
+        (float("nan"), "must be a finite number >= 0, got nan"),
+        (float("inf"), "must be a finite number >= 0, got inf"),
+        (-1.0, "must be a finite number >= 0, got -1.0"),
+        (
+            1e308,
+            (
+                "must be at most 4.61e+12 ms, got 1e+308: beyond it, times leave the simulator's clock "
+                "(about 146 years)"
+            ),
+        ),
+    ],
+)
+def test_a_config_items_delay_out_of_range_is_refused_as_delay_ms_before_it_is_converted(
+    delay_ms: float, problem: str
+) -> None:
+    from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
+
+    with pytest.raises(ConfigError) as e:
+        SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="stall", delay_ms=delay_ms)])
+    assert str(e.value) == f"slowdown.entries[0].delay_ms: {problem} (kind=stall)"
