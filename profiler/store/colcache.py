@@ -149,7 +149,7 @@ def _batch(raw: RawColumns) -> pa.RecordBatch:
         "name": raw.names.cast(_DICT),
         "pg_name": raw.pg_name.cast(_DICT),
         "dep_id": pa.ListArray.from_arrays(off, pa.array(raw.dep_id, pa.uint64())),
-        "dep_kind": pa.ListArray.from_arrays(off, pa.array(raw.dep_kind.astype(np.int8))),
+        "dep_kind": pa.ListArray.from_arrays(off, pa.array(raw.dep_kind)),
         "metadata_msg": pa.array(meta, pa.binary()),
     }
     for a in INT_ATTRS:
@@ -231,7 +231,7 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
         pg_name=pg_name,
         dep_node=np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets)),
         dep_id=_np(dep_id_l.values)[: offsets[-1]],
-        dep_kind=dep_kind.astype(np.int64),
+        dep_kind=dep_kind.astype(np.int8),
         metadata_msgs=[(int(r), metadata[int(r)].as_py()) for r in meta_rows.tolist()],
         global_metadata=meta[_GLOBAL],
         attr_lists=attr_lists,

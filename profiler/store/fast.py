@@ -130,8 +130,8 @@ class RawColumns:
     """Row of the node owning each dependency entry (sorted by row, ctrl before data)."""
     dep_id: U64
     """Node id each dependency entry points to."""
-    dep_kind: I64
-    """0 ctrl, 1 data."""
+    dep_kind: np.ndarray
+    """0 ctrl, 1 data (int8)."""
     metadata_msgs: list[tuple[int, bytes]]
     """(row, raw message) of METADATA nodes, decoded with protobuf by the caller."""
     global_metadata: bytes
@@ -678,24 +678,33 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     name_len[l_msg[m]] = l_len[m]
     names = pc.dictionary_encode(b.gather_strings(name_start, name_len).cast(pa.string()))
 
-    # dependencies: packed (wire 2) or one value per field (wire 0)
+    # dependencies: packed (wire 2) or one value per field (wire 0). A value may take one byte, so a file's
+    # lists can hold 16 bytes a byte of the file: each part is let go once joined, each column sorted alone
     dep_parts_node: list[I64] = []
     dep_parts_id: list[U64] = []
-    dep_parts_kind: list[I64] = []
-    for kind, f in ((0, F_CTRL), (1, F_DATA)):
+    per_kind: list[int] = []
+    for f in (F_CTRL, F_DATA):
         m = l_field == f
-        owner, vals = _packed_varints(b, l_msg[m], l_start[m], l_len[m])
+        owner, ids = _packed_varints(b, l_msg[m], l_start[m], l_len[m])
         mv = v_field == f
         dep_parts_node += [owner, v_msg[mv]]
-        dep_parts_id += [vals, v_val[mv]]
-        dep_parts_kind += [np.full(owner.shape[0] + int(mv.sum()), kind, dtype=np.int64)]
+        dep_parts_id += [ids, v_val[mv]]
+        per_kind.append(owner.shape[0] + int(mv.sum()))
+    del owner, ids
     dep_node = np.concatenate(dep_parts_node)
+    dep_parts_node.clear()
     dep_id = np.concatenate(dep_parts_id)
-    dep_kind = np.concatenate(dep_parts_kind)
-    key = dep_node * 2 + dep_kind
-    if key.size > 1 and not bool((key[1:] >= key[:-1]).all()):  # usually in order already
-        order = np.argsort(key, kind="stable")
-        dep_node, dep_id, dep_kind = dep_node[order], dep_id[order], dep_kind[order]
+    dep_parts_id.clear()
+    dep_kind = np.repeat(np.arange(2, dtype=np.int8), per_kind)
+    key = dep_node * 2
+    key += dep_kind
+    order = np.argsort(key, kind="stable") if key.size > 1 and not bool((key[1:] >= key[:-1]).all()) else None
+    del key  # usually in order already
+    if order is not None:
+        dep_node = dep_node[order]
+        dep_id = dep_id[order]
+        dep_kind = dep_kind[order]
+        del order
 
     # inputs and outputs (IOInfo: values, shapes, types, strings) are not read, but protobuf parses them:
     # their wire format and strings are checked as it checks them, or a corrupt one reads differently

@@ -347,7 +347,7 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
         pg_name=pa.array(pg, type=pa.string()).dictionary_encode(),
         dep_node=np.asarray(dep_node, dtype=np.int64),
         dep_id=np.asarray(dep_id, dtype=np.uint64),
-        dep_kind=np.asarray(dep_kind, dtype=np.int64),
+        dep_kind=np.asarray(dep_kind, dtype=np.int8),
         metadata_msgs=meta,
         global_metadata=bytes(first[1]),
         attr_lists={
@@ -664,9 +664,12 @@ def _interpret(
         rank=rank,
     )
     dep_id = raw.dep_id.view(np.int64)
+    # a file's dependency lists can be most of its bytes, a value in a byte: these columns work in place
     pos = np.searchsorted(sorted_ids, dep_id)
-    pos_c = np.minimum(pos, max(n - 1, 0))
-    found = (pos < n) & (sorted_ids[pos_c] == dep_id) if n else np.zeros(dep_id.shape[0], np.bool_)
+    found = pos < n
+    np.minimum(pos, max(n - 1, 0), out=pos)
+    if n:
+        found &= sorted_ids[pos] == dep_id
     missing = np.flatnonzero(~found)
     _report(
         sink,
@@ -697,10 +700,12 @@ def _interpret(
         _report(sink, "dangling-dependency", named[~ok], launched_in_nothing, path=path, rank=rank)
         launched_in = np.full(n, -1, dtype=np.int32)  # rows of a rank: < 2**31
         launched_in[named[ok]] = order[lpos[ok]]
-    keep = found
-    dep_node = raw.dep_node[keep]
-    dep_idx = order[pos_c[keep]].astype(np.int64)
-    dep_kind = raw.dep_kind[keep].astype(np.int8)
+    dep_node = raw.dep_node
+    dep_idx = (pos if ascending else order[pos]).astype(np.int64, copy=False)
+    del pos
+    dep_kind = raw.dep_kind.astype(np.int8, copy=False)
+    if missing.size:  # dangling dependencies are dropped
+        dep_node, dep_idx, dep_kind = dep_node[found], dep_idx[found], dep_kind[found]
     dep_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dep_node, minlength=n), out=dep_ptr[1:])
 
