@@ -824,6 +824,6 @@ def _int64_lists(b: _Bytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64
     body_len_i = np.minimum(body_len, np.uint64(MAX_MESSAGE_BYTES)).astype(np.int64)
     if (body + body_len_i != s + ln).any():
         raise FastDecodeError("an Int64List that is not one packed values field")
-    rows, vals = _packed_varints(b, own, body.astype(np.int64), body_len_i)
-    order = np.argsort(rows, kind="stable")
-    return rows[order], vals.view(np.int64)[order]
+    by_row = np.argsort(own)  # a row has one list at most: its values come out in row order, unsorted
+    rows, vals = _packed_varints(b, own[by_row], body.astype(np.int64)[by_row], body_len_i[by_row])
+    return rows, vals.view(np.int64)
