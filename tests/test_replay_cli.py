@@ -1141,3 +1141,35 @@ def test_an_out_under_home_written_with_a_tilde_is_one_line_giving_the_expanded_
     assert capsys.readouterr().err.strip() == f"skewlens replay: error: {arg}: {said}: out={home}/o"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "run"]  # no ~ made
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        # a ~user no one here has was Path.expanduser's RuntimeError traceback, quoted or bare
+        (
+            "trace='~nosuchuser/run'",
+            "Hydra expands no ~ (it would look for a directory named ~ here): NO_USER",
+        ),
+        (
+            "trace=~nosuchuser/run",
+            "Hydra's override grammar takes no bare ~, and expands none: NO_USER",
+        ),
+        # a sweep's values were quoted as one path, the first ~ alone expanded: "trace='/home/me/a,~/b'"
+        (
+            "trace=~/a,~/b",
+            "Hydra's override grammar takes no bare ~, and expands none: write each ~ out (~ is HOME)",
+        ),
+    ],
+)
+def test_a_tilde_that_cannot_be_written_out_as_one_path_is_one_line_saying_so(
+    arg: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert skewlens_main(["replay", "-m", arg, "out=o"]) == 2
+    expected = said.replace("HOME", str(tmp_path / "home")).replace(
+        "NO_USER", "no user 'nosuchuser' is known here"
+    )
+    assert capsys.readouterr().err.strip() == f"skewlens replay: error: {arg}: {expected}"
+    assert list(tmp_path.iterdir()) == []

@@ -317,6 +317,21 @@ def override(key: str, value: str) -> str:
     return shlex.quote(f"{key}='{inner}'")
 
 
+def _home_written_out(key: str, value: str) -> str:
+    """What to write for ``key=value``, whose value begins with ``~`` (which Hydra does not expand): the
+    override with the home directory written out (``out=/home/me/x``); for a sweep's values (``~/a,~/b``),
+    which one quoted path would join, the home directory each ``~`` stands for; where no user of that name
+    is known (``~bob/x``: Path.expanduser's RuntimeError was a traceback), that."""
+    user = re.split(r"[/,]", value[1:], maxsplit=1)[0]
+    try:
+        home = str(Path(f"~{user}").expanduser())
+    except RuntimeError:
+        return f"no user {user!r} is known here"
+    if "," in value:
+        return f"write each ~ out (~{user} is {home})"
+    return override(key, str(Path(value).expanduser()))
+
+
 def _say_how_to_quote(args: Sequence[str]) -> None:
     """A :class:`ConfigError` for the first override in ``args`` whose value Hydra's grammar refuses bare
     and takes quoted (a path with a non-ASCII letter, ``trace=ünï/run``: Hydra's own message was four
@@ -333,7 +348,7 @@ def _say_how_to_quote(args: Sequence[str]) -> None:
         except OverrideParseException:
             pass
         if value.startswith("~"):  # quoted, it would be a directory named ~ (Hydra expands no ~)
-            home = override(key, str(Path(value).expanduser()))
+            home = _home_written_out(key, value)
             raise ConfigError(f"{arg}: Hydra's override grammar takes no bare ~, and expands none: {home}")
         quoted = override(key, value)
         try:
@@ -364,7 +379,7 @@ def check_types(args: list[str]) -> None:
             where = "make" if o.key_or_group == "out" else "look for"
             raise ConfigError(
                 f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
-                f"{override(o.key_or_group, str(Path(value).expanduser()))}"
+                f"{_home_written_out(o.key_or_group, value)}"
             )
         setting = _setting_type(o.key_or_group, adding=o.is_add())
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
