@@ -1203,3 +1203,20 @@ def test_a_rendezvous_timeout_is_one_line_naming_the_cause_and_torchruns_join_ti
         "real replay: the rendezvous timed out waiting for the other nodes to join (torchrun's --rdzv-conf "
         f"join_timeout bounds it, 600 s unless real.launcher_args give one); log {log}"
     )
+
+
+def test_a_stuck_broadcast_whose_recorded_root_is_no_member_names_the_first_member_it_is_issued_from() -> (
+    None
+):
+    # the worker issues a broadcast whose recorded root is none of its group's ranks from the group's first
+    # rank (ops.issue), but the message took such a root for unknown and named every late member
+    from skewlens.replay.real.launch import waiting_for
+
+    progress = {r: {"phase": "replay", "issued": {"": seq}} for r, seq in ((0, 6), (1, 6), (2, 7), (3, 7))}
+    error = {
+        "rank": 3,
+        "waited": {"group": "", "seq": 7, "peer": -1, "comm_type": int(CommType.BROADCAST), "root": 9},
+    }
+    assert waiting_for(error, progress, {"": range(4)}) == (
+        "; waiting for rank 0, which had issued no op (as they last reported)"
+    )

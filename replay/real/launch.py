@@ -27,7 +27,7 @@ from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.execution import waits_for
-from skewlens.replay.real.plan import ERROR_FILE, PROGRESS_FILE, RESULT_FILE, WorkerPhase
+from skewlens.replay.real.plan import ERROR_FILE, PROGRESS_FILE, RESULT_FILE, WorkerPhase, issued_root
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
@@ -209,9 +209,7 @@ def _awaited_member(waited: Mapping[str, Any], members: Sequence[int], me: int) 
         return -1
     if me not in members:
         return -1
-    root = members[0] if root < 0 and members else root  # the plan's convention: the group's first rank
-    if root not in members:
-        return -1
+    root = issued_root(root, members)  # as the worker issues it
     k = waits_for(kind, list(members).index(root), len(members))[list(members).index(me)]
     return members[k] if k >= 0 and members[k] != me else -1
 

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes
+from skewlens.replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes, issued_root
 
 
 @dataclass(eq=False, slots=True)
@@ -120,7 +120,7 @@ class CommIssuer:
         """Issue ``op``: asynchronously (returns the Work handle) or ``blocking`` (returns when done)."""
         group, ranks = self._group(op)
         size = len(ranks)
-        root = op.root if op.root in ranks else ranks[0]  # as recorded; a trace without roots: the first
+        root = issued_root(op.root, ranks)
         numel = max(1, op.comm_bytes // element_bytes(op.dtype))
         dt = op.dtype
         if op.kind == KIND_SEND:

@@ -29,6 +29,7 @@ The plan is plain data (ints and strings) serialised as JSON for the workers: no
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -152,7 +153,7 @@ class ReplayOp:
     """Communication rows whose completion a wait node blocks on before its own work."""
     root: int = -1
     """A rooted collective's root, global rank (broadcast / scatter: ``comm_src``; reduce / gather:
-    ``comm_dst``); -1 where the trace names none (the group's first rank is taken)."""
+    ``comm_dst``); -1 where the trace names none (:func:`issued_root`: the group's first rank is taken)."""
     member_bytes: tuple[int, ...] = ()
     """An all_to_all's bytes of each member's call, in group order; without ``send_splits`` (a trace
     that records no splits) each member sends its bytes in equal parts, so each receives a part of every
@@ -506,6 +507,12 @@ def normalise_dtype(dtype: str) -> str:
     if not name:
         return "float32"
     return name if name in _ELEMENT_BYTES else "uint8"
+
+
+def issued_root(root: int, ranks: Sequence[int]) -> int:
+    """The root a rooted collective of group ``ranks`` (non-empty) is issued with: its recorded ``root``
+    (:attr:`ReplayOp.root`) where that is one of them, else the group's first rank."""
+    return root if root in ranks else ranks[0]
 
 
 def element_bytes(dtype: str) -> int:
