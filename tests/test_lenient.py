@@ -765,6 +765,15 @@ def test_a_run_directory_whose_path_holds_a_ranks_number_keeps_that_rank_with_th
     assert by_reason(said) == [([2, 3], "/x/3/rank-<r>.et, rank<r>_kineto.json: rank <r> of 4 is 3 ms late")]
 
 
+def test_the_ranks_of_a_chakra_prefix_that_break_alike_are_one_row_naming_their_files_by_prefix() -> None:
+    # a run given as Chakra traces <prefix>.<rank>.et carries its rank's number after a dot, not "rank":
+    # check gave each rank of such a run a row of its own (128 rows for 128 ranks truncated alike)
+    from skewlens.profiler.store.issues import by_reason
+
+    said = [(r, f"/x/3/trace.{r}.et: truncated message at byte offset 0") for r in range(4)]
+    assert by_reason(said) == [([0, 1, 2, 3], "/x/3/trace.<r>.et: truncated message at byte offset 0")]
+
+
 def test_check_gives_the_missing_ranks_one_row_so_the_p2p_size_error_is_not_cut(tmp_path: Path) -> None:
     d = _pairs_run(tmp_path, 64, recv_bytes=2048)
     for r in range(8, 64):

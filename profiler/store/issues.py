@@ -191,9 +191,10 @@ def by_reason(said: Iterable[tuple[int, str]]) -> list[tuple[list[int], str]]:
     place in the file differed, without it and a word that it differs."""
     groups: dict[str, list[tuple[int, str, str]]] = {}
     for r, text in said:
-        number = re.compile(rf"(\brank[-_ ]?){r}(?!\d)")  # the rank's own number, not a path's digits
-        own = number.sub(r"\1<r>", text)
-        groups.setdefault(number.sub(r"\1<r>", _WHERE_IN_FILE.sub("", text)), []).append((r, text, own))
+        # the rank's own number (rank 5, rank-5.et, rank5_kineto, a Chakra prefix's trace.5.et), not a path's
+        number = re.compile(rf"(\brank[-_ ]?){r}(?!\d)|(\.){r}(?=\.et\b)")
+        own = number.sub(r"\1\2<r>", text)
+        groups.setdefault(number.sub(r"\1\2<r>", _WHERE_IN_FILE.sub("", text)), []).append((r, text, own))
     out = []
     for key, items in groups.items():
         if len(items) == 1:
