@@ -105,8 +105,8 @@ def _parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=8,
-        help=f"training steps of the example ({MIN_STEPS} to 10,000; default 8): one skipped, one warming "
-        f"up, up to {MAX_ACTIVE} recorded, and one after them",
+        help=f"training steps of the example ({MIN_STEPS} to {MAX_STEPS:,}; default 8): one skipped, one "
+        f"warming up, up to {MAX_ACTIVE} recorded, and one after them",
     )
     p.add_argument(
         "--straggler-rank",
