@@ -143,7 +143,8 @@ def waiting_for(
     """Which ranks the rank of ``error`` (a timeout) was waiting for, as far as the workers' progress files
     (``progress``: rank -> its last report) tell: ``waiting for rank 1, ...``; '' where they tell nothing.
 
-    Start-up (the error's ``phase``): the ranks that never reported or reported an earlier phase than it.
+    A phase (the error's ``phase``: start-up, the profiler's save, the shutdown barrier): the ranks that never
+    reported, or last reported an earlier :class:`~skewlens.replay.real.plan.WorkerPhase` than it.
     A collective (``group``, ``seq``): the group's members (``groups``) that had not issued that seq when
     they last reported, or where all had, those not among the ranks that ``reported`` an error. A send or
     recv (``peer``): its peer, and the last op it had issued."""
