@@ -100,7 +100,8 @@ class FoldFigures(RenderHook):
     rich narrowed every column of such a table alike and ended what no longer fitted with an ellipsis, so
     that at 80 columns the step breakdown of a GPU run showed a step of 615.14 ms as ``615…`` (and one of
     1,234.56 as ``1,2…``). A table's right-aligned columns (its figures, ranks and rank ranges) fold; their
-    headers are still cut (``ste…``), where folding ``steps`` into ``step`` and ``s`` would read worse."""
+    headers are still cut (``ste…``), where folding ``steps`` into ``step`` and ``s`` would read worse. A
+    column made ``no_wrap`` (one rich narrows last) keeps its ellipsis where it is cut at all."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -116,7 +117,8 @@ class FoldFigures(RenderHook):
                 self._fold(inner)
         elif isinstance(renderable, Table):
             for column in renderable.columns:
-                if column.justify == "right" and column.overflow == "ellipsis":
+                # a column that may not wrap keeps its ellipsis: folded, rich cut it without a mark
+                if column.justify == "right" and column.overflow == "ellipsis" and not column.no_wrap:
                     if isinstance(column.header, str):
                         column.header = self.console.render_str(column.header)
                         column.header.overflow = "ellipsis"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.table import Table
 
 from skewlens.console import FILE_WIDTH, report_console
 
@@ -558,21 +559,38 @@ def test_help_into_a_pipe_whose_reader_went_away_ends_quietly_with_141(args: lis
     assert (p.wait(timeout=60), err) == (BROKEN_PIPE_EXIT, b"")
 
 
+def _printed(monkeypatch: pytest.MonkeyPatch, table: Table, columns: int) -> list[str]:
+    """The lines a report console ``columns`` wide prints of ``table``."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    report_console().print(table)
+    return out.getvalue().splitlines()
+
+
 def test_a_table_too_wide_for_the_terminal_folds_its_figures_instead_of_cutting_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # at 80 columns a GPU run's step breakdown showed a step of 615.14 ms as `615…`, 1,234.56 as `1,2…`
-    from rich.table import Table
-
-    monkeypatch.setenv("COLUMNS", "30")
-    out = io.StringIO()
-    monkeypatch.setattr("sys.stdout", out)
     t = Table()
     for header in ("alpha", "bravo", "charlie", "delta"):
         t.add_column(header, justify="right")
     t.add_row("615.14", "1,234.56", "3", "44.44")
-    report_console().print(t)
-    lines = out.getvalue().splitlines()
+    lines = _printed(monkeypatch, t, 30)
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
     assert ["".join(column) for column in zip(*cells, strict=True)] == ["615.14", "1,234.56", "3", "44.44"]
     assert lines[1] == "┃ alp… ┃ bra… ┃ char… ┃ del… ┃"  # headers cut on their one line, not folded
+
+
+def test_a_figure_in_a_column_that_may_not_wrap_is_cut_with_an_ellipsis_never_silently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the GPU kernels' and critical path's figures are no_wrap: folding made rich cut them without a mark,
+    # 65.9 % as `65.` and 1,234,567.89 ms as `1,234,567.`, a figure that reads as whole
+    t = Table()
+    t.add_column("kernel", max_width=20)
+    for header in ("kind", "ms / step", "%"):
+        t.add_column(header, justify="right", no_wrap=True)
+    t.add_row("ncclDevKernel_SendRecv", "nccl", "1,234,567.89", "65.9")
+    (row,) = [line for line in _printed(monkeypatch, t, 26) if line.startswith("│")]
+    assert [c.strip() for c in row.split("│")[2:-1]] == ["n…", "1,234,567…", "65…"]
