@@ -177,18 +177,19 @@ def open_archive(
     """A tar archive (gzip-, bzip2- or xz-compressed, or not) as its decompressed stream, for
     ``tarfile.open(fileobj=..., mode="r:")``, and the most bytes that stream may hold: at most
     ``max_bytes`` and ``ratio`` times the archive's size (or ``floor``); reading or seeking past them is
-    an ``error`` naming the archive (a decompression bomb)."""
+    an ``error`` naming the archive (a decompression bomb; an uncompressed one's past its end: unreadable)."""
     with open_regular(path) as raw:
         fd = raw.fileno()
         packed = os.fstat(fd).st_size
         head = os.pread(fd, 6, 0)
         limit = expansion_limit(packed, max_bytes, ratio, floor)
         codec = next((c for magic, c in _CODECS if head.startswith(magic)), None)
-        if codec is None:
-            limit = min(limit, max(packed, floor))  # a plain tar's sparse members inflate too
-        over = error(_bomb(path, "archive", limit, ratio, packed))
+        cap, over = limit, error(_bomb(path, "archive", limit, ratio, packed))
+        if codec is None:  # nothing inflates: what runs past the file's end is a member it does not hold
+            limit = min(limit, max(packed, floor))  # but a plain tar's sparse members inflate too
+            cap, over = packed, error(f"{path}: not a readable tar archive (a member runs past its end)")
         with codec(raw) if codec is not None else nullcontext(raw) as inner:
-            yield cast(BinaryIO, _Capped(inner, limit, over)), limit
+            yield cast(BinaryIO, _Capped(inner, cap, over)), limit
 
 
 class _ConstantError(ValueError):

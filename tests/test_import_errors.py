@@ -352,6 +352,21 @@ def test_a_long_name_header_claiming_more_than_the_archive_can_hold_is_refused_u
     assert peak < 3 * JSON_GZIP_FLOOR_BYTES  # the floor (and gzip's buffers) at most, not the 4x it claims
 
 
+def test_a_plain_tar_whose_member_runs_past_its_end_is_unreadable_not_a_decompression_bomb(
+    tmp_path: Path,
+) -> None:
+    # a 1.5 KB uncompressed tar whose skipped member claims 100 MB was "archive expands past 67108864 bytes,
+    # over 64 times its 1536 bytes (a decompression bomb?); ... decompress it first": nothing in it inflates
+    arc = tmp_path / "t.tar"
+    info = tarfile.TarInfo("core.bin")
+    info.size = 100 * 1024**2
+    arc.write_bytes(info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024))
+    with pytest.raises(TraceImportError) as e:
+        import_traces([arc], None, tmp_path / "run")
+    assert str(e.value) == f"{arc}: not a readable tar archive (a member runs past its end)"
+    assert not (tmp_path / "run").exists()
+
+
 def test_checking_an_archive_sniffs_past_no_more_than_its_ratio(tmp_path: Path) -> None:
     from skewlens.profiler.store.load import _sniff
 
