@@ -1160,6 +1160,11 @@ def test_an_out_under_home_written_with_a_tilde_is_one_line_giving_the_expanded_
             "trace=~/a,~/b",
             "Hydra's override grammar takes no bare ~, and expands none: write each ~ out (~ is HOME)",
         ),
+        # quoted, a sweep's values were not looked at: ./~/a and ./~/b made, a multirun.yaml beside them
+        (
+            "out='~/a','~/b'",
+            "Hydra expands no ~ (it would make a directory named ~ here): write each ~ out (~ is HOME)",
+        ),
     ],
 )
 def test_a_tilde_that_cannot_be_written_out_as_one_path_is_one_line_saying_so(
@@ -1167,7 +1172,8 @@ def test_a_tilde_that_cannot_be_written_out_as_one_path_is_one_line_saying_so(
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    assert skewlens_main(["replay", "-m", arg, "out=o"]) == 2
+    other = "trace=run" if arg.startswith("out=") else "out=o"
+    assert skewlens_main(["replay", "-m", arg, other]) == 2
     expected = said.replace("HOME", str(tmp_path / "home")).replace(
         "NO_USER", "no user 'nosuchuser' is known here"
     )

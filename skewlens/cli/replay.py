@@ -29,6 +29,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import QuotedString
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -317,17 +318,18 @@ def override(key: str, value: str) -> str:
     return shlex.quote(f"{key}='{inner}'")
 
 
-def _home_written_out(key: str, value: str) -> str:
+def _home_written_out(key: str, value: str, *, sweep: bool = False) -> str:
     """What to write for ``key=value``, whose value begins with ``~`` (which Hydra does not expand): the
-    override with the home directory written out (``out=/home/me/x``); for a sweep's values (``~/a,~/b``),
-    which one quoted path would join, the home directory each ``~`` stands for; where no user of that name
-    is known (``~bob/x``: Path.expanduser's RuntimeError was a traceback), that."""
+    override with the home directory written out (``out=/home/me/x``); for a value of a ``sweep``, or a bare
+    sweep's values (``~/a,~/b``, which one quoted path would join), the home directory each ``~`` stands
+    for; where no user of that name is known (``~bob/x``: Path.expanduser's RuntimeError was a traceback),
+    that."""
     user = re.split(r"[/,]", value[1:], maxsplit=1)[0]
     try:
         home = str(Path(f"~{user}").expanduser())
     except RuntimeError:
         return f"no user {user!r} is known here"
-    if "," in value:
+    if sweep or "," in value:
         return f"write each ~ out (~{user} is {home})"
     return override(key, str(Path(value).expanduser()))
 
@@ -373,16 +375,17 @@ def check_types(args: list[str]) -> None:
     for o in overrides:
         if o.is_delete():
             continue
-        value = None if o.is_sweep_override() else o.value()
-        if o.key_or_group in ("trace", "out") and isinstance(value, str) and value.startswith("~"):
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
+        homes = [v for v in texts if isinstance(v, str) and v.startswith("~")]
+        if o.key_or_group in ("trace", "out") and homes:
             # out='~/x' made ./~/x, a directory named ~ (rm -rf ~ then removes home); trace= looked there
             where = "make" if o.key_or_group == "out" else "look for"
             raise ConfigError(
                 f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
-                f"{_home_written_out(o.key_or_group, value)}"
+                f"{_home_written_out(o.key_or_group, homes[0], sweep=o.is_sweep_override())}"
             )
         setting = _setting_type(o.key_or_group, adding=o.is_add())
-        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         if setting is None:
             if not all(isinstance(v, dict) for v in values):  # a node is given a mapping, or nothing
                 _not_a_node_value(o.key_or_group, o.input_line or o.key_or_group, adding=o.is_add())
