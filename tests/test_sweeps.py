@@ -216,6 +216,20 @@ def test_a_sweep_with_a_failed_job_names_it_by_what_sets_it_apart_and_exits_2_wi
     assert not (tmp_path / "sweep.png").exists()  # drawn with two or more finished jobs
 
 
+def test_a_failed_jobs_error_line_quoting_a_traces_name_prints_no_terminal_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the dispatcher's error line shows them as U+FFFD (d3f4e2a), but a sweep's job errors, printed by the
+    # sweep's summary, passed an op named with ESC ]0;...BEL through: it set the terminal's title
+    (tmp_path / JOBS_DIR).mkdir()
+    (tmp_path / JOBS_DIR / "0.error").write_text("slowdown=straggler\nnode 7 (\x1b]0;pwned\x07) is bad\n")
+    with pytest.raises(SystemExit):
+        SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "node 7 (\N{REPLACEMENT CHARACTER}]0;pwned\N{REPLACEMENT CHARACTER}) is bad" in err
+
+
 def test_a_job_that_wrote_its_row_and_then_failed_counts_as_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
