@@ -37,12 +37,7 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.store.schema import (
-    columns_markdown,
-    table_from_columns,
-    table_from_records,
-    write_table,
-)
+from skewlens.profiler.store.schema import files_markdown, table_from_columns, table_from_records, write_table
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import clock_note
@@ -197,9 +192,7 @@ def skew_table(skew: SkewResult) -> pa.Table:
 
 def schema_markdown() -> str:
     """The column tables of the analyses' files in docs/parquet.md, from their record dataclasses."""
-    return "\n".join(
-        columns_markdown(f"`{name}` (`skewlens analyze`)", cls) for name, cls in RECORD_OF.items()
-    )
+    return files_markdown(RECORD_OF, "skewlens analyze")
 
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:

@@ -30,7 +30,7 @@ from skewlens.profiler.store.schema import (
     SCHEMA_VERSION,
     NodeRecord,
     arrow_schema,
-    columns_markdown,
+    files_markdown,
     parquet_options,
     write_records,
 )
@@ -149,9 +149,7 @@ RECORD_OF: dict[str, type] = {
 
 def schema_markdown() -> str:
     """The column tables of the replay's files in docs/parquet.md, from their record dataclasses."""
-    return "\n".join(
-        columns_markdown(f"`{name}` (`skewlens replay`)", cls) for name, cls in RECORD_OF.items()
-    )
+    return files_markdown(RECORD_OF, "skewlens replay")
 
 
 def distinct_overrides(overrides: Sequence[str]) -> list[str]:

@@ -146,6 +146,12 @@ def columns_markdown(heading: str, cls: type, *, partition_key: str | None = Non
     return "\n".join(parts)
 
 
+def files_markdown(record_of: Mapping[str, type], command: str) -> str:
+    """The column tables of ``command``'s output files in the docs (:func:`columns_markdown`), ``record_of``
+    their record dataclasses by file name, in the order listed."""
+    return "\n".join(columns_markdown(f"`{name}` (`{command}`)", cls) for name, cls in record_of.items())
+
+
 def table_from_columns(cls: type, columns: Mapping[str, Any], table: str) -> pa.Table:
     """Build a table from column arrays/lists (names and types per ``cls``)."""
     schema = arrow_schema(cls)
