@@ -21,6 +21,12 @@ def check_range(option: str, value: float | None, lo: float, hi: float, why: str
         raise SkewlensError(f"{option}: expected {bound}{f' ({why})' if why else ''}, got {value}")
 
 
+def help_text(doc: str | None) -> str:
+    """A docstring's words as ``--help`` shows them: without the double backquotes that mark its literals
+    (argparse printed them as they stand)."""
+    return (doc or "").replace("``", "")
+
+
 def refuse_yaml_aliases(path: Path, label: str) -> None:
     """A one-line :class:`ConfigError` (``label: ...``) where the YAML file ``path`` uses an alias
     (``*name``), or is not a regular file; read as a stream of events, nothing expanded. Each alias expands
