@@ -659,3 +659,21 @@ def test_skewlens_merge_copies_a_hosts_raw_traces_but_not_its_links_or_fifos(tmp
     out = tmp_path / "run"
     assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
     assert sorted(p.name for p in (out / "raw").iterdir()) == ["rank-1_kineto.json"]
+
+
+def test_a_gzipped_part_file_that_inflates_past_its_ratio_is_ignored_unparsed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # part files were read bounded at the manifest's 1 GiB but gunzipped at any ratio: a 1 MB gzip of one
+    # repeated value became 1 GiB of JSON and some 5 GB parsed, as a gzipped manifest did before 2774ac9
+    import gzip
+
+    from skewlens.profiler.bounded import JSON_GZIP_FLOOR_BYTES
+    from skewlens.profiler.capture.run import read_parts
+
+    p = part_file(tmp_path, 0)
+    p.parent.mkdir()
+    p.write_bytes(gzip.compress(b'{"x": "' + b"0" * JSON_GZIP_FLOOR_BYTES + b'"}', compresslevel=1))
+    assert read_parts(tmp_path) == {}
+    said = capsys.readouterr().err
+    assert said.startswith(f"skewlens: ignoring unreadable part file {p}: gzipped part file expands past")

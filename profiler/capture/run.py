@@ -15,7 +15,12 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from skewlens.profiler.bounded import read_json_bounded
+from skewlens.profiler.bounded import (
+    JSON_GZIP_FLOOR_BYTES,
+    JSON_GZIP_RATIO,
+    parse_json_bounded,
+    read_bytes_bounded,
+)
 from skewlens.profiler.capture.autostart import (
     ENV_CLOCK_TIMEOUT,
     ENV_DIR,
@@ -255,7 +260,17 @@ def read_parts(run_dir: Path) -> dict[int, dict]:
         return parts
     for p in sorted(d.glob(PART_FILE.format(rank="*"))):
         try:  # bounded, and never a FIFO's open (which waited for a writer: a merge hung)
-            data = read_json_bounded(p, MAX_MANIFEST_BYTES, error=CaptureError, what="part file")
+            text = read_bytes_bounded(
+                p,
+                MAX_MANIFEST_BYTES,
+                error=CaptureError,
+                what="part file",
+                gzip_ratio=JSON_GZIP_RATIO,  # a 1 MB gzip was 1 GiB of JSON, as a manifest's was
+                gzip_floor=JSON_GZIP_FLOOR_BYTES,
+            )
+            data = parse_json_bounded(
+                text, MAX_MANIFEST_BYTES, source=str(p), error=CaptureError, what="part file"
+            )
         except CaptureError as e:
             said = str(e).removeprefix(f"{p}: ")
             print(f"skewlens: ignoring unreadable part file {p}: {said}", file=sys.stderr)
