@@ -123,7 +123,7 @@ def expansion_limit(packed: int, max_bytes: int, ratio: int, floor: int) -> int:
 def _bomb(path: Path, what: str, limit: int, ratio: int, packed: int) -> str:
     return (
         f"{path}: {what} expands past {limit} bytes, over {ratio} times its {packed} bytes "
-        "(a decompression bomb?); if it is a real trace, decompress it first (gunzip, tar -x): a plain file "
+        "(a decompression bomb?); if it is a real one, decompress it first (gunzip, tar -x): a plain file "
         "is not held to this ratio"
     )
 

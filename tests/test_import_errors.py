@@ -301,7 +301,7 @@ def test_a_gzipped_trace_that_inflates_past_its_ratio_is_refused_before_it_is_pa
     with pytest.raises(TraceImportError, match=said) as e:
         import_traces([bomb], None, tmp_path / "run")
     assert str(e.value).endswith(
-        "if it is a real trace, decompress it first (gunzip, tar -x): a plain file is not held to this ratio"
+        "if it is a real one, decompress it first (gunzip, tar -x): a plain file is not held to this ratio"
     )
     with pytest.raises(TraceImportError, match=said):
         read_json(bomb)  # a host execution trace
