@@ -149,6 +149,18 @@ def test_without_sync_events_a_comm_node_depends_on_the_last_node_of_the_stream_
     assert (current in found.notes) is (issue_ns is not None and not inferred), found.notes
 
 
+_NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _launched(key: int, stream: int, times: tuple[int, int, int], thread: int | None, name: str) -> GpuNode:
+    """A GPU node launched by host thread ``thread`` at ``times`` (launch, start, end)."""
+    launch, start, end = times
+    return GpuNode(
+        key=key, device=0, stream=stream, launch_ns=launch, start_ns=start, end_ns=end, corr=key, name=name,
+        thread=thread,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("thread_known", [True, False])
 def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread_had_current(
     thread_known: bool,
@@ -158,15 +170,12 @@ def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread
     # wait for thread 1's current stream, 7, so 12 depends on 10 though 10 had ended (no timing says so).
     # Where the launches' threads are unknown, the last other node launched on the device says the stream.
     def node(key: int, stream: int, launch: int, start: int, end: int, thread: int, name: str) -> GpuNode:
-        return GpuNode(
-            key=key, device=0, stream=stream, launch_ns=launch, start_ns=start, end_ns=end, corr=key,
-            name=name, thread=thread if thread_known else None,
-        )  # fmt: skip
+        return _launched(key, stream, (launch, start, end), thread if thread_known else None, name)
 
     nodes = [
         node(10, 7, 10_000, 11_000, 20_000, 1, "void gemm_kernel"),
         node(11, 24, 30_000, 31_000, 32_000, 2, "Memcpy HtoD (Pinned -> Device)"),
-        node(12, 20, 40_000, 41_000, 60_000, 1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        node(12, 20, 40_000, 41_000, 60_000, 1, _NCCL_KERNEL),
     ]
     found = gpu_dependencies(nodes, {}, [], default_device=0)
     assert found.deps[12] == ([10] if thread_known else [11])
@@ -180,6 +189,34 @@ def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread
     )
     wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=24, record_corr=1)
     assert dict(gpu_dependencies(nodes, calls, [wait], default_device=0).deps) == {12: [11]}
+
+
+def test_the_stream_current_at_an_nccl_call_is_the_one_last_launched_on_and_its_last_node_is_waited_for() -> (
+    None
+):
+    # thread 1 launches 10 on stream 7 at 10 µs (queued: it runs at 30-36 µs), then 13 on stream 8 at 12 µs,
+    # so stream 8 is current at its all_reduce's call (40 µs), whatever ran first; thread 2 launched 14 on
+    # stream 8 at 20 µs, the last node there before the call, which ends 1.5 µs after the NCCL kernel 12
+    # started: within the clock slack, so the wait on it is written
+    nodes = [
+        _launched(10, 7, (10_000, 30_000, 36_000), 1, "void gemm_kernel"),
+        _launched(13, 8, (12_000, 13_000, 15_000), 1, "void gemm_kernel"),
+        _launched(14, 8, (20_000, 21_000, 42_500), 2, "void relu_kernel"),
+        _launched(12, 20, (40_000, 41_000, 60_000), 1, _NCCL_KERNEL),
+    ]
+    assert dict(gpu_dependencies(nodes, {}, [], default_device=0).deps) == {12: [14]}
+    # 14 ending 9 µs after 12 started, the times contradict the wait: not written, and counted
+    nodes[2] = _launched(14, 8, (20_000, 21_000, 50_000), 2, "void relu_kernel")
+    found = gpu_dependencies(nodes, {}, [], default_device=0)
+    assert found.deps.get(12, []) == []
+    assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
+    # threads unknown: 11, launched at the instant of the NCCL kernel's launch, was not launched before it
+    nodes = [
+        _launched(10, 7, (10_000, 11_000, 20_000), None, "void gemm_kernel"),
+        _launched(11, 8, (40_000, 40_500, 45_000), None, "void gemm_kernel"),
+        _launched(12, 20, (40_000, 41_000, 60_000), None, _NCCL_KERNEL),
+    ]
+    assert dict(gpu_dependencies(nodes, {}, [], default_device=0).deps) == {12: [10]}
 
 
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:
