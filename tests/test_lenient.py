@@ -774,6 +774,23 @@ def test_the_ranks_of_a_chakra_prefix_that_break_alike_are_one_row_naming_their_
     assert by_reason(said) == [([0, 1, 2, 3], "/x/3/trace.<r>.et: truncated message at byte offset 0")]
 
 
+def test_a_ranks_number_inside_a_longer_number_or_word_is_not_taken_for_it_when_grouping_by_reason() -> None:
+    # rank 1's text holds rank-12 and prerank1, which are not rank 1's number: ranks 1 and 2 say the same
+    from skewlens.profiler.store.issues import by_reason
+
+    said = [(r, f"/x/rank-12/prerank1/rank-{r}.et: rank {r} is late") for r in (1, 2)]
+    assert by_reason(said) == [([1, 2], "/x/rank-12/prerank1/rank-<r>.et: rank <r> is late")]
+
+
+def test_counts_and_rank_ranges_say_every_rank_they_leave_unnamed_and_group_thousands() -> None:
+    from skewlens.profiler.store.issues import SHOWN_RANGES, counted, rank_ranges
+
+    assert [counted(n, "rank") for n in (0, 1, 2, 1024)] == ["0 ranks", "1 rank", "2 ranks", "1,024 ranks"]
+    # the ranges past the shown ones: 2 ranks (100-101) and 1 (200)
+    ranks = [2 * k for k in range(SHOWN_RANGES)] + [100, 101, 200]
+    assert rank_ranges(ranks).endswith(f"{2 * (SHOWN_RANGES - 1)} and 3 more")
+
+
 def test_check_gives_the_missing_ranks_one_row_so_the_p2p_size_error_is_not_cut(tmp_path: Path) -> None:
     d = _pairs_run(tmp_path, 64, recv_bytes=2048)
     for r in range(8, 64):
