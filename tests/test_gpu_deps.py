@@ -210,12 +210,14 @@ def test_the_stream_current_at_an_nccl_call_is_the_one_last_launched_on_and_its_
     found = gpu_dependencies(nodes, {}, [], default_device=0)
     assert found.deps.get(12, []) == []
     assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
-    # threads unknown: 11, launched at the instant of the NCCL kernel's launch, was not launched before it
+    # threads unknown, on the rank's second GPU: 11, launched at the instant of the NCCL kernel's launch, was
+    # not launched before it
     nodes = [
         _launched(10, 7, (10_000, 11_000, 20_000), None, "void gemm_kernel"),
         _launched(11, 8, (40_000, 40_500, 45_000), None, "void gemm_kernel"),
         _launched(12, 20, (40_000, 41_000, 60_000), None, _NCCL_KERNEL),
     ]
+    nodes = [msgspec.structs.replace(g, device=1) for g in nodes]
     assert dict(gpu_dependencies(nodes, {}, [], default_device=0).deps) == {12: [10]}
 
 
