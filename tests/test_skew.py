@@ -436,3 +436,23 @@ def test_an_eager_send_waits_for_no_one_so_its_late_receiver_is_charged_no_wait(
     assert result.skew.caused_wait_ns.get(1, 0) == 0
     rank0 = next(r for r in result.breakdown if r.rank == 0)
     assert (rank0.exposed_wait_ns, rank0.exposed_transfer_ns) == (0, MS)
+
+
+def test_each_members_record_has_its_own_transfer_and_a_pair_is_labelled_from_sender_to_receiver(
+    slow_send_skew: SkewResult, tmp_path: Path
+) -> None:
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    # both ranks arrive at 1 µs; the all_reduce lasts 2 µs on rank 0 and 5 µs on rank 1: their transfers
+    b = RunBuilder(world_size=2)
+    for r, dur in ((0, 2_000), (1, 5_000)):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", dur_ns=1_000)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=dur)
+    recs = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).records()
+    assert [(r.rank, r.wait_ns, r.transfer_ns) for r in recs] == [(0, 0, 2_000), (1, 0, 5_000)]
+    e = next(e for e in slow_send_skew.events if e.kind == "p2p" and e.ranks == (0, 1))
+    assert e.label == f"send_recv {e.pg_name}#{e.seq} 0->1"
+    e = next(e for e in slow_send_skew.events if e.kind == "collective")
+    assert e.label == f"{e.comm_type.lower()} {e.pg_name}#{e.seq}"
