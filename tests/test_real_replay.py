@@ -1118,6 +1118,58 @@ def test_a_shutdown_timeout_names_the_ranks_still_before_the_shutdown_barrier() 
     )
 
 
+def test_a_start_up_timeout_names_neither_its_own_rank_nor_one_in_a_phase_this_version_does_not_know() -> (
+    None
+):
+    # rank 0 timed out before its own first report: rank 3 never reported, rank 0 is not waiting for itself
+    error = {"rank": 0, "waited": {"phase": "start-up"}}
+    progress: dict[int, dict[str, object]] = {1: {"phase": "start-up"}, 2: {"phase": "start-up"}}
+    assert waiting_for(error, progress, {"": range(4)}) == (
+        "; waiting for rank 3, which never reported its start-up (as they last reported)"
+    )
+    # rank 0 at init_process_group: rank 1 is behind it; rank 3's phase is another version's, not behind
+    progress = {0: {"phase": "init_process_group"}, 1: {"phase": "start-up"}, 2: {"phase": "replay"}}
+    progress[3] = {"phase": "rendezvous"}
+    assert waiting_for(error, progress, {"": range(4)}) == (
+        "; waiting for rank 1, which last reported start-up (as they last reported)"
+    )
+
+
+def test_a_stuck_op_names_at_most_four_late_members_and_counts_the_rest() -> None:
+    # seq 0 of the world group and a recv from rank 0 are stuck ops like any other
+    progress = {r: {"phase": "replay", "issued": {"": -1}} for r in range(1, 7)}
+    error = {"rank": 0, "waited": {"group": "", "seq": 0, "peer": -1}}
+    none = "which had issued no op"
+    named = [f"rank {r}, {none}" for r in range(1, 5)]
+    assert waiting_for(error, progress, {"": range(7)}) == (
+        f"; waiting for {'; '.join(named)}; 2 more ranks (as they last reported)"
+    )
+    assert (
+        waiting_for(error, progress, {"": range(5)})
+        == f"; waiting for {'; '.join(named)} (as they last reported)"
+    )
+    recv = {"rank": 1, "waited": {"group": "", "seq": -1, "peer": 0}}
+    assert waiting_for(recv, {}, {"": range(2)}) == (
+        "; waiting for rank 0, which never reported its start-up (as they last reported)"
+    )
+    progress[0] = {"phase": "replay", "last": "rank 0: send to rank 1 (node 4 x)"}
+    assert waiting_for(recv, progress, {"": range(2)}) == (
+        "; waiting for rank 0, whose last op issued was send to rank 1 (node 4 x) (as they last reported)"
+    )
+
+
+def test_a_stuck_broadcast_of_a_group_that_does_not_hold_the_stuck_rank_names_its_late_members() -> None:
+    # a file of another version, or a plan's bug: not a crash of the launcher
+    error = {
+        "rank": 5,
+        "waited": {"group": "tp0", "seq": 3, "peer": -1, "comm_type": int(CommType.BROADCAST)},
+    }
+    progress = {r: {"phase": "replay", "issued": {"tp0": 2}} for r in (0, 1)}
+    assert waiting_for(error, progress, {"": range(6), "tp0": (0, 1)}) == (
+        "; waiting for rank 0, which had issued no op; rank 1, which had issued no op (as they last reported)"
+    )
+
+
 def test_a_stuck_collective_names_the_members_that_had_not_issued_it_and_their_last_op(
     tmp_path: Path,
 ) -> None:
