@@ -17,7 +17,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.execution import clock_note, execution_model
+from skewlens.replay.execution import clock_note, collective_waits_for, execution_model
 from skewlens.replay.simulate import simulate
 from skewlens.replay.summary import summarize
 
@@ -166,3 +166,5 @@ def test_a_rooted_collective_with_an_unknown_root_and_a_reduce_keep_the_last_arr
         assert e.wait_ns.tolist() == [MS, MS, 0]
         assert e.late_rank == 2
         _replays_as_recorded(run)
+    # a collective of no loaded member has no rule, rooted or not
+    assert collective_waits_for(run, CommType.BROADCAST, [], []) == ()
