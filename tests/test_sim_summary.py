@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from test_analysis_scenarios import build_eager_send
+from test_execution_model import _contradicting_clocks
 
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -268,3 +269,12 @@ def test_a_steps_start_mark_moves_with_the_node_that_ended_right_at_it(tmp_path:
     longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == "load")] = 7 * MS
     (s,) = summarize(run, simulate(run, dur_override={0: longer}))
     assert (s.step, s.step_time_ns, s.recorded_step_ns) == (0, 12 * MS - 7 * MS, 10 * MS - 5 * MS)
+
+
+def test_a_collective_member_detached_by_contradicting_clocks_waits_no_longer_than_it_lasts(
+    tmp_path: Path,
+) -> None:
+    # rank 0's all_reduce (1-3 ms) is recorded as done 5 ms before rank 1's began (8 ms): the model detaches
+    # it, so the replay ends it at 3 ms; its wait is its 2 ms, not the 7 ms to rank 1's arrival
+    run = load_run(_contradicting_clocks(tmp_path, 5.0))
+    assert [(s.rank, s.wait_ns) for s in summarize(run, simulate(run))] == [(0, 2 * MS), (1, 0)]
