@@ -221,3 +221,42 @@ def test_a_gzipped_manifest_that_inflates_past_its_ratio_is_refused_before_it_is
     ) as e:
         read_manifest(tmp_path)
     assert "trace" not in str(e.value)  # the advice said "if it is a real trace" of a manifest
+
+
+def test_a_gzip_that_expands_to_exactly_its_limit_is_read_and_its_stream_sought_to_that_limit(
+    tmp_path: Path,
+) -> None:
+    # 1,000 zero bytes in a gzip of a few dozen: the floor, 1,000 bytes, is the limit, and it is allowed
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(b"\0" * 1000))
+    assert read_bytes_bounded(path, 1 << 20, gzip_ratio=1, gzip_floor=1000) == b"\0" * 1000
+    with pytest.raises(SkewlensError, match="expands past 999 bytes"):
+        read_bytes_bounded(path, 1 << 20, gzip_ratio=1, gzip_floor=999)
+    with bounded.open_archive(path, 1 << 20, ratio=1, floor=1000) as (stream, limit):
+        assert limit == 1000
+        assert stream.read(1000) == b"\0" * 1000
+        assert stream.seek(1000) == 1000
+        for bad in (lambda: stream.seek(-1), lambda: stream.seek(1001), lambda: stream.seek(0, os.SEEK_END)):
+            with pytest.raises(SkewlensError, match="archive expands past 1000 bytes"):
+                bad()
+        stream.seek(0)
+        assert len(stream.read()) == 1000  # all of it, and no more to read
+    with bounded.open_archive(path, 1 << 20, ratio=1, floor=999) as (stream, _limit):
+        assert stream.read(999) == b"\0" * 999
+        with pytest.raises(SkewlensError, match="archive expands past 999 bytes"):
+            stream.read(1)
+
+
+def test_an_xz_archive_is_read_decompressed_and_an_uncompressed_one_is_held_to_its_own_size(
+    tmp_path: Path,
+) -> None:
+    import lzma
+
+    body = os.urandom(300)
+    xz, plain = tmp_path / "a.tar.xz", tmp_path / "a.tar"
+    xz.write_bytes(lzma.compress(body))
+    plain.write_bytes(body)
+    with bounded.open_archive(xz, 1 << 20, ratio=64, floor=10) as (stream, _limit):
+        assert stream.read() == body
+    with bounded.open_archive(plain, 1 << 20, ratio=64, floor=10) as (stream, limit):
+        assert (limit, stream.read()) == (300, body)
