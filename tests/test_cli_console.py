@@ -594,3 +594,47 @@ def test_a_figure_in_a_column_that_may_not_wrap_is_cut_with_an_ellipsis_never_si
     t.add_row("ncclDevKernel_SendRecv", "nccl", "1,234,567.89", "65.9")
     (row,) = [line for line in _printed(monkeypatch, t, 26) if line.startswith("│")]
     assert [c.strip() for c in row.split("│")[2:-1]] == ["n…", "1,234,567…", "65…"]
+
+
+def test_every_c0_and_c1_control_but_tab_and_newline_prints_as_a_replacement_and_rich_controls_pass() -> None:
+    from rich.control import Control
+
+    from skewlens.console import printable
+
+    kept = "\t\n -~\xa0é"
+    controls = "".join(map(chr, [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]))
+    assert printable(kept + controls) == kept + "\N{REPLACEMENT CHARACTER}" * len(controls)
+    # a progress bar's cursor moves are rich's own control segments: they pass as they are
+    console = report_console()
+    assert "".join(s.text for s in console.render(Control.move_to(1, 1))) == "\x1b[2;2H"
+
+
+def test_a_report_console_whose_reader_went_away_writes_nothing_more() -> None:
+    from skewlens.console import ReportConsole
+
+    class Gone(io.StringIO):
+        writes = 0
+
+        def write(self, s: str) -> int:
+            self.writes += 1
+            raise BrokenPipeError
+
+    gone = Gone()
+    console = ReportConsole(file=gone, markup=False)
+    console.print("first")
+    console.print("second")
+    assert (console.quiet, gone.writes) == (True, 1)
+
+
+def test_a_narrow_tables_figures_fold_and_its_text_columns_are_still_cut() -> None:
+    from rich.table import Table
+
+    out = io.StringIO()
+    console = report_console()
+    console.file, console.width = out, 24
+    table = Table("kernel", "ms")
+    table.columns[1].justify = "right"
+    table.add_row("at::native::elementwise_kernel", "1,234,567.89")
+    console.print(table)
+    rows = [ln.split("│")[1:3] for ln in out.getvalue().splitlines() if ln.startswith("│")]
+    assert [(name.strip(), ms.strip()) for name, ms in rows] == [("at::nat…", "1,234,567"), ("", ".89")]
