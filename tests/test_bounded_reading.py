@@ -260,3 +260,9 @@ def test_an_xz_archive_is_read_decompressed_and_an_uncompressed_one_is_held_to_i
         assert stream.read() == body
     with bounded.open_archive(plain, 1 << 20, ratio=64, floor=10) as (stream, limit):
         assert (limit, stream.read()) == (300, body)
+    # a corrupt xz stream is an OSError, as a corrupt gzip's or bzip2's is (what the callers catch)
+    packed = bytearray(lzma.compress(body))
+    packed[30] ^= 0xFF  # inside the compressed block: lzma's "Corrupt input data"
+    xz.write_bytes(packed)
+    with bounded.open_archive(xz, 1 << 20, ratio=64, floor=10) as (stream, _limit), pytest.raises(OSError):
+        stream.read()
