@@ -627,6 +627,7 @@ def test_a_report_console_whose_reader_went_away_writes_nothing_more() -> None:
 
 
 def test_a_narrow_tables_figures_fold_and_its_text_columns_are_still_cut() -> None:
+    from rich.console import Group
     from rich.table import Table
 
     out = io.StringIO()
@@ -635,6 +636,52 @@ def test_a_narrow_tables_figures_fold_and_its_text_columns_are_still_cut() -> No
     table = Table("kernel", "ms")
     table.columns[1].justify = "right"
     table.add_row("at::native::elementwise_kernel", "1,234,567.89")
-    console.print(table)
+    console.print(Group("a report's caption", table))  # as a report prints its tables, in a group
     rows = [ln.split("│")[1:3] for ln in out.getvalue().splitlines() if ln.startswith("│")]
     assert [(name.strip(), ms.strip()) for name, ms in rows] == [("at::nat…", "1,234,567"), ("", ".89")]
+
+
+def test_a_later_sigterm_goes_to_the_handler_that_was_there_before_and_a_worker_thread_installs_none(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from skewlens.cli import sigterm_as_interrupt
+
+    # the program's own SIGTERM handler gets a SIGTERM past TERM_REPEAT_S (here 0): not the default death
+    script = (
+        "import os, signal, time\n"
+        "import skewlens.cli as cli\n"
+        "cli.TERM_REPEAT_S = 0.0\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))\n"
+        "with cli.sigterm_as_interrupt():\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(5)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted')\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.1)\n"
+        "print('handled', seen == [signal.SIGTERM])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["interrupted", "handled", "True"])
+    # off the main thread, Python allows no signal handler: it is left as it is, without an error
+    errors: list[BaseException] = []
+
+    def enter() -> None:
+        try:
+            with sigterm_as_interrupt():
+                pass
+        except BaseException as e:  # what the thread raised, for the assertion
+            errors.append(e)
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    assert errors == []
