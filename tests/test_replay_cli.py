@@ -967,6 +967,13 @@ def test_an_error_of_hydras_own_parser_names_the_program_skewlens_replay(
                 "(about 146 years): the slowdown's factor / sigma is out of any real range"
             ),
         ),
+        (  # past 2**62 ns, within what an int64 holds
+            ["slowdown=jitter", "slowdown.entries.0.sigma=5e13"],
+            (
+                "slowdown: rank 0's aten::mm x5.14791e+12 lasts 1.03e+10 s, beyond the simulator's clock "
+                "(about 146 years): the slowdown's factor / sigma is out of any real range"
+            ),
+        ),
         (  # two delays, each on the clock, add up past it
             ["+slowdown.entries=[{kind:comm_delay,delay_ms:4e12},{kind:comm_delay,delay_ms:4e12}]"],
             (

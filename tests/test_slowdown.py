@@ -269,3 +269,16 @@ def test_a_config_items_delay_out_of_range_is_refused_as_delay_ms_before_it_is_c
     with pytest.raises(ConfigError) as e:
         SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="stall", delay_ms=delay_ms)])
     assert str(e.value) == f"slowdown.entries[0].delay_ms: {problem} (kind=stall)"
+
+
+def test_a_slowdowns_number_may_be_its_limit_on_the_simulators_clock_and_not_a_bit_more() -> None:
+    from skewlens.replay.errors import MAX_SIM_NS
+    from skewlens.replay.slowdown import number_problem
+
+    assert number_problem(float(MAX_SIM_NS), positive=True, name="factor") is None
+    assert number_problem(MAX_SIM_NS / 1e6, positive=False, name="delay_ms") is None
+    over = number_problem(MAX_SIM_NS * 1.5, positive=True, name="factor")
+    assert over is not None and over.startswith("must be at most 4.61e+18, got 6.91753e+18: beyond it")
+    for name in ("sigma", "latency_ns"):
+        assert number_problem(MAX_SIM_NS * 1.5, positive=False, name=name) is not None, name
+    assert number_problem(MAX_SIM_NS * 1.5, positive=False, name="another") is None  # no limit of its own
