@@ -932,6 +932,13 @@ def test_an_error_of_hydras_own_parser_names_the_program_skewlens_replay(
                 "simulator's clock (about 146 years); the straggler preset takes it from slowdown.factor"
             ),
         ),
+        (  # past the clock by less than twice: each op's own bound, not the end-of-run one
+            ["slowdown=straggler", "slowdown.rank=1", "slowdown.factor=3e12"],
+            (
+                "slowdown.entries[0].factor: 3e+12 times rank 1's aten::mm (2.1 ms) is 6.3e+09 s, beyond the "
+                "simulator's clock (about 146 years); the straggler preset takes it from slowdown.factor"
+            ),
+        ),
         (  # wrapped the replayed times around, silently
             ["slowdown=straggler", "slowdown.rank=1", "slowdown.factor=1e17"],
             (
