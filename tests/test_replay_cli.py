@@ -1013,6 +1013,20 @@ def test_a_slowdown_beyond_the_simulators_clock_is_one_line_naming_the_key(
     assert not (tmp_path / "o").exists()
 
 
+def test_a_stall_and_a_delay_at_a_steps_first_node_past_the_clock_together_are_one_line_naming_the_stall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each on the clock, they add up past it at the all_reduce that opens step 0
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000)
+    run = b.write(tmp_path / "run")
+    entries = "[{kind:stall,delay_ms:4e12,step:0},{kind:comm_delay,delay_ms:4e12}]"
+    rc, said = _replay_said(run, tmp_path / "o", capsys, [f"+slowdown.entries={entries}"])
+    stall = "slowdown: rank 0's stall at step 0 is 4e+09 s, beyond the simulator's clock (about 146 years)"
+    assert (rc, said) == (2, [f"skewlens replay: error: {stall}"])
+
+
 def test_a_sweep_point_beyond_the_simulators_clock_fails_alone_and_the_sweep_is_gathered(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
