@@ -237,6 +237,34 @@ def test_supervisor_raises_the_first_rank_error_and_stops_the_others(tmp_path: P
     assert _no_replay_processes_left() == []
 
 
+def test_a_timeout_is_the_error_raised_though_another_rank_failed_first_and_the_failure_is_also_said(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    work = tmp_path / "work"
+    errors = {
+        "rank-0.error.json": {
+            "rank": 0,
+            "kind": "timeout",
+            "message": "rank 0: all_reduce stuck",
+            "at_ns": 5,
+        },
+        "rank-1.error.json": {"rank": 1, "kind": "error", "message": "rank 1: connection reset", "at_ns": 3},
+    }
+    script = (
+        "import json, pathlib\n"
+        f"for name, doc in json.loads({json.dumps(errors)!r}).items():\n"
+        f"    pathlib.Path({str(work)!r}, name).write_text(json.dumps(doc))\n"
+        "raise SystemExit(1)\n"
+    )
+    with pytest.raises(ReplayTimeoutError) as e:
+        run_workers([sys.executable, "-c", script], work_dir=work, deadline_s=30)
+    assert str(e.value) == (
+        "real replay: rank 0: all_reduce stuck; every rank was stopped (also: rank 1: connection reset)"
+    )
+
+
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path) -> None:
     # unique to this run: tmp_path's name is the test's, the same in another test run on the machine,
     # whose processes this one would then count
