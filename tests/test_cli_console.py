@@ -639,6 +639,12 @@ def test_a_narrow_tables_figures_fold_and_its_text_columns_are_still_cut() -> No
     console.print(Group("a report's caption", table))  # as a report prints its tables, in a group
     rows = [ln.split("│")[1:3] for ln in out.getvalue().splitlines() if ln.startswith("│")]
     assert [(name.strip(), ms.strip()) for name, ms in rows] == [("at::nat…", "1,234,567"), ("", ".89")]
+    # a figures column that chose its own overflow keeps it
+    out.seek(0)
+    out.truncate()
+    table.columns[1].overflow = "crop"
+    console.print(table)
+    assert len([ln for ln in out.getvalue().splitlines() if ln.startswith("│")]) == 1
 
 
 def test_a_later_sigterm_goes_to_the_handler_that_was_there_before_and_a_worker_thread_installs_none(
