@@ -221,6 +221,31 @@ def test_the_stream_current_at_an_nccl_call_is_the_one_last_launched_on_and_its_
     assert dict(gpu_dependencies(nodes, {}, [], default_device=0).deps) == {12: [10]}
 
 
+def test_a_named_stream_wait_decides_an_nccl_kernels_wait_with_nothing_to_wait_for_or_without_its_call() -> (
+    None
+):
+    # stream 20 (NCCL's) waited for an event recorded on stream 24 at 33 µs, where nothing had run: the
+    # kernel 12 waited for nothing, though thread 1's current stream 7 ran 10 before the call
+    calls = dict(
+        [_call(1, "cudaEventRecord", 33_000, 33_100), _call(2, "cudaStreamWaitEvent", 34_000, 34_100)]
+    )
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=24, record_corr=1)
+    nodes = [
+        _launched(10, 7, (10_000, 11_000, 20_000), 1, "void gemm_kernel"),
+        _launched(12, 20, (40_000, 41_000, 60_000), 1, _NCCL_KERNEL),
+    ]
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert (found.deps.get(12, []), found.notes) == ([], [])
+    # a copy 11 ran on stream 24 before the record, but 12 is a comm node without its call's start: no edge
+    nodes.append(_launched(11, 24, (30_000, 31_000, 32_000), 2, "Memcpy HtoD (Pinned -> Device)"))
+    nodes[1] = msgspec.structs.replace(nodes[1], comm=True, issue_ns=None, host=5)
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert found.deps.get(12, []) == []
+    assert found.notes == [
+        "1 stream waits of NCCL kernels not written (of a comm node without its call's start)"
+    ]
+
+
 def test_a_stream_wait_whose_sync_event_names_no_record_is_inferred_from_timing_behind_that_call() -> None:
     # torch 2.11's Kineto: the Stream Wait Event activity gives the waiting stream and the event's id, but
     # wait_on_stream and the record's correlation are -1. 12 follows 11 on stream 20, 31 µs late, after
