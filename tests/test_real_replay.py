@@ -1123,6 +1123,7 @@ def test_a_start_up_timeout_names_the_ranks_that_never_reported_or_reported_an_e
         0: {"phase": "init_process_group"},
         2: {"phase": "start-up"},
         3: {"phase": "init_process_group"},
+        9: {"rank": "nine", "phase": "start-up"},  # a progress file without a rank's number: not read
     }
     assert _hang(tmp_path, error, progress) == (
         "real replay: rank 0: start-up did not finish in time; waiting for rank 1, which never reported its "
@@ -1155,6 +1156,8 @@ def test_a_start_up_timeout_names_neither_its_own_rank_nor_one_in_a_phase_this_v
     assert waiting_for(error, progress, {"": range(4)}) == (
         "; waiting for rank 3, which never reported its start-up (as they last reported)"
     )
+    # rank 0's own phase is another version's: no one is taken to be behind it
+    assert waiting_for(error, {0: {"phase": "rendezvous"}, 1: {"phase": "start-up"}}, {"": range(2)}) == ""
     # rank 0 at init_process_group: rank 1 is behind it; rank 3's phase is another version's, not behind
     progress = {0: {"phase": "init_process_group"}, 1: {"phase": "start-up"}, 2: {"phase": "replay"}}
     progress[3] = {"phase": "rendezvous"}
@@ -1283,6 +1286,16 @@ def test_a_rendezvous_timeout_is_one_line_naming_the_cause_and_torchruns_join_ti
         "real replay: the rendezvous timed out waiting for the other nodes to join (torchrun's --rdzv-conf "
         f"join_timeout bounds it, 600 s unless real.launcher_args give one); log {log}"
     )
+    # where the logs are kept past the replay's working files, the error names the kept log
+    kept = tmp_path / "kept" / "launcher.log"
+    with pytest.raises(ReplayError) as e:
+        run_workers(
+            [sys.executable, "-c", script],
+            work_dir=tmp_path / "work",
+            deadline_s=30,
+            keep_logs=lambda _log: kept,
+        )
+    assert str(e.value).endswith(f"; log {kept}")
 
 
 def test_a_stuck_broadcast_whose_recorded_root_is_no_member_names_the_first_member_it_is_issued_from() -> (
