@@ -691,3 +691,12 @@ def test_a_later_sigterm_goes_to_the_handler_that_was_there_before_and_a_worker_
     thread.start()
     thread.join()
     assert errors == []
+
+
+def test_silencing_a_closed_stream_leaves_it_as_it_is(tmp_path: Path) -> None:
+    from skewlens.console import silence
+
+    closed = (tmp_path / "out.txt").open("w")
+    closed.close()
+    silence(closed)  # its fileno() is a ValueError: nothing to point at the null device
+    assert closed.closed
