@@ -144,3 +144,20 @@ def test_uninstalling_a_session_puts_back_the_sigterm_handler_it_found(
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize("named", ["temporary", "other"])
+def test_a_failed_save_names_the_trace_for_its_temporary_file_and_any_other_file_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], named: str
+) -> None:
+    run = tmp_path / "run"
+    other = tmp_path / "elsewhere.bin"
+    failed = run / ".rank-1.et.12345.tmp" if named == "temporary" else other
+
+    def write_all(_self: EtWriter, _nodes: Any) -> None:
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(failed))
+
+    monkeypatch.setattr(EtWriter, "write_all", write_all)
+    capture_one_step(run, monkeypatch, rank=1)
+    shown = run / "rank-1.et" if named == "temporary" else other
+    assert capsys.readouterr().err == f"skewlens: rank 1: trace not saved: {shown}: Permission denied\n"
