@@ -266,3 +266,10 @@ def test_an_xz_archive_is_read_decompressed_and_an_uncompressed_one_is_held_to_i
     xz.write_bytes(packed)
     with bounded.open_archive(xz, 1 << 20, ratio=64, floor=10) as (stream, _limit), pytest.raises(OSError):
         stream.read()
+
+
+def test_a_device_or_a_directory_in_place_of_a_file_is_named_as_what_it_is(tmp_path: Path) -> None:
+    for path, kind in ((Path(os.devnull), "a device"), (tmp_path, "a directory")):
+        with pytest.raises(SkewlensError) as e:
+            read_bytes_bounded(path, 1 << 20, what="trace file")
+        assert str(e.value) == f"{path}: {kind}, not a regular file: cannot read trace file"
