@@ -124,7 +124,9 @@ def test_without_sync_events_a_delayed_node_after_a_stream_wait_call_waits_for_a
     assert not any(gpu_dependencies(nodes, {}, [], default_device=0).deps.values())
 
 
-@pytest.mark.parametrize(("issue_ns", "inferred"), [(50_000, True), (61_000, False), (None, False)])
+@pytest.mark.parametrize(
+    ("issue_ns", "inferred"), [(50_000, True), (60_000, False), (61_000, False), (None, False)]
+)
 def test_without_sync_events_a_comm_node_depends_on_the_last_node_of_the_stream_current_at_its_call(
     issue_ns: int | None, inferred: bool
 ) -> None:
@@ -132,7 +134,8 @@ def test_without_sync_events_a_comm_node_depends_on_the_last_node_of_the_stream_
     # 12 µs) is the last other node launched before the call, so stream 7 was current there: c10d made the
     # NCCL stream wait for 10 either way. 10 ended (60 µs) after a call at 50 µs: the timing inference finds
     # it too (the recorded waiting rests on it); before one at 61 µs it held nothing as recorded, but a
-    # what-if that slows it must hold the collective. A comm node without its call's start gets no edge.
+    # what-if that slows it must hold the collective; so for one at 60 µs, the instant it ended. A comm node
+    # without its call's start gets no edge.
     nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
     nccl = _node(12, 20, 44_000, 75_000, 85_000, host=5)
     nodes.append(msgspec.structs.replace(nccl, comm=True, issue_ns=issue_ns))
