@@ -75,3 +75,11 @@ def test_the_degraded_kinds_are_read_from_the_keys_a_capture_writes_and_no_other
         said = degraded_notes({rank_note_key(12, kind): "lost", rank_note_key(3): "lost"})
         assert said == ({"lost": [12]} if kind in DEGRADED_NOTE_KINDS else {}), kind
     assert set(RankNote) > DEGRADED_NOTE_KINDS
+
+
+def test_partial_traces_are_noted_in_rank_order_not_in_the_order_of_their_notes(tmp_path: Path) -> None:
+    from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE
+
+    notes = {"rank 10": f"{PARTIAL_TRACE_NOTE} 3", "rank 9": f"{PARTIAL_TRACE_NOTE} 4"}
+    said = run_notes(load_run(_run(tmp_path, ends=(500, 500), notes=notes)))
+    assert [n.split(":")[0] for n in said if PARTIAL_TRACE_NOTE in n] == ["rank 9", "rank 10"]
