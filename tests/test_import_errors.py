@@ -104,6 +104,21 @@ def test_a_small_trace_becomes_matched_collectives_with_sizes_from_the_annotatio
     assert rpc.id in kernel.ctrl_deps
 
 
+def test_a_folder_of_links_to_traces_is_read_as_the_traces_and_a_link_to_a_folder_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    # traces kept elsewhere, linked into one folder: import said the folder held no trace files
+    linked = tmp_path / "linked"
+    for f in _two_ranks(tmp_path):
+        link = linked / f.name
+        link.parent.mkdir(exist_ok=True)
+        link.symlink_to(f)
+    (linked / "loop").symlink_to(linked, target_is_directory=True)  # not walked: it would loop
+    m = import_traces([linked], None, tmp_path / "run")
+    assert (m.world_size, m.ranks) == (2, (0, 1))
+    assert len(load_run(tmp_path / "run").collectives) == 1
+
+
 def test_comm_size_comes_from_the_host_trace_when_kineto_has_no_shapes(tmp_path: Path) -> None:
     doc = kineto_doc(0, 1)
     for e in doc["traceEvents"]:

@@ -125,12 +125,14 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
 
 
 def _walk_dir(root: Path) -> list[Path]:
+    """The trace files under ``root``: a link to a file is read as the file (a folder of links to traces
+    kept elsewhere: it said it held none), a link to a folder is not followed (it may loop)."""
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            if is_trace_name(name) and p.is_file() and not p.is_symlink():
+            if is_trace_name(name) and p.is_file():
                 found.append(p)
                 if len(found) > MAX_DIR_FILES:
                     raise TraceImportError(f"{root}: more than {MAX_DIR_FILES} trace files")
