@@ -10,10 +10,10 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
 - ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
-- ``stall``: a one-off wait of ``delay_ns`` before the first node of step ``step`` on the ranks, or with
+- ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks, or with
   ``every_step`` before the first node of every step of the item's window (a data loader that takes
-  ``delay_ns`` longer each step);
-- ``comm_delay``: an extra wait of ``delay_ns`` before every ``before`` node of the ranks (``send``,
+  ``delay_ms`` longer each step);
+- ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
   ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob);
 - ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
   traffic over the given ``links`` (rank pairs: a group containing both ends), ``nodes`` (a group with a
@@ -21,8 +21,8 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
   with none of those, all traffic.
 
 Factors of several items multiply, delays and latencies add. The model is a pure function of its inputs,
-as :class:`~skewlens.replay.effects.Effects` requires. Times are integer nanoseconds here; the config gives
-delays in ms (``delay_ms``), converted once where an item becomes a :class:`Slowdown`
+as :class:`~skewlens.replay.effects.Effects` requires. The keys above are an item's in the config; times are
+integer nanoseconds here, so a :class:`Slowdown` carries ``delay_ms`` as ``delay_ns``, converted once
 (``skewlens.replay.config.SlowdownItemConfig.to_slowdown``).
 """
 
