@@ -236,6 +236,26 @@ def test_profile_ends_its_summary_with_the_warnings_check_gives_of_a_partial_or_
     assert [f"skewlens profile: warning: {i.message}" for i in validate_run(out).warnings] == warnings
 
 
+def test_the_capture_warnings_after_a_summary_show_a_note_s_control_characters_as_export_s_lines_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # profile's and merge's warnings printed a manifest's notes raw (a merged host's note could set the
+    # terminal's title), where export's lines go through printable; both are now the one list of lines
+    from skewlens.cli.profile import print_capture_warnings
+    from skewlens.profiler.manifest import read_manifest
+    from skewlens.profiler.store.render import SHOWN_ISSUES
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=1)
+    b.rank(0).step(1).compute("aten::mm", 1_000)
+    run = b.write(tmp_path / "run")
+    notes = {f"rank {r} clock": f"no clock offset \x1b]0;title{r}\x07" for r in range(SHOWN_ISSUES + 2)}
+    print_capture_warnings(dataclasses.replace(read_manifest(run), notes=notes), run, command="merge")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "skewlens merge: warning: rank 0: no clock offset \ufffd]0;title0\ufffd"
+    assert err[SHOWN_ISSUES:] == [f"skewlens merge: and 2 more warning(s): skewlens check {run}"]
+
+
 @pytest.mark.parametrize("command", ["analyze", "export"])
 def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str

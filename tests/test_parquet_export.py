@@ -472,17 +472,16 @@ def test_export_cli_counts_the_warnings_it_does_not_show_and_names_the_command_t
 ) -> None:
     from skewlens.profiler.store.issues import Issue, Severity
     from skewlens.profiler.store.parquet import ExportSummary
-    from skewlens.profiler.store.render import SHOWN_EXPORT_ISSUES, export_issue_lines
+    from skewlens.profiler.store.render import SHOWN_ISSUES, issue_lines
 
     issues = [
-        Issue(severity=Severity.WARNING, kind="w", message=f"warning {i}")
-        for i in range(SHOWN_EXPORT_ISSUES + 3)
+        Issue(severity=Severity.WARNING, kind="w", message=f"warning {i}") for i in range(SHOWN_ISSUES + 3)
     ]
     bad = Issue(severity=Severity.ERROR, kind="e", message="bad")
     summary = ExportSummary(out_dir=tmp_path, rows={}, issues=(*issues, bad))
-    lines = export_issue_lines(summary, "RUN_DIR")
+    lines = issue_lines(summary.issues, "RUN_DIR")
     assert lines[0] == "error: bad" and lines[1] == "warning: warning 0"
-    assert len(lines) == SHOWN_EXPORT_ISSUES + 1
+    assert len(lines) == SHOWN_ISSUES + 1
     assert lines[-1] == "and 4 more warning(s)/error(s): skewlens check RUN_DIR"
 
 

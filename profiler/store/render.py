@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -102,21 +105,20 @@ def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
-#: At most this many of an export's warnings and errors are printed after its summary (all are counted).
-SHOWN_EXPORT_ISSUES = 10
+#: At most this many of a command's warnings and errors are printed after its summary (all are counted).
+SHOWN_ISSUES = 10
 
 
-def _export_notes(summary: ExportSummary) -> list[Issue]:
-    """The export's errors, then its warnings (not its infos)."""
+def _notable(issues: Iterable[Issue]) -> list[Issue]:
+    """The errors, then the warnings (not the infos)."""
     return sorted(
-        (i for i in summary.issues if i.severity is not Severity.INFO),
-        key=lambda i: i.severity is not Severity.ERROR,
+        (i for i in issues if i.severity is not Severity.INFO), key=lambda i: i.severity is not Severity.ERROR
     )
 
 
 def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
     """Rows per table, conversion throughput and how many warnings and errors the run has (said on their
-    own by :func:`export_issue_lines`)."""
+    own by :func:`issue_lines`)."""
     title = f"exported to {summary.out_dir}"
     table = Table(title=title, min_width=len(title))  # narrower, the table wrapped its title mid-path
     table.add_column("table")
@@ -125,18 +127,19 @@ def render_export(summary: ExportSummary, seconds: float) -> RenderableType:
         table.add_row(name, f"{rows:,}")
     nodes = summary.rows.get("nodes", 0)
     rate = nodes / seconds if seconds > 0 else 0.0
-    notes = len(_export_notes(summary))
+    notes = len(_notable(summary.issues))
     return Group(
         table, Text(f"{nodes:,} nodes in {seconds:.2f} s ({rate:,.0f} nodes/s); {notes} warning(s)/error(s)")
     )
 
 
-def export_issue_lines(summary: ExportSummary, run: str) -> list[str]:
-    """The export's errors, then its warnings, one line each (``error: ...``, ``warning: ...``; the first
-    :data:`SHOWN_EXPORT_ISSUES`, and a line counting the rest), for stderr: a script's ``> out.txt`` gets
-    the summary alone. ``run``: the run as the command was given it (for ``skewlens check RUN``)."""
-    notes = _export_notes(summary)
-    lines = [f"{i.severity.value}: {i.message}" for i in notes[:SHOWN_EXPORT_ISSUES]]
-    if len(notes) > SHOWN_EXPORT_ISSUES:
-        lines.append(f"and {len(notes) - SHOWN_EXPORT_ISSUES} more warning(s)/error(s): skewlens check {run}")
+def issue_lines(issues: Iterable[Issue], run: str | Path) -> list[str]:
+    """A command's errors, then its warnings, one line each (``error: ...``, ``warning: ...``; the first
+    :data:`SHOWN_ISSUES`, and a line counting the rest), for stderr: a script's ``> out.txt`` gets the
+    summary alone. ``run``: the run as the command was given it (for ``skewlens check RUN``)."""
+    notes = _notable(issues)
+    lines = [f"{i.severity.value}: {i.message}" for i in notes[:SHOWN_ISSUES]]
+    if len(notes) > SHOWN_ISSUES:
+        what = "warning(s)/error(s)" if notes[0].severity is Severity.ERROR else "warning(s)"
+        lines.append(f"and {len(notes) - SHOWN_ISSUES} more {what}: skewlens check {run}")
     return lines

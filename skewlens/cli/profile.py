@@ -175,22 +175,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-#: At most this many of a capture's warnings follow ``skewlens profile``'s summary; a line counts the rest.
-MAX_WARNINGS = 10
-
-
 def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> None:
     """The warnings of the manifest's notes (data not recorded, traces cut short by the command's end), each
-    in the words ``skewlens check`` uses, on stderr (the first :data:`MAX_WARNINGS`)."""
+    in the words ``skewlens check`` uses, on stderr (the first
+    :data:`~skewlens.profiler.store.render.SHOWN_ISSUES`)."""
+    from skewlens.console import printable
     from skewlens.profiler.store.issues import IssueLog, capture_note_issues
+    from skewlens.profiler.store.render import issue_lines
 
     log = IssueLog()
     capture_note_issues(manifest.notes, log)
-    for issue in log.issues[:MAX_WARNINGS]:
-        print(f"skewlens {command}: warning: {issue.message}", file=sys.stderr)
-    rest = len(log.issues) - MAX_WARNINGS
-    if rest > 0:
-        print(f"skewlens {command}: and {rest} more warning(s): skewlens check {run_dir}", file=sys.stderr)
+    for line in issue_lines(log.issues, run_dir):
+        print(f"skewlens {command}: {printable(line)}", file=sys.stderr)
 
 
 def merge_main(argv: list[str]) -> int:

@@ -183,7 +183,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         )  # one line
         return 0
     from skewlens.profiler.store.parquet import export_run
-    from skewlens.profiler.store.render import export_issue_lines, render_export
+    from skewlens.profiler.store.render import issue_lines, render_export
 
     summary = export_run(
         args.run_dir,
@@ -194,7 +194,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         allow_option="--allow-errors",
     )
     out.print(render_export(summary, time.perf_counter() - t0))
-    for line in export_issue_lines(summary, args.run_dir):  # on stderr: a script's > out.txt gets results
+    for line in issue_lines(summary.issues, args.run_dir):  # on stderr: a script's > out.txt gets results
         print(f"skewlens export: {printable(line)}", file=sys.stderr)
     return 0
 
