@@ -941,3 +941,32 @@ def test_kineto_traces_given_as_a_run_are_named_as_such_with_the_import_command(
         with pytest.raises(ManifestError) as e:
             load_run(path)
         assert str(e.value) == f"{path}: {says}"
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_dependencies_resolve_to_their_nodes_rows_where_the_ids_are_not_in_file_order(
+    tmp_path: Path, dangling: bool
+) -> None:
+    # the loader resolves ids to rows through the ids' sort order, and skips it where they ascend: every
+    # run the tests wrote had ascending ids, so resolving every file as if they did passed them all
+    from skewlens.profiler.store.issues import IssueLog
+
+    f = tmp_path / "rank-0.et"
+    ids = [(7 * i) % 60 + 1 for i in range(60)]  # 1, 8, 15, ...: a permutation of 1..60
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for row, nid in enumerate(ids):
+            n = pb.Node(id=nid, name="aten::mm", type=int(NodeType.COMP))
+            if row:
+                n.ctrl_deps.append(ids[row - 1])
+            if row > 1:
+                n.data_deps.append(ids[row - 2])
+            if dangling and row == 30:
+                n.ctrl_deps.append(999)
+            w.write(n)
+    for decoder in ("vectorised", "reference"):
+        sink = IssueLog()
+        rt = load_rank(f, 0, [], {}, decoder=decoder, sink=sink)
+        assert rt.deps_of(0).tolist() == [] and rt.deps_of(1).tolist() == [0], decoder
+        assert all(rt.deps_of(r).tolist() == [r - 1, r - 2] for r in range(2, 60)), decoder
+        assert rt.dep_kind[rt.dep_ptr[5] : rt.dep_ptr[6]].tolist() == [0, 1], decoder
+        assert [i.kind for i in sink.issues] == ["dangling-dependency"] * dangling, decoder
