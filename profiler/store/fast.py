@@ -335,10 +335,11 @@ def _cat(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 
-#: Packed bytes :func:`_packed_varints` decodes at a time. Its temporaries take about 60 bytes a packed byte:
-#: decoding all of a file's lists at once let a 50 MB list of one-byte values hold 3 GB. In batches of 64 KiB
-#: they take about 4 MB, and a long list decodes 3 times faster than at once (the temporaries stay in the
-#: cache); lists as traces write them (a few bytes a node, 20 KB a rank of 10,000 nodes) fit in one batch.
+#: Packed bytes :func:`_packed_varints` decodes at a time. Its temporaries take about 60 bytes a packed byte
+#: (90 past one batch, each batch's values then copied into the output): decoding all of a file's lists at
+#: once let a 50 MB list of one-byte values hold 3 GB. In batches of 64 KiB they take 4 to 6 MB, and a long
+#: list decodes 3 times faster than at once (the temporaries stay in the cache); lists as traces write them
+#: (a few bytes a node, 20 KB a rank of 10,000 nodes) fit in one batch.
 PACKED_BATCH_BYTES = 1 << 16
 
 
