@@ -427,7 +427,10 @@ def scale_run(
     :data:`NODE_BYTES` a node and :data:`RANK_BYTES` a rank) is refused before anything is built."""
     if dp < 1:
         raise ConfigError(f"scale.dp: must be >= 1 (0 turns extrapolation off), got {dp}")
-    lay = identify(run)
+    try:
+        lay = identify(run)
+    except ExtrapolationError as e:  # the key the user gave, as every other refusal of scale.* names it
+        raise ExtrapolationError(f"scale.dp={dp}: {e}") from None
     if memory_bytes is not None:
         _check_memory(run, lay, dp, source=source, seed=seed, memory_bytes=memory_bytes)
     src_rep = _sources(lay, dp, source, seed)

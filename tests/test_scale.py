@@ -474,14 +474,15 @@ def test_a_run_that_cannot_be_extrapolated_says_what_was_found(
         scale_run(run, 8)
 
 
-def test_the_cli_refuses_an_extrapolation_in_one_line(
+def test_the_cli_refuses_an_extrapolation_in_one_line_naming_scale_dp_and_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = p2p_run(tmp_path / "run")
     rc = skewlens_main(["replay", f"trace={run.run_dir}", f"out={tmp_path / 'o'}", "scale.dp=8", *MODEL])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert len(err) == 1 and "cannot extrapolate to more data-parallel ranks: found 2 send/recv" in err[0]
+    assert len(err) == 1 and err[0].startswith(f"skewlens replay: error: scale.dp=8: {run.run_dir}: ")
+    assert "cannot extrapolate to more data-parallel ranks: found 2 send/recv" in err[0]
 
 
 def test_an_extrapolation_larger_than_the_memory_is_refused_before_it_is_built_naming_scale_dp(
