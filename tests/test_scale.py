@@ -271,6 +271,24 @@ def test_a_2d_mesh_scales_its_dp_dimension_and_replicates_the_tp_groups(tmp_path
     assert replay(scaled).step_time_ns(0) == expected
 
 
+@pytest.mark.parametrize("kind", ["ddp", "fsdp2", "mesh"])
+def test_scaling_a_run_to_its_own_size_replays_every_node_at_the_times_the_run_itself_replays(
+    tmp_path: Path, kind: str
+) -> None:
+    if kind == "mesh":
+        run = build(tmp_path / kind, world=4, schedule=MESH, groups=MESH_GROUPS, group_of=MESH_OF)
+    else:
+        run = build(tmp_path / kind, world=2, schedule=DDP if kind == "ddp" else FSDP2)
+    k = identify(run).dp_size
+    slow = ("slowdown=straggler", "slowdown.rank=0")
+    as_run, scaled = replay(run, *slow), replay(scale_run(run, k), *slow)
+    assert sorted(scaled.start_ns) == sorted(as_run.start_ns) == list(range(run.world_size))
+    for r in as_run.start_ns:
+        assert scaled.start_ns[r].tolist() == as_run.start_ns[r].tolist()
+        assert scaled.end_ns[r].tolist() == as_run.end_ns[r].tolist()
+    assert transfers(scaled) == transfers(as_run) and as_run.step_time_ns(0) > 0
+
+
 def test_the_cli_replays_a_scaled_run_and_a_slowed_rank_is_the_one_the_others_wait_for(
     tmp_path: Path,
 ) -> None:
