@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 from rich.console import Console
@@ -312,6 +313,26 @@ def test_the_cli_replays_a_scaled_run_and_a_slowed_rank_is_the_one_the_others_wa
         waits[rec.rank] += rec.wait_ns
     assert min(waits, key=lambda r: waits[r]) == 9
     assert waits[9] == 0 and all(w > 0 for r, w in waits.items() if r != 9)
+
+
+def test_a_sweep_over_scale_dp_has_one_row_per_size_each_that_sizes_single_replay(tmp_path: Path) -> None:
+    run_dir = tmp_path / "ddp"
+    build(run_dir, world=2, schedule=DDP)
+    common = [f"trace={run_dir}", *MODEL, "progress=false", "perfetto=false"]
+    sizes = (2, 8, 64)
+    dps = ",".join(map(str, sizes))
+    assert skewlens_main(["replay", "-m", f"out={tmp_path / 'sweep'}", f"scale.dp={dps}", *common]) == 0
+    rows = pq.read_table(tmp_path / "sweep" / "sweep.parquet").to_pylist()
+    assert [r["job"] for r in rows] == [0, 1, 2]
+    for row, n in zip(rows, sizes, strict=True):
+        single = tmp_path / f"single-{n}"
+        assert skewlens_main(["replay", f"out={single}", f"scale.dp={n}", *common]) == 0
+        want = pq.read_table(single / "summary.parquet").to_pylist()
+        assert pq.read_table(Path(row["out_dir"]) / "summary.parquet").to_pylist() == want
+        assert len({r["rank"] for r in want}) == n
+        step0 = max(r["step_time_ns"] for r in want if r["step"] == 0)
+        assert step0 == first_step_ns(DDP, n)  # the ring all_reduces of n ranks
+        assert max(r["step_time_ns"] for r in want) == row["max_step_ns"]
 
 
 def test_every_output_of_a_seeded_extrapolation_names_the_captured_rank_each_rank_copies(
