@@ -54,7 +54,7 @@ from typing import TypeVar
 import numpy as np
 
 from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan
-from skewlens.profiler.store.issues import by_reason, rank_ranges, ranks_label
+from skewlens.profiler.store.issues import by_reason, counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
 from skewlens.replay.errors import ConfigError, ExtrapolationError
@@ -485,8 +485,9 @@ def scale_run(
     )
     collectives.sort(key=lambda c: (index[c.pg_name], c.seq))
     m = run.manifest
-    described = f"{lay.described} -> {dp} data-parallel ranks ({new_world} in all); " + _source_text(
-        lay, source, seed, src_rep
+    described = (
+        f"{lay.described} -> {counted(dp, 'data-parallel rank')} ({new_world} in all); "
+        + _source_text(lay, source, seed, src_rep)
     )
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some

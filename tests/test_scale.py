@@ -416,7 +416,7 @@ def test_an_extrapolation_to_fewer_ranks_says_which_captured_ranks_are_not_in_th
     run = build(tmp_path / "ddp", world=2, schedule=DDP)
     notes = run_notes(scale_run(run, 1))
     want = (
-        "extrapolated: ddp over '0' (ranks 0-1, default_pg: 4 all_reduce) -> 1 data-parallel ranks "
+        "extrapolated: ddp over '0' (ranks 0-1, default_pg: 4 all_reduce) -> 1 data-parallel rank "
         "(1 in all); rank i copies captured rank i mod 2; captured rank(s) 1 copied by none: "
         "not in the replay"
     )

@@ -41,7 +41,7 @@ from skewlens.console import QuietPipe, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
@@ -117,7 +117,7 @@ def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     # a preset named ``none`` that has entries was given them on the command line (slowdown.entries=[...])
     named = f"slowdown {conf.slowdown.name}: " if conf.slowdown.name != "none" else "slowdown "
     slow = f"{named}{what}" if items else "no slowdown"
-    scale = f"; as {conf.scale.dp} data-parallel replicas" if conf.scale.dp else ""
+    scale = f"; as {counted(conf.scale.dp, 'data-parallel replica')}" if conf.scale.dp else ""
     return f"replayed with {net}; {slow}{scale}"
 
 
