@@ -915,9 +915,12 @@ def test_collectives_on_the_first_named_group_keep_it_and_are_not_taken_for_grou
 
 def test_kineto_traces_given_as_a_run_are_named_as_such_with_the_import_command(tmp_path: Path) -> None:
     # each said "a file, not a run: give the run directory that holds it", and that directory "no
-    # manifest.json and no Chakra traces ... (is this a run directory?)"
+    # manifest.json and no Chakra traces ... (is this a run directory?)"; the command quotes a path with a
+    # space in it, which the user copies (it was two words to the shell)
+    import shlex
+
     kineto = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}
-    d = tmp_path / "traces"
+    d = tmp_path / "my traces"
     d.mkdir()
     (d / "worker0.pt.trace.json").write_text(json.dumps(kineto))
     (d / "r1.json.gz").write_bytes(gzip.compress(json.dumps(kineto).encode()))
@@ -927,15 +930,15 @@ def test_kineto_traces_given_as_a_run_are_named_as_such_with_the_import_command(
     imp = "skewlens import --kineto"
     cases = {
         d / "worker0.pt.trace.json": f"a Kineto trace (torch.profiler JSON), not a run: import it first: "
-        f"{imp} {d / 'worker0.pt.trace.json'} --out RUN",
+        f"{imp} {shlex.quote(str(d / 'worker0.pt.trace.json'))} --out RUN",
         d / "r1.json.gz": f"a Kineto trace (torch.profiler JSON), not a run: import it first: "
-        f"{imp} {d / 'r1.json.gz'} --out RUN",
+        f"{imp} {shlex.quote(str(d / 'r1.json.gz'))} --out RUN",
         tmp_path / "k.tar.gz": f"an archive of Kineto traces (torch.profiler JSON), not a run: import it "
         f"first: {imp} {tmp_path / 'k.tar.gz'} --out RUN",
         d / "et.json": f"a PyTorch host execution trace, not a run: import it with its Kineto traces: "
-        f"{imp} KINETO --host-et {d / 'et.json'} --out RUN",
+        f"{imp} KINETO --host-et {shlex.quote(str(d / 'et.json'))} --out RUN",
         d: f"it holds Kineto traces (r1.json.gz, worker0.pt.trace.json), not a run: import them first: "
-        f"{imp} {d} --out RUN",
+        f"{imp} {shlex.quote(str(d))} --out RUN",
     }
     for path, says in cases.items():
         with pytest.raises(ManifestError) as e:

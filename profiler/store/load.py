@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import re
+import shlex
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -205,6 +206,7 @@ def _sniff_text(name: str, head: bytes) -> str | None:
 def _import_hint(p: Path) -> str | None:
     """What to say where ``p`` (a file, or a directory without a run) holds Kineto traces rather than a run:
     that it does, and the ``skewlens import`` command that makes a run of them; None where it does not."""
+    q = shlex.quote(str(p))  # a command the user copies: a path with a space in it still one word
     if p.is_file():
         kind = _sniff(p)
         if kind == "kineto":
@@ -213,11 +215,11 @@ def _import_hint(p: Path) -> str | None:
                 if p.name.lower().endswith(ARCHIVE_SUFFIXES)
                 else "a Kineto trace"
             )
-            return f"{what} (torch.profiler JSON), not a run: import it first: {_IMPORT} {p} --out RUN"
+            return f"{what} (torch.profiler JSON), not a run: import it first: {_IMPORT} {q} --out RUN"
         if kind == "host_et":
             return (
                 "a PyTorch host execution trace, not a run: import it with its Kineto traces: "
-                f"{_IMPORT} KINETO --host-et {p} --out RUN"
+                f"{_IMPORT} KINETO --host-et {q} --out RUN"
             )
         return None
     found = []
@@ -229,7 +231,7 @@ def _import_hint(p: Path) -> str | None:
     if not found:
         return None
     names = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-    return f"it holds Kineto traces ({names}), not a run: import them first: {_IMPORT} {p} --out RUN"
+    return f"it holds Kineto traces ({names}), not a run: import them first: {_IMPORT} {q} --out RUN"
 
 
 def locate_run(path: str | Path) -> RunFiles:

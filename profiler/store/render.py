@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -141,5 +142,5 @@ def issue_lines(issues: Iterable[Issue], run: str | Path) -> list[str]:
     lines = [f"{i.severity.value}: {i.message}" for i in notes[:SHOWN_ISSUES]]
     if len(notes) > SHOWN_ISSUES:
         what = "warning(s)/error(s)" if notes[0].severity is Severity.ERROR else "warning(s)"
-        lines.append(f"and {len(notes) - SHOWN_ISSUES} more {what}: skewlens check {run}")
+        lines.append(f"and {len(notes) - SHOWN_ISSUES} more {what}: skewlens check {shlex.quote(str(run))}")
     return lines

@@ -16,6 +16,7 @@ splits are inconsistent loses only them (``RunTrace.dropped_splits``).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,7 +225,8 @@ def refusal(
     that this option uses the rest; where there are other errors too, that it would not be enough.
     ``anyway`` names how the user asks for the work to be done regardless (an export's ``--allow-errors``).
     """
-    check = f"`skewlens check {path}` lists every problem"
+    command = f"skewlens check {shlex.quote(str(path))}"  # to copy: a path with a space in it still one word
+    check = f"`{command}` lists every problem"
     remedy = lenient_remedy(errors)
     if lenient_option and skipped and remedy.mismatches == len(errors):
         groups = ". ".join(summarise_skipped(skipped)).replace(" skipped: ", " disagree: ")
@@ -235,7 +237,7 @@ def refusal(
         )
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
-    tail = f"run `skewlens check {path}` for all"
+    tail = f"run `{command}` for all"
     parts = remedy.parts()
     if lenient_option and parts:
         if remedy.covered:
