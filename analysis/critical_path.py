@@ -37,7 +37,7 @@ import numpy as np
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import CriticalPathRecord
 from skewlens.profiler.vocab import NodeType
-from skewlens.replay.execution import awaited_member, execution_model
+from skewlens.replay.execution import awaited_member, eager_sends, execution_model
 
 #: Path-record ``kind`` of each node type (``other`` for the rest).
 KIND_NAMES = {
@@ -179,8 +179,7 @@ def _walk(
 
 def analyze_critical_path(ix: RunIndex) -> list[CriticalPathRecord]:
     """Critical path records of every step, by step then position (last node first)."""
-    # sends the execution model detaches from their pair (eager: done before the recv arrived)
-    eager = {g.index for g in execution_model(ix.run).syncs if g.is_p2p and g.detached[0]}
+    eager = {g.index for g in eager_sends(ix.run)}
     queue = _queued_behind(ix)
     out: list[CriticalPathRecord] = []
     for step, (r, row) in sorted(_last_nodes(ix).items()):

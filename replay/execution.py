@@ -771,15 +771,21 @@ def held_by(rule: Sequence[int]) -> int:
     return next((w for k, w in enumerate(rule) if w >= 0 and w != k), -1)
 
 
+def eager_sends(run: RunTrace) -> list[SyncGroup]:
+    """The send/recv pairs whose send the model detaches from its recv (eager: done before the recv
+    arrived): the send waits for no one. The one rule the analyses, the critical path and the replay's
+    summary read (the SQL restates it, held equal by ``tests/test_skew_sql.py``)."""
+    return [g for g in execution_model(run).syncs if g.is_p2p and g.detached[0]]
+
+
 def eager_send_rows(run: RunTrace) -> dict[int, B]:
-    """Per rank, whether each row is a send the model detaches from its pair (eager: done before its recv
-    arrived): it waits for no one, so its wait for peers is 0 wherever one is measured (the analyses'
-    ``wait_ns``, the replay's summary and timeline, the SQL's). (A collective member detached by clocks
-    that contradict each other keeps its wait, which the analyses flag as not meaningful.)"""
+    """Per rank, whether each row is an eager send (:func:`eager_sends`): its wait for peers is 0 wherever
+    one is measured (the analyses' ``wait_ns``, the replay's summary and timeline, the SQL's). (A
+    collective member detached by clocks that contradict each other keeps its wait, which the analyses
+    flag as not meaningful.)"""
     out = {r: np.zeros(len(rt), dtype=np.bool_) for r, rt in run.ranks.items()}
-    for g in execution_model(run).syncs:
-        if g.is_p2p and g.detached[0]:
-            out[g.ranks[0]][g.rows[0]] = True
+    for g in eager_sends(run):
+        out[g.ranks[0]][g.rows[0]] = True
     return out
 
 
