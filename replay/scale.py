@@ -486,7 +486,7 @@ def scale_run(
     collectives.sort(key=lambda c: (index[c.pg_name], c.seq))
     m = run.manifest
     described = (
-        f"{lay.described} -> {counted(dp, 'data-parallel rank')} ({new_world} in all); "
+        f"{lay.described} -> {counted(dp, 'data-parallel rank')} ({new_world:,} in all); "
         + _source_text(lay, source, seed, src_rep)
     )
     left_out = sorted(set(run.ranks) - set(source_of.values()))

@@ -168,6 +168,12 @@ def test_a_copy_shares_its_source_ranks_arrays_and_rank_i_copies_rank_i_mod_k(tm
     assert [s.rank for s in scaled.manifest.steps].count(1023) == 2
 
 
+def test_the_extrapolation_note_writes_a_new_world_of_1024_with_a_thousands_separator(tmp_path: Path) -> None:
+    # it read "-> 1,024 data-parallel ranks (1024 in all)"
+    note = scale_run(build(tmp_path / "ddp", world=2, schedule=DDP), 1024).manifest.notes["scale"]
+    assert "-> 1,024 data-parallel ranks (1,024 in all); " in note
+
+
 def test_ddp_step_time_at_n_ranks_is_the_slowest_compute_plus_the_ring_all_reduces(tmp_path: Path) -> None:
     run = build(tmp_path / "ddp", world=2, schedule=DDP)
     for n in (2, 16):
