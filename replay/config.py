@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from skewlens.profiler.store.issues import counted
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
@@ -308,7 +309,7 @@ class ReplayConfig:
         if self.scale.dp and self.comm_mode != "model":
             raise ConfigError(
                 f"scale.dp={self.scale.dp}: the recorded transfers are those of the captured size, not of "
-                f"{self.scale.dp} ranks; extrapolate with comm_mode=model (and a topology)"
+                f"{counted(self.scale.dp, 'rank')}; extrapolate with comm_mode=model (and a topology)"
             )
         if self.scale.dp and self.mode == "real":
             raise ConfigError("scale.dp: real replay re-executes the captured ranks; extrapolate in mode=sim")

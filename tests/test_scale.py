@@ -405,6 +405,14 @@ def test_bad_scale_settings_are_config_errors_naming_the_key(overrides: tuple[st
         compose_replay(*overrides)
 
 
+@pytest.mark.parametrize(("dp", "count"), [(1, "1 rank;"), (1_000_000, "1,000,000 ranks;")])
+def test_scale_dp_with_recorded_transfers_is_refused_counting_its_ranks(dp: int, count: str) -> None:
+    # it said "not of 1 ranks" and "not of 1000000 ranks"
+    with pytest.raises(ConfigError) as e:
+        compose_replay(f"scale.dp={dp}")
+    assert f"those of the captured size, not of {count} extrapolate with" in str(e.value)
+
+
 def test_scale_is_off_by_default_and_a_source_outside_the_run_is_refused(tmp_path: Path) -> None:
     cfg = compose_replay()
     assert (cfg.scale.dp, cfg.scale.source, cfg.scale.seed) == (0, "all", None)
