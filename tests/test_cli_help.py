@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+from user_docs import code_lines
 
+from skewlens.cli import SUBCOMMANDS
 from skewlens.cli import main as skewlens_main
 
 
@@ -122,3 +125,25 @@ def test_checks_help_gives_its_exit_status_for_scripts_and_ci(capsys: pytest.Cap
     said = _help(capsys, "check")
     assert "exit status: 0 when the run has no errors (warnings allowed), 1 when it has errors" in said
     assert "2 when it cannot be read as a run" in said
+
+
+#: The commands with an argparse parser (replay is Hydra's: tests/test_replay_cli.py holds the docs' keys).
+PARSED = [name for name in SUBCOMMANDS if name != "replay"]
+
+
+def documented_flags() -> list[tuple[str, str, str]]:
+    """(where, command, flag) for every flag after ``skewlens COMMAND`` in the user docs' code, up to the
+    next command on its line, a ``--`` (the wrapped training command) or the span's end."""
+    found = []
+    for where, line in code_lines():
+        for m in re.finditer(rf"skewlens ({'|'.join(PARSED)})\b(.*?)(?=skewlens \w|$)", line):
+            args = re.split(r"\s--\s", m.group(2))[0]
+            found += [(where, m.group(1), f) for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", args)]
+    return found
+
+
+def test_every_flag_the_docs_give_a_command_is_one_its_help_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    found = documented_flags()
+    assert len({(c, f) for _, c, f in found}) > 25  # the docs name many: the extraction finds them
+    flags = {c: set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", _help(capsys, c))) for c in PARSED}
+    assert [f"{where}: skewlens {c} {f}" for where, c, f in found if f not in flags[c]] == []

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from user_docs import ROOT, code_lines
 
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import CONF_DIR, register_configs, to_config
@@ -53,13 +54,6 @@ def test_the_ready_made_entries_include_the_documented_ones() -> None:
     assert {"straggler", "slow_link", "jitter", "none"} <= set(SLOWDOWNS)
 
 
-ROOT = Path(__file__).resolve().parents[1]
-#: The docs a user follows (docs/benchmarks.md's figures aside).
-USER_DOCS = (
-    ROOT / "README.md",
-    ROOT / "conf" / "README.md",
-    *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md"),
-)
 #: The replay config's top-level keys: a code span made only of overrides of these is a replay setting.
 REPLAY_KEYS = {f.name for f in dataclasses.fields(ReplayConfig)}
 #: The docs' placeholders, as values.
@@ -70,34 +64,22 @@ def documented_overrides() -> list[tuple[str, bool, list[str]]]:
     """Each ``skewlens replay`` command line and each code span of replay settings in the user docs: (where,
     whether it is a whole command line, its overrides, trace and out left out, a sweep's first value)."""
     found: list[tuple[str, bool, list[str]]] = []
-    for doc in USER_DOCS:
-        text = doc.read_text(encoding="utf-8")
-        spans = [(m.start(), m.group(1)) for m in re.finditer(r"```[a-z]*\n(.*?)```", text, re.S)]
-        inline = re.sub(r"```.*?```", lambda m: " " * len(m.group(0)), text, flags=re.S)
-        spans += [(m.start(), m.group(1)) for m in re.finditer(r"`([^`\n]+)`", inline)]
-        spans += [
-            (m.start(), m.group(1))
-            for m in re.finditer(r"^    (skewlens replay .*(?:\n        .*)*)", inline, re.M)
-        ]
-        for pos, span in spans:
-            for i, line in enumerate(span.replace("\\\n", " ").splitlines()):
-                command = re.search(r"skewlens replay (.*)", line.split("  #")[0])
-                words = (command.group(1) if command else line).split()
-                overrides = [w.strip("'") for w in words if "=" in w and not w.startswith(("-", "hydra"))]
-                roots = {o.partition("=")[0].split(".")[0] for o in overrides}
-                if not overrides or (not command and (len(overrides) < len(words) or roots - REPLAY_KEYS)):
-                    continue
-                sweep = "-m" in words
-                kept = []
-                for o in overrides:
-                    key, _, value = o.partition("=")
-                    value = value.split(",")[0] if sweep and not value.startswith("[") else value
-                    value = PLACEHOLDERS.get(value, value).replace(",K,", ",0,").replace("HOST0", "host0")
-                    if key not in ("trace", "out"):
-                        kept.append(f"{key}={value}")
-                found.append(
-                    (f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, pos) + 1 + i}", bool(command), kept)
-                )
+    for where, line in code_lines():
+        command = re.search(r"skewlens replay (.*)", line.split("  #")[0])
+        words = (command.group(1) if command else line).split()
+        overrides = [w.strip("'") for w in words if "=" in w and not w.startswith(("-", "hydra"))]
+        roots = {o.partition("=")[0].split(".")[0] for o in overrides}
+        if not overrides or (not command and (len(overrides) < len(words) or roots - REPLAY_KEYS)):
+            continue
+        sweep = "-m" in words
+        kept = []
+        for o in overrides:
+            key, _, value = o.partition("=")
+            value = value.split(",")[0] if sweep and not value.startswith("[") else value
+            value = PLACEHOLDERS.get(value, value).replace(",K,", ",0,").replace("HOST0", "host0")
+            if key not in ("trace", "out"):
+                kept.append(f"{key}={value}")
+        found.append((where, bool(command), kept))
     return found
 
 
