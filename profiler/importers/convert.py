@@ -77,9 +77,11 @@ Process groups and steps
     ``skl_step`` = N on the CPU nodes that start inside it and on the GPU nodes those launch (or, where no
     top-level CPU op encloses the launch, on those whose launch call lies inside it); the step
     span ends at the later of the annotation's end and its last node's (on the device, for GPU work),
-    and begins where the previous step's span ended (the first at its annotation's start): a step's time
-    is the period from one step's end to the next, and steps never overlap, however far the CPU runs
-    ahead of the GPU.
+    and begins where the previous step's span ended (the first at its annotation's start, or where the GPU
+    work issued before it ended, if later: work launched before it, or with no launch in the trace run on
+    its stream ahead of the stream's first node launched in it, the work of the step before the profiler
+    started, which is in no step): a step's time is the period from one step's end to the next, and steps
+    never overlap, however far the CPU runs ahead of the GPU.
 """
 
 from __future__ import annotations
@@ -764,6 +766,35 @@ def _assign_seq(pending: list[_Pending]) -> None:
             counters[p.comm.pg_name] += 1
 
 
+def _before_first_step(
+    order: list[_Pending], issued: Sequence[int], in_step: list[int], first_ann: int
+) -> int | None:
+    """The end on the device of the GPU work issued before the first step's annotation (None: none); that work
+    is put in no step (``in_step`` -1, in place). ``order``: the nodes in start order, ``issued`` their issue
+    times. Issued before it: launched before it, or, with no launch in the trace, run on its stream before
+    the stream's first node launched in the trace (a stream runs its work in launch order: that work was
+    launched before the trace began). Such work is the previous step's: on the 16-GPU trace in
+    ``../shared/traces`` 872 kernels, copies and memsets launched before the profiler started ran 155 ms
+    into the first step's annotation, which read 371.6 ms where the others took 212-217."""
+    first_launched: dict[tuple[Any, ...], int] = {}
+    for k, p in enumerate(order):
+        if p.stream_key[0] == "cuda" and type(p.attrs.get(_LAUNCH_NS)) is int:
+            first_launched.setdefault(p.stream_key, k)
+    end: int | None = None
+    for k, p in enumerate(order):
+        if p.stream_key[0] != "cuda":
+            continue
+        if type(p.attrs.get(_LAUNCH_NS)) is int:
+            before = issued[k] < first_ann
+        else:
+            before = k < first_launched.get(p.stream_key, -1)
+        if before:
+            in_step[k] = -1
+            e = p.event.start_ns + p.event.dur_ns
+            end = e if end is None else max(end, e)
+    return end
+
+
 def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepSpan]]:
     """The nodes numbered in start order, their dependencies resolved, encoded; and the step spans."""
     step_anns = sorted(
@@ -791,6 +822,8 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     i = np.searchsorted(np.asarray([a.start_ns for _s, a in step_anns], dtype=np.int64), issued, "right") - 1
     ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
     in_step: list[int] = np.where((i >= 0) & (issued <= ends[np.maximum(i, 0)]), i, -1).tolist()
+    first_ann = step_anns[0][1].start_ns if step_anns else None
+    pre_end = None if first_ann is None else _before_first_step(order, issued.tolist(), in_step, first_ann)
     del i, ends, issued
     last_on: dict[tuple[Any, ...], int] = {}
     last_writer: dict[TensorKey, int] = {}
@@ -858,12 +891,13 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         )
     # a step ends when its last node (on the device, for GPU work) ends, and the next one begins there:
     # where the CPU runs ahead of the GPU, the annotations overlap, the steps do not; a step left no time
-    # of its own (all of it done by the time the previous step ended on the device) has no span
+    # of its own (all of it done by the time the previous step ended on the device) has no span; the first
+    # step begins where the GPU work issued before it ended, where that is later than its annotation's start
     steps: list[StepSpan] = []
     prev_end: int | None = None
     for s, a in step_anns:
         end = max(a.end_ns, step_end.get(s, a.end_ns))
-        start = a.start_ns if prev_end is None else prev_end
+        start = max(a.start_ns, pre_end or a.start_ns) if prev_end is None else prev_end
         if end > start:
             steps.append(StepSpan(rank=kt.rank, step=s, start_ns=start, end_ns=end))
             prev_end = end
