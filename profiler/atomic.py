@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,23 @@ def staging_dir(out: Path) -> Iterator[Path]:
         raise SkewlensError(f"cannot write {out}: {_why(e, tmp)}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def move_into(stage: Path, out: Path, names: Iterable[str]) -> None:
+    """Move the files ``names`` that ``stage`` holds into ``out`` (made if missing), replacing ``out``'s,
+    and remove ``out``'s files of the other ``names`` (an earlier output's that this one did not write).
+    Every name is checked first: a directory at one of them in ``out`` (which no rename or unlink can
+    replace) is a :class:`SkewlensError` naming it, and ``out`` is left as it was; the moves began, stopped
+    at it, and left ``out`` half the new output and half the earlier one."""
+    for name in names:
+        if (dest := out / name).is_dir() and not dest.is_symlink():
+            raise SkewlensError(f"cannot write {dest}: a directory is in the way; {out} was left as it was")
+    out.mkdir(exist_ok=True)
+    for name in names:
+        if (stage / name).exists():
+            (stage / name).replace(out / name)
+        else:
+            (out / name).unlink(missing_ok=True)
 
 
 #: Largest export provenance file read (ours are a few hundred bytes).

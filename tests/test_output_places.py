@@ -53,3 +53,29 @@ def test_every_writer_names_the_regular_file_in_the_way(tmp_path: Path) -> None:
         check_writable(out)
     check_writable(tmp_path / "new" / "dirs" / "out.yaml")  # a place that can be made is taken
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # and nothing is made to check it
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_a_directory_at_one_output_name_refuses_the_move_and_leaves_the_earlier_output_whole(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    args = [command, str(run), "--out", str(out), "--no-blame"]
+    if command == "replay":
+        args = [command, f"trace={run}", f"out={out}", "progress=false"]
+    assert skewlens_main(args) == 0
+    earlier = {p.name: p.read_bytes() for p in out.iterdir()}
+    blocked = "timeline.json" if command == "replay" else "trace_critical_path.json"
+    (out / blocked).unlink()
+    (out / blocked / "x").mkdir(parents=True)
+    del earlier[blocked]
+    capsys.readouterr()
+    other = ["slowdown=straggler", "slowdown.rank=1"] if command == "replay" else ["--no-pictures"]
+    assert skewlens_main([*args, *other]) == 2
+    # the moves stopped at the directory: out held this run's first files beside the earlier run's others
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"skewlens {command}: error: cannot write {out / blocked}: a directory is in the way; "
+        f"{out} was left as it was"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == earlier
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory left

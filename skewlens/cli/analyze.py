@@ -26,7 +26,7 @@ from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
 from skewlens.console import report_console
-from skewlens.profiler.atomic import staging_dir
+from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
@@ -115,12 +115,7 @@ def staged_outputs(out: Path) -> Iterator[Path]:
     nothing in ``out`` changes."""
     with staging_dir(out.absolute()) as stage:
         yield stage
-        out.mkdir(exist_ok=True)
-        for name in OUTPUTS:
-            if not (stage / name).exists():
-                (out / name).unlink(missing_ok=True)
-        for f in stage.iterdir():
-            f.replace(out / f.name)
+        move_into(stage, out, OUTPUTS)
 
 
 def main(argv: list[str]) -> int:

@@ -39,7 +39,7 @@ from rich.console import Console
 from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.console import QuietPipe, report_console
 from skewlens.paths import CONF_DIR, conf_entries
-from skewlens.profiler.atomic import replace_dir, staging_dir
+from skewlens.profiler.atomic import move_into, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -176,11 +176,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             progress = RichProgress() if conf.progress else NO_PROGRESS
             outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
             write_text(stage / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
-            for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
-                if (stage / name).exists():
-                    (stage / name).replace(out_dir / name)
-                else:  # an earlier replay's (timeline.json under perfetto=false)
-                    (out_dir / name).unlink(missing_ok=True)
+            # an earlier replay's that this one did not write go (timeline.json under perfetto=false)
+            move_into(stage, out_dir, (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML))
             for p in real_dirs:  # a real replay on one host staged them; else an earlier real replay's
                 if (stage / p.name).exists():
                     replace_dir(stage / p.name, p)
