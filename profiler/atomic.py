@@ -121,9 +121,19 @@ def staging_dir(out: Path) -> Iterator[Path]:
     try:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)
-        raise SkewlensError(f"cannot write {out}: {_why(e, tmp)}") from None
+        raise SkewlensError(_as_written(f"cannot write {out}: {_why(e, tmp)}", tmp, out)) from None
+    except SkewlensError as e:  # an atomic_file's inside: it named the file by its staged path
+        if type(e) is not SkewlensError or str(tmp) not in str(e):
+            raise
+        raise SkewlensError(_as_written(str(e), tmp, out)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _as_written(message: str, tmp: Path, out: Path) -> str:
+    """``message`` with the staging directory ``tmp`` named as ``out``, where its files were going: the
+    staged path (``.OUT.k3j2x.tmp/summary.parquet``) is gone by the time the user reads it."""
+    return message.replace(str(tmp), str(out))
 
 
 def move_into(stage: Path, out: Path, names: Iterable[str]) -> None:

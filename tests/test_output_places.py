@@ -79,3 +79,27 @@ def test_a_directory_at_one_output_name_refuses_the_move_and_leaves_the_earlier_
     )
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == earlier
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory left
+
+
+@pytest.mark.parametrize("command", ["analyze", "export", "replay"])
+def test_a_full_disk_names_the_output_file_not_its_staging_copy_and_leaves_nothing_behind(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import pyarrow.parquet as pq
+
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    monkeypatch.setattr(pq, "write_table", full)
+    args = [command, str(run), "--out", str(out)]
+    if command == "replay":
+        args = [command, f"trace={run}", f"out={out}", "progress=false"]
+    assert skewlens_main(args) == 2
+    # was "cannot write .../.out.k3j2x7.tmp/collective_skew.parquet: ...": a path gone once it is read
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith(f"skewlens {command}: error: cannot write {out}/"), line
+    assert line.endswith(".parquet: No space left on device") and ".tmp" not in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
