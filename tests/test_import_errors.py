@@ -865,3 +865,43 @@ def test_process_group_ranks_or_a_host_pg_init_node_nested_too_deeply_are_one_li
         import_traces(
             [_write(tmp_path / "in2" / "rank0.json", kineto_doc(0, world=1))], [h], tmp_path / "run2"
         )
+
+
+def test_a_full_disk_while_extracting_an_archive_blames_the_scratch_space_not_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    class FullDisk:
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *_exc: object) -> None:
+            self.fh.close()
+
+        def write(self, _data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_open = Path.open
+
+    def open_(self: Path, mode: str = "r", *a: Any, **k: Any) -> Any:
+        fh = real_open(self, mode, *a, **k)
+        return FullDisk(fh) if mode == "wb" else fh
+
+    arc = _tar(tmp_path / "t.tar.gz", [("d/r0.json", json.dumps(kineto_doc(0)).encode())])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(Path, "open", open_)
+    # was "t.tar.gz: cannot read archive ([Errno 28] No space left on device)": the input blamed
+    with pytest.raises(TraceImportError) as e:
+        import_traces([arc], None, tmp_path / "run")
+    assert str(e.value) == (
+        f"{arc}: cannot extract d/r0.json into {scratch} (No space left on device); TMPDIR names another "
+        "place for the import's scratch files"
+    )
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "run").exists()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -100,20 +101,34 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                         f"{archive}: member {member.name} is {member.size} bytes (limit {MAX_JSON_BYTES})"
                     )
                 target = dest.joinpath(*rel.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
                 src = tf.extractfile(member)
                 if src is None:
                     continue
-                with src, target.open("wb") as fh:
-                    written = 0
-                    while chunk := src.read(_CHUNK):
-                        written += len(chunk)
-                        total += len(chunk)
-                        if written > MAX_JSON_BYTES or total > limit:  # a sparse member's zeros
-                            raise TraceImportError(
-                                f"{archive}: extracted data exceeds the limit at member {member.name}"
-                            )
-                        fh.write(chunk)
+                writing = True  # the scratch copy's errors (a full disk) are not the archive's
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with src, target.open("wb") as fh:
+                        written = 0
+                        writing = False
+                        while chunk := src.read(_CHUNK):
+                            written += len(chunk)
+                            total += len(chunk)
+                            if written > MAX_JSON_BYTES or total > limit:  # a sparse member's zeros
+                                raise TraceImportError(
+                                    f"{archive}: extracted data exceeds the limit at member {member.name}"
+                                )
+                            writing = True
+                            fh.write(chunk)
+                            writing = False
+                        writing = True  # the last of it is written as the file closes
+                except OSError as e:
+                    if not writing:
+                        raise
+                    why = e.strerror or str(e)
+                    raise TraceImportError(
+                        f"{archive}: cannot extract {member.name} into {tempfile.gettempdir()} ({why}); "
+                        "TMPDIR names another place for the import's scratch files"
+                    ) from None
                 out.append(target)
     except tarfile.TarError as e:
         raise TraceImportError(f"{archive}: not a readable tar archive ({e})") from None
