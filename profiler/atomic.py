@@ -7,12 +7,13 @@ ordinary ``open(..., "w")`` would (0666 minus the umask), not ``mkstemp``'s priv
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +147,27 @@ def move_into(stage: Path, out: Path, names: Iterable[str]) -> None:
         if (dest := out / name).is_dir() and not dest.is_symlink():
             raise SkewlensError(f"cannot write {dest}: a directory is in the way; {out} was left as it was")
     out.mkdir(exist_ok=True)
-    for name in names:
-        if (stage / name).exists():
-            (stage / name).replace(out / name)
-        else:
-            (out / name).unlink(missing_ok=True)
+    with _locked(out):
+        for name in names:
+            if (stage / name).exists():
+                (stage / name).replace(out / name)
+            else:
+                (out / name).unlink(missing_ok=True)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` of ``directory`` while the block moves outputs into it: two commands
+    that finish at once into one place take turns, and the last one's output is there whole (its moves
+    interleaved with the other's left half of each). Where the file system cannot lock (some network
+    ones), the block runs unlocked; a process killed holding it releases it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 #: Largest export provenance file read (ours are a few hundred bytes).
@@ -187,11 +204,17 @@ def check_replaceable(out: Path, *, marker: str, fmt: str, what: str) -> None:
 
 def replace_dir(tmp: Path, out: Path) -> None:
     """Put the finished directory ``tmp`` (a sibling of ``out``) in place of ``out``, by renames: readers
-    see the old directory or the new one, never a mix; the old one is removed after."""
-    if not out.exists():
-        tmp.replace(out)
-        return
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    out.replace(old)
-    tmp.replace(out)
+    see the old directory or the new one, never a mix; the old one is removed after. Two replacing one
+    ``out`` at once take turns (:func:`_locked`): the last one's is there."""
+    with _locked(out.parent):  # another's replace between these renames failed one, leaving its .old-
+        if not out.exists():
+            tmp.replace(out)
+            return
+        old = tmp.with_name(f"{tmp.name}.old")  # as unique as tmp, a staging directory
+        out.replace(old)
+        try:
+            tmp.replace(out)
+        except OSError:
+            old.replace(out)  # the earlier output back, not left hidden as .OUT.old-PID
+            raise
     shutil.rmtree(old, ignore_errors=True)

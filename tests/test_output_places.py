@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from skewlens.cli import main as skewlens_main
-from skewlens.profiler.atomic import atomic_file, check_writable, staging_dir
+from skewlens.profiler.atomic import atomic_file, check_writable, move_into, replace_dir, staging_dir
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.synth import RunBuilder
@@ -103,3 +105,60 @@ def test_a_full_disk_names_the_output_file_not_its_staging_copy_and_leaves_nothi
     assert line.startswith(f"skewlens {command}: error: cannot write {out}/"), line
     assert line.endswith(".parquet: No space left on device") and ".tmp" not in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def _between_first_renames(
+    parent: Path, monkeypatch: pytest.MonkeyPatch, other: Callable[[], object]
+) -> list[threading.Thread]:
+    """Run ``other`` in a thread right after the first rename of an entry of ``parent``, and wait for it
+    there at most half a second (where it waits for a lock); the caller joins the thread after."""
+    real_replace = Path.replace
+    threads: list[threading.Thread] = []
+
+    def replace(self: Path, target: str | Path) -> Path:
+        done = real_replace(self, target)
+        if self.parent == parent and not threads:
+            threads.append(threading.Thread(target=other))
+            threads[0].start()
+            threads[0].join(timeout=0.5)
+        return done
+
+    monkeypatch.setattr(Path, "replace", replace)
+    return threads
+
+
+def _staged(d: Path, text: str, *names: str) -> Path:
+    d.mkdir()
+    for name in names:
+        (d / name).write_text(text)
+    return d
+
+
+def test_two_outputs_moved_into_one_directory_at_once_leave_the_last_one_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ("summary.parquet", "timeline.parquet", "config.yaml")
+    out = tmp_path / "out"
+    first, second = _staged(tmp_path / "a", "a", *names), _staged(tmp_path / "b", "b", *names)
+    threads = _between_first_renames(first, monkeypatch, lambda: move_into(second, out, names))
+    move_into(first, out, names)
+    threads[0].join()
+    # the second's moves ran between the first's: out held one replay's summary beside the other's timeline
+    assert [(out / n).read_text() for n in names] == ["b", "b", "b"]
+
+
+def test_two_exports_replacing_one_directory_at_once_leave_the_last_one_and_no_hidden_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _staged(tmp_path / "pq", "earlier", "ranks.parquet")
+    first, second = (
+        _staged(tmp_path / "a", "a", "ranks.parquet"),
+        _staged(tmp_path / "b", "b", "ranks.parquet"),
+    )
+    threads = _between_first_renames(tmp_path, monkeypatch, lambda: replace_dir(second, out))
+    # the first had moved pq aside when the second put its own there: the first's rename then failed
+    # (Directory not empty), and the earlier export stayed hidden as .pq.old-PID
+    replace_dir(first, out)
+    threads[0].join()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pq"]
+    assert (out / "ranks.parquet").read_text() == "b"
