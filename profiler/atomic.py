@@ -38,6 +38,14 @@ def not_a_directory(path: Path) -> Path | None:
     return next((a for a in reversed(path.parents) if a.exists() and not a.is_dir()), None)
 
 
+def dangling_link(path: Path) -> str | None:
+    """``a symbolic link to T, which does not exist`` where ``path`` is one, else None: making a directory
+    there said ``File exists``, and renaming one onto it ``Not a directory``, of a link to nothing."""
+    if path.is_symlink() and not path.exists():
+        return f"a symbolic link to {path.readlink()}, which does not exist"
+    return None
+
+
 def why_not_created(path: Path, e: OSError) -> str:
     """Why ``path`` (its temporary file or directory) could not be created, in a line: ``/x/file is not a
     directory`` where a parent is a regular file (the OSError's ``File exists`` named neither), else the
@@ -113,6 +121,8 @@ def staging_dir(out: Path) -> Iterator[Path]:
     or after an error or an interrupt, is removed when it ends. It has an ordinary directory's permissions
     (:data:`DIR_MODE`), not ``mkdtemp``'s private 0700: moved into place, it is what others read. An
     unwritable place is a :class:`SkewlensError` naming ``out``."""
+    if (why := dangling_link(out)) is not None:
+        raise SkewlensError(f"cannot write {out}: {why}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

@@ -162,3 +162,29 @@ def test_two_exports_replacing_one_directory_at_once_leave_the_last_one_and_no_h
     threads[0].join()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pq"]
     assert (out / "ranks.parquet").read_text() == "b"
+
+
+@pytest.mark.parametrize("command", ["analyze", "export", "replay", "import"])
+def test_an_out_that_is_a_dangling_link_is_named_as_one_and_left_alone(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    out.symlink_to(tmp_path / "gone")
+    link = f"a symbolic link to {tmp_path / 'gone'}, which does not exist"
+    args, says = [command, str(run), "--out", str(out)], f"cannot write {out}: {link}"
+    if command == "replay":
+        args, says = (
+            [command, f"trace={run}", f"out={out}"],
+            f"out={out}: cannot be made a directory ({link})",
+        )
+    if command == "import":
+        kineto = tmp_path / "k.json"
+        kineto.write_text('{"traceEvents": []}')
+        args, says = (
+            [command, "--kineto", str(kineto), "--out", str(out)],
+            f"{out}: {link}; give --out another",
+        )
+    assert skewlens_main(args) == 2
+    # was "File exists (out)" / "Not a directory" (import: after the whole import, naming its staging path)
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"skewlens {command}: error: {says}")
+    assert out.is_symlink() and not any(p.name.startswith(".") for p in tmp_path.iterdir())

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skewlens.profiler.atomic import DIR_MODE
+from skewlens.profiler.atomic import DIR_MODE, dangling_link
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
@@ -62,6 +62,8 @@ def _not_replaceable(out: Path, overwrite: bool) -> str | None:
     and with ``overwrite`` where a run directory is (one with a manifest), never over anything else, and
     never the directory this process is in (the run is renamed into place: the shell would be left in a
     deleted directory)."""
+    if (why := dangling_link(out)) is not None:
+        return f"{out}: {why}; give --out another path or remove the link"
     if not out.exists():
         return None
     here = Path.cwd()
