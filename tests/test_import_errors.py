@@ -905,3 +905,31 @@ def test_a_full_disk_while_extracting_an_archive_blames_the_scratch_space_not_th
         "place for the import's scratch files"
     )
     assert list(scratch.iterdir()) == [] and not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_while_converting_names_the_trace_and_the_scratch_space_not_a_removed_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    real_write_bytes = Path.write_bytes
+
+    def write_bytes(self: Path, data: Any) -> int:
+        if self.suffix == ".nodes":
+            raise OSError(errno.EFBIG, "File too large")
+        return real_write_bytes(self, data)
+
+    trace = _write(tmp_path / "k" / "r0.json", kineto_doc(0))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    # was "/tmp/skewlens-import-x1/nodes/0.nodes: cannot write scratch data ([Errno 27] File too large)"
+    with pytest.raises(TraceImportError) as e:
+        import_traces([trace], None, tmp_path / "run", workers=1)
+    assert str(e.value) == (
+        f"{trace}: cannot write its converted nodes into {scratch} (File too large); TMPDIR names another "
+        "place for the import's scratch files"
+    )
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "run").exists()

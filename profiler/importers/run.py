@@ -40,6 +40,7 @@ from skewlens.profiler.importers.sources import (
     expand_inputs,
     read_json,
     read_trace_bytes,
+    scratch_error,
     text_size_estimate,
 )
 from skewlens.profiler.manifest import (
@@ -261,7 +262,7 @@ def _convert_job(job: _Job) -> _Done:
     try:
         job.nodes_path.write_bytes(conv.body)
     except OSError as e:
-        raise TraceImportError(f"{job.nodes_path}: cannot write scratch data ({e})") from None
+        raise scratch_error(f"{job.kineto.label}: cannot write its converted nodes", e) from None
     return _Done(header=_header(kt), conv=dataclasses.replace(conv, body=b""))
 
 

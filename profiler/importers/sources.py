@@ -76,6 +76,16 @@ class TraceFile:
     """The name users know: the file itself, or ``ARCHIVE/MEMBER`` for an archive member."""
 
 
+def scratch_error(what: str, e: OSError) -> TraceImportError:
+    """``what`` (``SOURCE: cannot ...``) failed writing the import's scratch files (a full disk, a quota):
+    the line names the temporary directory and how to move it, not the input nor a file already removed."""
+    why = e.strerror or str(e)
+    return TraceImportError(
+        f"{what} into {tempfile.gettempdir()} ({why}); TMPDIR names another place for the import's "
+        "scratch files"
+    )
+
+
 def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> list[Path]:
     """Copy the ``.json``/``.json.gz`` regular members of a tar archive under ``dest``; returns their paths.
 
@@ -124,11 +134,7 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                 except OSError as e:
                     if not writing:
                         raise
-                    why = e.strerror or str(e)
-                    raise TraceImportError(
-                        f"{archive}: cannot extract {member.name} into {tempfile.gettempdir()} ({why}); "
-                        "TMPDIR names another place for the import's scratch files"
-                    ) from None
+                    raise scratch_error(f"{archive}: cannot extract {member.name}", e) from None
                 out.append(target)
     except tarfile.TarError as e:
         raise TraceImportError(f"{archive}: not a readable tar archive ({e})") from None
