@@ -170,14 +170,20 @@ def _locked(directory: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` of ``directory`` while the block moves outputs into it: two commands
     that finish at once into one place take turns, and the last one's output is there whole (its moves
     interleaved with the other's left half of each). Where the file system cannot lock (some network
-    ones), the block runs unlocked; a process killed holding it releases it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    ones) or the directory cannot be opened to lock it (no read permission), the block runs unlocked; a
+    process killed holding it releases it."""
     try:
-        with suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0:
+            with suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if fd >= 0:
+            os.close(fd)  # releases the lock
 
 
 #: Largest export provenance file read (ours are a few hundred bytes).

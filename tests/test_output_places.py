@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,3 +189,23 @@ def test_an_out_that_is_a_dangling_link_is_named_as_one_and_left_alone(
     # was "File exists (out)" / "Not a directory" (import: after the whole import, naming its staging path)
     assert capsys.readouterr().err.splitlines()[-1].startswith(f"skewlens {command}: error: {says}")
     assert out.is_symlink() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_an_output_directory_that_cannot_be_opened_to_lock_is_still_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    real_open = os.open
+
+    def no_read(path: str | Path, flags: int, *a: int, **k: Any) -> int:
+        if flags == os.O_RDONLY | os.O_DIRECTORY and not k:  # the lock's: a directory of mode 0333
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *a, **k)
+
+    out = _staged(tmp_path / "pq", "earlier", "ranks.parquet")
+    monkeypatch.setattr(os, "open", no_read)
+    replace_dir(_staged(tmp_path / "a", "a", "ranks.parquet"), out)
+    move_into(_staged(tmp_path / "b", "b", "summary.parquet"), out, ("summary.parquet",))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "pq"]
+    assert sorted(p.name for p in out.iterdir()) == ["ranks.parquet", "summary.parquet"]
