@@ -933,3 +933,22 @@ def test_a_full_disk_while_converting_names_the_trace_and_the_scratch_space_not_
         "place for the import's scratch files"
     )
     assert list(scratch.iterdir()) == [] and not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_while_writing_the_run_is_one_plain_line_and_leaves_no_staging_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from skewlens.profiler.chakra_io import EtWriter
+
+    def full(_self: EtWriter, _data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    trace = _write(tmp_path / "k" / "r0.json", kineto_doc(0))
+    monkeypatch.setattr(EtWriter, "write_raw", full)
+    with pytest.raises(TraceImportError) as e:
+        import_traces([trace], None, tmp_path / "run", workers=1)
+    # was "...: cannot write the run directory ([Errno 28] No space left on device)"
+    assert str(e.value) == f"{tmp_path / 'run'}: cannot write the run directory (No space left on device)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skewlens.profiler.atomic import DIR_MODE, dangling_link
+from skewlens.profiler.atomic import DIR_MODE, dangling_link, why_not_created
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
@@ -454,7 +454,9 @@ def _write_run(
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
     except OSError as e:
-        raise TraceImportError(f"{out.parent}: cannot create the run directory there ({e})") from None
+        raise TraceImportError(
+            f"{out.parent}: cannot create the run directory there ({why_not_created(out, e)})"
+        ) from None
     try:
         tmp.chmod(DIR_MODE)  # mkdtemp makes it private; a run directory is an ordinary one
         for c, part in zip(convs, nodes, strict=True):
@@ -485,7 +487,8 @@ def _write_run(
                 old.unlink(missing_ok=True)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise TraceImportError(f"{out}: cannot write the run directory ({e})") from None
+        # the OSError's own words named the staging directory, removed by now, and its errno
+        raise TraceImportError(f"{out}: cannot write the run directory ({e.strerror or e})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
