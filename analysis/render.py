@@ -413,9 +413,9 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
 
 
 def report(result: AnalysisResult, *, top: int = 5) -> Group:
-    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares, the
-    ranks without a trace and what a lenient load skipped, and the steps the flight recorder lost
-    collectives in."""
+    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares. What the
+    run's analysis left out or assumed (``result.notes``: the ranks without a trace, what a lenient load
+    skipped, incomplete steps) is not in it: the commands print those as warnings, on stderr."""
     parts: list[RenderableType] = [
         stragglers_table(result, top),
         *(Text(note, style="yellow") for note in uncompared_notes(result)),
@@ -424,6 +424,5 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         *([gpu] if (gpu := gpu_idle_table(result)) is not None else []),
         *([kern] if (kern := gpu_kernels_table(result)) is not None else []),
         critical_path_table(result),
-        *(Text(note, style="yellow") for note in result.notes),
     ]
     return Group(*parts)

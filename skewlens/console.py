@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Iterable
 from typing import IO, TextIO
 
@@ -28,6 +29,12 @@ def printable(text: str) -> str:
     and an operator named ``\x1b]0;...\x07`` set the terminal's title when a report printed it (ESC
     sequences can recolour, move the cursor, or on some terminals write the clipboard)."""
     return text.translate(_CONTROLS)
+
+
+def print_warning(command: str, text: str) -> None:
+    """``text`` on stderr as ``skewlens COMMAND: warning: TEXT``, through :func:`printable`: what a command
+    skipped, ignored, left out or assumed, kept out of its results (a script's ``> out.txt``)."""
+    print(f"skewlens {command}: warning: {printable(text)}", file=sys.stderr)
 
 
 def silence(stream: IO[str]) -> None:

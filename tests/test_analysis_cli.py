@@ -220,18 +220,25 @@ def test_the_wait_heatmap_draws_no_wait_in_the_colour_of_zero_when_no_one_waited
     assert max(abs(a - b) for a, b in zip(cell, zero, strict=True)) <= 1, (cell, zero)
 
 
-def test_a_run_without_collectives_or_send_recv_gets_a_heatmap_and_a_report_line_that_say_so(
+def _rank_0_computing(tmp_path: Path, world_size: int) -> Path:
+    """A run whose rank 0 computes 5 ms in step 0, its other ranks without a trace."""
+    b = RunBuilder(world_size)
+    b.rank(0).step(0).compute("work", 5 * MS)
+    return b.write(tmp_path / "run")
+
+
+def test_a_run_without_collectives_or_send_recv_gets_a_heatmap_and_a_warning_that_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    b = RunBuilder(1)
-    b.rank(0).step(0).compute("work", 5 * MS)
-    run_dir = b.write(tmp_path / "run")
+    run_dir = _rank_0_computing(tmp_path, 1)
     data = wait_heatmap_data(analyze_run(load_run(run_dir), blame=False))
     assert data.grid.shape == (1, 0)
     said = "no collectives or send/recv pairs in this run: no waits for peers to show"
     assert data.note == said
     assert main(["analyze", str(run_dir), "--out", str(tmp_path / "out"), "--no-blame"]) == 0
-    assert f"wait_heatmap.png: {said}" in " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == [f"skewlens analyze: warning: wait_heatmap.png: {said}"]
+    assert "wait_heatmap.png" not in printed.out  # on stderr: a script's > out.txt gets the results only
     assert (tmp_path / "out" / "wait_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -471,3 +478,16 @@ def test_a_cut_wait_heatmap_keeps_every_collective_before_the_pairs_and_says_wha
         "6 of 8 collectives / send-recv pairs shown: all 4 collective(s) and the 2 of 4 send/recv pair(s) "
         "with the most exposed wait; 2 pair(s) left out"
     )
+
+
+def test_what_the_analysis_left_out_is_a_warning_on_stderr_and_stdout_holds_the_report_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'only the traced ranks are used' was a line on stdout under the tables, in a script's > out.txt
+    run_dir = _rank_0_computing(tmp_path, 2)
+    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "out"), "--no-pictures", "--no-blame"]) == 0
+    printed = capsys.readouterr()
+    said = ["skewlens analyze: warning: rank 1 of 2 has no trace: only the traced ranks are used"]
+    assert printed.err.splitlines() == said
+    assert "no trace" not in printed.out
+    assert printed.out.splitlines()[-1] == f"wrote 3 files to {tmp_path / 'out'}"

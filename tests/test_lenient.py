@@ -192,7 +192,7 @@ def test_analyze_lenient_writes_its_tables_and_says_what_it_skipped(
 ) -> None:
     out = tmp_path / "analysis"
     assert skewlens_main(["analyze", str(sampled_run), "--out", str(out), "--lenient", "--no-pictures"]) == 0
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err  # warnings, on stderr
     assert (out / "collective_skew.parquet").is_file() and (out / "step_breakdown.parquet").is_file()
     skipped = validate_run(sampled_run, lenient=True).skipped
     n = sum(s.count for s in skipped)
@@ -209,7 +209,7 @@ def test_replay_lenient_writes_its_outputs_and_says_what_it_skipped(
     out = tmp_path / "replay"
     args = ["replay", f"trace={sampled_run}", f"out={out}", "progress=false", "lenient=true"]
     assert skewlens_main(args) == 0
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err  # warnings, on stderr
     for name in ("timeline.parquet", "summary.parquet", "timeline.json", "config.yaml"):
         assert (out / name).is_file()
     assert "lenient: true" in (out / "config.yaml").read_text()

@@ -239,7 +239,7 @@ def test_replay_prints_the_note_and_refuses_a_negative_cap(
     args = ["replay", f"trace={run_dir}", f"out={out}", "progress=false"]
     assert skewlens_main([*args, "perfetto_max_events=5"]) == 0
     note = json.loads((out / "timeline.json").read_text())["otherData"]["left_out"]
-    assert note and note in capsys.readouterr().out.replace("\n", "")
+    assert note and f"skewlens replay: warning: {note}" in capsys.readouterr().err.splitlines()
     assert skewlens_main([*args, "perfetto_max_events=-1"]) == 2
     assert "perfetto_max_events: must be >= 0" in capsys.readouterr().err
 
@@ -414,7 +414,8 @@ def test_the_analysis_trace_cap_keeps_whole_steps_and_their_critical_path(
         e["id"] for e in flows if e["ph"] == "f"
     )
     note = doc["otherData"]["left_out"]
-    assert "--perfetto-max-events 0" in note and note in capsys.readouterr().out.replace("\n", "")
+    assert "--perfetto-max-events 0" in note
+    assert f"skewlens analyze: warning: {note}" in capsys.readouterr().err.splitlines()
     assert skewlens_main([*argv[:-1], "-3"]) == 2
     assert "--perfetto-max-events: expected >= 0" in capsys.readouterr().err
 

@@ -108,7 +108,8 @@ def test_a_failing_point_of_a_joblib_sweep_is_named_with_its_overrides_and_the_o
     out = tmp_path / "sweep"
     res = _sweep(run_dir, out, "1.0,-2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+    # job 0's warnings (rank 3's communication without an end) aside
+    assert [line for line in res.stderr.strip().splitlines() if ": warning: " not in line] == [
         (
             "skewlens replay: error: sweep job 1 (slowdown.factor=-2): slowdown.factor: must be a finite "
             "number > 0, got -2.0"
@@ -131,7 +132,8 @@ def test_a_failing_point_of_a_sweep_in_this_process_is_reported_the_same_way(
     # the same directory again, where an earlier, longer sweep left job 7's row: not this sweep's
     shutil.copy(out / JOBS_DIR / "0.parquet", out / JOBS_DIR / "7.parquet")
     rc = skewlens_main([*args, "slowdown.factor=-1,2.0", "perfetto=false"])
-    err = capsys.readouterr().err.strip().splitlines()
+    # job 1's warnings (rank 3's communication without an end) aside
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if ": warning: " not in line]
     assert rc == 2
     assert err[0] == (
         "skewlens replay: error: sweep job 0 (slowdown.factor=-1): slowdown.factor: must be a finite "

@@ -25,7 +25,7 @@ from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
 from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
-from skewlens.console import report_console
+from skewlens.console import print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
             advance()
     console = report_console()
     console.print(report(result, top=args.top))
-    for note in notes:
-        console.print(note, style="yellow", markup=False, highlight=False)
+    for note in (*result.notes, *notes):  # on stderr: a script's > out.txt gets the results only
+        print_warning("analyze", note)
     console.print(f"wrote {len(written)} files to {out}")
     return 0

@@ -26,7 +26,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from skewlens.cli.options import check_range, help_text
-from skewlens.console import report_console
+from skewlens.console import print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
@@ -264,6 +264,8 @@ def main(argv: list[str]) -> int:
         write_perfetto(result, analysis_dir / PERFETTO_FILE),
     ]
     console.print(report(result))
+    for note in result.notes:
+        print_warning("demo", note)
 
     console.rule("3/3 replay: simulated, as recorded and without the straggler")
     rc = _skewlens("replay", f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none")

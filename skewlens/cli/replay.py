@@ -37,7 +37,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from rich.console import Console
 
 from skewlens.cli.options import refuse_yaml_aliases
-from skewlens.console import QuietPipe, report_console
+from skewlens.console import QuietPipe, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import dangling_link, move_into, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError
@@ -199,11 +199,10 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
         console.print(gpu)
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
-    for note in unused_knobs(cfg, hc.overrides.task):
-        console.print(note, style="yellow", markup=False, highlight=False)
     clocks = clock_note(outcome.run)
-    for note in (*run_notes(outcome.run), *([clocks] if clocks else []), *outcome.notes):
-        console.print(note, style="yellow", markup=False, highlight=False)
+    notes = (*unused_knobs(cfg, hc.overrides.task), *run_notes(outcome.run), *([clocks] if clocks else []))
+    for note in (*notes, *outcome.notes):  # on stderr: a script's > out.txt gets the results only
+        print_warning("replay", note)
     if outcome.real is not None:
         from skewlens.replay.real.render import outputs_line, render_comparison
 
