@@ -321,6 +321,18 @@ def _poorly_fitted_run(tmp_path: Path) -> Path:
     return run_dir
 
 
+def test_calibrates_warnings_show_control_characters_as_replacement_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its warnings were printed as they were, unlike every other command's: an ESC reached the terminal
+    monkeypatch.setattr("skewlens.cli.calibrate.poor_fits", lambda _cal: ["dim 0 (\x1b]0;pwned\x07): poor"])
+    run_dir = _poorly_fitted_run(tmp_path)
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(tmp_path / "c.yaml"), "--no-progress"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "skewlens calibrate: warning: dim 0 (\ufffd]0;pwned\ufffd): poor"
+    ]
+
+
 def test_an_extrapolation_on_a_poorly_fitted_topology_of_fewer_ranks_says_what_its_latency_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

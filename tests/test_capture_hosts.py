@@ -496,20 +496,43 @@ def test_the_merged_manifest_keeps_the_jobs_run_identity_with_its_earliest_start
     assert "run identity" not in m.notes
 
 
+def _without_run_identity(d: Path) -> Path:
+    """``d`` with its manifest as an older skewlens wrote it: no ``run_identity`` key at all."""
+    old = json.loads((d / "manifest.json").read_text())
+    assert old.pop("run_identity") is None
+    (d / "manifest.json").write_text(json.dumps(old))
+    return d
+
+
 def test_host_directories_captured_before_the_run_identity_still_merge_with_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a directory of an older skewlens (no run identity) merged as if checked, with no word that it was not
-    a = host_dir(tmp_path / "a", (0,), "a")
+    a = _without_run_identity(host_dir(tmp_path / "a", (0,), "a"))
     b = host_dir(tmp_path / "b", (1,), "b", run_id="job-7")
-    old = json.loads((a / "manifest.json").read_text())
-    assert old.pop("run_identity") is None
-    (a / "manifest.json").write_text(json.dumps(old))  # as an older skewlens wrote it: no key at all
     out = tmp_path / "run"
     assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
     note = f"not checked for {a}: captured by a skewlens that did not record the run's identity"
     assert read_manifest(out).notes["run identity"] == note
     assert f"skewlens merge: warning: run identity {note}" in capsys.readouterr().err
+
+
+def test_the_merge_warning_and_an_ignored_part_file_show_an_esc_in_a_hosts_path_as_a_replacement_character(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # both printed the path as it was: an ESC ]0;...BEL in a host's directory name set the terminal's title
+    from skewlens.profiler.capture.run import read_parts
+
+    a = _without_run_identity(host_dir(tmp_path / "a\x1b]0;pwned\x07", (0,), "a"))
+    b = host_dir(tmp_path / "b", (1,), "b", run_id="job-7")
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 0
+    shown = str(a).replace("\x1b", "\ufffd").replace("\x07", "\ufffd")
+    note = f"not checked for {shown}: captured by a skewlens that did not record the run's identity"
+    assert f"skewlens merge: warning: run identity {note}" in capsys.readouterr().err.splitlines()
+    part_file(a, 0).write_text("{")
+    assert read_parts(a) == {}
+    said = capsys.readouterr().err
+    assert said.startswith(f"skewlens: ignoring unreadable part file {shown}/.parts/") and "\x1b" not in said
 
 
 def test_skewlens_merge_allow_missing_merges_the_ranks_found_and_lists_a_crashed_rank_with_why(

@@ -273,13 +273,21 @@ def read_parts(run_dir: Path) -> dict[int, dict]:
             )
         except CaptureError as e:
             said = str(e).removeprefix(f"{p}: ")
-            print(f"skewlens: ignoring unreadable part file {p}: {said}", file=sys.stderr)
+            _ignoring(f"unreadable part file {p}: {said}")
             continue
         if (why := part_problem(data)) is not None:  # one host's files, merged by another: untrusted
-            print(f"skewlens: ignoring malformed part file {p}: {why}", file=sys.stderr)
+            _ignoring(f"malformed part file {p}: {why}")
             continue
         parts[data["rank"]] = data
     return parts
+
+
+def _ignoring(what: str) -> None:
+    """``skewlens: ignoring WHAT`` on stderr, its control characters shown as U+FFFD (a part file's path or
+    text is another host's: an ESC in it drove the terminal)."""
+    from skewlens.console import printable  # here: a training rank that reads good part files loads no rich
+
+    print(f"skewlens: ignoring {printable(what)}", file=sys.stderr)
 
 
 def _is_int(v: object, lo: int = -(1 << 62), hi: int = 1 << 62) -> bool:

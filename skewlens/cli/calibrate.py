@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.cli.replay import override
-from skewlens.console import report_console
+from skewlens.console import print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable
 from skewlens.profiler.errors import SkewlensError
@@ -230,5 +229,5 @@ def main(argv: list[str]) -> int:
         highlight=False,
     )
     for warning in poor_fits(cal):
-        print(f"skewlens calibrate: warning: {warning}", file=sys.stderr)
+        print_warning("calibrate", warning)
     return 0

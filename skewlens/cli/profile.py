@@ -192,7 +192,7 @@ def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = 
 def merge_main(argv: list[str]) -> int:
     """``skewlens merge --out RUN_DIR HOST_DIR...``: the run directories that the hosts of one job wrote
     to storage of their own (each ``skewlens profile --out HOST_DIR``), combined into one."""
-    from skewlens.console import report_console
+    from skewlens.console import print_warning, report_console
     from skewlens.profiler.capture.combine import RUN_IDENTITY_NOTE, combine_runs
 
     p = argparse.ArgumentParser(prog="skewlens merge", description=help_text(merge_main.__doc__))
@@ -214,7 +214,7 @@ def merge_main(argv: list[str]) -> int:
         [Path(d) for d in args.dirs], run_dir, force=args.force, allow_missing=args.allow_missing
     )
     if note := manifest.notes.get(RUN_IDENTITY_NOTE):
-        print(f"skewlens merge: warning: run identity {note}", file=sys.stderr)
+        print_warning("merge", f"run identity {note}")  # the hosts' manifests' words: untrusted
     report_console(stderr=True).print(summary_table(manifest, run_dir, command="merge"))
     print_capture_warnings(manifest, run_dir, command="merge")
     return 0
