@@ -147,3 +147,39 @@ def test_every_flag_the_docs_give_a_command_is_one_its_help_lists(capsys: pytest
     assert len({(c, f) for _, c, f in found}) > 25  # the docs name many: the extraction finds them
     flags = {c: set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", _help(capsys, c))) for c in PARSED}
     assert [f"{where}: skewlens {c} {f}" for where, c, f in found if f not in flags[c]] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["profile", "--steps", "-1:1:3", "--out", "{tmp}/run", "--", "true"],
+            "skewlens profile: error: --steps '-1:1:3': WAIT and WARMUP must be >= 0 and ACTIVE >= 1",
+        ),
+        (
+            ["demo", "--straggler-ms", "-1e3", "--out", "{tmp}/demo"],
+            (
+                "skewlens demo: error: --straggler-ms: expected 0..60,000 (a minute of extra compute), got "
+                "-1000.0"
+            ),
+        ),
+    ],
+)
+def test_an_option_value_that_begins_as_a_negative_number_reaches_the_options_own_check(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse took '-1:1:3' (and '-1e3') for an option: 'argument --steps: expected one argument'
+    assert skewlens_main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [said]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_value_that_begins_with_a_dash_otherwise_is_refused_with_the_form_that_takes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        skewlens_main(["analyze", str(tmp_path), "--out", "-x"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "skewlens analyze: error: argument --out: expected one argument (a value that begins with '-' is "
+        "written --out=VALUE)"
+    )

@@ -25,6 +25,7 @@ from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
 from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
+from skewlens.cli.options import ArgumentParser
 from skewlens.console import print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
@@ -49,7 +50,7 @@ def load_for_analysis(run_dir: str | Path, console: Console, *, lenient: bool = 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="skewlens analyze",
         description="Attribute skew and communication stalls to ranks and ops; name the stragglers.",
     )

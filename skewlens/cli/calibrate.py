@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
-from skewlens.cli.options import refuse_yaml_aliases
+from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases
 from skewlens.cli.replay import override
 from skewlens.console import print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
@@ -153,7 +153,7 @@ def calibration_table(cal: Calibration) -> Table:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="skewlens calibrate",
         description="Fit the latency and bandwidth of the α-β network model to a run's recorded transfers "
         "(waits for late peers removed) and write a topology entry that `skewlens replay "

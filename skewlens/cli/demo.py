@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
-from skewlens.cli.options import check_range, help_text
+from skewlens.cli.options import ArgumentParser, check_range, help_text
 from skewlens.console import print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
@@ -91,7 +91,7 @@ def capture_window(steps: int) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="skewlens demo", description=help_text(__doc__.split("\n", 1)[0]))
+    p = ArgumentParser(prog="skewlens demo", description=help_text(__doc__.split("\n", 1)[0]))
     p.add_argument(
         "--out", default="demo-out", help="new or empty directory, or one an earlier demo made (replaced)"
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from skewlens.cli.options import ArgumentParser
 from skewlens.console import ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
@@ -35,7 +36,7 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="skewlens import",
         description="Convert per-rank Kineto traces (+ host execution traces) into a run directory.",
     )

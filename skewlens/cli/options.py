@@ -4,7 +4,13 @@ anything starts (a huge ``--workers`` was an OverflowError traceback in the proc
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
+import typing
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -45,3 +51,39 @@ def refuse_yaml_aliases(path: Path, label: str) -> None:
         raise ConfigError(f"{label}: cannot read {path} ({e.strerror or e})") from None
     except (yaml.YAMLError, UnicodeDecodeError):
         return  # the loader says what is wrong, as before
+
+
+#: A value that begins as a negative number does (``-1:1:3``, ``-1e3``, ``-.5``): no option of ours does.
+_DASHED_VALUE = re.compile(r"-\.?\d")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, which also takes an option's value that begins as a negative number does but is
+    not a plain one (``--steps -1:1:3``, ``--straggler-ms -1e3``): argparse took it for an option and said
+    ``argument --steps: expected one argument``, where the option's own check says what is wrong with the
+    value. Other values that begin with ``-`` (a path ``-x``) are still taken for options, with a hint to
+    write ``--out=-x``. Nothing after ``--`` (a training command) is touched."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        end = argv.index("--") if "--" in argv else len(argv)
+        out: list[str] = []
+        i = 0
+        while i < end:
+            action = self._option_string_actions.get(argv[i])
+            value = argv[i + 1] if i + 1 < end else ""
+            if action is not None and action.nargs is None and _DASHED_VALUE.match(value):
+                out.append(f"{argv[i]}={value}")  # the form argparse takes any value in
+                i += 2
+            else:
+                out.append(argv[i])
+                i += 1
+        return super().parse_known_args([*out, *argv[end:]], namespace)
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.endswith(": expected one argument"):
+            option = message.removeprefix("argument ").partition(":")[0].split("/")[-1]
+            message += f" (a value that begins with '-' is written {option}=VALUE)"
+        super().error(message)

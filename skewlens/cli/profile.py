@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skewlens.cli.options import help_text
+from skewlens.cli.options import ArgumentParser, help_text
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARQUET_DIR, PARTS_DIR
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="skewlens profile",
         description=help_text(__doc__.split("\n", 1)[0]),
         usage="%(prog)s [-h] --out RUN_DIR [--level LEVEL] [--steps WAIT:WARMUP:ACTIVE] [--host-trace "
@@ -195,7 +195,7 @@ def merge_main(argv: list[str]) -> int:
     from skewlens.console import print_warning, report_console
     from skewlens.profiler.capture.combine import RUN_IDENTITY_NOTE, combine_runs
 
-    p = argparse.ArgumentParser(prog="skewlens merge", description=help_text(merge_main.__doc__))
+    p = ArgumentParser(prog="skewlens merge", description=help_text(merge_main.__doc__))
     p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
     p.add_argument(
         "--force",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from skewlens.cli.options import check_range
+from skewlens.cli.options import ArgumentParser, check_range
 from skewlens.console import printable, report_console
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.manifest import MAX_WORLD_SIZE
@@ -36,7 +35,7 @@ def _progress(off: bool, console: Console | None) -> Progress:
 
 def check_main(argv: list[str], console: Console | None = None) -> int:
     """Validate a run; prints a rich report; exit code 1 when it has errors."""
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="skewlens check",
         description="validate a run directory",
         epilog="exit status: 0 when the run has no errors (warnings allowed), 1 when it has errors (a "
@@ -95,7 +94,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     """Export a run: to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks; the default), or
     as an ASTRA-sim workload (``--format astra-sim``: one Chakra trace per NPU, communicator groups, example
     configurations and the command line that runs it)."""
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="skewlens export", description="export a run directory to Parquet or as an ASTRA-sim workload"
     )
     ap.add_argument("run_dir", help="run directory, Chakra trace folder or prefix")
