@@ -81,7 +81,7 @@ def test_the_manifest_lists_a_rank_whose_save_failed_as_missing_with_its_reason(
     assert manifest.notes["rank 1"] == f"trace not saved: {run}/rank-1.et: No space left on device"
 
 
-def test_a_trace_whose_part_file_cannot_be_written_is_removed_too(
+def test_a_trace_whose_part_file_cannot_be_written_is_removed_and_the_run_says_its_save_may_have_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "run"
@@ -92,8 +92,16 @@ def test_a_trace_whose_part_file_cannot_be_written_is_removed_too(
     why = f"cannot write {run}/.parts/rank-1.json: Is a directory"
     assert capsys.readouterr().err.splitlines() == [
         f"skewlens: rank 1: trace not saved: {why}",
-        f"skewlens: rank 1: nor its part file: {why}",
+        f"skewlens: rank 1: its save failed (above), and so did the part file that tells the run why: {why}",
     ]
+    # the run cannot know why, and no longer says only that the rank crashed or was killed
+    capture_one_step(run, monkeypatch, rank=0)
+    manifest = finalize_run(run, level=Level.COLLECTIVES, window=WINDOW, command=["train"])
+    assert manifest is not None and manifest.missing_ranks == (1,)
+    assert manifest.notes["rank 1"] == (
+        "no trace: the process crashed or was killed before saving (the command exited), or its save failed "
+        "and so did the part file that says why (its stderr then says 'trace not saved')"
+    )
 
 
 def test_a_profile_whose_only_rank_could_not_save_gives_its_reason_instead_of_asking_whether_it_stepped(

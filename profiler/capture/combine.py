@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
-from skewlens.profiler.capture.run import OTHER_HOST_NOTE, finalize_run, read_parts
+from skewlens.profiler.capture.run import OTHER_HOST_NOTE, SAVE_UNSAID, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.errors import CaptureError
@@ -109,8 +109,8 @@ def combine_runs(
             ]
             merged = (
                 f"no trace in any host directory merged ({', '.join(map(str, sources))}): its process "
-                "crashed or was killed before saving, or its host's directory was not given; merged "
-                "without it (skewlens merge --allow-missing)"
+                f"crashed or was killed before saving, {SAVE_UNSAID}, or its host's directory was not "
+                "given; merged without it (skewlens merge --allow-missing)"
             )
             notes[rank_note_key(r)] = "; ".join([merged, *said])
         if identity_note:

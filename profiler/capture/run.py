@@ -58,6 +58,11 @@ OPTIONS_NOTE = "skewlens options"
 #: How a host's manifest begins its note on a rank of a multi-host job that it holds no trace of (another
 #: host's, most likely).
 OTHER_HOST_NOTE = "no trace here: the job spans hosts"
+#: The other way a rank leaves nothing in the run directory, said after "crashed or was killed": a save
+#: that failed (a full disk, an unwritable directory) where the part file that says why failed too.
+SAVE_UNSAID = (
+    "or its save failed and so did the part file that says why (its stderr then says 'trace not saved')"
+)
 
 
 def prepare_run_dir(run_dir: Path) -> bool:
@@ -449,7 +454,9 @@ def _merge(
                 f"crashed or was killed before saving ({why})"
             )
         else:
-            notes[rank_note_key(r)] = f"no trace: the process crashed or was killed before saving ({why})"
+            notes[rank_note_key(r)] = (
+                f"no trace: the process crashed or was killed before saving ({why}), {SAVE_UNSAID}"
+            )
     steps: list[StepSpan] = []
     for r, p in sorted(parts.items()):
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})

@@ -518,7 +518,11 @@ class CaptureSession:
         try:
             _write_json_atomic(part_file(self.run_dir, rank), part)
         except (OSError, SkewlensError) as err:
-            print(f"skewlens: rank {rank}: nor its part file: {err}", file=sys.stderr)
+            print(  # the manifest will say the rank has no trace, and can only guess why
+                f"skewlens: rank {rank}: its save failed (above), and so did the part file that tells the "
+                f"run why: {err}",
+                file=sys.stderr,
+            )
 
     def _save(self, *, partial: bool) -> Path:
         rank, world = self.rank, self.world_size
