@@ -21,7 +21,7 @@ from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 from rich.console import Console
 
 from skewlens.profiler import threads as threads_mod
-from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.chakra_io import EtWriter, iter_messages
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.store import colcache, load_run
 from skewlens.profiler.store import load as load_mod
@@ -973,3 +973,41 @@ def test_dependencies_resolve_to_their_nodes_rows_where_the_ids_are_not_in_file_
         assert all(rt.deps_of(r).tolist() == [r - 1, r - 2] for r in range(2, 60)), decoder
         assert rt.dep_kind[rt.dep_ptr[5] : rt.dep_ptr[6]].tolist() == [0, 1], decoder
         assert [i.kind for i in sink.issues] == ["dangling-dependency"] * dangling, decoder
+
+
+def test_a_node_listing_its_dependencies_again_and_again_keeps_each_once_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    # a hostile node listed one id 50 M times: skewlens check held the copies as edges, 3.1 GB at its peak
+    from skewlens.profiler.store.issues import IssueLog, Severity
+    from skewlens.profiler.store.load import REPEATS_CHECKED_ABOVE
+
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for nid in (1, 2, 3):
+            w.write(pb.Node(id=nid, name="aten::mm", type=int(NodeType.COMP)))
+        hostile = pb.Node(id=4, name="aten::add", type=int(NodeType.COMP))
+        hostile.ctrl_deps.extend([3, 1] * 100)
+        hostile.data_deps.extend([2] * 300 + [99])  # and a dangling one among them
+        w.write(hostile)
+        few = pb.Node(id=5, name="aten::sub", type=int(NodeType.COMP))
+        few.ctrl_deps.extend([4] * REPEATS_CHECKED_ABOVE)  # a short list is read as it is
+        w.write(few)
+    offset = [at for at, _msg in iter_messages(f)][4]  # GlobalMetadata, then nodes 1 to 4
+    for decoder in ("vectorised", "reference"):
+        sink = IssueLog()
+        rt = load_rank(f, 0, [], {}, decoder=decoder, sink=sink)
+        assert rt.deps_of(3).tolist() == [0, 2, 1], decoder  # ctrl (rows 0, 2), then data (row 1)
+        assert rt.dep_kind[rt.dep_ptr[3] : rt.dep_ptr[4]].tolist() == [0, 0, 1], decoder
+        assert rt.deps_of(4).tolist() == [3] * REPEATS_CHECKED_ABOVE, decoder
+        repeated = [i for i in sink.issues if i.kind == "repeated-dependency"]
+        assert [(i.severity, i.node, i.message) for i in repeated] == [
+            (
+                Severity.WARNING,
+                4,
+                (
+                    f"{f}: rank 0: node 4 (aten::add) at byte offset {offset} lists 497 dependencies "
+                    "again (read once each)"
+                ),
+            )
+        ], decoder

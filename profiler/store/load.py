@@ -444,6 +444,55 @@ def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
     return _pick(raw, name, -1).astype(np.int64) if raw.attr_has[name].any() else None
 
 
+#: Dependencies a node may list before its list is checked for repeats: a node of a real trace lists a
+#: few (the op before it on its thread, its tensors' producers); one of a hostile file listed 50 M copies
+#: of one id, which the deadlock check's lowering held as some 1.2 GB of edges.
+REPEATS_CHECKED_ABOVE = 64
+
+
+def _repeated_deps(
+    dep_node: I64, dep_idx: I64, dep_kind: np.ndarray, n: int
+) -> tuple[I64, I64, np.ndarray, I64, I64] | None:
+    """The dependency columns with each node of more than :data:`REPEATS_CHECKED_ABOVE` dependencies
+    listing each (of each kind) once, the rows of the nodes that listed one again, and how many entries each
+    row so lost; None where none did (a normal trace: one count of the entries per row). A list is read in
+    place (its entries are one slice, ctrl before data, from either decoder); its distinct ids are found by
+    sorting it where it is shorter than a sixteenth of the rank's rows, else by marking the rows it names
+    (memory: the smaller of the two, never a copy of 50 M entries)."""
+    counts = np.bincount(dep_node, minlength=n)
+    heavy = np.flatnonzero(counts > REPEATS_CHECKED_ABOVE)
+    if heavy.size == 0:
+        return None
+    ends = np.cumsum(counts)  # the entries are by row, ctrl (0) before data (1): a row's are one slice
+    pieces: list[tuple[I64, I64, np.ndarray]] = []
+    dropped = np.zeros(n, dtype=np.int64)
+    at = 0
+    for r in heavy.tolist():
+        lo, hi = int(ends[r] - counts[r]), int(ends[r])
+        pieces.append((dep_node[at:lo], dep_idx[at:lo], dep_kind[at:lo]))
+        mid = lo + int(np.searchsorted(dep_kind[lo:hi], DEP_DATA))
+        for a, b, kind in ((lo, mid, DEP_CTRL), (mid, hi, DEP_DATA)):
+            if a == b:
+                continue
+            if 16 * (b - a) < n:
+                distinct = np.unique(dep_idx[a:b])
+            else:
+                seen = np.zeros(n, dtype=np.bool_)
+                seen[dep_idx[a:b]] = True
+                distinct = np.flatnonzero(seen)
+                del seen
+            size = distinct.size
+            pieces.append((np.full(size, r, np.int64), distinct, np.full(size, kind, dep_kind.dtype)))
+            dropped[r] += (b - a) - size
+        at = hi
+    if not dropped.any():
+        return None
+    pieces.append((dep_node[at:], dep_idx[at:], dep_kind[at:]))
+    nodes, idxs, kinds = zip(*pieces, strict=True)
+    rows = np.flatnonzero(dropped)
+    return np.concatenate(nodes), np.concatenate(idxs), np.concatenate(kinds), rows, dropped
+
+
 #: The most members an all_to_all's split list may name (a larger one is corrupt).
 MAX_SPLITS = 1 << 17
 #: The issue kind of an all_to_all node whose splits are inconsistent (a lenient load drops them).
@@ -607,18 +656,17 @@ def _interpret(
     names: list[str] = raw.names.dictionary.to_pylist()
     name_idx = raw.names.indices.to_numpy(zero_copy_only=False).astype(np.int32)
 
+    def node_at(i: int) -> str:
+        """``RUN/rank-0.et: rank 0: node 7 (aten::mm) at byte offset 120``: row ``i``, as issues name it."""
+        where = f"at byte offset {raw.msg_offset[i]}"
+        return f"{path}: rank {rank}: node {node_id[i]} ({names[name_idx[i]]}) {where}"
+
     bad_type = np.flatnonzero((raw.node_type < NodeType.METADATA) | (raw.node_type > NodeType.COMM_COLL))
     _report(
         sink,
         "unknown-node-type",
         bad_type,
-        lambda i: (
-            int(node_id[i]),
-            (
-                f"{path}: rank {rank}: node {node_id[i]} ({names[name_idx[i]]}) at byte offset "
-                f"{raw.msg_offset[i]} has unknown node type {raw.node_type[i]}"
-            ),
-        ),
+        lambda i: (int(node_id[i]), f"{node_at(i)} has unknown node type {raw.node_type[i]}"),
         path=path,
         rank=rank,
     )
@@ -708,6 +756,22 @@ def _interpret(
     dep_kind = raw.dep_kind.astype(np.int8, copy=False)
     if missing.size:  # dangling dependencies are dropped
         dep_node, dep_idx, dep_kind = dep_node[found], dep_idx[found], dep_kind[found]
+    del found
+    repeats = _repeated_deps(dep_node, dep_idx, dep_kind, n)
+    if repeats is not None:
+        dep_node, dep_idx, dep_kind, rows, dropped = repeats
+        _report(
+            sink,
+            "repeated-dependency",
+            rows,
+            lambda k: (
+                int(node_id[k]),
+                f"{node_at(k)} lists {dropped[k]:,} dependencies again (read once each)",
+            ),
+            path=path,
+            rank=rank,
+            severity=Severity.WARNING,
+        )
     dep_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dep_node, minlength=n), out=dep_ptr[1:])
 
