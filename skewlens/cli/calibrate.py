@@ -211,14 +211,16 @@ def main(argv: list[str]) -> int:
     console.print(calibration_table(cal))
     for d in cal.kept:
         console.print(f"dim {d} ({cal.topology.dims[d].kind}): crossed by no transfer, kept from the base")
-    if cal.skipped:
-        console.print(
-            f"{cal.skipped} transfers left out (recorded as 0 ns, or within one unit of the topology)"
+    if cal.skipped:  # warnings, on stderr: a script's > out.txt gets the results only
+        print_warning(
+            "calibrate",
+            f"{cal.skipped} transfers left out (recorded as 0 ns, or within one unit of the topology)",
         )
     for group, (traced, members) in sorted(untraced_members(run).items()):
-        console.print(
+        print_warning(
+            "calibrate",
             f"group '{group}' left out: {traced} of its {members} ranks have a trace, so its transfers "
-            "cannot be told from waits for the others"
+            "cannot be told from waits for the others",
         )
     write_topology(cal, out, name=args.name or out.stem)
     console.print(
