@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from skewlens.profiler.atomic import replace_dir
 from skewlens.profiler.bounded import JSON_GZIP_FLOOR_BYTES, JSON_GZIP_RATIO
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
@@ -952,3 +953,39 @@ def test_a_full_disk_while_writing_the_run_is_one_plain_line_and_leaves_no_stagi
     # was "...: cannot write the run directory ([Errno 28] No space left on device)"
     assert str(e.value) == f"{tmp_path / 'run'}: cannot write the run directory (No space left on device)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+
+
+def test_two_imports_replacing_one_run_at_once_leave_the_last_one_and_no_hidden_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    out = tmp_path / "run"
+    first = _write(tmp_path / "k" / "r0.json", kineto_doc(0, world=1))
+    doc = kineto_doc(0, world=1)
+    doc["traceEvents"][0]["name"] = "ProfilerStep#4"  # to tell the two runs apart
+    second = _write(tmp_path / "k2" / "r0.json", doc)
+    import_traces([first], None, out, workers=1)
+    import_traces([second], None, tmp_path / "other", workers=1)  # the other import's finished run
+    real_rename, real_replace = Path.rename, Path.replace
+    threads: list[threading.Thread] = []
+
+    def moved(real: Any) -> Any:
+        def move(self: Path, target: Any) -> Path:
+            done = real(self, target)
+            if self == out and not threads:  # the earlier run moved aside: the other import ends now
+                threads.append(threading.Thread(target=replace_dir, args=(tmp_path / "other", out)))
+                threads[0].start()
+                threads[0].join(timeout=0.5)  # or waits for the lock
+            return done
+
+        return move
+
+    monkeypatch.setattr(Path, "rename", moved(real_rename))
+    monkeypatch.setattr(Path, "replace", moved(real_replace))
+    # was "RUN: cannot write the run directory (Directory not empty)", the earlier run left hidden as
+    # .run.old-.run.import-XXXX: the other import put its run in place between this one's two renames
+    import_traces([first], None, out, workers=1, overwrite=True)
+    threads[0].join()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k2", "run"]
+    assert [s.step for s in read_manifest(out).steps] == [4]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skewlens.profiler.atomic import DIR_MODE, dangling_link, why_not_created
+from skewlens.profiler.atomic import DIR_MODE, dangling_link, replace_dir, why_not_created
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
@@ -468,23 +468,9 @@ def _write_run(
                 while chunk := fh.read(_CHUNK):
                     w.write_raw(chunk)
         write_manifest(tmp, manifest)
-        old = None
-        if out.exists():
-            if _not_replaceable(out, overwrite) is not None:
-                raise TraceImportError(f"{out}: appeared while importing; not overwritten")
-            old = out.with_name(f".{out.name}.old-{tmp.name}")
-            out.rename(old)
-        try:
-            tmp.rename(out)
-        except OSError:
-            if old is not None:
-                old.rename(out)  # put the previous run back
-            raise
-        if old is not None:
-            if old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+        if out.exists() and _not_replaceable(out, overwrite) is not None:
+            raise TraceImportError(f"{out}: appeared while importing; not overwritten")
+        replace_dir(tmp, out)  # another import's between its renames: they take turns
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         # the OSError's own words named the staging directory, removed by now, and its errno
