@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from skewlens.analysis.api import analyze_run
+from skewlens.analysis.api import AnalysisResult, analyze_run
 from skewlens.analysis.blame import step_times_from_spans
 from skewlens.analysis.breakdown import outlier_steps
 from skewlens.analysis.render import breakdown_table
@@ -744,31 +744,61 @@ def test_a_device_synchronise_on_any_rank_of_an_8_gpu_host_waits_for_that_rank_s
     assert all(w == waits[0] for w in waits.values()), waits
 
 
+_HOST, _GPU = {"ph": "X", "pid": 1, "tid": 1}, {"ph": "X", "pid": 0, "cat": "kernel"}
+
+
+def _two_steps_after(tmp_path: Path, before: list[dict[str, Any]], first_at: int) -> AnalysisResult:
+    """The events ``before``, then ProfilerStep#1 and #2, 500 us each from ``first_at``, each launching a
+    kernel on stream 7 10 us in: "a" runs 400-600 us, "b" 620-900; imported and analysed."""
+    ev = list(before)
+    for k, (t0, start, dur) in enumerate([(first_at, 400, 200), (first_at + 500, 620, 280)], start=1):
+        ev += [
+            {**_HOST, "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": t0, "dur": 500,
+             "args": {}},
+            {**_HOST, "cat": "cpu_op", "name": "aten::mm", "ts": t0 + 5, "dur": 20, "args": {}},
+            {**_HOST, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 10, "dur": 2,
+             "args": {"correlation": k}},
+            {**_GPU, "tid": 7, "name": "ab"[k - 1], "ts": start, "dur": dur,
+             "args": {"stream": 7, "correlation": k}},
+        ]  # fmt: skip
+    f = tmp_path / "trace.json"
+    f.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ev}))
+    import_traces([f], None, tmp_path / "run")
+    return analyze_run(load_trace(tmp_path / "run"), blame=False)
+
+
 def test_gpu_work_launched_before_the_profiler_started_is_in_no_step_and_the_first_begins_where_it_ended(
     tmp_path: Path,
 ) -> None:
     # stream 7 runs "old" 0-400 us, whose launch is not in the trace (the step before the profiled ones),
     # then step 1's "a", launched at 10, 400-600; step 2's "b", launched at 510, runs 620-900
-    host, gpu = {"ph": "X", "pid": 1, "tid": 1}, {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel"}
-    ev: list[dict[str, Any]] = [{**gpu, "name": "old", "ts": 0, "dur": 400, "args": {"stream": 7}}]
-    for k, (t0, start, dur) in enumerate([(0, 400, 200), (500, 620, 280)], start=1):
-        ev += [
-            {**host, "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": t0, "dur": 500, "args": {}},
-            {**host, "cat": "cpu_op", "name": "aten::mm", "ts": t0 + 5, "dur": 20, "args": {}},
-            {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 10, "dur": 2,
-             "args": {"correlation": k}},
-            {**gpu, "name": "ab"[k - 1], "ts": start, "dur": dur, "args": {"stream": 7, "correlation": k}},
-        ]  # fmt: skip
-    f = tmp_path / "trace.json"
-    f.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": ev}))
-    import_traces([f], None, tmp_path / "run")
-    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    old = {**_GPU, "tid": 7, "name": "old", "ts": 0, "dur": 400, "args": {"stream": 7}}
+    res = _two_steps_after(tmp_path, [old], 0)
     us = 1000
     # step 1 read 600 us (from its annotation's start), with 600 us of GPU compute, "old" in it
     got = [(b.step, b.start_ns, b.step_ns, b.gpu_compute_ns) for b in res.breakdown]
     assert got == [(1, 400 * us, 200 * us, 200 * us), (2, 600 * us, 400 * us, 280 * us)]
     idle = {g.step: (g.busy_ns, g.idle_ns) for g in res.gpu_idle}
     assert idle == {1: (200 * us, 0), 2: (280 * us, 120 * us)}
+    assert sorted(k.name for k in res.gpu_kernels) == ["a", "b"]
+
+
+def test_gpu_work_launched_before_the_first_step_annotation_is_in_no_step_and_the_first_begins_where_it_ended(
+    tmp_path: Path,
+) -> None:
+    # "old" is launched at 1, before ProfilerStep#1 (100-600), and runs 5-400 on stream 8; step 1's "a",
+    # launched at 110, runs 400-600 on stream 7, step 2's "b" (launched at 610) 620-900
+    before = [
+        {**_HOST, "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5, "args": {}},
+        {**_HOST, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 2,
+         "args": {"correlation": 9}},
+        {**_GPU, "tid": 8, "name": "old", "ts": 5, "dur": 395, "args": {"stream": 8, "correlation": 9}},
+    ]  # fmt: skip
+    res = _two_steps_after(tmp_path, before, 100)
+    us = 1000
+    # it began at its annotation's start (100): 500 us, with 500 us of GPU compute, 300 of them "old"'s
+    got = [(b.step, b.start_ns, b.step_ns, b.gpu_compute_ns) for b in res.breakdown]
+    assert got == [(1, 400 * us, 200 * us, 200 * us), (2, 600 * us, 500 * us, 280 * us)]
     assert sorted(k.name for k in res.gpu_kernels) == ["a", "b"]
 
 
