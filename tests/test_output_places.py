@@ -209,3 +209,27 @@ def test_an_output_directory_that_cannot_be_opened_to_lock_is_still_replaced(
     move_into(_staged(tmp_path / "b", "b", "summary.parquet"), out, ("summary.parquet",))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "pq"]
     assert sorted(p.name for p in out.iterdir()) == ["ranks.parquet", "summary.parquet"]
+
+
+def test_a_directory_swap_that_fails_halfway_puts_the_earlier_directory_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    out, new = (
+        _staged(tmp_path / "pq", "earlier", "ranks.parquet"),
+        _staged(tmp_path / "a", "a", "ranks.parquet"),
+    )
+    real_replace = Path.replace
+
+    def replace(self: Path, target: str | Path) -> Path:
+        if self == new:  # another program's directory appeared at pq after it was moved aside
+            raise OSError(errno.ENOTEMPTY, "Directory not empty")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    with pytest.raises(OSError):
+        replace_dir(new, out)
+    # the earlier export is where it was, not hidden beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "pq"]
+    assert (out / "ranks.parquet").read_text() == "earlier"
