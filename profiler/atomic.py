@@ -39,17 +39,21 @@ def not_a_directory(path: Path) -> Path | None:
 
 
 def dangling_link(path: Path) -> str | None:
-    """``a symbolic link to T, which does not exist`` where ``path`` is one, else None: making a directory
-    there said ``File exists``, and renaming one onto it ``Not a directory``, of a link to nothing."""
-    if path.is_symlink() and not path.exists():
-        return f"a symbolic link to {path.readlink()}, which does not exist"
+    """``a symbolic link to T, which does not exist`` where ``path`` is one (``/x/link is a symbolic link
+    to T, ...`` where one of its parents is), else None: making a directory there said ``File exists``,
+    and renaming one onto it ``Not a directory``, of a link to nothing."""
+    for a in (*reversed(path.parents), path):
+        if a.is_symlink() and not a.exists():
+            return f"{'' if a == path else f'{a} is '}a symbolic link to {a.readlink()}, which does not exist"
     return None
 
 
 def why_not_created(path: Path, e: OSError) -> str:
     """Why ``path`` (its temporary file or directory) could not be created, in a line: ``/x/file is not a
-    directory`` where a parent is a regular file (the OSError's ``File exists`` named neither), else the
-    OSError's reason."""
+    directory`` where a parent is a regular file (the OSError's ``File exists`` named neither), the
+    :func:`dangling_link` in the way, else the OSError's reason."""
+    if (link := dangling_link(path)) is not None:
+        return link
     if (blocker := not_a_directory(path)) is not None:
         return f"{blocker} is not a directory"
     return e.strerror or str(e) or type(e).__name__

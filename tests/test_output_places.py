@@ -25,19 +25,29 @@ def small_run(path: Path) -> Path:
     return b.write(path)
 
 
-@pytest.mark.parametrize("command", ["analyze", "export"])
+@pytest.mark.parametrize("command", ["analyze", "export", "replay", "import"])
 def test_an_out_under_a_regular_file_says_that_file_is_not_a_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
     run = small_run(tmp_path / "run")
     blocker = tmp_path / "file"
     blocker.write_text("x")
+    kineto = tmp_path / "k.json"
+    kineto.write_text('{"traceEvents": []}')
     for out in (blocker / "sub", blocker / "sub" / "deeper"):
-        assert skewlens_main([command, str(run), "--out", str(out)]) == 2
-        # was "cannot write .../file/sub: File exists" (and "Not a directory" one level down)
-        assert capsys.readouterr().err == (
-            f"skewlens {command}: error: cannot write {out}: {blocker} is not a directory\n"
+        args, says = (
+            [command, str(run), "--out", str(out)],
+            f"cannot write {out}: {blocker} is not a directory",
         )
+        if command == "replay":  # was "(Not a directory)"
+            args = [command, f"trace={run}", f"out={out}"]
+            says = f"out={out}: cannot be made a directory ({blocker} is not a directory)"
+        if command == "import":  # was "FILE: cannot create ([Errno 17] File exists: 'FILE')"
+            args = [command, "--kineto", str(kineto), "--out", str(out)]
+            says = f"{out.parent}: cannot create ({blocker} is not a directory)"
+        assert skewlens_main(args) == 2
+        # was "cannot write .../file/sub: File exists" (and "Not a directory" one level down)
+        assert capsys.readouterr().err.splitlines()[-1] == f"skewlens {command}: error: {says}"
     assert blocker.read_text() == "x"
 
 
@@ -165,13 +175,16 @@ def test_two_exports_replacing_one_directory_at_once_leave_the_last_one_and_no_h
     assert (out / "ranks.parquet").read_text() == "b"
 
 
+@pytest.mark.parametrize("under", [False, True], ids=["out", "a parent"])
 @pytest.mark.parametrize("command", ["analyze", "export", "replay", "import"])
 def test_an_out_that_is_a_dangling_link_is_named_as_one_and_left_alone(
-    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    command: str, under: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out, run = tmp_path / "out", small_run(tmp_path / "run")
     out.symlink_to(tmp_path / "gone")
     link = f"a symbolic link to {tmp_path / 'gone'}, which does not exist"
+    if under:  # OUT/sub: was 'File exists' (import: '[Errno 17] File exists: OUT'), naming no link
+        link, out = f"{out} is {link}", out / "sub"
     args, says = [command, str(run), "--out", str(out)], f"cannot write {out}: {link}"
     if command == "replay":
         args, says = (
@@ -188,7 +201,7 @@ def test_an_out_that_is_a_dangling_link_is_named_as_one_and_left_alone(
     assert skewlens_main(args) == 2
     # was "File exists (out)" / "Not a directory" (import: after the whole import, naming its staging path)
     assert capsys.readouterr().err.splitlines()[-1].startswith(f"skewlens {command}: error: {says}")
-    assert out.is_symlink() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    assert (tmp_path / "out").is_symlink() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
 
 
 def test_an_output_directory_that_cannot_be_opened_to_lock_is_still_replaced(

@@ -366,7 +366,10 @@ def test_an_out_that_cannot_be_a_directory_or_a_bad_topology_file_is_one_line(
     typo.write_text("name: t\ndims:\n  - {kind: switch, size: 0, bandwidth_gbs: 5.0, latency_ns: 1000}\n")
     for args, error in (
         ([f"out={afile}"], f"out={afile}: cannot be made a directory (File exists)"),
-        ([f"out={afile / 'sub'}"], f"out={afile / 'sub'}: cannot be made a directory (Not a directory)"),
+        (
+            [f"out={afile / 'sub'}"],
+            f"out={afile / 'sub'}: cannot be made a directory ({afile} is not a directory)",
+        ),
         ([f"out={tmp_path / 'o'}", f"topology={bad_yaml}"], f"topology={bad_yaml}: not a YAML topology ("),
         ([f"out={tmp_path / 'o'}", f"topology={empty}"], f"topology={empty}: holds no topology"),
         (

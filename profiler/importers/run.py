@@ -351,7 +351,7 @@ def import_traces(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise TraceImportError(f"{out.parent}: cannot create ({e})") from None
+        raise TraceImportError(f"{out.parent}: cannot create ({why_not_created(out, e)})") from None
     budget = DEFAULT_MEMORY_BUDGET_BYTES if memory_budget_bytes is None else memory_budget_bytes
     with tempfile.TemporaryDirectory(prefix="skewlens-import-") as scratch:
         k_files = expand_inputs(kineto, Path(scratch) / "kineto")

@@ -39,7 +39,7 @@ from rich.console import Console
 from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.console import QuietPipe, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
-from skewlens.profiler.atomic import dangling_link, move_into, replace_dir, staging_dir
+from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -498,8 +498,7 @@ def make_out_dir(args: list[str]) -> Path | None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        why = dangling_link(path) or e.strerror or str(e)
-        raise ConfigError(f"out={value}: cannot be made a directory ({why})") from None
+        raise ConfigError(f"out={value}: cannot be made a directory ({why_not_created(path, e)})") from None
     return made
 
 
