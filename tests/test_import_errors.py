@@ -989,3 +989,17 @@ def test_two_imports_replacing_one_run_at_once_leave_the_last_one_and_no_hidden_
     threads[0].join()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k2", "run"]
     assert [s.step for s in read_manifest(out).steps] == [4]
+
+
+@pytest.mark.parametrize("names", [("a.json", "a.json/b.json"), ("a.json/b.json", "a.json")])
+def test_archive_members_that_need_one_path_as_a_file_and_a_folder_blame_the_archive_not_the_scratch_space(
+    tmp_path: Path, names: tuple[str, str]
+) -> None:
+    doc = json.dumps(kineto_doc(0, world=1)).encode()
+    arc = _tar(tmp_path / "t.tar.gz", [(n, doc) for n in names])
+    # was "cannot extract a.json/b.json into /tmp (File exists); TMPDIR names another place ..."
+    with pytest.raises(TraceImportError) as e:
+        import_traces([arc], None, tmp_path / "run")
+    assert str(e.value) == (
+        f"{arc}: member {names[1]} and another member need one path as both a file and a folder"
+    )

@@ -131,6 +131,11 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                             fh.write(chunk)
                             writing = False
                         writing = True  # the last of it is written as the file closes
+                except (FileExistsError, NotADirectoryError, IsADirectoryError):  # in a new scratch directory
+                    raise TraceImportError(
+                        f"{archive}: member {member.name} and another member need one path as both a file "
+                        "and a folder"
+                    ) from None
                 except OSError as e:
                     if not writing:
                         raise
