@@ -137,10 +137,11 @@ def staging_dir(out: Path) -> Iterator[Path]:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)
         raise SkewlensError(_as_written(f"cannot write {out}: {_why(e, tmp)}", tmp, out)) from None
-    except SkewlensError as e:  # an atomic_file's inside: it named the file by its staged path
-        if type(e) is not SkewlensError or str(tmp) not in str(e):
+    except SkewlensError as e:  # an atomic_file's or EtWriter's inside: it named the file by its staged path
+        if str(tmp) not in str(e):
             raise
-        raise SkewlensError(_as_written(str(e), tmp, out)) from None
+        kind = type(e) if type(e).__init__ is SkewlensError.__init__ else SkewlensError  # its kind, if it can
+        raise kind(_as_written(str(e), tmp, out)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

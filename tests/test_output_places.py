@@ -246,3 +246,26 @@ def test_a_directory_swap_that_fails_halfway_puts_the_earlier_directory_back(
     # the earlier export is where it was, not hidden beside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "pq"]
     assert (out / "ranks.parquet").read_text() == "earlier"
+
+
+def test_a_trace_file_that_cannot_be_made_in_the_staging_directory_is_named_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    real_mkstemp = tempfile.mkstemp
+
+    def no_inodes(*a: Any, **k: Any) -> Any:
+        if str(k.get("prefix", "")).endswith(".et."):  # the disk's inodes used up
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_mkstemp(*a, **k)
+
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    monkeypatch.setattr(tempfile, "mkstemp", no_inodes)
+    assert skewlens_main(["export", str(run), "--format", "astra-sim", "--out", str(out)]) == 2
+    # was "cannot write OUT/.out.k3j2x7.tmp/workload.0.et: ...": the writer's own error kept the staged path
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith(f"skewlens export: error: cannot write {out}/"), line
+    assert line.endswith(".0.et: No space left on device") and ".tmp" not in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
