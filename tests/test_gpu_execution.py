@@ -783,22 +783,34 @@ def test_gpu_work_launched_before_the_profiler_started_is_in_no_step_and_the_fir
     assert sorted(k.name for k in res.gpu_kernels) == ["a", "b"]
 
 
-def test_gpu_work_launched_before_the_first_step_annotation_is_in_no_step_and_the_first_begins_where_it_ended(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("kernels", "first"),
+    [
+        # "old", launched at 1, runs 5-400 us on stream 8: step 1 began at 100 (500 us, 300 of them "old"'s)
+        ([("old", 8, 5, 395, True)], 400),
+        # "x", launched at 1, 5-50 on stream 7, then "y", whose launch is not in the trace, 50-300: step 1
+        # began at 100, where "x" ended before it (500 us, 200 of them "y"'s, a kernel in no step)
+        ([("x", 7, 5, 45, True), ("y", 7, 50, 250, False)], 300),
+    ],
+    ids=["launched before it", "begun before it without a launch"],
+)
+def test_gpu_work_issued_before_the_first_step_annotation_is_in_no_step_and_the_first_begins_where_it_ended(
+    tmp_path: Path, kernels: list[tuple[str, int, int, int, bool]], first: int
 ) -> None:
-    # "old" is launched at 1, before ProfilerStep#1 (100-600), and runs 5-400 on stream 8; step 1's "a",
-    # launched at 110, runs 400-600 on stream 7, step 2's "b" (launched at 610) 620-900
+    # ProfilerStep#1 is 100-600 us: step 1's "a", launched at 110, runs 400-600 on stream 7, step 2's "b"
+    # (launched at 610) 620-900
     before = [
         {**_HOST, "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5, "args": {}},
         {**_HOST, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 2,
          "args": {"correlation": 9}},
-        {**_GPU, "tid": 8, "name": "old", "ts": 5, "dur": 395, "args": {"stream": 8, "correlation": 9}},
     ]  # fmt: skip
+    for name, stream, ts, dur, launched in kernels:
+        args = {"stream": stream, **({"correlation": 9} if launched else {})}
+        before.append({**_GPU, "tid": stream, "name": name, "ts": ts, "dur": dur, "args": args})
     res = _two_steps_after(tmp_path, before, 100)
     us = 1000
-    # it began at its annotation's start (100): 500 us, with 500 us of GPU compute, 300 of them "old"'s
     got = [(b.step, b.start_ns, b.step_ns, b.gpu_compute_ns) for b in res.breakdown]
-    assert got == [(1, 400 * us, 200 * us, 200 * us), (2, 600 * us, 500 * us, 280 * us)]
+    assert got == [(1, first * us, (600 - first) * us, 200 * us), (2, 600 * us, 500 * us, 280 * us)]
     assert sorted(k.name for k in res.gpu_kernels) == ["a", "b"]
 
 

@@ -78,10 +78,10 @@ Process groups and steps
     top-level CPU op encloses the launch, on those whose launch call lies inside it); the step
     span ends at the later of the annotation's end and its last node's (on the device, for GPU work),
     and begins where the previous step's span ended (the first at its annotation's start, or where the GPU
-    work issued before it ended, if later: work launched before it, or with no launch in the trace run on
-    its stream ahead of the stream's first node launched in it, the work of the step before the profiler
-    started, which is in no step): a step's time is the period from one step's end to the next, and steps
-    never overlap, however far the CPU runs ahead of the GPU.
+    work issued before it ended, if later: work launched before it, or with no launch in the trace begun
+    before it or run on its stream ahead of the stream's first node launched in it, the work of the step
+    before the profiler started, which is in no step): a step's time is the period from one step's end to
+    the next, and steps never overlap, however far the CPU runs ahead of the GPU.
 """
 
 from __future__ import annotations
@@ -771,11 +771,11 @@ def _before_first_step(
 ) -> int | None:
     """The end on the device of the GPU work issued before the first step's annotation (None: none); that work
     is put in no step (``in_step`` -1, in place). ``order``: the nodes in start order, ``issued`` their issue
-    times. Issued before it: launched before it, or, with no launch in the trace, run on its stream before
-    the stream's first node launched in the trace (a stream runs its work in launch order: that work was
-    launched before the trace began). Such work is the previous step's: on the 16-GPU trace in
-    ``../shared/traces`` 872 kernels, copies and memsets launched before the profiler started ran 155 ms
-    into the first step's annotation, which read 371.6 ms where the others took 212-217."""
+    times. Issued before it: launched before it, or, with no launch in the trace, begun before it or run on
+    its stream before the stream's first node launched in the trace (a stream runs its work in launch
+    order: that work was launched before the trace began). Such work is the previous step's: on the 16-GPU
+    trace in ``../shared/traces`` 872 kernels, copies and memsets launched before the profiler started ran
+    155 ms into the first step's annotation, which read 371.6 ms where the others took 212-217."""
     first_launched: dict[tuple[Any, ...], int] = {}
     for k, p in enumerate(order):
         if p.stream_key[0] == "cuda" and type(p.attrs.get(_LAUNCH_NS)) is int:
@@ -784,9 +784,9 @@ def _before_first_step(
     for k, p in enumerate(order):
         if p.stream_key[0] != "cuda":
             continue
-        if type(p.attrs.get(_LAUNCH_NS)) is int:
-            before = issued[k] < first_ann
-        else:
+        # issued (launched, or lacking a launch begun) before it, or run ahead of the stream's first launch
+        before = issued[k] < first_ann
+        if not before and type(p.attrs.get(_LAUNCH_NS)) is not int:
             before = k < first_launched.get(p.stream_key, -1)
         if before:
             in_step[k] = -1
