@@ -33,6 +33,13 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   gloo's record none) over the barrier's group: an all-reduce completes on a member only after every
   member has entered it, which is exactly a barrier's synchronisation, at the cost of the smallest message
   ASTRA-sim's network model moves.
+- **sizes**: ``comm_size`` is the recorded per-call bytes, the call's input tensor on this rank, which is
+  what ASTRA-sim's collectives divide: its ring all-gather sends ``comm_size`` per step and ends with ``p``
+  of them, its reduce-scatter sends ``comm_size / p`` per step and ends with ``1/p``, its all-to-all sends
+  ``comm_size / p`` to each member (``Ring``'s constructor, ``msg_size``). An all_to_all or a scatter is
+  written on every member with the collective's message size (:func:`collective_sizes`): ASTRA-sim matches
+  a message to its receive by size, so members of an uneven all_to_all (or an imported scatter's root)
+  would otherwise never complete, and a captured scatter's piece would move ``1/p`` of what its root sent.
 - **p2p**: ``COMM_SEND``/``COMM_RECV`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and ``comm_size``
   (global ranks: ASTRA-sim's NPU ids), as recorded.
 - **groups**: ASTRA-sim keys communicator groups by integer; ``"0"`` (or no ``pg_name``) is the group of
@@ -55,7 +62,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -72,7 +79,7 @@ from skewlens.profiler.chakra_io import (
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import ProcessGroupInfo
-from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType
+from skewlens.profiler.vocab import PG_INIT_NODE_NAME, Attr, CommType, NodeType, collective_message_bytes
 from skewlens.progress import NO_PROGRESS, Progress
 
 #: ``format`` of ``export.json``; an existing directory is replaced only if it holds one of these.
@@ -125,6 +132,9 @@ UNKNOWN_COMM_AS = CommType.BROADCAST
 ONE_MEMBER_AS = CommType.BROADCAST
 #: ASTRA-sim's name of the group of all NPUs.
 WORLD_GROUP_ID = "0"
+#: Source types whose members may record different sizes, or a size that is not ASTRA-sim's: every member of
+#: one of these is written with the collective's message size (:func:`collective_sizes`).
+SHARED_SIZE_TYPES = frozenset({CommType.ALL_TO_ALL, CommType.SCATTER})
 
 #: Attribute names the export adds (ours: ``skl_`` prefix).
 HOST_OP = Attr.HOST_OP  # bool: where the node ran (see skewlens.profiler.vocab)
@@ -376,6 +386,8 @@ class _Rank:
     counts: _Counts
     steps: tuple[tuple[int, int], ...] = ()
     """The rank's recorded step spans (start, end), aligned ns."""
+    shared_sizes: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """The message size of each all_to_all and scatter, by (group, instance): :func:`collective_sizes`."""
 
 
 def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
@@ -412,6 +424,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
     if dropped_host:
         _count_dropped_time(et.nodes, attrs_of, dropped_host, ctx)
     _resolve_deps(et.nodes, dropped, counts)
+    keys = {n.id: key for n, _a, key in _instances(et.nodes)}
     out: list[pb.Node] = []
     for n in et.nodes:
         if n.id in dropped:
@@ -423,7 +436,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
             set_attr(n, Attr.IS_CPU_OP, False)
             set_attr(n, HOST_OP, True if was_cpu is None else bool(was_cpu))
         if n.type == NodeType.COMM_COLL:
-            _rewrite_collective(n, a, ctx)
+            _rewrite_collective(n, a, ctx, keys[n.id])
         elif n.type in _P2P:
             _rewrite_p2p(n, a, ctx)
         out.append(n)
@@ -432,6 +445,58 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         idle.attr.add(name=Attr.IS_CPU_OP, bool_val=False)
         out.append(idle)
         counts.add("empty ranks given one idle node")
+    return out
+
+
+def _comm_size(a: Mapping[str, Any]) -> int:
+    """A communication node's ``comm_size``: Chakra's ``tensor_size`` where it has none (a foreign trace)."""
+    size = _int_attr(a, Attr.COMM_SIZE)
+    return size if size is not None else _int_attr(a, "tensor_size") or 0
+
+
+def _instances(nodes: Iterable[pb.Node]) -> Iterator[tuple[pb.Node, dict[str, Any], tuple[str, int]]]:
+    """Each collective node, its attributes and its instance: (group, sequence number), or the n-th
+    collective of its group in the file where the node records no sequence number."""
+    counted: dict[str, int] = {}
+    for n in nodes:
+        if n.type != NodeType.COMM_COLL:
+            continue
+        a = node_attrs(n)
+        pg = str(a.get(Attr.PG_NAME) or WORLD_GROUP_ID)
+        seq = _int_attr(a, Attr.SEQ)
+        if seq is None:
+            seq = counted.get(pg, 0)
+            counted[pg] = seq + 1
+        yield n, a, (pg, seq)
+
+
+def collective_sizes(
+    files: Iterable[Path], groups: Mapping[str, AstraGroup], world: int
+) -> dict[tuple[str, int], int]:
+    """The ``comm_size`` every member of each all_to_all and scatter is written with, by (group, instance).
+
+    ASTRA-sim matches a message to its receive by size (the analytical frontend's ``CallbackTracker`` keys
+    on tag, source, destination and chunk size), and its all_to_all sends ``comm_size / p`` to each member
+    (``Ring``: ``msg_size = data_size / nodes_in_ring``): members that recorded different sizes (uneven
+    splits, an imported scatter's root) would never complete, and a scatter's piece would move ``1/p`` of
+    what its root sent. Each member is written with the collective's message size,
+    :func:`~skewlens.profiler.vocab.collective_message_bytes`, the size the replay's cost formulas take."""
+    members: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    types: dict[tuple[str, int], CommType] = {}
+    for f in files:
+        for _n, a, key in _instances(n for _offset, n in iter_nodes(f)):
+            raw = _int_attr(a, Attr.COMM_TYPE)
+            if raw not in SHARED_SIZE_TYPES:
+                continue
+            sent, got = _int_attr(a, Attr.SEND_BYTES), _int_attr(a, Attr.RECV_BYTES)
+            split = (sent, got) if sent is not None and got is not None else (-1, -1)
+            members.setdefault(key, []).append((_comm_size(a), *split))
+            types[key] = CommType(raw)
+    out: dict[tuple[str, int], int] = {}
+    for key, sizes in members.items():
+        g = groups.get(key[0])
+        p = len(g.ranks) if g is not None else world
+        out[key] = collective_message_bytes(types[key], p, sizes)
     return out
 
 
@@ -454,7 +519,7 @@ def _group_of(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> AstraGroup | None
     return g
 
 
-def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
+def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank, key: tuple[str, int]) -> None:
     raw = _int_attr(a, Attr.COMM_TYPE)
     try:
         src = CommType(raw) if raw is not None else None
@@ -471,11 +536,14 @@ def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
     if src is not dst:
         set_attr(n, SRC_COMM_TYPE, int(src) if src is not None else -1)
     set_attr(n, Attr.COMM_TYPE, int(dst))
-    size = _int_attr(a, Attr.COMM_SIZE)
+    size = _comm_size(a)
     if src is CommType.BARRIER:
-        size = max(size or 0, BARRIER_BYTES)
-    if size is None:
-        size = _int_attr(a, "tensor_size") or 0
+        size = max(size, BARRIER_BYTES)
+    elif src in SHARED_SIZE_TYPES and dst is not ONE_MEMBER_AS:
+        shared = ctx.shared_sizes.get(key, size)
+        if shared != size:
+            ctx.counts.add(f"{src.name} comm_size -> the collective's message size, the same on every member")
+            size = shared
     set_attr(n, Attr.COMM_SIZE, size)
 
 
@@ -496,8 +564,7 @@ def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
     set_attr(n, Attr.COMM_SRC, src)
     set_attr(n, Attr.COMM_DST, dst)
     set_attr(n, Attr.COMM_TAG, _int_attr(a, Attr.COMM_TAG) or 0)
-    size = _int_attr(a, Attr.COMM_SIZE)
-    set_attr(n, Attr.COMM_SIZE, size if size is not None else _int_attr(a, "tensor_size") or 0)
+    set_attr(n, Attr.COMM_SIZE, _comm_size(a))
     _group_of(n, a, ctx)
 
 
@@ -625,6 +692,7 @@ def export_astra_sim(
     final = out.resolve()
     counts = _Counts()
     nodes: dict[int, int] = {}
+    shared_sizes = collective_sizes(files.files.values(), groups, world)
     with staging_dir(out) as tmp:
         with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
             for r, f in sorted(files.files.items()):
@@ -636,6 +704,7 @@ def export_astra_sim(
                     host_compute=host_compute,
                     counts=counts,
                     steps=tuple((s.start_ns, s.end_ns) for s in manifest.steps if s.rank == r),
+                    shared_sizes=shared_sizes,
                 )
                 rewritten = _rewrite_rank(ctx)
                 meta: dict[str, AttrValue] = {

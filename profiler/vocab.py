@@ -212,6 +212,33 @@ def uneven_splits(
     return sum(sent) - sent[me], sum(got) - got[me], tuple(sent), tuple(got)
 
 
+def collective_message_bytes(comm_type: CommType, p: int, members: Sequence[tuple[int, int, int]]) -> int:
+    """The message size ``S`` a collective of a group of ``p`` moves, from its members' ``(comm_size, bytes
+    sent to the others, bytes received from them)`` (the last two -1 where the member recorded even splits):
+    what the replay's cost formulas take (``skewlens.replay.lower.collective_bytes``) and what the
+    ASTRA-sim export writes as every member's ``comm_size`` (``skewlens.profiler.export_astra``).
+
+    The largest member's ``comm_size``, except: a scatter whose members all recorded the same size (their
+    piece, the capture's ``scatter(tensor, ...)`` output) moves ``p`` pieces from its root; an all_to_all is
+    charged ``(p − 1)/p · S`` through each member's port (even splits), so where some member's splits were
+    uneven ``S = ⌈D · p / (p − 1)⌉`` with ``D`` the most any member sends to the others or receives from
+    them; a member that recorded neither sent ``p − 1`` equal parts of its ``comm_size``, ``comm_size // p``
+    each (``skewlens.replay.network.algorithms.even_split_bytes``)."""
+    nbytes = max((m[0] for m in members), default=0)
+    if comm_type == CommType.SCATTER and min((m[0] for m in members), default=0) == nbytes:
+        return nbytes * p
+    if comm_type != CommType.ALL_TO_ALL or p <= 1:
+        return nbytes
+    busiest, uneven = 0, False
+    for size, sent, got in members:
+        if sent >= 0:
+            uneven = True
+            busiest = max(busiest, sent, got)
+        else:
+            busiest = max(busiest, (p - 1) * (size // p))
+    return -(-busiest * p // (p - 1)) if uneven else nbytes
+
+
 def collective_from_op(op_name: str) -> CommType | None:
     """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
     base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()

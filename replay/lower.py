@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace, group_members
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import CommType, NodeType, collective_message_bytes
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
@@ -61,36 +61,21 @@ _MIN = np.iinfo(np.int64).min
 
 def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
     """The ``comm_bytes`` a collective's cost is computed from (before
-    ``skewlens.replay.comm.message_bytes``): its largest member's ``comm_size``, except for an all_to_all
-    whose splits some member recorded as uneven (``RankTrace.send_bytes`` / ``recv_bytes``).
-
-    The formulas charge an all_to_all ``(p − 1)/p · S`` through each member's port: even splits. With
-    uneven ones the busiest port carries ``D``, the most any member sends to the others or receives from
-    them, so ``S = ⌈D · p / (p − 1)⌉``. A member that recorded neither sent and received ``p − 1`` equal
-    parts of its ``comm_size`` (its splits were even: :func:`even_split_bytes`, the parts the real replay
-    issues).
-
-    A scatter's ``S`` is what its root sends in all: the largest member's ``comm_size`` where that is the
-    root's whole buffer (Chakra's input convention, an import), ``p`` times the piece where every member
-    recorded its piece (the capture: ``scatter(tensor, ...)``'s output, the same on every member)."""
-    nbytes = max(inst.comm_bytes, default=0)
+    ``skewlens.replay.comm.message_bytes``): :func:`skewlens.profiler.vocab.collective_message_bytes` of its
+    members' ``comm_size`` and, for an all_to_all, the uneven splits they recorded
+    (``RankTrace.send_bytes`` / ``recv_bytes``): the largest ``comm_size``, ``p`` pieces for a scatter whose
+    members each recorded theirs, and the size whose ``(p − 1)/p`` is the busiest port's bytes for an uneven
+    all_to_all. The ASTRA-sim export writes the same size (``skewlens.profiler.export_astra``)."""
     p = len(group_members(run, inst))
-    if inst.comm_type == CommType.SCATTER and min(inst.comm_bytes, default=0) == nbytes:
-        return nbytes * p
-    if inst.comm_type != CommType.ALL_TO_ALL or p <= 1:
-        return nbytes
-    busiest, uneven = 0, False
+    a2a = inst.comm_type == CommType.ALL_TO_ALL
+    members: list[tuple[int, int, int]] = []
     for r, row, b in zip(inst.ranks, inst.rows, inst.comm_bytes, strict=True):
-        rt = run.ranks.get(r)
+        rt = run.ranks.get(r) if a2a else None  # only an all_to_all's splits count
         sent = got = -1
         if rt is not None and rt.send_bytes is not None and rt.recv_bytes is not None:
             sent, got = int(rt.send_bytes[row]), int(rt.recv_bytes[row])
-        if sent >= 0:
-            uneven = True
-            busiest = max(busiest, sent, got)
-        else:
-            busiest = max(busiest, (p - 1) * even_split_bytes(b, p))
-    return -(-busiest * p // (p - 1)) if uneven else nbytes
+        members.append((int(b), sent, got))
+    return collective_message_bytes(inst.comm_type, p, members)
 
 
 def collective_pairs(run: RunTrace, inst: CollectiveInstance) -> tuple[tuple[int, int, int], ...] | None:

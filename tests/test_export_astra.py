@@ -30,9 +30,11 @@ from skewlens.profiler.export_astra import (
     export_astra_sim,
 )
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
+from skewlens.profiler.store import load_run
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
+from skewlens.replay.lower import collective_bytes
 
 WORLD = 4
 GROUPS = {"0": (0, 1, 2, 3), "1": (0, 1), "2": (2, 3)}
@@ -541,3 +543,80 @@ def test_the_export_module_imports_no_torch_rich_or_hydra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def _collective_sizes(res: export_astra.AstraExport) -> dict[int, list[tuple[int, int, int]]]:
+    """Per rank, each exported collective's (source type, written type, comm_size), in file order."""
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for r, path in res.traces.items():
+        rows = []
+        for n in read_with_chakra(path)[1]:
+            a = _attrs(n)
+            if n.type == NodeType.COMM_COLL:
+                rows.append((a.get(SRC_COMM_TYPE, a[Attr.COMM_TYPE]), a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]))
+        out[r] = rows
+    return out
+
+
+def test_each_collectives_comm_size_is_the_per_rank_input_astra_sim_divides_as_the_collective_did(
+    tmp_path: Path,
+) -> None:
+    # sizes as the capture records them, the calls' input tensors on 4 ranks: all_gather_into_tensor's
+    # piece (1 KiB: ASTRA-sim's ring all-gather sends comm_size per step and ends with 4 of them),
+    # reduce_scatter_tensor's whole input (4 KiB: it sends comm_size / 4 per step, ends with a quarter),
+    # all_to_all's input (4 KiB: comm_size / 4 to each member), gather's piece, reduce's tensor;
+    # scatter(tensor, ...) records its 1 KiB output piece, and its root sends one to each member: written as
+    # an all_to_all of 4 pieces, which sends each member one piece
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_GATHER, comm_bytes=1024, dur_ns=10_000)
+        rb.collective(CommType.REDUCE_SCATTER, comm_bytes=4096, dur_ns=10_000)
+        rb.collective(CommType.ALL_TO_ALL, comm_bytes=4096, dur_ns=10_000)
+        rb.collective(CommType.GATHER, comm_bytes=1024, dur_ns=10_000, root=0)
+        rb.collective(CommType.REDUCE, comm_bytes=4096, dur_ns=10_000, root=0)
+        rb.collective(CommType.SCATTER, comm_bytes=1024, dur_ns=10_000, root=0)
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    ag, rs, a2a, ar = CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.ALL_TO_ALL, CommType.ALL_REDUCE
+    want = [(ag, ag, 1024), (rs, rs, 4096), (a2a, a2a, 4096), (CommType.GATHER, ag, 1024),
+            (CommType.REDUCE, ar, 4096), (CommType.SCATTER, a2a, 4 * 1024)]  # fmt: skip
+    assert _collective_sizes(res) == dict.fromkeys(range(4), want)
+
+
+def test_an_uneven_all_to_all_is_written_with_one_size_on_every_member_the_one_the_replay_costs(
+    tmp_path: Path,
+) -> None:
+    # rank 0 sends 900 bytes to each other member, the others 100 to everyone: members' inputs differ
+    # (2,800 and 400 bytes), and ASTRA-sim, which matches a message to its receive by size, would never
+    # complete them; every member gets S = ceil(D * 4 / 3) with D = 2,700, the busiest port's bytes
+    sends = [[100, 900, 900, 900], [100] * 4, [100] * 4, [100] * 4]
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        got = [sends[s][r] for s in range(4)]
+        sent_others, got_others = sum(sends[r]) - sends[r][r], sum(got) - got[r]
+        b.rank(r).step(0).collective(
+            CommType.ALL_TO_ALL, comm_bytes=sum(sends[r]), dur_ns=10_000,
+            peer_bytes=(sent_others, got_others), peer_splits=(sends[r], got),
+        )  # fmt: skip
+    run = b.write(tmp_path / "run")
+    res = export_astra_sim(run, tmp_path / "astra")
+    a2a = CommType.ALL_TO_ALL
+    assert _collective_sizes(res) == {r: [(a2a, a2a, 3600)] for r in range(4)}
+    trace = load_run(run)
+    (inst,) = trace.collectives
+    assert collective_bytes(trace, inst) == 3600
+
+
+def test_an_imported_scatter_whose_root_recorded_its_whole_buffer_is_that_size_on_every_member(
+    tmp_path: Path,
+) -> None:
+    # Chakra's input convention: the root records the 4 KiB it scatters, the others their 1 KiB piece
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        b.rank(r).step(0).collective(
+            CommType.SCATTER, comm_bytes=4096 if r == 0 else 1024, dur_ns=10_000, root=0
+        )
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra", strict=False)
+    want = [(CommType.SCATTER, CommType.ALL_TO_ALL, 4096)]
+    assert _collective_sizes(res) == dict.fromkeys(range(4), want)
+    assert res.changes["SCATTER comm_size -> the collective's message size, the same on every member"] == 3
