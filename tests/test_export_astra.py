@@ -620,3 +620,25 @@ def test_an_imported_scatter_whose_root_recorded_its_whole_buffer_is_that_size_o
     want = [(CommType.SCATTER, CommType.ALL_TO_ALL, 4096)]
     assert _collective_sizes(res) == dict.fromkeys(range(4), want)
     assert res.changes["SCATTER comm_size -> the collective's message size, the same on every member"] == 3
+
+
+def test_a_wait_node_runs_only_for_its_time_after_the_collective_it_waited_for(tmp_path: Path) -> None:
+    # an async all_reduce on gloo's thread runs [1, 6) ms (rank 1 arrives late); the main thread's wait for
+    # it runs [1.1, 6.3) ms: ASTRA-sim starts the wait once the all_reduce completes (its dependency), so
+    # only the 0.3 ms after that completion is the wait's own; its whole 5.2 ms would count the waiting twice
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        first = rb.compute("aten::mm", dur_ns=MS, start_ns=0)
+        coll = rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=MS, stream=1000, deps=(first,))
+        rb.compute("c10d::wait", dur_ns=5_200_000, start_ns=1_100_000, deps=(first, coll))
+        rb.compute("aten::add", dur_ns=MS)
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    for r in range(2):
+        _gm, nodes = read_with_chakra(res.traces[r])
+        assert [(n.name, n.duration_micros) for n in nodes if n.type == NodeType.COMP] == [
+            ("aten::mm", 1000),
+            ("c10d::wait", 300),
+            ("aten::add", 1000),
+        ]
+    assert res.changes["wait nodes: only their time after the communication they waited for"] == 2
