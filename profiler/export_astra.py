@@ -44,6 +44,7 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   written on every member with the collective's message size (:func:`collective_sizes`): ASTRA-sim matches
   a message to its receive by size, so members of an uneven all_to_all (or an imported scatter's root)
   would otherwise never complete, and a captured scatter's piece would move ``1/p`` of what its root sent.
+  An empty message is written as :data:`MIN_COMM_BYTES`.
 - **p2p**: ``COMM_SEND``/``COMM_RECV`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and ``comm_size``
   (global ranks: ASTRA-sim's NPU ids), as recorded.
 - **groups**: ASTRA-sim keys communicator groups by integer; ``"0"`` (or no ``pg_name``) is the group of
@@ -109,6 +110,9 @@ EXPORT_FILE = "export.json"
 ASTRA_BINARY = "AstraSim_Analytical_Congestion_Unaware"
 #: Bytes of the ALL_REDUCE a barrier becomes.
 BARRIER_BYTES = 4
+#: The smallest message written: ASTRA-sim aborts on a send of 0 bytes (``ChunkIdGenerator``'s assertion
+#: ``chunk_size > 0``) and never completes an all-gather of 0.
+MIN_COMM_BYTES = 1
 
 #: Collective types ASTRA-sim's workload layer issues.
 ASTRA_SUPPORTED = frozenset(
@@ -493,6 +497,14 @@ def _comm_size(a: Mapping[str, Any]) -> int:
     return size if size is not None else _int_attr(a, "tensor_size") or 0
 
 
+def _nonempty(size: int, counts: _Counts) -> int:
+    """``size``, at least :data:`MIN_COMM_BYTES`."""
+    if size >= MIN_COMM_BYTES:
+        return size
+    counts.add(f"empty messages written as {MIN_COMM_BYTES} byte")
+    return MIN_COMM_BYTES
+
+
 def _instances(nodes: Iterable[pb.Node]) -> Iterator[tuple[pb.Node, dict[str, Any], tuple[str, int]]]:
     """Each collective node, its attributes and its instance: (group, sequence number), or the n-th
     collective of its group in the file where the node records no sequence number."""
@@ -583,7 +595,7 @@ def _rewrite_collective(n: pb.Node, a: Mapping[str, Any], ctx: _Rank, key: tuple
         if shared != size:
             ctx.counts.add(f"{src.name} comm_size -> the collective's message size, the same on every member")
             size = shared
-    set_attr(n, Attr.COMM_SIZE, size)
+    set_attr(n, Attr.COMM_SIZE, _nonempty(size, ctx.counts))
 
 
 def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
@@ -603,7 +615,7 @@ def _rewrite_p2p(n: pb.Node, a: Mapping[str, Any], ctx: _Rank) -> None:
     set_attr(n, Attr.COMM_SRC, src)
     set_attr(n, Attr.COMM_DST, dst)
     set_attr(n, Attr.COMM_TAG, _int_attr(a, Attr.COMM_TAG) or 0)
-    set_attr(n, Attr.COMM_SIZE, _comm_size(a))
+    set_attr(n, Attr.COMM_SIZE, _nonempty(_comm_size(a), ctx.counts))
     _group_of(n, a, ctx)
 
 

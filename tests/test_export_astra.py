@@ -25,6 +25,7 @@ from skewlens.profiler.export_astra import (
     ASTRA_SUPPORTED,
     BARRIER_BYTES,
     HOST_OP,
+    MIN_COMM_BYTES,
     SRC_COMM_TYPE,
     SRC_PG_NAME,
     export_astra_sim,
@@ -642,3 +643,25 @@ def test_a_wait_node_runs_only_for_its_time_after_the_collective_it_waited_for(t
             ("aten::add", 1000),
         ]
     assert res.changes["wait nodes: only their time after the communication they waited for"] == 2
+
+
+def test_an_empty_collective_and_an_empty_send_are_written_as_one_byte_which_astra_sim_completes(
+    tmp_path: Path,
+) -> None:
+    # ASTRA-sim aborts on a 0-byte send (ChunkIdGenerator: assertion chunk_size > 0) and never completes a
+    # 0-byte all-gather (every rank exits 0 without "finished")
+    b = RunBuilder(world_size=2)
+    sender, receiver = (b.rank(r).step(0) for r in range(2))
+    for rb in (sender, receiver):
+        rb.collective(CommType.ALL_GATHER, comm_bytes=0, dur_ns=10_000)
+    sender.send(1, 0, dur_ns=10_000)
+    receiver.recv(0, 0, dur_ns=10_000)
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    for r in range(2):
+        _gm, nodes = read_with_chakra(res.traces[r])
+        assert [(n.type, _attrs(n)[Attr.COMM_SIZE]) for n in nodes] == [
+            (NodeType.COMM_COLL, MIN_COMM_BYTES),
+            (NodeType.COMM_SEND if r == 0 else NodeType.COMM_RECV, MIN_COMM_BYTES),
+        ]
+    assert MIN_COMM_BYTES == 1
+    assert res.changes["empty messages written as 1 byte"] == 4
