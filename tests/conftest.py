@@ -6,6 +6,7 @@ processes) fail unless marked ``slow``: see :mod:`slow_guard`. ``pytest -m "not 
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,13 @@ from skewlens.profiler.synth import RunBuilder
 __all__ = ["pytest_runtest_makereport", "pytest_runtest_protocol"]
 
 install()
+
+# A test run started in the background of a script (`pytest ... &`, no job control) inherits Ctrl-C
+# ignored, and so would every command the tests start: the tests of what Ctrl-C does (to `skewlens
+# profile`, the demo, a real replay) then waited out their commands and failed. They need Ctrl-C as a
+# terminal gives it; a handler set here is reset to the default in the processes the tests start.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
