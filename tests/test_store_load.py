@@ -1011,3 +1011,22 @@ def test_a_node_listing_its_dependencies_again_and_again_keeps_each_once_with_a_
                 ),
             )
         ], decoder
+
+
+def test_a_nodes_many_dependencies_keep_their_file_order_where_the_vectorised_decoder_sorts_them(
+    tmp_path: Path,
+) -> None:
+    # ctrl lists, then data lists, are joined and sorted by (row, kind): a sort that is not stable put a
+    # node's three ctrl dependencies in another order than the file's (and the reference decoder's)
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for i in range(100):
+            n = pb.Node(id=i + 1, name="aten::mm", type=int(NodeType.COMP))
+            if i >= 3:
+                n.ctrl_deps.extend([i, i - 2, i - 1])
+                n.data_deps.append(i - 2)
+            w.write(n)
+    raw = decode_file(f, min_nodes=0)
+    assert raw.dep_id[raw.dep_node == 50].tolist() == [50, 48, 49, 48]
+    assert raw.dep_kind[raw.dep_node == 50].tolist() == [0, 0, 0, 1]
+    _assert_same(f)

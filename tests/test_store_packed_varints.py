@@ -90,6 +90,24 @@ def test_an_eleven_byte_varint_is_refused_wherever_the_batches_fall(batch: int) 
             _packed_varints(b, np.array([0]), start, length, batch_bytes=batch)
 
 
+def test_a_batch_asked_smaller_than_a_varint_is_raised_to_sixteen_bytes() -> None:
+    # a batch of under 11 bytes can hold no whole 10-byte varint: it would be refused as too long
+    body = _varint(2**64 - 1) + b"\x07" + _varint(300)
+    b, start, length = _layout([body], [0])
+    for batch in (1, 5, 10):
+        _, vals = _packed_varints(b, np.array([0]), start, length, batch_bytes=batch)
+        assert vals.tolist() == [2**64 - 1, 7, 300], batch
+
+
+def test_a_run_of_continuation_bytes_longer_than_a_batch_is_refused_as_a_long_varint() -> None:
+    # a batch with no terminator at all: it was an IndexError (a traceback), not the decoder's refusal
+    for lead in (0, 3, 16):
+        body = b"\x01" * lead + b"\x80" * 40 + b"\x01"
+        b, start, length = _layout([body], [0])
+        with pytest.raises(FastDecodeError, match="varint longer than 10 bytes"):
+            _packed_varints(b, np.array([0]), start, length, batch_bytes=16)
+
+
 def test_decoding_one_long_list_allocates_little_more_than_its_values() -> None:
     # 2,000,000 values of one byte: the output is 16 bytes a value (owner, value); decoding them all at once
     # took 82 bytes a value in all (a 50 MB list held 4 GB in `skewlens check`), now 19
