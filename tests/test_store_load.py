@@ -972,6 +972,8 @@ def test_dependencies_resolve_to_their_nodes_rows_where_the_ids_are_not_in_file_
         assert rt.deps_of(0).tolist() == [] and rt.deps_of(1).tolist() == [0], decoder
         assert all(rt.deps_of(r).tolist() == [r - 1, r - 2] for r in range(2, 60)), decoder
         assert rt.dep_kind[rt.dep_ptr[5] : rt.dep_ptr[6]].tolist() == [0, 1], decoder
+        assert rt.dep_kind[rt.dep_ptr[30] : rt.dep_ptr[31]].tolist() == [0, 1], decoder  # 999 dropped
+        assert rt.dep_kind.shape == rt.dep_idx.shape, decoder
         assert [i.kind for i in sink.issues] == ["dangling-dependency"] * dangling, decoder
 
 
@@ -1013,6 +1015,25 @@ def test_a_node_listing_its_dependencies_again_and_again_keeps_each_once_with_a_
         ], decoder
 
 
+def test_a_dependency_on_an_id_between_two_nodes_ids_is_dangling_not_the_next_node(tmp_path: Path) -> None:
+    # ids 2, 4, ..., 120: a dependency on 7 lies among them (where 8 is) and on 0 before them all
+    from skewlens.profiler.store.issues import IssueLog
+
+    f = tmp_path / "rank-0.et"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        for row in range(60):
+            n = pb.Node(id=2 * row + 2, name="aten::mm", type=int(NodeType.COMP))
+            if row == 10:
+                n.ctrl_deps.extend([7, 4, 0])
+            w.write(n)
+    for decoder in ("vectorised", "reference"):
+        sink = IssueLog()
+        rt = load_rank(f, 0, [], {}, decoder=decoder, sink=sink)
+        assert rt.deps_of(10).tolist() == [1], decoder
+        assert [i.kind for i in sink.issues] == ["dangling-dependency"] * 2, decoder
+        assert "depends on node 7, which does not exist" in sink.issues[0].message, decoder
+
+
 def test_a_nodes_many_dependencies_keep_their_file_order_where_the_vectorised_decoder_sorts_them(
     tmp_path: Path,
 ) -> None:
@@ -1030,3 +1051,44 @@ def test_a_nodes_many_dependencies_keep_their_file_order_where_the_vectorised_de
     assert raw.dep_id[raw.dep_node == 50].tolist() == [50, 48, 49, 48]
     assert raw.dep_kind[raw.dep_node == 50].tolist() == [0, 0, 0, 1]
     _assert_same(f)
+
+
+def test_a_sniffed_archive_is_read_only_to_its_entry_bound_and_past_members_that_are_not_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a directory member named like a trace comes before the trace; past the bound nothing more is looked at
+    monkeypatch.setattr(load_mod, "_SNIFF_ENTRIES", 3)
+    kineto = json.dumps({"traceEvents": []}).encode()
+
+    def archive(name: str, lead: int) -> Path:
+        p = tmp_path / name
+        with tarfile.open(p, "w") as tf:
+            d = tarfile.TarInfo("dir.json")
+            d.type = tarfile.DIRTYPE
+            tf.addfile(d)
+            for i in range(lead):
+                info = tarfile.TarInfo(f"note{i}.txt")
+                tf.addfile(info, io.BytesIO(b""))
+            info = tarfile.TarInfo("w0.json")
+            info.size = len(kineto)
+            tf.addfile(info, io.BytesIO(kineto))
+        return p
+
+    assert load_mod._sniff(archive("a.tar", 1)) == "kineto"  # the third entry
+    assert load_mod._sniff(archive("b.tar", 2)) is None  # the fourth
+
+
+def test_a_json_with_nodes_but_no_schema_is_not_taken_for_a_host_execution_trace(tmp_path: Path) -> None:
+    f = tmp_path / "graph.json"
+    f.write_text(json.dumps({"nodes": [1, 2]}))
+    assert load_mod._sniff(f) is None
+    f.write_text(json.dumps({"schema": "1.0.1", "nodes": [1, 2]}))
+    assert load_mod._sniff(f) == "host_et"
+
+
+def test_a_folder_of_four_kineto_traces_names_three_and_counts_the_one_more(tmp_path: Path) -> None:
+    kineto = json.dumps({"traceEvents": []})
+    for r in range(4):
+        (tmp_path / f"w{r}.json").write_text(kineto)
+    with pytest.raises(ManifestError, match=r"\(w0\.json, w1\.json, w2\.json and 1 more\)"):
+        load_run(tmp_path)
