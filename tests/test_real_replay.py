@@ -1147,6 +1147,34 @@ def test_a_shutdown_timeout_names_the_ranks_still_before_the_shutdown_barrier() 
     )
 
 
+def test_a_profiler_save_timeout_names_the_ranks_still_replaying_and_not_those_past_the_save() -> None:
+    error = {"rank": 0, "waited": {"phase": "profiler save"}}
+    progress = {
+        0: {"phase": "profiler save"},
+        1: {"phase": "replay"},
+        2: {"phase": "writing the replayed trace"},
+        3: {"phase": "the common start"},
+    }
+    assert waiting_for(error, progress, {"": range(4)}) == (
+        "; waiting for rank 1, which last reported replay; rank 3, which last reported the common start "
+        "(as they last reported)"
+    )
+
+
+def test_a_previous_replays_error_result_and_progress_files_are_gone_before_the_workers_start(
+    tmp_path: Path,
+) -> None:
+    # read after the workers run, a file left by an earlier replay would pass for one of this replay
+    work = tmp_path / "work"
+    work.mkdir()
+    stale = ["rank-0.result.json", "rank-1.progress.json", "rank-1.result.json"]
+    for name in stale:
+        (work / name).write_text("{}")
+    (work / "rank-0.json").write_text("{}")  # a plan: not the launcher's to remove
+    run_workers([sys.executable, "-c", "pass"], work_dir=work, deadline_s=30)
+    assert sorted(p.name for p in work.iterdir()) == ["launcher.log", "rank-0.json"]
+
+
 def test_a_start_up_timeout_names_neither_its_own_rank_nor_one_in_a_phase_this_version_does_not_know() -> (
     None
 ):

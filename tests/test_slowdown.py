@@ -227,6 +227,17 @@ def test_the_latencies_of_two_network_slowdowns_add_and_their_bandwidth_factors_
     assert m.comm_adjust((0, 1), 0) == (0.25, 300)
 
 
+def test_two_stalls_at_one_step_add_and_one_at_every_step_adds_to_each() -> None:
+    m = SlowdownModel(
+        [
+            Slowdown(kind="stall", step=2, delay_ns=MS),
+            Slowdown(kind="stall", step=2, delay_ns=2 * MS),
+            Slowdown(kind="stall", every_step=True, delay_ns=5),
+        ]
+    )
+    assert [m.stall_ns(0, s) for s in (1, 2, 3)] == [5, 3 * MS + 5, 5]
+
+
 def test_the_identity_effects_scale_nothing_and_add_no_wait() -> None:
     assert NO_EFFECTS.compute_factor(0, 0, "aten::mm", on_gpu=True) == 1.0
     assert NO_EFFECTS.delay_before_ns(0, 0, NodeType.COMM_COLL, "allreduce") == 0
@@ -244,6 +255,8 @@ def test_a_config_items_delay_in_ms_becomes_integer_nanoseconds_once_and_still_r
     assert send.delay_ns == 2_500
     assert send.describe() == "+0.0025 ms before every send op"
     assert SlowdownModel([send]).delay_before_ns(0, 0, NodeType.COMM_SEND, "c10d::send") == 2_500
+    # rounded, not cut: 1.005 ms is 1004999.9999999999 ns in floating point
+    assert SlowdownItemConfig(kind="stall", delay_ms=1.005).to_slowdown().delay_ns == 1_005_000
 
 
 @pytest.mark.parametrize(
@@ -279,6 +292,6 @@ def test_a_slowdowns_number_may_be_its_limit_on_the_simulators_clock_and_not_a_b
     assert number_problem(MAX_SIM_NS / 1e6, positive=False, name="delay_ms") is None
     over = number_problem(MAX_SIM_NS * 1.5, positive=True, name="factor")
     assert over is not None and over.startswith("must be at most 4.61e+18, got 6.91753e+18: beyond it")
-    for name in ("sigma", "latency_ns"):
+    for name in ("sigma", "latency_ns", "delay_ns"):
         assert number_problem(MAX_SIM_NS * 1.5, positive=False, name=name) is not None, name
     assert number_problem(MAX_SIM_NS * 1.5, positive=False, name="another") is None  # no limit of its own
