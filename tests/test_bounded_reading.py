@@ -273,3 +273,28 @@ def test_a_device_or_a_directory_in_place_of_a_file_is_named_as_what_it_is(tmp_p
         with pytest.raises(SkewlensError) as e:
             read_bytes_bounded(path, 1 << 20, what="trace file")
         assert str(e.value) == f"{path}: {kind}, not a regular file: cannot read trace file"
+
+
+def test_a_bzip2_archive_is_read_decompressed_and_a_plain_one_is_held_to_its_end_but_may_inflate_to_the_floor(
+    tmp_path: Path,
+) -> None:
+    import bz2
+
+    body = os.urandom(300)
+    bz, plain = tmp_path / "a.tar.bz2", tmp_path / "a.tar"
+    bz.write_bytes(bz2.compress(body))
+    plain.write_bytes(body)
+    with bounded.open_archive(bz, 1 << 20, ratio=64, floor=10) as (stream, _limit):
+        assert stream.read() == body
+    # a plain tar's members may inflate (sparse ones) to the floor, but its stream ends where the file does
+    with bounded.open_archive(plain, 1 << 20, ratio=64, floor=1000) as (stream, limit):
+        assert limit == 1000
+        assert stream.read(100) == body[:100]
+        assert stream.seek(50, os.SEEK_CUR) == 150 and stream.tell() == 150
+        assert stream.read() == body[150:]
+        with pytest.raises(
+            SkewlensError, match=r"a\.tar: not a readable tar archive \(a member runs past its end\)"
+        ):
+            stream.seek(301)
+        with pytest.raises(SkewlensError, match="not a readable tar archive"):
+            stream.seek(-400, os.SEEK_CUR)  # from 300: before the start

@@ -780,6 +780,12 @@ def test_a_ranks_number_inside_a_longer_number_or_word_is_not_taken_for_it_when_
 
     said = [(r, f"/x/rank-12/prerank1/rank-{r}.et: rank {r} is late") for r in (1, 2)]
     assert by_reason(said) == [([1, 2], "/x/rank-12/prerank1/rank-<r>.et: rank <r> is late")]
+    # a Chakra prefix's number before .et is the rank's, not one before .etc: 1 and 2 say different things
+    said = [(r, f"/x/trace.{r}.et and /y/trace.{r}.etc: rank {r} is late") for r in (1, 2)]
+    assert by_reason(said) == [
+        ([1], "/x/trace.1.et and /y/trace.1.etc: rank 1 is late"),
+        ([2], "/x/trace.2.et and /y/trace.2.etc: rank 2 is late"),
+    ]
 
 
 def test_counts_and_rank_ranges_say_every_rank_they_leave_unnamed_and_group_thousands() -> None:
