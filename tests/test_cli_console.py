@@ -720,3 +720,44 @@ def test_silencing_a_closed_stream_leaves_it_as_it_is(tmp_path: Path) -> None:
     closed.close()
     silence(closed)  # its fileno() is a ValueError: nothing to point at the null device
     assert closed.closed
+
+
+def test_a_quiet_pipe_stops_writing_to_a_stream_whose_reader_went_away_and_still_counts_what_it_took() -> (
+    None
+):
+    from skewlens.console import QuietPipe
+
+    class Gone(io.StringIO):
+        calls = 0
+
+        def write(self, text: str) -> int:
+            Gone.calls += 1
+            raise BrokenPipeError
+
+        def flush(self) -> None:
+            Gone.calls += 1
+            raise BrokenPipeError
+
+    pipe = QuietPipe(Gone())
+    assert (pipe.write("line\n"), pipe.broken) == (5, True)
+    assert pipe.write("more\n") == 5
+    pipe.flush()
+    assert Gone.calls == 1  # neither written nor flushed again once it broke
+    fresh = QuietPipe(Gone())
+    fresh.flush()
+    assert (fresh.broken, fresh.write("x")) == (True, 1)
+    assert Gone.calls == 2
+
+
+def test_help_into_a_stream_that_breaks_returns_141_as_cat_ended_by_sigpipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from skewlens.cli import main
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+    monkeypatch.setattr("sys.stdout", Gone())
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert main(["--help"]) == 141

@@ -1202,6 +1202,17 @@ def test_a_topology_file_with_yaml_aliases_is_refused_in_one_line_before_anythin
     assert not (tmp_path / "o").exists()
 
 
+def test_a_yaml_file_that_is_a_directory_is_one_config_error_naming_it_before_any_alias_is_looked_for(
+    tmp_path: Path,
+) -> None:
+    from skewlens.cli.options import refuse_yaml_aliases
+    from skewlens.replay.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        refuse_yaml_aliases(tmp_path, f"topology={tmp_path}")
+    assert str(e.value) == f"topology={tmp_path}: cannot read {tmp_path} (a directory, not a regular file)"
+
+
 def test_a_path_hydra_takes_only_quoted_is_one_line_saying_how_to_quote_it(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
