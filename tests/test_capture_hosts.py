@@ -674,6 +674,8 @@ def test_skewlens_merge_copies_a_hosts_raw_traces_but_not_its_links_or_fifos(tmp
     b = host_dir(tmp_path / "b", (1,), "b")
     (b / "raw").mkdir()
     (b / "raw" / "rank-1_kineto.json").write_text("{}")
+    (b / "raw" / "extra").mkdir()  # a folder of the host's own is copied
+    (b / "raw" / "extra" / "rank-1_host.json").write_text("{}")
     (b / "raw" / "rank-1.json").symlink_to("/etc/passwd")
     os.mkfifo(b / "raw" / "rank-1_host.json")
     (a / "raw").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
@@ -681,7 +683,8 @@ def test_skewlens_merge_copies_a_hosts_raw_traces_but_not_its_links_or_fifos(tmp
     (tmp_path / "elsewhere" / "private").write_text("x")
     out = tmp_path / "run"
     assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
-    assert sorted(p.name for p in (out / "raw").iterdir()) == ["rank-1_kineto.json"]
+    assert sorted(p.name for p in (out / "raw").iterdir()) == ["extra", "rank-1_kineto.json"]
+    assert (out / "raw" / "extra" / "rank-1_host.json").read_text() == "{}"
 
 
 def test_a_gzipped_part_file_that_inflates_past_its_ratio_is_ignored_unparsed(

@@ -761,3 +761,15 @@ def test_help_into_a_stream_that_breaks_returns_141_as_cat_ended_by_sigpipe(
     monkeypatch.setattr("sys.stdout", Gone())
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert main(["--help"]) == 141
+
+
+def test_a_narrow_checks_problem_kind_is_kept_whole_and_its_message_gives_way() -> None:
+    from skewlens.profiler.store.issues import Issue, Severity
+    from skewlens.profiler.store.render import render_report
+    from skewlens.profiler.store.validate import ValidationReport
+
+    said = "rank 0 node 5 depends on node 9, which does not exist (dangling dependency)"
+    issue = Issue(severity=Severity.ERROR, kind="dangling-dependency", message=said, rank=0, node=5)
+    out = io.StringIO()
+    Console(file=out, width=60).print(render_report(ValidationReport(path="RUN", issues=[issue])))
+    assert "│ dangling-dependency │" in out.getvalue()

@@ -485,6 +485,29 @@ def test_export_cli_counts_the_warnings_it_does_not_show_and_names_the_command_t
     assert lines[-1] == "and 4 more warning(s)/error(s): skewlens check RUN_DIR"
 
 
+def test_the_issues_after_a_summary_leave_out_infos_show_ten_and_quote_the_run_in_the_check_command(
+    tmp_path: Path,
+) -> None:
+    from rich.console import Console
+
+    from skewlens.profiler.store.issues import Issue, Severity
+    from skewlens.profiler.store.parquet import ExportSummary
+    from skewlens.profiler.store.render import issue_lines, render_export
+
+    info = Issue(severity=Severity.INFO, kind="i", message="just so you know")
+    ten = [Issue(severity=Severity.WARNING, kind="w", message=f"warning {i}") for i in range(10)]
+    assert issue_lines([info, *ten], "my run") == [
+        f"warning: warning {i}" for i in range(10)
+    ]  # no "and 0 more"
+    lines = issue_lines([*ten, info, ten[0]], "my run")
+    assert len(lines) == 11 and lines[-1] == "and 1 more warning(s): skewlens check 'my run'"
+    out = io.StringIO()
+    Console(file=out, width=200).print(
+        render_export(ExportSummary(out_dir=tmp_path, rows={}, issues=(info,)), 1.0)
+    )
+    assert "0 warning(s)/error(s)" in out.getvalue()
+
+
 def test_a_parquet_export_given_where_a_run_is_read_is_named_as_an_export_not_as_eight_missing_traces(
     exported: tuple[Path, Path],
 ) -> None:

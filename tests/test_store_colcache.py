@@ -369,3 +369,21 @@ def test_a_cache_folder_that_is_a_link_is_neither_written_through_nor_read(
         f.unlink()
     load_run(run)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_cached_raw_columns_have_the_decoders_types_and_values(tmp_path: Path) -> None:
+    # the cache read dependency kinds back as int64 (8 bytes an entry) where the decoders give int8
+    import dataclasses
+
+    from skewlens.profiler.store.fast import decode_file
+
+    et = mixed_run(tmp_path) / "rank-0.et"
+    load_run(et.parent)
+    key = colcache.fingerprint(et)
+    assert key is not None
+    cached, decoded = colcache.read(et, key), decode_file(et)
+    assert cached is not None
+    for f in dataclasses.fields(decoded):
+        a, b = getattr(cached, f.name), getattr(decoded, f.name)
+        if isinstance(b, np.ndarray):
+            assert (a.dtype, a.tolist()) == (b.dtype, b.tolist()), f.name
