@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -1003,3 +1005,68 @@ def test_archive_members_that_need_one_path_as_a_file_and_a_folder_blame_the_arc
     assert str(e.value) == (
         f"{arc}: member {names[1]} and another member need one path as both a file and a folder"
     )
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar writes the sparse member")
+def test_a_sparse_member_inflating_past_a_plain_archives_bound_is_refused_as_it_is_extracted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a sparse member's zeros come from no byte of the stream: only the count of bytes extracted bounds them
+    import functools
+    import subprocess
+
+    from skewlens.profiler import bounded
+    from skewlens.profiler.importers import sources
+
+    (tmp_path / "hole.json").touch()
+    os.truncate(tmp_path / "hole.json", 1 << 20)
+    subprocess.run(["tar", "--sparse", "-cf", "s.tar", "hole.json"], cwd=tmp_path, check=True)
+    monkeypatch.setattr(sources, "open_archive", functools.partial(bounded.open_archive, floor=4096))
+    with pytest.raises(
+        TraceImportError, match=r"s\.tar: extracted data exceeds the limit at member hole\.json"
+    ):
+        sources.extract_traces(tmp_path / "s.tar", tmp_path / "out")
+
+
+def test_an_archive_of_exactly_the_most_members_is_read_and_one_more_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.profiler.importers import sources
+
+    monkeypatch.setattr(sources, "MAX_ARCHIVE_MEMBERS", 3)
+    for n in (3, 4):
+        archive = tmp_path / f"{n}.tar"
+        with tarfile.open(archive, "w") as tf:
+            for i in range(n):
+                info = tarfile.TarInfo(f"w{i}.json")
+                info.size = 2
+                tf.addfile(info, io.BytesIO(b"{}"))
+        if n == 3:
+            assert len(sources.extract_traces(archive, tmp_path / "out3")) == 3
+        else:
+            with pytest.raises(TraceImportError, match=r"4\.tar: more than 3 members"):
+                sources.extract_traces(archive, tmp_path / "out4")
+
+
+def test_a_folder_is_walked_in_name_order_past_links_to_nothing_and_fifos_named_as_traces(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.importers.sources import _walk_dir
+
+    for sub in ("b", "a", "c"):  # made out of order: the walk sorts them
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "t.json").write_text("{}")
+    (tmp_path / "a" / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    os.mkfifo(tmp_path / "b" / "pipe.json")
+    assert _walk_dir(tmp_path) == [tmp_path / s / "t.json" for s in ("a", "b", "c")]
+
+
+def test_a_corrupt_trace_read_from_an_archive_is_named_by_its_member_not_its_scratch_copy(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "scratch" / "w0.json"
+    f.parent.mkdir()
+    f.write_text('{"traceEvents": [')
+    with pytest.raises(TraceImportError) as e:
+        read_json(f, label=Path("traces.tar/w0.json"))
+    assert str(e.value).startswith("traces.tar/w0.json") and "scratch" not in str(e.value)
