@@ -174,6 +174,8 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
             ["slowdown.entries=[{kind:compute,factor:0.5,device:host}]"],
             "replayed with transfers as recorded; slowdown compute x0.5 (host ops)",
         ),
+        (["scale.dp=1", "comm_mode=model"], "no slowdown; as 1 data-parallel replica"),
+        (["scale.dp=1024", "comm_mode=model"], "no slowdown; as 1,024 data-parallel replicas"),
     ],
 )
 def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: list[str], line: str) -> None:
@@ -926,6 +928,23 @@ def test_a_trace_that_is_out_or_inside_outs_run_or_real_directory_is_refused_and
     assert sorted(p.name for p in trace.iterdir()) == files
 
 
+def test_hydras_flags_go_after_the_overrides_each_with_its_value_and_a_bare_info_takes_none() -> None:
+    from skewlens.cli.replay import flags_last
+
+    assert flags_last(["--cfg", "job", "trace=r", "--info", "out=o", "-m", "--info", "config", "x=1"]) == [
+        "trace=r",
+        "out=o",
+        "x=1",
+        "--cfg",
+        "job",
+        "--info",
+        "-m",
+        "--info",
+        "config",
+    ]
+    assert flags_last(["--cfg=job", "trace=r", "--info"]) == ["trace=r", "--cfg=job", "--info"]
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -1270,6 +1289,11 @@ def test_an_out_under_home_written_with_a_tilde_is_one_line_giving_the_expanded_
         ),
         (
             "trace=~nosuchuser/run",
+            "Hydra's override grammar takes no bare ~, and expands none: NO_USER",
+        ),
+        # a bare sweep's first ~user is the name before its first / or ,
+        (
+            "trace=~nosuchuser,~/b",
             "Hydra's override grammar takes no bare ~, and expands none: NO_USER",
         ),
         # a sweep's values were quoted as one path, the first ~ alone expanded: "trace='/home/me/a,~/b'"
