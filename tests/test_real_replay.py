@@ -1341,3 +1341,66 @@ def test_a_stuck_broadcast_whose_recorded_root_is_no_member_names_the_first_memb
     assert waiting_for(error, progress, {"": range(4)}) == (
         "; waiting for rank 0, which had issued no op (as they last reported)"
     )
+
+
+def test_a_worker_stuck_in_a_broadcast_reports_its_root_so_the_error_names_that_rank_alone() -> None:
+    # what the worker's watchdog reports of a stuck op is what waiting_for reads: the group, the seq, the
+    # peer, and a rooted collective's type and root (without them every late member was named)
+    from skewlens.replay.real.worker import _waited
+
+    op = ReplayOp(
+        row=0, node_id=1, name="c10d::broadcast_", kind="coll", step=0, dur_ns=1, deps=(), gap_ns=0,
+        delay_ns=0, comm_type=int(CommType.BROADCAST), pg_name="", seq=3, root=2,
+    )  # fmt: skip
+    assert _waited(op) == {"group": "", "seq": 3, "peer": -1, "comm_type": int(CommType.BROADCAST), "root": 2}
+    assert _waited(None) == {}
+    assert _waited(replace(op, kind="send", comm_type=-1, peer=5))["peer"] == 5
+    progress = {r: {"phase": "replay", "issued": {"": 2}} for r in (1, 2, 3)}
+    assert waiting_for({"rank": 0, "waited": _waited(op)}, progress, {"": range(4)}) == (
+        "; waiting for rank 2, which had issued no op (as they last reported)"
+    )
+
+
+def test_a_failed_replays_kept_logs_are_its_log_and_the_workers_error_and_progress_files(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.real.api import keep_failure_logs
+
+    work, kept = tmp_path / "work", tmp_path / "kept"
+    work.mkdir()
+    kept.mkdir()
+    (kept / "rank-3.error.json").write_text("an earlier failure's")  # one host: only this failure's logs
+    for name in (
+        "launcher.log",
+        "rank-0.error.json",
+        "rank-1.progress.json",
+        "rank-0.result.json",
+        "rank-0.json",
+    ):
+        (work / name).write_text(name)
+    (work / TORCHRUN_LOGS).mkdir()
+    (work / TORCHRUN_LOGS / "attempt_0").mkdir()
+    assert keep_failure_logs(work, work / "launcher.log", kept, alone=True) == kept / "launcher.log"
+    names = ["launcher.log", "rank-0.error.json", "rank-1.progress.json", TORCHRUN_LOGS]
+    assert sorted(p.name for p in kept.iterdir()) == sorted(names)
+    assert (kept / "rank-1.progress.json").read_text() == "rank-1.progress.json"
+    assert sorted(p.name for p in work.iterdir()) == sorted(
+        ["rank-0.result.json", "rank-0.json", TORCHRUN_LOGS]
+    )
+    assert [p.name for p in (kept / TORCHRUN_LOGS).iterdir()] == ["attempt_0"]
+    (work / "rank-2.error.json").write_text("another host's")
+    keep_failure_logs(work, work / "launcher.log", kept, alone=False)  # across hosts: each adds its own
+    assert (kept / "rank-2.error.json").is_file() and (kept / "rank-0.error.json").is_file()
+
+
+def test_a_replay_into_an_earlier_ones_out_clears_only_its_manifest_rank_traces_and_part_files(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.real.api import _clear_previous
+
+    d = tmp_path / "run"
+    (d / ".parts").mkdir(parents=True)
+    for name in ("manifest.json", "rank-0.et", "rank-12.et", "notes.txt", "rank-0.et.bak"):
+        (d / name).write_text("x")
+    _clear_previous(d, tmp_path / "absent")
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "rank-0.et.bak"]
