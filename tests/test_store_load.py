@@ -1092,3 +1092,19 @@ def test_a_folder_of_four_kineto_traces_names_three_and_counts_the_one_more(tmp_
         (tmp_path / f"w{r}.json").write_text(kineto)
     with pytest.raises(ManifestError, match=r"\(w0\.json, w1\.json, w2\.json and 1 more\)"):
         load_run(tmp_path)
+
+
+def test_an_archive_compressed_twice_is_not_inflated_a_second_time_when_sniffed(tmp_path: Path) -> None:
+    # the bound holds the outer layer only: tarfile's r:* would inflate the inner gzip past it, unbounded
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as tf:
+        body = json.dumps({"traceEvents": []}).encode()
+        info = tarfile.TarInfo("w0.json")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    twice = tmp_path / "k.tar.gz"
+    twice.write_bytes(gzip.compress(inner.getvalue()))
+    assert load_mod._sniff(twice) is None
+    once = tmp_path / "once.tar.gz"
+    once.write_bytes(inner.getvalue())
+    assert load_mod._sniff(once) == "kineto"
