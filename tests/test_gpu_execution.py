@@ -24,6 +24,7 @@ from skewlens.analysis.blame import step_times_from_spans
 from skewlens.analysis.breakdown import outlier_steps
 from skewlens.analysis.render import breakdown_table
 from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import read_manifest
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
@@ -812,6 +813,35 @@ def test_gpu_work_issued_before_the_first_step_annotation_is_in_no_step_and_the_
     got = [(b.step, b.start_ns, b.step_ns, b.gpu_compute_ns) for b in res.breakdown]
     assert got == [(1, first * us, (600 - first) * us, 200 * us), (2, 600 * us, 500 * us, 280 * us)]
     assert sorted(k.name for k in res.gpu_kernels) == ["a", "b"]
+
+
+_LEFT_OUT = (
+    "1 GPU op(s) issued before the first step's annotation (the step before the profiler started) "
+    "put in no step"
+)
+
+
+@pytest.mark.parametrize(
+    ("old_us", "then"),
+    [
+        # "old" (stream 9, no launch in the trace) ends 300 us into step 1's annotation (100-600)
+        ((0, 400), "; step 1 begins where they ended, 0.30 ms into its annotation"),
+        # it ends after step 1's own work (400-600): step 1 has no span, and nothing else said so
+        ((0, 1000), "; step 1 was left no time of its own (its work done by the time they ended)"),
+        # it ends before the annotation: the first step begins there
+        ((0, 50), ""),
+    ],
+    ids=["into the first step", "past the first step", "before the first step"],
+)
+def test_the_import_says_how_much_gpu_work_of_the_step_before_the_profiler_it_left_out_and_what_of_the_first(
+    tmp_path: Path, old_us: tuple[int, int], then: str
+) -> None:
+    # the import put such work in no step and moved or dropped the first step without a word
+    ts, dur = old_us
+    old = {**_GPU, "tid": 9, "name": "old", "ts": ts, "dur": dur, "args": {"stream": 9}}
+    _two_steps_after(tmp_path, [old], 100)
+    notes = [n for n in read_manifest(tmp_path / "run").notes.values() if "put in no step" in n]
+    assert notes == [_LEFT_OUT + then]
 
 
 def test_the_16_gpu_traces_first_step_is_no_outlier_once_the_work_launched_before_the_profiler_is_left_out(

@@ -565,7 +565,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
     if len(devices) > 1:
         notes.append(f"GPU activities on devices {devices}: streams of different devices share numbers")
     _assign_seq(pending)
-    body, steps = _finish(pending, kt)
+    body, steps = _finish(pending, kt, notes)
     return RankConversion(
         rank=kt.rank,
         body=body,
@@ -768,19 +768,21 @@ def _assign_seq(pending: list[_Pending]) -> None:
 
 def _before_first_step(
     order: list[_Pending], issued: Sequence[int], in_step: list[int], first_ann: int
-) -> int | None:
-    """The end on the device of the GPU work issued before the first step's annotation (None: none); that work
-    is put in no step (``in_step`` -1, in place). ``order``: the nodes in start order, ``issued`` their issue
-    times. Issued before it: launched before it, or, with no launch in the trace, begun before it or run on
-    its stream before the stream's first node launched in the trace (a stream runs its work in launch
-    order: that work was launched before the trace began). Such work is the previous step's: on the 16-GPU
-    trace in ``../shared/traces`` 872 kernels, copies and memsets launched before the profiler started ran
-    155 ms into the first step's annotation, which read 371.6 ms where the others took 212-217."""
+) -> tuple[int | None, int]:
+    """The end on the device of the GPU work issued before the first step's annotation (None: none), and how
+    many nodes that work is; it is put in no step (``in_step`` -1, in place). ``order``: the nodes in start
+    order, ``issued`` their issue times. Issued before it: launched before it, or, with no launch in the
+    trace, begun before it or run on its stream before the stream's first node launched in the trace (a
+    stream runs its work in launch order: that work was launched before the trace began). Such work is the
+    previous step's: on the 16-GPU trace in ``../shared/traces`` 872 kernels, copies and memsets launched
+    before the profiler started ran 155 ms into the first step's annotation, which read 371.6 ms where the
+    others took 212-217."""
     first_launched: dict[tuple[Any, ...], int] = {}
     for k, p in enumerate(order):
         if p.stream_key[0] == "cuda" and type(p.attrs.get(_LAUNCH_NS)) is int:
             first_launched.setdefault(p.stream_key, k)
     end: int | None = None
+    count = 0
     for k, p in enumerate(order):
         if p.stream_key[0] != "cuda":
             continue
@@ -790,13 +792,15 @@ def _before_first_step(
             before = k < first_launched.get(p.stream_key, -1)
         if before:
             in_step[k] = -1
+            count += 1
             e = p.event.start_ns + p.event.dur_ns
             end = e if end is None else max(end, e)
-    return end
+    return end, count
 
 
-def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepSpan]]:
-    """The nodes numbered in start order, their dependencies resolved, encoded; and the step spans."""
+def _finish(pending: list[_Pending], kt: KinetoTrace, notes: list[str]) -> tuple[bytes, list[StepSpan]]:
+    """The nodes numbered in start order, their dependencies resolved, encoded; and the step spans. What the
+    first step leaves out (the GPU work of the step before the profiler started) is said in ``notes``."""
     step_anns = sorted(
         ((int(m.group(1)), a) for a in kt.annotations if (m := _STEP.match(a.name))),
         key=lambda sa: sa[1].start_ns,
@@ -823,7 +827,9 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
     ends = np.asarray([a.end_ns for _s, a in step_anns] or [0], dtype=np.int64)
     in_step: list[int] = np.where((i >= 0) & (issued <= ends[np.maximum(i, 0)]), i, -1).tolist()
     first_ann = step_anns[0][1].start_ns if step_anns else None
-    pre_end = None if first_ann is None else _before_first_step(order, issued.tolist(), in_step, first_ann)
+    pre_end, pre_count = (
+        (None, 0) if first_ann is None else _before_first_step(order, issued.tolist(), in_step, first_ann)
+    )
     del i, ends, issued
     last_on: dict[tuple[Any, ...], int] = {}
     last_writer: dict[TensorKey, int] = {}
@@ -901,4 +907,25 @@ def _finish(pending: list[_Pending], kt: KinetoTrace) -> tuple[bytes, list[StepS
         if end > start:
             steps.append(StepSpan(rank=kt.rank, step=s, start_ns=start, end_ns=end))
             prev_end = end
+    if pre_count:
+        notes.append(_before_first_note(pre_count, step_anns[0], pre_end, steps))
     return b"".join(chunks), steps
+
+
+def _before_first_note(
+    count: int, first: tuple[int, KEvent], pre_end: int | None, steps: list[StepSpan]
+) -> str:
+    """What the importer said of the GPU work issued before the first step (``count`` nodes, ending on the
+    device at ``pre_end``): in no step, and where that left the first step (``first``: its number and
+    annotation)."""
+    step, ann = first
+    said = (
+        f"{count:,} GPU op(s) issued before the first step's annotation (the step before the profiler "
+        "started) put in no step"
+    )
+    if not steps or steps[0].step != step:
+        return f"{said}; step {step} was left no time of its own (its work done by the time they ended)"
+    if pre_end is not None and pre_end > ann.start_ns:
+        into_ms = (pre_end - ann.start_ns) / 1e6
+        return f"{said}; step {step} begins where they ended, {into_ms:,.2f} ms into its annotation"
+    return said
