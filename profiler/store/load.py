@@ -451,15 +451,14 @@ REPEATS_CHECKED_ABOVE = 64
 
 
 def _repeated_deps(
-    dep_node: I64, dep_idx: I64, dep_kind: np.ndarray, n: int
+    dep_node: I64, dep_idx: I64, dep_kind: np.ndarray, n: int, counts: I64
 ) -> tuple[I64, I64, np.ndarray, I64, I64] | None:
     """The dependency columns with each node of more than :data:`REPEATS_CHECKED_ABOVE` dependencies
     listing each (of each kind) once, the rows of the nodes that listed one again, and how many entries each
     row so lost; None where none did (a normal trace: one count of the entries per row). A list is read in
     place (its entries are one slice, ctrl before data, from either decoder); its distinct ids are found by
     sorting it where it is shorter than a sixteenth of the rank's rows, else by marking the rows it names
-    (memory: the smaller of the two, never a copy of 50 M entries)."""
-    counts = np.bincount(dep_node, minlength=n)
+    (memory: the smaller of the two, never a copy of 50 M entries). ``counts``: each row's entries."""
     heavy = np.flatnonzero(counts > REPEATS_CHECKED_ABOVE)
     if heavy.size == 0:
         return None
@@ -757,9 +756,11 @@ def _interpret(
     if missing.size:  # dangling dependencies are dropped
         dep_node, dep_idx, dep_kind = dep_node[found], dep_idx[found], dep_kind[found]
     del found
-    repeats = _repeated_deps(dep_node, dep_idx, dep_kind, n)
+    counts = np.bincount(dep_node, minlength=n)  # each row's entries (also its slice of them, below)
+    repeats = _repeated_deps(dep_node, dep_idx, dep_kind, n, counts)
     if repeats is not None:
         dep_node, dep_idx, dep_kind, rows, dropped = repeats
+        counts = np.bincount(dep_node, minlength=n)
         _report(
             sink,
             "repeated-dependency",
@@ -773,7 +774,8 @@ def _interpret(
             severity=Severity.WARNING,
         )
     dep_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dep_node, minlength=n), out=dep_ptr[1:])
+    np.cumsum(counts, out=dep_ptr[1:])
+    del counts
 
     # process groups: map this file's dictionary onto the run's
     pg_ix = {g: i for i, g in enumerate(pg_names)}
