@@ -262,6 +262,25 @@ def untraced_rows(rt: RankTrace) -> B:
     return _comp_rows_named(rt, UNTRACED_NAMES.__contains__)
 
 
+#: Names of COMP nodes that stand for host time outside every traced call: the ``collectives`` level's
+#: ``compute`` gaps and the ``ops``/``full`` levels' ``untraced`` time, where a wait can hide
+#: (:func:`_gap_waits`).
+HOST_TIME_NAMES = frozenset({COMPUTE_GAP_NODE_NAME, UNTRACED_NODE_NAME})
+
+
+def host_time_rows(rt: RankTrace) -> B:
+    """Per row: a COMP node standing for host time outside every traced call (:data:`HOST_TIME_NAMES`)."""
+    return _comp_rows_named(rt, HOST_TIME_NAMES.__contains__)
+
+
+def hidden_wait_edges(rt: RankTrace, m: RankModel) -> tuple[I32, I32]:
+    """The wait edges into host-time nodes (:func:`host_time_rows`): the waits the model infers hidden in
+    them (:func:`_gap_waits`), as sources (communication rows) and dependants. The dependants' work
+    (:attr:`RankModel.work_ns`) is what follows the completion."""
+    hidden = host_time_rows(rt)[m.wait_dst]
+    return m.wait_src[hidden], m.wait_dst[hidden]
+
+
 def nccl_kernel_rows(rt: RankTrace) -> B:
     """Per row: a GPU COMP node that is an NCCL kernel (:func:`~skewlens.profiler.vocab.names_nccl_kernel`,
     the importer's rule). The importer keeps such a kernel as compute where it cannot say which collective
@@ -1113,10 +1132,9 @@ def _gap_waits(
     Returns the edges' sources and dependants.
     """
     none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    host_time = [rt.names.index(nm) for nm in (COMPUTE_GAP_NODE_NAME, UNTRACED_NODE_NAME) if nm in rt.names]
-    if not comm_streams or not host_time:
+    if not comm_streams:
         return none
-    gaps = np.flatnonzero(valid & (rt.node_type == int(NodeType.COMP)) & np.isin(rt.name_idx, host_time))
+    gaps = np.flatnonzero(valid & host_time_rows(rt))
     on_comm = np.isin(rt.stream, list(comm_streams))
     coll = sync & on_comm & (rt.node_type == int(NodeType.COMM_COLL))
     coll[explicit] = False

@@ -665,3 +665,33 @@ def test_an_empty_collective_and_an_empty_send_are_written_as_one_byte_which_ast
         ]
     assert MIN_COMM_BYTES == 1
     assert res.changes["empty messages written as 1 byte"] == 4
+
+
+def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_reduce_it_now_depends_on(
+    tmp_path: Path,
+) -> None:
+    # DDP at the collectives level: backward issues its bucket's all_reduce, then the reducer waits for it
+    # inside the compute gap that follows (no wait node: out of the profiler's sight), then the optimizer's
+    # 5 ms. Rank 1 arrives 30 ms late, so rank 0's gap recorded 36 ms, 31 of them waiting. ASTRA-sim models
+    # that wait (the all_reduce completes when rank 1 joins): the whole 36 ms, with no dependency on the
+    # all_reduce, kept the recorded wait in place of the modelled one (a DDP capture ran 5% long)
+    b = RunBuilder(world_size=2)
+    fwd = {0: 10 * MS, 1: 40 * MS}
+    coll: dict[int, int] = {}
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        f = rb.compute("compute", fwd[r], start_ns=0)
+        coll[r] = rb.collective(
+            CommType.ALL_REDUCE, 1 << 20, 41 * MS - fwd[r], start_ns=fwd[r], stream=1000, deps=(f,)
+        )
+        rb.compute("compute", 46 * MS - fwd[r], start_ns=fwd[r], deps=(f,))
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    for r in range(2):
+        _gm, nodes = read_with_chakra(res.traces[r])
+        tail = [n for n in nodes if n.type == NodeType.COMP][-1]
+        assert tail.duration_micros == 5000  # the replay's work after the wait (RankModel.work_ns)
+        assert coll[r] in tail.ctrl_deps  # ASTRA-sim starts it once the all_reduce completes
+    assert (
+        res.changes["host-time nodes that hid a wait: only their time after the communication it waited for"]
+        == 2
+    )
