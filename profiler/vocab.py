@@ -216,7 +216,7 @@ def collective_message_bytes(comm_type: CommType, p: int, members: Sequence[tupl
     """The message size ``S`` a collective of a group of ``p`` moves, from its members' ``(comm_size, bytes
     sent to the others, bytes received from them)`` (the last two -1 where the member recorded even splits):
     what the replay's cost formulas take (``skewlens.replay.lower.collective_bytes``) and what the
-    ASTRA-sim export writes as every member's ``comm_size`` (``skewlens.profiler.export_astra``).
+    ASTRA-sim export writes as every member's ``comm_size`` (``skewlens.replay.export_astra``).
 
     The largest member's ``comm_size``, except: a scatter whose members all recorded the same size (their
     piece, the capture's ``scatter(tensor, ...)`` output) moves ``p`` pieces from its root; an all_to_all is

@@ -65,7 +65,7 @@ def collective_bytes(run: RunTrace, inst: CollectiveInstance) -> int:
     members' ``comm_size`` and, for an all_to_all, the uneven splits they recorded
     (``RankTrace.send_bytes`` / ``recv_bytes``): the largest ``comm_size``, ``p`` pieces for a scatter whose
     members each recorded theirs, and the size whose ``(p − 1)/p`` is the busiest port's bytes for an uneven
-    all_to_all. The ASTRA-sim export writes the same size (``skewlens.profiler.export_astra``)."""
+    all_to_all. The ASTRA-sim export writes the same size (``skewlens.replay.export_astra``)."""
     p = len(group_members(run, inst))
     a2a = inst.comm_type == CommType.ALL_TO_ALL
     members: list[tuple[int, int, int]] = []

@@ -18,10 +18,15 @@ from rich.console import Console
 from skewlens.cli import main as cli_main
 from skewlens.cli.store import export_main
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler import export_astra
 from skewlens.profiler.chakra_io import EtWriter, TraceNode, node_attrs, pg_init_node, read_et, write_et
 from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
-from skewlens.profiler.export_astra import (
+from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
+from skewlens.replay import export_astra
+from skewlens.replay.export_astra import (
     ASTRA_SUPPORTED,
     BARRIER_BYTES,
     HOST_OP,
@@ -30,11 +35,6 @@ from skewlens.profiler.export_astra import (
     SRC_PG_NAME,
     export_astra_sim,
 )
-from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
-from skewlens.profiler.store import load_run
-from skewlens.profiler.store.validate import validate_run
-from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
 from skewlens.replay.lower import collective_bytes
 
 WORLD = 4
@@ -539,7 +539,7 @@ def test_the_cli_reports_a_missing_run_in_one_line(
 
 def test_the_export_module_imports_no_torch_rich_or_hydra() -> None:
     code = (
-        "import json, sys, skewlens.profiler.export_astra\n"
+        "import json, sys, skewlens.replay.export_astra\n"
         "print(json.dumps(sorted(m for m in ('torch', 'rich', 'hydra', 'omegaconf') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

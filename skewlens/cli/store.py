@@ -20,8 +20,8 @@ from skewlens.rich_progress import RichProgress
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from skewlens.profiler.export_astra import AstraExport
     from skewlens.profiler.store.validate import ValidationReport
+    from skewlens.replay.export_astra import AstraExport
 
 
 def _console() -> Console:
@@ -162,7 +162,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     target = args.out if args.out is not None else default
     t0 = time.perf_counter()
     if args.format == "astra-sim":
-        from skewlens.profiler.export_astra import export_astra_sim
+        from skewlens.replay.export_astra import export_astra_sim
 
         result = export_astra_sim(
             args.run_dir,
