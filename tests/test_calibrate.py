@@ -321,23 +321,51 @@ def _poorly_fitted_run(tmp_path: Path) -> Path:
     return run_dir
 
 
-def test_a_group_calibrate_leaves_out_is_a_warning_on_stderr_and_stdout_holds_the_fit_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # 'group 'w' left out: ...' was a line on stdout between the table and 'wrote ...', in a script's out.txt
+def _run_with_an_untraced_group(tmp_path: Path) -> Path:
+    """2 ranks fitted on group 0, and a group 'w' of 3 whose rank 2 has no trace (a warning)."""
     b = RunBuilder(3, groups={"0": (0, 1), "w": (0, 1, 2)})  # rank 2 has no trace
     for r in (0, 1):
         s = b.rank(r).step(0)
         for k, size in enumerate((4 * KIB, 1 * MIB, 4 * MIB)):
             s.collective(AR, size, 300_000 + size // 40, pg="0", start_ns=k * 2_000_000)
         s.collective(AR, 4 * KIB, 300_000, pg="w", start_ns=10_000_000)
-    run_dir = b.write(tmp_path / "run")
+    return b.write(tmp_path / "run")
+
+
+def test_a_group_calibrate_leaves_out_is_a_warning_on_stderr_and_stdout_holds_the_fit_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'group 'w' left out: ...' was a line on stdout between the table and 'wrote ...', in a script's out.txt
+    run_dir = _run_with_an_untraced_group(tmp_path)
     assert skewlens_main(["calibrate", str(run_dir), "--out", str(tmp_path / "c.yaml"), "--no-progress"]) == 0
     said = capsys.readouterr()
     why = "2 of its 3 ranks have a trace, so its transfers cannot be told from waits for the others"
     assert said.err.splitlines() == [f"skewlens calibrate: warning: group 'w' left out: {why}"]
     assert "left out" not in said.out
     assert f"wrote {tmp_path / 'c.yaml'}" in " ".join(said.out.split())  # as wrapped to the terminal
+
+
+def test_calibrate_whose_stderr_reader_went_away_still_writes_its_out_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # its warnings went to stderr with print: a closed pipe there (2> >(head -0)) ended it with 141 before
+    # it wrote --out
+    import io
+    import sys
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+        def flush(self) -> None:
+            raise BrokenPipeError
+
+    run_dir = _run_with_an_untraced_group(tmp_path)
+    monkeypatch.setattr(sys, "stderr", Gone())
+    out = tmp_path / "c.yaml"
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    assert out.is_file()
+    assert f"wrote {out}" in " ".join(capsys.readouterr().out.split())
 
 
 def test_calibrates_warnings_show_control_characters_as_replacement_characters(

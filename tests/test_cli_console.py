@@ -773,3 +773,16 @@ def test_a_narrow_checks_problem_kind_is_kept_whole_and_its_message_gives_way() 
     out = io.StringIO()
     Console(file=out, width=60).print(render_report(ValidationReport(path="RUN", issues=[issue])))
     assert "│ dangling-dependency │" in out.getvalue()
+
+
+def test_a_warning_with_no_stderr_at_all_is_dropped_not_printed_among_the_results_on_stdout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # started with stderr closed (2>&-), sys.stderr is None, and print(file=None) writes to stdout
+    import sys
+
+    from skewlens.console import print_warning
+
+    monkeypatch.setattr(sys, "stderr", None)
+    print_warning("analyze", "rank 3 left out")
+    assert capsys.readouterr().out == ""
