@@ -163,6 +163,13 @@ def test_every_flag_the_docs_give_a_command_is_one_its_help_lists(capsys: pytest
                 "-1000.0"
             ),
         ),
+        (  # an abbreviation argparse takes for the option (it was still 'expected one argument')
+            ["demo", "--straggler-m", "-1e3", "--out", "{tmp}/demo"],
+            (
+                "skewlens demo: error: --straggler-ms: expected 0..60,000 (a minute of extra compute), got "
+                "-1000.0"
+            ),
+        ),
     ],
 )
 def test_an_option_value_that_begins_as_a_negative_number_reaches_the_options_own_check(

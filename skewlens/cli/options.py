@@ -72,7 +72,7 @@ class ArgumentParser(argparse.ArgumentParser):
         out: list[str] = []
         i = 0
         while i < end:
-            action = self._option_string_actions.get(argv[i])
+            action = self._option_action(argv[i])
             value = argv[i + 1] if i + 1 < end else ""
             if action is not None and action.nargs is None and _DASHED_VALUE.match(value):
                 out.append(f"{argv[i]}={value}")  # the form argparse takes any value in
@@ -81,6 +81,15 @@ class ArgumentParser(argparse.ArgumentParser):
                 out.append(argv[i])
                 i += 1
         return super().parse_known_args([*out, *argv[end:]], namespace)
+
+    def _option_action(self, arg: str) -> argparse.Action | None:
+        """The option ``arg`` names, as argparse reads it: in full, or (``--straggler-m``) the one option
+        whose name it begins; None for a value, an ``--opt=VALUE``, or an abbreviation of several."""
+        action = self._option_string_actions.get(arg)
+        if action is None and self.allow_abbrev and arg.startswith("--") and "=" not in arg:
+            named = {a for o, a in self._option_string_actions.items() if o.startswith(arg)}
+            action = named.pop() if len(named) == 1 else None
+        return action
 
     def error(self, message: str) -> typing.NoReturn:
         if message.endswith(": expected one argument"):
