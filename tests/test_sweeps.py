@@ -472,3 +472,20 @@ def test_the_sweep_table_says_a_step_is_timed_by_its_slowest_rank() -> None:
         "mean / max step: over steps, each step's replayed time that of its slowest rank (step mark to step "
         "mark)"
     )
+
+
+def test_a_sweep_jobs_warnings_name_the_job_they_come_from(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # on stderr, apart from each job's table on stdout, two jobs' warnings read alike: which job ignored
+    # slowdown.factor could not be told
+    sweep = ("slowdown=none,straggler", "slowdown.factor=2", "progress=false", "perfetto=false")
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={tmp_path / 'sweep'}", *sweep]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert [line for line in said if "slowdown.factor=2" in line] == [
+        (
+            "skewlens replay: warning: sweep job 0: slowdown.factor=2: slowdown none does not use "
+            "slowdown.factor; it changes nothing here"
+        )
+    ]
+    assert {line.split(":")[2] for line in said} == {" sweep job 0", " sweep job 1"}  # each job's, named

@@ -201,8 +201,11 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     console.print(scenario_line(conf, outcome.slowdowns), markup=False, highlight=False)
     clocks = clock_note(outcome.run)
     notes = (*unused_knobs(cfg, hc.overrides.task), *run_notes(outcome.run), *([clocks] if clocks else []))
+    # a sweep's warnings name their job (the sweep table's row), as its failure does: they no longer sit
+    # under its table
+    job = f"sweep job {hc.job.num}: " if hc.mode == RunMode.MULTIRUN else ""
     for note in (*notes, *outcome.notes):  # on stderr: a script's > out.txt gets the results only
-        print_warning("replay", note)
+        print_warning("replay", job + note)
     if outcome.real is not None:
         from skewlens.replay.real.render import outputs_line, render_comparison
 
