@@ -46,6 +46,12 @@ PARQUET_DIR = "parquet"
 #: window did, so that the rank saved fewer steps than asked.
 PARTIAL_TRACE_NOTE = "partial trace"
 
+#: The note of a manifest the loader inferred for a directory holding a capture's part files (``.parts/``) and
+#: no ``manifest.json``: a ``skewlens profile`` still writing the run, or killed before it wrote the manifest.
+CAPTURE_PARTS_NOTE = "capture parts"
+#: What to do about such a run.
+CAPTURE_PARTS_ADVICE = "wait for `skewlens profile` to finish"
+
 
 class RankNote(StrEnum):
     """Kinds of a rank's manifest notes: the key ``rank N KIND`` (:func:`rank_note_key`), which writers and

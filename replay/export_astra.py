@@ -88,7 +88,7 @@ from skewlens.profiler.chakra_io import (
     set_attr,
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, ProcessGroupInfo
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     PG_INIT_NODE_NAME,
@@ -724,7 +724,8 @@ def _validate(run_dir: str | Path, progress: Progress, allow_option: str) -> Non
 
     report = validate_run(run_dir, progress=progress)
     if report.errors:
-        raise refusal(run_dir, report.errors, "not exported", anyway=allow_option)
+        hint = report.run.manifest.notes.get(CAPTURE_PARTS_NOTE, "") if report.run is not None else ""
+        raise refusal(run_dir, report.errors, "not exported", anyway=allow_option, hint=hint)
 
 
 def export_astra_sim(

@@ -16,8 +16,8 @@ from rich.console import Console
 from skewlens.cli.store import check_main
 from skewlens.profiler.chakra_io import EtWriter, TraceNode
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import rank_file
-from skewlens.profiler.store.issues import Severity
+from skewlens.profiler.manifest import PARTS_DIR, rank_file
+from skewlens.profiler.store.issues import Severity, run_notes
 from skewlens.profiler.store.validate import find_cycle, load_validated, validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType, NodeType
@@ -138,6 +138,60 @@ def test_rank_listed_in_the_manifest_without_a_file_is_missing(tmp_path: Path) -
     rank_file(run, 2).unlink()
     msgs = _errors(run, "missing-rank")
     assert msgs == [f"{rank_file(run, 2)}: rank 2 is listed but its trace file is missing"]
+
+
+def _capture_under_way(tmp_path: Path, *, saved: tuple[int, ...]) -> Path:
+    """A 2-rank run as ``skewlens profile`` leaves it while still writing it: the ranks ``saved`` have their
+    trace and part file, ``.parts/`` is there, ``manifest.json`` is not yet."""
+    b = RunBuilder(2)
+    b.rank(0).compute("aten::mm", 1_000)
+    b.rank(0).send(1, 64, 100)
+    b.rank(1).recv(0, 64, 100)
+    run = b.write(tmp_path / "run")
+    (run / "manifest.json").unlink()
+    (run / PARTS_DIR).mkdir()
+    for r in (0, 1):
+        if r in saved:
+            (run / PARTS_DIR / f"rank-{r}.json").write_text("{}")
+        else:
+            rank_file(run, r).unlink()
+    return run
+
+
+def test_a_run_a_capture_may_still_be_writing_is_loaded_with_one_warning_saying_so(tmp_path: Path) -> None:
+    run = _capture_under_way(tmp_path, saved=(0, 1))
+    said = (
+        f"{run}: no manifest.json, and {run / PARTS_DIR} holds a capture's part files: a skewlens profile "
+        "may still be writing this run, or was killed before it finished"
+    )
+    notes = run_notes(load_validated(run))  # what analyze and replay print as warnings
+    assert notes == [
+        f"{said}: read from the traces saved so far (ranks 0-1); wait for `skewlens profile` to finish"
+    ]
+    report = validate_run(run)  # skewlens check: one warning, not also the generic one
+    assert [i.message.split("; ")[0] for i in report.warnings] == [said]
+    assert "wait for `skewlens profile` to finish" in report.warnings[0].message and report.ok
+
+
+def test_a_half_written_captures_mismatch_hints_that_a_capture_may_still_be_writing_it(
+    tmp_path: Path,
+) -> None:
+    run = _capture_under_way(tmp_path, saved=(0,))
+    with pytest.raises(ValidationError) as e:
+        load_validated(run, lenient_option="--lenient")
+    assert "no matching recv (rank 0 -> 1" in str(e.value)
+    assert str(e.value).endswith(
+        f"lists every problem. Hint: {run}: no manifest.json, and {run / PARTS_DIR} holds a capture's part "
+        "files: a skewlens profile may still be writing this run, or was killed before it finished; wait for "
+        "`skewlens profile` to finish (or use --lenient)"
+    )
+    # the same traces without part files (not a capture's leftovers): no hint
+    for f in (run / PARTS_DIR).iterdir():
+        f.unlink()
+    (run / PARTS_DIR).rmdir()
+    with pytest.raises(ValidationError) as e:
+        load_validated(run, lenient_option="--lenient")
+    assert "Hint" not in str(e.value) and ".parts" not in str(e.value)
 
 
 def test_gap_in_foreign_rank_numbering_is_a_missing_rank(tmp_path: Path) -> None:

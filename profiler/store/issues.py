@@ -9,7 +9,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import SCALE_NOTE, STEP_MARKS_NOTE, degraded_notes, partial_traces
+from skewlens.profiler.manifest import (
+    CAPTURE_PARTS_ADVICE,
+    CAPTURE_PARTS_NOTE,
+    SCALE_NOTE,
+    STEP_MARKS_NOTE,
+    degraded_notes,
+    partial_traces,
+)
 from skewlens.profiler.store.model import type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES
 
@@ -298,12 +305,19 @@ def summarise_dropped_splits(dropped: Sequence[DroppedSplits]) -> list[str]:
 
 
 def run_notes(run: RunTrace) -> list[str]:
-    """What a report on ``run`` says besides its tables: the ranks a lenient load left out (a line per reason,
-    with their ranks: :func:`by_reason`), the ranks without a trace (one line), the nodes whose inconsistent
-    all_to_all splits it dropped (a line each, see :func:`summarise_dropped_splits`), and per process group
-    the communication a lenient load skipped (see :func:`summarise_skipped`)."""
+    """What a report on ``run`` says besides its tables: that a capture may still be writing it (its
+    :data:`~skewlens.profiler.manifest.CAPTURE_PARTS_NOTE`), the ranks a lenient load left out (a line per
+    reason, with their ranks: :func:`by_reason`), the ranks without a trace (one line), the nodes whose
+    inconsistent all_to_all splits it dropped (a line each, see :func:`summarise_dropped_splits`), and per
+    process group the communication a lenient load skipped (see :func:`summarise_skipped`)."""
     m = run.manifest
-    notes = [f"{ranks_label(rs)} left out (lenient): {why}" for rs, why in by_reason(run.left_out_ranks)]
+    notes = []
+    if CAPTURE_PARTS_NOTE in m.notes:
+        saved = f" ({ranks_label(sorted(run.ranks))})" if run.ranks else ""
+        notes.append(
+            f"{m.notes[CAPTURE_PARTS_NOTE]}: read from the traces saved so far{saved}; {CAPTURE_PARTS_ADVICE}"
+        )
+    notes.extend(f"{ranks_label(rs)} left out (lenient): {why}" for rs, why in by_reason(run.left_out_ranks))
     left_out = {r for r, _why in run.left_out_ranks}
     missing = [r for r in m.missing_ranks if r not in left_out]
     if missing:

@@ -44,7 +44,10 @@ from skewlens.profiler.bounded import open_archive, open_regular
 from skewlens.profiler.chakra_io import attr_value, iter_messages, iter_nodes, read_metadata, read_trace_bytes
 from skewlens.profiler.errors import ManifestError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import (
+    CAPTURE_PARTS_ADVICE,
+    CAPTURE_PARTS_NOTE,
     MANIFEST_NAME,
+    PARTS_DIR,
     Manifest,
     ProcessGroupInfo,
     rank_file,
@@ -117,14 +120,22 @@ class RunFiles:
 SYNTH_NOTE = "inferred"
 
 
-def _synth_manifest(ranks: list[int]) -> Manifest:
+def _synth_manifest(ranks: list[int], folder: Path) -> Manifest:
+    """The manifest of traces without one; where ``folder`` holds a capture's part files, a note saying that a
+    capture may still be writing it (:data:`CAPTURE_PARTS_NOTE`): only what is on disk, no liveness check."""
     world = max(ranks) + 1
+    notes = {SYNTH_NOTE: "no manifest: world size inferred from the trace file names"}
+    if (folder / PARTS_DIR).is_dir():
+        notes[CAPTURE_PARTS_NOTE] = (
+            f"{folder}: no manifest.json, and {folder / PARTS_DIR} holds a capture's part files: a skewlens "
+            "profile may still be writing this run, or was killed before it finished"
+        )
     return Manifest(
         world_size=world,
         ranks=tuple(ranks),
         missing_ranks=tuple(sorted(set(range(world)) - set(ranks))),
         source="foreign",
-        notes={SYNTH_NOTE: "no manifest: world size inferred from the trace file names"},
+        notes=notes,
     )
 
 
@@ -272,7 +283,7 @@ def locate_run(path: str | Path) -> RunFiles:
             f"{p}: traces of several runs found (prefixes {sorted(by_prefix)}); pass DIR/<prefix> to pick one"
         )
     files = next(iter(by_prefix.values()))
-    return RunFiles(root=p, manifest=_synth_manifest(sorted(files)), files=files, has_manifest=False)
+    return RunFiles(root=p, manifest=_synth_manifest(sorted(files), folder), files=files, has_manifest=False)
 
 
 # --------------------------------------------------------------------------------------------- decode
@@ -1024,7 +1035,14 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
     missing from the manifest: a warning where the manifest says so, an error for a gap in the numbering;
     and a warning for a capture's ``rank-*.et`` without its manifest."""
     m = files.manifest
-    if not files.has_manifest and any(_OURS_RE.match(f.name) for f in files.files.values()):
+    if CAPTURE_PARTS_NOTE in m.notes:
+        sink.warning(
+            "no-manifest",
+            f"{m.notes[CAPTURE_PARTS_NOTE]}; {CAPTURE_PARTS_ADVICE}: until then clock offsets, step marks, "
+            "process groups and the capture's notes are not known, and the world size is guessed from the "
+            "file names",
+        )
+    elif not files.has_manifest and any(_OURS_RE.match(f.name) for f in files.files.values()):
         sink.warning(
             "no-manifest",
             f"{files.root}: rank-*.et without manifest.json, which skewlens profile writes once its command "

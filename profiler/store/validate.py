@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from skewlens.profiler.errors import ValidationError
+from skewlens.profiler.manifest import CAPTURE_PARTS_ADVICE, CAPTURE_PARTS_NOTE
 from skewlens.profiler.store.issues import (
     Issue,
     IssueLog,
@@ -216,6 +217,7 @@ def refusal(
     skipped: Sequence[SkippedComm] = (),
     lenient_option: str = "",
     anyway: str = "",
+    hint: str = "",
 ) -> ValidationError:
     """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
     first :data:`FIRST_ERRORS` of them, and the command that lists them all.
@@ -224,7 +226,12 @@ def refusal(
     error is communication that disagrees across ranks, the message says per group what disagrees and
     that this option uses the rest; where there are other errors too, that it would not be enough.
     ``anyway`` names how the user asks for the work to be done regardless (an export's ``--allow-errors``).
+    ``hint``: what may explain the errors (a capture still writing the run: its
+    :data:`~skewlens.profiler.manifest.CAPTURE_PARTS_NOTE`), said after them with what to do.
     """
+    if hint:
+        lenient = f" (or use {lenient_option})" if lenient_option else ""
+        hint = f". Hint: {hint}; {CAPTURE_PARTS_ADVICE}{lenient}"
     command = f"skewlens check {shlex.quote(str(path))}"  # to copy: a path with a space in it still one word
     check = f"`{command}` lists every problem"
     remedy = lenient_remedy(errors)
@@ -233,7 +240,7 @@ def refusal(
         return ValidationError(
             f"{path}: {what}: communication does not match across ranks: {groups}. With {lenient_option} "
             "the rest is used and this communication skipped (its nodes keep their recorded durations and "
-            f"do not synchronise across ranks); {check}"
+            f"do not synchronise across ranks); {check}{hint}"
         )
     shown = "; ".join(e.message for e in errors[:FIRST_ERRORS])
     more = f" (and {len(errors) - FIRST_ERRORS} more)" if len(errors) > FIRST_ERRORS else ""
@@ -246,7 +253,7 @@ def refusal(
             tail += f" ({lenient_option} would {' and '.join(parts)}, not the rest)"
     if anyway:
         tail += f"; {anyway} does it all the same"
-    return ValidationError(f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- {tail}")
+    return ValidationError(f"{path}: {what}, {len(errors)} problem(s){more}: {shown} -- {tail}{hint}")
 
 
 def load_validated(
@@ -263,8 +270,14 @@ def load_validated(
     """
     report = validate_run(path, progress=progress, lenient=lenient)
     if report.errors:
+        notes = report.run.manifest.notes if report.run is not None else {}
         raise refusal(
-            path, report.errors, "not loaded", skipped=report.skipped, lenient_option=lenient_option
+            path,
+            report.errors,
+            "not loaded",
+            skipped=report.skipped,
+            lenient_option=lenient_option,
+            hint=notes.get(CAPTURE_PARTS_NOTE, ""),
         )
     assert report.run is not None
     return report.run
