@@ -78,7 +78,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE, check_replaceable, replace_dir, staging_dir
+from skewlens.profiler.atomic import (
+    FILE_MODE,
+    check_replaceable,
+    replace_dir,
+    staging_dir,
+    write_text_atomic,
+)
 from skewlens.profiler.chakra_io import (
     AttrValue,
     EtWriter,
@@ -814,14 +820,18 @@ def export_astra_sim(
                     w.write_all(rewritten)
                 nodes[r] = len(rewritten)
                 advance()
-        (tmp / COMM_GROUPS_FILE).write_text(json.dumps(comm_group_json(groups.values()), indent=2) + "\n")
+        # each through write_text_atomic, whose error names the file (a full disk: 'cannot write
+        # OUT/comm_groups.json: File too large'); a bare write_text's named none ('cannot write OUT: ...')
+        write_text_atomic(
+            tmp / COMM_GROUPS_FILE, json.dumps(comm_group_json(groups.values()), indent=2) + "\n"
+        )
         placeholders = ("<SYSTEM.json>", "<NETWORK.yml>", "<REMOTE_MEMORY.json>")
         sys_p = net_p = mem_p = None
         if configs:
-            (tmp / SYSTEM_FILE).write_text(json.dumps(system_config(), indent=2) + "\n")
-            (tmp / NETWORK_FILE).write_text(network_config(world, bandwidth_gbps, latency_ns))
-            (tmp / MEMORY_FILE).write_text(
-                json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=2) + "\n"
+            write_text_atomic(tmp / SYSTEM_FILE, json.dumps(system_config(), indent=2) + "\n")
+            write_text_atomic(tmp / NETWORK_FILE, network_config(world, bandwidth_gbps, latency_ns))
+            write_text_atomic(
+                tmp / MEMORY_FILE, json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=2) + "\n"
             )
             sys_p, net_p, mem_p = final / SYSTEM_FILE, final / NETWORK_FILE, final / MEMORY_FILE
         command = astra_command(
@@ -842,7 +852,8 @@ def export_astra_sim(
                 f"the communicator-group path {final / COMM_GROUPS_FILE} contains 'empty', which ASTRA-sim "
                 f"takes for 'no file': choose an --out without that word if the run has sub-groups"
             )
-        (tmp / EXPORT_FILE).write_text(
+        write_text_atomic(
+            tmp / EXPORT_FILE,
             json.dumps(
                 {
                     "format": EXPORT_FORMAT,
@@ -861,7 +872,7 @@ def export_astra_sim(
                 },
                 indent=2,
             )
-            + "\n"
+            + "\n",
         )
         for p in tmp.iterdir():
             p.chmod(FILE_MODE)

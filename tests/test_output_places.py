@@ -269,3 +269,24 @@ def test_a_trace_file_that_cannot_be_made_in_the_staging_directory_is_named_as_w
     assert line.startswith(f"skewlens export: error: cannot write {out}/"), line
     assert line.endswith(".0.et: No space left on device") and ".tmp" not in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_full_disk_while_an_astra_sim_export_writes_its_configs_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    write_text = Path.write_text
+
+    def full(self: Path, *a: Any, **k: Any) -> int:
+        if self.parent.name.startswith(f".{out.name}."):  # a file in the export's staging directory
+            raise OSError(errno.EFBIG, "File too large")
+        return write_text(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert skewlens_main(["export", "--format", "astra-sim", str(run), "--out", str(out)]) == 2
+    # was "cannot write OUT: File too large": which of its files, not said
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line == f"skewlens export: error: cannot write {out}/comm_groups.json: File too large"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
