@@ -642,3 +642,28 @@ def test_a_rooted_collective_member_done_before_others_arrived_is_not_a_clock_er
     gather = clock_note(load_run(_rooted(tmp_path, CommType.GATHER, 1, 0.5)))
     assert gather is not None and "clocks disagree: 1 of 1" in gather
     assert "rank 1 done 8.0 ms before rank 2 began" in gather
+
+
+def _two_launchers(tmp_path: Path, name: str, *, listed: str) -> Path:
+    """Host rows a (0-1 ms) and b (1-2 ms); kernel k1 depends on both (listed ``ab`` or ``ba``), launched at
+    1.5 ms inside b; kernel k2, on another stream, depends on b and was launched at 1.2 ms."""
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    a = rb.compute("host_a", MS, start_ns=0)
+    h = rb.compute("host_b", MS, start_ns=MS, deps=(a,))
+    deps = (a, h) if listed == "ab" else (h, a)
+    rb.compute("k1", MS, start_ns=3 * MS, stream=7, deps=deps, launch_ns=MS + MS // 2)
+    rb.compute("k2", MS, start_ns=3 * MS, stream=8, deps=(h,), launch_ns=MS + MS // 5)
+    return b.write(tmp_path / name)
+
+
+def test_a_kernel_with_two_launching_host_rows_is_planned_by_the_later_launch_whatever_their_listed_order(
+    tmp_path: Path,
+) -> None:
+    # the plan keyed a kernel by whichever launch edge came last, so the order its dependencies were
+    # listed in decided it: (a, b) put k2 before k1, (b, a) k1 before k2 (keyed at a's end, 1 ms)
+    orders = []
+    for listed in ("ab", "ba"):
+        run = load_run(_two_launchers(tmp_path, listed, listed=listed))
+        orders.append([o.name for o in rank_plan(run.ranks[0], run, NO_EFFECTS)])
+    assert orders == [["host_a", "host_b", "k2", "k1"]] * 2

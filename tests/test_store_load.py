@@ -130,6 +130,26 @@ def test_unpacked_dependency_lists_decode_like_packed_ones(tmp_path: Path) -> No
     _assert_same(f)
 
 
+def test_a_dependency_list_given_single_then_packed_reads_as_the_same_set_in_either_decoder(
+    tmp_path: Path,
+) -> None:
+    # node 100: ctrl_deps 5 as a single value (field 4, wire type 0), then [2, 3] packed (wire type 2), as
+    # only a hand-written file has it: the vectorised decoder lists packed values first ([2, 3, 5]), the
+    # reference one in file order ([5, 2, 3]); the order within a node is not part of the contract
+    f = tmp_path / "rank-0.et"
+    body = b"\x08\x64" + b"\x12\x01d" + b"\x18\x04" + b"\x20\x05" + b"\x22\x02\x02\x03"
+    with EtWriter(f, {"rank": 0, "world_size": 1}) as w:
+        w.write_all([pb.Node(id=i, name="a", type=int(NodeType.COMP)) for i in (2, 3, 5)])
+        w.write_raw(bytes([len(body)]) + body)
+    got = {}
+    for decoder in ("vectorised", "reference"):
+        rt = load_rank(f, 0, [], {}, decoder=decoder)  # type: ignore[arg-type]
+        got[decoder] = rt.node_id[rt.deps_of(3)].tolist()
+        assert rt.dep_kind.tolist() == [0, 0, 0], decoder
+    assert got == {"vectorised": [2, 3, 5], "reference": [5, 2, 3]}
+    assert sorted(got["vectorised"]) == sorted(got["reference"])
+
+
 def test_fast_decoder_refuses_a_length_running_past_its_message(tmp_path: Path) -> None:
     from skewlens.profiler.store.fast import FastDecodeError
 

@@ -288,8 +288,11 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     launched_by: list[list[int]] = [[] for _ in range(n)]
     # a launched GPU row comes right after the host row that launched it: ordered by its launch call; one
     # launched by a host row before it waited (``launch_at_arrival``: ``.item()``, which may wait for that
-    # very row) comes before it, after what that row followed
+    # very row) comes before it, after what that row followed. A row with several launch edges (several host
+    # dependencies) is keyed by the latest of them, whatever order its dependencies were listed in (the two
+    # decoders list a node's dependencies in different orders where a file mixes packed and single values)
     keys = list(starts)
+    keyed: set[int] = set()
     edges = zip(
         m.launch_src.tolist(),
         m.launch_dst.tolist(),
@@ -298,7 +301,9 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         strict=True,
     )
     for s, d, off, before_wait in edges:
-        keys[d] = starts[s] + off
+        at = starts[s] + off
+        keys[d] = max(keys[d], at) if d in keyed else at
+        keyed.add(d)
         if before_wait:
             launched_by[d] += [*start_deps[s], *([parent[s]] if parent[s] >= 0 else [])]
         else:
