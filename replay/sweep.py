@@ -26,7 +26,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from skewlens.console import printable, report_console
+from skewlens.console import print_stderr, report_console
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
@@ -167,14 +167,11 @@ class SweepSummary(Callback):
         # name each failed job by what sets it apart (as the comparison table does), else by every override
         own = distinct_overrides([r.overrides for r in rows] + [o for o, _m in failed.values()])[len(rows) :]
         for (job, (overrides, message)), mine in zip(failed.items(), own, strict=True):
-            line = f"skewlens replay: error: sweep job {job} ({mine or overrides}): {message}"
-            print(
-                printable(line), file=sys.stderr
-            )  # as the dispatcher's: a message may quote a trace's names
+            # through printable, as the dispatcher's: a message may quote a trace's names
+            print_stderr(f"skewlens replay: error: sweep job {job} ({mine or overrides}): {message}")
         where = f"the others' outputs are in {sweep_dir}" if rows else "none wrote outputs"
-        print(
-            f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; {where}",
-            file=sys.stderr,
+        print_stderr(
+            f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; {where}"
         )
         # SystemExit, not an exception: Hydra would print an exception raised here with a traceback
         sys.exit(FAILED_EXIT)

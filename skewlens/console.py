@@ -33,15 +33,21 @@ def printable(text: str) -> str:
 
 def print_warning(command: str, text: str) -> None:
     """``text`` on stderr as ``skewlens COMMAND: warning: TEXT``, through :func:`printable`: what a command
-    skipped, ignored, left out or assumed, kept out of its results (a script's ``> out.txt``). A stderr
-    whose reader went away is silenced and the command goes on (it ended the command with exit code 141
-    before calibrate wrote its ``--out``); with no stderr at all (``2>&-``) the warning is dropped, where
-    ``print`` wrote it to stdout, among the results."""
+    skipped, ignored, left out or assumed, kept out of its results (a script's ``> out.txt``); written as
+    :func:`print_stderr` writes."""
+    print_stderr(f"skewlens {command}: warning: {text}")
+
+
+def print_stderr(line: str) -> None:
+    """``line`` on stderr through :func:`printable`. A stderr whose reader went away is silenced and the
+    command goes on (it ended the command with exit code 141 before calibrate wrote its ``--out``, and
+    turned a failed sweep's exit code 2 into 141); with no stderr at all (``2>&-``) the line is dropped,
+    where ``print`` wrote it to stdout, among the results."""
     stream = sys.stderr
     if stream is None:
         return
     try:
-        stream.write(f"skewlens {command}: warning: {printable(text)}\n")
+        stream.write(f"{printable(line)}\n")
         stream.flush()
     except BrokenPipeError:
         silence(stream)

@@ -7,6 +7,7 @@ the process that launched the sweep gathers ``sweep.parquet`` and names the fail
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 import shlex
 import shutil
@@ -489,3 +490,22 @@ def test_a_sweep_jobs_warnings_name_the_job_they_come_from(
         )
     ]
     assert {line.split(":")[2] for line in said} == {" sweep job 0", " sweep job 1"}  # each job's, named
+
+
+def test_a_failed_sweep_whose_stderr_reader_went_away_still_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its error lines were print()s: a closed stderr (2>&1 | head) raised BrokenPipeError at the sweep's end
+    # and the command exited 141 instead of the failed sweep's 2
+    class Gone(io.StringIO):
+        def write(self, _s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    append_sweep_row(tmp_path, _row(0, "slowdown=none topology=switch"))
+    (tmp_path / JOBS_DIR / "1.error").write_text(
+        "slowdown=straggler topology=switch\nrank 9 is not in the run\n"
+    )
+    monkeypatch.setattr(sys, "stderr", Gone())
+    with pytest.raises(SystemExit) as stop:
+        SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert stop.value.code == 2
