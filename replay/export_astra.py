@@ -95,6 +95,7 @@ from skewlens.profiler.chakra_io import (
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, ProcessGroupInfo
+from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     PG_INIT_NODE_NAME,
@@ -514,20 +515,16 @@ def _work_ns(
     return work
 
 
-def hidden_waits(run_dir: str | Path, *, lenient: bool) -> dict[int, dict[int, tuple[int, tuple[int, ...]]]]:
+def hidden_waits(run: RunTrace) -> dict[int, dict[int, tuple[int, tuple[int, ...]]]]:
     """Per rank, by node id, each host-time node (``untraced``, the ``compute`` gap) in which the replay's
     execution model infers a hidden wait (DDP's reducer waiting for its buckets):
     :func:`~skewlens.replay.execution.hidden_wait_edges`: its work after the wait
     (:attr:`~skewlens.replay.execution.RankModel.work_ns`) and the ids of the communication nodes it waited
     for. Its recorded duration holds the wait, which ASTRA-sim models: written whole, the recorded wait
-    would stand in for the modelled one. The run is loaded as ``skewlens check`` loads it, its errors
-    collected, not raised (the strict export refused them before; ``lenient``: members that disagree are
-    left unmatched)."""
-    from skewlens.profiler.store.issues import IssueLog
-    from skewlens.profiler.store.load import load_run
+    would stand in for the modelled one. ``run``: loaded as ``skewlens check`` loads it, its errors
+    collected (:func:`_loaded`)."""
     from skewlens.replay.execution import execution_model, hidden_wait_edges
 
-    run = load_run(run_dir, lenient=lenient, sink=IssueLog(strict=False))
     em = execution_model(run)
     out: dict[int, dict[int, tuple[int, tuple[int, ...]]]] = {}
     for r, m in em.ranks.items():
@@ -725,13 +722,20 @@ def astra_command(
 # ----------------------------------------------------------------------------------------- export
 
 
-def _validate(run_dir: str | Path, progress: Progress, allow_option: str) -> None:
+def _loaded(run_dir: str | Path, progress: Progress, *, strict: bool, allow_option: str) -> RunTrace:
+    """The run, loaded once with its errors collected: ``strict``, as ``skewlens check`` checks it, refused
+    where it finds errors; else leniently (members that disagree left unmatched)."""
+    from skewlens.profiler.store.issues import IssueLog
+    from skewlens.profiler.store.load import load_run
     from skewlens.profiler.store.validate import refusal, validate_run
 
+    if not strict:
+        return load_run(run_dir, lenient=True, sink=IssueLog(strict=False))
     report = validate_run(run_dir, progress=progress)
-    if report.errors:
+    if report.errors or report.run is None:
         hint = report.run.manifest.notes.get(CAPTURE_PARTS_NOTE, "") if report.run is not None else ""
         raise refusal(run_dir, report.errors, "not exported", anyway=allow_option, hint=hint)
+    return report.run
 
 
 def export_astra_sim(
@@ -773,8 +777,7 @@ def export_astra_sim(
     for r, f in sorted(files.files.items()):
         if not f.exists():
             raise ValidationError(f"{f}: rank {r} is listed but its trace file is missing")
-    if strict:
-        _validate(run_dir, progress, allow_option)
+    run = _loaded(run_dir, progress, strict=strict, allow_option=allow_option)
     listed = list(manifest.process_groups)
     names = {g.name for g in listed}
     for f in files.files.values():
@@ -794,7 +797,8 @@ def export_astra_sim(
     counts = _Counts()
     nodes: dict[int, int] = {}
     shared_sizes = collective_sizes(files.files.values(), groups, world)
-    waits = hidden_waits(run_dir, lenient=not strict)
+    waits = hidden_waits(run)
+    del run  # not held while the ranks are rewritten
     with staging_dir(out) as tmp:
         with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
             for r, f in sorted(files.files.items()):
