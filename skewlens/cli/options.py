@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import typing
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,43 +51,18 @@ def refuse_yaml_aliases(path: Path, label: str) -> None:
         return  # the loader says what is wrong, as before
 
 
-#: A value that begins as a negative number does (``-1:1:3``, ``-1e3``, ``-.5``): no option of ours does.
-_DASHED_VALUE = re.compile(r"-\.?\d")
-
-
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, which also takes an option's value that begins as a negative number does but is
     not a plain one (``--steps -1:1:3``, ``--straggler-ms -1e3``): argparse took it for an option and said
     ``argument --steps: expected one argument``, where the option's own check says what is wrong with the
-    value. Other values that begin with ``-`` (a path ``-x``) are still taken for options, with a hint to
-    write ``--out=-x``. Nothing after ``--`` (a training command) is touched."""
+    value. argparse already takes ``-1`` and ``-.5`` for values where no option looks like a negative
+    number (none of ours does); its rule is widened to any ``-`` then a digit, or ``.`` and a digit. Other
+    values that begin with ``-`` (a path ``-x``) are still taken for options, with a hint to write
+    ``--out=-x``."""
 
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[Any, list[str]]:
-        argv = list(sys.argv[1:] if args is None else args)
-        end = argv.index("--") if "--" in argv else len(argv)
-        out: list[str] = []
-        i = 0
-        while i < end:
-            action = self._option_action(argv[i])
-            value = argv[i + 1] if i + 1 < end else ""
-            if action is not None and action.nargs is None and _DASHED_VALUE.match(value):
-                out.append(f"{argv[i]}={value}")  # the form argparse takes any value in
-                i += 2
-            else:
-                out.append(argv[i])
-                i += 1
-        return super().parse_known_args([*out, *argv[end:]], namespace)
-
-    def _option_action(self, arg: str) -> argparse.Action | None:
-        """The option ``arg`` names, as argparse reads it: in full, or (``--straggler-m``) the one option
-        whose name it begins; None for a value, an ``--opt=VALUE``, or an abbreviation of several."""
-        action = self._option_string_actions.get(arg)
-        if action is None and self.allow_abbrev and arg.startswith("--") and "=" not in arg:
-            named = {a for o, a in self._option_string_actions.items() if o.startswith(arg)}
-            action = named.pop() if len(named) == 1 else None
-        return action
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> typing.NoReturn:
         if message.endswith(": expected one argument"):
