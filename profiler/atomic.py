@@ -180,15 +180,14 @@ def _locked(directory: Path) -> Iterator[None]:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        fd = -1
+        yield
+        return
     try:
-        if fd >= 0:
-            with suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_EX)
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        if fd >= 0:
-            os.close(fd)  # releases the lock
+        os.close(fd)  # releases the lock
 
 
 #: Largest export provenance file read (ours are a few hundred bytes).
