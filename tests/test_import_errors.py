@@ -886,6 +886,9 @@ def test_a_full_disk_while_extracting_an_archive_blames_the_scratch_space_not_th
         def __exit__(self, *_exc: object) -> None:
             self.fh.close()
 
+        def close(self) -> None:
+            self.fh.close()
+
         def write(self, _data: bytes) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 

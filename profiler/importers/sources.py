@@ -21,7 +21,8 @@ import os
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -114,32 +115,16 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
                 src = tf.extractfile(member)
                 if src is None:
                     continue
-                writing = True  # the scratch copy's errors (a full disk) are not the archive's
-                try:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with src, target.open("wb") as fh:
-                        written = 0
-                        writing = False
-                        while chunk := src.read(_CHUNK):
-                            written += len(chunk)
-                            total += len(chunk)
-                            if written > MAX_JSON_BYTES or total > limit:  # a sparse member's zeros
-                                raise TraceImportError(
-                                    f"{archive}: extracted data exceeds the limit at member {member.name}"
-                                )
-                            writing = True
-                            fh.write(chunk)
-                            writing = False
-                        writing = True  # the last of it is written as the file closes
-                except (FileExistsError, NotADirectoryError, IsADirectoryError):  # in a new scratch directory
-                    raise TraceImportError(
-                        f"{archive}: member {member.name} and another member need one path as both a file "
-                        "and a folder"
-                    ) from None
-                except OSError as e:
-                    if not writing:
-                        raise
-                    raise scratch_error(f"{archive}: cannot extract {member.name}", e) from None
+                with src, _scratch_copy(archive, member.name, target) as write:
+                    written = 0
+                    while chunk := src.read(_CHUNK):
+                        written += len(chunk)
+                        total += len(chunk)
+                        if written > MAX_JSON_BYTES or total > limit:  # a sparse member's zeros
+                            raise TraceImportError(
+                                f"{archive}: extracted data exceeds the limit at member {member.name}"
+                            )
+                        write(chunk)
                 out.append(target)
     except tarfile.TarError as e:
         raise TraceImportError(f"{archive}: not a readable tar archive ({e})") from None
@@ -148,6 +133,43 @@ def extract_traces(archive: Path, dest: Path, *, max_bytes: int = MAX_ARCHIVE_BY
     if not out:
         raise TraceImportError(f"{archive}: archive holds no .json / .json.gz trace files")
     return sorted(out)
+
+
+@contextmanager
+def _scratch_copy(archive: Path, member: str, target: Path) -> Iterator[Callable[[bytes], object]]:
+    """A writer of ``target``, the scratch copy of ``archive``'s ``member``, closed when the block ends. Its
+    errors (a full disk, a quota) are the scratch space's, not the archive's (whose read errors the caller
+    says); a path that two members need as both a file and a folder is the archive's."""
+
+    def scratch(e: OSError) -> TraceImportError:
+        return scratch_error(f"{archive}: cannot extract {member}", e)
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fh = target.open("wb")
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):  # in a new scratch directory
+        raise TraceImportError(
+            f"{archive}: member {member} and another member need one path as both a file and a folder"
+        ) from None
+    except OSError as e:
+        raise scratch(e) from None
+
+    def write(chunk: bytes) -> None:
+        try:
+            fh.write(chunk)
+        except OSError as e:
+            raise scratch(e) from None
+
+    try:
+        yield write
+    except BaseException:
+        with suppress(OSError):
+            fh.close()
+        raise
+    try:
+        fh.close()  # the last of it is written as the file closes
+    except OSError as e:
+        raise scratch(e) from None
 
 
 def _walk_dir(root: Path) -> list[Path]:
