@@ -94,7 +94,7 @@ from skewlens.profiler.chakra_io import (
     set_attr,
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
-from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, ProcessGroupInfo
+from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
@@ -733,8 +733,8 @@ def _loaded(run_dir: str | Path, progress: Progress, *, strict: bool, allow_opti
         return load_run(run_dir, lenient=True, sink=IssueLog(strict=False))
     report = validate_run(run_dir, progress=progress)
     if report.errors or report.run is None:
-        hint = report.run.manifest.notes.get(CAPTURE_PARTS_NOTE, "") if report.run is not None else ""
-        raise refusal(run_dir, report.errors, "not exported", anyway=allow_option, hint=hint)
+        notes = report.run.manifest.notes if report.run is not None else None
+        raise refusal(run_dir, report.errors, "not exported", anyway=allow_option, notes=notes)
     return report.run
 
 

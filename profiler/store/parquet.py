@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 from skewlens.profiler.atomic import check_replaceable, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
-from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, MANIFEST_NAME, ProcessGroupInfo
+from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
 from skewlens.profiler.store.load import (
     PARQUET_EXPORT_FILE,
@@ -352,8 +352,7 @@ def export_run(
         summary = _export_into(files, tmp, n_workers, sink, progress=progress)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
-            hint = files.manifest.notes.get(CAPTURE_PARTS_NOTE, "")
-            raise refusal(run_dir, errors, "not exported", anyway=allow_option, hint=hint)
+            raise refusal(run_dir, errors, "not exported", anyway=allow_option, notes=files.manifest.notes)
         replace_dir(tmp, out)
     return ExportSummary(out_dir=out, rows=summary.rows, issues=summary.issues)
 

@@ -17,7 +17,7 @@ splits are inconsistent loses only them (``RunTrace.dropped_splits``).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,7 +217,7 @@ def refusal(
     skipped: Sequence[SkippedComm] = (),
     lenient_option: str = "",
     anyway: str = "",
-    hint: str = "",
+    notes: Mapping[str, str] | None = None,
 ) -> ValidationError:
     """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
     first :data:`FIRST_ERRORS` of them, and the command that lists them all.
@@ -226,9 +226,11 @@ def refusal(
     error is communication that disagrees across ranks, the message says per group what disagrees and
     that this option uses the rest; where there are other errors too, that it would not be enough.
     ``anyway`` names how the user asks for the work to be done regardless (an export's ``--allow-errors``).
-    ``hint``: what may explain the errors (a capture still writing the run: its
-    :data:`~skewlens.profiler.manifest.CAPTURE_PARTS_NOTE`), said after them with what to do.
+    ``notes``: the run's manifest notes; where one says a capture may still be writing the run
+    (:data:`~skewlens.profiler.manifest.CAPTURE_PARTS_NOTE`), which may explain the errors, it is said after
+    them with what to do.
     """
+    hint = (notes or {}).get(CAPTURE_PARTS_NOTE, "")
     if hint:
         lenient = f" (or use {lenient_option})" if lenient_option else ""
         hint = f". Hint: {hint}; {CAPTURE_PARTS_ADVICE}{lenient}"
@@ -270,14 +272,13 @@ def load_validated(
     """
     report = validate_run(path, progress=progress, lenient=lenient)
     if report.errors:
-        notes = report.run.manifest.notes if report.run is not None else {}
         raise refusal(
             path,
             report.errors,
             "not loaded",
             skipped=report.skipped,
             lenient_option=lenient_option,
-            hint=notes.get(CAPTURE_PARTS_NOTE, ""),
+            notes=report.run.manifest.notes if report.run is not None else None,
         )
     assert report.run is not None
     return report.run
