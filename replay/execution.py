@@ -39,7 +39,9 @@ completions) cannot begin before they complete. Those dependencies are *wait* ed
 (the ``collectives`` level's ``compute`` gap, the ``ops`` level's ``untraced`` time) in which DDP's reducer
 hid its wait for the step's gradient buckets is a wait node too (:func:`_gap_waits`); where that completion
 was recorded just after the node ended (gloo's worker lags the work it completed), the model takes the
-node's end as the collective's end (``RankModel.end_clamp_rows``), so the replay stays exact.
+node's end as the collective's end (``RankModel.end_clamp_rows``), so the replay stays exact. A graph that
+holds only the trace's own dependencies (the ASTRA-sim export's) cuts a wait node only at the
+communication those name: :func:`recorded_wait_work_ns`.
 
 **Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
 transfer begins once every member has arrived; but a member of a rooted collective with a known root waits
@@ -279,6 +281,40 @@ def hidden_wait_edges(rt: RankTrace, m: RankModel) -> tuple[I32, I32]:
     (:attr:`RankModel.work_ns`) is what follows the completion."""
     hidden = host_time_rows(rt)[m.wait_dst]
     return m.wait_src[hidden], m.wait_dst[hidden]
+
+
+def recorded_waits(rt: RankTrace, m: RankModel) -> tuple[I64, I64]:
+    """The wait edges a graph of the trace's own dependencies holds, as sources (communication rows) and
+    dependants (wait nodes, :attr:`RankModel.is_wait`): each wait node's ``ctrl_deps``/``data_deps`` onto
+    communication nodes. A nested wait node's too: the model lets it follow its enclosing node, such a
+    graph runs it on its own. The model's other wait edges it infers (a ``batch_isend_irecv`` call's other
+    ops, a wait hidden in host time: :func:`_gap_waits`), or they are a synchronisation on GPU compute."""
+    owner = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
+    src = rt.dep_idx
+    keep = m.is_wait[owner] & type_mask(rt.node_type, COMM_NODE_TYPES)[src] & (src != owner)
+    return src[keep], owner[keep]
+
+
+def recorded_wait_work_ns(rt: RankTrace, m: RankModel) -> I64:
+    """Each row's work where only the trace's own dependencies hold it back (ASTRA-sim's graph): a wait
+    node's recorded duration after the latest completion of the communication its own dependencies name
+    (:func:`recorded_waits`), as :attr:`RankModel.work_ns` takes it over all its wait edges; every other
+    row's whole recorded duration. A wait the model infers is not cut: the graph does not hold it, and
+    would start the node early."""
+    end = rt.start_ns + rt.dur_ns
+    end[m.end_clamp_rows] = m.end_clamp_ns
+    return _work_after(*recorded_waits(rt, m), rt.start_ns, end, m.dur_ns)[0]
+
+
+def _work_after(ws: I32 | I64, wd: I32 | I64, start: I64, end: I64, dur: I64) -> tuple[I64, I64]:
+    """Per row, its work after the latest completion its wait edges ``ws -> wd`` name (within its recorded
+    span; its whole duration without one), and that completion (``_MIN`` without one)."""
+    done = np.full(dur.shape[0], _MIN, dtype=np.int64)
+    np.maximum.at(done, wd, end[ws])
+    rows = np.flatnonzero(done > _MIN)
+    work = dur.astype(np.int64, copy=True)
+    work[rows] = np.clip(end[rows] - np.maximum(done[rows], start[rows]), 0, dur[rows])
+    return work, done
 
 
 def nccl_kernel_rows(rt: RankTrace) -> B:
@@ -1310,11 +1346,7 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     work = rt.dur_ns.astype(np.int64, copy=False)  # the recorded durations, shared, where nothing waits
     after_wait = np.zeros(ls.size, dtype=np.bool_)
     if ws.size:
-        work = work.copy()
-        done = np.full(n, _MIN, dtype=np.int64)
-        np.maximum.at(done, wd, end[ws])
-        rows = np.flatnonzero(done > _MIN)
-        work[rows] = np.clip(end[rows] - np.maximum(done[rows], rt.start_ns[rows]), 0, rt.dur_ns[rows])
+        work, done = _work_after(ws, wd, rt.start_ns, end, rt.dur_ns)
         after_wait = (done[ls] > _MIN) & (rt.start_ns[ls] + loff > done[ls])
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True

@@ -23,15 +23,19 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   example system configuration, would use ``num_ops``/``tensor_size`` instead, kept where the source has
   them). ``duration_micros`` is the recorded duration rounded to the nearest microsecond (the exact
   nanoseconds stay in ``skl_dur_ns``); a node under half a microsecond runs for ASTRA-sim's minimum of
-  one nanosecond. A wait node (``wait_tensor``, ``Work.wait``) runs only for its recorded time after the
-  communication it depends on completed: ASTRA-sim starts it once that completes, and the time it spent
-  before was that communication's (with its whole duration the waiting counted twice: rank 0 of the
-  bundled tp example at 2 ranks finished at 575 ms on ASTRA-sim, at 379 ms in the replay, 374 ms now).
-  A host-time node (``untraced``, the ``compute`` gap) in which the replay's execution model infers a
-  hidden wait (DDP's reducer waiting for its buckets: :func:`hidden_waits`) runs only for its work after
-  that wait, and depends on the communication it waited for, so that ASTRA-sim models the wait where the
-  recording held it (whole, the recorded wait stood in for the modelled one: rank 1 of the bundled
-  ddp-compile example at 2 ranks finished at 142.5 ms on ASTRA-sim, at 135.7 ms in the replay, 135.0 ms now).
+  one nanosecond. What a wait node waits for is the replay's execution model's to say
+  (:mod:`skewlens.replay.execution`, "Wait nodes"; :func:`model_waits` reads it): a wait node
+  (``wait_tensor``, ``Work.wait``, a host row that synchronised on an NCCL kernel) runs only for its work
+  after the communication its own dependencies name completed: ASTRA-sim starts it once that completes,
+  and the time it spent before was that communication's (with its whole duration the waiting counted
+  twice: rank 0 of the bundled tp example at 2 ranks finished at 575 ms on ASTRA-sim, at 379 ms in the
+  replay, 374 ms now); a wait the model infers and the trace does not name (a batch's other ops) is not
+  cut, ASTRA-sim's graph not holding it, nor is a synchronisation on GPU compute. A host-time node
+  (``untraced``, the ``compute`` gap) in which the model infers a hidden wait (DDP's reducer waiting for
+  its buckets) runs only for its work after that wait, and depends on the communication it waited for, so
+  that ASTRA-sim models the wait where the recording held it (whole, the recorded wait stood in for the
+  modelled one: rank 1 of the bundled ddp-compile example at 2 ranks finished at 142.5 ms on ASTRA-sim, at
+  135.7 ms in the replay, 135.0 ms now).
   Communication is timed by ASTRA-sim's network model from ``comm_size``.
 - **collectives**: ASTRA-sim implements ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL, and
   replays BROADCAST for its recorded duration (without synchronising the members). The others are
@@ -97,9 +101,7 @@ from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import (
-    COMM_NODE_TYPES,
     PG_INIT_NODE_NAME,
-    WAIT_NODE_NAMES,
     Attr,
     CommType,
     NodeType,
@@ -416,9 +418,8 @@ class _Rank:
     """The rank's recorded step spans (start, end), aligned ns."""
     shared_sizes: Mapping[tuple[str, int], int] = field(default_factory=dict)
     """The message size of each all_to_all and scatter, by (group, instance): :func:`collective_sizes`."""
-    hidden_waits: Mapping[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
-    """By node id, the host-time nodes the execution model takes to have hidden a wait: their work after it
-    and the communication nodes they waited for (:func:`hidden_waits`)."""
+    waits: Mapping[int, _Wait] = field(default_factory=dict)
+    """By node id, the wait nodes ASTRA-sim runs only for their work after the wait (:func:`model_waits`)."""
 
 
 def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
@@ -456,25 +457,21 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         _count_dropped_time(et.nodes, attrs_of, dropped_host, ctx)
     _resolve_deps(et.nodes, dropped, counts)
     keys = {n.id: key for n, _a, key in _instances(et.nodes)}
-    comm_end = {
-        n.id: _start_ns(n, attrs_of[n.id]) + _dur_ns(n, attrs_of[n.id])
-        for n in et.nodes
-        if n.type in COMM_NODE_TYPES
-    }
     out: list[pb.Node] = []
     for n in et.nodes:
         if n.id in dropped:
             continue
         a = attrs_of[n.id]
-        hidden = ctx.hidden_waits.get(n.id)
-        if hidden is not None:
-            work, awaited = hidden
-            n.ctrl_deps.extend(d for d in awaited if d not in n.ctrl_deps and d not in n.data_deps)
+        wait = ctx.waits.get(n.id)
+        work = _dur_ns(n, a)
+        if wait is not None:
+            work = wait.work_ns
+            n.ctrl_deps.extend(d for d in wait.hidden if d not in n.ctrl_deps and d not in n.data_deps)
             counts.add(
                 "host-time nodes that hid a wait: only their time after the communication it waited for"
+                if wait.hidden
+                else "wait nodes: only their time after the communication they waited for"
             )
-        else:
-            work = _work_ns(n, a, comm_end, counts)
         n.duration_micros = (max(work, 0) + 500) // 1000
         was_cpu = a.get(Attr.IS_CPU_OP)
         if was_cpu is not False:
@@ -493,47 +490,48 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
     return out
 
 
-def _work_ns(
-    n: pb.Node,
-    a: Mapping[str, Any],
-    comm_end: Mapping[int, int],
-    counts: _Counts,
-) -> int:
-    """The time ASTRA-sim runs a node for: its recorded duration, but a wait node's (``wait_tensor``,
-    ``Work.wait``: :data:`~skewlens.profiler.vocab.WAIT_NODE_NAMES`) only from the recorded end of the
-    communication it waited for: ASTRA-sim starts it once that completes, and its time before was that
-    communication's (the replay's execution model reads it the same way)."""
-    dur = _dur_ns(n, a)
-    if n.type != NodeType.COMP or n.name not in WAIT_NODE_NAMES:
-        return dur
-    awaited = [comm_end[d] for d in (*n.ctrl_deps, *n.data_deps) if d in comm_end]
-    if not awaited:
-        return dur
-    work = min(dur, max(_start_ns(n, a) + dur - max(awaited), 0))
-    if work != dur:
-        counts.add("wait nodes: only their time after the communication they waited for")
-    return work
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """A wait node as ASTRA-sim runs it (:func:`model_waits`)."""
+
+    work_ns: int
+    """Its work after the communication it waited for."""
+    hidden: tuple[int, ...] = ()
+    """A host-time node's hidden wait: the ids of the communication nodes it waited for, which the trace
+    does not name (the export adds them to its dependencies)."""
 
 
-def hidden_waits(run: RunTrace) -> dict[int, dict[int, tuple[int, tuple[int, ...]]]]:
-    """Per rank, by node id, each host-time node (``untraced``, the ``compute`` gap) in which the replay's
-    execution model infers a hidden wait (DDP's reducer waiting for its buckets):
-    :func:`~skewlens.replay.execution.hidden_wait_edges`: its work after the wait
-    (:attr:`~skewlens.replay.execution.RankModel.work_ns`) and the ids of the communication nodes it waited
-    for. Its recorded duration holds the wait, which ASTRA-sim models: written whole, the recorded wait
-    would stand in for the modelled one. ``run``: loaded as ``skewlens check`` loads it, its errors
-    collected (:func:`_loaded`)."""
-    from skewlens.replay.execution import execution_model, hidden_wait_edges
+def model_waits(run: RunTrace) -> dict[int, dict[int, _Wait]]:
+    """Per rank, by node id, the nodes ASTRA-sim runs for only their work after the communication they
+    waited for, as the replay's execution model reads them (:mod:`skewlens.replay.execution`, "Wait
+    nodes"): ASTRA-sim starts such a node once that communication completes, and its recorded time before
+    was that communication's.
+
+    - a wait node whose trace names what it waited for: its work after the communication its own
+      dependencies name (:func:`~skewlens.replay.execution.recorded_wait_work_ns`), where that is less
+      than its recorded duration; a wait the model infers is not cut, ASTRA-sim's graph not holding it;
+    - a host-time node (``untraced``, the ``compute`` gap) in which the model infers a hidden wait (DDP's
+      reducer waiting for its buckets: :func:`~skewlens.replay.execution.hidden_wait_edges`): its work
+      after the wait (:attr:`~skewlens.replay.execution.RankModel.work_ns`), and the communication nodes
+      it waited for, which the export makes its dependencies: written whole, its recorded wait would
+      stand in for the one ASTRA-sim models.
+
+    ``run``: loaded as ``skewlens check`` loads it, its errors collected (:func:`_loaded`)."""
+    from skewlens.replay.execution import execution_model, hidden_wait_edges, recorded_wait_work_ns
 
     em = execution_model(run)
-    out: dict[int, dict[int, tuple[int, tuple[int, ...]]]] = {}
+    out: dict[int, dict[int, _Wait]] = {}
     for r, m in em.ranks.items():
         rt = run.ranks[r]
+        work = recorded_wait_work_ns(rt, m)
+        waits = {int(rt.node_id[i]): _Wait(int(work[i])) for i in (work != m.dur_ns).nonzero()[0].tolist()}
         src, dst = hidden_wait_edges(rt, m)
         awaited: dict[int, list[int]] = {}
         for s_, d_ in zip(src.tolist(), dst.tolist(), strict=True):
             awaited.setdefault(d_, []).append(int(rt.node_id[s_]))
-        out[r] = {int(rt.node_id[d]): (int(m.work_ns[d]), tuple(ss)) for d, ss in awaited.items()}
+        for d, ss in awaited.items():
+            waits[int(rt.node_id[d])] = _Wait(int(m.work_ns[d]), tuple(ss))
+        out[r] = waits
     return out
 
 
@@ -797,7 +795,7 @@ def export_astra_sim(
     counts = _Counts()
     nodes: dict[int, int] = {}
     shared_sizes = collective_sizes(files.files.values(), groups, world)
-    waits = hidden_waits(run)
+    waits = model_waits(run)
     del run  # not held while the ranks are rewritten
     with staging_dir(out) as tmp:
         with progress.task("writing ASTRA-sim traces", len(files.files)) as advance:
@@ -811,7 +809,7 @@ def export_astra_sim(
                     counts=counts,
                     steps=tuple((s.start_ns, s.end_ns) for s in manifest.steps if s.rank == r),
                     shared_sizes=shared_sizes,
-                    hidden_waits=waits.get(r, {}),
+                    waits=waits.get(r, {}),
                 )
                 rewritten = _rewrite_rank(ctx)
                 meta: dict[str, AttrValue] = {

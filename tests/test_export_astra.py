@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from chakra.schema.protobuf.et_def_pb2 import Node
 from chakra_reader import read_with_chakra
@@ -26,6 +27,7 @@ from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
 from skewlens.replay import export_astra
+from skewlens.replay.execution import execution_model, recorded_wait_work_ns
 from skewlens.replay.export_astra import (
     ASTRA_SUPPORTED,
     BARRIER_BYTES,
@@ -643,6 +645,98 @@ def test_a_wait_node_runs_only_for_its_time_after_the_collective_it_waited_for(t
             ("aten::add", 1000),
         ]
     assert res.changes["wait nodes: only their time after the communication they waited for"] == 2
+
+
+def test_each_wait_node_runs_for_the_execution_models_work_after_the_communication_its_trace_names(
+    tmp_path: Path,
+) -> None:
+    # one rank with GPU kernels, all three kinds of wait the execution model knows, host compute kept:
+    # - c10d::wait [1.1, 6.3) ms on the all_reduce [1, 6) its trace names: 0.3 ms after its completion;
+    # - aten::item [6.3, 8.3) ms, synchronised on add_kernel [2.6, 7.8) ms: the model's work is its 0.5 ms
+    #   after the kernel, but what it waited for is GPU compute, not communication: written whole;
+    # - c10d::wait [T+0.02, T+5.02) ms on a batch's send [T, T+0.03) ms: the model joins the batch, so it
+    #   waits for the batch's recv, which ends at T+5.01 ms (10 us of work); ASTRA-sim's graph holds only
+    #   the send, so only the time after the send is cut (4.99 ms): cut to 10 us it would start early
+    t = 8_300_000
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        h = rb.compute("aten::mm", MS, start_ns=0)
+        rb.compute("gemm", 2 * MS, start_ns=600_000, stream=7, deps=(h,), launch_ns=500_000)
+        k = rb.compute("add_kernel", 5_200_000, start_ns=2_600_000, stream=7, deps=(h,), launch_ns=900_000)
+        coll = rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=MS, stream=1000, deps=(h,))
+        w = rb.compute("c10d::wait", 5_200_000, start_ns=1_100_000, deps=(h, coll))
+        item = rb.compute("aten::item", 2 * MS, start_ns=6_300_000, deps=(w, k))
+        if r == 0:
+            s = rb.send(1, 4096, 30_000, start_ns=t, stream=2000, deps=(item,), batch=0)
+            rb.recv(1, 4096, 5 * MS, start_ns=t + 10_000, stream=2000, deps=(item,), batch=0)
+            rb.compute("c10d::wait", 5 * MS, start_ns=t + 20_000, deps=(item, s))
+        else:
+            g = rb.compute("fwd_bwd", 6 * MS, start_ns=t - 1_000_000, deps=(item,))
+            rb.recv(0, 4096, 20_000, start_ns=t + 5 * MS, stream=2000, deps=(g,), batch=0)
+            rb.send(0, 4096, 20_000, start_ns=t + 5 * MS + 5_000, stream=2000, deps=(g,), batch=0)
+    run_dir = b.write(tmp_path / "run")
+    res = export_astra_sim(run_dir, tmp_path / "astra", host_compute="npu")
+    run = load_run(run_dir)
+    em = execution_model(run)
+    for r in range(2):
+        rt, m = run.ranks[r], em.ranks[r]
+        work = recorded_wait_work_ns(rt, m)
+        _gm, nodes = read_with_chakra(res.traces[r])
+        written = {n.id: n.duration_micros for n in nodes}
+        row = {int(nid): i for i, nid in enumerate(rt.node_id.tolist())}
+        waits = np.flatnonzero(m.is_wait).tolist()
+        assert {rt.name(i) for i in waits} == {"c10d::wait", "aten::item"}
+        assert all(written[int(rt.node_id[i])] == (int(work[i]) + 500) // 1000 for i in waits)
+        others = set(written) - {int(rt.node_id[i]) for i in waits}
+        assert all(written[n] == (int(rt.dur_ns[row[n]]) + 500) // 1000 for n in others)
+        by_name = [(rt.name(i), written[int(rt.node_id[i])], int(m.work_ns[i])) for i in waits]
+        assert by_name[:2] == [("c10d::wait", 300, 300_000), ("aten::item", 2000, 500_000)]
+        assert by_name[2:] == ([("c10d::wait", 4990, 10_000)] if r == 0 else [])
+    assert res.changes["wait nodes: only their time after the communication they waited for"] == 3
+
+
+def _waits_on_an_all_reduce(tmp_path: Path, *, nested: bool = False, nccl: bool = False) -> dict[str, int]:
+    """Rank 0's compute nodes and their exported durations (µs): an all_reduce [1, 6) ms, and [1.1, 6.3) ms
+    blocked on it by a ``c10d::wait`` (inside a 6 ms ``aten::add`` where ``nested``) or, where ``nccl``
+    (the all_reduce an NCCL kernel), by a ``cudaStreamSynchronize``; host compute kept."""
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        h = rb.compute("aten::mm", MS, start_ns=0)
+        coll = rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=MS, stream=9, deps=(h,))
+        if nccl:
+            rb.nodes[-1] = dataclasses.replace(rb.nodes[-1], attrs={**rb.nodes[-1].attrs, HOST_OP: False})
+            rb.compute("gemm", MS, start_ns=200_000, stream=7, deps=(h,), launch_ns=100_000)
+        before = rb.compute("aten::add", 6 * MS, start_ns=1_050_000, deps=(h,)) if nested else h
+        name = "cudaStreamSynchronize" if nccl else "c10d::wait"
+        rb.compute(name, 5_200_000, start_ns=1_100_000, deps=(before, coll))
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra", host_compute="npu")
+    _gm, nodes = read_with_chakra(res.traces[0])
+    return {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP}
+
+
+def test_a_wait_nested_in_an_op_still_runs_only_after_the_collective_its_trace_names(tmp_path: Path) -> None:
+    # the execution model lets a nested node follow its enclosing one (no wait edges of its own); ASTRA-sim
+    # runs it on its own, after the all_reduce it depends on: its 4.9 ms before that were the all_reduce's
+    assert _waits_on_an_all_reduce(tmp_path, nested=True) == {
+        "aten::mm": 1000,
+        "aten::add": 6000,
+        "c10d::wait": 300,
+    }
+
+
+def test_a_host_row_synchronising_on_an_nccl_kernel_runs_only_after_the_collective_completed(
+    tmp_path: Path,
+) -> None:
+    # a host row's dependency on a GPU node is a synchronisation: the execution model makes it a wait node,
+    # and ASTRA-sim starts it once the all_reduce it depends on completes; written whole (5.2 ms, before),
+    # its 4.9 ms of waiting counted twice
+    assert _waits_on_an_all_reduce(tmp_path, nccl=True) == {
+        "aten::mm": 1000,
+        "gemm": 1000,
+        "cudaStreamSynchronize": 300,
+    }
 
 
 def test_an_empty_collective_and_an_empty_send_are_written_as_one_byte_which_astra_sim_completes(
