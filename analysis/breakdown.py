@@ -46,6 +46,7 @@ MEAN_PARTS = (
     "gpu compute",
     "gpu comm",
     "gpu comm overlap",
+    "gpu busy",
 )
 _WAIT = MEAN_PARTS.index("exposed wait")
 
@@ -75,6 +76,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
             np.concatenate([cov_gc.ends, ri.cov_gpu_comp.ends]),
         ).between(a, b)
         gpu_overlap = gpu_comm + gpu_comp - both
+        gpu_busy = ri.cov_gpu_busy.between(a, b)  # any op of any stream: the GPU is idle the rest
         for k, s in enumerate(keys):
             out.append(
                 StepBreakdownRecord(
@@ -91,6 +93,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     idle_ns=int(idle[k]),
                     gpu_comm_ns=int(gpu_comm[k]),
                     gpu_comm_overlap_ns=int(gpu_overlap[k]),
+                    gpu_busy_ns=int(gpu_busy[k]),
                     complete=s not in incomplete,
                 )
             )
@@ -207,6 +210,7 @@ def rank_means(records: Sequence[StepBreakdownRecord]) -> RankMeans:
                 b.gpu_compute_ns,
                 b.gpu_comm_ns,
                 b.gpu_comm_overlap_ns,
+                b.gpu_busy_ns,
             )
             for b in records
         ],

@@ -48,6 +48,7 @@ from skewlens.replay.execution import (
     compute_intervals,
     eager_send_rows,
     execution_model,
+    gpu_busy,
     gpu_compute_rows,
     latest_deps,
     model_ends,
@@ -121,6 +122,9 @@ class RankIndex:
     cov_gpu_comp: Coverage
     """Union of the GPU's compute kernels (``skewlens.replay.execution.gpu_compute_rows``: not NCCL
     kernels, copies or memsets), empty on a CPU rank: HTA's compute time."""
+    cov_gpu_busy: Coverage
+    """Union of every GPU op on every stream (``skewlens.replay.execution.gpu_busy``: kernels, NCCL kernels,
+    copies, memsets), empty on a CPU rank: the GPU's busy time, the complement of HTA's temporal idle."""
     cov_comm: Coverage
     """Union of the communication intervals: comm rows and wait nodes."""
     cov_wait_comp: Coverage
@@ -268,6 +272,7 @@ def build_index(run: RunTrace) -> RunIndex:
             cov_all=Coverage.of(*busy_intervals(rt, m, rt.start_ns, end)),
             cov_comp=Coverage.of(*compute_intervals(rt, m, rt.start_ns, end)),
             cov_gpu_comp=Coverage.of(rt.start_ns[gpu_comp], end[gpu_comp]),
+            cov_gpu_busy=gpu_busy(rt, m, rt.start_ns, end),
             cov_comm=Coverage.of(*comm_intervals(rt, m, rt.start_ns, end)),
             latest_dep=latest,
             latest_met_ns=latest_met,

@@ -114,6 +114,11 @@ class StepBreakdownRecord:
     gpu_comm_overlap_ns: int = 0
     """Of ``gpu_comm_ns``, the time GPU compute kernels ran too (``gpu_compute_ns``'s kernels): HTA's
     communication-computation overlap, GPU kernels only. Not a part of the step's sum."""
+    gpu_busy_ns: int = 0
+    """Time covered by any op of the GPU (union over all its streams of kernels, NCCL kernels, copies and
+    memsets), within this step; 0 on a CPU rank. The step less it is the time the whole GPU ran nothing
+    (HTA's temporal breakdown's idle, over the step rather than HTA's window). Not a part of the step's
+    sum."""
     complete: bool = True
     """False for a step some of whose communication is not in every trace (a flight recorder lost
     collectives, declared in the manifest's ``lost_collectives``, or a rank stopped inside the step): that

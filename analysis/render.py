@@ -274,7 +274,7 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     # a GPU run also gets its kernels' own compute (HTA's), which the host operators' time hides in compute
     gpu = any(b.gpu_compute_ns for b in result.breakdown)
     if gpu:
-        cols += ["GPU kernels", "GPU comm", "hidden"]
+        cols += ["GPU kernels", "GPU comm", "hidden", "GPU idle"]
     for c in cols:
         t.add_column(c, justify="right")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
@@ -285,15 +285,17 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
         notes.append(
             "compute: host operators or GPU kernels running; GPU kernels: compute kernels alone (no NCCL, "
             "copies, memsets), as HTA counts compute; GPU comm: communication on the GPU, hidden: the part "
-            "of it under compute kernels (HTA's overlap); wait + transfer: communication not under compute"
+            "of it under compute kernels (HTA's overlap); GPU idle: no stream of the GPU ran anything (HTA's "
+            "idle); wait + transfer: communication not under compute"
         )
     if notes:
         t.caption = "\n".join(notes)
     for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
-        cells = [_ms(v) for v in means[: len(cols) - 2]]
-        if gpu:  # the last column: the share of the GPU's communication under its compute kernels
+        cells = [_ms(v) for v in means[: MEAN_PARTS.index("gpu comm overlap") if gpu else len(cols) - 2]]
+        if gpu:  # the share of the GPU's communication under its compute kernels, and the GPU's idle time
             comm, hidden = means[MEAN_PARTS.index("gpu comm")], means[MEAN_PARTS.index("gpu comm overlap")]
-            cells[-1] = f"{100 * hidden / comm:.0f}%" if comm > 0 else "-"
+            cells.append(f"{100 * hidden / comm:.0f}%" if comm > 0 else "-")
+            cells.append(_ms(means[MEAN_PARTS.index("step")] - means[MEAN_PARTS.index("gpu busy")]))
         t.add_row(str(r), str(n), *cells)
     return t
 

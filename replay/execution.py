@@ -378,6 +378,20 @@ def start_heads(m: RankModel) -> B:
     return ~m.has_start_deps & m.valid & (m.parent < 0)
 
 
+def gpu_op_rows(rt: RankTrace, m: RankModel) -> npt.NDArray[np.int64]:
+    """A rank's GPU ops, every stream's (kernels, NCCL kernels, copies, memsets, collectives and p2p ops on a
+    GPU stream): its valid rows off the host, as row numbers. Their union is the GPU's busy time (HTA's
+    temporal breakdown's time that is not idle): :func:`gpu_busy`."""
+    return np.flatnonzero(~rt.is_cpu & m.valid)
+
+
+def gpu_busy(rt: RankTrace, m: RankModel, start: I64, end: I64) -> Coverage:
+    """The time any stream of the rank's GPU ran an op (:func:`gpu_op_rows`), given each row's ``start``
+    and ``end`` (recorded, or replayed)."""
+    gpu = gpu_op_rows(rt, m)
+    return Coverage.of(start[gpu].astype(np.int64), end[gpu].astype(np.int64))
+
+
 def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
     """Per row: a GPU row among :func:`compute_rows` that is a kernel, not a copy or memset
     (:func:`~skewlens.profiler.vocab.names_gpu_memory_op`): the GPU's compute as HTA counts it."""
@@ -499,7 +513,7 @@ def idle_stretches(
 
 def _gpu_streams(rt: RankTrace, m: RankModel, start: I64) -> dict[int, npt.NDArray[np.int64]]:
     """Each GPU stream's rows, by start."""
-    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
+    gpu = gpu_op_rows(rt, m)
     out = {}
     for sid in np.unique(rt.stream[gpu]).tolist():
         rows = gpu[rt.stream[gpu] == sid]
@@ -561,8 +575,7 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
     window's length less the stream's busy time. The pieces themselves: :func:`idle_stretches`."""
     deps = (*latest_deps(m, start, end), comm_rows(rt))
     kernels = gpu_compute_rows(rt, m)
-    gpu = np.flatnonzero(~rt.is_cpu & m.valid)
-    gpu_busy = Coverage.of(start[gpu].astype(np.int64), end[gpu].astype(np.int64))
+    busy = gpu_busy(rt, m, start, end)
     launch_ns = rt.launch_ns
     out = []
     for sid, rows in _gpu_streams(rt, m, start).items():
@@ -587,7 +600,7 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
                 compute=Coverage.of(start[comp].astype(np.int64), end[comp].astype(np.int64)).between(a, b),
                 ops=(np.searchsorted(st, b) - np.searchsorted(st, a)).astype(np.int64),
                 parts=tuple(parts),
-                queued=_uncovered(pieces.lo[queued], pieces.hi[queued], gpu_busy, a, b),
+                queued=_uncovered(pieces.lo[queued], pieces.hi[queued], busy, a, b),
             )
         )
     return out

@@ -14,7 +14,7 @@ from rich.console import Console
 from skewlens.analysis.api import analyze_run
 from skewlens.analysis.gpu_idle import StreamMeans, compute_streams, most_idle
 from skewlens.analysis.plots import gpu_idle_bars, gpu_idle_bars_data
-from skewlens.analysis.render import gpu_idle_table
+from skewlens.analysis.render import breakdown_table, gpu_idle_table
 from skewlens.cli import main
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
@@ -269,6 +269,28 @@ def test_a_replay_summary_written_before_the_gpu_columns_reads_with_them_null(tm
     assert got == [{**dataclasses.asdict(row), **dict.fromkeys(gpu)}]
 
 
+def test_a_step_breakdown_written_before_the_gpu_busy_column_reads_with_it_null(tmp_path: Path) -> None:
+    from skewlens.analysis.records import StepBreakdownRecord
+    from skewlens.profiler.store.schema import META_TABLE, META_VERSION, table_from_records, write_table
+
+    row = StepBreakdownRecord(
+        rank=0, step=1, start_ns=0, end_ns=10, step_ns=10, compute_ns=5, exposed_wait_ns=0,
+        exposed_transfer_ns=0, overlapped_comm_ns=0, gpu_compute_ns=4, idle_ns=5, gpu_comm_ns=2,
+        gpu_comm_overlap_ns=1, gpu_busy_ns=6,
+    )  # fmt: skip
+    current = table_from_records(StepBreakdownRecord, [row], "step_breakdown")
+    assert read_table(write_table(current, tmp_path / "v9.parquet"), StepBreakdownRecord).to_pylist() == [
+        dataclasses.asdict(row)
+    ]
+    old = current.drop_columns(["gpu_busy_ns"])
+    meta = {META_VERSION: b"8", META_TABLE: b"step_breakdown"}
+    f = write_table(old.replace_schema_metadata(meta), tmp_path / "v8.parquet")
+    got = read_table(f, StepBreakdownRecord).to_pylist()
+    assert got == [{**dataclasses.asdict(row), "gpu_busy_ns": None}]
+    picked = read_table(f, StepBreakdownRecord, columns=["step", "gpu_busy_ns"])
+    assert picked.to_pylist() == [{"step": 1, "gpu_busy_ns": None}]
+
+
 @pytest.mark.parametrize(("device", "host_x", "gpu_x"), [("gpu", 1, 2), ("host", 2, 1), ("any", 2, 2)])
 def test_a_slowdown_on_the_gpu_or_the_host_scales_only_that_sides_ops(
     tmp_path: Path, device: str, host_x: int, gpu_x: int
@@ -407,6 +429,52 @@ def test_the_breakdown_gives_the_gpus_communication_and_the_part_of_it_under_com
     # the NCCL kernel 600-800 us; compute kernels then: mul 555-655 (add ended at 550, div starts at 810)
     assert (b.gpu_comm_ns, b.gpu_comm_overlap_ns) == (200 * US, 55 * US)
     assert b.gpu_compute_ns == (530 + 100 + 50) * US  # 20-550 (gemm, add, relu inside it), mul, div
+
+
+def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and_memsets_included(
+    tmp_path: Path,
+) -> None:
+    path = _write_trace(tmp_path / "trace.json")
+    doc = json.loads(path.read_text())
+    evs = doc["traceEvents"]
+
+    def host(name: str, ts: int, dur: int, **args: Any) -> None:
+        evs.append({"ph": "X", "cat": args.pop("cat"), "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                    "args": args})  # fmt: skip
+
+    def gpu(cat: str, name: str, stream: int, ts: int, dur: int, corr: int) -> None:
+        args = {"device": 0, "stream": stream, "correlation": corr}
+        evs.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                    "args": args})  # fmt: skip
+
+    # a copy on stream 9 at 545-560 (over add's end at 550 and mul's start at 555: the GPU's gap 550-555 is
+    # filled) and a memset on stream 7 at 900-920, after every other op
+    host("aten::copy_", 500, 10, cat="cpu_op", **{"External id": 200})
+    host("cudaMemcpyAsync", 502, 2, cat="cuda_runtime", correlation=200)
+    gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 9, 545, 15, 200)
+    host("aten::zero_", 690, 10, cat="cpu_op", **{"External id": 201})
+    host("cudaMemsetAsync", 692, 2, cat="cuda_runtime", correlation=201)
+    gpu("gpu_memset", "Memset (Device)", 7, 900, 20, 201)
+    path.write_text(json.dumps(doc))
+    import_traces([path], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    (b,) = res.breakdown
+    # the ops of streams 7, 8, 9 and 20 (NCCL) cover 20-800 (gemm 20-120, add 50-550, copy 545-560, mul
+    # 555-655, the NCCL kernel 600-800), div 810-860 and the memset 900-920; the GPU ran nothing 0-20,
+    # 800-810, 860-900 and 920-1000
+    assert b.gpu_busy_ns == (780 + 50 + 20) * US
+    assert b.step_ns - b.gpu_busy_ns == (20 + 10 + 40 + 80) * US
+    assert b.gpu_compute_ns == (530 + 100 + 50) * US  # copies and memsets are not compute
+    # no stream alone was that busy: the busy time is the union over streams, not any stream's
+    assert max(g.busy_ns for g in res.gpu_idle) < b.gpu_busy_ns
+    # the report gives the GPU's idle time per step (ms), as HTA's temporal breakdown counts idle
+    console = Console(width=200, record=True)
+    console.print(breakdown_table(res))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "GPU idle" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][-2:] == ["hidden", "GPU idle"]
+    row = next(line for line in text.splitlines() if line.strip().startswith("│    0"))
+    assert [c.strip() for c in row.strip("│ ").split("│")][-1] == "0.15"
 
 
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:

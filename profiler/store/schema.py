@@ -33,8 +33,9 @@ from skewlens.profiler.errors import SkewlensError
 #: replay's ``summary.exposed_comm_ns`` is ``exposed_wait_ns`` and ``exposed_transfer_ns``, the breakdown's;
 #: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
-#: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``).
-SCHEMA_VERSION = "8"
+#: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
+#: ``step_breakdown.gpu_busy_ns``).
+SCHEMA_VERSION = "9"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -58,6 +59,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     },
     7: {"gpu_idle": ("queued_idle_ns",)},
     8: {"nodes": ("launch_ns", "launched_in"), "timeline": ("launch_ns", "launched_in")},
+    9: {"step_breakdown": ("gpu_busy_ns",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
