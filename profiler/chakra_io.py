@@ -30,7 +30,7 @@ from skewlens.profiler.atomic import FILE_MODE, why_not_created
 from skewlens.profiler.bounded import read_bytes_bounded
 from skewlens.profiler.errors import TraceFormatError
 from skewlens.profiler.manifest import ProcessGroupInfo
-from skewlens.profiler.vocab import ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
+from skewlens.profiler.vocab import CHAKRA_INT32_ATTRS, ET_SCHEMA, PG_INIT_NODE_NAME, Attr, NodeType
 
 #: Largest single message we accept (a node with huge shape strings is still far below this).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -48,6 +48,7 @@ EMPTY_NODE = "empty node message (zero bytes: no id, no type)"
 CHAKRA_VERSION = "0.0.4"
 
 AttrValue = bool | int | float | str | Sequence[int] | Sequence[str]
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +116,9 @@ def _attr(name: str, value: AttrValue) -> pb.AttributeProto:
     a = pb.AttributeProto(name=name)
     if isinstance(value, bool):
         a.bool_val = value
+    elif isinstance(value, int) and name in CHAKRA_INT32_ATTRS and _INT32_MIN <= value <= _INT32_MAX:
+        a.int32_val = value  # as Chakra's feeder reads them (a value past int32 stays an int64: no rank or
+        # tag torch issues is one; the loader refuses such a comm_src / comm_dst as a bad attribute)
     elif isinstance(value, int):
         a.int64_val = value
     elif isinstance(value, float):

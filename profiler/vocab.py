@@ -60,9 +60,9 @@ class Attr(StrEnum):
     # Chakra's own names
     COMM_TYPE = "comm_type"  # int64, CommType
     COMM_SIZE = "comm_size"  # int64, bytes moved by this rank's call (numel x element size)
-    COMM_SRC = "comm_src"  # int64, global rank of the sender (send/recv nodes; a broadcast or scatter's root)
-    COMM_DST = "comm_dst"  # int64, global rank of the receiver (send/recv nodes; a reduce or gather's root)
-    COMM_TAG = "comm_tag"  # int64
+    COMM_SRC = "comm_src"  # int32, global rank of the sender (send/recv nodes; a broadcast or scatter's root)
+    COMM_DST = "comm_dst"  # int32, global rank of the receiver (send/recv nodes; a reduce or gather's root)
+    COMM_TAG = "comm_tag"  # int32
     PG_NAME = "pg_name"  # string, process group name
     IS_CPU_OP = "is_cpu_op"  # bool
     STREAM = "stream"  # int64, CUDA stream or host thread id (as Chakra's converter writes it)
@@ -121,6 +121,11 @@ class Attr(StrEnum):
 #   its ctrl dep on a GPU node is the **event wait** of its NCCL kernel (NCCL's stream waits for the
 #   stream current at the call): its transfer, not the call, waits for that node.
 
+
+#: Chakra attributes whose value is an ``int32_val``, not the ``int64_val`` every other integer is written
+#: as: Chakra's feeder (``src/feeder/et_feeder_node.cpp``, which ASTRA-sim builds on) reads these three with
+#: ``attr.int32_val()``, which is 0 for a value written as ``int64_val``.
+CHAKRA_INT32_ATTRS = frozenset({Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG})
 
 #: Name of the METADATA node that lists process groups, as PyTorch host traces name it.
 PG_INIT_NODE_NAME = "## process_group:init ##"

@@ -98,3 +98,27 @@ def test_a_gpu_comm_node_is_not_a_host_op_for_either_decoder(tmp_path: Path) -> 
     for decoder in ("vectorised", "reference"):
         rt = load_rank(path, 0, [], {}, decoder=decoder)
         assert rt.is_cpu.tolist() == [True, False], decoder
+
+
+def test_p2p_peers_and_tag_are_int32_values_as_chakras_feeder_reads_them_and_load_the_same(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(2)
+    b.rank(1).step(1).send(0, 256, 50, tag=9)
+    b.rank(0).step(1).recv(1, 256, 50, tag=9)
+    run = b.write(tmp_path / "run")
+    for r, kind in ((1, NodeType.COMM_SEND), (0, NodeType.COMM_RECV)):
+        _gm, nodes = read_with_chakra(rank_file(run, r))
+        (p2p,) = [n for n in nodes if n.type == kind]
+        # Chakra's et_feeder_node.cpp: comm_src_ = attr.int32_val() (0 for a value written as int64_val)
+        peers = {a.name: (a.WhichOneof("value"), a.int32_val) for a in p2p.attr if a.name.startswith("comm_")}
+        assert {k: peers[k] for k in ("comm_src", "comm_dst", "comm_tag")} == {
+            "comm_src": ("int32_val", 1),
+            "comm_dst": ("int32_val", 0),
+            "comm_tag": ("int32_val", 9),
+        }
+        assert peers["comm_size"][0] == "int64_val"  # as Chakra's converter writes it
+        for decoder in ("vectorised", "reference"):
+            rt = load_rank(rank_file(run, r), r, [], {}, decoder=decoder)
+            row = rt.node_type.tolist().index(int(kind))
+            assert (rt.src[row], rt.dst[row], rt.tag[row]) == (1, 0, 9), decoder

@@ -789,3 +789,16 @@ def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_re
         res.changes["host-time nodes that hid a wait: only their time after the communication it waited for"]
         == 2
     )
+
+
+def test_exported_p2p_peers_and_tags_are_the_int32_values_astra_sims_feeder_reads(exported) -> None:
+    run, res = exported
+    for r in range(WORLD):
+        src = {n.id: node_attrs(n) for n in read_et(rank_file(run, r)).nodes}
+        _gm, nodes = read_with_chakra(res.traces[r])
+        p2p = [n for n in nodes if n.type in (NodeType.COMM_SEND, NodeType.COMM_RECV)]
+        assert len(p2p) == 2
+        for n in p2p:
+            got = {a.name: (a.WhichOneof("value"), a.int32_val) for a in n.attr}
+            for k in (Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG):
+                assert got[k] == ("int32_val", src[n.id][k])
