@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+from chakra.schema.protobuf import et_def_pb2 as chakra_pb
 from chakra.schema.protobuf.et_def_pb2 import Node
+from chakra.src.third_party.utils.protolib import encodeMessage
 from chakra_reader import read_with_chakra
 
 from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, write_et
@@ -122,3 +125,33 @@ def test_p2p_peers_and_tag_are_int32_values_as_chakras_feeder_reads_them_and_loa
             rt = load_rank(rank_file(run, r), r, [], {}, decoder=decoder)
             row = rt.node_type.tolist().index(int(kind))
             assert (rt.src[row], rt.dst[row], rt.tag[row]) == (1, 0, 9), decoder
+
+
+def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path: Path) -> None:
+    groups = [
+        {"pg_name": name, "pg_desc": desc, "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}
+        for name, desc in (("0", "default_pg"), ("1", "undefined"))
+    ]
+    for r in (0, 1):
+        with (tmp_path / f"trace.{r}.et").open("wb") as fh:
+            encodeMessage(fh, chakra_pb.GlobalMetadata())
+            meta = chakra_pb.Node(id=2, name="## process_group:init ##", type=chakra_pb.METADATA_NODE)
+            # pytorch_converter.py: protobuf_node.inputs.values = str(json_node.inputs["values"])
+            meta.inputs.values = str([json.dumps(groups)])
+            encodeMessage(fh, meta)
+            coll = chakra_pb.Node(id=3, name="ncclKernel_AllReduce", type=chakra_pb.COMM_COLL_NODE)
+            coll.attr.extend(
+                [
+                    chakra_pb.AttributeProto(name="is_cpu_op", bool_val=False),
+                    chakra_pb.AttributeProto(name="comm_type", int64_val=chakra_pb.ALL_REDUCE),
+                    chakra_pb.AttributeProto(name="comm_size", int64_val=1024),
+                    chakra_pb.AttributeProto(name="pg_name", string_val="1"),
+                ]
+            )
+            encodeMessage(fh, coll)
+    run = load_run(tmp_path)
+    assert {k: (g.ranks, g.desc) for k, g in run.process_groups.items()} == {
+        "0": ((0, 1), "default_pg"),
+        "1": ((0, 1), "undefined"),
+    }
+    assert [c.pg_name for c in run.collectives] == ["1"]

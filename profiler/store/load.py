@@ -898,7 +898,8 @@ def load_rank(
 
 
 def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
-    """Process groups from a ``## process_group:init ##`` metadata node (PyTorch's JSON list form)."""
+    """Process groups from a ``## process_group:init ##`` metadata node (PyTorch's JSON list form, bare, in a
+    JSON list or in the Python-printed list Chakra's converter writes)."""
     try:
         return dict(_parse_pg_init(values))
     except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
@@ -911,6 +912,10 @@ def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
 def _parse_pg_init(values: str) -> tuple[tuple[str, ProcessGroupInfo], ...]:
     # every rank of a run carries the same node: parsed once per load, not once per rank (a world group of
     # 1,024 ranks in each of 1,024 files is a million integers); failures are not cached
+    if values.startswith("['") and values.endswith("']"):
+        # Chakra's converter writes the host trace's list as Python prints it (``str(["[{...}]"])``): the JSON
+        # string inside, read as ASTRA-sim reads it (the two characters at each end dropped)
+        values = values[2:-2]
     data = json.loads(values) if values else []
     if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
         data = json.loads(data[0])  # PyTorch host ETs wrap the JSON string in a list
