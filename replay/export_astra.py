@@ -54,6 +54,9 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   a message to its receive by size, so members of an uneven all_to_all (or an imported scatter's root)
   would otherwise never complete, and a captured scatter's piece would move ``1/p`` of what its root sent.
   An empty message is written as :data:`MIN_COMM_BYTES`.
+- **dependencies**: all in ``data_deps`` (``ctrl_deps`` empty), where Chakra's converter writes what a
+  node waits for: Chakra's own feeder (``src/feeder``) follows only ``data_deps``, and would issue a node
+  whose order is in ``ctrl_deps`` at once; ASTRA-sim's ``feeder_v3`` follows both lists alike.
 - **p2p**: ``COMM_SEND``/``COMM_RECV`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and ``comm_size``
   (global ranks: ASTRA-sim's NPU ids), as recorded.
 - **groups**: ASTRA-sim keys communicator groups by integer; ``"0"`` (or no ``pg_name``) is the group of
@@ -481,6 +484,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
             _rewrite_collective(n, a, ctx, keys[n.id])
         elif n.type in _P2P:
             _rewrite_p2p(n, a, ctx)
+        _as_data_deps(n)
         out.append(n)
     if not out:
         idle = pb.Node(id=max(seen, default=-1) + 1, name="skl_idle", type=int(NodeType.COMP))
@@ -488,6 +492,15 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         out.append(idle)
         counts.add("empty ranks given one idle node")
     return out
+
+
+def _as_data_deps(n: pb.Node) -> None:
+    """Every dependency of ``n`` as a data dependency: Chakra's own feeder (``src/feeder/et_feeder.cpp``)
+    follows only ``data_deps``, ASTRA-sim's ``feeder_v3`` both lists alike."""
+    deps = list(dict.fromkeys([*n.data_deps, *n.ctrl_deps]))
+    del n.ctrl_deps[:]
+    del n.data_deps[:]
+    n.data_deps.extend(deps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,7 +167,18 @@ def test_sizes_peers_tags_groups_and_durations_are_those_of_the_source(exported)
                     assert a[k] == sa[k]
         # the first compute node depended on the metadata node (id 0), which had no dependency itself
         first = next(n for n in nodes if n.name == "aten::mm")
-        assert 0 in src[first.id].ctrl_deps and list(first.ctrl_deps) == []
+        assert 0 in src[first.id].ctrl_deps and list(first.ctrl_deps) == list(first.data_deps) == []
+
+
+def test_every_dependency_is_a_data_dependency_as_chakras_own_feeder_follows_only_those(exported) -> None:
+    run, res = exported
+    for r in range(WORLD):
+        src = {n.id: n for n in read_et(rank_file(run, r)).nodes}
+        _gm, nodes = read_with_chakra(res.traces[r])
+        assert sum(len(n.data_deps) for n in nodes) > len(nodes) // 2
+        for n in nodes:
+            assert list(n.ctrl_deps) == []
+            assert set(n.data_deps) == {*src[n.id].ctrl_deps, *src[n.id].data_deps} - {0}  # 0: metadata
 
 
 def test_the_comm_group_file_lists_exactly_each_sub_groups_members(exported) -> None:
@@ -229,7 +240,7 @@ def test_without_strict_a_dangling_dependency_is_dropped_and_counted(tmp_path: P
         export_astra_sim(run, tmp_path / "astra")
     res = export_astra_sim(run, tmp_path / "astra", strict=False)
     _gm, nodes = read_with_chakra(res.traces[0])
-    assert [list(n.ctrl_deps) for n in nodes] == [[], [1]]
+    assert [(list(n.ctrl_deps), list(n.data_deps)) for n in nodes] == [([], []), ([], [1])]
     assert res.changes["dangling dependencies dropped"] == 1
 
 
@@ -351,8 +362,10 @@ def test_on_a_rank_with_gpu_kernels_host_compute_is_dropped_and_its_order_kept(t
     _gm, nodes = read_with_chakra(res.traces[0])
     by_id = {n.id: n for n in nodes}
     assert sorted(by_id) == [2, 4]
-    assert list(by_id[2].ctrl_deps) == [] and list(by_id[4].ctrl_deps) == [2]
-    assert list(by_id[4].data_deps) == []  # host 3 depended only on host 1, which depended on metadata
+    # kernel 4's ctrl dep 2 is kept, as a data dep; its data dep, host 3, depended only on host 1, which
+    # depended on the metadata node: all three dropped
+    assert list(by_id[2].data_deps) == [] and list(by_id[4].data_deps) == [2]
+    assert list(by_id[4].ctrl_deps) == []
     assert all(_attrs(n)[Attr.IS_CPU_OP] is False and HOST_OP not in _attrs(n) for n in nodes)
     npu = export_astra_sim(run, tmp_path / "astra-npu", host_compute="npu")
     _gm, nodes = read_with_chakra(npu.traces[0])
@@ -383,7 +396,7 @@ def test_a_kernel_keeps_its_order_through_a_chain_of_dropped_host_nodes_one_with
     )
     res = export_astra_sim(run, tmp_path / "astra")
     _gm, out = read_with_chakra(res.traces[0])
-    assert [(n.id, list(n.ctrl_deps)) for n in out] == [(1, []), (4, [1])]
+    assert [(n.id, list(n.data_deps)) for n in out] == [(1, []), (4, [1])]
 
 
 def test_memory_loads_and_stores_are_compute_of_their_recorded_duration(tmp_path: Path) -> None:
@@ -784,7 +797,7 @@ def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_re
         _gm, nodes = read_with_chakra(res.traces[r])
         tail = [n for n in nodes if n.type == NodeType.COMP][-1]
         assert tail.duration_micros == 5000  # the replay's work after the wait (RankModel.work_ns)
-        assert coll[r] in tail.ctrl_deps  # ASTRA-sim starts it once the all_reduce completes
+        assert coll[r] in tail.data_deps  # ASTRA-sim starts it once the all_reduce completes
     assert (
         res.changes["host-time nodes that hid a wait: only their time after the communication it waited for"]
         == 2
