@@ -155,3 +155,16 @@ def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path:
         "1": ((0, 1), "undefined"),
     }
     assert [c.pg_name for c in run.collectives] == ["1"]
+
+
+def test_a_tag_past_int32_stays_an_int64_value_and_loads_whole(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    b.rank(0).step(1).send(1, 8, 5, tag=1 << 40)
+    path = rank_file(b.write(tmp_path / "run"), 0)
+    _gm, nodes = read_with_chakra(path)
+    (send,) = [n for n in nodes if n.type == NodeType.COMM_SEND]
+    kinds = {a.name: a.WhichOneof("value") for a in send.attr}
+    assert [kinds[k] for k in ("comm_src", "comm_dst", "comm_tag")] == ["int32_val", "int32_val", "int64_val"]
+    for decoder in ("vectorised", "reference"):
+        rt = load_rank(path, 0, [], {}, decoder=decoder)
+        assert rt.tag[rt.node_type == NodeType.COMM_SEND].tolist() == [1 << 40], decoder
