@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -142,6 +142,13 @@ class ProcessGroupInfo:
     """Description (``default_pg``, ``tp``, ...)."""
     backend: str = ""
     """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``)."""
+
+
+def with_world_ranks(groups: Mapping[str, ProcessGroupInfo], world_size: int) -> dict[str, ProcessGroupInfo]:
+    """``groups`` with an empty rank list read as every rank of the world: PyTorch's execution-trace
+    observer (``## process_group:init ##``, ``_World.pg_config_info``) lists no ranks for a group that
+    spans the whole world."""
+    return {name: g if g.ranks else replace(g, ranks=tuple(range(world_size))) for name, g in groups.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

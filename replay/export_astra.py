@@ -101,7 +101,7 @@ from skewlens.profiler.chakra_io import (
     set_attr,
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import ProcessGroupInfo, with_world_ranks
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import (
     PG_INIT_NODE_NAME,
@@ -800,7 +800,7 @@ def export_astra_sim(
                     if g.name not in names:
                         listed.append(g)
                         names.add(g.name)
-    groups = astra_groups(listed, world)
+    groups = astra_groups(with_world_ranks({g.name: g for g in listed}, world).values(), world)
 
     out = Path(out_dir)
     check_replaceable(out, marker=EXPORT_FILE, fmt=EXPORT_FORMAT, what="ASTRA-sim export")

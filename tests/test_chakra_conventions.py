@@ -19,6 +19,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.load import load_rank
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.replay.export_astra import export_astra_sim
 
 COMM = (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV)
 
@@ -127,11 +128,10 @@ def test_p2p_peers_and_tag_are_int32_values_as_chakras_feeder_reads_them_and_loa
             assert (rt.src[row], rt.dst[row], rt.tag[row]) == (1, 0, 9), decoder
 
 
-def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path: Path) -> None:
-    groups = [
-        {"pg_name": name, "pg_desc": desc, "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}
-        for name, desc in (("0", "default_pg"), ("1", "undefined"))
-    ]
+def _converter_trace(tmp_path: Path, groups: list[dict[str, object]]) -> Path:
+    """Two ranks as Chakra's converter writes a PyTorch host trace: the process-group node, then one
+    all_reduce on group "1"."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for r in (0, 1):
         with (tmp_path / f"trace.{r}.et").open("wb") as fh:
             encodeMessage(fh, chakra_pb.GlobalMetadata())
@@ -149,12 +149,34 @@ def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path:
                 ]
             )
             encodeMessage(fh, coll)
-    run = load_run(tmp_path)
+    return tmp_path
+
+
+def _pg(name: str, desc: str, ranks: list[int]) -> dict[str, object]:
+    return {"pg_name": name, "pg_desc": desc, "backend_config": "cuda:nccl", "ranks": ranks, "group_size": 2}
+
+
+def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path: Path) -> None:
+    run = load_run(
+        _converter_trace(tmp_path, [_pg("0", "default_pg", [0, 1]), _pg("1", "undefined", [0, 1])])
+    )
     assert {k: (g.ranks, g.desc) for k, g in run.process_groups.items()} == {
         "0": ((0, 1), "default_pg"),
         "1": ((0, 1), "undefined"),
     }
     assert [c.pg_name for c in run.collectives] == ["1"]
+
+
+def test_a_group_pytorch_lists_with_no_ranks_spans_the_world_in_the_load_and_the_astra_sim_export(
+    tmp_path: Path,
+) -> None:
+    # torch's execution-trace observer (_World.pg_config_info) writes "ranks": [] for a group of every rank
+    run_dir = _converter_trace(tmp_path / "run", [_pg("0", "default_pg", []), _pg("1", "undefined", [])])
+    run = load_run(run_dir)
+    assert {k: g.ranks for k, g in run.process_groups.items()} == {"0": (0, 1), "1": (0, 1)}
+    assert [(c.pg_name, c.ranks) for c in run.collectives] == [("1", (0, 1))]
+    export_astra_sim(run_dir, tmp_path / "astra")
+    assert json.loads((tmp_path / "astra" / "comm_groups.json").read_text()) == {"1": [0, 1]}
 
 
 def test_a_tag_past_int32_stays_an_int64_value_and_loads_whole(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from skewlens.profiler.manifest import (
     StepWindow,
     rank_file,
     rank_note_key,
+    with_world_ranks,
     write_manifest,
 )
 from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
@@ -129,9 +130,7 @@ def _groups(
         groups[DEFAULT_PG] = ProcessGroupInfo(
             name=DEFAULT_PG, ranks=tuple(range(ws)), desc="default_pg", backend=backend
         )
-    for name, g in groups.items():
-        if not g.ranks:  # PyTorch lists no ranks for a group spanning the whole world
-            groups[name] = dataclasses.replace(g, ranks=tuple(range(ws)))
+    groups = with_world_ranks(groups, ws)
     unknown = sorted(used - set(groups))
     if unknown:
         raise TraceImportError(

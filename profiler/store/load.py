@@ -52,6 +52,7 @@ from skewlens.profiler.manifest import (
     ProcessGroupInfo,
     rank_file,
     read_manifest,
+    with_world_ranks,
 )
 from skewlens.profiler.store import colcache
 from skewlens.profiler.store.fast import (
@@ -1120,7 +1121,10 @@ def load_run(
             files, pg_names, pg_found, sink, progress=progress, left_out=left_out, decoder=decoder
         )
     }
-    groups = {**pg_found, **{g.name: g for g in manifest.process_groups}}
+    # a group PyTorch lists with no ranks spans the world
+    groups = with_world_ranks(
+        {**pg_found, **{g.name: g for g in manifest.process_groups}}, manifest.world_size
+    )
     world = tuple(range(manifest.world_size))
     for rt in ranks.values():
         assign_defaults(rt, pg_names, groups, world)
