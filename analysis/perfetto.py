@@ -225,9 +225,11 @@ def write_perfetto(
     max_events: int = DEFAULT_MAX_EVENTS,
     on_note: Callable[[str], object] | None = None,
     workers: int | None = None,
+    write_all: str = f"{MAX_EVENTS_OPTION} 0",
 ) -> Path:
     """Write the trace JSON (streamed, atomically). At most ``max_events`` nodes (0: all); when some
-    were left out, ``on_note`` is given the line that says what."""
+    were left out, ``on_note`` is given the line that says what, and that ``write_all`` (the caller's way
+    to write them all: ``skewlens analyze``'s option by default) writes all."""
     p = Path(path)
     ix = result.index
     ranks = sorted(ix.ranks)
@@ -247,7 +249,7 @@ def write_perfetto(
         {r: ix.ranks[r].trace.step for r in ranks},
         max_events=max_events,
         file=p.name,
-        option=f"{MAX_EVENTS_OPTION} 0",
+        option=write_all,
     )
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
     # a critical path track only on the ranks the path drawn passes through (the others had an empty one)

@@ -14,6 +14,7 @@ Everything lands in ``--out`` (default ``demo-out/``).
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,8 @@ from skewlens.profiler.errors import SkewlensError
 from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from skewlens.analysis.api import AnalysisResult
 
 EXAMPLE = EXAMPLES_DIR / "train.py"
@@ -212,6 +215,41 @@ def blame_table(result: AnalysisResult) -> Table:
     return t
 
 
+def analyse(
+    run_dir: Path, analysis_dir: Path, console: Console, *, perfetto_max_events: int | None = None
+) -> tuple[AnalysisResult, list[Path]]:
+    """The demo's step 2: analyse its run into ``analysis_dir`` and print the report, then, as ``skewlens
+    analyze`` does, a warning for what the analysis skipped or assumed and for what the heatmap and the
+    Perfetto timeline left out (the timeline's names the ``skewlens analyze`` command that writes it all).
+    The result and the files written."""
+    from skewlens.analysis.api import analyze_run, write_tables
+    from skewlens.analysis.perfetto import MAX_EVENTS_OPTION, PERFETTO_FILE, write_perfetto
+    from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+    from skewlens.analysis.render import report
+    from skewlens.profiler.store.validate import load_validated
+    from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
+
+    run = load_validated(run_dir, lenient_option="")  # the demo's own run: no option to offer
+    result = analyze_run(run, progress=RichProgress(console))
+    notes: list[str] = []
+    written = write_tables(result, analysis_dir)
+    written += [
+        wait_heatmap(result, analysis_dir / WAIT_HEATMAP_FILE, on_note=notes.append),
+        breakdown_bars(result, analysis_dir / BREAKDOWN_FILE),
+        write_perfetto(
+            result,
+            analysis_dir / PERFETTO_FILE,
+            max_events=DEFAULT_MAX_EVENTS if perfetto_max_events is None else perfetto_max_events,
+            on_note=notes.append,
+            write_all=f"skewlens analyze {shlex.quote(str(run_dir))} --out DIR {MAX_EVENTS_OPTION} 0",
+        ),
+    ]
+    console.print(report(result))
+    for note in (*result.notes, *notes):  # on stderr, as skewlens analyze's
+        print_warning("demo", note)
+    return result, written
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     console = report_console()
@@ -249,23 +287,7 @@ def main(argv: list[str]) -> int:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
 
     console.rule("2/3 analyze: skew, step breakdown, critical path, what-if blame")
-    from skewlens.analysis.api import analyze_run, write_tables
-    from skewlens.analysis.perfetto import PERFETTO_FILE, write_perfetto
-    from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
-    from skewlens.analysis.render import report
-    from skewlens.profiler.store.validate import load_validated
-
-    run = load_validated(run_dir, lenient_option="")  # the demo's own run: no option to offer
-    result = analyze_run(run, progress=RichProgress(console))
-    written = write_tables(result, analysis_dir)
-    written += [
-        wait_heatmap(result, analysis_dir / WAIT_HEATMAP_FILE),
-        breakdown_bars(result, analysis_dir / BREAKDOWN_FILE),
-        write_perfetto(result, analysis_dir / PERFETTO_FILE),
-    ]
-    console.print(report(result))
-    for note in result.notes:
-        print_warning("demo", note)
+    result, written = analyse(run_dir, analysis_dir, console)
 
     console.rule("3/3 replay: simulated, as recorded and without the straggler")
     rc = _skewlens("replay", f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none")

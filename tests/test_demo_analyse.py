@@ -1,0 +1,55 @@
+"""``skewlens demo``'s analysis step says what its pictures and its Perfetto timeline left out."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from skewlens.cli.demo import analyse
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+
+MS = 1_000_000
+
+
+def _run(tmp_path: Path, collectives: int) -> Path:
+    """Two ranks, one step: each computes 1 ms before each of ``collectives`` all_reduces."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        for i in range(collectives):
+            rb.compute("work", 1 * MS, start_ns=i * 3 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=i * 3 * MS + 1 * MS)
+    return b.write(tmp_path / "run")
+
+
+def test_what_the_demos_heatmap_and_timeline_left_out_is_said_on_its_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the demo wrote the heatmap and the timeline without their notes: a demo of many ranks got pictures
+    # with columns and events missing, and nothing said so (skewlens analyze said it of the same run)
+    run_dir = _run(tmp_path, 401)  # one column more than the heatmap draws
+    console = Console(file=io.StringIO(), width=100)
+    analyse(run_dir, tmp_path / "analysis", console, perfetto_max_events=100)
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings[0] == (
+        "skewlens demo: warning: wait_heatmap.png: 400 of 401 collectives / send-recv pairs shown: the 400 "
+        "of 401 collective(s) with the most exposed wait; 1 collective(s) left out"
+    )
+    assert warnings[1].startswith("skewlens demo: warning: trace_critical_path.json: 100 of ")
+    assert warnings[1].endswith(
+        f"; skewlens analyze {run_dir} --out DIR --perfetto-max-events 0 writes all"
+    )  # the demo has no such option: the command that has it
+    assert len(warnings) == 2
+
+
+def test_the_demo_warns_of_nothing_left_out_where_its_pictures_show_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    console = Console(file=io.StringIO(), width=100)
+    _, written = analyse(_run(tmp_path, 3), tmp_path / "analysis", console)
+    assert capsys.readouterr().err == ""
+    assert {p.name for p in written} >= {"wait_heatmap.png", "trace_critical_path.json"}
