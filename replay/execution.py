@@ -41,7 +41,7 @@ hid its wait for the step's gradient buckets is a wait node too (:func:`_gap_wai
 was recorded just after the node ended (gloo's worker lags the work it completed), the model takes the
 node's end as the collective's end (``RankModel.end_clamp_rows``), so the replay stays exact. A graph that
 holds only the trace's own dependencies (the ASTRA-sim export's) cuts a wait node only at the
-communication those name: :func:`recorded_wait_work_ns`.
+communication or GPU work those name: :func:`recorded_wait_work_ns`.
 
 **Sync groups.** A matched collective instance, or a matched send/recv pair, completes as a group: the
 transfer begins once every member has arrived; but a member of a rooted collective with a known root waits
@@ -284,23 +284,26 @@ def hidden_wait_edges(rt: RankTrace, m: RankModel) -> tuple[I32, I32]:
 
 
 def recorded_waits(rt: RankTrace, m: RankModel) -> tuple[I64, I64]:
-    """The wait edges a graph of the trace's own dependencies holds, as sources (communication rows) and
-    dependants (wait nodes, :attr:`RankModel.is_wait`): each wait node's ``ctrl_deps``/``data_deps`` onto
-    communication nodes. A nested wait node's too: the model lets it follow its enclosing node, such a
-    graph runs it on its own. The model's other wait edges it infers (a ``batch_isend_irecv`` call's other
-    ops, a wait hidden in host time: :func:`_gap_waits`), or they are a synchronisation on GPU compute."""
+    """The wait edges a graph of the trace's own dependencies holds, as sources and dependants: each wait
+    node's (:attr:`RankModel.is_wait`) ``ctrl_deps``/``data_deps`` onto communication nodes, and each host
+    row's onto GPU rows (a synchronisation: "GPU dependencies" in :mod:`skewlens.profiler.vocab`). A nested
+    row's too: the model lets it follow its enclosing node (and moves a nested synchronisation's wait to
+    that node), such a graph runs it on its own. The model's other wait edges it infers (a
+    ``batch_isend_irecv`` call's other ops, a wait hidden in host time: :func:`_gap_waits`)."""
     owner = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
     src = rt.dep_idx
-    keep = m.is_wait[owner] & type_mask(rt.node_type, COMM_NODE_TYPES)[src] & (src != owner)
+    on_comm = m.is_wait[owner] & type_mask(rt.node_type, COMM_NODE_TYPES)[src]
+    on_gpu = rt.is_cpu[owner] & ~rt.is_cpu[src] & m.valid[owner] & m.valid[src]
+    keep = (on_comm | on_gpu) & (src != owner)
     return src[keep], owner[keep]
 
 
 def recorded_wait_work_ns(rt: RankTrace, m: RankModel) -> I64:
     """Each row's work where only the trace's own dependencies hold it back (ASTRA-sim's graph): a wait
-    node's recorded duration after the latest completion of the communication its own dependencies name
-    (:func:`recorded_waits`), as :attr:`RankModel.work_ns` takes it over all its wait edges; every other
-    row's whole recorded duration. A wait the model infers is not cut: the graph does not hold it, and
-    would start the node early."""
+    node's recorded duration after the latest completion of the communication or GPU work its own
+    dependencies name (:func:`recorded_waits`), as :attr:`RankModel.work_ns` takes it over all its wait
+    edges; every other row's whole recorded duration. A wait the model infers is not cut: the graph does
+    not hold it, and would start the node early."""
     end = rt.start_ns + rt.dur_ns
     end[m.end_clamp_rows] = m.end_clamp_ns
     return _work_after(*recorded_waits(rt, m), rt.start_ns, end, m.dur_ns)[0]

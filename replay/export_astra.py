@@ -25,12 +25,14 @@ stricter than Chakra's format, and :func:`export_astra_sim` rewrites our traces 
   nanoseconds stay in ``skl_dur_ns``); a node under half a microsecond runs for ASTRA-sim's minimum of
   one nanosecond. What a wait node waits for is the replay's execution model's to say
   (:mod:`skewlens.replay.execution`, "Wait nodes"; :func:`model_waits` reads it): a wait node
-  (``wait_tensor``, ``Work.wait``, a host row that synchronised on an NCCL kernel) runs only for its work
-  after the communication its own dependencies name completed: ASTRA-sim starts it once that completes,
-  and the time it spent before was that communication's (with its whole duration the waiting counted
-  twice: rank 0 of the bundled tp example at 2 ranks finished at 575 ms on ASTRA-sim, at 379 ms in the
-  replay, 374 ms now); a wait the model infers and the trace does not name (a batch's other ops) is not
-  cut, ASTRA-sim's graph not holding it, nor is a synchronisation on GPU compute. A host-time node
+  (``wait_tensor``, ``Work.wait``, a host row that synchronised on the GPU: ``aten::item``, a blocking
+  copy, ``cudaStreamSynchronize``) runs only for its work after the communication or GPU work its own
+  dependencies name completed: ASTRA-sim starts it once that completes, and the time it spent before was
+  that work's (with its whole duration the waiting counted twice: rank 0 of the bundled tp example at 2
+  ranks finished at 575 ms on ASTRA-sim, at 379 ms in the replay, 374 ms now; a 2-rank ``synth_gpu``
+  run of 3 steps with ``host_compute="npu"`` at 33.8 ms, at 16.8 ms in the replay, 18.6 ms now); a wait
+  the model infers and the trace does not name (a batch's other ops) is not cut, ASTRA-sim's graph not
+  holding it. A host-time node
   (``untraced``, the ``compute`` gap) in which the model infers a hidden wait (DDP's reducer waiting for
   its buckets) runs only for its work after that wait, and depends on the communication it waited for, so
   that ASTRA-sim models the wait where the recording held it (whole, the recorded wait stood in for the
@@ -473,7 +475,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
             counts.add(
                 "host-time nodes that hid a wait: only their time after the communication it waited for"
                 if wait.hidden
-                else "wait nodes: only their time after the communication they waited for"
+                else "wait nodes: only their time after the communication or GPU work they waited for"
             )
         n.duration_micros = (max(work, 0) + 500) // 1000
         was_cpu = a.get(Attr.IS_CPU_OP)
@@ -508,7 +510,7 @@ class _Wait:
     """A wait node as ASTRA-sim runs it (:func:`model_waits`)."""
 
     work_ns: int
-    """Its work after the communication it waited for."""
+    """Its work after the communication or GPU work it waited for."""
     hidden: tuple[int, ...] = ()
     """A host-time node's hidden wait: the ids of the communication nodes it waited for, which the trace
     does not name (the export adds them to its dependencies)."""
@@ -520,9 +522,10 @@ def model_waits(run: RunTrace) -> dict[int, dict[int, _Wait]]:
     nodes"): ASTRA-sim starts such a node once that communication completes, and its recorded time before
     was that communication's.
 
-    - a wait node whose trace names what it waited for: its work after the communication its own
-      dependencies name (:func:`~skewlens.replay.execution.recorded_wait_work_ns`), where that is less
-      than its recorded duration; a wait the model infers is not cut, ASTRA-sim's graph not holding it;
+    - a wait node whose trace names what it waited for: its work after the communication or GPU work
+      its own dependencies name (:func:`~skewlens.replay.execution.recorded_wait_work_ns`), where that is
+      less than its recorded duration; a wait the model infers is not cut, ASTRA-sim's graph not holding
+      it;
     - a host-time node (``untraced``, the ``compute`` gap) in which the model infers a hidden wait (DDP's
       reducer waiting for its buckets: :func:`~skewlens.replay.execution.hidden_wait_edges`): its work
       after the wait (:attr:`~skewlens.replay.execution.RankModel.work_ns`), and the communication nodes

@@ -657,16 +657,15 @@ def test_a_wait_node_runs_only_for_its_time_after_the_collective_it_waited_for(t
             ("c10d::wait", 300),
             ("aten::add", 1000),
         ]
-    assert res.changes["wait nodes: only their time after the communication they waited for"] == 2
+    assert res.changes["wait nodes: only their time after the communication or GPU work they waited for"] == 2
 
 
-def test_each_wait_node_runs_for_the_execution_models_work_after_the_communication_its_trace_names(
+def test_each_wait_node_runs_for_the_models_work_after_the_communication_or_gpu_work_its_trace_names(
     tmp_path: Path,
 ) -> None:
     # one rank with GPU kernels, all three kinds of wait the execution model knows, host compute kept:
     # - c10d::wait [1.1, 6.3) ms on the all_reduce [1, 6) its trace names: 0.3 ms after its completion;
-    # - aten::item [6.3, 8.3) ms, synchronised on add_kernel [2.6, 7.8) ms: the model's work is its 0.5 ms
-    #   after the kernel, but what it waited for is GPU compute, not communication: written whole;
+    # - aten::item [6.3, 8.3) ms, synchronised on add_kernel [2.6, 7.8) ms: its 0.5 ms after the kernel;
     # - c10d::wait [T+0.02, T+5.02) ms on a batch's send [T, T+0.03) ms: the model joins the batch, so it
     #   waits for the batch's recv, which ends at T+5.01 ms (10 us of work); ASTRA-sim's graph holds only
     #   the send, so only the time after the send is cut (4.99 ms): cut to 10 us it would start early
@@ -704,9 +703,9 @@ def test_each_wait_node_runs_for_the_execution_models_work_after_the_communicati
         others = set(written) - {int(rt.node_id[i]) for i in waits}
         assert all(written[n] == (int(rt.dur_ns[row[n]]) + 500) // 1000 for n in others)
         by_name = [(rt.name(i), written[int(rt.node_id[i])], int(m.work_ns[i])) for i in waits]
-        assert by_name[:2] == [("c10d::wait", 300, 300_000), ("aten::item", 2000, 500_000)]
+        assert by_name[:2] == [("c10d::wait", 300, 300_000), ("aten::item", 500, 500_000)]
         assert by_name[2:] == ([("c10d::wait", 4990, 10_000)] if r == 0 else [])
-    assert res.changes["wait nodes: only their time after the communication they waited for"] == 3
+    assert res.changes["wait nodes: only their time after the communication or GPU work they waited for"] == 5
 
 
 def _waits_on_an_all_reduce(tmp_path: Path, *, nested: bool = False, nccl: bool = False) -> dict[str, int]:
@@ -737,6 +736,56 @@ def test_a_wait_nested_in_an_op_still_runs_only_after_the_collective_its_trace_n
         "aten::add": 6000,
         "c10d::wait": 300,
     }
+
+
+def _syncs_on_a_kernel(tmp_path: Path, *, nested: bool = False) -> tuple[dict[str, int], dict[str, int]]:
+    """Rank 0's compute nodes: their exported durations (µs) and the execution model's ``work_ns``: a
+    kernel [2.6, 7.8) ms launched by ``aten::mm``, then ``aten::item`` [6.3, 8.3) ms synchronising on it
+    (where ``nested``, through a ``cudaStreamSynchronize`` [6.4, 8.2) ms inside it); host compute kept."""
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        h = rb.compute("aten::mm", MS, start_ns=0)
+        k = rb.compute("add_kernel", 5_200_000, start_ns=2_600_000, stream=7, deps=(h,), launch_ns=900_000)
+        coll = rb.collective(CommType.ALL_REDUCE, 1 << 20, MS, start_ns=MS, stream=9, deps=(h,))
+        item = rb.compute("aten::item", 2 * MS, start_ns=6_300_000, deps=(h,) if nested else (h, k))
+        if nested:
+            rb.compute("cudaStreamSynchronize", 1_800_000, start_ns=6_400_000, deps=(item, k))
+        rb.compute("aten::add", MS, start_ns=8_400_000, deps=(item, coll))
+    run_dir = b.write(tmp_path / "run")
+    res = export_astra_sim(run_dir, tmp_path / "astra", host_compute="npu")
+    _gm, nodes = read_with_chakra(res.traces[0])
+    run = load_run(run_dir)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    work = {rt.name(i): int(m.work_ns[i]) for i in range(len(rt)) if rt.node_type[i] == NodeType.COMP}
+    return {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP}, work
+
+
+def test_a_host_row_synchronising_on_a_gpu_kernel_runs_for_the_execution_models_work_after_it(
+    tmp_path: Path,
+) -> None:
+    # aten::item depends on the kernel (a synchronisation): ASTRA-sim starts it once the kernel completes,
+    # so its 1.5 ms before the kernel's end were the kernel's; written whole (2 ms, before), counted twice
+    written, work = _syncs_on_a_kernel(tmp_path)
+    assert written == {"aten::mm": 1000, "add_kernel": 5200, "aten::item": 500, "aten::add": 1000}
+    assert written["aten::item"] * 1000 == work["aten::item"] == 500_000
+
+
+def test_a_synchronisation_nested_in_an_op_runs_only_after_the_kernel_and_its_op_is_written_whole(
+    tmp_path: Path,
+) -> None:
+    # the model moves a nested synchronisation's wait to its outermost enclosing row (aten::item: 0.5 ms of
+    # work after the kernel); ASTRA-sim runs every node on its own, and only the nested row depends on the
+    # kernel: it starts once the kernel completes (0.4 ms after), its parent, with no such dependency, whole
+    written, work = _syncs_on_a_kernel(tmp_path, nested=True)
+    assert written == {
+        "aten::mm": 1000,
+        "add_kernel": 5200,
+        "aten::item": 2000,
+        "cudaStreamSynchronize": 400,
+        "aten::add": 1000,
+    }
+    assert (work["aten::item"], work["cudaStreamSynchronize"]) == (500_000, 1_800_000)
 
 
 def test_a_host_row_synchronising_on_an_nccl_kernel_runs_only_after_the_collective_completed(
