@@ -74,7 +74,7 @@ transfer begins once every member's kernel has arrived.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -641,15 +641,43 @@ def compute_rows(rt: RankTrace, m: RankModel) -> B:
     return comp_kinds(rt, m).work | m.host_work
 
 
+def row_compute_ns(rt: RankTrace, m: RankModel, start: I64, end: I64) -> I64:
+    """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): how much of it is the
+    program's compute, the last that long before its end. A :func:`compute_rows` row's whole span, but a
+    ``host_work`` node's work after the wait it hid (its last ``work_ns``, at most its span); 0 elsewhere.
+    :func:`compute_intervals` row by row, as the Parquet export's ``model`` table holds it."""
+    span = np.maximum(end - start, 0)
+    own = np.where(m.host_work, np.clip(m.work_ns, 0, span), span)
+    return np.where(compute_rows(rt, m), own, 0).astype(np.int64)
+
+
 def compute_intervals(rt: RankTrace, m: RankModel, start: I64, end: I64) -> tuple[I64, I64]:
     """A rank's compute, as intervals ``[starts, ends)`` (overlapping, unsorted) given each row's
-    ``start`` and ``end`` (recorded, or replayed): its :func:`compute_rows`, of which each ``host_work``
-    node only for its work after the wait it hid (its last ``work_ns``). The analyses' breakdown and the
-    replay's summary both measure compute as this union."""
-    comp = compute_rows(rt, m) & ~m.host_work
-    own = np.flatnonzero(m.host_work)
-    own_at = np.clip(end[own] - m.work_ns[own], start[own], end[own])
-    return np.concatenate([start[comp], own_at]), np.concatenate([end[comp], end[own]])
+    ``start`` and ``end`` (recorded, or replayed): the last :func:`row_compute_ns` of each of its
+    :func:`compute_rows` (empty ones left out). The analyses' breakdown and the replay's summary both
+    measure compute as this union."""
+    own = row_compute_ns(rt, m, start, end)
+    rows = np.flatnonzero(own > 0)
+    return end[rows] - own[rows], end[rows]
+
+
+def model_columns(run: RunTrace) -> Iterator[tuple[int, dict[str, I64]]]:
+    """Per rank, in rank order, the model's reading of each row as the Parquet export's ``model`` table
+    holds it (``skewlens.profiler.store.schema.ModelRecord``): its ``node_id``, its end
+    (:func:`model_ends`) and its compute (:func:`row_compute_ns` with those ends), what ``skewlens
+    analyze`` measures a member's end and exposed wait with; so that the SQL over the export
+    (``collective_skew.sql``) reads the model rather than guess it from node names."""
+    em = execution_model(run)
+    for r, rt in sorted(run.ranks.items()):
+        end = model_ends(run, r)
+        yield (
+            r,
+            {
+                "node_id": rt.node_id,
+                "end_ns": end,
+                "compute_ns": row_compute_ns(rt, em.ranks[r], rt.start_ns, end),
+            },
+        )
 
 
 def blocked_on_gpu_rows(rt: RankTrace, m: RankModel) -> B:

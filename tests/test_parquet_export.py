@@ -22,7 +22,7 @@ from skewlens.analysis.api import SKEW_FILE
 from skewlens.analysis.api import schema_markdown as analysis_markdown
 from skewlens.analysis.sql import collective_skew_sql
 from skewlens.cli import main as skewlens_main
-from skewlens.cli.store import export_main
+from skewlens.cli.store import export_main, parquet_model
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.importers import import_traces
@@ -60,7 +60,7 @@ def _run(tmp_path: Path, rank1_slower_ns: int = 0) -> Path:
 def exported(tmp_path: Path) -> tuple[Path, Path]:
     run = _run(tmp_path)
     out = tmp_path / "pq"
-    export_run(run, out, workers=1)
+    export_run(run, out, workers=1, model=parquet_model(run, lenient=False))
     return run, out
 
 
@@ -220,7 +220,7 @@ def test_rank_filter_reads_only_that_ranks_files(exported: tuple[Path, Path]) ->
 def test_every_file_carries_schema_version_and_dictionary_strings(exported: tuple[Path, Path]) -> None:
     _, out = exported
     files = [*out.glob("*/rank=*/*.parquet"), *(out / f"{t}.parquet" for t in SINGLE)]
-    assert len(files) == 2 * 3 + 3
+    assert len(files) == 3 * 3 + 3
     for f in files:
         schema = pq.read_schema(f)
         assert schema.metadata[META_VERSION] == SCHEMA_VERSION.encode()
@@ -419,7 +419,7 @@ def test_an_export_over_a_directory_that_is_not_an_earlier_export_is_refused_and
 def test_worker_processes_write_the_same_tables_as_one_process(exported: tuple[Path, Path]) -> None:
     run_dir, out = exported
     out2 = out.parent / "pq2"
-    export_run(run_dir, out2, workers=2)
+    export_run(run_dir, out2, workers=2, model=parquet_model(run_dir, lenient=False))
     for t in PARTITIONED + SINGLE:
         a = open_dataset(out, t).to_table().to_pylist()
         b = open_dataset(out2, t).to_table().to_pylist()
@@ -761,12 +761,14 @@ def test_an_export_is_readable_as_an_ordinary_directory_is_not_private_to_its_wr
         assert p.stat().st_mode & 0o444 == ordinary.stat().st_mode & 0o444, p
 
 
-def _skew_rows(
-    con: duckdb.DuckDBPyConnection, nodes: str, collectives: str, p2p: str
-) -> list[tuple[Any, ...]]:
-    con.execute(
-        f"CREATE OR REPLACE VIEW nodes AS SELECT * FROM read_parquet('{nodes}', hive_partitioning = true)"
-    )
+def _skew_rows(con: duckdb.DuckDBPyConnection, export: str) -> list[tuple[Any, ...]]:
+    """``collective_skew.sql`` over the export(s) in ``export`` (a directory, or a glob of them)."""
+    for t in ("nodes", "model"):
+        con.execute(
+            f"CREATE OR REPLACE VIEW {t} AS SELECT * FROM read_parquet('{export}/{t}/*/*.parquet', "
+            "hive_partitioning = true)"
+        )
+    collectives, p2p = f"{export}/collectives.parquet", f"{export}/p2p.parquet"
     con.execute(f"CREATE OR REPLACE VIEW collectives AS SELECT * FROM read_parquet('{collectives}')")
     con.execute(f"CREATE OR REPLACE VIEW p2p AS SELECT * FROM read_parquet('{p2p}')")
     return con.sql(collective_skew_sql()).fetchall()
@@ -777,7 +779,12 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
 ) -> None:
     runs = {"a": _run(tmp_path / "a"), "b": _run(tmp_path / "b", rank1_slower_ns=25_000)}
     for name, run_dir in runs.items():
-        export_run(run_dir, tmp_path / "FLEET" / f"run={name}", workers=1)
+        export_run(
+            run_dir,
+            tmp_path / "FLEET" / f"run={name}",
+            workers=1,
+            model=parquet_model(run_dir, lenient=False),
+        )
     monkeypatch.chdir(tmp_path)
     (query,) = [q for q in _doc_queries() if "FLEET/" in q]
     want = []
@@ -787,15 +794,8 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
     assert duckdb.sql(query).fetchall() == want
     # each run alone, and a union of the two exports read as one
     con = duckdb.connect()
-    alone = {
-        name: _skew_rows(
-            con,
-            f"FLEET/run={name}/nodes/*/*.parquet",
-            *(f"FLEET/run={name}/{t}.parquet" for t in ("collectives", "p2p")),
-        )
-        for name in runs
-    }
-    union = _skew_rows(con, "FLEET/*/nodes/*/*.parquet", "FLEET/*/collectives.parquet", "FLEET/*/p2p.parquet")
+    alone = {name: _skew_rows(con, f"FLEET/run={name}") for name in runs}
+    union = _skew_rows(con, "FLEET/*")
     assert alone["a"] != alone["b"] and len(alone["a"]) == len(alone["b"]) > 0
     assert set(union) - set(alone["a"]) - set(alone["b"])  # rows of neither run: the union mixed them
     (loop,) = [c for c in _doc_python() if "FLEET" in c]
@@ -809,13 +809,15 @@ def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_fi
     for r in range(2):
         b.rank(r).step(0).compute("aten::mm", 1_000 * (r + 1))
     quiet = tmp_path / "quiet"
-    export_run(b.write(tmp_path / "no_comm"), quiet, workers=1)
+    no_comm = b.write(tmp_path / "no_comm")
+    export_run(no_comm, quiet, workers=1, model=parquet_model(no_comm, lenient=False))
     busy = tmp_path / "busy"
-    export_run(_run(tmp_path), busy, workers=1)
+    run = _run(tmp_path)
+    export_run(run, busy, workers=1, model=parquet_model(run, lenient=False))
     files = sorted(
         p.relative_to(busy) for p in busy.rglob("*.parquet") if "rank=0" in str(p) or p.parent == busy
     )
-    assert len(files) == 5
+    assert len(files) == 6
     for f in files:
         assert pq.read_schema(quiet / f).equals(pq.read_schema(busy / f), check_metadata=True), f
     assert pq.read_metadata(quiet / "p2p.parquet").num_rows == 0
@@ -854,3 +856,62 @@ def _parquet_types(path: Path) -> set[tuple[str, str]]:
     """The (physical type, logical type) of every leaf column of a file (a list's values included)."""
     schema = pq.ParquetFile(path).schema
     return {(c.physical_type, str(c.logical_type)) for c in (schema.column(i) for i in range(len(schema)))}
+
+
+@pytest.mark.parametrize("level", ["collectives", "ops"])
+def test_the_model_table_holds_the_ends_and_compute_analyze_measures_waits_with(
+    tmp_path: Path, level: str
+) -> None:
+    # DDP hiding its wait for a bucket in a compute gap node (collectives level: the node's work after the
+    # wait is compute, the rest not) and in untraced time that ended before gloo recorded the bucket's end
+    # (ops level: the model ends the bucket there); names alone say neither
+    from test_execution_model import _ddp_collectives_level, _ddp_ops_level
+
+    from skewlens.analysis.index import build_index
+    from skewlens.profiler.store.validate import load_validated
+    from skewlens.replay.execution import Coverage
+
+    if level == "collectives":
+        run_dir = _ddp_collectives_level(tmp_path, 30.0)
+    else:
+        run_dir = _ddp_ops_level(tmp_path, 30.0, lag_ns=120_000)
+    assert export_main([str(run_dir), "--out", str(tmp_path / "pq"), "--workers", "1", "--no-progress"]) == 0
+    model = open_dataset(tmp_path / "pq", "model").to_table()
+    ix = build_index(load_validated(run_dir))
+    clamped = hidden = 0
+    for r, ri in ix.ranks.items():
+        part = model.filter(pa.compute.equal(model["rank"], r)).sort_by("node_id").to_pydict()
+        order = np.argsort(ri.trace.node_id)
+        assert part["node_id"] == ri.trace.node_id[order].tolist()
+        end, comp = np.asarray(part["end_ns"]), np.asarray(part["compute_ns"])
+        assert end.tolist() == ri.end_ns[order].tolist()
+        cov = Coverage.of(end - comp, end)
+        assert (cov.starts.tolist(), cov.ends.tolist()) == (
+            ri.cov_comp.starts.tolist(),
+            ri.cov_comp.ends.tolist(),
+        )
+        recorded = ri.trace.start_ns[order] + ri.trace.dur_ns[order]
+        clamped += int((end < recorded).sum())
+        hidden += int(((comp > 0) & (comp < ri.trace.dur_ns[order])).sum())
+    # what the table says that names do not: 3 ends (a bucket a step) per rank, or 3 gap nodes' compute
+    assert (clamped, hidden) == ((0, 6) if level == "collectives" else (6, 0))
+
+
+def test_an_export_whose_model_cannot_be_derived_keeps_its_other_tables_and_says_why(
+    exported: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run_dir, _out = exported
+
+    def refused() -> list[tuple[int, dict[str, np.ndarray]]]:
+        raise ValidationError(f"{run_dir}: not loaded, 1 problem(s): rank 1 is corrupt")
+
+    out = tmp_path / "nomodel"
+    summary = export_run(run_dir, out, workers=1, model=refused)
+    assert not (out / "model").exists() and "model" not in summary.rows and summary.rows["collectives"] == 18
+    assert "model" not in json.loads((out / "run.json").read_text())["tables"]
+    (said,) = [i for i in summary.issues if i.kind == "no-model"]
+    assert said.severity is Severity.WARNING
+    assert said.message == (
+        f"{run_dir}: not loaded, 1 problem(s): rank 1 is corrupt; so the export has no model table (the "
+        "execution model's reading)"
+    )

@@ -1,10 +1,12 @@
-"""Export a run to Parquet: ``nodes``/``deps`` partitioned by rank, plus ``collectives``, ``p2p``, ``ranks``.
+"""Export a run to Parquet: ``nodes``/``deps``/``model`` partitioned by rank, plus ``collectives``, ``p2p``,
+``ranks``.
 
 Layout of ``OUT_DIR`` (schemas: the record dataclasses in :mod:`skewlens.profiler.store.schema`; see
 docs/parquet.md)::
 
     nodes/rank=<r>/part-0.parquet     one row per node of rank r (the rank is the partition key)
     deps/rank=<r>/part-0.parquet      one row per dependency edge of rank r
+    model/rank=<r>/part-0.parquet     one row per node of rank r: the execution model's reading of it
     collectives.parquet               one row per member per collective instance
     p2p.parquet                       one row per matched send/recv pair
     ranks.parquet                     one row per rank
@@ -12,7 +14,9 @@ docs/parquet.md)::
 
 The run is converted rank by rank (one worker process per rank file, ``workers`` at a time), each worker
 streaming its rank's tables to disk and handing back only its communication rows, so memory stays
-bounded by a few ranks whatever the size of the run. Everything is written into a temporary directory
+bounded by a few ranks whatever the size of the run. The ``model`` table is the replay layer's (the store
+has no execution model): the caller passes its columns (``model``), which need the whole run loaded.
+Everything is written into a temporary directory
 beside ``OUT_DIR`` and renamed into place at the end.
 """
 
@@ -20,7 +24,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -59,6 +64,7 @@ from skewlens.profiler.store.schema import (
     SCHEMA_VERSION,
     CollectiveRecord,
     DepRecord,
+    ModelRecord,
     NodeRecord,
     P2PRecord,
     RankRecord,
@@ -73,17 +79,22 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.progress import NO_PROGRESS, Progress
 
 #: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
-PARTITIONED = ("nodes", "deps")
+PARTITIONED = ("nodes", "deps", "model")
 #: Tables written as one file each (``<table>.parquet``).
 SINGLE = ("collectives", "p2p", "ranks")
 RECORD_OF: dict[str, type] = {
     "nodes": NodeRecord,
     "deps": DepRecord,
+    "model": ModelRecord,
     "collectives": CollectiveRecord,
     "p2p": P2PRecord,
     "ranks": RankRecord,
 }
 PART_FILE = "part-0.parquet"
+#: The ``model`` table's columns per rank (``ModelRecord``'s but ``rank``), which the replay layer derives
+#: (``skewlens.replay.execution.model_columns`` of the loaded run); called once the store's tables are
+#: written.
+ModelColumns = Callable[[], Iterable[tuple[int, Mapping[str, np.ndarray]]]]
 ROW_GROUP = 1 << 20
 
 _TYPE_NAMES = [t.name for t in NodeType]
@@ -335,10 +346,12 @@ def export_run(
     strict: bool = True,
     progress: Progress = NO_PROGRESS,
     allow_option: str = "strict=False",
+    model: ModelColumns | None = None,
 ) -> ExportSummary:
     """Convert a run to Parquet in ``out_dir`` (replaced atomically). See the module docstring.
     ``allow_option``: how the caller's user asks for a run with errors to be exported, named in the
-    refusal."""
+    refusal. ``model``: the ``model`` table's columns (none without); where it raises a SkewlensError (the
+    run does not load), the export has no ``model`` table and a warning says why."""
     files = locate_run(run_dir)
     out = Path(out_dir)
     check_replaceable(out, marker=PARQUET_EXPORT_FILE, fmt=PARQUET_EXPORT_FORMAT, what="Parquet export")
@@ -349,7 +362,7 @@ def export_run(
             sink.error("missing-rank", f"{f}: rank {r} is listed but its trace file is missing", rank=r)
     missing_rank_issues(files, sink)
     with staging_dir(out) as tmp:
-        summary = _export_into(files, tmp, n_workers, sink, progress=progress)
+        summary = _export_into(files, tmp, n_workers, sink, progress=progress, model=model, strict=strict)
         if strict and any(i.severity is Severity.ERROR for i in summary.issues):
             errors = [i for i in summary.issues if i.severity is Severity.ERROR]
             raise refusal(run_dir, errors, "not exported", anyway=allow_option, notes=files.manifest.notes)
@@ -358,7 +371,14 @@ def export_run(
 
 
 def _export_into(
-    files: RunFiles, tmp: Path, workers: int, sink: IssueLog, *, progress: Progress
+    files: RunFiles,
+    tmp: Path,
+    workers: int,
+    sink: IssueLog,
+    *,
+    progress: Progress,
+    model: ModelColumns | None,
+    strict: bool,
 ) -> ExportSummary:
     manifest = files.manifest
     pg_names = [g.name for g in manifest.process_groups]
@@ -387,8 +407,26 @@ def _export_into(
     rows["collectives"] = _write_collectives(tmp, comm, instances)
     rows["p2p"] = _write_p2p(tmp, comm, pairs)
     rows["ranks"] = _write_ranks(tmp, files, num_nodes)
+    if model is not None and not (strict and any(i.severity is Severity.ERROR for i in sink.issues)):
+        _write_model(tmp, model, rows, sink)
     _write_provenance(tmp, files, rows, sink)
     return ExportSummary(out_dir=tmp, rows=rows, issues=tuple(sink.issues))
+
+
+def _write_model(tmp: Path, model: ModelColumns, rows: dict[str, int], sink: IssueLog) -> None:
+    """The ``model`` table's partitions and ``rows["model"]``; none, and a warning, where ``model`` raises."""
+    n = 0
+    try:
+        for rank, cols in model():
+            arrays = {k: pa.array(v, type=pa.int64()) for k, v in cols.items()}
+            table = _partition_table(ModelRecord, arrays, "model")
+            write_table(table, partition_path(tmp, "model", rank), row_group_size=ROW_GROUP)
+            n += table.num_rows
+    except SkewlensError as e:
+        shutil.rmtree(tmp / "model", ignore_errors=True)
+        sink.warning("no-model", f"{e}; so the export has no model table (the execution model's reading)")
+        return
+    rows["model"] = n
 
 
 def _at(c: CommRows, row: int) -> int:
@@ -481,7 +519,7 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
         "world_size": files.manifest.world_size,
         "skewlens_version": __version__,
         "tables": {
-            **{t: {"path": f"{t}/rank=<r>/{PART_FILE}", "rows": rows[t]} for t in PARTITIONED},
+            **{t: {"path": f"{t}/rank=<r>/{PART_FILE}", "rows": rows[t]} for t in PARTITIONED if t in rows},
             **{t: {"path": f"{t}.parquet", "rows": rows[t]} for t in SINGLE},
         },
         "issues": {s.value: sum(1 for i in sink.issues if i.severity is s) for s in Severity},

@@ -1,11 +1,11 @@
 """Parquet schemas, derived in one place from frozen record dataclasses, plus atomic table writing.
 
-Every table skewlens writes (the store's ``nodes``/``deps``/``collectives``/``p2p``/``ranks``, replay's
-``timeline``/``summary``, the analyses' outputs) is described by one record dataclass; :func:`arrow_schema`
-turns it into an Arrow schema (string columns dictionary-encoded, field docstrings as field metadata) and
-:func:`write_table` writes it atomically with ``skewlens.schema_version`` and the table name in the file
-metadata. :func:`read_table` checks both back. How a column is laid out in the file (its encoding, its
-statistics) is decided by :func:`parquet_options`, for every writer alike.
+Every table skewlens writes (the store's ``nodes``/``deps``/``model``/``collectives``/``p2p``/``ranks``,
+replay's ``timeline``/``summary``, the analyses' outputs) is described by one record dataclass;
+:func:`arrow_schema` turns it into an Arrow schema (string columns dictionary-encoded, field docstrings as
+field metadata) and :func:`write_table` writes it atomically with ``skewlens.schema_version`` and the table
+name in the file metadata. :func:`read_table` checks both back. How a column is laid out in the file (its
+encoding, its statistics) is decided by :func:`parquet_options`, for every writer alike.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from skewlens.profiler.errors import SkewlensError
 #: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
 #: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
-#: ``step_breakdown.gpu_busy_ns``).
+#: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has).
 SCHEMA_VERSION = "9"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
@@ -332,6 +332,28 @@ class DepRecord:
     """Node id that depends on it."""
     kind: str
     """``ctrl`` (program / stream order) or ``data`` (tensor dependency)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRecord:
+    """One row of the ``model`` table: the execution model's reading of a node of one rank's trace
+    (``skewlens.replay.execution``, as ``skewlens analyze`` reads it), which the node's name and type alone
+    do not say."""
+
+    rank: int
+    """Global rank."""
+    node_id: int
+    """Chakra node id (the ``nodes`` row it reads)."""
+    end_ns: int
+    """The node's end as the model takes it: its recorded end (``start_ns + dur_ns``), but that of an
+    asynchronous collective whose completion was recorded after the host time that waited for it had ended
+    (gloo's worker lags the completion) is that host time's end."""
+    compute_ns: int
+    """How much of the node is the program's compute: the last ``compute_ns`` before ``end_ns``. A compute
+    node's whole duration, but a ``compute`` gap node that hid a wait (DDP's, at the ``collectives``
+    level) only its work after the wait; 0 for communication, for waits (``wait_tensor``, ``Work.wait``,
+    and a host op that synchronised on the GPU: the outermost op around the call), for untraced host time
+    and for NCCL kernels kept as COMP."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

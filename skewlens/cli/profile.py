@@ -384,10 +384,13 @@ def summary_table(manifest: Manifest, run_dir: Path, *, command: str = "profile"
 
 
 def _export_parquet(run_dir: Path) -> None:
+    from skewlens.cli.store import parquet_model
     from skewlens.profiler.store.parquet import export_run  # lazy: pyarrow only when asked
     from skewlens.rich_progress import RichProgress
 
-    export_run(run_dir, run_dir / PARQUET_DIR, progress=RichProgress())
+    progress = RichProgress()
+    model = parquet_model(run_dir, lenient=False, progress=progress)
+    export_run(run_dir, run_dir / PARQUET_DIR, progress=progress, model=model)
 
 
 def _remove_if_empty(run_dir: Path) -> None:

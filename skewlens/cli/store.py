@@ -18,8 +18,12 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy as np
     from rich.console import RenderableType
 
+    from skewlens.profiler.store.parquet import ModelColumns
     from skewlens.profiler.store.validate import ValidationReport
     from skewlens.replay.export_astra import AstraExport
 
@@ -86,14 +90,29 @@ def _lenient_hint(report: ValidationReport) -> RenderableType | None:
     return Text("\n".join([head, *(f"  {line}" for line in lines)]), style="yellow")
 
 
+def parquet_model(run_dir: str | Path, *, lenient: bool, progress: Progress = NO_PROGRESS) -> ModelColumns:
+    """The Parquet export's ``model`` table: the execution model's reading of each node of the run, loaded
+    as ``skewlens analyze`` loads it (``lenient``: as with ``--lenient``, for ``--allow-errors``)."""
+
+    def columns() -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        from skewlens.profiler.store.validate import load_validated
+        from skewlens.replay.execution import model_columns
+
+        option = "" if lenient else "--allow-errors"
+        run = load_validated(run_dir, progress=progress, lenient=lenient, lenient_option=option)
+        return model_columns(run)
+
+    return columns
+
+
 #: The options of ``skewlens export --format astra-sim`` alone (refused with the Parquet export).
 ASTRA_OPTIONS = ("--prefix", "--no-configs", "--bandwidth", "--latency", "--host-compute")
 
 
 def export_main(argv: list[str], console: Console | None = None) -> int:
-    """Export a run: to Parquet (nodes/deps partitioned by rank, collectives, p2p, ranks; the default), or
-    as an ASTRA-sim workload (``--format astra-sim``: one Chakra trace per NPU, communicator groups, example
-    configurations and the command line that runs it)."""
+    """Export a run: to Parquet (nodes/deps/model partitioned by rank, collectives, p2p, ranks; the
+    default), or as an ASTRA-sim workload (``--format astra-sim``: one Chakra trace per NPU, communicator
+    groups, example configurations and the command line that runs it)."""
     ap = ArgumentParser(
         prog="skewlens export", description="export a run directory to Parquet or as an ASTRA-sim workload"
     )
@@ -184,13 +203,15 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     from skewlens.profiler.store.parquet import export_run
     from skewlens.profiler.store.render import issue_lines, render_export
 
+    progress = _progress(args.no_progress, console)
     summary = export_run(
         args.run_dir,
         target,
         workers=args.workers,
         strict=not args.allow_errors,
-        progress=_progress(args.no_progress, console),
+        progress=progress,
         allow_option="--allow-errors",
+        model=parquet_model(args.run_dir, lenient=args.allow_errors, progress=progress),
     )
     out.print(render_export(summary, time.perf_counter() - t0))
     for line in issue_lines(summary.issues, args.run_dir):  # on stderr: a script's > out.txt gets results
