@@ -3,8 +3,8 @@ scale (DuckDB, Spark SQL, ...): the queries ship as ``.sql`` files beside this m
 
 ``collective_skew.sql`` gives the ``collective_skew`` table of ``skewlens analyze``
 (:class:`~skewlens.analysis.records.CollectiveSkewRecord`) less the columns of the blame pass
-(:data:`NOT_IN_SQL`); the query reads the export's ``nodes``, ``collectives`` and ``p2p`` tables registered
-under those names (the file's header says how, for DuckDB and Spark; docs/parquet.md says what can differ).
+(:data:`NOT_IN_SQL`); the query reads the export's ``nodes``, ``model``, ``collectives`` and ``p2p`` tables
+registered under those names (the file's header says how, for DuckDB and Spark; docs/parquet.md says more).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ NOT_IN_SQL = ("blamed_rank", "cause_kind", "cause_op", "cause_delta_ns", "cause"
 #: The columns ``collective_skew.sql`` returns, in this order.
 COLLECTIVE_SKEW_SQL_COLUMNS = tuple(f.name for f in fields(CollectiveSkewRecord) if f.name not in NOT_IN_SQL)
 #: The tables the query reads, by the names it gives them.
-SQL_TABLES = ("nodes", "collectives", "p2p")
+SQL_TABLES = ("nodes", "model", "collectives", "p2p")
 
 
 def collective_skew_sql() -> str:

@@ -5,35 +5,42 @@
 -- step, rank, node_id, arrival_ns, end_ns, wait_ns, exposed_wait_ns, transfer_ns, skew_ns, late_rank,
 -- late_by_ns. Not here: blamed_rank and cause_kind / cause_op / cause_delta_ns / cause, which the analysis
 -- derives event by event in order of arrival, each from the ones before, and clock_contradicted
--- (docs/parquet.md says more, and where exposed_wait_ns can differ).
+-- (docs/parquet.md says more).
 --
--- It reads three tables of the export, registered under these names:
+-- It reads four tables of the export, registered under these names:
 --   DuckDB: CREATE VIEW nodes AS SELECT * FROM read_parquet('PARQUET_DIR/nodes/*/*.parquet',
+--               hive_partitioning = true);
+--           CREATE VIEW model AS SELECT * FROM read_parquet('PARQUET_DIR/model/*/*.parquet',
 --               hive_partitioning = true);
 --           CREATE VIEW collectives AS SELECT * FROM read_parquet('PARQUET_DIR/collectives.parquet');
 --           CREATE VIEW p2p AS SELECT * FROM read_parquet('PARQUET_DIR/p2p.parquet');
---   Spark:  for t in ("nodes", "collectives", "p2p"):
---               spark.read.parquet(f"PARQUET_DIR/{t}" + ("" if t == "nodes" else ".parquet"))
+--   Spark:  for t in ("nodes", "model", "collectives", "p2p"):
+--               spark.read.parquet(f"PARQUET_DIR/{t}" + ("" if t in ("nodes", "model") else ".parquet"))
 --                   .createOrReplaceTempView(t)
 -- Portable SQL (common table expressions, window functions, CASE, COALESCE, LEAST, GREATEST); no
 -- engine's own functions. No trailing semicolon, which Spark's spark.sql() refuses.
 WITH
 -- Every member of every synchronisation point. member_pos orders the members as the analysis does:
--- a collective's by rank, a pair's sender (0) before its receiver (1).
+-- a collective's by rank, a pair's sender (0) before its receiver (1). end_ns is the recorded end, which
+-- the waits are measured with; model_end_ns the execution model's (the model table's end_ns), which the
+-- table gives: earlier where a collective's completion was recorded after the host wait that hid it ended.
 members AS (
     SELECT 'collective' AS kind, c.pg_name, c.seq, c.comm_type, c.rank AS member_pos, c.rank,
-           c.node_id, c.start_ns AS arrival_ns, c.end_ns, c.step
+           c.node_id, c.start_ns AS arrival_ns, c.end_ns, m.end_ns AS model_end_ns, c.step
     FROM collectives c
+    JOIN model m ON m.rank = c.rank AND m.node_id = c.node_id
     UNION ALL
     SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', 0, p.src_rank,
-           p.send_node_id, p.send_start_ns, p.send_end_ns, n.step
+           p.send_node_id, p.send_start_ns, p.send_end_ns, m.end_ns, n.step
     FROM p2p p
     JOIN nodes n ON n.rank = p.src_rank AND n.node_id = p.send_node_id
+    JOIN model m ON m.rank = p.src_rank AND m.node_id = p.send_node_id
     UNION ALL
     SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', 1, p.dst_rank,
-           p.recv_node_id, p.recv_start_ns, p.recv_end_ns, n.step
+           p.recv_node_id, p.recv_start_ns, p.recv_end_ns, m.end_ns, n.step
     FROM p2p p
     JOIN nodes n ON n.rank = p.dst_rank AND n.node_id = p.recv_node_id
+    JOIN model m ON m.rank = p.dst_rank AND m.node_id = p.recv_node_id
 ),
 -- Rooted collectives (the execution model's waits_for and root_member in skewlens.replay.execution, which
 -- this must match; tests/test_skew_sql.py holds it equal to analyze's table on broadcasts, scatters,
@@ -135,14 +142,13 @@ events AS (
         GROUP BY kind, pg_name, seq
     ) e
 ),
--- Compute on each rank, all streams and threads together: COMP nodes, less the capture's untraced host
--- time and the wait nodes (these names are skewlens.profiler.vocab's UNTRACED_NODE_NAME and
--- WAIT_NODE_NAMES; a test holds them equal).
+-- Compute on each rank, all streams and threads together, as the execution model reads it (the model
+-- table): the last compute_ns of each node (not the wait nodes, nor host ops that synchronised on the
+-- GPU, nor untraced host time; of a gap node that hid a wait, its work after the wait).
 compute AS (
-    SELECT rank, node_id, start_ns, start_ns + dur_ns AS end_ns
-    FROM nodes
-    WHERE type = 'COMP' AND dur_ns > 0
-      AND name NOT IN ('untraced', '_c10d_functional::wait_tensor', 'c10d::wait')
+    SELECT rank, node_id, end_ns - compute_ns AS start_ns, end_ns
+    FROM model
+    WHERE compute_ns > 0
 ),
 -- Their union as disjoint islands: a node opens an island unless it starts before every earlier one
 -- (in start order; node_id makes the order total) has ended.
@@ -177,9 +183,9 @@ covered AS (
       ON i.rank = w.rank AND i.start_ns < w.arrival_ns + w.wait_ns AND i.end_ns > w.arrival_ns
     GROUP BY w.kind, w.pg_name, w.seq, w.member_pos
 )
-SELECT w.kind, w.pg_name, w.seq, w.comm_type, e.step, w.rank, w.node_id, w.arrival_ns, w.end_ns,
-       w.wait_ns, w.wait_ns - COALESCE(x.covered_ns, 0) AS exposed_wait_ns,
-       GREATEST(w.end_ns - w.arrival_ns - w.wait_ns, 0) AS transfer_ns,
+SELECT w.kind, w.pg_name, w.seq, w.comm_type, e.step, w.rank, w.node_id, w.arrival_ns,
+       w.model_end_ns AS end_ns, w.wait_ns, w.wait_ns - COALESCE(x.covered_ns, 0) AS exposed_wait_ns,
+       GREATEST(w.model_end_ns - w.arrival_ns - w.wait_ns, 0) AS transfer_ns,
        w.last_arrival_ns - w.first_arrival_ns AS skew_ns,
        e.late_rank, e.late_by_ns
 FROM waits w
