@@ -435,6 +435,29 @@ def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
     assert re.search(r"collectives\s*│\s*18", buf.getvalue())
 
 
+def test_export_cli_no_model_leaves_out_only_the_model_table_and_is_refused_with_astra_sim(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path)
+    argv = [str(run), "--workers", "1", "--no-progress"]
+    assert export_main([*argv, "--out", str(tmp_path / "with")], console=Console(file=io.StringIO())) == 0
+    assert (
+        export_main(
+            [*argv, "--out", str(tmp_path / "without"), "--no-model"], console=Console(file=io.StringIO())
+        )
+        == 0
+    )
+    assert (tmp_path / "with" / "model").is_dir() and not (tmp_path / "without" / "model").exists()
+    for t in ("nodes", "deps", "collectives", "p2p", "ranks"):
+        assert (
+            open_dataset(tmp_path / "without", t)
+            .to_table()
+            .equals(open_dataset(tmp_path / "with", t).to_table())
+        ), t
+    with pytest.raises(SkewlensError, match=r"^--no-model: an option of --format parquet"):
+        export_main([*argv, "--format", "astra-sim", "--no-model", "--out", str(tmp_path / "astra")])
+
+
 def test_the_export_summary_title_keeps_a_long_output_path_on_one_line(tmp_path: Path) -> None:
     run = _run(tmp_path)
     out = tmp_path / ("long-output-directory-" * 3) / "parquet"

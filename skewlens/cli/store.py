@@ -135,6 +135,13 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     )
     ap.add_argument("--allow-errors", action="store_true", help="export even if validation finds errors")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parquet = ap.add_argument_group("parquet")
+    parquet.add_argument(
+        "--no-model",
+        action="store_true",
+        help="leave out the model table (the execution model's reading of each node, which needs the whole "
+        "run loaded, as analyze loads it): memory bounded by a few ranks; the skew SQL needs the table",
+    )
     astra = ap.add_argument_group("astra-sim")
     astra.add_argument(
         "--prefix", default="workload", help="workload prefix: rank r's trace is <OUT>/<PREFIX>.<r>.et"
@@ -169,6 +176,11 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
                 f"{given[0]}: an option of --format astra-sim, which this export (--format {args.format}) "
                 "does not use; add --format astra-sim, or leave it out"
             )
+    if args.format == "astra-sim" and args.no_model:
+        raise SkewlensError(
+            "--no-model: an option of --format parquet, which this export (--format astra-sim) does not use; "
+            "leave it out"
+        )
     check_range("--workers", args.workers, 1, MAX_WORLD_SIZE, "one process per rank file at most")
     if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
         raise SkewlensError(f"--bandwidth: expected GB/s > 0, got {args.bandwidth}")
@@ -211,7 +223,9 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
         strict=not args.allow_errors,
         progress=progress,
         allow_option="--allow-errors",
-        model=parquet_model(args.run_dir, lenient=args.allow_errors, progress=progress),
+        model=None
+        if args.no_model
+        else parquet_model(args.run_dir, lenient=args.allow_errors, progress=progress),
     )
     out.print(render_export(summary, time.perf_counter() - t0))
     for line in issue_lines(summary.issues, args.run_dir):  # on stderr: a script's > out.txt gets results
