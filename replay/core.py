@@ -122,7 +122,8 @@ class Graph:
     model's ``waits_for``). In contention mode it is timed so too, and takes no share of the links."""
     lsucc_ptr: Sequence[int] | None = None
     """CSR offsets of *launch* successors: segments (GPU work) that cannot start before this segment's
-    start plus an offset (the launch call inside it), counted in their ``ndeps``."""
+    start plus an offset (the launch call inside it; or a call some time after a row of it ended, where
+    it is GPU work that the calling host row had waited for before the call), counted in their ``ndeps``."""
     lsucc_idx: Sequence[int] | None = None
     """Launch successor segment ids."""
     lsucc_off: Sequence[int] | None = None

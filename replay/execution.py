@@ -63,7 +63,10 @@ synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are w
 are met after it *arrives* (its recorded start), before it waits, so that a host op may launch the very
 work it then waits for (``.item()``: the copy names the op in ``skl_launched_in``); those whose call came
 after its wait had ended (``aten::index``: a synchronise, then launches) are met as long after its wait
-as recorded, so that they move with the wait (:func:`launch_times`). An NCCL kernel
+as recorded, so that they move with the wait; one whose call came between two of its waits (``aten::index``
+waiting for one copy, launching the next, waiting for that) as long after the waits before the call (those
+recorded to end before it) as recorded, not after the later ones, which may be for the very work it
+launches (:func:`launch_times`). An NCCL kernel
 is a member of its collective's sync group: it arrives when launched and its stream is free, its
 transfer begins once every member's kernel has arrived.
 
@@ -151,6 +154,18 @@ class RankModel:
     synchronise, then launches): met ``launch_off_ns - wait_in_ns`` after the source's wait ended (its
     work's start), so that the call moves with the wait; the others are met ``launch_off_ns`` after its
     start (:func:`launch_times`)."""
+    launch_waited_ns: I64
+    """Launch edges: of ``launch_off_ns``, the recorded time from the source's start to the end of its wait
+    before the call (the latest recorded end of its wait edges that ended before the call; 0 where none
+    did): its ``wait_in_ns`` for a call after its whole wait."""
+    part_wait_src: I32
+    """Launch edges met after part of their source's wait (a row that waited, launched, then waited
+    again: ``aten::index`` waiting for one copy, then launching the next), sources: a wait dependency of
+    the source of launch edge ``part_wait_edge[k]`` recorded to end before its call. That edge is met
+    ``launch_off_ns - launch_waited_ns`` after the latest of those ends, and as long after the source's
+    start, not after its later waits (:func:`launch_times`)."""
+    part_wait_edge: I32
+    """Those launch edges (indices into ``launch_src``)."""
     gap_ns: I64
     """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
     work_ns: I64
@@ -185,7 +200,8 @@ class RankModel:
     def launch_at_arrival(self) -> B:
         """Per launch edge: its source waits (has wait edges) and the call came before the wait, so it is
         met after the source *arrives* (its start), before the source blocks: ``.item()`` launching the
-        copy it then waits for (:func:`launch_times`)."""
+        copy it then waits for; or between two of its waits, so it is met after the arrival and the waits
+        before the call (:attr:`part_wait_src`), not the later ones (:func:`launch_times`)."""
         waiting = np.zeros(self.valid.shape[0], dtype=np.bool_)
         waiting[self.wait_dst] = True
         return waiting[self.launch_src] & ~self.launch_after_wait
@@ -405,16 +421,21 @@ def launch_times(m: RankModel, start: I64, end: I64) -> I64:
     """Per launch edge, when it is met, given each row's ``start`` (a wait row's arrival) and ``end``
     (recorded, or replayed): ``launch_off_ns`` after its source's start, or, for a call after the source's
     wait (:attr:`RankModel.launch_after_wait`), as long after that wait ended (the latest end of its wait
-    edges, its start at the earliest: its work's start) as it was recorded. The simulator meets its launch
-    edges by the same rule (``Graph.lsucc_at_arrival``: those before a wait)."""
+    edges, its start at the earliest: its work's start) as it was recorded; for a call after part of it
+    (:attr:`RankModel.part_wait_src`), as long after the latest end of the waits before the call (its
+    start at the earliest). The simulator meets its launch edges by the same rule
+    (``Graph.lsucc_at_arrival``: those before a wait, or after part of it; ``Lowering.launch_at_end``: the
+    end of a wait before the call)."""
     src = m.launch_src
-    early = start[src] + m.launch_off_ns
-    if not m.launch_after_wait.any():
-        return early
-    work_start = start.astype(np.int64, copy=True)
-    np.maximum.at(work_start, m.wait_dst, end[m.wait_src])
-    late = work_start[src] + m.launch_off_ns - m.wait_in_ns[src]
-    return np.where(m.launch_after_wait, late, early)
+    after = m.launch_off_ns - m.launch_waited_ns  # the call's place after the wait before it
+    met = start[src] + after
+    if m.launch_after_wait.any():
+        work_start = start.astype(np.int64, copy=True)
+        np.maximum.at(work_start, m.wait_dst, end[m.wait_src])
+        met = np.where(m.launch_after_wait, work_start[src] + after, met)
+    if m.part_wait_edge.size:
+        np.maximum.at(met, m.part_wait_edge, end[m.part_wait_src] + after[m.part_wait_edge])
+    return met
 
 
 def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tuple[I32, I64]:
@@ -1311,6 +1332,33 @@ def _with_launched_in(rt: RankTrace, valid: B, ls: I64, ld: I64) -> tuple[I64, I
     return np.concatenate([ls, s[ok]]), np.concatenate([ld, d[ok]])
 
 
+def _part_waits(
+    ws: I64, wd: I64, ls: I64, *, call: I64, end: I64, start: I64, held: B, after_wait: B, waited: I64
+) -> tuple[I64, I64, I64]:
+    """Of the launch edges ``ls`` (calls at ``call``) whose source had waited for some of its wait edges
+    ``ws -> wd`` before the call but not all (:attr:`RankModel.part_wait_src`): those wait sources and the
+    launch edges they hold, and ``waited`` with each such edge's time from its source's start to the
+    latest of their recorded ends. An edge one of whose earlier waits is a sync member or a nested row
+    (the simulator meets a launch at the start of such a row's segment, not at its end) keeps its
+    source's arrival."""
+    o = np.argsort(wd, kind="stable")
+    lo = np.searchsorted(wd[o], ls)
+    cnt = np.searchsorted(wd[o], ls, side="right") - lo
+    cnt[after_wait] = 0  # calls after the whole wait: met after it
+    k = np.repeat(np.arange(ls.size), cnt)  # each launch edge beside each wait edge of its source
+    j = o[np.arange(k.size) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt)]
+    before = end[ws[j]] <= call[k]
+    k, j = k[before], ws[j[before]]
+    bad = np.zeros(ls.size, dtype=np.bool_)
+    bad[k[held[j]]] = True
+    k, j = k[~bad[k]], j[~bad[k]]
+    last = np.full(ls.size, _MIN, dtype=np.int64)
+    np.maximum.at(last, k, end[j])
+    waited = waited.copy()
+    waited[k] = np.maximum(last[k], start[ls[k]]) - start[ls[k]]
+    return j, k, waited
+
+
 def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members and which of those had a
     member arrive after them (recorded starts; none where not given)."""
@@ -1389,9 +1437,24 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     gap[~valid | nested] = 0
     work = rt.dur_ns.astype(np.int64, copy=False)  # the recorded durations, shared, where nothing waits
     after_wait = np.zeros(ls.size, dtype=np.bool_)
+    waited = np.zeros(ls.size, dtype=np.int64)
+    pw_src = pw_edge = np.zeros(0, dtype=np.int64)
     if ws.size:
         work, done = _work_after(ws, wd, rt.start_ns, end, rt.dur_ns)
-        after_wait = (done[ls] > _MIN) & (rt.start_ns[ls] + loff > done[ls])
+        call = rt.start_ns[ls] + loff
+        after_wait = (done[ls] > _MIN) & (call > done[ls])
+        waited[after_wait] = np.maximum(done[ls], rt.start_ns[ls])[after_wait] - rt.start_ns[ls[after_wait]]
+        pw_src, pw_edge, waited = _part_waits(
+            ws,
+            wd,
+            ls,
+            call=call,
+            end=end,
+            start=rt.start_ns,
+            held=sync | nested,
+            after_wait=after_wait,
+            waited=waited,
+        )
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True
     has[ld] = True
@@ -1410,6 +1473,9 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
         launch_dst=ld.astype(np.int32),
         launch_off_ns=loff.astype(np.int64),
         launch_after_wait=after_wait,
+        launch_waited_ns=waited,
+        part_wait_src=pw_src.astype(np.int32),
+        part_wait_edge=pw_edge.astype(np.int32),
         gap_ns=gap.astype(np.int64, copy=False),
         work_ns=work,
         parent=parent.astype(np.int32),

@@ -226,7 +226,10 @@ class Lowering:
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
     launch_off_ns: I64
     """Per launch edge (same order): the launch call's offset into its launching node (into its work after
-    its wait, for a call after that wait)."""
+    its wait, for a call after that wait; after its wait before the call, for a call after part of it)."""
+    launch_at_end: B
+    """Per launch edge (same order): met ``launch_off_ns`` after its launching row *ends*: a row the host
+    row that made the call had waited for before it (``RankModel.part_wait_src``)."""
     seg_offset: I64
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
@@ -323,7 +326,9 @@ class Lowering:
             l_ptr is not None and low.graph.lsucc_off is not None
         ):  # the launch edges out of the rank's segments
             a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
-            launch_off = self.launch_off_ns[a:b] + acc[self.launch_rows[a:b] - lo]
+            launch_off = _launch_offsets(
+                acc, self.launch_rows[a:b] - lo, self.launch_off_ns[a:b], self.launch_at_end[a:b], d
+            )
         return RankRetimed(
             dur=d, off_start=acc, seg_lo=s_lo, gap=head_gap, length=length, launch_lo=a, launch_off=launch_off
         )
@@ -390,6 +395,7 @@ def prepare(
     l_dst: list[I64] = []
     l_off: list[I64] = []
     l_early: list[npt.NDArray[np.bool_]] = []
+    l_end: list[npt.NDArray[np.bool_]] = []
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -407,13 +413,18 @@ def prepare(
         x_dst.append(np.add(m.queue_dst, lo, dtype=np.int64))
         w_src.append(np.add(m.wait_src, lo, dtype=np.int64))
         w_dst.append(np.add(m.wait_dst, lo, dtype=np.int64))
-        l_src.append(np.add(m.launch_src, lo, dtype=np.int64))
-        l_dst.append(np.add(m.launch_dst, lo, dtype=np.int64))
-        # a call after its row's wait: met as long after the wait as recorded (from the work's start)
-        l_off.append(
-            np.where(m.launch_after_wait, m.launch_off_ns - m.wait_in_ns[m.launch_src], m.launch_off_ns)
+        # a call after its row's wait: met as long after the wait as recorded (from the work's start); one
+        # after part of it: as long after the row's arrival, and after each earlier wait's end (its row's
+        # launch edge, met after it ends: RankModel.part_wait_src)
+        pw = m.part_wait_edge
+        l_src.append(np.add(np.concatenate([m.launch_src, m.part_wait_src]), lo, dtype=np.int64))
+        l_dst.append(np.add(np.concatenate([m.launch_dst, m.launch_dst[pw]]), lo, dtype=np.int64))
+        after = m.launch_off_ns - m.launch_waited_ns
+        l_off.append(np.concatenate([after, after[pw]]))
+        l_early.append(np.concatenate([m.launch_at_arrival, np.zeros(pw.size, dtype=np.bool_)]))
+        l_end.append(
+            np.concatenate([np.zeros(m.launch_src.size, dtype=np.bool_), np.ones(pw.size, dtype=np.bool_)])
         )
-        l_early.append(m.launch_at_arrival)
         d, g = _rank_times(
             rt,
             m,
@@ -440,7 +451,8 @@ def prepare(
     ld_all = np.concatenate(l_dst) if l_dst else z
     lo_all = np.concatenate(l_off) if l_off else z
     early_all = np.concatenate(l_early) if l_early else z.astype(np.bool_)
-    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early  # the per-rank copies
+    end_all = np.concatenate(l_end) if l_end else z.astype(np.bool_)
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early, l_end  # the per-rank copies
     # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
     # dependency begin one
     start_edges = [src_all, dst_all]
@@ -500,8 +512,8 @@ def prepare(
     c_lsucc_ptr = _indices(lsucc_ptr) if has_launches else None
     del lsucc_ptr
     c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
-    launch_rows, launch_off = ls_all[lorder], lo_all[lorder]
-    lsucc_off = _launch_offsets(off_start, launch_rows, launch_off)
+    launch_rows, launch_off, at_end = ls_all[lorder], lo_all[lorder], end_all[lorder]
+    lsucc_off = _launch_offsets(off_start, launch_rows, launch_off, at_end, dur)
     lsucc_at_arrival = bytes(early_all[lorder].astype(np.uint8)) if early_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
     del (
@@ -509,6 +521,7 @@ def prepare(
         ld_all,
         lo_all,
         early_all,
+        end_all,
         ls_seg,
         ld_seg,
         lorder,
@@ -636,6 +649,7 @@ def prepare(
         is_head=is_head,
         launch_rows=_rows(launch_rows),
         launch_off_ns=launch_off,
+        launch_at_end=at_end,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
 
@@ -736,10 +750,11 @@ def _recorded(
     return start, end
 
 
-def _launch_offsets(off_start: I64, launch_rows: I64, launch_off_ns: I64) -> I64:
+def _launch_offsets(off_start: I64, launch_rows: Rows, launch_off_ns: I64, at_end: B, dur: I64) -> I64:
     """Per launch edge: ns after its launching segment's start (the launch call's place inside it; for a
-    call after its row's wait, after the work's start; ``Graph.lsucc_at_arrival``: after its arrival)."""
-    return off_start[launch_rows] + launch_off_ns
+    call after its row's wait, after the work's start; ``Graph.lsucc_at_arrival``: after its arrival; where
+    ``at_end``, after the launching row ends: an earlier wait of the row that made the call)."""
+    return off_start[launch_rows] + launch_off_ns + np.where(at_end, dur[launch_rows], 0)
 
 
 def _rank_times(

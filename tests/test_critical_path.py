@@ -70,6 +70,9 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             launch_dst=rng.integers(0, n, lk),
             launch_off_ns=rng.integers(0, 3, lk),
             launch_after_wait=np.zeros(lk, dtype=np.bool_),
+            launch_waited_ns=np.zeros(lk, dtype=np.int64),
+            part_wait_src=np.zeros(0, dtype=np.int32),
+            part_wait_edge=np.zeros(0, dtype=np.int32),
             dur_ns=rng.integers(0, 3, n),
             parent=np.where(rng.random(n) < 0.1, rng.integers(0, n, n), -1),
         )

@@ -32,7 +32,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.driver import load_trace
 from skewlens.replay.execution import execution_model, latest_deps
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import replayed_step_marks, summarize
 
@@ -734,6 +734,31 @@ def test_a_rank_that_began_its_step_last_is_blamed_for_what_its_late_start_cost(
     assert top.straggler_cost_ns == pytest.approx(base - earlier, rel=0.05)
 
 
+def test_dlrm_copies_launched_between_two_waits_of_an_index_op_follow_its_first_wait_with_no_host_gaps(
+    imported: dict[str, RunTrace],
+) -> None:
+    # aten::index (and IndexBackward0) waits for one pageable copy, launches the next, waits for it: with
+    # every host gap at 0 the first copy ends ~2 ms into the run, and the next followed it by ~6.6 ms,
+    # its launch held by the op's whole recorded wait, which includes the wait for that very copy
+    run = _run(imported, "dlrm_8gpu_kineto.tar.gz")
+    em = execution_model(run)
+    sim = Simulator(run)
+    sim.simulate()
+    res = sim.simulate(gap_override={r: np.zeros(len(rt), dtype=np.int64) for r, rt in run.ranks.items()})
+    for r, rt in run.ranks.items():
+        m = em.ranks[r]
+        src = m.launch_src[m.part_wait_edge]
+        assert sorted(rt.name(i) for i in src.tolist()) == [
+            "aten::index",
+            "autograd::engine::evaluate_function: IndexBackward0",
+        ], r
+        w, copy = m.part_wait_src, m.launch_dst[m.part_wait_edge]
+        assert all(rt.name(i).startswith("Memcpy HtoD") for i in [*w.tolist(), *copy.tolist()])
+        recorded = rt.start_ns[copy] - (rt.start_ns[w] + rt.dur_ns[w])
+        replayed = res.start_ns[r][copy] - res.end_ns[r][w]
+        assert (replayed <= recorded).all() and (recorded < 60_000).all(), (r, replayed, recorded)
+
+
 def test_gpu_dependency_attributes_round_trip_through_the_trace(tmp_path: Path) -> None:
     spec = GpuRunSpec(world_size=2, steps=1, layers=2, sync_events=False, seed=1)
     write_gpu_run(spec, tmp_path / "kineto")
@@ -1006,10 +1031,11 @@ def test_the_parquet_export_gives_each_gpu_nodes_launch_and_the_op_it_was_launch
     assert gpu_launched > 0 and host_launched == early == 0  # host nodes have none; none before its call
 
 
-def _sync_then_launch_run(tmp_path: Path) -> RunTrace:
+def _sync_then_launch_run(tmp_path: Path, *, again: bool = False) -> RunTrace:
     """One rank, µs: ``aten::mm`` launches ``gemm`` (stream 7, 5-105); ``aten::index`` (20-120) synchronises
     on stream 7 (returns at 107, once ``gemm`` ended), then launches ``index_kernel`` (call at 110, kernel
-    114-119), as ``aten::index`` does after its ``nonzero``."""
+    114-119), as ``aten::index`` does after its ``nonzero``; ``again``: then synchronises on stream 7 again
+    (115-120: waits for ``index_kernel``)."""
     evs: list[dict[str, Any]] = []
 
     def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
@@ -1026,6 +1052,9 @@ def _sync_then_launch_run(tmp_path: Path) -> RunTrace:
     x("cuda_sync", "Stream Sync", 105, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=2)
     x("cuda_runtime", "cudaLaunchKernel", 110, 2, correlation=3)
     x("kernel", "index_kernel", 114, 5, device=0, stream=7, correlation=3)
+    if again:
+        x("cuda_runtime", "cudaStreamSynchronize", 115, 5, correlation=4)
+        x("cuda_sync", "Stream Sync", 119, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=4)
     doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": evs}
     (tmp_path / "rank0.json").write_text(json.dumps(doc))
     import_traces([tmp_path / "rank0.json"], None, tmp_path / "run")
@@ -1049,6 +1078,44 @@ def test_a_kernel_launched_after_its_op_waited_moves_with_the_wait(tmp_path: Pat
     moved = int(base.start_ns[0][row["index_kernel"]]) - int(fast.start_ns[0][row["index_kernel"]])
     assert moved == 50_000, moved
     assert int(fast.end_ns[0][row["aten::index"]]) == int(base.end_ns[0][row["aten::index"]]) - 50_000
+
+
+def test_a_launch_between_two_waits_of_its_op_moves_with_the_first_wait_not_the_second(
+    tmp_path: Path,
+) -> None:
+    # aten::index waits for gemm (until 105 us), launches index_kernel (call at 110), then waits for it:
+    # the launch follows the first wait, 5 us after it ended, not the op's whole wait (which includes the
+    # kernel it launches)
+    run = _sync_then_launch_run(tmp_path, again=True)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    op, k = row["aten::index"], row["index_kernel"]
+    waits = sorted(m.wait_src[m.wait_dst == op].tolist())
+    assert waits == sorted([row["gemm"], k])  # it waited for both
+    edge = int(np.flatnonzero(m.launch_dst == k)[0])
+    assert int(m.launch_waited_ns[edge]) == 105_000 - 20_000  # the wait before the call ended at 105 us
+    assert m.part_wait_src[m.part_wait_edge == edge].tolist() == [row["gemm"]]
+    base = simulate(run)
+    assert (base.start_ns[0] == rt.start_ns).all() and (base.end_ns[0] == rt.start_ns + rt.dur_ns).all()
+    dep, met = latest_deps(m, rt.start_ns, rt.start_ns + rt.dur_ns)
+    assert (int(dep[k]), int(met[k])) == (op, 110_000)  # met at the recorded call
+    # a GPU twice as fast: gemm ends 50 µs sooner, so does the op's first wait, the launch after it, the
+    # kernel and the op's second wait for it
+    fast = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="op", pattern="gemm", factor=0.5, device="gpu")])
+    )
+    assert int(base.start_ns[0][k]) - int(fast.start_ns[0][k]) == 50_000
+    assert int(base.end_ns[0][op]) - int(fast.end_ns[0][op]) == 50_000
+    # the analyses meet the launch at the same time as the simulator
+    dep, met = latest_deps(m, fast.start_ns[0], fast.end_ns[0])
+    assert (int(dep[k]), int(met[k])) == (op, 110_000 - 50_000)
+    # so does a what-if that re-times the lowered run (gemm's duration overridden: 50 µs)
+    sim = Simulator(run)
+    sim.simulate()
+    dur = np.full(len(rt), -1, dtype=np.int64)
+    dur[row["gemm"]] = 50_000
+    what_if = sim.simulate(dur_override={0: dur})
+    assert int(base.start_ns[0][k]) - int(what_if.start_ns[0][k]) == 50_000
 
 
 def test_a_launch_after_its_ops_wait_is_met_at_the_recorded_call_as_the_analyses_read_it(
