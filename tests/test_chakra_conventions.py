@@ -8,15 +8,19 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from chakra.schema.protobuf import et_def_pb2 as chakra_pb
 from chakra.schema.protobuf.et_def_pb2 import Node
 from chakra.src.third_party.utils.protolib import encodeMessage
 from chakra_reader import read_with_chakra
 
 from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, write_et
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.load import load_rank
+from skewlens.profiler.store.parquet import export_run
+from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.export_astra import export_astra_sim
@@ -128,17 +132,19 @@ def test_p2p_peers_and_tag_are_int32_values_as_chakras_feeder_reads_them_and_loa
             assert (rt.src[row], rt.dst[row], rt.tag[row]) == (1, 0, 9), decoder
 
 
-def _converter_trace(tmp_path: Path, groups: list[dict[str, object]]) -> Path:
+def _converter_trace(tmp_path: Path, groups: list[dict[str, object]], *, idle_ranks: int = 0) -> Path:
     """Two ranks as Chakra's converter writes a PyTorch host trace: the process-group node, then one
-    all_reduce on group "1"."""
+    all_reduce on group "1"; then ``idle_ranks`` more ranks with the process-group node alone."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    for r in (0, 1):
+    for r in range(2 + idle_ranks):
         with (tmp_path / f"trace.{r}.et").open("wb") as fh:
             encodeMessage(fh, chakra_pb.GlobalMetadata())
             meta = chakra_pb.Node(id=2, name="## process_group:init ##", type=chakra_pb.METADATA_NODE)
             # pytorch_converter.py: protobuf_node.inputs.values = str(json_node.inputs["values"])
             meta.inputs.values = str([json.dumps(groups)])
             encodeMessage(fh, meta)
+            if r >= 2:
+                continue
             coll = chakra_pb.Node(id=3, name="ncclKernel_AllReduce", type=chakra_pb.COMM_COLL_NODE)
             coll.attr.extend(
                 [
@@ -177,6 +183,22 @@ def test_a_group_pytorch_lists_with_no_ranks_spans_the_world_in_the_load_and_the
     assert [(c.pg_name, c.ranks) for c in run.collectives] == [("1", (0, 1))]
     export_astra_sim(run_dir, tmp_path / "astra")
     assert json.loads((tmp_path / "astra" / "comm_groups.json").read_text()) == {"1": [0, 1]}
+
+
+def test_a_group_pytorch_lists_with_no_ranks_spans_the_world_in_the_parquet_export_too(
+    tmp_path: Path,
+) -> None:
+    # three ranks, the all_reduce of group "1" (listed with no ranks: the world) on ranks 0 and 1 alone:
+    # rank 2 is a member that never issued it, which the loader refuses and the export must refuse alike
+    # (read as a group of no members, the export matched the two calls as a whole instance)
+    run_dir = _converter_trace(
+        tmp_path / "run", [_pg("0", "default_pg", []), _pg("1", "undefined", [])], idle_ranks=1
+    )
+    missing = "collective mismatch in group '1' seq 0: rank 2 has no such collective"
+    assert [i.message.split(" (")[0] for i in validate_run(run_dir).errors] == [missing]
+    with pytest.raises(SkewlensError, match=rf"not exported, 1 problem\(s\): {missing}"):
+        export_run(run_dir, tmp_path / "pq", workers=1)
+    assert not (tmp_path / "pq").exists()
 
 
 def test_a_tag_past_int32_stays_an_int64_value_and_loads_whole(tmp_path: Path) -> None:

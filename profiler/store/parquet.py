@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 from skewlens.profiler.atomic import check_replaceable, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
-from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo
+from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo, with_world_ranks
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity
 from skewlens.profiler.store.load import (
     PARQUET_EXPORT_FILE,
@@ -400,6 +400,7 @@ def _export_into(
             rows["nodes"] += res.num_nodes
             rows["deps"] += res.num_deps
     groups.update({g.name: g for g in manifest.process_groups})
+    groups = with_world_ranks(groups, manifest.world_size)  # a group listed with no ranks: the loader's rule
     comm, _ = matchable(comm, manifest, groups, pg_names, sink)  # as the loader does
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
