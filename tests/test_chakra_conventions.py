@@ -173,6 +173,16 @@ def test_process_groups_in_the_form_chakras_converter_writes_them_load(tmp_path:
     assert [c.pg_name for c in run.collectives] == ["1"]
 
 
+def test_process_groups_in_the_converters_form_load_whatever_their_descriptions_hold(tmp_path: Path) -> None:
+    # Python prints the JSON string with its quotes and backslashes escaped: read back as written, not by
+    # dropping two characters at each end (the apostrophe's escape refused the trace; the non-ASCII
+    # character, which JSON writes as a \u escape, read as that escape's 6 characters)
+    descs = ["bob's group", "caf\u00e9", 'a "quoted" \\ name']
+    groups = [_pg("0", "default_pg", [0, 1]), *(_pg(str(i), d, [0, 1]) for i, d in enumerate(descs, 1))]
+    run = load_run(_converter_trace(tmp_path, groups))
+    assert [run.process_groups[str(i)].desc for i in range(1, 4)] == descs
+
+
 def test_a_group_pytorch_lists_with_no_ranks_spans_the_world_in_the_load_and_the_astra_sim_export(
     tmp_path: Path,
 ) -> None:

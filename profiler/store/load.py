@@ -20,6 +20,7 @@ its own.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -909,15 +910,24 @@ def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
         ) from None
 
 
+def _python_printed(values: str) -> Any:
+    """The list Chakra's converter writes as Python prints it (``str(["[{...}]"])``), read back as Python
+    wrote it: ASTRA-sim drops the two characters at each end instead, which keeps the escapes the printing
+    added (a ``\\'`` in a group's description, the doubled backslash of a ``\\u00e9``)."""
+    try:
+        return ast.literal_eval(values)
+    except SyntaxError as e:  # (a ValueError passes through: the caller names both)
+        raise ValueError(f"not a Python-printed list: {e.msg}") from None
+
+
 @functools.lru_cache(maxsize=8)
 def _parse_pg_init(values: str) -> tuple[tuple[str, ProcessGroupInfo], ...]:
     # every rank of a run carries the same node: parsed once per load, not once per rank (a world group of
     # 1,024 ranks in each of 1,024 files is a million integers); failures are not cached
     if values.startswith("['") and values.endswith("']"):
-        # Chakra's converter writes the host trace's list as Python prints it (``str(["[{...}]"])``): the JSON
-        # string inside, read as ASTRA-sim reads it (the two characters at each end dropped)
-        values = values[2:-2]
-    data = json.loads(values) if values else []
+        data = _python_printed(values)
+    else:
+        data = json.loads(values) if values else []
     if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
         data = json.loads(data[0])  # PyTorch host ETs wrap the JSON string in a list
     out: dict[str, ProcessGroupInfo] = {}
