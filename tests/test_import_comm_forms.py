@@ -278,6 +278,20 @@ def test_a_p2p_annotation_that_names_the_peer_makes_a_send_or_recv_node(
     assert (k.type, (a[Attr.COMM_SRC], a[Attr.COMM_DST]), a[Attr.COMM_SIZE]) == (node_type, src_dst, 1024)
 
 
+def test_an_imported_sends_peers_and_tag_are_int32_values_as_chakras_feeder_reads_them(
+    tmp_path: Path,
+) -> None:
+    # the importer's own encoder wrote them as int64_val, which Chakra's feeder (attr.int32_val()) reads as 0
+    nodes, _ = _import(tmp_path, _doc(NEW_SENDRECV, annotation=("nccl:send 0->1", _dims([256]))))
+    k, _a = _the_kernel(nodes)
+    kinds = {a.name: (a.WhichOneof("value"), a.int32_val) for a in k.attr}
+    assert [kinds[n] for n in (Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG)] == [
+        ("int32_val", 0),
+        ("int32_val", 1),
+        ("int32_val", 0),
+    ]
+
+
 def test_the_peer_of_a_c10d_recv_comes_from_its_concrete_inputs(tmp_path: Path) -> None:
     types = ["TensorList", "", "Scalar", "Scalar"]
     op = ("c10d::recv_", {"Input Dims": [[]] * 4, "Input type": types, "Concrete Inputs": ["", "", "1", "0"]})

@@ -55,7 +55,7 @@ def test_the_node_encoder_writes_the_bytes_protobuf_writes() -> None:
                          [], [-5], 0.25, ["a", "b"]]  # fmt: skip
     enc = NodeEncoder()
     for _ in range(3000):
-        keys = ["a", Attr.STREAM, Attr.LAUNCH_NS, Attr.SEQ, Attr.STEP, "ä"]
+        keys = ["a", Attr.STREAM, Attr.LAUNCH_NS, Attr.SEQ, Attr.STEP, "ä", Attr.COMM_SRC, Attr.COMM_TAG]
         node = TraceNode(
             node_id=rng.choice([0, 1, 300, 2**40]),
             name=rng.choice(["", "aten::mm", "ncclDevKernel_AllReduce", "ß"]),

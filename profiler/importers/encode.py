@@ -6,7 +6,8 @@ bytes directly: the protobuf wire format of ``Node`` (fields in number order, pa
 each attribute a length-delimited ``AttributeProto``), with the parts that repeat from node to node (a
 name, ``is_cpu_op = true``, a stream, a step) encoded once and reused. The result is byte for byte what
 ``encode_message(to_proto(node))`` gives (the tests compare the two on varied nodes); values it does not
-encode itself (lists, floats, integers outside int64, text that is not valid UTF-8) go through
+encode itself (lists, floats, integers outside int64, text that is not valid UTF-8, and the attributes
+Chakra reads as int32: ``CHAKRA_INT32_ATTRS``) go through
 ``chakra_io`` and protobuf, which then also raise what they raise. :func:`id_and_time_fields` encodes the
 fields every node has (its id; its start and duration, in micros and as ``skl_start_ns``/``skl_dur_ns``) of
 a whole rank at once with numpy, for :meth:`NodeEncoder.encode` to take as they are.
@@ -20,7 +21,7 @@ import numpy as np
 
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, encode_message, set_attr, to_proto
-from skewlens.profiler.vocab import Attr, NodeType
+from skewlens.profiler.vocab import CHAKRA_INT32_ATTRS, Attr, NodeType
 
 _INT64 = 1 << 63
 _UINT64 = 1 << 64
@@ -169,6 +170,8 @@ class NodeEncoder:
             return hit
         if kind is bool:
             enc = _field(b"\x52", self._key(name) + (b"\xd8\x01\x01" if value else b"\xd8\x01\x00"))
+        elif kind is int and name in CHAKRA_INT32_ATTRS:  # int32 where it fits: chakra_io's rule, not copied
+            enc = self._slow_attr(name, value)
         elif kind is int:
             enc = self._int_attr(name, value)  # type: ignore[arg-type]
         elif kind is str:
