@@ -299,6 +299,13 @@ def hidden_wait_edges(rt: RankTrace, m: RankModel) -> tuple[I32, I32]:
     return m.wait_src[hidden], m.wait_dst[hidden]
 
 
+def gpu_dependency_kinds(rt: RankTrace, src: I32 | I64, dst: I32 | I64) -> tuple[B, B]:
+    """Of the dependencies ``src -> dst`` (rows), the launches (a GPU row's dependency on a host row) and
+    the host synchronisations (a host row's on a GPU row): "GPU dependencies" in
+    :mod:`skewlens.profiler.vocab`."""
+    return ~rt.is_cpu[dst] & rt.is_cpu[src], rt.is_cpu[dst] & ~rt.is_cpu[src]
+
+
 def recorded_waits(rt: RankTrace, m: RankModel) -> tuple[I64, I64]:
     """The wait edges a graph of the trace's own dependencies holds, as sources and dependants: each wait
     node's (:attr:`RankModel.is_wait`) ``ctrl_deps``/``data_deps`` onto communication nodes, and each host
@@ -309,7 +316,7 @@ def recorded_waits(rt: RankTrace, m: RankModel) -> tuple[I64, I64]:
     owner = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
     src = rt.dep_idx
     on_comm = m.is_wait[owner] & type_mask(rt.node_type, COMM_NODE_TYPES)[src]
-    on_gpu = rt.is_cpu[owner] & ~rt.is_cpu[src] & m.valid[owner] & m.valid[src]
+    on_gpu = gpu_dependency_kinds(rt, src, owner)[1] & m.valid[owner] & m.valid[src]
     keep = (on_comm | on_gpu) & (src != owner)
     return src[keep], owner[keep]
 
@@ -1108,10 +1115,7 @@ def _edges(
     src = rt.dep_idx.astype(np.int64, copy=False)
     keep = (src != dst) & valid[src] & valid[dst] if n else np.zeros(0, dtype=np.bool_)
     src, dst = src[keep], dst[keep]
-    # GPU dependencies (see "GPU dependencies" in skewlens.profiler.vocab): a GPU row's dep on a host row
-    # is its launch, a host row's dep on a GPU row a synchronisation; both are edges of their own kind
-    launch = ~rt.is_cpu[dst] & rt.is_cpu[src]
-    host_sync = rt.is_cpu[dst] & ~rt.is_cpu[src]
+    launch, host_sync = gpu_dependency_kinds(rt, src, dst)  # edges of their own kind
     gpu = (src[launch], dst[launch], src[host_sync], dst[host_sync])
     plain = ~launch & ~host_sync
     src, dst = src[plain], dst[plain]
