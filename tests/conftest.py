@@ -7,6 +7,8 @@ processes) fail unless marked ``slow``: see :mod:`slow_guard`. ``pytest -m "not 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,21 @@ def dlrm_imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def run_builder() -> type[RunBuilder]:
     return RunBuilder
+
+
+@pytest.fixture
+def recorded_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """``time.sleep`` of the test's own thread recorded instead of slept. Only that thread's: the patch is
+    process-wide, and a thread another test left running (a sampler, a watchdog) that sleeps meanwhile
+    must neither land in the list nor spin."""
+    slept: list[float] = []
+    mine, real = threading.get_ident(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() == mine:
+            slept.append(seconds)
+        else:
+            real(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    return slept

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from capture_helpers import profile
 
-import skewlens.profiler.capture.session as session
 from skewlens.profiler.capture.session import EXIT_GRACE_S, CaptureSession, grace_at_exit
 from skewlens.profiler.manifest import StepWindow, read_manifest
 
@@ -180,8 +179,6 @@ def test_the_exit_grace_is_registered_to_run_after_the_atexit_save(
         s.uninstall()
 
 
-def test_the_exit_grace_sleeps_which_releases_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(session.time, "sleep", slept.append)
+def test_the_exit_grace_sleeps_which_releases_the_gil(recorded_sleeps: list[float]) -> None:
     grace_at_exit()
-    assert slept == [EXIT_GRACE_S]
+    assert recorded_sleeps == [EXIT_GRACE_S]
