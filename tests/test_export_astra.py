@@ -761,6 +761,31 @@ def _syncs_on_a_kernel(tmp_path: Path, *, nested: bool = False) -> tuple[dict[st
     return {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP}, work
 
 
+def test_a_kernel_that_depends_on_a_kernel_of_another_stream_it_overlapped_is_written_whole(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(world_size=2)
+    for rb in (b.rank(r).step(0) for r in range(2)):
+        h = rb.compute("aten::mm", MS, start_ns=0)
+        k = rb.compute("gemm", 2 * MS, start_ns=MS, stream=7, deps=(h,), launch_ns=500_000)
+        rb.compute("add_kernel", 2 * MS, start_ns=2 * MS, stream=8, deps=(h, k), launch_ns=600_000)
+    # only a host row's dependency on the GPU is a synchronisation: add_kernel on stream 8 [2, 4) ms, whose
+    # trace names gemm on stream 7 [1, 3) ms, is no wait node and runs its whole 2 ms (cut to its 1 ms after
+    # gemm's end, the time the two streams overlapped would be lost)
+    run_dir = b.write(tmp_path / "run")
+    res = export_astra_sim(run_dir, tmp_path / "astra", host_compute="npu")
+    _gm, nodes = read_with_chakra(res.traces[0])
+    assert {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP} == {
+        "aten::mm": 1000,
+        "gemm": 2000,
+        "add_kernel": 2000,
+    }
+    run = load_run(run_dir)
+    rt = run.ranks[0]
+    assert recorded_wait_work_ns(rt, execution_model(run).ranks[0]).tolist() == rt.dur_ns.tolist()
+    assert not any(k.startswith("wait nodes") for k in res.changes)
+
+
 def test_a_host_row_synchronising_on_a_gpu_kernel_runs_for_the_execution_models_work_after_it(
     tmp_path: Path,
 ) -> None:
