@@ -181,6 +181,22 @@ def test_every_dependency_is_a_data_dependency_as_chakras_own_feeder_follows_onl
             assert set(n.data_deps) == {*src[n.id].ctrl_deps, *src[n.id].data_deps} - {0}  # 0: metadata
 
 
+def test_a_dependency_listed_as_data_and_as_ctrl_is_exported_once_after_the_data_ones(tmp_path: Path) -> None:
+    # a converter trace may name a node in both lists; the export keeps each dependency once, in data_deps
+    b = RunBuilder(world_size=2)
+    for rb in (b.rank(r).step(0) for r in range(2)):
+        a = rb.compute("aten::mm", MS, start_ns=0)
+        c = rb.compute("aten::add", MS, start_ns=0, stream=3)
+        rb.compute("aten::cat", MS, start_ns=MS)
+        rb.nodes[-1] = dataclasses.replace(rb.nodes[-1], ctrl_deps=(a, c), data_deps=(c,))
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    for r in range(2):
+        _gm, nodes = read_with_chakra(res.traces[r])
+        assert [(list(n.data_deps), list(n.ctrl_deps)) for n in nodes if n.name == "aten::cat"] == [
+            ([c, a], [])
+        ]
+
+
 def test_the_comm_group_file_lists_exactly_each_sub_groups_members(exported) -> None:
     _run_dir, res = exported
     data = json.loads(res.comm_groups.read_text())
