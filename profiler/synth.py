@@ -211,16 +211,21 @@ class RankBuilder:
 
 
 class RunBuilder:
-    """A synthetic multi-rank run; ``groups`` maps group name to global ranks (default: one world group)."""
+    """A synthetic multi-rank run; ``groups`` maps group name to global ranks (default: one world group).
+    ``first_node_id``: each rank's first node's id (the process-group node is 0): past 1, ids are not the
+    rows' numbers, as in a converter's trace."""
 
-    def __init__(self, world_size: int, groups: dict[str, tuple[int, ...]] | None = None) -> None:
+    def __init__(
+        self, world_size: int, groups: dict[str, tuple[int, ...]] | None = None, *, first_node_id: int = 1
+    ) -> None:
         self.world_size = world_size
         self.groups = dict(groups or {DEFAULT_PG: tuple(range(world_size))})
         self.ranks: dict[int, RankBuilder] = {}
+        self.first_node_id = first_node_id
 
     def rank(self, r: int) -> RankBuilder:
         if r not in self.ranks:
-            self.ranks[r] = RankBuilder(rank=r, groups=self.groups)
+            self.ranks[r] = RankBuilder(rank=r, groups=self.groups, _next_id=self.first_node_id)
         return self.ranks[r]
 
     def write(self, run_dir: str | Path, *, level: str = "collectives") -> Path:

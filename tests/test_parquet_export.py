@@ -923,14 +923,10 @@ def test_the_model_table_holds_the_ends_and_compute_analyze_measures_waits_with(
 def test_the_model_table_names_each_node_by_its_trace_id_not_its_row(tmp_path: Path) -> None:
     # node ids as a converter writes them (from 1000, not the row numbers 0..n-1 our synthetic runs have):
     # each model row joins the nodes row of its id, the all_reduce's end and the compute's length theirs
-    b = RunBuilder(world_size=2)
+    b = RunBuilder(world_size=2, first_node_id=1000)
     for rb in (b.rank(r).step(0) for r in range(2)):
         mm = rb.compute("aten::mm", 2_000_000, start_ns=0)
         rb.collective(CommType.ALL_REDUCE, 1 << 20, 3_000_000, start_ns=2_000_000, deps=(mm,))
-        rb.nodes[:] = [
-            dataclasses.replace(n, node_id=n.node_id + 999, ctrl_deps=tuple(d + 999 for d in n.ctrl_deps))
-            for n in rb.nodes
-        ]
     run_dir = b.write(tmp_path / "run")
     export_run(run_dir, tmp_path / "pq", workers=1, model=parquet_model(run_dir, lenient=False))
     con = duckdb.connect()
