@@ -864,15 +864,16 @@ def test_an_empty_collective_and_an_empty_send_are_written_as_one_byte_which_ast
     assert res.changes["empty messages written as 1 byte"] == 4
 
 
+@pytest.mark.parametrize("first_id", [1, 1000])  # 1000: ids that are not row numbers, as a converter's
 def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_reduce_it_now_depends_on(
-    tmp_path: Path,
+    tmp_path: Path, first_id: int
 ) -> None:
     # DDP at the collectives level: backward issues its bucket's all_reduce, then the reducer waits for it
     # inside the compute gap that follows (no wait node: out of the profiler's sight), then the optimizer's
     # 5 ms. Rank 1 arrives 30 ms late, so rank 0's gap recorded 36 ms, 31 of them waiting. ASTRA-sim models
     # that wait (the all_reduce completes when rank 1 joins): the whole 36 ms, with no dependency on the
     # all_reduce, kept the recorded wait in place of the modelled one (a DDP capture ran 5% long)
-    b = RunBuilder(world_size=2)
+    b = RunBuilder(world_size=2, first_node_id=first_id)
     fwd = {0: 10 * MS, 1: 40 * MS}
     coll: dict[int, int] = {}
     for r in range(2):
