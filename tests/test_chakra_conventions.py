@@ -14,7 +14,8 @@ from chakra.schema.protobuf.et_def_pb2 import Node
 from chakra.src.third_party.utils.protolib import encodeMessage
 from chakra_reader import read_with_chakra
 
-from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, write_et
+from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.chakra_io import TraceNode, as_comm_node, node_attrs, read_et, set_attr, write_et
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.manifest import rank_file
 from skewlens.profiler.store import load_run
@@ -222,3 +223,23 @@ def test_a_tag_past_int32_stays_an_int64_value_and_loads_whole(tmp_path: Path) -
     for decoder in ("vectorised", "reference"):
         rt = load_rank(path, 0, [], {}, decoder=decoder)
         assert rt.tag[rt.node_type == NodeType.COMM_SEND].tolist() == [1 << 40], decoder
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ((1 << 31) - 1, "int32_val"),
+        (-(1 << 31), "int32_val"),
+        (1 << 31, "int64_val"),
+        (-(1 << 31) - 1, "int64_val"),
+    ],
+)
+def test_a_peer_or_tag_is_an_int32_value_up_to_int32s_bounds_and_an_int64_value_past_them(
+    value: int, kind: str
+) -> None:
+    for name in (Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG):
+        n = pb.Node(id=1)
+        set_attr(n, name, value)
+        (a,) = n.attr
+        assert (a.WhichOneof("value"), getattr(a, kind)) == (kind, value)
+        assert node_attrs(n) == {name: value}
