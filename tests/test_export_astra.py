@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,12 @@ from skewlens.profiler.chakra_io import EtWriter, TraceNode, node_attrs, pg_init
 from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.validate import validate_run
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType
 from skewlens.replay import export_astra
-from skewlens.replay.execution import execution_model, recorded_wait_work_ns
+from skewlens.replay.execution import execution_model, gpu_busy, recorded_wait_work_ns
 from skewlens.replay.export_astra import (
     ASTRA_SUPPORTED,
     BARRIER_BYTES,
@@ -777,29 +779,61 @@ def _syncs_on_a_kernel(tmp_path: Path, *, nested: bool = False) -> tuple[dict[st
     return {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP}, work
 
 
-def test_a_kernel_that_depends_on_a_kernel_of_another_stream_it_overlapped_is_written_whole(
-    tmp_path: Path,
-) -> None:
+def _after_a_kernel(
+    tmp_path: Path, add: Callable[[RankBuilder, int, int], object]
+) -> tuple[RunTrace, dict[str, int], dict[str, int]]:
+    """Two ranks of ``aten::mm`` [0, 1) ms launching ``gemm`` [1, 3) ms on stream 7, then what ``add`` adds
+    (given the builder and both ids), exported with host compute kept: the run, rank 0's exported durations
+    (µs) and the export's changes."""
     b = RunBuilder(world_size=2)
     for rb in (b.rank(r).step(0) for r in range(2)):
         h = rb.compute("aten::mm", MS, start_ns=0)
-        k = rb.compute("gemm", 2 * MS, start_ns=MS, stream=7, deps=(h,), launch_ns=500_000)
-        rb.compute("add_kernel", 2 * MS, start_ns=2 * MS, stream=8, deps=(h, k), launch_ns=600_000)
-    # only a host row's dependency on the GPU is a synchronisation: add_kernel on stream 8 [2, 4) ms, whose
-    # trace names gemm on stream 7 [1, 3) ms, is no wait node and runs its whole 2 ms (cut to its 1 ms after
-    # gemm's end, the time the two streams overlapped would be lost)
+        add(rb, h, rb.compute("gemm", 2 * MS, start_ns=MS, stream=7, deps=(h,), launch_ns=500_000))
     run_dir = b.write(tmp_path / "run")
     res = export_astra_sim(run_dir, tmp_path / "astra", host_compute="npu")
     _gm, nodes = read_with_chakra(res.traces[0])
-    assert {n.name: n.duration_micros for n in nodes if n.type == NodeType.COMP} == {
-        "aten::mm": 1000,
-        "gemm": 2000,
-        "add_kernel": 2000,
-    }
-    run = load_run(run_dir)
+    return load_run(run_dir), {n.name: n.duration_micros for n in nodes}, dict(res.changes)
+
+
+def test_a_kernel_that_depends_on_a_kernel_of_another_stream_it_overlapped_is_written_whole(
+    tmp_path: Path,
+) -> None:
+    # only a host row's dependency on the GPU is a synchronisation: add_kernel on stream 8 [2, 4) ms, whose
+    # trace names gemm on stream 7 [1, 3) ms, is no wait node and runs its whole 2 ms (cut to its 1 ms after
+    # gemm's end, the time the two streams overlapped would be lost)
+    run, written, changes = _after_a_kernel(
+        tmp_path,
+        lambda rb, h, k: rb.compute(
+            "add_kernel", 2 * MS, start_ns=2 * MS, stream=8, deps=(h, k), launch_ns=600_000
+        ),
+    )
+    assert written == {"aten::mm": 1000, "gemm": 2000, "add_kernel": 2000}
     rt = run.ranks[0]
     assert recorded_wait_work_ns(rt, execution_model(run).ranks[0]).tolist() == rt.dur_ns.tolist()
-    assert not any(k.startswith("wait nodes") for k in res.changes)
+    assert not any(k.startswith("wait nodes") for k in changes)
+
+
+def _metadata_then_item(rb: RankBuilder, h: int, _k: int) -> None:
+    """A METADATA node marked off the host [2, 5) ms, and ``aten::item`` [3, 5) ms naming it."""
+    meta = {Attr.IS_CPU_OP: False, Attr.STREAM: 7, Attr.STEP: 0}
+    rb.nodes.append(
+        TraceNode(
+            node_id=50, name="meta", node_type=NodeType.METADATA, start_ns=2 * MS, dur_ns=3 * MS, attrs=meta
+        )
+    )
+    rb.compute("aten::item", 2 * MS, start_ns=3 * MS, deps=(h, 50))
+
+
+def test_a_metadata_node_marked_off_the_host_is_neither_gpu_work_nor_a_synchronisation(
+    tmp_path: Path,
+) -> None:
+    # a METADATA node is no op, whatever its attributes say: one marked off the host is not GPU busy time
+    # (gemm's 2 ms alone), and aten::item, which names it, is no wait: written whole, 2 ms
+    run, written, _changes = _after_a_kernel(tmp_path, _metadata_then_item)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    assert gpu_busy(rt, m, rt.start_ns, rt.end_ns).between(0, 10 * MS) == 2 * MS
+    assert recorded_wait_work_ns(rt, m).tolist() == rt.dur_ns.tolist()
+    assert written == {"aten::mm": 1000, "gemm": 2000, "aten::item": 2000}
 
 
 def test_a_host_row_synchronising_on_a_gpu_kernel_runs_for_the_execution_models_work_after_it(
