@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -947,12 +949,25 @@ def test_the_model_table_names_each_node_by_its_trace_id_not_its_row(tmp_path: P
     ]
 
 
+def test_the_model_table_and_its_row_counts_hold_every_node_of_every_rank(
+    exported: tuple[Path, Path],
+) -> None:
+    run_dir, out = exported
+    nodes = sum(len(rt) for rt in load_run(run_dir).ranks.values())
+    assert (
+        open_dataset(out, "model").count_rows() == nodes == 41
+    )  # 3 ranks of 13 (a process-group node, 6 ops, 6 collectives), a send, a recv
+    assert json.loads((out / "run.json").read_text())["tables"]["model"]["rows"] == nodes
+
+
+@pytest.mark.parametrize("written", [0, 1])  # 1: the model failed after rank 0's partition was written
 def test_an_export_whose_model_cannot_be_derived_keeps_its_other_tables_and_says_why(
-    exported: tuple[Path, Path], tmp_path: Path
+    exported: tuple[Path, Path], tmp_path: Path, written: int
 ) -> None:
     run_dir, _out = exported
 
-    def refused() -> list[tuple[int, dict[str, np.ndarray]]]:
+    def refused() -> Iterator[tuple[int, Mapping[str, np.ndarray]]]:
+        yield from itertools.islice(parquet_model(run_dir, lenient=False)(), written)
         raise ValidationError(f"{run_dir}: not loaded, 1 problem(s): rank 1 is corrupt")
 
     out = tmp_path / "nomodel"
