@@ -654,3 +654,15 @@ def test_a_kernel_less_collective_on_a_thread_of_its_own_depends_on_an_issuer_th
     nodes, _ = _import(tmp_path, _gloo_doc([(2, -1, 10)], issuer_ts=10))
     ids = {n.name: n for n in nodes}
     assert list(ids["gloo:all_reduce"].ctrl_deps) == [ids["c10d::allreduce_"].id]
+
+
+def test_a_group_pg_config_lists_with_no_ranks_is_every_rank_in_the_imported_manifest(tmp_path: Path) -> None:
+    # torch writes "ranks": [] for a group spanning the world; the manifest lists its members
+    doc = _doc("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    doc["distributedInfo"]["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": []},
+        {"pg_name": "1", "pg_desc": "undefined", "backend_config": "cuda:nccl", "ranks": [1]},
+    ]
+    _import(tmp_path, doc)
+    groups = read_manifest(tmp_path / "run").process_groups
+    assert {g.name: g.ranks for g in groups} == {"0": (0, 1), "1": (1,)}
