@@ -492,6 +492,27 @@ def test_export_cli_says_which_warnings_and_errors_it_counted_on_stderr_named_af
     assert lines[1].startswith("skewlens export: warning: ") and "without manifest.json" in lines[1]
 
 
+def test_export_cli_with_allow_errors_writes_the_model_of_the_run_loaded_leniently(tmp_path: Path) -> None:
+    # as skewlens analyze --lenient reads it: the all_reduce the ranks disagree on skipped, every node kept
+    b = RunBuilder(2)
+    for r, nbytes in ((0, 64), (1, 128)):
+        b.rank(r).step(0).compute("aten::mm", 1000)
+        b.rank(r).collective(CommType.ALL_REDUCE, nbytes, 10)
+    run = b.write(tmp_path / "run")
+    argv = [str(run), "--out", str(tmp_path / "pq"), "--workers", "1", "--no-progress", "--allow-errors"]
+    assert export_main(argv, console=Console(file=io.StringIO())) == 0
+    model = (
+        open_dataset(tmp_path / "pq", "model")
+        .to_table()
+        .sort_by([("rank", "ascending"), ("node_id", "ascending")])
+    )
+    assert model.select(["rank", "node_id", "end_ns", "compute_ns"]).to_pylist() == [
+        {"rank": r, "node_id": i, "end_ns": end, "compute_ns": comp}
+        for r in range(2)
+        for i, end, comp in [(0, 0, 0), (1, 1000, 1000), (2, 1010, 0)]
+    ]
+
+
 def test_export_cli_counts_the_warnings_it_does_not_show_and_names_the_command_that_lists_them(
     tmp_path: Path,
 ) -> None:
