@@ -474,7 +474,19 @@ def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and
     header = next(line for line in text.splitlines() if "GPU idle" in line)
     assert [c.strip() for c in header.strip("┃ ").split("┃")][-2:] == ["hidden", "GPU idle"]
     row = next(line for line in text.splitlines() if line.strip().startswith("│    0"))
-    assert [c.strip() for c in row.strip("│ ").split("│")][-1] == "0.15"
+    cells = dict(
+        zip(
+            [c.strip() for c in header.strip().strip("┃").split("┃")],
+            row.strip().strip("│").split("│"),
+            strict=True,
+        )
+    )
+    assert {k: cells[k].strip() for k in ("GPU kernels", "GPU comm", "hidden", "GPU idle")} == {
+        "GPU kernels": "0.68",
+        "GPU comm": "0.20",
+        "hidden": "28%",  # of the NCCL kernel's 600-800, mul's 555-655 covers 55
+        "GPU idle": "0.15",
+    }
 
 
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
