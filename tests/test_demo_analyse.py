@@ -23,7 +23,7 @@ def _run(tmp_path: Path, collectives: int) -> Path:
         for i in range(collectives):
             rb.compute("work", 1 * MS, start_ns=i * 3 * MS)
             rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=i * 3 * MS + 1 * MS)
-    return b.write(tmp_path / "run")
+    return b.write(tmp_path / "demo run")  # a space: the command the notes name quotes the path
 
 
 def test_what_the_demos_heatmap_and_timeline_left_out_is_said_on_its_stderr(
@@ -41,7 +41,7 @@ def test_what_the_demos_heatmap_and_timeline_left_out_is_said_on_its_stderr(
     )
     assert warnings[1].startswith("skewlens demo: warning: trace_critical_path.json: 100 of ")
     assert warnings[1].endswith(
-        f"; skewlens analyze {run_dir} --out DIR --perfetto-max-events 0 writes all"
+        f"; skewlens analyze '{run_dir}' --out DIR --perfetto-max-events 0 writes all"
     )  # the demo has no such option: the command that has it
     assert len(warnings) == 2
 
@@ -53,3 +53,17 @@ def test_the_demo_warns_of_nothing_left_out_where_its_pictures_show_everything(
     _, written = analyse(_run(tmp_path, 3), tmp_path / "analysis", console)
     assert capsys.readouterr().err == ""
     assert {p.name for p in written} >= {"wait_heatmap.png", "trace_critical_path.json"}
+
+
+def test_the_demos_timeline_with_perfetto_max_events_0_holds_every_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import skewlens.replay.streaming
+
+    monkeypatch.setattr(skewlens.replay.streaming, "DEFAULT_MAX_EVENTS", 10)  # the run has more
+    run_dir = _run(tmp_path, 3)
+    analyse(run_dir, tmp_path / "all", Console(file=io.StringIO()), perfetto_max_events=0)
+    assert capsys.readouterr().err == ""
+    analyse(run_dir, tmp_path / "default", Console(file=io.StringIO()))
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith("skewlens demo: warning: trace_critical_path.json: 10 of ")
