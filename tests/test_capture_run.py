@@ -480,5 +480,6 @@ def test_single_process_python_run_is_captured_too(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "steps-0.json").read_text())
     assert (data["rank"], data["world_size"], len(data["step_ns"])) == (0, 1, 5)
     assert all(t > 0 for t in data["step_ns"])
-    # --parquet exported the run next to it
+    # --parquet exported the run next to it, the execution model's table with it (collective_skew.sql's)
     assert (out / "parquet").is_dir() and list((out / "parquet").glob("*.parquet"))
+    assert [p.name for p in (out / "parquet" / "model").iterdir()] == ["rank=0"]
