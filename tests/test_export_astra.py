@@ -898,9 +898,11 @@ def test_an_empty_collective_and_an_empty_send_are_written_as_one_byte_which_ast
     assert res.changes["empty messages written as 1 byte"] == 4
 
 
-@pytest.mark.parametrize("first_id", [1, 1000])  # 1000: ids that are not row numbers, as a converter's
+# first_id 1000: ids that are not row numbers, as a converter's; kernel: the gap also synchronised on a kernel
+# that ended 0.5 ms into it, a wait its trace names, which ends long before the hidden one
+@pytest.mark.parametrize(("first_id", "kernel"), [(1, False), (1000, False), (1, True)])
 def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_reduce_it_now_depends_on(
-    tmp_path: Path, first_id: int
+    tmp_path: Path, first_id: int, kernel: bool
 ) -> None:
     # DDP at the collectives level: backward issues its bucket's all_reduce, then the reducer waits for it
     # inside the compute gap that follows (no wait node: out of the profiler's sight), then the optimizer's
@@ -916,8 +918,10 @@ def test_a_host_time_node_that_hid_ddps_wait_runs_only_its_work_after_the_all_re
         coll[r] = rb.collective(
             CommType.ALL_REDUCE, 1 << 20, 41 * MS - fwd[r], start_ns=fwd[r], stream=1000, deps=(f,)
         )
+        if kernel:
+            f = rb.compute("gemm", MS, start_ns=fwd[r] - MS // 2, stream=7, deps=(f,), launch_ns=fwd[r] - MS)
         rb.compute("compute", 46 * MS - fwd[r], start_ns=fwd[r], deps=(f,))
-    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra")
+    res = export_astra_sim(b.write(tmp_path / "run"), tmp_path / "astra", host_compute="npu")
     for r in range(2):
         _gm, nodes = read_with_chakra(res.traces[r])
         tail = [n for n in nodes if n.type == NodeType.COMP][-1]
