@@ -411,11 +411,20 @@ def test_every_backward_of_a_step_without_no_sync_waited_for_its_buckets_where_a
     assert res.stragglers[0].straggler_cost_ns / 3 == pytest.approx(20 * MS, rel=0.05)
 
 
-def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 3, tail_ns: int = 0) -> Path:
+def _ddp_ops_level(
+    tmp_path: Path,
+    late_ms: float,
+    *,
+    lag_ns: int,
+    steps: int = 3,
+    tail_ns: int = 0,
+    nested_wait: bool = False,
+) -> Path:
     """DDP at the ``ops`` level: backward ops issue two bucket all_reduces, then DDP's reducer waits for the
     first inside ``untraced`` host time, which ends ``lag_ns`` before gloo's worker recorded that bucket's
     end (the worker lags the completion the program saw), or ``tail_ns`` after it (the thread went on in
-    untraced time), copies it back, waits for the second, then the optimizer runs."""
+    untraced time), copies it back (where ``nested_wait``, through a ``c10d::wait`` on the first bucket
+    0.1-0.4 ms into the copy), waits for the second, then the optimizer runs."""
     b = RunBuilder(2)
     t = 0
     late = int(late_ms * MS)
@@ -439,6 +448,8 @@ def _ddp_ops_level(tmp_path: Path, late_ms: float, *, lag_ns: int, steps: int = 
             u_end = done1 - lag_ns + tail_ns
             u = rb.compute("untraced", u_end - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
             c = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=u_end, deps=(u,))
+            if nested_wait:
+                rb.compute("c10d::wait", 300_000, start_ns=u_end + 100_000, deps=(c, a1))
             rb.compute("Optimizer.step", 5 * MS, start_ns=done1 + 2 * MS, deps=(c, a2))
         t = done1 + 7 * MS + 100_000
     return b.write(tmp_path / f"ddp_ops{late_ms}")
@@ -489,6 +500,20 @@ def test_a_lagged_completion_the_model_moves_earlier_is_no_wait_for_the_astra_si
         assert m.end_clamp_rows.size == 3
         assert recorded_wait_work_ns(rt, m).tolist() == rt.dur_ns.tolist()
         assert m.work_ns[m.end_clamp_rows].tolist() == rt.dur_ns[m.end_clamp_rows].tolist()
+
+
+def test_a_wait_nested_in_an_op_on_a_lagged_completion_is_cut_at_the_end_the_model_takes(
+    tmp_path: Path,
+) -> None:
+    # the nested c10d::wait [u+0.1, u+0.4) ms names the first bucket, which the model ends with the untraced
+    # time (at u, 0.12 ms before gloo recorded it): the ASTRA-sim export's graph starts the wait once the
+    # bucket completes, so all of its 0.3 ms is its own (cut at the recorded end, 0.28 ms)
+    run = load_run(_ddp_ops_level(tmp_path, 30.0, lag_ns=120_000, nested_wait=True))
+    for r, rt in run.ranks.items():
+        m = execution_model(run).ranks[r]
+        waits = [i for i in range(len(rt)) if rt.name(i) == "c10d::wait"]
+        assert m.end_clamp_rows.size == len(waits) == 3
+        assert recorded_wait_work_ns(rt, m)[waits].tolist() == [300_000] * 3
 
 
 def test_blame_compares_untraced_time_that_hid_a_wait_by_its_part_after_the_completion(
