@@ -678,6 +678,26 @@ def test_a_wait_node_runs_only_for_its_time_after_the_collective_it_waited_for(t
     assert res.changes["wait nodes: only their time after the communication or GPU work they waited for"] == 2
 
 
+def test_a_wait_on_two_collectives_runs_only_after_the_later_whatever_order_its_trace_names_them(
+    tmp_path: Path,
+) -> None:
+    # c10d::wait [1.1, 6.3) ms names the all_reduce ending at 6 ms before the one ending at 2 ms: its own
+    # time starts at the later completion (0.3 ms), not at the last one named (4.3 ms)
+    b = RunBuilder(world_size=2)
+    for rb in (b.rank(r).step(0) for r in range(2)):
+        h = rb.compute("aten::mm", MS, start_ns=0)
+        late = rb.collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=MS, stream=1000, deps=(h,))
+        early = rb.collective(
+            CommType.ALL_REDUCE, 1 << 10, 800_000, start_ns=1_200_000, stream=1001, deps=(h,)
+        )
+        rb.compute("c10d::wait", 5_200_000, start_ns=1_100_000, deps=(h, late, early))
+    run = load_run(b.write(tmp_path / "run"))
+    for r, rt in run.ranks.items():
+        m = execution_model(run).ranks[r]
+        (wait,) = [i for i in range(len(rt)) if rt.name(i) == "c10d::wait"]
+        assert (int(recorded_wait_work_ns(rt, m)[wait]), int(m.work_ns[wait])) == (300_000, 300_000)
+
+
 def test_each_wait_node_runs_for_the_models_work_after_the_communication_or_gpu_work_its_trace_names(
     tmp_path: Path,
 ) -> None:
