@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.cli.demo import analyse
+from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, read_manifest, write_manifest
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 
@@ -67,3 +69,14 @@ def test_the_demos_timeline_with_perfetto_max_events_0_holds_every_event(
     analyse(run_dir, tmp_path / "default", Console(file=io.StringIO()))
     (note,) = capsys.readouterr().err.splitlines()
     assert note.startswith("skewlens demo: warning: trace_critical_path.json: 10 of ")
+
+
+def test_the_demo_says_the_runs_notes_before_its_pictures_as_skewlens_analyze_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _run(tmp_path, 3)
+    m = read_manifest(run_dir)
+    write_manifest(run_dir, dataclasses.replace(m, notes={**m.notes, CAPTURE_PARTS_NOTE: "still capturing"}))
+    analyse(run_dir, tmp_path / "analysis", Console(file=io.StringIO()), perfetto_max_events=5)
+    notes = capsys.readouterr().err.splitlines()
+    assert [n.split(": ")[2] for n in notes] == ["still capturing", "trace_critical_path.json"]
