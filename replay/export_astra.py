@@ -238,9 +238,10 @@ class AstraExport:
 def astra_groups(groups: Iterable[ProcessGroupInfo], world_size: int) -> dict[str, AstraGroup]:
     """ASTRA-sim's id for each group (see the module docstring), by source name."""
     world = tuple(range(world_size))
-    listed: dict[str, tuple[int, ...]] = {}
+    named: dict[str, ProcessGroupInfo] = {}
     for g in groups:
-        listed.setdefault(g.name, g.ranks or world)  # an empty member list is PyTorch's "all ranks"
+        named.setdefault(g.name, g)
+    listed = {name: g.ranks for name, g in with_world_ranks(named, world_size).items()}
     out: dict[str, AstraGroup] = {}
     used: set[int] = set()
     for name, ranks in listed.items():
@@ -803,7 +804,7 @@ def export_astra_sim(
                     if g.name not in names:
                         listed.append(g)
                         names.add(g.name)
-    groups = astra_groups(with_world_ranks({g.name: g for g in listed}, world).values(), world)
+    groups = astra_groups(listed, world)
 
     out = Path(out_dir)
     check_replaceable(out, marker=EXPORT_FILE, fmt=EXPORT_FORMAT, what="ASTRA-sim export")
