@@ -437,7 +437,7 @@ def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
     assert re.search(r"collectives\s*│\s*18", buf.getvalue())
 
 
-def test_export_cli_no_model_leaves_out_only_the_model_table_and_is_refused_with_astra_sim(
+def test_export_cli_no_model_leaves_out_only_the_model_table_which_open_dataset_says_is_missing(
     tmp_path: Path,
 ) -> None:
     run = _run(tmp_path)
@@ -456,6 +456,13 @@ def test_export_cli_no_model_leaves_out_only_the_model_table_and_is_refused_with
             .to_table()
             .equals(open_dataset(tmp_path / "with", t).to_table())
         ), t
+    with pytest.raises(
+        SkewlensError, match=r"without: no model table \(exported with --no-model, .*model is missing$"
+    ):
+        open_dataset(tmp_path / "without", "model")
+    with pytest.raises(SkewlensError, match=r"with: no p2p table: p2p.parquet is missing$"):
+        (tmp_path / "with" / "p2p.parquet").unlink()
+        open_dataset(tmp_path / "with", "p2p")
     with pytest.raises(SkewlensError, match=r"^--no-model: an option of --format parquet"):
         export_main([*argv, "--format", "astra-sim", "--no-model", "--out", str(tmp_path / "astra")])
 

@@ -112,12 +112,17 @@ def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
     import pyarrow.dataset as ds  # (imports pandas: 0.5 s, paid only by the readers)
 
     base = Path(out_dir)
+    if table not in PARTITIONED + SINGLE:
+        raise SkewlensError(f"unknown table {table!r} (known: {', '.join(PARTITIONED + SINGLE)})")
+    path = base / table if table in PARTITIONED else base / f"{table}.parquet"
+    if not path.exists():
+        # an export without it: the model table is left out by --no-model, and by exports before version 9
+        without = " (exported with --no-model, or by a skewlens before the table)" if table == "model" else ""
+        raise SkewlensError(f"{base}: no {table} table{without}: {path.name} is missing")
     if table in PARTITIONED:
         part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive")
-        return ds.dataset(base / table, format="parquet", partitioning=part)
-    if table in SINGLE:
-        return ds.dataset(base / f"{table}.parquet", format="parquet")
-    raise SkewlensError(f"unknown table {table!r} (known: {', '.join(PARTITIONED + SINGLE)})")
+        return ds.dataset(path, format="parquet", partitioning=part)
+    return ds.dataset(path, format="parquet")
 
 
 def _partition_table(cls: type, columns: dict[str, Any], table: str) -> pa.Table:
