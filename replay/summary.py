@@ -130,10 +130,12 @@ def moved_step_marks(
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
     it, and never before the replayed end of any GPU node of its step that ended by it (on a GPU trace the
     step ends with its last device node, and another stream's kernels may slide past the node that ended
-    last as recorded); the start mark likewise with the rank's latest-ending node that ended by it (it stays
-    where none did: nothing before it can delay it, and a stall of the step's first node is in the step),
-    or, for a step that begins where the previous one ended (steps measured end to end, as on GPUs), with
-    that end. An unmodified replay therefore gives the recorded step times exactly.
+    last as recorded); the start mark likewise with the rank's latest-ending node of an earlier step (or
+    none) that ended by it (it stays where none did: nothing before it can delay it, and a stall of the
+    step's first node is in the step; on a GPU trace the host runs ahead, and the step's own first host ops
+    may end by its device-timed start mark: they do not move it), or, for a step that begins where the
+    previous one ended (steps measured end to end, as on GPUs), with that end. An unmodified replay
+    therefore gives the recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
@@ -150,6 +152,7 @@ def moved_step_marks(
         by_end = rows[np.argsort(rec_end, kind="stable")]
         ends_sorted = end_of[by_end]
         shift_end = end_ns[r][by_end] - ends_sorted
+        step_sorted = rt.step[by_end]
         first = int(rows[np.argmin(rt.start_ns[rows])])  # the rank's first node, for an end no node precedes
         first_shift = int(start_ns[r][first] - rt.start_ns[first])
         dev = rows[~rt.is_cpu[rows]]
@@ -158,8 +161,8 @@ def moved_step_marks(
         for step, a, b in sorted(spans, key=lambda x: x[1]):
             if prev is not None and prev[0] == a:
                 moved_a = prev[1]  # a step that begins where the previous one ended still does
-            else:  # with the rank's latest node that ended by it; none: it cannot move (a stall is in)
-                k = int(np.searchsorted(ends_sorted, a, side="right")) - 1
+            else:  # with the rank's latest node of an earlier step that ended by it; none: it cannot move
+                k = _last_before_step(step_sorted, int(np.searchsorted(ends_sorted, a, side="right")), step)
                 moved_a = a + int(shift_end[k]) if k >= 0 else a
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
             moved_b = b + (int(shift_end[k]) if k >= 0 else first_shift)
@@ -168,6 +171,20 @@ def moved_step_marks(
             out[(r, step)] = (a, b, moved_a, moved_b)
             prev = (b, moved_b)
     return out
+
+
+def _last_before_step(step_sorted: npt.NDArray[np.integer], n: int, step: int) -> int:
+    """The last of the first ``n`` positions whose row is not labelled ``step`` or a later step (-1: none).
+    Walks back in growing windows: the rows of the step that end before its start mark (the host running
+    ahead of its GPU) are few next to the rank's."""
+    w = 64
+    while n > 0:
+        lo = max(0, n - w)
+        hit = np.flatnonzero(step_sorted[lo:n] < step)
+        if hit.size:
+            return lo + int(hit[-1])
+        n, w = lo, w * 4
+    return -1
 
 
 def _latest_ends_by_step(

@@ -604,6 +604,25 @@ def test_a_replayed_gpu_step_ends_no_earlier_than_its_last_kernel(tmp_path: Path
     assert grown > 50_000_000  # rank 0 waits on rank 1 in every all_to_all
 
 
+def test_a_stall_before_a_gpu_ranks_step_is_in_that_ranks_step_though_its_host_began_it_before_the_mark(
+    imported: dict[str, RunTrace],
+) -> None:
+    # DLRM's rank 3: its step starts (on the device) when kernel 115 of the step before ends, and its
+    # host's aten::lift_fresh of step 10 ends at that same instant; the start mark followed that host op,
+    # so a 50 ms stall before the step's first node moved the mark 50 ms and rank 3's step read 13.087 ms
+    # (-30%) while every peer's grew by 44 ms waiting for it
+    run = _run(imported, "dlrm_8gpu_kineto.tar.gz")
+    stalled = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="stall", ranks=(3,), step=10, delay_ns=50_000_000)])
+    )
+    base = {s.rank: s.step_time_ns for s in summarize(run, simulate(run))}
+    rows = {s.rank: s.step_time_ns for s in summarize(run, stalled)}
+    rec_start, _end, start, _moved_end = replayed_step_marks(run, stalled)[(3, 10)]
+    assert start == rec_start  # nothing of the step before moved
+    assert rows[3] - base[3] == 44_376_000  # 50 ms less the 5.6 ms it no longer waits for its peers
+    assert rows[3] == max(rows.values())
+
+
 def test_a_modelled_collective_spans_its_whole_group_where_only_one_rank_was_traced(
     imported: dict[str, RunTrace],
 ) -> None:
