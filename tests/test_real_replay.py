@@ -1089,6 +1089,74 @@ def test_each_host_of_a_replay_across_hosts_keeps_its_own_launcher_log(
     assert [logs[h].read_text().strip() for h in ("node-a", "node-b")] == ["from node-a", "from node-b"]
 
 
+def _real_ms(printed: str) -> dict[int, str]:
+    """The ``real ms`` column, by rank, of the printed table "Step time per rank: recorded vs real replay"."""
+    table = printed[printed.index("Step time per rank") :]
+    rows = [line.split("│")[1:-1] for line in table.splitlines() if line.startswith("│")]
+    return {int(cells[0]): cells[3].strip() for cells in rows}
+
+
+@pytest.mark.slow
+def test_two_hosts_replaying_one_run_into_one_out_both_print_the_same_table_and_finish_out_run_once(
+    tmp_path: Path,
+) -> None:
+    # docs/replay.md's "Across hosts": the same command on each host K, one rank each, RUN and OUT shared;
+    # two `skewlens replay` processes on this machine, joined by torchrun's rendezvous on a local port
+    import socket
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for st in range(3):  # rank 1 computes 1 ms longer; rank 0 waits for it in the all-reduce
+            rb = b.rank(r).step(st)
+            rb.compute("aten::mm", (2 + r) * MS, start_ns=6 * st * MS)
+            rb.collective(CommType.ALL_REDUCE, 1024, (3 - r) * MS, start_ns=(6 * st + 2 + r) * MS)
+    run, out = b.write(tmp_path / "run"), tmp_path / "out"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def host(k: int) -> list[str]:
+        rdzv = f"[--nnodes,2,--node-rank,{k},--rdzv-endpoint,127.0.0.1:{port}]"
+        return [
+            sys.executable, "-m", "skewlens", "replay", "mode=real", f"trace={run}", f"out={out}",
+            "real.nproc=1", "progress=false", f"real.launcher_args={rdzv}",
+        ]  # fmt: skip
+
+    env = {**os.environ, "COLUMNS": "200"}  # the tables unwrapped
+    hosts = [
+        subprocess.Popen(
+            host(k),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for k in (0, 1)
+    ]
+    try:
+        printed = [h.communicate(timeout=120)[0] for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                os.killpg(h.pid, signal.SIGKILL)
+                h.wait()
+    assert [h.returncode for h in hosts] == [0, 0], [p[-3000:] for p in printed]
+    assert all("waiting for the other nodes (2 in all)" in p for p in printed)
+    real = [_real_ms(p) for p in printed]
+    assert sorted(real[0]) == [0, 1] and real[0] == real[1], real  # the same figures on both hosts
+    assert all(float(ms) > 0 for ms in real[0].values()), real
+    replayed = load_run(out / "run", match=False)
+    m = replayed.manifest
+    assert (m.world_size, m.ranks, m.source) == (2, (0, 1), "replay")
+    # the pre-roll step dropped once: a second host finishing it again would drop replayed step 2 too
+    assert {r: sorted(s.step for s in m.steps if s.rank == r) for r in (0, 1)} == {0: [2, 3, 4], 1: [2, 3, 4]}
+    logs = sorted(f.name for f in (out / "real" / "work").glob("launcher*.log"))
+    assert logs == sorted(f"launcher.{socket.gethostname()}.{h.pid}.log" for h in hosts)
+    assert not (out / "real-failed").exists()
+    assert _no_replay_processes_left() == []
+
+
 def _hang(tmp_path: Path, error: dict[str, object], progress: dict[int, dict[str, object]]) -> str:
     """The error of a replay whose launcher writes the ranks' ``progress``, then ``error`` (rank 0's)."""
     import json
