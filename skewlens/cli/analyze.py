@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +17,7 @@ from skewlens.analysis.api import (
     GPU_IDLE_FILE,
     GPU_KERNELS_FILE,
     SKEW_FILE,
+    AnalysisResult,
     analyze_run,
     write_tables,
 )
@@ -30,6 +31,7 @@ from skewlens.console import print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
+from skewlens.progress import Progress
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
 from skewlens.rich_progress import RichProgress
 
@@ -119,6 +121,44 @@ def staged_outputs(out: Path) -> Iterator[Path]:
         move_into(stage, out, OUTPUTS)
 
 
+def write_outputs(
+    result: AnalysisResult,
+    out: Path,
+    progress: Progress,
+    *,
+    pictures: bool = True,
+    perfetto_max_events: int = DEFAULT_MAX_EVENTS,
+    write_all: str = f"{MAX_EVENTS_OPTION} 0",
+    on_note: Callable[[str], None],
+) -> list[Path]:
+    """Write the analysis' files into ``out``: its Parquet tables and, with ``pictures``, the wait heatmap,
+    the breakdown bars, the GPU idle bars (a GPU run) and the Perfetto timeline; ``on_note`` is given what
+    the heatmap and the timeline left out (``write_all``: the caller's way to write the timeline whole).
+    The files written."""
+    with progress.task("writing outputs: tables", 4 if pictures else 1) as advance:
+        written = write_tables(result, out)
+        advance()
+        if pictures:
+            advance(0, description="writing outputs: wait heatmap")
+            written.append(wait_heatmap(result, out / WAIT_HEATMAP_FILE, on_note=on_note))
+            advance(description="writing outputs: breakdown bars")
+            written.append(breakdown_bars(result, out / BREAKDOWN_PNG))
+            if (bars := gpu_idle_bars(result, out / GPU_IDLE_PNG)) is not None:
+                written.append(bars)
+            advance(description="writing outputs: Perfetto timeline")
+            written.append(
+                write_perfetto(
+                    result,
+                    out / PERFETTO_FILE,
+                    max_events=perfetto_max_events,
+                    on_note=on_note,
+                    write_all=write_all,
+                )
+            )
+            advance()
+    return written
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.top < 1:
@@ -142,26 +182,15 @@ def main(argv: list[str]) -> int:
         run, blame=not args.no_blame, max_simulations=args.max_simulations, progress=progress
     )
     notes: list[str] = []
-    with (
-        staged_outputs(out) as stage,
-        progress.task("writing outputs: tables", 1 if args.no_pictures else 4) as advance,
-    ):
-        written = write_tables(result, stage)
-        advance()
-        if not args.no_pictures:
-            advance(0, description="writing outputs: wait heatmap")
-            written.append(wait_heatmap(result, stage / WAIT_HEATMAP_FILE, on_note=notes.append))
-            advance(description="writing outputs: breakdown bars")
-            written.append(breakdown_bars(result, stage / BREAKDOWN_PNG))
-            if (bars := gpu_idle_bars(result, stage / GPU_IDLE_PNG)) is not None:
-                written.append(bars)
-            advance(description="writing outputs: Perfetto timeline")
-            written.append(
-                write_perfetto(
-                    result, stage / PERFETTO_FILE, max_events=args.perfetto_max_events, on_note=notes.append
-                )
-            )
-            advance()
+    with staged_outputs(out) as stage:
+        written = write_outputs(
+            result,
+            stage,
+            progress,
+            pictures=not args.no_pictures,
+            perfetto_max_events=args.perfetto_max_events,
+            on_note=notes.append,
+        )
     console = report_console()
     console.print(report(result, top=args.top))
     for note in (*result.notes, *notes):  # on stderr: a script's > out.txt gets the results only

@@ -221,29 +221,26 @@ def analyse(
     """The demo's step 2: analyse its run into ``analysis_dir`` and print the report, then, as ``skewlens
     analyze`` does, a warning for what the analysis skipped or assumed and for what the heatmap and the
     Perfetto timeline left out (the timeline's names the ``skewlens analyze`` command that writes it all).
-    The result and the files written."""
-    from skewlens.analysis.api import analyze_run, write_tables
-    from skewlens.analysis.perfetto import MAX_EVENTS_OPTION, PERFETTO_FILE, write_perfetto
-    from skewlens.analysis.plots import BREAKDOWN_FILE, WAIT_HEATMAP_FILE, breakdown_bars, wait_heatmap
+    The result and the files written (``skewlens analyze``'s: :func:`~skewlens.cli.analyze.write_outputs`)."""
+    from skewlens.analysis.api import analyze_run
+    from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
     from skewlens.analysis.render import report
+    from skewlens.cli.analyze import write_outputs
     from skewlens.profiler.store.validate import load_validated
     from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
 
     run = load_validated(run_dir, lenient_option="")  # the demo's own run: no option to offer
-    result = analyze_run(run, progress=RichProgress(console))
+    progress = RichProgress(console)
+    result = analyze_run(run, progress=progress)
     notes: list[str] = []
-    written = write_tables(result, analysis_dir)
-    written += [
-        wait_heatmap(result, analysis_dir / WAIT_HEATMAP_FILE, on_note=notes.append),
-        breakdown_bars(result, analysis_dir / BREAKDOWN_FILE),
-        write_perfetto(
-            result,
-            analysis_dir / PERFETTO_FILE,
-            max_events=DEFAULT_MAX_EVENTS if perfetto_max_events is None else perfetto_max_events,
-            on_note=notes.append,
-            write_all=f"skewlens analyze {shlex.quote(str(run_dir))} --out DIR {MAX_EVENTS_OPTION} 0",
-        ),
-    ]
+    written = write_outputs(
+        result,
+        analysis_dir,
+        progress,
+        perfetto_max_events=DEFAULT_MAX_EVENTS if perfetto_max_events is None else perfetto_max_events,
+        write_all=f"skewlens analyze {shlex.quote(str(run_dir))} --out DIR {MAX_EVENTS_OPTION} 0",
+        on_note=notes.append,
+    )
     console.print(report(result))
     for note in (*result.notes, *notes):  # on stderr, as skewlens analyze's
         print_warning("demo", note)
