@@ -327,9 +327,7 @@ def recorded_wait_work_ns(rt: RankTrace, m: RankModel) -> I64:
     dependencies name (:func:`recorded_waits`), as :attr:`RankModel.work_ns` takes it over all its wait
     edges; every other row's whole recorded duration. A wait the model infers is not cut: the graph does
     not hold it, and would start the node early."""
-    end = rt.start_ns + rt.dur_ns
-    end[m.end_clamp_rows] = m.end_clamp_ns
-    return _work_after(*recorded_waits(rt, m), rt.start_ns, end, m.dur_ns)[0]
+    return _work_after(*recorded_waits(rt, m), rt.start_ns, rank_ends(rt, m), m.dur_ns)[0]
 
 
 def _work_after(ws: I32 | I64, wd: I32 | I64, start: I64, end: I64, dur: I64) -> tuple[I64, I64]:
@@ -650,13 +648,15 @@ def _uncovered(lo: I64, hi: I64, busy: Coverage, a: I64, b: I64) -> I64:
 
 
 def model_ends(run: RunTrace, rank: int) -> I64:
+    """Each row's recorded end as the model takes it (:func:`rank_ends` of the run's model)."""
+    return rank_ends(run.ranks[rank], execution_model(run).ranks[rank])
+
+
+def rank_ends(rt: RankTrace, m: RankModel) -> I64:
     """Each row's recorded end as the model takes it: a hidden wait's completion recorded after the wait
     ended is that wait's end (:attr:`RankModel.end_clamp_rows`); what an unmodified replay reproduces."""
-    rt = run.ranks[rank]
     end = rt.start_ns + rt.dur_ns
-    m = execution_model(run).ranks[rank]
-    if m.end_clamp_rows.size:
-        end[m.end_clamp_rows] = m.end_clamp_ns
+    end[m.end_clamp_rows] = m.end_clamp_ns
     return end
 
 
@@ -697,15 +697,9 @@ def model_columns(run: RunTrace) -> Iterator[tuple[int, dict[str, I64]]]:
     (``collective_skew.sql``) reads the model rather than guess it from node names."""
     em = execution_model(run)
     for r, rt in sorted(run.ranks.items()):
-        end = model_ends(run, r)
-        yield (
-            r,
-            {
-                "node_id": rt.node_id,
-                "end_ns": end,
-                "compute_ns": row_compute_ns(rt, em.ranks[r], rt.start_ns, end),
-            },
-        )
+        m = em.ranks[r]
+        end = rank_ends(rt, m)
+        yield r, {"node_id": rt.node_id, "end_ns": end, "compute_ns": row_compute_ns(rt, m, rt.start_ns, end)}
 
 
 def blocked_on_gpu_rows(rt: RankTrace, m: RankModel) -> B:

@@ -472,7 +472,7 @@ def _rewrite_rank(ctx: _Rank) -> list[pb.Node]:
         work = _dur_ns(n, a)
         if wait is not None:
             work = wait.work_ns
-            n.ctrl_deps.extend(d for d in wait.hidden if d not in n.ctrl_deps and d not in n.data_deps)
+            n.ctrl_deps.extend(wait.hidden)  # after its own (_as_data_deps drops repeats)
             counts.add(
                 "host-time nodes that hid a wait: only their time after the communication it waited for"
                 if wait.hidden
