@@ -18,7 +18,9 @@ Walk back from the step's last finishing node (over all ranks):
   (``skewlens.replay.execution``: program and stream order, data, the communication a wait node blocked
   on; a nested node, through its enclosing node; GPU work, through the host node that launched it, which
   is on the path only up to the launch call, and then through what held that node's arrival, not what it
-  waited for after its launches: ``.item()`` waits for the copy it launched).
+  waited for after its launches: ``.item()`` waits for the copy it launched; or, for a launch between two
+  of its waits, through the latest wait that ended before the launch: ``aten::index`` waits for one copy,
+  launches the next, waits for that).
 
 A node is on the path only up to when the node that waited for it needed it (never later than that node's
 start on the path), so the walk never goes forward in time. The walk stops at a node without dependencies
@@ -104,8 +106,12 @@ def _walk(
         nxt_r, nxt_w = r, int(ri.latest_dep[w])
         nxt_cap = int(ri.latest_met_ns[w])
         if cap is not None and nxt_cap > cap and w in ri.arrival_dep:
-            # needed for a launch before it waited (``.item()``'s copy): what held its arrival
+            # needed for a launch before it waited (``.item()``'s copy): what held its arrival, or for one
+            # between two of its waits, the latest wait that ended by then (``aten::index``'s first copy)
             nxt_w, nxt_cap = ri.arrival_dep[w]
+            for s, t in ri.part_waits.get(w, ()):
+                if nxt_cap <= t <= cap:
+                    nxt_w, nxt_cap = s, t
         if nxt_w >= 0:
             start = min(max(start, nxt_cap), end)  # a wait: on the path from what it waited for
         k = int(ri.coll[w])

@@ -140,6 +140,10 @@ class RankIndex:
     """Of the host rows that launched GPU work before they waited (``RankModel.launch_at_arrival``:
     ``.item()`` launches the copy it then waits for), each one's ``latest_dep`` and ``latest_met_ns`` of its
     arrival (wait edges left out): what held it up to those launches."""
+    part_waits: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    """Of those, the rows that launched between two of their waits (``RankModel.part_wait_src``:
+    ``aten::index`` waits for one copy, launches the next, waits for it): the waits the model meets such a
+    launch after, as ``(row, end_ns)`` by end. What held a launch after such a wait ended is that wait."""
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -244,6 +248,12 @@ def build_index(run: RunTrace) -> RunIndex:
             a_dep, a_met = latest_deps(m, end - m.dur_ns, end, waits=False)
             held = zip(own.tolist(), a_dep[own].tolist(), a_met[own].tolist(), strict=True)
             arrival_dep = {w: (d, t) for w, d, t in held}
+        part_waits: dict[int, tuple[tuple[int, int], ...]] = {}
+        if m.part_wait_src.size:
+            host, src = m.launch_src[m.part_wait_edge], m.part_wait_src
+            pairs = sorted({(h, int(end[s]), s) for h, s in zip(host.tolist(), src.tolist(), strict=True)})
+            for h, t, s in pairs:
+                part_waits[h] = (*part_waits.get(h, ()), (s, t))
         gpu_comp = gpu_compute_rows(rt, m)
         idx[r] = RankIndex(
             rank=r,
@@ -277,6 +287,7 @@ def build_index(run: RunTrace) -> RunIndex:
             latest_dep=latest,
             latest_met_ns=latest_met,
             arrival_dep=arrival_dep,
+            part_waits=part_waits,
             cov_wait_comp=Coverage.EMPTY,  # needs every rank's arrivals: set once the waits are known
         )
     for k, c in enumerate(run.collectives):

@@ -1137,6 +1137,27 @@ def test_a_launch_between_two_waits_of_its_op_moves_with_the_first_wait_not_the_
     assert int(base.start_ns[0][k]) - int(what_if.start_ns[0][k]) == 50_000
 
 
+def test_the_critical_path_goes_from_a_launch_between_two_waits_to_the_copy_the_first_wait_waited_for(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.critical_path import analyze_critical_path
+    from skewlens.analysis.index import build_index
+
+    # aten::index (20-120 us) waits for gemm until 105, calls index_kernel's launch at 110, then waits for
+    # it: of the 90 us before the call, 85 are gemm's, which is on the path, not aten::index
+    run = _sync_then_launch_run(tmp_path, again=True)
+    recs = analyze_critical_path(build_index(run))
+    got = [(r.name, r.contribution_ns) for r in recs]
+    assert got[:4] == [
+        ("aten::index", 1_000),
+        ("index_kernel", 5_000),
+        ("aten::index", 5_000),
+        ("gemm", 100_000),
+    ]
+    assert recs[-1].name == "aten::mm"
+    assert sum(r.contribution_ns + r.gap_before_ns for r in recs) == recs[0].end_ns - recs[-1].start_ns
+
+
 def test_a_launch_after_its_ops_wait_is_met_at_the_recorded_call_as_the_analyses_read_it(
     tmp_path: Path,
 ) -> None:
