@@ -229,11 +229,12 @@ class RunTrace:
 
 
 def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
-    """The ranks a collective runs among: its process group's (an empty list: the whole world), which a
-    run with ranks missing has more of than ``inst.ranks`` (the members with a trace); ``inst.ranks`` where
-    the group is not known or does not hold them."""
+    """The ranks a collective runs among: its process group's (the loader has read a group listed with no
+    ranks as the whole world: ``manifest.with_world_ranks``), which a run with ranks missing has more of than
+    ``inst.ranks`` (the members with a trace); ``inst.ranks`` where the group is not known or does not hold
+    them."""
     pg = run.process_groups.get(inst.pg_name)
     if pg is None:
         return inst.ranks
-    full = pg.ranks or tuple(range(run.world_size))
+    full = pg.ranks
     return full if len(full) > len(inst.ranks) and set(inst.ranks) <= set(full) else inst.ranks
