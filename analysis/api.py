@@ -22,6 +22,7 @@ import pyarrow as pa
 from skewlens.analysis.blame import BlameResult, SimulateFn, analyze_blame
 from skewlens.analysis.breakdown import analyze_breakdown
 from skewlens.analysis.critical_path import analyze_critical_path
+from skewlens.analysis.errors import AnalysisError
 from skewlens.analysis.gpu_idle import analyze_gpu_idle
 from skewlens.analysis.gpu_kernels import analyze_gpu_kernels
 from skewlens.analysis.index import RunIndex, build_index
@@ -35,7 +36,7 @@ from skewlens.analysis.records import (
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
-from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.issues import ranks_label, run_notes, untimed_ranks
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import files_markdown, table_from_columns, table_from_records, write_table
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
@@ -111,7 +112,18 @@ def analyze_run(
     simulate_fn: SimulateFn | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> AnalysisResult:
-    """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation."""
+    """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation.
+
+    Raises :class:`AnalysisError` on a run none of whose traces records a start time (Chakra's generator
+    and ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure."""
+    untimed = untimed_ranks(run)
+    if run.ranks and len(untimed) == len(run.ranks):
+        raise AnalysisError(
+            f"{run.run_dir}: {ranks_label(untimed)} record no start time on any node (Chakra's "
+            "start_time_micros, skewlens' skl_start_ns): an untimed trace has no skew, waits or step times "
+            f"to analyse; replay it with modelled communication instead: skewlens replay trace={run.run_dir} "
+            "comm_mode=model"
+        )
     with progress.task("analyses: index", 5) as advance:
         ix = build_index(run)
         advance(description="analyses: skew")

@@ -134,6 +134,25 @@ def check_fits(topo: Topology, run: RunTrace, cfg: ReplayConfig) -> None:
         )
 
 
+def check_timed(run: RunTrace, cfg: ReplayConfig) -> None:
+    """A one-line :class:`ConfigError` where nothing in ``run`` would take time: no node records a duration
+    (Chakra's generator writes traces without) and either ``comm_mode=as_recorded`` (every step would take
+    0 ns; a modelled replay costs the communication from its sizes) or the run has no communication either."""
+    if any(rt.dur_ns.any() for rt in run.ranks.values()):
+        return
+    where = (
+        f"no node of {cfg.trace} ({ranks_label(sorted(run.ranks))}) records a duration (Chakra's "
+        "duration_micros, skewlens' skl_dur_ns)"
+    )
+    if cfg.comm_mode == "as_recorded":
+        raise ConfigError(
+            f"comm_mode=as_recorded: {where}: replayed as recorded, every step would take 0 ns; use "
+            "comm_mode=model, which costs the communication from its sizes on the topology"
+        )
+    if not any(type_mask(rt.node_type, COMM_NODE_TYPES).any() for rt in run.ranks.values()):
+        raise ConfigError(f"trace={cfg.trace}: {where}, and none is communication: nothing in it takes time")
+
+
 def check_slowdown_targets(
     items: Sequence[Slowdown],
     run: RunTrace,
@@ -402,6 +421,7 @@ def replay_run(
                 seed=cfg.scale.seed,
                 memory_bytes=psutil.virtual_memory().available,
             )
+        check_timed(run, cfg)
         slowdowns = slowdowns_for(cfg, run, topo)
         effects = build_effects(cfg, slowdowns)
         nodes = sum(len(rt) for rt in run.ranks.values())

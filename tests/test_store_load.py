@@ -36,7 +36,7 @@ COLUMNS = (
     "pg", "seq", "src", "dst", "tag", "is_cpu", "dep_ptr", "dep_idx", "dep_kind",
 )  # fmt: skip
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-CHAKRA_GENERATOR = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "chakra_generator"
+CHAKRA_GENERATOR = Path(sys.executable).parent / "chakra_generator"  # the venv running the tests
 
 
 def _assert_same(fast_path: Path, rank: int = 0) -> None:

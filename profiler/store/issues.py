@@ -327,8 +327,14 @@ def run_notes(run: RunTrace) -> list[str]:
         for r, note in sorted(partial_traces(m.notes).items())
     )
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
+    if untimed := untimed_ranks(run):
+        notes.append(
+            f"{ranks_label(untimed)}: {NO_START_TIMES}: its nodes were laid end to end in file order, so "
+            "the recorded times are their durations back to back, not measured ones, and no wait for a peer "
+            "is known"
+        )
     if unknown := ends_unknown(run):
-        notes.append(ends_unknown_line(unknown))
+        notes.append(ends_unknown_line(unknown, m.source))
     if run.incomplete_steps:
         notes.append(
             f"incomplete step(s) {rank_ranges(run.incomplete_steps)}: some of their communication is not in "
@@ -369,6 +375,17 @@ def ranks_label(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
+NO_START_TIMES = "no start times in the trace"
+"""The start of the note on a rank whose trace records no start time on any node (Chakra's generator and
+``text2chakra`` write none): :func:`untimed_ranks`."""
+
+
+def untimed_ranks(run: RunTrace) -> list[int]:
+    """The ranks whose traces record no start times (:data:`NO_START_TIMES`): their times are laid out by
+    the loader, not measured."""
+    return [r for r, rt in sorted(run.ranks.items()) if any(n.startswith(NO_START_TIMES) for n in rt.notes)]
+
+
 def ends_unknown(run: RunTrace) -> dict[int, int]:
     """Rank -> how many of its communication nodes were recorded without an end (a duration of 0: a
     collective only the flight recorder saw, whose gloo worker event was not recorded), where any."""
@@ -379,9 +396,13 @@ def ends_unknown(run: RunTrace) -> dict[int, int]:
     return out
 
 
-def ends_unknown_line(counts: Mapping[int, int]) -> str:
-    """One line on :func:`ends_unknown`'s counts."""
+def ends_unknown_line(counts: Mapping[int, int], source: str) -> str:
+    """One line on :func:`ends_unknown`'s counts, of a run whose manifest's ``source`` is ``source``: a
+    capture's manifest notes why; another producer's trace (Chakra's generator, ``text2chakra``) may time no
+    communication at all, which only a modelled replay costs."""
+    why = "the manifest's notes say why" if source != "foreign" else "the trace records none"
     return (
         f"{sum(counts.values())} communication node(s) on {ranks_label(sorted(counts))} recorded without an "
-        "end (duration 0; the manifest's notes say why): their recorded transfers and waits are missing"
+        f"end (duration 0; {why}): their recorded transfers and waits are missing (replay comm_mode=model "
+        "costs them from their sizes)"
     )

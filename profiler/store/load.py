@@ -66,6 +66,7 @@ from skewlens.profiler.store.fast import (
     decode_file,
 )
 from skewlens.profiler.store.issues import (
+    NO_START_TIMES,
     DroppedSplits,
     IssueLog,
     Severity,
@@ -813,8 +814,7 @@ def _interpret(
     )
     notes: list[str] = []
     has_ns = raw.attr_has["skl_start_ns"]
-    if n and not has_ns.any() and not raw.start_us.any():
-        notes.append("no start times in the trace (start_ns kept at 0)")
+    untimed = bool(n and not has_ns.any() and not raw.start_us.any())
     split_ptr, split_send, split_recv, dropped = _splits(
         raw, path, rank, node_id, lambda i: names[name_idx[i]], sink=sink, lenient=lenient
     )
@@ -832,6 +832,8 @@ def _interpret(
         np.where(raw.attr_has["skl_dur_ns"], raw.attr_val["skl_dur_ns"], raw.dur_us * 1000), 0, MAX_DUR_NS,
         "duration (ns)", default=0,
     )  # fmt: skip
+    if untimed:
+        start_ns = _end_to_end(dur_ns, notes)
     coll_type = np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1)
     return RankTrace(
         rank=rank,
@@ -865,6 +867,20 @@ def _interpret(
         dep_kind=dep_kind,
         notes=notes,
     )
+
+
+def _end_to_end(dur_ns: npt.NDArray[np.int64], notes: list[str]) -> npt.NDArray[np.int64]:
+    """Start times for a trace that records none: its nodes one after the other in file order, each
+    starting where the one before it ended (at 0 they would all start together, every node nested inside
+    the first and its dependencies dropped); notes what was done."""
+    total = float(np.sum(dur_ns, dtype=np.float64))
+    if total > MAX_START_NS:
+        notes.append(f"{NO_START_TIMES} (start_ns kept at 0: its durations sum past 2^62 ns)")
+        return np.zeros_like(dur_ns)
+    notes.append(f"{NO_START_TIMES}: its nodes laid end to end in file order, from their durations")
+    start = np.zeros_like(dur_ns)
+    np.cumsum(dur_ns[:-1], out=start[1:])
+    return start
 
 
 def load_rank(

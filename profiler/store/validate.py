@@ -151,7 +151,9 @@ def validate_run(
         sink.info("inferred", f"{path}: {run.manifest.notes[SYNTH_NOTE]}", file=str(path))
     if unknown := ends_unknown(run):
         sink.warning(
-            "no-end", ends_unknown_line(unknown), rank=next(iter(unknown)) if len(unknown) == 1 else None
+            "no-end",
+            ends_unknown_line(unknown, run.manifest.source),
+            rank=next(iter(unknown)) if len(unknown) == 1 else None,
         )
     for r, rt in sorted(run.ranks.items()):
         for note in rt.notes:

@@ -1,0 +1,149 @@
+"""Chakra traces without timings, as Chakra's generator and ``text2chakra`` write them (no start times;
+compute durations at most; communication only by type and size): loaded end to end, replayed with modelled
+communication, refused by the analyses and by an as-recorded replay of nothing, one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from skewlens.analysis.api import analyze_run
+from skewlens.analysis.errors import AnalysisError
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import run_notes, untimed_ranks
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.vocab import CommType, NodeType
+
+# one pass of text2chakra's DATA workload of two layers, as its converter writes it: compute nodes with
+# duration_micros, collectives with comm_type and comm_size only, data_deps between them, no start times
+TEXT2CHAKRA_DATA = [
+    # (id, name, type, duration_micros, comm_size, data_deps)
+    (0, "COMP_NODE_l0_FWD", NodeType.COMP, 50, 0, []),
+    (1, "COMP_NODE_l1_FWD", NodeType.COMP, 30, 0, [0]),
+    (2, "COMP_NODE_l1_BWD_WG", NodeType.COMP, 20, 0, [1]),
+    (3, "COMM_COLL_NODE_l1_ALLREDUCE", NodeType.COMM_COLL, 0, 4 << 20, [2]),
+    (4, "COMP_NODE_l1_BWD_IG", NodeType.COMP, 30, 0, [2]),
+    (5, "COMP_NODE_l0_BWD_WG", NodeType.COMP, 40, 0, [4]),
+    (6, "COMM_COLL_NODE_l0_ALLREDUCE", NodeType.COMM_COLL, 0, 1 << 20, [5]),
+]
+
+
+def _write(d: Path, prefix: str, nodes: list[tuple[int, str, NodeType, int, int, list[int]]]) -> Path:
+    for r in (0, 1):
+        with EtWriter(d / f"{prefix}.{r}.et") as w:
+            for nid, name, kind, dur_us, size, deps in nodes:
+                node = pb.Node(id=nid, name=name, type=int(kind), duration_micros=dur_us, data_deps=deps)
+                if kind == NodeType.COMM_COLL:
+                    node.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+                    node.attr.add(name="comm_size", int64_val=size)
+                w.write(node)
+    return d / prefix
+
+
+@pytest.fixture
+def text2chakra(tmp_path: Path) -> Path:
+    return _write(tmp_path / "t2c", "dp", TEXT2CHAKRA_DATA)
+
+
+@pytest.fixture
+def generator_allreduce(tmp_path: Path) -> Path:
+    """Chakra's generator's ``one_comm_coll_node_allreduce``: one collective, no time at all."""
+    return _write(tmp_path / "gen", "ALL_REDUCE", [(0, "ALL_REDUCE", NodeType.COMM_COLL, 0, 65536, [])])
+
+
+def test_a_trace_without_start_times_lays_its_nodes_end_to_end_in_file_order(text2chakra: Path) -> None:
+    run = load_run(text2chakra)
+    for rt in run.ranks.values():
+        assert rt.start_ns.tolist() == [0, 50_000, 80_000, 100_000, 100_000, 130_000, 170_000]
+        assert rt.dur_ns.tolist() == [50_000, 30_000, 20_000, 0, 30_000, 40_000, 0]
+    assert untimed_ranks(run) == [0, 1]
+    assert "ranks 0-1: no start times in the trace: its nodes were laid end to end" in " ".join(
+        run_notes(run)
+    )
+
+
+def test_a_text2chakra_trace_replays_every_compute_node_one_after_the_other_with_modelled_allreduces(
+    text2chakra: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # at start 0 every node nested inside the first one: the replay took 50 us, the first node's duration
+    out = tmp_path / "as_recorded"
+    assert (
+        skewlens_main(["replay", f"trace={text2chakra}", f"out={out}", "progress=false", "perfetto=false"])
+        == 0
+    )
+    (row0, row1) = pq.read_table(out / "summary.parquet").to_pylist()
+    assert (row0["step_time_ns"], row0["compute_ns"], row1["step_time_ns"]) == (170_000, 170_000, 170_000)
+    err = capsys.readouterr().err
+    assert "no start times in the trace" in err
+    assert "recorded without an end (duration 0; the trace records none)" in err
+    assert "manifest's notes" not in err
+    out = tmp_path / "model"
+    args = ["comm_mode=model", "progress=false", "perfetto=false"]
+    assert skewlens_main(["replay", f"trace={text2chakra}", f"out={out}", *args]) == 0
+    (row0, _row1) = pq.read_table(out / "summary.parquet").to_pylist()
+    assert row0["compute_ns"] == 170_000 and row0["step_time_ns"] > 170_000  # the allreduces cost time
+
+
+def test_analyze_refuses_a_run_none_of_whose_traces_records_a_start_time(
+    text2chakra: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(AnalysisError, match="ranks 0-1 record no start time on any node"):
+        analyze_run(load_run(text2chakra))
+    out = tmp_path / "analysis"
+    assert skewlens_main(["analyze", str(text2chakra), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"skewlens analyze: error: {text2chakra}: ranks 0-1 record no start time on any node (Chakra's "
+        "start_time_micros, skewlens' skl_start_ns): an untimed trace has no skew, waits or step times to "
+        f"analyse; replay it with modelled communication instead: skewlens replay trace={text2chakra} "
+        "comm_mode=model"
+    )
+    assert not out.exists()
+
+
+def test_an_as_recorded_replay_of_a_trace_that_records_no_duration_is_refused_and_a_modelled_one_runs(
+    generator_allreduce: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "as_recorded"
+    assert skewlens_main(["replay", f"trace={generator_allreduce}", f"out={out}", "progress=false"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        "skewlens replay: error: comm_mode=as_recorded: "
+        f"no node of {generator_allreduce} (ranks 0-1) records a duration (Chakra's duration_micros, "
+        "skewlens' skl_dur_ns)"
+    )
+    assert line.endswith("use comm_mode=model, which costs the communication from its sizes on the topology")
+    assert not out.exists()
+    out = tmp_path / "model"
+    args = ["comm_mode=model", "progress=false", "perfetto=false"]
+    assert skewlens_main(["replay", f"trace={generator_allreduce}", f"out={out}", *args]) == 0
+    assert all(r["step_time_ns"] > 0 for r in pq.read_table(out / "summary.parquet").to_pylist())
+
+
+def test_a_modelled_replay_of_a_trace_with_no_duration_and_no_communication_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Chakra's generator's one_remote_mem_load_node: a MEM_LOAD node with a tensor_size, no time
+    run = _write(tmp_path / "gen", "mem", [(0, "MEM_LOAD_NODE", NodeType.MEM_LOAD, 0, 0, [])])
+    out = tmp_path / "model"
+    assert skewlens_main(["replay", f"trace={run}", f"out={out}", "comm_mode=model", "progress=false"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("and none is communication: nothing in it takes time")
+    assert not out.exists()
+
+
+def test_check_says_the_trace_records_no_end_instead_of_pointing_at_a_manifest_it_lacks(
+    generator_allreduce: Path,
+) -> None:
+    report = validate_run(generator_allreduce)
+    (warn,) = [i for i in report.issues if i.kind == "no-end"]
+    assert warn.message == (
+        "2 communication node(s) on ranks 0-1 recorded without an end (duration 0; the trace records none): "
+        "their recorded transfers and waits are missing (replay comm_mode=model costs them from their sizes)"
+    )
+    assert report.ok
