@@ -508,10 +508,14 @@ def calibrate(run: RunTrace, *, base: Topology | None = None, algorithm: str | N
         what = (
             "no matched collectives or send/recv pairs" if skipped == 0 else f"{skipped} transfers, all 0 ns"
         )
-        raise CalibrationError(
-            f"{run.run_dir}: {what} to calibrate from (level {run.manifest.level!r}; capture at "
-            f"'collectives' or above, with communication between ranks)"
+        hint = (
+            f"level {run.manifest.level!r}; capture at 'collectives' or above, with communication between "
+            "ranks"
+            if run.manifest.source != "foreign"
+            else "Chakra traces from another tool, such as its generator's or text2chakra's, may time no "
+            "communication; calibrate from a capture or a skewlens import of the run"
         )
+        raise CalibrationError(f"{run.run_dir}: {what} to calibrate from ({hint})")
     design = _Design(topo, alg)
     seen = [t for t in transfers if design.spanned(t)]
     if not seen:

@@ -18,6 +18,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes, untimed_ranks
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.calibrate import CalibrationError, calibrate
 
 # one pass of text2chakra's DATA workload of two layers, as its converter writes it: compute nodes with
 # duration_micros, collectives with comm_type and comm_size only, data_deps between them, no start times
@@ -147,3 +148,15 @@ def test_check_says_the_trace_records_no_end_instead_of_pointing_at_a_manifest_i
         "their recorded transfers and waits are missing (replay comm_mode=model costs them from their sizes)"
     )
     assert report.ok
+
+
+def test_calibrate_on_a_trace_that_times_no_communication_says_so_instead_of_asking_for_a_capture_level(
+    text2chakra: Path,
+) -> None:
+    with pytest.raises(CalibrationError) as e:
+        calibrate(load_run(text2chakra))
+    assert str(e.value) == (
+        f"{text2chakra}: 2 transfers, all 0 ns to calibrate from (Chakra traces from another tool, such as "
+        "its generator's or text2chakra's, may time no communication; calibrate from a capture or a "
+        "skewlens import of the run)"
+    )
