@@ -14,6 +14,7 @@ from skewlens.analysis.errors import AnalysisError
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.errors import ManifestError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes, untimed_ranks
 from skewlens.profiler.store.validate import validate_run
@@ -160,3 +161,18 @@ def test_calibrate_on_a_trace_that_times_no_communication_says_so_instead_of_ask
         "its generator's or text2chakra's, may time no communication; calibrate from a capture or a "
         "skewlens import of the run)"
     )
+
+
+def test_a_rank_file_among_several_runs_traces_is_answered_with_its_prefix_not_the_ambiguous_folder(
+    text2chakra: Path,
+) -> None:
+    # Chakra's generator writes every microbenchmark into one folder (ALL_REDUCE.0.et, BARRIER.0.et, ...):
+    # the folder it named was refused next, as holding several runs
+    _write(text2chakra.parent, "other", TEXT2CHAKRA_DATA[:1])
+    with pytest.raises(ManifestError) as e:
+        load_run(text2chakra.parent / "dp.0.et")
+    assert (
+        str(e.value)
+        == f"{text2chakra.parent / 'dp.0.et'}: a file, not a run: give its traces' prefix ({text2chakra})"
+    )
+    assert len(load_run(text2chakra).ranks) == 2

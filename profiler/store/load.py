@@ -269,11 +269,15 @@ def locate_run(path: str | Path) -> RunFiles:
             by_prefix.setdefault("rank-", {})[int(m2["rank"])] = f
         elif m1 is not None:
             by_prefix.setdefault(m1["prefix"], {})[int(m1["rank"])] = f
+    prefixes = len(by_prefix)
     if want is not None:
         by_prefix = {k: v for k, v in by_prefix.items() if k == want}
     if not by_prefix and p.exists() and (hint := _import_hint(p)) is not None:
         raise ManifestError(f"{p}: {hint}")
     if not by_prefix and p.is_file():
+        if prefixes > 1 and (named := _FOREIGN_RE.match(p.name)) is not None:  # the folder is ambiguous
+            prefix = folder / named["prefix"]
+            raise ManifestError(f"{p}: a file, not a run: give its traces' prefix ({prefix})")
         raise ManifestError(f"{p}: a file, not a run: give the run directory that holds it ({folder})")
     if not by_prefix and not p.exists():
         raise ManifestError(f"{p}: no such run directory (nor traces {p.name}.<rank>.et in {folder})")
