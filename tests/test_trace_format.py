@@ -287,7 +287,7 @@ def test_record_dataclasses_give_documented_dictionary_encoded_arrow_schemas() -
     assert s.field("rank").type == pa.int64()
     assert pa.types.is_dictionary(s.field("name").type)
     assert s.field("comm_type").nullable and not s.field("rank").nullable
-    assert s.field("start_ns").metadata[b"doc"] == b"Start on the aligned clock, ns."
+    assert s.field("dur_ns").metadata[b"doc"] == b"Duration, ns."
 
 
 @pytest.mark.parametrize("decoder", ["vectorised", "reference"])

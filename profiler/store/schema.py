@@ -280,7 +280,8 @@ class NodeRecord:
     type: str
     """Chakra node type name (COMP, COMM_COLL, COMM_SEND, COMM_RECV, METADATA, ...)."""
     start_ns: int
-    """Start on the aligned clock, ns."""
+    """Start on the aligned clock, ns (where the trace records no start time on any node, as Chakra's
+    generator and text2chakra write it: the nodes laid end to end in file order by the loader)."""
     dur_ns: int
     """Duration, ns."""
     stream: int
