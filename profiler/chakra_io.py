@@ -333,10 +333,30 @@ def read_metadata(msg_bytes: memoryview | bytes, path: Path, offset: int = 0) ->
     try:
         gm.ParseFromString(bytes(msg_bytes))
     except DecodeError:
-        raise TraceFormatError(f"{path}: corrupt GlobalMetadata at byte offset {offset}") from None
+        hint = _first_node_hint(msg_bytes)
+        what = "corrupt GlobalMetadata" if hint is None else "no GlobalMetadata"
+        raise TraceFormatError(f"{path}: {what} at byte offset {offset}{hint or ''}") from None
     meta: dict[str, Any] = {a.name: attr_value(a) for a in gm.attr}
     meta["version"] = gm.version
     return meta
+
+
+def _first_node_hint(msg_bytes: memoryview | bytes) -> str | None:
+    """Where a first message that is no GlobalMetadata reads as a node with a name and a known type, what
+    to do: Chakra before its schema 0.0.4 wrote no GlobalMetadata, the nodes from the first byte on
+    (ASTRA-sim's 2023 examples); else None (the message is corrupt)."""
+    node = pb.Node()
+    try:
+        node.ParseFromString(bytes(msg_bytes))
+    except DecodeError:
+        return None
+    if not node.name or node.type not in NodeType._value2member_map_:
+        return None
+    return (
+        f": the first message is a node ({node.name!r}), as Chakra wrote traces before its schema 0.0.4; "
+        "write a GlobalMetadata message before the nodes (Chakra's encodeMessage(f, "
+        "GlobalMetadata(version='0.0.4'))) to load it"
+    )
 
 
 def iter_nodes(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, pb.Node]]:

@@ -13,8 +13,8 @@ from skewlens.analysis.api import analyze_run
 from skewlens.analysis.errors import AnalysisError
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.chakra_io import EtWriter
-from skewlens.profiler.errors import ManifestError
+from skewlens.profiler.chakra_io import EtWriter, encode_message
+from skewlens.profiler.errors import ManifestError, TraceFormatError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes, untimed_ranks
 from skewlens.profiler.store.validate import validate_run
@@ -176,3 +176,23 @@ def test_a_rank_file_among_several_runs_traces_is_answered_with_its_prefix_not_t
         == f"{text2chakra.parent / 'dp.0.et'}: a file, not a run: give its traces' prefix ({text2chakra})"
     )
     assert len(load_run(text2chakra).ranks) == 2
+
+
+@pytest.mark.parametrize("nodes", [3, 60])  # the per-node decoder's file size, and the vectorised one's
+def test_a_trace_from_before_chakras_global_metadata_is_named_as_such_with_what_to_do(
+    tmp_path: Path, nodes: int
+) -> None:
+    # ASTRA-sim's 2023 examples (runs/example/workload/resnet50_DataParallel.<r>.et): nodes from byte 0,
+    # no GlobalMetadata; every rank was 'corrupt GlobalMetadata at byte offset 0'
+    for r in (0, 1):
+        with (tmp_path / f"old.{r}.et").open("wb") as f:
+            for i in range(nodes):
+                f.write(encode_message(pb.Node(id=i, name="COMP_NODE_conv1_FWD", type=int(NodeType.COMP))))
+    with pytest.raises(TraceFormatError) as e:
+        load_run(tmp_path / "old")
+    hint = (
+        "the first message is a node ('COMP_NODE_conv1_FWD'), as Chakra wrote traces before its schema "
+        "0.0.4; write a GlobalMetadata message before the nodes (Chakra's encodeMessage(f, "
+        "GlobalMetadata(version='0.0.4'))) to load it"
+    )
+    assert str(e.value) == f"{tmp_path / 'old.0.et'}: no GlobalMetadata at byte offset 0: {hint}"
