@@ -114,6 +114,9 @@ def _rank_key(key: str) -> tuple[int, str] | None:
 STEP_MARKS_NOTE = "step marks"
 #: The manifest note's key that describes an extrapolated run (``skewlens.replay.scale``).
 SCALE_NOTE = "scale"
+#: The ``otherData`` key of an extrapolated replay's ``timeline.json``: its ranks (``scale.dp`` of them, times
+#: the ranks of a replica), which no run holds (so the store's loader says the file cannot be analysed).
+TIMELINE_SCALED_RANKS = "extrapolated_ranks"
 
 
 def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:

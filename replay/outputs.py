@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.manifest import SCALE_NOTE, TIMELINE_SCALED_RANKS
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.parquet import ROW_GROUP, nodes_table
 from skewlens.profiler.store.schema import (
@@ -367,7 +368,12 @@ def write_perfetto(
     return write_trace(
         p,
         cap,
-        other_data={"t0_ns": t0, "run_dir": run.run_dir},
+        other_data={
+            "t0_ns": t0,
+            "run_dir": run.run_dir,
+            # an extrapolated run's ranks are in no run directory: the loader says so, given this file
+            **({TIMELINE_SCALED_RANKS: run.world_size} if SCALE_NOTE in run.manifest.notes else {}),
+        },
         metadata=metadata(),
         jobs=rank_chunks(cap),
         fmt=fmt,

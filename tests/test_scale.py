@@ -722,3 +722,32 @@ def test_an_all_gather_on_a_replicated_group_keeps_its_bytes_when_the_dp_shards_
     assert tp and {
         int(scaled.ranks[r].comm_bytes[w]) for c in tp for r, w in zip(c.ranks, c.rows, strict=True)
     } == {64 << 10}
+
+
+def test_analyze_given_an_extrapolated_replays_outputs_says_no_run_holds_its_ranks_not_to_import_kineto(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "ddp"
+    build(run_dir, world=2, schedule=DDP)
+    common = [f"trace={run_dir}", *MODEL, "progress=false"]
+    assert skewlens_main(["replay", f"out={tmp_path / 'x8'}", "scale.dp=8", *common]) == 0
+    assert skewlens_main(["replay", f"out={tmp_path / 'as-run'}", *common]) == 0
+    capsys.readouterr()
+    for given in (tmp_path / "x8", tmp_path / "x8" / "timeline.json"):
+        assert skewlens_main(["analyze", str(given), "--out", str(tmp_path / "a")]) == 2
+        said = (
+            f"skewlens analyze: error: {given}: timeline.json is a Perfetto timeline skewlens wrote of run "
+            f"{run_dir} (a replay's or an analysis' output), not a run: the replay was extrapolated to 8 "
+            "ranks (scale.dp), which no run holds, so no command reads it as a run; its per-rank results "
+            f"are summary.parquet and timeline.parquet beside it, and {run_dir} is the captured run"
+        )
+        assert capsys.readouterr().err.splitlines() == [said]
+    # a replay of the run as captured points at that run (it read 'holds Kineto traces: import them first')
+    assert skewlens_main(["analyze", str(tmp_path / "as-run"), "--out", str(tmp_path / "a")]) == 2
+    said = (
+        f"skewlens analyze: error: {tmp_path / 'as-run'}: timeline.json is a Perfetto timeline skewlens "
+        f"wrote of run {run_dir} (a replay's or an analysis' output), not a run: give the run it was made "
+        f"from, {run_dir}"
+    )
+    assert capsys.readouterr().err.splitlines() == [said]
+    assert not (tmp_path / "a").exists()

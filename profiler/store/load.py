@@ -49,6 +49,7 @@ from skewlens.profiler.manifest import (
     CAPTURE_PARTS_NOTE,
     MANIFEST_NAME,
     PARTS_DIR,
+    TIMELINE_SCALED_RANKS,
     Manifest,
     ProcessGroupInfo,
     rank_file,
@@ -165,6 +166,11 @@ _SNIFF_ENTRIES = 1000
 #: by inflating it.
 _SNIFF_ARCHIVE_BYTES = 1 << 30
 _IMPORT = "skewlens import --kineto"
+#: How the Perfetto timelines skewlens writes begin (:func:`skewlens.replay.streaming.trace_json`: a replay's
+#: ``timeline.json``, analyze's ``trace_critical_path.json``): Chrome trace JSON, as Kineto's is, so that the
+#: Kineto sniff took a replay's output directory for Kineto traces and advised importing them.
+_OWN_TIMELINE = re.compile(rb'\A\{"displayTimeUnit":"[a-z]+","otherData":\{"t0_ns":')
+_TIMELINE = "skewlens_timeline"
 
 
 def _sniff(f: Path) -> str | None:
@@ -210,11 +216,38 @@ def _gunzip_head(head: bytes) -> bytes:
 
 
 def _sniff_text(name: str, head: bytes) -> str | None:
+    if _OWN_TIMELINE.match(head):
+        return _TIMELINE
     if b'"traceEvents"' in head or "kineto" in name or ".pt.trace.json" in name:
         return "kineto"
     if b'"nodes"' in head and b'"schema"' in head:
         return "host_et"
     return None
+
+
+def _timeline_hint(f: Path) -> str:
+    """What to say where ``f`` is a Perfetto timeline skewlens wrote (:data:`_OWN_TIMELINE`): the run it was
+    made from, or, for an extrapolated replay (``scale.dp``), that no run holds its ranks."""
+    other: dict[str, Any] = {}
+    try:
+        with open_regular(f) as fh:
+            head = fh.read(_SNIFF_BYTES).decode("utf-8", "replace")
+        got, _end = json.JSONDecoder().raw_decode(head, head.index('"otherData":') + len('"otherData":'))
+        other = got if isinstance(got, dict) else {}
+    except (OSError, ValueError, ManifestError):
+        pass
+    run_dir = other.get("run_dir")
+    of = f" of run {run_dir}" if isinstance(run_dir, str) else ""
+    text = f"{f.name} is a Perfetto timeline skewlens wrote{of} (a replay's or an analysis' output)"
+    text += ", not a run"
+    scaled = other.get(TIMELINE_SCALED_RANKS)
+    if isinstance(scaled, int) and not isinstance(scaled, bool):
+        return (
+            f"{text}: the replay was extrapolated to {scaled:,} ranks (scale.dp), which no run holds, so "
+            "no command reads it as a run; its per-rank results are summary.parquet and timeline.parquet "
+            f"beside it{f', and {run_dir} is the captured run' if isinstance(run_dir, str) else ''}"
+        )
+    return f"{text}: give the run it was made from{f', {run_dir}' if isinstance(run_dir, str) else ''}"
 
 
 def _import_hint(p: Path) -> str | None:
@@ -223,6 +256,8 @@ def _import_hint(p: Path) -> str | None:
     q = shlex.quote(str(p))  # a command the user copies: a path with a space in it still one word
     if p.is_file():
         kind = _sniff(p)
+        if kind == _TIMELINE:
+            return _timeline_hint(p)
         if kind == "kineto":
             what = (
                 "an archive of Kineto traces"
@@ -237,13 +272,17 @@ def _import_hint(p: Path) -> str | None:
             )
         return None
     found = []
+    own = []
     for count, f in enumerate(sorted(p.iterdir())):
         if count >= _SNIFF_ENTRIES:
             break
-        if f.is_file() and _sniff(f) == "kineto":
+        kind = _sniff(f) if f.is_file() else None
+        if kind == "kineto":
             found.append(f.name)
+        elif kind == _TIMELINE:
+            own.append(f)
     if not found:
-        return None
+        return _timeline_hint(own[0]) if own else None
     names = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
     return f"it holds Kineto traces ({names}), not a run: import them first: {_IMPORT} {q} --out RUN"
 
