@@ -36,9 +36,9 @@ see :mod:`skewlens.profiler.importers.convert`): on data-parallel groups, all_re
 barrier and reduce_scatter keep their bytes (gradient buckets are the model's; a reduce_scatter's input
 is the full gradient); under FSDP2 an all_gather's input is this rank's shard of a gathered size that
 stays, ``ceil(bytes · k / N)`` (FSDP2 pads shards to whole elements; padding below the byte is not
-modelled); under DDP an all_gather (metrics, objects) keeps its per-rank input. Replicated groups keep
-everything. The new run is meant for ``comm_mode=model``: the recorded transfers of k ranks say nothing
-about N.
+modelled), but a gather into a list (:data:`LIST_GATHER_OPS`: metrics, objects) keeps its bytes; under
+DDP an all_gather (metrics, objects) keeps its per-rank input. Replicated groups keep everything. The new
+run is meant for ``comm_mode=model``: the recorded transfers of k ranks say nothing about N.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ KEEP_BYTES = frozenset(
         CommType.ALL_GATHER,
     }
 )
+#: The ops of an all_gather into a list of tensors (``dist.all_gather``, ``all_gather_object``), as a capture
+#: (``c10d::allgather_``) and ProcessGroupNCCL's annotation (``nccl:all_gather``) name them. FSDP2 gathers its
+#: parameters into one tensor (``all_gather_into_tensor``: ``c10d::_allgather_base_``), never into a list: a
+#: list-form gather on an FSDP2 run's data-parallel group is of metrics or objects, whose bytes per rank stay.
+#: (An imported GPU trace's collective is its NCCL kernel, whose name does not say which form it was.)
+LIST_GATHER_OPS = frozenset({"c10d::allgather_", "nccl:all_gather"})
 #: The source option that draws from every captured replica.
 ALL_SOURCES = "all"
 #: Memory a replayed node and a replayed rank cost, about (peak resident memory of ``skewlens replay
@@ -575,22 +581,38 @@ def _source_text(lay: Layout, source: int | None, seed: int | None, src_rep: Seq
     return f"each {unit} copies a captured {unit} drawn with seed {seed}: {got}"
 
 
+def _list_gather_rows(rt: RankTrace) -> np.ndarray:
+    """Rows of ``rt`` whose op is an all_gather into a list (:data:`LIST_GATHER_OPS`)."""
+    ops = [i for i, n in enumerate(rt.names) if n in LIST_GATHER_OPS]
+    return np.isin(rt.name_idx, ops) if ops else np.zeros(len(rt.node_type), dtype=bool)
+
+
 def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
     """Where a run without reduce_scatters (read as DDP) all_gathers on its data-parallel groups: they keep
     their bytes per rank, right for metrics or objects, wrong for the optimizer's shards of ZeRO-1/2 (a
     2 -> 1,024 extrapolation of a 32 MiB shard gather priced at 152.7 ms, where shards of 1/1,024 cost 0.94
-    ms), which the trace cannot tell apart: say so, with how much is at stake."""
-    if lay.parallelism != DDP:
-        return ""
+    ms), which the trace cannot tell apart: say so, with how much is at stake. Under FSDP2, the gathers into a
+    list that keep their bytes (:data:`LIST_GATHER_OPS`), while the parameter gathers shrink."""
     dp_names = {n for names in lay.dp_groups for n in names}
     gathers = [c for c in run.collectives if c.comm_type == CommType.ALL_GATHER and c.pg_name in dp_names]
+    fsdp2 = lay.parallelism != DDP
+    if fsdp2:  # the parameter gathers shrink, as they should; say which kept their bytes
+        listed = {r: _list_gather_rows(rt) for r, rt in run.ranks.items()}
+        gathers = [c for c in gathers if listed[c.ranks[0]][c.rows[0]]]
     if not gathers:
         return ""
+    what = "into a list " if fsdp2 else ""
     largest = max(max(c.comm_bytes) for c in gathers)
+    inside = ": metrics or objects, not FSDP2's parameter gathers" if fsdp2 else ""
+    tail = (
+        ""
+        if fsdp2
+        else f", as gathers of whole tensors do; gathers of ZeRO-style optimizer shards would shrink to "
+        f"~{lay.dp_size}/{dp} of them, so the replay overstates those"
+    )
     return (
-        f"; {len(gathers)} all_gather(s) on the data-parallel group (up to {largest:,} bytes a rank) keep "
-        f"their bytes at {dp} ranks, as gathers of whole tensors do; gathers of ZeRO-style optimizer shards "
-        f"would shrink to ~{lay.dp_size}/{dp} of them, so the replay overstates those"
+        f"; {len(gathers)} all_gather(s) {what}on the data-parallel group (up to {largest:,} bytes a "
+        f"rank{inside}) keep their bytes at {dp} ranks{tail}"
     )
 
 
@@ -622,7 +644,8 @@ def _steps(steps: Sequence[StepSpan], source_of: Mapping[int, int]) -> tuple[Ste
 
 def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
     """Per captured rank, its ``comm_bytes`` at ``dp`` data-parallel ranks (the same array where none
-    changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes."""
+    changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes, a gather
+    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too."""
     out: dict[int, np.ndarray] = {}
     sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
     for r, rt in run.ranks.items():
@@ -633,6 +656,7 @@ def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
             (rt.node_type == int(NodeType.COMM_COLL))
             & (rt.comm_type == int(CommType.ALL_GATHER))
             & np.isin(rt.pg, sharded)
+            & ~_list_gather_rows(rt)
         )
         if not rows.any():
             out[r] = rt.comm_bytes

@@ -751,3 +751,29 @@ def test_analyze_given_an_extrapolated_replays_outputs_says_no_run_holds_its_ran
     )
     assert capsys.readouterr().err.splitlines() == [said]
     assert not (tmp_path / "a").exists()
+
+
+def test_an_fsdp2_runs_gather_into_a_list_keeps_its_bytes_while_its_parameter_gathers_shrink(
+    tmp_path: Path,
+) -> None:
+    # a metrics gather (dist.all_gather into a list: c10d::allgather_) beside FSDP2's parameter gathers
+    # (all_gather_into_tensor: c10d::_allgather_base_); at 8 ranks it was priced as 4 KiB a rank, not 16
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0)
+        b.rank(r).collective(AG, FULL // 2, 1_000_000, start_ns=0, name="c10d::_allgather_base_")
+        b.rank(r).collective(RS, FULL, 1_000_000, start_ns=1_000_000, name="c10d::_reduce_scatter_base_")
+        b.rank(r).collective(AG, 16_384, 100_000, start_ns=2_000_000, name="c10d::allgather_")
+    scaled = scale_run(load_run(b.write(tmp_path / "fsdp2")), 8)
+    assert [(c.comm_type, set(c.comm_bytes)) for c in scaled.collectives] == [
+        (AG, {FULL // 8}),
+        (RS, {FULL}),
+        (AG, {16_384}),
+    ]
+    assert scaled.ranks[5].comm_bytes.tolist()[-3:] == [FULL // 8, FULL, 16_384]
+    assert scaled.manifest.notes["scale"].endswith(
+        "; 1 all_gather(s) into a list on the data-parallel group (up to 16,384 bytes a rank: metrics or "
+        "objects, not FSDP2's parameter gathers) keep their bytes at 8 ranks"
+    )
+    sim = replay(scaled)
+    assert transfers(sim)[2] == ring_ns(AG, 16_384, 8)  # 8 pieces of 16 KiB gathered
