@@ -23,7 +23,8 @@ def summary_table(
     Padding is shared between neighbouring cells, so that the nine columns fit 80 characters without
     cutting the figures. Of more than ``max_ranks`` ranks, those that waited least for their peers (the
     late arrivals, where stragglers are) are listed, the others summed up in the caption. A rank of an
-    extrapolated run reads ``5←1``: rank 5, a copy of captured rank 1."""
+    extrapolated run reads ``5←1``: rank 5, a copy of captured rank 1, whose recorded step (at the captured
+    size) is in ``recorded ms``."""
     t = Table(title=title, collapse_padding=True)
     cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
     for col in (*cols, "wait ms", "xfer ms"):  # exposed (not under compute) wait and transfer
@@ -45,7 +46,9 @@ def summary_table(
         )
         by_rank = {k: by_rank[k] for k in shown}
     if copies:
-        t.caption = "rank←captured rank it copies" + (f"; {t.caption}" if t.caption else "")
+        # its recorded step is the captured rank's, at the captured size: 'vs recorded' compares the sizes
+        copied = "rank←captured rank it copies, recorded ms that rank's step as captured"
+        t.caption = copied + (f"; {t.caption}" if t.caption else "")
     # summary.parquet's wait_ns counts every wait; the columns are the exposed part, which the step paid
     exposed = (
         "wait, xfer: exposed (not under compute): summary.parquet's exposed_wait_ns, exposed_transfer_ns"

@@ -76,7 +76,8 @@ class SummaryRecord:
     step_time_ns: int
     """Replayed step time (step mark to step mark; without marks: span of the step's nodes), ns."""
     recorded_step_ns: int
-    """Recorded step time, measured the same way, ns."""
+    """Recorded step time, measured the same way, ns (under ``scale.dp``, that of the captured rank
+    ``source_rank``, at the captured size)."""
     compute_ns: int
     """Time covered by compute nodes, ns."""
     comm_ns: int

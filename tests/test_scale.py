@@ -35,7 +35,7 @@ from skewlens.replay.outputs import ReplayedNodeRecord
 from skewlens.replay.render import summary_table
 from skewlens.replay.scale import NODE_BYTES, RANK_BYTES, identify, scale_run
 from skewlens.replay.simulate import SimResult, simulate
-from skewlens.replay.summary import SummaryRecord
+from skewlens.replay.summary import SummaryRecord, summarize
 
 AR, AG, RS = CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER
 MIB = 1 << 20
@@ -777,3 +777,18 @@ def test_an_fsdp2_runs_gather_into_a_list_keeps_its_bytes_while_its_parameter_ga
     )
     sim = replay(scaled)
     assert transfers(sim)[2] == ring_ns(AG, 16_384, 8)  # 8 pieces of 16 KiB gathered
+
+
+def test_an_extrapolated_ranks_recorded_step_is_its_captured_ranks_and_the_summary_caption_says_so(
+    tmp_path: Path,
+) -> None:
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    as_run = {(s.rank, s.step): s.recorded_step_ns for s in summarize(run, replay(run))}
+    big = scale_run(run, 6)
+    scaled = summarize(big, replay(big))
+    assert {(s.rank, s.step): s.recorded_step_ns for s in scaled} == {
+        (r, step): ns for r in range(6) for (src, step), ns in as_run.items() if src == r % 2
+    }
+    text = io.StringIO()
+    Console(file=text, width=200).print(summary_table(scaled))
+    assert "rank←captured rank it copies, recorded ms that rank's step as captured; " in text.getvalue()
