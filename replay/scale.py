@@ -403,14 +403,18 @@ def _mesh(run: RunTrace, dp: list[_Group], other: list[_Group] | None, whole: Se
     )
 
 
-def _sources(lay: Layout, dp: int, source: int | None, seed: int | None) -> list[int]:
-    """Captured replica copied by each new replica."""
+def _sources(lay: Layout, dp: int, source: int | None, seed: int | None, *, world: int) -> list[int]:
+    """Captured replica copied by each new replica (``world``: the captured world size, traced or not)."""
     have = sorted({d for d, _j in lay.coord.values()})
     if source is not None:
         if source not in lay.coord:
-            raise ConfigError(
-                f"scale.source={source}: no such rank in the run (ranks {rank_ranges(lay.coord)})"
+            traced = f"; traced {rank_ranges(lay.coord)}" if len(lay.coord) < world else ""
+            why = (
+                f"captured rank {source} has no trace to copy (traced ranks {rank_ranges(lay.coord)})"
+                if 0 <= source < world
+                else f"no such rank in the run (ranks {rank_ranges(range(world))}{traced})"
             )
+            raise ConfigError(f"scale.source={source}: {why}")
         return [lay.coord[source][0]] * dp
     if seed is None:
         return [have[i % len(have)] for i in range(dp)]
@@ -439,7 +443,7 @@ def scale_run(
         raise ExtrapolationError(f"scale.dp={dp}: {e}") from None
     if memory_bytes is not None:
         _check_memory(run, lay, dp, source=source, seed=seed, memory_bytes=memory_bytes)
-    src_rep = _sources(lay, dp, source, seed)
+    src_rep = _sources(lay, dp, source, seed, world=run.world_size)
     t = lay.tp_size
     at = {c: r for r, c in lay.coord.items()}
     new_world = dp * t

@@ -390,6 +390,24 @@ def test_a_sample_of_a_larger_run_scales_from_the_ranks_it_has_with_its_groups_s
     assert "traced rank number i mod 2 of 0-1" in scaled.manifest.notes["scale"]
 
 
+def test_a_source_rank_of_the_run_without_a_trace_is_refused_as_untraced_not_as_no_such_rank(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(world_size=8)  # ranks 2-7 have no trace
+    for r in (0, 1):
+        b.rank(r).collective(AR, 1024, 100_000)
+    run = load_run(b.write(tmp_path / "run"))
+    # it said 'scale.source=5: no such rank in the run (ranks 0-1)' of a run of 8
+    with pytest.raises(
+        ConfigError, match=r"^scale\.source=5: captured rank 5 has no trace to copy \(traced ranks 0-1\)$"
+    ):
+        scale_run(run, 16, source=5)
+    with pytest.raises(
+        ConfigError, match=r"^scale\.source=8: no such rank in the run \(ranks 0-7; traced 0-1\)$"
+    ):
+        scale_run(run, 16, source=8)
+
+
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
