@@ -595,14 +595,16 @@ def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
     """Where a run without reduce_scatters (read as DDP) all_gathers on its data-parallel groups: they keep
     their bytes per rank, right for metrics or objects, wrong for the optimizer's shards of ZeRO-1/2 (a
     2 -> 1,024 extrapolation of a 32 MiB shard gather priced at 152.7 ms, where shards of 1/1,024 cost 0.94
-    ms), which the trace cannot tell apart: say so, with how much is at stake. Under FSDP2, the gathers into a
-    list that keep their bytes (:data:`LIST_GATHER_OPS`), while the parameter gathers shrink."""
+    ms), which the trace cannot tell apart (but for gathers into a list, :data:`LIST_GATHER_OPS`, which ZeRO
+    does not issue): say so, with how much is at stake. Under FSDP2, the gathers into a list that keep their
+    bytes, while the parameter gathers shrink."""
     dp_names = {n for names in lay.dp_groups for n in names}
     gathers = [c for c in run.collectives if c.comm_type == CommType.ALL_GATHER and c.pg_name in dp_names]
     fsdp2 = lay.parallelism != DDP
-    if fsdp2:  # the parameter gathers shrink, as they should; say which kept their bytes
-        listed = {r: _list_gather_rows(rt) for r, rt in run.ranks.items()}
-        gathers = [c for c in gathers if listed[c.ranks[0]][c.rows[0]]]
+    # FSDP2: its parameter gathers shrink, as they should; say which kept their bytes (gathers into a list).
+    # DDP: a gather into a list is of whole tensors (ZeRO gathers its shards into one tensor): no doubt there
+    listed = {r: _list_gather_rows(rt) for r, rt in run.ranks.items()}
+    gathers = [c for c in gathers if bool(listed[c.ranks[0]][c.rows[0]]) == fsdp2]
     if not gathers:
         return ""
     what = "into a list " if fsdp2 else ""

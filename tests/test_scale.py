@@ -810,3 +810,24 @@ def test_an_extrapolated_ranks_recorded_step_is_its_captured_ranks_and_the_summa
     text = io.StringIO()
     Console(file=text, width=200).print(summary_table(scaled))
     assert "rank←captured rank it copies, recorded ms that rank's step as captured; " in text.getvalue()
+
+
+def test_a_ddp_runs_gather_into_a_list_is_not_counted_among_possible_zero_shard_gathers(
+    tmp_path: Path,
+) -> None:
+    # dist.all_gather / all_gather_object (c10d::allgather_) gather whole tensors or objects; ZeRO gathers its
+    # shards into one tensor: the note's doubt was raised for every DDP run that gathered a metric
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).collective(AR, BUCKETS[0], 1_000_000, start_ns=0)
+        b.rank(r).collective(AG, 8, 100_000, start_ns=1_000_000, name="c10d::allgather_")
+    metrics = scale_run(load_run(b.write(tmp_path / "metrics")), 64)
+    assert {c.comm_bytes[0] for c in metrics.collectives if c.comm_type == AG} == {8}
+    assert "all_gather(s)" not in metrics.manifest.notes["scale"]
+    for r in range(2):
+        b.rank(r).collective(AG, 2 * MIB, 100_000, start_ns=2_000_000, name="c10d::_allgather_base_")
+    zero1 = scale_run(load_run(b.write(tmp_path / "zero1")), 64)
+    assert (
+        f"; 1 all_gather(s) on the data-parallel group (up to {2 * MIB:,} bytes a rank)"
+        in (zero1.manifest.notes["scale"])
+    )
