@@ -786,3 +786,35 @@ def test_a_warning_with_no_stderr_at_all_is_dropped_not_printed_among_the_result
     monkeypatch.setattr(sys, "stderr", None)
     print_warning("analyze", "rank 3 left out")
     assert capsys.readouterr().out == ""
+
+
+def test_a_command_started_without_stdout_does_its_work_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # started with stdout closed (>&-), sys.stdout is None: the flush after the command was an
+    # AttributeError traceback and exit code 1, after analyze had written its outputs
+    import sys
+
+    from skewlens.cli import main
+
+    run = _named_run(tmp_path, "aten::mm")
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert sys.stdout is None  # put back as it was
+    assert (tmp_path / "out" / "blame.parquet").is_file()
+
+
+def test_an_error_with_no_stderr_at_all_is_dropped_not_printed_among_the_results_on_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # started with stderr closed (2>&-): the error line went to stdout, and argparse's usage with it
+    import sys
+
+    from skewlens.cli import main
+
+    monkeypatch.setattr(sys, "stderr", None)
+    assert main(["analyze", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", "--bogus"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().out == ""

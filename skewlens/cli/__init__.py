@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.threads import tune_malloc
@@ -105,7 +107,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
 BROKEN_PIPE_EXIT = 128 + int(signal.SIGPIPE)
 
 
+@contextlib.contextmanager
+def closed_streams_as_null() -> Iterator[None]:
+    """A standard output or error the command was started without (``>&-``, ``2>&-``: Python makes it
+    None) is the null device while the command runs: with no stdout, ``main``'s flush was an
+    AttributeError traceback and exit code 1 after the command's work was done; with no stderr, an error
+    line (``print(file=None)``) and argparse's usage went to stdout, among the results."""
+    closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
+    for name in closed:
+        setattr(sys, name, Path(os.devnull).open("w", encoding="utf-8"))  # noqa: SIM115 (closed below)
+    try:
+        yield
+    finally:
+        for name in closed:
+            getattr(sys, name).close()
+            setattr(sys, name, None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with closed_streams_as_null():
+        return _main_flushed(argv)
+
+
+def _main_flushed(argv: Sequence[str] | None) -> int:
     try:
         try:
             return _main(argv)
