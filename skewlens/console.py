@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import io
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, TextIO
 
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook
@@ -29,6 +31,50 @@ def printable(text: str) -> str:
     and an operator named ``\x1b]0;...\x07`` set the terminal's title when a report printed it (ESC
     sequences can recolour, move the cursor, or on some terminals write the clipboard)."""
     return text.translate(_CONTROLS)
+
+
+#: One ASCII character for each non-ASCII one the reports print (units, ellipses, fitted symbols), so that a
+#: table keeps its columns' widths where the output's encoding lacks them; anything else prints as ``?``.
+_ASCII_STAND_INS = str.maketrans(
+    "\N{HORIZONTAL ELLIPSIS}\N{MICRO SIGN}\N{GREEK SMALL LETTER MU}\N{MULTIPLICATION SIGN}"
+    "\N{RIGHTWARDS ARROW}\N{LEFTWARDS ARROW}\N{SUPERSCRIPT TWO}\N{GREEK SMALL LETTER ALPHA}"
+    "\N{GREEK SMALL LETTER BETA}\N{MINUS SIGN}\N{EN DASH}\N{EM DASH}\N{MIDDLE DOT}\N{ALMOST EQUAL TO}",
+    "~uux><2ab---.~",
+)
+
+#: The codec error handler :func:`encodable_output` gives a stream: :data:`_ASCII_STAND_INS`, else ``?``.
+STAND_IN_ERRORS = "skewlens-stand-in"
+
+
+def _stand_in(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end].translate(_ASCII_STAND_INS)
+    return "".join(c if c.isascii() else "?" for c in text), error.end
+
+
+codecs.register_error(STAND_IN_ERRORS, _stand_in)
+
+
+@contextlib.contextmanager
+def encodable_output() -> Iterator[None]:
+    """stdout and stderr print what their encoding lacks as :data:`STAND_IN_ERRORS` does while the command
+    runs: on a stream that cannot encode the reports' characters (``PYTHONIOENCODING=ascii``, a Latin-1
+    locale, a CI runner's ASCII log) the first ``…`` or ``µs`` was a UnicodeEncodeError traceback and exit
+    code 1, and the whole report was lost. rich draws its boxes in ASCII there by itself. A stream that
+    already says what to do with such characters (Python's UTF-8 mode, ``PYTHONIOENCODING=ascii:replace``)
+    is left as it is."""
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors=STAND_IN_ERRORS)
+            changed.append(stream)
+    try:
+        yield
+    finally:
+        for stream in changed:
+            with contextlib.suppress(ValueError, OSError):  # closed, or its reader gone: nothing to put back
+                stream.reconfigure(errors="strict")
 
 
 def print_warning(command: str, text: str) -> None:

@@ -818,3 +818,26 @@ def test_an_error_with_no_stderr_at_all_is_dropped_not_printed_among_the_results
         main(["analyze", "--bogus"])
     assert exit_.value.code == 2
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_report_to_an_output_that_cannot_encode_its_characters_prints_stand_ins_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    # PYTHONIOENCODING=ascii (or a Latin-1 locale): the report's first character outside the encoding was
+    # a UnicodeEncodeError traceback and exit code 1, and nothing of the report was printed
+    import sys
+
+    from skewlens.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # no cell wrapped
+    name = "kernel\N{RIGHTWARDS ARROW}\N{GREEK SMALL LETTER ALPHA}\N{HORIZONTAL ELLIPSIS}"
+    run = _named_run(tmp_path, name)
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding, write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 0
+    printed = raw.getvalue().decode(encoding)
+    assert "compute grew: kernel>a~ +" in printed
+    assert printed.startswith("+-") or "\n+-" in printed  # rich's ASCII boxes
+    assert out.errors == "strict"  # put back as it was

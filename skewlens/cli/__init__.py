@@ -125,7 +125,9 @@ def closed_streams_as_null() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with closed_streams_as_null():
+    from skewlens.console import encodable_output
+
+    with closed_streams_as_null(), encodable_output():
         return _main_flushed(argv)
 
 
