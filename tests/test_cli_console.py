@@ -841,3 +841,30 @@ def test_a_report_to_an_output_that_cannot_encode_its_characters_prints_stand_in
     assert "compute grew: kernel>a~ +" in printed
     assert printed.startswith("+-") or "\n+-" in printed  # rich's ASCII boxes
     assert out.errors == "strict"  # put back as it was
+
+
+@pytest.mark.parametrize(
+    ("args", "written"),
+    [
+        (["check", "~/run"], None),
+        (["export", "~/run", "--out=~/pq"], "pq/ranks.parquet"),
+        (["analyze", "~/run", "--out=~/out"], "out/blame.parquet"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_a_tilde_the_shell_left_in_a_path_argument_is_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], written: str | None
+) -> None:
+    # the shell expands neither --out=~/x nor a quoted '~/run': analyze made ./~/out, a directory named ~,
+    # and '~/run' was "no such run directory"
+    from skewlens.cli import main
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    _named_run(home, "aten::mm")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    assert main(args) == 0
+    assert list(cwd.iterdir()) == []
+    if written is not None:
+        assert (home / written).is_file()

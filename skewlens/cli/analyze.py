@@ -26,7 +26,7 @@ from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
 from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
-from skewlens.cli.options import ArgumentParser
+from skewlens.cli.options import ArgumentParser, user_path
 from skewlens.console import print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
@@ -56,8 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="skewlens analyze",
         description="Attribute skew and communication stalls to ranks and ops; name the stragglers.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)")
-    p.add_argument("--out", required=True, metavar="OUT_DIR", help="where to write tables and pictures")
+    p.add_argument(
+        "run_dir", type=user_path, metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)"
+    )
+    p.add_argument(
+        "--out", type=user_path, required=True, metavar="OUT_DIR", help="where to write tables and pictures"
+    )
     p.add_argument("--no-blame", action="store_true", help="skip the what-if simulations")
     p.add_argument(
         "--max-simulations",

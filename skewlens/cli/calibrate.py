@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases
+from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases, user_path
 from skewlens.cli.replay import override
 from skewlens.console import print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
@@ -159,8 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         "(waits for late peers removed) and write a topology entry that `skewlens replay "
         "topology=FILE comm_mode=model` loads.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)")
-    p.add_argument("--out", required=True, metavar="FILE", help="topology YAML to write (e.g. cal.yaml)")
+    p.add_argument(
+        "run_dir", type=user_path, metavar="RUN_DIR", help="run directory (manifest.json + rank-<r>.et)"
+    )
+    p.add_argument(
+        "--out", type=user_path, required=True, metavar="FILE", help="topology YAML to write (e.g. cal.yaml)"
+    )
     p.add_argument(
         "--topology",
         default=None,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, check_range, help_text
+from skewlens.cli.options import ArgumentParser, check_range, help_text, user_path
 from skewlens.console import print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
@@ -96,7 +96,10 @@ def capture_window(steps: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="skewlens demo", description=help_text(__doc__.split("\n", 1)[0]))
     p.add_argument(
-        "--out", default="demo-out", help="new or empty directory, or one an earlier demo made (replaced)"
+        "--out",
+        type=user_path,
+        default="demo-out",
+        help="new or empty directory, or one an earlier demo made (replaced)",
     )
     p.add_argument(
         "--workload", default="train", help=f"bundled example to run (default train): {', '.join(WORKLOADS)}"

@@ -11,11 +11,10 @@ Inputs may be files (``.json``, ``.json.gz``), directories or tar archives. Erro
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser
+from skewlens.cli.options import ArgumentParser, user_file
 from skewlens.console import ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
@@ -41,14 +40,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Convert per-rank Kineto traces (+ host execution traces) into a run directory.",
     )
     p.add_argument(
-        "--kineto", nargs="+", type=Path, required=True, metavar="PATH",
+        "--kineto", nargs="+", type=user_file, required=True, metavar="PATH",
         help="per-rank Kineto traces: .json/.json.gz files, directories or .tar.gz archives",
     )  # fmt: skip
     p.add_argument(
-        "--host-et", nargs="+", type=Path, default=None, metavar="PATH",
+        "--host-et", nargs="+", type=user_file, default=None, metavar="PATH",
         help="the matching PyTorch host execution traces (paired by pid or by the file name's number)",
     )  # fmt: skip
-    p.add_argument("--out", type=Path, required=True, help="run directory to create")
+    p.add_argument("--out", type=user_file, required=True, help="run directory to create")
     p.add_argument("--rank", type=int, default=None, help="rank of a single trace without distributedInfo")
     p.add_argument("--world-size", type=int, default=None, help="world size where the traces lack it")
     p.add_argument(

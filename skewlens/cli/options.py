@@ -5,6 +5,7 @@ anything starts (a huge ``--workers`` was an OverflowError traceback in the proc
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import typing
 from pathlib import Path
@@ -23,6 +24,19 @@ def check_range(option: str, value: float | None, lo: float, hi: float, why: str
     if value is not None and not lo <= value <= hi:
         bound = f"{lo:,g}..{hi:,g}" if isinstance(lo, float) or isinstance(hi, float) else f"{lo:,}..{hi:,}"
         raise SkewlensError(f"{option}: expected {bound}{f' ({why})' if why else ''}, got {value}")
+
+
+def user_path(value: str) -> str:
+    """An argument's path with a leading ``~`` or ``~user`` expanded as the shell expands a word that begins
+    with one: the shell leaves ``--out=~/x`` and a quoted ``'~/run'`` as they are, and the command made
+    ``./~/x``, a directory named ``~`` (or said of ``'~/run'`` that it found no such run). A user not known
+    here leaves the path as written (then named as not found). The argparse ``type`` of path arguments."""
+    return os.path.expanduser(value)  # noqa: PTH111 (the str the arguments hold; Path's raises for ~nobody)
+
+
+def user_file(value: str) -> Path:
+    """:func:`user_path` as a :class:`Path`: the ``type`` of the path arguments held as paths."""
+    return Path(user_path(value))
 
 
 def help_text(doc: str | None) -> str:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skewlens.cli.options import ArgumentParser, help_text
+from skewlens.cli.options import ArgumentParser, help_text, user_path
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARQUET_DIR, PARTS_DIR
@@ -38,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog="COMMAND: the training command, after '--' (torchrun ... train.py ..., python train.py ...)",
     )
     p.add_argument(
-        "--out", required=True, metavar="RUN_DIR", help="run directory to create (must be new or empty)"
+        "--out",
+        type=user_path,
+        required=True,
+        metavar="RUN_DIR",
+        help="run directory to create (must be new or empty)",
     )
     p.add_argument(
         "--level",
@@ -196,7 +200,9 @@ def merge_main(argv: list[str]) -> int:
     from skewlens.profiler.capture.combine import RUN_IDENTITY_NOTE, combine_runs
 
     p = ArgumentParser(prog="skewlens merge", description=help_text(merge_main.__doc__))
-    p.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
+    p.add_argument(
+        "--out", type=user_path, required=True, help="run directory to create (must be new or empty)"
+    )
     p.add_argument(
         "--force",
         action="store_true",
@@ -207,7 +213,9 @@ def merge_main(argv: list[str]) -> int:
         action="store_true",
         help="merge the ranks found when some rank is in no directory (crashed); it is listed missing",
     )
-    p.add_argument("dirs", nargs="+", metavar="HOST_DIR", help="each host's run directory of the job")
+    p.add_argument(
+        "dirs", nargs="+", type=user_path, metavar="HOST_DIR", help="each host's run directory of the job"
+    )
     args = p.parse_args(argv)
     run_dir = Path(args.out)
     manifest = combine_runs(

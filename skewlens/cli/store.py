@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from skewlens.cli.options import ArgumentParser, check_range
+from skewlens.cli.options import ArgumentParser, check_range, user_file, user_path
 from skewlens.console import printable, report_console
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.manifest import MAX_WORLD_SIZE
@@ -46,7 +46,11 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
         "corrupt or missing rank file, unmatched communication, ...), 2 when it cannot be read as a run "
         "(no manifest or traces, a manifest that is not JSON)",
     )
-    ap.add_argument("run_dir", help="run directory (manifest + rank-<r>.et), Chakra trace folder or prefix")
+    ap.add_argument(
+        "run_dir",
+        type=user_path,
+        help="run directory (manifest + rank-<r>.et), Chakra trace folder or prefix",
+    )
     ap.add_argument("--all", action="store_true", help="list every problem (default: the first 50)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
@@ -116,7 +120,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     ap = ArgumentParser(
         prog="skewlens export", description="export a run directory to Parquet or as an ASTRA-sim workload"
     )
-    ap.add_argument("run_dir", help="run directory, Chakra trace folder or prefix")
+    ap.add_argument("run_dir", type=user_path, help="run directory, Chakra trace folder or prefix")
     ap.add_argument(
         "--format",
         choices=("parquet", "astra-sim"),
@@ -125,7 +129,7 @@ def export_main(argv: list[str], console: Console | None = None) -> int:
     )
     ap.add_argument(
         "--out",
-        type=Path,
+        type=user_file,
         default=None,
         help="output directory (default: RUN_DIR/parquet or RUN_DIR/astra-sim, or PREFIX.parquet / "
         "PREFIX.astra-sim)",
