@@ -205,6 +205,14 @@ def report_console(*, stderr: bool = False) -> Console:
     return console
 
 
+def print_line(console: Console, text: str) -> None:
+    """``text``, which names paths or a command to copy, printed as one line that the terminal wraps
+    (rich's ``soft_wrap``), as plain text: rich wrapped such lines itself, with a line break in the middle
+    of a long path (``/tmp/runs/a_long_na`` / ``me/analysis``), which a copy from the terminal or a CI
+    log then held; a terminal's own wrap copies as the one line it is."""
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
 def ranks_caption(ranks: tuple[int, ...], where: str) -> str:
     """What a summary listing only the first :data:`MAX_RANK_ROWS` of ``ranks`` says of the rest: ``1,024
     ranks: the first 32 listed, 992 more in RUN/manifest.json``."""

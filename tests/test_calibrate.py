@@ -629,3 +629,21 @@ def test_a_reader_that_goes_away_does_not_stop_calibrate_writing_its_topology(
         out = tmp_path / "cal.yaml"
         assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
     assert load_topology_entry(str(out)).name == "cal"
+
+
+def test_the_replay_command_calibrate_prints_is_one_line_on_a_narrow_terminal(
+    synthetic: tuple[Path, int, int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # at 40 columns rich broke the command, and the path in it, across lines: a copy of it did not run
+    run_dir, _t, _w = synthetic
+    monkeypatch.setenv("COLUMNS", "40")
+    out = tmp_path / "a_directory_name_longer_than_the_terminal_is_wide" / "cal.yaml"
+    out.parent.mkdir()
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    (line,) = [s for s in capsys.readouterr().out.splitlines() if s.startswith("wrote ")]
+    assert line == (
+        f"wrote {out}; replay with: skewlens replay trace={run_dir} out=OUT topology={out} comm_mode=model"
+    )

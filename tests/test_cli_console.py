@@ -868,3 +868,25 @@ def test_a_tilde_the_shell_left_in_a_path_argument_is_the_home_directory(
     assert list(cwd.iterdir()) == []
     if written is not None:
         assert (home / written).is_file()
+
+
+def test_the_output_directory_analyze_names_is_one_line_on_a_narrow_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # at 40 columns rich broke the path across lines, a line break in the middle of a directory's name
+    from skewlens.cli import main
+
+    monkeypatch.setenv("COLUMNS", "40")
+    run = _named_run(tmp_path, "aten::mm")
+    out = tmp_path / "a_directory_name_longer_than_the_terminal_is_wide" / "analysis"
+    assert main(["analyze", str(run), "--out", str(out)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("wrote ") and last.endswith(f" files to {out}")
+
+
+def test_a_printed_line_of_paths_is_left_for_the_terminal_to_wrap() -> None:
+    from skewlens.console import print_line
+
+    out = io.StringIO()
+    print_line(Console(file=out, width=20), "outputs in /tmp/a_long_directory_name/[b]")
+    assert out.getvalue() == "outputs in /tmp/a_long_directory_name/[b]\n"

@@ -27,7 +27,7 @@ from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
 from skewlens.analysis.render import report
 from skewlens.cli.options import ArgumentParser, user_path
-from skewlens.console import print_warning, report_console
+from skewlens.console import print_line, print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
@@ -199,5 +199,5 @@ def main(argv: list[str]) -> int:
     console.print(report(result, top=args.top))
     for note in (*result.notes, *notes):  # on stderr: a script's > out.txt gets the results only
         print_warning("analyze", note)
-    console.print(f"wrote {len(written)} files to {out}")
+    print_line(console, f"wrote {len(written)} files to {out}")
     return 0

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases, user_path
 from skewlens.cli.replay import override
-from skewlens.console import print_warning, report_console
+from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable
 from skewlens.profiler.errors import SkewlensError
@@ -227,12 +227,11 @@ def main(argv: list[str]) -> int:
             "cannot be told from waits for the others",
         )
     write_topology(cal, out, name=args.name or out.stem)
-    console.print(
+    print_line(
+        console,
         f"wrote {out}; replay with: "
         f"skewlens replay {override('trace', str(args.run_dir))} out=OUT {override('topology', str(out))} "
         "comm_mode=model",
-        markup=False,
-        highlight=False,
     )
     for warning in poor_fits(cal):
         print_warning("calibrate", warning)

@@ -27,7 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from skewlens.cli.options import ArgumentParser, check_range, help_text, user_path
-from skewlens.console import print_warning, report_console
+from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
@@ -305,8 +305,9 @@ def main(argv: list[str]) -> int:
                 title="verdict",
             )
         )
-    console.print(
+    print_line(
+        console,
         f"Outputs: run {run_dir} (Chakra .et + manifest + parquet/), analysis {analysis_dir} "
-        f"({len(written)} files: Parquet, PNG, Perfetto JSON), replay {replay_dir}"
+        f"({len(written)} files: Parquet, PNG, Perfetto JSON), replay {replay_dir}",
     )
     return 0

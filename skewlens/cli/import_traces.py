@@ -15,7 +15,7 @@ import argparse
 from rich.table import Table
 
 from skewlens.cli.options import ArgumentParser, user_file
-from skewlens.console import ranks_caption, report_console
+from skewlens.console import print_line, ranks_caption, report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.run import DEFAULT_MEMORY_BUDGET_BYTES
 from skewlens.profiler.manifest import Manifest
@@ -109,9 +109,8 @@ def main(argv: list[str]) -> int:
     )
     if not args.quiet:
         out = report_console()
-        out.print(
-            f"imported {len(manifest.ranks)} of {counted(manifest.world_size, 'rank')} into {args.out}",
-            soft_wrap=True,
+        print_line(
+            out, f"imported {len(manifest.ranks)} of {counted(manifest.world_size, 'rank')} into {args.out}"
         )
         out.print(summary_table(manifest))
     return 0

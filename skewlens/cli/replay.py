@@ -37,7 +37,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from rich.console import Console
 
 from skewlens.cli.options import refuse_yaml_aliases
-from skewlens.console import QuietPipe, print_warning, report_console
+from skewlens.console import QuietPipe, print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError
@@ -215,7 +215,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             sim[r] = round(sum(rows) / len(rows)) if rows else 0
         console.print(render_comparison(outcome.real, sim))
         simulated = [n for n in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON) if (out_dir / n).exists()]
-        console.print(outputs_line(outcome.real, simulated), markup=False, highlight=False)
+        print_line(console, outputs_line(outcome.real, simulated))
     if hc.mode == RunMode.MULTIRUN:
         # each step's time as the summary measures it (step mark to step mark), the slowest rank's
         slowest: dict[int, int] = {}
