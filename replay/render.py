@@ -25,7 +25,7 @@ def summary_table(
     late arrivals, where stragglers are) are listed, the others summed up in the caption. A rank of an
     extrapolated run reads ``5←1``: rank 5, a copy of captured rank 1, whose recorded step (at the captured
     size) is in ``recorded ms``."""
-    t = Table(title=title, collapse_padding=True)
+    t = Table(title=title, collapse_padding=True, min_width=len(title))  # narrower, it wrapped a path in two
     cols = ("rank", "steps", "step ms", "recorded ms", "vs recorded", "compute ms", "comm ms")
     for col in (*cols, "wait ms", "xfer ms"):  # exposed (not under compute) wait and transfer
         t.add_column(col, justify="right")

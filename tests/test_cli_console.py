@@ -890,3 +890,20 @@ def test_a_printed_line_of_paths_is_left_for_the_terminal_to_wrap() -> None:
     out = io.StringIO()
     print_line(Console(file=out, width=20), "outputs in /tmp/a_long_directory_name/[b]")
     assert out.getvalue() == "outputs in /tmp/a_long_directory_name/[b]\n"
+
+
+def test_the_run_or_output_path_in_check_s_and_replay_s_titles_is_one_line_where_the_console_is_wide_enough(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # their tables are narrower than a long path: rich wrapped the title to the table's width, with a
+    # line break in the middle of the path, in a CI log 160 columns wide (export's and profile's did not)
+    from skewlens.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")
+    deep = tmp_path / ("a_directory_name_a_good_deal_longer_than_the_tables_below_" * 2)
+    run = _named_run(deep, "aten::mm")
+    assert main(["check", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].strip() == f"skewlens check {run}"
+    assert main(["replay", f"trace={run}", f"out={deep / 'replay'}"]) == 0
+    title = f"Simulated replay (as_recorded) -> {deep / 'replay'}"
+    assert title in [line.strip() for line in capsys.readouterr().out.splitlines()]

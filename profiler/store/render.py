@@ -22,7 +22,9 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     """Summary of the run, then the issues (errors first), then the verdict. With ``max_issues``, the first
     that many rows, where issues of one kind said of several ranks for one reason (:func:`by_reason`: a
     hundred ranks whose trace file is missing) are one row with their ranks; without, a row per issue."""
-    summary = Table(title=f"skewlens check {report.path}", show_header=False, box=None)
+    # the title a line of its own: as the table's, it was wrapped to the table's width, mid-path
+    title = Text(f"skewlens check {report.path}", style="italic")
+    summary = Table(show_header=False, box=None)
     run = report.run
     if run is not None:
         summary.add_row("ranks", f"{len(run.ranks)} of world size {run.world_size}")
@@ -36,7 +38,7 @@ def render_report(report: ValidationReport, *, max_issues: int | None = 50) -> R
     if max_issues is not None:
         rows = _per_reason(issues)
     shown = rows if max_issues is None else rows[:max_issues]
-    parts: list[RenderableType] = [summary]
+    parts: list[RenderableType] = [title, summary]
     if shown:
         table = Table(title="problems", show_lines=False, expand=False)
         table.add_column("severity")
