@@ -34,7 +34,7 @@ def printable(text: str) -> str:
 
 
 #: One ASCII character for each non-ASCII one the reports print (units, ellipses, fitted symbols), so that a
-#: table keeps its columns' widths where the output's encoding lacks them; anything else prints as ``?``.
+#: table keeps its columns' widths where the output's encoding lacks them.
 _ASCII_STAND_INS = str.maketrans(
     "\N{HORIZONTAL ELLIPSIS}\N{MICRO SIGN}\N{GREEK SMALL LETTER MU}\N{MULTIPLICATION SIGN}"
     "\N{RIGHTWARDS ARROW}\N{LEFTWARDS ARROW}\N{SUPERSCRIPT TWO}\N{GREEK SMALL LETTER ALPHA}"
@@ -42,15 +42,19 @@ _ASCII_STAND_INS = str.maketrans(
     "~uux><2ab---.~",
 )
 
-#: The codec error handler :func:`encodable_output` gives a stream: :data:`_ASCII_STAND_INS`, else ``?``.
+#: The codec error handler :func:`encodable_output` gives a stream: :data:`_ASCII_STAND_INS`, and any other
+#: character escaped as Python's ``backslashreplace`` does (a path's ``ü`` as ``\xfc``, still telling).
 STAND_IN_ERRORS = "skewlens-stand-in"
+
+#: The error handlers :func:`encodable_output` replaces: Python's defaults for stdout and for stderr.
+_DEFAULT_ERRORS = ("strict", "backslashreplace")
 
 
 def _stand_in(error: UnicodeError) -> tuple[str, int]:
     if not isinstance(error, UnicodeEncodeError):
         raise error
     text = error.object[error.start : error.end].translate(_ASCII_STAND_INS)
-    return "".join(c if c.isascii() else "?" for c in text), error.end
+    return text.encode("ascii", "backslashreplace").decode("ascii"), error.end
 
 
 codecs.register_error(STAND_IN_ERRORS, _stand_in)
@@ -60,21 +64,22 @@ codecs.register_error(STAND_IN_ERRORS, _stand_in)
 def encodable_output() -> Iterator[None]:
     """stdout and stderr print what their encoding lacks as :data:`STAND_IN_ERRORS` does while the command
     runs: on a stream that cannot encode the reports' characters (``PYTHONIOENCODING=ascii``, a Latin-1
-    locale, a CI runner's ASCII log) the first ``…`` or ``µs`` was a UnicodeEncodeError traceback and exit
-    code 1, and the whole report was lost. rich draws its boxes in ASCII there by itself. A stream that
-    already says what to do with such characters (Python's UTF-8 mode, ``PYTHONIOENCODING=ascii:replace``)
-    is left as it is."""
+    locale, a CI runner's ASCII log) the first ``…`` or ``µs`` on stdout was a UnicodeEncodeError traceback
+    and exit code 1, and the whole report was lost; on stderr (profile's summary) each was a ``\u2026``
+    six columns wide that pushed its table's borders out of line. rich draws its boxes in ASCII there by
+    itself. A stream told something else to do with such characters (Python's UTF-8 mode's
+    ``surrogateescape``, ``PYTHONIOENCODING=ascii:replace``) is left as it is."""
     changed = []
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in _DEFAULT_ERRORS:
+            changed.append((stream, stream.errors))
             stream.reconfigure(errors=STAND_IN_ERRORS)
-            changed.append(stream)
     try:
         yield
     finally:
-        for stream in changed:
+        for stream, errors in changed:
             with contextlib.suppress(ValueError, OSError):  # closed, or its reader gone: nothing to put back
-                stream.reconfigure(errors="strict")
+                stream.reconfigure(errors=errors)
 
 
 def print_warning(command: str, text: str) -> None:

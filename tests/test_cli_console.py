@@ -843,6 +843,32 @@ def test_a_report_to_an_output_that_cannot_encode_its_characters_prints_stand_in
     assert out.errors == "strict"  # put back as it was
 
 
+def test_a_table_on_an_ascii_stderr_keeps_its_columns_in_line_and_other_characters_are_escaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # stderr's own handler (backslashreplace) printed profile's summary header 'clock offset µs' as
+    # 'offset \xb5s', three columns wider than the cell rich measured, and each … as \u2026
+    import sys
+
+    from skewlens.console import encodable_output, print_warning
+
+    raw = io.BytesIO()
+    err = io.TextIOWrapper(raw, encoding="ascii", errors="backslashreplace", write_through=True)
+    monkeypatch.setattr(sys, "stderr", err)
+    t = Table()
+    t.add_column("clock offset \N{MICRO SIGN}s", justify="right")
+    t.add_column("name", max_width=8, no_wrap=True)
+    t.add_row("5.3", "a_long_name_cut")
+    with encodable_output():
+        report_console(stderr=True).print(t)
+        print_warning("profile", "run dir \N{LATIN SMALL LETTER U WITH DIAERESIS}")
+    lines = raw.getvalue().decode("ascii").splitlines()
+    assert "clock offset us" in lines[1] and "a_long_~" in lines[3]
+    assert len({len(line) for line in lines[:-1]}) == 1  # the table's lines, each as wide as the others
+    assert lines[-1] == "skewlens profile: warning: run dir \\xfc"
+    assert err.errors == "backslashreplace"  # put back as it was
+
+
 @pytest.mark.parametrize(
     ("args", "written"),
     [
