@@ -56,3 +56,33 @@ def test_the_demos_capture_window_ends_before_its_last_training_step(steps: int)
     assert (window.wait, window.warmup) == (1, 1)
     assert window.active == min(5, steps - 3)  # the default 8 records 5, as it always did
     assert window.wait + window.warmup + window.active < steps
+
+
+def test_an_out_with_a_space_a_letter_hydra_quotes_and_a_leading_dash_reaches_profile_and_replay_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the demo passed trace=OUT/run bare to the skewlens replay it runs, and --out OUT/run as two arguments
+    # to profile: 'skewlens demo --out "my demo"' captured and analysed, then said "replay failed (exit
+    # code 2)" under Hydra's "takes this value only quoted"; --out=-x was refused by profile's argparse
+    from skewlens.cli import demo, main
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    def skewlens(*args: str) -> int:  # profile writes a small run where it was told; replay runs
+        if args[0] == "profile":
+            b = RunBuilder(world_size=2)
+            for r in range(2):
+                rb = b.rank(r).step(0)
+                rb.compute("aten::mm", 1_000_000)
+                rb.collective(CommType.ALL_REDUCE, 1 << 20, 1_000)
+            b.write(Path(args[2] if args[1] == "--out" else args[1].removeprefix("--out=")))
+            assert args[1].startswith("--out=")  # profile's argparse takes --out -my... for an option
+            return 0
+        return main(list(args))
+
+    monkeypatch.setattr(demo, "_skewlens", skewlens)
+    monkeypatch.chdir(tmp_path)
+    assert demo.main(["--out=-my demo \N{LATIN SMALL LETTER U WITH DIAERESIS}"]) == 0
+    assert (
+        tmp_path / "-my demo \N{LATIN SMALL LETTER U WITH DIAERESIS}" / "replay" / "summary.parquet"
+    ).is_file()

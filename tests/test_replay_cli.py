@@ -1252,6 +1252,21 @@ def test_a_path_hydra_takes_only_quoted_is_one_line_saying_how_to_quote_it(
     assert (out / "summary.parquet").is_file()
 
 
+def test_a_path_quoted_for_hydra_as_one_argument_replays_from_and_into_that_path(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # the demo passed trace={run_dir} bare to the skewlens replay it runs: 'skewlens demo --out "my demo"'
+    # captured and analysed, then failed with "Hydra's override grammar takes this value only quoted"
+    from skewlens.cli.options import hydra_override
+
+    moved = run_dir.rename(tmp_path / "r\N{LATIN SMALL LETTER U WITH DIAERESIS}n 1, x=2 it's\\")
+    out = tmp_path / "-o u t"
+    rc = skewlens_main(["replay", hydra_override("trace", str(moved)), hydra_override("out", str(out))])
+    assert rc == 0
+    assert (out / "summary.parquet").is_file()
+    assert hydra_override("out", "runs/x-1") == "out=runs/x-1"  # bare where Hydra takes it so
+
+
 @pytest.mark.parametrize(
     ("arg", "said"),
     [

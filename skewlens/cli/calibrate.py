@@ -18,8 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases, user_path
-from skewlens.cli.replay import override
+from skewlens.cli.options import ArgumentParser, override, refuse_yaml_aliases, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, check_range, help_text, user_path
+from skewlens.cli.options import ArgumentParser, check_range, help_text, hydra_override, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
@@ -281,7 +281,7 @@ def main(argv: list[str]) -> int:
     ]  # fmt: skip
     window = capture_window(args.steps)
     rc = _skewlens(
-        "profile", "--out", str(run_dir), "--level", "ops", "--steps", window, "--parquet", "--", *command
+        "profile", f"--out={run_dir}", "--level", "ops", "--steps", window, "--parquet", "--", *command
     )
     if rc != 0:
         raise SkewlensError(f"capture failed (exit code {rc}); see the output above")
@@ -290,7 +290,13 @@ def main(argv: list[str]) -> int:
     result, written = analyse(run_dir, analysis_dir, console)
 
     console.rule("3/3 replay: simulated, as recorded and without the straggler")
-    rc = _skewlens("replay", f"trace={run_dir}", f"out={replay_dir}", "topology=switch", "slowdown=none")
+    rc = _skewlens(
+        "replay",
+        hydra_override("trace", str(run_dir)),  # a space or a non-ASCII letter in --out: quoted for Hydra
+        hydra_override("out", str(replay_dir)),
+        "topology=switch",
+        "slowdown=none",
+    )
     if rc != 0:
         raise SkewlensError(f"replay failed (exit code {rc})")
     console.print(blame_table(result))

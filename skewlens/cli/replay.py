@@ -36,7 +36,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
-from skewlens.cli.options import refuse_yaml_aliases
+from skewlens.cli.options import override, refuse_yaml_aliases
 from skewlens.console import QuietPipe, print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
@@ -302,19 +302,6 @@ def check_groups(args: list[str]) -> None:
             if key == group and eq and "(" not in value:
                 for item in value.split(","):
                     check_entry(group, item, known)
-
-
-def override(key: str, value: str) -> str:
-    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
-    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
-    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
-        return f"{key}={value}"
-    if re.fullmatch(r"[^'\"$`\\!]*", value):  # the shell's double quotes keep it as it is: easier to read
-        return f"\"{key}='{value}'\""
-    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
-    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
-    return shlex.quote(f"{key}='{inner}'")
 
 
 def _home_written_out(key: str, value: str, *, sweep: bool = False) -> str:
