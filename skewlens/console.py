@@ -38,8 +38,9 @@ def printable(text: str) -> str:
 _ASCII_STAND_INS = str.maketrans(
     "\N{HORIZONTAL ELLIPSIS}\N{MICRO SIGN}\N{GREEK SMALL LETTER MU}\N{MULTIPLICATION SIGN}"
     "\N{RIGHTWARDS ARROW}\N{LEFTWARDS ARROW}\N{SUPERSCRIPT TWO}\N{GREEK SMALL LETTER ALPHA}"
-    "\N{GREEK SMALL LETTER BETA}\N{MINUS SIGN}\N{EN DASH}\N{EM DASH}\N{MIDDLE DOT}\N{ALMOST EQUAL TO}",
-    "~uux><2ab---.~",
+    "\N{GREEK SMALL LETTER BETA}\N{GREEK CAPITAL LETTER DELTA}\N{MINUS SIGN}\N{EN DASH}\N{EM DASH}"
+    "\N{MIDDLE DOT}\N{ALMOST EQUAL TO}",
+    "~uux><2abd---.~",
 )
 
 #: The codec error handler :func:`encodable_output` gives a stream: :data:`_ASCII_STAND_INS`, and any other

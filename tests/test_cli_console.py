@@ -857,13 +857,14 @@ def test_a_table_on_an_ascii_stderr_keeps_its_columns_in_line_and_other_characte
     monkeypatch.setattr(sys, "stderr", err)
     t = Table()
     t.add_column("clock offset \N{MICRO SIGN}s", justify="right")
+    t.add_column("real \N{GREEK CAPITAL LETTER DELTA}", justify="right")  # the real replay's
     t.add_column("name", max_width=8, no_wrap=True)
-    t.add_row("5.3", "a_long_name_cut")
+    t.add_row("5.3", "+1.0%", "a_long_name_cut")
     with encodable_output():
         report_console(stderr=True).print(t)
         print_warning("profile", "run dir \N{LATIN SMALL LETTER U WITH DIAERESIS}")
     lines = raw.getvalue().decode("ascii").splitlines()
-    assert "clock offset us" in lines[1] and "a_long_~" in lines[3]
+    assert "clock offset us | real d" in lines[1] and "a_long_~" in lines[3]
     assert len({len(line) for line in lines[:-1]}) == 1  # the table's lines, each as wide as the others
     assert lines[-1] == "skewlens profile: warning: run dir \\xfc"
     assert err.errors == "backslashreplace"  # put back as it was
