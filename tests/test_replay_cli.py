@@ -1335,3 +1335,20 @@ def test_a_tilde_that_cannot_be_written_out_as_one_path_is_one_line_saying_so(
     )
     assert capsys.readouterr().err.strip() == f"skewlens replay: error: {arg}: {expected}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_job_in_a_worker_whose_output_cannot_encode_its_table_prints_stand_ins(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a joblib worker runs the job without skewlens.cli's main: with PYTHONIOENCODING=ascii and a narrow
+    # table, the job's '…' was a UnicodeEncodeError, the job failed and the sweep exited 2
+    import io
+
+    from skewlens.cli.replay import main as replay_main
+
+    monkeypatch.setenv("COLUMNS", "50")  # the table's headers cut with …
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii", write_through=True))
+    assert replay_main([f"trace={run_dir}", f"out={tmp_path / 'o'}"]) == 0
+    printed = raw.getvalue().decode("ascii")
+    assert "~" in printed and "\\u2026" not in printed

@@ -37,7 +37,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from rich.console import Console
 
 from skewlens.cli.options import override, refuse_yaml_aliases
-from skewlens.console import QuietPipe, print_line, print_warning, report_console
+from skewlens.console import QuietPipe, encodable_output, print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError
@@ -704,9 +704,11 @@ def main(argv: list[str] | None = None) -> int:
     def task(cfg: DictConfig) -> None:
         # The console is made here, not captured: a sweep's launcher may pickle this function into worker
         # processes (joblib, submitit), and a Console holds a lock. A job of a sweep leaves its error to the
-        # sweep's summary (skewlens.replay.sweep), which runs where the sweep was launched.
+        # sweep's summary (skewlens.replay.sweep), which runs where the sweep was launched. A worker's
+        # streams are its own: they print what their encoding lacks as the command's do.
         try:
-            run_job(cfg, report_console())
+            with encodable_output():
+                run_job(cfg, report_console())
         except SkewlensError as e:
             if not record_failure(e):
                 errors.append(e)
