@@ -47,15 +47,25 @@ _ASCII_STAND_INS = str.maketrans(
 #: character escaped as Python's ``backslashreplace`` does (a path's ``ü`` as ``\xfc``, still telling).
 STAND_IN_ERRORS = "skewlens-stand-in"
 
-#: The error handlers :func:`encodable_output` replaces: Python's defaults for stdout and for stderr.
-_DEFAULT_ERRORS = ("strict", "backslashreplace")
+#: The error handlers :func:`encodable_output` replaces: Python's defaults for stdout and for stderr, and
+#: for stdout in the C locale without UTF-8 mode (``LC_ALL=C PYTHONUTF8=0``: ASCII with surrogateescape).
+_DEFAULT_ERRORS = ("strict", "backslashreplace", "surrogateescape")
+
+#: The surrogates that ``surrogateescape`` decoding made of undecodable bytes (a file name's), given back
+#: as those bytes as that handler does.
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)
 
 
-def _stand_in(error: UnicodeError) -> tuple[str, int]:
+def _stand_in(error: UnicodeError) -> tuple[str | bytes, int]:
     if not isinstance(error, UnicodeEncodeError):
         raise error
-    text = error.object[error.start : error.end].translate(_ASCII_STAND_INS)
-    return text.encode("ascii", "backslashreplace").decode("ascii"), error.end
+    if ord(error.object[error.start]) in _ESCAPED_BYTES:
+        return codecs.lookup_error("surrogateescape")(error)
+    end = error.start
+    while end < error.end and ord(error.object[end]) not in _ESCAPED_BYTES:
+        end += 1
+    text = error.object[error.start : end].translate(_ASCII_STAND_INS)
+    return text.encode("ascii", "backslashreplace").decode("ascii"), end
 
 
 codecs.register_error(STAND_IN_ERRORS, _stand_in)
@@ -68,8 +78,8 @@ def encodable_output() -> Iterator[None]:
     locale, a CI runner's ASCII log) the first ``…`` or ``µs`` on stdout was a UnicodeEncodeError traceback
     and exit code 1, and the whole report was lost; on stderr (profile's summary) each was a ``\u2026``
     six columns wide that pushed its table's borders out of line. rich draws its boxes in ASCII there by
-    itself. A stream told something else to do with such characters (Python's UTF-8 mode's
-    ``surrogateescape``, ``PYTHONIOENCODING=ascii:replace``) is left as it is."""
+    itself. A stream told something else to do with such characters (``PYTHONIOENCODING=ascii:replace``)
+    is left as it is."""
     changed = []
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper) and stream.errors in _DEFAULT_ERRORS:

@@ -820,22 +820,31 @@ def test_an_error_with_no_stderr_at_all_is_dropped_not_printed_among_the_results
     assert capsys.readouterr().out == ""
 
 
+def _encoded_stream(
+    monkeypatch: pytest.MonkeyPatch, name: str, encoding: str, errors: str = "strict"
+) -> tuple[io.BytesIO, io.TextIOWrapper]:
+    """``sys.<name>`` a text stream of ``encoding`` and ``errors`` (as Python sets it up from the locale or
+    ``PYTHONIOENCODING``) over the bytes returned with it."""
+    import sys
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)
+    monkeypatch.setattr(sys, name, stream)
+    return raw, stream
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 def test_a_report_to_an_output_that_cannot_encode_its_characters_prints_stand_ins_and_exits_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
 ) -> None:
     # PYTHONIOENCODING=ascii (or a Latin-1 locale): the report's first character outside the encoding was
     # a UnicodeEncodeError traceback and exit code 1, and nothing of the report was printed
-    import sys
-
     from skewlens.cli import main
 
     monkeypatch.setenv("COLUMNS", "300")  # no cell wrapped
     name = "kernel\N{RIGHTWARDS ARROW}\N{GREEK SMALL LETTER ALPHA}\N{HORIZONTAL ELLIPSIS}"
     run = _named_run(tmp_path, name)
-    raw = io.BytesIO()
-    out = io.TextIOWrapper(raw, encoding=encoding, write_through=True)
-    monkeypatch.setattr(sys, "stdout", out)
+    raw, out = _encoded_stream(monkeypatch, "stdout", encoding)
     assert main(["analyze", str(run), "--out", str(tmp_path / "out")]) == 0
     printed = raw.getvalue().decode(encoding)
     assert "compute grew: kernel>a~ +" in printed
@@ -848,13 +857,9 @@ def test_a_table_on_an_ascii_stderr_keeps_its_columns_in_line_and_other_characte
 ) -> None:
     # stderr's own handler (backslashreplace) printed profile's summary header 'clock offset µs' as
     # 'offset \xb5s', three columns wider than the cell rich measured, and each … as \u2026
-    import sys
-
     from skewlens.console import encodable_output, print_warning
 
-    raw = io.BytesIO()
-    err = io.TextIOWrapper(raw, encoding="ascii", errors="backslashreplace", write_through=True)
-    monkeypatch.setattr(sys, "stderr", err)
+    raw, err = _encoded_stream(monkeypatch, "stderr", "ascii", "backslashreplace")
     t = Table()
     t.add_column("clock offset \N{MICRO SIGN}s", justify="right")
     t.add_column("real \N{GREEK CAPITAL LETTER DELTA}", justify="right")  # the real replay's
@@ -934,3 +939,17 @@ def test_the_run_or_output_path_in_check_s_and_replay_s_titles_is_one_line_where
     assert main(["replay", f"trace={run}", f"out={deep / 'replay'}"]) == 0
     title = f"Simulated replay (as_recorded) -> {deep / 'replay'}"
     assert title in [line.strip() for line in capsys.readouterr().out.splitlines()]
+
+
+def test_in_the_c_locale_without_utf8_mode_a_report_prints_stand_ins_and_a_file_names_own_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # LC_ALL=C PYTHONUTF8=0: stdout is ASCII with surrogateescape, which took an … for an error as strict
+    # does (skewlens analyze: a UnicodeEncodeError traceback, exit code 1)
+    from skewlens.console import encodable_output
+
+    raw, out = _encoded_stream(monkeypatch, "stdout", "ascii", "surrogateescape")
+    with encodable_output():
+        print("name\N{HORIZONTAL ELLIPSIS} in bad\udcff/run \N{MICRO SIGN}s")
+    assert raw.getvalue() == b"name~ in bad\xff/run us\n"
+    assert out.errors == "surrogateescape"
