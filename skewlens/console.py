@@ -210,13 +210,29 @@ class FoldFigures(RenderHook):
                     column.overflow = "fold"
 
 
+def on_a_terminal(console: Console) -> bool:
+    """Whether ``console`` writes to a terminal: rich's ``is_terminal``, except where it says so only because
+    ``FORCE_COLOR`` (or ``TTY_COMPATIBLE=1``) is set, as CI jobs set it for coloured logs, of a stream that
+    is no TTY: there a progress bar was redrawn into the log ten times a second, and the reports were 80
+    columns wide instead of :data:`FILE_WIDTH`. Colours are still rich's to decide."""
+    if not console.is_terminal:
+        return False
+    if os.environ.get("FORCE_COLOR") is None and os.environ.get("TTY_COMPATIBLE") != "1":
+        return True  # rich asked the stream (or the program told it)
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return isatty is not None and bool(isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 def report_console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal, that prints
     strings as plain text and that a closed pipe silences (:class:`ReportConsole`), and whose tables fold
     their figures rather than cut them (:class:`FoldFigures`)."""
     console = ReportConsole(stderr=stderr, markup=False)
     console.push_render_hook(FoldFigures(console))
-    if not console.is_terminal and "COLUMNS" not in os.environ:
+    if not on_a_terminal(console) and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
     return console
 

@@ -8,12 +8,14 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from skewlens.console import on_a_terminal
 from skewlens.progress import Advance
 
 
 class RichProgress:
     """One transient bar per task on ``console`` (stderr by default); none where the console is not a
-    terminal (a file or pipe, where a transient bar would leave only an empty line per task)."""
+    terminal (a file or pipe, where a transient bar would leave only an empty line per task, ``FORCE_COLOR``
+    or not: :func:`skewlens.console.on_a_terminal`)."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console if console is not None else Console(stderr=True)
@@ -27,7 +29,7 @@ class RichProgress:
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
-            disable=not self.console.is_terminal,
+            disable=not on_a_terminal(self.console),
         )
         with bar:
             task_id = bar.add_task(description, total=total)

@@ -953,3 +953,23 @@ def test_in_the_c_locale_without_utf8_mode_a_report_prints_stand_ins_and_a_file_
         print("name\N{HORIZONTAL ELLIPSIS} in bad\udcff/run \N{MICRO SIGN}s")
     assert raw.getvalue() == b"name~ in bad\xff/run us\n"
     assert out.errors == "surrogateescape"
+
+
+def test_force_color_on_a_pipe_keeps_the_colours_but_draws_no_progress_bar_and_the_file_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI sets FORCE_COLOR for coloured logs; rich then takes a pipe for a terminal: a bar was redrawn into
+    # the log ten times a second (cursor moves and all) and the reports were 80 columns wide
+    from skewlens.profiler.store.load import load_run
+    from skewlens.rich_progress import RichProgress
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    console = report_console()
+    assert console.is_terminal and console.width == FILE_WIDTH
+    err = io.StringIO()
+    load_run(_named_run(tmp_path, "aten::mm"), progress=RichProgress(Console(file=err, width=100)))
+    assert err.getvalue() == ""
+    console.print("x", style="red")
+    assert "\x1b[31mx" in console.file.getvalue()  # type: ignore[attr-defined]
