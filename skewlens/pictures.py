@@ -4,6 +4,7 @@ these."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,21 @@ from skewlens.profiler.atomic import atomic_file
 
 def figure_class() -> Any:
     """matplotlib's ``Figure``, the Agg backend chosen (imported on first use, not by the commands that draw
-    nothing)."""
-    import matplotlib
+    nothing). Its import does not log: where ``HOME`` cannot be written (a CI container's, a service
+    account's) matplotlib printed two lines of its own on stderr ("mkdir -p failed for path
+    .../.config/matplotlib", "Matplotlib created a temporary cache directory ... it is highly recommended to
+    set the MPLCONFIGDIR environment variable") among the command's warnings, and then drew from that
+    temporary directory as well."""
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+    finally:
+        log.setLevel(level)
     return Figure
 
 

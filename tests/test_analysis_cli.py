@@ -491,3 +491,27 @@ def test_what_the_analysis_left_out_is_a_warning_on_stderr_and_stdout_holds_the_
     assert printed.err.splitlines() == said
     assert "no trace" not in printed.out
     assert printed.out.splitlines()[-1] == f"wrote 3 files to {tmp_path / 'out'}"
+
+
+def test_drawing_where_home_cannot_be_written_prints_nothing_of_matplotlibs_own(tmp_path: Path) -> None:
+    # a CI container's HOME: matplotlib's import printed "mkdir -p failed for path .../.config/matplotlib"
+    # and "Matplotlib created a temporary cache directory ..." on stderr, among the command's warnings
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.write_text("")  # a file: no directory can be made under it, by root either
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+    }
+    code = "from skewlens.pictures import figure_class; figure_class()().savefig(__import__('io').BytesIO())"
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "HOME": str(home)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (p.returncode, p.stderr) == (0, "")
