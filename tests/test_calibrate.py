@@ -647,3 +647,22 @@ def test_the_replay_command_calibrate_prints_is_one_line_on_a_narrow_terminal(
     assert line == (
         f"wrote {out}; replay with: skewlens replay trace={run_dir} out=OUT topology={out} comm_mode=model"
     )
+
+
+def test_the_replay_command_calibrate_prints_for_a_path_with_a_space_runs_as_printed(
+    synthetic: tuple[Path, int, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it printed "topology='my cal/cal.yaml'" (quoted for Hydra), and skewlens replay took the quotes for
+    # part of the path: "topology='my cal/cal.yaml': no such file"
+    import shlex
+
+    run_dir, _t, _w = synthetic
+    out = tmp_path / "my cal" / "cal.yaml"
+    out.parent.mkdir()
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    (line,) = [s for s in capsys.readouterr().out.splitlines() if s.startswith("wrote ")]
+    command = shlex.split(line.partition("replay with: ")[2])
+    assert f"topology='{out}'" in command
+    replay = [f"out={tmp_path / 'o'}" if a == "out=OUT" else a for a in command[1:]]
+    assert skewlens_main(replay) == 0
+    assert "name: cal" in (tmp_path / "o" / "config.yaml").read_text()

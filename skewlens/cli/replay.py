@@ -521,7 +521,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             continue
         names = []
         for item in value.split(","):
-            p = Path(item).expanduser()
+            p = Path(_unquoted(item)).expanduser()
             if p.suffix not in (".yaml", ".yml") and p.name == item:
                 if not searched:
                     check_entry("topology", item, builtin, or_file=True)
@@ -547,6 +547,17 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             out[k] = f"hydra.searchpath=[{entry}{',' if rest else ''}{rest}]"
             return out
     return [f"hydra.searchpath=[{entry}]", *out]
+
+
+def _unquoted(item: str) -> str:
+    """A value as Hydra reads it where it is in Hydra's quotes (``'runs/my cal.yaml'``, as skewlens calibrate
+    prints a path with a space: taken as it stood, the file was not found), else as written."""
+    if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+        with contextlib.suppress(OverrideParseException):
+            value = OverridesParser.create().parse_override(f"topology={item}").value()
+            if isinstance(value, str):
+                return value
+    return item
 
 
 #: Hydra's run modes: it takes one at a time, and says so with a traceback.
