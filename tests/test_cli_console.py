@@ -973,3 +973,25 @@ def test_force_color_on_a_pipe_keeps_the_colours_but_draws_no_progress_bar_and_t
     assert err.getvalue() == ""
     console.print("x", style="red")
     assert "\x1b[31mx" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_the_check_command_an_error_gives_for_a_run_named_with_a_leading_dash_runs_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said `skewlens check -r` lists every problem, which argparse took for an option
+    import shlex
+
+    from skewlens.cli import main
+    from skewlens.profiler.chakra_io import read_et, write_et
+
+    _named_run(tmp_path / "-r", "aten::mm")
+    run = tmp_path / "-r" / "run"
+    et = read_et(run / "rank-0.et")
+    et.nodes[-1].ctrl_deps.append(et.nodes[-1].id)  # a cycle: an error
+    write_et(run / "rank-0.et", et.nodes, et.metadata)
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", "--out", "o", "--", "-r/run"]) == 2
+    said = capsys.readouterr().err
+    command = shlex.split(said.partition("`skewlens ")[2].partition("`")[0])
+    assert command == ["check", "./-r/run"]
+    assert main(command) == 1  # the run has errors, and check lists them

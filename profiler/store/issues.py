@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -211,6 +212,14 @@ def by_reason(said: Iterable[tuple[int, str]]) -> list[tuple[list[int], str]]:
         else:
             out.append(([r for r, _text, _own in items], f"{key} (at a different place in each file)"))
     return out
+
+
+def path_word(path: object) -> str:
+    """``path`` as one word of a command the user copies: shell-quoted (a space in it still one word), and a
+    relative path that begins with ``-`` written ``./-x``, which the command would otherwise take for an
+    option (``skewlens check -x/run``: 'unrecognized arguments')."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def counted(n: int, noun: str) -> str:

@@ -27,7 +27,6 @@ import functools
 import json
 import math
 import re
-import shlex
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -73,6 +72,7 @@ from skewlens.profiler.store.issues import (
     Severity,
     capture_note_issues,
     no_trace_line,
+    path_word,
     rank_ranges,
 )
 from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, matchable
@@ -253,7 +253,7 @@ def _timeline_hint(f: Path) -> str:
 def _import_hint(p: Path) -> str | None:
     """What to say where ``p`` (a file, or a directory without a run) holds Kineto traces rather than a run:
     that it does, and the ``skewlens import`` command that makes a run of them; None where it does not."""
-    q = shlex.quote(str(p))  # a command the user copies: a path with a space in it still one word
+    q = path_word(p)  # a command the user copies
     if p.is_file():
         kind = _sniff(p)
         if kind == _TIMELINE:

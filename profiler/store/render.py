@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewlens.profiler.manifest import ProcessGroupInfo
-from skewlens.profiler.store.issues import Issue, Severity, by_reason, counted, rank_ranges
+from skewlens.profiler.store.issues import Issue, Severity, by_reason, counted, path_word, rank_ranges
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
 
@@ -144,5 +143,5 @@ def issue_lines(issues: Iterable[Issue], run: str | Path) -> list[str]:
     lines = [f"{i.severity.value}: {i.message}" for i in notes[:SHOWN_ISSUES]]
     if len(notes) > SHOWN_ISSUES:
         what = "warning(s)/error(s)" if notes[0].severity is Severity.ERROR else "warning(s)"
-        lines.append(f"and {len(notes) - SHOWN_ISSUES} more {what}: skewlens check {shlex.quote(str(run))}")
+        lines.append(f"and {len(notes) - SHOWN_ISSUES} more {what}: skewlens check {path_word(run)}")
     return lines

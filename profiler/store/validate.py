@@ -16,7 +16,6 @@ splits are inconsistent loses only them (``RunTrace.dropped_splits``).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from skewlens.profiler.store.issues import (
     SkippedComm,
     ends_unknown,
     ends_unknown_line,
+    path_word,
     rank_ranges,
     summarise_skipped,
 )
@@ -236,7 +236,7 @@ def refusal(
     if hint:
         lenient = f" (or use {lenient_option})" if lenient_option else ""
         hint = f". Hint: {hint}; {CAPTURE_PARTS_ADVICE}{lenient}"
-    command = f"skewlens check {shlex.quote(str(path))}"  # to copy: a path with a space in it still one word
+    command = f"skewlens check {path_word(path)}"  # to copy: a path with a space in it still one word
     check = f"`{command}` lists every problem"
     remedy = lenient_remedy(errors)
     if lenient_option and skipped and remedy.mismatches == len(errors):

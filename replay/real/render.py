@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from skewlens.profiler.store.issues import path_word
 from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.result import RealReplayResult
 
@@ -52,7 +52,7 @@ def outputs_line(result: RealReplayResult, simulated_files: Sequence[str]) -> st
     """Which of a real replay's outputs are whose: ``OUT``'s own files (``simulated_files``) are the
     simulated replay's, ``OUT/run`` is the real replay's capture, ``OUT/real`` its working files."""
     files = ", ".join(simulated_files) or "no files"
-    run = shlex.quote(str(result.run_dir))
+    run = path_word(result.run_dir)
     return (
         f"outputs in {result.out_dir}: {files}: the simulated replay; {REAL_RUN_DIR}/: the real replay, "
         f"captured as a run (skewlens analyze {run}); {REAL_WORK_DIR}/: its plan, logs and each "

@@ -14,7 +14,6 @@ Everything lands in ``--out`` (default ``demo-out/``).
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.issues import path_word
 from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def analyse(
         analysis_dir,
         progress,
         perfetto_max_events=DEFAULT_MAX_EVENTS if perfetto_max_events is None else perfetto_max_events,
-        write_all=f"skewlens analyze {shlex.quote(str(run_dir))} --out DIR {MAX_EVENTS_OPTION} 0",
+        write_all=f"skewlens analyze {path_word(run_dir)} --out DIR {MAX_EVENTS_OPTION} 0",
         on_note=notes.append,
     )
     console.print(report(result))
