@@ -212,13 +212,14 @@ class FoldFigures(RenderHook):
 
 def on_a_terminal(console: Console) -> bool:
     """Whether ``console`` writes to a terminal: rich's ``is_terminal``, except where it says so only because
-    ``FORCE_COLOR`` (or ``TTY_COMPATIBLE=1``) is set, as CI jobs set it for coloured logs, of a stream that
-    is no TTY: there a progress bar was redrawn into the log ten times a second, and the reports were 80
-    columns wide instead of :data:`FILE_WIDTH`. Colours are still rich's to decide."""
+    ``FORCE_COLOR`` is set, as CI jobs set it for coloured logs, of a stream that is no TTY: there a progress
+    bar was redrawn into the log ten times a second, and the reports were 80 columns wide instead of
+    :data:`FILE_WIDTH`. Colours are still rich's to decide. ``TTY_COMPATIBLE=1`` asks for a terminal's
+    behaviour on any stream, bars included (``benchmarks/e2e.py`` reads the commands' stages from them)."""
     if not console.is_terminal:
         return False
-    if os.environ.get("FORCE_COLOR") is None and os.environ.get("TTY_COMPATIBLE") != "1":
-        return True  # rich asked the stream (or the program told it)
+    if os.environ.get("FORCE_COLOR") is None or os.environ.get("TTY_COMPATIBLE") == "1":
+        return True  # rich asked the stream, or the user asked for a terminal's behaviour
     isatty = getattr(console.file, "isatty", None)
     try:
         return isatty is not None and bool(isatty())

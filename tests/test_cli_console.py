@@ -995,3 +995,18 @@ def test_the_check_command_an_error_gives_for_a_run_named_with_a_leading_dash_ru
     command = shlex.split(said.partition("`skewlens ")[2].partition("`")[0])
     assert command == ["check", "./-r/run"]
     assert main(command) == 1  # the run has errors, and check lists them
+
+
+def test_tty_compatible_asks_for_progress_bars_on_a_pipe_even_with_force_color(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich's TTY_COMPATIBLE=1 is a request for a terminal's behaviour on a pipe: the end-to-end benchmark
+    # reads each command's stages from the bars it draws there
+    from skewlens.profiler.store.load import load_run
+    from skewlens.rich_progress import RichProgress
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    err = io.StringIO()
+    load_run(_named_run(tmp_path, "aten::mm"), progress=RichProgress(Console(file=err, width=100)))
+    assert "loading" in err.getvalue()
