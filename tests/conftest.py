@@ -9,11 +9,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from slow_guard import install, pytest_runtest_makereport, pytest_runtest_protocol
 
+from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.synth import RunBuilder
 
 __all__ = ["pytest_runtest_makereport", "pytest_runtest_protocol"]
@@ -55,6 +57,28 @@ def dlrm_imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def run_builder() -> type[RunBuilder]:
     return RunBuilder
+
+
+@pytest.fixture
+def host_gap_blame() -> Callable[[int, int], BlameRecord]:
+    """``(cost_ns, caused_wait_ns) -> `` rank 1's blame record over 400 ms of simulated steps, its cause
+    ``host idle/gap +29.6 ms``."""
+
+    def record(cost_ns: int, caused_ns: int) -> BlameRecord:
+        return BlameRecord(
+            rank=1,
+            straggler_cost_ns=cost_ns,
+            baseline_ns=400_000_000,
+            whatif_ns=400_000_000 - cost_ns,
+            steps_top=0,
+            caused_wait_ns=caused_ns,
+            cause_kind="host_gap",
+            cause_op=None,
+            cause="host idle/gap +29.6 ms",
+            simulated=True,
+        )
+
+    return record
 
 
 @pytest.fixture

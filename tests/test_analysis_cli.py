@@ -16,6 +16,7 @@ from test_analysis_scenarios import MS, Scenario, build_one_slow_rank, build_run
 
 from skewlens.analysis import analyze_run
 from skewlens.analysis.plots import breakdown_bars, wait_heatmap, wait_heatmap_data
+from skewlens.analysis.records import BlameRecord
 from skewlens.analysis.render import (
     breakdown_table,
     critical_path_table,
@@ -392,24 +393,13 @@ def test_long_names_of_one_template_are_cut_so_that_rows_can_be_told_apart() -> 
     ]
 
 
-def test_a_rank_whose_cost_and_caused_wait_show_as_zero_is_shown_no_cause() -> None:
+def test_a_rank_whose_cost_and_caused_wait_show_as_zero_is_shown_no_cause(
+    host_gap_blame: Callable[[int, int], BlameRecord],
+) -> None:
     # the demo showed rank 1 at "0.00" cost and caused wait with "host idle/gap +29.6 ms" (a cost of 9 us)
-    from skewlens.analysis.records import BlameRecord
     from skewlens.analysis.render import shown_cause
 
-    def rec(cost_ns: int, caused_ns: int) -> BlameRecord:
-        return BlameRecord(
-            rank=1,
-            straggler_cost_ns=cost_ns,
-            baseline_ns=400 * MS,
-            whatif_ns=400 * MS - cost_ns,
-            steps_top=0,
-            caused_wait_ns=caused_ns,
-            cause_kind="host_gap",
-            cause_op=None,
-            cause="host idle/gap +29.6 ms",
-            simulated=True,
-        )
+    rec = host_gap_blame
 
     assert shown_cause(rec(9_177, 0), steps=5) == "-"
     assert shown_cause(rec(25_000, 0), steps=5) == "host idle/gap +29.6 ms"  # 0.01 ms a step

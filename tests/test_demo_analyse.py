@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from skewlens.analysis.records import BlameRecord
 from skewlens.cli.demo import analyse
 from skewlens.profiler.manifest import CAPTURE_PARTS_NOTE, read_manifest, write_manifest
 from skewlens.profiler.synth import RunBuilder
@@ -80,3 +82,19 @@ def test_the_demo_says_the_runs_notes_before_its_pictures_as_skewlens_analyze_do
     analyse(run_dir, tmp_path / "analysis", Console(file=io.StringIO()), perfetto_max_events=5)
     notes = capsys.readouterr().err.splitlines()
     assert [n.split(": ")[2] for n in notes] == ["still capturing", "trace_critical_path.json"]
+
+
+def test_the_demos_verdict_gives_the_cause_as_its_blame_table_shows_it(
+    host_gap_blame: Callable[[int, int], BlameRecord],
+) -> None:
+    # the blame table read "-" for a top rank that cost 9 us in 5 steps, the verdict under it its raw cause
+    from skewlens.cli.demo import verdict
+
+    assert verdict(host_gap_blame(9_177, 0), steps=5) == (
+        "Rank 1 is the top straggler: it costs 0.0 ms per step (mean simulated step 80.0 ms -> 80.0 ms "
+        "had it run like the median rank).\nCause: -"
+    )
+    assert verdict(host_gap_blame(5 * 45 * MS, 0), steps=5) == (
+        "Rank 1 is the top straggler: it costs 45.0 ms per step (mean simulated step 80.0 ms -> 35.0 ms "
+        "had it run like the median rank).\nCause: host idle/gap +29.6 ms"
+    )

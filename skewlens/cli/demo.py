@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from skewlens.analysis.api import AnalysisResult
+    from skewlens.analysis.records import BlameRecord
 
 EXAMPLE = EXAMPLES_DIR / "train.py"
 #: The most ranks, training steps and straggler ms a demo runs (1e20 ranks went to torchrun, 1e20 steps or
@@ -218,6 +219,19 @@ def blame_table(result: AnalysisResult) -> Table:
     return t
 
 
+def verdict(top: BlameRecord, steps: int) -> str:
+    """The verdict on the top straggler ``top``, per step over ``steps``: its cost, and its cause as the blame
+    table shows it (``-`` where nothing is blamed on it: the table read ``-`` where the verdict gave the raw
+    cause of a rank that cost 9 us in 5 steps)."""
+    from skewlens.analysis.render import shown_cause
+
+    return (
+        f"Rank {top.rank} is the top straggler: it costs {_ms(top.straggler_cost_ns / steps)} per step "
+        f"(mean simulated step {_ms(top.baseline_ns / steps)} -> {_ms(top.whatif_ns / steps)} had it run "
+        f"like the median rank).\nCause: {shown_cause(top, steps)}"
+    )
+
+
 def analyse(
     run_dir: Path, analysis_dir: Path, console: Console, *, perfetto_max_events: int | None = None
 ) -> tuple[AnalysisResult, list[Path]]:
@@ -301,16 +315,9 @@ def main(argv: list[str]) -> int:
         raise SkewlensError(f"replay failed (exit code {rc})")
     console.print(blame_table(result))
     if result.stragglers and result.blame is not None:
-        top = result.stragglers[0]
-        n = max(len(result.blame.baseline_step_ns), 1)
-        console.print(
-            Panel(
-                f"Rank {top.rank} is the top straggler: it costs {_ms(top.straggler_cost_ns / n)} per step "
-                f"(mean simulated step {_ms(top.baseline_ns / n)} -> {_ms(top.whatif_ns / n)} had it run "
-                f"like the median rank).\nCause: {top.cause}",
-                title="verdict",
-            )
-        )
+        from skewlens.analysis.render import blame_steps
+
+        console.print(Panel(verdict(result.stragglers[0], blame_steps(result)), title="verdict"))
     print_line(
         console,
         f"Outputs: run {run_dir} (Chakra .et + manifest + parquet/), analysis {analysis_dir} "
