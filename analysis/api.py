@@ -95,7 +95,8 @@ class AnalysisResult:
 
     @property
     def stragglers(self) -> list[BlameRecord]:
-        """Blame records, largest straggler cost first (empty without blame)."""
+        """Blame records, largest straggler cost first, of equal costs the most wait caused first (empty
+        without blame)."""
         return self.blame.records if self.blame is not None else []
 
     def top_straggler_by_step(self) -> dict[int, int]:

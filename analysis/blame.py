@@ -54,7 +54,7 @@ class BlameResult:
     """Blame table (ranked), per-step costs and the simulated step times behind them."""
 
     records: list[BlameRecord]
-    """One per rank, largest straggler cost first."""
+    """One per rank, largest straggler cost first; of equal costs, the most wait caused first."""
     step_records: list[BlameStepRecord]
     """One per (simulated rank, step)."""
     baseline_step_ns: dict[int, int]
@@ -476,6 +476,8 @@ def analyze_blame(
                 simulated=r in whatif,
             )
         )
-    recs.sort(key=lambda x: (-x.straggler_cost_ns, x.rank))
+    # equal costs (none simulated: --max-simulations 0; or none costs anything): the rank that made the
+    # others wait most first, not the lowest rank, which the report then named the top straggler
+    recs.sort(key=lambda x: (-x.straggler_cost_ns, -x.caused_wait_ns, x.rank))
     result.records = recs
     return result

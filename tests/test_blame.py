@@ -213,3 +213,18 @@ def test_a_rank_that_began_late_is_charged_its_late_start_where_its_peers_began_
     assert res.baseline_step_ns == {0: 31 * MS}
     assert res.whatif_step_ns[1] == {0: 10 * MS + 1 * MS}
     assert {r.rank: r.straggler_cost_ns for r in res.records} == {1: 31 * MS - 11 * MS, 0: 0}
+
+
+def test_of_ranks_whose_costs_are_equal_the_one_that_made_the_others_wait_is_ranked_first(
+    tmp_path: Path,
+) -> None:
+    # with --max-simulations 0 every cost is 0: the report's top straggler was rank 0, which made no one
+    # wait, above rank 2, at which every worst collective was blamed
+    ix = build_index(load_run(build_run(tmp_path, STRAGGLER)))
+    res = analyze_blame(ix, analyze_skew(ix), max_simulations=0)
+    assert {r.straggler_cost_ns for r in res.records} == {0}
+    top = res.records[0]
+    assert top.rank == STRAGGLER.straggler_rank and not top.simulated
+    assert top.caused_wait_ns == max(r.caused_wait_ns for r in res.records) > 0
+    waits = [r.caused_wait_ns for r in res.records]
+    assert waits == sorted(waits, reverse=True)
