@@ -132,16 +132,18 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     ranks, four rows of 0.00 under the one straggler); the caption then says how many ranks cost anything and
     that every rank is in ``blame.parquet``."""
     steps = blame_steps(result)
+    recs = result.stragglers
+    # without the what-if (analyze_run(blame=False), --no-blame) the table has no costs: its title and
+    # caption said "what-if: rank runs like the median rank" and what its cost % is of, over dashes
+    how = "what-if: rank runs like the median rank" if recs else "no what-if: ranked by the wait they caused"
     t = Table(
-        title=f"Top stragglers, ms per step over {steps} step{'s' if steps != 1 else ''} (what-if: rank runs "
-        "like the median rank)",
+        title=f"Top stragglers, ms per step over {steps} step{'s' if steps != 1 else ''} ({how})",
         title_justify="left",
     )
     for c in ("rank", "cost ms / step", "cost %", "top in steps", "caused wait ms / step"):
         t.add_column(c, justify="right")
     _cause_column(t, "top cause (ms per event)")
-    t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}"
-    recs = result.stragglers
+    t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}" if recs else CAUSE_NOTE
     if not recs:
         caused = sorted(result.skew.caused_wait_ns.items(), key=lambda x: -x[1])[:top]
         for r, w in caused:

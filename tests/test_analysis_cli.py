@@ -306,6 +306,19 @@ def test_the_stragglers_table_gives_ms_per_step_over_the_steps_it_names_and_no_c
     ]
 
 
+def test_the_stragglers_table_without_the_what_if_says_it_ranks_by_the_wait_caused(tmp_path: Path) -> None:
+    # --no-blame printed "(what-if: rank runs like the median rank)" and what cost % is a share of, over a
+    # table whose costs were all "-"
+    from skewlens.analysis.render import CAUSE_NOTE, COST_NOTE
+
+    table = stragglers_table(analyze_run(load_run(build_one_slow_rank(tmp_path)), blame=False))
+    assert (
+        table.title == "Top stragglers, ms per step over 3 steps (no what-if: ranked by the wait they caused)"
+    )
+    assert table.caption == CAUSE_NOTE
+    assert COST_NOTE not in str(table.caption)
+
+
 def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_members(tmp_path: Path) -> None:
     # gpurun: "skew 1.63" beside "exposed wait 50.54" (31 members x 1.63), the sum not said
     result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
