@@ -176,6 +176,18 @@ def test_the_ranks_table_gives_each_ranks_host_device_clock_offset_node_count_an
     assert [Path(g["trace_file"]).name for g in got] == ["rank-0.et", "rank-1.et", "rank-2.et"]
 
 
+def test_the_ranks_table_names_each_trace_file_by_its_absolute_path_however_the_run_was_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "skewlens export cpu --out pq" wrote trace_file "cpu/rank-0.et", a path only that cwd resolves
+    # (run.json's source is absolute); the profile's own export of the same run, "/tmp/.../cpu/rank-0.et"
+    run_dir = _run(tmp_path)
+    monkeypatch.chdir(run_dir.parent)
+    export_run(run_dir.name, "pq", workers=1)
+    got = [g["trace_file"] for g in read_table(tmp_path / "pq" / "ranks.parquet").to_pylist()]
+    assert got == [str((run_dir / f"rank-{r}.et").resolve()) for r in range(3)]
+
+
 def test_groups_each_rank_names_only_in_its_own_trace_are_one_run_wide_group_list(tmp_path: Path) -> None:
     # a foreign run (no manifest): rank 0 lists group a, rank 2 group b, rank 1 both; each rank is decoded
     # on its own, its group numbers then mapped into the run's

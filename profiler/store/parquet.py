@@ -508,7 +508,8 @@ def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
         "device": [m.devices.get(r, "") for r in ranks],
         "clock_offset_ns": [m.clock_offsets_ns.get(r, 0) for r in ranks],
         "num_nodes": [num_nodes[r] for r in ranks],
-        "trace_file": [str(files.files[r]) for r in ranks],
+        # absolute, as run.json's source: a run named relative to the cwd gave a path only that cwd resolves
+        "trace_file": [str(Path(files.files[r]).resolve()) for r in ranks],
     }
     write_table(table_from_columns(RankRecord, cols, "ranks"), tmp / "ranks.parquet")
     return len(ranks)

@@ -434,4 +434,4 @@ class RankRecord:
     num_nodes: int
     """Nodes in the rank's trace."""
     trace_file: str
-    """The rank's .et file."""
+    """The rank's .et file, its absolute path."""
