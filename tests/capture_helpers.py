@@ -12,6 +12,18 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
 
+#: The start of a script run in a fresh process: one gloo rank (a job of its own on a free port), with the
+#: flight recorder on as ``skewlens profile`` turns it on.
+ONE_GLOO_RANK = r"""
+import json, os, socket, sys
+os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
+import torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+"""
+
 
 def profile(
     out: Path,

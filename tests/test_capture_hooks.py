@@ -12,6 +12,8 @@ import subprocess
 import sys
 from typing import Any
 
+from capture_helpers import ONE_GLOO_RANK
+
 from skewlens.profiler.vocab import CommType, NodeType
 
 SCRIPT = r"""
@@ -116,19 +118,15 @@ def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_p
 
 
 #: One gloo rank with the flight recorder on, the hooks installed and a sub-group ``pair`` of it.
-ONE_RANK_HOOKED = r"""
-import json, os, socket
-os.environ["TORCH_FR_BUFFER_SIZE"] = "1000"
-import torch, torch.distributed as dist
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-dist.init_process_group("gloo")
+ONE_RANK_HOOKED = (
+    ONE_GLOO_RANK
+    + r"""
 from skewlens.profiler.capture import flight, hooks as H
 hooks = H.CommHooks(lambda: True, lambda: 5, ddp=False)
 hooks.install()
 pair = dist.new_group([0])
 """
+)
 
 LEAN_SCRIPT = (
     ONE_RANK_HOOKED

@@ -251,12 +251,15 @@ class CommHooks:
         quiet: Callable[[], bool] | None = None,
         on_group: Callable[[], None] | None = None,
         on_ddp: Callable[[], None] | None = None,
+        on_destroy: Callable[[], None] | None = None,
     ) -> None:
         """``quiet()`` true: the wrapped call runs with this thread's record functions off (see
-        :meth:`_call`). ``on_group()`` is called after each process group is created, ``on_ddp()`` as each
-        ``DistributedDataParallel`` is built (before its constructor's collectives)."""
+        :meth:`_call`). ``on_group()`` is called after each process group is created, ``on_destroy()``
+        before each ``destroy_process_group`` call, ``on_ddp()`` as each ``DistributedDataParallel`` is
+        built (before its constructor's collectives)."""
         self._ddp = ddp
         self._on_group = on_group
+        self._on_destroy = on_destroy
         self._on_ddp = on_ddp
         self._quiet = quiet
         self._recording = recording
@@ -302,6 +305,7 @@ class CommHooks:
             self._install_ddp()
         self._install_ddp_init()
         self._install_group_threads()
+        self._install_destroy()
         self.waits.install()
         self.installed = True
 
@@ -328,12 +332,7 @@ class CommHooks:
             finally:
                 local.batch = -1
 
-        batch_isend_irecv.__wrapped__ = orig  # type: ignore[attr-defined]
-        batch_isend_irecv.__doc__ = orig.__doc__
-        for mod in (c10d, dist):
-            if getattr(mod, "batch_isend_irecv", None) is orig:
-                self._saved.append((mod, "batch_isend_irecv", orig))
-                setattr(mod, "batch_isend_irecv", batch_isend_irecv)  # noqa: B010 (typed modules)
+        self._replace("batch_isend_irecv", orig, batch_isend_irecv)
 
     # ---- the wrapper ---------------------------------------------------------------------------------
     def _wrap(self, name: str, spec: _Spec, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -606,6 +605,29 @@ class CommHooks:
 
         self._saved.append((c10d, "_new_process_group_helper", orig))
         c10d._new_process_group_helper = helper
+
+    def _install_destroy(self) -> None:
+        """Call ``on_destroy()`` before the program destroys a process group (or all of them)."""
+        orig = getattr(c10d, "destroy_process_group", None)
+        on_destroy = self._on_destroy
+        if orig is None or on_destroy is None:
+            return
+
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            on_destroy()
+            return orig(*args, **kwargs)
+
+        self._replace("destroy_process_group", orig, destroy_process_group)
+
+    def _replace(self, name: str, orig: Callable[..., Any], new: Callable[..., Any]) -> None:
+        """Put ``new`` in place of ``orig`` as ``name`` in ``torch.distributed`` and its ``distributed_c10d``
+        (where each has it), to be put back by :meth:`uninstall`."""
+        new.__wrapped__ = orig  # type: ignore[attr-defined]
+        new.__doc__ = orig.__doc__
+        for mod in (c10d, dist):
+            if getattr(mod, name, None) is orig:
+                self._saved.append((mod, name, orig))
+                setattr(mod, name, new)
 
     # ---- DDP -----------------------------------------------------------------------------------------
     def _install_ddp_init(self) -> None:

@@ -11,6 +11,7 @@ and the part says so.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -82,6 +83,18 @@ def _joined() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def _group_info(pg: Any) -> ProcessGroupInfo:
+    """A process group this rank is a member of: its name, members, description and backend."""
+    import torch.distributed as dist
+
+    return ProcessGroupInfo(
+        name=str(pg.group_name),
+        ranks=tuple(dist.get_process_group_ranks(pg)),
+        desc=str(pg.group_desc),
+        backend=dist.get_backend_config(pg),
+    )
+
+
 class CaptureSession:
     """Captures this process's recorded steps at ``level`` into ``run_dir``."""
 
@@ -106,8 +119,10 @@ class CaptureSession:
         self.step_index = 0
         self.action = action_for(0, self.window)
         self.steps: list[StepRecord] = []
-        self._known_groups: tuple[ProcessGroupInfo, ...] = ()
-        """The process groups when last looked at (at each recorded step's end, and at the save)."""
+        self._known_groups: dict[str, ProcessGroupInfo] = {}
+        """The process groups seen, by name: those alive at each recorded step's end, before each
+        ``destroy_process_group`` inside the window and at the save (one the program destroyed since keeps
+        its members: its collectives are in the trace)."""
         self.offset_ns: int | None = 0
         self.notes: dict[str, str] = {}
         self.lost: list[flight.Loss] = []
@@ -151,6 +166,7 @@ class CaptureSession:
             ddp=not self._recorder_sees_all,
             quiet=self._quiet_calls,
             on_group=self._begin_window,
+            on_destroy=self._group_destroyed,
             on_ddp=self._ddp_built,
         )
         self._hooks.install()
@@ -191,6 +207,14 @@ class CaptureSession:
             import sys
 
             print(f"skewlens: rank {self.rank}: capture window not started: {e}", file=sys.stderr)
+
+    def _group_destroyed(self) -> None:
+        """The program is about to destroy a process group (or all): inside the window, keep the members
+        of the groups alive now, since the recorded collectives of a destroyed group are in the trace
+        (:meth:`_groups`)."""
+        if self.action != Action.NONE:
+            with contextlib.suppress(Exception):  # bookkeeping must never break the program
+                self._groups()
 
     def uninstall(self) -> None:
         if self._hooks is not None:
@@ -414,21 +438,18 @@ class CaptureSession:
 
         if not (dist.is_available() and dist.is_initialized()):
             if self._known_groups:  # destroyed since a recorded step: as they were then
-                return list(self._known_groups)
+                return list(self._known_groups.values())
             return [ProcessGroupInfo(name="0", ranks=(0,), desc="default_pg", backend="")]
-        c10d = dist.distributed_c10d
-        out = []
-        for pg, name in list(c10d._world.pg_names.items()):
+        live: dict[str, ProcessGroupInfo] = {}
+        for pg in list(dist.distributed_c10d._world.pg_names):
             try:
-                ranks = tuple(dist.get_process_group_ranks(pg))
-                backend = dist.get_backend_config(pg)
-            except (RuntimeError, ValueError):
+                info = _group_info(pg)
+            except (RuntimeError, ValueError, KeyError):  # KeyError: one being created or destroyed
                 continue
-            out.append(
-                ProcessGroupInfo(name=str(name), ranks=ranks, desc=str(pg.group_desc), backend=backend)
-            )
-        self._known_groups = tuple(out)
-        return out
+            live[info.name] = info
+        # those the program destroyed inside the window kept, in the order first seen; the live as now
+        self._known_groups = {**self._known_groups, **live}
+        return list(self._known_groups.values())
 
     def _ops(self) -> tuple[list[OpRecord], dict[int, Any], list[CudaSyncRecord]]:
         if self._et is not None:

@@ -1,0 +1,74 @@
+"""Process groups a program makes and unmakes while it is captured: what the trace and the manifest say
+of them (one-rank gloo jobs in a fresh process, with the flight recorder on as ``skewlens profile`` turns
+it on)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from capture_helpers import ONE_GLOO_RANK
+
+from skewlens.profiler.chakra_io import iter_nodes, node_attrs
+from skewlens.profiler.vocab import Attr
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ONE_RANK = ONE_GLOO_RANK + "from skewlens.profiler.capture import capture\n"
+
+
+def _capture(tmp_path: Path, body: str) -> Path:
+    """Run ``ONE_RANK`` + ``body`` (which captures into ``sys.argv[1]``); the run directory."""
+    run = tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-c", ONE_RANK + body, str(run)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run
+
+
+def _collectives(run: Path) -> list[tuple[str, str, int, int]]:
+    """Rank 0's collectives: (name, group, sequence number, bytes), in file order."""
+    out = []
+    for _o, n in iter_nodes(run / "rank-0.et"):
+        a = node_attrs(n)
+        if a.get("comm_type") is not None:
+            out.append((n.name, str(a.get("pg_name")), int(a.get(Attr.SEQ, -1)), int(a.get("comm_size", -1))))
+    return out
+
+
+def test_a_group_destroyed_inside_the_window_keeps_its_members_and_its_collectives_their_numbers(
+    tmp_path: Path,
+) -> None:
+    # before: the manifest listed only the groups alive at a step's end or the save, so a group made and
+    # destroyed within a step was unknown; the flight recorder's entries were then not matched to the
+    # hooked calls, and each all_reduce on it was in the trace twice: the hooked call with sequence
+    # number -1, and the recorder's entry as a collective issued outside the Python API (and noted so)
+    run = _capture(
+        tmp_path,
+        """
+with capture(sys.argv[1], steps="0:1:2") as cap:
+    for i in range(4):
+        tmp = dist.new_group([0])
+        dist.all_reduce(torch.ones(5 + i), group=tmp)
+        dist.destroy_process_group(tmp)
+        dist.all_reduce(torch.ones(2))
+        cap.step()
+dist.destroy_process_group()
+""",
+    )
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [(g["name"], g["ranks"]) for g in manifest["process_groups"]] == [
+        ("0", [0]), ("1", [0]), ("2", [0]), ("3", [0]),
+    ]  # fmt: skip
+    assert manifest["notes"] == {}
+    # steps 1 and 2 are recorded: groups '2' and '3', each with its one all_reduce (the recorder's first)
+    assert _collectives(run) == [
+        ("c10d::allreduce_", "2", 1, 24),
+        ("c10d::allreduce_", "0", 2, 8),
+        ("c10d::allreduce_", "3", 1, 28),
+        ("c10d::allreduce_", "0", 3, 8),
+    ]
