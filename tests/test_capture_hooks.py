@@ -306,3 +306,54 @@ def test_an_all_to_all_whose_splits_cannot_be_read_is_recorded_with_even_ones_on
     data = run_script(UNREADABLE_SPLITS_SCRIPT)
     assert (data["calls"], data["dropped"], data["unread"]) == (2, 0, 2)
     assert data["splits"] == [[-1, -1, []], [-1, -1, []]]
+
+
+COALESCED_SCRIPT = (
+    ONE_GLOO_RANK
+    + r"""
+import time
+from torch.distributed.distributed_c10d import _coalescing_manager
+from skewlens.profiler.capture import flight, hooks as H
+from skewlens.profiler.capture.records import StepRecord
+ahead = []
+hooks = H.CommHooks(lambda: True, lambda: 0, ddp=False, on_unhooked=lambda: ahead.append(1))
+hooks.install()
+start = time.time_ns()
+for lean_left in (0, 10):                           # the full path, then the lean one
+    hooks.lean_left = lean_left
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(torch.ones(4))
+        dist.broadcast(torch.ones(3), src=0)        # not queued: issued (and recorded) at once
+        dist.all_reduce(torch.ones(6))
+    cm.wait()
+    dist.all_reduce(torch.ones(2))
+recs = hooks.flush()
+hooks.uninstall()
+recs, lost = flight.resolve(flight.dump_entries(), recs)
+hooked, extra, left_out = flight.merge(
+    flight.dump_entries(), recs, [StepRecord(step=0, start_ns=start, end_ns=time.time_ns())], thread=0
+)
+print(json.dumps({"hooked": [(r.op, r.seq, r.size_bytes) for r in hooked],
+                  "extra": [(r.op, r.seq, r.size_bytes) for r in extra], "left_out": (lost, left_out),
+                  "ahead": len(ahead)}))
+dist.destroy_process_group()
+"""
+)
+
+
+def test_calls_queued_by_a_coalescing_manager_are_one_collective_the_flight_recorder_sees() -> None:
+    # before: each all_reduce queued inside _coalescing_manager was recorded as a hooked call, which issues
+    # nothing; the one coalesced all_reduce its end issues from C++ has the recorder's only entry, so the
+    # queued calls had none and were left out as if the ring buffer had wrapped (a note saying so), and
+    # where the window had skipped gloo's worker events the coalesced collective had no end
+    data = run_script(COALESCED_SCRIPT)
+    assert [tuple(r) for r in data["hooked"]] == [
+        ("c10d::broadcast_", 1, 12),
+        ("c10d::allreduce_", 3, 8),
+        ("c10d::broadcast_", 4, 12),
+        ("c10d::allreduce_", 6, 8),
+    ]
+    # one all_reduce of 4 + 6 floats per context, numbered by the recorder, on either path
+    assert [tuple(r) for r in data["extra"]] == [("gloo:all_reduce", 2, 40), ("gloo:all_reduce", 5, 40)]
+    assert data["left_out"] == [0, 0]  # before: [2, 2] (the lean path's, the full path's)
+    assert data["ahead"] == 4  # the session is told: collectives past the hooks are ahead (their ends)

@@ -250,17 +250,18 @@ class CommHooks:
         ddp: bool = True,
         quiet: Callable[[], bool] | None = None,
         on_group: Callable[[], None] | None = None,
-        on_ddp: Callable[[], None] | None = None,
+        on_unhooked: Callable[[], None] | None = None,
         on_destroy: Callable[[], None] | None = None,
     ) -> None:
         """``quiet()`` true: the wrapped call runs with this thread's record functions off (see
         :meth:`_call`). ``on_group()`` is called after each process group is created, ``on_destroy()``
-        before each ``destroy_process_group`` call, ``on_ddp()`` as each ``DistributedDataParallel`` is
-        built (before its constructor's collectives)."""
+        before each ``destroy_process_group`` call, ``on_unhooked()`` before collectives that go past the
+        hooks: as each ``DistributedDataParallel`` is built (before its constructor's collectives), and as
+        a call is queued in a ``_coalescing_manager`` context (issued as one collective at its end)."""
         self._ddp = ddp
         self._on_group = on_group
         self._on_destroy = on_destroy
-        self._on_ddp = on_ddp
+        self._on_unhooked = on_unhooked
         self._quiet = quiet
         self._recording = recording
         self._step_of = step_of
@@ -342,15 +343,25 @@ class CommHooks:
         lean = spec.lean
         group_at = sig.index.get("group", -1)
         non_member = c10d.GroupMember.NON_GROUP_MEMBER
+        # the groups inside a ``_coalescing_manager`` context (one dict, emptied and filled, never replaced)
+        coalescing = getattr(getattr(c10d, "_world", None), "pg_coalesce_state", None)
+        if not isinstance(coalescing, dict) or spec.op not in _QUEUED_WHEN_COALESCING:
+            coalescing = {}  # never queued: a torch without it, or a call that runs inside the context too
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "depth", 0):
                 return orig(*args, **kwargs)
-            if lean and hooks.lean_left > 0:
-                group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
-                if group is not non_member:
-                    hooks.lean_left -= 1
-                    return hooks._lean(spec, orig, args, kwargs)
+            group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
+            if coalescing and _coalescing(group, coalescing):
+                # inside ``_coalescing_manager`` the call issues nothing: it is queued, and the context's
+                # end issues one coalesced collective from C++ (the flight recorder's, like DDP's)
+                if hooks._on_unhooked is not None:
+                    with contextlib.suppress(Exception):  # bookkeeping must never break the program
+                        hooks._on_unhooked()
+                return orig(*args, **kwargs)
+            if lean and hooks.lean_left > 0 and group is not non_member:
+                hooks.lean_left -= 1
+                return hooks._lean(spec, orig, args, kwargs)
             local.depth = 1
             try:
                 return hooks._call(spec, sig, orig, args, kwargs)
@@ -631,17 +642,18 @@ class CommHooks:
 
     # ---- DDP -----------------------------------------------------------------------------------------
     def _install_ddp_init(self) -> None:
-        """Call ``on_ddp()`` as each ``DistributedDataParallel`` is built, before its constructor runs."""
-        if self._on_ddp is None:
+        """Call ``on_unhooked()`` as each ``DistributedDataParallel`` is built, before its constructor
+        runs."""
+        if self._on_unhooked is None:
             return
         from torch.nn.parallel import DistributedDataParallel
 
         orig_init = DistributedDataParallel.__init__
-        on_ddp = self._on_ddp
+        on_unhooked = self._on_unhooked
 
         def init(self: Any, *args: Any, **kwargs: Any) -> None:
             with contextlib.suppress(Exception):  # bookkeeping must never break the program
-                on_ddp()
+                on_unhooked()
             orig_init(self, *args, **kwargs)
 
         init.__doc__ = orig_init.__doc__
@@ -681,6 +693,24 @@ class CommHooks:
         ):
             self._saved.append((DistributedDataParallel, name, old))
             setattr(DistributedDataParallel, name, new)
+
+
+#: The calls a ``_coalescing_manager`` context queues (``all_reduce``, ``all_gather_single`` /
+#: ``all_gather_into_tensor``, ``reduce_scatter_single`` / ``reduce_scatter_tensor``); every other call,
+#: ``isend`` / ``irecv`` of NCCL's ``batch_isend_irecv`` among them, is issued inside it as outside.
+_QUEUED_WHEN_COALESCING = frozenset(
+    {"c10d::allreduce_", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"}
+)
+
+
+def _coalescing(group: Any, state: dict[Any, Any]) -> bool:
+    """Whether ``group`` (None: the default group) is in ``state``, the groups inside a
+    ``_coalescing_manager`` context, which queues their ``all_reduce``, ``all_gather_single`` and
+    ``reduce_scatter_single`` calls."""
+    try:
+        return c10d._group_or_default_group(group) in state
+    except (RuntimeError, ValueError):
+        return False
 
 
 def _sender(result: Any, pg: Any) -> int:

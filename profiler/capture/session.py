@@ -167,7 +167,7 @@ class CaptureSession:
             quiet=self._quiet_calls,
             on_group=self._begin_window,
             on_destroy=self._group_destroyed,
-            on_ddp=self._ddp_built,
+            on_unhooked=self._unhooked_ahead,
         )
         self._hooks.install()
         if self.auto_step:
@@ -300,10 +300,12 @@ class CaptureSession:
             self.notes[rank_note_key(self.rank, RankNote.OPERATORS)] = OWN_PROFILER_NOTE
             self._start_worker_events()  # the native recorder runs beside the program's profiler
 
-    def _ddp_built(self) -> None:
-        """A ``DistributedDataParallel`` is being built: its constructor's collectives and its gradient
-        all_reduces go past the hooks. Where the window skipped gloo's worker events (every collective had
-        gone through the hooks), they are recorded from now on, so that those collectives have ends."""
+    def _unhooked_ahead(self) -> None:
+        """Collectives that go past the hooks are ahead: a ``DistributedDataParallel`` is being built (its
+        constructor's collectives and its gradient all_reduces), or a call was queued in a
+        ``_coalescing_manager`` context (issued as one collective at its end). Where the window skipped
+        gloo's worker events (every collective had gone through the hooks), they are recorded from now on,
+        so that those collectives have ends."""
         if self._workers_skipped and not self.saved:
             self._workers_skipped = False
             self._start_worker_events(past_hooks=True)
