@@ -30,7 +30,14 @@ from typing import Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace, RunTrace, group_members
+from skewlens.profiler.store.model import (
+    CollectiveInstance,
+    P2PPair,
+    RankTrace,
+    RunTrace,
+    group_members,
+    group_rank_order,
+)
 from skewlens.profiler.vocab import CommType, NodeType, collective_message_bytes
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
@@ -86,7 +93,7 @@ def collective_pairs(run: RunTrace, inst: CollectiveInstance) -> tuple[tuple[int
     the group's members (another group order than the store knows)."""
     if inst.comm_type != CommType.ALL_TO_ALL:
         return None
-    members = sorted(group_members(run, inst))  # group-rank order (torch sorts a new group's ranks)
+    members = group_rank_order(run, inst)
     p = len(members)
     sent: dict[int, list[int]] = {}
     for r, row in zip(inst.ranks, inst.rows, strict=True):

@@ -21,14 +21,18 @@ from skewlens.replay.lower import collective_bytes
 from skewlens.replay.real.api import real_replay
 
 
-def _a2a_script(splits: list[list[int]], *, steps: int, even: int, barrier: bool) -> str:
+def _a2a_script(
+    splits: list[list[int]], *, steps: int, even: int, barrier: bool, ranks: list[int] | None = None
+) -> str:
     """A training loop whose every step runs an uneven all_to_all_single (``splits[i][j]``: rows rank i
     sends to rank j, a row 2 float32, 8 bytes), an even one of ``even`` floats, and (``barrier``) a
-    monitored_barrier."""
+    monitored_barrier; on a group of ``ranks`` in that order (``sort_ranks=False``; i, j its group ranks)
+    where given, else the default group."""
     return f"""
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
-r = dist.get_rank()
+g = dist.new_group({ranks!r}, sort_ranks=False) if {ranks!r} else None
+r = dist.get_rank(g)
 splits = {splits!r}
 w = torch.nn.Parameter(torch.randn(8, 8))
 opt = torch.optim.SGD([w], lr=1e-3)
@@ -37,8 +41,8 @@ for step in range({steps}):
     opt.step()
     opt.zero_grad()
     out = torch.empty(sum(s[r] for s in splits), 2)
-    dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r])
-    dist.all_to_all_single(torch.empty({even}), torch.ones({even}))  # even
+    dist.all_to_all_single(out, torch.ones(sum(splits[r]), 2), [s[r] for s in splits], splits[r], group=g)
+    dist.all_to_all_single(torch.empty({even}), torch.ones({even}), group=g)  # even
     {"dist.monitored_barrier()" if barrier else "pass"}
 dist.destroy_process_group()
 """
@@ -124,3 +128,24 @@ def test_a_real_replay_moves_exactly_the_bytes_each_rank_sent_to_each_other(tmp_
         run_dir=tmp_path / "run", out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=20)
     )
     assert _moved(tmp_path / "out" / "run") == before
+
+
+@pytest.mark.slow
+def test_a_real_replay_keeps_the_group_rank_order_of_a_group_made_with_unsorted_ranks(tmp_path: Path) -> None:
+    # new_group([1, 0], sort_ranks=False): group rank 0 is global rank 1. Before, skewlens check refused
+    # the capture (corrupt all_to_all splits: the store took the members sorted), and a real replay that
+    # got past it re-created the group sorted, so each rank's split list went to the other peer
+    script = tmp_path / "train.py"
+    script.write_text(_a2a_script([[10, 300], [200, 5]], steps=5, even=8, barrier=False, ranks=[1, 0]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(tmp_path / "run", steps="1:1:3", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    load_validated(tmp_path / "run")  # strict: the splits are consistent with the group's order
+    before = _moved(tmp_path / "run", 2)
+    # global rank 1 (group rank 0) keeps 80 B and sends 2,400 B to global rank 0 (group rank 1)
+    assert before[1][0] == (2480, 2400, 1600, [80, 2400], [80, 1600])
+    assert before[0][0] == (1640, 1600, 2400, [1600, 40], [2400, 40])
+    real_replay(
+        run_dir=tmp_path / "run", out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=20)
+    )
+    assert _moved(tmp_path / "out" / "run", 2) == before

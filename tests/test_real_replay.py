@@ -27,7 +27,7 @@ from skewlens.profiler.vocab import WAIT_NODE_NAMES, CommType, NodeType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
-from skewlens.replay.lower import collective_bytes
+from skewlens.replay.lower import collective_bytes, collective_pairs
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
@@ -443,6 +443,33 @@ def test_an_uneven_all_to_all_is_planned_with_the_bytes_each_member_sends_to_eac
         assert op.dtype == "float32"
     assert sum(_a2a_op(plans, 0).send_splits[1:]) == 280_000
     assert sum(_a2a_op(plans, 1).recv_splits) - 40 == 240_016
+
+
+def test_an_all_to_all_on_a_group_of_unsorted_ranks_reads_its_splits_in_that_groups_order(
+    tmp_path: Path,
+) -> None:
+    # new_group([1, 0], sort_ranks=False): group rank 0 is global rank 1, and the capture records the split
+    # lists in that order. Before, the store took a group's members sorted: a strict load (skewlens check,
+    # analyze, replay) refused the run ("rank 0: node 2 ... has corrupt all_to_all splits: 40 B to the
+    # others and 40 B from them at its place 0 in the group"), and a lenient one dropped the splits
+    order = (1, 0)
+    rows = {1: (10, 300), 0: (200, 5)}  # rows (8 B) each rank sends to group ranks 0 and 1
+    b = RunBuilder(2, groups={"0": (0, 1), "rev": order})
+    for r in order:
+        g = order.index(r)
+        send, recv = [k * 8 for k in rows[r]], [rows[q][g] * 8 for q in order]
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        totals = (sum(send) - send[g], sum(recv) - recv[g])
+        rb.collective(
+            CommType.ALL_TO_ALL, sum(send), MS, pg="rev", peer_bytes=totals, peer_splits=(send, recv)
+        )
+    run = load_run(b.write(tmp_path / "run"))
+    (inst,) = [c for c in run.collectives if c.comm_type == CommType.ALL_TO_ALL]
+    assert collective_pairs(run, inst) == ((0, 1, 1600), (1, 0, 2400))  # (sender, receiver, bytes)
+    plans = all_to_all_splits(run, {r: rank_plan(run.ranks[r], run, NO_EFFECTS) for r in range(2)})
+    assert (_a2a_op(plans, 1).send_splits, _a2a_op(plans, 1).recv_splits) == ((80, 2400), (80, 1600))
+    assert (_a2a_op(plans, 0).send_splits, _a2a_op(plans, 0).recv_splits) == ((1600, 40), (2400, 40))
 
 
 def test_a_member_that_recorded_even_splits_is_given_equal_parts_beside_uneven_ones(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ from skewlens.profiler.store.model import (
     P2PPair,
     RankTrace,
     RunTrace,
-    group_members,
+    group_rank_order,
 )
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import (
@@ -1240,7 +1240,7 @@ def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> Non
     for inst in run.collectives:
         if inst.comm_type != CommType.ALL_TO_ALL:
             continue
-        members = sorted(group_members(run, inst))
+        members = group_rank_order(run, inst)
         for r, row in zip(inst.ranks, inst.rows, strict=True):
             rt = run.ranks[r]
             if rt.split_ptr is None or rt.split_send_bytes is None or rt.split_recv_bytes is None:

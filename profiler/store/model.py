@@ -238,3 +238,14 @@ def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
         return inst.ranks
     full = pg.ranks
     return full if len(full) > len(inst.ranks) and set(inst.ranks) <= set(full) else inst.ranks
+
+
+def group_rank_order(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
+    """A collective's members (:func:`group_members`) in group-rank order, the order of an all_to_all's
+    split lists: its process group's ranks as recorded, which torch sorts unless the program created the
+    group with ``new_group(..., sort_ranks=False)``; sorted where the group is not known."""
+    members = group_members(run, inst)
+    pg = run.process_groups.get(inst.pg_name)
+    if pg is not None and pg.ranks and set(pg.ranks) == set(members):
+        return tuple(pg.ranks)
+    return tuple(sorted(members))

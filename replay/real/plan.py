@@ -45,7 +45,7 @@ from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
-from skewlens.replay.lower import group_members
+from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
@@ -444,7 +444,7 @@ def all_to_all_splits(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> dict[i
         }
         if not any(o.send_splits or o.recv_splits for o in ops.values()):
             continue
-        members = sorted(group_members(run, inst))
+        members = group_rank_order(run, inst)
         p = len(members)
         place = {q: k for k, q in enumerate(members)}
         splits: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}

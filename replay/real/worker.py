@@ -369,10 +369,16 @@ class Runner:
 
 
 def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
-    """Re-create the recorded groups, in the recorded order, on every rank (members or not)."""
+    """Re-create the recorded groups, in the recorded order, on every rank (members or not), each with its
+    ranks in the recorded group-rank order (a group the program made with ``sort_ranks=False``: an
+    all_to_all's split lists follow it)."""
     groups: dict[str, Any] = {}
     for g in meta.groups:
-        pg = dist.new_group(list(g.ranks), group_desc=g.desc)
+        ranks = list(g.ranks)
+        if ranks == sorted(ranks):
+            pg = dist.new_group(ranks, group_desc=g.desc)
+        else:
+            pg = dist.new_group(ranks, group_desc=g.desc, sort_ranks=False)
         if rank in g.ranks:
             groups[g.name] = (pg, g.ranks)
     return groups
