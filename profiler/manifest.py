@@ -60,6 +60,7 @@ class RankNote(StrEnum):
     PROFILER = "profiler"
     OPERATORS = "operators"
     CALLS = "calls"
+    RUNNING_CALLS = "running calls"
     LOST_CALLS = "lost calls"
     CLOCK = "clock"
     WORKER_EVENTS = "worker events"

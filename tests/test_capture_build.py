@@ -6,6 +6,7 @@ import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from skewlens.profiler.capture.build import (
 )
 from skewlens.profiler.capture.hostet import parse_host_et
 from skewlens.profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord
 from skewlens.profiler.chakra_io import TraceNode
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -59,6 +60,12 @@ def coll(
 
 def host_op(name: str, start_ns: int, dur_ns: int, *, thread: int = MAIN) -> OpRecord:
     return OpRecord(name=name, start_ns=start_ns, dur_ns=dur_ns, thread=thread, is_cpu=True)
+
+
+def one_step(comms: list[CommRecord], **more: Any) -> RankCapture:
+    """Rank 0's capture of one step, 0-60 µs, on the main thread: ``comms`` and ``more`` of its fields."""
+    steps = [StepRecord(step=0, start_ns=0, end_ns=60_000)]
+    return RankCapture(rank=0, comms=comms, steps=steps, groups=GROUPS, main_thread=MAIN, **more)
 
 
 def by_name(nodes: list[TraceNode], name: str) -> list[TraceNode]:
@@ -112,20 +119,25 @@ def test_an_async_collective_runs_on_its_group_stream_and_is_awaited_by_the_firs
     assert async_node.node_id in sync_node.ctrl_deps  # first node of the thread after completion
 
 
+def test_a_collective_still_running_when_the_window_ended_is_a_node_without_an_end() -> None:
+    # an async all_reduce the program waited for after the window's last step (CommHooks.flush keeps it with
+    # END_UNKNOWN): a node of duration 0 at its issue end, which skewlens check reports as without an end.
+    # Before, it spanned its issue time and so seemed done 0.2 ms after it began, while its peer began it
+    # 20 ms later (check: "clocks disagree ... rank 0 done 19.8 ms before rank 1 began")
+    running = replace(coll(50_000, END_UNKNOWN, seq=1, is_async=True, issue_end=50_200), end_ns=END_UNKNOWN)
+    cap = one_step([coll(10_000, 12_000, seq=0), running])
+    blocking, still = by_name(build_nodes(cap), "c10d::allreduce_")
+    assert (blocking.start_ns, blocking.dur_ns) == (10_000, 2_000)
+    assert (still.start_ns, still.dur_ns, still.attrs[Attr.SEQ]) == (50_200, 0, 1)
+
+
 def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:
     fr = replace(coll(30_000, 30_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
     worker = [  # the hooked blocking call's own worker event, then the recorder's collective's
         host_op("gloo:all_reduce", 11_000, 8_000, thread=7),
         host_op("gloo:all_reduce", 31_000, 14_000, thread=8),
     ]
-    cap = RankCapture(
-        rank=0,
-        comms=[coll(10_000, 20_000, seq=0), fr],
-        steps=[StepRecord(step=0, start_ns=0, end_ns=60_000)],
-        groups=GROUPS,
-        main_thread=MAIN,
-        worker_events=worker,
-    )
+    cap = one_step([coll(10_000, 20_000, seq=0), fr], worker_events=worker)
     nodes = build_nodes(cap)
     (node,) = by_name(nodes, "gloo:all_reduce")
     assert (node.start_ns, node.dur_ns, node.attrs[Attr.STREAM]) == (30_000, 15_000, COMM_STREAM_BASE)

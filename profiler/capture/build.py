@@ -485,6 +485,16 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             end = max(end, kernel.start_ns + kernel.dur_ns)
             ki += 1
         thread_stream = streams.thread(c.thread)
+        start = c.start_ns
+        if (
+            c.end_ns == END_UNKNOWN
+            and c.node_type == NodeType.COMM_COLL
+            and kernel is None
+            and end == c.issue_end_ns
+        ):
+            # a collective still running when the window ended (CommHooks.flush), nothing seen of its end:
+            # a node of duration 0 at its issue end, which the no-end check reports (its issue time a gap)
+            start = end
         attrs: dict[str, AttrValue] = {
             Attr.COMM_SIZE: c.size_bytes,
             Attr.PG_NAME: c.pg_name,
@@ -527,7 +537,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             _Proto(
                 name=c.op,
                 node_type=c.node_type,
-                start_ns=c.start_ns,
+                start_ns=start,
                 end_ns=end,
                 stream=stream,
                 attrs=as_comm_node(attrs),

@@ -279,6 +279,8 @@ class CommHooks:
         self.unread_splits = 0
         """all_to_all calls whose split sizes could not be read (:meth:`_splits`): recorded with even
         splits, on either path."""
+        self.running = 0
+        """Asynchronous calls still running when :meth:`flush` took them (recorded without an end)."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
         self.waits = WaitHooks(recording, step_of)
@@ -554,15 +556,19 @@ class CommHooks:
         return dict(self._seq)
 
     def flush(self) -> list[CommRecord]:
-        """The calls recorded since the last flush (asynchronous ones once they completed: one still
-        running has no end yet and is left out). Those recorded on the lean path have the group
-        :data:`~skewlens.profiler.capture.records.FROM_RECORDER` and no size yet."""
+        """The calls recorded since the last flush. An asynchronous one still running (the program let it
+        run past the end of the window) has the end
+        :data:`~skewlens.profiler.capture.records.END_UNKNOWN` and is counted in :attr:`running`: left
+        out, its flight-recorder entry would pass for a collective issued past the hooks. Those recorded
+        on the lean path have the group :data:`~skewlens.profiler.capture.records.FROM_RECORDER` and no
+        size yet."""
         calls, self._calls = self._calls, []
         out = []
         for call_id, w, start, issue_end, is_async, result in calls:
             end = self._ends.pop(call_id, None) if is_async else issue_end
             if end is None:
-                continue
+                self.running += 1
+                end = END_UNKNOWN
             src = _sender(*result) if result is not None else w.src
             rec = CommRecord(
                 node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,

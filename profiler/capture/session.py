@@ -560,6 +560,11 @@ class CaptureSession:
                 self.notes[rank_note_key(rank, RankNote.CALLS)] = (
                     f"{self._hooks.dropped} communication call(s) not recorded"
                 )
+            if self._hooks.running:
+                self.notes[rank_note_key(rank, RankNote.RUNNING_CALLS)] = (
+                    f"{self._hooks.running} asynchronous call(s) still running when the window ended "
+                    "(the program waited for them later, or never): recorded without an end"
+                )
             if self._hooks.unread_splits:
                 self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = (
                     f"{self._hooks.unread_splits} all_to_all call(s) recorded with even splits: their split "
