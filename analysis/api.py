@@ -115,15 +115,19 @@ def analyze_run(
 ) -> AnalysisResult:
     """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation.
 
-    Raises :class:`AnalysisError` on a run none of whose traces records a start time (Chakra's generator
-    and ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure."""
-    untimed = untimed_ranks(run)
-    if run.ranks and len(untimed) == len(run.ranks):
+    Raises :class:`AnalysisError` on a run with a trace that records no start time (Chakra's generator and
+    ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure, and
+    beside ranks that record theirs (a run whose ranks came from two tools) they were set against those as
+    if measured."""
+    if untimed := untimed_ranks(run):
+        timed = sorted(set(run.ranks) - set(untimed))
+        unlike = f", unlike {ranks_label(timed)}" if timed else ""
+        verb = "records" if len(untimed) == 1 else "record"
         raise AnalysisError(
-            f"{run.run_dir}: {ranks_label(untimed)} record no start time on any node (Chakra's "
-            "start_time_micros, skewlens' skl_start_ns): an untimed trace has no skew, waits or step times "
-            f"to analyse; replay it with modelled communication instead: skewlens replay trace={run.run_dir} "
-            "comm_mode=model"
+            f"{run.run_dir}: {ranks_label(untimed)} {verb} no start time on any node (Chakra's "
+            f"start_time_micros, skewlens' skl_start_ns){unlike}: an untimed trace has no skew, waits or "
+            "step times to analyse; replay it with modelled communication instead: skewlens replay "
+            f"trace={run.run_dir} comm_mode=model"
         )
     with progress.task("analyses: index", 5) as advance:
         ix = build_index(run)

@@ -108,6 +108,33 @@ def test_analyze_refuses_a_run_none_of_whose_traces_records_a_start_time(
     assert not out.exists()
 
 
+def test_analyze_refuses_a_run_where_one_rank_records_no_start_time_beside_ranks_that_do(
+    text2chakra: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 0 timed (from 1 s on), rank 1 untimed: analyze set rank 1's layout from 0 against rank 0's
+    # measured times, reported each all_reduce's skew as ~1,000 ms ("clocks disagree") and exited 0
+    with EtWriter(text2chakra.parent / "dp.0.et") as w:
+        start_us = 1_000_000
+        for nid, name, kind, dur_us, size, deps in TEXT2CHAKRA_DATA:
+            node = pb.Node(id=nid, name=name, type=int(kind), duration_micros=dur_us, data_deps=deps)
+            node.start_time_micros = start_us
+            start_us += dur_us
+            if kind == NodeType.COMM_COLL:
+                node.attr.add(name="comm_type", int64_val=int(CommType.ALL_REDUCE))
+                node.attr.add(name="comm_size", int64_val=size)
+            w.write(node)
+    run = load_run(text2chakra)
+    assert untimed_ranks(run) == [1] and run.ranks[0].start_ns[0] == 1_000_000_000
+    out = tmp_path / "analysis"
+    assert skewlens_main(["analyze", str(text2chakra), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"skewlens analyze: error: {text2chakra}: rank 1 records no start time on any node (Chakra's "
+        "start_time_micros, skewlens' skl_start_ns), unlike rank 0: an untimed trace has no skew"
+    )
+    assert not out.exists()
+
+
 def test_an_as_recorded_replay_of_a_trace_that_records_no_duration_is_refused_and_a_modelled_one_runs(
     generator_allreduce: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
