@@ -390,9 +390,9 @@ NO_START_TIMES = "no start times in the trace"
 
 
 def untimed_ranks(run: RunTrace) -> list[int]:
-    """The ranks whose traces record no start times (:data:`NO_START_TIMES`): their times are laid out by
-    the loader, not measured."""
-    return [r for r, rt in sorted(run.ranks.items()) if any(n.startswith(NO_START_TIMES) for n in rt.notes)]
+    """The ranks whose traces record no start times (``RankTrace.untimed``; their note begins with
+    :data:`NO_START_TIMES`): their times are laid out by the loader, not measured."""
+    return [r for r, rt in sorted(run.ranks.items()) if rt.untimed]
 
 
 def ends_unknown(run: RunTrace) -> dict[int, int]:

@@ -909,6 +909,7 @@ def _interpret(
         dep_idx=dep_idx,
         dep_kind=dep_kind,
         notes=notes,
+        untimed=untimed,
     )
 
 

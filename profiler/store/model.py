@@ -124,6 +124,9 @@ class RankTrace:
     """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
     notes: list[str] = field(default_factory=list)
     """What the loader inferred for this rank (no start times, sequence numbers numbered in file order)."""
+    untimed: bool = False
+    """The trace records no start time on any node (Chakra's generator and ``text2chakra`` write none): its
+    ``start_ns`` are the loader's layout, not measured (``notes`` says which)."""
 
     def __len__(self) -> int:
         return int(self.node_id.shape[0])
