@@ -1050,11 +1050,12 @@ def test_the_parquet_export_gives_each_gpu_nodes_launch_and_the_op_it_was_launch
     assert gpu_launched > 0 and host_launched == early == 0  # host nodes have none; none before its call
 
 
-def _sync_then_launch_run(tmp_path: Path, *, again: bool = False) -> RunTrace:
+def _sync_then_launch_run(tmp_path: Path, *, again: bool = False, twice: bool = False) -> RunTrace:
     """One rank, µs: ``aten::mm`` launches ``gemm`` (stream 7, 5-105); ``aten::index`` (20-120) synchronises
     on stream 7 (returns at 107, once ``gemm`` ended), then launches ``index_kernel`` (call at 110, kernel
     114-119), as ``aten::index`` does after its ``nonzero``; ``again``: then synchronises on stream 7 again
-    (115-120: waits for ``index_kernel``)."""
+    (115-120: waits for ``index_kernel``); ``twice`` (with ``again``; ``aten::index`` 20-140): then launches
+    ``index_kernel2`` (call at 122, kernel 126-131) and synchronises on it (123-132)."""
     evs: list[dict[str, Any]] = []
 
     def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
@@ -1066,7 +1067,7 @@ def _sync_then_launch_run(tmp_path: Path, *, again: bool = False) -> RunTrace:
     x("cpu_op", "aten::mm", 0, 10, **{"External id": 1})
     x("cuda_runtime", "cudaLaunchKernel", 2, 2, correlation=1)
     x("kernel", "gemm", 5, 100, device=0, stream=7, correlation=1)
-    x("cpu_op", "aten::index", 20, 100, **{"External id": 2})
+    x("cpu_op", "aten::index", 20, 120 if twice else 100, **{"External id": 2})
     x("cuda_runtime", "cudaStreamSynchronize", 22, 85, correlation=2)
     x("cuda_sync", "Stream Sync", 105, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=2)
     x("cuda_runtime", "cudaLaunchKernel", 110, 2, correlation=3)
@@ -1074,6 +1075,11 @@ def _sync_then_launch_run(tmp_path: Path, *, again: bool = False) -> RunTrace:
     if again:
         x("cuda_runtime", "cudaStreamSynchronize", 115, 5, correlation=4)
         x("cuda_sync", "Stream Sync", 119, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=4)
+    if twice:
+        x("cuda_runtime", "cudaLaunchKernel", 122, 1, correlation=5)
+        x("kernel", "index_kernel2", 126, 5, device=0, stream=7, correlation=5)
+        x("cuda_runtime", "cudaStreamSynchronize", 123, 9, correlation=6)
+        x("cuda_sync", "Stream Sync", 131, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=6)
     doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": evs}
     (tmp_path / "rank0.json").write_text(json.dumps(doc))
     import_traces([tmp_path / "rank0.json"], None, tmp_path / "run")
@@ -1156,6 +1162,44 @@ def test_the_critical_path_goes_from_a_launch_between_two_waits_to_the_copy_the_
     ]
     assert recs[-1].name == "aten::mm"
     assert sum(r.contribution_ns + r.gap_before_ns for r in recs) == recs[0].end_ns - recs[-1].start_ns
+
+
+def test_the_critical_path_goes_from_each_of_two_launches_between_three_waits_to_the_wait_just_before_it(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.critical_path import analyze_critical_path
+    from skewlens.analysis.index import build_index
+
+    # aten::index (20-140 us) waits for gemm until 105, launches index_kernel at 110 (114-119), waits for
+    # it, launches index_kernel2 at 122 (126-131), waits for that: each launch is held by the wait that
+    # ended last before its call (index_kernel's at 119 for the second, gemm's at 105 for the first), not
+    # by one that ended after it nor by the earliest
+    run = _sync_then_launch_run(tmp_path, again=True, twice=True)
+    ix = build_index(run)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    assert ix.ranks[0].part_waits[row["aten::index"]] == (
+        (row["gemm"], 105_000),
+        (row["index_kernel"], 119_000),
+    )
+    got = [(r.name, r.contribution_ns) for r in analyze_critical_path(ix)]
+    assert [n for n, _c in got[:7]] == [
+        "aten::index",
+        "index_kernel2",
+        "aten::index",
+        "index_kernel",
+        "aten::index",
+        "gemm",
+        "aten::mm",
+    ]
+    assert got[:6] == [
+        ("aten::index", 9_000),
+        ("index_kernel2", 5_000),
+        ("aten::index", 3_000),
+        ("index_kernel", 5_000),
+        ("aten::index", 5_000),
+        ("gemm", 100_000),
+    ]
 
 
 def test_a_launch_after_its_ops_wait_is_met_at_the_recorded_call_as_the_analyses_read_it(
