@@ -771,6 +771,26 @@ def test_analyze_given_an_extrapolated_replays_outputs_says_no_run_holds_its_ran
     assert not (tmp_path / "a").exists()
 
 
+def test_a_timeline_cut_short_or_with_a_flag_for_its_rank_count_is_still_named_a_timeline_not_a_run(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.errors import ManifestError
+    from skewlens.profiler.store.load import locate_run
+
+    # its otherData cut off mid-value (no JSON to read: no run named), or with a rank count that is true:
+    # a timeline all the same, not an extrapolated one of 1 rank
+    head = '{"displayTimeUnit":"ns","otherData":{"t0_ns":0,'
+    for name, text in (("cut", head + '"run_dir":"/r'), ("flag", head + '"extrapolated_ranks":true}}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "timeline.json").write_text(text)
+        with pytest.raises(ManifestError) as e:
+            locate_run(tmp_path / name)
+        assert str(e.value) == (
+            f"{tmp_path / name}: timeline.json is a Perfetto timeline skewlens wrote (a replay's or an "
+            "analysis' output), not a run: give the run it was made from"
+        )
+
+
 def test_an_fsdp2_runs_gather_into_a_list_keeps_its_bytes_while_its_parameter_gathers_shrink(
     tmp_path: Path,
 ) -> None:

@@ -223,3 +223,32 @@ def test_a_trace_from_before_chakras_global_metadata_is_named_as_such_with_what_
         "GlobalMetadata(version='0.0.4'))) to load it"
     )
     assert str(e.value) == f"{tmp_path / 'old.0.et'}: no GlobalMetadata at byte offset 0: {hint}"
+
+
+def test_a_trace_timed_only_in_nanoseconds_below_a_microsecond_keeps_its_start_times(tmp_path: Path) -> None:
+    # skl_start_ns stands where start_time_micros is 0: starts of 100, 400 and 700 ns are recorded times
+    for r in (0, 1):
+        with EtWriter(tmp_path / f"ns.{r}.et") as w:
+            for nid, start in enumerate((100, 400, 700)):
+                node = pb.Node(id=nid, name=f"op{nid}", type=int(NodeType.COMP))
+                node.attr.add(name="skl_start_ns", int64_val=start)
+                node.attr.add(name="skl_dur_ns", int64_val=200)
+                w.write(node)
+    run = load_run(tmp_path / "ns")
+    assert run.ranks[0].start_ns.tolist() == [100, 400, 700]
+    assert untimed_ranks(run) == []
+
+
+def test_a_trace_without_start_times_whose_durations_sum_past_2_62_ns_keeps_its_starts_at_0(
+    tmp_path: Path,
+) -> None:
+    # 4,100 nodes of just under 2^50 ns each: 4.616e18 ns end to end, past the 2^62 ns (4.612e18) a start
+    # may have
+    big = (1 << 50) // 1000
+    nodes = [(i, f"op{i}", NodeType.COMP, big, 0, []) for i in range(4100)]
+    run = load_run(_write(tmp_path, "big", nodes))
+    rt = run.ranks[0]
+    assert not rt.start_ns.any()
+    assert rt.dur_ns[0] == big * 1000
+    assert any("start_ns kept at 0: its durations sum past 2^62 ns" in n for n in rt.notes)
+    assert untimed_ranks(run) == [0, 1]
