@@ -1128,3 +1128,29 @@ def test_an_archive_compressed_twice_is_not_inflated_a_second_time_when_sniffed(
     once = tmp_path / "once.tar.gz"
     once.write_bytes(inner.getvalue())
     assert load_mod._sniff(once) == "kineto"
+
+
+def test_a_collectives_group_rank_order_is_its_groups_as_recorded_and_sorted_where_the_group_does_not_hold_it(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.model import group_rank_order
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    # new_group([3, 1], sort_ranks=False): group rank 0 is global rank 3, the order of its split lists
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "g": (3, 1)})
+    for r in (1, 3):
+        b.rank(r).step(0).collective(CommType.ALL_TO_ALL, 64, 1_000, pg="g", start_ns=0)
+    for r in (0, 2):
+        b.rank(r).step(0).compute("op", 1_000, start_ns=0)
+    run = load_run(b.write(tmp_path / "run"))
+    (inst,) = run.collectives
+    assert inst.ranks == (1, 3)
+    assert group_rank_order(run, inst) == (3, 1)
+    # a group listed with other members than the collective's: the members, sorted
+    other = ProcessGroupInfo(name="g", ranks=(2, 0), desc="", backend="")
+    odd = dataclasses.replace(run, process_groups={**run.process_groups, "g": other})
+    assert group_rank_order(odd, inst) == (1, 3)
