@@ -225,6 +225,24 @@ def test_a_trace_from_before_chakras_global_metadata_is_named_as_such_with_what_
     assert str(e.value) == f"{tmp_path / 'old.0.et'}: no GlobalMetadata at byte offset 0: {hint}"
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"\x03\x12\x01\xff",  # field 2 a byte that is neither an attribute nor a name: no message at all
+        encode_message(pb.Node(id=0, name="COMP_NODE_conv1_FWD", type=99)),  # a node of no known type
+    ],
+    ids=["no message", "unknown node type"],
+)
+def test_a_first_message_that_is_neither_metadata_nor_a_known_node_is_named_corrupt_without_the_hint(
+    tmp_path: Path, first: bytes
+) -> None:
+    for r in (0, 1):
+        (tmp_path / f"bad.{r}.et").write_bytes(first)
+    with pytest.raises(TraceFormatError) as e:
+        load_run(tmp_path / "bad")
+    assert str(e.value) == f"{tmp_path / 'bad.0.et'}: corrupt GlobalMetadata at byte offset 0"
+
+
 def test_a_trace_timed_only_in_nanoseconds_below_a_microsecond_keeps_its_start_times(tmp_path: Path) -> None:
     # skl_start_ns stands where start_time_micros is 0: starts of 100, 400 and 700 ns are recorded times
     for r in (0, 1):
