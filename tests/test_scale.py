@@ -791,17 +791,19 @@ def test_a_timeline_cut_short_or_with_a_flag_for_its_rank_count_is_still_named_a
         )
 
 
+@pytest.mark.parametrize("listed", ["c10d::allgather_", "nccl:all_gather"])
 def test_an_fsdp2_runs_gather_into_a_list_keeps_its_bytes_while_its_parameter_gathers_shrink(
-    tmp_path: Path,
+    tmp_path: Path, listed: str
 ) -> None:
-    # a metrics gather (dist.all_gather into a list: c10d::allgather_) beside FSDP2's parameter gathers
-    # (all_gather_into_tensor: c10d::_allgather_base_); at 8 ranks it was priced as 4 KiB a rank, not 16
+    # a metrics gather (dist.all_gather into a list: c10d::allgather_, or ProcessGroupNCCL's annotation of
+    # it) beside FSDP2's parameter gathers (all_gather_into_tensor: c10d::_allgather_base_); at 8 ranks it
+    # was priced as 4 KiB a rank, not 16
     b = RunBuilder(world_size=2)
     for r in range(2):
         b.rank(r).step(0)
         b.rank(r).collective(AG, FULL // 2, 1_000_000, start_ns=0, name="c10d::_allgather_base_")
         b.rank(r).collective(RS, FULL, 1_000_000, start_ns=1_000_000, name="c10d::_reduce_scatter_base_")
-        b.rank(r).collective(AG, 16_384, 100_000, start_ns=2_000_000, name="c10d::allgather_")
+        b.rank(r).collective(AG, 16_384, 100_000, start_ns=2_000_000, name=listed)
     scaled = scale_run(load_run(b.write(tmp_path / "fsdp2")), 8)
     assert [(c.comm_type, set(c.comm_bytes)) for c in scaled.collectives] == [
         (AG, {FULL // 8}),
