@@ -105,6 +105,9 @@ def test_a_run_without_step_marks_is_blamed_as_one_step(tmp_path: Path) -> None:
     assert res.baseline_step_ns == {-1: end}
     assert res.records[0].rank == 1
     assert res.records[0].straggler_cost_ns == extra
+    # ranks 0 and 2 cost nothing and made no one wait: in rank order after it
+    rest = [(r.rank, r.straggler_cost_ns, r.caused_wait_ns) for r in res.records[1:]]
+    assert rest == [(0, 0, 0), (2, 0, 0)]
 
 
 def test_the_typical_value_of_each_slot_is_the_median_over_its_steps() -> None:
@@ -171,14 +174,19 @@ def test_the_cause_of_a_rank_that_made_no_one_wait_is_its_excess_over_the_median
         rb = b.rank(r)
         for s in range(2):
             rb.step(s)
-            rb.compute("aten::mm", 5 * MS, start_ns=s * 20 * MS)
-            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS)
+            # rank 1 arrives 1 ms late at step 0's all_reduce, which ends at 7 ms for all
+            late, wait = (MS if r == 1 else 0, MS) if s == 0 else (0, 0)
+            rb.compute("aten::mm", 5 * MS + late, start_ns=s * 20 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS + wait - late)
             if s == 1:
                 rb.compute("aten::sort", (8 if r == 2 else 1) * MS)
     res = analyze_run(load_run(b.write(tmp_path / "run")))
     top = res.stragglers[0]
     assert (top.rank, top.straggler_cost_ns, top.caused_wait_ns) == (2, 7 * MS, 0)
     assert top.cause == "compute grew: aten::sort +3.5 ms"
+    # ranked by cost before the waits caused: rank 1 made both others wait 1 ms, but costs less
+    second = res.stragglers[1]
+    assert (second.rank, second.caused_wait_ns) == (1, 2 * MS) and 0 < second.straggler_cost_ns < 7 * MS
 
 
 def test_a_cause_from_an_excess_that_would_read_plus_zero_ms_is_no_cause() -> None:
