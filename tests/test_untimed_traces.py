@@ -270,3 +270,25 @@ def test_a_trace_without_start_times_whose_durations_sum_past_2_62_ns_keeps_its_
     assert rt.dur_ns[0] == big * 1000
     assert any("start_ns kept at 0: its durations sum past 2^62 ns" in n for n in rt.notes)
     assert untimed_ranks(run) == [0, 1]
+
+
+def test_a_run_timed_or_communicating_on_one_rank_only_is_not_refused_as_taking_no_time(
+    tmp_path: Path, generator_allreduce: Path
+) -> None:
+    import dataclasses
+
+    from test_replay_cli import compose_replay
+
+    from skewlens.replay.driver import check_timed
+    from skewlens.replay.errors import ConfigError
+
+    # rank 0: the generator's untimed all_reduce; rank 1: an untimed MEM_LOAD, or the same timed 5 us
+    coll = load_run(generator_allreduce)
+    mem = load_run(_write(tmp_path / "m", "mem", [(0, "MEM_LOAD_NODE", NodeType.MEM_LOAD, 0, 0, [])]))
+    timed = load_run(_write(tmp_path / "t", "mem", [(0, "MEM_LOAD_NODE", NodeType.MEM_LOAD, 5, 0, [])]))
+    model = compose_replay(["comm_mode=model"])
+    check_timed(dataclasses.replace(coll, ranks={0: coll.ranks[0], 1: mem.ranks[1]}), model)
+    as_recorded = compose_replay(["comm_mode=as_recorded"])
+    check_timed(dataclasses.replace(mem, ranks={0: mem.ranks[0], 1: timed.ranks[1]}), as_recorded)
+    with pytest.raises(ConfigError, match="nothing in it takes time"):  # untimed on both, no communication
+        check_timed(mem, model)
