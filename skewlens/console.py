@@ -59,11 +59,12 @@ _ESCAPED_BYTES = range(0xDC80, 0xDD00)
 def _stand_in(error: UnicodeError) -> tuple[str | bytes, int]:
     if not isinstance(error, UnicodeEncodeError):
         raise error
-    if ord(error.object[error.start]) in _ESCAPED_BYTES:
-        return codecs.lookup_error("surrogateescape")(error)
+    escaped = ord(error.object[error.start]) in _ESCAPED_BYTES
     end = error.start
-    while end < error.end and ord(error.object[end]) not in _ESCAPED_BYTES:
+    while end < error.end and (ord(error.object[end]) in _ESCAPED_BYTES) == escaped:
         end += 1
+    if escaped:  # those bytes, up to the next other character (surrogateescape refused a range holding one)
+        return bytes(ord(c) - 0xDC00 for c in error.object[error.start : end]), end
     text = error.object[error.start : end].translate(_ASCII_STAND_INS)
     return text.encode("ascii", "backslashreplace").decode("ascii"), end
 

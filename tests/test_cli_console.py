@@ -1010,3 +1010,41 @@ def test_tty_compatible_asks_for_progress_bars_on_a_pipe_even_with_force_color(
     err = io.StringIO()
     load_run(_named_run(tmp_path, "aten::mm"), progress=RichProgress(Console(file=err, width=100)))
     assert "loading" in err.getvalue()
+
+
+def _ascii_stream(errors: str) -> tuple[io.BytesIO, io.TextIOWrapper]:
+    raw = io.BytesIO()
+    return raw, io.TextIOWrapper(raw, encoding="ascii", errors=errors, write_through=True)
+
+
+def test_a_file_names_undecodable_byte_next_to_a_stand_in_prints_as_that_byte_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from skewlens.console import STAND_IN_ERRORS, encodable_output
+
+    raw, out = _ascii_stream("strict")
+    monkeypatch.setattr("sys.stdout", out)
+    with encodable_output():
+        # a file name's byte 0xfc (LC_ALL=C) between stand-ins: it was a UnicodeEncodeError ('surrogateescape'
+        # given the range of both) where the surrogate came first
+        out.write("\N{HORIZONTAL ELLIPSIS}\udcfc\N{MICRO SIGN}s \udcfc\N{HORIZONTAL ELLIPSIS}")
+    assert raw.getvalue() == b"~\xfcus \xfc~"
+    assert out.errors == "strict"  # put back
+    with pytest.raises(UnicodeDecodeError):
+        b"\xff".decode("ascii", STAND_IN_ERRORS)
+
+
+def test_a_stream_told_what_to_do_with_unencodable_characters_is_left_so_and_a_closed_one_is_left_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from skewlens.console import encodable_output
+
+    raw, out = _ascii_stream("replace")  # PYTHONIOENCODING=ascii:replace
+    _raw2, gone = _ascii_stream("strict")
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stderr", gone)
+    with encodable_output():
+        out.write("\N{HORIZONTAL ELLIPSIS}")
+        gone.close()  # its reader gone: nothing to put back, no ValueError on the way out
+    assert raw.getvalue() == b"?"
+    assert gone.closed
