@@ -1048,3 +1048,33 @@ def test_a_stream_told_what_to_do_with_unencodable_characters_is_left_so_and_a_c
         gone.close()  # its reader gone: nothing to put back, no ValueError on the way out
     assert raw.getvalue() == b"?"
     assert gone.closed
+
+
+def test_a_console_forced_to_be_a_terminal_is_one_and_a_closed_stream_under_force_color_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from skewlens.console import on_a_terminal
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    assert on_a_terminal(Console(file=io.StringIO(), force_terminal=True))  # rich's word, no FORCE_COLOR
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    closed = io.StringIO()
+    closed.close()
+    console = Console(file=closed)
+    assert console.is_terminal and not on_a_terminal(console)
+
+
+def test_the_null_device_standing_in_for_a_missing_stdout_is_closed_once_the_command_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from skewlens.cli import closed_streams_as_null
+
+    monkeypatch.setattr("sys.stdout", None)
+    with closed_streams_as_null():
+        null = sys.stdout
+        assert null is not None and not null.closed
+        print("results", file=null)
+    assert sys.stdout is None and null.closed
