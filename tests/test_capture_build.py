@@ -129,6 +129,10 @@ def test_a_collective_still_running_when_the_window_ended_is_a_node_without_an_e
     blocking, still = by_name(build_nodes(cap), "c10d::allreduce_")
     assert (blocking.start_ns, blocking.dur_ns) == (10_000, 2_000)
     assert (still.start_ns, still.dur_ns, still.attrs[Attr.SEQ]) == (50_200, 0, 1)
+    # an isend still running keeps its issue time: only a collective is read as without an end
+    isend = replace(running, node_type=NodeType.COMM_SEND, op="c10d::send", comm_type=None, dst=1)
+    (send,) = by_name(build_nodes(one_step([coll(10_000, 12_000, seq=0), isend])), "c10d::send")
+    assert (send.start_ns, send.dur_ns) == (50_000, 200)
 
 
 def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:
