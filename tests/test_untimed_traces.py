@@ -96,16 +96,21 @@ def test_analyze_refuses_a_run_none_of_whose_traces_records_a_start_time(
 ) -> None:
     with pytest.raises(AnalysisError, match="ranks 0-1 record no start time on any node"):
         analyze_run(load_run(text2chakra))
-    out = tmp_path / "analysis"
-    assert skewlens_main(["analyze", str(text2chakra), "--out", str(out)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == (
+    assert _analyze_refused(text2chakra, tmp_path, capsys) == (
         f"skewlens analyze: error: {text2chakra}: ranks 0-1 record no start time on any node (Chakra's "
         "start_time_micros, skewlens' skl_start_ns): an untimed trace has no skew, waits or step times to "
         f"analyse; replay it with modelled communication instead: skewlens replay trace={text2chakra} "
         "comm_mode=model"
     )
+
+
+def _analyze_refused(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line ``skewlens analyze RUN`` refuses ``run_dir`` with (exit 2, no output directory)."""
+    out = tmp_path / "analysis"
+    assert skewlens_main(["analyze", str(run_dir), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert not out.exists()
+    return line
 
 
 def test_analyze_refuses_a_run_where_one_rank_records_no_start_time_beside_ranks_that_do(
@@ -125,14 +130,10 @@ def test_analyze_refuses_a_run_where_one_rank_records_no_start_time_beside_ranks
             w.write(node)
     run = load_run(text2chakra)
     assert untimed_ranks(run) == [1] and run.ranks[0].start_ns[0] == 1_000_000_000
-    out = tmp_path / "analysis"
-    assert skewlens_main(["analyze", str(text2chakra), "--out", str(out)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(
+    assert _analyze_refused(text2chakra, tmp_path, capsys).startswith(
         f"skewlens analyze: error: {text2chakra}: rank 1 records no start time on any node (Chakra's "
         "start_time_micros, skewlens' skl_start_ns), unlike rank 0: an untimed trace has no skew"
     )
-    assert not out.exists()
 
 
 def test_an_as_recorded_replay_of_a_trace_that_records_no_duration_is_refused_and_a_modelled_one_runs(
