@@ -6,6 +6,7 @@ Versioned: every reader checks ``format`` and ``version`` and says what it found
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
@@ -118,6 +119,38 @@ SCALE_NOTE = "scale"
 #: The ``otherData`` key of an extrapolated replay's ``timeline.json``: its ranks (``scale.dp`` of them, times
 #: the ranks of a replica), which no run holds (so the store's loader says the file cannot be analysed).
 TIMELINE_SCALED_RANKS = "extrapolated_ranks"
+#: How the Perfetto timelines skewlens writes begin (:func:`skewlens.replay.streaming.trace_json`: a replay's
+#: ``timeline.json``, analyze's ``trace_critical_path.json``): Chrome trace JSON, as Kineto's is, so that the
+#: store's Kineto sniff took a replay's output directory for Kineto traces and advised importing them.
+OWN_TIMELINE = re.compile(rb'\A\{"displayTimeUnit":"[a-z]+","otherData":\{"t0_ns":')
+
+
+def own_timeline_hint(name: str, head: bytes, *, not_a: str) -> str | None:
+    """Where ``head`` (a file's first bytes) begins a Perfetto timeline skewlens wrote (:data:`OWN_TIMELINE`),
+    what to say of file ``name``: that it is one (``not_a`` what the command wanted, ``a run``), the run it
+    was made from, or, for an extrapolated replay (``scale.dp``), that no run holds its ranks; else None."""
+    if not OWN_TIMELINE.match(head):
+        return None
+    other: dict[str, Any] = {}
+    try:
+        text = head.decode("utf-8", "replace")
+        got, _end = json.JSONDecoder().raw_decode(text, text.index('"otherData":') + len('"otherData":'))
+        other = got if isinstance(got, dict) else {}
+    except ValueError:  # cut short by the head's end: what it says is all there is
+        pass
+    run_dir = other.get("run_dir")
+    of = f" of run {run_dir}" if isinstance(run_dir, str) else ""
+    said = (
+        f"{name} is a Perfetto timeline skewlens wrote{of} (a replay's or an analysis' output), not {not_a}"
+    )
+    scaled = other.get(TIMELINE_SCALED_RANKS)
+    if isinstance(scaled, int) and not isinstance(scaled, bool):
+        return (
+            f"{said}: the replay was extrapolated to {scaled:,} ranks (scale.dp), which no run holds, so "
+            "no command reads it as a run; its per-rank results are summary.parquet and timeline.parquet "
+            f"beside it{f', and {run_dir} is the captured run' if isinstance(run_dir, str) else ''}"
+        )
+    return f"{said}: give the run it was made from{f', {run_dir}' if isinstance(run_dir, str) else ''}"
 
 
 def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:

@@ -771,6 +771,28 @@ def test_analyze_given_an_extrapolated_replays_outputs_says_no_run_holds_its_ran
     assert not (tmp_path / "a").exists()
 
 
+def test_importing_a_replays_timeline_as_kineto_says_what_it_is_and_names_its_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said 'no distributedInfo.rank in the trace (give the rank with --rank ...)', and with --rank 0
+    # 'nothing to import'
+    run_dir = tmp_path / "ddp"
+    build(run_dir, world=2, schedule=DDP)
+    out = tmp_path / "o"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", *MODEL, "progress=false"]) == 0
+    capsys.readouterr()
+    given = out / "timeline.json"
+    what = f"timeline.json is a Perfetto timeline skewlens wrote of run {run_dir}"
+    then = (
+        f"(a replay's or an analysis' output), not a Kineto trace: give the run it was made from, {run_dir}"
+    )
+    for extra in ([], ["--rank", "0"]):
+        assert skewlens_main(["import", "--kineto", str(given), *extra, "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"skewlens import: error: {given}: {what} {then}"]
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_timeline_cut_short_or_with_a_flag_for_its_rank_count_is_still_named_a_timeline_not_a_run(
     tmp_path: Path,
 ) -> None:

@@ -62,7 +62,7 @@ import msgspec
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
-from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo
+from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, own_timeline_hint
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -420,12 +420,21 @@ class _NotFast(Exception):
     """The fast path met something it leaves to :func:`parse_kineto` (which then says what is wrong)."""
 
 
+#: How much of a file :func:`load_kineto` reads to tell one of skewlens' own timelines (its ``otherData``).
+_OWN_HEAD_BYTES = 1 << 16
+
+
 def load_kineto(data: bytes, path: Path, *, rank: int | None = None, max_bytes: int) -> KinetoTrace:
     """A Kineto trace from the JSON text ``data`` of ``path`` (at most ``max_bytes``; module docstring).
 
     The fast path decodes the events into typed records and keeps what :func:`parse_kineto` keeps;
     anything it does not take is parsed by the standard library and checked by :func:`parse_kineto`.
     """
+    # skewlens' own timelines are Chrome trace JSON too: 'no distributedInfo.rank' said nothing of what it is
+    if (
+        own := own_timeline_hint(path.name, bytes(data[:_OWN_HEAD_BYTES]), not_a="a Kineto trace")
+    ) is not None:
+        raise TraceImportError(f"{path}: {own}")
     try:
         return _load_fast(data, path, rank)
     except (_NotFast, *_FAST_PATH_ERRORS):

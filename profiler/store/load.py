@@ -47,10 +47,11 @@ from skewlens.profiler.manifest import (
     CAPTURE_PARTS_ADVICE,
     CAPTURE_PARTS_NOTE,
     MANIFEST_NAME,
+    OWN_TIMELINE,
     PARTS_DIR,
-    TIMELINE_SCALED_RANKS,
     Manifest,
     ProcessGroupInfo,
+    own_timeline_hint,
     rank_file,
     read_manifest,
     with_world_ranks,
@@ -166,10 +167,6 @@ _SNIFF_ENTRIES = 1000
 #: by inflating it.
 _SNIFF_ARCHIVE_BYTES = 1 << 30
 _IMPORT = "skewlens import --kineto"
-#: How the Perfetto timelines skewlens writes begin (:func:`skewlens.replay.streaming.trace_json`: a replay's
-#: ``timeline.json``, analyze's ``trace_critical_path.json``): Chrome trace JSON, as Kineto's is, so that the
-#: Kineto sniff took a replay's output directory for Kineto traces and advised importing them.
-_OWN_TIMELINE = re.compile(rb'\A\{"displayTimeUnit":"[a-z]+","otherData":\{"t0_ns":')
 _TIMELINE = "skewlens_timeline"
 
 
@@ -216,7 +213,7 @@ def _gunzip_head(head: bytes) -> bytes:
 
 
 def _sniff_text(name: str, head: bytes) -> str | None:
-    if _OWN_TIMELINE.match(head):
+    if OWN_TIMELINE.match(head):
         return _TIMELINE
     if b'"traceEvents"' in head or "kineto" in name or ".pt.trace.json" in name:
         return "kineto"
@@ -226,28 +223,12 @@ def _sniff_text(name: str, head: bytes) -> str | None:
 
 
 def _timeline_hint(f: Path) -> str:
-    """What to say where ``f`` is a Perfetto timeline skewlens wrote (:data:`_OWN_TIMELINE`): the run it was
-    made from, or, for an extrapolated replay (``scale.dp``), that no run holds its ranks."""
-    other: dict[str, Any] = {}
-    try:
-        with open_regular(f) as fh:
-            head = fh.read(_SNIFF_BYTES).decode("utf-8", "replace")
-        got, _end = json.JSONDecoder().raw_decode(head, head.index('"otherData":') + len('"otherData":'))
-        other = got if isinstance(got, dict) else {}
-    except (OSError, ValueError, ManifestError):
-        pass
-    run_dir = other.get("run_dir")
-    of = f" of run {run_dir}" if isinstance(run_dir, str) else ""
-    text = f"{f.name} is a Perfetto timeline skewlens wrote{of} (a replay's or an analysis' output)"
-    text += ", not a run"
-    scaled = other.get(TIMELINE_SCALED_RANKS)
-    if isinstance(scaled, int) and not isinstance(scaled, bool):
-        return (
-            f"{text}: the replay was extrapolated to {scaled:,} ranks (scale.dp), which no run holds, so "
-            "no command reads it as a run; its per-rank results are summary.parquet and timeline.parquet "
-            f"beside it{f', and {run_dir} is the captured run' if isinstance(run_dir, str) else ''}"
-        )
-    return f"{text}: give the run it was made from{f', {run_dir}' if isinstance(run_dir, str) else ''}"
+    """What to say where ``f`` is a Perfetto timeline skewlens wrote: :func:`~skewlens.profiler.manifest.
+    own_timeline_hint` of its first bytes."""
+    head = b""
+    with contextlib.suppress(OSError, ManifestError), open_regular(f) as fh:
+        head = fh.read(_SNIFF_BYTES)
+    return own_timeline_hint(f.name, head, not_a="a run") or f"{f.name} is a Perfetto timeline, not a run"
 
 
 def _import_hint(p: Path) -> str | None:
