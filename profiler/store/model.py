@@ -249,6 +249,6 @@ def group_rank_order(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]
     group with ``new_group(..., sort_ranks=False)``; sorted where the group is not known."""
     members = group_members(run, inst)
     pg = run.process_groups.get(inst.pg_name)
-    if pg is not None and pg.ranks and set(pg.ranks) == set(members):
+    if pg is not None and set(pg.ranks) == set(members):
         return tuple(pg.ranks)
     return tuple(sorted(members))
