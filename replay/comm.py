@@ -35,6 +35,9 @@ from skewlens.replay.network.algorithms import (
 )
 from skewlens.replay.network.topology import Topology, TopologyError
 
+#: Per dimension of a topology, a network slowdown's ``(bandwidth factor, extra latency ns)`` on its links.
+Adjust = tuple[tuple[float, int], ...]
+
 #: Collectives in which, under ``direct``, every member sends an equal part to every other (an all_reduce
 #: twice): across dimensions, costed link by link (:meth:`ModelTiming._exchange_t`).
 _EXCHANGES = frozenset(
@@ -121,6 +124,22 @@ class ModelTiming:
     def _adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
         return self.net.comm_adjust(ranks, step) if self.net is not None else (1.0, 0)
 
+    def _adjust_dims(self, members: tuple[int, ...], step: int) -> Adjust:
+        """Per dimension of the topology, the network slowdown's ``(bandwidth factor, extra latency)`` on
+        the group's links there: a slowed link between two members slows only the dimensions their traffic
+        crosses (a slow NVLink pair, not the NICs of a group spanning nodes); on one dimension, what
+        :meth:`_adjust` gives the group."""
+        n = len(self.topology.dims)
+        if self.net is None:
+            return ((1.0, 0),) * n
+        spanned = self._spanned(members)
+        if len(spanned) < 2:
+            return (self.net.comm_adjust(members, step),) * n
+        net = self.net
+        return tuple(
+            net.comm_adjust(members, step, (d, lambda a, b: self._spanned((a, b)))) for d in range(n)
+        )
+
     def collective_time_ns(
         self,
         comm_type: CommType,
@@ -142,41 +161,42 @@ class ModelTiming:
         members = tuple(sorted(set(ranks)))
         if len(members) <= 1:
             return 0
-        factor, extra = self._adjust(members, step)
+        adj = self._adjust_dims(members, step)
         across = comm_type == CommType.ALL_TO_ALL and len(self._spanned(members)) >= 2
         if across and pairs is not None:
             # not cached: uneven splits seldom repeat, and a key would hold p² pairs (MoE: one per call)
-            return self._pairs_ns(pairs, members, factor, extra)
-        key = (comm_type, nbytes, members, factor, extra)
+            return self._pairs_ns(pairs, members, adj)
+        key = (comm_type, nbytes, members, adj)
         cached = self._cache.get(key)
         if cached is None:
             if across:
-                cached = self._even_all_to_all_ns(nbytes, members, factor, extra)
+                cached = self._even_all_to_all_ns(nbytes, members, adj)
             else:
                 size = message_bytes(comm_type, nbytes, len(members))
-                cached = self._collective_ns(comm_type, size, members, factor, extra)
+                cached = self._collective_ns(comm_type, size, members, adj)
             self._cache[key] = cached
         return cached
 
-    def _collective_ns(
-        self, comm_type: CommType, nbytes: int, members: tuple[int, ...], factor: float, extra: int
-    ) -> int:
+    def _collective_ns(self, comm_type: CommType, nbytes: int, members: tuple[int, ...], adj: Adjust) -> int:
         p = len(members)
         dims = self._spanned(members)
         ds = [self.topology.dims[d] for d in dims]
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
-            inner = (ds[0].latency_ns + extra, ds[0].effective_bandwidth_gbps * factor)
+            inner = (ds[0].latency_ns + adj[0][1], ds[0].effective_bandwidth_gbps * adj[0][0])
             # the inter-node phase at the outer dimension whose busiest link takes longest: its load per byte
             # (the p0 rings at once; members sharing a node's link (NIC); a node with fewer members)
             load, bw = max(
                 (
-                    (self.topology.outer_load(members, d), self.topology.dims[d].effective_bandwidth_gbps)
+                    (
+                        self.topology.outer_load(members, d),
+                        self.topology.dims[d].effective_bandwidth_gbps * adj[d][0],
+                    )
                     for d in dims[1:]
                 ),
                 key=lambda lb: lb[0] / lb[1],
             )
-            outer = (max(d.latency_ns for d in ds[1:]) + extra, bw * factor)
+            outer = (max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims[1:]), bw)
             return self._ns(
                 hierarchical_time_ns(
                     comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load
@@ -189,16 +209,16 @@ class ModelTiming:
             # even all_to_all is costed; halving_doubling (a power-of-two group): step by step
             phase: float | None = None
             if self.algorithm == "direct":
-                phase = self._exchange_t(nbytes // p, members, factor, extra)
+                phase = self._exchange_t(nbytes // p, members, adj)
             elif self.algorithm == "halving_doubling" and p & (p - 1) == 0:
-                phase = self._halving_doubling_t(nbytes, members, factor, extra)
+                phase = self._halving_doubling_t(nbytes, members, adj)
             if phase is not None:
                 phases = 2 if comm_type == CommType.ALL_REDUCE else 1
                 return self._ns(
                     phases * phase, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks"
                 )
-        alpha = float(max(d.latency_ns for d in ds) + extra)
-        bw = min(d.effective_bandwidth_gbps for d in ds) * factor
+        alpha = float(max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims))
+        bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
         if slowest.kind == "ring" and self.algorithm not in ("ring", "hierarchical"):
             alpha *= max(1, p // 2)  # messages between non-neighbours travel up to p/2 hops
@@ -207,9 +227,7 @@ class ModelTiming:
             f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
         )
 
-    def _pairs_ns(
-        self, pairs: Sequence[tuple[int, int, int]], members: tuple[int, ...], factor: float, extra: int
-    ) -> int:
+    def _pairs_ns(self, pairs: Sequence[tuple[int, int, int]], members: tuple[int, ...], adj: Adjust) -> int:
         """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the
         receiver through their links (``Topology.link``) on every dimension the two differ in (two ranks
         of a node: its switch only; of two nodes: their nodes' links too); the time is the busiest link's,
@@ -223,32 +241,34 @@ class ModelTiming:
                 for load, r in ((out, src), (into, dst)):
                     k = self.topology.link(r, d)
                     load[k] = load.get(k, 0) + n
-        t = max(self._busiest_t(out, factor, extra), self._busiest_t(into, factor, extra))
+        t = max(self._busiest_t(out, adj), self._busiest_t(into, adj))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
 
-    def _busiest_t(self, load: Mapping[tuple[int, ...], float], factor: float, extra: int) -> float:
+    def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust) -> float:
         """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of
         the link's dimension; 0 where none carries a byte."""
         dims = self.topology.dims
         return max(
             (
-                dims[k[0]].latency_ns + extra + n / (dims[k[0]].effective_bandwidth_gbps * factor)
+                dims[k[0]].latency_ns
+                + adj[k[0]][1]
+                + n / (dims[k[0]].effective_bandwidth_gbps * adj[k[0]][0])
                 for k, n in load.items()
                 if n > 0
             ),
             default=0.0,
         )
 
-    def _even_all_to_all_ns(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> int:
+    def _even_all_to_all_ns(self, nbytes: int, members: tuple[int, ...], adj: Adjust) -> int:
         """An even all_to_all (each member sends ``even_split_bytes(nbytes, p)`` to every other) costed as
         :meth:`_pairs_ns` costs those pairs (:meth:`_exchange_t`)."""
         part = even_split_bytes(nbytes, len(members))
         return self._ns(
-            self._exchange_t(part, members, factor, extra),
+            self._exchange_t(part, members, adj),
             f"one all_to_all of {nbytes:,} B among {len(members)} ranks",
         )
 
-    def _exchange_t(self, part: int, members: tuple[int, ...], factor: float, extra: int) -> float:
+    def _exchange_t(self, part: int, members: tuple[int, ...], adj: Adjust) -> float:
         """Each member sending ``part`` bytes to every other at once, costed as :meth:`_pairs_ns` costs such
         pairs without listing the ``p²`` of them: on each dimension ``d`` the group spans, a member sends a
         part to, and receives one from, each member whose coordinate ``d`` differs from its own, through
@@ -263,9 +283,9 @@ class ModelTiming:
             same = Counter(coord.values())
             for r in members:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
-        return self._busiest_t(load, factor, extra)
+        return self._busiest_t(load, adj)
 
-    def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], factor: float, extra: int) -> float:
+    def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], adj: Adjust) -> float:
         """Recursive halving (a reduce-scatter of ``S`` among ``p``, a power of two, members in rank order:
         the partner ``p/2`` away first, then ``p/4``, ..., exchanging ``S/2``, ``S/4``, ..., ``S/p``) link
         by link; recursive doubling (an all-gather) pairs the same distances with the same parts, in the
@@ -287,7 +307,7 @@ class ModelTiming:
                     if coords[i][d] != coords[j][d]:
                         k = topo.link(r, d)
                         load[k] = load.get(k, 0.0) + part
-            t += self._busiest_t(load, factor, extra)
+            t += self._busiest_t(load, adj)
             dist, part = dist // 2, part / 2
         return t
 

@@ -16,7 +16,7 @@ Network slowdowns (link bandwidth, extra latency) act on the topology instead; s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from skewlens.profiler.vocab import NodeType
@@ -62,10 +62,17 @@ class NoEffects:
 NO_EFFECTS: Effects = NoEffects()
 
 
+#: A dimension of a topology, and the dimensions the traffic between two ranks crosses
+#: (``Topology.spanned``): what a network slowdown is asked about on one dimension of a group's links.
+OnDim = tuple[int, Callable[[int, int], Sequence[int]]]
+
+
 @runtime_checkable
 class NetworkEffects(Protocol):
     """Optional extra protocol of a slowdown model: what it does to the network (simulated replay)."""
 
-    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
-        """``(bandwidth factor, extra latency ns)`` for communication among ``ranks`` at ``step``."""
+    def comm_adjust(self, ranks: Sequence[int], step: int, on_dim: OnDim | None = None) -> tuple[float, int]:
+        """``(bandwidth factor, extra latency ns)`` for communication among ``ranks`` at ``step``; with
+        ``on_dim``, on that dimension's links only: a slowed link between two ranks slows the dimensions
+        their traffic crosses."""
         ...

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from skewlens.profiler.vocab import NodeType
+from skewlens.replay.effects import OnDim
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
@@ -280,14 +281,18 @@ class SlowdownModel:
                 d += s.delay_ns
         return d
 
-    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
+    def comm_adjust(self, ranks: Sequence[int], step: int, on_dim: OnDim | None = None) -> tuple[float, int]:
         factor, extra = 1.0, 0
         members = set(ranks)
+
+        def crosses(a: int, b: int) -> bool:
+            return on_dim is None or on_dim[0] in on_dim[1](a, b)
+
         for s in self.items:
             if s.kind != "network" or not s.in_window(step):
                 continue
             hit = not (s.links or s.nodes or s.ranks)
-            hit = hit or any(a in members and b in members for a, b in s.links)
+            hit = hit or any(a in members and b in members and crosses(a, b) for a, b in s.links)
             hit = hit or bool(s.ranks and members.intersection(s.ranks))
             if s.nodes and not hit:
                 node_of = self.node_of or (lambda r: r)

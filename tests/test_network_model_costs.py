@@ -16,6 +16,7 @@ from skewlens.replay.comm import ModelTiming
 from skewlens.replay.lower import collective_bytes
 from skewlens.replay.network.topology import Dimension, Topology
 from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 S = 1_048_576  # bytes
 BW = 50.0  # GB/s = bytes/ns
@@ -41,8 +42,8 @@ class Slower:
     def __init__(self, factor: float, extra: int) -> None:
         self.factor, self.extra = factor, extra
 
-    def comm_adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
-        del ranks, step
+    def comm_adjust(self, ranks: Sequence[int], step: int, on_dim: object = None) -> tuple[float, int]:
+        del ranks, step, on_dim
         return self.factor, self.extra
 
 
@@ -92,6 +93,37 @@ def test_a_network_slowdown_scales_the_links_of_an_all_to_all_across_nodes() -> 
     timing = ModelTiming(two_level(per_node=4), algorithm="direct", network_effects=Slower(f, extra))
     got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8))
     assert got == round(2_000 + extra + (S / 2) / (25.0 * f))
+
+
+def test_a_slow_link_inside_a_node_slows_a_hierarchical_all_reduce_inside_nodes_not_between_them() -> None:
+    # ranks 0 and 1 share node 0: their link is the switch's, which the intra-node rings cross; the
+    # inter-node rings ({0, 2} and {1, 3}) never use it, so the fat tree keeps its bandwidth and latency
+    f, extra = 0.25, 20_000
+    slow = SlowdownModel([Slowdown(kind="network", links=((0, 1),), factor=f, latency_ns=extra)])
+    timing = ModelTiming(two_level(), algorithm="hierarchical", network_effects=slow)
+    p0, p1 = 2, 2
+    intra = (p0 - 1) * (300 + extra + S / (p0 * 200.0 * f))
+    inter = 2 * (p1 - 1) * (2_000 + S / (p0 * p1 * 25.0))
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4)) == round(2 * intra + inter)
+
+
+def test_a_slow_link_between_nodes_slows_a_hierarchical_all_reduce_between_nodes_not_inside_them() -> None:
+    f, extra = 0.25, 20_000
+    slow = SlowdownModel([Slowdown(kind="network", links=((0, 2),), factor=f, latency_ns=extra)])
+    timing = ModelTiming(two_level(), algorithm="hierarchical", network_effects=slow)
+    p0, p1 = 2, 2
+    intra = (p0 - 1) * (300 + S / (p0 * 200.0))
+    inter = 2 * (p1 - 1) * (2_000 + extra + S / (p0 * p1 * 25.0 * f))
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4)) == round(2 * intra + inter)
+
+
+def test_a_slow_link_inside_a_node_slows_an_all_to_all_across_nodes_on_the_switch_only() -> None:
+    # 8 ranks, 4 a node, a link each: each member's fat-tree link carries S/2 at 25 GB/s, as before; its
+    # switch port 6 S/8 (to the 6 members in another slot), now at a quarter of 200 GB/s and 20 us more
+    slow = SlowdownModel([Slowdown(kind="network", links=((0, 1),), factor=0.25, latency_ns=20_000)])
+    timing = ModelTiming(two_level(per_node=4), algorithm="direct", network_effects=slow)
+    switch, fat_tree = 300 + 20_000 + (6 * S / 8) / 50.0, 2_000 + (S / 2) / 25.0
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(max(switch, fat_tree))
 
 
 def test_a_hierarchical_collective_over_three_levels_pays_the_outer_level_whose_busiest_link_is_slowest() -> (
