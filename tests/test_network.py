@@ -51,7 +51,7 @@ def replayed_transfer(rt: RunTrace, **kw: object) -> list[int]:
 # closed forms written out independently of replay.network.algorithms (p = 2, L = 1)
 TWO_RANK_ALL_REDUCE = {
     "ring": 2 * (2 - 1) * (ALPHA + S / (2 * BW)),
-    "tree": 2 * 1 * ALPHA + S / BW,
+    "tree": 2 * 1 * ALPHA + 2 * S / BW,
     "halving_doubling": 2 * 1 * ALPHA + 2 * (1 / 2) * S / BW,
     "direct": 2 * ALPHA + 2 * (1 / 2) * S / BW,
     "hierarchical": 2 * (2 - 1) * (ALPHA + S / (2 * BW)),  # one level: falls back to ring
@@ -72,7 +72,7 @@ EIGHT = 8
 L8 = 3
 EIGHT_RANK = {
     ("ring", CommType.ALL_REDUCE): 2 * 7 * (ALPHA + S / (8 * BW)),
-    ("tree", CommType.ALL_REDUCE): 2 * L8 * ALPHA + S / BW,
+    ("tree", CommType.ALL_REDUCE): 2 * L8 * ALPHA + 2 * S / BW,
     ("halving_doubling", CommType.ALL_REDUCE): 2 * L8 * ALPHA + 2 * 7 / 8 * S / BW,
     ("direct", CommType.ALL_REDUCE): 2 * ALPHA + 2 * 7 / 8 * S / BW,
     # comm_size is a member's input, its shard: the 8 ranks gather 8 * S bytes
@@ -537,7 +537,7 @@ def test_a_direct_collective_across_nodes_costs_what_each_nodes_shared_link_carr
 
 
 def test_a_collective_of_one_rank_costs_nothing_whatever_the_algorithm() -> None:
-    # algorithms: "p <= 1 costs 0"; the tree formula 2Lα + S/B would otherwise charge S/B for p = 1
+    # algorithms: "p <= 1 costs 0"; the tree formula 2Lα + 2S/B would otherwise charge 2S/B for p = 1
     for algorithm in ("ring", "tree", "halving_doubling", "direct"):
         assert flat_time_ns(algorithm, CommType.ALL_REDUCE, nbytes=S, p=1, alpha=ALPHA, bw=BW) == 0.0
 

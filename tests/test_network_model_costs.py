@@ -54,11 +54,23 @@ def test_a_gather_of_eight_pieces_moves_the_eight_pieces_its_root_collects() -> 
     assert got == round(7 * (ALPHA + 8 * S / (8 * BW)))
 
 
+def test_a_tree_all_reduce_moves_twice_the_message_through_each_port_never_beating_the_ring() -> None:
+    # NCCL's double binary tree: a rank sends S/2 up and S/2 to each of two children in the tree it is
+    # interior in, S/2 up in the other: 2 S through its port, which NCCL's tuning model charges too (its
+    # algorithm bandwidth is half the bus bandwidth). No all_reduce moves less than the ring's 2 (p-1)/p S
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=0),))
+    big = 64 * S
+    tree = ModelTiming(flat, algorithm="tree").collective_time_ns(CommType.ALL_REDUCE, big, range(16))
+    ring = ModelTiming(flat, algorithm="ring").collective_time_ns(CommType.ALL_REDUCE, big, range(16))
+    assert tree == round(2 * big / BW)
+    assert tree >= ring == round(2 * 15 / 16 * big / BW)
+
+
 def test_a_tree_all_reduce_on_a_ring_network_pays_up_to_half_the_ring_in_hops_per_message() -> None:
     ring = Topology(name="r", dims=(Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA),))
     got = ModelTiming(ring, algorithm="tree").collective_time_ns(CommType.ALL_REDUCE, S, range(8))
     hops = 8 // 2
-    assert got == round(2 * 3 * (hops * ALPHA) + S / BW)
+    assert got == round(2 * 3 * (hops * ALPHA) + 2 * S / BW)
 
 
 def test_a_message_between_ranks_that_differ_in_both_dimensions_goes_at_the_slower_ones_bandwidth() -> None:

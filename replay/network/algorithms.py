@@ -5,7 +5,7 @@ that for all_gather and gather, whose input is one member's piece; ``skewlens.re
 ``p`` ranks, ``α`` latency per message (ns), ``B`` link bandwidth (bytes/ns = GB/s), ``L = ⌈log2 p⌉``.
 Every formula is the time from the last member's arrival until all members are done; ``p <= 1`` costs 0.
 
-- all_reduce: ring ``2(p−1)(α + S/(pB))``; tree ``2Lα + S/B``; halving_doubling ``2Lα + 2(p−1)/p·S/B``;
+- all_reduce: ring ``2(p−1)(α + S/(pB))``; tree ``2Lα + 2S/B``; halving_doubling ``2Lα + 2(p−1)/p·S/B``;
   direct ``2α + 2(p−1)/p·S/B``.
 - reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
   ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``.
@@ -20,9 +20,12 @@ Every formula is the time from the last member's arrival until all members are d
   ``L(α + S/B)``; direct (root sends to all) ``α + (p−1)·S/B``.
 - barrier: all_reduce with ``S = 0``.
 
-``tree`` is NCCL's double binary tree: the two trees each carry half the data, pipelined, so every rank
-sends and receives ``S`` in each direction once (``S/B``) while latency grows with the depth (``2Lα``:
-reduce up, broadcast down).
+``tree`` is NCCL's double binary tree: the two trees each carry half the data, pipelined. A rank is
+interior in one tree (it sends ``S/2`` to its parent and ``S/2`` to each of two children) and a leaf in the
+other (``S/2`` to its parent), so its port carries ``2S`` each way (``2S/B``: NCCL's own tuning model
+charges a tree all_reduce ``S / (busBw · 0.5)``, its ``src/graph/tuning.cc``), while latency grows with the
+depth (``2Lα``: reduce up, broadcast down). ``S/B``, charged before, was below what any all_reduce can take
+with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice the ring's speed at scale.
 
 ``hierarchical`` (a group spanning nodes, ``p0`` ranks per node on ``(α0, B0)``, ``p1`` nodes on
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
@@ -89,7 +92,7 @@ def flat_time_ns(
         if alg == "ring":
             return 2 * (p - 1) * (alpha + s / (p * bw))
         if alg == "tree":
-            return 2 * big_l * alpha + s / bw
+            return 2 * big_l * alpha + 2 * s / bw
         if alg == "halving_doubling":
             return 2 * big_l * alpha + 2 * frac
         return 2 * alpha + 2 * frac
