@@ -45,7 +45,12 @@ from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_st
 from skewlens.replay.simulate import simulate
 
 CFG = RealConfig(timeout_s=20.0)  # per-operation timeout of the replays below
-SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(60)']"
+
+
+def _sleeper(tmp_path: Path) -> str:
+    """A grandchild that outlives its parent unless killed; its argv names the test's directory, so that
+    ``_no_replay_processes_left`` finds it even once it has left the process tree (re-parented)."""
+    return f"[sys.executable, '-c', 'import time; time.sleep(60)', {str(tmp_path)!r}]"
 
 
 def _median_step(spans: dict[tuple[int, int], tuple[int, int]], rank: int) -> float:
@@ -76,10 +81,14 @@ def assert_the_workers_kept_their_plans(out_dir: Path, ranks: list[int]) -> None
 
 
 _CHILDREN_BEFORE_TEST: set[int] = set()
+#: This pytest session's base temporary directory: every replay and sleeper of these tests names a path
+#: under it in its argv, and processes of other sessions on the machine (their own pytest runs) do not.
+_BASETEMP: list[str] = []
 
 
 @pytest.fixture(autouse=True)
-def _note_preexisting_children() -> None:
+def _note_preexisting_children(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _BASETEMP[:] = [str(tmp_path_factory.getbasetemp())]
     _CHILDREN_BEFORE_TEST.clear()
     _CHILDREN_BEFORE_TEST.update(p.pid for p in psutil.Process().children(recursive=True))
 
@@ -92,10 +101,12 @@ def _no_replay_processes_left() -> list[str]:
         for p in psutil.Process().children(recursive=True)
         if p.is_running() and p.pid not in _CHILDREN_BEFORE_TEST
     ]
+    # Re-parented processes (a worker or sleeper whose parent was killed) are no longer children: look for
+    # this session's anywhere on the machine, by the base temporary directory their argv names.
     workers = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "skewlens.replay.real.worker" in cmd:
+        if p.pid != os.getpid() and _BASETEMP[0] in cmd and p.pid not in _CHILDREN_BEFORE_TEST:
             workers.append(cmd)
     return [f"child {p.pid}: {' '.join(p.cmdline())}" for p in left] + workers
 
@@ -211,7 +222,7 @@ def test_the_real_replays_table_says_recorded_as_the_simulated_ones_and_which_ou
 def test_supervisor_stops_the_whole_process_tree_when_the_replay_overruns(tmp_path: Path) -> None:
     spawn = (
         "import subprocess, sys, time\n"
-        f"kids = [subprocess.Popen({SLEEPER}, start_new_session=True) for _ in range(2)]\n"
+        f"kids = [subprocess.Popen({_sleeper(tmp_path)}, start_new_session=True) for _ in range(2)]\n"
         "time.sleep(60)\n"
     )
     t0 = time.monotonic()
@@ -225,7 +236,7 @@ def test_supervisor_raises_the_first_rank_error_and_stops_the_others(tmp_path: P
     work = tmp_path / "work"
     script = (
         "import json, pathlib, subprocess, sys, time\n"
-        f"kid = subprocess.Popen({SLEEPER}, start_new_session=True)\n"
+        f"kid = subprocess.Popen({_sleeper(tmp_path)}, start_new_session=True)\n"
         "time.sleep(0.3)\n"
         f"pathlib.Path({str(work)!r}, 'rank-1.error.json').write_text(json.dumps({{'rank': 1, "
         "'kind': 'timeout', 'message': \"rank 1: all_reduce on group 'tp0' seq 7 (node 9 x) did not "
