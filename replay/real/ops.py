@@ -93,6 +93,13 @@ def describe(op: ReplayOp, rank: int) -> str:
     return f"rank {rank}: recv of {op.comm_bytes} B from rank {op.peer} tag {op.tag} on {group} {node}"
 
 
+#: Recorded ops (``skl_op``, the node's name) issued in their own form, not the single-tensor form their
+#: ``comm_type`` otherwise gets (:meth:`CommIssuer._list_form`).
+LIST_FORMS = frozenset(
+    {"c10d::allgather_", "c10d::reduce_scatter_", "c10d::alltoall_", "c10d::monitored_barrier"}
+)
+
+
 class CommIssuer:
     """Issues one recorded communication op; keeps reusable buffers per (role, numel, dtype)."""
 
@@ -132,6 +139,8 @@ class CommIssuer:
                 return dist.recv(self._buf("p2p", numel, dt), src=op.peer, group=group, tag=op.tag)
             return dist.irecv(self._buf("p2p", numel, dt), src=op.peer, group=group, tag=op.tag)
         ct = CommType(op.comm_type)
+        if op.name in LIST_FORMS and (issued := self._list_form(op, group, ranks, numel, blocking)):
+            return issued[0]
         if ct == CommType.BARRIER:
             return dist.barrier(group=group, async_op=not blocking)
         if ct == CommType.ALL_REDUCE:
@@ -185,6 +194,41 @@ class CommIssuer:
         # SCATTER
         bufs = [self._buf(f"g{k}", numel, dt) for k in range(size)] if self.rank == root else None
         return dist.scatter(self._buf("in", numel, dt), bufs, src=root, group=group, async_op=not blocking)
+
+    def _list_form(
+        self, op: ReplayOp, group: Any, ranks: tuple[int, ...], numel: int, blocking: bool
+    ) -> tuple[Any] | None:
+        """Re-issue a call recorded in its list form (``op.name``, :data:`LIST_FORMS`) in that form, as
+        ``(its return value,)``: gloo runs the list and the single-tensor forms as different code (in a
+        2-rank gloo capture each list ``reduce_scatter`` took over 4x the single-tensor one issued beside
+        it), and ``monitored_barrier`` is point-to-point messages to and from rank 0, not a barrier. None
+        where the form cannot be issued: a ``monitored_barrier`` waited for asynchronously or off gloo (it
+        has no async form; gloo alone has it), a list ``all_to_all`` of uneven parts on gloo (which takes
+        equal ones only); the single-tensor form is issued instead."""
+        size, dt, a = len(ranks), op.dtype, not blocking
+        gloo = dist.get_backend(group) == "gloo"
+        if op.name == "c10d::monitored_barrier":
+            return (dist.monitored_barrier(group=group),) if blocking and gloo else None
+        if op.name == "c10d::allgather_":
+            out = list(self._buf("out", numel * size, dt).chunk(size))
+            return (dist.all_gather(out, self._buf("in", numel, dt), group=group, async_op=a),)
+        if op.name == "c10d::reduce_scatter_":
+            per = max(1, numel // size)
+            chunks = list(self._buf("in", per * size, dt).chunk(size))
+            return (dist.reduce_scatter(self._buf("out", per, dt), chunks, group=group, async_op=a),)
+        # c10d::alltoall_: a list per side, each tensor the recorded split (else equal parts of its bytes)
+        e = element_bytes(dt)
+        if len(op.send_splits) == len(op.recv_splits) == size:
+            send, recv = [b // e for b in op.send_splits], [b // e for b in op.recv_splits]
+        else:
+            sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
+            send = [max(1, numel // size)] * size
+            recv = [max(1, max(1, b // e) // size) for b in sizes]
+        if gloo and len({*send, *recv}) > 1:
+            return None
+        out = list(self._buf("out", sum(recv), dt).split(recv))
+        inp = list(self._buf("in", sum(send), dt).split(send))
+        return (dist.all_to_all(out, inp, group=group, async_op=a),)
 
 
 #: Threads that block in ``Work.wait()`` for works without a future (gloo's send/recv), reused: starting a

@@ -1,0 +1,111 @@
+"""Which torch.distributed call the real replay issues for each recorded op (in-process, a fake ``dist``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.real import ops as real_ops
+from skewlens.replay.real.ops import CommIssuer
+from skewlens.replay.real.plan import KIND_COLL, ReplayOp
+
+
+class FakeDist:
+    """Records each call as (function, {argument: shape, or list of shapes, or value})."""
+
+    def __init__(self, backend: str = "gloo", world: int = 2) -> None:
+        self.backend, self.world = backend, world
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def get_world_size(self) -> int:
+        return self.world
+
+    def get_backend(self, group: Any = None) -> str:
+        return self.backend
+
+    def __getattr__(self, fn: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> str:
+            seen = {f"arg{k}": _shape(a) for k, a in enumerate(args)}
+            self.calls.append((fn, {**seen, **{k: _shape(v) for k, v in kwargs.items()}}))
+            return fn
+
+        return call
+
+
+def _shape(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return tuple(v.shape)
+    if isinstance(v, list):
+        return [_shape(x) for x in v]
+    return v
+
+
+def _coll(name: str, ct: CommType, nbytes: int, **kw: Any) -> ReplayOp:
+    return ReplayOp(
+        row=0, node_id=1, name=name, kind=KIND_COLL, step=0, dur_ns=0, deps=(), gap_ns=0, delay_ns=0,
+        comm_type=int(ct), pg_name="0", seq=0, comm_bytes=nbytes, dtype="float32", **kw,
+    )  # fmt: skip
+
+
+def _issued(monkeypatch: pytest.MonkeyPatch, op: ReplayOp, *, blocking: bool, backend: str = "gloo") -> Any:
+    fake = FakeDist(backend)
+    monkeypatch.setattr(real_ops, "dist", fake)
+    CommIssuer(0, torch.device("cpu"), {}, "0").issue(op, blocking=blocking)
+    [call] = fake.calls
+    return call
+
+
+def test_a_list_all_gather_is_reissued_as_a_list_all_gather_not_all_gather_into_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fn, args = _issued(monkeypatch, _coll("c10d::allgather_", CommType.ALL_GATHER, 2000), blocking=True)
+    assert fn == "all_gather"
+    assert args["arg0"] == [(500,), (500,)] and args["arg1"] == (500,) and args["async_op"] is False
+
+
+def test_a_list_reduce_scatter_is_reissued_as_a_list_reduce_scatter(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = _coll("c10d::reduce_scatter_", CommType.REDUCE_SCATTER, 2000)
+    fn, args = _issued(monkeypatch, op, blocking=False)
+    assert fn == "reduce_scatter"
+    assert args["arg0"] == (250,) and args["arg1"] == [(250,), (250,)] and args["async_op"] is True
+
+
+def test_a_list_all_to_all_is_reissued_as_a_list_all_to_all_with_its_recorded_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800, send_splits=(40, 120), recv_splits=(40, 20))
+    fn, args = _issued(monkeypatch, op, blocking=True, backend="nccl")
+    assert fn == "all_to_all"
+    assert args["arg0"] == [(10,), (5,)] and args["arg1"] == [(10,), (30,)]
+    even = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800)
+    assert _issued(monkeypatch, even, blocking=True)[1]["arg1"] == [(100,), (100,)]
+
+
+def test_an_uneven_list_all_to_all_on_gloo_which_takes_equal_parts_only_is_issued_as_all_to_all_single(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800, send_splits=(40, 120), recv_splits=(40, 20))
+    fn, args = _issued(monkeypatch, op, blocking=True)
+    assert fn == "all_to_all_single"
+    assert args["input_split_sizes"] == [10, 30] and args["output_split_sizes"] == [10, 5]
+
+
+def test_a_monitored_barrier_is_reissued_as_one_on_gloo_and_as_a_barrier_where_it_cannot_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = _coll("c10d::monitored_barrier", CommType.BARRIER, 0)
+    assert _issued(monkeypatch, op, blocking=True)[0] == "monitored_barrier"
+    assert _issued(monkeypatch, op, blocking=True, backend="nccl")[0] == "barrier"
+    assert _issued(monkeypatch, op, blocking=False) == ("barrier", {"group": None, "async_op": True})
+
+
+def test_single_tensor_collectives_keep_their_single_tensor_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    ag = _coll("c10d::_allgather_base_", CommType.ALL_GATHER, 2000)
+    assert _issued(monkeypatch, ag, blocking=True)[0] == "all_gather_into_tensor"
+    rs = _coll("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER, 2000)
+    assert _issued(monkeypatch, rs, blocking=True)[0] == "reduce_scatter_tensor"
+    bar = _coll("c10d::barrier", CommType.BARRIER, 0)
+    assert _issued(monkeypatch, bar, blocking=True)[0] == "barrier"
