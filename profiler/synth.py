@@ -113,12 +113,14 @@ class RankBuilder:
         root: int | None = None,
         peer_bytes: tuple[int, int] | None = None,
         peer_splits: tuple[Sequence[int], Sequence[int]] | None = None,
+        reduce_op: str | None = None,
     ) -> int:
         """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group.
         ``root``: a rooted collective's root, as the capture records it (broadcast / scatter: ``comm_src``;
         reduce / gather: ``comm_dst``). ``peer_bytes``: an all_to_all's uneven splits as the capture records
         them, (bytes sent to the other members, bytes received from them); ``peer_splits``: (bytes sent to
-        each member, bytes received from each), in group-rank order."""
+        each member, bytes received from each), in group-rank order. ``reduce_op``: its ``skl_reduce_op``
+        (none by default, as in a trace written before it)."""
         if seq is None:
             seq = self._seq[pg]
         self._seq[pg] = seq + 1
@@ -134,6 +136,8 @@ class RankBuilder:
             attrs[Attr.SEND_BYTES], attrs[Attr.RECV_BYTES] = peer_bytes
         if peer_splits is not None:
             attrs[Attr.SEND_SPLITS], attrs[Attr.RECV_SPLITS] = list(peer_splits[0]), list(peer_splits[1])
+        if reduce_op is not None:
+            attrs[Attr.REDUCE_OP] = reduce_op
         if root is not None:
             sends = comm_type in (CommType.BROADCAST, CommType.SCATTER)
             attrs[Attr.COMM_SRC if sends else Attr.COMM_DST] = root

@@ -82,6 +82,9 @@ class Attr(StrEnum):
     # convention (ASTRA-sim refuses a comm node on the CPU); where absent, is_cpu_op says it (older traces).
     HOST_OP = "skl_host_op"
     BATCH = "skl_batch"  # int64, the batch_isend_irecv call a send/recv was issued in (per rank)
+    # string, on all_reduce / reduce / reduce_scatter nodes a Python call issued: its ReduceOp's name
+    # (``sum``, ``max``, ``avg``, ...); absent (older traces, calls issued from C++ such as DDP's): ``sum``
+    REDUCE_OP = "skl_reduce_op"
     # int64, all_to_all nodes: bytes this rank sends to the other members / receives from them (its own
     # chunk left out), where its splits were uneven (even splits: (p - 1) / p of comm_size each way)
     SEND_BYTES = "skl_send_bytes"

@@ -697,3 +697,11 @@ def test_a_backward_pass_on_autograds_device_thread_follows_the_call_and_the_mai
     after = next(n for n in main if n.start_ns >= 8_000)
     assert last.node_id in after.ctrl_deps and after.start_ns == 8_000  # the main thread goes on after it
     assert any("1 stretch(es) of backward passes on autograd's device thread" in n for n in notes), notes
+
+
+def test_a_collectives_reduce_op_is_written_as_skl_reduce_op_and_none_where_it_is_not_known() -> None:
+    nodes = build_nodes(
+        one_step([replace(coll(10_000, 20_000, seq=0), reduce_op="max"), coll(30_000, 40_000, seq=1)])
+    )
+    maxed, unknown = by_name(nodes, "c10d::allreduce_")
+    assert maxed.attrs[Attr.REDUCE_OP] == "max" and Attr.REDUCE_OP not in unknown.attrs

@@ -217,6 +217,38 @@ def test_lean_calls_record_a_root_given_as_a_rank_of_the_group() -> None:
     ]
 
 
+REDUCE_OP_SCRIPT = (
+    ONE_RANK_HOOKED
+    + r"""
+R = dist.ReduceOp
+def calls():
+    dist.all_reduce(torch.ones(4), R.MAX)
+    dist.all_reduce(torch.ones(4), op=R.MIN, async_op=True).wait()
+    dist.all_reduce(torch.ones(4))
+    dist.reduce(torch.ones(4), 0, R.PRODUCT)
+    dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2), op=R.MAX)
+    dist.reduce_scatter(torch.empty(3), [torch.ones(3)], R.MIN)
+    dist.broadcast(torch.ones(4), src=0)
+hooks.lean_left = 100
+calls()                                                             # the lean path
+lean, lost = flight.resolve(flight.dump_entries(), hooks.flush())
+hooks.lean_left = 0
+calls()                                                             # the full path
+full = hooks.flush()
+hooks.uninstall()
+print(json.dumps({"lean": [r.reduce_op for r in lean], "full": [r.reduce_op for r in full], "lost": lost}))
+dist.destroy_process_group()
+"""
+)
+
+
+def test_a_reducing_call_records_its_reduce_op_on_either_path() -> None:
+    # the capture recorded no reduce op: a real replay re-issued MAX, MIN and PRODUCT as SUM
+    data = run_script(REDUCE_OP_SCRIPT)
+    assert data["lost"] == 0
+    assert data["lean"] == data["full"] == ["max", "min", "sum", "product", "max", "min", ""]
+
+
 MONITORED_SCRIPT = r"""
 import json, os, socket, torch, torch.distributed as dist
 with socket.socket() as s:

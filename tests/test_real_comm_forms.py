@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.real import ops as real_ops
 from skewlens.replay.real.ops import CommIssuer
-from skewlens.replay.real.plan import KIND_COLL, ReplayOp
+from skewlens.replay.real.plan import KIND_COLL, ReplayOp, rank_plan
+
+MS = 1_000_000
 
 
 class FakeDist:
     """Records each call as (function, {argument: shape, or list of shapes, or value})."""
+
+    ReduceOp = torch.distributed.ReduceOp
 
     def __init__(self, backend: str = "gloo", world: int = 2) -> None:
         self.backend, self.world = backend, world
@@ -109,3 +117,33 @@ def test_single_tensor_collectives_keep_their_single_tensor_form(monkeypatch: py
     assert _issued(monkeypatch, rs, blocking=True)[0] == "reduce_scatter_tensor"
     bar = _coll("c10d::barrier", CommType.BARRIER, 0)
     assert _issued(monkeypatch, bar, blocking=True)[0] == "barrier"
+
+
+def test_the_recorded_reduce_op_is_reissued_where_the_backend_and_dtype_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    red = torch.distributed.ReduceOp
+    ar = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="max")
+    assert _issued(monkeypatch, ar, blocking=True)[1]["op"] == red.MAX
+    rd = _coll("c10d::reduce_", CommType.REDUCE, 4000, reduce_op="product", root=1)
+    assert _issued(monkeypatch, rd, blocking=True)[1]["op"] == red.PRODUCT
+    rs = _coll("c10d::reduce_scatter_", CommType.REDUCE_SCATTER, 2000, reduce_op="min")
+    assert _issued(monkeypatch, rs, blocking=True)[1]["op"] == red.MIN
+    rst = _coll("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER, 2000, reduce_op="min")
+    assert _issued(monkeypatch, rst, blocking=True)[1]["op"] == red.MIN
+    avg = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="avg")
+    assert _issued(monkeypatch, avg, blocking=True)[1]["op"] == red.SUM  # gloo has no avg
+    assert _issued(monkeypatch, avg, blocking=True, backend="nccl")[1]["op"] == red.AVG
+    band = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="band")  # float32: no bitwise op
+    assert _issued(monkeypatch, band, blocking=True)[1]["op"] == red.SUM
+
+
+def test_the_plan_takes_each_reduce_op_from_the_trace_and_sum_where_it_records_none(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, 1024, MS, start_ns=0, reduce_op="max")
+        rb.collective(CommType.ALL_REDUCE, 1024, MS, reduce_op="bogus")
+        rb.collective(CommType.ALL_REDUCE, 1024, MS)  # a trace written before skl_reduce_op
+    run = load_run(b.write(tmp_path / "run"))
+    assert [o.reduce_op for o in rank_plan(run.ranks[1], run, NO_EFFECTS)] == ["max", "sum", "sum"]

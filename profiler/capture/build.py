@@ -511,6 +511,8 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
                 attrs[Attr.COMM_SRC] = c.src
             if c.dst >= 0:  # (reduce, gather to it)
                 attrs[Attr.COMM_DST] = c.dst
+            if c.reduce_op:
+                attrs[Attr.REDUCE_OP] = c.reduce_op
             if c.send_bytes >= 0:  # an all_to_all's uneven splits
                 attrs[Attr.SEND_BYTES] = c.send_bytes
                 attrs[Attr.RECV_BYTES] = c.recv_bytes

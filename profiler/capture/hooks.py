@@ -80,6 +80,31 @@ _LEAN_ROOT = {
 }
 
 
+#: The ``op`` (ReduceOp) parameter's position in each reducing call (``all_reduce(tensor, op, ...)``,
+#: ``reduce(tensor, dst, op, ...)``, ``reduce_scatter(output, input_list, op, ...)``, ...).
+_REDUCE_OP_ARG = {
+    "c10d::allreduce_": ("op", 1),
+    "c10d::allreduce_coalesced_": ("op", 1),
+    "c10d::reduce_": ("op", 2),
+    "c10d::reduce_scatter_": ("op", 2),
+    "c10d::_reduce_scatter_base_": ("op", 2),
+}
+
+
+def reduce_op_name(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The ReduceOp a reducing call was given, by name, lower case (``max``; ``sum`` where the call gave
+    none: its default); '' for other calls and for a value this cannot name. Reads only the argument."""
+    where = _REDUCE_OP_ARG.get(op)
+    if where is None:
+        return ""
+    value = _arg(args, kwargs, where)
+    if value is None:
+        return "sum"
+    value = getattr(value, "op", value)  # a ReduceOp object (a premul_sum's) holds its RedOpType
+    name = getattr(value, "name", None)
+    return name.lower() if isinstance(name, str) else ""
+
+
 #: all_to_all's arguments (name, position): output, input, their split sizes (the single-tensor form), group.
 _A2A_ARGS = {
     "c10d::alltoall_base_": (
@@ -225,6 +250,7 @@ class _Described(NamedTuple):
     recv_bytes: int = -1
     send_splits: tuple[int, ...] = ()  # ... and to / from each member, in group-rank order
     recv_splits: tuple[int, ...] = ()
+    reduce_op: str = ""  # an all_reduce's, reduce's or reduce_scatter's ReduceOp (reduce_op_name)
 
 
 _TASKS = Path("/proc/self/task")
@@ -404,7 +430,9 @@ class CommHooks:
         # everything but the times is read before the call: Python work right after a collective returns
         # costs several times its own CPU time (gloo's threads are still winding down on the cores)
         try:
-            what = self._describe(spec, a, pg, pg_name, seq)
+            what = self._describe(spec, a, pg, pg_name, seq)._replace(
+                reduce_op=self._reduce_op(spec, args, kwargs)
+            )
             if spec.comm_type == CommType.ALL_TO_ALL:
                 send, recv, to, frm = self._splits(spec, args, kwargs)
                 what = what._replace(send_bytes=send, recv_bytes=recv, send_splits=to, recv_splits=frm)
@@ -456,6 +484,13 @@ class CommHooks:
             self.unread_splits += 1
             return EVEN_SPLITS
 
+    def _reduce_op(self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """:func:`reduce_op_name` of the call; '' where it cannot be read (the call is still recorded)."""
+        try:
+            return reduce_op_name(spec.op, args, kwargs)
+        except Exception:  # bookkeeping must never break the training program
+            return ""
+
     def _lean(
         self, spec: _Spec, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
@@ -487,7 +522,7 @@ class CommHooks:
                 src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
         what = _Described(
             spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
-            threading.get_ident(), False, -1, *splits,
+            threading.get_ident(), False, -1, *splits, self._reduce_op(spec, args, kwargs),
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None))
         if is_async:
@@ -576,7 +611,7 @@ class CommHooks:
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
                 send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
-                recv_splits=w.recv_splits,
+                recv_splits=w.recv_splits, reduce_op=w.reduce_op,
             )  # fmt: skip
             out.append(rec)
         return out

@@ -74,6 +74,9 @@ class CommRecord:
     own chunk included); () for none or even splits."""
     recv_splits: tuple[int, ...] = ()
     """Likewise, bytes received from each member."""
+    reduce_op: str = ""
+    """An all_reduce, reduce or reduce_scatter: its ``ReduceOp``'s name, lower case (``max``); '' where
+    not known (a call issued from C++) and for other ops."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -117,6 +117,18 @@ class CommIssuer:
             t = self._buffers[key] = torch.zeros(numel, dtype=getattr(torch, dtype), device=self.device)
         return t
 
+    @staticmethod
+    def _reduce_op(op: ReplayOp, group: Any) -> Any:
+        """The recorded ReduceOp (:attr:`ReplayOp.reduce_op`), where the backend and dtype take it: gloo
+        has no ``avg`` or ``premul_sum`` (``sum`` instead: the same transfers), NCCL's ``premul_sum`` needs
+        its factor (``avg``, which NCCL runs as one), a bitwise op needs integers (``sum`` on others)."""
+        name = op.reduce_op
+        if name in ("avg", "premul_sum"):
+            name = "sum" if dist.get_backend(group) == "gloo" else "avg"
+        elif name in ("band", "bor", "bxor") and getattr(torch, op.dtype).is_floating_point:
+            name = "sum"
+        return getattr(dist.ReduceOp, name.upper(), dist.ReduceOp.SUM)
+
     def _group(self, op: ReplayOp) -> tuple[Any, tuple[int, ...]]:
         if not op.pg_name or op.pg_name == self.default_pg:
             return None, tuple(range(dist.get_world_size()))
@@ -144,9 +156,13 @@ class CommIssuer:
         if ct == CommType.BARRIER:
             return dist.barrier(group=group, async_op=not blocking)
         if ct == CommType.ALL_REDUCE:
-            return dist.all_reduce(self._buf("in", numel, dt), group=group, async_op=not blocking)
+            red = self._reduce_op(op, group)
+            return dist.all_reduce(self._buf("in", numel, dt), op=red, group=group, async_op=not blocking)
         if ct == CommType.REDUCE:
-            return dist.reduce(self._buf("in", numel, dt), dst=root, group=group, async_op=not blocking)
+            red = self._reduce_op(op, group)
+            return dist.reduce(
+                self._buf("in", numel, dt), dst=root, op=red, group=group, async_op=not blocking
+            )
         if ct == CommType.BROADCAST:
             return dist.broadcast(self._buf("in", numel, dt), src=root, group=group, async_op=not blocking)
         if ct == CommType.ALL_GATHER:
@@ -160,7 +176,11 @@ class CommIssuer:
             per = max(1, numel // size)
             out = self._buf("out", per, dt)
             return dist.reduce_scatter_tensor(
-                out, self._buf("in", per * size, dt), group=group, async_op=not blocking
+                out,
+                self._buf("in", per * size, dt),
+                op=self._reduce_op(op, group),
+                group=group,
+                async_op=not blocking,
             )
         if ct == CommType.ALL_TO_ALL and len(op.send_splits) == len(op.recv_splits) == size:
             # the recorded splits (whole elements of the dtype: the plan made it uint8 otherwise)
@@ -215,7 +235,8 @@ class CommIssuer:
         if op.name == "c10d::reduce_scatter_":
             per = max(1, numel // size)
             chunks = list(self._buf("in", per * size, dt).chunk(size))
-            return (dist.reduce_scatter(self._buf("out", per, dt), chunks, group=group, async_op=a),)
+            out_t, red = self._buf("out", per, dt), self._reduce_op(op, group)
+            return (dist.reduce_scatter(out_t, chunks, op=red, group=group, async_op=a),)
         # c10d::alltoall_: a list per side, each tensor the recorded split (else equal parts of its bytes)
         e = element_bytes(dt)
         if len(op.send_splits) == len(op.recv_splits) == size:

@@ -49,7 +49,7 @@ from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 4  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order
+PLAN_VERSION = 5  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -147,6 +147,9 @@ class ReplayOp:
     """Bytes of this rank's call (Chakra ``comm_size``)."""
     dtype: str = "float32"
     """Element type of the communicated tensor."""
+    reduce_op: str = "sum"
+    """An all_reduce's, reduce's or reduce_scatter's ReduceOp, by name (``skl_reduce_op``; ``sum`` where the
+    trace records none, or one this replay does not know: :data:`REDUCE_OPS`)."""
     blocking: bool = False
     """Communication the next op waits for at once: issued as a blocking call (else asynchronously)."""
     wait_deps: tuple[int, ...] = ()
@@ -222,14 +225,23 @@ class PlanMeta:
     a rank not listed: ``rank-<r>.et``."""
 
 
-def _dtypes_by_node(path: str) -> dict[int, str]:
-    """``skl_dtype`` of each communication node of a rank's file (the store keeps no column for it)."""
-    out: dict[int, str] = {}
+#: The ReduceOps a recorded ``skl_reduce_op`` may name (``torch.distributed.ReduceOp``'s, lower case).
+REDUCE_OPS = frozenset({"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"})
+
+
+def _comm_attrs_by_node(path: str) -> dict[int, tuple[str, str]]:
+    """``skl_dtype`` and ``skl_reduce_op`` ('' where absent) of each communication node of a rank's file
+    (the store keeps no column for them)."""
+    out: dict[int, tuple[str, str]] = {}
     for _off, node in iter_nodes(path):
         if node.type in (NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV):
+            dtype = reduce_op = ""
             for a in node.attr:
                 if a.name == Attr.DTYPE:
-                    out[node.id] = str(attr_value(a))
+                    dtype = str(attr_value(a))
+                elif a.name == Attr.REDUCE_OP:
+                    reduce_op = str(attr_value(a))
+            out[node.id] = (dtype, reduce_op)
     return out
 
 
@@ -275,7 +287,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     """The ops of one rank, in execution order (see the module docstring for the timing rules)."""
     m = execution_model(run).ranks[rt.rank]
     n = len(rt)
-    dtypes = _dtypes_by_node(rt.path)
+    comm_attrs = _comm_attrs_by_node(rt.path)
     starts = rt.start_ns.tolist()
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
@@ -348,7 +360,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 send, recv = _recorded_splits(rt, i)
                 extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
             extra["queue_deps"] = tuple(queue_deps[i])
-            ops.append(_comm_op(rt, run, i, dtypes, {**common, **extra}))
+            ops.append(_comm_op(rt, run, i, comm_attrs, {**common, **extra}))
             continue
         if parent[i] >= 0:
             ops.append(
@@ -396,16 +408,17 @@ def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
 
 
 def _comm_op(
-    rt: RankTrace, run: RunTrace, i: int, dtypes: dict[int, str], common: dict[str, Any]
+    rt: RankTrace, run: RunTrace, i: int, attrs: dict[int, tuple[str, str]], common: dict[str, Any]
 ) -> ReplayOp:
     t = int(rt.node_type[i])
     gi = int(rt.pg[i])
     pg_name = run.pg_names[gi] if gi >= 0 else ""
-    dtype = normalise_dtype(dtypes.get(int(rt.node_id[i]), ""))
+    dtype, reduce_op = attrs.get(int(rt.node_id[i]), ("", ""))
     fields: dict[str, Any] = {
         "pg_name": pg_name,
         "comm_bytes": int(rt.comm_bytes[i]),
-        "dtype": dtype,
+        "dtype": normalise_dtype(dtype),
+        "reduce_op": reduce_op if reduce_op in REDUCE_OPS else "sum",
         "dur_ns": 0,
     }
     if t == NodeType.COMM_COLL:
