@@ -1510,3 +1510,18 @@ def test_a_replay_into_an_earlier_ones_out_clears_only_its_manifest_rank_traces_
         (d / name).write_text("x")
     _clear_previous(d, tmp_path / "absent")
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "rank-0.et.bak"]
+
+
+def test_groups_are_recreated_in_the_order_of_their_numbers_not_the_manifests_rank_by_rank_union(
+    tmp_path: Path,
+) -> None:
+    # the manifest lists the union of each rank's own groups, rank by rank: group '2' (rank 0's) before
+    # '1' (rank 1's, made first); re-created in that order, the replay's groups took each other's names
+    b = RunBuilder(2, {"0": (0, 1), "2": (0,), "1": (1,)})
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg="2")
+    b.rank(1).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg="1")
+    run = load_run(b.write(tmp_path / "run"))
+    assert [g.name for g in run.manifest.process_groups] == ["0", "2", "1"]
+    default, groups = group_specs(run)
+    assert default == "0"
+    assert [(g.name, g.ranks) for g in groups] == [("1", (1,)), ("2", (0,))]

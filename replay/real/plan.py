@@ -561,6 +561,11 @@ def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
         for n in run.pg_names
         if n not in known and n in used
     ]
+    if all(g.name.isdecimal() for g in ordered):
+        # torch names groups by a counter, in creation order; the manifest lists the union of what each
+        # rank knew, rank by rank (only its own groups), so a group of rank 1 alone made before one of rank 0
+        # came after it, and the replay's groups took each other's names
+        ordered.sort(key=lambda g: int(g.name))
     specs = tuple(
         GroupSpec(name=g.name, ranks=tuple(g.ranks), desc=g.desc or g.name)
         for g in ordered
