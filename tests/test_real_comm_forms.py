@@ -147,3 +147,14 @@ def test_the_plan_takes_each_reduce_op_from_the_trace_and_sum_where_it_records_n
         rb.collective(CommType.ALL_REDUCE, 1024, MS)  # a trace written before skl_reduce_op
     run = load_run(b.write(tmp_path / "run"))
     assert [o.reduce_op for o in rank_plan(run.ranks[1], run, NO_EFFECTS)] == ["max", "sum", "sum"]
+
+
+def test_a_coalesced_all_reduce_is_reissued_as_one_with_its_reduce_op_and_its_bytes_in_one_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = _coll("c10d::allreduce_coalesced_", CommType.ALL_REDUCE, 120, reduce_op="max")
+    fn, args = _issued(monkeypatch, op, blocking=False)
+    assert fn == "all_reduce_coalesced"
+    assert (
+        args["arg0"] == [(30,)] and args["op"] == torch.distributed.ReduceOp.MAX and args["async_op"] is True
+    )

@@ -63,3 +63,16 @@ def test_a_failed_op_reports_the_backends_message_either_way(waited: bool) -> No
     track(work, c, ("recv", f"failing-{waited}"), waited=waited)
     c.wait()
     assert c.error == "connection reset by peer" and c.event.is_set() and c.done()
+
+
+def test_an_op_whose_issue_returned_a_future_not_a_work_is_recorded_when_the_future_completes() -> None:
+    # an asynchronous all_reduce_coalesced on gloo returns a torch Future: the worker asked it for its
+    # future and failed the replay in its warm-up ("'torch._C.Future' object has no attribute 'get_future'")
+    import torch
+
+    for fut in (torch._C.Future([]), torch.futures.Future()):  # the bare one, as the call returns it
+        c = Completion(desc="op", issued_ns=time.perf_counter_ns())
+        track(fut, c, ("coll", "future"))
+        assert not c.event.is_set()
+        fut.set_result(None)
+        assert c.event.wait(5) and c.error == "" and c.end_ns >= c.issued_ns

@@ -96,7 +96,13 @@ def describe(op: ReplayOp, rank: int) -> str:
 #: Recorded ops (``skl_op``, the node's name) issued in their own form, not the single-tensor form their
 #: ``comm_type`` otherwise gets (:meth:`CommIssuer._list_form`).
 LIST_FORMS = frozenset(
-    {"c10d::allgather_", "c10d::reduce_scatter_", "c10d::alltoall_", "c10d::monitored_barrier"}
+    {
+        "c10d::allgather_",
+        "c10d::reduce_scatter_",
+        "c10d::alltoall_",
+        "c10d::monitored_barrier",
+        "c10d::allreduce_coalesced_",
+    }
 )
 
 
@@ -221,14 +227,22 @@ class CommIssuer:
         """Re-issue a call recorded in its list form (``op.name``, :data:`LIST_FORMS`) in that form, as
         ``(its return value,)``: gloo runs the list and the single-tensor forms as different code (in a
         2-rank gloo capture each list ``reduce_scatter`` took over 4x the single-tensor one issued beside
-        it), and ``monitored_barrier`` is point-to-point messages to and from rank 0, not a barrier. None
-        where the form cannot be issued: a ``monitored_barrier`` waited for asynchronously or off gloo (it
-        has no async form; gloo alone has it), a list ``all_to_all`` of uneven parts on gloo (which takes
-        equal ones only); the single-tensor form is issued instead."""
+        it), ``monitored_barrier`` is point-to-point messages to and from rank 0, not a barrier, and a
+        profiler capturing the replay names each call as the original did. None where the form cannot be
+        issued: a ``monitored_barrier`` waited for asynchronously or off gloo (it has no async form; gloo
+        alone has it), a list ``all_to_all`` of uneven parts on gloo (which takes equal ones only), an
+        ``all_reduce_coalesced`` on a torch without it; the single-tensor form is issued instead."""
         size, dt, a = len(ranks), op.dtype, not blocking
         gloo = dist.get_backend(group) == "gloo"
         if op.name == "c10d::monitored_barrier":
             return (dist.monitored_barrier(group=group),) if blocking and gloo else None
+        if op.name == "c10d::allreduce_coalesced_":
+            # its tensors' sizes are not recorded, their sum is: one tensor of that many elements
+            coalesced = getattr(dist, "all_reduce_coalesced", None)  # deprecated: a later torch may lack it
+            if coalesced is None:
+                return None
+            red = self._reduce_op(op, group)
+            return (coalesced([self._buf("in", numel, dt)], op=red, group=group, async_op=a),)
         if op.name == "c10d::allgather_":
             out = list(self._buf("out", numel * size, dt).chunk(size))
             return (dist.all_gather(out, self._buf("in", numel, dt), group=group, async_op=a),)
@@ -277,9 +291,12 @@ def track(
     ``kind`` (op kind, group) remembers which works have no future, so it is asked once. ``waited``: the
     issuing thread will wait for this op; a Work without a future is then left to it (a gloo send or recv
     can be waited on once), so its completion reaches it without two thread hand-overs (the likely cause
-    of the 60-150 µs median lag the replay gained after each p2p op of a pipeline on 2 cores)."""
+    of the 60-150 µs median lag the replay gained after each p2p op of a pipeline on 2 cores). ``work`` may
+    be a future itself (an asynchronous ``all_reduce_coalesced`` on gloo returns one)."""
     fut = None
-    if kind not in _NO_FUTURE:
+    if isinstance(work, torch._C.Future):  # what torch.futures.Future wraps; the call returns the bare one
+        fut = work
+    elif kind not in _NO_FUTURE:
         try:
             fut = work.get_future()
         except RuntimeError:
