@@ -393,3 +393,18 @@ def test_calls_queued_by_a_coalescing_manager_are_one_collective_the_flight_reco
     assert [tuple(r) for r in data["extra"]] == [("gloo:all_reduce", 2, 40), ("gloo:all_reduce", 5, 40)]
     assert data["left_out"] == [0, 0]  # before: [2, 2] (the lean path's, the full path's)
     assert data["ahead"] == 4  # the session is told: collectives past the hooks are ahead (their ends)
+
+
+def test_a_reduce_op_is_named_from_its_enum_a_reduce_op_object_or_the_calls_default() -> None:
+    import torch
+    import torch.distributed as dist
+
+    from skewlens.profiler.capture.hooks import reduce_op_name
+
+    red, t = dist.ReduceOp, torch.ones(1)
+    assert reduce_op_name("c10d::allreduce_", (t, red.MAX), {}) == "max"
+    assert reduce_op_name("c10d::allreduce_", (t,), {"op": red(red.PRODUCT)}) == "product"
+    assert reduce_op_name("c10d::allreduce_", (t, dist._make_nccl_premul_sum(2.0)), {}) == "premul_sum"
+    assert reduce_op_name("c10d::reduce_", (t, 0), {}) == "sum"  # none given: the call's default
+    assert reduce_op_name("c10d::reduce_", (t, 0, "not an op"), {}) == ""
+    assert reduce_op_name("c10d::broadcast_", (t, 0), {}) == ""
