@@ -131,9 +131,11 @@ def test_the_recorded_reduce_op_is_reissued_where_the_backend_and_dtype_take_it(
     assert _issued(monkeypatch, rs, blocking=True)[1]["op"] == red.MIN
     rst = _coll("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER, 2000, reduce_op="min")
     assert _issued(monkeypatch, rst, blocking=True)[1]["op"] == red.MIN
-    avg = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="avg")
-    assert _issued(monkeypatch, avg, blocking=True)[1]["op"] == red.SUM  # gloo has no avg
-    assert _issued(monkeypatch, avg, blocking=True, backend="nccl")[1]["op"] == red.AVG
+    avg = _coll("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER, 2000, reduce_op="avg")  # FSDP2's
+    assert _issued(monkeypatch, avg, blocking=True)[1]["op"] == red.AVG
+    pre = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="premul_sum")  # its factor unknown
+    assert _issued(monkeypatch, pre, blocking=True)[1]["op"] == red.SUM  # gloo has none
+    assert _issued(monkeypatch, pre, blocking=True, backend="nccl")[1]["op"] == red.AVG
     band = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="band")  # float32: no bitwise op
     assert _issued(monkeypatch, band, blocking=True)[1]["op"] == red.SUM
 

@@ -125,11 +125,12 @@ class CommIssuer:
 
     @staticmethod
     def _reduce_op(op: ReplayOp, group: Any) -> Any:
-        """The recorded ReduceOp (:attr:`ReplayOp.reduce_op`), where the backend and dtype take it: gloo
-        has no ``avg`` or ``premul_sum`` (``sum`` instead: the same transfers), NCCL's ``premul_sum`` needs
-        its factor (``avg``, which NCCL runs as one), a bitwise op needs integers (``sum`` on others)."""
+        """The recorded ReduceOp (:attr:`ReplayOp.reduce_op`), where the backend and dtype take it: a
+        ``premul_sum`` needs its factor, which is not recorded (``avg`` on NCCL, which runs it as one; on
+        gloo, which has none, ``sum``: the same transfers), a bitwise op needs integers (``sum`` on
+        others)."""
         name = op.reduce_op
-        if name in ("avg", "premul_sum"):
+        if name == "premul_sum":
             name = "sum" if dist.get_backend(group) == "gloo" else "avg"
         elif name in ("band", "bor", "bxor") and getattr(torch, op.dtype).is_floating_point:
             name = "sum"
