@@ -705,3 +705,31 @@ def test_a_collectives_reduce_op_is_written_as_skl_reduce_op_and_none_where_it_i
     )
     maxed, unknown = by_name(nodes, "c10d::allreduce_")
     assert maxed.attrs[Attr.REDUCE_OP] == "max" and Attr.REDUCE_OP not in unknown.attrs
+
+
+def test_operators_run_while_an_isend_is_in_flight_are_compute_not_untraced_time() -> None:
+    # gloo's isend: c10d::send returns at once, but gloo:send (begun inside it) ends only when the
+    # transfer completed; the forwards the thread ran meanwhile (fwd1 with its aten::mm, fwd2) are its work
+    send = replace(
+        coll(10_000, 90_000, seq=0, is_async=True, issue_end=12_000),
+        node_type=NodeType.COMM_SEND,
+        op="c10d::send",
+        comm_type=None,
+        dst=1,
+    )
+    spans = {"c10d::send": (10_000, 2_000), "gloo:send": (11_000, 79_000), "fwd1": (20_000, 30_000)}
+    spans |= {"aten::mm": (21_000, 5_000), "fwd2": (55_000, 30_000)}
+    ops = [host_op(name, start, dur) for name, (start, dur) in spans.items()]
+    steps = [StepRecord(step=0, start_ns=0, end_ns=100_000)]
+    cap = RankCapture(rank=0, comms=[send], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
+    comp = [(n.name, n.start_ns, n.dur_ns) for n in build_nodes(cap) if n.node_type == NodeType.COMP]
+    # untraced: before the send, after its issue call, between the forwards, and after the send completed
+    # (85-90 µs is the thread blocked on it, as untraced time ending just after an async op completed is)
+    assert comp == [
+        (UNTRACED_NAME, 0, 10_000),
+        (UNTRACED_NAME, 12_000, 8_000),
+        ("fwd1", 20_000, 30_000),
+        (UNTRACED_NAME, 50_000, 5_000),
+        ("fwd2", 55_000, 30_000),
+        (UNTRACED_NAME, 90_000, 10_000),
+    ]

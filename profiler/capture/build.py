@@ -696,7 +696,9 @@ def _op_protos(
         stream = streams.thread(native if native is not None else ("kineto", tid))
         ops.sort(key=lambda o: (o.start_ns, -o.dur_ns))
         comm_iv = sorted(blocking.get(stream, []))
-        # nest: children[i] = ops directly inside op i; roots = outermost ops
+        # nest: children[i] = ops directly inside op i; roots = outermost ops. A communication event
+        # that outlives the call it started in (gloo's ``gloo:send`` of an isend, ended when the transfer
+        # completed) contains nothing: what the thread ran meanwhile is its own work, not the comm's
         children: dict[int, list[int]] = defaultdict(list)
         roots: list[int] = []
         stack: list[int] = []
@@ -704,7 +706,9 @@ def _op_protos(
             while stack and ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns <= o.start_ns:
                 stack.pop()
             (children[stack[-1]] if stack else roots).append(i)
-            stack.append(i)
+            outlives = bool(stack) and o.start_ns + o.dur_ns > ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns
+            if not (outlives and o.name.startswith(COMM_OP_PREFIXES)):
+                stack.append(i)
         todo = list(reversed(roots))
         while todo:
             i = todo.pop()
