@@ -50,7 +50,10 @@ a broadcast's root for no one, a scatter's or gather's for the last arrival), an
 and stall analyses, the critical path and blame read that rule from :attr:`SyncGroup.waits_for` and
 :func:`awaited_arrivals`. A send that completed before its receiver arrived (recorded send end at or
 before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the group, ends its own
-recorded duration after its arrival, and its recv waits for it (not the other way round).
+recorded duration after its arrival, and its recv waits for it (not the other way round). An
+asynchronous send or recv recorded to end after the other member of its pair ended (gloo reports no
+completion: it ends where the program's wait on it returned, at a pipeline stage's end of step) ended
+with it (:func:`_p2p_done_by`), so it holds no phantom transfer before that wait.
 A collective member recorded as done before the arrival it waits for (which cannot be: clock error
 between the ranks' traces) is detached too, so the recording replays as it was.
 
@@ -182,8 +185,9 @@ class RankModel:
     node that hid DDP's wait): compute, where a wait op's is its overhead and untraced time's is idle."""
     end_clamp_rows: I64
     """Communication rows whose recorded end lies after the host-time node that waited for them ended
-    (gloo's worker lags the completion): the program saw them complete by then, so their end here is
-    :attr:`end_clamp_ns` (ends lie within the work that consumes them). Sorted."""
+    (gloo's worker lags the completion): the program saw them complete by then; and asynchronous sends
+    and recvs recorded to end after the other member of their pair ended (:func:`_p2p_done_by`). Their
+    end here is :attr:`end_clamp_ns` (ends lie within the work that consumes them). Sorted."""
     end_clamp_ns: I64
     """Their ends, aligned with :attr:`end_clamp_rows`."""
     t0_ns: int
@@ -1357,13 +1361,49 @@ def _part_waits(
     return j, k, waited
 
 
-def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel:
+def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I64, I64]]:
+    """Per rank, the send and recv rows recorded to end more than ``SKEW_NS`` after the other member of
+    their pair ended, and that end (at least the row's start): the time by which each had completed. A
+    send and its recv complete together (gloo's send does not complete before its recv is posted, and the
+    recv has its data once the send is done); an asynchronous op is recorded to end when the program's
+    wait on it returned (gloo reports no completion), which may be much later (a pipeline stage waits
+    for its activation sends at the end of the step, or for a recv after host work of its own). An eager
+    send's pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
+    out: dict[int, tuple[list[int], list[int]]] = {}
+    for g in syncs:
+        if not g.is_p2p or g.detached[0]:
+            continue
+        ends = [
+            int(run.ranks[r].start_ns[w] + run.ranks[r].dur_ns[w])
+            for r, w in zip(g.ranks, g.rows, strict=True)
+        ]
+        done = min(ends)
+        for r, w, e in zip(g.ranks, g.rows, ends, strict=True):
+            if e > done + SKEW_NS:
+                rows, at = out.setdefault(r, ([], []))
+                rows.append(w)
+                at.append(max(done, int(run.ranks[r].start_ns[w])))
+    return {
+        r: (np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)) for r, (rows, at) in out.items()
+    }
+
+
+def rank_model(
+    rt: RankTrace, sync: B, peer_later: B | None = None, *, p2p_done: tuple[I64, I64] | None = None
+) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members and which of those had a
-    member arrive after them (recorded starts; none where not given)."""
+    member arrive after them (recorded starts; none where not given), and ``p2p_done``: rows of sends and
+    recvs whose pair completed before they were recorded to end, and when (:func:`_p2p_done_by`); those
+    issued asynchronously (on a communication stream) end then (:attr:`RankModel.end_clamp_rows`)."""
     n = len(rt)
     valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
     end = rt.start_ns + rt.dur_ns
     comm_streams = _comm_streams(rt, valid)
+    done_rows = np.zeros(0, dtype=np.int64)
+    if p2p_done is not None and comm_streams:
+        on = np.isin(rt.stream[p2p_done[0]], list(comm_streams))
+        done_rows = p2p_done[0][on]
+        end[done_rows] = p2p_done[1][on]
     src, dst, qs0, qd0, parent, (ls, ld, hs, hd) = _edges(rt, valid, end, sync, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
@@ -1399,7 +1439,7 @@ def rank_model(rt: RankTrace, sync: B, peer_later: B | None = None) -> RankModel
     # a hidden wait's completion recorded after the node that waited for it (the worker's lag): it
     # completed by the node's end, which is its end from here on
     lagged = end[gs] > end[gd]
-    clamp_rows = np.unique(gs[lagged])
+    clamp_rows = np.unique(np.concatenate([gs[lagged], done_rows]))
     if clamp_rows.size:
         end = end.copy()
         np.minimum.at(end, gs[lagged], end[gd[lagged]])
@@ -1528,7 +1568,9 @@ def derive(run: RunTrace) -> ExecutionModel:
                     [awaited.get((r, w), v) for w, v in zip(sync_rows[r], t.tolist(), strict=True)]
                 )
             later[rows] = t > rt.start_ns[rows] + SKEW_NS
-        return rank_model(rt, sync, later)
+        return rank_model(rt, sync, later, p2p_done=p2p_done.get(r))
+
+    p2p_done = _p2p_done_by(run, syncs)
 
     # ranks on a few threads (numpy releases the GIL for much of each rank's work); in rank order
     order = list(run.ranks)

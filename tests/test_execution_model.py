@@ -15,7 +15,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.effects import NO_EFFECTS
-from skewlens.replay.execution import execution_model, recorded_wait_work_ns
+from skewlens.replay.execution import execution_model, model_ends, recorded_wait_work_ns
 from skewlens.replay.real.plan import KIND_COMPUTE, rank_plan
 from skewlens.replay.simulate import simulate
 from skewlens.replay.summary import summarize
@@ -706,3 +706,47 @@ def test_a_kernel_with_two_launching_host_rows_is_planned_by_the_later_launch_wh
         run = load_run(_two_launchers(tmp_path, listed, listed=listed))
         orders.append([o.name for o in rank_plan(run.ranks[0], run, NO_EFFECTS)])
     assert orders == [["host_a", "host_b", "k2", "k1"]] * 2
+
+
+def test_an_async_send_waited_for_late_completed_when_its_recv_did_so_faster_stages_shorten_the_step(
+    tmp_path: Path,
+) -> None:
+    """A pipeline stage isends its activation at 10 ms and waits for it only at the end of its step (40
+    ms), where gloo's send is recorded to end; the recv got the data at 12 ms. The send completed then: its
+    transfer is 2 ms, not 30, so halving the stage's compute halves its step instead of leaving 30 ms of
+    phantom transfer in front of its wait."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", 10 * MS, start_ns=0)
+    s = r0.send(1, 4096, 30 * MS, start_ns=10 * MS, stream=COMM, deps=(f,))
+    o = r0.compute("other", 28 * MS, start_ns=10 * MS, deps=(f,))
+    r0.compute("c10d::wait", 2 * MS, start_ns=38 * MS, deps=(o, s))
+    r1.recv(0, 4096, 12 * MS, start_ns=0)
+    r1.compute("fwd", 8 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    rt0 = run.ranks[0]
+    send_row = next(i for i in range(len(rt0)) if rt0.name(i) == "c10d::send")
+    assert model_ends(run, 0)[send_row] == 12 * MS
+    base, fast = simulate(run), simulate(run, effects=RankFactor(0, 0.5))
+    assert base.end_ns[0].max() == 40 * MS  # the recording, unmodified
+    assert fast.end_ns[0][send_row] == 7 * MS  # arrives at 5 ms, 2 ms of transfer
+    assert fast.end_ns[0].max() == 5 * MS + 14 * MS + 2 * MS  # fwd, other, then the wait, not blocked
+
+
+def test_an_async_recv_waited_for_after_host_work_completed_with_its_send(tmp_path: Path) -> None:
+    """A stage irecvs at 0.1 ms, runs its own host work until 20 ms, then waits (0.1 ms) for the recv,
+    recorded to end there; its peer's blocking send of that data was done at 12 ms. The recv completed
+    then, so halving the stage's work leaves its wait blocked until 12 ms, not until a phantom 20.1."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    r0.send(1, 4096, 2 * MS, start_ns=10 * MS)
+    p = r1.compute("prep", 100_000, start_ns=0)
+    rv = r1.recv(0, 4096, 20 * MS, start_ns=100_000, stream=COMM, deps=(p,))
+    h = r1.compute("host", 19_900_000, start_ns=100_000)
+    r1.compute("c10d::wait", 100_000, deps=(h, rv))
+    run = load_run(b.write(tmp_path / "run"))
+    rt1 = run.ranks[1]
+    recv_row = next(i for i in range(len(rt1)) if rt1.name(i) == "c10d::recv_")
+    assert model_ends(run, 1)[recv_row] == 12 * MS
+    assert simulate(run).end_ns[1].max() == 20 * MS + 100_000
+    assert simulate(run, effects=RankFactor(1, 0.5)).end_ns[1].max() == 12 * MS + 100_000
