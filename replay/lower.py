@@ -7,7 +7,8 @@ a what-if changes:
 
 - ``start_i = max(replayed ends of i's start edges, t0) + gap_i + delay_i`` (``t0`` the run's first start;
   ``gap_i`` of a node without start edges counts from it: ``execution.replay_gaps``), ``delay_i`` from
-  :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step);
+  :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step); an
+  asynchronous op's delay holds the thread that issued it too (its first node from the op on);
 - compute nodes last ``work (or dur_override) x Effects.compute_factor``; a wait node's work begins no
   earlier than the completions it waits for;
 - communication nodes of a sync group are timed by a :class:`CommTiming` (an eager send keeps its recorded
@@ -789,7 +790,8 @@ def _rank_times(
         d = np.where(ov >= 0, ov, d)
     if not isinstance(effects, NoEffects):
         d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
-        g = g + _delays(effects, rt, rank, m.valid)
+        delay = _delays(effects, rt, rank, m.valid)
+        g = g + delay + _issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0
     g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
     return d, g
@@ -883,6 +885,30 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
                 f"slowdown: rank {rank}'s stall at step {st} is {stall / 1e9:.3g} s, beyond {SIM_CLOCK}"
             )
         out[order[fi]] += stall
+    return out
+
+
+def _issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
+    """Per row, what the delays before asynchronous communication (``delay``) add to the thread that
+    issued it: the rank waits before it issues the op (the example's ``--slow-send`` sleeps, then
+    isends), so the first node of the issuing thread (the stream of the op's start edges) that starts at
+    or after the op is delayed as much as the op, and what follows it on the thread with it. A blocking
+    op is on its thread already (0 here)."""
+    out = np.zeros(len(rt), dtype=np.int64)
+    hit = delay[m.start_dst] > 0
+    if not hit.any():
+        return out
+    src, dst = m.start_src[hit].astype(np.int64), m.start_dst[hit].astype(np.int64)
+    other = rt.stream[src] != rt.stream[dst]
+    pairs = np.unique(np.stack([dst[other], rt.stream[src[other]].astype(np.int64)]), axis=1)
+    heads = m.valid & (m.parent < 0)
+    for stream in np.unique(pairs[1]).tolist():
+        rows = np.flatnonzero(heads & (rt.stream == stream))
+        rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+        ops = pairs[0][pairs[1] == stream]
+        k = np.searchsorted(rt.start_ns[rows], rt.start_ns[ops], side="left")
+        ok = k < rows.size
+        np.add.at(out, rows[k[ok]], delay[ops[ok]])
     return out
 
 

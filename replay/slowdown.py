@@ -14,7 +14,8 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
   ``every_step`` before the first node of every step of the item's window (a data loader that takes
   ``delay_ms`` longer each step);
 - ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
-  ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob);
+  ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob): the thread waits, so
+  an asynchronous op's issuing thread waits with it (``skewlens.replay.lower``);
 - ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
   traffic over the given ``links`` (rank pairs: a group containing both ends), ``nodes`` (a group with a
   member on one of these nodes, per the topology's placement) or ``ranks`` (a group with one of them);

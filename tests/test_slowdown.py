@@ -129,6 +129,26 @@ def test_a_slow_send_delays_the_matching_recv(tmp_path: Path) -> None:
     assert res.end_ns[1][1] - base.end_ns[1][1] == 3 * MS
 
 
+def test_a_slow_isend_delays_the_thread_that_issues_it_as_the_sleep_before_it_does(tmp_path: Path) -> None:
+    """A pipeline stage sleeps, then isends each activation and goes on with its next forward: the delay
+    holds the thread, so two slow sends of 3 ms each put 6 ms on the stage's last forward, not 3."""
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    f = r0.compute("fwd0", dur_ns=MS, start_ns=0)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(f,))
+    f = r0.compute("fwd1", dur_ns=MS, start_ns=MS + 10_000)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS + 10_000, stream=1000, deps=(f,))
+    r0.compute("fwd2", dur_ns=MS, start_ns=2 * MS + 20_000)
+    for k in range(2):
+        r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=(k + 1) * MS + k * 10_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=3 * MS)])
+    base, res = simulate(rt), simulate(rt, effects=model)
+    assert base.end_ns[0].max() == 3 * MS + 20_000
+    assert res.end_ns[0].max() - base.end_ns[0].max() == 6 * MS
+    assert res.end_ns[1].max() - base.end_ns[1].max() == 6 * MS  # the second recv waits for both sleeps
+
+
 def test_a_network_slowdown_scales_bandwidth_and_adds_latency_on_the_affected_link(tmp_path: Path) -> None:
     rt = compute_bound_run(tmp_path)
     topo = Topology(name="sw", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=50.0, latency_ns=500),))
