@@ -708,8 +708,8 @@ def test_a_collectives_reduce_op_is_written_as_skl_reduce_op_and_none_where_it_i
 
 
 def test_operators_run_while_an_isend_is_in_flight_are_compute_not_untraced_time() -> None:
-    # gloo's isend: c10d::send returns at once, but gloo:send (begun inside it) ends only when the
-    # transfer completed; the forwards the thread ran meanwhile (fwd1 with its aten::mm, fwd2) are its work
+    # gloo's isend: c10d::send returns at once, but gloo:send (begun inside it) ends only when the wait
+    # on it returned; the forwards the thread ran meanwhile (fwd1 with its aten::mm, fwd2) are its work
     send = replace(
         coll(10_000, 90_000, seq=0, is_async=True, issue_end=12_000),
         node_type=NodeType.COMM_SEND,

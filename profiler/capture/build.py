@@ -697,8 +697,8 @@ def _op_protos(
         ops.sort(key=lambda o: (o.start_ns, -o.dur_ns))
         comm_iv = sorted(blocking.get(stream, []))
         # nest: children[i] = ops directly inside op i; roots = outermost ops. A communication event
-        # that outlives the call it started in (gloo's ``gloo:send`` of an isend, ended when the transfer
-        # completed) contains nothing: what the thread ran meanwhile is its own work, not the comm's
+        # that outlives the call it started in (gloo's ``gloo:send`` of an isend, ended only when the
+        # program's wait on it returned) contains nothing: what the thread ran meanwhile is its own work
         children: dict[int, list[int]] = defaultdict(list)
         roots: list[int] = []
         stack: list[int] = []
