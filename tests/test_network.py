@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from skewlens.paths import CONF_DIR
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
@@ -238,6 +239,20 @@ def test_bad_dimension_values_name_the_field() -> None:
         Dimension(kind="switch", size=0, bandwidth_gbps=0.0, latency_ns=1)
     with pytest.raises(TopologyError, match="kind"):
         Dimension(kind="torus", size=0, bandwidth_gbps=1.0, latency_ns=1)
+
+
+def test_a_topology_built_in_python_fails_with_a_skewlens_error() -> None:
+    # it was a bare ValueError: a notebook's `except SkewlensError` around a what-if loop let it through
+    with pytest.raises(SkewlensError, match="bandwidth_gbps: must be > 0, got 0"):
+        Dimension(kind="switch", size=0, bandwidth_gbps=0.0, latency_ns=1)
+    with pytest.raises(SkewlensError, match="dims: a topology needs at least one dimension"):
+        Topology(name="t", dims=())
+    with pytest.raises(ValueError, match="placement"):  # still a ValueError, for callers that caught one
+        Topology(
+            name="t",
+            dims=(Dimension(kind="switch", size=0, bandwidth_gbps=1.0, latency_ns=1),),
+            placement="x",
+        )
 
 
 def test_point_to_point_costs_latency_plus_size_over_bandwidth_and_ring_hops() -> None:

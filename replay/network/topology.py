@@ -23,12 +23,16 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from skewlens.replay.errors import ConfigError
+
 KINDS = ("switch", "ring", "fully_connected", "fat_tree")
 PLACEMENTS = ("block", "round_robin")
 
 
-class TopologyError(ValueError):
-    """A topology is inconsistent (bad size, bandwidth, placement); the message names the field."""
+class TopologyError(ConfigError, ValueError):
+    """A topology is inconsistent (bad size, bandwidth, placement); the message names the field. A
+    :class:`ConfigError`, so that a :class:`Topology` built in Python fails as every skewlens error does (it
+    was a bare ``ValueError``, which ``except SkewlensError`` let through); still a ``ValueError``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
