@@ -9,7 +9,8 @@ and no trace store):
 - ``comm``: as-recorded and model transfer timing;
 
 - ``lower``: the trace store's ``RunTrace`` -> core graph (host gaps, chains, sync groups);
-- ``simulate``: ``simulate(run, ...) -> SimResult``; ``summary``: per (rank, step) breakdown;
+- ``simulate``: ``simulate(run, ...) -> SimResult``; ``targets``: slowdown items checked against the run;
+  ``summary``: per (rank, step) breakdown;
 - ``outputs`` / ``render``: Parquet, Perfetto JSON, rich tables; ``driver``: one replay end to end;
 - ``config`` / ``sweep``: the Hydra schemas and multirun rows (the app itself is ``skewlens.cli.replay``).
 

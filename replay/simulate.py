@@ -28,6 +28,8 @@ from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError, ReplayErr
 from skewlens.replay.execution import ExecutionModel, awaited_arrivals, clock_note, execution_model
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
+from skewlens.replay.slowdown import SlowdownModel
+from skewlens.replay.targets import check_slowdown_targets, run_steps
 
 I64 = npt.NDArray[np.int64]
 
@@ -137,6 +139,16 @@ def make_timing(
     raise ConfigError(f"comm_mode: expected one of {', '.join(COMM_MODES)}, got {comm_mode!r}")
 
 
+def check_effects(run: RunTrace, effects: Effects) -> None:
+    """Where ``effects`` is a :class:`SlowdownModel`, every rank, op, step, link and node its items name is in
+    ``run`` (:func:`check_slowdown_targets`), else a :class:`ConfigError` naming ``effects.items[k]``: built
+    in Python, a slowdown of rank 5 on 2 ranks, or of an op no rank runs, replayed as if not given."""
+    if isinstance(effects, SlowdownModel):
+        node_of = effects.node_of or (lambda r: r)  # as SlowdownModel.comm_adjust places ranks
+        steps = run_steps(run) if any(i.kind == "stall" for i in effects.items) else []
+        check_slowdown_targets(effects.items, run, node_of, steps, where="effects.items")
+
+
 def simulate(
     run_trace: RunTrace,
     *,
@@ -150,7 +162,11 @@ def simulate(
     model: ExecutionModel | None = None,
 ) -> SimResult:
     """Replay ``run_trace`` in simulation; see the module docstrings of ``skewlens.replay.execution``
-    (what waits on what), ``skewlens.replay.lower`` and ``skewlens.replay.comm``."""
+    (what waits on what), ``skewlens.replay.lower`` and ``skewlens.replay.comm``. A :class:`SlowdownModel`
+    given as ``effects`` is checked against the run first (:func:`check_slowdown_targets`: a rank, op, step
+    or link it names that the run lacks is a :class:`ConfigError` naming ``effects.items[k]``:
+    :func:`check_effects`)."""
+    check_effects(run_trace, effects)
     timing = make_timing(
         comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
     )
@@ -190,6 +206,7 @@ class Simulator:
         contention: bool = False,
         model: ExecutionModel | None = None,
     ) -> None:
+        check_effects(run_trace, effects)
         timing = make_timing(
             comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel, jitter_factor
 
 MS = 1_000_000
@@ -315,3 +316,32 @@ def test_a_slowdowns_number_may_be_its_limit_on_the_simulators_clock_and_not_a_b
     for name in ("sigma", "latency_ns", "delay_ns"):
         assert number_problem(MAX_SIM_NS * 1.5, positive=False, name=name) is not None, name
     assert number_problem(MAX_SIM_NS * 1.5, positive=False, name="another") is None  # no limit of its own
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        (
+            Slowdown(kind="compute", ranks=(5,), factor=2.0),
+            "effects.items[0].ranks: rank 5 is not in the run",
+        ),
+        (
+            Slowdown(kind="op", pattern="aten::fwdd", factor=2.0),
+            "effects.items[0].pattern: 'aten::fwdd' matches",
+        ),
+        (
+            Slowdown(kind="stall", ranks=(1,), step=9, delay_ns=MS),
+            "effects.items[0].step: step 9 is not in the run",
+        ),
+        (Slowdown(kind="stall", ranks=(1,), delay_ns=MS), "effects.items[0].step: a stall needs the step"),
+    ],
+)
+def test_a_slowdown_built_in_python_that_names_nothing_in_the_run_is_refused_not_ignored(
+    tmp_path: Path, item: Slowdown, says: str
+) -> None:
+    # simulate() replayed these as if no slowdown were given, where `skewlens replay` refuses them
+    rt = compute_bound_run(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        simulate(rt, effects=SlowdownModel([item]))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        Simulator(rt, effects=SlowdownModel([item]))
