@@ -212,42 +212,45 @@ def schema_markdown() -> str:
     return files_markdown(RECORD_OF, "skewlens analyze")
 
 
+def _table_builders(result: AnalysisResult) -> dict[str, Callable[[], pa.Table]]:
+    """File name -> what builds its table (``gpu_idle`` and ``gpu_kernels`` for a run with GPU ops, the
+    blame's where it was asked for), in the order the files are written."""
+    builders: dict[str, Callable[[], pa.Table]] = {
+        SKEW_FILE: lambda: skew_table(result.skew),
+        BREAKDOWN_FILE: lambda: table_from_records(StepBreakdownRecord, result.breakdown, "step_breakdown"),
+        CRITICAL_PATH_FILE: lambda: table_from_records(
+            CriticalPathRecord, result.critical_path, "critical_path"
+        ),
+    }
+    if result.gpu_idle:
+        builders[GPU_IDLE_FILE] = lambda: table_from_records(GpuIdleRecord, result.gpu_idle, "gpu_idle")
+    if result.gpu_kernels:
+        builders[GPU_KERNELS_FILE] = lambda: table_from_records(
+            GpuKernelRecord, result.gpu_kernels, "gpu_kernels"
+        )
+    blame = result.blame
+    if blame is not None:
+        builders[BLAME_FILE] = lambda: table_from_records(BlameRecord, blame.records, "blame")
+        builders[BLAME_STEPS_FILE] = lambda: table_from_records(
+            BlameStepRecord, blame.step_records, "blame_steps"
+        )
+    return builders
+
+
+def tables(result: AnalysisResult) -> dict[str, pa.Table]:
+    """The tables :func:`write_tables` writes, in memory (for ``.to_pandas()`` in a notebook), keyed by table
+    name (``collective_skew``, ``step_breakdown``, ``critical_path``, ``gpu_idle``, ``gpu_kernels``,
+    ``blame``, ``blame_steps``; the file is the name + ``.parquet``), with the files' schemas
+    (docs/parquet.md)."""
+    return {name.removesuffix(".parquet"): build() for name, build in _table_builders(result).items()}
+
+
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
     """Write the Parquet tables (atomically, one file per table; ``gpu_idle`` and ``gpu_kernels`` for a run
     with GPU ops, the blame's where it was asked for); returns their paths. The tables are encoded on
     ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
-    jobs: list[tuple[Callable[[], pa.Table], Path]] = [
-        (lambda: skew_table(result.skew), d / SKEW_FILE),
-        (
-            lambda: table_from_records(StepBreakdownRecord, result.breakdown, "step_breakdown"),
-            d / BREAKDOWN_FILE,
-        ),
-        (
-            lambda: table_from_records(CriticalPathRecord, result.critical_path, "critical_path"),
-            d / CRITICAL_PATH_FILE,
-        ),
-    ]
-    if result.gpu_idle:
-        jobs.append(
-            (lambda: table_from_records(GpuIdleRecord, result.gpu_idle, "gpu_idle"), d / GPU_IDLE_FILE)
-        )
-    if result.gpu_kernels:
-        jobs.append(
-            (
-                lambda: table_from_records(GpuKernelRecord, result.gpu_kernels, "gpu_kernels"),
-                d / GPU_KERNELS_FILE,
-            )
-        )
-    blame = result.blame
-    if blame is not None:
-        jobs.append((lambda: table_from_records(BlameRecord, blame.records, "blame"), d / BLAME_FILE))
-        jobs.append(
-            (
-                lambda: table_from_records(BlameStepRecord, blame.step_records, "blame_steps"),
-                d / BLAME_STEPS_FILE,
-            )
-        )
+    jobs = [(build, d / name) for name, build in _table_builders(result).items()]
 
     def write(job: tuple[Callable[[], pa.Table], Path]) -> Path:
         build, path = job

@@ -1,0 +1,72 @@
+"""The library used from Python, as a notebook does: in-memory tables, no global side effects."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import warnings
+from pathlib import Path
+
+import pytest
+
+from skewlens.analysis import analyze_run, tables, write_tables
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.schema import META_TABLE, read_table
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+MS = 1_000_000
+
+
+def straggler_run(tmp_path: Path) -> Path:
+    """Two ranks, three steps; rank 1 computes 3 ms where rank 0 computes 1 ms and waits for it."""
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        for s in range(3):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=(3 if r else 1) * MS)
+            rb.collective(
+                CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=(MS // 5) if r else 2 * MS + MS // 5
+            )
+    return b.write(tmp_path / "run")
+
+
+def test_the_analysis_tables_in_memory_are_the_ones_write_tables_writes(tmp_path: Path) -> None:
+    res = analyze_run(load_validated(straggler_run(tmp_path)))
+    got = tables(res)
+    assert sorted(got) == ["blame", "blame_steps", "collective_skew", "critical_path", "step_breakdown"]
+    written = write_tables(res, tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(f"{n}.parquet" for n in got)
+    for name, table in got.items():
+        assert table.schema.metadata[META_TABLE] == name.encode()
+        assert table.equals(read_table(tmp_path / "out" / f"{name}.parquet"))
+    blame = got["blame"].to_pylist()
+    assert blame[0]["rank"] == 1 and blame[0]["straggler_cost_ns"] == 6 * MS
+
+
+def _global_state() -> tuple[object, ...]:
+    root = logging.getLogger()
+    sigs = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)]
+    return (list(root.handlers), root.level, list(warnings.filters), os.getcwd(), dict(os.environ), sigs)
+
+
+def test_loading_analysing_and_simulating_print_nothing_and_leave_the_process_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = straggler_run(tmp_path)
+    before = _global_state()
+    run: RunTrace = load_validated(run_dir)
+    write_tables(analyze_run(run), tmp_path / "out")
+    slow = SlowdownModel([Slowdown(kind="jitter", sigma=0.3, seed=7)])
+    first, again = simulate(run, effects=slow), simulate(run, effects=slow)
+    assert _global_state() == before
+    assert capsys.readouterr() == ("", "")
+    # results are the same for the same input, and independent of each other and of the run
+    assert first.makespan_ns == again.makespan_ns
+    first.start_ns[0][:] = 0
+    assert int(again.start_ns[0].max()) > 0 and int(run.ranks[0].start_ns.max()) > 0
