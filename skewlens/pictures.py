@@ -1,6 +1,6 @@
-"""PNG pictures: matplotlib with its Agg backend (no display), each file written whole or not at all. The
-analyses' pictures (``skewlens.analysis.plots``) and the replay's (``skewlens.replay.plots``) draw with
-these."""
+"""PNG pictures: matplotlib's Agg canvas (no display, no backend chosen), each file written whole or not at
+all. The analyses' pictures (``skewlens.analysis.plots``) and the replay's (``skewlens.replay.plots``) draw
+with these."""
 
 from __future__ import annotations
 
@@ -12,19 +12,18 @@ from skewlens.profiler.atomic import atomic_file
 
 
 def figure_class() -> Any:
-    """matplotlib's ``Figure``, the Agg backend chosen (imported on first use, not by the commands that draw
-    nothing). Its import does not log: where ``HOME`` cannot be written (a CI container's, a service
-    account's) matplotlib printed two lines of its own on stderr ("mkdir -p failed for path
-    .../.config/matplotlib", "Matplotlib created a temporary cache directory ... it is highly recommended to
-    set the MPLCONFIGDIR environment variable") among the command's warnings, and then drew from that
-    temporary directory as well."""
+    """matplotlib's ``Figure`` (imported on first use, not by the commands that draw nothing). A ``Figure``
+    made from it draws its PNG with the Agg canvas, whatever backend the process uses: no backend is chosen
+    here, so that a notebook's own (``%matplotlib inline``) stays as it was; ``matplotlib.use("Agg")`` here
+    switched it, and the user's next ``plt.show()`` showed nothing. Its import does not log: where ``HOME``
+    cannot be written (a CI container's, a service account's) matplotlib printed two lines of its own on
+    stderr ("mkdir -p failed for path .../.config/matplotlib", "Matplotlib created a temporary cache
+    directory ... it is highly recommended to set the MPLCONFIGDIR environment variable") among the
+    command's warnings, and then drew from that temporary directory as well."""
     log = logging.getLogger("matplotlib")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
         from matplotlib.figure import Figure
     finally:
         log.setLevel(level)
@@ -34,5 +33,5 @@ def figure_class() -> Any:
 def save_png(fig: Any, path: Path) -> Path:
     """Write ``fig`` to ``path`` as a PNG (a temporary file, then renamed); returns ``path``."""
     with atomic_file(path, suffix=".tmp.png") as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")  # png: the Agg canvas
     return path

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 MS = 1_000_000
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def straggler_run(tmp_path: Path) -> Path:
@@ -70,3 +73,21 @@ def test_loading_analysing_and_simulating_print_nothing_and_leave_the_process_as
     assert first.makespan_ns == again.makespan_ns
     first.start_ns[0][:] = 0
     assert int(again.start_ns[0].max()) > 0 and int(run.ranks[0].start_ns.max()) > 0
+
+
+def test_drawing_a_picture_leaves_the_notebooks_matplotlib_backend_as_it_was(tmp_path: Path) -> None:
+    # skewlens.pictures called matplotlib.use("Agg"): a notebook's inline backend became Agg, and its next
+    # plt.show() showed nothing. In a fresh interpreter, as the backend is the process's.
+    run_dir = straggler_run(tmp_path)
+    code = f"""
+import matplotlib
+matplotlib.use("svg")  # the notebook's own backend
+import matplotlib.pyplot as plt
+from skewlens.analysis import analyze_run
+from skewlens.analysis.plots import breakdown_bars
+from skewlens.profiler.store.validate import load_validated
+png = breakdown_bars(analyze_run(load_validated({str(run_dir)!r})), {str(tmp_path / "bars.png")!r})
+print(matplotlib.get_backend(), open(png, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["svg", "True"]
