@@ -140,6 +140,13 @@ class Slowdown:
             raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")
         if self.kind == "op" and not self.pattern:
             raise ConfigError(f"{where}: pattern is required")
+        if self.pattern and self.kind != "op":  # it was ignored: a compute item with one slowed every op
+            raise SlowdownFieldError(
+                where,
+                "pattern",
+                f"{self.pattern!r}: a pattern picks the ops an op item scales, and a {self.kind} item takes "
+                "none (kind op scales only the ops it matches)",
+            )
         if self.pattern.startswith("re:"):
             try:
                 re.compile(self.pattern[3:])

@@ -210,6 +210,12 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ({"kind": "compute", "every_step": True}, "every_step is a stall's"),
         ({"kind": "stall", "step": 2, "every_step": True}, "step 2 and every_step"),
         ({"kind": "stall", "step": 0, "first_step": 1}, r"step 0 is outside first_step..last_step \(1..\)"),
+        # ignored, it slowed every compute op where the user meant those it matched
+        (
+            {"kind": "compute", "pattern": "aten::mm"},
+            "pattern 'aten::mm': a pattern picks the ops an op item",
+        ),
+        ({"kind": "jitter", "sigma": 0.1, "pattern": "aten::mm"}, "a jitter item takes none"),
     ],
 )
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
@@ -303,6 +309,17 @@ def test_a_config_items_delay_out_of_range_is_refused_as_delay_ms_before_it_is_c
     with pytest.raises(ConfigError) as e:
         SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="stall", delay_ms=delay_ms)])
     assert str(e.value) == f"slowdown.entries[0].delay_ms: {problem} (kind=stall)"
+
+
+def test_a_config_items_pattern_on_a_compute_item_is_refused_naming_its_key_not_applied_to_every_op() -> None:
+    from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
+
+    with pytest.raises(ConfigError) as e:
+        SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="compute", pattern="aten::mm", factor=2.0)])
+    assert str(e.value) == (
+        "slowdown.entries[0].pattern: 'aten::mm': a pattern picks the ops an op item scales, and a compute "
+        "item takes none (kind op scales only the ops it matches) (kind=compute)"
+    )
 
 
 def test_a_slowdowns_number_may_be_its_limit_on_the_simulators_clock_and_not_a_bit_more() -> None:
