@@ -192,9 +192,8 @@ class SlowdownConfig:
             try:
                 items.append(entry.to_slowdown())
             except SlowdownFieldError as e:
-                raise ConfigError(
-                    f"slowdown.entries[{i}].{e.field}: {e.problem} (kind={entry.kind})"
-                ) from None
+                key = "delay_ms" if e.field == "delay_ns" else e.field  # the item's delay_ms, in ns
+                raise ConfigError(f"slowdown.entries[{i}].{key}: {e.problem} (kind={entry.kind})") from None
             except ConfigError as e:
                 raise ConfigError(f"slowdown.entries[{i}]: {str(e).partition(': ')[2] or e}") from None
         return items

@@ -34,7 +34,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from skewlens.profiler.vocab import NodeType
@@ -46,6 +46,17 @@ KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
 DEVICES = ("any", "host", "gpu")
 #: The kinds ``device`` applies to.
 DEVICE_KINDS = frozenset({"compute", "op", "jitter"})
+#: The fields each kind reads besides ``ranks``, ``first_step``, ``last_step`` and ``device``: another of
+#: these set on it is refused, where it was ignored (``step`` on a compute item slowed every step, a
+#: ``pattern`` every op).
+KIND_FIELDS = {
+    "compute": frozenset({"factor"}),
+    "op": frozenset({"factor", "pattern"}),
+    "jitter": frozenset({"sigma", "seed"}),
+    "stall": frozenset({"step", "every_step", "delay_ns"}),
+    "comm_delay": frozenset({"delay_ns", "before"}),
+    "network": frozenset({"factor", "latency_ns", "links", "nodes"}),
+}
 COMM_ON = {
     "send": frozenset({NodeType.COMM_SEND}),
     "collective": frozenset({NodeType.COMM_COLL}),
@@ -140,13 +151,6 @@ class Slowdown:
             raise ConfigError(f"{where}: before must be one of {', '.join(COMM_ON)}, got {self.before!r}")
         if self.kind == "op" and not self.pattern:
             raise ConfigError(f"{where}: pattern is required")
-        if self.pattern and self.kind != "op":  # it was ignored: a compute item with one slowed every op
-            raise SlowdownFieldError(
-                where,
-                "pattern",
-                f"{self.pattern!r}: a pattern picks the ops an op item scales, and a {self.kind} item takes "
-                "none (kind op scales only the ops it matches)",
-            )
         if self.pattern.startswith("re:"):
             try:
                 re.compile(self.pattern[3:])
@@ -169,12 +173,26 @@ class Slowdown:
                 f"{where}: step {self.step} is outside first_step..last_step ({self.window()}): the stall "
                 "would stall nothing"
             )
+        self._check_fields(where)
         if self.device not in DEVICES:
             raise ConfigError(f"{where}: device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.device != "any" and self.kind not in DEVICE_KINDS:
             raise ConfigError(
                 f"{where}: device ({self.device}) says which compute ops a {', '.join(sorted(DEVICE_KINDS))} "
                 f"item scales; a {self.kind} item scales none"
+            )
+
+    def _check_fields(self, where: str) -> None:
+        """A field set away from its default that this kind does not read is a :class:`SlowdownFieldError`
+        naming it and the kinds that do (``every_step`` and ``device`` have their own messages)."""
+        for f in sorted(set().union(*KIND_FIELDS.values()) - KIND_FIELDS[self.kind] - {"every_step"}):
+            if getattr(self, f) == _DEFAULTS[f]:
+                continue
+            takers = [k for k in KINDS if f in KIND_FIELDS[k]]
+            owners = " and ".join(filter(None, (", ".join(takers[:-1]), takers[-1])))
+            hint = _FIELD_HINTS.get(f, "")
+            raise SlowdownFieldError(
+                where, f, f"belongs to {owners} items; a {self.kind} item reads none{hint}"
             )
 
     def scales(self, on_gpu: bool) -> bool:
@@ -309,3 +327,12 @@ class SlowdownModel:
                 factor *= s.factor
                 extra += s.latency_ns
         return factor, extra
+
+
+#: What to give instead of a field that a kind does not read.
+_FIELD_HINTS = {
+    "pattern": " (kind op scales only the ops it matches)",
+    "step": " (first_step / last_step limit any item to some steps)",
+}
+#: Each field's default, as :meth:`Slowdown._check_fields` compares them.
+_DEFAULTS = {f.name: f.default for f in fields(Slowdown)}

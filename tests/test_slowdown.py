@@ -210,12 +210,19 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ({"kind": "compute", "every_step": True}, "every_step is a stall's"),
         ({"kind": "stall", "step": 2, "every_step": True}, "step 2 and every_step"),
         ({"kind": "stall", "step": 0, "first_step": 1}, r"step 0 is outside first_step..last_step \(1..\)"),
-        # ignored, it slowed every compute op where the user meant those it matched
+        # fields a kind does not read were ignored: a pattern slowed every op, a step every step
         (
             {"kind": "compute", "pattern": "aten::mm"},
-            "pattern 'aten::mm': a pattern picks the ops an op item",
+            "pattern belongs to op items; a compute item reads none",
         ),
-        ({"kind": "jitter", "sigma": 0.1, "pattern": "aten::mm"}, "a jitter item takes none"),
+        ({"kind": "jitter", "sigma": 0.1, "pattern": "aten::mm"}, "a jitter item reads none"),
+        (
+            {"kind": "compute", "factor": 2.0, "step": 1},
+            r"step belongs to stall items; .*\(first_step / last_step limit",
+        ),
+        ({"kind": "stall", "step": 1, "factor": 2.0}, "factor belongs to compute, op and network items"),
+        ({"kind": "network", "sigma": 0.5}, "sigma belongs to jitter items; a network item reads none"),
+        ({"kind": "jitter", "sigma": 0.1, "links": ((0, 1),)}, "links belongs to network items"),
     ],
 )
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
@@ -311,14 +318,21 @@ def test_a_config_items_delay_out_of_range_is_refused_as_delay_ms_before_it_is_c
     assert str(e.value) == f"slowdown.entries[0].delay_ms: {problem} (kind=stall)"
 
 
-def test_a_config_items_pattern_on_a_compute_item_is_refused_naming_its_key_not_applied_to_every_op() -> None:
+def test_a_config_items_field_its_kind_does_not_read_is_refused_naming_its_key_not_ignored() -> None:
+    # {kind: compute, pattern: aten::mm} slowed every op; {kind: compute, delay_ms: 3} delayed nothing
     from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
 
     with pytest.raises(ConfigError) as e:
         SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="compute", pattern="aten::mm", factor=2.0)])
     assert str(e.value) == (
-        "slowdown.entries[0].pattern: 'aten::mm': a pattern picks the ops an op item scales, and a compute "
-        "item takes none (kind op scales only the ops it matches) (kind=compute)"
+        "slowdown.entries[0].pattern: belongs to op items; a compute item reads none (kind op scales only "
+        "the ops it matches) (kind=compute)"
+    )
+    with pytest.raises(ConfigError) as e:
+        SlowdownConfig(name="x", entries=[SlowdownItemConfig(kind="compute", delay_ms=3.0)])
+    assert str(e.value) == (
+        "slowdown.entries[0].delay_ms: belongs to stall and comm_delay items; a compute item reads none "
+        "(kind=compute)"
     )
 
 
