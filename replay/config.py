@@ -22,6 +22,15 @@ from skewlens.replay.slowdown import Slowdown, SlowdownFieldError, number_proble
 MODES = ("sim", "real")
 
 
+def check_given(key: str, value: object) -> None:
+    """A :class:`ConfigError` where a required setting (``MISSING`` in its schema) was left unset: Hydra
+    refuses one before building the config, and built in Python it was an ``AttributeError`` (``'str'
+    object has no attribute 'contention'``) or ``ValueError`` (``could not convert string to float:
+    '???'``), or a topology named ``???``."""
+    if isinstance(value, str) and value == MISSING:
+        raise ConfigError(f"{key}: missing value (a required setting)")
+
+
 @dataclass(kw_only=True)
 class DimensionConfig:
     """One dimension of a topology (innermost first)."""
@@ -63,6 +72,7 @@ class TopologyConfig:
     """``skewlens calibrate`` wrote it: the lowest R² of its link fits."""
 
     def __post_init__(self) -> None:
+        check_given("topology.name", self.name)
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(
                 f"topology.algorithm: expected one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"
@@ -75,6 +85,8 @@ class TopologyConfig:
         """The pure :class:`Topology` of this config."""
         dims = []
         for i, d in enumerate(self.dims):
+            check_given(f"topology.dims[{i}].bandwidth_gbps", d.bandwidth_gbps)
+            check_given(f"topology.dims[{i}].latency_ns", d.latency_ns)
             try:
                 dims.append(
                     Dimension(
@@ -292,6 +304,8 @@ class ReplayConfig:
     """Extrapolation to another data-parallel size (config group ``scale``)."""
 
     def __post_init__(self) -> None:
+        for key in ("trace", "out", "topology"):
+            check_given(key, getattr(self, key))
         if self.lenient and self.mode == "real":
             raise ConfigError(
                 "lenient: real replay re-issues every collective on real processes, where one whose members "

@@ -18,6 +18,8 @@ from skewlens.profiler.store.schema import META_TABLE, read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.config import DimensionConfig, ReplayConfig, TopologyConfig
+from skewlens.replay.errors import ConfigError
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
@@ -91,3 +93,28 @@ print(matplotlib.get_backend(), open(png, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["svg", "True"]
+
+
+def test_a_replay_config_built_in_python_without_a_required_setting_names_it() -> None:
+    # ReplayConfig(trace=..., out=...) was an AttributeError ('str' object has no attribute 'contention'),
+    # a dimension without bandwidth_gbps a ValueError (could not convert string to float: '???')
+    dim = DimensionConfig(bandwidth_gbps=1.0, latency_ns=1)
+    topo = TopologyConfig(name="sw", dims=[dim])
+    cases = [
+        (lambda: ReplayConfig(trace="run", out="out"), "topology"),
+        (lambda: ReplayConfig(out="out", topology=topo), "trace"),
+        (lambda: ReplayConfig(trace="run", topology=topo), "out"),
+        (lambda: TopologyConfig(dims=[dim]), "topology.name"),
+        (
+            lambda: TopologyConfig(name="sw", dims=[DimensionConfig(latency_ns=1)]),
+            "topology.dims[0].bandwidth_gbps",
+        ),
+        (
+            lambda: TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=1.0)]),
+            "topology.dims[0].latency_ns",
+        ),
+    ]
+    for build, key in cases:
+        with pytest.raises(ConfigError) as e:
+            build()
+        assert str(e.value) == f"{key}: missing value (a required setting)"
