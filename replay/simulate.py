@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,7 @@ from skewlens.replay.slowdown import SlowdownModel
 from skewlens.replay.targets import check_slowdown_targets, run_steps
 
 I64 = npt.NDArray[np.int64]
+_A = TypeVar("_A", bound=np.ndarray)
 
 COMM_MODES = ("as_recorded", "model")
 
@@ -442,16 +444,18 @@ def _lift(
     if nested.size:  # nested nodes keep their recorded offset into their enclosing node
         start[nested] = start[low.nested_parent] + low.nested_off_ns
         end[nested] = start[nested] + low.dur[nested]
+    # A result's arrays are read-only, as its cached step spans and the run assume: its steps are the run's
+    # own (a view, not a copy), and `res.step[0][:] = 5` changed the loaded run and every other result of it
     starts: dict[int, I64] = {}
     ends: dict[int, I64] = {}
     steps: dict[int, npt.NDArray[np.int32]] = {}
     timed: dict[int, npt.NDArray[np.bool_]] = {}
     for i, r in enumerate(low.ranks):
         lo, hi = int(low.row_offset[i]), int(low.row_offset[i + 1])
-        starts[r] = start[lo:hi]
-        ends[r] = end[lo:hi]
-        steps[r] = rt.ranks[r].step
-        timed[r] = low.kind[lo:hi] != KIND_FIXED
+        starts[r] = _read_only(start[lo:hi])
+        ends[r] = _read_only(end[lo:hi])
+        steps[r] = _read_only(rt.ranks[r].step.view())
+        timed[r] = _read_only(low.kind[lo:hi] != KIND_FIXED)
     ca = np.zeros(len(rt.collectives), dtype=np.int64)
     ce = np.zeros(len(rt.collectives), dtype=np.int64)
     pa = np.zeros(len(rt.p2p), dtype=np.int64)
@@ -466,12 +470,18 @@ def _lift(
         end_ns=ends,
         step=steps,
         timed=timed,
-        coll_arrival_ns=ca,
-        coll_end_ns=ce,
-        p2p_arrival_ns=pa,
-        p2p_end_ns=pe,
+        coll_arrival_ns=_read_only(ca),
+        coll_end_ns=_read_only(ce),
+        p2p_arrival_ns=_read_only(pa),
+        p2p_end_ns=_read_only(pe),
         comm_mode=comm_mode,
     )
+
+
+def _read_only(a: _A) -> _A:
+    """``a``, no longer writable (the flag is the view's own: its base stays as it was)."""
+    a.flags.writeable = False
+    return a
 
 
 def _where(rt: RunTrace, low: Lowered, row: int) -> str:

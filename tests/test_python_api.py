@@ -71,10 +71,24 @@ def test_loading_analysing_and_simulating_print_nothing_and_leave_the_process_as
     first, again = simulate(run, effects=slow), simulate(run, effects=slow)
     assert _global_state() == before
     assert capsys.readouterr() == ("", "")
-    # results are the same for the same input, and independent of each other and of the run
+    # results are the same for the same input
     assert first.makespan_ns == again.makespan_ns
-    first.start_ns[0][:] = 0
-    assert int(again.start_ns[0].max()) > 0 and int(run.ranks[0].start_ns.max()) > 0
+
+
+def test_a_simulated_result_is_read_only_so_changing_it_cannot_change_the_run_or_another_result(
+    tmp_path: Path,
+) -> None:
+    # its steps were the run's own array: `res.step[0][:] = 5` moved every node of the loaded run (and of
+    # every other result) into step 5, and edited times left its cached step spans stale
+    run = load_validated(straggler_run(tmp_path))
+    res, other = simulate(run), simulate(run)
+    arrays = [res.step[0], res.start_ns[0], res.end_ns[1], res.timed[0], res.coll_arrival_ns, res.coll_end_ns]
+    for a in arrays:
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 5
+    assert run.ranks[0].step.tolist() == [-1, 0, 0, 1, 1, 2, 2] == other.step[0].tolist()
+    assert run.ranks[0].step.flags.writeable  # the run's own array is as the loader left it
+    assert res.step_time_ns(0) == other.step_time_ns(0) == 3 * MS + MS // 5
 
 
 def test_drawing_a_picture_leaves_the_notebooks_matplotlib_backend_as_it_was(tmp_path: Path) -> None:
