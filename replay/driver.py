@@ -203,11 +203,18 @@ def calibration_note(cfg: ReplayConfig) -> str:
 
 
 def replay_run(
-    cfg: ReplayConfig, out_dir: Path, *, sim_dir: Path | None = None, progress: Progress = NO_PROGRESS
+    cfg: ReplayConfig,
+    out_dir: str | Path | None = None,
+    *,
+    sim_dir: str | Path | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> ReplayOutcome:
-    """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (the simulated replay's files
-    into ``sim_dir`` where given); ``progress`` is told of its stages (load, simulate, write)."""
-    files = out_dir if sim_dir is None else sim_dir
+    """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (default: ``cfg.out``; the
+    simulated replay's files into ``sim_dir`` where given); ``progress`` is told of its stages (load,
+    simulate, write). A path may be a string, as everywhere else in the library (one was a ``TypeError``:
+    ``unsupported operand type(s) for /: 'str' and 'str'``)."""
+    out_dir = Path(cfg.out if out_dir is None else out_dir)
+    files = out_dir if sim_dir is None else Path(sim_dir)
     check_trace_outside(cfg.trace, out_dir)
     topo = cfg.topology.to_topology()
     real_api = None
@@ -273,7 +280,11 @@ def replay_run(
     real = None
     if real_api is not None:
         real = real_api.real_replay(
-            run_dir=Path(cfg.trace), out_dir=out_dir, effects=effects, cfg=cfg.real, stage_dir=sim_dir
+            run_dir=Path(cfg.trace),
+            out_dir=out_dir,
+            effects=effects,
+            cfg=cfg.real,
+            stage_dir=None if sim_dir is None else Path(sim_dir),
         )
     return ReplayOutcome(
         out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns

@@ -19,6 +19,7 @@ from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import DimensionConfig, ReplayConfig, TopologyConfig
+from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -132,3 +133,18 @@ def test_a_replay_config_built_in_python_without_a_required_setting_names_it() -
         with pytest.raises(ConfigError) as e:
             build()
         assert str(e.value) == f"{key}: missing value (a required setting)"
+
+
+def test_a_replay_from_python_takes_its_paths_as_strings_and_writes_into_the_configs_out_by_default(
+    tmp_path: Path,
+) -> None:
+    # replay_run(cfg, "OUT") was a TypeError (unsupported operand type(s) for /: 'str' and 'str')
+    topo = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=10.0, latency_ns=5_000)])
+    run_dir = str(straggler_run(tmp_path))
+    cfg = ReplayConfig(trace=run_dir, out=str(tmp_path / "a"), topology=topo, perfetto=False)
+    given = replay_run(cfg, str(tmp_path / "b"))
+    default = replay_run(cfg)
+    assert (given.out_dir, default.out_dir) == (tmp_path / "b", tmp_path / "a")
+    for out in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / out).iterdir()) == ["summary.parquet", "timeline.parquet"]
+    assert given.sim.makespan_ns == default.sim.makespan_ns == 3 * (3 * MS + MS // 5)
