@@ -113,12 +113,16 @@ def analyze_run(
     simulate_fn: SimulateFn | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> AnalysisResult:
-    """Run every analysis on ``run``. ``progress`` is told of each analysis and what-if simulation.
+    """Run every analysis on ``run``. ``max_simulations``: at most this many what-if simulations for the
+    blame (None: no limit; ``skewlens analyze`` gives 16). ``progress`` is told of each analysis and what-if
+    simulation.
 
     Raises :class:`AnalysisError` on a run with a trace that records no start time (Chakra's generator and
     ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure, and
     beside ranks that record theirs (a run whose ranks came from two tools) they were set against those as
     if measured."""
+    if max_simulations is not None and max_simulations < 0:  # was taken as 0: every cost 0, silently
+        raise AnalysisError(f"max_simulations: expected >= 0 (None: no limit), got {max_simulations}")
     if untimed := untimed_ranks(run):
         timed = sorted(set(run.ranks) - set(untimed))
         unlike = f", unlike {ranks_label(timed)}" if timed else ""

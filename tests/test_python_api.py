@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from skewlens.analysis import analyze_run, tables, write_tables
+from skewlens.analysis.errors import AnalysisError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import META_TABLE, read_table
 from skewlens.profiler.store.validate import load_validated
@@ -148,3 +149,12 @@ def test_a_replay_from_python_takes_its_paths_as_strings_and_writes_into_the_con
     for out in ("a", "b"):
         assert sorted(p.name for p in (tmp_path / out).iterdir()) == ["summary.parquet", "timeline.parquet"]
     assert given.sim.makespan_ns == default.sim.makespan_ns == 3 * (3 * MS + MS // 5)
+
+
+def test_a_negative_max_simulations_is_refused_not_taken_as_no_simulation(tmp_path: Path) -> None:
+    # analyze_run(run, max_simulations=-1) gave every rank a straggler cost of 0; the CLI refused it
+    run = load_validated(straggler_run(tmp_path))
+    with pytest.raises(AnalysisError) as e:
+        analyze_run(run, max_simulations=-1)
+    assert str(e.value) == "max_simulations: expected >= 0 (None: no limit), got -1"
+    assert analyze_run(run, max_simulations=None).stragglers[0].straggler_cost_ns == 6 * MS
