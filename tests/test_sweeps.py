@@ -337,6 +337,18 @@ def test_a_sweep_value_not_of_its_settings_type_is_one_line_before_any_point_run
     assert last.startswith("skewlens replay: error: scale.dp=1.5: ")
 
 
+def test_a_sweep_over_a_glob_of_a_config_groups_entries_runs_the_entries_it_matches(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # the type check before the sweep asked the glob for its values, which only Hydra's config loader
+    # knows: "hydra.errors.HydraException: ConfigLoader is not set", a traceback, and no point ran
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "comm_mode=model", "progress=false"]
+    assert skewlens_main([*args, "perfetto=false", "topology=glob(rin*)"]) == 0
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [(r["job"], r["topology"]) for r in rows] == [(0, "ring")]
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

@@ -29,7 +29,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import QuotedString
+from hydra.core.override_parser.types import Glob, QuotedString
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -352,14 +352,15 @@ def check_types(args: list[str]) -> None:
     any point runs: Hydra refuses these too, in six lines. The type is the schema's declared one, found
     through its dataclasses and list items (``topology.dims.0.bandwidth_gbps``: a float, whichever topology
     is chosen; ``scale.seed``: an int or null). Overrides Hydra's grammar refuses, group choices, nodes
-    (``slowdown.entries.0``), appended keys (``+key=``) and Hydra's own (``hydra.*``) are left to Hydra."""
+    (``slowdown.entries.0``), appended keys (``+key=``), globs (``topology=glob(*ring*)``, whose entries
+    only Hydra's config loader lists) and Hydra's own (``hydra.*``) are left to Hydra."""
     try:
         overrides = OverridesParser.create().parse_overrides([a for a in args if "=" in a])
     except OverrideParseException:
         _say_how_to_quote(args)
         return  # Hydra says what is wrong with it
     for o in overrides:
-        if o.is_delete():
+        if o.is_delete() or isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
