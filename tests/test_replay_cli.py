@@ -55,7 +55,8 @@ def test_the_ready_made_entries_include_the_documented_ones() -> None:
 
 
 #: The replay config's top-level keys: a code span made only of overrides of these is a replay setting.
-REPLAY_KEYS = {f.name for f in dataclasses.fields(ReplayConfig)}
+REPLAY_FIELDS = dataclasses.fields(ReplayConfig)
+REPLAY_KEYS = {f.name for f in REPLAY_FIELDS}
 #: The docs' placeholders, as values.
 PLACEHOLDERS = {"N": "8", "K": "0", "HOST0": "host0"}
 
@@ -995,6 +996,66 @@ def test_an_argument_that_is_not_an_override_or_a_hydra_flag_is_one_line_saying_
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"skewlens replay: error: {error.replace('{run}', str(run_dir))}"]
     assert not (tmp_path / "o").exists()
+
+
+#: What deleting a nested key says, of the key.
+NESTED_DELETE = "only a top-level setting can be deleted (it then takes its default); give {} a value"
+
+
+@pytest.mark.parametrize(
+    ("delete", "error"),
+    [
+        # replayed a trace directory named ??? (the schema's MISSING): "???: no such run directory"
+        ("~trace", "~trace: trace is required and cannot be deleted (give it a value: trace=...)"),
+        # replayed into the current directory, exit 0
+        ("~out", "~out: out is required and cannot be deleted (give it a value: out=...)"),
+        # a traceback: "MissingMandatoryValue: Cannot iterate a missing DictConfig"
+        (
+            "~topology",
+            "~topology: topology is required and cannot be deleted (give it a value: topology=...)",
+        ),
+        # Hydra's five lines: "SlowdownConfig (DictConfig) does not support deletion"
+        (
+            "~slowdown.factor",
+            f"~slowdown.factor: {NESTED_DELETE.format('slowdown.factor')}",
+        ),
+        # a traceback: "TypeError: list indices must be integers or slices, not str"
+        (
+            "~slowdown.entries.0",
+            f"~slowdown.entries.0: {NESTED_DELETE.format('slowdown.entries.0')}",
+        ),
+        # Hydra's "Could not delete from config. 'bogus' does not exist." and its HYDRA_FULL_ERROR line
+        (
+            "~bogus",
+            f"~bogus: no such setting (skewlens replay has {', '.join(f.name for f in REPLAY_FIELDS)})",
+        ),
+    ],
+)
+def test_deleting_a_required_or_nested_setting_is_one_line_naming_it_before_anything_runs(
+    run_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    delete: str,
+    error: str,
+) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, delete]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+    assert list(here.iterdir()) == []
+
+
+def test_deleting_a_top_level_setting_that_has_a_default_replays_with_that_default(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    args = ["replay", f"trace={run_dir}", f"out={out}", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, "slowdown=straggler", "comm_mode=model", "~slowdown", "~comm_mode"]) == 0
+    assert "replayed with transfers as recorded; no slowdown" in capsys.readouterr().out.splitlines()
 
 
 def test_hydra_flags_and_their_values_pass_and_version_is_skewlens_version(

@@ -355,12 +355,17 @@ def check_types(args: list[str]) -> None:
     (``slowdown.entries.0``), appended keys (``+key=``), globs (``topology=glob(*ring*)``, whose entries
     only Hydra's config loader lists) and Hydra's own (``hydra.*``) are left to Hydra."""
     try:
-        overrides = OverridesParser.create().parse_overrides([a for a in args if "=" in a])
+        overrides = OverridesParser.create().parse_overrides(
+            [a for a in args if "=" in a or a.startswith("~")]
+        )
     except OverrideParseException:
         _say_how_to_quote(args)
         return  # Hydra says what is wrong with it
     for o in overrides:
-        if o.is_delete() or isinstance(o.value(), Glob):  # a glob's choices come from the config loader
+        if o.is_delete():
+            _check_delete(o.key_or_group)
+            continue
+        if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
@@ -392,6 +397,25 @@ def check_types(args: list[str]) -> None:
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
+
+
+def _check_delete(key: str) -> None:
+    """``~key`` deletes a top-level setting that has a default (it then takes that default), else a
+    one-line :class:`ConfigError` naming it. ``~trace`` / ``~out`` had replayed into a trace or output
+    directory named ``???`` (the schema's MISSING) or the current one; ``~topology`` was a traceback, and a
+    nested key Hydra's five lines (a structured node deletes no key) or, in a list, a traceback."""
+    if key.startswith("hydra"):
+        return  # Hydra's own
+    try:
+        _declared_type(key, refuse_unknown=True)  # a key the schema does not have: its settings listed
+    except ConfigError as e:
+        raise ConfigError(f"~{e}") from None
+    if "." in key:
+        raise ConfigError(
+            f"~{key}: only a top-level setting can be deleted (it then takes its default); give {key} a value"
+        )
+    if {f.name: f for f in dataclasses.fields(ReplayConfig)}[key].default is MISSING:
+        raise ConfigError(f"~{key}: {key} is required and cannot be deleted (give it a value: {key}=...)")
 
 
 def _check_items(line: str, holder: DictConfig, name: str, item: type, value: Any) -> None:
