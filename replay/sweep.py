@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -59,6 +60,13 @@ def read_sweep(path: Path) -> list[SweepRecord]:
     return [SweepRecord(**row) for row in tbl.to_pylist()]
 
 
+def job_sweep_dir(hc: HydraConf) -> Path:
+    """In a multirun job, with Hydra's config ``hc``: the sweep's directory, a relative one taken from where
+    the sweep was launched. Under ``hydra.job.chdir=true`` a job runs in its own directory, where the
+    relative path had put its row in ``SWEEP/<job>/SWEEP/.jobs/``, which the summary never read."""
+    return Path(str(hc.runtime.cwd)) / str(hc.sweep.dir)
+
+
 def _job_file(sweep_dir: Path, job: int, suffix: str) -> Path:
     return sweep_dir / JOBS_DIR / f"{job}{suffix}"
 
@@ -82,7 +90,7 @@ def record_failure(error: SkewlensError) -> bool:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return False
-    sweep_dir, job = Path(hc.sweep.dir), int(hc.job.num)
+    sweep_dir, job = job_sweep_dir(hc), int(hc.job.num)
     _job_file(sweep_dir, job, ROW_SUFFIX).unlink(missing_ok=True)
     overrides = " ".join(hc.overrides.task)
     write_text_atomic(_job_file(sweep_dir, job, ERROR_SUFFIX), f"{overrides}\n{error}\n")

@@ -349,6 +349,29 @@ def test_a_sweep_over_a_glob_of_a_config_groups_entries_runs_the_entries_it_matc
     assert [(r["job"], r["topology"]) for r in rows] == [(0, "ring")]
 
 
+def test_a_sweep_that_changes_into_each_jobs_directory_reads_relative_paths_from_where_it_was_launched(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # under hydra.job.chdir=true the relative trace was looked for in the job's directory ("run: no such run
+    # directory or trace prefix"), and a job wrote its row into SWEEP/<job>/SWEEP/.jobs/: no sweep.parquet
+    monkeypatch.chdir(tmp_path)
+    args = ["replay", "-m", f"trace={run_dir.name}", "out=sweep", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, "perfetto=false", "hydra.job.chdir=true", "slowdown.factor=1.0,-2"]) == 2
+    assert Path.cwd() == tmp_path
+    rows = pq.read_table(tmp_path / "sweep" / "sweep.parquet").to_pylist()
+    assert [(r["job"], r["mean_step_ns"], r["out_dir"]) for r in rows] == [
+        (0, COMPUTE_NS[3], str(tmp_path / "sweep" / "0"))
+    ]
+    assert (tmp_path / "sweep" / JOBS_DIR / "1.error").read_text(encoding="utf-8").splitlines()[1] == (
+        "slowdown.factor: must be a finite number > 0, got -2.0"
+    )
+    assert sorted(p.name for p in (tmp_path / "sweep" / "0").iterdir()) == [
+        "config.yaml",
+        "summary.parquet",
+        "timeline.parquet",
+    ]
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

@@ -61,7 +61,7 @@ from skewlens.replay.outputs import (
 from skewlens.replay.real.plan import META_FILE
 from skewlens.replay.render import gpu_idle_table, summary_table
 from skewlens.replay.slowdown import Slowdown
-from skewlens.replay.sweep import append_sweep_row, record_failure
+from skewlens.replay.sweep import append_sweep_row, job_sweep_dir, record_failure
 from skewlens.rich_progress import RichProgress
 
 SCHEMA_NAME = "replay_schema"
@@ -172,6 +172,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     plan_before = _plan_identity(out_dir)
     try:
         conf = to_config(cfg)
+        if hc.job.chdir:  # Hydra runs the job in out_dir: a relative trace is where the command was given
+            conf = dataclasses.replace(conf, trace=str(Path(hc.runtime.cwd) / conf.trace))
         with staging_dir(out_dir.absolute()) as stage:
             progress = RichProgress() if conf.progress else NO_PROGRESS
             outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
@@ -223,7 +225,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             slowest[s.step] = max(slowest.get(s.step, 0), s.step_time_ns)
         times = list(slowest.values())
         append_sweep_row(
-            Path(hc.sweep.dir),
+            job_sweep_dir(hc),
             SweepRecord(
                 job=int(hc.job.num),
                 overrides=" ".join(hc.overrides.task),
