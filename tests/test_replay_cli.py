@@ -1058,6 +1058,27 @@ def test_deleting_a_top_level_setting_that_has_a_default_replays_with_that_defau
     assert "replayed with transfers as recorded; no slowdown" in capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_setting_hydras_output_directory_is_one_line_saying_to_give_out_instead(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    # hydra.run.dir=rd replayed into rd, silently leaving out=o empty: the outputs go where Hydra's run
+    # directory is, which replay.yaml sets to out
+    args = [
+        "replay",
+        f"trace={run_dir}",
+        f"out={tmp_path / 'o'}",
+        "progress=false",
+        f"{key}={tmp_path / 'rd'}",
+    ]
+    assert skewlens_main(args) == 2
+    rd = tmp_path / "rd"
+    said = f"{key}={rd}: skewlens replay writes where out= says ({key} follows it): give out={rd}"
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {said}"]
+    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "rd").exists()
+
+
 def test_hydra_flags_and_their_values_pass_and_version_is_skewlens_version(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -369,6 +369,12 @@ def check_types(args: list[str]) -> None:
             continue
         if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
+        if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
+            value = (o.input_line or "").partition("=")[2]
+            raise ConfigError(
+                f"{o.input_line}: skewlens replay writes where out= says ({o.key_or_group} follows it): "
+                f"give out={value}"
+            )
         values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
         homes = [v for v in texts if isinstance(v, str) and v.startswith("~")]
