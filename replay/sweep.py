@@ -170,6 +170,12 @@ class SweepSummary(Callback):
             console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
             if len(rows) >= 2:
                 console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG, failed=len(failed))}")
+        if not rows and not failed:  # Hydra launches nothing, silently, for a glob that matches nothing
+            print_stderr(
+                "skewlens replay: error: the sweep has no jobs: its overrides give no point (a glob(...) "
+                "that matches no entry of its group, an empty range(...)?)"
+            )
+            sys.exit(FAILED_EXIT)
         if not failed:
             return
         # name each failed job by what sets it apart (as the comparison table does), else by every override

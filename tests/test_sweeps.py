@@ -372,6 +372,22 @@ def test_a_sweep_that_changes_into_each_jobs_directory_reads_relative_paths_from
     ]
 
 
+@pytest.mark.parametrize("empty", ["topology=glob(nothing*)", "slowdown.factor=range(1,1)"])
+def test_a_sweep_whose_overrides_give_no_point_says_so_and_exits_2(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], empty: str
+) -> None:
+    # Hydra launched no job and the command exited 0 having printed nothing
+    out = tmp_path / "sweep"
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={out}", "progress=false", empty]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            "skewlens replay: error: the sweep has no jobs: its overrides give no point (a glob(...) that "
+            "matches no entry of its group, an empty range(...)?)"
+        )
+    ]
+    assert not (out / "sweep.parquet").exists()
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 
