@@ -1250,6 +1250,57 @@ def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
     ]
 
 
+@pytest.mark.parametrize(
+    ("group", "text", "error"),
+    [
+        (  # each of these was Hydra's half a dozen lines, ending with its HYDRA_FULL_ERROR line
+            "topology",
+            "name: mine\ndims:\n  - {kind: switch, size: 0, bandwith_gbps: 1.0, latency_ns: 5}\n",
+            "bandwith_gbps: Key 'bandwith_gbps' not in 'DimensionConfig'",
+        ),
+        (
+            "topology",
+            "name: mine\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: fast, latency_ns: 5}\n",
+            "bandwidth_gbps: Value 'fast' of type 'str' could not be converted to Float",
+        ),
+        (
+            "slowdown",
+            "name: mine\nentries:\n  - {kind: compute, rank: [1], factor: 2}\n",
+            "rank: Key 'rank' not in 'SlowdownItemConfig'",
+        ),
+        # a traceback: yaml.scanner.ScannerError
+        ("slowdown", "name: mine\n  bad: [\n", "not a YAML slowdown (mapping values are not allowed here)"),
+    ],
+)
+def test_a_typo_or_wrong_type_in_an_entry_of_the_users_config_dir_is_one_line_naming_its_file(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], group: str, text: str, error: str
+) -> None:
+    cfg = tmp_path / "cfg"
+    (cfg / group).mkdir(parents=True)
+    (cfg / group / "mine.yaml").write_text(text)
+    args = ["replay", "-cd", str(cfg), f"trace={run_dir}", f"out={tmp_path / 'o'}", f"{group}=mine"]
+    assert skewlens_main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: {group}=mine ({cfg / group / 'mine.yaml'}): {error}"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_entry_of_the_users_config_dir_may_extend_a_bundled_one_through_its_defaults_list(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "cfg"
+    (cfg / "topology").mkdir(parents=True)
+    (cfg / "topology" / "mine.yaml").write_text(
+        "defaults:\n  - ring\n  - _self_\nname: mine\nalgorithm: tree\n"
+    )
+    out = tmp_path / "o"
+    args = ["replay", "-cd", str(cfg), f"trace={run_dir}", f"out={out}", "topology=mine", "progress=false"]
+    assert skewlens_main([*args, "comm_mode=model", "perfetto=false"]) == 0
+    topology = OmegaConf.load(out / "config.yaml").topology
+    assert (topology.name, topology.algorithm, topology.dims[0].kind) == ("mine", "tree", "ring")
+
+
 def test_a_config_dir_or_searchpath_that_does_not_exist_is_one_line_naming_it(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,7 +43,7 @@ from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_no
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
-from skewlens.replay.config import ReplayConfig, TopologyConfig
+from skewlens.replay.config import ReplayConfig, ScaleConfig, SlowdownConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import clock_note
@@ -304,6 +304,7 @@ def check_groups(args: list[str]) -> None:
             if key == group and eq and "(" not in value:
                 for item in value.split(","):
                     check_entry(group, item, known)
+                    check_user_entry(group, item, dirs)
 
 
 def _home_written_out(key: str, value: str, *, sweep: bool = False) -> str:
@@ -486,24 +487,52 @@ def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
     return t
 
 
-def check_topology_file(item: str, path: Path) -> None:
-    """``path`` is a YAML mapping (what ``skewlens calibrate`` writes), else a one-line :class:`ConfigError`
-    (YAML's own errors, and Hydra's around them, are tracebacks; an empty file read as a missing name), with
-    no YAML aliases (:func:`~skewlens.cli.options.refuse_yaml_aliases`)."""
-    refuse_yaml_aliases(path, f"topology={item}")
+#: The schema of each config group's entries, against which a YAML file of the user's is checked.
+GROUP_SCHEMAS: dict[str, type] = {
+    "topology": TopologyConfig,
+    "slowdown": SlowdownConfig,
+    "scale": ScaleConfig,
+}
+
+
+def check_group_file(group: str, item: str, path: Path) -> None:
+    """``path``, given as ``group=item``, is a YAML mapping of ``group``'s settings (what ``skewlens
+    calibrate`` writes for a topology), else a one-line :class:`ConfigError` (YAML's own errors, and Hydra's
+    around them, are tracebacks; a typo'd key or a value of the wrong type Hydra says in half a dozen lines;
+    an empty file read as a missing name), with no YAML aliases
+    (:func:`~skewlens.cli.options.refuse_yaml_aliases`). A ``defaults`` list (an entry that extends
+    another) is Hydra's, and a file with a ``# @package`` header is left to Hydra."""
+    refuse_yaml_aliases(path, f"{group}={item}")
     try:
+        if path.read_text(encoding="utf-8").lstrip().startswith("# @package"):
+            return
         doc = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"topology={item}: not a YAML topology ({first})") from None
+        raise ConfigError(f"{group}={item}: not a YAML {group} ({first})") from None
+    schema = GROUP_SCHEMAS[group]
     if not isinstance(doc, DictConfig) or not doc:
-        raise ConfigError(f"topology={item}: holds no topology (a YAML mapping with name, dimensions, ...)")
+        names = ", ".join(f.name for f in dataclasses.fields(schema)[:3])
+        raise ConfigError(f"{group}={item}: holds no {group} (a YAML mapping of its settings: {names}, ...)")
+    with contextlib.suppress(ConfigKeyError):
+        del doc["defaults"]
     try:  # a key the schema lacks (a typo) or a value of the wrong type: Hydra says it in half a dozen lines
-        OmegaConf.merge(OmegaConf.structured(TopologyConfig), doc)
+        OmegaConf.merge(OmegaConf.structured(schema), doc)
     except OmegaConfBaseException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         key = getattr(e, "full_key", None)
-        raise ConfigError(f"topology={item}: {key + ': ' if key else ''}{first}") from None
+        raise ConfigError(f"{group}={item}: {key + ': ' if key else ''}{first}") from None
+
+
+def check_user_entry(group: str, item: str, dirs: list[Path]) -> None:
+    """Where ``group=item`` names an entry of the user's config ``dirs`` (not one of skewlens's), its file
+    holds ``group``'s settings (:func:`check_group_file`, naming the file)."""
+    if item in conf_entries(group):
+        return
+    for d in dirs:
+        if (path := d / group / f"{item}.yaml").is_file():
+            check_group_file(group, f"{item} ({path})", path)
+            return
 
 
 def make_out_dir(args: list[str]) -> Path | None:
@@ -558,13 +587,14 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             if p.suffix not in (".yaml", ".yml") and p.name == item:
                 if not searched:
                     check_entry("topology", item, builtin, or_file=True)
+                    check_user_entry("topology", item, dirs or [])
                 names.append(item)  # an entry of conf/topology/
                 continue
             if p.is_dir():
                 raise ConfigError(f"topology={item}: a directory; give a topology YAML file in it")
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
-            check_topology_file(item, p)
+            check_group_file("topology", item, p)
             name = p.stem if p.stem not in builtin else f"file_{p.stem}"
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, tmp / "topology" / f"{name}.yaml")
