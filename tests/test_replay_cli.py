@@ -444,6 +444,21 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     assert err == [f"skewlens replay: error: --multirun and --cfg: Hydra takes one of {modes} at a time"]
 
 
+@pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
+def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    # Hydra's documented 'install=bash' was refused as 'install: no such setting (skewlens replay has ...)'
+    assert skewlens_main(["replay", flag, "install=bash"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            "skewlens replay: error: --shell-completion: Hydra's tab completion completes a command that is "
+            "itself a Hydra app, not a subcommand such as skewlens replay; skewlens replay --help lists the "
+            "groups and settings"
+        )
+    ]
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -640,6 +640,13 @@ def check_modes(args: Sequence[str]) -> None:
         raise ConfigError(
             f"{' and '.join(given)}: Hydra takes one of {', '.join(m for _, m in HYDRA_MODES)} at a time"
         )
+    if given == ["--shell-completion"]:
+        # its install=bash was refused as 'install: no such setting'; the script Hydra prints asks the
+        # command's first word (skewlens) for completions, which is no Hydra app
+        raise ConfigError(
+            "--shell-completion: Hydra's tab completion completes a command that is itself a Hydra app, not "
+            "a subcommand such as skewlens replay; skewlens replay --help lists the groups and settings"
+        )
 
 
 #: Hydra's flags (``hydra._internal.utils.get_args_parser``): those that take a value, the one whose value is
