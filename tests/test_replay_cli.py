@@ -444,6 +444,42 @@ def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     assert err == [f"skewlens replay: error: --multirun and --cfg: Hydra takes one of {modes} at a time"]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "key", "has"),
+    [
+        (["slowdown.entries.0.factor=3"], "slowdown.entries.0.factor", ("slowdown none", 0, 0)),
+        (  # in a sweep Hydra's message stopped every job, the straggler's too
+            ["-m", "slowdown=straggler,none", "slowdown.entries.0.every_step=true"],
+            "slowdown.entries.0.every_step",
+            ("slowdown none", 0, 0),
+        ),
+        (
+            ["topology=dgx_h100_8x", "topology.dims.2.bandwidth_gbps=5"],
+            "topology.dims.2.bandwidth_gbps",
+            ("topology dgx_h100_8x", 2, 2),
+        ),
+    ],
+)
+def test_an_item_of_a_list_that_the_chosen_entry_lacks_is_one_line_naming_the_entry_and_its_count(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    overrides: list[str],
+    key: str,
+    has: tuple[str, int, int],
+) -> None:
+    # Hydra's five lines: "Invalid type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", *overrides]) == 2
+    entry, count, index = has
+    group, name = key.split(".")[:2]
+    error = (
+        f"{key}: {entry} has {count} items in {group}.{name} (numbered from 0); give the whole list, "
+        f"{group}.{name}=[...], or choose a {group} that has item {index}"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
 def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
     capsys: pytest.CaptureFixture[str], flag: str

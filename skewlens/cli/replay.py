@@ -307,6 +307,66 @@ def check_groups(args: list[str]) -> None:
                     check_user_entry(group, item, dirs)
 
 
+#: The lists of a group's entry that an override may index (``slowdown.entries.0.factor=3``).
+GROUP_LISTS = {"slowdown": "entries", "topology": "dims"}
+
+
+def _group_choices(group: str, args: list[str]) -> list[str] | None:
+    """The entries of ``group`` that ``args`` choose (a sweep's comma list too), else ``conf/replay.yaml``'s
+    default; None where they are not a plain list of names or paths (a glob, an interpolation)."""
+    given = [a.partition("=")[2] for a in args if a.partition("=")[0] == group and "=" in a]
+    if not given:
+        defaults = yaml.safe_load((CONF_DIR / "replay.yaml").read_text(encoding="utf-8"))["defaults"]
+        return [str(d[group]) for d in defaults if isinstance(d, dict) and group in d]
+    if any(c in given[-1] for c in "($"):
+        return None
+    return [_unquoted(v) for v in given[-1].split(",")]
+
+
+def _entry_file(group: str, choice: str, dirs: list[Path]) -> Path | None:
+    """The YAML file of ``group=choice``: a path given, an entry of the user's ``dirs`` or skewlens's."""
+    if Path(choice).suffix in (".yaml", ".yml"):
+        return Path(choice).expanduser()
+    for d in (*dirs, CONF_DIR):
+        if (path := d / group / f"{choice}.yaml").is_file():
+            return path
+    return None
+
+
+def check_list_items(args: list[str]) -> None:
+    """An override of an item of a group entry's list (``slowdown.entries.0.factor=3``,
+    ``topology.dims.1.bandwidth_gbps=5``) names an item that each chosen entry has, else a one-line
+    :class:`ConfigError` naming the entry and how many it has. Hydra's message was five lines ("Invalid
+    type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"), and in a sweep it stopped
+    every job. Not checked where the list is given whole, an entry extends another (its ``defaults``) or
+    the choices are not plain names."""
+    dirs = user_conf_dirs(args)
+    for arg in args:
+        m = re.fullmatch(r"(slowdown|topology)\.(entries|dims)\.(\d+)(\..*)?=.*", arg)
+        if dirs is None or m is None or GROUP_LISTS[m[1]] != m[2]:
+            continue
+        group, name, index = m[1], m[2], int(m[3])
+        if any(a.startswith(f"{group}.{name}=") for a in args):
+            continue
+        for choice in _group_choices(group, args) or []:
+            path = _entry_file(group, choice, dirs)
+            try:
+                doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
+            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                continue  # said elsewhere
+            if not isinstance(doc, dict) or "defaults" in doc:
+                continue
+            items = doc.get(name) or []
+            if isinstance(items, list) and index >= len(items):
+                has = (
+                    f"{group} {choice} has {counted(len(items), 'item')} in {group}.{name} (numbered from 0)"
+                )
+                raise ConfigError(
+                    f"{arg.partition('=')[0]}: {has}; give the whole list, {group}.{name}=[...], or choose a "
+                    f"{group} that has item {index}"
+                )
+
+
 def _home_written_out(key: str, value: str, *, sweep: bool = False) -> str:
     """What to write for ``key=value``, whose value begins with ``~`` (which Hydra does not expand): the
     override with the home directory written out (``out=/home/me/x``); for a value of a ``sweep``, or a bare
@@ -779,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(args)
     check_modes(args)
     check_groups(args)
+    check_list_items(args)
     check_types(args)
     errors: list[SkewlensError] = []
 
