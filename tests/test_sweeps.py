@@ -388,6 +388,56 @@ def test_a_sweep_whose_overrides_give_no_point_says_so_and_exits_2(
     assert not (out / "sweep.parquet").exists()
 
 
+@pytest.mark.parametrize(
+    ("launcher", "error"),
+    [  # Hydra's ten lines: "In 'hydra/config': Could not find 'hydra/launcher/ray'", its options, search path
+        (
+            "hydra/launcher=ray",
+            (
+                "no such launcher installed (one of basic, joblib, submitit_local, submitit_slurm; "
+                "pip install hydra-ray-launcher for it)"
+            ),
+        ),
+        (
+            "hydra/launcher=jobib",
+            "no such launcher installed (one of basic, joblib, submitit_local, submitit_slurm)",
+        ),
+        ("hydra/sweeper=optuna", "no such sweeper installed (one of basic)"),
+        (  # submitit's RuntimeError traceback: 'Could not detect "srun", are you indeed on a slurm cluster?'
+            "hydra/launcher=submitit_slurm",
+            (
+                "no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
+                "hydra/launcher=submitit_local for the same jobs on this machine"
+            ),
+        ),
+    ],
+)
+def test_a_launcher_that_is_not_installed_or_slurm_where_there_is_none_is_one_line_before_any_point_runs(
+    run_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    launcher: str,
+    error: str,
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.factor=1,2"]
+    assert skewlens_main([*args, launcher]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {launcher}: {error}"]
+    assert not out.exists()
+
+
+def test_a_launcher_entry_of_the_users_config_dir_is_taken(run_dir: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg" / "hydra" / "launcher"
+    cfg.mkdir(parents=True)
+    (cfg / "mine.yaml").write_text("defaults:\n  - basic\n")
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", "-cd", str(tmp_path / "cfg"), f"trace={run_dir}", f"out={out}", "progress=false"]
+    assert skewlens_main([*args, "perfetto=false", "hydra/launcher=mine"]) == 0
+    assert pq.read_table(out / "sweep.parquet").num_rows == 1
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

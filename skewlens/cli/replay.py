@@ -333,6 +333,43 @@ def _entry_file(group: str, choice: str, dirs: list[Path]) -> Path | None:
     return None
 
 
+#: Where the Hydra launchers the docs name come from, for one not installed.
+LAUNCHER_PACKAGES = {
+    "ray": "hydra-ray-launcher",
+    "submitit_slurm": "hydra-submitit-launcher",
+    "submitit_local": "hydra-submitit-launcher",
+}
+
+
+def check_launcher(args: list[str]) -> None:
+    """``hydra/launcher=NAME`` (and ``hydra/sweeper=``) names one that is installed, else a one-line
+    :class:`ConfigError` listing those that are (Hydra's message was ten lines with its search path); and a
+    sweep on ``submitit_slurm`` has SLURM's ``srun`` to submit with (submitit's refusal was a traceback).
+    Entries of the user's config directories (``hydra/launcher/NAME.yaml``) count; none is checked where one
+    of those is a package's."""
+    dirs = user_conf_dirs(args)
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key not in ("hydra/launcher", "hydra/sweeper") or not eq or dirs is None:
+            continue
+        from hydra.core.plugins import Plugins
+
+        Plugins.instance()  # registers the installed plugins' entries
+        known = {f.removesuffix(".yaml") for f in ConfigStore.instance().list(key)}
+        known |= {f.stem for d in dirs for f in (d / key).glob("*.yaml")}
+        if value not in known:
+            what = key.partition("/")[2]
+            package = LAUNCHER_PACKAGES.get(value) if what == "launcher" else None
+            hint = f"; pip install {package} for it" if package else ""
+            raise ConfigError(f"{arg}: no such {what} installed (one of {', '.join(sorted(known))}{hint})")
+        multirun = any(a in HYDRA_MODES[0] for a in args)
+        if value == "submitit_slurm" and multirun and shutil.which("srun") is None:
+            raise ConfigError(
+                f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
+                "hydra/launcher=submitit_local for the same jobs on this machine"
+            )
+
+
 def check_list_items(args: list[str]) -> None:
     """An override of an item of a group entry's list (``slowdown.entries.0.factor=3``,
     ``topology.dims.1.bandwidth_gbps=5``) names an item that each chosen entry has, else a one-line
@@ -839,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(args)
     check_modes(args)
     check_groups(args)
+    check_launcher(args)
     check_list_items(args)
     check_types(args)
     errors: list[SkewlensError] = []
