@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -478,6 +479,32 @@ def test_an_item_of_a_list_that_the_chosen_entry_lacks_is_one_line_naming_the_en
     )
     assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "error"),
+    [  # each was a traceback ending in omegaconf's error, full_key: hydra.run.dir (which follows out)
+        ("${nope}", "${nope}: no setting 'nope' to interpolate"),
+        ("${nwo:%H}", "${nwo:%H}: no resolver 'nwo' (Hydra's: now, hydra; OmegaConf's: oc.env, ...)"),
+        (
+            "${oc.env:SKEWLENS_NOT_SET}",
+            "${oc.env:SKEWLENS_NOT_SET}: environment variable 'SKEWLENS_NOT_SET' is not set",
+        ),
+    ],
+)
+def test_an_interpolation_in_out_that_cannot_resolve_is_one_line_naming_it(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, error: str
+) -> None:
+    value = f"{tmp_path / 'o'}/{out}"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={value}", "progress=false"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: out={value}: {error}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_may_interpolate_hydras_clock_and_the_chosen_settings(run_dir: Path, tmp_path: Path) -> None:
+    args = ["replay", f"trace={run_dir}", "topology=ring", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, f"out={tmp_path}/${{topology.name}}-${{now:%Y}}"]) == 0
+    assert [p.name for p in tmp_path.glob("ring-*")] == [f"ring-{time.strftime('%Y')}"]
 
 
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])

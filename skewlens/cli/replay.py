@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import shlex
 import shutil
@@ -483,6 +484,9 @@ def check_types(args: list[str]) -> None:
                 f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
                 f"{_home_written_out(o.key_or_group, homes[0], sweep=o.is_sweep_override())}"
             )
+        if o.key_or_group == "out":
+            for v in texts:
+                _check_out_interpolations(o.input_line or "out", str(v))
         setting = _setting_type(o.key_or_group, adding=o.is_add())
         if setting is None:
             if not all(isinstance(v, dict) for v in values):  # a node is given a mapping, or nothing
@@ -503,6 +507,27 @@ def check_types(args: list[str]) -> None:
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
+
+
+def _check_out_interpolations(line: str, value: str) -> None:
+    """Each ``${...}`` in ``out``'s ``value`` names a resolver that exists (``${now:%H-%M}``), an environment
+    variable that is set or given a default (``${oc.env:NAME,default}``) or a setting of the schema
+    (``${topology.name}``), else a one-line :class:`ConfigError` naming it: Hydra's run directory follows
+    ``out``, and resolving it failed in a traceback ("An error occurred during Hydra's exception
+    formatting")."""
+    from hydra.core.utils import setup_globals
+
+    setup_globals()  # Hydra's resolvers (now, hydra), registered when its app starts
+    for m in re.finditer(r"\$\{([^${}]*)\}", value):
+        name, colon, arg = m[1].partition(":")
+        if colon and not OmegaConf.has_resolver(name):
+            raise ConfigError(
+                f"{line}: {m[0]}: no resolver {name!r} (Hydra's: now, hydra; OmegaConf's: oc.env, ...)"
+            )
+        if colon and name == "oc.env" and "," not in arg and arg.strip() not in os.environ:
+            raise ConfigError(f"{line}: {m[0]}: environment variable {arg.strip()!r} is not set")
+        if not colon and not name.startswith("hydra") and _declared_type(name) is None:
+            raise ConfigError(f"{line}: {m[0]}: no setting {name!r} to interpolate")
 
 
 def _check_delete(key: str) -> None:
