@@ -438,6 +438,19 @@ def test_a_launcher_entry_of_the_users_config_dir_is_taken(run_dir: Path, tmp_pa
     assert pq.read_table(out / "sweep.parquet").num_rows == 1
 
 
+def test_a_sweep_over_out_is_one_line_before_any_point_runs(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each point ran into its own directory, and the launching process took the sweep's directory for "."
+    # (writing multirun.yaml and clearing an earlier sweep's job directories there), found no job's row there
+    # and exited 0 with no sweep.parquet anywhere
+    monkeypatch.chdir(tmp_path)
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", "out=a,b", "progress=false"]) == 2
+    said = "out=a,b: a sweep writes every point under one out (OUT/<job>/); sweep other settings"
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {said}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

@@ -484,6 +484,12 @@ def check_types(args: list[str]) -> None:
                 f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
                 f"{_home_written_out(o.key_or_group, homes[0], sweep=o.is_sweep_override())}"
             )
+        if o.key_or_group == "out" and o.is_sweep_override():
+            # the sweep's directory is out: the launching process read it as "." and looked there for the
+            # jobs' rows (none), while each job wrote its own under one of the values
+            raise ConfigError(
+                f"{o.input_line}: a sweep writes every point under one out (OUT/<job>/); sweep other settings"
+            )
         if o.key_or_group == "out":
             for v in texts:
                 _check_out_interpolations(o.input_line or "out", str(v))
