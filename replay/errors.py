@@ -11,6 +11,11 @@ MAX_SIM_NS = 2**62
 SIM_CLOCK = "the simulator's clock (about 146 years)"
 
 
+def missing_value(key: str) -> str:
+    """What a required setting that was not given says (``out: missing value ...``)."""
+    return f"{key}: missing value (give it on the command line, e.g. {key}=...)"
+
+
 class ReplayError(SkewlensError):
     """A replay could not run or did not finish (deadlock, timeout, failed rank)."""
 

@@ -25,12 +25,13 @@ from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from skewlens.console import print_stderr, report_console
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
+from skewlens.replay.errors import missing_value
 from skewlens.replay.outputs import (
     CONFIG_YAML,
     REAL_RUN_DIR,
@@ -158,6 +159,11 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
+        if OmegaConf.is_missing(config, "out"):
+            # the sweep's directory follows out, else ".": an earlier sweep's outputs there were cleared, and
+            # each job failed on the missing out
+            print_stderr(f"skewlens replay: error: {missing_value('out')}")
+            sys.exit(FAILED_EXIT)
         clear_earlier_sweep(Path(str(config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -451,6 +451,25 @@ def test_a_sweep_over_out_is_one_line_before_any_point_runs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_sweep_without_out_says_so_once_and_leaves_the_current_directory_as_it_was(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the sweep's directory became ".": an earlier sweep's job outputs there were removed, .jobs/ and
+    # multirun.yaml written, and every job failed on the missing out, one line each
+    monkeypatch.chdir(tmp_path)
+    earlier = tmp_path / "0"
+    earlier.mkdir()
+    (earlier / "config.yaml").write_text(f"trace: {run_dir}\nmode: sim\n")
+    (earlier / "summary.parquet").write_text("an earlier sweep's")
+    args = ["replay", "-m", f"trace={run_dir}", "slowdown=straggler", "slowdown.factor=1,2", "progress=false"]
+    assert skewlens_main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "skewlens replay: error: out: missing value (give it on the command line, e.g. out=...)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "run"]
+    assert (earlier / "summary.parquet").read_text() == "an earlier sweep's"
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

@@ -46,7 +46,7 @@ from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import ReplayConfig, ScaleConfig, SlowdownConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import ConfigError, missing_value
 from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
     CONFIG_YAML,
@@ -102,7 +102,7 @@ def to_config(cfg: DictConfig) -> ReplayConfig:
         raise ConfigError(str(e).strip().splitlines()[0]) from None
     except MissingMandatoryValue as e:
         key = e.full_key or "?"
-        raise ConfigError(f"{key}: missing value (give it on the command line, e.g. {key}=...)") from None
+        raise ConfigError(missing_value(key)) from None
     except OmegaConfBaseException as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{e.full_key or 'config'}: {first}") from None
