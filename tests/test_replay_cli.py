@@ -507,6 +507,20 @@ def test_out_may_interpolate_hydras_clock_and_the_chosen_settings(run_dir: Path,
     assert [p.name for p in tmp_path.glob("ring-*")] == [f"ring-{time.strftime('%Y')}"]
 
 
+@pytest.mark.parametrize("sweep", ["slowdown.factor=1,2", "slowdown.rank=range(0,2)", "topology=glob(r*)"])
+def test_a_sweep_value_without_multirun_is_one_line_saying_to_add_m(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: str
+) -> None:
+    # Hydra's three lines: "Sweep parameters 'slowdown.factor=1,2' requires --multirun" and its
+    # HYDRA_FULL_ERROR line
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "slowdown=straggler", sweep]
+    assert skewlens_main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: {sweep}: a sweep of several values runs with -m (--multirun)"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
 def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
     capsys: pytest.CaptureFixture[str], flag: str

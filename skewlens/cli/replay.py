@@ -363,8 +363,7 @@ def check_launcher(args: list[str]) -> None:
             package = LAUNCHER_PACKAGES.get(value) if what == "launcher" else None
             hint = f"; pip install {package} for it" if package else ""
             raise ConfigError(f"{arg}: no such {what} installed (one of {', '.join(sorted(known))}{hint})")
-        multirun = any(a in HYDRA_MODES[0] for a in args)
-        if value == "submitit_slurm" and multirun and shutil.which("srun") is None:
+        if value == "submitit_slurm" and _multirun(args) and shutil.which("srun") is None:
             raise ConfigError(
                 f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
                 "hydra/launcher=submitit_local for the same jobs on this machine"
@@ -466,6 +465,9 @@ def check_types(args: list[str]) -> None:
         if o.is_delete():
             _check_delete(o.key_or_group)
             continue
+        if o.is_sweep_override() and not _multirun(args):
+            # Hydra's three lines: "Sweep parameters '...' requires --multirun"
+            raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
         if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
         if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
@@ -759,6 +761,11 @@ HYDRA_MODES = (
     ("-r", "--run"),
     ("-sc", "--shell-completion"),
 )
+
+
+def _multirun(args: Sequence[str]) -> bool:
+    """Whether ``args`` ask for a multirun (``-m``, ``--multirun`` or a prefix of it)."""
+    return any(a.startswith("-") and _hydra_flag(a) == HYDRA_MODES[0] for a in args)
 
 
 def check_modes(args: Sequence[str]) -> None:
