@@ -470,6 +470,21 @@ def test_a_sweep_without_out_says_so_once_and_leaves_the_current_directory_as_it
     assert (earlier / "summary.parquet").read_text() == "an earlier sweep's"
 
 
+def test_a_sweep_subdir_the_same_for_every_job_is_one_line_before_any_point_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each job replayed into SWEEP/same over the one before; the table named SWEEP/same for every row
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.factor=1,2"]
+    assert skewlens_main([*args, "hydra.sweep.subdir=same"]) == 2
+    said = (
+        "hydra.sweep.subdir=same: every job would write into that one directory; it must differ per job "
+        "(${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {said}"]
+    assert not out.exists()
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

@@ -470,6 +470,13 @@ def check_types(args: list[str]) -> None:
             raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
         if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
+        if o.key_or_group == "hydra.sweep.subdir" and "${" not in (o.input_line or ""):
+            # every job replayed into the one directory, each replacing the one before: the sweep's table
+            # named it for every row, and only the last job's timeline was there
+            raise ConfigError(
+                f"{o.input_line}: every job would write into that one directory; it must differ per job "
+                "(${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
+            )
         if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
             value = (o.input_line or "").partition("=")[2]
             raise ConfigError(
