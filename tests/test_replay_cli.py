@@ -521,6 +521,17 @@ def test_a_sweep_value_without_multirun_is_one_line_saying_to_add_m(
     assert not (tmp_path / "o").exists()
 
 
+def test_an_item_of_a_list_is_not_checked_against_the_default_entry_where_a_primary_config_chooses(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay\n  - override slowdown: straggler\n  - _self_\n")
+    args = ["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+    assert skewlens_main([*args, "slowdown.entries.0.factor=3", "--cfg", "job", "-p", "slowdown"]) == 0
+    assert OmegaConf.create(capsys.readouterr().out).entries[0].factor == 3
+
+
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
 def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
     capsys: pytest.CaptureFixture[str], flag: str

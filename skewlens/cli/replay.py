@@ -375,8 +375,10 @@ def check_list_items(args: list[str]) -> None:
     ``topology.dims.1.bandwidth_gbps=5``) names an item that each chosen entry has, else a one-line
     :class:`ConfigError` naming the entry and how many it has. Hydra's message was five lines ("Invalid
     type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"), and in a sweep it stopped
-    every job. Not checked where the list is given whole, an entry extends another (its ``defaults``) or
-    the choices are not plain names."""
+    every job. Not checked where the list is given whole, an entry extends another (its ``defaults``), the
+    choices are not plain names or a primary config of the user's (``-cn``) may choose other entries."""
+    if any(a.startswith("-") and _hydra_flag(a) == ("-cn", "--config-name") for a in args):
+        return
     dirs = user_conf_dirs(args)
     for arg in args:
         m = re.fullmatch(r"(slowdown|topology)\.(entries|dims)\.(\d+)(\..*)?=.*", arg)
