@@ -24,7 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from skewlens.cli import main as skewlens_main
-from skewlens.cli.replay import CONF_DIR, register_configs, to_config
+from skewlens.cli.replay import CONF_DIR, check_launcher, register_configs, to_config
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -426,6 +426,52 @@ def test_a_launcher_that_is_not_installed_or_slurm_where_there_is_none_is_one_li
     assert skewlens_main([*args, launcher]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {launcher}: {error}"]
     assert not out.exists()
+
+
+#: How a refused joblib setting ends: the launcher's settings.
+JOBLIB_HAS = (
+    "(the joblib launcher has n_jobs, backend, prefer, require, verbose, timeout, pre_dispatch, batch_size, "
+    "temp_folder, max_nbytes, mmap_mode)"
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [  # Hydra's six lines each; n_jobs=0 joblib's ValueError traceback once the sweep had begun
+        (
+            ["hydra/launcher=joblib", "hydra.launcher.n_jobs=0"],
+            "joblib takes a number of workers, or -1 for one per CPU",
+        ),
+        (
+            ["hydra/launcher=joblib", "hydra.launcher.n_jobs=two"],
+            "Value 'two' of type 'str' could not be converted to Integer " + JOBLIB_HAS,
+        ),
+        (
+            ["hydra/launcher=joblib", "hydra.launcher.n_job=2"],
+            "Key 'n_job' not in 'JobLibLauncherConf' " + JOBLIB_HAS,
+        ),
+        (
+            ["hydra.launcher.n_jobs=2"],
+            "Key 'n_jobs' not in 'BasicLauncherConf' (the basic launcher has no settings)",
+        ),
+    ],
+)
+def test_a_launcher_setting_it_lacks_or_of_the_wrong_type_is_one_line_before_any_point_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], error: str
+) -> None:
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.factor=1,2"]
+    assert skewlens_main([*args, *overrides]) == 2
+    said = f"{overrides[-1]}: {error}"
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {said}"]
+    assert not out.exists()
+
+
+def test_the_readme_slurm_sweeps_launcher_settings_pass_the_launcher_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # on a login node: srun is there
+    check_launcher(["-m", *_readme_slurm_command()])  # refuses nothing the README shows
 
 
 def test_a_launcher_entry_of_the_users_config_dir_is_taken(run_dir: Path, tmp_path: Path) -> None:

@@ -368,6 +368,38 @@ def check_launcher(args: list[str]) -> None:
                 f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
                 "hydra/launcher=submitit_local for the same jobs on this machine"
             )
+    chosen = [a.partition("=")[2] for a in args if a.startswith("hydra/launcher=")]
+    _check_launcher_settings(chosen[-1] if chosen else "basic", args)
+
+
+def _check_launcher_settings(launcher: str, args: list[str]) -> None:
+    """Each ``hydra.launcher.KEY=VALUE`` of ``args`` is a setting of ``launcher`` (an installed one's: its
+    schema in Hydra's ConfigStore) of its type, else a one-line :class:`ConfigError` naming it and listing
+    the launcher's settings; joblib's ``n_jobs=0`` too. Hydra's message was six lines, and joblib's
+    refusal of ``n_jobs=0`` a traceback."""
+    lines = [a for a in args if a.startswith("hydra.launcher.")]
+    if not lines:
+        return
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers the installed plugins' entries
+    store = ConfigStore.instance()
+    if f"{launcher}.yaml" not in store.list("hydra/launcher"):
+        return
+    node = store.load(f"hydra/launcher/{launcher}.yaml").node
+    with contextlib.suppress(OverrideParseException):
+        for o in OverridesParser.create().parse_overrides(lines):
+            if o.is_sweep_override() or o.is_delete():
+                continue
+            key = o.key_or_group.removeprefix("hydra.launcher.")
+            try:
+                OmegaConf.update(node.copy(), key, o.value(), merge=True)
+            except OmegaConfBaseException as e:
+                first = str(e).strip().splitlines()[0]
+                has = ", ".join(str(k) for k in node if not str(k).startswith("_")) or "no settings"
+                raise ConfigError(f"{o.input_line}: {first} (the {launcher} launcher has {has})") from None
+            if launcher == "joblib" and key == "n_jobs" and o.value() == 0:
+                raise ConfigError(f"{o.input_line}: joblib takes a number of workers, or -1 for one per CPU")
 
 
 def check_list_items(args: list[str]) -> None:
