@@ -531,6 +531,29 @@ def test_a_sweep_subdir_the_same_for_every_job_is_one_line_before_any_point_runs
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("sweep", "error"),
+    [  # each was a traceback from the type check: HydraException "Can only enumerate CHOICE and RANGE
+        # sweeps", ValueError "range() arg 3 must not be zero"
+        (
+            "slowdown.factor=interval(1,2)",
+            (
+                "interval() is for sweepers that sample (Optuna, Nevergrad); Hydra's basic sweeper takes a "
+                "comma list, range() or choice()"
+            ),
+        ),
+        ("slowdown.factor=range(1,2,0)", "range() arg 3 must not be zero"),
+    ],
+)
+def test_a_sweep_the_basic_sweeper_cannot_enumerate_is_one_line_before_any_point_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: str, error: str
+) -> None:
+    out = tmp_path / "sweep"
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", sweep]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {sweep}: {error}"]
+    assert not out.exists()
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

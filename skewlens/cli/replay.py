@@ -30,7 +30,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Glob, QuotedString
+from hydra.core.override_parser.types import Glob, IntervalSweep, QuotedString
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -517,7 +517,17 @@ def check_types(args: list[str]) -> None:
                 f"{o.input_line}: skewlens replay writes where out= says ({o.key_or_group} follows it): "
                 f"give out={value}"
             )
-        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        if isinstance(o.value(), IntervalSweep):  # sweep_iterator's HydraException was a traceback
+            if any(a.startswith("hydra/sweeper=") and a != "hydra/sweeper=basic" for a in args):
+                continue  # a sampling sweeper's, which draws its values
+            raise ConfigError(
+                f"{o.input_line}: interval() is for sweepers that sample (Optuna, Nevergrad); Hydra's basic "
+                "sweeper takes a comma list, range() or choice()"
+            )
+        try:
+            values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        except ValueError as e:  # range(1,2,0): a ValueError traceback
+            raise ConfigError(f"{o.input_line}: {e}") from None
         texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
         homes = [v for v in texts if isinstance(v, str) and v.startswith("~")]
         if o.key_or_group in ("trace", "out") and homes:
