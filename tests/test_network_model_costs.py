@@ -214,3 +214,28 @@ def test_a_hierarchical_broadcast_is_a_flat_ring_at_the_slowest_links_bandwidth(
         CommType.BROADCAST, S, range(4)
     )
     assert got == round(3 * 2_000 + S / 25.0)
+
+
+def test_a_network_slowdown_from_a_later_step_slows_that_steps_collective_and_not_an_earlier_one() -> None:
+    # the time of a collective is cached by its size and group: the slowdown asked per step must be in the
+    # key, or step 1 would take step 0's unslowed time (and the cache's first comer would win)
+    f, extra = 0.5, 1_000
+    slow = SlowdownModel([Slowdown(kind="network", factor=f, latency_ns=extra, first_step=1)])
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    timing = ModelTiming(flat, algorithm="ring", network_effects=slow)
+    first = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4), step=0)
+    later = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4), step=1)
+    assert first == round(2 * 3 * (ALPHA + S / (4 * BW)))
+    assert later == round(2 * 3 * (ALPHA + extra + S / (4 * BW * f)))
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(4), step=0) == first
+
+
+def test_a_network_slowdown_slows_the_busiest_receiving_link_of_an_uneven_all_to_all() -> None:
+    # ranks 0 and 1 (node 0) each send S to rank 2 (node 1) alone: rank 2's fat-tree link takes 2 S in, each
+    # sender's S out, so the slowed receiving link is the busiest
+    f = 0.25
+    slow = SlowdownModel([Slowdown(kind="network", factor=f)])
+    timing = ModelTiming(two_level(), algorithm="direct", network_effects=slow)
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4), pairs=[(0, 2, S), (1, 2, S)])
+    switch, fat_tree = 300 + S / (200.0 * f), 2_000 + 2 * S / (25.0 * f)
+    assert got == round(max(switch, fat_tree))

@@ -158,3 +158,43 @@ def test_a_negative_max_simulations_is_refused_not_taken_as_no_simulation(tmp_pa
         analyze_run(run, max_simulations=-1)
     assert str(e.value) == "max_simulations: expected >= 0 (None: no limit), got -1"
     assert analyze_run(run, max_simulations=None).stragglers[0].straggler_cost_ns == 6 * MS
+
+
+def test_a_simulated_results_send_and_recv_times_are_read_only_too(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=2)
+    b.rank(0).step(0).send(1, comm_bytes=1024, dur_ns=MS, start_ns=0)
+    b.rank(1).step(0).recv(0, comm_bytes=1024, dur_ns=MS, start_ns=0)
+    res = simulate(load_validated(b.write(tmp_path / "run")))
+    assert (res.p2p_arrival_ns.tolist(), res.p2p_end_ns.tolist()) == ([0], [MS])
+    for a in (res.p2p_arrival_ns, res.p2p_end_ns):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 5
+
+
+def test_max_simulations_zero_is_taken_as_no_what_if_simulation_not_refused(tmp_path: Path) -> None:
+    # 0 is what the CLI's --max-simulations 0 asks for: the stragglers are named without a cost
+    run = load_validated(straggler_run(tmp_path))
+    assert [(s.rank, s.straggler_cost_ns) for s in analyze_run(run, max_simulations=0).stragglers] == [
+        (1, 0),
+        (0, 0),
+    ]
+    assert analyze_run(run, max_simulations=1).stragglers[0].straggler_cost_ns == 6 * MS
+
+
+def test_a_real_replay_from_python_stages_into_a_sim_dir_given_as_a_string(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the CLI stages the simulated files and the real replay's beside its out (sim_dir); from Python the
+    # directory may be a string, and the real replay is handed it as a Path, not dropped
+    from skewlens.replay.real import api as real_api
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(real_api, "preflight", lambda *a, **k: None)
+    monkeypatch.setattr(real_api, "real_replay", lambda **kw: seen.update(kw))
+    topo = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=10.0, latency_ns=5_000)])
+    run_dir = str(straggler_run(tmp_path))
+    cfg = ReplayConfig(trace=run_dir, out=str(tmp_path / "a"), topology=topo, perfetto=False, mode="real")
+    (tmp_path / "stage").mkdir()
+    replay_run(cfg, sim_dir=str(tmp_path / "stage"))
+    assert (seen["out_dir"], seen["stage_dir"]) == (tmp_path / "a", tmp_path / "stage")
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["summary.parquet", "timeline.parquet"]

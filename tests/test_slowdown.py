@@ -376,3 +376,144 @@ def test_a_slowdown_built_in_python_that_names_nothing_in_the_run_is_refused_not
         simulate(rt, effects=SlowdownModel([item]))
     with pytest.raises(ConfigError, match=re.escape(says)):
         Simulator(rt, effects=SlowdownModel([item]))
+
+
+#: Each field a kind of item may read (besides ranks, the step window and device), with the kinds that do,
+#: and a value away from its default. Written out here, not taken from KIND_FIELDS, so that a field left
+#: out of it (then ignored on every kind, as before KIND_FIELDS) fails.
+_FIELD_OWNERS: dict[str, tuple[tuple[str, ...], object]] = {
+    "factor": (("compute", "op", "network"), 2.0),
+    "pattern": (("op",), "aten::fwd"),
+    "sigma": (("jitter",), 0.1),
+    "seed": (("jitter",), 3),
+    "step": (("stall",), 1),
+    "delay_ns": (("stall", "comm_delay"), 5),
+    "before": (("comm_delay",), "send"),
+    "latency_ns": (("network",), 5),
+    "links": (("network",), ((0, 1),)),
+    "nodes": (("network",), (0,)),
+}
+_BASE_ITEM: dict[str, dict[str, object]] = {
+    "compute": {"factor": 2.0},
+    "op": {"factor": 2.0, "pattern": "aten::fwd"},
+    "jitter": {"sigma": 0.1},
+    "stall": {"step": 1, "delay_ns": 5},
+    "comm_delay": {"delay_ns": 5},
+    "network": {"factor": 0.5},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_BASE_ITEM))
+def test_every_field_is_taken_by_the_kinds_that_read_it_and_refused_naming_them_on_the_others(
+    kind: str,
+) -> None:
+    # a seed on a compute item, a before on a stall, nodes on an op item or latency on a jitter item were
+    # ignored, silently, as every field was before each kind named the ones it reads
+    for name, (owners, value) in _FIELD_OWNERS.items():
+        item = {**_BASE_ITEM[kind], name: value}
+        if kind in owners:
+            assert getattr(Slowdown(kind=kind, **item), name) == value  # type: ignore[arg-type]
+            continue
+        said = " and ".join(filter(None, (", ".join(owners[:-1]), owners[-1])))
+        with pytest.raises(
+            ConfigError, match=re.escape(f"{name} belongs to {said} items; a {kind} item reads none")
+        ):
+            Slowdown(kind=kind, **item)  # type: ignore[arg-type]
+
+
+def test_a_network_slowdown_built_in_python_is_checked_against_nodes_one_rank_each_without_a_placement(
+    tmp_path: Path,
+) -> None:
+    # a SlowdownModel without node_of places each rank on a node of its own (as its comm_adjust does), so
+    # node 3 of 4 ranks is in the run and node 4 is not
+    rt = compute_bound_run(tmp_path)
+    slow = SlowdownModel([Slowdown(kind="network", nodes=(WORLD - 1,), factor=0.5)])
+    assert simulate(rt, effects=slow).makespan_ns > 0
+    with pytest.raises(ConfigError) as e:
+        simulate(rt, effects=SlowdownModel([Slowdown(kind="network", nodes=(WORLD,), factor=0.5)]))
+    assert str(e.value) == (
+        f"effects.items[0].nodes: node {WORLD} holds none of the run's {WORLD} ranks (nodes 0-{WORLD - 1})"
+    )
+
+
+def test_a_stall_built_in_python_before_the_runs_first_step_zero_stalls_it(tmp_path: Path) -> None:
+    # step 0 is one of the run's steps (a stall there was checked against steps 1.. only, it would be refused)
+    rt = compute_bound_run(tmp_path)
+    slow = SlowdownModel([Slowdown(kind="stall", ranks=(1,), step=0, delay_ns=3 * MS)])
+    assert step_times(rt, slow)[0] - step_times(rt)[0] == 3 * MS
+
+
+def _issuer_run(tmp_path: Path, sends_at: tuple[int, ...], next_at: int) -> RunTrace:
+    """Rank 0 computes ``fwd0`` (1 ms), isends to rank 1 at each of ``sends_at`` (after ``fwd0``), then
+    computes ``fwd1`` (1 ms) from ``next_at``; rank 1 receives each."""
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    f = r0.compute("fwd0", dur_ns=MS, start_ns=0)
+    for t in sends_at:
+        r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=t, stream=1000, deps=(f,))
+        r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=t)
+    r0.compute("fwd1", dur_ns=MS, start_ns=next_at)
+    return load_run(b.write(tmp_path / "run"))
+
+
+def _slow_send_ns(rt: RunTrace, delay_ns: int) -> int:
+    """How much later rank 0's thread ends with ``delay_ns`` before each of its sends."""
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=delay_ns)])
+    return int(simulate(rt, effects=model).end_ns[0].max() - simulate(rt).end_ns[0].max())
+
+
+def test_two_slow_isends_issued_before_the_threads_next_op_hold_it_for_both_sleeps(tmp_path: Path) -> None:
+    # the thread sleeps 3 ms, isends, sleeps 3 ms, isends, then computes: 6 ms later, not 3
+    rt = _issuer_run(tmp_path, (MS, MS + 10_000), MS + 20_000)
+    assert _slow_send_ns(rt, 3 * MS) == 6 * MS
+
+
+def test_a_slow_isend_holds_the_threads_op_that_starts_at_the_same_nanosecond(tmp_path: Path) -> None:
+    # the op starting as the isend does came after it on the thread (the isend returned at once)
+    rt = _issuer_run(tmp_path, (MS,), MS)
+    assert _slow_send_ns(rt, 3 * MS) == 3 * MS
+
+
+def test_a_slow_isend_issued_inside_an_enclosing_op_holds_the_threads_next_outermost_op(
+    tmp_path: Path,
+) -> None:
+    # the isend is issued at 1 ms inside `outer` (0.6-3 ms), whose child `inner` starts after it: a nested
+    # op keeps its offset into its enclosing one (a delay on it is dropped), so the delay goes to the first
+    # outermost op from the isend on (`fwd1`), and the thread ends 3 ms later
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    f = r0.compute("fwd0", dur_ns=MS // 2, start_ns=0)
+    r0.compute("outer", dur_ns=2_400_000, start_ns=600_000)
+    r0.compute("inner", dur_ns=MS, start_ns=3 * MS // 2)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(f,))
+    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS)
+    r0.compute("fwd1", dur_ns=MS, start_ns=3 * MS + 10_000)
+    assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
+
+
+def test_a_slow_isend_holds_the_threads_next_op_by_start_time_not_by_its_place_in_the_trace(
+    tmp_path: Path,
+) -> None:
+    # the trace lists fwd2 (at 5 ms) before fwd1 (at 1.02 ms): fwd1 is the op after the isend
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    f = r0.compute("fwd0", dur_ns=MS, start_ns=0)
+    r0.compute("fwd2", dur_ns=MS, start_ns=5 * MS)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(f,))
+    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS)
+    r0.compute("fwd1", dur_ns=MS, start_ns=MS + 20_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=3 * MS)])
+    base, res = simulate(rt), simulate(rt, effects=model)
+    names = [rt.ranks[0].name(i) for i in range(len(rt.ranks[0]))]
+    fwd1 = names.index("fwd1")
+    assert res.start_ns[0][fwd1] - base.start_ns[0][fwd1] == 3 * MS
+
+
+def test_a_slow_isend_after_the_threads_last_op_delays_the_send_alone(tmp_path: Path) -> None:
+    # nothing of the thread comes after it, so there is nothing to hold: the send starts 3 ms later
+    b = RunBuilder(world_size=2)
+    f = b.rank(0).compute("fwd0", dur_ns=MS, start_ns=0)
+    b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS, stream=1000, deps=(f,))
+    b.rank(1).recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS)
+    assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
