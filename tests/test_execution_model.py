@@ -12,6 +12,7 @@ from replay_workloads import RankFactor
 
 from skewlens.analysis.api import analyze_run
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.effects import NO_EFFECTS
@@ -750,3 +751,61 @@ def test_an_async_recv_waited_for_after_host_work_completed_with_its_send(tmp_pa
     assert model_ends(run, 1)[recv_row] == 12 * MS
     assert simulate(run).end_ns[1].max() == 20 * MS + 100_000
     assert simulate(run, effects=RankFactor(1, 0.5)).end_ns[1].max() == 12 * MS + 100_000
+
+
+def _row(run: RunTrace, rank: int, name: str, k: int = 0) -> int:
+    """The row of rank ``rank``'s ``k``-th node named ``name``."""
+    rt = run.ranks[rank]
+    return [i for i in range(len(rt)) if rt.name(i) == name][k]
+
+
+def test_a_blocking_send_on_the_programs_thread_keeps_its_recorded_end_after_its_recv_ended(
+    tmp_path: Path,
+) -> None:
+    """The program waited in the send itself: its end is when the send returned, which the thread's next
+    op starts after, not a wait's; only asynchronous ones (on a communication stream) end with their
+    pair. Rank 0 has one of those too, so its communication stream is known."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", MS, start_ns=0)
+    blocking = r0.send(1, 4096, 10 * MS, start_ns=MS, deps=(f,))  # ends at 11 ms, its recv at 3
+    s = r0.send(1, 4096, 8 * MS, start_ns=12 * MS, stream=COMM, deps=(blocking,))  # waited at 20 ms
+    r0.compute("c10d::wait", MS, start_ns=19 * MS, deps=(s,))
+    r1.recv(0, 4096, 3 * MS, start_ns=0)
+    r1.recv(0, 4096, MS, start_ns=12 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    ends = model_ends(run, 0)
+    assert ends[_row(run, 0, "c10d::send", 0)] == 11 * MS
+    assert ends[_row(run, 0, "c10d::send", 1)] == 13 * MS  # the asynchronous one ended with its recv
+
+
+def test_an_async_send_recorded_to_start_after_its_recv_ended_ends_no_earlier_than_it_started(
+    tmp_path: Path,
+) -> None:
+    # the recv's recorded end (8 ms) lies before the send's start (10 ms): clock error between the ranks;
+    # the send completed with it, but no op ends before it starts: it ends at its start
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", 10 * MS, start_ns=0)
+    s = r0.send(1, 4096, 10 * MS, start_ns=10 * MS, stream=COMM, deps=(f,))
+    r0.compute("c10d::wait", MS, start_ns=19 * MS, deps=(s,))
+    r1.recv(0, 4096, 8 * MS, start_ns=0)
+    run = load_run(b.write(tmp_path / "run"))
+    assert model_ends(run, 0)[_row(run, 0, "c10d::send")] == 10 * MS
+
+
+def test_an_async_collective_keeps_its_recorded_end_where_another_member_ended_earlier(
+    tmp_path: Path,
+) -> None:
+    """A collective's recorded end is its completion (the capture reads its future), not where the program
+    waited, unlike gloo's sends and recvs: a member that ended later than another is left as recorded."""
+    b = RunBuilder(2)
+    for r, dur in ((0, 2 * MS), (1, 19 * MS)):
+        rb = b.rank(r).step(0)
+        f = rb.compute("prep", MS, start_ns=0)
+        c = rb.collective(CommType.ALL_REDUCE, 4096, dur, start_ns=MS, stream=COMM, deps=(f,))
+        rb.compute("fwd", 20 * MS, start_ns=MS)
+        rb.compute("c10d::wait", MS, start_ns=21 * MS, deps=(c,))
+    run = load_run(b.write(tmp_path / "run"))
+    assert model_ends(run, 1)[_row(run, 1, "c10d::all_reduce_")] == 20 * MS
+    assert model_ends(run, 0)[_row(run, 0, "c10d::all_reduce_")] == 3 * MS
