@@ -707,22 +707,32 @@ def test_a_collectives_reduce_op_is_written_as_skl_reduce_op_and_none_where_it_i
     assert maxed.attrs[Attr.REDUCE_OP] == "max" and Attr.REDUCE_OP not in unknown.attrs
 
 
-def test_operators_run_while_an_isend_is_in_flight_are_compute_not_untraced_time() -> None:
-    # gloo's isend: c10d::send returns at once, but gloo:send (begun inside it) ends only when the wait
-    # on it returned; the forwards the thread ran meanwhile (fwd1 with its aten::mm, fwd2) are its work
-    send = replace(
-        coll(10_000, 90_000, seq=0, is_async=True, issue_end=12_000),
+def isend(end_ns: int) -> CommRecord:
+    """An isend to rank 1 issued at 10 µs (its call returned at 12 µs), waited for until ``end_ns``."""
+    return replace(
+        coll(10_000, end_ns, seq=0, is_async=True, issue_end=12_000),
         node_type=NodeType.COMM_SEND,
         op="c10d::send",
         comm_type=None,
         dst=1,
     )
-    spans = {"c10d::send": (10_000, 2_000), "gloo:send": (11_000, 79_000), "fwd1": (20_000, 30_000)}
-    spans |= {"aten::mm": (21_000, 5_000), "fwd2": (55_000, 30_000)}
+
+
+def ops_compute(comms: list[CommRecord], spans: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """(name, start, duration) of each compute node built from one step (0-100 µs) of the main thread's
+    operators ``spans`` (name: (start, duration)) around ``comms``, at the ops level."""
     ops = [host_op(name, start, dur) for name, (start, dur) in spans.items()]
     steps = [StepRecord(step=0, start_ns=0, end_ns=100_000)]
-    cap = RankCapture(rank=0, comms=[send], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
-    comp = [(n.name, n.start_ns, n.dur_ns) for n in build_nodes(cap) if n.node_type == NodeType.COMP]
+    cap = RankCapture(rank=0, comms=comms, steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
+    return [(n.name, n.start_ns, n.dur_ns) for n in build_nodes(cap) if n.node_type == NodeType.COMP]
+
+
+def test_operators_run_while_an_isend_is_in_flight_are_compute_not_untraced_time() -> None:
+    # gloo's isend: c10d::send returns at once, but gloo:send (begun inside it) ends only when the wait
+    # on it returned; the forwards the thread ran meanwhile (fwd1 with its aten::mm, fwd2) are its work
+    spans = {"c10d::send": (10_000, 2_000), "gloo:send": (11_000, 79_000), "fwd1": (20_000, 30_000)}
+    spans |= {"aten::mm": (21_000, 5_000), "fwd2": (55_000, 30_000)}
+    comp = ops_compute([isend(90_000)], spans)
     # untraced: before the send, after its issue call, between the forwards, and after the send completed
     # (85-90 µs is the thread blocked on it, as untraced time ending just after an async op completed is)
     assert comp == [
@@ -732,4 +742,38 @@ def test_operators_run_while_an_isend_is_in_flight_are_compute_not_untraced_time
         (UNTRACED_NAME, 50_000, 5_000),
         ("fwd2", 55_000, 30_000),
         (UNTRACED_NAME, 90_000, 10_000),
+    ]
+
+
+def test_an_operator_inside_an_async_communication_call_is_part_of_the_call_not_compute() -> None:
+    # c10d::send (outermost, the isend's call) ran aten::empty before gloo:send began: the call's own work,
+    # as every operator inside a communication call is, whether or not a part of it outlives the call
+    spans = {"c10d::send": (10_000, 2_000), "aten::empty": (10_200, 500), "gloo:send": (11_000, 79_000)}
+    comp = ops_compute([isend(90_000)], spans | {"fwd1": (20_000, 30_000)})
+    assert [c for c in comp if c[0] != UNTRACED_NAME] == [("fwd1", 20_000, 30_000)]
+
+
+def test_at_the_full_level_an_operator_inside_a_communication_call_ending_with_its_scope_is_the_calls() -> (
+    None
+):
+    # a module's scope (no schema: its operators are the nodes) ends as the isend it issued last returns;
+    # the isend's call holds aten::empty, which is the call's work, not a node of the scope's own
+    ops = [
+        OpRecord(name="nn.Module: Stage", start_ns=0, dur_ns=12_000, thread=MAIN, is_cpu=True, corr=1),
+        OpRecord(name="aten::mm", start_ns=1_000, dur_ns=8_000, thread=MAIN, is_cpu=True, corr=2),
+        OpRecord(name="c10d::send", start_ns=10_000, dur_ns=2_000, thread=MAIN, is_cpu=True, corr=3),
+        OpRecord(name="aten::empty", start_ns=10_500, dur_ns=500, thread=MAIN, is_cpu=True, corr=4),
+    ]
+    host = {
+        2: HostOpInfo(schema="aten::mm(Tensor self, Tensor mat2) -> Tensor", inputs=(4, 5), outputs=(7,)),
+        4: HostOpInfo(schema="aten::empty(SymInt[] size) -> Tensor", inputs=(), outputs=(8,)),
+    }
+    nodes = build_nodes(full_capture(ops, host, end_ns=40_000, comms=[isend(30_000)]))
+    comp = [(n.name, n.start_ns, n.dur_ns) for n in nodes if n.node_type == NodeType.COMP]
+    # the scope's own time around aten::mm is its work; 10-12 µs is the call's, 12-30 µs the send's
+    assert comp == [
+        ("nn.Module: Stage", 0, 1_000),
+        ("aten::mm", 1_000, 8_000),
+        ("nn.Module: Stage", 9_000, 1_000),
+        (UNTRACED_NAME, 30_000, 10_000),
     ]

@@ -408,3 +408,45 @@ def test_a_reduce_op_is_named_from_its_enum_a_reduce_op_object_or_the_calls_defa
     assert reduce_op_name("c10d::reduce_", (t, 0), {}) == "sum"  # none given: the call's default
     assert reduce_op_name("c10d::reduce_", (t, 0, "not an op"), {}) == ""
     assert reduce_op_name("c10d::broadcast_", (t, 0), {}) == ""
+
+
+def test_each_reducing_call_reads_its_reduce_op_from_its_own_place_in_the_arguments() -> None:
+    import torch
+    import torch.distributed as dist
+
+    from skewlens.profiler.capture.hooks import reduce_op_name
+
+    red, t = dist.ReduceOp, torch.ones(2)
+    # all_reduce_coalesced(tensors, op), reduce_scatter_tensor(output, input, op), reduce(tensor, dst, op),
+    # reduce_scatter(output, input_list, op)
+    assert reduce_op_name("c10d::allreduce_coalesced_", ([t, t], red.MIN), {}) == "min"
+    assert reduce_op_name("c10d::_reduce_scatter_base_", (t, t, red.MAX), {}) == "max"
+    assert reduce_op_name("c10d::_reduce_scatter_base_", (t, t), {}) == "sum"
+    assert reduce_op_name("c10d::reduce_", (t, 1, red.PRODUCT), {}) == "product"
+    assert reduce_op_name("c10d::reduce_scatter_", (t, [t], red.MAX), {}) == "max"
+
+
+class _UnreadableOp:
+    """An argument whose reading raises (a ReduceOp binding of another torch, a proxy)."""
+
+    @property
+    def op(self) -> object:
+        raise RuntimeError("cannot read this op")
+
+
+def test_a_reduce_op_that_cannot_be_read_is_recorded_as_unknown_and_the_call_goes_on() -> None:
+    import torch
+
+    from skewlens.profiler.capture.hooks import SPECS, CommHooks
+
+    hooks = CommHooks(lambda: True, lambda: 0, ddp=False)
+    assert hooks._reduce_op(SPECS["all_reduce"], (torch.ones(1), _UnreadableOp()), {}) == ""
+
+
+def test_a_reduce_op_argument_whose_name_is_not_a_string_is_not_named() -> None:
+    from types import SimpleNamespace
+
+    from skewlens.profiler.capture.hooks import reduce_op_name
+
+    assert reduce_op_name("c10d::allreduce_", (None, SimpleNamespace(name=3)), {}) == ""
+    assert reduce_op_name("c10d::allreduce_", (None, SimpleNamespace(name=None)), {}) == ""
