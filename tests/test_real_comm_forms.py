@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,23 @@ def test_a_list_all_to_all_is_reissued_as_a_list_all_to_all_with_its_recorded_pa
     assert _issued(monkeypatch, even, blocking=True)[1]["arg1"] == [(100,), (100,)]
 
 
+@pytest.mark.parametrize(
+    ("send", "recv", "parts"),
+    [
+        ((40, 120), (40, 20), ([10, 30], [10, 5])),  # parts of three sizes
+        ((40, 40), (40, 20), ([10, 10], [10, 5])),  # and of two
+    ],
+)
 def test_an_uneven_list_all_to_all_on_gloo_which_takes_equal_parts_only_is_issued_as_all_to_all_single(
     monkeypatch: pytest.MonkeyPatch,
+    send: tuple[int, int],
+    recv: tuple[int, int],
+    parts: tuple[list[int], ...],
 ) -> None:
-    op = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800, send_splits=(40, 120), recv_splits=(40, 20))
+    op = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800, send_splits=send, recv_splits=recv)
     fn, args = _issued(monkeypatch, op, blocking=True)
     assert fn == "all_to_all_single"
-    assert args["input_split_sizes"] == [10, 30] and args["output_split_sizes"] == [10, 5]
+    assert (args["input_split_sizes"], args["output_split_sizes"]) == parts
 
 
 def test_a_monitored_barrier_is_reissued_as_one_on_gloo_and_as_a_barrier_where_it_cannot_be(
@@ -147,8 +158,11 @@ def test_the_plan_takes_each_reduce_op_from_the_trace_and_sum_where_it_records_n
         rb.collective(CommType.ALL_REDUCE, 1024, MS, start_ns=0, reduce_op="max")
         rb.collective(CommType.ALL_REDUCE, 1024, MS, reduce_op="bogus")
         rb.collective(CommType.ALL_REDUCE, 1024, MS)  # a trace written before skl_reduce_op
+        rb.collective(CommType.ALL_REDUCE, 1024, MS, reduce_op="premul_sum")  # the worker chooses for it
+        rb.collective(CommType.REDUCE_SCATTER, 1024, MS, reduce_op="avg")
     run = load_run(b.write(tmp_path / "run"))
-    assert [o.reduce_op for o in rank_plan(run.ranks[1], run, NO_EFFECTS)] == ["max", "sum", "sum"]
+    ops = rank_plan(run.ranks[1], run, NO_EFFECTS)
+    assert [o.reduce_op for o in ops] == ["max", "sum", "sum", "premul_sum", "avg"]
 
 
 def test_a_coalesced_all_reduce_is_reissued_as_one_with_its_reduce_op_and_its_bytes_in_one_tensor(
@@ -160,3 +174,51 @@ def test_a_coalesced_all_reduce_is_reissued_as_one_with_its_reduce_op_and_its_by
     assert (
         args["arg0"] == [(30,)] and args["op"] == torch.distributed.ReduceOp.MAX and args["async_op"] is True
     )
+
+
+def test_a_bitwise_reduce_op_is_reissued_on_integers_and_as_sum_on_floats_which_cannot_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    red = torch.distributed.ReduceOp
+    for name, want in (("band", red.BAND), ("bor", red.BOR), ("bxor", red.BXOR)):
+        floats = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op=name)
+        assert _issued(monkeypatch, floats, blocking=True)[1]["op"] == red.SUM, name
+        ints = replace(floats, dtype="int64")
+        fn, args = _issued(monkeypatch, ints, blocking=True)
+        assert (fn, args["arg0"], args["op"]) == ("all_reduce", (500,), want), name
+
+
+class _DistWithoutCoalesced(FakeDist):
+    """A torch whose ``torch.distributed`` no longer has the deprecated ``all_reduce_coalesced``."""
+
+    def __getattr__(self, fn: str) -> Any:
+        if fn == "all_reduce_coalesced":
+            raise AttributeError(fn)
+        return super().__getattr__(fn)
+
+
+def test_a_coalesced_all_reduce_on_a_torch_without_it_is_reissued_as_one_all_reduce_of_its_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _DistWithoutCoalesced()
+    monkeypatch.setattr(real_ops, "dist", fake)
+    op = _coll("c10d::allreduce_coalesced_", CommType.ALL_REDUCE, 120, reduce_op="max")
+    CommIssuer(0, torch.device("cpu"), {}, "0").issue(op, blocking=False)
+    [(fn, args)] = fake.calls
+    assert (fn, args["arg0"], args["op"], args["async_op"]) == (
+        "all_reduce",
+        (30,),
+        torch.distributed.ReduceOp.MAX,
+        True,
+    )
+
+
+def test_a_list_all_to_all_without_recorded_splits_receives_each_members_recorded_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # no splits recorded, but each member's call size (member_bytes): rank 1 gave 400 B, so a part of it
+    # (100 floats / 2) is what this rank receives from it; what it sends is its own 800 B in equal parts
+    op = _coll("c10d::alltoall_", CommType.ALL_TO_ALL, 800, member_bytes=(800, 400))
+    fn, args = _issued(monkeypatch, op, blocking=True, backend="nccl")
+    assert fn == "all_to_all"
+    assert args["arg0"] == [(100,), (50,)] and args["arg1"] == [(100,), (100,)]

@@ -1512,16 +1512,37 @@ def test_a_replay_into_an_earlier_ones_out_clears_only_its_manifest_rank_traces_
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "rank-0.et.bak"]
 
 
+def _groups_run(tmp_path: Path, groups: dict[str, tuple[int, ...]], pg0: str, pg1: str) -> RunTrace:
+    """Two ranks with the manifest's ``groups``; rank 0 runs an all_reduce on ``pg0``, rank 1 on ``pg1``."""
+    b = RunBuilder(2, groups)
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg=pg0)
+    b.rank(1).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg=pg1)
+    return load_run(b.write(tmp_path / "run"))
+
+
 def test_groups_are_recreated_in_the_order_of_their_numbers_not_the_manifests_rank_by_rank_union(
     tmp_path: Path,
 ) -> None:
     # the manifest lists the union of each rank's own groups, rank by rank: group '2' (rank 0's) before
     # '1' (rank 1's, made first); re-created in that order, the replay's groups took each other's names
-    b = RunBuilder(2, {"0": (0, 1), "2": (0,), "1": (1,)})
-    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg="2")
-    b.rank(1).step(0).collective(CommType.ALL_REDUCE, 4096, MS, pg="1")
-    run = load_run(b.write(tmp_path / "run"))
+    run = _groups_run(tmp_path, {"0": (0, 1), "2": (0,), "1": (1,)}, "2", "1")
     assert [g.name for g in run.manifest.process_groups] == ["0", "2", "1"]
     default, groups = group_specs(run)
     assert default == "0"
     assert [(g.name, g.ranks) for g in groups] == [("1", (1,)), ("2", (0,))]
+
+
+def test_groups_numbered_past_nine_are_recreated_in_numeric_order_not_as_their_names_sort(
+    tmp_path: Path,
+) -> None:
+    # '10' sorts before '2' as text; torch made group 2 first
+    run = _groups_run(tmp_path, {"0": (0, 1), "10": (0,), "2": (1,)}, "10", "2")
+    assert [g.name for g in run.manifest.process_groups] == ["0", "10", "2"]
+    assert [(g.name, g.ranks) for g in group_specs(run)[1]] == [("2", (1,)), ("10", (0,))]
+
+
+def test_groups_with_a_name_given_by_the_program_keep_the_manifests_order(tmp_path: Path) -> None:
+    # only torch's own counter tells the creation order; a group named by the program ('tp') has no number
+    run = _groups_run(tmp_path, {"0": (0, 1), "tp": (0, 1), "2": (0,), "1": (1,)}, "2", "1")
+    assert [g.name for g in run.manifest.process_groups] == ["0", "tp", "2", "1"]
+    assert [g.name for g in group_specs(run)[1]] == ["tp", "2", "1"]
