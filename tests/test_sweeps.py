@@ -474,6 +474,37 @@ def test_the_readme_slurm_sweeps_launcher_settings_pass_the_launcher_check(
     check_launcher(["-m", *_readme_slurm_command()])  # refuses nothing the README shows
 
 
+def test_hydras_mode_override_sweeps_as_m_does(run_dir: Path, tmp_path: Path) -> None:
+    # Hydra's own 'hydra.mode=MULTIRUN' in place of -m was refused as a sweep value without -m
+    out = tmp_path / "sweep"
+    args = ["replay", f"trace={run_dir}", f"out={out}", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, "hydra.mode=MULTIRUN", "slowdown=straggler", "slowdown.factor=1,2"]) == 0
+    assert pq.read_table(out / "sweep.parquet").num_rows == 2
+
+
+def test_launcher_settings_are_left_to_hydra_where_the_users_primary_config_chooses_the_launcher(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # its joblib was not seen: 'hydra.launcher.n_jobs=2' was refused as a setting the basic launcher lacks
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay\n  - override hydra/launcher: joblib\n  - _self_\n")
+    out = tmp_path / "sweep"
+    args = [
+        "replay",
+        "-m",
+        "-cd",
+        str(cfg),
+        "-cn",
+        "mine",
+        f"trace={run_dir}",
+        f"out={out}",
+        "progress=false",
+    ]
+    assert skewlens_main([*args, "perfetto=false", "slowdown.factor=1,2", "hydra.launcher.n_jobs=1"]) == 0
+    assert pq.read_table(out / "sweep.parquet").num_rows == 2
+
+
 def test_a_launcher_entry_of_the_users_config_dir_is_taken(run_dir: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "cfg" / "hydra" / "launcher"
     cfg.mkdir(parents=True)

@@ -369,7 +369,8 @@ def check_launcher(args: list[str]) -> None:
                 "hydra/launcher=submitit_local for the same jobs on this machine"
             )
     chosen = [a.partition("=")[2] for a in args if a.startswith("hydra/launcher=")]
-    _check_launcher_settings(chosen[-1] if chosen else "basic", args)
+    if chosen or not _own_primary_config(args):  # a primary config of the user's may choose the launcher
+        _check_launcher_settings(chosen[-1] if chosen else "basic", args)
 
 
 def _check_launcher_settings(launcher: str, args: list[str]) -> None:
@@ -408,8 +409,9 @@ def check_list_items(args: list[str]) -> None:
     :class:`ConfigError` naming the entry and how many it has. Hydra's message was five lines ("Invalid
     type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"), and in a sweep it stopped
     every job. Not checked where the list is given whole, an entry extends another (its ``defaults``), the
-    choices are not plain names or a primary config of the user's (``-cn``) may choose other entries."""
-    if any(a.startswith("-") and _hydra_flag(a) == ("-cn", "--config-name") for a in args):
+    choices are not plain names or a primary config of the user's may choose other entries
+    (:func:`_own_primary_config`)."""
+    if _own_primary_config(args):
         return
     dirs = user_conf_dirs(args)
     for arg in args:
@@ -499,7 +501,7 @@ def check_types(args: list[str]) -> None:
         if o.is_delete():
             _check_delete(o.key_or_group)
             continue
-        if o.is_sweep_override() and not _multirun(args):
+        if o.is_sweep_override() and not _multirun(args) and not _own_primary_config(args):
             # Hydra's three lines: "Sweep parameters '...' requires --multirun"
             raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
         if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
@@ -518,8 +520,10 @@ def check_types(args: list[str]) -> None:
                 f"give out={value}"
             )
         if isinstance(o.value(), IntervalSweep):  # sweep_iterator's HydraException was a traceback
-            if any(a.startswith("hydra/sweeper=") and a != "hydra/sweeper=basic" for a in args):
-                continue  # a sampling sweeper's, which draws its values
+            if _own_primary_config(args) or any(
+                a.startswith("hydra/sweeper=") and a != "hydra/sweeper=basic" for a in args
+            ):
+                continue  # a sampling sweeper's, which draws its values (a primary config may choose one)
             raise ConfigError(
                 f"{o.input_line}: interval() is for sweepers that sample (Optuna, Nevergrad); Hydra's basic "
                 "sweeper takes a comma list, range() or choice()"
@@ -815,8 +819,29 @@ HYDRA_MODES = (
 
 
 def _multirun(args: Sequence[str]) -> bool:
-    """Whether ``args`` ask for a multirun (``-m``, ``--multirun`` or a prefix of it)."""
+    """Whether ``args`` ask for a multirun: ``-m``, ``--multirun`` (or a prefix of it), or Hydra's
+    ``hydra.mode=MULTIRUN`` override (the last ``hydra.mode=`` given)."""
+    modes = [a.partition("=")[2] for a in args if a.startswith("hydra.mode=")]
+    if modes and modes[-1].strip("'\"").upper() == "MULTIRUN":
+        return True
     return any(a.startswith("-") and _hydra_flag(a) == HYDRA_MODES[0] for a in args)
+
+
+def _own_primary_config(args: Sequence[str]) -> bool:
+    """Whether a primary config of the user's may stand in for ``conf/replay.yaml``: ``-cn NAME``, or a
+    ``replay.yaml`` in a ``-cd`` directory (which Hydra searches first). Its defaults and settings may choose
+    other entries, a launcher, a sweeper or ``hydra.mode``, which the checks that read ``replay.yaml``'s
+    (the list items, the launcher's settings, a sweep without ``-m``, ``interval()``) cannot see: those
+    are left to Hydra there."""
+    for i, a in enumerate(args):
+        flag = _hydra_flag(a) if a.startswith("-") else None
+        if flag == ("-cn", "--config-name"):
+            return True
+        if flag == ("-cd", "--config-dir"):
+            d = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            if (Path(d).expanduser() / "replay.yaml").is_file():
+                return True
+    return False
 
 
 def check_modes(args: Sequence[str]) -> None:
