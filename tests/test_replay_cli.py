@@ -532,6 +532,20 @@ def test_an_item_of_a_list_is_not_checked_against_the_default_entry_where_a_prim
     assert OmegaConf.create(capsys.readouterr().out).entries[0].factor == 3
 
 
+def test_an_item_of_a_list_is_checked_against_the_entry_hydra_takes_the_bundled_one_before_the_users(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Hydra takes conf/'s dgx_h100_8x (two dims) before one of that name in the user's config directory;
+    # the check read the user's (one dim) and refused 'topology.dims.1.bandwidth_gbps=5', which Hydra takes
+    (tmp_path / "cfg" / "topology").mkdir(parents=True)
+    mine = "name: dgx_h100_8x\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: 50.0, latency_ns: 500}\n"
+    (tmp_path / "cfg" / "topology" / "dgx_h100_8x.yaml").write_text(mine)
+    args = ["replay", "-cd", str(tmp_path / "cfg"), f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+    args += ["topology=dgx_h100_8x", "topology.dims.1.bandwidth_gbps=5", "--cfg", "job", "-p", "topology"]
+    assert skewlens_main(args) == 0
+    assert OmegaConf.create(capsys.readouterr().out).dims[1].bandwidth_gbps == 5
+
+
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
 def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
     capsys: pytest.CaptureFixture[str], flag: str

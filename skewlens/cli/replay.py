@@ -325,10 +325,11 @@ def _group_choices(group: str, args: list[str]) -> list[str] | None:
 
 
 def _entry_file(group: str, choice: str, dirs: list[Path]) -> Path | None:
-    """The YAML file of ``group=choice``: a path given, an entry of the user's ``dirs`` or skewlens's."""
+    """The YAML file of ``group=choice``: a path given, or the entry Hydra takes: skewlens's before one of
+    that name in the user's ``dirs`` (``-cd`` and ``hydra.searchpath`` come after the app's config path)."""
     if Path(choice).suffix in (".yaml", ".yml"):
         return Path(choice).expanduser()
-    for d in (*dirs, CONF_DIR):
+    for d in (CONF_DIR, *dirs):
         if (path := d / group / f"{choice}.yaml").is_file():
             return path
     return None
