@@ -829,20 +829,12 @@ def _multirun(args: Sequence[str]) -> bool:
 
 
 def _own_primary_config(args: Sequence[str]) -> bool:
-    """Whether a primary config of the user's may stand in for ``conf/replay.yaml``: ``-cn NAME``, or a
-    ``replay.yaml`` in a ``-cd`` directory (which Hydra searches first). Its defaults and settings may choose
-    other entries, a launcher, a sweeper or ``hydra.mode``, which the checks that read ``replay.yaml``'s
-    (the list items, the launcher's settings, a sweep without ``-m``, ``interval()``) cannot see: those
-    are left to Hydra there."""
-    for i, a in enumerate(args):
-        flag = _hydra_flag(a) if a.startswith("-") else None
-        if flag == ("-cn", "--config-name"):
-            return True
-        if flag == ("-cd", "--config-dir"):
-            d = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-            if (Path(d).expanduser() / "replay.yaml").is_file():
-                return True
-    return False
+    """Whether ``args`` choose a primary config of the user's (``-cn NAME``) in place of ``conf/replay.yaml``.
+    Its defaults and settings may choose other entries, a launcher, a sweeper or ``hydra.mode``, which the
+    checks that read ``replay.yaml``'s (the list items, the launcher's settings, a sweep without ``-m``,
+    ``interval()``) cannot see: those are left to Hydra there. (A ``replay.yaml`` in a ``-cd`` directory is
+    not one: Hydra takes skewlens's first.)"""
+    return any(a.startswith("-") and _hydra_flag(a) == ("-cn", "--config-name") for a in args)
 
 
 def check_modes(args: Sequence[str]) -> None:
