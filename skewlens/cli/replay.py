@@ -303,7 +303,7 @@ def check_groups(args: list[str]) -> None:
         for arg in args:
             key, eq, value = arg.partition("=")
             if key == group and eq and "(" not in value:
-                for item in value.split(","):
+                for item in map(_unquoted, value.split(",")):  # Hydra's quotes: slowdown='straggler'
                     check_entry(group, item, known)
                     check_user_entry(group, item, dirs)
 
