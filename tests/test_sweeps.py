@@ -562,6 +562,13 @@ def test_a_sweep_subdir_the_same_for_every_job_is_one_line_before_any_point_runs
     assert not out.exists()
 
 
+def test_a_sweep_subdir_is_left_alone_in_a_single_run(run_dir: Path, tmp_path: Path) -> None:
+    # a single run has no job directories: 'hydra.sweep.subdir=same' was refused as if it swept
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false", "perfetto=false"]
+    assert skewlens_main([*args, "hydra.sweep.subdir=same"]) == 0
+    assert (tmp_path / "o" / "summary.parquet").is_file()
+
+
 @pytest.mark.parametrize(
     ("sweep", "error"),
     [  # each was a traceback from the type check: HydraException "Can only enumerate CHOICE and RANGE

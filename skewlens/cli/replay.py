@@ -507,7 +507,8 @@ def check_types(args: list[str]) -> None:
             raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
         if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
             continue
-        if o.key_or_group == "hydra.sweep.subdir" and "${" not in (o.input_line or ""):
+        subdir = o.key_or_group == "hydra.sweep.subdir" and "${" not in (o.input_line or "")
+        if subdir and (_multirun(args) or _own_primary_config(args)):  # a single run has no job directories
             # every job replayed into the one directory, each replacing the one before: the sweep's table
             # named it for every row, and only the last job's timeline was there
             raise ConfigError(
