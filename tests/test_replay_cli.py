@@ -553,6 +553,22 @@ def test_a_group_choice_in_hydras_quotes_is_the_entry_it_names(capsys: pytest.Ca
     assert OmegaConf.create(capsys.readouterr().out).name == "straggler"
 
 
+def test_a_group_choice_hydra_interpolates_is_left_to_hydra_not_refused_as_an_entry_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # slowdown=${oc.env:WHAT} composes as the entry the variable names; the entry check refused the text
+    # itself ("slowdown=${oc.env:WHAT}: no such entry"), and topology= took it for a file
+    monkeypatch.setenv("WHAT", "straggler")
+    monkeypatch.setenv("TOPO", "ring")
+    for group, value, name in (
+        ("slowdown", "${oc.env:WHAT}", "straggler"),
+        ("topology", "${oc.env:TOPO}", "ring"),
+    ):
+        args = ["replay", "trace=RUN", "out=OUT", f"{group}={value}", "--cfg", "job", "-p", group]
+        assert skewlens_main(args) == 0
+        assert OmegaConf.create(capsys.readouterr().out).name == name
+
+
 @pytest.mark.parametrize("flag", ["-sc", "--shell-completion"])
 def test_asking_for_hydras_tab_completion_says_in_one_line_that_a_subcommand_cannot_have_it(
     capsys: pytest.CaptureFixture[str], flag: str

@@ -302,10 +302,9 @@ def check_groups(args: list[str]) -> None:
         known = known_entries(group, dirs)
         for arg in args:
             key, eq, value = arg.partition("=")
-            if key == group and eq and "(" not in value:
-                for item in map(_unquoted, value.split(",")):  # Hydra's quotes: slowdown='straggler'
-                    check_entry(group, item, known)
-                    check_user_entry(group, item, dirs)
+            for item in (_plain_choices(value) or []) if key == group and eq else []:
+                check_entry(group, item, known)
+                check_user_entry(group, item, dirs)
 
 
 #: The lists of a group's entry that an override may index (``slowdown.entries.0.factor=3``).
@@ -319,9 +318,16 @@ def _group_choices(group: str, args: list[str]) -> list[str] | None:
     if not given:
         defaults = yaml.safe_load((CONF_DIR / "replay.yaml").read_text(encoding="utf-8"))["defaults"]
         return [str(d[group]) for d in defaults if isinstance(d, dict) and group in d]
-    if any(c in given[-1] for c in "($"):
+    return _plain_choices(given[-1])
+
+
+def _plain_choices(value: str) -> list[str] | None:
+    """The names or paths a group override's ``value`` chooses, a sweep's comma list too, each as Hydra
+    reads it in its quotes (``slowdown='straggler'``); None where Hydra computes them (a glob, a range,
+    an interpolation), which is left to Hydra."""
+    if any(c in value for c in "($"):
         return None
-    return [_unquoted(v) for v in given[-1].split(",")]
+    return [_unquoted(v) for v in value.split(",")]
 
 
 def _entry_file(group: str, choice: str, dirs: list[Path]) -> Path | None:
@@ -765,7 +771,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     out, found = [], False
     for arg in args:
         key, eq, value = arg.partition("=")
-        if key != "topology" or not eq or "(" in value:
+        if key != "topology" or not eq or _plain_choices(value) is None:
             out.append(arg)
             continue
         names = []
