@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
@@ -70,3 +75,54 @@ def load_example(module_name: str = "skl_example_train") -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+class HostDone(NamedTuple):
+    """One command of :func:`run_together`: its process id, exit status and output (stdout and stderr)."""
+
+    pid: int
+    returncode: int
+    output: str
+
+
+def run_together(
+    cmds: list[list[str]], out_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None
+) -> list[HostDone]:
+    """Run ``cmds`` at once (the hosts of one job), each in a session of its own with its stdout and
+    stderr in a file under ``out_dir``; return each one's pid, exit status and output. Files, not pipes: a
+    host whose pipe filled while the test read another's would stall the job. Past ``timeout_s`` every
+    process tree is killed and the test fails naming the hosts still running, with each one's last output."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logs = [out_dir / f"host-{k}.log" for k in range(len(cmds))]
+    procs = []
+    for cmd, log in zip(cmds, logs, strict=True):
+        with log.open("w") as f:
+            procs.append(
+                subprocess.Popen(
+                    cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            )
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in procs:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        running = [k for k, p in enumerate(procs) if p.poll() is None]
+        tails = {k: log.read_text(errors="replace")[-1500:] for k, log in enumerate(logs)}
+        raise AssertionError(
+            f"hosts {running} still running after {timeout_s} s; their output: {tails}"
+        ) from None
+    finally:
+        # the whole tree of each still running (not reaped: its pid is still its own); torchrun starts its
+        # workers in sessions of their own
+        for p in (p for p in procs if p.poll() is None):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+                for q in tree:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        q.kill()
+            p.wait()
+    return [
+        HostDone(p.pid, p.returncode, log.read_text(errors="replace"))
+        for p, log in zip(procs, logs, strict=True)
+    ]

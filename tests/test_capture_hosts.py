@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from capture_helpers import EXAMPLE, ROOT
+from capture_helpers import EXAMPLE, run_together
 
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import finalize_run
@@ -209,12 +208,9 @@ def test_two_hosts_profiling_one_job_into_one_directory_both_exit_0_with_one_com
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    hosts = [
-        subprocess.Popen(host_command(run, port, k), cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        for k in (0, 1)
-    ]
-    errs = [h.communicate(timeout=240)[1] for h in hosts]
-    assert [h.returncode for h in hosts] == [0, 0], [e[-2000:] for e in errs]
+    done = run_together([host_command(run, port, k) for k in (0, 1)], tmp_path / "hosts", timeout_s=240)
+    errs = [h.output for h in done]
+    assert [h.returncode for h in done] == [0, 0], [e[-2000:] for e in errs]
     assert sum("manifest.json already merged by another host of the job" in e for e in errs) <= 1
     m = read_manifest(run)
     assert (m.world_size, m.ranks, m.missing_ranks) == (2, (0, 1), ())
@@ -583,14 +579,14 @@ def test_skewlens_merge_refuses_the_host_directories_of_two_torchrun_jobs_of_dif
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        hosts = []
+        cmds = []
         for k in (0, 1):
             dirs[job, k] = tmp_path / f"{job}-host{k}"
             cmd = host_command(dirs[job, k], port, k)
             cmd.insert(cmd.index("--nnodes"), f"--rdzv-id={job}")
-            hosts.append(subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True))
-        errs = [h.communicate(timeout=240)[1] for h in hosts]
-        assert [h.returncode for h in hosts] == [0, 0], [e[-2000:] for e in errs]
+            cmds.append(cmd)
+        done = run_together(cmds, tmp_path / f"{job}-logs", timeout_s=240)
+        assert [h.returncode for h in done] == [0, 0], [h.output[-2000:] for h in done]
     identity = read_manifest(dirs["job-1", 0]).run_identity
     assert (
         identity is not None and identity.run_id == "job-1" and identity.rendezvous.startswith("127.0.0.1:")

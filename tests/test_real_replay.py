@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from capture_helpers import EXAMPLE, profile
+from capture_helpers import EXAMPLE, profile, run_together
 from replay_workloads import MS, STEPS, RankFactor, four_rank_run
 from rich.console import Console
 
@@ -1161,24 +1161,8 @@ def test_two_hosts_replaying_one_run_into_one_out_both_print_the_same_table_and_
         ]  # fmt: skip
 
     env = {**os.environ, "COLUMNS": "200"}  # the tables unwrapped
-    hosts = [
-        subprocess.Popen(
-            host(k),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        for k in (0, 1)
-    ]
-    try:
-        printed = [h.communicate(timeout=120)[0] for h in hosts]
-    finally:
-        for h in hosts:
-            if h.poll() is None:
-                os.killpg(h.pid, signal.SIGKILL)
-                h.wait()
+    hosts = run_together([host(k) for k in (0, 1)], tmp_path / "hosts", timeout_s=120, env=env)
+    printed = [h.output for h in hosts]
     assert [h.returncode for h in hosts] == [0, 0], [p[-3000:] for p in printed]
     assert all("waiting for the other nodes (2 in all)" in p for p in printed)
     real = [_real_ms(p) for p in printed]
