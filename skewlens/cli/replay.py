@@ -30,7 +30,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Glob, IntervalSweep, QuotedString
+from hydra.core.override_parser.types import Glob, IntervalSweep, Override, QuotedString
 from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -349,6 +349,14 @@ LAUNCHER_PACKAGES = {
 }
 
 
+def _plugins_store() -> ConfigStore:
+    """Hydra's ConfigStore with the installed plugins' entries (launchers, sweepers) registered."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers them
+    return ConfigStore.instance()
+
+
 def check_launcher(args: list[str]) -> None:
     """``hydra/launcher=NAME`` (and ``hydra/sweeper=``) names one that is installed, else a one-line
     :class:`ConfigError` listing those that are (Hydra's message was ten lines with its search path); and a
@@ -360,10 +368,7 @@ def check_launcher(args: list[str]) -> None:
         key, eq, value = arg.partition("=")
         if key not in ("hydra/launcher", "hydra/sweeper") or not eq or dirs is None:
             continue
-        from hydra.core.plugins import Plugins
-
-        Plugins.instance()  # registers the installed plugins' entries
-        known = {f.removesuffix(".yaml") for f in ConfigStore.instance().list(key)}
+        known = {f.removesuffix(".yaml") for f in _plugins_store().list(key)}
         known |= {f.stem for d in dirs for f in (d / key).glob("*.yaml")}
         if value not in known:
             what = key.partition("/")[2]
@@ -388,10 +393,7 @@ def _check_launcher_settings(launcher: str, args: list[str]) -> None:
     lines = [a for a in args if a.startswith("hydra.launcher.")]
     if not lines:
         return
-    from hydra.core.plugins import Plugins
-
-    Plugins.instance()  # registers the installed plugins' entries
-    store = ConfigStore.instance()
+    store = _plugins_store()
     if f"{launcher}.yaml" not in store.list("hydra/launcher"):
         return
     node = store.load(f"hydra/launcher/{launcher}.yaml").node
@@ -508,56 +510,14 @@ def check_types(args: list[str]) -> None:
         if o.is_delete():
             _check_delete(o.key_or_group)
             continue
-        if o.is_sweep_override() and not _multirun(args) and not _own_primary_config(args):
-            # Hydra's three lines: "Sweep parameters '...' requires --multirun"
-            raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
-        if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
+        if _left_to_hydra(o, args):
             continue
-        subdir = o.key_or_group == "hydra.sweep.subdir" and "${" not in (o.input_line or "")
-        if subdir and (_multirun(args) or _own_primary_config(args)):  # a single run has no job directories
-            # every job replayed into the one directory, each replacing the one before: the sweep's table
-            # named it for every row, and only the last job's timeline was there
-            raise ConfigError(
-                f"{o.input_line}: every job would write into that one directory; it must differ per job "
-                "(${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
-            )
-        if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
-            value = (o.input_line or "").partition("=")[2]
-            raise ConfigError(
-                f"{o.input_line}: skewlens replay writes where out= says ({o.key_or_group} follows it): "
-                f"give out={value}"
-            )
-        if isinstance(o.value(), IntervalSweep):  # sweep_iterator's HydraException was a traceback
-            if _own_primary_config(args) or any(
-                a.startswith("hydra/sweeper=") and a != "hydra/sweeper=basic" for a in args
-            ):
-                continue  # a sampling sweeper's, which draws its values (a primary config may choose one)
-            raise ConfigError(
-                f"{o.input_line}: interval() is for sweepers that sample (Optuna, Nevergrad); Hydra's basic "
-                "sweeper takes a comma list, range() or choice()"
-            )
         try:
             values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         except ValueError as e:  # range(1,2,0): a ValueError traceback
             raise ConfigError(f"{o.input_line}: {e}") from None
-        texts = [v.text if isinstance(v, QuotedString) else v for v in values]  # a sweep's quoted values
-        homes = [v for v in texts if isinstance(v, str) and v.startswith("~")]
-        if o.key_or_group in ("trace", "out") and homes:
-            # out='~/x' made ./~/x, a directory named ~ (rm -rf ~ then removes home); trace= looked there
-            where = "make" if o.key_or_group == "out" else "look for"
-            raise ConfigError(
-                f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
-                f"{_home_written_out(o.key_or_group, homes[0], sweep=o.is_sweep_override())}"
-            )
-        if o.key_or_group == "out" and o.is_sweep_override():
-            # the sweep's directory is out: the launching process read it as "." and looked there for the
-            # jobs' rows (none), while each job wrote its own under one of the values
-            raise ConfigError(
-                f"{o.input_line}: a sweep writes every point under one out (OUT/<job>/); sweep other settings"
-            )
-        if o.key_or_group == "out":
-            for v in texts:
-                _check_out_interpolations(o.input_line or "out", str(v))
+        # a sweep's quoted values as their text
+        _check_paths(o, [v.text if isinstance(v, QuotedString) else v for v in values])
         setting = _setting_type(o.key_or_group, adding=o.is_add())
         if setting is None:
             if not all(isinstance(v, dict) for v in values):  # a node is given a mapping, or nothing
@@ -578,6 +538,64 @@ def check_types(args: list[str]) -> None:
             except OmegaConfBaseException as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{o.input_line}: {first}") from None
+
+
+def _left_to_hydra(o: Override, args: list[str]) -> bool:
+    """Checks of an override's run mode and Hydra's directories (each a one-line :class:`ConfigError`);
+    True where its values are Hydra's to draw (a glob of a group's entries, a sampling sweeper's
+    ``interval()``), so that nothing here checks them."""
+    if o.is_sweep_override() and not _multirun(args) and not _own_primary_config(args):
+        # Hydra's three lines: "Sweep parameters '...' requires --multirun"
+        raise ConfigError(f"{o.input_line}: a sweep of several values runs with -m (--multirun)")
+    if isinstance(o.value(), Glob):  # a glob's choices come from the config loader
+        return True
+    subdir = o.key_or_group == "hydra.sweep.subdir" and "${" not in (o.input_line or "")
+    if subdir and (_multirun(args) or _own_primary_config(args)):  # a single run has no job directories
+        # every job replayed into the one directory, each replacing the one before: the sweep's table
+        # named it for every row, and only the last job's timeline was there
+        raise ConfigError(
+            f"{o.input_line}: every job would write into that one directory; it must differ per job "
+            "(${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
+        )
+    if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
+        value = (o.input_line or "").partition("=")[2]
+        raise ConfigError(
+            f"{o.input_line}: skewlens replay writes where out= says ({o.key_or_group} follows it): "
+            f"give out={value}"
+        )
+    if isinstance(o.value(), IntervalSweep):  # sweep_iterator's HydraException was a traceback
+        if _own_primary_config(args) or any(
+            a.startswith("hydra/sweeper=") and a != "hydra/sweeper=basic" for a in args
+        ):
+            return True  # a sampling sweeper's, which draws its values (a primary config may choose one)
+        raise ConfigError(
+            f"{o.input_line}: interval() is for sweepers that sample (Optuna, Nevergrad); Hydra's basic "
+            "sweeper takes a comma list, range() or choice()"
+        )
+    return False
+
+
+def _check_paths(o: Override, texts: list[Any]) -> None:
+    """``trace`` and ``out`` (``texts``: the override's values, a sweep's each): no ``~`` that Hydra would
+    leave unexpanded, no sweep over ``out``, and interpolations in ``out`` that resolve; each a one-line
+    :class:`ConfigError`."""
+    homes = [v for v in texts if isinstance(v, str) and v.startswith("~")]
+    if o.key_or_group in ("trace", "out") and homes:
+        # out='~/x' made ./~/x, a directory named ~ (rm -rf ~ then removes home); trace= looked there
+        where = "make" if o.key_or_group == "out" else "look for"
+        raise ConfigError(
+            f"{o.input_line}: Hydra expands no ~ (it would {where} a directory named ~ here): "
+            f"{_home_written_out(o.key_or_group, homes[0], sweep=o.is_sweep_override())}"
+        )
+    if o.key_or_group == "out" and o.is_sweep_override():
+        # the sweep's directory is out: the launching process read it as "." and looked there for the
+        # jobs' rows (none), while each job wrote its own under one of the values
+        raise ConfigError(
+            f"{o.input_line}: a sweep writes every point under one out (OUT/<job>/); sweep other settings"
+        )
+    if o.key_or_group == "out":
+        for v in texts:
+            _check_out_interpolations(o.input_line or "out", str(v))
 
 
 def _check_out_interpolations(line: str, value: str) -> None:
