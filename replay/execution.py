@@ -406,6 +406,32 @@ def start_heads(m: RankModel) -> B:
     return ~m.has_start_deps & m.valid & (m.parent < 0)
 
 
+def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
+    """Of the rows ``ops`` marks, those issued asynchronously (a start edge from another stream: the
+    thread that issued them), paired with the row of the issuing thread that follows the issue: its first
+    top-level row that starts at or after the op. ``(op rows, head rows)``, one pair per op and issuing
+    thread; an op issued last on its thread has none."""
+    empty = np.zeros(0, dtype=np.int64)
+    hit = ops[m.start_dst]
+    if not hit.any():
+        return empty, empty
+    src, dst = m.start_src[hit].astype(np.int64), m.start_dst[hit].astype(np.int64)
+    other = rt.stream[src] != rt.stream[dst]
+    pairs = np.unique(np.stack([dst[other], rt.stream[src[other]].astype(np.int64)]), axis=1)
+    heads = m.valid & (m.parent < 0)
+    out_ops: list[I64] = []
+    out_heads: list[I64] = []
+    for stream in np.unique(pairs[1]).tolist():
+        rows = np.flatnonzero(heads & (rt.stream == stream))
+        rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+        on = pairs[0][pairs[1] == stream]
+        k = np.searchsorted(rt.start_ns[rows], rt.start_ns[on], side="left")
+        ok = k < rows.size
+        out_ops.append(on[ok])
+        out_heads.append(rows[k[ok]])
+    return np.concatenate([empty, *out_ops]), np.concatenate([empty, *out_heads])
+
+
 def gpu_op_rows(rt: RankTrace, m: RankModel) -> npt.NDArray[np.int64]:
     """A rank's GPU ops, every stream's (kernels, NCCL kernels, copies, memsets, collectives and p2p ops on a
     GPU stream): its valid rows off the host, as row numbers. Their union is the GPU's busy time (HTA's

@@ -50,6 +50,7 @@ from skewlens.replay.execution import (
     awaited_arrivals,
     compute_rows,
     execution_model,
+    issuer_heads,
     replay_gaps,
 )
 from skewlens.replay.network.algorithms import even_split_bytes
@@ -891,24 +892,12 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
 def _issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     """Per row, what the delays before asynchronous communication (``delay``) add to the thread that
     issued it: the rank waits before it issues the op (the example's ``--slow-send`` sleeps, then
-    isends), so the first node of the issuing thread (the stream of the op's start edges) that starts at
-    or after the op is delayed as much as the op, and what follows it on the thread with it. A blocking
-    op is on its thread already (0 here)."""
+    isends), so the issuing thread's node that follows the issue (the execution model's
+    :func:`~skewlens.replay.execution.issuer_heads`) is delayed as much as the op, and what follows it on
+    the thread with it. A blocking op is on its thread already (0 here)."""
     out = np.zeros(len(rt), dtype=np.int64)
-    hit = delay[m.start_dst] > 0
-    if not hit.any():
-        return out
-    src, dst = m.start_src[hit].astype(np.int64), m.start_dst[hit].astype(np.int64)
-    other = rt.stream[src] != rt.stream[dst]
-    pairs = np.unique(np.stack([dst[other], rt.stream[src[other]].astype(np.int64)]), axis=1)
-    heads = m.valid & (m.parent < 0)
-    for stream in np.unique(pairs[1]).tolist():
-        rows = np.flatnonzero(heads & (rt.stream == stream))
-        rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
-        ops = pairs[0][pairs[1] == stream]
-        k = np.searchsorted(rt.start_ns[rows], rt.start_ns[ops], side="left")
-        ok = k < rows.size
-        np.add.at(out, rows[k[ok]], delay[ops[ok]])
+    ops, heads = issuer_heads(rt, m, delay > 0)
+    np.add.at(out, heads, delay[ops])
     return out
 
 
