@@ -61,10 +61,10 @@ def check_slowdown_targets(
         key = f"{where}[{k}]"
         for r in (*item.ranks, *(r for link in item.links for r in link)):
             if not 0 <= r < world_size:
-                where = "ranks" if r in item.ranks else "links"
-                hint = _preset_hint(preset, "rank", r) if where == "ranks" else ""
+                field = "ranks" if r in item.ranks else "links"
+                hint = _preset_hint(preset, "rank", r) if field == "ranks" else ""
                 raise ConfigError(
-                    f"{key}.{where}: rank {r} is not in the run (ranks 0-{world_size - 1}){hint}"
+                    f"{key}.{field}: rank {r} is not in the run (ranks 0-{world_size - 1}){hint}"
                 )
         for r in item.ranks:
             if r not in run.ranks:  # in the world, but no trace of it was loaded (lenient, --allow-missing)
