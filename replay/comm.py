@@ -130,12 +130,9 @@ class ModelTiming:
         crosses (a slow NVLink pair, not the NICs of a group spanning nodes); on one dimension, what
         :meth:`_adjust` gives the group."""
         n = len(self.topology.dims)
-        if self.net is None:
-            return ((1.0, 0),) * n
-        spanned = self._spanned(members)
-        if len(spanned) < 2:
-            return (self.net.comm_adjust(members, step),) * n
         net = self.net
+        if net is None or len(self._spanned(members)) < 2:
+            return (self._adjust(members, step),) * n
         return tuple(
             net.comm_adjust(members, step, (d, lambda a, b: self._spanned((a, b)))) for d in range(n)
         )
