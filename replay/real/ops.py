@@ -106,6 +106,18 @@ LIST_FORMS = frozenset(
 )
 
 
+def _all_to_all_parts(op: ReplayOp, size: int, numel: int) -> tuple[list[int], list[int]]:
+    """Elements an all_to_all sends to and receives from each of its ``size`` members: the recorded splits
+    (whole elements of the dtype: the plan made it uint8 otherwise); where none were recorded, its
+    ``numel`` in equal parts, and from each member an equal part of that member's bytes (members' amounts
+    may differ)."""
+    e = element_bytes(op.dtype)
+    if len(op.send_splits) == len(op.recv_splits) == size:
+        return [b // e for b in op.send_splits], [b // e for b in op.recv_splits]
+    sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
+    return [max(1, numel // size)] * size, [max(1, max(1, b // e) // size) for b in sizes]
+
+
 class CommIssuer:
     """Issues one recorded communication op; keeps reusable buffers per (role, numel, dtype)."""
 
@@ -189,29 +201,13 @@ class CommIssuer:
                 group=group,
                 async_op=not blocking,
             )
-        if ct == CommType.ALL_TO_ALL and len(op.send_splits) == len(op.recv_splits) == size:
-            # the recorded splits (whole elements of the dtype: the plan made it uint8 otherwise)
-            e = element_bytes(dt)
-            send, recv = [b // e for b in op.send_splits], [b // e for b in op.recv_splits]
+        if ct == CommType.ALL_TO_ALL:
+            send, recv = _all_to_all_parts(op, size, numel)
             return dist.all_to_all_single(
                 self._buf("out", sum(recv), dt),
                 self._buf("in", sum(send), dt),
                 output_split_sizes=recv,
                 input_split_sizes=send,
-                group=group,
-                async_op=not blocking,
-            )
-        if ct == CommType.ALL_TO_ALL:
-            # no splits recorded: each member sends its bytes in equal parts; members' amounts may differ
-            sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
-            per = max(1, numel // size)
-            got = [max(1, max(1, b // element_bytes(dt)) // size) for b in sizes]
-            out = self._buf("out", sum(got), dt)
-            return dist.all_to_all_single(
-                out,
-                self._buf("in", per * size, dt),
-                output_split_sizes=got,
-                input_split_sizes=[per] * size,
                 group=group,
                 async_op=not blocking,
             )
@@ -252,14 +248,8 @@ class CommIssuer:
             chunks = list(self._buf("in", per * size, dt).chunk(size))
             out_t, red = self._buf("out", per, dt), self._reduce_op(op, group)
             return (dist.reduce_scatter(out_t, chunks, op=red, group=group, async_op=a),)
-        # c10d::alltoall_: a list per side, each tensor the recorded split (else equal parts of its bytes)
-        e = element_bytes(dt)
-        if len(op.send_splits) == len(op.recv_splits) == size:
-            send, recv = [b // e for b in op.send_splits], [b // e for b in op.recv_splits]
-        else:
-            sizes = op.member_bytes if len(op.member_bytes) == size else (op.comm_bytes,) * size
-            send = [max(1, numel // size)] * size
-            recv = [max(1, max(1, b // e) // size) for b in sizes]
+        # c10d::alltoall_: a list per side, each tensor one member's part (:func:`_all_to_all_parts`)
+        send, recv = _all_to_all_parts(op, size, numel)
         if gloo and len({*send, *recv}) > 1:
             return None
         out = list(self._buf("out", sum(recv), dt).split(recv))
