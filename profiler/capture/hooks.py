@@ -430,9 +430,7 @@ class CommHooks:
         # everything but the times is read before the call: Python work right after a collective returns
         # costs several times its own CPU time (gloo's threads are still winding down on the cores)
         try:
-            what = self._describe(spec, a, pg, pg_name, seq)._replace(
-                reduce_op=self._reduce_op(spec, args, kwargs)
-            )
+            what = self._describe(spec, a, pg, pg_name, seq, reduce_op=self._reduce_op(spec, args, kwargs))
             if spec.comm_type == CommType.ALL_TO_ALL:
                 send, recv, to, frm = self._splits(spec, args, kwargs)
                 what = what._replace(send_bytes=send, recv_bytes=recv, send_splits=to, recv_splits=frm)
@@ -530,7 +528,9 @@ class CommHooks:
             self.waits.issued(result, start, what.thread)
         return result
 
-    def _describe(self, spec: _Spec, a: _BoundView, pg: Any, pg_name: str, seq: int) -> _Described:
+    def _describe(
+        self, spec: _Spec, a: _BoundView, pg: Any, pg_name: str, seq: int, *, reduce_op: str
+    ) -> _Described:
         tensors = [t for p in spec.inputs for t in _tensors(a.get(p))]
         numel = nbytes = 0
         for t in tensors:
@@ -564,6 +564,7 @@ class CommHooks:
             ident=threading.get_ident(),
             src_from_result=spec.node_type == NodeType.COMM_RECV and src < 0,
             batch=getattr(self._local, "batch", -1),
+            reduce_op=reduce_op,
         )
 
     def _time_completion(self, call_id: int, work: Any, issue_end: int, kind: tuple[str, str]) -> None:
