@@ -562,12 +562,30 @@ def idle_stretches(
     so far (the latest end of its earlier ops; the first op's: ``from_ns``, or none), split by the rule of
     :func:`gpu_idle` (the dependency met latest and when: until then it waited for that, after it, other).
     No piece after the stream's last op."""
-    deps = (*latest_deps(m, start, end), comm_rows(rt))
+    deps = (*latest_deps(m, start, end), comm_rows(rt), unheld_launches(rt, m, start))
     return [
         _stretches(rt, rows, sid=sid, start=start, end=end, deps=deps, from_ns=from_ns)
         for sid, rows in _gpu_streams(rt, m, start).items()
         if stream is None or sid == stream
     ]
+
+
+def unheld_launches(rt: RankTrace, m: RankModel, start: I64) -> I64:
+    """Per row, given each row's ``start`` (recorded, or replayed): for a GPU op whose launch call is in the
+    trace but inside no host row (a kernel an extension launches with no operator around it: the fused
+    optimizer kernels of the 128-GPU sample in ``../shared/traces``), so that no launch edge holds it (it
+    keeps its stream order and its recorded start), when its launch was met: as long before its start as
+    recorded (at the call, as recorded); the minimum int64 elsewhere. Its stream idled waiting for the host
+    until then (:func:`gpu_idle`), not for nothing the trace says."""
+    out = np.full(len(rt), np.iinfo(np.int64).min, dtype=np.int64)
+    if rt.launch_ns is None:
+        return out
+    rows = gpu_op_rows(rt, m)
+    held = np.zeros(len(rt), dtype=bool)
+    held[m.launch_dst] = True
+    rows = rows[(rt.launch_ns[rows] >= 0) & ~held[rows]]
+    out[rows] = start[rows] - (rt.start_ns[rows] - rt.launch_ns[rows])
+    return out
 
 
 def _gpu_streams(rt: RankTrace, m: RankModel, start: I64) -> dict[int, npt.NDArray[np.int64]]:
@@ -587,12 +605,12 @@ def _stretches(
     sid: int,
     start: I64,
     end: I64,
-    deps: tuple[I32, I64, B],
+    deps: tuple[I32, I64, B, I64],
     from_ns: int | None,
 ) -> IdleStretches:
     """:func:`idle_stretches` of stream ``sid``, its ``rows`` by start; ``deps``: :func:`latest_deps`'s
-    two arrays and :func:`comm_rows`."""
-    dep, met, comm = deps
+    two arrays, :func:`comm_rows` and :func:`unheld_launches`."""
+    dep, met, comm, unheld = deps
     st, en = start[rows].astype(np.int64), end[rows].astype(np.int64)
     prev_end = np.empty_like(en)
     prev_end[0] = int(st[0]) if from_ns is None else min(from_ns, int(st[0]))
@@ -600,11 +618,17 @@ def _stretches(
     idle = st > prev_end
     d = dep[rows]
     at = np.where(d >= 0, met[rows], np.iinfo(np.int64).min)
+    launched = unheld[rows] > at  # a launch no host row holds, met after what the model holds the op by
+    at = np.where(launched, unheld[rows], at)
     kind = np.full(rows.shape, _OTHER, dtype=np.int64)
     late = np.flatnonzero(idle & (at > prev_end))  # met after the stream went idle
     dl = d[late]
     kind[late] = np.where(
-        comm[dl], _COMM, np.where(rt.is_cpu[dl], _LAUNCH, np.where(rt.stream[dl] == sid, _OTHER, _STREAM))
+        launched[late],
+        _LAUNCH,
+        np.where(
+            comm[dl], _COMM, np.where(rt.is_cpu[dl], _LAUNCH, np.where(rt.stream[dl] == sid, _OTHER, _STREAM))
+        ),
     )
     split = np.where(kind != _OTHER, np.minimum(at, st), prev_end)  # the dependency before, other after
     # per idle op: the wait (prev_end, split) of its kind, then other (split, st)
@@ -627,12 +651,13 @@ def gpu_idle(rt: RankTrace, m: RankModel, *, start: I64, end: I64, a: I64, b: I6
     A stream idles from the end of its work so far (the latest end of its earlier ops; the first: the
     first window's start) to the start of its next op; of what that op waited for, the dependency met
     latest and when (:func:`latest_deps`) split the stretch: until then it waited for that dependency,
-    a launch wait where it is a host row (the launch call, or a host op it followed), a comm wait where
+    a launch wait where it is a host row (the launch call, or a host op it followed) or a launch call inside
+    no host row (:func:`unheld_launches`), a comm wait where
     it is communication (a collective, a p2p op, an NCCL kernel), a stream wait where it is GPU work on
     another stream; after it (the launch latency), and all of a stretch whose op had nothing met after
     the stream went idle, other; so is the time after the stream's last op. So the parts sum to each
     window's length less the stream's busy time. The pieces themselves: :func:`idle_stretches`."""
-    deps = (*latest_deps(m, start, end), comm_rows(rt))
+    deps = (*latest_deps(m, start, end), comm_rows(rt), unheld_launches(rt, m, start))
     kernels = gpu_compute_rows(rt, m)
     busy = gpu_busy(rt, m, start, end)
     launch_ns = rt.launch_ns

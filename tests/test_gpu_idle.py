@@ -109,6 +109,36 @@ def test_each_idle_stretch_of_a_stream_goes_to_what_its_next_op_waited_for(tmp_p
     assert s20.queued_idle_ns == 0  # its launch is not in the trace: not known to be queued
 
 
+def test_a_stream_waiting_for_a_launch_no_operator_holds_waits_for_its_host(tmp_path: Path) -> None:
+    # one rank, one step of 1,000 us: gemm 20-120 on stream 7, launched at 12 inside aten::mm; then a
+    # kernel launched at 300 by a call inside no operator (an extension's kernel, the 128-GPU sample's fused
+    # optimizer), run 310-360: the stream waited 120-300 for the host to launch it, not for nothing
+    def x(cat: str, name: str, ts: int, dur: int, tid: int = 1, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}  # fmt: skip
+
+    evs = [x("user_annotation", "ProfilerStep#1", 0, 1000), x("cpu_op", "aten::mm", 10, 20)]
+    for corr, (name, call, ts, dur) in enumerate((("gemm", 12, 20, 100), ("fused_adam", 300, 310, 50))):
+        evs.append(x("cuda_runtime", "cudaLaunchKernel", call, 2, correlation=corr))
+        evs.append(x("kernel", name, ts, dur, tid=7, device=0, stream=7, correlation=corr))
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": evs}
+    (tmp_path / "trace.json").write_text(json.dumps(doc))
+    import_traces([tmp_path / "trace.json"], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    (g,) = analyze_run(run, blame=False).gpu_idle
+    assert (g.busy_ns, g.idle_ns) == (150 * US, 850 * US)
+    # launch: 0-12 and 120-300; other: the latencies 12-20 and 300-310, and the tail 360-1000 (it read
+    # launch 12 us, other 838: 120-310 was other, as if the trace said nothing)
+    assert (g.launch_wait_ns, g.comm_wait_ns, g.stream_wait_ns) == ((12 + 180) * US, 0, 0)
+    assert g.other_ns == (8 + 10 + 640) * US
+    assert g.queued_idle_ns == 0  # launched after the stream went idle: nothing was queued
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.summary import summarize
+
+    (s,) = summarize(run, simulate(run))  # the replay's summary reads its times by the same rule
+    assert (s.gpu_launch_wait_ns, s.gpu_other_ns) == (g.launch_wait_ns, g.other_ns)
+
+
 def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_time(tmp_path: Path) -> None:
     import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
     res = analyze_run(load_trace(tmp_path / "run"), blame=False)
