@@ -111,7 +111,7 @@ def test_a_large_trace_changed_in_its_first_or_last_64_kib_or_given_a_new_mtime_
 def test_a_cache_written_by_format_3_is_not_used_it_lacks_launched_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # docs/store.md: a cache file of another format version (4 since launched_in was added) is ignored
+    # docs/store.md: a cache file of another format version is ignored (format 3 lacks launched_in)
     run = mixed_run(tmp_path)
     et = run / "rank-0.et"
     monkeypatch.setattr(colcache, "FORMAT_VERSION", 3)  # as a skewlens of format 3 wrote it
@@ -124,6 +124,29 @@ def test_a_cache_written_by_format_3_is_not_used_it_lacks_launched_in(
     seen.clear()
     load_rank(et, 0, [], {})
     assert seen == []  # rewritten in this format
+
+
+def test_a_cache_written_by_format_4_is_not_used_its_decoder_read_int32_varints_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # format 4 caches were written both before and after the vectorised decoder came to read an int32 varint
+    # as protobuf does (its low 32 bits: b542942); an earlier one holds 2**32 + 1 where the trace says 1
+    run = mixed_run(tmp_path)
+    et = run / "rank-0.et"
+    decoded = load_rank(et, 0, [], {})
+    assert (decoded.step == 1).sum() > 0
+    key = colcache.fingerprint(et)
+    assert key is not None
+
+    def whole_int32(b: pa.RecordBatch) -> pa.RecordBatch:
+        steps = np.asarray(b.column("a:skl_step")) + 2**32
+        return _with(b, "a:skl_step", pa.array(steps, pa.int64()))
+
+    _rewrite_cache(et, whole_int32, key=b"4:" + key.split(b":", 1)[1])
+    seen = _decodes(monkeypatch)
+    again = load_rank(et, 0, [], {})  # the old code served the cache: 'skl_step 4294967297 is out of range'
+    assert seen == [et]
+    _assert_same(decoded, again)
 
 
 def _rewrite_cache(et: Path, change: object, key: bytes | None = None) -> None:
