@@ -449,6 +449,25 @@ def test_export_cli_writes_beside_the_run_by_default(tmp_path: Path) -> None:
     assert re.search(r"collectives\s*│\s*18", buf.getvalue())
 
 
+def test_an_export_from_before_the_model_table_names_its_version_and_the_command_that_exports_its_run_again(
+    tmp_path: Path,
+) -> None:
+    # an export of schema version 8 (before the model table): the collective_skew SQL needs the table, and
+    # open_dataset said only 'exported with --no-model, or by a skewlens before the table', not what to do
+    run = _run(tmp_path)
+    out = tmp_path / "old export"
+    export_run(run, out, workers=1)  # no model columns given: no model table
+    prov = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**prov, "schema_version": "8"}))
+    with pytest.raises(SkewlensError) as e:
+        open_dataset(out, "model")
+    assert str(e.value) == (
+        f"{out}: no model table: model is missing (exported with --no-model, or by a skewlens before schema "
+        f"version 9; this export is version 8); export the run again for it: skewlens export {run.resolve()} "
+        f"--out '{out}'"
+    )
+
+
 def test_export_cli_no_model_leaves_out_only_the_model_table_which_open_dataset_says_is_missing(
     tmp_path: Path,
 ) -> None:
@@ -469,7 +488,9 @@ def test_export_cli_no_model_leaves_out_only_the_model_table_which_open_dataset_
             .equals(open_dataset(tmp_path / "with", t).to_table())
         ), t
     with pytest.raises(
-        SkewlensError, match=r"without: no model table \(exported with --no-model, .*model is missing$"
+        SkewlensError,
+        match=r"without: no model table: model is missing \(exported with --no-model, or by a skewlens "
+        r"before schema version 9; this export is version 9\); export the run again for it: skewlens export ",
     ):
         open_dataset(tmp_path / "without", "model")
     with pytest.raises(SkewlensError, match=r"with: no p2p table: p2p.parquet is missing$"):

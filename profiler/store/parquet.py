@@ -37,10 +37,10 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-from skewlens.profiler.atomic import check_replaceable, replace_dir, staging_dir
+from skewlens.profiler.atomic import check_replaceable, export_marker, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo, with_world_ranks
-from skewlens.profiler.store.issues import Issue, IssueLog, Severity
+from skewlens.profiler.store.issues import Issue, IssueLog, Severity, path_word
 from skewlens.profiler.store.load import (
     PARQUET_EXPORT_FILE,
     PARQUET_EXPORT_FORMAT,
@@ -117,12 +117,25 @@ def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
     path = base / table if table in PARTITIONED else base / f"{table}.parquet"
     if not path.exists():
         # an export without it: the model table is left out by --no-model, and by exports before version 9
-        without = " (exported with --no-model, or by a skewlens before the table)" if table == "model" else ""
-        raise SkewlensError(f"{base}: no {table} table{without}: {path.name} is missing")
+        without = _no_model_hint(base) if table == "model" else ""
+        raise SkewlensError(f"{base}: no {table} table: {path.name} is missing{without}")
     if table in PARTITIONED:
         part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive")
         return ds.dataset(path, format="parquet", partitioning=part)
     return ds.dataset(path, format="parquet")
+
+
+def _no_model_hint(base: Path) -> str:
+    """Why an export lacks its model table, and what to do: export the run again (the run ``run.json``
+    names as its source)."""
+    prov = export_marker(base, PARQUET_EXPORT_FILE, PARQUET_EXPORT_FORMAT) or {}
+    version, source = prov.get("schema_version"), prov.get("source")
+    this = f"; this export is version {version}" if isinstance(version, str) else ""
+    run = path_word(source) if isinstance(source, str) else "RUN"
+    return (
+        f" (exported with --no-model, or by a skewlens before schema version 9{this}); "
+        f"export the run again for it: skewlens export {run} --out {path_word(base)}"
+    )
 
 
 def _partition_table(cls: type, columns: dict[str, Any], table: str) -> pa.Table:
