@@ -768,6 +768,34 @@ def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_
                 read_table(f, NodeRecord)
 
 
+def _as_version(export: Path, version: str, drop: tuple[str, ...] = ()) -> None:
+    """Rewrite each nodes partition of ``export`` as a skewlens of ``version`` wrote it, without ``drop``."""
+    for f in sorted((export / "nodes").glob("rank=*/*.parquet")):
+        t = pq.read_table(f).drop_columns(list(drop))
+        pq.write_table(t.replace_schema_metadata({META_VERSION: version.encode(), META_TABLE: b"nodes"}), f)
+
+
+def test_open_dataset_reads_an_older_exports_added_columns_as_null_and_refuses_a_version_it_cannot_read(
+    tmp_path: Path,
+) -> None:
+    # a version-7 export (before nodes.launch_ns) raised pyarrow's 'No match for FieldRef.Name(launch_ns)'
+    # where read_table gives the column as null, and a version-3 one read as if current, unchecked
+    run = _run(tmp_path)
+    out = tmp_path / "pq"
+    export_run(run, out, workers=1)
+    current = open_dataset(out, "nodes").to_table(columns=["rank", "node_id", "dur_ns", "launch_ns"])
+    _as_version(out, "7", drop=("launch_ns", "launched_in"))
+    v7 = open_dataset(out, "nodes").to_table(columns=["rank", "node_id", "dur_ns", "launch_ns"])
+    assert v7.num_rows == current.num_rows > 0 and v7["launch_ns"].null_count == v7.num_rows
+    key = lambda t: sorted(zip(*(t[c].to_pylist() for c in ("rank", "node_id", "dur_ns")), strict=True))  # noqa: E731
+    assert key(v7) == key(current)
+    _as_version(out, "3")
+    with pytest.raises(
+        SkewlensError, match=r"part-0\.parquet: schema version 3 \(this skewlens reads 4 to 9\)"
+    ):
+        open_dataset(out, "nodes")
+
+
 def test_a_file_of_a_newer_or_unnamed_version_or_missing_a_column_is_refused_and_a_current_one_read_whole(
     tmp_path: Path,
 ) -> None:

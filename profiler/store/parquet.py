@@ -68,6 +68,7 @@ from skewlens.profiler.store.schema import (
     NodeRecord,
     P2PRecord,
     RankRecord,
+    added_since,
     arrow_schema,
     columns_markdown,
     table_from_columns,
@@ -119,10 +120,15 @@ def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
         # an export without it: the model table is left out by --no-model, and by exports before version 9
         without = _no_model_hint(base) if table == "model" else ""
         raise SkewlensError(f"{base}: no {table} table: {path.name} is missing{without}")
-    if table in PARTITIONED:
-        part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive")
-        return ds.dataset(path, format="parquet", partitioning=part)
-    return ds.dataset(path, format="parquet")
+    part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive") if table in PARTITIONED else None
+    dataset = ds.dataset(path, format="parquet", partitioning=part)
+    if not dataset.files:
+        return dataset
+    # the version checked as read_table checks it; an older export's columns added since read as null
+    if added_since(Path(dataset.files[0]), dataset.schema.metadata or {}):
+        schema = arrow_schema(RECORD_OF[table]).with_metadata(dataset.schema.metadata)
+        return ds.dataset(path, format="parquet", partitioning=part, schema=schema)
+    return dataset
 
 
 def _no_model_hint(base: Path) -> str:

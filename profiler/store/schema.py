@@ -233,7 +233,7 @@ def read_table(path: str | Path, cls: type | None = None, columns: Sequence[str]
     p = Path(path)
     try:
         file_schema = pq.read_schema(p)
-        added = _added_since(p, file_schema.metadata or {})
+        added = added_since(p, file_schema.metadata or {})
         present = [c for c in columns if c not in added] if columns else None
         tbl = pq.read_table(p, columns=present)
     except (OSError, pa.ArrowInvalid) as e:
@@ -252,7 +252,7 @@ def read_table(path: str | Path, cls: type | None = None, columns: Sequence[str]
     return tbl
 
 
-def _added_since(p: Path, meta: Mapping[bytes, bytes]) -> tuple[str, ...]:
+def added_since(p: Path, meta: Mapping[bytes, bytes]) -> tuple[str, ...]:
     """The columns of ``p``'s table added since the version it was written with; refused unless that version
     is one this skewlens reads."""
     found = meta.get(META_VERSION)
