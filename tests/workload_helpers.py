@@ -49,8 +49,10 @@ def load_workload(script: str) -> ModuleType:
     return mod
 
 
-def capture_workload(out: Path, script: str, *args: str, nproc: int = 2, steps: str = "1:1:3") -> RunTrace:
-    """``skewlens profile --level collectives`` of ``torchrun examples/SCRIPT ARGS``; the loaded run.
+def capture_workload(
+    out: Path, script: str, *args: str, nproc: int = 2, steps: str = "1:1:3", level: str = "collectives"
+) -> RunTrace:
+    """``skewlens profile --level LEVEL`` of ``torchrun examples/SCRIPT ARGS``; the loaded run.
 
     The script runs two steps past the capture window (WAIT + WARMUP + ACTIVE + 2).
     """
@@ -59,7 +61,7 @@ def capture_workload(out: Path, script: str, *args: str, nproc: int = 2, steps: 
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         str(EXAMPLES / script), "--steps", str(total), *args,
     ]  # fmt: skip
-    res = profile(out, level="collectives", steps=steps, command=command)
+    res = profile(out, level=level, steps=steps, command=command)
     assert res.returncode == 0, res.stderr[-3000:]
     return load_run(out)
 

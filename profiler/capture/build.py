@@ -734,8 +734,13 @@ def _op_protos(
                 continue
             if stream == MAIN_STREAM and (b := _boundary_inside(bounds, o.start_ns, end)) is not None:
                 # the step was marked from inside this op (the optimizer's post-hook): what follows the
-                # mark is the capture's own step work unless operators of the op ran after it
-                if any(ops[c].start_ns + ops[c].dur_ns > b for c in children[i]):
+                # mark is the capture's own step work unless operators of the op ran after it. The
+                # capture's own step marker is no such operator: it closes just before the mark is read,
+                # and Kineto's clock, joined to the hooks' only within tens of µs, often puts its end past
+                # the mark (the op was then replaced by its operators: its name lost)
+                if any(
+                    ops[c].start_ns + ops[c].dur_ns > b and ops[c].name != STEP_MARK_NAME for c in children[i]
+                ):
                     todo.extend(reversed(children[i]))
                     continue
                 end = b
