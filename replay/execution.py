@@ -407,27 +407,54 @@ def start_heads(m: RankModel) -> B:
 
 
 def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
-    """Of the rows ``ops`` marks, those issued asynchronously (a start edge from another stream: the
+    """Of the rows ``ops`` marks, those issued asynchronously from a host row of another stream (the
     thread that issued them), paired with the row of the issuing thread that follows the issue: its first
-    top-level row that starts at or after the op. ``(op rows, head rows)``, one pair per op and issuing
-    thread; an op issued last on its thread has none."""
+    top-level row that starts at or after the issue. ``(op rows, head rows)``, one pair per op and issuing
+    thread; an op issued last on its thread has none.
+
+    The issuing row is the one the op follows (a start edge from another stream: issued at the op's
+    start), or one it was issued from inside, still running then: an enclosing host operator it depends
+    on (a queue edge from it, where a trace names a node's parent operator as its dependency, as Chakra's
+    converter does), issued at the op's start; or a launch edge (a GPU op: an NCCL kernel), issued at the
+    launch call."""
     empty = np.zeros(0, dtype=np.int64)
-    hit = ops[m.start_dst]
-    if not hit.any():
+    if not ops.any():
         return empty, empty
+    hit = ops[m.start_dst]
     src, dst = m.start_src[hit].astype(np.int64), m.start_dst[hit].astype(np.int64)
+    at = rt.start_ns[dst]
+    qs, qd = m.queue_src.astype(np.int64), m.queue_dst.astype(np.int64)
+    inside = (
+        ops[qd]
+        & rt.is_cpu[qs]
+        & ~type_mask(rt.node_type, COMM_NODE_TYPES)[qs]
+        & (rt.start_ns[qs] <= rt.start_ns[qd])
+        & (rt.start_ns[qd] < rt.start_ns[qs] + rt.dur_ns[qs])
+    )
+    launched = ops[m.launch_dst]
+    ls = m.launch_src[launched].astype(np.int64)
+    src = np.concatenate([src, qs[inside], ls])
+    dst = np.concatenate([dst, qd[inside], m.launch_dst[launched].astype(np.int64)])
+    at = np.concatenate([at, rt.start_ns[qd[inside]], rt.start_ns[ls] + m.launch_off_ns[launched]])
     other = rt.stream[src] != rt.stream[dst]
-    pairs = np.unique(np.stack([dst[other], rt.stream[src[other]].astype(np.int64)]), axis=1)
+    if not other.any():
+        return empty, empty
+    # one issue per op and thread, the earliest
+    issues = np.stack([dst[other], rt.stream[src[other]].astype(np.int64), at[other]])
+    issues = issues[:, np.lexsort(issues[::-1])]
+    first = np.ones(issues.shape[1], dtype=np.bool_)
+    first[1:] = (issues[0, 1:] != issues[0, :-1]) | (issues[1, 1:] != issues[1, :-1])
+    issues = issues[:, first]
     heads = m.valid & (m.parent < 0)
     out_ops: list[I64] = []
     out_heads: list[I64] = []
-    for stream in np.unique(pairs[1]).tolist():
+    for stream in np.unique(issues[1]).tolist():
         rows = np.flatnonzero(heads & (rt.stream == stream))
         rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
-        on = pairs[0][pairs[1] == stream]
-        k = np.searchsorted(rt.start_ns[rows], rt.start_ns[on], side="left")
+        on = issues[:, issues[1] == stream]
+        k = np.searchsorted(rt.start_ns[rows], on[2], side="left")
         ok = k < rows.size
-        out_ops.append(on[ok])
+        out_ops.append(on[0][ok])
         out_heads.append(rows[k[ok]])
     return np.concatenate([empty, *out_ops]), np.concatenate([empty, *out_heads])
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from skewlens.profiler.importers.run import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError
@@ -462,6 +465,18 @@ def _slow_send_ns(rt: RunTrace, delay_ns: int) -> int:
     return int(simulate(rt, effects=model).end_ns[0].max() - simulate(rt).end_ns[0].max())
 
 
+def _slow_send_moves(rt: RunTrace, name: str, delay_ns: int) -> tuple[int, int]:
+    """How much later rank 0's op ``name`` starts, and its thread ends, with ``delay_ns`` before each of
+    its sends."""
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=delay_ns)])
+    base, res = simulate(rt), simulate(rt, effects=model)
+    row = [rt.ranks[0].name(i) for i in range(len(rt.ranks[0]))].index(name)
+    return (
+        int(res.start_ns[0][row] - base.start_ns[0][row]),
+        int(res.end_ns[0].max() - base.end_ns[0].max()),
+    )
+
+
 def test_two_slow_isends_issued_before_the_threads_next_op_hold_it_for_both_sleeps(tmp_path: Path) -> None:
     # the thread sleeps 3 ms, isends, sleeps 3 ms, isends, then computes: 6 ms later, not 3
     rt = _issuer_run(tmp_path, (MS, MS + 10_000), MS + 20_000)
@@ -491,6 +506,43 @@ def test_a_slow_isend_issued_inside_an_enclosing_op_holds_the_threads_next_outer
     assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
 
 
+def test_a_slow_isend_that_depends_on_the_op_it_was_issued_from_holds_the_threads_next_op(
+    tmp_path: Path,
+) -> None:
+    # as above, but the isend's dependency is `outer`, the operator it was issued from and still running
+    # then (a trace that names a node's parent operator as its dependency, as Chakra's converter does),
+    # where the capture names the thread's last finished op: the model took no issuing thread from it,
+    # and the delay went to the send alone
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    r0.compute("fwd0", dur_ns=MS // 2, start_ns=0)
+    outer = r0.compute("outer", dur_ns=2_400_000, start_ns=600_000)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(outer,))
+    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS)
+    r0.compute("fwd1", dur_ns=MS, start_ns=3 * MS + 10_000)
+    assert _slow_send_moves(load_run(b.write(tmp_path / "run")), "fwd1", 3 * MS) == (3 * MS, 3 * MS)
+
+
+def test_a_slow_nccl_collective_holds_the_host_thread_that_launched_it(tmp_path: Path) -> None:
+    # an imported GPU run (Kineto): each all_reduce kernel is launched from inside c10d::allreduce_, its
+    # one dependency a launch edge; 3 ms before each held the kernel alone, and the host op after the
+    # launching one started as recorded, where the thread sleeps before it issues (mode=real, a capture)
+    write_gpu_run(GpuRunSpec(world_size=2, steps=1, layers=2, bucket_layers=2, seed=0), tmp_path / "kineto")
+    import_traces(sorted((tmp_path / "kineto").glob("*.json.gz")), None, tmp_path / "run")
+    rt = load_run(tmp_path / "run")
+    r0 = rt.ranks[0]
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="collective", ranks=(0,), delay_ns=3 * MS)])
+    base, res = simulate(rt), simulate(rt, effects=model)
+    kernel = int(np.flatnonzero(r0.node_type == int(NodeType.COMM_COLL))[0])
+    call = next(i for i in range(len(r0)) if r0.name(i) == "c10d::allreduce_")
+    after = min(
+        (i for i in range(len(r0)) if r0.is_cpu[i] and r0.start_ns[i] >= r0.start_ns[call] + r0.dur_ns[call]),
+        key=lambda i: int(r0.start_ns[i]),
+    )
+    assert res.start_ns[0][kernel] - base.start_ns[0][kernel] == 3 * MS
+    assert res.start_ns[0][after] - base.start_ns[0][after] == 3 * MS
+
+
 def test_a_slow_isend_holds_the_threads_next_op_by_start_time_not_by_its_place_in_the_trace(
     tmp_path: Path,
 ) -> None:
@@ -502,12 +554,7 @@ def test_a_slow_isend_holds_the_threads_next_op_by_start_time_not_by_its_place_i
     r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(f,))
     r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS)
     r0.compute("fwd1", dur_ns=MS, start_ns=MS + 20_000)
-    rt = load_run(b.write(tmp_path / "run"))
-    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=3 * MS)])
-    base, res = simulate(rt), simulate(rt, effects=model)
-    names = [rt.ranks[0].name(i) for i in range(len(rt.ranks[0]))]
-    fwd1 = names.index("fwd1")
-    assert res.start_ns[0][fwd1] - base.start_ns[0][fwd1] == 3 * MS
+    assert _slow_send_moves(load_run(b.write(tmp_path / "run")), "fwd1", 3 * MS)[0] == 3 * MS
 
 
 def test_a_slow_isend_after_the_threads_last_op_delays_the_send_alone(tmp_path: Path) -> None:
