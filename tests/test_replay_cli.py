@@ -1625,3 +1625,49 @@ def test_a_sweep_job_in_a_worker_whose_output_cannot_encode_its_table_prints_sta
     assert replay_main([f"trace={run_dir}", f"out={tmp_path / 'o'}"]) == 0
     printed = raw.getvalue().decode("ascii")
     assert "~" in printed and "\\u2026" not in printed
+
+
+def test_a_replays_config_yaml_replays_it_again_from_anywhere(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it was no primary config ('config: expected a ReplayConfig, got dict'), and held the paths as typed
+    monkeypatch.chdir(run_dir.parent)
+    args = ["replay", "trace=run", "out=first", "progress=false", "comm_mode=model", "topology=two_node_ib"]
+    assert skewlens_main([*args, "slowdown=straggler", "slowdown.rank=1", "slowdown.factor=1.7"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    first = tmp_path / "first"
+    assert skewlens_main(["replay", "-cd", str(first), "-cn", "config", f"out={tmp_path / 'again'}"]) == 0
+    again = tmp_path / "again"
+    assert pq.read_table(again / "summary.parquet").equals(pq.read_table(first / "summary.parquet"))
+    assert pq.read_table(again / "timeline.parquet").equals(pq.read_table(first / "timeline.parquet"))
+    conf = OmegaConf.load(again / "config.yaml")
+    assert (conf.trace, conf.out) == (str(run_dir), str(again))
+    assert conf.slowdown.entries[0].factor == 1.7 and conf.topology.name == "two_node_ib"
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_primary_config_whose_run_dir_is_not_out_is_one_line_and_writes_nowhere(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the replay went into the config's hydra.run.dir, or Hydra's outputs/DATE/TIME, with exit 0 and out empty
+    monkeypatch.chdir(tmp_path)
+    (cfg := tmp_path / "cfg").mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay\n  - _self_\nhydra:\n  run:\n    dir: elsewhere\n")
+    (cfg / "older.yaml").write_text(f"trace: {run_dir}\nout: o\nmode: sim\n")  # an older config.yaml
+    assert skewlens_main(["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", "out=o"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (
+            f"skewlens replay: error: out=o: Hydra would write this replay into {tmp_path / 'elsewhere'} "
+            "(hydra.run.dir of the primary config 'mine'); a primary config of your own extends replay.yaml, "
+            "which sets hydra.run.dir to out: begin it with 'defaults: [replay, _self_]' and leave "
+            "hydra.run.dir and hydra.sweep.dir alone"
+        )
+    ]
+    # (in a process of its own: without replay.yaml, Hydra sets up its logging, for this process)
+    older_cmd = [sys.executable, "-m", "skewlens", "replay", "-cd", str(cfg), "-cn", "older"]
+    older = subprocess.run(older_cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert older.returncode == 2
+    assert older.stderr.startswith("skewlens replay: error: config: the primary config does not extend")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg", "run"]

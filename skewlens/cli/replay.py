@@ -83,6 +83,8 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
         path = f"{prefix}{key!s}"
         if known is not None and key not in known:
             out.append(path)
+        elif OmegaConf.is_missing(node, key):  # (a group a primary config of one's own did not choose)
+            continue
         elif OmegaConf.is_dict(child):
             out += unknown_keys(child, f"{path}.")
         elif OmegaConf.is_list(child):
@@ -106,8 +108,12 @@ def to_config(cfg: DictConfig) -> ReplayConfig:
     except OmegaConfBaseException as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{e.full_key or 'config'}: {first}") from None
-    if not isinstance(obj, ReplayConfig):
-        raise ConfigError(f"config: expected a ReplayConfig, got {type(obj).__name__}")
+    if not isinstance(obj, ReplayConfig):  # a primary config of one's own (-cn) not extending replay.yaml
+        raise ConfigError(
+            "config: the primary config does not extend replay.yaml: begin it with "
+            "'defaults: [replay, _self_]' (a config.yaml an older skewlens wrote into a replay's OUT: add "
+            "those lines to replay it again with -cd OUT -cn config)"
+        )
     return obj
 
 
@@ -175,10 +181,11 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         conf = to_config(cfg)
         if hc.job.chdir:  # Hydra runs the job in out_dir: a relative trace is where the command was given
             conf = dataclasses.replace(conf, trace=str(Path(hc.runtime.cwd) / conf.trace))
+        check_out_dir(conf, hc)
         with staging_dir(out_dir.absolute()) as stage:
             progress = RichProgress() if conf.progress else NO_PROGRESS
             outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
-            write_text(stage / CONFIG_YAML, OmegaConf.to_yaml(cfg, resolve=True))
+            write_text(stage / CONFIG_YAML, config_yaml(cfg, Path(hc.runtime.cwd)))
             # an earlier replay's that this one did not write go (timeline.json under perfetto=false)
             move_into(stage, out_dir, (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML))
             for p in real_dirs:  # a real replay on one host staged them; else an earlier real replay's
@@ -197,6 +204,12 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
+        elif not _is_out(cfg, hc) and out_dir.resolve().is_relative_to(Path(hc.runtime.cwd)):
+            # Hydra's outputs/DATE/TIME, made for this job, and what it wrote there of its own
+            shutil.rmtree(out_dir / ".hydra", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (out_dir / f"{hc.job.name}.log").unlink()
+            remove_if_empty(Path(hc.runtime.cwd), out_dir.resolve())
         raise
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
@@ -239,6 +252,52 @@ def run_job(cfg: DictConfig, console: Console) -> None:
                 out_dir=str(out_dir),
             ),
         )
+
+
+def check_out_dir(conf: ReplayConfig, hc: Any) -> None:
+    """``out`` is the directory Hydra runs the job in (``replay.yaml`` sets ``hydra.run.dir`` and
+    ``hydra.sweep.dir`` to it), else a one-line :class:`ConfigError`: a primary config of one's own
+    (``-cn``) that does not extend ``replay``, or sets ``hydra.run.dir`` itself, had the replay write into
+    Hydra's ``outputs/DATE/TIME`` (or its own directory), leaving ``out`` empty, with exit 0 (the
+    directory Hydra made for the job is removed where it is empty: :func:`run_job`)."""
+    cwd = Path(hc.runtime.cwd)
+    sweep = hc.mode == RunMode.MULTIRUN
+    used = (cwd / (hc.sweep.dir if sweep else hc.runtime.output_dir)).resolve()
+    if (cwd / conf.out).resolve() == used:
+        return
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    raise ConfigError(
+        f"out={conf.out}: Hydra would write this replay into {used} ({key} of the primary config "
+        f"{hc.job.config_name!r}); a primary config of your own extends replay.yaml, which sets {key} to "
+        "out: begin it with 'defaults: [replay, _self_]' and leave hydra.run.dir and hydra.sweep.dir alone"
+    )
+
+
+def _is_out(cfg: DictConfig, hc: Any) -> bool:
+    """Whether Hydra's run directory is the config's ``out`` (see :func:`check_out_dir`)."""
+    out = OmegaConf.select(cfg, "out", default=None, throw_on_missing=False)
+    if not isinstance(out, str) or out == MISSING:
+        return False
+    cwd = Path(hc.runtime.cwd)
+    return (cwd / out).resolve() == (cwd / hc.runtime.output_dir).resolve()
+
+
+def config_yaml(cfg: DictConfig, cwd: Path) -> str:
+    """``OUT/config.yaml``: the resolved config (``trace`` and ``out`` absolute) as a primary config that
+    extends ``replay``, its values after ``replay.yaml``'s, so that ``skewlens replay -cd OUT -cn config
+    out=NEW`` replays the same again (a value is changed by its key, ``slowdown.entries.0.factor=2``: the
+    file's values come after any entry a group override would choose)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    for key in ("trace", "out"):
+        if isinstance(resolved.get(key), str):
+            resolved[key] = str(cwd / resolved[key])
+    return (
+        "# The resolved config of this replay. Replay it again (a value changed by its key, as\n"
+        "# slowdown.entries.0.factor=2; the values below come after any entry a group override chooses):\n"
+        "#   skewlens replay -cd THIS_DIRECTORY -cn config out=ANOTHER_DIRECTORY\n"
+        "defaults:\n  - replay\n  - _self_\n\n" + OmegaConf.to_yaml(resolved)
+    )
 
 
 def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False) -> None:
