@@ -56,7 +56,8 @@ _CP_TID = 0
 
 def _tracks(ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> Tracks:
     """Track 0 is the critical path; the streams' tracks are numbered from 1 in stream order, then
-    extra lanes of partly overlapping slices (:func:`~skewlens.replay.streaming.rank_tracks`)."""
+    extra lanes of partly overlapping slices, or of slices that partly overlap a communication node's
+    ``wait for peers`` (:func:`~skewlens.replay.streaming.rank_tracks`)."""
     streams = np.unique(ri.trace.stream).tolist()
     return rank_tracks(
         ri.trace,
@@ -65,7 +66,13 @@ def _tracks(ri: RankIndex, written: np.ndarray, pg_names: list[str]) -> Tracks:
         end_ns=ri.trace.end_ns,
         stream_tid={s: k for k, s in enumerate(streams, start=1)},
         pg_names=pg_names,
+        wait_ns=_drawn_waits(ri),
     )
+
+
+def _drawn_waits(ri: RankIndex) -> npt.NDArray[np.int64]:
+    """Per row of the rank, the ``wait for peers`` drawn inside it (0 where none): communication rows'."""
+    return np.where(ri.is_comm, ri.wait_ns, 0)
 
 
 def _metadata(r: int, tracks: Tracks, *, on_path: bool) -> list[dict[str, Any]]:
@@ -283,9 +290,9 @@ def write_perfetto(
         extra=lambda: itertools.chain(
             _path_events(cp, cp_ts, cp_kept, t0),
             wait_events(
-                {r: cap.keep[r] & ix.ranks[r].is_comm for r in ranks},
+                cap.keep,
                 {r: ix.ranks[r].trace.start_ns for r in ranks},
-                {r: ix.ranks[r].wait_ns for r in ranks},
+                {r: _drawn_waits(ix.ranks[r]) for r in ranks},
                 tid=lambda r, rows: tracks[r].tids(ix.ranks[r].trace.stream, rows),
                 origin_ns=t0,
                 traces={r: ix.ranks[r].trace for r in ranks},

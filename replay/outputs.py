@@ -290,7 +290,9 @@ def write_perfetto(
     # times are µs from the first replayed start (otherData.t0_ns): absolute ns as µs doubles lose precision
     written = {r: run.ranks[r].node_type != NodeType.METADATA for r in ranks}
     t0 = min((int(res.start_ns[r][k].min()) for r, k in written.items() if k.any()), default=0)
+    waits = replayed_waits(run, res)
     # a track per stream (tid: the stream), and one more per lane of slices that partly overlap others there
+    # (or the wait for peers drawn inside one)
     tracks = {
         r: rank_tracks(
             run.ranks[r],
@@ -299,6 +301,7 @@ def write_perfetto(
             end_ns=res.end_ns[r],
             stream_tid={s: s for s in np.unique(run.ranks[r].stream).tolist()},
             pg_names=run.pg_names,
+            wait_ns=waits[r],
         )
         for r in ranks
     }
@@ -381,7 +384,7 @@ def write_perfetto(
             wait_events(
                 cap.keep,
                 res.start_ns,
-                replayed_waits(run, res),
+                waits,
                 tid=lambda r, rows: tracks[r].tids(run.ranks[r].stream, rows),
                 origin_ns=t0,
                 traces=run.ranks,

@@ -137,12 +137,14 @@ def stream_labels(
     return out
 
 
-def _lanes_of(start: list[int], end: list[int]) -> list[int]:
+def _lanes_of(start: list[int], end: list[int], inner: list[int]) -> list[int]:
     """Lanes of one stream's slices, sorted by start (longest first at one start): a slice joins the
-    first lane where it starts after everything open there ended or nests inside what is open."""
+    first lane where it starts after everything open there ended or nests inside what is open. ``inner``:
+    per slice, the end of the slice drawn inside it from its start on its track (its ``wait for peers``;
+    its start where none), which what nests in the slice must not partly overlap either."""
     stacks: list[list[int]] = []
     out = []
-    for x, y in zip(start, end, strict=True):
+    for x, y, w in zip(start, end, inner, strict=True):
         for stack in stacks:
             while stack and stack[-1] <= x:
                 stack.pop()
@@ -154,18 +156,29 @@ def _lanes_of(start: list[int], end: list[int]) -> list[int]:
         else:
             stacks.append([y])
             out.append(len(stacks) - 1)
+        if x < w < y:  # its wait is open inside it on its lane until w
+            stacks[out[-1]].append(w)
     return out
 
 
-def track_lanes(stream: I64, start: I64, end: I64, rows: npt.NDArray[np.integer[Any]]) -> I64:
+def track_lanes(
+    stream: I64,
+    start: I64,
+    end: I64,
+    rows: npt.NDArray[np.integer[Any]],
+    wait_ns: I64 | None = None,
+) -> I64:
     """Per row of ``rows``: its lane on its stream's track, 0 unless it partly overlaps a slice before it
-    on that stream (asynchronous collectives in flight at once on a communication stream: DDP's buckets).
-    A viewer nests X slices of one track by time, so such a slice drawn there would show as a part of
-    the one it overlaps; a lane of its own keeps each whole. Slices nested inside another stay on its lane."""
+    on that stream (asynchronous collectives in flight at once on a communication stream: DDP's buckets),
+    or a ``wait for peers`` slice drawn inside one (``wait_ns``: per row of the rank, the wait drawn from
+    its start; None: none). A viewer nests X slices of one track by time, so such a slice drawn there would
+    show as a part of the one it overlaps; a lane of its own keeps each whole. Slices nested inside another
+    (and inside or after its wait) stay on its lane."""
     lane = np.zeros(len(rows), dtype=np.int64)
     if len(rows) < 2:
         return lane
     st, en, sm = start[rows], end[rows], stream[rows]
+    inner = st + np.minimum(wait_ns[rows], en - st) if wait_ns is not None else st
     order = np.argsort(sm, kind="stable")
     bounds = np.flatnonzero(np.r_[True, sm[order][1:] != sm[order][:-1], True])
     for a, b in itertools.pairwise(bounds.tolist()):
@@ -175,7 +188,7 @@ def track_lanes(stream: I64, start: I64, end: I64, rows: npt.NDArray[np.integer[
         part = part[np.lexsort((-en[part], st[part]))]
         if (st[part][1:] >= np.maximum.accumulate(en[part])[:-1]).all():
             continue
-        lane[part] = _lanes_of(st[part].tolist(), en[part].tolist())
+        lane[part] = _lanes_of(st[part].tolist(), en[part].tolist(), inner[part].tolist())
     return lane
 
 
@@ -213,12 +226,14 @@ def rank_tracks(
     end_ns: I64,
     stream_tid: Mapping[int, int],
     pg_names: Sequence[str] = (),
+    wait_ns: I64 | None = None,
 ) -> Tracks:
     """The tracks of one rank: a stream's rows on its ``stream_tid`` track, except those that partly
-    overlap others there (:func:`track_lanes`), which get further tracks, numbered after the largest
-    ``stream_tid``, named after the stream with ``(lane 2)``, ``(lane 3)``, ... added."""
+    overlap others there, or the ``wait for peers`` slice (``wait_ns``, per row) drawn inside one
+    (:func:`track_lanes`), which get further tracks, numbered after the largest ``stream_tid``, named after
+    the stream with ``(lane 2)``, ``(lane 3)``, ... added."""
     rows = np.flatnonzero(written)
-    lanes = track_lanes(rt.stream, start_ns, end_ns, rows)
+    lanes = track_lanes(rt.stream, start_ns, end_ns, rows, wait_ns)
     labels = stream_labels(rt, written, pg_names)
     names = {stream_tid[s]: label for s, label in labels.items()}
     extra = np.flatnonzero(lanes > 0)

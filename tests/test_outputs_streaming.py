@@ -686,6 +686,52 @@ def test_a_slice_nested_in_another_keeps_its_lane_and_only_a_partial_overlap_ope
     assert lanes.tolist() == [0, 0, 1, 0, 0]
 
 
+def test_a_slice_that_outlasts_the_wait_for_peers_of_the_node_holding_it_is_drawn_on_a_lane_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # rank 0: all_reduce A (0-10 ms) holds all_reduce B (1-9 ms) on stream 1000 (a 1F1B send and recv in
+    # flight at once, as on examples/pipeline.py's replay); rank 1 comes to A at 6 ms, so A's "wait for
+    # peers" slice is 0-6 ms, drawn on A's track: B started inside it and ended after it, a partial overlap
+    # that viewers nest wrongly (B shown as a child of the wait); B now goes on the stream's second lane
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    for rb in (r0, r1):
+        rb.compute("forward", 12 * MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS, start_ns=0, stream=1000)
+    r0.collective(CommType.ALL_REDUCE, 1 << 20, 8 * MS, start_ns=1 * MS, stream=1000)
+    r1.collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=6 * MS, stream=1001)
+    r1.collective(CommType.ALL_REDUCE, 1 << 20, 8 * MS, start_ns=1 * MS, stream=1000)
+    run = load_run(b.write(tmp_path / "run"))
+    replay_doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json").read_text())
+    analysis_doc = json.loads(
+        write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json").read_text()
+    )
+    for doc in (replay_doc, analysis_doc):
+        assert _partial_overlaps(doc) == []
+        names = _thread_names(doc, 0)
+        drawn = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
+        on_0 = sorted((e["ts"], e["cat"], names[e["tid"]]) for e in drawn)
+        stream = "communication stream 1000 (group 0)"
+        assert [x for x in on_0 if x[1] in ("collective", "wait_for_peers")] == [
+            (0.0, "collective", stream),
+            (0.0, "wait_for_peers", stream),
+            (1000.0, "collective", f"{stream} (lane 2)"),
+        ]
+    for doc in (replay_doc, analysis_doc):  # A's wait: until rank 1 came, at 6 ms
+        waits = [(e["pid"], e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "wait_for_peers"]
+        assert waits == [(0, 6000.0)]
+
+
+def test_a_slice_nested_in_a_node_keeps_its_lane_inside_or_after_the_wait_drawn_in_that_node() -> None:
+    # stream 5: [0, 10] waits 0-4; [1, 3] inside the wait, [6, 8] after it: both nest; [3, 5] overlaps it
+    stream = np.full(4, 5, dtype=np.int64)
+    start = np.array([0, 1, 6, 3], dtype=np.int64)
+    end = np.array([10, 3, 8, 5], dtype=np.int64)
+    wait = np.array([4, 0, 0, 0], dtype=np.int64)
+    assert track_lanes(stream, start, end, np.arange(4), wait).tolist() == [0, 0, 0, 1]
+    assert track_lanes(stream, start, end, np.arange(4)).tolist() == [0, 0, 0, 0]
+
+
 def test_both_timelines_draw_a_host_op_blocked_on_a_gpu_sync_as_wait_where_the_analyses_count_compute(
     tmp_path: Path,
 ) -> None:
