@@ -292,7 +292,8 @@ class ReplayConfig:
     """Also write timeline.json (Chrome/Perfetto trace)."""
     perfetto_max_events: int = 1_000_000
     """At most this many nodes in timeline.json (0: all): beyond it the first whole steps on all ranks that
-    fit, and a note of what was left out (about 110 bytes a node; browsers fail on files over ~1 GB). It is
+    fit, and a note of what was left out (about 130 bytes a node, up to 450 with long CUDA kernel names and
+    the GPU idle slices; browsers fail on files over ~1 GB). It is
     ``streaming.DEFAULT_MAX_EVENTS`` (``skewlens analyze``'s), which importing here would load pyarrow, and
     ``conf/replay.yaml`` restates it: tests/test_replay_cli.py holds the three equal."""
     progress: bool = True

@@ -45,8 +45,9 @@ I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 T = TypeVar("T")
 
-#: Default cap on the events of a Perfetto/Chrome trace file: about 110 MB of JSON, which ui.perfetto.dev
-#: and chrome://tracing open in seconds (a 10-million-event run is 1.2 GB, which browsers fail to load).
+#: Default cap on the events of a Perfetto/Chrome trace file: about 130 MB of JSON (130 bytes a node of short
+#: op names; up to 450 MB with long CUDA kernel names and the wait and GPU idle slices drawn beside), which
+#: ui.perfetto.dev and chrome://tracing open; a 10-million-node run is 1.3-4.5 GB, which browsers fail on.
 DEFAULT_MAX_EVENTS = 1_000_000
 #: Rows formatted per chunk (about 7 MB of JSON each).
 CHUNK_EVENTS = 1 << 16
