@@ -18,6 +18,7 @@ from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
 from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
 from skewlens.pictures import figure_class, save_png
+from skewlens.profiler.store.issues import no_trace_line
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -57,6 +58,10 @@ class HeatmapData:
     """Per column: a member recorded as done before one it waits for began (``SkewEvent.clock_contradicted``,
     the execution model's :func:`~skewlens.replay.execution.clock_contradictions`): the ranks' clocks
     contradict each other there, and its waits are not meaningful (drawn hatched)."""
+    untraced: str | None = None
+    """Where ranks of the run have no trace (``126 of 128 ranks have no trace: 2-127``): a member waits for
+    its traced peers only (of one traced rank, for none: every cell 0), said in the title; None when all
+    are traced."""
 
 
 def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> HeatmapData:
@@ -98,12 +103,14 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
     grid = np.full((ranks.size, len(events)), np.nan)
     for j, e in enumerate(events):
         grid[np.searchsorted(ranks, np.asarray(e.ranks, dtype=np.int64)), j] = e.wait_ns / 1e6
+    missing = sorted(set(range(result.run.world_size)) - set(ranks.tolist()))
     return HeatmapData(
         ranks=ranks,
         grid=grid,
         labels=[e.label for e in events],
         note=note,
         clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
+        untraced=no_trace_line(missing, result.run.world_size) if missing else None,
     )
 
 
@@ -163,6 +170,8 @@ def wait_heatmap(
         ax.set_xticks([])
         ax.set_yticks([])
     lines = []
+    if data.untraced is not None and n:
+        lines.append(textwrap.fill(f"{data.untraced}: waits for traced peers only", 70))
     if data.clocks_disagree.any():
         k = int(data.clocks_disagree.sum())
         lines.append(

@@ -228,6 +228,41 @@ def _rank_0_computing(tmp_path: Path, world_size: int) -> Path:
     return b.write(tmp_path / "run")
 
 
+def test_the_wait_heatmap_of_a_run_with_untraced_ranks_says_its_waits_are_for_the_traced_peers_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one traced rank of 16 (shared/traces' nccl_16gpu_rank0): every member's wait is 0 ms, since no peer
+    # it waited for has a trace, and the heatmap drew a row of zeros titled "wait for peers (ms)" as if
+    # rank 0 never waited; the same run with rank 1 traced too has rank 0's wait at the all_reduce
+    import skewlens.analysis.plots as plots
+
+    titles: list[str] = []
+    monkeypatch.setattr(plots, "save_png", lambda fig, path: titles.append(fig.axes[0].get_title()) or path)
+    for traced, waits in (((0,), [[0.0]]), ((0, 1), [[2.0], [0.0]])):
+        b = RunBuilder(world_size=16)
+        for r in traced:
+            rb = b.rank(r).step(0)
+            rb.compute("work", (3 + 2 * r) * MS, start_ns=0)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 6 * MS - (3 + 2 * r) * MS, start_ns=(3 + 2 * r) * MS)
+        result = analyze_run(load_run(b.write(tmp_path / f"run{len(traced)}")), blame=False)
+        data = wait_heatmap_data(result)
+        assert data.grid.tolist() == waits
+        missing = "1-15" if len(traced) == 1 else "2-15"
+        assert data.untraced == f"{16 - len(traced)} of 16 ranks have no trace: {missing}"
+        wait_heatmap(result, tmp_path / "w.png")
+        assert titles.pop().splitlines() == [
+            "wait for peers (ms); blank: not a member",
+            f"{data.untraced}: waits for traced peers only",
+        ]
+    b = RunBuilder(world_size=2)  # every rank traced: nothing more said
+    for r in (0, 1):
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=0)
+    result = analyze_run(load_run(b.write(tmp_path / "whole")), blame=False)
+    assert wait_heatmap_data(result).untraced is None
+    wait_heatmap(result, tmp_path / "w.png")
+    assert titles == ["wait for peers (ms); blank: not a member"]
+
+
 def test_a_run_without_collectives_or_send_recv_gets_a_heatmap_and_a_warning_that_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
