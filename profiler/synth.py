@@ -163,8 +163,10 @@ class RankBuilder:
         stream: int = 0,
         deps: tuple[int, ...] = (),
         batch: int = -1,
+        return_ns: int | None = None,
     ) -> int:
-        """Add a COMM_SEND node to global rank ``dst``."""
+        """Add a COMM_SEND node to global rank ``dst``. ``return_ns``: when its call returned
+        (``skl_return_ns``, an asynchronous send's; none by default, as in a trace written before it)."""
         return self._add(
             "c10d::send",
             NodeType.COMM_SEND,
@@ -179,6 +181,7 @@ class RankBuilder:
                 Attr.COMM_SIZE: comm_bytes,
                 Attr.PG_NAME: pg,
                 **({Attr.BATCH: batch} if batch >= 0 else {}),
+                **({Attr.RETURN_NS: return_ns} if return_ns is not None else {}),
             },
         )
 
@@ -194,8 +197,9 @@ class RankBuilder:
         stream: int = 0,
         deps: tuple[int, ...] = (),
         batch: int = -1,
+        return_ns: int | None = None,
     ) -> int:
-        """Add a COMM_RECV node from global rank ``src``."""
+        """Add a COMM_RECV node from global rank ``src``. ``return_ns``: as :meth:`send`'s."""
         return self._add(
             "c10d::recv_",
             NodeType.COMM_RECV,
@@ -210,6 +214,7 @@ class RankBuilder:
                 Attr.COMM_SIZE: comm_bytes,
                 Attr.PG_NAME: pg,
                 **({Attr.BATCH: batch} if batch >= 0 else {}),
+                **({Attr.RETURN_NS: return_ns} if return_ns is not None else {}),
             },
         )
 

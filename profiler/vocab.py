@@ -102,6 +102,10 @@ class Attr(StrEnum):
     # synchronised on the node's stream (``.item()``, a blocking copy): not a ctrl dep, which would close a
     # cycle with the synchronisation. See "GPU dependencies" below.
     LAUNCHED_IN = "skl_launched_in"
+    # int64, asynchronous communication nodes (issued on a communication stream): when the call that issued
+    # it returned, on the aligned clock. The call may block (gloo's isend writes its data inside the call
+    # once the peer has posted its recv), so the op had not completed before then.
+    RETURN_NS = "skl_return_ns"
     # int64 list, node ids among this node's ctrl deps that were inferred from timing (a trace without
     # CUDA sync events), not read from a recorded event. See "GPU dependencies" below.
     INFERRED_DEPS = "skl_inferred_deps"

@@ -750,6 +750,16 @@ def isend(end_ns: int) -> CommRecord:
     )
 
 
+def test_an_asynchronous_comm_node_records_when_its_call_returned_on_the_aligned_clock() -> None:
+    # the hooks' issue end kept the call out of filler rows but never reached the trace, so a call that
+    # blocked (gloo's isend) past its peer's end was read as idle (skl_return_ns, docs/store.md)
+    nodes = build_nodes(one_step([isend(50_000), coll(52_000, 55_000, seq=1)], offset_ns=1_000))
+    (send,) = by_name(nodes, "c10d::send")
+    (blocking,) = by_name(nodes, "c10d::allreduce_")
+    assert (send.start_ns, send.attrs[Attr.RETURN_NS]) == (11_000, 13_000)
+    assert Attr.RETURN_NS not in blocking.attrs  # its node ends where its call returned
+
+
 def ops_compute(comms: list[CommRecord], spans: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
     """(name, start, duration) of each compute node built from one step (0-100 µs) of the main thread's
     operators ``spans`` (name: (start, duration)) around ``comms``, at the ops level."""

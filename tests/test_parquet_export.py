@@ -490,7 +490,8 @@ def test_export_cli_no_model_leaves_out_only_the_model_table_which_open_dataset_
     with pytest.raises(
         SkewlensError,
         match=r"without: no model table: model is missing \(exported with --no-model, or by a skewlens "
-        r"before schema version 9; this export is version 9\); export the run again for it: skewlens export ",
+        rf"before schema version 9; this export is version {SCHEMA_VERSION}\); export the run again for it: "
+        r"skewlens export ",
     ):
         open_dataset(tmp_path / "without", "model")
     with pytest.raises(SkewlensError, match=r"with: no p2p table: p2p.parquet is missing$"):
@@ -721,12 +722,12 @@ def _node_record(**changes: Any) -> Any:
     row = NodeRecord(
         rank=0, node_id=7, name="aten::mm", type="COMP", start_ns=0, dur_ns=5, stream=0, step=0,
         is_cpu_op=True, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
-        send_splits_bytes=None, recv_splits_bytes=None, launch_ns=None, launched_in=None,
+        send_splits_bytes=None, recv_splits_bytes=None, launch_ns=None, launched_in=None, return_ns=None,
     )  # fmt: skip
     return dataclasses.replace(row, **changes)
 
 
-def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_ones_are_refused(
+def test_version_4_7_and_9_nodes_files_still_read_with_null_new_columns_and_older_ones_are_refused(
     tmp_path: Path,
 ) -> None:
     from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
@@ -741,7 +742,11 @@ def test_version_4_and_7_nodes_files_still_read_with_null_new_columns_and_older_
         None,
         [1, 2],
     ]
-    v7 = current.drop_columns(["launch_ns", "launched_in"])
+    v9 = current.drop_columns(["return_ns"])
+    f = tmp_path / "v9.parquet"
+    write_table(v9.replace_schema_metadata({META_VERSION: b"9", META_TABLE: b"nodes"}), f)
+    assert read_table(f, NodeRecord)["return_ns"].to_pylist() == [None, None]  # before nodes.return_ns
+    v7 = v9.drop_columns(["launch_ns", "launched_in"])
     f = tmp_path / "v7.parquet"
     write_table(v7.replace_schema_metadata({META_VERSION: b"7", META_TABLE: b"nodes"}), f)
     tbl = read_table(f, NodeRecord)  # a version-7 file: no launch columns, read as null
@@ -784,14 +789,15 @@ def test_open_dataset_reads_an_older_exports_added_columns_as_null_and_refuses_a
     out = tmp_path / "pq"
     export_run(run, out, workers=1)
     current = open_dataset(out, "nodes").to_table(columns=["rank", "node_id", "dur_ns", "launch_ns"])
-    _as_version(out, "7", drop=("launch_ns", "launched_in"))
+    _as_version(out, "7", drop=("launch_ns", "launched_in", "return_ns"))
     v7 = open_dataset(out, "nodes").to_table(columns=["rank", "node_id", "dur_ns", "launch_ns"])
     assert v7.num_rows == current.num_rows > 0 and v7["launch_ns"].null_count == v7.num_rows
     key = lambda t: sorted(zip(*(t[c].to_pylist() for c in ("rank", "node_id", "dur_ns")), strict=True))  # noqa: E731
     assert key(v7) == key(current)
     _as_version(out, "3")
     with pytest.raises(
-        SkewlensError, match=r"part-0\.parquet: schema version 3 \(this skewlens reads 4 to 9\)"
+        SkewlensError,
+        match=rf"part-0\.parquet: schema version 3 \(this skewlens reads 4 to {SCHEMA_VERSION}\)",
     ):
         open_dataset(out, "nodes")
 

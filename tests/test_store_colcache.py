@@ -16,6 +16,7 @@ from skewlens.profiler.store import colcache, load_run
 from skewlens.profiler.store import load as load_mod
 from skewlens.profiler.store.fast import MIN_NODES
 from skewlens.profiler.store.load import load_rank
+from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.synth import RunBuilder
 
 
@@ -131,22 +132,30 @@ def test_a_cache_written_by_format_4_is_not_used_its_decoder_read_int32_varints_
 ) -> None:
     # format 4 caches were written both before and after the vectorised decoder came to read an int32 varint
     # as protobuf does (its low 32 bits: b542942); an earlier one holds 2**32 + 1 where the trace says 1
-    run = mixed_run(tmp_path)
-    et = run / "rank-0.et"
+    et = mixed_run(tmp_path) / "rank-0.et"
     decoded = load_rank(et, 0, [], {})
     assert (decoded.step == 1).sum() > 0
-    key = colcache.fingerprint(et)
-    assert key is not None
 
     def whole_int32(b: pa.RecordBatch) -> pa.RecordBatch:
         steps = np.asarray(b.column("a:skl_step")) + 2**32
         return _with(b, "a:skl_step", pa.array(steps, pa.int64()))
 
-    _rewrite_cache(et, whole_int32, key=b"4:" + key.split(b":", 1)[1])
+    # the old code served the cache: 'skl_step 4294967297 is out of range'
+    _assert_same(decoded, _load_past_a_cache_of(et, 4, whole_int32, monkeypatch))
+
+
+def _load_past_a_cache_of(
+    et: Path, version: int, change: object, monkeypatch: pytest.MonkeyPatch
+) -> RankTrace:
+    """Load ``et`` once its cache is rewritten by ``change`` as format ``version`` wrote it; the load must
+    decode the trace (not serve that cache)."""
+    key = colcache.fingerprint(et)
+    assert key is not None
+    _rewrite_cache(et, change, key=f"{version}:".encode() + key.split(b":", 1)[1])
     seen = _decodes(monkeypatch)
-    again = load_rank(et, 0, [], {})  # the old code served the cache: 'skl_step 4294967297 is out of range'
+    again = load_rank(et, 0, [], {})
     assert seen == [et]
-    _assert_same(decoded, again)
+    return again
 
 
 def _rewrite_cache(et: Path, change: object, key: bytes | None = None) -> None:
@@ -410,3 +419,68 @@ def test_the_cached_raw_columns_have_the_decoders_types_and_values(tmp_path: Pat
         a, b = getattr(cached, f.name), getattr(decoded, f.name)
         if isinstance(b, np.ndarray):
             assert (a.dtype, a.tolist()) == (b.dtype, b.tolist()), f.name
+
+
+def _returned_run(tmp_path: Path) -> Path:
+    """2 ranks, enough nodes for the vectorised decoder; rank 0's asynchronous sends record their calls'
+    returns (``skl_return_ns``), one past int32, and one send records none."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    for i in range(MIN_NODES):
+        r0.compute("aten::mm", 1_000)
+        at = 10_000_000 * (i + 1)
+        r0.send(1, 4096, 500, start_ns=at, stream=1000, return_ns=None if i == 3 else at + 5_000_000_000 * i)
+        r1.recv(0, 4096, 500, start_ns=at)
+    return b.write(tmp_path / "run")
+
+
+def test_the_return_of_an_asynchronous_call_round_trips_through_chakra_the_decoders_the_cache_and_parquet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+    from chakra_reader import read_with_chakra
+
+    from skewlens.profiler.store.parquet import export_run
+
+    run = _returned_run(tmp_path)
+    want = [None if i == 3 else 10_000_000 * (i + 1) + 5_000_000_000 * i for i in range(MIN_NODES)]
+    # Chakra's own reader: an int64 attribute of the send nodes
+    _gm, nodes = read_with_chakra(run / "rank-0.et")
+    got = [
+        next((a.int64_val for a in n.attr if a.name == "skl_return_ns"), None)
+        for n in nodes
+        if n.name == "c10d::send"
+    ]
+    assert got == want
+    sends = lambda rt: [i for i in range(len(rt)) if rt.name(i) == "c10d::send"]  # noqa: E731
+    for decoder in ("vectorised", "reference"):
+        rt = load_rank(run / "rank-0.et", 0, [], {}, decoder=decoder)
+        assert rt.return_ns is not None
+        assert [None if v < 0 else v for v in rt.return_ns[sends(rt)].tolist()] == want, decoder
+        assert (rt.return_ns[[i for i in range(len(rt)) if i not in sends(rt)]] == -1).all()
+        assert load_rank(run / "rank-1.et", 1, [], {}, decoder=decoder).return_ns is None  # records none
+    load_run(run)  # decodes and writes the cache
+    seen = _decodes(monkeypatch)
+    cached = load_run(run)
+    assert seen == []  # from the cache
+    assert cached.ranks[0].return_ns is not None
+    assert np.array_equal(cached.ranks[0].return_ns, rt.return_ns)
+    out = export_run(run, tmp_path / "pq", workers=1) and tmp_path / "pq"
+    t = pq.read_table(out / "nodes" / "rank=0", columns=["name", "return_ns"]).to_pylist()
+    assert [row["return_ns"] for row in t if row["name"] == "c10d::send"] == want
+    assert {row["return_ns"] for row in t if row["name"] != "c10d::send"} == {None}
+
+
+def test_a_cache_written_by_format_5_is_not_used_it_lacks_the_calls_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # format 5's decoder knew no skl_return_ns: its cache of a trace that has them holds none
+    et = _returned_run(tmp_path) / "rank-0.et"
+    decoded = load_rank(et, 0, [], {})
+    assert decoded.return_ns is not None
+
+    def format_5(b: pa.RecordBatch) -> pa.RecordBatch:
+        return b.drop_columns(["a:skl_return_ns", "h:skl_return_ns"])
+
+    again = _load_past_a_cache_of(et, 5, format_5, monkeypatch)  # served, it gave no returns at all
+    assert again.return_ns is not None and np.array_equal(again.return_ns, decoded.return_ns)

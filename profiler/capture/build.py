@@ -915,6 +915,8 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
     nodes = [pg_init_node(cap.groups)]
     for p in protos:
         nid = ids[id(p)]
+        if p.issue_stream >= 0:  # an asynchronous comm node: when its call returned
+            p.attrs[Attr.RETURN_NS] = p.issue_end_ns + off
         nodes.append(
             TraceNode(
                 node_id=nid,

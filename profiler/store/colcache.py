@@ -42,8 +42,9 @@ ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: Bumped whenever the layout below or the decoder's output changes: older cache files are then ignored.
 #: 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently); 3: the split lists;
 #: 4: skl_launched_in; 5: int32 / uint32 / bool varints and repeated values read as protobuf reads them
-#: (b542942 changed that under format 4, so a format-4 file may hold what the earlier decoder read)
-FORMAT_VERSION = 5
+#: (b542942 changed that under format 4, so a format-4 file may hold what the earlier decoder read);
+#: 6: skl_return_ns (a format-5 file of a trace that has it lacks it)
+FORMAT_VERSION = 6
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"

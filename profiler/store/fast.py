@@ -92,6 +92,7 @@ KNOWN_ATTRS = (
     "skl_batch",
     "skl_launch_ns",
     "skl_launched_in",
+    "skl_return_ns",
     "skl_send_bytes",
     "skl_recv_bytes",
     "skl_send_splits",

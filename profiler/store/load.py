@@ -882,6 +882,7 @@ def _interpret(
         recv_bytes=recv_bytes,
         launch_ns=_optional(raw, "skl_launch_ns"),
         launched_in=launched_in,
+        return_ns=None if untimed else _optional(raw, "skl_return_ns"),  # laid end to end: no call times
         split_ptr=split_ptr,
         split_send_bytes=split_send,
         split_recv_bytes=split_recv,

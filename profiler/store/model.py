@@ -120,6 +120,9 @@ class RankTrace:
     """Per row, the row of the host node whose launch call launched this GPU node where that host node then
     synchronised on it (``skl_launched_in``: a launch, not a dependency, which would close a cycle), -1
     elsewhere; None for a trace that records none."""
+    return_ns: I64 | None = None
+    """Per row, when the call that issued an asynchronous communication node returned (``skl_return_ns``),
+    -1 where not recorded; None for a trace that records none."""
     streams: dict[int, str] = field(default_factory=dict)
     """Optional labels of streams (``"thread 1234"``, ``"cuda stream 7"``)."""
     notes: list[str] = field(default_factory=list)

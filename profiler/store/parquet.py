@@ -191,6 +191,7 @@ def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> 
         "recv_splits_bytes": _splits_column(rts, lambda rt: rt.split_recv_bytes),
         "launch_ns": _nullable(cat(lambda rt: _or_none(rt, rt.launch_ns))),
         "launched_in": _nullable(cat(_launched_in_ids)),
+        "return_ns": _nullable(cat(lambda rt: _or_none(rt, rt.return_ns))),
     }
     return _partition_table(NodeRecord, cols, "nodes")
 

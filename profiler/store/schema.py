@@ -34,8 +34,9 @@ from skewlens.profiler.errors import SkewlensError
 #: 5: ``nodes.send_splits_bytes`` and ``nodes.recv_splits_bytes``; 6: the analyses' ``gpu_idle`` and
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
 #: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
-#: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has).
-SCHEMA_VERSION = "9"
+#: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has; 10:
+#: ``nodes.return_ns``).
+SCHEMA_VERSION = "10"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -60,6 +61,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     7: {"gpu_idle": ("queued_idle_ns",)},
     8: {"nodes": ("launch_ns", "launched_in"), "timeline": ("launch_ns", "launched_in")},
     9: {"step_breakdown": ("gpu_busy_ns",)},
+    10: {"nodes": ("return_ns",), "timeline": ("return_ns",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
@@ -319,6 +321,9 @@ class NodeRecord:
     """GPU node: ``node_id`` of the host node that launched it and then synchronised on it (``.item()``'s
     copy; ``skl_launched_in``), which is not in ``deps`` (with that synchronisation, a cycle); null
     elsewhere."""
+    return_ns: int | None
+    """Asynchronous communication node: when the call that issued it returned (``skl_return_ns``) on the
+    aligned clock; the op did not complete before. Null for other nodes and where not recorded."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
