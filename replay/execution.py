@@ -53,7 +53,8 @@ before the recv start, up to ``SKEW_NS``) is *eager*: it is *detached* from the 
 recorded duration after its arrival, and its recv waits for it (not the other way round). An
 asynchronous send or recv recorded to end after the other member of its pair ended (gloo reports no
 completion: it ends where the program's wait on it returned, at a pipeline stage's end of step) ended
-with it (:func:`_p2p_done_by`), so it holds no phantom transfer before that wait.
+with it (:func:`_p2p_done_by`), so it holds no phantom transfer before that wait; but not before its call
+returned (``skl_return_ns``: gloo's call may block), so the call stays its communication.
 A collective member recorded as done before the arrival it waits for (which cannot be: clock error
 between the ranks' traces) is detached too, so the recording replays as it was.
 
@@ -187,7 +188,8 @@ class RankModel:
     """Communication rows whose recorded end lies after the host-time node that waited for them ended
     (gloo's worker lags the completion): the program saw them complete by then; and asynchronous sends
     and recvs recorded to end after the other member of their pair ended (:func:`_p2p_done_by`). Their
-    end here is :attr:`end_clamp_ns` (ends lie within the work that consumes them). Sorted."""
+    end here is :attr:`end_clamp_ns` (ends lie within the work that consumes them; never before the call
+    that issued the op returned, where the trace records it: :func:`_call_returned`). Sorted."""
     end_clamp_ns: I64
     """Their ends, aligned with :attr:`end_clamp_rows`."""
     t0_ns: int
@@ -1466,6 +1468,17 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
     }
 
 
+def _call_returned(rt: RankTrace, rows: I64) -> I64:
+    """When the call that issued each of ``rows`` (asynchronous ops) returned (``skl_return_ns``), at most
+    the row's recorded end, ``_MIN`` where not recorded: an end clamp never ends an op before that. The
+    call may block (gloo's ``isend`` writes its data inside the call once the peer has posted its recv),
+    and the op had not completed before its call returned."""
+    if rt.return_ns is None:
+        return np.full(rows.size, _MIN, dtype=np.int64)
+    ret = rt.return_ns[rows]
+    return np.where(ret >= 0, np.minimum(ret, rt.start_ns[rows] + rt.dur_ns[rows]), _MIN)
+
+
 def rank_model(
     rt: RankTrace, sync: B, peer_later: B | None = None, *, p2p_done: tuple[I64, I64] | None = None
 ) -> RankModel:
@@ -1481,7 +1494,7 @@ def rank_model(
     if p2p_done is not None and comm_streams:
         on = np.isin(rt.stream[p2p_done[0]], list(comm_streams))
         done_rows = p2p_done[0][on]
-        end[done_rows] = p2p_done[1][on]
+        end[done_rows] = np.maximum(p2p_done[1][on], _call_returned(rt, done_rows))
     src, dst, qs0, qd0, parent, (ls, ld, hs, hd) = _edges(rt, valid, end, sync, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
@@ -1521,6 +1534,7 @@ def rank_model(
     if clamp_rows.size:
         end = end.copy()
         np.minimum.at(end, gs[lagged], end[gd[lagged]])
+        end[gs[lagged]] = np.maximum(end[gs[lagged]], _call_returned(rt, gs[lagged]))
     clamp_ns = end[clamp_rows]
     ws, wd = np.concatenate([ws, gs]), np.concatenate([wd, gd])
     waits = waits.copy()

@@ -809,3 +809,47 @@ def test_an_async_collective_keeps_its_recorded_end_where_another_member_ended_e
     run = load_run(b.write(tmp_path / "run"))
     assert model_ends(run, 1)[_row(run, 1, "c10d::all_reduce_")] == 20 * MS
     assert model_ends(run, 0)[_row(run, 0, "c10d::all_reduce_")] == 3 * MS
+
+
+def _isend_blocking_in_its_call(tmp_path: Path, returned_ns: int | None) -> RunTrace:
+    """Rank 0 isends 4 MB at 10 ms; the call returns at 16 ms (gloo writes the data inside it once the
+    recv is posted; ``returned_ns``: what the trace records of that, if anything), the thread runs
+    ``fwd2`` from then on and waits for the send at 28-30 ms, where the send is recorded to end. Its recv
+    on rank 1 ended at 12 ms."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", 10 * MS, start_ns=0)
+    s = r0.send(1, 4 << 20, 20 * MS, start_ns=10 * MS, stream=COMM, deps=(f,), return_ns=returned_ns)
+    g = r0.compute("fwd2", 12 * MS, start_ns=16 * MS, deps=(f,))
+    r0.compute("c10d::wait", 2 * MS, start_ns=28 * MS, deps=(g, s))
+    r1.recv(0, 4 << 20, 12 * MS, start_ns=0)
+    r1.compute("bwd", 18 * MS)
+    return load_run(b.write(tmp_path / f"run-{returned_ns}"))
+
+
+def test_an_async_send_is_not_ended_before_its_blocking_call_returned_so_the_call_is_no_idle_or_host_gap(
+    tmp_path: Path,
+) -> None:
+    """The end clamp took the send's end to its recv's (12 ms), so 12-16 ms, inside the send's call, was
+    in no row: the breakdown read it as idle and the critical path as a host gap before ``fwd2``. With
+    the call's return recorded (``skl_return_ns``) the send ends at 16 ms; without it, as before."""
+    from skewlens.analysis.breakdown import analyze_breakdown
+    from skewlens.analysis.critical_path import HOST_GAP, analyze_critical_path, shares
+    from skewlens.analysis.index import build_index
+
+    for returned, send_end, idle_ns in ((16 * MS, 16 * MS, 0), (None, 12 * MS, 4 * MS)):
+        run = _isend_blocking_in_its_call(tmp_path, returned)
+        assert model_ends(run, 0)[_row(run, 0, "c10d::send")] == send_end
+        ix = build_index(run)
+        r0 = next(x for x in analyze_breakdown(ix) if x.rank == 0)
+        assert (r0.idle_ns, r0.compute_ns, r0.exposed_transfer_ns) == (idle_ns, 22 * MS, 8 * MS - idle_ns)
+        path = analyze_critical_path(ix)
+        assert shares(path)[1][0].get(HOST_GAP, 0) == (0 if returned else 6 * MS)
+        assert [(p.name, p.contribution_ns) for p in path if p.name == "c10d::send"] == (
+            [("c10d::send", 6 * MS)] if returned else []
+        )
+        res = simulate(run)  # an unmodified replay still replays the recording, the send's new end too
+        for r, rt in run.ranks.items():
+            t = res.timed[r]
+            assert np.array_equal(res.start_ns[r][t], rt.start_ns[t]), r
+            assert np.array_equal(res.end_ns[r][t], model_ends(run, r)[t]), r
