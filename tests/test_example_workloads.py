@@ -145,12 +145,14 @@ def test_no_time_inside_a_1f1b_stages_async_send_or_recv_call_is_idle_at_the_ops
     one capture 11 of rank 0's 24, up to 7.6 ms), some past the end of their peer's op. The execution model
     ended each async op with its peer, so the rest of its call was in no row: the breakdown's idle and
     the critical path's host gap. The capture now records each call's return (``skl_return_ns``) and the
-    model ends no op before it: every nanosecond inside a call is busy."""
-    from skewlens.replay.execution import SKEW_NS, Coverage, busy_intervals, execution_model, model_ends
+    model ends no op before it: every nanosecond inside a call is busy. (Whether a call outlasts its peer
+    is timing: in 4 captures of 3 steps 3 to 12 did; the fast test
+    ``test_an_async_send_is_not_ended_before_its_blocking_call_returned_so_the_call_is_no_idle_or_host_gap``
+    holds the case for certain.)"""
+    from skewlens.replay.execution import Coverage, busy_intervals, execution_model, model_ends
 
     run = capture_workload(tmp_path / "run", "pipeline.py", "--schedule", "1f1b", level="ops", steps="1:1:5")
     em = execution_model(run)
-    outlasted = 0
     for r, rt in run.ranks.items():
         assert rt.return_ns is not None, r
         rows = np.flatnonzero(rt.return_ns >= 0)
@@ -160,14 +162,3 @@ def test_no_time_inside_a_1f1b_stages_async_send_or_recv_call_is_idle_at_the_ops
         assert (end[rows] >= returned).all(), r
         busy = Coverage.of(*busy_intervals(rt, em.ranks[r], rt.start_ns, end))
         assert busy.between(rt.start_ns[rows], returned).tolist() == (returned - rt.start_ns[rows]).tolist()
-        peer_end = {}  # each async op's pair member's recorded end
-        for p in run.p2p:
-            for me, mine, other, theirs in (
-                (p.src_rank, p.src_row, p.dst_rank, p.dst_row),
-                (p.dst_rank, p.dst_row, p.src_rank, p.src_row),
-            ):
-                if me == r:
-                    peer_end[mine] = int(run.ranks[other].start_ns[theirs] + run.ranks[other].dur_ns[theirs])
-        outlasted += sum(int(returned[k]) > peer_end[int(w)] + SKEW_NS for k, w in enumerate(rows))
-    # calls the old clamp cut short are in the capture (3 to 12 in 4 captures of 3 steps; 5 here)
-    assert outlasted > 0
