@@ -119,17 +119,24 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
 
 
 @contextmanager
-def staging_dir(out: Path) -> Iterator[Path]:
+def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     """A new, empty directory beside ``out`` (its parents made) to write a whole output into; the block
     moves what it wrote into place (:func:`replace_dir`, or file by file), and whatever is left, on success
     or after an error or an interrupt, is removed when it ends. It has an ordinary directory's permissions
     (:data:`DIR_MODE`), not ``mkdtemp``'s private 0700: moved into place, it is what others read. An
-    unwritable place is a :class:`SkewlensError` naming ``out``."""
+    unwritable place is a :class:`SkewlensError` naming ``out``.
+
+    With ``inside`` (for outputs moved in file by file, :func:`move_into`), an ``out`` that is already a
+    directory holds the staging directory itself: its files then move by renames on ``out``'s own file
+    system. Beside it, an ``out`` that is a mount point (a container's output volume) failed every move
+    with ``Invalid cross-device link``, and one whose parent the user cannot write (a CI job's own
+    artifacts directory) was refused as ``Permission denied``."""
     if (why := dangling_link(out)) is not None:
         raise SkewlensError(f"cannot write {out}: {why}")
+    home = out if inside and out.is_dir() else out.parent
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        home.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=home))
         tmp.chmod(DIR_MODE)
     except OSError as e:
         raise SkewlensError(f"cannot write {out}: {why_not_created(out, e)}") from None

@@ -290,3 +290,60 @@ def test_a_full_disk_while_an_astra_sim_export_writes_its_configs_names_the_file
     line = capsys.readouterr().err.splitlines()[-1]
     assert line == f"skewlens export: error: cannot write {out}/comm_groups.json: File too large"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def _outputs_of(command: str, run: Path, out: Path) -> tuple[list[str], list[str]]:
+    """The arguments of one ``command`` of ``run`` into ``out``, and the files it writes there."""
+    if command == "replay":
+        args = [command, f"trace={run}", f"out={out}", "progress=false"]
+        return args, ["config.yaml", "summary.parquet", "timeline.json", "timeline.parquet"]
+    args = [command, str(run), "--out", str(out), "--no-pictures"]
+    return args, ["blame.parquet", "blame_steps.parquet", "collective_skew.parquet", "critical_path.parquet",
+                  "step_breakdown.parquet"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_an_out_that_is_a_mount_point_gets_its_files_moved_in_on_its_own_file_system(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    run, out = small_run(tmp_path / "run"), tmp_path / "volume"
+    out.mkdir()  # a container's output volume: no rename crosses into it or out of it
+    real_replace = os.replace
+
+    def replace(src: str | Path, dst: str | Path, **kwargs: Any) -> None:
+        if Path(src).absolute().is_relative_to(out) != Path(dst).absolute().is_relative_to(out):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src), None, str(dst))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    args, files = _outputs_of(command, run, out)
+    # was exit 2: "cannot write .../volume: Invalid cross-device link (.../volume/collective_skew.parquet)"
+    assert skewlens_main(args) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "volume"]
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_an_out_in_a_directory_the_user_cannot_write_is_written_when_out_itself_can_be(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    run, out = small_run(tmp_path / "run"), tmp_path / "artifacts" / "out"
+    out.mkdir(parents=True)  # a CI job's own directory, in one it cannot write (the tests run as root)
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*a: Any, **k: Any) -> str:
+        if (place := k.get("dir", a[2] if len(a) > 2 else None)) is not None and Path(place) == out.parent:
+            raise PermissionError(errno.EACCES, "Permission denied", str(place))
+        return real_mkdtemp(*a, **k)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    args, files = _outputs_of(command, run, out)
+    # was exit 2: "cannot write .../artifacts/out: Permission denied"
+    assert skewlens_main(args) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == files

@@ -937,7 +937,7 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "skewlens replay: interrupted")
     assert marked() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
-    # the new replay was staged beside OUT: the earlier one's run/ and real/ are as they were
+    # the new replay was staged in a directory of its own: the earlier one's run/ and real/ are as they were
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "real", "run"]
     assert (out / "real" / "plan" / "meta.json").read_text() == "{}"
     assert (out / "config.yaml").read_text() == "earlier: true\n"

@@ -182,7 +182,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         if hc.job.chdir:  # Hydra runs the job in out_dir: a relative trace is where the command was given
             conf = dataclasses.replace(conf, trace=str(Path(hc.runtime.cwd) / conf.trace))
         check_out_dir(conf, hc)
-        with staging_dir(out_dir.absolute()) as stage:
+        with staging_dir(out_dir.absolute(), inside=True) as stage:
             progress = RichProgress() if conf.progress else NO_PROGRESS
             outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
             write_text(stage / CONFIG_YAML, config_yaml(cfg, Path(hc.runtime.cwd)))
