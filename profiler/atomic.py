@@ -238,7 +238,15 @@ def replace_dir(tmp: Path, out: Path) -> None:
             tmp.replace(out)
             return
         old = tmp.with_name(f"{tmp.name}.old")  # as unique as tmp, a staging directory
-        out.replace(old)
+        try:
+            out.replace(old)
+        except OSError:
+            if os.path.ismount(out):  # was "cannot write OUT: Device or resource busy (OUT)"
+                raise SkewlensError(
+                    f"cannot write {out}: it is a mount point, and this output replaces its whole directory "
+                    f"(by renames beside it); give a directory inside it, such as {out / 'out'}"
+                ) from None
+            raise
         try:
             tmp.replace(out)
         except OSError:

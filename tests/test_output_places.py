@@ -347,3 +347,30 @@ def test_an_out_in_a_directory_the_user_cannot_write_is_written_when_out_itself_
     # was exit 2: "cannot write .../artifacts/out: Permission denied"
     assert skewlens_main(args) == 0, capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == files
+
+
+def test_an_output_that_replaces_a_whole_directory_says_it_cannot_replace_a_mount_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    out, new = tmp_path / "volume", _staged(tmp_path / "a", "a", "ranks.parquet")
+    out.mkdir()
+    real_replace = Path.replace
+
+    def replace(self: Path, target: str | Path) -> Path:
+        if self == out:  # the kernel's answer to a rename of a mount point
+            raise OSError(errno.EBUSY, "Device or resource busy", str(out))
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == out)
+    # was "cannot write .../volume: Device or resource busy (.../volume)" (export, import, merge)
+    with pytest.raises(SkewlensError) as e:
+        replace_dir(new, out)
+    assert str(e.value) == (
+        f"cannot write {out}: it is a mount point, and this output replaces its whole directory (by renames "
+        f"beside it); give a directory inside it, such as {out / 'out'}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "volume"]
