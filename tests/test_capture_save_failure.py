@@ -169,3 +169,28 @@ def test_a_failed_save_names_the_trace_for_its_temporary_file_and_any_other_file
     capture_one_step(run, monkeypatch, rank=1)
     shown = run / "rank-1.et" if named == "temporary" else other
     assert capsys.readouterr().err == f"skewlens: rank 1: trace not saved: {shown}: Permission denied\n"
+
+
+def test_a_profile_whose_command_succeeded_while_one_rank_could_not_save_fails_keeping_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli import main as skewlens_main
+
+    saved = tmp_path / "saved"  # what two ranks leave: rank 0's trace, rank 1's part file saying why not
+    capture_one_step(saved, monkeypatch, rank=0)
+    with monkeypatch.context() as m:
+        disk_full(m)
+        capture_one_step(saved, monkeypatch, rank=1)
+    capsys.readouterr()
+    run = tmp_path / "run"
+    script = f"import shutil; shutil.copytree({str(saved)!r}, {str(run)!r}, dirs_exist_ok=True)"
+    argv = ["profile", "--out", str(run), "--", sys.executable, "-c", script]
+    # was 0: a nightly job went on to analyse a run without rank 1 (its analyze refused it, or, --lenient,
+    # named rank 0 the straggler of a run of one)
+    assert skewlens_main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"skewlens profile: error: rank 1: trace not saved: {saved}/rank-1.et: No space left on device "
+        f"(the traces of rank 0 are kept in {run}; skewlens analyze --lenient reads them)"
+    )
+    assert (run / "rank-0.et").is_file() and (run / "manifest.json").is_file()

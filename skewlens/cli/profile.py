@@ -169,6 +169,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return exit_status(code)
+    if (lost := _not_saved(manifest)) is not None:  # before --parquet, which refuses the missing rank
+        return _report_not_saved(manifest, run_dir, lost)
     if args.parquet:
         _export_parquet(run_dir)
 
@@ -177,6 +179,39 @@ def main(argv: list[str]) -> int:
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
+
+
+def _not_saved(manifest: Manifest) -> str | None:
+    """``rank 1: trace not saved: RUN/rank-1.et: No space left on device`` (``; and 2 more``) where a
+    rank's save failed (its manifest note says so), else None."""
+    from skewlens.profiler.capture.run import NOT_SAVED_NOTE
+    from skewlens.profiler.manifest import rank_note_key
+
+    lost = [
+        (r, note)
+        for r in manifest.missing_ranks
+        if (note := manifest.notes.get(rank_note_key(r), "")).startswith(NOT_SAVED_NOTE)
+    ]
+    if not lost:
+        return None
+    more = f"; and {len(lost) - 1} more" if len(lost) > 1 else ""
+    return f"rank {lost[0][0]}: {lost[0][1]}{more}"
+
+
+def _report_not_saved(manifest: Manifest, run_dir: Path, lost: str) -> int:
+    """A command that succeeded while a rank's save failed (a full disk, a quota): its trace is lost, so the
+    capture failed, exit code 2 (it was 0: a script went on to analyse a run without that rank), the others'
+    traces kept."""
+    from skewlens.console import report_console
+
+    report_console(stderr=True).print(summary_table(manifest, run_dir))
+    print_capture_warnings(manifest, run_dir)
+    print(
+        f"skewlens profile: error: {lost} (the traces of {_ranks(manifest.ranks)} are kept in {run_dir}; "
+        "skewlens analyze --lenient reads them)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = "profile") -> None:
@@ -274,6 +309,8 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     from skewlens.console import report_console
 
     print(f"skewlens profile: {where}", file=sys.stderr)
+    if (lost := _not_saved(manifest)) is not None:
+        return _report_not_saved(manifest, run_dir, lost)
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
