@@ -20,6 +20,10 @@ from skewlens.profiler.store.issues import MAX_RANK_ROWS
 #: 80 columns, which wraps a table's free-text cause column into slivers a word wide. ``COLUMNS`` in the
 #: environment still decides, and a terminal keeps its own width.
 FILE_WIDTH = 160
+#: The narrowest a report is drawn (the terminal wraps it): ``COLUMNS=0`` printed no report at all, and
+#: a width under a table's borders (``COLUMNS=5``, a pane a few columns wide) was rich's AssertionError
+#: traceback (``Sum of ratios must be > 0``), exit code 1, or, in ``skewlens replay``, Hydra's, exit code 2.
+MIN_WIDTH = 20
 
 
 #: What :func:`printable` replaces: the C0 controls but tab and newline, DEL, and the C1 controls.
@@ -229,13 +233,16 @@ def on_a_terminal(console: Console) -> bool:
 
 
 def report_console(*, stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal, that prints
+    """A rich console on stdout (or stderr), :data:`FILE_WIDTH` wide where it is not a terminal (at least
+    :data:`MIN_WIDTH` wide wherever ``COLUMNS`` or the terminal says less), that prints
     strings as plain text and that a closed pipe silences (:class:`ReportConsole`), and whose tables fold
     their figures rather than cut them (:class:`FoldFigures`)."""
     console = ReportConsole(stderr=stderr, markup=False)
     console.push_render_hook(FoldFigures(console))
     if not on_a_terminal(console) and "COLUMNS" not in os.environ:
         console.width = FILE_WIDTH
+    elif console.width < MIN_WIDTH:
+        console.width = MIN_WIDTH
     return console
 
 

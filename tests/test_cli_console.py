@@ -1078,3 +1078,20 @@ def test_the_null_device_standing_in_for_a_missing_stdout_is_closed_once_the_com
         assert null is not None and not null.closed
         print("results", file=null)
     assert sys.stdout is None and null.closed
+
+
+@pytest.mark.parametrize("columns", ["0", "1", "5"])
+def test_a_console_narrower_than_a_tables_borders_draws_the_report_at_the_narrowest_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], columns: str
+) -> None:
+    from skewlens.cli import main
+    from skewlens.console import MIN_WIDTH
+
+    monkeypatch.setenv("COLUMNS", columns)
+    run = _named_run(tmp_path, "aten::mm")
+    # COLUMNS=0 printed no report at all; 1 and 5, rich's "Sum of ratios must be > 0" traceback
+    assert main(["analyze", str(run), "--out", str(tmp_path / "a"), "--no-pictures"]) == 0
+    assert main(["replay", f"trace={run}", f"out={tmp_path / 'r'}", "progress=false"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    table = [line for line in out if line[:1] in "┏┃┡│└"]
+    assert len(table) > 20 and {len(line) for line in table} == {MIN_WIDTH}
