@@ -105,9 +105,10 @@ def _why(e: OSError, tmp: Path) -> str:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (UTF-8)."""
+    """Write a text file atomically (UTF-8; a file name's bytes that Python could not decode, kept as
+    surrogates where it does not read names as UTF-8, are written as they were)."""
     with atomic_file(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
     return Path(path)
 
 

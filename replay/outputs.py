@@ -30,6 +30,7 @@ from skewlens.profiler.store.schema import (
     META_VERSION,
     SCHEMA_VERSION,
     NodeRecord,
+    arrow_file,
     arrow_schema,
     files_markdown,
     parquet_options,
@@ -213,7 +214,8 @@ def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | 
     with (
         contextlib.closing(tables),  # closed here if the writer raises (see ordered_map)
         atomic_file(path) as tmp,
-        pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as w,
+        arrow_file(tmp, "wb") as sink,
+        pq.ParquetWriter(sink, schema, **parquet_options(schema)) as w,
     ):
         group: list[pa.Table] = []
         rows = 0

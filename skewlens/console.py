@@ -30,6 +30,22 @@ MIN_WIDTH = 20
 _CONTROLS = dict.fromkeys([*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)], "\N{REPLACEMENT CHARACTER}")
 
 
+def undecodable_name(e: UnicodeEncodeError) -> str | None:
+    """What to say of ``e`` where it is a name Python could not decode in this locale (``LC_ALL=C
+    PYTHONUTF8=0``: a file name's non-ASCII bytes kept as surrogates, which no UTF-8 output, a Parquet
+    string or a Chakra attribute, can hold), else None. It was a UnicodeEncodeError traceback (``skewlens
+    export``, ``calibrate``, ``replay -m``, ``export --format astra-sim`` of a run in ``/data/rün``)."""
+    if not isinstance(e.object, str) or "surrogates not allowed" not in str(e):
+        return None
+    around = e.object[max(0, e.start - 60) : e.end + 60]
+    shown = around.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return (
+        f"{shown!r}: holds a name this locale cannot decode (file names are "
+        f"{sys.getfilesystemencoding()} here, and this one is not), which an output cannot hold; run with "
+        "PYTHONUTF8=1 or in a UTF-8 locale"
+    )
+
+
 def printable(text: str) -> str:
     """``text`` with its control characters shown as U+FFFD: names and messages from a trace are untrusted,
     and an operator named ``\x1b]0;...\x07`` set the terminal's title when a report printed it (ESC

@@ -1095,3 +1095,52 @@ def test_a_console_narrower_than_a_tables_borders_draws_the_report_at_the_narrow
     out = capsys.readouterr().out.splitlines()
     table = [line for line in out if line[:1] in "┏┃┡│└"]
     assert len(table) > 20 and {len(line) for line in table} == {MIN_WIDTH}
+
+
+def test_without_utf8_mode_a_run_and_outputs_in_non_ascii_directories_are_read_and_written(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    run = _named_run(tmp_path, "aten::mm").rename(tmp_path / "rün")
+    out = tmp_path / "résumé"
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    args = [sys.executable, "-m", "skewlens", "analyze", str(run), "--out", str(out), "--no-pictures"]
+    p = subprocess.run(args, check=False, env=env, capture_output=True, timeout=120)
+    # was exit 1: pyarrow's "UnicodeEncodeError: 'utf-8' codec can't encode characters ...: surrogates not
+    # allowed" traceback, from the Parquet tables of out (and the column cache of a larger run)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-600:]
+    assert (out / "blame.parquet").is_file()
+
+
+def test_a_text_output_naming_a_file_python_could_not_decode_holds_the_names_own_bytes(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.atomic import write_text_atomic
+
+    # /data/rün as Python without UTF-8 mode reads it: calibrate's topology entry was a traceback
+    write_text_atomic(tmp_path / "cal.yaml", "# from /data/r\udcc3\udcbcn\n")
+    assert (tmp_path / "cal.yaml").read_bytes() == "# from /data/rün\n".encode()
+
+
+def test_a_name_this_locale_cannot_decode_is_one_line_naming_it_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from skewlens.cli import main
+
+    def export_main(_argv: list[str]) -> int:  # what writing '/data/rün' as a Parquet string did there
+        raise UnicodeEncodeError("utf-8", "/data/r\udcc3\udcbcn/rank-0.et", 7, 9, "surrogates not allowed")
+
+    monkeypatch.setattr("skewlens.cli.store.export_main", export_main)
+    assert main(["export", "/data/rün"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        (
+            "skewlens export: error: '/data/rün/rank-0.et': holds a name this locale cannot decode (file "
+            f"names are {sys.getfilesystemencoding()} here, and this one is not), which an output cannot "
+            "hold; run with PYTHONUTF8=1 or in a UTF-8 locale"
+        )
+    ]

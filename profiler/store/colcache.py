@@ -35,6 +35,7 @@ from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.bounded import open_regular
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.fast import INT_ATTRS, LIST_ATTRS, RawColumns
+from skewlens.profiler.store.schema import arrow_file
 
 CACHE_DIRNAME = ".skewlens-cache"
 #: ``off`` (or ``0``, ``no``, ``false``) disables reading and writing the cache.
@@ -98,7 +99,7 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
         return None
     try:
         open_regular(path).close()  # a FIFO's open blocked in memory_map: no cache, as an absent one
-        reader = ipc.open_file(pa.memory_map(str(path)))
+        reader = ipc.open_file(pa.memory_map(os.fsencode(path)))  # its own bytes: see arrow_file
         meta = reader.schema.metadata or {}
         if meta.get(_KEY) != key or reader.num_record_batches != 1:
             return None
@@ -120,7 +121,11 @@ def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
         return False  # a run's .skewlens-cache linking elsewhere had analyze write rank-<r>.et.arrow there
     batch = _batch(raw).replace_schema_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
     try:
-        with atomic_file(cache_path(trace)) as tmp, ipc.new_file(str(tmp), batch.schema) as w:
+        with (
+            atomic_file(cache_path(trace)) as tmp,
+            arrow_file(tmp, "wb") as sink,
+            ipc.new_file(sink, batch.schema) as w,
+        ):
             w.write_batch(batch)
     except (OSError, SkewlensError):
         return False

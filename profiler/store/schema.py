@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import os
 import textwrap
 import threading
 import typing
@@ -213,12 +214,20 @@ def _is_int_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) and pa.types.is_integer(t.value_type)
 
 
+def arrow_file(path: str | Path, mode: str = "rb") -> pa.NativeFile:
+    """``path`` opened by Arrow under its own bytes (``os.fsencode``): a ``str`` path Arrow encodes as UTF-8,
+    which is another name, or none, where Python does not decode file names as UTF-8 (``LC_ALL=C
+    PYTHONUTF8=0``: a run or an output in a directory named ``résumé`` was a UnicodeEncodeError traceback,
+    'surrogates not allowed')."""
+    return pa.OSFile(os.fsencode(path), mode)
+
+
 def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None = None) -> Path:
     """Write one Parquet file atomically (temp file in the same directory, then rename), laid out by
     :func:`parquet_options`."""
     p = Path(path)
-    with atomic_file(p) as tmp:
-        pq.write_table(tbl, tmp, row_group_size=row_group_size, **parquet_options(tbl.schema))
+    with atomic_file(p) as tmp, arrow_file(tmp, "wb") as sink:
+        pq.write_table(tbl, sink, row_group_size=row_group_size, **parquet_options(tbl.schema))
     return p
 
 
@@ -234,10 +243,11 @@ def read_table(path: str | Path, cls: type | None = None, columns: Sequence[str]
     ``columns``, a column added since its version (:data:`ADDED_IN`) is null in every row."""
     p = Path(path)
     try:
-        file_schema = pq.read_schema(p)
-        added = added_since(p, file_schema.metadata or {})
-        present = [c for c in columns if c not in added] if columns else None
-        tbl = pq.read_table(p, columns=present)
+        with arrow_file(p) as source:
+            file_schema = pq.read_schema(source)
+            added = added_since(p, file_schema.metadata or {})
+            present = [c for c in columns if c not in added] if columns else None
+            tbl = pq.read_table(source, columns=present)
     except (OSError, pa.ArrowInvalid) as e:
         raise SkewlensError(f"{p}: cannot read Parquet: {e}") from None
     if added and (cls is not None or columns):

@@ -173,6 +173,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"skewlens {name}: interrupted", file=sys.stderr)
         return 130
+    except UnicodeEncodeError as e:
+        from skewlens.console import printable, undecodable_name
+
+        if (why := undecodable_name(e)) is None:
+            raise
+        print(f"skewlens {name}: error: {printable(why)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -38,7 +38,14 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 from rich.console import Console
 
 from skewlens.cli.options import override, refuse_yaml_aliases
-from skewlens.console import QuietPipe, encodable_output, print_line, print_warning, report_console
+from skewlens.console import (
+    QuietPipe,
+    encodable_output,
+    print_line,
+    print_warning,
+    report_console,
+    undecodable_name,
+)
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError
@@ -1083,6 +1090,11 @@ def main(argv: list[str] | None = None) -> int:
         except SkewlensError as e:
             if not record_failure(e):
                 errors.append(e)
+        except UnicodeEncodeError as e:  # a name this locale cannot decode: one line, as the dispatcher's
+            if (why := undecodable_name(e)) is None:
+                raise
+            if not record_failure(failure := SkewlensError(why)):
+                errors.append(failure)
 
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv
