@@ -264,10 +264,11 @@ def _profile_interrupted(
     *,
     interrupts: int = 1,
     steps: str = "1:1:3",
+    sig: signal.Signals = signal.SIGINT,
 ) -> tuple[int, str, str]:
     """``skewlens profile --out tmp_path/run --steps STEPS -- python -c SCRIPT``, Ctrl-C'd (``interrupts``
-    times, a moment apart) once the script has touched ``tmp_path/ready``; its code, its stderr, and the
-    command as its messages quote it."""
+    times, a moment apart; or sent ``sig``) once the script has touched ``tmp_path/ready``; its code, its
+    stderr, and the command as its messages quote it."""
 
     def interrupt_when_ready() -> None:
         for _ in range(1200):
@@ -275,7 +276,7 @@ def _profile_interrupted(
                 break
             threading.Event().wait(0.05)
         for _ in range(interrupts):
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            signal.pthread_kill(threading.main_thread().ident or 0, sig)
             threading.Event().wait(0.5)
 
     threading.Thread(target=interrupt_when_ready, daemon=True).start()
@@ -284,23 +285,35 @@ def _profile_interrupted(
     return code, capsys.readouterr().err, shlex.join([sys.executable, "-c", script])
 
 
+@pytest.mark.parametrize(
+    ("sig", "code", "says"),
+    [
+        (
+            signal.SIGINT,
+            130,
+            "interrupted (Ctrl-C): command exited with code 1: {cmd} (no rank saved a trace)",
+        ),
+        # it said "error: command exited with code 1", as of a training that failed: torchrun, stopped by
+        # the SIGTERM of timeout or scancel, exits 1
+        (signal.SIGTERM, 1, "stopped (SIGTERM): command exited with code 1: {cmd}"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_an_interrupted_profile_says_so_and_exits_130_when_no_rank_saved_a_trace(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sig: signal.Signals, code: int, says: str
 ) -> None:
     # it said "error: command exited with code 1" and exited 1: nothing told that Ctrl-C had stopped it
     script = textwrap.dedent(
         f"""
         import pathlib, signal, sys, time
-        signal.signal(signal.SIGINT, lambda *_a: sys.exit(1))
+        signal.signal(signal.{sig.name}, lambda *_a: sys.exit(1))
         pathlib.Path({str(tmp_path / "ready")!r}).touch()
         time.sleep(60)
         """
     )
-    code, err, cmd = _profile_interrupted(tmp_path, capsys, script)
-    assert code == 130
-    assert err.endswith(
-        f"skewlens profile: interrupted (Ctrl-C): command exited with code 1: {cmd} (no rank saved a trace)\n"
-    )
+    got, err, cmd = _profile_interrupted(tmp_path, capsys, script, sig=sig)
+    assert got == code
+    assert err.endswith(f"skewlens profile: {says.format(cmd=cmd)}\n")
     assert not (tmp_path / "run").exists()
 
 

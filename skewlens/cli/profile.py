@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
     from skewlens.profiler.capture.run import (
         INTERRUPTED,
         OPTIONS_NOTE,
+        TERMINATED,
         capture_env,
         existing_manifest,
         finalize_run,
@@ -137,6 +138,9 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         raise
     manifest = finalize_run(run_dir, level=level, window=window, command=command, exit_code=code)
+    # a failed command stopped by SIGTERM (timeout, scancel) said only "error: command exited with code 1"
+    # (torchrun's code when stopped), as if the training had failed
+    failed = "stopped (SIGTERM): " if TERMINATED in stops else "error: "
     if INTERRUPTED in stops:
         return _interrupted(manifest, run_dir, command, code, created=created)
     if manifest is None and (other := existing_manifest(run_dir)) is not None:
@@ -147,7 +151,7 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         if code != 0:
             print(
-                f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}{unsaved}",
+                f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)}{unsaved}",
                 file=sys.stderr,
             )
             return exit_status(code)
@@ -164,7 +168,7 @@ def main(argv: list[str]) -> int:
     if code != 0:
         print_capture_warnings(manifest, run_dir)
         print(
-            f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)}"
+            f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)}"
             f" (traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)})",
             file=sys.stderr,
         )
