@@ -140,7 +140,12 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=home))
         tmp.chmod(DIR_MODE)
     except OSError as e:
-        raise SkewlensError(f"cannot write {out}: {why_not_created(out, e)}") from None
+        why = why_not_created(out, e)
+        if (
+            isinstance(e, PermissionError) and home != out and out.is_dir()
+        ):  # it said "OUT: Permission denied"
+            why = f"{why} in {home}, where it is made anew beside {out.name} to replace it whole"
+        raise SkewlensError(f"cannot write {out}: {why}") from None
     try:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)

@@ -374,3 +374,27 @@ def test_an_output_that_replaces_a_whole_directory_says_it_cannot_replace_a_moun
         f"beside it); give a directory inside it, such as {out / 'out'}"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "volume"]
+
+
+def test_an_export_into_a_directory_in_one_the_user_cannot_write_says_where_it_could_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import tempfile
+
+    run, out = small_run(tmp_path / "run"), tmp_path / "artifacts" / "pq"
+    out.mkdir(parents=True)  # writable itself; the export replaces it whole, from beside it
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*a: Any, **k: Any) -> str:
+        if Path(k["dir"]) == out.parent:
+            raise PermissionError(errno.EACCES, "Permission denied", str(out.parent))
+        return real_mkdtemp(*a, **k)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    assert skewlens_main(["export", str(run), "--out", str(out)]) == 2
+    # was "cannot write .../artifacts/pq: Permission denied", of a directory the user can write
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"skewlens export: error: cannot write {out}: Permission denied in {out.parent}, where it is made "
+        "anew beside pq to replace it whole"
+    )
