@@ -173,7 +173,8 @@ def _plan_identity(out_dir: Path) -> tuple[int, int] | None:
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, replay, write the outputs and ``config.yaml``, render, record the sweep row.
 
-    The simulated replay's files and ``config.yaml`` are written beside ``OUT`` and moved in once the whole
+    The simulated replay's files and ``config.yaml`` are written in a hidden directory inside ``OUT``
+    (:func:`~skewlens.profiler.atomic.staging_dir`, ``inside``) and moved in once the whole
     replay (the real one too) has succeeded, replacing an earlier replay's and removing those of its this
     one does not write; a failed or interrupted replay leaves them as they were. A real replay on one host
     stages ``run/`` and ``real/`` there too; across hosts it writes them in place (every host writes there):
