@@ -417,8 +417,8 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     The issuing row is the one the op follows (a start edge from another stream: issued at the op's
     start), or one it was issued from inside, still running then: an enclosing host operator it depends
     on (a queue edge from it, where a trace names a node's parent operator as its dependency, as Chakra's
-    converter does), issued at the op's start; or a launch edge (a GPU op: an NCCL kernel), issued at the
-    launch call."""
+    converter does), issued at the op's start (after the operator's own start: it is never the head); or a
+    launch edge (a GPU op: an NCCL kernel), issued at the launch call."""
     empty = np.zeros(0, dtype=np.int64)
     if not ops.any():
         return empty, empty
@@ -437,7 +437,9 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     ls = m.launch_src[launched].astype(np.int64)
     src = np.concatenate([src, qs[inside], ls])
     dst = np.concatenate([dst, qd[inside], m.launch_dst[launched].astype(np.int64)])
-    at = np.concatenate([at, rt.start_ns[qd[inside]], rt.start_ns[ls] + m.launch_off_ns[launched]])
+    # issued inside the running op, so after its start, even where both start in one µs (Chakra's times)
+    inside_at = np.maximum(rt.start_ns[qd[inside]], rt.start_ns[qs[inside]] + 1)
+    at = np.concatenate([at, inside_at, rt.start_ns[ls] + m.launch_off_ns[launched]])
     other = rt.stream[src] != rt.stream[dst]
     if not other.any():
         return empty, empty

@@ -506,6 +506,26 @@ def test_a_slow_isend_issued_inside_an_enclosing_op_holds_the_threads_next_outer
     assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
 
 
+def _outer_run(
+    path: Path,
+    *,
+    outer: tuple[int, int] = (600_000, 2_400_000),
+    send_at: int = MS,
+    on: tuple[str, ...] = ("outer",),
+) -> RunTrace:
+    """Rank 0 computes ``fwd0`` (0-0.5 ms) and ``outer`` (from ``outer[0]``, for ``outer[1]``), isends to
+    rank 1 at ``send_at`` with the ops named ``on`` as its dependencies, then computes ``fwd1`` from
+    3.01 ms; rank 1 receives."""
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    ids = {"fwd0": r0.compute("fwd0", dur_ns=MS // 2, start_ns=0)}
+    ids["outer"] = r0.compute("outer", dur_ns=outer[1], start_ns=outer[0])
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=send_at, stream=1000, deps=tuple(ids[n] for n in on))
+    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=send_at)
+    r0.compute("fwd1", dur_ns=MS, start_ns=3 * MS + 10_000)
+    return load_run(b.write(path))
+
+
 def test_a_slow_isend_that_depends_on_the_op_it_was_issued_from_holds_the_threads_next_op(
     tmp_path: Path,
 ) -> None:
@@ -513,14 +533,46 @@ def test_a_slow_isend_that_depends_on_the_op_it_was_issued_from_holds_the_thread
     # then (a trace that names a node's parent operator as its dependency, as Chakra's converter does),
     # where the capture names the thread's last finished op: the model took no issuing thread from it,
     # and the delay went to the send alone
+    rt = _outer_run(tmp_path / "run")
+    assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS)
+    assert _slow_send_moves(rt, "outer", 3 * MS)[0] == 0  # it began before the isend: it is not held
+
+
+def test_a_slow_isend_issued_as_its_enclosing_op_begins_holds_the_threads_next_op_not_that_one(
+    tmp_path: Path,
+) -> None:
+    # a Chakra trace's times are whole µs: the isend issued first thing in `outer` starts when `outer`
+    # does. The sleep is inside `outer`, so it holds `fwd1`; `outer` starts as recorded (as where the
+    # isend starts 1 ns later). It held `outer` itself
+    for lag in (0, 1):
+        rt = _outer_run(tmp_path / f"run{lag}", outer=(MS, 2 * MS), send_at=MS + lag)
+        assert _slow_send_moves(rt, "outer", 3 * MS)[0] == 0, lag
+        assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS), lag
+
+
+def test_a_slow_isend_that_follows_one_op_and_was_issued_inside_another_holds_the_thread_once(
+    tmp_path: Path,
+) -> None:
+    # two dependencies on the thread, `fwd0` done and `outer` still running: one issue, one 3 ms delay
+    rt = _outer_run(tmp_path / "run", on=("fwd0", "outer"))
+    assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS)
+
+
+def test_a_slow_isend_that_depends_on_a_collective_still_running_holds_no_op_of_that_collectives_thread(
+    tmp_path: Path,
+) -> None:
+    # the isend waits for `ar0`, a host collective on another thread (gloo's worker) still running when it
+    # starts: that thread issued nothing, so its next collective `ar1` starts as recorded
     b = RunBuilder(world_size=2)
-    r0, r1 = b.rank(0), b.rank(1)
-    r0.compute("fwd0", dur_ns=MS // 2, start_ns=0)
-    outer = r0.compute("outer", dur_ns=2_400_000, start_ns=600_000)
-    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS, stream=1000, deps=(outer,))
-    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS)
-    r0.compute("fwd1", dur_ns=MS, start_ns=3 * MS + 10_000)
-    assert _slow_send_moves(load_run(b.write(tmp_path / "run")), "fwd1", 3 * MS) == (3 * MS, 3 * MS)
+    for r in (0, 1):
+        b.rank(r).collective(CommType.ALL_REDUCE, 1024, 2 * MS, start_ns=MS, stream=1000, name="ar0")
+    b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000, start_ns=3 * MS // 2, stream=1001, deps=(1,))
+    b.rank(1).recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=3 * MS // 2, stream=1001)
+    for r in (0, 1):
+        b.rank(r).collective(CommType.ALL_REDUCE, 1024, MS, start_ns=4 * MS, stream=1000, name="ar1")
+    rt = load_run(b.write(tmp_path / "run"))
+    assert _slow_send_moves(rt, "c10d::send", 3 * MS)[0] == 3 * MS
+    assert _slow_send_moves(rt, "ar1", 3 * MS)[0] == 0
 
 
 def test_a_slow_nccl_collective_holds_the_host_thread_that_launched_it(tmp_path: Path) -> None:
