@@ -137,6 +137,26 @@ def test_a_stream_waiting_for_a_launch_no_operator_holds_waits_for_its_host(tmp_
 
     (s,) = summarize(run, simulate(run))  # the replay's summary reads its times by the same rule
     assert (s.gpu_launch_wait_ns, s.gpu_other_ns) == (g.launch_wait_ns, g.other_ns)
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+    # the GPU twice as slow: gemm ends at 220, fused_adam keeps its gap (410-510), its launch met 10 us
+    # before it (400) as recorded, not at the recorded call (300)
+    slow = SlowdownModel([Slowdown(kind="compute", factor=2.0, device="gpu")])
+    (s2,) = summarize(run, simulate(run, effects=slow))
+    assert s2.gpu_launch_wait_ns == (12 + 180) * US
+    from skewlens.replay.outputs import write_perfetto
+
+    # and the replay's timeline draws it so (µs from aten::mm's start at 10)
+    doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json", idle_streams={0: 7}).read_text())
+    pieces = [
+        (e["name"], round(e["ts"]), round(e["dur"])) for e in doc["traceEvents"] if e.get("cat") == "gpu_idle"
+    ]
+    assert sorted(pieces, key=lambda p: p[1]) == [
+        ("idle: launch wait", 0, 2),
+        ("idle: other", 2, 8),
+        ("idle: launch wait", 110, 180),
+        ("idle: other", 290, 10),
+    ]
 
 
 def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_time(tmp_path: Path) -> None:
