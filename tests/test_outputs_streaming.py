@@ -731,6 +731,17 @@ def test_a_slice_nested_in_a_node_keeps_its_lane_inside_or_after_the_wait_drawn_
     wait = np.array([4, 0, 0, 0], dtype=np.int64)
     assert track_lanes(stream, start, end, np.arange(4), wait).tolist() == [0, 0, 0, 1]
     assert track_lanes(stream, start, end, np.arange(4)).tolist() == [0, 0, 0, 0]
+    # no waits given: a slice nested from its holder's first nanosecond nests (none opens a lane)
+    assert track_lanes(stream[:2], np.array([0, 0]), np.array([10, 5]), np.arange(2)).tolist() == [0, 0]
+
+
+def test_the_wait_of_a_node_on_a_second_lane_sends_a_slice_outlasting_it_to_a_third() -> None:
+    # stream 5: [0, 10]; [5, 20] overlaps it (lane 2) and waits 5-12; [8, 15] nests in [5, 20] but
+    # outlasts its wait, and partly overlaps [0, 10]: a third lane (the wait is on the second, not the first)
+    stream = np.full(3, 5, dtype=np.int64)
+    start, end = np.array([0, 5, 8], dtype=np.int64), np.array([10, 20, 15], dtype=np.int64)
+    wait = np.array([0, 7, 0], dtype=np.int64)
+    assert track_lanes(stream, start, end, np.arange(3), wait).tolist() == [0, 1, 2]
 
 
 def test_both_timelines_draw_a_host_op_blocked_on_a_gpu_sync_as_wait_where_the_analyses_count_compute(
