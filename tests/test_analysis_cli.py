@@ -260,6 +260,12 @@ def test_the_wait_heatmap_of_a_run_with_untraced_ranks_says_its_waits_are_for_th
     result = analyze_run(load_run(b.write(tmp_path / "whole")), blame=False)
     assert wait_heatmap_data(result).untraced is None
     wait_heatmap(result, tmp_path / "w.png")
+    assert titles.pop() == "wait for peers (ms); blank: not a member"
+    b = RunBuilder(world_size=4)  # ranks untraced but no collective: no waits drawn to qualify
+    b.rank(0).step(0).compute("work", MS, start_ns=0)
+    result = analyze_run(load_run(b.write(tmp_path / "none")), blame=False)
+    assert wait_heatmap_data(result).untraced == "3 of 4 ranks have no trace: 1-3"
+    wait_heatmap(result, tmp_path / "w.png")
     assert titles == ["wait for peers (ms); blank: not a member"]
 
 
