@@ -268,7 +268,7 @@ def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_oper
     ops = [
         host_op("aten::mm", 0, 50_000),
         host_op("Optimizer.step#SGD.step", 60_000, 70_000),
-        host_op("aten::add_", 61_000, 30_000),
+        host_op("aten::add_", 61_000, 39_000),  # ends at the mark (100 us): not after it
         host_op("epoch_scope", 140_000, 180_000),
         host_op("aten::mul", 150_000, 40_000),
         host_op("aten::div", 300_000, 10_000),
@@ -289,6 +289,24 @@ def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_oper
         )
         assert all(s.start_ns <= a and b <= s.end_ns for a, b in main), s
         assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(main)), s
+
+
+def test_an_op_the_step_was_marked_inside_gives_way_to_its_operators_when_one_runs_across_the_mark() -> None:
+    # the mark (100 us) falls inside Optimizer.step and inside its aten::add_ (90-110 us): that operator ran
+    # after the mark, so the op is replaced by its operators: the add_, in step 0 up to its end
+    ops = [
+        host_op("aten::mm", 0, 50_000),
+        host_op("Optimizer.step#SGD.step", 60_000, 70_000),
+        host_op("aten::add_", 90_000, 20_000),
+    ]
+    steps = [StepRecord(step=k, start_ns=k * 100_000, end_ns=(k + 1) * 100_000) for k in range(2)]
+    nodes = build_nodes(RankCapture(rank=0, comms=[], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops))
+    comp = [
+        (n.name, n.start_ns, n.dur_ns, n.attrs[Attr.STEP])
+        for n in nodes
+        if n.node_type == NodeType.COMP and n.name != UNTRACED_NAME
+    ]
+    assert comp == [("aten::mm", 0, 50_000, 0), ("aten::add_", 90_000, 10_000, 0)]
 
 
 def test_the_optimizer_step_keeps_its_name_when_the_step_marker_inside_it_seems_to_end_after_the_mark() -> (
