@@ -466,6 +466,11 @@ def test_an_export_from_before_the_model_table_names_its_version_and_the_command
         f"version 9; this export is version 8); export the run again for it: skewlens export {run.resolve()} "
         f"--out '{out}'"
     )
+    (out / "run.json").unlink()  # nothing says which run, nor which version: the command says RUN
+    with pytest.raises(SkewlensError) as e:
+        open_dataset(out, "model")
+    assert str(e.value).endswith("skewlens before schema version 9); export the run again for it: "
+                                 f"skewlens export RUN --out '{out}'")  # fmt: skip
 
 
 def test_export_cli_no_model_leaves_out_only_the_model_table_which_open_dataset_says_is_missing(
@@ -794,12 +799,16 @@ def test_open_dataset_reads_an_older_exports_added_columns_as_null_and_refuses_a
     assert v7.num_rows == current.num_rows > 0 and v7["launch_ns"].null_count == v7.num_rows
     key = lambda t: sorted(zip(*(t[c].to_pylist() for c in ("rank", "node_id", "dur_ns")), strict=True))  # noqa: E731
     assert key(v7) == key(current)
+    assert open_dataset(out, "nodes").schema.metadata[META_VERSION] == b"7"  # the version read, kept
     _as_version(out, "3")
     with pytest.raises(
         SkewlensError,
         match=rf"part-0\.parquet: schema version 3 \(this skewlens reads 4 to {SCHEMA_VERSION}\)",
     ):
         open_dataset(out, "nodes")
+    for f in (out / "nodes").glob("rank=*/*.parquet"):  # a table with no file left: nothing to check
+        f.unlink()
+    assert open_dataset(out, "nodes").to_table().num_rows == 0
 
 
 def test_a_file_of_a_newer_or_unnamed_version_or_missing_a_column_is_refused_and_a_current_one_read_whole(
