@@ -1671,3 +1671,12 @@ def test_a_primary_config_whose_run_dir_is_not_out_is_one_line_and_writes_nowher
     assert older.returncode == 2
     assert older.stderr.startswith("skewlens replay: error: config: the primary config does not extend")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg", "run"]
+
+
+def test_a_primary_config_that_chose_no_topology_is_one_line_naming_it() -> None:
+    # one extending the schema (replay_schema) but not replay.yaml leaves the topology group unchosen: the
+    # check for keys the schema lacks iterated the missing group and raised omegaconf's traceback
+    cfg = OmegaConf.structured(ReplayConfig)
+    cfg.trace, cfg.out = "run", "o"
+    with pytest.raises(ConfigError, match=r"^topology: missing value \(give it on the command line"):
+        to_config(cfg)
