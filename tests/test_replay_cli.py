@@ -1680,3 +1680,33 @@ def test_a_primary_config_that_chose_no_topology_is_one_line_naming_it() -> None
     cfg.trace, cfg.out = "run", "o"
     with pytest.raises(ConfigError, match=r"^topology: missing value \(give it on the command line"):
         to_config(cfg)
+
+
+def test_a_failed_replay_leaves_the_directory_it_was_run_in_and_what_is_in_it(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # without out, replay.yaml runs the job in the current directory, which Hydra did not make: a failed
+    # job took it for Hydra's outputs/DATE/TIME, removed its .hydra and job log, then the directory itself
+    # where nothing else was in it
+    (work := tmp_path / "work").mkdir()
+    monkeypatch.chdir(work)
+    assert skewlens_main(["replay", f"trace={run_dir}"]) == 2
+    assert "error: out: missing value" in capsys.readouterr().err
+    assert work.is_dir() and list(work.iterdir()) == []
+    (work / ".hydra").mkdir()
+    for f in (work / ".hydra" / "config.yaml", work / "replay.log"):
+        f.write_text("mine\n")
+    assert skewlens_main(["replay", f"trace={run_dir}"]) == 2
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*")) == [
+        ".hydra",
+        ".hydra/config.yaml",
+        "replay.log",
+    ]
+    # a config not extending replay.yaml (in a process of its own: Hydra sets up its logging): Hydra's
+    # outputs/DATE/TIME, made for the job, go, and the empty directory it was run in stays
+    (cfg := tmp_path / "cfg").mkdir()
+    (cfg / "older.yaml").write_text(f"trace: {run_dir}\nout: o\nmode: sim\n")
+    (empty := tmp_path / "empty").mkdir()
+    cmd = [sys.executable, "-m", "skewlens", "replay", "-cd", str(cfg), "-cn", "older"]
+    assert subprocess.run(cmd, cwd=empty, capture_output=True, timeout=120, check=False).returncode == 2
+    assert empty.is_dir() and list(empty.iterdir()) == []

@@ -212,12 +212,19 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
-        elif not _is_out(cfg, hc) and out_dir.resolve().is_relative_to(Path(hc.runtime.cwd)):
+        elif not _is_out(cfg, hc) and (top := _made_for_job(out_dir, Path(hc.runtime.cwd))) is not None:
             # Hydra's outputs/DATE/TIME, made for this job, and what it wrote there of its own
-            shutil.rmtree(out_dir / ".hydra", ignore_errors=True)
+            for name in (
+                ".hydra/config.yaml",
+                ".hydra/hydra.yaml",
+                ".hydra/overrides.yaml",
+                f"{hc.job.name}.log",
+            ):
+                with contextlib.suppress(OSError):
+                    (out_dir / name).unlink()
             with contextlib.suppress(OSError):
-                (out_dir / f"{hc.job.name}.log").unlink()
-            remove_if_empty(Path(hc.runtime.cwd), out_dir.resolve())
+                (out_dir / ".hydra").rmdir()
+            remove_if_empty(top, out_dir.resolve())
         raise
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
@@ -288,6 +295,17 @@ def _is_out(cfg: DictConfig, hc: Any) -> bool:
         return False
     cwd = Path(hc.runtime.cwd)
     return (cwd / out).resolve() == (cwd / hc.runtime.output_dir).resolve()
+
+
+def _made_for_job(out_dir: Path, cwd: Path) -> Path | None:
+    """Where Hydra's run directory ``out_dir`` is one it made for the job below ``cwd`` (its
+    ``outputs/DATE/TIME``, or a ``hydra.run.dir`` of the primary config), the topmost directory it may have
+    made for it (``cwd/outputs``); else None: ``cwd`` itself, where ``replay.yaml`` runs a job without
+    ``out`` (which Hydra neither made nor writes in), is never removed, nor anything in it."""
+    made, cwd = out_dir.resolve(), cwd.resolve()
+    if made == cwd or not made.is_relative_to(cwd):
+        return None
+    return cwd / made.relative_to(cwd).parts[0]
 
 
 def config_yaml(cfg: DictConfig, cwd: Path) -> str:
