@@ -1638,6 +1638,8 @@ def test_a_replays_config_yaml_replays_it_again_from_anywhere(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     first = tmp_path / "first"
+    assert OmegaConf.load(first / "config.yaml").out == str(run_dir.parent / "first")  # given as out=first
+    assert "${" not in (first / "config.yaml").read_text()  # resolved: no ${slowdown.factor} left
     assert skewlens_main(["replay", "-cd", str(first), "-cn", "config", f"out={tmp_path / 'again'}"]) == 0
     again = tmp_path / "again"
     assert pq.read_table(again / "summary.parquet").equals(pq.read_table(first / "summary.parquet"))
@@ -1670,6 +1672,7 @@ def test_a_primary_config_whose_run_dir_is_not_out_is_one_line_and_writes_nowher
     older = subprocess.run(older_cmd, capture_output=True, text=True, timeout=120, check=False)
     assert older.returncode == 2
     assert older.stderr.startswith("skewlens replay: error: config: the primary config does not extend")
+    assert "begin it with 'defaults: [replay, _self_]'" in older.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg", "run"]
 
 
@@ -1702,10 +1705,16 @@ def test_a_failed_replay_leaves_the_directory_it_was_run_in_and_what_is_in_it(
         ".hydra/config.yaml",
         "replay.log",
     ]
+    # a run dir outside the current directory: not Hydra's below it, left alone, and still one line
+    (cfg := tmp_path / "cfg").mkdir()
+    (cfg / "mine.yaml").write_text(
+        f"defaults:\n  - replay\n  - _self_\nhydra:\n  run:\n    dir: {tmp_path / 'out'}\n"
+    )
+    assert skewlens_main(["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", "out=o"]) == 2
+    assert "error: out=o: Hydra would write this replay into" in capsys.readouterr().err
     # a config not extending replay.yaml (in a process of its own: Hydra sets up its logging): Hydra's
     # outputs/DATE/TIME, made for the job, go, and the empty directory it was run in stays
-    (cfg := tmp_path / "cfg").mkdir()
-    (cfg / "older.yaml").write_text(f"trace: {run_dir}\nout: o\nmode: sim\n")
+    (cfg / "older.yaml").write_text(f"trace: {run_dir}\nmode: sim\n")  # (with out: the test above)
     (empty := tmp_path / "empty").mkdir()
     cmd = [sys.executable, "-m", "skewlens", "replay", "-cd", str(cfg), "-cn", "older"]
     assert subprocess.run(cmd, cwd=empty, capture_output=True, timeout=120, check=False).returncode == 2
