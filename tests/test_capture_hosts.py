@@ -333,7 +333,9 @@ def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_co
     assert m.clock_offsets_ns == {0: 0, 1: 1000, 2: 2000, 3: 3000}
     assert not any(k.startswith("rank ") for k in m.notes)
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"rank-{r}.et" for r in range(4))]
-    assert "skewlens merge:" in capsys.readouterr().err
+    printed = capsys.readouterr()  # the report on stdout, as every command's but profile's
+    title = f"skewlens merge: {out} (level"
+    assert title in printed.out and title not in printed.err
     assert read_manifest(a).ranks == (0, 1)  # the hosts' directories are left as they were
 
 

@@ -262,7 +262,8 @@ def merge_main(argv: list[str]) -> int:
     )
     if note := manifest.notes.get(RUN_IDENTITY_NOTE):
         print_warning("merge", f"run identity {note}")  # the hosts' manifests' words: untrusted
-    report_console(stderr=True).print(summary_table(manifest, run_dir, command="merge"))
+    # on stdout, as every command's report but profile's (its stdout is its command's)
+    report_console().print(summary_table(manifest, run_dir, command="merge"))
     print_capture_warnings(manifest, run_dir, command="merge")
     return 0
 
