@@ -62,6 +62,11 @@ class HeatmapData:
     """Where ranks of the run have no trace (``126 of 128 ranks have no trace: 2-127``): a member waits for
     its traced peers only (of one traced rank, for none: every cell 0), said in the title; None when all
     are traced."""
+    labelled_rows: tuple[int, ...] = ()
+    """Rows whose rank is written beside them: about :data:`_MAX_TICKS` evenly spaced, and always the row of
+    the rank the most peer wait is blamed on (``SkewResult.caused_wait_ns``), the one a reader looks for
+    (of 128 ranks every third was labelled, and the straggler's row, 77, was not); an evenly spaced label
+    nearer to it than half their spacing is left out, so that none overlap."""
 
 
 def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> HeatmapData:
@@ -111,7 +116,20 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         note=note,
         clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
         untraced=no_trace_line(missing, result.run.world_size) if missing else None,
+        labelled_rows=_labelled_rows(ranks, result.skew.caused_wait_ns),
     )
+
+
+def _labelled_rows(ranks: npt.NDArray[np.int64], caused_wait_ns: dict[int, int]) -> tuple[int, ...]:
+    """:attr:`HeatmapData.labelled_rows` (``ranks`` ascending)."""
+    rows = _ticks(ranks.size)
+    row_of = {int(r): k for k, r in enumerate(ranks.tolist())}
+    blamed = [(w, -r) for r, w in caused_wait_ns.items() if w > 0 and r in row_of]
+    if not blamed:
+        return tuple(rows)
+    top = row_of[-max(blamed)[1]]  # the most wait blamed on it; of equals, the lowest rank
+    spacing = rows[1] - rows[0] if len(rows) > 1 else ranks.size
+    return tuple(sorted({*(k for k in rows if 2 * abs(k - top) >= spacing), top}))
 
 
 def _all_or(kept: int, of: int, what: str) -> str:
@@ -161,7 +179,7 @@ def wait_heatmap(
             ax.add_patch(
                 _rectangle()((j - 0.5, -0.5), 1.0, ranks.size, fill=False, hatch="xx", edgecolor="red", lw=0)
             )
-        yticks = _ticks(ranks.size)
+        yticks = list(data.labelled_rows)
         ax.set_yticks(yticks, [str(r) for r in ranks[yticks].tolist()])
         ticks = _ticks(n)
         ax.set_xticks(ticks, [data.labels[i] for i in ticks], rotation=90)

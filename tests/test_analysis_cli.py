@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -579,3 +580,31 @@ def test_drawing_where_home_cannot_be_written_prints_nothing_of_matplotlibs_own(
         timeout=120,
     )
     assert (p.returncode, p.stderr) == (0, "")
+
+
+def test_the_wait_heatmap_labels_the_row_of_the_rank_most_wait_is_blamed_on_among_its_spaced_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # of 128 ranks every third row was labelled (0, 3, ..., 126), and the straggler's, 77, was not
+    import skewlens.analysis.plots as plots
+
+    drawn: list[list[str]] = []
+
+    def labels(fig: Any, path: Path) -> Path:
+        drawn.append([t.get_text() for t in fig.axes[0].get_yticklabels()])
+        return path
+
+    monkeypatch.setattr(plots, "save_png", labels)
+    b = RunBuilder(world_size=128)
+    for r in range(128):
+        work = (9 if r == 77 else 3) * MS
+        rb = b.rank(r).step(0)
+        rb.compute("work", work, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS - work, start_ns=work)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert max(result.skew.caused_wait_ns, key=lambda r: result.skew.caused_wait_ns[r]) == 77
+    data = wait_heatmap_data(result)
+    spaced = list(range(0, 128, 3))
+    assert data.labelled_rows == tuple(sorted({*spaced, 77} - {78}))  # 78 is too near 77 to label too
+    wait_heatmap(result, tmp_path / "w.png")
+    assert drawn.pop() == [str(k) for k in data.labelled_rows]
