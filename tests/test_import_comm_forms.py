@@ -666,3 +666,20 @@ def test_a_group_pg_config_lists_with_no_ranks_is_every_rank_in_the_imported_man
     _import(tmp_path, doc)
     groups = read_manifest(tmp_path / "run").process_groups
     assert {g.name: g.ranks for g in groups} == {"0": (0, 1), "1": (1,)}
+
+
+def test_the_same_traces_given_in_another_order_import_to_the_same_bytes(tmp_path: Path) -> None:
+    # a shell's glob order follows its locale: rank 10 may come before or after rank 2
+    files = []
+    for rank in (0, 1):
+        doc = _doc("ncclDevKernel_AllReduce_Sum_f32_RING_LL", rank=rank)
+        doc["distributedInfo"]["pg_config"] = [
+            {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": []},
+            {"pg_name": f"{rank + 1}", "backend_config": "cuda:nccl", "ranks": [rank]},
+        ]
+        files.append(tmp_path / f"trace{rank}.json")
+        files[-1].write_text(json.dumps(doc))
+    import_traces(files, None, tmp_path / "forward")
+    import_traces(files[::-1], None, tmp_path / "reversed")
+    for name in ("manifest.json", "rank-0.et", "rank-1.et"):
+        assert (tmp_path / "forward" / name).read_bytes() == (tmp_path / "reversed" / name).read_bytes(), name

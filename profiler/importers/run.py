@@ -382,6 +382,7 @@ def import_traces(
                     hosts.append(_scan_host(f))
                     advance(description=f"read {f.label.name}")
                 pairs, rule = pair_host_traces([d.header for d in scans], hosts)
+                hosts = [pairs[r] for r in sorted(pairs)]  # rank order, whatever the arguments' order
                 by_label = {f.label: f for f in h_files}
                 jobs = [
                     dataclasses.replace(j, host=by_label[pairs[d.header.rank].path])
@@ -394,7 +395,7 @@ def import_traces(
             convs = [c for k in order if (c := done[k].conv) is not None]
             manifest = _write_run(
                 out,
-                kinetos=kinetos,
+                kinetos=[kinetos[k] for k in order],  # rank order: the same run whatever the files' order
                 convs=convs,
                 nodes=[jobs[k].nodes_path for k in order],
                 hosts=hosts,
