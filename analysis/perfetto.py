@@ -283,7 +283,7 @@ def write_perfetto(
     return write_trace(
         p,
         cap,
-        other_data={"t0_ns": t0, "run_dir": ix.run.run_dir},
+        other_data={"t0_ns": t0, "run_dir": str(Path(ix.run.run_dir).resolve())},  # absolute, as the replay's
         metadata=(m for r in ranks for m in _metadata(r, tracks[r], on_path=r in path_ranks)),
         jobs=jobs(),
         fmt=fmt,

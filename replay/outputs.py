@@ -375,7 +375,7 @@ def write_perfetto(
         cap,
         other_data={
             "t0_ns": t0,
-            "run_dir": run.run_dir,
+            "run_dir": str(Path(run.run_dir).resolve()),  # as config.yaml's trace: the same wherever run from
             # an extrapolated run's ranks are in no run directory: the loader says so, given this file
             **({TIMELINE_SCALED_RANKS: run.world_size} if SCALE_NOTE in run.manifest.notes else {}),
         },

@@ -867,3 +867,17 @@ def test_a_cap_inside_the_first_step_says_how_long_a_stretch_from_the_first_star
     )
     assert cap.until_ns == 2 * MS and cap.keep[0].tolist() == [True, False, False]
     assert cap.note is not None and "the first 1.000 ms on rank 0" in cap.note
+
+
+def test_both_timelines_name_the_run_by_its_absolute_path_where_it_was_loaded_by_a_relative_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same analysis run from another directory, with the run named relative or absolute, is the same file
+    _run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run = load_run("run")
+    analysed = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json")
+    replayed = write_perfetto(run, simulate(run), tmp_path / "r.json")
+    absolute = str((tmp_path / "run").resolve())
+    for path in (analysed, replayed):
+        assert json.loads(path.read_text(encoding="utf-8"))["otherData"]["run_dir"] == absolute
