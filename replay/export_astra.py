@@ -833,7 +833,7 @@ def export_astra_sim(
                     "schema": ASTRA_SCHEMA,
                     "rank": r,
                     "world_size": world,
-                    "source": str(f),
+                    "source": str(Path(f).resolve()),  # as export.json's: the same wherever run from
                 }
                 with EtWriter(tmp / f"{prefix}.{r}.et", meta) as w:
                     w.write_all(rewritten)

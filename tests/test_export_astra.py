@@ -964,3 +964,14 @@ def test_exported_p2p_peers_and_tags_are_the_int32_values_astra_sims_feeder_read
             got = {a.name: (a.WhichOneof("value"), a.int32_val) for a in n.attr}
             for k in (Attr.COMM_SRC, Attr.COMM_DST, Attr.COMM_TAG):
                 assert got[k] == ("int32_val", src[n.id][k])
+
+
+def test_a_run_exported_by_a_relative_path_names_its_source_trace_by_the_absolute_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same run exported from another directory gives the same bytes
+    _run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    export_astra_sim(Path("run"), tmp_path / "astra")
+    source = read_et(tmp_path / "astra" / "workload.0.et").metadata["source"]
+    assert source == str((tmp_path / "run" / "rank-0.et").resolve())
