@@ -596,7 +596,9 @@ def topology_yaml(cal: Calibration, *, name: str | None = None) -> str:
     topo = cal.topology
     lines = [
         (
-            f"# Calibrated by `skewlens calibrate` from {cal.run_dir}: {len(cal.transfers)} transfers "
+            # the run absolute: one run calibrated from two directories writes one file
+            f"# Calibrated by `skewlens calibrate` from {Path(cal.run_dir).resolve()}: "
+            f"{len(cal.transfers)} transfers "
             f"(waits for late peers removed), algorithm {cal.algorithm}."
         ),
         "# Huber-weighted least squares on relative residuals; per link class (dimension):",

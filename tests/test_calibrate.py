@@ -666,3 +666,13 @@ def test_the_replay_command_calibrate_prints_for_a_path_with_a_space_runs_as_pri
     replay = [f"out={tmp_path / 'o'}" if a == "out=OUT" else a for a in command[1:]]
     assert skewlens_main(replay) == 0
     assert "name: cal" in (tmp_path / "o" / "config.yaml").read_text()
+
+
+def test_the_written_entry_names_the_run_by_its_absolute_path_where_it_was_given_a_relative_one(
+    synthetic: tuple[Path, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one run calibrated from two directories writes one file
+    monkeypatch.chdir(tmp_path)
+    cal = calibrate(load_validated("run"))
+    first = write_topology(cal, tmp_path / "cal.yaml").read_text(encoding="utf-8").splitlines()[0]
+    assert f" from {(tmp_path / 'run').resolve()}: " in first
