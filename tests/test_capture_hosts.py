@@ -15,9 +15,10 @@ import pytest
 from capture_helpers import EXAMPLE, run_together
 
 from skewlens.cli import main as skewlens_main
-from skewlens.profiler.capture.run import finalize_run
+from skewlens.profiler.capture.run import PROBE_PREFIX, finalize_run, prepare_run_dir
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.chakra_io import EtWriter
+from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARTS_DIR, Manifest, RunIdentity, StepWindow, rank_file, read_manifest
 from skewlens.profiler.vocab import Level
 
@@ -701,3 +702,18 @@ def test_a_gzipped_part_file_that_inflates_past_its_ratio_is_ignored_unparsed(
     assert read_parts(tmp_path) == {}
     said = capsys.readouterr().err
     assert said.startswith(f"skewlens: ignoring unreadable part file {p}: gzipped part file expands past")
+
+
+def test_a_host_starting_while_another_proves_the_shared_directory_writable_is_not_refused(
+    tmp_path: Path,
+) -> None:
+    # the hosts of a job start at once: one listed the directory while the other's probe file was in it,
+    # said "directory is not empty" and exited 2, and the other host's ranks waited for its ranks until the
+    # rendezvous timed out (a CI run of the two-host test: 240 s)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / f"{PROBE_PREFIX}abc123").write_text("")  # the other host's, not yet removed
+    assert prepare_run_dir(run) is False
+    (run / "rank-0.et").write_text("")  # anything else is a run already there
+    with pytest.raises(CaptureError, match="directory is not empty"):
+        prepare_run_dir(run)

@@ -65,16 +65,24 @@ SAVE_UNSAID = (
 )
 
 
+#: The prefix of the file :func:`prepare_run_dir` proves a run directory writable with (removed at once).
+PROBE_PREFIX = ".probe."
+
+
 def prepare_run_dir(run_dir: Path) -> bool:
-    """Create ``run_dir`` (or accept an empty one) and prove it is writable; returns True if created here."""
+    """Create ``run_dir`` (or accept an empty one) and prove it is writable; returns True if created here.
+
+    Another host's probe file counts as nothing: the hosts of a job start at once into one shared
+    directory, and one that listed it while the other's probe was there was refused ("directory is not
+    empty"), leaving the other host's ranks waiting for it until the rendezvous timed out."""
     created = not run_dir.exists()
     if run_dir.exists() and not run_dir.is_dir():
         raise CaptureError(f"--out {run_dir}: exists and is not a directory")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    if run_dir.is_dir() and any(not p.name.startswith(PROBE_PREFIX) for p in run_dir.iterdir()):
         raise CaptureError(f"--out {run_dir}: directory is not empty (choose a new run directory)")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".probe."):
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=PROBE_PREFIX):
             pass
     except OSError as e:
         raise CaptureError(f"--out {run_dir}: not writable ({e.strerror or e})") from None
