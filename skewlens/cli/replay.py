@@ -212,7 +212,10 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
-        elif not _is_out(cfg, hc) and (top := _made_for_job(out_dir, Path(hc.runtime.cwd))) is not None:
+        elif (
+            not _is_out(OmegaConf.select(cfg, "out", default=None, throw_on_missing=False), hc)
+            and (top := _made_for_job(out_dir, Path(hc.runtime.cwd))) is not None
+        ):
             # Hydra's outputs/DATE/TIME, made for this job, and what it wrote there of its own
             for name in (
                 ".hydra/config.yaml",
@@ -275,26 +278,27 @@ def check_out_dir(conf: ReplayConfig, hc: Any) -> None:
     (``-cn``) that does not extend ``replay``, or sets ``hydra.run.dir`` itself, had the replay write into
     Hydra's ``outputs/DATE/TIME`` (or its own directory), leaving ``out`` empty, with exit 0 (the
     directory Hydra made for the job is removed where it is empty: :func:`run_job`)."""
-    cwd = Path(hc.runtime.cwd)
-    sweep = hc.mode == RunMode.MULTIRUN
-    used = (cwd / (hc.sweep.dir if sweep else hc.runtime.output_dir)).resolve()
-    if (cwd / conf.out).resolve() == used:
+    if _is_out(conf.out, hc):
         return
-    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    key = "hydra.sweep.dir" if hc.mode == RunMode.MULTIRUN else "hydra.run.dir"
     raise ConfigError(
-        f"out={conf.out}: Hydra would write this replay into {used} ({key} of the primary config "
+        f"out={conf.out}: Hydra would write this replay into {_job_dir(hc)} ({key} of the primary config "
         f"{hc.job.config_name!r}); a primary config of your own extends replay.yaml, which sets {key} to "
         "out: begin it with 'defaults: [replay, _self_]' and leave hydra.run.dir and hydra.sweep.dir alone"
     )
 
 
-def _is_out(cfg: DictConfig, hc: Any) -> bool:
-    """Whether Hydra's run directory is the config's ``out`` (see :func:`check_out_dir`)."""
-    out = OmegaConf.select(cfg, "out", default=None, throw_on_missing=False)
+def _job_dir(hc: Any) -> Path:
+    """The directory Hydra runs the job in: the sweep's directory in a sweep, else the run's (absolute)."""
+    cwd = Path(hc.runtime.cwd)
+    return (cwd / (hc.sweep.dir if hc.mode == RunMode.MULTIRUN else hc.runtime.output_dir)).resolve()
+
+
+def _is_out(out: object, hc: Any) -> bool:
+    """Whether ``out`` (a config's, maybe missing) is :func:`_job_dir` (see :func:`check_out_dir`)."""
     if not isinstance(out, str) or out == MISSING:
         return False
-    cwd = Path(hc.runtime.cwd)
-    return (cwd / out).resolve() == (cwd / hc.runtime.output_dir).resolve()
+    return (Path(hc.runtime.cwd) / out).resolve() == _job_dir(hc)
 
 
 def _made_for_job(out_dir: Path, cwd: Path) -> Path | None:
