@@ -915,7 +915,7 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
             model=parquet_model(run_dir, lenient=False),
         )
     monkeypatch.chdir(tmp_path)
-    (query,) = [q for q in _doc_queries() if "FLEET/" in q]
+    (query,) = [q for q in _doc_queries() if "FLEET/" in q and "busy_ns" in q]
     want = []
     for name, run_dir in runs.items():
         run = load_run(run_dir)
@@ -931,6 +931,72 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
     scope: dict[str, Any] = {}
     exec(loop, scope)  # the docs' snippet, verbatim
     assert scope["skew"] == [(name, *row) for name in runs for row in alone[name]]
+
+
+def _before_after_run(run_dir: Path, *, after: bool) -> Path:
+    """2 ranks; ``after``: one more step, a bigger all_reduce, an extra 4-byte all_reduce a step and rank 1's
+    ``aten::mm`` 20 us slower (rank 0 waits for it at the first all_reduce, laid out so that the ranks'
+    times agree)."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(4 if after else 3):
+            rb.step(s).compute("aten::mm", 30_000 if after and r == 1 else 10_000)
+            if after:
+                rb.collective(CommType.ALL_REDUCE, 16_384, 22_000 if r == 0 else 2_000)
+                rb.collective(CommType.ALL_REDUCE, 4, 1_000)
+            else:
+                rb.collective(CommType.ALL_REDUCE, 4_096, 2_000)
+            rb.compute("aten::add", 1_000)
+    return b.write(run_dir)
+
+
+def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of_runs_that_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/parquet.md's "Comparing two runs", verbatim: its commands, then its three queries, on two runs
+    whose differences are known: what each should find, by hand."""
+    _before_after_run(tmp_path / "runs" / "before", after=False)
+    _before_after_run(tmp_path / "runs" / "after", after=True)
+    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    (commands,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    monkeypatch.chdir(tmp_path)
+    for line in commands.splitlines():
+        for command in line.split("&&"):
+            argv = command.split()
+            assert argv[0] == "skewlens"
+            assert skewlens_main(argv[1:]) == 0, command
+    breakdown, collectives, ops = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    # a: 13 us steps (10 compute, 2 transfer, 1 compute); b: 34 us, rank 0 waiting 20 us for rank 1's compute
+    before = {"step_ns": 13_000, "compute_ns": 11_000, "exposed_transfer_ns": 2_000}
+    after = {
+        0: {"step_ns": 34_000, "compute_ns": 11_000, "exposed_wait_ns": 20_000, "exposed_transfer_ns": 3_000},
+        1: {"step_ns": 34_000, "compute_ns": 31_000, "exposed_transfer_ns": 3_000},
+    }
+    parts = ("step_ns", "compute_ns", "exposed_wait_ns", "exposed_transfer_ns", "overlapped_comm_ns")
+    parts += ("idle_ns",)
+    rows = [
+        (r, p, before.get(p, 0), after[r].get(p, 0), after[r].get(p, 0) - before.get(p, 0))
+        for r in (0, 1)
+        for p in parts
+    ]
+    assert duckdb.sql(breakdown).fetchall() == sorted(rows, key=lambda row: (-abs(row[4]), row[0], row[1]))
+    # the bucket lines up although its seq differs (b's extra all_reduce shifts the rest); the new one is b's
+    assert [r["seq"] for r in pq.read_table("FLEET/run=b/collectives.parquet").to_pylist() if r["rank"] == 0][
+        :3
+    ] == [0, 1, 2]
+    assert duckdb.sql(collectives).fetchall() == [
+        ("0", "ALL_REDUCE", 1, 0, 3, 4, 4_096, 16_384, 0, 20_000, 2_000, 2_000),
+        ("0", "ALL_REDUCE", 1, 1, 3, 4, 4_096, 16_384, 0, 0, 2_000, 2_000),
+        ("0", "ALL_REDUCE", 2, 0, None, 4, None, 4, None, 0, None, 1_000),
+        ("0", "ALL_REDUCE", 2, 1, None, 4, None, 4, None, 0, None, 1_000),
+    ]
+    assert duckdb.sql(ops).fetchall() == [
+        (1, "aten::mm", 10_000, 30_000, 20_000),
+        (0, "aten::add", 1_000, 1_000, 0),
+        (0, "aten::mm", 10_000, 10_000, 0),
+        (1, "aten::add", 1_000, 1_000, 0),
+    ]
 
 
 def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_file(tmp_path: Path) -> None:
