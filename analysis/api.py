@@ -188,6 +188,7 @@ def skew_table(skew: SkewResult) -> pa.Table:
         "pg_name": per_event_str([e.pg_name for e in ev]),
         "seq": per_event([e.seq for e in ev]),
         "comm_type": per_event_str([e.comm_type for e in ev]),
+        "comm_bytes": per_member("comm_bytes"),
         "step": per_event([e.step for e in ev]),
         "rank": per_member("ranks"),
         "node_id": per_member("node_ids"),

@@ -33,6 +33,9 @@ class CollectiveSkewRecord:
     """Per-group sequence number of a collective; index of the pair in the run's p2p list for p2p."""
     comm_type: str
     """Collective type name, or ``SEND_RECV``."""
+    comm_bytes: int
+    """Bytes of this member's call as recorded (its node's ``comm_bytes``: a collective's on this member; a
+    send/recv pair's send or recv size on each side)."""
     step: int
     """Training step of the late member's node (-1 unknown)."""
     rank: int

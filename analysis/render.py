@@ -34,6 +34,14 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f}"
 
 
+def size_text(n: int) -> str:
+    """A byte count as people read it: ``512 B``, ``4.0 KiB``, ``1.5 MiB``, ``2.0 GiB``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):,.1f} {unit}"
+    return f"{n} B"
+
+
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
     """``name`` in ``width`` characters: two thirds its start (a kernel's name), a third its end (where
     names cut at the end differ: arguments, ``...AccumulateGrad``), an ellipsis between."""
@@ -206,13 +214,13 @@ CLOCK_MARK = "(clocks?)"
 
 def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     """Synchronisation points with the most exposed wait, summed over their members (31 members waiting
-    1.63 ms each: 50.54 ms beside a skew of 1.63). Those whose members' recorded times contradict each other
-    (``clock_contradicted``: clocks that disagree) come after the others, marked :data:`CLOCK_MARK`: their
-    skew and waits are not meaningful."""
+    1.63 ms each: 50.54 ms beside a skew of 1.63), with the bytes of the largest member's call. Those whose
+    members' recorded times contradict each other (``clock_contradicted``: clocks that disagree) come after
+    the others, marked :data:`CLOCK_MARK`: their skew and waits are not meaningful."""
     t = Table(
         title="Worst collectives / p2p (by exposed wait: not hidden under compute)", title_justify="left"
     )
-    for c in ("step", "collective", "skew ms", "exposed wait ms (members' sum)", "late", "blamed"):
+    for c in ("step", "collective", "bytes", "skew ms", "exposed wait ms (members' sum)", "late", "blamed"):
         t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=c == "collective")
     _cause_column(t)
     waited = [e for e in result.skew.events if e.total_exposed_wait_ns > 0]
@@ -222,6 +230,7 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
         t.add_row(
             str(e.step),
             f"{e.label}{mark}",
+            size_text(int(e.comm_bytes.max())),
             _ms(e.skew_ns),
             _ms(e.total_exposed_wait_ns),
             str(e.late_rank),

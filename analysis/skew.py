@@ -136,6 +136,8 @@ class SkewEvent:
     """Members' rows."""
     node_ids: tuple[int, ...]
     """Members' node ids."""
+    comm_bytes: I64
+    """Bytes of the members' calls as recorded."""
     arrival_ns: I64
     """Members' arrivals."""
     end_ns: I64
@@ -211,6 +213,7 @@ class SkewResult:
                         pg_name=e.pg_name,
                         seq=e.seq,
                         comm_type=e.comm_type,
+                        comm_bytes=int(e.comm_bytes[k]),
                         step=e.step,
                         rank=r,
                         node_id=e.node_ids[k],
@@ -367,17 +370,18 @@ class _Members:
     wait_ns: I64
     exposed_wait_ns: I64
     node_id: I64
+    comm_bytes: I64
 
 
 def _members(ix: RunIndex, raw: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]]) -> _Members:
-    """Members' arrival, end, wait, node id and exposed wait (the part of the wait ``[arrival, arrival +
-    wait)`` not covered by compute on the member's rank)."""
+    """Members' arrival, end, wait, node id, bytes and exposed wait (the part of the wait ``[arrival,
+    arrival + wait)`` not covered by compute on the member's rank)."""
     count = np.fromiter((len(rs) for *_x, rs, _ws in raw), dtype=np.int64, count=len(raw))
     at = np.zeros(len(raw) + 1, dtype=np.int64)
     np.cumsum(count, out=at[1:])
     rank = np.fromiter((r for *_x, rs, _ws in raw for r in rs), dtype=np.int64, count=int(at[-1]))
     row = np.fromiter((w for *_x, _rs, ws in raw for w in ws), dtype=np.int64, count=int(at[-1]))
-    cols = [np.zeros(rank.size, dtype=np.int64) for _ in range(5)]
+    cols = [np.zeros(rank.size, dtype=np.int64) for _ in range(6)]
     by_rank = np.argsort(rank, kind="stable")
     cuts = np.flatnonzero(np.diff(rank[by_rank])) + 1
     for part in np.split(by_rank, cuts) if rank.size else []:
@@ -386,13 +390,26 @@ def _members(ix: RunIndex, raw: list[tuple[str, int, tuple[int, ...], tuple[int,
         a, w = ri.trace.start_ns[rows], ri.wait_ns[rows]
         for col, values in zip(
             cols,
-            (a, ri.end_ns[rows], w, w - ri.cov_comp.between(a, a + w), ri.trace.node_id[rows]),
+            (
+                a,
+                ri.end_ns[rows],
+                w,
+                w - ri.cov_comp.between(a, a + w),
+                ri.trace.node_id[rows],
+                ri.trace.comm_bytes[rows],
+            ),
             strict=True,
         ):
             col[part] = values
-    arrival, end, wait, exposed, node_id = cols
+    arrival, end, wait, exposed, node_id, comm_bytes = cols
     return _Members(
-        at=at, arrival_ns=arrival, end_ns=end, wait_ns=wait, exposed_wait_ns=exposed, node_id=node_id
+        at=at,
+        arrival_ns=arrival,
+        end_ns=end,
+        wait_ns=wait,
+        exposed_wait_ns=exposed,
+        node_id=node_id,
+        comm_bytes=comm_bytes,
     )
 
 
@@ -505,6 +522,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 ranks=tuple(ranks),
                 rows=tuple(rows),
                 node_ids=tuple(mem.node_id[lo:hi].tolist()),
+                comm_bytes=mem.comm_bytes[lo:hi],
                 arrival_ns=arr,
                 end_ns=end,
                 wait_ns=wait,

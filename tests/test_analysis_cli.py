@@ -366,7 +366,7 @@ def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_membe
     result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
     text = _render(worst_collectives_table(result))
     assert "exposed wait ms (members' sum)" in text
-    assert [row[2:4] for row in _rows(text)] == [["40.00", "80.00"]] * 3
+    assert [row[2:5] for row in _rows(text)] == [["1.0 MiB", "40.00", "80.00"]] * 3
 
 
 def test_an_empty_worst_collectives_table_says_why_it_is_empty(tmp_path: Path) -> None:
@@ -608,3 +608,16 @@ def test_the_wait_heatmap_labels_the_row_of_the_rank_most_wait_is_blamed_on_amon
     assert data.labelled_rows == tuple(sorted({*spaced, 77} - {78}))  # 78 is too near 77 to label too
     wait_heatmap(result, tmp_path / "w.png")
     assert drawn.pop() == [str(k) for k in data.labelled_rows]
+
+
+def test_sizes_read_in_the_largest_binary_unit_they_reach() -> None:
+    from skewlens.analysis.render import size_text
+
+    assert [size_text(n) for n in (0, 1023, 1024, 1536 << 10, (1 << 30) - 1, 3 << 30)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "1.5 MiB",
+        "1,024.0 MiB",
+        "3.0 GiB",
+    ]

@@ -255,6 +255,7 @@ def _late_rank_1_event(seq: int, comm_type: str, *, late_ms: int, exposed_ms: in
         ranks=(0, 1),
         rows=(seq, seq),
         node_ids=(seq, seq),
+        comm_bytes=np.array([1024, 1024]),
         arrival_ns=np.array([0, late_ms * MS]),
         end_ns=np.array([late_ms * MS + 1, late_ms * MS + 1]),
         wait_ns=np.array([late_ms * MS, 0]),
@@ -456,3 +457,24 @@ def test_each_members_record_has_its_own_transfer_and_a_pair_is_labelled_from_se
     assert e.label == f"send_recv {e.pg_name}#{e.seq} 0->1"
     e = next(e for e in slow_send_skew.events if e.kind == "collective")
     assert e.label == f"{e.comm_type.lower()} {e.pg_name}#{e.seq}"
+
+
+def test_each_members_record_carries_the_bytes_of_its_own_call(tmp_path: Path) -> None:
+    from skewlens.analysis.api import skew_table
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    # an all_reduce of 1 MiB on both ranks, then rank 0 sends 4 KiB to rank 1: each row gives its member's
+    # bytes, in the records and in the table analyze writes alike
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", dur_ns=1_000)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=2_000)
+    b.rank(0).send(1, comm_bytes=4096, dur_ns=1_000)
+    b.rank(1).recv(0, comm_bytes=4096, dur_ns=1_000)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    got = sorted((r.kind, r.rank, r.comm_bytes) for r in skew.records())
+    assert got == [("collective", 0, 1 << 20), ("collective", 1, 1 << 20), ("p2p", 0, 4096), ("p2p", 1, 4096)]
+    table = skew_table(skew).to_pydict()
+    assert sorted(zip(table["kind"], table["rank"], table["comm_bytes"], strict=True)) == got

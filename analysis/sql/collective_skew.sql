@@ -2,7 +2,7 @@
 --
 -- One row per member of each collective instance and each matched send/recv pair, with the columns of the
 -- collective_skew.parquet that `skewlens analyze` writes, equal row for row: kind, pg_name, seq, comm_type,
--- step, rank, node_id, arrival_ns, end_ns, wait_ns, exposed_wait_ns, transfer_ns, skew_ns, late_rank,
+-- comm_bytes, step, rank, node_id, arrival_ns, end_ns, wait_ns, exposed_wait_ns, transfer_ns, skew_ns, late_rank,
 -- late_by_ns. Not here: blamed_rank and cause_kind / cause_op / cause_delta_ns / cause, which the analysis
 -- derives event by event in order of arrival, each from the ones before, and clock_contradicted
 -- (docs/parquet.md says more).
@@ -25,18 +25,18 @@ WITH
 -- the waits are measured with; model_end_ns the execution model's (the model table's end_ns), which the
 -- table gives: earlier where a collective's completion was recorded after the host wait that hid it ended.
 members AS (
-    SELECT 'collective' AS kind, c.pg_name, c.seq, c.comm_type, c.rank AS member_pos, c.rank,
+    SELECT 'collective' AS kind, c.pg_name, c.seq, c.comm_type, c.comm_bytes, c.rank AS member_pos, c.rank,
            c.node_id, c.start_ns AS arrival_ns, c.end_ns, m.end_ns AS model_end_ns, c.step
     FROM collectives c
     JOIN model m ON m.rank = c.rank AND m.node_id = c.node_id
     UNION ALL
-    SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', 0, p.src_rank,
+    SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', n.comm_bytes, 0, p.src_rank,
            p.send_node_id, p.send_start_ns, p.send_end_ns, m.end_ns, n.step
     FROM p2p p
     JOIN nodes n ON n.rank = p.src_rank AND n.node_id = p.send_node_id
     JOIN model m ON m.rank = p.src_rank AND m.node_id = p.send_node_id
     UNION ALL
-    SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', 1, p.dst_rank,
+    SELECT 'p2p', COALESCE(p.pg_name, ''), p.pair, 'SEND_RECV', n.comm_bytes, 1, p.dst_rank,
            p.recv_node_id, p.recv_start_ns, p.recv_end_ns, m.end_ns, n.step
     FROM p2p p
     JOIN nodes n ON n.rank = p.dst_rank AND n.node_id = p.recv_node_id
@@ -183,7 +183,7 @@ covered AS (
       ON i.rank = w.rank AND i.start_ns < w.arrival_ns + w.wait_ns AND i.end_ns > w.arrival_ns
     GROUP BY w.kind, w.pg_name, w.seq, w.member_pos
 )
-SELECT w.kind, w.pg_name, w.seq, w.comm_type, e.step, w.rank, w.node_id, w.arrival_ns,
+SELECT w.kind, w.pg_name, w.seq, w.comm_type, w.comm_bytes, e.step, w.rank, w.node_id, w.arrival_ns,
        w.model_end_ns AS end_ns, w.wait_ns, w.wait_ns - COALESCE(x.covered_ns, 0) AS exposed_wait_ns,
        GREATEST(w.model_end_ns - w.arrival_ns - w.wait_ns, 0) AS transfer_ns,
        w.last_arrival_ns - w.first_arrival_ns AS skew_ns,

@@ -36,8 +36,8 @@ from skewlens.profiler.errors import SkewlensError
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
 #: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
 #: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has; 10:
-#: ``nodes.return_ns``).
-SCHEMA_VERSION = "10"
+#: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``).
+SCHEMA_VERSION = "11"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -63,6 +63,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     8: {"nodes": ("launch_ns", "launched_in"), "timeline": ("launch_ns", "launched_in")},
     9: {"step_breakdown": ("gpu_busy_ns",)},
     10: {"nodes": ("return_ns",), "timeline": ("return_ns",)},
+    11: {"collective_skew": ("comm_bytes",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
