@@ -198,6 +198,21 @@ def test_a_collective_the_annotation_does_not_name_takes_its_type_from_record_pa
     assert (comm.op, comm.comm_type) == ("allreduce_coalesced", CommType.ALL_REDUCE)
 
 
+def test_an_all_to_allv_takes_its_split_sizes_in_bytes_from_record_param_comms() -> None:
+    nodes = _rpc_nodes("all_to_allv", "nccl:all_to_all")
+    nodes[0]["inputs"][5:7] = [[16, 240], [16, 16]]  # elements to / from each member of the group
+    nodes[0]["input_types"][5:7] = ["GenericList[Int,Int]", "GenericList[Int,Int]"]
+    (comm,) = parse_host_et({"schema": "1.0.1", "pid": 100, "nodes": nodes}, Path("et.json")).comms
+    assert (comm.send_splits, comm.recv_splits) == ((64, 960), (64, 64))
+
+
+def test_an_all_to_all_whose_record_param_comms_lists_no_splits_has_none() -> None:
+    (comm,) = parse_host_et(
+        {"schema": "1.0.1", "pid": 100, "nodes": _rpc_nodes("all_to_all", "nccl:all_to_all")}, Path("et.json")
+    ).comms
+    assert (comm.send_splits, comm.recv_splits) == ((), ())
+
+
 def test_a_host_trace_node_whose_id_is_a_boolean_is_refused() -> None:
     doc = host_doc()
     doc["nodes"][0]["id"] = True

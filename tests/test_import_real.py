@@ -149,6 +149,19 @@ def test_pinned_dlrm_values_checked_by_hand(dlrm_run: Path) -> None:
     assert sorted(by_seq) == list(range(147, 155))
 
 
+def test_dlrm_uneven_all_to_all_takes_its_splits_from_the_host_trace(dlrm_run: Path) -> None:
+    # host ET: record_param_comms seq 150 (all_to_allv, int32) lists, on every rank, input splits
+    # [96, 224, 288, 1664, 592, 96, 192, 240] and output splits of 96 (rank 0) / 1664 (rank 3) per member
+    sent = [96 * 4, 224 * 4, 288 * 4, 1664 * 4, 592 * 4, 96 * 4, 192 * 4, 240 * 4]
+    for rank, got_each in ((0, 96 * 4), (3, 1664 * 4)):
+        a = {x[Attr.SEQ]: x for x in _colls(dlrm_run, rank)}[150]
+        assert a[Attr.SEND_SPLITS] == sent
+        assert a[Attr.RECV_SPLITS] == [got_each] * 8
+        assert (a[Attr.SEND_BYTES], a[Attr.RECV_BYTES]) == (sum(sent) - sent[rank], 7 * got_each)
+    even = {x[Attr.SEQ]: x for x in _colls(dlrm_run, 0)}[147]  # 768 floats to and from each: no splits
+    assert Attr.SEND_SPLITS not in even
+
+
 def test_kineto_only_import_counts_seq_from_zero_with_the_same_sizes(
     dlrm_run: Path, dlrm_run_kineto_only: Path
 ) -> None:

@@ -228,6 +228,8 @@ def info_from_host(h: HostComm) -> dict[str, Any]:
         out["seq"] = h.seq
     if h.peer is not None:
         out["peer"] = h.peer
+    if h.send_splits:
+        out["send_splits"], out["recv_splits"] = h.send_splits, h.recv_splits
     return out
 
 

@@ -91,6 +91,11 @@ class HostComm:
     """Peer rank of a send/recv (1.0.1 ``record_param_comms`` rank field)."""
     reads: tuple[TensorKey, ...] = ()
     """The communicated input tensors."""
+    send_splits: tuple[int, ...] = ()
+    """An all_to_all's bytes to each member of its group, in group-rank order (1.0.1 ``record_param_comms``'s
+    input split sizes, elements times the input's element size); () where it lists none."""
+    recv_splits: tuple[int, ...] = ()
+    """... and from each (its output split sizes)."""
 
 
 TensorKey = tuple[int, int]
@@ -192,12 +197,24 @@ def _field(node: dict[str, Any], layout: HostEtLayout, key: str) -> int | None:
 
 
 def _rpc_fields(values: list[Any]) -> dict[str, Any]:
-    """The 1.0.1 ``record_param_comms`` inputs: ``[tensors?, seq, pg_ptr, rank, name, in, out]``."""
+    """The 1.0.1 ``record_param_comms`` inputs: ``[tensors?, seq, pg_ptr, rank, name, in, out]``, ``in`` and
+    ``out`` an all_to_all's split sizes (elements to and from each member; empty lists where even)."""
     s = next((i for i, v in enumerate(values) if isinstance(v, str)), None)
     if s is None or s < 3:
         return {}
     seq, ptr, rank = (_int(v) for v in values[s - 3 : s])
-    return {"op": values[s], "seq": seq, "pg_ptr": ptr, "rank": rank}
+    out = {"op": values[s], "seq": seq, "pg_ptr": ptr, "rank": rank}
+    splits = [_counts(v) for v in values[s + 1 : s + 3]]
+    if len(splits) == 2 and splits[0] and splits[1] and len(splits[0]) == len(splits[1]):
+        out["splits"] = (splits[0], splits[1])
+    return out
+
+
+def _counts(v: Any) -> tuple[int, ...] | None:
+    """A list of element counts (non-negative integers), None where ``v`` is not one."""
+    if not isinstance(v, list) or not all(_int(x) is not None and x >= 0 for x in v):
+        return None
+    return tuple(v)
 
 
 def parse_host_et(doc: Any, path: Path) -> HostTrace:
@@ -257,6 +274,8 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
         p2p = _P2P.get(base, "")
         # not `or`: CommType.ALL_REDUCE is 0, falsy
         ct = collective_from_op(op)
+        width = next((t[4] for t in tensors if _int(t[4]) is not None), 0)
+        send, recv = fields.get("splits", ((), ()))
         comms.append(
             HostComm(
                 node_id=nid,
@@ -271,6 +290,8 @@ def parse_host_et(doc: Any, path: Path) -> HostTrace:
                 pg_ptr=fields.get("pg_ptr"),
                 peer=fields.get("rank") if p2p else None,
                 reads=reads,
+                send_splits=tuple(n * width for n in send) if width else (),
+                recv_splits=tuple(n * width for n in recv) if width else (),
             )
         )
     pid = _int(doc.get("pid"))
