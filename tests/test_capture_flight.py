@@ -21,6 +21,7 @@ from capture_helpers import profile
 from skewlens.profiler.capture.flight import (
     FrEntry,
     Loss,
+    even_splits_note,
     losses,
     merge,
     parse_dump,
@@ -455,3 +456,46 @@ def test_a_monitored_barrier_takes_the_first_of_the_numbers_it_left_out_of_the_r
         ("allreduce_", 1), ("allreduce_", 2), ("monitored_barrier", 3),
         ("allreduce_", 5), ("allreduce_", 6), ("monitored_barrier", 7), ("monitored_barrier", 9),
     ]  # fmt: skip
+
+
+def test_the_all_to_alls_only_the_recorder_saw_are_counted_as_recorded_with_even_splits() -> None:
+    a2a = replace(_hooked(1, 2, seq=3, ident=0), op="gloo:all_to_all", comm_type=CommType.ALL_TO_ALL)
+    others = [_hooked(1, 2, seq=1, ident=0)]
+    assert even_splits_note(0, others) == ""
+    note = even_splits_note(1, [a2a, a2a, *others])
+    assert note.startswith("3 all_to_all call(s) recorded with even splits")
+    assert "1 whose split sizes could not be read; 2 issued outside torch.distributed's Python API" in note
+
+
+A2A_SCRIPT = """
+import os, torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+dist.init_process_group("gloo")
+r = dist.get_rank()
+w = torch.nn.Parameter(torch.randn(8, 8))
+opt = torch.optim.SGD([w], lr=1e-3)
+for step in range(5):
+    x = torch.randn(8, 8) @ w
+    # an MoE layer's dispatch: 2 rows to rank 0 and 6 to rank 1 from rank 0, the other way round from rank 1
+    y = funcol.all_to_all_single_autograd(x, [2, 6] if r == 0 else [6, 2], [2, 6] if r == 0 else [6, 2],
+                                          dist.group.WORLD)
+    funcol.wait_tensor(y).sum().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)  # (see SCRIPT)
+"""
+
+
+@pytest.mark.slow
+def test_a_functional_all_to_all_whose_splits_no_hook_saw_is_noted_as_recorded_even(tmp_path: Path) -> None:
+    script = tmp_path / "moe.py"
+    script.write_text(A2A_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    res = profile(tmp_path / "run", level="collectives", steps="1:1:2", command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = read_manifest(tmp_path / "run")
+    for r in (0, 1):
+        # forward and backward (the autograd function's own all_to_all) in each of the 2 recorded steps
+        note = m.notes[f"rank {r} all_to_all splits"]
+        assert note.startswith("4 all_to_all call(s) recorded with even splits")

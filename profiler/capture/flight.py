@@ -52,7 +52,7 @@ from skewlens.profiler.capture.records import (
     StepRecord,
 )
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.vocab import NodeType, collective_from_op, dtype_bytes
+from skewlens.profiler.vocab import CommType, NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -553,6 +553,26 @@ def merge(
             )
     extra.sort(key=lambda c: c.start_ns)
     return hooked, extra, left_out
+
+
+def even_splits_note(unread: int, records: Sequence[CommRecord]) -> str:
+    """The manifest's ``all_to_all splits`` note: ``unread`` hooked all_to_all calls whose split sizes could
+    not be read, and the all_to_alls among ``records`` (those only the recorder saw: functional collectives,
+    an MoE layer's ``all_to_all_single_autograd``, C++), whose entries hold no split sizes; both recorded
+    with even splits. '' where there are none."""
+    recorder = sum(1 for c in records if c.comm_type == CommType.ALL_TO_ALL)
+    if not unread and not recorder:
+        return ""
+    parts = [f"{unread} whose split sizes could not be read"] if unread else []
+    if recorder:
+        parts.append(
+            f"{recorder} issued outside torch.distributed's Python API (functional collectives, C++) and "
+            "taken from the flight recorder, which records no split sizes"
+        )
+    return (
+        f"{unread + recorder} all_to_all call(s) recorded with even splits (their bytes sent to and received "
+        f"from each member unknown; a simulated or real replay moves equal parts): {'; '.join(parts)}"
+    )
 
 
 def summary(records: Sequence[CommRecord]) -> str:

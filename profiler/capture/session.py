@@ -150,6 +150,7 @@ class CaptureSession:
         wait starts when torch is imported), done at the first step's end after it joined its job."""
         self._et: Any = None
         self._flight = flight.enabled()  # read once: the recorder was sized when the process started
+        self._recorder_only: list[CommRecord] = []  # the collectives only the recorder saw (last save)
         # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
         # (its hook's c10d operator joins the host facts: tensor ids, data dependencies); the recorder
         # then sees every collective, and the hooks can take its sizes (their lean path)
@@ -565,11 +566,6 @@ class CaptureSession:
                     f"{self._hooks.running} asynchronous call(s) still running when the window ended "
                     "(the program waited for them later, or never): recorded without an end"
                 )
-            if self._hooks.unread_splits:
-                self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = (
-                    f"{self._hooks.unread_splits} all_to_all call(s) recorded with even splits: their split "
-                    "sizes could not be read"
-                )
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
             first = self._optimizer_steps[self._first_optimizer]
             others = ", ".join(
@@ -594,6 +590,9 @@ class CaptureSession:
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
         comms = self._with_flight_recorder(comms, groups, partial=partial)
+        unread = self._hooks.unread_splits if self._hooks is not None else 0
+        if note := flight.even_splits_note(unread, self._recorder_only):
+            self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = note
         native_workers = self._workers is not None and self._workers.recorder == "native"
         cap = RankCapture(
             rank=rank,
@@ -659,6 +658,7 @@ class CaptureSession:
         on SIGTERM) does not."""
         import torch.distributed as dist
 
+        self._recorder_only = []
         if not self._flight:
             return comms
         rank = self.rank
@@ -692,6 +692,7 @@ class CaptureSession:
         hooked, extra, left_out = flight.merge(
             entries, comms, self.steps, thread=self._main_thread, recorded=recorded, spans=spans
         )
+        self._recorder_only = extra
         lost += left_out
         if lost or self.lost:
             ranges = "; ".join(
