@@ -162,6 +162,22 @@ def test_a_command_that_never_steps_is_an_error_not_an_empty_run(
     assert not out.exists()
 
 
+def test_a_command_that_fails_before_any_rank_saved_a_trace_says_none_was_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a job whose ranks hung in mismatched collectives and were killed (no rank can save from inside a
+    # collective) said only "error: command exited with code 3: ...", and RUN did not exist
+    out = tmp_path / "run"
+    script = "import sys; sys.exit(3)"
+    code, err = run_cli(["--out", str(out), "--", sys.executable, "-c", script], capsys)
+    cmd = shlex.join([sys.executable, "-c", script])
+    assert code == 3
+    assert one_line_error(err) == (
+        f"skewlens profile: error: command exited with code 3: {cmd} (no rank saved a trace)"
+    )
+    assert not out.exists()
+
+
 def _run_signalled(tmp_path: Path, sig: signal.Signals, code: int) -> int:
     """``run_command`` of a script that, on ``sig``, writes ``tmp_path/saved`` and exits with ``code``;
     ``sig`` is sent to this process's main thread once the script is ready (as the terminal or ``timeout``
@@ -295,7 +311,9 @@ def _profile_interrupted(
         ),
         # it said "error: command exited with code 1", as of a training that failed: torchrun, stopped by
         # the SIGTERM of timeout or scancel, exits 1
-        (signal.SIGTERM, 1, "stopped (SIGTERM): command exited with code 1: {cmd}"),
+        # ... and then "stopped (SIGTERM): command exited with code 1: {cmd}", nothing said of the traces,
+        # the run directory removed
+        (signal.SIGTERM, 1, "stopped (SIGTERM): command exited with code 1: {cmd} (no rank saved a trace)"),
     ],
     ids=["ctrl-c", "sigterm"],
 )

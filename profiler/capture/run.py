@@ -250,8 +250,9 @@ def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
 def _say_killed(grace_s: float, signal_name: str) -> None:
     print(
         f"skewlens profile: the command did not end within {grace_s:.0f} s of {signal_name}: killed it and "
-        "everything under it. A rank blocked in a collective (a peer on another host frozen or gone) cannot "
-        "save its trace; init_process_group(timeout=...) bounds that wait (docs/capture.md, Across hosts)",
+        "everything under it. A rank blocked in a collective (a peer frozen, gone, or waiting in another "
+        "collective) cannot save its trace; init_process_group(timeout=...) bounds that wait "
+        "(docs/capture.md, Across hosts)",
         file=sys.stderr,
     )
 

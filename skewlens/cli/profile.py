@@ -150,8 +150,10 @@ def main(argv: list[str]) -> int:
         if created:
             _remove_if_empty(run_dir)
         if code != 0:
+            # it said only "command exited with code 1": the run directory, removed, was looked for in vain
             print(
-                f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)}{unsaved}",
+                f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)} "
+                f"({_none_saved(why)})",
                 file=sys.stderr,
             )
             return exit_status(code)
@@ -288,7 +290,7 @@ def _interrupted(
             f"({_ranks(other.ranks)} of {other.world_size}{_missing(other)})"
         )
     else:
-        kept = f"no rank saved a trace{f': {why}' if (why := _unsaved(run_dir)) else ''}"
+        kept = _none_saved(_unsaved(run_dir))
         if created:
             _remove_if_empty(run_dir)
     print(
@@ -319,6 +321,11 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
+
+
+def _none_saved(why: str) -> str:
+    """``no rank saved a trace``, and why where a part file says (``: rank 0: trace not saved: ...``)."""
+    return f"no rank saved a trace{f': {why}' if why else ''}"
 
 
 def _unsaved(run_dir: Path) -> str:
