@@ -251,6 +251,29 @@ def test_collectives_of_different_types_name_group_seq_and_ranks(tmp_path: Path)
     assert "rank 0: ALL_REDUCE" in msg and "rank 1: BROADCAST" in msg
 
 
+def test_a_collective_mismatch_names_the_step_it_happened_in(tmp_path: Path) -> None:
+    # a broadcast that gloo let through with a larger tensor on rank 1 (step 3 of a 2-rank capture) was
+    # "collective mismatch in group '0' seq 11 (BROADCAST): size differs (...)", and which step of the
+    # training that was had to be looked up by node id
+    b = RunBuilder(3)
+    for r in range(3):
+        for step in (2, 3):
+            b.rank(r).step(step).collective(CommType.ALL_REDUCE, 64, 10)
+            b.rank(r).step(step).collective(CommType.BROADCAST, 128 if (r, step) == (1, 3) else 64, 10)
+    b.rank(2).step(4).collective(CommType.ALL_GATHER, 64, 10)
+    run = b.write(tmp_path / "run")
+    (size,) = _errors(run, "collective-size")
+    assert size == (
+        "collective mismatch in group '0' seq 3 (BROADCAST): size differs (rank 0: 64 B, rank 1: 128 B, "
+        "rank 2: 64 B), in step 3"
+    )
+    (count, _rank_1) = _errors(run, "collective-count")
+    assert count == (
+        "collective mismatch in group '0' seq 4: rank 0 has no such collective (count differs: rank 0 "
+        "issued 4 collective(s) on this group; present on rank(s) [2]), in step 4"
+    )
+
+
 def test_a_collective_mismatch_fills_the_rank_and_node_of_the_member_that_disagrees(tmp_path: Path) -> None:
     # check's problems table left rank and node blank though the message named them
     b = RunBuilder(3)

@@ -417,6 +417,15 @@ class _Disagreement:
     """(rank, index into that rank's CommRows) of each member."""
 
 
+def _in_step(comm: dict[int, CommRows], members: list[int], rows_in: list[int]) -> str:
+    """``, in step 3`` (the training step the members issued an instance in: where to look in the
+    script), ``, in steps 3 (rank 0), 4 (rank 1)`` where they differ, or '' where no member's is known."""
+    steps = {r: int(comm[r].step[i]) for r, i in zip(members, rows_in, strict=True) if comm[r].step[i] >= 0}
+    if len(set(steps.values())) == 1:
+        return f", in step {next(iter(steps.values()))}"
+    return ", in steps " + ", ".join(f"{st} (rank {r})" for r, st in steps.items()) if steps else ""
+
+
 def _explain(
     comm: dict[int, CommRows],
     report: _Mismatches,
@@ -432,6 +441,7 @@ def _explain(
     """Issues for one instance whose members may disagree (count, duplicates, type, size, unknown type),
     and why they do (None: they agree; only ranks without a trace are absent)."""
     s = seq
+    at = _in_step(comm, members, rows_in)
     types = [int(comm[r].comm_type[i]) for r, i in zip(members, rows_in, strict=True)]
     sizes = [int(comm[r].comm_bytes[i]) for r, i in zip(members, rows_in, strict=True)]
     why: list[tuple[str, str]] = []
@@ -467,7 +477,7 @@ def _explain(
                 "collective-count",
                 f"collective mismatch in group {name!r} seq {s}: rank {r} has no such collective "
                 f"(count differs: rank {r} issued {n_r} collective(s) on this group; present on "
-                f"rank(s) {members})",
+                f"rank(s) {members}){at}",
                 rank=r,
             )
     if len(set(types)) > 1:
@@ -480,7 +490,7 @@ def _explain(
             k = _odd_member(types)
             report.add(
                 "collective-type",
-                f"collective mismatch in group {name!r} seq {s}: type differs ({detail})",
+                f"collective mismatch in group {name!r} seq {s}: type differs ({detail}){at}",
                 rank=members[k],
                 node=int(comm[members[k]].node_id[rows_in[k]]),
             )
@@ -492,7 +502,7 @@ def _explain(
             report.add(
                 "collective-size",
                 f"collective mismatch in group {name!r} seq {s} ({comm_type_name(types[0])}): size "
-                f"differs ({detail})",
+                f"differs ({detail}){at}",
                 rank=members[k],
                 node=int(comm[members[k]].node_id[rows_in[k]]),
             )
