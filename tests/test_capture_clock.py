@@ -77,3 +77,27 @@ def test_rank_0_serves_the_ranks_that_answer_and_skips_a_dead_one() -> None:
     assert estimate_offset(store, 0, 3, timeout_s=0.3) == 0  # rank 1 never shows up
     live.join(timeout=20)
     assert result and result[0] is not None
+
+
+def test_no_rank_leaves_the_exchange_before_the_last_one_has_entered_it() -> None:
+    # rank 0 serves every rank, so it left the exchange (and began the first recorded step) only once the
+    # slowest rank had come, while rank 1, served first, began at once: on 4 gloo ranks in two pairs whose
+    # second pair ran 50 ms a step behind, rank 0 was 63.9 ms late at its pair's first recorded all_reduce,
+    # and analyze blamed it ("host idle/gap +63.9 ms") for the capture's own exchange
+    store = dist.HashStore()
+    entered: dict[int, float] = {}
+    left: dict[int, float] = {}
+
+    def rank(r: int, delay_s: float) -> None:
+        time.sleep(delay_s)
+        entered[r] = time.monotonic()
+        estimate_offset(store, r, 3, timeout_s=5)
+        left[r] = time.monotonic()
+
+    threads = [threading.Thread(target=rank, args=(r, 0.5 if r == 2 else 0.0)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert sorted(left) == [0, 1, 2]
+    assert min(left.values()) >= entered[2]

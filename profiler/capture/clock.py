@@ -9,6 +9,7 @@ clock to read rank 0's. Ranks on one host share ``CLOCK_REALTIME`` and get offse
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 from typing import Any
@@ -27,8 +28,13 @@ def estimate_offset(
     """This rank's offset to rank 0 in ns (0 on rank 0); None when rank 0 did not answer in time.
 
     Every rank of the job must call it at about the same time (rank 0 serves the others in rank order).
+    Every rank returns once rank 0 has served them all (or given up on those gone), so that all begin
+    what follows (the first recorded step) together: rank 0 waited for the last rank to come, while the
+    ranks it had served went on, and it began that step late by the wait, as if its own work had been
+    slow.
     """
     timeout = timedelta(seconds=timeout_s)
+    done = _key("done", 0, 0, epoch)
     if rank == 0:
         for r in range(1, world_size):
             for i in range(ROUNDS):
@@ -37,6 +43,7 @@ def estimate_offset(
                 except RuntimeError:  # rank r is gone: serve the others
                     break
                 store.set(_key("pong", r, i, epoch), str(time.time_ns()))
+        store.set(done, "1")
         return 0
     best_rtt: int | None = None
     offset = 0
@@ -53,4 +60,6 @@ def estimate_offset(
         if best_rtt is None or rtt < best_rtt:
             best_rtt = rtt
             offset = t - (t0 + t1) // 2
+    with contextlib.suppress(RuntimeError):  # rank 0 gone since: the offset stands
+        store.wait([done], timeout)
     return offset
