@@ -516,7 +516,7 @@ def calibrate(run: RunTrace, *, base: Topology | None = None, algorithm: str | N
             "communication; calibrate from a capture or a skewlens import of the run"
         )
         raise CalibrationError(f"{run.run_dir}: {what} to calibrate from ({hint})")
-    design = _Design(topo, alg)
+    design = _Design(topo.sized(run.world_size), alg)  # placed as the replay places the run
     seen = [t for t in transfers if design.spanned(t)]
     if not seen:
         raise CalibrationError(
@@ -535,9 +535,10 @@ def calibrate(run: RunTrace, *, base: Topology | None = None, algorithm: str | N
             links_per_node=dims[d].links_per_node,
         )
     calibrated = replace(topo, dims=tuple(dims))
-    timing = ModelTiming(calibrated, algorithm=alg)
+    placed = calibrated.sized(run.world_size)
+    timing = ModelTiming(placed, algorithm=alg)
     no_latency = ModelTiming(
-        replace(calibrated, dims=tuple(replace(d, latency_ns=0) for d in calibrated.dims)), algorithm=alg
+        replace(placed, dims=tuple(replace(d, latency_ns=0) for d in placed.dims)), algorithm=alg
     )
 
     links: list[Fit] = []

@@ -110,10 +110,13 @@ def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slo
     return tuple(items)
 
 
-def build_effects(cfg: ReplayConfig, items: Sequence[Slowdown] | None = None) -> SlowdownModel:
+def build_effects(
+    cfg: ReplayConfig, items: Sequence[Slowdown] | None = None, *, topo: Topology | None = None
+) -> SlowdownModel:
     """The slowdown model of ``items`` (default: ``cfg``'s; nodes for network slowdowns follow the
-    topology's placement)."""
-    topo = cfg.topology.to_topology()
+    placement of ``topo``, default ``cfg``'s topology: give it sized for the run, ``Topology.sized``,
+    where its outermost dimension has size 0 and its placement is ``round_robin``)."""
+    topo = cfg.topology.to_topology() if topo is None else topo
     chosen = cfg.slowdown.to_items() if items is None else list(items)
     return SlowdownModel(chosen, node_of=lambda rank: _node_of(topo, rank))
 
@@ -238,8 +241,9 @@ def replay_run(
                 memory_bytes=psutil.virtual_memory().available,
             )
         check_timed(run, cfg)
+        topo = topo.sized(run.world_size)  # the nodes a round_robin placement deals to, a ring's hops
         slowdowns = slowdowns_for(cfg, run, topo)
-        effects = build_effects(cfg, slowdowns)
+        effects = build_effects(cfg, slowdowns, topo=topo)
         nodes = sum(len(rt) for rt in run.ranks.values())
         advance(description=f"simulating {nodes:,} nodes of {len(run.ranks):,} ranks")
         sim = simulate(

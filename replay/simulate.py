@@ -141,6 +141,12 @@ def make_timing(
     raise ConfigError(f"comm_mode: expected one of {', '.join(COMM_MODES)}, got {comm_mode!r}")
 
 
+def _sized(topology: Topology | None, run_trace: RunTrace) -> Topology | None:
+    """``topology`` for ``run_trace``'s ranks (:meth:`Topology.sized`: a size-0 outermost dimension given
+    the nodes they fill, which placement and ring hops count)."""
+    return topology.sized(run_trace.world_size) if topology is not None else None
+
+
 def check_effects(run: RunTrace, effects: Effects) -> None:
     """Where ``effects`` is a :class:`SlowdownModel`, every rank, op, step, link and node its items name is in
     ``run`` (:func:`check_slowdown_targets`), else a :class:`ConfigError` naming ``effects.items[k]``: built
@@ -170,7 +176,11 @@ def simulate(
     :func:`check_effects`)."""
     check_effects(run_trace, effects)
     timing = make_timing(
-        comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
+        comm_mode,
+        topology=_sized(topology, run_trace),
+        algorithm=algorithm,
+        contention=contention,
+        effects=effects,
     )
     low = lower(
         run_trace,
@@ -210,7 +220,11 @@ class Simulator:
     ) -> None:
         check_effects(run_trace, effects)
         timing = make_timing(
-            comm_mode, topology=topology, algorithm=algorithm, contention=contention, effects=effects
+            comm_mode,
+            topology=_sized(topology, run_trace),
+            algorithm=algorithm,
+            contention=contention,
+            effects=effects,
         )
         self._run = run_trace
         self._comm_mode = comm_mode

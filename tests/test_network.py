@@ -606,3 +606,37 @@ def test_the_outer_load_is_that_of_a_nodes_busiest_link() -> None:
         ),
     )
     assert topo.outer_load([0, 1, 2, 4, 5, 6], 1) == pytest.approx(2 * 3 / 18)
+
+
+def test_round_robin_on_a_topology_of_as_many_nodes_as_needed_deals_the_ranks_to_the_nodes_they_fill(
+    tmp_path: Path,
+) -> None:
+    # 8 ranks on nodes of 4, the node count left to the run (size 0, as the bundled dgx_h100_8x): round_robin
+    # puts the even ranks on node 0 and the odd on node 1, 4 a node, as on a topology of 2 nodes given;
+    # it put every rank on a node of its own (slot 0), so no traffic crossed a node's switch
+    rt = one_collective_run(tmp_path, 8)
+    p0, p1 = 4, 2
+    expected = 2 * ((p0 - 1) * (300 + S / (p0 * 200.0)) + (p1 - 1) * 2_000 + (p1 - 1) / (p0 * p1) * S / 25.0)
+    for nodes in (0, 2):
+        topo = Topology(name="rr", dims=two_level(per_node=4, nodes=nodes).dims, placement="round_robin")
+        assert replayed_transfer(rt, topology=topo, algorithm="hierarchical") == [round(expected)], nodes
+
+
+def test_a_message_on_a_ring_of_as_many_ranks_as_needed_crosses_the_hops_between_them(tmp_path: Path) -> None:
+    # 8 ranks on the bundled `ring` (size 0): rank 0 to rank 2 is 2 hops, to rank 6 2 hops the other way,
+    # to rank 4 4 hops; every message was charged 1 hop (the ring's size taken as the distance + 1)
+    b = RunBuilder(world_size=8)
+    for dst in (2, 4, 6):
+        b.rank(0).send(dst, S, 1_000)
+        b.rank(dst).recv(0, S, 1_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt, comm_mode="model", topology=flat("ring"), algorithm="ring")
+    transfers = [int(e - a) for a, e in zip(res.p2p_arrival_ns, res.p2p_end_ns, strict=True)]
+    assert sorted(transfers) == [round(2 * ALPHA + S / BW)] * 2 + [round(4 * ALPHA + S / BW)]
+
+
+def test_a_topology_sized_for_a_run_keeps_every_node_its_explicit_placement_names() -> None:
+    # nodes 0 and 5 of a fat tree of as many nodes as needed: 4 ranks fill 2 nodes of 2, and node 5 stays
+    topo = Topology(name="e", dims=two_level(per_node=2, nodes=0).dims, node_of_rank=(0, 0, 5, 5))
+    assert [topo.sized(4).coords(r) for r in range(4)] == [(0, 0), (1, 0), (0, 5), (1, 5)]
+    assert topo.sized(4).dims[1].size == 6
