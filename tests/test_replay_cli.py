@@ -1719,3 +1719,28 @@ def test_a_failed_replay_leaves_the_directory_it_was_run_in_and_what_is_in_it(
     cmd = [sys.executable, "-m", "skewlens", "replay", "-cd", str(cfg), "-cn", "older"]
     assert subprocess.run(cmd, cwd=empty, capture_output=True, timeout=120, check=False).returncode == 2
     assert empty.is_dir() and list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("stem", ["400", "1e3", "true", "null"])
+def test_a_topology_file_named_like_a_number_or_a_constant_replays_under_its_own_name(
+    run_dir: Path, tmp_path: Path, stem: str
+) -> None:
+    # the file is copied onto Hydra's search path as an entry named after it, and `topology=400` is an int
+    # to Hydra's grammar: a traceback, 'Config group override must be a string or a list. Got int'
+    topo = tmp_path / f"{stem}.yaml"
+    topo.write_text(
+        "name: mine\nalgorithm: ring\n"
+        "dims:\n  - {kind: switch, size: 0, bandwidth_gbps: 2.0, latency_ns: 300}\n"
+    )
+    out = tmp_path / "o"
+    args = [
+        "replay",
+        f"trace={run_dir}",
+        f"out={out}",
+        f"topology={topo}",
+        "comm_mode=model",
+        "perfetto=false",
+    ]
+    assert skewlens_main(args) == 0
+    saved = OmegaConf.load(out / "config.yaml")
+    assert (saved.topology.name, saved.topology.dims[0].bandwidth_gbps) == ("mine", 2.0)

@@ -871,7 +871,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
-    bundled entry has that name)."""
+    bundled entry has that name, or where Hydra would read the name as a number, bool or null)."""
     dirs = user_conf_dirs(args)
     builtin = known_entries("topology", dirs or [])
     searched = dirs is None  # entries of a package's config directory may be there
@@ -895,7 +895,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
             check_group_file("topology", item, p)
-            name = p.stem if p.stem not in builtin else f"file_{p.stem}"
+            name = p.stem if p.stem not in builtin and _a_name(p.stem) else f"file_{p.stem}"
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, tmp / "topology" / f"{name}.yaml")
             names.append(name)
@@ -910,6 +910,16 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             out[k] = f"hydra.searchpath=[{entry}{',' if rest else ''}{rest}]"
             return out
     return [f"hydra.searchpath=[{entry}]", *out]
+
+
+def _a_name(stem: str) -> bool:
+    """Whether Hydra's grammar reads ``topology=<stem>`` as a name: ``400``, ``1e3``, ``true`` and
+    ``null`` are a number, a bool and None to it (a file named so was a traceback: 'Config group
+    override must be a string or a list. Got int')."""
+    try:
+        return isinstance(OverridesParser.create().parse_override(f"topology={stem}").value(), str)
+    except OverrideParseException:
+        return True  # refused later, naming the file, as before
 
 
 def _unquoted(item: str) -> str:
