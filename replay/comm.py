@@ -219,6 +219,10 @@ class ModelTiming:
         slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
         if slowest.kind == "ring" and self.algorithm not in ("ring", "hierarchical"):
             alpha *= max(1, p // 2)  # messages between non-neighbours travel up to p/2 hops
+        if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
+            # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
+            # once, not one after another through one port (a broadcast of 8 ranks took 7 S/B, not S/B)
+            bw *= p - 1
         return self._ns(
             flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw),
             f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",

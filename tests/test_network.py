@@ -640,3 +640,23 @@ def test_a_topology_sized_for_a_run_keeps_every_node_its_explicit_placement_name
     topo = Topology(name="e", dims=two_level(per_node=2, nodes=0).dims, node_of_rank=(0, 0, 5, 5))
     assert [topo.sized(4).coords(r) for r in range(4)] == [(0, 0), (1, 0), (0, 5), (1, 5)]
     assert topo.sized(4).dims[1].size == 6
+
+
+def test_direct_on_a_fully_connected_dimension_sends_to_every_member_at_once_over_its_own_link(
+    tmp_path: Path,
+) -> None:
+    # a link between every pair (the fully_connected preset, whose algorithm is direct): each member's p − 1
+    # parts leave over p − 1 links at once, so a part's time is the phase's; through one port (a switch)
+    # the parts queue. 8 ranks: an all_to_all sends S/8 to each other member, a broadcast's root S to each
+    p = 8
+    expected = {
+        CommType.ALL_TO_ALL: ALPHA + S / p / BW,
+        CommType.ALL_REDUCE: 2 * ALPHA + 2 * S / p / BW,
+        CommType.BROADCAST: ALPHA + S / BW,
+    }
+    for comm_type, t in expected.items():
+        rt = one_collective_run(tmp_path / comm_type.name, p, comm_type)
+        got = replayed_transfer(rt, topology=flat("fully_connected"), algorithm="direct")
+        assert got == [round(t)] * len(got), comm_type
+    switch = replayed_transfer(one_collective_run(tmp_path / "sw", p), topology=flat(), algorithm="direct")
+    assert switch == [round(2 * ALPHA + 2 * (p - 1) / p * S / BW)]

@@ -42,6 +42,10 @@ their own (a NIC per GPU) give ``L = (p1−1)/(p0·p1)``, the formula above; one
 few links carry the most.
 
 A point-to-point message costs ``α + S/B``.
+
+On a ``fully_connected`` dimension (a link between every pair) ``direct`` sends a member's ``p − 1`` parts (a
+root's copies) over ``p − 1`` links at once: its bandwidth term is divided by ``p − 1``
+(``skewlens.replay.comm.ModelTiming``), an all_to_all ``α + S/(pB)``, a broadcast ``α + S/B``.
 """
 
 from __future__ import annotations
