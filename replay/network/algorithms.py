@@ -31,8 +31,10 @@ with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
 ring all-gather of ``S``:
 ``T = (p0−1)(α0 + S/(p0·B0)) + 2(p1−1)(α1 + S/(p0·p1·B1)) + (p0−1)(α0 + S/(p0·B0))``.
-reduce_scatter / all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``; other types use the
-flat ring over the slowest dimension. The ``p0`` inter-node rings run at once, and the inter-node phase's
+reduce_scatter, all_gather, gather and scatter: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``
+(a gather's pieces crossing nodes on every NIC of the root's node, then on to the root inside it, as NCCL's
+PXN routes them); other types (broadcast, reduce) use the flat ring over the slowest dimension. The ``p0``
+inter-node rings run at once, and the inter-node phase's
 ``(p1−1)/(p0·p1)·S/B1`` is, in general, ``(p1−1)α1 + L·S/B1`` with ``L`` what the busiest outer link
 carries per byte of ``S`` (``Topology.outer_load``): a node with ``m`` of the ``p`` members imports the
 others' ``(p−m)/p`` of ``S`` over its members' links, ``k`` of them on its busiest link,
