@@ -26,17 +26,23 @@ US = 1_000
 
 
 def _run(
-    tmp_path: Path, comm_type: CommType, root: int | None, times: dict[int, tuple[int, int]]
+    tmp_path: Path,
+    comm_type: CommType,
+    root: int | None,
+    times: dict[int, tuple[int, int]],
+    *,
+    nbytes: int = 4096,
 ) -> RunTrace:
-    """3 ranks, one step: each computes until its arrival ``times[r][0]`` (ns), then the collective
-    (recorded as ending at ``times[r][1]``), then 1 ms of optimizer; every member records ``root``."""
+    """3 ranks, one step: each computes until its arrival ``times[r][0]`` (ns), then the collective of
+    ``nbytes`` (recorded as ending at ``times[r][1]``), then 1 ms of optimizer; every member records
+    ``root``."""
     b = RunBuilder(3)
     for r, (arrive, end) in times.items():
         rb = b.rank(r).step(0)
         rb.compute("fwd", arrive, start_ns=0)
-        rb.collective(comm_type, 4096, end - arrive, start_ns=arrive, root=root)
+        rb.collective(comm_type, nbytes, end - arrive, start_ns=arrive, root=root)
         rb.compute("opt", MS)
-    name = f"run-{comm_type.name}-{root}-{abs(hash(tuple(times.items())))}"
+    name = f"run-{comm_type.name}-{root}-{nbytes}-{abs(hash(tuple(times.items())))}"
     return load_run(b.write(tmp_path / name))
 
 
@@ -168,3 +174,37 @@ def test_a_rooted_collective_with_an_unknown_root_and_a_reduce_keep_the_last_arr
         _replays_as_recorded(run)
     # a collective of no loaded member has no rule, rooted or not
     assert collective_waits_for(run, CommType.BROADCAST, [], []) == ()
+
+
+def test_an_empty_all_reduce_makes_no_one_wait_and_a_late_member_delays_only_itself(tmp_path: Path) -> None:
+    # PowerSGD's DDP hook all_reduces an empty tensor each step; gloo returns at once without the others
+    # (rank 0 done 39.4 ms before rank 1 began in a 2-rank capture, read as "clocks disagree"), and NCCL
+    # discards it. Rank 2 arrives 4 ms after ranks 0 and 1, each done 20 us after its own arrival.
+    times = {0: (MS, MS + 20 * US), 1: (MS, MS + 20 * US), 2: (5 * MS, 5 * MS + 20 * US)}
+    for comm_type in (CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE):
+        run = _run(tmp_path, comm_type, 0 if comm_type == CommType.REDUCE else None, times, nbytes=0)
+        assert execution_model(run).syncs[0].waits_for == (0, 1, 2)
+        assert clock_note(run) is None
+        e = _event(run)
+        assert e.wait_ns.tolist() == [0, 0, 0]
+        assert analyze_skew(build_index(run)).caused_wait_ns.get(2, 0) == 0
+        _replays_as_recorded(run)
+        # rank 2's forward twice as slow: ranks 0 and 1 still end theirs at 1.02 ms
+        rows = _coll_rows(run)
+        slow = simulate(run, effects=RankFactor(rank=2, factor=2.0))
+        assert [int(slow.end_ns[r][rows[r]]) for r in range(3)] == [
+            MS + 20 * US,
+            MS + 20 * US,
+            10 * MS + 20 * US,
+        ]
+    # an empty broadcast, scatter, gather, all_to_all or barrier still waits (gloo's did, 500 ms), and so
+    # does an all_reduce that moves bytes
+    times = {0: (MS, 5 * MS + 20 * US), 1: (MS, 5 * MS + 20 * US), 2: (5 * MS, 5 * MS + 20 * US)}
+    for comm_type, nbytes in (
+        (CommType.BROADCAST, 0),
+        (CommType.ALL_TO_ALL, 0),
+        (CommType.BARRIER, 0),
+        (CommType.ALL_REDUCE, 4),
+    ):
+        run = _run(tmp_path, comm_type, 2 if comm_type == CommType.BROADCAST else None, times, nbytes=nbytes)
+        assert _event(run).wait_ns.tolist() == [4 * MS, 4 * MS, 0], comm_type

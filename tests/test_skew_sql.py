@@ -107,6 +107,10 @@ def _skewed_run(out: Path, seed: int, steps: int = 3) -> Path:
         pair(1, 2, "0", 3)
         pair(3, 0, "odd", 0)
         pair(1, 2, "0", 3)
+        # an empty all_reduce (PowerSGD's DDP hook, each step): each member returns at once, waits for no one
+        for r in range(4):
+            ranks[r].collective(CommType.ALL_REDUCE, 0, GRID_NS, start_ns=t[r])
+            t[r] += GRID_NS
         # an asynchronous all_reduce on stream 1, issued now; compute goes on while it waits for the others
         issued = [t[r] + grid(0, 1, 3) for r in range(4)]
         done = max(issued) + grid(1, 2)
@@ -194,6 +198,9 @@ def test_the_sql_on_the_export_gives_the_skew_table_analyze_writes(tmp_path: Pat
         last[_key(r)[:3]] = max(last.get(_key(r)[:3], 0), r["arrival_ns"])
     # a member that left before the last arrived (an eager send) waited only as long as its call lasted
     assert any(r["wait_ns"] < last[_key(r)[:3]] - r["arrival_ns"] for r in got)
+    # an empty all_reduce makes no one wait, though its members arrive apart
+    empty = [r for r in got if r["comm_type"] == "ALL_REDUCE" and r["arrival_ns"] < last[_key(r)[:3]]]
+    assert any(r["end_ns"] - r["arrival_ns"] == GRID_NS and r["wait_ns"] == 0 for r in empty)
     # rooted collectives follow the model's rule: a root (a broadcast's, scatter's or gather's) is the late
     # member though another arrived after it, and a broadcast root waits for no one
     last_rank = {_key(r)[:3]: r["rank"] for r in sorted(got, key=lambda r: (r["arrival_ns"], r["rank"]))}

@@ -66,7 +66,9 @@ roots AS (
 -- later of its own and the root's), the root's its own (it waits for no one); a scatter or gather member's
 -- the root's, the root's the last one. A member waits from its arrival until then, at most as long as its
 -- op lasted; a send done before its recv arrived (eager, as the execution model detaches it, within its
--- SKEW_NS of clock skew: 20000, which a test holds equal) waits for no one.
+-- SKEW_NS of clock skew: 20000, which a test holds equal) waits for no one, nor does a member of an
+-- all_reduce, all_gather, reduce_scatter or reduce whose members' calls are all empty (0 bytes: gloo
+-- returns at once, NCCL discards it).
 waits AS (
     SELECT a.*,
            CASE WHEN kind = 'p2p' AND member_pos = 0 AND end_ns <= recv_arrival_ns + 20000 THEN 0
@@ -74,7 +76,10 @@ waits AS (
            END AS wait_ns
     FROM (
         SELECT l.*,
-               CASE WHEN root_rank IS NULL THEN last_arrival_ns
+               CASE WHEN kind = 'collective' AND max_bytes = 0
+                         AND comm_type IN ('ALL_REDUCE', 'ALL_GATHER', 'REDUCE_SCATTER', 'REDUCE')
+                    THEN arrival_ns
+                    WHEN root_rank IS NULL THEN last_arrival_ns
                     WHEN rank <> root_rank THEN GREATEST(arrival_ns, root_arrival_ns)
                     WHEN root_type = 'BROADCAST' THEN arrival_ns
                     ELSE last_arrival_ns
@@ -83,6 +88,7 @@ waits AS (
             SELECT m.*, r.root_type, r.root_rank, r.root_arrival_ns,
                    MAX(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS last_arrival_ns,
                    MIN(m.arrival_ns) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS first_arrival_ns,
+                   MAX(m.comm_bytes) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS max_bytes,
                    MAX(CASE WHEN m.kind = 'p2p' AND m.member_pos = 1 THEN m.arrival_ns END)
                      OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS recv_arrival_ns,
                    COUNT(*) OVER (PARTITION BY m.kind, m.pg_name, m.seq) AS members
