@@ -350,12 +350,21 @@ def _window_start(
     return (int(ri.sorted_start[0]) if ri.sorted_start.size else arrival), False
 
 
-def _common_event(events: list[SkewEvent], late_history: list[int], other: int) -> SkewEvent | None:
-    """The latest earlier event in which the late rank and ``other`` both took part (their last common
-    synchronisation point), looking back at most ``COMMON_LOOKBACK`` events of the late rank."""
+def _common_event(
+    events: list[SkewEvent], late_history: list[int], late: int, other: int
+) -> SkewEvent | None:
+    """The latest earlier event in which the ``late`` rank and ``other`` both took part and synchronised
+    (their last common synchronisation point), looking back at most ``COMMON_LOOKBACK`` events of the late
+    rank. An event synchronised the two where the first of them to arrive waited until the other arrived:
+    not a broadcast whose root arrived first (a ZeroRedundancyOptimizer's parameter broadcasts, issued
+    back to back), whose receiver was already as late as it is here."""
     for i in reversed(late_history[-COMMON_LOOKBACK:]):
-        if other in events[i].ranks:
-            return events[i]
+        e = events[i]
+        if other in e.ranks:
+            a, b = e.ranks.index(late), e.ranks.index(other)
+            first, then = (a, b) if e.arrival_ns[a] <= e.arrival_ns[b] else (b, a)
+            if e.arrival_ns[first] + e.wait_ns[first] >= e.arrival_ns[then]:
+                return e
     return None
 
 
@@ -458,7 +467,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         step = int(rts[li].trace.step[rows[li]])
         cause, blamed = NO_CAUSE, late_rank
         if li != mi and arr[li] > arr[mi]:
-            common = _common_event(events, history.get(late_rank, []), ranks[mi])
+            common = _common_event(events, history.get(late_rank, []), late_rank, ranks[mi])
             starts = []
             synced = common is not None
             for j in (li, mi):

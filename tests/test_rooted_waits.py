@@ -208,3 +208,30 @@ def test_an_empty_all_reduce_makes_no_one_wait_and_a_late_member_delays_only_its
     ):
         run = _run(tmp_path, comm_type, 2 if comm_type == CommType.BROADCAST else None, times, nbytes=nbytes)
         assert _event(run).wait_ns.tolist() == [4 * MS, 4 * MS, 0], comm_type
+
+
+def test_a_receiver_late_at_a_broadcast_whose_root_came_first_keeps_its_own_lateness_at_the_next(
+    tmp_path: Path,
+) -> None:
+    # ZeroRedundancyOptimizer's shape: an all_reduce where rank 0 waits for rank 1, then rank 1's 4 ms more
+    # optimizer, then each rank's parameters broadcast back to back: rank 0's (root 0, first: rank 1 waits
+    # for no one) and rank 1's (root 1: rank 0 waits 4 ms for it). Rank 1's arrival at rank 0's broadcast
+    # was no synchronisation: the wait at its own is its optimizer's, not "earlier wait (caused by rank 0)"
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", MS if r == 0 else 3 * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, 3 * MS if r == 0 else MS, start_ns=MS if r == 0 else 3 * MS)
+        rb.compute("opt", MS if r == 0 else 5 * MS)
+        t = 5 * MS if r == 0 else 9 * MS
+        rb.collective(CommType.BROADCAST, 4096, 5 * MS if r == 0 else MS, start_ns=t, root=0, stream=1)
+        rb.collective(
+            CommType.BROADCAST, 4096, 5 * MS if r == 0 else MS, start_ns=t + 100 * US, root=1, stream=1
+        )
+    run = load_run(b.write(tmp_path / "zero"))
+    events = analyze_skew(build_index(run)).events
+    assert [e.comm_type for e in events] == ["ALL_REDUCE", "BROADCAST", "BROADCAST"]
+    e = events[2]
+    assert e.wait_ns.tolist() == [4 * MS, 0]
+    assert e.late_rank == 1 and e.blamed_rank == 1
+    assert e.cause.kind.value == "compute" and e.cause.op == "opt" and e.cause.delta_ns == 4 * MS
