@@ -236,6 +236,41 @@ class LostCollectives:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CallAt:
+    """A communication call of a rank's unfinished step (:class:`RankStop`)."""
+
+    type: str
+    """``all_reduce``, ``broadcast``, ... (a collective's type), ``send`` or ``recv``."""
+    pg_name: str
+    """The group it was issued on."""
+    seq: int
+    """Its sequence number in the group (the flight recorder's); -1 for a send/recv."""
+    size_bytes: int
+    """Bytes of its input tensor(s)."""
+    at_ns: int
+    """Aligned ns: when it returned (a rank's last call), or when it was issued (a call in flight)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankStop:
+    """Where a rank that saved a partial trace (the command ended inside the capture window) stopped."""
+
+    rank: int
+    """Global rank."""
+    step: int
+    """The step it was in (not in ``steps``: it did not finish)."""
+    step_start_ns: int
+    """When that step began on the rank (the end of its previous one), aligned ns."""
+    saved_ns: int
+    """When the rank saved its trace, aligned ns."""
+    last: CallAt | None = None
+    """Its last communication call that returned in the capture window; None where none did."""
+    in_flight: tuple[CallAt, ...] = ()
+    """The collectives it issued that did not return (it was blocked in them, or they were asynchronous):
+    the flight recorder's entries of the step that no returned call accounts for, oldest first."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunIdentity:
     """Which job a capture belongs to, as its ranks saw it under torchrun: what ``skewlens merge`` compares
     before combining the directories of a job's hosts."""
@@ -300,6 +335,10 @@ class Manifest:
     """The hosts' run directories ``skewlens merge`` combined into this run, absolute, in the order given
     (each keeps its host's own manifest and command); () where no merge wrote the run, and in manifests
     written before skewlens recorded it."""
+
+    stopped: tuple[RankStop, ...] = ()
+    """Where each rank that saved a partial trace stopped, for ``skewlens check`` to say which rank did not
+    arrive at which collective; () where no rank did, and in manifests written before skewlens recorded it."""
 
     def missing_by_note(self) -> dict[str, list[int]]:
         """The ranks without a trace grouped by their note in ``notes`` ('' where none), in rank order."""
@@ -407,7 +446,38 @@ class Manifest:
                 j.text(p, f"merged_from[{i}]")
                 for i, p in enumerate(j.array(d.get("merged_from", []), "merged_from"))
             ),
+            stopped=tuple(rank_stop(x, where, key, ws) for key, x in j.objects(d, "stopped")),
         )
+
+
+def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:
+    """The :class:`RankStop` in ``v`` (a manifest's ``stopped[i]``, or a part file's ``stopped``), every
+    value checked; a :class:`ManifestError` naming ``where`` and the key if one is wrong."""
+    j = _Json(where)
+    d = j.obj(v, key)
+    if extra := sorted(set(d) - {"rank", "step", "step_start_ns", "saved_ns", "last", "in_flight"}):
+        raise ManifestError(f"{j.where}: {key}: unknown key {extra[0]!r}")
+    last = d.get("last")
+    return RankStop(
+        rank=j.rank(j.need(d, "rank", key), f"{key}.rank", world_size),
+        step=j.integer(j.need(d, "step", key), f"{key}.step", 0),
+        step_start_ns=j.integer(j.need(d, "step_start_ns", key), f"{key}.step_start_ns", *_TIMES),
+        saved_ns=j.integer(j.need(d, "saved_ns", key), f"{key}.saved_ns", *_TIMES),
+        last=None if last is None else _call_at(j, j.obj(last, f"{key}.last"), f"{key}.last"),
+        in_flight=tuple(_call_at(j, c, f"{key}.{k}") for k, c in j.objects(d, "in_flight")),
+    )
+
+
+def _call_at(j: _Json, d: dict[str, Any], key: str) -> CallAt:
+    if extra := sorted(set(d) - {"type", "pg_name", "seq", "size_bytes", "at_ns"}):
+        raise ManifestError(f"{j.where}: {key}: unknown key {extra[0]!r}")
+    return CallAt(
+        type=j.text(j.need(d, "type", key), f"{key}.type"),
+        pg_name=j.text(j.need(d, "pg_name", key), f"{key}.pg_name"),
+        seq=j.integer(j.need(d, "seq", key), f"{key}.seq", -1),
+        size_bytes=j.integer(j.need(d, "size_bytes", key), f"{key}.size_bytes", 0),
+        at_ns=j.integer(j.need(d, "at_ns", key), f"{key}.at_ns", *_TIMES),
+    )
 
 
 def _run_identity(j: _Json, v: object) -> RunIdentity | None:

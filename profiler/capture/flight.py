@@ -582,3 +582,55 @@ def summary(records: Sequence[CommRecord]) -> str:
         kind = r.comm_type.name.lower() if r.comm_type is not None else r.op
         counts[(kind, r.pg_name)] += 1
     return ", ".join(f"{n} {k} on group {g!r}" for (k, g), n in sorted(counts.items()))
+
+
+def call_type(c: CommRecord | FrEntry) -> str:
+    """What a stop record calls a call: its collective type (``all_reduce``), ``send`` or ``recv``."""
+    if isinstance(c, FrEntry):
+        kind = collective_from_op(c.op)
+        return kind.name.lower() if kind is not None else c.op.rsplit(":", 1)[-1]
+    if c.node_type == NodeType.COMM_SEND:
+        return "send"
+    if c.node_type == NodeType.COMM_RECV:
+        return "recv"
+    return c.comm_type.name.lower() if c.comm_type is not None else c.op.rsplit(":", 1)[-1]
+
+
+def stop_record(
+    returned: Sequence[CommRecord],
+    entries: Sequence[FrEntry],
+    *,
+    step: int,
+    step_start_ns: int,
+    saved_ns: int,
+    offset_ns: int,
+) -> dict[str, object]:
+    """Where this rank stopped, for a partial save's part file (``stopped``, read as a
+    :class:`~skewlens.profiler.manifest.RankStop`): its last call that returned (``returned``: the hooked
+    calls, numbered by the recorder) and the recorder's entries of the unfinished step that no returned call
+    accounts for (gloo's recorder marks no entry completed: a call the rank is blocked in, or an
+    asynchronous one it had not waited for). Times on the aligned clock (local + ``offset_ns``)."""
+    last = max(returned, key=lambda c: c.issue_end_ns, default=None)
+    done = {(c.pg_name, c.seq) for c in returned if c.node_type == NodeType.COMM_COLL}
+    flying = sorted(
+        (e for e in entries if e.created_ns >= step_start_ns and (e.pg_name, e.seq) not in done),
+        key=lambda e: e.created_ns,
+    )
+
+    def at(c: CommRecord | FrEntry, ns: int) -> dict[str, object]:
+        seq = c.seq if not isinstance(c, CommRecord) or c.node_type == NodeType.COMM_COLL else -1
+        return {
+            "type": call_type(c),
+            "pg_name": c.pg_name,
+            "seq": seq,
+            "size_bytes": c.size_bytes,
+            "at_ns": ns,
+        }
+
+    return {
+        "step": step,
+        "step_start_ns": step_start_ns + offset_ns,
+        "saved_ns": saved_ns + offset_ns,
+        "last": None if last is None else at(last, last.issue_end_ns + offset_ns),
+        "in_flight": [at(e, e.created_ns + offset_ns) for e in flying],
+    }

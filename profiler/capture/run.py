@@ -47,6 +47,7 @@ from skewlens.profiler.manifest import (
     StepWindow,
     rank_file,
     rank_note_key,
+    rank_stop,
     read_manifest,
     write_manifest,
 )
@@ -357,6 +358,11 @@ def part_problem(data: object) -> str | None:
         return f"window: expected {{wait, warmup, active}} integers, got {window!r:.80}"
     if "not_saved" in data and not isinstance(data["not_saved"], str):
         return "not_saved: expected a string"
+    if "stopped" in data:
+        try:
+            rank_stop(data["stopped"], "part file", "stopped", MAX_WORLD_SIZE)
+        except ManifestError as e:
+            return str(e).removeprefix("part file: ")
     run_id = data.get("run_identity")
     if run_id is not None and (not isinstance(run_id, dict) or not _is_int(run_id.get("started_ns", 0))):
         return "run_identity: expected an object with an integer started_ns"
@@ -526,6 +532,11 @@ def _merge(
         notes=notes,
         lost_collectives=merge_losses(parts),
         run_identity=_run_identity(parts),
+        stopped=tuple(
+            rank_stop({**p["stopped"], "rank": r}, str(part_file(run_dir, r)), "stopped", world)
+            for r, p in sorted(parts.items())
+            if "stopped" in p
+        ),
     )
     if existing is not None and set(manifest.ranks) <= set(existing.ranks):
         return None

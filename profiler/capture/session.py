@@ -151,6 +151,7 @@ class CaptureSession:
         self._et: Any = None
         self._flight = flight.enabled()  # read once: the recorder was sized when the process started
         self._recorder_only: list[CommRecord] = []  # the collectives only the recorder saw (last save)
+        self._entries: list[flight.FrEntry] = []  # the recorder's entries (last save)
         # DDP's C++ all_reduce is left alone when the flight recorder sees it, except at the full level
         # (its hook's c10d operator joins the host facts: tensor ids, data dependencies); the recorder
         # then sees every collective, and the hooks can take its sizes (their lean path)
@@ -590,6 +591,17 @@ class CaptureSession:
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
         comms = self._with_flight_recorder(comms, groups, partial=partial)
+        stopped = None
+        if partial:  # where it stopped: the unfinished step is in no trace (only completed steps are)
+            extra = set(map(id, self._recorder_only))
+            stopped = flight.stop_record(
+                [c for c in comms if id(c) not in extra],
+                self._entries,
+                step=self.step_index,
+                step_start_ns=self._step_start,
+                saved_ns=time.time_ns(),
+                offset_ns=self.offset_ns or 0,
+            )
         unread = self._hooks.unread_splits if self._hooks is not None else 0
         if note := flight.even_splits_note(unread, self._recorder_only):
             self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = note
@@ -645,6 +657,8 @@ class CaptureSession:
             "torch_version": torch.__version__,
             "run_identity": run_identity(self._started_ns + off),
         }
+        if stopped is not None:
+            part["stopped"] = {"rank": rank, **stopped}
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
 
@@ -659,6 +673,7 @@ class CaptureSession:
         import torch.distributed as dist
 
         self._recorder_only = []
+        self._entries = []
         if not self._flight:
             return comms
         rank = self.rank
@@ -669,6 +684,7 @@ class CaptureSession:
         except CaptureError as e:
             self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER_DUMP)] = f"error: {e}"
             entries = []
+        self._entries = entries
         spans = flight.device_spans(entries)
         if note := flight.device_time_note(entries, spans, self.steps):
             self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER_DEVICE_TIMES)] = note

@@ -15,6 +15,9 @@ from skewlens.profiler.manifest import (
     CAPTURE_PARTS_NOTE,
     SCALE_NOTE,
     STEP_MARKS_NOTE,
+    CallAt,
+    Manifest,
+    RankStop,
     degraded_notes,
     partial_traces,
 )
@@ -336,6 +339,8 @@ def run_notes(run: RunTrace) -> list[str]:
         for r, note in sorted(partial_traces(m.notes).items())
     )
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
+    if (answer := stop_answer(m)) is not None:
+        notes.append(answer)
     if untimed := untimed_ranks(run):
         notes.append(
             f"{ranks_label(untimed)}: {NO_START_TIMES}: its nodes were laid end to end in file order, so "
@@ -364,10 +369,12 @@ def run_notes(run: RunTrace) -> list[str]:
     return notes
 
 
-def capture_note_issues(notes: Mapping[str, str], sink: IssueLog) -> None:
+def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     """A warning per distinct note of the manifest's ``notes`` that says data was not recorded (with its
-    ranks), and per rank whose trace is partial: what ``skewlens check`` lists and ``skewlens profile``
+    ranks), per rank whose trace is partial, and where the job stopped inside a step, which rank did not
+    arrive at which collective (:func:`stop_answer`): what ``skewlens check`` lists and ``skewlens profile``
     prints after its summary."""
+    notes = m.notes
     for note, rs in degraded_notes(notes).items():
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
     for r, note in sorted(partial_traces(notes).items()):
@@ -377,6 +384,8 @@ def capture_note_issues(notes: Mapping[str, str], sink: IssueLog) -> None:
             "are not in its trace",
             rank=r,
         )
+    if (answer := stop_answer(m)) is not None:
+        sink.warning("unfinished-step", answer)
 
 
 def ranks_label(ranks: Sequence[int]) -> str:
@@ -414,4 +423,75 @@ def ends_unknown_line(counts: Mapping[int, int], source: str) -> str:
         f"{sum(counts.values())} communication node(s) on {ranks_label(sorted(counts))} recorded without an "
         f"end (duration 0; {why}): their recorded transfers and waits are missing (replay comm_mode=model "
         "costs them from their sizes)"
+    )
+
+
+def _into(ns: int, start_ns: int) -> str:
+    """``+12.3 ms`` / ``+10.02 s``: how far ``ns`` is past ``start_ns``."""
+    d = ns - start_ns
+    return f"+{d / 1e9:.2f} s" if abs(d) >= 1_000_000_000 else f"+{d / 1e6:.1f} ms"
+
+
+def _name(c: CallAt) -> str:
+    return f"{c.type} {c.pg_name}#{c.seq}" if c.seq >= 0 else f"{c.type} on group {c.pg_name}"
+
+
+def stop_answer(m: Manifest) -> str | None:
+    """Which rank did not arrive at which collective of the step a failed or hung job did not finish, read
+    across the ranks' stop records (``manifest.stopped``): the first collective some member of its group is
+    in (issued, not returned) that another member saved without having issued, with the rank in it since
+    when (into its unfinished step) and the laggard's last returned call; members that issued different
+    collectives under one number; and the ranks that saved no trace. None where no rank was in a call."""
+    stops = {s.rank: s for s in m.stopped}
+    if not any(s.in_flight for s in stops.values()):
+        return None
+    members = {g.name: g.ranks for g in m.process_groups}
+
+    def issued(s: RankStop, pg: str) -> int:
+        seqs = [c.seq for c in (*([s.last] if s.last else []), *s.in_flight) if c.pg_name == pg]
+        return max(seqs, default=-1)
+
+    flying = sorted(
+        ((c.pg_name, c.seq, r, c) for r, s in stops.items() for c in s.in_flight if c.seq >= 0),
+        key=lambda x: (x[1], x[0], x[2]),
+    )
+    said: list[str] = []
+    for pg, seq, _r, call in flying:
+        group = members.get(pg, tuple(range(m.world_size)))
+        late = [r for r in group if r in stops and issued(stops[r], pg) < seq]
+        inside = [
+            (r, c) for r in group if r in stops for c in stops[r].in_flight if (c.pg_name, c.seq) == (pg, seq)
+        ]
+        if late:
+            waits = ", ".join(
+                f"rank {r} in it since {_into(c.at_ns, stops[r].step_start_ns)}, "
+                f"{(stops[r].saved_ns - c.at_ns) / 1e9:.1f} s before it saved"
+                for r, c in inside
+            )
+            lasts = "; ".join(
+                f"rank {r}'s last: "
+                + (
+                    f"{_name(last)}, returned at {_into(last.at_ns, stops[r].step_start_ns)}"
+                    if (last := stops[r].last) is not None
+                    else "none in the capture window"
+                )
+                for r in late
+            )
+            said.append(f"{ranks_label(late)} did not arrive at {_name(call)} ({waits}; {lasts})")
+            break
+        if len({c.type for _r, c in inside}) > 1:
+            said.append(
+                f"ranks issued different collectives as {pg}#{seq}: "
+                + ", ".join(f"rank {r} {c.type}" for r, c in inside)
+            )
+            break
+    else:  # every member is in every collective some member is in: name where the ranks wait
+        r, s = min((r, s) for r, s in stops.items() if s.in_flight)
+        c = s.in_flight[-1]
+        said.append(f"rank {r} in {_name(c)} since {_into(c.at_ns, s.step_start_ns)}")
+    if m.missing_ranks:
+        said.append(f"{ranks_label(list(m.missing_ranks))} saved no trace")
+    step = min(s.step for s in stops.values())
+    return (
+        f"step {step} did not finish: " + "; ".join(said) + " (times from the start of the step on each rank)"
     )

@@ -1107,7 +1107,7 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
             "ends (a capture interrupted before that?): clock offsets, step marks, process groups and the "
             "capture's notes are not known; the world size is guessed from the file names",
         )
-    capture_note_issues(m.notes, sink)
+    capture_note_issues(m, sink)
     if m.missing_ranks:
         why = _why_missing(m)
         source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"

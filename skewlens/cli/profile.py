@@ -229,7 +229,7 @@ def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = 
     from skewlens.profiler.store.render import issue_lines
 
     log = IssueLog()
-    capture_note_issues(manifest.notes, log)
+    capture_note_issues(manifest, log)
     for line in issue_lines(log.issues, run_dir):
         print(f"skewlens {command}: {printable(line)}", file=sys.stderr)
 

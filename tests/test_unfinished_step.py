@@ -1,0 +1,135 @@
+"""Where a job hung or failed inside a step: the ranks' stop records (``manifest.stopped``) read across
+ranks as which rank did not arrive at which collective (``skewlens check``, analyze's and replay's notes)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from skewlens.profiler.manifest import CallAt, RankStop, read_manifest, write_manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import run_notes, stop_answer
+from skewlens.profiler.store.validate import validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+
+MS = 1_000_000
+T0 = 1_000_000_000_000
+
+
+def _stop(rank: int, last: tuple[str, int, int] | None, *flying: tuple[str, int, int]) -> RankStop:
+    """Rank ``rank`` stopped in step 3 (begun at T0): its last call ``(type, seq, ms)`` and the ones in
+    flight, on group 0."""
+
+    def at(c: tuple[str, int, int]) -> CallAt:
+        return CallAt(type=c[0], pg_name="0", seq=c[1], size_bytes=1024, at_ns=T0 + c[2] * MS)
+
+    return RankStop(
+        rank=rank,
+        step=3,
+        step_start_ns=T0,
+        saved_ns=T0 + 10_000 * MS,
+        last=at(last) if last else None,
+        in_flight=tuple(map(at, flying)),
+    )
+
+
+def _run(tmp_path: Path, *stops: RankStop, missing: tuple[int, ...] = ()) -> Path:
+    b = RunBuilder(2)
+    for r in range(2):
+        b.rank(r).step(2).collective(CommType.ALL_REDUCE, 4096, 100)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    write_manifest(
+        run, replace(m, stopped=stops, missing_ranks=missing, ranks=tuple(set(m.ranks) - set(missing)))
+    )
+    return run
+
+
+def test_the_rank_that_did_not_arrive_is_named_with_the_collective_its_peer_waits_in(tmp_path: Path) -> None:
+    # rank 1 slept after step 3's all_reduce (0#10); rank 0 went on into the broadcast (0#11) and waited
+    run = _run(
+        tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), _stop(1, ("all_reduce", 10, 2))
+    )
+    said = (
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +3.0 ms, 10.0 s "
+        "before it saved; rank 1's last: all_reduce 0#10, returned at +2.0 ms) (times from the start of the "
+        "step on each rank)"
+    )
+    assert stop_answer(read_manifest(run)) == said
+    report = validate_run(run)
+    (w,) = [i for i in report.warnings if i.kind == "unfinished-step"]
+    assert (w.message, report.ok) == (said, True)  # a warning: the completed steps are still good
+    assert run_notes(load_run(run)).count(said) == 1  # analyze and replay: one line, not one per rank
+
+
+def test_a_rank_that_saved_no_trace_is_said_beside_the_collective_the_others_wait_in(tmp_path: Path) -> None:
+    run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), missing=(1,))
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 0 in broadcast 0#11 since +3.0 ms; rank 1 saved no trace "
+        "(times from the start of the step on each rank)"
+    )
+
+
+def test_ranks_that_issued_different_collectives_under_one_number_are_named(tmp_path: Path) -> None:
+    run = _run(
+        tmp_path,
+        _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)),
+        _stop(1, ("all_reduce", 10, 2), ("all_reduce", 11, 3)),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: ranks issued different collectives as 0#11: rank 0 broadcast, rank 1 "
+        "all_reduce (times from the start of the step on each rank)"
+    )
+
+
+def test_no_answer_where_no_rank_was_in_a_call(tmp_path: Path) -> None:
+    run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2)), _stop(1, ("all_reduce", 10, 2)))
+    assert stop_answer(read_manifest(run)) is None
+    assert not [i for i in validate_run(run).warnings if i.kind == "unfinished-step"]
+
+
+FAIL = """
+import time
+from datetime import timedelta
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=timedelta(seconds=3))
+r = dist.get_rank()
+w = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(w.parameters(), lr=0.01)
+for step in range(6):
+    w(torch.ones(2, 8)).sum().backward()
+    dist.all_reduce(torch.ones(1024))
+    if step == 3 and r == 1:
+        time.sleep(10**6)
+    dist.broadcast(torch.ones(256), src=0)
+    dist.all_reduce(torch.ones(4096))
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_broadcast(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    script = tmp_path / "fail.py"
+    script.write_text(textwrap.dedent(FAIL))
+    run = tmp_path / "run"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--"]
+    cmd += [str(torchrun), "--standalone", "--nproc-per-node=2", str(script)]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0, done.stderr[-2000:]
+    answer = stop_answer(read_manifest(run))
+    # step 2 is the first recorded; its collectives are 0#0..; step 3's all_reduce returned, its broadcast
+    # did not: 3 collectives a step since init (numbered from 1 by gloo's recorder: 0#10 and 0#11)
+    assert answer is not None and answer.startswith(
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +"
+    ), answer
+    assert "rank 1's last: all_reduce 0#10, returned at +" in answer
