@@ -418,7 +418,9 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     start), or one it was issued from inside, still running then: an enclosing host operator it depends
     on (a queue edge from it, where a trace names a node's parent operator as its dependency, as Chakra's
     converter does), issued at the op's start (after the operator's own start: it is never the head); or a
-    launch edge (a GPU op: an NCCL kernel), issued at the launch call."""
+    launch edge (a GPU op: an NCCL kernel), issued at the launch call. Of one op's issues from one thread
+    the launch call is taken, else the issue inside a running operator (where the op also follows a row
+    that thread finished, it was still issued after the operator began), else the op's start."""
     empty = np.zeros(0, dtype=np.int64)
     if not ops.any():
         return empty, empty
@@ -440,11 +442,13 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     # issued inside the running op, so after its start, even where both start in one µs (Chakra's times)
     inside_at = np.maximum(rt.start_ns[qd[inside]], rt.start_ns[qs[inside]] + 1)
     at = np.concatenate([at, inside_at, rt.start_ns[ls] + m.launch_off_ns[launched]])
+    # one issue per op and thread: the launch call (kind 0), else inside a running op (1), else the op's
+    # start (2); the earliest of its kind
+    kind = np.repeat(np.array([2, 1, 0], dtype=np.int64), [int(hit.sum()), int(inside.sum()), ls.size])
     other = rt.stream[src] != rt.stream[dst]
     if not other.any():
         return empty, empty
-    # one issue per op and thread, the earliest
-    issues = np.stack([dst[other], rt.stream[src[other]].astype(np.int64), at[other]])
+    issues = np.stack([dst[other], rt.stream[src[other]].astype(np.int64), kind[other], at[other]])
     issues = issues[:, np.lexsort(issues[::-1])]
     first = np.ones(issues.shape[1], dtype=np.bool_)
     first[1:] = (issues[0, 1:] != issues[0, :-1]) | (issues[1, 1:] != issues[1, :-1])
@@ -456,7 +460,7 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
         rows = np.flatnonzero(heads & (rt.stream == stream))
         rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         on = issues[:, issues[1] == stream]
-        k = np.searchsorted(rt.start_ns[rows], on[2], side="left")
+        k = np.searchsorted(rt.start_ns[rows], on[3], side="left")
         ok = k < rows.size
         out_ops.append(on[0][ok])
         out_heads.append(rows[k[ok]])

@@ -616,3 +616,15 @@ def test_a_slow_isend_after_the_threads_last_op_delays_the_send_alone(tmp_path: 
     b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS, stream=1000, deps=(f,))
     b.rank(1).recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS)
     assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
+
+
+def test_a_slow_isend_that_follows_a_finished_op_and_was_issued_as_its_enclosing_op_began_holds_the_next_op(
+    tmp_path: Path,
+) -> None:
+    # the isend follows `fwd0` (finished) and depends on `outer`, which it was issued from first thing
+    # (both start in one µs): `outer` began before the issue and is not held; `fwd1` is. `outer` was held
+    # (3 ms late) where 1 ns later it was not
+    for lag in (0, 1):
+        rt = _outer_run(tmp_path / f"run{lag}", outer=(MS, 2 * MS), send_at=MS + lag, on=("fwd0", "outer"))
+        assert _slow_send_moves(rt, "outer", 3 * MS)[0] == 0, lag
+        assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS), lag
