@@ -14,7 +14,7 @@ from skewlens.analysis.api import analyze_run
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import Attr, CommType
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.execution import execution_model, model_ends, recorded_wait_work_ns
 from skewlens.replay.real.plan import KIND_COMPUTE, rank_plan
@@ -420,12 +420,14 @@ def _ddp_ops_level(
     steps: int = 3,
     tail_ns: int = 0,
     nested_wait: bool = False,
+    returned_ns: int | None = None,
 ) -> Path:
     """DDP at the ``ops`` level: backward ops issue two bucket all_reduces, then DDP's reducer waits for the
     first inside ``untraced`` host time, which ends ``lag_ns`` before gloo's worker recorded that bucket's
     end (the worker lags the completion the program saw), or ``tail_ns`` after it (the thread went on in
     untraced time), copies it back (where ``nested_wait``, through a ``c10d::wait`` on the first bucket
-    0.1-0.4 ms into the copy), waits for the second, then the optimizer runs."""
+    0.1-0.4 ms into the copy), waits for the second, then the optimizer runs. ``returned_ns``: the first
+    bucket's call returned that long after the untraced time ended (``skl_return_ns``; none by default)."""
     b = RunBuilder(2)
     t = 0
     late = int(late_ms * MS)
@@ -447,6 +449,9 @@ def _ddp_ops_level(
                 deps=(g, a1),
             )
             u_end = done1 - lag_ns + tail_ns
+            if returned_ns is not None:
+                node = next(n for n in rb.nodes if n.node_id == a1)
+                node.attrs[Attr.RETURN_NS] = u_end + returned_ns
             u = rb.compute("untraced", u_end - (f0 + 2 * MS), start_ns=f0 + 2 * MS, deps=(g,))
             c = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=u_end, deps=(u,))
             if nested_wait:
@@ -809,6 +814,22 @@ def test_an_async_collective_keeps_its_recorded_end_where_another_member_ended_e
     run = load_run(b.write(tmp_path / "run"))
     assert model_ends(run, 1)[_row(run, 1, "c10d::all_reduce_")] == 20 * MS
     assert model_ends(run, 0)[_row(run, 0, "c10d::all_reduce_")] == 3 * MS
+
+
+def test_a_lagged_completion_is_not_ended_before_its_call_returned_nor_an_isend_after_its_recorded_end(
+    tmp_path: Path,
+) -> None:
+    # the end clamp of a hidden wait (the untraced time's end, 0.12 ms before the worker's record) stops
+    # where the bucket's call returned, 0.06 ms after that end (0.06 ms before the record)
+    lag = 120_000
+    run = load_run(_ddp_ops_level(tmp_path, 30.0, lag_ns=lag, returned_ns=60_000))
+    for r in (0, 1):
+        m, rt = execution_model(run).ranks[r], run.ranks[r]
+        assert m.end_clamp_rows.size == 3
+        assert (m.end_clamp_ns == rt.end_ns[m.end_clamp_rows] - lag + 60_000).all()
+    # an isend whose call is recorded to return (35 ms) after its own recorded end (30 ms): it ends there
+    run = _isend_blocking_in_its_call(tmp_path, 35 * MS)
+    assert model_ends(run, 0)[_row(run, 0, "c10d::send")] == 30 * MS
 
 
 def _isend_blocking_in_its_call(tmp_path: Path, returned_ns: int | None) -> RunTrace:

@@ -157,6 +157,36 @@ def test_a_stream_waiting_for_a_launch_no_operator_holds_waits_for_its_host(tmp_
         ("idle: launch wait", 110, 180),
         ("idle: other", 290, 10),
     ]
+    # and under the GPU twice as slow: gemm 20-220, fused_adam's launch met 400 (not the recorded call's 300)
+    doc = json.loads(
+        write_perfetto(run, simulate(run, effects=slow), tmp_path / "s.json", idle_streams={0: 7}).read_text()
+    )
+    pieces = [
+        (e["name"], round(e["ts"]), round(e["dur"])) for e in doc["traceEvents"] if e.get("cat") == "gpu_idle"
+    ]
+    assert sorted(pieces, key=lambda p: p[1]) == [
+        ("idle: launch wait", 0, 2),
+        ("idle: other", 2, 8),
+        ("idle: launch wait", 210, 180),
+        ("idle: other", 390, 10),
+    ]
+
+
+def test_a_launch_no_operator_holds_gives_way_to_a_dependency_met_later_or_at_once(tmp_path: Path) -> None:
+    # kernel b on stream 7, launched at 100 us by a call inside no operator, waits for kernel a on stream 8
+    # (10-200): stream 7 waited for stream 8 until 200, not for the launch (0-100, then other); a launch at
+    # 200 itself, met when a ends, leaves that wait the stream's too
+    for launch_us in (100, 200):
+        b = RunBuilder(world_size=1)
+        rb = b.rank(0).step(0)
+        f = rb.compute("fwd", dur_ns=50 * US, start_ns=0)
+        a = rb.compute("a", dur_ns=190 * US, start_ns=10 * US, stream=8, deps=(f,), launch_ns=5 * US)
+        rb.compute("b", dur_ns=50 * US, start_ns=210 * US, stream=7, deps=(a,), launch_ns=launch_us * US)
+        rb.compute("tail", dur_ns=300 * US, start_ns=60 * US)
+        res = analyze_run(load_run(b.write(tmp_path / f"run{launch_us}")), blame=False)
+        (g,) = (g for g in res.gpu_idle if g.stream == 7)
+        # idle 0-210 and after b (260-360): stream wait 0-200, other 200-210 and 260-360
+        assert (g.launch_wait_ns, g.stream_wait_ns, g.other_ns) == (0, 200 * US, 110 * US), launch_us
 
 
 def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_time(tmp_path: Path) -> None:

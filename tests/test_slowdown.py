@@ -13,7 +13,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology
@@ -616,6 +616,41 @@ def test_a_slow_isend_after_the_threads_last_op_delays_the_send_alone(tmp_path: 
     b.rank(0).send(1, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS, stream=1000, deps=(f,))
     b.rank(1).recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=2 * MS)
     assert _slow_send_ns(load_run(b.write(tmp_path / "run")), 3 * MS) == 3 * MS
+
+
+def test_a_slow_device_collective_queued_behind_a_running_kernel_holds_no_kernel_of_that_stream(
+    tmp_path: Path,
+) -> None:
+    # the NCCL collective (on the GPU, at its call) waits for kernel k1 still running on stream 7: that
+    # stream issued nothing, so a 3 ms delay before the collective leaves stream 7's next kernel k2 alone
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        f1 = rb.compute("fwd1", dur_ns=200_000, start_ns=0)
+        k1 = rb.compute("k1", dur_ns=2 * MS, start_ns=MS // 2, stream=7, deps=(f1,), launch_ns=100_000)
+        rb._add(
+            "nccl:all_reduce",
+            NodeType.COMM_COLL,
+            dur_ns=MS // 2,
+            start_ns=MS,
+            stream=20,
+            deps=(k1,),
+            attrs={
+                Attr.IS_CPU_OP: False,
+                Attr.COMM_TYPE: int(CommType.ALL_REDUCE),
+                Attr.COMM_SIZE: 1024,
+                Attr.PG_NAME: "0",
+                Attr.SEQ: 0,
+            },
+        )
+        f2 = rb.compute("fwd2", dur_ns=200_000, start_ns=2_800_000)
+        rb.compute("k2", dur_ns=MS, start_ns=3 * MS, stream=7, deps=(f2,), launch_ns=2_900_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    r0 = rt.ranks[0]
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="collective", ranks=(0,), delay_ns=3 * MS)])
+    base, res = simulate(rt), simulate(rt, effects=model)
+    moved = {r0.name(i): int(res.start_ns[0][i] - base.start_ns[0][i]) for i in range(len(r0))}
+    assert (moved["nccl:all_reduce"], moved["k2"], moved["fwd2"]) == (3 * MS, 0, 0)
 
 
 def test_a_slow_isend_that_follows_a_finished_op_and_was_issued_as_its_enclosing_op_began_holds_the_next_op(
