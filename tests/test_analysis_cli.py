@@ -621,3 +621,32 @@ def test_sizes_read_in_the_largest_binary_unit_they_reach() -> None:
         "1,024.0 MiB",
         "3.0 GiB",
     ]
+
+
+def test_the_heatmap_labels_the_row_of_the_rank_blamed_most_not_least_and_of_equals_the_lowest() -> None:
+    from skewlens.analysis.plots import _labelled_rows
+
+    ranks = np.arange(128, dtype=np.int64)
+    spaced = set(range(0, 128, 3))
+    # rank 77 is blamed for 9 ms, rank 40 for 1 ms: 77's row is labelled (78 too near it), 40 is not
+    assert _labelled_rows(ranks, {40: 1_000_000, 77: 9_000_000}) == tuple(sorted({*spaced, 77} - {78}))
+    # of two blamed alike, the lower rank's row: 40's (39 too near it to label too)
+    assert _labelled_rows(ranks, {77: 5_000_000, 40: 5_000_000}) == tuple(sorted({*spaced, 40} - {39}))
+
+
+def test_the_heatmap_labels_only_the_spaced_rows_where_no_rank_is_blamed_for_any_wait() -> None:
+    from skewlens.analysis.plots import _labelled_rows
+
+    # ranks present with 0 ns blamed are no straggler: rank 77's row is not singled out
+    ranks = np.arange(128, dtype=np.int64)
+    assert _labelled_rows(ranks, {77: 0, 5: 0}) == tuple(range(0, 128, 3))
+
+
+def test_a_spaced_label_exactly_half_their_spacing_from_the_blamed_rows_label_is_kept() -> None:
+    from skewlens.analysis.plots import _labelled_rows
+
+    # 160 ranks: every fourth row labelled; rank 2's, blamed, lies 2 rows (half the spacing) from 0 and 4
+    ranks = np.arange(160, dtype=np.int64)
+    assert _labelled_rows(ranks, {2: 1_000_000}) == tuple(sorted({*range(0, 160, 4), 2}))
+    # rank 3's lies 1 row from 4 (left out) and 3 from 0 (kept)
+    assert _labelled_rows(ranks, {3: 1_000_000}) == tuple(sorted({*range(0, 160, 4), 3} - {4}))

@@ -1744,3 +1744,57 @@ def test_a_topology_file_named_like_a_number_or_a_constant_replays_under_its_own
     assert skewlens_main(args) == 0
     saved = OmegaConf.load(out / "config.yaml")
     assert (saved.topology.name, saved.topology.dims[0].bandwidth_gbps) == ("mine", 2.0)
+
+
+def test_a_sweep_whose_primary_config_sets_its_own_sweep_dir_is_one_line_naming_hydra_sweep_dir(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in a sweep the directory Hydra runs the jobs in is hydra.sweep.dir, and the line names that key
+    monkeypatch.chdir(tmp_path)
+    (cfg := tmp_path / "cfg").mkdir()
+    (cfg / "mine.yaml").write_text(
+        "defaults:\n  - replay\n  - _self_\nhydra:\n  sweep:\n    dir: elsewhere\n"
+    )
+    code = skewlens_main(["replay", "-m", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", "out=o"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"out=o: Hydra would write this replay into {tmp_path / 'elsewhere'} (hydra.sweep.dir of " in err
+    assert "which sets hydra.sweep.dir to out" in err and "hydra.run.dir of" not in err
+
+
+def test_an_out_reached_through_a_symbolic_link_is_the_directory_hydra_runs_the_job_in(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # out=link/o and Hydra's run dir name one directory by two paths: the replay goes there, not refused
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    assert skewlens_main(["replay", f"trace={run_dir}", "out=link/o", "progress=false"]) == 0
+    assert (tmp_path / "real" / "o" / "summary.parquet").is_file()
+
+
+def test_a_relative_out_of_a_job_hydra_runs_in_its_directory_is_that_directory(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with hydra.job.chdir=true the job runs in out: a relative out is still where the command was given
+    monkeypatch.chdir(tmp_path)
+    assert skewlens_main(["replay", "trace=run", "out=o", "progress=false", "hydra.job.chdir=true"]) == 0
+    assert (tmp_path / "o" / "summary.parquet").is_file()
+    assert OmegaConf.load(tmp_path / "o" / "config.yaml").out == str(tmp_path / "o")
+
+
+def test_a_failed_replay_into_an_out_holding_files_named_as_hydras_keeps_them(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # out is the directory Hydra runs the job in, not one it made for the job: a replay.log kept there (a
+    # tee of an earlier replay's output) and a .hydra/config.yaml are the user's, and stay
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "o" / ".hydra").mkdir(parents=True)
+    for f in (tmp_path / "o" / "replay.log", tmp_path / "o" / ".hydra" / "config.yaml"):
+        f.write_text("mine\n")
+    assert skewlens_main(["replay", "trace=no_such_run", "out=o", "progress=false"]) == 2
+    assert sorted(str(p.relative_to(tmp_path / "o")) for p in (tmp_path / "o").rglob("*")) == [
+        ".hydra",
+        ".hydra/config.yaml",
+        "replay.log",
+    ]
