@@ -10,6 +10,7 @@ import socket
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capture_helpers import EXAMPLE, run_together
@@ -717,3 +718,38 @@ def test_a_host_starting_while_another_proves_the_shared_directory_writable_is_n
     (run / "rank-0.et").write_text("")  # anything else is a run already there
     with pytest.raises(CaptureError, match="directory is not empty"):
         prepare_run_dir(run)
+
+
+def test_a_run_directory_holding_only_a_hidden_file_that_is_no_probe_is_refused_as_not_empty(
+    tmp_path: Path,
+) -> None:
+    # only a probe file counts as nothing: a dotfile of one's own (a .keep, an earlier run's cache) is a
+    # directory in use
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".keep").write_text("")
+    with pytest.raises(CaptureError, match="directory is not empty"):
+        prepare_run_dir(run)
+
+
+def test_the_probe_file_a_host_makes_is_one_that_another_host_starting_then_counts_as_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the other host lists the directory while this host's probe file is in it
+    import tempfile
+
+    real = tempfile.NamedTemporaryFile
+    seen: list[bool] = []
+
+    def probe(*args: Any, **kwargs: Any) -> Any:
+        f = real(*args, **kwargs)
+        if not seen:
+            seen.append(True)
+            seen.append(prepare_run_dir(run) is False)  # the other host, starting then
+        return f
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", probe)
+    assert prepare_run_dir(run) is True
+    assert seen == [True, True]
+    assert list(run.iterdir()) == []

@@ -1144,3 +1144,36 @@ def test_a_name_this_locale_cannot_decode_is_one_line_naming_it_not_a_traceback(
             "hold; run with PYTHONUTF8=1 or in a UTF-8 locale"
         )
     ]
+
+
+def test_without_utf8_mode_a_column_cache_in_a_non_ascii_directory_is_written_and_read_back(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        for s in range(30):  # 60 nodes a rank: decoded by the column decoder, whose columns are cached
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=1_000_000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=200_000)
+    run = b.write(tmp_path / "run").rename(tmp_path / "rün")
+    code = (
+        "import sys; from pathlib import Path; from skewlens.profiler.store import colcache, load_run\n"
+        "run = Path(sys.argv[1]); load_run(run)\n"
+        "traces = sorted(run.glob('rank-*.et'))\n"
+        "print([colcache.read(t, colcache.fingerprint(t)) is not None for t in traces])\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env.pop("SKEWLENS_COLUMN_CACHE", None)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(run)], check=False, env=env, capture_output=True, timeout=120
+    )
+    # was read under the name's UTF-8 encoding, another name or none there: every load decoded the traces
+    assert (p.returncode, p.stdout.strip()) == (0, b"[True, True]"), p.stderr.decode(errors="replace")[-600:]

@@ -881,3 +881,20 @@ def test_both_timelines_name_the_run_by_its_absolute_path_where_it_was_loaded_by
     absolute = str((tmp_path / "run").resolve())
     for path in (analysed, replayed):
         assert json.loads(path.read_text(encoding="utf-8"))["otherData"]["run_dir"] == absolute
+
+
+def test_a_timeline_written_before_the_call_return_column_reads_with_it_null(
+    replayed: tuple[RunTrace, SimResult], tmp_path: Path
+) -> None:
+    # schema version 10 added timeline.return_ns: a version-9 timeline.parquet reads it as null
+    from skewlens.profiler.store.schema import META_TABLE, META_VERSION, write_table
+
+    run, sim = replayed
+    current = pq.read_table(write_timeline(run, sim, tmp_path / "timeline.parquet"))
+    old = current.drop_columns(["return_ns"]).replace_schema_metadata(
+        {META_VERSION: b"9", META_TABLE: b"timeline"}
+    )
+    got = read_table(write_table(old, tmp_path / "v9.parquet"), ReplayedNodeRecord)
+    assert got.num_rows == current.num_rows > 0
+    assert got["return_ns"].null_count == got.num_rows
+    assert got.drop_columns(["return_ns"]).equals(current.drop_columns(["return_ns"]))

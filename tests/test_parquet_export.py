@@ -1150,3 +1150,23 @@ def test_an_export_whose_model_cannot_be_derived_keeps_its_other_tables_and_says
         f"{run_dir}: not loaded, 1 problem(s): rank 1 is corrupt; so the export has no model table (the "
         "execution model's reading)"
     )
+
+
+def test_the_nodes_table_gives_each_async_sends_call_return_and_null_elsewhere(tmp_path: Path) -> None:
+    # nodes.return_ns is skl_return_ns, on the aligned clock: 16 ms for rank 0's isend, null for the rest
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    f = r0.compute("fwd", 10_000_000, start_ns=0)
+    r0.send(1, 4096, 20_000_000, start_ns=10_000_000, stream=1000, deps=(f,), return_ns=16_000_000)
+    r1.recv(0, 4096, 12_000_000, start_ns=0)
+    run = b.write(tmp_path / "run")
+    export_run(run, tmp_path / "pq", workers=1)
+    tbl = open_dataset(tmp_path / "pq", "nodes").to_table()
+    got = {
+        (r, n): v
+        for r, n, v in zip(*(tbl[c].to_pylist() for c in ("rank", "name", "return_ns")), strict=True)
+    }
+    assert got[(0, "c10d::send")] == 16_000_000
+    assert {k: v for k, v in got.items() if k != (0, "c10d::send")} == dict.fromkeys(
+        set(got) - {(0, "c10d::send")}
+    )

@@ -293,3 +293,19 @@ def test_a_run_timed_or_communicating_on_one_rank_only_is_not_refused_as_taking_
     check_timed(dataclasses.replace(mem, ranks={0: mem.ranks[0], 1: timed.ranks[1]}), as_recorded)
     with pytest.raises(ConfigError, match="nothing in it takes time"):  # untimed on both, no communication
         check_timed(mem, model)
+
+
+def test_a_call_return_in_a_trace_without_start_times_is_not_read_as_one_on_the_nodes_laid_end_to_end(
+    tmp_path: Path,
+) -> None:
+    # the nodes are laid end to end from 0: a return time of the producer's clock says nothing of them
+    for r, kind, peer in ((0, NodeType.COMM_SEND, ("comm_dst", 1)), (1, NodeType.COMM_RECV, ("comm_src", 0))):
+        with EtWriter(tmp_path / "run" / f"dp.{r}.et") as w:
+            w.write(pb.Node(id=0, name="fwd", type=int(NodeType.COMP), duration_micros=50))
+            node = pb.Node(id=1, name="p2p", type=int(kind), duration_micros=10, data_deps=[0])
+            for name, value in (("comm_size", 4096), peer, ("skl_return_ns", 7_000_000_000)):
+                node.attr.add(name=name, int64_val=value)
+            w.write(node)
+    rt = load_run(tmp_path / "run").ranks[0]
+    assert rt.start_ns.tolist() == [0, 50_000]
+    assert rt.return_ns is None
