@@ -1177,3 +1177,15 @@ def test_without_utf8_mode_a_column_cache_in_a_non_ascii_directory_is_written_an
     )
     # was read under the name's UTF-8 encoding, another name or none there: every load decoded the traces
     assert (p.returncode, p.stdout.strip()) == (0, b"[True, True]"), p.stderr.decode(errors="replace")[-600:]
+
+
+def test_only_a_name_python_could_not_decode_is_said_to_be_one_and_only_its_surroundings_are_shown() -> None:
+    from skewlens.console import undecodable_name
+
+    # an ASCII output given an 'é' is no undecodable name: it stays the error it is
+    assert undecodable_name(UnicodeEncodeError("ascii", "é", 0, 1, "ordinal not in range(128)")) is None
+    # of a long text, the 60 characters either side of the undecodable byte
+    text = "a" * 100 + "\udcfc" + "b" * 100
+    e = UnicodeEncodeError("utf-8", text, 100, 101, "surrogates not allowed")
+    said = undecodable_name(e)
+    assert said is not None and said.startswith(repr("a" * 60 + "\ufffd" + "b" * 60) + ": holds a name")

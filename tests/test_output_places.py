@@ -398,3 +398,10 @@ def test_an_export_into_a_directory_in_one_the_user_cannot_write_says_where_it_c
         f"skewlens export: error: cannot write {out}: Permission denied in {out.parent}, where it is made "
         "anew beside pq to replace it whole"
     )
+    # a new out: nothing is replaced, and that directory is where it is made, which the line says alone
+    out.rmdir()
+    assert skewlens_main(["export", str(run), "--out", str(out)]) == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == f"skewlens export: error: cannot write {out}: Permission denied"
+    )
