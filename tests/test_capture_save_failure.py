@@ -194,3 +194,21 @@ def test_a_profile_whose_command_succeeded_while_one_rank_could_not_save_fails_k
         f"(the traces of rank 0 are kept in {run}; skewlens analyze --lenient reads them)"
     )
     assert (run / "rank-0.et").is_file() and (run / "manifest.json").is_file()
+
+
+def test_only_a_rank_whose_save_failed_is_named_as_not_saved_not_one_missing_for_another_reason() -> None:
+    from skewlens.cli.profile import _not_saved
+    from skewlens.profiler.manifest import Manifest, rank_note_key
+
+    crashed = {rank_note_key(1): "exited with code 1 before it saved a trace"}
+    full = {rank_note_key(2): "trace not saved: run/rank-2.et: No space left on device"}
+    m = Manifest(
+        world_size=3, ranks=(0,), missing_ranks=(1, 2), level="collectives", notes={**crashed, **full}
+    )
+    assert _not_saved(m) == "rank 2: trace not saved: run/rank-2.et: No space left on device"
+    assert (
+        _not_saved(
+            Manifest(world_size=3, ranks=(0, 2), missing_ranks=(1,), level="collectives", notes=crashed)
+        )
+        is None
+    )
