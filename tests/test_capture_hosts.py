@@ -84,6 +84,19 @@ def test_a_host_that_finds_fewer_ranks_than_the_manifest_leaves_it_alone(tmp_pat
     assert (m.ranks, m.missing_ranks) == ((0, 1), ())
 
 
+def _other_host(run: Path, body: str) -> str:
+    """A script standing for the other host's ``skewlens profile`` on ``run``: ``save_rank`` and ``run`` at
+    hand, then ``body``."""
+    head = f"""
+        import pathlib, sys
+        sys.path[:0] = {sys.path!r}
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_capture_hosts import save_rank
+        run = pathlib.Path({str(run)!r})
+        """
+    return textwrap.dedent(head) + textwrap.dedent(body)
+
+
 def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_with_the_commands_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,19 +104,15 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     # both ranks (this host's too) and removes the part files. This host then said "no rank saved a trace
     # (did it run 3+ steps ...?)" and exited with code 2 after a successful run.
     run = tmp_path / "run"
-    other_host = textwrap.dedent(
-        f"""
-        import json, pathlib, sys
-        sys.path[:0] = {sys.path!r}
+    other_host = _other_host(
+        run,
+        """
         from skewlens.profiler.capture.run import finalize_run
         from skewlens.profiler.manifest import StepWindow
         from skewlens.profiler.vocab import Level
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_capture_hosts import save_rank
-        run = pathlib.Path({str(run)!r})
         save_rank(run, 0, "a"); save_rank(run, 1, "b")
         finalize_run(run, level=Level.COLLECTIVES, window=StepWindow())
-        """
+        """,
     )
     code = skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", other_host])
     err = capsys.readouterr().err
@@ -753,3 +762,28 @@ def test_the_probe_file_a_host_makes_is_one_that_another_host_starting_then_coun
     assert prepare_run_dir(run) is True
     assert seen == [True, True]
     assert list(run.iterdir()) == []
+
+
+def test_a_host_whose_ranks_another_host_merged_without_a_rank_whose_save_failed_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the other host merged rank 0 and listed rank 1, whose save failed, as missing: this host's command
+    # succeeded, but the capture did not (exit 0 let a nightly job go on without rank 1)
+    run = tmp_path / "run"
+    other_host = _other_host(
+        run,
+        """
+        from skewlens.profiler.manifest import Manifest, rank_note_key, write_manifest
+        save_rank(run, 0, "a")
+        note = "trace not saved: run/rank-1.et: No space left on device"
+        write_manifest(run, Manifest(world_size=2, ranks=(0,), missing_ranks=(1,), level="collectives",
+                                     notes={rank_note_key(1): note}))
+        """,
+    )
+    code = skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", other_host])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "manifest.json already merged by another host of the job (rank 0 of 2" in err
+    assert err.splitlines()[-1].startswith(
+        "skewlens profile: error: rank 1: trace not saved: run/rank-1.et: No space left on device (the traces"
+    )
