@@ -650,3 +650,44 @@ def test_a_spaced_label_exactly_half_their_spacing_from_the_blamed_rows_label_is
     assert _labelled_rows(ranks, {2: 1_000_000}) == tuple(sorted({*range(0, 160, 4), 2}))
     # rank 3's lies 1 row from 4 (left out) and 3 from 0 (kept)
     assert _labelled_rows(ranks, {3: 1_000_000}) == tuple(sorted({*range(0, 160, 4), 3} - {4}))
+
+
+def test_the_wait_heatmap_draws_a_slow_ranks_tensor_parallel_peers_apart_from_it_beside_larger_waits(
+    tmp_path: Path,
+) -> None:
+    # 1,024 ranks, 8-rank TP groups x 128 DP, rank 517 1.5x slow: its TP peers waited 0.26 ms a layer for
+    # it, 2.5% of the 10.2 ms DP waits that topped a linear scale; 368 of 400 columns were drawn in the
+    # colour of no wait and 517 could not be told from its peers. Here: 2-rank TP groups x 8 DP, rank 5.
+    tp, world, layers = 2, 16, 40
+    groups = {"0": tuple(range(world))}
+    groups |= {f"tp{g}": tuple(range(g * tp, (g + 1) * tp)) for g in range(world // tp)}
+    groups |= {f"dp{j}": tuple(range(j, world, tp)) for j in range(tp)}
+    b = RunBuilder(world_size=world, groups=groups)
+    work = [(15 if r == 5 else 10) * MS // 10 for r in range(world)]  # rank 5: 1.5 ms a layer, others 1
+    end = 0
+    for r in range(world):
+        rb = b.rank(r).step(0)
+        t = 0
+        for _ in range(layers):
+            rb.compute("aten::mm", work[r], start_ns=t)
+            done = max(t + work[p] for p in groups[f"tp{r // tp}"]) + MS // 10
+            rb.collective(
+                CommType.ALL_REDUCE, 1 << 20, done - t - work[r], start_ns=t + work[r], pg=f"tp{r // tp}"
+            )
+            t = done
+        end = max(end, t)
+    assert end == layers * (15 * MS // 10 + MS // 10)
+    for r in range(world):  # the DP all_reduce: every DP group waits for TP group 2 (40 layers x 0.5 ms)
+        t = layers * ((15 if r in (4, 5) else 10) * MS // 10 + MS // 10)
+        b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, end + MS - t, start_ns=t, pg=f"dp{r % tp}")
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    data = wait_heatmap_data(result)
+    assert data.top_ms == pytest.approx(20.0)  # the DP waits: 40 layers x 0.5 ms
+    tp2 = [j for j, label in enumerate(data.labels) if label.startswith("all_reduce tp2#")]
+    assert len(tp2) == layers
+    shade = data.shade()
+    assert data.grid[4, tp2].tolist() == pytest.approx([0.5] * layers)  # rank 4 waits 0.5 ms for rank 5
+    assert data.grid[5, tp2].tolist() == [0.0] * layers
+    # 2.5% of the scale, drawn 16% of the way up its colours (on a linear scale 2.5%: as no wait)
+    assert shade[4, tp2].tolist() == pytest.approx([0.025**0.5] * layers)
+    assert shade[5, tp2].tolist() == [0.0] * layers
