@@ -137,8 +137,9 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     """Top stragglers, ms per step (the mean over the steps, named in the title): what-if cost (simulated),
     steps where each is the top straggler, the peer wait it caused and its top cause (``-`` where nothing
     was blamed on it). After the first, a rank that costs nothing and made no one wait is left out (at 1,024
-    ranks, four rows of 0.00 under the one straggler); the caption then says how many ranks cost anything and
-    that every rank is in ``blame.parquet``."""
+    ranks, four rows of 0.00 under the one straggler); the caption then says how many ranks cost anything (and
+    how many of those are shown, where there are more than ``top``) and that every rank is in
+    ``blame.parquet``."""
     steps = blame_steps(result)
     recs = result.stragglers
     # without the what-if (analyze_run(blame=False), --no-blame) the table has no costs: its title and
@@ -173,10 +174,15 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         t.caption += f"\n{NOT_EVALUATED}"
     if len(shown) < len(recs):
         n = sum(_costs_anything(rec, steps) for rec in recs)
-        t.caption += (
-            f"\n{n:,} of {len(recs):,} ranks cost, or made others wait, 0.01 ms a step or more (those that "
-            f"did not are left out); every rank is in {BLAME_FILE}"
-        )
+        # more of them than rows: say so (at 1,024 ranks, 5 rows under "128 of 1,024 ranks cost ... (those
+        # that did not are left out)", as if the 128 were all shown)
+        which = "cost, or made others wait, 0.01 ms a step or more"
+        if n > len(shown):
+            said = f"{len(shown)} shown of the {n:,} of {len(recs):,} ranks that {which} "
+            said += "(the first by cost, then by the wait they caused)"
+        else:
+            said = f"{n:,} of {len(recs):,} ranks {which} (those that did not are left out)"
+        t.caption += f"\n{said}; every rank is in {BLAME_FILE}"
     return t
 
 

@@ -440,6 +440,27 @@ def test_the_stragglers_table_leaves_out_ranks_of_no_cost_after_the_first_and_sa
     )
 
 
+def test_the_stragglers_caption_says_how_many_of_the_ranks_that_cost_anything_it_shows(
+    tmp_path: Path,
+) -> None:
+    # 1,024 ranks, 8-rank TP x 128 DP, two slow ranks: 5 rows under "128 of 1,024 ranks cost, or made others
+    # wait, 0.01 ms a step or more (those that did not are left out)", as if the 128 were all shown
+    b = RunBuilder(world_size=8)
+    for r in range(8):
+        for step, slow in enumerate((3, 6)):  # rank 3 late in step 0, rank 6 in step 1
+            work = (9 if r == slow else 3) * MS
+            rb = b.rank(r).step(step)
+            rb.compute("work", work, start_ns=step * 10 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS - work, start_ns=step * 10 * MS + work)
+    result = analyze_run(load_run(b.write(tmp_path / "run")))
+    text = _render(stragglers_table(result, top=1))
+    assert [row[0] for row in _rows(text)] == ["3"]
+    assert " ".join(text.split("┘", 1)[1].split()).endswith(
+        "1 shown of the 2 of 8 ranks that cost, or made others wait, 0.01 ms a step or more (the first by "
+        "cost, then by the wait they caused); every rank is in blame.parquet"
+    )
+
+
 def test_the_stragglers_caption_says_what_cost_percent_is_a_share_of(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_one_slow_rank(tmp_path)))
     caption = " ".join(_render(stragglers_table(result)).split("┘", 1)[1].split())
