@@ -17,6 +17,7 @@ from skewlens.analysis.api import (
     CRITICAL_PATH_FILE,
     GPU_IDLE_FILE,
     GPU_KERNELS_FILE,
+    SKEW_FILE,
     AnalysisResult,
 )
 from skewlens.analysis.breakdown import MEAN_PARTS, RankMeans, outlier_steps, rank_means
@@ -243,11 +244,19 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
             str(e.blamed_rank),
             e.cause.text or "-",
         )
-    if any(e.clock_contradicted for e in events):
-        t.caption = (
-            f"{CLOCK_MARK}: a member recorded as done before one it waits for began: the ranks' clocks "
-            "disagree, so its skew, waits and cause are not meaningful (listed after the others)"
+    notes = []
+    if len(waited) > len(events):  # at 1,024 ranks: 10 rows of 20,512 and nothing said of the rest
+        notes.append(
+            f"{len(events)} of the {len(waited):,} with exposed wait shown; every one is in {SKEW_FILE}"
         )
+    if any(e.clock_contradicted for e in events):
+        notes.insert(
+            0,
+            f"{CLOCK_MARK}: a member recorded as done before one it waits for began: the ranks' clocks "
+            "disagree, so its skew, waits and cause are not meaningful (listed after the others)",
+        )
+    if notes:
+        t.caption = "\n".join(notes)
     elif not events:
         t.caption = (
             "none: no member of a collective or p2p waited for a peer outside compute"

@@ -369,6 +369,16 @@ def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_membe
     assert [row[2:5] for row in _rows(text)] == [["1.0 MiB", "40.00", "80.00"]] * 3
 
 
+def test_the_worst_collectives_table_says_how_many_it_left_out(tmp_path: Path) -> None:
+    # 1,024 ranks, TP8 x DP128: 10 rows of the 20,512 collectives with exposed wait, nothing said of the rest
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
+    text = _render(worst_collectives_table(result, top=2))
+    assert len(_rows(text)) == 2
+    assert " ".join(text.split("┘", 1)[1].split()) == (
+        "2 of the 3 with exposed wait shown; every one is in collective_skew.parquet"
+    )
+
+
 def test_an_empty_worst_collectives_table_says_why_it_is_empty(tmp_path: Path) -> None:
     # a one-rank import of a 16-GPU job printed the table's header and nothing else
     def caption(ranks: int, comm: bool) -> str:
