@@ -133,3 +133,15 @@ def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_
         "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +"
     ), answer
     assert "rank 1's last: all_reduce 0#10, returned at +" in answer
+
+
+@pytest.mark.timeout(20)
+def test_the_answer_reads_a_manifest_of_many_calls_in_flight_once_not_once_a_call(tmp_path: Path) -> None:
+    # a manifest is untrusted: 4,000 calls in flight on each of 2 ranks took 24 s (each call re-read every
+    # call of every member), these 20,000 about 10 minutes
+    calls = [("all_reduce", s, 0) for s in range(20_000)]
+    run = _run(tmp_path, _stop(0, None, *calls), _stop(1, None, *calls))
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 0 in all_reduce 0#19999 since +0.0 ms (times from the start of the step "
+        "on each rank)"
+    )
