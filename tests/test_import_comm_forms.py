@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.comm import p2p_from_op
 from skewlens.profiler.manifest import read_manifest
@@ -448,6 +449,20 @@ def test_an_all_to_all_kernel_whose_own_args_give_empty_split_sizes_takes_those_
     _, a = _the_kernel(nodes)
     assert (a[Attr.SEND_BYTES], a[Attr.RECV_BYTES]) == (60, 64)
     assert (list(a[Attr.SEND_SPLITS]), list(a[Attr.RECV_SPLITS])) == ([40, 1200, 20], [28, 8, 36])
+
+
+def test_an_all_to_all_whose_split_sizes_come_to_more_bytes_than_a_trace_holds_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    # 10**18 - 1 doubles to each of ranks 0 and 2 are 16e18 bytes sent, past int64: written to the trace, a
+    # traceback ('Value out of range')
+    big = 10**18 - 1
+    rpc = _rpc_args("all_to_allv", 315, 18, "Double", "0", "[0, 1, 2]") | {
+        "In split size": f"[{big}, 300, {big}]",
+        "Out split size": "[7, 2, 9]",
+    }
+    with pytest.raises(TraceImportError, match=rf"rank 1: .*has all_to_all bytes sent {16 * big + 2400} out"):
+        _import(tmp_path, _doc(NEW_SENDRECV, rpc=rpc, rank=1, world=3))
 
 
 # --- streams and the order of collectives -----------------------------------------------------------

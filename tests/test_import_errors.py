@@ -206,6 +206,15 @@ def test_an_all_to_allv_takes_its_split_sizes_in_bytes_from_record_param_comms()
     assert (comm.send_splits, comm.recv_splits) == ((64, 960), (64, 64))
 
 
+def test_an_all_to_allv_whose_record_param_comms_lists_a_split_too_large_for_a_count_has_none() -> None:
+    # read as the Kineto args' split sizes are: each under 2**62 (10**30 was a traceback writing the trace)
+    nodes = _rpc_nodes("all_to_allv", "nccl:all_to_all")
+    nodes[0]["inputs"][5:7] = [[10**30, 240], [16, 16]]
+    nodes[0]["input_types"][5:7] = ["GenericList[Int,Int]", "GenericList[Int,Int]"]
+    (comm,) = parse_host_et({"schema": "1.0.1", "pid": 100, "nodes": nodes}, Path("et.json")).comms
+    assert (comm.send_splits, comm.recv_splits) == ((), ())
+
+
 def test_an_all_to_all_whose_record_param_comms_lists_no_splits_has_none() -> None:
     (comm,) = parse_host_et(
         {"schema": "1.0.1", "pid": 100, "nodes": _rpc_nodes("all_to_all", "nccl:all_to_all")}, Path("et.json")

@@ -32,9 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from skewlens.profiler.importers.host_et import HostComm
+from skewlens.profiler.importers.host_et import HostComm, split_sizes
 from skewlens.profiler.importers.kineto import KEvent, as_int
-from skewlens.profiler.manifest import MAX_WORLD_SIZE
 from skewlens.profiler.vocab import CommType, collective_from_op, dtype_bytes
 
 DEFAULT_PG = "0"
@@ -137,24 +136,6 @@ def _tensor_size(dims: Any, dtype: Any) -> tuple[int, int] | None:
     return n, n * dtype_bytes(dtype)  # out-of-range sizes are refused where the node is made
 
 
-def _split_sizes(v: Any) -> tuple[int, ...] | None:
-    """A split-size list as Kineto writes it (``"[3, 0, 5]"``, elements per group member; ``"[]"`` for
-    none), None where it is absent, empty or not such a list; at most :data:`MAX_WORLD_SIZE` entries."""
-    if isinstance(v, str):
-        text = v.strip()
-        if not (text.startswith("[") and text.endswith("]")) or text.count(",") >= MAX_WORLD_SIZE:
-            return None
-        items = [x.strip() for x in text[1:-1].split(",")] if text[1:-1].strip() else []
-        if not all(x.isdecimal() and len(x) < 19 for x in items):
-            return None
-        v = [int(x) for x in items]
-    if not isinstance(v, list) or not v or len(v) > MAX_WORLD_SIZE:
-        return None
-    if not all(type(x) is int and 0 <= x < 1 << 62 for x in v):
-        return None
-    return tuple(v)
-
-
 def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """Fields a newer Kineto writes on NCCL kernels and ``record_param_comms`` (empty when absent)."""
     name = args.get("Collective name")
@@ -174,7 +155,7 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     if seq is not None:
         out["seq"] = seq
     width = dtype_bytes(dtype) if isinstance(dtype, str) else 0
-    send, recv = _split_sizes(args.get("In split size")), _split_sizes(args.get("Out split size"))
+    send, recv = split_sizes(args.get("In split size")), split_sizes(args.get("Out split size"))
     if width and send is not None and recv is not None and len(send) == len(recv):
         out["send_splits"] = tuple(n * width for n in send)
         out["recv_splits"] = tuple(n * width for n in recv)

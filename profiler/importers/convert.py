@@ -408,7 +408,14 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
     is known (the trace gives the peer as a group rank: mapped to the global rank here)."""
     kt = src.kt
     rank = kt.rank
-    for what, v in (("size", info.size_bytes), ("element count", info.numel), ("sequence number", info.seq)):
+    for what, v in (
+        ("size", info.size_bytes),
+        ("element count", info.numel),
+        ("sequence number", info.seq),
+        # in bytes: a split of 10**30 elements was a traceback writing the trace ('Value out of range')
+        ("all_to_all bytes sent", sum(info.send_splits)),
+        ("all_to_all bytes received", sum(info.recv_splits)),
+    ):
         if v is not None and not 0 <= v < MAX_INT:
             raise TraceImportError(
                 f"{kt.path}: rank {rank}: {p.event.name[:60]} (traceEvents[{p.event.index}]) has {what} {v} "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.manifest import MAX_WORLD_SIZE
 from skewlens.profiler.vocab import CommType, collective_from_op
 
 
@@ -204,15 +205,27 @@ def _rpc_fields(values: list[Any]) -> dict[str, Any]:
         return {}
     seq, ptr, rank = (_int(v) for v in values[s - 3 : s])
     out = {"op": values[s], "seq": seq, "pg_ptr": ptr, "rank": rank}
-    splits = [_counts(v) for v in values[s + 1 : s + 3]]
+    splits = [split_sizes(v) for v in values[s + 1 : s + 3]]
     if len(splits) == 2 and splits[0] and splits[1] and len(splits[0]) == len(splits[1]):
         out["splits"] = (splits[0], splits[1])
     return out
 
 
-def _counts(v: Any) -> tuple[int, ...] | None:
-    """A list of element counts (non-negative integers), None where ``v`` is not one."""
-    if not isinstance(v, list) or not all(_int(x) is not None and x >= 0 for x in v):
+def split_sizes(v: Any) -> tuple[int, ...] | None:
+    """An all_to_all's split sizes (elements to or from each group member) as Kineto writes them
+    (``"[3, 0, 5]"``; ``"[]"`` for none) or a host execution trace lists them (``[3, 0, 5]``), None where
+    absent, empty or not such a list; at most :data:`MAX_WORLD_SIZE` entries, each under 2**62."""
+    if isinstance(v, str):
+        text = v.strip()
+        if not (text.startswith("[") and text.endswith("]")) or text.count(",") >= MAX_WORLD_SIZE:
+            return None
+        items = [x.strip() for x in text[1:-1].split(",")] if text[1:-1].strip() else []
+        if not all(x.isdecimal() and len(x) < 19 for x in items):
+            return None
+        v = [int(x) for x in items]
+    if not isinstance(v, list) or not v or len(v) > MAX_WORLD_SIZE:
+        return None
+    if not all(type(x) is int and 0 <= x < 1 << 62 for x in v):
         return None
     return tuple(v)
 
