@@ -446,8 +446,19 @@ class Manifest:
                 j.text(p, f"merged_from[{i}]")
                 for i, p in enumerate(j.array(d.get("merged_from", []), "merged_from"))
             ),
-            stopped=tuple(rank_stop(x, where, key, ws) for key, x in j.objects(d, "stopped")),
+            stopped=_stops(j, d, ws),
         )
+
+
+def _stops(j: _Json, d: dict[str, Any], world_size: int) -> tuple[RankStop, ...]:
+    """The manifest's ``stopped``: one record per rank (a second was read over the first, unsaid)."""
+    out: dict[int, RankStop] = {}
+    for key, x in j.objects(d, "stopped"):
+        s = rank_stop(x, j.where, key, world_size)
+        if s.rank in out:
+            raise ManifestError(f"{j.where}: {key}.rank: rank {s.rank} is listed twice")
+        out[s.rank] = s
+    return tuple(out.values())
 
 
 def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:

@@ -216,6 +216,9 @@ def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_
     ]
 
 
+_STOP = {"rank": 0, "step": 3, "step_start_ns": 0, "saved_ns": 9, "last": None, "in_flight": []}
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
@@ -242,6 +245,8 @@ def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_
             "process_groups[1].name: group '0' is listed twice",
         ),
         ({"merged_from": ["/a", 7]}, "merged_from[1]: expected a string, got 7"),
+        # a second stop record of a rank was read over the first, unsaid (skewlens check named its calls)
+        ({"stopped": [_STOP, {**_STOP, "step": 4}]}, "stopped[1].rank: rank 0 is listed twice"),
         ({"level": "bogus"}, "level: expected one of collectives, ops, full, got 'bogus'"),
     ],
 )
