@@ -67,6 +67,15 @@ def test_the_rank_that_did_not_arrive_is_named_with_the_collective_its_peer_wait
     assert run_notes(load_run(run)).count(said) == 1  # analyze and replay: one line, not one per rank
 
 
+def test_a_last_call_that_returned_before_the_step_began_is_said_before_it(tmp_path: Path) -> None:
+    # rank 1's last call was step 2's (DDP's bucket all_reduces, which only the recorder sees, came after)
+    run = _run(
+        tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), _stop(1, ("all_reduce", 9, -3))
+    )
+    answer = stop_answer(read_manifest(run))
+    assert answer is not None and "rank 1's last: all_reduce 0#9, returned at -3.0 ms)" in answer, answer
+
+
 def test_a_rank_that_saved_no_trace_is_said_beside_the_collective_the_others_wait_in(tmp_path: Path) -> None:
     run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), missing=(1,))
     assert stop_answer(read_manifest(run)) == (

@@ -426,9 +426,9 @@ def ends_unknown_line(counts: Mapping[int, int], source: str) -> str:
 
 
 def _into(ns: int, start_ns: int) -> str:
-    """``+12.3 ms`` / ``+10.02 s``: how far ``ns`` is past ``start_ns``."""
+    """``+12.3 ms`` / ``+10.02 s`` / ``-0.3 ms``: how far ``ns`` is past (or before) ``start_ns``."""
     d = ns - start_ns
-    return f"+{d / 1e9:.2f} s" if abs(d) >= 1_000_000_000 else f"+{d / 1e6:.1f} ms"
+    return f"{d / 1e9:+.2f} s" if abs(d) >= 1_000_000_000 else f"{d / 1e6:+.1f} ms"
 
 
 def _name(c: CallAt) -> str:
