@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skewlens.profiler.manifest import CallAt, RankStop, read_manifest, write_manifest
+from skewlens.profiler.manifest import CallAt, ProcessGroupInfo, RankStop, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes, stop_answer
 from skewlens.profiler.store.validate import validate_run
@@ -21,12 +21,15 @@ MS = 1_000_000
 T0 = 1_000_000_000_000
 
 
-def _stop(rank: int, last: tuple[str, int, int] | None, *flying: tuple[str, int, int]) -> RankStop:
-    """Rank ``rank`` stopped in step 3 (begun at T0): its last call ``(type, seq, ms)`` and the ones in
-    flight, on group 0."""
+Call = tuple[str, int, int] | tuple[str, int, int, str]
 
-    def at(c: tuple[str, int, int]) -> CallAt:
-        return CallAt(type=c[0], pg_name="0", seq=c[1], size_bytes=1024, at_ns=T0 + c[2] * MS)
+
+def _stop(rank: int, last: Call | None, *flying: Call) -> RankStop:
+    """Rank ``rank`` stopped in step 3 (begun at T0): its last call ``(type, seq, ms)`` and the ones in
+    flight, on group 0 (or the group after them: ``(type, seq, ms, group)``)."""
+
+    def at(c: Call) -> CallAt:
+        return CallAt(type=c[0], pg_name=(*c, "0")[3], seq=c[1], size_bytes=1024, at_ns=T0 + c[2] * MS)
 
     return RankStop(
         rank=rank,
@@ -100,6 +103,54 @@ def test_no_answer_where_no_rank_was_in_a_call(tmp_path: Path) -> None:
     run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2)), _stop(1, ("all_reduce", 10, 2)))
     assert stop_answer(read_manifest(run)) is None
     assert not [i for i in validate_run(run).warnings if i.kind == "unfinished-step"]
+
+
+def _mesh(tmp_path: Path, *stops: RankStop) -> Path:
+    """4 ranks, tp groups '1' {0,1} and '2' {2,3}, dp groups '3' {0,2} and '4' {1,3} (a 2 x 2 mesh)."""
+    b = RunBuilder(4)
+    for r in range(4):
+        b.rank(r).step(2).collective(CommType.ALL_REDUCE, 4096, 100)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    named = (("0", (0, 1, 2, 3)), ("1", (0, 1)), ("2", (2, 3)), ("3", (0, 2)), ("4", (1, 3)))
+    groups = tuple(ProcessGroupInfo(name=n, ranks=rs) for n, rs in named)
+    write_manifest(run, replace(m, stopped=stops, process_groups=groups))
+    return run
+
+
+def test_a_rank_blocked_in_another_groups_collective_is_not_named_as_the_one_that_did_not_arrive(
+    tmp_path: Path,
+) -> None:
+    # each step: dp all_reduce, 3 tp all_reduces, dp all_reduce; rank 1 slept before step 3's third tp one
+    # (1#12): rank 0 waited in it, rank 3 in dp 4#8 (for rank 1), rank 2 in dp 3#8 (for rank 0, blocked)
+    run = _mesh(
+        tmp_path,
+        _stop(0, ("all_reduce", 11, 2, "1"), ("all_reduce", 12, 3, "1")),
+        _stop(1, ("all_reduce", 11, 2, "1")),
+        _stop(2, ("all_reduce", 12, 2, "2"), ("all_reduce", 8, 3, "3")),
+        _stop(3, ("all_reduce", 12, 2, "2"), ("all_reduce", 8, 3, "4")),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 4#8 (rank 3 in it since +3.0 ms, 10.0 s "
+        "before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the start of the "
+        "step on each rank)"
+    )
+
+
+def test_ranks_each_waiting_for_the_other_in_two_groups_are_said_with_both_calls(tmp_path: Path) -> None:
+    # 2 ranks, the world (0) and a second group (1) of both: in step 3 rank 0 called the world's all_reduce
+    # first, rank 1 group 1's; each waits for the other: the first by number is said, with where its
+    # laggard waits
+    run = _run(
+        tmp_path,
+        _stop(0, ("all_reduce", 3, -1, "1"), ("all_reduce", 4, 1)),
+        _stop(1, ("all_reduce", 3, -1, "1"), ("all_reduce", 4, 2, "1")),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 (rank 0 in it since +1.0 ms, 10.0 s "
+        "before it saved; rank 1's last: all_reduce 1#3, returned at -1.0 ms, waiting in all_reduce 1#4 "
+        "since +2.0 ms) (times from the start of the step on each rank)"
+    )
 
 
 FAIL = """

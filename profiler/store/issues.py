@@ -440,7 +440,9 @@ def stop_answer(m: Manifest) -> str | None:
     across the ranks' stop records (``manifest.stopped``): the first collective some member of its group is
     in (issued, not returned) that another member saved without having issued, with the rank in it since
     when (into its unfinished step) and the laggard's last returned call; members that issued different
-    collectives under one number; and the ranks that saved no trace. None where no rank was in a call."""
+    collectives under one number; and the ranks that saved no trace. None where no rank was in a call.
+    With several groups a laggard that is itself in a call another member did not arrive at waits there: a
+    collective with a laggard in no such call comes first, and a waiting laggard is said with its call."""
     stops = {s.rank: s for s in m.stopped}
     if not any(s.in_flight for s in stops.values()):
         return None
@@ -465,10 +467,28 @@ def stop_answer(m: Manifest) -> str | None:
             lowest[pg] = min((issued.get(pg, {}).get(r, -1) for r in group), default=float("inf"))
         return place_of[pg]
 
+    late_of: dict[tuple[str, int], list[int]] = {}
+
+    def late_at(pg: str, seq: int) -> list[int]:
+        """The members of ``pg`` that saved without having issued its call ``seq`` (once per call)."""
+        if (pg, seq) not in late_of:
+            place = stopped_in(pg)
+            late_of[(pg, seq)] = (
+                [r for r in place if issued.get(pg, {}).get(r, -1) < seq] if lowest[pg] < seq else []
+            )
+        return late_of[(pg, seq)]
+
     flying = sorted(
         ((c.pg_name, c.seq, r, c) for r, s in stops.items() for c in s.in_flight if c.seq >= 0),
         key=lambda x: (x[1], x[0], x[2]),
     )
+    # where each rank waits: the first call it is in that a member of its group did not arrive at
+    waits_in: dict[int, CallAt] = {}
+    for pg, seq, r, c in flying:
+        if late_at(pg, seq):
+            waits_in.setdefault(r, c)
+    # a call whose laggards all wait in such calls themselves goes last (stable: then by number)
+    flying.sort(key=lambda x: bool(late := late_at(x[0], x[1])) and all(r in waits_in for r in late))
     said: list[str] = []
     seen: set[tuple[str, int]] = set()
     for pg, seq, _r, call in flying:
@@ -477,8 +497,8 @@ def stop_answer(m: Manifest) -> str | None:
         seen.add((pg, seq))
         place = stopped_in(pg)
         inside = sorted(((r, c) for r, c in inside_of[(pg, seq)] if r in place), key=lambda rc: place[rc[0]])
-        if lowest[pg] < seq:
-            late = [r for r in place if issued.get(pg, {}).get(r, -1) < seq]
+        late = late_at(pg, seq)
+        if late:
             waits = ", ".join(
                 f"rank {r} in it since {_into(c.at_ns, stops[r].step_start_ns)}, "
                 f"{(stops[r].saved_ns - c.at_ns) / 1e9:.1f} s before it saved"
@@ -490,6 +510,11 @@ def stop_answer(m: Manifest) -> str | None:
                     f"{_name(last)}, returned at {_into(last.at_ns, stops[r].step_start_ns)}"
                     if (last := stops[r].last) is not None
                     else "none in the capture window"
+                )
+                + (
+                    f", waiting in {_name(w)} since {_into(w.at_ns, stops[r].step_start_ns)}"
+                    if (w := waits_in.get(r)) is not None
+                    else ""
                 )
                 for r in late
             )
