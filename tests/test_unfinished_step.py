@@ -172,14 +172,31 @@ for step in range(6):
 """
 
 
-@pytest.mark.slow
-def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_broadcast(
-    tmp_path: Path,
-) -> None:
+CROSSED = """
+from datetime import timedelta
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=timedelta(seconds=3))
+g = dist.new_group([0, 1], timeout=timedelta(seconds=3))
+w = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(w.parameters(), lr=0.01)
+for step in range(6):
+    w(torch.ones(2, 8)).sum().backward()
+    calls = [lambda: dist.all_reduce(torch.ones(1024)), lambda: dist.all_reduce(torch.ones(256), group=g)]
+    if step == 3 and dist.get_rank() == 1:
+        calls.reverse()
+    for call in calls:
+        call()
+    opt.step()
+"""
+
+
+def _captured_answer(tmp_path: Path, source: str, start: str) -> str:
+    """``stop_answer`` of a 2-rank capture of ``source``, a script that fails, checked to start with
+    ``start``."""
     import subprocess
 
     script = tmp_path / "fail.py"
-    script.write_text(textwrap.dedent(FAIL))
+    script.write_text(textwrap.dedent(source))
     run = tmp_path / "run"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--"]
@@ -187,11 +204,18 @@ def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0, done.stderr[-2000:]
     answer = stop_answer(read_manifest(run))
+    assert answer is not None and answer.startswith(start), answer
+    return answer
+
+
+@pytest.mark.slow
+def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_broadcast(
+    tmp_path: Path,
+) -> None:
     # step 2 is the first recorded; its collectives are 0#0..; step 3's all_reduce returned, its broadcast
     # did not: 3 collectives a step since init (numbered from 1 by gloo's recorder: 0#10 and 0#11)
-    assert answer is not None and answer.startswith(
-        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +"
-    ), answer
+    start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +"
+    answer = _captured_answer(tmp_path, FAIL, start)
     assert "rank 1's last: all_reduce 0#10, returned at +" in answer
 
 
@@ -205,3 +229,14 @@ def test_the_answer_reads_a_manifest_of_many_calls_in_flight_once_not_once_a_cal
         "step 3 did not finish: rank 0 in all_reduce 0#19999 since +0.0 ms (times from the start of the step "
         "on each rank)"
     )
+
+
+@pytest.mark.slow
+def test_a_capture_whose_ranks_call_two_groups_in_different_orders_says_where_each_waits(
+    tmp_path: Path,
+) -> None:
+    # one collective a step on each group, numbered from 1: step 3's are 0#4 and 1#4, step 2's last 1#3
+    start = "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 (rank 0 in it since +"
+    answer = _captured_answer(tmp_path, CROSSED, start)
+    assert "rank 1's last: all_reduce 1#3, returned at -" in answer
+    assert ", waiting in all_reduce 1#4 since +" in answer
