@@ -722,3 +722,26 @@ def test_the_wait_heatmap_draws_a_slow_ranks_tensor_parallel_peers_apart_from_it
     # 2.5% of the scale, drawn 16% of the way up its colours (on a linear scale 2.5%: as no wait)
     assert shade[4, tp2].tolist() == pytest.approx([0.025**0.5] * layers)
     assert shade[5, tp2].tolist() == [0.0] * layers
+
+
+def test_the_worst_collectives_bytes_are_the_largest_members_and_each_record_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.api import skew_table
+
+    # an uneven all_to_all of 3 ranks: rank 1 sends 3 KiB, ranks 0 and 2 1 KiB and 2 KiB, rank 2 arriving
+    # 5 ms late; the table gives the largest member's call (not the first's or the smallest's), the records
+    # and the table analyze writes each member's own
+    sizes = {0: 1024, 1: 3072, 2: 2048}
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", dur_ns=MS if r < 2 else 6 * MS, start_ns=0)
+        rb.collective(CommType.ALL_TO_ALL, comm_bytes=sizes[r], dur_ns=6 * MS if r < 2 else MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    rows = _rows(_render(worst_collectives_table(result)))
+    assert [row[2] for row in rows] == ["3.0 KiB"]
+    got = sorted((rec.rank, rec.comm_bytes) for rec in result.skew.records())
+    assert got == sorted(sizes.items())
+    table = skew_table(result.skew).to_pydict()
+    assert sorted(zip(table["rank"], table["comm_bytes"], strict=True)) == got

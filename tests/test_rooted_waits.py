@@ -235,3 +235,32 @@ def test_a_receiver_late_at_a_broadcast_whose_root_came_first_keeps_its_own_late
     assert e.wait_ns.tolist() == [4 * MS, 0]
     assert e.late_rank == 1 and e.blamed_rank == 1
     assert e.cause.kind.value == "compute" and e.cause.op == "opt" and e.cause.delta_ns == 4 * MS
+
+
+def test_a_broadcast_the_late_rank_rooted_and_reached_first_is_no_synchronisation_of_its_later_lateness(
+    tmp_path: Path,
+) -> None:
+    # rank 1 roots a broadcast it reaches 2 ms before rank 0 and waits for no one: that broadcast did not
+    # line the two up, so rank 1's lateness at the next all_reduce (5 ms) is measured from the all_reduce
+    # before (rank 1: 1 + 8 ms since, rank 0: 3 + 1), not from the broadcast (which would read +7 ms)
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS // 10, start_ns=MS)
+        rb.compute("pre", MS if r == 1 else 3 * MS)
+        rb.collective(CommType.BROADCAST, 4096, MS // 10, root=1)
+        rb.compute("opt", 8 * MS if r == 1 else MS)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS // 10)
+    events = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert [e.wait_ns.tolist() for e in events[1:]] == [[0, 0], [100 * US, 0]]
+    e = events[2]
+    assert e.late_rank == 1 and e.blamed_rank == 1
+    assert e.cause.kind.value == "compute" and e.cause.op == "opt" and e.cause.delta_ns == 5 * MS
+
+
+def test_an_all_reduce_of_one_byte_still_makes_the_early_members_wait(tmp_path: Path) -> None:
+    # only a call empty on every member returns at once; a 1-byte one waits for the last arrival
+    times = {0: (MS, 5 * MS + 20 * US), 1: (MS, 5 * MS + 20 * US), 2: (5 * MS, 5 * MS + 20 * US)}
+    run = _run(tmp_path, CommType.ALL_REDUCE, None, times, nbytes=1)
+    assert execution_model(run).syncs[0].waits_for == (-1, -1, -1)
+    assert _event(run).wait_ns.tolist() == [4 * MS, 4 * MS, 0]
