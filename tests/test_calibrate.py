@@ -676,3 +676,35 @@ def test_the_written_entry_names_the_run_by_its_absolute_path_where_it_was_given
     cal = calibrate(load_validated("run"))
     first = write_topology(cal, tmp_path / "cal.yaml").read_text(encoding="utf-8").splitlines()[0]
     assert f" from {(tmp_path / 'run').resolve()}: " in first
+
+
+def test_a_calibration_on_a_base_of_as_many_round_robin_nodes_as_needed_places_the_ranks_as_the_replay(
+    tmp_path: Path,
+) -> None:
+    # nodes of 4 as many as the run needs, ranks dealt round_robin: the even ranks share node 0, the odd node
+    # 1, so the groups of the even and of the odd ranks cross the inner level only; unsized, every rank was
+    # on a node of its own and every group crossed the outer one
+    a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
+
+    def closed_form(pg: str, _ty: CommType, s: int) -> float:
+        if pg != "0":
+            return 2 * 3 * (a0 + s / (4 * b0))
+        return 2 * 3 * (a0 + s / (4 * b0)) + 2 * 1 * (a1 + s / (8 * b1))
+
+    groups = {"0": tuple(range(8)), "1": (0, 2, 4, 6), "2": (1, 3, 5, 7)}
+    schedule = [(pg, AR, size) for _ in range(2) for size in (16 * KIB, 1 * MIB, 16 * MIB) for pg in groups]
+    run_dir, _t, _w = build_run(
+        tmp_path / "run", world=8, groups=groups, schedule=schedule, transfer_ns=closed_form, noise=0.01
+    )
+    base = dataclasses.replace(two_level_base(), placement="round_robin")
+    base = dataclasses.replace(base, dims=(base.dims[0], dataclasses.replace(base.dims[1], size=0)))
+    cal = calibrate(load_validated(run_dir), base=base, algorithm="hierarchical")
+    inner, outer = cal.topology.dims
+    assert inner.latency_ns == pytest.approx(a0, rel=0.05)
+    assert inner.bandwidth_gbps == pytest.approx(b0, rel=0.05)
+    assert outer.latency_ns == pytest.approx(a1, rel=0.05)
+    assert outer.bandwidth_gbps == pytest.approx(b1, rel=0.05)
+    assert outer.size == 0  # the entry written keeps its base's "as many as needed"
+    assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
+    # and the fit explains the transfers it was given, each within the 1% noise
+    assert all(f.median_residual < 0.02 and f.p90_residual < 0.03 for f in (*cal.links, *cal.groups))

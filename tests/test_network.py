@@ -660,3 +660,35 @@ def test_direct_on_a_fully_connected_dimension_sends_to_every_member_at_once_ove
         assert got == [round(t)] * len(got), comm_type
     switch = replayed_transfer(one_collective_run(tmp_path / "sw", p), topology=flat(), algorithm="direct")
     assert switch == [round(2 * ALPHA + 2 * (p - 1) / p * S / BW)]
+
+
+def test_only_direct_and_only_a_group_wholly_on_fully_connected_links_sends_its_parts_at_once(
+    tmp_path: Path,
+) -> None:
+    # a tree on a fully_connected dimension forwards as it does on a switch; a broadcast of 8 ranks over a
+    # fully_connected inner dimension of 4 and a switch between the 2 nodes still queues the root's copies
+    # through the switch's port: neither takes the bandwidth of p − 1 links at once
+    p = 8
+    rt = one_collective_run(tmp_path / "bc", p, CommType.BROADCAST)
+    tree = flat_time_ns("tree", CommType.BROADCAST, nbytes=S, p=p, alpha=ALPHA, bw=BW)
+    assert replayed_transfer(rt, topology=flat("fully_connected"), algorithm="tree") == [round(tree)]
+    mixed = Topology(
+        name="mixed",
+        dims=(
+            Dimension(kind="fully_connected", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
+            Dimension(kind="switch", size=2, bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+    direct = flat_time_ns("direct", CommType.BROADCAST, nbytes=S, p=p, alpha=ALPHA, bw=BW)
+    assert direct == ALPHA + (p - 1) * S / BW
+    assert replayed_transfer(rt, topology=mixed, algorithm="direct") == [round(direct)]
+
+
+def test_a_run_that_part_fills_its_last_node_is_given_that_node_too() -> None:
+    # 6 ranks on nodes of 4 (as many as needed) fill 2 nodes, the second half full: round_robin deals
+    # ranks 0, 2, 4 to node 0 and 1, 3, 5 to node 1
+    topo = Topology(name="rr", dims=two_level(per_node=4, nodes=0).dims, placement="round_robin")
+    sized = topo.sized(6)
+    assert sized.dims[-1].size == 2
+    assert [sized.coords(r)[-1] for r in range(6)] == [0, 1, 0, 1, 0, 1]
+    assert topo.sized(8).dims[-1].size == 2 and topo.sized(9).dims[-1].size == 3
