@@ -101,3 +101,23 @@ def test_no_rank_leaves_the_exchange_before_the_last_one_has_entered_it() -> Non
         t.join(timeout=20)
     assert sorted(left) == [0, 1, 2]
     assert min(left.values()) >= entered[2]
+
+
+def test_every_rank_leaves_the_exchange_once_rank_0_has_served_all_not_at_its_timeout() -> None:
+    # the ranks wait for rank 0's word that it is done; a word they never get (not said, or said under
+    # another key) held each of them for the whole timeout, here 100 s, before the first recorded step
+    store = dist.HashStore()
+    left: dict[int, float] = {}
+    start = time.monotonic()
+
+    def rank(r: int) -> None:
+        estimate_offset(store, r, 3, timeout_s=100)
+        left[r] = time.monotonic() - start
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    assert sorted(left) == [0, 1, 2]
+    assert max(left.values()) < 50

@@ -215,6 +215,22 @@ def test_an_all_to_allv_whose_record_param_comms_lists_a_split_too_large_for_a_c
     assert (comm.send_splits, comm.recv_splits) == ((), ())
 
 
+def test_an_all_to_allv_keeps_a_split_of_0_and_lists_of_unlike_length_or_not_lists_are_no_splits() -> None:
+    # a member sent nothing (0 elements) is a split; in / out lists of different lengths, or a string or a
+    # number where a list should be, are not an all_to_all's splits and leave it even
+    cases = [
+        (([0, 256], [16, 0]), ((0, 1024), (64, 0))),
+        (([16, 240], [16, 16, 16]), ((), ())),
+        (("16,240", [16, 16]), ((), ())),
+        ((16, [16, 16]), ((), ())),
+    ]
+    for (send, recv), want in cases:
+        nodes = _rpc_nodes("all_to_allv", "nccl:all_to_all")
+        nodes[0]["inputs"][5:7] = [send, recv]
+        (comm,) = parse_host_et({"schema": "1.0.1", "pid": 100, "nodes": nodes}, Path("et.json")).comms
+        assert (comm.send_splits, comm.recv_splits) == want, (send, recv)
+
+
 def test_an_all_to_all_whose_record_param_comms_lists_no_splits_has_none() -> None:
     (comm,) = parse_host_et(
         {"schema": "1.0.1", "pid": 100, "nodes": _rpc_nodes("all_to_all", "nccl:all_to_all")}, Path("et.json")

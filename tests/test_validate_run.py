@@ -274,6 +274,37 @@ def test_a_collective_mismatch_names_the_step_it_happened_in(tmp_path: Path) -> 
     )
 
 
+def test_a_type_mismatch_names_step_0_members_in_different_steps_each_and_no_step_where_none_is_known(
+    tmp_path: Path,
+) -> None:
+    # step 0 is a step (not "unknown"); members that issued the instance in different steps are each named
+    # with theirs; a trace that marks no steps gives none (no dangling ", in steps")
+    b = RunBuilder(2)
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 64, 10)
+    b.rank(1).step(0).collective(CommType.BROADCAST, 64, 10)
+    b.rank(0).step(2).collective(CommType.ALL_GATHER, 64, 10)
+    b.rank(1).step(3).collective(CommType.ALL_GATHER, 128, 10)
+    run = b.write(tmp_path / "run")
+    assert _errors(run, "collective-type") == [
+        (
+            "collective mismatch in group '0' seq 0: type differs (rank 0: ALL_REDUCE (node 1), rank 1: "
+            "BROADCAST (node 1)), in step 0"
+        )
+    ]
+    assert _errors(run, "collective-size") == [
+        (
+            "collective mismatch in group '0' seq 1 (ALL_GATHER): size differs (rank 0: 64 B, rank 1: "
+            "128 B), in steps 2 (rank 0), 3 (rank 1)"
+        )
+    ]
+    b = RunBuilder(2)
+    b.rank(0).collective(CommType.ALL_GATHER, 64, 10)
+    b.rank(1).collective(CommType.ALL_GATHER, 128, 10)
+    assert _errors(b.write(tmp_path / "unstepped"), "collective-size") == [
+        "collective mismatch in group '0' seq 0 (ALL_GATHER): size differs (rank 0: 64 B, rank 1: 128 B)"
+    ]
+
+
 def test_a_collective_mismatch_fills_the_rank_and_node_of_the_member_that_disagrees(tmp_path: Path) -> None:
     # check's problems table left rank and node blank though the message named them
     b = RunBuilder(3)
