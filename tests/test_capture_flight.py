@@ -465,6 +465,13 @@ def test_the_all_to_alls_only_the_recorder_saw_are_counted_as_recorded_with_even
     note = even_splits_note(1, [a2a, a2a, *others])
     assert note.startswith("3 all_to_all call(s) recorded with even splits")
     assert "1 whose split sizes could not be read; 2 issued outside torch.distributed's Python API" in note
+    # the recorder's alone (no hooked call unread): noted, with no "0 whose split sizes could not be read"
+    only = even_splits_note(0, [a2a, *others])
+    assert only.startswith("1 all_to_all call(s) recorded with even splits")
+    assert only.endswith(
+        ": 1 issued outside torch.distributed's Python API (functional collectives, C++) and taken from the "
+        "flight recorder, which records no split sizes"
+    )
 
 
 A2A_SCRIPT = """
