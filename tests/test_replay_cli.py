@@ -386,13 +386,68 @@ def test_an_out_that_cannot_be_a_directory_or_a_bad_topology_file_is_one_line(
         ),
         (
             [f"out={tmp_path / 'o'}", f"topology={typo}", "comm_mode=model"],
-            f"topology={typo}: bandwidth_gbs: Key 'bandwidth_gbs' not in 'DimensionConfig'",
+            f"topology={typo}: topology.dims[0]: unknown key 'bandwidth_gbs' (did you mean 'bandwidth_gbps'",
         ),
     ):
         assert skewlens_main(["replay", f"trace={run_dir}", *args]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"skewlens replay: error: {error}"), line
     assert not (tmp_path / "o").exists()
+
+
+TWO_DIMS = (
+    "name: mine\nalgorithm: hierarchical\ndims:\n"
+    "  - {kind: switch, size: 2, bandwidth_gbps: 450.0, latency_ns: 700}\n"
+    "  - {kind: fat_tree, size: 0, bandwidth_gbps: 50.0, latency_ns: 5000, links_per_node: 8}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (  # was 'bandwith_gbps: Key 'bandwith_gbps' not in 'DimensionConfig'': no item, no hint
+            "name: mine\ndims:\n  - kind: switch\n    bandwith_gbps: 50.0\n    latency_ns: 1000\n",
+            "topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)",
+        ),
+        (  # was the key alone, checked once composed: which file it came from went unsaid
+            "name: mine\ndims:\n  - {kind: switch, bandwidth_gbps: -50.0, latency_ns: 1000}\n",
+            "topology.dims[0].bandwidth_gbps: must be > 0, got -50.0",
+        ),
+        ("name: mine\nlatncy: 3\ndims: []\n", "topology: unknown key 'latncy' (it has name, dims, "),
+    ],
+)
+def test_a_bad_topology_file_is_one_line_naming_the_file_and_the_key(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, error: str
+) -> None:
+    topo = tmp_path / "mytopo.yaml"
+    topo.write_text(text)
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", f"topology={topo}", "comm_mode=model"]
+    assert skewlens_main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"skewlens replay: error: topology={topo}: {error}"), line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_over_a_bad_topology_file_is_refused_before_any_job_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 8 links on a node of 2 ranks: every job of it failed, after the others ran
+    topo = tmp_path / "slots.yaml"
+    topo.write_text(TWO_DIMS)
+    out = tmp_path / "o"
+    sweep = ["replay", "-m", f"trace={run_dir}", f"out={out}", "comm_mode=model", "perfetto=false"]
+    assert skewlens_main([*sweep, f"topology=ring,{topo},switch"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"skewlens replay: error: topology={topo}: topology.dims[1].links_per_node: a node (a unit of "
+        "dimension 0) has 2 rank slots, so at most 2 links (a rank uses one), got 8"
+    )
+    assert not out.exists()
+    # the command line's setting of it is applied before the file's values are checked
+    fixed = [f"topology={topo}", "slowdown.factor=1,2", "topology.dims.1.links_per_node=2"]
+    assert skewlens_main([*sweep, *fixed]) == 0
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["topology"] for r in rows] == ["mine", "mine"]
 
 
 def test_a_replay_that_fails_leaves_no_output_directory_it_made(
@@ -1396,7 +1451,7 @@ def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
         (  # each of these was Hydra's half a dozen lines, ending with its HYDRA_FULL_ERROR line
             "topology",
             "name: mine\ndims:\n  - {kind: switch, size: 0, bandwith_gbps: 1.0, latency_ns: 5}\n",
-            "bandwith_gbps: Key 'bandwith_gbps' not in 'DimensionConfig'",
+            "topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)",
         ),
         (
             "topology",
@@ -1406,7 +1461,7 @@ def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
         (
             "slowdown",
             "name: mine\nentries:\n  - {kind: compute, rank: [1], factor: 2}\n",
-            "rank: Key 'rank' not in 'SlowdownItemConfig'",
+            "slowdown.entries[0]: unknown key 'rank' (did you mean 'ranks'?)",
         ),
         # a traceback: yaml.scanner.ScannerError
         ("slowdown", "name: mine\n  bad: [\n", "not a YAML slowdown (mapping values are not allowed here)"),
@@ -1721,15 +1776,19 @@ def test_a_failed_replay_leaves_the_directory_it_was_run_in_and_what_is_in_it(
     assert empty.is_dir() and list(empty.iterdir()) == []
 
 
-@pytest.mark.parametrize("stem", ["400", "1e3", "true", "null"])
+@pytest.mark.parametrize(
+    ("stem", "name"),
+    [("400", "mine"), ("1e3", "mine"), ("true", "mine"), ("null", "mine"), ("mytopo", ""), ("400", "")],
+)
 def test_a_topology_file_named_like_a_number_or_a_constant_replays_under_its_own_name(
-    run_dir: Path, tmp_path: Path, stem: str
+    run_dir: Path, tmp_path: Path, stem: str, name: str
 ) -> None:
     # the file is copied onto Hydra's search path as an entry named after it, and `topology=400` is an int
-    # to Hydra's grammar: a traceback, 'Config group override must be a string or a list. Got int'
+    # to Hydra's grammar: a traceback, 'Config group override must be a string or a list. Got int'; a file
+    # without a name is named after it (was 'topology.name: missing value')
     topo = tmp_path / f"{stem}.yaml"
     topo.write_text(
-        "name: mine\nalgorithm: ring\n"
+        f"{'name: ' + name if name else ''}\nalgorithm: ring\n"
         "dims:\n  - {kind: switch, size: 0, bandwidth_gbps: 2.0, latency_ns: 300}\n"
     )
     out = tmp_path / "o"
@@ -1743,7 +1802,7 @@ def test_a_topology_file_named_like_a_number_or_a_constant_replays_under_its_own
     ]
     assert skewlens_main(args) == 0
     saved = OmegaConf.load(out / "config.yaml")
-    assert (saved.topology.name, saved.topology.dims[0].bandwidth_gbps) == ("mine", 2.0)
+    assert (saved.topology.name, saved.topology.dims[0].bandwidth_gbps) == (name or stem, 2.0)
 
 
 def test_a_sweep_whose_primary_config_sets_its_own_sweep_dir_is_one_line_naming_hydra_sweep_dir(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import shlex
@@ -795,13 +796,15 @@ GROUP_SCHEMAS: dict[str, type] = {
 }
 
 
-def check_group_file(group: str, item: str, path: Path) -> None:
+def check_group_file(group: str, item: str, path: Path, settings: Sequence[Override] | None = None) -> None:
     """``path``, given as ``group=item``, is a YAML mapping of ``group``'s settings (what ``skewlens
     calibrate`` writes for a topology), else a one-line :class:`ConfigError` (YAML's own errors, and Hydra's
     around them, are tracebacks; a typo'd key or a value of the wrong type Hydra says in half a dozen lines;
     an empty file read as a missing name), with no YAML aliases
     (:func:`~skewlens.cli.options.refuse_yaml_aliases`). A ``defaults`` list (an entry that extends
-    another) is Hydra's, and a file with a ``# @package`` header is left to Hydra."""
+    another) is Hydra's, and a file with a ``# @package`` header is left to Hydra. A key the schema lacks
+    names its item and the likely key (:func:`unknown_file_key`); a topology's values are checked with the
+    command line's ``settings`` of it applied (:func:`check_topology_values`)."""
     refuse_yaml_aliases(path, f"{group}={item}")
     try:
         if path.read_text(encoding="utf-8").lstrip().startswith("# @package"):
@@ -814,24 +817,75 @@ def check_group_file(group: str, item: str, path: Path) -> None:
     if not isinstance(doc, DictConfig) or not doc:
         names = ", ".join(f.name for f in dataclasses.fields(schema)[:3])
         raise ConfigError(f"{group}={item}: holds no {group} (a YAML mapping of its settings: {names}, ...)")
+    extends = "defaults" in doc
     with contextlib.suppress(ConfigKeyError):
         del doc["defaults"]
-    try:  # a key the schema lacks (a typo) or a value of the wrong type: Hydra says it in half a dozen lines
-        OmegaConf.merge(OmegaConf.structured(schema), doc)
+    if (unknown := unknown_file_key(OmegaConf.to_container(doc, resolve=False), schema, group)) is not None:
+        # OmegaConf named the key alone ('bandwith_gbps: Key ... not in DimensionConfig'), not which item
+        raise ConfigError(f"{group}={item}: {unknown}")
+    try:  # a value of the wrong type: Hydra says it in half a dozen lines
+        merged = OmegaConf.merge(OmegaConf.structured(schema), doc)
     except OmegaConfBaseException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{group}={item}: {key + ': ' if key else ''}{first}") from None
+    if group == "topology" and not extends and isinstance(merged, DictConfig):
+        check_topology_values(item, path, merged, settings)
 
 
-def check_user_entry(group: str, item: str, dirs: list[Path]) -> None:
+def unknown_file_key(doc: object, schema: Any, key: str) -> str | None:
+    """The first key of ``doc`` (a YAML file's settings, read as plain data) that ``schema`` does not have,
+    as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``; None where all
+    are its own. Descends into typed sub-configs and lists of them."""
+    if dataclasses.is_dataclass(schema) and isinstance(doc, dict):
+        hints = typing.get_type_hints(schema)
+        for name, value in doc.items():
+            if name not in hints:
+                close = difflib.get_close_matches(str(name), list(hints), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"it has {', '.join(hints)}"
+                return f"{key}: unknown key {name!r} ({hint})"
+            if (found := unknown_file_key(value, hints[name], f"{key}.{name}")) is not None:
+                return found
+    elif typing.get_origin(schema) is list and isinstance(doc, list):
+        for i, value in enumerate(doc):
+            if (found := unknown_file_key(value, typing.get_args(schema)[0], f"{key}[{i}]")) is not None:
+                return found
+    return None
+
+
+def check_topology_values(
+    item: str, path: Path, merged: DictConfig, settings: Sequence[Override] | None
+) -> None:
+    """The topology file's values, with the command line's ``topology.*`` settings applied and its name
+    the file's stem where it has none, pass the schema's checks (``TopologyConfig.__post_init__``), else a
+    one-line :class:`ConfigError` naming the file and the key: checked when the composed config was, it did
+    not name the file, and in a sweep every job of that topology failed one by one after the others ran.
+    Left to the composed config where a setting is swept (or ``settings`` is None: the command line does
+    not parse) or a value is left for the command line."""
+    if settings is None or any(o.is_sweep_override() for o in settings):
+        return
+    if OmegaConf.is_missing(merged, "name"):
+        merged.name = path.stem
+    try:
+        for o in settings:
+            OmegaConf.update(merged, o.key_or_group.removeprefix("topology."), o.value(), merge=True)
+        OmegaConf.to_object(merged)
+    except ConfigError as e:
+        raise ConfigError(f"topology={item}: {str(e).strip().splitlines()[0]}") from None
+    except OmegaConfBaseException:
+        return  # a required value left unset, or a setting of another shape: the composed config says it
+
+
+def check_user_entry(
+    group: str, item: str, dirs: list[Path], settings: Sequence[Override] | None = None
+) -> None:
     """Where ``group=item`` names an entry of the user's config ``dirs`` (not one of skewlens's), its file
     holds ``group``'s settings (:func:`check_group_file`, naming the file)."""
     if item in conf_entries(group):
         return
     for d in dirs:
         if (path := d / group / f"{item}.yaml").is_file():
-            check_group_file(group, f"{item} ({path})", path)
+            check_group_file(group, f"{item} ({path})", path, settings)
             return
 
 
@@ -871,9 +925,16 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
-    bundled entry has that name, or where Hydra would read the name as a number, bool or null)."""
+    bundled entry has that name, or where Hydra would read the name as a number, bool or null), and so is
+    the topology where the file gives it no ``name``."""
     dirs = user_conf_dirs(args)
     builtin = known_entries("topology", dirs or [])
+    try:
+        settings: list[Override] | None = OverridesParser.create().parse_overrides(
+            [a for a in args if a.startswith("topology.")]
+        )
+    except OverrideParseException:
+        settings = None  # check_types says what is wrong with it
     searched = dirs is None  # entries of a package's config directory may be there
     out, found = [], False
     for arg in args:
@@ -887,17 +948,17 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             if p.suffix not in (".yaml", ".yml") and p.name == item:
                 if not searched:
                     check_entry("topology", item, builtin, or_file=True)
-                    check_user_entry("topology", item, dirs or [])
+                    check_user_entry("topology", item, dirs or [], settings)
                 names.append(item)  # an entry of conf/topology/
                 continue
             if p.is_dir():
                 raise ConfigError(f"topology={item}: a directory; give a topology YAML file in it")
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
-            check_group_file("topology", item, p)
+            check_group_file("topology", item, p, settings)
             name = p.stem if p.stem not in builtin and _a_name(p.stem) else f"file_{p.stem}"
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, tmp / "topology" / f"{name}.yaml")
+            copy_named(p, tmp / "topology" / f"{name}.yaml")
             names.append(name)
             found = True
         out.append(f"topology={','.join(names)}")
@@ -910,6 +971,19 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             out[k] = f"hydra.searchpath=[{entry}{',' if rest else ''}{rest}]"
             return out
     return [f"hydra.searchpath=[{entry}]", *out]
+
+
+def copy_named(src: Path, dst: Path) -> None:
+    """Copy the topology file ``src`` to ``dst``, with ``name:`` its stem where it gives none (the label
+    of reports; a file without one was refused, 'topology.name: missing value'). A file with a ``#
+    @package`` header is copied as it is."""
+    text = src.read_text(encoding="utf-8")
+    doc = None if text.lstrip().startswith("# @package") else OmegaConf.load(src)
+    if isinstance(doc, DictConfig) and "name" not in doc:
+        doc.name = src.stem
+        OmegaConf.save(doc, dst)
+    else:
+        shutil.copyfile(src, dst)
 
 
 def _a_name(stem: str) -> bool:
