@@ -8,6 +8,9 @@ these typed objects (and the pure ``Topology`` / ``Slowdown`` they convert to) t
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import typing
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -29,6 +32,26 @@ def check_given(key: str, value: object) -> None:
     '???'``), or a topology named ``???``."""
     if isinstance(value, str) and value == MISSING:
         raise ConfigError(f"{key}: missing value (a required setting)")
+
+
+def unknown_file_key(doc: object, schema: typing.Any, key: str) -> str | None:
+    """The first key of ``doc`` (a YAML file's settings, read as plain data) that ``schema`` does not have,
+    as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``; None where all
+    are its own. Descends into typed sub-configs and lists of them."""
+    if dataclasses.is_dataclass(schema) and isinstance(doc, dict):
+        hints = typing.get_type_hints(schema)
+        for name, value in doc.items():
+            if name not in hints:
+                close = difflib.get_close_matches(str(name), list(hints), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"it has {', '.join(hints)}"
+                return f"{key}: unknown key {name!r} ({hint})"
+            if (found := unknown_file_key(value, hints[name], f"{key}.{name}")) is not None:
+                return found
+    elif typing.get_origin(schema) is list and isinstance(doc, list):
+        for i, value in enumerate(doc):
+            if (found := unknown_file_key(value, typing.get_args(schema)[0], f"{key}[{i}]")) is not None:
+                return found
+    return None
 
 
 @dataclass(kw_only=True)

@@ -28,6 +28,7 @@ from skewlens.replay.calibrate import (
     recorded_transfers,
     write_topology,
 )
+from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology
 from skewlens.replay.simulate import simulate
 from skewlens.replay.summary import summarize
@@ -513,6 +514,19 @@ def test_a_bad_run_path_or_topology_is_a_one_line_error_naming_it(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and named in err[0], (argv, err)
     assert not (tmp_path / "a.yaml").exists()
+
+
+def test_a_base_topology_file_reads_as_the_replay_reads_it(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.yaml"  # was "typo.yaml: Key 'bandwith_gbps' not in 'DimensionConfig'"
+    typo.write_text("name: t\ndims:\n  - {kind: switch, bandwith_gbps: 5.0, latency_ns: 1000}\n")
+    with pytest.raises(ConfigError) as e:
+        load_topology_entry(str(typo))
+    assert str(e.value) == (
+        f"{typo}: topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)"
+    )
+    noname = tmp_path / "mytopo.yaml"  # was "... has missing mandatory value: name"
+    noname.write_text("dims:\n  - {kind: switch, bandwidth_gbps: 5.0, latency_ns: 1000}\n")
+    assert load_topology_entry(str(noname)).name == "mytopo"
 
 
 def test_a_topology_file_named_like_a_bundled_entry_is_still_the_file(

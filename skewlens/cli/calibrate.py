@@ -14,7 +14,7 @@ import argparse
 import math
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
@@ -31,7 +31,7 @@ from skewlens.replay.calibrate import (
     untraced_members,
     write_topology,
 )
-from skewlens.replay.config import TopologyConfig
+from skewlens.replay.config import TopologyConfig, unknown_file_key
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.rich_progress import RichProgress
@@ -60,7 +60,15 @@ def load_topology_entry(value: str) -> TopologyConfig:
     path = topology_entry_path(value)
     refuse_yaml_aliases(path, f"--topology {value}")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(TopologyConfig), OmegaConf.load(path))
+        doc = OmegaConf.load(path)
+        if isinstance(doc, DictConfig):  # as the replay reads a file: a typo named, the name the file's stem
+            if (
+                unknown := unknown_file_key(OmegaConf.to_container(doc), TopologyConfig, "topology")
+            ) is not None:
+                raise ConfigError(unknown)
+            if "name" not in doc:
+                doc.name = path.stem
+        merged = OmegaConf.merge(OmegaConf.structured(TopologyConfig), doc)
         obj = OmegaConf.to_object(merged)
     except ConfigError as e:
         raise ConfigError(f"{path}: {str(e).strip().splitlines()[0]}") from None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import os
 import re
 import shlex
@@ -52,7 +51,13 @@ from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_no
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
-from skewlens.replay.config import ReplayConfig, ScaleConfig, SlowdownConfig, TopologyConfig
+from skewlens.replay.config import (
+    ReplayConfig,
+    ScaleConfig,
+    SlowdownConfig,
+    TopologyConfig,
+    unknown_file_key,
+)
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, missing_value
 from skewlens.replay.execution import clock_note
@@ -831,26 +836,6 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
         raise ConfigError(f"{group}={item}: {key + ': ' if key else ''}{first}") from None
     if group == "topology" and not extends and isinstance(merged, DictConfig):
         check_topology_values(item, path, merged, settings)
-
-
-def unknown_file_key(doc: object, schema: Any, key: str) -> str | None:
-    """The first key of ``doc`` (a YAML file's settings, read as plain data) that ``schema`` does not have,
-    as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``; None where all
-    are its own. Descends into typed sub-configs and lists of them."""
-    if dataclasses.is_dataclass(schema) and isinstance(doc, dict):
-        hints = typing.get_type_hints(schema)
-        for name, value in doc.items():
-            if name not in hints:
-                close = difflib.get_close_matches(str(name), list(hints), n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"it has {', '.join(hints)}"
-                return f"{key}: unknown key {name!r} ({hint})"
-            if (found := unknown_file_key(value, hints[name], f"{key}.{name}")) is not None:
-                return found
-    elif typing.get_origin(schema) is list and isinstance(doc, list):
-        for i, value in enumerate(doc):
-            if (found := unknown_file_key(value, typing.get_args(schema)[0], f"{key}[{i}]")) is not None:
-                return found
-    return None
 
 
 def check_topology_values(
