@@ -566,7 +566,15 @@ def test_collectives_without_a_kernel_become_their_cpu_op(tmp_path: Path) -> Non
 def test_non_finite_times_are_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.json"
     f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": 1e400,', 1))
-    with pytest.raises(TraceImportError, match=r"traceEvents\[1\] .*malformed ts"):
+    with pytest.raises(
+        TraceImportError,
+        match=r"traceEvents\[1\] \(cpu_op\) has a malformed ts \(inf; expected a finite number\)",
+    ):
+        import_traces([f], None, tmp_path / "run")
+    f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": "1",', 1))
+    with pytest.raises(
+        TraceImportError, match=r"traceEvents\[1\] \(cpu_op\) has a malformed ts \('1'; expected a"
+    ):
         import_traces([f], None, tmp_path / "run")
     f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": NaN,', 1))
     with pytest.raises(TraceImportError, match="not standard JSON"):

@@ -254,8 +254,16 @@ def _times(
     path: Path, i: int, *, cat: Any, name: Any, pid: Any, tid: Any, ts: Any, dur: Any, base: int
 ) -> tuple[int, int]:
     """(start_ns, dur_ns) of kept event ``i``, its fields checked."""
-    if not (_num(ts) and _num(dur) and isinstance(name, str)):
-        raise TraceImportError(f"{path}: traceEvents[{i}] ({cat}) has a malformed ts/dur/name")
+    for key, value, ok in (
+        ("ts", ts, _num(ts)),
+        ("dur", dur, _num(dur)),
+        ("name", name, isinstance(name, str)),
+    ):
+        if not ok:  # was 'a malformed ts/dur/name': which one, and what it held, unsaid
+            raise TraceImportError(
+                f"{path}: traceEvents[{i}] ({cat}) has a malformed {key} ({repr(value)[:40]}; expected "
+                f"{'a string' if key == 'name' else 'a finite number'})"
+            )
     if (
         not isinstance(pid, int)
         or not isinstance(tid, int)
@@ -291,11 +299,13 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
             continue
         cat, args = ev["cat"], ev.get("args", {})
         name: Any = ev.get("name")
+        if not isinstance(args, dict):
+            raise TraceImportError(f"{path}: traceEvents[{i}] ({cat}) has args that are not an object")
         start_ns, dur_ns = _times(
             path,
             i,
             cat=cat,
-            name=name if isinstance(args, dict) else None,  # args that are no object: malformed
+            name=name,
             pid=ev.get("pid"),
             tid=ev.get("tid"),
             ts=ev.get("ts"),
