@@ -227,6 +227,14 @@ def test_the_report_states_the_network_and_every_slowdown_replayed(overrides: li
         (["topology.dims.0=3"], "topology.dims.0=3: topology.dims.0 holds settings (kind, size,"),
         (["scale.nokey=1"], "scale.nokey: no such setting (scale has dp, source, seed)"),
         (["nokey=1"], "nokey: no such setting (skewlens replay has trace, out, mode,"),
+        (
+            ["topology.dims.0.bandwith_gbps=5"],  # the settings listed, the likely one unsaid
+            (
+                "topology.dims.0.bandwith_gbps: no such setting (topology.dims.0 has kind, size, "
+                "bandwidth_gbps, latency_ns, oversubscription, links_per_node; "
+                "did you mean 'bandwidth_gbps'?)"
+            ),
+        ),
     ],
 )
 def test_a_value_not_of_its_settings_type_or_an_unknown_key_is_one_line_naming_it(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import shlex
@@ -784,7 +785,9 @@ def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
                 if not refuse_unknown:
                     return None
                 where = f"{'.'.join(parts[:depth])} has" if depth else "skewlens replay has"
-                raise ConfigError(f"{key}: no such setting ({where} {', '.join(hints)})")
+                close = difflib.get_close_matches(part, list(hints), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{key}: no such setting ({where} {', '.join(hints)}{hint})")
             t = hints[part]
         elif typing.get_origin(t) is list and part.isdigit():
             t = typing.get_args(t)[0]
