@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -30,6 +31,14 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 #: What ``mkdir`` gives a new directory (0777 minus the umask), for those made private by ``mkdtemp``.
 DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
+
+
+def chmod_as_made(directory: Path) -> None:
+    """Give a directory made by ``mkdtemp`` (private, 0700) what ``mkdir`` would have given it:
+    :data:`DIR_MODE`, and the set-group-ID bit it took from its parent (a team's shared directory), which
+    a plain chmod cleared: what was written in it then belonged to the writer's own group, and a second
+    member of the team could neither replace the output nor remove it."""
+    directory.chmod(DIR_MODE | (directory.stat().st_mode & stat.S_ISGID))
 
 
 def not_a_directory(path: Path) -> Path | None:
@@ -138,7 +147,7 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     try:
         home.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=home))
-        tmp.chmod(DIR_MODE)
+        chmod_as_made(tmp)
     except OSError as e:
         why = why_not_created(out, e)
         if (

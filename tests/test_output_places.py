@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,14 @@ from typing import Any
 import pytest
 
 from skewlens.cli import main as skewlens_main
-from skewlens.profiler.atomic import atomic_file, check_writable, move_into, replace_dir, staging_dir
+from skewlens.profiler.atomic import (
+    DIR_MODE,
+    atomic_file,
+    check_writable,
+    move_into,
+    replace_dir,
+    staging_dir,
+)
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.synth import RunBuilder
@@ -405,3 +413,23 @@ def test_an_export_into_a_directory_in_one_the_user_cannot_write_says_where_it_c
         capsys.readouterr().err.splitlines()[-1]
         == f"skewlens export: error: cannot write {out}: Permission denied"
     )
+
+
+def test_an_export_in_a_shared_set_group_id_directory_keeps_its_group_bit_as_mkdir_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = small_run(tmp_path / "run")
+    shared = tmp_path / "team"
+    shared.mkdir()
+    shared.chmod(0o2775)  # a team's directory: what is made in it belongs to the team's group
+    out = shared / "out"
+    assert skewlens_main(["export", str(run), "--out", str(out)]) == 0, capsys.readouterr().err
+    dirs = [out, *(p for p in out.rglob("*") if p.is_dir())]
+    # was 0o755 without the bit (mkdtemp's directory chmod-ed): the files in it took the writer's own
+    # group, and a second member of the team could not replace or remove them (2 users, a real replay's
+    # OUT: 'skewlens replay: error: cannot write team/real: Permission denied (team/real/run)')
+    assert {p.relative_to(shared).as_posix(): bool(p.stat().st_mode & stat.S_ISGID) for p in dirs} == {
+        p.relative_to(shared).as_posix(): True for p in dirs
+    }
+    with staging_dir(shared / "real", inside=True) as stage:  # a real replay's OUT: its run/ and real/
+        assert stage.stat().st_mode & 0o7777 == DIR_MODE | stat.S_ISGID

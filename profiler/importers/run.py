@@ -26,7 +26,12 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skewlens.profiler.atomic import DIR_MODE, dangling_link, replace_dir, why_not_created
+from skewlens.profiler.atomic import (
+    chmod_as_made,
+    dangling_link,
+    replace_dir,
+    why_not_created,
+)
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.comm import DEFAULT_PG
@@ -458,7 +463,7 @@ def _write_run(
             f"{out.parent}: cannot create the run directory there ({why_not_created(out, e)})"
         ) from None
     try:
-        tmp.chmod(DIR_MODE)  # mkdtemp makes it private; a run directory is an ordinary one
+        chmod_as_made(tmp)  # mkdtemp makes it private; a run directory is an ordinary one
         for c, part in zip(convs, nodes, strict=True):
             with (
                 EtWriter(rank_file(tmp, c.rank), {"rank": c.rank, "world_size": ws}) as w,
