@@ -31,6 +31,20 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 #: What ``mkdir`` gives a new directory (0777 minus the umask), for those made private by ``mkdtemp``.
 DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
+#: Longest file name, in bytes, that Linux's file systems take.
+NAME_MAX = 255
+#: What a temporary name adds to its prefix and suffix: ``mkstemp``'s random characters, and the ``.old``
+#: that :func:`replace_dir` gives a replaced directory.
+_TEMP_EXTRA = 8 + len(".old")
+
+
+def temp_prefix(name: str, suffix: str = ".tmp") -> str:
+    """``.NAME.``, the prefix of a temporary file or directory beside ``NAME`` (``mkstemp``'s, with
+    ``suffix``), ``NAME`` cut where the whole would pass :data:`NAME_MAX`: an output named by 242 to 255
+    bytes, a name the file system takes, was refused ``File name too long``, the temporary one's fault."""
+    room = NAME_MAX - 2 - _TEMP_EXTRA - len(os.fsencode(suffix))
+    raw = os.fsencode(name)
+    return f".{os.fsdecode(raw[:room]) if len(raw) > room else name}."
 
 
 def chmod_as_made(directory: Path) -> None:
@@ -89,7 +103,7 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=suffix, dir=p.parent)
+        fd, name = tempfile.mkstemp(prefix=temp_prefix(p.name, suffix), suffix=suffix, dir=p.parent)
     except OSError as e:
         raise SkewlensError(f"cannot write {p}: {why_not_created(p, e)}") from None
     os.close(fd)
@@ -146,7 +160,7 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     home = out if inside and out.is_dir() else out.parent
     try:
         home.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=home))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=".tmp", dir=home))
         chmod_as_made(tmp)
     except OSError as e:
         why = why_not_created(out, e)

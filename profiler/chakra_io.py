@@ -26,7 +26,7 @@ from typing import IO, Any
 from google.protobuf.message import DecodeError
 
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.atomic import FILE_MODE, why_not_created
+from skewlens.profiler.atomic import FILE_MODE, temp_prefix, why_not_created
 from skewlens.profiler.bounded import read_bytes_bounded
 from skewlens.profiler.errors import TraceFormatError
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -219,7 +219,7 @@ class EtWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, self._tmp = tempfile.mkstemp(
-                prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+                prefix=temp_prefix(self.path.name), suffix=".tmp", dir=self.path.parent
             )
         except OSError as e:
             raise TraceFormatError(f"cannot write {self.path}: {why_not_created(self.path, e)}") from None

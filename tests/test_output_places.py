@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 from collections.abc import Callable
@@ -413,6 +414,31 @@ def test_an_export_into_a_directory_in_one_the_user_cannot_write_says_where_it_c
         capsys.readouterr().err.splitlines()[-1]
         == f"skewlens export: error: cannot write {out}: Permission denied"
     )
+
+
+@pytest.mark.parametrize("command", ["analyze", "export", "replay"])
+def test_an_output_named_by_the_longest_name_the_file_system_takes_is_written(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = small_run(tmp_path / "run")
+    out = tmp_path / ("o" * 250)  # a name Linux takes (255 bytes at most)
+    args = [command, str(run), "--out", str(out)]
+    if command == "replay":
+        args = [command, f"trace={run}", f"out={out}", "progress=false"]
+    # was "skewlens analyze: error: cannot write .../ooo...o: File name too long": its staging directory's
+    # name, ".ooo...o.k3j2x7ab.tmp", was 264 bytes
+    assert skewlens_main(args) == 0, capsys.readouterr().err
+    assert sorted(len(p.name) for p in tmp_path.iterdir()) == [3, 250]
+
+
+def test_a_file_named_by_the_longest_name_and_its_temporary_copy_fit_the_file_system(tmp_path: Path) -> None:
+    name = "é" * 127  # 254 bytes in UTF-8: the temporary name is cut at bytes, not characters
+    with atomic_file(tmp_path / name) as tmp:
+        assert len(os.fsencode(tmp.name)) <= 255
+        tmp.write_text("x")
+    with EtWriter(tmp_path / (name[:-2] + ".et")) as w:
+        w.write_raw(b"")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name[:-2] + ".et", name]
 
 
 def test_an_export_in_a_shared_set_group_id_directory_keeps_its_group_bit_as_mkdir_would(

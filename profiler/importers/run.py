@@ -30,6 +30,7 @@ from skewlens.profiler.atomic import (
     chmod_as_made,
     dangling_link,
     replace_dir,
+    temp_prefix,
     why_not_created,
 )
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
@@ -457,7 +458,7 @@ def _write_run(
         notes=notes,
     )
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{temp_prefix(out.name, 'import-')}import-", dir=out.parent))
     except OSError as e:
         raise TraceImportError(
             f"{out.parent}: cannot create the run directory there ({why_not_created(out, e)})"
