@@ -1530,3 +1530,17 @@ def test_groups_with_a_name_given_by_the_program_keep_the_manifests_order(tmp_pa
     run = _groups_run(tmp_path, {"0": (0, 1), "tp": (0, 1), "2": (0,), "1": (1,)}, "2", "1")
     assert [g.name for g in run.manifest.process_groups] == ["0", "tp", "2", "1"]
     assert [g.name for g in group_specs(run)[1]] == ["tp", "2", "1"]
+
+
+def test_the_directory_torchrun_makes_private_in_its_log_dir_is_left_as_mkdir_would_make_it(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.atomic import DIR_MODE
+
+    work = tmp_path / "work"
+    logs = work / TORCHRUN_LOGS
+    script = f"import os, tempfile; os.makedirs({str(logs)!r}); tempfile.mkdtemp(dir={str(logs)!r})"
+    run_workers([sys.executable, "-c", script], work_dir=work, deadline_s=30)
+    # was 0o700 (torchrun's mkdtemp): in a team's 2775 directory the second member's real replay into the
+    # first's OUT could not remove it, and left it in a hidden .real.34viensz.tmp in OUT
+    assert [p.stat().st_mode & 0o777 for p in logs.iterdir()] == [DIR_MODE]

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from skewlens.profiler.atomic import chmod_as_made
 from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
@@ -246,6 +247,16 @@ def launcher_log(work_dir: Path, launcher_args: Sequence[str] | None) -> Path:
     return work_dir / f"launcher.{socket.gethostname()}.{os.getpid()}.log"
 
 
+def _share_torchrun_logs(logs: Path) -> None:
+    """Give the directory torchrun makes in its ``--log-dir`` (``mkdtemp``'s, 0700) what ``mkdir`` would
+    have: in a team's shared directory a second member's replay into the first's OUT could not remove it,
+    and left it in a hidden ``.OUT.k3j2x7ab.tmp`` there."""
+    with contextlib.suppress(OSError):
+        for made in logs.iterdir() if logs.is_dir() and not logs.is_symlink() else ():
+            if made.is_dir() and not made.is_symlink():
+                chmod_as_made(made)
+
+
 def run_workers(
     cmd: list[str],
     *,
@@ -299,6 +310,7 @@ def run_workers(
             errors = _read_errors(work_dir)
     finally:
         tree.kill_all()
+        _share_torchrun_logs(work_dir / TORCHRUN_LOGS)
     if not (timed_out or errors or proc.returncode != 0):
         return
     tail = _log_tail(log)  # before the log moves
