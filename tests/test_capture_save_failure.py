@@ -127,10 +127,11 @@ def test_a_profile_whose_only_rank_could_not_save_gives_its_reason_instead_of_as
     err = capsys.readouterr().err
     assert (tmp_path / "trained").exists()
     # was "no rank saved a trace. A rank saves it when the window ends ...; did it import torch, and run
-    # 3+ steps ...?" (after the script died of the save's IsADirectoryError)
+    # 3+ steps ...?" (after the script died of the save's IsADirectoryError); worded as where the command
+    # failed ("no rank saved a trace: WHY"), not "(WHY)" here and ": WHY" there
     assert err.endswith(
-        f"skewlens profile: error: {shlex.join([sys.executable, '-c', script])}: no rank saved a trace "
-        f"(rank 0: trace not saved: {run}/rank-0.et: Is a directory)\n"
+        f"skewlens profile: error: {shlex.join([sys.executable, '-c', script])}: no rank saved a trace: "
+        f"rank 0: trace not saved: {run}/rank-0.et: Is a directory\n"
     )
 
 

@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     if manifest is None and (other := existing_manifest(run_dir)) is not None:
         return _merged_elsewhere(other, run_dir, command, code)
     if manifest is None:
-        unsaved = f" ({why})" if (why := _unsaved(run_dir)) else ""
+        why = _unsaved(run_dir)
         if created:
             _remove_if_empty(run_dir)
         if code != 0:
@@ -157,8 +157,8 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             return exit_status(code)
-        if unsaved:
-            raise CaptureError(f"{shlex.join(command)}: no rank saved a trace{unsaved}")
+        if why:
+            raise CaptureError(f"{shlex.join(command)}: {_none_saved(why)}")
         raise CaptureError(
             f"{shlex.join(command)}: no rank saved a trace. A rank saves it when the window ends or when "
             "it exits through Python (os._exit skips that); did it import torch, and run "
