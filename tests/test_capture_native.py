@@ -126,6 +126,18 @@ def test_a_failed_build_names_the_compiler_and_the_error_and_leaves_no_library(
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [".build.lock"]  # nothing half-written
 
 
+def test_a_cache_that_cannot_be_written_says_which_variables_move_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with no home directory the cache is /nonexistent/.cache/skewlens: the warning named it, not the fix
+    (blocked := tmp_path / "file").write_text("")
+    monkeypatch.setenv("SKEWLENS_CACHE_DIR", str(blocked / "cache"))  # under a file: never writable
+    with pytest.raises(native.NativeBuildError) as err:
+        native.build()
+    assert f"cache {blocked / 'cache'} not writable (" in str(err.value)
+    assert "set SKEWLENS_CACHE_DIR or XDG_CACHE_HOME to a writable directory)" in str(err.value)
+
+
 def test_the_library_is_cached_per_torch_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKEWLENS_CACHE_DIR", str(tmp_path))
     first = native.library_path()

@@ -145,7 +145,10 @@ def build() -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_name(".build.lock").open("a")
     except OSError as e:
-        raise NativeBuildError(f"native gloo-event recorder: cache {path.parent} not writable ({e})") from e
+        raise NativeBuildError(
+            f"native gloo-event recorder: cache {path.parent} not writable ({e}; set {ENV_CACHE} or "
+            "XDG_CACHE_HOME to a writable directory)"
+        ) from e
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process compiles, the others then find the file
         if path.is_file():
