@@ -944,7 +944,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
             check_group_file("topology", item, p, settings)
-            name = p.stem if p.stem not in builtin and _a_name(p.stem) else f"file_{p.stem}"
+            name = p.stem if p.stem not in builtin and _hydra_reads_as_name(p.stem) else f"file_{p.stem}"
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
             copy_named(p, tmp / "topology" / f"{name}.yaml")
             names.append(name)
@@ -974,7 +974,7 @@ def copy_named(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _a_name(stem: str) -> bool:
+def _hydra_reads_as_name(stem: str) -> bool:
     """Whether Hydra's grammar reads ``topology=<stem>`` as a name: ``400``, ``1e3``, ``true`` and
     ``null`` are a number, a bool and None to it (a file named so was a traceback: 'Config group
     override must be a string or a list. Got int')."""
