@@ -1504,6 +1504,25 @@ def test_an_entry_of_the_users_config_dir_may_extend_a_bundled_one_through_its_d
     assert (topology.name, topology.algorithm, topology.dims[0].kind) == ("mine", "tree", "ring")
 
 
+def test_an_entry_of_the_users_config_dir_without_a_name_is_named_after_the_entry_as_a_file_is(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # was 'topology.name: missing value', while the same file given by path took its stem
+    cfg = tmp_path / "cfg"
+    (cfg / "topology").mkdir(parents=True)
+    (cfg / "topology" / "noname.yaml").write_text(
+        "algorithm: ring\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: 2.0, latency_ns: 300}\n"
+    )
+    out = tmp_path / "o"
+    args = ["replay", "-cd", str(cfg), f"trace={run_dir}", f"out={out}", "topology=noname", "progress=false"]
+    assert skewlens_main([*args, "comm_mode=model", "perfetto=false"]) == 0, capsys.readouterr().err
+    assert "replayed with topology noname;" in capsys.readouterr().out
+    assert OmegaConf.load(out / "config.yaml").topology.name == "noname"
+    # a name on the command line wins over the entry's
+    assert skewlens_main([*args, "comm_mode=model", "perfetto=false", "topology.name=lab"]) == 0
+    assert OmegaConf.load(out / "config.yaml").topology.name == "lab"
+
+
 def test_a_config_dir_or_searchpath_that_does_not_exist_is_one_line_naming_it(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -131,6 +131,14 @@ def to_config(cfg: DictConfig) -> ReplayConfig:
     return obj
 
 
+def name_topology(cfg: DictConfig, choice: str | None) -> None:
+    """Give ``topology.name`` the chosen entry's name where the entry sets none: an entry of one's own
+    (``--config-dir``, ``hydra.searchpath``) without ``name:`` was refused ('topology.name: missing value')
+    while a topology file given by path took its stem. ``topology.name=...`` on the command line wins."""
+    if choice and not OmegaConf.is_missing(cfg, "topology") and OmegaConf.is_missing(cfg.topology, "name"):
+        cfg.topology.name = choice
+
+
 def scenario_line(conf: ReplayConfig, items: Sequence[Slowdown]) -> str:
     """What was replayed: the network (the topology where transfers are modelled) and each slowdown."""
     net = f"topology {conf.topology.name}" if conf.comm_mode == "model" else "transfers as recorded"
@@ -193,6 +201,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
     before = {p: _identity(p) for p in real_dirs if p.exists()}
     plan_before = _plan_identity(out_dir)
     try:
+        name_topology(cfg, hc.runtime.choices.get("topology"))
         conf = to_config(cfg)
         if hc.job.chdir:  # Hydra runs the job in out_dir: a relative trace is where the command was given
             conf = dataclasses.replace(conf, trace=str(Path(hc.runtime.cwd) / conf.trace))
