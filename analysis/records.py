@@ -230,9 +230,9 @@ class BlameRecord:
     steps_top: int
     """Steps in which this rank has the largest straggler cost."""
     caused_wait_ns: int
-    """Exposed wait (not hidden under compute) at the events the skew analysis blamed on this rank, all
-    steps: each waiting rank's overlapping waits counted once (their union over time), summed over the
-    waiting ranks."""
+    """Exposed wait (not hidden under compute) at the events the skew analysis blamed on this rank, in the
+    steps of ``straggler_cost_ns`` (those of ``blame_steps``; not before the first step): each waiting
+    rank's overlapping waits counted once (their union over time), summed over the waiting ranks."""
     cause_kind: str
     """Top cause (a CauseKind value)."""
     cause_op: str | None

@@ -155,7 +155,9 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     _cause_column(t, "top cause (ms per event)")
     t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}" if recs else CAUSE_NOTE
     if not recs:
-        caused = sorted(result.skew.caused_wait_ns.items(), key=lambda x: -x[1])[:top]
+        # the waits of the steps the means are over (not a set-up collective's before the first step)
+        in_steps = result.skew.caused_wait_in(result.index.steps)
+        caused = sorted(in_steps.items(), key=lambda x: -x[1])[:top]
         for r, w in caused:
             cause = result.skew.top_cause.get(r)
             t.add_row(str(r), "-", "-", "-", _ms(w / steps), (cause.text if cause else "") or "-")

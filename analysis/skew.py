@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -234,6 +234,16 @@ class SkewResult:
                     )
                 )
         return out
+
+    def caused_wait_in(self, steps: Collection[int]) -> dict[int, int]:
+        """Rank -> the part of ``caused_wait_ns`` in events of ``steps`` (the steps a per-step figure is a
+        mean over: events before the first step, set-up's, are in no such step)."""
+        wanted = set(steps)
+        out: dict[int, int] = defaultdict(int)
+        for (r, s), w in self.caused_wait_by_step.items():
+            if s in wanted:
+                out[r] += w
+        return dict(out)
 
     def top_straggler_by_step(self) -> dict[int, int]:
         """Step -> rank with the most peer wait blamed on it in that step (steps with any wait)."""

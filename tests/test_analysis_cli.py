@@ -745,3 +745,42 @@ def test_the_worst_collectives_bytes_are_the_largest_members_and_each_record_kee
     assert got == sorted(sizes.items())
     table = skew_table(result.skew).to_pydict()
     assert sorted(zip(table["rank"], table["comm_bytes"], strict=True)) == got
+
+
+def _set_up_then_steps(path: Path, steps: int = 4) -> Path:
+    """2 ranks: a set-up all_reduce before the first step that rank 1 reaches 50 ms late, then ``steps``
+    steps in each of which rank 1 computes 10 ms longer before the step's all_reduce."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        late = 50 * MS if r == 1 else 0
+        rb.compute("setup", 10 * MS + late, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4, 61 * MS - (10 * MS + late), start_ns=10 * MS + late)
+        for s in range(steps):
+            rb.step(s)
+            t0 = 100 * MS + s * 40 * MS
+            grown = 10 * MS if r == 1 else 0
+            rb.compute("aten::mm", 20 * MS + grown, start_ns=t0)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 11 * MS - grown, start_ns=t0 + 20 * MS + grown)
+            rb.compute("aten::add", 2 * MS)
+    return b.write(path)
+
+
+@pytest.mark.parametrize("blame", [True, False])
+def test_the_wait_a_rank_caused_per_step_leaves_out_the_waits_before_the_first_step(
+    tmp_path: Path, blame: bool
+) -> None:
+    # the set-up all_reduce's 50 ms wait was counted in the caused wait and divided by the 4 steps: 22.50 ms a
+    # step beside rank 0's 10.00 ms of wait a step in the breakdown and a cost of 10.00
+    result = analyze_run(load_run(_set_up_then_steps(tmp_path / "run")), blame=blame)
+    assert {e.step: int(e.total_exposed_wait_ns) for e in result.skew.events} == {
+        -1: 50 * MS,
+        **dict.fromkeys(range(4), 10 * MS),
+    }
+    text = _render(stragglers_table(result))
+    row = next(line for line in text.splitlines() if line.startswith("│    1 │"))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[4] == "10.00"  # caused wait ms / step
+    assert cells[1] == ("10.00" if blame else "-")
+    if blame:
+        assert result.stragglers[0].caused_wait_ns == 4 * 10 * MS
