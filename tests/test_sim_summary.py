@@ -278,3 +278,25 @@ def test_a_collective_member_detached_by_contradicting_clocks_waits_no_longer_th
     # it, so the replay ends it at 3 ms; its wait is its 2 ms, not the 7 ms to rank 1's arrival
     run = load_run(_contradicting_clocks(tmp_path, 5.0))
     assert [(s.rank, s.wait_ns) for s in summarize(run, simulate(run))] == [(0, 2 * MS), (1, 0)]
+
+
+def test_the_medians_of_the_ranks_a_summary_table_leaves_out_are_the_middle_of_an_even_count() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.render import summary_table
+    from skewlens.replay.summary import SummaryRecord
+
+    def row(r: int, step_ms: int, wait_ms: int) -> SummaryRecord:
+        return SummaryRecord(
+            rank=r, source_rank=r, step=0, step_time_ns=step_ms * 1_000_000, recorded_step_ns=1,
+            compute_ns=1, comm_ns=1, wait_ns=wait_ms * 1_000_000, exposed_wait_ns=wait_ms * 1_000_000,
+            exposed_transfer_ns=0,
+        )  # fmt: skip
+
+    # ranks 0 and 1 waited least and are listed; of the other two (steps 10 and 20 ms, waits 1 and 3 ms) the
+    # caption gave the upper one of each as their median: 'step 20.000 ms, wait 3.000 ms (medians)'
+    rows = [row(0, 30, 0), row(1, 30, 0), row(2, 10, 1), row(3, 20, 3)]
+    console = Console(width=200, record=True)
+    console.print(summary_table(rows, max_ranks=2))
+    words = " ".join(console.export_text().split())
+    assert "the other 2: step 15.000 ms, wait 2.000 ms (medians)" in words
