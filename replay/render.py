@@ -107,10 +107,13 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
     """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
     their overrides, included) and the replayed step times (ms)."""
+    first = min(rows, key=lambda r: r.job) if rows else None
     t = Table(
         title="Replay sweep",
         caption="mean / max step: over steps, each step's replayed time that of its slowest rank (step mark "
-        "to step mark)",
+        "to step mark)"
+        # what the ratio is against: the first finished job's (job 1's where job 0 failed); it was not said
+        + (f"; (x): mean step against job {first.job}'s" if first is not None and first.mean_step_ns else ""),
     )
     for col, just in (
         ("job", "right"),
@@ -124,7 +127,7 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
     ):
         # folded, not cut: at 80 columns every job's overrides read `slowdow…`, which tell the jobs apart
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    base = rows[0].mean_step_ns if rows else 0
+    base = first.mean_step_ns if first is not None else 0
     own = distinct_overrides([r.overrides for r in rows] + list(failed))[: len(rows)]
     for r, mine in sorted(zip(rows, own, strict=True), key=lambda x: x[0].job):
         rel = f" ({r.mean_step_ns / base:.2f}x)" if base else ""

@@ -726,8 +726,22 @@ def test_the_sweep_table_says_a_step_is_timed_by_its_slowest_rank() -> None:
 
     assert sweep_table([_job(0, "slowdown.factor=1", 1.0)]).caption == (
         "mean / max step: over steps, each step's replayed time that of its slowest rank (step mark to step "
-        "mark)"
+        "mark); (x): mean step against job 0's"
     )
+
+
+def test_the_sweep_tables_ratios_say_which_jobs_mean_step_they_are_against() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.render import sweep_table
+
+    # job 0 failed: the ratios are against job 1's mean step (10 ms), which the table did not say
+    rows = [_job(2, "slowdown.factor=3", 30.0), _job(1, "slowdown.factor=2", 10.0)]
+    console = Console(width=200, record=True)
+    console.print(sweep_table(rows, ["trace=r out=o slowdown.factor=1"]))
+    text = console.export_text()
+    assert "10.000 (1.00x)" in text and "30.000 (3.00x)" in text
+    assert "(x): mean step against job 1's" in " ".join(text.split())
 
 
 def test_a_sweep_jobs_warnings_name_the_job_they_come_from(
