@@ -20,7 +20,9 @@ class RankStepTimes:
     steps: tuple[int, ...]
     """Step indices of the original (-1 when it has no step marks: the whole trace is one step)."""
     original_ns: tuple[int, ...]
-    """Measured step time of the original run per step (last end minus first start of its nodes), ns."""
+    """Measured step time of the original run per step: step mark to step mark, as the simulated replay's
+    summary measures it (without step marks, or where the record's nodes are not the original's row for
+    row: last end minus first start of the step's nodes), ns."""
     replay_ns: tuple[int, ...]
     """The same, measured in the real replay, ns."""
 
