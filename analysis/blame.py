@@ -452,13 +452,15 @@ def analyze_blame(
     tops = result.top_straggler_by_step()
     base_total = sum(base.values())
     # over the steps the costs are over: a set-up collective before the first step (its waits in no step)
-    # read as 50 ms of a 4-step run's caused wait, 12.5 ms a step beside costs of the steps alone
+    # read as 50 ms of a 4-step run's caused wait, 12.5 ms a step beside costs of the steps alone, and its
+    # cause came first ('setup +50.0 ms')
     caused = skew.caused_wait_in(steps)
+    top_cause = skew.top_cause_in(steps)
     recs = []
     totals: _RunTotals | None = None
     for r in wanted:
         w_total = sum(whatif[r].get(s, base[s]) for s in steps) if r in whatif else base_total
-        cause = skew.top_cause.get(r)
+        cause = top_cause.get(r)
         if cause is None and base_total - w_total <= 0:
             cause = NO_CAUSE  # nothing blamed on it, by the skew analysis or the what-if: nothing to explain
         elif cause is None:

@@ -238,8 +238,9 @@ class BlameRecord:
     cause_op: str | None
     """Op that grew most, for compute causes."""
     cause: str
-    """Human-readable top cause. Its amounts are per event: the growth before one event blamed on the rank
-    that made others wait, the mean over the events naming it weighted by the exposed wait each caused."""
+    """Human-readable top cause, of the events of the steps the costs are over (as ``caused_wait_ns``).
+    Its amounts are per event: the growth before one event blamed on the rank that made others wait, the
+    mean over the events naming it weighted by the exposed wait each caused."""
     simulated: bool
     """False when no what-if was evaluated for this rank (no lateness to remove); True when it was
     simulated, or proven to leave every step as the baseline's (see ``skewlens.analysis.blame``)."""

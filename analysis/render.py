@@ -157,9 +157,10 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     if not recs:
         # the waits of the steps the means are over (not a set-up collective's before the first step)
         in_steps = result.skew.caused_wait_in(result.index.steps)
+        top_cause = result.skew.top_cause_in(result.index.steps)
         caused = sorted(in_steps.items(), key=lambda x: -x[1])[:top]
         for r, w in caused:
-            cause = result.skew.top_cause.get(r)
+            cause = top_cause.get(r)
             t.add_row(str(r), "-", "-", "-", _ms(w / steps), (cause.text if cause else "") or "-")
         return t
     shown = [recs[0], *(rec for rec in recs[1:] if _costs_anything(rec, steps))][:top]

@@ -199,8 +199,6 @@ class SkewResult:
     caused_wait_by_step: dict[tuple[int, int], int] = field(default_factory=dict)
     """(rank, step) -> the part of ``caused_wait_ns`` in events of that step (an instant of waiting counts
     in the step of the first-begun wait that covers it), so the steps add up to the total."""
-    top_cause: dict[int, Cause] = field(default_factory=dict)
-    """Rank -> its dominant cause, weighted by the wait it caused."""
 
     def records(self) -> list[CollectiveSkewRecord]:
         out = []
@@ -244,6 +242,30 @@ class SkewResult:
             if s in wanted:
                 out[r] += w
         return dict(out)
+
+    def top_cause_in(self, steps: Collection[int] | None = None) -> dict[int, Cause]:
+        """Rank -> its dominant cause (:func:`_top_cause`), weighted by the wait it caused, over the events
+        of ``steps`` (all events where ``None``) that made others wait and whose clocks do not contradict
+        each other (``SkewEvent.clock_contradicted``): beside per-step figures, the steps they are means
+        over (a set-up collective before the first step read 'setup +50.0 ms' beside 10 ms a step)."""
+        wanted = None if steps is None else set(steps)
+        kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
+        blamed_on: dict[int, list[SkewEvent]] = defaultdict(list)  # rank -> its events with exposed wait
+        for e in self.events:
+            if (
+                e.clock_contradicted
+                or e.total_exposed_wait_ns <= 0
+                or (wanted is not None and e.step not in wanted)
+            ):
+                continue
+            blamed_on[e.blamed_rank].append(e)
+            if e.cause.kind is not CauseKind.NONE:
+                kind_w[e.blamed_rank][e.cause.kind] += e.total_exposed_wait_ns
+        top: dict[int, Cause] = {}
+        for r, kinds in kind_w.items():
+            k = max(kinds, key=lambda x: kinds[x])
+            top[r] = _top_cause(k, [e for e in blamed_on[r] if e.cause.kind is k])
+        return top
 
     def top_straggler_by_step(self) -> dict[int, int]:
         """Step -> rank with the most peer wait blamed on it in that step (steps with any wait)."""
@@ -606,25 +628,13 @@ def _caused_waits(
 
 def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None = None) -> SkewResult:
     """The per-rank sums of ``events``: the wait each rank caused (``compute``: each rank's compute
-    coverage, which hides waits; none when not given) and its top cause (:func:`_top_cause`), both of the
-    events whose clocks do not contradict each other (``SkewEvent.clock_contradicted``)."""
+    coverage, which hides waits; none when not given), of the events whose clocks do not contradict each
+    other (``SkewEvent.clock_contradicted``); each rank's top cause is :meth:`SkewResult.top_cause_in`."""
     # an event whose members' clocks contradict each other has no meaningful waits: it is listed (flagged)
     # but neither charged to a rank nor a source of its top cause
     counted = [e for e in events if not e.clock_contradicted]
     caused, by_step = _caused_waits(counted, compute or {})
-    kind_w: dict[int, dict[CauseKind, int]] = defaultdict(lambda: defaultdict(int))
-    blamed_on: dict[int, list[SkewEvent]] = defaultdict(list)  # rank -> events blamed on it with exposed wait
-    for e in counted:
-        if e.total_exposed_wait_ns <= 0:
-            continue
-        blamed_on[e.blamed_rank].append(e)
-        if e.cause.kind is not CauseKind.NONE:
-            kind_w[e.blamed_rank][e.cause.kind] += e.total_exposed_wait_ns
-    top: dict[int, Cause] = {}
-    for r, kinds in kind_w.items():
-        k = max(kinds, key=lambda x: kinds[x])
-        top[r] = _top_cause(k, [e for e in blamed_on[r] if e.cause.kind is k])
-    return SkewResult(events=events, caused_wait_ns=caused, caused_wait_by_step=by_step, top_cause=top)
+    return SkewResult(events=events, caused_wait_ns=caused, caused_wait_by_step=by_step)
 
 
 def _top_cause(kind: CauseKind, mine: list[SkewEvent]) -> Cause:

@@ -64,7 +64,7 @@ def test_rank_2_is_the_top_straggler_of_more_steps_than_any_other_rank_for_its_m
     assert len(steps) == STEPS - 2
     counts = Counter(tops.values())
     assert counts.most_common(1)[0][0] == STRAGGLER, f"top straggler per step: {tops}"
-    cause = runs["straggler"].skew.top_cause[STRAGGLER]
+    cause = runs["straggler"].skew.top_cause_in()[STRAGGLER]
     assert cause.kind is CauseKind.COMPUTE and cause.op == "aten::mm", cause
 
 
@@ -134,4 +134,4 @@ def test_slow_sender_is_blamed_for_the_send_not_compute(tmp_path: Path) -> None:
     ]
     assert late_sends
     assert all(e.cause.kind is CauseKind.LATE_SEND for e in late_sends)
-    assert res.skew.top_cause[SLOW_SENDER].kind is CauseKind.LATE_SEND
+    assert res.skew.top_cause_in()[SLOW_SENDER].kind is CauseKind.LATE_SEND

@@ -782,5 +782,8 @@ def test_the_wait_a_rank_caused_per_step_leaves_out_the_waits_before_the_first_s
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert cells[4] == "10.00"  # caused wait ms / step
     assert cells[1] == ("10.00" if blame else "-")
+    # and its cause is of the same steps: it read 'compute grew: setup +50.0 ms, aten::mm +10.0 ms'
+    assert cells[5] == "compute grew: aten::mm +10.0 ms"
     if blame:
         assert result.stragglers[0].caused_wait_ns == 4 * 10 * MS
+        assert result.stragglers[0].cause_op == "aten::mm"
