@@ -525,6 +525,7 @@ def scale_run(
         collectives=collectives,
         p2p=[],
         incomplete_steps=run.incomplete_steps,
+        steps_differ=run.steps_differ,
         source_ranks={nr: run.source_rank(s) for nr, s in source_of.items()},
     )
 

@@ -354,6 +354,8 @@ def run_notes(run: RunTrace) -> list[str]:
             "every trace (a flight recorder lost collectives, or a rank stopped inside the step: see "
             "skewlens check); it was left out of matching, so those steps' waits are partial"
         )
+    if run.steps_differ:
+        notes.append(run.steps_differ)
     if SCALE_NOTE in m.notes:
         notes.append(f"extrapolated: {m.notes[SCALE_NOTE]}")
     if STEP_MARKS_NOTE in m.notes:

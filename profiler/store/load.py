@@ -76,7 +76,14 @@ from skewlens.profiler.store.issues import (
     path_word,
     rank_ranges,
 )
-from skewlens.profiler.store.match import MAX_REPORTED, CommRows, match_instances, match_pairs, matchable
+from skewlens.profiler.store.match import (
+    MAX_REPORTED,
+    STEP_MISMATCH,
+    CommRows,
+    match_instances,
+    match_pairs,
+    matchable,
+)
 from skewlens.profiler.store.model import (
     DEP_CTRL,
     DEP_DATA,
@@ -1205,6 +1212,7 @@ def load_run(
         run.collectives = match_instances(
             comm, pg_names, groups, sink, missing_ranks=missing, lenient=lenient
         )
+        run.steps_differ = next((i.message for i in sink.issues if i.kind == STEP_MISMATCH), "")
         run.p2p = match_pairs(comm, pg_names, sink, lenient=lenient)
         if lenient:
             run.skipped_comm = tuple(sink.skipped)

@@ -25,6 +25,7 @@ from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
     SkippedComm,
+    counted,
     per_rank,
     rank_ranges,
     sizes_per_rank,
@@ -61,6 +62,10 @@ MISMATCH_KINDS = frozenset(
         "p2p-size",
     }
 )
+
+#: Issue kind of collectives whose members issued them in different steps (the ranks marked steps
+#: differently): a warning, the collectives stay matched.
+STEP_MISMATCH = "step-mismatch"
 
 
 def comm_type_name(value: int) -> str:
@@ -330,6 +335,7 @@ def match_instances(
         parts["type"].append(c.comm_type[ok].astype(np.int64))
         parts["bytes"].append(c.comm_bytes[ok])
         parts["row"].append(c.row[ok])
+        parts["step"].append(c.step[ok].astype(np.int64))
     if not parts:
         return []
     col = {k: np.concatenate(v) for k, v in parts.items()}
@@ -375,6 +381,7 @@ def match_instances(
         if found is not None:
             bad[k] = found
     report.summarise()
+    _steps_differ(comm, sink, col, bounds=(starts, ends), agreed=~odd, pg_names=pg_names)
     for item in _skips(bad, comm, pg_names):
         sink.skip(item)
     rk_l, row_l, bytes_l = rk.tolist(), col["row"].tolist(), nbytes.tolist()
@@ -402,6 +409,40 @@ def match_instances(
             )
         )
     return out
+
+
+def _steps_differ(
+    comm: dict[int, CommRows],
+    sink: IssueLog,
+    col: dict[str, np.ndarray],
+    *,
+    bounds: tuple[np.ndarray, np.ndarray],
+    agreed: np.ndarray,
+    pg_names: list[str],
+) -> None:
+    """One :data:`STEP_MISMATCH` warning where instances whose members agree (``agreed``) were issued in
+    different steps on different members: the ranks marked steps differently (a ``step()`` some ranks
+    called and others did not), so a step number names different work on different ranks."""
+    starts, ends = bounds
+    step = col["step"]
+    known = step >= 0
+    lo = np.minimum.reduceat(np.where(known, step, np.iinfo(np.int64).max), starts)
+    hi = np.maximum.reduceat(np.where(known, step, -1), starts)
+    differ = np.flatnonzero(agreed & (hi >= 0) & (lo != hi))
+    if differ.size == 0:
+        return
+    a, b = int(starts[differ[0]]), int(ends[differ[0]])
+    where = _in_step(comm, col["rank"][a:b].tolist(), col["idx"][a:b].tolist())
+    sink.warning(
+        STEP_MISMATCH,
+        f"ranks mark steps differently: {counted(int(differ.size), 'collective instance')} "
+        f"{'was' if differ.size == 1 else 'were'} issued in different steps on different members (the first: "
+        f"group '{pg_names[int(col['pg'][a])]}' seq {int(col['seq'][a])}{where}): a step mark "
+        "(optimizer.step() under skewlens profile, session.step() of the Python API) that some ranks made "
+        "and others did not, such as one after an evaluation pass that only some ranks mark; a step "
+        "number then names different work on different ranks, and the step breakdown, the blame and the "
+        "replayed step times compare them",
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -208,6 +208,10 @@ class RunTrace:
     """Steps some of whose communication is not in every trace (a flight recorder lost collectives,
     ``manifest.lost_collectives``; a rank stopped inside the step, its trace ending before the others'):
     it is left out of matching, and analyses should not take these steps as whole."""
+    steps_differ: str = ""
+    """Where collectives were issued in different steps on different members (the ranks marked steps
+    differently, so a step number names different work on different ranks): the loader's
+    ``step-mismatch`` warning; '' where every matched collective's members agree."""
     skipped_comm: tuple[SkippedComm, ...] = ()
     """Communication whose members disagree across ranks, left out of ``collectives`` / ``p2p`` by a
     lenient load (its nodes keep their recorded durations and synchronise with no other rank)."""

@@ -1,0 +1,62 @@
+"""Training loops whose steps differ in shape: an evaluation pass every K steps (its metrics all_reduce,
+no gradients), a varying number of micro-batches per step. Communication matches by (group, sequence
+number) whatever the steps hold; where the ranks mark steps differently (an evaluation pass that only
+some ranks mark as a step), a step number names different work on different ranks, and the loader says
+so instead of letting the per-step tables compare them silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.validate import load_validated, validate_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+
+MS = 1_000_000
+MIB = 1 << 20
+
+
+def _train_eval_run(tmp_path: Path, *, eval_marked_on: tuple[int, ...]) -> Path:
+    """Two ranks: a training step (forward, gradient all_reduce), an evaluation pass (forward, metrics
+    all_reduce of 8 bytes), two training steps. A rank in ``eval_marked_on`` ends a step after the
+    evaluation pass (as ``session.step()`` after it would); the others count it in the next training
+    step (as ``skewlens profile``'s optimizer.step() marks do)."""
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        step = 0
+        rb.step(step).compute("fwd", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS // 5)
+        step += 1
+        rb.step(step).compute("eval_fwd", dur_ns=2 * MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=8, dur_ns=MS // 10)
+        if r in eval_marked_on:
+            step += 1
+        for _ in range(2):
+            rb.step(step).compute("fwd", dur_ns=MS)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS // 5)
+            step += 1
+    return b.write(tmp_path / "run")
+
+
+def test_collectives_in_different_steps_on_their_members_are_reported_as_steps_marked_differently(
+    tmp_path: Path,
+) -> None:
+    run_dir = _train_eval_run(tmp_path, eval_marked_on=(0,))
+    report = validate_run(run_dir)
+    assert report.ok, [str(i) for i in report.errors]
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "2 collective instances were issued in different steps" in warn.message
+    assert "group '0' seq 2, in steps 2 (rank 0), 1 (rank 1)" in warn.message
+    run = load_validated(run_dir)  # still matched, and what analyze and replay print says it
+    assert [(c.seq, c.ranks) for c in run.collectives] == [(s, (0, 1)) for s in range(4)]
+    assert warn.message in run_notes(run)
+
+
+def test_an_evaluation_pass_every_rank_marks_or_none_does_is_no_step_mismatch(tmp_path: Path) -> None:
+    for marked in ((0, 1), ()):
+        run_dir = _train_eval_run(tmp_path / f"m{len(marked)}", eval_marked_on=marked)
+        report = validate_run(run_dir)
+        assert report.ok and not [i for i in report.warnings if i.kind == "step-mismatch"], marked
+        assert load_validated(run_dir).steps_differ == "", marked
