@@ -82,7 +82,11 @@ def _name_column(t: Table, header: str) -> None:
     """A column of names (:func:`short_names`, in :func:`_name_cell`) that gives way on a narrow terminal,
     each name ending in an ellipsis on its one line, and leaves the figures beside it whole: a column that
     may not wrap is one rich does not narrow first, and with every column so, it cut them all alike (at 80
-    columns the GPU kernels' ``ranks`` and ``%`` to nothing, ``ms / step`` to ``4…``)."""
+    columns the GPU kernels' ``ranks`` and ``%`` to nothing, ``ms / step`` to ``4…``). The figures beside it
+    may wrap too (a report console folds them, :class:`skewlens.console.FoldFigures`): rich narrows the
+    widest column first, this one, and the others only once it is no wider than they are; with only this
+    one allowed to, rich narrowed it to nothing (at 60 columns the GPU kernels had no ``kernel`` column, at
+    50 their ``%`` was ``5…``)."""
     t.add_column(header, max_width=NAME_WIDTH)
 
 
@@ -386,7 +390,7 @@ def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
     t = Table(title="GPU kernels by time (all ranks)", title_justify="left")
     _name_column(t, "kernel")
     for c in ("kind", "ranks", "ms / step", "count / step", "%"):
-        t.add_column(c, justify="right", no_wrap=True)
+        t.add_column(c, justify="right")
     for k, name in zip(rows, short_names([k.name for k in rows]), strict=True):
         t.add_row(
             _name_cell(name),
@@ -440,8 +444,8 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
         t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
     top = Table(title="Critical path by op", title_justify="left")
     _name_column(top, "op")
-    top.add_column("ms, all steps", justify="right", no_wrap=True)
-    top.add_column("%", justify="right", no_wrap=True)
+    top.add_column("ms, all steps", justify="right")
+    top.add_column("%", justify="right")
     shown = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
     for (_n, ns), name in zip(shown, short_names([n for n, _ns in shown]), strict=True):
         top.add_row(_name_cell(name), _ms(ns), f"{100.0 * ns / total:.1f}")  # one decimal, as by rank

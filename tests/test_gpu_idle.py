@@ -4,6 +4,7 @@ whose every idle stretch is known, the real 2-GPU trace, the table and its Parqu
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from skewlens.analysis.gpu_idle import StreamMeans, compute_streams, most_idle
 from skewlens.analysis.plots import gpu_idle_bars, gpu_idle_bars_data
 from skewlens.analysis.render import breakdown_table, gpu_idle_table
 from skewlens.cli import main
+from skewlens.console import report_console
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
@@ -672,3 +674,28 @@ def test_the_gpu_kernels_table_on_an_80_column_terminal_cuts_the_names_and_keeps
     ]
     assert cells[1][0] == "ncclDevKernel_Sen…"
     assert all(len(row) <= 80 for row in rows)
+
+
+@pytest.mark.parametrize("columns", [50, 60])
+def test_the_gpu_kernels_table_on_a_narrow_terminal_keeps_its_kernel_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    # with the figures no_wrap, the name column was the only one rich narrowed, to nothing: at 60 columns
+    # the table had no `kernel` header and no kernel names, only kind, ranks, ms / step, count / step, %
+    from skewlens.analysis.render import gpu_kernels_table
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    table = gpu_kernels_table(analyze_run(load_trace(tmp_path / "run"), blame=False), top=2)
+    assert table is not None
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    report_console().print(table)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= columns for line in lines)
+    headers = [c.strip() for line in lines if line.startswith("┃") for c in line.split("┃")[1:-1]]
+    assert any(h.startswith("kern") for h in headers)
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    names = [c[0] for c in cells if c[0]]
+    assert names[0] == "add" and names[1].startswith("nccl") and len(names) == 2
+    assert [c[-1] for c in cells if c[-1]] == ["50.0", "20.0"]  # at 50 columns it was `5…` and `2…`
