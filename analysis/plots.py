@@ -31,6 +31,15 @@ _MAX_INCHES = 18
 #: scale, so that a wait of 2.5% of the largest is drawn 16% of the way up the colours, not in the colour of
 #: no wait.
 WAIT_GAMMA = 0.5
+#: The step breakdown's bars, bottom to top: compute, exposed wait, exposed transfer, idle. Its colours and
+#: :data:`GPU_IDLE_COLOURS` are told apart by colour-blind readers too: every two are 30 or more apart
+#: (CIELAB distance) as people with deuteranopia, protanopia or tritanopia see them (Machado et al.'s
+#: simulation), from Paul Tol's indigo and wine, Okabe and Ito's orange and sky blue, and a grey. seaborn's,
+#: drawn before, were 21 apart (exposed wait's orange, exposed transfer's red) to deuteranopes, and the GPU
+#: idle bars' busy blue and stream-wait purple 3 apart to protanopes.
+BREAKDOWN_COLOURS = ("#332288", "#E69F00", "#882255", "#BBBBBB")
+#: The GPU idle bars, bottom to top: busy, launch wait, comm wait, stream wait, other.
+GPU_IDLE_COLOURS = ("#332288", "#56B4E9", "#E69F00", "#882255", "#BBBBBB")
 
 
 def _rectangle() -> Any:
@@ -243,7 +252,7 @@ def breakdown_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int =
         [str(r) for r in shown.ranks],
         vals,
         parts,
-        ("#4c72b0", "#dd8452", "#c44e52", "#bbbbbb"),
+        BREAKDOWN_COLOURS,
         xlabel="rank",
         title="step breakdown (communication hidden under compute not shown)",
         below=below,
@@ -283,7 +292,9 @@ def _stacked_bars(
             fontsize=8,
             wrap=True,
         )
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    # the legend top to bottom as the bars stack: in the order drawn, its first name (compute) was at its top,
+    # beside the bars' tops, and a reader who cannot tell the colours apart matched the names the wrong way up
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, reverse=True)
     return fig
 
 
@@ -323,7 +334,7 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
         [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)],
         data.ms,
         ("busy", *(p.replace("_", " ") for p in PARTS)),
-        ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#bbbbbb"),
+        GPU_IDLE_COLOURS,
         xlabel="rank (compute stream)",
         title="GPU compute stream: busy, and idle by what it waited for",
         below=left_out,

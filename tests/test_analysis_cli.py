@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from colour_vision import closest_pair, stacked_parts
 from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_one_slow_rank, build_run
 
@@ -787,3 +788,16 @@ def test_the_wait_a_rank_caused_per_step_leaves_out_the_waits_before_the_first_s
     if blame:
         assert result.stragglers[0].caused_wait_ns == 4 * 10 * MS
         assert result.stragglers[0].cause_op == "aten::mm"
+def test_the_breakdown_picture_is_read_without_telling_red_from_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seaborn's orange and red (exposed wait, exposed transfer) were 21 apart to a deuteranope, and the
+    # legend listed the parts top to bottom in the order they were drawn, bottom to top
+    drawn: list[Any] = []
+    monkeypatch.setattr("skewlens.analysis.plots.save_png", lambda fig, path: drawn.append(fig) or path)
+    breakdown_bars(analyze_run(load_run(build_run(tmp_path, WIDE)), blame=False), tmp_path / "b.png")
+    parts, colours, legend = stacked_parts(drawn[0])
+    assert parts == ["compute", "exposed wait", "exposed transfer", "idle"]
+    assert legend == parts[::-1]
+    distance, seen_with = closest_pair(colours)
+    assert distance >= 30, seen_with

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from colour_vision import closest_pair, stacked_parts
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
@@ -699,3 +700,19 @@ def test_the_gpu_kernels_table_on_a_narrow_terminal_keeps_its_kernel_column(
     names = [c[0] for c in cells if c[0]]
     assert names[0] == "add" and names[1].startswith("nccl") and len(names) == 2
     assert [c[-1] for c in cells if c[-1]] == ["50.0", "20.0"]  # at 50 columns it was `5…` and `2…`
+
+
+def test_the_gpu_idle_picture_is_read_without_telling_its_colours_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # busy (seaborn's blue) and stream wait (its purple) were 3 apart to a protanope, launch wait's red and
+    # comm wait's orange 21 to a deuteranope; the legend read top to bottom in the order drawn, bottom to top
+    drawn: list[Any] = []
+    monkeypatch.setattr("skewlens.analysis.plots.save_png", lambda fig, path: drawn.append(fig) or path)
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    gpu_idle_bars(analyze_run(load_trace(tmp_path / "run"), blame=False), tmp_path / "g.png")
+    parts, colours, legend = stacked_parts(drawn[0])
+    assert parts == ["busy", "launch wait", "comm wait", "stream wait", "other"]
+    assert legend == parts[::-1]
+    distance, seen_with = closest_pair(colours)
+    assert distance >= 30, seen_with
