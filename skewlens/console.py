@@ -255,10 +255,18 @@ def report_console(*, stderr: bool = False) -> Console:
     their figures rather than cut them (:class:`FoldFigures`)."""
     console = ReportConsole(stderr=stderr, markup=False)
     console.push_render_hook(FoldFigures(console))
+    columns = os.environ.get("COLUMNS", "")
+    width = console.width
     if not on_a_terminal(console) and "COLUMNS" not in os.environ:
-        console.width = FILE_WIDTH
-    elif console.width < MIN_WIDTH:
-        console.width = MIN_WIDTH
+        width = FILE_WIDTH
+    elif console.is_dumb_terminal and columns.isdigit():
+        # rich draws 80 columns on a dumb terminal (TERM=dumb: Emacs' shell, which sets COLUMNS to its
+        # window's width) whatever COLUMNS says: at COLUMNS=60 the report ran past the window, at 120 it
+        # wrapped the cause columns a word wide
+        width = int(columns)
+    if width != console.width or width < MIN_WIDTH:
+        # the size, not the width alone: on a dumb terminal rich takes a width only with a height
+        console.size = (max(width, MIN_WIDTH), console.height)
     return console
 
 

@@ -15,7 +15,9 @@ from skewlens.progress import Advance
 class RichProgress:
     """One transient bar per task on ``console`` (stderr by default); none where the console is not a
     terminal (a file or pipe, where a transient bar would leave only an empty line per task, ``FORCE_COLOR``
-    or not: :func:`skewlens.console.on_a_terminal`)."""
+    or not: :func:`skewlens.console.on_a_terminal`) or is a dumb one (``TERM=dumb``: Emacs' shell and
+    compilation buffers, where screen-reader users of Emacspeak read), which rich draws no bar on either:
+    ``skewlens analyze`` of the DLRM run began its report with six empty lines there."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console if console is not None else Console(stderr=True)
@@ -29,7 +31,7 @@ class RichProgress:
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
-            disable=not on_a_terminal(self.console),
+            disable=not on_a_terminal(self.console) or self.console.is_dumb_terminal,
         )
         with bar:
             task_id = bar.add_task(description, total=total)

@@ -1189,3 +1189,34 @@ def test_only_a_name_python_could_not_decode_is_said_to_be_one_and_only_its_surr
     e = UnicodeEncodeError("utf-8", text, 100, 101, "surrogates not allowed")
     said = undecodable_name(e)
     assert said is not None and said.startswith(repr("a" * 60 + "\ufffd" + "b" * 60) + ": holds a name")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_dumb_terminal_gets_no_empty_line_per_task_and_the_width_columns_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # TERM=dumb (Emacs' shell, Emacspeak's users): rich draws no bar there, and each task's transient bar
+    # left an empty line (`skewlens analyze` of the DLRM run: six above the report); rich's 80 columns
+    # there overrode COLUMNS=60 and COLUMNS=120
+    from skewlens.rich_progress import RichProgress
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "LINES", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "dumb")
+    err = _Terminal()
+    progress = RichProgress(Console(file=err))
+    assert progress.console.is_dumb_terminal
+    for task in ("loading ranks", "skew"):
+        with progress.task(task, 2) as advance:
+            advance()
+    assert err.getvalue() == ""
+    monkeypatch.setattr("sys.stdout", _Terminal())
+    for columns in (60, 120):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        assert report_console().width == columns
+    monkeypatch.setenv("COLUMNS", "5")
+    assert report_console().width == 20  # MIN_WIDTH, as on any terminal
