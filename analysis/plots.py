@@ -15,8 +15,8 @@ import numpy.typing as npt
 from skewlens.analysis.api import GPU_IDLE_FILE as GPU_IDLE_TABLE
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
-from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle
-from skewlens.analysis.render import MAX_RANK_ROWS, outliers_note, ranks_left_out
+from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle, verdict
+from skewlens.analysis.render import MAX_RANK_ROWS, blame_steps, outliers_note, ranks_left_out
 from skewlens.pictures import figure_class, save_png
 from skewlens.profiler.store.issues import no_trace_line
 
@@ -83,6 +83,10 @@ class HeatmapData:
     the rank the most peer wait is blamed on (``SkewResult.caused_wait_ns``), the one a reader looks for
     (of 128 ranks every third was labelled, and the straggler's row, 77, was not); an evenly spaced label
     nearer to it than half their spacing is left out, so that none overlap."""
+    blamed: str | None = None
+    """The finding, in words, under the title: the rank the most peer wait is blamed on and how much a step
+    (``rank 7 made its peers wait the most: 29.75 ms a step``); None where no one waited. The picture said it
+    only by a row's colours, which a reader who cannot tell them apart could not read."""
 
     def shade(self) -> npt.NDArray[np.float64]:
         """Each cell's place on the colour scale, 0 (no wait) to 1 (:attr:`top_ms`), as drawn: on a
@@ -143,7 +147,17 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         untraced=no_trace_line(missing, result.run.world_size) if missing else None,
         top_ms=top if top > 0 else 1.0,
         labelled_rows=_labelled_rows(ranks, result.skew.caused_wait_ns),
+        blamed=_most_blamed(result),
     )
+
+
+def _most_blamed(result: AnalysisResult) -> str | None:
+    """:attr:`HeatmapData.blamed`."""
+    caused = [(w, -r) for r, w in result.skew.caused_wait_ns.items() if w > 0]
+    if not caused:
+        return None
+    wait_ns, rank = max(caused)  # of equals, the lowest rank, as the row labelled
+    return f"rank {-rank} made its peers wait the most: {wait_ns / blame_steps(result) / 1e6:,.2f} ms a step"
 
 
 def _labelled_rows(ranks: npt.NDArray[np.int64], caused_wait_ns: dict[int, int]) -> tuple[int, ...]:
@@ -214,7 +228,7 @@ def wait_heatmap(
     else:
         ax.set_xticks([])
         ax.set_yticks([])
-    lines = []
+    lines = [data.blamed] if data.blamed is not None and n else []
     if data.untraced is not None and n:
         lines.append(textwrap.fill(f"{data.untraced}: waits for traced peers only", 70))
     if data.clocks_disagree.any():
@@ -281,12 +295,13 @@ def _stacked_bars(
     ax.set_xlabel(xlabel)
     ax.set_ylabel("ms per step (mean)")
     ax.set_title(title)
-    if below:  # under the rank axis, wrapped at the picture's width
+    if below:  # under the axis' label (a fixed 42 points down, it ran over gpu_idle.png's, under two-line
+        # ticks), wrapped at the picture's width
         ax.annotate(
             "\n".join(below),
             xy=(0, 0),
-            xycoords="axes fraction",
-            xytext=(0, -42),
+            xycoords=("axes fraction", ax.xaxis.label),
+            xytext=(0, -6),
             textcoords="offset points",
             va="top",
             fontsize=8,
@@ -308,6 +323,9 @@ class GpuIdleBars:
     """(ranks, 1 + len(PARTS)): busy, then the idle parts (``gpu_idle.PARTS``), mean ms per step."""
     left_out: int
     """Ranks with a compute stream not drawn."""
+    verdict: str | None = None
+    """The finding, in words, under the bars: how much the compute streams idled and what they mostly
+    waited for (the report's line, :func:`~skewlens.analysis.gpu_idle.verdict`)."""
 
 
 def gpu_idle_bars_data(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> GpuIdleBars | None:
@@ -317,7 +335,9 @@ def gpu_idle_bars_data(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS
         return None
     shown = most_idle(streams, max_ranks)
     ms = np.array([[s.busy_ns, *s.parts_ns] for s in shown], dtype=np.float64) / 1e6
-    return GpuIdleBars([s.rank for s in shown], [s.stream for s in shown], ms, len(streams) - len(shown))
+    return GpuIdleBars(
+        [s.rank for s in shown], [s.stream for s in shown], ms, len(streams) - len(shown), verdict(streams)
+    )
 
 
 def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = MAX_RANK_ROWS) -> Path | None:
@@ -329,7 +349,9 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
         return None
     n = len(data.ranks)
     note = f"{n + data.left_out:,} ranks: the {n} whose compute stream idled the most; every stream is in "
-    left_out = [note + GPU_IDLE_TABLE] if data.left_out else []
+    below = [data.verdict] if data.verdict is not None else []
+    if data.left_out:
+        below.append(note + GPU_IDLE_TABLE)
     fig = _stacked_bars(
         [f"{r}\n(s{s})" for r, s in zip(data.ranks, data.streams, strict=True)],
         data.ms,
@@ -337,6 +359,6 @@ def gpu_idle_bars(result: AnalysisResult, path: str | Path, *, max_ranks: int = 
         GPU_IDLE_COLOURS,
         xlabel="rank (compute stream)",
         title="GPU compute stream: busy, and idle by what it waited for",
-        below=left_out,
+        below=below,
     )
     return save_png(fig, Path(path))

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from colour_vision import closest_pair, stacked_parts
+from picture_helpers import closest_pair, drawn_figures, stacked_parts
 from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_one_slow_rank, build_run
 
@@ -254,6 +254,7 @@ def test_the_wait_heatmap_of_a_run_with_untraced_ranks_says_its_waits_are_for_th
         wait_heatmap(result, tmp_path / "w.png")
         assert titles.pop().splitlines() == [
             "wait for peers (ms); blank: not a member",
+            *([] if len(traced) == 1 else ["rank 1 made its peers wait the most: 2.00 ms a step"]),
             f"{data.untraced}: waits for traced peers only",
         ]
     b = RunBuilder(world_size=2)  # every rank traced: nothing more said
@@ -793,11 +794,24 @@ def test_the_breakdown_picture_is_read_without_telling_red_from_green(
 ) -> None:
     # seaborn's orange and red (exposed wait, exposed transfer) were 21 apart to a deuteranope, and the
     # legend listed the parts top to bottom in the order they were drawn, bottom to top
-    drawn: list[Any] = []
-    monkeypatch.setattr("skewlens.analysis.plots.save_png", lambda fig, path: drawn.append(fig) or path)
+    drawn = drawn_figures(monkeypatch)
     breakdown_bars(analyze_run(load_run(build_run(tmp_path, WIDE)), blame=False), tmp_path / "b.png")
     parts, colours, legend = stacked_parts(drawn[0])
     assert parts == ["compute", "exposed wait", "exposed transfer", "idle"]
     assert legend == parts[::-1]
     distance, seen_with = closest_pair(colours)
     assert distance >= 30, seen_with
+
+
+def test_the_wait_heatmap_says_in_words_whom_the_most_wait_is_blamed_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it said so only by colours: a dark row (the late rank waits least) among lighter ones
+    drawn = drawn_figures(monkeypatch)
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
+    wait_heatmap(result, tmp_path / "w.png")
+    title = drawn[0].axes[0].get_title().splitlines()
+    steps = len(result.index.steps)
+    caused_ms = result.skew.caused_wait_ns[2] / steps / 1e6
+    assert abs(caused_ms - 80) < 1  # the two others wait 40 ms a step each for rank 2
+    assert title[1] == f"rank 2 made its peers wait the most: {caused_ms:,.2f} ms a step"

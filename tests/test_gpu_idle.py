@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from colour_vision import closest_pair, stacked_parts
+from picture_helpers import closest_pair, drawn_figures, stacked_parts
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
@@ -702,17 +702,42 @@ def test_the_gpu_kernels_table_on_a_narrow_terminal_keeps_its_kernel_column(
     assert [c[-1] for c in cells if c[-1]] == ["50.0", "20.0"]  # at 50 columns it was `5…` and `2…`
 
 
+def _gpu_idle_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """The analysis of :func:`_write_trace`'s run, and the figure of its ``gpu_idle.png``."""
+    drawn = drawn_figures(monkeypatch)
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    gpu_idle_bars(res, tmp_path / "g.png")
+    return res, drawn[0]
+
+
 def test_the_gpu_idle_picture_is_read_without_telling_its_colours_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # busy (seaborn's blue) and stream wait (its purple) were 3 apart to a protanope, launch wait's red and
     # comm wait's orange 21 to a deuteranope; the legend read top to bottom in the order drawn, bottom to top
-    drawn: list[Any] = []
-    monkeypatch.setattr("skewlens.analysis.plots.save_png", lambda fig, path: drawn.append(fig) or path)
-    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
-    gpu_idle_bars(analyze_run(load_trace(tmp_path / "run"), blame=False), tmp_path / "g.png")
-    parts, colours, legend = stacked_parts(drawn[0])
+    _res, fig = _gpu_idle_figure(tmp_path, monkeypatch)
+    parts, colours, legend = stacked_parts(fig)
     assert parts == ["busy", "launch wait", "comm wait", "stream wait", "other"]
     assert legend == parts[::-1]
     distance, seen_with = closest_pair(colours)
     assert distance >= 30, seen_with
+
+
+def test_the_gpu_idle_picture_says_its_finding_in_words_under_the_axis_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the picture said only by the bars' colours what the streams waited for; a note under it, placed a
+    # fixed 42 points below the axis, ran over the axis' label under the two-line `rank (stream)` ticks
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from skewlens.analysis.gpu_idle import verdict
+
+    res, fig = _gpu_idle_figure(tmp_path, monkeypatch)
+    said = verdict(compute_streams(res.gpu_idle))
+    assert said is not None and said.startswith("the compute streams idled")
+    ax = fig.axes[0]
+    (note,) = [t for t in ax.texts if t.get_text() == said]
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    assert note.get_window_extent(renderer).y1 < ax.xaxis.label.get_window_extent(renderer).y0

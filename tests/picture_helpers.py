@@ -1,5 +1,5 @@
-"""How far apart colours look to people with and without colour-vision deficiencies, for the tests of the
-pictures' palettes."""
+"""For the tests of the pictures: the figures they draw, and how far apart their colours look to people with
+and without colour-vision deficiencies."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 #: Machado, Oliveira and Fernandes (2009), severity 1: linear RGB as each dichromacy sees it.
 SIMULATIONS = {
@@ -59,3 +60,10 @@ def stacked_parts(fig: Any) -> tuple[list[str], list[Any], list[str]]:
     bars = sorted(ax.containers, key=lambda c: c.patches[0].get_y())
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     return [c.get_label() for c in bars], [c.patches[0].get_facecolor() for c in bars], legend
+
+
+def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The figures the analyses' pictures draw from now on, in order, instead of writing them."""
+    drawn: list[Any] = []
+    monkeypatch.setattr("skewlens.analysis.plots.save_png", lambda fig, path: drawn.append(fig) or path)
+    return drawn
