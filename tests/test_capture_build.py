@@ -837,3 +837,29 @@ def test_at_the_full_level_an_operator_inside_a_communication_call_ending_with_i
         ("nn.Module: Stage", 9_000, 1_000),
         (UNTRACED_NAME, 30_000, 10_000),
     ]
+
+
+def test_a_hooked_call_paired_with_an_earlier_operator_leaves_kinetos_clock_where_the_rest_put_it() -> None:
+    # Kineto's clock runs 7 µs behind the hooks'; each hooked all_reduce's operator spans its issue only
+    # (10 µs from 2 µs in), so a blocking call, which returns after waiting, allows a wide range of offsets
+    # and an asynchronous one a narrow one ([5, 15] µs). One call's operator is missing from Kineto: its
+    # nearest is the previous call's, 900 µs before (it allows 905 µs and more)
+    from skewlens.profiler.capture.build import kineto_clock_offset
+
+    skew = 7_000
+    comms: list[CommRecord] = []
+    ops: list[OpRecord] = []
+    for i in range(20):
+        start = 1_000_000 + i * 1_000_000
+        blocking = i % 2 == 0
+        issue_end = None if blocking else start + 20_000
+        comms.append(coll(start, start + 600_000, seq=i, is_async=not blocking, issue_end=issue_end))
+        ops.append(host_op("c10d::allreduce_", start + 2_000 - skew, 10_000))
+        ops.append(host_op("aten::mm", start + 700_000 - skew, 100_000))  # between this call and the next
+    comms.append(coll(comms[-1].start_ns + 900_000, comms[-1].start_ns + 950_000, seq=20))
+    off = kineto_clock_offset(comms, ops)
+    assert 5_000 <= off <= 15_000  # where every correct pair allows it (was 300 µs: a median of middles)
+    steps = [StepRecord(step=0, start_ns=0, end_ns=22_000_000)]
+    cap = RankCapture(rank=0, comms=comms, steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops)
+    mms = by_name(build_nodes(cap), "aten::mm")
+    assert len(mms) == 20  # the operators between blocking calls were not moved into them and dropped
