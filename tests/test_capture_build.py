@@ -253,13 +253,41 @@ def test_an_operator_enclosing_a_blocking_collective_is_replaced_by_its_children
     )
     nodes = build_nodes(cap)
     comp = [n.name for n in nodes if n.node_type == NodeType.COMP and n.name != UNTRACED_NAME]
-    assert comp == ["aten::mm", "aten::add"]
-    # the rest of the step on the main thread is untraced host time: together they cover the step
+    assert [c for c in comp if c != "my_block"] == ["aten::mm", "aten::add"]
+    # the rest of the step on the main thread is the block's own time: together they cover the step
     main = [(n.start_ns, n.start_ns + n.dur_ns) for n in nodes[1:] if n.attrs[Attr.STREAM] == 0]
     assert sum(b - a for a, b in main) == 100_000
     assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(sorted(main)))
     assert len(by_name(nodes, "c10d::allreduce_")) == 1
     assert by_name(nodes, "c10d::allreduce_")[0].node_type == NodeType.COMM_COLL
+
+
+def main_thread_compute(cap: RankCapture) -> list[tuple[int, int, str]]:
+    """(start, end, name) of the COMP nodes on the main thread, by start."""
+    return sorted(
+        (n.start_ns, n.start_ns + n.dur_ns, n.name)
+        for n in build_nodes(cap)
+        if n.node_type == NodeType.COMP and n.attrs[Attr.STREAM] == 0
+    )
+
+
+def test_at_the_ops_level_a_scope_enclosing_a_blocking_collective_keeps_its_own_time_not_untraced() -> None:
+    # a user's ``record_function("checkpoint")`` around ``dcp.save``: its planning collectives cut it, and
+    # its time around them (pickling, writing files) is the checkpoint's work, not idle host time
+    ops = [
+        host_op("checkpoint", 10_000, 70_000),
+        host_op("aten::copy_", 15_000, 5_000),
+        host_op("c10d::allgather_", 30_000, 10_000),
+    ]
+    cap = one_step([coll(30_000, 40_000, seq=0)], ops=ops)
+    main = main_thread_compute(cap)
+    assert main == [
+        (0, 10_000, UNTRACED_NAME),
+        (10_000, 15_000, "checkpoint"),
+        (15_000, 20_000, "aten::copy_"),
+        (20_000, 30_000, "checkpoint"),
+        (40_000, 60_000, "checkpoint"),
+    ]
 
 
 def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_operators_ran_later() -> None:
@@ -525,11 +553,7 @@ def test_full_level_time_of_a_scope_replaced_by_its_operators_is_that_scopes_wor
         3: HostOpInfo(schema="aten::add_.Tensor(Tensor(a!) self, Tensor other)", inputs=(7,), outputs=(7,)),
     }
     cap = full_capture(ops, host, end_ns=100_000)
-    main = sorted(
-        (n.start_ns, n.start_ns + n.dur_ns, n.name)
-        for n in build_nodes(cap)
-        if n.node_type == NodeType.COMP and n.attrs[Attr.STREAM] == 0
-    )
+    main = main_thread_compute(cap)
     assert main == [
         (0, 10_000, UNTRACED_NAME),
         (10_000, 20_000, scope),

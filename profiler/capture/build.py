@@ -14,9 +14,10 @@ the matching NCCL kernel on GPUs). At the ``collectives`` level the time between
 host thread becomes one COMP node named :data:`GAP_NAME` per gap; at ``ops``/``full`` the COMP nodes are
 the outermost operators of Kineto (a CPU op that encloses a blocking collective is replaced by its
 children, so no time is counted twice on a thread; at ``full`` a scope without an operator schema, such
-as an autograd-engine or module-forward scope, is replaced by its children too, and its own time around
-them on the main thread becomes COMP nodes named after it: its work, as the scope is at ``ops``), and the
-main thread's time inside no operator and no call becomes COMP nodes named :data:`UNTRACED_NAME`, so
+as an autograd-engine or module-forward scope, is replaced by its children too; either way its own
+time around them on the main thread becomes COMP nodes named after it: its work, as an operator's own
+time is), and the main thread's time inside no operator and no call becomes COMP nodes named
+:data:`UNTRACED_NAME`, so
 every nanosecond of a step on the main thread is in exactly one node. At every level a wait for an
 asynchronous result (``wait_tensor``, ``Work.wait``) is a COMP node of its own that counts as blocking
 here, with a control dependency on the COMM node it waited for (:mod:`skewlens.profiler.capture.waits`).
@@ -614,9 +615,10 @@ def _gap_protos(
     """COMP nodes named ``name`` for the time no node covers on a thread, within each step (``waited``:
     ``id`` of the async comms whose wait is a node of its own, not to be guessed from untraced time).
 
-    ``scopes``: main-thread scopes that were replaced by their operators (full level, :func:`_op_protos`),
-    as ``(start, end, name)``: the part of a gap inside one is that scope's own work (the autograd engine,
-    a module's Python, a compiled graph's generated kernels), a COMP node named after it, not untraced
+    ``scopes``: main-thread scopes that were replaced by their operators (:func:`_op_protos`), as
+    ``(start, end, name)``: the part of a gap inside one is that scope's own work (the autograd engine,
+    a module's Python, a compiled graph's generated kernels, a ``record_function`` around a checkpoint's
+    save and its collectives), a COMP node named after it, not untraced
     time, as the scope itself is at the ``ops`` level. ``blocked``: spans the main thread waited in, for
     work of another thread (a backward pass on autograd's device thread): no node, as for a blocking
     call, so that the replay keeps it a wait on that work."""
@@ -679,8 +681,9 @@ def _op_protos(
 ) -> tuple[list[_Proto], list[tuple[int, int, str]]]:
     """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels
     (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`); and the main thread's
-    outermost scopes replaced by their operators for want of a schema (full level), ``(start, end, name)``
-    sorted, each ending at the first step mark inside it (what follows the mark is the capture's own)."""
+    outermost scopes replaced by their operators (because they enclosed a blocking call, or for want of a
+    schema at the full level), ``(start, end, name)`` sorted, each ending at the first step mark inside it
+    (what follows the mark is the capture's own)."""
     starts = [s.start_ns for s in cap.steps]
     bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
     blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -749,7 +752,7 @@ def _op_protos(
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
             if encloses_comm or scope_only:
-                if scope_only and not encloses_comm and stream == MAIN_STREAM:
+                if stream == MAIN_STREAM:
                     b = _boundary_inside(bounds, o.start_ns, end)
                     scopes.append((o.start_ns, end if b is None else b, o.name))
                 todo.extend(reversed(children[i]))
