@@ -124,7 +124,8 @@ class StepBreakdownRecord:
     sum."""
     complete: bool = True
     """False for a step some of whose communication is not in every trace (a flight recorder lost
-    collectives, declared in the manifest's ``lost_collectives``, or a rank stopped inside the step): that
+    collectives, declared in the manifest's ``lost_collectives``, a rank stopped inside the step, or a
+    thread issued collectives across the window's end): that
     was left out of matching, so its waits and transfers are partial."""
 
 

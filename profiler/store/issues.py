@@ -351,8 +351,9 @@ def run_notes(run: RunTrace) -> list[str]:
     if run.incomplete_steps:
         notes.append(
             f"incomplete step(s) {rank_ranges(run.incomplete_steps)}: some of their communication is not in "
-            "every trace (a flight recorder lost collectives, or a rank stopped inside the step: see "
-            "skewlens check); it was left out of matching, so those steps' waits are partial"
+            "every trace (a flight recorder lost collectives, a rank stopped inside the step, or a thread "
+            "issued collectives across the window's end: see skewlens check); it was left out of matching, "
+            "so those steps' waits are partial"
         )
     if run.steps_differ:
         notes.append(run.steps_differ)

@@ -243,6 +243,56 @@ def without_truncated(
     return {r: c.subset(~cut[r]) for r, c in comm.items()}, tuple(sorted(gone))
 
 
+def without_window_tail(
+    comm: dict[int, CommRows],
+    pg_names: list[str],
+    sink: IssueLog,
+    *,
+    steps: Sequence[StepSpan],
+    groups: dict[str, ProcessGroupInfo],
+) -> tuple[dict[int, CommRows], tuple[int, ...]]:
+    """``comm`` without the collectives that some members issued before their recording window closed and
+    others only after theirs: on a group, those numbered past the last one some member recorded, where every
+    one of them is in its rank's last recorded step. A thread other than the one that marks the steps (an
+    asynchronous checkpoint's save, ``dcp.async_save``) runs on across the window's end, so one rank's
+    window ends after its thread issued a collective and another's before. Each group so cut is a warning;
+    returns the steps it leaves incomplete. A tail outside the last step is left to the matcher."""
+    last: dict[int, int] = {}
+    for s in steps:
+        if s.rank in comm:
+            last[s.rank] = max(last.get(s.rank, s.step), s.step)
+    cut = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
+    gone: set[int] = set()
+    for gi, name in enumerate(pg_names):
+        members = [m for m in (groups[name].ranks if name in groups else ()) if m in comm and m in last]
+        on = {m: (comm[m].node_type == NodeType.COMM_COLL) & (comm[m].pg == gi) for m in members}
+        top = {m: int(comm[m].seq[on[m]].max()) if on[m].any() else -1 for m in members}
+        if len(set(top.values())) < 2:
+            continue
+        cutoff = min(top.values())
+        tail = {m: on[m] & (comm[m].seq > cutoff) for m in members}
+        if any((comm[m].step[tail[m]] != last[m]).any() for m in members):
+            continue
+        for m in members:
+            cut[m] |= tail[m]
+        at = sorted({last[m] for m in members if tail[m].any()})
+        gone.update(at)
+        ahead = [m for m in members if top[m] > cutoff]
+        behind = [m for m in members if top[m] == cutoff]
+        hi = max(top.values())
+        seqs = str(hi) if hi == cutoff + 1 else f"{cutoff + 1}..{hi}"
+        sink.warning(
+            "window-tail",
+            f"group {name!r} seq {seqs}: rank(s) {rank_ranges(ahead)} issued them before their recording "
+            f"window closed, rank(s) {rank_ranges(behind)} only after theirs (a thread that runs on past the "
+            "last step, such as an asynchronous checkpoint's save): they are left out of matching on every "
+            f"rank, and step(s) {at} incomplete",
+        )
+    if not gone:
+        return comm, ()
+    return {r: c.subset(~cut[r]) for r, c in comm.items()}, tuple(sorted(gone))
+
+
 def matchable(
     comm: dict[int, CommRows],
     manifest: Manifest,
@@ -251,11 +301,13 @@ def matchable(
     sink: IssueLog,
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
     """``comm`` without what the run says no rank can match (:func:`without_lost`,
-    :func:`without_truncated`), and the steps that leaves incomplete: every matcher of a run starts here."""
+    :func:`without_truncated`, :func:`without_window_tail`), and the steps that leaves incomplete: every
+    matcher of a run starts here."""
     comm, lost = without_lost(comm, manifest.lost_collectives, pg_names, sink)
     partial = partial_traces(manifest.notes)
     comm, cut = without_truncated(comm, pg_names, sink, steps=manifest.steps, partial=partial, groups=groups)
-    return comm, tuple(sorted({*lost, *cut}))
+    comm, tail = without_window_tail(comm, pg_names, sink, steps=manifest.steps, groups=groups)
+    return comm, tuple(sorted({*lost, *cut, *tail}))
 
 
 @dataclass(eq=False, kw_only=True, slots=True)

@@ -206,7 +206,9 @@ class RunTrace:
     """Matched send/recv pairs."""
     incomplete_steps: tuple[int, ...] = ()
     """Steps some of whose communication is not in every trace (a flight recorder lost collectives,
-    ``manifest.lost_collectives``; a rank stopped inside the step, its trace ending before the others'):
+    ``manifest.lost_collectives``; a rank stopped inside the step, its trace ending before the others'; a
+    thread that issued collectives across the window's end, before one rank's window closed and after
+    another's):
     it is left out of matching, and analyses should not take these steps as whole."""
     steps_differ: str = ""
     """Where collectives were issued in different steps on different members (the ranks marked steps
