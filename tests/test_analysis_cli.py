@@ -789,6 +789,8 @@ def test_the_wait_a_rank_caused_per_step_leaves_out_the_waits_before_the_first_s
     if blame:
         assert result.stragglers[0].caused_wait_ns == 4 * 10 * MS
         assert result.stragglers[0].cause_op == "aten::mm"
+
+
 def test_the_breakdown_picture_is_read_without_telling_red_from_green(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
