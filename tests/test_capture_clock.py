@@ -121,3 +121,33 @@ def test_every_rank_leaves_the_exchange_once_rank_0_has_served_all_not_at_its_ti
         t.join(timeout=150)
     assert sorted(left) == [0, 1, 2]
     assert max(left.values()) < 50
+
+
+def test_an_exchange_after_a_restart_reads_none_of_the_earlier_attempts_answers() -> None:
+    # torchrun's restarts keep the agent's store (``TORCHELASTIC_USE_AGENT_STORE``: one TCPStore for every
+    # attempt), so the keys of attempt 0's exchange were still there in attempt 1's: rank 1 found its pongs
+    # already answered and took attempt 0's rank 0 time for an answer (a torchrun --max-restarts 1 run whose
+    # rank 0 came 2 s after rank 1: rank 1's offset -20.8 s, on one host), and left before rank 0 came
+    store = dist.HashStore()
+    entered: dict[int, float] = {}
+    left: dict[int, float] = {}
+    offsets: dict[int, int | None] = {}
+
+    def rank(r: int, delay_s: float) -> None:
+        time.sleep(delay_s)
+        entered[r] = time.monotonic()
+        offsets[r] = estimate_offset(store, r, 3, timeout_s=5)
+        left[r] = time.monotonic()
+
+    for attempt_delay in (0.0, 0.5):  # attempt 1, 0.5 s later (the restart): rank 0 comes 0.5 s late
+        time.sleep(attempt_delay)
+        threads = [
+            threading.Thread(target=rank, args=(r, attempt_delay if r == 0 else 0.0)) for r in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+    # one clock: every offset is the store's round trip at most, nowhere near the 0.5 s since attempt 0
+    assert all(o is not None and abs(o) < 100_000_000 for o in offsets.values()), offsets
+    assert min(left.values()) >= entered[0]

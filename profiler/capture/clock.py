@@ -5,6 +5,13 @@ shift process-group names or sequence numbers). Rank ``r`` writes a ping with it
 waiting for it, answers with its own time ``t``; rank ``r`` reads it at ``t1``. With the smallest
 round trip ``t1 - t0`` over several rounds, ``offset = t - (t0 + t1) / 2`` is what rank ``r`` adds to its
 clock to read rank 0's. Ranks on one host share ``CLOCK_REALTIME`` and get offsets near zero.
+
+The store may outlive the exchange: torchrun's restarts keep the agent's store for every attempt
+(``TORCHELASTIC_USE_AGENT_STORE``), so the keys an exchange leaves are there when the next attempt's ranks
+come. Each key is therefore deleted by the side that read it (a ping by rank 0, a pong by its rank), a rank
+deletes its own pings and pongs before its first ping (those of an attempt that ended inside the exchange),
+and rank 0 deletes the word that it is done before it serves anyone: no rank reads an earlier attempt's
+answer or leaves on its word.
 """
 
 from __future__ import annotations
@@ -36,15 +43,21 @@ def estimate_offset(
     timeout = timedelta(seconds=timeout_s)
     done = _key("done", 0, 0, epoch)
     if rank == 0:
+        # no rank waits for the word before rank 0 has answered its pings, which it does after this
+        store.delete_key(done)
         for r in range(1, world_size):
             for i in range(ROUNDS):
                 try:
                     store.wait([_key("ping", r, i, epoch)], timeout)
                 except RuntimeError:  # rank r is gone: serve the others
                     break
+                store.delete_key(_key("ping", r, i, epoch))
                 store.set(_key("pong", r, i, epoch), str(time.time_ns()))
         store.set(done, "1")
         return 0
+    for i in range(ROUNDS):  # an earlier attempt's, left where it ended inside the exchange
+        store.delete_key(_key("ping", rank, i, epoch))
+        store.delete_key(_key("pong", rank, i, epoch))
     best_rtt: int | None = None
     offset = 0
     for i in range(ROUNDS):
@@ -56,6 +69,7 @@ def estimate_offset(
             return None
         t1 = time.time_ns()
         t = int(store.get(_key("pong", rank, i, epoch)))
+        store.delete_key(_key("pong", rank, i, epoch))
         rtt = t1 - t0
         if best_rtt is None or rtt < best_rtt:
             best_rtt = rtt
