@@ -47,6 +47,10 @@ PARQUET_DIR = "parquet"
 #: window did, so that the rank saved fewer steps than asked.
 PARTIAL_TRACE_NOTE = "partial trace"
 
+#: A capture's manifest note on the traces of ranks beyond the world of a restarted command's last attempt: an
+#: earlier attempt's, which ran on more ranks, left out of the run (``skewlens check`` warns of it).
+EARLIER_ATTEMPT_NOTE = "earlier attempt"
+
 #: The note of a manifest the loader inferred for a directory holding a capture's part files (``.parts/``) and
 #: no ``manifest.json``: a ``skewlens profile`` still writing the run, or killed before it wrote the manifest.
 CAPTURE_PARTS_NOTE = "capture parts"

@@ -34,6 +34,7 @@ from skewlens.profiler.capture.schedule import MAX_WINDOW_STEPS, format_window
 from skewlens.profiler.capture.session import PART_FILE, part_file
 from skewlens.profiler.errors import CaptureError, ManifestError
 from skewlens.profiler.manifest import (
+    EARLIER_ATTEMPT_NOTE,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     MAX_WORLD_SIZE,
@@ -444,6 +445,8 @@ def _merge(
 ) -> Manifest | None:
     found = read_parts(run_dir)
     parts = {r: p for r, p in found.items() if rank_file(run_dir, r).is_file() and "not_saved" not in p}
+    earlier = earlier_attempt(parts)
+    parts_before, parts = parts, {r: p for r, p in parts.items() if r not in earlier}
     if not parts:
         return None
     existing = existing_manifest(run_dir)
@@ -454,7 +457,13 @@ def _merge(
     why = f"the command exited with code {exit_code}" if exit_code else "the command exited"
     per_host = min(int(p.get("local_world_size", world)) for p in parts.values())
     for r in missing:
-        if (not_saved := found.get(r, {}).get("not_saved")) is not None:  # its save failed; it said why
+        if r in earlier:  # its trace is an attempt's that torchrun restarted; this attempt's, if any, is lost
+            notes[rank_note_key(r)] = (
+                "no trace from the command's last attempt: the process crashed or was killed before saving "
+                f"({why}), {SAVE_UNSAID}; {rank_file(run_dir, r).name} is an earlier attempt's "
+                f"({earlier[r]}) and is left out of the run"
+            )
+        elif (not_saved := found.get(r, {}).get("not_saved")) is not None:  # its save failed; it said why
             notes[rank_note_key(r)] = f"{NOT_SAVED_NOTE}: {not_saved}"
         elif rank_file(run_dir, r).is_file():  # its save was cut short between the trace and the part file
             notes[rank_note_key(r)] = (
@@ -472,6 +481,15 @@ def _merge(
             notes[rank_note_key(r)] = (
                 f"no trace: the process crashed or was killed before saving ({why}), {SAVE_UNSAID}"
             )
+    if beyond := sorted(r for r in earlier if r >= world):  # the world the restarted command ran in shrank
+        from skewlens.profiler.store.issues import ranks_label
+
+        files = ", ".join(rank_file(run_dir, r).name for r in beyond[:4]) + ", ..." * (len(beyond) > 4)
+        notes[EARLIER_ATTEMPT_NOTE] = (
+            f"{ranks_label(beyond)}: left out of the run ({files}): an earlier attempt's, of "
+            f"{int(parts_before[beyond[0]].get('world_size', 0))} ranks ({earlier[beyond[0]]}); the last "
+            f"attempt ran on {world}"
+        )
     steps: list[StepSpan] = []
     for r, p in sorted(parts.items()):
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})
@@ -548,6 +566,28 @@ def _merge(
         else:
             shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     return manifest
+
+
+def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
+    """The ranks whose trace an earlier attempt of the command saved -> what says so: torchrun restarts the
+    ranks of a job that failed (``--max-restarts``) and they save into the same run directory, so that a
+    rank whose last attempt saved nothing (killed, or gone before its window) left the trace of the attempt
+    before. Such a trace's steps all ended before another rank's capture began (every rank of one attempt
+    began before any passed its first collective), whereas the ranks of one attempt were all alive at once."""
+    ids = [p["run_identity"] for p in parts.values() if isinstance(p.get("run_identity"), dict)]
+    began = [int(i.get("started_ns", 0)) for i in ids]
+    if not began:
+        return {}
+    last_began = max(began)
+    out: dict[int, str] = {}
+    for r, p in parts.items():
+        ends = [int(s["end_ns"]) for s in p.get("steps", [])]
+        if ends and max(ends) < last_began:
+            out[r] = (
+                "torchrun restarted the command: its steps ended "
+                f"{(last_began - max(ends)) / 1e9:.1f} s before the last attempt's ranks began"
+            )
+    return out
 
 
 def _run_identity(parts: dict[int, dict]) -> RunIdentity | None:

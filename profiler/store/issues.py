@@ -13,6 +13,7 @@ from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.manifest import (
     CAPTURE_PARTS_ADVICE,
     CAPTURE_PARTS_NOTE,
+    EARLIER_ATTEMPT_NOTE,
     SCALE_NOTE,
     STEP_MARKS_NOTE,
     CallAt,
@@ -338,6 +339,8 @@ def run_notes(run: RunTrace) -> list[str]:
         for r, note in sorted(partial_traces(m.notes).items())
     )
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
+    if EARLIER_ATTEMPT_NOTE in m.notes:
+        notes.append(m.notes[EARLIER_ATTEMPT_NOTE])
     if (answer := stop_answer(m)) is not None:
         notes.append(answer)
     if untimed := untimed_ranks(run):
@@ -379,6 +382,8 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     notes = m.notes
     for note, rs in degraded_notes(notes).items():
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
+    if EARLIER_ATTEMPT_NOTE in notes:
+        sink.warning("capture-note", notes[EARLIER_ATTEMPT_NOTE])
     for r, note in sorted(partial_traces(notes).items()):
         sink.warning(
             "partial-trace",
