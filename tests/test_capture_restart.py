@@ -145,3 +145,20 @@ def test_a_restarted_command_whose_rank_died_unsaved_is_reported_from_its_last_a
     assert "rank-1.et is an earlier attempt's" in m.notes["rank 1"]
     assert "step 4 did not finish: rank 0 in broadcast 0#" in done.stderr
     assert "rank 1 saved no trace" in done.stderr
+
+
+def test_the_last_attempts_merge_replaces_a_manifest_another_host_merged_from_an_earlier_attempt(
+    tmp_path: Path,
+) -> None:
+    # an elastic job on 2 hosts x 2 ranks: host B left after attempt 0 and its skewlens profile merged ranks
+    # 0-3; host A's ranks ran attempt 1 on 2 ranks, replaced rank-0.et and rank-1.et, and A's merge, finding
+    # no rank the manifest lacked, kept it ('already merged by another host'): attempt 0's steps and offsets
+    # over attempt 1's traces
+    for r in range(4):
+        save_rank(tmp_path, r, world=4, began_s=100)
+    finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW)  # host B: every rank, part files removed
+    for r in range(2):
+        save_rank(tmp_path, r, world=2, began_s=130)
+    assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW) is not None  # host A
+    m = read_manifest(tmp_path)
+    assert (m.world_size, m.ranks) == (2, (0, 1)) and min(s.start_ns for s in m.steps) == 132 * S

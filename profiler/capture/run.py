@@ -556,7 +556,11 @@ def _merge(
             if "stopped" in p
         ),
     )
-    if existing is not None and set(manifest.ranks) <= set(existing.ranks):
+    if (
+        existing is not None
+        and set(manifest.ranks) <= set(existing.ranks)
+        and not ended_before(existing.steps, last_began(parts))  # an earlier attempt's: replaced
+    ):
         return None
     write_manifest(run_dir, manifest)
     if not keep_parts:
@@ -574,20 +578,29 @@ def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
     rank whose last attempt saved nothing (killed, or gone before its window) left the trace of the attempt
     before. Such a trace's steps all ended before another rank's capture began (every rank of one attempt
     began before any passed its first collective), whereas the ranks of one attempt were all alive at once."""
-    ids = [p["run_identity"] for p in parts.values() if isinstance(p.get("run_identity"), dict)]
-    began = [int(i.get("started_ns", 0)) for i in ids]
-    if not began:
-        return {}
-    last_began = max(began)
+    began = last_began(parts)
     out: dict[int, str] = {}
     for r, p in parts.items():
         ends = [int(s["end_ns"]) for s in p.get("steps", [])]
-        if ends and max(ends) < last_began:
+        if began is not None and ends and max(ends) < began:
             out[r] = (
                 "torchrun restarted the command: its steps ended "
-                f"{(last_began - max(ends)) / 1e9:.1f} s before the last attempt's ranks began"
+                f"{(began - max(ends)) / 1e9:.1f} s before the last attempt's ranks began"
             )
     return out
+
+
+def last_began(parts: dict[int, dict]) -> int | None:
+    """When the last of the ranks' captures began (their part files' ``run_identity``), None where none
+    says."""
+    ids = [p["run_identity"] for p in parts.values() if isinstance(p.get("run_identity"), dict)]
+    return max((int(i.get("started_ns", 0)) for i in ids), default=None)
+
+
+def ended_before(steps: Sequence[StepSpan], began: int | None) -> bool:
+    """Whether every one of a manifest's ``steps`` ended before ``began`` (:func:`last_began`): the manifest
+    is an earlier attempt's, which another host of the job merged before torchrun restarted the ranks."""
+    return began is not None and bool(steps) and max(s.end_ns for s in steps) < began
 
 
 def _run_identity(parts: dict[int, dict]) -> RunIdentity | None:
