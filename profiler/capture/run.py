@@ -365,8 +365,12 @@ def part_problem(data: object) -> str | None:
         except ManifestError as e:
             return str(e).removeprefix("part file: ")
     run_id = data.get("run_identity")
-    if run_id is not None and (not isinstance(run_id, dict) or not _is_int(run_id.get("started_ns", 0))):
-        return "run_identity: expected an object with an integer started_ns"
+    if run_id is not None and (
+        not isinstance(run_id, dict)
+        or not _is_int(run_id.get("started_ns", 0))
+        or not _is_int(run_id.get("restart_count", 0), 0)
+    ):
+        return "run_identity: expected an object with an integer started_ns and restart_count"
     return None
 
 
@@ -559,7 +563,8 @@ def _merge(
     if (
         existing is not None
         and set(manifest.ranks) <= set(existing.ranks)
-        and not ended_before(existing.steps, last_began(parts))  # an earlier attempt's: replaced
+        # an earlier attempt's, of another world: replaced
+        and not (existing.world_size != world and ended_before(existing.steps, last_began(parts)))
     ):
         return None
     write_manifest(run_dir, manifest)
@@ -574,15 +579,21 @@ def _merge(
 
 def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
     """The ranks whose trace an earlier attempt of the command saved -> what says so: torchrun restarts the
-    ranks of a job that failed (``--max-restarts``) and they save into the same run directory, so that a
-    rank whose last attempt saved nothing (killed, or gone before its window) left the trace of the attempt
-    before. Such a trace's steps all ended before another rank's capture began (every rank of one attempt
-    began before any passed its first collective), whereas the ranks of one attempt were all alive at once."""
+    ranks of a job that failed (``--max-restarts``) or whose hosts came or went (``--nnodes 1:2``), and they
+    save into the same run directory, so that a rank whose last attempt saved nothing (killed, or gone
+    before its window) left the trace of the attempt before. Such a trace's steps all ended before another
+    rank's capture began (the ranks of one attempt were all alive at once), and it was saved under another
+    restart count or world size than the rank that began last: clocks alone would take a rank whose offset
+    is wrong by more than the run (a clock not aligned) for an earlier attempt's."""
     began = last_began(parts)
+    if began is None:
+        return {}
+    last = next(p for p in parts.values() if _began(p) == began)
     out: dict[int, str] = {}
     for r, p in parts.items():
         ends = [int(s["end_ns"]) for s in p.get("steps", [])]
-        if began is not None and ends and max(ends) < began:
+        other = _attempt(p) != _attempt(last) or p.get("world_size") != last.get("world_size")
+        if other and ends and max(ends) < began:
             out[r] = (
                 "torchrun restarted the command: its steps ended "
                 f"{(began - max(ends)) / 1e9:.1f} s before the last attempt's ranks began"
@@ -590,11 +601,20 @@ def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
     return out
 
 
+def _began(part: dict) -> int | None:
+    ident = part.get("run_identity")
+    return int(ident.get("started_ns", 0)) if isinstance(ident, dict) else None
+
+
+def _attempt(part: dict) -> object:
+    ident = part.get("run_identity")
+    return ident.get("restart_count") if isinstance(ident, dict) else None
+
+
 def last_began(parts: dict[int, dict]) -> int | None:
     """When the last of the ranks' captures began (their part files' ``run_identity``), None where none
     says."""
-    ids = [p["run_identity"] for p in parts.values() if isinstance(p.get("run_identity"), dict)]
-    return max((int(i.get("started_ns", 0)) for i in ids), default=None)
+    return max((b for p in parts.values() if (b := _began(p)) is not None), default=None)
 
 
 def ended_before(steps: Sequence[StepSpan], began: int | None) -> bool:

@@ -824,8 +824,11 @@ def run_identity(started_ns: int) -> dict[str, Any]:
     """The job this rank belongs to, from torchrun's environment (a part file's ``run_identity``, the
     manifest's :class:`~skewlens.profiler.manifest.RunIdentity`)."""
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
     return {
         "run_id": os.environ.get("TORCHELASTIC_RUN_ID", ""),
         "rendezvous": f"{addr}:{port}" if addr and port else "",
         "started_ns": started_ns,
+        # the attempt, as this rank's torchrun agent counts its restarts (agents of a job may count apart)
+        "restart_count": int(restarts) if restarts.isdigit() else 0,
     }
