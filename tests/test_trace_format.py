@@ -216,6 +216,7 @@ def test_a_manifest_that_is_not_json_is_named_with_the_line_and_column_where_it_
     ]
 
 
+_CALL = {"type": "recv", "pg_name": "0", "seq": -1, "size_bytes": 8, "at_ns": 3}
 _STOP = {"rank": 0, "step": 3, "step_start_ns": 0, "saved_ns": 9, "last": None, "in_flight": []}
 
 
@@ -247,6 +248,22 @@ _STOP = {"rank": 0, "step": 3, "step_start_ns": 0, "saved_ns": 9, "last": None, 
         ({"merged_from": ["/a", 7]}, "merged_from[1]: expected a string, got 7"),
         # a second stop record of a rank was read over the first, unsaid (skewlens check named its calls)
         ({"stopped": [_STOP, {**_STOP, "step": 4}]}, "stopped[1].rank: rank 0 is listed twice"),
+        # mutation round 13: each check of a stop record held by a case
+        ({"stopped": [{**_STOP, "extra": 1}]}, "stopped[0]: unknown key 'extra'"),
+        (
+            {"stopped": [{**_STOP, "in_flight": [{**_CALL, "bogus": 1}]}]},
+            "stopped[0].in_flight[0]: unknown key 'bogus'",
+        ),
+        ({"stopped": [{**_STOP, "step": -1}]}, "stopped[0].step: -1 is outside 0.."),
+        (
+            {"stopped": [{**_STOP, "in_flight": [{**_CALL, "size_bytes": -1}]}]},
+            "in_flight[0].size_bytes: -1 is outside 0..",
+        ),
+        (
+            {"stopped": [{**_STOP, "in_flight": [{**_CALL, "seq": -2}]}]},
+            "stopped[0].in_flight[0].seq: -2 is outside -1..",
+        ),
+        ({"stopped": [{**_STOP, "rank": 2}]}, "stopped[0].rank: rank 2 is outside world size 2"),
         ({"level": "bogus"}, "level: expected one of collectives, ops, full, got 'bogus'"),
     ],
 )

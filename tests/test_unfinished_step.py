@@ -153,6 +153,127 @@ def test_ranks_each_waiting_for_the_other_in_two_groups_are_said_with_both_calls
     )
 
 
+def _said(tmp_path: Path, *stops: RankStop) -> str | None:
+    return stop_answer(read_manifest(_run(tmp_path, *stops)))
+
+
+def test_a_rank_whose_last_returned_call_is_past_a_peers_call_in_flight_is_not_said_to_have_missed_it(
+    tmp_path: Path,
+) -> None:
+    # rank 0's asynchronous all_reduce 0#11 was never waited on; both ranks returned from 0#12 after it
+    assert _said(
+        tmp_path, _stop(0, ("all_reduce", 12, 5), ("all_reduce", 11, 1)), _stop(1, ("all_reduce", 12, 5))
+    ) == (
+        "step 3 did not finish: rank 0 in all_reduce 0#11 since +1.0 ms (times from the start of the step on "
+        "each rank)"
+    )
+
+
+def test_a_rank_that_returned_from_a_call_a_peer_is_still_in_is_not_said_to_have_missed_it(
+    tmp_path: Path,
+) -> None:
+    # rank 0, the source, returned from broadcast 0#12 with its asynchronous all_reduce 0#11 still in flight;
+    # rank 1 is still in 0#12: rank 0 issued it (the highest number it issued, not its last in flight)
+    assert _said(
+        tmp_path,
+        _stop(0, ("broadcast", 12, 5), ("all_reduce", 11, 1)),
+        _stop(1, ("all_reduce", 11, 1), ("broadcast", 12, 6)),
+    ) == (
+        "step 3 did not finish: rank 0 in all_reduce 0#11 since +1.0 ms (times from the start of the step on "
+        "each rank)"
+    )
+
+
+def test_a_rank_blocked_in_a_recv_is_said_in_it_on_its_group(tmp_path: Path) -> None:
+    # a send/recv has no number in its group (seq -1): the manifest takes it, and it is named by its group
+    assert _said(
+        tmp_path, _stop(0, ("all_reduce", 10, 2), ("recv", -1, 4)), _stop(1, ("all_reduce", 10, 2))
+    ) == (
+        "step 3 did not finish: rank 0 in recv on group 0 since +4.0 ms (times from the start of the step on "
+        "each rank)"
+    )
+
+
+def test_a_collective_numbered_0_is_named_with_its_number(tmp_path: Path) -> None:
+    assert _said(tmp_path, _stop(0, None, ("all_reduce", 0, 1)), _stop(1, None)) == (
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#0 (rank 0 in it since +1.0 ms, 10.0 s "
+        "before it saved; rank 1's last: none in the capture window) (times from the start of the step on "
+        "each rank)"
+    )
+
+
+def test_a_laggard_in_two_calls_that_others_did_not_arrive_at_is_said_waiting_in_the_lower_numbered(
+    tmp_path: Path,
+) -> None:
+    # rank 1 issued 1#4 (asynchronous) and then blocked in 2#5; rank 0 waits in 0#4 (groups of both ranks)
+    answer = _said(
+        tmp_path,
+        _stop(0, None, ("all_reduce", 4, 1)),
+        _stop(1, None, ("all_reduce", 4, 2, "1"), ("all_reduce", 5, 3, "2")),
+    )
+    assert (
+        answer is not None
+        and "rank 1's last: none in the capture window, waiting in all_reduce 1#4 since +2.0 ms)" in answer
+    ), answer
+
+
+def test_a_collective_with_a_laggard_in_no_call_is_said_before_one_whose_laggards_all_wait(
+    tmp_path: Path,
+) -> None:
+    # rank 1 slept after the world's 0#8; rank 2 waits in tp 2#5 for rank 3, which is in the world's 0#9
+    # waiting for ranks 1 and 2: 2#5 is numbered first, but rank 1, in no call, is what holds them all
+    run = _mesh(
+        tmp_path,
+        _stop(0, ("all_reduce", 8, 1), ("all_reduce", 9, 2)),
+        _stop(1, ("all_reduce", 8, 1)),
+        _stop(2, ("all_reduce", 8, 1), ("all_reduce", 5, 2, "2")),
+        _stop(3, ("all_reduce", 4, -1, "2"), ("all_reduce", 9, 3)),
+    )
+    answer = stop_answer(read_manifest(run))
+    assert answer is not None and answer.startswith(
+        "step 3 did not finish: ranks 1-2 did not arrive at all_reduce 0#9 ("
+    ), answer
+
+
+def test_a_rank_in_flight_on_a_group_the_manifest_does_not_list_it_in_is_left_out(tmp_path: Path) -> None:
+    # rank 2 is not in group 1 {0, 1} (an untrusted manifest): not said in it, and no KeyError
+    run = _mesh(
+        tmp_path,
+        _stop(0, ("all_reduce", 11, 2, "1"), ("all_reduce", 12, 3, "1")),
+        _stop(1, ("all_reduce", 11, 2, "1")),
+        _stop(2, None, ("all_reduce", 12, 4, "1")),
+        _stop(3, None),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 1#12 (rank 0 in it since +3.0 ms, 10.0 s "
+        "before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the start of the "
+        "step on each rank)"
+    )
+
+
+def test_times_of_a_second_or_more_either_side_of_the_step_start_are_in_seconds(tmp_path: Path) -> None:
+    # rank 0 issued the broadcast 2.5 s into the step and waited 7.5 s of the 10 s until it saved
+    assert _said(
+        tmp_path,
+        _stop(0, ("all_reduce", 10, -1500), ("broadcast", 11, 2500)),
+        _stop(1, ("all_reduce", 10, -1500)),
+    ) == (
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +2.50 s, 7.5 s "
+        "before it saved; rank 1's last: all_reduce 0#10, returned at -1.50 s) (times from the start of the "
+        "step on each rank)"
+    )
+
+
+def test_ranks_stopped_in_different_steps_are_said_in_the_earliest(tmp_path: Path) -> None:
+    run = _run(
+        tmp_path,
+        replace(_stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), step=4),
+        _stop(1, ("all_reduce", 10, 2)),
+    )
+    answer = stop_answer(read_manifest(run))
+    assert answer is not None and answer.startswith("step 3 did not finish: rank 1 did not arrive at"), answer
+
+
 FAIL = """
 import time
 from datetime import timedelta
