@@ -812,6 +812,21 @@ def test_a_bad_config_gives_one_line_naming_the_key_and_exit_code_2(
                 "two_node_ib (nodes 0-0)"
             ),
         ),
+        (  # nodes of 2 as many as needed: 4 ranks dealt round_robin fill nodes 0-1 (unsized, a node a rank)
+            [
+                "slowdown=slow_link",
+                "slowdown.entries.0.links=[]",
+                "+slowdown.entries.0.nodes=[3]",
+                "topology=dgx_h100_8x",
+                "topology.dims.0.size=2",
+                "topology.dims.1.links_per_node=2",
+                "topology.placement=round_robin",
+            ],
+            (
+                "slowdown.entries[0].nodes: node 3 holds none of the run's 4 ranks under topology "
+                "dgx_h100_8x (nodes 0-1)"
+            ),
+        ),
         (  # slowed nothing, and the report said "ops 'aten::linear' x3 on rank 1" all the same
             ["+slowdown.entries=[{kind:op,pattern:'aten::linear',factor:3.0,ranks:[1]}]"],
             (
