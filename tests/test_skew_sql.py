@@ -353,3 +353,28 @@ def test_the_sql_takes_the_models_end_where_analyze_ends_a_lagged_completion_wit
     lagged = [recorded[(r["rank"], r["node_id"])] - r["end_ns"] for r in got]
     # each step's first bucket (seq 0, 2, 4), on both ranks: analyze's end, lag before the recorded one
     assert lagged == ([lag] * 2 + [0] * 2) * 3
+
+
+def test_the_sql_gives_analyzes_table_on_empty_reduces_one_byte_all_reduces_groups_of_one_and_uneven_gathers(
+    tmp_path: Path,
+) -> None:
+    # mutation round 13: the seeded runs hold none of these, so '<= 1 byte' for empty and an empty reduce
+    # left waiting passed; a group of one and a gather's members' own bytes are held here too
+    ms = 1_000_000
+    b = RunBuilder(2, {"0": (0, 1), "solo": (0,)})
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", ms + r * ms, start_ns=0)  # rank 1 arrives 1 ms later at each
+        rb.collective(CommType.REDUCE, 0, 20_000, root=0)
+        rb.compute("mid", ms, start_ns=2 * ms + r * ms)
+        rb.collective(CommType.ALL_REDUCE, 1, 2 * ms - r * ms, start_ns=3 * ms + r * ms)
+        rb.collective(CommType.GATHER, 64 << (6 * r), 2 * ms - r * ms, start_ns=6 * ms + r * ms, root=0)
+        if r == 0:
+            rb.collective(CommType.BROADCAST, 4096, ms, pg="solo", start_ns=9 * ms, root=0)
+    got, written = _export_and_analyze(b.write(tmp_path / "run"), tmp_path)
+    assert got == [{c: r[c] for c in COLLECTIVE_SKEW_SQL_COLUMNS} for r in written]
+    by = {(r["comm_type"], r["rank"]): r for r in got}
+    assert [by["REDUCE", r]["wait_ns"] for r in range(2)] == [0, 0]  # empty: no one waits
+    assert [by["ALL_REDUCE", r]["wait_ns"] for r in range(2)] == [ms, 0]  # one byte: rank 0 waits
+    assert [by["GATHER", r]["comm_bytes"] for r in range(2)] == [64, 4096]
+    assert (by["BROADCAST", 0]["late_rank"], by["BROADCAST", 0]["late_by_ns"]) == (0, 0)
