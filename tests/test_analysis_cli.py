@@ -817,3 +817,33 @@ def test_the_wait_heatmap_says_in_words_whom_the_most_wait_is_blamed_on(
     caused_ms = result.skew.caused_wait_ns[2] / steps / 1e6
     assert abs(caused_ms - 80) < 1  # the two others wait 40 ms a step each for rank 2
     assert title[1] == f"rank 2 made its peers wait the most: {caused_ms:,.2f} ms a step"
+
+
+def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path: Path) -> None:
+    # mutation round 13: the picture's own norm (PowerNorm) is apart from HeatmapData.shade, which the tests
+    # read; drawn linear, or up to twice the largest wait, it still passed. Rank 0 waits 1 ms at the first
+    # all_reduce and 0.25 ms at the second: that cell is drawn half way up the colours, not a quarter
+    import matplotlib as mpl
+    from PIL import Image
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for step, late in enumerate((MS, MS // 4)):
+            rb = b.rank(r).step(step)
+            arrive = step * 10 * MS + 2 * MS + (late if r == 1 else 0)
+            rb.compute("work", arrive - step * 10 * MS, start_ns=step * 10 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, step * 10 * MS + 4 * MS - arrive, start_ns=arrive)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    data = wait_heatmap_data(result)
+    assert data.grid.tolist() == [[1.0, 0.25], [0.0, 0.0]]
+    assert data.shade().tolist() == [[1.0, 0.5], [0.0, 0.0]]
+    with Image.open(wait_heatmap(result, tmp_path / "w.png")) as im:
+        colours = im.convert("RGB").getcolors(1 << 20)
+    # the cells' three colours (both 0 ms cells in one) are the largest areas but the white page
+    cells = sorted((c for c in colours if c[1] != (255, 255, 255)), key=lambda c: -c[0])[:3]
+    for shade in (1.0, 0.5, 0.0):
+        want = tuple(round(255 * v) for v in mpl.colormaps["viridis"](shade)[:3])
+        assert any(max(abs(a - b) for a, b in zip(rgb, want, strict=True)) <= 1 for _n, rgb in cells), (
+            shade,
+            cells,
+        )
