@@ -223,12 +223,21 @@ def test_an_all_to_allv_keeps_a_split_of_0_and_lists_of_unlike_length_or_not_lis
         (([16, 240], [16, 16, 16]), ((), ())),
         (("16,240", [16, 16]), ((), ())),
         ((16, [16, 16]), ((), ())),
+        (([True, 240], [16, 16]), ((), ())),  # JSON's true is no count (an int subclass in Python)
     ]
     for (send, recv), want in cases:
         nodes = _rpc_nodes("all_to_allv", "nccl:all_to_all")
         nodes[0]["inputs"][5:7] = [send, recv]
         (comm,) = parse_host_et({"schema": "1.0.1", "pid": 100, "nodes": nodes}, Path("et.json")).comms
         assert (comm.send_splits, comm.recv_splits) == want, (send, recv)
+
+
+def test_split_sizes_written_with_a_number_of_thousands_of_digits_are_none_not_a_traceback() -> None:
+    # Python refuses int() of a string over 4,300 digits (ValueError): the digits are counted first
+    from skewlens.profiler.importers.host_et import split_sizes
+
+    assert split_sizes("[" + "9" * 5000 + ", 1]") is None
+    assert split_sizes("[16, 240]") == (16, 240)
 
 
 def test_an_all_to_all_whose_record_param_comms_lists_no_splits_has_none() -> None:
