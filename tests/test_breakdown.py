@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
+from skewlens.analysis import analyze_run
 from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, outlier_steps, rank_means
 from skewlens.analysis.index import Coverage, build_index
 from skewlens.analysis.records import StepBreakdownRecord
+from skewlens.analysis.render import outliers_note
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -176,6 +178,29 @@ def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it
     )
     assert outlier_steps(_steps({0: [10, 14, 10, 11], 1: [11, 10, 10, 10]})) == []
     assert outlier_steps([]) == []
+
+
+def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longest_first(
+    tmp_path: Path,
+) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
+    # 2,000 steps of 10 ms on rank 0, of which the first three (warm-up) and five more are over 1.5x its
+    # median; the longest are late in the run
+    lengths = [10.0] * 2000
+    for step, ms in {0: 16, 1: 17, 2: 16, 700: 18, 1200: 60, 1500: 45, 1800: 20, 1999: 16}.items():
+        lengths[step] = ms
+    result.breakdown = _steps({0: lengths, 1: [10.0] * 2000})
+    assert outliers_note(result) == (
+        "step 1200 took 6.0x the median step (rank 0: 60.00 against 10.00 ms); step 1500 took 4.5x the "
+        "median step (rank 0: 45.00 against 10.00 ms); step 1800 took 2.0x the median step (rank 0: 20.00 "
+        "against 10.00 ms); and 5 more step(s) over 1.5x, none longer against its median: the means include "
+        "it (a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+    # of as many as it names, all of them, in step order
+    result.breakdown = _steps({0: [16, 10, 10, 10, 30, 10], 1: [10] * 6})
+    note = outliers_note(result)
+    assert note is not None
+    assert note.startswith("step 0 took 1.6x the median step (rank 0: 16.00 against 10.00 ms); step 4 took")
 
 
 def test_the_timeline_draws_each_row_as_the_analyses_index_counts_it(tmp_path: Path) -> None:
