@@ -347,7 +347,7 @@ def test_the_manifest_declares_one_range_per_group_for_every_member_and_the_load
     sink = IssueLog()
     kept, incomplete = without_lost(comm, (lost,), ["0"], sink)
     assert incomplete == (1, 2)
-    assert [i.kind for i in sink.issues] == ["lost-collectives"] and "steps [1, 2] incomplete" in str(
+    assert [i.kind for i in sink.issues] == ["lost-collectives"] and "steps 1-2 incomplete" in str(
         sink.issues[0]
     )
     inst = match_instances(kept, ["0"], {}, IssueLog(strict=True))  # no mismatch left
@@ -506,3 +506,27 @@ def test_a_functional_all_to_all_whose_splits_no_hook_saw_is_noted_as_recorded_e
         # forward and backward (the autograd function's own all_to_all) in each of the 2 recorded steps
         note = m.notes[f"rank {r} all_to_all splits"]
         assert note.startswith("4 all_to_all call(s) recorded with even splits")
+
+
+def test_a_ring_buffer_that_wrapped_over_hundreds_of_steps_is_said_in_ranges_not_step_by_step() -> None:
+    # a 400-step window whose buffer held 300 entries lost steps 2-252: the rank's note, the manifest's
+    # note and every command's warning listed the 251 steps one by one, and skewlens check's table too
+    from skewlens.profiler.capture.run import merge_losses
+    from skewlens.profiler.store.issues import IssueLog
+    from skewlens.profiler.store.match import without_lost
+
+    loss = Loss(pg_name="0", first_seq=1, last_seq=509, steps=tuple(range(2, 253)))
+    assert loss.describe() == "group '0' seq 1..509 (steps 2-252)"
+    assert Loss(pg_name="tp", first_seq=4, last_seq=-1, steps=(3, 4, 7)).describe() == (
+        "group 'tp' seq 4..end (steps 3-4, 7)"
+    )
+    part = {
+        "lost_collectives": [{"pg_name": "0", "first_seq": 1, "last_seq": 509, "steps": list(range(2, 253))}]
+    }
+    (lost,) = merge_losses({0: part, 1: part})
+    sink = IssueLog()
+    without_lost({}, (lost,), ["0"], sink)
+    (issue,) = sink.issues
+    assert "steps 2-252 incomplete: the flight recorder of rank(s) 0-1 lost group '0' seq 1..509" in str(
+        issue
+    )

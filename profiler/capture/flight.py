@@ -52,6 +52,7 @@ from skewlens.profiler.capture.records import (
     StepRecord,
 )
 from skewlens.profiler.errors import CaptureError
+from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.vocab import CommType, NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
@@ -130,6 +131,12 @@ class Loss:
     window's end may be lost)."""
     steps: tuple[int, ...]
     """Recorded steps the lost collectives may belong to."""
+
+    def describe(self) -> str:
+        """``group '0' seq 1..509 (steps 2-252)``: the steps as ranges (a 400-step window whose ring buffer
+        wrapped listed all 251 of them, one by one, in the note, the manifest and every command's warning)."""
+        last = self.last_seq if self.last_seq >= 0 else "end"
+        return f"group {self.pg_name!r} seq {self.first_seq}..{last} (steps {rank_ranges(self.steps)})"
 
 
 def enabled() -> bool:

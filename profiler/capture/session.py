@@ -711,11 +711,7 @@ class CaptureSession:
         self._recorder_only = extra
         lost += left_out
         if lost or self.lost:
-            ranges = "; ".join(
-                f"group {x.pg_name!r} seq {x.first_seq}..{x.last_seq if x.last_seq >= 0 else 'end'} "
-                f"(steps {', '.join(map(str, x.steps))})"
-                for x in self.lost
-            )
+            ranges = "; ".join(x.describe() for x in self.lost)
             self.notes[rank_note_key(rank, RankNote.LOST_CALLS)] = (
                 f"the flight recorder's ring buffer ({flight.FR_BUFFER_ENV}={flight.buffer_size()} entries) "
                 f"wrapped: {lost} hooked collective call(s) left out (no entry, so no sequence number)"

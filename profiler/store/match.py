@@ -169,7 +169,8 @@ def without_lost(
         last = "on" if x.last_seq < 0 else str(x.last_seq)
         sink.info(
             "lost-collectives",
-            f"steps {list(x.steps)} incomplete: the flight recorder of rank(s) {list(x.ranks)} lost group "
+            f"steps {rank_ranges(x.steps)} incomplete: the flight recorder of rank(s) {rank_ranges(x.ranks)} "
+            f"lost group "
             f"{x.pg_name!r} seq {x.first_seq}..{last} (its ring buffer wrapped); those collectives are left "
             "out of matching on every member",
         )
