@@ -253,8 +253,8 @@ def without_window_tail(
     groups: dict[str, ProcessGroupInfo],
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
     """``comm`` without the collectives that some members issued before their recording window closed and
-    others only after theirs: on a group, those numbered past the last one some member recorded, where every
-    one of them is in its rank's last recorded step. A thread other than the one that marks the steps (an
+    others only after theirs: on a group whose members' windows ended in the same step, those numbered past
+    the last one some member recorded, where every one of them is in that last recorded step. A thread other than the one that marks the steps (an
     asynchronous checkpoint's save, ``dcp.async_save``) runs on across the window's end, so one rank's
     window ends after its thread issued a collective and another's before. Each group so cut is a warning;
     returns the steps it leaves incomplete. A tail outside the last step is left to the matcher."""
@@ -268,7 +268,9 @@ def without_window_tail(
         members = [m for m in (groups[name].ranks if name in groups else ()) if m in comm and m in last]
         on = {m: (comm[m].node_type == NodeType.COMM_COLL) & (comm[m].pg == gi) for m in members}
         top = {m: int(comm[m].seq[on[m]].max()) if on[m].any() else -1 for m in members}
-        if len(set(top.values())) < 2:
+        # the members' windows ended in the same step (a rank that recorded a step the others did not is
+        # not a window's tail but a mismatch: ranks 0 and 1 ending at step 3, rank 2 at 4 with one more)
+        if len(set(top.values())) < 2 or len({last[m] for m in members}) > 1:
             continue
         cutoff = min(top.values())
         tail = {m: on[m] & (comm[m].seq > cutoff) for m in members}
