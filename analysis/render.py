@@ -32,7 +32,10 @@ NAME_WIDTH = 60
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f}"
+    """``ns`` in ms to two decimals; a value that rounds to zero is ``0.00``, not ``-0.00`` (a what-if
+    cost a few ns below zero)."""
+    ms = ns / 1e6
+    return f"{ms if abs(ms) >= 0.005 else 0.0:,.2f}"
 
 
 def size_text(n: int) -> str:
@@ -151,7 +154,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     # caption said "what-if: rank runs like the median rank" and what its cost % is of, over dashes
     how = "what-if: rank runs like the median rank" if recs else "no what-if: ranked by the wait they caused"
     t = Table(
-        title=f"Top stragglers, ms per step over {steps} step{'s' if steps != 1 else ''} ({how})",
+        title=f"Top stragglers, ms per step over {steps:,} step{'s' if steps != 1 else ''} ({how})",
         title_justify="left",
     )
     for c in ("rank", "cost ms / step", "cost %", "top in steps", "caused wait ms / step"):

@@ -847,3 +847,13 @@ def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path
             shade,
             cells,
         )
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"), [(-3, "0.00"), (-4_999, "0.00"), (-5_000, "-0.01"), (1_234_567_890, "1,234.57")]
+)
+def test_a_figure_in_ms_that_rounds_to_zero_reads_zero_not_minus_zero(ns: int, text: str) -> None:
+    # a what-if cost a few ns below zero read '-0.00' in the stragglers table
+    from skewlens.analysis.render import _ms
+
+    assert _ms(ns) == text
