@@ -254,10 +254,11 @@ def without_window_tail(
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
     """``comm`` without the collectives that some members issued before their recording window closed and
     others only after theirs: on a group whose members' windows ended in the same step, those numbered past
-    the last one some member recorded, where every one of them is in that last recorded step. A thread other than the one that marks the steps (an
-    asynchronous checkpoint's save, ``dcp.async_save``) runs on across the window's end, so one rank's
-    window ends after its thread issued a collective and another's before. Each group so cut is a warning;
-    returns the steps it leaves incomplete. A tail outside the last step is left to the matcher."""
+    the last one some member recorded, where every one of them is in that last recorded step. A thread
+    other than the one that marks the steps (an asynchronous checkpoint's save, ``dcp.async_save``) runs on
+    across the window's end, so one rank's window ends after its thread issued a collective and another's
+    before. Each group so cut is a warning; returns the steps it leaves incomplete. A tail outside the last
+    step is left to the matcher."""
     last: dict[int, int] = {}
     for s in steps:
         if s.rank in comm:
