@@ -4,7 +4,7 @@ GPU idle bars."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,13 @@ from skewlens.analysis.api import GPU_IDLE_FILE as GPU_IDLE_TABLE
 from skewlens.analysis.api import AnalysisResult
 from skewlens.analysis.breakdown import MEAN_PARTS, rank_means
 from skewlens.analysis.gpu_idle import PARTS, compute_streams, most_idle, verdict
-from skewlens.analysis.render import MAX_RANK_ROWS, blame_steps, outliers_note, ranks_left_out
+from skewlens.analysis.render import (
+    MAX_RANK_ROWS,
+    blame_steps,
+    caused_wait_in_steps,
+    outliers_note,
+    ranks_left_out,
+)
 from skewlens.pictures import figure_class, save_png
 from skewlens.profiler.store.issues import no_trace_line
 
@@ -80,9 +86,9 @@ class HeatmapData:
     no wait being the darkest colour)."""
     labelled_rows: tuple[int, ...] = ()
     """Rows whose rank is written beside them: about :data:`_MAX_TICKS` evenly spaced, and always the row of
-    the rank the most peer wait is blamed on (``SkewResult.caused_wait_ns``), the one a reader looks for
-    (of 128 ranks every third was labelled, and the straggler's row, 77, was not); an evenly spaced label
-    nearer to it than half their spacing is left out, so that none overlap."""
+    the rank the most peer wait is blamed on in the steps (``render.caused_wait_in_steps``), the one a reader
+    looks for (of 128 ranks every third was labelled, and the straggler's row, 77, was not); an evenly
+    spaced label nearer to it than half their spacing is left out, so that none overlap."""
     blamed: str | None = None
     """The finding, in words, under the title: the rank the most peer wait is blamed on and how much a step
     (``rank 7 made its peers wait the most: 29.75 ms a step``); None where no one waited. The picture said it
@@ -138,6 +144,9 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         grid[np.searchsorted(ranks, np.asarray(e.ranks, dtype=np.int64)), j] = e.wait_ns / 1e6
     missing = sorted(set(range(result.run.world_size)) - set(ranks.tolist()))
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
+    # the title's figure is a mean over the steps, as the stragglers table's: a set-up collective's wait
+    # before the first step is in none of them
+    caused = caused_wait_in_steps(result)
     return HeatmapData(
         ranks=ranks,
         grid=grid,
@@ -146,28 +155,32 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
         untraced=no_trace_line(missing, result.run.world_size) if missing else None,
         top_ms=top if top > 0 else 1.0,
-        labelled_rows=_labelled_rows(ranks, result.skew.caused_wait_ns),
-        blamed=_most_blamed(result),
+        labelled_rows=_labelled_rows(ranks, caused),
+        blamed=_blamed_line(caused, blame_steps(result)),
     )
 
 
-def _most_blamed(result: AnalysisResult) -> str | None:
-    """:attr:`HeatmapData.blamed`."""
-    caused = [(w, -r) for r, w in result.skew.caused_wait_ns.items() if w > 0]
-    if not caused:
+def _most_blamed(caused_wait_ns: Mapping[int, int]) -> int | None:
+    """The rank the most wait is blamed on (of equals, the lowest); None where no one waited."""
+    blamed = [(w, -r) for r, w in caused_wait_ns.items() if w > 0]
+    return -max(blamed)[1] if blamed else None
+
+
+def _blamed_line(caused_wait_ns: Mapping[int, int], steps: int) -> str | None:
+    """:attr:`HeatmapData.blamed` (``caused_wait_ns``: of the ``steps`` steps the figure is a mean over)."""
+    if (r := _most_blamed(caused_wait_ns)) is None:
         return None
-    wait_ns, rank = max(caused)  # of equals, the lowest rank, as the row labelled
-    return f"rank {-rank} made its peers wait the most: {wait_ns / blame_steps(result) / 1e6:,.2f} ms a step"
+    return f"rank {r} made its peers wait the most: {caused_wait_ns[r] / steps / 1e6:,.2f} ms a step"
 
 
-def _labelled_rows(ranks: npt.NDArray[np.int64], caused_wait_ns: dict[int, int]) -> tuple[int, ...]:
+def _labelled_rows(ranks: npt.NDArray[np.int64], caused_wait_ns: Mapping[int, int]) -> tuple[int, ...]:
     """:attr:`HeatmapData.labelled_rows` (``ranks`` ascending)."""
     rows = _ticks(ranks.size)
     row_of = {int(r): k for k, r in enumerate(ranks.tolist())}
-    blamed = [(w, -r) for r, w in caused_wait_ns.items() if w > 0 and r in row_of]
-    if not blamed:
+    most = _most_blamed({r: w for r, w in caused_wait_ns.items() if r in row_of})
+    if most is None:
         return tuple(rows)
-    top = row_of[-max(blamed)[1]]  # the most wait blamed on it; of equals, the lowest rank
+    top = row_of[most]
     spacing = rows[1] - rows[0] if len(rows) > 1 else ranks.size
     return tuple(sorted({*(k for k in rows if 2 * abs(k - top) >= spacing), top}))
 

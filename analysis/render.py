@@ -123,11 +123,22 @@ COST_NOTE = (
 NOT_EVALUATED = "* not evaluated: nowhere slower than the median rank, or beyond the limit on simulations"
 
 
-def blame_steps(result: AnalysisResult) -> int:
-    """How many steps the per-step figures are a mean over: the what-if's, else the run's (at least 1)."""
+def blame_step_ids(result: AnalysisResult) -> list[int]:
+    """The steps the per-step figures are a mean over: the what-if's, else the run's."""
     if result.blame is not None:
-        return max(len(result.blame.baseline_step_ns), 1)
-    return max(len(result.index.steps), 1)
+        return sorted(result.blame.baseline_step_ns)
+    return list(result.index.steps)
+
+
+def blame_steps(result: AnalysisResult) -> int:
+    """How many steps the per-step figures are a mean over (:func:`blame_step_ids`; at least 1)."""
+    return max(len(blame_step_ids(result)), 1)
+
+
+def caused_wait_in_steps(result: AnalysisResult) -> dict[int, int]:
+    """Rank -> the wait it caused in the steps the per-step figures are a mean over (:func:`blame_step_ids`;
+    not a set-up collective's before the first step): what every 'caused wait ... a step' divides."""
+    return result.skew.caused_wait_in(blame_step_ids(result))
 
 
 #: Below this a step (what 0.00 ms shows), nothing is blamed on a rank: its cause is not shown.
@@ -163,8 +174,8 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
     t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}" if recs else CAUSE_NOTE
     if not recs:
         # the waits of the steps the means are over (not a set-up collective's before the first step)
-        in_steps = result.skew.caused_wait_in(result.index.steps)
-        top_cause = result.skew.top_cause_in(result.index.steps)
+        in_steps = caused_wait_in_steps(result)
+        top_cause = result.skew.top_cause_in(blame_step_ids(result))
         caused = sorted(in_steps.items(), key=lambda x: -x[1])[:top]
         for r, w in caused:
             cause = top_cause.get(r)

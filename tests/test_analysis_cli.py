@@ -857,3 +857,18 @@ def test_a_figure_in_ms_that_rounds_to_zero_reads_zero_not_minus_zero(ns: int, t
     from skewlens.analysis.render import _ms
 
     assert _ms(ns) == text
+
+
+@pytest.mark.parametrize("blame", [True, False])
+def test_the_wait_heatmaps_title_gives_the_same_wait_a_step_as_the_stragglers_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blame: bool
+) -> None:
+    # the title divided every wait blamed on the rank, the set-up all_reduce's 50 ms before the first step
+    # too, by the 4 steps: 22.50 ms a step beside the stragglers table's 10.00
+    drawn = drawn_figures(monkeypatch)
+    result = analyze_run(load_run(_set_up_then_steps(tmp_path / "run")), blame=blame)
+    wait_heatmap(result, tmp_path / "w.png")
+    title = drawn[0].axes[0].get_title().splitlines()
+    assert title[1] == "rank 1 made its peers wait the most: 10.00 ms a step"
+    row = next(line for line in _render(stragglers_table(result)).splitlines() if line.startswith("│    1 │"))
+    assert [c.strip() for c in row.split("│")[1:-1]][4] == "10.00"
