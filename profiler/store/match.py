@@ -185,6 +185,15 @@ def without_lost(
     return {r: c.subset(~drop[r]) for r, c in comm.items()}, tuple(sorted(steps))
 
 
+def _last_steps(steps: Sequence[StepSpan], comm: Collection[int]) -> dict[int, int]:
+    """Rank (of ``comm``) -> its last recorded step (``steps``: the manifest's step marks)."""
+    last: dict[int, int] = {}
+    for s in steps:
+        if s.rank in comm:
+            last[s.rank] = max(last.get(s.rank, s.step), s.step)
+    return last
+
+
 def without_truncated(
     comm: dict[int, CommRows],
     pg_names: list[str],
@@ -201,10 +210,7 @@ def without_truncated(
     such member's last, and the sends and receives with such a rank after its last. Each such rank is a
     warning; returns the steps this leaves incomplete. A rank whose steps end early without such a note
     (traces that did not record the same steps) is left to the matcher."""
-    last: dict[int, int] = {}
-    for s in steps:
-        if s.rank in comm:
-            last[s.rank] = max(last.get(s.rank, s.step), s.step)
+    last = _last_steps(steps, comm)
     end = max(last.values(), default=-1)
     early = {r: s for r, s in last.items() if r in partial and s < end}
     if not early:
@@ -259,10 +265,7 @@ def without_window_tail(
     across the window's end, so one rank's window ends after its thread issued a collective and another's
     before. Each group so cut is a warning; returns the steps it leaves incomplete. A tail outside the last
     step is left to the matcher."""
-    last: dict[int, int] = {}
-    for s in steps:
-        if s.rank in comm:
-            last[s.rank] = max(last.get(s.rank, s.step), s.step)
+    last = _last_steps(steps, comm)
     cut = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
     gone: set[int] = set()
     for gi, name in enumerate(pg_names):
