@@ -171,3 +171,31 @@ def test_the_last_attempts_merge_replaces_a_manifest_another_host_merged_from_an
     assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW) is not None  # host A
     m = read_manifest(tmp_path)
     assert (m.world_size, m.ranks) == (2, (0, 1)) and min(s.start_ns for s in m.steps) == 132 * S
+
+
+def test_the_last_attempts_merge_replaces_an_earlier_attempts_manifest_of_the_same_world(
+    tmp_path: Path,
+) -> None:
+    # host B merged attempt 0's 4 ranks and left; attempt 1 ran on 4 ranks again (host A's, counting restart
+    # 1, and a fresh host C's, counting 0) and replaced every rank-<r>.et. A's merge kept attempt 0's
+    # manifest: the rule asked for a world of another size, so steps from 102 s stood over traces of 132 s
+    for r in range(4):
+        save_rank(tmp_path, r, world=4, began_s=100)
+    finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW)  # host B
+    for r in range(4):
+        save_rank(tmp_path, r, world=4, began_s=130, attempt=1 if r < 2 else 0)
+    assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW) is not None  # host A
+    m = read_manifest(tmp_path)
+    assert (m.world_size, m.ranks) == (4, (0, 1, 2, 3))
+    assert sorted({s.start_ns for s in m.steps}) == [132 * S, 133 * S, 134 * S]
+
+
+def test_a_host_of_the_same_attempt_keeps_the_manifest_another_host_merged(tmp_path: Path) -> None:
+    # host B merged while host A's ranks were still saving (its part files kept); A's ranks then saved
+    # nothing new, and A's merge of the same steps says 'already merged' (None), whatever its clock
+    for r in range(2):
+        save_rank(tmp_path, r, world=4, began_s=100)
+    first = finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW)
+    assert first is not None and first.ranks == (0, 1)
+    assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW) is None
+    assert read_manifest(tmp_path) == first

@@ -563,8 +563,7 @@ def _merge(
     if (
         existing is not None
         and set(manifest.ranks) <= set(existing.ranks)
-        # an earlier attempt's, of another world: replaced
-        and not (existing.world_size != world and ended_before(existing.steps, last_began(parts)))
+        and not saved_again(existing, manifest)  # an earlier attempt's: replaced
     ):
         return None
     write_manifest(run_dir, manifest)
@@ -617,10 +616,21 @@ def last_began(parts: dict[int, dict]) -> int | None:
     return max((b for p in parts.values() if (b := _began(p)) is not None), default=None)
 
 
-def ended_before(steps: Sequence[StepSpan], began: int | None) -> bool:
-    """Whether every one of a manifest's ``steps`` ended before ``began`` (:func:`last_began`): the manifest
-    is an earlier attempt's, which another host of the job merged before torchrun restarted the ranks."""
-    return began is not None and bool(steps) and max(s.end_ns for s in steps) < began
+def saved_again(existing: Manifest, manifest: Manifest) -> bool:
+    """Whether a rank of ``manifest`` is in ``existing`` (a manifest another host of the job merged) with
+    other steps, both recording some: it saved its trace again since, so that ``existing`` is an earlier
+    attempt's, merged by a host that left before torchrun restarted the ranks, and is replaced. The steps
+    are the part files' own, copied into each manifest as they are: one attempt's are the same in both,
+    whatever the clocks and the world's size."""
+
+    def spans(m: Manifest) -> dict[int, list[tuple[int, int, int]]]:
+        out: dict[int, list[tuple[int, int, int]]] = {r: [] for r in m.ranks}
+        for s in m.steps:
+            out.setdefault(s.rank, []).append((s.step, s.start_ns, s.end_ns))
+        return {r: sorted(v) for r, v in out.items()}
+
+    old, new = spans(existing), spans(manifest)
+    return any(old.get(r) and steps and old[r] != steps for r, steps in new.items())
 
 
 def _run_identity(parts: dict[int, dict]) -> RunIdentity | None:
