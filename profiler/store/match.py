@@ -293,7 +293,7 @@ def without_window_tail(
             f"group {name!r} seq {seqs}: rank(s) {rank_ranges(ahead)} issued them before their recording "
             f"window closed, rank(s) {rank_ranges(behind)} only after theirs (a thread that runs on past the "
             "last step, such as an asynchronous checkpoint's save): they are left out of matching on every "
-            f"rank, and step(s) {at} incomplete",
+            f"rank, and step(s) {rank_ranges(at)} incomplete",
         )
     if not gone:
         return comm, ()
