@@ -318,6 +318,26 @@ def test_a_p2p_whose_peer_the_trace_does_not_give_stays_compute_and_the_note_nam
     assert f"1 {KEPT}nccl:send (send) without its peer rank" in notes["rank 0 import"]
 
 
+# --- args as other torch versions write them -----------------------------------------------------------
+
+
+def test_a_torch_2_1_record_param_comms_gives_its_size_as_in_msg_size_elements(tmp_path: Path) -> None:
+    # torch 2.1 wrote the element count as "In msg size" (pytorch#114735 renamed it "In msg nelems"), with
+    # no process group name; every collective of such a trace imported as 0 bytes
+    rpc = {"Collective name": "allreduce", "dtype": "BFloat16", "In msg size": 6637568,
+           "Out msg size": 6637568, "In split size": "[]", "Out split size": "[]", "Global rank start": 0,
+           "Global rank stride": 1, "Group size": 2}  # fmt: skip
+    nodes, _ = _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {})))
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.NUMEL], a[Attr.PG_NAME]) == (
+        NodeType.COMM_COLL,
+        CommType.ALL_REDUCE,
+        6637568 * 2,
+        6637568,
+        "0",
+    )
+
+
 # --- the real traces ----------------------------------------------------------------------------------
 
 REAL = [

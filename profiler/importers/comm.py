@@ -142,7 +142,8 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str):
         return {}
     out: dict[str, Any] = {"op": name} | _kind_of_op(name)
-    nelems, dtype = as_int(args.get("In msg nelems")), args.get("dtype")
+    # torch 2.1 wrote the element count as "In msg size" (renamed by pytorch#114735, Kineto#849, Dec 2023)
+    nelems, dtype = as_int(args.get("In msg nelems", args.get("In msg size"))), args.get("dtype")
     if nelems is not None:
         out["numel"] = nelems
         if isinstance(dtype, str):

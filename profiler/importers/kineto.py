@@ -25,7 +25,8 @@ raw key                        where                         type    since / def
 ``args.device``                kernel/memcpy/memset          int     always (default 0)
 ``args.correlation``           kernel/runtime/cuda_sync      int     always
 ``args["Collective name"]``    kernel, record_param_comms    str     torch 2.3 (else from names)
-``args["In msg nelems"]``      kernel, record_param_comms    int     torch 2.3
+``args["In msg nelems"]``      kernel, record_param_comms    int     torch 2.2 (2.1: ``In msg size``, also
+                                                                     an element count: pytorch#114735)
 ``args["Out msg nelems"]``     kernel, record_param_comms    int     torch 2.3
 ``args.dtype``                 kernel, record_param_comms    str     torch 2.3 (``Float``, ``BFloat16``...)
 ``args["Process Group Name"]`` kernel, record_param_comms    str     torch 2.3 (default ``"0"``)
@@ -345,6 +346,12 @@ class _Args(
         "rf_id": "Record function id",
         "coll": "Collective name",
         "nelems": "In msg nelems",
+        "nelems_old": "In msg size",
+        "src_rank": "Src Rank",
+        "dst_rank": "Dst Rank",
+        "rank_start": "Global rank start",
+        "rank_stride": "Global rank stride",
+        "group_size": "Group size",
         "pg": "Process Group Name",
         "pg_ranks": "Process Group Ranks",
         "pg_desc": "Process Group Description",
@@ -365,6 +372,12 @@ class _Args(
     rf_id: Any = _UNSET
     coll: Any = _UNSET
     nelems: Any = _UNSET
+    nelems_old: Any = _UNSET
+    src_rank: Any = _UNSET
+    dst_rank: Any = _UNSET
+    rank_start: Any = _UNSET
+    rank_stride: Any = _UNSET
+    group_size: Any = _UNSET
     dtype: Any = _UNSET
     pg: Any = _UNSET
     pg_ranks: Any = _UNSET
