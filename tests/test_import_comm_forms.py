@@ -338,6 +338,54 @@ def test_a_torch_2_1_record_param_comms_gives_its_size_as_in_msg_size_elements(t
     )
 
 
+EVEN_32 = tuple(range(0, 64, 2))  # a 32-rank group of a 64-rank world: more ranks than torch lists
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        "[" + ", ".join(map(str, EVEN_32[:30])) + ", ...]",  # torch's format_list: the first 30, then ...
+        "[" + ", ".join(map(str, EVEN_32[:29])) + ", ..., 62]",  # newer: the first 29, ..., the last
+    ],
+)
+def test_a_group_whose_ranks_torch_cut_short_takes_them_from_the_global_rank_start_and_stride(
+    tmp_path: Path, cut: str
+) -> None:
+    # no pg_config (torch < 2.3, or an on-demand trace): the cut list was no group at all, and the import
+    # stopped with "communication on process group(s) ['1'] that neither pg_config nor the events describe"
+    rpc = _rpc_args("allreduce", 256, 256, "Float", "1", "[0, 2]") | {
+        "Process Group Ranks": cut, "Group size": 32, "Global rank start": 0, "Global rank stride": 2
+    }  # fmt: skip
+    _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64))
+    groups = read_manifest(tmp_path / "run").process_groups
+    assert {g.name: g.ranks for g in groups} == {"1": EVEN_32}
+
+
+def test_a_group_whose_ranks_torch_cut_short_and_no_stride_gives_is_refused_naming_the_group(
+    tmp_path: Path,
+) -> None:
+    rpc = _rpc_args("allreduce", 256, 256, "Float", "1", "[0, 2]") | {
+        "Process Group Ranks": "[" + ", ".join(map(str, EVEN_32[:30])) + ", ...]", "Group size": 32
+    }  # fmt: skip
+    del rpc["Global rank start"], rpc["Global rank stride"]  # torch writes none for unevenly spaced ranks
+    with pytest.raises(TraceImportError, match=r"rank 0: process group '1' lists only some of its ranks"):
+        _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64))
+
+
+def test_a_pg_config_whose_ranks_are_text_as_kinetos_own_distributed_info_writes_them_is_read(
+    tmp_path: Path,
+) -> None:
+    # Kineto's on-demand distributedInfo (Kineto#956) writes "ranks": "[0, 1]"; it was 'malformed'
+    doc = _doc("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    doc["distributedInfo"]["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": "[0, 1]"},
+        {"pg_name": "7", "pg_desc": "undefined", "backend_config": "cuda:nccl", "ranks": "[1]"},
+    ]
+    _import(tmp_path, doc)
+    groups = read_manifest(tmp_path / "run").process_groups
+    assert {g.name: g.ranks for g in groups} == {"0": (0, 1), "7": (1,)}
+
+
 # --- the real traces ----------------------------------------------------------------------------------
 
 REAL = [

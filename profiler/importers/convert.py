@@ -87,7 +87,6 @@ Process groups and steps
 from __future__ import annotations
 
 import functools
-import json
 import re
 from bisect import bisect_right
 from collections import Counter, defaultdict, deque
@@ -118,8 +117,16 @@ from skewlens.profiler.importers.comm import (
 from skewlens.profiler.importers.encode import NodeEncoder, id_and_time_fields
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES, HostComm, HostTrace, TensorKey
 from skewlens.profiler.importers.join import join_ops
-from skewlens.profiler.importers.kineto import COMM_OP_PREFIXES, MAX_INT, KEvent, KinetoTrace, as_int
-from skewlens.profiler.manifest import ProcessGroupInfo, StepSpan
+from skewlens.profiler.importers.kineto import (
+    COMM_OP_PREFIXES,
+    MAX_INT,
+    KEvent,
+    KinetoTrace,
+    as_int,
+    cut_ranks_text,
+    ranks_text,
+)
+from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, StepSpan
 from skewlens.profiler.vocab import (
     Attr,
     CommType,
@@ -130,7 +137,6 @@ from skewlens.profiler.vocab import (
 )
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_MAX_RANKS_TEXT = 1 << 20
 #: Most earlier-starting events examined when looking for the event enclosing a time (nesting bound).
 _LOOK_BACK = 1024
 #: Nodes whose id and time fields are encoded together (:func:`id_and_time_fields`).
@@ -164,18 +170,6 @@ class RankConversion:
     """``cuda:<i>`` of the GPU activities, ``cpu`` where there are none."""
     notes: list[str] = field(default_factory=list)
     """Remarks for the manifest."""
-
-
-def _ranks_arg(text: Any) -> tuple[int, ...] | None:
-    if not isinstance(text, str) or len(text) > _MAX_RANKS_TEXT:
-        return None
-    try:
-        v = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested 50,000 deep was a traceback
-        return None
-    if isinstance(v, list) and all(isinstance(r, int) for r in v):
-        return tuple(v)
-    return None
 
 
 class _Intervals:
@@ -353,7 +347,7 @@ class _Sources:
         out = []
         if rpc is not None:
             out.append(info_from_args(rpc.args))
-            _note_group(self.groups, rpc.args)
+            _note_group(self.groups, rpc.args, self.kt)
         if site is not None:
             if site.index in self.host_of_site:
                 out.append(info_from_host(self.host_of_site[site.index]))
@@ -545,7 +539,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         if anchor is not None and anchor.index in used_sites:
             counts["further NCCL kernel(s) of an already converted op kept as GPU COMP"] += 1
             continue
-        _note_group(src.groups, e.args)
+        _note_group(src.groups, e.args, kt)
         if anchor is not None:
             used_sites.add(anchor.index)
             p.launch_order = anchor.start_ns
@@ -748,14 +742,48 @@ def _unknown_note(what: str, kept: str, info: CommInfo, alone: str = "") -> str:
     return f"{head}: {info.op or '(unnamed)'} is neither a known collective nor a send/recv"
 
 
-def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any]) -> None:
+def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any], kt: KinetoTrace) -> None:
+    """File the group an op's args name (``Process Group Name`` / ``Ranks``) in ``groups``.
+
+    torch lists at most 30 of a group's ranks there (``[r0, ..., r29, ...]``; newer ``[r0, ..., r28, ...,
+    r_last]``): a larger group's ranks are then those that ``Global rank start`` / ``Global rank stride`` /
+    ``Group size`` give (torch writes them where the ranks are evenly spaced), if they agree with the ranks
+    listed; else, where ``distributedInfo.pg_config`` does not list the group either, the import stops
+    naming the group (its ranks are unknown, and any guess would match the wrong ranks)."""
     name = args.get("Process Group Name")
     if not isinstance(name, str) or not name or name in groups:
         return
-    ranks = _ranks_arg(args.get("Process Group Ranks"))
+    text = args.get("Process Group Ranks")
+    ranks = ranks_text(text)
+    if ranks is None and (cut := cut_ranks_text(text)) is not None:
+        ranks = _strided_ranks(args, *cut)
+        if ranks is None and not any(g.name == name for g in kt.pg_config):
+            raise TraceImportError(
+                f"{kt.path}: rank {kt.rank}: process group {name!r} lists only some of its ranks "
+                f"(Process Group Ranks {str(text)[:80]!r}: torch writes at most 30), and neither "
+                "distributedInfo.pg_config (torch >= 2.3 writes it) nor Global rank start / stride / Group "
+                "size give the rest"
+            )
     if ranks is not None:
         desc = args.get("Process Group Description")
         groups[name] = ProcessGroupInfo(name=name, ranks=ranks, desc=desc if isinstance(desc, str) else "")
+
+
+def _strided_ranks(
+    args: dict[str, Any], head: tuple[int, ...], tail: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """``Group size`` ranks from ``Global rank start`` by ``Global rank stride``, where they begin with
+    ``head`` and end with ``tail`` (the ranks a cut list shows); else None."""
+    start, stride = as_int(args.get("Global rank start")), as_int(args.get("Global rank stride"))
+    size = as_int(args.get("Group size"))
+    if start is None or stride is None or size is None or start < 0 or stride < 1:
+        return None
+    if not 0 < size <= MAX_WORLD_SIZE or start + stride * (size - 1) >= MAX_WORLD_SIZE:
+        return None
+    ranks = tuple(range(start, start + stride * size, stride))
+    if ranks[: len(head)] != head or (tail and ranks[-len(tail) :] != tail) or len(head) + len(tail) > size:
+        return None
+    return ranks
 
 
 def _assign_seq(pending: list[_Pending]) -> None:

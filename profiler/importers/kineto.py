@@ -52,6 +52,7 @@ by the standard library and checked by :func:`parse_kineto`, so every error read
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -194,24 +195,65 @@ def _num(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+#: Longest ``Process Group Ranks`` / pg_config ``ranks`` text read.
+_MAX_RANKS_TEXT = 1 << 20
+#: How torch writes a list it cut short (``format_list`` in torch/csrc/profiler/util.cpp, for lists of
+#: more than 30): ``[r0, ..., r29, ...]``, newer ``[r0, ..., r28, ..., r_last]``; ``...`` is a token.
+_CUT = "..."
+
+
+def ranks_text(text: Any) -> tuple[int, ...] | None:
+    """The ranks of a JSON list of integers given as text (``"[0, 1]"``), None where it is not one."""
+    if not isinstance(text, str) or len(text) > _MAX_RANKS_TEXT:
+        return None
+    try:
+        v = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested 50,000 deep was a traceback
+        return None
+    if isinstance(v, list) and all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in v):
+        return tuple(v)
+    return None
+
+
+def cut_ranks_text(text: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(the ranks before the ``...``, those after) of a rank list torch cut short, None for any other text."""
+    if not isinstance(text, str) or len(text) > _MAX_RANKS_TEXT or _CUT not in text:
+        return None
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        return None
+    parts = [t.strip() for t in body[1:-1].split(",")]
+    if parts.count(_CUT) != 1 or not all(t.isdecimal() and len(t) < 10 for t in parts if t != _CUT):
+        return None
+    cut = parts.index(_CUT)
+    return tuple(int(t) for t in parts[:cut]), tuple(int(t) for t in parts[cut + 1 :])
+
+
 def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
+    """The groups of ``distributedInfo.pg_config``. torch writes each group's ``ranks`` as a list; Kineto's
+    own distributedInfo (on-demand traces, Kineto#956) as the text of one, cut short past 30 ranks: such an
+    entry is left out, its group's ranks then come from the events (or the import says they are unknown)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise TraceImportError(f"{path}: distributedInfo.pg_config is not a list")
     out = []
     for g in raw:
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(ranks, str) and cut_ranks_text(ranks) is not None:
+            continue
+        ranks = ranks_text(ranks) if isinstance(ranks, str) else ranks
         if (
             not isinstance(g, dict)
             or "pg_name" not in g
-            or not isinstance(g.get("ranks"), list)
-            or not all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in g["ranks"])
+            or not isinstance(ranks, list | tuple)
+            or not all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in ranks)
         ):
             raise TraceImportError(f"{path}: malformed distributedInfo.pg_config entry {g!r:.200}")
         out.append(
             ProcessGroupInfo(
                 name=str(g["pg_name"]),
-                ranks=tuple(int(r) for r in g["ranks"]),
+                ranks=tuple(int(r) for r in ranks),
                 desc=str(g.get("pg_desc", "")),
                 backend=str(g.get("backend_config", "")),
             )
