@@ -338,6 +338,23 @@ def test_a_torch_2_1_record_param_comms_gives_its_size_as_in_msg_size_elements(t
     )
 
 
+def test_a_collective_on_a_group_smaller_than_the_world_that_the_trace_does_not_name_is_refused(
+    tmp_path: Path,
+) -> None:
+    # torch 2.1's args give the group's size but not its name: the all_reduce of a 2-rank group in a 4-rank
+    # world was put on the world group "0", to be matched with ranks that never ran it
+    rpc = {"Collective name": "allreduce", "dtype": "Float", "In msg size": 256, "Out msg size": 256,
+           "Global rank start": 2, "Global rank stride": 1, "Group size": 2}  # fmt: skip
+    doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), rank=2, world=4)
+    with pytest.raises(
+        TraceImportError, match=r"rank 2: allreduce .* group of 2 ranks \(Group size\) in a world of 4"
+    ):
+        _import(tmp_path, doc)
+    rpc["Group size"] = 4  # the world's size: the world group
+    nodes, _ = _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=4))
+    assert _the_kernel(nodes)[1][Attr.PG_NAME] == "0"
+
+
 EVEN_32 = tuple(range(0, 64, 2))  # a 32-rank group of a 64-rank world: more ranks than torch lists
 
 

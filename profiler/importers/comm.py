@@ -101,6 +101,10 @@ class CommInfo:
     where the trace gives none."""
     recv_splits: tuple[int, ...] = ()
     """... and from each (``Out split size``)."""
+    group_size: int | None = None
+    """Members of the op's group (``Group size``, torch 2.1+), None where the trace does not say."""
+    pg_named: bool = True
+    """Whether a source named the group (else ``pg_name`` is the default, the world group)."""
 
 
 def p2p_from_op(op_name: str) -> tuple[str, int | None] | None:
@@ -152,6 +156,8 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
     pg = args.get("Process Group Name")
     if isinstance(pg, str) and pg:
         out["pg_name"] = pg
+    if (size := as_int(args.get("Group size"))) is not None:
+        out["group_size"] = size
     seq = as_int(args.get("Seq", args.get("seq")))
     if seq is not None:
         out["seq"] = seq
@@ -249,6 +255,8 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
         size_bytes=int(merged.get("size_bytes", 0)),
         dtype=str(merged.get("dtype", "")),
         pg_name=str(merged.get("pg_name", DEFAULT_PG)),
+        pg_named="pg_name" in merged,
+        group_size=merged.get("group_size"),
         seq=merged.get("seq"),
         peer=merged.get("peer") if p2p else None,
         send_splits=merged.get("send_splits", ()),

@@ -416,6 +416,14 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
                 "out of range"
             )
     if info.comm_type is not None:
+        if not info.pg_named and info.group_size not in (None, kt.world_size) and kt.world_size:
+            # older torch names no group: such a collective went to the world group, matched with ranks
+            # that never ran it
+            raise TraceImportError(
+                f"{kt.path}: rank {rank}: {info.op} (traceEvents[{p.event.index}]) runs on a group of "
+                f"{info.group_size} ranks (Group size) in a world of {kt.world_size}, but the trace names no "
+                "process group (Process Group Name; older torch writes none): its group is unknown"
+            )
         p.node_type = NodeType.COMM_COLL
         p.comm = info
         p.attrs.update(
