@@ -309,6 +309,24 @@ def test_a_peer_given_as_a_group_rank_is_mapped_to_the_global_rank_through_the_g
     assert (k.type, a[Attr.COMM_SRC], a[Attr.COMM_DST], a[Attr.PG_NAME]) == (NodeType.COMM_SEND, 4, 6, "2")
 
 
+@pytest.mark.parametrize(
+    ("rank", "kind", "arg", "node_type", "src_dst"),
+    [
+        (4, "send", "Dst Rank", NodeType.COMM_SEND, (4, 6)),
+        (6, "recv", "Src Rank", NodeType.COMM_RECV, (4, 6)),
+    ],
+)
+def test_the_global_rank_of_a_p2ps_peer_in_its_dst_or_src_rank_arg_makes_a_send_or_recv_node(
+    tmp_path: Path, rank: int, kind: str, arg: str, node_type: NodeType, src_dst: tuple[int, int]
+) -> None:
+    # newer torch (Kineto#963) writes the peer's global rank; with no peer in the annotation it was COMP
+    rpc = _rpc_args(kind, 256, 256, "Float", "2", "[4, 6]") | {arg: 10 - rank}
+    doc = _doc(NEW_SENDRECV, rpc=rpc, annotation=(f"nccl:{kind}", _dims([256])), rank=rank, world=8)
+    nodes, _ = _import(tmp_path, doc)
+    k, a = _the_kernel(nodes)
+    assert (k.type, (a[Attr.COMM_SRC], a[Attr.COMM_DST]), a[Attr.PG_NAME]) == (node_type, src_dst, "2")
+
+
 def test_a_p2p_whose_peer_the_trace_does_not_give_stays_compute_and_the_note_names_the_op(
     tmp_path: Path,
 ) -> None:

@@ -101,6 +101,8 @@ class CommInfo:
     where the trace gives none."""
     recv_splits: tuple[int, ...] = ()
     """... and from each (``Out split size``)."""
+    peer_global: int | None = None
+    """Peer of a send/recv as a global rank (``Dst Rank`` / ``Src Rank``, Kineto#963), where given."""
     group_size: int | None = None
     """Members of the op's group (``Group size``, torch 2.1+), None where the trace does not say."""
     pg_named: bool = True
@@ -158,6 +160,10 @@ def info_from_args(args: dict[str, Any]) -> dict[str, Any]:
         out["pg_name"] = pg
     if (size := as_int(args.get("Group size"))) is not None:
         out["group_size"] = size
+    # a send's receiver, a recv's sender, as global ranks (Kineto#963; torch maps the group rank it records)
+    peer = as_int(args.get("Dst Rank") if out.get("p2p") == "send" else args.get("Src Rank"))
+    if out.get("p2p") and peer is not None and peer >= 0:
+        out["peer_global"] = peer
     seq = as_int(args.get("Seq", args.get("seq")))
     if seq is not None:
         out["seq"] = seq
@@ -259,6 +265,7 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
         group_size=merged.get("group_size"),
         seq=merged.get("seq"),
         peer=merged.get("peer") if p2p else None,
+        peer_global=merged.get("peer_global") if p2p else None,
         send_splits=merged.get("send_splits", ()),
         recv_splits=merged.get("recv_splits", ()),
     )

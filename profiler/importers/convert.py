@@ -440,7 +440,9 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
             p.attrs.update(src.split_attrs(info))
         as_comm_node(p.attrs)
         return True
-    peer = src.global_rank(info.pg_name, info.peer, info.op) if info.p2p and info.peer is not None else None
+    peer = info.peer_global
+    if peer is None and info.p2p and info.peer is not None:
+        peer = src.global_rank(info.pg_name, info.peer, info.op)
     if peer is not None:
         if not 0 <= peer < (kt.world_size or MAX_INT):
             raise TraceImportError(f"{kt.path}: rank {rank}: {info.op} with peer rank {peer} out of range")
