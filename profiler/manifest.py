@@ -71,6 +71,7 @@ class RankNote(StrEnum):
     WORKER_EVENTS = "worker events"
     WORKER_EVENTS_RECORDER = "worker events recorder"
     ALL_TO_ALL_SPLITS = "all_to_all splits"
+    COMM_SIZES = "communication sizes"
     GPU_DEPENDENCIES = "GPU dependencies"
     FLIGHT_RECORDER = "flight recorder"
     FLIGHT_RECORDER_DUMP = "flight recorder dump"
@@ -96,6 +97,7 @@ DEGRADED_NOTE_KINDS: frozenset[str] = frozenset(
         RankNote.FLIGHT_RECORDER_DUMP,
         RankNote.WORKER_EVENTS,
         RankNote.ALL_TO_ALL_SPLITS,
+        RankNote.COMM_SIZES,
     }
 )
 

@@ -22,6 +22,7 @@ from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.comm import p2p_from_op
 from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType, collective_from_op
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -371,6 +372,22 @@ def test_a_collective_on_a_group_smaller_than_the_world_that_the_trace_does_not_
     rpc["Group size"] = 4  # the world's size: the world group
     nodes, _ = _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=4))
     assert _the_kernel(nodes)[1][Attr.PG_NAME] == "0"
+
+
+def test_a_rank_whose_trace_gives_no_size_for_a_collective_is_noted_as_check_warns_of(tmp_path: Path) -> None:
+    # older torch without record_shapes: the kernel name alone says all_reduce; it imported as 0 bytes and
+    # nothing said that the size was unknown rather than 0
+    _nodes, notes = _import(tmp_path, _doc("ncclKernel_AllReduce_RING_LL_Sum_float" + OLD_ARGS))
+    assert notes["rank 0 communication sizes"].startswith(
+        "communication op(s) whose size the trace does not give"
+    )
+    warned = [
+        i.kind for i in validate_run(tmp_path / "run").warnings if "size the trace does not" in i.message
+    ]
+    assert warned == ["capture-note"]
+    (sized := tmp_path / "sized").mkdir()
+    _nodes, notes = _import(sized, _doc(OLD_SENDRECV, annotation=("nccl:all_reduce", _dims([256]))))
+    assert "rank 0 communication sizes" not in notes
 
 
 EVEN_32 = tuple(range(0, 64, 2))  # a 32-rank group of a 64-rank world: more ranks than torch lists

@@ -105,6 +105,8 @@ class CommInfo:
     """Peer of a send/recv as a global rank (``Dst Rank`` / ``Src Rank``, Kineto#963), where given."""
     group_size: int | None = None
     """Members of the op's group (``Group size``, torch 2.1+), None where the trace does not say."""
+    sized: bool = True
+    """Whether a source gave the size (else ``size_bytes`` is 0 for want of one)."""
     pg_named: bool = True
     """Whether a source named the group (else ``pg_name`` is the default, the world group)."""
 
@@ -261,6 +263,7 @@ def merge(*sources: dict[str, Any]) -> CommInfo:
         size_bytes=int(merged.get("size_bytes", 0)),
         dtype=str(merged.get("dtype", "")),
         pg_name=str(merged.get("pg_name", DEFAULT_PG)),
+        sized="size_bytes" in merged,
         pg_named="pg_name" in merged,
         group_size=merged.get("group_size"),
         seq=merged.get("seq"),

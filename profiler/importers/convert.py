@@ -170,6 +170,8 @@ class RankConversion:
     """``cuda:<i>`` of the GPU activities, ``cpu`` where there are none."""
     notes: list[str] = field(default_factory=list)
     """Remarks for the manifest."""
+    unsized: int = 0
+    """Communication nodes whose size the trace does not give (imported as 0 bytes)."""
 
 
 class _Intervals:
@@ -327,6 +329,8 @@ class _Sources:
     """Paired host-trace op per annotation (by event index)."""
     groups: dict[str, ProcessGroupInfo] = field(default_factory=dict)
     """Process groups named by event args."""
+    unsized: int = 0
+    """Communication nodes made whose size no source gave (0 bytes)."""
 
     def cpu_side(
         self, site: KEvent | None, call: KEvent | None
@@ -438,6 +442,7 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
         )
         if info.comm_type == CommType.ALL_TO_ALL and info.send_splits:
             p.attrs.update(src.split_attrs(info))
+        src.unsized += not info.sized
         as_comm_node(p.attrs)
         return True
     peer = info.peer_global
@@ -458,6 +463,7 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
                 Attr.OP: info.op,
             }
         )
+        src.unsized += not info.sized
         as_comm_node(p.attrs)
         return True
     return False
@@ -586,6 +592,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         groups=src.groups,
         device=f"cuda:{devices[0]}" if devices else "cpu",
         notes=notes,
+        unsized=src.unsized,
     )
 
 

@@ -25,8 +25,8 @@ raw key                        where                         type    since / def
 ``args.device``                kernel/memcpy/memset          int     always (default 0)
 ``args.correlation``           kernel/runtime/cuda_sync      int     always
 ``args["Collective name"]``    kernel, record_param_comms    str     torch 2.3 (else from names)
-``args["In msg nelems"]``      kernel, record_param_comms    int     torch 2.2 (2.1: ``In msg size``, also
-                                                                     an element count: pytorch#114735)
+``args["In msg nelems"]``      kernel, record_param_comms    int     Dec 2023 (before: ``In msg size``,
+                                                                     also elements: pytorch#114735)
 ``args["Out msg nelems"]``     kernel, record_param_comms    int     torch 2.3
 ``args.dtype``                 kernel, record_param_comms    str     torch 2.3 (``Float``, ``BFloat16``...)
 ``args["Process Group Name"]`` kernel, record_param_comms    str     torch 2.3 (default ``"0"``)

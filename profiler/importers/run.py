@@ -163,6 +163,13 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
         raise TraceImportError(f"{h.path}: malformed process-group init node ({type(e).__name__})") from None
 
 
+#: The note of a rank some of whose communication ops the trace gives no size for.
+UNSIZED_NOTE = (
+    "communication op(s) whose size the trace does not give, imported as 0 bytes: newer torch writes it in "
+    "record_param_comms' 'In msg nelems' ('In msg size' before pytorch#114735, Dec 2023), older torch only "
+    "in the 'Input Dims' that record_shapes=True records"
+)
+
 #: Memory an import may use, all processes together, unless told otherwise.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
 #: A worker's memory before it reads a trace (interpreter, protobuf, msgspec): 27 MiB measured; rounded up.
@@ -440,6 +447,8 @@ def _write_run(
     for c in convs:
         if c.notes:
             notes[rank_note_key(c.rank, RankNote.IMPORT)] = "; ".join(c.notes)
+        if c.unsized:  # a size the trace does not give is no 0-byte message: said, not left to look like one
+            notes[rank_note_key(c.rank, RankNote.COMM_SIZES)] = UNSIZED_NOTE
     steps = tuple(s for c in convs for s in c.steps)
     n_steps = max((len(c.steps) for c in convs), default=0)
     manifest = Manifest(
