@@ -46,8 +46,9 @@ Communication
     (trace arg, else ``"0"``), ``skl_seq``: the trace's sequence number where every collective of the rank
     has one (Kineto ``Seq``, or the host trace's c10d seq), otherwise the n-th collective a rank issues on
     a group (in CPU launch order) gets seq n. Send/recv become COMM_SEND/COMM_RECV where the peer is
-    known (host trace, annotation or op; a rank within the op's group, mapped to the global rank through
-    the group's ranks, the default group ``"0"`` being the world); a p2p op whose peer the trace does not
+    known (``Dst Rank`` / ``Src Rank`` args, a global rank; else host trace, annotation or op: a rank within
+    the op's group, mapped to the global rank through the group's ranks, the default group ``"0"`` being
+    the world); a p2p op whose peer the trace does not
     give, and a ``SendRecv`` kernel whose CPU side is not in the trace, stay GPU COMP nodes (counted in the
     manifest notes, with the reason). Only the first NCCL kernel launched by one op carries the op; further
     kernels of the same op are GPU COMP nodes (none of the shared real traces has one). A backend annotation

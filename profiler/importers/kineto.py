@@ -18,19 +18,33 @@ raw key                        where                         type    since / def
 ``distributedInfo.rank``       top level                     int     torch 1.13 (required unless --rank)
 ``distributedInfo.world_size`` top level                     int     torch 1.13 (default: max rank + 1)
 ``distributedInfo.backend``    top level                     str     torch 1.13 (default '')
-``distributedInfo.pg_config``  top level                     list    torch 2.3 (default: one world group)
-``baseTimeNanoseconds``        top level                     int     torch 2.1 (default 0: ts is absolute)
-``ts`` / ``dur``               event                         µs      always (float in newer files)
+``distributedInfo.pg_config``  top level                     list    torch 2.3 (default: one world group);
+                                                                     ``ranks`` a list (torch) or its text
+                                                                     (Kineto's on-demand one, Kineto#956)
+``baseTimeNanoseconds``        top level                     int     Kineto#928, May 2024 (default 0: ts is
+                                                                     absolute)
+``ts`` / ``dur``               event                         µs      always (float in newer files; ``ns``
+                                                                     ``displayTimeUnit``, Kineto#1074, is
+                                                                     the viewer's unit only)
 ``args.stream``                kernel/memcpy/memset          int     always (default: the event's tid)
 ``args.device``                kernel/memcpy/memset          int     always (default 0)
-``args.correlation``           kernel/runtime/cuda_sync      int     always
-``args["Collective name"]``    kernel, record_param_comms    str     torch 2.3 (else from names)
-``args["In msg nelems"]``      kernel, record_param_comms    int     Dec 2023 (before: ``In msg size``,
-                                                                     also elements: pytorch#114735)
-``args["Out msg nelems"]``     kernel, record_param_comms    int     torch 2.3
-``args.dtype``                 kernel, record_param_comms    str     torch 2.3 (``Float``, ``BFloat16``...)
-``args["Process Group Name"]`` kernel, record_param_comms    str     torch 2.3 (default ``"0"``)
-``args["Process Group Ranks"]`` kernel, record_param_comms   str     torch 2.3 (JSON list of global ranks)
+``args.correlation``           kernel/runtime/cuda_sync      int     always (``cuda_driver`` launches:
+                                                                     Kineto#752, Apr 2023)
+``args["Collective name"]``    record_param_comms (kernel)   str     by Oct 2023 (kernel: Kineto#906, Apr
+                                                                     2024)
+``args["In msg nelems"]``      record_param_comms, kernel    int     Dec 2023 (before: ``In msg size``,
+                                                                     also elements: pytorch#114735,
+                                                                     Kineto#849)
+``args.dtype``                 kernel, record_param_comms    str     by Oct 2023, Kineto#821 (``Float``...)
+``args["Group size"]``         kernel, record_param_comms    int     by Oct 2023, Kineto#821 (a collective of
+                                                                     an unnamed group smaller than the world
+                                                                     is refused)
+``args["Process Group Name"]`` kernel, record_param_comms    str     Kineto#906, Apr 2024 (default ``"0"``)
+``args["Process Group Ranks"]`` kernel, record_param_comms   str     Kineto#880, Mar 2024 (JSON list of
+                                                                     global ranks; at most 30 listed, then
+                                                                     ``...``)
+``args["Global rank start"]``  record_param_comms            int     with ``... stride``: a cut group's ranks
+``args["Dst Rank"]`` / ``Src`` kernel, record_param_comms    int     Kineto#963, Jul 2024 (p2p peer, global)
 ``args.Seq`` / ``args.seq``    kernel, record_param_comms    int     newer torch (default: counted)
 ``args["Record function id"]`` cpu_op                        int     torch 2.1 (joins host-trace rf_id)
 ``args["Input Dims"]``         ``nccl:*`` annotation         list    torch 1.13 (with record_shapes)
