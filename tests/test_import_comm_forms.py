@@ -357,19 +357,22 @@ def test_a_torch_2_1_record_param_comms_gives_its_size_as_in_msg_size_elements(t
     )
 
 
-def test_a_collective_on_a_group_smaller_than_the_world_that_the_trace_does_not_name_is_refused(
+def test_a_collective_on_a_smaller_group_the_trace_does_not_name_is_kept_as_compute_with_a_note(
     tmp_path: Path,
 ) -> None:
     # torch 2.1's args give the group's size but not its name: the all_reduce of a 2-rank group in a 4-rank
-    # world was put on the world group "0", to be matched with ranks that never ran it
+    # world was put on the world group "0", to be matched with ranks that never ran it; it is kept as
+    # compute, as other communication whose group or peer is unknown, and the manifest says why
     rpc = {"Collective name": "allreduce", "dtype": "Float", "In msg size": 256, "Out msg size": 256,
            "Global rank start": 2, "Global rank stride": 1, "Group size": 2}  # fmt: skip
     doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), rank=2, world=4)
-    with pytest.raises(
-        TraceImportError, match=r"rank 2: allreduce .* group of 2 ranks \(Group size\) in a world of 4"
-    ):
-        _import(tmp_path, doc)
+    nodes, notes = _import(tmp_path, doc)
+    assert not [n for n in nodes if n.type in COMM_NODE_TYPES]
+    (note,) = [v for v in notes.values() if "does not name" in v]
+    assert "allreduce on a group of 2 ranks (Group size) that the trace does not name" in note
     rpc["Group size"] = 4  # the world's size: the world group
+    tmp_path = tmp_path / "world"
+    tmp_path.mkdir()
     nodes, _ = _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=4))
     assert _the_kernel(nodes)[1][Attr.PG_NAME] == "0"
 

@@ -421,14 +421,10 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
                 "out of range"
             )
     if info.comm_type is not None:
-        if not info.pg_named and info.group_size not in (None, kt.world_size) and kt.world_size:
+        if _unnamed_subgroup(info, kt):
             # older torch names no group: such a collective went to the world group, matched with ranks
-            # that never ran it
-            raise TraceImportError(
-                f"{kt.path}: rank {rank}: {info.op} (traceEvents[{p.event.index}]) runs on a group of "
-                f"{info.group_size} ranks (Group size) in a world of {kt.world_size}, but the trace names no "
-                "process group (Process Group Name; older torch writes none): its group is unknown"
-            )
+            # that never ran it; it is kept as compute, with a note (:func:`_unknown_note`)
+            return False
         p.node_type = NodeType.COMM_COLL
         p.comm = info
         p.attrs.update(
@@ -750,11 +746,22 @@ def _kernel_less_comms(
     return extra
 
 
+def _unnamed_subgroup(info: CommInfo, kt: KinetoTrace) -> bool:
+    """Whether ``info`` is a collective on a group smaller than the world that the trace does not name
+    (older torch gives ``Group size`` and no ``Process Group Name``): its group is unknown."""
+    return not info.pg_named and bool(kt.world_size) and info.group_size not in (None, kt.world_size)
+
+
 def _unknown_note(what: str, kept: str, info: CommInfo, alone: str = "") -> str:
     """Manifest note for communication left as compute, saying why (``alone``: a kernel without CPU side)."""
     head = f"{what} of unknown collective/peer kept as {kept}"
     if info.p2p:
         return f"{head}: {info.op} ({info.p2p}) without its peer rank in the trace (a host trace gives it)"
+    if info.comm_type is not None and not info.pg_named and info.group_size is not None:
+        return (
+            f"{head}: {info.op} on a group of {info.group_size} ranks (Group size) that the trace does not "
+            "name (Process Group Name; older torch writes none), so neither its group nor its peers are known"
+        )
     if alone:
         return f"{head}: {alone}, and the kernel name does not say the op"
     return f"{head}: {info.op or '(unnamed)'} is neither a known collective nor a send/recv"

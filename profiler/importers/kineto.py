@@ -38,7 +38,7 @@ raw key                        where                         type    since / def
 ``args.dtype``                 kernel, record_param_comms    str     by Oct 2023, Kineto#821 (``Float``...)
 ``args["Group size"]``         kernel, record_param_comms    int     by Oct 2023, Kineto#821 (a collective of
                                                                      an unnamed group smaller than the world
-                                                                     is refused)
+                                                                     is kept as compute, noted)
 ``args["Process Group Name"]`` kernel, record_param_comms    str     Kineto#906, Apr 2024 (default ``"0"``)
 ``args["Process Group Ranks"]`` kernel, record_param_comms   str     Kineto#880, Mar 2024 (JSON list of
                                                                      global ranks; at most 30 listed, then
