@@ -16,11 +16,11 @@ the outermost operators of Kineto (a CPU op that encloses a blocking collective 
 children, so no time is counted twice on a thread; at ``full`` a scope without an operator schema, such
 as an autograd-engine or module-forward scope, is replaced by its children too; either way its own
 time around them on the main thread becomes COMP nodes named after it: its work, as an operator's own
-time is), and the main thread's time inside no operator and no call becomes COMP nodes named
-:data:`UNTRACED_NAME`, so
-every nanosecond of a step on the main thread is in exactly one node. At every level a wait for an
-asynchronous result (``wait_tensor``, ``Work.wait``) is a COMP node of its own that counts as blocking
-here, with a control dependency on the COMM node it waited for (:mod:`skewlens.profiler.capture.waits`).
+time is, less its time inside a collective call), and the main thread's time inside no operator and no
+call becomes COMP nodes named :data:`UNTRACED_NAME`, so every nanosecond of a step on the main thread is
+in exactly one node. At every level a wait for an asynchronous result (``wait_tensor``, ``Work.wait``)
+is a COMP node of its own that counts as blocking here, with a control dependency on the COMM node it
+waited for (:mod:`skewlens.profiler.capture.waits`).
 
 Control dependencies keep program order per stream; an asynchronous COMM node depends on the node its
 thread ran before issuing it, and the first node of that thread starting after its completion depends on
@@ -81,6 +81,8 @@ COMM_OP_PREFIXES = (
     "## ",
     "skewlens::",
 )
+#: Of those, the collective calls themselves (not the backends' events, which may outlive their call).
+COMM_CALL_PREFIXES = ("c10d::", "_c10d_functional::")
 NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
 WAIT_SLACK_NS = 1_000_000
@@ -702,6 +704,7 @@ def _op_protos(
     by_thread: dict[int, list[OpRecord]] = defaultdict(list)
     out: list[_Proto] = []
     scopes: list[tuple[int, int, str]] = []
+    calls: list[tuple[int, int]] = []  # the main thread's collective calls inside replaced operators
     for o in cap.ops:
         if o.is_cpu:
             by_thread[o.thread].append(o)
@@ -749,6 +752,8 @@ def _op_protos(
             o = ops[i]
             end = o.start_ns + o.dur_ns
             if o.name.startswith(COMM_OP_PREFIXES):
+                if stream == MAIN_STREAM and o.name.startswith(COMM_CALL_PREFIXES):
+                    calls.append((o.start_ns, end))
                 continue
             j = bisect.bisect_right(comm_iv, (o.start_ns, end)) - 1
             if j >= 0 and comm_iv[j][0] <= o.start_ns and end <= comm_iv[j][1]:
@@ -805,7 +810,27 @@ def _op_protos(
     for sc in sorted(scopes):
         if not outer or sc[0] >= outer[-1][1]:
             outer.append(sc)
-    return out, outer
+    return out, _without_calls(outer, sorted(calls))
+
+
+def _without_calls(
+    scopes: list[tuple[int, int, str]], calls: list[tuple[int, int]]
+) -> list[tuple[int, int, str]]:
+    """``scopes`` (disjoint, sorted) less the collective calls inside them (sorted): the thread's time in
+    such a call (a functional all_reduce on gloo holds it until the peers arrive) is the collective's, no
+    work of the scope; it stays untraced, as it is outside any scope."""
+    out: list[tuple[int, int, str]] = []
+    for a, b, name in scopes:
+        cur = a
+        for lo, hi in calls[max(bisect.bisect_right(calls, (a,)) - 1, 0) :]:
+            if lo >= b:
+                break
+            if hi > cur and lo > cur:
+                out.append((cur, lo, name))
+            cur = max(cur, hi)
+        if cur < b:
+            out.append((cur, b, name))
+    return out
 
 
 _Run = tuple[_Proto, _Proto]
