@@ -62,6 +62,17 @@ def stacked_parts(fig: Any) -> tuple[list[str], list[Any], list[str]]:
     return [c.get_label() for c in bars], [c.patches[0].get_facecolor() for c in bars], legend
 
 
+def assert_read_without_colour_names(fig: Any, parts: list[str]) -> None:
+    """Of a figure of stacked bars: its parts bottom to top are ``parts``, the legend lists them as the
+    bars stack (top to bottom), and every two of their colours are 30 or more apart (CIELAB) as each
+    simulated dichromacy sees them."""
+    drawn, colours, legend = stacked_parts(fig)
+    assert drawn == parts
+    assert legend == parts[::-1]
+    distance, seen_with = closest_pair(colours)
+    assert distance >= 30, seen_with
+
+
 def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The figures the analyses' pictures draw from now on, in order, instead of writing them."""
     drawn: list[Any] = []

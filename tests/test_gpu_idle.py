@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from picture_helpers import closest_pair, drawn_figures, stacked_parts
+from picture_helpers import assert_read_without_colour_names, drawn_figures
 from rich.console import Console
 
 from skewlens.analysis.api import analyze_run
@@ -717,11 +717,7 @@ def test_the_gpu_idle_picture_is_read_without_telling_its_colours_apart(
     # busy (seaborn's blue) and stream wait (its purple) were 3 apart to a protanope, launch wait's red and
     # comm wait's orange 21 to a deuteranope; the legend read top to bottom in the order drawn, bottom to top
     _res, fig = _gpu_idle_figure(tmp_path, monkeypatch)
-    parts, colours, legend = stacked_parts(fig)
-    assert parts == ["busy", "launch wait", "comm wait", "stream wait", "other"]
-    assert legend == parts[::-1]
-    distance, seen_with = closest_pair(colours)
-    assert distance >= 30, seen_with
+    assert_read_without_colour_names(fig, ["busy", "launch wait", "comm wait", "stream wait", "other"])
 
 
 def test_the_gpu_idle_picture_says_its_finding_in_words_under_the_axis_label(

@@ -1504,16 +1504,30 @@ def test_a_typo_or_wrong_type_in_an_entry_of_the_users_config_dir_is_one_line_na
     assert not (tmp_path / "o").exists()
 
 
+def _config_dir_topology(tmp_path: Path, run_dir: Path, entry: str, text: str) -> tuple[list[str], Path]:
+    """A config directory with the topology entry ``entry`` (YAML ``text``), and the replay's arguments
+    choosing it from there, with the output directory they name."""
+    cfg = tmp_path / "cfg"
+    (cfg / "topology").mkdir(parents=True)
+    (cfg / "topology" / f"{entry}.yaml").write_text(text)
+    out = tmp_path / "o"
+    return [
+        "replay",
+        "-cd",
+        str(cfg),
+        f"trace={run_dir}",
+        f"out={out}",
+        f"topology={entry}",
+        "progress=false",
+    ], out
+
+
 def test_an_entry_of_the_users_config_dir_may_extend_a_bundled_one_through_its_defaults_list(
     run_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = tmp_path / "cfg"
-    (cfg / "topology").mkdir(parents=True)
-    (cfg / "topology" / "mine.yaml").write_text(
-        "defaults:\n  - ring\n  - _self_\nname: mine\nalgorithm: tree\n"
+    args, out = _config_dir_topology(
+        tmp_path, run_dir, "mine", "defaults:\n  - ring\n  - _self_\nname: mine\nalgorithm: tree\n"
     )
-    out = tmp_path / "o"
-    args = ["replay", "-cd", str(cfg), f"trace={run_dir}", f"out={out}", "topology=mine", "progress=false"]
     assert skewlens_main([*args, "comm_mode=model", "perfetto=false"]) == 0
     topology = OmegaConf.load(out / "config.yaml").topology
     assert (topology.name, topology.algorithm, topology.dims[0].kind) == ("mine", "tree", "ring")
@@ -1523,13 +1537,8 @@ def test_an_entry_of_the_users_config_dir_without_a_name_is_named_after_the_entr
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # was 'topology.name: missing value', while the same file given by path took its stem
-    cfg = tmp_path / "cfg"
-    (cfg / "topology").mkdir(parents=True)
-    (cfg / "topology" / "noname.yaml").write_text(
-        "algorithm: ring\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: 2.0, latency_ns: 300}\n"
-    )
-    out = tmp_path / "o"
-    args = ["replay", "-cd", str(cfg), f"trace={run_dir}", f"out={out}", "topology=noname", "progress=false"]
+    text = "algorithm: ring\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: 2.0, latency_ns: 300}\n"
+    args, out = _config_dir_topology(tmp_path, run_dir, "noname", text)
     assert skewlens_main([*args, "comm_mode=model", "perfetto=false"]) == 0, capsys.readouterr().err
     assert "replayed with topology noname;" in capsys.readouterr().out
     assert OmegaConf.load(out / "config.yaml").topology.name == "noname"
