@@ -75,9 +75,9 @@ def _drawn_waits(ri: RankIndex) -> npt.NDArray[np.int64]:
     return np.where(ri.is_comm, ri.wait_ns, 0)
 
 
-def _metadata(r: int, tracks: Tracks, *, on_path: bool) -> list[dict[str, Any]]:
-    """Names of rank ``r``'s process and tracks; a ``critical path`` track only where the path drawn
-    (``on_path``) passes through the rank."""
+def _metadata(r: int, names: dict[int, str], *, on_path: bool) -> list[dict[str, Any]]:
+    """Names of rank ``r``'s process and tracks (``names``: the tracks drawn, by ``tid``); a ``critical path``
+    track only where the path drawn (``on_path``) passes through the rank."""
     meta: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
@@ -86,7 +86,7 @@ def _metadata(r: int, tracks: Tracks, *, on_path: bool) -> list[dict[str, Any]]:
         meta.append(
             {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}}
         )
-    for tid, label in sorted(tracks.names.items()):
+    for tid, label in sorted(names.items()):
         meta.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}})
     return meta
 
@@ -284,7 +284,13 @@ def write_perfetto(
         p,
         cap,
         other_data={"t0_ns": t0, "run_dir": str(Path(ix.run.run_dir).resolve())},  # absolute, as the replay's
-        metadata=(m for r in ranks for m in _metadata(r, tracks[r], on_path=r in path_ranks)),
+        metadata=(
+            m
+            for r in ranks
+            for m in _metadata(
+                r, tracks[r].used_names(ix.ranks[r].trace.stream, cap.keep[r]), on_path=r in path_ranks
+            )
+        ),
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(

@@ -358,9 +358,9 @@ def write_perfetto(
                 f"rank {r} (copy of captured rank {run.source_rank(r)})" if run.source_ranks else f"rank {r}"
             )
             yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": proc}}
-            for t, label in tracks[r].names.items():
+            for t, label in tracks[r].used_names(run.ranks[r].stream, cap.keep[r]).items():
                 yield {"name": "thread_name", "ph": "M", "pid": r, "tid": t, "args": {"name": label}}
-            if r in idle:
+            if r in idle and cap.keep[r][idle[r].before].any():
                 label = idle_track_name(idle[r].stream)
                 yield {
                     "name": "thread_name",

@@ -218,6 +218,12 @@ class Tracks:
             tid[hit] = self.moved_tids[k[hit]]
         return tid
 
+    def used_names(self, stream: I64, keep: B) -> dict[int, str]:
+        """:attr:`names` of the tracks that hold one of the rows ``keep`` marks (``stream``: the rank's
+        stream column): a capped file names no track it leaves empty (chrome://tracing draws an empty row)."""
+        used = set(np.unique(self.tids(stream, np.flatnonzero(keep))).tolist())
+        return {t: n for t, n in self.names.items() if t in used}
+
 
 def rank_tracks(
     rt: RankTrace,
