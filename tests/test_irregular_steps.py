@@ -60,3 +60,41 @@ def test_an_evaluation_pass_every_rank_marks_or_none_does_is_no_step_mismatch(tm
         report = validate_run(run_dir)
         assert report.ok and not [i for i in report.warnings if i.kind == "step-mismatch"], marked
         assert load_validated(run_dir).steps_differ == "", marked
+
+
+def _shifted_run(tmp_path: Path, *, setup: bool) -> Path:
+    """Two ranks, three steps of a gradient all_reduce; rank 0 marks an extra step first (compute only), so
+    that every all_reduce is one step later on rank 0 than on rank 1, the first in steps 1 and 0. With
+    ``setup``, both ranks first broadcast the parameters before any step mark (no step on either)."""
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        if setup:
+            rb.collective(CommType.BROADCAST, comm_bytes=MIB, dur_ns=MS // 5, root=0)
+        shift = 1 if r == 0 else 0
+        if r == 0:
+            rb.step(0).compute("warmup", dur_ns=MS)
+        for s in range(3):
+            rb.step(s + shift).compute("fwd", dur_ns=MS)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS // 5)
+        if r == 1:
+            rb.step(3).compute("eval_fwd", dur_ns=MS)
+    return b.write(tmp_path / "run")
+
+
+def test_a_collective_in_step_0_on_one_member_and_step_1_on_another_is_a_step_mismatch(
+    tmp_path: Path,
+) -> None:
+    report = validate_run(_shifted_run(tmp_path, setup=False))
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "3 collective instances were issued in different steps" in warn.message
+    assert "group '0' seq 0, in steps 1 (rank 0), 0 (rank 1)" in warn.message
+
+
+def test_a_set_up_collective_before_every_ranks_first_step_is_no_step_mismatch(tmp_path: Path) -> None:
+    # the broadcast is in no step on either member: only the three all_reduces were issued in different steps
+    report = validate_run(_shifted_run(tmp_path, setup=True))
+    assert report.ok, [str(i) for i in report.errors]
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "3 collective instances were issued in different steps" in warn.message
+    assert "group '0' seq 1, in steps 1 (rank 0), 0 (rank 1)" in warn.message

@@ -223,6 +223,19 @@ def test_collectives_a_thread_issued_across_the_windows_end_on_one_rank_only_lea
     simulate(rt)
 
 
+def test_a_thread_whose_every_collective_came_after_one_ranks_window_closed_leaves_them_all_out(
+    tmp_path: Path,
+) -> None:
+    # rank 1's window closed before its checkpoint thread issued any collective on 'ckpt', rank 0's after
+    # two: both of rank 0's are the window's tail, seq 0 as well as 1 (rank 1's highest is none, not 0)
+    run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=0)
+    warn = _the_warning(run, "window-tail")
+    assert "group 'ckpt' seq 0..1: rank(s) 0 issued them before" in warn.message
+    rt = load_run(run)
+    assert rt.incomplete_steps == (2,)
+    assert sorted((i.pg_name, i.seq) for i in rt.collectives) == [("0", 0), ("0", 1), ("0", 2)]
+
+
 def test_a_collective_missing_on_one_rank_before_the_last_step_is_still_a_mismatch(tmp_path: Path) -> None:
     run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1, tail_step=1)
     report = validate_run(run)
