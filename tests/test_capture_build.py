@@ -924,3 +924,21 @@ def test_building_a_window_costs_the_same_per_step_however_many_steps_it_has() -
     # 10.1 s without); counted in Python lines run, not timed, so that the machine's load does not matter
     few, many = _python_lines_building(100), _python_lines_building(800)
     assert many / 800 < 1.5 * few / 100
+
+
+def test_the_filler_of_a_step_begins_after_a_call_still_running_at_its_start() -> None:
+    # the step mark is taken inside the optimizer's step, so a call begun in step 0 (95-104 ms) returns in
+    # step 1: step 1's host time begins at its return, not at the mark (100 ms), under the call
+    ms = 1_000_000
+    steps = [
+        StepRecord(step=0, start_ns=0, end_ns=100 * ms),
+        StepRecord(step=1, start_ns=100 * ms, end_ns=200 * ms),
+    ]
+    comms = [
+        coll(20 * ms, 30 * ms, seq=0),
+        coll(95 * ms, 104 * ms, seq=1),
+        coll(150 * ms, 160 * ms, seq=2, step=1),
+    ]
+    nodes = build_nodes(RankCapture(rank=0, comms=comms, steps=steps, groups=GROUPS, main_thread=MAIN))
+    gaps = [(n.start_ns // ms, (n.start_ns + n.dur_ns) // ms) for n in nodes if n.name == GAP_NAME]
+    assert gaps == [(0, 20), (30, 95), (104, 150), (160, 200)]

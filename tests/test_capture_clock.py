@@ -22,9 +22,10 @@ class RankClocks:
         return next(self.readings[int(threading.current_thread().name.removeprefix("rank"))])
 
 
-def exchange(world_size: int) -> dict[int, int | None]:
-    """Every rank's :func:`estimate_offset` over one store, each on a thread of its own."""
-    store = dist.HashStore()
+def exchange(world_size: int, store: dist.Store | None = None) -> dict[int, int | None]:
+    """Every rank's :func:`estimate_offset` over one store (a new one unless given), each on a thread of its
+    own."""
+    store = store if store is not None else dist.HashStore()
     out: dict[int, int | None] = {}
     threads = [
         threading.Thread(
@@ -123,12 +124,12 @@ def test_every_rank_leaves_the_exchange_once_rank_0_has_served_all_not_at_its_ti
     assert max(left.values()) < 50
 
 
-def test_an_exchange_after_a_restart_reads_none_of_the_earlier_attempts_answers() -> None:
-    # torchrun's restarts keep the agent's store (``TORCHELASTIC_USE_AGENT_STORE``: one TCPStore for every
-    # attempt), so the keys of attempt 0's exchange were still there in attempt 1's: rank 1 found its pongs
-    # already answered and took attempt 0's rank 0 time for an answer (a torchrun --max-restarts 1 run whose
-    # rank 0 came 2 s after rank 1: rank 1's offset -20.8 s, on one host), and left before rank 0 came
-    store = dist.HashStore()
+def _attempts(
+    store: dist.Store, late: list[tuple[int, float]], world_size: int = 3
+) -> tuple[dict[int, float], dict[int, float], dict[int, int | None]]:
+    """One exchange on ``store`` per ``(rank, delay)`` of ``late``, one after another as torchrun's restarts
+    on one agent store, each ``delay`` seconds after the one before, its ``rank`` ``delay`` seconds late
+    too (the others at once): the last attempt's (entered, left, offset) per rank."""
     entered: dict[int, float] = {}
     left: dict[int, float] = {}
     offsets: dict[int, int | None] = {}
@@ -136,18 +137,54 @@ def test_an_exchange_after_a_restart_reads_none_of_the_earlier_attempts_answers(
     def rank(r: int, delay_s: float) -> None:
         time.sleep(delay_s)
         entered[r] = time.monotonic()
-        offsets[r] = estimate_offset(store, r, 3, timeout_s=5)
+        offsets[r] = estimate_offset(store, r, world_size, timeout_s=5)
         left[r] = time.monotonic()
 
-    for attempt_delay in (0.0, 0.5):  # attempt 1, 0.5 s later (the restart): rank 0 comes 0.5 s late
-        time.sleep(attempt_delay)
+    for late_rank, delay in late:
+        time.sleep(delay)
         threads = [
-            threading.Thread(target=rank, args=(r, attempt_delay if r == 0 else 0.0)) for r in range(3)
+            threading.Thread(target=rank, args=(r, delay if r == late_rank else 0.0))
+            for r in range(world_size)
         ]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=20)
+    return entered, left, offsets
+
+
+def test_an_exchange_after_a_restart_reads_none_of_the_earlier_attempts_answers() -> None:
+    # torchrun's restarts keep the agent's store (``TORCHELASTIC_USE_AGENT_STORE``: one TCPStore for every
+    # attempt), so the keys of attempt 0's exchange were still there in attempt 1's: rank 1 found its pongs
+    # already answered and took attempt 0's rank 0 time for an answer (a torchrun --max-restarts 1 run whose
+    # rank 0 came 2 s after rank 1: rank 1's offset -20.8 s, on one host), and left before rank 0 came
+    # (attempt 1, 0.5 s later (the restart): rank 0 comes 0.5 s late)
+    entered, left, offsets = _attempts(dist.HashStore(), [(0, 0.0), (0, 0.5)])
     # one clock: every offset is the store's round trip at most, nowhere near the 0.5 s since attempt 0
     assert all(o is not None and abs(o) < 100_000_000 for o in offsets.values()), offsets
     assert min(left.values()) >= entered[0]
+
+
+@pytest.mark.parametrize("late_rank", [1, 2])
+def test_an_exchange_after_a_finished_attempt_waits_for_its_late_rank_whichever_it_is(late_rank: int) -> None:
+    # attempt 0 finished its exchange; in attempt 1 one rank comes 0.5 s late. Rank 0 must not take attempt
+    # 0's pings for the late rank's (it would answer them before the rank came, and the rank wait for
+    # answers never given), and no rank may leave on attempt 0's word that rank 0 is done
+    entered, left, offsets = _attempts(dist.HashStore(), [(0, 0.0), (late_rank, 0.5)])
+    assert all(o is not None and abs(o) < 100_000_000 for o in offsets.values()), offsets
+    assert min(left.values()) >= entered[late_rank]
+    assert max(left.values()) - entered[late_rank] < 4  # not the 5 s timeout
+
+
+def test_an_answer_left_unread_by_an_attempt_that_ended_inside_the_exchange_is_not_the_next_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # attempt 0's rank 1 died between rank 0's answer to its first ping and reading it: the answer, rank 0's
+    # clock 20 s before, is still in the store when attempt 1's rank 1 pings (clocks that stand still: every
+    # round trip 0 ns, so the first round's answer gives the offset)
+    base = 1_700_000_000_000_000_000
+    skew = {0: 0, 1: 2_500_000, 2: -40_000}
+    monkeypatch.setattr(clock, "time", RankClocks({r: [base + skew[r]] * (4 * ROUNDS) for r in skew}))
+    store = dist.HashStore()
+    store.set(clock._key("pong", 1, 0, 0), str(base - 20 * 10**9))  # (rank 0 deleted the ping it read)
+    assert exchange(3, store) == {0: 0, 1: -2_500_000, 2: 40_000}

@@ -84,6 +84,18 @@ def test_ranks_of_an_earlier_attempt_beyond_the_last_attempts_world_are_left_out
     assert "ranks 2-3" in m.notes["earlier attempt"] and "rank-2.et, rank-3.et" in m.notes["earlier attempt"]
 
 
+def test_the_note_of_four_earlier_attempt_ranks_names_all_four_files_and_no_more(tmp_path: Path) -> None:
+    # a job of 8 ranks whose last attempt ran on 4: ranks 4-7's traces are the first attempt's, all named
+    for r in range(8):
+        save_rank(tmp_path, r, world=8, began_s=100)
+    for r in range(4):
+        save_rank(tmp_path, r, world=4, began_s=130)
+    finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW)
+    note = read_manifest(tmp_path).notes["earlier attempt"]
+    assert note.startswith("ranks 4-7: left out of the run (rank-4.et, rank-5.et, rank-6.et, rank-7.et): ")
+    assert "of 8 ranks" in note and note.endswith("the last attempt ran on 4")
+
+
 def test_a_rank_of_the_same_attempt_and_world_is_kept_however_far_its_clock_is(tmp_path: Path) -> None:
     # one attempt on 2 hosts whose clock offset was unknown (0 assumed), rank 0's host 30 s ahead: rank 1's
     # steps end before rank 0 began on these clocks, and yet it is the same attempt of the same world
