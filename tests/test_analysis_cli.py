@@ -350,6 +350,25 @@ def test_the_stragglers_table_gives_ms_per_step_over_the_steps_it_names_and_no_c
     ]
 
 
+def test_the_stragglers_table_without_the_what_if_lists_the_rank_that_caused_the_most_wait_first(
+    tmp_path: Path,
+) -> None:
+    # 3 ranks, 2 steps: rank 1 computes 10 ms longer than the others in step 0, rank 2 30 ms in step 1; each
+    # then makes its two peers wait at the step's all_reduce (rank 1: 20 ms, rank 2: 60 ms in all)
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for s, slow, extra in ((0, 1, 10), (1, 2, 30)):
+            took = 5 + (extra if r == slow else 0)
+            rb.step(s).compute("aten::mm", took * MS, start_ns=s * 50 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, (5 + extra - took + 1) * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert [row[:5] for row in _rows(_render(stragglers_table(result)))] == [
+        ["2", "-", "-", "-", "30.00"],
+        ["1", "-", "-", "-", "10.00"],
+    ]
+
+
 def test_the_stragglers_table_without_the_what_if_says_it_ranks_by_the_wait_caused(tmp_path: Path) -> None:
     # --no-blame printed "(what-if: rank runs like the median rank)" and what cost % is a share of, over a
     # table whose costs were all "-"

@@ -147,6 +147,25 @@ def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_na
     assert cause.ops == (("aten::mm", 40 * MS),)
 
 
+def test_a_ranks_top_cause_is_of_the_wait_it_caused_with_a_known_cause_and_clocks_that_agree() -> None:
+    # rank 1 caused 10 ms of wait by compute, 40 ms at a collective whose clocks contradict each other and
+    # 50 ms of no measurable cause: its top cause is the compute; a late arrival that made no one wait
+    # (0 ms exposed) is no cause at all
+    from dataclasses import replace
+
+    from skewlens.analysis.skew import _summarise
+
+    def event(seq: int, kind: CauseKind, exposed_ms: int) -> SkewEvent:
+        cause = Cause(kind=kind, delta_ns=(seq + 1) * MS)
+        return _late_rank_1_event(seq, "all_reduce", late_ms=60, exposed_ms=exposed_ms, cause=cause)
+
+    contradicted = replace(event(1, CauseKind.HOST_GAP, 40), clock_contradicted=True)
+    res = _summarise([event(0, CauseKind.COMPUTE, 10), contradicted, event(2, CauseKind.NONE, 50)])
+    top = res.top_cause_in()
+    assert list(top) == [1] and (top[1].kind, top[1].delta_ns) == (CauseKind.COMPUTE, 1 * MS)
+    assert _summarise([event(3, CauseKind.LATE_SEND, 0)]).top_cause_in() == {}
+
+
 def test_compute_begun_before_the_late_members_window_is_named_in_its_cause(tmp_path: Path) -> None:
     # rank 1's matmul starts beside an asynchronous all_reduce and runs on long after it: the next
     # all_reduce's window opens when the first ends, with the matmul already running (the cause read

@@ -744,6 +744,14 @@ def test_the_sweep_tables_ratios_say_which_jobs_mean_step_they_are_against() -> 
     assert "(x): mean step against job 1's" in " ".join(text.split())
 
 
+def test_the_sweep_table_names_no_base_for_ratios_where_the_first_jobs_mean_step_is_zero() -> None:
+    from skewlens.replay.render import sweep_table
+
+    # no ratio is shown beside any mean step then: the caption does not say what they would be against
+    table = sweep_table([_job(0, "slowdown.factor=1", 0.0), _job(1, "slowdown.factor=2", 10.0)])
+    assert "(x)" not in str(table.caption) and str(table.caption).endswith("(step mark to step mark)")
+
+
 def test_a_sweep_jobs_warnings_name_the_job_they_come_from(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
