@@ -98,3 +98,28 @@ def test_a_set_up_collective_before_every_ranks_first_step_is_no_step_mismatch(t
     (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
     assert "3 collective instances were issued in different steps" in warn.message
     assert "group '0' seq 1, in steps 1 (rank 0), 0 (rank 1)" in warn.message
+
+
+def test_a_collective_whose_members_disagree_is_an_error_not_one_issued_in_different_steps(
+    tmp_path: Path,
+) -> None:
+    # rank 0 marks an evaluation pass as a step, rank 1 does not; of the three all_reduces the second is an
+    # all_gather on rank 1: its error names it, and the step mismatch counts only the third
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        rb.step(0).compute("fwd", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS)
+        if r == 0:
+            rb.step(1).compute("eval_fwd", dur_ns=MS)
+        rb.step(2 if r == 0 else 1).compute("fwd", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE if r == 0 else CommType.ALL_GATHER, comm_bytes=MIB, dur_ns=MS)
+        rb.step(3 if r == 0 else 2).compute("fwd", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS)
+        if r == 1:
+            rb.step(3).compute("eval_fwd", dur_ns=MS)
+    report = validate_run(b.write(tmp_path / "run"))
+    assert [(i.kind, "group '0' seq 1" in i.message) for i in report.errors] == [("collective-type", True)]
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "1 collective instance was issued in different steps" in warn.message
+    assert "group '0' seq 2, in steps 3 (rank 0), 2 (rank 1)" in warn.message
