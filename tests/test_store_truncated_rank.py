@@ -213,8 +213,11 @@ def test_collectives_a_thread_issued_across_the_windows_end_on_one_rank_only_lea
     # planning collective by then, rank 1's not yet. Before, the run was refused (collective-count error).
     run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1)
     warn = _the_warning(run, "window-tail")
-    assert "group 'ckpt' seq 1: rank(s) 0 issued them before" in warn.message and warn.message.endswith(
-        "and step(s) 2 incomplete"
+    assert warn.message == (
+        "group 'ckpt' seq 1: rank 0 issued it before the recording window closed, rank 1 only after (a "
+        "thread that runs on past the last step, such as an asynchronous checkpoint's save): it is left out "
+        "of matching on every rank, leaving step 2 incomplete; to keep it, wait for that work (an "
+        "async_save's future) within the window's last step"
     )
     rt = load_run(run)
     assert rt.incomplete_steps == (2,)
@@ -230,7 +233,13 @@ def test_a_thread_whose_every_collective_came_after_one_ranks_window_closed_leav
     # two: both of rank 0's are the window's tail, seq 0 as well as 1 (rank 1's highest is none, not 0)
     run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=0)
     warn = _the_warning(run, "window-tail")
-    assert "group 'ckpt' seq 0..1: rank(s) 0 issued them before" in warn.message
+    assert warn.message.startswith(
+        "group 'ckpt' seq 0..1: rank 0 issued them before the recording window closed, rank 1 only after ("
+    )
+    assert warn.message.endswith(
+        "they are left out of matching on every rank, leaving step 2 incomplete; to keep them, wait for that "
+        "work (an async_save's future) within the window's last step"
+    )
     rt = load_run(run)
     assert rt.incomplete_steps == (2,)
     assert sorted((i.pg_name, i.seq) for i in rt.collectives) == [("0", 0), ("0", 1), ("0", 2)]

@@ -28,6 +28,7 @@ from skewlens.profiler.store.issues import (
     counted,
     per_rank,
     rank_ranges,
+    ranks_label,
     sizes_per_rank,
 )
 from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace, type_mask
@@ -287,13 +288,15 @@ def without_window_tail(
         ahead = [m for m in members if top[m] > cutoff]
         behind = [m for m in members if top[m] == cutoff]
         hi = max(top.values())
-        seqs = str(hi) if hi == cutoff + 1 else f"{cutoff + 1}..{hi}"
+        one = hi == cutoff + 1
+        seqs, they, them = (str(hi), "it is", "it") if one else (f"{cutoff + 1}..{hi}", "they are", "them")
         sink.warning(
             "window-tail",
-            f"group {name!r} seq {seqs}: rank(s) {rank_ranges(ahead)} issued them before their recording "
-            f"window closed, rank(s) {rank_ranges(behind)} only after theirs (a thread that runs on past the "
-            "last step, such as an asynchronous checkpoint's save): they are left out of matching on every "
-            f"rank, and step(s) {rank_ranges(at)} incomplete",
+            f"group {name!r} seq {seqs}: {ranks_label(ahead)} issued {them} before the recording window "
+            f"closed, {ranks_label(behind)} only after (a thread that runs on past the last step, such as an "
+            f"asynchronous checkpoint's save): {they} left out of matching on every rank, leaving "
+            f"{'step' if len(at) == 1 else 'steps'} {rank_ranges(at)} incomplete; to keep {them}, wait for "
+            "that work (an async_save's future) within the window's last step",
         )
     if not gone:
         return comm, ()
