@@ -527,6 +527,32 @@ def test_a_ring_buffer_that_wrapped_over_hundreds_of_steps_is_said_in_ranges_not
     sink = IssueLog()
     without_lost({}, (lost,), ["0"], sink)
     (issue,) = sink.issues
-    assert "steps 2-252 incomplete: the flight recorder of rank(s) 0-1 lost group '0' seq 1..509" in str(
-        issue
+    assert issue.message == (
+        "steps 2-252 incomplete: the flight recorders of ranks 0-1 lost group '0' seq 1..509 (their ring "
+        "buffers wrapped; TORCH_FR_BUFFER_SIZE sizes them); those collectives are left out of matching on "
+        "every member"
     )
+
+
+def test_one_rank_whose_ring_buffer_lost_one_steps_collectives_to_the_end_is_said_in_the_singular() -> None:
+    # it read 'steps 3 incomplete: the flight recorder of rank(s) 1 lost group 'tp' seq 4..on (its ring
+    # buffer wrapped)', where the rank's own note says 'seq 4..end'
+    from skewlens.profiler.capture.run import merge_losses
+    from skewlens.profiler.store.issues import IssueLog
+    from skewlens.profiler.store.match import without_lost
+
+    (lost,) = merge_losses(
+        {
+            0: {"lost_collectives": []},
+            1: {"lost_collectives": [{"pg_name": "tp", "first_seq": 4, "last_seq": -1, "steps": [3]}]},
+        }
+    )
+    sink = IssueLog()
+    without_lost({}, (lost,), ["tp"], sink)
+    assert [i.message for i in sink.issues] == [
+        (
+            "step 3 incomplete: the flight recorder of rank 1 lost group 'tp' seq 4..end (its ring buffer "
+            "wrapped; TORCH_FR_BUFFER_SIZE sizes it); those collectives are left out of matching on every "
+            "member"
+        )
+    ]

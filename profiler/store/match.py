@@ -167,13 +167,18 @@ def without_lost(
     drop = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
     for x in lost:
         steps.update(x.steps)
-        last = "on" if x.last_seq < 0 else str(x.last_seq)
+        last = "end" if x.last_seq < 0 else str(x.last_seq)  # as the rank's note says it (flight.Loss)
+        steps_are = "step" if len(x.steps) == 1 else "steps"
+        recorders, buffers = (
+            ("flight recorder", "its ring buffer wrapped; TORCH_FR_BUFFER_SIZE sizes it")
+            if len(x.ranks) == 1
+            else ("flight recorders", "their ring buffers wrapped; TORCH_FR_BUFFER_SIZE sizes them")
+        )
         sink.info(
             "lost-collectives",
-            f"steps {rank_ranges(x.steps)} incomplete: the flight recorder of rank(s) {rank_ranges(x.ranks)} "
-            f"lost group "
-            f"{x.pg_name!r} seq {x.first_seq}..{last} (its ring buffer wrapped); those collectives are left "
-            "out of matching on every member",
+            f"{steps_are} {rank_ranges(x.steps)} incomplete: the {recorders} of {ranks_label(x.ranks)} lost "
+            f"group {x.pg_name!r} seq {x.first_seq}..{last} ({buffers}); those collectives are left out of "
+            "matching on every member",
         )
         if x.pg_name not in pg_names:
             continue
