@@ -783,15 +783,23 @@ def _note_group(groups: dict[str, ProcessGroupInfo], args: dict[str, Any], kt: K
     if ranks is None and (cut := cut_ranks_text(text)) is not None:
         ranks = _strided_ranks(args, *cut)
         if ranks is None and not any(g.name == name for g in kt.pg_config):
+            size, listed = as_int(args.get("Group size")), len(cut[0]) + len(cut[1])
             raise TraceImportError(
-                f"{kt.path}: rank {kt.rank}: process group {name!r} lists only some of its ranks "
-                f"(Process Group Ranks {str(text)[:80]!r}: torch writes at most 30), and neither "
-                "distributedInfo.pg_config (torch >= 2.3 writes it) nor Global rank start / stride / Group "
-                "size give the rest"
+                f"{kt.path}: rank {kt.rank}: process group {name!r} lists only {listed} of its "
+                f"{size if size else 'more'} ranks (Process Group Ranks: {_cut_shown(*cut)}; torch writes at "
+                "most 30), and neither distributedInfo.pg_config (torch >= 2.3 writes it) nor Global rank "
+                "start / stride / Group size give the rest"
             )
     if ranks is not None:
         desc = args.get("Process Group Description")
         groups[name] = ProcessGroupInfo(name=name, ranks=ranks, desc=desc if isinstance(desc, str) else "")
+
+
+def _cut_shown(head: tuple[int, ...], tail: tuple[int, ...]) -> str:
+    """``0 to 58, then '...'``, ``0 to 56, then '...', then 62``: a rank list torch cut short, in a few words
+    (its text, 30 ranks long, was cut at 80 characters mid-list)."""
+    parts = [f"{head[0]} to {head[-1]}" if len(head) > 1 else str(head[0])] if head else []
+    return ", then ".join([*parts, "'...'", *([", ".join(map(str, tail))] if tail else [])])
 
 
 def _strided_ranks(
