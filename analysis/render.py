@@ -310,14 +310,16 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
     # (steps 19-21 at 1.6-3.7x) and "382 more", not step 838 at 5.9x
     longest = sorted(found, key=lambda o: -o.worst_step_ns / o.median_step_ns)[:most]
     named = "; ".join(o.describe() for o in (longest if len(found) > most else found))
+    rest = len(found) - most
     more = (
-        f"; and {len(found) - most:,} more step(s) over {OUTLIER_FACTOR}x, none longer against its median"
-        if len(found) > most
+        f"; and {rest:,} more {'step' if rest == 1 else 'steps'} over {OUTLIER_FACTOR}x, none longer against "
+        f"{'its' if rest == 1 else 'their'} median"
+        if rest > 0
         else ""
     )
     return (
-        f"{named}{more}: the means include it (a first profiled step often holds warm-up); every step is in "
-        f"{BREAKDOWN_FILE}"
+        f"{named}{more}: the means include {'it' if len(found) == 1 else 'them'} (a first profiled step "
+        f"often holds warm-up); every step is in {BREAKDOWN_FILE}"
     )
 
 

@@ -193,8 +193,21 @@ def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longes
     assert outliers_note(result) == (
         "step 1200 took 6.0x the median step (rank 0: 60.00 against 10.00 ms); step 1500 took 4.5x the "
         "median step (rank 0: 45.00 against 10.00 ms); step 1800 took 2.0x the median step (rank 0: 20.00 "
-        "against 10.00 ms); and 5 more step(s) over 1.5x, none longer against its median: the means include "
-        "it (a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
+        "against 10.00 ms); and 5 more steps over 1.5x, none longer against their median: the means include "
+        "them (a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+    # one more than it names: 'and 1 more step(s) ..., the means include it' of four steps
+    result.breakdown = _steps({0: [16, 10, 10, 17, 10, 18, 10, 19, 10, 10, 10], 1: [10.0] * 11})
+    assert (note := outliers_note(result)) is not None and note.endswith(
+        "; and 1 more step over 1.5x, none longer against its median: the means include them (a first "
+        "profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+    # one step alone: 'it'
+    result.breakdown = _steps({0: [16, 10, 10, 10, 10], 1: [10.0] * 5})
+    assert (
+        (note := outliers_note(result)) is not None
+        and note.startswith("step 0 took 1.6x")
+        and (": the means include it (a first profiled step" in note)
     )
     # of as many as it names, all of them, in step order
     result.breakdown = _steps({0: [16, 10, 10, 10, 30, 10], 1: [10] * 6})
