@@ -508,7 +508,7 @@ def _steps_differ(
         "(optimizer.step() under skewlens profile, session.step() of the Python API) that some ranks made "
         "and others did not, such as one after an evaluation pass that only some ranks mark; a step "
         "number then names different work on different ranks, and the step breakdown, the blame and the "
-        "replayed step times compare them",
+        "replayed step times compare unlike work; mark the same steps on every rank",
     )
 
 
