@@ -93,7 +93,7 @@ def test_the_note_of_four_earlier_attempt_ranks_names_all_four_files_and_no_more
     finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW)
     note = read_manifest(tmp_path).notes["earlier attempt"]
     assert note.startswith("ranks 4-7: left out of the run (rank-4.et, rank-5.et, rank-6.et, rank-7.et): ")
-    assert "of 8 ranks" in note and note.endswith("the last attempt ran on 4")
+    assert "of 8 ranks" in note and note.endswith("the last attempt ran on 4 ranks")  # it read 'ran on 4'
 
 
 def test_a_rank_of_the_same_attempt_and_world_is_kept_however_far_its_clock_is(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_check_warns_of_the_earlier_attempts_ranks_left_out(tmp_path: Path) -> N
         (
             "ranks 2-3: left out of the run (rank-2.et, rank-3.et): an earlier attempt's, of 4 ranks "
             "(torchrun restarted the command: its steps ended 25.0 s before the last attempt's ranks began); "
-            "the last attempt ran on 2"
+            "the last attempt ran on 2 ranks"
         )
     ]
     assert said[0] in run_notes(load_run(tmp_path))  # analyze's and replay's warnings

@@ -486,13 +486,13 @@ def _merge(
                 f"no trace: the process crashed or was killed before saving ({why}), {SAVE_UNSAID}"
             )
     if beyond := sorted(r for r in earlier if r >= world):  # the world the restarted command ran in shrank
-        from skewlens.profiler.store.issues import ranks_label
+        from skewlens.profiler.store.issues import counted, ranks_label
 
         files = ", ".join(rank_file(run_dir, r).name for r in beyond[:4]) + ", ..." * (len(beyond) > 4)
         notes[EARLIER_ATTEMPT_NOTE] = (
             f"{ranks_label(beyond)}: left out of the run ({files}): an earlier attempt's, of "
             f"{int(parts_before[beyond[0]].get('world_size', 0))} ranks ({earlier[beyond[0]]}); the last "
-            f"attempt ran on {world}"
+            f"attempt ran on {counted(world, 'rank')}"
         )
     steps: list[StepSpan] = []
     for r, p in sorted(parts.items()):
