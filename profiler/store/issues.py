@@ -352,11 +352,13 @@ def run_notes(run: RunTrace) -> list[str]:
     if unknown := ends_unknown(run):
         notes.append(ends_unknown_line(unknown, m.source))
     if run.incomplete_steps:
+        one = len(run.incomplete_steps) == 1
+        steps, their, those = ("step", "its", "that step's") if one else ("steps", "their", "those steps'")
         notes.append(
-            f"incomplete step(s) {rank_ranges(run.incomplete_steps)}: some of their communication is not in "
-            "every trace (a flight recorder lost collectives, a rank stopped inside the step, or a thread "
+            f"incomplete {steps} {rank_ranges(run.incomplete_steps)}: some of {their} communication is not "
+            "in every trace (a flight recorder lost collectives, a rank stopped inside the step, or a thread "
             "issued collectives across the window's end: see skewlens check); it was left out of matching, "
-            "so those steps' waits are partial"
+            f"so {those} waits are partial"
         )
     if run.steps_differ:
         notes.append(run.steps_differ)
