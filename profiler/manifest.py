@@ -72,6 +72,7 @@ class RankNote(StrEnum):
     WORKER_EVENTS_RECORDER = "worker events recorder"
     ALL_TO_ALL_SPLITS = "all_to_all splits"
     COMM_SIZES = "communication sizes"
+    COMM_GROUPS = "communication groups"
     GPU_DEPENDENCIES = "GPU dependencies"
     FLIGHT_RECORDER = "flight recorder"
     FLIGHT_RECORDER_DUMP = "flight recorder dump"
@@ -98,6 +99,7 @@ DEGRADED_NOTE_KINDS: frozenset[str] = frozenset(
         RankNote.WORKER_EVENTS,
         RankNote.ALL_TO_ALL_SPLITS,
         RankNote.COMM_SIZES,
+        RankNote.COMM_GROUPS,
     }
 )
 

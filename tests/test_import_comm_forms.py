@@ -369,8 +369,13 @@ def test_a_collective_on_a_smaller_group_the_trace_does_not_name_is_kept_as_comp
     doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), rank=2, world=4)
     nodes, notes = _import(tmp_path, doc)
     assert not [n for n in nodes if n.type in COMM_NODE_TYPES]
-    (note,) = [v for v in notes.values() if "does not name" in v]
-    assert "allreduce on a group of 2 ranks (Group size) that the trace does not name" in note
+    assert (
+        "allreduce on a group of 2 ranks (Group size) that the trace does not name" in notes["rank 2 import"]
+    )
+    # and check says so (the import note alone was in the manifest, where no one looks)
+    assert notes["rank 2 communication groups"].startswith("collective(s) on a group smaller than the world")
+    warned = [i.message for i in validate_run(tmp_path / "run").warnings if i.kind == "capture-note"]
+    assert [m for m in warned if "does not name" in m]
     rpc["Group size"] = 4  # the world's size: the world group
     tmp_path = tmp_path / "world"
     tmp_path.mkdir()

@@ -173,6 +173,8 @@ class RankConversion:
     """Remarks for the manifest."""
     unsized: int = 0
     """Communication nodes whose size the trace does not give (imported as 0 bytes)."""
+    unnamed: int = 0
+    """Collectives on a group smaller than the world that the trace does not name, kept as compute."""
 
 
 class _Intervals:
@@ -332,6 +334,8 @@ class _Sources:
     """Process groups named by event args."""
     unsized: int = 0
     """Communication nodes made whose size no source gave (0 bytes)."""
+    unnamed: int = 0
+    """Collectives kept as compute: on a group smaller than the world that the trace does not name."""
 
     def cpu_side(
         self, site: KEvent | None, call: KEvent | None
@@ -423,7 +427,9 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
     if info.comm_type is not None:
         if _unnamed_subgroup(info, kt):
             # older torch names no group: such a collective went to the world group, matched with ranks
-            # that never ran it; it is kept as compute, with a note (:func:`_unknown_note`)
+            # that never ran it; it is kept as compute, with a note (:func:`_unknown_note`), which check
+            # warns of (the rank's ``communication groups`` note)
+            src.unnamed += 1
             return False
         p.node_type = NodeType.COMM_COLL
         p.comm = info
@@ -590,6 +596,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         device=f"cuda:{devices[0]}" if devices else "cpu",
         notes=notes,
         unsized=src.unsized,
+        unnamed=src.unnamed,
     )
 
 

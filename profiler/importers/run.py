@@ -170,6 +170,13 @@ UNSIZED_NOTE = (
     "in the 'Input Dims' that record_shapes=True records"
 )
 
+#: The note of a rank some of whose collectives run on a group the trace does not name.
+UNNAMED_GROUP_NOTE = (
+    "collective(s) on a group smaller than the world that the trace does not name ('Group size' without "
+    "'Process Group Name': older torch) kept as compute: their group and peers are unknown, so their time "
+    "reads as compute and nobody waits at them"
+)
+
 #: Memory an import may use, all processes together, unless told otherwise.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
 #: A worker's memory before it reads a trace (interpreter, protobuf, msgspec): 27 MiB measured; rounded up.
@@ -449,6 +456,8 @@ def _write_run(
             notes[rank_note_key(c.rank, RankNote.IMPORT)] = "; ".join(c.notes)
         if c.unsized:  # a size the trace does not give is no 0-byte message: said, not left to look like one
             notes[rank_note_key(c.rank, RankNote.COMM_SIZES)] = UNSIZED_NOTE
+        if c.unnamed:  # a collective turned into compute: said where check, analyze and replay say notes
+            notes[rank_note_key(c.rank, RankNote.COMM_GROUPS)] = UNNAMED_GROUP_NOTE
     steps = tuple(s for c in convs for s in c.steps)
     n_steps = max((len(c.steps) for c in convs), default=0)
     manifest = Manifest(
