@@ -311,16 +311,17 @@ def _times(
     path: Path, i: int, *, cat: Any, name: Any, pid: Any, tid: Any, ts: Any, dur: Any, base: int
 ) -> tuple[int, int]:
     """(start_ns, dur_ns) of kept event ``i``, its fields checked."""
-    for key, value, ok in (
-        ("ts", ts, _num(ts)),
-        ("dur", dur, _num(dur)),
-        ("name", name, isinstance(name, str)),
-    ):
-        if not ok:  # was 'a malformed ts/dur/name': which one, and what it held, unsaid
-            raise TraceImportError(
-                f"{path}: traceEvents[{i}] ({cat}) has a malformed {key} ({repr(value)[:40]}; expected "
-                f"{'a string' if key == 'name' else 'a finite number'})"
-            )
+    if not (_num(ts) and _num(dur) and isinstance(name, str)):  # which one, only once one is wrong
+        for key, value, ok in (
+            ("ts", ts, _num(ts)),
+            ("dur", dur, _num(dur)),
+            ("name", name, isinstance(name, str)),
+        ):
+            if not ok:  # was 'a malformed ts/dur/name': which one, and what it held, unsaid
+                raise TraceImportError(
+                    f"{path}: traceEvents[{i}] ({cat}) has a malformed {key} ({repr(value)[:40]}; expected "
+                    f"{'a string' if key == 'name' else 'a finite number'})"
+                )
     if (
         not isinstance(pid, int)
         or not isinstance(tid, int)
