@@ -52,6 +52,7 @@ from skewlens.profiler.manifest import (
     read_manifest,
     write_manifest,
 )
+from skewlens.profiler.store.issues import counted, ranks_label
 from skewlens.profiler.vocab import HostTrace, Level
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -486,8 +487,6 @@ def _merge(
                 f"no trace: the process crashed or was killed before saving ({why}), {SAVE_UNSAID}"
             )
     if beyond := sorted(r for r in earlier if r >= world):  # the world the restarted command ran in shrank
-        from skewlens.profiler.store.issues import counted, ranks_label
-
         files = ", ".join(rank_file(run_dir, r).name for r in beyond[:4]) + ", ..." * (len(beyond) > 4)
         notes[EARLIER_ATTEMPT_NOTE] = (
             f"{ranks_label(beyond)}: left out of the run ({files}): an earlier attempt's, of "
