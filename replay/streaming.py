@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,27 +139,31 @@ def stream_labels(
     return out
 
 
-def _lanes_of(start: list[int], end: list[int], inner: list[int]) -> list[int]:
+def _lanes_of(start: list[int], end: list[int], inner: list[int], order: list[int]) -> list[int]:
     """Lanes of one stream's slices, sorted by start (longest first at one start): a slice joins the
     first lane where it starts after everything open there ended or nests inside what is open. ``inner``:
     per slice, the end of the slice drawn inside it from its start on its track (its ``wait for peers``;
-    its start where none), which what nests in the slice must not partly overlap either."""
-    stacks: list[list[int]] = []
+    its start where none), which what nests in the slice must not partly overlap either. ``order``: per
+    slice, its place in the file: a slice does not nest in one of its own start written after it (a
+    viewer nests it there by its sort, longest first, though the slice came first: a replayed wait of
+    zero length that ends where the next op starts was drawn inside that op), nor in a ``wait for peers``
+    of its start (written after all the nodes)."""
+    stacks: list[list[tuple[int, int, float]]] = []  # per lane, the (end, start, place) of what is open
     out = []
-    for x, y, w in zip(start, end, inner, strict=True):
+    for x, y, w, k in zip(start, end, inner, order, strict=True):
         for stack in stacks:
-            while stack and stack[-1] <= x:
+            while stack and stack[-1][0] <= x:
                 stack.pop()
         for lane, stack in enumerate(stacks):
-            if not stack or y <= stack[-1]:
-                stack.append(y)
+            if not stack or (y <= stack[-1][0] and not (stack[-1][1] == x and stack[-1][2] > k)):
+                stack.append((y, x, k))
                 out.append(lane)
                 break
         else:
-            stacks.append([y])
+            stacks.append([(y, x, k)])
             out.append(len(stacks) - 1)
         if x < w < y:  # its wait is open inside it on its lane until w
-            stacks[out[-1]].append(w)
+            stacks[out[-1]].append((w, x, math.inf))
     return out
 
 
@@ -172,9 +177,11 @@ def track_lanes(
     """Per row of ``rows``: its lane on its stream's track, 0 unless it partly overlaps a slice before it
     on that stream (asynchronous collectives in flight at once on a communication stream: DDP's buckets),
     or a ``wait for peers`` slice drawn inside one (``wait_ns``: per row of the rank, the wait drawn from
-    its start; None: none). A viewer nests X slices of one track by time, so such a slice drawn there would
-    show as a part of the one it overlaps; a lane of its own keeps each whole. Slices nested inside another
-    (and inside or after its wait) stay on its lane."""
+    its start; None: none), or it starts where a longer row after it starts (a replayed wait of zero length
+    right before the next op: a viewer sorts the slices of one start longest first). A viewer nests X
+    slices of one track by time, so such a slice drawn there would show as a part of the one it overlaps;
+    a lane of its own keeps each whole. Slices nested inside another (and inside or after its wait) stay on
+    its lane."""
     lane = np.zeros(len(rows), dtype=np.int64)
     if len(rows) < 2:
         return lane
@@ -184,13 +191,23 @@ def track_lanes(
     bounds = np.flatnonzero(np.r_[True, sm[order][1:] != sm[order][:-1], True])
     for a, b in itertools.pairwise(bounds.tolist()):
         part = order[a:b]
-        if b - a < 2 or (st[part][1:] >= np.maximum.accumulate(en[part])[:-1]).all():
+        if b - a < 2 or (_in_order(st[part], en[part]) and not _zero_before(st[part], en[part])):
             continue  # in order and none overlaps: the usual stream
         part = part[np.lexsort((-en[part], st[part]))]
-        if (st[part][1:] >= np.maximum.accumulate(en[part])[:-1]).all():
+        if _in_order(st[part], en[part]):
             continue
-        lane[part] = _lanes_of(st[part].tolist(), en[part].tolist(), inner[part].tolist())
+        lane[part] = _lanes_of(st[part].tolist(), en[part].tolist(), inner[part].tolist(), part.tolist())
     return lane
+
+
+def _in_order(st: I64, en: I64) -> bool:
+    """Whether each slice starts after all before it ended (none overlaps another)."""
+    return bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all())
+
+
+def _zero_before(st: I64, en: I64) -> bool:
+    """Whether a slice of zero length is followed by a longer one of its start (a viewer draws it inside)."""
+    return bool(((en[:-1] == st[:-1]) & (st[1:] == st[:-1]) & (en[1:] > st[1:])).any())
 
 
 @dataclass(frozen=True, slots=True)

@@ -898,3 +898,15 @@ def test_a_timeline_written_before_the_call_return_column_reads_with_it_null(
     assert got.num_rows == current.num_rows > 0
     assert got["return_ns"].null_count == got.num_rows
     assert got.drop_columns(["return_ns"]).equals(current.drop_columns(["return_ns"]))
+
+
+def test_a_slice_that_starts_where_a_longer_one_after_it_starts_gets_a_lane_and_one_before_it_nests() -> None:
+    # stream 5: a zero-length wait at 0, [0, 4], then [0, 10]: a viewer nests each in the longer one of its
+    # start after it by its sort (longest first), so each goes beside it; [12, 20] then [12, 15] nests
+    stream = np.full(5, 5, dtype=np.int64)
+    start = np.array([0, 0, 0, 12, 12], dtype=np.int64)
+    end = np.array([0, 4, 10, 20, 15], dtype=np.int64)
+    assert track_lanes(stream, start, end, np.arange(5)).tolist() == [2, 1, 0, 0, 0]
+    # in order and none overlaps, but for the zero-length one at the next one's start
+    assert track_lanes(stream[:2], np.array([0, 0]), np.array([0, 10]), np.arange(2)).tolist() == [1, 0]
+    assert track_lanes(stream[:2], np.array([0, 0]), np.array([10, 0]), np.arange(2)).tolist() == [0, 0]

@@ -16,6 +16,8 @@ from test_outputs_streaming import _run
 from skewlens.analysis import analyze_run
 from skewlens.analysis.perfetto import write_perfetto as write_analysis_perfetto
 from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 from skewlens.replay.outputs import write_perfetto
 from skewlens.replay.simulate import simulate
 
@@ -80,3 +82,34 @@ def test_the_analysis_timeline_passes_the_checker_and_a_capped_one_names_no_empt
     assert dict(lint(path).counts) == {}
     named, used = _named_and_used(json.loads(path.read_text()))
     assert named == used
+
+
+def test_a_zero_length_op_that_ends_where_the_next_starts_is_not_drawn_inside_that_next_op(
+    tmp_path: Path,
+) -> None:
+    # a wait that took no time (a 1F1B stage's c10d::wait on a recv already done), then the backward pass
+    # from the same instant: a viewer sorts the slices of one start longest first, so it drew the wait as
+    # a part of the backward after it (in a 2-rank 1F1B replay of examples/pipeline.py, 1 such wait)
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("forward", 2 * MS)
+        rb.compute("c10d::wait", 0)
+        rb.compute("backward", 3 * MS)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    replay = write_perfetto(run, simulate(run), tmp_path / "t.json")
+    analysis = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json", workers=1)
+    for path in (replay, analysis):
+        assert dict(lint(path).counts) == {}, path.name
+        drawn = {
+            (e["pid"], e["name"]): (e["tid"], e["ts"], e["dur"])
+            for e in json.loads(path.read_text())["traceEvents"]
+            if e["ph"] == "X" and e.get("cat") != "critical_path"
+        }
+        for r in (0, 1):
+            wait_tid, wait_ts, wait_dur = drawn[(r, "c10d::wait")]
+            bwd_tid, bwd_ts, _ = drawn[(r, "backward")]
+            assert (wait_dur, wait_ts) == (0, bwd_ts)
+            assert wait_tid != bwd_tid  # beside it, not under it
+            assert drawn[(r, "forward")][0] == bwd_tid  # the rest stays on the thread's own track
