@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from skewlens.profiler.capture.run import finalize_run, read_parts
-from skewlens.profiler.capture.session import CaptureSession
+from skewlens.profiler.capture.run import finalize_run, read_parts, unsaved_traces
+from skewlens.profiler.capture.session import CaptureSession, run_identity
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.manifest import StepWindow
 from skewlens.profiler.vocab import Level
@@ -79,6 +79,43 @@ def test_the_manifest_lists_a_rank_whose_save_failed_as_missing_with_its_reason(
     assert (manifest.ranks, manifest.missing_ranks) == ((0,), (1,))
     # was "no trace: the process crashed or was killed before saving (the command exited)"
     assert manifest.notes["rank 1"] == f"trace not saved: {run}/rank-1.et: No space left on device"
+
+
+def test_a_rank_killed_before_saving_is_not_given_the_reason_an_earlier_attempts_failed_save_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # attempt 0: rank 1's save ran out of space (its part file says so); torchrun restarted the ranks, and
+    # attempt 1's rank 1 was killed before saving (it left nothing), rank 0 saved: the manifest said
+    # 'trace not saved: .../rank-1.et: No space left on device', attempt 0's reason, and profile repeated it
+    run = tmp_path / "run"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    with monkeypatch.context() as m:
+        disk_full(m)
+        capture_one_step(run, monkeypatch, rank=1)
+    assert read_parts(run)[1]["run_identity"]["restart_count"] == 0  # which attempt's save failed
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    capture_one_step(run, monkeypatch, rank=0)
+    manifest = finalize_run(run, level=Level.COLLECTIVES, window=WINDOW, command=["train"], exit_code=1)
+    assert manifest is not None and (manifest.ranks, manifest.missing_ranks) == ((0,), (1,))
+    note = manifest.notes["rank 1"]
+    assert note.startswith("no trace from the command's last attempt: the process crashed or was killed")
+    assert "its part file is an earlier attempt's (torchrun restarted the command: its capture began " in note
+    assert note.endswith(f"whose save failed: {run}/rank-1.et: No space left on device")
+    assert unsaved_traces(run) == {}
+    # the same attempt's failed save keeps its reason
+    with monkeypatch.context() as m:
+        disk_full(m)
+        capture_one_step(run, monkeypatch, rank=1)
+    assert unsaved_traces(run) == {1: f"{run}/rank-1.et: No space left on device"}
+
+
+def test_a_restart_count_that_is_no_plain_number_reads_as_attempt_0_and_never_fails_the_save(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # int('²') raised ValueError ('²'.isdigit() is true) inside the save, out of the training's step()
+    for value, count in (("3", 3), ("-1", 0), ("²", 0), ("", 0)):
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", value)
+        assert run_identity(0)["restart_count"] == count, value
 
 
 def test_a_trace_whose_part_file_cannot_be_written_is_removed_and_the_run_says_its_save_may_have_failed(

@@ -266,8 +266,16 @@ NOT_SAVED_NOTE = "trace not saved"
 
 
 def unsaved_traces(run_dir: Path) -> dict[int, str]:
-    """The ranks whose save failed -> why (their part files' ``not_saved``)."""
-    return {r: str(p["not_saved"]) for r, p in read_parts(run_dir).items() if "not_saved" in p}
+    """The ranks whose save failed -> why (their part files' ``not_saved``), but for those an earlier attempt
+    of the command wrote (:func:`earlier_unsaved`)."""
+    found = read_parts(run_dir)
+    stale = earlier_unsaved(found, _saved_parts(run_dir, found))
+    return {r: str(p["not_saved"]) for r, p in found.items() if "not_saved" in p and r not in stale}
+
+
+def _saved_parts(run_dir: Path, found: dict[int, dict]) -> dict[int, dict]:
+    """The part files of ranks that saved a trace (its file is there, no ``not_saved``)."""
+    return {r: p for r, p in found.items() if rank_file(run_dir, r).is_file() and "not_saved" not in p}
 
 
 def read_parts(run_dir: Path) -> dict[int, dict]:
@@ -449,8 +457,8 @@ def _merge(
     keep_parts: bool,
 ) -> Manifest | None:
     found = read_parts(run_dir)
-    parts = {r: p for r, p in found.items() if rank_file(run_dir, r).is_file() and "not_saved" not in p}
-    earlier = earlier_attempt(parts)
+    parts = _saved_parts(run_dir, found)
+    earlier, unsaved_before = earlier_attempt(parts), earlier_unsaved(found, parts)
     parts_before, parts = parts, {r: p for r, p in parts.items() if r not in earlier}
     if not parts:
         return None
@@ -467,6 +475,12 @@ def _merge(
                 "no trace from the command's last attempt: the process crashed or was killed before saving "
                 f"({why}), {SAVE_UNSAID}; {rank_file(run_dir, r).name} is an earlier attempt's "
                 f"({earlier[r]}) and is left out of the run"
+            )
+        elif r in unsaved_before:  # an earlier attempt's save failed; this attempt's rank left nothing
+            notes[rank_note_key(r)] = (
+                "no trace from the command's last attempt: the process crashed or was killed before saving "
+                f"({why}), {SAVE_UNSAID}; its part file is an earlier attempt's ({unsaved_before[r]}), "
+                f"whose save failed: {found[r]['not_saved']}"
             )
         elif (not_saved := found.get(r, {}).get("not_saved")) is not None:  # its save failed; it said why
             notes[rank_note_key(r)] = f"{NOT_SAVED_NOTE}: {not_saved}"
@@ -590,13 +604,34 @@ def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
     out: dict[int, str] = {}
     for r, p in parts.items():
         ends = [int(s["end_ns"]) for s in p.get("steps", [])]
-        other = _attempt(p) != _attempt(last) or p.get("world_size") != last.get("world_size")
-        if other and ends and max(ends) < began:
+        if _other_attempt(p, last) and ends and max(ends) < began:
             out[r] = (
                 "torchrun restarted the command: its steps ended "
                 f"{(began - max(ends)) / 1e9:.1f} s before the last attempt's ranks began"
             )
     return out
+
+
+def earlier_unsaved(found: dict[int, dict], parts: dict[int, dict]) -> dict[int, str]:
+    """The ranks whose ``not_saved`` part file (``found``) an earlier attempt of the command wrote -> what
+    says so: its capture began before the last of the ranks that saved a trace (``parts``) under another
+    restart count or world size (as :func:`earlier_attempt`). A rank of the last attempt that was killed
+    before saving leaves the part file of the attempt before: its reason is not this attempt's."""
+    began = last_began(parts)
+    if began is None:
+        return {}
+    last = next(p for p in parts.values() if _began(p) == began)
+    return {
+        r: f"torchrun restarted the command: its capture began {(began - b) / 1e9:.1f} s before the last "
+        "attempt's ranks began"
+        for r, p in found.items()
+        if "not_saved" in p and (b := _began(p)) is not None and b < began and _other_attempt(p, last)
+    }
+
+
+def _other_attempt(part: dict, last: dict) -> bool:
+    """Whether a part file was written under another restart count or world size than ``last``'s."""
+    return _attempt(part) != _attempt(last) or part.get("world_size") != last.get("world_size")
 
 
 def _began(part: dict) -> int | None:

@@ -539,7 +539,9 @@ class CaptureSession:
         if self._trace_written:  # the part file failed after it: the trace alone is left out of the run
             trace.unlink(missing_ok=True)
         print(f"skewlens: rank {rank}: trace not saved: {why}", file=sys.stderr)
-        part = {**self._part_header(), "not_saved": why}
+        # which attempt failed: a restarted command's rank killed before its save leaves this file behind
+        ident = run_identity(self._started_ns + (self.offset_ns or 0))
+        part = {**self._part_header(), "not_saved": why, "run_identity": ident}
         try:
             _write_json_atomic(part_file(self.run_dir, rank), part)
         except (OSError, SkewlensError) as err:
@@ -826,5 +828,5 @@ def run_identity(started_ns: int) -> dict[str, Any]:
         "rendezvous": f"{addr}:{port}" if addr and port else "",
         "started_ns": started_ns,
         # the attempt, as this rank's torchrun agent counts its restarts (agents of a job may count apart)
-        "restart_count": int(restarts) if restarts.isdigit() else 0,
+        "restart_count": int(restarts) if restarts.isascii() and restarts.isdigit() else 0,
     }
