@@ -130,3 +130,27 @@ def test_a_collective_whose_members_disagree_is_an_error_not_one_issued_in_diffe
     (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
     assert "1 collective instance was issued in different steps" in warn.message
     assert "group '0' seq 2, in steps 3 (rank 0), 2 (rank 1)" in warn.message
+
+
+def test_a_collective_in_no_step_on_one_member_and_in_step_0_on_another_is_a_step_mismatch(
+    tmp_path: Path,
+) -> None:
+    # rank 1 marks a step before the parameters' broadcast, rank 0 after it: the broadcast is in step 0 on
+    # rank 1 and in no step on rank 0, so rank 1's step 0 holds it (and its wait) and rank 0's does not;
+    # only a step number on both members counted, and it went unsaid
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r)
+        if r == 1:
+            rb.step(0).compute("warmup", dur_ns=MS)
+        rb.collective(CommType.BROADCAST, comm_bytes=MIB, dur_ns=MS // 5, root=0)
+        for s in range(2):
+            rb.step(s).compute("fwd", dur_ns=MS)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS // 5)
+    run_dir = b.write(tmp_path / "run")
+    report = validate_run(run_dir)
+    assert report.ok, [str(i) for i in report.errors]
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "1 collective instance was issued in different steps" in warn.message
+    assert "(the first: group '0' seq 0, in no step (rank 0), step 0 (rank 1))" in warn.message
+    assert load_validated(run_dir).steps_differ == warn.message

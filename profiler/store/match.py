@@ -489,13 +489,13 @@ def _steps_differ(
 ) -> None:
     """One :data:`STEP_MISMATCH` warning where instances whose members agree (``agreed``) were issued in
     different steps on different members: the ranks marked steps differently (a ``step()`` some ranks
-    called and others did not), so a step number names different work on different ranks."""
+    called and others did not), so a step number names different work on different ranks. In no step
+    (-1) on one member and in a step on another is such a difference too: that step holds the instance on
+    one rank and not on the other (a set-up collective before every rank's first step is in no step on
+    each, and no mismatch)."""
     starts, ends = bounds
     step = col["step"]
-    known = step >= 0
-    lo = np.minimum.reduceat(np.where(known, step, np.iinfo(np.int64).max), starts)
-    hi = np.maximum.reduceat(np.where(known, step, -1), starts)
-    differ = np.flatnonzero(agreed & (hi >= 0) & (lo != hi))
+    differ = np.flatnonzero(agreed & (np.minimum.reduceat(step, starts) != np.maximum.reduceat(step, starts)))
     if differ.size == 0:
         return
     a, b = int(starts[differ[0]]), int(ends[differ[0]])
@@ -527,11 +527,18 @@ class _Disagreement:
 
 def _in_step(comm: dict[int, CommRows], members: list[int], rows_in: list[int]) -> str:
     """``, in step 3`` (the training step the members issued an instance in: where to look in the
-    script), ``, in steps 3 (rank 0), 4 (rank 1)`` where they differ, or '' where no member's is known."""
-    steps = {r: int(comm[r].step[i]) for r, i in zip(members, rows_in, strict=True) if comm[r].step[i] >= 0}
+    script), ``, in steps 3 (rank 0), 4 (rank 1)`` where they differ (``, in no step (rank 0), step 0 (rank
+    1)`` where some member's is in none), or '' where no member's is known."""
+    steps = {r: int(comm[r].step[i]) for r, i in zip(members, rows_in, strict=True)}
+    if max(steps.values(), default=-1) < 0:
+        return ""
     if len(set(steps.values())) == 1:
         return f", in step {next(iter(steps.values()))}"
-    return ", in steps " + ", ".join(f"{st} (rank {r})" for r, st in steps.items()) if steps else ""
+    if min(steps.values()) < 0:
+        return ", in " + ", ".join(
+            f"step {st} (rank {r})" if st >= 0 else f"no step (rank {r})" for r, st in steps.items()
+        )
+    return ", in steps " + ", ".join(f"{st} (rank {r})" for r, st in steps.items())
 
 
 def _explain(
