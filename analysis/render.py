@@ -326,34 +326,44 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
 def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -> Table:
     """Each rank's mean step breakdown (ms per step); of more than ``max_ranks`` ranks (0: no limit), those
     that waited least for their peers (where stragglers are), the others summed up in the caption."""
-    t = Table(title="Step breakdown per rank (mean ms per step)", title_justify="left")
-    cols = ["rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle"]
-    # a GPU run also gets its kernels' own compute (HTA's), which the host operators' time hides in compute
-    gpu = any(b.gpu_compute_ns for b in result.breakdown)
-    if gpu:
-        cols += ["GPU kernels", "GPU comm", "hidden", "GPU idle"]
-    for c in cols:
-        t.add_column(c, justify="right")
     shown, rest = rank_means(result.breakdown).least_waiting(max_ranks)
+    # a GPU run also gets its kernels' own compute (HTA's), which the host operators' time hides in compute:
+    # four more columns, which at their full names took 117 columns ("GPU kernels", "overlapped"); a
+    # terminal of 100 cut every name to "compu…", "trans…": shorter names, the legend below, the share of
+    # GPU comm hidden beside it (as the GPU idle table gives shares), and the steps in the title where every
+    # rank has as many (as the stragglers table's "over 3 steps")
+    gpu = any(b.gpu_compute_ns for b in result.breakdown)
+    counts = {*shown.steps, *rest.steps}
+    one_count = gpu and len(counts) == 1
+    n_steps = next(iter(counts)) if one_count else 0
+    over = f" over {n_steps:,} step{'s' if n_steps != 1 else ''}" if one_count else ""
+    t = Table(title=f"Step breakdown per rank (mean ms per step{over})", title_justify="left")
+    cols = ["rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle"]
+    if gpu:
+        cols = [*cols[:5], "xfer", "overlap", "idle", "GPU kernels", "GPU comm", "GPU idle"]
+    for c in cols:
+        if not (one_count and c == "steps"):
+            t.add_column(c, justify="right", no_wrap=c == "GPU comm")
     notes = [ranks_left_out(shown, rest)] if rest.ranks else []
     if (outliers := outliers_note(result)) is not None:
         notes.append(outliers)
     if gpu:
         notes.append(
-            "compute: host operators or GPU kernels running; GPU kernels: compute kernels alone (no NCCL, "
-            "copies, memsets), as HTA counts compute; GPU comm: communication on the GPU, hidden: the part "
-            "of it under compute kernels (HTA's overlap); GPU idle: no stream of the GPU ran anything (HTA's "
-            "idle); wait + transfer: communication not under compute"
+            "compute: host operators or GPU kernels running; wait, xfer: communication not under compute "
+            "(its wait for peers, its transfer); overlap: communication under compute; GPU kernels: compute "
+            "kernels alone (no NCCL, copies, memsets), as HTA counts compute; GPU comm: communication on the "
+            "GPU (the part of it under compute kernels: HTA's overlap); GPU idle: no stream of the GPU ran "
+            "anything (HTA's idle)"
         )
     if notes:
         t.caption = "\n".join(notes)
     for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
-        cells = [_ms(v) for v in means[: MEAN_PARTS.index("gpu comm overlap") if gpu else len(cols) - 2]]
-        if gpu:  # the share of the GPU's communication under its compute kernels, and the GPU's idle time
+        cells = [_ms(v) for v in means[: MEAN_PARTS.index("gpu comm") if gpu else len(cols) - 2]]
+        if gpu:  # the GPU's communication and the share of it under compute kernels, and its idle time
             comm, hidden = means[MEAN_PARTS.index("gpu comm")], means[MEAN_PARTS.index("gpu comm overlap")]
-            cells.append(f"{100 * hidden / comm:.0f}%" if comm > 0 else "-")
+            cells.append(f"{_ms(comm)} ({100 * hidden / comm:.0f}%)" if comm > 0 else _ms(comm))
             cells.append(_ms(means[MEAN_PARTS.index("step")] - means[MEAN_PARTS.index("gpu busy")]))
-        t.add_row(str(r), str(n), *cells)
+        t.add_row(str(r), *([] if one_count else [str(n)]), *cells)
     return t
 
 
