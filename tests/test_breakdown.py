@@ -216,6 +216,17 @@ def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longes
     assert note.startswith("step 0 took 1.6x the median step (rank 0: 16.00 against 10.00 ms); step 4 took")
 
 
+def test_an_outlier_note_of_exactly_as_many_steps_as_it_names_adds_no_more(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
+    result.breakdown = _steps({0: [16, 10, 10, 17, 10, 18, 10, 10, 10, 10], 1: [10.0] * 10})
+    assert outliers_note(result) == (
+        "step 0 took 1.6x the median step (rank 0: 16.00 against 10.00 ms); step 3 took 1.7x the median "
+        "step (rank 0: 17.00 against 10.00 ms); step 5 took 1.8x the median step (rank 0: 18.00 against "
+        "10.00 ms): the means include them (a first profiled step often holds warm-up); every step is in "
+        "step_breakdown.parquet"
+    )
+
+
 def test_the_timeline_draws_each_row_as_the_analyses_index_counts_it(tmp_path: Path) -> None:
     # compute, untraced host time, an async all_reduce and the wait_tensor blocked on it: the timeline's
     # category of each row comes from the same execution-model rule as the index's masks

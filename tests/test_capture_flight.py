@@ -556,3 +556,32 @@ def test_one_rank_whose_ring_buffer_lost_one_steps_collectives_to_the_end_is_sai
             "member"
         )
     ]
+
+
+def test_one_rank_that_lost_several_steps_and_a_loss_ending_at_seq_0_are_said_as_they_are() -> None:
+    # the step and recorder plurals follow their own counts (one rank over steps 3-4: 'steps', 'recorder'),
+    # and a loss that ends at seq 0 ends there, not at the buffer's end
+    from skewlens.profiler.capture.run import merge_losses
+    from skewlens.profiler.store.issues import IssueLog
+    from skewlens.profiler.store.match import without_lost
+
+    lost = merge_losses(
+        {
+            0: {"lost_collectives": [{"pg_name": "0", "first_seq": 0, "last_seq": 0, "steps": [1]}]},
+            1: {"lost_collectives": [{"pg_name": "tp", "first_seq": 4, "last_seq": -1, "steps": [3, 4]}]},
+        }
+    )
+    sink = IssueLog()
+    without_lost({}, lost, ["0", "tp"], sink)
+    assert sorted(i.message for i in sink.issues) == [
+        (
+            "step 1 incomplete: the flight recorder of rank 0 lost group '0' seq 0..0 (its ring buffer "
+            "wrapped; TORCH_FR_BUFFER_SIZE sizes it); those collectives are left out of matching on every "
+            "member"
+        ),
+        (
+            "steps 3-4 incomplete: the flight recorder of rank 1 lost group 'tp' seq 4..end (its ring buffer "
+            "wrapped; TORCH_FR_BUFFER_SIZE sizes it); those collectives are left out of matching on every "
+            "member"
+        ),
+    ]

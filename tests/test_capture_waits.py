@@ -267,21 +267,33 @@ def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> 
     assert_thread_tiled(nodes, UNTRACED_NAME)
 
 
-def test_time_inside_a_collective_call_in_an_enclosing_scope_is_not_the_scopes_work() -> None:
-    # DTensor TP's backward on gloo (rank 0 of 2, the early rank): _FromTorchTensorBackward issues a
-    # functional all_reduce whose call (c10d::allreduce_) held the thread 14.3 ms until the peer arrived,
-    # then waited 0.2 ms in wait_tensor; the call's time is the collective's, not the scope's compute
-    scope = "autograd::engine::evaluate_function: _FromTorchTensorBackward"
+TP_BACKWARD = "autograd::engine::evaluate_function: _FromTorchTensorBackward"
+
+
+def tp_backward(*more: OpRecord) -> list[TraceNode]:
+    """DTensor TP's backward on gloo (rank 0 of 2, the early rank): _FromTorchTensorBackward (10-40 ms)
+    issues a functional all_reduce whose call (c10d::allreduce_) held the thread 14.3 ms until the peer
+    arrived, then waited 0.2 ms in wait_tensor (36-37 ms); ``more``: other operators; the nodes built."""
     ops = [
-        host_op(scope, 10 * MS, 40 * MS),
+        host_op(TP_BACKWARD, 10 * MS, 40 * MS),
         host_op("aten::clone", 10 * MS + 100_000, 11 * MS),
         host_op("_c10d_functional::all_reduce", 11 * MS, 35 * MS),
         host_op("c10d::allreduce_", 11 * MS + 100_000, 34 * MS),
         host_op("_c10d_functional::wait_tensor", 36 * MS, 37 * MS),
+        *more,
     ]
-    nodes = build_nodes(capture([funcol(11 * MS + 100_000, 37 * MS)], [wait_tensor(36 * MS, 37 * MS)], ops))
-    mine = sorted((n.start_ns, n.start_ns + n.dur_ns) for n in thread_nodes(nodes) if n.name == scope)
-    assert mine == [(10 * MS, 10 * MS + 100_000), (35 * MS, 36 * MS), (37 * MS, 40 * MS)]
+    return build_nodes(capture([funcol(11 * MS + 100_000, 37 * MS)], [wait_tensor(36 * MS, 37 * MS)], ops))
+
+
+def scope_times(nodes: list[TraceNode]) -> list[tuple[int, int]]:
+    """(start, end) of the main thread's nodes of :data:`TP_BACKWARD`'s own work."""
+    return sorted((n.start_ns, n.start_ns + n.dur_ns) for n in thread_nodes(nodes) if n.name == TP_BACKWARD)
+
+
+def test_time_inside_a_collective_call_in_an_enclosing_scope_is_not_the_scopes_work() -> None:
+    # the call's time is the collective's, not the scope's compute
+    nodes = tp_backward()
+    assert scope_times(nodes) == [(10 * MS, 10 * MS + 100_000), (35 * MS, 36 * MS), (37 * MS, 40 * MS)]
     # the call's time stays untraced (cut where the hook saw the collective issued)
     untraced = [(n.start_ns, n.start_ns + n.dur_ns) for n in the(nodes, UNTRACED_NAME)]
     assert [u for u in untraced if 11 * MS <= u[0] < 35 * MS] == [
@@ -289,6 +301,17 @@ def test_time_inside_a_collective_call_in_an_enclosing_scope_is_not_the_scopes_w
         (11 * MS + 100_000, 35 * MS),
     ]
     assert_thread_tiled(nodes, UNTRACED_NAME)
+
+
+def test_a_collective_call_on_another_thread_does_not_cut_the_main_threads_scope() -> None:
+    # a background thread (an asynchronous checkpoint's) issued an all_reduce at 38-39 ms while the main
+    # thread ran the scope's own work: that time is still the scope's
+    other = OpRecord(name="c10d::allreduce_", start_ns=38 * MS, dur_ns=MS, thread=2, is_cpu=True)
+    assert scope_times(tp_backward(other)) == [
+        (10 * MS, 10 * MS + 100_000),
+        (35 * MS, 36 * MS),
+        (37 * MS, 40 * MS),
+    ]
 
 
 def test_a_wait_tensor_operator_outside_the_recorded_steps_is_no_wait() -> None:

@@ -84,6 +84,17 @@ def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps
     )
 
 
+def test_the_note_of_several_incomplete_steps_says_them_in_the_plural(tmp_path: Path) -> None:
+    rt = load_run(_run(tmp_path, rank1_steps=1))  # rank 1 stopped inside step 1: steps 1 and 2 incomplete
+    assert rt.incomplete_steps == (1, 2)
+    (said,) = [n for n in run_notes(rt) if n.startswith("incomplete step")]
+    assert said == (
+        "incomplete steps 1-2: some of their communication is not in every trace (a flight recorder lost "
+        "collectives, a rank stopped inside the step, or a thread issued collectives across the window's "
+        "end: see skewlens check); it was left out of matching, so those steps' waits are partial"
+    )
+
+
 def test_a_rank_whose_steps_end_early_without_a_partial_trace_note_is_left_to_the_matcher(
     tmp_path: Path,
 ) -> None:
@@ -249,6 +260,15 @@ def test_a_thread_whose_every_collective_came_after_one_ranks_window_closed_leav
     rt = load_run(run)
     assert rt.incomplete_steps == (2,)
     assert sorted((i.pg_name, i.seq) for i in rt.collectives) == [("0", 0), ("0", 1), ("0", 2)]
+
+
+def test_a_manifest_whose_step_marks_are_not_in_order_finds_the_same_window_tail(tmp_path: Path) -> None:
+    # each rank's last step is the highest it marked, not the one listed last
+    run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1)
+    m = read_manifest(run)
+    write_manifest(run, dataclasses.replace(m, steps=tuple(reversed(m.steps))))
+    assert _the_warning(run, "window-tail").message.startswith("group 'ckpt' seq 1: rank 0 issued it before")
+    assert load_run(run).incomplete_steps == (2,)
 
 
 def test_a_collective_missing_on_one_rank_before_the_last_step_is_still_a_mismatch(tmp_path: Path) -> None:
