@@ -21,8 +21,9 @@ from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.importers.comm import p2p_from_op
-from skewlens.profiler.importers.convert import _cut_shown
-from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.importers.convert import _cut_shown, _strided_ranks
+from skewlens.profiler.importers.kineto import cut_ranks_text, ranks_text
+from skewlens.profiler.manifest import MAX_WORLD_SIZE, read_manifest
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.vocab import COMM_NODE_TYPES, Attr, CommType, NodeType, collective_from_op
 
@@ -422,13 +423,20 @@ def test_a_group_whose_ranks_torch_cut_short_takes_them_from_the_global_rank_sta
     assert {g.name: g.ranks for g in groups} == {"1": EVEN_32}
 
 
-def test_a_group_whose_ranks_torch_cut_short_and_no_stride_gives_is_refused_naming_the_group(
-    tmp_path: Path,
-) -> None:
+def _cut_group_rpc() -> dict[str, Any]:
+    """An all_reduce on group '1', the 32 even ranks of 64, whose list torch cut at 30, without Global rank
+    start / stride (torch writes none for unevenly spaced ranks)."""
     rpc = _rpc_args("allreduce", 256, 256, "Float", "1", "[0, 2]") | {
         "Process Group Ranks": "[" + ", ".join(map(str, EVEN_32[:30])) + ", ...]", "Group size": 32
     }  # fmt: skip
-    del rpc["Global rank start"], rpc["Global rank stride"]  # torch writes none for unevenly spaced ranks
+    del rpc["Global rank start"], rpc["Global rank stride"]
+    return rpc
+
+
+def test_a_group_whose_ranks_torch_cut_short_and_no_stride_gives_is_refused_naming_the_group(
+    tmp_path: Path,
+) -> None:
+    rpc = _cut_group_rpc()
     with pytest.raises(TraceImportError) as e:
         _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64))
     # it quoted the list's first 80 characters, cut mid-list: "(Process Group Ranks '[0, 2, ..., 38, 40, ':"
@@ -452,6 +460,119 @@ def test_a_pg_config_whose_ranks_are_text_as_kinetos_own_distributed_info_writes
     _import(tmp_path, doc)
     groups = read_manifest(tmp_path / "run").process_groups
     assert {g.name: g.ranks for g in groups} == {"0": (0, 1), "7": (1,)}
+
+
+@pytest.mark.parametrize(
+    ("dst_rank", "annotation"),
+    [(0, "nccl:send"), (-1, "nccl:send 1->0")],  # -1: torch's 'no peer'; the annotation's group rank then
+)
+def test_a_dst_rank_of_0_is_rank_0_and_one_of_minus_1_leaves_the_peer_to_the_other_sources(
+    tmp_path: Path, dst_rank: int, annotation: str
+) -> None:
+    rpc = _rpc_args("send", 256, 256, "Float", "2", "[0, 4]") | {"Dst Rank": dst_rank}
+    doc = _doc(NEW_SENDRECV, rpc=rpc, annotation=(annotation, _dims([256])), rank=4, world=8)
+    k, a = _the_kernel(_import(tmp_path, doc)[0])
+    assert (k.type, a[Attr.COMM_SRC], a[Attr.COMM_DST]) == (NodeType.COMM_SEND, 4, 0)
+
+
+def test_a_collective_on_a_named_group_smaller_than_the_world_is_that_groups_collective(
+    tmp_path: Path,
+) -> None:
+    rpc = _rpc_args("allreduce", 256, 256, "Float", "5", "[0, 2]")  # Group size 2 of a 4-rank world
+    nodes, notes = _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=4))
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.PG_NAME], a[Attr.COMM_SIZE]) == (NodeType.COMM_COLL, "5", 1024)
+    assert "rank 0 communication groups" not in notes
+
+
+def test_a_trace_without_a_world_size_keeps_an_unnamed_groups_collective_on_the_world_group(
+    tmp_path: Path,
+) -> None:
+    # with no world size to compare Group size with, the import cannot tell a smaller group
+    rpc = {"Collective name": "allreduce", "dtype": "Float", "In msg size": 256, "Group size": 2}
+    doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}))
+    del doc["distributedInfo"]["world_size"]
+    nodes, notes = _import(tmp_path, doc)
+    k, a = _the_kernel(nodes)
+    assert (k.type, a[Attr.PG_NAME]) == (NodeType.COMM_COLL, "0")
+    assert "rank 0 communication groups" not in notes
+
+
+def test_a_send_whose_peer_is_known_and_size_is_not_is_noted_as_unsized(tmp_path: Path) -> None:
+    _nodes, notes = _import(tmp_path, _doc(NEW_SENDRECV, annotation=("nccl:send 0->1", {})))
+    assert notes["rank 0 communication sizes"].startswith("communication op(s) whose size the trace does not")
+
+
+def test_a_group_whose_ranks_torch_cut_short_takes_them_from_pg_config_where_it_lists_them(
+    tmp_path: Path,
+) -> None:
+    rpc = _cut_group_rpc()
+    doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64)
+    doc["distributedInfo"]["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(64))},
+        {"pg_name": "1", "pg_desc": "even", "ranks": list(EVEN_32)},
+    ]
+    _import(tmp_path, doc)
+    assert {g.name: g.ranks for g in read_manifest(tmp_path / "run").process_groups}["1"] == EVEN_32
+
+
+def test_a_cut_group_of_torchs_newer_form_without_a_group_size_is_refused_counting_what_it_lists(
+    tmp_path: Path,
+) -> None:
+    rpc = _rpc_args("allreduce", 256, 256, "Float", "1", "[0, 2]") | {
+        "Process Group Ranks": "[" + ", ".join(map(str, EVEN_32[:29])) + ", ..., 62]"
+    }  # fmt: skip
+    del rpc["Global rank start"], rpc["Global rank stride"], rpc["Group size"]
+    with pytest.raises(TraceImportError) as e:
+        _import(tmp_path, _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64))
+    assert (
+        "process group '1' lists only 30 of its more ranks (Process Group Ranks: 0 to 56, then '...', then "
+        "62; torch writes" in str(e.value)
+    )
+
+
+def test_a_cut_rank_list_of_one_rank_or_none_before_the_cut_is_shown_as_such() -> None:
+    assert (_cut_shown((5,), ()), _cut_shown((), (62,))) == ("5, then '...'", "'...', then 62")
+
+
+def test_a_cut_groups_ranks_come_from_start_and_stride_only_where_those_agree_with_every_rank_listed() -> (
+    None
+):
+    def strided(start: int, stride: int, size: int, head: tuple[int, ...], tail: tuple[int, ...] = ()):
+        args = {"Global rank start": start, "Global rank stride": stride, "Group size": size}
+        return _strided_ranks(args, head, tail)
+
+    assert strided(32, 1, 32, tuple(range(32, 62))) == tuple(range(32, 64))  # stride 1: the second half
+    assert strided(0, 0, 32, (0,) * 30) is None  # stride 0 (was a range() ValueError)
+    top = MAX_WORLD_SIZE - 31  # the last rank would be MAX_WORLD_SIZE, out of range
+    assert strided(top, 1, 32, tuple(range(top, top + 30))) is None
+    assert strided(0, 2, 32, tuple(range(30))) is None  # the listed ranks are not every second rank
+    assert strided(0, 2, 32, EVEN_32[:29], (63,)) is None  # the last listed rank disagrees
+    assert strided(0, 2, 30, tuple(range(0, 60, 2)), (58,)) is None  # more ranks listed than the group has
+
+
+def test_rank_lists_are_read_only_as_torch_writes_them() -> None:
+    assert ranks_text("[-1, 0]") is None and ranks_text(f"[0, {MAX_WORLD_SIZE}]") is None
+    assert cut_ranks_text("[0, 2, ..., 62]") == ((0, 2), (62,))
+    assert cut_ranks_text("(0, 2, ..., 62)") is None  # not a list
+    assert cut_ranks_text("[0, ..., 4, ...]") is None  # two cuts (was a ValueError on int('...'))
+    assert cut_ranks_text("[" + "9" * 5000 + ", ...]") is None  # was a ValueError past int's 4,300 digits
+
+
+def test_a_pg_config_entry_whose_ranks_text_torch_cut_short_leaves_the_group_to_the_events(
+    tmp_path: Path,
+) -> None:
+    # Kineto's on-demand distributedInfo cuts a long list as torch does: the entry says too little, the
+    # event's Global rank start / stride / Group size give the ranks
+    rpc = _rpc_args("allreduce", 256, 256, "Float", "1", "[0, 2]") | {
+        "Process Group Ranks": "[" + ", ".join(map(str, EVEN_32[:30])) + ", ...]", "Group size": 32,
+        "Global rank start": 0, "Global rank stride": 2,
+    }  # fmt: skip
+    doc = _doc(OLD_SENDRECV, rpc=rpc, annotation=("nccl:all_reduce", {}), world=64)
+    cut = "[" + ", ".join(map(str, EVEN_32[:30])) + ", ...]"
+    doc["distributedInfo"]["pg_config"] = [{"pg_name": "1", "pg_desc": "even", "ranks": cut}]
+    _import(tmp_path, doc)
+    assert {g.name: g.ranks for g in read_manifest(tmp_path / "run").process_groups}["1"] == EVEN_32
 
 
 # --- the real traces ----------------------------------------------------------------------------------

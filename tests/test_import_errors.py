@@ -572,6 +572,24 @@ def test_collectives_without_a_kernel_become_their_cpu_op(tmp_path: Path) -> Non
     assert bool(rt.is_cpu[rows].all()) and m.devices == {0: "cpu", 1: "cpu"}
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [("dur", '"5"', "dur ('5'; expected a finite number)"), ("name", "7", "name (7; expected a string)")],
+)
+def test_a_kept_event_with_a_malformed_dur_or_name_is_refused_naming_the_field(
+    tmp_path: Path, field: str, value: str, said: str
+) -> None:
+    f = tmp_path / "k.json"
+    doc = kineto_doc(0, 1)
+    event = doc["traceEvents"][1]
+    f.write_text(
+        json.dumps(doc).replace(json.dumps(event), json.dumps(event | {field: "@"}).replace('"@"', value), 1)
+    )
+    with pytest.raises(TraceImportError) as e:
+        import_traces([f], None, tmp_path / "run")
+    assert str(e.value).endswith(f"traceEvents[1] ({event['cat']}) has a malformed {said}")
+
+
 def test_non_finite_times_are_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.json"
     f.write_text(json.dumps(kineto_doc(0, 1)).replace('"ts": 1,', '"ts": 1e400,', 1))
