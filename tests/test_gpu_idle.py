@@ -616,6 +616,22 @@ def test_the_replay_timeline_draws_the_compute_streams_idle_pieces_by_what_each_
     ]
 
 
+@pytest.mark.parametrize(("cap", "idle_named"), [(1, False), (3, True)])  # 1: aten::mm alone is kept
+def test_a_capped_replay_timeline_names_the_idle_track_only_where_a_piece_of_it_is_kept(
+    tmp_path: Path, cap: int, idle_named: bool
+) -> None:
+    from skewlens.replay.outputs import write_perfetto
+    from skewlens.replay.simulate import simulate
+
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    path = write_perfetto(run, simulate(run), tmp_path / "t.json", idle_streams={0: 7}, max_events=cap)
+    ev = json.loads(path.read_text())["traceEvents"]
+    named = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert set(named) == {e["tid"] for e in ev if e["ph"] == "X"}
+    assert ("GPU stream 7: idle, by what it waited for" in named.values()) == idle_named
+
+
 def test_a_replay_of_a_gpu_run_draws_its_compute_streams_idle_on_a_track_of_its_own(tmp_path: Path) -> None:
     import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
     assert main(["replay", f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false"]) == 0
