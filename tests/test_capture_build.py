@@ -155,6 +155,40 @@ def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_th
     assert bare.dur_ns == 0
 
 
+def test_an_async_hooked_all_reduce_keeps_its_worker_event_from_the_bucket_all_reduces_issued_after_it() -> (
+    None
+):
+    # DDP's forward under Join (rank 0 of a 2-rank capture, µs): an async_op all_reduce whose future fired at
+    # 3,534 while gloo's worker closed its event at 3,556 (Work::finish comes after), then two buckets the
+    # flight recorder gave, issued at 1,314 and 1,389, run after it on the group's two threads. Before, the
+    # first bucket took the async call's event (ending at 3,556 instead of 10,087) and the second the first's
+    us = 1_000
+
+    def fr(t: int, seq: int) -> CommRecord:
+        return replace(coll(t, t, seq=seq, is_async=True), op="gloo:all_reduce")
+
+    def ev(s: int, e: int, thread: int) -> OpRecord:
+        return host_op("gloo:all_reduce", s * us, (e - s) * us, thread=thread)
+
+    hooked = coll(294 * us, 3_534 * us, seq=14, is_async=True, issue_end=346 * us)
+    workers = [ev(325, 3_556, 8), ev(3_569, 10_087, 8), ev(3_623, 11_329, 9)]
+    cap = RankCapture(
+        rank=0,
+        comms=[hooked, fr(1_314 * us, 15), fr(1_389 * us, 16)],
+        steps=[StepRecord(step=0, start_ns=0, end_ns=20_000 * us)],
+        groups=GROUPS,
+        main_thread=MAIN,
+        worker_events=workers,
+        group_threads={8: "0", 9: "0"},
+    )
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {15: 10_087 * us, 16: 11_329 * us}
+    # issued quiet (record functions off), the async call made no event: the buckets take the first two
+    quiet = replace(cap, comms=[replace(hooked, quiet=True), *cap.comms[1:]])
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(quiet), "gloo:all_reduce")}
+    assert ends == {15: 3_556 * us, 16: 10_087 * us}
+
+
 def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:
     # ops level, DDP alone: no hooked call to join the clocks; Kineto runs 40 µs behind time.time_ns()
     skew = 40_000

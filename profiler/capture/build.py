@@ -346,13 +346,20 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     ``gloo:<op>`` there (Kineto at the ops level; at the collectives level the worker-event recorder,
     :class:`skewlens.profiler.capture.kineto.WorkerEvents`). A collective takes, once, the first event of
     its name that starts at or after its issue (less :data:`WORKER_SLACK_NS`) on a thread of its own
-    group, and that no blocking hooked collective's ``[start, end]`` contains. A group's threads are
-    those its creation started (``RankCapture.group_threads``: all of them; native ids, so not at the
-    ops level, where Kineto numbers the threads); for a group created before the hooks, or at the ops
-    level, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any thread
-    not known to serve another group.
+    group, and that no blocking hooked collective's ``[start, end]`` contains. An asynchronous hooked
+    collective that was not quiet (:attr:`CommRecord.quiet`) takes its own event the same way, in issue
+    order with the others, and gives it to no one: the event ends in gloo's ``Work::finish()``, after the
+    Work's future fired (the hooks' end), so it lies outside the call's ``[start, end]`` (the ``async_op``
+    all_reduce DDP's forward issues under ``Join``: 10-40 µs outside; before, the bucket all_reduce issued
+    after it took that event and ended early, and each later bucket of the step the one before). A
+    group's threads are those its creation started (``RankCapture.group_threads``: all of them; native
+    ids, so not at the ops level, where Kineto numbers the threads); for a group created before the hooks,
+    or at the ops level, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any
+    thread not known to serve another group.
     """
-    hooked = Reach((c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:"))
+    hooked = Reach(
+        (c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:") and not c.is_async
+    )
     every = sorted(
         (o.start_ns, o.start_ns + o.dur_ns, o.name, o.thread)
         for o in itertools.chain(cap.ops, cap.worker_events)
@@ -376,17 +383,34 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
             lists[key] = [(s, e) for s, e, owner, _ in owned.get(name, []) if owner in mine]
         return lists[key], taken[name]
 
-    def end_of(c: CommRecord) -> int:
-        if not c.op.startswith("gloo:") or c.start_ns < cap.worker_events_from_ns:
-            return 0
-        cands, used = candidates(c.op, c.pg_name)
+    def first_free(name: str, c: CommRecord) -> tuple[int, int] | None:
+        cands, used = candidates(name, c.pg_name)
         k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))
         while k < len(cands) and cands[k] in used:
             k += 1
-        if k == len(cands):
+        return cands[k] if k < len(cands) else None
+
+    def end_of(c: CommRecord) -> int:
+        """Called in issue order (the order gloo runs a group's collectives in)."""
+        if c.start_ns < cap.worker_events_from_ns:
             return 0
-        used.add(cands[k])
-        return cands[k][1]
+        if not c.op.startswith("gloo:"):
+            if c.is_async and not c.quiet and c.node_type == NodeType.COMM_COLL and c.comm_type is not None:
+                want = {
+                    c.comm_type,
+                    CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else c.comm_type,
+                }
+                found = [(ev, n) for n in owned if collective_from_op(n) in want and (ev := first_free(n, c))]
+                # its own event (the earliest free one), which started before the call completed
+                if found and (c.end_ns < 0 or min(found)[0][0] <= c.end_ns):
+                    ev, name = min(found)
+                    taken[name].add(ev)
+            return 0
+        ev = first_free(c.op, c)
+        if ev is None:
+            return 0
+        taken[c.op].add(ev)
+        return ev[1]
 
     return end_of
 

@@ -294,7 +294,7 @@ class CommHooks:
         self._seq: dict[str, int] = defaultdict(int)
         self._local = threading.local()
         self._ids = itertools.count()
-        self._calls: list[tuple[int, _Described, int, int, bool, Any]] = []  # list.append: thread-safe
+        self._calls: list[tuple[int, _Described, int, int, bool, Any, bool]] = []  # list.append: thread-safe
         self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
         self._no_future: set[tuple[str, str]] = set()  # (op, group) whose Works have no future
         self._me = -1  # this process's global rank, once known
@@ -438,10 +438,10 @@ class CommHooks:
             self.dropped += 1
             return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
-        result, start, issue_end = self._timed(orig, args, kwargs)
+        result, start, issue_end, quiet = self._timed(orig, args, kwargs)
         call_id = next(self._ids)
         self._calls.append(
-            (call_id, what, start, issue_end, is_async, (result, pg) if what.src_from_result else None)
+            (call_id, what, start, issue_end, is_async, (result, pg) if what.src_from_result else None, quiet)
         )
         if is_async and result is not None:
             self._time_completion(call_id, result, issue_end, (spec.op, pg_name))
@@ -452,8 +452,8 @@ class CommHooks:
 
     def _timed(
         self, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, int, int]:
-        """Issue the call; its result, and when it was issued and returned.
+    ) -> tuple[Any, int, int, bool]:
+        """Issue the call; its result, when it was issued and returned, and whether it was quiet.
 
         The worker-event recorder, on for the collectives the hooks cannot time, has seen these calls'
         worker threads once ``quiet()``: with record functions off while the call is issued, gloo's work
@@ -468,7 +468,7 @@ class CommHooks:
         finally:
             if switch is not None:
                 switch(True)
-        return result, start, time.time_ns()
+        return result, start, time.time_ns(), switch is not None
 
     def _splits(
         self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -504,7 +504,7 @@ class CommHooks:
         local = self._local
         local.depth = 1
         try:
-            result, start, issue_end = self._timed(orig, args, kwargs)
+            result, start, issue_end, quiet = self._timed(orig, args, kwargs)
         finally:
             local.depth = 0
         call_id = next(self._ids)
@@ -522,7 +522,7 @@ class CommHooks:
             spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
             threading.get_ident(), False, -1, *splits, self._reduce_op(spec, args, kwargs),
         )  # fmt: skip
-        self._calls.append((call_id, what, start, issue_end, is_async, None))
+        self._calls.append((call_id, what, start, issue_end, is_async, None, quiet))
         if is_async:
             self._time_completion(call_id, result, issue_end, (spec.op, ""))
             self.waits.issued(result, start, what.thread)
@@ -600,7 +600,7 @@ class CommHooks:
         size yet."""
         calls, self._calls = self._calls, []
         out = []
-        for call_id, w, start, issue_end, is_async, result in calls:
+        for call_id, w, start, issue_end, is_async, result, quiet in calls:
             end = self._ends.pop(call_id, None) if is_async else issue_end
             if end is None:
                 self.running += 1
@@ -612,7 +612,7 @@ class CommHooks:
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
                 send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
-                recv_splits=w.recv_splits, reduce_op=w.reduce_op,
+                recv_splits=w.recv_splits, reduce_op=w.reduce_op, quiet=quiet,
             )  # fmt: skip
             out.append(rec)
         return out

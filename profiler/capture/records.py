@@ -77,6 +77,9 @@ class CommRecord:
     reduce_op: str = ""
     """An all_reduce, reduce or reduce_scatter: its ``ReduceOp``'s name, lower case (``max``); '' where
     not known (a call issued from C++) and for other ops."""
+    quiet: bool = False
+    """Issued with the thread's record functions off (the hooks' quiet calls, once the worker-event
+    recorder knows the gloo threads): gloo's worker recorded no ``gloo:*`` event for it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
