@@ -828,6 +828,42 @@ def test_a_rank_whose_trace_file_is_gone_is_refused_before_loading_without_sugge
     assert str(e.value) == f"{run}: cannot replay on real processes: rank 1 of 2 has no trace"
 
 
+def test_a_run_whose_communication_matches_no_other_rank_is_refused_before_any_process_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # DDP under Join, rank 1 out of batches after step 0: its (partial) trace ends there, and rank 0's step-1
+    # all_reduce is left out of matching (step 1 incomplete). Before, the real replay issued it on rank 0 and
+    # waited for rank 1 until real.timeout_s (60 s on a 2-rank Join capture), then failed naming rank 1's exit
+    import dataclasses
+
+    from skewlens.cli import main as skewlens_main
+    from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
+
+    b = RunBuilder(2)
+    for step in (0, 1):
+        for r in (0, 1) if step == 0 else (0,):
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", MS)
+            rb.collective(CommType.ALL_REDUCE, 1024, MS)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    write_manifest(run, dataclasses.replace(m, notes={**m.notes, "rank 1": f"{PARTIAL_TRACE_NOTE}: 1 of 2"}))
+    assert load_run(run).incomplete_steps == (1,)
+    out = tmp_path / "out"
+    assert skewlens_main(["replay", "mode=real", f"trace={run}", f"out={out}", "progress=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"skewlens replay: error: {run}: cannot replay on real processes: 1 communication node(s) match no "
+        "other rank (incomplete steps 1), first rank 0's c10d::all_reduce_ (node 4, group '0' seq 1, step "
+        "1): re-issued, each would wait for peers that never issue it; the simulated replay (mode=sim) "
+        "replays them like compute (skewlens check says why they were left out of matching)"
+    )
+    assert not out.exists() and _no_replay_processes_left() == []
+    assert (
+        skewlens_main(["replay", f"trace={run}", f"out={out}", "progress=false"]) == 0
+    )  # mode=sim replays it
+
+
 def test_a_timeout_shorter_than_the_longest_collective_is_refused_naming_the_key_before_any_process_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
