@@ -105,6 +105,23 @@ def test_no_answer_where_no_rank_was_in_a_call(tmp_path: Path) -> None:
     assert not [i for i in validate_run(run).warnings if i.kind == "unfinished-step"]
 
 
+def test_a_rank_that_ran_out_of_batches_is_not_said_to_be_in_a_call_its_peers_went_on_past(
+    tmp_path: Path,
+) -> None:
+    # DDP under Join: rank 1 ran out of batches, shadowed rank 0's steps (no optimizer step: one unfinished
+    # step) and exited after the broadcast that syncs the final model; gloo's recorder marks none completed.
+    # Rank 0 saved its whole window. Before: 'step 3 did not finish: rank 1 in broadcast 0#47 since +67.0 ms'
+    run = _run(tmp_path, _stop(1, ("all_reduce", 44, 60), ("all_reduce", 45, 61), ("broadcast", 47, 67)))
+    assert stop_answer(read_manifest(run)) is None
+    assert not [i for i in validate_run(run).warnings if i.kind == "unfinished-step"]
+    # where rank 0 saved no trace either, nothing says rank 1 went on: it is said in the call, as before
+    alone = _run(tmp_path / "alone", _stop(1, ("all_reduce", 44, 60), ("broadcast", 47, 67)), missing=(0,))
+    assert stop_answer(read_manifest(alone)) == (
+        "step 3 did not finish: rank 1 in broadcast 0#47 since +67.0 ms; rank 0 saved no trace (times from "
+        "the start of the step on each rank)"
+    )
+
+
 def _mesh(tmp_path: Path, *stops: RankStop) -> Path:
     """4 ranks, tp groups '1' {0,1} and '2' {2,3}, dp groups '3' {0,2} and '4' {1,3} (a 2 x 2 mesh)."""
     b = RunBuilder(4)

@@ -539,9 +539,16 @@ def stop_answer(m: Manifest) -> str | None:
     else:  # every member is in every collective some member is in: name where the ranks wait
         r, s = min((r, s) for r, s in stops.items() if s.in_flight)
         c = s.in_flight[-1]
-        said.append(f"rank {r} in {_name(c)} since {_into(c.at_ns, s.step_start_ns)}")
+        # unless a member saved its whole window (no stop record, not missing): it went on past the call, so
+        # the call completed; gloo's recorder marks none completed, so a rank that ran out of batches under
+        # Join and exited was said to be 'in' the broadcast that synced its final model
+        went_on = (set(members.get(c.pg_name, m.ranks)) & set(m.ranks)) - set(stops) - set(m.missing_ranks)
+        if not went_on:
+            said.append(f"rank {r} in {_name(c)} since {_into(c.at_ns, s.step_start_ns)}")
     if m.missing_ranks:
         said.append(f"{ranks_label(list(m.missing_ranks))} saved no trace")
+    if not said:
+        return None
     step = min(s.step for s in stops.values())
     return (
         f"step {step} did not finish: " + "; ".join(said) + " (times from the start of the step on each rank)"
