@@ -663,3 +663,41 @@ def test_a_slow_isend_that_follows_a_finished_op_and_was_issued_as_its_enclosing
         rt = _outer_run(tmp_path / f"run{lag}", outer=(MS, 2 * MS), send_at=MS + lag, on=("fwd0", "outer"))
         assert _slow_send_moves(rt, "outer", 3 * MS)[0] == 0, lag
         assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS), lag
+
+
+def test_a_stall_before_a_step_that_follows_asynchronous_collectives_delays_the_step_once(
+    tmp_path: Path,
+) -> None:
+    # DDP under Join's shape: each step issues an async all_reduce on the group's stream that nothing waits
+    # for in the step; the next step's first node follows it. A stall before that first node was also taken
+    # for a delay before an op the all_reduce's stream issued, so the next all_reduce on it waited as much
+    # again: a 20 ms stall every step on rank 0 made every step after the first 40 ms longer, not 20 ms
+    comm = 1000  # the capture's stream of the group (COMM_STREAM_BASE)
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r)
+        prev: tuple[int, ...] = ()
+        for s in range(STEPS):
+            t = s * 5 * MS
+            rb.step(s)
+            fwd = rb.compute("aten::fwd", dur_ns=2 * MS, start_ns=t, deps=prev)
+            ar = rb.collective(
+                CommType.ALL_REDUCE,
+                comm_bytes=4,
+                dur_ns=TRANSFER,
+                start_ns=t + 2 * MS,
+                stream=comm,
+                deps=(fwd,),
+            )
+            rb.compute("aten::bwd", dur_ns=2 * MS)
+            prev = (ar,)
+    rt = load_run(b.write(tmp_path / "run"))
+    stall = SlowdownModel([Slowdown(kind="stall", ranks=(0,), every_step=True, delay_ns=20 * MS)])
+    res = simulate(rt, effects=stall)
+    r0 = rt.ranks[0]
+    rows = {(int(r0.step[i]), r0.name(i)): i for i in range(len(r0)) if r0.step[i] >= 0}
+    fwd_end = [int(res.end_ns[0][rows[(s, "aten::fwd")]]) for s in range(STEPS)]
+    ar_start = [int(res.start_ns[0][rows[(s, "c10d::all_reduce_")]]) for s in range(STEPS)]
+    assert ar_start == fwd_end  # issued as the stalled step's fwd ends, as recorded: no second stall
+    fwd_start = [int(res.start_ns[0][rows[(s, "aten::fwd")]]) for s in range(STEPS)]
+    assert fwd_start[0] == 20 * MS  # the stall itself, once, before each step's first node
