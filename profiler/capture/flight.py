@@ -562,6 +562,29 @@ def merge(
     return hooked, extra, left_out
 
 
+def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, int]]) -> list[CommRecord]:
+    """The collectives only the recorder saw (:func:`merge`'s ``extra``), each of the type the program
+    issued: gloo runs a functional reduce_scatter as an all_reduce of the whole input, and records it so
+    (``gloo:all_reduce``, the input's bytes); one whose entry its thread created inside a functional
+    ``reduce_scatter_single`` call (``scatters``: (thread ident, start, end), the hooks' spans, see
+    :mod:`skewlens.profiler.capture.waits`) is a REDUCE_SCATTER of those bytes, as a hooked
+    ``reduce_scatter_tensor`` call of the same tensor is. Its name stays the recorder's (gloo's worker events
+    name it so)."""
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for ident, start, end in scatters:
+        spans[ident].append((start, end))
+    if not spans:
+        return list(extra)
+    return [
+        replace(c, comm_type=CommType.REDUCE_SCATTER)
+        if c.comm_type == CommType.ALL_REDUCE
+        and c.op.startswith("gloo:")
+        and any(lo <= c.start_ns <= hi for lo, hi in spans.get(c.ident, ()))
+        else c
+        for c in extra
+    ]
+
+
 def even_splits_note(unread: int, records: Sequence[CommRecord]) -> str:
     """The manifest's ``all_to_all splits`` note: ``unread`` hooked all_to_all calls whose split sizes could
     not be read, and the all_to_alls among ``records`` (those only the recorder saw: functional collectives,

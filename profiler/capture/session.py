@@ -17,7 +17,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -555,11 +555,13 @@ class CaptureSession:
         rank, world = self.rank, self.world_size
         comms: list[CommRecord] = []
         waits: list[WaitRecord] = []
+        scatters: list[tuple[int, int, int]] = []
         if self._hooks is not None:
             self._hooks.lean_left = 0
             self._hooks.uninstall()
             comms = self._hooks.flush()
             waits = self._hooks.waits.flush()
+            scatters = self._hooks.waits.flush_scatters()
             if self._hooks.dropped:
                 self.notes[rank_note_key(rank, RankNote.CALLS)] = (
                     f"{self._hooks.dropped} communication call(s) not recorded"
@@ -592,7 +594,7 @@ class CaptureSession:
         if torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
-        comms = self._with_flight_recorder(comms, groups, partial=partial)
+        comms = self._with_flight_recorder(comms, groups, scatters, partial=partial)
         stopped = None
         if partial:  # where it stopped: the unfinished step is in no trace (only completed steps are)
             extra = set(map(id, self._recorder_only))
@@ -665,10 +667,17 @@ class CaptureSession:
         return path
 
     def _with_flight_recorder(
-        self, comms: list[CommRecord], groups: list[ProcessGroupInfo], *, partial: bool = False
+        self,
+        comms: list[CommRecord],
+        groups: list[ProcessGroupInfo],
+        scatters: Sequence[tuple[int, int, int]] = (),
+        *,
+        partial: bool = False,
     ) -> list[CommRecord]:
         """The hooked calls numbered by the flight recorder, plus the collectives only it saw (NCCL's
-        ending on the device where the recorder timed them); what its ring buffer lost goes to
+        ending on the device where the recorder timed them; gloo's all_reduce of a functional
+        reduce_scatter, one of ``scatters``' calls, a reduce_scatter: :func:`flight.as_issued`); what its
+        ring buffer lost goes to
         :attr:`lost` (and from the part file into the manifest). A complete window waits a moment for
         NCCL's watchdog to time its last collectives (:func:`flight.settle`); a partial save (at exit,
         on SIGTERM) does not."""
@@ -710,6 +719,7 @@ class CaptureSession:
         hooked, extra, left_out = flight.merge(
             entries, comms, self.steps, thread=self._main_thread, recorded=recorded, spans=spans
         )
+        extra = flight.as_issued(extra, scatters)
         self._recorder_only = extra
         lost += left_out
         if lost or self.lost:

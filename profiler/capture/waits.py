@@ -37,6 +37,13 @@ Which COMM node a wait waited for:
 A collective completed by the time the wait on it returned: a recorded end after that (a worker event
 of a later call taken for its own) is moved to the wait's return, so every end lies within the work that
 consumes it.
+
+The same hooks also time ``torch.distributed._functional_collectives.reduce_scatter_single`` (DTensor's
+``Partial`` to ``Shard``, sequence parallelism's ``RowwiseParallel(output_layouts=Shard(1))``; the
+deprecated ``reduce_scatter_tensor`` calls it through the module global): gloo runs a functional
+reduce_scatter as an all_reduce of the whole input, and its recorder entry says ``gloo:all_reduce``, so
+only the call's span on its thread tells what the program asked for
+(:func:`skewlens.profiler.capture.flight.as_issued`).
 """
 
 from __future__ import annotations
@@ -69,9 +76,13 @@ HOOKED_PREFIX = "c10d::"
 
 _Raw = tuple[str, int, int, int, int, int, int, int]
 
+#: The functional collectives' reduce_scatter whose calls are timed (see the module docstring).
+FUNCTIONAL_REDUCE_SCATTER = "reduce_scatter_single"
+
 
 class WaitHooks:
-    """Wraps ``wait_tensor`` and ``Work.wait``; records each wait made while ``recording()`` is true."""
+    """Wraps ``wait_tensor`` and ``Work.wait``; records each wait made while ``recording()`` is true, and
+    the span of each functional reduce_scatter call (:data:`FUNCTIONAL_REDUCE_SCATTER`)."""
 
     def __init__(self, recording: Callable[[], bool], step_of: Callable[[], int]) -> None:
         self._recording = recording
@@ -81,6 +92,7 @@ class WaitHooks:
         # calls not waited yet (pybind's Work takes no attributes, but weak references)
         self._works: dict[int, tuple[weakref.ref[Any], int, int]] = {}
         self._saved: list[tuple[Any, str, Any]] = []
+        self._scatters: list[tuple[int, int, int]] = []  # (thread ident, start, end) of each call
         self.installed = False
 
     def install(self) -> None:
@@ -94,6 +106,10 @@ class WaitHooks:
         self._saved = [(funcol, "wait_tensor", orig_tensor), (Work, "wait", orig_wait)]
         funcol.wait_tensor = self._wrap_tensor(orig_tensor)
         Work.wait = self._wrap_work(orig_wait)  # type: ignore[method-assign]
+        orig_scatter = getattr(funcol, FUNCTIONAL_REDUCE_SCATTER, None)
+        if orig_scatter is not None:  # (torch 2.13's name; an older torch's calls are not timed)
+            self._saved.append((funcol, FUNCTIONAL_REDUCE_SCATTER, orig_scatter))
+            setattr(funcol, FUNCTIONAL_REDUCE_SCATTER, self._wrap_scatter(orig_scatter))
         self.installed = True
 
     def uninstall(self) -> None:
@@ -144,6 +160,28 @@ class WaitHooks:
         wait.__doc__ = orig.__doc__
         wait.__wrapped__ = orig  # type: ignore[attr-defined]
         return wait
+
+    def _wrap_scatter(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        recording, scatters = self._recording, self._scatters
+        clock, ident = time.time_ns, threading.get_ident
+
+        def reduce_scatter_single(*args: Any, **kwargs: Any) -> Any:
+            if not recording():
+                return orig(*args, **kwargs)
+            start = clock()
+            out = orig(*args, **kwargs)
+            scatters.append((ident(), start, clock()))
+            return out
+
+        reduce_scatter_single.__doc__ = orig.__doc__
+        reduce_scatter_single.__wrapped__ = orig  # type: ignore[attr-defined]
+        return reduce_scatter_single
+
+    def flush_scatters(self) -> list[tuple[int, int, int]]:
+        """The functional reduce_scatter calls timed since the last flush: (thread ident, start, end)."""
+        raw = self._scatters[:]
+        del self._scatters[: len(raw)]
+        return raw
 
     def flush(self) -> list[WaitRecord]:
         """The waits recorded since the last flush (and forget the Works not waited yet)."""

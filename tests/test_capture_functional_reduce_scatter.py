@@ -1,0 +1,113 @@
+"""A functional reduce_scatter on gloo (DTensor's ``Partial`` to ``Shard``: sequence parallelism's
+``RowwiseParallel(output_layouts=Shard(1))``) is recorded as the reduce_scatter the program issued, not as
+the all_reduce of the whole input that gloo runs for it and its flight-recorder entry names."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_capture_build import coll
+
+from skewlens.profiler.capture.flight import as_issued
+from skewlens.profiler.capture.records import CommRecord
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.vocab import Attr, CommType, NodeType
+
+MS = 1_000_000
+THREAD = 140_000_000_000_001
+
+
+def recorder_only(op: str, comm_type: CommType, start_ns: int, ident: int = THREAD) -> CommRecord:
+    """A collective only the flight recorder saw, as :func:`flight.merge` makes it (asynchronous, its
+    entry's thread)."""
+    c = coll(start_ns, start_ns + MS, seq=1, is_async=True, issue_end=start_ns, step=2)
+    return replace(c, op=op, comm_type=comm_type, size_bytes=262_144, ident=ident)
+
+
+def test_a_gloo_all_reduce_issued_inside_a_functional_reduce_scatter_call_is_a_reduce_scatter() -> None:
+    inside = recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, 10 * MS)
+    outside = recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, 20 * MS)
+    other_thread = recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, 10 * MS, ident=THREAD + 1)
+    gather = recorder_only("gloo:all_gather", CommType.ALL_GATHER, 10 * MS)
+    nccl = recorder_only("nccl:all_reduce", CommType.ALL_REDUCE, 10 * MS)
+    scatters = [(THREAD, 10 * MS - 5_000, 10 * MS + 5_000)]
+
+    out = as_issued([inside, outside, other_thread, gather, nccl], scatters)
+
+    assert [c.comm_type for c in out] == [
+        CommType.REDUCE_SCATTER,
+        CommType.ALL_REDUCE,
+        CommType.ALL_REDUCE,
+        CommType.ALL_GATHER,
+        CommType.ALL_REDUCE,
+    ]
+    assert (out[0].op, out[0].size_bytes, out[0].seq) == ("gloo:all_reduce", 262_144, 1)  # the rest kept
+    assert as_issued([inside], []) == [inside]
+
+
+B, S, H, F, BLOCKS = 4, 16, 64, 128, 2
+SP_SCRIPT = f"""
+import os, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module)
+dist.init_process_group("gloo")
+world = dist.get_world_size()
+mesh = init_device_mesh("cpu", (world,))
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm({H})
+        self.up = torch.nn.Linear({H}, {F})
+        self.down = torch.nn.Linear({F}, {H})
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*(Block() for _ in range({BLOCKS})))
+plan = {{}}
+for b in range({BLOCKS}):
+    plan[f"{{b}}.norm"] = SequenceParallel()
+    plan[f"{{b}}.up"] = ColwiseParallel(input_layouts=Shard(1))
+    plan[f"{{b}}.down"] = RowwiseParallel(output_layouts=Shard(1))
+parallelize_module(model, mesh, plan)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(5):
+    model(torch.randn({B}, {S} // world, {H})).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)  # (torch 2.13 can abort at exit after gloo functional collectives; the trace is saved)
+"""
+
+
+@pytest.mark.slow
+def test_sequence_parallel_on_gloo_records_its_reduce_scatters_and_all_gathers_with_their_bytes(
+    tmp_path: Path,
+) -> None:
+    from capture_helpers import profile_script
+
+    run, res = profile_script(tmp_path, SP_SCRIPT, nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    shard = B * (S // 2) * H * 4  # one rank's sequence shard of the activations, float32
+    for rank in range(2):
+        per_step: dict[int, Counter[tuple[int, int]]] = {}
+        for n in read_et(run / f"rank-{rank}.et").nodes:
+            a = node_attrs(n)
+            if a and n.type == NodeType.COMM_COLL:
+                per_step.setdefault(a[Attr.STEP], Counter())[(a[Attr.COMM_TYPE], a[Attr.COMM_SIZE])] += 1
+        assert len(per_step) == 3
+        for kinds in per_step.values():
+            # each block: the column-parallel input's all_gather of the sequence shards (forward) and the
+            # row-parallel output's reduce_scatter of the whole partial sums (forward), each the other's
+            # gradient in backward; then the layer norms' weight and bias gradients, all_reduced
+            assert kinds == {
+                (CommType.ALL_GATHER, shard): 2 * BLOCKS,
+                (CommType.REDUCE_SCATTER, 2 * shard): 2 * BLOCKS,
+                (CommType.ALL_REDUCE, H * 4): 2 * BLOCKS,
+            }
