@@ -122,6 +122,9 @@ WAIT_RATIO = 10
 #: A hidden wait's completion may be recorded up to gloo's finish lag after the host-time node that
 #: waited for it ended (:func:`_gap_waits`).
 LAG_SLACK_NS = GLOO_FINISH_LAG_NS
+#: A wait node that returned at most this long after it began did not block: what it waited for had
+#: completed before (an unblocked ``c10d::wait`` took up to 0.08 ms at the ``ops`` level, 0.01 below it).
+UNBLOCKED_WAIT_NS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1464,13 +1467,36 @@ def _part_waits(
 
 
 def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I64, I64]]:
-    """Per rank, the send and recv rows recorded to end more than ``SKEW_NS`` after the other member of
-    their pair ended, and that end (at least the row's start): the time by which each had completed. A
-    send and its recv complete together (gloo's send does not complete before its recv is posted, and the
-    recv has its data once the send is done); an asynchronous op is recorded to end when the program's
-    wait on it returned (gloo reports no completion), which may be much later (a pipeline stage waits
-    for its activation sends at the end of the step, or for a recv after host work of its own). An eager
-    send's pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
+    """Per rank, the send and recv rows recorded to end more than ``SKEW_NS`` after their pair completed,
+    and that completion (at least the row's start): the time by which each had completed. A send and its
+    recv complete together (gloo's send does not complete before its recv is posted, and the recv has its
+    data once the send is done); an asynchronous op is recorded to end when the program's wait on it
+    returned (gloo reports no completion), which may be much later (a pipeline stage waits for its
+    activation sends at the end of the step, or for a recv after host work of its own). The pair completed
+    by the earlier of its members' recorded ends; where that end is the return of a wait that did not
+    block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and their calls returned, it
+    only says the data was there before the wait: the pair completed once both were issued (the later of
+    their starts and call returns). A schedule of several stages a rank posts a recv ahead and waits for
+    it before the stage's compute that reads it, after other stages' work. An eager send's pair is left
+    as recorded. :func:`rank_model` takes it for the asynchronous ones."""
+    waiters: dict[int, dict[int, list[int]]] = {}
+
+    def waiters_of(r: int) -> dict[int, list[int]]:
+        got = waiters.get(r)
+        if got is None:
+            rt = run.ranks[r]
+            owner = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
+            on = _wait_rows(rt)[owner]
+            got = waiters[r] = {}
+            for d, w in zip(rt.dep_idx[on].tolist(), owner[on].tolist(), strict=True):
+                got.setdefault(d, []).append(w)
+        return got
+
+    def issued(r: int, w: int) -> int:
+        rt = run.ranks[r]
+        ret = -1 if rt.return_ns is None else int(rt.return_ns[w])
+        return max(int(rt.start_ns[w]), ret)
+
     out: dict[int, tuple[list[int], list[int]]] = {}
     for g in syncs:
         if not g.is_p2p or g.detached[0]:
@@ -1480,6 +1506,13 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
             for r, w in zip(g.ranks, g.rows, strict=True)
         ]
         done = min(ends)
+        first = ends.index(done)
+        r0, w0 = g.ranks[first], g.rows[first]
+        both = max(issued(r, w) for r, w in zip(g.ranks, g.rows, strict=True))
+        rt0 = run.ranks[r0]
+        for w in waiters_of(r0).get(w0, ()):
+            if both <= rt0.start_ns[w] and rt0.dur_ns[w] <= UNBLOCKED_WAIT_NS:
+                done = min(done, both)
         for r, w, e in zip(g.ranks, g.rows, ends, strict=True):
             if e > done + SKEW_NS:
                 rows, at = out.setdefault(r, ([], []))

@@ -874,3 +874,36 @@ def test_an_async_send_is_not_ended_before_its_blocking_call_returned_so_the_cal
             t = res.timed[r]
             assert np.array_equal(res.start_ns[r][t], rt.start_ns[t]), r
             assert np.array_equal(res.end_ns[r][t], model_ends(run, r)[t]), r
+
+
+def _recv_posted_ahead(tmp_path: Path) -> RunTrace:
+    """A stage of a schedule with two stages a rank: rank 0 irecvs at 0.1 ms (posted ahead), runs its
+    other stage's work until 20 ms, then waits 10 µs for the recv (not blocked), where gloo's recv is
+    recorded to end; rank 1 isends at 5 ms (the call returns at 5.05) and waits for its send only at the
+    end of its step (30 ms)."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p = r0.compute("prep", 100_000, start_ns=0)
+    rv = r0.recv(1, 4096, 19_910_000, start_ns=100_000, stream=COMM, deps=(p,))
+    o = r0.compute("other_stage", 19_900_000, start_ns=100_000, deps=(p,))
+    r0.compute("c10d::wait", 10_000, start_ns=20 * MS, deps=(o, rv))
+    f = r1.compute("fwd", 5 * MS, start_ns=0)
+    s = r1.send(0, 4096, 25_010_000, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=5_050_000)
+    m = r1.compute("more", 25 * MS, start_ns=5_050_000, deps=(f,))
+    r1.compute("c10d::wait", 10_000, start_ns=30_050_000, deps=(m, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+def test_a_recv_posted_ahead_whose_wait_did_not_block_completed_once_its_send_was_issued(
+    tmp_path: Path,
+) -> None:
+    """Its recorded end (20.01 ms, the wait's return) only says the data was there before the wait: the
+    pair completed when the send's call returned (5.05 ms). Taken as 15 ms of transfer, rank 1 computing 5x
+    slower (its send at 25 ms) kept rank 0 blocked until 40 ms instead of 25.05."""
+    run = _recv_posted_ahead(tmp_path)
+    recv_row, send_row = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert model_ends(run, 0)[recv_row] == model_ends(run, 1)[send_row] == 5_050_000
+    assert simulate(run).end_ns[0].max() == 20_010_000  # the recording, unmodified
+    slow = simulate(run, effects=RankFactor(1, 5.0))
+    assert slow.end_ns[0][recv_row] == 25 * MS + 50_000
+    assert slow.end_ns[0].max() == 25 * MS + 50_000 + 10_000  # blocked until then, then its 10 µs
