@@ -1,26 +1,36 @@
-"""Example workload: pipeline parallelism with ``torch.distributed.pipelining`` (GPipe or 1F1B).
+"""Example workload: pipeline parallelism with ``torch.distributed.pipelining``.
 
-Run it unchanged under ``torchrun --nproc-per-node 2 examples/pipeline.py --schedule gpipe|1f1b`` (CPU:
-gloo; GPU: NCCL, chosen from the device), or as ``python examples/pipeline.py`` (one rank: one stage
-holding the whole model, no communication). One stage per rank: the MLP of ``LAYERS_PER_STAGE`` x world
-Linear layers (``HIDDEN`` x ``HIDDEN``) with ReLUs is split by hand into equal consecutive parts, each a
-``PipelineStage``; the loss (mean squared error against a target) is computed on the last stage.
+Run it unchanged under ``torchrun --nproc-per-node 2 examples/pipeline.py --schedule NAME`` (CPU: gloo;
+GPU: NCCL, chosen from the device), or as ``python examples/pipeline.py`` (one rank: one stage holding the
+whole model, no communication). The MLP of ``LAYERS_PER_STAGE`` x stages Linear layers (``HIDDEN`` x
+``HIDDEN``) with ReLUs is split by hand into equal consecutive stages, each a ``PipelineStage``; the loss
+(mean squared error against a target) is computed on the last stage.
 
-Each step runs ``ScheduleGPipe`` (all forwards, then all backwards) or ``Schedule1F1B`` (one forward,
-one backward in the steady state) over ``MICROBATCHES`` micro-batches of ``BATCH / MICROBATCHES`` rows,
-then ``optimizer.step()`` on each stage's parameters, which marks the step. Communication, all p2p on the
-default group, per step and per pair of neighbouring stages r -> r+1:
+- ``gpipe`` (``ScheduleGPipe``: all forwards, then all backwards) and ``1f1b`` (``Schedule1F1B``: one
+  forward, one backward in the steady state): one stage per rank;
+- ``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb`` (``ScheduleInterleaved1F1B``,
+  ``ScheduleLoopedBFS``, ``ScheduleInterleavedZeroBubble``): two stages per rank, stage s on rank
+  s % world; ``zbv``, ``dualpipev`` (``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV``): two per rank in a
+  V, stage s on rank s for s < world, else on 2 world - 1 - s (the last rank holds two neighbouring
+  stages, whose activation and gradient stay on it).
 
-- ``MICROBATCHES`` sends r -> r+1 of one activation, ``BATCH / MICROBATCHES`` x ``HIDDEN`` float32
-  (``ACT_BYTES``), each matched by a recv on r+1;
-- ``MICROBATCHES`` sends r+1 -> r of the gradient of that activation (the same size), each matched by a
-  recv on r; no collective.
+Each step runs the schedule over ``MICROBATCHES`` micro-batches of ``BATCH / MICROBATCHES`` rows, then
+``optimizer.step()`` on the rank's parameters, which marks the step. Communication, all p2p on the default
+group, per step and per pair of neighbouring stages s -> s+1 on different ranks (a multi-stage schedule
+posts a stage's recvs ahead and waits for each before the compute that reads it, its sends at the end of
+the step):
+
+- ``MICROBATCHES`` sends s -> s+1 of one activation, ``BATCH / MICROBATCHES`` x ``HIDDEN`` float32
+  (``ACT_BYTES``), each matched by a recv on s+1's rank;
+- ``MICROBATCHES`` sends s+1 -> s of the gradient of that activation (the same size), each matched by a
+  recv on s's rank; no collective.
 
 Knobs (as ``train.py``'s; see ``_common.py``): ``--steps``, ``--seed``, ``--step-times-out FILE``,
 ``--straggler-rank R --straggler-ms D`` (D ms of matmuls at the start of each step, before the schedule
 runs), and ``--slow-send-rank R --slow-send-ms D``: rank R sleeps D ms right before each p2p send it
-issues, i.e. at the end of each micro-batch's forward (activation send, all stages but the last) and at
-the end of each micro-batch's backward (gradient send, all stages but the first).
+issues, i.e. at the end of each micro-batch's forward (activation send, every stage whose next stage is on
+another rank) and at the end of each micro-batch's backward (gradient send, every stage whose previous
+stage is on another rank).
 """
 
 from __future__ import annotations
@@ -31,7 +41,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleDualPipeV,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleLoopedBFS,
+    ScheduleZBVZeroBubble,
+)
 
 BATCH = 64
 HIDDEN = 512
@@ -39,6 +58,14 @@ LAYERS_PER_STAGE = 2
 MICROBATCHES = 4
 ACT_BYTES = BATCH // MICROBATCHES * HIDDEN * 4
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+#: schedules of two stages a rank: ``loop`` places stage s on rank s % world, ``v`` on s or 2 world - 1 - s
+MULTI = {
+    "interleaved-1f1b": (ScheduleInterleaved1F1B, "loop"),
+    "looped-bfs": (ScheduleLoopedBFS, "loop"),
+    "interleaved-zb": (ScheduleInterleavedZeroBubble, "loop"),
+    "zbv": (ScheduleZBVZeroBubble, "v"),
+    "dualpipev": (ScheduleDualPipeV, "v"),
+}
 
 
 class _SleepInBackward(torch.autograd.Function):
@@ -56,13 +83,15 @@ class _SleepInBackward(torch.autograd.Function):
 
 
 class Stage(torch.nn.Module):
-    """This rank's consecutive layers, with the slow sender's sleeps where its sends follow."""
+    """One stage's consecutive layers, with the slow sender's sleeps where its p2p sends follow."""
 
-    def __init__(self, layers: list[torch.nn.Module], args: argparse.Namespace, rank: int, world: int):
+    def __init__(
+        self, layers: list[torch.nn.Module], args: argparse.Namespace, rank: int, sends: tuple[bool, bool]
+    ):
         super().__init__()
         self.layers = torch.nn.Sequential(*layers)
         self.args, self.rank = args, rank
-        self.sends_forward, self.sends_backward = rank < world - 1, rank > 0
+        self.sends_forward, self.sends_backward = sends
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sends_backward:
@@ -73,14 +102,25 @@ class Stage(torch.nn.Module):
         return y
 
 
-def build_stage(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> Stage:
-    """The whole model, built alike on every rank, cut into ``world`` parts; this rank's part."""
+def stage_ranks(n_stages: int, world: int, placement: str) -> list[int]:
+    """Each stage's rank: ``loop`` (stage s on rank s % world) or ``v`` (s on s, else 2 world - 1 - s)."""
+    if placement == "loop":
+        return [s % world for s in range(n_stages)]
+    return [s if s < world else 2 * world - 1 - s for s in range(n_stages)]
+
+
+def build_stage(args: argparse.Namespace, index: int, owner: list[int], device: torch.device) -> Stage:
+    """The whole model of ``len(owner)`` stages, built alike on every rank; stage ``index``'s part (its p2p
+    sends: to the next stage's rank forward and the previous one's backward, where that is another rank)."""
     torch.manual_seed(args.seed)
+    n = len(owner)
     layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS_PER_STAGE * world):
+    for _ in range(LAYERS_PER_STAGE * n):
         layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
     per = 2 * LAYERS_PER_STAGE
-    return Stage(layers[rank * per : (rank + 1) * per], args, rank, world).to(device)
+    rank = owner[index]
+    sends = (index < n - 1 and owner[index + 1] != rank, index > 0 and owner[index - 1] != rank)
+    return Stage(layers[index * per : (index + 1) * per], args, rank, sends).to(device)
 
 
 def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -89,21 +129,30 @@ def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
-    p.add_argument("--schedule", choices=sorted(SCHEDULES), default="gpipe", help="pipeline schedule")
+    p.add_argument("--schedule", choices=[*SCHEDULES, *MULTI], default="gpipe", help="pipeline schedule")
     args = parse(p, argv)
     device = init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    module = build_stage(args, rank, world, device)
-    stage = PipelineStage(module, rank, world, device)
-    schedule = SCHEDULES[args.schedule](stage, n_microbatches=MICROBATCHES, loss_fn=mse)
-    opt = torch.optim.SGD(module.parameters(), lr=1e-3)
+    if args.schedule in SCHEDULES:
+        owner = list(range(world))
+    else:
+        owner = stage_ranks(2 * world, world, MULTI[args.schedule][1])
+    mine = [s for s, r in enumerate(owner) if r == rank]
+    modules = [build_stage(args, s, owner, device) for s in mine]
+    stages = [PipelineStage(m, s, len(owner), device) for m, s in zip(modules, mine, strict=True)]
+    if args.schedule in SCHEDULES:
+        schedule: Any = SCHEDULES[args.schedule](stages[0], n_microbatches=MICROBATCHES, loss_fn=mse)
+    else:
+        schedule = MULTI[args.schedule][0](stages, n_microbatches=MICROBATCHES, loss_fn=mse)
+    params = [q for m in modules for q in m.parameters()]
+    opt = torch.optim.SGD(params, lr=1e-3)
     gen = torch.Generator(device=device).manual_seed(args.seed)  # every rank draws the same batch
 
     def step(_i: int) -> None:
         straggle(args, rank, device)
         x = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
         target = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
-        first, last = rank == 0, rank == world - 1
+        first, last = owner[0] == rank, owner[-1] == rank
         if first and last:
             schedule.step(x, target=target)
         elif first:

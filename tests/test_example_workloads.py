@@ -7,6 +7,7 @@ Sizes come from the scripts' own constants; each test captures one workload (10-
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,30 @@ def test_pipeline_sends_every_micro_batch_forward_and_its_gradient_back(
             assert order == "S" * mb + "R" * mb
         else:
             assert order.index("R") < order.rindex("S") and order.endswith("R"), order
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zbv"])
+def test_a_pipeline_of_two_stages_a_rank_sends_only_between_stages_on_different_ranks(
+    tmp_path: Path, schedule: str
+) -> None:
+    """Interleaved: stages 0-3 on ranks 0, 1, 0, 1, three boundaries between ranks. ZBV: a V, stages on
+    ranks 0, 1, 1, 0; stage 1 -> 2 stays on rank 1 (no p2p), so two boundaries cross."""
+    ex = load_workload("pipeline.py")
+    run = capture_workload(tmp_path / "run", "pipeline.py", "--schedule", schedule)
+    owner = ex.stage_ranks(4, 2, ex.MULTI[schedule][1])
+    assert owner == ([0, 1, 0, 1] if schedule == "interleaved-1f1b" else [0, 1, 1, 0])
+    crossing = sum(a != b for a, b in pairwise(owner))
+    n = crossing * ex.MICROBATCHES  # each crossing boundary: an activation and a gradient per micro-batch
+    act = ex.ACT_BYTES
+    per_step_is(
+        run,
+        {
+            0: Counter({CommKey("SEND", (0, 1), act, 1): n, CommKey("RECV", (0, 1), act, 1): n}),
+            1: Counter({CommKey("RECV", (0, 1), act, 0): n, CommKey("SEND", (0, 1), act, 0): n}),
+        },
+    )
+    assert len(run.p2p) == 2 * n * ACTIVE
+    assert {(p.src_rank, p.dst_rank) for p in run.p2p} == {(0, 1), (1, 0)}
 
 
 @pytest.mark.parametrize(
