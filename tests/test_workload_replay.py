@@ -28,6 +28,8 @@ WORKLOADS = {
     "tp": ("tp.py", (), 2),
     "pipeline-gpipe": ("pipeline.py", ("--schedule", "gpipe"), 2),
     "pipeline-1f1b": ("pipeline.py", ("--schedule", "1f1b"), 2),
+    "pipeline-interleaved-1f1b": ("pipeline.py", ("--schedule", "interleaved-1f1b"), 2),
+    "pipeline-zbv": ("pipeline.py", ("--schedule", "zbv"), 2),
     "ddp-accum": ("ddp_accum.py", (), 2),
     "mesh2d": ("mesh2d.py", (), 4),
 }
