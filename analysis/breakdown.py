@@ -26,7 +26,7 @@ steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +146,29 @@ class OutlierStep:
     """The step's length on the rank where it is longest against that rank's median."""
     median_step_ns: int
     """That rank's median step."""
+    step_calls: int = 0
+    """The communication calls (collectives, p2p) that rank made in the step (0 where not known)."""
+    median_step_calls: int = 0
+    """The median of that rank's steps' calls (0 where not known)."""
+    step_bytes: int = 0
+    """The bytes those calls moved."""
+    median_step_bytes: int = 0
+    """The median of that rank's steps' bytes."""
+
+    def _more(self) -> list[str]:
+        parts = []
+        if self.median_step_calls > 0 and self.step_calls > OUTLIER_FACTOR * self.median_step_calls:
+            parts.append(f"{self.step_calls / self.median_step_calls:.1f}x the collectives")
+        if self.median_step_bytes > 0 and self.step_bytes > OUTLIER_FACTOR * self.median_step_bytes:
+            parts.append(f"{self.step_bytes / self.median_step_bytes:.1f}x the bytes")
+        return parts
+
+    @property
+    def more_work(self) -> bool:
+        """It made over :data:`OUTLIER_FACTOR` times its rank's median step's communication calls or moved
+        over that times its bytes: a step of other work (a prefill among decode steps, a longer request), not
+        a slow one."""
+        return bool(self._more())
 
     def describe(self) -> str:
         ratio = self.worst_step_ns / self.median_step_ns
@@ -154,30 +177,63 @@ class OutlierStep:
             if self.ranks > 1
             else f"rank {self.worst_rank}"
         )
+        more = self._more()
+        work = f"; {' and '.join(more)} of the median step" if more else ""
         return (
             f"step {self.step} took {ratio:.1f}x the median step ({where}: {self.worst_step_ns / 1e6:.2f} "
-            f"against {self.median_step_ns / 1e6:.2f} ms)"
+            f"against {self.median_step_ns / 1e6:.2f} ms{work})"
         )
 
 
+def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, step) -> the rank's communication nodes (collectives, p2p) in that step and their bytes."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for r, ri in ix.ranks.items():
+        rt = ri.trace
+        rows = np.flatnonzero(ri.is_comm & (rt.step >= 0))
+        steps, inv, calls = np.unique(rt.step[rows], return_inverse=True, return_counts=True)
+        sums = np.zeros(steps.size, dtype=np.int64)
+        np.add.at(sums, inv, rt.comm_bytes[rows])
+        out.update(
+            ((r, s), (c, b)) for s, c, b in zip(steps.tolist(), calls.tolist(), sums.tolist(), strict=True)
+        )
+    return out
+
+
+def _rank_medians(values: np.ndarray, inv: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each row's rank's median of ``values`` (integer; ``inv`` the rows' rank positions, ``counts`` the rows
+    per rank)."""
+    order = np.lexsort((values, inv))  # by rank, then value: each rank's median from its sorted run
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    ordered = values[order]
+    median = (ordered[first + (counts - 1) // 2] + ordered[first + counts // 2]) // 2
+    return np.asarray(median[inv])
+
+
 def outlier_steps(
-    records: Sequence[StepBreakdownRecord], *, factor: float = OUTLIER_FACTOR
+    records: Sequence[StepBreakdownRecord],
+    *,
+    factor: float = OUTLIER_FACTOR,
+    step_work: Mapping[tuple[int, int], tuple[int, int]] | None = None,
 ) -> list[OutlierStep]:
     """Steps longer than ``factor`` times their rank's median step, on ranks of at least 3 steps, one per step
     (in step order), with the rank where it is the longest against its median. The first profiled step often
     is one (warm-up: allocator, autotuning, communicator set-up): the per-rank means include it, so the
-    report names it rather than leave a mean that no step is near unexplained."""
+    report names it rather than leave a mean that no step is near unexplained. With ``step_work``
+    (:func:`step_comm`) each also has its communication calls and bytes and its rank's median step's, which
+    tell a step of more work (a prefill among decode steps, a longer request) from a slow one."""
     if not records:
         return []
     rank = np.fromiter((b.rank for b in records), dtype=np.int64, count=len(records))
     step = np.fromiter((b.step for b in records), dtype=np.int64, count=len(records))
     length = np.fromiter((b.step_ns for b in records), dtype=np.int64, count=len(records))
+    known = step_work or {}
+    work = np.array([known.get((b.rank, b.step), (0, 0)) for b in records], dtype=np.int64).reshape(-1, 2)
+    calls, moved = work[:, 0], work[:, 1]
     _ranks, inv, counts = np.unique(rank, return_inverse=True, return_counts=True)
-    order = np.lexsort((length, inv))  # by rank, then length: each rank's median from its sorted run
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    sorted_len = length[order]
-    median = (sorted_len[first + (counts - 1) // 2] + sorted_len[first + counts // 2]) // 2
-    med = median[inv]
+    med = _rank_medians(length, inv, counts)
+    med_calls = _rank_medians(calls, inv, counts)
+    med_moved = _rank_medians(moved, inv, counts)
     out_rows = np.flatnonzero((counts[inv] >= 3) & (med > 0) & (length > factor * med))
     found: list[OutlierStep] = []
     for s in np.unique(step[out_rows]).tolist():
@@ -190,6 +246,10 @@ def outlier_steps(
                 worst_rank=int(rank[worst]),
                 worst_step_ns=int(length[worst]),
                 median_step_ns=int(med[worst]),
+                step_calls=int(calls[worst]),
+                median_step_calls=int(med_calls[worst]),
+                step_bytes=int(moved[worst]),
+                median_step_bytes=int(med_moved[worst]),
             )
         )
     return found

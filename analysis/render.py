@@ -20,7 +20,14 @@ from skewlens.analysis.api import (
     SKEW_FILE,
     AnalysisResult,
 )
-from skewlens.analysis.breakdown import MEAN_PARTS, OUTLIER_FACTOR, RankMeans, outlier_steps, rank_means
+from skewlens.analysis.breakdown import (
+    MEAN_PARTS,
+    OUTLIER_FACTOR,
+    RankMeans,
+    outlier_steps,
+    rank_means,
+    step_comm,
+)
 from skewlens.analysis.critical_path import shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
@@ -303,7 +310,7 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
     """The steps far longer than their ranks' median (:func:`~skewlens.analysis.breakdown.outlier_steps`),
     which the per-rank means include, or None; of more than ``most``, the ``most`` longest against their
     ranks' medians, longest first."""
-    found = outlier_steps(result.breakdown)
+    found = outlier_steps(result.breakdown, step_work=step_comm(result.index))
     if not found:
         return None
     # of many, the longest against their medians, longest first: a 1,000-step run named its first three
@@ -317,8 +324,17 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
         if rest > 0
         else ""
     )
+    # a step of far more collectives or bytes than the median step did more work (a prefill among decode
+    # steps, a longer request): before, a serving loop's were put down to warm-up like a first step
+    work = sum(o.more_work for o in found)
+    why = (
+        f"{'it' if len(found) == 1 else f'{work:,} of them'} made or moved over {OUTLIER_FACTOR}x the "
+        "collectives or bytes of the median step: more work, such as a prefill or a longer request; "
+        if work
+        else ""
+    )
     return (
-        f"{named}{more}: the means include {'it' if len(found) == 1 else 'them'} (a first profiled step "
+        f"{named}{more}: the means include {'it' if len(found) == 1 else 'them'} ({why}a first profiled step "
         f"often holds warm-up); every step is in {BREAKDOWN_FILE}"
     )
 

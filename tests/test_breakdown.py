@@ -9,7 +9,7 @@ import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, outlier_steps, rank_means
+from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, outlier_steps, rank_means, step_comm
 from skewlens.analysis.index import Coverage, build_index
 from skewlens.analysis.records import StepBreakdownRecord
 from skewlens.analysis.render import outliers_note
@@ -183,7 +183,10 @@ def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it
 def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longest_first(
     tmp_path: Path,
 ) -> None:
-    result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
+    b = RunBuilder(2)  # a run of compute alone: the steps below all make as many collectives (none)
+    for r in range(2):
+        b.rank(r).step(0).compute("aten::mm", MS, start_ns=0)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
     # 2,000 steps of 10 ms on rank 0, of which the first three (warm-up) and five more are over 1.5x its
     # median; the longest are late in the run
     lengths = [10.0] * 2000
@@ -224,6 +227,34 @@ def test_an_outlier_note_of_exactly_as_many_steps_as_it_names_adds_no_more(tmp_p
         "step (rank 0: 17.00 against 10.00 ms); step 5 took 1.8x the median step (rank 0: 18.00 against "
         "10.00 ms): the means include them (a first profiled step often holds warm-up); every step is in "
         "step_breakdown.parquet"
+    )
+
+
+def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_not(tmp_path: Path) -> None:
+    # a serving loop marked each decode step a step: one 4 KB all_reduce after 1 ms of compute, 1 ms of
+    # transfer; step 1 is slow (5 ms of compute), step 4 a prefill (16 all_reduces of 64 KB after 2 ms each).
+    # Before, the note put both down to warm-up alike ('a first profiled step often holds warm-up')
+    b = RunBuilder(2)
+    for r in range(2):
+        t = 0
+        for s in range(6):
+            rb = b.rank(r).step(s)
+            calls, size, comp = (16, 64 << 10, 2 * MS) if s == 4 else (1, 4 << 10, 5 * MS if s == 1 else MS)
+            for _ in range(calls):
+                rb.compute("aten::mm", comp, start_ns=t)
+                rb.collective(CommType.ALL_REDUCE, size, MS, start_ns=t + comp)
+                t += comp + MS
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    slow, prefill = outlier_steps(result.breakdown, step_work=step_comm(result.index))
+    assert (slow.step, slow.more_work, prefill.step, prefill.more_work) == (1, False, 4, True)
+    assert (prefill.step_calls, prefill.median_step_calls) == (16, 1)
+    assert (prefill.step_bytes, prefill.median_step_bytes) == (16 * (64 << 10), 4 << 10)
+    assert outliers_note(result) == (
+        "step 1 took 3.0x the median step (on 2 ranks, e.g. rank 0: 6.00 against 2.00 ms); step 4 took 24.0x "
+        "the median step (on 2 ranks, e.g. rank 0: 48.00 against 2.00 ms; 16.0x the collectives and 256.0x "
+        "the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
+        "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
+        "profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
 
 
