@@ -1,7 +1,8 @@
 """Chrome / Perfetto trace JSON of a run with its critical path marked.
 
-One process per rank (``pid`` = rank), one track per stream/thread, plus a ``critical path`` track on
-each rank the path passes through holding copies of the path's nodes, and flow arrows (``ph: s/f``)
+One process per rank (``pid`` = rank), one track per stream/thread, a ``steps`` track with a slice per
+recorded step (the step breakdown's span of it), plus a ``critical path`` track on each rank the path
+passes through holding copies of the path's nodes, and flow arrows (``ph: s/f``)
 wherever the path jumps from one rank to another (to a collective's last arriver or a late send). Times
 are µs at this edge, relative to the run's first node (``otherData.t0_ns`` keeps the origin).
 
@@ -51,6 +52,8 @@ PERFETTO_FILE = "trace_critical_path.json"
 #: The ``skewlens analyze`` option that sets the cap (named in the note of what was left out).
 MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
+#: The ``steps`` track's ``tid`` (past any stream's; drawn first by its ``thread_sort_index``).
+_STEPS_TID = 1 << 30
 #: ``cat`` of each node type and of untraced host time, as JSON text.
 
 
@@ -75,13 +78,19 @@ def _drawn_waits(ri: RankIndex) -> npt.NDArray[np.int64]:
     return np.where(ri.is_comm, ri.wait_ns, 0)
 
 
-def _metadata(r: int, names: dict[int, str], *, on_path: bool) -> list[dict[str, Any]]:
+def _metadata(r: int, names: dict[int, str], *, on_path: bool, steps: bool) -> list[dict[str, Any]]:
     """Names of rank ``r``'s process and tracks (``names``: the tracks drawn, by ``tid``); a ``critical path``
-    track only where the path drawn (``on_path``) passes through the rank."""
+    track only where the path drawn (``on_path``) passes through the rank, a ``steps`` track where ``steps``
+    of it are drawn."""
     meta: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
     ]
+    if steps:
+        meta += [
+            {"ph": "M", "name": "thread_name", "pid": r, "tid": _STEPS_TID, "args": {"name": "steps"}},
+            {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": _STEPS_TID, "args": {"sort_index": -1}},
+        ]
     if on_path:
         meta.append(
             {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}}
@@ -122,6 +131,47 @@ def _node_events(
         ("args", args),
     ]
     return format_events(fields, len(rows))
+
+
+def _steps_kept(result: AnalysisResult, cap: EventCap) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Each recorded step of each rank (the step breakdown's rows: rank, step, start, end) and whether
+    ``cap`` kept it: the steps written whole, or those begun before the cap fell inside the first."""
+    recs = result.breakdown
+    n = len(recs)
+    cols = {
+        attr: np.fromiter((getattr(b, attr) for b in recs), dtype=np.int64, count=n)
+        for attr in ("rank", "step", "start_ns", "end_ns")
+    }
+    if cap.steps is not None:
+        kept = (cols["step"] >= cap.steps[0]) & (cols["step"] <= cap.steps[1])
+    elif cap.until_ns is not None:
+        kept = cols["start_ns"] < cap.until_ns
+    else:
+        kept = np.ones(n, dtype=np.bool_)
+    return cols, kept
+
+
+def _step_events(cols: dict[str, np.ndarray], kept: np.ndarray, t0: int) -> Iterator[pa.Array]:
+    """A slice per step kept on its rank's ``steps`` track (before, the timeline had no step boundaries:
+    200 decode steps of 11 nodes each were told apart only by each slice's ``args.step``)."""
+    rows = np.flatnonzero(kept)
+    if not rows.size:
+        return
+    step, start = cols["step"][rows], cols["start_ns"][rows]
+    labels = np.unique(step)
+    yield format_events(
+        [
+            ("ph", '"X"'),
+            ("name", json_strings([f"step {s}" for s in labels.tolist()], np.searchsorted(labels, step))),
+            ("cat", '"step"'),
+            ("pid", json_int(cols["rank"][rows])),
+            ("tid", str(_STEPS_TID)),
+            ("ts", json_fixed(start - t0, 3)),
+            ("dur", json_fixed(cols["end_ns"][rows] - start, 3)),
+            ("args", [("step", json_int(step))]),
+        ],
+        rows.size,
+    )
 
 
 def _path_col(path: list[CriticalPathRecord], attr: str) -> np.ndarray:
@@ -264,6 +314,8 @@ def write_perfetto(
     cp_ts, cp_kept = _path_kept(cp, cap)
     path_ranks = {c.rank for c, k in zip(cp, cp_kept.tolist(), strict=True) if k}
     tracks = {r: _tracks(ix.ranks[r], written[r], ix.run.pg_names) for r in ranks}
+    step_cols, steps_kept = _steps_kept(result, cap)
+    step_ranks = set(step_cols["rank"][steps_kept].tolist())
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
         for batch in rank_chunks(cap):
@@ -288,12 +340,16 @@ def write_perfetto(
             m
             for r in ranks
             for m in _metadata(
-                r, tracks[r].used_names(ix.ranks[r].trace.stream, cap.keep[r]), on_path=r in path_ranks
+                r,
+                tracks[r].used_names(ix.ranks[r].trace.stream, cap.keep[r]),
+                on_path=r in path_ranks,
+                steps=r in step_ranks,
             )
         ),
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(
+            _step_events(step_cols, steps_kept, t0),
             _path_events(cp, cp_ts, cp_kept, t0),
             wait_events(
                 cap.keep,

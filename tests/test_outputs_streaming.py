@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from perfetto_lint import lint
 from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis import analyze_run
@@ -81,8 +82,9 @@ def replayed(tmp_path: Path) -> tuple[RunTrace, SimResult]:
 
 
 def _x_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The X events of nodes and of the critical path (not the wait slices inside communication nodes)."""
-    return [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != "wait_for_peers"]
+    """The X events of nodes and of the critical path (not the wait slices inside communication nodes, nor
+    the analysis trace's step slices)."""
+    return [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("wait_for_peers", "step")]
 
 
 def _key(e: dict[str, Any]) -> str:
@@ -410,6 +412,8 @@ def test_the_analysis_trace_cap_keeps_whole_steps_and_their_critical_path(
     assert path and {e["args"]["step"] for e in path} == {0, 1}
     result = analyze_run(run, blame=False)
     assert len(path) == sum(1 for rec in result.critical_path if rec.step in (0, 1))
+    steps = [e for e in doc["traceEvents"] if e.get("cat") == "step"]
+    assert sorted((e["pid"], e["args"]["step"]) for e in steps) == [(r, s) for r in range(4) for s in (0, 1)]
     flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
     assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(
         e["id"] for e in flows if e["ph"] == "f"
@@ -419,6 +423,30 @@ def test_the_analysis_trace_cap_keeps_whole_steps_and_their_critical_path(
     assert f"skewlens analyze: warning: {note}" in capsys.readouterr().err.splitlines()
     assert skewlens_main([*argv[:-1], "-3"]) == 2
     assert "--perfetto-max-events: expected >= 0" in capsys.readouterr().err
+
+
+def test_the_analysis_trace_draws_each_rank_s_recorded_steps_on_a_steps_track(tmp_path: Path) -> None:
+    # before: no step boundaries at all; a serving loop's 200 decode steps of 11 nodes each were told apart
+    # only by each slice's args.step
+    result = analyze_run(load_run(build_run(tmp_path, SC)), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "t.json", max_events=0).read_text())
+    t0 = doc["otherData"]["t0_ns"]
+    steps = [e for e in doc["traceEvents"] if e.get("cat") == "step"]
+    tid = {e["tid"] for e in steps}
+    assert len(tid) == 1
+    assert sorted(
+        (e["pid"], e["name"], round(e["ts"] * 1000) + t0, round(e["dur"] * 1000)) for e in steps
+    ) == [
+        (b.rank, f"step {b.step}", b.start_ns, b.step_ns)
+        for b in sorted(result.breakdown, key=lambda b: (b.rank, b.step))
+    ]
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M" and e.get("tid") in tid]
+    assert sorted((e["pid"], e["name"], *e["args"].values()) for e in meta) == [
+        (r, name, value)
+        for r in range(SC.world_size)
+        for name, value in (("thread_name", "steps"), ("thread_sort_index", -1))
+    ]
+    assert not lint(tmp_path / "t.json").counts
 
 
 def test_the_analysis_trace_uncapped_has_every_node_on_its_stream_track(tmp_path: Path) -> None:
@@ -543,7 +571,8 @@ def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_strea
     analysis_doc = json.loads(write_analysis_perfetto(result, tmp_path / "a.json").read_text())
     names = _thread_names(analysis_doc, 1)
     path = {0: "critical path"} if 1 in {p.rank for p in result.critical_path} else {}
-    assert names == {**path, 1: "host thread 0", 2: "communication stream 1000 (group 0)"}
+    steps = {1 << 30: "steps"}  # the recorded steps' track
+    assert names == {**path, 1: "host thread 0", 2: "communication stream 1000 (group 0)", **steps}
     # an imported GPU run: host threads by their tid, the compute and the NCCL stream by their number; the
     # streams that hold only METADATA nodes get no (empty) track
     write_gpu_run(GpuRunSpec(world_size=2, steps=1, layers=2, seed=1), tmp_path / "kineto")
