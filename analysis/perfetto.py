@@ -34,6 +34,7 @@ from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
     EventCap,
     Lookup,
+    StepSpans,
     Tracks,
     Value,
     cap_events,
@@ -44,6 +45,7 @@ from skewlens.replay.streaming import (
     rank_categories,
     rank_chunks,
     rank_tracks,
+    steps_track_metadata,
     wait_events,
     write_trace,
 )
@@ -52,8 +54,6 @@ PERFETTO_FILE = "trace_critical_path.json"
 #: The ``skewlens analyze`` option that sets the cap (named in the note of what was left out).
 MAX_EVENTS_OPTION = "--perfetto-max-events"
 _CP_TID = 0
-#: The ``steps`` track's ``tid`` (past any stream's; drawn first by its ``thread_sort_index``).
-_STEPS_TID = 1 << 30
 #: ``cat`` of each node type and of untraced host time, as JSON text.
 
 
@@ -87,10 +87,7 @@ def _metadata(r: int, names: dict[int, str], *, on_path: bool, steps: bool) -> l
         {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
     ]
     if steps:
-        meta += [
-            {"ph": "M", "name": "thread_name", "pid": r, "tid": _STEPS_TID, "args": {"name": "steps"}},
-            {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": _STEPS_TID, "args": {"sort_index": -1}},
-        ]
+        meta += steps_track_metadata(r)
     if on_path:
         meta.append(
             {"ph": "M", "name": "thread_name", "pid": r, "tid": _CP_TID, "args": {"name": "critical path"}}
@@ -131,47 +128,6 @@ def _node_events(
         ("args", args),
     ]
     return format_events(fields, len(rows))
-
-
-def _steps_kept(result: AnalysisResult, cap: EventCap) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Each recorded step of each rank (the step breakdown's rows: rank, step, start, end) and whether
-    ``cap`` kept it: the steps written whole, or those begun before the cap fell inside the first."""
-    recs = result.breakdown
-    n = len(recs)
-    cols = {
-        attr: np.fromiter((getattr(b, attr) for b in recs), dtype=np.int64, count=n)
-        for attr in ("rank", "step", "start_ns", "end_ns")
-    }
-    if cap.steps is not None:
-        kept = (cols["step"] >= cap.steps[0]) & (cols["step"] <= cap.steps[1])
-    elif cap.until_ns is not None:
-        kept = cols["start_ns"] < cap.until_ns
-    else:
-        kept = np.ones(n, dtype=np.bool_)
-    return cols, kept
-
-
-def _step_events(cols: dict[str, np.ndarray], kept: np.ndarray, t0: int) -> Iterator[pa.Array]:
-    """A slice per step kept on its rank's ``steps`` track (before, the timeline had no step boundaries:
-    200 decode steps of 11 nodes each were told apart only by each slice's ``args.step``)."""
-    rows = np.flatnonzero(kept)
-    if not rows.size:
-        return
-    step, start = cols["step"][rows], cols["start_ns"][rows]
-    labels = np.unique(step)
-    yield format_events(
-        [
-            ("ph", '"X"'),
-            ("name", json_strings([f"step {s}" for s in labels.tolist()], np.searchsorted(labels, step))),
-            ("cat", '"step"'),
-            ("pid", json_int(cols["rank"][rows])),
-            ("tid", str(_STEPS_TID)),
-            ("ts", json_fixed(start - t0, 3)),
-            ("dur", json_fixed(cols["end_ns"][rows] - start, 3)),
-            ("args", [("step", json_int(step))]),
-        ],
-        rows.size,
-    )
 
 
 def _path_col(path: list[CriticalPathRecord], attr: str) -> np.ndarray:
@@ -314,8 +270,9 @@ def write_perfetto(
     cp_ts, cp_kept = _path_kept(cp, cap)
     path_ranks = {c.rank for c, k in zip(cp, cp_kept.tolist(), strict=True) if k}
     tracks = {r: _tracks(ix.ranks[r], written[r], ix.run.pg_names) for r in ranks}
-    step_cols, steps_kept = _steps_kept(result, cap)
-    step_ranks = set(step_cols["rank"][steps_kept].tolist())
+    spans = StepSpans.of((b.rank, b.step, b.start_ns, b.end_ns) for b in result.breakdown)
+    steps_kept = spans.kept(cap)
+    step_ranks = set(spans.rank[steps_kept].tolist())
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
         for batch in rank_chunks(cap):
@@ -349,7 +306,7 @@ def write_perfetto(
         jobs=jobs(),
         fmt=fmt,
         extra=lambda: itertools.chain(
-            _step_events(step_cols, steps_kept, t0),
+            spans.events(steps_kept, t0),
             _path_events(cp, cp_ts, cp_kept, t0),
             wait_events(
                 cap.keep,

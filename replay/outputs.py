@@ -46,6 +46,7 @@ from skewlens.replay.streaming import (
     DEFAULT_MAX_EVENTS,
     Lookup,
     RankRows,
+    StepSpans,
     Value,
     cap_events,
     format_events,
@@ -56,6 +57,7 @@ from skewlens.replay.streaming import (
     rank_categories,
     rank_chunks,
     rank_tracks,
+    steps_track_metadata,
     wait_events,
     write_trace,
 )
@@ -310,6 +312,10 @@ def write_perfetto(
 
     em = execution_model(run)
     cats = {r: rank_categories(run.ranks[r], em.ranks[r]) for r in ranks}
+    # each rank's replayed steps, on a track of their own (as in the analysis's trace)
+    spans = StepSpans.of((r, k, a, b) for (r, k), (a, b) in sorted(res.step_spans().items()))
+    steps_kept = spans.kept(cap)
+    step_ranks = set(spans.rank[steps_kept].tolist())
     idle: dict[int, IdleStretches] = {}
     idle_tid: dict[int, int] = {}
     for r, sid in sorted((idle_streams or {}).items()):
@@ -358,6 +364,8 @@ def write_perfetto(
                 f"rank {r} (copy of captured rank {run.source_rank(r)})" if run.source_ranks else f"rank {r}"
             )
             yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": proc}}
+            if r in step_ranks:
+                yield from steps_track_metadata(r)
             for t, label in tracks[r].used_names(run.ranks[r].stream, cap.keep[r]).items():
                 yield {"name": "thread_name", "ph": "M", "pid": r, "tid": t, "args": {"name": label}}
             if r in idle and cap.keep[r][idle[r].before].any():
@@ -383,6 +391,7 @@ def write_perfetto(
         jobs=rank_chunks(cap),
         fmt=fmt,
         extra=lambda: itertools.chain(
+            spans.events(steps_kept, t0),
             wait_events(
                 cap.keep,
                 res.start_ns,

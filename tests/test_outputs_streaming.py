@@ -36,6 +36,7 @@ from skewlens.replay import outputs
 from skewlens.replay.outputs import ReplayedNodeRecord, write_perfetto, write_timeline
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.streaming import (
+    STEPS_TID,
     TraceWriter,
     cap_events,
     format_events,
@@ -155,7 +156,19 @@ def test_the_streamed_timeline_json_has_every_node_as_one_dict_per_event_would(
             )
     assert sorted(map(_key, _x_events(doc))) == sorted(map(_key, expected))
     threads = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["name"] == "thread_name"}
-    assert threads == {(r, s) for r in range(RANKS) for s in (0, 7)}
+    assert threads == {(r, s) for r in range(RANKS) for s in (0, 7, STEPS_TID)}
+    # each rank's replayed steps on its steps track, from where its step before ended (before: none drawn)
+    steps = sorted(
+        (e["pid"], e["args"]["step"], round(e["ts"] * 1000) + t0, round(e["dur"] * 1000))
+        for e in doc["traceEvents"]
+        if e.get("cat") == "step"
+    )
+    tiled, ended = [], {}
+    for (r, k), (a, b) in sorted(sim.step_spans().items()):
+        a = max(a, ended.get(r, a))
+        tiled.append((r, k, a, max(a, b) - a))
+        ended[r] = max(ended.get(r, b), b)
+    assert steps == tiled and len(steps) == RANKS * len(sim.steps())
     assert doc["otherData"]["events_written"] == doc["otherData"]["events_total"] == len(expected)
     assert doc["otherData"]["left_out"] is None
     assert not any(e["ph"] == "i" for e in doc["traceEvents"])
@@ -441,10 +454,8 @@ def test_the_analysis_trace_draws_each_rank_s_recorded_steps_on_a_steps_track(tm
         for b in sorted(result.breakdown, key=lambda b: (b.rank, b.step))
     ]
     meta = [e for e in doc["traceEvents"] if e["ph"] == "M" and e.get("tid") in tid]
-    assert sorted((e["pid"], e["name"], *e["args"].values()) for e in meta) == [
-        (r, name, value)
-        for r in range(SC.world_size)
-        for name, value in (("thread_name", "steps"), ("thread_sort_index", -1))
+    assert sorted((e["pid"], e["name"], e["args"]["name"]) for e in meta) == [
+        (r, "thread_name", "steps") for r in range(SC.world_size)
     ]
     assert not lint(tmp_path / "t.json").counts
 
@@ -566,12 +577,16 @@ def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_strea
         rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=50_000, stream=1000)
     run = load_run(b.write(tmp_path / "cpu"))
     replay_doc = json.loads(write_perfetto(run, simulate(run), tmp_path / "t.json").read_text())
-    assert _thread_names(replay_doc, 1) == {0: "host thread 0", 1000: "communication stream 1000 (group 0)"}
+    assert _thread_names(replay_doc, 1) == {
+        0: "host thread 0",
+        1000: "communication stream 1000 (group 0)",
+        STEPS_TID: "steps",
+    }
     result = analyze_run(run, blame=False)
     analysis_doc = json.loads(write_analysis_perfetto(result, tmp_path / "a.json").read_text())
     names = _thread_names(analysis_doc, 1)
     path = {0: "critical path"} if 1 in {p.rank for p in result.critical_path} else {}
-    steps = {1 << 30: "steps"}  # the recorded steps' track
+    steps = {STEPS_TID: "steps"}  # the recorded steps' track
     assert names == {**path, 1: "host thread 0", 2: "communication stream 1000 (group 0)", **steps}
     # an imported GPU run: host threads by their tid, the compute and the NCCL stream by their number; the
     # streams that hold only METADATA nodes get no (empty) track
@@ -590,8 +605,8 @@ def test_timeline_tracks_are_named_host_thread_gpu_stream_or_communication_strea
             kinds[s] = f"GPU stream {s} (communication)"
         else:
             kinds[s] = f"GPU stream {s}"
-    assert names == kinds
-    kind_of = {re.sub(r" \d+", "", v) for v in names.values()}
+    assert names == {**kinds, STEPS_TID: "steps"}
+    kind_of = {re.sub(r" \d+", "", v) for t, v in names.items() if t != STEPS_TID}
     assert kind_of == {"host thread", "GPU stream", "GPU stream (communication)"}
 
 
