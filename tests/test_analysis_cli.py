@@ -350,6 +350,39 @@ def test_the_stragglers_table_gives_ms_per_step_over_the_steps_it_names_and_no_c
     ]
 
 
+def test_a_straggler_whose_cost_is_mostly_one_step_is_named_with_that_step_and_its_median(
+    tmp_path: Path,
+) -> None:
+    # a serving loop with each decode step a step: rank 1 1 ms late in each decode step, 20 ms in the
+    # prefill (step 2). Before, the table said only its mean cost per step
+    b = RunBuilder(3)
+    for r in range(3):
+        t = 0
+        for s in range(5):
+            late = (20 if s == 2 else 1) * MS
+            comp = 10 * MS + (late if r == 1 else 0)
+            b.rank(r).step(s).compute("aten::mm", comp, start_ns=t)
+            arrive = t + 10 * MS + late  # every member waits for rank 1
+            b.rank(r).step(s).collective(
+                CommType.ALL_REDUCE, 4096, arrive - (t + comp) + MS, start_ns=t + comp
+            )
+            t = arrive + MS
+    result = analyze_run(load_run(b.write(tmp_path / "run")))
+    assert result.blame is not None
+    costs = {x.step: x.straggler_cost_ns for x in result.blame.step_records if x.rank == 1}
+    assert max(costs, key=lambda k: costs[k]) == 2 and costs[2] > 0.2 * sum(costs.values())
+    text = " ".join(_render(stragglers_table(result)).split())
+    share = round(100 * costs[2] / sum(costs.values()))
+    median = sorted(costs.values())[2]
+    assert (
+        f"rank 1's cost is uneven over its steps: step 2 cost {costs[2] / 1e6:.2f} ms, {share}% of it, its "
+        f"median step {median / 1e6:.2f} ms; every step is in blame_steps.parquet" in text
+    )
+    # an even straggler (build_one_slow_rank's: 40 ms in each of 3 steps) gets no such line
+    even = analyze_run(load_run(build_one_slow_rank(tmp_path / "even")))
+    assert "uneven" not in _render(stragglers_table(even))
+
+
 def test_the_stragglers_table_without_the_what_if_lists_the_rank_that_caused_the_most_wait_first(
     tmp_path: Path,
 ) -> None:
