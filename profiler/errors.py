@@ -7,6 +7,8 @@ logs and then raises.
 
 from __future__ import annotations
 
+import resource
+
 
 class SkewlensError(Exception):
     """Base class of every error skewlens raises on purpose."""
@@ -30,3 +32,15 @@ class CaptureError(SkewlensError):
 
 class TraceImportError(SkewlensError):
     """Importing third-party traces (Kineto JSON, host execution traces) failed."""
+
+
+def out_of_memory(e: MemoryError) -> SkewlensError:
+    """A :class:`MemoryError` as a one-line :class:`SkewlensError`: what could not be allocated (numpy's
+    message), and the address-space limit (``ulimit -v``) where one is set. It was a traceback of 20 lines
+    and exit code 1, which ``skewlens check`` documents as "errors in the run"."""
+    what = f" ({e})" if str(e) else ""
+    limit, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return SkewlensError(f"out of memory{what}")
+    cap = f"the address space is limited to {limit >> 20:,} MiB (ulimit -v)"
+    return SkewlensError(f"out of memory{what}: {cap}")

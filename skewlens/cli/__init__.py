@@ -1,12 +1,12 @@
 """``skewlens`` console script: dispatches a subcommand to its package's CLI module.
 
-Each subcommand is ``module:function`` taking the remaining arguments and returning an exit code;
-modules are imported lazily so ``skewlens check`` never imports torch. A :class:`SkewlensError` that
-reaches this edge is printed as one line and gives exit code 2; Ctrl-C, and SIGTERM as Ctrl-C
+Each subcommand is ``module:function`` taking the remaining arguments and returning an exit code; modules are
+imported lazily so ``skewlens check`` never imports torch. A :class:`SkewlensError` that reaches this edge is
+printed as one line and gives exit code 2, and so is a :class:`MemoryError`; Ctrl-C, and SIGTERM as Ctrl-C
 (:func:`sigterm_as_interrupt`), one line and exit code 130. A reader that goes away early (``| head``) does
-not stop a command's work: its reports go quiet (:class:`skewlens.console.ReportConsole`) and it exits
-with its own code; where printing was all there was to do (``--help``, ``--version``), it ends without a
-word with :data:`BROKEN_PIPE_EXIT`, as ``cat`` ended by SIGPIPE does.
+not stop a command's work: its reports go quiet (:class:`skewlens.console.ReportConsole`) and it exits with
+its own code; where printing was all there was to do (``--help``, ``--version``), it ends without a word with
+:data:`BROKEN_PIPE_EXIT`, as ``cat`` ended by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.threads import tune_malloc
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -169,6 +169,9 @@ def _main(argv: Sequence[str] | None) -> int:
         from skewlens.console import printable  # a message may quote a trace's names
 
         print(f"skewlens {name}: error: {printable(str(e))}", file=sys.stderr)
+        return 2
+    except MemoryError as e:  # a run larger than the memory, or ``ulimit -v``: a numpy allocation's
+        print(f"skewlens {name}: error: {out_of_memory(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"skewlens {name}: interrupted", file=sys.stderr)

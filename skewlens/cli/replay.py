@@ -49,7 +49,7 @@ from skewlens.console import (
 )
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
-from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import (
@@ -1194,6 +1194,9 @@ def main(argv: list[str] | None = None) -> int:
         except SkewlensError as e:
             if not record_failure(e):
                 errors.append(e)
+        except MemoryError as e:  # Hydra printed it as a traceback, and it ended a sweep's other points
+            if not record_failure(failure := out_of_memory(e)):
+                errors.append(failure)
         except UnicodeEncodeError as e:  # a name this locale cannot decode: one line, as the dispatcher's
             if (why := undecodable_name(e)) is None:
                 raise

@@ -1,0 +1,115 @@
+"""Commands under tight resources: a memory limit (``ulimit -v``), a full disk where the column cache goes.
+
+What a user sees is one line naming what ran short, exit code 2, and nothing half-written; a cache that
+may be deleted at any time does not take the last free space of the disk the run is on.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import skewlens.cli.replay as cli_replay
+from skewlens.cli import main
+from skewlens.profiler.errors import out_of_memory
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.sweep import JOBS_DIR
+
+#: Address space a command gets in the subprocess tests: ample for Python, numpy and pyarrow (800 MiB
+#: sufficed), far below the 1 TiB the loader is made to ask for.
+LIMIT_BYTES = 8 << 30
+
+
+def _run(tmp_path: Path) -> Path:
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=1_000_000 + 200_000 * r, start_ns=s * 2_000_000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000 - 200_000 * r)
+    return b.write(tmp_path / "run")
+
+
+def _limit() -> int:
+    """:data:`LIMIT_BYTES`, or the hard limit where that is lower."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(LIMIT_BYTES, hard)
+
+
+def _under_memory_limit(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``skewlens ARGS`` in a process whose address space is limited to :func:`_limit`, where decoding a
+    rank asks numpy for 1 TiB (a run too large for the limit, without writing one)."""
+    limit = _limit()
+    script = textwrap.dedent(
+        f"""
+        import resource, sys
+        import numpy as np
+        import skewlens.profiler.store.load as load
+        from skewlens.cli import main
+
+        def hungry(*_a, **_k):
+            return np.zeros(1 << 40, dtype=np.int8)
+
+        load._interpret = hungry
+        resource.setrlimit(resource.RLIMIT_AS, ({limit}, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        sys.exit(main({args!r}))
+        """
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize("command", ["check", "analyze", "export"])
+def test_a_run_too_large_for_the_memory_limit_is_one_line_naming_the_limit_with_exit_2_and_no_output(
+    tmp_path: Path, command: str
+) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / "out"
+    args = [command, str(run)] if command == "check" else [command, str(run), "--out", str(out)]
+    res = _under_memory_limit(args, tmp_path)
+    # it was a traceback of 20 lines, and exit code 1, which check documents as errors in the run
+    assert res.returncode == 2, res.stderr
+    [line] = res.stderr.splitlines()
+    assert line.startswith(f"skewlens {command}: error: out of memory (Unable to allocate 1.00 TiB")
+    assert line.endswith(f"): the address space is limited to {_limit() >> 20:,} MiB (ulimit -v)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no output, no staging directory
+
+
+def test_a_sweep_point_that_runs_out_of_memory_is_named_and_the_others_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / "sweep"
+    calls: list[object] = []
+    replay_run = cli_replay.replay_run
+    short = MemoryError("Unable to allocate 1.00 TiB for an array with shape (1099511627776,)")
+
+    def first_runs_out(conf: object, *a: object, **k: object) -> object:
+        calls.append(conf)
+        if len(calls) == 1:
+            raise short  # what numpy raises where the memory (or ulimit -v) runs out
+        return replay_run(conf, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli_replay, "replay_run", first_runs_out)
+    args = ["-m", f"trace={run}", f"out={out}", "slowdown=straggler", "slowdown.rank=1", "progress=false"]
+    rc = main(["replay", *args, "slowdown.factor=1.0,2.0", "perfetto=false"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    # the whole sweep ended in a Hydra traceback: no point named, job 1 never ran
+    assert [line for line in err.splitlines() if ": warning: " not in line] == [
+        f"skewlens replay: error: sweep job 0 (slowdown.factor=1.0): {out_of_memory(short)}",
+        f"skewlens replay: 1 of 2 sweep jobs failed; the others' outputs are in {out}",
+    ]
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["job"] for r in rows] == [1]
+    assert sorted(p.name for p in (out / JOBS_DIR).iterdir()) == ["0.error", "1.parquet"]
+    assert not (out / "0").exists()
