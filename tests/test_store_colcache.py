@@ -484,3 +484,33 @@ def test_a_cache_written_by_format_5_is_not_used_it_lacks_the_calls_returns(
 
     again = _load_past_a_cache_of(et, 5, format_5, monkeypatch)  # served, it gave no returns at all
     assert again.return_ns is not None and np.array_equal(again.return_ns, decoded.return_ns)
+
+
+def test_a_cache_file_is_not_written_where_it_would_leave_the_runs_disk_under_its_free_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a 128-rank run of 2.6 MB on a 3.5 MB file system: its load wrote cache until 20 KB were left
+    run = mixed_run(tmp_path)
+    first = load_run(run)
+    size = max(p.stat().st_size for p in (run / colcache.CACHE_DIRNAME).iterdir())
+    cache = run / colcache.CACHE_DIRNAME
+    for p in cache.iterdir():
+        p.unlink()
+    total = 1_000 * size
+    reserve = int(total * colcache.MIN_FREE_SHARE)
+
+    def disk(free: int) -> None:  # a file system of ``total`` bytes, ``free`` of them available
+        st = os.statvfs_result((1, 1, total, free, free, 1_000, 1_000, 1_000, 0, 255))
+        monkeypatch.setattr(os, "statvfs", lambda _p: st)
+
+    disk(reserve + 1)  # any cache file would take it under the reserve
+    seen = _decodes(monkeypatch)
+    for _ in range(2):
+        again = load_run(run)
+    assert list(cache.iterdir()) == []
+    assert len(seen) == 6  # each load decoded every rank
+    for r in (0, 1, 2):
+        _assert_same(first.ranks[r], again.ranks[r])
+    disk(reserve + 4 * size)  # room for the largest, as each load sees it
+    load_run(run)
+    assert sorted(p.name for p in cache.iterdir()) == [f"rank-{r}.et.arrow" for r in (0, 1, 2)]

@@ -15,7 +15,8 @@ be exactly ours, and its row counts are bounded by the trace's size, so that it 
 allocate more than the trace could.
 
 The cache is written where the run's directory is writable (atomically: temp file, then rename; two
-loads of one run may race, and either one's file is whole); elsewhere loads simply decode. A
+loads of one run may race, and either one's file is whole) and where its file system keeps 5% of its size
+free after the file (:data:`MIN_FREE_SHARE`); elsewhere loads simply decode. A
 ``.skewlens-cache`` that is a symbolic link is neither read nor written: loading a run never writes
 outside its directory. Set
 ``SKEWLENS_COLUMN_CACHE=off`` to neither read nor write it; deleting ``.skewlens-cache`` is always safe.
@@ -46,6 +47,8 @@ ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: (b542942 changed that under format 4, so a format-4 file may hold what the earlier decoder read);
 #: 6: skl_return_ns (a format-5 file of a trace that has it lacks it)
 FORMAT_VERSION = 6
+#: The share of its file system a cache file must leave free once written (see :func:`write`).
+MIN_FREE_SHARE = 0.05
 _EDGE_BYTES = 64 * 1024
 _KEY = b"skewlens.columns"
 _GLOBAL = b"skewlens.global_metadata"
@@ -112,14 +115,17 @@ def read(trace: Path, key: bytes) -> RawColumns | None:
 
 def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
     """Cache ``raw`` as the columns of ``trace`` (decoded from the bytes ``key`` names); False where the
-    directory is not writable, or where the columns do not fit the cache's types (a node type the trace
-    gives as 260 would read back as 4, a COMP node: such a trace, an error anyway, is decoded each time),
-    and where ``.skewlens-cache`` is a symbolic link (a run from elsewhere may point it anywhere)."""
+    directory is not writable, where the file would leave its file system under :data:`MIN_FREE_SHARE`
+    free, where the columns do not fit the cache's types (a node type the trace gives as 260 would read
+    back as 4, a COMP node: such a trace, an error anyway, is decoded each time), and where
+    ``.skewlens-cache`` is a symbolic link (a run from elsewhere may point it anywhere)."""
     if not (_fits_int8(raw.node_type) and _fits_int8(raw.dep_kind)):
         return False
     if cache_path(trace).parent.is_symlink():
         return False  # a run's .skewlens-cache linking elsewhere had analyze write rank-<r>.et.arrow there
     batch = _batch(raw).replace_schema_metadata({_KEY: key, _GLOBAL: raw.global_metadata})
+    if not _room_for(trace.parent, batch.nbytes):
+        return False
     try:
         with (
             atomic_file(cache_path(trace)) as tmp,
@@ -130,6 +136,20 @@ def write(trace: Path, key: bytes, raw: RawColumns) -> bool:
     except (OSError, SkewlensError):
         return False
     return True
+
+
+def _room_for(run_dir: Path, nbytes: int) -> bool:
+    """Whether the file system of ``run_dir`` keeps :data:`MIN_FREE_SHARE` of its size free (what an
+    unprivileged user may use, as ``df`` counts it) once ``nbytes`` more are written there. A load of a
+    128-rank run of 2.6 MB on a 3.5 MB file system wrote cache files until 20 KB were left, and what the
+    run's owner wrote there next failed ``No space left on device``; a cache that may be deleted at any
+    time does not take a disk's last space. True where the file system cannot be asked: the write finds
+    out."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return True
+    return (st.f_bavail * st.f_frsize - nbytes) >= st.f_blocks * st.f_frsize * MIN_FREE_SHARE
 
 
 # ------------------------------------------------------------------------------------------ layout
