@@ -7,9 +7,11 @@ ordinary ``open(..., "w")`` would (0666 minus the umask), not ``mkstemp``'s priv
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import resource
 import shutil
 import stat
 import tempfile
@@ -121,8 +123,13 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
 
 
 def _why(e: OSError, tmp: Path) -> str:
-    """An OSError in a line: its reason, and the file it names where that is not the temporary one."""
-    why = e.strerror or str(e) or type(e).__name__
+    """An OSError in a line: its reason, and the file it names where that is not the temporary one. The
+    reason is the C library's for its errno (pyarrow's own said ``Error writing bytes to file. Detail:
+    [errno 28] No space left on device``), and a file larger than ``ulimit -f`` allows says that limit."""
+    why = os.strerror(e.errno) if e.errno else e.strerror or str(e) or type(e).__name__
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if e.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
+        why += f" (a file may have at most {limit >> 10:,} KiB: ulimit -f)"
     other = e.filename not in (None, str(tmp))
     return f"{why} ({e.filename})" if other else why
 

@@ -1,11 +1,12 @@
-"""Commands under tight resources: a memory limit (``ulimit -v``), a full disk where the column cache goes.
+"""Commands under tight resources: a memory limit (``ulimit -v``), a file-size limit (``ulimit -f``).
 
-What a user sees is one line naming what ran short, exit code 2, and nothing half-written; a cache that
-may be deleted at any time does not take the last free space of the disk the run is on.
+What a user sees is one line naming what ran short, exit code 2, and nothing half-written (the column
+cache on a full disk: tests/test_store_colcache.py).
 """
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -44,38 +45,43 @@ def _limit() -> int:
     return LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(LIMIT_BYTES, hard)
 
 
+def _args(command: str, run: Path, out: Path) -> list[str]:
+    """``command``'s arguments to read ``run`` and write ``out``."""
+    if command == "replay":
+        return [command, f"trace={run}", f"out={out}"]
+    return [command, str(run)] if command == "check" else [command, str(run), "--out", str(out)]
+
+
+def _skewlens_after(setup: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``skewlens ARGS`` in a child process, after the Python lines ``setup`` (``resource`` is imported)."""
+    main = f"from skewlens.cli import main\nsys.exit(main({args!r}))"
+    script = f"import resource, sys\n{textwrap.dedent(setup)}\n{main}"
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120, cwd=cwd
+    )
+
+
 def _under_memory_limit(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """``skewlens ARGS`` in a process whose address space is limited to :func:`_limit`, where decoding a
     rank asks numpy for 1 TiB (a run too large for the limit, without writing one)."""
-    limit = _limit()
-    script = textwrap.dedent(
-        f"""
-        import resource, sys
+    setup = f"""
         import numpy as np
         import skewlens.profiler.store.load as load
-        from skewlens.cli import main
 
         def hungry(*_a, **_k):
             return np.zeros(1 << 40, dtype=np.int8)
 
         load._interpret = hungry
-        resource.setrlimit(resource.RLIMIT_AS, ({limit}, resource.getrlimit(resource.RLIMIT_AS)[1]))
-        sys.exit(main({args!r}))
+        resource.setrlimit(resource.RLIMIT_AS, ({_limit()}, resource.getrlimit(resource.RLIMIT_AS)[1]))
         """
-    )
-    return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120, cwd=cwd
-    )
+    return _skewlens_after(setup, args, cwd)
 
 
 @pytest.mark.parametrize("command", ["check", "analyze", "export"])
 def test_a_run_too_large_for_the_memory_limit_is_one_line_naming_the_limit_with_exit_2_and_no_output(
     tmp_path: Path, command: str
 ) -> None:
-    run = _run(tmp_path)
-    out = tmp_path / "out"
-    args = [command, str(run)] if command == "check" else [command, str(run), "--out", str(out)]
-    res = _under_memory_limit(args, tmp_path)
+    res = _under_memory_limit(_args(command, _run(tmp_path), tmp_path / "out"), tmp_path)
     # it was a traceback of 20 lines, and exit code 1, which check documents as errors in the run
     assert res.returncode == 2, res.stderr
     [line] = res.stderr.splitlines()
@@ -113,3 +119,25 @@ def test_a_sweep_point_that_runs_out_of_memory_is_named_and_the_others_finish(
     assert [r["job"] for r in rows] == [1]
     assert sorted(p.name for p in (out / JOBS_DIR).iterdir()) == ["0.error", "1.parquet"]
     assert not (out / "0").exists()
+
+
+@pytest.mark.parametrize("command", ["analyze", "export", "replay"])
+def test_an_output_larger_than_ulimit_f_allows_is_one_line_naming_the_file_and_the_limit_and_leaves_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    run = _run(tmp_path)
+    out = tmp_path / "out"
+    args = [f"trace={run}", f"out={out}"] if command == "replay" else [str(run), "--out", str(out)]
+    limit = 2048  # bytes: smaller than any of their Parquet files
+    res = _skewlens_after(
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))", [command, *args], tmp_path
+    )
+    assert res.returncode == 2
+    # pyarrow's words were "Error writing bytes to file. Detail: [errno 27] File too large"
+    [line] = [s for s in res.stderr.splitlines() if ": warning: " not in s]
+    assert re.fullmatch(
+        rf"skewlens {command}: error: cannot write {re.escape(str(out))}/\S+\.parquet: File too large "
+        rf"\(a file may have at most {limit >> 10} KiB: ulimit -f\)",
+        line,
+    ), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no output, no staging directory
