@@ -15,7 +15,7 @@ import resource
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -122,14 +122,23 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise
 
 
+#: The errors a process limit causes: the limit, and how it is said.
+_LIMITS: dict[int, tuple[int, Callable[[int], str]]] = {
+    errno.EFBIG: (resource.RLIMIT_FSIZE, lambda n: f"a file may have at most {n >> 10:,} KiB: ulimit -f"),
+    errno.EMFILE: (resource.RLIMIT_NOFILE, lambda n: f"a process may have {n:,} files open: ulimit -n"),
+}
+
+
 def _why(e: OSError, tmp: Path) -> str:
     """An OSError in a line: its reason, and the file it names where that is not the temporary one. The
     reason is the C library's for its errno (pyarrow's own said ``Error writing bytes to file. Detail:
-    [errno 28] No space left on device``), and a file larger than ``ulimit -f`` allows says that limit."""
+    [errno 28] No space left on device``), and an error a process limit caused says the limit (``ulimit -f``,
+    ``ulimit -n``)."""
     why = os.strerror(e.errno) if e.errno else e.strerror or str(e) or type(e).__name__
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if e.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
-        why += f" (a file may have at most {limit >> 10:,} KiB: ulimit -f)"
+    if e.errno in _LIMITS:
+        which, says = _LIMITS[e.errno]
+        if (limit := resource.getrlimit(which)[0]) != resource.RLIM_INFINITY:
+            why += f" ({says(limit)})"
     other = e.filename not in (None, str(tmp))
     return f"{why} ({e.filename})" if other else why
 

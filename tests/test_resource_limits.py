@@ -6,6 +6,8 @@ cache on a full disk: tests/test_store_colcache.py).
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import resource
 import subprocess
@@ -18,7 +20,8 @@ import pytest
 
 import skewlens.cli.replay as cli_replay
 from skewlens.cli import main
-from skewlens.profiler.errors import out_of_memory
+from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.sweep import JOBS_DIR
@@ -141,3 +144,18 @@ def test_an_output_larger_than_ulimit_f_allows_is_one_line_naming_the_file_and_t
         line,
     ), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no output, no staging directory
+
+
+def test_an_output_refused_for_the_open_files_limit_says_the_limit(tmp_path: Path) -> None:
+    # export of 128 ranks under ulimit -n 16: "cannot write pg128: Too many open files" (its worker's pipe)
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no limit on open files here")
+    out = tmp_path / "x.parquet"
+    with pytest.raises(SkewlensError) as e, atomic_file(out):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))  # what open() raises at the limit
+    assert (
+        str(e.value)
+        == f"cannot write {out}: Too many open files (a process may have {soft:,} files open: ulimit -n)"
+    )
+    assert list(tmp_path.iterdir()) == []
