@@ -116,7 +116,7 @@ def atomic_file(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         tmp.replace(p)
     except OSError as e:  # the disk full, a quota: the writer's own traceback would say it in 20 lines
         tmp.unlink(missing_ok=True)
-        raise SkewlensError(f"cannot write {p}: {_why(e, tmp)}") from None
+        raise SkewlensError(f"cannot write {p}: {why_not_written(e, tmp)}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -129,7 +129,7 @@ _LIMITS: dict[int, tuple[int, Callable[[int], str]]] = {
 }
 
 
-def _why(e: OSError, tmp: Path) -> str:
+def why_not_written(e: OSError, tmp: Path) -> str:
     """An OSError in a line: its reason, and the file it names where that is not the temporary one. The
     reason is the C library's for its errno (pyarrow's own said ``Error writing bytes to file. Detail:
     [errno 28] No space left on device``), and an error a process limit caused says the limit (``ulimit -f``,
@@ -188,7 +188,7 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     try:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)
-        raise SkewlensError(_as_written(f"cannot write {out}: {_why(e, tmp)}", tmp, out)) from None
+        raise SkewlensError(_as_written(f"cannot write {out}: {why_not_written(e, tmp)}", tmp, out)) from None
     except SkewlensError as e:  # an atomic_file's or EtWriter's inside: it named the file by its staged path
         if str(tmp) not in str(e):
             raise

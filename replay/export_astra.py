@@ -92,6 +92,7 @@ from skewlens.profiler.atomic import (
     check_replaceable,
     replace_dir,
     staging_dir,
+    why_not_written,
     write_text_atomic,
 )
 from skewlens.profiler.chakra_io import (
@@ -835,8 +836,12 @@ def export_astra_sim(
                     "world_size": world,
                     "source": str(Path(f).resolve()),  # as export.json's: the same wherever run from
                 }
-                with EtWriter(tmp / f"{prefix}.{r}.et", meta) as w:
-                    w.write_all(rewritten)
+                trace = tmp / f"{prefix}.{r}.et"
+                try:
+                    with EtWriter(trace, meta) as w:
+                        w.write_all(rewritten)
+                except OSError as e:  # its write named no file: 'cannot write OUT: File too large'
+                    raise SkewlensError(f"cannot write {trace}: {why_not_written(e, trace)}") from None
                 nodes[r] = len(rewritten)
                 advance()
         # each through write_text_atomic, whose error names the file (a full disk: 'cannot write

@@ -31,11 +31,15 @@ from skewlens.replay.sweep import JOBS_DIR
 LIMIT_BYTES = 8 << 30
 
 
+#: Steps of the run: enough for each output, an ASTRA-sim trace too, to pass the 2 KiB of ``ulimit -f 2``.
+STEPS = 30
+
+
 def _run(tmp_path: Path) -> Path:
     b = RunBuilder(world_size=2)
     for r in range(2):
         rb = b.rank(r)
-        for s in range(2):
+        for s in range(STEPS):
             rb.step(s)
             rb.compute("aten::mm", dur_ns=1_000_000 + 200_000 * r, start_ns=s * 2_000_000)
             rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000 - 200_000 * r)
@@ -52,6 +56,8 @@ def _args(command: str, run: Path, out: Path) -> list[str]:
     """``command``'s arguments to read ``run`` and write ``out``."""
     if command == "replay":
         return [command, f"trace={run}", f"out={out}"]
+    if command == "astra-sim":
+        return ["export", "--format", command, str(run), "--out", str(out)]
     return [command, str(run)] if command == "check" else [command, str(run), "--out", str(out)]
 
 
@@ -124,22 +130,24 @@ def test_a_sweep_point_that_runs_out_of_memory_is_named_and_the_others_finish(
     assert not (out / "0").exists()
 
 
-@pytest.mark.parametrize("command", ["analyze", "export", "replay"])
+@pytest.mark.parametrize(
+    ("command", "suffix"),
+    [("analyze", "parquet"), ("export", "parquet"), ("replay", "parquet"), ("astra-sim", "et")],
+)
 def test_an_output_larger_than_ulimit_f_allows_is_one_line_naming_the_file_and_the_limit_and_leaves_nothing(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, suffix: str
 ) -> None:
-    run = _run(tmp_path)
     out = tmp_path / "out"
-    args = [f"trace={run}", f"out={out}"] if command == "replay" else [str(run), "--out", str(out)]
-    limit = 2048  # bytes: smaller than any of their Parquet files
-    res = _skewlens_after(
-        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))", [command, *args], tmp_path
-    )
+    limit = 2048  # bytes: smaller than any of their Parquet and .et files
+    setup = f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))"
+    res = _skewlens_after(setup, _args(command, _run(tmp_path), out), tmp_path)
     assert res.returncode == 2
-    # pyarrow's words were "Error writing bytes to file. Detail: [errno 27] File too large"
+    # pyarrow's words were "Error writing bytes to file. Detail: [errno 27] File too large"; an ASTRA-sim
+    # trace's named only the directory ("cannot write OUT: File too large")
     [line] = [s for s in res.stderr.splitlines() if ": warning: " not in s]
+    name = "export" if command == "astra-sim" else command
     assert re.fullmatch(
-        rf"skewlens {command}: error: cannot write {re.escape(str(out))}/\S+\.parquet: File too large "
+        rf"skewlens {name}: error: cannot write {re.escape(str(out))}/\S+\.{suffix}: File too large "
         rf"\(a file may have at most {limit >> 10} KiB: ulimit -f\)",
         line,
     ), line
