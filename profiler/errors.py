@@ -34,13 +34,19 @@ class TraceImportError(SkewlensError):
     """Importing third-party traces (Kineto JSON, host execution traces) failed."""
 
 
-def out_of_memory(e: MemoryError) -> SkewlensError:
-    """A :class:`MemoryError` as a one-line :class:`SkewlensError`: what could not be allocated (numpy's
-    message), and the address-space limit (``ulimit -v``) where one is set. It was a traceback of 20 lines
-    and exit code 1, which ``skewlens check`` documents as "errors in the run"."""
-    what = f" ({e})" if str(e) else ""
+def address_space_limit() -> str | None:
+    """``the address space is limited to N MiB (ulimit -v)`` where a limit is set (``ulimit -v``,
+    ``prlimit --as``), else None: what explains a failure to allocate, or to start torch's processes."""
     limit, _hard = resource.getrlimit(resource.RLIMIT_AS)
     if limit == resource.RLIM_INFINITY:
-        return SkewlensError(f"out of memory{what}")
-    cap = f"the address space is limited to {limit >> 20:,} MiB (ulimit -v)"
-    return SkewlensError(f"out of memory{what}: {cap}")
+        return None
+    return f"the address space is limited to {limit >> 20:,} MiB (ulimit -v)"
+
+
+def out_of_memory(e: MemoryError) -> SkewlensError:
+    """A :class:`MemoryError` as a one-line :class:`SkewlensError`: what could not be allocated (numpy's
+    message), and the address-space limit where one is set (:func:`address_space_limit`). It was a
+    traceback of 20 lines and exit code 1, which ``skewlens check`` documents as "errors in the run"."""
+    what = f" ({e})" if str(e) else ""
+    cap = address_space_limit()
+    return SkewlensError(f"out of memory{what}" + (f": {cap}" if cap else ""))

@@ -167,3 +167,29 @@ def test_an_output_refused_for_the_open_files_limit_says_the_limit(tmp_path: Pat
         == f"cannot write {out}: Too many open files (a process may have {soft:,} files open: ulimit -n)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # starts torch's launcher
+def test_a_real_replay_whose_launcher_failed_under_an_address_space_limit_says_the_limit(
+    tmp_path: Path,
+) -> None:
+    # under ulimit -v 600000 torch's rendezvous store did not start: after 2.5 minutes the error quoted
+    # only "RendezvousConnectionError: The connection to the C10d store has failed"
+    out = tmp_path / "out"
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    limit = 64 << 30 if hard == resource.RLIM_INFINITY else hard  # ample: the launcher fails on its arguments
+    setup = f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {hard}))"
+    args = [
+        *_args("replay", _run(tmp_path), out),
+        "mode=real",
+        "real.launcher_args=[--bogus]",
+        "progress=false",
+    ]
+    res = _skewlens_after(setup, args, tmp_path)
+    assert res.returncode == 2
+    [line] = [s for s in res.stderr.splitlines() if ": warning: " not in s]
+    assert line.startswith("skewlens replay: error: real replay: the launcher exited with code 2; log ")
+    assert line.endswith(
+        f"; the address space is limited to {limit >> 20:,} MiB (ulimit -v), which torch's processes "
+        "may need more of"
+    )

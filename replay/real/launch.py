@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from skewlens.profiler.atomic import chmod_as_made
+from skewlens.profiler.errors import address_space_limit
 from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
@@ -337,4 +338,10 @@ def run_workers(
             "real replay: the rendezvous timed out waiting for the other nodes to join (torchrun's "
             f"--rdzv-conf join_timeout bounds it, 600 s unless real.launcher_args give one); log {shown}"
         )
-    raise ReplayError(f"real replay: the launcher exited with code {proc.returncode}; log {shown}: {tail}")
+    # under ulimit -v 600000, torch's rendezvous store failed to start, and the log said only that the
+    # connection to it timed out (twice 60 s) and "loop cleanup didn't work"
+    cap = address_space_limit()
+    limited = f"; {cap}, which torch's processes may need more of" if cap else ""
+    raise ReplayError(
+        f"real replay: the launcher exited with code {proc.returncode}; log {shown}: {tail}{limited}"
+    )
