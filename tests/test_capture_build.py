@@ -189,6 +189,88 @@ def test_an_async_hooked_all_reduce_keeps_its_worker_event_from_the_bucket_all_r
     assert ends == {15: 3_556 * us, 16: 10_087 * us}
 
 
+def _on_gloo_threads(
+    comms: list[CommRecord], workers: list[OpRecord], threads: dict[int, str]
+) -> RankCapture:
+    """Rank 0's capture of one step of 20 ms: ``comms``, and the gloo worker events ``workers`` on the group
+    threads ``threads``."""
+    steps = [StepRecord(step=0, start_ns=0, end_ns=20_000_000)]
+    return RankCapture(
+        rank=0,
+        comms=comms,
+        steps=steps,
+        groups=GROUPS,
+        main_thread=MAIN,
+        worker_events=workers,
+        group_threads=threads,
+    )
+
+
+@pytest.mark.parametrize("end", [END_UNKNOWN, 325_000], ids=["not-timed", "event-starts-at-its-end"])
+def test_an_async_hooked_all_reduce_takes_its_event_when_its_completion_is_unknown_or_came_as_the_event_began(
+    end: int,
+) -> None:
+    # µs: a completion the hooks never timed (END_UNKNOWN) says nothing against the event, and an event that
+    # began as the future fired began before the call completed: either way the call's own event, and the
+    # bucket issued after it takes the next one (10,087), not the call's (3,556)
+    us = 1_000
+    hooked = coll(294 * us, end, seq=14, is_async=True, issue_end=300 * us)
+    bucket = replace(coll(1_314 * us, 1_314 * us, seq=15, is_async=True), op="gloo:all_reduce")
+    workers = [
+        host_op("gloo:all_reduce", 325 * us, 3_231 * us, thread=8),
+        host_op("gloo:all_reduce", 3_569 * us, 6_518 * us, thread=8),
+    ]
+    cap = _on_gloo_threads([hooked, bucket], workers, {8: "0"})
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {15: 10_087 * us}
+
+
+def test_an_async_hooked_reduce_scatter_takes_the_earliest_of_gloos_all_reduce_and_reduce_scatter_event() -> (
+    None
+):
+    # µs: gloo may run a reduce_scatter as an all_reduce (its event gloo:all_reduce, 325-3,556); after it, a
+    # recorder-only all_reduce (issued 1,314) and reduce_scatter (issued 3,600) each take their own event
+    us = 1_000
+    hooked = replace(
+        coll(294 * us, 3_534 * us, seq=14, is_async=True, issue_end=346 * us),
+        op="c10d::_reduce_scatter_base_",
+        comm_type=CommType.REDUCE_SCATTER,
+    )
+
+    def fr(t: int, seq: int, name: str, kind: CommType) -> CommRecord:
+        return replace(coll(t * us, t * us, seq=seq, is_async=True), op=name, comm_type=kind)
+
+    comms = [
+        hooked,
+        fr(1_314, 15, "gloo:all_reduce", CommType.ALL_REDUCE),
+        fr(3_600, 16, "gloo:reduce_scatter", CommType.REDUCE_SCATTER),
+    ]
+    workers = [
+        host_op("gloo:all_reduce", 325 * us, 3_231 * us, thread=8),
+        host_op("gloo:all_reduce", 3_569 * us, 6_518 * us, thread=8),
+        host_op("gloo:reduce_scatter", 3_700 * us, 1_300 * us, thread=9),
+    ]
+    cap = _on_gloo_threads(comms, workers, {8: "0", 9: "0"})
+    nodes = build_nodes(cap)
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in nodes if n.name.startswith("gloo:")}
+    assert ends == {15: 10_087 * us, 16: 5_000 * us}
+
+
+def test_a_quiet_async_hooked_call_hides_no_worker_event_of_a_recorder_only_collective_run_during_it() -> (
+    None
+):
+    # µs: a quiet async all_reduce (no event of its own) in flight 294-3,534 on thread 8 while a collective
+    # only the flight recorder saw, issued at 1,314, runs 1,400-3,000 on the group's other thread. Only a
+    # blocking call's span holds the events it made: the recorder's collective keeps its own end
+    us = 1_000
+    hooked = replace(coll(294 * us, 3_534 * us, seq=14, is_async=True, issue_end=346 * us), quiet=True)
+    fr = replace(coll(1_314 * us, 1_314 * us, seq=15, is_async=True), op="gloo:all_reduce")
+    workers = [host_op("gloo:all_reduce", 1_400 * us, 1_600 * us, thread=9)]
+    cap = _on_gloo_threads([hooked, fr], workers, {8: "0", 9: "0"})
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {15: 3_000 * us}
+
+
 def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:
     # ops level, DDP alone: no hooked call to join the clocks; Kineto runs 40 µs behind time.time_ns()
     skew = 40_000
