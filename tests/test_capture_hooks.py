@@ -107,7 +107,8 @@ recs = hooks.flush()
 hooks.uninstall()
 events = workers.stop()
 print(json.dumps({"quiet": quiet, "gloo": [e.name for e in events], "records": len(recs),
-                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in recs)}))
+                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in recs),
+                  "quiet_records": [r.quiet for r in recs]}))
 dist.destroy_process_group()
 """
 
@@ -119,6 +120,8 @@ def test_once_the_worker_threads_are_known_hooked_calls_leave_the_worker_event_p
     # the profiler saw the loud calls' work items and none of the quiet ones'; the hooks timed all of them
     assert data["gloo"].count("gloo:all_reduce") == marks + 1
     assert data["records"] == marks + 4 and data["timed"]
+    # each record says whether it was issued quiet (build then knows it made no worker event to take)
+    assert data["quiet_records"] == [*data["quiet"], True, True, False]
 
 
 #: One gloo rank with the flight recorder on, the hooks installed and a sub-group ``pair`` of it.
