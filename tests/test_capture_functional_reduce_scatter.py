@@ -4,15 +4,21 @@ the all_reduce of the whole input that gloo runs for it and its flight-recorder 
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from test_capture_build import coll
 
+from skewlens.profiler.capture import waits
 from skewlens.profiler.capture.flight import as_issued
 from skewlens.profiler.capture.records import CommRecord
+from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 
@@ -46,6 +52,41 @@ def test_a_gloo_all_reduce_issued_inside_a_functional_reduce_scatter_call_is_a_r
     ]
     assert (out[0].op, out[0].size_bytes, out[0].seq) == ("gloo:all_reduce", 262_144, 1)  # the rest kept
     assert as_issued([inside], []) == [inside]
+    # an entry created as the call began or as it returned is the call's
+    lo, hi = scatters[0][1:]
+    at_ends = [recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, t) for t in (lo, hi, hi + 1)]
+    assert [c.comm_type for c in as_issued(at_ends, scatters)] == [
+        CommType.REDUCE_SCATTER,
+        CommType.REDUCE_SCATTER,
+        CommType.ALL_REDUCE,
+    ]
+
+
+def test_the_wait_hooks_time_each_functional_reduce_scatter_call_made_while_recording_on_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.distributed._functional_collectives as funcol
+
+    ticks = itertools.count(100, 100)
+    monkeypatch.setattr(waits, "time", SimpleNamespace(time_ns=lambda: next(ticks)))  # the hooks' clock
+    recording = [False]
+    orig = funcol.reduce_scatter_single
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(funcol, "reduce_scatter_single", lambda *a, **k: calls.append(a) or "out")
+    hooks = WaitHooks(lambda: recording[0], lambda: 0)
+    hooks.install()
+    try:
+        assert funcol.reduce_scatter_single(1) == "out"  # not recording: passed through, not timed
+        recording[0] = True
+        assert funcol.reduce_scatter_single(2) == "out"
+        assert calls == [(1,), (2,)]
+        assert hooks.flush_scatters() == [(threading.get_ident(), 100, 200)]
+        assert hooks.flush_scatters() == []  # each call once
+    finally:
+        hooks.uninstall()
+    assert funcol.reduce_scatter_single(3) == "out" and not hooks.flush_scatters()  # torch's own again
+    monkeypatch.undo()
+    assert funcol.reduce_scatter_single is orig
 
 
 B, S, H, F, BLOCKS = 4, 16, 64, 128, 2
