@@ -8,10 +8,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from capture_helpers import ONE_GLOO_RANK
 
+from skewlens.profiler.capture import session
+from skewlens.profiler.capture.session import CaptureSession
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs
+from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.vocab import Attr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +115,48 @@ dist.destroy_process_group()
     groups = [(g["name"], g["ranks"]) for g in manifest["process_groups"]]
     assert groups == [("0", [0]), ("1", [0]), ("2", [0])]
     assert {c[1] for c in _collectives(run)} == {"0", "1", "2"}
+
+
+class _Group:
+    """A stand-in process group: its name, or what reading it raises (one being created or destroyed)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.fails = name, False
+
+
+def _groups_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, live: list[_Group]) -> CaptureSession:
+    """A session whose process groups are ``live`` (as torch lists them) and read by name."""
+    import torch.distributed as dist
+
+    def info(pg: _Group) -> ProcessGroupInfo:
+        if pg.fails:
+            raise KeyError(pg.name)
+        return ProcessGroupInfo(name=pg.name, ranks=(0,), desc="", backend="gloo")
+
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist.distributed_c10d, "_world", SimpleNamespace(pg_names=live))
+    monkeypatch.setattr(session, "_group_info", info)
+    return CaptureSession(tmp_path / "run")
+
+
+def test_a_group_that_could_not_be_read_is_read_again_at_the_next_step_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    live = [_Group("0"), _Group("1")]
+    cap = _groups_session(monkeypatch, tmp_path, live)
+    live[1].fails = True  # being created at this step's end
+    assert [g.name for g in cap._groups()] == ["0"]
+    live[1].fails = False
+    assert [g.name for g in cap._groups()] == ["0", "1"]  # the same groups, but one was not read
+
+
+def test_after_a_destroy_the_groups_are_read_again_though_a_new_one_took_the_gone_ones_identity(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    live = [_Group("0"), _Group("1")]
+    cap = _groups_session(monkeypatch, tmp_path, live)
+    assert [g.name for g in cap._groups()] == ["0", "1"]
+    cap._group_destroyed()
+    live[1].name = "2"  # group 1 destroyed, group 2 made at its address (the same id())
+    assert [g.name for g in cap._groups()] == ["0", "1", "2"]
