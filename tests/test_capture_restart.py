@@ -12,7 +12,7 @@ import pytest
 from capture_helpers import profile
 from test_capture_hosts import save_rank as save_host_rank
 
-from skewlens.profiler.capture.run import finalize_run
+from skewlens.profiler.capture.run import finalize_run, unsaved_traces
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.manifest import StepWindow, read_manifest
 from skewlens.profiler.store.issues import run_notes
@@ -211,3 +211,50 @@ def test_a_host_of_the_same_attempt_keeps_the_manifest_another_host_merged(tmp_p
     assert first is not None and first.ranks == (0, 1)
     assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW) is None
     assert read_manifest(tmp_path) == first
+
+
+def unsaved(run: Path, rank: int, *, world: int, started_ns: int, attempt: int) -> None:
+    """What a rank of torchrun's ``attempt`` whose capture began at ``started_ns`` leaves when its save
+    fails: a part file saying why (``not_saved``), no trace."""
+    save_rank(run, rank, world=world, began_s=0, attempt=attempt)
+    (run / f"rank-{rank}.et").unlink()
+    part = json.loads(part_file(run, rank).read_text())
+    part["run_identity"]["started_ns"] = started_ns
+    part_file(run, rank).write_text(json.dumps({**part, "not_saved": "disk full"}))
+
+
+@pytest.mark.parametrize(
+    ("world", "attempt", "began", "stale"),
+    [
+        (2, 1, 129 * S, False),  # this attempt's rank, begun a second before rank 0: its own failure
+        (2, 0, 131 * S, False),  # another count, begun after: not before the last attempt's ranks
+        (2, 0, 130 * S, False),  # begun as the last attempt's began: not before it
+        (2, 0, 110 * S, True),  # attempt 0's, begun 20 s before
+        (4, 1, 110 * S, True),  # the same count on 4 ranks: another world's
+    ],
+)
+def test_a_failed_save_is_an_earlier_attempts_only_of_another_attempt_or_world_begun_before_the_last(
+    tmp_path: Path, world: int, attempt: int, began: int, stale: bool
+) -> None:
+    save_rank(tmp_path, 0, world=2, began_s=130, attempt=1)  # rank 0's capture began at 130 s
+    unsaved(tmp_path, 1, world=world, started_ns=began, attempt=attempt)
+    assert unsaved_traces(tmp_path) == ({} if stale else {1: "disk full"})
+    finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW, exit_code=1)
+    note = read_manifest(tmp_path).notes["rank 1"]
+    if stale:
+        said = (
+            "its part file is an earlier attempt's (torchrun restarted the command: its capture began 20.0 s "
+        )
+        assert said in note, note
+        assert note.endswith("whose save failed: disk full"), note
+    else:
+        assert note == "trace not saved: disk full"
+
+
+def test_a_failed_save_is_judged_against_the_rank_that_began_last_whatever_its_number(tmp_path: Path) -> None:
+    # attempt 0 on 3 ranks from 100 s, rank 2's save failed; attempt 1 from 130 s: rank 1 saved, ranks 0 and 2
+    # were killed first (rank 0's trace is attempt 0's). Rank 2's reason is attempt 0's, not rank 0's peer's
+    save_rank(tmp_path, 0, world=3, began_s=100)
+    unsaved(tmp_path, 2, world=3, started_ns=100 * S, attempt=0)
+    save_rank(tmp_path, 1, world=3, began_s=130, attempt=1)
+    assert unsaved_traces(tmp_path) == {}
