@@ -864,6 +864,44 @@ def test_a_run_whose_communication_matches_no_other_rank_is_refused_before_any_p
     )  # mode=sim replays it
 
 
+def test_the_refusal_counts_each_ranks_unmatched_communication_and_names_the_lowest_ranks_first_node(
+    tmp_path: Path,
+) -> None:
+    # a lenient load of partial traces that disagree past step 0: rank 0's two all_reduces of step 1 and rank
+    # 1's of step 2 match nothing (3); step 0's send and recv matched each other, so neither end is counted
+    import dataclasses
+
+    from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
+    from skewlens.replay.driver import check_real_matched
+    from skewlens.replay.errors import ConfigError
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", MS)
+        _ = rb.send(1, 4096, MS) if r == 0 else rb.recv(0, 4096, MS)
+        rb.collective(CommType.ALL_REDUCE, 1024, MS)
+    assert check_real_matched(load_run(b.write(tmp_path / "matched"))) is None
+    r0, r1 = b.rank(0).step(1), b.rank(1).step(2)
+    r0.compute("fwd", MS)
+    r0.collective(CommType.ALL_REDUCE, 1024, MS)
+    r0.collective(CommType.ALL_REDUCE, 2048, MS)
+    r1.compute("fwd", MS)
+    r1.collective(CommType.ALL_REDUCE, 1024, MS)
+    path = b.write(tmp_path / "run")
+    m = read_manifest(path)
+    partial = {f"rank {r}": f"{PARTIAL_TRACE_NOTE}: 1 of 2" for r in (0, 1)}
+    write_manifest(path, dataclasses.replace(m, notes={**m.notes, **partial}))
+    run = load_run(path, lenient=True)
+    assert run.incomplete_steps == (2,)
+    with pytest.raises(ConfigError) as e:
+        check_real_matched(run)
+    assert str(e.value).startswith(
+        f"{run.run_dir}: cannot replay on real processes: 3 communication node(s) match no other rank "
+        "(incomplete steps 2), first rank 0's c10d::all_reduce_ (node 5, group '0' seq 1, step 1): "
+    )
+
+
 def test_a_timeout_shorter_than_the_longest_collective_is_refused_naming_the_key_before_any_process_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
