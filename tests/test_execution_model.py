@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -907,3 +908,42 @@ def test_a_recv_posted_ahead_whose_wait_did_not_block_completed_once_its_send_wa
     slow = simulate(run, effects=RankFactor(1, 5.0))
     assert slow.end_ns[0][recv_row] == 25 * MS + 50_000
     assert slow.end_ns[0].max() == 25 * MS + 50_000 + 10_000  # blocked until then, then its 10 µs
+
+
+def _recv_waited(
+    tmp_path: Path, *, wait_at: int, wait_ns: int, consumer: str = "c10d::wait", send_wait_ns: int = 10_000
+) -> RunTrace:
+    """:func:`_recv_posted_ahead` with rank 0's ``consumer`` of the recv begun at ``wait_at`` for
+    ``wait_ns`` (the recv recorded to end at its return), and rank 1's wait for its send ``send_wait_ns``
+    long."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p = r0.compute("prep", 100_000, start_ns=0)
+    rv = r0.recv(1, 4096, wait_at + wait_ns - 100_000, start_ns=100_000, stream=COMM, deps=(p,))
+    o = r0.compute("other_stage", wait_at - 100_000, start_ns=100_000, deps=(p,))
+    r0.compute(consumer, wait_ns, start_ns=wait_at, deps=(o, rv))
+    f = r1.compute("fwd", 5 * MS, start_ns=0)
+    s = r1.send(0, 4096, 25 * MS + send_wait_ns, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=5_050_000)
+    m = r1.compute("more", 25 * MS, start_ns=5_050_000, deps=(f,))
+    r1.compute("c10d::wait", send_wait_ns, start_ns=30_050_000, deps=(m, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+#: (wait begun, its length, more of :func:`_recv_waited`, the recv's and the send's model ends)
+_RECV_WAITS = {
+    "wait-at-limit": (20 * MS, 100_000, {}, (5_050_000, 5_050_000)),  # 0.1 ms: did not block
+    "wait-past-limit": (20 * MS, 100_001, {}, (20_100_001, 20_100_001)),  # blocked: as recorded
+    "wait-at-issue": (5_050_000, 10_000, {}, (5_060_000, 5_050_000)),  # begun as the send returned
+    "wait-before-issue": (4_990_000, 100_000, {}, (5_090_000, 5_090_000)),  # before: as recorded
+    "compute-reads-it": (20 * MS, 10_000, {"consumer": "read_activation"}, (20_010_000, 20_010_000)),
+    "send-blocked": (20 * MS, 10_000, {"send_wait_ns": MS}, (5_050_000, 5_050_000)),  # the recv's did not
+}
+
+
+@pytest.mark.parametrize(("wait_at", "wait_ns", "more", "ends"), _RECV_WAITS.values(), ids=_RECV_WAITS.keys())
+def test_a_posted_recv_completes_at_its_sends_issue_only_where_a_wait_begun_after_both_took_at_most_0_1_ms(
+    tmp_path: Path, wait_at: int, wait_ns: int, more: dict[str, Any], ends: tuple[int, int]
+) -> None:
+    run = _recv_waited(tmp_path, wait_at=wait_at, wait_ns=wait_ns, **more)
+    recv_row, send_row = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv_row], model_ends(run, 1)[send_row]) == ends
