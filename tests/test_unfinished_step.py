@@ -378,3 +378,28 @@ def test_a_capture_whose_ranks_call_two_groups_in_different_orders_says_where_ea
     answer = _captured_answer(tmp_path, CROSSED, start)
     assert "rank 1's last: all_reduce 1#3, returned at -" in answer
     assert ", waiting in all_reduce 1#4 since +" in answer
+
+
+def test_only_a_member_of_the_calls_group_that_saved_its_window_says_the_call_completed(
+    tmp_path: Path,
+) -> None:
+    # rank 1 stopped in a broadcast on its own group '1' (of rank 1 alone); rank 0, which saved its whole
+    # window, never issues on that group, so it says nothing of the call: rank 1 is said in it
+    run = _run(tmp_path, _stop(1, ("all_reduce", 44, 60), ("broadcast", 3, 67, "1")))
+    m = read_manifest(run)
+    own = ProcessGroupInfo(name="1", ranks=(1,), desc="", backend="gloo")
+    write_manifest(run, replace(m, process_groups=(*m.process_groups, own)))
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 in broadcast 1#3 since +67.0 ms (times from the start of the step on "
+        "each rank)"
+    )
+
+
+def test_a_member_with_no_trace_that_is_not_missing_says_nothing_of_the_call(tmp_path: Path) -> None:
+    # a capture of rank 1 alone (rank 0 neither captured nor missing): no member saved its whole window
+    run = _run(tmp_path, _stop(1, ("all_reduce", 44, 60), ("broadcast", 47, 67)))
+    write_manifest(run, replace(read_manifest(run), ranks=(1,)))
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 in broadcast 0#47 since +67.0 ms (times from the start of the step on "
+        "each rank)"
+    )
