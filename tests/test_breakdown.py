@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -256,6 +257,37 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
         "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
         "profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
+
+
+def test_a_step_is_more_work_only_past_1_5x_its_ranks_median_calls_or_bytes_an_even_count_averaged() -> None:
+    # rank 0's 4 steps: 20 ms, then 10 ms each; calls 3, 2, 1, 3 (median (2 + 3) // 2 = 2, not the upper 3);
+    # bytes 3, 2, 2, 2 KB. Step 0's 3 calls and 3 KB are exactly 1.5x the medians: not more work
+    recs = _steps({0: [20, 10, 10, 10]})
+    work = {(0, 0): (3, 3072), (0, 1): (2, 2048), (0, 2): (1, 2048), (0, 3): (3, 2048)}
+    (found,) = outlier_steps(recs, step_work=work)
+    assert (found.step_calls, found.median_step_calls, found.step_bytes, found.median_step_bytes) == (
+        3,
+        2,
+        3072,
+        2048,
+    )
+    assert not found.more_work and found.describe().endswith("against 10.00 ms)")
+    more = replace(found, step_calls=4)
+    assert more.more_work and more.describe().endswith("10.00 ms; 2.0x the collectives of the median step)")
+    more = replace(found, step_bytes=3073)
+    assert more.more_work and more.describe().endswith("10.00 ms; 1.5x the bytes of the median step)")
+
+
+def test_each_steps_communication_is_counted_from_step_0(tmp_path: Path) -> None:
+    b = RunBuilder(2)
+    for r in range(2):
+        for s, calls in enumerate((2, 1)):
+            for _ in range(calls):
+                b.rank(r).step(s).collective(CommType.ALL_REDUCE, 4096 * (s + 1), MS)
+    index = analyze_run(load_run(b.write(tmp_path / "run")), blame=False).index
+    assert step_comm(index) == {
+        (r, s): (c, c * 4096 * (s + 1)) for r in range(2) for s, c in enumerate((2, 1))
+    }
 
 
 def test_the_timeline_draws_each_row_as_the_analyses_index_counts_it(tmp_path: Path) -> None:
