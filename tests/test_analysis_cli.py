@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from skewlens.analysis.render import (
     critical_path_table,
     report,
     stragglers_table,
+    uneven_cost_note,
     worst_collectives_table,
 )
 from skewlens.cli import main
@@ -381,6 +383,41 @@ def test_a_straggler_whose_cost_is_mostly_one_step_is_named_with_that_step_and_i
     # an even straggler (build_one_slow_rank's: 40 ms in each of 3 steps) gets no such line
     even = analyze_run(load_run(build_one_slow_rank(tmp_path / "even")))
     assert "uneven" not in _render(stragglers_table(even))
+
+
+def _uneven(costs_ms: list[float], *, simulated: bool = True, other: Sequence[float] = ()) -> str | None:
+    """The uneven-cost line of rank 1 whose steps cost ``costs_ms`` (rank 0's ``other``)."""
+    steps = [
+        SimpleNamespace(rank=r, step=s, straggler_cost_ns=round(c * MS))
+        for r, costs in ((0, other), (1, costs_ms))
+        for s, c in enumerate(costs)
+    ]
+    result = SimpleNamespace(blame=SimpleNamespace(step_records=steps))
+    return uneven_cost_note(result, SimpleNamespace(rank=1, simulated=simulated))  # type: ignore[arg-type]
+
+
+def test_a_stragglers_uneven_cost_is_named_only_past_a_fifth_of_its_cost_and_twice_its_median_step() -> None:
+    said = "rank 1's cost is uneven over its steps: step {} cost {} ms, {}% of it, its median step {} ms; "
+    said += "every step is in blame_steps.parquet"
+    assert _uneven([1, 1, 20, 1, 1], other=[0, 0, 0, 0, 100]) == said.format(
+        2, "20.00", 83, "1.00"
+    )  # its own
+    assert _uneven([1, 10, 1, 10, 1]) == said.format(1, "10.00", 43, "1.00")  # the first of equals
+    assert _uneven([1] * 8 + [2.5]) == said.format(8, "2.50", 24, "1.00")  # 23.8% of it
+    assert _uneven([1] * 16 + [4]) is None  # 20% of its cost, not over
+    assert _uneven([1] * 10 + [2.1]) is None  # 17%, though over twice its median
+    assert _uneven([1, 1, 2]) is None  # 50%, but twice its median step, not over
+    assert _uneven([20, -5]) is None  # two steps (a what-if may gain in one): no median to speak of
+    assert _uneven([1, 1, 20, 1, 1], simulated=False) is None  # no what-if: no cost
+
+
+def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:
+    result = analyze_run(load_run(build_one_slow_rank(tmp_path / "run")), blame=False)
+    t = breakdown_table(result)
+    assert [str(c.header) for c in t.columns] == [
+        "rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle"
+    ]  # fmt: skip
+    assert t.title == "Step breakdown per rank (mean ms per step)"
 
 
 def test_the_stragglers_table_without_the_what_if_lists_the_rank_that_caused_the_most_wait_first(

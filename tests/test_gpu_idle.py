@@ -573,6 +573,17 @@ def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and
     caption = " ".join(text.split())
     for said in ("wait, xfer: communication not under compute", "overlap: communication under compute"):
         assert said in caption
+    # on a narrower terminal the GPU comm cell is cut, never wrapped over two lines; a GPU that ran no
+    # communication reads 0.00 as the other times do
+    narrow = Console(width=72, record=True)
+    narrow.print(breakdown_table(res))
+    assert "0.20 (28%)" in narrow.export_text()
+    res.breakdown = [dataclasses.replace(b, gpu_comm_ns=0, gpu_comm_overlap_ns=0)]
+    console = Console(width=100, record=True)
+    console.print(breakdown_table(res))
+    row = next(line for line in console.export_text().splitlines() if line.strip().startswith("│    0"))
+    cells = dict(zip(names, row.strip().strip("│").split("│"), strict=True))
+    assert cells["GPU comm"].strip() == "0.00"
 
 
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
