@@ -37,6 +37,8 @@ from skewlens.replay.outputs import ReplayedNodeRecord, write_perfetto, write_ti
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.streaming import (
     STEPS_TID,
+    EventCap,
+    StepSpans,
     TraceWriter,
     cap_events,
     format_events,
@@ -954,3 +956,33 @@ def test_a_slice_that_starts_where_a_longer_one_after_it_starts_gets_a_lane_and_
     # in order and none overlaps, but for the zero-length one at the next one's start
     assert track_lanes(stream[:2], np.array([0, 0]), np.array([0, 10]), np.arange(2)).tolist() == [1, 0]
     assert track_lanes(stream[:2], np.array([0, 0]), np.array([10, 0]), np.arange(2)).tolist() == [0, 0]
+
+
+def test_a_ranks_step_slice_begins_where_its_steps_before_it_ended_and_never_ends_before_it_begins() -> None:
+    # rank 0 (ns): step 0 0-10, step 1 2-4 (inside step 0's span), step 2 6-12 (begun before step 0 ended);
+    # rank 1's first step is its own; a rank's steps before it marked one (-1) are not drawn
+    spans = StepSpans.of([(0, 0, 0, 10), (0, 1, 2, 4), (0, 2, 6, 12), (1, 0, 3, 7), (1, -1, 0, 3)])
+    rows = list(
+        zip(*(a.tolist() for a in (spans.rank, spans.step, spans.start_ns, spans.end_ns)), strict=True)
+    )
+    assert rows == [(0, 0, 0, 10), (0, 1, 10, 10), (0, 2, 10, 12), (1, 0, 3, 7)]
+
+
+def test_the_steps_a_capped_trace_keeps_are_those_of_its_step_range_or_begun_before_its_cut() -> None:
+    spans = StepSpans.of([(0, s, 10 * s, 10 * s + 10) for s in range(4)])
+
+    def kept(**cut: Any) -> list[int]:
+        cap = EventCap(keep={}, max_events=1, written=0, total=0, **cut)
+        return spans.step[spans.kept(cap)].tolist()
+
+    assert kept(steps=(1, 2)) == [1, 2]
+    assert kept(until_ns=20) == [0, 1]  # step 2 begins at the cut
+    assert kept() == [0, 1, 2, 3]
+
+
+def test_a_slice_that_starts_with_a_node_and_ends_inside_its_wait_goes_beside_it() -> None:
+    # stream 5: [0, 10] waits 0-4 (its wait for peers, written after every node), then [0, 3]: a viewer sorts
+    # the wait before [0, 3] (longer, of one start) and nests [0, 3] in it, so it gets a lane of its own
+    stream = np.full(2, 5, dtype=np.int64)
+    start, end = np.array([0, 0], dtype=np.int64), np.array([10, 3], dtype=np.int64)
+    assert track_lanes(stream, start, end, np.arange(2), np.array([4, 0], dtype=np.int64)).tolist() == [0, 1]
