@@ -147,6 +147,7 @@ def calls():
     dist.reduce_scatter_tensor(torch.empty(16), torch.ones(16))
     dist.barrier()
     dist.reduce_scatter(torch.empty(3), [torch.ones(3)])            # one recorder entry per chunk: full path
+hooks._quiet = lambda: True                                         # quiet, as once gloo threads are known
 hooks.lean_left = 6
 calls()                                                             # 6 lean calls, then the full path
 left = hooks.lean_left
@@ -156,11 +157,12 @@ full = hooks.flush()
 hooks.uninstall()
 lean, lost = flight.resolve(flight.dump_entries(), raw)
 _, none_left = flight.resolve([], raw)
-key = lambda r: [r.op, r.pg_name, r.numel, r.size_bytes, r.dtype, r.is_async, r.step, r.ident]
+key = lambda r: [r.op, r.pg_name, r.numel, r.size_bytes, r.dtype, r.is_async, r.step, r.ident, r.quiet]
 print(json.dumps({"raw_groups": [r.pg_name for r in raw], "left": left, "lost": lost, "none_left": none_left,
                   "full_roots": [(r.src, r.dst) for r in full], "lean_roots": [(r.src, r.dst) for r in lean],
                   "lean": [key(r) for r in lean], "full": [key(r) for r in full],
-                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in lean)}))
+                  "timed": all(r.start_ns <= r.issue_end_ns <= r.end_ns for r in lean),
+                  "quiet": H._enable_record_function is not None}))
 dist.destroy_process_group()
 """
 )
@@ -174,6 +176,7 @@ def test_lean_calls_resolved_from_the_flight_recorder_equal_calls_described_by_t
     assert data["raw_groups"] == [""] * 6 + ["0"]
     assert (data["lost"], data["none_left"]) == (0, 6)
     assert data["lean"] == data["full"] and data["timed"]
+    assert data["quiet"] and all(key[-1] for key in data["lean"])  # each says it was issued quiet
     assert data["full_roots"][2] == data["lean_roots"][2] == [0, -1]  # the broadcast's root, rank 0
     assert data["full_roots"] == data["lean_roots"]
     ops = [(r[0], r[2], r[3], r[4], r[5]) for r in data["full"]]
