@@ -269,6 +269,10 @@ def test_a_quiet_async_hooked_call_hides_no_worker_event_of_a_recorder_only_coll
     cap = _on_gloo_threads([hooked, fr], workers, {8: "0", 9: "0"})
     ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
     assert ends == {15: 3_000 * us}
+    # worker events recorded from the instant it was issued: its event is among them
+    cap = replace(cap, worker_events_from_ns=1_314 * us)
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {15: 3_000 * us}
 
 
 def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:

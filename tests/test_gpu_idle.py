@@ -584,6 +584,10 @@ def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and
     row = next(line for line in console.export_text().splitlines() if line.strip().startswith("│    0"))
     cells = dict(zip(names, row.strip().strip("│").split("│"), strict=True))
     assert cells["GPU comm"].strip() == "0.00"
+    # a rank left out of the table (max_ranks) with other steps: no one number of steps for the title
+    res.breakdown = [b, dataclasses.replace(b, rank=1), dataclasses.replace(b, rank=1, step=1)]
+    t = breakdown_table(res, max_ranks=1)
+    assert t.title == "Step breakdown per rank (mean ms per step)" and str(t.columns[1].header) == "steps"
 
 
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
