@@ -911,11 +911,17 @@ def test_a_recv_posted_ahead_whose_wait_did_not_block_completed_once_its_send_wa
 
 
 def _recv_waited(
-    tmp_path: Path, *, wait_at: int, wait_ns: int, consumer: str = "c10d::wait", send_wait_ns: int = 10_000
+    tmp_path: Path,
+    *,
+    wait_at: int,
+    wait_ns: int,
+    consumer: str = "c10d::wait",
+    send_wait_ns: int = 10_000,
+    send_return: int | None = 5_050_000,
 ) -> RunTrace:
     """:func:`_recv_posted_ahead` with rank 0's ``consumer`` of the recv begun at ``wait_at`` for
-    ``wait_ns`` (the recv recorded to end at its return), and rank 1's wait for its send ``send_wait_ns``
-    long."""
+    ``wait_ns`` (the recv recorded to end at its return), rank 1's wait for its send ``send_wait_ns`` long,
+    and its call's return ``send_return`` (None: not recorded, as in a trace older than the field)."""
     b = RunBuilder(2)
     r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
     p = r0.compute("prep", 100_000, start_ns=0)
@@ -923,7 +929,9 @@ def _recv_waited(
     o = r0.compute("other_stage", wait_at - 100_000, start_ns=100_000, deps=(p,))
     r0.compute(consumer, wait_ns, start_ns=wait_at, deps=(o, rv))
     f = r1.compute("fwd", 5 * MS, start_ns=0)
-    s = r1.send(0, 4096, 25 * MS + send_wait_ns, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=5_050_000)
+    s = r1.send(
+        0, 4096, 25 * MS + send_wait_ns, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=send_return
+    )
     m = r1.compute("more", 25 * MS, start_ns=5_050_000, deps=(f,))
     r1.compute("c10d::wait", send_wait_ns, start_ns=30_050_000, deps=(m, s))
     return load_run(b.write(tmp_path / "run"))
@@ -937,6 +945,12 @@ _RECV_WAITS = {
     "wait-before-issue": (4_990_000, 100_000, {}, (5_090_000, 5_090_000)),  # before: as recorded
     "compute-reads-it": (20 * MS, 10_000, {"consumer": "read_activation"}, (20_010_000, 20_010_000)),
     "send-blocked": (20 * MS, 10_000, {"send_wait_ns": MS}, (5_050_000, 5_050_000)),  # the recv's did not
+    "no-call-returns": (
+        20 * MS,
+        10_000,
+        {"send_return": None},
+        (5_000_000, 5_000_000),
+    ),  # issued at its start
 }
 
 
