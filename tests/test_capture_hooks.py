@@ -456,3 +456,53 @@ def test_a_reduce_op_argument_whose_name_is_not_a_string_is_not_named() -> None:
 
     assert reduce_op_name("c10d::allreduce_", (None, SimpleNamespace(name=3)), {}) == ""
     assert reduce_op_name("c10d::allreduce_", (None, SimpleNamespace(name=None)), {}) == ""
+
+
+PROGRAM_WRAPPERS = r"""
+import json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import hooks as H
+logged = []
+def logger(name):  # an in-house communication logger: counts each call, then calls what it replaced
+    replaced = getattr(dist, name)
+    def log(*args, **kwargs):
+        logged.append(name)
+        return replaced(*args, **kwargs)
+    setattr(dist, name, log)
+    return log
+t = torch.ones(8)
+# a logger installed before the hooks (a Python API capture), on torch.distributed only
+before = logger("broadcast")
+hooks = H.CommHooks(lambda: True, lambda: 0, ddp=False)
+hooks.install()
+# a logger installed after them (every skewlens profile rank: the hooks come with torch's import)
+after = logger("all_reduce")
+dist.all_reduce(t); dist.broadcast(t, src=0)
+recorded = [r.op for r in hooks.flush()]
+hooks.uninstall()
+dist.all_reduce(t); dist.broadcast(t, src=0)  # the rest of the run, after the capture window
+print(json.dumps({
+    "recorded": recorded, "after_uninstall": [r.op for r in hooks.flush()], "logged": logged,
+    "kept": [dist.all_reduce is after, dist.broadcast is before],
+    "c10d_restored": dist.distributed_c10d.all_reduce.__module__ == "torch.distributed.distributed_c10d",
+}))
+dist.destroy_process_group()
+"""
+
+
+def test_a_programs_own_wrappers_of_collectives_are_recorded_through_and_kept_after_uninstall() -> None:
+    data = run_script(PROGRAM_WRAPPERS)
+    # both calls recorded once: the broadcast through the program's wrapper installed before the hooks
+    # (before: its wrapper called torch's function directly, past the hooks, and the call came from the
+    # flight recorder only, noted as issued outside torch.distributed's Python API)
+    assert data["recorded"] == ["c10d::allreduce_", "c10d::broadcast_"]
+    # uninstall leaves both wrappers in place and they log every call of the run; the hook left under the
+    # later one records nothing (before: torch's function was put back over it, and the logger saw the
+    # window's calls only: 5 of 8 steps' all_reduces under skewlens profile --steps 1:1:3)
+    assert data["kept"] == [True, True]
+    assert data["logged"] == ["all_reduce", "broadcast", "all_reduce", "broadcast"]
+    assert data["after_uninstall"] == []
+    assert data["c10d_restored"]

@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from skewlens.profiler.capture.compat import record_function_switch
+from skewlens.profiler.capture.patches import Patches
 from skewlens.profiler.capture.records import END_UNKNOWN, FROM_RECORDER, NO_ENTRY_NUMBERS, CommRecord
 from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.vocab import CommType, NodeType, uneven_splits
@@ -298,7 +299,7 @@ class CommHooks:
         self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
         self._no_future: set[tuple[str, str]] = set()  # (op, group) whose Works have no future
         self._me = -1  # this process's global rank, once known
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self.installed = False
         self.dropped = 0
         """Calls whose record could not be made (they ran normally; the trace lacks them)."""
@@ -321,14 +322,20 @@ class CommHooks:
         if self.installed:
             return
         for name, spec in SPECS.items():
-            orig = getattr(c10d, name, None)
-            if orig is None:
+            found = getattr(c10d, name, None)
+            if found is None:
                 continue
+            orig: Callable[..., Any] = found
             wrapper = self._wrap(name, spec, orig)
             for mod in (c10d, dist):
                 if getattr(mod, name, None) is orig:
-                    self._saved.append((mod, name, orig))
-                    setattr(mod, name, wrapper)
+                    self._patches.set(mod, name, orig, wrapper)
+            theirs = getattr(dist, name, None)
+            if theirs is not wrapper and callable(theirs):
+                # the program's own wrapper of ``torch.distributed.<name>`` (a communication logger
+                # installed before a Python API capture), which calls the function it replaced directly:
+                # wrapped too, else its calls would pass the hooks by
+                self._patches.set(dist, name, theirs, self._wrap(name, spec, orig, call=theirs))
         self._install_batches()
         if self._ddp:
             self._install_ddp()
@@ -339,9 +346,10 @@ class CommHooks:
         self.installed = True
 
     def uninstall(self) -> None:
-        for mod, name, orig in reversed(self._saved):
-            setattr(mod, name, orig)
-        self._saved.clear()
+        """Put back what :meth:`install` replaced, except where the program has since wrapped it again
+        (:func:`skewlens.profiler.capture.patches.Patches.put_back`): its wrapper stays, and the hook it
+        calls passes calls through."""
+        self._patches.put_back()
         self.waits.uninstall()
         self.installed = False
 
@@ -364,10 +372,16 @@ class CommHooks:
         self._replace("batch_isend_irecv", orig, batch_isend_irecv)
 
     # ---- the wrapper ---------------------------------------------------------------------------------
-    def _wrap(self, name: str, spec: _Spec, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(
+        self, name: str, spec: _Spec, orig: Callable[..., Any], call: Callable[..., Any] | None = None
+    ) -> Callable[..., Any]:
+        """The hook of torch's ``orig``, which reads the call's arguments by ``orig``'s signature and
+        issues it through ``call`` (default ``orig``: a program's wrapper of it, to be kept in the chain)."""
         sig = _Args(inspect.signature(orig))
+        orig = orig if call is None else call
         local = self._local
         hooks = self
+        patches = self._patches
         lean = spec.lean
         group_at = sig.index.get("group", -1)
         non_member = c10d.GroupMember.NON_GROUP_MEMBER
@@ -377,7 +391,7 @@ class CommHooks:
             coalescing = {}  # never queued: a torch without it, or a call that runs inside the context too
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "depth", 0):
+            if getattr(local, "depth", 0) or not patches.live:  # inside a hook, or left in a program's chain
                 return orig(*args, **kwargs)
             group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
             if coalescing and _coalescing(group, coalescing):
@@ -656,8 +670,7 @@ class CommHooks:
                 on_group()
             return result
 
-        self._saved.append((c10d, "_new_process_group_helper", orig))
-        c10d._new_process_group_helper = helper
+        self._patches.set(c10d, "_new_process_group_helper", orig, helper)
 
     def _install_destroy(self) -> None:
         """Call ``on_destroy()`` before the program destroys a process group (or all of them)."""
@@ -679,8 +692,7 @@ class CommHooks:
         new.__doc__ = orig.__doc__
         for mod in (c10d, dist):
             if getattr(mod, name, None) is orig:
-                self._saved.append((mod, name, orig))
-                setattr(mod, name, new)
+                self._patches.set(mod, name, orig, new)
 
     # ---- DDP -----------------------------------------------------------------------------------------
     def _install_ddp_init(self) -> None:
@@ -700,8 +712,7 @@ class CommHooks:
 
         init.__doc__ = orig_init.__doc__
         init.__wrapped__ = orig_init  # type: ignore[attr-defined]
-        self._saved.append((DistributedDataParallel, "__init__", orig_init))
-        DistributedDataParallel.__init__ = init  # type: ignore[method-assign]
+        self._patches.set(DistributedDataParallel, "__init__", orig_init, init)
 
     def _install_ddp(self) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -733,8 +744,7 @@ class CommHooks:
             ("register_comm_hook", register_comm_hook, orig_register),
             ("_register_builtin_comm_hook", register_builtin, orig_builtin),
         ):
-            self._saved.append((DistributedDataParallel, name, old))
-            setattr(DistributedDataParallel, name, new)
+            self._patches.set(DistributedDataParallel, name, old, new)
 
 
 #: The calls a ``_coalescing_manager`` context queues (``all_reduce``, ``all_gather_single`` /

@@ -54,6 +54,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from skewlens.profiler.capture.patches import Patches
 from skewlens.profiler.capture.records import WaitRecord
 from skewlens.profiler.chakra_io import AttrValue
 from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, NodeType
@@ -91,7 +92,7 @@ class WaitHooks:
         # id(work) -> (a weak reference to it, its call's start, issuing thread): Works of recorded async
         # calls not waited yet (pybind's Work takes no attributes, but weak references)
         self._works: dict[int, tuple[weakref.ref[Any], int, int]] = {}
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._scatters: list[tuple[int, int, int]] = []  # (thread ident, start, end) of each call
         self.installed = False
 
@@ -103,19 +104,17 @@ class WaitHooks:
 
         orig_tensor = funcol.wait_tensor
         orig_wait = Work.wait
-        self._saved = [(funcol, "wait_tensor", orig_tensor), (Work, "wait", orig_wait)]
-        funcol.wait_tensor = self._wrap_tensor(orig_tensor)
-        Work.wait = self._wrap_work(orig_wait)  # type: ignore[method-assign]
+        self._patches.set(funcol, "wait_tensor", orig_tensor, self._wrap_tensor(orig_tensor))
+        self._patches.set(Work, "wait", orig_wait, self._wrap_work(orig_wait))
         orig_scatter = getattr(funcol, FUNCTIONAL_REDUCE_SCATTER, None)
         if orig_scatter is not None:  # (torch 2.13's name; an older torch's calls are not timed)
-            self._saved.append((funcol, FUNCTIONAL_REDUCE_SCATTER, orig_scatter))
-            setattr(funcol, FUNCTIONAL_REDUCE_SCATTER, self._wrap_scatter(orig_scatter))
+            self._patches.set(
+                funcol, FUNCTIONAL_REDUCE_SCATTER, orig_scatter, self._wrap_scatter(orig_scatter)
+            )
         self.installed = True
 
     def uninstall(self) -> None:
-        for owner, name, orig in reversed(self._saved):
-            setattr(owner, name, orig)
-        self._saved.clear()
+        self._patches.put_back()
         self.installed = False
 
     def issued(self, work: Any, start_ns: int, thread: int) -> None:
