@@ -361,3 +361,44 @@ def test_a_profile_interrupted_twice_kills_its_command_keeps_the_saved_traces_sa
         f"kept in {run})\n"
     )
     assert read_manifest(run).ranks == (0,)
+
+
+def test_profile_refuses_torch_distributed_debug_detail_before_running_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DETAIL wraps every process group in one that checks each call with collectives of a helper group,
+    # both filed under one empty name by the flight recorder: on 2 gloo ranks of FSDP2 the capture ran and
+    # then failed `skewlens check` (13 collective instances issued twice under one number, 26 errors)
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    code, err = run_cli(["--out", str(tmp_path / "run"), "--", sys.executable, "-c", "pass"], capsys)
+    line = one_line_error(err)
+    assert code == 2
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in line and "unset TORCH_DISTRIBUTED_DEBUG" in line
+    assert not (tmp_path / "run").exists()  # nothing ran, nothing was made
+
+
+def test_the_python_api_refuses_a_process_group_at_debug_level_detail_and_leaves_the_program_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from capture_helpers import ONE_GLOO_RANK
+
+    script = ONE_GLOO_RANK + textwrap.dedent(f"""
+        from skewlens.profiler.capture import capture
+        from skewlens.profiler.errors import CaptureError
+        original = dist.all_reduce
+        try:
+            with capture({str(tmp_path / "run")!r}):
+                print("captured")
+        except CaptureError as e:
+            print("refused:", e)
+        print("hooks left:", dist.all_reduce is not original)
+        dist.destroy_process_group()
+    """)
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "refused: TORCH_DISTRIBUTED_DEBUG=DETAIL" in res.stdout
+    assert "hooks left: False" in res.stdout
+    assert not (tmp_path / "run").exists()

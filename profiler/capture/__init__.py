@@ -48,8 +48,13 @@ def capture(
     the flight recorder when it is on: set ``TORCH_FR_BUFFER_SIZE`` (e.g. 20000) before
     ``init_process_group`` (``skewlens profile`` does this for you).
     """
+    import torch.distributed as dist
+
+    from skewlens.profiler.capture.flight import refuse_wrapped_groups
     from skewlens.profiler.capture.run import finalize_run
 
+    if dist.is_available() and dist.is_initialized():
+        refuse_wrapped_groups(dist.get_debug_level().name, "this process's torch.distributed debug level")
     window = parse_window(steps) if isinstance(steps, str) else steps
     session = CaptureSession(
         run_dir, level=level, window=window, keep_raw=keep_raw, auto_step=auto_step, host_trace=host_trace

@@ -64,6 +64,31 @@ FR_BUFFER_LEGACY_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
 NCCL_TIMING_ENV = "TORCH_NCCL_ENABLE_TIMING"
 #: Entries kept when skewlens turns the recorder on.
 FR_BUFFER_DEFAULT = 20_000
+#: torch.distributed's debug level; ``DETAIL`` wraps every process group (see :func:`refuse_wrapped_groups`).
+DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
+
+
+def refuse_wrapped_groups(debug_level: str, where: str) -> None:
+    """Raise :class:`CaptureError` where ``debug_level`` (``TORCH_DISTRIBUTED_DEBUG``'s value, or the
+    level torch read from it) is ``DETAIL``; ``where`` says where it was read.
+
+    At that level every process group is wrapped in one that first checks the call against the other
+    members with collectives of a helper group (an all_gather of the call's shapes, 8 B and more). The
+    flight recorder files both groups' entries under the same empty name, so a capture numbers the two
+    groups' collectives as one group's: on 2 gloo ranks of FSDP2, ``skewlens check`` found 13 collective
+    instances issued twice under one number and ``analyze`` refused the run. (With DDP, torch 2.13 itself
+    crashes with SIGSEGV at that level on gloo, with or without skewlens.)"""
+    if debug_level.strip().upper() != "DETAIL":
+        return
+    raise CaptureError(
+        f"{DEBUG_ENV}=DETAIL ({where}): it wraps every process group in one that checks each collective "
+        "with collectives of its own on a helper group, and the flight recorder files both under one "
+        "empty group name, so the capture cannot tell the program's collectives from the checks' (the "
+        f"run would not match across ranks); unset {DEBUG_ENV} or set it to INFO for a capture, DETAIL "
+        "for a run without skewlens"
+    )
+
+
 #: Largest dump parsed (the ring buffer bounds it; this bounds a corrupt one).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 #: What the dump is called in errors.

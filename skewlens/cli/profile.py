@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from skewlens.profiler.capture.flight import DEBUG_ENV, refuse_wrapped_groups
     from skewlens.profiler.capture.run import (
         INTERRUPTED,
         OPTIONS_NOTE,
@@ -116,6 +118,7 @@ def main(argv: list[str]) -> int:
             f"schemas and tensor ids from a host trace; at --level {level.value} it changes nothing",
             file=sys.stderr,
         )
+    refuse_wrapped_groups(os.environ.get(DEBUG_ENV, ""), "in skewlens profile's environment")
     native_failure = _build_native() if level == Level.COLLECTIVES else ""
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
