@@ -88,3 +88,90 @@ def test_the_ops_levels_profiler_says_why_it_did_not_start_and_hands_kineto_over
     x.mul_(2)
     assert any(e.name() == "aten::mul_" for e in k.stop())
     assert autograd_profiler._prepare_profiler is original
+
+
+#: A script with instrumentation of its own: torch.profiler on a schedule writing TensorBoard traces,
+#: record_function ranges around its phases (one around its collectives), and an in-house logger that
+#: replaces ``dist.all_reduce`` / ``dist.broadcast`` to count the calls. DDP; 8 steps.
+INSTRUMENTED = r"""
+import collections, json, os, sys, torch, torch.distributed as dist
+from torch.profiler import profile, record_function, schedule, tensorboard_trace_handler, ProfilerActivity
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+logged = collections.Counter()
+def logger(name):
+    replaced = getattr(dist, name)
+    def log(*args, **kwargs):
+        logged[name] += 1
+        return replaced(*args, **kwargs)
+    setattr(dist, name, log)
+for name in ("all_reduce", "broadcast"):
+    logger(name)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+               on_trace_ready=tensorboard_trace_handler(os.path.join(sys.argv[1], f"rank{rank}")))
+x = torch.randn(8, 16)
+with prof:
+    for step in range(8):
+        with record_function("user::step"):
+            model(x).square().mean().backward()
+            with record_function("user::metrics"):
+                dist.all_reduce(torch.ones(1))
+                dist.broadcast(torch.zeros(16), src=0)
+            opt.step()
+        prof.step()
+print(f"rank {rank} logged {dict(logged)}", file=sys.stderr)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["collectives", "ops"])
+def test_an_instrumented_script_keeps_its_profiler_and_logger_and_its_collectives_are_captured_whole(
+    tmp_path: Path, level: str
+) -> None:
+    import json
+    import sys
+
+    from capture_helpers import profile
+
+    from skewlens.profiler.chakra_io import node_attrs
+    from skewlens.profiler.vocab import Attr, CommType
+
+    script, tb = tmp_path / "train.py", tmp_path / "tb"
+    script.write_text(INSTRUMENTED)
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+        str(tb),
+    ]  # fmt: skip
+    res = profile(out, level=level, command=cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    notes = read_manifest(out).notes
+    for r in (0, 1):
+        # its logger saw every call of the 8 steps (before: 5 of each, torch's functions being put back
+        # over it when the window ended in step 5)
+        assert f"rank {r} logged {{'all_reduce': 8, 'broadcast': 8}}" in res.stderr
+        # its profiler wrote its trace of steps 2 and 3, with its ranges and calls
+        (trace,) = (tb / f"rank{r}").glob("*.json")
+        names = Counter(e.get("name") for e in json.loads(trace.read_text())["traceEvents"])
+        assert sorted(n for n in names if n.startswith("ProfilerStep")) == [
+            f"ProfilerStep#{s}" for s in (2, 3)
+        ]
+        # (DDP's all_reduce is a c10d::allreduce_ operator too, as without skewlens)
+        assert (names["user::metrics"], names["c10d::allreduce_"], names["c10d::broadcast_"]) == (2, 4, 2)
+        # the window (steps 2-4): per step DDP's all_reduce (68 floats), the logger's all_reduce and
+        # broadcast, each with its end (before, at the ops level: DDP's, which only the flight recorder
+        # sees, had none, the program's profiler having taken Kineto over from the window's)
+        colls = [node_attrs(n) for n in read_et(out / f"rank-{r}.et").nodes if n.type == NodeType.COMM_COLL]
+        per_step = Counter((a[Attr.STEP], a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) for a in colls)
+        assert per_step == Counter(
+            (s, t, b)
+            for s in (2, 3, 4)
+            for t, b in ((CommType.ALL_REDUCE, 272), (CommType.ALL_REDUCE, 4), (CommType.BROADCAST, 64))
+        )
+        assert all(a[Attr.DUR_NS] > 0 for a in colls)
+        if level == "ops":
+            assert "worker events recorded from when it started" in notes[f"rank {r} operators"]

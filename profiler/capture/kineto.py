@@ -19,9 +19,10 @@ and other device-side ranges are not GPU work and are left out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -260,12 +261,15 @@ MISSING_OPTION = {
 class KinetoCapture:
     """Starts torch.profiler at warm-up and hands back its events at the end of the window."""
 
-    def __init__(self, *, cuda: bool, host_facts: bool = False) -> None:
+    def __init__(
+        self, *, cuda: bool, host_facts: bool = False, on_taken_over: Callable[[], None] | None = None
+    ) -> None:
         """``host_facts``: also record operator inputs (shapes, tensor identities), allocations and
         overload names, from which :func:`skewlens.profiler.capture.hostfacts.host_facts` derives schemas and
         data dependencies (the full level's default source). ``cuda``: also GPU activities, the CUDA
         runtime calls, and the synchronisation activities with their metadata (:attr:`notes` says what
-        this torch could not record)."""
+        this torch could not record). ``on_taken_over()`` is called once the program's own profiler has
+        taken Kineto over (this session stopped, inside the program's profiler's start)."""
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
@@ -286,6 +290,7 @@ class KinetoCapture:
         self._prof = profile(activities=activities, **options)
         self._running = False
         self._restore: Any = None
+        self._on_taken_over = on_taken_over
         self.note = ""
         """Why no operators were recorded (the program's own profiler), or empty."""
         self.mark_times_ns: list[int] = []
@@ -315,6 +320,9 @@ class KinetoCapture:
                 self._running = False
                 self._prof.stop()
                 self.note = "the program started its own profiler: operators not recorded"
+                if self._on_taken_over is not None:
+                    with contextlib.suppress(Exception):  # the program's profiler must start regardless
+                        self._on_taken_over()
             return original(*args, **kwargs)
 
         autograd_profiler._prepare_profiler = prepare

@@ -298,13 +298,31 @@ class CaptureSession:
         # the full level's host facts come from the profiler's own input/allocation records unless
         # PyTorch's ExecutionTraceObserver was asked for
         facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
-        self._kineto = KinetoCapture(cuda=torch.cuda.is_available(), host_facts=facts)
+        self._kineto = KinetoCapture(
+            cuda=torch.cuda.is_available(), host_facts=facts, on_taken_over=self._operators_taken_over
+        )
         if self._kineto.notes:
             self.notes[rank_note_key(self.rank, RankNote.PROFILER)] = "; ".join(self._kineto.notes)
         if not self._kineto.start():  # the program profiles itself: the collectives level's content
             self._kineto = None
             self.notes[rank_note_key(self.rank, RankNote.OPERATORS)] = OWN_PROFILER_NOTE
             self._start_worker_events()  # the native recorder runs beside the program's profiler
+
+    def _operators_taken_over(self) -> None:
+        """The program started its own profiler inside the window, which took Kineto over (this
+        session's operators are dropped): record gloo's worker events from now with the native recorder,
+        which runs beside the program's profiler, so that the collectives the hooks cannot time (DDP's
+        all_reduce) still end, as at the collectives level. Not with the Kineto fallback, which would take
+        Kineto back from the program."""
+        from skewlens.profiler.capture import native
+
+        if self._workers is not None or self.saved or not native.wanted():
+            return
+        try:
+            recorder = native.load()
+        except Exception:  # inside the program's profiler's start: those ends stay unknown, as noted
+            return
+        self._start_worker_events(native_recorder=recorder)
 
     def _unhooked_ahead(self) -> None:
         """Collectives that go past the hooks are ahead: a ``DistributedDataParallel`` is being built (its
@@ -316,15 +334,17 @@ class CaptureSession:
             self._workers_skipped = False
             self._start_worker_events(past_hooks=True)
 
-    def _start_worker_events(self, *, past_hooks: bool = False) -> None:
+    def _start_worker_events(self, *, past_hooks: bool = False, native_recorder: Any = None) -> None:
         """Record gloo's worker events, unless every collective so far went through the hooks (and
-        ``past_hooks`` does not say that some will not)."""
+        ``past_hooks`` does not say that some will not); with ``native_recorder`` (loaded), with that."""
         from skewlens.profiler.capture.kineto import WorkerEvents
 
         if not self._flight:
             return
         if not _joined():
-            self._until_joined.append(lambda: self._start_worker_events(past_hooks=past_hooks))
+            self._until_joined.append(
+                lambda: self._start_worker_events(past_hooks=past_hooks, native_recorder=native_recorder)
+            )
             return
         # the recorder costs step time (the native one little, the Kineto fallback ~3%); it is there
         # for the collectives the hooks cannot time: none so far (after a step at least), none expected
@@ -341,7 +361,7 @@ class CaptureSession:
             if not flight.unhooked_groups(entries, hooks.issued()):
                 self._workers_skipped = True
                 return
-        self._workers = WorkerEvents(self._native_recorder())
+        self._workers = WorkerEvents(native_recorder or self._native_recorder())
         self._workers_from_ns = time.time_ns()
         if not self._workers.start():
             self.notes[rank_note_key(self.rank, RankNote.WORKER_EVENTS)] = self._workers.note
@@ -476,9 +496,15 @@ class CaptureSession:
         if self._kineto is not None and self._kineto.notes:  # stop() may add one (inferred kinds)
             self.notes[rank_note_key(self.rank, RankNote.PROFILER)] = "; ".join(self._kineto.notes)
         if self._kineto is not None and self._kineto.note:  # taken over by the program's own profiler
+            ends = (  # the native recorder took gloo's worker events over from then (_operators_taken_over)
+                "those the flight recorder alone saw (DDP's all_reduce) end from gloo's worker events "
+                "recorded from when it started"
+                if self._workers is not None
+                else "the collectives only the flight recorder saw (DDP's all_reduce) no end"
+            )
             self.notes[rank_note_key(self.rank, RankNote.OPERATORS)] = (
                 f"{self._kineto.note} (its profiler keeps Kineto to itself): the trace has the collectives "
-                "level's content, and the collectives only the flight recorder saw (DDP's all_reduce) no end"
+                f"level's content, and {ends}"
             )
         if not events:
             return [], {}, []
