@@ -411,6 +411,35 @@ def test_at_the_ops_level_a_scope_enclosing_a_blocking_collective_keeps_its_own_
     ]
 
 
+def test_time_inside_nested_scopes_around_collectives_is_named_after_the_innermost_scope() -> None:
+    # a program's record_function("user::step") around record_function("user::metrics") around an
+    # all_reduce and record_function("user::sync") around another: each scope's own time is its own
+    # (before, all of it was named after the outermost scope: 'user::step' five times a step on 2 DDP
+    # ranks at the ops level, no 'user::metrics' or 'user::sync')
+    ops = [
+        host_op("user::step", 2_000, 55_000),
+        host_op("user::metrics", 5_000, 45_000),
+        host_op("aten::clone", 8_000, 3_000),
+        host_op("c10d::allreduce_", 15_000, 5_000),
+        host_op("user::sync", 25_000, 20_000),
+        host_op("c10d::allreduce_", 30_000, 5_000),
+    ]
+    cap = one_step([coll(15_000, 20_000, seq=0), coll(30_000, 35_000, seq=1)], ops=ops)
+    assert main_thread_compute(cap) == [
+        (0, 2_000, UNTRACED_NAME),
+        (2_000, 5_000, "user::step"),
+        (5_000, 8_000, "user::metrics"),
+        (8_000, 11_000, "aten::clone"),
+        (11_000, 15_000, "user::metrics"),
+        (20_000, 25_000, "user::metrics"),
+        (25_000, 30_000, "user::sync"),
+        (35_000, 45_000, "user::sync"),
+        (45_000, 50_000, "user::metrics"),
+        (50_000, 57_000, "user::step"),
+        (57_000, 60_000, UNTRACED_NAME),
+    ]
+
+
 def test_an_operator_the_step_was_marked_inside_ends_at_the_mark_unless_its_operators_ran_later() -> None:
     # the optimizer post-hook marks the step from inside Optimizer.step: the rest of that op is the
     # capture's own work and belongs to no step; a user scope spanning two steps is split into its ops

@@ -829,12 +829,35 @@ def _op_protos(
                     inputs_types=info.types if info else "",
                 )
             )
-    # the outermost of them (a scope inside a replaced scope is part of its own work)
-    outer: list[tuple[int, int, str]] = []
-    for sc in sorted(scopes):
-        if not outer or sc[0] >= outer[-1][1]:
-            outer.append(sc)
-    return out, _without_calls(outer, sorted(calls))
+    return out, _without_calls(_innermost(scopes), sorted(calls))
+
+
+def _innermost(scopes: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Nested ``scopes`` (``(start, end, name)``, a thread's record functions) as disjoint pieces, sorted,
+    each named after the innermost scope it lies in: a program's ``record_function("metrics")`` around an
+    all_reduce, inside its ``record_function("step")``, names its own time around the call, the step's
+    time outside it the step's. (Before, every piece took the outermost scope's name.) A scope that
+    outlives the one it began in is cut at its end."""
+    out: list[tuple[int, int, str]] = []
+    stack: list[tuple[int, str]] = []  # (end, name) of the scopes open at ``cur``, innermost last
+    cur = 0
+
+    def close_until(t: int) -> None:
+        nonlocal cur
+        while stack and stack[-1][0] <= t:
+            end, name = stack.pop()
+            if cur < end:
+                out.append((cur, end, name))
+                cur = end
+        if stack and cur < t:
+            out.append((cur, t, stack[-1][1]))
+        cur = max(cur, t)
+
+    for a, b, name in sorted(scopes, key=lambda sc: (sc[0], -sc[1])):
+        close_until(a)
+        stack.append((min(b, stack[-1][0]) if stack else b, name))
+    close_until(stack[0][0] if stack else 0)
+    return out
 
 
 def _without_calls(
