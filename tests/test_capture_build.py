@@ -416,14 +416,13 @@ def test_time_inside_nested_scopes_around_collectives_is_named_after_the_innermo
     # all_reduce and record_function("user::sync") around another: each scope's own time is its own
     # (before, all of it was named after the outermost scope: 'user::step' five times a step on 2 DDP
     # ranks at the ops level, no 'user::metrics' or 'user::sync')
-    ops = [
-        host_op("user::step", 2_000, 55_000),
-        host_op("user::metrics", 5_000, 45_000),
-        host_op("aten::clone", 8_000, 3_000),
-        host_op("c10d::allreduce_", 15_000, 5_000),
-        host_op("user::sync", 25_000, 20_000),
-        host_op("c10d::allreduce_", 30_000, 5_000),
+    scopes = {"user::step": (2_000, 55_000), "user::metrics": (5_000, 45_000), "user::sync": (25_000, 20_000)}
+    calls = [
+        ("aten::clone", 8_000, 3_000),
+        ("c10d::allreduce_", 15_000, 5_000),
+        ("c10d::allreduce_", 30_000, 5_000),
     ]
+    ops = [host_op(name, *span) for name, span in scopes.items()] + [host_op(*c) for c in calls]
     cap = one_step([coll(15_000, 20_000, seq=0), coll(30_000, 35_000, seq=1)], ops=ops)
     assert main_thread_compute(cap) == [
         (0, 2_000, UNTRACED_NAME),
