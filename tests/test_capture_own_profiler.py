@@ -175,3 +175,28 @@ def test_an_instrumented_script_keeps_its_profiler_and_logger_and_its_collective
         assert all(a[Attr.DUR_NS] > 0 for a in colls)
         if level == "ops":
             assert "worker events recorded from when it started" in notes[f"rank {r} operators"]
+
+
+def test_a_program_profiler_in_its_schedules_warm_up_as_the_window_begins_records_and_the_capture_steps_aside(
+    tmp_path: Path,
+) -> None:
+    # torch.profiler prepares Kineto when its warm-up begins and enables it a prof.step() later; the ops
+    # level's session started in between (nothing was enabled yet), and the program's enable raised
+    # "RuntimeError: Profiler is already enabled on this thread" from its prof.step(), ending the training
+    sched = torch.profiler.schedule(wait=0, warmup=2, active=2, repeat=1)
+    traces: list[int] = []
+    with capture(tmp_path / "run", level="ops", steps="1:1:2") as cap:  # as under skewlens profile: first
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=sched,
+            on_trace_ready=lambda p: traces.append(_mms(p)),
+        )
+        with prof:  # warm-up from step 0: prepared, not yet enabled when the window's warm-up begins
+            x = torch.randn(32, 32)
+            for _ in range(6):
+                torch.mm(x, x)
+                cap.step()
+                prof.step()
+    assert traces == [2]  # its 2 recorded steps' mm, as without skewlens
+    notes = read_manifest(tmp_path / "run").notes
+    assert "own torch profiler" in notes["rank 0 operators"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,18 +258,75 @@ MISSING_OPTION = {
 }
 
 
+class ProgramProfiler:
+    """Whether the program's own torch profiler holds Kineto: running, or prepared and not yet stopped.
+
+    ``torch.profiler.profile(schedule=...)`` prepares Kineto when its warm-up begins and enables it only
+    when recording begins, a ``prof.step()`` later. Kineto is one session per process: a session started
+    in between (``_profiler_enabled()`` is still false) made the program's enable raise ``RuntimeError:
+    Profiler is already enabled on this thread`` in its ``prof.step()``, ending the training (2 DDP ranks
+    at the ops level, the program's ``schedule(wait=0, warmup=1, active=1)``). This watches
+    ``torch.autograd.profiler``'s module-level ``_prepare_profiler`` and ``_disable_profiler``, through
+    which torch's profilers prepare and stop, from :meth:`install` (the capture session's start, as torch
+    is imported under ``skewlens profile``) on; the capture's own sessions run under :meth:`own`.
+    """
+
+    def __init__(self) -> None:
+        from skewlens.profiler.capture.patches import Patches
+
+        self.prepared = False
+        self._own = False
+        self._patches = Patches()
+
+    def install(self) -> None:
+        import torch.autograd.profiler as autograd_profiler
+
+        prepare, disable = autograd_profiler._prepare_profiler, autograd_profiler._disable_profiler
+
+        def prepare_profiler(*args: Any, **kwargs: Any) -> Any:
+            if not self._own:
+                self.prepared = True
+            return prepare(*args, **kwargs)
+
+        def disable_profiler(*args: Any, **kwargs: Any) -> Any:
+            if not self._own:
+                self.prepared = False
+            return disable(*args, **kwargs)
+
+        self._patches.set(autograd_profiler, "_prepare_profiler", prepare, prepare_profiler)
+        self._patches.set(autograd_profiler, "_disable_profiler", disable, disable_profiler)
+
+    def uninstall(self) -> None:
+        self._patches.put_back()
+
+    @contextlib.contextmanager
+    def own(self) -> Iterator[None]:
+        """The capture's own profiler starts or stops inside: not the program's."""
+        self._own = True
+        try:
+            yield
+        finally:
+            self._own = False
+
+
 class KinetoCapture:
     """Starts torch.profiler at warm-up and hands back its events at the end of the window."""
 
     def __init__(
-        self, *, cuda: bool, host_facts: bool = False, on_taken_over: Callable[[], None] | None = None
+        self,
+        *,
+        cuda: bool,
+        host_facts: bool = False,
+        on_taken_over: Callable[[], None] | None = None,
+        program: ProgramProfiler | None = None,
     ) -> None:
         """``host_facts``: also record operator inputs (shapes, tensor identities), allocations and
         overload names, from which :func:`skewlens.profiler.capture.hostfacts.host_facts` derives schemas and
         data dependencies (the full level's default source). ``cuda``: also GPU activities, the CUDA
         runtime calls, and the synchronisation activities with their metadata (:attr:`notes` says what
         this torch could not record). ``on_taken_over()`` is called once the program's own profiler has
-        taken Kineto over (this session stopped, inside the program's profiler's start)."""
+        taken Kineto over (this session stopped, inside the program's profiler's start). ``program``: what
+        tells a program's profiler that is prepared and not yet running (else only a running one is seen)."""
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
@@ -291,6 +348,7 @@ class KinetoCapture:
         self._running = False
         self._restore: Any = None
         self._on_taken_over = on_taken_over
+        self._program = program
         self.note = ""
         """Why no operators were recorded (the program's own profiler), or empty."""
         self.mark_times_ns: list[int] = []
@@ -306,10 +364,11 @@ class KinetoCapture:
         import torch.autograd.profiler as autograd_profiler
         from torch._C._autograd import _profiler_enabled
 
-        if _profiler_enabled():
+        if _profiler_enabled() or (self._program is not None and self._program.prepared):
             self.note = "the program runs its own profiler: operators not recorded"
             return False
-        self._prof.start()
+        with self._program.own() if self._program is not None else contextlib.nullcontext():
+            self._prof.start()
         self._running = True
         # torch.autograd.profiler (behind torch.profiler too) prepares every profiler it starts through
         # this module-level name
@@ -318,7 +377,8 @@ class KinetoCapture:
         def prepare(*args: Any, **kwargs: Any) -> Any:
             if self._running:
                 self._running = False
-                self._prof.stop()
+                with self._program.own() if self._program is not None else contextlib.nullcontext():
+                    self._prof.stop()
                 self.note = "the program started its own profiler: operators not recorded"
                 if self._on_taken_over is not None:
                     with contextlib.suppress(Exception):  # the program's profiler must start regardless
@@ -343,7 +403,8 @@ class KinetoCapture:
         if not self._running:
             return []
         self._running = False
-        self._prof.stop()
+        with self._program.own() if self._program is not None else contextlib.nullcontext():
+            self._prof.stop()
         results = self._prof.profiler.kineto_results if self._prof.profiler else None
         events = list(results.events()) if results is not None else []
         if events and not hasattr(events[0], "activity_type"):
@@ -390,10 +451,12 @@ class WorkerEvents:
     profiler works as without skewlens.
     """
 
-    def __init__(self, native: Any = None) -> None:
+    def __init__(self, native: Any = None, program: ProgramProfiler | None = None) -> None:
         """``native``: the loaded native recorder (:class:`skewlens.profiler.capture.native.GlooEvents`),
-        or None for the Kineto session."""
+        or None for the Kineto session; ``program``: what tells a program's profiler that is prepared and
+        not yet running (the Kineto session then does not start)."""
         self._native = native
+        self._program = program
         self._on = False
         self._taken_over = False
         self._times: list[int] = []
@@ -433,7 +496,7 @@ class WorkerEvents:
                 return True
             self.note = self.note or "the native recorder was already recording; Kineto records"
             self._native = None  # the Kineto session instead
-        if _profiler_enabled():
+        if _profiler_enabled() or (self._program is not None and self._program.prepared):
             self.note = "the program runs its own profiler: no gloo worker events, ends unknown"
             return False
         # KINETO state; no shapes, memory, stacks, flops or modules

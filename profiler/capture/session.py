@@ -144,6 +144,7 @@ class CaptureSession:
         self._first_optimizer: int | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
         self._kineto: Any = None
+        self._program_profiler: Any = None  # kineto.ProgramProfiler, from install()
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._workers_from_ns = 0  # when the worker events began
@@ -175,6 +176,11 @@ class CaptureSession:
             on_unhooked=self._unhooked_ahead,
         )
         self._hooks.install()
+        from skewlens.profiler.capture.kineto import ProgramProfiler
+
+        self._program_profiler = ProgramProfiler()
+        with contextlib.suppress(Exception):  # a torch without these names: a running profiler is still seen
+            self._program_profiler.install()
         if self.auto_step:
             from torch.optim.optimizer import (
                 register_optimizer_step_post_hook,
@@ -225,6 +231,8 @@ class CaptureSession:
     def uninstall(self) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
+        if self._program_profiler is not None:
+            self._program_profiler.uninstall()
         for handle in self._opt_handles:
             handle.remove()
         self._opt_handles = []
@@ -299,7 +307,10 @@ class CaptureSession:
         # PyTorch's ExecutionTraceObserver was asked for
         facts = self.level == Level.FULL and self.host_trace == HostTrace.PROFILER
         self._kineto = KinetoCapture(
-            cuda=torch.cuda.is_available(), host_facts=facts, on_taken_over=self._operators_taken_over
+            cuda=torch.cuda.is_available(),
+            host_facts=facts,
+            on_taken_over=self._operators_taken_over,
+            program=self._program_profiler,
         )
         if self._kineto.notes:
             self.notes[rank_note_key(self.rank, RankNote.PROFILER)] = "; ".join(self._kineto.notes)
@@ -361,7 +372,7 @@ class CaptureSession:
             if not flight.unhooked_groups(entries, hooks.issued()):
                 self._workers_skipped = True
                 return
-        self._workers = WorkerEvents(native_recorder or self._native_recorder())
+        self._workers = WorkerEvents(native_recorder or self._native_recorder(), self._program_profiler)
         self._workers_from_ns = time.time_ns()
         if not self._workers.start():
             self.notes[rank_note_key(self.rank, RankNote.WORKER_EVENTS)] = self._workers.note
@@ -622,6 +633,8 @@ class CaptureSession:
                 "several, mark steps with the Python API (docs/capture.md)"
             )
         ops, host_ops, syncs = self._ops()
+        if self._program_profiler is not None:  # no profiler of the capture's own is started after this
+            self._program_profiler.uninstall()
         workers: list[OpRecord] = []
         if self._workers is not None:
             workers = self._workers.stop()
