@@ -1473,12 +1473,12 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
     data once the send is done); an asynchronous op is recorded to end when the program's wait on it
     returned (gloo reports no completion), which may be much later (a pipeline stage waits for its
     activation sends at the end of the step, or for a recv after host work of its own). The pair completed
-    by the earlier of its members' recorded ends; where that end is the return of a wait that did not
-    block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and their calls returned, it
-    only says the data was there before the wait: the pair completed once both were issued (the later of
-    their starts and call returns). A schedule of several stages a rank posts a recv ahead and waits for
-    it before the stage's compute that reads it, after other stages' work. An eager send's pair is left
-    as recorded. :func:`rank_model` takes it for the asynchronous ones."""
+    by the earlier of its members' recorded ends; where that end is the return of its first wait and that
+    wait did not block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and their calls
+    returned, it only says the data was there before the wait: the pair completed once both were issued
+    (the later of their starts and call returns). A schedule of several stages a rank posts a recv ahead
+    and waits for it before the stage's compute that reads it, after other stages' work. An eager send's
+    pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
     waiters: dict[int, dict[int, list[int]]] = {}
 
     def waiters_of(r: int) -> dict[int, list[int]]:
@@ -1510,7 +1510,9 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
         r0, w0 = g.ranks[first], g.rows[first]
         both = max(issued(r, w) for r, w in zip(g.ranks, g.rows, strict=True))
         rt0 = run.ranks[r0]
-        for w in waiters_of(r0).get(w0, ()):
+        # its first wait returned at that end (a later wait on it returns at once whatever the transfer took)
+        if (ws := waiters_of(r0).get(w0)) is not None:
+            w = min(ws, key=lambda k: (int(rt0.start_ns[k]), k))
             if both <= rt0.start_ns[w] and rt0.dur_ns[w] <= UNBLOCKED_WAIT_NS:
                 done = min(done, both)
         for r, w, e in zip(g.ranks, g.rows, ends, strict=True):

@@ -961,3 +961,30 @@ def test_a_posted_recv_completes_at_its_sends_issue_only_where_a_wait_begun_afte
     run = _recv_waited(tmp_path, wait_at=wait_at, wait_ns=wait_ns, **more)
     recv_row, send_row = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
     assert (model_ends(run, 0)[recv_row], model_ends(run, 1)[send_row]) == ends
+
+
+def test_a_recv_whose_first_wait_blocked_keeps_its_end_though_a_later_wait_on_it_did_not_block(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 posts its recv ahead, waits for it at 10 ms and is blocked until 20 ms (its data came then),
+    then waits on it again at 25 ms, which returns at once; rank 1's send call returned at 5.05 ms. The
+    later wait says nothing of when the data came: the recv still completed at 20 ms. Before, the pair was
+    taken to complete at 5.05 ms and the first wait's 10 ms of blocking became work of its own: with rank 1
+    computing 5x slower (its send at 25 ms), the wait ran until 35.05 ms instead of 40."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p = r0.compute("prep", 100_000, start_ns=0)
+    rv = r0.recv(1, 4096, 19_900_000, start_ns=100_000, stream=COMM, deps=(p,))
+    o = r0.compute("other_stage", 9_900_000, start_ns=100_000, deps=(p,))
+    w = r0.compute("c10d::wait", 10 * MS, start_ns=10 * MS, deps=(o, rv))
+    o2 = r0.compute("more", 5 * MS, start_ns=20 * MS, deps=(w,))
+    r0.compute("c10d::wait", 10_000, start_ns=25 * MS, deps=(o2, rv))
+    f = r1.compute("fwd", 5 * MS, start_ns=0)
+    s = r1.send(0, 4096, 25_010_000, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=5_050_000)
+    m = r1.compute("more", 25 * MS, start_ns=5_050_000, deps=(f,))
+    r1.compute("c10d::wait", 10_000, start_ns=30_050_000, deps=(m, s))
+    run = load_run(b.write(tmp_path / "run"))
+    recv_row, wait_row = _row(run, 0, "c10d::recv_"), _row(run, 0, "c10d::wait")
+    assert model_ends(run, 0)[recv_row] == 20 * MS
+    slow = simulate(run, effects=RankFactor(1, 5.0))
+    assert slow.end_ns[0][recv_row] == slow.end_ns[0][wait_row] == 40 * MS  # the send at 25, then its 15 ms
