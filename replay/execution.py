@@ -427,14 +427,18 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     empty = np.zeros(0, dtype=np.int64)
     if not ops.any():
         return empty, empty
-    hit = ops[m.start_dst]
-    src, dst = m.start_src[hit].astype(np.int64), m.start_dst[hit].astype(np.int64)
+    comm = type_mask(rt.node_type, COMM_NODE_TYPES)
+    # a start edge from a host row: one from communication (another group's stream) or a GPU op (a stream
+    # wait) issued nothing, and taken for an issue it delayed that stream's next op as much again
+    starts = m.start_src.astype(np.int64)
+    hit = ops[m.start_dst] & rt.is_cpu[starts] & ~comm[starts]
+    src, dst = starts[hit], m.start_dst[hit].astype(np.int64)
     at = rt.start_ns[dst]
     qs, qd = m.queue_src.astype(np.int64), m.queue_dst.astype(np.int64)
     inside = (
         ops[qd]
         & rt.is_cpu[qs]
-        & ~type_mask(rt.node_type, COMM_NODE_TYPES)[qs]
+        & ~comm[qs]
         & (rt.start_ns[qs] <= rt.start_ns[qd])
         & (rt.start_ns[qd] < rt.start_ns[qs] + rt.dur_ns[qs])
     )

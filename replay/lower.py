@@ -38,9 +38,8 @@ from skewlens.profiler.store.model import (
     RunTrace,
     group_members,
     group_rank_order,
-    type_mask,
 )
-from skewlens.profiler.vocab import COMM_NODE_TYPES, CommType, NodeType, collective_message_bytes
+from skewlens.profiler.vocab import CommType, NodeType, collective_message_bytes
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
@@ -897,11 +896,11 @@ def _issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     :func:`~skewlens.replay.execution.issuer_heads`) is delayed as much as the op, and what follows it on
     the thread with it. A blocking op is on its thread already (0 here)."""
     out = np.zeros(len(rt), dtype=np.int64)
-    # communication only: a step's stall sits on its first node, which may be compute that follows the
-    # previous step's asynchronous collectives (start edges from their streams); taken for one they issued,
-    # it delayed the next collective on their stream as much again (DDP under Join, a 20 ms stall every step
-    # on rank 0: 41.8 ms steps simulated, 30.8 ms measured with a real 20 ms sleep)
-    ops, heads = issuer_heads(rt, m, (delay > 0) & type_mask(rt.node_type, COMM_NODE_TYPES))
+    # a step's stall sits on its first node, which may be compute that follows the previous step's
+    # asynchronous collectives (start edges from their streams): issuer_heads takes issues from host rows
+    # only, else it delayed the next collective on their stream as much again (DDP under Join, a 20 ms stall
+    # every step on rank 0: 41.8 ms steps simulated, 30.8 ms measured with a real 20 ms sleep)
+    ops, heads = issuer_heads(rt, m, delay > 0)
     np.add.at(out, heads, delay[ops])
     return out
 

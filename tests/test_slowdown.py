@@ -701,3 +701,37 @@ def test_a_stall_before_a_step_that_follows_asynchronous_collectives_delays_the_
     assert ar_start == fwd_end  # issued as the stalled step's fwd ends, as recorded: no second stall
     fwd_start = [int(res.start_ns[0][rows[(s, "aten::fwd")]]) for s in range(STEPS)]
     assert fwd_start[0] == 20 * MS  # the stall itself, once, before each step's first node
+
+
+def test_a_delay_before_a_collective_that_follows_another_groups_collective_delays_that_stream_not_again(
+    tmp_path: Path,
+) -> None:
+    # each step: an async all_reduce on group 0's stream, then one on group 1's stream that follows it (a
+    # start edge from the first, as a trace's dependencies may say). A 5 ms comm_delay before every
+    # collective on rank 0 also took group 0's stream for the issuer of group 1's all_reduce, and delayed
+    # the next step's all_reduce on it by 5 ms more: step 1's at 32 ms instead of 27 (its fwd's end, 22 ms,
+    # and its own 5 ms)
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r)
+        prev: tuple[int, ...] = ()
+        for s in range(3):
+            t = s * 10 * MS
+            rb.step(s)
+            fwd = rb.compute("aten::fwd", dur_ns=2 * MS, start_ns=t, deps=prev)
+            ar0 = rb.collective(
+                CommType.ALL_REDUCE, comm_bytes=4, dur_ns=MS, start_ns=t + 2 * MS, stream=1000, deps=(fwd,)
+            )
+            ar1 = rb.collective(
+                CommType.ALL_REDUCE, 4, MS, start_ns=t + 3 * MS, stream=1001, deps=(ar0,), pg="1"
+            )
+            bwd = rb.compute("aten::bwd", dur_ns=2 * MS, start_ns=t + 2 * MS, deps=(fwd,))
+            prev = (rb.compute("c10d::wait", dur_ns=MS // 10, start_ns=t + 4 * MS, deps=(bwd, ar1)),)
+    rt = load_run(b.write(tmp_path / "run"))
+    delay = SlowdownModel([Slowdown(kind="comm_delay", ranks=(0,), delay_ns=5 * MS, before="collective")])
+    res = simulate(rt, effects=delay)
+    r0 = rt.ranks[0]
+    rows = [i for i in range(len(r0)) if r0.stream[i] == 1000]
+    fwd = [i for i in range(len(r0)) if r0.name(i) == "aten::fwd"]
+    assert [int(res.start_ns[0][i]) for i in rows] == [int(res.end_ns[0][i]) + 5 * MS for i in fwd]
+    assert int(res.start_ns[0][rows[1]]) == 27 * MS
