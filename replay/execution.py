@@ -415,23 +415,28 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     """Of the rows ``ops`` marks, those issued asynchronously from a host row of another stream (the
     thread that issued them), paired with the row of the issuing thread that follows the issue: its first
     top-level row that starts at or after the issue. ``(op rows, head rows)``, one pair per op and issuing
-    thread; an op issued last on its thread has none.
+    thread; an op issued last on its thread has none, and so has one its head follows (a start edge from
+    the op: it completed inside its call, and holds the thread by its end already).
 
-    The issuing row is the one the op follows (a start edge from another stream: issued at the op's
-    start), or one it was issued from inside, still running then: an enclosing host operator it depends
-    on (a queue edge from it, where a trace names a node's parent operator as its dependency, as Chakra's
-    converter does), issued at the op's start (after the operator's own start: it is never the head); or a
-    launch edge (a GPU op: an NCCL kernel), issued at the launch call. Of one op's issues from one thread
-    the launch call is taken, else the issue inside a running operator (where the op also follows a row
-    that thread finished, it was still issued after the operator began), else the op's start."""
+    The issuing row is the one the op follows (a start edge from a host thread's row of another stream, not a
+    communication stream's or a GPU op's: issued at the op's start), or one it was issued from inside, still
+    running then: an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
+    parent operator as its dependency, as Chakra's converter does), issued at the op's start (after the
+    operator's own start: it is never the head); or a launch edge (a GPU op: an NCCL kernel), issued at the
+    launch call. Of one op's issues from one thread the launch call is taken, else the issue inside a running
+    operator (where the op also follows a row that thread finished, it was still issued after the operator
+    began), else the op's start."""
     empty = np.zeros(0, dtype=np.int64)
     if not ops.any():
         return empty, empty
     comm = type_mask(rt.node_type, COMM_NODE_TYPES)
-    # a start edge from a host row: one from communication (another group's stream) or a GPU op (a stream
-    # wait) issued nothing, and taken for an issue it delayed that stream's next op as much again
+    # a start edge from a host thread's row: one from a communication stream (another group's collective, the
+    # previous step's asynchronous all_reduce) or a GPU op (a stream wait) issued nothing, and taken for an
+    # issue it delayed that stream's next op as much again
     starts = m.start_src.astype(np.int64)
-    hit = ops[m.start_dst] & rt.is_cpu[starts] & ~comm[starts]
+    comm_streams = _comm_streams(rt, m.valid)
+    on_host = rt.is_cpu & ~np.isin(rt.stream, list(comm_streams)) if comm_streams else rt.is_cpu
+    hit = ops[m.start_dst] & on_host[starts]
     src, dst = starts[hit], m.start_dst[hit].astype(np.int64)
     at = rt.start_ns[dst]
     qs, qd = m.queue_src.astype(np.int64), m.queue_dst.astype(np.int64)
@@ -471,7 +476,14 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
         ok = k < rows.size
         out_ops.append(on[0][ok])
         out_heads.append(rows[k[ok]])
-    return np.concatenate([empty, *out_ops]), np.concatenate([empty, *out_heads])
+    got_ops, got_heads = np.concatenate([empty, *out_ops]), np.concatenate([empty, *out_heads])
+    # a head that follows the op (a start edge from it: an op that completed inside its call) waits for it
+    # already, its delay with it: held again, a 5 ms slow isend held the thread 10 ms
+    n = len(rt)
+    follows = np.isin(
+        got_ops * n + got_heads, m.start_src.astype(np.int64) * n + m.start_dst.astype(np.int64)
+    )
+    return got_ops[~follows], got_heads[~follows]
 
 
 def gpu_op_rows(rt: RankTrace, m: RankModel) -> npt.NDArray[np.int64]:

@@ -735,3 +735,25 @@ def test_a_delay_before_a_collective_that_follows_another_groups_collective_dela
     fwd = [i for i in range(len(r0)) if r0.name(i) == "aten::fwd"]
     assert [int(res.start_ns[0][i]) for i in rows] == [int(res.end_ns[0][i]) + 5 * MS for i in fwd]
     assert int(res.start_ns[0][rows[1]]) == 27 * MS
+
+
+def test_a_slow_isend_that_completed_inside_its_call_holds_its_thread_once(tmp_path: Path) -> None:
+    # rank 0 isends at 2 ms (its call returns at 2.01) and goes on; both ranks' waits on the pair, at 3.01 ms,
+    # return at once, so the pair completed when both were issued and the thread's next row follows the send.
+    # A 5 ms comm_delay before the send held that row by the send's end and again as the send's issuer: it
+    # started at 12.01 ms, not 7.01 (what mode=real's thread does: sleep 5 ms, issue, go on)
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        f = rb.compute("aten::fwd", dur_ns=2 * MS, start_ns=0)
+        op = rb.send if r == 0 else rb.recv
+        p2p = op(1 - r, 4096, MS, start_ns=2 * MS, stream=1000, deps=(f,), return_ns=2 * MS + 10_000)
+        nxt = rb.compute("aten::next", dur_ns=MS, start_ns=2 * MS + 10_000, deps=(f,))
+        rb.compute("c10d::wait", dur_ns=10_000, start_ns=3 * MS + 10_000, deps=(nxt, p2p))
+    rt = load_run(b.write(tmp_path / "run"))
+    delay = SlowdownModel([Slowdown(kind="comm_delay", ranks=(0,), delay_ns=5 * MS, before="send")])
+    res = simulate(rt, effects=delay)
+    r0 = rt.ranks[0]
+    row = {r0.name(i): i for i in range(len(r0))}
+    assert int(res.start_ns[0][row["c10d::send"]]) == 7 * MS
+    assert int(res.start_ns[0][row["aten::next"]]) == 7 * MS + 10_000
