@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from skewlens.profiler.store.issues import rank_ranges, ranks_label
+from skewlens.profiler.store.issues import ranks_label, unmatched_comm
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
@@ -188,33 +188,17 @@ def check_real_timeout(run: RunTrace, sim: SimResult | None, timeout_s: float) -
 
 
 def check_real_matched(run: RunTrace) -> None:
-    """Refuse a real replay of a run with communication that matches no other rank: the loader left it out
-    of matching (its steps incomplete: a rank that stopped early, a flight recorder's losses, a window's
-    tail; or a lenient load's disagreements), and the simulator replays it like compute, but re-issued on
-    real processes it waits for peers that never issue it. Before, a 2-rank capture of DDP under ``Join``
-    whose rank 1 ran out of batches (its trace ends at step 5, rank 0's at step 9) hung at rank 0's step 6
-    all_reduce until ``real.timeout_s`` (60 s), then failed naming rank 1's exit."""
-    matched = {(r, row) for inst in run.collectives for r, row in zip(inst.ranks, inst.rows, strict=True)}
-    matched |= {(p.src_rank, p.src_row) for p in run.p2p} | {(p.dst_rank, p.dst_row) for p in run.p2p}
-    count, first = 0, None
-    for r, rt in sorted(run.ranks.items()):
-        rows = np.flatnonzero(type_mask(rt.node_type, COMM_NODE_TYPES))
-        left = [int(i) for i in rows if (r, int(i)) not in matched]
-        count += len(left)
-        if left and first is None:
-            first = (r, left[0])
-    if first is None:
-        return
-    r, i = first
-    rt = run.ranks[r]
-    group = f", group {run.pg_names[rt.pg[i]]!r} seq {rt.seq[i]}" if rt.pg[i] >= 0 and rt.seq[i] >= 0 else ""
-    steps = f" (incomplete steps {rank_ranges(run.incomplete_steps)})" if run.incomplete_steps else ""
-    raise ConfigError(
-        f"{run.run_dir}: cannot replay on real processes: {count:,} communication node(s) match no other "
-        f"rank{steps}, first rank {r}'s {rt.name(i)} (node {rt.node_id[i]}{group}, step {rt.step[i]}): "
-        "re-issued, each would wait for peers that never issue it; the simulated replay (mode=sim) "
-        "replays them like compute (skewlens check says why they were left out of matching)"
-    )
+    """Refuse a real replay of a run with communication that matches no other rank
+    (:func:`~skewlens.profiler.store.issues.unmatched_comm`): re-issued on real processes, it waits for peers
+    that never issue it. Before, a 2-rank capture of DDP under ``Join`` whose rank 1 ran out of batches (its
+    trace ends at step 5, rank 0's at step 9) hung at rank 0's step 6 all_reduce until ``real.timeout_s``
+    (60 s), then failed naming rank 1's exit."""
+    if (left := unmatched_comm(run)) is not None:
+        raise ConfigError(
+            f"{run.run_dir}: cannot replay on real processes: {left}: re-issued, each would wait for peers "
+            "that never issue it; the simulated replay (mode=sim) replays them like compute (skewlens check "
+            "says why they were left out of matching)"
+        )
 
 
 def calibration_note(cfg: ReplayConfig) -> str:

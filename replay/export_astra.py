@@ -777,7 +777,7 @@ def export_astra_sim(
     run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective), naming
     ``allow_option``, how the caller's user asks to export it all the same.
     """
-    from skewlens.profiler.store.issues import rank_ranges
+    from skewlens.profiler.store.issues import rank_ranges, unmatched_comm
     from skewlens.profiler.store.load import locate_run, parse_pg_init
 
     if not prefix or "/" in prefix or prefix.startswith("."):
@@ -794,6 +794,12 @@ def export_astra_sim(
         if not f.exists():
             raise ValidationError(f"{f}: rank {r} is listed but its trace file is missing")
     run = _loaded(run_dir, progress, strict=strict, allow_option=allow_option)
+    if strict and (left := unmatched_comm(run)) is not None:  # a warning to check, a stall to ASTRA-sim
+        raise ValidationError(
+            f"{run_dir}: not exported: {left}: ASTRA-sim would stall on each, waiting for peers that never "
+            f"issue it (skewlens check says why they were left out of matching; {allow_option} exports them "
+            "all the same)"
+        )
     listed = list(manifest.process_groups)
     names = {g.name for g in listed}
     for f in files.files.values():

@@ -343,6 +343,35 @@ def test_a_missing_rank_is_refused_because_astra_sim_needs_a_trace_per_npu(tmp_p
         export_astra_sim(run, tmp_path / "astra")
 
 
+def test_communication_that_matches_no_other_rank_is_refused_as_a_stall_to_astra_sim(tmp_path: Path) -> None:
+    # DDP under Join, rank 1 out of batches after step 0: its (partial) trace ends there, and rank 0's step-1
+    # all_reduce is left out of matching (step 1 incomplete: a warning, no error). Before, it was exported on
+    # rank 0 alone, where ASTRA-sim waits for rank 1 forever; the real replay refuses such a run
+    from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest
+
+    b = RunBuilder(2)
+    for step in (0, 1):
+        for r in (0, 1) if step == 0 else (0,):
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", 1000)
+            rb.collective(CommType.ALL_REDUCE, 1024, 1000)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    write_manifest(run, dataclasses.replace(m, notes={**m.notes, "rank 1": f"{PARTIAL_TRACE_NOTE}: 1 of 2"}))
+    assert validate_run(run).ok
+    with pytest.raises(ValidationError) as e:
+        export_astra_sim(run, tmp_path / "astra", allow_option="--allow-errors")
+    assert str(e.value) == (
+        f"{run}: not exported: 1 communication node(s) match no other rank (incomplete steps 1), first rank "
+        "0's c10d::all_reduce_ (node 4, group '0' seq 1, step 1): ASTRA-sim would stall on each, waiting for "
+        "peers that never issue it (skewlens check says why they were left out of matching; --allow-errors "
+        "exports them all the same)"
+    )
+    assert not (tmp_path / "astra").exists()
+    got = export_astra_sim(run, tmp_path / "astra", strict=False)  # as asked
+    assert got.nodes == {0: 4, 1: 2}
+
+
 def test_many_missing_ranks_are_named_as_ranges(tmp_path: Path) -> None:
     b = RunBuilder(world_size=128)
     for r in (0, 1, 5):

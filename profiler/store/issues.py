@@ -413,6 +413,34 @@ def untimed_ranks(run: RunTrace) -> list[int]:
     return [r for r, rt in sorted(run.ranks.items()) if rt.untimed]
 
 
+def unmatched_comm(run: RunTrace) -> str | None:
+    """What says that communication nodes of ``run`` match no other rank (``3 communication node(s) match no
+    other rank (incomplete steps 6-9), first rank 0's c10d::all_reduce_ (node 41, group '0' seq 6, step
+    6)``), or None where every one does. The loader leaves them out of matching (their steps incomplete: a
+    rank that stopped early, a flight recorder's losses, a window's tail; or a lenient load's
+    disagreements); the simulator replays them like compute, but what issues them again (a real replay,
+    ASTRA-sim) waits for peers that never issue them."""
+    matched = {(r, row) for inst in run.collectives for r, row in zip(inst.ranks, inst.rows, strict=True)}
+    matched |= {(p.src_rank, p.src_row) for p in run.p2p} | {(p.dst_rank, p.dst_row) for p in run.p2p}
+    count, first = 0, None
+    for r, rt in sorted(run.ranks.items()):
+        rows = type_mask(rt.node_type, COMM_NODE_TYPES).nonzero()[0].tolist()
+        left = [i for i in rows if (r, i) not in matched]
+        count += len(left)
+        if left and first is None:
+            first = (r, left[0])
+    if first is None:
+        return None
+    r, i = first
+    rt = run.ranks[r]
+    group = f", group {run.pg_names[rt.pg[i]]!r} seq {rt.seq[i]}" if rt.pg[i] >= 0 and rt.seq[i] >= 0 else ""
+    steps = f" (incomplete steps {rank_ranges(run.incomplete_steps)})" if run.incomplete_steps else ""
+    return (
+        f"{count:,} communication node(s) match no other rank{steps}, first rank {r}'s {rt.name(i)} "
+        f"(node {rt.node_id[i]}{group}, step {rt.step[i]})"
+    )
+
+
 def ends_unknown(run: RunTrace) -> dict[int, int]:
     """Rank -> how many of its communication nodes were recorded without an end (a duration of 0: a
     collective only the flight recorder saw, whose gloo worker event was not recorded), where any."""
