@@ -890,11 +890,11 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
 
 
 def _issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
-    """Per row, what the delays before asynchronous communication (``delay``) add to the thread that
-    issued it: the rank waits before it issues the op (the example's ``--slow-send`` sleeps, then
-    isends), so the issuing thread's node that follows the issue (the execution model's
-    :func:`~skewlens.replay.execution.issuer_heads`) is delayed as much as the op, and what follows it on
-    the thread with it. A blocking op is on its thread already (0 here)."""
+    """Per row, what the delays before asynchronous ops (``delay``: before communication, a step's stall on
+    its first node) add to the thread that issued them: the rank waits before it issues the op (the
+    example's ``--slow-send`` sleeps, then isends), so the issuing thread's node that follows the issue (the
+    execution model's :func:`~skewlens.replay.execution.issuer_heads`) is delayed as much as the op, and what
+    follows it on the thread with it. A blocking op, or one that node follows, holds it already (0 here)."""
     out = np.zeros(len(rt), dtype=np.int64)
     # a step's stall sits on its first node, which may be compute that follows the previous step's
     # asynchronous collectives (start edges from their streams): issuer_heads takes issues from host rows
