@@ -152,3 +152,13 @@ def test_sequence_parallel_on_gloo_records_its_reduce_scatters_and_all_gathers_w
                 (CommType.REDUCE_SCATTER, 2 * shard): 2 * BLOCKS,
                 (CommType.ALL_REDUCE, H * 4): 2 * BLOCKS,
             }
+
+
+def test_an_entry_inside_a_long_span_is_a_reduce_scatter_where_a_later_short_span_ended_before_it() -> None:
+    # spans looked up by their starts: the one begun last before the entry at 50 ms (10-12 ms) ended before
+    # it, the one begun first (0-60 ms) holds it; an entry after both, or before any, stays an all_reduce
+    scatters = [(THREAD, 10 * MS, 12 * MS), (THREAD, 0, 60 * MS)]
+    entries = [recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, t * MS) for t in (50, 11, 61, 5)]
+    rs, ar = CommType.REDUCE_SCATTER, CommType.ALL_REDUCE
+    assert [c.comm_type for c in as_issued(entries, scatters[:1])] == [ar, rs, ar, ar]
+    assert [c.comm_type for c in as_issued(entries, scatters)] == [rs, rs, ar, rs]

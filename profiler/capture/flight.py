@@ -595,16 +595,26 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
     :mod:`skewlens.profiler.capture.waits`) is a REDUCE_SCATTER of those bytes, as a hooked
     ``reduce_scatter_tensor`` call of the same tensor is. Its name stays the recorder's (gloo's worker events
     name it so)."""
-    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    by_thread: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for ident, start, end in scatters:
-        spans[ident].append((start, end))
-    if not spans:
+        by_thread[ident].append((start, end))
+    if not by_thread:
         return list(extra)
+    # per thread, the spans' starts in order and the latest end among those begun by each: an entry lies in
+    # some span where the latest end of the spans begun at or before it is at or after it (one bisect each)
+    spans = {
+        ident: ([lo for lo, _ in s], list(itertools.accumulate((hi for _, hi in s), max)))
+        for ident, s in ((ident, sorted(s)) for ident, s in by_thread.items())
+    }
+
+    def inside(c: CommRecord) -> bool:
+        starts, reach = spans.get(c.ident, ((), ()))
+        i = bisect.bisect_right(starts, c.start_ns)
+        return i > 0 and reach[i - 1] >= c.start_ns
+
     return [
         replace(c, comm_type=CommType.REDUCE_SCATTER)
-        if c.comm_type == CommType.ALL_REDUCE
-        and c.op.startswith("gloo:")
-        and any(lo <= c.start_ns <= hi for lo, hi in spans.get(c.ident, ()))
+        if c.comm_type == CommType.ALL_REDUCE and c.op.startswith("gloo:") and inside(c)
         else c
         for c in extra
     ]
