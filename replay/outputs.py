@@ -313,7 +313,7 @@ def write_perfetto(
     em = execution_model(run)
     cats = {r: rank_categories(run.ranks[r], em.ranks[r]) for r in ranks}
     # each rank's replayed steps, on a track of their own (as in the analysis's trace)
-    spans = StepSpans.of((r, k, a, b) for (r, k), (a, b) in sorted(res.step_spans().items()))
+    spans = StepSpans.of((r, k, a, b) for (r, k), (a, b) in res.step_spans().items())
     steps_kept = spans.kept(cap)
     step_ranks = set(spans.rank[steps_kept].tolist())
     idle: dict[int, IdleStretches] = {}
