@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from skewlens.profiler.bounded import parse_json_bounded
-from skewlens.profiler.capture.build import step_of
+from skewlens.profiler.capture.build import Reach, step_of
 from skewlens.profiler.capture.records import (
     END_UNKNOWN,
     FROM_RECORDER,
@@ -600,17 +600,12 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
         by_thread[ident].append((start, end))
     if not by_thread:
         return list(extra)
-    # per thread, the spans' starts in order and the latest end among those begun by each: an entry lies in
-    # some span where the latest end of the spans begun at or before it is at or after it (one bisect each)
-    spans = {
-        ident: ([lo for lo, _ in s], list(itertools.accumulate((hi for _, hi in s), max)))
-        for ident, s in ((ident, sorted(s)) for ident, s in by_thread.items())
-    }
+    # an entry lies in one of its thread's spans where the latest end among those begun by it reaches it
+    spans = {ident: Reach(s) for ident, s in by_thread.items()}
 
     def inside(c: CommRecord) -> bool:
-        starts, reach = spans.get(c.ident, ((), ()))
-        i = bisect.bisect_right(starts, c.start_ns)
-        return i > 0 and reach[i - 1] >= c.start_ns
+        reach = spans.get(c.ident)
+        return reach is not None and reach(c.start_ns) >= c.start_ns
 
     return [
         replace(c, comm_type=CommType.REDUCE_SCATTER)
