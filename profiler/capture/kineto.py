@@ -348,7 +348,7 @@ class KinetoCapture:
         self._running = False
         self._restore: Any = None
         self._on_taken_over = on_taken_over
-        self._program = program
+        self._program = program if program is not None else ProgramProfiler()  # not installed: sees nothing
         self.note = ""
         """Why no operators were recorded (the program's own profiler), or empty."""
         self.mark_times_ns: list[int] = []
@@ -364,10 +364,10 @@ class KinetoCapture:
         import torch.autograd.profiler as autograd_profiler
         from torch._C._autograd import _profiler_enabled
 
-        if _profiler_enabled() or (self._program is not None and self._program.prepared):
+        if _profiler_enabled() or self._program.prepared:
             self.note = "the program runs its own profiler: operators not recorded"
             return False
-        with self._program.own() if self._program is not None else contextlib.nullcontext():
+        with self._program.own():
             self._prof.start()
         self._running = True
         # torch.autograd.profiler (behind torch.profiler too) prepares every profiler it starts through
@@ -377,7 +377,7 @@ class KinetoCapture:
         def prepare(*args: Any, **kwargs: Any) -> Any:
             if self._running:
                 self._running = False
-                with self._program.own() if self._program is not None else contextlib.nullcontext():
+                with self._program.own():
                     self._prof.stop()
                 self.note = "the program started its own profiler: operators not recorded"
                 if self._on_taken_over is not None:
@@ -403,7 +403,7 @@ class KinetoCapture:
         if not self._running:
             return []
         self._running = False
-        with self._program.own() if self._program is not None else contextlib.nullcontext():
+        with self._program.own():
             self._prof.stop()
         results = self._prof.profiler.kineto_results if self._prof.profiler else None
         events = list(results.events()) if results is not None else []
@@ -456,7 +456,7 @@ class WorkerEvents:
         or None for the Kineto session; ``program``: what tells a program's profiler that is prepared and
         not yet running (the Kineto session then does not start)."""
         self._native = native
-        self._program = program
+        self._program = program if program is not None else ProgramProfiler()  # not installed: sees nothing
         self._on = False
         self._taken_over = False
         self._times: list[int] = []
@@ -496,7 +496,7 @@ class WorkerEvents:
                 return True
             self.note = self.note or "the native recorder was already recording; Kineto records"
             self._native = None  # the Kineto session instead
-        if _profiler_enabled() or (self._program is not None and self._program.prepared):
+        if _profiler_enabled() or self._program.prepared:
             self.note = "the program runs its own profiler: no gloo worker events, ends unknown"
             return False
         # KINETO state; no shapes, memory, stacks, flops or modules
