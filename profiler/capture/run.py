@@ -597,10 +597,9 @@ def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:
     rank's capture began (the ranks of one attempt were all alive at once), and it was saved under another
     restart count or world size than the rank that began last: clocks alone would take a rank whose offset
     is wrong by more than the run (a clock not aligned) for an earlier attempt's."""
-    began = last_began(parts)
-    if began is None:
+    if (at := _last_attempt(parts)) is None:
         return {}
-    last = next(p for p in parts.values() if _began(p) == began)
+    began, last = at
     out: dict[int, str] = {}
     for r, p in parts.items():
         ends = [int(s["end_ns"]) for s in p.get("steps", [])]
@@ -617,16 +616,23 @@ def earlier_unsaved(found: dict[int, dict], parts: dict[int, dict]) -> dict[int,
     says so: its capture began before the last of the ranks that saved a trace (``parts``) under another
     restart count or world size (as :func:`earlier_attempt`). A rank of the last attempt that was killed
     before saving leaves the part file of the attempt before: its reason is not this attempt's."""
-    began = last_began(parts)
-    if began is None:
+    if (at := _last_attempt(parts)) is None:
         return {}
-    last = next(p for p in parts.values() if _began(p) == began)
+    began, last = at
     return {
         r: f"torchrun restarted the command: its capture began {(began - b) / 1e9:.1f} s before the last "
         "attempt's ranks began"
         for r, p in found.items()
         if "not_saved" in p and (b := _began(p)) is not None and b < began and _other_attempt(p, last)
     }
+
+
+def _last_attempt(parts: dict[int, dict]) -> tuple[int, dict] | None:
+    """When the last of the ranks' captures began (:func:`last_began`) and that rank's part file, or None."""
+    began = last_began(parts)
+    if began is None:
+        return None
+    return began, next(p for p in parts.values() if _began(p) == began)
 
 
 def _other_attempt(part: dict, last: dict) -> bool:
