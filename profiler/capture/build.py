@@ -394,23 +394,21 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         """Called in issue order (the order gloo runs a group's collectives in)."""
         if c.start_ns < cap.worker_events_from_ns:
             return 0
-        if not c.op.startswith("gloo:"):
-            if c.is_async and not c.quiet and c.node_type == NodeType.COMM_COLL and c.comm_type is not None:
-                want = {
-                    c.comm_type,
-                    CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else c.comm_type,
-                }
-                found = [(ev, n) for n in owned if collective_from_op(n) in want and (ev := first_free(n, c))]
-                # its own event (the earliest free one), which started before the call completed
-                if found and (c.end_ns < 0 or min(found)[0][0] <= c.end_ns):
-                    ev, name = min(found)
-                    taken[name].add(ev)
+        if c.op.startswith("gloo:"):
+            ev = first_free(c.op, c)
+            if ev is None:
+                return 0
+            taken[c.op].add(ev)
+            return ev[1]
+        if not c.is_async or c.quiet or c.node_type != NodeType.COMM_COLL or c.comm_type is None:
             return 0
-        ev = first_free(c.op, c)
-        if ev is None:
-            return 0
-        taken[c.op].add(ev)
-        return ev[1]
+        want = {c.comm_type, CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else c.comm_type}
+        found = [(ev, n) for n in owned if collective_from_op(n) in want and (ev := first_free(n, c))]
+        if found:  # its own event (the earliest free one), which started before the call completed
+            ev, name = min(found)
+            if c.end_ns < 0 or ev[0] <= c.end_ns:
+                taken[name].add(ev)
+        return 0
 
     return end_of
 
