@@ -714,9 +714,10 @@ def _op_protos(
 ) -> tuple[list[_Proto], list[tuple[int, int, str]]]:
     """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels
     (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`); and the main thread's
-    outermost scopes replaced by their operators (because they enclosed a blocking call, or for want of a
-    schema at the full level), ``(start, end, name)`` sorted, each ending at the first step mark inside it
-    (what follows the mark is the capture's own)."""
+    scopes replaced by their operators (because they enclosed a blocking call, or for want of a schema at
+    the full level), each ending at the first step mark inside it (what follows the mark is the capture's
+    own), as disjoint ``(start, end, name)`` pieces, sorted, named after the innermost scope
+    (:func:`_innermost`) and less the collective calls inside them (:func:`_without_calls`)."""
     starts = [s.start_ns for s in cap.steps]
     bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
     blocking: dict[int, list[tuple[int, int]]] = defaultdict(list)
