@@ -224,6 +224,11 @@ def ranks_text(text: Any) -> tuple[int, ...] | None:
         v = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested 50,000 deep was a traceback
         return None
+    return _rank_list(v)
+
+
+def _rank_list(v: Any) -> tuple[int, ...] | None:
+    """``v`` as ranks where it is a list of global ranks (integers from 0 below MAX_WORLD_SIZE), else None."""
     if isinstance(v, list) and all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in v):
         return tuple(v)
     return None
@@ -253,21 +258,16 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
         raise TraceImportError(f"{path}: distributedInfo.pg_config is not a list")
     out = []
     for g in raw:
-        ranks = g.get("ranks") if isinstance(g, dict) else None
-        if isinstance(ranks, str) and cut_ranks_text(ranks) is not None:
+        given = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(given, str) and cut_ranks_text(given) is not None:
             continue
-        ranks = ranks_text(ranks) if isinstance(ranks, str) else ranks
-        if (
-            not isinstance(g, dict)
-            or "pg_name" not in g
-            or not isinstance(ranks, list | tuple)
-            or not all(as_int(r) is not None and 0 <= r < MAX_WORLD_SIZE for r in ranks)
-        ):
+        ranks = ranks_text(given) if isinstance(given, str) else _rank_list(given)
+        if not isinstance(g, dict) or "pg_name" not in g or ranks is None:
             raise TraceImportError(f"{path}: malformed distributedInfo.pg_config entry {g!r:.200}")
         out.append(
             ProcessGroupInfo(
                 name=str(g["pg_name"]),
-                ranks=tuple(int(r) for r in ranks),
+                ranks=ranks,
                 desc=str(g.get("pg_desc", "")),
                 backend=str(g.get("backend_config", "")),
             )
