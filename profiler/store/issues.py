@@ -353,9 +353,9 @@ def run_notes(run: RunTrace) -> list[str]:
         notes.append(ends_unknown_line(unknown, m.source))
     if run.incomplete_steps:
         one = len(run.incomplete_steps) == 1
-        steps, their, those = ("step", "its", "that step's") if one else ("steps", "their", "those steps'")
+        their, those = ("its", "that step's") if one else ("their", "those steps'")
         notes.append(
-            f"incomplete {steps} {rank_ranges(run.incomplete_steps)}: some of {their} communication is not "
+            f"incomplete {steps_label(run.incomplete_steps)}: some of {their} communication is not "
             "in every trace (a flight recorder lost collectives, a rank stopped inside the step, or a thread "
             "issued collectives across the window's end: see skewlens check); it was left out of matching, "
             f"so {those} waits are partial"
@@ -400,6 +400,11 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
 def ranks_label(ranks: Sequence[int]) -> str:
     """``rank 3``, ``ranks 0-1, 4`` (:func:`rank_ranges`)."""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
+def steps_label(steps: Sequence[int]) -> str:
+    """``step 3``, ``steps 3-5, 7`` (:func:`rank_ranges`)."""
+    return f"{'step' if len(steps) == 1 else 'steps'} {rank_ranges(steps)}"
 
 
 NO_START_TIMES = "no start times in the trace"

@@ -30,6 +30,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     ranks_label,
     sizes_per_rank,
+    steps_label,
 )
 from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace, type_mask
 from skewlens.profiler.vocab import CommType, NodeType
@@ -168,7 +169,6 @@ def without_lost(
     for x in lost:
         steps.update(x.steps)
         last = "end" if x.last_seq < 0 else str(x.last_seq)  # as the rank's note says it (flight.Loss)
-        steps_are = "step" if len(x.steps) == 1 else "steps"
         recorders, buffers = (
             ("flight recorder", "its ring buffer wrapped; TORCH_FR_BUFFER_SIZE sizes it")
             if len(x.ranks) == 1
@@ -176,7 +176,7 @@ def without_lost(
         )
         sink.info(
             "lost-collectives",
-            f"{steps_are} {rank_ranges(x.steps)} incomplete: the {recorders} of {ranks_label(x.ranks)} lost "
+            f"{steps_label(x.steps)} incomplete: the {recorders} of {ranks_label(x.ranks)} lost "
             f"group {x.pg_name!r} seq {x.first_seq}..{last} ({buffers}); those collectives are left out of "
             "matching on every member",
         )
@@ -300,7 +300,7 @@ def without_window_tail(
             f"group {name!r} seq {seqs}: {ranks_label(ahead)} issued {them} before the recording window "
             f"closed, {ranks_label(behind)} only after (a thread that runs on past the last step, such as an "
             f"asynchronous checkpoint's save): {they} left out of matching on every rank, leaving "
-            f"{'step' if len(at) == 1 else 'steps'} {rank_ranges(at)} incomplete; to keep {them}, wait for "
+            f"{steps_label(at)} incomplete; to keep {them}, wait for "
             "that work (an async_save's future) within the window's last step",
         )
     if not gone:
