@@ -429,7 +429,7 @@ def unmatched_comm(run: RunTrace) -> str | None:
     matched |= {(p.src_rank, p.src_row) for p in run.p2p} | {(p.dst_rank, p.dst_row) for p in run.p2p}
     count, first = 0, None
     for r, rt in sorted(run.ranks.items()):
-        rows = type_mask(rt.node_type, COMM_NODE_TYPES).nonzero()[0].tolist()
+        rows = rt.rows_of_type(*COMM_NODE_TYPES).tolist()
         left = [i for i in rows if (r, i) not in matched]
         count += len(left)
         if left and first is None:
