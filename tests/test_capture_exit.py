@@ -49,6 +49,7 @@ if dist.get_rank() == 1:
     deadline = time.monotonic() + 120
     while not os.path.isdir(go) and time.monotonic() < deadline:
         time.sleep(0.005)
+    time.sleep(0.05)  # rank 0 counts the thread states once it made go, before this completes its collective
     dist.broadcast(torch.ones(16), src=1)
     sys.exit(0)
 
@@ -86,10 +87,11 @@ del t  # the worker holds the last reference: it frees the tensor, with the GIL,
 def at_the_save(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "_at_exit" and "capture" in frame.f_code.co_filename:
         sys.setprofile(None)
+        time.sleep(0.05)  # (GIL released) a thread still freeing an earlier collective's tensors finishes
+        os.mkdir(go)  # releases the GIL too: counted after it, the thread states can only grow from here
         before = thread_states()
-        os.mkdir(go)
         deadline = time.monotonic() + 60
-        while thread_states() == before and time.monotonic() < deadline:
+        while thread_states() <= before and time.monotonic() < deadline:
             pass  # holding the GIL
         if thread_states() > before:
             seen.append("rank 0: gloo's worker asked for the GIL during the capture's atexit save\n")
