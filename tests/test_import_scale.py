@@ -232,6 +232,31 @@ def test_a_worker_that_died_is_an_error_naming_its_trace() -> None:
         run_mod._result(fut, job)
 
 
+def test_a_worker_out_of_memory_under_an_address_space_limit_says_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a worker's MemoryError said only "out of memory" where ``ulimit -v`` was the reason; the conversion
+    # in this process (one worker) said the limit, through the CLI's out_of_memory
+    import resource
+
+    limit = 3 << 30
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (limit, resource.RLIM_INFINITY))
+    fut: Future[Any] = Future()
+    fut.set_exception(MemoryError())
+    job = run_mod._Job(
+        kineto=TraceFile(path=Path("/x/r2.json"), label=Path("in/r2.json")),
+        host=None,
+        rank=None,
+        nodes_path=Path("/x/2.nodes"),
+    )
+    with pytest.raises(TraceImportError) as e:
+        run_mod._result(fut, job)
+    assert str(e.value) == (
+        "in/r2.json: out of memory while converting this trace "
+        "(the address space is limited to 3,072 MiB (ulimit -v))"
+    )
+
+
 @pytest.mark.slow
 def test_a_parallel_import_writes_the_same_run_as_a_serial_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

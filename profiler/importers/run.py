@@ -34,7 +34,7 @@ from skewlens.profiler.atomic import (
     why_not_created,
 )
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
-from skewlens.profiler.errors import TraceImportError
+from skewlens.profiler.errors import TraceImportError, address_space_limit
 from skewlens.profiler.importers.comm import DEFAULT_PG
 from skewlens.profiler.importers.convert import RankConversion, convert_rank
 from skewlens.profiler.importers.host_et import HostTrace, parse_host_et
@@ -324,8 +324,12 @@ def _result(fut: Future[_Done], job: _Job) -> _Done:
         return fut.result()
     except TraceImportError as e:
         raise TraceImportError(str(e)) from None  # the worker's traceback would only confuse
-    except MemoryError:
-        raise TraceImportError(f"{job.kineto.label}: out of memory while converting this trace") from None
+    except MemoryError:  # the limit that explains it, as the in-process conversion's error says it
+        cap = address_space_limit()
+        limit = f" ({cap})" if cap else ""
+        raise TraceImportError(
+            f"{job.kineto.label}: out of memory while converting this trace{limit}"
+        ) from None
     except BrokenProcessPool:
         raise TraceImportError(
             f"{job.kineto.label}: the worker converting this trace (or another one) died: {POOL_DIED} "
