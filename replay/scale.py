@@ -36,7 +36,8 @@ see :mod:`skewlens.profiler.importers.convert`): on data-parallel groups, all_re
 barrier and reduce_scatter keep their bytes (gradient buckets are the model's; a reduce_scatter's input
 is the full gradient); under FSDP2 an all_gather's input is this rank's shard of a gathered size that
 stays, ``ceil(bytes · k / N)`` (FSDP2 pads shards to whole elements; padding below the byte is not
-modelled), but a gather into a list (:data:`LIST_GATHER_OPS`: metrics, objects) keeps its bytes; under
+modelled), but a gather into a list (:data:`LIST_GATHER_OPS`: metrics, objects) keeps its bytes, unless it
+gathers a reduce_scatter's size (FSDP1's flat parameter on the CPU: :func:`_kept_list_gathers`); under
 DDP an all_gather (metrics, objects) keeps its per-rank input. Replicated groups keep everything. The new
 run is meant for ``comm_mode=model``: the recorded transfers of k ranks say nothing about N.
 """
@@ -79,7 +80,8 @@ KEEP_BYTES = frozenset(
 #: The ops of an all_gather into a list of tensors (``dist.all_gather``, ``all_gather_object``), as a capture
 #: (``c10d::allgather_``) and ProcessGroupNCCL's annotation (``nccl:all_gather``) name them. FSDP2 gathers its
 #: parameters into one tensor (``all_gather_into_tensor``: ``c10d::_allgather_base_``), never into a list: a
-#: list-form gather on an FSDP2 run's data-parallel group is of metrics or objects, whose bytes per rank stay.
+#: list-form gather on an FSDP2 run's data-parallel group is of metrics or objects, whose bytes per rank stay,
+#: but where it gathers the size of a gradient reduce_scatter, as FSDP1 on the CPU gathers its flat parameter.
 #: (An imported GPU trace's collective is its NCCL kernel, whose name does not say which form it was.)
 LIST_GATHER_OPS = frozenset({"c10d::allgather_", "nccl:all_gather"})
 #: The source option that draws from every captured replica.
@@ -592,6 +594,27 @@ def _list_gather_rows(rt: RankTrace) -> np.ndarray:
     return np.isin(rt.name_idx, ops) if ops else np.zeros(len(rt.node_type), dtype=bool)
 
 
+def _kept_list_gathers(run: RunTrace, lay: Layout) -> dict[int, np.ndarray]:
+    """Per rank, its gathers into a list (:data:`LIST_GATHER_OPS`) that keep their bytes: all of them but
+    FSDP1's parameter gathers. ``FullyShardedDataParallel`` on the CPU gathers its flat parameter into a list
+    of the parameter's chunks (``dist.all_gather``), and reduce-scatters the gradient, of the same padded
+    size, from one tensor: under FSDP a gather into a list on a data-parallel group whose gathered size
+    (bytes x ``k``) is the input of a reduce_scatter on that group, on that rank, is a parameter gather."""
+    out: dict[int, np.ndarray] = {}
+    sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
+    for r, rt in run.ranks.items():
+        kept = _list_gather_rows(rt)
+        if lay.parallelism == FSDP2 and kept.any():
+            kept = kept.copy()
+            rs = (rt.node_type == int(NodeType.COMM_COLL)) & (rt.comm_type == int(CommType.REDUCE_SCATTER))
+            for g in sharded:
+                on_g = rt.pg == g
+                grads = rt.comm_bytes[rs & on_g]
+                kept[kept & on_g & np.isin(rt.comm_bytes * lay.dp_size, grads)] = False
+        out[r] = kept
+    return out
+
+
 def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
     """Where a run without reduce_scatters (read as DDP) all_gathers on its data-parallel groups: they keep
     their bytes per rank, right for metrics or objects, wrong for the optimizer's shards of ZeRO-1/2 (a
@@ -604,7 +627,7 @@ def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
     fsdp2 = lay.parallelism != DDP
     # FSDP2: its parameter gathers shrink, as they should; say which kept their bytes (gathers into a list).
     # DDP: a gather into a list is of whole tensors (ZeRO gathers its shards into one tensor): no doubt there
-    listed = {r: _list_gather_rows(rt) for r, rt in run.ranks.items()}
+    listed = _kept_list_gathers(run, lay)
     gathers = [c for c in gathers if bool(listed[c.ranks[0]][c.rows[0]]) == fsdp2]
     if not gathers:
         return ""
@@ -652,9 +675,10 @@ def _steps(steps: Sequence[StepSpan], source_of: Mapping[int, int]) -> tuple[Ste
 def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
     """Per captured rank, its ``comm_bytes`` at ``dp`` data-parallel ranks (the same array where none
     changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes, a gather
-    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too."""
+    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too, but FSDP1's (:func:`_kept_list_gathers`)."""
     out: dict[int, np.ndarray] = {}
     sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
+    kept = _kept_list_gathers(run, lay)
     for r, rt in run.ranks.items():
         if lay.parallelism != FSDP2:
             out[r] = rt.comm_bytes
@@ -663,7 +687,7 @@ def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
             (rt.node_type == int(NodeType.COMM_COLL))
             & (rt.comm_type == int(CommType.ALL_GATHER))
             & np.isin(rt.pg, sharded)
-            & ~_list_gather_rows(rt)
+            & ~kept[r]
         )
         if not rows.any():
             out[r] = rt.comm_bytes

@@ -841,6 +841,36 @@ def test_an_fsdp2_runs_gather_into_a_list_keeps_its_bytes_while_its_parameter_ga
     assert transfers(sim)[2] == ring_ns(AG, 16_384, 8)  # 8 pieces of 16 KiB gathered
 
 
+def test_fsdp1s_parameter_gathers_into_a_list_on_the_cpu_shrink_while_a_metrics_gather_keeps_its_bytes(
+    tmp_path: Path,
+) -> None:
+    # FullyShardedDataParallel on the CPU gathers each flat parameter with dist.all_gather into a list of its
+    # chunks (c10d::allgather_), then reduce-scatters its gradient of the same padded size: a 2-rank capture
+    # of 4 Linear(250, 250) units (125,500 bytes a rank) kept 125,500 bytes a rank at 64 ranks, its 40
+    # parameter gathers read as "metrics or objects"; only the metrics gather, of no gradient's size, keeps
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0)
+        b.rank(r).collective(AG, FULL // 2, 1_000_000, start_ns=0, name="c10d::allgather_")
+        b.rank(r).collective(AG, MIB // 2, 1_000_000, start_ns=1_000_000, name="c10d::allgather_")
+        b.rank(r).collective(RS, MIB, 1_000_000, start_ns=2_000_000, name="c10d::_reduce_scatter_base_")
+        b.rank(r).collective(RS, FULL, 1_000_000, start_ns=3_000_000, name="c10d::_reduce_scatter_base_")
+        b.rank(r).collective(AG, 16_384, 100_000, start_ns=4_000_000, name="c10d::allgather_")
+    scaled = scale_run(load_run(b.write(tmp_path / "fsdp1")), 8)
+    assert [(c.comm_type, set(c.comm_bytes)) for c in scaled.collectives] == [
+        (AG, {FULL // 8}),
+        (AG, {MIB // 8}),
+        (RS, {MIB}),
+        (RS, {FULL}),
+        (AG, {16_384}),
+    ]
+    assert scaled.manifest.notes["scale"].endswith(
+        "; 1 all_gather(s) into a list on the data-parallel group (up to 16,384 bytes a rank: metrics or "
+        "objects, not FSDP2's parameter gathers) keep their bytes at 8 ranks"
+    )
+    assert transfers(replay(scaled))[0] == ring_ns(AG, FULL // 8, 8)  # 8 shards of FULL / 8 gathered
+
+
 def test_an_extrapolated_ranks_recorded_step_is_its_captured_ranks_and_the_summary_caption_says_so(
     tmp_path: Path,
 ) -> None:
