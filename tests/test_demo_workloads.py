@@ -17,14 +17,16 @@ def test_an_unknown_workload_is_refused_naming_every_known_one_before_anything_r
         demo.main(["--workload", "bogus", "--out", str(out)])
     msg = str(err.value)
     assert "'bogus'" in msg and "unknown" in msg
-    names = ("train", "fsdp2", "tp", "pipeline-gpipe", "pipeline-1f1b", "ddp-accum", "ddp-compile", "mesh2d")
+    names = ("train", "fsdp2", "fsdp1", "tp", "pipeline-gpipe", "pipeline-1f1b", "ddp-accum", "ddp-compile")
+    names += ("mesh2d",)
     assert all(name in msg for name in names)
     assert not out.exists()  # refused before the output directory was made
 
 
 def test_every_workload_names_a_bundled_script_and_train_stays_the_default() -> None:
     assert set(demo.WORKLOADS) == {
-        "train", "fsdp2", "tp", "pipeline-gpipe", "pipeline-1f1b", "ddp-accum", "ddp-compile", "mesh2d",
+        "train", "fsdp2", "fsdp1", "tp", "pipeline-gpipe", "pipeline-1f1b", "ddp-accum", "ddp-compile",
+        "mesh2d",
     }  # fmt: skip
     for name, work in demo.WORKLOADS.items():
         assert (EXAMPLES_DIR / work.script).is_file(), name

@@ -53,6 +53,31 @@ def test_fsdp2_all_gathers_each_layer_twice_and_reduce_scatters_its_gradients_on
     assert len(run.collectives) == ACTIVE * 3 * ex.LAYERS
 
 
+def test_fsdp1_gathers_each_flat_parameter_twice_a_step_and_a_full_state_dict_once_more_in_the_next_step(
+    tmp_path: Path,
+) -> None:
+    # FullyShardedDataParallel on the CPU: its all-gathers are dist.all_gather into the flat parameter's
+    # chunks (c10d::allgather_), its gradients one reduce_scatter_tensor of the flat gradient; a
+    # FULL_STATE_DICT after step 2 un-shards every unit once more, counted in step 3 (no step of its own)
+    ex = load_workload("fsdp1.py")
+    run = capture_workload(tmp_path / "run", "fsdp1.py", "--state-dict-at", "2", "--use-orig-params")
+    flat = linear_numel(ex.HIDDEN, ex.HIDDEN) * F32  # even: no padding at 2 ranks
+    group = (0, 1)
+    gather, reduce = CommKey("ALL_GATHER", group, flat // 2, -1), CommKey("REDUCE_SCATTER", group, flat, -1)
+    want = Counter({gather: 2 * ex.LAYERS, reduce: ex.LAYERS})
+    saved = Counter({gather: 3 * ex.LAYERS, reduce: ex.LAYERS})
+    assert captured_steps(run) == {0: STEPS, 1: STEPS}
+    for rank, per in comm_per_step(run).items():
+        assert per == {2: want, 3: saved, 4: want}, f"rank {rank}"
+    assert {
+        run.ranks[0].names[int(run.ranks[0].name_idx[i])]
+        for i in run.ranks[0].rows_of_type(NodeType.COMM_COLL)
+    } == {
+        "c10d::allgather_",
+        "c10d::_reduce_scatter_base_",
+    }
+
+
 def test_tensor_parallel_all_reduces_each_row_parallel_output_and_column_parallel_input_gradient(
     tmp_path: Path,
 ) -> None:

@@ -3,8 +3,8 @@
 Synthetic DDP-, FSDP2- and 2-D-mesh-shaped runs (fast tier) are scaled and replayed with the ``switch``
 topology of ``conf/topology/`` under ``comm_mode=model``: rank and group counts, the per-rank sizes each
 parallelism implies, and step times against the network model's closed forms written out here. Real
-captures of ``examples/ddp_accum.py`` and ``examples/fsdp2.py`` (slow tier) are checked the same way, and
-a 4-rank capture scaled to 1,024 ranks with one slowed rank finds that rank.
+captures of ``examples/ddp_accum.py``, ``examples/fsdp2.py`` and ``examples/fsdp1.py`` (slow tier) are
+checked the same way, and a 4-rank capture scaled to 1,024 ranks with one slowed rank finds that rank.
 """
 
 from __future__ import annotations
@@ -614,7 +614,9 @@ def closed_form_transfers(scaled: RunTrace, sim: SimResult) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("script", "parallelism"), [("ddp_accum.py", "ddp"), ("fsdp2.py", "fsdp2")])
+@pytest.mark.parametrize(
+    ("script", "parallelism"), [("ddp_accum.py", "ddp"), ("fsdp2.py", "fsdp2"), ("fsdp1.py", "fsdp2")]
+)
 def test_a_captured_run_scaled_to_8_sizes_its_communication_by_its_parallelism_and_the_model_times_it(
     tmp_path: Path, script: str, parallelism: str
 ) -> None:
@@ -627,7 +629,8 @@ def test_a_captured_run_scaled_to_8_sizes_its_communication_by_its_parallelism_a
     captured = {(c.pg_name, c.seq): (c.comm_type, c.comm_bytes[0]) for c in run.collectives}
     for c in scaled.collectives:
         ctype, nbytes = captured[(c.pg_name, c.seq)]
-        # DDP's buckets and FSDP2's reduce_scatter inputs keep their bytes, FSDP2's shards are 2/8 of 2's
+        # DDP's buckets and FSDP's reduce_scatter inputs keep their bytes, FSDP's shards are 2/8 of 2's (FSDP1
+        # gathers into a list of its flat parameter's chunks on the CPU: they kept their bytes before)
         assert c.comm_bytes == (nbytes * 2 // 8 if ctype == AG else nbytes,) * 8
     assert {c.comm_type for c in scaled.collectives} == ({AR} if parallelism == "ddp" else {AG, RS})
     closed_form_transfers(scaled, replay(scaled))

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 STRAGGLER = ("--straggler-rank", "1", "--straggler-ms", "40")
 WORKLOADS = {
     "fsdp2": ("fsdp2.py", (), 2),
+    "fsdp1": ("fsdp1.py", ("--forward-prefetch", "--limit-all-gathers", "--use-orig-params"), 2),
     "tp": ("tp.py", (), 2),
     "pipeline-gpipe": ("pipeline.py", ("--schedule", "gpipe"), 2),
     "pipeline-1f1b": ("pipeline.py", ("--schedule", "1f1b"), 2),

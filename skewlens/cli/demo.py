@@ -71,6 +71,7 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     "train": Workload("train.py", (), 4, 2),
     "fsdp2": Workload("fsdp2.py", (), 2, 1),
+    "fsdp1": Workload("fsdp1.py", (), 2, 1),
     "tp": Workload("tp.py", (), 2, 1),
     "pipeline-gpipe": Workload("pipeline.py", ("--schedule", "gpipe"), 2, 1),
     "pipeline-1f1b": Workload("pipeline.py", ("--schedule", "1f1b"), 2, 1),
