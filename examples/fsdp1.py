@@ -17,7 +17,9 @@ padded to a multiple of the world size), and the root holds nothing. On the CPU 
 - then ``optimizer.step()`` on the local shards, which marks the step.
 
 ``SHARD_GRAD_OP`` keeps the parameters after forward (no backward all-gathers), ``NO_SHARD`` all-reduces
-the gradients instead. Knobs (as ``train.py``'s; see ``_common.py``): ``--steps``, ``--seed``,
+the gradients instead, ``HYBRID_SHARD`` (4 or more ranks, an even number) shards over ``mesh_shard`` and
+all-reduces the gradient shards over ``mesh_replicate`` of a 2 x world/2 mesh (on one host there are no
+nodes to replicate across). Knobs (as ``train.py``'s; see ``_common.py``): ``--steps``, ``--seed``,
 ``--step-times-out FILE``, ``--straggler-rank R --straggler-ms D`` (D ms of matmuls at the start of each
 step), ``--slow-send-rank R --slow-send-ms D`` (no p2p: rank R sleeps D ms before the forward, whose first
 Linear all-gathers); FSDP's own: ``--sharding-strategy``, ``--backward-prefetch`` (``BACKWARD_PRE``,
@@ -32,6 +34,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from _common import finish, init_distributed, mlp, parse, parser, run_steps, train_step
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (
     BackwardPrefetch,
     FullStateDictConfig,
@@ -64,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     torch.manual_seed(args.seed)  # the same full parameters on every rank before sharding
     prefetch = None if args.backward_prefetch == "NONE" else BackwardPrefetch[args.backward_prefetch]
+    mesh = None
+    if args.sharding_strategy in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
+        # one host has no nodes to replicate across: 2 replicas of world / 2 shards, on a 2-D mesh
+        world = dist.get_world_size()
+        if world < 4 or world % 2:
+            p.error(f"--sharding-strategy {args.sharding_strategy} needs an even world size of 4 or more")
+        names = ("replicate", "shard")
+        mesh = init_device_mesh(device.type, (2, world // 2), mesh_dim_names=names)
     model = FullyShardedDataParallel(
         mlp(LAYERS, HIDDEN, device),
         auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
@@ -73,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         limit_all_gathers=args.limit_all_gathers,
         use_orig_params=args.use_orig_params,
         device_id=device,
+        device_mesh=mesh,
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator(device=device).manual_seed(args.seed + rank)

@@ -14,8 +14,11 @@ the rows and columns of a mesh do).
   :data:`OTHER_WORDS`), else from what they carry (reduce_scatters: FSDP; functional all_reduces: TP). The
   other family (tensor, context, expert parallelism inside a replica) is *replicated*: every new replica
   gets copies of its groups, unchanged in size. With one family only, it must be the data-parallel one.
+  Where both read as data parallel and one only all-reduces while the other all-gathers or
+  reduce-scatters, the run is hybrid sharding (HSDP): the all-reducing replicas scale, the shard groups
+  are replicated (:func:`_hsdp`).
 - Refused, with what was found: send/recv (pipeline parallelism), more than two families, groups that do
-  not tile the ranks, two data-parallel-looking families (HSDP), a data-parallel group carrying
+  not tile the ranks, two data-parallel-looking families not told apart so, a data-parallel group carrying
   all_to_all / gather / scatter, a run without collectives, a lenient load that skipped communication.
 
 **What is built.** New replica ``d'`` (``0 <= d' < N``) copies a captured replica (a captured data-parallel
@@ -94,6 +97,10 @@ RANK_BYTES = 9_500
 
 DDP = "ddp"
 FSDP2 = "fsdp2"
+#: What a family of shard groups carries (FSDP's parameter gathers and gradient reduce_scatters).
+_SHARDED_TYPES = (CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK)
+#: What a family of HSDP's replica groups carries (the gradient shards' all_reduce; buffers, barriers).
+_REPLICA_TYPES = frozenset({CommType.ALL_REDUCE, CommType.BROADCAST, CommType.BARRIER})
 
 _FUNCTIONAL_WAIT = "_c10d_functional::wait_tensor"
 _V = TypeVar("_V")
@@ -311,6 +318,8 @@ def _identify(run: RunTrace) -> Layout:
     roles = [_role(f) for f in families]
     dp = [f for f, r in zip(families, roles, strict=True) if r == "dp"]
     other = [f for f, r in zip(families, roles, strict=True) if r == "other"]
+    if len(dp) == 2 and not other:
+        dp, other = _hsdp(dp)
     if len(dp) != 1 or len(dp) + len(other) != len(families):
         what = "; ".join(
             f"{r or 'unknown role'}: {', '.join(_group_text(g) for g in f)}"
@@ -321,6 +330,16 @@ def _identify(run: RunTrace) -> Layout:
             f"e.g. mesh_dp / mesh_tp, or by what it carries): {what}"
         )
     return _mesh(run, dp[0], other[0] if other else None, whole)
+
+
+def _hsdp(dp: list[list[_Group]]) -> tuple[list[list[_Group]], list[list[_Group]]]:
+    """Two families that both read as data parallel: hybrid sharding (HSDP: FSDP1's ``HYBRID_SHARD``,
+    FSDP2 on a 2-D mesh) where one family only all-reduces (the replicas, which scale) and the other
+    all-gathers or reduce-scatters (the shards inside a replica, replicated as they are); else both
+    back (refused: which one scales is not said)."""
+    shards = [f for f in dp if any(g.types[t] for g in f for t in _SHARDED_TYPES)]
+    reduces = [f for f in dp if f not in shards and all(set(g.types) <= _REPLICA_TYPES for g in f)]
+    return (reduces, shards) if len(shards) == 1 and len(reduces) == 1 else (dp, [])
 
 
 def _one_d(run: RunTrace, whole: Sequence[_Group]) -> Layout:
@@ -388,7 +407,8 @@ def _mesh(run: RunTrace, dp: list[_Group], other: list[_Group] | None, whole: Se
     if sum((g.types for g in whole), Counter())[CommType.REDUCE_SCATTER]:
         raise ExtrapolationError(f"a reduce_scatter over every rank of a 2-D mesh: {_found(whole)}")
     inner_words = set().union(*(_tokens(g.desc) for g in other or [])) & OTHER_WORDS
-    inner = sorted(inner_words)[0] if inner_words else "replicated"
+    hsdp = any(g.types[t] for g in other or [] for t in _SHARDED_TYPES)
+    inner = sorted(inner_words)[0] if inner_words else "fsdp" if hsdp else "replicated"
     text = ", ".join(_group_text(g) for g in dp)
     rest = f"; replicated {', '.join(_group_text(g) for g in other)}" if other else ""
     return Layout(

@@ -510,13 +510,37 @@ def no_comm_run(path: Path) -> RunTrace:
     return load_run(b.write(path))
 
 
-def hsdp_run(path: Path) -> RunTrace:
+def hsdp_run(path: Path, replicas: CommType = AR) -> RunTrace:
+    """Hybrid sharding on 4 ranks: shard groups (0, 1), (2, 3) reduce-scatter, replica groups (0, 2), (1, 3)
+    carry ``replicas`` (HSDP: the gradient shards' all_reduce)."""
     groups = {"rep_0": (0, 2), "rep_1": (1, 3), "shard_0": (0, 1), "shard_1": (2, 3)}
     b = RunBuilder(world_size=4, groups=groups)
     for r in range(4):
         b.rank(r).collective(RS, MIB, 100_000, pg=f"shard_{r // 2}")
-        b.rank(r).collective(AR, MIB, 100_000, pg=f"rep_{r % 2}")
+        b.rank(r).collective(replicas, MIB, 100_000, pg=f"rep_{r % 2}")
     return load_run(b.write(path))
+
+
+def test_hsdp_scales_its_all_reducing_replicas_and_copies_its_shard_groups_into_each_new_replica(
+    tmp_path: Path,
+) -> None:
+    # FSDP1's HYBRID_SHARD (and FSDP2 on a 2-D mesh): both families read as data parallel (mesh_replicate,
+    # mesh_shard), and scale.dp was refused ("cannot tell which mesh dimension is data parallel")
+    run = hsdp_run(tmp_path / "run")
+    lay = identify(run)
+    assert (lay.parallelism, lay.inner, lay.dp_size, lay.tp_size) == ("ddp", "fsdp", 2, 2)
+    scaled = scale_run(run, 8)
+    assert scaled.world_size == 16
+    ranks = {n: g.ranks for n, g in scaled.process_groups.items()}
+    assert ranks["rep_0"] == tuple(range(0, 16, 2)) and ranks["rep_1"] == tuple(range(1, 16, 2))
+    assert (ranks["shard_0"], ranks["shard_1"], ranks["shard_1@dp5"]) == ((0, 1), (2, 3), (10, 11))
+    assert sorted((c.comm_type, len(c.ranks), set(c.comm_bytes)) for c in scaled.collectives) == [
+        (AR, 8, {MIB}),
+        (AR, 8, {MIB}),
+        *[(RS, 2, {MIB})] * 8,
+    ]
+    closed = [ring_ns(c.comm_type, c.comm_bytes[0], len(c.ranks)) for c in scaled.collectives]
+    assert transfers(replay(scaled)) == closed
 
 
 @pytest.mark.parametrize(
@@ -531,11 +555,11 @@ def hsdp_run(path: Path) -> RunTrace:
             r"(?=.*'a' \(ranks 0-1)(?=.*'b' \(ranks 1-3)do not tile the ranks as a mesh does",
         ),
         (
-            hsdp_run,
+            lambda p: hsdp_run(p, RS),
             r"(?=.*dp: .*'rep_0')(?=.*dp: .*'shard_0')cannot tell which mesh dimension is data parallel",
         ),
     ],
-    ids=["p2p", "tensor-parallel", "all_to_all", "no-collectives", "not-a-mesh", "hsdp"],
+    ids=["p2p", "tensor-parallel", "all_to_all", "no-collectives", "not-a-mesh", "two-sharded-families"],
 )
 def test_a_run_that_cannot_be_extrapolated_says_what_was_found(
     tmp_path: Path, make: object, says: str
