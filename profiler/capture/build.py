@@ -658,13 +658,22 @@ def _gap_protos(
     # Ops/full levels: untraced time that ends just after an async collective issued from this thread
     # completed is the thread blocked in wait() (DDP's end of backward): no node for the blocked part,
     # so replay keeps it a wait on the collective (build_nodes adds that dependency), not a fixed duration.
+    # The first gap after such a collective's issue, begun while it was in flight, stays untraced inside a
+    # scope too: the execution model reads the untraced node right after the issue as that wait where
+    # gloo's worker recorded the end after the thread went on (RankModel.end_clamp_rows); named after the
+    # scope it would be compute of fixed length.
     done: dict[int, list[int]] = defaultdict(list)
+    flights: dict[int, list[tuple[int, int]]] = defaultdict(list)
     if main_only:
         for p in nodes:
             if p.issue_stream >= 0 and id(p) not in waited and p.host_waits:
                 done[p.issue_stream].append(p.end_ns)
+                flights[p.issue_stream].append((p.start_ns, p.end_ns))
         for v in done.values():
             v.sort()
+        for f in flights.values():
+            f.sort()
+    issues = {stream: [a for a, _b in f] for stream, f in flights.items()}
     # each thread's intervals sorted once, a step's found by bisection, and the latest end of those begun
     # before each: scanning every interval for every step made a 2,000-step ops-level window's save (in
     # the training loop's last step) take 28.4 s of CPU, 10.1 s without
@@ -688,13 +697,19 @@ def _gap_protos(
             else:
                 continue
             cursor = edges[0][1]
+            last = NEVER_NS  # where the last gap began
             ends = done.get(stream, [])
             for a, b in edges[1:]:
                 k = bisect.bisect_right(ends, a) - 1
                 if k >= 0 and cursor < ends[k] and a - ends[k] <= WAIT_SLACK_NS:
                     cursor = ends[k]
                 if a - cursor >= MIN_GAP_NS:
-                    for lo, hi, nm in _split_by_scopes(cursor, a, scopes if stream == 0 else (), name):
+                    # the collectives issued since the last gap began, still running as this one begins
+                    iss = issues.get(stream, [])
+                    since = flights[stream][bisect.bisect_right(iss, last) : bisect.bisect_right(iss, cursor)]
+                    named = scopes if stream == 0 and all(e <= cursor for _s, e in since) else ()
+                    last = cursor
+                    for lo, hi, nm in _split_by_scopes(cursor, a, named, name):
                         out.append(
                             _Proto(
                                 name=nm,
@@ -803,6 +818,10 @@ def _op_protos(
                 if any(
                     ops[c].start_ns + ops[c].dur_ns > b and ops[c].name != STEP_MARK_NAME for c in children[i]
                 ):
+                    # replaced by its operators, as a scope around a blocking call is: its own time up to
+                    # the mark is its work (a record_function("train") around the optimizer's step), not
+                    # untraced time
+                    scopes.append((o.start_ns, b, o.name))
                     todo.extend(reversed(children[i]))
                     continue
                 end = b
