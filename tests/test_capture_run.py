@@ -483,3 +483,53 @@ def test_single_process_python_run_is_captured_too(tmp_path: Path) -> None:
     # --parquet exported the run next to it, the execution model's table with it (collective_skew.sql's)
     assert (out / "parquet").is_dir() and list((out / "parquet").glob("*.parquet"))
     assert [p.name for p in (out / "parquet" / "model").iterdir()] == ["rank=0"]
+
+
+PHASES = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import record_function
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+ddp = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+for _ in range(5):
+    with record_function("generate"):
+        with torch.no_grad():
+            x = torch.randn(16, 64)
+            for _ in range(8):
+                x = ddp.module(x).tanh()
+        got = [None] * dist.get_world_size()
+        dist.all_gather_object(got, x.shape[0])
+    with record_function("train"):
+        ddp(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_ops_level_phase_scopes_keep_their_own_time_and_ddps_wait_stays_untraced(tmp_path: Path) -> None:
+    # an RL loop's phases as record_function scopes; the step is marked inside "train"'s Optimizer.step,
+    # which ended after the mark: "train" left no node before (its own time was untraced); DDP's
+    # all_reduce, waited for inside it, must not become "train" time (compute of fixed length)
+    script = tmp_path / "phases.py"
+    script.write_text(PHASES)
+    out = tmp_path / "run"
+    res = profile(out, level="ops", steps="1:1:3", script=script)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rank in (0, 1):
+        nodes = nodes_of(out, rank)
+        steps = {a[Attr.STEP] for _n, a in nodes if a.get(Attr.STEP, -1) >= 0}
+        train = [
+            (a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS], a[Attr.STEP])
+            for n, a in nodes
+            if n.name == "train" and a.get(Attr.STREAM) == 0
+        ]
+        assert {s for _a, _b, s in train} == steps == {2, 3, 4}, (rank, train)
+        ends = [
+            a[Attr.START_NS] + a[Attr.DUR_NS]
+            for n, a in nodes
+            if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
+        ]
+        assert ends and not [(e, t) for e in ends for t in train if t[0] < e < t[1]], rank
