@@ -21,7 +21,7 @@ from pathlib import Path
 
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node, write_et
 from skewlens.profiler.manifest import Manifest, ProcessGroupInfo, StepSpan, rank_file, write_manifest
-from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.vocab import Attr, CommType, NodeType, dtype_bytes
 
 DEFAULT_PG = "0"
 
@@ -114,13 +114,15 @@ class RankBuilder:
         peer_bytes: tuple[int, int] | None = None,
         peer_splits: tuple[Sequence[int], Sequence[int]] | None = None,
         reduce_op: str | None = None,
+        dtype: str = "float32",
     ) -> int:
         """Add a COMM_COLL node on group ``pg``; its sequence number is the next one of that group.
         ``root``: a rooted collective's root, as the capture records it (broadcast / scatter: ``comm_src``;
         reduce / gather: ``comm_dst``). ``peer_bytes``: an all_to_all's uneven splits as the capture records
         them, (bytes sent to the other members, bytes received from them); ``peer_splits``: (bytes sent to
         each member, bytes received from each), in group-rank order. ``reduce_op``: its ``skl_reduce_op``
-        (none by default, as in a trace written before it)."""
+        (none by default, as in a trace written before it). ``dtype``: its ``skl_dtype``, which its
+        ``skl_numel`` counts in (``comm_bytes`` are its bytes)."""
         if seq is None:
             seq = self._seq[pg]
         self._seq[pg] = seq + 1
@@ -129,8 +131,8 @@ class RankBuilder:
             Attr.COMM_SIZE: comm_bytes,
             Attr.PG_NAME: pg,
             Attr.SEQ: seq,
-            Attr.DTYPE: "float32",
-            Attr.NUMEL: comm_bytes // 4,
+            Attr.DTYPE: dtype,
+            Attr.NUMEL: comm_bytes // (dtype_bytes(dtype) or 1),
         }
         if peer_bytes is not None:
             attrs[Attr.SEND_BYTES], attrs[Attr.RECV_BYTES] = peer_bytes

@@ -312,6 +312,7 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
                     "launch_ns": _given(rt.launch_ns, i),
                     "launched_in": None if (k := _given(rt.launched_in, i)) is None else int(rt.node_id[k]),
                     "return_ns": _given(rt.return_ns, i),
+                    "dtype": None if (d := _given(rt.dtype_idx, i)) is None else rt.dtypes[d],
                     "source_rank": r,
                     "replay_start_ns": int(sim.start_ns[r][i]),
                     "replay_end_ns": int(sim.end_ns[r][i]),

@@ -728,6 +728,7 @@ def _node_record(**changes: Any) -> Any:
         rank=0, node_id=7, name="aten::mm", type="COMP", start_ns=0, dur_ns=5, stream=0, step=0,
         is_cpu_op=True, comm_type=None, comm_bytes=0, pg_name=None, seq=-1, src=-1, dst=-1, tag=0,
         send_splits_bytes=None, recv_splits_bytes=None, launch_ns=None, launched_in=None, return_ns=None,
+        dtype=None,
     )  # fmt: skip
     return dataclasses.replace(row, **changes)
 
@@ -747,7 +748,11 @@ def test_version_4_7_and_9_nodes_files_still_read_with_null_new_columns_and_olde
         None,
         [1, 2],
     ]
-    v9 = current.drop_columns(["return_ns"])
+    v11 = current.drop_columns(["dtype"])
+    f = tmp_path / "v11.parquet"
+    write_table(v11.replace_schema_metadata({META_VERSION: b"11", META_TABLE: b"nodes"}), f)
+    assert read_table(f, NodeRecord)["dtype"].to_pylist() == [None, None]  # before nodes.dtype
+    v9 = v11.drop_columns(["return_ns"])
     f = tmp_path / "v9.parquet"
     write_table(v9.replace_schema_metadata({META_VERSION: b"9", META_TABLE: b"nodes"}), f)
     assert read_table(f, NodeRecord)["return_ns"].to_pylist() == [None, None]  # before nodes.return_ns
@@ -1170,3 +1175,44 @@ def test_the_nodes_table_gives_each_async_sends_call_return_and_null_elsewhere(t
     assert {k: v for k, v in got.items() if k != (0, "c10d::send")} == dict.fromkeys(
         set(got) - {(0, "c10d::send")}
     )
+
+
+def _mixed_precision_run(tmp_path: Path) -> Path:
+    """2 ranks, 30 steps of FSDP2-like mixed precision: a bf16 all_gather of a 4,096-element shard, a bf16
+    reduce_scatter of 8,192 and an fp32 all_reduce of 8,192 (over 48 nodes a rank: the vectorised decoder)."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(30):
+            rb.step(s).compute("aten::mm", 10_000)
+            rb.collective(CommType.ALL_GATHER, 4096 * 2, 1_000, dtype="bfloat16")
+            rb.collective(CommType.REDUCE_SCATTER, 8192 * 2, 1_000, dtype="bfloat16")
+            rb.collective(CommType.ALL_REDUCE, 8192 * 4, 1_000)
+    return b.write(tmp_path / "run")
+
+
+@pytest.mark.parametrize("decoder", ["vectorised", "reference", "cached"])
+def test_the_dtype_a_collective_was_recorded_in_is_exported_beside_its_bytes(
+    tmp_path: Path, decoder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _mixed_precision_run(tmp_path)
+    if decoder == "cached":
+        load_run(run)  # writes the column cache, which the export then reads
+    else:
+        import skewlens.profiler.store.load as load_module
+
+        monkeypatch.setenv("SKEWLENS_COLUMN_CACHE", "off")
+        monkeypatch.setattr(load_module, "MIN_NODES", 0 if decoder == "vectorised" else 10**9)
+    out = tmp_path / "pq"
+    export_run(run, out, workers=1, model=None)
+    coll = read_table(out / "collectives.parquet").to_pylist()
+    got = {(c["comm_type"], c["comm_bytes"], c["dtype"]) for c in coll}
+    assert got == {("ALL_GATHER", 8192, "bfloat16"), ("REDUCE_SCATTER", 16384, "bfloat16"),
+                   ("ALL_REDUCE", 32768, "float32")}  # fmt: skip
+    assert len(coll) == 2 * 30 * 3
+    nodes = open_dataset(out, "nodes").to_table().to_pylist()
+    dtypes = {(n["type"], n["comm_type"], n["dtype"]) for n in nodes}
+    assert dtypes == {
+        ("COMP", None, None), ("METADATA", None, None), ("COMM_COLL", "ALL_GATHER", "bfloat16"),
+        ("COMM_COLL", "REDUCE_SCATTER", "bfloat16"), ("COMM_COLL", "ALL_REDUCE", "float32"),
+    }  # fmt: skip

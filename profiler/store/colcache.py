@@ -45,8 +45,8 @@ ENV_CACHE = "SKEWLENS_COLUMN_CACHE"
 #: 2: skl_send_bytes / skl_recv_bytes (a version-1 file would lack them silently); 3: the split lists;
 #: 4: skl_launched_in; 5: int32 / uint32 / bool varints and repeated values read as protobuf reads them
 #: (b542942 changed that under format 4, so a format-4 file may hold what the earlier decoder read);
-#: 6: skl_return_ns (a format-5 file of a trace that has it lacks it)
-FORMAT_VERSION = 6
+#: 6: skl_return_ns (a format-5 file of a trace that has it lacks it); 7: skl_dtype
+FORMAT_VERSION = 7
 #: The share of its file system a cache file must leave free once written (see :func:`write`).
 MIN_FREE_SHARE = 0.05
 _EDGE_BYTES = 64 * 1024
@@ -62,6 +62,7 @@ _FIXED: dict[str, pa.DataType] = {
     "msg_offset": pa.int64(),
     "name": _DICT,
     "pg_name": _DICT,
+    "dtype": _DICT,
     "dep_id": pa.list_(pa.uint64()),
     "dep_kind": pa.list_(pa.int8()),
     "metadata_msg": pa.binary(),
@@ -175,6 +176,7 @@ def _batch(raw: RawColumns) -> pa.RecordBatch:
         "msg_offset": pa.array(raw.msg_offset, pa.int64()),
         "name": raw.names.cast(_DICT),
         "pg_name": raw.pg_name.cast(_DICT),
+        "dtype": raw.dtype.cast(_DICT),
         "dep_id": pa.ListArray.from_arrays(off, pa.array(raw.dep_id, pa.uint64())),
         "dep_kind": pa.ListArray.from_arrays(off, pa.array(raw.dep_kind)),
         "metadata_msg": pa.array(meta, pa.binary()),
@@ -242,8 +244,9 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
         if col.null_count or ptr[0] != 0 or ptr[-1] > trace_bytes:  # a value takes a byte of the trace
             raise ValueError(f"{a}: more values than the trace can hold")
         attr_lists[a] = (np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)), _np(col.values)[: ptr[-1]])
-    pg_name = batch.column("pg_name")
+    pg_name, dtype = batch.column("pg_name"), batch.column("dtype")
     attr_has["pg_name"] = pg_name.is_valid().to_numpy(zero_copy_only=False)
+    attr_has["skl_dtype"] = dtype.is_valid().to_numpy(zero_copy_only=False)
     metadata = batch.column("metadata_msg")
     meta_rows = np.flatnonzero(metadata.is_valid().to_numpy(zero_copy_only=False))
     return RawColumns(
@@ -256,6 +259,7 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
         attr_val=attr_val,
         attr_has=attr_has,
         pg_name=pg_name,
+        dtype=dtype,
         dep_node=np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets)),
         dep_id=_np(dep_id_l.values)[: offsets[-1]],
         dep_kind=dep_kind.astype(np.int8),

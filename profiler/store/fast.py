@@ -97,11 +97,15 @@ KNOWN_ATTRS = (
     "skl_recv_bytes",
     "skl_send_splits",
     "skl_recv_splits",
+    "skl_dtype",
 )
+#: The known attributes whose values are strings (``string_val``): the group's name and the communicated
+#: tensor's dtype.
+STRING_ATTRS = ("pg_name", "skl_dtype")
 #: The known attributes whose values are int64 lists (``int64_list``): an all_to_all's per-member splits.
 LIST_ATTRS = ("skl_send_splits", "skl_recv_splits")
-#: The known attributes with integer values (all but the group name and the lists).
-INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a != "pg_name" and a not in LIST_ATTRS)
+#: The known attributes with integer values (all but the strings and the lists).
+INT_ATTRS = tuple(a for a in KNOWN_ATTRS if a not in STRING_ATTRS and a not in LIST_ATTRS)
 
 
 class FastDecodeError(TraceFormatError):
@@ -127,6 +131,8 @@ class RawColumns:
     """Per known attribute: whether the node carries it."""
     pg_name: pa.Array
     """``pg_name`` per node as a dictionary array (null where absent)."""
+    dtype: pa.Array
+    """``skl_dtype`` per node as a dictionary array (null where absent)."""
     dep_node: I64
     """Row of the node owning each dependency entry (sorted by row, ctrl before data)."""
     dep_id: U64
@@ -755,17 +761,12 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     for k, a in enumerate(present.tolist()):
         attr_val[KNOWN_ATTRS[a]] = vals[k]
         attr_has[KNOWN_ATTRS[a]] = have[k]
-    # pg_name (string_val)
-    pg_attr = np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index("pg_name")))
-    pg_start = np.zeros(n, dtype=np.int64)
-    pg_len = np.zeros(n, dtype=np.int64)
-    pg_present = np.zeros(n, dtype=np.bool_)
-    pg_start[a_node[pg_attr]] = at.str_start[pg_attr]
-    pg_len[a_node[pg_attr]] = at.str_len[pg_attr]
-    pg_present[a_node[pg_attr]] = True
-    attr_has["pg_name"] = pg_present
-    pg_strings = b.gather_strings(pg_start, pg_len).cast(pa.string())
-    pg_name = pc.dictionary_encode(pc.if_else(pa.array(pg_present), pg_strings, pa.scalar(None, pa.string())))
+    strings = {
+        a: _string_column(b, at, np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index(a))), a_node, n)
+        for a in STRING_ATTRS
+    }
+    for name, col in strings.items():
+        attr_has[name] = col.is_valid().to_numpy(zero_copy_only=False)
 
     attr_lists = {
         a: _int64_lists(b, at, np.flatnonzero(at.is_list & (which == KNOWN_ATTRS.index(a))), a_node)
@@ -782,7 +783,8 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         msg_offset=prefix_at[1:],
         attr_val=attr_val,
         attr_has=attr_has,
-        pg_name=pg_name,
+        pg_name=strings["pg_name"],
+        dtype=strings["skl_dtype"],
         dep_node=dep_node,
         dep_id=dep_id,
         dep_kind=dep_kind,
@@ -806,6 +808,19 @@ def _check_utf8(
     idx = np.flatnonzero(~(short & ascii_))
     if idx.size:
         b.gather_strings(start[idx], length[idx])
+
+
+def _string_column(b: _Bytes, at: _Attrs, sel: I64, a_node: I64, n: int) -> pa.Array:
+    """The ``string_val`` attributes ``sel`` (rows ``a_node[sel]``) as one dictionary array of ``n`` rows,
+    null in rows without (a node that repeats the attribute: its last, as the reference decoder reads)."""
+    start = np.zeros(n, dtype=np.int64)
+    length = np.zeros(n, dtype=np.int64)
+    present = np.zeros(n, dtype=np.bool_)
+    start[a_node[sel]] = at.str_start[sel]
+    length[a_node[sel]] = at.str_len[sel]
+    present[a_node[sel]] = True
+    strings = b.gather_strings(start, length).cast(pa.string())
+    return pc.dictionary_encode(pc.if_else(pa.array(present), strings, pa.scalar(None, pa.string())))
 
 
 def _int64_lists(b: _Bytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64]:

@@ -62,6 +62,7 @@ from skewlens.profiler.store.fast import (
     INT_ATTRS,
     LIST_ATTRS,
     MIN_NODES,
+    STRING_ATTRS,
     FastDecodeError,
     RawColumns,
     decode_file,
@@ -345,10 +346,10 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
     read_metadata(first[1], p, first[0])
     ints = list(INT_ATTRS)
     vals: dict[str, list[int]] = {a: [] for a in ints}
-    has: dict[str, list[bool]] = {a: [] for a in [*ints, "pg_name"]}
+    has: dict[str, list[bool]] = {a: [] for a in [*ints, *STRING_ATTRS]}
     node_id, node_type, start_us, dur_us, offsets = [], [], [], [], []
     names: list[str] = []
-    pg: list[str | None] = []
+    strings: dict[str, list[str | None]] = {a: [] for a in STRING_ATTRS}
     dep_node: list[int] = []
     dep_id: list[int] = []
     dep_kind: list[int] = []
@@ -373,9 +374,10 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
             ok = isinstance(v, int | float) and not isinstance(v, str)
             vals[a].append(int64_of(v) if ok else 0)  # type: ignore[arg-type]
             has[a].append(ok)
-        v = attrs.get(Attr.PG_NAME)
-        pg.append(v if isinstance(v, str) else None)
-        has["pg_name"].append(isinstance(v, str))
+        for a, col in strings.items():
+            v = attrs.get(a)
+            col.append(v if isinstance(v, str) else None)
+            has[a].append(isinstance(v, str))
         for kind, deps in ((DEP_CTRL, node.ctrl_deps), (DEP_DATA, node.data_deps)):
             dep_node.extend([row] * len(deps))
             dep_id.extend(deps)
@@ -391,7 +393,8 @@ def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
         msg_offset=np.asarray(offsets, dtype=np.int64),
         attr_val={a: np.asarray(v, dtype=np.int64) for a, v in vals.items()},
         attr_has={a: np.asarray(v, dtype=np.bool_) for a, v in has.items()},
-        pg_name=pa.array(pg, type=pa.string()).dictionary_encode(),
+        pg_name=pa.array(strings["pg_name"], type=pa.string()).dictionary_encode(),
+        dtype=pa.array(strings["skl_dtype"], type=pa.string()).dictionary_encode(),
         dep_node=np.asarray(dep_node, dtype=np.int64),
         dep_id=np.asarray(dep_id, dtype=np.uint64),
         dep_kind=np.asarray(dep_kind, dtype=np.int8),
@@ -482,6 +485,15 @@ def _in_range(
     out = values.copy()
     out[bad] = default
     return out
+
+
+def _dictionary_codes(col: pa.Array) -> tuple[np.ndarray | None, list[str]]:
+    """A decoder's dictionary column as (index per row, -1 where null; the dictionary), (None, []) where
+    no row has a value."""
+    if col.null_count == len(col):
+        return None, []
+    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return codes, [str(d) for d in col.dictionary.to_pylist()]
 
 
 def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
@@ -866,6 +878,7 @@ def _interpret(
     if untimed:
         start_ns = _end_to_end(dur_ns, notes)
     coll_type = np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1)
+    dtype_idx, dtypes = _dictionary_codes(raw.dtype)
     return RankTrace(
         rank=rank,
         path=str(path),
@@ -890,6 +903,8 @@ def _interpret(
         launch_ns=_optional(raw, "skl_launch_ns"),
         launched_in=launched_in,
         return_ns=None if untimed else _optional(raw, "skl_return_ns"),  # laid end to end: no call times
+        dtype_idx=dtype_idx,
+        dtypes=dtypes,
         split_ptr=split_ptr,
         split_send_bytes=split_send,
         split_recv_bytes=split_recv,

@@ -113,6 +113,9 @@ class CommRows:
     """Duration, ns."""
     step: I32
     """Training step (-1 unknown)."""
+    dtype: list[str] = field(default_factory=list)
+    """The dtype each row's tensor was recorded in (``skl_dtype``), ``""`` where none; empty where the trace
+    records none."""
 
     @staticmethod
     def empty(rank: int, path: str) -> CommRows:
@@ -126,12 +129,13 @@ class CommRows:
     def subset(self, keep: np.ndarray) -> CommRows:
         """The rows where ``keep`` is true."""
         names = [n for n, k in zip(self.name, keep.tolist(), strict=True) if k]
+        dtypes = [d for d, k in zip(self.dtype, keep.tolist(), strict=True) if k] if self.dtype else []
         return CommRows(
             rank=self.rank, path=self.path, row=self.row[keep], node_id=self.node_id[keep],
             node_type=self.node_type[keep], name=names,
             pg=self.pg[keep], seq=self.seq[keep], comm_type=self.comm_type[keep],
             comm_bytes=self.comm_bytes[keep], src=self.src[keep], dst=self.dst[keep], tag=self.tag[keep],
-            start_ns=self.start_ns[keep], dur_ns=self.dur_ns[keep], step=self.step[keep],
+            start_ns=self.start_ns[keep], dur_ns=self.dur_ns[keep], step=self.step[keep], dtype=dtypes,
         )  # fmt: skip
 
     @staticmethod
@@ -154,6 +158,9 @@ class CommRows:
             start_ns=rt.start_ns[rows],
             dur_ns=rt.dur_ns[rows],
             step=rt.step[rows],
+            dtype=[]
+            if rt.dtype_idx is None
+            else [rt.dtypes[i] if i >= 0 else "" for i in rt.dtype_idx[rows].tolist()],
         )
 
 

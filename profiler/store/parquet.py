@@ -167,7 +167,8 @@ def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> 
     def cat(column: Callable[[RankTrace], np.ndarray]) -> np.ndarray:
         return column(rts[0]) if len(rts) == 1 else np.concatenate([column(rt) for rt in rts])
 
-    names, name_idx = _merged_names(rts)
+    names, name_idx = _merged(rts, lambda rt: (rt.names, rt.name_idx))
+    dtypes, dtype_idx = _merged(rts, lambda rt: (rt.dtypes, _or_none(rt, rt.dtype_idx)))
     comm_type = cat(lambda rt: rt.comm_type)
     pg = cat(lambda rt: rt.pg)
     comm_valid = (comm_type >= 0) & (comm_type < len(_COMM_NAMES))
@@ -192,6 +193,7 @@ def nodes_table(ranks: RankTrace | Sequence[RankTrace], pg_names: list[str]) -> 
         "launch_ns": _nullable(cat(lambda rt: _or_none(rt, rt.launch_ns))),
         "launched_in": _nullable(cat(_launched_in_ids)),
         "return_ns": _nullable(cat(lambda rt: _or_none(rt, rt.return_ns))),
+        "dtype": _dict(np.maximum(dtype_idx, 0), dtypes or [""], dtype_idx >= 0),
     }
     return _partition_table(NodeRecord, cols, "nodes")
 
@@ -237,17 +239,22 @@ def _splits_column(rts: list[RankTrace], values: Callable[[RankTrace], np.ndarra
     return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
-def _merged_names(rts: list[RankTrace]) -> tuple[list[str], np.ndarray]:
-    """One name table for the ranks' nodes and each node's index into it (one rank: its own)."""
+def _merged(
+    rts: list[RankTrace], column: Callable[[RankTrace], tuple[list[str], np.ndarray]]
+) -> tuple[list[str], np.ndarray]:
+    """One dictionary for a dictionary column (``column``: a rank's dictionary and its index per row, -1 for
+    none) of the ranks' nodes and each node's index into it (one rank: its own)."""
     if len(rts) == 1:
-        return list(rts[0].names), rts[0].name_idx
+        words, idx = column(rts[0])
+        return list(words), idx
     ids: dict[str, int] = {}
     parts = []
     for rt in rts:
-        remap = np.fromiter(
-            (ids.setdefault(n, len(ids)) for n in rt.names), dtype=np.int64, count=len(rt.names)
+        words, idx = column(rt)
+        remap = np.fromiter((ids.setdefault(w, len(ids)) for w in words), dtype=np.int64, count=len(words))
+        parts.append(
+            np.where(idx >= 0, remap[np.maximum(idx, 0)], -1) if remap.size else idx.astype(np.int64)
         )
-        parts.append(remap[rt.name_idx] if remap.size else rt.name_idx.astype(np.int64))
     return list(ids), np.concatenate(parts)
 
 
@@ -467,10 +474,14 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
     rows = np.fromiter(itertools.chain.from_iterable(i.rows for i in instances), np.int64, total)
     nbytes = np.fromiter(itertools.chain.from_iterable(i.comm_bytes for i in instances), np.int64, total)
     node_id, step, start, end, ctype = (np.zeros(total, dtype=np.int64) for _ in range(5))
+    dtype: list[str | None] = [None] * total
     for r, c in comm.items():
         m = np.flatnonzero(ranks == r)
         if m.size:
             at = np.searchsorted(c.row, rows[m])
+            if c.dtype:
+                for k, a in zip(m.tolist(), at.tolist(), strict=True):
+                    dtype[k] = c.dtype[a] or None
             node_id[m] = c.node_id[at]
             ctype[m] = c.comm_type[at]
             step[m] = c.step[at]
@@ -492,6 +503,7 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
         "start_ns": start,
         "end_ns": end,
         "group_size": np.repeat(sizes, sizes),
+        "dtype": pa.array(dtype, type=pa.string()).dictionary_encode(),
     }
     write_table(table_from_columns(CollectiveRecord, cols, "collectives"), tmp / "collectives.parquet")
     return total

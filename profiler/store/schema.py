@@ -36,8 +36,9 @@ from skewlens.profiler.errors import SkewlensError
 #: ``gpu_kernels`` tables, ``step_breakdown.gpu_comm_ns`` and ``gpu_comm_overlap_ns``, and replay's
 #: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
 #: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has; 10:
-#: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``).
-SCHEMA_VERSION = "11"
+#: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``; 12: ``nodes.dtype``, ``timeline.dtype`` and
+#: ``collectives.dtype``).
+SCHEMA_VERSION = "12"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -64,6 +65,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     9: {"step_breakdown": ("gpu_busy_ns",)},
     10: {"nodes": ("return_ns",), "timeline": ("return_ns",)},
     11: {"collective_skew": ("comm_bytes",)},
+    12: {"nodes": ("dtype",), "timeline": ("dtype",), "collectives": ("dtype",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
@@ -335,6 +337,9 @@ class NodeRecord:
     return_ns: int | None
     """Asynchronous communication node: when the call that issued it returned (``skl_return_ns``) on the
     aligned clock; the op did not complete before. Null for other nodes and where not recorded."""
+    dtype: str | None
+    """Communication node: the torch dtype of its tensor (``skl_dtype``: ``float32``, ``bfloat16``), the
+    element ``comm_bytes`` counts; null for other nodes and where not recorded."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -398,6 +403,9 @@ class CollectiveRecord:
     """Member's completion, aligned ns."""
     group_size: int
     """Number of members."""
+    dtype: str | None
+    """The member's tensor dtype (``skl_dtype``: ``bfloat16`` where a mixed-precision run communicates
+    in it), null where not recorded."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
