@@ -26,7 +26,7 @@ from skewlens.analysis.sql import collective_skew_sql
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main, parquet_model
 from skewlens.profiler import chakra_schema as pb
-from skewlens.profiler.errors import SkewlensError, ValidationError
+from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import Severity
@@ -1189,6 +1189,30 @@ def _mixed_precision_run(tmp_path: Path) -> Path:
             rb.collective(CommType.REDUCE_SCATTER, 8192 * 2, 1_000, dtype="bfloat16")
             rb.collective(CommType.ALL_REDUCE, 8192 * 4, 1_000)
     return b.write(tmp_path / "run")
+
+
+@pytest.mark.parametrize("decoder", ["vectorised", "reference"])
+def test_a_dtype_takes_one_byte_a_row_and_a_trace_naming_more_dtypes_than_torch_has_is_refused(
+    tmp_path: Path, decoder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import skewlens.profiler.store.load as load_module
+
+    monkeypatch.setenv("SKEWLENS_COLUMN_CACHE", "off")
+    monkeypatch.setattr(load_module, "MIN_NODES", 0 if decoder == "vectorised" else 10**9)
+    rt = load_run(_mixed_precision_run(tmp_path)).ranks[0]
+    assert rt.dtype_idx is not None and rt.dtype_idx.dtype == np.int8  # an int32 was 8 MB of 32 GPU ranks
+    assert sorted({rt.dtypes[i] for i in rt.dtype_idx.tolist() if i >= 0}) == ["bfloat16", "float32"]
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        for k in range(load_module.MAX_DTYPES + 1):
+            rb.collective(CommType.ALL_REDUCE, 64, 1_000, dtype=f"float{k}")
+    run = b.write(tmp_path / "many")
+    with pytest.raises(
+        TraceFormatError,
+        match=r"rank-0\.et: rank 0: 128 different skl_dtype names \(a trace holds at most 127\)",
+    ):
+        load_run(run)
 
 
 @pytest.mark.parametrize("decoder", ["vectorised", "reference", "cached"])

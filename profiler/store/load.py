@@ -88,6 +88,7 @@ from skewlens.profiler.store.match import (
 from skewlens.profiler.store.model import (
     DEP_CTRL,
     DEP_DATA,
+    I8,
     I64,
     CollectiveInstance,
     P2PPair,
@@ -487,13 +488,22 @@ def _in_range(
     return out
 
 
-def _dictionary_codes(col: pa.Array) -> tuple[np.ndarray | None, list[str]]:
-    """A decoder's dictionary column as (index per row, -1 where null; the dictionary), (None, []) where
-    no row has a value."""
+#: The most distinct ``skl_dtype`` names a trace may hold (torch has about 30 dtypes): their index per row
+#: is an int8 (an int32 cost 8 MB of 32 GPU ranks' 2 M rows, kept through an ``analyze`` that reads none).
+MAX_DTYPES = 127
+
+
+def _dtype_codes(col: pa.Array, where: str) -> tuple[I8 | None, list[str]]:
+    """The decoder's ``skl_dtype`` column as (index per row, -1 where null; the names), (None, []) where no
+    row has one; more than :data:`MAX_DTYPES` names is a :class:`TraceFormatError` naming ``where``."""
     if col.null_count == len(col):
         return None, []
-    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    return codes, [str(d) for d in col.dictionary.to_pylist()]
+    words = [str(d) for d in col.dictionary.to_pylist()]
+    if len(words) > MAX_DTYPES:
+        raise TraceFormatError(
+            f"{where}: {len(words):,} different skl_dtype names (a trace holds at most {MAX_DTYPES})"
+        )
+    return col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int8), words
 
 
 def _optional(raw: RawColumns, name: str) -> npt.NDArray[np.int64] | None:
@@ -878,7 +888,7 @@ def _interpret(
     if untimed:
         start_ns = _end_to_end(dur_ns, notes)
     coll_type = np.where(is_coll & raw.attr_has["comm_type"], raw.attr_val["comm_type"], -1)
-    dtype_idx, dtypes = _dictionary_codes(raw.dtype)
+    dtype_idx, dtypes = _dtype_codes(raw.dtype, f"{path}: rank {rank}")
     return RankTrace(
         rank=rank,
         path=str(path),

@@ -123,7 +123,7 @@ class RankTrace:
     return_ns: I64 | None = None
     """Per row, when the call that issued an asynchronous communication node returned (``skl_return_ns``),
     -1 where not recorded; None for a trace that records none."""
-    dtype_idx: I32 | None = None
+    dtype_idx: I8 | None = None
     """Per row, index into ``dtypes`` of the dtype of a communication node's tensor (``skl_dtype``), -1 where
     not recorded; None for a trace that records none."""
     dtypes: list[str] = field(default_factory=list)
