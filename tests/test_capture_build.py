@@ -1121,11 +1121,12 @@ def _python_lines_building(steps: int) -> int:
         lines += event == "line"
         return count
 
+    before = sys.gettrace()  # (a coverage run's tracer: put back, or the rest of the run goes unmeasured)
     sys.settrace(count)
     try:
         nodes = build_nodes(cap)
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     assert len(by_name(nodes, "aten::mm")) == steps and len(by_name(nodes, UNTRACED_NAME)) >= 2 * steps
     return lines
 
