@@ -11,6 +11,7 @@ run and the base topology, renders the fit as a table and writes the entry atomi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
@@ -54,6 +55,10 @@ def topology_entry_path(value: str) -> Path:
     return entry
 
 
+#: The first settings of a topology entry, as the replay names them of a file that holds none.
+_SETTINGS = ", ".join(f.name for f in dataclasses.fields(TopologyConfig)[:3])
+
+
 def load_topology_entry(value: str) -> TopologyConfig:
     """A topology entry (file or ``conf/topology/`` name) read with the replay's schema, as
     ``skewlens replay topology=...`` reads it; errors name the file and the key."""
@@ -61,13 +66,13 @@ def load_topology_entry(value: str) -> TopologyConfig:
     refuse_yaml_aliases(path, f"--topology {value}")
     try:
         doc = OmegaConf.load(path)
-        if isinstance(doc, DictConfig):  # as the replay reads a file: a typo named, the name the file's stem
-            if (
-                unknown := unknown_file_key(OmegaConf.to_container(doc), TopologyConfig, "topology")
-            ) is not None:
-                raise ConfigError(unknown)
-            if "name" not in doc:
-                doc.name = path.stem
+        if not isinstance(doc, DictConfig) or not doc:  # a list: 'Cannot merge DictConfig with ListConfig'
+            raise ConfigError(f"holds no topology (a YAML mapping of its settings: {_SETTINGS}, ...)")
+        # as the replay reads a file: a typo named, the name the file's stem
+        if (unknown := unknown_file_key(OmegaConf.to_container(doc), TopologyConfig, "topology")) is not None:
+            raise ConfigError(unknown)
+        if "name" not in doc:
+            doc.name = path.stem
         merged = OmegaConf.merge(OmegaConf.structured(TopologyConfig), doc)
         obj = OmegaConf.to_object(merged)
     except ConfigError as e:
