@@ -24,10 +24,76 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
+@pytest.mark.parametrize(
+    ("command", "args", "said"),
+    [
+        ("analyze", ["--max-simulations", "-1"], "--max-simulations: expected >= 0, got -1"),
+        ("analyze", ["--perfetto-max-events", "-1"], "--perfetto-max-events: expected >= 0 (0: all), got -1"),
+        ("replay", ["real.capture=x"], "real.capture: expected profiler or self, got 'x'"),
+        ("replay", ["real.backend=mpi"], "real.backend: expected auto, gloo or nccl, got 'mpi'"),
+        ("replay", ["real.nproc=0"], "real.nproc: must be >= 1, got 0"),
+        ("replay", ["real.compute=busy"], "real.compute: expected auto, spin, sleep or share, got 'busy'"),
+    ],
+)
+def test_an_option_or_real_replay_setting_out_of_range_is_one_line_naming_it_and_writes_nothing(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    args: list[str],
+    said: str,
+) -> None:
+    out = tmp_path / "out"
+    if command == "analyze":
+        argv = ["analyze", str(run_dir), "--out", str(out), *args]
+    else:  # the real replay's settings are checked before any process starts
+        argv = ["replay", "mode=real", f"trace={run_dir}", f"out={out}", *args, "progress=false"]
+    assert main(argv) == 2
+    assert _one_line_error(capsys) == f"skewlens {command}: error: {said}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("{kind:op,pattern:'aten::mm',factor:2}", "slowdown ops 'aten::mm' x2"),
+        ("{kind:network,factor:2,links:[[0,1]]}", "slowdown bandwidth x2 on links 0-1"),
+        ("{kind:network,factor:2,nodes:[0]}", "slowdown bandwidth x2 on node 0"),
+    ],
+)
+def test_the_replay_names_an_op_slowdown_and_a_network_slowdown_of_some_links_or_nodes_in_its_last_line(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, said: str
+) -> None:
+    out = tmp_path / "out"
+    args = ["replay", f"trace={run_dir}", f"out={out}", f"slowdown.entries=[{entry}]", "progress=false"]
+    assert main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"replayed with transfers as recorded; {said}"
+
+
 def _topology(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "topo.yaml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+_TWO_LEVEL = (
+    "name: t\nnode_of_rank: [0, 1]\ndims:\n"
+    "  - {kind: switch, size: 2, bandwidth_gbps: 10, latency_ns: 5}\n"
+    "  - {kind: switch, size: 2, bandwidth_gbps: 10, latency_ns: 5}\n"
+)
+
+
+def test_a_topology_that_places_fewer_ranks_than_the_run_has_names_the_first_rank_left_without_a_node(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topo = _topology(tmp_path, _TWO_LEVEL)  # node_of_rank lists ranks 0 and 1 of the run's 4
+    out = tmp_path / "out"
+    assert main(["replay", f"trace={run_dir}", f"out={out}", f"topology={topo}", "comm_mode=model"]) == 2
+    assert _one_line_error(capsys).endswith("node_of_rank: no node given for rank 2")
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(run_dir), "--out", str(cal), "--topology", str(topo)]) == 2
+    assert _one_line_error(capsys).endswith("node_of_rank: no node given for rank 2")
 
 
 @pytest.mark.parametrize("text", ["- 1\n- 2\n", ""])
