@@ -116,3 +116,38 @@ def test_calibrate_says_a_topology_file_that_is_not_a_mapping_holds_no_topology_
         "dims, placement, ...)"
     )
     assert not out.exists()
+
+
+_NCCL2 = "nccl_2gpu_rank0_kineto.json.gz"
+_A2A1 = "a2a_128gpu_sampled_rank1_kineto.json.gz"
+_SYNC = "cuda_event_sync_kineto.json.gz"
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "said"),
+    [
+        ([_NCCL2], ["--rank", "-1"], "--rank -1: expected a rank in 0..1048575"),
+        ([_NCCL2], ["--world-size", "0"], "--world-size 0: expected 1..1048576"),
+        ([_NCCL2, _A2A1], ["--rank", "3"], "--rank applies to a single Kineto trace, 2 given"),
+        (
+            [_NCCL2, _A2A1],
+            [],
+            f"Kineto traces disagree on the world size ({_NCCL2}: 2, {_A2A1}: 128)",
+        ),
+        ([_SYNC], ["--rank", "7", "--world-size", "4"], "rank 7 ({sync}) is outside world size 4"),
+    ],
+)
+def test_import_refuses_a_rank_or_world_size_that_cannot_be_in_one_line_naming_it(
+    shared_traces: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    files: list[str],
+    args: list[str],
+    said: str,
+) -> None:
+    out = tmp_path / "run"
+    traces = [str(shared_traces / f) for f in files]
+    assert main(["import", "--kineto", *traces, *args, "--out", str(out)]) == 2
+    expected = said.format(sync=shared_traces / _SYNC)
+    assert _one_line_error(capsys) == f"skewlens import: error: {expected}"
+    assert not out.exists()
