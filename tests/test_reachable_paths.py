@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -150,4 +151,26 @@ def test_import_refuses_a_rank_or_world_size_that_cannot_be_in_one_line_naming_i
     assert main(["import", "--kineto", *traces, *args, "--out", str(out)]) == 2
     expected = said.format(sync=shared_traces / _SYNC)
     assert _one_line_error(capsys) == f"skewlens import: error: {expected}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("notes.tar.gz", "archive holds no .json / .json.gz trace files"),
+        ("notes", "directory holds no .json / .json.gz trace files"),
+        ("missing.json", "no such file or directory"),
+    ],
+)
+def test_import_of_an_archive_or_directory_without_traces_or_a_missing_path_names_it_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, said: str
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "readme.txt").write_text("not a trace\n", encoding="utf-8")
+    with tarfile.open(tmp_path / "notes.tar.gz", "w:gz") as tf:
+        tf.add(notes / "readme.txt", arcname="readme.txt")
+    out = tmp_path / "run"
+    assert main(["import", "--kineto", str(tmp_path / name), "--out", str(out)]) == 2
+    assert _one_line_error(capsys) == f"skewlens import: error: {tmp_path / name}: {said}"
     assert not out.exists()
