@@ -174,3 +174,28 @@ def test_import_of_an_archive_or_directory_without_traces_or_a_missing_path_name
     assert main(["import", "--kineto", str(tmp_path / name), "--out", str(out)]) == 2
     assert _one_line_error(capsys) == f"skewlens import: error: {tmp_path / name}: {said}"
     assert not out.exists()
+
+
+def test_an_empty_rank_file_is_an_error_of_check_and_a_rank_left_out_by_lenient_analyze_naming_the_file(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (run_dir / "rank-1.et").write_bytes(b"")  # a save that never wrote a byte
+    said = f"{run_dir / 'rank-1.et'}: empty file, expected a Chakra GlobalMetadata message"
+    assert main(["check", str(run_dir)]) == 1
+    report = capsys.readouterr().out
+    row = next(line for line in report.splitlines() if "corrupt-trace" in line)
+    assert [c.strip() for c in row.split("│")[1:4]] == ["error", "corrupt-trace", "1"]
+    assert "rank-1.et: empty file, expected a Chakra" in row  # the table wraps the rest
+    out = tmp_path / "analysis"
+    assert main(["analyze", str(run_dir), "--out", str(out), "--lenient"]) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    assert f"skewlens analyze: warning: rank 1 left out (lenient): {said}" in warnings
+    assert (out / "blame.parquet").is_file()
+
+
+def test_check_of_a_path_whose_folder_does_not_exist_says_it_is_no_run_directory_or_trace_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "nope" / "x"
+    assert main(["check", str(where)]) == 2
+    assert _one_line_error(capsys) == f"skewlens check: error: {where}: no such run directory or trace prefix"
