@@ -199,3 +199,15 @@ def test_check_of_a_path_whose_folder_does_not_exist_says_it_is_no_run_directory
     where = tmp_path / "nope" / "x"
     assert main(["check", str(where)]) == 2
     assert _one_line_error(capsys) == f"skewlens check: error: {where}: no such run directory or trace prefix"
+
+
+def test_a_network_slowdown_link_that_is_not_a_pair_of_ranks_is_one_line_naming_the_item(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    entry = "slowdown.entries=[{kind:network,factor:2},{kind:network,factor:2,links:[[0,1,2]]}]"
+    assert main(["replay", f"trace={run_dir}", f"out={out}", entry, "progress=false"]) == 2
+    assert _one_line_error(capsys) == (
+        "skewlens replay: error: slowdown.entries[1]: links must be pairs of ranks, got ((0, 1, 2),)"
+    )
+    assert not out.exists()
