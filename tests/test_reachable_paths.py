@@ -54,6 +54,16 @@ def test_an_option_or_real_replay_setting_out_of_range_is_one_line_naming_it_and
     assert not out.exists()
 
 
+def test_analyze_into_an_out_that_is_a_file_is_one_line_and_leaves_the_file_as_it_was(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("mine\n", encoding="utf-8")
+    assert main(["analyze", str(run_dir), "--out", str(out)]) == 2
+    assert _one_line_error(capsys) == f"skewlens analyze: error: --out {out}: exists and is not a directory"
+    assert out.read_text(encoding="utf-8") == "mine\n"
+
+
 @pytest.mark.parametrize(
     ("entry", "said"),
     [
