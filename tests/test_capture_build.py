@@ -275,6 +275,57 @@ def test_a_quiet_async_hooked_call_hides_no_worker_event_of_a_recorder_only_coll
     assert ends == {15: 3_000 * us}
 
 
+@pytest.mark.parametrize("quiet", [False, True], ids=["own-event", "quiet"])
+def test_a_bucket_all_reduce_in_flight_during_a_blocking_hooked_all_reduce_keeps_its_own_worker_event(
+    quiet: bool,
+) -> None:
+    # µs, rank 0 of a 2-rank capture of DDP (buckets of 0.05 MB) with SyncBatchNorm, whose backward
+    # all_reduces (blocking, hooked) between the buckets the flight recorder gave: bucket 42 issued at
+    # 21,259 runs 21,402-32,621 on thread 8 while the hooked all_reduce 43 (21,571-32,838) runs 21,643-32,791
+    # on thread 9; then bucket 44 (33,701) and hooked 45 (33,890-40,188), bucket 46 (40,741). Before, every
+    # event inside a blocking call was its own: bucket 42 took bucket 44's event (ending 39,956), 44 took
+    # 46's and 46 none (no end). A quiet hooked call made no event: the buckets' are still theirs.
+    us = 1_000
+
+    def bucket(t: int, seq: int) -> CommRecord:
+        return replace(coll(t * us, t * us, seq=seq, is_async=True), op="gloo:all_reduce")
+
+    def ev(s: int, e: int, thread: int) -> OpRecord:
+        return host_op("gloo:all_reduce", s * us, (e - s) * us, thread=thread)
+
+    hooked = [replace(coll(21_571 * us, 32_838 * us, seq=43), quiet=quiet)]
+    hooked.append(replace(coll(33_890 * us, 40_188 * us, seq=45), quiet=quiet))
+    workers = [ev(21_402, 32_621, 8), ev(33_990, 39_956, 8), ev(40_759, 45_909, 8)]
+    if not quiet:
+        workers += [ev(21_643, 32_791, 9), ev(34_057, 40_136, 9)]
+    cap = _on_gloo_threads(
+        [bucket(21_259, 42), hooked[0], bucket(33_701, 44), hooked[1], bucket(40_741, 46)],
+        sorted(workers, key=lambda o: o.start_ns),
+        {8: "0", 9: "0"},
+    )
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {42: 32_621 * us, 44: 39_956 * us, 46: 45_909 * us}
+    calls = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "c10d::allreduce_")}
+    assert calls == {43: 32_838 * us, 45: 40_188 * us}  # a blocking call keeps its own end
+
+
+def test_a_blocking_hooked_call_still_hides_events_of_another_kind_inside_it() -> None:
+    # µs: a hooked all_reduce 1,000-5,000 with an all_gather event inside it (what it ran, not a recorder
+    # collective's) and a recorder-only all_gather issued at 800 whose own event runs 6,000-7,000
+    us = 1_000
+    hooked = coll(1_000 * us, 5_000 * us, seq=1)
+    fr = replace(
+        coll(800 * us, 800 * us, seq=0, is_async=True), op="gloo:all_gather", comm_type=CommType.ALL_GATHER
+    )
+    workers = [
+        host_op("gloo:all_gather", 2_000 * us, 1_000 * us, thread=8),
+        host_op("gloo:all_gather", 6_000 * us, 1_000 * us, thread=8),
+    ]
+    cap = _on_gloo_threads([fr, hooked], workers, {8: "0"})
+    (node,) = by_name(build_nodes(cap), "gloo:all_gather")
+    assert node.start_ns + node.dur_ns == 7_000 * us
+
+
 def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:
     # ops level, DDP alone: no hooked call to join the clocks; Kineto runs 40 µs behind time.time_ns()
     skew = 40_000

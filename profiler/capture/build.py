@@ -346,20 +346,37 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     ``gloo:<op>`` there (Kineto at the ops level; at the collectives level the worker-event recorder,
     :class:`skewlens.profiler.capture.kineto.WorkerEvents`). A collective takes, once, the first event of
     its name that starts at or after its issue (less :data:`WORKER_SLACK_NS`) on a thread of its own
-    group, and that no blocking hooked collective's ``[start, end]`` contains. An asynchronous hooked
-    collective that was not quiet (:attr:`CommRecord.quiet`) takes its own event the same way, in issue
-    order with the others, and gives it to no one: the event ends in gloo's ``Work::finish()``, after the
-    Work's future fired (the hooks' end), so it lies outside the call's ``[start, end]`` (the ``async_op``
-    all_reduce DDP's forward issues under ``Join``: 10-40 µs outside; before, the bucket all_reduce issued
-    after it took that event and ended early, and each later bucket of the step the one before). A
+    group. A hooked collective that was not quiet (:attr:`CommRecord.quiet`), blocking or asynchronous,
+    takes its own event the same way, in issue order with the others, and gives it to no one: the event
+    ends in gloo's ``Work::finish()``, after the Work's future fired (the hooks' end), so it may lie
+    outside the call's ``[start, end]`` (the ``async_op`` all_reduce DDP's forward issues under ``Join``:
+    10-40 µs outside; before, the bucket all_reduce issued after it took that event and ended early, and
+    each later bucket of the step the one before). A blocking call's ``[start, end]`` hides only the events
+    of other kinds than its own (what it ran inside, such as an object collective's): a recorder-only
+    collective of its kind may run during it on the group's other thread (a DDP bucket all_reduce in
+    flight while SyncBatchNorm's backward all_reduces: before, every event inside the blocking call was
+    its, so the bucket took a later bucket's event, its two members' ends up to 27 ms apart on 2 gloo
+    ranks, and the last buckets of the window had no end). A quiet blocking call made no event and hides
+    none. A
     group's threads are those its creation started (``RankCapture.group_threads``: all of them; native
     ids, so not at the ops level, where Kineto numbers the threads); for a group created before the hooks,
     or at the ops level, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any
     thread not known to serve another group.
     """
-    hooked = Reach(
-        (c.start_ns, c.end_ns) for c in cap.comms if not c.op.startswith("gloo:") and not c.is_async
-    )
+    blocking = [
+        (c.start_ns, c.end_ns, _event_kinds(c))
+        for c in cap.comms
+        if not c.op.startswith("gloo:") and not c.is_async and not c.quiet
+    ]
+    hides: dict[CommType | None, Reach] = {}
+
+    def hidden(s: int, e: int, name: str) -> bool:
+        """Whether a blocking hooked call of another kind holds the event ``[s, e]`` of op ``name``."""
+        kind = collective_from_op(name)
+        if kind not in hides:
+            hides[kind] = Reach((a, b) for a, b, kinds in blocking if kind not in kinds)
+        return hides[kind](s) >= e
+
     every = sorted(
         (o.start_ns, o.start_ns + o.dur_ns, o.name, o.thread)
         for o in itertools.chain(cap.ops, cap.worker_events)
@@ -371,7 +388,7 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     exact = set(created.values())  # groups whose every thread is known
     owned: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # name -> (s, e, owner, thread)
     for s, e, name, thread in every:
-        if hooked(s) < e:  # not inside a hooked collective
+        if not hidden(s, e, name):
             owned[name].append((s, e, group_of.get(thread, ""), str(thread)))
     lists: dict[tuple[str, str], list[tuple[int, int]]] = {}
     taken: dict[str, set[tuple[int, int]]] = defaultdict(set)  # name -> events claimed
@@ -400,9 +417,9 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
                 return 0
             taken[c.op].add(ev)
             return ev[1]
-        if not c.is_async or c.quiet or c.node_type != NodeType.COMM_COLL or c.comm_type is None:
+        if c.quiet or c.node_type != NodeType.COMM_COLL or c.comm_type is None:
             return 0
-        want = {c.comm_type, CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else c.comm_type}
+        want = _event_kinds(c)
         found = [(ev, n) for n in owned if collective_from_op(n) in want and (ev := first_free(n, c))]
         if found:  # its own event (the earliest free one), which started before the call completed
             ev, name = min(found)
@@ -411,6 +428,12 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         return 0
 
     return end_of
+
+
+def _event_kinds(c: CommRecord) -> set[CommType | None]:
+    """The collective kinds a hooked call's gloo worker event may name: its own, and an all_reduce for a
+    reduce_scatter (gloo may run one as an all_reduce)."""
+    return {c.comm_type, CommType.ALL_REDUCE if c.comm_type == CommType.REDUCE_SCATTER else c.comm_type}
 
 
 def _worker_groups(
@@ -428,9 +451,7 @@ def _worker_groups(
     for c in comms:
         if c.is_async or c.node_type != NodeType.COMM_COLL or c.op.startswith("gloo:"):
             continue
-        want = {c.comm_type}
-        if c.comm_type == CommType.REDUCE_SCATTER:
-            want.add(CommType.ALL_REDUCE)
+        want = _event_kinds(c)
         k = bisect.bisect_left(starts, c.start_ns)
         while k < len(events) and events[k][0] <= c.end_ns:
             _, e, name, thread = events[k]
