@@ -26,8 +26,8 @@ from skewlens.profiler.vocab import Level
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
 
 
-def save_rank(run: Path, rank: int, host: str, *, world: int = 2, per_host: int = 1) -> None:
-    """What a rank leaves when it saves: its trace (no nodes) and its part file."""
+def save_rank(run: Path, rank: int, host: str, *, world: int = 2, per_host: int = 1, **extra: object) -> None:
+    """What a rank leaves when it saves: its trace (no nodes) and its part file (``extra`` added to it)."""
     with EtWriter(rank_file(run, rank), {"rank": rank, "world_size": world}):
         pass
     part_file(run, rank).parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +45,7 @@ def save_rank(run: Path, rank: int, host: str, *, world: int = 2, per_host: int 
         "notes": {},
         "level": "collectives",
         "window": {"wait": 1, "warmup": 1, "active": 3},
+        **extra,
     }
     part_file(run, rank).write_text(json.dumps(part))
 
@@ -97,6 +98,13 @@ def _other_host(run: Path, body: str) -> str:
     return textwrap.dedent(head) + textwrap.dedent(body)
 
 
+def _profile_while(run: Path, body: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``skewlens profile --out run`` of a command that runs ``body`` (:func:`_other_host`): its exit code
+    and stderr, its lines joined by spaces."""
+    code = skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", _other_host(run, body)])
+    return code, " ".join(capsys.readouterr().err.split())
+
+
 def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_with_the_commands_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +128,64 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     assert "no rank saved a trace" not in err
     assert "manifest.json already merged by another host of the job (ranks 0-1 of 2)" in err
     assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
+
+
+def _job(run_id: str, port: int) -> dict[str, object]:
+    """A part file's ``run_identity`` of a torchrun job."""
+    return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}
+
+
+def test_ranks_of_two_profiles_into_one_out_at_once_are_refused_not_merged_into_one_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the race, forced: this profile's ranks save, then another skewlens profile's rank 1 (started into the
+    # directory this one's probe had left empty) replaces rank 1's trace and part file before the merge.
+    # The manifest held rank 0 of one job and rank 1 of the other, and the profile exited 0
+    run = tmp_path / "run"
+    body = """
+        import os
+        def job(run_id, port):
+            return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}
+        mine = os.environ["SKEWLENS_PROFILE_ID"]
+        save_rank(run, 0, "vm", per_host=2, profile=mine, run_identity=job("uuid-a", 29500))
+        save_rank(run, 1, "vm", per_host=2, profile="other", run_identity=job("uuid-b", 29501))
+        """
+    code, err = _profile_while(run, body, capsys)
+    assert code == 2, err
+    assert (
+        f"{run}: its ranks' traces are of rank 0: run id uuid-a at 127.0.0.1:29500; rank 1: run id uuid-b at "
+        "127.0.0.1:29501: two skewlens profile commands captured into this --out at once"
+    ) in err
+    assert not (run / "manifest.json").exists()
+
+
+def test_a_profile_whose_ranks_another_profile_replaced_writes_no_manifest_of_its_command_over_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the race, forced: while this profile's command runs, another skewlens profile's one-host job (2 ranks,
+    # --steps 1:1:4) saves both ranks into the same --out, replacing this command's. The manifest said this
+    # command (and its --steps) over the other job's traces and steps, and both profiles exited 0 (the
+    # other: "already merged by another host of the job")
+    run = tmp_path / "run"
+    body = """
+        for r in (0, 1):
+            save_rank(run, r, "vm", per_host=2, profile="other", run_identity={"run_id": "uuid-b"})
+        """
+    code, err = _profile_while(run, body, capsys)
+    assert code == 2, err
+    assert (
+        f"{run}: ranks 0-1 of a job on one host (vm) saved by another skewlens profile's command, not this "
+        "one's (run id uuid-b at (no rendezvous)): two skewlens profile commands captured into this --out"
+    ) in err
+    assert not (run / "manifest.json").exists()
+
+
+def test_a_profile_merges_the_ranks_another_hosts_profile_saved_for_the_same_job(tmp_path: Path) -> None:
+    # the other host of a two-host job (a rank per host) has a skewlens profile of its own
+    save_rank(tmp_path, 0, "a", profile="mine", run_identity=_job("job-1", 29500))
+    save_rank(tmp_path, 1, "b", profile="theirs", run_identity=_job("job-1", 29500))
+    m = finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW, profile="mine")
+    assert m is not None and (m.ranks, m.hosts) == ((0, 1), {0: "a", 1: "b"})
 
 
 def test_a_failing_host_of_a_1024_rank_job_gives_its_kept_and_missing_ranks_as_ranges_in_one_line(

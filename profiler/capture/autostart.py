@@ -25,6 +25,8 @@ ENV_STEPS = "SKEWLENS_STEPS"
 ENV_KEEP_RAW = "SKEWLENS_KEEP_RAW"
 ENV_CLOCK_TIMEOUT = "SKEWLENS_CLOCK_TIMEOUT_S"
 ENV_HOST_TRACE = "SKEWLENS_HOST_TRACE"
+#: Which ``skewlens profile`` started the command (a token of its own), recorded in each rank's part file.
+ENV_PROFILE = "SKEWLENS_PROFILE_ID"
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 _session: Any = None

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from skewlens.profiler.capture.autostart import (
     ENV_HOST_TRACE,
     ENV_KEEP_RAW,
     ENV_LEVEL,
+    ENV_PROFILE,
     ENV_STEPS,
 )
 from skewlens.profiler.capture.flight import FR_BUFFER_DEFAULT, FR_BUFFER_ENV, NCCL_TIMING_ENV
@@ -115,6 +117,7 @@ def capture_env(
     env[ENV_KEEP_RAW] = "1" if keep_raw else "0"
     env[ENV_CLOCK_TIMEOUT] = str(clock_timeout_s)
     env[ENV_HOST_TRACE] = host_trace.value
+    env[ENV_PROFILE] = uuid.uuid4().hex  # which part files this command's ranks wrote (see _not_one_capture)
     # the flight recorder sees the collectives the Python hooks cannot (functional ones, C++-issued)
     env.setdefault(FR_BUFFER_ENV, str(FR_BUFFER_DEFAULT))
     # ... and on NCCL times each collective on the device (read when a process group is created)
@@ -392,9 +395,14 @@ def finalize_run(
     exit_code: int = 0,
     world_size: int | None = None,
     keep_parts: bool = False,
+    profile: str = "",
 ) -> Manifest | None:
     """Merge the part files into ``manifest.json``; None (and nothing written) when no rank saved a trace,
     or when ``manifest.json`` already holds every rank found (another host of the job merged them).
+    ``profile`` is the token of the ``skewlens profile`` merging (its command's ``ENV_PROFILE``), so that
+    part files another one's ranks wrote into the same directory are told apart (:func:`_not_one_capture`);
+    ``skewlens merge`` gives none (it compares the hosts' run identities itself, and ``--force`` merges
+    them anyway).
 
     Across hosts every host's ``skewlens profile`` merges into the same run directory when its command
     ends. The part files stay until a merge has every rank, so that a host finishing after another (its
@@ -409,6 +417,7 @@ def finalize_run(
             exit_code=exit_code,
             world_size=world_size,
             keep_parts=keep_parts,
+            profile=profile,
         )
 
 
@@ -455,6 +464,7 @@ def _merge(
     exit_code: int,
     world_size: int | None,
     keep_parts: bool,
+    profile: str,
 ) -> Manifest | None:
     found = read_parts(run_dir)
     parts = _saved_parts(run_dir, found)
@@ -462,6 +472,12 @@ def _merge(
     parts_before, parts = parts, {r: p for r, p in parts.items() if r not in earlier}
     if not parts:
         return None
+    if profile and (why := _not_one_capture(parts, profile)) is not None:
+        raise CaptureError(
+            f"{run_dir}: {why}: two skewlens profile commands captured into this --out at once, and each "
+            "rank's files are those of the last to save; no manifest.json was written. Capture again, each "
+            "into a directory of its own"
+        )
     existing = existing_manifest(run_dir)
     first = parts[min(parts)]
     world = world_size or int(first.get("world_size", len(parts)))
@@ -587,6 +603,37 @@ def _merge(
         else:
             shutil.rmtree(run_dir / PARTS_DIR, ignore_errors=True)
     return manifest
+
+
+def _not_one_capture(parts: dict[int, dict], profile: str) -> str | None:
+    """Why the saved part files of a run directory (``parts``, an earlier attempt's left out) are not one
+    capture's, or None: ranks of two torchrun jobs (run id and rendezvous, as ``skewlens merge`` compares
+    hosts), or ranks of a job on one host that another ``skewlens profile`` than ``profile`` started (the
+    other host of a multi-host job is the only other one that may save here). Two profiles into one
+    ``--out`` both ran (each saw it empty when it began) and merged whatever part files were there: a
+    manifest of one job's command over the other's traces, or of rank 0 of one and rank 1 of the other,
+    both exiting 0. Part files of an older skewlens or of a capture outside ``skewlens profile`` (without
+    these fields) are not compared."""
+    jobs: dict[str, list[int]] = {}
+    for r, p in sorted(parts.items()):
+        if isinstance(ident := p.get("run_identity"), dict) and ident.get("run_id"):
+            key = RunIdentity(run_id=str(ident["run_id"]), rendezvous=str(ident.get("rendezvous", ""))).key()
+            jobs.setdefault(key, []).append(r)
+    if len(jobs) > 1:
+        return "its ranks' traces are of " + "; ".join(f"{ranks_label(rs)}: {k}" for k, rs in jobs.items())
+    theirs = sorted(
+        r
+        for r, p in parts.items()
+        if p.get("profile") not in (None, "", profile)  # '': a capture outside skewlens profile
+        and p.get("local_world_size", 0) == p.get("world_size")
+    )
+    if not theirs:
+        return None
+    host = parts[theirs[0]].get("host", "?")
+    return (
+        f"{ranks_label(theirs)} of a job on one host ({host}) saved by another skewlens profile's command, "
+        f"not this one's{''.join(f' ({k})' for k in jobs)}"
+    )
 
 
 def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:

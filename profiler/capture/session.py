@@ -24,6 +24,7 @@ from typing import Any
 
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.capture import flight
+from skewlens.profiler.capture.autostart import ENV_PROFILE
 from skewlens.profiler.capture.build import RankCapture, build_nodes
 from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
@@ -578,6 +579,8 @@ class CaptureSession:
             "host": socket.gethostname(),
             "level": self.level.value,
             "window": asdict(self.window),
+            # which skewlens profile started the command ('' outside one): see run._not_one_capture
+            "profile": os.environ.get(ENV_PROFILE, ""),
         }
 
     def _not_saved(self, e: OSError | SkewlensError) -> None:

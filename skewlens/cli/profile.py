@@ -76,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from skewlens.profiler.capture.autostart import ENV_PROFILE
     from skewlens.profiler.capture.flight import DEBUG_ENV, refuse_wrapped_groups
     from skewlens.profiler.capture.run import (
         INTERRUPTED,
@@ -140,7 +141,9 @@ def main(argv: list[str]) -> int:
         if created:
             _remove_if_empty(run_dir)
         raise
-    manifest = finalize_run(run_dir, level=level, window=window, command=command, exit_code=code)
+    manifest = finalize_run(
+        run_dir, level=level, window=window, command=command, exit_code=code, profile=env[ENV_PROFILE]
+    )
     # a failed command stopped by SIGTERM (timeout, scancel) said only "error: command exited with code 1"
     # (torchrun's code when stopped), as if the training had failed
     failed = "stopped (SIGTERM): " if TERMINATED in stops else "error: "
