@@ -15,6 +15,8 @@ overrides; then the command exits with status 2.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -141,7 +143,7 @@ def clear_earlier_sweep(sweep_dir: Path) -> None:
         return
     jobs = sweep_dir / JOBS_DIR
     for p in [*jobs.glob(f"*{ROW_SUFFIX}"), *jobs.glob(f"*{ERROR_SUFFIX}")]:
-        p.unlink()
+        p.unlink(missing_ok=True)  # gone since the listing: not this sweep's to say
     (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
     (sweep_dir / SWEEP_PNG).unlink(missing_ok=True)
     for job_dir in filter(_is_job_dir, sweep_dir.iterdir()):
@@ -153,9 +155,41 @@ def clear_earlier_sweep(sweep_dir: Path) -> None:
             job_dir.rmdir()
 
 
+def hold_sweep(sweep_dir: Path) -> int | None:
+    """Take ``sweep_dir``'s ``.jobs/`` (made if missing) for this sweep, for as long as the returned file
+    descriptor is open (an exclusive ``flock``, released when the process ends however it ends), so that
+    a second sweep into the same directory is refused while this one runs (a :class:`SkewlensError`):
+    one's clear removed the other's rows and job outputs as they were written, and its gather took the
+    other's rows into its table (or read a row file the other's clear had just removed, and printed no
+    table, exiting 0). None where the directory cannot be made or opened (the jobs then say why they cannot
+    write there) or the file system cannot lock (some network ones): the sweep runs unlocked."""
+    jobs = sweep_dir / JOBS_DIR
+    try:
+        jobs.mkdir(parents=True, exist_ok=True)
+        fd = os.open(jobs, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SkewlensError(
+            f"{sweep_dir}: another sweep into it is running (it holds {jobs} locked); give this one an "
+            "out= of its own, or run it when that one has ended"
+        ) from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class SweepSummary(Callback):
     """Clears the job records before a multirun; at its end writes ``sweep.parquet`` and ``sweep.png``,
-    prints the comparison table and the failed jobs, and exits with status 2 if any job failed."""
+    prints the comparison table and the failed jobs, and exits with status 2 if any job failed. The sweep
+    directory is held (:func:`hold_sweep`) from before the clear until the table is written."""
+
+    def __init__(self) -> None:
+        self._held: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
@@ -164,11 +198,24 @@ class SweepSummary(Callback):
             # each job failed on the missing out
             print_stderr(f"skewlens replay: error: {missing_value('out')}")
             sys.exit(FAILED_EXIT)
-        clear_earlier_sweep(Path(str(config.hydra.sweep.dir)))
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            self._held = hold_sweep(sweep_dir)
+        except SkewlensError as e:  # SystemExit: Hydra turns a callback's exception into a warning
+            print_stderr(f"skewlens replay: error: {e}")
+            sys.exit(FAILED_EXIT)
+        clear_earlier_sweep(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
-        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            self._summarise(Path(str(config.hydra.sweep.dir)))
+        finally:
+            if self._held is not None:
+                os.close(self._held)  # releases the sweep directory
+                self._held = None
+
+    def _summarise(self, sweep_dir: Path) -> None:
         rows, failed = collect_sweep(sweep_dir)
         if rows:
             console = report_console()

@@ -30,7 +30,14 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.outputs import SweepRecord, distinct_overrides
 from skewlens.replay.plots import sweep_plot, sweep_points
-from skewlens.replay.sweep import JOBS_DIR, SweepSummary, append_sweep_row, collect_sweep, record_failure
+from skewlens.replay.sweep import (
+    JOBS_DIR,
+    SweepSummary,
+    append_sweep_row,
+    clear_earlier_sweep,
+    collect_sweep,
+    record_failure,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Compute of rank r in the synthetic run, ns (rank 2 is the one ``slowdown=straggler`` slows).
@@ -171,6 +178,7 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
     (out / "sweep.png").write_text("old")
     SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        ".jobs",  # held for the sweep (hold_sweep), empty
         "2",
         "2/mine.txt",
         "7",
@@ -179,6 +187,54 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
         "baseline/config.yaml",
         "baseline/timeline.parquet",
     ]
+
+
+def _sweep_config(out: Path) -> DictConfig:
+    return OmegaConf.create({"out": str(out), "hydra": {"sweep": {"dir": str(out)}}})
+
+
+def test_a_second_sweep_into_the_directory_of_a_running_one_is_refused_before_it_clears_that_ones_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the race, forced: sweep A has begun and its job 0 has written its row; sweep B into the same out= then
+    # begins. B's clear removed A's row and outputs, and A's summary printed B's rows (or, where B's clear
+    # removed a row between A's listing and its reading, no table at all, exiting 0)
+    out = tmp_path / "sweep"
+    first, second = SweepSummary(), SweepSummary()
+    first.on_multirun_start(_sweep_config(out))
+    append_sweep_row(out, _row(0, "slowdown.factor=1.0"))
+    with pytest.raises(SystemExit) as stop:
+        second.on_multirun_start(_sweep_config(out))
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        f"skewlens replay: error: {out}: another sweep into it is running (it holds {out / JOBS_DIR} "
+        "locked); give this one an out= of its own, or run it when that one has ended\n"
+    )
+    first.on_multirun_end(_sweep_config(out))
+    assert [r.overrides for r in collect_sweep(out)[0]] == ["slowdown.factor=1.0"]
+    second.on_multirun_start(_sweep_config(out))  # A has ended: B may begin, and clears A's
+    assert collect_sweep(out)[0] == []
+
+
+def test_a_sweeps_clear_passes_over_a_row_file_removed_since_it_listed_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # where the file system cannot lock (hold_sweep runs unlocked), another sweep's clear removed the rows
+    # between this one's listing and its unlink: Hydra's warning 'Callback SweepSummary.on_multirun_start
+    # raised FileNotFoundError: ... SW/.jobs/1.parquet', and the earlier sweep's table and outputs stayed
+    append_sweep_row(tmp_path, _row(1, "slowdown.factor=1.0"))
+    (tmp_path / "sweep.parquet").write_text("old")
+    listed = Path.glob
+
+    def glob_then_other_clear(self: Path, pattern: str) -> list[Path]:
+        found = list(listed(self, pattern))
+        for p in found:
+            p.unlink()
+        return found
+
+    monkeypatch.setattr(Path, "glob", glob_then_other_clear)
+    clear_earlier_sweep(tmp_path)
+    assert not (tmp_path / "sweep.parquet").exists()
 
 
 def _row(job: int, overrides: str) -> SweepRecord:
