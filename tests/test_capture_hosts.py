@@ -188,6 +188,33 @@ def test_a_profile_merges_the_ranks_another_hosts_profile_saved_for_the_same_job
     assert m is not None and (m.ranks, m.hosts) == ((0, 1), {0: "a", 1: "b"})
 
 
+def test_analyze_while_a_profile_runs_before_any_rank_saved_says_a_capture_is_writing_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the race, forced: a dashboard runs analyze on the run while skewlens profile's command runs, before
+    # the window's end (the whole run, for a long job). It said 'RUN: no manifest.json and no Chakra traces
+    # named <prefix>.<rank>.et (is this a run directory?)'
+    run = tmp_path / "run"
+    body = """
+        import os, subprocess
+        from skewlens.profiler.capture.run import prepare_run_dir
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        cmd = [sys.executable, "-m", "skewlens", "analyze", str(run), "--out", str(run.parent / "an")]
+        seen = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        (run.parent / "seen").write_text(f"{seen.returncode} {seen.stderr}")
+        prepare_run_dir(run)  # another host of the job starting now is not refused
+        """
+    code, _err = _profile_while(run, body, capsys)
+    assert code == 2  # no rank saved a trace
+    seen = " ".join((tmp_path / "seen").read_text().split())
+    assert seen == (
+        f"2 skewlens analyze: error: {run}: no rank has saved its trace yet: {run / PARTS_DIR} is a skewlens "
+        "profile's, which may still be capturing into it (a rank saves when its window ends, or at exit) or "
+        "was killed before any did; wait for `skewlens profile` to finish"
+    )
+    assert not run.exists()  # made by the profile, left empty: removed, .parts/ too
+
+
 def test_a_failing_host_of_a_1024_rank_job_gives_its_kept_and_missing_ranks_as_ranges_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -827,7 +854,8 @@ def test_the_probe_file_a_host_makes_is_one_that_another_host_starting_then_coun
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", probe)
     assert prepare_run_dir(run) is True
     assert seen == [True, True]
-    assert list(run.iterdir()) == []
+    assert list(run.iterdir()) == [run / PARTS_DIR]  # the sign of a capture under way, empty
+    assert not any((run / PARTS_DIR).iterdir())
 
 
 def test_a_host_whose_ranks_another_host_merged_without_a_rank_whose_save_failed_exits_2_naming_it(

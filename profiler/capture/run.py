@@ -75,23 +75,46 @@ PROBE_PREFIX = ".probe."
 
 
 def prepare_run_dir(run_dir: Path) -> bool:
-    """Create ``run_dir`` (or accept an empty one) and prove it is writable; returns True if created here.
+    """Create ``run_dir`` (or accept an empty one), prove it is writable and make its ``.parts/``, the sign
+    that a capture is under way there; returns True if created here.
 
-    Another host's probe file counts as nothing: the hosts of a job start at once into one shared
-    directory, and one that listed it while the other's probe was there was refused ("directory is not
-    empty"), leaving the other host's ranks waiting for it until the rendezvous timed out."""
+    Another host's probe file and empty ``.parts/`` count as nothing: the hosts of a job start at once into
+    one shared directory, and one that listed it while the other's probe was there was refused ("directory
+    is not empty"), leaving the other host's ranks waiting for it until the rendezvous timed out. The
+    ``.parts/`` made here lets a command that reads the run before any rank saved say that a capture is
+    writing it (it said ``no manifest.json and no Chakra traces ... (is this a run directory?)`` for as
+    long as the command ran up to its window's end)."""
     created = not run_dir.exists()
     if run_dir.exists() and not run_dir.is_dir():
         raise CaptureError(f"--out {run_dir}: exists and is not a directory")
-    if run_dir.is_dir() and any(not p.name.startswith(PROBE_PREFIX) for p in run_dir.iterdir()):
+    if run_dir.is_dir() and not all(map(_nothing_yet, run_dir.iterdir())):
         raise CaptureError(f"--out {run_dir}: directory is not empty (choose a new run directory)")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=run_dir, prefix=PROBE_PREFIX):
             pass
+        (run_dir / PARTS_DIR).mkdir(exist_ok=True)
     except OSError as e:
         raise CaptureError(f"--out {run_dir}: not writable ({e.strerror or e})") from None
     return created
+
+
+def _nothing_yet(entry: Path) -> bool:
+    """Whether a run directory's ``entry`` is what another host's ``skewlens profile`` starting into it
+    leaves before any rank saved: its probe file, or the empty ``.parts/``."""
+    if entry.name.startswith(PROBE_PREFIX):
+        return True
+    try:
+        return entry.name == PARTS_DIR and entry.is_dir() and not any(entry.iterdir())
+    except OSError:
+        return False
+
+
+def leave_run_dir(run_dir: Path) -> None:
+    """Remove the ``.parts/`` of ``run_dir`` if it is empty (a capture that ends leaves no sign of one under
+    way; a rank of another host still capturing makes it again when it saves)."""
+    with contextlib.suppress(OSError):
+        (run_dir / PARTS_DIR).rmdir()
 
 
 def capture_env(

@@ -310,6 +310,12 @@ def locate_run(path: str | Path) -> RunFiles:
         raise ManifestError(f"{p}: a file, not a run: give the run directory that holds it ({folder})")
     if not by_prefix and not p.exists():
         raise ManifestError(f"{p}: no such run directory (nor traces {p.name}.<rank>.et in {folder})")
+    if not by_prefix and (p / PARTS_DIR).is_dir():  # made when skewlens profile begins (prepare_run_dir)
+        raise ManifestError(
+            f"{p}: no rank has saved its trace yet: {p / PARTS_DIR} is a skewlens profile's, which may still "
+            "be capturing into it (a rank saves when its window ends, or at exit) or was killed before any "
+            "did; wait for `skewlens profile` to finish"
+        )
     if not by_prefix:
         raise ManifestError(
             f"{p}: no manifest.json and no Chakra traces named <prefix>.<rank>.et (is this a run directory?)"

@@ -85,6 +85,7 @@ def main(argv: list[str]) -> int:
         capture_env,
         existing_manifest,
         finalize_run,
+        leave_run_dir,
         prepare_run_dir,
         run_command,
     )
@@ -138,12 +139,16 @@ def main(argv: list[str]) -> int:
     try:
         code = run_command(command, env, stops=stops)
     except CaptureError:
+        leave_run_dir(run_dir)
         if created:
             _remove_if_empty(run_dir)
         raise
-    manifest = finalize_run(
-        run_dir, level=level, window=window, command=command, exit_code=code, profile=env[ENV_PROFILE]
-    )
+    try:
+        manifest = finalize_run(
+            run_dir, level=level, window=window, command=command, exit_code=code, profile=env[ENV_PROFILE]
+        )
+    finally:
+        leave_run_dir(run_dir)
     # a failed command stopped by SIGTERM (timeout, scancel) said only "error: command exited with code 1"
     # (torchrun's code when stopped), as if the training had failed
     failed = "stopped (SIGTERM): " if TERMINATED in stops else "error: "
