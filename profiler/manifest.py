@@ -51,6 +51,10 @@ PARTIAL_TRACE_NOTE = "partial trace"
 #: earlier attempt's, which ran on more ranks, left out of the run (``skewlens check`` warns of it).
 EARLIER_ATTEMPT_NOTE = "earlier attempt"
 
+#: A capture's manifest note where its merge replaced the manifest of another job that a second ``skewlens
+#: profile`` captured into the same directory at the same time (``skewlens check`` warns of it).
+REPLACED_NOTE = "replaced another job"
+
 #: The note of a manifest the loader inferred for a directory holding a capture's part files (``.parts/``) and
 #: no ``manifest.json``: a ``skewlens profile`` still writing the run, or killed before it wrote the manifest.
 CAPTURE_PARTS_NOTE = "capture parts"

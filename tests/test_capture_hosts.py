@@ -135,49 +135,90 @@ def _job(run_id: str, port: int) -> dict[str, object]:
     return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}
 
 
-def test_ranks_of_two_profiles_into_one_out_at_once_are_refused_not_merged_into_one_manifest(
+_MIXED = """
+    import os
+    def job(run_id, port):
+        return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}
+    mine = os.environ["SKEWLENS_PROFILE_ID"]
+    save_rank(run, 0, "vm", per_host=2, profile=mine, run_identity=job("uuid-a", 29500))
+    save_rank(run, 1, "vm", per_host=2, profile="other", run_identity=job("uuid-b", 29501))
+    """
+_REPLACED = """
+    for r in (0, 1):
+        save_rank(run, r, "vm", per_host=2, profile="other", run_identity={"run_id": "uuid-b"})
+    """
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        # this profile's ranks save, then another skewlens profile's rank 1 (started into the directory this
+        # one's probe had left empty) replaces rank 1's trace and part file before the merge: the manifest
+        # held rank 0 of one job and rank 1 of the other, and the profile exited 0
+        (
+            _MIXED,
+            (
+                "{run}: its ranks' traces are of rank 0: run id uuid-a at 127.0.0.1:29500; rank 1: run id "
+                "uuid-b at 127.0.0.1:29501: two skewlens profile commands captured into this --out at once"
+            ),
+        ),
+        # another skewlens profile's one-host job saves both ranks, replacing this command's: the manifest
+        # said this command (and its --steps) over the other job's traces and steps, and both profiles
+        # exited 0 (the other: "already merged by another host of the job")
+        (
+            _REPLACED,
+            (
+                "{run}: ranks 0-1 of a job on one host (vm) saved by another skewlens profile's command, not "
+                "this one's (run id uuid-b at (no rendezvous)): two skewlens profile commands captured into "
+                "this --out"
+            ),
+        ),
+    ],
+    ids=["ranks-of-two-jobs", "another-profiles-ranks"],
+)
+def test_ranks_another_profile_saved_into_the_same_out_at_once_are_refused_not_merged_into_a_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, says: str
+) -> None:
+    # the race, forced: the command stands for this profile's torchrun while the other profile's ranks save
+    run = tmp_path / "run"
+    code, err = _profile_while(run, body, capsys)
+    assert code == 2, err
+    assert says.format(run=run) in err
+    assert not (run / "manifest.json").exists()
+
+
+def test_a_profile_that_replaces_the_manifest_another_profile_merged_first_says_whose_capture_is_lost(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # the race, forced: this profile's ranks save, then another skewlens profile's rank 1 (started into the
-    # directory this one's probe had left empty) replaces rank 1's trace and part file before the merge.
-    # The manifest held rank 0 of one job and rank 1 of the other, and the profile exited 0
+    # the race, forced: another skewlens profile's job (run id uuid-a) captured into the same --out and
+    # merged first; this command's ranks then saved over its traces. This merge replaced its manifest with
+    # nothing said: the other command's capture was lost unnoticed, and exit 0 here
     run = tmp_path / "run"
     body = """
         import os
-        def job(run_id, port):
-            return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}
-        mine = os.environ["SKEWLENS_PROFILE_ID"]
-        save_rank(run, 0, "vm", per_host=2, profile=mine, run_identity=job("uuid-a", 29500))
-        save_rank(run, 1, "vm", per_host=2, profile="other", run_identity=job("uuid-b", 29501))
-        """
-    code, err = _profile_while(run, body, capsys)
-    assert code == 2, err
-    assert (
-        f"{run}: its ranks' traces are of rank 0: run id uuid-a at 127.0.0.1:29500; rank 1: run id uuid-b at "
-        "127.0.0.1:29501: two skewlens profile commands captured into this --out at once"
-    ) in err
-    assert not (run / "manifest.json").exists()
-
-
-def test_a_profile_whose_ranks_another_profile_replaced_writes_no_manifest_of_its_command_over_them(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # the race, forced: while this profile's command runs, another skewlens profile's one-host job (2 ranks,
-    # --steps 1:1:4) saves both ranks into the same --out, replacing this command's. The manifest said this
-    # command (and its --steps) over the other job's traces and steps, and both profiles exited 0 (the
-    # other: "already merged by another host of the job")
-    run = tmp_path / "run"
-    body = """
+        from skewlens.profiler.capture.run import finalize_run
+        from skewlens.profiler.manifest import StepWindow
+        from skewlens.profiler.vocab import Level
+        def job(run_id):
+            return {"run_id": run_id, "rendezvous": "127.0.0.1:29500", "started_ns": 10, "restart_count": 0}
         for r in (0, 1):
-            save_rank(run, r, "vm", per_host=2, profile="other", run_identity={"run_id": "uuid-b"})
+            save_rank(run, r, "vm", per_host=2, profile="other", run_identity=job("uuid-a"))
+        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow(), command=["torchrun", "a.py"])
+        for r in (0, 1):
+            steps = [{"step": s, "start_ns": 7 * s, "end_ns": 7 * s + 5} for s in (2, 3, 4)]
+            mine = os.environ["SKEWLENS_PROFILE_ID"]
+            save_rank(run, r, "vm", per_host=2, profile=mine, run_identity=job("uuid-b"), steps=steps)
         """
     code, err = _profile_while(run, body, capsys)
-    assert code == 2, err
-    assert (
-        f"{run}: ranks 0-1 of a job on one host (vm) saved by another skewlens profile's command, not this "
-        "one's (run id uuid-b at (no rendezvous)): two skewlens profile commands captured into this --out"
-    ) in err
-    assert not (run / "manifest.json").exists()
+    said = (
+        "this manifest replaced that of another job (run id uuid-a at 127.0.0.1:29500: torchrun a.py), "
+        "captured into this directory at the same time: its ranks' traces were replaced by this job's, and "
+        "its capture is lost"
+    )
+    assert code == 0 and said in err, err
+    m = read_manifest(run)
+    assert m.run_identity is not None and m.run_identity.run_id == "uuid-b"
+    assert m.notes["replaced another job"] == said
 
 
 def test_a_profile_merges_the_ranks_another_hosts_profile_saved_for_the_same_job(tmp_path: Path) -> None:

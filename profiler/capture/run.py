@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,7 @@ from skewlens.profiler.manifest import (
     MAX_WORLD_SIZE,
     PARTIAL_TRACE_NOTE,
     PARTS_DIR,
+    REPLACED_NOTE,
     LostCollectives,
     Manifest,
     ProcessGroupInfo,
@@ -587,6 +589,12 @@ def _merge(
             f"error: the ranks ran with different {FR_BUFFER_ENV} ({', '.join(map(str, sorted(sizes)))}): "
             "collectives of ranks without the recorder are numbered by the hooks and may not match"
         )
+    ident = _run_identity(parts)
+    if profile and existing is not None and (other := _another_jobs(existing, ident)) is not None:
+        notes[REPLACED_NOTE] = (
+            f"this manifest replaced that of another job ({other}), captured into this directory at the "
+            "same time: its ranks' traces were replaced by this job's, and its capture is lost"
+        )
     manifest = Manifest(
         world_size=world,
         ranks=tuple(sorted(parts)),
@@ -605,7 +613,7 @@ def _merge(
         command=tuple(command),
         notes=notes,
         lost_collectives=merge_losses(parts),
-        run_identity=_run_identity(parts),
+        run_identity=ident,
         stopped=tuple(
             rank_stop({**p["stopped"], "rank": r}, str(part_file(run_dir, r)), "stopped", world)
             for r, p in sorted(parts.items())
@@ -614,6 +622,7 @@ def _merge(
     )
     if (
         existing is not None
+        and REPLACED_NOTE not in notes
         and set(manifest.ranks) <= set(existing.ranks)
         and not saved_again(existing, manifest)  # an earlier attempt's: replaced
     ):
@@ -630,20 +639,25 @@ def _merge(
 
 def _not_one_capture(parts: dict[int, dict], profile: str) -> str | None:
     """Why the saved part files of a run directory (``parts``, an earlier attempt's left out) are not one
-    capture's, or None: ranks of two torchrun jobs (run id and rendezvous, as ``skewlens merge`` compares
-    hosts), or ranks of a job on one host that another ``skewlens profile`` than ``profile`` started (the
-    other host of a multi-host job is the only other one that may save here). Two profiles into one
-    ``--out`` both ran (each saw it empty when it began) and merged whatever part files were there: a
-    manifest of one job's command over the other's traces, or of rank 0 of one and rank 1 of the other,
-    both exiting 0. Part files of an older skewlens or of a capture outside ``skewlens profile`` (without
-    these fields) are not compared."""
-    jobs: dict[str, list[int]] = {}
+    capture's, or None: ranks of two torchrun jobs (by run id: the rendezvous, which ``skewlens merge``
+    compares too, may move when torchrun restarts the ranks), or ranks of a job on one host that another
+    ``skewlens profile`` than ``profile`` started (the other host of a multi-host job is the only other one
+    that may save here). Two profiles into one ``--out`` both ran (each saw it empty when it began) and
+    merged whatever part files were there: a manifest of one job's command over the other's traces, or of
+    rank 0 of one and rank 1 of the other, both exiting 0. Part files of an older skewlens or of a capture
+    outside ``skewlens profile`` (without these fields) are not compared."""
+    jobs: dict[str, list[int]] = {}  # run id -> its ranks
+    said: dict[str, str] = {}  # run id -> run id and rendezvous, as the first of its ranks gave them
     for r, p in sorted(parts.items()):
         if isinstance(ident := p.get("run_identity"), dict) and ident.get("run_id"):
-            key = RunIdentity(run_id=str(ident["run_id"]), rendezvous=str(ident.get("rendezvous", ""))).key()
-            jobs.setdefault(key, []).append(r)
+            run_id = str(ident["run_id"])
+            jobs.setdefault(run_id, []).append(r)
+            job = RunIdentity(run_id=run_id, rendezvous=str(ident.get("rendezvous", "")))
+            said.setdefault(run_id, job.key())
     if len(jobs) > 1:
-        return "its ranks' traces are of " + "; ".join(f"{ranks_label(rs)}: {k}" for k, rs in jobs.items())
+        return "its ranks' traces are of " + "; ".join(
+            f"{ranks_label(rs)}: {said[j]}" for j, rs in jobs.items()
+        )
     theirs = sorted(
         r
         for r, p in parts.items()
@@ -655,8 +669,19 @@ def _not_one_capture(parts: dict[int, dict], profile: str) -> str | None:
     host = parts[theirs[0]].get("host", "?")
     return (
         f"{ranks_label(theirs)} of a job on one host ({host}) saved by another skewlens profile's command, "
-        f"not this one's{''.join(f' ({k})' for k in jobs)}"
+        f"not this one's{''.join(f' ({k})' for k in said.values())}"
     )
+
+
+def _another_jobs(existing: Manifest, ident: RunIdentity | None) -> str | None:
+    """``run id X at R: COMMAND`` where ``existing`` (the manifest in the run directory) is of another
+    torchrun job than the part files' (``ident``), else None: a second ``skewlens profile`` into the same
+    ``--out`` merged first, and this job's ranks then replaced its traces. This merge replaced its manifest
+    with nothing said, and the other command's capture was lost unnoticed."""
+    theirs = existing.run_identity
+    if theirs is None or ident is None or theirs.run_id in ("", ident.run_id):  # rendezvous: see above
+        return None
+    return f"{theirs.key()}: {shlex.join(existing.command)}"
 
 
 def earlier_attempt(parts: dict[int, dict]) -> dict[int, str]:

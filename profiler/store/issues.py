@@ -14,6 +14,7 @@ from skewlens.profiler.manifest import (
     CAPTURE_PARTS_ADVICE,
     CAPTURE_PARTS_NOTE,
     EARLIER_ATTEMPT_NOTE,
+    REPLACED_NOTE,
     SCALE_NOTE,
     STEP_MARKS_NOTE,
     CallAt,
@@ -339,8 +340,7 @@ def run_notes(run: RunTrace) -> list[str]:
         for r, note in sorted(partial_traces(m.notes).items())
     )
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
-    if EARLIER_ATTEMPT_NOTE in m.notes:
-        notes.append(m.notes[EARLIER_ATTEMPT_NOTE])
+    notes.extend(m.notes[k] for k in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE) if k in m.notes)
     if (answer := stop_answer(m)) is not None:
         notes.append(answer)
     if untimed := untimed_ranks(run):
@@ -384,8 +384,9 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     notes = m.notes
     for note, rs in degraded_notes(notes).items():
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
-    if EARLIER_ATTEMPT_NOTE in notes:
-        sink.warning("capture-note", notes[EARLIER_ATTEMPT_NOTE])
+    for key in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE):
+        if key in notes:
+            sink.warning("capture-note", notes[key])
     for r, note in sorted(partial_traces(notes).items()):
         sink.warning(
             "partial-trace",
