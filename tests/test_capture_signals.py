@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -60,17 +61,27 @@ print("not terminated", flush=True)
 """
 
 
+def _written(pipe: IO[bytes]) -> str:
+    """What an ended process wrote into ``pipe``, without waiting for the pipe's end."""
+    os.set_blocking(pipe.fileno(), False)
+    return (pipe.read() or b"").decode()
+
+
 def test_sigterm_during_the_window_save_waits_for_the_part_file_then_terminates(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline().strip()  # the child is inside the part-file write, waiting
-        assert first == IN_WRITE, proc.stderr.read() if proc.stderr else first
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline().decode().strip()  # the child is inside the part-file write, waiting
+        assert first == IN_WRITE, _written(proc.stderr) or first
         proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)  # (a guard against a hang only)
+        proc.wait(timeout=60)  # (a guard against a hang only)
+        # what the child wrote, read once it has ended, not to the pipes' end: communicate() waited for
+        # that, which never came in one fast-tier run: the child had ended by SIGTERM and the wait timed
+        # out after 60 s (likely a process forked meanwhile by another thread of pytest's held the pipes)
+        rest, err = _written(proc.stdout), _written(proc.stderr)
     finally:
         proc.kill()
         proc.wait()
