@@ -337,9 +337,14 @@ def _hsdp(dp: list[list[_Group]]) -> tuple[list[list[_Group]], list[list[_Group]
     FSDP2 on a 2-D mesh) where one family only all-reduces (the replicas, which scale) and the other
     all-gathers or reduce-scatters (the shards inside a replica, replicated as they are); else both
     back (refused: which one scales is not said)."""
-    shards = [f for f in dp if any(g.types[t] for g in f for t in _SHARDED_TYPES)]
+    shards = [f for f in dp if _shards(f)]
     reduces = [f for f in dp if f not in shards and all(set(g.types) <= _REPLICA_TYPES for g in f)]
     return (reduces, shards) if len(shards) == 1 and len(reduces) == 1 else (dp, [])
+
+
+def _shards(family: Sequence[_Group]) -> bool:
+    """Whether a family of groups carries FSDP's shard traffic (:data:`_SHARDED_TYPES`)."""
+    return any(g.types[t] for g in family for t in _SHARDED_TYPES)
 
 
 def _one_d(run: RunTrace, whole: Sequence[_Group]) -> Layout:
@@ -407,7 +412,7 @@ def _mesh(run: RunTrace, dp: list[_Group], other: list[_Group] | None, whole: Se
     if sum((g.types for g in whole), Counter())[CommType.REDUCE_SCATTER]:
         raise ExtrapolationError(f"a reduce_scatter over every rank of a 2-D mesh: {_found(whole)}")
     inner_words = set().union(*(_tokens(g.desc) for g in other or [])) & OTHER_WORDS
-    hsdp = any(g.types[t] for g in other or [] for t in _SHARDED_TYPES)
+    hsdp = _shards(other or [])
     inner = sorted(inner_words)[0] if inner_words else "fsdp" if hsdp else "replicated"
     text = ", ".join(_group_text(g) for g in dp)
     rest = f"; replicated {', '.join(_group_text(g) for g in other)}" if other else ""
@@ -495,7 +500,8 @@ def scale_run(
             if new not in pg_names:
                 pg_names.append(new)
 
-    new_bytes = _scaled_bytes(run, lay, dp)
+    kept = _kept_list_gathers(run, lay)
+    new_bytes = _scaled_bytes(run, lay, dp, kept)
     index = {n: i for i, n in enumerate(pg_names)}
     ranks: dict[int, RankTrace] = {}
     for nr in range(new_world):
@@ -524,7 +530,7 @@ def scale_run(
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some
         described += f"; captured rank(s) {rank_ranges(left_out)} copied by none: not in the replay"
-    described += _untraced_text(run) + _gather_caveat(run, lay, dp)
+    described += _untraced_text(run) + _gather_caveat(run, lay, dp, kept)
     manifest = dataclasses.replace(
         m,
         world_size=new_world,
@@ -621,7 +627,7 @@ def _kept_list_gathers(run: RunTrace, lay: Layout) -> dict[int, np.ndarray]:
     size, from one tensor: under FSDP a gather into a list on a data-parallel group whose gathered size
     (bytes x ``k``) is the input of a reduce_scatter on that group, on that rank, is a parameter gather."""
     out: dict[int, np.ndarray] = {}
-    sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
+    sharded = _dp_group_ids(run, lay)
     for r, rt in run.ranks.items():
         kept = _list_gather_rows(rt)
         if lay.parallelism == FSDP2 and kept.any():
@@ -635,19 +641,23 @@ def _kept_list_gathers(run: RunTrace, lay: Layout) -> dict[int, np.ndarray]:
     return out
 
 
-def _gather_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
+def _dp_group_ids(run: RunTrace, lay: Layout) -> list[int]:
+    """The ``pg`` indices of the data-parallel groups."""
+    return [run.pg_names.index(n) for names in lay.dp_groups for n in names]
+
+
+def _gather_caveat(run: RunTrace, lay: Layout, dp: int, listed: Mapping[int, np.ndarray]) -> str:
     """Where a run without reduce_scatters (read as DDP) all_gathers on its data-parallel groups: they keep
     their bytes per rank, right for metrics or objects, wrong for the optimizer's shards of ZeRO-1/2 (a
     2 -> 1,024 extrapolation of a 32 MiB shard gather priced at 152.7 ms, where shards of 1/1,024 cost 0.94
     ms), which the trace cannot tell apart (but for gathers into a list, :data:`LIST_GATHER_OPS`, which ZeRO
     does not issue): say so, with how much is at stake. Under FSDP2, the gathers into a list that keep their
-    bytes, while the parameter gathers shrink."""
+    bytes, while the parameter gathers shrink (``listed``: :func:`_kept_list_gathers`)."""
     dp_names = {n for names in lay.dp_groups for n in names}
     gathers = [c for c in run.collectives if c.comm_type == CommType.ALL_GATHER and c.pg_name in dp_names]
     fsdp2 = lay.parallelism != DDP
     # FSDP2: its parameter gathers shrink, as they should; say which kept their bytes (gathers into a list).
     # DDP: a gather into a list is of whole tensors (ZeRO gathers its shards into one tensor): no doubt there
-    listed = _kept_list_gathers(run, lay)
     gathers = [c for c in gathers if bool(listed[c.ranks[0]][c.rows[0]]) == fsdp2]
     if not gathers:
         return ""
@@ -692,13 +702,15 @@ def _steps(steps: Sequence[StepSpan], source_of: Mapping[int, int]) -> tuple[Ste
     return tuple(dataclasses.replace(sp, rank=nr) for nr, s in source_of.items() for sp in by_rank.get(s, ()))
 
 
-def _scaled_bytes(run: RunTrace, lay: Layout, dp: int) -> dict[int, np.ndarray]:
+def _scaled_bytes(
+    run: RunTrace, lay: Layout, dp: int, kept: Mapping[int, np.ndarray]
+) -> dict[int, np.ndarray]:
     """Per captured rank, its ``comm_bytes`` at ``dp`` data-parallel ranks (the same array where none
     changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes, a gather
-    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too, but FSDP1's (:func:`_kept_list_gathers`)."""
+    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too, but FSDP1's (``kept``:
+    :func:`_kept_list_gathers`)."""
     out: dict[int, np.ndarray] = {}
-    sharded = [run.pg_names.index(n) for names in lay.dp_groups for n in names]
-    kept = _kept_list_gathers(run, lay)
+    sharded = _dp_group_ids(run, lay)
     for r, rt in run.ranks.items():
         if lay.parallelism != FSDP2:
             out[r] = rt.comm_bytes
