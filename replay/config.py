@@ -34,6 +34,13 @@ def check_given(key: str, value: object) -> None:
         raise ConfigError(f"{key}: missing value (a required setting)")
 
 
+def holds_no(schema: typing.Any, group: str) -> str:
+    """What a YAML file of config group ``group`` that is not a mapping of ``schema``'s settings (a list, an
+    empty file) is said to hold, naming the first settings."""
+    names = ", ".join(f.name for f in dataclasses.fields(schema)[:3])
+    return f"holds no {group} (a YAML mapping of its settings: {names}, ...)"
+
+
 def unknown_file_key(doc: object, schema: typing.Any, key: str) -> str | None:
     """The first key of ``doc`` (a YAML file's settings, read as plain data) that ``schema`` does not have,
     as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``; None where all

@@ -11,7 +11,6 @@ run and the base topology, renders the fit as a table and writes the entry atomi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from skewlens.replay.calibrate import (
     untraced_members,
     write_topology,
 )
-from skewlens.replay.config import TopologyConfig, unknown_file_key
+from skewlens.replay.config import TopologyConfig, holds_no, unknown_file_key
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.rich_progress import RichProgress
@@ -55,10 +54,6 @@ def topology_entry_path(value: str) -> Path:
     return entry
 
 
-#: The first settings of a topology entry, as the replay names them of a file that holds none.
-_SETTINGS = ", ".join(f.name for f in dataclasses.fields(TopologyConfig)[:3])
-
-
 def load_topology_entry(value: str) -> TopologyConfig:
     """A topology entry (file or ``conf/topology/`` name) read with the replay's schema, as
     ``skewlens replay topology=...`` reads it; errors name the file and the key."""
@@ -67,7 +62,7 @@ def load_topology_entry(value: str) -> TopologyConfig:
     try:
         doc = OmegaConf.load(path)
         if not isinstance(doc, DictConfig) or not doc:  # a list: 'Cannot merge DictConfig with ListConfig'
-            raise ConfigError(f"holds no topology (a YAML mapping of its settings: {_SETTINGS}, ...)")
+            raise ConfigError(holds_no(TopologyConfig, "topology"))  # as the replay says it
         # as the replay reads a file: a typo named, the name the file's stem
         if (unknown := unknown_file_key(OmegaConf.to_container(doc), TopologyConfig, "topology")) is not None:
             raise ConfigError(unknown)

@@ -57,6 +57,7 @@ from skewlens.replay.config import (
     ScaleConfig,
     SlowdownConfig,
     TopologyConfig,
+    holds_no,
     unknown_file_key,
 )
 from skewlens.replay.driver import replay_run
@@ -832,8 +833,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
         raise ConfigError(f"{group}={item}: not a YAML {group} ({first})") from None
     schema = GROUP_SCHEMAS[group]
     if not isinstance(doc, DictConfig) or not doc:
-        names = ", ".join(f.name for f in dataclasses.fields(schema)[:3])
-        raise ConfigError(f"{group}={item}: holds no {group} (a YAML mapping of its settings: {names}, ...)")
+        raise ConfigError(f"{group}={item}: {holds_no(schema, group)}")
     extends = "defaults" in doc
     with contextlib.suppress(ConfigKeyError):
         del doc["defaults"]
