@@ -16,7 +16,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -229,17 +229,32 @@ def _locked(directory: Path) -> Iterator[None]:
     interleaved with the other's left half of each). Where the file system cannot lock (some network
     ones) or the directory cannot be opened to lock it (no read permission), the block runs unlocked; a
     process killed holding it releases it."""
+    fd = lock_directory(directory)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def lock_directory(directory: Path, *, wait: bool = True) -> int | None:
+    """Open ``directory`` and take an exclusive ``flock`` of it, held until the returned file descriptor is
+    closed (or the process ends, however it ends). None where the directory cannot be opened (no read
+    permission) or the file system cannot lock (some network ones): the caller runs unlocked. Without
+    ``wait``, a lock another process holds is a :class:`BlockingIOError` (nothing left open)."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        yield
-        return
+        return None
     try:
-        with suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 #: Largest export provenance file read (ours are a few hundred bytes).

@@ -15,7 +15,6 @@ overrides; then the command exits with status 2.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import sys
@@ -30,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from skewlens.console import print_stderr, report_console
-from skewlens.profiler.atomic import write_text_atomic
+from skewlens.profiler.atomic import lock_directory, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
@@ -166,21 +165,15 @@ def hold_sweep(sweep_dir: Path) -> int | None:
     jobs = sweep_dir / JOBS_DIR
     try:
         jobs.mkdir(parents=True, exist_ok=True)
-        fd = os.open(jobs, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock_directory(jobs, wait=False)
     except BlockingIOError:
-        os.close(fd)
         raise SkewlensError(
             f"{sweep_dir}: another sweep into it is running (it holds {jobs} locked); give this one an "
             "out= of its own, or run it when that one has ended"
         ) from None
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 class SweepSummary(Callback):
