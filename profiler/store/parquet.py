@@ -474,14 +474,15 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
     rows = np.fromiter(itertools.chain.from_iterable(i.rows for i in instances), np.int64, total)
     nbytes = np.fromiter(itertools.chain.from_iterable(i.comm_bytes for i in instances), np.int64, total)
     node_id, step, start, end, ctype = (np.zeros(total, dtype=np.int64) for _ in range(5))
-    dtype: list[str | None] = [None] * total
+    dtype = np.full(total, None, dtype=object)  # null where not recorded ('' in CommRows)
     for r, c in comm.items():
         m = np.flatnonzero(ranks == r)
         if m.size:
             at = np.searchsorted(c.row, rows[m])
             if c.dtype:
-                for k, a in zip(m.tolist(), at.tolist(), strict=True):
-                    dtype[k] = c.dtype[a] or None
+                words = np.asarray(c.dtype, dtype=object)[at]  # a copy
+                words[words == ""] = None
+                dtype[m] = words
             node_id[m] = c.node_id[at]
             ctype[m] = c.comm_type[at]
             step[m] = c.step[at]
