@@ -649,11 +649,9 @@ def _not_one_capture(parts: dict[int, dict], profile: str) -> str | None:
     jobs: dict[str, list[int]] = {}  # run id -> its ranks
     said: dict[str, str] = {}  # run id -> run id and rendezvous, as the first of its ranks gave them
     for r, p in sorted(parts.items()):
-        if isinstance(ident := p.get("run_identity"), dict) and ident.get("run_id"):
-            run_id = str(ident["run_id"])
-            jobs.setdefault(run_id, []).append(r)
-            job = RunIdentity(run_id=run_id, rendezvous=str(ident.get("rendezvous", "")))
-            said.setdefault(run_id, job.key())
+        if (job := _part_identity(p)) is not None and job.run_id:
+            jobs.setdefault(job.run_id, []).append(r)
+            said.setdefault(job.run_id, job.key())
     if len(jobs) > 1:
         return "its ranks' traces are of " + "; ".join(
             f"{ranks_label(rs)}: {said[j]}" for j, rs in jobs.items()
@@ -771,13 +769,23 @@ def saved_again(existing: Manifest, manifest: Manifest) -> bool:
 def _run_identity(parts: dict[int, dict]) -> RunIdentity | None:
     """The job the ranks saved under (their part files' ``run_identity``; None where none recorded one:
     parts of an older skewlens), with the earliest rank's start."""
-    ids = [p["run_identity"] for _r, p in sorted(parts.items()) if isinstance(p.get("run_identity"), dict)]
+    ids = [i for _r, p in sorted(parts.items()) if (i := _part_identity(p)) is not None]
     if not ids:
         return None
     return RunIdentity(
-        run_id=str(ids[0].get("run_id", "")),
-        rendezvous=str(ids[0].get("rendezvous", "")),
-        started_ns=min(int(i.get("started_ns", 0)) for i in ids),
+        run_id=ids[0].run_id, rendezvous=ids[0].rendezvous, started_ns=min(i.started_ns for i in ids)
+    )
+
+
+def _part_identity(part: dict) -> RunIdentity | None:
+    """A part file's ``run_identity`` (None where it records none: a part of an older skewlens)."""
+    ident = part.get("run_identity")
+    if not isinstance(ident, dict):
+        return None
+    return RunIdentity(
+        run_id=str(ident.get("run_id", "")),
+        rendezvous=str(ident.get("rendezvous", "")),
+        started_ns=int(ident.get("started_ns", 0)),
     )
 
 
