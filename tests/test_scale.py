@@ -510,14 +510,18 @@ def no_comm_run(path: Path) -> RunTrace:
     return load_run(b.write(path))
 
 
-def hsdp_run(path: Path, replicas: CommType = AR) -> RunTrace:
+def hsdp_run(
+    path: Path, replicas: CommType = AR, more: dict[str, tuple[CommType, ...]] | None = None
+) -> RunTrace:
     """Hybrid sharding on 4 ranks: shard groups (0, 1), (2, 3) reduce-scatter, replica groups (0, 2), (1, 3)
-    carry ``replicas`` (HSDP: the gradient shards' all_reduce)."""
+    carry ``replicas`` (HSDP: the gradient shards' all_reduce), then what ``more`` gives a replica group."""
     groups = {"rep_0": (0, 2), "rep_1": (1, 3), "shard_0": (0, 1), "shard_1": (2, 3)}
     b = RunBuilder(world_size=4, groups=groups)
     for r in range(4):
         b.rank(r).collective(RS, MIB, 100_000, pg=f"shard_{r // 2}")
         b.rank(r).collective(replicas, MIB, 100_000, pg=f"rep_{r % 2}")
+        for ctype in (more or {}).get(f"rep_{r % 2}", ()):
+            b.rank(r).collective(ctype, MIB, 100_000, pg=f"rep_{r % 2}", root=r % 2)
     return load_run(b.write(path))
 
 
@@ -932,3 +936,69 @@ def test_a_ddp_runs_gather_into_a_list_is_not_counted_among_possible_zero_shard_
         f"; 1 all_gather(s) on the data-parallel group (up to {2 * MIB:,} bytes a rank)"
         in (zero1.manifest.notes["scale"])
     )
+
+
+def test_an_fsdp1_metrics_gather_the_size_of_an_all_reduce_keeps_its_bytes_a_reduce_scatters_size_shrinks(
+    tmp_path: Path,
+) -> None:
+    # a gather into a list is read as FSDP1's parameter gather only where a reduce_scatter on its group
+    # reduces its gathered size: an all_reduce of that size (a loss, a norm) says nothing of parameters
+    listed = "c10d::allgather_"
+    issued = [
+        (AG, FULL // 2, listed),
+        (RS, FULL, "c10d::_reduce_scatter_base_"),
+        (AR, 32_768, ""),
+        (AG, 16_384, listed),
+    ]
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0)
+        for k, (ctype, size, op) in enumerate(issued):
+            b.rank(r).collective(ctype, size, 100_000, start_ns=k * 1_000_000, name=op or None)
+    scaled = scale_run(load_run(b.write(tmp_path / "fsdp1")), 8)
+    assert [(c.comm_type, set(c.comm_bytes)) for c in scaled.collectives] == [
+        (AG, {FULL // 8}),
+        (RS, {FULL}),
+        (AR, {32_768}),
+        (AG, {16_384}),
+    ]
+
+
+def test_hsdp_whose_replica_groups_also_broadcast_and_barrier_still_scales_its_replicas(
+    tmp_path: Path,
+) -> None:
+    # the replica family of HYBRID_SHARD all-reduces gradient shards, and may broadcast buffers and barrier:
+    # that is still a replica family, not a second data-parallel family of unknown role
+    also = (CommType.BROADCAST, CommType.BARRIER)
+    lay = identify(hsdp_run(tmp_path / "run", more={"rep_0": also, "rep_1": also}))
+    assert (lay.parallelism, lay.inner, lay.dp_size, lay.tp_size) == ("ddp", "fsdp", 2, 2)
+
+
+def test_two_data_parallel_families_where_one_replica_group_also_gathers_are_refused_not_read_as_hsdp(
+    tmp_path: Path,
+) -> None:
+    # only a family whose every group carries replica traffic (all_reduce, broadcast, barrier) is HSDP's
+    # replicas; one group's gather to a root leaves which family scales unsaid
+    run = hsdp_run(tmp_path / "run", more={"rep_1": (CommType.GATHER,)})
+    with pytest.raises(ExtrapolationError, match="cannot tell which mesh dimension is data parallel"):
+        identify(run)
+
+
+def test_a_2d_fsdp1_metrics_gather_the_size_of_a_tensor_parallel_reduce_scatter_keeps_its_bytes(
+    tmp_path: Path,
+) -> None:
+    # the reduce_scatter that marks a gather into a list as FSDP1's parameter gather is on the gather's own
+    # data-parallel group: a tensor-parallel group's (sequence parallelism) of the gathered size is not
+    groups = {"mesh_dp_0": (0, 2), "mesh_dp_1": (1, 3), "mesh_tp_0": (0, 1), "mesh_tp_1": (2, 3)}
+    b = RunBuilder(world_size=4, groups=groups)
+    for r in range(4):
+        dp, tp = f"mesh_dp_{r % 2}", f"mesh_tp_{r // 2}"
+        b.rank(r).step(0)
+        b.rank(r).collective(AG, FULL // 2, 1_000_000, start_ns=0, pg=dp, name="c10d::allgather_")
+        b.rank(r).collective(RS, FULL, 1_000_000, start_ns=1_000_000, pg=dp)
+        b.rank(r).collective(RS, 2 * 16_384, 100_000, start_ns=2_000_000, pg=tp)
+        b.rank(r).collective(AG, 16_384, 100_000, start_ns=3_000_000, pg=dp, name="c10d::allgather_")
+    scaled = scale_run(load_run(b.write(tmp_path / "fsdp1")), 8)
+    assert sorted(
+        {(c.comm_type, len(c.ranks), c.comm_bytes[0]) for c in scaled.collectives if c.comm_type == AG}
+    ) == [(AG, 8, 16_384), (AG, 8, FULL // 8)]
