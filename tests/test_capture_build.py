@@ -578,6 +578,25 @@ def test_inside_a_scope_the_time_right_after_issuing_a_collective_the_thread_wai
     ]
 
 
+def test_inside_a_scope_the_time_after_a_waited_collective_ended_is_the_scopes_not_untraced() -> None:
+    # the thread blocked in wait() until the all_reduce ended at 38 us (no node: the wait), then ran 2 us of
+    # the scope's own Python before aten::add: the collective is no longer in flight as that gap begins, so
+    # the gap is named after the scope, as any gap inside it is
+    fr = replace(coll(10_000, 10_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
+    worker = [host_op("gloo:all_reduce", 11_000, 27_000, thread=8)]  # ends at 38 us
+    ops = [
+        host_op("train", 2_000, 64_000),
+        host_op("aten::mul", 5_000, 5_000),
+        host_op("aten::add", 40_000, 5_000),
+        host_op("Optimizer.step#SGD.step", 50_000, 15_000),
+    ]
+    assert main_thread_compute(one_step([fr], worker_events=worker, ops=ops))[2:5] == [
+        (5_000, 10_000, "aten::mul"),
+        (38_000, 40_000, "train"),
+        (40_000, 45_000, "aten::add"),
+    ]
+
+
 def test_an_op_the_step_was_marked_inside_gives_way_to_its_operators_when_one_runs_across_the_mark() -> None:
     # the mark (100 us) falls inside Optimizer.step and inside its aten::add_ (90-110 us): that operator ran
     # after the mark, so the op is replaced by its operators: its own time before them, then the add_, in
