@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
+from trace_edits import without_dtype
 
 from skewlens.analysis.api import RECORD_OF as ANALYSIS_RECORDS
 from skewlens.analysis.api import SKEW_FILE
@@ -1213,6 +1214,40 @@ def test_a_dtype_takes_one_byte_a_row_and_a_trace_naming_more_dtypes_than_torch_
         match=r"rank-0\.et: rank 0: 128 different skl_dtype names \(a trace holds at most 127\)",
     ):
         load_run(run)
+
+
+def test_a_trace_naming_as_many_dtypes_as_it_may_loads_each_ones_name(tmp_path: Path) -> None:
+    import skewlens.profiler.store.load as load_module
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        for k in range(load_module.MAX_DTYPES):
+            rb.collective(CommType.ALL_REDUCE, 64, 1_000, dtype=f"float{k}")
+    rt = load_run(b.write(tmp_path / "run")).ranks[1]
+    assert rt.dtype_idx is not None
+    named = [rt.dtypes[i] for i in rt.dtype_idx.tolist() if i >= 0]
+    assert named == [f"float{k}" for k in range(load_module.MAX_DTYPES)]
+
+
+def test_a_collective_recorded_without_a_dtype_beside_ones_with_is_exported_with_a_null_dtype(
+    tmp_path: Path,
+) -> None:
+    # all_reduces that carry no skl_dtype: null, as a column not recorded is, not '' (a dtype named '')
+    run = without_dtype(_mixed_precision_run(tmp_path), frozenset({CommType.ALL_REDUCE}))
+    export_run(run, tmp_path / "pq", workers=1, model=None)
+    coll = read_table(tmp_path / "pq" / "collectives.parquet").to_pylist()
+    assert {(c["comm_type"], c["dtype"]) for c in coll} == {
+        ("ALL_GATHER", "bfloat16"),
+        ("REDUCE_SCATTER", "bfloat16"),
+        ("ALL_REDUCE", None),
+    }
+    nodes = open_dataset(tmp_path / "pq", "nodes").to_table().to_pylist()
+    assert {(n["comm_type"], n["dtype"]) for n in nodes if n["type"] == "COMM_COLL"} == {
+        ("ALL_GATHER", "bfloat16"),
+        ("REDUCE_SCATTER", "bfloat16"),
+        ("ALL_REDUCE", None),
+    }
 
 
 @pytest.mark.parametrize("decoder", ["vectorised", "reference", "cached"])

@@ -5,10 +5,12 @@ matching on every rank, says so, and marks the steps incomplete, instead of refu
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from capture_helpers import profile_script
+from trace_edits import without_dtype
 
 from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
@@ -276,3 +278,13 @@ def test_a_collective_missing_on_one_rank_before_the_last_step_is_still_a_mismat
     report = validate_run(run)
     assert [i.kind for i in report.errors] == ["collective-count"]
     assert not [i for i in report.warnings if i.kind == "window-tail"]
+
+
+def test_a_truncated_run_captured_before_skl_dtype_leaves_out_the_same_communication(tmp_path: Path) -> None:
+    # a trace that records no dtype keeps none per row (no column of -1s) and its communication rows have
+    # no dtypes to subset: leaving rank 1's step-2 communication out works as with them
+    run = without_dtype(_run(tmp_path, rank1_steps=2))
+    rt = load_run(run)
+    assert [t.dtype_idx for t in rt.ranks.values()] == [None, None, None]
+    assert rt.incomplete_steps == (2,)
+    assert Counter(inst.pg_name for inst in rt.collectives) == {"0": 2, "pair": 3}
