@@ -232,15 +232,20 @@ def test_a_worker_that_died_is_an_error_naming_its_trace() -> None:
         run_mod._result(fut, job)
 
 
+@pytest.mark.parametrize(
+    ("limit", "says"),
+    [(3 << 30, " (the address space is limited to 3,072 MiB (ulimit -v))"), (None, "")],
+    ids=["ulimit-v", "unlimited"],
+)
 def test_a_worker_out_of_memory_under_an_address_space_limit_says_the_limit(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, limit: int | None, says: str
 ) -> None:
     # a worker's MemoryError said only "out of memory" where ``ulimit -v`` was the reason; the conversion
-    # in this process (one worker) said the limit, through the CLI's out_of_memory
+    # in this process (one worker) said the limit, through the CLI's out_of_memory. Without one: nothing more
     import resource
 
-    limit = 3 << 30
-    monkeypatch.setattr(resource, "getrlimit", lambda _which: (limit, resource.RLIM_INFINITY))
+    soft = resource.RLIM_INFINITY if limit is None else limit
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (soft, resource.RLIM_INFINITY))
     fut: Future[Any] = Future()
     fut.set_exception(MemoryError())
     job = run_mod._Job(
@@ -251,10 +256,7 @@ def test_a_worker_out_of_memory_under_an_address_space_limit_says_the_limit(
     )
     with pytest.raises(TraceImportError) as e:
         run_mod._result(fut, job)
-    assert str(e.value) == (
-        "in/r2.json: out of memory while converting this trace "
-        "(the address space is limited to 3,072 MiB (ulimit -v))"
-    )
+    assert str(e.value) == f"in/r2.json: out of memory while converting this trace{says}"
 
 
 @pytest.mark.slow
