@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from perfetto_lint import lint
 from test_analysis_scenarios import MS, Scenario, build_run
+from trace_edits import without_dtype
 
 from skewlens.analysis import analyze_run
 from skewlens.analysis.api import skew_table
@@ -328,6 +329,23 @@ def test_timeline_parquet_has_every_node_with_its_replayed_times_in_whole_rank_r
     assert [(s.min, s.max) for s in stats] == [(b[0], b[-1]) for b in batches]
     con = duckdb.connect()
     assert con.execute(f"SELECT count(*) FROM '{path}' WHERE rank = 1").fetchall() == [(len(run.ranks[1]),)]
+
+
+def test_a_timeline_table_of_ranks_with_and_without_dtypes_gives_each_row_its_own(tmp_path: Path) -> None:
+    # rank 0 captured before skl_dtype, rank 1 after, in one table: rank 0's dictionary of dtypes is empty
+    b = RunBuilder(2)
+    for r in range(2):
+        b.rank(r).step(0).compute("fwd", 1_000)
+        b.rank(r).collective(CommType.ALL_GATHER, 8_192, 1_000, dtype="bfloat16")
+    run = load_run(without_dtype(b.write(tmp_path / "run"), files="rank-0.et"))
+    table = outputs.timeline_table(run, simulate(run), [0, 1])
+    got = list(zip(*table.select(["rank", "type", "dtype"]).to_pydict().values(), strict=True))
+    assert [g for g in got if g[1] != "METADATA"] == [
+        (0, "COMP", None),
+        (0, "COMM_COLL", None),
+        (1, "COMP", None),
+        (1, "COMM_COLL", "bfloat16"),
+    ]
 
 
 def test_a_batch_of_ranks_is_complete_once_it_holds_at_least_the_rows_asked_for() -> None:

@@ -8,10 +8,10 @@ from skewlens.profiler.chakra_io import node_attrs, read_et, write_et
 from skewlens.profiler.vocab import Attr, CommType
 
 
-def without_dtype(run: Path, comm_types: frozenset[CommType] | None = None) -> Path:
+def without_dtype(run: Path, comm_types: frozenset[CommType] | None = None, files: str = "*.et") -> Path:
     """``run`` with ``skl_dtype`` taken off its collectives of ``comm_types`` (all of them where None), as a
-    capture that recorded none wrote them; each rank file rewritten in place."""
-    for path in sorted(run.glob("*.et")):
+    capture that recorded none wrote them; each rank file (of those ``files`` matches) rewritten in place."""
+    for path in sorted(run.glob(files)):
         et = read_et(path)
         for node in et.nodes:
             ctype = node_attrs(node).get(Attr.COMM_TYPE)
