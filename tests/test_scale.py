@@ -511,14 +511,18 @@ def no_comm_run(path: Path) -> RunTrace:
 
 
 def hsdp_run(
-    path: Path, replicas: CommType = AR, more: dict[str, tuple[CommType, ...]] | None = None
+    path: Path,
+    replicas: CommType = AR,
+    more: dict[str, tuple[CommType, ...]] | None = None,
+    shards: CommType = RS,
 ) -> RunTrace:
-    """Hybrid sharding on 4 ranks: shard groups (0, 1), (2, 3) reduce-scatter, replica groups (0, 2), (1, 3)
-    carry ``replicas`` (HSDP: the gradient shards' all_reduce), then what ``more`` gives a replica group."""
+    """Hybrid sharding on 4 ranks: shard groups (0, 1), (2, 3) carry ``shards`` (a reduce_scatter),
+    replica groups (0, 2), (1, 3) carry ``replicas`` (HSDP: the gradient shards' all_reduce), then what
+    ``more`` gives a replica group."""
     groups = {"rep_0": (0, 2), "rep_1": (1, 3), "shard_0": (0, 1), "shard_1": (2, 3)}
     b = RunBuilder(world_size=4, groups=groups)
     for r in range(4):
-        b.rank(r).collective(RS, MIB, 100_000, pg=f"shard_{r // 2}")
+        b.rank(r).collective(shards, MIB, 100_000, pg=f"shard_{r // 2}")
         b.rank(r).collective(replicas, MIB, 100_000, pg=f"rep_{r % 2}")
         for ctype in (more or {}).get(f"rep_{r % 2}", ()):
             b.rank(r).collective(ctype, MIB, 100_000, pg=f"rep_{r % 2}", root=r % 2)
@@ -1002,3 +1006,15 @@ def test_a_2d_fsdp1_metrics_gather_the_size_of_a_tensor_parallel_reduce_scatter_
     assert sorted(
         {(c.comm_type, len(c.ranks), c.comm_bytes[0]) for c in scaled.collectives if c.comm_type == AG}
     ) == [(AG, 8, 16_384), (AG, 8, FULL // 8)]
+
+
+@pytest.mark.parametrize(
+    "shards", [AG, CommType.REDUCE_SCATTER_BLOCK], ids=["all_gather", "reduce_scatter_block"]
+)
+def test_hsdp_whose_shard_groups_only_gather_or_reduce_scatter_a_block_is_still_hsdp(
+    tmp_path: Path, shards: CommType
+) -> None:
+    # a window of forward passes only (the parameters' all_gathers, no gradient reduce_scatter), or shards
+    # reduced with reduce_scatter_block: the shard family (named so) is told from the all-reducing replicas
+    lay = identify(hsdp_run(tmp_path / "run", shards=shards))
+    assert (lay.parallelism, lay.inner, lay.dp_size, lay.tp_size) == ("ddp", "fsdp", 2, 2)
