@@ -15,6 +15,8 @@ from trace_edits import without_dtype
 from skewlens.profiler.manifest import PARTIAL_TRACE_NOTE, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import Issue, run_notes
+from skewlens.profiler.store.parquet import export_run
+from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -37,7 +39,7 @@ def _run(tmp_path: Path, *, rank1_steps: int, partial: bool = True) -> Path:
             rb.compute("fwd", dur_ns=1000)
             rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
             if r != 1:
-                rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500, pg="pair")
+                rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500, pg="pair", dtype="bfloat16")
         b.rank(0).send(dst=1, comm_bytes=64, dur_ns=100, tag=step)
         if step < rank1_steps:
             b.rank(1).recv(src=0, comm_bytes=64, dur_ns=100, tag=step)
@@ -288,3 +290,17 @@ def test_a_truncated_run_captured_before_skl_dtype_leaves_out_the_same_communica
     assert [t.dtype_idx for t in rt.ranks.values()] == [None, None, None]
     assert rt.incomplete_steps == (2,)
     assert Counter(inst.pg_name for inst in rt.collectives) == {"0": 2, "pair": 3}
+
+
+def test_the_collectives_kept_beside_a_truncated_ranks_left_out_ones_keep_their_own_dtypes(
+    tmp_path: Path,
+) -> None:
+    # rank 0's step-2 all_reduce on the world (float32) is left out, its pair all_reduce after it (bfloat16)
+    # kept: each exported collective names its own dtype, not the one of the row the cut shifted into place
+    run = _run(tmp_path, rank1_steps=2)
+    export_run(run, tmp_path / "pq", workers=1, model=None)
+    coll = read_table(tmp_path / "pq" / "collectives.parquet").to_pylist()
+    assert Counter((c["pg_name"], c["rank"], c["dtype"]) for c in coll) == {
+        ("0", 0, "float32"): 2, ("0", 1, "float32"): 2, ("0", 2, "float32"): 2,
+        ("pair", 0, "bfloat16"): 3, ("pair", 2, "bfloat16"): 3,
+    }  # fmt: skip
