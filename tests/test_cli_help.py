@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from user_docs import code_lines
+from user_docs import flags_in_code
 
 from skewlens.cli import SUBCOMMANDS
 from skewlens.cli import main as skewlens_main
@@ -134,12 +134,7 @@ PARSED = [name for name in SUBCOMMANDS if name != "replay"]
 def documented_flags() -> list[tuple[str, str, str]]:
     """(where, command, flag) for every flag after ``skewlens COMMAND`` in the user docs' code, up to the
     next command on its line, a ``--`` (the wrapped training command) or the span's end."""
-    found = []
-    for where, line in code_lines():
-        for m in re.finditer(rf"skewlens ({'|'.join(PARSED)})\b(.*?)(?=skewlens \w|$)", line):
-            args = re.split(r"\s--\s", m.group(2))[0]
-            found += [(where, m.group(1), f) for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", args)]
-    return found
+    return flags_in_code(rf"skewlens ({'|'.join(PARSED)})\b(.*?)(?=skewlens \w|$)", r"\s--\s")
 
 
 def test_every_flag_the_docs_give_a_command_is_one_its_help_lists(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from user_docs import ROOT, USER_DOCS
+from user_docs import ROOT, USER_DOCS, flags_in_code
 
 PACKAGE = ROOT / "skewlens"
 #: Metadata keys of the Parquet files, not Python names.
@@ -63,3 +63,31 @@ def test_every_skewlens_name_the_docs_give_is_a_module_or_one_of_its_attributes(
     names = documented_names()
     assert len(names) > 60  # the docs name many
     assert [f"{where}: {name}" for name, where in names.items() if not resolves(name)] == []
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def example_flags(script: Path) -> set[str]:
+    """The ``--flags`` an example script's parser takes: its own ``add_argument`` calls and
+    ``_common.py``'s (``train.py``'s knobs), read from the source (no import: the examples load torch)."""
+    flags: set[str] = set()
+    for source in (script, EXAMPLES / "_common.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                flags.update(a for a in args if isinstance(a, str) and a.startswith("--"))
+    return flags
+
+
+def documented_example_flags() -> list[tuple[str, str, str]]:
+    """(where, script, flag) for each ``--flag`` after ``examples/NAME.py`` in the user docs' code."""
+    return flags_in_code(r"examples/(\w+\.py)((?:\s+[^\s`]+)*)", r"\s(?:skewlens|torchrun|&&|\|)\s")
+
+
+def test_every_flag_the_docs_give_an_example_script_is_one_its_parser_takes() -> None:
+    found = documented_example_flags()
+    # the docs give several: the extraction finds them, the state_dict knob of fsdp1.py among them
+    assert ("fsdp1.py", "--state-dict-at") in {(s, f) for _, s, f in found}
+    flags = {s: example_flags(EXAMPLES / s) for _, s, _ in found}
+    assert [f"{where}: examples/{s} {f}" for where, s, f in found if f not in flags[s]] == []

@@ -31,3 +31,15 @@ def code_lines() -> Iterator[tuple[str, str]]:
             first = text.count("\n", 0, pos) + 1
             for i, line in enumerate(span.replace("\\\n", " ").splitlines()):
                 yield f"{doc.relative_to(ROOT)}:{first + i}", line
+
+
+def flags_in_code(command: str, stop: str) -> list[tuple[str, str, str]]:
+    """(``file:line``, what, flag) for each ``--flag`` the user docs' code gives after a match of
+    ``command`` (a pattern whose first group names what takes the flags, its second the rest), up to the
+    first match of ``stop`` in that rest."""
+    found = []
+    for where, line in code_lines():
+        for m in re.finditer(command, line):
+            args = re.split(stop, m.group(2))[0]
+            found += [(where, m.group(1), f) for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", args)]
+    return found
