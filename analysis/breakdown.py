@@ -26,7 +26,7 @@ steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,6 +154,8 @@ class OutlierStep:
     """The bytes those calls moved."""
     median_step_bytes: int = 0
     """The median of that rank's steps' bytes."""
+    compiled: bool = False
+    """torch.compile compiled in the step on that rank (it holds nodes named with :data:`COMPILE_MARK`)."""
 
     def _more(self) -> list[str]:
         parts = []
@@ -179,9 +181,10 @@ class OutlierStep:
         )
         more = self._more()
         work = f"; {' and '.join(more)} of the median step" if more else ""
+        compiled = "; torch.compile compiled in it" if self.compiled else ""
         return (
             f"step {self.step} took {ratio:.1f}x the median step ({where}: {self.worst_step_ns / 1e6:.2f} "
-            f"against {self.median_step_ns / 1e6:.2f} ms{work})"
+            f"against {self.median_step_ns / 1e6:.2f} ms{work}{compiled})"
         )
 
 
@@ -200,6 +203,25 @@ def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
     return out
 
 
+#: What names torch.compile's compile-time work in a trace (``torch._dynamo.utils.dynamo_timed``'s record
+#: function ends its names with it): dynamo's bytecode tracing, AOTAutograd's, inductor's lowering.
+#: Recorded at the ``ops`` and ``full`` levels, not at ``collectives``.
+COMPILE_MARK = " (dynamo_timed)"
+
+
+def steps_compiled(ix: RunIndex) -> set[tuple[int, int]]:
+    """The (rank, step) pairs in which torch.compile compiled: the rank has a node of the step named with
+    :data:`COMPILE_MARK` (a first compile, a recompile)."""
+    out: set[tuple[int, int]] = set()
+    for r, ri in ix.ranks.items():
+        rt = ri.trace
+        marked = np.fromiter((n.endswith(COMPILE_MARK) for n in rt.names), dtype=bool, count=len(rt.names))
+        if marked.any():
+            steps = np.unique(rt.step[marked[rt.name_idx] & (rt.step >= 0)])
+            out.update((r, int(s)) for s in steps.tolist())
+    return out
+
+
 def _rank_medians(values: np.ndarray, inv: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Each row's rank's median of ``values`` (integer; ``inv`` the rows' rank positions, ``counts`` the rows
     per rank)."""
@@ -215,13 +237,15 @@ def outlier_steps(
     *,
     factor: float = OUTLIER_FACTOR,
     step_work: Mapping[tuple[int, int], tuple[int, int]] | None = None,
+    compiled: Set[tuple[int, int]] = frozenset(),
 ) -> list[OutlierStep]:
     """Steps longer than ``factor`` times their rank's median step, on ranks of at least 3 steps, one per step
     (in step order), with the rank where it is the longest against its median. The first profiled step often
     is one (warm-up: allocator, autotuning, communicator set-up): the per-rank means include it, so the
     report names it rather than leave a mean that no step is near unexplained. With ``step_work``
     (:func:`step_comm`) each also has its communication calls and bytes and its rank's median step's, which
-    tell a step of more work (a prefill among decode steps, a longer request) from a slow one."""
+    tell a step of more work (a prefill among decode steps, a longer request) from a slow one; with
+    ``compiled`` (:func:`steps_compiled`), those in which its worst rank compiled say so."""
     if not records:
         return []
     rank = np.fromiter((b.rank for b in records), dtype=np.int64, count=len(records))
@@ -250,6 +274,7 @@ def outlier_steps(
                 median_step_calls=int(med_calls[worst]),
                 step_bytes=int(moved[worst]),
                 median_step_bytes=int(med_moved[worst]),
+                compiled=(int(rank[worst]), s) in compiled,
             )
         )
     return found

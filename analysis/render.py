@@ -28,6 +28,7 @@ from skewlens.analysis.breakdown import (
     outlier_steps,
     rank_means,
     step_comm,
+    steps_compiled,
 )
 from skewlens.analysis.critical_path import shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
@@ -238,8 +239,14 @@ def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
     median = float(np.median([c for c, _s in costs]))
     if worst <= UNEVEN_SHARE * total or worst <= 2 * median:
         return None
+    # a step in which the rank compiled (torch.compile) costs its compile time: warm-up, not skew
+    compiled = (
+        " (torch.compile compiled in it on this rank: warm-up)"
+        if (rec.rank, step) in steps_compiled(result.index)
+        else ""
+    )
     return (
-        f"rank {rec.rank}'s cost is uneven over its steps: step {step} cost {_ms(worst)} ms, "
+        f"rank {rec.rank}'s cost is uneven over its steps: step {step} cost {_ms(worst)} ms{compiled}, "
         f"{100.0 * worst / total:.0f}% of it, its median step {_ms(median)} ms; every step is in "
         f"{BLAME_STEPS_FILE}"
     )
@@ -340,7 +347,9 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
     """The steps far longer than their ranks' median (:func:`~skewlens.analysis.breakdown.outlier_steps`),
     which the per-rank means include, or None; of more than ``most``, the ``most`` longest against their
     ranks' medians, longest first."""
-    found = outlier_steps(result.breakdown, step_work=step_comm(result.index))
+    found = outlier_steps(
+        result.breakdown, step_work=step_comm(result.index), compiled=steps_compiled(result.index)
+    )
     if not found:
         return None
     # of many, the longest against their medians, longest first: a 1,000-step run named its first three
@@ -363,9 +372,18 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
         if work
         else ""
     )
+    # a step in which torch.compile compiled (the first, a recompile) is warm-up, however long: before, a
+    # 2-rank compiled TP capture from step 0 named that step (11.0 s against 19.6 ms) as 'more work, such as
+    # a prefill', and the stragglers table its slower compiler's rank
+    built = sum(o.compiled for o in found)
+    compiled = (
+        f"{'it' if len(found) == 1 else f'{built:,} of them'} compiled (torch.compile: warm-up, not skew); "
+        if built
+        else ""
+    )
     return (
-        f"{named}{more}: the means include {'it' if len(found) == 1 else 'them'} ({why}a first profiled step "
-        f"often holds warm-up); every step is in {BREAKDOWN_FILE}"
+        f"{named}{more}: the means include {'it' if len(found) == 1 else 'them'} ({why}{compiled}a first "
+        f"profiled step often holds warm-up); every step is in {BREAKDOWN_FILE}"
     )
 
 

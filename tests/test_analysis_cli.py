@@ -392,7 +392,8 @@ def _uneven(costs_ms: list[float], *, simulated: bool = True, other: Sequence[fl
         for r, costs in ((0, other), (1, costs_ms))
         for s, c in enumerate(costs)
     ]
-    result = SimpleNamespace(blame=SimpleNamespace(step_records=steps))
+    # index: a run in which torch.compile compiled nothing
+    result = SimpleNamespace(blame=SimpleNamespace(step_records=steps), index=SimpleNamespace(ranks={}))
     return uneven_cost_note(result, SimpleNamespace(rank=1, simulated=simulated))  # type: ignore[arg-type]
 
 

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.breakdown import MEAN_PARTS, analyze_breakdown, outlier_steps, rank_means, step_comm
+from skewlens.analysis.breakdown import (
+    MEAN_PARTS,
+    analyze_breakdown,
+    outlier_steps,
+    rank_means,
+    step_comm,
+    steps_compiled,
+)
 from skewlens.analysis.index import Coverage, build_index
 from skewlens.analysis.records import StepBreakdownRecord
-from skewlens.analysis.render import outliers_note
+from skewlens.analysis.render import outliers_note, uneven_cost_note
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
@@ -256,6 +264,49 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
         "the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
         "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
         "profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+
+
+def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_step_is_not(
+    tmp_path: Path,
+) -> None:
+    # each step 1 ms of compute before a 4 KB all_reduce of 1 ms; in step 0 torch.compile compiles on both
+    # ranks (dynamo's record function, 30 ms on rank 0 and 50 on rank 1), step 3 is slow on rank 0 (6 ms of
+    # compute). Before, the compile step read as any long step (a 2-rank compiled TP capture from step 0:
+    # 'more work, such as a prefill', its slower compiler's rank the top straggler)
+    b = RunBuilder(2)
+    for r in range(2):
+        t = 0
+        for s in range(5):
+            rb = b.rank(r).step(s)
+            if s == 0:
+                rb.compute("bytecode_tracing (dynamo_timed)", (30 + 20 * r) * MS, start_ns=t)
+                t += (30 + 20 * r) * MS
+            comp = 6 * MS if (r, s) == (0, 3) else MS
+            rb.compute("aten::mm", comp, start_ns=t)
+            rb.collective(CommType.ALL_REDUCE, 4 << 10, MS, start_ns=t + comp)
+            t += comp + MS
+    result = analyze_run(load_run(b.write(tmp_path / "run", level="ops")), blame=False)
+    assert steps_compiled(result.index) == {(0, 0), (1, 0)}
+    first, slow = outlier_steps(
+        result.breakdown, step_work=step_comm(result.index), compiled=steps_compiled(result.index)
+    )
+    assert (first.step, first.compiled, first.more_work) == (0, True, False)
+    assert (slow.step, slow.compiled) == (3, False)
+    assert outliers_note(result) == (
+        "step 0 took 26.0x the median step (on 2 ranks, e.g. rank 1: 52.00 against 2.00 ms; torch.compile "
+        "compiled in it); step 3 took 3.5x the median step (rank 0: 7.00 against 2.00 ms): the means include "
+        "them (1 of them compiled (torch.compile: warm-up, not skew); a first profiled step often holds "
+        "warm-up); every step is in step_breakdown.parquet"
+    )
+    # the stragglers table's uneven-cost note says so of a rank's costliest step in which it compiled
+    costs = SimpleNamespace(step_records=[
+        SimpleNamespace(rank=1, step=s, straggler_cost_ns=c * MS) for s, c in enumerate((20, 1, 1, 1, 1))
+    ])  # fmt: skip
+    faked = SimpleNamespace(blame=costs, index=result.index)
+    assert uneven_cost_note(faked, SimpleNamespace(rank=1, simulated=True)) == (  # type: ignore[arg-type]
+        "rank 1's cost is uneven over its steps: step 0 cost 20.00 ms (torch.compile compiled in it on this "
+        "rank: warm-up), 83% of it, its median step 1.00 ms; every step is in blame_steps.parquet"
     )
 
 
