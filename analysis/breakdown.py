@@ -205,7 +205,8 @@ def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
 
 #: What ends the names of torch.compile's compile-time work in a trace (``torch._dynamo.utils.dynamo_timed``'s
 #: record functions): dynamo's bytecode tracing, AOTAutograd's, inductor's lowering. Recorded at the ``ops``
-#: and ``full`` levels, not at ``collectives``.
+#: and ``full`` levels where no operator encloses them (not inside ``DistributedDataParallel.forward``, which
+#: compiles ``DDP(torch.compile(net))``'s module), not at ``collectives``.
 COMPILE_MARK = " (dynamo_timed)"
 #: The record function torch.compile opens around each frame it compiles (dynamo's chromium event), the
 #: one of its names left where the compile is mostly a cache's (a compile of a 2-rank DDP run, 185.6 ms: no
