@@ -208,9 +208,9 @@ def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
 #: and ``full`` levels where no operator encloses them (not inside ``DistributedDataParallel.forward``, which
 #: compiles ``DDP(torch.compile(net))``'s module), not at ``collectives``.
 COMPILE_MARK = " (dynamo_timed)"
-#: The record function torch.compile opens around each frame it compiles (dynamo's chromium event), the
-#: one of its names left where the compile is mostly a cache's (a compile of a 2-rank DDP run, 185.6 ms: no
-#: ``(dynamo_timed)`` node inside it).
+#: The record function torch.compile opens around each frame it compiles (dynamo's chromium event): where
+#: nothing encloses it, the ``ops`` level keeps it as one node and drops the ``(dynamo_timed)`` ones inside
+#: (``torch.compile(DDP(model))`` on 2 ranks: a ``dynamo`` node of 185.6 ms and no other compile event).
 COMPILE_FRAME_NAME = "dynamo"
 
 

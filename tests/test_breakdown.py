@@ -280,7 +280,7 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
         for s in range(5):
             rb = b.rank(r).step(s)
             if s == 0:
-                # rank 1's compile is dynamo's frame alone, as where it is mostly a cache's
+                # rank 1's compile is dynamo's frame alone, as the ops level keeps it (inner events dropped)
                 name = "dynamo" if r else "bytecode_tracing (dynamo_timed)"
                 rb.compute(name, (30 + 20 * r) * MS, start_ns=t)
                 t += (30 + 20 * r) * MS
