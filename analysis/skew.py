@@ -104,11 +104,13 @@ AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 
 def _short(name: str, limit: int = 64) -> str:
     """An op's name in a cause, cut to ``limit`` characters: a backward op without the autograd engine's
-    prefix; a kernel by its function's name, without its signature (``void f<int>(float*, int)``: ``f``)."""
+    prefix; a kernel by its function's name, without its signature (``void f<int>(float*, int)``: ``f``).
+    Only a name that ends in its parenthesis has a signature: ``enumerate(DataLoader)#_SingleProcess
+    DataLoaderIter.__next__`` (the DataLoader's scope) and ``train.py(42): step`` keep theirs."""
     name = name.removeprefix(AUTOGRAD_PREFIX)
     if name.startswith("void "):
         name = re.split(r"[<(]", name[5:], maxsplit=1)[0] or name
-    elif "(" in name:
+    elif "(" in name and name.endswith(")"):
         name = name.split("(", 1)[0] or name
     return name if len(name) <= limit else name[: limit - 1] + "…"
 

@@ -131,6 +131,20 @@ def test_a_compute_cause_names_backward_ops_by_function_and_skips_growth_roundin
     assert spread.text == "compute grew: +0.1 ms"  # no op named at +0.0 ms: the whole growth
 
 
+def test_a_compute_cause_names_a_dataloaders_scope_whole_not_cut_at_its_parenthesis() -> None:
+    from skewlens.analysis.skew import Cause
+
+    # torch's profiler's DataLoader __next__ (workers 0, then 2), and a Python function's event in a Kineto
+    # trace recorded with with_stack (skewlens import); before: "enumerate +1.0 ms", "train.py +1.0 ms"
+    for name in (
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+        "train.py(42): load",
+    ):
+        cause = Cause(kind=CauseKind.COMPUTE, delta_ns=1_000_000, op=name, ops=((name, 1_000_000),))
+        assert cause.text == f"compute grew: {name} +1.0 ms"
+
+
 def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_named_it() -> None:
     # the tp capture said "aten::mm +25.5 ms" where each event said +40: the sum over the three events with
     # exposed wait was divided by all five events blamed on the rank
