@@ -64,3 +64,64 @@ def test_a_process_importing_torch_only_exits_cleanly_at_the_ops_level_with_no_w
     assert "imported" in res.stdout
     assert "exited with code -11" not in res.stderr  # before: SIGSEGV at exit, every time
     assert "no rank saved a trace" in res.stderr  # the one complaint left: it ran no step
+
+
+def _session_with_steps(run: Path) -> CaptureSession:
+    session = CaptureSession(run, level="collectives", window=parse_window("0:0:50"), auto_step=False)
+    session.install()
+    for _ in range(3):
+        torch.randn(8, 8).sum()
+        session.step()
+    return session
+
+
+def test_a_copy_of_a_ranks_session_in_a_forked_process_saves_nothing_at_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from skewlens.profiler.capture import session as session_module
+
+    run = tmp_path / "run"
+    session = _session_with_steps(run)
+    try:
+        pid = os.getpid()
+        # a fork Pool's worker, forked inside the window, holds this session as it was at the fork
+        monkeypatch.setattr(session_module.os, "getpid", lambda: pid + 1)
+        session._at_exit()
+        assert not (run / "rank-0.et").exists()  # before: the worker saved the rank's trace of 3 steps
+        monkeypatch.undo()
+        session._at_exit()  # the rank itself still saves its partial trace
+        assert (run / "rank-0.et").is_file() and len(session.steps) == 3
+    finally:
+        session._stop_unsaved()
+        session.uninstall()
+
+
+def _sleep() -> None:
+    import time
+
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_a_forked_helper_terminated_inside_the_window_dies_of_sigterm_writing_nothing(tmp_path: Path) -> None:
+    # multiprocessing stops a fork Pool's workers with SIGTERM (Pool.__exit__, or at exit for a pool kept
+    # open: on 2 gloo ranks, rank 1's pool worker, forked at step 5, then saved 2 of its 6 steps over the
+    # rank's whole trace); torch's DataLoader workers put a SIGTERM handler of their own in place
+    run = tmp_path / "run"
+    session = _session_with_steps(run)
+    try:
+        worker = multiprocessing.get_context("fork").Process(target=_sleep, daemon=True)
+        worker.start()
+        import time
+
+        time.sleep(0.5)  # in its sleep
+        worker.terminate()
+        worker.join(timeout=30)
+        assert worker.exitcode == -15
+        # before: the worker's copy of the SIGTERM handler saved the rank's 3 steps as rank 0's trace
+        assert sorted(p.name for p in run.rglob("*") if p.is_file()) == []
+    finally:
+        session._stop_unsaved()
+        session.uninstall()

@@ -138,6 +138,10 @@ class CaptureSession:
         self._started_ns = self._step_start
         """When this rank's capture began (its local clock): the job's start in its run identity."""
         self._main_thread = threading.get_native_id()
+        self._pid = os.getpid()
+        """The rank's process: a process forked from it (a fork ``Pool``'s worker, which multiprocessing stops
+        with SIGTERM) holds a copy of this session, whose steps are the rank's as they were at the fork, and
+        saves nothing."""
         self._hooks: Any = None
         self._opt_handles: list[Any] = []
         self._on_term: Callable[[int, Any], None] | None = None  # the SIGTERM handler installed, if any
@@ -844,7 +848,7 @@ class CaptureSession:
 
         def on_term(signum: int, _frame: Any) -> None:
             part = part_file(self.run_dir, self.rank)
-            if not deferred and busy(part):
+            if not deferred and os.getpid() == self._pid and busy(part):
                 deferred.append(signum)
                 watcher = threading.Thread(
                     target=terminate_when_done, args=(signum, part), name="skewlens-sigterm", daemon=True
@@ -862,6 +866,8 @@ class CaptureSession:
         self._on_term = on_term
 
     def _at_exit(self) -> None:
+        if os.getpid() != self._pid:  # a forked helper, terminated: its steps are a stale copy of the rank's
+            return
         if not self.saved and not self.steps:
             self._stop_unsaved()
         if self.saved or not self.steps:
