@@ -16,17 +16,37 @@ Two ways in:
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from skewlens.profiler.capture.schedule import Action, action_for, parse_window
-from skewlens.profiler.capture.session import CaptureSession, part_file
-from skewlens.profiler.manifest import StepWindow
 from skewlens.profiler.vocab import HostTrace, Level
 
+if TYPE_CHECKING:
+    from skewlens.profiler.capture.schedule import Action, action_for, parse_window
+    from skewlens.profiler.capture.session import CaptureSession
+    from skewlens.profiler.manifest import StepWindow
+
 __all__ = ["Action", "CaptureSession", "action_for", "capture", "parse_window"]
+
+#: The names this package exports, by module: imported when first used, so that the bootstrap's
+#: ``autostart`` (imported by every Python process of a wrapped command) does not import numpy and the
+#: trace store into processes that never import torch.
+_LAZY = {
+    "Action": "schedule",
+    "action_for": "schedule",
+    "parse_window": "schedule",
+    "CaptureSession": "session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager
@@ -52,6 +72,8 @@ def capture(
 
     from skewlens.profiler.capture.flight import refuse_wrapped_groups
     from skewlens.profiler.capture.run import finalize_run
+    from skewlens.profiler.capture.schedule import Action, parse_window
+    from skewlens.profiler.capture.session import CaptureSession, part_file
 
     if dist.is_available() and dist.is_initialized():
         refuse_wrapped_groups(dist.get_debug_level().name, "this process's torch.distributed debug level")
