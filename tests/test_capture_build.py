@@ -309,21 +309,82 @@ def test_a_bucket_all_reduce_in_flight_during_a_blocking_hooked_all_reduce_keeps
     assert calls == {43: 32_838 * us, 45: 40_188 * us}  # a blocking call keeps its own end
 
 
-def test_a_blocking_hooked_call_still_hides_events_of_another_kind_inside_it() -> None:
-    # µs: a hooked all_reduce 1,000-5,000 with an all_gather event inside it (what it ran, not a recorder
-    # collective's) and a recorder-only all_gather issued at 800 whose own event runs 6,000-7,000
+def _all_gather_end(hooked: CommRecord, inner_end_us: int) -> int:
+    """The end of a recorder-only all_gather issued at 800 µs, whose own event runs 6,000-7,000 µs, when an
+    all_gather event 2,000-``inner_end_us`` runs during the hooked all_reduce ``hooked``."""
     us = 1_000
-    hooked = coll(1_000 * us, 5_000 * us, seq=1)
     fr = replace(
         coll(800 * us, 800 * us, seq=0, is_async=True), op="gloo:all_gather", comm_type=CommType.ALL_GATHER
     )
     workers = [
-        host_op("gloo:all_gather", 2_000 * us, 1_000 * us, thread=8),
+        host_op("gloo:all_gather", 2_000 * us, (inner_end_us - 2_000) * us, thread=8),
         host_op("gloo:all_gather", 6_000 * us, 1_000 * us, thread=8),
     ]
-    cap = _on_gloo_threads([fr, hooked], workers, {8: "0"})
+    (node,) = by_name(build_nodes(_on_gloo_threads([fr, hooked], workers, {8: "0"})), "gloo:all_gather")
+    return node.start_ns + node.dur_ns
+
+
+@pytest.mark.parametrize("inner_end", [3_000, 5_000], ids=["inside", "ends-with-the-call"])
+def test_a_blocking_hooked_call_still_hides_events_of_another_kind_inside_it(inner_end: int) -> None:
+    # µs: a hooked all_reduce 1,000-5,000 with an all_gather event inside it (what it ran, not a recorder
+    # collective's), ending before the call or as it ends: the recorder-only all_gather takes its own event
+    assert _all_gather_end(coll(1_000_000, 5_000_000, seq=1), inner_end) == 7_000_000
+
+
+def test_a_quiet_blocking_hooked_call_hides_no_worker_event_of_another_kind() -> None:
+    # µs: a quiet hooked all_reduce 1,000-5,000 ran with record functions off and made no event, so the
+    # all_gather event 2,000-3,000 during it is the recorder-only all_gather's (issued at 800), not the call's
+    assert _all_gather_end(replace(coll(1_000_000, 5_000_000, seq=1), quiet=True), 3_000) == 3_000_000
+
+
+def test_an_async_hooked_call_claims_only_its_own_kind_and_hides_no_event_of_another_kind() -> None:
+    # µs: an async hooked all_reduce in flight 1,000-5,000 whose own event runs 2,500-4,800, and a
+    # recorder-only all_gather issued at 1,500 whose event runs 2,000-3,000 during it: that event is neither
+    # the call's (another kind, though earlier) nor hidden by its span (an async call's span holds no events)
+    us = 1_000
+    hooked = coll(1_000 * us, 5_000 * us, seq=1, is_async=True, issue_end=1_050 * us)
+    fr = replace(
+        coll(1_500 * us, 1_500 * us, seq=2, is_async=True),
+        op="gloo:all_gather",
+        comm_type=CommType.ALL_GATHER,
+    )
+    workers = [
+        host_op("gloo:all_gather", 2_000 * us, 1_000 * us, thread=9),
+        host_op("gloo:all_reduce", 2_500 * us, 2_300 * us, thread=8),
+        host_op("gloo:all_gather", 6_000 * us, 1_000 * us, thread=9),
+    ]
+    cap = _on_gloo_threads([hooked, fr], workers, {8: "0", 9: "0"})
     (node,) = by_name(build_nodes(cap), "gloo:all_gather")
-    assert node.start_ns + node.dur_ns == 7_000 * us
+    assert node.start_ns + node.dur_ns == 3_000 * us
+
+
+def test_a_bucket_issued_before_the_worker_event_recorder_started_takes_no_later_buckets_event() -> None:
+    # µs: the recorder started at 1,000; bucket 14 issued at 500 has no event of its own, and the event
+    # 1,400-3,000 is bucket 15's (issued at 1,314), not the first free one after bucket 14's issue
+    us = 1_000
+
+    def bucket(t: int, seq: int) -> CommRecord:
+        return replace(coll(t * us, t * us, seq=seq, is_async=True), op="gloo:all_reduce")
+
+    workers = [host_op("gloo:all_reduce", 1_400 * us, 1_600 * us, thread=8)]
+    cap = replace(
+        _on_gloo_threads([bucket(500, 14), bucket(1_314, 15)], workers, {8: "0"}),
+        worker_events_from_ns=1_000 * us,
+    )
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends[15] == 3_000 * us
+
+
+def test_an_event_that_began_after_a_hooked_call_completed_is_left_to_the_bucket_issued_after_it() -> None:
+    # µs: an async hooked all_reduce issued at 294 completed at 324 with no event of its own; the event
+    # 325-3,556 began after it and is the bucket's (issued at 1,314), not the call's
+    us = 1_000
+    hooked = coll(294 * us, 324 * us, seq=14, is_async=True, issue_end=300 * us)
+    bucket = replace(coll(1_314 * us, 1_314 * us, seq=15, is_async=True), op="gloo:all_reduce")
+    workers = [host_op("gloo:all_reduce", 325 * us, 3_231 * us, thread=8)]
+    cap = _on_gloo_threads([hooked, bucket], workers, {8: "0"})
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {15: 3_556 * us}
 
 
 def test_step_markers_put_kineto_on_the_hooks_clock_when_no_hooked_call_does() -> None:
