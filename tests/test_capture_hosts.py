@@ -229,6 +229,81 @@ def test_a_profile_merges_the_ranks_another_hosts_profile_saved_for_the_same_job
     assert m is not None and (m.ranks, m.hosts) == ((0, 1), {0: "a", 1: "b"})
 
 
+def test_a_merge_that_replaces_another_jobs_manifest_writes_its_own_even_where_their_steps_agree(
+    tmp_path: Path,
+) -> None:
+    # another profile's job (uuid-a) merged first; this one's ranks (uuid-b) saved over its traces with the
+    # same steps and times: a manifest that holds every rank and the same steps reads as this job's own
+    # other host's, but it is another job's, and is replaced with the note
+    for r in (0, 1):
+        save_rank(tmp_path, r, "vm", per_host=2, profile="other", run_identity=_job("uuid-a", 29500))
+    finalize_run(
+        tmp_path, level=Level.COLLECTIVES, window=WINDOW, command=("torchrun", "a.py"), profile="other"
+    )
+    for r in (0, 1):
+        save_rank(tmp_path, r, "vm", per_host=2, profile="mine", run_identity=_job("uuid-b", 29500))
+    m = finalize_run(
+        tmp_path, level=Level.COLLECTIVES, window=WINDOW, command=("torchrun", "b.py"), profile="mine"
+    )
+    assert m is not None and read_manifest(tmp_path).command == ("torchrun", "b.py")
+    assert m.notes["replaced another job"].startswith(
+        "this manifest replaced that of another job (run id uuid-a at 127.0.0.1:29500: torchrun a.py)"
+    )
+
+
+def test_a_capture_outside_skewlens_profile_saved_again_into_its_directory_replaces_it_with_no_note(
+    tmp_path: Path,
+) -> None:
+    # capture() rerun into the same directory under a new torchrun job: its own run, not another
+    # profile's captured at once, so no 'replaced another job'
+    for run_id, first in (("uuid-a", 2), ("uuid-b", 5)):
+        steps = [{"step": s, "start_ns": 10 * s, "end_ns": 10 * s + 5} for s in range(first, first + 3)]
+        for r in (0, 1):
+            save_rank(tmp_path, r, "vm", per_host=2, run_identity=_job(run_id, 29500), steps=steps)
+        m = finalize_run(tmp_path, level=Level.COLLECTIVES, window=WINDOW, world_size=2)
+    assert m is not None and m.run_identity is not None and m.run_identity.run_id == "uuid-b"
+    assert "replaced another job" not in m.notes
+
+
+def test_a_profile_into_an_empty_directory_that_saved_nothing_leaves_it_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the directory was there before: it is kept, without the .parts/ that says a capture is under way
+    # (analyze would then say a skewlens profile may still be capturing into it)
+    run = tmp_path / "run"
+    run.mkdir()
+    assert skewlens_main(["profile", "--out", str(run), "--", sys.executable, "-c", "pass"]) == 2
+    assert list(run.iterdir()) == []
+    assert skewlens_main(["profile", "--out", str(run), "--", str(tmp_path / "no-such-command")]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"cannot run {str(tmp_path / 'no-such-command')!r}: No such file or directory\n"
+    )
+    assert list(run.iterdir()) == []
+
+
+@pytest.mark.parametrize("unreadable", [False, True], ids=["a-part-file", "cannot-be-listed"])
+def test_a_run_directory_whose_parts_folder_is_not_empty_is_refused_as_not_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unreadable: bool
+) -> None:
+    # only an empty .parts/ (another host's profile starting) counts as nothing: one holding a rank's part
+    # file is a capture that saved there, and one that cannot be listed may be
+    run = tmp_path / "run"
+    (run / PARTS_DIR).mkdir(parents=True)
+    if unreadable:
+        listdir = Path.iterdir
+
+        def iterdir(self: Path) -> Any:
+            if self.name == PARTS_DIR:
+                raise PermissionError(13, "Permission denied")
+            return listdir(self)
+
+        monkeypatch.setattr(Path, "iterdir", iterdir)
+    else:
+        (run / PARTS_DIR / "rank-0.json").write_text("{}")
+    with pytest.raises(CaptureError, match="directory is not empty"):
+        prepare_run_dir(run)
+
+
 def test_analyze_while_a_profile_runs_before_any_rank_saved_says_a_capture_is_writing_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from skewlens.profiler.capture.run import finalize_run, read_parts, unsaved_traces
+from skewlens.profiler.capture.autostart import ENV_PROFILE
+from skewlens.profiler.capture.run import capture_env, finalize_run, read_parts, unsaved_traces
 from skewlens.profiler.capture.session import CaptureSession, run_identity
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.manifest import StepWindow
@@ -51,6 +52,21 @@ def capture_one_step(run: Path, monkeypatch: pytest.MonkeyPatch, rank: int) -> C
     finally:
         s.uninstall()
     return s
+
+
+def test_each_profile_gives_its_ranks_a_token_of_its_own_which_each_ranks_part_file_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two skewlens profile commands into one --out are told apart by it (run._not_one_capture)
+    envs = [
+        capture_env(tmp_path / "run", Level.COLLECTIVES, WINDOW, keep_raw=False, clock_timeout_s=1)
+        for _ in "ab"
+    ]
+    token = envs[0][ENV_PROFILE]
+    assert token and token != envs[1][ENV_PROFILE]
+    monkeypatch.setenv(ENV_PROFILE, token)
+    capture_one_step(tmp_path / "run", monkeypatch, rank=0)
+    assert read_parts(tmp_path / "run")[0]["profile"] == token
 
 
 def test_a_save_that_runs_out_of_space_returns_to_the_training_and_leaves_only_a_part_file_saying_why(
