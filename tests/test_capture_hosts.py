@@ -21,6 +21,8 @@ from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARTS_DIR, Manifest, RunIdentity, StepWindow, rank_file, read_manifest
+from skewlens.profiler.store.issues import run_notes
+from skewlens.profiler.store.load import load_run
 from skewlens.profiler.vocab import Level
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
@@ -249,6 +251,7 @@ def test_a_merge_that_replaces_another_jobs_manifest_writes_its_own_even_where_t
     assert m.notes["replaced another job"].startswith(
         "this manifest replaced that of another job (run id uuid-a at 127.0.0.1:29500: torchrun a.py)"
     )
+    assert m.notes["replaced another job"] in run_notes(load_run(tmp_path))  # analyze's and replay's warnings
 
 
 def test_a_capture_outside_skewlens_profile_saved_again_into_its_directory_replaces_it_with_no_note(
