@@ -7,7 +7,10 @@ the process that launched the sweep gathers ``sweep.parquet`` and names the fail
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import io
+import os
 import re
 import shlex
 import shutil
@@ -36,6 +39,7 @@ from skewlens.replay.sweep import (
     append_sweep_row,
     clear_earlier_sweep,
     collect_sweep,
+    hold_sweep,
     record_failure,
 )
 
@@ -214,6 +218,43 @@ def test_a_second_sweep_into_the_directory_of_a_running_one_is_refused_before_it
     assert [r.overrides for r in collect_sweep(out)[0]] == ["slowdown.factor=1.0"]
     second.on_multirun_start(_sweep_config(out))  # A has ended: B may begin, and clears A's
     assert collect_sweep(out)[0] == []
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_refused_sweep_leaves_no_descriptor_of_the_running_ones_directory_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    first = SweepSummary()
+    first.on_multirun_start(_sweep_config(out))
+    before = _open_fds()
+    with pytest.raises(SystemExit):
+        SweepSummary().on_multirun_start(_sweep_config(out))
+    assert _open_fds() == before
+    with pytest.raises(SystemExit):  # no job wrote a row: 'the sweep has no jobs', exit 2
+        first.on_multirun_end(_sweep_config(out))
+    assert _open_fds() == before - 1  # the first's lock, released all the same
+    capsys.readouterr()
+
+
+def test_a_sweep_runs_unlocked_where_its_directory_cannot_be_made_or_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # out= under a file: the jobs say why they cannot write there; a file system that cannot lock (ENOLCK):
+    # the sweep runs unlocked, leaving nothing open
+    (tmp_path / "file").write_text("")
+    assert hold_sweep(tmp_path / "file" / "sweep") is None
+
+    def no_locks(_fd: int, _op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    before = _open_fds()
+    assert hold_sweep(tmp_path / "sweep") is None
+    assert _open_fds() == before
 
 
 def test_a_sweeps_clear_passes_over_a_row_file_removed_since_it_listed_them(
