@@ -284,12 +284,18 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
                 name = "dynamo" if r else "bytecode_tracing (dynamo_timed)"
                 rb.compute(name, (30 + 20 * r) * MS, start_ns=t)
                 t += (30 + 20 * r) * MS
-            comp = 6 * MS if (r, s) == (0, 3) else MS
+            # 0.1 ms of the step's compute: a recompile on rank 1 only, in the step rank 0 is slow in; and a
+            # name that only begins with dynamo's frame's (only that name itself is a compile)
+            before = {(1, 3): "recompile (dynamo_timed)", (0, 2): "dynamo_cache_lookup"}.get((r, s))
+            if before is not None:
+                rb.compute(before, MS // 10, start_ns=t)
+                t += MS // 10
+            comp = 6 * MS if (r, s) == (0, 3) else MS - (MS // 10 if before else 0)
             rb.compute("aten::mm", comp, start_ns=t)
             rb.collective(CommType.ALL_REDUCE, 4 << 10, MS, start_ns=t + comp)
             t += comp + MS
     result = analyze_run(load_run(b.write(tmp_path / "run", level="ops")), blame=False)
-    assert steps_compiled(result.index) == {(0, 0), (1, 0)}
+    assert steps_compiled(result.index) == {(0, 0), (1, 0), (1, 3)}
     first, slow = outlier_steps(
         result.breakdown, step_work=step_comm(result.index), compiled=steps_compiled(result.index)
     )
@@ -309,6 +315,13 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     assert uneven_cost_note(faked, SimpleNamespace(rank=1, simulated=True)) == (  # type: ignore[arg-type]
         "rank 1's cost is uneven over its steps: step 0 cost 20.00 ms (torch.compile compiled in it on this "
         "rank: warm-up), 83% of it, its median step 1.00 ms; every step is in blame_steps.parquet"
+    )
+    # rank 0's costliest step 3, in which only rank 1 recompiled: no warm-up said of it
+    costs.step_records = [
+        SimpleNamespace(rank=0, step=s, straggler_cost_ns=c * MS) for s, c in enumerate((1, 1, 1, 20, 1))
+    ]
+    assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
+        "rank 0's cost is uneven over its steps: step 3 cost 20.00 ms, 83% of it"
     )
 
 
