@@ -683,17 +683,14 @@ def _gap_protos(
     # scope too: the execution model reads the untraced node right after the issue as that wait where
     # gloo's worker recorded the end after the thread went on (RankModel.end_clamp_rows); named after the
     # scope it would be compute of fixed length.
-    done: dict[int, list[int]] = defaultdict(list)
-    flights: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    flights: dict[int, list[tuple[int, int]]] = defaultdict(list)  # thread -> (issue, end), sorted
     if main_only:
         for p in nodes:
             if p.issue_stream >= 0 and id(p) not in waited and p.host_waits:
-                done[p.issue_stream].append(p.end_ns)
                 flights[p.issue_stream].append((p.start_ns, p.end_ns))
-        for v in done.values():
-            v.sort()
         for f in flights.values():
             f.sort()
+    done = {stream: sorted(b for _a, b in f) for stream, f in flights.items()}
     issues = {stream: [a for a, _b in f] for stream, f in flights.items()}
     # each thread's intervals sorted once, a step's found by bisection, and the latest end of those begun
     # before each: scanning every interval for every step made a 2,000-step ops-level window's save (in
@@ -720,14 +717,15 @@ def _gap_protos(
             cursor = edges[0][1]
             last = NEVER_NS  # where the last gap began
             ends = done.get(stream, [])
+            flown, iss = flights.get(stream, []), issues.get(stream, [])
             for a, b in edges[1:]:
                 k = bisect.bisect_right(ends, a) - 1
                 if k >= 0 and cursor < ends[k] and a - ends[k] <= WAIT_SLACK_NS:
                     cursor = ends[k]
                 if a - cursor >= MIN_GAP_NS:
-                    # the collectives issued since the last gap began, still running as this one begins
-                    iss = issues.get(stream, [])
-                    since = flights[stream][bisect.bisect_right(iss, last) : bisect.bisect_right(iss, cursor)]
+                    # not while a collective issued since the last gap began is still running (only the
+                    # main thread's gaps are named)
+                    since = flown[bisect.bisect_right(iss, last) : bisect.bisect_right(iss, cursor)]
                     named = scopes if stream == 0 and all(e <= cursor for _s, e in since) else ()
                     last = cursor
                     for lo, hi, nm in _split_by_scopes(cursor, a, named, name):
