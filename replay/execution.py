@@ -480,9 +480,7 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     # a head that follows the op (a start edge from it: an op that completed inside its call) waits for it
     # already, its delay with it: held again, a 5 ms slow isend held the thread 10 ms
     n = len(rt)
-    follows = np.isin(
-        got_ops * n + got_heads, m.start_src.astype(np.int64) * n + m.start_dst.astype(np.int64)
-    )
+    follows = np.isin(got_ops * n + got_heads, starts * n + m.start_dst.astype(np.int64))
     return got_ops[~follows], got_heads[~follows]
 
 
