@@ -340,7 +340,7 @@ def run_notes(run: RunTrace) -> list[str]:
         for r, note in sorted(partial_traces(m.notes).items())
     )
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
-    notes.extend(m.notes[k] for k in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE) if k in m.notes)
+    notes.extend(whole_run_notes(m.notes))
     if (answer := stop_answer(m)) is not None:
         notes.append(answer)
     if untimed := untimed_ranks(run):
@@ -384,9 +384,8 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     notes = m.notes
     for note, rs in degraded_notes(notes).items():
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
-    for key in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE):
-        if key in notes:
-            sink.warning("capture-note", notes[key])
+    for note in whole_run_notes(notes):
+        sink.warning("capture-note", note)
     for r, note in sorted(partial_traces(notes).items()):
         sink.warning(
             "partial-trace",
@@ -396,6 +395,12 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
         )
     if (answer := stop_answer(m)) is not None:
         sink.warning("unfinished-step", answer)
+
+
+def whole_run_notes(notes: Mapping[str, str]) -> list[str]:
+    """The manifest's notes of the whole run (an earlier attempt's traces, a replaced run) that the run's
+    notes and ``skewlens check``'s warnings both repeat as written, in that order."""
+    return [notes[k] for k in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE) if k in notes]
 
 
 def ranks_label(ranks: Sequence[int]) -> str:
