@@ -629,14 +629,14 @@ def _kept_list_gathers(run: RunTrace, lay: Layout) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     sharded = _dp_group_ids(run, lay)
     for r, rt in run.ranks.items():
-        kept = _list_gather_rows(rt)
+        kept = _list_gather_rows(rt)  # a new array: cleared in place
         if lay.parallelism == FSDP2 and kept.any():
-            kept = kept.copy()
             rs = (rt.node_type == int(NodeType.COMM_COLL)) & (rt.comm_type == int(CommType.REDUCE_SCATTER))
+            gathered = rt.comm_bytes * lay.dp_size
             for g in sharded:
                 on_g = rt.pg == g
                 grads = rt.comm_bytes[rs & on_g]
-                kept[kept & on_g & np.isin(rt.comm_bytes * lay.dp_size, grads)] = False
+                kept[kept & on_g & np.isin(gathered, grads)] = False
         out[r] = kept
     return out
 
