@@ -1237,11 +1237,18 @@ def _edges(
     plain = ~launch & ~host_sync
     src, dst = src[plain], dst[plain]
     parent = np.full(n, -1, dtype=np.int64)
-    # recorded program order along a communication stream is the stream's queue, not a start order
+    # recorded program order along a communication stream is the stream's queue, not a start order; but a
+    # host collective that no host row issued (no recorded dependency off its stream) was issued by the
+    # completion of the one before it: a callback chained on its future (a DDP communication hook's
+    # second collective, PowerSGD's P and Q all_reduces) issues it once that completed
     if comm_streams:
         on_comm = np.isin(rt.stream, list(comm_streams))
         along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
-        srcs, dsts = [src[~along]], [dst[~along]]
+        issued_off = np.zeros(n, dtype=np.bool_)
+        issued_off[dst[~along]] = True
+        issued_off[gpu[1]] = True  # a launched row: its launch issued it
+        chained = along & ~issued_off[dst] & rt.is_cpu[dst] & (rt.node_type[dst] == int(NodeType.COMM_COLL))
+        srcs, dsts = [src[~along | chained]], [dst[~along | chained]]
     else:
         srcs, dsts = [src], [dst]
     qsrcs: list[I64] = []
@@ -1410,7 +1417,45 @@ def _gap_waits(
                 out_s.append(c)
                 out_d.append(g)
                 waited[inside] = True
+    # what a callback chained on a waited collective's future issued (PowerSGD's P and Q all_reduces) is
+    # part of the future the program waited for: waited for too, where it completed by the node's end
+    chained = coll[src] & coll[dst] & (rt.stream[src] == rt.stream[dst])
+    if chained.any() and out_s:
+        nxt: dict[int, list[int]] = {}
+        for a_, b_ in zip(src[chained].tolist(), dst[chained].tolist(), strict=True):
+            nxt.setdefault(a_, []).append(b_)
+        for c, g in list(zip(out_s, out_d, strict=True)):
+            todo = list(nxt.get(c, ()))
+            while todo:
+                d_ = todo.pop()
+                if end[d_] <= end[g] + LAG_SLACK_NS:
+                    out_s.append(d_)
+                    out_d.append(g)
+                    todo.extend(nxt.get(d_, ()))
     return np.asarray(out_s, dtype=np.int64), np.asarray(out_d, dtype=np.int64)
+
+
+def _chained_completions(rt: RankTrace, src: I64, dst: I64, end: I64, comm_streams: set[int]) -> I64:
+    """Of the start edges along a host communication stream (a collective issued by a callback chained on
+    the previous one's future: :func:`_edges`), the sources recorded to end after their dependant began, up
+    to gloo's finish lag (``LAG_SLACK_NS``) and a ``WAIT_RATIO``-th of their own length (as for hidden
+    waits; one that ran on longer after the issue ran beside it, and stays its queue edge): the callback
+    ran once the program saw that collective complete, so it completed by the issue, which becomes its end
+    in ``end`` (in place; not before its call returned). Returns those rows
+    (for :attr:`RankModel.end_clamp_rows`)."""
+    if not comm_streams or src.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    on_comm = np.isin(rt.stream, list(comm_streams))
+    chain = on_comm[src] & on_comm[dst] & (rt.stream[src] == rt.stream[dst])
+    s, d = src[chain], dst[chain]
+    late = end[s] - rt.start_ns[d]
+    lag = (late > 0) & (late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= end[s] - rt.start_ns[s])
+    s, d = s[lag], d[lag]
+    if s.size == 0:
+        return s
+    np.minimum.at(end, s, rt.start_ns[d])
+    end[s] = np.maximum(end[s], _call_returned(rt, s))
+    return np.unique(s)
 
 
 def _join_batches(rt: RankTrace, edges: tuple[I64, I64], *, sync: B, end: I64, by: I64) -> tuple[I64, I64]:
@@ -1567,6 +1612,7 @@ def rank_model(
         done_rows = p2p_done[0][on]
         end[done_rows] = np.maximum(p2p_done[1][on], _call_returned(rt, done_rows))
     src, dst, qs0, qd0, parent, (ls, ld, hs, hd) = _edges(rt, valid, end, sync, comm_streams)
+    chain_rows = _chained_completions(rt, src, dst, end, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
     src = np.where(nested[src], parent[src], src)
@@ -1601,7 +1647,7 @@ def rank_model(
     # a hidden wait's completion recorded after the node that waited for it (the worker's lag): it
     # completed by the node's end, which is its end from here on
     lagged = end[gs] > end[gd]
-    clamp_rows = np.unique(np.concatenate([gs[lagged], done_rows]))
+    clamp_rows = np.unique(np.concatenate([gs[lagged], done_rows, chain_rows]))
     if clamp_rows.size:
         end = end.copy()
         np.minimum.at(end, gs[lagged], end[gd[lagged]])
