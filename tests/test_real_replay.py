@@ -36,6 +36,7 @@ from skewlens.replay.real.plan import (
     ReplayOp,
     all_to_all_splits,
     group_specs,
+    hashed_group_name,
     rank_plan,
     read_rank_plan,
     warmup_ops,
@@ -1604,6 +1605,49 @@ def test_groups_with_a_name_given_by_the_program_keep_the_manifests_order(tmp_pa
     run = _groups_run(tmp_path, {"0": (0, 1), "tp": (0, 1), "2": (0,), "1": (1,)}, "2", "1")
     assert [g.name for g in run.manifest.process_groups] == ["0", "tp", "2", "1"]
     assert [g.name for g in group_specs(run)[1]] == ["tp", "2", "1"]
+
+
+def test_a_group_made_with_local_synchronization_takes_no_number_and_is_made_by_its_members_alone(
+    tmp_path: Path,
+) -> None:
+    # new_group(use_local_synchronization=True) names a group by hashing its ranks and takes no number from
+    # torch's counter: its name turned the numeric order off, and the replay made it an ordinary group that
+    # took number 2, so recorded group '2' came back as '3' (and every later one shifted by one)
+    local = hashed_group_name((0, 1), 1)
+    run = _groups_run(tmp_path, {"0": (0, 1), local: (0, 1), "2": (0,), "1": (1,)}, "2", "1")
+    assert [g.name for g in run.manifest.process_groups] == ["0", local, "2", "1"]
+    assert [(g.name, g.local) for g in group_specs(run)[1]] == [(local, True), ("1", False), ("2", False)]
+
+
+def test_a_program_named_group_of_forty_hex_digits_is_not_taken_for_a_hashed_one(tmp_path: Path) -> None:
+    named = "ab" * 20  # no hash of its ranks: a name the program gave, so the manifest's order stays
+    run = _groups_run(tmp_path, {"0": (0, 1), named: (0, 1), "2": (0,), "1": (1,)}, "2", "1")
+    assert [(g.name, g.local) for g in group_specs(run)[1]] == [(named, False), ("2", False), ("1", False)]
+
+
+@pytest.mark.slow
+def test_the_real_replay_gives_its_groups_the_recorded_names_around_a_locally_made_one(
+    tmp_path: Path,
+) -> None:
+    # the replay made the local group an ordinary one, numbered 2: its capture named groups '2' (0, 1) and
+    # '3' (2, 1) where the run had '2' (2, 1) and '3' (0, 1, 2); 12 of 18 groups of a 4-rank capture moved
+    local = hashed_group_name((0, 1), 2)
+    groups = {"0": (0, 1, 2), "1": (0, 1), local: (0, 1), "2": (2, 1), "3": (0, 1, 2)}
+    b = RunBuilder(3, groups)
+    for r in range(3):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS)
+        for pg in ("1", local, "2", "3"):
+            if r in groups[pg]:
+                rb.collective(CommType.ALL_REDUCE, 4096, MS, pg=pg)
+    res = real_replay(
+        run_dir=b.write(tmp_path / "run"), out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG
+    )
+    replayed = load_run(res.out_dir / "run")
+    assert {g.name: g.ranks for g in replayed.manifest.process_groups} == groups
+    assert sorted({(i.pg_name, i.ranks) for i in replayed.collectives}) == sorted(
+        (pg, tuple(sorted(groups[pg]))) for pg in ("1", local, "2", "3")
+    )
 
 
 def test_the_directory_torchrun_makes_private_in_its_log_dir_is_left_as_mkdir_would_make_it(

@@ -28,6 +28,7 @@ The plan is plain data (ints and strings) serialised as JSON for the workers: no
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -187,6 +188,10 @@ class GroupSpec:
     """Global ranks of the members."""
     desc: str
     """Recorded description, passed as ``group_desc``."""
+    local: bool = False
+    """Whether the program made it with ``new_group(..., use_local_synchronization=True)`` (its name is
+    torch's hash of its ranks, :func:`hashed_group_name`): re-created so, by its members only, it takes no
+    number from torch's counter, as it took none in the program."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -538,6 +543,26 @@ def element_bytes(dtype: str) -> int:
     return _ELEMENT_BYTES[dtype]
 
 
+def hashed_group_name(ranks: Sequence[int], groups_before: int) -> str:
+    """The name torch gives a group made with ``use_local_synchronization=True`` (``_hash_ranks_to_str``):
+    the SHA-1 of its ranks and the number of groups its creating member was in already (the default one
+    included)."""
+    key = "_".join(map(str, ranks)) + f"_{groups_before}"
+    return hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()
+
+
+def _locally_made(groups: Sequence[ProcessGroupInfo]) -> set[str]:
+    """Names of ``groups`` that torch hashed from their ranks (:func:`hashed_group_name`): made with
+    ``use_local_synchronization=True``. A member was in at most as many groups as list its first rank."""
+    out: set[str] = set()
+    for g in groups:
+        if len(g.name) == 40 and g.ranks and not g.name.isdecimal():
+            most = sum(1 for h in groups if g.ranks[0] in h.ranks) + 1
+            if any(hashed_group_name(g.ranks, k) == g.name for k in range(most + 1)):
+                out.add(g.name)
+    return out
+
+
 def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
     """(default group name, further groups in creation order) from the manifest and the traces."""
     world = tuple(range(run.world_size))
@@ -561,13 +586,19 @@ def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
         for n in run.pg_names
         if n not in known and n in used
     ]
-    if all(g.name.isdecimal() for g in ordered):
+    local = _locally_made(ordered)
+    if all(g.name.isdecimal() or g.name in local for g in ordered):
         # torch names groups by a counter, in creation order; the manifest lists the union of what each
         # rank knew, rank by rank (only its own groups), so a group of rank 1 alone made before one of rank 0
-        # came after it, and the replay's groups took each other's names
-        ordered.sort(key=lambda g: int(g.name))
+        # came after it, and the replay's groups took each other's names. A group made with
+        # use_local_synchronization takes no number: it stays after the numbered group listed before it
+        # (which its hashed name counts among its members' groups)
+        keys: list[tuple[int, int]] = []
+        for info in ordered:
+            keys.append((int(info.name), 0) if info.name.isdecimal() else (keys[-1][0] if keys else -1, 1))
+        ordered = [g for _k, g in sorted(zip(keys, ordered, strict=True), key=lambda kg: kg[0])]
     specs = tuple(
-        GroupSpec(name=g.name, ranks=tuple(g.ranks), desc=g.desc or g.name)
+        GroupSpec(name=g.name, ranks=tuple(g.ranks), desc=g.desc or g.name, local=g.name in local)
         for g in ordered
         if g.name != default
     )
@@ -617,7 +648,12 @@ def read_meta(plan_dir: Path) -> PlanMeta:
             compute=str(d["compute"]),
             default_pg=str(d["default_pg"]),
             groups=tuple(
-                GroupSpec(name=str(g["name"]), ranks=tuple(int(r) for r in g["ranks"]), desc=str(g["desc"]))
+                GroupSpec(
+                    name=str(g["name"]),
+                    ranks=tuple(int(r) for r in g["ranks"]),
+                    desc=str(g["desc"]),
+                    local=bool(g.get("local", False)),
+                )
                 for g in d["groups"]
             ),
             origin_ns={int(k): int(v) for k, v in d["origin_ns"].items()},

@@ -369,16 +369,18 @@ class Runner:
 
 
 def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
-    """Re-create the recorded groups, in the recorded order, on every rank (members or not), each with its
-    ranks in the recorded group-rank order (a group the program made with ``sort_ranks=False``: an
-    all_to_all's split lists follow it)."""
+    """Re-create the recorded groups, in the recorded order, on every rank (members or not; one the program
+    made with ``use_local_synchronization=True`` on its members only, so), each with its ranks in the
+    recorded group-rank order (a group the program made with ``sort_ranks=False``: an all_to_all's split
+    lists follow it)."""
     groups: dict[str, Any] = {}
     for g in meta.groups:
+        if g.local and rank not in g.ranks:
+            continue  # made by its members alone, as the program made it
         ranks = list(g.ranks)
-        if ranks == sorted(ranks):
-            pg = dist.new_group(ranks, group_desc=g.desc)
-        else:
-            pg = dist.new_group(ranks, group_desc=g.desc, sort_ranks=False)
+        pg = dist.new_group(
+            ranks, group_desc=g.desc, sort_ranks=ranks == sorted(ranks), use_local_synchronization=g.local
+        )
         if rank in g.ranks:
             groups[g.name] = (pg, g.ranks)
     return groups
