@@ -35,6 +35,7 @@ from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
+from skewlens.profiler.store.render import group_desc, group_members
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
@@ -314,6 +315,9 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
         notes.append(
             f"{len(events)} of the {len(waited):,} with exposed wait shown; every one is in {SKEW_FILE}"
         )
+    named = _groups_named(result, [e.pg_name for e in events])
+    if named:
+        notes.append(named)
     if any(e.clock_contradicted for e in events):
         notes.insert(
             0,
@@ -329,6 +333,22 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
             else "none: the run has no collective or p2p whose members were all traced"
         )
     return t
+
+
+def _groups_named(result: AnalysisResult, names: Sequence[str]) -> str:
+    """``group 2: rev_unsorted, ranks 1, 0; group 5: ranks 0, 1``: the groups other than the default one
+    that ``names`` name (first named first), with the description the program gave each and its members in
+    group-rank order ('' for none): a label gives a group only torch's number (or its hash of the ranks)."""
+    run = result.run
+    default = next((g.name for g in run.process_groups.values() if g.desc == "default_pg"), "0")
+    parts = []
+    for name in dict.fromkeys(names):
+        g = run.process_groups.get(name)
+        if g is None or name == default:
+            continue
+        desc = group_desc(g)
+        parts.append(f"group {name}: {desc + ', ' if desc else ''}{group_members(g)}")
+    return "; ".join(parts)
 
 
 def ranks_left_out(shown: RankMeans, rest: RankMeans) -> str:

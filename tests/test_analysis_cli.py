@@ -471,6 +471,26 @@ def test_the_worst_collectives_table_says_how_many_it_left_out(tmp_path: Path) -
     )
 
 
+def test_the_worst_collectives_table_names_its_groups_descriptions_and_members_in_group_rank_order(
+    tmp_path: Path,
+) -> None:
+    # groups made with new_group([3, 1], sort_ranks=False, group_desc='tp') and new_group([0, 2]): the table
+    # said 'all_reduce 2#0' and 'all_reduce 1#0'; which ranks (in which order) only manifest.json told
+    b = RunBuilder(4, {"0": (0, 1, 2, 3), "1": (0, 2), "2": (3, 1)})
+    for r in range(4):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", dur_ns=MS * (1 + r), start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, pg="2" if r in (1, 3) else "1")
+    run = b.write(tmp_path / "run")
+    manifest = json.loads((run / "manifest.json").read_text())
+    for g in manifest["process_groups"]:
+        g["desc"] = {"2": "tp", "1": "undefined"}.get(g["name"], g["desc"])
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    text = _render(worst_collectives_table(analyze_run(load_run(run), blame=False)))
+    assert {row[1] for row in _rows(text)} == {"all_reduce 1#0", "all_reduce 2#0"}
+    assert " ".join(text.split("┘", 1)[1].split()) == "group 1: ranks 0, 2; group 2: tp, ranks 3, 1"
+
+
 def test_an_empty_worst_collectives_table_says_why_it_is_empty(tmp_path: Path) -> None:
     # a one-rank import of a 16-GPU job printed the table's header and nothing else
     def caption(ranks: int, comm: bool) -> str:

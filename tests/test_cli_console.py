@@ -775,6 +775,18 @@ def test_a_narrow_checks_problem_kind_is_kept_whole_and_its_message_gives_way() 
     assert "│ dangling-dependency │" in out.getvalue()
 
 
+def test_checks_summary_lists_the_groups_in_the_order_torch_made_them_not_as_their_names_sort() -> None:
+    # 4 ranks, 18 groups: "'0', '1', '10', '11', '12', '13', '14', '15', ... 10 more", groups 2-9 hidden
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.render import _groups
+
+    names = [str(i) for i in (0, 12, 1, 10, 2, 9)] + ["3722ef32ad8fe7c3370e39700f5dc805571d7206"]
+    groups = {n: ProcessGroupInfo(name=n, ranks=(0, 1), desc={"2": "tp"}.get(n, "undefined")) for n in names}
+    assert _groups(groups).replace(" (2 ranks)", "") == (
+        "7: '0', '1', '2' (2 ranks, tp), '9', '10', '12', '3722ef32ad8fe7c3370e39700f5dc805571d7206'"
+    )
+
+
 def test_a_warning_with_no_stderr_at_all_is_dropped_not_printed_among_the_results_on_stdout(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -93,16 +93,38 @@ SHOWN_GROUPS = 8
 NO_DESC = "undefined"
 
 
+#: At most this many members of a group are listed one by one, in group-rank order (more as ranges).
+LISTED_MEMBERS = 8
+
+
+def group_desc(g: ProcessGroupInfo) -> str:
+    """The description torch's ``new_group`` was given, '' for none (its default, :data:`NO_DESC`)."""
+    return g.desc if g.desc not in ("", g.name, NO_DESC) else ""
+
+
+def group_members(g: ProcessGroupInfo) -> str:
+    """``ranks 3, 1`` in group-rank order (the program's, made with ``sort_ranks=False``), ``16 ranks: 0-15``
+    past :data:`LISTED_MEMBERS`."""
+    if len(g.ranks) <= LISTED_MEMBERS:
+        return f"{'rank' if len(g.ranks) == 1 else 'ranks'} {', '.join(map(str, g.ranks))}"
+    return f"{len(g.ranks):,} ranks: {rank_ranges(g.ranks)}"
+
+
+def creation_order(name: str) -> tuple[bool, int, str]:
+    """Sort key of a group name: torch's numbers in the order it made them ('2' before '10'), then others."""
+    return (not name.isdecimal(), int(name) if name.isdecimal() else 0, name)
+
+
 def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
-    """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few by name (a bare ``0``, the
-    usual name of the world group, read as a count). A group's description is shown where torch's
-    ``new_group`` was given one (its default, :data:`NO_DESC`, says nothing)."""
+    """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few in creation order (a bare
+    ``0``, the usual name of the world group, read as a count). A group's description is shown where torch's
+    ``new_group`` was given one (:func:`group_desc`)."""
 
     def one(g: ProcessGroupInfo) -> str:
-        desc = f", {g.desc}" if g.desc not in ("", g.name, NO_DESC) else ""
+        desc = f", {group_desc(g)}" if group_desc(g) else ""
         return f"{g.name!r} ({counted(len(g.ranks), 'rank')}{desc})"
 
-    named = [one(g) for g in sorted(groups.values(), key=lambda g: g.name)]
+    named = [one(g) for g in sorted(groups.values(), key=lambda g: creation_order(g.name))]
     more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
     return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
