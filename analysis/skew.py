@@ -53,6 +53,16 @@ TOP_OPS = 3
 SHOWN_NS = 50_000
 #: How many earlier events of the late rank are searched for the last common synchronisation point.
 COMMON_LOOKBACK = 256
+#: Characters of a hashed group name (torch's 40 hex digits for a group made with
+#: ``use_local_synchronization=True``) kept in a label, before ``…``.
+HASHED_GROUP_SHOWN = 8
+_HASHED_GROUP = re.compile(r"[0-9a-f]{40}")
+
+
+def group_label(pg_name: str) -> str:
+    """``pg_name`` as labels show it: a hashed name cut to its first :data:`HASHED_GROUP_SHOWN` digits and
+    ``…`` (whole, it took a table's width from every other column), any other whole."""
+    return f"{pg_name[:HASHED_GROUP_SHOWN]}…" if _HASHED_GROUP.fullmatch(pg_name) else pg_name
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,9 +181,10 @@ class SkewEvent:
     @property
     def label(self) -> str:
         """``all_reduce 0#3`` (type, group, sequence number); a send/recv pair ``send_recv 0#2 0->1`` (its
-        index, sender and receiver): how the worst-collectives table and the wait heatmap name it."""
+        index, sender and receiver): how the worst-collectives table and the wait heatmap name it. A hashed
+        group name is cut (:func:`group_label`)."""
         pair = f" {self.ranks[0]}->{self.ranks[1]}" if self.kind == "p2p" else ""
-        return f"{self.comm_type.lower()} {self.pg_name}#{self.seq}{pair}"
+        return f"{self.comm_type.lower()} {group_label(self.pg_name)}#{self.seq}{pair}"
 
     @property
     def skew_ns(self) -> int:

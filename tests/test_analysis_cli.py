@@ -491,6 +491,26 @@ def test_the_worst_collectives_table_names_its_groups_descriptions_and_members_i
     assert " ".join(text.split("┘", 1)[1].split()) == "group 1: ranks 0, 2; group 2: tp, ranks 3, 1"
 
 
+def test_a_locally_synchronised_groups_hashed_name_is_cut_in_the_label_and_leaves_the_other_columns_room(
+    tmp_path: Path,
+) -> None:
+    # new_group(use_local_synchronization=True) names a group by 40 hex digits: at 80 columns its label
+    # 'all_reduce 3722ef32ad8fe7c3370e39700f5dc805571d7206#0' took the table's width and every other column
+    # (step, bytes, skew, wait, late, blamed, cause) was drawn empty
+    hashed = "3722ef32ad8fe7c3370e39700f5dc805571d7206"
+    b = RunBuilder(2, {"0": (0, 1), hashed: (0, 1)})
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("fwd", dur_ns=MS * (1 + r), start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, pg=hashed)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    out = io.StringIO()
+    Console(file=out, width=80).print(worst_collectives_table(result))
+    text = out.getvalue()
+    assert _rows(text)[0][:7] == ["0", "all_reduce 3722ef32…#0", "4.0", "1.00", "1.00", "1", "1"]
+    assert f"group {hashed}: ranks 0, 1" in " ".join(text.split("┘", 1)[1].split())
+
+
 def test_an_empty_worst_collectives_table_says_why_it_is_empty(tmp_path: Path) -> None:
     # a one-rank import of a 16-GPU job printed the table's header and nothing else
     def caption(ranks: int, comm: bool) -> str:
