@@ -940,27 +940,34 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
 
 
 def _before_after_run(run_dir: Path, *, after: bool) -> Path:
-    """2 ranks; ``after``: one more step, a bigger all_reduce, an extra 4-byte all_reduce a step and rank 1's
-    ``aten::mm`` 20 us slower (rank 0 waits for it at the first all_reduce, laid out so that the ranks'
-    times agree)."""
+    """2 ranks; ``after``: one more step, a bigger DDP bucket (``gloo:all_reduce``), an all_reduce of 4 bytes
+    of the script's own (``c10d::allreduce_``) a step before it, rank 1's ``aten::mm`` 20 us slower (rank 0
+    waits for it at that first all_reduce), rank 0's ``aten::add`` 4 us slower (rank 1 waits for its send)
+    and a second send a step (laid out so that the ranks' times agree)."""
     b = RunBuilder(2)
     for r in range(2):
         rb = b.rank(r)
         for s in range(4 if after else 3):
             rb.step(s).compute("aten::mm", 30_000 if after and r == 1 else 10_000)
             if after:
-                rb.collective(CommType.ALL_REDUCE, 16_384, 22_000 if r == 0 else 2_000)
-                rb.collective(CommType.ALL_REDUCE, 4, 1_000)
+                rb.collective(CommType.ALL_REDUCE, 4, 21_000 if r == 0 else 1_000, name="c10d::allreduce_")
+                rb.collective(CommType.ALL_REDUCE, 16_384, 2_000, name="gloo:all_reduce")
             else:
-                rb.collective(CommType.ALL_REDUCE, 4_096, 2_000)
-            rb.compute("aten::add", 1_000)
+                rb.collective(CommType.ALL_REDUCE, 4_096, 2_000, name="gloo:all_reduce")
+            rb.compute("aten::add", 5_000 if after and r == 0 else 1_000)
+            sizes = (1_024, 4) if after else (1_024,)
+            for i, size in enumerate(sizes):
+                if r == 0:
+                    rb.send(1, size, 1_000)
+                else:  # in b, the first recv waits 4 us for rank 0's slower add
+                    rb.recv(0, size, 5_000 if after and i == 0 else 1_000)
     return b.write(run_dir)
 
 
 def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of_runs_that_differ(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/parquet.md's "Comparing two runs", verbatim: its commands, then its three queries, on two runs
+    """docs/parquet.md's "Comparing two runs", verbatim: its commands, then its four queries, on two runs
     whose differences are known: what each should find, by hand."""
     _before_after_run(tmp_path / "runs" / "before", after=False)
     _before_after_run(tmp_path / "runs" / "after", after=True)
@@ -972,12 +979,13 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
             argv = command.split()
             assert argv[0] == "skewlens"
             assert skewlens_main(argv[1:]) == 0, command
-    breakdown, collectives, ops = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
-    # a: 13 us steps (10 compute, 2 transfer, 1 compute); b: 34 us, rank 0 waiting 20 us for rank 1's compute
-    before = {"step_ns": 13_000, "compute_ns": 11_000, "exposed_transfer_ns": 2_000}
+    breakdown, collectives, ops, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    # a: 14 us steps (10 compute, 2 all_reduce, 1 compute, 1 send); b: 40 us, rank 0 waiting 20 us for rank
+    # 1's compute at the first all_reduce, rank 1 4 us for rank 0's send
+    before = {"step_ns": 14_000, "compute_ns": 11_000, "exposed_transfer_ns": 3_000}
     after = {
-        0: {"step_ns": 34_000, "compute_ns": 11_000, "exposed_wait_ns": 20_000, "exposed_transfer_ns": 3_000},
-        1: {"step_ns": 34_000, "compute_ns": 31_000, "exposed_transfer_ns": 3_000},
+        0: {"step_ns": 40_000, "compute_ns": 15_000, "exposed_wait_ns": 20_000, "exposed_transfer_ns": 5_000},
+        1: {"step_ns": 40_000, "compute_ns": 31_000, "exposed_wait_ns": 4_000, "exposed_transfer_ns": 5_000},
     }
     parts = ("step_ns", "compute_ns", "exposed_wait_ns", "exposed_transfer_ns", "overlapped_comm_ns")
     parts += ("idle_ns",)
@@ -987,21 +995,30 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
         for p in parts
     ]
     assert duckdb.sql(breakdown).fetchall() == sorted(rows, key=lambda row: (-abs(row[4]), row[0], row[1]))
-    # the bucket lines up although its seq differs (b's extra all_reduce shifts the rest); the new one is b's
+    # the bucket lines up although its seq differs and b's own all_reduce, of the same type, comes first in
+    # the step; that one is b's alone
     assert [r["seq"] for r in pq.read_table("FLEET/run=b/collectives.parquet").to_pylist() if r["rank"] == 0][
         :3
     ] == [0, 1, 2]
+    own, bucket = ("0", "ALL_REDUCE", "c10d::allreduce_", 1), ("0", "ALL_REDUCE", "gloo:all_reduce", 1)
     assert duckdb.sql(collectives).fetchall() == [
-        ("0", "ALL_REDUCE", 1, 0, 3, 4, 4_096, 16_384, 0, 20_000, 2_000, 2_000),
-        ("0", "ALL_REDUCE", 1, 1, 3, 4, 4_096, 16_384, 0, 0, 2_000, 2_000),
-        ("0", "ALL_REDUCE", 2, 0, None, 4, None, 4, None, 0, None, 1_000),
-        ("0", "ALL_REDUCE", 2, 1, None, 4, None, 4, None, 0, None, 1_000),
+        (*own, 0, None, 4, None, 4, None, 20_000, None, 1_000),
+        (*own, 1, None, 4, None, 4, None, 0, None, 1_000),
+        (*bucket, 0, 3, 4, 4_096, 16_384, 0, 0, 2_000, 2_000),
+        (*bucket, 1, 3, 4, 4_096, 16_384, 0, 0, 2_000, 2_000),
     ]
     assert duckdb.sql(ops).fetchall() == [
         (1, "aten::mm", 10_000, 30_000, 20_000),
-        (0, "aten::add", 1_000, 1_000, 0),
+        (0, "aten::add", 1_000, 5_000, 4_000),
         (0, "aten::mm", 10_000, 10_000, 0),
         (1, "aten::add", 1_000, 1_000, 0),
+    ]
+    # the pair of each step lines up, rank 1 (the receiver) waiting 4 us in b; the second pair is b's alone
+    assert duckdb.sql(p2p).fetchall() == [
+        ("0", 0, 1, 0, 1, 0, 3, 4, 1_024, 1_024, 0, 0, 1_000, 1_000),
+        ("0", 0, 1, 0, 1, 1, 3, 4, 1_024, 1_024, 0, 4_000, 1_000, 1_000),
+        ("0", 0, 1, 0, 2, 0, None, 4, None, 4, None, 0, None, 1_000),
+        ("0", 0, 1, 0, 2, 1, None, 4, None, 4, None, 0, None, 1_000),
     ]
 
 
