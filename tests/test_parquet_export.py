@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from capture_helpers import profile
 from rich.console import Console
 from trace_edits import without_dtype
 
@@ -1292,3 +1293,62 @@ def test_the_dtype_a_collective_was_recorded_in_is_exported_beside_its_bytes(
         ("COMP", None, None), ("METADATA", None, None), ("COMM_COLL", "ALL_GATHER", "bfloat16"),
         ("COMM_COLL", "REDUCE_SCATTER", "bfloat16"), ("COMM_COLL", "ALL_REDUCE", "float32"),
     }  # fmt: skip
+
+
+#: A 2-rank DDP script for real captures: one bucket of all the gradients (one ``gloo:all_reduce``), a send
+#: from rank 0 to rank 1 each step; with ``OWN = True``, an all_reduce of 4 bytes of its own before the
+#: forward (a ``c10d::allreduce_`` of the same type, earlier in the step than the bucket).
+DDP_SCRIPT = """
+OWN = False
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+layers = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+model = DistributedDataParallel(layers)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(6):
+    if OWN:
+        dist.all_reduce(torch.ones(1))
+    model(torch.randn(16, 64)).sum().backward()
+    msg = torch.zeros(256)
+    if rank == 0:
+        dist.send(msg, 1)
+    else:
+        dist.recv(msg, 0)
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+DDP_GRAD_BYTES = 4 * (64 * 64 + 64 + 64 * 8 + 8)
+
+
+@pytest.mark.slow
+def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_reduce_precedes_the_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collectives and send/recv queries of "Comparing two runs" on two real 2-rank gloo captures: the
+    bucket, recorded as ``gloo:all_reduce`` in both, lines up; the script's own all_reduce is b's alone."""
+    for name, own in (("before", False), ("after", True)):
+        script = tmp_path / f"{name}.py"
+        script.write_text(DDP_SCRIPT.replace("OWN = False", f"OWN = {own}"))
+        proc = profile(tmp_path / "runs" / name, level="ops", steps="1:1:3", script=script)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    (commands,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    monkeypatch.chdir(tmp_path)
+    for command in (c for line in commands.splitlines() for c in line.split("&&")):
+        assert skewlens_main(command.split()[1:]) == 0, command
+    _breakdown, collectives, _ops, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    lined = {row[:5]: row[5:9] for row in duckdb.sql(collectives).fetchall()}  # -> steps and bytes
+    assert lined == {
+        **{
+            ("0", "ALL_REDUCE", "gloo:all_reduce", 1, r): (3, 3, DDP_GRAD_BYTES, DDP_GRAD_BYTES)
+            for r in (0, 1)
+        },
+        **{("0", "ALL_REDUCE", "c10d::allreduce_", 1, r): (None, 3, None, 4) for r in (0, 1)},
+    }
+    pairs = {row[:6]: row[6:10] for row in duckdb.sql(p2p).fetchall()}
+    assert pairs == {("0", 0, 1, 0, 1, r): (3, 3, 1_024, 1_024) for r in (0, 1)}
