@@ -940,6 +940,27 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
     assert scope["skew"] == [(name, *row) for name in runs for row in alone[name]]
 
 
+def test_the_documented_union_by_name_reads_two_runs_of_different_schema_versions_a_plain_glob_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.profiler.store.schema import write_table
+
+    for name in ("a", "b"):
+        export_run(_run(tmp_path / name), tmp_path / "FLEET" / f"run={name}", workers=1)
+    old = tmp_path / "FLEET" / "run=a" / "collectives.parquet"  # a's as a skewlens before collectives.dtype
+    v11 = pq.read_table(old).drop_columns(["dtype"])
+    write_table(v11.replace_schema_metadata({META_VERSION: b"11", META_TABLE: b"collectives"}), old)
+    monkeypatch.chdir(tmp_path)
+    (query,) = [q for q in _doc_queries() if "union_by_name" in q]
+    members = v11.num_rows
+    assert duckdb.sql(query).fetchall() == [("a", None, members), ("b", "float32", members)]
+    plain = query.replace(", union_by_name = true", "")
+    with pytest.raises(duckdb.BinderException, match='"dtype" not found'):  # as the docs say
+        duckdb.sql(plain).fetchall()
+    glob = "read_parquet('FLEET/*/collectives.parquet', hive_partitioning = true)"
+    assert "dtype" not in duckdb.sql(f"SELECT * FROM {glob}").columns  # b's dtype left out, unsaid
+
+
 def _before_after_run(run_dir: Path, *, after: bool) -> Path:
     """2 ranks; ``after``: one more step, a bigger DDP bucket (``gloo:all_reduce``), an all_reduce of 4 bytes
     of the script's own (``c10d::allreduce_``) a step before it, rank 1's ``aten::mm`` 20 us slower (rank 0
