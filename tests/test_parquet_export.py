@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from skewlens.replay.outputs import schema_markdown as replay_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "parquet.md"
+MS = 1_000_000
 
 
 def _run(tmp_path: Path, rank1_slower_ns: int = 0) -> Path:
@@ -994,14 +996,14 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
     _before_after_run(tmp_path / "runs" / "before", after=False)
     _before_after_run(tmp_path / "runs" / "after", after=True)
     section = DOC.read_text().split("## Comparing two runs", 1)[1]
-    (commands,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    commands = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]  # export and analyze
     monkeypatch.chdir(tmp_path)
     for line in commands.splitlines():
         for command in line.split("&&"):
             argv = command.split()
             assert argv[0] == "skewlens"
             assert skewlens_main(argv[1:]) == 0, command
-    breakdown, collectives, ops, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    breakdown, collectives, ops, _predicted, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     # a: 14 us steps (10 compute, 2 all_reduce, 1 compute, 1 send); b: 40 us, rank 0 waiting 20 us for rank
     # 1's compute at the first all_reduce, rank 1 4 us for rank 0's send
     before = {"step_ns": 14_000, "compute_ns": 11_000, "exposed_transfer_ns": 3_000}
@@ -1316,6 +1318,43 @@ def test_the_dtype_a_collective_was_recorded_in_is_exported_beside_its_bytes(
     }  # fmt: skip
 
 
+def _slow_rank_run(run_dir: Path, *, slow_ms: int) -> Path:
+    """2 ranks, 3 steps of 10 ms of compute and an all_reduce; rank 1 does ``slow_ms`` more compute at the
+    start of each step, for which rank 0 waits at the all_reduce."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(3):
+            rb.step(s)
+            if slow_ms and r == 1:
+                rb.compute("aten::mm", slow_ms * MS)
+            rb.compute("aten::addmm", 10 * MS)
+            rb.collective(CommType.ALL_REDUCE, 4_096, (slow_ms if r == 0 else 0) * MS + 2 * MS)
+    return b.write(run_dir)
+
+
+def test_the_documented_replay_of_a_with_bs_slowdown_is_held_to_bs_measured_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Comparing two runs": its export and analyze commands, its replay of run a with rank 1 20 ms slower
+    at every step, and its query of predicted against measured step times, on runs where b is a with rank
+    1 doing 20 ms more at the start of each step: the prediction is b's steps exactly."""
+    _slow_rank_run(tmp_path / "runs" / "before", slow_ms=0)
+    _slow_rank_run(tmp_path / "runs" / "after", slow_ms=20)
+    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    analyze, replay = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    monkeypatch.chdir(tmp_path)
+    for command in [c for line in analyze.splitlines() for c in line.split("&&")] + [replay]:
+        argv = shlex.split(command)
+        assert argv[0] == "skewlens"
+        assert skewlens_main(argv[1:]) == 0, command
+    (query,) = [q for q in re.findall(r"```sql\n(.*?)```", section, flags=re.S) if "predicted_ns" in q]
+    assert duckdb.sql(query).fetchall() == [(0, 32 * MS, 32 * MS, 0.0), (1, 32 * MS, 32 * MS, 0.0)]
+    # and a, unslowed, is 12 ms a step: the replay added the 20 ms where b's rank 1 spent them
+    summary = pq.read_table("RP/run=a-slow1/summary.parquet").to_pylist()
+    assert {(r["step_time_ns"], r["recorded_step_ns"]) for r in summary} == {(32 * MS, 12 * MS)}
+
+
 #: A 2-rank DDP script for real captures: one bucket of all the gradients (one ``gloo:all_reduce``), a send
 #: from rank 0 to rank 1 each step; with ``OWN = True``, an all_reduce of 4 bytes of its own before the
 #: forward (a ``c10d::allreduce_`` of the same type, earlier in the step than the bucket).
@@ -1358,11 +1397,11 @@ def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_
         proc = profile(tmp_path / "runs" / name, level="ops", steps="1:1:3", script=script)
         assert proc.returncode == 0, proc.stderr[-2000:]
     section = DOC.read_text().split("## Comparing two runs", 1)[1]
-    (commands,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    commands = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]  # export and analyze
     monkeypatch.chdir(tmp_path)
     for command in (c for line in commands.splitlines() for c in line.split("&&")):
         assert skewlens_main(command.split()[1:]) == 0, command
-    _breakdown, collectives, _ops, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    _breakdown, collectives, _ops, _predicted, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     lined = {row[:5]: row[5:9] for row in duckdb.sql(collectives).fetchall()}  # -> steps and bytes
     assert lined == {
         **{

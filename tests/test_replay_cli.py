@@ -69,6 +69,8 @@ def documented_overrides() -> list[tuple[str, bool, list[str]]]:
     for where, line in code_lines():
         command = re.search(r"skewlens replay (.*)", line.split("  #")[0])
         words = (command.group(1) if command else line).split()
+        # a word in the shell's double quotes ("out='RP/run=a'": Hydra takes a value with = in it quoted)
+        words = [w[1:-1] if len(w) > 1 and w[0] == w[-1] == '"' else w for w in words]
         overrides = [w.strip("'") for w in words if "=" in w and not w.startswith(("-", "hydra"))]
         roots = {o.partition("=")[0].split(".")[0] for o in overrides}
         if not overrides or (not command and (len(overrides) < len(words) or roots - REPLAY_KEYS)):
