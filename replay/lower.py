@@ -175,6 +175,9 @@ class Lowered:
     """Recorded start of each of ``nested`` after its enclosing row's recorded start."""
     waits: npt.NDArray[np.bool_]
     """Rows that wait for a completion (wait nodes): their replayed start is their arrival."""
+    start_ns: int
+    """The replay's start: the run's first recorded start (``ExecutionModel.start_ns``), from which each
+    rank's nodes without start edges are replayed (a rank that began later holds that as their gap)."""
 
     def anchor_segments(self, rows: I64) -> Rows:
         """The segment whose times decide each row's: its enclosing row's segment for a nested row, else
@@ -648,6 +651,7 @@ def prepare(
         nested_parent=np.concatenate(nested_parent) if nested_parent else z,
         nested_off_ns=np.concatenate(nested_off) if nested_off else z,
         waits=waits_head,
+        start_ns=run_t0,
     )
     return Lowering(
         lowered=lowered,

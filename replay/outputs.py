@@ -131,7 +131,8 @@ class SweepRecord:
     comm_mode: str
     """as_recorded | model."""
     makespan_ns: int
-    """Replayed makespan, ns."""
+    """Replayed makespan: the latest replayed end less the replay's start (the run's first recorded start,
+    so a stall of the rank that began first is in it), ns."""
     mean_step_ns: int
     """Mean over steps of each step's slowest rank's replayed step time (step mark to step mark, as the
     replay's summary measures it), ns: a step of the job lasts as long as its slowest rank, so this is at

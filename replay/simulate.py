@@ -60,14 +60,24 @@ class SimResult:
     """Per ``run.p2p`` pair: the later of the replayed send and recv ends."""
     comm_mode: str
     """``as_recorded`` or ``model``."""
+    origin_ns: int | None = None
+    """Where the replay starts: the run's first recorded start, from which each rank's nodes without start
+    edges are replayed (None: the earliest replayed start)."""
     _spans: dict[tuple[int, int], tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
     def makespan_ns(self) -> int:
-        """Latest replayed end minus earliest replayed start over all ranks (METADATA nodes aside)."""
+        """Latest replayed end minus the replay's start (:attr:`origin_ns`; the earliest replayed start over
+        all ranks, METADATA nodes aside, where that is earlier). A stall or delay before the first node of
+        the rank that began first is time of the replay: measured from that node's replayed start, a 1 to 6
+        ms stall of rank 1 of the 8-GPU DLRM trace, which began 0.7 ms before rank 3, shortened the makespan
+        from 20.81 to 20.10 ms."""
         starts = [int(a[self.timed[r]].min()) for r, a in self.start_ns.items() if self.timed[r].any()]
         ends = [int(a[self.timed[r]].max()) for r, a in self.end_ns.items() if self.timed[r].any()]
-        return max(ends) - min(starts) if starts else 0
+        if not starts:
+            return 0
+        first = min(starts) if self.origin_ns is None else min(*starts, self.origin_ns)
+        return max(ends) - first
 
     def step_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).
@@ -489,6 +499,7 @@ def _lift(
         p2p_arrival_ns=_read_only(pa),
         p2p_end_ns=_read_only(pe),
         comm_mode=comm_mode,
+        origin_ns=low.start_ns,
     )
 
 
