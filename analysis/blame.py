@@ -18,8 +18,8 @@ interval by ``median / own`` where that is below 1 (only where ``r`` is slower t
 not charged for being faster somewhere) and its gaps likewise (the simulator's own gaps,
 ``skewlens.replay.lower.recorded_gaps``), via ``simulate(dur_override=..., gap_override=...)``.
 ``straggler_cost = baseline - what-if`` of the simulated step times (see
-:func:`step_times_from_spans`: completion of a step minus completion of the previous one), per step and in
-total. Ranked.
+:func:`skewlens.replay.simulate.step_times_from_spans`: completion of a step minus completion of the
+previous one), per step and in total. Ranked.
 
 Ranks whose compute and gaps nowhere exceed the median's are not simulated (their cost is 0 by
 construction of "run like the median": they are not slower than it anywhere); ``max_simulations`` bounds
@@ -303,29 +303,6 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
     return dur, gap
 
 
-def step_times_from_spans(spans: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
-    """Per step: completion of the step minus completion of the previous step (for the first step: minus
-    its earliest start). A step completes at the latest end over ranks, and not before the step before
-    it completed: where a rank lacks a step, the ranks that have it can end it before another rank ends
-    the previous one, and that step then takes 0. Ranks that run ahead into the next step (a rank that no
-    longer straggles starts its next step early and then waits) do not lengthen a step this way; no step
-    is negative, and the steps add up to the span of the recorded steps."""
-    ends: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    for (_r, s), (a, b) in spans.items():
-        if s < 0:
-            continue
-        ends[s] = max(ends.get(s, b), b)
-        starts[s] = min(starts.get(s, a), a)
-    out: dict[int, int] = {}
-    prev: int | None = None
-    for s in sorted(ends):
-        done = ends[s] if prev is None else max(prev, ends[s])
-        out[s] = done - (starts[s] if prev is None else prev)
-        prev = done
-    return out
-
-
 def _simulator_gaps(ix: RunIndex) -> dict[int, I64]:
     """The host gaps the simulator replays (``replay_gaps``: the execution model's, of a row without start
     edges from the run's first start), so that the scaled values passed as ``gap_override`` mean what the
@@ -336,7 +313,7 @@ def _simulator_gaps(ix: RunIndex) -> dict[int, I64]:
 
 def _step_times(sim: Any) -> dict[int, int]:
     """Per-step simulated times; a run without step marks is one step, -1, of the whole makespan."""
-    return step_times_from_spans(sim.step_spans()) or {-1: int(sim.makespan_ns)}
+    return sim.step_times() or {-1: int(sim.makespan_ns)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

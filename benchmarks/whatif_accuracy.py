@@ -31,11 +31,10 @@ import tempfile
 from pathlib import Path
 
 from skewlens.analysis import AnalysisResult, analyze_run
-from skewlens.analysis.blame import step_times_from_spans
 from skewlens.analysis.index import build_index
 from skewlens.cli.demo import WORKLOADS, Workload, workload
 from skewlens.profiler.store import load_run
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import simulate, step_times_from_spans
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 ROOT = Path(__file__).resolve().parents[1]

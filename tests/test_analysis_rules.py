@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skewlens.analysis.blame import step_times_from_spans
 from skewlens.analysis.breakdown import outlier_steps
 from skewlens.analysis.gpu_idle import PARTS, StreamMeans, verdict
 from skewlens.analysis.index import build_index
@@ -17,7 +16,7 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.network.topology import Dimension, Topology
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import simulate, step_times_from_spans
 
 MS = 1_000_000
 

@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 from skewlens.analysis.api import AnalysisResult, analyze_run
-from skewlens.analysis.blame import step_times_from_spans
 from skewlens.analysis.breakdown import outlier_steps
 from skewlens.analysis.render import breakdown_table
 from skewlens.profiler.importers import import_traces
@@ -32,7 +31,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.driver import load_trace
 from skewlens.replay.execution import execution_model, latest_deps
-from skewlens.replay.simulate import Simulator, simulate
+from skewlens.replay.simulate import Simulator, simulate, step_times_from_spans
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import replayed_step_marks, summarize
 

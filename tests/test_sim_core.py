@@ -225,9 +225,10 @@ def test_step_spans_and_step_time_follow_the_replayed_nodes(tmp_path: Path) -> N
     res = simulate(rt)
     spans = res.step_spans()
     assert set(spans) == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    lo = min(spans[(0, 1)][0], spans[(1, 1)][0])
+    # a step lasts from the previous step's completion (its latest end) to its own
+    done0 = max(spans[(0, 0)][1], spans[(1, 0)][1])
     hi = max(spans[(0, 1)][1], spans[(1, 1)][1])
-    assert res.step_time_ns(1) == hi - lo
+    assert res.step_time_ns(1) == hi - done0
     timed = {r: rt.ranks[r].node_type != 1 for r in rt.ranks}  # all but the METADATA node
     assert res.makespan_ns == max(int(a[timed[r]].max()) for r, a in res.end_ns.items()) - min(
         int(a[timed[r]].min()) for r, a in res.start_ns.items()

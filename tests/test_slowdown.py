@@ -776,3 +776,28 @@ def test_a_stall_on_the_rank_that_began_first_never_shortens_the_makespan(tmp_pa
         d = int(delay_ms * MS)
         res = simulate(rt, effects=SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=0, delay_ns=d)]))
         assert res.makespan_ns == base + max(d - 4 * MS, 0)
+
+
+def test_a_stall_on_the_rank_that_began_a_step_first_never_shortens_that_step(tmp_path: Path) -> None:
+    # two steps; in step 1 rank 0 begins 1 ms before rank 1 (its step 0 ended earlier) and then waits 3 ms
+    # at the all_reduce: a stall of rank 0 at step 1 up to 3 ms is absorbed, a longer one delays the step
+    # by the rest. Step 1 counts from step 0's completion, as the analyses' step times do: from rank 0's
+    # stalled first node it read 8 ms under a 1 ms stall, 9 ms without
+    b = RunBuilder(2)
+    for r in (0, 1):
+        b.rank(r).step(0).compute("aten::mm", 4 * MS, start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, MS, start_ns=4 * MS)
+        b.rank(r).compute("aten::sgd", (1 + r) * MS, start_ns=5 * MS)  # rank 0's step 0 ends at 6 ms
+    b.rank(0).step(1).compute("aten::mm", 4 * MS, start_ns=6 * MS)
+    b.rank(1).step(1).compute("aten::mm", 6 * MS, start_ns=7 * MS)
+    b.rank(0).collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=10 * MS)
+    b.rank(1).collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=13 * MS)
+    rt = load_run(b.write(tmp_path / "run"))
+    base = simulate(rt)
+    assert [base.step_time_ns(s) for s in base.steps()] == [7 * MS, 7 * MS]
+    for delay_ms in (0.5, 1, 3, 5):
+        d = int(delay_ms * MS)
+        res = simulate(rt, effects=SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=1, delay_ns=d)]))
+        assert res.step_time_ns(0) == 7 * MS
+        assert res.step_time_ns(1) == 7 * MS + max(d - 3 * MS, 0)
+        assert res.makespan_ns == base.makespan_ns + max(d - 3 * MS, 0)

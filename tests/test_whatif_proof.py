@@ -10,7 +10,7 @@ import pytest
 from test_analysis_scenarios import MS, Scenario, build_run
 from test_gpu_execution import SHARED, host_bound_spec
 
-from skewlens.analysis.blame import analyze_blame, step_times_from_spans
+from skewlens.analysis.blame import analyze_blame
 from skewlens.analysis.index import build_index
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.importers import import_traces
@@ -22,7 +22,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay import simulate as simulate_module
 from skewlens.replay.lower import recorded_gaps
 from skewlens.replay.network.topology import Dimension, Topology
-from skewlens.replay.simulate import Simulator
+from skewlens.replay.simulate import Simulator, step_times_from_spans
 
 
 @pytest.fixture(scope="module")
