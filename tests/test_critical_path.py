@@ -20,7 +20,8 @@ def test_path_runs_through_the_straggler_and_accounts_for_the_whole_step(tmp_pat
     by_rank, by_op = shares(recs)
     for step in range(sc.steps):
         path = [r for r in recs if r.step == step]
-        assert path[0].via == "collective"  # the all_reduce completes after the last arriver's arrival
+        # every member's all_reduce ends at its completion: the path begins at the last arriver's
+        assert (path[0].rank, path[0].name, path[0].via) == (sc.straggler_rank, "c10d::all_reduce_", "dep")
         mm = [r for r in path if r.name == "aten::mm"]
         assert len(mm) == 1 and mm[0].rank == sc.straggler_rank
         assert mm[0].contribution_ns == sc.straggler_ns
@@ -290,3 +291,24 @@ def test_the_node_before_a_jumped_to_member_counts_only_up_to_that_members_arriv
         (1, "slow", "end", 10 * MS),
     ]
     assert _path_sum_and_span(recs, 0) == (14 * MS, 14 * MS)
+
+
+def test_relabelling_the_ranks_of_a_step_that_ends_in_a_tie_relabels_its_path_and_changes_nothing_else(
+    tmp_path: Path,
+) -> None:
+    # every member's all_reduce ends at 12 ms (a tie for the step's last node); rank `late` arrives last.
+    # The path begins at the member the tie's walk goes on from, whatever the ranks are called: it began
+    # at the lowest rank's all_reduce, so relabelling the late rank as 0 moved its transfer (1 ms) to
+    # another rank's share and added a row
+    def path(late: int, name: str) -> list[tuple[int, str, int, str]]:
+        b = RunBuilder(3)
+        for r in range(3):
+            arrive = 11 * MS if r == late else (3 + 2 * r) * MS
+            b.rank(r).step(0).compute("aten::mm", arrive, start_ns=0)
+            b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, 12 * MS - arrive, start_ns=arrive)
+        recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / name))))
+        return [(r.rank, r.name, r.contribution_ns, r.via) for r in recs]
+
+    as_two, as_zero = path(2, "late2"), path(0, "late0")
+    assert as_two == [(2, "c10d::all_reduce_", MS, "dep"), (2, "aten::mm", 11 * MS, "end")]
+    assert as_zero == [(0 if r == 2 else r, n, c, v) for r, n, c, v in as_two]
