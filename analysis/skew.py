@@ -43,7 +43,7 @@ import numpy as np
 
 from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.execution import clock_contradictions, execution_model, held_by
 
 #: Number of grown ops named in a compute cause.
@@ -380,19 +380,23 @@ def _window_start(
     ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool
 ) -> tuple[int, bool]:
     """Start of a member's window: the previous instance of the group (collectives), else the rank's
-    step start (collectives) or its last completed communication (p2p), else its first node; and whether
-    that start is a synchronisation point (a completed communication), not a step start or first node."""
+    step start (collectives) or its last completed communication (p2p), else its step start (p2p), else
+    its first timed node (not the process-group METADATA node at 0 ns); and whether that start is a
+    synchronisation point (a completed communication), not a step start or first node."""
     arrival = int(ri.trace.start_ns[row])
     if prev_row is not None:
         return int(ri.end_ns[prev_row]), True
-    if collective:
-        span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
-        if span is not None and span[0] <= arrival:
-            return span[0], False
+    span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
+    step_start = span[0] if span is not None and span[0] <= arrival else None
+    if collective and step_start is not None:
+        return step_start, False
     t = last_comm_end_before(ri, arrival)
     if t is not None:
         return t, True
-    return (int(ri.sorted_start[0]) if ri.sorted_start.size else arrival), False
+    if step_start is not None:
+        return step_start, False
+    timed = np.flatnonzero(ri.trace.node_type[ri.order] != int(NodeType.METADATA))
+    return (int(ri.sorted_start[timed[0]]) if timed.size else arrival), False
 
 
 def _common_event(

@@ -511,3 +511,31 @@ def test_each_members_record_carries_the_bytes_of_its_own_call(tmp_path: Path) -
     assert got == [("collective", 0, 1 << 20), ("collective", 1, 1 << 20), ("p2p", 0, 4096), ("p2p", 1, 4096)]
     table = skew_table(skew).to_pydict()
     assert sorted(zip(table["kind"], table["rank"], table["comm_bytes"], strict=True)) == got
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["in-a-step", "no-step-marks"])
+def test_a_late_members_first_communication_opens_its_window_at_its_step_not_at_the_process_group_node(
+    tmp_path: Path, marked: bool
+) -> None:
+    # a 3-D (pp x dp x tp) capture on 8 gloo ranks: a second pipeline stage's first communication is a
+    # recv, so its window fell back to its first node, the process-group METADATA node at 0 ns, on clocks
+    # of 1.8e18 ns: "host idle/gap +1643462838782.2 ms" was rank 5's top cause
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    t0 = 1_796_571_370_000_000_000
+    b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "dp": (0, 2)})
+    for r in (0, 2):
+        rb = b.rank(r).step(0)
+        lin = rb.compute("aten::linear", 5 * MS, start_ns=t0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=t0 + 5 * MS, pg="dp", deps=(lin,))
+    b.rank(0).send(1, 4096, 21 * MS, start_ns=t0 + 10 * MS)
+    # without step marks the window opens at the rank's first timed node
+    rb = b.rank(1).step(0 if marked else -1)
+    rb.compute("aten::mm", 30 * MS, start_ns=t0)
+    rb.recv(0, 4096, MS, start_ns=t0 + 30 * MS)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (pair,) = [e for e in skew.events if e.kind == "p2p"]
+    assert pair.late_rank == pair.blamed_rank == 1
+    assert pair.cause.kind is CauseKind.COMPUTE and pair.cause.op == "aten::mm"
+    assert pair.cause.delta_ns <= 30 * MS
