@@ -126,6 +126,8 @@ def _short(name: str, limit: int = 64) -> str:
 
 
 NO_CAUSE = Cause(kind=CauseKind.NONE, delta_ns=0)
+#: How PyTorch describes the group of a DeviceMesh dimension: ``mesh_`` and the dimension's name.
+MESH_DESC_PREFIX = "mesh_"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,6 +169,8 @@ class SkewEvent:
     """Late member's arrival minus the median arrival of the others (0 where it was not later)."""
     cause: Cause
     """Why the late member was late."""
+    pg_desc: str = ""
+    """The group's description as the capture recorded it (``mesh_dp`` for a DeviceMesh dimension)."""
     clock_contradicted: bool = False
     """Whether the members' recorded times contradict each other (a member done before one it waits for
     began: clocks that disagree, :func:`~skewlens.replay.execution.clock_contradictions`): its skew, waits
@@ -181,10 +185,14 @@ class SkewEvent:
     @property
     def label(self) -> str:
         """``all_reduce 0#3`` (type, group, sequence number); a send/recv pair ``send_recv 0#2 0->1`` (its
-        index, sender and receiver): how the worst-collectives table and the wait heatmap name it. A hashed
-        group name is cut (:func:`group_label`)."""
+        index, sender and receiver); a group of a DeviceMesh dimension with the dimension's name before
+        its own, ``all_gather dp:5#27``, ``send_recv pp:1#0 0->4``: how the worst-collectives table and
+        the wait heatmap name it. A hashed group name is cut (:func:`group_label`)."""
         pair = f" {self.ranks[0]}->{self.ranks[1]}" if self.kind == "p2p" else ""
-        return f"{self.comm_type.lower()} {group_label(self.pg_name)}#{self.seq}{pair}"
+        dim = self.pg_desc.removeprefix(MESH_DESC_PREFIX)
+        name = group_label(self.pg_name)
+        group = f"{dim}:{name}" if dim != self.pg_desc and dim else name
+        return f"{self.comm_type.lower()} {group}#{self.seq}{pair}"
 
     @property
     def skew_ns(self) -> int:
@@ -589,6 +597,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 blamed_rank=blamed,
                 late_by_ns=max(int(arr[li] - arr[mi]), 0),
                 cause=cause,
+                pg_desc=pg.desc if (pg := run.process_groups.get(pg_name)) is not None else "",
                 clock_contradicted=(kind, k) in contradicted,
             )
         )

@@ -224,13 +224,20 @@ class RankBuilder:
 class RunBuilder:
     """A synthetic multi-rank run; ``groups`` maps group name to global ranks (default: one world group).
     ``first_node_id``: each rank's first node's id (the process-group node is 0): past 1, ids are not the
-    rows' numbers, as in a converter's trace."""
+    rows' numbers, as in a converter's trace. ``descs``: a group's description (``mesh_dp``; default: its
+    name, the world group's ``default_pg``)."""
 
     def __init__(
-        self, world_size: int, groups: dict[str, tuple[int, ...]] | None = None, *, first_node_id: int = 1
+        self,
+        world_size: int,
+        groups: dict[str, tuple[int, ...]] | None = None,
+        *,
+        first_node_id: int = 1,
+        descs: dict[str, str] | None = None,
     ) -> None:
         self.world_size = world_size
         self.groups = dict(groups or {DEFAULT_PG: tuple(range(world_size))})
+        self.descs = dict(descs or {})
         self.ranks: dict[int, RankBuilder] = {}
         self.first_node_id = first_node_id
 
@@ -243,7 +250,12 @@ class RunBuilder:
         """Write ``rank-<r>.et`` for every rank plus the manifest; returns the run directory."""
         d = Path(run_dir)
         groups = [
-            ProcessGroupInfo(name=n, ranks=rs, desc="default_pg" if n == DEFAULT_PG else n, backend="gloo")
+            ProcessGroupInfo(
+                name=n,
+                ranks=rs,
+                desc=self.descs.get(n, "default_pg" if n == DEFAULT_PG else n),
+                backend="gloo",
+            )
             for n, rs in self.groups.items()
         ]
         steps: list[StepSpan] = []

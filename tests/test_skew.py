@@ -539,3 +539,30 @@ def test_a_late_members_first_communication_opens_its_window_at_its_step_not_at_
     assert pair.late_rank == pair.blamed_rank == 1
     assert pair.cause.kind is CauseKind.COMPUTE and pair.cause.op == "aten::mm"
     assert pair.cause.delta_ns <= 30 * MS
+
+
+def test_an_event_on_a_device_mesh_dimensions_group_is_labelled_with_the_dimensions_name(
+    tmp_path: Path,
+) -> None:
+    # an 8-rank pp x dp x tp capture's worst collectives read "send_recv 2#24 1->5", "reduce_scatter 6#73":
+    # which of the 12 two-rank groups was a pipeline, data- or tensor-parallel one, only the manifest said
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    groups = {"0": (0, 1, 2, 3), "1": (0, 2), "2": (1, 3), "5": (0, 1), "6": (2, 3)}
+    descs = {"1": "mesh_pp", "2": "mesh_pp", "5": "mesh_dp", "6": "mesh_dp"}
+    b = RunBuilder(world_size=4, groups=groups, descs=descs)
+    for r in range(4):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", (1 + r) * MS, start_ns=0)
+        rb.collective(CommType.ALL_GATHER, 4096, MS, start_ns=5 * MS, pg="5" if r < 2 else "6")
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=7 * MS)
+    b.rank(0).send(2, 4096, MS, start_ns=9 * MS, pg="1")
+    b.rank(2).recv(0, 4096, MS, start_ns=9 * MS, pg="1")
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    assert sorted(e.label for e in skew.events) == [
+        "all_gather dp:5#0",
+        "all_gather dp:6#0",
+        "all_reduce 0#0",
+        "send_recv pp:1#0 0->2",
+    ]
