@@ -153,14 +153,44 @@ def _count_text(types: Counter[CommType]) -> str:
     return ", ".join(f"{n} {t.name.lower()}" for t, n in sorted(types.items(), key=lambda x: -x[1]))
 
 
+def _desc_text(name: str, desc: str) -> str:
+    """``, mesh_dp``: a group's description where it says more than its name."""
+    return f", {desc}" if desc and desc not in ("undefined", name) else ""
+
+
 def _group_text(g: _Group) -> str:
-    desc = f", {g.desc}" if g.desc and g.desc not in ("undefined", g.name) else ""
     what = _count_text(g.types) or "no collectives"
-    return f"'{g.name}' (ranks {rank_ranges(g.ranks)}{desc}: {what})"
+    return f"'{g.name}' (ranks {rank_ranges(g.ranks)}{_desc_text(g.name, g.desc)}: {what})"
 
 
 def _found(groups: Iterable[_Group]) -> str:
     return "found " + "; ".join(_group_text(g) for g in groups)
+
+
+#: How many sender -> receiver pairs, and groups, a refusal of send/recv names (then how many more).
+SHOWN_PAIRS = 6
+
+
+def _pairs_text(run: RunTrace) -> str:
+    """The matched send/recv pairs by sender -> receiver, and the groups they are on with their
+    descriptions: ``(8 matched pairs: 0->4 x1, ... and 2 more) on 4 groups: 'pp0' (ranks 0, 4, mesh_pp),
+    ...``."""
+    pairs = sorted(Counter((p.src_rank, p.dst_rank) for p in run.p2p).items())
+    shown = ", ".join(f"{a}->{b} x{n}" for (a, b), n in pairs[:SHOWN_PAIRS])
+    more = f" and {len(pairs) - SHOWN_PAIRS} more" if len(pairs) > SHOWN_PAIRS else ""
+    text = f"({len(run.p2p)} matched pairs{': ' + shown + more if shown else ''})"
+    names = sorted({p.pg_name for p in run.p2p if p.pg_name}, key=lambda n: (len(n), n))
+    if not names:
+        return text
+    groups = []
+    for n in names[:SHOWN_PAIRS]:
+        pg = run.process_groups.get(n)
+        if pg is None:
+            groups.append(f"'{n}'")
+        else:
+            groups.append(f"'{n}' (ranks {rank_ranges(pg.ranks)}{_desc_text(n, pg.desc)})")
+    rest = f" and {len(names) - SHOWN_PAIRS} more" if len(names) > SHOWN_PAIRS else ""
+    return f"{text} on {counted(len(names), 'group')}: {', '.join(groups)}{rest}"
 
 
 def _functional_rows(rt: RankTrace) -> set[int]:
@@ -286,10 +316,8 @@ def _identify(run: RunTrace) -> Layout:
     groups = _used_groups(run)
     p2p = sum(int(type_mask(rt.node_type, P2P_NODE_TYPES).sum()) for rt in run.ranks.values())
     if p2p:
-        pairs = Counter((p.src_rank, p.dst_rank) for p in run.p2p)
-        shown = ", ".join(f"{a}->{b} x{n}" for (a, b), n in sorted(pairs.items())[:6])
         raise ExtrapolationError(
-            f"found {p2p} send/recv node(s) ({len(run.p2p)} matched pairs{': ' + shown if shown else ''}): "
+            f"found {p2p} send/recv node(s) {_pairs_text(run)}: "
             "point-to-point communication (pipeline parallelism) has no data-parallel resize rule"
         )
     if run.skipped_comm:

@@ -1018,3 +1018,26 @@ def test_hsdp_whose_shard_groups_only_gather_or_reduce_scatter_a_block_is_still_
     # reduced with reduce_scatter_block: the shard family (named so) is told from the all-reducing replicas
     lay = identify(hsdp_run(tmp_path / "run", shards=shards))
     assert (lay.parallelism, lay.inner, lay.dp_size, lay.tp_size) == ("ddp", "fsdp", 2, 2)
+
+
+def test_a_pipeline_runs_refusal_names_the_groups_its_pairs_are_on_and_how_many_pairs_it_left_out(
+    tmp_path: Path,
+) -> None:
+    # an 8-rank pp x dp x tp capture was refused with "128 matched pairs: 0->4 x16, ..., 5->1 x16": six of
+    # its eight sender -> receiver pairs, with no word of the two left out or of the mesh_pp groups
+    groups = {"0": tuple(range(8)), "dp": (0, 1, 2, 3), "dq": (4, 5, 6, 7)}
+    groups |= {f"pp{k}": (k, k + 4) for k in range(4)}
+    descs = {"dp": "mesh_dp", "dq": "mesh_dp"} | {f"pp{k}": "mesh_pp" for k in range(4)}
+    b = RunBuilder(world_size=8, groups=groups, descs=descs)
+    for k in range(4):
+        b.rank(k).send(k + 4, MIB, 100_000, pg=f"pp{k}")
+        b.rank(k + 4).recv(k, MIB, 100_000, pg=f"pp{k}")
+        b.rank(k + 4).send(k, MIB, 100_000, pg=f"pp{k}")
+        b.rank(k).recv(k + 4, MIB, 100_000, pg=f"pp{k}")
+    for r in range(8):
+        b.rank(r).collective(RS, MIB, 100_000, pg="dp" if r < 4 else "dq")
+    with pytest.raises(ExtrapolationError) as e:
+        identify(load_run(b.write(tmp_path / "run")))
+    said = str(e.value)
+    assert "(8 matched pairs: 0->4 x1, 1->5 x1, 2->6 x1, 3->7 x1, 4->0 x1, 5->1 x1 and 2 more)" in said
+    assert ") on 4 groups: 'pp0' (ranks 0, 4, mesh_pp), 'pp1' (ranks 1, 5, mesh_pp), 'pp2'" in said
