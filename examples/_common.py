@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -141,6 +142,19 @@ def train_step(
         opt.zero_grad(set_to_none=True)
 
     return step
+
+
+def schedule_step(schedule: Any, first: bool, last: bool, x: torch.Tensor, target: torch.Tensor) -> None:
+    """One ``schedule.step`` of a ``torch.distributed.pipelining`` schedule as the rank's stages ask: the
+    batch where it holds the first stage, the target where it holds the last."""
+    if first and last:
+        schedule.step(x, target=target)
+    elif first:
+        schedule.step(x)
+    elif last:
+        schedule.step(target=target)
+    else:
+        schedule.step()
 
 
 def run_steps(

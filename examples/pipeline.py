@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _common import finish, init_distributed, parse, parser, run_steps, slow_send, straggle
+from _common import finish, init_distributed, parse, parser, run_steps, schedule_step, slow_send, straggle
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
@@ -152,15 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         straggle(args, rank, device)
         x = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
         target = torch.randn(BATCH, HIDDEN, device=device, generator=gen)
-        first, last = owner[0] == rank, owner[-1] == rank
-        if first and last:
-            schedule.step(x, target=target)
-        elif first:
-            schedule.step(x)
-        elif last:
-            schedule.step(target=target)
-        else:
-            schedule.step()
+        schedule_step(schedule, owner[0] == rank, owner[-1] == rank, x, target)
         opt.step()
         opt.zero_grad(set_to_none=True)
 

@@ -212,3 +212,48 @@ def test_no_time_inside_a_1f1b_stages_async_send_or_recv_call_is_idle_at_the_ops
         assert (end[rows] >= returned).all(), r
         busy = Coverage.of(*busy_intervals(rt, em.ranks[r], rt.start_ns, end))
         assert busy.between(rt.start_ns[rows], returned).tolist() == (returned - rt.start_ns[rows]).tolist()
+
+
+@pytest.mark.parametrize(("tp", "schedule"), [(1, "1f1b"), (2, "gpipe")], ids=["pp-x-fsdp2", "pp-x-tp"])
+def test_a_3d_mesh_sends_on_its_pp_groups_shards_on_its_dp_groups_and_all_reduces_on_its_tp_groups(
+    tmp_path: Path, tp: int, schedule: str
+) -> None:
+    """``examples/mesh3d.py`` on 4 ranks, (pp, dp, tp) = (2, 2, 1) or (2, 1, 2): every p2p op on the pp
+    group to the other stage's global rank, FSDP2's on the dp group, DTensor's on the tp group; and the
+    skew analysis reads it with no cause beyond the capture (the second stage's first communication is a
+    recv, whose window opened at the process-group node's 0 ns: 'host idle/gap +1796571738288.4 ms')."""
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.skew import analyze_skew
+
+    ex = load_workload("mesh3d.py")
+    run = capture_workload(tmp_path / "run", "mesh3d.py", "--tp", str(tp), "--schedule", schedule, nproc=4)
+    dp = 4 // (2 * tp)  # two stages
+    tp_local = linear_numel(ex.HIDDEN, ex.FFN) // tp + ex.FFN * ex.HIDDEN // tp + ex.HIDDEN
+    act = ex.BATCH // ex.MICROBATCHES * ex.HIDDEN * F32
+    expected = {}
+    for rank in range(4):
+        p, d, t = rank // (dp * tp), rank // tp % dp, rank % tp
+        peer = (1 - p) * dp * tp + d * tp + t
+        pp_group = (min(rank, peer), max(rank, peer))
+        want = Counter({CommKey("SEND", pp_group, act, peer): ex.MICROBATCHES})
+        want[CommKey("RECV", pp_group, act, peer)] = ex.MICROBATCHES
+        if dp > 1:
+            dp_group = tuple(p * dp * tp + k * tp + t for k in range(dp))
+            gathers = ex.BLOCKS * (ex.MICROBATCHES + 1)
+            want[CommKey("ALL_GATHER", dp_group, tp_local // dp * F32, -1)] = gathers
+            want[CommKey("REDUCE_SCATTER", dp_group, tp_local * F32, -1)] = ex.BLOCKS
+        if tp > 1:
+            tp_group = tuple(p * dp * tp + d * tp + k for k in range(tp))
+            backward = 2 * ex.BLOCKS - (1 if p == 0 else 0)
+            want[CommKey("ALL_REDUCE", tp_group, act, -1)] = ex.MICROBATCHES * backward
+        expected[rank] = want
+    per_step_is(run, expected)
+    descs = {g.desc for g in run.process_groups.values() if len(g.ranks) == 2}
+    assert descs == {"mesh_pp", "mesh_dp" if dp > 1 else "mesh_tp"}
+    skew = analyze_skew(build_index(run))
+    first = min(int(rt.start_ns[rt.node_type != int(NodeType.METADATA)].min()) for rt in run.ranks.values())
+    last = max(int((rt.start_ns + rt.dur_ns).max()) for rt in run.ranks.values())
+    assert skew.events and max(e.cause.delta_ns for e in skew.events) <= last - first
+    assert {e.label.split(":")[0].split()[-1] for e in skew.events if ":" in e.label} == {"pp"} | (
+        {"dp"} if dp > 1 else {"tp"}
+    )
