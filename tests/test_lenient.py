@@ -812,3 +812,25 @@ def test_check_gives_the_missing_ranks_one_row_so_the_p2p_size_error_is_not_cut(
     out = io.StringIO()
     check_main([str(d), "--no-progress", "--all"], console=Console(file=out, width=300))
     assert sum(ln.startswith("│") for ln in out.getvalue().splitlines()) == 57
+
+
+def test_the_check_summary_names_a_meshs_groups_by_dimension_in_the_order_of_their_numbers() -> None:
+    # an 8-rank pp x dp x tp capture's summary read "13: '0' (8 ranks, default_pg), '1' (2 ranks, mesh_pp),
+    # '10' (2 ranks, mesh_tp), '11' ..., '4' (2 ranks, mesh_pp), ... 5 more": by name as text, eight
+    # entries, not one of the dp groups among them
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.render import _groups
+
+    groups = [ProcessGroupInfo(name="0", ranks=tuple(range(8)), desc="default_pg")]
+    for k, dim in enumerate(("pp", "dp", "tp")):
+        groups += [
+            ProcessGroupInfo(name=str(1 + 4 * k + j), ranks=(j, j + 4), desc=f"mesh_{dim}") for j in range(4)
+        ]
+    assert _groups({g.name: g for g in groups}) == (
+        "13: '0' (8 ranks, default_pg), mesh_pp: '1', '2', '3', '4' (2 ranks each), "
+        "mesh_dp: '5', '6', '7', '8' (2 ranks each), mesh_tp: '9', '10', '11', '12' (2 ranks each)"
+    )
+    wide = [ProcessGroupInfo(name=str(k), ranks=(2 * k, 2 * k + 1), desc="mesh_tp") for k in range(1, 129)]
+    assert (
+        _groups({g.name: g for g in wide}) == "128: mesh_tp: '1', '2', '3', '4', ... 124 more (2 ranks each)"
+    )

@@ -89,6 +89,8 @@ def _per_reason(issues: list[Issue]) -> list[tuple[Issue, str, str]]:
 
 #: At most this many process groups are named in the summary (all are counted).
 SHOWN_GROUPS = 8
+#: At most this many names of groups alike (one description and size) are shown in their entry.
+SHOWN_ALIKE = 4
 #: The description torch gives a process group made without one.
 NO_DESC = "undefined"
 
@@ -118,15 +120,25 @@ def creation_order(name: str) -> tuple[bool, int, str]:
 def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     """``1: '0' (128 ranks, default_pg)``: how many groups, then the first few in creation order (a bare
     ``0``, the usual name of the world group, read as a count). A group's description is shown where torch's
-    ``new_group`` was given one (:func:`group_desc`)."""
-
-    def one(g: ProcessGroupInfo) -> str:
-        desc = f", {group_desc(g)}" if group_desc(g) else ""
-        return f"{g.name!r} ({counted(len(g.ranks), 'rank')}{desc})"
-
-    named = [one(g) for g in sorted(groups.values(), key=lambda g: creation_order(g.name))]
+    ``new_group`` was given one (:func:`group_desc`); groups of one description and size (a DeviceMesh
+    dimension's) are one entry, the description first: ``mesh_dp: '5', '6', '7', '8' (2 ranks each)``."""
+    ordered = sorted(groups.values(), key=lambda g: creation_order(g.name))
+    alike: dict[tuple[str, int], list[str]] = {}
+    for g in ordered:
+        if group_desc(g):
+            alike.setdefault((group_desc(g), len(g.ranks)), []).append(repr(g.name))
+    named: list[str] = []
+    for g in ordered:
+        desc, size = group_desc(g), len(g.ranks)
+        names = alike.get((desc, size), [])
+        if len(names) > 1:
+            if names[0] == repr(g.name):
+                more = f", ... {len(names) - SHOWN_ALIKE} more" if len(names) > SHOWN_ALIKE else ""
+                named.append(f"{desc}: {', '.join(names[:SHOWN_ALIKE])}{more} ({counted(size, 'rank')} each)")
+            continue
+        named.append(f"{g.name!r} ({counted(size, 'rank')}{', ' + desc if desc else ''})")
     more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
-    return f"{len(named)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
+    return f"{len(ordered)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
 #: At most this many of a command's warnings and errors are printed after its summary (all are counted).
