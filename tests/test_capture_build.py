@@ -1286,3 +1286,44 @@ def test_the_filler_of_a_step_begins_after_a_call_still_running_at_its_start() -
     nodes = build_nodes(RankCapture(rank=0, comms=comms, steps=steps, groups=GROUPS, main_thread=MAIN))
     gaps = [(n.start_ns // ms, (n.start_ns + n.dur_ns) // ms) for n in nodes if n.name == GAP_NAME]
     assert gaps == [(0, 20), (30, 95), (104, 150), (160, 200)]
+
+
+def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no_operators_work() -> None:
+    # reentrant activation checkpointing under DDP: the block's backward runs a backward of its own inside
+    # CheckpointFunctionBackward, whose bucket hooks issue the all_reduce and whose end runs DDP's reducer
+    # finalisation, waiting in C++ for the bucket. At the ops level the whole operator was one node, the
+    # wait its work (2 gloo ranks: 8-41 ms a step, analyze read 0.01 ms of waiting where the all_reduces ran
+    # 3-48 ms, and a replay slowing the other rank's compute doubled the wait)
+    fr = replace(coll(15_000, 15_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
+    worker = [host_op("gloo:all_reduce", 16_000, 24_000, thread=8)]  # completes at 40 us
+    engine = "autograd::engine::evaluate_function: CheckpointFunctionBackward"
+    ops = [
+        host_op(engine, 2_000, 48_000),
+        host_op("CheckpointFunctionBackward", 2_500, 47_000),
+        host_op("aten::linear", 3_000, 5_000),  # the recomputed forward
+        host_op("autograd::engine::evaluate_function: AddmmBackward0", 9_000, 5_000),
+        host_op("torch.distributed.ddp.reducer::copy_bucket_to_grad", 40_300, 4_000),
+        host_op("Optimizer.step#SGD.step", 51_000, 15_000),
+    ]
+    cap = one_step([fr], worker_events=worker, ops=ops)
+    main = main_thread_compute(cap)
+    assert not [n for n in main if n[0] < 40_000 and n[1] > 15_000]  # blocked: no node of work
+    assert [n for n in main if n[0] >= 2_000 and n[1] <= 50_000] == [
+        (2_000, 2_500, engine),
+        (2_500, 3_000, "CheckpointFunctionBackward"),
+        (3_000, 8_000, "aten::linear"),
+        (8_000, 9_000, "CheckpointFunctionBackward"),
+        (9_000, 14_000, "autograd::engine::evaluate_function: AddmmBackward0"),
+        (14_000, 15_000, "CheckpointFunctionBackward"),
+        (40_300, 44_300, "torch.distributed.ddp.reducer::copy_bucket_to_grad"),
+        (44_300, 49_500, "CheckpointFunctionBackward"),
+        (49_500, 50_000, engine),
+    ]
+    nodes = build_nodes(cap)
+    (bucket,) = by_name(nodes, "gloo:all_reduce")
+    (after,) = by_name(nodes, "torch.distributed.ddp.reducer::copy_bucket_to_grad")
+    assert bucket.node_id in after.ctrl_deps  # what follows the wait waits for the bucket
+    # a bucket completing while an operator without children of its own runs (a matmul) overlapped it:
+    # no wait, and the operators around stay whole
+    ops[4] = host_op("aten::mm", 30_000, 12_000)
+    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=ops))

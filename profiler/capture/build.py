@@ -647,6 +647,19 @@ def _split_by_scopes(
     return out
 
 
+def _hidden_flights(nodes: Iterable[_Proto], waited: Set[int]) -> dict[int, list[tuple[int, int]]]:
+    """Each host thread's asynchronous collectives whose wait is no node of the trace (DDP's reducer waits
+    for its buckets in C++; ``waited``: ``id`` of those a wait node waits for), as ``(issue, end)``,
+    sorted."""
+    flights: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p in nodes:
+        if p.issue_stream >= 0 and id(p) not in waited and p.host_waits:
+            flights[p.issue_stream].append((p.start_ns, p.end_ns))
+    for f in flights.values():
+        f.sort()
+    return flights
+
+
 def _gap_protos(
     cap: RankCapture,
     nodes: list[_Proto],
@@ -683,13 +696,7 @@ def _gap_protos(
     # scope too: the execution model reads the untraced node right after the issue as that wait where
     # gloo's worker recorded the end after the thread went on (RankModel.end_clamp_rows); named after the
     # scope it would be compute of fixed length.
-    flights: dict[int, list[tuple[int, int]]] = defaultdict(list)  # thread -> (issue, end), sorted
-    if main_only:
-        for p in nodes:
-            if p.issue_stream >= 0 and id(p) not in waited and p.host_waits:
-                flights[p.issue_stream].append((p.start_ns, p.end_ns))
-        for f in flights.values():
-            f.sort()
+    flights = _hidden_flights(nodes, waited) if main_only else {}
     done = {stream: sorted(b for _a, b in f) for stream, f in flights.items()}
     issues = {stream: [a for a, _b in f] for stream, f in flights.items()}
     # each thread's intervals sorted once, a step's found by bisection, and the latest end of those begun
@@ -744,13 +751,18 @@ def _gap_protos(
 
 
 def _op_protos(
-    cap: RankCapture, streams: _Streams, comms: list[_Proto], alias: Mapping[int, int]
+    cap: RankCapture,
+    streams: _Streams,
+    comms: list[_Proto],
+    alias: Mapping[int, int],
+    waited: Set[int] = frozenset(),
 ) -> tuple[list[_Proto], list[tuple[int, int, str]]]:
-    """Ops/full levels: outermost Kineto operators (split around blocking collectives) and GPU kernels
-    (``alias``: Kineto's thread ids -> native ones, :func:`kineto_thread_alias`); and the main thread's
-    scopes replaced by their operators (because they enclosed a blocking call, or for want of a schema at
-    the full level), each ending at the first step mark inside it (what follows the mark is the capture's
-    own), as disjoint ``(start, end, name)`` pieces, sorted, named after the innermost scope
+    """Ops/full levels: outermost Kineto operators (split around blocking collectives and hidden waits,
+    :func:`_hidden_waits`) and GPU kernels (``alias``: Kineto's thread ids -> native ones,
+    :func:`kineto_thread_alias`; ``waited``: as for :func:`_hidden_flights`); and the main thread's
+    scopes replaced by their operators (because they enclosed a blocking call or a hidden wait, or for want
+    of a schema at the full level), each ending at the first step mark inside it (what follows the mark is
+    the capture's own), as disjoint ``(start, end, name)`` pieces, sorted, named after the innermost scope
     (:func:`_innermost`) and less the collective calls inside them (:func:`_without_calls`)."""
     starts = [s.start_ns for s in cap.steps]
     bounds = sorted({t for s in cap.steps for t in (s.start_ns, s.end_ns)})
@@ -758,6 +770,7 @@ def _op_protos(
     for p in comms:
         if p.issue_stream < 0:
             blocking[p.stream].append((p.start_ns, p.end_ns))
+    flights = _hidden_flights(comms, waited)
     by_thread: dict[int, list[OpRecord]] = defaultdict(list)
     out: list[_Proto] = []
     scopes: list[tuple[int, int, str]] = []
@@ -803,6 +816,7 @@ def _op_protos(
             outlives = bool(stack) and o.start_ns + o.dur_ns > ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns
             if not (outlives and o.name.startswith(COMM_OP_PREFIXES)):
                 stack.append(i)
+        hidden = _hidden_waits(ops, roots, children, [e for _a, e in flights.get(stream, [])])
         todo = list(reversed(roots))
         while todo:
             i = todo.pop()
@@ -822,7 +836,7 @@ def _op_protos(
             # full level: a scope without an operator schema (autograd engine, module forward) is not
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
-            if encloses_comm or scope_only:
+            if encloses_comm or scope_only or i in hidden:
                 if stream == MAIN_STREAM:
                     b = _boundary_inside(bounds, o.start_ns, end)
                     scopes.append((o.start_ns, end if b is None else b, o.name))
@@ -867,6 +881,31 @@ def _op_protos(
                 )
             )
     return out, _without_calls(_innermost(scopes), sorted(calls))
+
+
+def _hidden_waits(
+    ops: Sequence[OpRecord], roots: Sequence[int], children: Mapping[int, Sequence[int]], ends: Iterable[int]
+) -> set[int]:
+    """The operators of one thread (``ops`` by start, nested as ``roots`` and ``children``) in which it
+    blocked until an asynchronous collective it issued completed (``ends``: :func:`_hidden_flights`'),
+    waited for in C++ inside an operator: DDP's reducer finishes a backward run from inside
+    ``CheckpointFunctionBackward`` under reentrant activation checkpointing, whose inner backward raised
+    the bucket hooks. A completion that lies in the innermost operator covering it where none of that
+    operator's children runs is such a wait: that operator and those around it give way to their children
+    (as around a blocking call), so that the wait is no operator's work (:func:`_gap_protos` cuts it
+    out). One inside an operator without children (a matmul overlapping the transfer) is not."""
+    out: set[int] = set()
+    for e in ends:
+        level, chain = roots, []
+        while True:
+            k = bisect.bisect_left(level, e, key=lambda j: ops[j].start_ns) - 1
+            if k < 0 or ops[level[k]].start_ns + ops[level[k]].dur_ns <= e:
+                break
+            chain.append(level[k])
+            level = children.get(level[k], ())
+        if chain and children.get(chain[-1]):
+            out.update(chain)
+    return out
 
 
 def _innermost(scopes: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -1002,7 +1041,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
     bursts: list[_Run] = []
     if cap.ops:
-        ops, scopes = _op_protos(cap, streams, comms + waits, alias)
+        ops, scopes = _op_protos(cap, streams, comms + waits, alias, waited_for)
         bursts = _backward_passes(ops, comms + waits, cap.steps)
         gaps = _gap_protos(
             cap,
