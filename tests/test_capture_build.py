@@ -1325,5 +1325,8 @@ def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no
     assert bucket.node_id in after.ctrl_deps  # what follows the wait waits for the bucket
     # a bucket completing while an operator without children of its own runs (a matmul) overlapped it:
     # no wait, and the operators around stay whole
-    ops[4] = host_op("aten::mm", 30_000, 12_000)
-    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=ops))
+    mm = [*ops[:4], host_op("aten::mm", 30_000, 12_000), ops[5]]
+    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=mm))
+    # nor was a bucket issued before the operator began (its transfer overlapping the next block's backward)
+    early = replace(fr, start_ns=1_000, issue_end_ns=1_000)
+    assert (2_000, 50_000, engine) in main_thread_compute(one_step([early], worker_events=worker, ops=ops))

@@ -816,7 +816,7 @@ def _op_protos(
             outlives = bool(stack) and o.start_ns + o.dur_ns > ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns
             if not (outlives and o.name.startswith(COMM_OP_PREFIXES)):
                 stack.append(i)
-        hidden = _hidden_waits(ops, roots, children, [e for _a, e in flights.get(stream, [])])
+        hidden = _hidden_waits(ops, roots, children, flights.get(stream, []))
         todo = list(reversed(roots))
         while todo:
             i = todo.pop()
@@ -884,18 +884,23 @@ def _op_protos(
 
 
 def _hidden_waits(
-    ops: Sequence[OpRecord], roots: Sequence[int], children: Mapping[int, Sequence[int]], ends: Iterable[int]
+    ops: Sequence[OpRecord],
+    roots: Sequence[int],
+    children: Mapping[int, Sequence[int]],
+    flights: Iterable[tuple[int, int]],
 ) -> set[int]:
     """The operators of one thread (``ops`` by start, nested as ``roots`` and ``children``) in which it
-    blocked until an asynchronous collective it issued completed (``ends``: :func:`_hidden_flights`'),
-    waited for in C++ inside an operator: DDP's reducer finishes a backward run from inside
-    ``CheckpointFunctionBackward`` under reentrant activation checkpointing, whose inner backward raised
-    the bucket hooks. A completion that lies in the innermost operator covering it where none of that
-    operator's children runs is such a wait: that operator and those around it give way to their children
-    (as around a blocking call), so that the wait is no operator's work (:func:`_gap_protos` cuts it
-    out). One inside an operator without children (a matmul overlapping the transfer) is not."""
+    blocked until an asynchronous collective it had issued inside the same operator completed
+    (``flights``: :func:`_hidden_flights`' ``(issue, end)``), waited for in C++: DDP's reducer finishes
+    a backward run from inside ``CheckpointFunctionBackward`` under reentrant activation checkpointing,
+    whose inner backward raised the bucket hooks. Such a completion lies in the innermost operator
+    covering it, issued inside it, where none of that operator's children runs: that operator and those
+    around it give way to their children (as around a blocking call), so that the wait is no operator's
+    work (:func:`_gap_protos` cuts it out). A bucket issued before the operator began and completing in
+    it (its transfer overlapping backward), or completing inside an operator without children (a
+    matmul), was no wait of its."""
     out: set[int] = set()
-    for e in ends:
+    for issue, e in flights:
         level, chain = roots, []
         while True:
             k = bisect.bisect_left(level, e, key=lambda j: ops[j].start_ns) - 1
@@ -903,7 +908,7 @@ def _hidden_waits(
                 break
             chain.append(level[k])
             level = children.get(level[k], ())
-        if chain and children.get(chain[-1]):
+        if chain and children.get(chain[-1]) and ops[chain[-1]].start_ns <= issue:
             out.update(chain)
     return out
 
