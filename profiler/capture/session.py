@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from skewlens.profiler.atomic import write_json_atomic
@@ -45,6 +46,8 @@ from skewlens.profiler.vocab import HostTrace, Level
 #: How long a captured process waits at exit, the GIL released, before the interpreter finalizes.
 EXIT_GRACE_S = 0.05
 PART_FILE = "rank-{rank}.json"
+#: How many frames above an optimizer's step pre hook are searched for a wrapper's ``step()`` running it.
+_OUTER_FRAMES = 8
 #: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
 #: session per process, and a second one would leave the program's profiler with no events).
 OWN_PROFILER_NOTE = (
@@ -52,6 +55,25 @@ OWN_PROFILER_NOTE = (
     "Kineto to itself: operators not recorded "
     "(the trace has the collectives level's content)"
 )
+
+
+def _unhooked_outer(optimizer: Any) -> Any:
+    """Another optimizer whose ``step()`` is running *optimizer*'s and that torch's optimizer step hooks do
+    not see (it never ran ``Optimizer.__init__``, which hooks its class's ``step``), or None."""
+    import sys
+
+    from torch.optim import Optimizer
+
+    frame: FrameType | None = sys._getframe(2)  # above this function and the pre hook
+    for _ in range(_OUTER_FRAMES):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "step" else None
+        if isinstance(owner, Optimizer) and owner is not optimizer:
+            hooked = getattr(type(owner).step, "hooked", False)
+            return None if hooked or getattr(type(owner).step, "skewlens_step_hooks", False) else owner
+        frame = frame.f_back
+    return None
 
 
 def part_file(run_dir: Path, rank: int) -> Path:
@@ -146,6 +168,8 @@ class CaptureSession:
         self._opt_handles: list[Any] = []
         self._on_term: Callable[[int, Any], None] | None = None  # the SIGTERM handler installed, if any
         self._opt_open: list[int] = []  # the optimizers whose step() is running, outermost first
+        self._hand_over = (0, 0)  # (inner, wrapper) ids: the wrapper's step() hooked, from its next call
+        self._wrapped_steps: list[tuple[type, Any]] = []  # (class, own step()) of unhooked wrappers
         self._first_optimizer: int | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
         self._kineto: Any = None
@@ -241,6 +265,9 @@ class CaptureSession:
         for handle in self._opt_handles:
             handle.remove()
         self._opt_handles = []
+        for cls, own_step in reversed(self._wrapped_steps):
+            cls.step = own_step
+        self._wrapped_steps = []
         atexit.unregister(self._at_exit)
         on_term, self._on_term = self._on_term, None
         main = threading.current_thread() is threading.main_thread()
@@ -257,6 +284,33 @@ class CaptureSession:
         if id(optimizer) in self._opt_open:  # its last step() raised (no post hook): long over
             del self._opt_open[self._opt_open.index(id(optimizer)) :]
         self._opt_open.append(id(optimizer))
+        outer = _unhooked_outer(optimizer)
+        if outer is not None:
+            self._hook_step_of(type(outer))
+            self._hand_over = (id(optimizer), id(outer))
+
+    def _hook_step_of(self, cls: type) -> None:
+        """Run the step hooks around ``cls.step`` from its next call on: an optimizer wrapper that never ran
+        ``Optimizer.__init__`` (``PostLocalSGDOptimizer``, whose ``step()`` steps its local optimizer, then
+        averages the model) has a ``step()`` torch's hooks do not see, and the step would end inside it, at
+        its inner optimizer's end, the work after that (the model average) falling into the next step. The
+        call that found it ends at its inner optimizer's, as before (its step() is running)."""
+        import functools
+
+        cls = next(c for c in cls.__mro__ if "step" in c.__dict__)  # the class defining it
+        own_step = cls.__dict__["step"]
+        on_pre, on_post = self._on_optimizer_pre, self._on_optimizer_step
+
+        @functools.wraps(own_step)
+        def step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            on_pre(optimizer, args, kwargs)
+            out = own_step(optimizer, *args, **kwargs)
+            on_post(optimizer, args, kwargs)
+            return out
+
+        step.skewlens_step_hooks = True  # type: ignore[attr-defined]
+        cls.step = step  # type: ignore[attr-defined]
+        self._wrapped_steps.append((cls, own_step))
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if id(optimizer) in self._opt_open:
@@ -269,6 +323,12 @@ class CaptureSession:
         self._optimizer_steps[id(optimizer)] = (name, calls + 1)
         if id(optimizer) == self._first_optimizer:
             self.step()
+        inner, outer = self._hand_over
+        if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are the training's from now on
+            self._hand_over = (0, 0)
+            if self._first_optimizer == inner:
+                self._first_optimizer = outer
+                self._optimizer_steps[outer] = self._optimizer_steps.pop(inner)
 
     def step(self) -> None:
         """Mark the end of the current training step."""
