@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from workload_helpers import capture_workload
+from capture_helpers import profile_script
+from workload_helpers import capture_workload, comm_per_step
 
 from skewlens.profiler.capture import capture
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import STEP_MARKS_NOTE, read_manifest
+from skewlens.profiler.store import load_run
 from skewlens.profiler.vocab import Attr
 
 
@@ -95,3 +97,47 @@ def test_every_captured_step_of_every_rank_keeps_its_optimizer_step_at_the_ops_l
                 per_step[attrs[Attr.STEP]][node.name] += 1
         found = {s: (c["Optimizer.step#SGD.step"], c["aten::add_"]) for s, c in per_step.items()}
         assert found == {2: (1, 0), 3: (1, 0), 4: (1, 0)}, f"rank {rank}"
+
+
+LOCAL_SGD = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as pls
+from torch.distributed.algorithms.model_averaging import averagers
+from torch.distributed.optim import PostLocalSGDOptimizer
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(16, 16))
+# DDP all_reduces gradients for 2 iterations, then none (no subgroup all_reduce either): from then on, only
+# the model average of every 2nd iteration communicates
+state = pls.PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=2,
+                              post_local_gradient_allreduce=False)
+model.register_comm_hook(state, pls.post_localSGD_hook)
+opt = PostLocalSGDOptimizer(optim=torch.optim.SGD(model.parameters(), lr=0.01),
+                            averager=averagers.PeriodicModelAverager(period=2, warmup_steps=2))
+for _ in range(8):
+    model(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_post_local_sgds_model_average_is_in_the_step_whose_optimizer_step_ran_it(tmp_path: Path) -> None:
+    out, res = profile_script(tmp_path, LOCAL_SGD, nproc=2, steps="1:1:4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = load_run(out)
+    model_bytes = (16 * 16 + 16) * 4
+    for rank, per_step in comm_per_step(run).items():
+        found = {
+            step: sorted((k.kind, k.group, k.bytes) for k in c.elements()) for step, c in per_step.items()
+        }
+        # the averager averages at iterations 2 and 4 (step counter >= warmup, (step - 2) % 2 == 0), in one
+        # all_reduce of the whole model; steps 3 and 5 have no collective at all. Before, the average was
+        # in the step after (3 and 5), the step ending at the inner SGD's step()
+        average = [("ALL_REDUCE", (0, 1), model_bytes)]
+        assert found == {2: average, 4: average}, f"rank {rank}"
+    assert sorted((s.rank, s.step) for s in read_manifest(out).steps) == [
+        (r, s) for r in (0, 1) for s in (2, 3, 4, 5)
+    ]
