@@ -116,10 +116,9 @@ model.register_comm_hook(state, pls.post_localSGD_hook)
 opt = PostLocalSGDOptimizer(optim=torch.optim.SGD(model.parameters(), lr=0.01),
                             averager=averagers.PeriodicModelAverager(period=2, warmup_steps=2))
 for _ in range(8):
+    opt.zero_grad()
     model(torch.randn(4, 16)).sum().backward()
     opt.step()
-    opt.zero_grad()
-dist.destroy_process_group()
 """
 
 
