@@ -973,7 +973,8 @@ def waits_for(comm_type: CommType, root: int, n: int) -> tuple[int, ...]:
 #: took under 1 ms while rank 1 arrived 500 ms later; its broadcast, scatter, gather and all_to_all waited
 #: the 500 ms), and NCCL discards every empty collective (``taskAppend``: "Empty collectives can be
 #: discarded"). PowerSGD's DDP hook issues one each step (the uncompressed part of a bucket without one).
-_EMPTY_WAITS_FOR_NONE = frozenset(
+#: The real replay issues them empty too (:meth:`~skewlens.replay.real.ops.CommIssuer.issue`).
+EMPTY_WAITS_FOR_NONE = frozenset(
     {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE}
 )
 
@@ -984,10 +985,10 @@ def collective_waits_for(
     """:func:`waits_for` of a collective's members ``ranks`` / ``rows`` (loaded ranks), its root as the
     capture recorded it (a root among no loaded member is unknown); an all_reduce, all_gather,
     reduce_scatter or reduce whose members' calls are all empty: each member waits for no one
-    (:data:`_EMPTY_WAITS_FOR_NONE`)."""
+    (:data:`EMPTY_WAITS_FOR_NONE`)."""
     if not ranks:
         return ()
-    if comm_type in _EMPTY_WAITS_FOR_NONE and all(
+    if comm_type in EMPTY_WAITS_FOR_NONE and all(
         int(run.ranks[r].comm_bytes[w]) == 0 for r, w in zip(ranks, rows, strict=True)
     ):
         return tuple(range(len(ranks)))

@@ -222,3 +222,29 @@ def test_a_list_all_to_all_without_recorded_splits_receives_each_members_recorde
     fn, args = _issued(monkeypatch, op, blocking=True, backend="nccl")
     assert fn == "all_to_all"
     assert args["arg0"] == [(100,), (50,)] and args["arg1"] == [(100,), (100,)]
+
+
+@pytest.mark.parametrize(
+    ("name", "ct", "fn", "shapes"),
+    [
+        ("c10d::allreduce_", CommType.ALL_REDUCE, "all_reduce", {"arg0": (0,)}),
+        ("c10d::_allgather_base_", CommType.ALL_GATHER, "all_gather_into_tensor", {"arg1": (0,)}),
+        ("c10d::_reduce_scatter_base_", CommType.REDUCE_SCATTER, "reduce_scatter_tensor", {"arg1": (0,)}),
+        ("c10d::reduce_scatter_", CommType.REDUCE_SCATTER, "reduce_scatter", {"arg1": [(0,), (0,)]}),
+        ("c10d::reduce_", CommType.REDUCE, "reduce", {"arg0": (0,)}),
+    ],
+)  # fmt: skip
+def test_an_empty_all_reduce_gather_or_reduce_scatter_is_reissued_empty_as_the_model_says_it_waits_for_no_one(
+    monkeypatch: pytest.MonkeyPatch, name: str, ct: CommType, fn: str, shapes: dict[str, Any]
+) -> None:
+    # PowerSGD's hook issues an empty all_reduce a step; gloo returns at once and the execution model has
+    # its members wait for no one. Re-issued as one element it met the late peer: a wait the model has not.
+    got, args = _issued(monkeypatch, _coll(name, ct, 0), blocking=False)
+    assert got == fn
+    assert {k: args[k] for k in shapes} == shapes
+
+
+def test_an_empty_broadcast_still_meets_its_peers_with_one_element(monkeypatch: pytest.MonkeyPatch) -> None:
+    # gloo's empty broadcast waits for its root (execution.EMPTY_WAITS_FOR_NONE leaves it out)
+    fn, args = _issued(monkeypatch, _coll("c10d::broadcast_", CommType.BROADCAST, 0, root=0), blocking=True)
+    assert fn == "broadcast" and args["arg0"] == (1,)

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.execution import EMPTY_WAITS_FOR_NONE
 from skewlens.replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes, issued_root
 
 
@@ -159,7 +160,9 @@ class CommIssuer:
         group, ranks = self._group(op)
         size = len(ranks)
         root = issued_root(op.root, ranks)
-        numel = max(1, op.comm_bytes // element_bytes(op.dtype))
+        numel = op.comm_bytes // element_bytes(op.dtype)
+        if numel == 0 and not (op.kind == KIND_COLL and op.comm_type in EMPTY_WAITS_FOR_NONE):
+            numel = 1  # a send/recv, or a collective that meets its peers whatever it moves: one element
         dt = op.dtype
         if op.kind == KIND_SEND:
             if blocking:
@@ -192,7 +195,7 @@ class CommIssuer:
             )
         if ct in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
             # comm_size of a reduce_scatter is this rank's input (the whole tensor to be reduced)
-            per = max(1, numel // size)
+            per = max(1, numel // size) if numel else 0
             out = self._buf("out", per, dt)
             return dist.reduce_scatter_tensor(
                 out,
@@ -244,7 +247,7 @@ class CommIssuer:
             out = list(self._buf("out", numel * size, dt).chunk(size))
             return (dist.all_gather(out, self._buf("in", numel, dt), group=group, async_op=a),)
         if op.name == "c10d::reduce_scatter_":
-            per = max(1, numel // size)
+            per = max(1, numel // size) if numel else 0
             chunks = list(self._buf("in", per * size, dt).chunk(size))
             out_t, red = self._buf("out", per, dt), self._reduce_op(op, group)
             return (dist.reduce_scatter(out_t, chunks, op=red, group=group, async_op=a),)
