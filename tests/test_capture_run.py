@@ -533,3 +533,52 @@ def test_ops_level_phase_scopes_keep_their_own_time_and_ddps_wait_stays_untraced
             if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
         ]
         assert ends and not [(e, t) for e in ends for t in train if t[0] < e < t[1]], rank
+
+
+CLOSURE = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+ddp = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+def closure():
+    opt.zero_grad()
+    loss = ddp(torch.randn(16, 64)).square().mean()
+    loss.backward()
+    return loss
+for _ in range(5):
+    opt.step(closure)
+dist.destroy_process_group()
+"""
+
+
+def test_ops_level_optimizer_step_whose_closure_runs_backward_leaves_ddps_wait_outside_its_own_time(
+    tmp_path: Path,
+) -> None:
+    # PyTorch Lightning's automatic optimisation, in plain torch: forward and backward run in the closure
+    # given to optimizer.step(), so DDP's all_reduce is issued and waited for inside Optimizer.step. That
+    # op was one node up to the step mark, the wait inside it compute of fixed length (a slowed peer then
+    # blamed the rank that waited for it)
+    script = tmp_path / "closure.py"
+    script.write_text(CLOSURE)
+    out = tmp_path / "run"
+    res = profile(out, level="ops", steps="1:1:3", script=script)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rank in (0, 1):
+        nodes = nodes_of(out, rank)
+        main = [(n.name, a) for n, a in nodes if n.type == NodeType.COMP and a.get(Attr.STREAM) == 0]
+        opt = [
+            (a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS])
+            for n, a in main
+            if n == "Optimizer.step#SGD.step"
+        ]
+        assert {a[Attr.STEP] for n, a in main if n == "Optimizer.step#SGD.step"} == {2, 3, 4}, rank
+        backward = {a[Attr.STEP] for n, a in main if n.startswith("autograd::engine::evaluate_function")}
+        assert backward == {2, 3, 4}, (rank, sorted({n for n, _a in main}))
+        ends = [
+            a[Attr.START_NS] + a[Attr.DUR_NS]
+            for n, a in nodes
+            if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
+        ]
+        assert len(ends) == 3 and not [(e, o) for e in ends for o in opt if o[0] < e < o[1]], rank
