@@ -58,14 +58,20 @@ def profile(
 
 
 def profile_script(
-    tmp_path: Path, text: str, *, nproc: int, steps: str = "1:1:3", env: dict[str, str] | None = None
+    tmp_path: Path,
+    text: str,
+    *,
+    nproc: int,
+    steps: str = "1:1:3",
+    env: dict[str, str] | None = None,
+    level: str = "collectives",
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """Write the training script ``text`` under ``tmp_path`` and profile it on ``nproc`` gloo ranks with
     torchrun (:func:`profile`); the run directory and the finished ``skewlens profile``."""
     script = tmp_path / "train.py"
     script.write_text(text)
     out = tmp_path / "run"
-    return out, profile(out, steps=steps, nproc=nproc, env=env, script=script)
+    return out, profile(out, steps=steps, nproc=nproc, env=env, script=script, level=level)
 
 
 def load_example(module_name: str = "skl_example_train") -> ModuleType:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from capture_helpers import EXAMPLE as TRAIN
-from capture_helpers import load_example, profile
+from capture_helpers import load_example, profile, profile_script
 
 from skewlens.profiler.capture.build import FINISH_LAG_NS
 from skewlens.profiler.chakra_io import node_attrs, read_et
@@ -513,11 +513,7 @@ def test_ops_level_phase_scopes_keep_their_own_time_and_ddps_wait_stays_untraced
     # an RL loop's phases as record_function scopes; the step is marked inside "train"'s Optimizer.step,
     # which ended after the mark: "train" left no node before (its own time was untraced); DDP's
     # all_reduce, waited for inside it, must not become "train" time (compute of fixed length)
-    script = tmp_path / "phases.py"
-    script.write_text(PHASES)
-    out = tmp_path / "run"
-    res = profile(out, level="ops", steps="1:1:3", script=script)
-    assert res.returncode == 0, res.stderr[-3000:]
+    out = _two_ddp_ranks_at_ops(tmp_path, PHASES)
     for rank in (0, 1):
         nodes = nodes_of(out, rank)
         steps = {a[Attr.STEP] for _n, a in nodes if a.get(Attr.STEP, -1) >= 0}
@@ -527,12 +523,24 @@ def test_ops_level_phase_scopes_keep_their_own_time_and_ddps_wait_stays_untraced
             if n.name == "train" and a.get(Attr.STREAM) == 0
         ]
         assert {s for _a, _b, s in train} == steps == {2, 3, 4}, (rank, train)
-        ends = [
-            a[Attr.START_NS] + a[Attr.DUR_NS]
-            for n, a in nodes
-            if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
-        ]
+        ends = _async_ends(nodes)
         assert ends and not [(e, t) for e in ends for t in train if t[0] < e < t[1]], rank
+
+
+def _two_ddp_ranks_at_ops(tmp_path: Path, text: str) -> Path:
+    """The run of the script ``text`` profiled at the ``ops`` level on 2 gloo ranks, window 1:1:3."""
+    out, res = profile_script(tmp_path, text, nproc=2, level="ops")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def _async_ends(nodes: list[tuple[Any, dict[str, Any]]]) -> list[int]:
+    """Ends of the collectives on a comm stream (DDP's bucket all_reduces)."""
+    return [
+        a[Attr.START_NS] + a[Attr.DUR_NS]
+        for n, a in nodes
+        if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
+    ]
 
 
 CLOSURE = """
@@ -560,11 +568,7 @@ def test_ops_level_optimizer_step_whose_closure_runs_backward_leaves_ddps_wait_o
     # given to optimizer.step(), so DDP's all_reduce is issued and waited for inside Optimizer.step. That
     # op was one node up to the step mark, the wait inside it compute of fixed length (a slowed peer then
     # blamed the rank that waited for it)
-    script = tmp_path / "closure.py"
-    script.write_text(CLOSURE)
-    out = tmp_path / "run"
-    res = profile(out, level="ops", steps="1:1:3", script=script)
-    assert res.returncode == 0, res.stderr[-3000:]
+    out = _two_ddp_ranks_at_ops(tmp_path, CLOSURE)
     for rank in (0, 1):
         nodes = nodes_of(out, rank)
         main = [(n.name, a) for n, a in nodes if n.type == NodeType.COMP and a.get(Attr.STREAM) == 0]
@@ -576,9 +580,5 @@ def test_ops_level_optimizer_step_whose_closure_runs_backward_leaves_ddps_wait_o
         assert {a[Attr.STEP] for n, a in main if n == "Optimizer.step#SGD.step"} == {2, 3, 4}, rank
         backward = {a[Attr.STEP] for n, a in main if n.startswith("autograd::engine::evaluate_function")}
         assert backward == {2, 3, 4}, (rank, sorted({n for n, _a in main}))
-        ends = [
-            a[Attr.START_NS] + a[Attr.DUR_NS]
-            for n, a in nodes
-            if n.type == NodeType.COMM_COLL and a.get(Attr.STREAM, 0) >= 1000
-        ]
+        ends = _async_ends(nodes)
         assert len(ends) == 3 and not [(e, o) for e in ends for o in opt if o[0] < e < o[1]], rank
