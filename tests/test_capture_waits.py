@@ -249,6 +249,28 @@ def test_at_the_ops_level_an_operator_enclosing_a_wait_is_replaced_by_its_childr
     assert before and before[0].start_ns == 19 * MS + 200_000
 
 
+def test_an_operator_that_issued_a_collective_done_before_it_returned_but_waited_for_later_stays_whole() -> (
+    None
+):
+    # FSDP2's prefetch: an all_gather issued (async_op=True) and done inside an operator, its Work.wait
+    # after it. The thread did not wait inside the operator, so it keeps its time as one node (an operator
+    # in which an asynchronous collective was issued and completed gives way to its operators only where
+    # no wait node waited for it: Lightning's optimizer.step closure, DDP's wait in C++)
+    ops = [
+        host_op("prefetch", 2 * MS, 20 * MS),
+        host_op("aten::mm", 8 * MS, 18 * MS),
+        host_op("aten::add", 35 * MS, 40 * MS),
+    ]
+    nodes = build_nodes(
+        capture([hooked_async(5 * MS, 6 * MS, 15 * MS)], [work_wait(30 * MS, 31 * MS, 5 * MS)], ops)
+    )
+    assert [(n.name, n.start_ns, n.dur_ns) for n in thread_nodes(nodes) if n.name != UNTRACED_NAME] == [
+        ("prefetch", 2 * MS, 18 * MS),
+        (WORK_WAIT_NAME, 30 * MS, MS),
+        ("aten::add", 35 * MS, 5 * MS),
+    ]
+
+
 def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> None:
     coll = funcol(10 * MS, 30 * MS)
     ops = [
