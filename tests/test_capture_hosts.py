@@ -565,7 +565,7 @@ def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_co
 @pytest.mark.parametrize(
     ("hosts", "message"),
     [
-        ([((0,), 0.0)], "ranks [1] of 2 are in none of"),
+        ([((0,), 0.0)], "rank 1 of 2 is in none of"),
         ([((0,), 0.0), ((0,), 0.0)], "rank 0 is in both"),
         (
             [((0,), 0.0), ((1,), 10.0)],
@@ -773,6 +773,32 @@ def test_skewlens_merge_allow_missing_merges_the_ranks_found_and_lists_a_crashed
         f"no trace in any host directory merged ({a}, {b}): its process crashed"
     )
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"rank-{r}.et" for r in range(3))]
+
+
+def test_skewlens_merge_missing_a_host_of_many_names_its_ranks_as_a_range_and_a_few_directories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 16 hosts of 4 ranks, host 1's directory not given: the refusal listed the ranks as a Python list
+    # ("ranks [4, 5, 6, 7] of 64", 1,016 numbers for a host of 8 missing from 1,024 ranks) and every
+    # one of the 15 directories given, 15 paths on one line
+    dirs = [
+        host_dir(tmp_path / f"h{k}", tuple(range(4 * k, 4 * k + 4)), f"h{k}", world=64)
+        for k in range(16)
+        if k != 1
+    ]
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), *map(str, dirs)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == (
+        f"skewlens merge: error: ranks 4-7 of 64 are in none of {dirs[0]}, {dirs[1]}, {dirs[2]} and 12 "
+        "more: give the directory of every host of the job (or --allow-missing to merge the ranks found)"
+    )
+    assert skewlens_main(["merge", "--allow-missing", "--out", str(out), *map(str, dirs)]) == 0
+    notes = read_manifest(out).notes
+    assert notes["rank 4"] == notes["rank 7"]
+    assert notes["rank 4"].startswith(
+        f"no trace in any host directory merged ({dirs[0]}, {dirs[1]}, {dirs[2]} and 12 more): its process"
+    )
 
 
 def test_skewlens_merge_allow_missing_keeps_what_the_crashed_ranks_host_said_of_it(tmp_path: Path) -> None:
