@@ -16,7 +16,7 @@ from rich.console import Console
 from skewlens.cli.store import check_main
 from skewlens.profiler.chakra_io import EtWriter, TraceNode
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import PARTS_DIR, rank_file
+from skewlens.profiler.manifest import PARTS_DIR, rank_file, read_manifest, write_manifest
 from skewlens.profiler.store.issues import Severity, run_notes
 from skewlens.profiler.store.validate import find_cycle, load_validated, validate_run
 from skewlens.profiler.synth import RunBuilder
@@ -158,6 +158,32 @@ def _capture_under_way(tmp_path: Path, *, saved: tuple[int, ...]) -> Path:
     return run
 
 
+def test_a_refusal_at_a_rank_saved_on_another_host_names_that_rank_and_says_why_it_has_no_trace(
+    tmp_path: Path,
+) -> None:
+    # `skewlens analyze` of host 0's own directory of a 2-host job (rank 1's trace on host 1's storage)
+    # said only "4 p2p op(s) disagree: no matching recv (rank 0 -> 1, ...). With --lenient ...": nothing
+    # said that rank 1 has no trace here, nor that the hosts' directories must be merged
+    b = RunBuilder(2)
+    b.rank(0).compute("aten::mm", 1_000)
+    b.rank(0).send(1, 64, 100)
+    b.rank(1).recv(0, 64, 100)
+    run = b.write(tmp_path / "run")
+    rank_file(run, 1).unlink()
+    why = "no trace here: the job spans hosts (1 rank(s) per host): combine them with skewlens merge"
+    m = read_manifest(run)
+    write_manifest(run, dataclasses.replace(m, ranks=(0,), missing_ranks=(1,), notes={"rank 1": why}))
+    with pytest.raises(ValidationError) as e:
+        load_validated(run, lenient_option="--lenient")
+    said = str(e.value)
+    assert "4 p2p op(s)" not in said  # one send, as built
+    assert f"{run}: not loaded: communication does not match across ranks: group '0': 1 p2p op(s) " in said
+    assert "disagree: rank 1 has no trace (rank 0 -> 1, tag 0: 1 send(s), 0 recv(s))" in said
+    assert said.endswith(
+        f"lists every problem. Hint: {run}: rank 1 of 2 has no trace (the manifest says so): {why}"
+    )
+
+
 def test_a_run_a_capture_may_still_be_writing_is_loaded_with_one_warning_saying_so(tmp_path: Path) -> None:
     run = _capture_under_way(tmp_path, saved=(0, 1))
     said = (
@@ -179,7 +205,7 @@ def test_a_half_written_captures_mismatch_hints_that_a_capture_may_still_be_writ
     run = _capture_under_way(tmp_path, saved=(0,))
     with pytest.raises(ValidationError) as e:
         load_validated(run, lenient_option="--lenient")
-    assert "no matching recv (rank 0 -> 1" in str(e.value)
+    assert "rank 1 has no trace (rank 0 -> 1" in str(e.value)
     assert str(e.value).endswith(
         f"lists every problem. Hint: {run}: no manifest.json, and {run / PARTS_DIR} holds a capture's part "
         "files: a skewlens profile may still be writing this run, or was killed before it finished; wait for "

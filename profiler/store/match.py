@@ -762,11 +762,12 @@ def match_pairs(
         s, rv = sends.get(key, []), recvs.get(key, [])
         src, dst, gi, tag = key
         counts = f"rank {src} -> {dst}, tag {tag}: {len(s)} send(s), {len(rv)} recv(s)"
-        if len(rv) > len(s):
-            skip(gi, "no matching send", counts, [(dst, i) for i in rv[len(s) :]])
-        if len(s) > len(rv):
-            skip(gi, "no matching recv", counts, [(src, i) for i in s[len(rv) :]])
         absent = dst if dst not in comm else src if src not in comm else None
+        gone = f"rank {absent} has no trace" if absent is not None else ""
+        if len(rv) > len(s):
+            skip(gi, gone or "no matching send", counts, [(dst, i) for i in rv[len(s) :]])
+        if len(s) > len(rv):
+            skip(gi, gone or "no matching recv", counts, [(src, i) for i in s[len(rv) :]])
         if absent is not None:  # one error for the lot: each op's own would repeat the missing rank's
             if report.wants("p2p-unmatched"):
                 r, ops = (src, s) if absent == dst else (dst, rv)

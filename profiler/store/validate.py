@@ -220,6 +220,7 @@ def refusal(
     lenient_option: str = "",
     anyway: str = "",
     notes: Mapping[str, str] | None = None,
+    missing: Sequence[Issue] = (),
 ) -> ValidationError:
     """The one error for a run that has ``errors``: what was not done (``what``), how many problems, the
     first :data:`FIRST_ERRORS` of them, and the command that lists them all.
@@ -230,12 +231,15 @@ def refusal(
     ``anyway`` names how the user asks for the work to be done regardless (an export's ``--allow-errors``).
     ``notes``: the run's manifest notes; where one says a capture may still be writing the run
     (:data:`~skewlens.profiler.manifest.CAPTURE_PARTS_NOTE`), which may explain the errors, it is said after
-    them with what to do.
+    them with what to do. ``missing``: the run's warnings that ranks have no trace (the manifest's word on
+    why: crashed, or saved on another host's storage), said after the errors, which the communication with
+    those ranks may explain.
     """
     hint = (notes or {}).get(CAPTURE_PARTS_NOTE, "")
     if hint:
         lenient = f" (or use {lenient_option})" if lenient_option else ""
         hint = f". Hint: {hint}; {CAPTURE_PARTS_ADVICE}{lenient}"
+    hint += "".join(f". Hint: {w.message}" for w in missing)
     command = f"skewlens check {path_word(path)}"  # to copy: a path with a space in it still one word
     check = f"`{command}` lists every problem"
     remedy = lenient_remedy(errors)
@@ -281,6 +285,7 @@ def load_validated(
             skipped=report.skipped,
             lenient_option=lenient_option,
             notes=report.run.manifest.notes if report.run is not None else None,
+            missing=[w for w in report.warnings if w.kind == "missing-rank"],
         )
     assert report.run is not None
     return report.run
