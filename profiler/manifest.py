@@ -60,6 +60,9 @@ REPLACED_NOTE = "replaced another job"
 CAPTURE_PARTS_NOTE = "capture parts"
 #: What to do about such a run.
 CAPTURE_PARTS_ADVICE = "wait for `skewlens profile` to finish"
+#: How a host's manifest begins its note on a rank of a multi-host job that it holds no trace of (another
+#: host's, most likely).
+OTHER_HOST_NOTE = "no trace here: the job spans hosts"
 
 
 class RankNote(StrEnum):

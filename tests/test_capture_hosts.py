@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARTS_DIR, Manifest, RunIdentity, StepWindow, rank_file, read_manifest
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.load import load_run
+from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.vocab import Level
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
@@ -799,6 +801,27 @@ def test_skewlens_merge_missing_a_host_of_many_names_its_ranks_as_a_range_and_a_
     assert notes["rank 4"].startswith(
         f"no trace in any host directory merged ({dirs[0]}, {dirs[1]}, {dirs[2]} and 12 more): its process"
     )
+
+
+def test_the_hosts_directories_copied_into_one_say_which_traces_are_there_and_merge_into_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # host a's and host b's directories copied into one (`cp -r a/. b/. run`): the manifest, the last one
+    # copied (b's), listed rank 0 as missing and check said "rank 0 of 2 has no trace (the manifest says
+    # so): no trace here: the job spans hosts ...", its rank-0.et right there
+    run = tmp_path / "run"
+    for d in (host_dir(tmp_path / "a", (0,), "a"), host_dir(tmp_path / "b", (1,), "b")):
+        shutil.copytree(d, run, dirs_exist_ok=True)
+    [said] = [i.message for i in validate_run(run).issues if i.kind == "missing-rank"]
+    assert said == (
+        f"{run}: rank 0 left out although {rank_file(run, 0)} is here: {run / 'manifest.json'} is that of a "
+        "host which saved none of them ('no trace here: the job spans hosts'): the hosts' directories copied "
+        f"into one? `skewlens merge --out NEW_RUN {run}` makes one run of them"
+    )
+    out = tmp_path / "merged"
+    assert skewlens_main(["merge", "--out", str(out), str(run)]) == 0, capsys.readouterr().err
+    m = read_manifest(out)
+    assert (m.ranks, m.missing_ranks, m.hosts) == ((0, 1), (), {0: "a", 1: "b"})
 
 
 def test_skewlens_merge_allow_missing_keeps_what_the_crashed_ranks_host_said_of_it(tmp_path: Path) -> None:

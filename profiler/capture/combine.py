@@ -11,12 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
-from skewlens.profiler.capture.run import OTHER_HOST_NOTE, SAVE_UNSAID, finalize_run, read_parts
+from skewlens.profiler.capture.run import SAVE_UNSAID, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
+    OTHER_HOST_NOTE,
     PARTS_DIR,
     RAW_DIR,
     Manifest,

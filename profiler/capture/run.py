@@ -41,6 +41,7 @@ from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     MAX_WORLD_SIZE,
+    OTHER_HOST_NOTE,
     PARTIAL_TRACE_NOTE,
     PARTS_DIR,
     REPLACED_NOTE,
@@ -62,9 +63,6 @@ from skewlens.profiler.vocab import HostTrace, Level
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 #: The manifest note of a run whose hosts gave ``skewlens profile`` different ``--level`` / ``--steps``.
 OPTIONS_NOTE = "skewlens options"
-#: How a host's manifest begins its note on a rank of a multi-host job that it holds no trace of (another
-#: host's, most likely).
-OTHER_HOST_NOTE = "no trace here: the job spans hosts"
 #: The other way a rank leaves nothing in the run directory, said after "crashed or was killed": a save
 #: that failed (a full disk, an unwritable directory) where the part file that says why failed too.
 SAVE_UNSAID = (

@@ -47,6 +47,7 @@ from skewlens.profiler.manifest import (
     CAPTURE_PARTS_ADVICE,
     CAPTURE_PARTS_NOTE,
     MANIFEST_NAME,
+    OTHER_HOST_NOTE,
     OWN_TIMELINE,
     PARTS_DIR,
     Manifest,
@@ -76,6 +77,7 @@ from skewlens.profiler.store.issues import (
     no_trace_line,
     path_word,
     rank_ranges,
+    ranks_label,
 )
 from skewlens.profiler.store.match import (
     MAX_REPORTED,
@@ -1146,14 +1148,18 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
             "capture's notes are not known; the world size is guessed from the file names",
         )
     capture_note_issues(m, sink)
-    if m.missing_ranks:
-        why = _why_missing(m)
+    copied = _other_hosts_traces_here(files)
+    if copied:
+        one = copied[0] if len(copied) == 1 else None
+        sink.warning("missing-rank", _copied_here(files, copied), rank=one)
+    if rest := tuple(r for r in m.missing_ranks if r not in copied):
+        why = _why_missing(dataclasses.replace(m, missing_ranks=rest))
         source = "the manifest says so" if files.has_manifest else "gap in the rank numbering"
         sink.add(
             Severity.WARNING if files.has_manifest else Severity.ERROR,
             "missing-rank",
-            _no_trace(files, m.missing_ranks, why, source),
-            rank=m.missing_ranks[0] if len(m.missing_ranks) == 1 else None,
+            _no_trace(files, rest, why, source),
+            rank=rest[0] if len(rest) == 1 else None,
         )
     unlisted = sorted(set(range(m.world_size)) - set(m.ranks) - set(m.missing_ranks))
     if unlisted:
@@ -1162,6 +1168,33 @@ def missing_rank_issues(files: RunFiles, sink: IssueLog) -> None:
         else:
             text, one = f"ranks {rank_ranges(unlisted)} of {m.world_size} are", None
         sink.error("missing-rank", f"{files.root}: {text} not in the manifest", rank=one)
+
+
+def _other_hosts_traces_here(files: RunFiles) -> list[int]:
+    """The ranks that the manifest, a host's of a multi-host job, lists as another host's
+    (:data:`OTHER_HOST_NOTE`) whose traces are in the directory all the same: the hosts' directories
+    copied into one, the manifest the last one copied (their ranks were read as missing: 'no trace here')."""
+    m = files.manifest
+    if not files.has_manifest:
+        return []
+    return [
+        r
+        for r in m.missing_ranks
+        if m.notes.get(f"rank {r}", "").startswith(OTHER_HOST_NOTE) and rank_file(files.root, r).is_file()
+    ]
+
+
+def _copied_here(files: RunFiles, copied: list[int]) -> str:
+    """``RUN: rank 0 left out although RUN/rank-0.et is here: ...``: the ranks of
+    :func:`_other_hosts_traces_here`, and the merge that makes one run of them."""
+    traces = ", ".join(str(rank_file(files.root, r)) for r in copied[:3])
+    more = f" and {len(copied) - 3} more" if len(copied) > 3 else ""
+    return (
+        f"{files.root}: {ranks_label(copied)} left out although {traces}{more} "
+        f"{'is' if len(copied) == 1 else 'are'} here: {files.root / MANIFEST_NAME} is that of a host which "
+        f"saved none of them ('{OTHER_HOST_NOTE}'): the hosts' directories copied into one? "
+        f"`skewlens merge --out NEW_RUN {path_word(files.root)}` makes one run of them"
+    )
 
 
 def _why_missing(m: Manifest) -> str:
