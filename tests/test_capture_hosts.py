@@ -824,6 +824,22 @@ def test_the_hosts_directories_copied_into_one_say_which_traces_are_there_and_me
     assert (m.ranks, m.missing_ranks, m.hosts) == ((0, 1), (), {0: "a", 1: "b"})
 
 
+def test_analyze_given_each_hosts_directory_says_to_merge_them_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `skewlens analyze host0/RUN host1/RUN` said only "unrecognized arguments: host1/RUN"
+    a, b = host_dir(tmp_path / "a", (0,), "a"), host_dir(tmp_path / "b", (1,), "b")
+    for command in (["analyze", str(a), str(b), "--out", str(tmp_path / "out")], ["check", str(a), str(b)]):
+        with pytest.raises(SystemExit):
+            skewlens_main(command)
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"skewlens {command[0]}: error: unrecognized arguments: {b} (skewlens {command[0]} reads one run "
+            "directory: combine the run directories of a job's hosts with skewlens merge --out RUN DIR..., "
+            "then give it RUN)"
+        )
+    assert not (tmp_path / "out").exists()
+
+
 def test_skewlens_merge_allow_missing_keeps_what_the_crashed_ranks_host_said_of_it(tmp_path: Path) -> None:
     # rank 3 was killed while saving: its host's manifest says its trace is incomplete; the merge's note
     # replaced that with a guess ("crashed ... or its host's directory was not given")

@@ -16,6 +16,7 @@ import yaml
 
 from skewlens.profiler.bounded import open_regular
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.manifest import MANIFEST_NAME
 from skewlens.replay.errors import ConfigError
 
 
@@ -92,6 +93,10 @@ def refuse_yaml_aliases(path: Path, label: str) -> None:
         return  # the loader says what is wrong, as before
 
 
+#: How argparse begins its refusal of words no argument takes.
+UNRECOGNIZED = "unrecognized arguments: "
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, which also takes an option's value that begins as a negative number does but is
     not a plain one (``--steps -1:1:3``, ``--straggler-ms -1e3``): argparse took it for an option and said
@@ -109,4 +114,11 @@ class ArgumentParser(argparse.ArgumentParser):
         if message.endswith(": expected one argument"):
             option = message.removeprefix("argument ").partition(":")[0].split("/")[-1]
             message += f" (a value that begins with '-' is written {option}=VALUE)"
+        elif message.startswith(UNRECOGNIZED) and any(
+            (Path(a) / MANIFEST_NAME).is_file() for a in message.removeprefix(UNRECOGNIZED).split()
+        ):  # `skewlens analyze host0/RUN host1/RUN`: each host's directory of a job captured across hosts
+            message += (
+                f" ({self.prog} reads one run directory: combine the run directories of a job's hosts "
+                "with skewlens merge --out RUN DIR..., then give it RUN)"
+            )
         super().error(message)
