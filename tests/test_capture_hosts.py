@@ -497,18 +497,48 @@ def test_two_hosts_merging_at_once_keep_every_rank_in_the_manifest(
     assert not (tmp_path / PARTS_DIR).exists() and not (tmp_path / run_mod.MERGE_LOCK).exists()
 
 
-def test_a_merge_lock_left_by_a_host_that_died_while_merging_is_broken(tmp_path: Path) -> None:
-    import os
+def test_a_merge_lock_left_by_a_host_that_died_while_merging_is_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.profiler.capture import run as run_mod
+
+    monkeypatch.setattr(run_mod, "MERGE_LOCK_STALE_S", 0.3)  # its wait, not 60 s
+    lock = tmp_path / run_mod.MERGE_LOCK
+    lock.write_text("otherhost 123\n")
+    save_rank(tmp_path, 0, "a")
+    save_rank(tmp_path, 1, "b")
+    assert merge(tmp_path, 0) is not None
+    assert read_manifest(tmp_path).ranks == (0, 1) and not lock.exists()
+
+
+def test_a_host_whose_clock_is_ahead_of_the_file_servers_waits_for_the_lock_another_host_holds(
+    tmp_path: Path,
+) -> None:
+    # host b took the merge lock a moment ago, by the file server's clock 70 s before host a's: host a
+    # took the lock's modification time for an age of 70 s, broke it and merged beside host b
+    import threading
+    import time
 
     from skewlens.profiler.capture import run as run_mod
 
     lock = tmp_path / run_mod.MERGE_LOCK
-    lock.write_text("otherhost 123\n")
-    old = lock.stat().st_mtime - run_mod.MERGE_LOCK_STALE_S - 1
-    os.utime(lock, (old, old))
+    lock.write_text("hostb 123\n")
+    then = time.time() - 70
+    os.utime(lock, (then, then))
+    held: list[str] = []
+
+    def host_b_merges() -> None:
+        time.sleep(1.0)
+        held.append(lock.read_text() if lock.exists() else "(broken)")
+        lock.unlink()
+
+    b = threading.Thread(target=host_b_merges)
+    b.start()
     save_rank(tmp_path, 0, "a")
     save_rank(tmp_path, 1, "b")
     assert merge(tmp_path, 0) is not None
+    b.join()
+    assert held == ["hostb 123\n"]  # still its own when it let go: host a waited for it
     assert read_manifest(tmp_path).ranks == (0, 1) and not lock.exists()
 
 

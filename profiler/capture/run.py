@@ -444,8 +444,8 @@ def finalize_run(
         )
 
 
-#: The lock file of a run directory's merge (:func:`merge_lock`), and the age past which its holder is
-#: taken to have died while merging (a merge takes well under a second).
+#: The lock file of a run directory's merge (:func:`merge_lock`), and how long a host waits for one that does
+#: not change before taking its holder to have died while merging (a merge takes well under a second).
 MERGE_LOCK = ".merge.lock"
 MERGE_LOCK_STALE_S = 60.0
 
@@ -454,15 +454,23 @@ MERGE_LOCK_STALE_S = 60.0
 def merge_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s merge lock: a file created with ``O_CREAT | O_EXCL`` (atomic on local file
     systems and NFSv3+), so that two hosts finishing at once do not both read the manifest and the later
-    one replace the other's fuller one. A lock older than :data:`MERGE_LOCK_STALE_S` is broken."""
+    one replace the other's fuller one. A lock this host has seen unchanged for :data:`MERGE_LOCK_STALE_S`
+    on its own monotonic clock is broken: not one whose modification time is that long ago, which compares
+    the file server's clock with this host's (a host whose clock was 70 s ahead broke the lock another
+    host had just taken, and merged at once beside it; one behind waited its offset besides)."""
     path = run_dir / MERGE_LOCK
+    seen: tuple[int, int] | None = None  # the lock found held (inode, mtime), and since when on this host
+    since = 0.0
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             break
         except FileExistsError:
             with contextlib.suppress(FileNotFoundError):
-                if time.time() - path.stat().st_mtime > MERGE_LOCK_STALE_S:
+                st = path.stat()
+                if (held := (st.st_ino, st.st_mtime_ns)) != seen:
+                    seen, since = held, time.monotonic()
+                elif time.monotonic() - since > MERGE_LOCK_STALE_S:
                     path.unlink(missing_ok=True)
                     continue
             time.sleep(0.05)
