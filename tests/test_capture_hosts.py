@@ -870,6 +870,24 @@ def test_analyze_given_each_hosts_directory_says_to_merge_them_first(
     assert not (tmp_path / "out").exists()
 
 
+def test_skewlens_merge_given_a_host_directory_that_does_not_exist_says_so_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # host b's skewlens profile was stopped (SIGTERM) while its rank was blocked in a collective: the rank
+    # saved nothing and the profile left no directory; merge said "b/manifest.json: no manifest (is b a
+    # skewlens run directory?)", --allow-missing or not
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = tmp_path / "b"
+    out = tmp_path / "run"
+    for options in ([], ["--allow-missing"]):
+        assert skewlens_main(["merge", *options, "--out", str(out), str(a), str(b)]) == 2
+        assert " ".join(capsys.readouterr().err.split()) == (
+            f"skewlens merge: error: {b}: no such directory: a host's skewlens profile whose ranks saved no "
+            "trace leaves none (its stderr said so); leave it out and merge the others with --allow-missing"
+        )
+    assert not out.exists()
+
+
 def test_skewlens_merge_allow_missing_keeps_what_the_crashed_ranks_host_said_of_it(tmp_path: Path) -> None:
     # rank 3 was killed while saving: its host's manifest says its trace is incomplete; the merge's note
     # replaced that with a guess ("crashed ... or its host's directory was not given")

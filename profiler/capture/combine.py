@@ -60,6 +60,11 @@ def combine_runs(
     parts: dict[int, dict] = {}
     manifests: dict[Path, Manifest] = {}
     for src in sources:
+        if not src.is_dir():  # read_manifest's "(is DIR a skewlens run directory?)" asks the wrong question
+            raise CaptureError(
+                f"{src}: no such directory: a host's skewlens profile whose ranks saved no trace leaves none "
+                "(its stderr said so); leave it out and merge the others with --allow-missing"
+            )
         m = manifests[src] = read_manifest(src)
         if m.source != "capture":
             raise CaptureError(f"{src}: not a run captured by skewlens profile (source {m.source!r})")
