@@ -38,7 +38,14 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.store.issues import ranks_label, run_notes, untimed_ranks
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.store.schema import files_markdown, table_from_columns, table_from_records, write_table
+from skewlens.profiler.store.schema import (
+    files_markdown,
+    provenance_metadata,
+    table_from_columns,
+    table_from_records,
+    with_metadata,
+    write_table,
+)
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import clock_note
@@ -219,7 +226,17 @@ def schema_markdown() -> str:
 
 def _table_builders(result: AnalysisResult) -> dict[str, Callable[[], pa.Table]]:
     """File name -> what builds its table (``gpu_idle`` and ``gpu_kernels`` for a run with GPU ops, the
-    blame's where it was asked for), in the order the files are written."""
+    blame's where it was asked for), in the order the files are written; each table's metadata names the
+    run (:func:`provenance_metadata`)."""
+    meta = provenance_metadata(result.run.run_dir, result.run.manifest)
+    return {name: _named(build, meta) for name, build in _record_builders(result).items()}
+
+
+def _named(build: Callable[[], pa.Table], meta: dict[bytes, bytes]) -> Callable[[], pa.Table]:
+    return lambda: with_metadata(build(), meta)
+
+
+def _record_builders(result: AnalysisResult) -> dict[str, Callable[[], pa.Table]]:
     builders: dict[str, Callable[[], pa.Table]] = {
         SKEW_FILE: lambda: skew_table(result.skew),
         BREAKDOWN_FILE: lambda: table_from_records(StepBreakdownRecord, result.breakdown, "step_breakdown"),

@@ -292,7 +292,7 @@ def replay_run(
                 else None
             )
             write_timeline(run, sim, files / TIMELINE_PARQUET)
-            write_summary(summary, files / SUMMARY_PARQUET)
+            write_summary(run, summary, files / SUMMARY_PARQUET)
             if perfetto is not None:
                 perfetto.result()
         advance()

@@ -34,7 +34,10 @@ from skewlens.profiler.store.schema import (
     arrow_schema,
     files_markdown,
     parquet_options,
-    write_records,
+    provenance_metadata,
+    table_from_records,
+    with_metadata,
+    write_table,
 )
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
@@ -178,7 +181,7 @@ def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Ta
     for col, times in (("replay_start_ns", res.start_ns), ("replay_end_ns", res.end_ns)):
         parts = [times[r] for r in ranks]  # one rank: its column as it is, not copied
         cols[col] = pa.array(parts[0] if len(parts) == 1 else np.concatenate(parts), type=pa.int64())
-    schema = _timeline_schema()
+    schema = _timeline_schema(run)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
@@ -195,8 +198,9 @@ def rank_batches(run: RunTrace, rows: int) -> list[list[int]]:
     return [b for b in out if b]
 
 
-def _timeline_schema() -> pa.Schema:
+def _timeline_schema(run: RunTrace) -> pa.Schema:
     meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: b"timeline"}
+    meta.update(provenance_metadata(run.run_dir, run.manifest))
     return arrow_schema(ReplayedNodeRecord).with_metadata(meta)
 
 
@@ -210,7 +214,7 @@ def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | 
     once. One file, not a directory of per-rank files: readers open ``timeline.parquet`` as a file (DuckDB,
     pandas, the tests), and at 1,024 ranks x 10,000 nodes per-rank files cost twice the CPU (4.6 s vs 2.2 s,
     measured)."""
-    schema = _timeline_schema()
+    schema = _timeline_schema(run)
     n_workers = default_workers() if workers is None else workers
     batches = rank_batches(run, TABLE_ROWS)
     tables = ordered_map(lambda rs: timeline_table(run, res, rs), batches, workers=n_workers, ahead=4)
@@ -233,9 +237,10 @@ def write_timeline(run: RunTrace, res: SimResult, path: Path, *, workers: int | 
     return path
 
 
-def write_summary(rows: list[SummaryRecord], path: Path) -> Path:
-    """Write ``summary.parquet``."""
-    return write_records(SummaryRecord, rows, path, "summary")
+def write_summary(run: RunTrace, rows: list[SummaryRecord], path: Path) -> Path:
+    """Write ``summary.parquet`` (its metadata naming ``run``: :func:`provenance_metadata`)."""
+    table = table_from_records(SummaryRecord, rows, "summary")
+    return write_table(with_metadata(table, provenance_metadata(run.run_dir, run.manifest)), path)
 
 
 def _atomic_text(path: Path, write: Callable[[TextIO], object]) -> Path:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from capture_helpers import profile
 from rich.console import Console
+from test_parquet_joins import JOINED_STEPS
 from trace_edits import without_dtype
 
 from skewlens.analysis.api import RECORD_OF as ANALYSIS_RECORDS
@@ -238,7 +239,7 @@ def test_rank_filter_reads_only_that_ranks_files(exported: tuple[Path, Path]) ->
 def test_every_file_carries_schema_version_and_dictionary_strings(exported: tuple[Path, Path]) -> None:
     _, out = exported
     files = [*out.glob("*/rank=*/*.parquet"), *(out / f"{t}.parquet" for t in SINGLE)]
-    assert len(files) == 3 * 3 + 3
+    assert len(files) == 3 * 3 + len(SINGLE)
     for f in files:
         schema = pq.read_schema(f)
         assert schema.metadata[META_VERSION] == SCHEMA_VERSION.encode()
@@ -1059,7 +1060,7 @@ def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_fi
     files = sorted(
         p.relative_to(busy) for p in busy.rglob("*.parquet") if "rank=0" in str(p) or p.parent == busy
     )
-    assert len(files) == 6
+    assert len(files) == 3 + len(SINGLE)
     for f in files:
         assert pq.read_schema(quiet / f).equals(pq.read_schema(busy / f), check_metadata=True), f
     assert pq.read_metadata(quiet / "p2p.parquet").num_rows == 0
@@ -1412,3 +1413,7 @@ def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_
     }
     pairs = {row[:6]: row[6:10] for row in duckdb.sql(p2p).fetchall()}
     assert pairs == {("0", 0, 1, 0, 1, r): (3, 3, 1_024, 1_024) for r in (0, 1)}
+    for name in ("a", "b"):  # the step the query reads, p2p.step, is the send node's, as a join gives it
+        out = tmp_path / "FLEET" / f"run={name}"
+        steps = duckdb.sql(f"SELECT pair, step FROM '{out}/p2p.parquet' ORDER BY pair").fetchall()
+        assert steps == duckdb.sql(JOINED_STEPS.format(out=out)).fetchall() and len(steps) >= 3, name

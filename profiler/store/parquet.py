@@ -10,6 +10,7 @@ docs/parquet.md)::
     collectives.parquet               one row per member per collective instance
     p2p.parquet                       one row per matched send/recv pair
     ranks.parquet                     one row per rank
+    groups.parquet                    one row per process group
     run.json, manifest.json           provenance: what was exported, from where, by which version
 
 The run is converted rank by rank (one worker process per rank file, ``workers`` at a time), each worker
@@ -64,6 +65,7 @@ from skewlens.profiler.store.schema import (
     SCHEMA_VERSION,
     CollectiveRecord,
     DepRecord,
+    GroupRecord,
     ModelRecord,
     NodeRecord,
     P2PRecord,
@@ -82,7 +84,7 @@ from skewlens.progress import NO_PROGRESS, Progress
 #: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
 PARTITIONED = ("nodes", "deps", "model")
 #: Tables written as one file each (``<table>.parquet``).
-SINGLE = ("collectives", "p2p", "ranks")
+SINGLE = ("collectives", "p2p", "ranks", "groups")
 RECORD_OF: dict[str, type] = {
     "nodes": NodeRecord,
     "deps": DepRecord,
@@ -90,7 +92,10 @@ RECORD_OF: dict[str, type] = {
     "collectives": CollectiveRecord,
     "p2p": P2PRecord,
     "ranks": RankRecord,
+    "groups": GroupRecord,
 }
+#: The schema version that first wrote each table that older exports lack.
+FIRST_IN = {"model": 9, "groups": 13}
 PART_FILE = "part-0.parquet"
 #: The ``model`` table's columns per rank (``ModelRecord``'s but ``rank``), which the replay layer derives
 #: (``skewlens.replay.execution.model_columns`` of the loaded run); called once the store's tables are
@@ -117,8 +122,9 @@ def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
         raise SkewlensError(f"unknown table {table!r} (known: {', '.join(PARTITIONED + SINGLE)})")
     path = base / table if table in PARTITIONED else base / f"{table}.parquet"
     if not path.exists():
-        # an export without it: the model table is left out by --no-model, and by exports before version 9
-        without = _no_model_hint(base) if table == "model" else ""
+        # an export without it: the model table is left out by --no-model, and by exports before version 9;
+        # the groups table by exports before version 13
+        without = _missing_table_hint(base, table) if table in FIRST_IN else ""
         raise SkewlensError(f"{base}: no {table} table: {path.name} is missing{without}")
     part = ds.partitioning(pa.schema([("rank", pa.int64())]), flavor="hive") if table in PARTITIONED else None
     dataset = ds.dataset(path, format="parquet", partitioning=part)
@@ -131,15 +137,16 @@ def open_dataset(out_dir: str | Path, table: str) -> ds.Dataset:
     return dataset
 
 
-def _no_model_hint(base: Path) -> str:
-    """Why an export lacks its model table, and what to do: export the run again (the run ``run.json``
-    names as its source)."""
+def _missing_table_hint(base: Path, table: str) -> str:
+    """Why an export lacks ``table`` (its model table, or one an older skewlens did not write), and what to
+    do: export the run again (the run ``run.json`` names as its source)."""
     prov = export_marker(base, PARQUET_EXPORT_FILE, PARQUET_EXPORT_FORMAT) or {}
     version, source = prov.get("schema_version"), prov.get("source")
     this = f"; this export is version {version}" if isinstance(version, str) else ""
     run = path_word(source) if isinstance(source, str) else "RUN"
+    how = "exported with --no-model, or " if table == "model" else ""
     return (
-        f" (exported with --no-model, or by a skewlens before schema version 9{this}); "
+        f" ({how}by a skewlens before schema version {FIRST_IN[table]}{this}); "
         f"export the run again for it: skewlens export {run} --out {path_word(base)}"
     )
 
@@ -440,6 +447,7 @@ def _export_into(
     rows["collectives"] = _write_collectives(tmp, comm, instances)
     rows["p2p"] = _write_p2p(tmp, comm, pairs)
     rows["ranks"] = _write_ranks(tmp, files, num_nodes)
+    rows["groups"] = _write_groups(tmp, groups, pg_names)
     if model is not None and not (strict and any(i.severity is Severity.ERROR for i in sink.issues)):
         _write_model(tmp, model, rows, sink)
     _write_provenance(tmp, files, rows, sink)
@@ -520,6 +528,7 @@ def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> in
         cols["src_rank"].append(p.src_rank)
         cols["dst_rank"].append(p.dst_rank)
         cols["tag"].append(p.tag)
+        cols["step"].append(int(s.step[i]))
         cols["comm_bytes"].append(p.comm_bytes)
         cols["recv_bytes"].append(int(d.comm_bytes[j]))
         cols["send_node_id"].append(int(s.node_id[i]))
@@ -546,6 +555,19 @@ def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
     }
     write_table(table_from_columns(RankRecord, cols, "ranks"), tmp / "ranks.parquet")
     return len(ranks)
+
+
+def _write_groups(tmp: Path, groups: Mapping[str, ProcessGroupInfo], pg_names: list[str]) -> int:
+    """One row per group of ``pg_names`` (the store's order), with what the run records of it."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in fields(GroupRecord)}
+    for name in pg_names:
+        g = groups.get(name)
+        cols["pg_name"].append(name)
+        cols["pg_desc"].append(g.desc if g else "")
+        cols["ranks"].append(list(g.ranks) if g else None)
+        cols["backend"].append(g.backend if g else "")
+    write_table(table_from_columns(GroupRecord, cols, "groups"), tmp / "groups.parquet")
+    return len(pg_names)
 
 
 def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: IssueLog) -> None:

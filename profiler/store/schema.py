@@ -21,13 +21,16 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from skewlens.profiler.atomic import atomic_file
 from skewlens.profiler.errors import SkewlensError
+
+if TYPE_CHECKING:
+    from skewlens.profiler.manifest import Manifest
 
 #: Bumped on any change to a table written by skewlens (2: ``p2p.pair``; 3: ``p2p.recv_bytes``,
 #: ``step_breakdown.gpu_compute_ns``, and ``source_rank`` in replay's ``summary`` and ``timeline``; 4:
@@ -37,8 +40,10 @@ from skewlens.profiler.errors import SkewlensError
 #: ``summary.gpu_*``; 7: ``gpu_idle.queued_idle_ns``; 8: ``nodes.launch_ns`` and ``nodes.launched_in``; 9:
 #: ``step_breakdown.gpu_busy_ns`` and the export's ``model`` table, which no older export has; 10:
 #: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``; 12: ``nodes.dtype``, ``timeline.dtype`` and
-#: ``collectives.dtype``).
-SCHEMA_VERSION = "12"
+#: ``collectives.dtype``; 13: ``p2p.step``, the export's ``groups`` table, which no older export has, and
+#: the analyses' and replay's files name the run they were made from in their key-value metadata,
+#: :func:`provenance_metadata`).
+SCHEMA_VERSION = "13"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -66,9 +71,15 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     10: {"nodes": ("return_ns",), "timeline": ("return_ns",)},
     11: {"collective_skew": ("comm_bytes",)},
     12: {"nodes": ("dtype",), "timeline": ("dtype",), "collectives": ("dtype",)},
+    13: {"p2p": ("step",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
+#: Key-value metadata of the analyses' and the replay's files (from version 13): the run they were made
+#: from, its absolute path, and its torchrun job id (the manifest's ``run_identity.run_id``, only where the
+#: manifest records one).
+META_SOURCE = b"skewlens.source"
+META_RUN_ID = b"skewlens.run_id"
 
 _ARROW_OF: dict[Any, pa.DataType] = {
     int: pa.int64(),
@@ -223,6 +234,22 @@ def arrow_file(path: str | Path, mode: str = "rb") -> pa.NativeFile:
     PYTHONUTF8=0``: a run or an output in a directory named ``résumé`` was a UnicodeEncodeError traceback,
     'surrogates not allowed')."""
     return pa.OSFile(os.fsencode(path), mode)
+
+
+def provenance_metadata(run_dir: str | Path, manifest: Manifest) -> dict[bytes, bytes]:
+    """The key-value metadata that names the run a file was made from (the analyses' and the replay's
+    files): :data:`META_SOURCE`, the run's absolute path (as the export's ``run.json`` gives its
+    ``source``), and :data:`META_RUN_ID`, its torchrun job id, only where its manifest records one."""
+    meta = {META_SOURCE: os.fsencode(Path(run_dir).resolve())}
+    identity = manifest.run_identity
+    if identity is not None and identity.run_id:
+        meta[META_RUN_ID] = identity.run_id.encode()
+    return meta
+
+
+def with_metadata(tbl: pa.Table, extra: Mapping[bytes, bytes]) -> pa.Table:
+    """``tbl`` with ``extra`` added to its schema's key-value metadata."""
+    return tbl.replace_schema_metadata({**(tbl.schema.metadata or {}), **extra}) if extra else tbl
 
 
 def write_table(tbl: pa.Table, path: str | Path, *, row_group_size: int | None = None) -> Path:
@@ -424,6 +451,9 @@ class P2PRecord:
     """Receiver."""
     tag: int
     """Tag."""
+    step: int
+    """Training step of the send (its node's ``nodes.step``; -1 unknown). The recv may be in another step
+    (``nodes.step`` of ``recv_node_id`` on ``dst_rank``). Null in files written before schema 13."""
     comm_bytes: int
     """Message size in bytes: the send's."""
     recv_bytes: int
@@ -441,6 +471,23 @@ class P2PRecord:
     """Recv call start, aligned ns."""
     recv_end_ns: int
     """Recv completion, aligned ns."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class GroupRecord:
+    """One row of the ``groups`` table: a process group of the run (the manifest's, then those only the
+    traces name), in the store's order of the groups."""
+
+    pg_name: str
+    """Process group name, as ``pg_name`` of the other tables gives it."""
+    pg_desc: str
+    """The group's description (``default_pg``, ``tp``, a ``group_desc`` of the program's; '' where none
+    was recorded)."""
+    ranks: list[int] | None
+    """The members' global ranks in group-rank order (the ``i``-th is group rank ``i``, as an all_to_all's
+    split lists count); null where the run names the group but records no members."""
+    backend: str
+    """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``; '' where not recorded)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
