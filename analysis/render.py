@@ -34,6 +34,7 @@ from skewlens.analysis.critical_path import DEVICE_GAP, HOST_GAP, shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord
+from skewlens.profiler.manifest import default_group_name
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
 from skewlens.profiler.store.render import group_desc, group_members
 
@@ -340,7 +341,7 @@ def _groups_named(result: AnalysisResult, names: Sequence[str]) -> str:
     that ``names`` name (first named first), with the description the program gave each and its members in
     group-rank order ('' for none): a label gives a group only torch's number (or its hash of the ranks)."""
     run = result.run
-    default = next((g.name for g in run.process_groups.values() if g.desc == "default_pg"), "0")
+    default = default_group_name(run.process_groups.values())
     parts = []
     for name in dict.fromkeys(names):
         g = run.process_groups.get(name)

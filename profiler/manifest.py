@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -194,6 +194,16 @@ class ProcessGroupInfo:
     """Description (``default_pg``, ``tp``, ...)."""
     backend: str = ""
     """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``)."""
+
+
+#: The description torch gives the default (world) group.
+DEFAULT_PG_DESC = "default_pg"
+
+
+def default_group_name(groups: Iterable[ProcessGroupInfo]) -> str:
+    """Name of the default group among ``groups``: the first described as :data:`DEFAULT_PG_DESC`, else
+    ``"0"`` (torch's name for it)."""
+    return next((g.name for g in groups if g.desc == DEFAULT_PG_DESC), "0")
 
 
 def with_world_ranks(groups: Mapping[str, ProcessGroupInfo], world_size: int) -> dict[str, ProcessGroupInfo]:

@@ -40,7 +40,7 @@ from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.bounded import read_json_bounded as bounded_json
 from skewlens.profiler.chakra_io import attr_value, iter_nodes
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import ProcessGroupInfo, default_group_name
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
@@ -565,14 +565,10 @@ def _locally_made(groups: Sequence[ProcessGroupInfo]) -> set[str]:
 
 def group_specs(run: RunTrace) -> tuple[str, tuple[GroupSpec, ...]]:
     """(default group name, further groups in creation order) from the manifest and the traces."""
-    world = tuple(range(run.world_size))
     ordered: list[ProcessGroupInfo] = list(run.manifest.process_groups)
     seen = {g.name for g in ordered}
     ordered += [g for n, g in run.process_groups.items() if n not in seen]
-    default = next(
-        (g.name for g in ordered if g.desc == "default_pg"),
-        next((g.name for g in ordered if g.name == "0" and tuple(sorted(g.ranks)) == world), "0"),
-    )
+    default = default_group_name(ordered)
     # a group the nodes name but neither the manifest nor a trace describes (a capture saved after the
     # program destroyed its groups): its members are those of its communication, in the order of its names
     used: dict[str, set[int]] = {}
