@@ -196,6 +196,16 @@ class ProcessGroupInfo:
     """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``)."""
 
 
+#: The description torch gives a process group made without one.
+NO_DESC = "undefined"
+
+
+def own_desc(name: str, desc: str) -> str:
+    """The description a program gave group ``name`` (``mesh_dp``), '' where ``desc`` says nothing more:
+    none, torch's default (:data:`NO_DESC`) or the name again."""
+    return desc if desc not in ("", name, NO_DESC) else ""
+
+
 #: The description torch gives the default (world) group.
 DEFAULT_PG_DESC = "default_pg"
 

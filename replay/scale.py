@@ -57,7 +57,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan
+from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan, own_desc
 from skewlens.profiler.store.issues import by_reason, counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
@@ -155,7 +155,7 @@ def _count_text(types: Counter[CommType]) -> str:
 
 def _desc_text(name: str, desc: str) -> str:
     """``, mesh_dp``: a group's description where it says more than its name."""
-    return f", {desc}" if desc and desc not in ("undefined", name) else ""
+    return f", {own}" if (own := own_desc(name, desc)) else ""
 
 
 def _group_text(g: _Group) -> str:

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import ProcessGroupInfo, own_desc
 from skewlens.profiler.store.issues import Issue, Severity, by_reason, counted, path_word, rank_ranges
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
@@ -91,8 +91,6 @@ def _per_reason(issues: list[Issue]) -> list[tuple[Issue, str, str]]:
 SHOWN_GROUPS = 8
 #: At most this many names of groups alike (one description and size) are shown in their entry.
 SHOWN_ALIKE = 4
-#: The description torch gives a process group made without one.
-NO_DESC = "undefined"
 
 
 #: At most this many members of a group are listed one by one, in group-rank order (more as ranges).
@@ -100,8 +98,8 @@ LISTED_MEMBERS = 8
 
 
 def group_desc(g: ProcessGroupInfo) -> str:
-    """The description torch's ``new_group`` was given, '' for none (its default, :data:`NO_DESC`)."""
-    return g.desc if g.desc not in ("", g.name, NO_DESC) else ""
+    """The description torch's ``new_group`` was given, '' for none (:func:`own_desc`)."""
+    return own_desc(g.name, g.desc)
 
 
 def group_members(g: ProcessGroupInfo) -> str:
