@@ -1221,6 +1221,12 @@ def _host_queue(q: I64, end: I64) -> tuple[I64, I64]:
     return q[dep], q[i]
 
 
+def _along_comm_stream(rt: RankTrace, src: I64, dst: I64, comm_streams: set[int]) -> B:
+    """Which edges ``(src, dst)`` join two rows of one communication stream (its queue order)."""
+    on_comm = np.isin(rt.stream, list(comm_streams))
+    return on_comm[src] & on_comm[dst] & (rt.stream[src] == rt.stream[dst])
+
+
 def _edges(
     rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
 ) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64]]:
@@ -1243,8 +1249,7 @@ def _edges(
     # completion of the one before it: a callback chained on its future (a DDP communication hook's
     # second collective, PowerSGD's P and Q all_reduces) issues it once that completed
     if comm_streams:
-        on_comm = np.isin(rt.stream, list(comm_streams))
-        along = on_comm[dst] & on_comm[src] & (rt.stream[src] == rt.stream[dst])
+        along = _along_comm_stream(rt, src, dst, comm_streams)
         issued_off = np.zeros(n, dtype=np.bool_)
         issued_off[dst[~along]] = True
         issued_off[gpu[1]] = True  # a launched row: its launch issued it
@@ -1446,8 +1451,7 @@ def _chained_completions(rt: RankTrace, src: I64, dst: I64, end: I64, comm_strea
     (for :attr:`RankModel.end_clamp_rows`)."""
     if not comm_streams or src.size == 0:
         return np.zeros(0, dtype=np.int64)
-    on_comm = np.isin(rt.stream, list(comm_streams))
-    chain = on_comm[src] & on_comm[dst] & (rt.stream[src] == rt.stream[dst])
+    chain = _along_comm_stream(rt, src, dst, comm_streams)
     s, d = src[chain], dst[chain]
     late = end[s] - rt.start_ns[d]
     lag = (late > 0) & (late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= end[s] - rt.start_ns[s])
