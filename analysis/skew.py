@@ -43,6 +43,7 @@ import numpy as np
 
 from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
+from skewlens.profiler.manifest import HASHED_GROUP_NAME
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.execution import clock_contradictions, execution_model, held_by
 
@@ -56,13 +57,12 @@ COMMON_LOOKBACK = 256
 #: Characters of a hashed group name (torch's 40 hex digits for a group made with
 #: ``use_local_synchronization=True``) kept in a label, before ``…``.
 HASHED_GROUP_SHOWN = 8
-_HASHED_GROUP = re.compile(r"[0-9a-f]{40}")
 
 
 def group_label(pg_name: str) -> str:
     """``pg_name`` as labels show it: a hashed name cut to its first :data:`HASHED_GROUP_SHOWN` digits and
     ``…`` (whole, it took a table's width from every other column), any other whole."""
-    return f"{pg_name[:HASHED_GROUP_SHOWN]}…" if _HASHED_GROUP.fullmatch(pg_name) else pg_name
+    return f"{pg_name[:HASHED_GROUP_SHOWN]}…" if HASHED_GROUP_NAME.fullmatch(pg_name) else pg_name
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -206,6 +206,11 @@ def own_desc(name: str, desc: str) -> str:
     return desc if desc not in ("", name, NO_DESC) else ""
 
 
+#: How torch names a group made with ``new_group(..., use_local_synchronization=True)``: the SHA-1 of its
+#: ranks (``_hash_ranks_to_str``), 40 hex digits, not a number from its counter.
+HASHED_GROUP_NAME = re.compile(r"[0-9a-f]{40}")
+
+
 #: The description torch gives the default (world) group.
 DEFAULT_PG_DESC = "default_pg"
 

@@ -40,7 +40,7 @@ from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.bounded import read_json_bounded as bounded_json
 from skewlens.profiler.chakra_io import attr_value, iter_nodes
 from skewlens.profiler.errors import ValidationError
-from skewlens.profiler.manifest import ProcessGroupInfo, default_group_name
+from skewlens.profiler.manifest import HASHED_GROUP_NAME, ProcessGroupInfo, default_group_name
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
@@ -556,7 +556,7 @@ def _locally_made(groups: Sequence[ProcessGroupInfo]) -> set[str]:
     ``use_local_synchronization=True``. A member was in at most as many groups as list its first rank."""
     out: set[str] = set()
     for g in groups:
-        if len(g.name) == 40 and g.ranks and not g.name.isdecimal():
+        if HASHED_GROUP_NAME.fullmatch(g.name) and g.ranks and not g.name.isdecimal():
             most = sum(1 for h in groups if g.ranks[0] in h.ranks) + 1
             if any(hashed_group_name(g.ranks, k) == g.name for k in range(most + 1)):
                 out.add(g.name)
