@@ -120,23 +120,20 @@ def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
     ``0``, the usual name of the world group, read as a count). A group's description is shown where torch's
     ``new_group`` was given one (:func:`group_desc`); groups of one description and size (a DeviceMesh
     dimension's) are one entry, the description first: ``mesh_dp: '5', '6', '7', '8' (2 ranks each)``."""
-    ordered = sorted(groups.values(), key=lambda g: creation_order(g.name))
-    alike: dict[tuple[str, int], list[str]] = {}
-    for g in ordered:
-        if group_desc(g):
-            alike.setdefault((group_desc(g), len(g.ranks)), []).append(repr(g.name))
+    # one entry per (description, size), where its first group came; a group without a description alone
+    entries: dict[tuple[str, int, str], list[str]] = {}
+    for g in sorted(groups.values(), key=lambda g: creation_order(g.name)):
+        desc = group_desc(g)
+        entries.setdefault((desc, len(g.ranks), "" if desc else g.name), []).append(repr(g.name))
     named: list[str] = []
-    for g in ordered:
-        desc, size = group_desc(g), len(g.ranks)
-        names = alike.get((desc, size), [])
+    for (desc, size, _name), names in entries.items():
         if len(names) > 1:
-            if names[0] == repr(g.name):
-                more = f", ... {len(names) - SHOWN_ALIKE} more" if len(names) > SHOWN_ALIKE else ""
-                named.append(f"{desc}: {', '.join(names[:SHOWN_ALIKE])}{more} ({counted(size, 'rank')} each)")
-            continue
-        named.append(f"{g.name!r} ({counted(size, 'rank')}{', ' + desc if desc else ''})")
+            more = f", ... {len(names) - SHOWN_ALIKE} more" if len(names) > SHOWN_ALIKE else ""
+            named.append(f"{desc}: {', '.join(names[:SHOWN_ALIKE])}{more} ({counted(size, 'rank')} each)")
+        else:
+            named.append(f"{names[0]} ({counted(size, 'rank')}{', ' + desc if desc else ''})")
     more = f", ... {len(named) - SHOWN_GROUPS} more" if len(named) > SHOWN_GROUPS else ""
-    return f"{len(ordered)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
+    return f"{len(groups)}: {', '.join(named[:SHOWN_GROUPS])}{more}" if named else "0"
 
 
 #: At most this many of a command's warnings and errors are printed after its summary (all are counted).
