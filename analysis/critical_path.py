@@ -51,27 +51,31 @@ KIND_NAMES = {
 
 
 def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
-    """Step -> (rank, row) of the latest-ending node of that step over all ranks; of nodes ending at once,
-    the one that started last (the members of a collective all end at its completion: the last to arrive,
-    from which the walk goes on), not the lowest rank's, so that the path does not depend on what the
-    ranks are called."""
-    best: dict[int, tuple[int, int, int, int]] = {}
+    """Step -> (rank, row) of the latest-ending node of that step over all ranks, not the lowest rank's of
+    nodes ending at once, so that the path does not depend on what the ranks are called: of communication
+    ending at once, the one that started last (the members of a collective all end at its completion: the
+    last to arrive, from which the walk goes on), before compute; of compute ending at once, the one that
+    started first (the longer: of rank 0's 10 ms operator and rank 1's 4 ms one ending with it, rank 0's)."""
+    best: dict[int, tuple[int, int, int, int, int]] = {}
     for r, ri in sorted(ix.ranks.items()):
         rt = ri.trace
         keep = np.flatnonzero(rt.node_type != int(NodeType.METADATA))
         if keep.size == 0:
             continue
         st = rt.step[keep].astype(np.int64)
-        o = np.lexsort((rt.start_ns[keep], ri.end_ns[keep], st))
+        comm = (rt.node_type[keep] != int(NodeType.COMP)).astype(np.int64)
+        start = rt.start_ns[keep].astype(np.int64)
+        tie = np.where(comm == 1, start, -start)
+        o = np.lexsort((tie, comm, ri.end_ns[keep], st))
         st_sorted = st[o]
         last = np.flatnonzero(np.append(st_sorted[1:] != st_sorted[:-1], True))
         for j in last.tolist():
             row = int(keep[o[j]])
             s = int(st_sorted[j])
-            e, a = int(ri.end_ns[row]), int(rt.start_ns[row])
-            if s not in best or (e, a) > best[s][:2]:
-                best[s] = (e, a, r, row)
-    steps = {s: (r, row) for s, (_e, _a, r, row) in best.items()}
+            key = (int(ri.end_ns[row]), int(comm[o[j]]), int(tie[o[j]]))
+            if s not in best or key > best[s][:3]:
+                best[s] = (*key, r, row)
+    steps = {s: (r, row) for s, (_e, _c, _t, r, row) in best.items()}
     if len(steps) > 1:
         steps.pop(-1, None)  # nodes outside any step are not a step of their own
     return steps

@@ -312,3 +312,20 @@ def test_relabelling_the_ranks_of_a_step_that_ends_in_a_tie_relabels_its_path_an
     as_two, as_zero = path(2, "late2"), path(0, "late0")
     assert as_two == [(2, "c10d::all_reduce_", MS, "dep"), (2, "aten::mm", 11 * MS, "end")]
     assert as_zero == [(0 if r == 2 else r, n, c, v) for r, n, c, v in as_two]
+
+
+def test_of_two_ranks_compute_ending_at_once_the_path_begins_at_the_longer_whatever_the_ranks_are_called(
+    tmp_path: Path,
+) -> None:
+    # rank `long` runs a 10 ms operator, the other a 4 ms one ending with it, and nothing joins them. The
+    # tie rule for a collective's members (the last to start) began the path at the 4 ms one: a path over
+    # 4 ms of a 10 ms step (found by mutation round 20)
+    def path(long: int, name: str) -> list[tuple[int, str, int]]:
+        b = RunBuilder(2)
+        b.rank(long).step(0).compute("aten::linear", 10 * MS, start_ns=0)
+        b.rank(1 - long).step(0).compute("aten::mm", 4 * MS, start_ns=6 * MS)
+        recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / name))))
+        return [(r.rank, r.name, r.contribution_ns) for r in recs]
+
+    assert path(0, "long0") == [(0, "aten::linear", 10 * MS)]
+    assert path(1, "long1") == [(1, "aten::linear", 10 * MS)]
