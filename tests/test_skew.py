@@ -513,34 +513,6 @@ def test_each_members_record_carries_the_bytes_of_its_own_call(tmp_path: Path) -
     assert sorted(zip(table["kind"], table["rank"], table["comm_bytes"], strict=True)) == got
 
 
-@pytest.mark.parametrize("marked", [True, False], ids=["in-a-step", "no-step-marks"])
-def test_a_late_members_first_communication_opens_its_window_at_its_step_not_at_the_process_group_node(
-    tmp_path: Path, marked: bool
-) -> None:
-    # a 3-D (pp x dp x tp) capture on 8 gloo ranks: a second pipeline stage's first communication is a
-    # recv, so its window fell back to its first node, the process-group METADATA node at 0 ns, on clocks
-    # of 1.8e18 ns: "host idle/gap +1643462838782.2 ms" was rank 5's top cause
-    from skewlens.profiler.synth import RunBuilder
-    from skewlens.profiler.vocab import CommType
-
-    t0 = 1_796_571_370_000_000_000
-    b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "dp": (0, 2)})
-    for r in (0, 2):
-        rb = b.rank(r).step(0)
-        lin = rb.compute("aten::linear", 5 * MS, start_ns=t0)
-        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=t0 + 5 * MS, pg="dp", deps=(lin,))
-    b.rank(0).send(1, 4096, 21 * MS, start_ns=t0 + 10 * MS)
-    # without step marks the window opens at the rank's first timed node
-    rb = b.rank(1).step(0 if marked else -1)
-    rb.compute("aten::mm", 30 * MS, start_ns=t0)
-    rb.recv(0, 4096, MS, start_ns=t0 + 30 * MS)
-    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
-    (pair,) = [e for e in skew.events if e.kind == "p2p"]
-    assert pair.late_rank == pair.blamed_rank == 1
-    assert pair.cause.kind is CauseKind.COMPUTE and pair.cause.op == "aten::mm"
-    assert pair.cause.delta_ns <= 30 * MS
-
-
 def test_an_event_on_a_device_mesh_dimensions_group_is_labelled_with_the_dimensions_name(
     tmp_path: Path,
 ) -> None:
@@ -566,3 +538,57 @@ def test_an_event_on_a_device_mesh_dimensions_group_is_labelled_with_the_dimensi
         "all_reduce 0#0",
         "send_recv pp:1#0 0->2",
     ]
+
+
+def test_a_hashed_group_name_is_cut_to_eight_digits_in_a_label_and_a_shorter_hex_name_is_kept_whole(
+    tmp_path: Path,
+) -> None:
+    # new_group(use_local_synchronization=True) names a group by a 40-digit SHA-1: whole, it took the
+    # worst-collectives table's width from every other column; a name the program gave is never cut
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    hashed, named = "3722ef32ad8fe7c3370e39700f5dc805571d7206", "ab" * 16
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), hashed: (0, 1), named: (0, 1)})
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", (1 + r) * MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=3 * MS, pg=hashed)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=5 * MS, pg=named)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    assert sorted(e.label for e in skew.events) == ["all_reduce 3722ef32…#0", f"all_reduce {named}#0"]
+    assert sorted(e.pg_name for e in skew.events) == [hashed, named]
+
+
+@pytest.mark.parametrize("where", ["set-up-before-its-step", "no-step-marks", "after-its-steps"])
+def test_a_late_members_first_communication_opens_its_window_at_its_step_else_at_its_first_timed_node(
+    tmp_path: Path, where: str
+) -> None:
+    # a 3-D (pp x dp x tp) capture on 8 gloo ranks: a second pipeline stage's first communication is a
+    # recv, so its window fell back to its first node, the process-group METADATA node at 0 ns, on clocks
+    # of 1.8e18 ns: "host idle/gap +1643462838782.2 ms" was rank 5's top cause. Rank 1's recv here is its
+    # first communication: in a step its window opens at that step's start (not at the 50 ms set-up
+    # before it); without step marks, or past its last step, at its first timed node
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    t0 = 1_796_571_370_000_000_000
+    b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "dp": (0, 2)})
+    for r in (0, 2):
+        rb = b.rank(r).step(0)
+        lin = rb.compute("aten::linear", 55 * MS, start_ns=t0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=t0 + 55 * MS, pg="dp", deps=(lin,))
+    b.rank(0).send(1, 4096, 21 * MS, start_ns=t0 + 60 * MS)
+    rb = b.rank(1).step(0 if where == "after-its-steps" else -1)
+    rb.compute("setup", 50 * MS, start_ns=t0)
+    rb.step(0 if where != "no-step-marks" else -1).compute("aten::mm", 30 * MS, start_ns=t0 + 50 * MS)
+    rb.step(-1 if where != "set-up-before-its-step" else 0).recv(0, 4096, MS, start_ns=t0 + 80 * MS)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (pair,) = [e for e in skew.events if e.kind == "p2p"]
+    first_op, delta = ("aten::mm", 30 * MS) if where == "set-up-before-its-step" else ("setup", 80 * MS)
+    assert (pair.late_rank, pair.cause.kind, pair.cause.op, pair.cause.delta_ns) == (
+        1,
+        CauseKind.COMPUTE,
+        first_op,
+        delta,
+    )
