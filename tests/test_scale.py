@@ -1041,3 +1041,19 @@ def test_a_pipeline_runs_refusal_names_the_groups_its_pairs_are_on_and_how_many_
     said = str(e.value)
     assert "(8 matched pairs: 0->4 x1, 1->5 x1, 2->6 x1, 3->7 x1, 4->0 x1, 5->1 x1 and 2 more)" in said
     assert ") on 4 groups: 'pp0' (ranks 0, 4, mesh_pp), 'pp1' (ranks 1, 5, mesh_pp), 'pp2'" in said
+
+
+def test_a_pipeline_refusal_on_many_groups_lists_six_in_the_order_torch_numbered_them_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    # groups '5' to '12', one send/recv pair on each: as text '10' sorts before '5', and a list of every
+    # group would run on past the six the pairs are cut to
+    names = [str(k) for k in range(5, 13)]
+    b = RunBuilder(world_size=2, groups={"0": (0, 1)} | dict.fromkeys(names, (0, 1)))
+    for n in names:
+        b.rank(0).send(1, MIB, 100_000, pg=n)
+        b.rank(1).recv(0, MIB, 100_000, pg=n)
+    with pytest.raises(ExtrapolationError) as e:
+        identify(load_run(b.write(tmp_path / "run")))
+    shown = ", ".join(f"'{n}' (ranks 0-1)" for n in names[:6])
+    assert f"(8 matched pairs: 0->1 x8) on 8 groups: {shown} and 2 more: point-to-point" in str(e.value)
