@@ -834,3 +834,20 @@ def test_the_check_summary_names_a_meshs_groups_by_dimension_in_the_order_of_the
     assert (
         _groups({g.name: g for g in wide}) == "128: mesh_tp: '1', '2', '3', '4', ... 124 more (2 ranks each)"
     )
+
+
+def test_a_groups_members_are_listed_one_by_one_up_to_eight_in_group_rank_order_and_as_ranges_past_that() -> (
+    None
+):
+    # the worst-collectives caption names each group's members: one rank is 'rank', eight are still listed
+    # in the program's (sort_ranks=False) order, and nine or more are counted and given as ranges
+    from skewlens.profiler.manifest import ProcessGroupInfo
+    from skewlens.profiler.store.render import group_members
+
+    def members(ranks: tuple[int, ...]) -> str:
+        return group_members(ProcessGroupInfo(name="7", ranks=ranks, desc="undefined"))
+
+    assert members((3,)) == "rank 3"
+    assert members((3, 1)) == "ranks 3, 1"
+    assert members((7, 6, 5, 4, 3, 2, 1, 0)) == "ranks 7, 6, 5, 4, 3, 2, 1, 0"
+    assert members(tuple(range(9))) == "9 ranks: 0-8"
