@@ -514,3 +514,17 @@ def test_the_segments_with_edges_are_read_from_the_csr_offsets_as_arrays_or_list
     assert core_mod._with_edges(array("q", offsets), 4) == bytearray([0, 1, 0, 1])
     assert core_mod._with_edges(offsets, 4) == bytearray([0, 1, 0, 1])
     assert core_mod._with_edges([0] * 6, 5) == bytearray(5)
+
+
+def test_a_run_without_step_marks_has_no_step_times_and_its_one_step_lasts_its_nodes_span(
+    tmp_path: Path,
+) -> None:
+    # without step marks every node is in step -1, which step_times leaves out (it times marked steps,
+    # as the analyses do), while step_time_ns(-1) still gives the span of the nodes
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("setup", 5_000_000, start_ns=r * 1_000_000)
+        b.rank(r).compute("fwd", 2_000_000)
+    res = simulate(load_run(b.write(tmp_path / "run")))
+    assert set(res.step_spans()) == {(0, -1), (1, -1)}
+    assert (res.step_times(), res.step_time_ns(-1)) == ({}, 8_000_000)
