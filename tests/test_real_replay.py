@@ -1104,6 +1104,27 @@ def test_the_plan_names_each_ranks_trace_file_for_the_workers(tmp_path: Path) ->
     assert read_meta(tmp_path).source_files == {0: "/r/trace.0.et", 1: "/r/trace.1.et"}
 
 
+def test_the_plan_tells_the_workers_which_groups_the_program_made_with_local_synchronization(
+    tmp_path: Path,
+) -> None:
+    # read back without it, the workers would make the locally made group on every rank, as an ordinary
+    # group that takes a number: every later group's name moves by one
+    from skewlens.replay.real.plan import GroupSpec, PlanMeta, read_meta, write_plan
+
+    local = hashed_group_name((0, 1), 1)
+    groups = (
+        GroupSpec(name=local, ranks=(0, 1), desc=local, local=True),
+        GroupSpec(name="1", ranks=(1, 0), desc="g"),
+    )
+    meta = PlanMeta(
+        world_size=2, backend="gloo", timeout_s=1.0, compute="auto", default_pg="0", groups=groups,
+        origin_ns={0: 0, 1: 5}, first_start_ns=0, source_run="/r", out_run="/o", work_dir="/w",
+        source_files={},
+    )  # fmt: skip
+    write_plan(tmp_path, meta, {}, {})
+    assert read_meta(tmp_path).groups == groups
+
+
 @pytest.mark.slow
 def test_a_run_without_a_manifest_is_replayed_on_real_processes_node_for_node(tmp_path: Path) -> None:
     b = RunBuilder(2)
@@ -1617,6 +1638,20 @@ def test_a_group_made_with_local_synchronization_takes_no_number_and_is_made_by_
     run = _groups_run(tmp_path, {"0": (0, 1), local: (0, 1), "2": (0,), "1": (1,)}, "2", "1")
     assert [g.name for g in run.manifest.process_groups] == ["0", local, "2", "1"]
     assert [(g.name, g.local) for g in group_specs(run)[1]] == [(local, True), ("1", False), ("2", False)]
+
+
+def test_a_locally_made_group_keeps_its_place_after_the_numbered_group_made_before_it(tmp_path: Path) -> None:
+    # the local group was made after group '1' and before '2': re-made first of all, its members would
+    # count one group fewer than the program's members did when torch hashed its name
+    local = hashed_group_name((0, 1), 2)
+    run = _groups_run(tmp_path, {"0": (0, 1), "1": (0, 1), local: (0, 1), "3": (0,), "2": (1,)}, "3", "2")
+    assert [g.name for g in group_specs(run)[1]] == ["1", local, "2", "3"]
+
+
+def test_a_hashed_group_name_is_the_one_torch_gives_a_locally_made_group() -> None:
+    # torch's _hash_ranks_to_str([0, 1]) in a process that has made no group yet (torch 2.x): the SHA-1 of
+    # '0_1_0'; a name computed another way would never match a recorded one
+    assert hashed_group_name((0, 1), 0) == "9f43504d231e8b0a7a2c648b1a1bea4922eb18f1"
 
 
 def test_a_program_named_group_of_forty_hex_digits_is_not_taken_for_a_hashed_one(tmp_path: Path) -> None:
