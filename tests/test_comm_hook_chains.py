@@ -28,9 +28,12 @@ COMM = 1000
 BWD_MS = (10, 12)  # rank 1 arrives 2 ms later at E
 
 
-def _powersgd_step(tmp_path: Path, *, p_lag_ns: int = 0) -> RunTrace:
+def _powersgd_step(
+    tmp_path: Path, *, p_lag_ns: int = 0, p_ns: int = 3 * MS, q_ns: int = 2 * MS, tail_ns: int = MS // 5
+) -> RunTrace:
     """One step of each rank; ``p_lag_ns``: how long after Q began P's end was recorded (gloo's worker
-    records a collective's end after the future the callback ran on fired)."""
+    records a collective's end after the future the callback ran on fired); ``p_ns``, ``q_ns``: P's time to
+    Q's issue and Q's length; ``tail_ns``: when the reducer's wait ends, after Q's end (negative: before)."""
     b = RunBuilder(world_size=2)
     for rank, bwd_ms in enumerate(BWD_MS):
         rb = b.rank(rank).step(0)
@@ -45,7 +48,7 @@ def _powersgd_step(tmp_path: Path, *, p_lag_ns: int = 0) -> RunTrace:
             deps=(bwd,),
         )
         p_start = e_end + MS // 10
-        q_start = p_start + 3 * MS
+        q_start = p_start + p_ns
         rb.collective(
             CommType.ALL_REDUCE,
             comm_bytes=8192,
@@ -53,9 +56,9 @@ def _powersgd_step(tmp_path: Path, *, p_lag_ns: int = 0) -> RunTrace:
             start_ns=p_start,
             stream=COMM,
         )
-        q_end = q_start + 2 * MS
-        rb.collective(CommType.ALL_REDUCE, comm_bytes=4112, dur_ns=2 * MS, start_ns=q_start, stream=COMM)
-        tail_end = q_end + MS // 5
+        q_end = q_start + q_ns
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=4112, dur_ns=q_ns, start_ns=q_start, stream=COMM)
+        tail_end = q_end + tail_ns
         rb.compute("compute", dur_ns=tail_end - bwd_ms * MS, start_ns=bwd_ms * MS)
         rb.compute("Optimizer.step#SGD.step", dur_ns=MS)
     return load_run(b.write(tmp_path / "run"))
@@ -132,3 +135,44 @@ def test_a_chained_collective_recorded_to_begin_before_its_predecessors_lagging_
     assert (p, q) in set(zip(m.start_src.tolist(), m.start_dst.tolist(), strict=True))
     assert p in m.end_clamp_rows.tolist()
     assert int(m.end_clamp_ns[m.end_clamp_rows.tolist().index(p)]) == int(rt.ranks[0].start_ns[q])
+
+
+def _waited_by_tail(rt: RunTrace) -> set[int]:
+    m = execution_model(rt).ranks[0]
+    tail = _rows(rt, 0)[3]
+    return {s for s, d in zip(m.wait_src.tolist(), m.wait_dst.tolist(), strict=True) if d == tail}
+
+
+def test_the_reducers_wait_holds_a_chained_collective_recorded_to_end_within_gloos_lag_after_it_and_no_later(
+    tmp_path: Path,
+) -> None:
+    # Q recorded to end 5 ms after the wait returned (within gloo's 10 ms finish lag): the program waited for
+    # it; one recorded to end 15 ms after ran on past the wait, which did not hold it
+    rt = _powersgd_step(tmp_path / "lag5", q_ns=20 * MS, tail_ns=-5 * MS)
+    e, p, q, _ = _rows(rt, 0)
+    assert _waited_by_tail(rt) == {e, p, q}
+    rt = _powersgd_step(tmp_path / "lag15", q_ns=20 * MS, tail_ns=-15 * MS)
+    e, p, q, _ = _rows(rt, 0)
+    assert _waited_by_tail(rt) == {e, p}
+
+
+def test_a_chained_collectives_predecessor_is_clamped_to_its_issue_within_gloos_lag_and_a_tenth_of_its_length(
+    tmp_path: Path,
+) -> None:
+    def clamped(name: str, **kw: int) -> bool:
+        rt = _powersgd_step(tmp_path / name, **kw)
+        m = execution_model(rt).ranks[0]
+        _, p, q, _ = _rows(rt, 0)
+        rows = m.end_clamp_rows.tolist()
+        if p not in rows:
+            return False
+        assert int(m.end_clamp_ns[rows.index(p)]) == int(rt.ranks[0].start_ns[q])  # Q's issue
+        return True
+
+    # P of 200 ms: recorded 7 ms after Q's issue (within the 10 ms lag, a 30th of its length) is clamped;
+    # 15 ms after (past the lag, though a 14th of its length) it ran beside Q (Q of 20 ms, so that the
+    # reducer's wait, after Q, holds P's recorded end either way)
+    assert clamped("p7", p_ns=200 * MS, p_lag_ns=7 * MS, q_ns=20 * MS)
+    assert not clamped("p15", p_ns=200 * MS, p_lag_ns=15 * MS, q_ns=20 * MS)
+    # P of 3 ms recorded 1 ms after Q's issue: within the lag, but a quarter of its length: beside Q
+    assert not clamped("p1", p_lag_ns=MS, q_ns=20 * MS)
