@@ -13,7 +13,7 @@ from workload_helpers import capture_workload, comm_per_step
 
 from skewlens.profiler.capture import capture
 from skewlens.profiler.chakra_io import node_attrs, read_et
-from skewlens.profiler.manifest import STEP_MARKS_NOTE, read_manifest
+from skewlens.profiler.manifest import STEP_MARKS_NOTE, Manifest, read_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.vocab import Attr
 
@@ -63,15 +63,29 @@ class Unhooked(torch.optim.Optimizer):
         self.after_inner_ns.append(time.time_ns())
 
 
-def test_a_wrapper_whose_step_torch_does_not_hook_ends_its_steps_after_its_own_work(tmp_path: Path) -> None:
-    w = torch.zeros(4, requires_grad=True)
-    opt = Unhooked([w])
-    own_step = Unhooked.step
-    with capture(tmp_path / "run", steps="1:0:3", auto_step=True):
+def _capture_steps_1_to_3(run: Path, w: torch.Tensor, opt: object, method: str = "step") -> Manifest:
+    """The manifest of a capture of steps 1-3 of 4 iterations of ``w``'s backward, then ``opt.method()``
+    (looked up each time: a method bound before the capture hooked the class would run the unhooked one)."""
+    with capture(run, steps="1:0:3", auto_step=True):
         for _ in range(4):
             w.sum().backward()
-            opt.step()
-    steps = sorted(read_manifest(tmp_path / "run").steps, key=lambda s: s.step)
+            getattr(opt, method)()
+    return read_manifest(run)
+
+
+class InheritsStep(Unhooked):
+    """A subclass of such a wrapper with the wrapper's step() (``PostLocalSGDOptimizer`` subclassed)."""
+
+
+@pytest.mark.parametrize("cls", [Unhooked, InheritsStep])
+def test_a_wrapper_whose_step_torch_does_not_hook_ends_its_steps_after_its_own_work(
+    tmp_path: Path, cls: type[Unhooked]
+) -> None:
+    w = torch.zeros(4, requires_grad=True)
+    opt = cls([w])
+    own_step = cls.step
+    m = _capture_steps_1_to_3(tmp_path / "run", w, opt)
+    steps = sorted(m.steps, key=lambda s: s.step)
     assert [s.step for s in steps] == [1, 2, 3]
     # each step ends after the wrapper's work of its iteration; before, at the inner SGD's end, 5 ms before
     # it, the wrapper's work falling into the next step (only the first step(), the one that found the
@@ -80,7 +94,56 @@ def test_a_wrapper_whose_step_torch_does_not_hook_ends_its_steps_after_its_own_w
         assert s.end_ns >= after
     for s, before in zip(steps[1:], opt.after_inner_ns[1:], strict=False):
         assert s.start_ns >= before
-    assert Unhooked.step is own_step  # the capture gave the class its own step() back
+    # the wrapper's steps took over its inner SGD's count: one optimizer stepped the training
+    assert STEP_MARKS_NOTE not in m.notes
+    # the capture gave the class defining step() its own step() back (a subclass's inherits it again)
+    assert cls.step is own_step and Unhooked.step is Unhooked.__dict__["step"]
+    assert "step" not in InheritsStep.__dict__
+
+
+class Runner(torch.optim.Optimizer):
+    """An object that never ran ``Optimizer.__init__`` and steps an optimizer from a method other than
+    step() (its own step() never runs)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.inner = torch.optim.SGD(params, lr=0.1)
+
+    def local_update(self) -> None:
+        self.inner.step()
+
+
+def test_an_optimizer_stepped_from_another_ones_method_other_than_step_ends_the_steps_itself(
+    tmp_path: Path,
+) -> None:
+    w = torch.zeros(4, requires_grad=True)
+    runner = Runner([w])
+    m = _capture_steps_1_to_3(tmp_path / "run", w, runner, "local_update")
+    assert sorted(s.step for s in m.steps) == [1, 2, 3]
+    assert "step" not in Runner.__dict__ or Runner.step is Runner.__dict__["step"]
+
+
+def test_with_a_plain_optimizer_stepped_first_an_unhooked_wrapper_stepped_second_does_not_end_the_steps(
+    tmp_path: Path,
+) -> None:
+    w, v = torch.zeros(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    first, wrapper = torch.optim.SGD([w], lr=0.1), Unhooked([v])
+    ends: list[int] = []
+    with capture(tmp_path / "run", steps="1:0:3", auto_step=True):
+        for _ in range(4):
+            (w.sum() + v.sum()).backward()
+            first.step()
+            ends.append(time.time_ns())
+            wrapper.step()
+    m = read_manifest(tmp_path / "run")
+    steps = sorted(m.steps, key=lambda s: s.step)
+    assert [s.step for s in steps] == [1, 2, 3]
+    # each step ends at the plain SGD's step, before the wrapper's 5 ms of work
+    for s, end in zip(steps, ends[1:], strict=True):
+        assert s.end_ns <= end
+    # two optimizers stepped: the wrapper's first step() (which found it) counts as its, not its inner SGD's
+    # (before: "3 optimizers stepped ... (SGD, 4 calls ...; others: SGD 1, Unhooked 2)")
+    assert m.notes[STEP_MARKS_NOTE].startswith("2 optimizers stepped; a step ends at each step()")
+    assert "(SGD, 4 calls by the end of the window; others: Unhooked 3)" in m.notes[STEP_MARKS_NOTE]
 
 
 @pytest.mark.slow

@@ -168,7 +168,8 @@ class CaptureSession:
         self._opt_handles: list[Any] = []
         self._on_term: Callable[[int, Any], None] | None = None  # the SIGTERM handler installed, if any
         self._opt_open: list[int] = []  # the optimizers whose step() is running, outermost first
-        self._hand_over = (0, 0)  # (inner, wrapper) ids: the wrapper's step() hooked, from its next call
+        # (inner id, wrapper id, wrapper's class name): the wrapper's step() hooked, from its next call
+        self._hand_over: tuple[int, int, str] = (0, 0, "")
         self._wrapped_steps: list[tuple[type, Any]] = []  # (class, own step()) of unhooked wrappers
         self._first_optimizer: int | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
@@ -287,7 +288,7 @@ class CaptureSession:
         outer = _unhooked_outer(optimizer)
         if outer is not None:
             self._hook_step_of(type(outer))
-            self._hand_over = (id(optimizer), id(outer))
+            self._hand_over = (id(optimizer), id(outer), type(outer).__name__)
 
     def _hook_step_of(self, cls: type) -> None:
         """Run the step hooks around ``cls.step`` from its next call on: an optimizer wrapper that never ran
@@ -323,12 +324,12 @@ class CaptureSession:
         self._optimizer_steps[id(optimizer)] = (name, calls + 1)
         if id(optimizer) == self._first_optimizer:
             self.step()
-        inner, outer = self._hand_over
-        if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are the training's from now on
-            self._hand_over = (0, 0)
+        inner, outer, outer_name = self._hand_over
+        if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are its from now on: the
+            self._hand_over = (0, 0, "")  # wrapper's, as are this one and the training's if it was the first
+            self._optimizer_steps[outer] = (outer_name, self._optimizer_steps.pop(inner)[1])
             if self._first_optimizer == inner:
                 self._first_optimizer = outer
-                self._optimizer_steps[outer] = self._optimizer_steps.pop(inner)
 
     def step(self) -> None:
         """Mark the end of the current training step."""
