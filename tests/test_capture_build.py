@@ -1378,3 +1378,21 @@ def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no
     # nor was a bucket issued before the operator began (its transfer overlapping the next block's backward)
     early = replace(fr, start_ns=1_000, issue_end_ns=1_000)
     assert (2_000, 50_000, engine) in main_thread_compute(one_step([early], worker_events=worker, ops=ops))
+    # nor where the innermost operator around the completion began after the issue, though those around it
+    # began before (a later block's backward, 20-42 us, that the transfer overlapped)
+    later = [*ops[:3], host_op(ops[3].name, 20_000, 22_000), host_op("aten::mm", 21_000, 3_000), ops[5]]
+    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=later))
+    # nor inside an operator without children around both the issue and the completion
+    around = [*ops[:3], host_op("aten::mm", 14_500, 27_000), ops[5]]
+    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=around))
+    # nor is another thread's operator around the completion, with children, one the main thread waited in
+    other = [
+        *ops[:4],
+        host_op("other", 10_000, 35_000, thread=77),
+        host_op("aten::mm", 11_000, 2_000, thread=77),
+    ]
+    (node,) = by_name(
+        build_nodes(one_step([fr], worker_events=worker, ops=sorted(other, key=lambda o: o.start_ns))),
+        "other",
+    )
+    assert (node.start_ns, node.dur_ns) == (10_000, 35_000)
