@@ -24,7 +24,8 @@ from skewlens.profiler.capture.build import (
 )
 from skewlens.profiler.capture.hostet import parse_host_et
 from skewlens.profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
-from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.waits import WORK_WAIT_NAME
 from skewlens.profiler.chakra_io import TraceNode
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -1396,3 +1397,26 @@ def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no
         "other",
     )
     assert (node.start_ns, node.dur_ns) == (10_000, 35_000)
+
+
+def test_a_collective_waited_for_by_a_later_wait_call_is_no_hidden_wait_where_it_completed() -> None:
+    # an async all_reduce issued at 15 us inside CheckpointFunctionBackward, done at 40 us where none of its
+    # operators runs, and waited for by work.wait() after the backward (50.5 us): the thread went on
+    # working until that wait; with no wait call the same completion is a wait hidden in the operator
+    issued = coll(15_000, 40_000, seq=0, is_async=True, issue_end=15_200)
+    engine = "autograd::engine::evaluate_function: CheckpointFunctionBackward"
+    ops = [
+        host_op(engine, 2_000, 48_000),
+        host_op("CheckpointFunctionBackward", 2_500, 47_000),
+        host_op("aten::linear", 3_000, 5_000),
+        host_op("Optimizer.step#SGD.step", 51_000, 8_000),
+    ]
+    wait = WaitRecord(
+        name=WORK_WAIT_NAME, start_ns=50_500, end_ns=50_600, thread=MAIN, ident=0, step=0,
+        issue_start_ns=15_000, issue_thread=MAIN,
+    )  # fmt: skip
+    waited = main_thread_compute(one_step([issued], ops=ops, waits=(wait,)))
+    assert (2_000, 50_000, engine) in waited
+    hidden = main_thread_compute(one_step([issued], ops=ops))
+    assert (2_000, 50_000, engine) not in hidden
+    assert not [n for n in hidden if n[0] < 40_000 and n[1] > 15_200]
