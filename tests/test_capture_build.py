@@ -1367,6 +1367,9 @@ def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no
     (bucket,) = by_name(nodes, "gloo:all_reduce")
     (after,) = by_name(nodes, "torch.distributed.ddp.reducer::copy_bucket_to_grad")
     assert bucket.node_id in after.ctrl_deps  # what follows the wait waits for the bucket
+    # the thread going on the very ns the bucket completed (Kineto's microseconds) waited all the same
+    tie = [*ops[:4], host_op(ops[4].name, 40_000, 4_300), ops[5]]
+    assert (40_000, 44_300, ops[4].name) in main_thread_compute(one_step([fr], worker_events=worker, ops=tie))
     # a bucket completing while an operator without children of its own runs (a matmul) overlapped it: the
     # matmul is whole and waits for nothing (the operators around it give way all the same, since gloo's
     # worker may record an end up to GLOO_FINISH_LAG_NS late, into the operator after a wait)
