@@ -1332,6 +1332,14 @@ def test_the_filler_of_a_step_begins_after_a_call_still_running_at_its_start() -
     assert gaps == [(0, 20), (30, 95), (104, 150), (160, 200)]
 
 
+def waits_on_bucket(cap: RankCapture, none_of: tuple[str, ...]) -> None:
+    """Assert that none of the nodes named ``none_of`` waits for the capture's one all_reduce."""
+    nodes = build_nodes(cap)
+    (bucket,) = by_name(nodes, "gloo:all_reduce")
+    assert [n.name for n in nodes if n.name in none_of and bucket.node_id in n.ctrl_deps] == []
+    assert [n.name for n in nodes if n.name in none_of], none_of
+
+
 def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no_operators_work() -> None:
     # reentrant activation checkpointing under DDP: the block's backward runs a backward of its own inside
     # CheckpointFunctionBackward, whose bucket hooks issue the all_reduce and whose end runs DDP's reducer
@@ -1383,12 +1391,15 @@ def test_ddps_wait_for_its_buckets_inside_a_reentrant_checkpoints_backward_is_no
     early = replace(fr, start_ns=1_000, issue_end_ns=1_000)
     assert (2_000, 50_000, engine) in main_thread_compute(one_step([early], worker_events=worker, ops=ops))
     # nor where the innermost operator around the completion began after the issue, though those around it
-    # began before (a later block's backward, 20-42 us, that the transfer overlapped)
-    later = [*ops[:3], host_op(ops[3].name, 20_000, 22_000), host_op("aten::mm", 21_000, 3_000), ops[5]]
-    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=later))
-    # nor inside an operator without children around both the issue and the completion
+    # began before (a later block's backward, 20-42 us, that the transfer overlapped): it is whole
+    later_op = host_op(ops[3].name, 20_000, 22_000)
+    later = [*ops[:3], later_op, host_op("aten::mm", 21_000, 3_000), ops[5]]
+    waits_on_bucket(one_step([fr], worker_events=worker, ops=later), none_of=(later_op.name,))
+    # nor inside an operator without children around both the issue and the completion: it is whole
     around = [*ops[:3], host_op("aten::mm", 14_500, 27_000), ops[5]]
-    assert (2_000, 50_000, engine) in main_thread_compute(one_step([fr], worker_events=worker, ops=around))
+    around_cap = one_step([fr], worker_events=worker, ops=around)
+    waits_on_bucket(around_cap, none_of=("aten::mm",))
+    assert (14_500, 41_500, "aten::mm") in main_thread_compute(around_cap)
     # nor is another thread's operator around the completion, with children, one the main thread waited in
     other = [
         *ops[:4],

@@ -843,13 +843,14 @@ def _op_protos(
             if j >= 0 and comm_iv[j][0] <= o.start_ns and end <= comm_iv[j][1]:
                 continue  # ran inside a blocking call (gloo's reduce_scatter copy-out): part of the comm
             k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
-            # a blocking call inside, or an asynchronous one issued and completed inside that no wait node
-            # waited for: gloo's worker may record its end up to GLOO_FINISH_LAG_NS after the thread went
-            # on, into the operator after the wait (:func:`_hidden_waits` then misses it: in 2 of 5 2-rank
-            # captures of an optimizer.step(closure), Lightning's automatic optimisation, a step's
-            # Optimizer.step stayed whole, DDP's wait inside it compute of fixed length)
+            # a blocking call inside, or, in an operator with operators of its own, an asynchronous one
+            # issued and completed inside that no wait node waited for: gloo's worker may record its end
+            # up to GLOO_FINISH_LAG_NS after the thread went on, into the operator after the wait
+            # (:func:`_hidden_waits` then misses it: in 2 of 5 2-rank captures of an
+            # optimizer.step(closure), Lightning's automatic optimisation, a step's Optimizer.step stayed
+            # whole, DDP's wait inside it compute of fixed length)
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
-            encloses_comm = encloses_comm or _holds_flight(flown, o.start_ns, end)
+            encloses_comm = encloses_comm or (bool(children[i]) and _holds_flight(flown, o.start_ns, end))
             # a runtime call's correlation id is CUPTI's, not an operator's
             info = cap.host_ops.get(o.corr) if o.corr >= 0 and not o.kind else None
             # full level: a scope without an operator schema (autograd engine, module forward) is not
