@@ -770,7 +770,7 @@ def _op_protos(
     waited: Set[int] = frozenset(),
 ) -> tuple[list[_Proto], list[tuple[int, int, str]]]:
     """Ops/full levels: outermost Kineto operators (split around blocking collectives and hidden waits,
-    :func:`_hidden_waits`) and GPU kernels (``alias``: Kineto's thread ids -> native ones,
+    :func:`_holds_flight`) and GPU kernels (``alias``: Kineto's thread ids -> native ones,
     :func:`kineto_thread_alias`; ``waited``: as for :func:`_hidden_flights`); and the main thread's
     scopes replaced by their operators (because they enclosed a blocking call or a hidden wait, or for want
     of a schema at the full level), each ending at the first step mark inside it (what follows the mark is
@@ -829,7 +829,6 @@ def _op_protos(
             if not (outlives and o.name.startswith(COMM_OP_PREFIXES)):
                 stack.append(i)
         flown = flights.get(stream, [])
-        hidden = _hidden_waits(ops, roots, children, flown)
         todo = list(reversed(roots))
         while todo:
             i = todo.pop()
@@ -844,11 +843,16 @@ def _op_protos(
                 continue  # ran inside a blocking call (gloo's reduce_scatter copy-out): part of the comm
             k = bisect.bisect_left(comm_iv, (o.start_ns, -1))
             # a blocking call inside, or, in an operator with operators of its own, an asynchronous one
-            # issued and completed inside that no wait node waited for: gloo's worker may record its end
-            # up to GLOO_FINISH_LAG_NS after the thread went on, into the operator after the wait
-            # (:func:`_hidden_waits` then misses it: in 2 of 5 2-rank captures of an
-            # optimizer.step(closure), Lightning's automatic optimisation, a step's Optimizer.step stayed
-            # whole, DDP's wait inside it compute of fixed length)
+            # issued and completed inside that no wait node waited for (a hidden wait: DDP's reducer
+            # finishes a backward run from inside CheckpointFunctionBackward under reentrant activation
+            # checkpointing, or inside Optimizer.step under optimizer.step(closure)): the operator and
+            # those around it give way to their operators, so that the wait is no operator's work
+            # (:func:`_gap_protos` cuts it out). Wherever the completion lies in it: gloo's worker may
+            # record its end up to GLOO_FINISH_LAG_NS after the thread went on, into the operator after
+            # the wait (in 2 of 5 2-rank captures of an optimizer.step(closure), a rule asking for the
+            # completion outside the operator's operators left Optimizer.step whole). A bucket issued
+            # before the operator began (its transfer overlapping backward), or an operator without
+            # operators of its own (a matmul the completion landed in), holds no wait
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
             encloses_comm = encloses_comm or (bool(children[i]) and _holds_flight(flown, o.start_ns, end))
             # a runtime call's correlation id is CUPTI's, not an operator's
@@ -856,7 +860,7 @@ def _op_protos(
             # full level: a scope without an operator schema (autograd engine, module forward) is not
             # replayable; its operators are
             scope_only = bool(cap.host_ops) and (info is None or not info.schema) and bool(children[i])
-            if encloses_comm or scope_only or i in hidden:
+            if encloses_comm or scope_only:
                 if stream == MAIN_STREAM:
                     b = _boundary_inside(bounds, o.start_ns, end)
                     scopes.append((o.start_ns, end if b is None else b, o.name))
@@ -901,36 +905,6 @@ def _op_protos(
                 )
             )
     return out, _without_calls(_innermost(scopes), sorted(calls))
-
-
-def _hidden_waits(
-    ops: Sequence[OpRecord],
-    roots: Sequence[int],
-    children: Mapping[int, Sequence[int]],
-    flights: Iterable[tuple[int, int]],
-) -> set[int]:
-    """The operators of one thread (``ops`` by start, nested as ``roots`` and ``children``) in which it
-    blocked until an asynchronous collective it had issued inside the same operator completed
-    (``flights``: :func:`_hidden_flights`' ``(issue, end)``), waited for in C++: DDP's reducer finishes
-    a backward run from inside ``CheckpointFunctionBackward`` under reentrant activation checkpointing,
-    whose inner backward raised the bucket hooks. Such a completion lies in the innermost operator
-    covering it, issued inside it, where none of that operator's children runs: that operator and those
-    around it give way to their children (as around a blocking call), so that the wait is no operator's
-    work (:func:`_gap_protos` cuts it out). A bucket issued before the operator began and completing in
-    it (its transfer overlapping backward), or completing inside an operator without children (a
-    matmul), was no wait of its."""
-    out: set[int] = set()
-    for issue, e in flights:
-        level, chain = roots, []
-        while True:
-            k = bisect.bisect_left(level, e, key=lambda j: ops[j].start_ns) - 1
-            if k < 0 or ops[level[k]].start_ns + ops[level[k]].dur_ns <= e:
-                break
-            chain.append(level[k])
-            level = children.get(level[k], ())
-        if chain and children.get(chain[-1]) and ops[chain[-1]].start_ns <= issue:
-            out.update(chain)
-    return out
 
 
 def _innermost(scopes: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
