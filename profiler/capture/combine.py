@@ -26,14 +26,11 @@ from skewlens.profiler.manifest import (
     read_manifest,
     write_manifest,
 )
-from skewlens.profiler.store.issues import ranks_label
+from skewlens.profiler.store.issues import first_named, ranks_label
 from skewlens.profiler.vocab import Level
 
 #: The merged manifest's note on the run identity: why it was not checked, or that it was overridden.
 RUN_IDENTITY_NOTE = "run identity"
-
-#: A message names at most this many of the host directories given, then how many more.
-SHOWN_DIRS = 3
 
 
 def combine_runs(
@@ -90,7 +87,7 @@ def combine_runs(
     if missing and not allow_missing:
         are = "is" if len(missing) == 1 else "are"
         raise CaptureError(
-            f"{ranks_label(missing)} of {first.world_size} {are} in none of {_dirs_label(sources)}: "
+            f"{ranks_label(missing)} of {first.world_size} {are} in none of {first_named(sources)}: "
             "give the directory of every host of the job (or --allow-missing to merge the ranks found)"
         )
     _check_overlap(parts, where)
@@ -118,7 +115,7 @@ def combine_runs(
                 if (note := m.notes.get(f"rank {r}")) and not note.startswith(OTHER_HOST_NOTE)
             ]
             merged = (
-                f"no trace in any host directory merged ({_dirs_label(sources)}): its process "
+                f"no trace in any host directory merged ({first_named(sources)}): its process "
                 f"crashed or was killed before saving, {SAVE_UNSAID}, or its host's directory was not "
                 "given; merged without it (skewlens merge --allow-missing)"
             )
@@ -131,13 +128,6 @@ def combine_runs(
             shutil.rmtree(tmp / PARTS_DIR)
         replace_dir(tmp, out)  # an empty OUT (checked above) is replaced
     return manifest
-
-
-def _dirs_label(sources: Sequence[Path]) -> str:
-    """The host directories given, the first :data:`SHOWN_DIRS` by name (``h0, h2, h3 and 124 more``): a
-    message naming 127 hosts' paths hid what it said."""
-    shown = ", ".join(map(str, sources[:SHOWN_DIRS]))
-    return f"{shown} and {len(sources) - SHOWN_DIRS} more" if len(sources) > SHOWN_DIRS else shown
 
 
 def _refuse_link(f: Path) -> None:

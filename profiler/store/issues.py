@@ -403,6 +403,18 @@ def whole_run_notes(notes: Mapping[str, str]) -> list[str]:
     return [notes[k] for k in (EARLIER_ATTEMPT_NOTE, REPLACED_NOTE) if k in notes]
 
 
+#: A message names at most this many files or directories of a list, then how many more (:func:`first_named`).
+SHOWN_NAMES = 3
+
+
+def first_named(names: Iterable[object]) -> str:
+    """``h0, h2, h3 and 124 more``: the first :data:`SHOWN_NAMES` of ``names``, then how many more (a
+    message naming 127 hosts' paths hid what it said)."""
+    items = [str(n) for n in names]
+    shown = ", ".join(items[:SHOWN_NAMES])
+    return f"{shown} and {len(items) - SHOWN_NAMES} more" if len(items) > SHOWN_NAMES else shown
+
+
 def ranks_label(ranks: Sequence[int]) -> str:
     """``rank 3``, ``ranks 0-1, 4`` (:func:`rank_ranges`)."""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"

@@ -74,6 +74,7 @@ from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
     capture_note_issues,
+    first_named,
     no_trace_line,
     path_word,
     rank_ranges,
@@ -275,7 +276,7 @@ def _import_hint(p: Path) -> str | None:
             own.append(f)
     if not found:
         return _timeline_hint(own[0]) if own else None
-    names = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    names = first_named(found)
     return f"it holds Kineto traces ({names}), not a run: import them first: {_IMPORT} {q} --out RUN"
 
 
@@ -1187,10 +1188,9 @@ def _other_hosts_traces_here(files: RunFiles) -> list[int]:
 def _copied_here(files: RunFiles, copied: list[int]) -> str:
     """``RUN: rank 0 left out although RUN/rank-0.et is here: ...``: the ranks of
     :func:`_other_hosts_traces_here`, and the merge that makes one run of them."""
-    traces = ", ".join(str(rank_file(files.root, r)) for r in copied[:3])
-    more = f" and {len(copied) - 3} more" if len(copied) > 3 else ""
+    traces = first_named(rank_file(files.root, r) for r in copied)
     return (
-        f"{files.root}: {ranks_label(copied)} left out although {traces}{more} "
+        f"{files.root}: {ranks_label(copied)} left out although {traces} "
         f"{'is' if len(copied) == 1 else 'are'} here: {files.root / MANIFEST_NAME} is that of a host which "
         f"saved none of them ('{OTHER_HOST_NOTE}'): the hosts' directories copied into one? "
         f"`skewlens merge --out NEW_RUN {path_word(files.root)}` makes one run of them"
