@@ -107,6 +107,12 @@ LIST_FORMS = frozenset(
 )
 
 
+def _scattered(numel: int, size: int) -> int:
+    """Elements each of ``size`` members gets of a reduce_scatter of ``numel`` (its input, as
+    ``comm_size`` records it): at least one, but none of an empty one (:data:`EMPTY_WAITS_FOR_NONE`)."""
+    return max(1, numel // size) if numel else 0
+
+
 def _all_to_all_parts(op: ReplayOp, size: int, numel: int) -> tuple[list[int], list[int]]:
     """Elements an all_to_all sends to and receives from each of its ``size`` members: the recorded splits
     (whole elements of the dtype: the plan made it uint8 otherwise); where none were recorded, its
@@ -195,7 +201,7 @@ class CommIssuer:
             )
         if ct in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
             # comm_size of a reduce_scatter is this rank's input (the whole tensor to be reduced)
-            per = max(1, numel // size) if numel else 0
+            per = _scattered(numel, size)
             out = self._buf("out", per, dt)
             return dist.reduce_scatter_tensor(
                 out,
@@ -247,7 +253,7 @@ class CommIssuer:
             out = list(self._buf("out", numel * size, dt).chunk(size))
             return (dist.all_gather(out, self._buf("in", numel, dt), group=group, async_op=a),)
         if op.name == "c10d::reduce_scatter_":
-            per = max(1, numel // size) if numel else 0
+            per = _scattered(numel, size)
             chunks = list(self._buf("in", per * size, dt).chunk(size))
             out_t, red = self._buf("out", per, dt), self._reduce_op(op, group)
             return (dist.reduce_scatter(out_t, chunks, op=red, group=group, async_op=a),)
