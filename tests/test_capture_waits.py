@@ -575,3 +575,64 @@ def test_a_recorder_collective_whose_end_no_worker_event_showed_ends_at_the_wait
     (wait,) = the(nodes, WAIT_TENSOR_NAME)
     assert comm.node_id in wait.ctrl_deps
     assert (comm.start_ns, comm.start_ns + comm.dur_ns) == (10 * MS, 50 * MS)
+
+
+def test_a_hooked_async_reduce_scatter_whose_work_has_no_future_ends_at_the_work_wait_on_it() -> None:
+    # gloo's reduce_scatter Works (reduce_scatter_tensor / _single / the list form, torch 2.13) have no
+    # future, so the hooks record no end; the real replay issues DTensor's reduce_scatters so. Before, the
+    # node was moved to its issue end with duration 0 and its Work.wait (keyed by the call's start) found
+    # nothing: 2 gloo ranks, rank 1 20 ms late, rank 0's c10d::wait of 20.5 ms depended on no collective
+    from dataclasses import replace
+
+    rs = replace(
+        hooked_async(5 * MS, 6 * MS, -1),
+        op="c10d::_reduce_scatter_base_",
+        comm_type=CommType.REDUCE_SCATTER,
+    )
+    nodes = build_nodes(capture([rs], [work_wait(8 * MS, 30 * MS, issued_at=5 * MS)]))
+    (comm,) = the(nodes, "c10d::_reduce_scatter_base_")
+    (wait,) = the(nodes, WORK_WAIT_NAME)
+    assert comm.node_id in wait.ctrl_deps
+    assert (comm.start_ns, comm.start_ns + comm.dur_ns) == (5 * MS, 30 * MS)
+
+
+def test_an_async_collective_with_no_end_and_no_wait_stays_a_zero_length_node_at_its_issue_end() -> None:
+    nodes = build_nodes(capture([hooked_async(5 * MS, 6 * MS, -1)], []))
+    (comm,) = the(nodes, "c10d::_allgather_base_")
+    assert (comm.start_ns, comm.dur_ns) == (6 * MS, 0)
+
+
+RS_SCRIPT = """
+import os, time, warnings, torch, torch.distributed as dist
+warnings.simplefilter("ignore")  # reduce_scatter_tensor is deprecated in torch 2.13
+dist.init_process_group("gloo")
+p = torch.nn.Parameter(torch.zeros(4))
+opt = torch.optim.SGD([p], lr=0.1)
+for step in range(STEPS):
+    if dist.get_rank() == 1:
+        time.sleep(STRAGGLER_MS / 1000)
+    out = torch.empty(256)
+    dist.reduce_scatter_tensor(out, torch.ones(512), async_op=True).wait()  # gloo: a Work with no future
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_an_async_gloo_reduce_scatter_lasts_until_its_work_wait_returned_which_depends_on_it(
+    tmp_path: Path,
+) -> None:
+    script = RS_SCRIPT.replace("STRAGGLER_MS", str(STRAGGLER_MS)).replace("STEPS", str(STEPS))
+    run = _profile_script(tmp_path, script, "collectives")
+    nodes = _nodes(run, 0)
+    by_id = {n.id: n for n in nodes}
+    rss = [n for n in nodes if n.name == "c10d::_reduce_scatter_base_"]
+    waits = [n for n in nodes if n.name == WORK_WAIT_NAME]
+    assert len(rss) == len(waits) == ACTIVE
+    for rs, w in zip(rss, waits, strict=True):
+        assert rs.id in w.ctrl_deps
+        rs_a, w_a = node_attrs(rs), node_attrs(by_id[w.id])
+        # rank 0 waited out rank 1's sleep inside the wait; the collective ran until the wait returned
+        assert w_a[Attr.DUR_NS] > STRAGGLER_MS * 1_000_000 / 2
+        assert rs_a[Attr.START_NS] + rs_a[Attr.DUR_NS] == w_a[Attr.START_NS] + w_a[Attr.DUR_NS]
+    load_validated(run)

@@ -565,16 +565,6 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             end = max(end, kernel.start_ns + kernel.dur_ns)
             ki += 1
         thread_stream = streams.thread(c.thread)
-        start = c.start_ns
-        if (
-            c.end_ns == END_UNKNOWN
-            and c.node_type == NodeType.COMM_COLL
-            and kernel is None
-            and end == c.issue_end_ns
-        ):
-            # a collective still running when the window ended (CommHooks.flush), nothing seen of its end:
-            # a node of duration 0 at its issue end, which the no-end check reports (its issue time a gap)
-            start = end
         attrs: dict[str, AttrValue] = {
             Attr.COMM_SIZE: c.size_bytes,
             Attr.PG_NAME: c.pg_name,
@@ -619,7 +609,7 @@ def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) 
             _Proto(
                 name=c.op,
                 node_type=c.node_type,
-                start_ns=start,
+                start_ns=c.start_ns,
                 end_ns=end,
                 stream=stream,
                 attrs=as_comm_node(attrs),
@@ -1037,6 +1027,13 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
         if not target.end_known:  # gloo's send/recv: it completed when the wait on it returned
             target.end_ns = max(target.end_ns, by_id[wid].end_ns)
             target.end_known = True
+    for p in comms:
+        if not p.end_known and p.node_type == NodeType.COMM_COLL and p.kernel is None:
+            # a collective whose end nothing showed (still running when the window ended, CommHooks.flush;
+            # or a Work without a future, gloo's reduce_scatter, never waited on): a node of duration 0 at
+            # its issue end, which the no-end check reports (its issue time a gap). Moved only now: a
+            # Work.wait finds its call by the call's start (waits.wait_protos) and ends it where it returned
+            p.start_ns = p.end_ns
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
     bursts: list[_Run] = []
     if cap.ops:
