@@ -23,13 +23,18 @@ T0 = 1_000_000_000_000
 
 Call = tuple[str, int, int] | tuple[str, int, int, str]
 
+#: The bytes of each type's calls (others 1 KiB): 2 KiB broadcasts, 16 KiB all_reduces.
+SIZES = {"broadcast": 2048, "all_reduce": 16384}
+
 
 def _stop(rank: int, last: Call | None, *flying: Call) -> RankStop:
     """Rank ``rank`` stopped in step 3 (begun at T0): its last call ``(type, seq, ms)`` and the ones in
-    flight, on group 0 (or the group after them: ``(type, seq, ms, group)``)."""
+    flight, on group 0 (or the group after them: ``(type, seq, ms, group)``), of :data:`SIZES`."""
 
     def at(c: Call) -> CallAt:
-        return CallAt(type=c[0], pg_name=(*c, "0")[3], seq=c[1], size_bytes=1024, at_ns=T0 + c[2] * MS)
+        return CallAt(
+            type=c[0], pg_name=(*c, "0")[3], seq=c[1], size_bytes=SIZES.get(c[0], 1024), at_ns=T0 + c[2] * MS
+        )
 
     return RankStop(
         rank=rank,
@@ -59,9 +64,9 @@ def test_the_rank_that_did_not_arrive_is_named_with_the_collective_its_peer_wait
         tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), _stop(1, ("all_reduce", 10, 2))
     )
     said = (
-        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +3.0 ms, 10.0 s "
-        "before it saved; rank 1's last: all_reduce 0#10, returned at +2.0 ms) (times from the start of the "
-        "step on each rank)"
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 2 KiB (rank 0 in it since +3.0 "
+        "ms, 10.0 s before it saved; rank 1's last: all_reduce 0#10, returned at +2.0 ms) (times from the "
+        "start of the step on each rank)"
     )
     assert stop_answer(read_manifest(run)) == said
     report = validate_run(run)
@@ -82,7 +87,7 @@ def test_a_last_call_that_returned_before_the_step_began_is_said_before_it(tmp_p
 def test_a_rank_that_saved_no_trace_is_said_beside_the_collective_the_others_wait_in(tmp_path: Path) -> None:
     run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), missing=(1,))
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 0 in broadcast 0#11 since +3.0 ms; rank 1 saved no trace "
+        "step 3 did not finish: rank 0 in broadcast 0#11 of 2 KiB since +3.0 ms; rank 1 saved no trace "
         "(times from the start of the step on each rank)"
     )
 
@@ -94,8 +99,8 @@ def test_ranks_that_issued_different_collectives_under_one_number_are_named(tmp_
         _stop(1, ("all_reduce", 10, 2), ("all_reduce", 11, 3)),
     )
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: ranks issued different collectives as 0#11: rank 0 broadcast, rank 1 "
-        "all_reduce (times from the start of the step on each rank)"
+        "step 3 did not finish: ranks issued different collectives as 0#11: rank 0 broadcast of 2 KiB, rank "
+        "1 all_reduce of 16 KiB (times from the start of the step on each rank)"
     )
 
 
@@ -117,8 +122,8 @@ def test_a_rank_that_ran_out_of_batches_is_not_said_to_be_in_a_call_its_peers_we
     # where rank 0 saved no trace either, nothing says rank 1 went on: it is said in the call, as before
     alone = _run(tmp_path / "alone", _stop(1, ("all_reduce", 44, 60), ("broadcast", 47, 67)), missing=(0,))
     assert stop_answer(read_manifest(alone)) == (
-        "step 3 did not finish: rank 1 in broadcast 0#47 since +67.0 ms; rank 0 saved no trace (times from "
-        "the start of the step on each rank)"
+        "step 3 did not finish: rank 1 in broadcast 0#47 of 2 KiB since +67.0 ms; rank 0 saved no trace "
+        "(times from the start of the step on each rank)"
     )
 
 
@@ -148,9 +153,9 @@ def test_a_rank_blocked_in_another_groups_collective_is_not_named_as_the_one_tha
         _stop(3, ("all_reduce", 12, 2, "2"), ("all_reduce", 8, 3, "4")),
     )
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 1 did not arrive at all_reduce 4#8 (rank 3 in it since +3.0 ms, 10.0 s "
-        "before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the start of the "
-        "step on each rank)"
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 4#8 of 16 KiB (rank 3 in it since +3.0 "
+        "ms, 10.0 s before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the "
+        "start of the step on each rank)"
     )
 
 
@@ -164,9 +169,9 @@ def test_ranks_each_waiting_for_the_other_in_two_groups_are_said_with_both_calls
         _stop(1, ("all_reduce", 3, -1, "1"), ("all_reduce", 4, 2, "1")),
     )
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 (rank 0 in it since +1.0 ms, 10.0 s "
-        "before it saved; rank 1's last: all_reduce 1#3, returned at -1.0 ms, waiting in all_reduce 1#4 "
-        "since +2.0 ms) (times from the start of the step on each rank)"
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 of 16 KiB (rank 0 in it since +1.0 "
+        "ms, 10.0 s before it saved; rank 1's last: all_reduce 1#3, returned at -1.0 ms, waiting in "
+        "all_reduce 1#4 since +2.0 ms) (times from the start of the step on each rank)"
     )
 
 
@@ -181,8 +186,8 @@ def test_a_rank_whose_last_returned_call_is_past_a_peers_call_in_flight_is_not_s
     assert _said(
         tmp_path, _stop(0, ("all_reduce", 12, 5), ("all_reduce", 11, 1)), _stop(1, ("all_reduce", 12, 5))
     ) == (
-        "step 3 did not finish: rank 0 in all_reduce 0#11 since +1.0 ms (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 0 in all_reduce 0#11 of 16 KiB since +1.0 ms (times from the start of "
+        "the step on each rank)"
     )
 
 
@@ -196,8 +201,8 @@ def test_a_rank_that_returned_from_a_call_a_peer_is_still_in_is_not_said_to_have
         _stop(0, ("broadcast", 12, 5), ("all_reduce", 11, 1)),
         _stop(1, ("all_reduce", 11, 1), ("broadcast", 12, 6)),
     ) == (
-        "step 3 did not finish: rank 0 in all_reduce 0#11 since +1.0 ms (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 0 in all_reduce 0#11 of 16 KiB since +1.0 ms (times from the start of "
+        "the step on each rank)"
     )
 
 
@@ -206,16 +211,16 @@ def test_a_rank_blocked_in_a_recv_is_said_in_it_on_its_group(tmp_path: Path) -> 
     assert _said(
         tmp_path, _stop(0, ("all_reduce", 10, 2), ("recv", -1, 4)), _stop(1, ("all_reduce", 10, 2))
     ) == (
-        "step 3 did not finish: rank 0 in recv on group 0 since +4.0 ms (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 0 in recv on group 0 of 1 KiB since +4.0 ms (times from the start of "
+        "the step on each rank)"
     )
 
 
 def test_a_collective_numbered_0_is_named_with_its_number(tmp_path: Path) -> None:
     assert _said(tmp_path, _stop(0, None, ("all_reduce", 0, 1)), _stop(1, None)) == (
-        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#0 (rank 0 in it since +1.0 ms, 10.0 s "
-        "before it saved; rank 1's last: none in the capture window) (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 0#0 of 16 KiB (rank 0 in it since +1.0 "
+        "ms, 10.0 s before it saved; rank 1's last: none in the capture window) (times from the start of the "
+        "step on each rank)"
     )
 
 
@@ -248,7 +253,7 @@ def test_a_collective_with_a_laggard_in_no_call_is_said_before_one_whose_laggard
     )
     answer = stop_answer(read_manifest(run))
     assert answer is not None and answer.startswith(
-        "step 3 did not finish: ranks 1-2 did not arrive at all_reduce 0#9 ("
+        "step 3 did not finish: ranks 1-2 did not arrive at all_reduce 0#9 of 16 KiB ("
     ), answer
 
 
@@ -262,9 +267,9 @@ def test_a_rank_in_flight_on_a_group_the_manifest_does_not_list_it_in_is_left_ou
         _stop(3, None),
     )
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 1 did not arrive at all_reduce 1#12 (rank 0 in it since +3.0 ms, 10.0 s "
-        "before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the start of the "
-        "step on each rank)"
+        "step 3 did not finish: rank 1 did not arrive at all_reduce 1#12 of 16 KiB (rank 0 in it since +3.0 "
+        "ms, 10.0 s before it saved; rank 1's last: all_reduce 1#11, returned at +2.0 ms) (times from the "
+        "start of the step on each rank)"
     )
 
 
@@ -275,9 +280,9 @@ def test_times_of_a_second_or_more_either_side_of_the_step_start_are_in_seconds(
         _stop(0, ("all_reduce", 10, -1500), ("broadcast", 11, 2500)),
         _stop(1, ("all_reduce", 10, -1500)),
     ) == (
-        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +2.50 s, 7.5 s "
-        "before it saved; rank 1's last: all_reduce 0#10, returned at -1.50 s) (times from the start of the "
-        "step on each rank)"
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 2 KiB (rank 0 in it since +2.50 "
+        "s, 7.5 s before it saved; rank 1's last: all_reduce 0#10, returned at -1.50 s) (times from the "
+        "start of the step on each rank)"
     )
 
 
@@ -352,7 +357,7 @@ def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_
 ) -> None:
     # step 2 is the first recorded; its collectives are 0#0..; step 3's all_reduce returned, its broadcast
     # did not: 3 collectives a step since init (numbered from 1 by gloo's recorder: 0#10 and 0#11)
-    start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 (rank 0 in it since +"
+    start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 1 KiB (rank 0 in it since +"
     answer = _captured_answer(tmp_path, FAIL, start)
     assert "rank 1's last: all_reduce 0#10, returned at +" in answer
 
@@ -364,8 +369,8 @@ def test_the_answer_reads_a_manifest_of_many_calls_in_flight_once_not_once_a_cal
     calls = [("all_reduce", s, 0) for s in range(20_000)]
     run = _run(tmp_path, _stop(0, None, *calls), _stop(1, None, *calls))
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 0 in all_reduce 0#19999 since +0.0 ms (times from the start of the step "
-        "on each rank)"
+        "step 3 did not finish: rank 0 in all_reduce 0#19999 of 16 KiB since +0.0 ms (times from the start "
+        "of the step on each rank)"
     )
 
 
@@ -374,7 +379,7 @@ def test_a_capture_whose_ranks_call_two_groups_in_different_orders_says_where_ea
     tmp_path: Path,
 ) -> None:
     # one collective a step on each group, numbered from 1: step 3's are 0#4 and 1#4, step 2's last 1#3
-    start = "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 (rank 0 in it since +"
+    start = "step 3 did not finish: rank 1 did not arrive at all_reduce 0#4 of 4 KiB (rank 0 in it since +"
     answer = _captured_answer(tmp_path, CROSSED, start)
     assert "rank 1's last: all_reduce 1#3, returned at -" in answer
     assert ", waiting in all_reduce 1#4 since +" in answer
@@ -390,8 +395,8 @@ def test_only_a_member_of_the_calls_group_that_saved_its_window_says_the_call_co
     own = ProcessGroupInfo(name="1", ranks=(1,), desc="", backend="gloo")
     write_manifest(run, replace(m, process_groups=(*m.process_groups, own)))
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 1 in broadcast 1#3 since +67.0 ms (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 1 in broadcast 1#3 of 2 KiB since +67.0 ms (times from the start of the "
+        "step on each rank)"
     )
 
 
@@ -400,6 +405,6 @@ def test_a_member_with_no_trace_that_is_not_missing_says_nothing_of_the_call(tmp
     run = _run(tmp_path, _stop(1, ("all_reduce", 44, 60), ("broadcast", 47, 67)))
     write_manifest(run, replace(read_manifest(run), ranks=(1,)))
     assert stop_answer(read_manifest(run)) == (
-        "step 3 did not finish: rank 1 in broadcast 0#47 since +67.0 ms (times from the start of the step on "
-        "each rank)"
+        "step 3 did not finish: rank 1 in broadcast 0#47 of 2 KiB since +67.0 ms (times from the start of "
+        "the step on each rank)"
     )

@@ -496,6 +496,11 @@ def _name(c: CallAt) -> str:
     return f"{c.type} {c.pg_name}#{c.seq}" if c.seq >= 0 else f"{c.type} on group {c.pg_name}"
 
 
+def _sized(c: CallAt) -> str:
+    """``broadcast 0#14 of 2 KiB``: the call with the bytes of its input, which the members must agree on."""
+    return f"{_name(c)} of {format_bytes(c.size_bytes)}"
+
+
 def stop_answer(m: Manifest) -> str | None:
     """Which rank did not arrive at which collective of the step a failed or hung job did not finish, read
     across the ranks' stop records (``manifest.stopped``): the first collective some member of its group is
@@ -579,12 +584,12 @@ def stop_answer(m: Manifest) -> str | None:
                 )
                 for r in late
             )
-            said.append(f"{ranks_label(late)} did not arrive at {_name(call)} ({waits}; {lasts})")
+            said.append(f"{ranks_label(late)} did not arrive at {_sized(call)} ({waits}; {lasts})")
             break
         if len({c.type for _r, c in inside}) > 1:
             said.append(
                 f"ranks issued different collectives as {pg}#{seq}: "
-                + ", ".join(f"rank {r} {c.type}" for r, c in inside)
+                + ", ".join(f"rank {r} {c.type} of {format_bytes(c.size_bytes)}" for r, c in inside)
             )
             break
     else:  # every member is in every collective some member is in: name where the ranks wait
@@ -595,7 +600,7 @@ def stop_answer(m: Manifest) -> str | None:
         # Join and exited was said to be 'in' the broadcast that synced its final model
         went_on = (set(members.get(c.pg_name, m.ranks)) & set(m.ranks)) - set(stops) - set(m.missing_ranks)
         if not went_on:
-            said.append(f"rank {r} in {_name(c)} since {_into(c.at_ns, s.step_start_ns)}")
+            said.append(f"rank {r} in {_sized(c)} since {_into(c.at_ns, s.step_start_ns)}")
     if m.missing_ranks:
         said.append(f"{ranks_label(list(m.missing_ranks))} saved no trace")
     if not said:
