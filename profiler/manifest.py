@@ -291,6 +291,10 @@ class CallAt:
     """Aligned ns: when it returned (a rank's last call), or when it was issued (a call in flight)."""
 
 
+RAISED_CHARS = 200
+"""The most characters of a rank's exception (:attr:`RankStop.raised`) a stop record keeps."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RankStop:
     """Where a rank that saved a partial trace (the command ended inside the capture window) stopped."""
@@ -308,6 +312,9 @@ class RankStop:
     in_flight: tuple[CallAt, ...] = ()
     """The collectives it issued that did not return (it was blocked in them, or they were asynchronous):
     the flight recorder's entries of the step that no returned call accounts for, oldest first."""
+    raised: str = ""
+    """The exception its program ended with (``RuntimeError: bad batch``: the first line, at most
+    :data:`RAISED_CHARS` characters); '' where it ended without one (stopped by a signal, or a clean exit)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -392,6 +399,9 @@ class Manifest:
         d = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **d}
         for key in ("devices", "hosts", "clock_offsets_ns"):
             d[key] = {str(k): v for k, v in d[key].items()}
+        for stop in d["stopped"]:  # written only where a rank raised: a manifest without it reads as before
+            if not stop["raised"]:
+                del stop["raised"]
         return d
 
     @staticmethod
@@ -506,7 +516,7 @@ def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:
     value checked; a :class:`ManifestError` naming ``where`` and the key if one is wrong."""
     j = _Json(where)
     d = j.obj(v, key)
-    if extra := sorted(set(d) - {"rank", "step", "step_start_ns", "saved_ns", "last", "in_flight"}):
+    if extra := sorted(set(d) - {"rank", "step", "step_start_ns", "saved_ns", "last", "in_flight", "raised"}):
         raise ManifestError(f"{j.where}: {key}: unknown key {extra[0]!r}")
     last = d.get("last")
     return RankStop(
@@ -516,6 +526,7 @@ def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:
         saved_ns=j.integer(j.need(d, "saved_ns", key), f"{key}.saved_ns", *_TIMES),
         last=None if last is None else _call_at(j, j.obj(last, f"{key}.last"), f"{key}.last"),
         in_flight=tuple(_call_at(j, c, f"{key}.{k}") for k, c in j.objects(d, "in_flight")),
+        raised=j.text(d.get("raised", ""), f"{key}.raised")[:RAISED_CHARS],
     )
 
 

@@ -84,6 +84,25 @@ def test_a_last_call_that_returned_before_the_step_began_is_said_before_it(tmp_p
     assert answer is not None and "rank 1's last: all_reduce 0#9, returned at -3.0 ms)" in answer, answer
 
 
+def test_a_rank_that_did_not_arrive_because_its_program_raised_is_said_with_the_exception(
+    tmp_path: Path,
+) -> None:
+    # rank 1 raised after step 3's all_reduce; rank 0, waiting in the broadcast, raised gloo's timeout: only
+    # the laggard's exception says why. Before: nothing said rank 1 had raised (read back from the JSON)
+    raised = "RuntimeError: bad batch on rank 1"
+    timeout = "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+    run = _run(
+        tmp_path,
+        replace(_stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), raised=timeout),
+        replace(_stop(1, ("all_reduce", 10, 2)), raised=raised),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 2 KiB (rank 0 in it since +3.0 "
+        "ms, 10.0 s before it saved; rank 1's last: all_reduce 0#10, returned at +2.0 ms, then its program "
+        "raised RuntimeError: bad batch on rank 1) (times from the start of the step on each rank)"
+    )
+
+
 def test_a_rank_that_saved_no_trace_is_said_beside_the_collective_the_others_wait_in(tmp_path: Path) -> None:
     run = _run(tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), missing=(1,))
     assert stop_answer(read_manifest(run)) == (
@@ -315,6 +334,11 @@ for step in range(6):
 """
 
 
+RAISES = FAIL.replace("time.sleep(10**6)", 'raise RuntimeError("bad batch on rank 1")').replace(
+    ", timeout=timedelta(seconds=3)", ""
+)
+
+
 CROSSED = """
 from datetime import timedelta
 import torch, torch.distributed as dist
@@ -360,6 +384,14 @@ def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_
     start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 1 KiB (rank 0 in it since +"
     answer = _captured_answer(tmp_path, FAIL, start)
     assert "rank 1's last: all_reduce 0#10, returned at +" in answer
+
+
+@pytest.mark.slow
+def test_a_capture_whose_rank_raises_names_it_the_broadcast_and_the_exception(tmp_path: Path) -> None:
+    # no process group timeout: rank 1's exit ends rank 0's broadcast (torchrun stops it)
+    start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 1 KiB (rank 0 in it since +"
+    answer = _captured_answer(tmp_path, RAISES, start)
+    assert ", then its program raised RuntimeError: bad batch on rank 1) (times from" in answer
 
 
 @pytest.mark.timeout(20)

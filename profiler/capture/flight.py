@@ -664,12 +664,14 @@ def stop_record(
     step_start_ns: int,
     saved_ns: int,
     offset_ns: int,
+    raised: str = "",
 ) -> dict[str, object]:
     """Where this rank stopped, for a partial save's part file (``stopped``, read as a
     :class:`~skewlens.profiler.manifest.RankStop`): its last call that returned (``returned``: the hooked
     calls, numbered by the recorder) and the recorder's entries of the unfinished step that no returned call
     accounts for (gloo's recorder marks no entry completed: a call the rank is blocked in, or an
-    asynchronous one it had not waited for). Times on the aligned clock (local + ``offset_ns``)."""
+    asynchronous one it had not waited for), and ``raised``, the exception its program ended with ('' for
+    none). Times on the aligned clock (local + ``offset_ns``)."""
     last = max(returned, key=lambda c: c.issue_end_ns, default=None)
     done = {(c.pg_name, c.seq) for c in returned if c.node_type == NodeType.COMM_COLL}
     flying = sorted(
@@ -693,4 +695,5 @@ def stop_record(
         "saved_ns": saved_ns + offset_ns,
         "last": None if last is None else at(last, last.issue_end_ns + offset_ns),
         "in_flight": [at(e, e.created_ns + offset_ns) for e in flying],
+        **({"raised": raised} if raised else {}),
     }

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError, SkewlensError
 from skewlens.profiler.manifest import (
     PARTS_DIR,
+    RAISED_CHARS,
     RAW_DIR,
     STEP_MARKS_NOTE,
     ProcessGroupInfo,
@@ -725,6 +727,7 @@ class CaptureSession:
                 step_start_ns=self._step_start,
                 saved_ns=time.time_ns(),
                 offset_ns=self.offset_ns or 0,
+                raised=_raised(),
             )
         unread = self._hooks.unread_splits if self._hooks is not None else 0
         if note := flight.even_splits_note(unread, self._recorder_only):
@@ -962,3 +965,14 @@ def run_identity(started_ns: int) -> dict[str, Any]:
         # the attempt, as this rank's torchrun agent counts its restarts (agents of a job may count apart)
         "restart_count": int(restarts) if restarts.isascii() and restarts.isdigit() else 0,
     }
+
+
+def _raised() -> str:
+    """The exception the program ended with, where it ended so (``RuntimeError: bad batch``, its first line):
+    the interpreter keeps an unhandled one in ``sys.last_value`` once it has printed it, before the
+    ``atexit`` save; '' otherwise (a save at the window's end, or on SIGTERM)."""
+    exc = getattr(sys, "last_value", None)
+    if not isinstance(exc, BaseException):
+        return ""
+    text = f"{type(exc).__name__}: {str(exc).strip()}".removesuffix(": ")
+    return text.splitlines()[0][:RAISED_CHARS]

@@ -582,6 +582,7 @@ def stop_answer(m: Manifest) -> str | None:
                     if (w := waits_in.get(r)) is not None
                     else ""
                 )
+                + (f", then its program raised {raised}" if (raised := stops[r].raised) else "")
                 for r in late
             )
             said.append(f"{ranks_label(late)} did not arrive at {_sized(call)} ({waits}; {lasts})")
