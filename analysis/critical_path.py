@@ -53,9 +53,10 @@ KIND_NAMES = {
 def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
     """Step -> (rank, row) of the latest-ending node of that step over all ranks, not the lowest rank's of
     nodes ending at once, so that the path does not depend on what the ranks are called: of communication
-    ending at once, the one that started last (the members of a collective all end at its completion: the
-    last to arrive, from which the walk goes on), before compute; of compute ending at once, the one that
-    started first (the longer: of rank 0's 10 ms operator and rank 1's 4 ms one ending with it, rank 0's)."""
+    (and wait nodes, which end with it) ending at once, the one that started last (the members of a
+    collective all end at its completion: the last to arrive, from which the walk goes on), before compute;
+    of compute ending at once, the one that started first (the longer: of rank 0's 10 ms operator and
+    rank 1's 4 ms one ending with it, rank 0's)."""
     best: dict[int, tuple[int, int, int, int, int]] = {}
     for r, ri in sorted(ix.ranks.items()):
         rt = ri.trace
@@ -63,7 +64,7 @@ def _last_nodes(ix: RunIndex) -> dict[int, tuple[int, int]]:
         if keep.size == 0:
             continue
         st = rt.step[keep].astype(np.int64)
-        comm = (rt.node_type[keep] != int(NodeType.COMP)).astype(np.int64)
+        comm = (~ri.is_comp[keep]).astype(np.int64)  # all but the program's compute: waits end with comms
         start = rt.start_ns[keep].astype(np.int64)
         tie = np.where(comm == 1, start, -start)
         o = np.lexsort((tie, comm, ri.end_ns[keep], st))
