@@ -481,8 +481,8 @@ class GroupRecord:
     pg_name: str
     """Process group name, as ``pg_name`` of the other tables gives it."""
     pg_desc: str
-    """The group's description (``default_pg``, ``tp``, a ``group_desc`` of the program's; '' where none
-    was recorded)."""
+    """The group's description (``default_pg``, ``tp``, a ``group_desc`` of the program's; torch's
+    ``undefined`` for a group the program gave none; '' where none was recorded)."""
     ranks: list[int] | None
     """The members' global ranks in group-rank order (the ``i``-th is group rank ``i``, as an all_to_all's
     split lists count); null where the run names the group but records no members."""
