@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import os
@@ -11,7 +12,8 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -110,6 +112,47 @@ def _no_replay_processes_left() -> list[str]:
         if p.pid != os.getpid() and _BASETEMP[0] in cmd and p.pid not in _CHILDREN_BEFORE_TEST:
             workers.append(cmd)
     return [f"child {p.pid}: {' '.join(p.cmdline())}" for p in left] + workers
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleepers:
+    """Two grandchildren (``launcher`` starts them in sessions of their own), found anywhere on the machine
+    by a marker in their argv that is unique to this test run: one made of tmp_path's name (the test's, the
+    same in another pytest session running this test) counted that session's sleepers too (4 or 6 where 2
+    were started, with two sessions running the SIGTERM test at once: 6 of 6 runs failed after the first)."""
+
+    marker: str
+
+    @property
+    def launcher(self) -> str:
+        return (
+            "import subprocess, sys, time\n"
+            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
+            f"{self.marker!r}], start_new_session=True) for _ in range(2)]\n"
+            "time.sleep(60)\n"
+        )
+
+    def alive(self) -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if self.marker in (p.info["cmdline"] or [])]
+
+    def wait_for_both(self, timeout_s: float) -> int:
+        """How many are running once both are, or ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.alive()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return len(self.alive())
+
+
+@pytest.fixture
+def sleepers() -> Iterator[_Sleepers]:
+    s = _Sleepers(f"skl-sleeper-{uuid.uuid4().hex}")
+    yield s
+    # a failed test's processes (the parent and launcher name the marker inside their scripts) are not left
+    # running for a minute, to be counted by the next run
+    for p in psutil.process_iter(["cmdline"]):
+        if any(s.marker in arg for arg in p.info["cmdline"] or []) and p.pid != os.getpid():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -277,37 +320,21 @@ def test_a_timeout_is_the_error_raised_though_another_rank_failed_first_and_the_
     )
 
 
-def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path) -> None:
-    # unique to this run: tmp_path's name is the test's, the same in another test run on the machine,
-    # whose processes this one would then count
-    marker = f"skl-ctrl-c-{uuid.uuid4().hex}"
-    launcher = (
-        "import subprocess, sys, time\n"
-        f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], "
-        "start_new_session=True) for _ in range(2)]\n"
-        "time.sleep(60)\n"
-    )
+def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path, sleepers: _Sleepers) -> None:
     # an interactive terminal's Ctrl-C: Python's default handler, even where this test runs as a
     # background job of a non-interactive shell (which starts its children with SIGINT ignored)
     parent = (
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys\nfrom pathlib import Path\nfrom skewlens.replay.real.launch import run_workers\n"
-        f"run_workers([sys.executable, '-c', {launcher!r}], work_dir=Path({str(tmp_path)!r}), "
+        f"run_workers([sys.executable, '-c', {sleepers.launcher!r}], work_dir=Path({str(tmp_path)!r}), "
         "deadline_s=60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE)
-
-    def marked() -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-
-    deadline = time.monotonic() + 30
-    while len(marked()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(marked()) == 2
+    assert sleepers.wait_for_both(timeout_s=30) == 2
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and b"KeyboardInterrupt" in err
-    assert marked() == []
+    assert sleepers.alive() == []
 
 
 # ---- real processes (gloo, torchrun) ------------------------------------------------------------------
@@ -974,7 +1001,7 @@ def test_communication_that_disagrees_is_refused_in_mode_real_without_suggesting
 
 
 def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_written_outputs(
-    tmp_path: Path,
+    tmp_path: Path, sleepers: _Sleepers
 ) -> None:
     # SIGTERM (timeout, kill) killed the parent where it stood: a '.out.*.tmp' staging directory beside OUT
     # and the new replay's half-written run/ and real/ stayed; an earlier replay's real/ was kept even after
@@ -985,32 +1012,18 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
         (out / d).mkdir(parents=True)
     (out / "real" / "plan" / "meta.json").write_text("{}")  # an earlier real replay's
     (out / "config.yaml").write_text("earlier: true\n")
-    marker = f"skl-sigterm-{tmp_path.name}"
-    launcher = (
-        "import subprocess, sys, time\n"
-        f"kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], "
-        "start_new_session=True) for _ in range(2)]\n"
-        "time.sleep(60)\n"
-    )
     parent = (
         "import sys\nimport skewlens.replay.real.api as api\nfrom skewlens.cli import main\n"
         "real = api.run_workers\n"
-        f"api.run_workers = lambda cmd, **kw: real([sys.executable, '-c', {launcher!r}], **kw)\n"
+        f"api.run_workers = lambda cmd, **kw: real([sys.executable, '-c', {sleepers.launcher!r}], **kw)\n"
         f"sys.exit(main(['replay', 'mode=real', 'trace={run}', 'out={out}', 'progress=false']))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE)
-
-    def marked() -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-
-    deadline = time.monotonic() + 60
-    while len(marked()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(marked()) == 2
+    assert sleepers.wait_for_both(timeout_s=60) == 2
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "skewlens replay: interrupted")
-    assert marked() == []
+    assert sleepers.alive() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no staging directory
     # the new replay was staged in a directory of its own: the earlier one's run/ and real/ are as they were
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "real", "run"]
