@@ -154,7 +154,11 @@ def test_a_restarted_command_whose_rank_died_unsaved_is_reported_from_its_last_a
     done = profile(
         run,
         steps="1:1:5",
-        command=[*torchrun, "--max-restarts=1", str(script)],
+        # torchrun looks at its workers every 3 s, not 0.1: once rank 1 exits, rank 0's broadcast fails on
+        # the closed connection and it saves as its program stops, before torchrun's SIGTERM. At 0.1 s the
+        # SIGTERM raced that, and rank 0 sometimes saved nothing (1 of 12 runs at 670366d, 3 of 16 at
+        # 0988556; 0 of 8 with 3 s), leaving attempt 0's traces as the run
+        command=[*torchrun, "--max-restarts=1", "--monitor-interval=3", str(script)],
         # a store of its own per attempt: torch 2.13's gloo, restarted on the agent's store, read attempt 0's
         # addresses in 3 of 4 runs without skewlens (connectFullMesh failed: pytorch#135712)
         env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
