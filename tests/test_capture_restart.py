@@ -154,10 +154,10 @@ def test_a_restarted_command_whose_rank_died_unsaved_is_reported_from_its_last_a
     done = profile(
         run,
         steps="1:1:5",
-        # torchrun looks at its workers every 3 s, not 0.1: once rank 1 exits, rank 0's broadcast fails on
-        # the closed connection and it saves as its program stops, before torchrun's SIGTERM. At 0.1 s the
-        # SIGTERM raced that, and rank 0 sometimes saved nothing (1 of 12 runs at 670366d, 3 of 16 at
-        # 0988556; 0 of 8 with 3 s), leaving attempt 0's traces as the run
+        # torchrun looks at its workers every 3 s, not its default 0.1 s. At 0.1 s it sent rank 0, in step
+        # 4's broadcast when rank 1 exited, SIGTERM (exit -15), and rank 0 of attempt 1 sometimes saved
+        # nothing, leaving attempt 0's traces as the run: 1 of 12 runs at 670366d, 3 of 14 at 32cad57; 0 of
+        # 8 with 3 s, which gives rank 0 time to see its broadcast fail and stop on its own
         command=[*torchrun, "--max-restarts=1", "--monitor-interval=3", str(script)],
         # a store of its own per attempt: torch 2.13's gloo, restarted on the agent's store, read attempt 0's
         # addresses in 3 of 4 runs without skewlens (connectFullMesh failed: pytorch#135712)
