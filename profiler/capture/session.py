@@ -50,6 +50,8 @@ EXIT_GRACE_S = 0.05
 PART_FILE = "rank-{rank}.json"
 #: How many frames above an optimizer's step pre hook are searched for a wrapper's ``step()`` running it.
 _OUTER_FRAMES = 8
+#: The attribute that marks a wrapper's ``step()`` the capture put its step hooks around.
+_STEP_HOOKS_ATTR = "skewlens_step_hooks"
 #: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
 #: session per process, and a second one would leave the program's profiler with no events).
 OWN_PROFILER_NOTE = (
@@ -62,8 +64,6 @@ OWN_PROFILER_NOTE = (
 def _unhooked_outer(optimizer: Any) -> Any:
     """Another optimizer whose ``step()`` is running *optimizer*'s and that torch's optimizer step hooks do
     not see (it never ran ``Optimizer.__init__``, which hooks its class's ``step``), or None."""
-    import sys
-
     from torch.optim import Optimizer
 
     frame: FrameType | None = sys._getframe(2)  # above this function and the pre hook
@@ -73,7 +73,7 @@ def _unhooked_outer(optimizer: Any) -> Any:
         owner = frame.f_locals.get("self") if frame.f_code.co_name == "step" else None
         if isinstance(owner, Optimizer) and owner is not optimizer:
             hooked = getattr(type(owner).step, "hooked", False)
-            return None if hooked or getattr(type(owner).step, "skewlens_step_hooks", False) else owner
+            return None if hooked or getattr(type(owner).step, _STEP_HOOKS_ATTR, False) else owner
         frame = frame.f_back
     return None
 
@@ -247,8 +247,6 @@ class CaptureSession:
         try:
             self._run_phases(phases_between(Action.NONE, self.action))
         except Exception as e:  # inside the program's init_process_group / new_group
-            import sys
-
             print(f"skewlens: rank {self.rank}: capture window not started: {e}", file=sys.stderr)
 
     def _group_destroyed(self) -> None:
@@ -311,7 +309,7 @@ class CaptureSession:
             on_post(optimizer, args, kwargs)
             return out
 
-        step.skewlens_step_hooks = True  # type: ignore[attr-defined]
+        setattr(step, _STEP_HOOKS_ATTR, True)
         cls.step = step  # type: ignore[attr-defined]
         self._wrapped_steps.append((cls, own_step))
 
@@ -652,8 +650,6 @@ class CaptureSession:
 
     def _not_saved(self, e: OSError | SkewlensError) -> None:
         """Record a failed save: no trace left, the reason in a part file (if that can be written)."""
-        import sys
-
         rank, trace = self.rank, rank_file(self.run_dir, self.rank)
         why = f"{_named(e, trace)}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
         if self._trace_written:  # the part file failed after it: the trace alone is left out of the run
@@ -939,8 +935,6 @@ class CaptureSession:
         try:
             self.save(partial=True)
         except Exception as e:
-            import sys
-
             print(f"skewlens: rank {self.rank}: could not save the partial trace: {e}", file=sys.stderr)
 
 
