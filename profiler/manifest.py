@@ -211,6 +211,11 @@ def own_desc(name: str, desc: str) -> str:
 HASHED_GROUP_NAME = re.compile(r"[0-9a-f]{40}")
 
 
+def creation_order(name: str) -> tuple[bool, int, str]:
+    """Sort key of a group name: torch's numbers in the order it made them ('2' before '10'), then others."""
+    return (not name.isdecimal(), int(name) if name.isdecimal() else 0, name)
+
+
 #: The description torch gives the default (world) group.
 DEFAULT_PG_DESC = "default_pg"
 

@@ -57,7 +57,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan, own_desc
+from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan, creation_order, own_desc
 from skewlens.profiler.store.issues import by_reason, counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
 from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
@@ -179,7 +179,7 @@ def _pairs_text(run: RunTrace) -> str:
     shown = ", ".join(f"{a}->{b} x{n}" for (a, b), n in pairs[:SHOWN_PAIRS])
     more = f" and {len(pairs) - SHOWN_PAIRS} more" if len(pairs) > SHOWN_PAIRS else ""
     text = f"({len(run.p2p)} matched pairs{': ' + shown + more if shown else ''})"
-    names = sorted({p.pg_name for p in run.p2p if p.pg_name}, key=lambda n: (len(n), n))
+    names = sorted({p.pg_name for p in run.p2p if p.pg_name}, key=creation_order)
     if not names:
         return text
     groups = []

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from skewlens.profiler.manifest import ProcessGroupInfo, own_desc
+from skewlens.profiler.manifest import ProcessGroupInfo, creation_order, own_desc
 from skewlens.profiler.store.issues import Issue, Severity, by_reason, counted, path_word, rank_ranges
 from skewlens.profiler.store.parquet import ExportSummary
 from skewlens.profiler.store.validate import ValidationReport
@@ -108,11 +108,6 @@ def group_members(g: ProcessGroupInfo) -> str:
     if len(g.ranks) <= LISTED_MEMBERS:
         return f"{'rank' if len(g.ranks) == 1 else 'ranks'} {', '.join(map(str, g.ranks))}"
     return f"{len(g.ranks):,} ranks: {rank_ranges(g.ranks)}"
-
-
-def creation_order(name: str) -> tuple[bool, int, str]:
-    """Sort key of a group name: torch's numbers in the order it made them ('2' before '10'), then others."""
-    return (not name.isdecimal(), int(name) if name.isdecimal() else 0, name)
 
 
 def _groups(groups: dict[str, ProcessGroupInfo]) -> str:
