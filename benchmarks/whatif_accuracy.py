@@ -62,7 +62,7 @@ def forward_ns(run_dir: Path, straggler: int) -> float:
     step, measured as :func:`step_times` measures a run."""
     stall = Slowdown(kind="stall", ranks=(straggler,), every_step=True, delay_ns=round(STRAGGLER_MS * 1e6))
     res = simulate(load_run(run_dir), effects=SlowdownModel([stall]))
-    return statistics.median(step_times_from_spans(res.step_spans()).values())
+    return statistics.median(res.step_times().values())
 
 
 def peer_waits_ms(res: AnalysisResult, straggler: int) -> list[float]:
