@@ -18,6 +18,7 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from skewlens.console import print_stderr, report_console
-from skewlens.profiler.atomic import lock_directory, write_text_atomic
+from skewlens.profiler.atomic import lock_directory, temp_prefix, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
@@ -121,23 +122,60 @@ def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[s
     return rows, failed
 
 
-def _is_job_dir(path: Path) -> bool:
-    """Whether ``path`` is a job directory a sweep wrote: a number, holding a replay's ``config.yaml``."""
-    if not (path.name.isdigit() and path.is_dir()):
-        return False
+def _is_job_dir(path: Path, sweep_dir: Path) -> bool:
+    """Whether ``path`` is a job directory a sweep into ``sweep_dir`` wrote: it holds a replay's
+    ``config.yaml`` whose ``out`` is ``sweep_dir`` (a job's is its sweep's), or, as an older skewlens's
+    jobs were found, it is named by a number and holds a replay's ``config.yaml``."""
     try:
         conf = yaml.safe_load((path / CONFIG_YAML).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False
-    return isinstance(conf, dict) and "trace" in conf and "mode" in conf
+    if not (isinstance(conf, dict) and "trace" in conf and "mode" in conf):
+        return False
+    if path.name.isdigit():
+        return True
+    out = conf.get("out")
+    return isinstance(out, str) and Path(out).is_absolute() and Path(out).resolve() == sweep_dir.resolve()
+
+
+def _remove_staging(directory: Path) -> None:
+    """Remove the staging directories (``.NAME.<random>.tmp``, :func:`~skewlens.profiler.atomic.staging_dir`)
+    that replays into ``directory`` left behind: a job killed (SIGKILL: the OOM killer, SLURM past its
+    time) before it moved its outputs in left its half-written ones there, where nothing removed them."""
+    prefix = temp_prefix(directory.name)
+    for p in directory.iterdir():
+        if p.name.startswith(prefix) and p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _earlier_job_dirs(sweep_dir: Path) -> Iterator[Path]:
+    """The directories under ``sweep_dir`` an earlier sweep's jobs may have written, their stale staging
+    directories removed (:func:`_remove_staging`): each directory of ``sweep_dir``, and those below one
+    whose name holds ``=`` (``hydra.sweep.subdir=${hydra.job.override_dirname}`` names a job
+    ``slowdown.factor=2.0,topology=ring``, and a value with a ``/`` in it nests it:
+    ``trace=/data/runs/a`` is ``.../trace=/data/runs/a/``), down to a job directory. Hidden ones
+    (``.jobs``, ``.submitit``) are passed over."""
+    stack = [(sweep_dir, False)]
+    while stack:
+        parent, named = stack.pop()
+        with contextlib.suppress(OSError):  # gone or unreadable: nothing of a sweep's to clear there
+            for d in sorted(parent.iterdir()):
+                if d.name.startswith(".") or d.is_symlink() or not d.is_dir():
+                    continue
+                with contextlib.suppress(OSError):
+                    _remove_staging(d)
+                yield d
+                if (named or "=" in d.name) and not _is_job_dir(d, sweep_dir):
+                    stack.append((d, True))
 
 
 def clear_earlier_sweep(sweep_dir: Path) -> None:
     """Remove what an earlier sweep into ``sweep_dir`` wrote, before this one runs: its job records
-    (``.jobs/``), its ``sweep.parquet`` and ``sweep.png`` and, in each of its job directories (``<job>/``
-    with a replay's ``config.yaml``), the replay's outputs (the directory too, when that empties it).
-    Otherwise a sweep of fewer points, or a point that fails, left an earlier sweep's timelines beside this
-    one's table. Files of other names are left alone."""
+    (``.jobs/``), its ``sweep.parquet`` and ``sweep.png`` and, in each of its job directories
+    (:func:`_is_job_dir`, whatever ``hydra.sweep.subdir`` named them), the replay's outputs and the staging
+    directories of a job killed while it wrote them (the directory too, when that empties it). Otherwise a
+    sweep of fewer points, or a point that fails, left an earlier sweep's timelines beside this one's
+    table. Files of other names are left alone."""
     if not sweep_dir.is_dir():
         return
     jobs = sweep_dir / JOBS_DIR
@@ -145,13 +183,16 @@ def clear_earlier_sweep(sweep_dir: Path) -> None:
         p.unlink(missing_ok=True)  # gone since the listing: not this sweep's to say
     (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
     (sweep_dir / SWEEP_PNG).unlink(missing_ok=True)
-    for job_dir in filter(_is_job_dir, sweep_dir.iterdir()):
-        for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
-            (job_dir / name).unlink(missing_ok=True)
-        for name in (REAL_RUN_DIR, REAL_WORK_DIR):
-            shutil.rmtree(job_dir / name, ignore_errors=True)
+    dirs = list(_earlier_job_dirs(sweep_dir))  # each directory's parents before it
+    for job_dir in dirs:
+        if _is_job_dir(job_dir, sweep_dir):
+            for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
+                (job_dir / name).unlink(missing_ok=True)
+            for name in (REAL_RUN_DIR, REAL_WORK_DIR):
+                shutil.rmtree(job_dir / name, ignore_errors=True)
+    for job_dir in reversed(dirs):
         with contextlib.suppress(OSError):
-            job_dir.rmdir()
+            job_dir.rmdir()  # emptied (deepest first: a nested job's parents too), else left
 
 
 def hold_sweep(sweep_dir: Path) -> int | None:

@@ -193,6 +193,38 @@ def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_jo
     ]
 
 
+def test_a_sweep_clears_an_earlier_sweeps_jobs_named_by_their_overrides_and_what_a_killed_job_left(
+    tmp_path: Path,
+) -> None:
+    # an earlier sweep with hydra.sweep.subdir=${hydra.job.override_dirname}: its job directories are named
+    # by their overrides (nested by a trace=runs/a value, or deeper), each a replay's config.yaml whose out
+    # is the sweep's; a job killed while it wrote left its staging directory in 1/ (and nothing else)
+    out = tmp_path / "sweep"
+    jobs = ["slowdown.factor=1.0", "slowdown.factor=2.0", "trace=runs/a", "trace=/data/runs/b"]
+    for name in jobs:
+        d = out / name
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text(f"trace: /r\nout: {out}\nmode: sim\n")
+        for f in ("timeline.parquet", "summary.parquet", "timeline.json"):
+            (d / f).write_text("old")
+    (out / "slowdown.factor=2.0" / "mine.txt").write_text("keep")
+    (out / "1" / ".1.k3j2x9ab.tmp").mkdir(parents=True)
+    (out / "1" / ".1.k3j2x9ab.tmp" / "timeline.parquet").write_text("half")
+    # a user's own replay into a directory of the sweep's: its out is that directory, not the sweep's
+    (out / "baseline").mkdir()
+    (out / "baseline" / "config.yaml").write_text(f"trace: /r\nout: {out / 'baseline'}\nmode: sim\n")
+    (out / "baseline" / "timeline.parquet").write_text("mine")
+    SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        ".jobs",
+        "baseline",
+        "baseline/config.yaml",
+        "baseline/timeline.parquet",
+        "slowdown.factor=2.0",
+        "slowdown.factor=2.0/mine.txt",
+    ]
+
+
 def _sweep_config(out: Path) -> DictConfig:
     return OmegaConf.create({"out": str(out), "hydra": {"sweep": {"dir": str(out)}}})
 
