@@ -252,6 +252,42 @@ def test_a_value_not_of_its_settings_type_or_an_unknown_key_is_one_line_naming_i
 
 
 @pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        # Hydra's five lines, "Could not append to config. An item is already at 'slowdown.factor'. ..."
+        (["+slowdown.factor=2"], "+slowdown.factor=2: slowdown.factor has a value already (+ adds a key"),
+        (["+slowdown.entries.0.factor=2"], "+slowdown.entries.0.factor=2: slowdown.entries.0.factor has a"),
+        # Hydra's six, "Error merging override ... list index out of range"
+        (
+            ["+slowdown.entries.1.factor=2"],
+            "+slowdown.entries.1.factor: slowdown straggler has 1 item in slowdown.entries (numbered from 0)",
+        ),
+        # "Multiple values for slowdown. To override a value use 'override slowdown: stall'"
+        (["+slowdown=stall"], "+slowdown=stall: replay.yaml chooses a slowdown already; give slowdown=stall"),
+        (["++slowdown=stall"], "++slowdown=stall: a group's entry is chosen, not added: give slowdown=stall"),
+        (["+hydra/launcher=joblib"], "+hydra/launcher=joblib: Hydra chooses a hydra/launcher already"),
+        # every job of the sweep failed on it, one by one, after the launcher had started them
+        (["-m", "+slowdown.factr=1,2"], "slowdown.factr: no such setting (slowdown has name, factor,"),
+        (["-m", "++nokey=1,2"], "nokey: no such setting (skewlens replay has trace, out, mode,"),
+    ],
+)
+def test_a_plus_override_hydra_would_refuse_or_every_job_would_fail_on_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], says: str
+) -> None:
+    args = ["replay", f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false"]
+    assert skewlens_main([*args, "slowdown=straggler", *overrides]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"skewlens replay: error: {says}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plus_override_of_a_setting_that_may_be_null_is_taken() -> None:
+    # Hydra appends where the value is null: a + there is no mistake to refuse
+    conf = compose_replay(["slowdown=straggler", "+real.nproc=2", "+scale.seed=3"])
+    assert (conf.real.nproc, conf.scale.seed) == (2, 3)
+
+
+@pytest.mark.parametrize(
     ("override", "key"),
     [
         ("mode=fast", "mode"),

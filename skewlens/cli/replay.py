@@ -530,7 +530,7 @@ def check_list_items(args: list[str]) -> None:
         return
     dirs = user_conf_dirs(args)
     for arg in args:
-        m = re.fullmatch(r"(slowdown|topology)\.(entries|dims)\.(\d+)(\..*)?=.*", arg)
+        m = re.fullmatch(r"\+{0,2}(slowdown|topology)\.(entries|dims)\.(\d+)(\..*)?=.*", arg)
         if dirs is None or m is None or GROUP_LISTS[m[1]] != m[2]:
             continue
         group, name, index = m[1], m[2], int(m[3])
@@ -602,9 +602,10 @@ def check_types(args: list[str]) -> None:
     and each key they name is a setting, else a one-line :class:`ConfigError` naming the override, before
     any point runs: Hydra refuses these too, in six lines. The type is the schema's declared one, found
     through its dataclasses and list items (``topology.dims.0.bandwidth_gbps``: a float, whichever topology
-    is chosen; ``scale.seed``: an int or null). Overrides Hydra's grammar refuses, group choices, nodes
-    (``slowdown.entries.0``), appended keys (``+key=``), globs (``topology=glob(*ring*)``, whose entries
-    only Hydra's config loader lists) and Hydra's own (``hydra.*``) are left to Hydra."""
+    is chosen; ``scale.seed``: an int or null); an appended key (``+key=``) is a key the schema has, where
+    Hydra would take it (:func:`_check_add`). Overrides Hydra's grammar refuses, group choices, nodes
+    (``slowdown.entries.0``), globs (``topology=glob(*ring*)``, whose entries only Hydra's config loader
+    lists) and Hydra's own (``hydra.*``) are left to Hydra."""
     try:
         overrides = OverridesParser.create().parse_overrides(
             [a for a in args if "=" in a or a.startswith("~")]
@@ -622,6 +623,7 @@ def check_types(args: list[str]) -> None:
             values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         except ValueError as e:  # range(1,2,0): a ValueError traceback
             raise ConfigError(f"{o.input_line}: {e}") from None
+        _check_add(o, args, values)
         # a sweep's quoted values as their text
         _check_paths(o, [v.text if isinstance(v, QuotedString) else v for v in values])
         setting = _setting_type(o.key_or_group, adding=o.is_add())
@@ -786,24 +788,67 @@ def _setting_type(key: str, *, adding: bool = False) -> Any:
 def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
     """The schema's type at ``key``, through dataclass fields and list items (a dataclass for a node); None
     where it has none, or with ``refuse_unknown`` a :class:`ConfigError` for a field it does not have."""
+    return _declared(key, refuse_unknown=refuse_unknown)[0]
+
+
+def _declared(key: str, *, refuse_unknown: bool = False) -> tuple[Any, dataclasses.Field[Any] | None]:
+    """:func:`_declared_type`, with the dataclass field ``key`` names (None for a list's item)."""
     t: Any = ReplayConfig
+    f: dataclasses.Field[Any] | None = None
     parts = key.split(".")
     for depth, part in enumerate(parts):
         if dataclasses.is_dataclass(t):
             hints = typing.get_type_hints(t)
             if part not in hints:
                 if not refuse_unknown:
-                    return None
+                    return None, None
                 where = f"{'.'.join(parts[:depth])} has" if depth else "skewlens replay has"
                 close = difflib.get_close_matches(part, list(hints), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"{key}: no such setting ({where} {', '.join(hints)}{hint})")
-            t = hints[part]
+            t, f = hints[part], {g.name: g for g in dataclasses.fields(t)}[part]
         elif typing.get_origin(t) is list and part.isdigit():
-            t = typing.get_args(t)[0]
+            t, f = typing.get_args(t)[0], None
         else:
-            return None
-    return t
+            return None, None
+    return t, f
+
+
+#: Hydra's groups of plugins, whose entry its own config chooses (``basic``).
+PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper")
+
+
+def _check_add(o: Override, args: list[str], values: list[Any]) -> None:
+    """``+key=value`` (``++key=value``) adds ``key`` to the config: a key the schema does not have is one line
+    naming it, before any point runs (a sweep's every job had failed on it, one by one), and so is ``+`` of a
+    setting that has a value whatever is chosen (one not null, of a type without null; Hydra merges a
+    mapping or list ``values`` into it) or of a group
+    ``replay.yaml`` chooses an entry of (``++`` of a group, which Hydra never takes): Hydra's "Could not
+    append to config" or "Multiple values" were five lines, and a sweep stopped on them. A setting that may
+    be null (``+real.nproc=2``) takes a ``+``."""
+    key = o.key_or_group
+    if not (o.is_add() or o.is_force_add()):
+        return
+    plain = (o.input_line or key).lstrip("+")
+    if key in (*CHECKED_GROUPS, "topology", *PLUGIN_GROUPS):
+        if o.is_force_add():  # Hydra's "force-add of config groups is not supported", in three lines
+            raise ConfigError(f"{o.input_line}: a group's entry is chosen, not added: give {plain}")
+        if key in PLUGIN_GROUPS or not _own_primary_config(args):  # Hydra's config chooses basic ones
+            what = "Hydra" if key in PLUGIN_GROUPS else "replay.yaml"
+            raise ConfigError(f"{o.input_line}: {what} chooses a {key} already; give {plain}, without the +")
+        return
+    if key.startswith("hydra"):
+        return
+    t, f = _declared(key, refuse_unknown=True)
+    if not o.is_add() or f is None or _own_primary_config(args):
+        return
+    nullable = type(None) in typing.get_args(t)
+    unset = f.default == MISSING
+    merged = any(isinstance(v, (dict, list)) for v in values)
+    if not nullable and not unset and not merged:
+        raise ConfigError(
+            f"{o.input_line}: {key} has a value already (+ adds a key the config lacks); give {plain}"
+        )
 
 
 #: The schema of each config group's entries, against which a YAML file of the user's is checked.
