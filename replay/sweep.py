@@ -217,6 +217,16 @@ def hold_sweep(sweep_dir: Path) -> int | None:
         ) from None
 
 
+def shared_out_dirs(rows: list[SweepRecord]) -> dict[str, list[int]]:
+    """The directories two or more finished jobs replayed into (``hydra.sweep.subdir=${topology.name}`` in
+    a sweep of ``slowdown.factor``), each with its jobs: one job's outputs replaced the other's, and the
+    table's rows named one directory for both, its figures the last job's. Every other job's is its own."""
+    by_dir: dict[str, list[int]] = {}
+    for r in rows:
+        by_dir.setdefault(r.out_dir, []).append(r.job)
+    return {d: jobs for d, jobs in by_dir.items() if len(jobs) > 1}
+
+
 class SweepSummary(Callback):
     """Clears the job records before a multirun; at its end writes ``sweep.parquet`` and ``sweep.png``,
     prints the comparison table and the failed jobs, and exits with status 2 if any job failed. The sweep
@@ -263,13 +273,24 @@ class SweepSummary(Callback):
                 "that matches no entry of its group, an empty range(...)?)"
             )
             sys.exit(FAILED_EXIT)
-        if not failed:
+        shared = shared_out_dirs(rows)
+        if not failed and not shared:
             return
         # name each failed job by what sets it apart (as the comparison table does), else by every override
-        own = distinct_overrides([r.overrides for r in rows] + [o for o, _m in failed.values()])[len(rows) :]
-        for (job, (overrides, message)), mine in zip(failed.items(), own, strict=True):
+        own = distinct_overrides([r.overrides for r in rows] + [o for o, _m in failed.values()])
+        for (job, (overrides, message)), mine in zip(failed.items(), own[len(rows) :], strict=True):
             # through printable, as the dispatcher's: a message may quote a trace's names
             print_stderr(f"skewlens replay: error: sweep job {job} ({mine or overrides}): {message}")
+        apart = {r.job: mine or r.overrides for r, mine in zip(rows, own, strict=False)}
+        for out_dir, jobs in shared.items():
+            print_stderr(
+                f"skewlens replay: error: sweep jobs {', '.join(map(str, jobs))} "
+                f"({'; '.join(apart[j] for j in jobs)}) each replayed into {out_dir}, which holds the last "
+                "one's outputs only: hydra.sweep.subdir names their directories the same; give it a name "
+                "that differs per job (${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
+            )
+        if not failed:
+            sys.exit(FAILED_EXIT)
         where = f"the others' outputs are in {sweep_dir}" if rows else "none wrote outputs"
         print_stderr(
             f"skewlens replay: {len(failed)} of {len(failed) + len(rows)} sweep jobs failed; {where}"

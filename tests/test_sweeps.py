@@ -348,6 +348,32 @@ def test_a_sweep_with_a_failed_job_names_it_by_what_sets_it_apart_and_exits_2_wi
     assert not (tmp_path / "sweep.png").exists()  # drawn with two or more finished jobs
 
 
+def test_sweep_jobs_that_replayed_into_one_directory_are_named_and_the_sweep_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # hydra.sweep.subdir=${topology.name} in a sweep of slowdown.factor=1.0,2.0: both jobs wrote into
+    # SWEEP/switch, which held job 1's outputs (66.3 ms a step) while row 0 said 49.4, and the sweep exited 0
+    shared = str(tmp_path / "switch")
+    for job, factor in ((0, "1.0"), (1, "2.0"), (2, "3.0")):
+        row = _row(job, f"slowdown=straggler slowdown.factor={factor}")
+        append_sweep_row(
+            tmp_path, dataclasses.replace(row, out_dir=shared if job < 2 else str(tmp_path / "2"))
+        )
+    with pytest.raises(SystemExit) as stop:
+        SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        (
+            "skewlens replay: error: sweep jobs 0, 1 (slowdown.factor=1.0; slowdown.factor=2.0) each "
+            f"replayed into {shared}, which holds the last one's outputs only: hydra.sweep.subdir names "
+            "their directories the same; give it a name that differs per job (${hydra.job.num}, the "
+            "default, or ${hydra.job.override_dirname})"
+        )
+    ]
+    assert [r["job"] for r in pq.read_table(tmp_path / "sweep.parquet").to_pylist()] == [0, 1, 2]
+
+
 def test_a_failed_jobs_error_line_quoting_a_traces_name_prints_no_terminal_controls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
