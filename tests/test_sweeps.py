@@ -583,6 +583,28 @@ def test_a_launcher_that_is_not_installed_or_slurm_where_there_is_none_is_one_li
     assert not out.exists()
 
 
+def test_a_slurm_sweeps_config_is_composed_and_shown_where_there_is_no_slurm(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --cfg runs nothing, and composing on a laptop is how a sweep is checked before it goes to the cluster:
+    # it was refused 'no SLURM here (srun is not on PATH)'
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun
+    out = tmp_path / "sweep"
+    args = [
+        "replay",
+        "hydra.mode=MULTIRUN",
+        f"trace={run_dir}",
+        f"out={out}",
+        "hydra/launcher=submitit_slurm",
+    ]
+    assert (
+        skewlens_main([*args, "hydra.launcher.partition=cpu", "--cfg", "hydra", "-p", "hydra.launcher"]) == 0
+    )
+    shown = OmegaConf.create(capsys.readouterr().out.partition("\n")[2])  # after '# @package hydra.launcher'
+    assert shown._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert shown.partition == "cpu"
+
+
 #: How a refused joblib setting ends: the launcher's settings.
 JOBLIB_HAS = (
     "(the joblib launcher has n_jobs, backend, prefer, require, verbose, timeout, pre_dispatch, batch_size, "

@@ -466,7 +466,8 @@ def _plugins_store() -> ConfigStore:
 def check_launcher(args: list[str]) -> None:
     """``hydra/launcher=NAME`` (and ``hydra/sweeper=``) names one that is installed, else a one-line
     :class:`ConfigError` listing those that are (Hydra's message was ten lines with its search path); and a
-    sweep on ``submitit_slurm`` has SLURM's ``srun`` to submit with (submitit's refusal was a traceback).
+    sweep on ``submitit_slurm`` has SLURM's ``srun`` to submit with (submitit's refusal was a traceback),
+    unless it only shows its config (:data:`SHOW_ONLY`), which needs no SLURM.
     Entries of the user's config directories (``hydra/launcher/NAME.yaml``) count; none is checked where one
     of those is a package's."""
     dirs = user_conf_dirs(args)
@@ -481,7 +482,8 @@ def check_launcher(args: list[str]) -> None:
             package = LAUNCHER_PACKAGES.get(value) if what == "launcher" else None
             hint = f"; pip install {package} for it" if package else ""
             raise ConfigError(f"{arg}: no such {what} installed (one of {', '.join(sorted(known))}{hint})")
-        if value == "submitit_slurm" and _multirun(args) and shutil.which("srun") is None:
+        shown = any(a.startswith("-") and _hydra_flag(a) in SHOW_ONLY for a in args)  # nothing submitted
+        if value == "submitit_slurm" and _multirun(args) and not shown and shutil.which("srun") is None:
             raise ConfigError(
                 f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
                 "hydra/launcher=submitit_local for the same jobs on this machine"
@@ -1117,6 +1119,9 @@ HYDRA_PLAIN_FLAGS = (
     ("-sc", "--shell-completion"),
 )
 _KEY = re.compile(r"\+{0,2}[A-Za-z_]\w*(\.\w+)*")
+#: Hydra's flags that show the composed config, or help, and run nothing (a sweep's launcher is not started:
+#: ``hydra.mode=MULTIRUN hydra/launcher=submitit_slurm --cfg hydra`` composes its SLURM settings off SLURM).
+SHOW_ONLY = (HYDRA_CFG, HYDRA_INFO, ("-h", "--help"), ("", "--hydra-help"))
 
 
 def _hydra_flag(arg: str) -> tuple[str, ...] | None:
