@@ -682,6 +682,37 @@ def test_launcher_settings_are_left_to_hydra_where_the_users_primary_config_choo
     assert pq.read_table(out / "sweep.parquet").num_rows == 2
 
 
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [  # Hydra's four lines, whose advice for a misspelt key was 'To append to your config use +...'
+        (
+            ["slowdown: straggler", "slowdown.factr: 1,2"],
+            "slowdown.factr: no such setting (slowdown has name, factor, rank, delay_ms, step, entries; did",
+        ),
+        (
+            ["slowdown.factor: 1,abc"],
+            "slowdown.factor=1,abc: Value 'abc' of type 'str' could not be converted",
+        ),
+        (["slowdown: stragler,none"], "slowdown=stragler: no such entry (one of jitter, none,"),
+    ],
+)
+def test_a_bad_sweep_in_the_users_primary_configs_sweeper_params_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], params: list[str], says: str
+) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    sweep = "defaults: [replay, _self_]\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n"
+    (cfg / "mine.yaml").write_text(sweep + "".join(f"      {p}\n" for p in params))
+    out = tmp_path / "sweep"
+    args = ["replay", "-cd", str(cfg), "-cn", "mine", f"trace={tmp_path / 'run'}", f"out={out}"]
+    assert skewlens_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"skewlens replay: error: {cfg / 'mine.yaml'}: hydra.sweeper.params: {says}"), (
+        err
+    )
+    assert len(err) == 1 and not out.exists()
+
+
 def test_a_launcher_entry_of_the_users_config_dir_is_taken(run_dir: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "cfg" / "hydra" / "launcher"
     cfg.mkdir(parents=True)

@@ -366,12 +366,11 @@ def user_conf_dirs(args: list[str]) -> list[Path] | None:
     :class:`ConfigError` naming it (Hydra's was a dozen lines, or an argparse error about the next
     override)."""
     dirs: list[Path] = []
-    for i, arg in enumerate(args):
+    given = iter(v for flag, v in _flag_values(args) if flag == ("-cd", "--config-dir"))
+    for arg in args:
         if _hydra_flag(arg) == ("-cd", "--config-dir"):
-            flag, eq, value = arg.partition("=")
-            if not eq:
-                value = args[i + 1] if i + 1 < len(args) else ""
-            where = f"{flag} {value}"
+            value = next(given)
+            where = f"{arg.partition('=')[0]} {value}"
             entries = [value]
         elif arg.startswith("hydra.searchpath="):
             value = arg.partition("=")[2].strip()
@@ -390,6 +389,48 @@ def user_conf_dirs(args: list[str]) -> list[Path] | None:
                 raise ConfigError(f"{where or f'hydra.searchpath: {entry}'}: {what}")
             dirs.append(d)
     return dirs
+
+
+def check_sweeper_params(args: list[str]) -> None:
+    """The sweep a primary config of the user's gives in ``hydra.sweeper.params`` (``-cd DIR -cn NAME``,
+    ``NAME.yaml`` in ``DIR``): each ``key: values`` is checked as the command line's ``key=values`` are
+    (:func:`check_groups`, :func:`check_types`), else a one-line :class:`ConfigError` naming the file. Hydra's
+    was four lines, and its advice for a key the schema lacks, "To append to your config use
+    +slowdown.factr=1", a second mistake. Its own defaults' files, and a file Hydra cannot read, are left to
+    Hydra."""
+    names = [v for flag, v in _flag_values(args) if flag == ("-cn", "--config-name")]
+    dirs = user_conf_dirs(args)
+    if not names or not dirs or names[-1].removesuffix(".yaml") == "replay":  # skewlens's comes first
+        return
+    files = [d / f"{names[-1].removesuffix('.yaml')}.yaml" for d in dirs]
+    path = next((f for f in files if f.is_file()), None)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return
+    hydra_conf = doc.get("hydra") if isinstance(doc, dict) else None
+    sweeper = hydra_conf.get("sweeper") if isinstance(hydra_conf, dict) else None
+    params = sweeper.get("params") if isinstance(sweeper, dict) else None
+    if not isinstance(params, dict):
+        return
+    # as Hydra's basic sweeper makes them of the file's values
+    overrides = [f"{k}={v}" for k, v in params.items()]
+    try:
+        check_groups([*overrides, *(f"hydra.searchpath=[file://{d}]" for d in dirs)])
+        check_types([*overrides, "-cn", names[-1]])  # a sweep of the primary config's: -m is not asked for
+    except ConfigError as e:
+        raise ConfigError(f"{path}: hydra.sweeper.params: {e}") from None
+
+
+def _flag_values(args: list[str]) -> list[tuple[tuple[str, ...], str]]:
+    """Each Hydra flag of ``args`` that takes a value, with its value (``-cn NAME``, ``--config-name=N``)."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    for i, arg in enumerate(args):
+        flag = _hydra_flag(arg) if arg.startswith("-") else None
+        if flag in HYDRA_VALUE_FLAGS and flag is not None:
+            _, eq, value = arg.partition("=")
+            out.append((flag, value if eq else args[i + 1] if i + 1 < len(args) else ""))
+    return out
 
 
 def known_entries(group: str, dirs: list[Path]) -> set[str]:
@@ -1231,6 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
     check_launcher(args)
     check_list_items(args)
     check_types(args)
+    check_sweeper_params(args)
     errors: list[SkewlensError] = []
 
     def task(cfg: DictConfig) -> None:
