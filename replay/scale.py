@@ -545,6 +545,7 @@ def scale_run(
         ranks[nr] = dataclasses.replace(
             rt, rank=nr, pg=pg, comm_bytes=new_bytes[s], notes=[*rt.notes, f"copy of captured rank {s}"]
         )
+        ranks[nr].seal()  # as a loaded run's: its execution model is cached (RankTrace.seal)
 
     collectives = _rematch(
         run, lay, dp=dp, src_rep=src_rep, source_of=source_of, copy_name=copy_name, new_bytes=new_bytes

@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skewlens.analysis import analyze_run, tables, write_tables
@@ -89,7 +90,7 @@ def test_a_simulated_result_is_read_only_so_changing_it_cannot_change_the_run_or
         with pytest.raises(ValueError, match="read-only"):
             a[0] = 5
     assert run.ranks[0].step.tolist() == [-1, 0, 0, 1, 1, 2, 2] == other.step[0].tolist()
-    assert run.ranks[0].step.flags.writeable  # the run's own array is as the loader left it
+    assert not run.ranks[0].step.flags.writeable  # the run's own array is read-only too (RankTrace.seal)
     assert res.step_time_ns(0) == other.step_time_ns(0) == 3 * MS + MS // 5
 
 
@@ -198,3 +199,21 @@ def test_a_real_replay_from_python_stages_into_a_sim_dir_given_as_a_string(
     replay_run(cfg, sim_dir=str(tmp_path / "stage"))
     assert (seen["out_dir"], seen["stage_dir"]) == (tmp_path / "a", tmp_path / "stage")
     assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["summary.parquet", "timeline.parquet"]
+
+
+def test_a_loaded_runs_columns_are_read_only_so_an_edit_cannot_leave_its_cached_execution_model_stale(
+    tmp_path: Path,
+) -> None:
+    # the execution model is cached per RunTrace, and a loaded run's arrays were writable: doubling rank 1's
+    # durations in place after one simulate replayed the edited run in 588.7 ms where a fresh load with the
+    # same edit replayed in 436.7 ms (a 2-rank capture of examples/train.py): the answer depended on
+    # whether the run had been simulated before the edit
+    run = load_validated(straggler_run(tmp_path))
+    before = simulate(run).makespan_ns
+    for rt in run.ranks.values():
+        for name, value in ((f, getattr(rt, f)) for f in rt.__slots__):
+            if isinstance(value, np.ndarray):
+                assert not value.flags.writeable, f"rank {rt.rank}: {name} is writable"
+    with pytest.raises(ValueError, match="read-only"):
+        run.ranks[1].dur_ns[:] = run.ranks[1].dur_ns * 2
+    assert simulate(run).makespan_ns == before == 3 * (3 * MS + MS // 5)

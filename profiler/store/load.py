@@ -1281,6 +1281,8 @@ def load_run(
         if lenient:
             run.skipped_comm = tuple(sink.skipped)
         _check_split_members(run, sink, lenient=lenient)
+    for rt in ranks.values():
+        rt.seal()
     return run
 
 

@@ -152,6 +152,16 @@ class RankTrace:
     def rows_of_type(self, *types: NodeType) -> I64:
         return np.flatnonzero(type_mask(self.node_type, types))
 
+    def seal(self) -> None:
+        """Make every column read-only, as the loader hands a rank out: the execution model is derived once
+        per :class:`RunTrace` and cached (``skewlens.replay.execution``), so a column edited in place would
+        be replayed and analysed against the model of the run as loaded. A what-if edits a copy
+        (``dataclasses.replace`` with new arrays, in a new ``RunTrace``) or is a slowdown."""
+        for f in self.__slots__:
+            value = getattr(self, f, None)
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CollectiveInstance:
