@@ -106,8 +106,13 @@ class SimResult:
     def step_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).
 
-        A rank without any step marks is one step, ``-1``, spanning all its nodes.
+        A rank without any step marks is one step, ``-1``, spanning all its nodes. The dict is the caller's
+        own: editing it changes nothing here (it was the result's cache, and dropping a step from it
+        changed what :meth:`step_times` said of the next step).
         """
+        return dict(self._cached_spans())
+
+    def _cached_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         if self._spans is None:
             spans: dict[tuple[int, int], tuple[int, int]] = {}
             for r, st in self.step.items():
@@ -144,13 +149,13 @@ class SimResult:
 
     def steps(self) -> list[int]:
         """Steps seen on any rank, sorted."""
-        return sorted({k for _r, k in self.step_spans()})
+        return sorted({k for _r, k in self._cached_spans()})
 
     def step_times(self) -> dict[int, int]:
         """Per step: its completion (the latest replayed end over ranks) minus the previous step's, the
         first step's minus its earliest replayed start (:func:`step_times_from_spans`), as the analyses
         time steps; empty for a run without step marks."""
-        return step_times_from_spans(self.step_spans())
+        return step_times_from_spans(self._cached_spans())
 
     def step_time_ns(self, step: int) -> int:
         """The step's time as :meth:`step_times` gives it; of a rank without step marks (step -1), the span
@@ -161,7 +166,7 @@ class SimResult:
         times = self.step_times()
         if step in times:
             return times[step]
-        spans = [v for (_r, k), v in self.step_spans().items() if k == step]
+        spans = [v for (_r, k), v in self._cached_spans().items() if k == step]
         if not spans:
             raise KeyError(f"step {step} has no nodes")
         return max(b for _a, b in spans) - min(a for a, _b in spans)
@@ -411,7 +416,7 @@ def _step_targets(low: Lowered, res: SimResult) -> list[int] | None:
     what-if that shortens: when it is later than the earliest ``ready0`` of any segment, or some gap or
     offset is negative."""
     g = low.graph
-    spans = res.step_spans()
+    spans = res._cached_spans()  # read only: no copy per what-if
     stepped = {k: v for k, v in spans.items() if k[1] >= 0}
     used = stepped or spans  # without step marks, every rank is one span, step -1: the makespan
     if not used:
