@@ -103,8 +103,9 @@ class AnalysisResult:
     @property
     def stragglers(self) -> list[BlameRecord]:
         """Blame records, largest straggler cost first, of equal costs the most wait caused first (empty
-        without blame)."""
-        return self.blame.records if self.blame is not None else []
+        without blame): a list of the caller's own (it was the blame's, and sorting it reordered the result
+        and the blame table written after)."""
+        return list(self.blame.records) if self.blame is not None else []
 
     def top_straggler_by_step(self) -> dict[int, int]:
         """Step -> top straggler: the rank the most peer wait of that step is attributed to (skew
