@@ -36,6 +36,7 @@ from skewlens.analysis.records import (
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import ranks_label, run_notes, untimed_ranks
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import (
@@ -270,13 +271,24 @@ def tables(result: AnalysisResult) -> dict[str, pa.Table]:
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
     """Write the Parquet tables (atomically, one file per table; ``gpu_idle`` and ``gpu_kernels`` for a run
-    with GPU ops, the blame's where it was asked for); returns their paths. The tables are encoded on
-    ``workers`` threads at once (default: the usable CPUs; Parquet encoding releases the GIL)."""
+    with GPU ops, the blame's where it was asked for); returns their paths. An analysis table this result
+    has none of (an earlier analysis' ``blame.parquet``, written with blame) is removed from ``out_dir``,
+    so that its tables are all of one analysis. The tables are encoded on ``workers`` threads at once
+    (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
-    jobs = [(build, d / name) for name, build in _table_builders(result).items()]
+    builders = _table_builders(result)
+    jobs = [(build, d / name) for name, build in builders.items()]
 
     def write(job: tuple[Callable[[], pa.Table], Path]) -> Path:
         build, path = job
         return write_table(build(), path)
 
-    return list(ordered_map(write, jobs, workers=default_workers() if workers is None else workers))
+    written = list(ordered_map(write, jobs, workers=default_workers() if workers is None else workers))
+    for name in RECORD_OF.keys() - builders.keys():
+        try:
+            (d / name).unlink(missing_ok=True)
+        except OSError as e:
+            raise SkewlensError(
+                f"cannot remove {d / name} (an earlier analysis' table): {e.strerror}"
+            ) from None
+    return written

@@ -240,3 +240,25 @@ def test_sorting_the_stragglers_list_leaves_the_result_and_its_blame_table_in_co
     res.stragglers.sort(key=lambda b: b.rank)
     assert [b.rank for b in res.stragglers] == [1, 0]
     assert tables(res)["blame"].column("rank").to_pylist() == [1, 0]
+
+
+def test_write_tables_into_an_earlier_analysis_directory_leaves_no_table_of_the_earlier_one(
+    tmp_path: Path,
+) -> None:
+    # write_tables(res_b_without_blame, OUT) after write_tables(res_a, OUT) left run a's blame.parquet and
+    # blame_steps.parquet beside run b's tables: one directory, two runs' answers (skewlens analyze itself
+    # replaces the whole set)
+    a = analyze_run(load_validated(straggler_run(tmp_path / "a")))
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=MS)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=64, dur_ns=MS)
+    run_b = load_validated(b.write(tmp_path / "b" / "run"))
+    out = tmp_path / "out"
+    write_tables(a, out)
+    written = write_tables(analyze_run(run_b, blame=False), out)
+    tables_of_b = ["collective_skew.parquet", "critical_path.parquet", "step_breakdown.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written) == tables_of_b
+    for p in out.iterdir():
+        assert read_table(p).schema.metadata[b"skewlens.source"] == str(tmp_path / "b" / "run").encode()
