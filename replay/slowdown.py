@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from numbers import Integral
 
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import OnDim
@@ -85,6 +86,11 @@ def number_problem(value: float, *, positive: bool, name: str = "") -> str | Non
     if value > most:
         return f"must be at most {most:.3g}{unit}, got {value:g}: beyond it, times leave {SIM_CLOCK}"
     return None
+
+
+def _is_int(value: object) -> bool:
+    """An integer (numpy's too), not a bool (``ranks=(True,)`` is no rank)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 class SlowdownFieldError(ConfigError):
@@ -139,6 +145,12 @@ class Slowdown:
         where = f"slowdown item (kind={self.kind})"
         if self.kind not in KINDS:
             raise ConfigError(f"slowdown item: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        # a list is taken as the tuple it stands for (the item stays hashable)
+        for name in ("ranks", "nodes"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple | list) or not all(_is_int(v) for v in value):
+                raise ConfigError(f"{where}: {name} must be a sequence of {name}, got {value!r}")
+            object.__setattr__(self, name, tuple(int(v) for v in value))
         for name, value, positive in (
             ("factor", self.factor, True),
             ("sigma", self.sigma, False),

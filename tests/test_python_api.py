@@ -262,3 +262,14 @@ def test_write_tables_into_an_earlier_analysis_directory_leaves_no_table_of_the_
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written) == tables_of_b
     for p in out.iterdir():
         assert read_table(p).schema.metadata[b"skewlens.source"] == str(tmp_path / "b" / "run").encode()
+
+
+def test_a_slowdown_given_its_ranks_as_one_int_is_refused_naming_ranks() -> None:
+    # Slowdown(kind="compute", ranks=1) was taken, and simulate then failed with "TypeError: Value after *
+    # must be an iterable, not int" from inside the target check; a list was taken but left the item
+    # unhashable
+    with pytest.raises(ConfigError) as e:
+        Slowdown(kind="compute", ranks=1, factor=2.0)  # type: ignore[arg-type]
+    assert str(e.value) == "slowdown item (kind=compute): ranks must be a sequence of ranks, got 1"
+    listed = Slowdown(kind="compute", ranks=[1], factor=2.0)  # type: ignore[arg-type]
+    assert listed.ranks == (1,) and hash(listed) == hash(Slowdown(kind="compute", ranks=(1,), factor=2.0))
