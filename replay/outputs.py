@@ -43,7 +43,7 @@ from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import IdleStretches, execution_model, idle_stretches
-from skewlens.replay.simulate import SimResult
+from skewlens.replay.simulate import SimResult, check_replays
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
     DEFAULT_MAX_EVENTS,
@@ -170,7 +170,9 @@ def distinct_overrides(overrides: Sequence[str]) -> list[str]:
 
 def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Table:
     """The rows of ``timeline.parquet`` of ``ranks``, one rank after another, from their numpy columns (the
-    store's node columns, the rank, the replayed times); string columns are dictionary arrays."""
+    store's node columns, the rank, the replayed times); string columns are dictionary arrays. ``res`` must
+    replay ``run`` (:func:`check_replays`)."""
+    check_replays(run, res, ranks)
     rts = [run.ranks[r] for r in ranks]
     nodes = nodes_table(rts, run.pg_names)
     cols: dict[str, Any] = {name: nodes.column(name) for name in nodes.column_names}

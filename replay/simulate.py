@@ -140,6 +140,7 @@ class SimResult:
         arrival each member waited for (the execution model's ``waits_for``: its root's, its own, or the
         last), aligned with its ``ranks``; every other sync member waited for its group's latest arrival
         (``coll_arrival_ns``, ``p2p_arrival_ns``)."""
+        check_replays(run, self)
         out: dict[int, list[int]] = {}
         for ci, rule in execution_model(run).rooted.items():
             c = run.collectives[ci]
@@ -170,6 +171,29 @@ class SimResult:
         if not spans:
             raise KeyError(f"step {step} has no nodes")
         return max(b for _a, b in spans) - min(a for a, _b in spans)
+
+
+def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = None) -> None:
+    """``res`` is a replay of ``run``: the same ranks, each with as many rows, as many collectives and
+    send/recv pairs (of ``ranks`` given, only theirs rows); else a :class:`ReplayError` saying which differs
+    (a notebook's result of one run given with another was an ``IndexError`` deep in
+    :func:`~skewlens.replay.summary.summarize`, an ``ArrowInvalid`` of mismatched columns in the timeline).
+    Two runs of one shape still pass."""
+    of = f"{run.run_dir}: the SimResult given is not a replay of this run"
+    if set(res.start_ns) != set(run.ranks):
+        raise ReplayError(f"{of} (its ranks {sorted(res.start_ns)}, the run's {sorted(run.ranks)})")
+    for r in sorted(run.ranks) if ranks is None else ranks:
+        rt = run.ranks[r]
+        if len(res.start_ns[r]) != len(rt):
+            raise ReplayError(
+                f"{of} (rank {r}: {len(res.start_ns[r]):,} rows replayed, {len(rt):,} in the run)"
+            )
+    for what, got, want in (
+        ("collectives", len(res.coll_end_ns), len(run.collectives)),
+        ("send/recv pairs", len(res.p2p_end_ns), len(run.p2p)),
+    ):
+        if got != want:
+            raise ReplayError(f"{of} ({got:,} {what} replayed, {want:,} in the run)")
 
 
 def make_timing(

@@ -57,7 +57,7 @@ from skewlens.replay.execution import (
     gpu_idle,
     model_ends,
 )
-from skewlens.replay.simulate import SimResult
+from skewlens.replay.simulate import SimResult, check_replays
 
 I64 = npt.NDArray[np.int64]
 
@@ -241,7 +241,9 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
 
 
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
-    """Summary rows for every (rank, step) with nodes (see the module docstring)."""
+    """Summary rows for every (rank, step) with nodes (see the module docstring); ``res`` must replay ``run``
+    (:func:`check_replays`)."""
+    check_replays(run, res)
     arrival = sync_arrivals(run, res)
     out: list[SummaryRecord] = []
     model = execution_model(run)

@@ -22,9 +22,11 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import DimensionConfig, ReplayConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.outputs import timeline_table
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.summary import summarize
 
 MS = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +275,29 @@ def test_a_slowdown_given_its_ranks_as_one_int_is_refused_naming_ranks() -> None
     assert str(e.value) == "slowdown item (kind=compute): ranks must be a sequence of ranks, got 1"
     listed = Slowdown(kind="compute", ranks=[1], factor=2.0)  # type: ignore[arg-type]
     assert listed.ranks == (1,) and hash(listed) == hash(Slowdown(kind="compute", ranks=(1,), factor=2.0))
+
+
+def test_a_replay_given_with_another_run_is_refused_naming_the_run_and_what_differs(tmp_path: Path) -> None:
+    # side by side in a notebook, summarize(run_b, sim_a) was "IndexError: index 396 is out of bounds for
+    # axis 0 with size 396" and timeline_table(run_b, sim_a, ...) pyarrow's "ArrowInvalid: Column 23 named
+    # replay_start_ns expected length 815 but got length 5931" (two 2-rank captures)
+    run_a = load_validated(straggler_run(tmp_path / "a"))
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=64, dur_ns=MS)
+    run_b = load_validated(b.write(tmp_path / "b" / "run"))
+    sim_a = simulate(run_a)
+    refused = (
+        f"{run_b.run_dir}: the SimResult given is not a replay of this run "
+        "(rank 0: 7 rows replayed, 2 in the run)"
+    )
+    for use in (
+        lambda: summarize(run_b, sim_a),
+        lambda: timeline_table(run_b, sim_a, [0, 1]),
+        lambda: sim_a.rooted_awaited_ns(run_b),
+    ):
+        with pytest.raises(ReplayError) as e:
+            use()
+        assert str(e.value) == refused
+    assert [s.step for s in summarize(run_a, sim_a) if s.rank == 0] == [0, 1, 2]
