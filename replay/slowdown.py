@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from numbers import Integral
+from numbers import Integral, Real
 
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import OnDim
@@ -79,7 +79,10 @@ LIMITS = {
 
 def number_problem(value: float, *, positive: bool, name: str = "") -> str | None:
     """What is wrong with a slowdown's number ``name`` (a factor: ``positive``; a delay, latency or sigma:
-    >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number > 0, got nan``."""
+    >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number > 0, got nan`` (of ``'2'``,
+    ``must be a number, got '2'``, where ``math.isfinite`` raised a bare TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return f"must be a number, got {value!r}"
     if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
         return f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}"
     most, unit = LIMITS.get(name, (math.inf, ""))

@@ -301,3 +301,17 @@ def test_a_replay_given_with_another_run_is_refused_naming_the_run_and_what_diff
             use()
         assert str(e.value) == refused
     assert [s.step for s in summarize(run_a, sim_a) if s.rank == 0] == [0, 1, 2]
+
+
+def test_a_slowdown_number_given_as_a_string_is_refused_naming_its_field() -> None:
+    # Slowdown(kind="compute", factor="2") (a value read from a widget or a CSV) raised a bare "TypeError:
+    # must be real number, not str" from math.isfinite, naming neither the item nor the field
+    for kw, field in (
+        ({"kind": "compute", "factor": "2"}, "factor"),
+        ({"kind": "stall", "delay_ns": "5"}, "delay_ns"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            Slowdown(**kw)  # type: ignore[arg-type]
+        value = kw[field]
+        assert str(e.value) == f"slowdown item (kind={kw['kind']}): {field} must be a number, got {value!r}"
+    assert Slowdown(kind="compute", factor=2).factor == 2
