@@ -160,16 +160,15 @@ class SimResult:
 
     def step_time_ns(self, step: int) -> int:
         """The step's time as :meth:`step_times` gives it; of a rank without step marks (step -1), the span
-        of its nodes. Before, max over ranks of the step's end minus min over ranks of its start: a stall
-        of the rank that began the step first moved that start, and a 1 ms stall read as a step up to 0.7
-        ms shorter (30 of 40 such stalls in synthetic 4-rank runs; 3 now, each of the first step, which
-        still counts from its earliest replayed start)."""
+        of its nodes; a :class:`ReplayError` naming the steps it has for a step it has not."""
         times = self.step_times()
         if step in times:
             return times[step]
         spans = [v for (_r, k), v in self._cached_spans().items() if k == step]
         if not spans:
-            raise KeyError(f"step {step} has no nodes")
+            have = self.steps()
+            shown = ", ".join(map(str, have[:8])) + (f" and {len(have) - 8} more" if len(have) > 8 else "")
+            raise ReplayError(f"step {step} has no nodes in this replay (its steps: {shown or 'none'})")
         return max(b for _a, b in spans) - min(a for a, _b in spans)
 
 

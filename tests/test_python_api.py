@@ -15,6 +15,7 @@ import pytest
 
 from skewlens.analysis import analyze_run, tables, write_tables
 from skewlens.analysis.errors import AnalysisError
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.schema import META_TABLE, read_table
 from skewlens.profiler.store.validate import load_validated
@@ -315,3 +316,13 @@ def test_a_slowdown_number_given_as_a_string_is_refused_naming_its_field() -> No
         value = kw[field]
         assert str(e.value) == f"slowdown item (kind={kw['kind']}): {field} must be a number, got {value!r}"
     assert Slowdown(kind="compute", factor=2).factor == 2
+
+
+def test_the_time_of_a_step_the_replay_lacks_is_a_skewlens_error_naming_the_steps_it_has(
+    tmp_path: Path,
+) -> None:
+    # the README promises a SkewlensError for a step the run lacks; step_time_ns(99) raised KeyError('step 99
+    # has no nodes'), which a notebook's `except SkewlensError` let through
+    res = simulate(load_validated(straggler_run(tmp_path)))
+    with pytest.raises(SkewlensError, match=r"step 99 has no nodes in this replay \(its steps: 0, 1, 2\)"):
+        res.step_time_ns(99)
