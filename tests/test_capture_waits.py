@@ -11,13 +11,14 @@ import itertools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from skewlens.profiler.capture.build import GAP_NAME, UNTRACED_NAME, RankCapture, build_nodes
-from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord, WaitRecord
+from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.waits import WAIT_TENSOR_NAME, WORK_WAIT_NAME
 from skewlens.profiler.chakra_io import TraceNode, node_attrs, read_et
 from skewlens.profiler.manifest import ProcessGroupInfo
@@ -206,6 +207,20 @@ def test_a_wait_only_takes_collectives_of_its_own_thread_issued_before_it() -> N
     (wait,) = the(nodes, WAIT_TENSOR_NAME)
     (target,) = [n for n in the(nodes, "gloo:all_reduce") if n.node_id in wait.ctrl_deps]
     assert target.start_ns == 11 * MS
+
+
+def test_a_wait_that_took_no_work_waited_for_no_collective_and_leaves_it_to_the_wait_that_blocked() -> None:
+    # sequence parallelism's residual add: a second wait on a result waited for already returns at once
+    # (6 us) and took nothing off torch's registry; the reduce_scatter issued before it (its end unknown,
+    # as gloo's) is what the next wait blocked on for 2.7 ms
+    scatter = replace(funcol(10 * MS, 10 * MS), end_ns=END_UNKNOWN, comm_type=CommType.REDUCE_SCATTER)
+    again = replace(wait_tensor(11 * MS, 11 * MS + 6_000), took_work=False)
+    blocked = wait_tensor(11 * MS + 8_000, 13 * MS + 700_000)
+    nodes = build_nodes(capture([scatter], [again, blocked]))
+    (rs,) = the(nodes, "gloo:all_reduce")
+    first, second = sorted(the(nodes, WAIT_TENSOR_NAME), key=lambda n: n.start_ns)
+    assert rs.node_id not in first.ctrl_deps and rs.node_id in second.ctrl_deps
+    assert rs.start_ns + rs.dur_ns == 13 * MS + 700_000  # it ends where the wait that blocked on it returned
 
 
 def test_a_wait_whose_collective_is_not_in_the_trace_is_kept_without_a_dependency() -> None:
@@ -464,6 +479,43 @@ for step in range(STEPS):
 dist.destroy_process_group()
 os._exit(0)
 """
+SP_SCRIPT = """
+import os, time, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+torch.manual_seed(0)
+class Block(torch.nn.Module):  # sequence parallelism: activations sharded on the sequence dim
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 64)
+        self.norm = torch.nn.LayerNorm(64)
+        self.up = torch.nn.Linear(64, 128)
+        self.down = torch.nn.Linear(128, 64)
+    def forward(self, tok):
+        x = self.emb(tok)
+        return x + self.down(torch.relu(self.up(self.norm(x))))  # the residual add waits twice
+model = Block()
+parallelize_module(model, mesh, {
+    "emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+    "norm": SequenceParallel(),
+    "up": ColwiseParallel(input_layouts=Shard(1)),
+    "down": RowwiseParallel(output_layouts=Shard(1)),
+})
+if rank == 1:  # the straggler: late for the down projection's reduce_scatter
+    model.down.register_forward_pre_hook(lambda *_: time.sleep(STRAGGLER_MS / 1000))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(STEPS):
+    model(torch.randint(0, 256, (4, 32))).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)
+"""
 STEPS, ACTIVE, LAYERS = 5, 3, 3
 
 
@@ -477,6 +529,13 @@ def _profile_script(work: Path, script: str, level: str) -> Path:
     res = profile(out, level=level, steps=f"1:1:{ACTIVE}", command=cmd)
     assert res.returncode == 0, res.stderr[-3000:]
     return out
+
+
+def _filled(script: str) -> str:
+    """A script with this module's constants in place of their names."""
+    for name, value in (("STRAGGLER_MS", STRAGGLER_MS), ("STEPS", STEPS), ("LAYERS", LAYERS)):
+        script = script.replace(name, str(value))
+    return script
 
 
 def _nodes(run: Path, rank: int) -> list[Any]:
@@ -500,9 +559,9 @@ def _no_overlap_on_threads(nodes: list[Any]) -> None:
 
 @pytest.fixture(scope="module", params=["collectives", "ops"])
 def tp_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp(f"tp-waits-{request.param}")
-    script = TP_SCRIPT.replace("STRAGGLER_MS", str(STRAGGLER_MS)).replace("STEPS", str(STEPS))
-    return _profile_script(work, script, request.param)
+    return _profile_script(
+        tmp_path_factory.mktemp(f"tp-waits-{request.param}"), _filled(TP_SCRIPT), request.param
+    )
 
 
 @pytest.mark.slow
@@ -531,10 +590,43 @@ def test_dtensor_waits_depend_on_the_all_reduce_and_the_early_rank_waits_out_the
 
 
 @pytest.fixture(scope="module")
+def sp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _profile_script(tmp_path_factory.mktemp("sp-waits"), _filled(SP_SCRIPT), "collectives")
+
+
+@pytest.mark.slow
+def test_a_sequence_parallel_reduce_scatter_is_taken_by_the_wait_that_blocked_on_it(sp_run: Path) -> None:
+    # the residual add waits twice: on the embedding's result again (at once), then on the down
+    # projection's reduce_scatter, which rank 0 reaches STRAGGLER_MS before rank 1
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in (0, 1):
+        nodes = _nodes(sp_run, r)
+        by_id = {n.id: n for n in nodes}
+        for n in nodes:
+            a = node_attrs(n)
+            if n.type == NodeType.COMM_COLL:
+                spans.setdefault((a[Attr.PG_NAME], a[Attr.SEQ]), []).append(
+                    (a[Attr.START_NS], a[Attr.START_NS] + a[Attr.DUR_NS])
+                )
+        if r == 0:
+            waited = [
+                node_attrs(w)[Attr.DUR_NS]
+                for w in nodes
+                if w.name == WAIT_TENSOR_NAME
+                for d in w.ctrl_deps
+                if node_attrs(by_id[d]).get(Attr.COMM_TYPE) == CommType.REDUCE_SCATTER
+                and by_id[d].name == "gloo:all_reduce"
+            ]
+            late = [d for d in waited if d > STRAGGLER_MS * 1_000_000 / 2]
+            assert len(late) == ACTIVE, sorted(waited)  # one wait a step blocked on the late member
+    # no member of any collective ends before another member began (one host: one clock)
+    bad = {k: v for k, v in spans.items() if min(e for _, e in v) < max(s for s, _ in v)}
+    assert len(spans) > 0 and not bad, bad
+
+
+@pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("fsdp-waits")
-    script = FSDP_SCRIPT.replace("LAYERS", str(LAYERS)).replace("STEPS", str(STEPS))
-    return _profile_script(work, script, "collectives")
+    return _profile_script(tmp_path_factory.mktemp("fsdp-waits"), _filled(FSDP_SCRIPT), "collectives")
 
 
 @pytest.mark.slow

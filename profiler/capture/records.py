@@ -174,3 +174,8 @@ class WaitRecord:
     ``wait_tensor`` (matched to its collective when the trace is built)."""
     issue_thread: int = 0
     """``Work.wait()``: native id of the thread that issued that call."""
+    took_work: bool = True
+    """``wait_tensor``: whether torch's registry of functional collectives' Works held one for the tensor
+    (the call took it off and waited on it). False for a second wait on a result already waited for (two
+    ``AsyncCollectiveTensor`` wrappers of one result: a sequence-parallel residual add waits on both), which
+    returns at once and waited for no collective."""

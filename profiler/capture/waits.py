@@ -33,6 +33,13 @@ Which COMM node a wait waited for:
   if every candidate completed before the wait began (it returned at once), the earliest issued one (the
   program waits in issue order, as DTensor does); if none had completed by the time the wait returned
   (their recorded ends cannot be right), the earliest issued one too.
+  One that took no Work off torch's registry of functional collectives' Works (the hooks count it before
+  and after the call) waited for none: its result had been waited for already. DTensor makes such a
+  second wait where two ``AsyncCollectiveTensor`` wrappers share one result (sequence parallelism's
+  residual add after ``RowwiseParallel(output_layouts=Shard(1))`` waits on both); taking the oldest
+  unwaited collective for it, as before, gave a gloo reduce_scatter (whose end is its wait's return) a
+  6 µs wait on rank 0, the 2.7 ms wait that blocked on it none, and the member an end 2.0 ms before the
+  other rank issued it.
 
 A collective completed by the time the wait on it returned: a recorded end after that (a worker event
 of a later call taken for its own) is moved to the wait's return, so every end lies within the work that
@@ -75,7 +82,7 @@ MAX_PENDING = 1024
 #: Prefix of the hooks' own op names: collectives that went through torch.distributed's Python functions.
 HOOKED_PREFIX = "c10d::"
 
-_Raw = tuple[str, int, int, int, int, int, int, int]
+_Raw = tuple[str, int, int, int, int, int, int, int, bool]
 
 #: The functional collectives' reduce_scatter whose calls are timed (see the module docstring).
 FUNCTIONAL_REDUCE_SCATTER = "reduce_scatter_single"
@@ -99,12 +106,15 @@ class WaitHooks:
     def install(self) -> None:
         if self.installed:
             return
+        import torch._C._distributed_c10d as c10d
         import torch.distributed._functional_collectives as funcol
         from torch._C._distributed_c10d import Work
 
         orig_tensor = funcol.wait_tensor
         orig_wait = Work.wait
-        self._patches.set(funcol, "wait_tensor", orig_tensor, self._wrap_tensor(orig_tensor))
+        # how many Works torch's registry holds (torch 2.13's; without it every wait took its Work)
+        pending = getattr(c10d, "_get_work_registry_size", None)
+        self._patches.set(funcol, "wait_tensor", orig_tensor, self._wrap_tensor(orig_tensor, pending))
         self._patches.set(Work, "wait", orig_wait, self._wrap_work(orig_wait))
         orig_scatter = getattr(funcol, FUNCTIONAL_REDUCE_SCATTER, None)
         if orig_scatter is not None:  # (torch 2.13's name; an older torch's calls are not timed)
@@ -125,17 +135,22 @@ class WaitHooks:
             return
         self._works[id(work)] = (ref, start_ns, thread)
 
-    def _wrap_tensor(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_tensor(self, orig: Callable[..., Any], pending: Callable[[], int] | None) -> Callable[..., Any]:
+        """``pending``: how many Works torch's registry holds (the op takes its tensor's off, if any)."""
         recording, step_of, waits = self._recording, self._step_of, self._waits
         clock, native, ident = time.time_ns, threading.get_native_id, threading.get_ident
 
         def wait_tensor(tensor: Any) -> Any:
             if not recording():
                 return orig(tensor)
+            before = pending() if pending is not None else 1
             start = clock()
             out = orig(tensor)
             end = clock()
-            waits.append((WAIT_TENSOR_NAME, start, end, native(), ident(), step_of(), -1, 0))
+            # none taken off: its result was waited for already (another thread's issue meanwhile would
+            # hide one taken: rare, as functional collectives are issued by the thread that waits on them)
+            took = pending is None or pending() < before
+            waits.append((WAIT_TENSOR_NAME, start, end, native(), ident(), step_of(), -1, 0, took))
             return out
 
         wait_tensor.__doc__ = orig.__doc__
@@ -153,7 +168,7 @@ class WaitHooks:
             start = clock()
             out = orig(self, *args, **kwargs)
             end = clock()
-            waits.append((WORK_WAIT_NAME, start, end, native(), ident(), step_of(), entry[1], entry[2]))
+            waits.append((WORK_WAIT_NAME, start, end, native(), ident(), step_of(), entry[1], entry[2], True))
             return out
 
         wait.__doc__ = orig.__doc__
@@ -189,9 +204,17 @@ class WaitHooks:
         self._works.clear()
         return [
             WaitRecord(
-                name=n, start_ns=s, end_ns=e, thread=t, ident=i, step=st, issue_start_ns=iss, issue_thread=it
+                name=n,
+                start_ns=s,
+                end_ns=e,
+                thread=t,
+                ident=i,
+                step=st,
+                issue_start_ns=iss,
+                issue_thread=it,
+                took_work=took,
             )
-            for n, s, e, t, i, st, iss, it in raw
+            for n, s, e, t, i, st, iss, it, took in raw
         ]
 
 
@@ -206,6 +229,7 @@ class _Wait(NamedTuple):
     ident: int  # 0: unknown (a wait Kineto saw)
     step: int
     issue: tuple[int, int] | None  # Work.wait: (issuing stream, start) of the call that returned the Work
+    took: bool  # wait_tensor: it took a Work off torch's registry (WaitRecord.took_work)
 
 
 def wait_protos(
@@ -246,6 +270,8 @@ def wait_protos(
         out.append(p)
         if w.issue is not None:
             t = by_issue.get(w.issue)
+        elif not w.took:
+            t = None  # a second wait on a result already waited for: it waited for no collective
         else:
             while k < len(funcols) and funcols[k][0].start_ns <= w.start_ns:
                 pending.append(funcols[k])
@@ -264,7 +290,7 @@ def wait_protos(
 
 def _hooked(w: WaitRecord, streams: _Streams) -> _Wait:
     issue = (streams.thread(w.issue_thread), w.issue_start_ns) if w.issue_start_ns >= 0 else None
-    return _Wait(w.name, w.start_ns, w.end_ns, streams.thread(w.thread), w.ident, w.step, issue)
+    return _Wait(w.name, w.start_ns, w.end_ns, streams.thread(w.thread), w.ident, w.step, issue, w.took_work)
 
 
 def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) -> list[_Wait]:
@@ -289,7 +315,7 @@ def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) 
             continue
         native = alias.get(o.thread)
         stream = streams.thread(native if native is not None else ("kineto", o.thread))
-        out.append(_Wait(WAIT_TENSOR_NAME, o.start_ns, end, stream, 0, step, None))
+        out.append(_Wait(WAIT_TENSOR_NAME, o.start_ns, end, stream, 0, step, None, True))
     return out
 
 
