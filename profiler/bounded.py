@@ -61,12 +61,23 @@ def open_regular(path: Path) -> BinaryIO:
         raise
 
 
-def _read_upto(fh: BinaryIO, limit: int) -> bytes:
-    """Up to ``limit`` bytes from an unbuffered file (a read may return fewer: Linux stops at 2 GiB)."""
+#: Most bytes one read asks for past those a file is expected to hold: a read allocates all it asks for before
+#: it reads, and asking for the whole limit was an out-of-memory error under ``ulimit -v`` where the file held
+#: little: 8 GiB for a trace whose size reads 0 (a ``/proc`` file) or that grew while read, and 32 times a
+#: gzipped trace's size (a 60 MB one of 60 MB of data failed under a 1.5 GiB limit).
+READ_CHUNK_BYTES = 16 << 20
+
+
+def _read_upto(fh: BinaryIO, limit: int, expect: int | None = None) -> bytes:
+    """Up to ``limit`` bytes from a file (a read may return fewer: Linux stops at 2 GiB): the ``expect``
+    bytes it should hold asked for at once (default: ``limit``), any past them in reads of as many as
+    held so far, from 64 KiB up to :data:`READ_CHUNK_BYTES` (never the limit of a file holding less)."""
+    expect = limit if expect is None else min(expect, limit)
     chunks: list[bytes] = []
     got = 0
     while got < limit:
-        chunk = fh.read(limit - got)
+        ask = expect - got if got < expect else min(max(got, 1 << 16), READ_CHUNK_BYTES, limit - got)
+        chunk = fh.read(ask)
         if not chunk:
             break
         chunks.append(chunk)
@@ -91,18 +102,17 @@ def read_bytes_bounded(
             if os.pread(fd, 2, 0) == b"\x1f\x8b":
                 packed = os.fstat(fd).st_size
                 limit = expansion_limit(packed, max_bytes, gzip_ratio, gzip_floor)
+                # the gzip trailer's size of the data (modulo 4 GiB; untrusted: only what is asked for first)
+                isize = int.from_bytes(os.pread(fd, 4, packed - 4), "little") if packed >= 18 else 0
                 with gzip.GzipFile(fileobj=fh) as gz:
-                    data = gz.read(limit + 1)
+                    data = _read_upto(cast(BinaryIO, gz), limit + 1, isize + 1)
                 if len(data) > limit and limit < max_bytes:
                     raise error(_bomb(path, f"gzipped {what}", limit, gzip_ratio, packed))
             else:
                 # one read of the file's size (not a buffer of max_bytes shrunk afterwards: a syscall or
                 # two per file where a run has thousands of small ones); a file that grew meanwhile is
                 # read on, still bounded
-                size = os.fstat(fd).st_size
-                data = _read_upto(fh, min(size, max_bytes) + 1)
-                if len(data) > size:
-                    data += _read_upto(fh, max_bytes + 1 - len(data))
+                data = _read_upto(fh, max_bytes + 1, os.fstat(fd).st_size + 1)
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except NotRegularFileError as e:

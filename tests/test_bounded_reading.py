@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +300,26 @@ def test_a_bzip2_archive_is_read_decompressed_and_a_plain_one_is_held_to_its_end
             stream.seek(301)
         with pytest.raises(SkewlensError, match="not a readable tar archive"):
             stream.seek(-400, os.SEEK_CUR)  # from 300: before the start
+
+
+def test_a_file_holding_less_than_its_limit_is_read_within_an_address_space_far_below_that_limit(
+    tmp_path: Path,
+) -> None:
+    # a read asks for (allocates) what it may get: the whole limit was asked of a /proc file (size 0: 8 GiB
+    # for a trace) and of a gzip (its ratio times its size), an out-of-memory error under ulimit -v
+    packed = tmp_path / "t.gz"
+    body = os.urandom(4 << 20)
+    packed.write_bytes(gzip.compress(body, compresslevel=1))
+    script = f"""
+import resource, sys
+from pathlib import Path
+from skewlens.profiler.bounded import read_bytes_bounded
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) << 10
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
+status = read_bytes_bounded(Path("/proc/self/status"), 8 << 30)
+data = read_bytes_bounded(Path({str(packed)!r}), 8 << 30, gzip_ratio=1 << 10)
+print(status.startswith(b"Name:"), len(data))
+"""
+    cmd = [sys.executable, "-c", script]
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert (got.returncode, got.stdout.split()) == (0, ["True", str(len(body))]), got.stderr[-600:]
