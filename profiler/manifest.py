@@ -196,6 +196,20 @@ class ProcessGroupInfo:
     """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``)."""
 
 
+def pg_init_group(g: Mapping[str, Any]) -> ProcessGroupInfo:
+    """One entry of PyTorch's ``## process_group:init ##`` list (``pg_name``, ``ranks``, ``pg_desc``,
+    ``backend_config``) as a group; a ``KeyError``, ``TypeError`` or ``ValueError`` where it is malformed,
+    a rank outside ``0..MAX_WORLD_SIZE-1`` included (a trace naming rank 10**12 loaded, and only the real
+    replay refused it)."""
+    name = str(g["pg_name"])
+    ranks = tuple(int(r) for r in g["ranks"])
+    if bad := [r for r in ranks if not 0 <= r < MAX_WORLD_SIZE][:4]:
+        raise ValueError(f"group {name!r} names rank(s) {bad} outside 0..{MAX_WORLD_SIZE - 1}")
+    return ProcessGroupInfo(
+        name=name, ranks=ranks, desc=str(g.get("pg_desc", "")), backend=str(g.get("backend_config", ""))
+    )
+
+
 #: The description torch gives a process group made without one.
 NO_DESC = "undefined"
 

@@ -938,7 +938,7 @@ def test_process_group_ranks_or_a_host_pg_init_node_nested_too_deeply_are_one_li
     )  # fmt: skip
     h = _write(tmp_path / "in" / "host0.json", host)
     with pytest.raises(
-        TraceImportError, match=r"host0\.json: malformed process-group init node \(RecursionError\)"
+        TraceImportError, match=r"host0\.json: malformed process-group init node \(RecursionError: "
     ):
         import_traces(
             [_write(tmp_path / "in2" / "rank0.json", kineto_doc(0, world=1))], [h], tmp_path / "run2"

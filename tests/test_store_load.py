@@ -281,6 +281,26 @@ def test_a_foreign_run_of_many_nodes_takes_its_groups_from_the_process_group_nod
     assert [(c.pg_name, c.ranks) for c in run.collectives] == [("tp", (1, 2))]
 
 
+@pytest.mark.parametrize("bad", [-1, 1 << 40])
+def test_a_process_group_node_naming_a_rank_no_job_has_is_a_malformed_node_that_check_reports(
+    tmp_path: Path, bad: int
+) -> None:
+    # a trace-only group naming rank 10**12 (or -1) loaded and checked clean; only the real replay refused
+    # the run ("process group '1' names rank(s) [1000000000000] outside the job")
+    from skewlens.profiler.store import validate_run
+
+    values = json.dumps([{"pg_name": "0", "ranks": [0]}, {"pg_name": "odd", "ranks": [0, bad]}])
+    init = pb.Node(id=0, name="## process_group:init ##", type=int(NodeType.METADATA))
+    init.inputs.values = values
+    with EtWriter(tmp_path / "job.0.et") as w:
+        w.write(init)
+        w.write(pb.Node(id=1, name="mm", type=int(NodeType.COMP), duration_micros=2))
+    errors = [(i.kind, i.node, i.message) for i in validate_run(tmp_path / "job").errors]
+    why = f"ValueError: group 'odd' names rank(s) [{bad}] outside 0..{(1 << 20) - 1}"
+    where = f"{tmp_path / 'job.0.et'}: malformed process-group metadata node"
+    assert errors == [("bad-metadata", 0, f"{where} ({why})")]
+
+
 def test_a_folder_with_several_runs_asks_for_a_prefix(tmp_path: Path) -> None:
     for p in ("a", "b"):
         with EtWriter(tmp_path / f"{p}.0.et") as w:

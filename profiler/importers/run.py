@@ -56,6 +56,7 @@ from skewlens.profiler.manifest import (
     ProcessGroupInfo,
     RankNote,
     StepWindow,
+    pg_init_group,
     rank_file,
     rank_note_key,
     with_world_ranks,
@@ -150,17 +151,11 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
         return []
     try:
         data = json.loads(h.pg_init)
-        return [
-            ProcessGroupInfo(
-                name=str(g["pg_name"]),
-                ranks=tuple(int(r) for r in g["ranks"]),
-                desc=str(g.get("pg_desc", "")),
-                backend=str(g.get("backend_config", "")),
-            )
-            for g in data
-        ]
+        return [pg_init_group(g) for g in data]
     except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
-        raise TraceImportError(f"{h.path}: malformed process-group init node ({type(e).__name__})") from None
+        raise TraceImportError(
+            f"{h.path}: malformed process-group init node ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
 
 
 #: The note of a rank some of whose communication ops the trace gives no size for.

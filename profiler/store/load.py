@@ -53,6 +53,7 @@ from skewlens.profiler.manifest import (
     Manifest,
     ProcessGroupInfo,
     own_timeline_hint,
+    pg_init_group,
     rank_file,
     read_manifest,
     with_world_ranks,
@@ -1015,13 +1016,8 @@ def _parse_pg_init(values: str) -> tuple[tuple[str, ProcessGroupInfo], ...]:
         data = json.loads(data[0])  # PyTorch host ETs wrap the JSON string in a list
     out: dict[str, ProcessGroupInfo] = {}
     for g in data:
-        name = str(g["pg_name"])
-        out[name] = ProcessGroupInfo(
-            name=name,
-            ranks=tuple(int(r) for r in g["ranks"]),
-            desc=str(g.get("pg_desc", "")),
-            backend=str(g.get("backend_config", "")),
-        )
+        info = pg_init_group(g)
+        out[info.name] = info
     return tuple(out.items())
 
 
