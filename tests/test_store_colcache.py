@@ -190,6 +190,12 @@ def _bad_name_index(b: pa.RecordBatch) -> pa.RecordBatch:
     return _with(b, "name", pa.DictionaryArray.from_arrays(pa.array(idx), names.dictionary, safe=False))
 
 
+def _names(b: pa.RecordBatch, extra: list[str]) -> pa.DictionaryArray:
+    """``b``'s names, their dictionary followed by ``extra`` (unused) strings."""
+    names = b.column("name")
+    return pa.DictionaryArray.from_arrays(names.indices, pa.array(names.dictionary.to_pylist() + extra))
+
+
 def _null_name(b: pa.RecordBatch) -> pa.RecordBatch:
     names = b.column("name")
     idx = pa.array([None, *names.indices.to_pylist()[1:]], pa.int32())
@@ -216,6 +222,14 @@ TAMPERED = {
     "a node without a name": _null_name,
     "dependency kinds listed apart from their ids": _kinds_apart_from_ids,
     "its rows in two record batches": lambda b: [b.slice(0, 20), b.slice(20)],
+    # bytes the trace does not hold (a forged cache of a 7 KB trace named a node with 600 MB)
+    "a name longer than the trace": lambda b: _with(b, "name", _names(b, ["x" * (4 << 20)])),
+    "more distinct names than nodes": lambda b: _with(
+        b, "name", _names(b, [f"n{i}" for i in range(b.num_rows)])
+    ),
+    "a metadata message longer than the trace": lambda b: _with(
+        b, "metadata_msg", pa.array([b"\x08" * (4 << 20)] * b.num_rows, pa.binary())
+    ),
 }
 
 

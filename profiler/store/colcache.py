@@ -11,8 +11,8 @@ trace's size, modification time and a CRC-32 of its first and last 64 KiB, and a
 cache file that is unreadable, of another format version, or inconsistent) makes the load decode the
 ``.et`` again and rewrite the cache. A cache file is never trusted further than the ``.et`` itself:
 it is read by Arrow's IPC reader, validated in full (offsets, dictionary indices, UTF-8), its schema must
-be exactly ours, and its row counts are bounded by the trace's size, so that it cannot make the loader
-allocate more than the trace could.
+be exactly ours, and its row counts, strings and messages are bounded by the trace's size, so that it
+cannot make the loader allocate more than the trace could.
 
 The cache is written where the run's directory is writable (atomically: temp file, then rename; two
 loads of one run may race, and either one's file is whole) and where its file system keeps 5% of its size
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyarrow import ipc
 
 from skewlens.profiler.atomic import atomic_file
@@ -199,6 +200,11 @@ def _np(col: pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=True)
 
 
+def _value_bytes(values: pa.Array) -> int:
+    """The bytes of a string or binary array's values (nulls: none)."""
+    return int(pc.sum(pc.binary_length(values)).as_py() or 0)
+
+
 def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: int) -> RawColumns:
     schema = batch.schema
     attrs = [a for a in INT_ATTRS if f"a:{a}" in schema.names]
@@ -227,6 +233,14 @@ def _columns(batch: pa.RecordBatch, meta: dict[bytes, bytes], *, trace_bytes: in
     names = batch.column("name")
     if names.null_count:
         raise ValueError("node without a name")
+    # the strings and messages are the trace's own bytes, each distinct string once: a forged cache of a
+    # 7 KB trace naming a node with 600 MB (or 5 million names) was read, and export ran out of memory
+    for c in ("name", "pg_name", "dtype"):
+        values = batch.column(c).dictionary
+        if len(values) > n or _value_bytes(values) > trace_bytes:
+            raise ValueError(f"{c}: more distinct strings than the trace can hold")
+    if _value_bytes(batch.column("metadata_msg")) + len(meta[_GLOBAL]) > trace_bytes:
+        raise ValueError("metadata messages larger than the trace")
     zero = np.zeros(n, dtype=np.int64)
     none = np.zeros(n, dtype=np.bool_)
     attr_val = dict.fromkeys(INT_ATTRS, zero)
