@@ -432,7 +432,7 @@ class Manifest:
             raise ManifestError(f"{where}: not a skewlens manifest (format={d.get('format')!r})")
         if "version" not in d:
             raise ManifestError(f"{where}: version: missing (this skewlens reads version {MANIFEST_VERSION})")
-        if d["version"] != MANIFEST_VERSION:
+        if type(d["version"]) is not int or d["version"] != MANIFEST_VERSION:  # JSON's true is Python's 1
             raise ManifestError(
                 f"{where}: manifest version {d['version']!r} is not supported (this skewlens reads "
                 f"version {MANIFEST_VERSION})"

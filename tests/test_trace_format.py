@@ -186,6 +186,10 @@ def test_manifest_of_another_version_is_refused_by_name(tmp_path: Path) -> None:
         ManifestError, match=r"manifest.json: version: missing \(this skewlens reads version 1\)"
     ):
         read_manifest(run)
+    m["version"] = True  # JSON's true equals Python's 1: it was read as version 1
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match="manifest version True is not supported"):
+        read_manifest(run)
 
 
 @pytest.mark.parametrize(
