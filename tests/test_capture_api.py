@@ -402,3 +402,56 @@ def test_the_python_api_refuses_a_process_group_at_debug_level_detail_and_leaves
     assert "refused: TORCH_DISTRIBUTED_DEBUG=DETAIL" in res.stdout
     assert "hooks left: False" in res.stdout
     assert not (tmp_path / "run").exists()
+
+
+#: A serving loop marking its steps with the API: under ``torch.inference_mode()``, each iteration two
+#: all_reduces (4 B, then 8 B) with an ``optimizer.step()`` between them where argv[2] is ``opt`` (a stray
+#: optimizer call, as a wrapper's), then ``cap.step()``.
+SERVING_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.distributed as dist
+    from skewlens.profiler.capture import capture
+    dist.init_process_group("gloo")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    with torch.inference_mode(), capture(sys.argv[1], steps="0:1:2") as cap:
+        for i in range(8):
+            dist.all_reduce(torch.ones(1))
+            if sys.argv[2] == "opt":
+                opt.step()
+            dist.all_reduce(torch.ones(2))
+            cap.step()
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["none", "opt"])
+def test_under_skewlens_profile_the_python_api_marks_the_steps_of_profiles_run(
+    tmp_path: Path, optimizer: str
+) -> None:
+    from capture_helpers import profile
+
+    script = tmp_path / "serve.py"
+    script.write_text(SERVING_SCRIPT)
+    own, out = tmp_path / "own", tmp_path / "run"
+    res = profile(out, str(own), optimizer, steps="1:1:3", script=script)
+    # before: a second session captured into OWN, profile's own session (whose steps only optimizer.step()
+    # marked) saved nothing, and profile exited 2 saying 'A loop without an optimizer marks its steps with
+    # the Python API (cap.step(), docs/capture.md)'; with the stray optimizer.step(), profile's steps were
+    # cut there, between the two all_reduces of an iteration
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not own.exists()
+    assert (
+        f"skewlens: capture({str(own)!r}) under skewlens profile: the steps the program marks are recorded "
+        f"into {str(out)!r}, at profile's --level collectives and --steps 1:1:3" in res.stderr
+    )
+    m = read_manifest(out)
+    assert sorted({s.step for s in m.steps}) == [2, 3, 4]
+    for rank in (0, 1):
+        colls = [
+            node_attrs(n) for n in read_et(out / f"rank-{rank}.et").nodes if n.type == NodeType.COMM_COLL
+        ]
+        assert [(a[Attr.COMM_SIZE], a[Attr.STEP]) for a in colls] == [
+            (size, step) for step in (2, 3, 4) for size in (4, 8)
+        ]

@@ -67,7 +67,16 @@ def capture(
     Collectives issued outside ``torch.distributed``'s Python functions (functional, C++) are taken from
     the flight recorder when it is on: set ``TORCH_FR_BUFFER_SIZE`` (e.g. 20000) before
     ``init_process_group`` (``skewlens profile`` does this for you).
+
+    Under ``skewlens profile`` it gives the session profile started in this process: the steps marked with
+    ``session.step()`` (only those, unless ``auto_step``) go into profile's run, at its ``--level`` and
+    ``--steps``, and profile writes its manifest; rank 0 says so on stderr.
     """
+    from skewlens.profiler.capture.autostart import profiled
+
+    if (profiling := profiled()) is not None:
+        yield _joined(profiling, run_dir, auto_step=auto_step)
+        return
     import torch.distributed as dist
 
     from skewlens.profiler.capture.flight import refuse_wrapped_groups
@@ -93,3 +102,24 @@ def capture(
             while time.monotonic() < deadline and not all(part_file(root, r).is_file() for r in range(world)):
                 time.sleep(0.05)
             finalize_run(root, level=Level(level), window=window, world_size=world)
+
+
+def _joined(session: CaptureSession, run_dir: str | Path, *, auto_step: bool) -> CaptureSession:
+    """The session ``skewlens profile`` runs in this process, whose steps the program marks from now on
+    (unless ``auto_step``); rank 0 says where they go. Before, a second session captured the program into
+    ``run_dir`` while profile's, whose steps nothing marked, saved none, and profile exited 2 telling the
+    program to mark its steps with ``cap.step()``, which it did."""
+    import sys
+
+    if not auto_step:
+        session.steps_by_hand()
+    if session.rank == 0:
+        w = session.window
+        print(
+            f"skewlens: capture({str(run_dir)!r}) under skewlens profile: the steps the program marks are "
+            f"recorded into {str(session.run_dir)!r}, at profile's --level {session.level.value} and "
+            f"--steps {w.wait}:{w.warmup}:{w.active}; capture()'s run directory, level, steps, keep_raw and "
+            "host_trace are not used",
+            file=sys.stderr,
+        )
+    return session

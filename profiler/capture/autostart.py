@@ -51,6 +51,11 @@ def _is_launcher(argv: Sequence[str], orig_argv: Sequence[str] = ()) -> bool:
     )
 
 
+def profiled() -> Any:
+    """The session ``skewlens profile`` started in this process, or None."""
+    return _session
+
+
 def start_from_env() -> Any:
     """Create and install the session described by the environment (once per process)."""
     global _session  # noqa: PLW0603 - one session per process, by design

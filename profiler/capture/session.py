@@ -263,17 +263,22 @@ class CaptureSession:
             self._hooks.uninstall()
         if self._program_profiler is not None:
             self._program_profiler.uninstall()
+        self.steps_by_hand()
+        atexit.unregister(self._at_exit)
+        on_term, self._on_term = self._on_term, None
+        main = threading.current_thread() is threading.main_thread()
+        if on_term is not None and main and signal.getsignal(signal.SIGTERM) is on_term:  # still ours
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as _install_sigterm found it
+
+    def steps_by_hand(self) -> None:
+        """Leave the step marks to :meth:`step`: the optimizer step hooks removed, the wrappers' own
+        ``step()`` put back."""
         for handle in self._opt_handles:
             handle.remove()
         self._opt_handles = []
         for cls, own_step in reversed(self._wrapped_steps):
             cls.step = own_step
         self._wrapped_steps = []
-        atexit.unregister(self._at_exit)
-        on_term, self._on_term = self._on_term, None
-        main = threading.current_thread() is threading.main_thread()
-        if on_term is not None and main and signal.getsignal(signal.SIGTERM) is on_term:  # still ours
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as _install_sigterm found it
 
     def _recording(self) -> bool:
         return self.action == Action.RECORD
