@@ -1541,7 +1541,10 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
     wait did not block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and their calls
     returned, it only says the data was there before the wait: the pair completed once both were issued
     (the later of their starts and call returns). A schedule of several stages a rank posts a recv ahead
-    and waits for it before the stage's compute that reads it, after other stages' work. An eager send's
+    and waits for it before the stage's compute that reads it, after other stages' work. But where the
+    other member's first wait began after both were issued and before that end, and blocked, the pair was
+    still running then, and completed by that end: a hand-rolled ring exchange (isend, irecv, wait for the
+    recv, wait for the send) waits for its send without blocking once its recv has come. An eager send's
     pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
     waiters: dict[int, dict[int, list[int]]] = {}
 
@@ -1561,6 +1564,11 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
         ret = -1 if rt.return_ns is None else int(rt.return_ns[w])
         return max(int(rt.start_ns[w]), ret)
 
+    def first_wait(r: int, w: int) -> int:
+        """The first wait node on row ``w`` of rank ``r``; -1 for none."""
+        ws = waiters_of(r).get(w)
+        return -1 if ws is None else min(ws, key=lambda k: (int(run.ranks[r].start_ns[k]), k))
+
     out: dict[int, tuple[list[int], list[int]]] = {}
     for g in syncs:
         if not g.is_p2p or g.detached[0]:
@@ -1571,14 +1579,20 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
         ]
         done = min(ends)
         first = ends.index(done)
-        r0, w0 = g.ranks[first], g.rows[first]
         both = max(issued(r, w) for r, w in zip(g.ranks, g.rows, strict=True))
-        rt0 = run.ranks[r0]
+        rt0 = run.ranks[g.ranks[first]]
         # its first wait returned at that end (a later wait on it returns at once whatever the transfer took)
-        if (ws := waiters_of(r0).get(w0)) is not None:
-            w = min(ws, key=lambda k: (int(rt0.start_ns[k]), k))
-            if both <= rt0.start_ns[w] and rt0.dur_ns[w] <= UNBLOCKED_WAIT_NS:
-                done = min(done, both)
+        waits = [first_wait(r, w) for r, w in zip(g.ranks, g.rows, strict=True)]
+        w = waits[first]
+        if w >= 0 and both <= rt0.start_ns[w] and rt0.dur_ns[w] <= UNBLOCKED_WAIT_NS:
+            # unless another member's first wait, begun after both were issued and before that end,
+            # blocked: the pair had not completed when it began (each rank of a ring exchange blocks on
+            # its recv while its send completes, and its wait for the send then returns at once)
+            running = any(
+                k >= 0 and both <= rt.start_ns[k] < done and rt.dur_ns[k] > UNBLOCKED_WAIT_NS
+                for rt, k in zip((run.ranks[r] for r in g.ranks), waits, strict=True)
+            )
+            done = done if running else min(done, both)
         for r, w, e in zip(g.ranks, g.rows, ends, strict=True):
             if e > done + SKEW_NS:
                 rows, at = out.setdefault(r, ([], []))

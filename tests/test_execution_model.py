@@ -18,6 +18,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import Attr, CommType
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.execution import execution_model, model_ends, recorded_wait_work_ns
+from skewlens.replay.network.topology import Dimension, Topology
 from skewlens.replay.real.plan import KIND_COMPUTE, rank_plan
 from skewlens.replay.simulate import simulate
 from skewlens.replay.summary import summarize
@@ -988,3 +989,49 @@ def test_a_recv_whose_first_wait_blocked_keeps_its_end_though_a_later_wait_on_it
     assert model_ends(run, 0)[recv_row] == 20 * MS
     slow = simulate(run, effects=RankFactor(1, 5.0))
     assert slow.end_ns[0][recv_row] == slow.end_ns[0][wait_row] == 40 * MS  # the send at 25, then its 15 ms
+
+
+def _ring_exchange(tmp_path: Path) -> RunTrace:
+    """One step of a hand-rolled ring all-reduce on 2 ranks: each rank isends its chunk to the other at 2 ms
+    (the call returns at 2.05), irecvs the other's at 2.1 (returns at 2.15), waits for the recv from 2.2,
+    blocked until the exchange ends (rank 0 at 4.0 ms, rank 1 at 3.9), then for its send, which returns
+    at once (0.01 ms). gloo reports no completion: each op is recorded to end where its first wait
+    returned."""
+    b = RunBuilder(2)
+    for r, recv_end in ((0, 4 * MS), (1, 3_900_000)):
+        rb = b.rank(r).step(0)
+        p = rb.compute("prep", 2 * MS, start_ns=0)
+        s = rb.send(1 - r, 131_584, recv_end + 10_000 - 2 * MS, start_ns=2 * MS, stream=COMM, deps=(p,),
+                    return_ns=2_050_000)  # fmt: skip
+        rv = rb.recv(1 - r, 131_584, recv_end - 2_100_000, start_ns=2_100_000, stream=COMM, deps=(p,),
+                     return_ns=2_150_000)  # fmt: skip
+        g = rb.compute("issue", 2_200_000 - 2 * MS, start_ns=2 * MS, deps=(p,))
+        w = rb.compute("c10d::wait", recv_end - 2_200_000, start_ns=2_200_000, deps=(g, rv))
+        rb.compute("c10d::wait", 10_000, start_ns=recv_end, deps=(w, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+def test_a_ring_exchange_completes_where_the_wait_that_blocked_on_it_returned_not_when_both_were_issued(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's send to rank 0 is recorded to end at 3.91 ms, the return of a wait that did not block (the
+    transfer ran while rank 1 was blocked on its own recv); rank 0's wait for the matching recv, begun at
+    2.2 ms after both were issued, blocked until 4.0. The pair had not completed when that wait began, so
+    it completed at 3.91, not when both were issued (2.15): before, rank 0's 1.8 ms of blocking was work of
+    its own wait, which no network what-if shortened (on a 2-rank gloo capture of a hand-rolled ring, 32 of
+    64 pairs, 41.6 ms of waiting over 4 steps; on a faster network rank 0 still ended 1.8 ms after rank 1)."""
+    run = _ring_exchange(tmp_path)
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    send0, recv1 = _row(run, 0, "c10d::send"), _row(run, 1, "c10d::recv_")
+    assert model_ends(run, 0)[recv0] == model_ends(run, 1)[send1] == 3_910_000
+    assert model_ends(run, 0)[send0] == model_ends(run, 1)[recv1] == 3_900_000
+    wait0 = _row(run, 0, "c10d::wait")
+    assert execution_model(run).ranks[0].work_ns[wait0] == 4 * MS - 3_910_000
+    sim = simulate(run)
+    for r in run.ranks:
+        assert (sim.end_ns[r] == model_ends(run, r)).all()  # the recording, unmodified
+    switch = Dimension(kind="switch", size=0, bandwidth_gbps=100.0, latency_ns=1_000)
+    res = simulate(run, comm_mode="model", topology=Topology(name="fast", dims=(switch,)))
+    # both transfers take µs: each rank's waits end by 2.2 ms, when its host issued them, then their work
+    # after the completion (rank 0's 0.09 ms for its recv, 0.01 for its send); before, 4.01 ms and 2.21
+    assert [int(res.end_ns[r].max()) for r in (0, 1)] == [2_300_000, 2_200_000]
