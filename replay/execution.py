@@ -1544,7 +1544,9 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
     and waits for it before the stage's compute that reads it, after other stages' work. But where the
     other member's first wait began after both were issued and before that end, and blocked, the pair was
     still running then, and completed by that end: a hand-rolled ring exchange (isend, irecv, wait for the
-    recv, wait for the send) waits for its send without blocking once its recv has come. An eager send's
+    recv, wait for the send) waits for its send without blocking once its recv has come. A member whose
+    first wait began before the pair's completion and blocked past it completed at its own recorded end
+    (gloo's send completes once its data is written, its recv once read). An eager send's
     pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
     waiters: dict[int, dict[int, list[int]]] = {}
 
@@ -1593,11 +1595,16 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
                 for rt, k in zip((run.ranks[r] for r in g.ranks), waits, strict=True)
             )
             done = done if running else min(done, both)
-        for r, w, e in zip(g.ranks, g.rows, ends, strict=True):
-            if e > done + SKEW_NS:
+        for r, w, e, k in zip(g.ranks, g.rows, ends, waits, strict=True):
+            rt = run.ranks[r]
+            # a member whose first wait began before that completion and blocked past it completed at
+            # its own end: gloo's send completes once its data is written, its recv once read
+            if e > done + SKEW_NS and not (
+                k >= 0 and rt.start_ns[k] < done and rt.dur_ns[k] > UNBLOCKED_WAIT_NS
+            ):
                 rows, at = out.setdefault(r, ([], []))
                 rows.append(w)
-                at.append(max(done, int(run.ranks[r].start_ns[w])))
+                at.append(max(done, int(rt.start_ns[w])))
     return {
         r: (np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)) for r, (rows, at) in out.items()
     }

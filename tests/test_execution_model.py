@@ -1016,22 +1016,51 @@ def test_a_ring_exchange_completes_where_the_wait_that_blocked_on_it_returned_no
 ) -> None:
     """Rank 1's send to rank 0 is recorded to end at 3.91 ms, the return of a wait that did not block (the
     transfer ran while rank 1 was blocked on its own recv); rank 0's wait for the matching recv, begun at
-    2.2 ms after both were issued, blocked until 4.0. The pair had not completed when that wait began, so
-    it completed at 3.91, not when both were issued (2.15): before, rank 0's 1.8 ms of blocking was work of
-    its own wait, which no network what-if shortened (on a 2-rank gloo capture of a hand-rolled ring, 32 of
-    64 pairs, 41.6 ms of waiting over 4 steps; on a faster network rank 0 still ended 1.8 ms after rank 1)."""
+    2.2 ms after both were issued, blocked until 4.0. The pair had not completed when that wait began:
+    the send completed at 3.91, the recv at 4.0 (its wait's return), not both when both were issued
+    (2.15): before, rank 0's 1.8 ms of blocking was work of its own wait, which no network what-if
+    shortened (on a 2-rank gloo capture of a hand-rolled ring, 32 of 64 pairs, 41.6 ms of waiting over 4
+    steps; on a faster network rank 0 still ended 1.8 ms after rank 1)."""
     run = _ring_exchange(tmp_path)
     recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
     send0, recv1 = _row(run, 0, "c10d::send"), _row(run, 1, "c10d::recv_")
-    assert model_ends(run, 0)[recv0] == model_ends(run, 1)[send1] == 3_910_000
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (4 * MS, 3_910_000)
     assert model_ends(run, 0)[send0] == model_ends(run, 1)[recv1] == 3_900_000
     wait0 = _row(run, 0, "c10d::wait")
-    assert execution_model(run).ranks[0].work_ns[wait0] == 4 * MS - 3_910_000
+    assert execution_model(run).ranks[0].work_ns[wait0] == 0
     sim = simulate(run)
     for r in run.ranks:
         assert (sim.end_ns[r] == model_ends(run, r)).all()  # the recording, unmodified
     switch = Dimension(kind="switch", size=0, bandwidth_gbps=100.0, latency_ns=1_000)
     res = simulate(run, comm_mode="model", topology=Topology(name="fast", dims=(switch,)))
-    # both transfers take µs: each rank's waits end by 2.2 ms, when its host issued them, then their work
-    # after the completion (rank 0's 0.09 ms for its recv, 0.01 for its send); before, 4.01 ms and 2.21
-    assert [int(res.end_ns[r].max()) for r in (0, 1)] == [2_300_000, 2_200_000]
+    # both transfers take µs: each rank's waits end by 2.2 ms, when its host issued them, then rank 0's
+    # wait for its send does its 0.01 ms; before, 4.01 ms and 2.21
+    assert [int(res.end_ns[r].max()) for r in (0, 1)] == [2_210_000, 2_200_000]
+
+
+def test_a_recv_whose_wait_blocked_past_its_sends_completion_completes_at_its_own_end(
+    tmp_path: Path,
+) -> None:
+    """A batch of a hand-rolled ring (``batch_isend_irecv``, then each work waited in turn): rank 1's
+    send, issued at 2.0 ms, is waited for from 2.06 and completes at 2.4 (gloo's send completes once its
+    data is written); rank 0 posts the recv at 2.3 and waits for it from 2.33, blocked until 4.5 (its data
+    read). Its wait began before the send completed and blocked past it: the recv completed at 4.5. Before,
+    the pair completed with the send at 2.4 and the recv's 2.1 ms of blocking was work of its wait (on a
+    2-rank gloo capture of a batched ring, 15 waits, 71.8 ms over 4 steps), which a faster network kept."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p0 = r0.compute("prep", 2_300_000, start_ns=0)
+    rv = r0.recv(1, 131_584, 2_200_000, start_ns=2_300_000, stream=COMM, deps=(p0,), return_ns=2_320_000)
+    i0 = r0.compute("issue", 30_000, start_ns=2_300_000, deps=(p0,))
+    r0.compute("c10d::wait", 2_170_000, start_ns=2_330_000, deps=(i0, rv))
+    p1 = r1.compute("prep", 2 * MS, start_ns=0)
+    s = r1.send(0, 131_584, 400_000, start_ns=2 * MS, stream=COMM, deps=(p1,), return_ns=2_050_000)
+    i1 = r1.compute("issue", 60_000, start_ns=2 * MS, deps=(p1,))
+    r1.compute("c10d::wait", 340_000, start_ns=2_060_000, deps=(i1, s))
+    run = load_run(b.write(tmp_path / "run"))
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (4_500_000, 2_400_000)
+    assert execution_model(run).ranks[0].work_ns[_row(run, 0, "c10d::wait")] == 0
+    switch = Dimension(kind="switch", size=0, bandwidth_gbps=100.0, latency_ns=1_000)
+    res = simulate(run, comm_mode="model", topology=Topology(name="fast", dims=(switch,)))
+    assert int(res.end_ns[0].max()) < 2_400_000  # a µs transfer after 2.33 ms; before, 4.5 ms
