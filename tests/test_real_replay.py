@@ -222,6 +222,33 @@ def test_nested_compute_is_not_replayed_twice(tmp_path: Path) -> None:
     assert (o.kind, inner.kind, inner.parent, inner.offset_ns) == (KIND_COMPUTE, KIND_NESTED, o.row, 2 * MS)
 
 
+def _issued_inside_run(run_dir: Path, steps: int) -> Path:
+    """``unshard(async_op=True)`` under FSDP2, as captured at ``ops``: an all_gather issued 4 ms into a
+    20 ms ``FSDP::all_gather`` op (its start edge from the op before), waited for by ``c10d::wait``."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for st in range(steps):
+            t0 = st * 50 * MS
+            rb = b.rank(r).step(st)
+            a = rb.compute("aten::randn", MS, start_ns=t0)
+            op = rb.compute("FSDP::all_gather (0)", 20 * MS, start_ns=t0 + MS, deps=(a,))
+            ag = rb.collective(
+                CommType.ALL_GATHER, 4096, 10 * MS, start_ns=t0 + 5 * MS, stream=1000, deps=(a,)
+            )
+            rb.compute("c10d::wait", MS, start_ns=t0 + 21 * MS, deps=(op, ag))
+    return b.write(run_dir)
+
+
+def test_communication_issued_inside_a_host_op_is_planned_to_be_issued_during_it(tmp_path: Path) -> None:
+    # FSDP2's unshard(async_op=True): before, the worker ran the whole 20 ms op and issued the all_gather
+    # after it (16 ms late); the simulator issues it 4 ms into the op, as recorded
+    run = load_run(_issued_inside_run(tmp_path / "run", 1))
+    a, op, ag, wait = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert (op.name, op.issues_inside) == ("FSDP::all_gather (0)", (ag.row,))
+    assert (ag.deps, ag.gap_ns, ag.blocking) == ((a.row,), 4 * MS, False)
+    assert wait.issues_inside == () and a.issues_inside == ()
+
+
 def test_comparison_table_shows_each_rank_with_all_three_step_times(tmp_path: Path) -> None:
     result = RealReplayResult(
         run_dir=tmp_path / "run",
@@ -404,6 +431,23 @@ def test_workers_also_record_every_original_node_with_its_replayed_times(
     for r, rt in orig.ranks.items():
         assert aligned.ranks[r].node_id.tolist() == rt.node_id.tolist()  # same nodes, in the same rows
     assert_the_workers_kept_their_plans(baseline.out_dir, sorted(orig.ranks))
+
+
+@pytest.mark.slow
+def test_communication_issued_inside_a_host_op_is_issued_during_it_by_the_workers(tmp_path: Path) -> None:
+    # before, every all_gather was issued at its op's end (20 ms after the op began, 16 ms after its
+    # recorded issue); the workers now issue it at its own ready time, 4 ms into the 20 ms op
+    run_dir = _issued_inside_run(tmp_path / "run", 3)
+    res = real_replay(run_dir=run_dir, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    replayed = load_run(res.out_dir / "real" / "replayed", match=False)
+    for r in (0, 1):
+        rt = replayed.ranks[r]
+        start, end = rt.start_ns.tolist(), rt.end_ns.tolist()
+        ops = [i for i in range(len(rt)) if rt.name(i) == "FSDP::all_gather (0)"]
+        ags = [i for i in range(len(rt)) if rt.node_type[i] == NodeType.COMM_COLL]
+        assert len(ops) == len(ags) == 3
+        assert all(start[op] < start[ag] < end[op] for op, ag in zip(ops, ags, strict=True)), (r, start, end)
+    assert_the_workers_kept_their_plans(res.out_dir, [0, 1])
 
 
 @pytest.mark.slow

@@ -20,6 +20,10 @@ simulator reads:
 - communication whose completion the very next op waits for is re-issued as a blocking call, the rest
   asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
   overlapping calls;
+- asynchronous communication issued from inside a host op that ran on after the issue (recorded start
+  inside the op, no start edge from it: the model starts it at its own dependencies' end plus its gap, as
+  the simulator does) is that op's ``issues_inside``: the worker issues it at that time during the op's
+  work, so that it overlaps the rest of the op as recorded;
 - ``effects`` scale compute work (``compute_factor``) and add waits before nodes (``delay_before_ns``,
   plus ``stall_ns`` before the first node of a step).
 
@@ -50,7 +54,8 @@ from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 5  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op
+PLAN_VERSION = 6  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op;
+# 6: issues_inside
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -176,6 +181,10 @@ class ReplayOp:
     queue_deps: tuple[int, ...] = ()
     """Communication: rows whose end its transfer waits for though its issue does not (the model's queue
     edges: the collective before it on its stream, or GPU work NCCL's stream waited for)."""
+    issues_inside: tuple[int, ...] = ()
+    """Host compute: rows of the asynchronous communication the program issued while this op ran (recorded
+    start inside it, no start edge from it; ``FSDP::all_gather`` around ``unshard(async_op=True)``'s
+    all_gather), which the worker issues at their own ready time during this op's work, not after it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -396,14 +405,46 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 **common,
             )
         )
-    return _mark_blocking(ops)
+    return _mark_blocking(_issued_inside(ops, starts, (rt.start_ns + rt.dur_ns).tolist()))
+
+
+def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> list[ReplayOp]:
+    """Give each host compute op the asynchronous communication issued while it ran: the communication
+    ops that follow it in execution order (past its nested ops), of its step, recorded to
+    start inside it, with no start or queue edge from it nor from an op after it, whose start edges are
+    all from host work before it (done, with its end known, when the op begins)."""
+    out = list(ops)
+    pos = {op.row: k for k, op in enumerate(ops)}
+    host_work = [o.kind == KIND_NESTED or (o.kind == KIND_COMPUTE and not o.gpu) for o in ops]
+    comm = (KIND_COLL, KIND_SEND, KIND_RECV)
+    for k, op in enumerate(ops):
+        if op.kind != KIND_COMPUTE or op.gpu:
+            continue
+        inside: list[int] = []
+        for nxt in ops[k + 1 :]:
+            if nxt.kind == KIND_NESTED and nxt.parent == op.row:
+                continue
+            if (
+                nxt.kind not in comm
+                or nxt.step != op.step
+                or not starts[op.row] < starts[nxt.row] < ends[op.row]
+                or any(pos[d] >= k for d in nxt.queue_deps if d in pos)
+                or not all(d in pos and pos[d] < k and host_work[pos[d]] for d in nxt.deps)
+            ):
+                break
+            inside.append(nxt.row)
+        if inside:
+            out[k] = replace(op, issues_inside=tuple(inside))
+    return out
 
 
 def _mark_blocking(ops: list[ReplayOp]) -> list[ReplayOp]:
-    """Communication whose completion the very next op waits for (or that ends the rank) is blocking."""
+    """Communication whose completion the very next op waits for (or that ends the rank) is blocking; but
+    never one issued inside a host op (the rest of that op runs on beside it)."""
+    inside = {row for op in ops for row in op.issues_inside}
     out = []
     for k, op in enumerate(ops):
-        if op.kind in (KIND_COLL, KIND_SEND, KIND_RECV):
+        if op.kind in (KIND_COLL, KIND_SEND, KIND_RECV) and op.row not in inside:
             nxt = ops[k + 1] if k + 1 < len(ops) else None
             waits = nxt is None or op.row in nxt.deps or op.row in nxt.wait_deps
             if waits:
@@ -681,6 +722,7 @@ def read_rank_plan(plan_dir: Path, rank: int) -> tuple[list[ReplayOp], list[Repl
                     "send_splits": tuple(o.get("send_splits", ())),
                     "recv_splits": tuple(o.get("recv_splits", ())),
                     "queue_deps": tuple(o.get("queue_deps", ())),
+                    "issues_inside": tuple(o.get("issues_inside", ())),
                 }
             )
             for o in items

@@ -269,10 +269,9 @@ class Runner:
             if self.gpu is not None and op.row in self.gpu_stream:
                 self._enqueue(self.gpu, op)
                 continue
-            ready = origin_ns
-            for d in op.deps:
-                ready = max(ready, self._ready(op, d, origin_ns))
-            wait_until(ready + op.gap_ns + op.delay_ns)
+            if op.row in self.start:
+                continue  # issued during the host op it was issued inside (``issues_inside``)
+            wait_until(self._ready_at(op, origin_ns))
             if op.kind == KIND_COMPUTE:
                 s = time.perf_counter_ns()
                 for d in op.wait_deps:  # a wait node: blocked until the communication (or GPU work) completed
@@ -280,34 +279,62 @@ class Runner:
                         self._finish(d)
                     if self.gpu is not None and d in self.device:
                         self._sync(self.gpu, d)
-                self.compute.run(op.dur_ns)
+                self._compute(op, origin_ns)
                 self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
                 continue
-            if self.gpu is not None:
-                for d in op.queue_deps:
-                    if (token := self.device.get(d)) is not None:
-                        self.gpu.wait(ISSUE, token)
-            s = time.perf_counter_ns()
-            c = Completion(desc=describe(op, self.rank), issued_ns=s, op=op)
-            self.dog.add(op.row, c)
-            self.start[op.row] = s
-            if op.blocking:
-                self.issuer.issue(op, blocking=True)
-                if self.gpu is not None:  # NCCL calls return once enqueued: done on the device
-                    self.device[op.row] = self.gpu.comm_done(ISSUE, None)
-                self.end[op.row] = time.perf_counter_ns()
-                c.event.set()
-                self.dog.done(op.row)
-                continue
-            work = self.issuer.issue(op)
-            if self.gpu is not None:
-                self.device[op.row] = self.gpu.comm_done(("comm", op.kind, op.pg_name, op.peer), work)
-            track(work, c, (op.kind, op.pg_name), waited=op.row in self.waited)
-            self.pending[op.row] = c
+            self._issue(op)
         for row in list(self.pending):
             self._finish(row)
         if self.gpu is not None:
             self._device_times(self.gpu)
+
+    def _ready_at(self, op: ReplayOp, origin_ns: int) -> int:
+        """When ``op`` starts, local ns: its dependencies' end plus its gap and delay."""
+        ready = origin_ns
+        for d in op.deps:
+            ready = max(ready, self._ready(op, d, origin_ns))
+        return ready + op.gap_ns + op.delay_ns
+
+    def _compute(self, op: ReplayOp, origin_ns: int) -> None:
+        """``op``'s host work; the communication issued inside it (``issues_inside``, whose dependencies
+        have all ended) is issued at its ready time during that work, one that is not ready before the work
+        ends is left to its own turn."""
+        if not op.issues_inside:
+            self.compute.run(op.dur_ns)
+            return
+        deadline = time.perf_counter_ns() + op.dur_ns
+        for row in op.issues_inside:
+            inner = self.by_row[row]
+            at = self._ready_at(inner, origin_ns)
+            if at >= deadline:
+                break
+            self.compute.run(at - time.perf_counter_ns())
+            self._issue(inner)
+        self.compute.run(deadline - time.perf_counter_ns())
+
+    def _issue(self, op: ReplayOp) -> None:
+        """Issue communication op ``op`` now: blocking (done on return) or in flight (``pending``)."""
+        if self.gpu is not None:
+            for d in op.queue_deps:
+                if (token := self.device.get(d)) is not None:
+                    self.gpu.wait(ISSUE, token)
+        s = time.perf_counter_ns()
+        c = Completion(desc=describe(op, self.rank), issued_ns=s, op=op)
+        self.dog.add(op.row, c)
+        self.start[op.row] = s
+        if op.blocking:
+            self.issuer.issue(op, blocking=True)
+            if self.gpu is not None:  # NCCL calls return once enqueued: done on the device
+                self.device[op.row] = self.gpu.comm_done(ISSUE, None)
+            self.end[op.row] = time.perf_counter_ns()
+            c.event.set()
+            self.dog.done(op.row)
+            return
+        work = self.issuer.issue(op)
+        if self.gpu is not None:
+            self.device[op.row] = self.gpu.comm_done(("comm", op.kind, op.pg_name, op.peer), work)
+        track(work, c, (op.kind, op.pg_name), waited=op.row in self.waited)
+        self.pending[op.row] = c
 
     def _ready(self, op: ReplayOp, d: int, origin_ns: int) -> int:
         """When dependency ``d`` lets ``op`` (a host op or communication) start, local ns. Work on the device
