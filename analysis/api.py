@@ -104,8 +104,8 @@ class AnalysisResult:
     @property
     def stragglers(self) -> list[BlameRecord]:
         """Blame records, largest straggler cost first, of equal costs the most wait caused first (empty
-        without blame): a list of the caller's own (it was the blame's, and sorting it reordered the result
-        and the blame table written after)."""
+        without blame): a list of the caller's own, a copy of the blame's (sorting it reorders neither the
+        result nor the blame table written from it)."""
         return list(self.blame.records) if self.blame is not None else []
 
     def top_straggler_by_step(self) -> dict[int, int]:

@@ -199,8 +199,8 @@ class ProcessGroupInfo:
 def pg_init_group(g: Mapping[str, Any]) -> ProcessGroupInfo:
     """One entry of PyTorch's ``## process_group:init ##`` list (``pg_name``, ``ranks``, ``pg_desc``,
     ``backend_config``) as a group; a ``KeyError``, ``TypeError`` or ``ValueError`` where it is malformed,
-    a rank outside ``0..MAX_WORLD_SIZE-1`` included (a trace naming rank 10**12 loaded, and only the real
-    replay refused it)."""
+    a rank outside ``0..MAX_WORLD_SIZE-1`` included (so that a trace naming rank 10**12 is refused on load,
+    not first by the real replay)."""
     name = str(g["pg_name"])
     ranks = tuple(int(r) for r in g["ranks"])
     if bad := [r for r in ranks if not 0 <= r < MAX_WORLD_SIZE][:4]:

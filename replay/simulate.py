@@ -107,8 +107,7 @@ class SimResult:
         """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).
 
         A rank without any step marks is one step, ``-1``, spanning all its nodes. The dict is the caller's
-        own: editing it changes nothing here (it was the result's cache, and dropping a step from it
-        changed what :meth:`step_times` said of the next step).
+        own, a copy of the result's cache: editing it changes nothing :meth:`step_times` says.
         """
         return dict(self._cached_spans())
 
@@ -174,10 +173,9 @@ class SimResult:
 
 def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = None) -> None:
     """``res`` is a replay of ``run``: the same ranks, each with as many rows, as many collectives and
-    send/recv pairs (of ``ranks`` given, only theirs rows); else a :class:`ReplayError` saying which differs
-    (a notebook's result of one run given with another was an ``IndexError`` deep in
-    :func:`~skewlens.replay.summary.summarize`, an ``ArrowInvalid`` of mismatched columns in the timeline).
-    Two runs of one shape still pass."""
+    send/recv pairs (of ``ranks`` given, only theirs rows); else a :class:`ReplayError` saying which differs,
+    where a result of another run would fail deep in :func:`~skewlens.replay.summary.summarize`
+    (``IndexError``) or the timeline (``ArrowInvalid``). Two runs of one shape pass."""
     of = f"{run.run_dir}: the SimResult given is not a replay of this run"
     if set(res.start_ns) != set(run.ranks):
         raise ReplayError(f"{of} (its ranks {sorted(res.start_ns)}, the run's {sorted(run.ranks)})")

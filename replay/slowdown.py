@@ -80,7 +80,7 @@ LIMITS = {
 def number_problem(value: float, *, positive: bool, name: str = "") -> str | None:
     """What is wrong with a slowdown's number ``name`` (a factor: ``positive``; a delay, latency or sigma:
     >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number > 0, got nan`` (of ``'2'``,
-    ``must be a number, got '2'``, where ``math.isfinite`` raised a bare TypeError)."""
+    ``must be a number, got '2'``, not ``math.isfinite``'s bare TypeError)."""
     if isinstance(value, bool) or not isinstance(value, Real):
         return f"must be a number, got {value!r}"
     if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):

@@ -106,9 +106,8 @@ def capture(
 
 def _joined(session: CaptureSession, run_dir: str | Path, *, auto_step: bool) -> CaptureSession:
     """The session ``skewlens profile`` runs in this process, whose steps the program marks from now on
-    (unless ``auto_step``); rank 0 says where they go. Before, a second session captured the program into
-    ``run_dir`` while profile's, whose steps nothing marked, saved none, and profile exited 2 telling the
-    program to mark its steps with ``cap.step()``, which it did."""
+    (unless ``auto_step``); rank 0 says where they go. A second session of its own would capture the
+    program into ``run_dir`` while profile's, whose steps nothing marked, saved none."""
     import sys
 
     if not auto_step:

@@ -36,10 +36,10 @@ Which COMM node a wait waited for:
   One that took no Work off torch's registry of functional collectives' Works (the hooks count it before
   and after the call) waited for none: its result had been waited for already. DTensor makes such a
   second wait where two ``AsyncCollectiveTensor`` wrappers share one result (sequence parallelism's
-  residual add after ``RowwiseParallel(output_layouts=Shard(1))`` waits on both); taking the oldest
-  unwaited collective for it, as before, gave a gloo reduce_scatter (whose end is its wait's return) a
-  6 µs wait on rank 0, the 2.7 ms wait that blocked on it none, and the member an end 2.0 ms before the
-  other rank issued it.
+  residual add after ``RowwiseParallel(output_layouts=Shard(1))`` waits on both); taken for the oldest
+  unwaited collective, it would give a gloo reduce_scatter (whose end is its wait's return) a 6 µs wait
+  on rank 0, the 2.7 ms wait that blocked on it none, and the member an end 2.0 ms before the other rank
+  issued it.
 
 A collective completed by the time the wait on it returned: a recorded end after that (a worker event
 of a later call taken for its own) is moved to the wait's return, so every end lies within the work that
