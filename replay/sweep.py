@@ -148,13 +148,13 @@ def _remove_staging(directory: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _earlier_job_dirs(sweep_dir: Path) -> Iterator[Path]:
-    """The directories under ``sweep_dir`` an earlier sweep's jobs may have written, their stale staging
-    directories removed (:func:`_remove_staging`): each directory of ``sweep_dir``, and those below one
-    whose name holds ``=`` (``hydra.sweep.subdir=${hydra.job.override_dirname}`` names a job
-    ``slowdown.factor=2.0,topology=ring``, and a value with a ``/`` in it nests it:
-    ``trace=/data/runs/a`` is ``.../trace=/data/runs/a/``), down to a job directory. Hidden ones
-    (``.jobs``, ``.submitit``) are passed over."""
+def _earlier_job_dirs(sweep_dir: Path) -> Iterator[tuple[Path, bool]]:
+    """The directories under ``sweep_dir`` an earlier sweep's jobs may have written, each with whether it
+    is a job directory (:func:`_is_job_dir`), their stale staging directories removed
+    (:func:`_remove_staging`): each directory of ``sweep_dir``, and those below one whose name holds ``=``
+    (``hydra.sweep.subdir=${hydra.job.override_dirname}`` names a job ``slowdown.factor=2.0,topology=ring``,
+    and a value with a ``/`` in it nests it: ``trace=/data/runs/a`` is ``.../trace=/data/runs/a/``), down
+    to a job directory. Hidden ones (``.jobs``, ``.submitit``) are passed over."""
     stack = [(sweep_dir, False)]
     while stack:
         parent, named = stack.pop()
@@ -164,8 +164,9 @@ def _earlier_job_dirs(sweep_dir: Path) -> Iterator[Path]:
                     continue
                 with contextlib.suppress(OSError):
                     _remove_staging(d)
-                yield d
-                if (named or "=" in d.name) and not _is_job_dir(d, sweep_dir):
+                job = _is_job_dir(d, sweep_dir)
+                yield d, job
+                if (named or "=" in d.name) and not job:
                     stack.append((d, True))
 
 
@@ -184,13 +185,12 @@ def clear_earlier_sweep(sweep_dir: Path) -> None:
     (sweep_dir / SWEEP_PARQUET).unlink(missing_ok=True)
     (sweep_dir / SWEEP_PNG).unlink(missing_ok=True)
     dirs = list(_earlier_job_dirs(sweep_dir))  # each directory's parents before it
-    for job_dir in dirs:
-        if _is_job_dir(job_dir, sweep_dir):
-            for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
-                (job_dir / name).unlink(missing_ok=True)
-            for name in (REAL_RUN_DIR, REAL_WORK_DIR):
-                shutil.rmtree(job_dir / name, ignore_errors=True)
-    for job_dir in reversed(dirs):
+    for job_dir in (d for d, job in dirs if job):
+        for name in (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML):
+            (job_dir / name).unlink(missing_ok=True)
+        for name in (REAL_RUN_DIR, REAL_WORK_DIR):
+            shutil.rmtree(job_dir / name, ignore_errors=True)
+    for job_dir, _job in reversed(dirs):
         with contextlib.suppress(OSError):
             job_dir.rmdir()  # emptied (deepest first: a nested job's parents too), else left
 
