@@ -62,21 +62,32 @@ def open_regular(path: Path) -> BinaryIO:
 
 
 #: Most bytes one read asks for past those a file is expected to hold: a read allocates all it asks for before
-#: it reads, and asking for the whole limit was an out-of-memory error under ``ulimit -v`` where the file held
+#: it reads, and asking for the whole limit is an out-of-memory error under ``ulimit -v`` where the file holds
 #: little: 8 GiB for a trace whose size reads 0 (a ``/proc`` file) or that grew while read, and 32 times a
-#: gzipped trace's size (a 60 MB one of 60 MB of data failed under a 1.5 GiB limit).
+#: gzipped trace's size (a 60 MB one of 60 MB of data fails under a 1.5 GiB limit).
 READ_CHUNK_BYTES = 16 << 20
+#: Fewest bytes one read past those expected asks for: a file that grew by a little (or a ``/proc`` file of
+#: size 0) is read in a syscall or two, and reads of as many as held so far double from there.
+MIN_READ_CHUNK_BYTES = 64 << 10
+#: Size of the smallest gzip file: its 10-byte header and 8-byte trailer (CRC-32, then ISIZE: the size of the
+#: data modulo 4 GiB); a shorter one has no trailer to read.
+GZIP_MIN_BYTES = 18
 
 
 def _read_upto(fh: BinaryIO, limit: int, expect: int | None = None) -> bytes:
     """Up to ``limit`` bytes from a file (a read may return fewer: Linux stops at 2 GiB): the ``expect``
     bytes it should hold asked for at once (default: ``limit``), any past them in reads of as many as
-    held so far, from 64 KiB up to :data:`READ_CHUNK_BYTES` (never the limit of a file holding less)."""
+    held so far, from :data:`MIN_READ_CHUNK_BYTES` up to :data:`READ_CHUNK_BYTES` (never the limit of a
+    file holding less)."""
     expect = limit if expect is None else min(expect, limit)
     chunks: list[bytes] = []
     got = 0
     while got < limit:
-        ask = expect - got if got < expect else min(max(got, 1 << 16), READ_CHUNK_BYTES, limit - got)
+        ask = (
+            expect - got
+            if got < expect
+            else min(max(got, MIN_READ_CHUNK_BYTES), READ_CHUNK_BYTES, limit - got)
+        )
         chunk = fh.read(ask)
         if not chunk:
             break
@@ -103,7 +114,9 @@ def read_bytes_bounded(
                 packed = os.fstat(fd).st_size
                 limit = expansion_limit(packed, max_bytes, gzip_ratio, gzip_floor)
                 # the gzip trailer's size of the data (modulo 4 GiB; untrusted: only what is asked for first)
-                isize = int.from_bytes(os.pread(fd, 4, packed - 4), "little") if packed >= 18 else 0
+                isize = (
+                    int.from_bytes(os.pread(fd, 4, packed - 4), "little") if packed >= GZIP_MIN_BYTES else 0
+                )
                 with gzip.GzipFile(fileobj=fh) as gz:
                     data = _read_upto(cast(BinaryIO, gz), limit + 1, isize + 1)
                 if len(data) > limit and limit < max_bytes:
