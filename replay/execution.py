@@ -1582,29 +1582,27 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
         done = min(ends)
         first = ends.index(done)
         both = max(issued(r, w) for r, w in zip(g.ranks, g.rows, strict=True))
-        rt0 = run.ranks[g.ranks[first]]
-        # its first wait returned at that end (a later wait on it returns at once whatever the transfer took)
+        # each member's first wait: when it began (-1: none) and whether it blocked
         waits = [first_wait(r, w) for r, w in zip(g.ranks, g.rows, strict=True)]
-        w = waits[first]
-        if w >= 0 and both <= rt0.start_ns[w] and rt0.dur_ns[w] <= UNBLOCKED_WAIT_NS:
+        began = [int(run.ranks[r].start_ns[k]) if k >= 0 else -1 for r, k in zip(g.ranks, waits, strict=True)]
+        blocked = [
+            k >= 0 and int(run.ranks[r].dur_ns[k]) > UNBLOCKED_WAIT_NS
+            for r, k in zip(g.ranks, waits, strict=True)
+        ]
+        # its first wait returned at that end (a later wait on it returns at once whatever the transfer took)
+        if waits[first] >= 0 and both <= began[first] and not blocked[first]:
             # unless another member's first wait, begun after both were issued and before that end,
             # blocked: the pair had not completed when it began (each rank of a ring exchange blocks on
             # its recv while its send completes, and its wait for the send then returns at once)
-            running = any(
-                k >= 0 and both <= rt.start_ns[k] < done and rt.dur_ns[k] > UNBLOCKED_WAIT_NS
-                for rt, k in zip((run.ranks[r] for r in g.ranks), waits, strict=True)
-            )
+            running = any(b and both <= s < done for s, b in zip(began, blocked, strict=True))
             done = done if running else min(done, both)
-        for r, w, e, k in zip(g.ranks, g.rows, ends, waits, strict=True):
-            rt = run.ranks[r]
+        for r, w, e, s, b in zip(g.ranks, g.rows, ends, began, blocked, strict=True):
             # a member whose first wait began before that completion and blocked past it completed at
             # its own end: gloo's send completes once its data is written, its recv once read
-            if e > done + SKEW_NS and not (
-                k >= 0 and rt.start_ns[k] < done and rt.dur_ns[k] > UNBLOCKED_WAIT_NS
-            ):
+            if e > done + SKEW_NS and not (b and s < done):
                 rows, at = out.setdefault(r, ([], []))
                 rows.append(w)
-                at.append(max(done, int(rt.start_ns[w])))
+                at.append(max(done, int(run.ranks[r].start_ns[w])))
     return {
         r: (np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)) for r, (rows, at) in out.items()
     }
