@@ -421,7 +421,8 @@ def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> l
         if op.kind != KIND_COMPUTE or op.gpu:
             continue
         inside: list[int] = []
-        for nxt in ops[k + 1 :]:
+        for j in range(k + 1, len(ops)):  # (not a slice of the rest per op: quadratic in the rank's ops)
+            nxt = ops[j]
             if nxt.kind == KIND_NESTED and nxt.parent == op.row:
                 continue
             if (
