@@ -131,12 +131,22 @@ def moved_step_marks(
     A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
     it, and never before the replayed end of any GPU node of its step that ended by it (on a GPU trace the
     step ends with its last device node, and another stream's kernels may slide past the node that ended
-    last as recorded); the start mark likewise with the rank's latest-ending node of an earlier step (or
-    none) that ended by it (it stays where none did: nothing before it can delay it, and a stall of the
-    step's first node is in the step; on a GPU trace the host runs ahead, and the step's own first host ops
-    may end by its device-timed start mark: they do not move it), or, for a step that begins where the
-    previous one ended (steps measured end to end, as on GPUs), with that end. An unmodified replay
-    therefore gives the recorded step times exactly.
+    last as recorded); the start mark likewise with the rank's latest-ending node of an earlier step of
+    the window (one from the rank's first marked step on) that ended by it (it stays where none did: nothing
+    before it can delay it, and a stall of the step's first node is in the step; on a GPU trace the host runs
+    ahead, and the step's own first host ops may end by its device-timed start mark: they do not move it),
+    but no later than the previous step's end mark moved (so no time between them grows: an all_reduce of
+    step 0 whose link a what-if slowed moved step 1's start 273 us while step 0, ending with a kernel,
+    ended as replayed unmodified, and the sum of the rank's steps read 24 us shorter though step 1 ended
+    249 us later), or, for a step that begins where the previous one ended (steps measured end to end, as on
+    GPUs), with that end. The window's first step thus starts where it was recorded in every replay, as the
+    replay itself does (:attr:`SimResult.origin_ns`): work before it is in no step, and a what-if that made
+    it end later moved the mark with it, so its extra time was in no step and the step read shorter (DLRM's
+    rank 3, whose first step begins when the kernels launched before the profiler started end, read 18.410
+    ms with its GPU 4x slower against 18.711 ms as recorded). The end mark is never before the start mark:
+    a step whose host work ran while the slowed kernels of the step before it ran on read a negative time.
+    So a slowdown never makes a rank's steps up to any step shorter, and an unmodified replay gives the
+    recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
@@ -159,29 +169,35 @@ def moved_step_marks(
         dev = rows[~rt.is_cpu[rows]]
         last_end = _latest_ends_by_step(rt.step[dev], rt.end_ns[dev], end_ns[r][dev], spans)
         prev: tuple[int, int] | None = None  # recorded and moved end of the previous step
+        window = min(k for k, _a, _b in spans)  # the rank's first marked step: earlier rows are in none
         for step, a, b in sorted(spans, key=lambda x: x[1]):
             if prev is not None and prev[0] == a:
                 moved_a = prev[1]  # a step that begins where the previous one ended still does
             else:  # with the rank's latest node of an earlier step that ended by it; none: it cannot move
-                k = _last_before_step(step_sorted, int(np.searchsorted(ends_sorted, a, side="right")), step)
+                n = int(np.searchsorted(ends_sorted, a, side="right"))
+                k = _last_before_step(step_sorted, n, step, window)
                 moved_a = a + int(shift_end[k]) if k >= 0 else a
+                if prev is not None:  # no further than the previous step's end: no time between them grows
+                    moved_a = min(moved_a, a + prev[1] - prev[0])
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
             moved_b = b + (int(shift_end[k]) if k >= 0 else first_shift)
             if step in last_end:  # not before the step's last GPU row; a CPU step may end earlier
                 moved_b = max(moved_b, last_end[step])
+            moved_b = max(moved_b, moved_a)  # nor before it begins: the earlier step's work ran past it
             out[(r, step)] = (a, b, moved_a, moved_b)
             prev = (b, moved_b)
     return out
 
 
-def _last_before_step(step_sorted: npt.NDArray[np.integer], n: int, step: int) -> int:
-    """The last of the first ``n`` positions whose row is not labelled ``step`` or a later step (-1: none).
-    Walks back in growing windows: the rows of the step that end before its start mark (the host running
-    ahead of its GPU) are few next to the rank's."""
+def _last_before_step(step_sorted: npt.NDArray[np.integer], n: int, step: int, window: int) -> int:
+    """The last of the first ``n`` positions whose row is labelled with a step from ``window`` (the rank's
+    first marked step) to before ``step`` (-1: none). Walks back in growing windows: the rows of the step
+    that end before its start mark (the host running ahead of its GPU) are few next to the rank's."""
     w = 64
-    while n > 0:
+    while n > 0 and step > window:
         lo = max(0, n - w)
-        hit = np.flatnonzero(step_sorted[lo:n] < step)
+        part = step_sorted[lo:n]
+        hit = np.flatnonzero((part < step) & (part >= window))
         if hit.size:
             return lo + int(hit[-1])
         n, w = lo, w * 4

@@ -622,6 +622,31 @@ def test_a_stall_before_a_gpu_ranks_step_is_in_that_ranks_step_though_its_host_b
     assert rows[3] == max(rows.values())
 
 
+def test_a_slower_gpu_never_shortens_the_ranks_step_whose_start_is_the_end_of_kernels_launched_before_it(
+    imported: dict[str, RunTrace],
+) -> None:
+    # DLRM's rank 3 begins its one step when the 64 kernels launched before the profiler started (in no
+    # step) end. slow_gpu slowed them too, the start mark moved with them, and the step's end, bound by its
+    # peers, moved less: x0.5, x1, x2, x4 read 18.796, 18.711, 18.541, 18.410 ms while its GPU's busy time
+    # grew 8-fold (the sweep's mean step 18.796 -> 18.566 ms). The step now starts where it was recorded
+    run = _run(imported, "dlrm_8gpu_kineto.tar.gz")
+    base = {s.rank: s.step_time_ns for s in summarize(run, simulate(run))}
+    marks, steps, means = [], [], []
+    for factor in (0.5, 1.0, 2.0, 4.0):
+        res = simulate(
+            run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(3,), factor=factor, device="gpu")])
+        )
+        rows = {s.rank: s.step_time_ns for s in summarize(run, res)}
+        marks.append(replayed_step_marks(run, res)[(3, 10)])
+        steps.append(rows[3])
+        means.append(max(rows.values()))
+        assert {r: t for r, t in rows.items() if r != 3} == {r: t for r, t in base.items() if r != 3}
+    assert {m[2] - m[0] for m in marks} == {0}  # the start mark stays where it was recorded
+    assert steps == [m[3] - m[2] for m in marks]  # the step ends where its last node moved it
+    assert steps[1] == base[3] and steps == sorted(steps) and steps[0] < steps[1] < steps[3]
+    assert means == sorted(means)
+
+
 def test_a_modelled_collective_spans_its_whole_group_where_only_one_rank_was_traced(
     imported: dict[str, RunTrace],
 ) -> None:

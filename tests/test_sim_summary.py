@@ -15,7 +15,8 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.render import summary_table
 from skewlens.replay.simulate import simulate
-from skewlens.replay.summary import summarize
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.summary import replayed_step_marks, summarize
 
 MS = 1_000_000
 
@@ -256,19 +257,61 @@ def test_the_timelines_replayed_waits_are_the_summarys_waits(tmp_path: Path) -> 
     assert waits[0] > 0 and waits[2] > 0
 
 
-def test_a_steps_start_mark_moves_with_the_node_that_ended_right_at_it(tmp_path: Path) -> None:
+def _retimed_steps(run_dir: Path, name: str, dur_ns: int) -> dict[int, tuple[int, int]]:
+    """Step -> (replayed, recorded) step time of rank 0 with its node ``name`` lasting ``dur_ns``."""
+    run = load_run(run_dir)
+    longer = np.full(len(run.ranks[0]), -1, dtype=np.int64)
+    longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == name)] = dur_ns
+    return {
+        s.step: (s.step_time_ns, s.recorded_step_ns)
+        for s in summarize(run, simulate(run, dur_override={0: longer}))
+    }
+
+
+def test_a_steps_start_mark_moves_with_the_node_of_an_earlier_step_that_ended_right_at_it(
+    tmp_path: Path,
+) -> None:
+    # step 0 is "load" [0, 5) ms and, on another thread after it, "tail" [5, 6) ms; step 1 ("fwd") is marked
+    # [5, 10) ms. "load" 2 ms longer ends at 7 ms and "tail" at 8: step 1's start mark moves with "load"
+    # (the latest node of an earlier step that ended by the mark, here at it), so "fwd" [7, 12) ms still
+    # takes its 5 ms step, not 7
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    load = rb.step(0).compute("load", 5 * MS, start_ns=0)
+    rb.compute("tail", MS, start_ns=5 * MS, stream=1, deps=(load,))
+    rb.step(1).compute("fwd", 5 * MS, start_ns=5 * MS)
+    steps = _retimed_steps(b.write(tmp_path / "run"), "load", 7 * MS)
+    assert steps == {0: (8 * MS, 6 * MS), 1: (12 * MS - 7 * MS, 10 * MS - 5 * MS)}
+
+
+def test_a_steps_start_mark_moves_no_further_than_the_previous_steps_end_mark(tmp_path: Path) -> None:
+    # step 0 is "load" [0, 5) ms and "side" [0, 6) ms on another thread; step 1 ("fwd") is marked [5, 10) ms.
+    # "load" 2 ms longer ends at 7 ms, "fwd" [7, 12) ms, "side" (step 0's end) stays: step 1's start mark
+    # moved with "load" and read 5 ms, the 2 ms between step 0's end and step 1's start (1 ms of overlap
+    # became 1 ms of gap) in no step, though step 1 ends 2 ms later (a slower link on a generated 2-rank
+    # GPU run read the sum of a rank's steps 24 us shorter). Step 1 now starts where step 0 ends, as recorded
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    rb.step(0).compute("load", 5 * MS, start_ns=0)
+    rb.compute("side", 6 * MS, start_ns=0, stream=1)
+    rb.step(1).compute("fwd", 5 * MS, start_ns=5 * MS)
+    steps = _retimed_steps(b.write(tmp_path / "run"), "load", 7 * MS)
+    assert steps == {0: (6 * MS, 6 * MS), 1: (12 * MS - 5 * MS, 10 * MS - 5 * MS)}
+
+
+def test_a_node_before_the_first_step_that_runs_longer_lengthens_that_step_rather_than_vanishing(
+    tmp_path: Path,
+) -> None:
     # "load" [0, 5) ms belongs to no step; step 0 ("fwd") is marked [5, 10) ms. "load" 2 ms longer ends at
-    # 7 ms: the start mark moves with it (the latest node that ended by the mark, here at it), so "fwd"
-    # [7, 12) ms still takes its 5 ms step, not 7
+    # 7 ms and "fwd" [7, 12) ms: the start mark moved with "load" and the step read 5 ms, its 2 ms in no
+    # step (on DLRM, rank 3's step read 0.3 ms shorter with its GPU 4x slower). The window's first step now
+    # starts where it was recorded, as the replay does: 7 ms
     b = RunBuilder(world_size=1)
     rb = b.rank(0)
     rb.compute("load", 5 * MS, start_ns=0)
     rb.step(0).compute("fwd", 5 * MS)
-    run = load_run(b.write(tmp_path / "run"))
-    longer = np.full(len(run.ranks[0]), -1, dtype=np.int64)
-    longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == "load")] = 7 * MS
-    (s,) = summarize(run, simulate(run, dur_override={0: longer}))
-    assert (s.step, s.step_time_ns, s.recorded_step_ns) == (0, 12 * MS - 7 * MS, 10 * MS - 5 * MS)
+    steps = _retimed_steps(b.write(tmp_path / "run"), "load", 7 * MS)
+    assert steps[0] == (12 * MS - 5 * MS, 10 * MS - 5 * MS)
 
 
 def test_a_collective_member_detached_by_contradicting_clocks_waits_no_longer_than_it_lasts(
@@ -300,3 +343,22 @@ def test_the_medians_of_the_ranks_a_summary_table_leaves_out_are_the_middle_of_a
     console.print(summary_table(rows, max_ranks=2))
     words = " ".join(console.export_text().split())
     assert "the other 2: step 15.000 ms, wait 2.000 ms (medians)" in words
+
+
+def test_a_step_whose_host_work_ran_under_the_step_befores_kernels_reads_0_not_a_negative_time(
+    tmp_path: Path,
+) -> None:
+    # step 0: "op" launches kernel "k" [0.1, 2) ms; step 1: host op "opt" [2.5, 3.5) ms, no kernel. With the
+    # GPU 3x slower "k" ends at 5.8 ms: step 1's start mark moves with it to 6.3 ms, past its end (3.5 ms,
+    # its host op, which waits for no kernel), and step 1 read -2.8 ms. A step ends no earlier than it begins
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    op = rb.step(0).compute("op", MS, start_ns=0)
+    rb.compute("k", 1_900_000, start_ns=100_000, stream=7, deps=(op,), launch_ns=50_000)
+    rb.step(1).compute("opt", MS, start_ns=2_500_000)
+    run = load_run(b.write(tmp_path / "run"))
+    slow = SlowdownModel([Slowdown(kind="compute", factor=3.0, device="gpu")])
+    marks = replayed_step_marks(run, simulate(run, effects=slow))
+    steps = {s.step: s.step_time_ns for s in summarize(run, simulate(run, effects=slow))}
+    assert marks[(0, 1)][2:] == (6_300_000, 6_300_000)
+    assert steps == {0: 5_800_000, 1: 0}
