@@ -38,14 +38,17 @@ _A = TypeVar("_A", bound=np.ndarray)
 COMM_MODES = ("as_recorded", "model")
 
 
-def step_times_from_spans(spans: Mapping[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
+def step_times_from_spans(
+    spans: Mapping[tuple[int, int], tuple[int, int]], start_ns: int | None = None
+) -> dict[int, int]:
     """Per step: completion of the step minus completion of the previous step (for the first step: minus
-    its earliest start). A step completes at the latest end over ranks, and not before the step before
-    it completed: where a rank lacks a step, the ranks that have it can end it before another rank ends
-    the previous one, and that step then takes 0. Ranks that run ahead into the next step (a rank that no
-    longer straggles starts its next step early and then waits) do not lengthen a step this way; no step
-    is negative, and the steps add up to the span of the recorded steps. Steps below 0 (a rank without
-    step marks) are left out."""
+    ``start_ns``, where the window begins; None: the first step's earliest start in ``spans``). A step
+    completes at the latest end over ranks, and not before the step before it completed (the first step:
+    not before ``start_ns``): where a rank lacks a step, the ranks that have it can end it before another
+    rank ends the previous one, and that step then takes 0. Ranks that run ahead into the next step (a rank
+    that no longer straggles starts its next step early and then waits) do not lengthen a step this way;
+    no step is negative, and the steps add up to the span of the recorded steps. Steps below 0 (a rank
+    without step marks) are left out."""
     ends: dict[int, int] = {}
     starts: dict[int, int] = {}
     for (_r, s), (a, b) in spans.items():
@@ -54,10 +57,12 @@ def step_times_from_spans(spans: Mapping[tuple[int, int], tuple[int, int]]) -> d
         ends[s] = max(ends.get(s, b), b)
         starts[s] = min(starts.get(s, a), a)
     out: dict[int, int] = {}
-    prev: int | None = None
+    if not ends:
+        return out
+    prev = starts[min(starts)] if start_ns is None else start_ns
     for s in sorted(ends):
-        done = ends[s] if prev is None else max(prev, ends[s])
-        out[s] = done - (starts[s] if prev is None else prev)
+        done = max(prev, ends[s])
+        out[s] = done - prev
         prev = done
     return out
 
@@ -87,6 +92,9 @@ class SimResult:
     origin_ns: int | None = None
     """Where the replay starts: the run's first recorded start, from which each rank's nodes without start
     edges are replayed (None: the earliest replayed start)."""
+    steps_start_ns: int | None = None
+    """Where the first step begins in every replay: the recorded start of its earliest node (None: the
+    earliest replayed one); :meth:`step_times` counts the first step from it."""
     _spans: dict[tuple[int, int], tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
@@ -153,9 +161,10 @@ class SimResult:
 
     def step_times(self) -> dict[int, int]:
         """Per step: its completion (the latest replayed end over ranks) minus the previous step's, the
-        first step's minus its earliest replayed start (:func:`step_times_from_spans`), as the analyses
-        time steps; empty for a run without step marks."""
-        return step_times_from_spans(self._cached_spans())
+        first step's minus where it began as recorded (:attr:`steps_start_ns`; :func:`step_times_from_spans`),
+        as the analyses time steps, so that a stall of the rank that began the first step cannot shorten it;
+        empty for a run without step marks."""
+        return step_times_from_spans(self._cached_spans(), self.steps_start_ns)
 
     def step_time_ns(self, step: int) -> int:
         """The step's time as :meth:`step_times` gives it; of a rank without step marks (step -1), the span
@@ -563,7 +572,23 @@ def _lift(
         p2p_end_ns=_read_only(pe),
         comm_mode=comm_mode,
         origin_ns=low.start_ns,
+        steps_start_ns=_steps_start(rt, timed),
     )
+
+
+def _steps_start(rt: RunTrace, timed: Mapping[int, npt.NDArray[np.bool_]]) -> int | None:
+    """The recorded start of the first step's earliest timed row over ranks (the start
+    :meth:`SimResult.step_spans` gives that step unmodified); None without step marks."""
+    first: tuple[int, int] | None = None  # (step, start)
+    for r, m in timed.items():
+        st = rt.ranks[r].step
+        sel = m & (st >= 0)
+        if not sel.any():
+            continue
+        k = int(st[sel].min())
+        a = int(rt.ranks[r].start_ns[sel & (st == k)].min())
+        first = (k, a) if first is None or (k, a) < first else first
+    return None if first is None else first[1]
 
 
 def _read_only(a: _A) -> _A:

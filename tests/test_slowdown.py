@@ -759,17 +759,22 @@ def test_a_slow_isend_that_completed_inside_its_call_holds_its_thread_once(tmp_p
     assert int(res.start_ns[0][row["aten::next"]]) == 7 * MS + 10_000
 
 
-def test_a_stall_on_the_rank_that_began_first_never_shortens_the_makespan(tmp_path: Path) -> None:
-    # rank 0 begins 1 ms before rank 1 and arrives 4 ms before it at the all_reduce: a stall of rank 0 up
-    # to 4 ms is absorbed by that wait, a longer one delays the all_reduce by the rest. The makespan counts
-    # from the replay's start (the run's first start), so the stall is in it where it shows at all: it read
-    # 6 ms under a 1 ms stall (from rank 0's stalled first node), 7 ms without
+def _first_rank_waits_4_ms(tmp_path: Path) -> RunTrace:
+    """2 ranks, one step: rank 0 begins 1 ms before rank 1 and waits 4 ms for it at the all_reduce."""
     b = RunBuilder(2)
     b.rank(0).step(0).compute("aten::mm", 2 * MS, start_ns=0)
     b.rank(1).step(0).compute("aten::mm", 5 * MS, start_ns=1 * MS)
     b.rank(0).collective(CommType.ALL_REDUCE, 1 << 20, 5 * MS, start_ns=2 * MS)
     b.rank(1).collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS, start_ns=6 * MS)
-    rt = load_run(b.write(tmp_path / "run"))
+    return load_run(b.write(tmp_path / "run"))
+
+
+def test_a_stall_on_the_rank_that_began_first_never_shortens_the_makespan(tmp_path: Path) -> None:
+    # rank 0 begins 1 ms before rank 1 and arrives 4 ms before it at the all_reduce: a stall of rank 0 up
+    # to 4 ms is absorbed by that wait, a longer one delays the all_reduce by the rest. The makespan counts
+    # from the replay's start (the run's first start), so the stall is in it where it shows at all: it read
+    # 6 ms under a 1 ms stall (from rank 0's stalled first node), 7 ms without
+    rt = _first_rank_waits_4_ms(tmp_path)
     base = simulate(rt).makespan_ns
     assert base == 7 * MS
     for delay_ms in (0.5, 1, 4, 6):
@@ -801,3 +806,15 @@ def test_a_stall_on_the_rank_that_began_a_step_first_never_shortens_that_step(tm
         assert res.step_time_ns(0) == 7 * MS
         assert res.step_time_ns(1) == 7 * MS + max(d - 3 * MS, 0)
         assert res.makespan_ns == base.makespan_ns + max(d - 3 * MS, 0)
+
+
+def test_a_stall_on_the_rank_that_began_first_never_shortens_the_first_step(tmp_path: Path) -> None:
+    # rank 0 begins 1 ms before rank 1 and waits 4 ms for it at the all_reduce: a stall of rank 0 before
+    # step 0 up to 4 ms is absorbed, a longer one delays the step by the rest. The first step counted from
+    # its earliest replayed start, rank 0's stalled first node: it read 6 ms under a 1 ms stall, 7 without
+    rt = _first_rank_waits_4_ms(tmp_path)
+    assert simulate(rt).step_times() == {0: 7 * MS}
+    for delay_ms in (0.5, 1, 4, 6):
+        d = int(delay_ms * MS)
+        res = simulate(rt, effects=SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=0, delay_ns=d)]))
+        assert res.step_times() == {0: 7 * MS + max(d - 4 * MS, 0)}
