@@ -436,6 +436,31 @@ def test_the_hooks_record_the_first_wait_on_a_recorded_work_and_each_wait_tensor
     assert tensor_w["issue_start"] == -1 and all(w["step"] == 3 for w in waits)
 
 
+SECOND_WAIT_SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 0, ddp=False)
+hooks.install()
+y = funcol.all_reduce(torch.ones(64), "sum", dist.group.WORLD)
+funcol.wait_tensor(y.elem)  # takes its Work off torch's registry
+funcol.wait_tensor(y.elem)  # its result waited for already: takes none
+hooks.flush()
+waits = hooks.waits.flush()
+hooks.uninstall()
+print(json.dumps([[w.name, w.took_work] for w in waits]))
+dist.destroy_process_group()
+"""
+
+
+def test_the_hooks_record_that_a_second_wait_tensor_on_a_result_already_waited_for_took_no_work() -> None:
+    assert run_script(SECOND_WAIT_SCRIPT) == [[WAIT_TENSOR_NAME, True], [WAIT_TENSOR_NAME, False]]
+
+
 # ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
 
 STRAGGLER_MS = 40
