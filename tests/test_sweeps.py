@@ -994,3 +994,45 @@ def test_a_failed_sweep_whose_stderr_reader_went_away_still_exits_2(
     with pytest.raises(SystemExit) as stop:
         SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert stop.value.code == 2
+
+
+def test_a_sweeps_clear_leaves_what_no_job_of_it_wrote_beside_and_inside_its_job_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a job's config.yaml has trace, mode and the sweep's out, absolute (write_config): one without mode,
+    # with a relative out, or not in UTF-8 is the user's; in a job's directory, only the job's own staging
+    # directories (.<job>.<random>.tmp) and outputs are the sweep's, and a folder of the user's keeps its
+    # job directory
+    monkeypatch.chdir(tmp_path)  # where the relative out names the sweep
+    out = tmp_path / "sweep"
+    for name, conf in [
+        ("slowdown.factor=1.0", f"trace: /r\nout: {out}\nmode: sim\n"),
+        ("1", f"trace: /r\nout: {out}\nmode: sim\n"),
+        ("mine=relative", "trace: /r\nout: sweep\nmode: sim\n"),
+        ("mine=no_mode", f"trace: /r\nout: {out}\n"),
+    ]:
+        (out / name).mkdir(parents=True)
+        (out / name / "config.yaml").write_text(conf)
+        (out / name / "timeline.parquet").write_text("old")
+    (out / "slowdown.factor=1.0" / "notes").mkdir()
+    (out / "mine=latin1").mkdir()
+    (out / "mine=latin1" / "config.yaml").write_bytes(b"trace: /r\nmode: sim\nname: caf\xe9\n")  # not UTF-8
+    for staging in (".1.k3j2x9ab.tmp", ".2.k3j2x9ab.tmp", ".1.k3j2x9ab.keep"):
+        (out / "1" / staging).mkdir()
+    SweepSummary().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(out)}}}))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        ".jobs",
+        "1",
+        "1/.1.k3j2x9ab.keep",
+        "1/.2.k3j2x9ab.tmp",
+        "mine=latin1",
+        "mine=latin1/config.yaml",
+        "mine=no_mode",
+        "mine=no_mode/config.yaml",
+        "mine=no_mode/timeline.parquet",
+        "mine=relative",
+        "mine=relative/config.yaml",
+        "mine=relative/timeline.parquet",
+        "slowdown.factor=1.0",
+        "slowdown.factor=1.0/notes",
+    ]
