@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from user_docs import ROOT, code_lines
 
 from skewlens.cli import main as skewlens_main
-from skewlens.cli.replay import CONF_DIR, register_configs, to_config
+from skewlens.cli.replay import CONF_DIR, check_sweeper_params, check_types, register_configs, to_config
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import ReplayConfig
@@ -1946,3 +1946,29 @@ def test_a_failed_replay_into_an_out_holding_files_named_as_hydras_keeps_them(
         ".hydra/config.yaml",
         "replay.log",
     ]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["slowdown=straggler", "+real.nproc=2", "+scale.seed=3"],  # null: Hydra appends there
+        ["+trace=/runs/a"],  # a required setting without its value ('???'): Hydra takes the +
+        ["+hydra.job.env_set.FOO=1"],  # Hydra's own keys are Hydra's to add
+        ["-cn", "mine", "+slowdown.factor=2"],  # the user's primary config may lack the key: Hydra's to say
+    ],
+)
+def test_a_plus_override_hydra_takes_passes_the_check_before_anything_runs(overrides: list[str]) -> None:
+    check_types(overrides)  # (composed: +trace and +hydra.job.env_set.FOO end as /runs/a and '1')
+
+
+def test_the_sweeper_params_of_a_replay_yaml_in_a_config_dir_are_not_checked_as_hydra_takes_skewlenss(
+    tmp_path: Path,
+) -> None:
+    # -cn replay is skewlens's replay.yaml (Hydra searches it first: --cfg hydra shows params: null), so a
+    # mistake in a replay.yaml of -cd's is not the sweep's; a pkg:// searchpath's files are left to Hydra
+    (tmp_path / "replay.yaml").write_text("hydra:\n  sweeper:\n    params:\n      slowdown.factr: 1,2\n")
+    (tmp_path / "mine.yaml").write_text("hydra:\n  sweeper:\n    params:\n      slowdown.factr: 1,2\n")
+    check_sweeper_params(["-cd", str(tmp_path), "-cn", "replay"])
+    check_sweeper_params(["-cn", "mine", "hydra.searchpath=[pkg://somepkg]"])
+    with pytest.raises(ConfigError, match=r"mine\.yaml: hydra\.sweeper\.params: slowdown\.factr: no such"):
+        check_sweeper_params(["-cd", str(tmp_path), "-cn", "mine"])

@@ -1036,3 +1036,13 @@ def test_a_sweeps_clear_leaves_what_no_job_of_it_wrote_beside_and_inside_its_job
         "slowdown.factor=1.0",
         "slowdown.factor=1.0/notes",
     ]
+
+
+@pytest.mark.parametrize(
+    "shows", [["--cfg", "hydra"], ["--info"], ["--info", "config"], ["-h"], ["--hydra-help"]]
+)
+def test_a_slurm_sweep_that_only_shows_its_config_or_help_passes_the_launcher_check_where_there_is_no_slurm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shows: list[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun: a sweep would be refused (the test above)
+    check_launcher(["hydra.mode=MULTIRUN", "hydra/launcher=submitit_slurm", *shows])
