@@ -264,6 +264,7 @@ def test_a_value_not_of_its_settings_type_or_an_unknown_key_is_one_line_naming_i
         ),
         # "Multiple values for slowdown. To override a value use 'override slowdown: stall'"
         (["+slowdown=stall"], "+slowdown=stall: replay.yaml chooses a slowdown already; give slowdown=stall"),
+        (["+topology=ring"], "+topology=ring: replay.yaml chooses a topology already; give topology=ring"),
         (["++slowdown=stall"], "++slowdown=stall: a group's entry is chosen, not added: give slowdown=stall"),
         (["+hydra/launcher=joblib"], "+hydra/launcher=joblib: Hydra chooses a hydra/launcher already"),
         # every job of the sweep failed on it, one by one, after the launcher had started them
