@@ -326,3 +326,54 @@ def test_the_time_of_a_step_the_replay_lacks_is_a_skewlens_error_naming_the_step
     res = simulate(load_validated(straggler_run(tmp_path)))
     with pytest.raises(SkewlensError, match=r"step 99 has no nodes in this replay \(its steps: 0, 1, 2\)"):
         res.step_time_ns(99)
+
+
+def _one_step_run(path: Path, ranks: int, last: str) -> RunTrace:
+    """Each rank: step 0, an all_reduce, then ``last``: ``compute``, ``all_reduce`` or ``p2p`` (rank 0
+    sends to rank 1)."""
+    b = RunBuilder(world_size=ranks)
+    for r in range(ranks):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=64, dur_ns=MS)
+        if last == "compute":
+            rb.compute("aten::mm", dur_ns=MS)
+        elif last == "all_reduce":
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=64, dur_ns=MS)
+        elif r == 0:
+            rb.send(1, comm_bytes=64, dur_ns=MS)
+        else:
+            rb.recv(0, comm_bytes=64, dur_ns=MS)
+    return load_validated(b.write(path / "run"))
+
+
+@pytest.mark.parametrize(
+    ("given", "run", "differs"),
+    [
+        ((3, "compute"), (2, "compute"), "its ranks [0, 1, 2], the run's [0, 1]"),
+        ((2, "all_reduce"), (2, "compute"), "2 collectives replayed, 1 in the run"),
+        ((2, "p2p"), (2, "compute"), "1 send/recv pairs replayed, 0 in the run"),
+    ],
+)
+def test_a_replay_of_a_run_of_another_shape_with_as_many_rows_per_rank_is_refused_naming_what_differs(
+    tmp_path: Path, given: tuple[int, str], run: tuple[int, str], differs: str
+) -> None:
+    res = simulate(_one_step_run(tmp_path / "given", *given))
+    other = _one_step_run(tmp_path / "other", *run)
+    with pytest.raises(ReplayError) as e:
+        summarize(other, res)
+    assert str(e.value) == f"{other.run_dir}: the SimResult given is not a replay of this run ({differs})"
+
+
+def test_the_time_of_a_step_a_long_replay_lacks_names_its_first_eight_steps_and_how_many_more(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    for s in range(10):
+        rb.step(s).compute("aten::mm", dur_ns=MS)
+    res = simulate(load_validated(b.write(tmp_path / "run")))
+    with pytest.raises(ReplayError) as e:
+        res.step_time_ns(99)
+    assert (
+        str(e.value) == "step 99 has no nodes in this replay (its steps: 0, 1, 2, 3, 4, 5, 6, 7 and 2 more)"
+    )
