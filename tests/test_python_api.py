@@ -377,3 +377,17 @@ def test_the_time_of_a_step_a_long_replay_lacks_names_its_first_eight_steps_and_
     assert (
         str(e.value) == "step 99 has no nodes in this replay (its steps: 0, 1, 2, 3, 4, 5, 6, 7 and 2 more)"
     )
+
+
+def test_a_slowdown_given_a_bool_for_a_number_or_a_rank_is_refused_naming_the_field() -> None:
+    # True is an int to Python: factor=True was taken as a factor of 1, ranks=(True,) as rank 1
+    with pytest.raises(ConfigError) as e:
+        Slowdown(kind="compute", factor=True)
+    assert str(e.value) == "slowdown item (kind=compute): factor must be a number, got True"
+    with pytest.raises(ConfigError) as e:
+        Slowdown(kind="compute", ranks=(True,), factor=2.0)
+    assert str(e.value) == "slowdown item (kind=compute): ranks must be a sequence of ranks, got (True,)"
+    # numpy's integers are taken, as Python's (a config written from the item is plain YAML)
+    ranks = Slowdown(kind="compute", ranks=(np.int64(1),), factor=2.0).ranks
+    nodes = Slowdown(kind="network", nodes=[np.int64(3)], factor=2.0).nodes  # type: ignore[arg-type]
+    assert (ranks, nodes, type(ranks[0]), type(nodes[0])) == ((1,), (3,), int, int)

@@ -1057,3 +1057,16 @@ def test_a_pipeline_refusal_on_many_groups_lists_six_in_the_order_torch_numbered
         identify(load_run(b.write(tmp_path / "run")))
     shown = ", ".join(f"'{n}' (ranks 0-1)" for n in names[:6])
     assert f"(8 matched pairs: 0->1 x8) on 8 groups: {shown} and 2 more: point-to-point" in str(e.value)
+
+
+def test_a_scaled_runs_columns_are_read_only_as_a_loaded_runs_are(tmp_path: Path) -> None:
+    # its execution model is cached per RunTrace as a loaded run's; FSDP2's all_gather bytes, new arrays of
+    # the copies, would be writable
+    scaled = scale_run(build(tmp_path / "fsdp2", world=2, schedule=FSDP2), 4)
+    writable = [
+        (rt.rank, f)
+        for rt in scaled.ranks.values()
+        for f in rt.__slots__
+        if isinstance(getattr(rt, f, None), np.ndarray) and getattr(rt, f).flags.writeable
+    ]
+    assert len(scaled.ranks) == 4 and writable == []
