@@ -391,3 +391,17 @@ def test_a_slowdown_given_a_bool_for_a_number_or_a_rank_is_refused_naming_the_fi
     ranks = Slowdown(kind="compute", ranks=(np.int64(1),), factor=2.0).ranks
     nodes = Slowdown(kind="network", nodes=[np.int64(3)], factor=2.0).nodes  # type: ignore[arg-type]
     assert (ranks, nodes, type(ranks[0]), type(nodes[0])) == ((1,), (3,), int, int)
+
+
+def test_write_tables_where_an_earlier_tables_name_is_a_directory_says_it_cannot_remove_it(
+    tmp_path: Path,
+) -> None:
+    # a stale blame.parquet that unlink refuses (a directory of that name: IsADirectoryError) is a
+    # SkewlensError naming it, not a traceback
+    res = analyze_run(load_validated(straggler_run(tmp_path / "a")), blame=False)
+    (tmp_path / "out" / "blame.parquet").mkdir(parents=True)
+    with pytest.raises(SkewlensError) as e:
+        write_tables(res, tmp_path / "out")
+    assert str(e.value) == (
+        f"cannot remove {tmp_path / 'out' / 'blame.parquet'} (an earlier analysis' table): Is a directory"
+    )
