@@ -405,3 +405,12 @@ def test_write_tables_where_an_earlier_tables_name_is_a_directory_says_it_cannot
     assert str(e.value) == (
         f"cannot remove {tmp_path / 'out' / 'blame.parquet'} (an earlier analysis' table): Is a directory"
     )
+
+
+def test_the_time_of_a_step_of_a_replay_without_nodes_says_it_has_no_steps(tmp_path: Path) -> None:
+    b = RunBuilder(world_size=1)
+    b.rank(0)
+    res = simulate(load_validated(b.write(tmp_path / "run")))
+    with pytest.raises(ReplayError) as e:
+        res.step_time_ns(0)
+    assert (res.steps(), str(e.value)) == ([], "step 0 has no nodes in this replay (its steps: none)")
