@@ -50,7 +50,7 @@ from skewlens.replay.execution import (
     awaited_arrivals,
     compute_rows,
     execution_model,
-    issuer_heads,
+    issuer_delays,
     replay_gaps,
 )
 from skewlens.replay.network.algorithms import even_split_bytes
@@ -796,7 +796,7 @@ def _rank_times(
     if not isinstance(effects, NoEffects):
         d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
         delay = _delays(effects, rt, rank, m.valid)
-        g = g + delay + _issuer_delays(rt, m, delay)
+        g = g + delay + issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0
     g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
     return d, g
@@ -890,22 +890,6 @@ def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
                 f"slowdown: rank {rank}'s stall at step {st} is {stall / 1e9:.3g} s, beyond {SIM_CLOCK}"
             )
         out[order[fi]] += stall
-    return out
-
-
-def _issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
-    """Per row, what the delays before asynchronous ops (``delay``: before communication, a step's stall on
-    its first node) add to the thread that issued them: the rank waits before it issues the op (the
-    example's ``--slow-send`` sleeps, then isends), so the issuing thread's node that follows the issue (the
-    execution model's :func:`~skewlens.replay.execution.issuer_heads`) is delayed as much as the op, and what
-    follows it on the thread with it. A blocking op, or one that node follows, holds it already (0 here)."""
-    out = np.zeros(len(rt), dtype=np.int64)
-    # a step's stall sits on its first node, which may be compute that follows the previous step's
-    # asynchronous collectives (start edges from their streams): issuer_heads takes issues from host rows
-    # only, else it delayed the next collective on their stream as much again (DDP under Join, a 20 ms stall
-    # every step on rank 0: 41.8 ms steps simulated, 30.8 ms measured with a real 20 ms sleep)
-    ops, heads = issuer_heads(rt, m, delay > 0)
-    np.add.at(out, heads, delay[ops])
     return out
 
 

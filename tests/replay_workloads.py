@@ -2,16 +2,20 @@
 
 4 ranks, ``STEPS`` steps of about ``COMPUTE_NS`` each: compute, a world all_reduce, a pair all_gather,
 more compute, a send/recv; and ``RankFactor``, the slowdown the slowdown config's ``compute`` item gives,
-on one rank.
+on one rank. :func:`worker_times` runs one CPU worker's plan on a virtual clock, in-process.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.replay.real.plan import ReplayOp
 
 MS = 1_000_000
 # 8 steps of ~300 ms compute (a 50 % slower compute on rank 2 is ~150 ms a step)
@@ -55,3 +59,51 @@ def four_rank_run(path: Path) -> Path:
             else:
                 rb.recv(r - 1, 4 << 10, 200_000)
     return b.write(path)
+
+
+class _VirtualClock:
+    """A worker's clock (``time.perf_counter_ns``, ``wait_until``), host work (``Compute.run``) and
+    communication (``CommIssuer.issue``: done as issued, its future calling back at once) that only move
+    time on: a ``Runner`` run on it keeps its plan's times to the nanosecond, whatever the machine's load."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def perf_counter_ns(self) -> int:
+        return self.now_ns
+
+    def wait_until(self, t: int) -> None:
+        self.now_ns = max(self.now_ns, t)
+
+    def run(self, dur_ns: int) -> None:
+        self.now_ns += max(0, dur_ns)
+
+    def issue(self, op: ReplayOp, *, blocking: bool = False) -> _VirtualClock | None:
+        return None if blocking else self
+
+    def get_future(self) -> _VirtualClock:
+        return self
+
+    def add_done_callback(self, cb: Callable[[_VirtualClock], None]) -> None:
+        cb(self)
+
+    def value(self) -> None:
+        return None
+
+
+def worker_times(
+    ops: list[ReplayOp], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Each op's (start, end) by row when one CPU worker (``skewlens.replay.real.worker.Runner``) runs
+    ``ops`` from 0 on a virtual clock: the plan's timing rules as the worker applies them, no process."""
+    from skewlens.replay.real import ops as real_ops
+    from skewlens.replay.real import worker
+
+    clock = _VirtualClock()
+    for module in (worker, real_ops):
+        monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(worker, "wait_until", clock.wait_until)
+    dog = worker.Watchdog(0, tmp_path, 10.0)
+    runner = worker.Runner(rank=0, ops=ops, dog=dog, issuer=clock, compute=clock)  # type: ignore[arg-type]
+    runner.run(0)
+    return runner.start, runner.end

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from capture_helpers import EXAMPLE, profile, run_together
-from replay_workloads import MS, STEPS, RankFactor, four_rank_run
+from replay_workloads import MS, STEPS, RankFactor, four_rank_run, worker_times
 from rich.console import Console
 
 from skewlens.profiler.errors import TraceFormatError, ValidationError
@@ -46,6 +46,7 @@ from skewlens.replay.real.plan import (
 from skewlens.replay.real.render import outputs_line, render_comparison
 from skewlens.replay.real.result import RankStepTimes, RealReplayResult, rank_step_times, step_spans
 from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 CFG = RealConfig(timeout_s=20.0)  # per-operation timeout of the replays below
 
@@ -249,6 +250,31 @@ def test_communication_issued_inside_a_host_op_is_planned_to_be_issued_during_it
     assert wait.issues_inside == () and a.issues_inside == ()
 
 
+@pytest.mark.parametrize(("delay_ms", "factor"), [(3, 1.5), (3, 1.0), (0, 1.5), (18, 1.0)])
+def test_a_delay_before_communication_issued_inside_a_host_op_holds_the_threads_next_op_as_simulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_ms: int, factor: float
+) -> None:
+    # the all_gather issued 4 ms into the 20 ms FSDP::all_gather, `delay_ms` late, the op `factor` times as
+    # long: the thread sleeps before the issue, so c10d::wait, its next op, starts `delay_ms` after the op's
+    # scaled end (the simulator's issuer_heads). The worker slept inside the op, which ran to its deadline:
+    # with 3 ms and 1.5, c10d::wait started at 31 ms, 3 ms before the simulator's 34 ms; with 18 ms, past
+    # the op's end, the all_gather was left to its own turn and c10d::wait started at its issue, 23 ms, not 39
+    run = load_run(_issued_inside_run(tmp_path / "run", 1))
+    slow = SlowdownModel(
+        [
+            Slowdown(kind="comm_delay", before="collective", ranks=(0,), delay_ns=delay_ms * MS),
+            Slowdown(kind="op", pattern="FSDP::*", ranks=(0,), factor=factor),
+        ]
+    )
+    ops = rank_plan(run.ranks[0], run, slow)
+    sim = simulate(run, effects=slow)
+    start, end = worker_times(ops, tmp_path, monkeypatch)
+    assert ops[1].issues_inside == (ops[2].row,)
+    assert {o.name: start[o.row] for o in ops} == {o.name: int(sim.start_ns[0][o.row]) for o in ops}
+    assert end[ops[1].row] == int(sim.end_ns[0][ops[1].row]) == MS + round(20 * MS * factor)
+    assert start[ops[-1].row] == MS + round(20 * MS * factor) + delay_ms * MS
+
+
 def test_comparison_table_shows_each_rank_with_all_three_step_times(tmp_path: Path) -> None:
     result = RealReplayResult(
         run_dir=tmp_path / "run",
@@ -447,6 +473,33 @@ def test_communication_issued_inside_a_host_op_is_issued_during_it_by_the_worker
         ags = [i for i in range(len(rt)) if rt.node_type[i] == NodeType.COMM_COLL]
         assert len(ops) == len(ags) == 3
         assert all(start[op] < start[ag] < end[op] for op, ag in zip(ops, ags, strict=True)), (r, start, end)
+    assert_the_workers_kept_their_plans(res.out_dir, [0, 1])
+
+
+@pytest.mark.slow
+def test_a_delay_before_an_all_gather_issued_inside_a_host_op_holds_the_workers_next_op(
+    tmp_path: Path,
+) -> None:
+    # 3 ms before each all_gather, FSDP::all_gather 1.5 times as long, on rank 0: on its own clock, each
+    # c10d::wait starts at least 3 ms after its FSDP::all_gather ended (before, as soon as it ended), the
+    # all_gather still issued inside the op
+    slow = SlowdownModel(
+        [
+            Slowdown(kind="comm_delay", before="collective", ranks=(0,), delay_ns=3 * MS),
+            Slowdown(kind="op", pattern="FSDP::*", ranks=(0,), factor=1.5),
+        ]
+    )
+    run_dir = _issued_inside_run(tmp_path / "run", 3)
+    res = real_replay(run_dir=run_dir, out_dir=tmp_path / "out", effects=slow, cfg=CFG)
+    rt = load_run(res.out_dir / "real" / "replayed", match=False).ranks[0]
+    start, end = rt.start_ns.tolist(), rt.end_ns.tolist()
+    names = [rt.name(i) for i in range(len(rt))]
+    ops = [i for i, n in enumerate(names) if n == "FSDP::all_gather (0)"]
+    waits = [i for i, n in enumerate(names) if n == "c10d::wait"]
+    ags = [i for i in range(len(rt)) if rt.node_type[i] == NodeType.COMM_COLL]
+    assert len(ops) == len(waits) == len(ags) == 3
+    assert all(start[op] < start[ag] < end[op] for op, ag in zip(ops, ags, strict=True)), (start, end)
+    assert all(start[w] - end[op] >= 3 * MS for op, w in zip(ops, waits, strict=True)), (start, end)
     assert_the_workers_kept_their_plans(res.out_dir, [0, 1])
 
 

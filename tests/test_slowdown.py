@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replay_workloads import worker_times
 
 from skewlens.profiler.importers.run import import_traces
 from skewlens.profiler.store import load_run
@@ -17,6 +18,7 @@ from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.real.plan import KIND_NESTED, rank_plan
 from skewlens.replay.simulate import Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel, jitter_factor
 
@@ -556,6 +558,23 @@ def test_a_slow_isend_that_follows_one_op_and_was_issued_inside_another_holds_th
     # two dependencies on the thread, `fwd0` done and `outer` still running: one issue, one 3 ms delay
     rt = _outer_run(tmp_path / "run", on=("fwd0", "outer"))
     assert _slow_send_moves(rt, "fwd1", 3 * MS) == (3 * MS, 3 * MS)
+
+
+@pytest.mark.parametrize("on", [("outer",), ("fwd0", "outer"), ("fwd0",)])
+def test_a_real_replay_worker_holds_the_threads_next_op_after_a_slow_isend_as_simulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on: tuple[str, ...]
+) -> None:
+    # the isend issued 0.4 ms into `outer`, 3 ms late: the worker ran `fwd1` at 4.0 ms where the isend
+    # depends on `outer` (issued after `outer`, 3 ms, at its ready time, 4 ms: the next op went on then)
+    # and at 3.01 ms where it depends on `fwd0` alone (issued inside `outer`, the sleep inside it), where
+    # the simulator holds `fwd1` by the 3 ms (6.01 ms). The plan now adds the delay to `fwd1` (issuer_delays)
+    rt = _outer_run(tmp_path / "run", on=on)
+    model = SlowdownModel([Slowdown(kind="comm_delay", before="send", ranks=(0,), delay_ns=3 * MS)])
+    ops = [o for o in rank_plan(rt.ranks[0], rt, model) if o.kind != KIND_NESTED]
+    start, _end = worker_times(ops, tmp_path, monkeypatch)
+    sim = simulate(rt, effects=model).start_ns[0]
+    assert {o.name: start[o.row] for o in ops} == {o.name: int(sim[o.row]) for o in ops}
+    assert start[ops[-1].row] == 6 * MS + 10_000
 
 
 def test_a_slow_isend_that_depends_on_a_collective_still_running_holds_no_op_of_that_collectives_thread(

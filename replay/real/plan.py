@@ -25,7 +25,10 @@ simulator reads:
   the simulator does) is that op's ``issues_inside``: the worker issues it at that time during the op's
   work, so that it overlaps the rest of the op as recorded;
 - ``effects`` scale compute work (``compute_factor``) and add waits before nodes (``delay_before_ns``,
-  plus ``stall_ns`` before the first node of a step).
+  plus ``stall_ns`` before the first node of a step); a wait before asynchronous communication is the
+  issuing thread's, so it holds that thread's op after the issue too (the model's ``issuer_delays``, as the
+  simulator does), also where the issue is inside a host op (``issues_inside``: that op ends as planned, the
+  next one waits).
 
 The plan is plain data (ints and strings) serialised as JSON for the workers: no pickles cross processes.
 """
@@ -40,6 +43,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.bounded import read_json_bounded as bounded_json
 from skewlens.profiler.chakra_io import attr_value, iter_nodes
@@ -49,7 +54,7 @@ from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
-from skewlens.replay.execution import compute_rows, deps_by_row, execution_model
+from skewlens.replay.execution import RankModel, compute_rows, deps_by_row, execution_model, issuer_delays
 from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
@@ -134,7 +139,9 @@ class ReplayOp:
     gap_ns: int
     """Recorded host gap after the latest dependency (without any: after the rank's origin), ns."""
     delay_ns: int
-    """Extra wait before the node from the effects (delay + stall), ns."""
+    """Extra wait before the node from the effects (delay + stall), ns; on the op of a thread that follows
+    an issue of asynchronous communication, plus that op's delay (the thread waited before the issue:
+    :func:`~skewlens.replay.execution.issuer_delays`, as simulated)."""
     parent: int = -1
     """For ``nested`` nodes: the row of the enclosing compute node; else -1."""
     offset_ns: int = 0
@@ -405,7 +412,20 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 **common,
             )
         )
+    ops = _issuer_holds(rt, m, ops)
     return _mark_blocking(_issued_inside(ops, starts, (rt.start_ns + rt.dur_ns).tolist()))
+
+
+def _issuer_holds(rt: RankTrace, m: RankModel, ops: list[ReplayOp]) -> list[ReplayOp]:
+    """``ops`` with the delays before asynchronous ops added to the issuing thread's op that follows each
+    issue (the execution model's :func:`~skewlens.replay.execution.issuer_delays`, which the simulator adds
+    to its gaps): the thread waited before the issue, then went on. The worker counts an op's ``delay_ns``
+    from its dependencies' end, not from the held issue, so the thread waits once, as it did."""
+    delay = np.zeros(len(rt), dtype=np.int64)
+    for op in ops:
+        delay[op.row] = op.delay_ns
+    hold = issuer_delays(rt, m, delay).tolist()
+    return [replace(op, delay_ns=op.delay_ns + hold[op.row]) if hold[op.row] else op for op in ops]
 
 
 def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> list[ReplayOp]:
