@@ -997,18 +997,7 @@ def _ring_exchange(tmp_path: Path) -> RunTrace:
     blocked until the exchange ends (rank 0 at 4.0 ms, rank 1 at 3.9), then for its send, which returns
     at once (0.01 ms). gloo reports no completion: each op is recorded to end where its first wait
     returned."""
-    b = RunBuilder(2)
-    for r, recv_end in ((0, 4 * MS), (1, 3_900_000)):
-        rb = b.rank(r).step(0)
-        p = rb.compute("prep", 2 * MS, start_ns=0)
-        s = rb.send(1 - r, 131_584, recv_end + 10_000 - 2 * MS, start_ns=2 * MS, stream=COMM, deps=(p,),
-                    return_ns=2_050_000)  # fmt: skip
-        rv = rb.recv(1 - r, 131_584, recv_end - 2_100_000, start_ns=2_100_000, stream=COMM, deps=(p,),
-                     return_ns=2_150_000)  # fmt: skip
-        g = rb.compute("issue", 2_200_000 - 2 * MS, start_ns=2 * MS, deps=(p,))
-        w = rb.compute("c10d::wait", recv_end - 2_200_000, start_ns=2_200_000, deps=(g, rv))
-        rb.compute("c10d::wait", 10_000, start_ns=recv_end, deps=(w, s))
-    return load_run(b.write(tmp_path / "run"))
+    return _ring_waited_at(tmp_path, 2_200_000, 4 * MS)
 
 
 def test_a_ring_exchange_completes_where_the_wait_that_blocked_on_it_returned_not_when_both_were_issued(
@@ -1064,3 +1053,157 @@ def test_a_recv_whose_wait_blocked_past_its_sends_completion_completes_at_its_ow
     switch = Dimension(kind="switch", size=0, bandwidth_gbps=100.0, latency_ns=1_000)
     res = simulate(run, comm_mode="model", topology=Topology(name="fast", dims=(switch,)))
     assert int(res.end_ns[0].max()) < 2_400_000  # a µs transfer after 2.33 ms; before, 4.5 ms
+
+
+def _ring_waited_at(tmp_path: Path, wait_at: int, recv_end: int) -> RunTrace:
+    """:func:`_ring_exchange` with rank 0's wait for its recv begun at ``wait_at`` and blocked until
+    ``recv_end`` (its wait for its send then 0.01 ms); rank 1 as there."""
+    b = RunBuilder(2)
+    for r, at, end in ((0, wait_at, recv_end), (1, 2_200_000, 3_900_000)):
+        rb = b.rank(r).step(0)
+        p = rb.compute("prep", 2 * MS, start_ns=0)
+        s = rb.send(1 - r, 131_584, end + 10_000 - 2 * MS, start_ns=2 * MS, stream=COMM, deps=(p,),
+                    return_ns=2_050_000)  # fmt: skip
+        rv = rb.recv(1 - r, 131_584, end - 2_100_000, start_ns=2_100_000, stream=COMM, deps=(p,),
+                     return_ns=2_150_000)  # fmt: skip
+        g = rb.compute("issue", at - 2 * MS, start_ns=2 * MS, deps=(p,))
+        w = rb.compute("c10d::wait", end - at, start_ns=at, deps=(g, rv))
+        rb.compute("c10d::wait", 10_000, start_ns=end, deps=(w, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+#: (rank 0's recv wait begun, its end; the model ends of rank 0's recv and rank 1's send)
+_RING_WAITS = {
+    # begun as the last call returned (2.15 ms, both issued): the pair was running, as recorded
+    "wait-begun-as-both-were-issued": (2_150_000, 4 * MS, (4 * MS, 3_910_000)),
+    # begun at the send's end (3.91, its wait's return): the data was sent, the pair done when both issued
+    "wait-begun-at-the-sends-end": (3_910_000, 4_500_000, (2_150_000, 2_150_000)),
+}
+
+
+@pytest.mark.parametrize(("wait_at", "recv_end", "ends"), _RING_WAITS.values(), ids=_RING_WAITS.keys())
+def test_a_ring_exchanges_pair_is_running_where_a_blocked_wait_began_from_both_issued_until_before_its_end(
+    tmp_path: Path, wait_at: int, recv_end: int, ends: tuple[int, int]
+) -> None:
+    run = _ring_waited_at(tmp_path, wait_at, recv_end)
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == ends
+
+
+def _send_waited_early(tmp_path: Path, *, recv_wait: tuple[int, int]) -> RunTrace:
+    """Rank 1 isends at 1 ms (returns 1.05) and waits for it from 1.1, blocked until 5 ms; rank 0 irecvs at
+    3 ms (returns 3.05) and waits for it at ``recv_wait`` (start, length), the recv recorded to end with
+    that wait."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    at, ns = recv_wait
+    p0 = r0.compute("prep", 3 * MS, start_ns=0)
+    rv = r0.recv(1, 4096, at + ns - 3 * MS, start_ns=3 * MS, stream=COMM, deps=(p0,), return_ns=3_050_000)
+    o = r0.compute("other_stage", at - 3 * MS, start_ns=3 * MS, deps=(p0,))
+    r0.compute("c10d::wait", ns, start_ns=at, deps=(o, rv))
+    p1 = r1.compute("prep", MS, start_ns=0)
+    s = r1.send(0, 4096, 4 * MS, start_ns=MS, stream=COMM, deps=(p1,), return_ns=1_050_000)
+    i1 = r1.compute("issue", 100_000, start_ns=MS, deps=(p1,))
+    r1.compute("c10d::wait", 3_900_000, start_ns=1_100_000, deps=(i1, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+def test_a_send_waited_for_before_its_recv_was_posted_keeps_its_end_and_the_recv_completes_when_both_issued(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's wait for its send began at 1.1 ms, before rank 0 posted the recv (3 ms, returned 3.05), and
+    blocked until 5 ms; rank 0's wait for the recv, at 4.9, did not block. That wait says the data was there:
+    the recv completed once both were issued (3.05); the send's wait, begun before both were issued, says
+    nothing of the pair still running after that, and the send completed at its own end (5 ms)."""
+    run = _send_waited_early(tmp_path, recv_wait=(4_900_000, 10_000))
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_050_000, 5 * MS)
+
+
+def test_a_pair_member_without_a_wait_says_nothing_of_the_pair_running_whatever_its_ranks_last_row_did(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's send is never waited for; its rank's last row, host work on another thread from 3.5 to
+    4.5 ms (0.1 ms past the 'did not block' limit), is no wait on the pair: the recv posted ahead, whose
+    wait at 4.9 did not block, completed when both were issued (3.05), and so did the send."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p0 = r0.compute("prep", 3 * MS, start_ns=0)
+    rv = r0.recv(1, 4096, 1_910_000, start_ns=3 * MS, stream=COMM, deps=(p0,), return_ns=3_050_000)
+    o = r0.compute("other_stage", 1_900_000, start_ns=3 * MS, deps=(p0,))
+    r0.compute("c10d::wait", 10_000, start_ns=4_900_000, deps=(o, rv))
+    p1 = r1.compute("prep", MS, start_ns=0)
+    r1.send(0, 4096, 5 * MS, start_ns=MS, stream=COMM, deps=(p1,), return_ns=1_050_000)
+    r1.compute("side", MS, start_ns=3_500_000, stream=5)
+    run = load_run(b.write(tmp_path / "run"))
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert run.ranks[1].name(len(run.ranks[1]) - 1) == "side"
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_050_000, 3_050_000)
+
+
+def _send_blocked_first(
+    tmp_path: Path, *, recv_wait: tuple[int, int] | None, recv_end: int, side: bool = False
+) -> RunTrace:
+    """Rank 1 isends at 1 ms and waits for it from 1.1, blocked until 3 ms (the send's end); rank 0 irecvs
+    at 1 ms (returns 1.05), recorded to end at ``recv_end``, and waits for it at ``recv_wait`` (start,
+    length; None: never). ``side``: rank 0's last row, host work on another thread from 2 to 3 ms."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p0 = r0.compute("prep", MS, start_ns=0)
+    rv = r0.recv(1, 4096, recv_end - MS, start_ns=MS, stream=COMM, deps=(p0,), return_ns=1_050_000)
+    if recv_wait is not None:
+        at, ns = recv_wait
+        o = r0.compute("other", at - MS, start_ns=MS, deps=(p0,))
+        r0.compute("c10d::wait", ns, start_ns=at, deps=(o, rv))
+    if side:
+        r0.compute("side", MS, start_ns=2 * MS, stream=5)
+    p1 = r1.compute("prep", MS, start_ns=0)
+    s = r1.send(0, 4096, 2 * MS, start_ns=MS, stream=COMM, deps=(p1,), return_ns=1_050_000)
+    i1 = r1.compute("issue", 100_000, start_ns=MS, deps=(p1,))
+    r1.compute("c10d::wait", 1_900_000, start_ns=1_100_000, deps=(i1, s))
+    return load_run(b.write(tmp_path / "run"))
+
+
+#: (rank 0's wait for its recv, the recv's recorded end, rank 0's side work; the recv's model end)
+_RECV_AFTER_SEND = {
+    # begun at the send's completion (3 ms) and blocked: not begun before it, so the recv completed with it
+    "wait-begun-at-the-sends-end": ((3 * MS, MS), 4 * MS, False, 3 * MS),
+    # begun before it, 0.1 ms long: it did not block, so the recv completed with the send
+    "wait-of-0.1-ms": ((2_950_000, 100_000), 3_050_000, False, 3 * MS),
+    # begun before it, blocked past it: the recv completed at its own end
+    "wait-blocked-past-it": ((2_950_000, 100_001), 3_050_001, False, 3_050_001),
+    # never waited for: the rank's last row (host work before and past 3 ms) is not a wait on it
+    "no-wait": (None, 4 * MS, True, 3 * MS),
+}
+
+
+@pytest.mark.parametrize(
+    ("recv_wait", "recv_end", "side", "end"), _RECV_AFTER_SEND.values(), ids=_RECV_AFTER_SEND.keys()
+)
+def test_a_recv_keeps_its_end_only_where_its_first_wait_began_before_its_sends_completion_and_blocked_past_it(
+    tmp_path: Path, recv_wait: tuple[int, int] | None, recv_end: int, side: bool, end: int
+) -> None:
+    run = _send_blocked_first(tmp_path, recv_wait=recv_wait, recv_end=recv_end, side=side)
+    assert model_ends(run, 0)[_row(run, 0, "c10d::recv_")] == end
+    assert model_ends(run, 1)[_row(run, 1, "c10d::send")] == 3 * MS
+
+
+def test_a_recvs_first_wait_is_the_one_that_began_first_not_the_one_recorded_first(tmp_path: Path) -> None:
+    """Rank 0 waits on its recv from another thread at 25 ms (returning at once), a node recorded before its
+    main thread's wait at 10 ms, which blocked until 20 ms: the first wait is the one begun at 10 ms, so the
+    recv completed at 20 ms, not when its send's call returned (5.05 ms)."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p = r0.compute("prep", 100_000, start_ns=0)
+    rv = r0.recv(1, 4096, 19_900_000, start_ns=100_000, stream=COMM, deps=(p,))
+    r0.compute("c10d::wait", 10_000, start_ns=25 * MS, stream=5, deps=(rv,))
+    o = r0.compute("other_stage", 9_900_000, start_ns=100_000, deps=(p,))
+    r0.compute("c10d::wait", 10 * MS, start_ns=10 * MS, deps=(o, rv))
+    f = r1.compute("fwd", 5 * MS, start_ns=0)
+    s = r1.send(0, 4096, 25_010_000, start_ns=5 * MS, stream=COMM, deps=(f,), return_ns=5_050_000)
+    m = r1.compute("more", 25 * MS, start_ns=5_050_000, deps=(f,))
+    r1.compute("c10d::wait", 10_000, start_ns=30_050_000, deps=(m, s))
+    run = load_run(b.write(tmp_path / "run"))
+    waits = [i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == "c10d::wait"]
+    assert [int(run.ranks[0].start_ns[i]) for i in waits] == [25 * MS, 10 * MS]  # recorded in this order
+    assert model_ends(run, 0)[_row(run, 0, "c10d::recv_")] == 20 * MS
