@@ -308,7 +308,8 @@ def test_a_file_holding_less_than_its_limit_is_read_within_an_address_space_far_
     # a read asks for (allocates) what it may get: the whole limit was asked of a /proc file (size 0: 8 GiB
     # for a trace) and of a gzip (its ratio times its size), an out-of-memory error under ulimit -v
     packed = tmp_path / "t.gz"
-    body = os.urandom(4 << 20)
+    # 4 MiB + 0xC0: its trailer's size read the wrong way round (big-endian) is 3 GiB
+    body = os.urandom((4 << 20) + 0xC0)
     packed.write_bytes(gzip.compress(body, compresslevel=1))
     script = f"""
 import resource, sys
@@ -323,3 +324,38 @@ print(status.startswith(b"Name:"), len(data))
     cmd = [sys.executable, "-c", script]
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert (got.returncode, got.stdout.split()) == (0, ["True", str(len(body))]), got.stderr[-600:]
+
+
+class _Recorded:
+    """A file of ``size`` zero bytes that records what each read asks for."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.asked: list[int] = []
+
+    def read(self, n: int) -> bytes:
+        self.asked.append(n)
+        got = min(n, self.left)
+        self.left -= got
+        return bytes(got)
+
+
+@pytest.mark.parametrize(
+    ("held", "expect", "limit", "asked"),
+    [
+        # 1 MiB expected of a 100 MiB file under a 70 MiB limit: as many as held so far, at most 16 MiB
+        (100 << 20, 1 << 20, 70 << 20, [1, 1, 2, 4, 8, 16, 16, 16, 6]),
+        # a size of 0 (a /proc file) holding 300 KiB: from 64 KiB up, until a read returns nothing
+        (300 << 10, 0, 1 << 20, [1 / 16, 1 / 16, 1 / 8, 1 / 4, 300 / 1024]),
+    ],
+    ids=["past-1-mib-expected", "a-size-of-0"],
+)
+def test_past_the_bytes_a_file_should_hold_a_read_asks_for_as_many_as_held_so_far_from_64_kib_to_16_mib(
+    held: int, expect: int, limit: int, asked: list[float]
+) -> None:
+    from skewlens.profiler.bounded import _read_upto
+
+    fh = _Recorded(held)
+    data = _read_upto(fh, limit, expect)  # type: ignore[arg-type]
+    assert len(data) == min(held, limit)
+    assert fh.asked == [int(a * (1 << 20)) for a in asked]
