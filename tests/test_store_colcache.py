@@ -190,10 +190,17 @@ def _bad_name_index(b: pa.RecordBatch) -> pa.RecordBatch:
     return _with(b, "name", pa.DictionaryArray.from_arrays(pa.array(idx), names.dictionary, safe=False))
 
 
-def _names(b: pa.RecordBatch, extra: list[str]) -> pa.DictionaryArray:
-    """``b``'s names, their dictionary followed by ``extra`` (unused) strings."""
-    names = b.column("name")
+def _names(b: pa.RecordBatch, extra: list[str], column: str = "name") -> pa.DictionaryArray:
+    """``b``'s names (or another string ``column``), their dictionary followed by ``extra`` (unused)
+    strings."""
+    names = b.column(column)
     return pa.DictionaryArray.from_arrays(names.indices, pa.array(names.dictionary.to_pylist() + extra))
+
+
+def _distinct(b: pa.RecordBatch, column: str, count: int) -> pa.RecordBatch:
+    """``b`` with ``column``'s dictionary grown to ``count`` distinct strings."""
+    have = len(b.column(column).dictionary)
+    return _with(b, column, _names(b, [f"n{i}" for i in range(count - have)], column))
 
 
 def _null_name(b: pa.RecordBatch) -> pa.RecordBatch:
@@ -227,6 +234,9 @@ TAMPERED = {
     "more distinct names than nodes": lambda b: _with(
         b, "name", _names(b, [f"n{i}" for i in range(b.num_rows)])
     ),
+    "one more distinct name than nodes": lambda b: _distinct(b, "name", b.num_rows + 1),
+    "more distinct group names than nodes": lambda b: _distinct(b, "pg_name", b.num_rows + 1),
+    "more distinct dtypes than nodes": lambda b: _distinct(b, "dtype", b.num_rows + 1),
     "a metadata message longer than the trace": lambda b: _with(
         b, "metadata_msg", pa.array([b"\x08" * (4 << 20)] * b.num_rows, pa.binary())
     ),
@@ -528,3 +538,34 @@ def test_a_cache_file_is_not_written_where_it_would_leave_the_runs_disk_under_it
     disk(reserve + 4 * size)  # room for the largest, as each load sees it
     load_run(run)
     assert sorted(p.name for p in cache.iterdir()) == [f"rank-{r}.et.arrow" for r in (0, 1, 2)]
+
+
+def test_a_caches_names_and_metadata_may_hold_as_many_bytes_as_its_trace_and_not_one_more(
+    tmp_path: Path,
+) -> None:
+    et = mixed_run(tmp_path) / "rank-0.et"
+    load_rank(et, 0, [], {})
+    key = colcache.fingerprint(et)
+    assert key is not None
+    size = int(key.split(b":")[1])
+    path = colcache.cache_path(et)
+    sound = path.read_bytes()
+    with ipc.open_file(pa.memory_map(str(path))) as r:
+        meta, batch = dict(r.schema.metadata), r.get_batch(0)
+    names = sum(len(s.encode()) for s in batch.column("name").dictionary.to_pylist())
+    msgs = batch.column("metadata_msg").to_pylist()
+    held = sum(len(m or b"") for m in msgs) + len(meta[b"skewlens.global_metadata"])
+
+    def padded(b: pa.RecordBatch, pad: int) -> pa.RecordBatch:
+        return _with(b, "metadata_msg", pa.array([(msgs[0] or b"") + b"\0" * pad, *msgs[1:]], pa.binary()))
+
+    read = {}
+    for over in (0, 1):
+        for what, change in (
+            ("names", lambda b, o=over: _with(b, "name", _names(b, ["x" * (size - names + o)]))),
+            ("metadata", lambda b, o=over: padded(b, size - held + o)),
+        ):
+            path.write_bytes(sound)
+            _rewrite_cache(et, change)
+            read[what, over] = colcache.read(et, key) is not None
+    assert read == {("names", 0): True, ("metadata", 0): True, ("names", 1): False, ("metadata", 1): False}
