@@ -30,6 +30,7 @@ from skewlens.replay.real.plan import (
 from skewlens.replay.real.worker import Runner, Watchdog
 
 Log = list[tuple[Any, ...]]
+MS = 1_000_000
 
 
 class FakeGpu:
@@ -482,3 +483,37 @@ def test_a_host_wait_for_work_on_the_device_is_watched_naming_the_op(tmp_path: P
         ["rank 0: the work left on the device at the end"],
     ]
     assert not [c for c in dog.inflight.values() if not c.done()]
+
+
+def test_communication_issued_inside_a_host_op_is_issued_once_at_its_ready_time_during_the_ops_work(
+    tmp_path: Path,
+) -> None:
+    # a 20 ms host op the all_gather was issued 4 ms into (ready 4 ms after the rank began): the worker runs
+    # the op's work up to then, issues it, runs the rest, and does not issue it again at its own turn
+    ops = [
+        _op(0, dur_ns=20 * MS, issues_inside=(1,)),
+        _op(1, kind=KIND_COLL, comm_type=0, gap_ns=4 * MS, pg_name="0", dur_ns=0),
+        _op(2, wait_deps=(1,)),
+    ]
+    _, log, _ = _runner(ops, tmp_path, gpu=False)
+    assert [e[0] for e in log] == ["host", "issue", "host", "host"]
+    (_, before), (_, after) = log[0], log[2]
+    assert (log[1], log[3]) == (("issue", 1, "async"), ("host", 300))
+    # the fake compute takes no time: the rest runs to the op's end, 20 ms after it began
+    assert before <= 4 * MS < after <= 20 * MS  # (before: less by the time the runner took to get there)
+
+
+def test_communication_issued_inside_a_host_op_after_one_not_ready_before_its_end_waits_for_its_own_turn(
+    tmp_path: Path,
+) -> None:
+    # the first all_gather issued inside the 20 ms op is ready only at 21 ms: it and the one after it (ready
+    # at 2 ms) are issued in their own turn after the op, in order, never the second before the first
+    ops = [
+        _op(0, dur_ns=20 * MS, issues_inside=(1, 2)),
+        _op(1, kind=KIND_COLL, comm_type=0, gap_ns=21 * MS, pg_name="0", dur_ns=0),
+        _op(2, kind=KIND_COLL, comm_type=0, gap_ns=2 * MS, pg_name="0", dur_ns=0),
+        _op(3, wait_deps=(1, 2)),
+    ]
+    _, log, _ = _runner(ops, tmp_path, gpu=False)
+    assert [e[:2] for e in log] == [("host", log[0][1]), ("issue", 1), ("issue", 2), ("host", 400)]
+    assert log[0][1] <= 20 * MS

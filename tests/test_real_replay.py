@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -33,8 +34,11 @@ from skewlens.replay.lower import collective_bytes, collective_pairs
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
+    KIND_COLL,
     KIND_COMPUTE,
     KIND_NESTED,
+    KIND_RECV,
+    KIND_SEND,
     ReplayOp,
     all_to_all_splits,
     group_specs,
@@ -1807,3 +1811,87 @@ def test_the_directory_torchrun_makes_private_in_its_log_dir_is_left_as_mkdir_wo
     # was 0o700 (torchrun's mkdtemp): in a team's 2775 directory the second member's real replay into the
     # first's OUT could not remove it, and left it in a hidden .real.34viensz.tmp in OUT
     assert [p.stat().st_mode & 0o777 for p in logs.iterdir()] == [DIR_MODE]
+
+
+def _one_inside(
+    run_dir: Path,
+    ag_at: int,
+    *,
+    nested: bool = False,
+    on_op: bool = False,
+    step: int = 0,
+    first: tuple[int, bool] | None = None,
+    kernel: bool = False,
+    p2p: bool = False,
+) -> Path:
+    """:func:`_issued_inside_run`'s one step with the all_gather issued at ``ag_at`` (the op runs 1-21 ms);
+    ``nested``: the op runs a nested op from 2 to 3 ms first; ``on_op``: the all_gather's start edges are
+    from the op before and from the op itself; ``step``: the all_gather's step; ``first``: an all_reduce
+    issued on its stream before it (at, whether with a start edge from the op); ``kernel``: the op launches
+    a 10 ms kernel at 2 ms; ``p2p``: rank 0 isends and rank 1 irecvs instead of the all_gather."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("aten::randn", MS, start_ns=0)
+        op = rb.compute("FSDP::all_gather (0)", 20 * MS, start_ns=MS, deps=(a,))
+        if nested:
+            rb.compute("aten::empty", MS, start_ns=2 * MS, deps=(op,))
+        if kernel:
+            rb.compute("gemm", 10 * MS, start_ns=2 * MS, stream=7, deps=(op,), launch_ns=2 * MS)
+        if first is not None:
+            rb.collective(CommType.ALL_REDUCE, 64, MS, start_ns=first[0], stream=1000,
+                          deps=(a, op) if first[1] else (a,))  # fmt: skip
+        rb.step(step)
+        deps = (a, op) if on_op else (a,)
+        if p2p:
+            side = rb.send if r == 0 else rb.recv
+            ag = side(1 - r, 4096, 10 * MS, start_ns=ag_at, stream=1000, deps=deps, return_ns=ag_at + 50_000)
+        else:
+            ag = rb.collective(CommType.ALL_GATHER, 4096, 10 * MS, start_ns=ag_at, stream=1000, deps=deps)
+        rb.compute("c10d::wait", MS, start_ns=21 * MS, deps=(op, ag))
+    return b.write(run_dir)
+
+
+#: (the all_gather's recorded issue, more of :func:`_one_inside`; which collectives (their order) the op
+#: issues inside)
+_INSIDE: dict[str, tuple[int, dict[str, Any], tuple[int, ...]]] = {
+    "issued-4-ms-in-after-a-nested-op": (5 * MS, {"nested": True}, (0,)),
+    "issued-as-the-op-began": (MS, {}, ()),
+    "issued-as-the-op-ended": (21 * MS, {}, ()),
+    "issued-after-the-op-began-it": (5 * MS, {"on_op": True}, ()),
+    "of-the-next-step": (5 * MS, {"step": 1}, ()),
+    # after a collective the op issued (its start edge from the op): in its own turn after the op, as that one
+    "after-one-issued-from-the-op": (5 * MS, {"first": (3 * MS, True)}, ()),
+    # two issued inside, one after the other (gloo: no queue edge between them)
+    "after-one-issued-inside": (5 * MS, {"first": (3 * MS, False)}, (0, 1)),
+}
+
+
+@pytest.mark.parametrize(("ag_at", "more", "inside"), _INSIDE.values(), ids=_INSIDE.keys())
+def test_communication_is_issued_inside_a_host_op_only_where_it_began_within_it_on_host_work_before_it(
+    tmp_path: Path, ag_at: int, more: dict[str, Any], inside: tuple[int, ...]
+) -> None:
+    run = load_run(_one_inside(tmp_path / "run", ag_at, **more))
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    op = next(o for o in ops if o.name == "FSDP::all_gather (0)")
+    colls = [o.row for o in ops if o.kind == KIND_COLL]
+    assert op.issues_inside == tuple(colls[i] for i in inside)
+
+
+def test_a_kernel_running_when_communication_was_issued_is_not_given_it_to_issue(tmp_path: Path) -> None:
+    # a kernel the op launched runs from 2 to 12 ms on the device; the all_gather's host issue at 5 ms is
+    # inside its span, but a kernel issues nothing: its enqueue does not wait, the host does the issuing
+    run = load_run(_one_inside(tmp_path / "run", 5 * MS, kernel=True))
+    (kernel,) = [o for o in rank_plan(run.ranks[0], run, NO_EFFECTS) if o.gpu]
+    assert (kernel.name, kernel.issues_inside) == ("gemm", ())
+
+
+def test_a_send_and_a_recv_issued_inside_a_host_op_are_issued_during_it(tmp_path: Path) -> None:
+    # a pipeline stage's isend (rank 0) and irecv (rank 1) issued 4 ms into a 20 ms host op, as an
+    # all_gather is: each rank's op issues its side of the pair
+    run = load_run(_one_inside(tmp_path / "run", 5 * MS, p2p=True))
+    for r, kind in ((0, KIND_SEND), (1, KIND_RECV)):
+        ops = rank_plan(run.ranks[r], run, NO_EFFECTS)
+        op = next(o for o in ops if o.name == "FSDP::all_gather (0)")
+        (pair,) = [o.row for o in ops if o.kind == kind]
+        assert op.issues_inside == (pair,), r
