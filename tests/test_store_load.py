@@ -1174,3 +1174,15 @@ def test_a_collectives_group_rank_order_is_its_groups_as_recorded_and_sorted_whe
     other = ProcessGroupInfo(name="g", ranks=(2, 0), desc="", backend="")
     odd = dataclasses.replace(run, process_groups={**run.process_groups, "g": other})
     assert group_rank_order(odd, inst) == (1, 3)
+
+
+def test_a_process_group_entry_has_integer_ranks_and_its_first_four_outside_the_limit_are_named() -> None:
+    from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, pg_init_group
+
+    entry = {"pg_name": 0, "ranks": ["1", 0], "pg_desc": "tp", "backend_config": "cpu:gloo"}
+    assert pg_init_group(entry) == ProcessGroupInfo(name="0", ranks=(1, 0), desc="tp", backend="cpu:gloo")
+    assert pg_init_group({"pg_name": "g", "ranks": [MAX_WORLD_SIZE - 1]}).ranks == (MAX_WORLD_SIZE - 1,)
+    top = MAX_WORLD_SIZE
+    with pytest.raises(ValueError) as e:
+        pg_init_group({"pg_name": "g", "ranks": [0, -1, top, -2, top + 1, -3]})
+    assert str(e.value) == f"group 'g' names rank(s) [-1, {top}, -2, {top + 1}] outside 0..{top - 1}"
