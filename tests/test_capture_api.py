@@ -455,3 +455,38 @@ def test_under_skewlens_profile_the_python_api_marks_the_steps_of_profiles_run(
         assert [(a[Attr.COMM_SIZE], a[Attr.STEP]) for a in colls] == [
             (size, step) for step in (2, 3, 4) for size in (4, 8)
         ]
+
+
+class _ProfileSession:
+    """What capture() reads of the session ``skewlens profile`` started: its rank, run directory, level and
+    step window, and :meth:`steps_by_hand`, which it records."""
+
+    def __init__(self, rank: int) -> None:
+        from skewlens.profiler.manifest import StepWindow
+        from skewlens.profiler.vocab import Level
+
+        self.rank, self.run_dir, self.level = rank, Path("/runs/profile"), Level.OPS
+        self.window = StepWindow(wait=1, warmup=1, active=3)
+        self.by_hand = 0
+
+    def steps_by_hand(self) -> None:
+        self.by_hand += 1
+
+
+@pytest.mark.parametrize(("rank", "auto_step"), [(0, False), (1, False), (0, True)])
+def test_under_skewlens_profile_capture_gives_profiles_session_and_only_rank_0_says_where_steps_go(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], rank: int, auto_step: bool
+) -> None:
+    from skewlens.profiler.capture import autostart, capture
+
+    session = _ProfileSession(rank)
+    monkeypatch.setattr(autostart, "_session", session)
+    with capture("/runs/own", level="collectives", auto_step=auto_step) as cap:
+        assert cap is session
+    assert session.by_hand == (0 if auto_step else 1)  # the program's cap.step() marks profile's steps
+    said = (
+        "skewlens: capture('/runs/own') under skewlens profile: the steps the program marks are recorded "
+        "into '/runs/profile', at profile's --level ops and --steps 1:1:3; capture()'s run directory, level, "
+        "steps, keep_raw and host_trace are not used\n"
+    )
+    assert capsys.readouterr().err == (said if rank == 0 else "")
