@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -10,11 +11,13 @@ from rich.console import Console
 from test_analysis_scenarios import build_eager_send
 from test_execution_model import _contradicting_clocks
 
+from skewlens.profiler.manifest import StepSpan, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.render import summary_table
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import replayed_step_marks, summarize
 
@@ -257,15 +260,32 @@ def test_the_timelines_replayed_waits_are_the_summarys_waits(tmp_path: Path) -> 
     assert waits[0] > 0 and waits[2] > 0
 
 
+def _loading() -> tuple[RunBuilder, RankBuilder, int]:
+    """One rank whose step 0 begins with "load" [0, 5) ms; nodes added next are in step 0 (and its id)."""
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    return b, rb, rb.step(0).compute("load", 5 * MS, start_ns=0)
+
+
+def _retimed(run: RunTrace, name: str, dur_ns: int) -> SimResult:
+    """The replay of ``run`` with rank 0's node ``name`` lasting ``dur_ns``."""
+    longer = np.full(len(run.ranks[0]), -1, dtype=np.int64)
+    longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == name)] = dur_ns
+    return simulate(run, dur_override={0: longer})
+
+
+def _marked(run_dir: Path, *marks: tuple[int, int]) -> RunTrace:
+    """The run with rank 0's steps 0, 1, ... marked ``marks`` (start, end) in its manifest instead of its
+    nodes' spans (as a profiler's step annotations, or a GPU trace's device-timed steps, mark them)."""
+    steps = tuple(StepSpan(rank=0, step=k, start_ns=a, end_ns=b) for k, (a, b) in enumerate(marks))
+    write_manifest(run_dir, dataclasses.replace(read_manifest(run_dir), steps=steps))
+    return load_run(run_dir)
+
+
 def _retimed_steps(run_dir: Path, name: str, dur_ns: int) -> dict[int, tuple[int, int]]:
     """Step -> (replayed, recorded) step time of rank 0 with its node ``name`` lasting ``dur_ns``."""
     run = load_run(run_dir)
-    longer = np.full(len(run.ranks[0]), -1, dtype=np.int64)
-    longer[next(i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == name)] = dur_ns
-    return {
-        s.step: (s.step_time_ns, s.recorded_step_ns)
-        for s in summarize(run, simulate(run, dur_override={0: longer}))
-    }
+    return {s.step: (s.step_time_ns, s.recorded_step_ns) for s in summarize(run, _retimed(run, name, dur_ns))}
 
 
 def test_a_steps_start_mark_moves_with_the_node_of_an_earlier_step_that_ended_right_at_it(
@@ -275,9 +295,7 @@ def test_a_steps_start_mark_moves_with_the_node_of_an_earlier_step_that_ended_ri
     # [5, 10) ms. "load" 2 ms longer ends at 7 ms and "tail" at 8: step 1's start mark moves with "load"
     # (the latest node of an earlier step that ended by the mark, here at it), so "fwd" [7, 12) ms still
     # takes its 5 ms step, not 7
-    b = RunBuilder(world_size=1)
-    rb = b.rank(0)
-    load = rb.step(0).compute("load", 5 * MS, start_ns=0)
+    b, rb, load = _loading()
     rb.compute("tail", MS, start_ns=5 * MS, stream=1, deps=(load,))
     rb.step(1).compute("fwd", 5 * MS, start_ns=5 * MS)
     steps = _retimed_steps(b.write(tmp_path / "run"), "load", 7 * MS)
@@ -290,9 +308,7 @@ def test_a_steps_start_mark_moves_no_further_than_the_previous_steps_end_mark(tm
     # moved with "load" and read 5 ms, the 2 ms between step 0's end and step 1's start (1 ms of overlap
     # became 1 ms of gap) in no step, though step 1 ends 2 ms later (a slower link on a generated 2-rank
     # GPU run read the sum of a rank's steps 24 us shorter). Step 1 now starts where step 0 ends, as recorded
-    b = RunBuilder(world_size=1)
-    rb = b.rank(0)
-    rb.step(0).compute("load", 5 * MS, start_ns=0)
+    b, rb, _load = _loading()
     rb.compute("side", 6 * MS, start_ns=0, stream=1)
     rb.step(1).compute("fwd", 5 * MS, start_ns=5 * MS)
     steps = _retimed_steps(b.write(tmp_path / "run"), "load", 7 * MS)
@@ -362,3 +378,70 @@ def test_a_step_whose_host_work_ran_under_the_step_befores_kernels_reads_0_not_a
     steps = {s.step: s.step_time_ns for s in summarize(run, simulate(run, effects=slow))}
     assert marks[(0, 1)][2:] == (6_300_000, 6_300_000)
     assert steps == {0: 5_800_000, 1: 0}
+
+
+def test_a_step_that_begins_where_the_previous_ended_begins_where_another_streams_kernel_ends_that_step(
+    tmp_path: Path,
+) -> None:
+    # step 0: "op" launches "k1" [1, 5) ms on stream 7 and "k2" [1, 4.9) ms on stream 8; step 1 is "op1"
+    # at 5 ms, which launches "k3" [5.1, 9.1) ms on stream 7: step 1 begins where step 0 ends (5 ms). "k2"
+    # lasting 5.9 ms ends at 6.9 ms and ends step 0; step 1 begins there too, not where "k1", the node that
+    # ended last as recorded, still ends (5 ms)
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    op = rb.step(0).compute("op", 500_000, start_ns=0)
+    rb.compute("k1", 4 * MS, start_ns=MS, stream=7, deps=(op,), launch_ns=100_000)
+    rb.compute("k2", 3_900_000, start_ns=MS, stream=8, deps=(op,), launch_ns=200_000)
+    op1 = rb.step(1).compute("op1", 500_000, start_ns=5 * MS)
+    rb.compute("k3", 4 * MS, start_ns=5_100_000, stream=7, deps=(op1,), launch_ns=5_100_000)
+    run = load_run(b.write(tmp_path / "run"))
+    marks = replayed_step_marks(run, _retimed(run, "k2", 5_900_000))
+    assert marks[(0, 0)][2:] == (0, 6_900_000)
+    assert marks[(0, 1)][2:] == (6_900_000, 9_100_000)
+
+
+def test_an_end_mark_no_node_ended_by_moves_with_the_ranks_first_node(tmp_path: Path) -> None:
+    # step 0 is marked [0, 0.5) ms (as a profiler's step annotation may end before its op does) and its
+    # node "a" runs [1, 3) ms; step 1's "b" [4, 5) ms has no mark. A 1 ms stall before step 0 starts "a" at
+    # 2 ms and one of 2 ms before step 1 "b" at 7 ms: the end mark, which no node ended by, moves with the
+    # rank's first node to 1.5 ms, not with its last (3.5 ms); the start mark stays at 0
+    b = RunBuilder(world_size=1)
+    b.rank(0).step(0).compute("a", 2 * MS, start_ns=MS)
+    b.rank(0).step(1).compute("b", MS, start_ns=4 * MS)
+    run = _marked(b.write(tmp_path / "run"), (0, MS // 2))
+    stall = SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=k, delay_ns=(k + 1) * MS) for k in (0, 1)])
+    assert replayed_step_marks(run, simulate(run, effects=stall))[(0, 0)] == (0, MS // 2, 0, 3 * MS // 2)
+
+
+def test_an_empty_step_between_two_steps_leaves_the_next_steps_start_moving_with_the_one_before(
+    tmp_path: Path,
+) -> None:
+    # step 0 "load" [0, 5) ms, step 1 only "z" lasting 0 at 4 ms (an empty mark), step 2 "b" [5, 10) ms.
+    # "load" 2 ms longer: step 2's start mark moves with it to 7 ms, so step 2 still reads its 5 ms. Had the
+    # empty mark counted as the step before, its unmoved end (4 ms) would have held step 2's start back: 7 ms
+    b, rb, _load = _loading()
+    rb.step(1).compute("z", 0, start_ns=4 * MS, stream=1)
+    rb.step(2).compute("b", 5 * MS, start_ns=5 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    res = _retimed(run, "load", 7 * MS)
+    assert replayed_step_marks(run, res)[(0, 2)] == (5 * MS, 10 * MS, 7 * MS, 12 * MS)
+    assert [(s.step, s.step_time_ns) for s in summarize(run, res)] == [(0, 7 * MS), (1, 0), (2, 5 * MS)]
+
+
+def test_a_steps_own_host_op_that_ended_by_its_device_timed_start_mark_does_not_move_it(
+    tmp_path: Path,
+) -> None:
+    # step 0 is "load" [0, 5) ms; step 1's "op1" [4.9, 5.1) ms, on another thread, launches "k" [6, 10) ms,
+    # and step 1 is marked on the device, [6, 10) ms. "load" 2 ms longer: step 1's start mark moves with
+    # "load" (the latest node of an earlier step that ended by it) to 8 ms, not with "op1", its own op that
+    # ended last by the mark, which stays
+    b, rb, _load = _loading()
+    op1 = rb.step(1).compute("op1", 200_000, start_ns=4_900_000, stream=1)
+    rb.compute("k", 4 * MS, start_ns=6 * MS, stream=7, deps=(op1,), launch_ns=5 * MS)
+    run = _marked(b.write(tmp_path / "run"), (0, 5 * MS), (6 * MS, 10 * MS))
+    assert replayed_step_marks(run, _retimed(run, "load", 7 * MS))[(0, 1)] == (
+        6 * MS,
+        10 * MS,
+        8 * MS,
+        10 * MS,
+    )
