@@ -383,15 +383,15 @@ def test_a_step_whose_host_work_ran_under_the_step_befores_kernels_reads_0_not_a
 def test_a_step_that_begins_where_the_previous_ended_begins_where_another_streams_kernel_ends_that_step(
     tmp_path: Path,
 ) -> None:
-    # step 0: "op" launches "k1" [1, 5) ms on stream 7 and "k2" [1, 4.9) ms on stream 8; step 1 is "op1"
-    # at 5 ms, which launches "k3" [5.1, 9.1) ms on stream 7: step 1 begins where step 0 ends (5 ms). "k2"
-    # lasting 5.9 ms ends at 6.9 ms and ends step 0; step 1 begins there too, not where "k1", the node that
-    # ended last as recorded, still ends (5 ms)
+    # step 0: "op" launches "k2" [1, 5) ms on stream 8 and "k1" [1, 5) ms on stream 7, both ending at the
+    # end mark; step 1 is "op1" at 5 ms, which launches "k3" [5.1, 9.1) ms on stream 7: step 1 begins where
+    # step 0 ends (5 ms). "k2" lasting 5.9 ms ends at 6.9 ms and ends step 0 (not "k1", the later row of
+    # the two that ended at the mark, which still ends at 5 ms); step 1 begins there too
     b = RunBuilder(world_size=1)
     rb = b.rank(0)
     op = rb.step(0).compute("op", 500_000, start_ns=0)
-    rb.compute("k1", 4 * MS, start_ns=MS, stream=7, deps=(op,), launch_ns=100_000)
-    rb.compute("k2", 3_900_000, start_ns=MS, stream=8, deps=(op,), launch_ns=200_000)
+    rb.compute("k2", 4 * MS, start_ns=MS, stream=8, deps=(op,), launch_ns=100_000)
+    rb.compute("k1", 4 * MS, start_ns=MS, stream=7, deps=(op,), launch_ns=200_000)
     op1 = rb.step(1).compute("op1", 500_000, start_ns=5 * MS)
     rb.compute("k3", 4 * MS, start_ns=5_100_000, stream=7, deps=(op1,), launch_ns=5_100_000)
     run = load_run(b.write(tmp_path / "run"))
@@ -444,4 +444,47 @@ def test_a_steps_own_host_op_that_ended_by_its_device_timed_start_mark_does_not_
         10 * MS,
         8 * MS,
         10 * MS,
+    )
+
+
+def test_a_kernel_launched_before_the_first_step_that_runs_past_its_end_does_not_move_that_end(
+    tmp_path: Path,
+) -> None:
+    # "k0" [0.1, 1) ms on stream 7 is in no step; step 0 is "op" [1, 1.5) ms launching "k" [2, 5) ms on
+    # stream 8. "k0" lasting 6.9 ms ends at 7 ms, past step 0's end, which it does not move: still 5 ms
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0)
+    pre = rb.compute("pre", 50_000, start_ns=0)
+    rb.compute("k0", 900_000, start_ns=100_000, stream=7, deps=(pre,), launch_ns=10_000)
+    op = rb.step(0).compute("op", 500_000, start_ns=MS)
+    rb.compute("k", 3 * MS, start_ns=2 * MS, stream=8, deps=(op,), launch_ns=1_100_000)
+    run = load_run(b.write(tmp_path / "run"))
+    assert replayed_step_marks(run, _retimed(run, "k0", 6_900_000))[(0, 0)] == (MS, 5 * MS, MS, 5 * MS)
+
+
+def test_an_unmodified_replay_keeps_an_end_mark_that_a_kernel_of_its_step_ends_after(tmp_path: Path) -> None:
+    # step 0 is marked [0, 5) ms on the host, "load" [0, 5) ms, whose kernel "k" runs [1, 6) ms: the mark is
+    # before the kernel's end, and an unmodified replay keeps it at 5 ms rather than moving it to the kernel's
+    b, rb, load = _loading()
+    rb.compute("k", 5 * MS, start_ns=MS, stream=7, deps=(load,), launch_ns=100_000)
+    run = _marked(b.write(tmp_path / "run"), (0, 5 * MS))
+    assert replayed_step_marks(run, simulate(run))[(0, 0)] == (0, 5 * MS, 0, 5 * MS)
+
+
+def test_step_marks_listed_out_of_order_in_the_manifest_move_as_they_do_in_order(tmp_path: Path) -> None:
+    # step 0 is "load" [0, 5) ms and "side" [0, 6) ms on another thread; step 1 ("fwd") is marked [5, 10) ms,
+    # and the manifest lists step 1 first. "load" 2 ms longer: step 1's start still moves no further than
+    # step 0's end did (not at all), rather than with "load" to 7 ms as if it had no step before it
+    b, rb, _load = _loading()
+    rb.compute("side", 6 * MS, start_ns=0, stream=1)
+    rb.step(1).compute("fwd", 5 * MS, start_ns=5 * MS)
+    d = b.write(tmp_path / "run")
+    m = read_manifest(d)
+    write_manifest(d, dataclasses.replace(m, steps=tuple(reversed(m.steps))))
+    run = load_run(d)
+    assert replayed_step_marks(run, _retimed(run, "load", 7 * MS))[(0, 1)] == (
+        5 * MS,
+        10 * MS,
+        5 * MS,
+        12 * MS,
     )
