@@ -14,13 +14,13 @@ from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay import core as core_mod
 from skewlens.replay.core import PRIO_COMPLETE, PRIO_START, SYNC, DeadlockError, EventQueue, Graph, run
 from skewlens.replay.effects import NO_EFFECTS, Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.lower import recorded_gaps
-from skewlens.replay.simulate import SimResult, Simulator, simulate
+from skewlens.replay.simulate import SimResult, Simulator, simulate, step_times_from_spans
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 
 MIB = 1 << 20
@@ -528,3 +528,48 @@ def test_a_run_without_step_marks_has_no_step_times_and_its_one_step_lasts_its_n
     res = simulate(load_run(b.write(tmp_path / "run")))
     assert set(res.step_spans()) == {(0, -1), (1, -1)}
     assert (res.step_times(), res.step_time_ns(-1)) == ({}, 8_000_000)
+
+
+def test_the_first_step_counts_from_its_own_earliest_start_not_from_a_later_steps_earlier_one() -> None:
+    # rank 1 has no step 0 and began its step 1 at 20, before rank 0 began step 0 at 50: step 0 counts from
+    # 50 (50 long), or from the window's start where one is given (10: 90 long); step 1 takes the 20 after,
+    # and rank 0's step 2, which ends (115) before rank 1's step 1 does (120), takes 0
+    spans = {(0, 0): (50, 100), (1, 1): (20, 120), (0, 2): (100, 115)}
+    assert step_times_from_spans(spans) == {0: 50, 1: 20, 2: 0}
+    assert step_times_from_spans(spans, 10) == {0: 90, 1: 20, 2: 0}
+
+
+def test_every_replay_counts_the_first_step_from_the_earliest_recorded_start_of_that_step_over_ranks(
+    tmp_path: Path,
+) -> None:
+    # rank 0 begins step 0 at 2 ms and rank 1 at 1 ms (its step 1's "c", on another thread, at 0.7 ms);
+    # rank 2 has no step 0 and begins step 1 at 0.5 ms. The first step begins at 1 ms: rank 1's start of
+    # step 0, not the first rank's (2 ms), nor any earlier start of a later step (0.7, 0.5 ms)
+    ms = 1_000_000
+    b = RunBuilder(world_size=3)
+    b.rank(0).step(0).compute("a", 2 * ms, start_ns=2 * ms)
+    b.rank(1).step(0).compute("b", 2 * ms, start_ns=ms)
+    b.rank(1).step(1).compute("c", ms, start_ns=700_000, stream=1)
+    b.rank(2).step(1).compute("d", 5 * ms, start_ns=500_000)
+    run = load_run(b.write(tmp_path / "run"))
+    res = simulate(run)
+    assert res.steps_start_ns == ms
+    assert res.step_times() == {0: 4 * ms - ms, 1: 5_500_000 - 4 * ms}
+    # a 1 ms stall of rank 1 before step 0 starts "b" at 2 ms; step 0 still counts from 1 ms, not 2
+    stalled = simulate(run, effects=SlowdownModel([Slowdown(kind="stall", ranks=(1,), step=0, delay_ns=ms)]))
+    assert stalled.steps_start_ns == ms
+    assert stalled.step_times()[0] == 4 * ms - ms
+
+
+def test_a_metadata_node_labelled_with_the_first_step_does_not_move_where_that_step_begins(
+    tmp_path: Path,
+) -> None:
+    # step 0 holds a metadata node at 0 (which the replay does not time) and "a" [1, 3) ms: the first step
+    # begins at 1 ms, where its timed rows begin as step_spans gives them, so it takes 2 ms, not 3
+    b = RunBuilder(world_size=1)
+    rb = b.rank(0).step(0)
+    rb._add("meta", NodeType.METADATA, dur_ns=100_000, start_ns=0, stream=0, deps=(), attrs={})
+    rb.compute("a", 2_000_000, start_ns=1_000_000)
+    res = simulate(load_run(b.write(tmp_path / "run")))
+    assert res.step_spans() == {(0, 0): (1_000_000, 3_000_000)}
+    assert (res.steps_start_ns, res.step_times()) == (1_000_000, {0: 2_000_000})
