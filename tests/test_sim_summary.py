@@ -488,3 +488,20 @@ def test_step_marks_listed_out_of_order_in_the_manifest_move_as_they_do_in_order
         5 * MS,
         12 * MS,
     )
+
+
+def test_a_rank_with_a_step_mark_but_no_nodes_has_no_replayed_marks_and_the_others_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    # rank 1's trace holds no node, yet the manifest marks its step 0 [0, 5) ms as rank 0's: rank 0's marks
+    # are replayed as recorded and rank 1 has none (nothing to move them with), rather than an error
+    b = RunBuilder(world_size=2)
+    b.rank(0).step(0).compute("a", 5 * MS, start_ns=0)
+    b.rank(1)
+    d = b.write(tmp_path / "run")
+    steps = tuple(StepSpan(rank=r, step=0, start_ns=0, end_ns=5 * MS) for r in (0, 1))
+    write_manifest(d, dataclasses.replace(read_manifest(d), steps=steps))
+    run = load_run(d)
+    res = simulate(run)
+    assert replayed_step_marks(run, res) == {(0, 0): (0, 5 * MS, 0, 5 * MS)}
+    assert [(s.rank, s.step, s.step_time_ns) for s in summarize(run, res)] == [(0, 0, 5 * MS)]
