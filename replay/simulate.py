@@ -42,7 +42,9 @@ def step_times_from_spans(
     spans: Mapping[tuple[int, int], tuple[int, int]], start_ns: int | None = None
 ) -> dict[int, int]:
     """Per step: completion of the step minus completion of the previous step (for the first step: minus
-    ``start_ns``, where the window begins; None: the first step's earliest start in ``spans``). A step
+    where it began, the earlier of ``start_ns``, where it began as recorded, and its earliest start in
+    ``spans``: a stall cannot shorten it by starting it later, and work before the window that a what-if
+    shortens, which starts it earlier, does not shorten it either; blame leaves that work out). A step
     completes at the latest end over ranks, and not before the step before it completed (the first step:
     not before ``start_ns``): where a rank lacks a step, the ranks that have it can end it before another
     rank ends the previous one, and that step then takes 0. Ranks that run ahead into the next step (a rank
@@ -59,7 +61,8 @@ def step_times_from_spans(
     out: dict[int, int] = {}
     if not ends:
         return out
-    prev = starts[min(starts)] if start_ns is None else start_ns
+    first = starts[min(starts)]
+    prev = first if start_ns is None else min(start_ns, first)
     for s in sorted(ends):
         done = max(prev, ends[s])
         out[s] = done - prev

@@ -537,6 +537,9 @@ def test_the_first_step_counts_from_its_own_earliest_start_not_from_a_later_step
     spans = {(0, 0): (50, 100), (1, 1): (20, 120), (0, 2): (100, 115)}
     assert step_times_from_spans(spans) == {0: 50, 1: 20, 2: 0}
     assert step_times_from_spans(spans, 10) == {0: 90, 1: 20, 2: 0}
+    # a window that began as recorded at 70, where the replay began step 0 at 50 (work before the window that
+    # a what-if shortened): step 0 counts from 50, as without a window, not 30 long from 70
+    assert step_times_from_spans(spans, 70) == {0: 50, 1: 20, 2: 0}
 
 
 def test_every_replay_counts_the_first_step_from_the_earliest_recorded_start_of_that_step_over_ranks(
