@@ -10,8 +10,14 @@ from skewlens.profiler.store import load_run
 from skewlens.replay.execution import UNBLOCKED_WAIT_NS, execution_model, model_ends
 
 #: Each step: a ring all-reduce of 4 MiB on 2 ranks, one exchange per phase (reduce-scatter, all-gather):
-#: isend the chunk to the other rank, irecv the other's, wait for the recv, then for the send.
+#: isend the chunk to the other rank, irecv the other's, wait for the recv, then for the send. Rank 0 issues
+#: 3 ms after rank 1, so its recv's wait begins after both ops of rank 1's send were issued and blocks for
+#: the transfer (without it, on a loaded machine, a late return of the other rank's isend call once put every
+#: wait before the pair's last issue, and the test checked no pair). This capture checks the rule on a real
+#: run; it passes on the code before the rule as well (that code then completed none of these pairs early),
+#: and the synthetic exchanges in test_execution_model.py are what fail there.
 RING_SCRIPT = r"""
+import time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -23,6 +29,8 @@ for step in range(5):
     chunks = list(w.grad.chunk(world))
     recv = torch.empty_like(chunks[0])
     for phase in range(2):
+        if rank == 0:
+            time.sleep(0.003)
         si = (rank + 1 - phase) % world
         ri = (si - 1) % world
         s = dist.isend(chunks[si].contiguous(), (rank + 1) % world, tag=phase)
