@@ -92,6 +92,45 @@ def test_the_wheel_installs_one_top_level_package_with_its_configs_and_example(w
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "skewlens/tests/"))]
 
 
+def test_the_wheel_declares_its_version_and_an_spdx_licence_and_ships_every_config_sql_and_type_marker(
+    wheel: Path,
+) -> None:
+    """``license = { text = ... }`` built with a SetuptoolsDeprecationWarning on every build (no builds after
+    2027-02-18) and wrote the free-text ``License:`` field; an SPDX expression is ``License-Expression:``."""
+    import skewlens
+
+    z = zipfile.ZipFile(wheel)
+    names = z.namelist()
+    meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    meta = dict(
+        line.split(": ", 1)
+        for line in z.read(meta_name).decode().split("\n\n", 1)[0].splitlines()
+        if ": " in line
+    )
+    assert meta.get("License-Expression") == "Apache-2.0", meta.get("License")
+    assert "License" not in meta
+    assert meta["Version"] == skewlens.__version__
+    assert meta["Description-Content-Type"] == "text/markdown"
+    shipped = [
+        p.relative_to(ROOT).as_posix()
+        for d in ("conf", "analysis/sql")
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    assert len(shipped) > 15
+    missing = [f for f in shipped if f"skewlens/{f}" not in names]
+    typed = [n for n in names if n.endswith("/py.typed")]
+    assert (missing, sorted(typed)) == (
+        [],
+        [
+            "skewlens/analysis/py.typed",
+            "skewlens/profiler/py.typed",
+            "skewlens/py.typed",
+            "skewlens/replay/py.typed",
+        ],
+    )
+
+
 def test_the_installed_venv_has_no_jupyter_stack_and_skewlens_outside_the_checkout(venv: Path) -> None:
     py = str(venv / "bin" / "python")
     code = (
