@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -48,6 +50,23 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert res.returncode == 0, res.stderr[-3000:]
     (whl,) = dist.glob("skewlens-*.whl")
     return whl
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist as a build frontend makes it: the backend from pyproject's build requirements, isolated."""
+    base = tmp_path_factory.mktemp("sdist")
+    backend = base / "backend"
+    req = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    res = _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(backend), *req], base)
+    assert res.returncode == 0, res.stderr[-3000:]
+    code = f"from setuptools import build_meta as b; print(b.build_sdist({str(base)!r}))"
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(backend)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return base / res.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +148,19 @@ def test_the_wheel_declares_its_version_and_an_spdx_licence_and_ships_every_conf
             "skewlens/replay/py.typed",
         ],
     )
+
+
+def test_the_sdist_holds_what_the_wheel_is_built_from_and_no_tests_that_need_the_checkout(
+    sdist: Path, wheel: Path
+) -> None:
+    """setuptools put tests/test*.py (111 files, 2.2 MB of the sdist's 4.3) in it without tests/conftest.py,
+    slow_guard.py or the docs/, benchmarks/ and scripts/ they read: tests that cannot run from it."""
+    with tarfile.open(sdist) as tar:
+        members = [m.split("/", 1)[1] for m in tar.getnames() if "/" in m]
+    assert not [m for m in members if m.startswith(("tests/", "benchmarks/", "docs/"))]
+    in_wheel = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("skewlens/")]
+    assert [n for n in in_wheel if n not in members] == []
+    assert {"pyproject.toml", "README.md"} <= set(members)
 
 
 def test_the_installed_venv_has_no_jupyter_stack_and_skewlens_outside_the_checkout(venv: Path) -> None:
