@@ -34,7 +34,8 @@ class NotRegularFileError(OSError):
     """What :func:`open_regular` refuses: a FIFO, a device, a socket or a directory in place of a file."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` that is no regular file is, in words (``a FIFO``)."""
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISDIR(mode):
@@ -53,7 +54,7 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotRegularFileError(errno.EINVAL, f"{_kind(mode)}, not a regular file", str(path))
+            raise NotRegularFileError(errno.EINVAL, f"{file_kind(mode)}, not a regular file", str(path))
         os.set_blocking(fd, True)
         return open(fd, "rb", buffering=0)  # noqa: PTH123 (a descriptor, not a path)
     except BaseException:

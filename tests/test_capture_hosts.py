@@ -10,6 +10,7 @@ import shutil
 import socket
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -979,6 +980,23 @@ def test_skewlens_merge_names_a_hosts_missing_trace_instead_of_blaming_its_sound
     assert err == (
         f"skewlens merge: error: {b}/rank-1.et is missing: {b}/manifest.json lists rank 1 with a trace "
         "(copy the host's whole directory)\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("make", "kind"), [(os.mkfifo, "a FIFO"), (os.mkdir, "a directory")])
+def test_skewlens_merge_names_a_hosts_trace_that_is_no_regular_file_as_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Callable[[Path], None], kind: str
+) -> None:
+    # a FIFO or a directory named rank-1.et was "missing", beside the very file named
+    a = host_dir(tmp_path / "a", (0,), "a")
+    b = host_dir(tmp_path / "b", (1,), "b")
+    rank_file(b, 1).unlink()
+    make(rank_file(b, 1))
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    assert capsys.readouterr().err == (
+        f"skewlens merge: error: {b}/rank-1.et: {kind}, not the trace file the host saved: {b}/manifest.json "
+        "lists rank 1 with a trace (copy the host's whole directory)\n"
     )
     assert not (tmp_path / "run").exists()
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
+from skewlens.profiler.bounded import file_kind
 from skewlens.profiler.capture.run import SAVE_UNSAID, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import part_file
@@ -150,6 +151,13 @@ def _not_own_files(directory: str, names: list[str]) -> set[str]:
 def _refuse_lost(src: Path, lost: list[int]) -> None:
     """Refuse ``src``, whose manifest lists ``lost`` among its ranks although their files cannot be merged:
     the traces missing first (a part file is not blamed for a trace that is gone), then the part files."""
+    for r in lost:  # there, but not what the host saved: say what it is, not that it is missing
+        f = rank_file(src, r)
+        if not f.is_symlink() and f.exists() and not f.is_file():
+            raise CaptureError(
+                f"{f}: {file_kind(f.stat().st_mode)}, not the trace file the host saved: "
+                f"{src / MANIFEST_NAME} lists rank {r} with a trace (copy the host's whole directory)"
+            )
     if gone := [r for r in lost if not rank_file(src, r).is_file()]:
         files = ", ".join(str(rank_file(src, r)) for r in gone[:3])
         more = f" and {len(gone) - 3} more rank(s)' traces" if len(gone) > 3 else ""
