@@ -96,8 +96,8 @@ class SimResult:
     """Where the replay starts: the run's first recorded start, from which each rank's nodes without start
     edges are replayed (None: the earliest replayed start)."""
     steps_start_ns: int | None = None
-    """Where the first step begins in every replay: the recorded start of its earliest node (None: the
-    earliest replayed one); :meth:`step_times` counts the first step from it."""
+    """The recorded start of the first step's earliest node (None without step marks); :meth:`step_times`
+    counts the first step from it or from the step's earliest replayed start, whichever is earlier."""
     _spans: dict[tuple[int, int], tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
@@ -164,9 +164,9 @@ class SimResult:
 
     def step_times(self) -> dict[int, int]:
         """Per step: its completion (the latest replayed end over ranks) minus the previous step's, the
-        first step's minus where it began as recorded (:attr:`steps_start_ns`; :func:`step_times_from_spans`),
-        as the analyses time steps, so that a stall of the rank that began the first step cannot shorten it;
-        empty for a run without step marks."""
+        first step's minus the earlier of where it began as recorded (:attr:`steps_start_ns`) and as
+        replayed (:func:`step_times_from_spans`), as the analyses time steps, so that a stall of the rank
+        that began the first step cannot shorten it; empty for a run without step marks."""
         return step_times_from_spans(self._cached_spans(), self.steps_start_ns)
 
     def step_time_ns(self, step: int) -> int:
