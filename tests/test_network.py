@@ -692,3 +692,14 @@ def test_a_run_that_part_fills_its_last_node_is_given_that_node_too() -> None:
     assert sized.dims[-1].size == 2
     assert [sized.coords(r)[-1] for r in range(6)] == [0, 1, 0, 1, 0, 1]
     assert topo.sized(8).dims[-1].size == 2 and topo.sized(9).dims[-1].size == 3
+
+
+def test_a_topology_given_lists_from_python_is_hashable_and_equal_to_one_given_tuples() -> None:
+    switch = Dimension(kind="switch", size=2, bandwidth_gbps=100.0, latency_ns=500)
+    nic = Dimension(kind="switch", size=2, bandwidth_gbps=25.0, latency_ns=2_000)
+    listed = Topology(name="t", dims=[switch, nic], node_of_rank=[0, 1, 0, 1])  # type: ignore[arg-type]
+    tupled = Topology(name="t", dims=(switch, nic), node_of_rank=(0, 1, 0, 1))
+    assert listed == tupled
+    assert hash(listed) == hash(tupled)
+    assert {listed: "a"}[tupled] == "a"
+    assert listed.coords(1) == tupled.coords(1) == (0, 1)

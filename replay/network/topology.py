@@ -97,6 +97,9 @@ class Topology:
     _coords: dict[int, tuple[int, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # lists from Python callers become tuples: the topology is frozen, hashed and compared by value
+        object.__setattr__(self, "dims", tuple(self.dims))
+        object.__setattr__(self, "node_of_rank", tuple(self.node_of_rank))
         if not self.dims:
             raise TopologyError("dims: a topology needs at least one dimension")
         for k, inner in enumerate(self.dims[:-1]):
