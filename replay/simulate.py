@@ -149,14 +149,9 @@ class SimResult:
         """Of each rooted collective with a known root (by index in ``run.collectives``), the replayed
         arrival each member waited for (the execution model's ``waits_for``: its root's, its own, or the
         last), aligned with its ``ranks``; every other sync member waited for its group's latest arrival
-        (``coll_arrival_ns``, ``p2p_arrival_ns``)."""
+        (``coll_arrival_ns``, ``p2p_arrival_ns``). ``self`` must replay ``run`` (:func:`check_replays`)."""
         check_replays(run, self)
-        out: dict[int, list[int]] = {}
-        for ci, rule in execution_model(run).rooted.items():
-            c = run.collectives[ci]
-            arr = [int(self.start_ns[r][w]) for r, w in zip(c.ranks, c.rows, strict=True)]
-            out[ci] = awaited_arrivals(rule, arr)
-        return out
+        return rooted_awaited(run, self)
 
     def steps(self) -> list[int]:
         """Steps seen on any rank, sorted."""
@@ -203,6 +198,17 @@ def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = N
     ):
         if got != want:
             raise ReplayError(f"{of} ({got:,} {what} replayed, {want:,} in the run)")
+
+
+def rooted_awaited(run: RunTrace, res: SimResult) -> dict[int, list[int]]:
+    """:meth:`SimResult.rooted_awaited_ns` of a ``res`` already checked to replay ``run``
+    (:func:`check_replays`), for a caller that checked it once for all it reads."""
+    out: dict[int, list[int]] = {}
+    for ci, rule in execution_model(run).rooted.items():
+        c = run.collectives[ci]
+        arr = [int(res.start_ns[r][w]) for r, w in zip(c.ranks, c.rows, strict=True)]
+        out[ci] = awaited_arrivals(rule, arr)
+    return out
 
 
 def make_timing(

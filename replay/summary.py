@@ -57,7 +57,7 @@ from skewlens.replay.execution import (
     gpu_idle,
     model_ends,
 )
-from skewlens.replay.simulate import SimResult, check_replays
+from skewlens.replay.simulate import SimResult, check_replays, rooted_awaited
 
 I64 = npt.NDArray[np.int64]
 
@@ -229,7 +229,8 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
     rooted collective's member the one the execution model's ``waits_for`` names
     (:meth:`SimResult.rooted_awaited_ns`), an eager send its own (it waits for no one:
     :func:`~skewlens.replay.execution.eager_send_rows`). The summary's ``wait_ns`` and the timeline's
-    replayed waits both read it."""
+    replayed waits both read it. ``res`` must replay ``run`` (:func:`check_replays`: checked here)."""
+    check_replays(run, res)
     coll = run.collectives
     counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
     ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
@@ -242,7 +243,7 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
         arrival.append(np.asarray(res.p2p_arrival_ns, dtype=np.int64)[: len(p2p)])
     rank_of, row_of, last = np.concatenate(ranks), np.concatenate(rows), np.concatenate(arrival)
     offset = np.concatenate(([0], np.cumsum(counts)))  # each collective's members in the columns above
-    for ci, awaited in res.rooted_awaited_ns(run).items():  # what the model's waits_for names instead
+    for ci, awaited in rooted_awaited(run, res).items():  # what the model's waits_for names instead
         last[offset[ci] : offset[ci + 1]] = awaited
     order = np.argsort(rank_of, kind="stable")
     bounds = np.searchsorted(rank_of[order], np.asarray(sorted(run.ranks), dtype=np.int64), side="left")
@@ -258,8 +259,7 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
 
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     """Summary rows for every (rank, step) with nodes (see the module docstring); ``res`` must replay ``run``
-    (:func:`check_replays`)."""
-    check_replays(run, res)
+    (:func:`check_replays`, which :func:`sync_arrivals` does first)."""
     arrival = sync_arrivals(run, res)
     out: list[SummaryRecord] = []
     model = execution_model(run)
