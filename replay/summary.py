@@ -128,25 +128,26 @@ def moved_step_marks(
     """``(rank, step) -> (recorded start, recorded end, replayed start, replayed end)`` of each step mark
     pair of the manifest, given the replayed times of every row (simulated, or re-executed).
 
-    A mark moves with the node it follows: the end mark with the rank's latest-ending node that ended by
-    it, and never before the replayed end of any GPU node of its step that ended by it (on a GPU trace the
-    step ends with its last device node, and another stream's kernels may slide past the node that ended
-    last as recorded); the start mark likewise with the rank's latest-ending node of an earlier step of
-    the window (one from the rank's first marked step on) that ended by it (it stays where none did: nothing
-    before it can delay it, and a stall of the step's first node is in the step; on a GPU trace the host runs
-    ahead, and the step's own first host ops may end by its device-timed start mark: they do not move it),
-    but no later than the previous step's end mark moved (so no time between them grows: an all_reduce of
-    step 0 whose link a what-if slowed moved step 1's start 273 us while step 0, ending with a kernel,
-    ended as replayed unmodified, and the sum of the rank's steps read 24 us shorter though step 1 ended
-    249 us later), or, for a step that begins where the previous one ended (steps measured end to end, as on
-    GPUs), with that end. The window's first step thus starts where it was recorded in every replay, as the
-    replay itself does (:attr:`SimResult.origin_ns`): work before it is in no step, and a what-if that made
-    it end later moved the mark with it, so its extra time was in no step and the step read shorter (DLRM's
-    rank 3, whose first step begins when the kernels launched before the profiler started end, read 18.410
-    ms with its GPU 4x slower against 18.711 ms as recorded). The end mark is never before the start mark:
-    a step whose host work ran while the slowed kernels of the step before it ran on read a negative time.
-    So a slowdown never makes a rank's steps up to any step shorter, and an unmodified replay gives the
-    recorded step times exactly.
+    A mark moves with the node it follows:
+
+    - the end mark with the rank's latest-ending node that ended by it, and never before the replayed end
+      of any GPU node of its step that ended by it (on a GPU trace the step ends with its last device node,
+      and another stream's kernels may slide past the node that ended last as recorded), nor before the
+      step's replayed start mark (which may move with the step before it past the node this mark follows);
+    - the start mark of a step that begins where the previous one ended (steps measured end to end, as on
+      GPUs) with that end;
+    - any other start mark with the rank's latest-ending node of an earlier step of the window (from the
+      rank's first marked step on) that ended by it, and no later than the previous step's end mark moved,
+      so that the time between two steps, which is in neither, never grows at a step's expense. Where no
+      such node ended by it, the mark stays: nothing before it can delay it, and a stall of the step's first
+      node is in the step (on a GPU trace the host runs ahead, and the step's own first host ops may end by
+      its device-timed start mark: they do not move it).
+
+    The window's first step therefore starts where it was recorded in every replay, as the replay itself
+    does (:attr:`SimResult.origin_ns`): work before the window (kernels launched before the profiler
+    started) is in no step, and a what-if that delays that work does not move the mark, so the delay counts
+    in the first step where the step waits for it, never shortening it. So a slowdown never makes a rank's
+    steps up to any step shorter, and an unmodified replay gives the recorded step times exactly.
     """
     out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     marks: dict[int, list[tuple[int, int, int]]] = {}
