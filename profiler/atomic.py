@@ -158,6 +158,16 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
     return Path(path)
 
 
+#: What the name of a staging directory (:func:`staging_dir`) ends with.
+STAGING_SUFFIX = ".tmp"
+
+
+def is_staging_name(out_name: str, name: str) -> bool:
+    """Whether ``name`` is that of a staging directory :func:`staging_dir` makes for an output named
+    ``out_name`` (``.NAME.<random>.tmp``)."""
+    return name.startswith(temp_prefix(out_name)) and name.endswith(STAGING_SUFFIX)
+
+
 @contextmanager
 def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     """A new, empty directory beside ``out`` (its parents made) to write a whole output into; the block
@@ -176,7 +186,7 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     home = out if inside and out.is_dir() else out.parent
     try:
         home.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=".tmp", dir=home))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
         chmod_as_made(tmp)
     except OSError as e:
         why = why_not_created(out, e)

@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from skewlens.console import print_stderr, report_console
-from skewlens.profiler.atomic import lock_directory, temp_prefix, write_text_atomic
+from skewlens.profiler.atomic import is_staging_name, lock_directory, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
@@ -139,12 +139,11 @@ def _is_job_dir(path: Path, sweep_dir: Path) -> bool:
 
 
 def _remove_staging(directory: Path) -> None:
-    """Remove the staging directories (``.NAME.<random>.tmp``, :func:`~skewlens.profiler.atomic.staging_dir`)
-    that replays into ``directory`` left behind: a job killed (SIGKILL: the OOM killer, SLURM past its
-    time) before it moved its outputs in left its half-written ones there, where nothing removed them."""
-    prefix = temp_prefix(directory.name)
+    """Remove the staging directories (:func:`~skewlens.profiler.atomic.staging_dir`) that replays into
+    ``directory`` left behind: a job killed (SIGKILL: the OOM killer, SLURM past its time) before it moved
+    its outputs in leaves its half-written ones there, and nothing else removes them."""
     for p in directory.iterdir():
-        if p.name.startswith(prefix) and p.name.endswith(".tmp") and p.is_dir() and not p.is_symlink():
+        if is_staging_name(directory.name, p.name) and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
 
 
