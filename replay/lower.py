@@ -178,6 +178,10 @@ class Lowered:
     start_ns: int
     """The replay's start: the run's first recorded start (``ExecutionModel.start_ns``), from which each
     rank's nodes without start edges are replayed (a rank that began later holds that as their gap)."""
+    steps_start_ns: int | None
+    """The recorded start of the first step's earliest timed row (not ``KIND_FIXED``) over ranks, the start
+    the replay's step spans give that step unmodified (:attr:`SimResult.steps_start_ns`); None without
+    step marks. Of the run and :attr:`kind`, which a what-if's retiming leaves as they are: found once."""
 
     def anchor_segments(self, rows: I64) -> Rows:
         """The segment whose times decide each row's: its enclosing row's segment for a nested row, else
@@ -652,6 +656,7 @@ def prepare(
         nested_off_ns=np.concatenate(nested_off) if nested_off else z,
         waits=waits_head,
         start_ns=run_t0,
+        steps_start_ns=_steps_start(run, ranks, row_offset, kind),
     )
     return Lowering(
         lowered=lowered,
@@ -665,6 +670,22 @@ def prepare(
         launch_at_end=at_end,
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
+
+
+def _steps_start(
+    run: RunTrace, ranks: Sequence[int], row_offset: I64, kind: npt.NDArray[np.int8]
+) -> int | None:
+    """:attr:`Lowered.steps_start_ns` of the lowered ``ranks`` (rows from ``row_offset``) and ``kind``."""
+    first: tuple[int, int] | None = None  # (step, start)
+    for i, r in enumerate(ranks):
+        rt = run.ranks[r]
+        sel = (kind[int(row_offset[i]) : int(row_offset[i + 1])] != KIND_FIXED) & (rt.step >= 0)
+        if not sel.any():
+            continue
+        k = int(rt.step[sel].min())
+        a = int(rt.start_ns[sel & (rt.step == k)].min())
+        first = (k, a) if first is None or (k, a) < first else first
+    return None if first is None else first[1]
 
 
 def _member_rules(em: ExecutionModel) -> list[list[int] | None] | None:

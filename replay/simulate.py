@@ -581,23 +581,8 @@ def _lift(
         p2p_end_ns=_read_only(pe),
         comm_mode=comm_mode,
         origin_ns=low.start_ns,
-        steps_start_ns=_steps_start(rt, timed),
+        steps_start_ns=low.steps_start_ns,
     )
-
-
-def _steps_start(rt: RunTrace, timed: Mapping[int, npt.NDArray[np.bool_]]) -> int | None:
-    """The recorded start of the first step's earliest timed row over ranks (the start
-    :meth:`SimResult.step_spans` gives that step unmodified); None without step marks."""
-    first: tuple[int, int] | None = None  # (step, start)
-    for r, m in timed.items():
-        st = rt.ranks[r].step
-        sel = m & (st >= 0)
-        if not sel.any():
-            continue
-        k = int(st[sel].min())
-        a = int(rt.ranks[r].start_ns[sel & (st == k)].min())
-        first = (k, a) if first is None or (k, a) < first else first
-    return None if first is None else first[1]
 
 
 def _read_only(a: _A) -> _A:
