@@ -512,6 +512,7 @@ def check_launcher(args: list[str]) -> None:
     Entries of the user's config directories (``hydra/launcher/NAME.yaml``) count; none is checked where one
     of those is a package's."""
     dirs = user_conf_dirs(args)
+    shown = any(a.startswith("-") and _hydra_flag(a) in SHOW_ONLY for a in args)  # nothing submitted
     for arg in args:
         key, eq, value = arg.partition("=")
         if key not in ("hydra/launcher", "hydra/sweeper") or not eq or dirs is None:
@@ -523,7 +524,6 @@ def check_launcher(args: list[str]) -> None:
             package = LAUNCHER_PACKAGES.get(value) if what == "launcher" else None
             hint = f"; pip install {package} for it" if package else ""
             raise ConfigError(f"{arg}: no such {what} installed (one of {', '.join(sorted(known))}{hint})")
-        shown = any(a.startswith("-") and _hydra_flag(a) in SHOW_ONLY for a in args)  # nothing submitted
         if value == "submitit_slurm" and _multirun(args) and not shown and shutil.which("srun") is None:
             raise ConfigError(
                 f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
