@@ -218,8 +218,9 @@ def hold_sweep(sweep_dir: Path) -> int | None:
 
 def shared_out_dirs(rows: list[SweepRecord]) -> dict[str, list[int]]:
     """The directories two or more finished jobs replayed into (``hydra.sweep.subdir=${topology.name}`` in
-    a sweep of ``slowdown.factor``), each with its jobs: one job's outputs replaced the other's, and the
-    table's rows named one directory for both, its figures the last job's. Every other job's is its own."""
+    a sweep of ``slowdown.factor``), each with its jobs: one job's outputs replace the other's, and the
+    table's rows name one directory for both, which holds the last job's figures. Every other job's is its
+    own."""
     by_dir: dict[str, list[int]] = {}
     for r in rows:
         by_dir.setdefault(r.out_dir, []).append(r.job)
