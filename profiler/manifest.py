@@ -196,6 +196,19 @@ class ProcessGroupInfo:
     """Backend (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``)."""
 
 
+#: What parsing a ``## process_group:init ##`` list (its JSON, then :func:`pg_init_group` of each entry)
+#: raises where it is malformed (RecursionError: JSON nested too deeply).
+PG_INIT_ERRORS = (ValueError, KeyError, TypeError, RecursionError)
+#: The most characters of such an error's text a refusal quotes (a ValueError may quote the value whole).
+PG_INIT_ERROR_CHARS = 200
+
+
+def pg_init_problem(e: BaseException) -> str:
+    """``ValueError: group 'g' names rank(s) [...]``: what the :data:`PG_INIT_ERRORS` error ``e`` says, its
+    text cut to :data:`PG_INIT_ERROR_CHARS` characters."""
+    return f"{type(e).__name__}: {str(e)[:PG_INIT_ERROR_CHARS]}"
+
+
 def pg_init_group(g: Mapping[str, Any]) -> ProcessGroupInfo:
     """One entry of PyTorch's ``## process_group:init ##`` list (``pg_name``, ``ranks``, ``pg_desc``,
     ``backend_config``) as a group; a ``KeyError``, ``TypeError`` or ``ValueError`` where it is malformed,

@@ -52,11 +52,13 @@ from skewlens.profiler.importers.sources import (
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     MAX_WORLD_SIZE,
+    PG_INIT_ERRORS,
     Manifest,
     ProcessGroupInfo,
     RankNote,
     StepWindow,
     pg_init_group,
+    pg_init_problem,
     rank_file,
     rank_note_key,
     with_world_ranks,
@@ -152,9 +154,9 @@ def _host_pg_init(h: HostTrace) -> list[ProcessGroupInfo]:
     try:
         data = json.loads(h.pg_init)
         return [pg_init_group(g) for g in data]
-    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
+    except PG_INIT_ERRORS as e:
         raise TraceImportError(
-            f"{h.path}: malformed process-group init node ({type(e).__name__}: {str(e)[:200]})"
+            f"{h.path}: malformed process-group init node ({pg_init_problem(e)})"
         ) from None
 
 

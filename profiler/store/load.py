@@ -50,10 +50,12 @@ from skewlens.profiler.manifest import (
     OTHER_HOST_NOTE,
     OWN_TIMELINE,
     PARTS_DIR,
+    PG_INIT_ERRORS,
     Manifest,
     ProcessGroupInfo,
     own_timeline_hint,
     pg_init_group,
+    pg_init_problem,
     rank_file,
     read_manifest,
     with_world_ranks,
@@ -988,9 +990,9 @@ def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
     JSON list or in the Python-printed list Chakra's converter writes)."""
     try:
         return dict(_parse_pg_init(values))
-    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
+    except PG_INIT_ERRORS as e:
         raise ValidationError(
-            f"{path}: malformed process-group metadata node ({type(e).__name__}: {str(e)[:200]})"
+            f"{path}: malformed process-group metadata node ({pg_init_problem(e)})"
         ) from None
 
 
