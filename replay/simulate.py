@@ -180,7 +180,7 @@ class SimResult:
 
 def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = None) -> None:
     """``res`` is a replay of ``run``: the same ranks, each with as many rows, as many collectives and
-    send/recv pairs (of ``ranks`` given, only theirs rows); else a :class:`ReplayError` saying which differs,
+    send/recv pairs (of ``ranks`` given, only their rows); else a :class:`ReplayError` saying which differs,
     where a result of another run would fail deep in :func:`~skewlens.replay.summary.summarize`
     (``IndexError``) or the timeline (``ArrowInvalid``). Two runs of one shape pass."""
     of = f"{run.run_dir}: the SimResult given is not a replay of this run"
