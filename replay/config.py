@@ -13,7 +13,8 @@ import difflib
 import typing
 from dataclasses import dataclass, field
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from skewlens.profiler.store.issues import counted
 from skewlens.replay.errors import ConfigError
@@ -41,23 +42,46 @@ def holds_no(schema: typing.Any, group: str) -> str:
     return f"holds no {group} (a YAML mapping of its settings: {names}, ...)"
 
 
-def unknown_file_key(doc: object, schema: typing.Any, key: str) -> str | None:
+def file_key_problem(doc: object, schema: typing.Any, key: str) -> str | None:
     """The first key of ``doc`` (a YAML file's settings, read as plain data) that ``schema`` does not have,
-    as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``; None where all
-    are its own. Descends into typed sub-configs and lists of them."""
+    as ``topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)``, or whose value is
+    not of its type, as ``topology.dims[0].bandwidth_gbps: Value '400Gbps' of type 'str' could not be
+    converted to Float`` (OmegaConf's merge named ``bandwidth_gbps`` alone); None where all are its own and
+    of their types. Descends into typed sub-configs and lists of them; ``key`` is the prefix ('' at the
+    root: ``comm_mod: unknown key``)."""
     if dataclasses.is_dataclass(schema) and isinstance(doc, dict):
         hints = typing.get_type_hints(schema)
         for name, value in doc.items():
+            path = f"{key}.{name}" if key else str(name)
             if name not in hints:
                 close = difflib.get_close_matches(str(name), list(hints), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"it has {', '.join(hints)}"
-                return f"{key}: unknown key {name!r} ({hint})"
-            if (found := unknown_file_key(value, hints[name], f"{key}.{name}")) is not None:
+                return f"{key + ': ' if key else ''}unknown key {name!r} ({hint})"
+            if (found := file_key_problem(value, hints[name], path)) is not None:
                 return found
     elif typing.get_origin(schema) is list and isinstance(doc, list):
+        item = typing.get_args(schema)[0]
         for i, value in enumerate(doc):
-            if (found := unknown_file_key(value, typing.get_args(schema)[0], f"{key}[{i}]")) is not None:
+            if (found := file_key_problem(value, item, f"{key}[{i}]")) is not None:
                 return found
+    elif not dataclasses.is_dataclass(schema) and key:
+        return _value_problem(schema, key, doc)
+    return None
+
+
+def _value_problem(setting: typing.Any, key: str, value: object) -> str | None:
+    """OmegaConf's first line where ``value`` is not of the type ``setting`` (an interpolation is taken as
+    it is, resolved later), as ``key: ...``; else None."""
+    name = key.rpartition(".")[2].partition("[")[0] or "value"
+    name = name if name.isidentifier() else "value"
+    holder = OmegaConf.structured(
+        dataclasses.make_dataclass("Setting", [(name, setting, field(default=MISSING))])
+    )
+    try:
+        OmegaConf.merge(holder, {name: value})
+    except OmegaConfBaseException as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"{key}: {first}"
     return None
 
 

@@ -524,6 +524,13 @@ def test_a_base_topology_file_reads_as_the_replay_reads_it(tmp_path: Path) -> No
     assert str(e.value) == (
         f"{typo}: topology.dims[0]: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)"
     )
+    units = tmp_path / "units.yaml"  # was "units.yaml: Value '3.5' of type 'float' ...", no key
+    units.write_text("name: t\ndims:\n  - {kind: switch, bandwidth_gbps: 5.0, latency_ns: 3.5}\n")
+    with pytest.raises(ConfigError) as e:
+        load_topology_entry(str(units))
+    assert str(e.value) == (
+        f"{units}: topology.dims[0].latency_ns: Value '3.5' of type 'float' could not be converted to Integer"
+    )
     noname = tmp_path / "mytopo.yaml"  # was "... has missing mandatory value: name"
     noname.write_text("dims:\n  - {kind: switch, bandwidth_gbps: 5.0, latency_ns: 1000}\n")
     assert load_topology_entry(str(noname)).name == "mytopo"

@@ -1518,7 +1518,7 @@ def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
         (
             "topology",
             "name: mine\ndims:\n  - {kind: switch, size: 0, bandwidth_gbps: fast, latency_ns: 5}\n",
-            "bandwidth_gbps: Value 'fast' of type 'str' could not be converted to Float",
+            "topology.dims[0].bandwidth_gbps: Value 'fast' of type 'str' could not be converted to Float",
         ),
         (
             "slowdown",

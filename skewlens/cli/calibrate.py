@@ -31,7 +31,7 @@ from skewlens.replay.calibrate import (
     untraced_members,
     write_topology,
 )
-from skewlens.replay.config import TopologyConfig, holds_no, unknown_file_key
+from skewlens.replay.config import TopologyConfig, file_key_problem, holds_no
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.rich_progress import RichProgress
@@ -64,7 +64,7 @@ def load_topology_entry(value: str) -> TopologyConfig:
         if not isinstance(doc, DictConfig) or not doc:  # a list: 'Cannot merge DictConfig with ListConfig'
             raise ConfigError(holds_no(TopologyConfig, "topology"))  # as the replay says it
         # as the replay reads a file: a typo named, the name the file's stem
-        if (unknown := unknown_file_key(OmegaConf.to_container(doc), TopologyConfig, "topology")) is not None:
+        if (unknown := file_key_problem(OmegaConf.to_container(doc), TopologyConfig, "topology")) is not None:
             raise ConfigError(unknown)
         if "name" not in doc:
             doc.name = path.stem

@@ -57,8 +57,8 @@ from skewlens.replay.config import (
     ScaleConfig,
     SlowdownConfig,
     TopologyConfig,
+    file_key_problem,
     holds_no,
-    unknown_file_key,
 )
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, missing_value
@@ -909,7 +909,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
     an empty file read as a missing name), with no YAML aliases
     (:func:`~skewlens.cli.options.refuse_yaml_aliases`). A ``defaults`` list (an entry that extends
     another) is Hydra's, and a file with a ``# @package`` header is left to Hydra. A key the schema lacks
-    names its item and the likely key (:func:`unknown_file_key`); a topology's values are checked with the
+    names its item and the likely key (:func:`file_key_problem`); a topology's values are checked with the
     command line's ``settings`` of it applied (:func:`check_topology_values`)."""
     refuse_yaml_aliases(path, f"{group}={item}")
     try:
@@ -925,7 +925,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
     extends = "defaults" in doc
     with contextlib.suppress(ConfigKeyError):
         del doc["defaults"]
-    if (unknown := unknown_file_key(OmegaConf.to_container(doc, resolve=False), schema, group)) is not None:
+    if (unknown := file_key_problem(OmegaConf.to_container(doc, resolve=False), schema, group)) is not None:
         # OmegaConf named the key alone ('bandwith_gbps: Key ... not in DimensionConfig'), not which item
         raise ConfigError(f"{group}={item}: {unknown}")
     try:  # a value of the wrong type: Hydra says it in half a dozen lines
