@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -1598,6 +1599,82 @@ def test_a_config_dir_or_searchpath_that_does_not_exist_is_one_line_naming_it(
         assert rc == 2
         assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
     assert not (tmp_path / "o").exists()
+
+
+def _site(tmp_path: Path, primary: str, **entries: str) -> Path:
+    """A platform team's config directory: the primary config ``site.yaml`` (YAML ``primary``) and
+    ``GROUP/NAME.yaml`` entries given as ``GROUP__NAME=text``."""
+    cfg = tmp_path / "site"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "site.yaml").write_text(primary)
+    for key, text in entries.items():
+        group, _, name = key.partition("__")
+        (cfg / group).mkdir(exist_ok=True)
+        (cfg / group / f"{name}.yaml").write_text(text)
+    return cfg
+
+
+SITE_TOPOLOGY = (
+    "name: acme\nalgorithm: hierarchical\ndims:\n"
+    "  - {kind: switch, size: 2, bandwidth_gbps: 300.0, latency_ns: 800}\n"
+    "  - {kind: fat_tree, size: 0, bandwidth_gbps: 50.0, latency_ns: 3500, links_per_node: 2}\n"
+)
+
+
+def test_the_entries_of_a_directory_a_primary_config_puts_on_hydras_search_path_are_known(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared = tmp_path / "shared"
+    (shared / "topology").mkdir(parents=True)
+    (shared / "topology" / "acme.yaml").write_text(SITE_TOPOLOGY)
+    primary = f"defaults:\n  - replay\n  - _self_\nhydra:\n  searchpath:\n    - file://{shared}\n"
+    cfg = _site(tmp_path, primary)
+    args = ["replay", "-cd", str(cfg), "-cn", "site", f"trace={run_dir}", "comm_mode=model", "progress=false"]
+    # was 'topology=acme: no such entry (one of dgx_h100_8x, ...)', though Hydra would find it
+    assert skewlens_main([*args, f"out={tmp_path / 'o'}", "topology=acme"]) == 0, capsys.readouterr().err
+    assert "replayed with topology acme;" in capsys.readouterr().out
+    assert skewlens_main([*args, f"out={tmp_path / 'p'}", "topology=acme_b"]) == 2
+    assert "topology=acme_b: no such entry (one of acme, dgx_h100_8x," in capsys.readouterr().err
+
+
+def test_the_entries_of_a_pip_installed_config_package_are_known_and_checked_as_a_directorys_are(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # a package of configs that a SearchPathPlugin puts on Hydra's search path (Hydra's documented way);
+    # skewlens's own checks knew -cd and hydra.searchpath only: 'topology=acme: no such entry'
+    site = tmp_path / "site-packages"
+    plugin = site / "hydra_plugins" / "skl_acme_searchpath"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text(
+        "from hydra.core.config_search_path import ConfigSearchPath\n"
+        "from hydra.plugins.search_path_plugin import SearchPathPlugin\n\n\n"
+        "class AcmeSearchPath(SearchPathPlugin):\n"
+        "    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:\n"
+        "        search_path.append(provider='acme', path='pkg://skl_acme_conf')\n"
+    )
+    conf = site / "skl_acme_conf"
+    (conf / "topology").mkdir(parents=True)
+    (conf / "__init__.py").write_text("")
+    (conf / "topology" / "acme.yaml").write_text(SITE_TOPOLOGY)
+    (conf / "topology" / "typo.yaml").write_text(SITE_TOPOLOGY.replace("latency_ns: 800", "latncy_ns: 800"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+
+    def replay(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "skewlens", "replay", f"trace={run_dir}", "comm_mode=model", *args]
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=env)
+
+    res = replay(f"out={tmp_path / 'o'}", "topology=acme", "progress=false", "perfetto=false")
+    assert res.returncode == 0, res.stderr
+    assert "replayed with topology acme;" in res.stdout
+    res = replay(f"out={tmp_path / 'p'}", "topology=typo")  # was Hydra's five lines
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        (
+            f"skewlens replay: error: topology=typo ({conf / 'topology' / 'typo.yaml'}): "
+            "topology.dims[0]: unknown "
+            "key 'latncy_ns' (did you mean 'latency_ns'?)"
+        )
+    ]
 
 
 def test_the_root_configs_restated_values_are_the_schemas_defaults_and_the_timeline_cap_is_analyzes() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import importlib.util
 import os
 import re
 import shlex
@@ -360,13 +361,17 @@ CHECKED_GROUPS = ("slowdown", "scale")
 
 
 def user_conf_dirs(args: list[str]) -> list[Path] | None:
-    """The config directories ``args`` add to Hydra's search path: ``--config-dir`` / ``-cd`` and the
-    entries of ``hydra.searchpath`` (``file://`` or a plain path); None where one is a package's
-    (``pkg://``), whose entries are not listed here. One that is not a directory is a one-line
-    :class:`ConfigError` naming it (Hydra's was a dozen lines, or an argparse error about the next
-    override)."""
+    """The config directories on Hydra's search path besides skewlens's: ``--config-dir`` / ``-cd``, the
+    entries of ``hydra.searchpath`` (``file://``, a plain path or a package's ``pkg://``: its directory)
+    given on the command line, else those of the user's primary config (``-cn NAME``), and those a
+    ``SearchPathPlugin`` of an installed package adds (a pip-installed config package). Before, only the
+    first two were known: an entry of the others was refused, 'slowdown=slow_host: no such entry'. None
+    where one is not a directory here (a zipped package), whose entries are not listed. One the command
+    line or the primary config names that is not a directory is a one-line :class:`ConfigError` naming it
+    (Hydra's was a dozen lines, or an argparse error about the next override)."""
     dirs: list[Path] = []
     given = iter(v for flag, v in _flag_values(args) if flag == ("-cd", "--config-dir"))
+    searchpath = False
     for arg in args:
         if _hydra_flag(arg) == ("-cd", "--config-dir"):
             value = next(given)
@@ -377,18 +382,82 @@ def user_conf_dirs(args: list[str]) -> list[Path] | None:
             if value.startswith("[") and value.endswith("]"):
                 value = value[1:-1]
             entries = [e.strip().strip("'\"") for e in value.split(",") if e.strip()]
-            where = ""
+            where, searchpath = "", True
         else:
             continue
         for entry in entries:
-            if entry.startswith("pkg://"):
+            d = _search_dir(entry, where or f"hydra.searchpath: {entry}")
+            if d is None:
                 return None
-            d = Path(entry.removeprefix("file://")).expanduser()
-            if not d.is_dir():
-                what = "not a directory" if d.exists() else "no such directory"
-                raise ConfigError(f"{where or f'hydra.searchpath: {entry}'}: {what}")
             dirs.append(d)
+    plugged = _plugin_dirs()
+    if plugged is None:
+        return None
+    dirs += plugged
+    primary = None if searchpath else _primary_config_path(args, dirs)
+    doc = _read_yaml(primary) if primary is not None else None
+    hydra_conf = doc.get("hydra") if isinstance(doc, dict) else None
+    listed = hydra_conf.get("searchpath") if isinstance(hydra_conf, dict) else None
+    for entry in listed if isinstance(listed, list) else []:
+        d = _search_dir(str(entry), f"{primary}: hydra.searchpath: {entry}")
+        if d is None:
+            return None
+        dirs.append(d)
     return dirs
+
+
+def _search_dir(entry: str, where: str) -> Path | None:
+    """The directory of the search path entry ``entry``: a ``file://`` or plain path, else a one-line
+    :class:`ConfigError` (``where``: what named it) where it is not a directory; a ``pkg://`` package's
+    directory, None where it is not one on disk (Hydra then says what it finds)."""
+    if entry.startswith("pkg://"):
+        module, _, sub = entry.removeprefix("pkg://").partition("/")
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        places = list(spec.submodule_search_locations or []) if spec is not None else []
+        d = Path(places[0]) / sub if len(places) == 1 else None
+        return d if d is not None and d.is_dir() else None
+    d = Path(entry.removeprefix("file://")).expanduser()
+    if not d.is_dir():
+        raise ConfigError(f"{where}: {'not a directory' if d.exists() else 'no such directory'}")
+    return d
+
+
+def _plugin_dirs() -> list[Path] | None:
+    """The directories the installed ``SearchPathPlugin`` s put on Hydra's search path (a pip-installed
+    package of configs), as :func:`_search_dir` finds them; None where one is not a directory here."""
+    # Hydra's own composition of the path (private: hydra-core is pinned below 1.4 in pyproject.toml)
+    from hydra._internal.utils import create_config_search_path
+
+    dirs = []
+    for element in create_config_search_path(None).get_path():
+        if element.provider in ("hydra", "schema") or element.path is None:
+            continue
+        d = _search_dir(element.path, f"{element.provider}: {element.path}")
+        if d is None:
+            return None
+        dirs.append(d)
+    return dirs
+
+
+def _primary_config_path(args: list[str], dirs: list[Path]) -> Path | None:
+    """The file of the user's primary config that ``args`` choose (``-cn NAME``: ``NAME.yaml`` in the first
+    of ``dirs`` that holds one); None where they choose none, or ``replay`` (skewlens's comes first)."""
+    names = [v for flag, v in _flag_values(args) if flag == ("-cn", "--config-name")]
+    if not names or names[-1].removesuffix(".yaml") == "replay":
+        return None
+    files = [d / f"{names[-1].removesuffix('.yaml')}.yaml" for d in dirs]
+    return next((f for f in files if f.is_file()), None)
+
+
+def _read_yaml(path: Path) -> object:
+    """The YAML document of ``path``; None where it cannot be read (said where it matters)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
 
 
 def check_sweeper_params(args: list[str]) -> None:
@@ -398,26 +467,19 @@ def check_sweeper_params(args: list[str]) -> None:
     was four lines, and its advice for a key the schema lacks, "To append to your config use
     +slowdown.factr=1", a second mistake. Its own defaults' files, and a file Hydra cannot read, are left to
     Hydra."""
-    names = [v for flag, v in _flag_values(args) if flag == ("-cn", "--config-name")]
     dirs = user_conf_dirs(args)
-    if not names or not dirs or names[-1].removesuffix(".yaml") == "replay":  # skewlens's comes first
-        return
-    files = [d / f"{names[-1].removesuffix('.yaml')}.yaml" for d in dirs]
-    path = next((f for f in files if f.is_file()), None)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return
+    path = _primary_config_path(args, dirs) if dirs else None
+    doc = _read_yaml(path) if path is not None else None
     hydra_conf = doc.get("hydra") if isinstance(doc, dict) else None
     sweeper = hydra_conf.get("sweeper") if isinstance(hydra_conf, dict) else None
     params = sweeper.get("params") if isinstance(sweeper, dict) else None
-    if not isinstance(params, dict):
+    if path is None or dirs is None or not isinstance(params, dict):
         return
     # as Hydra's basic sweeper makes them of the file's values
     overrides = [f"{k}={v}" for k, v in params.items()]
     try:
         check_groups([*overrides, *(f"hydra.searchpath=[file://{d}]" for d in dirs)])
-        check_types([*overrides, "-cn", names[-1]])  # a sweep of the primary config's: -m is not asked for
+        check_types([*overrides, "-cn", path.stem])  # a sweep of the primary config's: -m is not asked for
     except ConfigError as e:
         raise ConfigError(f"{path}: hydra.sweeper.params: {e}") from None
 
