@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -1621,6 +1622,101 @@ SITE_TOPOLOGY = (
 )
 
 
+def _step_times(out: Path) -> list[int]:
+    table = pq.read_table(out / "summary.parquet").sort_by([("rank", "ascending"), ("step", "ascending")])
+    return table.column("step_time_ns").to_pylist()
+
+
+def test_a_primary_config_of_ones_own_replays_as_the_same_choices_given_on_the_command_line(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    primary = (
+        "defaults:\n  - replay\n  - override topology: acme\n  - _self_\ncomm_mode: model\nprogress: false\n"
+    )
+    cfg = _site(tmp_path, primary, topology__acme=SITE_TOPOLOGY)
+    run = [f"trace={run_dir}", "perfetto=false"]
+    assert skewlens_main(["replay", "-cd", str(cfg), "-cn", "site", *run, f"out={tmp_path / 'a'}"]) == 0
+    given = ["comm_mode=model", "progress=false", "topology=acme", f"out={tmp_path / 'b'}"]
+    assert skewlens_main(["replay", "-cd", str(cfg), *run, *given]) == 0
+    assert "replayed with topology acme;" in capsys.readouterr().out
+    assert _step_times(tmp_path / "a") == _step_times(tmp_path / "b")
+    assert skewlens_main(["replay", *run, "comm_mode=model", "progress=false", f"out={tmp_path / 'c'}"]) == 0
+    assert _step_times(tmp_path / "c") != _step_times(tmp_path / "a")  # the switch preset, not acme
+
+
+@pytest.mark.parametrize(
+    ("primary", "entry", "error"),
+    [
+        (  # each was Hydra's five lines ("In 'site': ConfigKeyError raised while composing config: ..."),
+            # naming neither file
+            "defaults:\n  - replay\n  - override topology: acme\n  - _self_\n",
+            SITE_TOPOLOGY.replace("bandwidth_gbps: 50.0", "bandwith_gbps: 50.0"),
+            (
+                "defaults: topology=acme ({cfg}/topology/acme.yaml): topology.dims[1]: "
+                "unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)"
+            ),
+        ),
+        (  # a latency in µs where ns are asked for
+            "defaults:\n  - replay\n  - override topology: acme\n  - _self_\n",
+            SITE_TOPOLOGY.replace("latency_ns: 3500", "latency_ns: 3.5"),
+            (
+                "defaults: topology=acme ({cfg}/topology/acme.yaml): topology.dims[1].latency_ns: "
+                "Value '3.5' of type 'float' could not be converted to Integer"
+            ),
+        ),
+        (
+            "defaults:\n  - replay\n  - override topology: acme\n  - _self_\n",
+            SITE_TOPOLOGY.replace("bandwidth_gbps: 50.0", "bandwidth_gbps: -50.0"),
+            (
+                "defaults: topology=acme ({cfg}/topology/acme.yaml): topology.dims[1].bandwidth_gbps: "
+                "must be > 0, got -50.0"
+            ),
+        ),
+        (  # Hydra's twenty lines, with its search path
+            "defaults:\n  - replay\n  - override topology: acme_b\n  - _self_\n",
+            SITE_TOPOLOGY,
+            (
+                "defaults: topology=acme_b: no such entry (one of acme, dgx_h100_8x, fat_tree_oversub, "
+                "fully_connected, ring, switch, two_node_ib)"
+            ),
+        ),
+        (  # Hydra's "Multiple values for topology", three lines
+            "defaults:\n  - replay\n  - topology: acme\n  - _self_\n",
+            SITE_TOPOLOGY,
+            (
+                "defaults: 'topology: acme': replay.yaml chooses a topology already; "
+                "write 'override topology: acme'"
+            ),
+        ),
+        (
+            "defaults:\n  - replay\n  - _self_\ncomm_mod: model\n",
+            SITE_TOPOLOGY,
+            "unknown key 'comm_mod' (did you mean 'comm_mode'?)",
+        ),
+        (
+            "defaults:\n  - replay\n  - _self_\nperfetto_max_events: lots\n",
+            SITE_TOPOLOGY,
+            "perfetto_max_events: Value 'lots' of type 'str' could not be converted to Integer",
+        ),
+        (
+            "defaults:\n  - replay\n  - _self_\ntopology:\n  dims:\n    - {bandwidth_gbps: 400Gbps}\n",
+            SITE_TOPOLOGY,
+            "topology.dims[0].bandwidth_gbps: Value '400Gbps' of type 'str' could not be converted to Float",
+        ),
+    ],
+)
+def test_a_typo_wrong_type_or_missing_entry_in_a_primary_config_of_ones_own_is_one_line_naming_its_file(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], primary: str, entry: str, error: str
+) -> None:
+    cfg = _site(tmp_path, primary, topology__acme=entry)
+    out = tmp_path / "o"
+    assert skewlens_main(["replay", "-cd", str(cfg), "-cn", "site", f"trace={run_dir}", f"out={out}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: {cfg / 'site.yaml'}: {error.format(cfg=cfg)}"
+    ]
+    assert not out.exists()
+
+
 def test_the_entries_of_a_directory_a_primary_config_puts_on_hydras_search_path_are_known(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1635,6 +1731,32 @@ def test_the_entries_of_a_directory_a_primary_config_puts_on_hydras_search_path_
     assert "replayed with topology acme;" in capsys.readouterr().out
     assert skewlens_main([*args, f"out={tmp_path / 'p'}", "topology=acme_b"]) == 2
     assert "topology=acme_b: no such entry (one of acme, dgx_h100_8x," in capsys.readouterr().err
+
+
+def test_a_config_path_that_would_take_the_place_of_skewlenss_configs_is_one_line_saying_to_give_cd(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _site(tmp_path, "defaults:\n  - replay\n  - _self_\n")
+    # Hydra's "In 'site': Could not load 'replay'" with its search path, and for a relative one "Primary
+    # config module 'skewlens.cli.site' not found"
+    for where, why in (
+        (str(cfg), f"{cfg} holds no replay.yaml"),
+        ("site", "Hydra reads a relative one from"),
+    ):
+        rc = skewlens_main(
+            ["replay", "-cp", where, "-cn", "site", f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+        )
+        assert rc == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and why in err[0] and f"with -cd {where} (--config-dir)" in err[0], err
+    assert not (tmp_path / "o").exists()
+    copy = tmp_path / "copy"  # a whole copy of skewlens's configs is what --config-path takes
+    shutil.copytree(CONF_DIR, copy)
+    rc = skewlens_main(
+        ["replay", "-cp", str(copy), f"trace={run_dir}", f"out={tmp_path / 'o'}", "progress=false"]
+    )
+    assert rc == 0
+    assert (tmp_path / "o" / "summary.parquet").is_file()
 
 
 def test_the_entries_of_a_pip_installed_config_package_are_known_and_checked_as_a_directorys_are(

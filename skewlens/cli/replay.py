@@ -460,6 +460,30 @@ def _read_yaml(path: Path) -> object:
         return None
 
 
+def check_config_path(args: list[str]) -> None:
+    """``--config-path DIR`` (``-cp``) takes the place of skewlens replay's own config directory: a
+    ``DIR`` without a ``replay.yaml`` (and its groups) of its own, or a relative one, which Hydra reads from
+    skewlens's package, is a one-line :class:`ConfigError` saying to give it with ``-cd`` (Hydra's was
+    "In 'acme': Could not load 'replay'" with its search path, or "Primary config module
+    'skewlens.cli.DIR' not found"). A package's (``pkg://``) is left to Hydra."""
+    for flag, value in _flag_values(args):
+        if flag != ("-cp", "--config-path") or value.startswith("pkg://"):
+            continue
+        d = Path(value.removeprefix("file://")).expanduser()
+        if d.is_absolute() and (d / "replay.yaml").is_file():
+            continue  # a whole copy of skewlens's configs
+        why = (
+            "Hydra reads a relative one from skewlens's package, not from here"
+            if not d.is_absolute()
+            else f"{value} holds no replay.yaml"
+        )
+        raise ConfigError(
+            f"--config-path {value}: takes the place of skewlens replay's own configs (replay.yaml and its "
+            f"groups), and {why}; give a directory of your own entries and primary configs with -cd {value} "
+            "(--config-dir), which Hydra searches after skewlens's"
+        )
+
+
 def check_sweeper_params(args: list[str]) -> None:
     """The sweep a primary config of the user's gives in ``hydra.sweeper.params`` (``-cd DIR -cn NAME``,
     ``NAME.yaml`` in ``DIR``): each ``key: values`` is checked as the command line's ``key=values`` are
@@ -482,6 +506,53 @@ def check_sweeper_params(args: list[str]) -> None:
         check_types([*overrides, "-cn", path.stem])  # a sweep of the primary config's: -m is not asked for
     except ConfigError as e:
         raise ConfigError(f"{path}: hydra.sweeper.params: {e}") from None
+
+
+def check_primary_config(args: list[str]) -> None:
+    """The user's primary config (``-cn NAME``, :func:`_primary_config_path`) holds settings of the schema,
+    each of its type, and the entries its ``defaults`` list chooses (``override topology: NAME``) are
+    there, each holding its group's settings (:func:`check_user_entry`), else a one-line
+    :class:`ConfigError` naming the file (and the entry's). Hydra's were five lines ("In 'acme':
+    ConfigKeyError raised while composing config: Key 'bandwith_gbps' not in 'DimensionConfig'", naming
+    neither file nor item), or twenty with its search path for an entry that is not there. A group the
+    command line chooses replaces the file's choice, and is checked as the command line's."""
+    dirs = user_conf_dirs(args)
+    path = _primary_config_path(args, dirs) if dirs else None
+    if path is None or dirs is None:
+        return
+    doc = _read_yaml(path)
+    if not isinstance(doc, dict):
+        return  # Hydra's to say
+    given = {a.partition("=")[0].lstrip("+~") for a in args}
+    try:
+        settings: list[Override] | None = OverridesParser.create().parse_overrides(
+            [a for a in args if a.startswith("topology.")]
+        )
+    except OverrideParseException:
+        settings = None
+    defaults = doc.get("defaults")
+    defaults = defaults if isinstance(defaults, list) else []
+    for item in defaults:
+        if not isinstance(item, dict) or len(item) != 1:
+            continue
+        ((key, choice),) = item.items()
+        group = str(key).removeprefix("override").strip().lstrip("/")
+        if group not in GROUP_SCHEMAS or group in given or not isinstance(choice, str):
+            continue
+        if not str(key).startswith("override") and any(str(d).lstrip("/") == "replay" for d in defaults):
+            # Hydra's "Multiple values for topology", in three lines
+            raise ConfigError(
+                f"{path}: defaults: '{key}: {choice}': replay.yaml chooses a {group} already; write "
+                f"'override {key}: {choice}'"
+            )
+        try:
+            check_entry(group, choice, known_entries(group, dirs))
+            check_user_entry(group, choice, dirs, settings)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: defaults: {e}") from None
+    body = {k: v for k, v in doc.items() if k not in ("defaults", "hydra")}
+    if (problem := file_key_problem(body, ReplayConfig, "")) is not None:
+        raise ConfigError(f"{path}: {problem}")
 
 
 def _flag_values(args: list[str]) -> list[tuple[tuple[str, ...], str]]:
@@ -1330,10 +1401,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     check_arguments(args)
     check_modes(args)
+    check_config_path(args)
     check_groups(args)
     check_launcher(args)
     check_list_items(args)
     check_types(args)
+    check_primary_config(args)
     check_sweeper_params(args)
     errors: list[SkewlensError] = []
 
