@@ -1529,6 +1529,17 @@ def test_an_entry_of_a_config_dir_hydra_is_given_is_taken_as_the_searchpaths_is(
         ),
         # a traceback: yaml.scanner.ScannerError
         ("slowdown", "name: mine\n  bad: [\n", "not a YAML slowdown (mapping values are not allowed here)"),
+        (  # these named the key, not the file
+            "slowdown",
+            "name: mine\nentries:\n  - {kind: network, nodes: [1], factor: -0.5}\n",
+            "slowdown.entries[0].factor: must be a finite number > 0, got -0.5 (kind=network)",
+        ),
+        (
+            "slowdown",
+            "name: mine\nfactor: 0\nentries:\n  - {kind: compute, factor: '${slowdown.factor}'}\n",
+            "slowdown.factor: must be a finite number > 0, got 0.0",
+        ),
+        ("scale", "dp: -4\n", "scale.dp: must be >= 0 (0: off), got -4"),
     ],
 )
 def test_a_typo_or_wrong_type_in_an_entry_of_the_users_config_dir_is_one_line_naming_its_file(

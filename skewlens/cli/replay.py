@@ -524,12 +524,6 @@ def check_primary_config(args: list[str]) -> None:
     if not isinstance(doc, dict):
         return  # Hydra's to say
     given = {a.partition("=")[0].lstrip("+~") for a in args}
-    try:
-        settings: list[Override] | None = OverridesParser.create().parse_overrides(
-            [a for a in args if a.startswith("topology.")]
-        )
-    except OverrideParseException:
-        settings = None
     defaults = doc.get("defaults")
     defaults = defaults if isinstance(defaults, list) else []
     for item in defaults:
@@ -547,7 +541,7 @@ def check_primary_config(args: list[str]) -> None:
             )
         try:
             check_entry(group, choice, known_entries(group, dirs))
-            check_user_entry(group, choice, dirs, settings)
+            check_user_entry(group, choice, dirs, group_settings(group, args))
         except ConfigError as e:
             raise ConfigError(f"{path}: defaults: {e}") from None
     body = {k: v for k, v in doc.items() if k not in ("defaults", "hydra")}
@@ -584,7 +578,7 @@ def check_groups(args: list[str]) -> None:
             key, eq, value = arg.partition("=")
             for item in (_plain_choices(value) or []) if key == group and eq else []:
                 check_entry(group, item, known)
-                check_user_entry(group, item, dirs)
+                check_user_entry(group, item, dirs, group_settings(group, args))
 
 
 #: The lists of a group's entry that an override may index (``slowdown.entries.0.factor=3``).
@@ -1043,7 +1037,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
     (:func:`~skewlens.cli.options.refuse_yaml_aliases`). A ``defaults`` list (an entry that extends
     another) is Hydra's, and a file with a ``# @package`` header is left to Hydra. A key the schema lacks
     names its item and the likely key (:func:`file_key_problem`); a topology's values are checked with the
-    command line's ``settings`` of it applied (:func:`check_topology_values`)."""
+    command line's ``settings`` of it applied (:func:`check_entry_values`)."""
     refuse_yaml_aliases(path, f"{group}={item}")
     try:
         if path.read_text(encoding="utf-8").lstrip().startswith("# @package"):
@@ -1067,29 +1061,40 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{group}={item}: {key + ': ' if key else ''}{first}") from None
-    if group == "topology" and not extends and isinstance(merged, DictConfig):
-        check_topology_values(item, path, merged, settings)
+    if not extends and isinstance(merged, DictConfig):
+        check_entry_values(group, item, path, merged, settings)
 
 
-def check_topology_values(
-    item: str, path: Path, merged: DictConfig, settings: Sequence[Override] | None
+def group_settings(group: str, args: Sequence[str]) -> list[Override] | None:
+    """The command line's settings of ``group``'s keys (``topology.dims.1.latency_ns=900``); None where they
+    do not parse (:func:`check_types` says what is wrong with them)."""
+    try:
+        return OverridesParser.create().parse_overrides([a for a in args if a.startswith(f"{group}.")])
+    except OverrideParseException:
+        return None
+
+
+def check_entry_values(
+    group: str, item: str, path: Path, merged: DictConfig, settings: Sequence[Override] | None
 ) -> None:
-    """The topology file's values, with the command line's ``topology.*`` settings applied and its name
-    the file's stem where it has none, pass the schema's checks (``TopologyConfig.__post_init__``), else a
-    one-line :class:`ConfigError` naming the file and the key: checked when the composed config was, it did
-    not name the file, and in a sweep every job of that topology failed one by one after the others ran.
-    Left to the composed config where a setting is swept (or ``settings`` is None: the command line does
-    not parse) or a value is left for the command line."""
+    """The values of ``group``'s entry file ``path`` (a topology, slowdown or scale), with the command line's
+    ``group.*`` settings applied and a topology's name the file's stem where it has none, pass the schema's
+    checks (its ``__post_init__``; a slowdown's items resolved against its knobs), else a one-line
+    :class:`ConfigError` naming the file and the key: checked when the composed config was, it did not name
+    the file ('slowdown.entries[0].factor: must be a finite number > 0, got -0.5'), and in a sweep every
+    job of that entry failed one by one after the others ran. Left to the composed config where a setting
+    is swept (or ``settings`` is None: the command line does not parse) or a value is left for the command
+    line or refers outside its group."""
     if settings is None or any(o.is_sweep_override() for o in settings):
         return
-    if OmegaConf.is_missing(merged, "name"):
+    if group == "topology" and OmegaConf.is_missing(merged, "name"):
         merged.name = path.stem
     try:
         for o in settings:
-            OmegaConf.update(merged, o.key_or_group.removeprefix("topology."), o.value(), merge=True)
-        OmegaConf.to_object(merged)
+            OmegaConf.update(merged, o.key_or_group.removeprefix(f"{group}."), o.value(), merge=True)
+        OmegaConf.to_object(OmegaConf.create({group: merged}))  # ${slowdown.factor} resolves there
     except ConfigError as e:
-        raise ConfigError(f"topology={item}: {str(e).strip().splitlines()[0]}") from None
+        raise ConfigError(f"{group}={item}: {str(e).strip().splitlines()[0]}") from None
     except OmegaConfBaseException:
         return  # a required value left unset, or a setting of another shape: the composed config says it
 
@@ -1147,12 +1152,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
     the topology where the file gives it no ``name``."""
     dirs = user_conf_dirs(args)
     builtin = known_entries("topology", dirs or [])
-    try:
-        settings: list[Override] | None = OverridesParser.create().parse_overrides(
-            [a for a in args if a.startswith("topology.")]
-        )
-    except OverrideParseException:
-        settings = None  # check_types says what is wrong with it
+    settings = group_settings("topology", args)
     searched = dirs is None  # entries of a package's config directory may be there
     out, found = [], False
     for arg in args:
