@@ -1174,6 +1174,10 @@ _RECV_AFTER_SEND = {
     "wait-blocked-past-it": ((2_950_000, 100_001), 3_050_001, False, 3_050_001),
     # never waited for: the rank's last row (host work before and past 3 ms) is not a wait on it
     "no-wait": (None, 4 * MS, True, 3 * MS),
+    # never waited for, recorded to end SKEW_NS (20 µs) after the send: within the clocks' error, as recorded
+    "no-wait-ending-20-us-after-it": (None, 3_020_000, False, 3_020_000),
+    # 1 ns more: past the clocks' error, it completed with the send
+    "no-wait-ending-20.001-us-after-it": (None, 3_020_001, False, 3 * MS),
 }
 
 
@@ -1207,3 +1211,48 @@ def test_a_recvs_first_wait_is_the_one_that_began_first_not_the_one_recorded_fir
     waits = [i for i in range(len(run.ranks[0])) if run.ranks[0].name(i) == "c10d::wait"]
     assert [int(run.ranks[0].start_ns[i]) for i in waits] == [25 * MS, 10 * MS]  # recorded in this order
     assert model_ends(run, 0)[_row(run, 0, "c10d::recv_")] == 20 * MS
+
+
+def test_a_send_recorded_to_complete_before_its_blocked_wait_began_completed_then_not_when_both_were_issued(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's send (issued at 1 ms) is recorded to end at 3 ms, before its first wait began (4 ms, blocked 1
+    ms on something else): that end is a completion, not a wait's return, and the pair completed then; rank
+    0's recv, posted at 1 ms and waited for at 5.9 ms without blocking, completed with it. Taking the send's
+    end for the 'data was there before the wait' rule moved both to when both were issued (1.05 ms)."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p0 = r0.compute("prep", MS, start_ns=0)
+    rv = r0.recv(1, 4096, 5 * MS, start_ns=MS, stream=COMM, deps=(p0,), return_ns=1_050_000)
+    o = r0.compute("other", 4_900_000, start_ns=MS, deps=(p0,))
+    r0.compute("c10d::wait", 100_000, start_ns=5_900_000, deps=(o, rv))
+    p1 = r1.compute("prep", MS, start_ns=0)
+    s = r1.send(0, 4096, 2 * MS, start_ns=MS, stream=COMM, deps=(p1,), return_ns=1_050_000)
+    i1 = r1.compute("issue", 3 * MS, start_ns=MS, deps=(p1,))
+    r1.compute("c10d::wait", MS, start_ns=4 * MS, deps=(i1, s))
+    run = load_run(b.write(tmp_path / "run"))
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3 * MS, 3 * MS)
+
+
+def test_a_recv_whose_unblocked_wait_ended_first_keeps_its_end_where_its_sends_wait_blocked_after_both_issued(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 isends at 2 ms (returns 2.05) and waits for it from 2.2, blocked until 4 ms; rank 0 irecvs at
+    2.1 (returns 2.15) and waits for it at 3 ms for 10 µs, where the recv is recorded to end. The send's wait
+    began after both were issued and blocked: the pair was running then, so the recv completed at 3.01 ms
+    and the send, whose wait began before that and blocked past it, at its own end (4 ms); not both at
+    2.15 ms, when both were issued (as for the sender's end coming first, the ring exchange above)."""
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    p0 = r0.compute("prep", 2_100_000, start_ns=0)
+    rv = r0.recv(1, 4096, 910_000, start_ns=2_100_000, stream=COMM, deps=(p0,), return_ns=2_150_000)
+    o = r0.compute("other", 900_000, start_ns=2_100_000, deps=(p0,))
+    r0.compute("c10d::wait", 10_000, start_ns=3 * MS, deps=(o, rv))
+    p1 = r1.compute("prep", 2 * MS, start_ns=0)
+    s = r1.send(0, 4096, 2 * MS, start_ns=2 * MS, stream=COMM, deps=(p1,), return_ns=2_050_000)
+    i1 = r1.compute("issue", 200_000, start_ns=2 * MS, deps=(p1,))
+    r1.compute("c10d::wait", 1_800_000, start_ns=2_200_000, deps=(i1, s))
+    run = load_run(b.write(tmp_path / "run"))
+    recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+    assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_010_000, 4 * MS)
