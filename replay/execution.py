@@ -1548,23 +1548,23 @@ def _part_waits(
 
 
 def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I64, I64]]:
-    """Per rank, the send and recv rows recorded to end more than ``SKEW_NS`` after their pair completed,
-    and that completion (at least the row's start): the time by which each had completed. A send and its
-    recv complete together (gloo's send does not complete before its recv is posted, and the recv has its
-    data once the send is done); an asynchronous op is recorded to end when the program's wait on it
-    returned (gloo reports no completion), which may be much later (a pipeline stage waits for its
-    activation sends at the end of the step, or for a recv after host work of its own). The pair completed
-    by the earlier of its members' recorded ends; where that end is the return of its first wait and that
-    wait did not block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and their calls
-    returned, it only says the data was there before the wait: the pair completed once both were issued
-    (the later of their starts and call returns). A schedule of several stages a rank posts a recv ahead
-    and waits for it before the stage's compute that reads it, after other stages' work. But where the
+    """Per rank, the send and recv rows recorded to end more than ``SKEW_NS`` after their pair completed, and
+    that completion (at least the row's start): the time by which each had completed. A send and its recv
+    complete together (gloo's send does not complete before its recv is posted, and the recv has its data once
+    the send is done); an asynchronous op is recorded to end when the program's wait on it returned (gloo
+    reports no completion), which may be much later (a pipeline stage waits for its activation sends at the
+    end of the step, or for a recv after host work of its own). The pair completed by the earlier of its
+    members' recorded ends; where that end is the return of its first wait (either member's, where both end at
+    once) and that wait did not block (:data:`UNBLOCKED_WAIT_NS`), begun after both members had arrived and
+    their calls returned, it only says the data was there before the wait: the pair completed once both were
+    issued (the later of their starts and call returns). A schedule of several stages a rank posts a recv
+    ahead and waits for it before the stage's compute that reads it, after other stages' work. But where the
     other member's first wait began after both were issued and before that end, and blocked, the pair was
     still running then, and completed by that end: a hand-rolled ring exchange (isend, irecv, wait for the
-    recv, wait for the send) waits for its send without blocking once its recv has come. A member whose
-    first wait began before the pair's completion and blocked past it completed at its own recorded end
-    (gloo's send completes once its data is written, its recv once read). An eager send's
-    pair is left as recorded. :func:`rank_model` takes it for the asynchronous ones."""
+    recv, wait for the send) waits for its send without blocking once its recv has come. A member whose first
+    wait began before the pair's completion and blocked past it completed at its own recorded end (gloo's send
+    completes once its data is written, its recv once read). An eager send's pair is left as recorded.
+    :func:`rank_model` takes it for the asynchronous ones."""
     waiters: dict[int, dict[int, list[int]]] = {}
 
     def waiters_of(r: int) -> dict[int, list[int]]:
@@ -1597,7 +1597,6 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
             for r, w in zip(g.ranks, g.rows, strict=True)
         ]
         done = min(ends)
-        first = ends.index(done)
         both = max(issued(r, w) for r, w in zip(g.ranks, g.rows, strict=True))
         # each member's first wait: when it began (-1: none) and whether it blocked
         waits = [first_wait(r, w) for r, w in zip(g.ranks, g.rows, strict=True)]
@@ -1606,8 +1605,12 @@ def _p2p_done_by(run: RunTrace, syncs: Sequence[SyncGroup]) -> dict[int, tuple[I
             k >= 0 and int(run.ranks[r].dur_ns[k]) > UNBLOCKED_WAIT_NS
             for r, k in zip(g.ranks, waits, strict=True)
         ]
-        # its first wait returned at that end (a later wait on it returns at once whatever the transfer took)
-        if waits[first] >= 0 and both <= began[first] and not blocked[first]:
+        # its first wait returned at that end (a later wait on it returns at once whatever the transfer took);
+        # where both members end at once (whole µs in a Chakra trace), either one's wait says so
+        if any(
+            e == done and k >= 0 and both <= s and not b
+            for e, k, s, b in zip(ends, waits, began, blocked, strict=True)
+        ):
             # unless another member's first wait, begun after both were issued and before that end,
             # blocked: the pair had not completed when it began (each rank of a ring exchange blocks on
             # its recv while its send completes, and its wait for the send then returns at once)

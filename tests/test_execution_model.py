@@ -1120,6 +1120,19 @@ def test_a_send_waited_for_before_its_recv_was_posted_keeps_its_end_and_the_recv
     assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_050_000, 5 * MS)
 
 
+def test_a_recv_whose_unblocked_wait_ends_with_its_blocked_send_completes_when_both_issued_as_if_earlier(
+    tmp_path: Path,
+) -> None:
+    """As above, with rank 0's 10 µs wait for the recv at 4.99 ms, so that the recv ends at 5 ms, with its
+    send (whole µs in a Chakra trace make such ties common): the recv still completed when both were issued
+    (3.05 ms), as at 4.98. Before, the tie went to the sender (the pair's first member), whose wait blocked,
+    and the recv kept 1.95 ms of phantom transfer (5 ms), where 10 ns earlier it read 3.05."""
+    for at in (4_980_000, 4_990_000):
+        run = _send_waited_early(tmp_path / str(at), recv_wait=(at, 10_000))
+        recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
+        assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_050_000, 5 * MS), at
+
+
 def test_a_pair_member_without_a_wait_says_nothing_of_the_pair_running_whatever_its_ranks_last_row_did(
     tmp_path: Path,
 ) -> None:
