@@ -837,3 +837,20 @@ def test_a_stall_on_the_rank_that_began_first_never_shortens_the_first_step(tmp_
         d = int(delay_ms * MS)
         res = simulate(rt, effects=SlowdownModel([Slowdown(kind="stall", ranks=(0,), step=0, delay_ns=d)]))
         assert res.step_times() == {0: 7 * MS + max(d - 4 * MS, 0)}
+
+
+def test_a_slow_isend_that_follows_ops_of_two_threads_holds_each_threads_next_op(tmp_path: Path) -> None:
+    # the isend follows `fwd0` (the main thread) and `side0` (stream 5, another host thread): either thread
+    # may have issued it, and each is held as its issuer (one issue per op and thread): `fwd1` and `side1`
+    # both start 3 ms later. Taking one issue per op held the first thread's alone (`side1` moved 0)
+    b = RunBuilder(world_size=2)
+    r0, r1 = b.rank(0), b.rank(1)
+    f = r0.compute("fwd0", dur_ns=MS, start_ns=0)
+    g = r0.compute("side0", dur_ns=MS, start_ns=0, stream=5)
+    r0.send(1, comm_bytes=1024, dur_ns=50_000, start_ns=MS + 10_000, stream=1000, deps=(f, g))
+    r1.recv(0, comm_bytes=1024, dur_ns=50_000, start_ns=MS + 10_000)
+    r0.compute("fwd1", dur_ns=MS, start_ns=MS + 20_000)
+    r0.compute("side1", dur_ns=MS, start_ns=MS + 20_000, stream=5)
+    rt = load_run(b.write(tmp_path / "run"))
+    assert _slow_send_moves(rt, "fwd1", 3 * MS)[0] == 3 * MS
+    assert _slow_send_moves(rt, "side1", 3 * MS)[0] == 3 * MS
