@@ -423,9 +423,9 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     running then: an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
     parent operator as its dependency, as Chakra's converter does), issued at the op's start (after the
     operator's own start: it is never the head); or a launch edge (a GPU op: an NCCL kernel), issued at the
-    launch call. Of one op's issues from one thread the launch call is taken, else the issue inside a running
-    operator (where the op also follows a row that thread finished, it was still issued after the operator
-    began), else the op's start."""
+    launch call. Of one op's issues from one thread the launch call is taken (the latest, where several rows
+    of it launched the op), else the issue inside a running operator (where the op also follows a row that
+    thread finished, it was still issued after the operator began), else the op's start."""
     empty = np.zeros(0, dtype=np.int64)
     if not ops.any():
         return empty, empty
@@ -455,13 +455,15 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     inside_at = np.maximum(rt.start_ns[qd[inside]], rt.start_ns[qs[inside]] + 1)
     at = np.concatenate([at, inside_at, rt.start_ns[ls] + m.launch_off_ns[launched]])
     # one issue per op and thread: the launch call (kind 0), else inside a running op (1), else the op's
-    # start (2); the earliest of its kind
+    # start (2); the earliest of its kind, but the latest launch call: a kernel with several launching rows
+    # of one thread is launched by the last, as the model times it (a launch edge's call clipped into an
+    # earlier row is that row's end, before the call)
     kind = np.repeat(np.array([2, 1, 0], dtype=np.int64), [int(hit.sum()), int(inside.sum()), ls.size])
     other = rt.stream[src] != rt.stream[dst]
     if not other.any():
         return empty, empty
     issues = np.stack([dst[other], rt.stream[src[other]].astype(np.int64), kind[other], at[other]])
-    issues = issues[:, np.lexsort(issues[::-1])]
+    issues = issues[:, np.lexsort((np.where(issues[2] == 0, -issues[3], issues[3]), *issues[2::-1]))]
     first = np.ones(issues.shape[1], dtype=np.bool_)
     first[1:] = (issues[0, 1:] != issues[0, :-1]) | (issues[1, 1:] != issues[1, :-1])
     issues = issues[:, first]

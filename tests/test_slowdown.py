@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from replay_workloads import worker_times
 
+from skewlens.profiler.chakra_io import AttrValue
 from skewlens.profiler.importers.run import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
@@ -647,29 +648,44 @@ def test_a_slow_device_collective_queued_behind_a_running_kernel_holds_no_kernel
         rb = b.rank(r)
         f1 = rb.compute("fwd1", dur_ns=200_000, start_ns=0)
         k1 = rb.compute("k1", dur_ns=2 * MS, start_ns=MS // 2, stream=7, deps=(f1,), launch_ns=100_000)
-        rb._add(
-            "nccl:all_reduce",
-            NodeType.COMM_COLL,
-            dur_ns=MS // 2,
-            start_ns=MS,
-            stream=20,
-            deps=(k1,),
-            attrs={
-                Attr.IS_CPU_OP: False,
-                Attr.COMM_TYPE: int(CommType.ALL_REDUCE),
-                Attr.COMM_SIZE: 1024,
-                Attr.PG_NAME: "0",
-                Attr.SEQ: 0,
-            },
-        )
+        _nccl_all_reduce(rb, MS, (k1,))
         f2 = rb.compute("fwd2", dur_ns=200_000, start_ns=2_800_000)
         rb.compute("k2", dur_ns=MS, start_ns=3 * MS, stream=7, deps=(f2,), launch_ns=2_900_000)
-    rt = load_run(b.write(tmp_path / "run"))
+    moved = _collective_delay_moves(load_run(b.write(tmp_path / "run")))
+    assert (moved["nccl:all_reduce"], moved["k2"], moved["fwd2"]) == (3 * MS, 0, 0)
+
+
+def _nccl_all_reduce(
+    rb: RankBuilder, start_ns: int, deps: tuple[int, ...], launch_ns: int | None = None
+) -> None:
+    """An NCCL all_reduce kernel (0.5 ms on stream 20, at its call: no launch of its own unless ``launch_ns``)
+    depending on ``deps``."""
+    attrs: dict[str, AttrValue] = {
+        Attr.IS_CPU_OP: False,
+        Attr.COMM_TYPE: int(CommType.ALL_REDUCE),
+        Attr.COMM_SIZE: 1024,
+        Attr.PG_NAME: "0",
+        Attr.SEQ: 0,
+    }
+    if launch_ns is not None:
+        attrs[Attr.LAUNCH_NS] = launch_ns
+    rb._add(
+        "nccl:all_reduce",
+        NodeType.COMM_COLL,
+        dur_ns=MS // 2,
+        start_ns=start_ns,
+        stream=20,
+        deps=deps,
+        attrs=attrs,
+    )
+
+
+def _collective_delay_moves(rt: RunTrace) -> dict[str, int]:
+    """How much later each of rank 0's ops starts with 3 ms before each of its collectives."""
     r0 = rt.ranks[0]
     model = SlowdownModel([Slowdown(kind="comm_delay", before="collective", ranks=(0,), delay_ns=3 * MS)])
     base, res = simulate(rt), simulate(rt, effects=model)
-    moved = {r0.name(i): int(res.start_ns[0][i] - base.start_ns[0][i]) for i in range(len(r0))}
-    assert (moved["nccl:all_reduce"], moved["k2"], moved["fwd2"]) == (3 * MS, 0, 0)
+    return {r0.name(i): int(res.start_ns[0][i] - base.start_ns[0][i]) for i in range(len(r0))}
 
 
 def test_a_slow_isend_that_follows_a_finished_op_and_was_issued_as_its_enclosing_op_began_holds_the_next_op(
@@ -854,3 +870,23 @@ def test_a_slow_isend_that_follows_ops_of_two_threads_holds_each_threads_next_op
     rt = load_run(b.write(tmp_path / "run"))
     assert _slow_send_moves(rt, "fwd1", 3 * MS)[0] == 3 * MS
     assert _slow_send_moves(rt, "side1", 3 * MS)[0] == 3 * MS
+
+
+def test_a_slow_nccl_kernel_with_two_launching_rows_of_one_thread_is_issued_at_the_later_launch(
+    tmp_path: Path,
+) -> None:
+    # the kernel's dependencies name two host rows of the thread, `host_a` (0-1 ms) and `host_h` (1-2 ms),
+    # and its launch call was at 1.5 ms, inside `host_h` (the model times it by that later launch): a 3 ms
+    # delay before it holds the op after `host_h` (`fwd2`) and the kernel 3 ms, whichever row is listed
+    # first. The earlier launch edge (its call clipped to `host_a`'s end, 1 ms) was taken for the issue:
+    # `host_h` itself was held 3 ms and the kernel, behind it, 6 ms
+    for deps in ("ah", "ha"):
+        b = RunBuilder(world_size=2)
+        for r in (0, 1):
+            rb = b.rank(r)
+            a = rb.compute("host_a", dur_ns=MS, start_ns=0)
+            h = rb.compute("host_h", dur_ns=MS, start_ns=MS, deps=(a,))
+            _nccl_all_reduce(rb, 3 * MS, (a, h) if deps == "ah" else (h, a), launch_ns=3 * MS // 2)
+            rb.compute("fwd2", dur_ns=MS, start_ns=2_500_000)
+        moved = _collective_delay_moves(load_run(b.write(tmp_path / deps)))
+        assert (moved["host_h"], moved["nccl:all_reduce"], moved["fwd2"]) == (0, 3 * MS, 3 * MS), deps
