@@ -461,6 +461,18 @@ def test_the_hooks_record_that_a_second_wait_tensor_on_a_result_already_waited_f
     assert run_script(SECOND_WAIT_SCRIPT) == [[WAIT_TENSOR_NAME, True], [WAIT_TENSOR_NAME, False]]
 
 
+def test_a_wait_tensor_took_work_where_the_registry_shrank_or_where_torch_has_no_registry_count() -> None:
+    # torch without c10d._get_work_registry_size cannot say: every wait_tensor is taken to wait for a
+    # collective (the rule before the count), never for none
+    from skewlens.profiler.capture.waits import WaitHooks
+
+    sizes = iter([3, 2, 2, 2])  # (before, after) of two waits: the first took one off, the second none
+    hooks = WaitHooks(lambda: True, lambda: 0)
+    for pending in (lambda: next(sizes), lambda: next(sizes), None):
+        hooks._wrap_tensor(lambda t: t, pending)(object())
+    assert [w.took_work for w in hooks.flush()] == [True, False, True]
+
+
 # ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
 
 STRAGGLER_MS = 40
