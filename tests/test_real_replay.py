@@ -1823,16 +1823,26 @@ def _one_inside(
     first: tuple[int, bool] | None = None,
     kernel: bool = False,
     p2p: bool = False,
+    after_coll: bool = False,
+    on_nested: bool = False,
 ) -> Path:
     """:func:`_issued_inside_run`'s one step with the all_gather issued at ``ag_at`` (the op runs 1-21 ms);
     ``nested``: the op runs a nested op from 2 to 3 ms first; ``on_op``: the all_gather's start edges are
     from the op before and from the op itself; ``step``: the all_gather's step; ``first``: an all_reduce
     issued on its stream before it (at, whether with a start edge from the op); ``kernel``: the op launches
-    a 10 ms kernel at 2 ms; ``p2p``: rank 0 isends and rank 1 irecvs instead of the all_gather."""
+    a 10 ms kernel at 2 ms; ``p2p``: rank 0 isends and rank 1 irecvs instead of the all_gather;
+    ``after_coll``: the all_gather also follows an all_reduce on another stream (0.2-0.8 ms, before the op);
+    ``on_nested``: it follows a nested op of the op before (0.2-0.8 ms) instead of that op."""
     b = RunBuilder(2)
     for r in (0, 1):
         rb = b.rank(r).step(0)
         a = rb.compute("aten::randn", MS, start_ns=0)
+        inner = rb.compute("aten::normal_", 600_000, start_ns=200_000, deps=(a,)) if on_nested else a
+        before = (
+            (rb.collective(CommType.ALL_REDUCE, 64, 600_000, start_ns=200_000, stream=1001, deps=(a,)),)
+            if after_coll
+            else ()
+        )
         op = rb.compute("FSDP::all_gather (0)", 20 * MS, start_ns=MS, deps=(a,))
         if nested:
             rb.compute("aten::empty", MS, start_ns=2 * MS, deps=(op,))
@@ -1842,7 +1852,7 @@ def _one_inside(
             rb.collective(CommType.ALL_REDUCE, 64, MS, start_ns=first[0], stream=1000,
                           deps=(a, op) if first[1] else (a,))  # fmt: skip
         rb.step(step)
-        deps = (a, op) if on_op else (a,)
+        deps = ((a, op) if on_op else (inner,)) + before
         if p2p:
             side = rb.send if r == 0 else rb.recv
             ag = side(1 - r, 4096, 10 * MS, start_ns=ag_at, stream=1000, deps=deps, return_ns=ag_at + 50_000)
@@ -1864,6 +1874,12 @@ _INSIDE: dict[str, tuple[int, dict[str, Any], tuple[int, ...]]] = {
     "after-one-issued-from-the-op": (5 * MS, {"first": (3 * MS, True)}, ()),
     # two issued inside, one after the other (gloo: no queue edge between them)
     "after-one-issued-inside": (5 * MS, {"first": (3 * MS, False)}, (0, 1)),
+    # following the op itself, recorded to start within the clocks' error (20 µs) before its end: after it
+    "issued-10-us-before-the-op-ended-after-it": (21 * MS - 10_000, {"on_op": True}, ()),
+    # following a collective (its end not known when the op begins): in its own turn after the op
+    "after-a-collective-before-the-op": (5 * MS, {"after_coll": True}, ()),
+    # following host work nested in the op before: done when the op begins
+    "after-a-nested-op-before-the-op": (5 * MS, {"on_nested": True}, (0,)),
 }
 
 
