@@ -6,7 +6,8 @@ Both replayers ask the same three questions of an ``Effects`` object, per node:
   (``on_gpu``: the node is a GPU op, not a host operator);
 - ``delay_before_ns(rank, step, node_type, name)``: extra wait before the node starts (a slow send, a
   per-rank delay before collectives), added to the node's host gap;
-- ``stall_ns(rank, step)``: a wait before the *first* node of ``step`` on ``rank``.
+- ``stall_ns(rank, step)``: a wait before the *first* node of ``step`` on ``rank`` (its earliest recorded
+  start: ``skewlens.replay.execution.effect_delays`` says where each wait lands, for both replayers).
 
 Effects must be pure, deterministic functions of their arguments (seeded jitter hashes its seed with the
 arguments): the simulator evaluates them once per distinct argument tuple, not once per node.

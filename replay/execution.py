@@ -102,6 +102,8 @@ from skewlens.profiler.vocab import (
     names_gpu_memory_op,
     names_nccl_kernel,
 )
+from skewlens.replay.effects import Effects
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
 I64 = npt.NDArray[np.int64]
 #: Rows of one rank (fewer than 2**31), as the analyses' index keeps them: half the memory of int64.
@@ -484,6 +486,52 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     n = len(rt)
     follows = np.isin(got_ops * n + got_heads, starts * n + m.start_dst.astype(np.int64))
     return got_ops[~follows], got_heads[~follows]
+
+
+def effect_delays(effects: Effects, rt: RankTrace, m: RankModel) -> I64:
+    """Per row, the wait the effects put before it, ns: ``effects.delay_before_ns`` on each valid row
+    (asked once per (step, type, name)), plus ``effects.stall_ns`` of each step on the step's valid row with
+    the earliest recorded start (the lower row among equal starts): the rank paused before it began the
+    step, whatever the replayer's order of issue (a kernel of the step launched during the previous one
+    comes before it in the real replay's plan, but it was launched before the pause). The simulator adds
+    these to its host gaps (``skewlens.replay.lower``), the real replay's plan to its ops' ``delay_ns``;
+    a negative wait, or one beyond the simulated clock, is a :class:`~skewlens.replay.errors.ConfigError`
+    naming the rank (and the step, for a stall)."""
+    rank = rt.rank
+    out = np.zeros(len(rt), dtype=np.int64)
+    rows = np.flatnonzero(m.valid)
+    if rows.size == 0:
+        return out
+    nn = max(len(rt.names), 1)
+    key = ((rt.step[rows].astype(np.int64) + 1) * 16 + rt.node_type[rows]) * nn + rt.name_idx[rows]
+    uniq, inv = np.unique(key, return_inverse=True)
+    vals = []
+    for k in uniq.tolist():
+        step, rest = divmod(k, 16 * nn)
+        ntype, name = divmod(rest, nn)
+        vals.append(int(effects.delay_before_ns(rank, step - 1, NodeType(ntype), rt.names[name])))
+    if vals and max(vals) > MAX_SIM_NS:  # several items' delays, each on the clock, summed past it
+        raise ConfigError(
+            f"slowdown: rank {rank}'s delay before a node is {max(vals) / 1e9:.3g} s, beyond {SIM_CLOCK}"
+        )
+    delay = np.asarray(vals, dtype=np.int64)
+    if (delay < 0).any():
+        raise ConfigError(f"rank {rank}: delay before a node must be >= 0 ns, got {int(delay.min())}")
+    out[rows] = delay[inv]
+    order = rows[np.lexsort((rows, rt.start_ns[rows]))]
+    steps, first = np.unique(rt.step[order], return_index=True)
+    for st, fi in zip(steps.tolist(), first.tolist(), strict=True):
+        if st < 0:
+            continue
+        stall = int(effects.stall_ns(rank, st))
+        if stall < 0:
+            raise ConfigError(f"rank {rank}: stall at step {st} must be >= 0 ns, got {stall}")
+        if stall + int(out[order[fi]]) > MAX_SIM_NS:
+            raise ConfigError(
+                f"slowdown: rank {rank}'s stall at step {st} is {stall / 1e9:.3g} s, beyond {SIM_CLOCK}"
+            )
+        out[order[fi]] += stall
+    return out
 
 
 def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:

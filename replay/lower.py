@@ -7,7 +7,8 @@ a what-if changes:
 
 - ``start_i = max(replayed ends of i's start edges, t0) + gap_i + delay_i`` (``t0`` the run's first start;
   ``gap_i`` of a node without start edges counts from it: ``execution.replay_gaps``), ``delay_i`` from
-  :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step); an
+  :meth:`Effects.delay_before_ns` (plus :meth:`Effects.stall_ns` on the first node of a step:
+  ``execution.effect_delays``, which the real replay's plan reads too); an
   asynchronous op's delay holds the thread that issued it too (its first node from the op on);
 - compute nodes last ``work (or dur_override) x Effects.compute_factor``; a wait node's work begins no
   earlier than the completions it waits for;
@@ -39,7 +40,7 @@ from skewlens.profiler.store.model import (
     group_members,
     group_rank_order,
 )
-from skewlens.profiler.vocab import CommType, NodeType, collective_message_bytes
+from skewlens.profiler.vocab import CommType, collective_message_bytes
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
@@ -49,6 +50,7 @@ from skewlens.replay.execution import (
     SyncGroup,
     awaited_arrivals,
     compute_rows,
+    effect_delays,
     execution_model,
     issuer_delays,
     replay_gaps,
@@ -816,7 +818,7 @@ def _rank_times(
         d = np.where(ov >= 0, ov, d)
     if not isinstance(effects, NoEffects):
         d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
-        delay = _delays(effects, rt, rank, m.valid)
+        delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0
     g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
@@ -872,45 +874,6 @@ def _apply_factors(effects: Effects, rt: RankTrace, rank: int, d: I64, comp: B) 
         )
     out = d.copy()
     out[rows] = np.rint(scaled).astype(np.int64)
-    return out
-
-
-def _delays(effects: Effects, rt: RankTrace, rank: int, valid: B) -> I64:
-    """``effects.delay_before_ns`` per node (once per (step, type, name)) plus per-step stalls."""
-    n = len(rt)
-    out = np.zeros(n, dtype=np.int64)
-    rows = np.flatnonzero(valid)
-    if rows.size == 0:
-        return out
-    nn = max(len(rt.names), 1)
-    key = ((rt.step[rows].astype(np.int64) + 1) * 16 + rt.node_type[rows]) * nn + rt.name_idx[rows]
-    uniq, inv = np.unique(key, return_inverse=True)
-    vals = []
-    for k in uniq.tolist():
-        step, rest = divmod(k, 16 * nn)
-        ntype, name = divmod(rest, nn)
-        vals.append(int(effects.delay_before_ns(rank, step - 1, NodeType(ntype), rt.names[name])))
-    if vals and max(vals) > MAX_SIM_NS:  # several items' delays, each on the clock, summed past it
-        raise ConfigError(
-            f"slowdown: rank {rank}'s delay before a node is {max(vals) / 1e9:.3g} s, beyond {SIM_CLOCK}"
-        )
-    delay = np.asarray(vals, dtype=np.int64)
-    if (delay < 0).any():
-        raise ConfigError(f"rank {rank}: delay before a node must be >= 0 ns, got {int(delay.min())}")
-    out[rows] = delay[inv]
-    order = rows[np.lexsort((rows, rt.start_ns[rows]))]
-    steps, first = np.unique(rt.step[order], return_index=True)
-    for st, fi in zip(steps.tolist(), first.tolist(), strict=True):
-        if st < 0:
-            continue
-        stall = int(effects.stall_ns(rank, st))
-        if stall < 0:
-            raise ConfigError(f"rank {rank}: stall at step {st} must be >= 0 ns, got {stall}")
-        if stall + int(out[order[fi]]) > MAX_SIM_NS:
-            raise ConfigError(
-                f"slowdown: rank {rank}'s stall at step {st} is {stall / 1e9:.3g} s, beyond {SIM_CLOCK}"
-            )
-        out[order[fi]] += stall
     return out
 
 

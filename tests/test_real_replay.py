@@ -29,7 +29,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import WAIT_NODE_NAMES, CommType, NodeType
 from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
-from skewlens.replay.errors import ReplayError, ReplayTimeoutError
+from skewlens.replay.errors import ConfigError, ReplayError, ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes, collective_pairs
 from skewlens.replay.real.api import real_replay
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
@@ -702,18 +702,14 @@ def test_rooted_collectives_are_planned_with_the_root_the_trace_names(tmp_path: 
 
 
 class _StallEachStep(NoEffects):
-    """A 5 ms stall before each step; ``aten::add`` asks for a negative delay."""
+    """A 5 ms stall before each step."""
 
     def stall_ns(self, rank: int, step: int) -> int:
         return 5 * MS
 
-    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
-        return -2 * MS if name == "aten::add" else 0
 
-
-def test_a_steps_stall_delays_only_its_first_op_and_a_negative_delay_is_no_wait(tmp_path: Path) -> None:
-    # module docstring: ``stall_ns`` before the first node of a step (step 0 included), once per step;
-    # delay_ns is a wait, so the -2 ms asked before aten::add waits 0, not less
+def test_a_steps_stall_delays_only_its_first_op(tmp_path: Path) -> None:
+    # module docstring: ``stall_ns`` before the first node of a step (step 0 included), once per step
     b = RunBuilder(1)
     rb = b.rank(0).step(0)
     rb.compute("aten::mm", MS, start_ns=0)
@@ -726,6 +722,67 @@ def test_a_steps_stall_delays_only_its_first_op_and_a_negative_delay_is_no_wait(
         ("aten::add", 0, 0),
         ("aten::mm", 1, 5 * MS),
     ]
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """``stall`` ns before each step from step 1 on, ``delay`` ns before every ``aten::add`` (an ``Effects``
+    of its own, not a ``NoEffects``: the simulator applies it)."""
+
+    stall: int = 0
+    delay: int = 0
+
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
+        return 1.0
+
+    def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:
+        return self.delay if name == "aten::add" else 0
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        return self.stall if step >= 1 else 0
+
+
+def _kernel_of_the_next_step_run(path: Path) -> RunTrace:
+    """Step 0's host op launches a kernel the GPU runs after step 1's first host op began (a capture tags
+    a kernel with the step its GPU start falls in: step 1): launched before step 1, started after it."""
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    mm = rb.compute("aten::mm", 100_000, start_ns=1_000_000)
+    rb.step(1)
+    rb.compute("gemm_kernel", 100_000, start_ns=1_200_000, stream=7, deps=(mm,), launch_ns=1_050_000)
+    rb.compute("aten::add", 10_000, start_ns=1_120_000)
+    return load_run(b.write(path / "run"))
+
+
+def test_a_steps_stall_is_planned_on_the_op_the_simulator_delays_not_on_a_kernel_launched_before_the_step(
+    tmp_path: Path,
+) -> None:
+    # the plan put the stall on the step's first op in its order of issue, the kernel (ordered by its launch
+    # call, in step 0), and held the host thread after the launch as long again: kernel and aten::add each
+    # waited 5 ms, where the simulator delays aten::add alone (the step's earliest recorded start)
+    run = _kernel_of_the_next_step_run(tmp_path)
+    effects = _Waits(stall=5 * MS)
+    ops = rank_plan(run.ranks[0], run, effects)
+    base, slow = simulate(run), simulate(run, effects=effects)
+    shift = (slow.start_ns[0] - base.start_ns[0]).tolist()
+    assert [(o.name, o.delay_ns) for o in ops] == [("aten::mm", 0), ("gemm_kernel", 0), ("aten::add", 5 * MS)]
+    assert [(o.name, shift[o.row]) for o in ops] == [(o.name, o.delay_ns) for o in ops]
+
+
+@pytest.mark.parametrize(
+    ("effects", "message"), [(_Waits(delay=-2 * MS), "delay"), (_Waits(stall=-MS), "stall")]
+)
+def test_a_negative_delay_or_stall_is_the_same_config_error_from_the_plan_as_from_the_simulator(
+    tmp_path: Path, effects: _Waits, message: str
+) -> None:
+    # the plan waited 0 where a delay was negative (max(0, delay)) and the simulator refused it
+    run = _kernel_of_the_next_step_run(tmp_path)
+    with pytest.raises(ConfigError, match=message) as simulated:
+        simulate(run, effects=effects)
+    with pytest.raises(ConfigError) as planned:
+        rank_plan(run.ranks[0], run, effects)
+    assert str(planned.value) == str(simulated.value)
+    assert "rank 0" in str(planned.value)
 
 
 def test_communication_a_wait_node_waits_for_next_is_re_issued_as_a_blocking_call(tmp_path: Path) -> None:

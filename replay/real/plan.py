@@ -25,10 +25,11 @@ simulator reads:
   the simulator does) is that op's ``issues_inside``: the worker issues it at that time during the op's
   work, so that it overlaps the rest of the op as recorded;
 - ``effects`` scale compute work (``compute_factor``) and add waits before nodes (``delay_before_ns``,
-  plus ``stall_ns`` before the first node of a step); a wait before asynchronous communication is the
-  issuing thread's, so it holds that thread's op after the issue too (the model's ``issuer_delays``, as the
-  simulator does), also where the issue is inside a host op (``issues_inside``: that op ends as planned, the
-  next one waits).
+  plus ``stall_ns`` before the first node of a step: the model's ``effect_delays``, the simulator's, which
+  puts a stall on the step's earliest recorded start, not on the plan's first op of the step); a wait
+  before asynchronous communication is the issuing thread's, so it holds that thread's op after the issue
+  too (the model's ``issuer_delays``, as the simulator does), also where the issue is inside a host op
+  (``issues_inside``: that op ends as planned, the next one waits).
 
 The plan is plain data (ints and strings) serialised as JSON for the workers: no pickles cross processes.
 """
@@ -54,7 +55,14 @@ from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.profiler.vocab import Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
-from skewlens.replay.execution import RankModel, compute_rows, deps_by_row, execution_model, issuer_delays
+from skewlens.replay.execution import (
+    RankModel,
+    compute_rows,
+    deps_by_row,
+    effect_delays,
+    execution_model,
+    issuer_delays,
+)
 from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
@@ -139,7 +147,8 @@ class ReplayOp:
     gap_ns: int
     """Recorded host gap after the latest dependency (without any: after the rank's origin), ns."""
     delay_ns: int
-    """Extra wait before the node from the effects (delay + stall), ns; on the op of a thread that follows
+    """Extra wait before the node from the effects (delay + stall:
+    :func:`~skewlens.replay.execution.effect_delays`, as simulated), ns; on the op of a thread that follows
     an issue of asynchronous communication, plus that op's delay (the thread waited before the issue:
     :func:`~skewlens.replay.execution.issuer_delays`, as simulated)."""
     parent: int = -1
@@ -355,17 +364,13 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         if inst.comm_type == CommType.ALL_TO_ALL and rt.rank in inst.ranks
     }
     ops: list[ReplayOp] = []
-    stalled: set[int] = set()
+    delays = effect_delays(effects, rt, m).tolist()
     for i in _execution_order(rt, order_deps, keys):
         t = types[i]
         if not m.valid[i]:
             continue
         name = rt.name(i)
         step = steps[i]
-        delay = int(effects.delay_before_ns(rt.rank, step, NodeType(t), name))
-        if step >= 0 and step not in stalled:
-            stalled.add(step)
-            delay += int(effects.stall_ns(rt.rank, step))
         common: dict[str, Any] = {
             "row": i,
             "node_id": int(rt.node_id[i]),
@@ -373,7 +378,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             "step": step,
             "deps": tuple(start_deps[i]),
             "gap_ns": gaps[i],
-            "delay_ns": max(0, delay),
+            "delay_ns": delays[i],
         }
         if t in comm:
             extra: dict[str, Any] = {}
