@@ -816,7 +816,8 @@ def _rank_times(
     if dur_override is not None:
         ov = _checked_override(dur_override, n, rank, "dur_override")
         d = np.where(ov >= 0, ov, d)
-    if not isinstance(effects, NoEffects):
+    # the identity only: a subclass of NoEffects overriding a question (a stall) is asked, as the plan asks
+    if type(effects) is not NoEffects:
         d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
         delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)

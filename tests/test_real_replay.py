@@ -724,6 +724,23 @@ def test_a_steps_stall_delays_only_its_first_op(tmp_path: Path) -> None:
     ]
 
 
+def test_an_effects_that_subclasses_no_effects_is_simulated_with_the_waits_the_plan_replays(
+    tmp_path: Path,
+) -> None:
+    # the simulator skipped the effects of any NoEffects (isinstance): _StallEachStep's 5 ms stalls were
+    # replayed by the plan and simulated as no wait at all
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    rb.compute("aten::mm", MS, start_ns=0)
+    rb.step(1).compute("aten::mm", MS)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[0], run, _StallEachStep())
+    base, slow = simulate(run), simulate(run, effects=_StallEachStep())
+    shift = (slow.start_ns[0] - base.start_ns[0]).tolist()
+    assert [o.delay_ns for o in ops] == [5 * MS, 5 * MS]
+    assert [shift[o.row] for o in ops] == [5 * MS, 10 * MS]  # each step's stall, after the one before
+
+
 @dataclass(frozen=True)
 class _Waits:
     """``stall`` ns before each step from step 1 on, ``delay`` ns before every ``aten::add`` (an ``Effects``
