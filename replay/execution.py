@@ -488,6 +488,45 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     return got_ops[~follows], got_heads[~follows]
 
 
+def scaled_work(effects: Effects, rt: RankTrace, m: RankModel, d: I64) -> I64:
+    """The durations ``d`` (per row: the model's ``work_ns``, or the simulator's overrides of it) with the
+    :func:`compute_rows`' multiplied by ``effects.compute_factor``, evaluated once per (step, name, on the
+    GPU or not) and rounded to the ns; the simulator and the real replay's plan both read it. A factor that
+    is not a positive finite number, or a duration beyond the simulated clock, is a
+    :class:`~skewlens.replay.errors.ConfigError` naming the rank."""
+    rank = rt.rank
+    rows = np.flatnonzero(compute_rows(rt, m))
+    if rows.size == 0:
+        return d
+    nn = max(len(rt.names), 1)
+    key = ((rt.step[rows].astype(np.int64) + 1) * nn + rt.name_idx[rows]) * 2 + ~rt.is_cpu[rows]
+    uniq, inv = np.unique(key, return_inverse=True)
+    fac = np.array(
+        [
+            effects.compute_factor(
+                rank, int(k // 2 // nn) - 1, rt.names[int(k // 2 % nn)], on_gpu=bool(k % 2)
+            )
+            for k in uniq.tolist()
+        ],
+        dtype=np.float64,
+    )
+    if (fac <= 0).any() or not np.isfinite(fac).all():
+        raise ConfigError(f"rank {rank}: compute factor must be a positive number, got {fac.min()}")
+    if (fac == 1.0).all():
+        return d
+    scaled = d[rows] * fac[inv]
+    if (over := scaled > MAX_SIM_NS).any():  # cast to int64, it would wrap around
+        i = int(np.argmax(over))
+        raise ConfigError(
+            f"slowdown: rank {rank}'s {rt.names[int(rt.name_idx[rows[i]])]} x{fac[inv[i]]:g} lasts "
+            f"{scaled[i] / 1e9:.3g} s, beyond {SIM_CLOCK}: the slowdown's factor / sigma is out of any "
+            "real range"
+        )
+    out = d.copy()
+    out[rows] = np.rint(scaled).astype(np.int64)
+    return out
+
+
 def effect_delays(effects: Effects, rt: RankTrace, m: RankModel) -> I64:
     """Per row, the wait the effects put before it, ns: ``effects.delay_before_ns`` on each valid row
     (asked once per (step, type, name)), plus ``effects.stall_ns`` of each step on the step's valid row with

@@ -43,17 +43,17 @@ from skewlens.profiler.store.model import (
 from skewlens.profiler.vocab import CommType, collective_message_bytes
 from skewlens.replay.core import SYNC, Flow, Graph
 from skewlens.replay.effects import Effects, NoEffects
-from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
+from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import (
     ExecutionModel,
     RankModel,
     SyncGroup,
     awaited_arrivals,
-    compute_rows,
     effect_delays,
     execution_model,
     issuer_delays,
     replay_gaps,
+    scaled_work,
 )
 from skewlens.replay.network.algorithms import even_split_bytes
 
@@ -818,7 +818,7 @@ def _rank_times(
         d = np.where(ov >= 0, ov, d)
     # the identity only: a subclass of NoEffects overriding a question (a stall) is asked, as the plan asks
     if type(effects) is not NoEffects:
-        d = _apply_factors(effects, rt, rank, d, compute_rows(rt, m))
+        d = scaled_work(effects, rt, m, d)
         delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0
@@ -840,42 +840,6 @@ def _checked_override(ov: npt.ArrayLike, n: int, rank: int, what: str) -> I64:
     if a.shape != (n,):
         raise ConfigError(f"{what}[{rank}]: expected {n} values (one per node of rank {rank}), got {a.shape}")
     return a
-
-
-def _apply_factors(effects: Effects, rt: RankTrace, rank: int, d: I64, comp: B) -> I64:
-    """Multiply the durations of the ``comp`` rows (the program's compute:
-    :func:`~skewlens.replay.execution.compute_rows`) by ``effects.compute_factor``, evaluated once per
-    (step, name)."""
-    rows = np.flatnonzero(comp)
-    if rows.size == 0:
-        return d
-    nn = max(len(rt.names), 1)
-    key = ((rt.step[rows].astype(np.int64) + 1) * nn + rt.name_idx[rows]) * 2 + ~rt.is_cpu[rows]
-    uniq, inv = np.unique(key, return_inverse=True)
-    fac = np.array(
-        [
-            effects.compute_factor(
-                rank, int(k // 2 // nn) - 1, rt.names[int(k // 2 % nn)], on_gpu=bool(k % 2)
-            )
-            for k in uniq.tolist()
-        ],
-        dtype=np.float64,
-    )
-    if (fac <= 0).any() or not np.isfinite(fac).all():
-        raise ConfigError(f"rank {rank}: compute factor must be a positive number, got {fac.min()}")
-    if (fac == 1.0).all():
-        return d
-    scaled = d[rows] * fac[inv]
-    if (over := scaled > MAX_SIM_NS).any():  # cast to int64, it would wrap around
-        i = int(np.argmax(over))
-        raise ConfigError(
-            f"slowdown: rank {rank}'s {rt.names[int(rt.name_idx[rows[i]])]} x{fac[inv[i]]:g} lasts "
-            f"{scaled[i] / 1e9:.3g} s, beyond {SIM_CLOCK}: the slowdown's factor / sigma is out of any "
-            "real range"
-        )
-    out = d.copy()
-    out[rows] = np.rint(scaled).astype(np.int64)
-    return out
 
 
 def _segments(

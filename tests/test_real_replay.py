@@ -802,6 +802,37 @@ def test_a_negative_delay_or_stall_is_the_same_config_error_from_the_plan_as_fro
     assert "rank 0" in str(planned.value)
 
 
+@dataclass(frozen=True)
+class _Factor(_Waits):
+    """Every compute op ``factor`` times as long."""
+
+    factor: float = 1.0
+
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
+        return self.factor
+
+
+@pytest.mark.parametrize("factor", [0.0, float("inf"), float("nan")])
+def test_a_compute_factor_that_is_not_a_positive_number_is_the_same_config_error_from_the_plan_as_simulated(
+    tmp_path: Path, factor: float
+) -> None:
+    # the plan raised its own ReplayError for 0 and nan, and an OverflowError traceback for inf
+    run = _kernel_of_the_next_step_run(tmp_path)
+    with pytest.raises(ConfigError, match="compute factor") as simulated:
+        simulate(run, effects=_Factor(factor=factor))
+    with pytest.raises(ConfigError) as planned:
+        rank_plan(run.ranks[0], run, _Factor(factor=factor))
+    assert str(planned.value) == str(simulated.value)
+
+
+def test_a_compute_factor_scales_the_planned_work_as_the_simulator_scales_it(tmp_path: Path) -> None:
+    run = _kernel_of_the_next_step_run(tmp_path)
+    ops = rank_plan(run.ranks[0], run, _Factor(factor=2.5))
+    res = simulate(run, effects=_Factor(factor=2.5))
+    assert [o.dur_ns for o in ops] == [250_000, 250_000, 25_000]
+    assert [o.dur_ns for o in ops] == [int(res.end_ns[0][o.row] - res.start_ns[0][o.row]) for o in ops]
+
+
 def test_communication_a_wait_node_waits_for_next_is_re_issued_as_a_blocking_call(tmp_path: Path) -> None:
     # the wait node does not start after the collective (no start edge): it blocks on it (wait_deps), so
     # the collective's completion is what the very next op waits for: a blocking call

@@ -57,11 +57,11 @@ from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import (
     RankModel,
-    compute_rows,
     deps_by_row,
     effect_delays,
     execution_model,
     issuer_delays,
+    scaled_work,
 )
 from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
@@ -322,7 +322,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
     gaps = m.gap_ns.tolist()
-    work = m.work_ns.tolist()
+    work = scaled_work(effects, rt, m, m.work_ns).tolist()
     parent = m.parent.tolist()
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
@@ -357,7 +357,6 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     on_gpu = (~rt.is_cpu).tolist()
     streams = rt.stream.tolist()
     comm = {int(NodeType.COMM_COLL), int(NodeType.COMM_SEND), int(NodeType.COMM_RECV)}
-    scaled = compute_rows(rt, m).tolist()
     a2a = {
         inst.rows[inst.ranks.index(rt.rank)]: inst
         for inst in run.collectives
@@ -399,19 +398,11 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 )
             )
             continue
-        # the simulator's rule: a compute factor scales the program's compute only (compute_rows)
-        factor = (
-            float(effects.compute_factor(rt.rank, step, name, on_gpu=bool(on_gpu[i]))) if scaled[i] else 1.0
-        )
-        if not factor > 0:
-            raise ReplayError(
-                f"effects: compute factor {factor} for rank {rt.rank} step {step} node {name!r} is not > 0"
-            )
         gpu = {"gpu": True, "stream": streams[i]} if on_gpu[i] else {}
         ops.append(
             ReplayOp(
                 kind=KIND_COMPUTE,
-                dur_ns=round(work[i] * factor),
+                dur_ns=work[i],
                 wait_deps=tuple(wait_deps[i]),
                 **gpu,
                 **common,
