@@ -188,6 +188,19 @@ def test_a_bitwise_reduce_op_is_reissued_on_integers_and_as_sum_on_floats_which_
         assert (fn, args["arg0"], args["op"]) == ("all_reduce", (500,), want), name
 
 
+def test_an_average_of_integers_is_reissued_as_a_sum_on_gloo_which_fails_to_divide_them_and_kept_on_nccl(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    red = torch.distributed.ReduceOp
+    avg = _coll("c10d::allreduce_", CommType.ALL_REDUCE, 4000, reduce_op="avg")
+    for dtype, on_gloo in (("int32", red.SUM), ("uint8", red.SUM), ("bfloat16", red.AVG), ("float", red.AVG)):
+        of = replace(avg, dtype=dtype)
+        assert _issued(monkeypatch, of, blocking=True)[1]["op"] == on_gloo, dtype
+        assert _issued(monkeypatch, of, blocking=True, backend="nccl")[1]["op"] == red.AVG, dtype
+    rd = replace(_coll("c10d::reduce_", CommType.REDUCE, 4000, reduce_op="avg", root=1), dtype="int64")
+    assert _issued(monkeypatch, rd, blocking=True)[1]["op"] == red.SUM
+
+
 class _DistWithoutCoalesced(FakeDist):
     """A torch whose ``torch.distributed`` no longer has the deprecated ``all_reduce_coalesced``."""
 

@@ -147,11 +147,15 @@ class CommIssuer:
         """The recorded ReduceOp (:attr:`ReplayOp.reduce_op`), where the backend and dtype take it: a
         ``premul_sum`` needs its factor, which is not recorded (``avg`` on NCCL, which runs it as one; on
         gloo, which has none, ``sum``: the same transfers), a bitwise op needs integers (``sum`` on
-        others)."""
+        others), and gloo's ``avg`` floats: of integers (NCCL's, or a dtype the plan made ``uint8``) it
+        sums, then raises (``result type Float can't be cast to the desired output type Int``), so
+        ``sum`` there."""
         name = op.reduce_op
+        floating = getattr(torch, op.dtype).is_floating_point
+        gloo = name in ("premul_sum", "avg") and dist.get_backend(group) == "gloo"
         if name == "premul_sum":
-            name = "sum" if dist.get_backend(group) == "gloo" else "avg"
-        elif name in ("band", "bor", "bxor") and getattr(torch, op.dtype).is_floating_point:
+            name = "sum" if gloo else "avg"
+        elif (name in ("band", "bor", "bxor") and floating) or (name == "avg" and gloo and not floating):
             name = "sum"
         return getattr(dist.ReduceOp, name.upper(), dist.ReduceOp.SUM)
 
