@@ -224,6 +224,19 @@ def uneven_splits(
     return sum(sent) - sent[me], sum(got) - got[me], tuple(sent), tuple(got)
 
 
+#: Collectives that move nothing and wait for no one where every member's call is empty (0 bytes): gloo
+#: returns at once (a 2-rank capture: rank 0's empty all_reduce, all_gather, reduce_scatter or reduce
+#: took under 1 ms while rank 1 arrived 500 ms later; its broadcast, scatter, gather and all_to_all waited
+#: the 500 ms), and NCCL discards every empty collective (``taskAppend``: "Empty collectives can be
+#: discarded"). PowerSGD's DDP hook issues one each step (the uncompressed part of a bucket without one).
+#: The execution model has each member wait for no one (``skewlens.replay.execution``), the network model
+#: costs them nothing (``skewlens.replay.comm``), and the real replay issues them empty too
+#: (``skewlens.replay.real.ops``).
+EMPTY_WAITS_FOR_NONE = frozenset(
+    {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE}
+)
+
+
 def collective_message_bytes(comm_type: CommType, p: int, members: Sequence[tuple[int, int, int]]) -> int:
     """The message size ``S`` a collective of a group of ``p`` moves, from its members' ``(comm_size, bytes
     sent to the others, bytes received from them)`` (the last two -1 where the member recorded even splits):

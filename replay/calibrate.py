@@ -64,7 +64,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.atomic import write_text_atomic
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import EMPTY_WAITS_FOR_NONE, CommType
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ConfigError, ReplayError
@@ -176,8 +176,10 @@ class Calibration:
     kept: tuple[int, ...] = ()
     """Dimensions no transfer crosses: kept from the base topology."""
     skipped: int = 0
-    """Transfers left out: recorded as 0 ns (every member detached), or between ranks of one unit of the
-    base topology (crossing none of its links, so no dimension's latency or bandwidth is in them)."""
+    """Transfers left out: recorded as 0 ns (every member detached), an empty all_reduce, all_gather,
+    reduce_scatter or reduce (which moves nothing: ``vocab.EMPTY_WAITS_FOR_NONE``), or between ranks of one
+    unit of the base topology (crossing none of its links, so no dimension's latency or bandwidth is in
+    them)."""
 
 
 def model_time_ns(timing: ModelTiming, t: Transfer) -> float:
@@ -189,7 +191,8 @@ def model_time_ns(timing: ModelTiming, t: Transfer) -> float:
 
 def recorded_transfers(run: RunTrace) -> tuple[list[Transfer], int]:
     """Each matched collective instance and send/recv pair of ``run`` as a :class:`Transfer` (see the
-    module docstring), and how many were left out (no attached member, or recorded as 0 ns). Collectives
+    module docstring), and how many were left out (no attached member, recorded as 0 ns, or empty: see
+    :attr:`Calibration.skipped`). Collectives
     of groups with members that have no trace are left out too (:func:`untraced_members`)."""
     low = lower(run, effects=NO_EFFECTS, timing=AsRecorded())
     out: list[Transfer] = []
@@ -215,12 +218,16 @@ def recorded_transfers(run: RunTrace) -> tuple[list[Transfer], int]:
             )
         else:
             c = run.collectives[info.index]
+            nbytes = collective_bytes(run, c)
+            if nbytes == 0 and c.comm_type in EMPTY_WAITS_FOR_NONE:  # no transfer: the model costs it 0
+                skipped += 1
+                continue
             t = Transfer(
                 pg_name=c.pg_name,
                 comm_type=c.comm_type,
                 seq=c.seq,
                 ranks=c.ranks,
-                nbytes=collective_bytes(run, c),
+                nbytes=nbytes,
                 transfer_ns=ns,
             )
         out.append(t)

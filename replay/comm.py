@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import EMPTY_WAITS_FOR_NONE, CommType
 from skewlens.replay.core import Flow
 from skewlens.replay.effects import NetworkEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
@@ -154,9 +154,12 @@ class ModelTiming:
         likewise (:meth:`_even_all_to_all_ns`), so that nearly even splits cost nearly what even ones do
         (before, an even all_to_all got the flat formula at the slowest dimension's bandwidth, blind to the
         members sharing a node's link: 8 ranks of 64 MiB on ``two_node_ib`` 2.47 ms even, 5.37 ms with one
-        byte more to one member)."""
+        byte more to one member). An all_reduce, all_gather, reduce_scatter or reduce of 0 bytes (``nbytes``:
+        its largest member's) costs nothing: it waits for no one and moves nothing
+        (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`); before, the formulas' latency (on 64 ranks of
+        ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
         members = tuple(sorted(set(ranks)))
-        if len(members) <= 1:
+        if len(members) <= 1 or (nbytes == 0 and comm_type in EMPTY_WAITS_FOR_NONE):
             return 0
         adj = self._adjust_dims(members, step)
         across = comm_type == CommType.ALL_TO_ALL and len(self._spanned(members)) >= 2

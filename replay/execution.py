@@ -93,6 +93,7 @@ from skewlens.profiler.threads import default_workers, ordered_map, release_free
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
     COMPUTE_GAP_NODE_NAME,
+    EMPTY_WAITS_FOR_NONE,
     GLOO_FINISH_LAG_NS,
     P2P_NODE_TYPES,
     UNTRACED_NODE_NAME,
@@ -1072,17 +1073,6 @@ def waits_for(comm_type: CommType, root: int, n: int) -> tuple[int, ...]:
     if comm_type == CommType.BROADCAST:
         return (root,) * n
     return tuple(-1 if k == root else root for k in range(n))
-
-
-#: Collectives that move nothing and wait for no one where every member's call is empty (0 bytes): gloo
-#: returns at once (a 2-rank capture: rank 0's empty all_reduce, all_gather, reduce_scatter or reduce
-#: took under 1 ms while rank 1 arrived 500 ms later; its broadcast, scatter, gather and all_to_all waited
-#: the 500 ms), and NCCL discards every empty collective (``taskAppend``: "Empty collectives can be
-#: discarded"). PowerSGD's DDP hook issues one each step (the uncompressed part of a bucket without one).
-#: The real replay issues them empty too (:meth:`~skewlens.replay.real.ops.CommIssuer.issue`).
-EMPTY_WAITS_FOR_NONE = frozenset(
-    {CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE}
-)
 
 
 def collective_waits_for(

@@ -729,3 +729,15 @@ def test_a_calibration_on_a_base_of_as_many_round_robin_nodes_as_needed_places_t
     assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
     # and the fit explains the transfers it was given, each within the 1% noise
     assert all(f.median_residual < 0.02 and f.p90_residual < 0.03 for f in (*cal.links, *cal.groups))
+
+
+def test_an_empty_all_reduce_is_no_transfer_to_fit_and_an_empty_broadcast_is(tmp_path: Path) -> None:
+    # the empty all_reduce's 50 us is the call's own time (gloo returns at once, waiting for no one); the
+    # model costs it 0 whatever the link, so fitting it would only add a residual of 100%
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("aten::mm", dur_ns=1_000, start_ns=0)
+        b.rank(r).collective(AR, comm_bytes=0, dur_ns=50_000, start_ns=1_000)
+        b.rank(r).collective(CommType.BROADCAST, comm_bytes=0, dur_ns=7_000, start_ns=60_000)
+    (t,), skipped = recorded_transfers(load_validated(b.write(tmp_path / "run")))
+    assert (t.comm_type, t.transfer_ns, skipped) == (CommType.BROADCAST, 7_000, 1)

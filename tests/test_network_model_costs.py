@@ -239,3 +239,28 @@ def test_a_network_slowdown_slows_the_busiest_receiving_link_of_an_uneven_all_to
     got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4), pairs=[(0, 2, S), (1, 2, S)])
     switch, fat_tree = 300 + S / (200.0 * f), 2_000 + 2 * S / (25.0 * f)
     assert got == round(max(switch, fat_tree))
+
+
+def test_an_empty_all_reduce_all_gather_reduce_scatter_or_reduce_costs_nothing_an_empty_broadcast_its_latency(
+    tmp_path: Path,
+) -> None:
+    # gloo returns from these at once and NCCL discards them (vocab.EMPTY_WAITS_FOR_NONE): no message, no
+    # latency; a broadcast, gather, scatter or all_to_all of nothing still waits for its peers
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    timing = ModelTiming(flat, algorithm="ring")
+    for ct in (CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.REDUCE_SCATTER, CommType.REDUCE):
+        assert timing.collective_time_ns(ct, 0, range(8)) == 0, ct
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, 1, range(8)) == round(14 * (ALPHA + 1 / (8 * BW)))
+    assert timing.collective_time_ns(CommType.BROADCAST, 0, range(8)) == 7 * ALPHA
+    # in a replay: rank 1 arrives 1 ms late at an empty all_reduce, which neither waits for: each ends as it
+    # arrives; the 8-byte all_reduce after it waits for rank 1, then takes its 2 α + 8 / B
+    b = RunBuilder(world_size=2)
+    for r in (0, 1):
+        b.rank(r).compute("fwd", dur_ns=1_000_000 * (r + 1), start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=0, dur_ns=50_000)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=8, dur_ns=50_000)
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt, comm_mode="model", topology=flat, algorithm="ring")
+    empty, full = (res.coll_end_ns[k] - res.coll_arrival_ns[k] for k in range(2))
+    assert [int(x) for x in (empty, full)] == [0, round(2 * (ALPHA + 8 / (2 * BW)))]
+    assert [int(res.end_ns[r][1]) for r in (0, 1)] == [1_000_000, 2_000_000]  # each its own arrival

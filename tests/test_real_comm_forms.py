@@ -258,6 +258,6 @@ def test_an_empty_all_reduce_gather_or_reduce_scatter_is_reissued_empty_as_the_m
 
 
 def test_an_empty_broadcast_still_meets_its_peers_with_one_element(monkeypatch: pytest.MonkeyPatch) -> None:
-    # gloo's empty broadcast waits for its root (execution.EMPTY_WAITS_FOR_NONE leaves it out)
+    # gloo's empty broadcast waits for its root (vocab.EMPTY_WAITS_FOR_NONE leaves it out)
     fn, args = _issued(monkeypatch, _coll("c10d::broadcast_", CommType.BROADCAST, 0, root=0), blocking=True)
     assert fn == "broadcast" and args["arg0"] == (1,)

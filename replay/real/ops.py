@@ -29,8 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from skewlens.profiler.vocab import CommType
-from skewlens.replay.execution import EMPTY_WAITS_FOR_NONE
+from skewlens.profiler.vocab import EMPTY_WAITS_FOR_NONE, CommType
 from skewlens.replay.real.plan import KIND_COLL, KIND_SEND, ReplayOp, element_bytes, issued_root
 
 
