@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
+from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture import clock
 from skewlens.profiler.capture.clock import ROUNDS, estimate_offset
 
@@ -188,3 +191,26 @@ def test_an_answer_left_unread_by_an_attempt_that_ended_inside_the_exchange_is_n
     store = dist.HashStore()
     store.set(clock._key("pong", 1, 0, 0), str(base - 20 * 10**9))  # (rank 0 deleted the ping it read)
     assert exchange(3, store) == {0: 0, 1: -2_500_000, 2: 40_000}
+
+
+def test_skewlens_profile_gives_its_command_the_clock_timeout_set_in_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # docs/capture.md: "If rank 0 does not answer within SKEWLENS_CLOCK_TIMEOUT_S, the offset is 0"; under
+    # skewlens profile the ranks read 10 s whatever it was set to (SKEWLENS_CLOCK_TIMEOUT_S=45: '10.0')
+    monkeypatch.setenv("SKEWLENS_CLOCK_TIMEOUT_S", "45")
+    show = "import os; print('timeout', os.environ['SKEWLENS_CLOCK_TIMEOUT_S'])"
+    out = str(tmp_path / "run")
+    skewlens_main(["profile", "--out", out, "--level", "ops", "--", sys.executable, "-c", show])
+    assert "timeout 45.0" in capfd.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+def test_skewlens_profile_refuses_a_clock_timeout_that_is_no_time_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    monkeypatch.setenv("SKEWLENS_CLOCK_TIMEOUT_S", value)
+    assert skewlens_main(["profile", "--out", str(tmp_path / "run"), "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert f"SKEWLENS_CLOCK_TIMEOUT_S='{value}': not a number of seconds above 0" in err, err
+    assert not (tmp_path / "run").exists()

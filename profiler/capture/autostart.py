@@ -24,6 +24,8 @@ ENV_LEVEL = "SKEWLENS_LEVEL"
 ENV_STEPS = "SKEWLENS_STEPS"
 ENV_KEEP_RAW = "SKEWLENS_KEEP_RAW"
 ENV_CLOCK_TIMEOUT = "SKEWLENS_CLOCK_TIMEOUT_S"
+#: How long a rank waits for rank 0 to answer in the clock exchange where ``ENV_CLOCK_TIMEOUT`` is unset.
+CLOCK_TIMEOUT_DEFAULT_S = 10.0
 ENV_HOST_TRACE = "SKEWLENS_HOST_TRACE"
 #: Which ``skewlens profile`` started the command (a token of its own), recorded in each rank's part file.
 ENV_PROFILE = "SKEWLENS_PROFILE_ID"
@@ -70,7 +72,7 @@ def start_from_env() -> Any:
         window=parse_window(os.environ.get(ENV_STEPS, "1:1:3")),
         keep_raw=os.environ.get(ENV_KEEP_RAW, "") == "1",
         host_trace=os.environ.get(ENV_HOST_TRACE, "profiler"),
-        clock_timeout_s=float(os.environ.get(ENV_CLOCK_TIMEOUT, "10")),
+        clock_timeout_s=float(os.environ.get(ENV_CLOCK_TIMEOUT, str(CLOCK_TIMEOUT_DEFAULT_S))),
     ).install()
     return _session
 
