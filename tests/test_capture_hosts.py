@@ -22,7 +22,16 @@ from skewlens.profiler.capture.run import PROBE_PREFIX, finalize_run, prepare_ru
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.manifest import PARTS_DIR, Manifest, RunIdentity, StepWindow, rank_file, read_manifest
+from skewlens.profiler.manifest import (
+    PARTS_DIR,
+    Manifest,
+    RankNote,
+    RunIdentity,
+    StepWindow,
+    rank_file,
+    rank_note_key,
+    read_manifest,
+)
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.validate import validate_run
@@ -642,10 +651,31 @@ def test_skewlens_merge_refuses_steps_that_do_not_overlap_even_with_force_naming
     assert capsys.readouterr().err == (
         f"skewlens merge: error: not one run: rank 1 (host vm, in {b}) began step 2 38.373 s after rank 0 "
         f"(host vm, in {a}) ended it, on rank 0's clock: the directories are of different runs, or a clock "
-        "offset is wrong (the manifests' notes say if one is unknown); --force does not merge them (it "
-        "overrides only a run identity that differs)\n"
+        "offset is wrong; --force does not merge them (it overrides only a run identity that differs)\n"
     )
     assert not out.exists()
+
+
+def test_skewlens_merge_refusing_steps_apart_names_the_rank_whose_clock_offset_its_host_could_not_measure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # host b's clock 3 s ahead and its rank's clock exchange timed out (offset 0 assumed): the refusal
+    # said "the directories are of different runs, or a clock offset is wrong (the manifests' notes say if
+    # one is unknown)", the note it meant in b/.parts/rank-1.json
+    a = host_dir(tmp_path / "a", (0,), "ha", run_id="job-7")
+    b = host_dir(tmp_path / "b", (1,), "hb", late_s=3.0, run_id="job-7")
+    part = json.loads(part_file(b, 1).read_text())
+    said = "clock offset unknown (rank 0 did not answer); 0 assumed"
+    part["notes"] = {rank_note_key(1, RankNote.CLOCK): said}
+    part_file(b, 1).write_text(json.dumps(part))
+    assert skewlens_main(["merge", "--out", str(tmp_path / "run"), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"rank 1 (host hb, in {b}) began step 2 2.500 s after rank 0 (host ha, in {a}) ended it, on rank 0's "
+        f"clock: rank 1's {said}: its host's times are on its own clock, not rank 0's (capture again with a "
+        "longer SKEWLENS_CLOCK_TIMEOUT_S"
+    ) in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_skewlens_merge_given_one_directory_twice_says_so_instead_of_that_its_rank_is_in_both(

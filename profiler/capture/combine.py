@@ -22,6 +22,7 @@ from skewlens.profiler.manifest import (
     PARTS_DIR,
     RAW_DIR,
     Manifest,
+    RankNote,
     rank_file,
     rank_note_key,
     read_manifest,
@@ -227,9 +228,25 @@ def _check_overlap(parts: dict[int, dict], where: dict[int, Path]) -> None:
         gap_s = (by_rank[late][0] - by_rank[early][1]) / 1e9
         if gap_s > 0:
             at = {r: f"(host {parts[r].get('host', '?')}, in {where[r]})" for r in (early, late)}
+            unknown = [
+                f"rank {r}'s {note}" for r in (early, late) if (note := _clock_note(parts[r], r)) is not None
+            ]
+            why = (
+                f"{'; '.join(unknown)}: its host's times are on its own clock, not rank 0's (capture again "
+                "with a longer SKEWLENS_CLOCK_TIMEOUT_S: how long a rank waits for rank 0 at the window's "
+                "start, 10 s by default), or the directories are of different runs"
+                if unknown
+                else "the directories are of different runs, or a clock offset is wrong"
+            )
             raise CaptureError(
                 f"not one run: rank {late} {at[late]} began step {step} {gap_s:.3f} s after rank "
-                f"{early} {at[early]} ended it, on rank 0's clock: the directories are of different runs, "
-                "or a clock offset is wrong (the manifests' notes say if one is unknown); --force does not "
-                "merge them (it overrides only a run identity that differs)"
+                f"{early} {at[early]} ended it, on rank 0's clock: {why}; --force does not merge them (it "
+                "overrides only a run identity that differs)"
             )
+
+
+def _clock_note(part: dict, rank: int) -> str | None:
+    """What rank ``rank``'s part file says of its clock offset where it could not measure it, else None."""
+    notes = part.get("notes")
+    note = notes.get(rank_note_key(rank, RankNote.CLOCK)) if isinstance(notes, dict) else None
+    return str(note) if note is not None else None
