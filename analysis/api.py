@@ -33,6 +33,7 @@ from skewlens.analysis.records import (
     CriticalPathRecord,
     GpuIdleRecord,
     GpuKernelRecord,
+    HostBlameRecord,
     StepBreakdownRecord,
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
@@ -57,6 +58,7 @@ BREAKDOWN_FILE = "step_breakdown.parquet"
 CRITICAL_PATH_FILE = "critical_path.parquet"
 BLAME_FILE = "blame.parquet"
 BLAME_STEPS_FILE = "blame_steps.parquet"
+BLAME_HOSTS_FILE = "blame_hosts.parquet"
 GPU_IDLE_FILE = "gpu_idle.parquet"
 GPU_KERNELS_FILE = "gpu_kernels.parquet"
 #: Each output file's record dataclass (its columns), in the order docs/parquet.md lists them.
@@ -68,6 +70,7 @@ RECORD_OF: dict[str, type] = {
     CRITICAL_PATH_FILE: CriticalPathRecord,
     BLAME_FILE: BlameRecord,
     BLAME_STEPS_FILE: BlameStepRecord,
+    BLAME_HOSTS_FILE: HostBlameRecord,
 }
 
 
@@ -258,13 +261,17 @@ def _record_builders(result: AnalysisResult) -> dict[str, Callable[[], pa.Table]
         builders[BLAME_STEPS_FILE] = lambda: table_from_records(
             BlameStepRecord, blame.step_records, "blame_steps"
         )
+        if blame.host_records:
+            builders[BLAME_HOSTS_FILE] = lambda: table_from_records(
+                HostBlameRecord, blame.host_records, "blame_hosts"
+            )
     return builders
 
 
 def tables(result: AnalysisResult) -> dict[str, pa.Table]:
     """The tables :func:`write_tables` writes, in memory (for ``.to_pandas()`` in a notebook), keyed by table
     name (``collective_skew``, ``step_breakdown``, ``critical_path``, ``gpu_idle``, ``gpu_kernels``,
-    ``blame``, ``blame_steps``; the file is the name + ``.parquet``), with the files' schemas
+    ``blame``, ``blame_steps``, ``blame_hosts``; the file is the name + ``.parquet``), with the files' schemas
     (docs/parquet.md)."""
     return {name.removesuffix(".parquet"): build() for name, build in _table_builders(result).items()}
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from skewlens.analysis.index import I64, B, RankIndex, RunIndex
-from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind
+from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind, HostBlameRecord
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import execution_model, replay_gaps, start_heads
@@ -65,6 +65,9 @@ class BlameResult:
     """Rank -> its compute and host gaps (whole run) in intervals no other rank has, which the what-if
     keeps as they are: a rank that alone sends (the first stage of a 2-stage pipeline, a slow sender of
     2 ranks) cannot be blamed for that work however slow it is."""
+    host_records: list[HostBlameRecord] = field(default_factory=list)
+    """One per host of a run whose ranks name two hosts or more (none otherwise), largest cost first: the
+    what-if of all of a host's ranks at once."""
 
     def top_straggler_by_step(self) -> dict[int, int]:
         """Step -> rank with the largest positive straggler cost in that step."""
@@ -406,6 +409,25 @@ def analyze_blame(
                 whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
                 simulated += 1
             advance()
+    hosts = _hosts(ix, wanted)
+    host_whatif: dict[str, dict[int, int]] = {}
+    if hosts:  # a run on one host has no host what-if (nor a bar for none)
+        with progress.task("what-if blame: hosts", len(hosts)) as advance:
+            for host, on in hosts.items():
+                slow = [r for r in on if r in ivs]
+                if len(slow) == 1 and slow[0] in whatif:  # its one slow rank's own what-if
+                    host_whatif[host] = whatif[slow[0]]
+                elif len(slow) > 1:
+                    over = {r: _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=gaps[r]) for r in slow}
+                    durs = {r: d for r, (d, _g) in over.items()}
+                    hgaps = {r: g for r, (_d, g) in over.items()}
+                    if unchanged is not None and unchanged(dur_override=durs, gap_override=hgaps):
+                        host_whatif[host] = dict(base)
+                    elif max_simulations is None or simulated < max_simulations:
+                        sim = simulate_fn(run, dur_override=durs, gap_override=hgaps)
+                        host_whatif[host] = _step_times(sim)
+                        simulated += 1
+                advance()
     cands = [r for r in cands if r in whatif]
     steps = sorted(base)
     step_recs = [
@@ -462,4 +484,29 @@ def analyze_blame(
     # others wait most first, not the lowest rank, which the report then named the top straggler
     recs.sort(key=lambda x: (-x.straggler_cost_ns, -x.caused_wait_ns, x.rank))
     result.records = recs
+    host_recs = []
+    for host, on in hosts.items():
+        w_total = sum(host_whatif[host].get(s, base[s]) for s in steps) if host in host_whatif else base_total
+        host_recs.append(
+            HostBlameRecord(
+                host=host,
+                ranks=on,
+                straggler_cost_ns=base_total - w_total,
+                baseline_ns=base_total,
+                whatif_ns=w_total,
+                simulated=host in host_whatif,
+            )
+        )
+    result.host_records = sorted(host_recs, key=lambda x: (-x.straggler_cost_ns, x.host))
     return result
+
+
+def _hosts(ix: RunIndex, ranks: Sequence[int]) -> dict[str, list[int]]:
+    """Host -> its ranks among ``ranks``, where they name two hosts or more (the manifest's ``hosts``; empty
+    otherwise: one host, or none recorded, as of an imported run)."""
+    named = ix.run.manifest.hosts
+    out: dict[str, list[int]] = {}
+    for r in ranks:
+        if host := named.get(r, ""):
+            out.setdefault(host, []).append(r)
+    return out if len(out) > 1 else {}

@@ -248,6 +248,30 @@ class BlameRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HostBlameRecord:
+    """One row of ``blame_hosts``: what a host costs the job, from a what-if in which every rank of the host
+    runs like the median rank at once (a run whose ranks name two hosts or more)."""
+
+    host: str
+    """The host its ranks recorded (the manifest's ``hosts``)."""
+    ranks: list[int]
+    """The host's ranks."""
+    straggler_cost_ns: int
+    """Baseline simulated time of the recorded steps minus the time had every rank of the host run like the
+    median rank, each as in its own what-if of ``blame``: where several of its ranks are slow, more than any
+    one of their costs, since each rank's own what-if leaves the host's other ranks slow."""
+    baseline_ns: int
+    """Simulated total step time of the recorded run (sum over steps)."""
+    whatif_ns: int
+    """Simulated total step time with the compute and gaps of every rank of the host set to the median
+    rank's."""
+    simulated: bool
+    """False when no what-if was evaluated for the host (none of its ranks is slower than the median
+    anywhere, or beyond the limit on simulations); True when it was simulated, or proven to leave every step
+    as the baseline's, or is its one slow rank's own what-if."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class BlameStepRecord:
     """One row of ``blame_steps``: one rank's straggler cost in one step."""
 

@@ -25,6 +25,8 @@ class Scenario:
     steps: int = 6
     straggler_rank: int = -1
     straggler_ns: int = 0
+    straggler_ranks: tuple[int, ...] = ()
+    """More ranks doing ``straggler_ns`` of extra compute (a slow host's)."""
     slow_send_rank: int = -1
     slow_send_ns: int = 0
     fwd_ns: int = 10 * MS
@@ -49,7 +51,7 @@ def build_run(tmp: Path, sc: Scenario) -> Path:
             jit = (r * 7 + step * 3) % 5 * sc.jitter_ns // 4
             rb.compute("aten::linear", sc.fwd_ns + jit, start_ns=t[r])
             t[r] += sc.fwd_ns + jit
-            if r == sc.straggler_rank:
+            if r == sc.straggler_rank or r in sc.straggler_ranks:
                 rb.compute("aten::mm", sc.straggler_ns, start_ns=t[r])
                 t[r] += sc.straggler_ns
         _collective(b, t, {r: pairs[r] for r in range(w)}, CommType.ALL_GATHER, sc.transfer_ns)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_run
 
+from skewlens.analysis.api import analyze_run, tables
 from skewlens.analysis.blame import BlameResult, analyze_blame
 from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind
+from skewlens.analysis.render import hosts_table
 from skewlens.analysis.skew import analyze_skew
+from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -236,3 +242,57 @@ def test_of_ranks_whose_costs_are_equal_the_one_that_made_the_others_wait_is_ran
     assert top.caused_wait_ns == max(r.caused_wait_ns for r in res.records) > 0
     waits = [r.caused_wait_ns for r in res.records]
     assert waits == sorted(waits, reverse=True)
+
+
+def _on_hosts(run: Path, hosts: dict[int, str]) -> Path:
+    """``run`` with its manifest naming each rank's host."""
+    write_manifest(run, dataclasses.replace(read_manifest(run), hosts=hosts))
+    return run
+
+
+SLOW_HOST = Scenario(straggler_ranks=(2, 3), straggler_ns=40 * MS, steps=5)
+
+
+def test_a_host_whose_ranks_are_all_slow_costs_the_time_it_adds_though_each_rank_alone_costs_little(
+    tmp_path: Path,
+) -> None:
+    # 2 gloo hosts of 2 ranks, host 1's ranks 200 ms a step slower: the stragglers table gave them 9.40 and
+    # 2.11 ms a step (each rank's what-if leaves the host's other rank slow) and named no host; replayed
+    # with both ranks' compute at the others', the steps took 59% less
+    run = _on_hosts(build_run(tmp_path, SLOW_HOST), {0: "a", 1: "a", 2: "b", 3: "b"})
+    ix = build_index(load_run(run))
+    res = analyze_blame(ix, analyze_skew(ix))
+    slow, fast = res.host_records
+    assert (slow.host, slow.ranks, fast.host, fast.ranks) == ("b", [2, 3], "a", [0, 1])
+    assert slow.simulated and slow.straggler_cost_ns == pytest.approx(SLOW_HOST.steps * 40 * MS, rel=0.03)
+    assert slow.baseline_ns - slow.whatif_ns == slow.straggler_cost_ns
+    assert abs(fast.straggler_cost_ns) < 0.01 * slow.straggler_cost_ns
+    assert all(r.straggler_cost_ns < 0.1 * slow.straggler_cost_ns for r in res.records)
+    result = analyze_run(load_run(run))
+    tabled = tables(result)["blame_hosts"].to_pylist()
+    assert [(t["host"], t["ranks"], t["straggler_cost_ns"]) for t in tabled] == [
+        (h.host, h.ranks, h.straggler_cost_ns) for h in res.host_records
+    ]
+    shown = hosts_table(result)
+    assert shown is not None
+    console = Console(file=io.StringIO(), width=120)
+    console.print(shown)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+    cost = f"{slow.straggler_cost_ns / SLOW_HOST.steps / 1e6:.2f}"
+    # no rank of host a is slower than the median anywhere: not simulated ('*')
+    assert [r[:3] for r in rows] == [["b", "2-3", cost], ["a", "0-1", "0.00*"]]
+
+
+def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_alone_and_one_host_has_no_host_rows(
+    tmp_path: Path, straggler: BlameResult
+) -> None:
+    run = _on_hosts(build_run(tmp_path, STRAGGLER), {0: "a", 1: "a", 2: "b", 3: "b"})
+    ix = build_index(load_run(run))
+    res = analyze_blame(ix, analyze_skew(ix))
+    top = res.records[0]
+    assert (res.host_records[0].host, res.host_records[0].straggler_cost_ns) == ("b", top.straggler_cost_ns)
+    assert not straggler.host_records  # no hosts recorded
+    one = _on_hosts(build_run(tmp_path / "one", STRAGGLER), dict.fromkeys(range(4), "a"))
+    ix = build_index(load_run(one))
+    assert analyze_blame(ix, analyze_skew(ix)).host_records == []

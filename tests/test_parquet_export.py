@@ -32,6 +32,7 @@ from skewlens.cli.store import export_main, parquet_model
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
 from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import Severity
 from skewlens.profiler.store.parquet import PARTITIONED, SINGLE, export_run, open_dataset, schema_markdown
@@ -1075,6 +1076,8 @@ def test_the_docs_list_the_columns_of_every_file_analyze_and_replay_write_as_the
     write_gpu_run(GpuRunSpec(world_size=2, steps=2, layers=2, slow_ranks={1: 1.5}, seed=0), tmp_path / "k")
     run = tmp_path / "run"
     import_traces(sorted((tmp_path / "k").glob("*.json.gz")), None, run)
+    # on two hosts, so that blame_hosts.parquet is written too
+    write_manifest(run, dataclasses.replace(read_manifest(run), hosts={0: "a", 1: "b"}))
     an, rp = tmp_path / "an", tmp_path / "rp"
     assert skewlens_main(["analyze", str(run), "--out", str(an), "--no-pictures"]) == 0
     assert skewlens_main(["replay", f"trace={run}", f"out={rp}", "progress=false"]) == 0

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from skewlens.analysis.api import (
     BLAME_FILE,
+    BLAME_HOSTS_FILE,
     BLAME_STEPS_FILE,
     BREAKDOWN_FILE,
     CRITICAL_PATH_FILE,
@@ -107,6 +108,7 @@ OUTPUTS = (
     GPU_KERNELS_FILE,
     BLAME_FILE,
     BLAME_STEPS_FILE,
+    BLAME_HOSTS_FILE,
     WAIT_HEATMAP_FILE,
     BREAKDOWN_PNG,
     GPU_IDLE_PNG,
