@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from capture_helpers import EXAMPLE, run_together
 
+from skewlens.analysis import analyze_run
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.capture.run import PROBE_PREFIX, finalize_run, prepare_run_dir
 from skewlens.profiler.capture.session import part_file
@@ -36,6 +37,7 @@ from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.vocab import Level
+from skewlens.replay.execution import clock_note
 
 WINDOW = StepWindow(wait=1, warmup=1, active=3)
 
@@ -451,6 +453,62 @@ def test_two_hosts_profiling_one_job_into_one_directory_both_exit_0_with_one_com
     assert (m.world_size, m.ranks, m.missing_ranks) == (2, (0, 1), ())
     assert sorted({s.step for s in m.steps}) == [2, 3, 4]
     assert not (run / PARTS_DIR).exists()
+
+
+#: libfaketime (Debian's ``libfaketime``), to run a host's command on a clock ahead of this machine's.
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+
+
+def c10d_host_command(run: Path, port: int, node_rank: int) -> list[str]:
+    """What host ``node_rank`` of a job of 2 hosts × 2 ranks runs under a c10d rendezvous, saving into a
+    directory of its own: torchrun gives the ranks by arrival, not by ``--node-rank``."""
+    return [
+        sys.executable, "-m", "skewlens", "profile", "--out", str(run), "--",
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+        "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", "job-c10d", str(EXAMPLE), "--steps", "6", "--straggler-rank", "3",
+        "--straggler-ms", "150",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "ahead_s",
+    [0, pytest.param(3, marks=pytest.mark.skipif(not FAKETIME.is_file(), reason=f"no {FAKETIME}"))],
+    ids=["one-clock", "host-1-3s-ahead"],
+)
+def test_c10d_hosts_saving_each_into_a_directory_of_its_own_merge_into_one_run_on_rank_0s_clock(
+    tmp_path: Path, ahead_s: int
+) -> None:
+    # the docs' steps for hosts without shared storage, under torchrun's c10d rendezvous (tested before with
+    # a static one only); host 1's whole command 3 s ahead under libfaketime: measured -3.000 s, the
+    # injected straggler (rank 3) named and no clock warning
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dirs = [tmp_path / f"host{k}" for k in (0, 1)]
+    cmds = [c10d_host_command(d, port, k) for k, d in enumerate(dirs)]
+    if ahead_s:
+        # monotonic clocks faked too: with FAKETIME_DONT_FAKE_MONOTONIC=1 Python's time.sleep fails with
+        # EINVAL (libfaketime 0.9.10), and torchrun's rendezvous with it
+        fake = [f"LD_PRELOAD={FAKETIME}", f"FAKETIME=+{ahead_s}s", "FAKETIME_DONT_FAKE_MONOTONIC=0"]
+        cmds[1] = ["env", *fake, *cmds[1]]
+    done = run_together(cmds, tmp_path / "logs", timeout_s=300)
+    assert [h.returncode for h in done] == [0, 0], [h.output[-2000:] for h in done]
+    mine = [read_manifest(d).ranks for d in dirs]
+    assert sorted(mine[0] + mine[1]) == [0, 1, 2, 3] and len(mine[0]) == 2
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), *map(str, dirs)]) == 0
+    m = read_manifest(out)
+    assert (m.ranks, m.missing_ranks, m.merged_from) == ((0, 1, 2, 3), (), tuple(map(str, dirs)))
+    ahead = {r: ahead_s * 1e9 * (r in mine[1]) for r in range(4)}
+    for r, off in m.clock_offsets_ns.items():  # what each rank adds to read rank 0's clock
+        assert abs(off - (ahead[0] - ahead[r])) < 50e6, (r, off, mine)
+    report = validate_run(out)
+    assert report.ok and not report.warnings, [i.message for i in report.issues]
+    run = load_run(out)
+    assert clock_note(run) is None
+    assert analyze_run(run).stragglers[0].rank == 3
 
 
 def test_hosts_that_gave_different_steps_are_named_in_an_error_note(tmp_path: Path) -> None:
