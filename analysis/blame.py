@@ -66,7 +66,8 @@ class BlameResult:
     keeps as they are: a rank that alone sends (the first stage of a 2-stage pipeline, a slow sender of
     2 ranks) cannot be blamed for that work however slow it is."""
     host_records: list[HostBlameRecord] = field(default_factory=list)
-    """One per host of a run whose ranks name two hosts or more (none otherwise), largest cost first: the
+    """One per host of a run whose ranks name two hosts or more, one of them with several ranks (none
+    otherwise: a host of one rank costs what the rank does), largest cost first: the
     what-if of all of a host's ranks at once."""
 
     def top_straggler_by_step(self) -> dict[int, int]:
@@ -502,11 +503,12 @@ def analyze_blame(
 
 
 def _hosts(ix: RunIndex, ranks: Sequence[int]) -> dict[str, list[int]]:
-    """Host -> its ranks among ``ranks``, where they name two hosts or more (the manifest's ``hosts``; empty
-    otherwise: one host, or none recorded, as of an imported run)."""
+    """Host -> its ranks among ``ranks``, where they name two hosts or more, one of them with several ranks
+    (the manifest's ``hosts``; empty otherwise: one host, none recorded, as of an imported run, or one rank
+    on each host, whose what-ifs are the ranks' own)."""
     named = ix.run.manifest.hosts
     out: dict[str, list[int]] = {}
     for r in ranks:
         if host := named.get(r, ""):
             out.setdefault(host, []).append(r)
-    return out if len(out) > 1 else {}
+    return out if len(out) > 1 and any(len(on) > 1 for on in out.values()) else {}

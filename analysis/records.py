@@ -250,7 +250,8 @@ class BlameRecord:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostBlameRecord:
     """One row of ``blame_hosts``: what a host costs the job, from a what-if in which every rank of the host
-    runs like the median rank at once (a run whose ranks name two hosts or more)."""
+    runs like the median rank at once (a run whose ranks name two hosts or more, one of them with several
+    ranks)."""
 
     host: str
     """The host its ranks recorded (the manifest's ``hosts``)."""

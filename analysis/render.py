@@ -224,10 +224,10 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
 
 def hosts_table(result: AnalysisResult, top: int = 5) -> Table | None:
     """Hosts, ms per step: the what-if of every rank of a host at once (``blame_hosts``), for a run whose
-    ranks name two hosts or more (None otherwise, and without the what-if). A host whose ranks are all slow
-    costs the job that much, while each of its ranks' own what-if, which leaves the others slow, costs
-    little: 2 hosts of 2 gloo ranks, host 1's ranks 200 ms a step slower, cost 9.40 and 2.11 ms a step in
-    the stragglers table, 190.34 ms a step as a host."""
+    ranks name two hosts or more, one of them with several ranks (None otherwise, and without the
+    what-if). A host whose ranks are all slow costs the job that much, while each of its ranks' own
+    what-if, which leaves the others slow, costs little: 2 hosts of 2 gloo ranks, host 1's ranks 200 ms a
+    step slower, cost 9.40 and 2.11 ms a step in the stragglers table, 190.34 ms a step as a host."""
     if result.blame is None or not (recs := result.blame.host_records):
         return None
     steps = blame_steps(result)

@@ -284,7 +284,7 @@ def test_a_host_whose_ranks_are_all_slow_costs_the_time_it_adds_though_each_rank
     assert [r[:3] for r in rows] == [["b", "2-3", cost], ["a", "0-1", "0.00*"]]
 
 
-def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_alone_and_one_host_has_no_host_rows(
+def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_and_one_host_or_a_host_each_have_no_host_rows(
     tmp_path: Path, straggler: BlameResult
 ) -> None:
     run = _on_hosts(build_run(tmp_path, STRAGGLER), {0: "a", 1: "a", 2: "b", 3: "b"})
@@ -293,6 +293,7 @@ def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_alone_and_one_host_h
     top = res.records[0]
     assert (res.host_records[0].host, res.host_records[0].straggler_cost_ns) == ("b", top.straggler_cost_ns)
     assert not straggler.host_records  # no hosts recorded
-    one = _on_hosts(build_run(tmp_path / "one", STRAGGLER), dict.fromkeys(range(4), "a"))
-    ix = build_index(load_run(one))
-    assert analyze_blame(ix, analyze_skew(ix)).host_records == []
+    for k, hosts in enumerate([dict.fromkeys(range(4), "a"), {r: f"h{r}" for r in range(4)}]):
+        run = _on_hosts(build_run(tmp_path / f"{k}", STRAGGLER), hosts)  # one host; a host each
+        ix = build_index(load_run(run))
+        assert analyze_blame(ix, analyze_skew(ix)).host_records == []

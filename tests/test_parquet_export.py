@@ -1073,11 +1073,11 @@ def test_the_docs_list_the_columns_of_every_file_analyze_and_replay_write_as_the
 ) -> None:
     doc = DOC.read_text()
     assert analysis_markdown() in doc and replay_markdown() in doc
-    write_gpu_run(GpuRunSpec(world_size=2, steps=2, layers=2, slow_ranks={1: 1.5}, seed=0), tmp_path / "k")
+    write_gpu_run(GpuRunSpec(world_size=3, steps=2, layers=2, slow_ranks={1: 1.5}, seed=0), tmp_path / "k")
     run = tmp_path / "run"
     import_traces(sorted((tmp_path / "k").glob("*.json.gz")), None, run)
-    # on two hosts, so that blame_hosts.parquet is written too
-    write_manifest(run, dataclasses.replace(read_manifest(run), hosts={0: "a", 1: "b"}))
+    # on two hosts, one of two ranks, so that blame_hosts.parquet is written too
+    write_manifest(run, dataclasses.replace(read_manifest(run), hosts={0: "a", 1: "a", 2: "b"}))
     an, rp = tmp_path / "an", tmp_path / "rp"
     assert skewlens_main(["analyze", str(run), "--out", str(an), "--no-pictures"]) == 0
     assert skewlens_main(["replay", f"trace={run}", f"out={rp}", "progress=false"]) == 0
