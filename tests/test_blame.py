@@ -21,6 +21,7 @@ from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay.execution import execution_model
 from skewlens.replay.simulate import simulate
 
 STRAGGLER = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=5)
@@ -297,3 +298,17 @@ def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_and_one_host_or_a_ho
         run = _on_hosts(build_run(tmp_path / f"{k}", STRAGGLER), hosts)  # one host; a host each
         ix = build_index(load_run(run))
         assert analyze_blame(ix, analyze_skew(ix)).host_records == []
+
+
+def test_the_index_shares_the_models_gaps_and_the_traces_starts_where_they_hold_the_same_values(
+    tmp_path: Path,
+) -> None:
+    run = load_run(build_run(tmp_path, STRAGGLER))
+    ix = build_index(run)
+    em = execution_model(run)
+    for r, ri in ix.ranks.items():
+        rt, m = run.ranks[r], em.ranks[r]
+        assert np.array_equal(ri.sorted_start, rt.start_ns[ri.order])
+        assert ri.sorted_start is rt.start_ns  # the rows are in start order already
+        assert np.array_equal(ri.gap_ns, np.where(ri.has_deps, m.gap_ns, 0))
+        assert ri.gap_ns is m.gap_ns  # 0 on every row without start edges already
