@@ -11,8 +11,9 @@ import pytest
 from rich.console import Console
 from test_analysis_scenarios import MS, Scenario, build_run
 
+from skewlens.analysis import blame as blame_module
 from skewlens.analysis.api import analyze_run, tables
-from skewlens.analysis.blame import BlameResult, analyze_blame
+from skewlens.analysis.blame import BlameResult, _all_intervals, analyze_blame
 from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind
 from skewlens.analysis.render import hosts_table
@@ -21,6 +22,7 @@ from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
+from skewlens.replay import simulate as simulate_module
 from skewlens.replay.execution import execution_model
 from skewlens.replay.simulate import simulate
 
@@ -312,3 +314,38 @@ def test_the_index_shares_the_models_gaps_and_the_traces_starts_where_they_hold_
         assert ri.sorted_start is rt.start_ns  # the rows are in start order already
         assert np.array_equal(ri.gap_ns, np.where(ri.has_deps, m.gap_ns, 0))
         assert ri.gap_ns is m.gap_ns  # 0 on every row without start edges already
+
+
+def test_each_rows_interval_is_its_index_among_the_ranks_intervals_and_none_outside_them(
+    tmp_path: Path,
+) -> None:
+    ix = build_index(load_run(build_run(tmp_path, STRAGGLER)))
+    ivs = _all_intervals(ix)
+    for r, iv in ivs.items():
+        ri = ix.ranks[r]
+        inside = ri.is_comp | ri.is_comm | ri.is_comm_comp | ri.is_untraced | ri.is_wait
+        assert iv.slot.dtype == np.int32
+        assert (iv.slot >= 0).tolist() == inside.tolist() and inside.any() and not inside.all()
+        assert iv.slot.max() == iv.keys.size - 1  # every interval has rows
+        work = np.where((ri.is_comp | ri.host_work) & inside, ri.work_ns, 0)
+        comp = np.bincount(iv.slot[inside], weights=work[inside], minlength=iv.keys.size).astype(np.int64)
+        assert comp.tolist() == iv.comp.tolist()
+
+
+def test_blame_hands_the_lowerings_freed_memory_back_once_the_lowering_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ix = build_index(load_run(build_run(tmp_path, STRAGGLER)))
+    skew = analyze_skew(ix)
+    made: list[int] = []
+    lowered = simulate_module.Simulator.__init__
+
+    def lower(self: simulate_module.Simulator, *a: object, **k: object) -> None:
+        lowered(self, *a, **k)
+        made.append(len(calls))
+
+    calls: list[int] = []
+    monkeypatch.setattr(simulate_module.Simulator, "__init__", lower)
+    monkeypatch.setattr(blame_module, "release_free_memory", lambda: calls.append(len(made)))
+    analyze_blame(ix, skew)
+    assert made == [0] and calls == [1]  # once, right after the one lowering
