@@ -3,6 +3,7 @@ that skips simulating such what-ifs gives exactly what simulating every one give
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,30 @@ def test_max_simulations_counts_only_the_what_ifs_that_were_simulated(
     slow = next(r for r in none.records if r.rank == 1)
     assert not slow.simulated and slow.straggler_cost_ns == 0
     assert all(r.simulated for r in none.records if r.rank != 1)
+
+
+def test_the_proofs_reversed_launch_edges_keep_their_at_arrival_flags_in_a_byte_each(
+    runs: dict[str, RunTrace],
+) -> None:
+    g = Simulator(runs["gpu, host-bound"])._lowering.lowered.graph
+    assert g.lsucc_at_arrival is not None and g.lsucc_idx is not None and g.lsucc_off is not None
+    preds = simulate_module._preds(g)
+    by_dst = np.argsort(np.asarray(g.lsucc_idx), kind="stable")
+    flags = np.frombuffer(bytes(g.lsucc_at_arrival), dtype=np.uint8)[by_dst]
+    assert flags.any()  # some launch is met at its launching row's arrival
+    assert preds.lat_arrival.dtype == np.uint8
+    assert preds.lat_arrival.tolist() == flags.tolist()
+    assert preds.loff.tolist() == np.asarray(g.lsucc_off, dtype=np.int64)[by_dst].tolist()
+
+
+def test_the_lowering_holds_each_sync_groups_rows_segments_and_transfers_as_integer_arrays(
+    runs: dict[str, RunTrace],
+) -> None:
+    low = Simulator(runs["collectives and p2p"])._lowering.lowered
+    g = low.graph
+    assert len(g.groups) == len(g.transfer) == len(low.sync_rows) == len(low.syncs) > 0
+    for gi, rows in enumerate(low.sync_rows):
+        assert isinstance(rows, array) and isinstance(g.groups[gi], array)
+        assert isinstance(g.transfer[gi], array)
+        assert list(g.groups[gi]) == low.seg_of_row[list(rows)].tolist()
+        assert len(g.transfer[gi]) == len(rows) == len(low.syncs[gi].rows)
