@@ -391,7 +391,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             ops.append(
                 ReplayOp(
                     kind=KIND_NESTED,
-                    dur_ns=int(rt.dur_ns[i]),
+                    dur_ns=work[i],
                     parent=parent[i],
                     offset_ns=starts[i] - starts[parent[i]],
                     **common,
@@ -428,7 +428,8 @@ def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> l
     """Give each host compute op the asynchronous communication issued while it ran: the communication
     ops that follow it in execution order (past its nested ops), of its step, recorded to
     start inside it, with no start or queue edge from it nor from an op after it, whose start edges are
-    all from host work before it (done, with its end known, when the op begins)."""
+    all from host work before it or from what the op itself waited for (done, with its end known, when the
+    op begins: a blocking recv the op follows)."""
     out = list(ops)
     pos = {op.row: k for k, op in enumerate(ops)}
     host_work = [o.kind == KIND_NESTED or (o.kind == KIND_COMPUTE and not o.gpu) for o in ops]
@@ -437,6 +438,7 @@ def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> l
         if op.kind != KIND_COMPUTE or op.gpu:
             continue
         inside: list[int] = []
+        done = {*op.deps, *op.wait_deps}  # ended before the op began (the worker waited for them)
         for j in range(k + 1, len(ops)):  # (not a slice of the rest per op: quadratic in the rank's ops)
             nxt = ops[j]
             if nxt.kind == KIND_NESTED and nxt.parent == op.row:
@@ -446,7 +448,7 @@ def _issued_inside(ops: list[ReplayOp], starts: list[int], ends: list[int]) -> l
                 or nxt.step != op.step
                 or not starts[op.row] < starts[nxt.row] < ends[op.row]
                 or any(pos[d] >= k for d in nxt.queue_deps if d in pos)
-                or not all(d in pos and pos[d] < k and host_work[pos[d]] for d in nxt.deps)
+                or not all(d in pos and pos[d] < k and (host_work[pos[d]] or d in done) for d in nxt.deps)
             ):
                 break
             inside.append(nxt.row)
