@@ -275,3 +275,48 @@ def test_an_all_reduce_issued_inside_a_host_op_that_follows_a_blocking_recv_is_i
     start, _end = worker_times(ops, tmp_path, monkeypatch, comm_ends=ends)
     assert ops[1].issues_inside == (ops[2].row,)
     assert start[ops[2].row] == 640 * US
+
+
+def _inside_run(path: Path) -> RunTrace:
+    """An all_gather issued 4 ms into the 20 ms `fsdp` (its start edge from `a`, the row before)."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("a", 1000 * US, start_ns=0)
+        op = rb.compute("fsdp", 20_000 * US, start_ns=1000 * US, deps=(a,))
+        ag = rb.collective(CommType.ALL_GATHER, 4096, 10_000 * US, start_ns=5000 * US, stream=COMM, deps=(a,))
+        rb.compute("c10d::wait", 1000 * US, start_ns=21_000 * US, deps=(op, ag))
+    return load_run(b.write(path))
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: a delay before a host op does not hold what is issued inside it"
+)
+def test_a_delay_before_a_host_op_longer_than_the_issue_inside_it_holds_the_issue_in_both_replayers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 ms before `fsdp` on rank 0: the simulator issues the all_gather at 5 ms (a's end + its gap), 2 ms
+    # before `fsdp` starts (7 ms); the worker, one thread, issues it at 7 ms, as `fsdp` begins
+    effects = _Effects(name_delays={(0, "fsdp"): 6000 * US})
+    assert disagreements(_inside_run(tmp_path / "run"), effects, tmp_path, monkeypatch) == {}
+
+
+@pytest.mark.xfail(strict=True, reason="open: a delayed issue does not hold the thread's next issue")
+def test_a_delay_before_an_all_reduce_holds_the_isend_its_thread_issues_next_in_both_replayers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an all_reduce at 1.05 ms and an isend at 1.1 ms, both after `op0`, 3 ms before each collective on
+    # rank 0: the simulator issues the isend at 1.1 ms, before the all_reduce (4.05 ms); the worker after it
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("op0", 1000 * US, start_ns=0)
+        ar = rb.collective(CommType.ALL_REDUCE, 4096, 2000 * US, start_ns=1050 * US, stream=COMM, deps=(a,))
+        at = 1100 * US
+        p = rb.send(1, 4096, 1000 * US, start_ns=at, stream=COMM + 1, deps=(a,)) if r == 0 else None
+        p = p or rb.recv(0, 4096, 1000 * US, start_ns=at, stream=COMM + 1, deps=(a,))
+        o1 = rb.compute("op1", 1000 * US, start_ns=1200 * US, deps=(a,))
+        rb.compute("c10d::wait", 10 * US, start_ns=3100 * US, deps=(o1, ar, p))
+    run = load_run(b.write(tmp_path / "run"))
+    effects = _Effects(type_delays={(0, int(NodeType.COMM_COLL)): 3000 * US})
+    assert disagreements(run, effects, tmp_path, monkeypatch) == {}
