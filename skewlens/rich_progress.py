@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from skewlens.console import on_a_terminal
-from skewlens.progress import Advance
+from skewlens.progress import NO_PROGRESS, Advance
 
 
 class RichProgress:
@@ -24,6 +24,12 @@ class RichProgress:
 
     @contextmanager
     def task(self, description: str, total: int | None) -> Iterator[Advance]:
+        if not on_a_terminal(self.console) or self.console.is_dumb_terminal:
+            # no bar at all, not a disabled one: rich before 14.3 ends a disabled bar off a terminal with an
+            # empty line, and `skewlens analyze RUN 2>err.txt` began err.txt with one per task
+            with NO_PROGRESS.task(description, total) as advance:
+                yield advance
+            return
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -31,7 +37,6 @@ class RichProgress:
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
-            disable=not on_a_terminal(self.console) or self.console.is_dumb_terminal,
         )
         with bar:
             task_id = bar.add_task(description, total=total)

@@ -1024,6 +1024,30 @@ def test_tty_compatible_asks_for_progress_bars_on_a_pipe_even_with_force_color(
     assert "loading" in err.getvalue()
 
 
+def test_no_bar_is_made_off_a_terminal_so_a_rich_that_ends_a_disabled_bar_with_an_empty_line_prints_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich 13.0 to 14.2 (pyproject allows rich>=13.8) end even a disabled bar with an empty line where the
+    # console is not interactive: `skewlens analyze RUN 2>err.txt` began err.txt with 4 empty lines, one per
+    # task, above its one warning. Rich's stop as those releases have it:
+    import rich.progress
+
+    from skewlens.profiler.store.load import load_run
+    from skewlens.rich_progress import RichProgress
+
+    def stop_of_rich_13(self: rich.progress.Progress) -> None:
+        self.live.stop()
+        if not self.console.is_interactive:
+            self.console.print()
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(rich.progress.Progress, "stop", stop_of_rich_13)
+    err = io.StringIO()
+    load_run(_named_run(tmp_path, "aten::mm"), progress=RichProgress(Console(file=err, width=100)))
+    assert err.getvalue() == ""
+
+
 def _ascii_stream(errors: str) -> tuple[io.BytesIO, io.TextIOWrapper]:
     raw = io.BytesIO()
     return raw, io.TextIOWrapper(raw, encoding="ascii", errors=errors, write_through=True)
