@@ -173,9 +173,17 @@ def _rewrite_cache(et: Path, change: object, key: bytes | None = None) -> None:
             w.write_batch(part.replace_schema_metadata(meta))
 
 
-def _with(batch: pa.RecordBatch, name: str, col: pa.Array) -> pa.RecordBatch:
-    i = batch.schema.get_field_index(name)
-    return batch.set_column(i, name, col)
+def _with(batch: pa.RecordBatch, name: str, col: pa.Array | None) -> pa.RecordBatch:
+    """``batch`` with its column ``name`` replaced by ``col``, added last where it has none, or dropped where
+    ``col`` is None: RecordBatch's set_column, append_column and drop_columns came in pyarrow 16, and these
+    tests failed with an AttributeError at pyproject's pyarrow>=15."""
+    columns = {field.name: (field, batch.column(field.name)) for field in batch.schema}
+    if col is None:
+        del columns[name]
+    else:
+        columns[name] = (pa.field(name, col.type), col)
+    fields, arrays = zip(*columns.values(), strict=True)
+    return pa.RecordBatch.from_arrays(list(arrays), schema=pa.schema(fields))
 
 
 def _kinds_of_seven(b: pa.RecordBatch) -> pa.RecordBatch:
@@ -221,10 +229,12 @@ TAMPERED = {
     "dependency kinds of 7": _kinds_of_seven,
     "a name index past its dictionary": _bad_name_index,
     "a column of another type": lambda b: _with(b, "start_us", b.column("start_us").cast(pa.float64())),
-    "a column the format lacks": lambda b: b.append_column("a:evil", pa.array([1] * b.num_rows, pa.int64())),
-    "an unknown attribute's pair of columns": lambda b: b.append_column(
-        "a:evil", pa.array([1] * b.num_rows, pa.int64())
-    ).append_column("h:evil", pa.array([1] * b.num_rows, pa.uint8())),
+    "a column the format lacks": lambda b: _with(b, "a:evil", pa.array([1] * b.num_rows, pa.int64())),
+    "an unknown attribute's pair of columns": lambda b: _with(
+        _with(b, "a:evil", pa.array([1] * b.num_rows, pa.int64())),
+        "h:evil",
+        pa.array([1] * b.num_rows, pa.uint8()),
+    ),
     "flags that are not 0 or 1": lambda b: _with(b, "h:stream", pa.array([9] * b.num_rows, pa.uint8())),
     "a node without a name": _null_name,
     "dependency kinds listed apart from their ids": _kinds_apart_from_ids,
@@ -504,7 +514,7 @@ def test_a_cache_written_by_format_5_is_not_used_it_lacks_the_calls_returns(
     assert decoded.return_ns is not None
 
     def format_5(b: pa.RecordBatch) -> pa.RecordBatch:
-        return b.drop_columns(["a:skl_return_ns", "h:skl_return_ns"])
+        return _with(_with(b, "a:skl_return_ns", None), "h:skl_return_ns", None)
 
     again = _load_past_a_cache_of(et, 5, format_5, monkeypatch)  # served, it gave no returns at all
     assert again.return_ns is not None and np.array_equal(again.return_ns, decoded.return_ns)
