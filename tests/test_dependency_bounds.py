@@ -5,18 +5,44 @@ hand in a fresh venv: see the comments beside the bounds)."""
 
 from __future__ import annotations
 
+import sys
 import tomllib
-from pathlib import Path
+from importlib.metadata import packages_distributions
 
+from package_imports import ROOT, absolute_imports
 from packaging.requirements import Requirement
-
-ROOT = Path(__file__).resolve().parents[1]
+from packaging.utils import canonicalize_name
 
 
 def _declared() -> dict[str, Requirement]:
     doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
     requirements = [Requirement(r) for r in doc["project"]["dependencies"]]
-    return {r.name.lower(): r for r in requirements}
+    return {canonicalize_name(r.name): r for r in requirements}
+
+
+def _imported_modules() -> dict[str, str]:
+    """The top-level modules outside the standard library that the package's files import, each with one
+    file that imports it; a module beside the importing file (examples/_common.py) is the package's own."""
+    found: dict[str, str] = {}
+    for path, _line, module in absolute_imports():
+        top = module.partition(".")[0]
+        if top in sys.stdlib_module_names or top == "skewlens" or (path.parent / f"{top}.py").exists():
+            continue
+        found.setdefault(top, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_distribution_the_package_imports_is_declared_not_left_to_another_ones_requirements() -> None:
+    # omegaconf (replay's and calibrate's configs) and yaml (replay's config files) came only through
+    # hydra-core's and omegaconf's requirements: hydra-core 1.3.0 let omegaconf 2.4 in
+    declared = set(_declared())
+    distributions = packages_distributions()
+    undeclared = {
+        module: (where, distributions.get(module))
+        for module, where in _imported_modules().items()
+        if not any(canonicalize_name(d) in declared for d in distributions.get(module, []))
+    }
+    assert undeclared == {}
 
 
 def test_rich_before_13_8_is_refused_since_the_report_console_overrides_its_on_broken_pipe() -> None:
