@@ -1269,3 +1269,120 @@ def test_a_recv_whose_unblocked_wait_ended_first_keeps_its_end_where_its_sends_w
     run = load_run(b.write(tmp_path / "run"))
     recv0, send1 = _row(run, 0, "c10d::recv_"), _row(run, 1, "c10d::send")
     assert (model_ends(run, 0)[recv0], model_ends(run, 1)[send1]) == (3_010_000, 4 * MS)
+
+
+class _Effects:
+    """An ``Effects`` of the test's own: ``factor(name, on_gpu)`` per compute op, ``delay(step, name)`` before
+    each node and ``stall(step)`` before each step (any step the replayer asks about, -1 included)."""
+
+    def __init__(self, factor: Any = None, delay: Any = None, stall: Any = None) -> None:
+        self.factor, self.delay, self.stall = factor, delay, stall
+
+    def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
+        return 1.0 if self.factor is None else float(self.factor(name, on_gpu))
+
+    def delay_before_ns(self, rank: int, step: int, node_type: Any, name: str) -> int:
+        return 0 if self.delay is None else int(self.delay(step, name))
+
+    def stall_ns(self, rank: int, step: int) -> int:
+        return 0 if self.stall is None else int(self.stall(step))
+
+
+def _host_and_kernel_run(tmp_path: Path) -> RunTrace:
+    """Rank 0: an untimed-step ``setup`` op, then step 0's ``aten::add`` (0.1 ms) and ``aten::mm`` (0.5 ms),
+    which launches a 0.1 ms ``gemm_kernel`` on stream 7; step 1's ``aten::add`` (0.1 ms) and, starting with
+    it on another thread, ``aten::mul`` (0.1 ms)."""
+    b = RunBuilder(1)
+    rb = b.rank(0)
+    rb.compute("setup", 100_000, start_ns=0)
+    rb.step(0)
+    rb.compute("aten::add", 100_000, start_ns=MS)
+    mm = rb.compute("aten::mm", 500_000, start_ns=2 * MS)
+    rb.compute("gemm_kernel", 100_000, start_ns=3 * MS, stream=7, deps=(mm,), launch_ns=2 * MS + 100_000)
+    rb.step(1)
+    rb.compute("aten::add", 100_000, start_ns=5 * MS)
+    rb.compute("aten::mul", 100_000, start_ns=5 * MS, stream=1)
+    return load_run(b.write(tmp_path / "run"))
+
+
+def _by_name(rt: Any, values: Any) -> list[tuple[str, int]]:
+    """Each row's name and value, the trace's metadata rows (``## process_group:init ##``) left out."""
+    return [(rt.name(i), int(v)) for i, v in enumerate(values) if not rt.name(i).startswith("##")]
+
+
+def test_scaled_work_scales_a_gpu_only_factor_on_the_kernel_alone_and_rounds_to_the_nearest_ns(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.execution import scaled_work
+
+    run = _host_and_kernel_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    gpu_only = _Effects(factor=lambda name, on_gpu: 2.0 if on_gpu else 1.0)
+    assert dict(_by_name(rt, scaled_work(gpu_only, rt, m, m.work_ns)))["gemm_kernel"] == 200_000
+    assert dict(_by_name(rt, scaled_work(gpu_only, rt, m, m.work_ns)))["aten::mm"] == 500_000
+    # 100 us x 2/3 is 66,666.67 ns: 66,667, not cut to 66,666
+    third = scaled_work(_Effects(factor=lambda name, on_gpu: 2 / 3), rt, m, m.work_ns)
+    assert dict(_by_name(rt, third))["aten::mul"] == 66_667
+
+
+def test_scaled_work_names_the_bad_factor_and_the_op_whose_scaled_work_leaves_the_clock(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.errors import ConfigError
+    from skewlens.replay.execution import scaled_work
+
+    run = _host_and_kernel_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    with pytest.raises(ConfigError) as e:
+        scaled_work(
+            _Effects(factor=lambda name, on_gpu: 0.0 if name == "aten::mm" else 3.0), rt, m, m.work_ns
+        )
+    assert str(e.value) == "rank 0: compute factor must be a positive number, got 0.0"
+    # x1e13: 0.1 ms is 1e18 ns, on the clock (4.61e18); aten::mm's 0.5 ms is 5e18 ns, past it
+    with pytest.raises(ConfigError) as e:
+        scaled_work(_Effects(factor=lambda name, on_gpu: 1e13), rt, m, m.work_ns)
+    assert str(e.value).startswith("slowdown: rank 0's aten::mm x1e+13 lasts 5e+09 s, beyond the simulator's")
+
+
+def test_effect_delays_asks_each_nodes_own_step_and_adds_a_steps_stall_to_its_earliest_lowest_rows_delay(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.execution import effect_delays
+
+    run = _host_and_kernel_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    effects = _Effects(
+        delay=lambda step, name: MS if (step, name) == (1, "aten::add") else 0, stall=lambda s: 2 * MS
+    )
+    # no stall for setup (no step); step 1's aten::add and aten::mul start together: the lower row's
+    assert _by_name(rt, effect_delays(effects, rt, m)) == [
+        ("setup", 0),
+        ("aten::add", 2 * MS),
+        ("aten::mm", 0),
+        ("gemm_kernel", 0),
+        ("aten::add", 3 * MS),
+        ("aten::mul", 0),
+    ]
+    # a row the model leaves out (the trace's metadata row) waits for nothing, whatever its name asks
+    everywhere = effect_delays(_Effects(delay=lambda step, name: 7), rt, m)
+    assert (~m.valid).any() and everywhere[~m.valid].tolist() == [0] * int((~m.valid).sum())
+
+
+def test_effect_delays_refuses_a_delay_or_a_delay_and_stall_together_beyond_the_clock_naming_what(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.errors import ConfigError
+    from skewlens.replay.execution import effect_delays
+
+    run = _host_and_kernel_run(tmp_path)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    big = 5 * 10**18  # past the clock's 4.61e18 ns
+    with pytest.raises(ConfigError) as e:
+        effect_delays(_Effects(delay=lambda step, name: big if name == "aten::mm" else 0), rt, m)
+    assert str(e.value).startswith(
+        "slowdown: rank 0's delay before a node is 5e+09 s, beyond the simulator's"
+    )
+    half = 3 * 10**18  # each on the clock, together past it
+    with pytest.raises(ConfigError) as e:
+        effect_delays(_Effects(delay=lambda step, name: half, stall=lambda s: half), rt, m)
+    assert str(e.value).startswith("slowdown: rank 0's stall at step 0 is 3e+09 s, beyond the simulator's")
