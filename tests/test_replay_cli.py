@@ -2183,3 +2183,67 @@ def test_the_sweeper_params_of_a_replay_yaml_in_a_config_dir_are_not_checked_as_
     check_sweeper_params(["-cn", "mine", "hydra.searchpath=[pkg://somepkg]"])
     with pytest.raises(ConfigError, match=r"mine\.yaml: hydra\.sweeper\.params: slowdown\.factr: no such"):
         check_sweeper_params(["-cd", str(tmp_path), "-cn", "mine"])
+
+
+def test_a_pkg_searchpath_entry_is_its_packages_directory_and_none_where_that_is_not_one_directory_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.cli.replay import user_conf_dirs
+
+    json_dir = Path(json.__file__).parent
+    assert user_conf_dirs(["hydra.searchpath=[pkg://json]"]) == [json_dir]
+    # a directory the package lacks, or a package that is not there: Hydra's to say, none listed
+    assert user_conf_dirs(["hydra.searchpath=[pkg://json/nope]"]) is None
+    assert user_conf_dirs(["hydra.searchpath=[pkg://skl_no_such_package]"]) is None
+    # a namespace package over two directories: which one holds the entries is not known here
+    for part in ("a", "b"):
+        (tmp_path / part / "skl_ns_conf" / "topology").mkdir(parents=True)
+        monkeypatch.syspath_prepend(str(tmp_path / part))
+    assert user_conf_dirs(["hydra.searchpath=[pkg://skl_ns_conf]"]) is None
+
+
+def test_a_primary_configs_searchpath_is_listed_unless_the_command_line_gives_one_a_missing_one_named(
+    tmp_path: Path,
+) -> None:
+    from skewlens.cli.replay import user_conf_dirs
+
+    missing, other = tmp_path / "missing", tmp_path / "other"
+    other.mkdir()
+    cfg = _site(
+        tmp_path, f"defaults:\n  - replay\n  - _self_\nhydra:\n  searchpath:\n    - file://{missing}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        user_conf_dirs(["-cd", str(cfg), "-cn", "site"])
+    assert str(e.value) == f"{cfg / 'site.yaml'}: hydra.searchpath: file://{missing}: no such directory"
+    # the command line's hydra.searchpath takes the place of the file's, as Hydra composes it
+    given = ["-cd", str(cfg), "-cn", "site", f"hydra.searchpath=[file://{other}]"]
+    assert user_conf_dirs(given) == [cfg, other]
+
+
+def test_the_primary_config_checked_is_the_last_cn_found_in_the_first_directory_that_holds_it(
+    tmp_path: Path,
+) -> None:
+    from skewlens.cli.replay import check_primary_config
+
+    cfg = _site(tmp_path, "defaults:\n  - replay\n  - _self_\ncomm_mod: model\n")
+    with pytest.raises(ConfigError) as e:  # the last -cn wins, as in Hydra
+        check_primary_config(["-cd", str(cfg), "-cn", "replay", "-cn", "site"])
+    assert str(e.value) == f"{cfg / 'site.yaml'}: unknown key 'comm_mod' (did you mean 'comm_mode'?)"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError) as e:  # the first directory has no site.yaml: the second's
+        check_primary_config(["-cd", str(empty), f"hydra.searchpath=[file://{cfg}]", "-cn", "site"])
+    assert str(e.value).startswith(f"{cfg / 'site.yaml'}: unknown key 'comm_mod'")
+
+
+def test_a_relative_config_path_is_refused_though_it_holds_a_replay_yaml_and_a_packages_is_left_to_hydra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skewlens.cli.replay import check_config_path
+
+    shutil.copytree(CONF_DIR, tmp_path / "copy")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="Hydra reads a relative one from skewlens's package"):
+        check_config_path(["-cp", "copy"])
+    check_config_path(["-cp", str(tmp_path / "copy")])
+    check_config_path(["-cp", "pkg://skl_site_conf"])
