@@ -2292,3 +2292,27 @@ def test_a_users_entry_chosen_on_the_command_line_is_checked_with_the_command_li
         "must be a finite number > 0, got 0.0"
     )
     check_groups(["-cd", str(cfg), "slowdown=mine", "slowdown.factor=2"])  # the setting mends the file's 0
+
+
+def test_a_search_path_plugins_directory_is_listed_and_none_where_a_plugins_package_is_not_a_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hydra._internal.utils as hydra_utils
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+    from hydra.core.config_search_path import ConfigSearchPath
+
+    from skewlens.cli.replay import user_conf_dirs
+
+    plugged: list[tuple[str, str]] = []
+
+    def search_path(config_dir: str | None) -> ConfigSearchPath:
+        path = ConfigSearchPathImpl()
+        for provider, where in [("hydra", "pkg://hydra.conf"), *plugged]:
+            path.append(provider, where)
+        return path
+
+    monkeypatch.setattr(hydra_utils, "create_config_search_path", search_path)
+    plugged.append(("acme", f"file://{tmp_path}"))
+    assert user_conf_dirs(["-cd", str(CONF_DIR)]) == [CONF_DIR, tmp_path]
+    plugged.append(("zipped", "pkg://json/nope"))  # Hydra reads it; its entries are not listed here
+    assert user_conf_dirs(["-cd", str(CONF_DIR)]) is None
