@@ -2195,6 +2195,9 @@ def test_a_pkg_searchpath_entry_is_its_packages_directory_and_none_where_that_is
     # a directory the package lacks, or a package that is not there: Hydra's to say, none listed
     assert user_conf_dirs(["hydra.searchpath=[pkg://json/nope]"]) is None
     assert user_conf_dirs(["hydra.searchpath=[pkg://skl_no_such_package]"]) is None
+    # a module path Python refuses to look up (an empty or relative name, a missing parent): no traceback
+    for name in ("", ".json", "json.nope.deep"):
+        assert user_conf_dirs([f"hydra.searchpath=[pkg://{name}]"]) is None, name
     # a namespace package over two directories: which one holds the entries is not known here
     for part in ("a", "b"):
         (tmp_path / part / "skl_ns_conf" / "topology").mkdir(parents=True)
@@ -2276,6 +2279,17 @@ def test_a_primary_configs_group_choice_without_override_is_refused_only_where_i
     # two groups in one defaults item is Hydra's to say, not a traceback of ours
     (cfg / "site.yaml").write_text("defaults:\n  - replay\n  - {topology: acme, slowdown: none}\n")
     check_primary_config(["-cd", str(cfg), "-cn", "site"])
+
+
+def test_a_primary_config_that_is_not_yaml_or_not_a_mapping_is_left_to_hydra_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    from skewlens.cli.replay import check_primary_config
+
+    cfg = _site(tmp_path, "")
+    for text in ("a: [\n", "- 1\n", "\xff"):
+        (cfg / "site.yaml").write_bytes(text.encode("latin-1"))
+        check_primary_config(["-cd", str(cfg), "-cn", "site"])
 
 
 def test_a_users_entry_chosen_on_the_command_line_is_checked_with_the_command_lines_settings_of_it(
