@@ -2237,6 +2237,12 @@ def test_the_primary_config_checked_is_the_last_cn_found_in_the_first_directory_
     with pytest.raises(ConfigError) as e:  # the first directory has no site.yaml: the second's
         check_primary_config(["-cd", str(empty), f"hydra.searchpath=[file://{cfg}]", "-cn", "site"])
     assert str(e.value).startswith(f"{cfg / 'site.yaml'}: unknown key 'comm_mod'")
+    with pytest.raises(ConfigError) as e:  # named with its suffix, as Hydra takes it
+        check_primary_config(["-cd", str(cfg), "-cn", "site.yaml"])
+    assert str(e.value).startswith(f"{cfg / 'site.yaml'}: unknown key 'comm_mod'")
+    # a replay.yaml of the user's is not the primary config: Hydra takes skewlens's, which comes first
+    shutil.copy(cfg / "site.yaml", cfg / "replay.yaml")
+    check_primary_config(["-cd", str(cfg), "-cn", "replay.yaml"])
 
 
 def test_a_relative_config_path_is_refused_though_it_holds_a_replay_yaml_and_a_packages_is_left_to_hydra(
