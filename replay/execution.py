@@ -112,6 +112,7 @@ I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
 
 _MIN = np.iinfo(np.int64).min
+_MAX = np.iinfo(np.int64).max
 
 #: A node that starts at most this long before its dependency ends (and ends after it) still follows it:
 #: the overlap is clock skew between trace sources, not concurrency.
@@ -414,24 +415,13 @@ def start_heads(m: RankModel) -> B:
     return ~m.has_start_deps & m.valid & (m.parent < 0)
 
 
-def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
-    """Of the rows ``ops`` marks, those issued asynchronously from a host row of another stream (the
-    thread that issued them), paired with the row of the issuing thread that follows the issue: its first
-    top-level row that starts at or after the issue. ``(op rows, head rows)``, one pair per op and issuing
-    thread; an op issued last on its thread has none, and so has one its head follows (a start edge from
-    the op: it completed inside its call, and holds the thread by its end already).
-
-    The issuing row is the one the op follows (a start edge from a host thread's row of another stream, not a
-    communication stream's or a GPU op's: issued at the op's start), or one it was issued from inside, still
-    running then: an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
-    parent operator as its dependency, as Chakra's converter does), issued at the op's start (after the
-    operator's own start: it is never the head); or a launch edge (a GPU op: an NCCL kernel), issued at the
-    launch call. Of one op's issues from one thread the launch call is taken (the latest, where several rows
-    of it launched the op), else the issue inside a running operator (where the op also follows a row that
-    thread finished, it was still issued after the operator began), else the op's start."""
-    empty = np.zeros(0, dtype=np.int64)
+def _thread_issues(rt: RankTrace, m: RankModel, ops: B) -> I64:
+    """The issues of the rows ``ops`` marks that were issued asynchronously from a host row of another
+    stream (:func:`issuer_heads` says which), one per op and issuing thread: rows of (op row, the issuing
+    thread's stream, kind: 0 a launch call, 1 inside a running operator, 2 at the op's start, issue time)."""
+    none = np.zeros((4, 0), dtype=np.int64)
     if not ops.any():
-        return empty, empty
+        return none
     comm = type_mask(rt.node_type, COMM_NODE_TYPES)
     # a start edge from a host thread's row: one from a communication stream (another group's collective, the
     # previous step's asynchronous all_reduce) or a GPU op (a stream wait) issued nothing, and taken for an
@@ -464,29 +454,61 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     kind = np.repeat(np.array([2, 1, 0], dtype=np.int64), [int(hit.sum()), int(inside.sum()), ls.size])
     other = rt.stream[src] != rt.stream[dst]
     if not other.any():
-        return empty, empty
+        return none
     issues = np.stack([dst[other], rt.stream[src[other]].astype(np.int64), kind[other], at[other]])
     issues = issues[:, np.lexsort((np.where(issues[2] == 0, -issues[3], issues[3]), *issues[2::-1]))]
     first = np.ones(issues.shape[1], dtype=np.bool_)
     first[1:] = (issues[0, 1:] != issues[0, :-1]) | (issues[1, 1:] != issues[1, :-1])
-    issues = issues[:, first]
-    heads = m.valid & (m.parent < 0)
+    return issues[:, first]
+
+
+def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
+    """Of the rows ``ops`` marks, those issued asynchronously from a host row of another stream (the
+    thread that issued them), paired with what that thread does next after the issue: its first top-level
+    row that starts at or after the issue, or its next such issue where that comes first (the wait before an
+    op held the thread's next issue too: an isend issued after a delayed all_reduce). ``(op rows, head
+    rows)``, one pair per op and issuing thread, in issue order on each thread (a head that is an issue is
+    the next pair's op); an op issued last on its thread has none, and so has one its head follows (a start
+    edge from the op: it completed inside its call, and holds the thread by its end already).
+
+    The issuing row is the one the op follows (a start edge from a host thread's row of another stream, not a
+    communication stream's or a GPU op's: issued at the op's start), or one it was issued from inside, still
+    running then: an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
+    parent operator as its dependency, as Chakra's converter does), issued at the op's start (after the
+    operator's own start: it is never the head); or a launch edge (a GPU op: an NCCL kernel), issued at the
+    launch call. Of one op's issues from one thread the launch call is taken (the latest, where several rows
+    of it launched the op), else the issue inside a running operator (where the op also follows a row that
+    thread finished, it was still issued after the operator began), else the op's start."""
+    empty = np.zeros(0, dtype=np.int64)
     out_ops: list[I64] = []
     out_heads: list[I64] = []
-    for stream in np.unique(issues[1]).tolist():
-        rows = np.flatnonzero(heads & (rt.stream == stream))
-        rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
-        on = issues[:, issues[1] == stream]
-        k = np.searchsorted(rt.start_ns[rows], on[3], side="left")
-        ok = k < rows.size
+    for rows, on in _by_thread(rt, m, _thread_issues(rt, m, ops)):
+        # the thread's next thing after each issue: its first top-level row that starts at or after the
+        # issue, or its next issue where that comes before the row (the row where both come at once)
+        k = np.minimum(np.searchsorted(rt.start_ns[rows], on[3], side="left"), rows.size)
+        row = np.append(rows, -1)[k]
+        row_at = np.append(rt.start_ns[rows], _MAX)[k]
+        to_issue = np.append(on[3, 1:], _MAX) < row_at
+        ok = to_issue | (row >= 0)
         out_ops.append(on[0][ok])
-        out_heads.append(rows[k[ok]])
+        out_heads.append(np.where(to_issue, np.append(on[0, 1:], -1), row)[ok])
     got_ops, got_heads = np.concatenate([empty, *out_ops]), np.concatenate([empty, *out_heads])
     # a head that follows the op (a start edge from it: an op that completed inside its call) waits for it
     # already, its delay with it: held again, a 5 ms slow isend held the thread 10 ms
     n = len(rt)
-    follows = np.isin(got_ops * n + got_heads, starts * n + m.start_dst.astype(np.int64))
+    pairs = m.start_src.astype(np.int64) * n + m.start_dst.astype(np.int64)
+    follows = np.isin(got_ops * n + got_heads, pairs)
     return got_ops[~follows], got_heads[~follows]
+
+
+def _by_thread(rt: RankTrace, m: RankModel, issues: I64) -> Iterator[tuple[I64, I64]]:
+    """Per issuing thread of ``issues`` (:func:`_thread_issues`): its top-level rows by start, and its
+    issues by time (then row)."""
+    top = m.valid & (m.parent < 0)
+    for stream in np.unique(issues[1]).tolist():
+        rows = np.flatnonzero(top & (rt.stream == stream))
+        on = issues[:, issues[1] == stream]
+        yield rows[np.argsort(rt.start_ns[rows], kind="stable")], on[:, np.lexsort((on[0], on[3]))]
 
 
 def scaled_work(effects: Effects, rt: RankTrace, m: RankModel, d: I64) -> I64:
@@ -586,8 +608,17 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     # asynchronous collectives (start edges from their streams): issuer_heads takes issues from host rows
     # only, else it delayed the next collective on their stream as much again (DDP under Join, a 20 ms stall
     # every step on rank 0: 41.8 ms steps simulated, 30.8 ms measured with a real 20 ms sleep)
-    ops, heads = issuer_heads(rt, m, delay > 0)
-    np.add.at(out, heads, delay[ops])
+    if not (delay > 0).any():
+        return out
+    # every issue: one with no delay of its own passes on the hold of the issues before it (a chain: the
+    # head of each is the next op's issue, until a row); so each head gets the delays of its chain so far
+    ops, heads = issuer_heads(rt, m, m.valid)
+    held = delay[ops]
+    if ops.size:
+        starts = np.flatnonzero(np.append(True, heads[:-1] != ops[1:]))
+        total = np.cumsum(held)
+        held = total - np.repeat(total[starts] - held[starts], np.diff(np.append(starts, ops.size)))
+    np.add.at(out, heads, held)
     return out
 
 

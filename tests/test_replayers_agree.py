@@ -209,8 +209,8 @@ def test_a_real_replay_worker_starts_and_ends_every_op_where_the_simulator_does(
 
 
 #: seeds whose effects the replayers still disagree on (open questions, not decided here): the simulator
-#: issues communication a thread issued inside a host op, or after another asynchronous op, before that op
-#: or issue, where a delay or stall held it; the worker, one thread, issues it once it got there
+#: issues communication a thread issued inside a host op before that op, where a delay or stall held it;
+#: the worker, one thread, issues it once it got there
 OPEN = {0, 3, 5}
 
 
@@ -301,12 +301,13 @@ def test_a_delay_before_a_host_op_longer_than_the_issue_inside_it_holds_the_issu
     assert disagreements(_inside_run(tmp_path / "run"), effects, tmp_path, monkeypatch) == {}
 
 
-@pytest.mark.xfail(strict=True, reason="open: a delayed issue does not hold the thread's next issue")
 def test_a_delay_before_an_all_reduce_holds_the_isend_its_thread_issues_next_in_both_replayers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # an all_reduce at 1.05 ms and an isend at 1.1 ms, both after `op0`, 3 ms before each collective on
-    # rank 0: the simulator issues the isend at 1.1 ms, before the all_reduce (4.05 ms); the worker after it
+    # rank 0: the simulator issued the isend at 1.1 ms, before the all_reduce (4.05 ms), the worker after it
+    # at 4.05 ms; the all_reduce's issue now holds the thread's next issue (the isend: 4.1 ms) and through
+    # it `op1` (4.2 ms), in both
     b = RunBuilder(2)
     for r in (0, 1):
         rb = b.rank(r).step(0)
@@ -320,3 +321,8 @@ def test_a_delay_before_an_all_reduce_holds_the_isend_its_thread_issues_next_in_
     run = load_run(b.write(tmp_path / "run"))
     effects = _Effects(type_delays={(0, int(NodeType.COMM_COLL)): 3000 * US})
     assert disagreements(run, effects, tmp_path, monkeypatch) == {}
+    sim = simulate(run, effects=effects)
+    names = run.ranks[0].names
+    start = {names[int(i)]: int(s) for i, s in zip(run.ranks[0].name_idx, sim.start_ns[0], strict=True)}
+    got = (start["c10d::all_reduce_"], start["c10d::send"], start["op1"])
+    assert got == (4050 * US, 4100 * US, 4200 * US)
