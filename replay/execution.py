@@ -511,6 +511,27 @@ def _by_thread(rt: RankTrace, m: RankModel, issues: I64) -> Iterator[tuple[I64, 
         yield rows[np.argsort(rt.start_ns[rows], kind="stable")], on[:, np.lexsort((on[0], on[3]))]
 
 
+def issued_during(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
+    """Of the rows ``ops`` marks, those issued asynchronously at their start (a start edge from a host row
+    their thread finished: :func:`issuer_heads`) while a later top-level row of that thread ran (begun
+    before the issue, ending after it: FSDP's all_gather issued inside ``fsdp``, following the row before
+    it), paired with that row. ``(op rows, running rows)``. What holds the thread before that row (a delay
+    before it, a hold as an issuer's head) held the issue inside it as well, though the op does not follow
+    the row: the real replay's thread issues it during the row. One issued inside an operator it depends
+    on (a queue edge from it) or launched by it starts after that row's start, held with it already."""
+    empty = np.zeros(0, dtype=np.int64)
+    out_ops: list[I64] = [empty]
+    out_rows: list[I64] = [empty]
+    for rows, on in _by_thread(rt, m, _thread_issues(rt, m, ops)):
+        on = on[:, on[2] == 2]
+        k = np.searchsorted(rt.start_ns[rows], on[3], side="left") - 1  # the last row begun before it
+        row = rows[np.maximum(k, 0)] if rows.size else np.zeros(k.size, dtype=np.int64)
+        ok = (k >= 0) & (rt.start_ns[row] + rt.dur_ns[row] > on[3])
+        out_ops.append(on[0][ok])
+        out_rows.append(row[ok])
+    return np.concatenate(out_ops), np.concatenate(out_rows)
+
+
 def scaled_work(effects: Effects, rt: RankTrace, m: RankModel, d: I64) -> I64:
     """The durations ``d`` (per row: the model's ``work_ns``, or the simulator's overrides of it) with the
     :func:`compute_rows`' multiplied by ``effects.compute_factor``, evaluated once per (step, name, on the
@@ -600,8 +621,10 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     """Per row, what the delays before asynchronous ops (``delay``, per row: before communication, a step's
     stall on its first node) add to the thread that issued them: the rank waits before it issues the op (the
     example's ``--slow-send`` sleeps, then isends), so the issuing thread's node that follows the issue
-    (:func:`issuer_heads`) is delayed as much as the op, and what follows it on the thread with it. A
-    blocking op, or one that node follows, holds it already (0 here). The simulator adds these to the host
+    (:func:`issuer_heads`: its next row, or its next issue, which passes the hold on) is delayed as much as
+    the op, and what follows it on the thread with it; an issue made while a later row of the thread ran
+    (:func:`issued_during`) is held as that row is. A blocking op, or one that node follows, holds it
+    already (0 here). The simulator adds these to the host
     gaps (``skewlens.replay.lower``), the real replay's plan to the ops' ``delay_ns``."""
     out = np.zeros(len(rt), dtype=np.int64)
     # a step's stall sits on its first node, which may be compute that follows the previous step's
@@ -619,6 +642,10 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
         total = np.cumsum(held)
         held = total - np.repeat(total[starts] - held[starts], np.diff(np.append(starts, ops.size)))
     np.add.at(out, heads, held)
+    # an issue inside a later row is held by what held that row (not passed on: what follows the row
+    # follows it); 6 ms before `fsdp`, the all_gather issued 4 ms into it was issued 2 ms before it began
+    ops, running = issued_during(rt, m, m.valid)
+    np.add.at(out, ops, delay[running] + out[running])
     return out
 
 

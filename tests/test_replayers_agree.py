@@ -208,21 +208,7 @@ def test_a_real_replay_worker_starts_and_ends_every_op_where_the_simulator_does(
     assert disagreements(run, _Effects(), tmp_path, monkeypatch) == {}
 
 
-#: seeds whose effects the replayers still disagree on (open questions, not decided here): the simulator
-#: issues communication a thread issued inside a host op before that op, where a delay or stall held it;
-#: the worker, one thread, issues it once it got there
-OPEN = {0, 3, 5}
-
-
-@pytest.mark.parametrize(
-    "seed",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="open: issue order under a delay"))
-        if s in OPEN
-        else s
-        for s in SEEDS
-    ],
-)
+@pytest.mark.parametrize("seed", SEEDS)
 def test_under_random_slowdowns_a_real_replay_worker_starts_and_ends_every_op_where_the_simulator_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
@@ -289,16 +275,17 @@ def _inside_run(path: Path) -> RunTrace:
     return load_run(b.write(path))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: a delay before a host op does not hold what is issued inside it"
-)
 def test_a_delay_before_a_host_op_longer_than_the_issue_inside_it_holds_the_issue_in_both_replayers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 6 ms before `fsdp` on rank 0: the simulator issues the all_gather at 5 ms (a's end + its gap), 2 ms
-    # before `fsdp` starts (7 ms); the worker, one thread, issues it at 7 ms, as `fsdp` begins
+    # 6 ms before `fsdp` on rank 0: the simulator issued the all_gather at 5 ms (a's end + its gap), 2 ms
+    # before `fsdp` started (7 ms), the worker, one thread, at 7 ms, as `fsdp` began; the thread held
+    # before `fsdp` holds what it issues inside it: 4 ms into it, at 11 ms, in both
     effects = _Effects(name_delays={(0, "fsdp"): 6000 * US})
-    assert disagreements(_inside_run(tmp_path / "run"), effects, tmp_path, monkeypatch) == {}
+    run = _inside_run(tmp_path / "run")
+    assert disagreements(run, effects, tmp_path, monkeypatch) == {}
+    sim = simulate(run, effects=effects)
+    assert (int(sim.start_ns[0][2]), int(sim.start_ns[0][3])) == (7000 * US, 11_000 * US)
 
 
 def test_a_delay_before_an_all_reduce_holds_the_isend_its_thread_issues_next_in_both_replayers(
