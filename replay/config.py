@@ -17,7 +17,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from skewlens.profiler.store.issues import counted
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import ConfigError, first_line
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import COMM_MODES
@@ -80,7 +80,7 @@ def _value_problem(setting: typing.Any, key: str, value: object) -> str | None:
     try:
         OmegaConf.merge(holder, {name: value})
     except OmegaConfBaseException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         return f"{key}: {first}"
     return None
 

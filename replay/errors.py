@@ -16,6 +16,13 @@ def missing_value(key: str) -> str:
     return f"{key}: missing value (give it on the command line, e.g. {key}=...)"
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of what ``e`` says (OmegaConf's and Hydra's errors run to several: the full key, the
+    object type), else its type's name where it says nothing: the one line a refusal quotes."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class ReplayError(SkewlensError):
     """A replay could not run or did not finish (deadlock, timeout, failed rank)."""
 

@@ -32,7 +32,7 @@ from skewlens.replay.calibrate import (
     write_topology,
 )
 from skewlens.replay.config import TopologyConfig, file_key_problem, holds_no
-from skewlens.replay.errors import ConfigError
+from skewlens.replay.errors import ConfigError, first_line
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.rich_progress import RichProgress
 
@@ -73,7 +73,7 @@ def load_topology_entry(value: str) -> TopologyConfig:
     except ConfigError as e:
         raise ConfigError(f"{path}: {str(e).strip().splitlines()[0]}") from None
     except (OmegaConfBaseException, OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise ConfigError(f"{path}: {first}") from None
     if not isinstance(obj, TopologyConfig):
         raise ConfigError(f"{path}: not a topology entry")

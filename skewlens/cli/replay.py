@@ -62,7 +62,7 @@ from skewlens.replay.config import (
     holds_no,
 )
 from skewlens.replay.driver import replay_run
-from skewlens.replay.errors import ConfigError, missing_value
+from skewlens.replay.errors import ConfigError, first_line, missing_value
 from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
     CONFIG_YAML,
@@ -814,7 +814,7 @@ def check_types(args: list[str]) -> None:
             try:
                 OmegaConf.update(holder, name, v, merge=False)
             except OmegaConfBaseException as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                first = first_line(e)
                 raise ConfigError(f"{o.input_line}: {first}") from None
 
 
@@ -926,7 +926,7 @@ def _check_items(line: str, holder: DictConfig, name: str, item: type, value: An
         try:
             OmegaConf.merge(holder, {name: [v]})
         except OmegaConfBaseException as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             has = ", ".join(f.name for f in dataclasses.fields(item))
             hint = f" (an item has {has})" if isinstance(e, ConfigKeyError) else ""
             raise ConfigError(f"{line}: item {i}: {first}{hint}") from None
@@ -1044,7 +1044,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
             return
         doc = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise ConfigError(f"{group}={item}: not a YAML {group} ({first})") from None
     schema = GROUP_SCHEMAS[group]
     if not isinstance(doc, DictConfig) or not doc:
@@ -1058,7 +1058,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
     try:  # a value of the wrong type: Hydra says it in half a dozen lines
         merged = OmegaConf.merge(OmegaConf.structured(schema), doc)
     except OmegaConfBaseException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{group}={item}: {key + ': ' if key else ''}{first}") from None
     if not extends and isinstance(merged, DictConfig):
