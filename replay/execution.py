@@ -462,11 +462,12 @@ def _thread_issues(rt: RankTrace, m: RankModel, ops: B) -> I64:
     return issues[:, first]
 
 
-def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
-    """Of the rows ``ops`` marks, those issued asynchronously from a host row of another stream (the
-    thread that issued them), paired with what that thread does next after the issue: its first top-level
-    row that starts at or after the issue, or its next such issue where that comes first (the wait before an
-    op held the thread's next issue too: an isend issued after a delayed all_reduce). ``(op rows, head
+def issuer_heads(rt: RankTrace, m: RankModel, threads: Sequence[tuple[I64, I64]]) -> tuple[I64, I64]:
+    """Of the ops of ``threads`` (:func:`issuing_threads`: those issued asynchronously from a host row of
+    another stream, the thread that issued them), each paired with what that thread does next after the
+    issue: its first top-level row that starts at or after the issue, or its next such issue where that
+    comes first (the wait before an op held the thread's next issue too: an isend issued after a delayed
+    all_reduce). ``(op rows, head
     rows)``, one pair per op and issuing thread, in issue order on each thread (a head that is an issue is
     the next pair's op); an op issued last on its thread has none, and so has one its head follows (a start
     edge from the op: it completed inside its call, and holds the thread by its end already).
@@ -482,7 +483,7 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     empty = np.zeros(0, dtype=np.int64)
     out_ops: list[I64] = []
     out_heads: list[I64] = []
-    for rows, on in _by_thread(rt, m, _thread_issues(rt, m, ops)):
+    for rows, on in threads:
         # the thread's next thing after each issue: its first top-level row that starts at or after the
         # issue, or its next issue where that comes before the row (the row where both come at once)
         k = np.minimum(np.searchsorted(rt.start_ns[rows], on[3], side="left"), rows.size)
@@ -501,28 +502,33 @@ def issuer_heads(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
     return got_ops[~follows], got_heads[~follows]
 
 
-def _by_thread(rt: RankTrace, m: RankModel, issues: I64) -> Iterator[tuple[I64, I64]]:
-    """Per issuing thread of ``issues`` (:func:`_thread_issues`): its top-level rows by start, and its
-    issues by time (then row)."""
+def issuing_threads(rt: RankTrace, m: RankModel, ops: B) -> list[tuple[I64, I64]]:
+    """Per thread that issued rows ``ops`` marks asynchronously (:func:`_thread_issues`): its top-level rows
+    by start, and its issues by time (then row); what :func:`issuer_heads` and :func:`issued_during`
+    read, found once for both."""
+    issues = _thread_issues(rt, m, ops)
     top = m.valid & (m.parent < 0)
+    out = []
     for stream in np.unique(issues[1]).tolist():
         rows = np.flatnonzero(top & (rt.stream == stream))
         on = issues[:, issues[1] == stream]
-        yield rows[np.argsort(rt.start_ns[rows], kind="stable")], on[:, np.lexsort((on[0], on[3]))]
+        out.append((rows[np.argsort(rt.start_ns[rows], kind="stable")], on[:, np.lexsort((on[0], on[3]))]))
+    return out
 
 
-def issued_during(rt: RankTrace, m: RankModel, ops: B) -> tuple[I64, I64]:
-    """Of the rows ``ops`` marks, those issued asynchronously at their start (a start edge from a host row
-    their thread finished: :func:`issuer_heads`) while a later top-level row of that thread ran (begun
-    before the issue, ending after it: FSDP's all_gather issued inside ``fsdp``, following the row before
-    it), paired with that row. ``(op rows, running rows)``. What holds the thread before that row (a delay
-    before it, a hold as an issuer's head) held the issue inside it as well, though the op does not follow
-    the row: the real replay's thread issues it during the row. One issued inside an operator it depends
-    on (a queue edge from it) or launched by it starts after that row's start, held with it already."""
+def issued_during(rt: RankTrace, threads: Sequence[tuple[I64, I64]]) -> tuple[I64, I64]:
+    """Of the ops of ``threads`` (:func:`issuing_threads`), those issued at their start (a start edge from a
+    host row their thread finished: :func:`issuer_heads`) while a later top-level row of that thread ran
+    (begun before the issue, ending after it: FSDP's all_gather issued inside ``fsdp``, following the row
+    before it), paired with that row. ``(op rows, running rows)``. What holds the thread before that row (a
+    delay before it, a hold as an issuer's head) held the issue inside it as well, though the op does not
+    follow the row: the real replay's thread issues it during the row. One issued inside an operator it
+    depends on (a queue edge from it) or launched by it starts after that row's start, held with it
+    already."""
     empty = np.zeros(0, dtype=np.int64)
     out_ops: list[I64] = [empty]
     out_rows: list[I64] = [empty]
-    for rows, on in _by_thread(rt, m, _thread_issues(rt, m, ops)):
+    for rows, on in threads:
         on = on[:, on[2] == 2]
         k = np.searchsorted(rt.start_ns[rows], on[3], side="left") - 1  # the last row begun before it
         row = rows[np.maximum(k, 0)] if rows.size else np.zeros(k.size, dtype=np.int64)
@@ -635,7 +641,8 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
         return out
     # every issue: one with no delay of its own passes on the hold of the issues before it (a chain: the
     # head of each is the next op's issue, until a row); so each head gets the delays of its chain so far
-    ops, heads = issuer_heads(rt, m, m.valid)
+    threads = issuing_threads(rt, m, m.valid)
+    ops, heads = issuer_heads(rt, m, threads)
     held = delay[ops]
     if ops.size:
         starts = np.flatnonzero(np.append(True, heads[:-1] != ops[1:]))
@@ -644,7 +651,7 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     np.add.at(out, heads, held)
     # an issue inside a later row is held by what held that row (not passed on: what follows the row
     # follows it); 6 ms before `fsdp`, the all_gather issued 4 ms into it was issued 2 ms before it began
-    ops, running = issued_during(rt, m, m.valid)
+    ops, running = issued_during(rt, threads)
     np.add.at(out, ops, delay[running] + out[running])
     return out
 
