@@ -156,7 +156,7 @@ class ModelTiming:
         members sharing a node's link: 8 ranks of 64 MiB on ``two_node_ib`` 2.47 ms even, 5.37 ms with one
         byte more to one member). An all_reduce, all_gather, reduce_scatter or reduce of 0 bytes (``nbytes``:
         its largest member's) costs nothing: it waits for no one and moves nothing
-        (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`); before, the formulas' latency (on 64 ranks of
+        (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not the formulas' latency (on 64 ranks of
         ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
         members = tuple(sorted(set(ranks)))
         if len(members) <= 1 or (nbytes == 0 and comm_type in EMPTY_WAITS_FOR_NONE):

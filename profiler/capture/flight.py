@@ -465,9 +465,9 @@ def without_raised(
     entry: it numbers the group, on every member alike, but nothing was sent; a call that raised after
     moving data, gloo's AVG of integers, is left out too: the exception does not tell them apart).
     The entry is the last its thread made within the call, where one did (an entry that does not know its
-    thread may be any thread's): collectives issued before it inside the same call ran. Before, each such
-    entry was a collective the program issued outside the hooks, which the real replay issued again and
-    failed on (``Invalid scalar type``), and which took a later collective's worker-thread end."""
+    thread may be any thread's): collectives issued before it inside the same call ran. Kept, such an
+    entry reads as a collective the program issued outside the hooks, which the real replay issues again
+    and fails on (``Invalid scalar type``), and which takes a later collective's worker-thread end."""
     if not raised or not entries:
         return list(entries), []
     ordered = sorted(entries, key=lambda e: e.created_ns)

@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
 
 def _clock_timeout_s() -> float:
     """``SKEWLENS_CLOCK_TIMEOUT_S`` from this environment, which the ranks' environment is made from (else
-    the default); before, ``skewlens profile`` set it to 10 s for its command whatever it was here."""
+    the default): the ranks wait as long as this environment says, not 10 s whatever it says."""
     import math
 
     from skewlens.profiler.capture.autostart import CLOCK_TIMEOUT_DEFAULT_S, ENV_CLOCK_TIMEOUT

@@ -364,8 +364,8 @@ def user_conf_dirs(args: list[str]) -> list[Path] | None:
     """The config directories on Hydra's search path besides skewlens's: ``--config-dir`` / ``-cd``, the
     entries of ``hydra.searchpath`` (``file://``, a plain path or a package's ``pkg://``: its directory)
     given on the command line, else those of the user's primary config (``-cn NAME``), and those a
-    ``SearchPathPlugin`` of an installed package adds (a pip-installed config package). Before, only the
-    first two were known: an entry of the others was refused, 'slowdown=slow_host: no such entry'. None
+    ``SearchPathPlugin`` of an installed package adds (a pip-installed config package): all that Hydra
+    searches, so that an entry of any is not refused ('slowdown=slow_host: no such entry'). None
     where one is not a directory here (a zipped package), whose entries are not listed. One the command
     line or the primary config names that is not a directory is a one-line :class:`ConfigError` naming it
     (Hydra's was a dozen lines, or an argparse error about the next override)."""
