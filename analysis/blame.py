@@ -414,14 +414,26 @@ def analyze_blame(
         advance()
     whatif: dict[int, dict[int, int]] = {}
     simulated = 0
+
+    def what_if(slow: Sequence[int]) -> dict[int, int] | None:
+        """Step -> time with the ``slow`` ranks' intervals scaled to their peers' (:func:`_overrides`): the
+        baseline's where proven (off every binding path to a step's end), else simulated while
+        ``max_simulations`` allows; None past it."""
+        nonlocal simulated
+        over = {r: _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=_simulator_gaps(ix, r)) for r in slow}
+        durs = {r: d for r, (d, _g) in over.items()}
+        gaps = {r: g for r, (_d, g) in over.items()}
+        if unchanged is not None and unchanged(dur_override=durs, gap_override=gaps):
+            return dict(base)
+        if max_simulations is not None and simulated >= max_simulations:
+            return None
+        simulated += 1
+        return _step_times(simulate_fn(run, dur_override=durs, gap_override=gaps))
+
     with progress.task("what-if blame", len(cands)) as advance:
         for r in cands:
-            dur, gap = _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=_simulator_gaps(ix, r))
-            if unchanged is not None and unchanged(dur_override={r: dur}, gap_override={r: gap}):
-                whatif[r] = dict(base)  # proven: off every binding path to a step's end
-            elif max_simulations is None or simulated < max_simulations:
-                whatif[r] = _step_times(simulate_fn(run, dur_override={r: dur}, gap_override={r: gap}))
-                simulated += 1
+            if (times := what_if([r])) is not None:
+                whatif[r] = times
             advance()
     hosts = _hosts(ix, wanted)
     host_whatif: dict[str, dict[int, int]] = {}
@@ -431,19 +443,8 @@ def analyze_blame(
                 slow = [r for r in on if r in ivs]
                 if len(slow) == 1 and slow[0] in whatif:  # its one slow rank's own what-if
                     host_whatif[host] = whatif[slow[0]]
-                elif len(slow) > 1:
-                    over = {
-                        r: _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=_simulator_gaps(ix, r))
-                        for r in slow
-                    }
-                    durs = {r: d for r, (d, _g) in over.items()}
-                    hgaps = {r: g for r, (_d, g) in over.items()}
-                    if unchanged is not None and unchanged(dur_override=durs, gap_override=hgaps):
-                        host_whatif[host] = dict(base)
-                    elif max_simulations is None or simulated < max_simulations:
-                        sim = simulate_fn(run, dur_override=durs, gap_override=hgaps)
-                        host_whatif[host] = _step_times(sim)
-                        simulated += 1
+                elif len(slow) > 1 and (times := what_if(slow)) is not None:
+                    host_whatif[host] = times
                 advance()
     cands = [r for r in cands if r in whatif]
     steps = sorted(base)
