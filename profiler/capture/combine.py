@@ -12,6 +12,7 @@ from pathlib import Path
 
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.bounded import file_kind
+from skewlens.profiler.capture.autostart import CLOCK_TIMEOUT_DEFAULT_S, ENV_CLOCK_TIMEOUT
 from skewlens.profiler.capture.run import SAVE_UNSAID, finalize_run, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import part_file
@@ -233,8 +234,8 @@ def _check_overlap(parts: dict[int, dict], where: dict[int, Path]) -> None:
             ]
             why = (
                 f"{'; '.join(unknown)}: its host's times are on its own clock, not rank 0's (capture again "
-                "with a longer SKEWLENS_CLOCK_TIMEOUT_S: how long a rank waits for rank 0 at the window's "
-                "start, 10 s by default), or the directories are of different runs"
+                f"with a longer {ENV_CLOCK_TIMEOUT}: how long a rank waits for rank 0 at the window's "
+                f"start, {CLOCK_TIMEOUT_DEFAULT_S:g} s by default), or the directories are of different runs"
                 if unknown
                 else "the directories are of different runs, or a clock offset is wrong"
             )
