@@ -73,7 +73,6 @@ class RankNote(StrEnum):
     OPERATORS = "operators"
     CALLS = "calls"
     RUNNING_CALLS = "running calls"
-    RAISED_CALLS = "raised calls"
     LOST_CALLS = "lost calls"
     CLOCK = "clock"
     WORKER_EVENTS = "worker events"

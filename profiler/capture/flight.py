@@ -455,35 +455,6 @@ def _made_by(c: CommRecord, es: Sequence[FrEntry], created: Sequence[int], lo: i
         k += 1
 
 
-def without_raised(
-    entries: Sequence[FrEntry], raised: Sequence[tuple[int, int, int, str]]
-) -> tuple[list[FrEntry], list[FrEntry]]:
-    """``entries`` less those of calls that raised, and those left out.
-
-    ``raised``: (thread ident, start, end, the exception) of each hooked call that raised (gloo fails some
-    dtypes and ops in its worker, ``Invalid scalar type`` for float8 or int16, after the recorder made the
-    entry: it numbers the group, on every member alike, but nothing was sent; a call that raised after
-    moving data, gloo's AVG of integers, is left out too: the exception does not tell them apart).
-    The entry is the last its thread made within the call, where one did (an entry that does not know its
-    thread may be any thread's): collectives issued before it inside the same call ran. Kept, such an
-    entry reads as a collective the program issued outside the hooks, which the real replay issues again
-    and fails on (``Invalid scalar type``), and which takes a later collective's worker-thread end."""
-    if not raised or not entries:
-        return list(entries), []
-    ordered = sorted(entries, key=lambda e: e.created_ns)
-    created = [e.created_ns for e in ordered]
-    gone: dict[int, FrEntry] = {}
-    for ident, start, end, _ in raised:
-        k = bisect.bisect_right(created, end) - 1
-        while k >= 0 and created[k] >= start:
-            e = ordered[k]
-            if not ident or not e.thread_ident or e.thread_ident == ident:
-                gone[id(e)] = e
-                break
-            k -= 1
-    return [e for e in entries if id(e) not in gone], sorted(gone.values(), key=lambda e: e.created_ns)
-
-
 def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[list[CommRecord], int]:
     """The calls the hooks timed on their lean path, with the group, size and dtype of their entry;
     and how many had none (the ring buffer lost it: they are left out).
@@ -664,11 +635,12 @@ def even_splits_note(unread: int, records: Sequence[CommRecord]) -> str:
     )
 
 
-def summary(records: Sequence[CommRecord | FrEntry]) -> str:
+def summary(records: Sequence[CommRecord]) -> str:
     """``"3 all_gather on group '0', 3 all_reduce on group '1'"`` for a manifest note."""
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for r in records:
-        counts[(call_type(r), r.pg_name)] += 1
+        kind = r.comm_type.name.lower() if r.comm_type is not None else r.op
+        counts[(kind, r.pg_name)] += 1
     return ", ".join(f"{n} {k} on group {g!r}" for (k, g), n in sorted(counts.items()))
 
 

@@ -310,10 +310,6 @@ class CommHooks:
         """Asynchronous calls still running when :meth:`flush` took them (recorded without an end)."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
-        self.raised: list[tuple[int, int, int, str]] = []
-        """Calls that raised while recording (thread ident, start, end, the exception): not recorded, and
-        the flight-recorder entries their thread made meanwhile are no collective (list.append:
-        thread-safe)."""
         self.waits = WaitHooks(recording, step_of)
         """Where threads waited for async results (``wait_tensor``, ``Work.wait`` on the Works recorded
         here): :mod:`skewlens.profiler.capture.waits`."""
@@ -483,12 +479,6 @@ class CommHooks:
         start = time.time_ns()
         try:
             result = orig(*args, **kwargs)
-        except BaseException as e:
-            # refused (gloo: ``Invalid scalar type``, ``PREMUL_SUM``, in its worker) after the recorder
-            # made its entry: the session leaves that entry out
-            # (:func:`skewlens.profiler.capture.flight.without_raised`)
-            self.raised.append((threading.get_ident(), start, time.time_ns(), f"{type(e).__name__}: {e}"))
-            raise
         finally:
             if switch is not None:
                 switch(True)

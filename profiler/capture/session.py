@@ -677,14 +677,12 @@ class CaptureSession:
         comms: list[CommRecord] = []
         waits: list[WaitRecord] = []
         scatters: list[tuple[int, int, int]] = []
-        raised: list[tuple[int, int, int, str]] = []
         if self._hooks is not None:
             self._hooks.lean_left = 0
             self._hooks.uninstall()
             comms = self._hooks.flush()
             waits = self._hooks.waits.flush()
             scatters = self._hooks.waits.flush_scatters()
-            raised, self._hooks.raised = self._hooks.raised, []
             if self._hooks.dropped:
                 self.notes[rank_note_key(rank, RankNote.CALLS)] = (
                     f"{self._hooks.dropped} communication call(s) not recorded"
@@ -719,7 +717,7 @@ class CaptureSession:
         if torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
         groups = self._groups()
-        comms = self._with_flight_recorder(comms, groups, scatters, raised, partial=partial)
+        comms = self._with_flight_recorder(comms, groups, scatters, partial=partial)
         stopped = None
         if partial:  # where it stopped: the unfinished step is in no trace (only completed steps are)
             extra = set(map(id, self._recorder_only))
@@ -797,14 +795,12 @@ class CaptureSession:
         comms: list[CommRecord],
         groups: list[ProcessGroupInfo],
         scatters: Sequence[tuple[int, int, int]] = (),
-        raised: Sequence[tuple[int, int, int, str]] = (),
         *,
         partial: bool = False,
     ) -> list[CommRecord]:
         """The hooked calls numbered by the flight recorder, plus the collectives only it saw (NCCL's
         ending on the device where the recorder timed them; gloo's all_reduce of a functional
-        reduce_scatter, one of ``scatters``' calls, a reduce_scatter: :func:`flight.as_issued`), but the
-        entries of ``raised``'s calls (:func:`flight.without_raised`); what its
+        reduce_scatter, one of ``scatters``' calls, a reduce_scatter: :func:`flight.as_issued`); what its
         ring buffer lost goes to
         :attr:`lost` (and from the part file into the manifest). A complete window waits a moment for
         NCCL's watchdog to time its last collectives (:func:`flight.settle`); a partial save (at exit,
@@ -823,16 +819,6 @@ class CaptureSession:
         except CaptureError as e:
             self.notes[rank_note_key(rank, RankNote.FLIGHT_RECORDER_DUMP)] = f"error: {e}"
             entries = []
-        # what the recorder lost is read from every entry: one left out below took a number, lost nothing
-        every = entries
-        entries, refused = flight.without_raised(entries, raised)
-        if raised:
-            first = (raised[0][3].splitlines() or [""])[0][:200]
-            made = f": {len(refused)} ({flight.summary(refused)}), left out" if refused else ": none"
-            self.notes[rank_note_key(rank, RankNote.RAISED_CALLS)] = (
-                f"{len(raised)} communication call(s) raised (the first: {first}) and are not recorded; "
-                f"flight-recorder entries they made{made}"
-            )
         self._entries = entries
         spans = flight.device_spans(entries)
         if note := flight.device_time_note(entries, spans, self.steps):
@@ -853,7 +839,7 @@ class CaptureSession:
         if not (dist.is_available() and dist.is_initialized()):
             recorded = {e.pg_name for e in entries}  # the groups are gone; those it has entries of it fed
         mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]
-        self.lost = flight.losses(every, self.steps, mine)
+        self.lost = flight.losses(entries, self.steps, mine)
         hooked, extra, left_out = flight.merge(
             entries, comms, self.steps, thread=self._main_thread, recorded=recorded, spans=spans
         )
