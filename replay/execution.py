@@ -467,10 +467,10 @@ def issuer_heads(rt: RankTrace, m: RankModel, threads: Sequence[tuple[I64, I64]]
     another stream, the thread that issued them), each paired with what that thread does next after the
     issue: its first top-level row that starts at or after the issue, or its next such issue where that
     comes first (the wait before an op held the thread's next issue too: an isend issued after a delayed
-    all_reduce). ``(op rows, head
-    rows)``, one pair per op and issuing thread, in issue order on each thread (a head that is an issue is
-    the next pair's op); an op issued last on its thread has none, and so has one its head follows (a start
-    edge from the op: it completed inside its call, and holds the thread by its end already).
+    all_reduce). ``(op rows, head rows)``, one pair per op and issuing thread, in issue order on each
+    thread (a head that is an issue is the next pair's op); an op issued last on its thread has none, and
+    so has one its head follows (a start edge from the op: it completed inside its call, and holds the
+    thread by its end already).
 
     The issuing row is the one the op follows (a start edge from a host thread's row of another stream, not a
     communication stream's or a GPU op's: issued at the op's start), or one it was issued from inside, still
@@ -630,8 +630,8 @@ def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:
     (:func:`issuer_heads`: its next row, or its next issue, which passes the hold on) is delayed as much as
     the op, and what follows it on the thread with it; an issue made while a later row of the thread ran
     (:func:`issued_during`) is held as that row is. A blocking op, or one that node follows, holds it
-    already (0 here). The simulator adds these to the host
-    gaps (``skewlens.replay.lower``), the real replay's plan to the ops' ``delay_ns``."""
+    already (0 here). The simulator adds these to the host gaps (``skewlens.replay.lower``), the real
+    replay's plan to the ops' ``delay_ns``."""
     out = np.zeros(len(rt), dtype=np.int64)
     # a step's stall sits on its first node, which may be compute that follows the previous step's
     # asynchronous collectives (start edges from their streams): issuer_heads takes issues from host rows
