@@ -484,6 +484,18 @@ def check_config_path(args: list[str]) -> None:
         )
 
 
+def _primary_config(args: list[str]) -> tuple[list[Path], Path, dict[str, Any]] | None:
+    """The user's config directories, the file of the primary config ``args`` choose from them
+    (:func:`_primary_config_path`) and its document; None where they choose none of theirs, or its file is
+    not a mapping Hydra would read (Hydra's to say)."""
+    dirs = user_conf_dirs(args)
+    path = _primary_config_path(args, dirs) if dirs else None
+    doc = _read_yaml(path) if path is not None else None
+    if dirs is None or path is None or not isinstance(doc, dict):
+        return None
+    return dirs, path, doc
+
+
 def check_sweeper_params(args: list[str]) -> None:
     """The sweep a primary config of the user's gives in ``hydra.sweeper.params`` (``-cd DIR -cn NAME``,
     ``NAME.yaml`` in ``DIR``): each ``key: values`` is checked as the command line's ``key=values`` are
@@ -491,13 +503,13 @@ def check_sweeper_params(args: list[str]) -> None:
     was four lines, and its advice for a key the schema lacks, "To append to your config use
     +slowdown.factr=1", a second mistake. Its own defaults' files, and a file Hydra cannot read, are left to
     Hydra."""
-    dirs = user_conf_dirs(args)
-    path = _primary_config_path(args, dirs) if dirs else None
-    doc = _read_yaml(path) if path is not None else None
-    hydra_conf = doc.get("hydra") if isinstance(doc, dict) else None
+    if (primary := _primary_config(args)) is None:
+        return
+    dirs, path, doc = primary
+    hydra_conf = doc.get("hydra")
     sweeper = hydra_conf.get("sweeper") if isinstance(hydra_conf, dict) else None
     params = sweeper.get("params") if isinstance(sweeper, dict) else None
-    if path is None or dirs is None or not isinstance(params, dict):
+    if not isinstance(params, dict):
         return
     # as Hydra's basic sweeper makes them of the file's values
     overrides = [f"{k}={v}" for k, v in params.items()]
@@ -516,13 +528,9 @@ def check_primary_config(args: list[str]) -> None:
     ConfigKeyError raised while composing config: Key 'bandwith_gbps' not in 'DimensionConfig'", naming
     neither file nor item), or twenty with its search path for an entry that is not there. A group the
     command line chooses replaces the file's choice, and is checked as the command line's."""
-    dirs = user_conf_dirs(args)
-    path = _primary_config_path(args, dirs) if dirs else None
-    if path is None or dirs is None:
+    if (primary := _primary_config(args)) is None:
         return
-    doc = _read_yaml(path)
-    if not isinstance(doc, dict):
-        return  # Hydra's to say
+    dirs, path, doc = primary
     given = {a.partition("=")[0].lstrip("+~") for a in args}
     defaults = doc.get("defaults")
     defaults = defaults if isinstance(defaults, list) else []
