@@ -51,7 +51,10 @@ def test_replaying_the_unmodified_capture_never_runs_a_node_ahead_of_the_recordi
 def test_slowing_one_rank_of_the_capture_never_makes_anything_finish_earlier(captured: Path) -> None:
     # A delay can only defer what waits on it, so every node and every step ends no earlier. One step's
     # span (its last end minus its first start) may shrink: the slow rank's lateness in step k also
-    # pushes back the first start of step k + 1, and the run as a whole is what must get longer.
+    # pushes back the first start of step k + 1. The other ranks need not end later at all: on 4 ranks
+    # sharing 2 cores a descheduled peer can leave rank 2 enough slack to absorb all of its slowdown
+    # (CI saw it once), so what must end later is the slowed rank's own last step, whose last op (the
+    # optimizer's compute after the last all_reduce) is stretched by the factor.
     run = load_trace(captured)
     base = simulate(run)
     slow = simulate(run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(2,), factor=1.5)]))
@@ -61,9 +64,7 @@ def test_slowing_one_rank_of_the_capture_never_makes_anything_finish_earlier(cap
     for key, (_start, end) in base_spans.items():
         assert slow_spans[key][1] >= end, key
     last = max(base.steps())
-    assert max(b for (_r, k), (_a, b) in slow_spans.items() if k == last) > max(
-        b for (_r, k), (_a, b) in base_spans.items() if k == last
-    )
+    assert slow_spans[(2, last)][1] > base_spans[(2, last)][1]
 
 
 def test_replaying_imported_gpu_traces_reproduces_each_ranks_span(dlrm_imported: Path) -> None:
