@@ -114,6 +114,19 @@ class SimResult:
         first = min(starts) if self.origin_ns is None else min(*starts, self.origin_ns)
         return max(ends) - first
 
+    def __getstate__(self) -> dict[str, object]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Unpickled (joblib, multiprocessing) or deep-copied: read-only, as :func:`simulate` returns it
+        (numpy unpickles every array writable, and an edit of the copy left its cached step spans stale)."""
+        for f, value in state.items():
+            object.__setattr__(self, f, value)
+            arrays = value.values() if isinstance(value, dict) else [value]
+            for a in arrays:
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+
     def step_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -25,12 +30,19 @@ from skewlens.replay.config import DimensionConfig, ReplayConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.outputs import timeline_table
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import summarize
 
 MS = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def pickle_round_trip(obj: T) -> T:
+    """``obj`` as a worker process (joblib, multiprocessing) receives it."""
+    back: T = pickle.loads(pickle.dumps(obj))
+    return back
 
 
 def straggler_run(tmp_path: Path) -> Path:
@@ -414,3 +426,41 @@ def test_the_time_of_a_step_of_a_replay_without_nodes_says_it_has_no_steps(tmp_p
     with pytest.raises(ReplayError) as e:
         res.step_time_ns(0)
     assert (res.steps(), str(e.value)) == ([], "step 0 has no nodes in this replay (its steps: none)")
+
+
+@pytest.mark.parametrize("send", [pickle_round_trip, copy.deepcopy], ids=["pickle", "deepcopy"])
+def test_a_run_sent_to_a_worker_or_deep_copied_keeps_its_columns_read_only_so_an_edit_cannot_go_stale(
+    tmp_path: Path, send: Callable[[RunTrace], RunTrace]
+) -> None:
+    # numpy unpickles every array writable: a loaded run handed to joblib (or deep-copied) could be edited in
+    # place after its first simulate, and was replayed against its cached execution model of the run as it
+    # was (rank 7 of the 8-GPU DLRM trace, durations doubled: 20.81 ms, 22.59 ms if edited before a simulate)
+    run = send(load_validated(straggler_run(tmp_path)))
+    assert simulate(run).makespan_ns == 3 * (3 * MS + MS // 5)
+    with pytest.raises(ValueError, match="read-only"):
+        run.ranks[1].dur_ns[:] = run.ranks[1].dur_ns * 2
+    assert simulate(run).makespan_ns == 3 * (3 * MS + MS // 5)
+    # a column its maker left writable (a what-if built with dataclasses.replace) stays writable
+    rt = run.ranks[1]
+    fields = {
+        f: getattr(run, f) for f in ("run_dir", "manifest", "pg_names", "process_groups", "collectives")
+    }
+    what_if = RunTrace(**fields, ranks={0: run.ranks[0], 1: dataclasses.replace(rt, dur_ns=rt.dur_ns * 2)})
+    sent = send(what_if)
+    columns = {f: getattr(sent.ranks[1], f) for f in rt.__slots__}
+    assert [f for f, a in columns.items() if isinstance(a, np.ndarray) and a.flags.writeable] == ["dur_ns"]
+    assert simulate(sent).makespan_ns == simulate(what_if).makespan_ns == 3 * 6 * MS
+
+
+@pytest.mark.parametrize("send", [pickle_round_trip, copy.deepcopy], ids=["pickle", "deepcopy"])
+def test_a_simulated_result_sent_to_a_worker_or_deep_copied_is_read_only_too(
+    tmp_path: Path, send: Callable[[SimResult], SimResult]
+) -> None:
+    res = simulate(load_validated(straggler_run(tmp_path)))
+    times = res.step_times()  # cached spans travel with it
+    got = send(res)
+    arrays = [got.step[0], got.start_ns[0], got.end_ns[1], got.timed[0], got.coll_arrival_ns, got.p2p_end_ns]
+    for a in arrays:
+        with pytest.raises(ValueError, match="read-only"):
+            a[:1] = 5
+    assert got.step_times() == times == {0: 3 * MS + MS // 5, 1: 3 * MS + MS // 5, 2: 3 * MS + MS // 5}
