@@ -11,6 +11,7 @@ blame (``skewlens.analysis.blame``, which asks the simulator). Rendering lives i
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from skewlens.analysis.records import (
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import ranks_label, run_notes, untimed_ranks
-from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.model import RunTrace, not_a_run
 from skewlens.profiler.store.schema import (
     files_markdown,
     provenance_metadata,
@@ -133,8 +134,15 @@ def analyze_run(
     ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure, and
     beside ranks that record theirs (a run whose ranks came from two tools) they were set against those as
     if measured."""
-    if max_simulations is not None and max_simulations < 0:  # was taken as 0: every cost 0, silently
-        raise AnalysisError(f"max_simulations: expected >= 0 (None: no limit), got {max_simulations}")
+    if (problem := not_a_run(run)) is not None:
+        raise AnalysisError(f"analyze_run: {problem}")
+    # -1 was taken as 0 (every cost 0, silently); "3" (a widget's value) was a TypeError from a comparison
+    if max_simulations is not None and (
+        isinstance(max_simulations, bool)
+        or not isinstance(max_simulations, numbers.Integral)
+        or max_simulations < 0
+    ):
+        raise AnalysisError(f"max_simulations: expected >= 0 (None: no limit), got {max_simulations!r}")
     if untimed := untimed_ranks(run):
         timed = sorted(set(run.ranks) - set(untimed))
         unlike = f", unlike {ranks_label(timed)}" if timed else ""

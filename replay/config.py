@@ -35,6 +35,16 @@ def check_given(key: str, value: object) -> None:
         raise ConfigError(f"{key}: missing value (a required setting)")
 
 
+def check_built(key: str, value: object, schema: type) -> None:
+    """A :class:`ConfigError` where a setting built in Python is not the config class its schema names: a
+    dict (as its YAML holds it) was an ``AttributeError`` (``'dict' object has no attribute
+    'contention'``) on first use. Hydra builds every one (``OmegaConf.to_object``)."""
+    if not isinstance(value, schema):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"
+        raise ConfigError(f"{key}: expected a {schema.__name__}, got {type(value).__name__} {shown}")
+
+
 def holds_no(schema: typing.Any, group: str) -> str:
     """What a YAML file of config group ``group`` that is not a mapping of ``schema``'s settings (a list, an
     empty file) is said to hold, naming the first settings."""
@@ -139,6 +149,7 @@ class TopologyConfig:
         """The pure :class:`Topology` of this config."""
         dims = []
         for i, d in enumerate(self.dims):
+            check_built(f"topology.dims[{i}]", d, DimensionConfig)
             check_given(f"topology.dims[{i}].bandwidth_gbps", d.bandwidth_gbps)
             check_given(f"topology.dims[{i}].latency_ns", d.latency_ns)
             try:
@@ -255,6 +266,7 @@ class SlowdownConfig:
         """The pure :class:`Slowdown` of each entry (validates them: an error names the entry's key)."""
         items = []
         for i, entry in enumerate(self.entries):
+            check_built(f"slowdown.entries[{i}]", entry, SlowdownItemConfig)
             try:
                 items.append(entry.to_slowdown())
             except SlowdownFieldError as e:
@@ -361,6 +373,13 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         for key in ("trace", "out", "topology"):
             check_given(key, getattr(self, key))
+        for key, schema in (
+            ("topology", TopologyConfig),
+            ("slowdown", SlowdownConfig),
+            ("real", RealConfig),
+            ("scale", ScaleConfig),
+        ):
+            check_built(key, getattr(self, key), schema)
         if self.lenient and self.mode == "real":
             raise ConfigError(
                 "lenient: real replay re-issues every collective on real processes, where one whose members "

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.issues import Issue, Severity
 from skewlens.profiler.store.load import Decoder
-from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.store.model import RunTrace, not_a_run
 from skewlens.profiler.store.validate import ValidationReport, validate_run
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
@@ -278,6 +278,8 @@ def simulate(
     given as ``effects`` is checked against the run first (:func:`check_slowdown_targets`: a rank, op, step
     or link it names that the run lacks is a :class:`ConfigError` naming ``effects.items[k]``:
     :func:`check_effects`)."""
+    if (problem := not_a_run(run_trace)) is not None:
+        raise ReplayError(f"simulate: {problem}")
     check_effects(run_trace, effects)
     timing = make_timing(
         comm_mode,

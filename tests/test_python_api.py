@@ -26,7 +26,7 @@ from skewlens.profiler.store.schema import META_TABLE, read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.config import DimensionConfig, ReplayConfig, TopologyConfig
+from skewlens.replay.config import DimensionConfig, ReplayConfig, SlowdownConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.outputs import timeline_table
@@ -464,3 +464,57 @@ def test_a_simulated_result_sent_to_a_worker_or_deep_copied_is_read_only_too(
         with pytest.raises(ValueError, match="read-only"):
             a[:1] = 5
     assert got.step_times() == times == {0: 3 * MS + MS // 5, 1: 3 * MS + MS // 5, 2: 3 * MS + MS // 5}
+
+
+def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(tmp_path: Path) -> None:
+    # simulate("runs/x") was "TypeError: cannot create weak reference to 'str' object", analyze_run("runs/x")
+    # "AttributeError: 'str' object has no attribute 'ranks'": neither said that the run must be loaded
+    run_dir = straggler_run(tmp_path)
+    load = f"load it first (skewlens.profiler.store.validate.load_validated({str(run_dir)!r}))"
+    with pytest.raises(ReplayError) as e:
+        simulate(str(run_dir))  # type: ignore[arg-type]
+    assert str(e.value) == f"simulate: got the path {str(run_dir)!r}, not a loaded run: {load}"
+    with pytest.raises(AnalysisError) as e:
+        analyze_run(run_dir)  # type: ignore[arg-type]
+    assert str(e.value) == f"analyze_run: got the path {str(run_dir)!r}, not a loaded run: {load}"
+    with pytest.raises(ReplayError) as e:
+        simulate(analyze_run(load_validated(run_dir)))  # type: ignore[arg-type]
+    assert (
+        str(e.value)
+        == "simulate: expected a loaded run (a RunTrace, from load_validated(path)), got AnalysisResult"
+    )
+
+
+def test_max_simulations_given_as_a_string_or_a_bool_is_refused_naming_it(tmp_path: Path) -> None:
+    # max_simulations="3" (a widget's value) was "TypeError: '<' not supported between instances of 'str'
+    # and 'int'"; True was taken as 1
+    run = load_validated(straggler_run(tmp_path))
+    for given in ("3", True, 2.5):
+        with pytest.raises(AnalysisError) as e:
+            analyze_run(run, max_simulations=given)  # type: ignore[arg-type]
+        assert str(e.value) == f"max_simulations: expected >= 0 (None: no limit), got {given!r}"
+    assert analyze_run(run, max_simulations=np.int64(1)).stragglers[0].straggler_cost_ns == 6 * MS  # type: ignore[arg-type]
+
+
+def test_a_replay_config_built_in_python_with_a_dict_for_a_nested_setting_names_the_setting() -> None:
+    # a dict where a config class is meant (as YAML holds it) was an AttributeError on first use: "'dict'
+    # object has no attribute 'contention'" (topology), "... 'to_items'" (slowdown), "... 'bandwidth_gbps'"
+    dim = DimensionConfig(bandwidth_gbps=1.0, latency_ns=1)
+    topo = TopologyConfig(name="sw", dims=[dim])
+    replay = {"trace": "run", "out": "out", "topology": topo}
+    cases = [
+        (lambda: ReplayConfig(**{**replay, "topology": {"name": "sw"}}), "topology", "TopologyConfig"),
+        (lambda: ReplayConfig(**replay, slowdown={"name": "none"}), "slowdown", "SlowdownConfig"),
+        (lambda: ReplayConfig(**replay, real={"nproc": 2}), "real", "RealConfig"),
+        (lambda: ReplayConfig(**replay, scale={"dp": 2}), "scale", "ScaleConfig"),
+        (
+            lambda: TopologyConfig(name="sw", dims=[dim, {"kind": "x"}]),
+            "topology.dims[1]",
+            "DimensionConfig",
+        ),
+        (lambda: SlowdownConfig(entries=[{"kind": "compute"}]), "slowdown.entries[0]", "SlowdownItemConfig"),
+    ]
+    for build, key, schema in cases:
+        with pytest.raises(ConfigError) as e:
+            build()
+        assert str(e.value).startswith(f"{key}: expected a {schema}, got dict {{"), str(e.value)

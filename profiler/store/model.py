@@ -9,6 +9,7 @@ dict lookup per edge. Sentinels: ``-1`` for "none" in integer columns (``step``,
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
@@ -275,6 +276,20 @@ class RunTrace:
 
     def pg_index(self, name: str) -> int:
         return self.pg_names.index(name)
+
+
+def not_a_run(value: object) -> str | None:
+    """What is wrong with ``value`` given where a loaded run is meant, None for a :class:`RunTrace`: a
+    notebook's ``simulate("runs/x")`` was ``TypeError: cannot create weak reference to 'str' object``, its
+    ``analyze_run("runs/x")`` ``AttributeError: 'str' object has no attribute 'ranks'``."""
+    if isinstance(value, RunTrace):
+        return None
+    if isinstance(value, str | os.PathLike):
+        return (
+            f"got the path {os.fspath(value)!r}, not a loaded run: load it first "
+            f"(skewlens.profiler.store.validate.load_validated({os.fspath(value)!r}))"
+        )
+    return f"expected a loaded run (a RunTrace, from load_validated(path)), got {type(value).__name__}"
 
 
 def group_members(run: RunTrace, inst: CollectiveInstance) -> tuple[int, ...]:
