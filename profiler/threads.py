@@ -11,12 +11,13 @@ the threads are done. This module imports only the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -131,12 +132,25 @@ POOL_DIED = (
 )
 
 
-def process_pool(workers: int, preload: str) -> ProcessPoolExecutor:
+@contextlib.contextmanager
+def process_pool(workers: int, preload: str) -> Iterator[ProcessPoolExecutor]:
     """Worker processes forked from a forkserver that imported ``preload`` once (no per-worker import, no
-    fork of a parent that may run a progress-bar thread, no re-import of the caller's script). The workers
-    ignore Ctrl-C: the terminal sends it to the whole process group, and a worker that dies of it while the
-    pool hands it a job can leave the pool's shutdown waiting forever; the parent is interrupted alone and
-    shuts the pool down (``shutdown(cancel_futures=True)``: the jobs running end, no other starts)."""
+    fork of a parent that may run a progress-bar thread, no re-import of the caller's script), shut down on
+    leaving. The workers ignore Ctrl-C: the terminal sends it to the whole process group, and a worker that
+    dies of it while the pool hands it a job can leave the pool's shutdown waiting forever; the parent is
+    interrupted alone and shuts the pool down (``shutdown(cancel_futures=True)``: the jobs running end, no
+    other starts).
+
+    A caller's process whose multiprocessing start method was not chosen is left so: the standard library
+    fixes it as it starts a forkserver with modules to preload (``spawn.get_preparation_data`` reads
+    ``get_start_method()``), and a notebook's ``multiprocessing.set_start_method("spawn")`` after an import
+    from Python was ``RuntimeError: context has already been set``."""
+    unset = multiprocessing.get_start_method(allow_none=True) is None
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([preload])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_interrupts)
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_interrupts) as pool:
+            yield pool
+    finally:
+        if unset:
+            multiprocessing.set_start_method(None, force=True)

@@ -518,3 +518,22 @@ def test_a_replay_config_built_in_python_with_a_dict_for_a_nested_setting_names_
         with pytest.raises(ConfigError) as e:
             build()
         assert str(e.value).startswith(f"{key}: expected a {schema}, got dict {{"), str(e.value)
+
+
+def test_converting_in_worker_processes_leaves_the_callers_multiprocessing_start_method_unchosen() -> None:
+    # import_traces / the export from Python with workers: the standard library fixed the start method as it
+    # started the forkserver with skewlens to preload, and a notebook's multiprocessing.set_start_method
+    # ("spawn") afterwards was "RuntimeError: context has already been set". In a fresh interpreter, as the
+    # start method is the process's.
+    code = """
+import multiprocessing, os
+from skewlens.profiler.threads import process_pool
+with process_pool(1, "skewlens.profiler.threads") as pool:
+    print(pool.submit(os.getpid).result(timeout=60) != os.getpid())
+print(multiprocessing.get_start_method(allow_none=True))
+multiprocessing.set_start_method("spawn")
+print(multiprocessing.get_start_method())
+"""
+    run = [sys.executable, "-c", code]
+    out = subprocess.run(run, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (out.returncode, out.stdout.split()) == (0, ["True", "None", "spawn"]), out.stderr
