@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import multiprocessing
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +77,11 @@ def test_the_analysis_tables_in_memory_are_the_ones_write_tables_writes(tmp_path
 def _global_state() -> tuple[object, ...]:
     root = logging.getLogger()
     sigs = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)]
-    return (list(root.handlers), root.level, list(warnings.filters), os.getcwd(), dict(os.environ), sigs)
+    host = (list(root.handlers), root.level, list(warnings.filters), os.getcwd(), dict(os.environ), sigs)
+    threads = sorted(t.name for t in threading.enumerate())
+    hooks = (sys.excepthook, threading.excepthook, list(sys.path), threads)
+    numpy = (np.geterr(), np.get_printoptions())
+    return (*host, *hooks, *numpy, multiprocessing.get_start_method(allow_none=True))
 
 
 def test_loading_analysing_and_simulating_print_nothing_and_leave_the_process_as_it_was(
