@@ -13,11 +13,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_capture_build import coll
+from test_capture_build import GROUPS, MAIN, coll
 
 from skewlens.profiler.capture import waits
+from skewlens.profiler.capture.build import RankCapture, build_nodes
 from skewlens.profiler.capture.flight import as_issued
-from skewlens.profiler.capture.records import CommRecord
+from skewlens.profiler.capture.records import CommRecord, OpRecord, StepRecord
 from skewlens.profiler.capture.waits import WaitHooks
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.vocab import Attr, CommType, NodeType
@@ -50,7 +51,11 @@ def test_a_gloo_all_reduce_issued_inside_a_functional_reduce_scatter_call_is_a_r
         CommType.ALL_GATHER,
         CommType.ALL_REDUCE,
     ]
-    assert (out[0].op, out[0].size_bytes, out[0].seq) == ("gloo:all_reduce", 262_144, 1)  # the rest kept
+    # named as the program called it, gloo's name kept for its worker event; the rest kept
+    assert (out[0].op, out[0].ran_as) == ("_c10d_functional::reduce_scatter_tensor", "gloo:all_reduce")
+    assert (out[0].size_bytes, out[0].seq) == (262_144, 1)
+    assert [c.op for c in out[1:]] == ["gloo:all_reduce"] * 2 + ["gloo:all_gather", "nccl:all_reduce"]
+    assert not any(c.ran_as for c in out[1:])
     assert as_issued([inside], []) == [inside]
     # an entry created as the call began or as it returned is the call's
     lo, hi = scatters[0][1:]
@@ -60,6 +65,34 @@ def test_a_gloo_all_reduce_issued_inside_a_functional_reduce_scatter_call_is_a_r
         CommType.REDUCE_SCATTER,
         CommType.ALL_REDUCE,
     ]
+
+
+def test_a_functional_reduce_scatter_node_is_named_as_the_program_called_it_and_ends_with_gloos_event() -> (
+    None
+):
+    # before, the node kept the recorder's name (gloo:all_reduce), and whatever groups by name (the
+    # critical path's share by op) counted sequence parallelism's reduce_scatters with the all_reduces
+    rs, ar = (recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, t * MS) for t in (10, 30))
+    (rs,) = as_issued([rs], [(THREAD, 10 * MS - 5_000, 10 * MS + 5_000)])
+    worker = [  # gloo's worker events: both ran as all_reduces
+        OpRecord(name="gloo:all_reduce", start_ns=t * MS + 1_000, dur_ns=d, thread=7, is_cpu=True)
+        for t, d in ((10, 3 * MS), (30, 2 * MS))
+    ]
+    steps = [StepRecord(step=2, start_ns=0, end_ns=50 * MS)]
+    cap = RankCapture(
+        rank=0, comms=[rs, ar], steps=steps, groups=GROUPS, main_thread=MAIN, worker_events=worker
+    )
+
+    colls = {n.name: n for n in build_nodes(cap) if n.node_type == NodeType.COMM_COLL}
+
+    assert set(colls) == {"_c10d_functional::reduce_scatter_tensor", "gloo:all_reduce"}
+    scatter, reduce = colls["_c10d_functional::reduce_scatter_tensor"], colls["gloo:all_reduce"]
+    assert scatter.attrs[Attr.COMM_TYPE] == CommType.REDUCE_SCATTER
+    assert scatter.attrs[Attr.OP] == "_c10d_functional::reduce_scatter_tensor"
+    assert reduce.attrs[Attr.COMM_TYPE] == CommType.ALL_REDUCE
+    # each took its own worker event for its end
+    assert (scatter.start_ns, scatter.dur_ns) == (10 * MS, 3 * MS + 1_000)
+    assert (reduce.start_ns, reduce.dur_ns) == (30 * MS, 2 * MS + 1_000)
 
 
 def test_the_wait_hooks_time_each_functional_reduce_scatter_call_made_while_recording_on_its_thread(

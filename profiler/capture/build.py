@@ -340,7 +340,8 @@ def _bounded_offset(lo: Sequence[int], hi: Sequence[int]) -> int:
 
 
 def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
-    """End of a flight-recorder collective (op ``gloo:*``, no end of its own) from gloo's worker event.
+    """End of a flight-recorder collective (op ``gloo:*``, or :attr:`CommRecord.ran_as` so; no end of its
+    own) from gloo's worker event.
 
     gloo runs each group's collectives in issue order on worker threads of that group, and records
     ``gloo:<op>`` there (Kineto at the ops level; at the collectives level the worker-event recorder,
@@ -366,7 +367,7 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     blocking = [
         (c.start_ns, c.end_ns, _event_kinds(c))
         for c in cap.comms
-        if not c.op.startswith("gloo:") and not c.is_async and not c.quiet
+        if not _ran_as(c).startswith("gloo:") and not c.is_async and not c.quiet
     ]
     hides: dict[CommType | None, Reach] = {}
 
@@ -411,11 +412,11 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         """Called in issue order (the order gloo runs a group's collectives in)."""
         if c.start_ns < cap.worker_events_from_ns:
             return 0
-        if c.op.startswith("gloo:"):
-            ev = first_free(c.op, c)
+        if (ran := _ran_as(c)).startswith("gloo:"):
+            ev = first_free(ran, c)
             if ev is None:
                 return 0
-            taken[c.op].add(ev)
+            taken[ran].add(ev)
             return ev[1]
         if c.quiet or c.node_type != NodeType.COMM_COLL or c.comm_type is None:
             return 0
@@ -428,6 +429,12 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
         return 0
 
     return end_of
+
+
+def _ran_as(c: CommRecord) -> str:
+    """The backend's name for what ``c`` ran as: a collective only the flight recorder saw is named so in
+    gloo's worker events (``gloo:all_reduce`` for a functional reduce_scatter too)."""
+    return c.ran_as or c.op
 
 
 def _event_kinds(c: CommRecord) -> set[CommType | None]:
@@ -449,7 +456,7 @@ def _worker_groups(
     starts = [ev[0] for ev in events]
     votes: Counter[tuple[int, str]] = Counter()
     for c in comms:
-        if c.is_async or c.node_type != NodeType.COMM_COLL or c.op.startswith("gloo:"):
+        if c.is_async or c.node_type != NodeType.COMM_COLL or _ran_as(c).startswith("gloo:"):
             continue
         want = _event_kinds(c)
         k = bisect.bisect_left(starts, c.start_ns)

@@ -587,14 +587,21 @@ def merge(
     return hooked, extra, left_out
 
 
+#: Name of a functional reduce_scatter that gloo ran as an all_reduce (:func:`as_issued`): the dispatcher op
+#: the program called (``reduce_scatter_single`` calls it; Kineto's operator has this name).
+FUNCTIONAL_REDUCE_SCATTER_OP = "_c10d_functional::reduce_scatter_tensor"
+
+
 def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, int]]) -> list[CommRecord]:
-    """The collectives only the recorder saw (:func:`merge`'s ``extra``), each of the type the program
-    issued: gloo runs a functional reduce_scatter as an all_reduce of the whole input, and records it so
+    """The collectives only the recorder saw (:func:`merge`'s ``extra``), each as the program issued it:
+    gloo runs a functional reduce_scatter as an all_reduce of the whole input, and records it so
     (``gloo:all_reduce``, the input's bytes); one whose entry its thread created inside a functional
     ``reduce_scatter_single`` call (``scatters``: (thread ident, start, end), the hooks' spans, see
     :mod:`skewlens.profiler.capture.waits`) is a REDUCE_SCATTER of those bytes, as a hooked
-    ``reduce_scatter_tensor`` call of the same tensor is. Its name stays the recorder's (gloo's worker events
-    name it so)."""
+    ``reduce_scatter_tensor`` call of the same tensor is, named :data:`FUNCTIONAL_REDUCE_SCATTER_OP` (before,
+    its node kept the recorder's name, and the critical path's share by op counted sequence parallelism's
+    reduce_scatters with the all_reduces); the recorder's name stays in :attr:`CommRecord.ran_as`, which
+    gloo's worker events carry."""
     by_thread: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for ident, start, end in scatters:
         by_thread[ident].append((start, end))
@@ -608,7 +615,7 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
         return reach is not None and reach(c.start_ns) >= c.start_ns
 
     return [
-        replace(c, comm_type=CommType.REDUCE_SCATTER)
+        replace(c, op=FUNCTIONAL_REDUCE_SCATTER_OP, comm_type=CommType.REDUCE_SCATTER, ran_as=c.op)
         if c.comm_type == CommType.ALL_REDUCE and c.op.startswith("gloo:") and inside(c)
         else c
         for c in extra

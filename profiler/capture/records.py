@@ -77,6 +77,10 @@ class CommRecord:
     reduce_op: str = ""
     """An all_reduce, reduce or reduce_scatter: its ``ReduceOp``'s name, lower case (``max``); '' where
     not known (a call issued from C++) and for other ops."""
+    ran_as: str = ""
+    """The backend's name for the collective where it ran as another than :attr:`op` says (gloo runs a
+    functional reduce_scatter as an all_reduce: its flight-recorder entry and worker event say
+    ``gloo:all_reduce``); '' where it ran as what :attr:`op` names."""
     quiet: bool = False
     """Issued with the thread's record functions off (the hooks' quiet calls, once the worker-event
     recorder knows the gloo threads): gloo's worker recorded no ``gloo:*`` event for it."""
