@@ -376,11 +376,46 @@ def test_a_rank_saved_on_another_hosts_storage_is_not_said_to_have_crashed(tmp_p
     save_rank(tmp_path, 0, "a")
     merge(tmp_path, 0)
     note = read_manifest(tmp_path).notes["rank 1"]
-    assert "the job spans hosts (1 rank(s) per host)" in note
+    assert "the job spans hosts (this directory's host ran 1 rank of its 2)" in note
     assert (
         "RUN_DIR must be on storage every host sees, or the hosts' directories combined with skewlens merge"
         in note
     )
+
+
+def test_hosts_of_different_sizes_each_say_what_they_ran_not_that_every_host_ran_as_many(
+    tmp_path: Path,
+) -> None:
+    # 1 rank on host a, 2 on host b (torchrun's --nproc-per-node per host), each into a directory of its own:
+    # a's manifest said "(1 rank(s) per host)" of b's two ranks, b's "(2 rank(s) per host)" of a's one
+    a, b = tmp_path / "a", tmp_path / "b"
+    save_rank(a, 0, "a", world=3, per_host=1)
+    for r in (1, 2):
+        save_rank(b, r, "b", world=3, per_host=2)
+    merge(a, 0)
+    merge(b, 1)
+    on_a, on_b = read_manifest(a).notes, read_manifest(b).notes
+    assert on_a.keys() == {"rank 1", "rank 2"} and on_b.keys() == {"rank 0"}
+    spans = "no trace here: the job spans hosts (this directory's host ran {}) and the rank's host saved none"
+    assert on_a["rank 1"] == on_a["rank 2"] and on_a["rank 1"].startswith(spans.format("1 rank of its 3"))
+    assert on_b["rank 0"].startswith(spans.format("2 ranks of its 3"))
+    # two hosts' ranks saved into one directory, a third host's not
+    both = tmp_path / "both"
+    for r, host in ((0, "a"), (1, "b"), (2, "b")):
+        save_rank(both, r, host, world=4, per_host=1 if host == "a" else 2)
+    merge(both, 0)
+    assert (
+        read_manifest(both)
+        .notes["rank 3"]
+        .startswith("no trace here: the job spans hosts (this directory's 2 hosts ran 3 ranks of its 4)")
+    )
+    # every host saved here: a missing rank crashed (before, the smallest host's 1 rank per host said the
+    # job spans hosts whose rank's host saved none here)
+    shared = tmp_path / "shared"
+    for r, host in ((0, "a"), (1, "b")):
+        save_rank(shared, r, host, world=3, per_host=1 if host == "a" else 2)
+    merge(shared, 0)
+    assert read_manifest(shared).notes["rank 2"].startswith("no trace: the process crashed or was killed")
 
 
 def test_a_hosts_summary_and_check_give_the_other_hosts_ranks_of_a_1024_rank_job_one_line_not_1016(
@@ -401,7 +436,8 @@ def test_a_hosts_summary_and_check_give_the_other_hosts_ranks_of_a_1024_rank_job
     m = merge(tmp_path, 1)
     assert isinstance(m, Manifest) and len(m.missing_ranks) == 1016
     note = (
-        "no trace here: the job spans hosts (8 rank(s) per host) and the rank's host saved none in this "
+        "no trace here: the job spans hosts (this directory's host ran 8 ranks of its 1,024) and the rank's "
+        "host saved none in this "
         "directory: RUN_DIR must be on storage every host sees, or the hosts' directories combined with "
         "skewlens merge (docs/capture.md, Across hosts); else the process crashed or was killed before "
         "saving (the command exited)"

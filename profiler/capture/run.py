@@ -409,6 +409,23 @@ def part_problem(data: object) -> str | None:
     return None
 
 
+def _ranks_of_hosts(parts: dict[int, dict], world: int) -> dict[str, int]:
+    """Host name -> its ranks (torchrun's local world size), of the hosts whose ranks saved ``parts``. The
+    job's hosts may differ in size (1 rank on one, 2 on another): one host's count is not another's."""
+    out: dict[str, int] = {}
+    for p in parts.values():
+        host = str(p.get("host", ""))
+        out[host] = max(out.get(host, 0), int(p.get("local_world_size", world)))
+    return out
+
+
+def _ran_here(ran_here: dict[str, int], world: int) -> str:
+    """``this directory's host ran 1 rank of its 3``: what the hosts that saved here ran of the job's
+    ranks (before, ``1 rank(s) per host``, the smallest host's count, said of every host)."""
+    hosts = "host" if len(ran_here) == 1 else f"{len(ran_here):,} hosts"
+    return f"this directory's {hosts} ran {counted(sum(ran_here.values()), 'rank')} of its {world:,}"
+
+
 def finalize_run(
     run_dir: Path,
     *,
@@ -515,7 +532,7 @@ def _merge(
     notes: dict[str, str] = {}
     missing = tuple(r for r in range(world) if r not in parts)
     why = f"the command exited with code {exit_code}" if exit_code else "the command exited"
-    per_host = min(int(p.get("local_world_size", world)) for p in parts.values())
+    ran_here = _ranks_of_hosts(parts, world)
     for r in missing:
         if r in earlier:  # its trace is an attempt's that torchrun restarted; this attempt's, if any, is lost
             notes[rank_note_key(r)] = (
@@ -536,9 +553,9 @@ def _merge(
                 f"trace incomplete: the process crashed or was killed while saving it ({why}); "
                 f"{rank_file(run_dir, r).name} is left out of the run"
             )
-        elif per_host < world:  # its host may have saved it into a RUN_DIR of its own
+        elif sum(ran_here.values()) < world:  # its host may have saved it into a RUN_DIR of its own
             notes[rank_note_key(r)] = (
-                f"{OTHER_HOST_NOTE} ({per_host} rank(s) per host) and the rank's host saved "
+                f"{OTHER_HOST_NOTE} ({_ran_here(ran_here, world)}) and the rank's host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
                 "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
                 f"crashed or was killed before saving ({why})"
