@@ -214,3 +214,38 @@ def test_skewlens_profile_refuses_a_clock_timeout_that_is_no_time_naming_the_var
     err = capsys.readouterr().err
     assert f"SKEWLENS_CLOCK_TIMEOUT_S='{value}': not a number of seconds above 0" in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+def test_a_rank_started_with_a_clock_timeout_that_is_no_time_refuses_it_as_skewlens_profile_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # the variable had two readers: skewlens profile refused these, while a rank's autostart took 0, -3 and
+    # nan as its wait and failed on 'soon' with float's "could not convert string to float: 'soon'"
+    from skewlens.profiler.capture import autostart, session
+    from skewlens.profiler.errors import CaptureError
+
+    made: list[float] = []
+
+    class Session:
+        def __init__(self, run_dir: str, *, clock_timeout_s: float, **_: object) -> None:
+            made.append(clock_timeout_s)
+
+        def install(self) -> Session:
+            return self
+
+    monkeypatch.setattr(session, "CaptureSession", Session)
+    monkeypatch.setattr(autostart, "_session", None)
+    monkeypatch.setenv(autostart.ENV_DIR, str(tmp_path / "run"))
+    monkeypatch.setenv(autostart.ENV_CLOCK_TIMEOUT, value)
+    with pytest.raises(CaptureError) as e:
+        autostart.start_from_env()
+    assert str(e.value) == f"SKEWLENS_CLOCK_TIMEOUT_S='{value}': not a number of seconds above 0"
+    assert autostart.profiled() is None and made == []
+    # a time is taken as it is, and none set is the default
+    monkeypatch.setenv(autostart.ENV_CLOCK_TIMEOUT, "2.5")
+    autostart.start_from_env()
+    monkeypatch.setattr(autostart, "_session", None)
+    monkeypatch.delenv(autostart.ENV_CLOCK_TIMEOUT)
+    autostart.start_from_env()
+    assert made == [2.5, autostart.CLOCK_TIMEOUT_DEFAULT_S]

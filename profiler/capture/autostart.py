@@ -58,6 +58,28 @@ def profiled() -> Any:
     return _session
 
 
+def clock_timeout_s() -> float:
+    """``SKEWLENS_CLOCK_TIMEOUT_S`` from the environment, else :data:`CLOCK_TIMEOUT_DEFAULT_S`: what
+    ``skewlens profile`` gives its command (from its own environment) and what each rank waits. A value
+    that is no time is refused, naming the variable (before, ``skewlens profile`` refused it, while a rank
+    started without it took ``0``, ``-3`` or ``nan`` as its wait and failed on ``soon`` with float's own
+    ``ValueError``)."""
+    import math
+
+    from skewlens.profiler.errors import CaptureError
+
+    text = os.environ.get(ENV_CLOCK_TIMEOUT)
+    if text is None:
+        return CLOCK_TIMEOUT_DEFAULT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise CaptureError(f"{ENV_CLOCK_TIMEOUT}={text!r}: not a number of seconds above 0")
+    return value
+
+
 def start_from_env() -> Any:
     """Create and install the session described by the environment (once per process)."""
     global _session  # noqa: PLW0603 - one session per process, by design
@@ -66,13 +88,14 @@ def start_from_env() -> Any:
     from skewlens.profiler.capture.schedule import parse_window
     from skewlens.profiler.capture.session import CaptureSession
 
+    timeout_s = clock_timeout_s()
     _session = CaptureSession(
         os.environ[ENV_DIR],
         level=os.environ.get(ENV_LEVEL, "collectives"),
         window=parse_window(os.environ.get(ENV_STEPS, "1:1:3")),
         keep_raw=os.environ.get(ENV_KEEP_RAW, "") == "1",
         host_trace=os.environ.get(ENV_HOST_TRACE, "profiler"),
-        clock_timeout_s=float(os.environ.get(ENV_CLOCK_TIMEOUT, str(CLOCK_TIMEOUT_DEFAULT_S))),
+        clock_timeout_s=timeout_s,
     ).install()
     return _session
 

@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from skewlens.profiler.capture.autostart import ENV_PROFILE
+    from skewlens.profiler.capture.autostart import ENV_PROFILE, clock_timeout_s
     from skewlens.profiler.capture.flight import DEBUG_ENV, refuse_wrapped_groups
     from skewlens.profiler.capture.run import (
         INTERRUPTED,
@@ -108,7 +108,8 @@ def main(argv: list[str]) -> int:
     window = parse_window(args.steps)
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
-    clock_timeout_s = args.clock_timeout if args.clock_timeout is not None else _clock_timeout_s()
+    # from this environment, which the ranks' environment is made from: the ranks wait as long as it says
+    timeout_s = args.clock_timeout if args.clock_timeout is not None else clock_timeout_s()
     if args.keep_raw and level == Level.COLLECTIVES:
         print(
             "skewlens profile: warning: --keep-raw: the collectives level records no torch trace to keep "
@@ -130,7 +131,7 @@ def main(argv: list[str]) -> int:
         level,
         window,
         keep_raw=args.keep_raw,
-        clock_timeout_s=clock_timeout_s,
+        clock_timeout_s=timeout_s,
         host_trace=host_trace,
     )
     env.pop(ENV_UNAVAILABLE, None)
@@ -197,25 +198,6 @@ def main(argv: list[str]) -> int:
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     return 0
-
-
-def _clock_timeout_s() -> float:
-    """``SKEWLENS_CLOCK_TIMEOUT_S`` from this environment, which the ranks' environment is made from (else
-    the default): the ranks wait as long as this environment says, not 10 s whatever it says."""
-    import math
-
-    from skewlens.profiler.capture.autostart import CLOCK_TIMEOUT_DEFAULT_S, ENV_CLOCK_TIMEOUT
-
-    text = os.environ.get(ENV_CLOCK_TIMEOUT)
-    if text is None:
-        return CLOCK_TIMEOUT_DEFAULT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise CaptureError(f"{ENV_CLOCK_TIMEOUT}={text!r}: not a number of seconds above 0")
-    return value
 
 
 def _not_saved(manifest: Manifest) -> str | None:
