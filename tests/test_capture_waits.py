@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from skewlens.profiler.capture.build import GAP_NAME, UNTRACED_NAME, RankCapture, build_nodes
+from skewlens.profiler.capture.flight import FUNCTIONAL_REDUCE_SCATTER_OP
 from skewlens.profiler.capture.records import END_UNKNOWN, CommRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.waits import WAIT_TENSOR_NAME, WORK_WAIT_NAME
 from skewlens.profiler.chakra_io import TraceNode, node_attrs, read_et
@@ -652,7 +653,7 @@ def test_a_sequence_parallel_reduce_scatter_is_taken_by_the_wait_that_blocked_on
                 if w.name == WAIT_TENSOR_NAME
                 for d in w.ctrl_deps
                 if node_attrs(by_id[d]).get(Attr.COMM_TYPE) == CommType.REDUCE_SCATTER
-                and by_id[d].name == "gloo:all_reduce"
+                and by_id[d].name == FUNCTIONAL_REDUCE_SCATTER_OP
             ]
             late = [d for d in waited if d > STRAGGLER_MS * 1_000_000 / 2]
             assert len(late) == ACTIVE, sorted(waited)  # one wait a step blocked on the late member
