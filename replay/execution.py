@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
@@ -203,6 +203,14 @@ class RankModel:
     """The rank's first recorded start (valid rows)."""
     dur_ns: I64
     """Recorded duration of each row (the trace's)."""
+
+    def __post_init__(self) -> None:
+        # read-only, as the loaded run's columns are: the model is cached per run and its arrays are shared
+        # (the analyses' index holds gap_ns, work_ns and host_work themselves, work_ns and dur_ns may be the
+        # trace's), so a write into one would change every other reader's answer, unsaid
+        for f in fields(self):
+            if isinstance(value := getattr(self, f.name), np.ndarray):
+                value.flags.writeable = False
 
     @property
     def wait_in_ns(self) -> I64:

@@ -824,7 +824,8 @@ def _rank_times(
         delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0
-    g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
+    if g is not gap:  # ``gap`` may be the execution model's own column (read-only): 0 on those rows already
+        g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
     return d, g
 
 

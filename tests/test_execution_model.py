@@ -1386,3 +1386,34 @@ def test_effect_delays_refuses_a_delay_or_a_delay_and_stall_together_beyond_the_
     with pytest.raises(ConfigError) as e:
         effect_delays(_Effects(delay=lambda step, name: half, stall=lambda s: half), rt, m)
     assert str(e.value).startswith("slowdown: rank 0's stall at step 0 is 3e+09 s, beyond the simulator's")
+
+
+def test_the_execution_models_arrays_are_read_only_so_an_analysis_cannot_change_what_the_others_read(
+    tmp_path: Path,
+) -> None:
+    # the model is cached per run and its arrays are shared: the analyses' index holds its gap_ns, work_ns
+    # and host_work themselves, so a write into one (an analysis zeroing a gap) changed the index's, the
+    # simulator's and every later analysis's answer, unsaid; and the lowering wrote 0s into gap_ns itself
+    from skewlens.analysis.index import build_index
+
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rank = b.rank(r).step(0)
+        rank.compute("fwd", (2 + r) * MS, start_ns=MS)
+        rank.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=MS)
+        rank.compute("opt", MS)
+    run = load_run(b.write(tmp_path / "run"))
+    em = execution_model(run)
+    for r, m in em.ranks.items():
+        for name in m.__slots__:
+            value = getattr(m, name)
+            if isinstance(value, np.ndarray):
+                assert not value.flags.writeable, f"rank {r}: {name} is writable"
+    ix = build_index(run)
+    assert ix.ranks[0].gap_ns is em.ranks[0].gap_ns  # shared, not copied
+    with pytest.raises(ValueError, match="read-only"):
+        ix.ranks[0].gap_ns[1] = 0
+    gaps = {r: m.gap_ns.tolist() for r, m in em.ranks.items()}
+    before = simulate(run).makespan_ns
+    assert simulate(run).makespan_ns == before
+    assert {r: m.gap_ns.tolist() for r, m in em.ranks.items()} == gaps
