@@ -326,7 +326,16 @@ def build_index(run: RunTrace) -> RunIndex:
             np.concatenate([c_start, st[comm]]),
             np.concatenate([c_end, st[comm] + ri.wait_ns[comm]]),
         )
+        _seal(ri)
     return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
+
+
+def _seal(ri: RankIndex) -> None:
+    """Make the index's arrays read-only once built, as the execution model's and the run's are: every
+    analysis of the run reads the same index, so a write into one would change the others' answers."""
+    for name in ri.__slots__:
+        if isinstance(value := getattr(ri, name), np.ndarray):
+            value.flags.writeable = False
 
 
 def rows_starting_in(ri: RankIndex, a: int, b: int) -> I32:

@@ -1411,6 +1411,12 @@ def test_the_execution_models_arrays_are_read_only_so_an_analysis_cannot_change_
                 assert not value.flags.writeable, f"rank {r}: {name} is writable"
     ix = build_index(run)
     assert ix.ranks[0].gap_ns is em.ranks[0].gap_ns  # shared, not copied
+    # and the index's own, which every analysis of the run reads
+    for r, ri in ix.ranks.items():
+        for name in ri.__slots__:
+            value = getattr(ri, name)
+            if isinstance(value, np.ndarray):
+                assert not value.flags.writeable, f"rank {r}: index {name} is writable"
     with pytest.raises(ValueError, match="read-only"):
         ix.ranks[0].gap_ns[1] = 0
     gaps = {r: m.gap_ns.tolist() for r, m in em.ranks.items()}
