@@ -217,6 +217,28 @@ def test_skewlens_profile_refuses_a_clock_timeout_that_is_no_time_naming_the_var
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+def test_skewlens_profile_refuses_a_clock_timeout_option_that_is_no_time_as_it_refuses_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # the (hidden) option was a bare float: 'nan' was handed to every rank, which then refused to capture
+    argv = [
+        "profile",
+        "--out",
+        str(tmp_path / "run"),
+        "--clock-timeout",
+        value,
+        "--",
+        sys.executable,
+        "-c",
+        "pass",
+    ]
+    assert skewlens_main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--clock-timeout {value}: not a number of seconds above 0" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
 def test_a_rank_started_with_a_clock_timeout_that_is_no_time_refuses_it_as_skewlens_profile_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:

@@ -64,19 +64,25 @@ def clock_timeout_s() -> float:
     that is no time is refused, naming the variable (before, ``skewlens profile`` refused it, while a rank
     started without it took ``0``, ``-3`` or ``nan`` as its wait and failed on ``soon`` with float's own
     ``ValueError``)."""
+    text = os.environ.get(ENV_CLOCK_TIMEOUT)
+    if text is None:
+        return CLOCK_TIMEOUT_DEFAULT_S
+    return seconds_above_zero(text, f"{ENV_CLOCK_TIMEOUT}={text!r}")
+
+
+def seconds_above_zero(text: str, what: str) -> float:
+    """``text`` as a finite number of seconds above 0, else a :class:`CaptureError` naming ``what`` (the
+    variable or option it came from)."""
     import math
 
     from skewlens.profiler.errors import CaptureError
 
-    text = os.environ.get(ENV_CLOCK_TIMEOUT)
-    if text is None:
-        return CLOCK_TIMEOUT_DEFAULT_S
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise CaptureError(f"{ENV_CLOCK_TIMEOUT}={text!r}: not a number of seconds above 0")
+        raise CaptureError(f"{what}: not a number of seconds above 0")
     return value
 
 

@@ -71,12 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-raw", action="store_true", help="keep the raw torch traces under RUN_DIR/raw/ (ops, full)"
     )
     p.add_argument("--parquet", action="store_true", help="also export RUN_DIR/parquet/ after capture")
-    p.add_argument("--clock-timeout", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--clock-timeout", default=None, help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str]) -> int:
-    from skewlens.profiler.capture.autostart import ENV_PROFILE, clock_timeout_s
+    from skewlens.profiler.capture.autostart import ENV_PROFILE, clock_timeout_s, seconds_above_zero
     from skewlens.profiler.capture.flight import DEBUG_ENV, refuse_wrapped_groups
     from skewlens.profiler.capture.run import (
         INTERRUPTED,
@@ -109,7 +109,11 @@ def main(argv: list[str]) -> int:
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
     # from this environment, which the ranks' environment is made from: the ranks wait as long as it says
-    timeout_s = args.clock_timeout if args.clock_timeout is not None else clock_timeout_s()
+    timeout_s = (
+        clock_timeout_s()
+        if args.clock_timeout is None
+        else seconds_above_zero(args.clock_timeout, f"--clock-timeout {args.clock_timeout}")
+    )
     if args.keep_raw and level == Level.COLLECTIVES:
         print(
             "skewlens profile: warning: --keep-raw: the collectives level records no torch trace to keep "
