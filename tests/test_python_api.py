@@ -47,6 +47,26 @@ def pickle_round_trip(obj: T) -> T:
     return back
 
 
+def same(a: object, b: object) -> bool:
+    """Whether two field values are equal: arrays by dtype and values, dicts item by item."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b)
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def fields_that_differ(a: object, b: object) -> list[str]:
+    """The slots of two dataclass instances whose values are not :func:`same`."""
+    slots: tuple[str, ...] = type(a).__slots__  # type: ignore[attr-defined]
+    return [f for f in slots if not same(getattr(a, f, "<unset>"), getattr(b, f, "<unset>"))]
+
+
 def straggler_run(tmp_path: Path) -> Path:
     """Two ranks, three steps; rank 1 computes 3 ms where rank 0 computes 1 ms and waits for it."""
     b = RunBuilder(world_size=2)
@@ -441,7 +461,9 @@ def test_a_run_sent_to_a_worker_or_deep_copied_keeps_its_columns_read_only_so_an
     # numpy unpickles every array writable: a loaded run handed to joblib (or deep-copied) could be edited in
     # place after its first simulate, and was replayed against its cached execution model of the run as it
     # was (rank 7 of the 8-GPU DLRM trace, durations doubled: 20.81 ms, 22.59 ms if edited before a simulate)
-    run = send(load_validated(straggler_run(tmp_path)))
+    loaded = load_validated(straggler_run(tmp_path))
+    run = send(loaded)
+    assert {r: fields_that_differ(loaded.ranks[r], rt) for r, rt in run.ranks.items()} == {0: [], 1: []}
     assert simulate(run).makespan_ns == 3 * (3 * MS + MS // 5)
     with pytest.raises(ValueError, match="read-only"):
         run.ranks[1].dur_ns[:] = run.ranks[1].dur_ns * 2
@@ -470,6 +492,7 @@ def test_a_simulated_result_sent_to_a_worker_or_deep_copied_is_read_only_too(
         with pytest.raises(ValueError, match="read-only"):
             a[:1] = 5
     assert got.step_times() == times == {0: 3 * MS + MS // 5, 1: 3 * MS + MS // 5, 2: 3 * MS + MS // 5}
+    assert (fields_that_differ(res, got), got.makespan_ns) == ([], res.makespan_ns)
 
 
 def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(tmp_path: Path) -> None:
@@ -482,6 +505,11 @@ def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(t
     assert str(e.value) == f"simulate: got the path {str(run_dir)!r}, not a loaded run: {load}"
     with pytest.raises(AnalysisError) as e:
         analyze_run(run_dir)  # type: ignore[arg-type]
+    assert str(e.value) == f"analyze_run: got the path {str(run_dir)!r}, not a loaded run: {load}"
+    # any os.PathLike is named by its path (an os.scandir entry's str() is "<DirEntry 'run'>")
+    entry = next(e for e in os.scandir(tmp_path) if e.name == "run")
+    with pytest.raises(AnalysisError) as e:
+        analyze_run(entry)  # type: ignore[arg-type]
     assert str(e.value) == f"analyze_run: got the path {str(run_dir)!r}, not a loaded run: {load}"
     with pytest.raises(ReplayError) as e:
         simulate(analyze_run(load_validated(run_dir)))  # type: ignore[arg-type]
@@ -524,6 +552,56 @@ def test_a_replay_config_built_in_python_with_a_dict_for_a_nested_setting_names_
         with pytest.raises(ConfigError) as e:
             build()
         assert str(e.value).startswith(f"{key}: expected a {schema}, got dict {{"), str(e.value)
+    # a topology not given at all is said to be missing, not to be the wrong class (omegaconf's "???")
+    with pytest.raises(ConfigError) as e:
+        ReplayConfig(trace="run", out="out")
+    assert str(e.value) == "topology: missing value (a required setting)"
+
+
+def test_a_long_value_given_where_a_config_class_is_meant_is_cut_to_sixty_characters_in_the_error() -> None:
+    # the error stays one short line whatever the dict holds; a repr of 60 characters is shown whole
+    dim = DimensionConfig(bandwidth_gbps=1.0, latency_ns=1)
+    replay = {"trace": "run", "out": "out", "topology": TopologyConfig(name="sw", dims=[dim])}
+    given = {size: {"name": "x" * (size - len(repr({"name": ""})))} for size in (60, 61, 500)}
+    shown = {}
+    for size, value in given.items():
+        with pytest.raises(ConfigError) as e:
+            ReplayConfig(**replay, slowdown=value)  # type: ignore[arg-type]
+        shown[size] = str(e.value).removeprefix("slowdown: expected a SlowdownConfig, got dict ")
+    cut = "{'name': '" + "x" * 49 + "…"
+    assert shown == {60: repr(given[60]), 61: cut, 500: cut}
+    assert [len(repr(v)) for v in given.values()] == [60, 61, 500]
+
+
+def test_worker_processes_keep_a_start_method_the_caller_chose_and_are_shut_down_after_an_error() -> None:
+    # the pool's exit puts back an unchosen start method even when the work inside failed, shuts the workers
+    # down, and leaves a start method the caller had chosen as it was (resetting it would drop the caller's
+    # "spawn" for the platform's default at the next process start). In a fresh interpreter, as the start
+    # method is the process's.
+    code = """
+import multiprocessing, os
+from skewlens.profiler.threads import process_pool
+try:
+    with process_pool(1, "skewlens.profiler.threads") as pool:
+        pool.submit(os.getpid).result(timeout=60)
+        raise KeyError("a failed trace")
+except KeyError:
+    pass
+print(multiprocessing.get_start_method(allow_none=True))
+try:
+    pool.submit(os.getpid)
+except RuntimeError:
+    print("shut down")
+multiprocessing.set_start_method("spawn")
+with process_pool(1, "skewlens.profiler.threads") as pool:
+    print(pool.submit(os.getpid).result(timeout=60) != os.getpid())
+print(multiprocessing.get_start_method(allow_none=True))
+"""
+    run = [sys.executable, "-c", code]
+    out = subprocess.run(run, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (out.returncode, out.stdout.splitlines()) == (0, ["None", "shut down", "True", "spawn"]), (
+        out.stderr
+    )
 
 
 def test_converting_in_worker_processes_leaves_the_callers_multiprocessing_start_method_unchosen() -> None:
