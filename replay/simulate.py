@@ -196,6 +196,10 @@ def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = N
     send/recv pairs (of ``ranks`` given, only their rows); else a :class:`ReplayError` saying which differs,
     where a result of another run would fail deep in :func:`~skewlens.replay.summary.summarize`
     (``IndexError``) or the timeline (``ArrowInvalid``). Two runs of one shape pass."""
+    if (problem := not_a_run(run)) is not None:
+        raise ReplayError(problem)
+    if not isinstance(res, SimResult):
+        raise ReplayError(f"expected a SimResult (from simulate(run)), got {type(res).__name__}")
     of = f"{run.run_dir}: the SimResult given is not a replay of this run"
     if set(res.start_ns) != set(run.ranks):
         raise ReplayError(f"{of} (its ranks {sorted(res.start_ns)}, the run's {sorted(run.ranks)})")

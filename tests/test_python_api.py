@@ -519,6 +519,26 @@ def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(t
     )
 
 
+def test_the_replays_tables_given_a_path_or_something_else_than_a_result_say_so(tmp_path: Path) -> None:
+    # summarize("runs/x", res) and timeline_table("runs/x", res, [0]), the README's tables in memory, were
+    # "AttributeError: 'str' object has no attribute 'run_dir'"
+    from skewlens.replay.summary import summarize
+
+    run_dir = straggler_run(tmp_path)
+    run = load_validated(run_dir)
+    res = simulate(run)
+    load = f"load it first (skewlens.profiler.store.validate.load_validated({str(run_dir)!r}))"
+    for call in (lambda: summarize(str(run_dir), res), lambda: timeline_table(str(run_dir), res, [0])):  # type: ignore[arg-type]
+        with pytest.raises(ReplayError) as e:
+            call()
+        assert str(e.value) == f"got the path {str(run_dir)!r}, not a loaded run: {load}"
+    for call in (lambda: summarize(run, run), lambda: timeline_table(run, run, [0])):  # type: ignore[arg-type]
+        with pytest.raises(ReplayError) as e:
+            call()
+        assert str(e.value) == "expected a SimResult (from simulate(run)), got RunTrace"
+    assert len(summarize(run, res)) == len(res.step_spans())
+
+
 def test_max_simulations_given_as_a_string_or_a_bool_is_refused_naming_it(tmp_path: Path) -> None:
     # max_simulations="3" (a widget's value) was "TypeError: '<' not supported between instances of 'str'
     # and 'int'"; True was taken as 1
