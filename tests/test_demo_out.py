@@ -86,3 +86,38 @@ def test_an_out_with_a_space_a_letter_hydra_quotes_and_a_leading_dash_reaches_pr
     assert (
         tmp_path / "-my demo \N{LATIN SMALL LETTER U WITH DIAERESIS}" / "replay" / "summary.parquet"
     ).is_file()
+
+
+def test_an_out_that_cannot_be_made_is_one_line_naming_it_and_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `skewlens demo` in a read-only working directory (a locked-down node's): the default demo-out/ was an
+    # OSError traceback ending "[Errno 30] Read-only file system: 'demo-out'" and exit code 1. The file
+    # system is made read-only by a patched mkdir (root would write through a chmod)
+    import errno
+
+    from skewlens.cli import main
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "skewlens demo: error: --out demo-out: cannot be made the demo's directory (Read-only file system); "
+        "give --out a directory you can write\n"
+    )
+    assert not (tmp_path / "demo-out").exists()
+
+
+def test_an_out_under_a_regular_file_names_that_file(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("mine")  # a file where a directory should be: refused to root too
+    with pytest.raises(SkewlensError) as e:
+        prepare_out(tmp_path / "notes" / "demo")
+    assert str(e.value) == (
+        f"--out {tmp_path}/notes/demo: cannot be made the demo's directory ({tmp_path}/notes is not a "
+        "directory); give --out a directory you can write"
+    )
+    assert (tmp_path / "notes").read_text() == "mine"

@@ -28,6 +28,7 @@ from rich.table import Table
 from skewlens.cli.options import ArgumentParser, check_range, help_text, hydra_override, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
+from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.issues import path_word
@@ -140,19 +141,28 @@ def prepare_out(out: Path) -> None:
     """Make ``out`` an empty directory of the demo's own.
 
     A missing or empty directory is taken; a non-empty one only when an earlier demo created it (it holds
-    :data:`DEMO_MARKER`), so ``--out .`` or a directory of the user's is never deleted.
+    :data:`DEMO_MARKER`), so ``--out .`` or a directory of the user's is never deleted. One that cannot be
+    made or replaced (the default ``demo-out/`` in a read-only working directory) is a one-line
+    :class:`SkewlensError`: it was an OSError traceback and exit code 1.
     """
     if out.exists() and not out.is_dir():
         raise SkewlensError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / DEMO_MARKER).is_file():
-            raise SkewlensError(
-                f"--out {out}: not empty and not created by skewlens demo; "
-                "name a new or empty directory, or remove this one yourself"
-            )
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / DEMO_MARKER).write_text("created by skewlens demo; replaced by the next demo with this --out\n")
+    try:
+        if out.is_dir() and any(out.iterdir()):
+            if not (out / DEMO_MARKER).is_file():
+                raise SkewlensError(
+                    f"--out {out}: not empty and not created by skewlens demo; "
+                    "name a new or empty directory, or remove this one yourself"
+                )
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        marker = "created by skewlens demo; replaced by the next demo with this --out\n"
+        (out / DEMO_MARKER).write_text(marker)
+    except OSError as e:
+        raise SkewlensError(
+            f"--out {out}: cannot be made the demo's directory ({why_not_created(out, e)}); "
+            "give --out a directory you can write"
+        ) from None
 
 
 #: How long an interrupted demo waits for the ``skewlens`` it runs to clean up and end: longer than
