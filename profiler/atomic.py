@@ -84,6 +84,20 @@ def why_not_created(path: Path, e: OSError) -> str:
     return e.strerror or str(e) or type(e).__name__
 
 
+def no_temp_dir() -> str | None:
+    """Why no temporary directory can be had, in a line that says what to set; None where one can. Python's
+    ``tempfile`` takes the first writable of ``TMPDIR``, ``TEMP``, ``TMP``, ``/tmp``, ``/var/tmp``,
+    ``/usr/tmp`` and the working directory; where none is (a locked-down node's read-only ``/tmp`` and a
+    ``TMPDIR`` that does not exist), each ``mkdtemp`` raised ``FileNotFoundError: No usable temporary
+    directory found in [...]``, a traceback, or behind another error's words (``No such file or
+    directory``)."""
+    try:
+        tempfile.gettempdir()
+    except OSError as e:
+        return f"{e.strerror or e}; set TMPDIR to a writable directory"
+    return None
+
+
 def check_writable(path: str | Path) -> None:
     """Refuse, before any work, an output ``path`` that could not be written: a parent that is a regular
     file, or the nearest existing one not writable (a :class:`SkewlensError` naming ``path``). Nothing is

@@ -17,6 +17,7 @@ from slow_guard import install, pytest_runtest_makereport, pytest_runtest_protoc
 
 from skewlens.analysis.records import BlameRecord
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 
 __all__ = ["pytest_runtest_makereport", "pytest_runtest_protocol"]
 
@@ -52,6 +53,22 @@ def dlrm_imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dlrm") / "run"
     import_traces([kineto], [host], out)
     return out
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """4 ranks, 2 steps of a compute (rank r 2 ms + r x 0.1 ms) and an all_reduce, 2.6 ms apart: a run to
+    replay (a test file may define its own ``run_dir``)."""
+    b = RunBuilder(world_size=4)
+    for r in range(4):
+        rb = b.rank(r)
+        t = 0
+        for s in range(2):
+            rb.step(s)
+            rb.compute("aten::mm", dur_ns=2_000_000 + 100_000 * r, start_ns=t)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000 - 100_000 * r)
+            t += 2_600_000
+    return b.write(tmp_path / "run")
 
 
 @pytest.fixture

@@ -38,20 +38,6 @@ def compose_replay(overrides: list[str]) -> ReplayConfig:
     return to_config(cfg)
 
 
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    b = RunBuilder(world_size=4)
-    for r in range(4):
-        rb = b.rank(r)
-        t = 0
-        for s in range(2):
-            rb.step(s)
-            rb.compute("aten::mm", dur_ns=2_000_000 + 100_000 * r, start_ns=t)
-            rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=300_000 - 100_000 * r)
-            t += 2_600_000
-    return b.write(tmp_path / "run")
-
-
 def test_the_ready_made_entries_include_the_documented_ones() -> None:
     assert {"dgx_h100_8x", "two_node_ib", "ring", "switch"} <= set(TOPOLOGIES)
     assert {"straggler", "slow_link", "jitter", "none"} <= set(SLOWDOWNS)

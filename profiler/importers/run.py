@@ -29,6 +29,7 @@ from pathlib import Path
 from skewlens.profiler.atomic import (
     chmod_as_made,
     dangling_link,
+    no_temp_dir,
     replace_dir,
     temp_prefix,
     why_not_created,
@@ -373,6 +374,8 @@ def import_traces(
     except OSError as e:
         raise TraceImportError(f"{out.parent}: cannot create ({why_not_created(out, e)})") from None
     budget = DEFAULT_MEMORY_BUDGET_BYTES if memory_budget_bytes is None else memory_budget_bytes
+    if (why := no_temp_dir()) is not None:  # a FileNotFoundError traceback
+        raise TraceImportError(f"the import's scratch files need a temporary directory: {why}")
     with tempfile.TemporaryDirectory(prefix="skewlens-import-") as scratch:
         k_files = expand_inputs(kineto, Path(scratch) / "kineto")
         h_files = expand_inputs(host_et, Path(scratch) / "host") if host_et else []

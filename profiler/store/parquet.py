@@ -38,7 +38,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-from skewlens.profiler.atomic import check_replaceable, export_marker, replace_dir, staging_dir
+from skewlens.profiler.atomic import check_replaceable, export_marker, no_temp_dir, replace_dir, staging_dir
 from skewlens.profiler.errors import SkewlensError, TraceFormatError
 from skewlens.profiler.manifest import MANIFEST_NAME, ProcessGroupInfo, with_world_ranks
 from skewlens.profiler.store.issues import Issue, IssueLog, Severity, path_word
@@ -361,6 +361,10 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
         for f, r in todo:
             yield _export_rank(f, r, tmp, pg_names, world)
         return
+    if (why := no_temp_dir()) is not None:  # it was "cannot write OUT: No such file or directory"
+        raise SkewlensError(
+            f"the export's worker processes need a temporary directory: {why} (or --workers 1)"
+        )
     with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
         futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
         try:

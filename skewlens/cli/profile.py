@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skewlens.cli.options import ArgumentParser, help_text, user_path
+from skewlens.profiler.atomic import no_temp_dir
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import PARQUET_DIR, PARTS_DIR
@@ -127,6 +128,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
     refuse_wrapped_groups(os.environ.get(DEBUG_ENV, ""), "in skewlens profile's environment")
+    if (why := no_temp_dir()) is not None:  # only the command's traceback said it (torchrun's log directory)
+        print(f"skewlens profile: warning: {why} (torchrun and torch need one)", file=sys.stderr)
     native_failure = _build_native() if level == Level.COLLECTIVES else ""
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import importlib.util
 import os
 import re
@@ -23,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from skewlens.console import (
     undecodable_name,
 )
 from skewlens.paths import CONF_DIR, conf_entries
-from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
+from skewlens.profiler.atomic import move_into, no_temp_dir, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -1152,12 +1153,14 @@ def remove_if_empty(top: Path, leaf: Path) -> None:
         d = d.parent
 
 
-def topology_files(args: list[str], tmp: Path) -> list[str]:
+def topology_files(args: list[str], scratch: Callable[[], Path]) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
     entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
     put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
     bundled entry has that name, or where Hydra would read the name as a number, bool or null), and so is
-    the topology where the file gives it no ``name``."""
+    the topology where the file gives it no ``name``. ``tmp`` is ``scratch()``, a temporary directory made
+    only here: a replay without a topology file needs none (where no temporary directory was usable, every
+    replay was a ``FileNotFoundError`` traceback); one with a file is told what to set."""
     dirs = user_conf_dirs(args)
     builtin = known_entries("topology", dirs or [])
     settings = group_settings("topology", args)
@@ -1183,6 +1186,9 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
                 raise ConfigError(f"topology={item}: no such file")
             check_group_file("topology", item, p, settings)
             name = p.stem if p.stem not in builtin and _hydra_reads_as_name(p.stem) else f"file_{p.stem}"
+            if (why := no_temp_dir()) is not None:
+                raise ConfigError(f"topology={item}: cannot be copied where Hydra finds it: {why}")
+            tmp = scratch()
             (tmp / "topology").mkdir(parents=True, exist_ok=True)
             copy_named(p, tmp / "topology" / f"{name}.yaml")
             names.append(name)
@@ -1190,7 +1196,7 @@ def topology_files(args: list[str], tmp: Path) -> list[str]:
         out.append(f"topology={','.join(names)}")
     if not found:
         return out
-    entry = f"file://{tmp}"
+    entry = f"file://{scratch()}"
     for k, arg in enumerate(out):
         if arg.startswith("hydra.searchpath=[") and arg.endswith("]"):
             rest = arg[len("hydra.searchpath=[") : -1]
@@ -1440,8 +1446,11 @@ def main(argv: list[str] | None = None) -> int:
 
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv
-    with tempfile.TemporaryDirectory(prefix="skewlens-topology-") as tmp:
-        hydra_args = topology_files(args, Path(tmp))
+    with contextlib.ExitStack() as stack:
+        scratch = functools.cache(
+            lambda: Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skewlens-topology-")))
+        )
+        hydra_args = topology_files(args, scratch)
         made = make_out_dir(args)
         sys.argv = ["skewlens replay", *flags_last(hydra_args)]  # argparse names the program after it
         # --info prints through logging, whose handler took a closed stdout (`| head`) as an error per line
