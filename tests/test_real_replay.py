@@ -377,6 +377,63 @@ def test_a_timeout_is_the_error_raised_though_another_rank_failed_first_and_the_
     )
 
 
+#: The end of torchrun's log in a network namespace whose loopback is down (``unshare -n``), after 2.5
+#: minutes of retries: lines of torch's own, shortened (a frame's path, the C++ frames left out).
+NO_LOOPBACK_LOG = """\
+[W1207 01:32:35.067332004 socket.cpp:764] [c10d] The client socket has failed to connect to [::1]:44468 \
+(errno: 101 - Network is unreachable).
+[E1207 01:32:35.067366976 socket.cpp:818] [c10d] The client socket has failed to connect to any network \
+address of (localhost, 45705).
+Exception raised from run at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/socket.cpp:820 (most recent \
+call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 254, in create_backend
+    store = _create_tcp_store(params)
+            ^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/venv/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 180, in _create_tcp_store
+    raise RendezvousConnectionError(
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has \
+failed. See inner exception for details.
+"""
+
+
+@pytest.mark.parametrize("standalone", [True, False])
+def test_a_launcher_that_ended_in_a_traceback_is_said_by_its_exception_and_the_sockets_reason(
+    tmp_path: Path, standalone: bool
+) -> None:
+    # the error quoted the log's last 5 lines, the traceback's frames: "log .../launcher.log: store =
+    # _create_tcp_store(params) | ^^^^^^^^^^^^^^^^^^^^^^^^^ | File \".../c10d_rendezvous_backend.py\", line
+    # 180, ..." named neither the error nor that the loopback interface was down
+    script = f"import sys; sys.stdout.write({NO_LOOPBACK_LOG!r}); raise SystemExit(1)"
+    args = ["--standalone"] if standalone else ["--rdzv-endpoint=head:29500"]
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script, *args], work_dir=tmp_path / "work", deadline_s=30)
+    said = (
+        f"real replay: the launcher exited with code 1; log {tmp_path / 'work' / 'launcher.log'}: "
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d "
+        "store has failed. See inner exception for details. (the connection's error: Network is unreachable)"
+    )
+    hint = (
+        "; torchrun --standalone serves its rendezvous on this host, over the loopback interface: bring it "
+        "up (ip link set lo up), or allow local connections"
+    )
+    assert str(e.value) == said + (hint if standalone else "")
+
+
+def test_a_launcher_log_without_a_traceback_is_said_by_its_last_lines(tmp_path: Path) -> None:
+    script = (
+        "print('usage: torchrun [-h]'); print('torchrun: error: unrecognized arguments: --bogus'); exit(2)"
+    )
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script], work_dir=tmp_path / "work", deadline_s=30)
+    assert str(e.value).endswith(
+        "launcher.log: usage: torchrun [-h] | torchrun: error: unrecognized arguments: --bogus"
+    )
+
+
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path, sleepers: _Sleepers) -> None:
     # an interactive terminal's Ctrl-C: Python's default handler, even where this test runs as a
     # background job of a non-interactive shell (which starts its children with SIGINT ignored)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -231,13 +232,35 @@ def _rendezvous_timed_out(log: Path) -> bool:
         return False
 
 
-def _log_tail(log: Path, lines: int = 5) -> str:
-    """The last ``lines`` lines of ``log``, on one line."""
+#: The line that ends a Python traceback: the exception's (dotted) name and its message, not indented.
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*")
+#: The reason torch's c10d gives for a failed connection: ``(errno: 101 - Network is unreachable)``.
+_SOCKET_REASON = re.compile(r"\(errno: \d+ - ([^)]+)\)")
+#: What to do when torchrun --standalone cannot reach the rendezvous store it serves on this host.
+_LOOPBACK_HINT = (
+    "torchrun --standalone serves its rendezvous on this host, over the loopback interface: bring it up "
+    "(ip link set lo up), or allow local connections"
+)
+
+
+def _log_tail(log: Path, standalone: bool = False, lines: int = 5) -> str:
+    """What ``log`` says failed, on one line: the exception that ended its last Python traceback (with the
+    reason the last failed socket connection gave, where torch's c10d logged one), else its last ``lines``
+    lines. The last lines of a traceback were its frames ('store = _create_tcp_store(params) | ^^^^ |
+    File ".../c10d_rendezvous_backend.py", ...' in a network namespace with no loopback, 2.5 minutes of
+    retries later) and named neither the error nor its cause. ``standalone``: the launcher served its own
+    rendezvous, and a failed connection to it says what to do."""
     try:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return " | ".join(line.strip() for line in text[-lines:])
+    starts = [k for k, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
+    ends = [line.strip() for line in text[starts[-1] :] if _EXCEPTION_LINE.fullmatch(line)] if starts else []
+    if not ends:
+        return " | ".join(line.strip() for line in text[-lines:])
+    reasons = _SOCKET_REASON.findall("\n".join(text))
+    said = f"{ends[-1]} (the connection's error: {reasons[-1]})" if reasons else ends[-1]
+    return f"{said}; {_LOOPBACK_HINT}" if standalone and "RendezvousConnectionError" in said else said
 
 
 def launcher_log(work_dir: Path, launcher_args: Sequence[str] | None) -> Path:
@@ -314,7 +337,7 @@ def run_workers(
         _share_torchrun_logs(work_dir / TORCHRUN_LOGS)
     if not (timed_out or errors or proc.returncode != 0):
         return
-    tail = _log_tail(log)  # before the log moves
+    tail = _log_tail(log, standalone="--standalone" in cmd)  # before the log moves
     rendezvous = _rendezvous_timed_out(log)
     progress = _read_progress(work_dir)
     shown = keep_logs(log) if keep_logs is not None else log
