@@ -106,8 +106,11 @@ def check_writable(path: str | Path) -> None:
     if (blocker := not_a_directory(p)) is not None:
         raise SkewlensError(f"cannot write {p}: {blocker} is not a directory")
     existing = next(a for a in p.parents if a.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SkewlensError(f"cannot write {p}: {existing}: Permission denied")
+    if not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount (a locked-down node's) said it too
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        raise SkewlensError(
+            f"cannot write {p}: {existing}: {os.strerror(errno.EROFS if read_only else errno.EACCES)}"
+        )
 
 
 @contextmanager

@@ -77,6 +77,33 @@ def test_every_writer_names_the_regular_file_in_the_way(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # and nothing is made to check it
 
 
+def test_a_place_on_a_read_only_file_system_is_said_to_be_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `skewlens calibrate RUN --out cal.yaml` in a read-only working directory (a locked-down node's) said
+    # "cannot write cal.yaml: .: Permission denied", of a directory the user owns. The mount is simulated
+    # (access(2) says no to root on a read-only one, and os.statvfs flags it)
+    import os
+
+    real_statvfs = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, path: object) -> None:
+            self.f_flag = real_statvfs(path).f_flag | os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "statvfs", ReadOnly)
+    with pytest.raises(
+        SkewlensError, match=f"^cannot write {tmp_path / 'cal.yaml'}: {tmp_path}: Read-only file system$"
+    ):
+        check_writable(tmp_path / "cal.yaml")
+    monkeypatch.setattr(os, "statvfs", real_statvfs)
+    with pytest.raises(
+        SkewlensError, match=f"^cannot write {tmp_path / 'cal.yaml'}: {tmp_path}: Permission denied$"
+    ):
+        check_writable(tmp_path / "cal.yaml")
+
+
 @pytest.mark.parametrize("command", ["analyze", "replay"])
 def test_a_directory_at_one_output_name_refuses_the_move_and_leaves_the_earlier_output_whole(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
