@@ -254,6 +254,9 @@ class SweepSummary(Callback):
         del kwargs
         try:
             self._summarise(Path(str(config.hydra.sweep.dir)))
+        except SkewlensError as e:  # as at the start: Hydra made it a two-line UserWarning, and exit code 0
+            print_stderr(f"skewlens replay: error: {e}")
+            sys.exit(FAILED_EXIT)
         finally:
             if self._held is not None:
                 os.close(self._held)  # releases the sweep directory

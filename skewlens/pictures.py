@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.errors import SkewlensError
 
 
 def figure_class() -> Any:
@@ -25,6 +26,8 @@ def figure_class() -> Any:
     log.setLevel(logging.ERROR)
     try:
         from matplotlib.figure import Figure
+    except OSError as e:  # no cache directory it can write (HOME read-only and no temporary directory)
+        raise SkewlensError(f"cannot draw pictures: {e}") from None
     finally:
         log.setLevel(level)
     return Figure

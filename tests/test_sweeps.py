@@ -159,6 +159,33 @@ def test_a_failing_point_of_a_sweep_in_this_process_is_reported_the_same_way(
     assert OmegaConf.load(out / "1" / "config.yaml").slowdown.factor == 2.0
 
 
+def test_a_sweep_whose_picture_cannot_be_drawn_is_an_error_with_its_table_kept(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HOME read-only and no temporary directory (a locked-down node): matplotlib's import raised OSError
+    # in Hydra's end-of-sweep callback, which Hydra printed as two lines, "UserWarning: Callback
+    # SweepSummary.on_multirun_end raised OSError: Matplotlib requires access to a writable cache
+    # directory ..." and "warnings.warn(", then exit code 0 without sweep.png. The import is made to fail
+    # as it did there (the test process has matplotlib loaded already)
+    import types
+
+    class Unimportable(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            raise OSError("Matplotlib requires access to a writable cache directory; set MPLCONFIGDIR")
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", Unimportable("matplotlib.figure"))
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, "slowdown.factor=1.0,2.0", "perfetto=false"]) == 2
+    # the jobs' warnings (rank 3's communication without an end) aside
+    err = [line for line in capsys.readouterr().err.splitlines() if ": warning: " not in line]
+    said = "cannot draw pictures: Matplotlib requires access to a writable cache directory; set MPLCONFIGDIR"
+    assert err == [f"skewlens replay: error: {said}"]
+    rows = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert sorted(r["job"] for r in rows) == [0, 1]
+    assert not (out / "sweep.png").exists()
+
+
 def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_job_outputs_and_table(
     tmp_path: Path,
 ) -> None:
