@@ -4,4 +4,4 @@ Importing this package (or loading a run directory) must not import torch; only
 ``skewlens.profiler.capture`` does.
 """
 
-__version__ = "0.1.0"
+from skewlens import __version__ as __version__  # written once, there

@@ -185,3 +185,28 @@ def test_a_value_that_begins_with_a_dash_otherwise_is_refused_with_the_form_that
         "skewlens analyze: error: argument --out: expected one argument (a value that begins with '-' is "
         "written --out=VALUE)"
     )
+
+
+def test_the_version_is_written_once_and_skewlens_version_says_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # pyproject.toml said version = "0.1.0", and skewlens/__init__.py and skewlens/profiler/__init__.py said
+    # it again: a release that bumped one left the wheel's metadata and `skewlens --version` disagreeing
+    import tomllib
+
+    import skewlens
+    import skewlens.profiler
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "skewlens.__version__"}
+    spelled = [
+        p.relative_to(root).as_posix()
+        for d in ("skewlens", "profiler", "replay", "analysis")
+        for p in (root / d).rglob("*.py")
+        if re.search(r"^__version__\s*=", p.read_text(encoding="utf-8"), re.MULTILINE)
+    ]
+    assert spelled == ["skewlens/__init__.py"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", skewlens.__version__)
+    assert skewlens.profiler.__version__ == skewlens.__version__
+    assert skewlens_main(["--version"]) == 0
+    assert capsys.readouterr().out == f"skewlens {skewlens.__version__}\n"
