@@ -16,7 +16,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -197,15 +197,26 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     directory holds the staging directory itself: its files then move by renames on ``out``'s own file
     system. Beside it, an ``out`` that is a mount point (a container's output volume) failed every move
     with ``Invalid cross-device link``, and one whose parent the user cannot write (a CI job's own
-    artifacts directory) was refused as ``Permission denied``."""
+    artifacts directory) was refused as ``Permission denied``.
+
+    The command holds a lock of its staging directory (``flock``) until the block ends; the staging
+    directories for ``out`` that a killed command left (SIGKILL, the OOM killer: nothing of its own
+    removed them, and each held a whole output) are removed when the next one begins
+    (:func:`_remove_abandoned`). Where the file system cannot lock, none is removed."""
     if (why := dangling_link(out)) is not None:
         raise SkewlensError(f"cannot write {out}: {why}")
     home = out if inside and out.is_dir() else out.parent
+    held = None
     try:
         home.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
+        with _locked(home):  # made and locked before another command's look at what is abandoned
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
+            held = lock_directory(tmp, wait=False)  # new: no one else holds it
+            _remove_abandoned(home, out.name, tmp)
         chmod_as_made(tmp)
     except OSError as e:
+        if held is not None:
+            os.close(held)
         why = why_not_created(out, e)
         if (
             isinstance(e, PermissionError) and home != out and out.is_dir()
@@ -223,6 +234,30 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
         raise kind(_as_written(str(e), tmp, out)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if held is not None:
+            os.close(held)
+
+
+def _remove_abandoned(home: Path, out_name: str, mine: Path) -> None:
+    """Remove the staging directories for an output named ``out_name`` in ``home`` (other than ``mine``)
+    that no command holds (:func:`staging_dir`): a command killed before it moved its outputs in left one,
+    which nothing removed (a replay's ``OUT/.OUT.k3j2x7ab.tmp/`` with a whole replay's files in it, one
+    more for each replay killed). One that a running command holds, or whose lock cannot be taken here (a
+    file system without locks), is left."""
+    with suppress(OSError):  # home unreadable: nothing to look at
+        for p in home.iterdir():
+            if p == mine or not is_staging_name(out_name, p.name) or p.is_symlink() or not p.is_dir():
+                continue
+            try:
+                fd = lock_directory(p, wait=False)
+            except BlockingIOError:
+                continue  # a running command's
+            if fd is None:
+                continue
+            try:
+                shutil.rmtree(p, ignore_errors=True)
+            finally:
+                os.close(fd)
 
 
 def _as_written(message: str, tmp: Path, out: Path) -> str:

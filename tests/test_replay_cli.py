@@ -525,6 +525,40 @@ def test_an_interrupted_replay_removes_what_it_wrote_and_keeps_what_was_there(
     capsys.readouterr()
 
 
+def test_a_replay_killed_while_writing_leaves_a_staging_directory_that_the_next_replay_removes(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SIGKILL (the OOM killer, a batch system past its time) left OUT/.o.<random>.tmp/ holding the killed
+    # replay's files; no later replay into OUT removed it (one more for each replay killed), while a sweep
+    # removed its jobs' (skewlens.replay.sweep)
+    from skewlens.profiler.atomic import staging_dir
+
+    out = tmp_path / "o"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) == 0
+    killed = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from skewlens.profiler.atomic import staging_dir\n"
+        "with staging_dir(Path(sys.argv[1]), inside=True) as stage:\n"
+        "    (stage / 'summary.parquet').write_text('half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", killed, str(out)], env=env, timeout=60, check=False)
+    assert proc.returncode == -9
+    (left,) = [p for p in out.iterdir() if p.name.startswith(".")]
+    assert (left / "summary.parquet").read_text() == "half"
+    with staging_dir(out, inside=True) as running:  # another command's, still writing: left alone
+        assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) == 0
+        hidden = [p for p in out.iterdir() if p.name.startswith(".")]
+        assert hidden == [running]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml", "summary.parquet", "timeline.json", "timeline.parquet"
+    ]  # fmt: skip
+    assert pq.read_table(out / "summary.parquet").num_rows > 0
+    capsys.readouterr()
+
+
 def test_two_hydra_run_modes_at_once_give_one_line_not_hydras_traceback(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
