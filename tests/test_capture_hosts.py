@@ -19,6 +19,7 @@ from capture_helpers import EXAMPLE, run_together
 
 from skewlens.analysis import analyze_run
 from skewlens.cli import main as skewlens_main
+from skewlens.paths import doc
 from skewlens.profiler.capture.run import PROBE_PREFIX, finalize_run, prepare_run_dir
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.chakra_io import EtWriter
@@ -439,8 +440,8 @@ def test_a_hosts_summary_and_check_give_the_other_hosts_ranks_of_a_1024_rank_job
         "no trace here: the job spans hosts (this directory's host ran 8 ranks of its 1,024) and the rank's "
         "host saved none in this "
         "directory: RUN_DIR must be on storage every host sees, or the hosts' directories combined with "
-        "skewlens merge (docs/capture.md, Across hosts); else the process crashed or was killed before "
-        "saving (the command exited)"
+        f"skewlens merge ({doc('docs/capture.md')}, Across hosts); else the process crashed or was killed "
+        "before saving (the command exited)"
     )
     assert set(m.notes.values()) == {note} and m.notes.keys() == {f"rank {r}" for r in m.missing_ranks}
     buf = io.StringIO()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from user_docs import flags_in_code
 
+from skewlens import paths as skewlens_paths
 from skewlens.cli import SUBCOMMANDS
 from skewlens.cli import main as skewlens_main
 
@@ -210,3 +212,72 @@ def test_the_version_is_written_once_and_skewlens_version_says_it(capsys: pytest
     assert skewlens.profiler.__version__ == skewlens.__version__
     assert skewlens_main(["--version"]) == 0
     assert capsys.readouterr().out == f"skewlens {skewlens.__version__}\n"
+
+
+#: A path in help text: a document, or a folder of the checkout's (conf/topology/, docs/replay.md).
+_NAMED_PATH = re.compile(r"[\w./~-]*\.md\b|\b(?:conf|docs|examples|scripts|benchmarks)/[\w./-]*")
+
+
+def _all_help(capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    said = {}
+    for command in ["", *SUBCOMMANDS]:
+        argv = [command, "--help"] if command else ["--help"]
+        with contextlib.suppress(SystemExit):
+            skewlens_main(argv)
+        said[command or "skewlens"] = capsys.readouterr().out
+    return said
+
+
+def test_every_path_the_commands_help_names_is_there_wherever_the_command_is_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # replay's help ended "The groups and settings: conf/README.md; more in docs/replay.md.", and calibrate's
+    # --topology "an entry of conf/topology/": paths of the checkout, which a wheel user does not have
+    monkeypatch.chdir(tmp_path)
+    named = {
+        (command, m.group(0).rstrip(".")) for command, text in _all_help(capsys).items()
+        for m in _NAMED_PATH.finditer(text)
+    }  # fmt: skip
+    missing = [(c, p) for c, p in sorted(named) if not (Path(p).is_absolute() and Path(p).exists())]
+    assert missing == []
+    assert {p for _c, p in named} >= {
+        str(skewlens_paths.PACKAGE_DIR / "conf" / "README.md"),
+        str(skewlens_paths.PACKAGE_DIR / "docs" / "replay.md"),
+    }
+
+
+def test_no_message_names_a_document_by_a_path_only_a_checkout_has() -> None:
+    # "(docs/capture.md, Across hosts)", "(cap.step(), docs/capture.md)", "(docs/parquet.md)": relative paths
+    # that named nothing for a wheel user; skewlens.paths.doc names the installed copy
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for d in ("skewlens", "profiler", "replay", "analysis"):
+        for path in sorted((root / d).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {
+                id(n.body[0].value)
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and n.body
+                and isinstance(n.body[0], ast.Expr)
+            }
+            doc_args = {
+                id(a)
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "doc"
+                for a in n.args
+            }
+            found += [
+                f"{path.relative_to(root)}:{n.lineno}: {n.value}"
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and id(n) not in docstrings | doc_args
+                and re.search(r"\b(docs|conf)/[\w./-]*\.md\b", n.value)
+            ]
+    assert found == []
+    assert skewlens_paths.doc("docs/capture.md") == str(skewlens_paths.DOCS_DIR / "capture.md")
+    for name in ("docs/capture.md", "docs/parquet.md", "docs/replay.md", "conf/README.md"):
+        assert Path(skewlens_paths.doc(name)).is_file(), name

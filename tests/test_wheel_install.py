@@ -103,6 +103,10 @@ def test_the_wheel_installs_one_top_level_package_with_its_configs_and_example(w
         "skewlens/conf/replay.yaml",
         "skewlens/conf/topology/switch.yaml",
         "skewlens/conf/slowdown/straggler.yaml",
+        "skewlens/conf/README.md",
+        "skewlens/docs/replay.md",  # the help and messages name these (skewlens.paths.doc)
+        "skewlens/docs/capture.md",
+        "skewlens/docs/parquet.md",
         "skewlens/examples/train.py",
         "skewlens/profiler/capture/bootstrap/sitecustomize.py",
         "skewlens/profiler/capture/gloo_events.cpp",
@@ -178,6 +182,35 @@ def test_the_installed_venv_has_no_jupyter_stack_and_skewlens_outside_the_checko
     assert sorted(out["absent"]) == sorted(
         ["jupyterlab", "IPython", "hta", "plotly", "pandas", "profiler", "replay", "analysis"]
     )
+
+
+def test_every_path_the_installed_commands_help_names_is_in_the_venv(venv: Path, tmp_path: Path) -> None:
+    # replay's help sent a wheel user to conf/README.md and docs/replay.md, calibrate's to conf/topology/:
+    # paths of the checkout, which the venv does not have
+    import re
+
+    sk = str(venv / "bin" / "skewlens")
+    version = _run([sk, "--version"], tmp_path)
+    assert (version.returncode, version.stdout) == (0, f"skewlens {skewlens_version()}\n")
+    named = set()
+    commands = ("profile", "merge", "import", "check", "export", "replay", "calibrate", "analyze", "demo")
+    for command in commands:
+        res = _run([sk, command, "--help"], tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        named |= {
+            m.group(0).rstrip(".")
+            for m in re.finditer(r"[\w./~-]*\.md\b|\b(?:conf|docs|examples)/[\w./-]*", res.stdout)
+        }
+    assert named, "no document named"
+    missing = [p for p in sorted(named) if not Path(p).is_absolute() or not Path(p).is_file()]
+    assert missing == []
+    assert all(Path(p).resolve().is_relative_to(venv.resolve()) for p in named), named
+
+
+def skewlens_version() -> str:
+    import skewlens
+
+    return skewlens.__version__
 
 
 def test_a_training_repo_with_its_own_profiler_analysis_and_replay_runs_unchanged_and_the_loop_works(

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from skewlens.paths import doc
 from skewlens.profiler.bounded import (
     JSON_GZIP_FLOOR_BYTES,
     JSON_GZIP_RATIO,
@@ -281,7 +282,7 @@ def _say_killed(grace_s: float, signal_name: str) -> None:
         f"skewlens profile: the command did not end within {grace_s:.0f} s of {signal_name}: killed it and "
         "everything under it. A rank blocked in a collective (a peer frozen, gone, or waiting in another "
         "collective) cannot save its trace; init_process_group(timeout=...) bounds that wait "
-        "(docs/capture.md, Across hosts)",
+        f"({doc('docs/capture.md')}, Across hosts)",
         file=sys.stderr,
     )
 
@@ -557,8 +558,8 @@ def _merge(
             notes[rank_note_key(r)] = (
                 f"{OTHER_HOST_NOTE} ({_ran_here(ran_here, world)}) and the rank's host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
-                "directories combined with skewlens merge (docs/capture.md, Across hosts); else the process "
-                f"crashed or was killed before saving ({why})"
+                f"directories combined with skewlens merge ({doc('docs/capture.md')}, Across hosts); else "
+                f"the process crashed or was killed before saving ({why})"
             )
         else:
             notes[rank_note_key(r)] = (

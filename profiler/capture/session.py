@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from skewlens.paths import doc
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.capture import flight
 from skewlens.profiler.capture.autostart import ENV_PROFILE
@@ -701,7 +702,7 @@ class CaptureSession:
                 f"{len(self._optimizer_steps)} optimizers stepped; a step ends at each step() of the first "
                 f"to step ({first[0]}, {first[1]} calls by the end of the window; others: {others}): where a "
                 "training step calls "
-                "several, mark steps with the Python API (docs/capture.md)"
+                f"several, mark steps with the Python API ({doc('docs/capture.md')})"
             )
         ops, host_ops, syncs = self._ops()
         if self._program_profiler is not None:  # no profiler of the capture's own is started after this

@@ -38,6 +38,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from skewlens.paths import doc
 from skewlens.profiler import chakra_schema as pb
 from skewlens.profiler.atomic import export_marker
 from skewlens.profiler.bounded import open_archive, open_regular
@@ -168,7 +169,7 @@ def _refuse_parquet_export(p: Path) -> None:
         where = f" ({source})" if isinstance(source, str) else ""
         raise ManifestError(
             f"{p}: a Parquet export (skewlens export), not a run directory: pass the run it was exported from"
-            f"{where}; the tables are read with DuckDB, pyarrow or Spark (docs/parquet.md)"
+            f"{where}; the tables are read with DuckDB, pyarrow or Spark ({doc('docs/parquet.md')})"
         )
 
 

@@ -176,8 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         "--topology",
         default=None,
         metavar="NAME|FILE",
-        help="base topology (an entry of conf/topology/ or a YAML file): its dimensions are the link "
-        "classes fitted, its placement maps ranks to them (default: every rank on one switch)",
+        help="base topology, a YAML file or one of skewlens replay's topology entries "
+        f"({', '.join(sorted(conf_entries('topology')))}): its dimensions are the link classes fitted, its "
+        "placement maps ranks to them (default: every rank on one switch)",
     )
     p.add_argument(
         "--algorithm",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skewlens.cli.options import ArgumentParser, help_text, user_path
+from skewlens.paths import doc
 from skewlens.profiler.atomic import no_temp_dir
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
 from skewlens.profiler.errors import CaptureError
@@ -183,7 +184,7 @@ def main(argv: list[str]) -> int:
             f"{shlex.join(command)}: no rank saved a trace. A rank saves it when the window ends or when "
             "it exits through Python (os._exit skips that); did it import torch, and run "
             f"{window.wait + window.warmup + 1}+ steps, each ended by optimizer.step()? A loop without an "
-            "optimizer marks its steps with the Python API (cap.step(), docs/capture.md)"
+            f"optimizer marks its steps with the Python API (cap.step(), {doc('docs/capture.md')})"
         )
     if OPTIONS_NOTE in manifest.notes:
         print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)

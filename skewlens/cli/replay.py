@@ -50,7 +50,7 @@ from skewlens.console import (
     report_console,
     undecodable_name,
 )
-from skewlens.paths import CONF_DIR, conf_entries
+from skewlens.paths import CONF_DIR, conf_entries, doc
 from skewlens.profiler.atomic import move_into, no_temp_dir, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
@@ -86,9 +86,17 @@ from skewlens.rich_progress import RichProgress
 SCHEMA_NAME = "replay_schema"
 
 
+#: The resolver ``replay.yaml``'s help names documents with (``${skewlens_doc:docs/replay.md}``): their
+#: installed paths (:func:`skewlens.paths.doc`); a relative ``docs/replay.md`` named nothing a wheel user has.
+DOC_RESOLVER = "skewlens_doc"
+
+
 def register_configs() -> None:
-    """Register the root schema in Hydra's ConfigStore (``replay.yaml`` lists it first in its defaults)."""
+    """Register the root schema in Hydra's ConfigStore (``replay.yaml`` lists it first in its defaults), and
+    :data:`DOC_RESOLVER`."""
     ConfigStore.instance().store(name=SCHEMA_NAME, node=ReplayConfig)
+    if not OmegaConf.has_resolver(DOC_RESOLVER):
+        OmegaConf.register_new_resolver(DOC_RESOLVER, doc)
 
 
 def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
