@@ -281,3 +281,32 @@ def test_no_message_names_a_document_by_a_path_only_a_checkout_has() -> None:
     assert skewlens_paths.doc("docs/capture.md") == str(skewlens_paths.DOCS_DIR / "capture.md")
     for name in ("docs/capture.md", "docs/parquet.md", "docs/replay.md", "conf/README.md"):
         assert Path(skewlens_paths.doc(name)).is_file(), name
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_skewlens_help_command_is_the_commands_own_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `skewlens help replay` printed the list of commands and exit 0, replay's help nowhere
+    with contextlib.suppress(SystemExit):
+        skewlens_main([command, "--help"])
+    own = capsys.readouterr().out
+    with contextlib.suppress(SystemExit):
+        skewlens_main(["help", command])
+    assert capsys.readouterr().out == own
+    assert own and "commands:" not in own
+
+
+def test_skewlens_help_of_no_such_command_says_so_and_the_list_says_how_to_get_a_commands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert skewlens_main(["help", "replya"]) == 2
+    assert (
+        capsys.readouterr().err.splitlines()[0]
+        == "skewlens: unknown command 'replya' (did you mean 'replay'?)"
+    )
+    assert skewlens_main(["--help"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert (
+        said[-1] == "skewlens <command> --help (or skewlens help <command>): its options; skewlens --version"
+    )

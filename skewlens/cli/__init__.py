@@ -59,6 +59,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     lines = ["usage: skewlens <command> [args...]", "", "commands:"]
     lines += [f"  {name:<9} {desc}" for name, (_target, desc) in SUBCOMMANDS.items()]
+    lines += ["", "skewlens <command> --help (or skewlens help <command>): its options; skewlens --version"]
     return "\n".join(lines)
 
 
@@ -147,6 +148,8 @@ def _main_flushed(argv: Sequence[str] | None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["help"] and len(args) == 2:
+        args = [args[1], "--help"]  # `skewlens help replay` printed the list of commands, not replay's help
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage(), file=sys.stdout if args else sys.stderr)  # no command: an error, said on stderr
         return 0 if args else 2

@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=user_path,
         default="demo-out",
-        help="new or empty directory, or one an earlier demo made (replaced)",
+        help="new or empty directory, or one an earlier demo made (replaced); default demo-out",
     )
     p.add_argument(
         "--workload", default="train", help=f"bundled example to run (default train): {', '.join(WORKLOADS)}"
