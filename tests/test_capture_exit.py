@@ -49,11 +49,11 @@ if dist.get_rank() == 1:
     deadline = time.monotonic() + 120
     while not os.path.isdir(go) and time.monotonic() < deadline:
         time.sleep(0.005)
-    time.sleep(0.05)  # rank 0 counts the thread states once it made go, before this completes its collective
     dist.broadcast(torch.ones(16), src=1)
     sys.exit(0)
 
 api = ctypes.pythonapi  # (a PyDLL: its calls keep the GIL)
+libc = ctypes.PyDLL(None)  # the same, for mkdir
 api.PyInterpreterState_Get.restype = ctypes.c_void_p
 api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
 api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
@@ -88,8 +88,13 @@ def at_the_save(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "_at_exit" and "capture" in frame.f_code.co_filename:
         sys.setprofile(None)
         time.sleep(0.05)  # (GIL released) a thread still freeing an earlier collective's tensors finishes
-        os.mkdir(go)  # releases the GIL too: counted after it, the thread states can only grow from here
+        # counted before go, with the GIL held from here (mkdir through the PyDLL keeps it): the thread
+        # states can only grow, and the worker's comes after the count whatever the scheduler does. Before,
+        # os.mkdir (which releases the GIL) made go first, and rank 1 slept 50 ms so that the count came
+        # before the worker's state: a rank 0 descheduled for 50 ms at that point (2 loaded cores) counted
+        # the worker's state in `before` and spun the whole minute, with nothing to see
         before = thread_states()
+        assert libc.mkdir(go.encode(), 0o755) == 0
         deadline = time.monotonic() + 60
         while thread_states() <= before and time.monotonic() < deadline:
             pass  # holding the GIL
