@@ -258,10 +258,23 @@ def test_a_second_sigterm_later_kills_the_command_and_returns(
     from skewlens.profiler.capture import run as run_mod
 
     monkeypatch.setattr(run_mod, "TERM_REPEAT_S", 0.2)
-    for delay in (0.3, 1.0):  # the first SIGTERM, which the command ignores; then the second
-        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    ready = tmp_path / "ready"
+
+    def stop_twice() -> None:
+        # the first SIGTERM once the command ignores it (before, at a fixed 0.3 s: a shell not yet at its
+        # trap on a loaded machine died of it), then the second, 0.8 s after it
+        for _ in range(600):
+            if ready.exists():
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_twice, daemon=True).start()
     t0 = time.monotonic()
-    code = run_mod.run_command(["sh", "-c", "trap '' TERM; sleep 30"], dict(os.environ))
+    cmd = ["sh", "-c", f"trap '' TERM; : > {shlex.quote(str(ready))}; sleep 30"]
+    code = run_mod.run_command(cmd, dict(os.environ))
     assert code == -signal.SIGKILL
     assert time.monotonic() - t0 < run_mod.TERM_GRACE_S  # killed at the second, not after the grace period
 

@@ -13,6 +13,7 @@ import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -98,9 +99,10 @@ def test_a_copy_of_a_ranks_session_in_a_forked_process_saves_nothing_at_exit(
         session.uninstall()
 
 
-def _sleep() -> None:
+def _sleep(asleep: Any) -> None:
     import time
 
+    asleep.set()
     time.sleep(60)
 
 
@@ -112,11 +114,12 @@ def test_a_forked_helper_terminated_inside_the_window_dies_of_sigterm_writing_no
     run = tmp_path / "run"
     session = _session_with_steps(run)
     try:
-        worker = multiprocessing.get_context("fork").Process(target=_sleep, daemon=True)
+        ctx = multiprocessing.get_context("fork")
+        asleep = ctx.Event()
+        worker = ctx.Process(target=_sleep, args=(asleep,), daemon=True)
         worker.start()
-        import time
-
-        time.sleep(0.5)  # in its sleep
+        # in its sleep (before, a fixed 0.5 s: on a loaded machine the SIGTERM could come first)
+        assert asleep.wait(timeout=60)
         worker.terminate()
         worker.join(timeout=30)
         assert worker.exitcode == -15

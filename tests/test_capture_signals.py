@@ -125,9 +125,13 @@ def test_a_stopped_profile_leaves_no_hung_rank_running(tmp_path: Path) -> None:
         time.sleep(2)  # both in their recv
         proc.send_signal(signal.SIGTERM)  # timeout, scancel
         proc.wait(timeout=60)
-        time.sleep(1)
         # a blocked main thread never runs the capture's SIGTERM handler; before, torchrun was killed
-        # after the grace period and both ranks ran on, orphaned, until gloo's timeout
+        # after the grace period and both ranks ran on, orphaned, until gloo's timeout. The ranks are sent
+        # SIGKILL as skewlens profile returns; their end is waited for (up to 20 s, not a fixed 1 s: a
+        # loaded machine can take longer to tear a process down), a rank left running is still one alive
+        gone = time.monotonic() + 20
+        while any(_alive(r) for r in ranks) and time.monotonic() < gone:
+            time.sleep(0.1)
         assert [r for r in ranks if _alive(r)] == []
     finally:
         if proc.poll() is None:
@@ -160,14 +164,23 @@ def test_a_command_killed_by_a_signal_exits_with_128_plus_the_signal_as_a_shell_
 
 
 def test_a_command_killed_after_the_sigterm_grace_period_is_said_to_be_killed_and_why(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # a rank blocked in a collective (its peer on another host frozen) ignores SIGTERM; skewlens profile
     # killed it 20 s later without a word
     from skewlens.profiler.capture import run as run_mod
 
     monkeypatch.setattr(run_mod, "TERM_GRACE_S", 1.0)
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    code = run_mod.run_command(["sh", "-c", "trap '' TERM; sleep 30"], dict(os.environ))
+    ready = tmp_path / "ready"
+
+    def stop() -> None:  # once the command ignores SIGTERM (before: at a fixed 0.5 s, racing the trap)
+        for _ in range(600):
+            if ready.exists():
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop, daemon=True).start()
+    code = run_mod.run_command(["sh", "-c", f"trap '' TERM; : > '{ready}'; sleep 30"], dict(os.environ))
     assert code == -signal.SIGKILL
     assert "the command did not end within 1 s of SIGTERM: killed it" in capsys.readouterr().err
