@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -145,6 +147,10 @@ def process_pool(workers: int, preload: str) -> Iterator[ProcessPoolExecutor]:
     fixes it as it starts a forkserver with modules to preload (``spawn.get_preparation_data`` reads
     ``get_start_method()``), and a notebook's ``multiprocessing.set_start_method("spawn")`` after an import
     from Python was ``RuntimeError: context has already been set``."""
+    # imported here: multiprocessing and the process pool cost the commands that use threads only ~10 ms
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     unset = multiprocessing.get_start_method(allow_none=True) is None
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([preload])

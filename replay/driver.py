@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
 from skewlens.profiler.store.issues import ranks_label, unmatched_comm
 from skewlens.profiler.store.model import RunTrace, type_mask
@@ -35,7 +34,6 @@ from skewlens.replay.outputs import (
     write_summary,
     write_timeline,
 )
-from skewlens.replay.scale import scale_run
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import SummaryRecord, summarize
@@ -247,6 +245,11 @@ def replay_run(
             cfg.trace, lenient=cfg.lenient, lenient_option=LENIENT_OPTION if real_api is None else ""
         )
         if cfg.scale.dp:  # extrapolation (skewlens.replay.scale): the N-rank run is what is replayed
+            # imported here: most replays extrapolate nothing and need neither (~35 ms of start-up)
+            import psutil
+
+            from skewlens.replay.scale import scale_run
+
             run = scale_run(
                 run,
                 cfg.scale.dp,

@@ -27,7 +27,6 @@ import itertools
 import json
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -365,6 +364,9 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
         raise SkewlensError(
             f"the export's worker processes need a temporary directory: {why} (or --workers 1)"
         )
+    # imported here: the replay and analysis import this module for its writers, not its worker processes
+    from concurrent.futures.process import BrokenProcessPool
+
     with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
         futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
         try:
