@@ -57,6 +57,9 @@ PACK_EVENTS = 1 << 12
 #: An integer column whose values span at most this many (and no more than it has rows) is written from
 #: a table of their strings (a ``take``) instead of a cast per row.
 _SMALL_RANGE = 4096
+#: Two neighbouring lookups whose tables have at most this many pairs of entries are written as one (a
+#: table of the pairs): one ``take`` and one joined column fewer a row.
+_MERGED_TABLE = 1024
 _EVENT_SEP = ",\n"
 #: ``displayTimeUnit`` of every trace file written (``ts`` / ``dur`` are µs whatever it says): "ms", the
 #: format's default and what torch.profiler's Kineto JSON says. chrome://tracing only displays times in it
@@ -366,11 +369,25 @@ def _materialise(p: Piece) -> pa.Array | str:
     return p
 
 
+def _pair(a: Lookup, b: Lookup) -> Lookup:
+    """``a`` then ``b`` as one lookup: a table of every pair of their entries (``a``'s suffix and ``b``'s
+    prefix between them), indexed by ``a``'s index times ``b``'s table size plus ``b``'s."""
+    mid = a.suffix + b.prefix
+    table = tuple(x + mid + y for x in a.table for y in b.table)
+    idx = np.asarray(a.idx, dtype=np.int64) * len(b.table) + b.idx
+    return Lookup(table, idx, a.prefix, b.suffix)
+
+
 def _fold(pieces: Iterable[Piece]) -> list[Piece]:
     """Merge adjacent literals, and fold each literal into a neighbouring lookup's table (the table is
-    small; every piece fewer saves one element-wise join per row)."""
+    small; every piece fewer saves one element-wise join per row): a lookup of one entry (a chunk of one
+    rank's ``pid``, one stream's ``tid``) is a literal, and neighbouring lookups of small tables become one
+    (:data:`_MERGED_TABLE`). The 64 x 10,000-node replay's events: 10 joined columns and 8 ``take`` a row
+    before, 6 and 3 now."""
     out: list[Piece] = []
     for p in pieces:
+        if isinstance(p, Lookup) and len(p.table) == 1:
+            p = p.prefix + p.table[0] + p.suffix
         last = out[-1] if out else None
         if isinstance(p, str):
             if isinstance(last, str):
@@ -381,6 +398,12 @@ def _fold(pieces: Iterable[Piece]) -> list[Piece]:
                 out.append(p)
         elif isinstance(p, Lookup) and isinstance(last, str):
             out[-1] = Lookup(p.table, p.idx, last + p.prefix, p.suffix)
+        elif (
+            isinstance(p, Lookup)
+            and isinstance(last, Lookup)
+            and len(last.table) * len(p.table) <= _MERGED_TABLE
+        ):
+            out[-1] = _pair(last, p)
         else:
             out.append(p)
     return out

@@ -37,10 +37,13 @@ from skewlens.replay import outputs
 from skewlens.replay.outputs import ReplayedNodeRecord, write_perfetto, write_timeline
 from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.streaming import (
+    _EVENT_SEP,
     STEPS_TID,
     EventCap,
+    Lookup,
     StepSpans,
     TraceWriter,
+    _pieces,
     cap_events,
     format_events,
     json_fixed,
@@ -48,6 +51,7 @@ from skewlens.replay.streaming import (
     json_strings,
     track_lanes,
 )
+from skewlens.replay.streaming import _fold as fold_pieces
 
 ODD_NAME = 'aten::"odd"\\name\tµ→'
 STEPS = 4
@@ -123,6 +127,45 @@ def test_formatted_rows_parse_to_the_values_they_were_given() -> None:
         assert row["us"] == v / 1000 and isinstance(row["us"], float)
         assert row["ms"] == v / 10**6
         assert row["args"] == {"k": int(small[i]), "deeper": {"n": v}}
+
+
+def test_neighbouring_small_lookups_are_taken_as_one_and_a_one_entry_lookup_is_written_as_text() -> None:
+    # a chunk of one rank's events: name and category are small tables side by side, pid and tid one
+    # value each; then a column of large numbers, and the step again one value
+    n = 300
+    rng = np.random.default_rng(0)
+    names = [f"op{k}" for k in range(5)] + [ODD_NAME]
+    name_idx = rng.integers(0, len(names), n)
+    cat_idx = rng.integers(0, 120, n).astype(np.int8)  # int8, as the categories are: idx x 6 overflows it
+    cats = tuple(json.dumps(f"c{k}") for k in range(120))
+    big = rng.integers(10**9, 10**12, n)
+    fields: list[tuple[str, Any]] = [
+        ("name", json_strings(names, name_idx)),
+        ("cat", Lookup(cats, cat_idx)),
+        ("pid", json_int(np.full(n, 7))),
+        ("tid", json_int(np.full(n, 3))),
+        ("ts", json_fixed(big, 3)),
+        ("args", [("step", json_int(np.full(n, 2)))]),
+    ]
+    pieces = fold_pieces([_EVENT_SEP, *_pieces(fields)])
+    # name x category one lookup (pid and tid folded in as text), the µs' whole part a column, their
+    # fraction a lookup carrying the step as text: 8 lookups before, 2 now
+    assert [type(p).__name__ for p in pieces] == ["Lookup", "StringArray", "Lookup"]
+    assert isinstance(pieces[0], Lookup) and len(pieces[0].table) == len(names) * len(cats)
+    buf = io.BytesIO()
+    TraceWriter(buf).write_formatted(format_events(fields, n))
+    rows = json.loads("[" + buf.getvalue().decode() + "]")
+    assert rows == [
+        {
+            "name": names[name_idx[i]],
+            "cat": f"c{cat_idx[i]}",
+            "pid": 7,
+            "tid": 3,
+            "ts": int(big[i]) / 1000,
+            "args": {"step": 2},
+        }
+        for i in range(n)
+    ]
 
 
 def test_ordered_map_on_threads_keeps_the_order_of_its_items() -> None:
