@@ -382,8 +382,7 @@ def _fold(pieces: Iterable[Piece]) -> list[Piece]:
     """Merge adjacent literals, and fold each literal into a neighbouring lookup's table (the table is
     small; every piece fewer saves one element-wise join per row): a lookup of one entry (a chunk of one
     rank's ``pid``, one stream's ``tid``) is a literal, and neighbouring lookups of small tables become one
-    (:data:`_MERGED_TABLE`). The 64 x 10,000-node replay's events: 10 joined columns and 8 ``take`` a row
-    before, 6 and 3 now."""
+    (:data:`_MERGED_TABLE`). The 64 x 10,000-node replay's events join 6 columns and ``take`` 3 a row."""
     out: list[Piece] = []
     for p in pieces:
         if isinstance(p, Lookup) and len(p.table) == 1:

@@ -61,9 +61,8 @@ def profiled() -> Any:
 def clock_timeout_s() -> float:
     """``SKEWLENS_CLOCK_TIMEOUT_S`` from the environment, else :data:`CLOCK_TIMEOUT_DEFAULT_S`: what
     ``skewlens profile`` gives its command (from its own environment) and what each rank waits. A value
-    that is no time is refused, naming the variable (before, ``skewlens profile`` refused it, while a rank
-    started without it took ``0``, ``-3`` or ``nan`` as its wait and failed on ``soon`` with float's own
-    ``ValueError``)."""
+    that is no time is refused, naming the variable: ``skewlens profile`` and a rank started without it
+    read it by this one rule (:func:`seconds_above_zero`)."""
     text = os.environ.get(ENV_CLOCK_TIMEOUT)
     if text is None:
         return CLOCK_TIMEOUT_DEFAULT_S

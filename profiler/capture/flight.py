@@ -598,10 +598,10 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
     (``gloo:all_reduce``, the input's bytes); one whose entry its thread created inside a functional
     ``reduce_scatter_single`` call (``scatters``: (thread ident, start, end), the hooks' spans, see
     :mod:`skewlens.profiler.capture.waits`) is a REDUCE_SCATTER of those bytes, as a hooked
-    ``reduce_scatter_tensor`` call of the same tensor is, named :data:`FUNCTIONAL_REDUCE_SCATTER_OP` (before,
-    its node kept the recorder's name, and the critical path's share by op counted sequence parallelism's
-    reduce_scatters with the all_reduces); the recorder's name stays in :attr:`CommRecord.ran_as`, which
-    gloo's worker events carry."""
+    ``reduce_scatter_tensor`` call of the same tensor is, named :data:`FUNCTIONAL_REDUCE_SCATTER_OP`, so
+    that the critical path's share by op counts sequence parallelism's reduce_scatters apart from the
+    all_reduces; the recorder's name stays in :attr:`CommRecord.ran_as`, which gloo's worker events
+    carry."""
     by_thread: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for ident, start, end in scatters:
         by_thread[ident].append((start, end))

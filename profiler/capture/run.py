@@ -420,9 +420,9 @@ def _ranks_of_hosts(parts: dict[int, dict], world: int) -> dict[str, int]:
     return out
 
 
-def _ran_here(ran_here: dict[str, int], world: int) -> str:
+def _what_ran_here(ran_here: dict[str, int], world: int) -> str:
     """``this directory's host ran 1 rank of its 3``: what the hosts that saved here ran of the job's
-    ranks (before, ``1 rank(s) per host``, the smallest host's count, said of every host)."""
+    ranks, each host by its own count (hosts may differ in size)."""
     hosts = "host" if len(ran_here) == 1 else f"{len(ran_here):,} hosts"
     return f"this directory's {hosts} ran {counted(sum(ran_here.values()), 'rank')} of its {world:,}"
 
@@ -556,7 +556,7 @@ def _merge(
             )
         elif sum(ran_here.values()) < world:  # its host may have saved it into a RUN_DIR of its own
             notes[rank_note_key(r)] = (
-                f"{OTHER_HOST_NOTE} ({_ran_here(ran_here, world)}) and the rank's host saved "
+                f"{OTHER_HOST_NOTE} ({_what_ran_here(ran_here, world)}) and the rank's host saved "
                 "none in this directory: RUN_DIR must be on storage every host sees, or the hosts' "
                 f"directories combined with skewlens merge ({doc('docs/capture.md')}, Across hosts); else "
                 f"the process crashed or was killed before saving ({why})"
