@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from skewlens.analysis.errors import AnalysisError
-from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
+from skewlens.profiler.store.model import RankTrace, RunTrace, seal_arrays, type_mask
 from skewlens.profiler.vocab import COMM_NODE_TYPES, NodeType
 from skewlens.replay.execution import (
     Coverage,
@@ -333,9 +333,7 @@ def build_index(run: RunTrace) -> RunIndex:
 def _seal(ri: RankIndex) -> None:
     """Make the index's arrays read-only once built, as the execution model's and the run's are: every
     analysis of the run reads the same index, so a write into one would change the others' answers."""
-    for name in ri.__slots__:
-        if isinstance(value := getattr(ri, name), np.ndarray):
-            value.flags.writeable = False
+    seal_arrays(getattr(ri, name) for name in ri.__slots__)
 
 
 def rows_starting_in(ri: RankIndex, a: int, b: int) -> I32:

@@ -88,7 +88,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from skewlens.profiler.store.model import RankTrace, RunTrace, type_mask
+from skewlens.profiler.store.model import RankTrace, RunTrace, seal_arrays, type_mask
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import (
     COMM_NODE_TYPES,
@@ -208,9 +208,7 @@ class RankModel:
         # read-only, as the loaded run's columns are: the model is cached per run and its arrays are shared
         # (the analyses' index holds gap_ns, work_ns and host_work themselves, work_ns and dur_ns may be the
         # trace's), so a write into one would change every other reader's answer, unsaid
-        for f in fields(self):
-            if isinstance(value := getattr(self, f.name), np.ndarray):
-                value.flags.writeable = False
+        seal_arrays(getattr(self, f.name) for f in fields(self))
 
     @property
     def wait_in_ns(self) -> I64:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from skewlens.profiler.store.issues import Issue, Severity
 from skewlens.profiler.store.load import Decoder
-from skewlens.profiler.store.model import RunTrace, not_a_run
+from skewlens.profiler.store.model import RunTrace, not_a_run, seal_arrays
 from skewlens.profiler.store.validate import ValidationReport, validate_run
 from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
@@ -122,10 +122,7 @@ class SimResult:
         (numpy unpickles every array writable, and an edit of the copy left its cached step spans stale)."""
         for f, value in state.items():
             object.__setattr__(self, f, value)
-            arrays = value.values() if isinstance(value, dict) else [value]
-            for a in arrays:
-                if isinstance(a, np.ndarray):
-                    a.flags.writeable = False
+            seal_arrays(value.values() if isinstance(value, dict) else [value])
 
     def step_spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         """``(rank, step) -> (start_ns, end_ns)`` of each rank's nodes of each step (replayed).

@@ -35,6 +35,15 @@ DEP_DATA = 1
 _READ_ONLY = "__read_only__"
 
 
+def seal_arrays(values: Iterable[object]) -> None:
+    """Make each numpy array among ``values`` read-only (other values are left): a run's columns, its
+    execution model, its analyses' index and a replay's result are each shared by every reader, so a
+    write into one would change the others' answers."""
+    for value in values:
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+
+
 @functools.lru_cache(maxsize=32)
 def _type_table(types: tuple[int, ...]) -> B:
     table = np.zeros(256, dtype=np.bool_)
@@ -161,10 +170,7 @@ class RankTrace:
         per :class:`RunTrace` and cached (``skewlens.replay.execution``), so a column edited in place would
         be replayed and analysed against the model of the run as loaded. A what-if edits a copy
         (``dataclasses.replace`` with new arrays, in a new ``RunTrace``) or is a slowdown."""
-        for f in self.__slots__:
-            value = getattr(self, f, None)
-            if isinstance(value, np.ndarray):
-                value.flags.writeable = False
+        seal_arrays(getattr(self, f, None) for f in self.__slots__)
 
     def __getstate__(self) -> dict[str, object]:
         """What pickling (joblib, multiprocessing) and ``copy.deepcopy`` keep: the fields, and which columns
