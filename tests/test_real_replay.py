@@ -434,6 +434,52 @@ def test_a_launcher_log_without_a_traceback_is_said_by_its_last_lines(tmp_path: 
     )
 
 
+#: The end of torchrun's log where a worker was killed (the OOM killer's SIGKILL: it wrote no error of its
+#: own): torch's ChildFailedError says what failed on the lines after its name, a line that ends in ':'.
+#: The socket warning before it is torch's, printed by runs that succeed too (localhost tried as ::1 first).
+CHILD_KILLED_LOG = """\
+[W1207 02:11:30.000000000 socket.cpp:697] [c10d] The client socket has failed to connect to \
+[localhost]:29500 (errno: 99 - Cannot assign requested address).
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper
+    return f(*args, **kwargs)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n\
+=====================================================
+/venv/skewlens/replay/real/worker.py FAILED
+-----------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-07_02:11:34
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -9 (pid: 4242)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+=====================================================
+"""
+
+
+def test_a_launcher_whose_worker_was_killed_is_said_by_the_failure_torchrun_printed_after_its_exception(
+    tmp_path: Path,
+) -> None:
+    # ChildFailedError's message starts on the next line: the error was its name alone, "...ChildFailedError:
+    # (the connection's error: Cannot assign requested address)", without the signal, and with the reason of
+    # a connection that had failed harmlessly before the run
+    script = f"import sys; sys.stdout.write({CHILD_KILLED_LOG!r}); raise SystemExit(1)"
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script, "--standalone"], work_dir=tmp_path / "work", deadline_s=30)
+    assert str(e.value) == (
+        f"real replay: the launcher exited with code 1; log {tmp_path / 'work' / 'launcher.log'}: "
+        "rank      : 0 (local_rank: 0) | exitcode  : -9 (pid: 4242)  (SIGKILL) | error_file: <N/A> | "
+        "traceback : Signal 9 (SIGKILL) received by PID 4242 | " + "=" * 53
+    )
+
+
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path, sleepers: _Sleepers) -> None:
     # an interactive terminal's Ctrl-C: Python's default handler, even where this test runs as a
     # background job of a non-interactive shell (which starts its children with SIGINT ignored)

@@ -248,15 +248,17 @@ def _log_tail(log: Path, standalone: bool = False, lines: int = 5) -> str:
     reason the last failed socket connection gave, where torch's c10d logged one), else its last ``lines``
     lines. The last lines of a traceback were its frames ('store = _create_tcp_store(params) | ^^^^ |
     File ".../c10d_rendezvous_backend.py", ...' in a network namespace with no loopback, 2.5 minutes of
-    retries later) and named neither the error nor its cause. ``standalone``: the launcher served its own
-    rendezvous, and a failed connection to it says what to do."""
+    retries later) and named neither the error nor its cause. An exception whose line ends in ``:`` says
+    it on the lines after (torchrun's ``ChildFailedError``: a killed worker's signal), and is said by the
+    last lines. ``standalone``: the launcher served its own rendezvous, and a failed connection to it says
+    what to do."""
     try:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
     starts = [k for k, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
     ends = [line.strip() for line in text[starts[-1] :] if _EXCEPTION_LINE.fullmatch(line)] if starts else []
-    if not ends:
+    if not ends or ends[-1].endswith(":"):
         return " | ".join(line.strip() for line in text[-lines:])
     reasons = _SOCKET_REASON.findall("\n".join(text))
     said = f"{ends[-1]} (the connection's error: {reasons[-1]})" if reasons else ends[-1]
