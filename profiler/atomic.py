@@ -206,23 +206,29 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     if (why := dangling_link(out)) is not None:
         raise SkewlensError(f"cannot write {out}: {why}")
     home = out if inside and out.is_dir() else out.parent
-    held = None
+    held: int | None = None
+    made: Path | None = None
     try:
         home.mkdir(parents=True, exist_ok=True)
         with _locked(home):  # made and locked before another command's look at what is abandoned
-            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
-            held = lock_directory(tmp, wait=False)  # new: no one else holds it
-            _remove_abandoned(home, out.name, tmp)
-        chmod_as_made(tmp)
-    except OSError as e:
+            made = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
+            held = lock_directory(made, wait=False)  # new: no one else holds it
+            _remove_abandoned(home, out.name, made)
+        chmod_as_made(made)
+    except BaseException as e:  # an interrupt too (an abandoned output's removal takes seconds)
         if held is not None:
             os.close(held)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        if not isinstance(e, OSError):
+            raise
         why = why_not_created(out, e)
         if (
             isinstance(e, PermissionError) and home != out and out.is_dir()
         ):  # it said "OUT: Permission denied"
             why = f"{why} in {home}, where it is made anew beside {out.name} to replace it whole"
         raise SkewlensError(f"cannot write {out}: {why}") from None
+    tmp = made
     try:
         yield tmp
     except OSError as e:  # the disk full while the block wrote into it (Parquet, JSON, ...)

@@ -486,3 +486,32 @@ def test_an_export_in_a_shared_set_group_id_directory_keeps_its_group_bit_as_mkd
     }
     with staging_dir(shared / "real", inside=True) as stage:  # a real replay's OUT: its run/ and real/
         assert stage.stat().st_mode & 0o7777 == DIR_MODE | stat.S_ISGID
+
+
+def test_an_interrupt_while_a_staging_directory_is_made_closes_its_lock_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C while a killed command's staging directory was being removed (a whole output: seconds) left the
+    # new staging directory and its lock's descriptor open: in a notebook, a directory locked for the
+    # kernel's life, which no later command removes, and one descriptor more each time
+    import skewlens.profiler.atomic as atomic
+
+    out = tmp_path / "o"
+    out.mkdir()
+    abandoned = out / ".o.killed.tmp"
+    abandoned.mkdir()
+
+    rmtree = atomic.shutil.rmtree
+
+    def interrupted(path: Any, **kwargs: Any) -> None:
+        if Path(path) == abandoned:
+            raise KeyboardInterrupt
+        rmtree(path, **kwargs)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", interrupted)
+    fds = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(KeyboardInterrupt), staging_dir(out, inside=True):
+        pass
+    monkeypatch.undo()
+    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert sorted(p.name for p in out.iterdir()) == [".o.killed.tmp"]
