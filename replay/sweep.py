@@ -20,7 +20,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from hydra.conf import HydraConf
@@ -227,6 +227,13 @@ def shared_out_dirs(rows: list[SweepRecord]) -> dict[str, list[int]]:
     return {d: jobs for d, jobs in by_dir.items() if len(jobs) > 1}
 
 
+def _fail(message: str) -> NoReturn:
+    """End the sweep with ``message`` as skewlens replay's one-line error and :data:`FAILED_EXIT`: by
+    ``SystemExit``, as Hydra turns a callback's exception into a two-line ``UserWarning`` and exit code 0."""
+    print_stderr(f"skewlens replay: error: {message}")
+    sys.exit(FAILED_EXIT)
+
+
 class SweepSummary(Callback):
     """Clears the job records before a multirun; at its end writes ``sweep.parquet`` and ``sweep.png``,
     prints the comparison table and the failed jobs, and exits with status 2 if any job failed. The sweep
@@ -240,23 +247,20 @@ class SweepSummary(Callback):
         if OmegaConf.is_missing(config, "out"):
             # the sweep's directory follows out, else ".": an earlier sweep's outputs there were cleared, and
             # each job failed on the missing out
-            print_stderr(f"skewlens replay: error: {missing_value('out')}")
-            sys.exit(FAILED_EXIT)
+            _fail(missing_value("out"))
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
             self._held = hold_sweep(sweep_dir)
-        except SkewlensError as e:  # SystemExit: Hydra turns a callback's exception into a warning
-            print_stderr(f"skewlens replay: error: {e}")
-            sys.exit(FAILED_EXIT)
+        except SkewlensError as e:
+            _fail(str(e))
         clear_earlier_sweep(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
         try:
             self._summarise(Path(str(config.hydra.sweep.dir)))
-        except SkewlensError as e:  # as at the start: Hydra made it a two-line UserWarning, and exit code 0
-            print_stderr(f"skewlens replay: error: {e}")
-            sys.exit(FAILED_EXIT)
+        except SkewlensError as e:
+            _fail(str(e))
         finally:
             if self._held is not None:
                 os.close(self._held)  # releases the sweep directory
@@ -271,11 +275,10 @@ class SweepSummary(Callback):
             if len(rows) >= 2:
                 console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG, failed=len(failed))}")
         if not rows and not failed:  # Hydra launches nothing, silently, for a glob that matches nothing
-            print_stderr(
-                "skewlens replay: error: the sweep has no jobs: its overrides give no point (a glob(...) "
-                "that matches no entry of its group, an empty range(...)?)"
+            _fail(
+                "the sweep has no jobs: its overrides give no point (a glob(...) that matches no entry of "
+                "its group, an empty range(...)?)"
             )
-            sys.exit(FAILED_EXIT)
         shared = shared_out_dirs(rows)
         if not failed and not shared:
             return
