@@ -107,7 +107,10 @@ def check_writable(path: str | Path) -> None:
         raise SkewlensError(f"cannot write {p}: {blocker} is not a directory")
     existing = next(a for a in p.parents if a.exists())
     if not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount (a locked-down node's) said it too
-        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        try:
+            read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        except OSError:  # the mount's flags cannot be read: not writable is all that is known
+            read_only = 0
         raise SkewlensError(
             f"cannot write {p}: {existing}: {os.strerror(errno.EROFS if read_only else errno.EACCES)}"
         )

@@ -102,6 +102,16 @@ def test_a_place_on_a_read_only_file_system_is_said_to_be_one(
         SkewlensError, match=f"^cannot write {tmp_path / 'cal.yaml'}: {tmp_path}: Permission denied$"
     ):
         check_writable(tmp_path / "cal.yaml")
+    # a mount whose flags cannot be read is said to refuse, not a traceback of statvfs's OSError
+
+    def unreadable(path: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "statvfs", unreadable)
+    with pytest.raises(
+        SkewlensError, match=f"^cannot write {tmp_path / 'cal.yaml'}: {tmp_path}: Permission denied$"
+    ):
+        check_writable(tmp_path / "cal.yaml")
 
 
 @pytest.mark.parametrize("command", ["analyze", "replay"])
