@@ -480,6 +480,21 @@ def test_a_launcher_whose_worker_was_killed_is_said_by_the_failure_torchrun_prin
     )
 
 
+def test_a_launcher_that_failed_otherwise_is_not_given_the_reason_of_a_harmless_connection_warning(
+    tmp_path: Path,
+) -> None:
+    # the socket's reason was added to whatever exception ended the log: torch's warning of a failed try at
+    # localhost (printed by runs that succeed too) made a worker's own error read as a network failure
+    warning = CHILD_KILLED_LOG.splitlines()[0]
+    log = (
+        f'{warning}\nTraceback (most recent call last):\n  File "x.py", line 1\nValueError: bad bucket size\n'
+    )
+    script = f"import sys; sys.stdout.write({log!r}); raise SystemExit(1)"
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script], work_dir=tmp_path / "work", deadline_s=30)
+    assert str(e.value).endswith("launcher.log: ValueError: bad bucket size"), str(e.value)
+
+
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path, sleepers: _Sleepers) -> None:
     # an interactive terminal's Ctrl-C: Python's default handler, even where this test runs as a
     # background job of a non-interactive shell (which starts its children with SIGINT ignored)

@@ -236,6 +236,9 @@ def _rendezvous_timed_out(log: Path) -> bool:
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*")
 #: The reason torch's c10d gives for a failed connection: ``(errno: 101 - Network is unreachable)``.
 _SOCKET_REASON = re.compile(r"\(errno: \d+ - ([^)]+)\)")
+#: An exception that is a failed connection, whose cause the socket's reason is (the reason is also in logs
+#: of runs that fail otherwise: torch warns of a harmless failed try at ``localhost`` as ::1).
+_CONNECTION_EXCEPTION = re.compile(r"[\w.]*(?:Connection|Network|Socket|Store)\w*(?:Error|Exception)\b.*")
 #: What to do when torchrun --standalone cannot reach the rendezvous store it serves on this host.
 _LOOPBACK_HINT = (
     "torchrun --standalone serves its rendezvous on this host, over the loopback interface: bring it up "
@@ -245,7 +248,8 @@ _LOOPBACK_HINT = (
 
 def _log_tail(log: Path, standalone: bool = False, lines: int = 5) -> str:
     """What ``log`` says failed, on one line: the exception that ended its last Python traceback (with the
-    reason the last failed socket connection gave, where torch's c10d logged one), else its last ``lines``
+    reason the last failed socket connection gave, where torch's c10d logged one and the exception is a
+    failed connection), else its last ``lines``
     lines. The last lines of a traceback were its frames ('store = _create_tcp_store(params) | ^^^^ |
     File ".../c10d_rendezvous_backend.py", ...' in a network namespace with no loopback, 2.5 minutes of
     retries later) and named neither the error nor its cause. An exception whose line ends in ``:`` says
@@ -260,7 +264,7 @@ def _log_tail(log: Path, standalone: bool = False, lines: int = 5) -> str:
     ends = [line.strip() for line in text[starts[-1] :] if _EXCEPTION_LINE.fullmatch(line)] if starts else []
     if not ends or ends[-1].endswith(":"):
         return " | ".join(line.strip() for line in text[-lines:])
-    reasons = _SOCKET_REASON.findall("\n".join(text))
+    reasons = _SOCKET_REASON.findall("\n".join(text)) if _CONNECTION_EXCEPTION.fullmatch(ends[-1]) else []
     said = f"{ends[-1]} (the connection's error: {reasons[-1]})" if reasons else ends[-1]
     return f"{said}; {_LOOPBACK_HINT}" if standalone and "RendezvousConnectionError" in said else said
 
