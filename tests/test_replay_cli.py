@@ -656,37 +656,6 @@ def test_an_item_of_a_list_is_not_checked_against_the_default_entry_where_a_prim
     assert OmegaConf.create(capsys.readouterr().out).entries[0].factor == 3
 
 
-def test_a_replay_searches_the_users_config_directories_and_reads_its_primary_config_once(
-    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # each check before Hydra searched anew: 6 searches of Hydra's search path plugins per replay (5 with
-    # -cn), and the primary config's YAML read 7 times (Hydra's own read aside)
-    import skewlens.cli.replay as replay_cli
-
-    cfg = tmp_path / "cfg"
-    cfg.mkdir()
-    (cfg / "mine.yaml").write_text("defaults:\n  - replay\n  - override slowdown: straggler\n  - _self_\n")
-    searched: list[int] = []
-    read: list[Path] = []
-    plugin_dirs, read_text = replay_cli._plugin_dirs, Path.read_text
-    monkeypatch.setattr(replay_cli, "_plugin_dirs", lambda: searched.append(1) or plugin_dirs())
-
-    def reading(path: Path, *args: object, **kwargs: object) -> str:
-        if path.parent == cfg:
-            read.append(path)
-        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Path, "read_text", reading)
-    args = ["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", f"out={tmp_path / 'o'}"]
-    assert skewlens_main([*args, "slowdown.rank=1", "progress=false"]) == 0
-    assert (len(searched), read) == (1, [cfg / "mine.yaml"])
-    assert (tmp_path / "o" / "summary.parquet").is_file()
-    searched.clear()
-    assert skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o2'}", "progress=false"]) == 0
-    assert len(searched) == 1
-    capsys.readouterr()
-
-
 def test_an_item_of_a_list_is_checked_against_the_entry_hydra_takes_the_bundled_one_before_the_users(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,8 +24,7 @@ import shutil
 import sys
 import tempfile
 import typing
-from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -370,31 +369,6 @@ def check_entry(group: str, name: str, known: set[str], *, or_file: bool = False
 CHECKED_GROUPS = ("slowdown", "scale")
 
 
-@dataclasses.dataclass
-class _Found:
-    """What one command found of the user's configs: each argument list's :func:`user_conf_dirs` and
-    each YAML file's document (:func:`_read_yaml`)."""
-
-    dirs: dict[tuple[str, ...], list[Path] | None] = dataclasses.field(default_factory=dict)
-    docs: dict[Path, object] = dataclasses.field(default_factory=dict)
-
-
-_FOUND: ContextVar[_Found | None] = ContextVar("skewlens_replay_found", default=None)
-
-
-@contextlib.contextmanager
-def configs_found_once() -> Iterator[None]:
-    """Within the block (one command: :func:`main`), :func:`user_conf_dirs` searches once per argument
-    list, and a primary config is read once: the checks before Hydra asked for them six times per
-    ``skewlens replay`` (each time asking Hydra for its search path plugins and reading the primary
-    config's YAML again). Outside it, each call searches anew."""
-    token = _FOUND.set(_Found())
-    try:
-        yield
-    finally:
-        _FOUND.reset(token)
-
-
 def user_conf_dirs(args: list[str]) -> list[Path] | None:
     """The config directories on Hydra's search path besides skewlens's: ``--config-dir`` / ``-cd``, the
     entries of ``hydra.searchpath`` (``file://``, a plain path or a package's ``pkg://``: its directory)
@@ -403,20 +377,7 @@ def user_conf_dirs(args: list[str]) -> list[Path] | None:
     searches, so that an entry of any is not refused ('slowdown=slow_host: no such entry'). None
     where one is not a directory here (a zipped package), whose entries are not listed. One the command
     line or the primary config names that is not a directory is a one-line :class:`ConfigError` naming it
-    (Hydra's was a dozen lines, or an argparse error about the next override). Found once per argument
-    list within :func:`configs_found_once`."""
-    found = _FOUND.get()
-    if found is None:
-        return _user_conf_dirs(args)
-    key = tuple(args)
-    if key not in found.dirs:
-        found.dirs[key] = _user_conf_dirs(args)
-    dirs = found.dirs[key]
-    return None if dirs is None else list(dirs)
-
-
-def _user_conf_dirs(args: list[str]) -> list[Path] | None:
-    """:func:`user_conf_dirs`, searched anew."""
+    (Hydra's was a dozen lines, or an argparse error about the next override)."""
     dirs: list[Path] = []
     given = iter(v for flag, v in _flag_values(args) if flag == ("-cd", "--config-dir"))
     searchpath = False
@@ -501,18 +462,11 @@ def _primary_config_path(args: list[str], dirs: list[Path]) -> Path | None:
 
 
 def _read_yaml(path: Path) -> object:
-    """The YAML document of ``path``; None where it cannot be read (said where it matters). Read once per
-    file within :func:`configs_found_once`."""
-    found = _FOUND.get()
-    if found is not None and path in found.docs:
-        return found.docs[path]
+    """The YAML document of ``path``; None where it cannot be read (said where it matters)."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        doc = None
-    if found is not None:
-        found.docs[path] = doc
-    return doc
+        return None
 
 
 def check_config_path(args: list[str]) -> None:
@@ -1467,12 +1421,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"skewlens {__version__}")  # as ``skewlens --version``; Hydra's would say its own
         return 0
-    with configs_found_once():
-        return _checked_and_run(args)
-
-
-def _checked_and_run(args: list[str]) -> int:
-    """:func:`main` after ``--version``: the checks before Hydra, then Hydra's app."""
     check_arguments(args)
     check_modes(args)
     check_config_path(args)
