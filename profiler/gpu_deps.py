@@ -5,6 +5,8 @@ Pure: plain records in (:class:`GpuNode`, :class:`Call`, :class:`SyncActivity`),
 (:func:`skewlens.profiler.importers.convert.convert_rank`, from a trace's events) and the CUDA capture
 (:func:`skewlens.profiler.capture.build.build_nodes`, from torch.profiler's). Each says which of its host
 nodes contains a call (``host``): the importer's top-level ops, the capture's host nodes.
+The calls are named here as CUDA names them; ROCm's HIP calls (:data:`HIP_NAMES`) are read as their
+CUDA counterparts, by the same rules.
 
 Launch
     A GPU node depends on the host node that contains its launch call (the runtime or driver call with its
@@ -98,23 +100,54 @@ STREAM_SYNC = "Stream Sync"
 EVENT_SYNC = "Event Sync"
 CONTEXT_SYNC = "Context Sync"
 
-_DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
-_BLOCKING_COPY = frozenset(
-    {"cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
-)
+#: HIP's name of each CUDA runtime or driver call the rules read: ROCm's torch records the HIP runtime's
+#: calls under the same Kineto category (``cuda_runtime``), sharing their correlation ids with what they
+#: launched, so the rules read both names (``hip_prof_str.h``'s API list; HIP has no ``...WithFlags``
+#: event record and no driver forms of the synchronisations).
+HIP_NAMES = {
+    "cudaDeviceSynchronize": "hipDeviceSynchronize",
+    "cuCtxSynchronize": "hipCtxSynchronize",
+    "cudaStreamSynchronize": "hipStreamSynchronize",
+    "cudaEventSynchronize": "hipEventSynchronize",
+    "cudaMemcpy": "hipMemcpy",
+    "cudaMemcpy2D": "hipMemcpy2D",
+    "cudaMemcpy3D": "hipMemcpy3D",
+    "cuMemcpyDtoH_v2": "hipMemcpyDtoH",
+    "cuMemcpyHtoD_v2": "hipMemcpyHtoD",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaMemcpy2DAsync": "hipMemcpy2DAsync",
+    "cudaMemcpy3DAsync": "hipMemcpy3DAsync",
+    "cuMemcpyDtoHAsync_v2": "hipMemcpyDtoHAsync",
+    "cudaStreamWaitEvent": "hipStreamWaitEvent",
+    "cudaEventRecord": "hipEventRecord",
+}
+
+
+def _with_hip(*cuda: str) -> frozenset[str]:
+    """The CUDA names and their HIP names (:data:`HIP_NAMES`)."""
+    return frozenset(cuda) | {HIP_NAMES[c] for c in cuda if c in HIP_NAMES}
+
+
+_DEVICE_SYNC = _with_hip("cudaDeviceSynchronize", "cuCtxSynchronize")
+#: Blocking copies; HIP's ``hipMemcpyWithStream`` too, a copy on a stream that returns once done: torch's
+#: ``memcpy_and_sync`` on ROCm (``.item()``, ``.cpu()``), where on CUDA it is ``cudaMemcpyAsync`` then
+#: ``cudaStreamSynchronize``.
+_BLOCKING_COPY = _with_hip(
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"
+) | {"hipMemcpyWithStream"}
 #: Asynchronous copy calls: they block too where their copy is :data:`PAGEABLE_DTOH`.
-_ASYNC_COPY = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cuMemcpyDtoHAsync_v2"})
+_ASYNC_COPY = _with_hip("cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cuMemcpyDtoHAsync_v2")
 #: Kineto's name of a copy from the device into pageable host memory: CUDA returns from the call that
 #: issued it, asynchronous or not, only once the copy has completed (after the stream's earlier work).
 PAGEABLE_DTOH = "Memcpy DtoH (Device -> Pageable)"
 #: Runtime/driver calls that block the host until the GPU work they name is done.
 BLOCKING_CALLS = (
-    frozenset({"cudaStreamSynchronize", "cuStreamSynchronize", "cudaEventSynchronize", "cuEventSynchronize"})
+    _with_hip("cudaStreamSynchronize", "cuStreamSynchronize", "cudaEventSynchronize", "cuEventSynchronize")
     | _DEVICE_SYNC
     | _BLOCKING_COPY
 )
-STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
-EVENT_RECORD_CALLS = frozenset({"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord"})
+STREAM_WAIT_CALLS = _with_hip("cudaStreamWaitEvent", "cuStreamWaitEvent")
+EVENT_RECORD_CALLS = _with_hip("cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord")
 #: The calls the rules read (a caller may leave the others out of ``calls``; GPU nodes carry their launch).
 CALLS_READ = BLOCKING_CALLS | _ASYNC_COPY | STREAM_WAIT_CALLS | EVENT_RECORD_CALLS
 

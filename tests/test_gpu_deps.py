@@ -611,3 +611,68 @@ def test_an_imported_device_synchronise_no_sync_event_names_a_device_for_waits_o
                 "ts": 400, "dur": 100, "args": {"correlation": 9}})  # fmt: skip
     edges, _inferred, _inside = _imported(evs, tmp_path)
     assert {d for n, d in edges if n == "cudaDeviceSynchronize"} == {"k2"}
+
+
+# -- ROCm: the HIP runtime's calls, under the same Kineto category -----------------------------------------
+
+#: HIP's names of the CUDA calls of :func:`_kineto_events`, as ROCm's torch records them (Kineto's roctracer
+#: and rocprofiler-sdk loggers file them as ``cuda_runtime`` too, with the correlation ids of their work).
+ON_ROCM = {
+    "cudaLaunchKernel": "hipLaunchKernel",
+    "cudaEventRecord": "hipEventRecord",
+    "cudaStreamWaitEvent": "hipStreamWaitEvent",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaStreamSynchronize": "hipStreamSynchronize",
+    "cudaDeviceSynchronize": "hipDeviceSynchronize",
+    "cudaEventQuery": "hipEventQuery",
+    "cudaEventSynchronize": "hipEventSynchronize",
+    COPY: "Memcpy DtoH (Device -> Host)",  # ROCm's Kineto names no pageable memory
+}
+
+
+def _on_rocm(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``evs`` as a ROCm trace has them: HIP's names, and no ``cuda_sync`` events (ROCm's Kineto has none)."""
+    return [{**e, "name": ON_ROCM.get(e["name"], e["name"])} for e in evs if e["cat"] != "cuda_sync"]
+
+
+def _named_as_on_cuda(edges: Edges) -> Edges:
+    back = {hip: cuda for cuda, hip in ON_ROCM.items()}
+    return tuple(frozenset((back.get(a, a), back.get(b, b)) for a, b in part) for part in edges)  # type: ignore[return-value]
+
+
+def test_a_rocm_trace_gives_the_gpu_edges_its_cuda_twin_without_sync_events_gives(tmp_path: Path) -> None:
+    # the HIP names were unknown to the rules: the event wait, the stream and device synchronises were lost
+    # (no edge from add to gemm, none from aten::item or aten::to to what they waited for)
+    evs = _on_rocm(_kineto_events(sync_events=False))
+    expected = (COMMON, {("add", "gemm"), ("aten::item", COPY)}, LAUNCHED_IN)
+    assert _named_as_on_cuda(_imported(evs, tmp_path)) == expected
+    assert _named_as_on_cuda(_captured(evs)) == expected
+
+
+def test_hip_memcpy_with_stream_blocks_its_op_until_its_copy_ends_as_a_copy_and_synchronise_do_on_cuda() -> (
+    None
+):
+    # torch's .item() on ROCm: one hipMemcpyWithStream (memcpy_and_sync), where CUDA's build calls
+    # cudaMemcpyAsync then cudaStreamSynchronize. Kernel 10 (stream 7) ends at 900; op 2's copy 11, queued
+    # behind it, ends at 950; the call returns at 960
+    kernel = _node(10, 7, 100, 200, 900, host=1)
+    copy = GpuNode(key=11, device=0, stream=7, launch_ns=300, start_ns=900, end_ns=950, corr=11, host=2)
+    launch = _call(10, "hipLaunchKernel", 100, 150)
+    rocm = gpu_dependencies(
+        [kernel, copy],
+        dict([launch, _call(11, "hipMemcpyWithStream", 300, 960, host=2)]),
+        [],
+        default_device=0,
+    )
+    cuda_calls = dict(
+        [launch, _call(11, "cudaMemcpyAsync", 300, 310), _call(12, "cudaStreamSynchronize", 320, 960, host=2)]
+    )
+    cuda = gpu_dependencies(
+        [kernel, copy],
+        cuda_calls,
+        [SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)],
+        default_device=0,
+    )
+    assert (dict(rocm.deps), rocm.launch, rocm.launched_in) == ({2: [11]}, {10: 1}, {11: 2})
+    assert (dict(cuda.deps), cuda.launch, cuda.launched_in) == ({2: [11]}, {10: 1}, {11: 2})
+    assert not rocm.inferred
