@@ -198,11 +198,18 @@ COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.CO
 P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
 
 
+#: Start of the kernels RCCL (ROCm's NCCL) runs its MSCCL algorithms as, ``mscclKernel_<op>_<type>_<proto>_
+#: <fullOps>`` (``src/include/msccl/msccl_kernel.h``): a collective's GPU side, as NCCL's kernels are. On
+#: MI300X MSCCL is on by default (RCCL's README), so an all_reduce may run as one.
+MSCCL_KERNEL_PREFIX = "mscclKernel_"
+
+
 def names_nccl_kernel(name: str) -> bool:
-    """A GPU kernel name that is NCCL's (``ncclKernel_*``, ``ncclDevKernel_*``): it starts with ``nccl``,
-    in any case. The importer reads such a kernel as the GPU side of a collective or send/recv, and keeps
-    it as a COMP node where it cannot say which; the execution model counts those as communication."""
-    return name[:4].lower() == "nccl"
+    """A GPU kernel name that is NCCL's or RCCL's (``ncclKernel_*``, ``ncclDevKernel_*``,
+    ``ncclDevKernelDebug_*``: it starts with ``nccl``, in any case; RCCL's :data:`MSCCL_KERNEL_PREFIX`). The
+    importer reads such a kernel as the GPU side of a collective or send/recv, and keeps it as a COMP node
+    where it cannot say which; the execution model counts those as communication."""
+    return name[:4].lower() == "nccl" or name.startswith(MSCCL_KERNEL_PREFIX)
 
 
 def names_gpu_memory_op(name: str) -> bool:

@@ -917,6 +917,36 @@ def test_a_kernel_whose_name_begins_nccl_in_capitals_is_read_as_nccl_args_and_al
     assert (k.type, a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) == (NodeType.COMM_COLL, CommType.ALL_REDUCE, 1024)
 
 
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        # RCCL's kernels as ROCm's Kineto names them: its MSCCL algorithms' (on by default on MI300X), its
+        # debug build's Generic kernel, and the Generic one of every build
+        "mscclKernel_Sum_float_LL_false(ncclDevComm*, mscclAlgo*, mscclWork*)",
+        "ncclDevKernelDebug_Generic(ncclDevComm*, channelMasks, ncclWork*)",
+        "ncclDevKernel_Generic_1" + NEW_ARGS,
+    ],
+)
+def test_an_rccl_kernel_on_a_rocm_trace_is_the_collective_its_args_name_as_on_cuda(
+    tmp_path: Path, kernel: str
+) -> None:
+    # ROCm: hipLaunchKernel (cuda_runtime, as ROCm's Kineto files HIP calls), the kernel's Collective name
+    # args (Kineto puts record_param_comms' on any kernel it launched). An mscclKernel_ was GPU compute
+    kargs = _rpc_args("allreduce", 256, 256, "Float", "0", "[0, 1]")
+    doc = _doc(kernel, kernel_args=kargs)
+    for e in doc["traceEvents"]:
+        e["name"] = "hipLaunchKernel" if e["name"] == "cudaLaunchKernel" else e["name"]
+    nodes, _ = _import(tmp_path, doc)
+    (k,) = (n for n in nodes if n.name == kernel)
+    a = node_attrs(k)
+    assert (k.type, a[Attr.COMM_TYPE], a[Attr.COMM_SIZE], a[Attr.PG_NAME]) == (
+        NodeType.COMM_COLL,
+        CommType.ALL_REDUCE,
+        1024,
+        "0",
+    )
+
+
 def test_a_kernel_less_collective_on_a_thread_of_its_own_depends_on_an_issuer_that_began_at_the_same_instant(
     tmp_path: Path,
 ) -> None:

@@ -79,6 +79,7 @@ from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
 from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, own_timeline_hint
+from skewlens.profiler.vocab import names_nccl_kernel
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -197,7 +198,7 @@ def _keeps_args(cat: str, name: str) -> bool:
     if cat in ("cpu_op", "user_annotation"):
         return name == "record_param_comms" or name.startswith(_ARGS_KEPT_PREFIXES)
     if cat == "kernel":
-        return name[:4].lower() == "nccl"  # the communication kernels: Collective name, Process Group ...
+        return names_nccl_kernel(name)  # the communication kernels: Collective name, Process Group ...
     return cat == SYNC_CATEGORY
 
 
