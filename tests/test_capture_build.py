@@ -20,7 +20,6 @@ from skewlens.profiler.capture.build import (
     RankCapture,
     build_nodes,
     comm_on_host,
-    is_nccl_kernel,
 )
 from skewlens.profiler.capture.hostet import parse_host_et
 from skewlens.profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
@@ -30,7 +29,7 @@ from skewlens.profiler.chakra_io import TraceNode
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.manifest import ProcessGroupInfo
 from skewlens.profiler.store.load import parse_pg_init
-from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.vocab import Attr, CommType, NodeType, names_nccl_kernel
 
 MAIN = 111
 GROUPS = [ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo")]
@@ -810,10 +809,28 @@ def test_the_profilers_memory_instant_events_are_not_operators() -> None:
     assert [o.name for o in op_records(events)] == ["aten::mm", "aten::add_"]
 
 
-def test_nccl_kernels_of_both_generations_are_recognised() -> None:
-    assert is_nccl_kernel("ncclKernel_AllReduce_RING_LL_Sum_float")
-    assert is_nccl_kernel("ncclDevKernel_AllGather_RING_LL")
-    assert not is_nccl_kernel("volta_sgemm_128x64_nn")
+def test_nccl_kernels_of_both_generations_and_rccls_are_recognised() -> None:
+    assert names_nccl_kernel("ncclKernel_AllReduce_RING_LL_Sum_float")
+    assert names_nccl_kernel("ncclDevKernel_AllGather_RING_LL")
+    assert names_nccl_kernel("ncclDevKernelDebug_Generic")  # RCCL's debug build
+    assert names_nccl_kernel("mscclKernel_Sum_float_LL_false")  # RCCL's MSCCL algorithms (MI300X default)
+    assert not names_nccl_kernel("volta_sgemm_128x64_nn")
+    assert not names_nccl_kernel("Cijk_Alik_Bljk_SB_MT64x16x32")
+
+
+@pytest.mark.parametrize("kernel", ["mscclKernel_Sum_float_LL_false", "ncclDevKernelDebug_Generic"])
+def test_on_rocm_a_collective_ends_with_its_rccl_kernel_which_is_no_gpu_compute_node(kernel: str) -> None:
+    # RCCL's MSCCL kernels (on by default on MI300X) and its debug build's Generic kernel: the capture knew
+    # only the ncclKernel_ / ncclDevKernel_ prefixes, so the all_reduce ended at its host call and the
+    # kernel was a GPU compute node
+    events = [
+        FakeKinetoEvent("aten::mm", 0, 5_000, corr=1),
+        FakeKinetoEvent(kernel, 30_000, 20_000, dev="DeviceType.CUDA", stream=13, index=0),
+    ]
+    nodes = build_nodes(one_step([coll(10_000, 12_000, seq=0)], ops=op_records(events), device="cuda:0"))
+    assert not by_name(nodes, kernel)
+    (ar,) = by_name(nodes, "c10d::allreduce_")
+    assert (ar.start_ns, ar.start_ns + ar.dur_ns, ar.attrs[Attr.IS_CPU_OP]) == (10_000, 50_000, False)
 
 
 def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_kernel() -> None:
@@ -847,7 +864,7 @@ def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_k
     nodes = build_nodes(cap)
     gemm = by_name(nodes, "volta_sgemm_128x64_nn")[0]
     assert gemm.attrs[Attr.STREAM] == CUDA_STREAM_BASE + 7 and gemm.attrs[Attr.IS_CPU_OP] is False
-    assert not [n for n in nodes if is_nccl_kernel(n.name)]  # NCCL kernels are the comm nodes' device side
+    assert not [n for n in nodes if names_nccl_kernel(n.name)]  # NCCL kernels are the comm nodes' device side
     first, second = by_name(nodes, "c10d::allreduce_")
     assert first.start_ns + first.dur_ns == 80_000  # completion = end of the NCCL kernel
     assert second.start_ns + second.dur_ns == 95_000

@@ -278,6 +278,36 @@ def test_events_of_a_torch_without_activity_type_give_the_same_trace_told_apart_
     assert sum(1 for n in _gpu(_build(raw, events=old)) if n.name in {"Event Sync", "Stream Sync"}) == 0
 
 
+def test_hip_calls_and_rocm_kernels_of_a_torch_without_activity_type_are_told_apart_as_cudas_are() -> None:
+    # ROCm's Kineto (roctracer and rocprofiler-sdk loggers) gives a HIP call HIP's API id ("cid"), not
+    # CUPTI's callback id, and a kernel its dispatch kind and no grid where its launch's was not kept: the
+    # call was taken for an operator and the kernel for a GPU annotation, left out
+    rocm = [
+        Torch211Event(Ev("aten::mm", "cpu_op", 0, 20_000, corr=13), '"Ev Idx": 4'),
+        Torch211Event(
+            Ev("hipLaunchKernel", "cuda_runtime", 2_000, 5_000, corr=121), '"cid": 83, "correlation": 121'
+        ),
+        Torch211Event(
+            Ev("Cijk_Alik_Bljk_SB_MT64x16x32", "kernel", 10_000, 17_600, resource=0, corr=121),
+            '"device": 0, "stream": 0, "hsa_queue": 0, "correlation": 121, "kind": "Dispatch Kernel"',
+        ),
+        Torch211Event(
+            Ev("Memcpy DtoH (Device -> Host)", "gpu_memcpy", 30_000, 2_000, resource=0, corr=122),
+            '"device": 0, "stream": 0, "correlation": 122, "kind": "DtoH", "bytes": 4',
+        ),
+        Torch211Event(
+            Ev("hipMemcpyWithStream", "cuda_runtime", 29_000, 4_000, corr=122),
+            '"cid": 180, "correlation": 122',
+        ),
+    ]
+    assert [activity(e) for e in rocm] == ["cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "cuda_runtime"]
+
+    def key(o: Any) -> tuple[Any, ...]:
+        return (o.name, o.start_ns, o.dur_ns, o.thread, o.is_cpu, o.corr, o.kind)
+
+    assert [key(o) for o in op_records(rocm)] == [key(o) for o in op_records([e._ev for e in rocm])]
+
+
 class CountingTorch211Event(Torch211Event):
     """A :class:`Torch211Event` that counts the reads of its metadata text."""
 

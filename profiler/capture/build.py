@@ -59,6 +59,7 @@ from skewlens.profiler.vocab import (
     CommType,
     NodeType,
     collective_from_op,
+    names_nccl_kernel,
 )
 
 GAP_NAME = COMPUTE_GAP_NODE_NAME
@@ -83,7 +84,6 @@ COMM_OP_PREFIXES = (
 )
 #: Of those, the collective calls themselves (not the backends' events, which may outlive their call).
 COMM_CALL_PREFIXES = ("c10d::", "_c10d_functional::")
-NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
 WAIT_SLACK_NS = 1_000_000
 #: A hooked call and Kineto's c10d operator further apart than this are not the same call.
@@ -96,11 +96,6 @@ WORKER_SLACK_NS = 1_000_000
 #: An end past the end of the collective's step by at most gloo's finish lag is that lag: the step consumed
 #: the result, and the end is the step's.
 FINISH_LAG_NS = GLOO_FINISH_LAG_NS
-
-
-def is_nccl_kernel(name: str) -> bool:
-    """True for NCCL's device kernels (old ``ncclKernel_*`` and new ``ncclDevKernel_*`` names)."""
-    return name.startswith(NCCL_KERNEL_PREFIXES)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -546,7 +541,7 @@ _HOST_BACKENDS = frozenset({"gloo", "mpi"})
 
 def _comm_protos(cap: RankCapture, streams: _Streams, pg_index: dict[str, int]) -> list[_Proto]:
     kernels = sorted(
-        (o for o in cap.ops if not o.is_cpu and is_nccl_kernel(o.name)), key=lambda o: o.start_ns
+        (o for o in cap.ops if not o.is_cpu and names_nccl_kernel(o.name)), key=lambda o: o.start_ns
     )
     ki = 0
     out = []
@@ -787,7 +782,7 @@ def _op_protos(
     for o in cap.ops:
         if o.is_cpu:
             by_thread[o.thread].append(o)
-        elif not is_nccl_kernel(o.name) and (not o.kind or o.kind in GPU_KINDS):
+        elif not names_nccl_kernel(o.name) and (not o.kind or o.kind in GPU_KINDS):
             step = step_of(o.start_ns, starts, cap.steps)
             if step < 0:
                 continue

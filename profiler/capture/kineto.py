@@ -64,27 +64,25 @@ def inferred_activity(ev: Any) -> str:
     """The activity type of an event of a torch whose events do not say it (2.11 and 2.12 have no
     ``activity_type()``), from what each kind carries in its metadata, as seen on torch 2.11+cu130 on an
     H200 (``scripts/cuda_check.sh`` prints it): a CUDA runtime or driver call has CUPTI's callback id
-    (``cbid``), an operator torch's event index (``Ev Idx``), Kineto's overhead ranges nothing and no
-    thread; on the device a synchronisation activity has ``cuda_sync_kind``, a ``record_function``'s range
-    ``is_user_annotation()`` (often no metadata at all: on an H200, FSDP's and gloo's ranges had become GPU
-    work), a kernel its launch (``grid``, ``queued``), copies and memsets their names; allocation records
+    (``cbid``; on ROCm a HIP call HIP's API id, ``cid``), an operator torch's event index (``Ev Idx``),
+    Kineto's overhead ranges nothing and no thread; on the device a synchronisation activity has
+    ``cuda_sync_kind``, a ``record_function``'s range ``is_user_annotation()`` (often no metadata at all: on
+    an H200, FSDP's and gloo's ranges had become GPU work), a kernel its launch (``grid``, ``queued``; on
+    ROCm its dispatch, ``kind``, and a grid only where Kineto kept its launch's), copies and memsets their
+    names; allocation records
     (the full level's ``[memory]``, on the allocation's device) their name. ``""`` where the metadata says
     nothing (no ``expose_kineto_event_metadata``): the event is taken as before, an operator on the host and
     GPU work on the device."""
     get = getattr(ev, "metadata_json", None)
     text = str(get()).strip() if get is not None else ""
     # the keys, found in the JSON text without parsing it (twice per event of a capture otherwise)
-    keys: Iterable[str] = (
-        [k for k in ("cbid", "Ev Idx", "cuda_sync_kind", "grid", "queued") if f'"{k}"' in text]
-        if text
-        else event_metadata(ev)
-    )
+    keys: Iterable[str] = [k for k in _INFERRED_FROM if f'"{k}"' in text] if text else event_metadata(ev)
     found = set(keys)
     name = str(ev.name())
     if name == MEMORY_EVENT_NAME:  # on the device of the allocation, with no metadata on torch 2.11
         return INSTANT_KIND
     if is_host_event(ev):
-        if "cbid" in found:
+        if "cbid" in found or "cid" in found:
             return "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
         if "Ev Idx" in found:
             return "cpu_op"
@@ -97,9 +95,14 @@ def inferred_activity(ev: Any) -> str:
         return "gpu_memcpy"
     if name.startswith("Memset"):
         return "gpu_memset"
-    if "grid" in found or "queued" in found:
+    if "grid" in found or "queued" in found or "kind" in found:
         return "kernel"
     return "gpu_user_annotation" if text or found else ""
+
+
+#: The metadata keys :func:`inferred_activity` tells kinds apart by: CUDA's (Kineto's CUPTI logger) and
+#: ROCm's (its roctracer and rocprofiler-sdk loggers: ``cid``, ``kind``).
+_INFERRED_FROM = ("cbid", "cid", "Ev Idx", "cuda_sync_kind", "grid", "queued", "kind")
 
 
 def _user_annotation(ev: Any) -> bool:
