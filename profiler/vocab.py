@@ -212,10 +212,17 @@ def names_nccl_kernel(name: str) -> bool:
     return name[:4].lower() == "nccl" or name.startswith(MSCCL_KERNEL_PREFIX)
 
 
+#: How GPU copies and memsets are named: Kineto's copy and memset activities, and the kernels ROCm's runtime
+#: runs some of them as (ROCclr's blit kernels, ``BlitName`` in its ``blitmgr``: ``__amd_rocclr_copyBuffer``,
+#: ``__amd_rocclr_fillBufferAligned``, ...; a ``hipMemsetAsync`` is one), recorded as kernels.
+GPU_MEMORY_OP_PREFIXES = ("Memcpy", "Memset", "__amd_rocclr_copy", "__amd_rocclr_fill")
+
+
 def names_gpu_memory_op(name: str) -> bool:
     """A GPU activity name that is a copy or a memset (Kineto's ``Memcpy HtoD (Pageable -> Device)``,
-    ``Memset (Device)``): memory work, not compute, in a GPU-only compute figure (as HTA reads them)."""
-    return name.startswith(("Memcpy", "Memset"))
+    ``Memset (Device)``; ROCm's ``__amd_rocclr_fillBufferAligned`` kernel): memory work, not compute, in a
+    GPU-only compute figure (as HTA reads them on CUDA)."""
+    return name.startswith(GPU_MEMORY_OP_PREFIXES)
 
 
 def uneven_splits(

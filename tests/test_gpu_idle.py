@@ -590,6 +590,43 @@ def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and
     assert t.title == "Step breakdown per rank (mean ms per step)" and str(t.columns[1].header) == "steps"
 
 
+@pytest.mark.parametrize(
+    ("memcpy", "memset"),
+    [
+        (("gpu_memcpy", "Memcpy DtoD (Device -> Device)"), ("gpu_memset", "Memset (Device)")),
+        # ROCm runs them as ROCclr's blit kernels, which its Kineto records as kernels (a ".kd" at times)
+        (("kernel", "__amd_rocclr_copyBuffer"), ("kernel", "__amd_rocclr_fillBufferAligned.kd")),
+    ],
+)
+def test_a_rocm_copy_or_memset_run_as_a_blit_kernel_is_memory_work_as_cudas_are_not_compute(
+    tmp_path: Path, memcpy: tuple[str, str], memset: tuple[str, str]
+) -> None:
+    # a copy on stream 9 at 545-560 and a memset on stream 7 at 900-920; ROCm's blit kernels were compute:
+    # 0.705 ms of GPU kernels where CUDA's copy and memset leave 0.680 (the copy's 5 us between add and mul,
+    # the memset's 20)
+    path = _write_trace(tmp_path / "trace.json")
+    doc = json.loads(path.read_text())
+    for (cat, name), call, op, stream, ts, dur, corr in (
+        (memcpy, "hipMemcpyAsync", "aten::copy_", 9, 545, 15, 200),
+        (memset, "hipMemsetAsync", "aten::zero_", 7, 900, 20, 201),
+    ):
+        doc["traceEvents"] += [
+            {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": ts - 45, "dur": 10,
+             "args": {"External id": corr}},
+            {"ph": "X", "cat": "cuda_runtime", "name": call, "pid": 1, "tid": 1, "ts": ts - 43, "dur": 2,
+             "args": {"correlation": corr}},
+            {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+             "args": {"device": 0, "stream": stream, "correlation": corr}},
+        ]  # fmt: skip
+    path.write_text(json.dumps(doc))
+    import_traces([path], None, tmp_path / "run")
+    res = analyze_run(load_trace(tmp_path / "run"), blame=False)
+    (b,) = res.breakdown
+    assert (b.gpu_compute_ns, b.gpu_busy_ns) == ((530 + 100 + 50) * US, (780 + 50 + 20) * US)
+    kinds = {g.name: g.kind for g in res.gpu_kernels}
+    assert (kinds[memcpy[1]], kinds[memset[1]]) == ("memory", "memory")
+
+
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
     b = RunBuilder(world_size=2)
     for r in range(2):
