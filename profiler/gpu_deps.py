@@ -140,6 +140,15 @@ _ASYNC_COPY = _with_hip("cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsy
 #: Kineto's name of a copy from the device into pageable host memory: CUDA returns from the call that
 #: issued it, asynchronous or not, only once the copy has completed (after the stream's earlier work).
 PAGEABLE_DTOH = "Memcpy DtoH (Device -> Pageable)"
+#: Kineto's name of a copy from the device to the host on ROCm, pinned or pageable alike (its loggers name the
+#: host memory "Host" either way).
+ROCM_DTOH = "Memcpy DtoH (Device -> Host)"
+#: Note of the asynchronous HIP copies to the host: not written as host waits, and not known not to be ones.
+_UNNAMED_HOST_MEMORY = (
+    "asynchronous HIP copies to the host (hipMemcpyAsync, Memcpy DtoH (Device -> Host)) whose host memory "
+    "the ROCm trace does not name: where pageable the call waited for its copy, as on CUDA; no host wait "
+    "written for them"
+)
 #: Runtime/driver calls that block the host until the GPU work they name is done.
 BLOCKING_CALLS = (
     _with_hip("cudaStreamSynchronize", "cuStreamSynchronize", "cudaEventSynchronize", "cuEventSynchronize")
@@ -299,6 +308,8 @@ def gpu_dependencies(
     bare_keys: set[int] = set()
     for corr, call in sorted(calls.items(), key=lambda kv: (kv[1].start_ns, kv[1].key)):
         if not _blocks(call, by_corr.get(corr)):
+            if _host_memory_unnamed(call, by_corr.get(corr)):
+                counts[_UNNAMED_HOST_MEMORY] += 1
             continue
         targets, inferred = _sync_targets(
             call,
@@ -480,6 +491,14 @@ def _blocks(call: Call, own: GpuNode | None) -> bool:
     if call.name in _ASYNC_COPY:
         return own is not None and own.name == PAGEABLE_DTOH
     return call.name in BLOCKING_CALLS
+
+
+def _host_memory_unnamed(call: Call, own: GpuNode | None) -> bool:
+    """An asynchronous HIP copy to the host: ROCm's Kineto names no pageable memory, so whether the call
+    waited for its copy (:data:`PAGEABLE_DTOH` on CUDA) is unknown."""
+    return (
+        call.name in _ASYNC_COPY and call.name.startswith("hip") and own is not None and own.name == ROCM_DTOH
+    )
 
 
 def _sync_targets(

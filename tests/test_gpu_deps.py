@@ -676,3 +676,22 @@ def test_hip_memcpy_with_stream_blocks_its_op_until_its_copy_ends_as_a_copy_and_
     assert (dict(rocm.deps), rocm.launch, rocm.launched_in) == ({2: [11]}, {10: 1}, {11: 2})
     assert (dict(cuda.deps), cuda.launch, cuda.launched_in) == ({2: [11]}, {10: 1}, {11: 2})
     assert not rocm.inferred
+
+
+def test_an_async_hip_copy_to_the_host_is_no_host_wait_and_the_notes_say_its_memory_is_unknown() -> None:
+    # ROCm's Kineto names a copy to the host "Memcpy DtoH (Device -> Host)", pinned or pageable: whether
+    # hipMemcpyAsync waited for it (pageable, as CUDA's Device -> Pageable copy) the trace cannot say
+    kernel = _node(10, 7, 100, 200, 900, host=1)
+    copy = GpuNode(
+        key=11, device=0, stream=7, launch_ns=300, start_ns=900, end_ns=950, corr=11, host=2,
+        name="Memcpy DtoH (Device -> Host)",
+    )  # fmt: skip
+    calls = dict([_call(10, "hipLaunchKernel", 100, 150), _call(11, "hipMemcpyAsync", 300, 960, host=2)])
+    found = gpu_dependencies([kernel, copy], calls, [], default_device=0)
+    assert (dict(found.deps), found.launch) == ({}, {10: 1, 11: 2})
+    (note,) = found.notes
+    assert note == (
+        "1 asynchronous HIP copies to the host (hipMemcpyAsync, Memcpy DtoH (Device -> Host)) whose host "
+        "memory the ROCm trace does not name: where pageable the call waited for its copy, as on CUDA; no "
+        "host wait written for them"
+    )
