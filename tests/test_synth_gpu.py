@@ -25,6 +25,7 @@ import pytest
 
 from skewlens.profiler.synth_gpu import (
     COMPUTE_STREAM,
+    NCCL_KERNEL,
     NCCL_STREAM,
     GpuRunSpec,
     GpuRunTruth,
@@ -465,3 +466,48 @@ def test_skewlens_import_reads_32_ranks_and_matches_every_all_reduce(tmp_path: P
     for c in run.collectives:
         assert (c.comm_type, c.ranks) == (CommType.ALL_REDUCE, tuple(range(32)))
         assert set(c.comm_bytes) == {spec.bucket_layers * spec.layer_param_bytes}
+
+
+#: What ROCm's torch records where the synthetic run's files say CUDA: HIP's runtime calls (filed under
+#: ``cuda_runtime`` by ROCm's Kineto), RCCL's Generic kernel, a copy to the host that names no pageable
+#: memory.
+ROCM_NAMES = {
+    "cudaLaunchKernel": "hipLaunchKernel",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaEventRecord": "hipEventRecord",
+    "cudaStreamWaitEvent": "hipStreamWaitEvent",
+    "cudaStreamSynchronize": "hipStreamSynchronize",
+    NCCL_KERNEL: "ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)",
+    "Memcpy DtoH (Device -> Pageable)": "Memcpy DtoH (Device -> Host)",
+}
+
+
+def test_the_same_run_written_as_rocm_records_it_analyses_as_its_cuda_files_do(tmp_path: Path) -> None:
+    # ROCm's Kineto has no cuda_sync events: both without. With HIP's names the waits were lost: rank 1's
+    # slowness made no one wait (exposed wait 0 on every rank, 1.5 ms a step on the others with CUDA's)
+    from skewlens.analysis.api import analyze_run
+    from skewlens.profiler.importers import import_traces
+    from skewlens.replay.driver import load_trace
+
+    spec = dataclasses.replace(
+        SPEC, world_size=4, steps=2, layers=4, slow_ranks={1: FACTOR}, sync_events=False
+    )
+    truth = write_gpu_run(spec, tmp_path / "cuda")
+    (tmp_path / "rocm").mkdir()
+    for path in truth.files:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        for e in doc["traceEvents"]:
+            e["name"] = ROCM_NAMES.get(e["name"], e["name"])
+        (tmp_path / "rocm" / path.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    for k in ("cuda", "rocm"):
+        import_traces([tmp_path / k], None, tmp_path / f"run-{k}")
+    cuda, rocm = (analyze_run(load_trace(tmp_path / f"run-{k}"), blame=False) for k in ("cuda", "rocm"))
+    assert rocm.breakdown == cuda.breakdown
+    assert rocm.gpu_idle == cuda.gpu_idle
+    unnamed = [[dataclasses.replace(r, name="") for r in res.critical_path] for res in (cuda, rocm)]
+    assert unnamed[0] == unnamed[1]  # the same nodes (the copy's and the NCCL kernel's names aside)
+    assert [(k.kind, k.total_ns) for k in rocm.gpu_kernels] == [
+        (k.kind, k.total_ns) for k in cuda.gpu_kernels
+    ]
+    waits = [b.exposed_wait_ns for b in rocm.breakdown if b.rank != 1]
+    assert min(waits) > 1_000_000
