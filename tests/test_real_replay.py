@@ -480,19 +480,85 @@ def test_a_launcher_whose_worker_was_killed_is_said_by_the_failure_torchrun_prin
     )
 
 
+def _launcher_said(tmp_path: Path, log: str, *launcher_args: str) -> str:
+    """What the error of a launcher that wrote ``log`` and exited with code 1 says after the log's path."""
+    script = f"import sys; sys.stdout.write({log!r}); raise SystemExit(1)"
+    with pytest.raises(ReplayError) as e:
+        run_workers([sys.executable, "-c", script, *launcher_args], work_dir=tmp_path / "work", deadline_s=30)
+    head = f"real replay: the launcher exited with code 1; log {tmp_path / 'work' / 'launcher.log'}: "
+    assert str(e.value).startswith(head), str(e.value)
+    return str(e.value).removeprefix(head)
+
+
+@pytest.mark.parametrize("standalone", [False, True])
 def test_a_launcher_that_failed_otherwise_is_not_given_the_reason_of_a_harmless_connection_warning(
-    tmp_path: Path,
+    tmp_path: Path, standalone: bool
 ) -> None:
     # the socket's reason was added to whatever exception ended the log: torch's warning of a failed try at
-    # localhost (printed by runs that succeed too) made a worker's own error read as a network failure
+    # localhost (printed by runs that succeed too) made a worker's own error read as a network failure; and
+    # under --standalone, a worker's own error is no reason to bring the loopback interface up
     warning = CHILD_KILLED_LOG.splitlines()[0]
     log = (
         f'{warning}\nTraceback (most recent call last):\n  File "x.py", line 1\nValueError: bad bucket size\n'
     )
-    script = f"import sys; sys.stdout.write({log!r}); raise SystemExit(1)"
-    with pytest.raises(ReplayError) as e:
-        run_workers([sys.executable, "-c", script], work_dir=tmp_path / "work", deadline_s=30)
-    assert str(e.value).endswith("launcher.log: ValueError: bad bucket size"), str(e.value)
+    args = ["--standalone"] if standalone else []
+    assert _launcher_said(tmp_path, log, *args) == "ValueError: bad bucket size"
+
+
+def test_a_failed_connection_is_given_the_reason_of_the_last_failed_try_not_of_the_harmless_first_one(
+    tmp_path: Path,
+) -> None:
+    # torch warns of its try at localhost as ::1 ("Cannot assign requested address") in runs that succeed
+    # too; the connection that failed the run is the last one logged
+    log = CHILD_KILLED_LOG.splitlines()[0] + "\n" + NO_LOOPBACK_LOG
+    assert _launcher_said(tmp_path, log, "--rdzv-endpoint=head:29500") == (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d "
+        "store has failed. See inner exception for details. (the connection's error: Network is unreachable)"
+    )
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "torch.distributed.DistStoreError: Timed out after 301 seconds waiting for clients. 1/2 clients",
+        "torch.distributed.DistNetworkError: failed to recv, got 0 bytes",
+        "ConnectionResetError: [Errno 104] Connection reset by peer",
+    ],
+    ids=["store", "network", "connection"],
+)
+def test_a_store_network_or_socket_error_is_given_the_sockets_reason_as_a_failed_connection_is(
+    tmp_path: Path, exception: str
+) -> None:
+    log = (
+        "[W1207 02:11:30.000000000 socket.cpp:764] [c10d] The client socket has failed to connect to "
+        "[head]:29500 (errno: 111 - Connection refused).\n"
+        f'Traceback (most recent call last):\n  File "x.py", line 1\n{exception}\n'
+    )
+    said = _launcher_said(tmp_path, log, "--rdzv-endpoint=head:29500")
+    assert said == f"{exception} (the connection's error: Connection refused)"
+
+
+def test_a_last_traceback_without_an_exception_line_is_said_by_its_last_lines_not_an_earlier_tracebacks(
+    tmp_path: Path,
+) -> None:
+    # a traceback torch logged of a retry, then the one that ended the launcher, whose exception's name
+    # says none of Error/Exception/Exit/Interrupt: the retry's exception was not what failed the run
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", line 1, in _keep_alive\n'
+        "torch.distributed.DistNetworkError: Connection reset by peer\n"
+        "Traceback (most recent call last):\n"
+        '  File "/venv/bin/torchrun", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        '  File "/venv/subprocess.py", line 1209, in wait\n'
+        "    return self._wait(timeout=timeout)\n"
+        "subprocess.TimeoutExpired: Command 'nvidia-smi' timed out after 5 seconds\n"
+    )
+    assert _launcher_said(tmp_path, log) == (
+        'File "/venv/bin/torchrun", line 8, in <module> | sys.exit(main()) | File "/venv/subprocess.py", '
+        "line 1209, in wait | return self._wait(timeout=timeout) | subprocess.TimeoutExpired: Command "
+        "'nvidia-smi' timed out after 5 seconds"
+    )
 
 
 def test_ctrl_c_during_a_replay_stops_every_process_it_started(tmp_path: Path, sleepers: _Sleepers) -> None:
