@@ -121,3 +121,25 @@ def test_an_out_under_a_regular_file_names_that_file(tmp_path: Path) -> None:
         "directory); give --out a directory you can write"
     )
     assert (tmp_path / "notes").read_text() == "mine"
+
+
+def test_an_existing_empty_out_the_demo_cannot_write_into_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an empty directory that exists (a read-only mount's, made for the demo) is taken as it is, so the first
+    # write is the demo's marker: its OSError is said as a directory that cannot be made is. The file
+    # system is made read-only by a patched write_text (root would write through a chmod)
+    import errno
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    monkeypatch.setattr(Path, "write_text", read_only)
+    with pytest.raises(SkewlensError) as e:
+        prepare_out(out)
+    assert str(e.value) == (
+        f"--out {out}: cannot be made the demo's directory (Read-only file system); give --out a directory "
+        "you can write"
+    )

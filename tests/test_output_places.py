@@ -525,3 +525,17 @@ def test_an_interrupt_while_a_staging_directory_is_made_closes_its_lock_and_remo
     monkeypatch.undo()
     assert sorted(os.listdir("/proc/self/fd")) == fds
     assert sorted(p.name for p in out.iterdir()) == [".o.killed.tmp"]
+
+
+def test_a_staging_directorys_lock_is_closed_when_its_block_ends_however_it_ends(tmp_path: Path) -> None:
+    # the lock a command holds on its staging directory is a descriptor: left open at the block's end, a
+    # notebook's exports and analyses would each keep one more until 'Too many open files', and each lock
+    # for the kernel's life
+    fds = sorted(os.listdir("/proc/self/fd"))
+    with staging_dir(tmp_path / "o") as stage:
+        (stage / "x").write_text("x")
+        assert sorted(os.listdir("/proc/self/fd")) != fds  # the lock is held while the block writes
+    with pytest.raises(ValueError, match=r"^mid-write$"), staging_dir(tmp_path / "o", inside=True):
+        raise ValueError("mid-write")
+    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
