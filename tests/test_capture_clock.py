@@ -193,6 +193,11 @@ def test_an_answer_left_unread_by_an_attempt_that_ended_inside_the_exchange_is_n
     assert exchange(3, store) == {0: 0, 1: -2_500_000, 2: 40_000}
 
 
+#: Values of the clock timeout that are no time: an infinite one (a rank would wait for rank 0 for ever) and a
+#: variable set to nothing are refused too.
+NO_TIME = ["soon", "0", "-3", "nan", "inf", ""]
+
+
 def test_skewlens_profile_gives_its_command_the_clock_timeout_set_in_its_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -205,7 +210,7 @@ def test_skewlens_profile_gives_its_command_the_clock_timeout_set_in_its_environ
     assert "timeout 45.0" in capfd.readouterr().out.splitlines()
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+@pytest.mark.parametrize("value", NO_TIME)
 def test_skewlens_profile_refuses_a_clock_timeout_that_is_no_time_naming_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
@@ -216,7 +221,7 @@ def test_skewlens_profile_refuses_a_clock_timeout_that_is_no_time_naming_the_var
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+@pytest.mark.parametrize("value", NO_TIME)
 def test_skewlens_profile_refuses_a_clock_timeout_option_that_is_no_time_as_it_refuses_the_variable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
@@ -238,7 +243,7 @@ def test_skewlens_profile_refuses_a_clock_timeout_option_that_is_no_time_as_it_r
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+@pytest.mark.parametrize("value", NO_TIME)
 def test_a_rank_started_with_a_clock_timeout_that_is_no_time_refuses_it_as_skewlens_profile_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
