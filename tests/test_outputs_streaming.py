@@ -135,8 +135,9 @@ def test_neighbouring_small_lookups_are_taken_as_one_and_a_one_entry_lookup_is_w
     n = 300
     rng = np.random.default_rng(0)
     names = [f"op{k}" for k in range(5)] + [ODD_NAME]
-    name_idx = rng.integers(0, len(names), n)
-    cat_idx = rng.integers(0, 120, n).astype(np.int8)  # int8, as the categories are: idx x 6 overflows it
+    # int8, as the categories are: the pair's index, name x 120 + category, overflows it (up to 719)
+    name_idx = rng.integers(0, len(names), n).astype(np.int8)
+    cat_idx = rng.integers(0, 120, n).astype(np.int8)
     cats = tuple(json.dumps(f"c{k}") for k in range(120))
     big = rng.integers(10**9, 10**12, n)
     fields: list[tuple[str, Any]] = [
