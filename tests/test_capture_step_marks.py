@@ -203,3 +203,44 @@ def test_post_local_sgds_model_average_is_in_the_step_whose_optimizer_step_ran_i
     assert sorted((s.rank, s.step) for s in read_manifest(out).steps) == [
         (r, s) for r in (0, 1) for s in (2, 3, 4, 5)
     ]
+
+
+def test_a_new_optimizer_made_in_place_of_the_first_one_marks_the_steps_from_then_on(tmp_path: Path) -> None:
+    # A loop that freezes part of its model (or grows it) and makes a new optimizer for what is left lets
+    # go of the one that marked the steps. Before, no step was marked after that: on 2 gloo ranks of a DDP
+    # loop making a new SGD at step 4 of 9, window 1-8, the capture kept steps 1-3 and called the rest an
+    # unfinished step 4 that "the command ended before".
+    w = torch.zeros(4, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    ends: list[int] = []
+    with capture(tmp_path / "run", steps="1:0:5", auto_step=True):
+        for i in range(6):
+            if i in (2, 4):
+                opt = torch.optim.SGD([w], lr=0.01 * i)  # the old one is freed
+            w.sum().backward()
+            opt.step()
+            ends.append(time.time_ns())
+    m = read_manifest(tmp_path / "run")
+    steps = sorted(m.steps, key=lambda s: s.step)
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5]
+    for s, end in zip(steps, ends[1:], strict=True):
+        assert ends[s.step - 1] <= s.end_ns <= end
+    assert STEP_MARKS_NOTE not in m.notes  # one optimizer at a time stepped the training
+
+
+def test_a_second_optimizer_while_the_first_is_still_held_does_not_take_over_the_step_marks(
+    tmp_path: Path,
+) -> None:
+    w, v = torch.zeros(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    first = torch.optim.SGD([w], lr=0.1)
+    second: torch.optim.Optimizer | None = None
+    with capture(tmp_path / "run", steps="1:0:3", auto_step=True):
+        for i in range(4):
+            (w.sum() + v.sum()).backward()
+            if i >= 2:  # from the third iteration on, a second optimizer steps too, after the first
+                second = second or torch.optim.SGD([v], lr=0.1)
+                second.step()
+            first.step()
+    m = read_manifest(tmp_path / "run")
+    assert sorted(s.step for s in m.steps) == [1, 2, 3]
+    assert "(SGD, 4 calls by the end of the window; others: SGD 2)" in m.notes[STEP_MARKS_NOTE]

@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -60,6 +61,15 @@ OWN_PROFILER_NOTE = (
     "Kineto to itself: operators not recorded "
     "(the trace has the collectives level's content)"
 )
+
+
+def _weak(optimizer: Any) -> Callable[[], Any] | None:
+    """A weak reference to ``optimizer``; None for an object that takes none (its liveness is then not known,
+    and it keeps marking the steps as before)."""
+    try:
+        return weakref.ref(optimizer)
+    except TypeError:
+        return None
 
 
 def _unhooked_outer(optimizer: Any) -> Any:
@@ -175,6 +185,9 @@ class CaptureSession:
         self._hand_over: tuple[int, int, str] = (0, 0, "")
         self._wrapped_steps: list[tuple[type, Any]] = []  # (class, own step()) of unhooked wrappers
         self._first_optimizer: int | None = None
+        # the optimizer whose step() marks the steps, where it can be referred to weakly: once the program
+        # lets go of it (a new optimizer after freezing or growing the model), the next to step marks them
+        self._first_ref: Callable[[], Any] | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
         self._kineto: Any = None
         self._program_profiler: Any = None  # kineto.ProgramProfiler, from install()
@@ -324,8 +337,12 @@ class CaptureSession:
             del self._opt_open[self._opt_open.index(id(optimizer)) :]
         if self._opt_open:  # stepped inside another optimizer's step() (ZeroRedundancyOptimizer's local
             return  # optimizer, a wrapper's inner one): part of that step
+        if self._first_ref is not None and self._first_ref() is None:  # freed: its id may be the new one's
+            self._optimizer_steps.pop(self._first_optimizer or 0, None)
+            self._first_optimizer = self._first_ref = None
         if self._first_optimizer is None:
             self._first_optimizer = id(optimizer)
+            self._first_ref = _weak(optimizer)
         name, calls = self._optimizer_steps.get(id(optimizer), (type(optimizer).__name__, 0))
         self._optimizer_steps[id(optimizer)] = (name, calls + 1)
         if id(optimizer) == self._first_optimizer:
@@ -334,7 +351,7 @@ class CaptureSession:
         if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are its from now on: the
             self._hand_over = (0, 0, "")  # wrapper's, as are this one and the training's if it was the first
             self._optimizer_steps[outer] = (outer_name, self._optimizer_steps.pop(inner)[1])
-            if self._first_optimizer == inner:
+            if self._first_optimizer == inner:  # (_first_ref stays the inner one's, which the wrapper holds)
                 self._first_optimizer = outer
 
     def step(self) -> None:
