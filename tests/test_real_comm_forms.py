@@ -82,6 +82,21 @@ def test_a_list_reduce_scatter_is_reissued_as_a_list_reduce_scatter(monkeypatch:
     assert args["arg0"] == (250,) and args["arg1"] == [(250,), (250,)] and args["async_op"] is True
 
 
+@pytest.mark.parametrize(("rank", "mine"), [(0, 17), (2, 16)])
+def test_a_list_reduce_scatter_of_uneven_parts_moves_all_its_recorded_bytes(
+    monkeypatch: pytest.MonkeyPatch, rank: int, mine: int
+) -> None:
+    # gloo's list reduce_scatter takes parts of any size: a script's of 19, 15 and 16 floats on 3 ranks
+    # records 200 B on each. Before, the replay issued 3 parts of 200 // 4 // 3 = 16 floats, 192 B.
+    fake = FakeDist(world=3)
+    monkeypatch.setattr(real_ops, "dist", fake)
+    op = _coll("c10d::reduce_scatter_", CommType.REDUCE_SCATTER, 200)
+    CommIssuer(rank, torch.device("cpu"), {}, "0").issue(op, blocking=True)
+    [(fn, args)] = fake.calls
+    assert fn == "reduce_scatter"
+    assert args["arg1"] == [(17,), (17,), (16,)] and args["arg0"] == (mine,)
+
+
 def test_a_list_all_to_all_is_reissued_as_a_list_all_to_all_with_its_recorded_parts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

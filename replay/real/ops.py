@@ -112,6 +112,13 @@ def _scattered(numel: int, size: int) -> int:
     return max(1, numel // size) if numel else 0
 
 
+def _even_parts(numel: int, size: int) -> list[int]:
+    """``numel`` elements in ``size`` parts as even as they go, the first ``numel % size`` one larger: what
+    a list reduce_scatter whose parts were uneven (the script's, unrecorded) moved in all."""
+    per, rest = divmod(numel, size)
+    return [per + (k < rest) for k in range(size)]
+
+
 def _all_to_all_parts(op: ReplayOp, size: int, numel: int) -> tuple[list[int], list[int]]:
     """Elements an all_to_all sends to and receives from each of its ``size`` members: the recorded splits
     (whole elements of the dtype: the plan made it uint8 otherwise); where none were recorded, its
@@ -256,9 +263,11 @@ class CommIssuer:
             out = list(self._buf("out", numel * size, dt).chunk(size))
             return (dist.all_gather(out, self._buf("in", numel, dt), group=group, async_op=a),)
         if op.name == "c10d::reduce_scatter_":
-            per = _scattered(numel, size)
-            chunks = list(self._buf("in", per * size, dt).chunk(size))
-            out_t, red = self._buf("out", per, dt), self._reduce_op(op, group)
+            # the list form takes parts of any size; theirs are not recorded, their sum is (comm_size, the
+            # same on every member): that many elements, in parts as even as they go
+            parts = _even_parts(numel, size)
+            chunks = list(self._buf("in", numel, dt).split(parts))
+            out_t, red = self._buf("out", parts[ranks.index(self.rank)], dt), self._reduce_op(op, group)
             return (dist.reduce_scatter(out_t, chunks, op=red, group=group, async_op=a),)
         # c10d::alltoall_: a list per side, each tensor one member's part (:func:`_all_to_all_parts`)
         send, recv = _all_to_all_parts(op, size, numel)
