@@ -244,3 +244,40 @@ def test_a_second_optimizer_while_the_first_is_still_held_does_not_take_over_the
     m = read_manifest(tmp_path / "run")
     assert sorted(s.step for s in m.steps) == [1, 2, 3]
     assert "(SGD, 4 calls by the end of the window; others: SGD 2)" in m.notes[STEP_MARKS_NOTE]
+
+
+FREEZE_AND_NEW_OPTIMIZER = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
+model = DDP(net, find_unused_parameters=True)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(7):
+    if step == 3:  # freeze the first layer, and step what is left with a new optimizer
+        net[0].requires_grad_(False)
+        opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.01)
+    model(torch.randn(4, 16)).sum().backward()
+    dist.all_reduce(torch.full((step + 1,), 1.0))  # step + 1 floats: which step it is in
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_a_ddp_loop_that_makes_a_new_optimizer_after_freezing_a_layer_keeps_every_step(
+    tmp_path: Path,
+) -> None:
+    # before: steps 1-2 only, steps 3-5 one step "unfinished" at exit and a note of 2 optimizers stepping
+    out, res = profile_script(tmp_path, FREEZE_AND_NEW_OPTIMIZER, nproc=2, steps="1:0:5")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = load_run(out)
+    assert sorted({(s.rank, s.step) for s in run.manifest.steps}) == [
+        (r, s) for r in (0, 1) for s in range(1, 6)
+    ]
+    assert STEP_MARKS_NOTE not in run.manifest.notes
+    for rank, per_step in comm_per_step(run).items():
+        marks = {step: sorted(k.bytes for k in c.elements() if k.bytes < 64) for step, c in per_step.items()}
+        # the script's own all_reduce of step + 1 floats, and DDP's map of used parameters (4 int32)
+        assert marks == {s: sorted([16, 4 * (s + 1)]) for s in range(1, 6)}, rank
