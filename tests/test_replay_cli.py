@@ -2025,6 +2025,24 @@ def test_a_replays_config_yaml_replays_it_again_from_anywhere(
     assert list(elsewhere.iterdir()) == []
 
 
+def test_config_yaml_names_a_relative_trace_and_out_as_the_same_replay_given_absolute_paths_does(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # from a subdirectory, trace=../run was written as '<cwd>/../run' (and out likewise), where the same
+    # replay given absolute paths wrote '<parent>/run', and its timeline.json's run_dir the resolved path
+    (sub := run_dir.parent / "sub").mkdir()
+    monkeypatch.chdir(sub)
+    assert skewlens_main(["replay", "trace=../run", "out=../rel", "progress=false"]) == 0
+    absolute_args = [f"trace={run_dir}", f"out={run_dir.parent / 'abs'}", "progress=false"]
+    assert skewlens_main(["replay", *absolute_args]) == 0
+    rel, absolute = ((run_dir.parent / d / "config.yaml").read_text() for d in ("rel", "abs"))
+    conf = OmegaConf.create(rel)
+    assert (conf.trace, conf.out) == (str(run_dir), str(run_dir.parent / "rel"))
+    assert rel == absolute.replace(str(run_dir.parent / "abs"), str(run_dir.parent / "rel"))
+    timeline = json.loads((run_dir.parent / "rel" / "timeline.json").read_text())
+    assert timeline["otherData"]["run_dir"] == conf.trace
+
+
 def test_a_primary_config_whose_run_dir_is_not_out_is_one_line_and_writes_nowhere(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -347,8 +347,8 @@ def config_yaml(cfg: DictConfig, cwd: Path) -> str:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     for key in ("trace", "out"):
-        if isinstance(resolved.get(key), str):
-            resolved[key] = str(cwd / resolved[key])
+        if isinstance(resolved.get(key), str):  # resolved, as timeline.json's run_dir: 'sub/../run' is 'run'
+            resolved[key] = str((cwd / resolved[key]).resolve())
     return (
         "# The resolved config of this replay. Replay it again (a value changed by its key, as\n"
         "# slowdown.entries.0.factor=2; the values below come after any entry a group override chooses):\n"
