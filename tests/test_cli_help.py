@@ -310,3 +310,19 @@ def test_skewlens_help_of_no_such_command_says_so_and_the_list_says_how_to_get_a
     assert (
         said[-1] == "skewlens <command> --help (or skewlens help <command>): its options; skewlens --version"
     )
+
+
+@pytest.mark.parametrize("first", ["help", "--help", "-h"])
+def test_help_of_two_commands_is_refused_naming_them_not_answered_with_the_list_of_commands(
+    first: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `skewlens help analyze replay` printed the list of commands and exit 0, both words ignored
+    assert skewlens_main([first, "analyze", "replay"]) == 2
+    said = capsys.readouterr()
+    assert (said.out, said.err) == ("", f"skewlens {first}: one command at a time, got 2: analyze replay\n")
+    with contextlib.suppress(SystemExit):
+        skewlens_main(["analyze", "--help"])
+    own = capsys.readouterr().out
+    with contextlib.suppress(SystemExit):
+        skewlens_main([first, "analyze"])  # one word after any of them: that command's help
+    assert capsys.readouterr().out == own

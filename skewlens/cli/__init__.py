@@ -146,11 +146,21 @@ def _main_flushed(argv: Sequence[str] | None) -> int:
         return BROKEN_PIPE_EXIT
 
 
+#: The first words that ask for help: of the command named after them, else the list of commands.
+_HELP = ("-h", "--help", "help")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["help"] and len(args) == 2:
+    if args[:1] and args[0] in _HELP and len(args) > 2:  # the list of commands, the words after ignored
+        print(
+            f"skewlens {args[0]}: one command at a time, got {len(args) - 1}: {' '.join(args[1:])}",
+            file=sys.stderr,
+        )
+        return 2
+    if args[:1] and args[0] in _HELP and len(args) == 2:
         args = [args[1], "--help"]  # `skewlens help replay` printed the list of commands, not replay's help
-    if not args or args[0] in ("-h", "--help", "help"):
+    if not args or args[0] in _HELP:
         print(_usage(), file=sys.stdout if args else sys.stderr)  # no command: an error, said on stderr
         return 0 if args else 2
     if args[0] in ("-V", "--version"):
