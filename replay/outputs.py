@@ -172,7 +172,7 @@ def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Ta
     """The rows of ``timeline.parquet`` of ``ranks``, one rank after another, from their numpy columns (the
     store's node columns, the rank, the replayed times); string columns are dictionary arrays. ``res`` must
     replay ``run`` (:func:`check_replays`)."""
-    check_replays(run, res, ranks)
+    check_replays(run, res, ranks, caller="timeline_table")
     rts = [run.ranks[r] for r in ranks]
     nodes = nodes_table(rts, run.pg_names)
     cols: dict[str, Any] = {name: nodes.column(name) for name in nodes.column_names}
@@ -262,7 +262,7 @@ def replayed_waits(run: RunTrace, res: SimResult) -> dict[int, npt.NDArray[np.in
     collective's member: the arrival :meth:`SimResult.rooted_awaited_ns` names), at most until its own end
     (the summary's :func:`~skewlens.replay.summary.sync_arrivals`, as its ``wait_ns`` counts it)."""
     out: dict[int, npt.NDArray[np.int64]] = {}
-    for r, (rows, awaited) in sync_arrivals(run, res).items():
+    for r, (rows, awaited) in sync_arrivals(run, res, caller="replayed_waits").items():
         st, en = res.start_ns[r], res.end_ns[r]
         w = np.zeros(len(st), dtype=np.int64)
         w[rows] = np.clip(awaited - st[rows], 0, en[rows] - st[rows])

@@ -160,7 +160,7 @@ class SimResult:
         arrival each member waited for (the execution model's ``waits_for``: its root's, its own, or the
         last), aligned with its ``ranks``; every other sync member waited for its group's latest arrival
         (``coll_arrival_ns``, ``p2p_arrival_ns``). ``self`` must replay ``run`` (:func:`check_replays`)."""
-        check_replays(run, self)
+        check_replays(run, self, caller="SimResult.rooted_awaited_ns")
         return rooted_awaited(run, self)
 
     def steps(self) -> list[int]:
@@ -188,16 +188,17 @@ class SimResult:
         return max(b for _a, b in spans) - min(a for a, _b in spans)
 
 
-def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = None) -> None:
+def check_replays(run: RunTrace, res: SimResult, ranks: Sequence[int] | None = None, *, caller: str) -> None:
     """``res`` is a replay of ``run``: the same ranks, each with as many rows, as many collectives and
     send/recv pairs (of ``ranks`` given, only their rows); else a :class:`ReplayError` saying which differs,
     where a result of another run would fail deep in :func:`~skewlens.replay.summary.summarize`
-    (``IndexError``) or the timeline (``ArrowInvalid``). Two runs of one shape pass."""
+    (``IndexError``) or the timeline (``ArrowInvalid``). Two runs of one shape pass. Each message begins
+    with ``caller``, the function the user called (``summarize: ...``), as :func:`simulate`'s do."""
     if (problem := not_a_run(run)) is not None:
-        raise ReplayError(problem)
+        raise ReplayError(f"{caller}: {problem}")
     if not isinstance(res, SimResult):
-        raise ReplayError(f"expected a SimResult (from simulate(run)), got {type(res).__name__}")
-    of = f"{run.run_dir}: the SimResult given is not a replay of this run"
+        raise ReplayError(f"{caller}: expected a SimResult (from simulate(run)), got {type(res).__name__}")
+    of = f"{caller}: {run.run_dir}: the SimResult given is not a replay of this run"
     if set(res.start_ns) != set(run.ranks):
         raise ReplayError(f"{of} (its ranks {sorted(res.start_ns)}, the run's {sorted(run.ranks)})")
     for r in sorted(run.ranks) if ranks is None else ranks:

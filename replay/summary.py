@@ -224,14 +224,17 @@ def _latest_ends_by_step(
     return {int(key): int(v) for key, v in zip(keys.tolist(), best.tolist(), strict=True) if v > none}
 
 
-def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
+def sync_arrivals(
+    run: RunTrace, res: SimResult, *, caller: str = "sync_arrivals"
+) -> dict[int, tuple[I64, I64]]:
     """Per rank of the run, its sync rows (collective members, sends, recvs) and the replayed arrival each
     waits for: its instance's or pair's latest (:attr:`SimResult.coll_arrival_ns`, ``p2p_arrival_ns``), a
     rooted collective's member the one the execution model's ``waits_for`` names
     (:meth:`SimResult.rooted_awaited_ns`), an eager send its own (it waits for no one:
     :func:`~skewlens.replay.execution.eager_send_rows`). The summary's ``wait_ns`` and the timeline's
-    replayed waits both read it. ``res`` must replay ``run`` (:func:`check_replays`: checked here)."""
-    check_replays(run, res)
+    replayed waits both read it. ``res`` must replay ``run`` (:func:`check_replays`: checked here, its
+    messages beginning with ``caller``)."""
+    check_replays(run, res, caller=caller)
     coll = run.collectives
     counts = np.fromiter((len(c.ranks) for c in coll), dtype=np.int64, count=len(coll))
     ranks = [np.fromiter(itertools.chain.from_iterable(c.ranks for c in coll), dtype=np.int64)]
@@ -261,7 +264,7 @@ def sync_arrivals(run: RunTrace, res: SimResult) -> dict[int, tuple[I64, I64]]:
 def summarize(run: RunTrace, res: SimResult) -> list[SummaryRecord]:
     """Summary rows for every (rank, step) with nodes (see the module docstring); ``res`` must replay ``run``
     (:func:`check_replays`, which :func:`sync_arrivals` does first)."""
-    arrival = sync_arrivals(run, res)
+    arrival = sync_arrivals(run, res, caller="summarize")
     out: list[SummaryRecord] = []
     model = execution_model(run)
     spans = res.step_spans()

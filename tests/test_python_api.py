@@ -331,14 +331,14 @@ def test_a_replay_given_with_another_run_is_refused_naming_the_run_and_what_diff
         f"{run_b.run_dir}: the SimResult given is not a replay of this run "
         "(rank 0: 7 rows replayed, 2 in the run)"
     )
-    for use in (
-        lambda: summarize(run_b, sim_a),
-        lambda: timeline_table(run_b, sim_a, [0, 1]),
-        lambda: sim_a.rooted_awaited_ns(run_b),
+    for called, use in (  # each message names the function called, as simulate's and analyze_run's do
+        ("summarize", lambda: summarize(run_b, sim_a)),
+        ("timeline_table", lambda: timeline_table(run_b, sim_a, [0, 1])),
+        ("SimResult.rooted_awaited_ns", lambda: sim_a.rooted_awaited_ns(run_b)),
     ):
         with pytest.raises(ReplayError) as e:
             use()
-        assert str(e.value) == refused
+        assert str(e.value) == f"{called}: {refused}"
     assert [s.step for s in summarize(run_a, sim_a) if s.rank == 0] == [0, 1, 2]
 
 
@@ -399,7 +399,10 @@ def test_a_replay_of_a_run_of_another_shape_with_as_many_rows_per_rank_is_refuse
     other = _one_step_run(tmp_path / "other", *run)
     with pytest.raises(ReplayError) as e:
         summarize(other, res)
-    assert str(e.value) == f"{other.run_dir}: the SimResult given is not a replay of this run ({differs})"
+    assert (
+        str(e.value)
+        == f"summarize: {other.run_dir}: the SimResult given is not a replay of this run ({differs})"
+    )
 
 
 def test_the_time_of_a_step_a_long_replay_lacks_names_its_first_eight_steps_and_how_many_more(
@@ -528,14 +531,21 @@ def test_the_replays_tables_given_a_path_or_something_else_than_a_result_say_so(
     run = load_validated(run_dir)
     res = simulate(run)
     load = f"load it first (skewlens.profiler.store.validate.load_validated({str(run_dir)!r}))"
-    for call in (lambda: summarize(str(run_dir), res), lambda: timeline_table(str(run_dir), res, [0])):  # type: ignore[arg-type]
+    # each message names the function called, as simulate's and analyze_run's do (neither did)
+    for called, call in (
+        ("summarize", lambda: summarize(str(run_dir), res)),  # type: ignore[arg-type]
+        ("timeline_table", lambda: timeline_table(str(run_dir), res, [0])),  # type: ignore[arg-type]
+    ):
         with pytest.raises(ReplayError) as e:
             call()
-        assert str(e.value) == f"got the path {str(run_dir)!r}, not a loaded run: {load}"
-    for call in (lambda: summarize(run, run), lambda: timeline_table(run, run, [0])):  # type: ignore[arg-type]
+        assert str(e.value) == f"{called}: got the path {str(run_dir)!r}, not a loaded run: {load}"
+    for called, call in (
+        ("summarize", lambda: summarize(run, run)),  # type: ignore[arg-type]
+        ("timeline_table", lambda: timeline_table(run, run, [0])),  # type: ignore[arg-type]
+    ):
         with pytest.raises(ReplayError) as e:
             call()
-        assert str(e.value) == "expected a SimResult (from simulate(run)), got RunTrace"
+        assert str(e.value) == f"{called}: expected a SimResult (from simulate(run)), got RunTrace"
     assert len(summarize(run, res)) == len(res.step_spans())
 
 
