@@ -185,3 +185,28 @@ def test_ranks_building_at_once_compile_one_library_and_leave_nothing_else(tmp_p
     assert all(p.returncode == 0 for p in procs)
     assert len(set(outs)) == 1 and Path(outs[0]).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".build.lock", Path(outs[0]).name])
+
+
+def test_a_compiler_given_with_arguments_is_run_with_them_as_make_and_a_shell_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CXX="ccache g++" or CXX="g++ -m64", which make and a shell take, was "no C++ compiler 'ccache g++'"
+    # and the capture fell back to the Kineto session
+    seen = tmp_path / "argv"
+    fake = tmp_path / "fake compiler"  # a space in its path too: quoted in CXX, as a shell reads it
+    fake.write_text(
+        '#!/bin/sh\nprintf \'%s\\n\' "$@" > "$SKL_SEEN"\n'
+        'while [ $# -gt 1 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("SKL_SEEN", str(seen))
+    monkeypatch.setenv("SKEWLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", f"'{fake}' -m64 --wrapped")
+    path = native.build()
+    assert path.is_file() and path.parent == tmp_path / "cache"
+    assert seen.read_text().splitlines()[:4] == ["-m64", "--wrapped", "-O2", "-std=c++20"]
+    monkeypatch.setenv("CXX", "g++ 'unclosed")
+    path.unlink()
+    with pytest.raises(native.NativeBuildError) as err:
+        native.build()
+    assert str(err.value) == 'native gloo-event recorder: CXX="g++ \'unclosed": No closing quotation'

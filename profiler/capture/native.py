@@ -9,8 +9,8 @@ same scope gives the same events at a higher cost (``benchmarks/capture_overhead
 interleaved triples of whole runs, 2 ranks: 1.026 with Kineto, 1.006 with this library, CPU 1.028 and
 1.012); it is the fallback.
 
-The library is compiled with the C++ compiler (``$CXX``, else ``c++``) against the installed torch's
-headers and libraries into a cache directory (``$SKEWLENS_CACHE_DIR``, else
+The library is compiled with the C++ compiler (``$CXX``, split into words as a shell would, else ``c++``)
+against the installed torch's headers and libraries into a cache directory (``$SKEWLENS_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/skewlens``, else ``~/.cache/skewlens``), named by the torch version and a hash of the
 source and of torch's location; one process compiles while the others wait on a lock, and the file
 appears only when complete (compiled under a temporary name, then renamed). ``scripts/install.sh`` and
@@ -30,6 +30,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -124,13 +125,26 @@ def library_path() -> Path:
     return cache_dir() / f"gloo_events-torch{safe}-{digest}.so"
 
 
+def _compiler() -> list[str]:
+    """``$CXX`` (else ``c++``) split as a shell splits it: make and a shell take ``CXX="ccache g++"`` or
+    ``CXX="g++ -m64"``, which as one word was "no C++ compiler 'ccache g++'". A value the shell could not
+    split (an unclosed quote) is a :class:`NativeBuildError` naming it."""
+    value = os.environ.get("CXX") or "c++"
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        raise NativeBuildError(f"native gloo-event recorder: CXX={value!r}: {e}") from None
+    if not words:
+        return ["c++"]
+    return words
+
+
 def _compile_command(out: Path) -> list[str]:
     """torch 2.13+ wheels use the C++11 ABI (the compiler's default) and C++20 headers."""
     torch_dir, _ = _torch()
     include, lib = torch_dir / "include", torch_dir / "lib"
-    cxx = os.environ.get("CXX") or "c++"
     return [
-        cxx, "-O2", "-std=c++20", "-fPIC", "-shared", "-isystem", str(include), str(SOURCE),
+        *_compiler(), "-O2", "-std=c++20", "-fPIC", "-shared", "-isystem", str(include), str(SOURCE),
         "-o", str(out), f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu",
     ]  # fmt: skip
 
