@@ -2121,7 +2121,7 @@ def test_a_failed_replay_leaves_the_directory_it_was_run_in_and_what_is_in_it(
 def test_a_topology_file_named_like_a_number_or_a_constant_replays_under_its_own_name(
     run_dir: Path, tmp_path: Path, stem: str, name: str
 ) -> None:
-    # the file is copied onto Hydra's search path as an entry named after it, and `topology=400` is an int
+    # the file is an entry of Hydra's group named after it, and `topology=400` is an int
     # to Hydra's grammar: a traceback, 'Config group override must be a string or a list. Got int'; a file
     # without a name is named after it (was 'topology.name: missing value')
     topo = tmp_path / f"{stem}.yaml"
@@ -2374,3 +2374,36 @@ def test_a_search_path_plugins_directory_is_listed_and_none_where_a_plugins_pack
     assert user_conf_dirs(["-cd", str(CONF_DIR)]) == [CONF_DIR, tmp_path]
     plugged.append(("zipped", "pkg://json/nope"))  # Hydra reads it; its entries are not listed here
     assert user_conf_dirs(["-cd", str(CONF_DIR)]) is None
+
+
+def test_a_replay_of_a_topology_file_puts_nothing_in_the_temporary_directory_and_leaves_no_entry_behind(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the file was copied into TMPDIR/skewlens-topology-*/ for as long as the replay ran: one killed there
+    # by SIGKILL (the OOM killer, a scheduler's time limit) left it behind, one more per kill
+    import tempfile
+
+    import skewlens.cli.replay as cli_replay
+
+    (temp := tmp_path / "temp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    seen: list[list[str]] = []
+    job = cli_replay.run_job
+
+    def run_job(*a: object) -> None:
+        seen.append(sorted(p.name for p in temp.iterdir()))  # what a SIGKILL here would leave
+        job(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli_replay, "run_job", run_job)
+    topo = tmp_path / "mine.yaml"
+    topo.write_text((CONF_DIR / "topology" / "ring.yaml").read_text())
+    args = ["replay", f"trace={run_dir}", "comm_mode=model", "perfetto=false", "progress=false"]
+    assert skewlens_main([*args, f"out={tmp_path / 'a'}", f"topology={topo}"]) == 0
+    assert seen == [[]] and list(temp.iterdir()) == []
+    # the file's entry is the command's own: the next command of this process does not find it by name
+    assert skewlens_main([*args, f"out={tmp_path / 'b'}", "topology=mine"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith("skewlens replay: error: topology=mine: no such entry")
+    )

@@ -114,6 +114,35 @@ def test_a_joblib_sweep_runs_its_points_in_worker_processes_each_into_its_own_di
 
 
 @pytest.mark.slow
+def test_a_joblib_sweep_over_two_topology_files_replays_each_in_its_worker_under_that_files_topology(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # the files are entries in Hydra's ConfigStore, which the launcher hands to its worker processes (they
+    # were copies in a temporary directory on Hydra's search path); nothing is left in TMPDIR
+    files = []
+    for name, bandwidth in (("slow", 1.0), ("fast", 100.0)):
+        text = (CONF_DIR / "topology" / "switch.yaml").read_text()
+        text = text.replace("name: switch", f"name: {name}").replace("50.0", str(bandwidth))
+        (f := tmp_path / f"{name}.yaml").write_text(text)
+        files.append(str(f))
+    out, temp = tmp_path / "sweep", tmp_path / "temp"
+    temp.mkdir()
+    args = ["-m", f"trace={run_dir}", f"out={out}", f"topology={','.join(files)}", "comm_mode=model"]
+    res = subprocess.run(
+        [sys.executable, "-m", "skewlens", "replay", *args, "hydra/launcher=joblib",
+         "hydra.launcher.n_jobs=2", "progress=false", "perfetto=false"],
+        capture_output=True, text=True, check=False, timeout=240, cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    saved = [OmegaConf.load(out / job / "config.yaml").topology for job in ("0", "1")]
+    assert [(t.name, t.dims[0].bandwidth_gbps) for t in saved] == [("slow", 1.0), ("fast", 100.0)]
+    slow, fast = (_summary(out / job) for job in ("0", "1"))
+    assert all(slow[r][1] > fast[r][1] for r in slow)  # each replayed on its own file's network
+    assert [p.name for p in temp.iterdir() if p.name.startswith("skewlens")] == []
+
+
+@pytest.mark.slow
 def test_a_failing_point_of_a_joblib_sweep_is_named_with_its_overrides_and_the_others_finish(
     run_dir: Path, tmp_path: Path
 ) -> None:

@@ -15,16 +15,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import functools
 import importlib.util
 import os
 import re
 import shlex
 import shutil
 import sys
-import tempfile
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, IntervalSweep, Override, QuotedString
 from hydra.errors import OverrideParseException
+from hydra.plugins.config_source import ConfigSource
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
@@ -50,7 +49,7 @@ from skewlens.console import (
     undecodable_name,
 )
 from skewlens.paths import CONF_DIR, conf_entries, doc
-from skewlens.profiler.atomic import move_into, no_temp_dir, replace_dir, staging_dir, why_not_created
+from skewlens.profiler.atomic import move_into, replace_dir, staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -1161,19 +1160,21 @@ def remove_if_empty(top: Path, leaf: Path) -> None:
         d = d.parent
 
 
-def topology_files(args: list[str], scratch: Callable[[], Path]) -> list[str]:
+def topology_files(args: list[str], stored: list[str]) -> list[str]:
     """``topology=FILE.yaml`` (a path, not an entry name; also in a sweep's comma list): Hydra finds group
-    entries only on its search path, so each file is copied to ``tmp/topology/<stem>.yaml`` and ``tmp`` is
-    put first on ``hydra.searchpath``; the option is named after the file (``file_<stem>`` where a
-    bundled entry has that name, or where Hydra would read the name as a number, bool or null), and so is
-    the topology where the file gives it no ``name``. ``tmp`` is ``scratch()``, a temporary directory made
-    only here: a replay without a topology file needs none (where no temporary directory was usable, every
-    replay was a ``FileNotFoundError`` traceback); one with a file is told what to set."""
+    entries only in its config sources, so each file is stored as an entry of the group ``topology`` in
+    Hydra's ConfigStore (:func:`store_topology`), whose name is appended to ``stored``; the option is named
+    after the file (``file_<stem>`` where a bundled or user entry has that name, where a package's config
+    directory may have one, or where Hydra would read the name as a number, bool or null), and so is the
+    topology where the file gives it no ``name``. The ConfigStore is in memory, and a sweep's launcher
+    hands it to its job processes: each file was copied into a temporary directory put on
+    ``hydra.searchpath``, which a replay killed with SIGKILL left behind (one more per kill), and which a
+    node with no usable temporary directory could not have."""
     dirs = user_conf_dirs(args)
     builtin = known_entries("topology", dirs or [])
     settings = group_settings("topology", args)
     searched = dirs is None  # entries of a package's config directory may be there
-    out, found = [], False
+    out = []
     for arg in args:
         key, eq, value = arg.partition("=")
         if key != "topology" or not eq or _plain_choices(value) is None:
@@ -1193,37 +1194,37 @@ def topology_files(args: list[str], scratch: Callable[[], Path]) -> list[str]:
             if not p.is_file():
                 raise ConfigError(f"topology={item}: no such file")
             check_group_file("topology", item, p, settings)
-            name = p.stem if p.stem not in builtin and _hydra_reads_as_name(p.stem) else f"file_{p.stem}"
-            if (why := no_temp_dir()) is not None:
-                raise ConfigError(f"topology={item}: cannot be copied where Hydra finds it: {why}")
-            tmp = scratch()
-            (tmp / "topology").mkdir(parents=True, exist_ok=True)
-            copy_named(p, tmp / "topology" / f"{name}.yaml")
+            # Hydra looks in the ConfigStore after every directory: an entry of a package's it cannot list
+            # would be taken for the file of the same name
+            own = not searched and p.stem not in builtin and _hydra_reads_as_name(p.stem)
+            name = p.stem if own else f"file_{p.stem}"
+            store_topology(p, name)
+            stored.append(name)
             names.append(name)
-            found = True
         out.append(f"topology={','.join(names)}")
-    if not found:
-        return out
-    entry = f"file://{scratch()}"
-    for k, arg in enumerate(out):
-        if arg.startswith("hydra.searchpath=[") and arg.endswith("]"):
-            rest = arg[len("hydra.searchpath=[") : -1]
-            out[k] = f"hydra.searchpath=[{entry}{',' if rest else ''}{rest}]"
-            return out
-    return [f"hydra.searchpath=[{entry}]", *out]
+    return out
 
 
-def copy_named(src: Path, dst: Path) -> None:
-    """Copy the topology file ``src`` to ``dst``, with ``name:`` its stem where it gives none (the label
-    of reports; a file without one was refused, 'topology.name: missing value'). A file with a ``#
-    @package`` header is copied as it is."""
-    text = src.read_text(encoding="utf-8")
-    doc = None if text.lstrip().startswith("# @package") else OmegaConf.load(src)
-    if isinstance(doc, DictConfig) and "name" not in doc:
+def store_topology(src: Path, name: str) -> None:
+    """Store the topology file ``src`` as the ConfigStore entry ``topology/<name>``, with ``name:`` its stem
+    where it gives none (the label of reports; a file without one was refused, 'topology.name: missing
+    value'); a file with a ``# @package`` header in the package it names, as Hydra reads one from a
+    directory (:meth:`ConfigSource._get_header_dict`, Hydra's own reading of the header)."""
+    with src.open(encoding="utf-8") as f:  # as Hydra's FileConfigSource reads one
+        package = ConfigSource._get_header_dict(f.read(512))["package"]
+        f.seek(0)
+        doc = OmegaConf.load(f)
+    if package is None and isinstance(doc, DictConfig) and "name" not in doc:
         doc.name = src.stem
-        OmegaConf.save(doc, dst)
-    else:
-        shutil.copyfile(src, dst)
+    ConfigStore.instance().store(group="topology", name=name, node=doc, package=package)
+
+
+def forget_topologies(stored: list[str]) -> None:
+    """Remove the ConfigStore entries :func:`topology_files` stored: a later command in the same process
+    (the Python API, a test) would otherwise find a file's entry under its name."""
+    group = ConfigStore.instance().repo.get("topology", {})
+    for name in stored:
+        group.pop(f"{name}.yaml", None)
 
 
 def _hydra_reads_as_name(stem: str) -> bool:
@@ -1455,10 +1456,9 @@ def main(argv: list[str] | None = None) -> int:
     app = hydra.main(config_path=str(CONF_DIR), config_name="replay", version_base=None)(task)
     saved = sys.argv
     with contextlib.ExitStack() as stack:
-        scratch = functools.cache(
-            lambda: Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skewlens-topology-")))
-        )
-        hydra_args = topology_files(args, scratch)
+        stored: list[str] = []
+        stack.callback(forget_topologies, stored)
+        hydra_args = topology_files(args, stored)
         made = make_out_dir(args)
         sys.argv = ["skewlens replay", *flags_last(hydra_args)]  # argparse names the program after it
         # --info prints through logging, whose handler took a closed stdout (`| head`) as an error per line
