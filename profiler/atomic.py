@@ -285,12 +285,30 @@ def move_into(stage: Path, out: Path, names: Iterable[str]) -> None:
         if (dest := out / name).is_dir() and not dest.is_symlink():
             raise SkewlensError(f"cannot write {dest}: a directory is in the way; {out} was left as it was")
     out.mkdir(exist_ok=True)
-    with _locked(out):
+    with _locked(out), moving_into(out):
         for name in names:
             if (stage / name).exists():
                 (stage / name).replace(out / name)
             else:
                 (out / name).unlink(missing_ok=True)
+
+
+@contextmanager
+def moving_into(out: Path) -> Iterator[None]:
+    """The block moves a command's outputs into ``out`` one rename after another: an interrupt (Ctrl-C,
+    SIGTERM) between two of them left ``out`` holding some of the new outputs beside the earlier ones, and
+    the command said ``interrupted`` alone. Here it is a :class:`KeyboardInterrupt` that says so (the
+    dispatcher prints it after ``interrupted``). The renames take microseconds: holding the signals off
+    for them would be a mechanism of its own."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if e.args:  # an inner block's, saying it already
+            raise
+        raise KeyboardInterrupt(
+            f"while its outputs were moved into {out}, which may now hold some of them beside an earlier "
+            "output's; run the command again"
+        ) from None
 
 
 @contextmanager

@@ -539,3 +539,65 @@ def test_a_staging_directorys_lock_is_closed_when_its_block_ends_however_it_ends
         raise ValueError("mid-write")
     assert sorted(os.listdir("/proc/self/fd")) == fds
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_an_interrupt_between_two_moves_into_out_says_out_may_mix_two_outputs(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIGTERM between the renames that move a command's outputs into OUT left the first of them new and
+    # the rest the earlier command's, and the command said "interrupted" alone
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    args = [command, str(run), "--out", str(out), "--no-blame", "--no-pictures"]
+    if command == "replay":
+        args = [command, f"trace={run}", f"out={out}", "progress=false"]
+    assert skewlens_main(args) == 0
+    earlier = {p.name: p.stat().st_ino for p in out.iterdir() if p.is_file()}  # each move is a new file
+    replace = Path.replace
+    moved: list[str] = []
+
+    def interrupted(self: Path, target: Any) -> Path:
+        if Path(target).parent == out and self.parent != out:  # a move from the staging directory
+            if moved:
+                raise KeyboardInterrupt  # as sigterm_as_interrupt raises it, between two renames
+            moved.append(Path(target).name)
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", interrupted)
+    capsys.readouterr()
+    other = ["comm_mode=model"] if command == "replay" else ["--top", "1"]
+    assert skewlens_main([*args, *other]) == 130
+    now = {p.name: p.stat().st_ino for p in out.iterdir() if p.is_file()}
+    new = sorted(name for name, ino in now.items() if earlier.get(name) != ino)
+    assert (new, len(now)) == (moved, len(earlier))  # a mix: the first output new, the others as they were
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"skewlens {command}: interrupted while its outputs were moved into {out}, which may now hold some "
+        "of them beside an earlier output's; run the command again"
+    )
+
+
+def test_an_interrupt_after_a_replays_files_moved_in_and_before_an_earlier_real_replays_went_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the simulated replay's files were in OUT, the earlier real replay's run/ still beside them (a replay
+    # of other settings), and the command said "interrupted" alone
+    import skewlens.cli.replay as cli_replay
+
+    out, run = tmp_path / "out", small_run(tmp_path / "run")
+    (out / "run").mkdir(parents=True)  # an earlier real replay's
+    rmtree = cli_replay.shutil.rmtree
+
+    def interrupted(path: Any, **kwargs: Any) -> None:
+        if Path(path) == out / "run":
+            raise KeyboardInterrupt
+        rmtree(path, **kwargs)
+
+    monkeypatch.setattr(cli_replay.shutil, "rmtree", interrupted)
+    assert skewlens_main(["replay", f"trace={run}", f"out={out}", "progress=false"]) == 130
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml", "run", "summary.parquet", "timeline.json", "timeline.parquet",
+    ]  # fmt: skip
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"skewlens replay: interrupted while its outputs were moved into {out}, which may now hold some "
+        "of them beside an earlier output's; run the command again"
+    )

@@ -186,8 +186,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except MemoryError as e:  # a run larger than the memory, or ``ulimit -v``: a numpy allocation's
         print(f"skewlens {name}: error: {out_of_memory(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"skewlens {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # one that says more: outputs half moved in (atomic.moving_into)
+        print(f"skewlens {name}: interrupted{f' {e}' if e.args else ''}", file=sys.stderr)
         return 130
     except UnicodeEncodeError as e:
         from skewlens.console import printable, undecodable_name

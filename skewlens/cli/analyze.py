@@ -121,7 +121,8 @@ def staged_outputs(out: Path) -> Iterator[Path]:
     """A directory beside ``out`` (inside it where it exists) to write the outputs into
     (:func:`staging_dir`); once the block ends without an error they replace ``out``'s (an earlier
     analysis's files this one did not write, a blame left from a run with blame, go too: a directory never
-    mixes two analyses); on an error or an interrupt nothing in ``out`` changes."""
+    mixes two analyses); on an error or an interrupt nothing in ``out`` changes, but for an interrupt between
+    two of the final renames, which says so (:func:`~skewlens.profiler.atomic.moving_into`)."""
     with staging_dir(out.absolute(), inside=True) as stage:
         yield stage
         move_into(stage, out, OUTPUTS)
