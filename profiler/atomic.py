@@ -398,7 +398,10 @@ def replace_dir(tmp: Path, out: Path) -> None:
             raise
         try:
             tmp.replace(out)
-        except OSError:
-            old.replace(out)  # the earlier output back, not left hidden as .OUT.old-PID
+        except BaseException:  # an interrupt too: one between the renames left the earlier output hidden
+            if tmp.exists():  # not renamed: the earlier output back, not left hidden as .OUT.<random>.tmp.old
+                old.replace(out)
+            else:  # renamed, then interrupted: the new output is in place, and the earlier one goes
+                shutil.rmtree(old, ignore_errors=True)
             raise
     shutil.rmtree(old, ignore_errors=True)

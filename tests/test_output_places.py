@@ -270,9 +270,12 @@ def test_an_output_directory_that_cannot_be_opened_to_lock_is_still_replaced(
     assert sorted(p.name for p in out.iterdir()) == ["ranks.parquet", "summary.parquet"]
 
 
+@pytest.mark.parametrize("stop", ["error", "interrupt before", "interrupt after"])
 def test_a_directory_swap_that_fails_halfway_puts_the_earlier_directory_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
 ) -> None:
+    # an interrupt (Ctrl-C, SIGTERM) after the earlier export was moved aside and before the new one took
+    # its place left no OUT at all, the earlier export hidden beside it as .OUT.<random>.tmp.old for good
     import errno
 
     out, new = (
@@ -282,16 +285,21 @@ def test_a_directory_swap_that_fails_halfway_puts_the_earlier_directory_back(
     real_replace = Path.replace
 
     def replace(self: Path, target: str | Path) -> Path:
-        if self == new:  # another program's directory appeared at pq after it was moved aside
+        if self != new:
+            return real_replace(self, target)
+        if stop == "error":  # another program's directory appeared at pq after it was moved aside
             raise OSError(errno.ENOTEMPTY, "Directory not empty")
-        return real_replace(self, target)
+        if stop == "interrupt after":  # the signal's handler runs just after this rename
+            real_replace(self, target)
+        raise KeyboardInterrupt
 
     monkeypatch.setattr(Path, "replace", replace)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError if stop == "error" else KeyboardInterrupt):
         replace_dir(new, out)
-    # the earlier export is where it was, not hidden beside it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "pq"]
-    assert (out / "ranks.parquet").read_text() == "earlier"
+    # the earlier export is where it was, not hidden beside it; or the new one, done before the interrupt
+    done = stop == "interrupt after"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["pq"] if done else ["a", "pq"])
+    assert (out / "ranks.parquet").read_text() == ("a" if done else "earlier")
 
 
 def test_a_trace_file_that_cannot_be_made_in_the_staging_directory_is_named_as_written(
