@@ -6,6 +6,7 @@ Load (validated) -> build the slowdown model -> simulate (and, for ``mode=real``
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from skewlens.profiler.atomic import staging_dir
 from skewlens.profiler.store.issues import ranks_label, unmatched_comm
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
@@ -30,6 +32,7 @@ from skewlens.replay.outputs import (
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     check_trace_outside,
+    publish_replay,
     write_perfetto,
     write_summary,
     write_timeline,
@@ -224,13 +227,36 @@ def replay_run(
     sim_dir: str | Path | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> ReplayOutcome:
-    """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (default: ``cfg.out``; the
-    simulated replay's files into ``sim_dir`` where given); ``progress`` is told of its stages (load,
-    simulate, write). A path may be a string, as everywhere else in the library (one was a ``TypeError``:
-    ``unsupported operand type(s) for /: 'str' and 'str'``)."""
+    """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (default: ``cfg.out``);
+    ``progress`` is told of its stages (load, simulate, write). A path may be a string, as everywhere else
+    in the library (one was a ``TypeError``: ``unsupported operand type(s) for /: 'str' and 'str'``).
+
+    As ``skewlens replay`` does, the outputs (a real replay's ``run/`` and ``real/`` on one host too) are
+    written into a hidden directory inside ``out_dir`` and moved in once the whole replay has succeeded
+    (:func:`~skewlens.replay.outputs.publish_replay`): a failed or interrupted replay leaves ``out_dir``'s
+    earlier files as they were, and nothing of its own (it left the new simulated files beside the earlier
+    ones, and an interrupted real replay its ``real/plan`` and ``real/work``). Given ``sim_dir`` (a new
+    directory of the caller's, inside ``out_dir``), they are written there, and moving them is the
+    caller's."""
     out_dir = Path(cfg.out if out_dir is None else out_dir)
-    files = out_dir if sim_dir is None else Path(sim_dir)
     check_trace_outside(cfg.trace, out_dir)
+    if sim_dir is not None:
+        return _replay_into(cfg, out_dir, Path(sim_dir), progress)
+    made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # the deepest first
+    try:
+        with staging_dir(out_dir.absolute(), inside=True) as stage:
+            outcome = _replay_into(cfg, out_dir, stage, progress)
+            publish_replay(stage, out_dir, mode=cfg.mode)
+    except BaseException:
+        for d in made:  # made for this replay: not left behind empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    return outcome
+
+
+def _replay_into(cfg: ReplayConfig, out_dir: Path, files: Path, progress: Progress) -> ReplayOutcome:
+    """:func:`replay_run`, the files written into ``files`` (the real replay's too, on one host)."""
     topo = cfg.topology.to_topology()
     real_api = None
     if cfg.mode == "real":  # refused before anything is simulated or written
@@ -306,7 +332,7 @@ def replay_run(
             out_dir=out_dir,
             effects=effects,
             cfg=cfg.real,
-            stage_dir=None if sim_dir is None else Path(sim_dir),
+            stage_dir=files,
         )
     return ReplayOutcome(
         out_dir=out_dir, run=run, sim=sim, summary=summary, real=real, notes=tuple(notes), slowdowns=slowdowns

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.atomic import atomic_file, move_into, moving_into, replace_dir
 from skewlens.profiler.manifest import SCALE_NOTE, TIMELINE_SCALED_RANKS
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.store.parquet import ROW_GROUP, nodes_table
@@ -77,6 +78,22 @@ REAL_WORK_DIR = "real"
 REAL_FAILED_DIR = "real-failed"
 SWEEP_PARQUET = "sweep.parquet"
 SWEEP_PNG = "sweep.png"
+
+
+def publish_replay(stage: Path, out_dir: Path, *, mode: str) -> None:
+    """Move a whole replay staged in ``stage`` (:func:`~skewlens.profiler.atomic.staging_dir`, inside
+    ``out_dir``) into ``out_dir``: its files replace an earlier replay's, and those this one did not write go
+    (``timeline.json`` under ``perfetto=false``, ``config.yaml`` from Python, which writes none); a real
+    replay's staged ``run/`` and ``real/`` replace the earlier ones, which a simulated replay removes; an
+    earlier failure's logs (``real-failed/``) go. ``skewlens replay`` and :func:`replay_run` both end so."""
+    with moving_into(out_dir):  # an interrupt between two of its renames says what it left
+        move_into(stage, out_dir, (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML))
+        for name in (REAL_RUN_DIR, REAL_WORK_DIR):  # a real replay on one host staged them
+            if (stage / name).exists():
+                replace_dir(stage / name, out_dir / name)
+            elif mode != "real":  # an earlier real replay's
+                shutil.rmtree(out_dir / name, ignore_errors=True)
+    shutil.rmtree(out_dir / REAL_FAILED_DIR, ignore_errors=True)
 
 
 def check_trace_outside(trace: str | Path, out_dir: Path) -> None:

@@ -1421,6 +1421,35 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     assert (out / "config.yaml").read_text() == "earlier: true\n"
 
 
+def test_a_real_replay_from_python_interrupted_while_its_ranks_run_leaves_out_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # replay_run wrote into OUT in place: Ctrl-C while the ranks ran left OUT/real/plan and OUT/real/work,
+    # and the new simulated files beside an earlier replay's run/ (the CLI stages them; Python did not)
+    from skewlens.replay.driver import replay_run
+    from skewlens.replay.real import api
+
+    def interrupted(cmd: list[str], **kw: Any) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the launcher runs
+
+    monkeypatch.setattr(api, "run_workers", interrupted)
+    run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "manifest.json").write_text("{}")  # an earlier real replay's
+    (out / "summary.parquet").write_text("earlier")
+    with pytest.raises(KeyboardInterrupt):
+        replay_run(_real_cfg("real", run, out), out)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "run",
+        "run/manifest.json",
+        "summary.parquet",
+    ]
+    assert (out / "summary.parquet").read_text() == "earlier"
+    with pytest.raises(KeyboardInterrupt):  # into an OUT that is not there: none is left made
+        replay_run(_real_cfg("real", run, tmp_path / "new" / "out"), tmp_path / "new" / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
+
+
 @pytest.mark.slow
 def test_a_failed_real_replay_leaves_the_earlier_one_in_out_as_it_was_and_keeps_the_log_it_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -49,7 +49,7 @@ from skewlens.console import (
     undecodable_name,
 )
 from skewlens.paths import CONF_DIR, conf_entries, doc
-from skewlens.profiler.atomic import move_into, moving_into, replace_dir, staging_dir, why_not_created
+from skewlens.profiler.atomic import staging_dir, why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -66,13 +66,13 @@ from skewlens.replay.errors import ConfigError, first_line, missing_value
 from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
     CONFIG_YAML,
-    REAL_FAILED_DIR,
     REAL_RUN_DIR,
     REAL_WORK_DIR,
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     SweepRecord,
+    publish_replay,
     write_text,
 )
 from skewlens.replay.real.plan import META_FILE
@@ -220,15 +220,7 @@ def run_job(cfg: DictConfig, console: Console) -> None:
             progress = RichProgress() if conf.progress else NO_PROGRESS
             outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
             write_text(stage / CONFIG_YAML, config_yaml(cfg, Path(hc.runtime.cwd)))
-            with moving_into(out_dir):  # an interrupt between two of its renames says what it left
-                # an earlier replay's that this one did not write go (timeline.json under perfetto=false)
-                move_into(stage, out_dir, (TIMELINE_PARQUET, SUMMARY_PARQUET, TIMELINE_JSON, CONFIG_YAML))
-                for p in real_dirs:  # a real replay on one host staged them; else an earlier real replay's
-                    if (stage / p.name).exists():
-                        replace_dir(stage / p.name, p)
-                    elif conf.mode != "real":
-                        shutil.rmtree(p, ignore_errors=True)
-        shutil.rmtree(out_dir / REAL_FAILED_DIR, ignore_errors=True)  # an earlier failure's logs
+            publish_replay(stage, out_dir, mode=conf.mode)
     except BaseException:
         # what a failed real replay began: it writes inside an earlier one's directories (leaving their own
         # entries, so their times, as they were), so its new plan tells that it began
