@@ -2401,9 +2401,10 @@ def test_a_replay_of_a_topology_file_puts_nothing_in_the_temporary_directory_and
     assert skewlens_main([*args, f"out={tmp_path / 'a'}", f"topology={topo}"]) == 0
     assert seen == [[]] and list(temp.iterdir()) == []
     # the file's entry is the command's own: the next command of this process does not find it by name
+    from hydra.core.config_store import ConfigStore
+
+    assert "mine.yaml" not in ConfigStore.instance().repo.get("topology", {})
     assert skewlens_main([*args, f"out={tmp_path / 'b'}", "topology=mine"]) == 2
     assert (
-        capsys.readouterr()
-        .err.splitlines()[-1]
-        .startswith("skewlens replay: error: topology=mine: no such entry")
+        capsys.readouterr().err.splitlines()[-1].startswith("skewlens replay: error: topology=mine: no such")
     )
