@@ -234,10 +234,9 @@ def replay_run(
     As ``skewlens replay`` does, the outputs (a real replay's ``run/`` and ``real/`` on one host too) are
     written into a hidden directory inside ``out_dir`` and moved in once the whole replay has succeeded
     (:func:`~skewlens.replay.outputs.publish_replay`): a failed or interrupted replay leaves ``out_dir``'s
-    earlier files as they were, and nothing of its own (it left the new simulated files beside the earlier
-    ones, and an interrupted real replay its ``real/plan`` and ``real/work``). Given ``sim_dir`` (a new
-    directory of the caller's, inside ``out_dir``), they are written there, and moving them is the
-    caller's."""
+    earlier files as they were, and nothing of its own (an interrupted real replay's ``real/plan`` and
+    ``real/work`` included). Given ``sim_dir`` (a new directory of the caller's, inside ``out_dir``), they
+    are written there, and moving them is the caller's."""
     out_dir = Path(cfg.out if out_dir is None else out_dir)
     check_trace_outside(cfg.trace, out_dir)
     if sim_dir is not None:
