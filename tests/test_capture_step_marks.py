@@ -281,3 +281,31 @@ def test_a_ddp_loop_that_makes_a_new_optimizer_after_freezing_a_layer_keeps_ever
         marks = {step: sorted(k.bytes for k in c.elements() if k.bytes < 64) for step, c in per_step.items()}
         # the script's own all_reduce of step + 1 floats, and DDP's map of used parameters (4 int32)
         assert marks == {s: sorted([16, 4 * (s + 1)]) for s in range(1, 6)}, rank
+
+
+PHASES = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+reward, policy = DDP(torch.nn.Linear(16, 1)), DDP(torch.nn.Linear(16, 16))
+o_reward = torch.optim.SGD(reward.parameters(), lr=0.01)
+o_policy = torch.optim.Adam(policy.parameters(), lr=0.01)
+for i in range(8):  # the reward model trained for 2 iterations, then the policy for 6
+    model, opt = (reward, o_reward) if i < 2 else (policy, o_policy)
+    model(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_a_capture_whose_first_optimizer_stops_stepping_says_that_only_it_marks_steps(tmp_path: Path) -> None:
+    out, res = profile_script(tmp_path, PHASES, nproc=2, steps="1:1:2")
+    assert res.returncode == 2
+    # before: "no rank saved a trace ... did it import torch, and run 3+ steps, each ended by
+    # optimizer.step()?", which the program had done (8 of them); the first optimizer to step had ended 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert "no rank saved a trace: rank 0: trace not saved: no step of the window (steps 2-3) ended" in last
+    assert "first optimizer to step (SGD, 2 calls; others: Adam 6), and only it marks steps" in last
+    assert not out.exists()

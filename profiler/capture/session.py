@@ -904,6 +904,26 @@ class CaptureSession:
                 self._et.unregister_callback()
         self._kineto = self._workers = self._et = None
 
+    def _marks_stopped(self) -> str | None:
+        """Why no step of the window ended where the first optimizer to step, which alone marks steps,
+        stepped fewer times than another (a reward model trained first, then the policy; a GAN's generator
+        warmed up alone): without it, ``skewlens profile`` asked whether the program ran enough steps "each
+        ended by optimizer.step()", which it had. None where that is not so."""
+        if self._first_optimizer not in self._optimizer_steps:
+            return None
+        first, calls = self._optimizer_steps[self._first_optimizer]
+        others = {k: v for k, v in self._optimizer_steps.items() if k != self._first_optimizer}
+        if not any(c > calls for _n, c in others.values()):
+            return None
+        w = self.window
+        listed = ", ".join(f"{n} {c}" for n, c in others.values())
+        return (
+            f"no step of the window (steps {w.wait + w.warmup}-{w.wait + w.warmup + w.active - 1}) ended: "
+            f"a step ends at each step() of the first optimizer to step ({first}, {calls} calls; others: "
+            f"{listed}), and only it marks steps; where the training's steps are another optimizer's, mark "
+            f"them with the Python API (cap.step(), {doc('docs/capture.md')})"
+        )
+
     def _install_sigterm(self) -> None:
         """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""
         if threading.current_thread() is not threading.main_thread():
@@ -953,6 +973,9 @@ class CaptureSession:
             return
         if not self.saved and not self.steps:
             self._stop_unsaved()
+            if (why := self._marks_stopped()) is not None:
+                self.saved = True
+                self._not_saved(CaptureError(why))
         if self.saved or not self.steps:
             return
         try:
