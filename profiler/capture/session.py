@@ -909,8 +909,8 @@ class CaptureSession:
         stepped fewer times than another (a reward model trained first, then the policy; a GAN's generator
         warmed up alone): without it, ``skewlens profile`` asked whether the program ran enough steps "each
         ended by optimizer.step()", which it had. None where that is not so."""
-        if self._first_optimizer not in self._optimizer_steps:
-            return None
+        if not self._opt_handles or self._first_optimizer not in self._optimizer_steps:
+            return None  # the program marks its steps (capture() under profile), or none stepped
         first, calls = self._optimizer_steps[self._first_optimizer]
         others = {k: v for k, v in self._optimizer_steps.items() if k != self._first_optimizer}
         if not any(c > calls for _n, c in others.values()):
