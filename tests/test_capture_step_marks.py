@@ -309,3 +309,43 @@ def test_a_capture_whose_first_optimizer_stops_stepping_says_that_only_it_marks_
     assert "no rank saved a trace: rank 0: trace not saved: no step of the window (steps 2-3) ended" in last
     assert "first optimizer to step (SGD, 2 calls; others: Adam 6), and only it marks steps" in last
     assert not out.exists()
+
+
+SCORER = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+trains = dist.get_rank() == 0  # rank 0 trains the policy; rank 1 only scores with a frozen reward model
+group = dist.new_group([0])  # every rank makes it; only its member trains in it
+if trains:
+    policy = DDP(torch.nn.Linear(16, 16), process_group=group)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.01)
+reward = torch.nn.Linear(16, 1).eval()
+for i in range(6):
+    scores = torch.zeros(4)
+    if trains:
+        policy(torch.randn(4, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    else:
+        with torch.no_grad():
+            scores += reward(torch.randn(4, 16)).mean()
+    dist.all_reduce(scores)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_steps_no_optimizer_is_said_to_have_marked_no_step_not_to_have_crashed(
+    tmp_path: Path,
+) -> None:
+    out, res = profile_script(tmp_path, SCORER, nproc=2, steps="1:1:2")
+    # before: exit 0, and the manifest said rank 1 "crashed or was killed before saving"
+    assert res.returncode == 2
+    m = read_manifest(out)
+    assert m.missing_ranks == (1,) and sorted({s.step for s in m.steps}) == [2, 3]
+    assert m.notes["rank 1"].startswith(
+        "trace not saved: this rank marked no step: it stepped no optimizer, and only optimizer.step() marks "
+        "steps; a rank that trains nothing of its own"
+    )
+    assert "skewlens profile: error: rank 1: trace not saved: this rank marked no step" in res.stderr

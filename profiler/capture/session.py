@@ -195,6 +195,7 @@ class CaptureSession:
         self._workers_skipped = False  # ... not recorded: every collective went through the hooks
         self._workers_from_ns = 0  # when the worker events began
         self._window_waits = False  # for this process to join a job (see install)
+        self._job_world = 0  # the world of the job this process joined (0: none)
         self._until_joined: list[Any] = []
         """What the window's start could not do yet (the process had no process group: a window with no
         wait starts when torch is imported), done at the first step's end after it joined its job."""
@@ -217,7 +218,7 @@ class CaptureSession:
             lambda: self.step_index,
             ddp=not self._recorder_sees_all,
             quiet=self._quiet_calls,
-            on_group=self._begin_window,
+            on_group=self._on_group,
             on_destroy=self._group_destroyed,
             on_unhooked=self._unhooked_ahead,
         )
@@ -252,6 +253,12 @@ class CaptureSession:
         if not self._window_waits:
             self._run_phases(phases_between(Action.NONE, self.action))
         return self
+
+    def _on_group(self) -> None:
+        """A process group was created: this process is a rank of a job of ``world_size`` ranks."""
+        with contextlib.suppress(Exception):  # bookkeeping must never break the program
+            self._job_world = self.world_size
+        self._begin_window()
 
     def _begin_window(self) -> None:
         """Run the window's first phases in a process whose window waited for it to join a job."""
@@ -904,13 +911,25 @@ class CaptureSession:
                 self._et.unregister_callback()
         self._kineto = self._workers = self._et = None
 
-    def _marks_stopped(self) -> str | None:
-        """Why no step of the window ended where the first optimizer to step, which alone marks steps,
-        stepped fewer times than another (a reward model trained first, then the policy; a GAN's generator
-        warmed up alone): without it, ``skewlens profile`` asked whether the program ran enough steps "each
-        ended by optimizer.step()", which it had. None where that is not so."""
-        if not self._opt_handles or self._first_optimizer not in self._optimizer_steps:
-            return None  # the program marks its steps (capture() under profile), or none stepped
+    def _why_no_step(self) -> str | None:
+        """Why this rank, whose optimizers mark the steps, recorded no step: it stepped none (a rank that
+        only scores for another's training, which skewlens profile called crashed or killed before saving), or
+        the first optimizer to step, which alone marks steps, stepped fewer times than another (a reward model
+        trained first, then the policy: profile asked whether the program ran enough steps "each ended by
+        optimizer.step()", which it had). None otherwise, in a program that raised, and in a process of no
+        job of several ranks (a helper process; a script of one process keeps profile's own question)."""
+        if not self._opt_handles or _raised():
+            return None  # the program marks its steps (capture() under profile), or it failed first
+        if not self._optimizer_steps:
+            if self._job_world < 2:
+                return None
+            return (
+                "this rank marked no step: it stepped no optimizer, and only optimizer.step() marks steps; a "
+                "rank that trains nothing of its own (a reward model's or a teacher's inference for the "
+                f"others) marks its steps with the Python API (cap.step(), {doc('docs/capture.md')})"
+            )
+        if self._first_optimizer not in self._optimizer_steps:
+            return None
         first, calls = self._optimizer_steps[self._first_optimizer]
         others = {k: v for k, v in self._optimizer_steps.items() if k != self._first_optimizer}
         if not any(c > calls for _n, c in others.values()):
@@ -973,7 +992,7 @@ class CaptureSession:
             return
         if not self.saved and not self.steps:
             self._stop_unsaved()
-            if (why := self._marks_stopped()) is not None:
+            if (why := self._why_no_step()) is not None:
                 self.saved = True
                 self._not_saved(CaptureError(why))
         if self.saved or not self.steps:
