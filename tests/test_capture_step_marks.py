@@ -283,6 +283,32 @@ def test_a_ddp_loop_that_makes_a_new_optimizer_after_freezing_a_layer_keeps_ever
         assert marks == {s: sorted([16, 4 * (s + 1)]) for s in range(1, 6)}, rank
 
 
+def test_a_rank_whose_first_optimizer_stopped_stepping_says_so_at_exit(tmp_path: Path) -> None:
+    import json
+
+    from skewlens.profiler.capture.schedule import parse_window
+    from skewlens.profiler.capture.session import CaptureSession, part_file
+
+    w, v = torch.zeros(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    reward, policy = torch.optim.SGD([w], lr=0.1), torch.optim.Adam([v], lr=0.1)
+    session = CaptureSession(tmp_path / "run", window=parse_window("1:1:2"), auto_step=True).install()
+    try:
+        for i in range(6):  # the reward model for 2 iterations (steps 0 and 1), then the policy for 4
+            (w.sum() + v.sum()).backward()
+            (reward if i < 2 else policy).step()
+        session._at_exit()
+    finally:
+        session.uninstall()
+    # before: no part file, and profile asked whether the program had run 3+ steps each ended by
+    # optimizer.step()
+    part = json.loads(part_file(tmp_path / "run", 0).read_text())
+    assert part["not_saved"].startswith(
+        "no step of the window (steps 2-3) ended: a step ends at each step() of the first optimizer to step "
+        "(SGD, 2 calls; others: Adam 4), and only it marks steps"
+    )
+    assert not (tmp_path / "run" / "rank-0.et").exists()
+
+
 PHASES = """
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
