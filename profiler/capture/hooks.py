@@ -385,12 +385,15 @@ class CommHooks:
         lean = spec.lean
         group_at = sig.index.get("group", -1)
         non_member = c10d.GroupMember.NON_GROUP_MEMBER
+        compiling = torch.compiler.is_compiling
         # the groups inside a ``_coalescing_manager`` context (one dict, emptied and filled, never replaced)
         coalescing = getattr(getattr(c10d, "_world", None), "pg_coalesce_state", None)
         if not isinstance(coalescing, dict) or spec.op not in _QUEUED_WHEN_COALESCING:
             coalescing = {}  # never queued: a torch without it, or a call that runs inside the context too
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # traced by torch.compile: the original call, as without the hooks (waits.py)
+                return orig(*args, **kwargs)
             if getattr(local, "depth", 0) or not patches.live:  # inside a hook, or left in a program's chain
                 return orig(*args, **kwargs)
             group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
