@@ -1005,6 +1005,29 @@ def _join_backward_passes(
         notes.append(joins_note(len(runs), joined))
 
 
+def compiled_reduce_scatters(
+    comms: Sequence[CommRecord], ops: Sequence[OpRecord], alias: Mapping[int, int]
+) -> list[CommRecord]:
+    """``comms`` with each gloo all_reduce that a compiled graph issued for a functional reduce_scatter as
+    the reduce_scatter it is (:func:`skewlens.profiler.capture.flight.as_issued`).
+
+    A compiled graph calls ``torch.ops._c10d_functional.reduce_scatter_tensor`` itself, past the hooks'
+    ``reduce_scatter_single``, so only Kineto's operator of that name (``ops``, on the hooks' clock;
+    ``alias``: :func:`kineto_thread_alias`) tells that the recorder's ``gloo:all_reduce`` its thread
+    created inside it was one; recorder collectives are on the main thread (:func:`flight.merge`). Before,
+    on 2 gloo ranks, the backward of a compiled ``all_gather_tensor`` was an ALL_REDUCE of 2,048 B, which
+    ``replay comm_mode=model`` charges twice a reduce_scatter's time.
+    """
+    from skewlens.profiler.capture.flight import FUNCTIONAL_REDUCE_SCATTER_OP, as_issued
+
+    spans = [
+        (alias[o.thread], o.start_ns, o.start_ns + o.dur_ns)
+        for o in ops
+        if o.is_cpu and o.name == FUNCTIONAL_REDUCE_SCATTER_OP and o.thread in alias
+    ]
+    return as_issued(comms, spans, thread_of=lambda c: c.thread) if spans else list(comms)
+
+
 def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:
     """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start.
 
@@ -1017,6 +1040,9 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
         off = kineto_clock_offset(cap.comms, cap.ops, cap.mark_times_ns)
         if off:
             cap = replace(cap, ops=[replace(o, start_ns=o.start_ns + off) for o in cap.ops])
+    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
+    if cap.ops:
+        cap = replace(cap, comms=compiled_reduce_scatters(cap.comms, cap.ops, alias))
     comms = _comm_protos(cap, streams, pg_index)
     # waits for async results: COMP nodes that block their thread like a blocking call (they split the
     # operators around them and cut the gaps), each depending on the COMM node it waited for
@@ -1036,7 +1062,6 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
             # its issue end, which the no-end check reports (its issue time a gap). Moved only now: a
             # Work.wait finds its call by the call's start (waits.wait_protos) and ends it where it returned
             p.start_ns = p.end_ns
-    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
     bursts: list[_Run] = []
     if cap.ops:
         ops, scopes = _op_protos(cap, streams, comms + waits, alias, waited_for)

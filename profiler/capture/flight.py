@@ -592,7 +592,11 @@ def merge(
 FUNCTIONAL_REDUCE_SCATTER_OP = "_c10d_functional::reduce_scatter_tensor"
 
 
-def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, int]]) -> list[CommRecord]:
+def as_issued(
+    extra: Sequence[CommRecord],
+    scatters: Sequence[tuple[int, int, int]],
+    thread_of: Callable[[CommRecord], int] = lambda c: c.ident,
+) -> list[CommRecord]:
     """The collectives only the recorder saw (:func:`merge`'s ``extra``), each as the program issued it:
     gloo runs a functional reduce_scatter as an all_reduce of the whole input, and records it so
     (``gloo:all_reduce``, the input's bytes); one whose entry its thread created inside a functional
@@ -601,7 +605,9 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
     ``reduce_scatter_tensor`` call of the same tensor is, named :data:`FUNCTIONAL_REDUCE_SCATTER_OP`, so
     that the critical path's share by op counts sequence parallelism's reduce_scatters apart from the
     all_reduces; the recorder's name stays in :attr:`CommRecord.ran_as`, which gloo's worker events
-    carry."""
+    carry. ``thread_of``: what of an entry names the thread of ``scatters`` (default its Python ident, the
+    hooks'; :func:`~skewlens.profiler.capture.build.compiled_reduce_scatters` passes Kineto's operators by
+    native thread)."""
     by_thread: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for ident, start, end in scatters:
         by_thread[ident].append((start, end))
@@ -611,7 +617,7 @@ def as_issued(extra: Sequence[CommRecord], scatters: Sequence[tuple[int, int, in
     spans = {ident: Reach(s) for ident, s in by_thread.items()}
 
     def inside(c: CommRecord) -> bool:
-        reach = spans.get(c.ident)
+        reach = spans.get(thread_of(c))
         return reach is not None and reach(c.start_ns) >= c.start_ns
 
     return [
