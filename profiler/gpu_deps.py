@@ -102,8 +102,8 @@ CONTEXT_SYNC = "Context Sync"
 
 #: HIP's name of each CUDA runtime or driver call the rules read: ROCm's torch records the HIP runtime's
 #: calls under the same Kineto category (``cuda_runtime``), sharing their correlation ids with what they
-#: launched, so the rules read both names (``hip_prof_str.h``'s API list; HIP has no ``...WithFlags``
-#: event record and no driver forms of the synchronisations).
+#: launched, so the rules read both names (HIP's API list, ``hip_prof_str.h``; HIP has no driver forms of the
+#: synchronisations, and its stream wait takes its flags as an argument, as CUDA's does).
 HIP_NAMES = {
     "cudaDeviceSynchronize": "hipDeviceSynchronize",
     "cuCtxSynchronize": "hipCtxSynchronize",
@@ -120,6 +120,7 @@ HIP_NAMES = {
     "cuMemcpyDtoHAsync_v2": "hipMemcpyDtoHAsync",
     "cudaStreamWaitEvent": "hipStreamWaitEvent",
     "cudaEventRecord": "hipEventRecord",
+    "cudaEventRecordWithFlags": "hipEventRecordWithFlags",
 }
 
 

@@ -695,3 +695,67 @@ def test_an_async_hip_copy_to_the_host_is_no_host_wait_and_the_notes_say_its_mem
         "memory the ROCm trace does not name: where pageable the call waited for its copy, as on CUDA; no "
         "host wait written for them"
     )
+
+
+#: Each CUDA call the rules read and its HIP name (HIP's API list, ``hip_prof_str.h`` / ``hip_event.cpp``),
+#: written out here rather than read from the code's table, with what the call does: synchronise the
+#: device, synchronise a stream or event, copy and return once done, record an event, wait for one.
+HIP_TWINS = [
+    ("cudaDeviceSynchronize", "hipDeviceSynchronize", "device"),
+    ("cuCtxSynchronize", "hipCtxSynchronize", "device"),
+    ("cudaStreamSynchronize", "hipStreamSynchronize", "sync"),
+    ("cudaEventSynchronize", "hipEventSynchronize", "sync"),
+    ("cudaMemcpy", "hipMemcpy", "copy"),
+    ("cudaMemcpy2D", "hipMemcpy2D", "copy"),
+    ("cudaMemcpy3D", "hipMemcpy3D", "copy"),
+    ("cuMemcpyDtoH_v2", "hipMemcpyDtoH", "copy"),
+    ("cuMemcpyHtoD_v2", "hipMemcpyHtoD", "copy"),
+    ("cudaStreamWaitEvent", "hipStreamWaitEvent", "wait"),
+    ("cudaEventRecord", "hipEventRecord", "record"),
+    ("cudaEventRecordWithFlags", "hipEventRecordWithFlags", "record"),
+]
+
+
+def _rules_read(name: str, does: str) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """The host waits (sorted) and inferred ones of a schedule in which ``name`` does what ``does`` says
+    (times in ns): kernels 10 (stream 7, 2-50 µs) and 11 (stream 20, 3-20 µs) launched by op 1."""
+    kernels = [_node(10, 7, 1_000, 2_000, 50_000, host=1), _node(11, 20, 1_500, 3_000, 20_000, host=1)]
+    syncs: list[SyncActivity] = []
+    if does in ("device", "sync"):  # op 2 blocks in it from 10 to 51 µs, no sync event
+        nodes, calls = kernels, dict([_call(20, name, 10_000, 51_000, host=2)])
+    elif does == "copy":  # op 2's copy 12 of its correlation, queued behind 10, ends at 52 µs; the call too
+        copy = GpuNode(
+            key=12, device=0, stream=7, launch_ns=10_000, start_ns=50_000, end_ns=52_000, corr=20, host=2
+        )
+        nodes, calls = [*kernels, copy], dict([_call(20, name, 10_000, 52_500, host=2)])
+    elif does == "wait":  # 12 follows 11 on stream 20, 30 µs late, after the wait call, as 10 ends
+        late = _node(12, 20, 25_000, 51_000, 60_000)
+        nodes, calls = [*kernels, late], dict([_call(20, name, 24_000, 24_500)])
+    else:  # recorded on stream 7 at 1.2 µs, after 10's launch; op 2 synchronises on it (sync events on)
+        nodes = kernels
+        calls = dict(
+            [_call(20, name, 1_200, 1_300), _call(21, "cudaEventSynchronize", 10_000, 51_000, host=2)]
+        )
+        syncs = [SyncActivity(kind=EVENT_SYNC, corr=21, device=0, stream=7, wait_on_stream=7, record_corr=20)]
+    found = gpu_dependencies(nodes, calls, syncs, default_device=0)
+    return (
+        {k: sorted(v) for k, v in found.deps.items() if v},
+        {k: v for k, v in found.inferred.items() if v},
+    )
+
+
+@pytest.mark.parametrize(("cuda", "hip", "does"), HIP_TWINS)
+def test_each_hip_call_the_rules_read_makes_the_waits_its_cuda_twin_makes(
+    cuda: str, hip: str, does: str
+) -> None:
+    # a HIP name missing from the table was no call at all: hipCtxSynchronize, hipMemcpy2D, ... made no op
+    # wait (hipEventRecordWithFlags, which HIP has, too: its event synchronise waited for nothing)
+    expected = {
+        "device": ({2: [10, 11]}, {}),  # the last node of every stream of the device
+        "sync": ({2: [10]}, {2: [10]}),  # no sync event: the node that ended last while it blocked
+        "copy": ({2: [12]}, {}),  # its own copy
+        "wait": ({12: [10]}, {12: [10]}),  # an event wait inferred behind the call
+        "record": ({2: [10]}, {}),  # the record's stream's last node launched before it
+    }[does]
+    assert _rules_read(cuda, does) == expected
+    assert _rules_read(hip, does) == expected
