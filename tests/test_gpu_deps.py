@@ -164,9 +164,10 @@ def _launched(key: int, stream: int, times: tuple[int, int, int], thread: int | 
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("kernel", [_NCCL_KERNEL, "mscclKernel_Sum_float_LL_false"])  # NCCL's, RCCL's MSCCL
 @pytest.mark.parametrize("thread_known", [True, False])
 def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread_had_current(
-    thread_known: bool,
+    thread_known: bool, kernel: str
 ) -> None:
     # thread 1 launches kernel 10 on stream 7 (ended at 20 µs), thread 2 then copy 11 on stream 24, then
     # thread 1 calls the all_reduce whose NCCL kernel 12 (stream 20) starts at once: c10d made stream 20
@@ -178,7 +179,7 @@ def test_an_nccl_kernel_waits_for_the_last_node_of_the_stream_its_calling_thread
     nodes = [
         node(10, 7, 10_000, 11_000, 20_000, 1, "void gemm_kernel"),
         node(11, 24, 30_000, 31_000, 32_000, 2, "Memcpy HtoD (Pinned -> Device)"),
-        node(12, 20, 40_000, 41_000, 60_000, 1, _NCCL_KERNEL),
+        node(12, 20, 40_000, 41_000, 60_000, 1, kernel),
     ]
     found = gpu_dependencies(nodes, {}, [], default_device=0)
     assert found.deps[12] == ([10] if thread_known else [11])
@@ -759,3 +760,28 @@ def test_each_hip_call_the_rules_read_makes_the_waits_its_cuda_twin_makes(
     }[does]
     assert _rules_read(cuda, does) == expected
     assert _rules_read(hip, does) == expected
+
+
+@pytest.mark.parametrize(
+    "call", ["hipMemcpyAsync", "hipMemcpy2DAsync", "hipMemcpy3DAsync", "hipMemcpyDtoHAsync"]
+)
+@pytest.mark.parametrize(
+    ("copy", "noted"), [("Memcpy DtoH (Device -> Host)", 1), ("Memcpy HtoD (Host -> Device)", 0), (None, 0)]
+)
+def test_only_an_async_hip_copy_to_the_host_is_noted_as_one_whose_host_memory_is_unknown(
+    call: str, copy: str | None, noted: int
+) -> None:
+    # a copy to the host may have waited (pageable memory); one from the host, or a call whose copy is not in
+    # the trace, says nothing of the kind. None of them is a host wait
+    nodes = [_node(10, 7, 100, 200, 900, host=1)]
+    if copy is not None:
+        own = GpuNode(
+            key=11, device=0, stream=7, launch_ns=300, start_ns=900, end_ns=950, corr=11, host=2, name=copy
+        )
+        nodes.append(own)
+    calls = dict([_call(10, "hipLaunchKernel", 100, 150), _call(11, call, 300, 960, host=2)])
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert not any(found.deps.values())
+    assert [
+        n.split(" ", 1)[0] for n in found.notes if "whose host memory the ROCm trace does not name" in n
+    ] == (["1"] if noted else [])
