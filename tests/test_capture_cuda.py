@@ -295,9 +295,10 @@ def test_hip_calls_and_rocm_kernels_of_a_torch_without_activity_type_are_told_ap
             Ev("Memcpy DtoH (Device -> Host)", "gpu_memcpy", 30_000, 2_000, resource=0, corr=122),
             '"device": 0, "stream": 0, "correlation": 122, "kind": "DtoH", "bytes": 4',
         ),
-        Torch211Event(
+        Torch211Event(  # a copy call's metadata names its kind too (roctracer's and rocprofiler-sdk's alike)
             Ev("hipMemcpyWithStream", "cuda_runtime", 29_000, 4_000, corr=122),
-            '"cid": 180, "correlation": 122',
+            '"stream": "0x5", "cid": 153, "correlation": 122, "src": "0x7f01", "dst": "0x7e02", "size": "4", '
+            '"kind": "2"',
         ),
     ]
     assert [activity(e) for e in rocm] == ["cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "cuda_runtime"]

@@ -23,7 +23,7 @@ from skewlens.profiler.importers import import_traces
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, names_gpu_memory_op
 from skewlens.replay.driver import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -625,6 +625,39 @@ def test_a_rocm_copy_or_memset_run_as_a_blit_kernel_is_memory_work_as_cudas_are_
     assert (b.gpu_compute_ns, b.gpu_busy_ns) == ((530 + 100 + 50) * US, (780 + 50 + 20) * US)
     kinds = {g.name: g.kind for g in res.gpu_kernels}
     assert (kinds[memcpy[1]], kinds[memset[1]]) == ("memory", "memory")
+
+
+#: ROCclr's blit kernels (BlitName in its blit manager), at times with a ".kd": those that copy or fill, and
+#: those that do neither (stream memory operations, the device scheduler, GWS and heap set-up).
+ROCCLR_MEMORY = [
+    "copyBuffer",
+    "copyBufferAligned.kd",
+    "copyBufferRect",
+    "copyBufferRectAligned",
+    "copyBufferToImage",
+    "copyImage",
+    "copyImage1DA",
+    "copyImageToBuffer",
+    "fillBufferAligned",
+    "fillBufferAligned.kd",
+    "fillBufferAligned2D",
+    "fillImage",
+]
+ROCCLR_OTHER = ["streamOpsWrite", "streamOpsWait", "scheduler", "gwsInit", "initHeap"]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "memory"),
+    [(f"__amd_rocclr_{k}", True) for k in ROCCLR_MEMORY]
+    + [(f"__amd_rocclr_{k}", False) for k in ROCCLR_OTHER]
+    + [("Cijk_Alik_Bljk_SB_MT64x16x32", False)],
+)
+def test_rocclrs_copy_and_fill_blit_kernels_are_memory_work_and_its_other_blit_kernels_are_not(
+    kernel: str, memory: bool
+) -> None:
+    # a narrower table left hipMemset2DAsync's fillBufferAligned2D and the image copies compute; a broader
+    # one ("__amd_rocclr_") made hipStreamWaitValue's streamOpsWait memory work
+    assert names_gpu_memory_op(kernel) is memory
 
 
 def test_a_cpu_runs_breakdown_has_no_gpu_communication(tmp_path: Path) -> None:
