@@ -313,6 +313,40 @@ def uncompared_notes(result: AnalysisResult) -> list[str]:
     return out
 
 
+#: At most this many GPU models are named in :func:`mixed_gpus_note` (the rest are counted).
+MAX_GPU_MODELS = 4
+
+
+def mixed_gpus_note(result: AnalysisResult) -> str | None:
+    """Where the traces say the ranks ran on different GPUs (``manifest.gpus``: model, SMs or memory differ),
+    which ranks ran on which, and that the causes and the what-if compare each rank's kernels with its
+    peers' on other GPUs; None where they ran on one kind (or the traces do not say). Before, a rank on an
+    A100 among H100s read "compute grew: sm90_xmma_gemm... +1.3 ms" against its peers', the GPUs unsaid."""
+    m = result.run.manifest
+    by_gpu: dict[str, list[int]] = {}
+    for r in m.ranks:
+        if gpu := m.gpus.get(r, ""):
+            by_gpu.setdefault(gpu, []).append(r)
+    if len(by_gpu) < 2:
+        return None
+    groups = sorted(by_gpu.items(), key=lambda g: (-len(g[1]), g[1][0]))
+    said = [
+        f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)} on {gpu}"
+        for gpu, rs in groups[:MAX_GPU_MODELS]
+    ]
+    if len(groups) > MAX_GPU_MODELS:
+        said.append(f"{len(groups) - MAX_GPU_MODELS} more models on the other ranks (manifest.json's gpus)")
+    unsaid = [r for r in m.ranks if not m.gpus.get(r)]
+    if unsaid:
+        said.append(f"{'ranks' if len(unsaid) > 1 else 'rank'} {rank_ranges(unsaid)} unsaid by their traces")
+    return (
+        f"the ranks ran on {len(groups)} kinds of GPU: {'; '.join(said)}. The causes ('compute grew') and "
+        "the what-if (runs like the median rank) compare each rank's kernels with its peers' on other GPUs: "
+        "a rank's slower kernels may be its GPU's (what replacing it would give: skewlens replay "
+        "slowdown=slow_gpu slowdown.rank=R slowdown.factor=F, F below 1 the new GPU's speed-up)"
+    )
+
+
 #: Mark of a synchronisation point whose members' recorded times contradict each other.
 CLOCK_MARK = "(clocks?)"
 
@@ -614,6 +648,7 @@ def report(result: AnalysisResult, *, top: int = 5) -> Group:
         stragglers_table(result, top),
         *([hosts] if (hosts := hosts_table(result, top)) is not None else []),
         *(Text(note, style="yellow") for note in uncompared_notes(result)),
+        *([Text(gpus, style="yellow")] if (gpus := mixed_gpus_note(result)) is not None else []),
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         *([gpu] if (gpu := gpu_idle_table(result)) is not None else []),

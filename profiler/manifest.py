@@ -388,6 +388,9 @@ class Manifest:
     """What wrote the run: ``capture``, ``import``, ``replay``, ``synthetic``."""
     devices: dict[int, str] = field(default_factory=dict)
     """Device of each rank (``cpu``, ``cuda:0``)."""
+    gpus: dict[int, str] = field(default_factory=dict)
+    """GPU of each rank as its trace describes it (model, SMs, memory: an imported Kineto trace's
+    ``deviceProperties``); ranks it does not say for are absent (and written without it, the key)."""
     hosts: dict[int, str] = field(default_factory=dict)
     """Host name of each rank."""
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
@@ -429,8 +432,10 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, **d}
-        for key in ("devices", "hosts", "clock_offsets_ns"):
+        for key in ("devices", "gpus", "hosts", "clock_offsets_ns"):
             d[key] = {str(k): v for k, v in d[key].items()}
+        if not d["gpus"]:  # written only where a trace said: a manifest without it reads as before
+            del d["gpus"]
         for stop in d["stopped"]:  # written only where a rank raised: a manifest without it reads as before
             if not stop["raised"]:
                 del stop["raised"]
@@ -511,6 +516,7 @@ class Manifest:
             level=j.choice(d.get("level", Level.COLLECTIVES.value), "level", [v.value for v in Level]),
             source=j.text(d.get("source", "capture"), "source"),
             devices=j.by_rank(d.get("devices", {}), "devices", ws, j.text),
+            gpus=j.by_rank(d.get("gpus", {}), "gpus", ws, j.text),
             hosts=j.by_rank(d.get("hosts", {}), "hosts", ws, j.text),
             clock_offsets_ns=j.by_rank(d.get("clock_offsets_ns", {}), "clock_offsets_ns", ws, j.integer),
             step_window=StepWindow(**{k: j.integer(v, f"step_window.{k}", 0) for k, v in window.items()}),

@@ -134,6 +134,9 @@ class GpuRunSpec:
     """Layers per gradient bucket: one all_reduce per bucket in backward (the last one may be smaller)."""
     slow_ranks: Mapping[int, float] = field(default_factory=dict)
     """Rank -> factor (> 0) its compute kernels' durations are multiplied by."""
+    device_properties: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """Rank -> ``deviceProperties`` keys its file's GPUs have instead of an H100's (a rank on an A100 host:
+    ``{"name": "NVIDIA A100-SXM4-80GB", "numSms": 108}``); timing is ``slow_ranks``' alone."""
     sync_events: bool = True
     """Also write the ``cuda_sync`` events (``enable_cuda_sync_events``): Stream Wait Event, Stream Sync."""
     seed: int = 0
@@ -181,6 +184,7 @@ class GpuRunSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slow_ranks", dict(self.slow_ranks))  # the caller's dict may change
+        object.__setattr__(self, "device_properties", {r: dict(p) for r, p in self.device_properties.items()})
         for names, least in ((_AT_LEAST_ONE, 1), (_NON_NEGATIVE, 0)):
             for name in names:
                 if getattr(self, name) < least:
@@ -204,6 +208,11 @@ class GpuRunSpec:
                 raise ValueError(f"GpuRunSpec.slow_ranks: rank {r} is outside world_size {self.world_size}")
             if not (math.isfinite(f) and f > 0):
                 raise ValueError(f"GpuRunSpec.slow_ranks: rank {r}'s factor must be > 0, got {f}")
+        for r in self.device_properties:
+            if not 0 <= r < self.world_size:
+                raise ValueError(
+                    f"GpuRunSpec.device_properties: rank {r} is outside world_size {self.world_size}"
+                )
 
     @property
     def buckets(self) -> int:
@@ -695,7 +704,10 @@ def _kineto_doc(spec: GpuRunSpec, st: _Rank, name: str) -> dict[str, Any]:
     n = spec.world_size
     return {
         "schemaVersion": 1,
-        "deviceProperties": [{"id": d, **_DEVICE_PROPERTIES} for d in range(min(n, spec.gpus_per_node))],
+        "deviceProperties": [
+            {"id": d, **_DEVICE_PROPERTIES, **spec.device_properties.get(st.rank, {})}
+            for d in range(min(n, spec.gpus_per_node))
+        ],
         "distributedInfo": {
             "backend": "nccl",
             "rank": st.rank,

@@ -567,6 +567,7 @@ def scale_run(
         missing_ranks=(),
         process_groups=tuple(groups[n] for n in pg_names if n in groups),
         devices=_remap(m.devices, source_of),
+        gpus=_remap(m.gpus, source_of),
         hosts=_remap(m.hosts, source_of),
         clock_offsets_ns=_remap(m.clock_offsets_ns, source_of),
         steps=_steps(m.steps, source_of),

@@ -169,6 +169,8 @@ class RankConversion:
     """Process groups named by the events (before merging with pg_config)."""
     device: str
     """``cuda:<i>`` of the GPU activities, ``cpu`` where there are none."""
+    gpu: str = ""
+    """That GPU as the trace's ``deviceProperties`` describe it (``kineto.gpu_model``), '' where not."""
     notes: list[str] = field(default_factory=list)
     """Remarks for the manifest."""
     unsized: int = 0
@@ -594,6 +596,7 @@ def convert_rank(kt: KinetoTrace, host: HostTrace | None) -> RankConversion:
         steps=steps,
         groups=src.groups,
         device=f"cuda:{devices[0]}" if devices else "cpu",
+        gpu=kt.gpu_models.get(devices[0], "") if devices else "",
         notes=notes,
         unsized=src.unsized,
         unnamed=src.unnamed,

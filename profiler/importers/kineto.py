@@ -23,6 +23,11 @@ raw key                        where                         type    since / def
                                                                      (Kineto's on-demand one, Kineto#956)
 ``baseTimeNanoseconds``        top level                     int     Kineto#928, May 2024 (default 0: ts is
                                                                      absolute)
+``deviceProperties``           top level                     list    torch 1.10 (default: none); each GPU's
+                                                                     ``id``, ``name``, ``numSms``,
+                                                                     ``totalGlobalMem``: the rank's GPU, said
+                                                                     by import and analyze (an entry of
+                                                                     another shape is passed over)
 ``ts`` / ``dur``               event                         µs      always (float in newer files; ``ns``
                                                                      ``displayTimeUnit``, Kineto#1074, is
                                                                      the viewer's unit only)
@@ -160,6 +165,8 @@ class KinetoTrace:
     """Process groups listed in ``distributedInfo.pg_config`` (empty where absent)."""
     base_ns: int
     """``baseTimeNanoseconds`` (0 where absent)."""
+    gpu_models: dict[int, str] = field(default_factory=dict)
+    """Device id -> its ``deviceProperties`` in words (:func:`gpu_model`); empty where the file has none."""
     cpu_ops: list[KEvent] = field(default_factory=list)
     """``cpu_op`` events."""
     annotations: list[KEvent] = field(default_factory=list)
@@ -276,7 +283,33 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
     return tuple(out)
 
 
-def _new_trace(path: Path, rank: int | None, *, version: Any, dist: Any, base: Any) -> KinetoTrace:
+def gpu_model(props: Any) -> str:
+    """One ``deviceProperties`` entry in words, ``NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)`` ('' where it
+    has no name): what tells two ranks' GPUs apart (a model, or one of its SM count and memory)."""
+    if not isinstance(props, dict) or not isinstance(name := props.get("name"), str) or not name.strip():
+        return ""
+    sms, mem = props.get("numSms"), props.get("totalGlobalMem")
+    said = [
+        *([f"{sms} SMs"] if type(sms) is int and sms > 0 else []),
+        *([f"{mem / 2**30:.1f} GiB"] if type(mem) is int and mem > 0 else []),
+    ]
+    detail = " (" + ", ".join(said) + ")" if said else ""
+    return f"{name.strip()[:80]}{detail}"
+
+
+def _gpu_models(raw: Any) -> dict[int, str]:
+    """Device id -> :func:`gpu_model` of ``deviceProperties`` (informational: an entry without an integer
+    ``id`` or a name is passed over, not a corrupt file)."""
+    out: dict[int, str] = {}
+    for props in raw if isinstance(raw, list) else ():
+        if isinstance(props, dict) and type(i := props.get("id")) is int and (model := gpu_model(props)):
+            out.setdefault(i, model)
+    return out
+
+
+def _new_trace(
+    path: Path, rank: int | None, *, version: Any, dist: Any, base: Any, devices: Any = None
+) -> KinetoTrace:
     """The trace's header checked (schema, rank, world size, base time), with no events yet."""
     if not isinstance(version, int | str) or version not in SUPPORTED_KINETO_SCHEMAS:  # a list: unhashable
         raise TraceImportError(f"{path}: Kineto schemaVersion {version!r} is not supported (supported: 1)")
@@ -305,6 +338,7 @@ def _new_trace(path: Path, rank: int | None, *, version: Any, dist: Any, base: A
         backend=str(dist.get("backend", "")),
         pg_config=groups,
         base_ns=base,
+        gpu_models=_gpu_models(devices),
     )
 
 
@@ -349,6 +383,7 @@ def parse_kineto(doc: Any, path: Path, *, rank: int | None = None) -> KinetoTrac
         version=doc.get("schemaVersion", 1),
         dist=doc.get("distributedInfo"),
         base=doc.get("baseTimeNanoseconds", 0),
+        devices=doc.get("deviceProperties"),
     )
     negative = 0
     for i, ev in enumerate(doc["traceEvents"]):
@@ -493,6 +528,7 @@ class _Doc(msgspec.Struct):
     schemaVersion: Any = 1  # noqa: N815
     distributedInfo: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = 0  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
 
 
 _DOC = msgspec.json.Decoder(_Doc)
@@ -532,7 +568,12 @@ def _load_fast(data: bytes, path: Path, rank: int | None) -> KinetoTrace:
     except msgspec.ValidationError:
         raise _NotFast from None  # e.g. args that are no object: parse_kineto says so
     trace = _new_trace(
-        path, rank, version=doc.schemaVersion, dist=doc.distributedInfo, base=doc.baseTimeNanoseconds
+        path,
+        rank,
+        version=doc.schemaVersion,
+        dist=doc.distributedInfo,
+        base=doc.baseTimeNanoseconds,
+        devices=doc.deviceProperties,
     )
     base = trace.base_ns
     # one object per distinct name, category, pid and tid (the decoder makes one per event)

@@ -473,6 +473,7 @@ def _write_run(
         level="ops",
         source="import",
         devices={c.rank: c.device for c in convs},
+        gpus={c.rank: c.gpu for c in convs if c.gpu},
         clock_offsets_ns=dict.fromkeys(ranks, 0),
         step_window=StepWindow(wait=0, warmup=0, active=n_steps),
         steps=steps,

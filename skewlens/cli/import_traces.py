@@ -80,7 +80,7 @@ def summary_table(manifest: Manifest) -> Table:
     for r in manifest.ranks[:MAX_RANK_ROWS]:
         t.add_row(
             str(r),
-            manifest.devices.get(r, ""),
+            " ".join(d for d in (manifest.devices.get(r, ""), manifest.gpus.get(r, "")) if d),
             rank_ranges(steps.get(r, ())) or "none: one step",
             manifest.notes.get(f"rank {r} source", ""),
         )

@@ -1,0 +1,93 @@
+"""A job whose ranks ran on different GPUs (an A100 among H100s): import and analyze say which rank ran on
+which, and replacing the slow GPU (a GPU slowdown below 1) replays the run its peers' speed gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from skewlens.analysis import analyze_run
+from skewlens.analysis.render import mixed_gpus_note, report
+from skewlens.profiler.importers import import_traces
+from skewlens.profiler.manifest import Manifest
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+H100 = "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)"
+A100_PROPS = {"name": "NVIDIA A100-SXM4-80GB", "numSms": 108, "totalGlobalMem": 85899345920}
+A100 = "NVIDIA A100-SXM4-80GB (108 SMs, 80.0 GiB)"
+#: Rank 2 ran on an A100 whose kernels took 1.6 times an H100's (no jitter: the truth is exact).
+SPEC = GpuRunSpec(
+    world_size=4,
+    steps=3,
+    layers=4,
+    slow_ranks={2: 1.6},
+    device_properties={2: A100_PROPS},
+    kernel_jitter=0.0,
+    seed=0,
+)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("mixed")
+    write_gpu_run(SPEC, tmp / "kineto")
+    import_traces([tmp / "kineto"], None, tmp / "run")
+    return tmp / "run"
+
+
+def test_import_keeps_each_ranks_gpu_as_its_traces_device_properties_describe_it(run_dir: Path) -> None:
+    # deviceProperties was not read: the manifest said cuda:2 of every rank, whatever GPU it was
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["gpus"] == {"0": H100, "1": H100, "2": A100, "3": H100}
+    assert Manifest.from_json(manifest).gpus == {0: H100, 1: H100, 2: A100, 3: H100}
+
+
+def test_a_manifest_whose_traces_name_no_gpu_is_written_without_the_key() -> None:
+    m = Manifest(world_size=1, ranks=(0,), devices={0: "cpu"})
+    assert "gpus" not in m.to_json()
+    assert Manifest.from_json(json.loads(json.dumps(m.to_json()))) == m
+
+
+def test_analyze_says_which_ranks_ran_on_which_gpu_where_it_compares_their_kernels(run_dir: Path) -> None:
+    # before, rank 2 read "compute grew: sm90_xmma_gemm... +1.3 ms" against H100 peers, the A100 unsaid
+    result = analyze_run(load_run(run_dir))
+    assert result.stragglers[0].rank == 2 and result.stragglers[0].cause.startswith("compute grew")
+    buf = io.StringIO()
+    Console(file=buf, width=400).print(report(result))
+    text = " ".join(buf.getvalue().split())
+    assert f"the ranks ran on 2 kinds of GPU: ranks 0-1, 3 on {H100}; rank 2 on {A100}." in text
+    assert "compare each rank's kernels with its peers' on other GPUs" in text
+
+
+def test_analyze_says_nothing_of_gpus_where_every_rank_ran_on_one_kind(tmp_path: Path) -> None:
+    write_gpu_run(dataclasses.replace(SPEC, device_properties={}), tmp_path / "kineto")
+    import_traces([tmp_path / "kineto"], None, tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert set(run.manifest.gpus.values()) == {H100}
+    assert mixed_gpus_note(analyze_run(run, blame=False)) is None
+
+
+def test_replacing_the_slow_gpu_replays_the_run_of_its_peers_speed_and_finishes_nothing_later(
+    run_dir: Path,
+) -> None:
+    # a GPU slowdown of 1 / 1.6 on rank 2: the truth of the same run with no slow rank (steps after the
+    # first: the first is timed from the first replayed node, the truth from the first step's annotation)
+    run = load_run(run_dir)
+    base = simulate(run)
+    faster = simulate(
+        run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(2,), factor=0.625, device="gpu")])
+    )
+    truth = simulate_gpu_run(SPEC.without_slow_ranks())
+    times = faster.step_times()
+    assert [times[k] for k in (1, 2)] == list(truth.step_period_ns[1:])
+    for r in run.ranks:
+        assert np.all(faster.end_ns[r] <= base.end_ns[r])
