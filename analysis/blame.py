@@ -8,7 +8,10 @@ groups differ (tensor-parallel pairs), and the work before a send is compared wi
 with receivers'. Nodes after a step's last communication form the step's tail interval. A rank with a
 different structure simply has keys the others lack (medians use the ranks that have the key).
 
-For every interval the compute total (sum of COMP work, the execution model's: a wait node's blocked
+For every interval, apart for its host rows and its GPU rows (a slower GPU is not a slower host: one
+ratio over both, of a rank whose kernels took 1.6 times its peers', scaled its kernels by less than
+1/1.6 and its host operators too, and charged it 81% of the time it cost a synthetic run with 40-80 µs
+kernels), the compute total (sum of COMP work, the execution model's: a wait node's blocked
 time is not compute) and the host-gap total (the execution model's gap ``start - latest dependency end``
 of nodes with dependencies, plus the capture's untraced-time nodes' work: of one that hid a wait, only its
 part after the completion, as the simulator times it; in the rank's first interval, also how much later than
@@ -45,6 +48,8 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.execution import execution_model, replay_gaps, start_heads
 
 _OCC_MAX = (1 << 12) - 1
+#: The bit of an interval key (above the occurrence, below the signature) that marks its GPU rows.
+_GPU_BIT = 1 << 12
 _SIZE_MAX = (1 << 12) - 1
 
 SimulateFn = Callable[..., Any]
@@ -95,7 +100,8 @@ class _Intervals:
 def _intervals(
     ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64, *, late_ns: int, heads: B | None
 ) -> _Intervals:
-    """Interval of each row, keyed (step, signature of the next communication node, its occurrence)."""
+    """Interval of each row, keyed (step, signature of the next communication node, its occurrence, whether
+    the row is GPU work: a rank's host and GPU work in an interval are compared apart)."""
     rt = ri.trace
     o = ri.order
     n = len(rt)
@@ -122,7 +128,7 @@ def _intervals(
     occ = np.empty(g_sorted.size, dtype=np.int64)
     occ[by_group] = np.arange(g_sorted.size) - first_of
     comm_key = np.empty(comm_pos.size + 1, dtype=np.int64)
-    comm_key[:-1] = ((step + 1) << 32) | (sig << 12) | np.minimum(occ, _OCC_MAX)
+    comm_key[:-1] = ((step + 1) << 32) | (sig << 13) | np.minimum(occ, _OCC_MAX)
     comm_key[-1] = -1
     nxt = np.searchsorted(comm_pos, np.arange(n), side="left")
     k_sorted = comm_key[nxt]
@@ -131,6 +137,7 @@ def _intervals(
     k_sorted = np.where(tail, (st_sorted + 1) << 32, k_sorted)
     key = np.empty(n, dtype=np.int64)
     key[o] = k_sorted
+    key |= np.where(rt.is_cpu, 0, _GPU_BIT)
     valid = ri.is_comp | ri.is_comm | ri.is_comm_comp | ri.is_untraced | ri.is_wait
     key[~valid] = -1
     keys, inv = np.unique(key[valid], return_inverse=True)

@@ -91,3 +91,19 @@ def test_replacing_the_slow_gpu_replays_the_run_of_its_peers_speed_and_finishes_
     assert [times[k] for k in (1, 2)] == list(truth.step_period_ns[1:])
     for r in run.ranks:
         assert np.all(faster.end_ns[r] <= base.end_ns[r])
+
+
+def test_the_what_if_of_a_rank_whose_gpu_alone_is_slow_costs_what_its_slowness_cost_the_run(
+    tmp_path: Path,
+) -> None:
+    # short kernels (40-80 us) beside 20 us host operators: one ratio over an interval's host and GPU
+    # work scaled rank 2's kernels by less than 1 / 1.6 (and its host by as much): 463,125 ns of 569,197
+    spec = dataclasses.replace(
+        SPEC, forward_kernel_ns=40_000, backward_kernel_ns=80_000, optimizer_kernel_ns=20_000
+    )
+    truth = write_gpu_run(spec, tmp_path / "kineto")
+    import_traces([tmp_path / "kineto"], None, tmp_path / "run")
+    top = analyze_run(load_run(tmp_path / "run")).stragglers[0]
+    cost_ns = truth.total_ns - simulate_gpu_run(spec.without_slow_ranks()).total_ns
+    assert top.rank == 2
+    assert abs(top.straggler_cost_ns - cost_ns) <= 3  # the what-if's durations are rounded to the ns
