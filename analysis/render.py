@@ -338,7 +338,8 @@ def mixed_gpus_note(result: AnalysisResult) -> str | None:
         said.append(f"{len(groups) - MAX_GPU_MODELS} more models on the other ranks (manifest.json's gpus)")
     unsaid = [r for r in m.ranks if not m.gpus.get(r)]
     if unsaid:
-        said.append(f"{'ranks' if len(unsaid) > 1 else 'rank'} {rank_ranges(unsaid)} unsaid by their traces")
+        whose = "the traces of ranks" if len(unsaid) > 1 else "the trace of rank"
+        said.append(f"no GPU said by {whose} {rank_ranges(unsaid)}")
     return (
         f"the ranks ran on {len(groups)} kinds of GPU: {'; '.join(said)}. The causes ('compute grew') and "
         "the what-if (runs like the median rank) compare each rank's kernels with its peers' on other GPUs: "

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -107,3 +108,15 @@ def test_the_what_if_of_a_rank_whose_gpu_alone_is_slow_costs_what_its_slowness_c
     cost_ns = truth.total_ns - simulate_gpu_run(spec.without_slow_ranks()).total_ns
     assert top.rank == 2
     assert abs(top.straggler_cost_ns - cost_ns) <= 3  # the what-if's durations are rounded to the ns
+
+
+def test_the_gpu_note_counts_the_models_beyond_four_and_names_the_ranks_no_trace_said_a_gpu_of() -> None:
+    gpus = {r: f"GPU {r // 2}" for r in range(12)}  # 6 models, two ranks each; ranks 12-13 unsaid
+    manifest = Manifest(world_size=14, ranks=tuple(range(14)), gpus=gpus)
+    note = mixed_gpus_note(SimpleNamespace(run=SimpleNamespace(manifest=manifest)))  # type: ignore[arg-type]
+    assert note is not None
+    assert note.startswith(
+        "the ranks ran on 6 kinds of GPU: ranks 0-1 on GPU 0; ranks 2-3 on GPU 1; ranks 4-5 on GPU 2; "
+        "ranks 6-7 on GPU 3; 2 more models on the other ranks (manifest.json's gpus); no GPU said by the "
+        "traces of ranks 12-13. "
+    )
