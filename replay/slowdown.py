@@ -233,9 +233,9 @@ class Slowdown:
             what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
         elif self.kind == "stall":
             at = f"step {self.step}" if self.step is not None else "the first step"
-            what = f"a {self.delay_ns / 1e6:g} ms stall at {'every step' if self.every_step else at}"
+            what = f"a {_ms_text(self.delay_ns)} ms stall at {'every step' if self.every_step else at}"
         elif self.kind == "comm_delay":
-            what = f"+{self.delay_ns / 1e6:g} ms before every {self.before} op"
+            what = f"+{_ms_text(self.delay_ns)} ms before every {self.before} op"
         else:
             parts = [f"bandwidth x{self.factor:g}"] if self.factor != 1 else []
             parts += [f"+{self.latency_ns:,} ns latency"] if self.latency_ns else []
@@ -258,6 +258,12 @@ class Slowdown:
         return (self.first_step is None or step >= self.first_step) and (
             self.last_step is None or step <= self.last_step
         )
+
+
+def _ms_text(ns: int) -> str:
+    """``ns`` in ms as people read it, to the ns: ``50``, ``0.000001``, ``3,600,000`` (an hour; ``:g`` wrote
+    ``3.6e+06``)."""
+    return f"{ns / 1e6:,.6f}".rstrip("0").rstrip(".")
 
 
 def _listed(what: str, items: Sequence[int]) -> str:

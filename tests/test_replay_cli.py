@@ -158,6 +158,14 @@ def test_slowdown_knobs_reach_the_items_through_interpolation() -> None:
             ["slowdown=stall", "slowdown.entries.0.every_step=true"],
             "replayed with transfers as recorded; slowdown stall: a 50 ms stall at every step on rank 0",
         ),
+        (  # an hour: it said "a 3.6e+06 ms stall"
+            ["slowdown=stall", "slowdown.delay_ms=3600000"],
+            "slowdown stall: a 3,600,000 ms stall at the first step on rank 0",
+        ),
+        (
+            ["slowdown=slow_send", "slowdown.delay_ms=1234567.000001"],
+            "slowdown slow_send: +1,234,567.000001 ms before every send op on rank 1",
+        ),
         (
             ["slowdown=slow_send", "+slowdown.entries.0.first_step=2"],
             "slowdown slow_send: +5 ms before every send op on rank 1 (steps 2..)",
