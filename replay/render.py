@@ -13,7 +13,20 @@ from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f}"
+    """``ns`` in ms, to the µs below 100 ms and to fewer decimals above (``4467.9``, ``3200000``): eight
+    characters at most up to a day, which the table's columns hold at 80 characters. ``3200000.000`` (a
+    53-minute step) was folded there, ``3200000`` over ``.000`` (cut, ``320000…``, on a plain rich
+    console), and ``4467.869`` (4.5 s) too."""
+    ms = ns / 1e6
+    return f"{ms:.{3 if abs(ms) < 100 else 1 if abs(ms) < 10_000 else 0}f}"
+
+
+def _change(ns: float, ref: float) -> str:
+    """``ns`` against ``ref``: ``+60.0%``; from +1000% in whole percents (``+223182%``), as fits."""
+    if not ref:
+        return "-"
+    d = (ns - ref) / ref
+    return f"{d:+.1%}" if abs(d) < 10 else f"{d:+.0%}"
 
 
 def summary_table(
@@ -65,7 +78,7 @@ def summary_table(
             str(n),
             _ms(rep),
             _ms(rec),
-            f"{(rep - rec) / rec:+.1%}" if rec else "-",
+            _change(rep, rec),
             _ms(sum(x.compute_ns for x in rs) / n),
             _ms(sum(x.comm_ns for x in rs) / n),
             _ms(sum(x.exposed_wait_ns for x in rs) / n),

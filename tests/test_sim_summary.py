@@ -111,6 +111,33 @@ def test_the_summary_table_shows_one_row_per_rank_in_ms(tmp_path: Path) -> None:
     assert text.count("│    0 │") == 1 and text.count("│    1 │") == 1
 
 
+def test_the_summary_table_of_steps_of_seconds_and_an_hour_shows_every_figure_whole_at_80_columns() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.render import summary_table
+    from skewlens.replay.summary import SummaryRecord
+
+    def row(r: int, step_ns: int, recorded_ns: int) -> SummaryRecord:
+        return SummaryRecord(
+            rank=r, source_rank=r, step=0, step_time_ns=step_ns, recorded_step_ns=recorded_ns,
+            compute_ns=step_ns // 2, comm_ns=step_ns // 2, wait_ns=1_234_567, exposed_wait_ns=1_234_567,
+            exposed_transfer_ns=step_ns // 2,
+        )  # fmt: skip
+
+    # a 53-minute step against 33 recorded; a 4.5-s step against 2 ms (a model of 4 GiB transfers)
+    rows = [row(0, 3_200_000_000_000, 2_000_000_000_000), row(1, 4_467_869_000, 2_001_000)]
+    console = Console(width=80, record=True)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    # here it read '320000…' (3200000.000 cut), '4467.8…', '+223181…'; the CLI folded them in two lines
+    assert "…" not in text
+    cells = [[c.strip() for c in ln.split("│")[1:-1]] for ln in text.splitlines() if ln.startswith("│")]
+    assert cells == [
+        ["0", "1", "3200000", "2000000", "+60.0%", "1600000", "1600000", "1.235", "1600000"],
+        ["1", "1", "4467.9", "2.001", "+223182%", "2233.9", "2233.9", "1.235", "2233.9"],
+    ]
+
+
 def test_the_summary_table_of_a_thousand_ranks_lists_the_late_arrivals_and_sums_up_the_rest() -> None:
     from rich.console import Console
 
