@@ -132,16 +132,27 @@ def _kind_of_op(op: str) -> dict[str, Any]:
     return {"comm_type": ct} if ct is not None else {}
 
 
+#: A tensor size past any real one: :func:`_tensor_size` stops multiplying there.
+OVER = 2**128
+
+
 def _tensor_size(dims: Any, dtype: Any) -> tuple[int, int] | None:
     """(numel, bytes) of one tensor argument as Kineto records it, None where it is not a tensor."""
     if not isinstance(dims, list) or not isinstance(dtype, str) or dtype_bytes(dtype) == 0:
         return None  # a scalar, a tensor list ("TensorList", no dims), or an unknown element type
-    if not all(as_int(x) is not None and x >= 0 for x in dims):
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in dims):
         return None
+    if 0 in dims:
+        return 0, 0
+    # out-of-range sizes are refused where the node is made: a dim of 2**62 (past as_int's bound) was no
+    # tensor, and its collective one of 0 bytes. The product stops past 2**128 (dims of thousands of
+    # digits would multiply into millions), a size over 2**128 then
     n = 1
     for x in dims:
         n *= x
-    return n, n * dtype_bytes(dtype)  # out-of-range sizes are refused where the node is made
+        if n >= OVER:
+            break
+    return n, n * dtype_bytes(dtype)
 
 
 def info_from_args(args: dict[str, Any]) -> dict[str, Any]:

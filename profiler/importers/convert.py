@@ -106,6 +106,7 @@ from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.gpu_deps import CALLS_READ, Call, GpuNode, SyncActivity, gpu_dependencies
 from skewlens.profiler.importers.comm import (
     DEFAULT_PG,
+    OVER,
     CommInfo,
     info_from_annotation,
     info_from_args,
@@ -423,8 +424,8 @@ def _attach(p: _Pending, info: CommInfo, src: _Sources) -> bool:
     ):
         if v is not None and not 0 <= v < MAX_INT:
             raise TraceImportError(
-                f"{kt.path}: rank {rank}: {p.event.name[:60]} (traceEvents[{p.event.index}]) has {what} {v} "
-                "out of range"
+                f"{kt.path}: rank {rank}: {p.event.name[:60]} (traceEvents[{p.event.index}]) has {what} "
+                f"{v if v < OVER else f'over 2**{OVER.bit_length() - 1}'} out of range"
             )
     if info.comm_type is not None:
         if _unnamed_subgroup(info, kt):
