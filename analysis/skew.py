@@ -527,6 +527,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             common = _common_event(events, history.get(late_rank, []), late_rank, ranks[mi])
             starts = []
             synced = common is not None
+            completed = 0  # members whose window starts at their completion of the common event
             for j in (li, mi):
                 if common is not None:
                     cm = common.ranks.index(ranks[j])
@@ -534,6 +535,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     # the member's last known synchronised point is its arrival at the common op
                     done = int(common.end_ns[cm])
                     starts.append(done if done <= arr[j] else int(common.arrival_ns[cm]))
+                    completed += done <= arr[j]
                     continue
                 prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
                 t, at_sync = _window_start(ix, rts[j], prev, rows[j], kind == "collective")
@@ -551,7 +553,14 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             if kind == "p2p" and li == 0 and own_gap * 2 >= peer_wait:
                 cause, wait_row = Cause(kind=CauseKind.LATE_SEND, delta_ns=own_gap), -1
             else:
-                cause, wait_row = _cause(wl, wm, starts[0] - starts[1], ix.names)
+                # both windows start where the common event completed: both waited there for its last
+                # arrival, so one completing later did not wait longer, its transfer took longer (gloo's
+                # members finish apart): no lateness passed on by whoever was late there. Counted as
+                # passed on, a one-off 334 ms gc.collect() on rank 1 at step 7 was the cause, "passed on
+                # by rank 0", of rank 0's 2-5 ms lateness in steps 8-10, each 2 ms later completion
+                # handing it on to the next
+                delta = 0 if completed == 2 else starts[0] - starts[1]
+                cause, wait_row = _cause(wl, wm, delta, ix.names)
             if cause.kind is CauseKind.WAIT and wait_row < 0:
                 # the window itself started late: the lateness comes from the previous sync point
                 if common is not None:

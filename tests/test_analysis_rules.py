@@ -179,6 +179,36 @@ def test_a_window_starts_at_the_common_collectives_end_where_that_end_is_the_mem
     assert (c2.cause.kind, c2.cause.delta_ns, c2.cause.op) == (CauseKind.COMPUTE, MS // 2, "bwd")
 
 
+def test_a_member_that_completed_the_common_collective_later_is_late_for_itself_not_for_its_late_rank(
+    tmp_path: Path,
+) -> None:
+    # step 0: rank 1 idles 29 ms (a gc.collect()) and arrives at C1 at 30 ms, rank 0 at 1 ms; both waited
+    # there for rank 1, and C1 completes on rank 1 at 31 ms, on rank 0 at 33 ms (gloo's members finish
+    # apart: rank 0's transfer took 2 ms longer). Step 1: each computes 1 ms and arrives at C2, rank 1 at
+    # 32 ms, rank 0 at 34 ms. Rank 0 is 2 ms late at C2 for its own later completion, not for rank 1's
+    # 29 ms idle: before, C2 (and each later step, chained) read "host idle/gap +29.0 ms (passed on by rank
+    # 0)", blamed on rank 1
+    b = RunBuilder(2)
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    r0.compute("fwd", MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 4096, 32 * MS, start_ns=MS)
+    r1.compute("fwd", MS, start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=30 * MS)
+    r0.step(1).compute("fwd", MS)
+    r0.collective(CommType.ALL_REDUCE, 4096, MS)
+    r1.step(1).compute("fwd", MS)
+    r1.collective(CommType.ALL_REDUCE, 4096, 3 * MS)
+    c1, c2 = analyze_skew(build_index(load_run(b.write(tmp_path / "run")))).events
+    assert (c1.late_rank, c1.blamed_rank, c1.cause.kind) == (1, 1, CauseKind.HOST_GAP)
+    assert c1.cause.delta_ns == 29 * MS
+    assert c2.arrival_ns.tolist() == [34 * MS, 32 * MS]
+    assert (c2.step, c2.late_rank, c2.late_by_ns) == (1, 0, 2 * MS)
+    assert c2.blamed_rank == 0
+    # both windows hold 1 ms of compute: nothing a category counts grew, the 2 ms are C1's transfer
+    assert c2.cause.kind is CauseKind.NONE
+    assert not c2.cause.passed_on
+
+
 def test_a_collectives_late_member_idle_right_before_a_send_in_its_window_is_a_late_send_not_a_host_gap(
     tmp_path: Path,
 ) -> None:
