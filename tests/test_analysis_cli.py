@@ -390,6 +390,36 @@ def test_a_straggler_whose_cost_is_mostly_one_step_is_named_with_that_step_and_i
     assert "uneven" not in _render(stragglers_table(even))
 
 
+def test_a_rank_that_made_its_peers_wait_in_one_step_only_is_named_with_that_step_not_left_as_a_mean(
+    tmp_path: Path,
+) -> None:
+    # 2 ranks, 6 steps of 10 ms compute and an all_reduce; rank 1 idles 60 ms before it in step 3 only (a
+    # one-off gc.collect()). Its typical step is its peers', so the what-if costs it nothing, and the
+    # table's 'caused wait ms / step' read 10.00 as if it made rank 0 wait every step
+    b = RunBuilder(2)
+    t = 0
+    for s in range(6):
+        stall = 60 * MS if s == 3 else 0
+        for r in range(2):
+            rb = b.rank(r).step(s)
+            rb.compute("aten::mm", 10 * MS, start_ns=t)
+            arrive = t + 10 * MS + (stall if r == 1 else 0)
+            rb.collective(CommType.ALL_REDUCE, 4096, t + 10 * MS + stall + MS - arrive, start_ns=arrive)
+        t += 11 * MS + stall
+    result = analyze_run(load_run(b.write(tmp_path / "run")))
+    text = " ".join(_render(stragglers_table(result)).split())
+    assert _rows(_render(stragglers_table(result)))[0][0] == "1"
+    assert _rows(_render(stragglers_table(result)))[0][4] == "10.00"  # the mean of its 6 steps
+    assert (
+        "rank 1's caused wait is uneven over its steps: in step 3 it made its peers wait 60.00 ms, 100% of "
+        "it, in its median step 0.00 ms" in text
+    )
+    assert "rank 0's caused wait" not in text
+    # a rank that made its peers wait in every step alike gets no such line
+    even = analyze_run(load_run(build_one_slow_rank(tmp_path / "even")))
+    assert "caused wait is uneven" not in _render(stragglers_table(even))
+
+
 def _uneven(costs_ms: list[float], *, simulated: bool = True, other: Sequence[float] = ()) -> str | None:
     """The uneven-cost line of rank 1 whose steps cost ``costs_ms`` (rank 0's ``other``)."""
     steps = [
