@@ -245,7 +245,8 @@ def test_a_profile_whose_command_succeeded_while_one_rank_could_not_save_fails_k
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (
         f"skewlens profile: error: rank 1: trace not saved: {saved}/rank-1.et: No space left on device "
-        f"(the traces of rank 0 are kept in {run}; skewlens analyze --lenient reads them)"
+        f"(the traces of rank 0 are kept in {run}; skewlens analyze and replay use them without rank 1, and "
+        f"`skewlens check {run}` lists what that leaves unmatched)"
     )
     assert (run / "rank-0.et").is_file() and (run / "manifest.json").is_file()
 

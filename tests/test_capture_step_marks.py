@@ -363,7 +363,7 @@ for i in range(6):
 
 @pytest.mark.slow
 def test_a_rank_that_steps_no_optimizer_is_said_to_have_marked_no_step_not_to_have_crashed(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out, res = profile_script(tmp_path, SCORER, nproc=2, steps="1:1:2")
     # before: exit 0, and the manifest said rank 1 "crashed or was killed before saving"
@@ -375,3 +375,13 @@ def test_a_rank_that_steps_no_optimizer_is_said_to_have_marked_no_step_not_to_ha
         "steps; a rank that trains nothing of its own"
     )
     assert "skewlens profile: error: rank 1: trace not saved: this rank marked no step" in res.stderr
+    # before: "skewlens analyze --lenient reads them", where analyze reads them as they are (a warning)
+    assert res.stderr.rstrip().endswith(
+        f"(the traces of rank 0 are kept in {out}; skewlens analyze and replay use them without rank 1, and "
+        f"`skewlens check {out}` lists what that leaves unmatched)"
+    )
+    from skewlens.cli import main as skewlens_main
+
+    assert skewlens_main(["analyze", str(out), "--out", str(tmp_path / "an")]) == 0
+    warned = "skewlens analyze: warning: rank 1 of 2 has no trace: only the traced ranks are used"
+    assert capsys.readouterr().err.splitlines() == [warned]

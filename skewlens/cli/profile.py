@@ -226,16 +226,20 @@ def _not_saved(manifest: Manifest) -> str | None:
 
 
 def _report_not_saved(manifest: Manifest, run_dir: Path, lost: str) -> int:
-    """A command that succeeded while a rank's save failed (a full disk, a quota): its trace is lost, so the
-    capture failed, exit code 2 (it was 0: a script went on to analyse a run without that rank), the others'
-    traces kept."""
+    """A command that succeeded while a rank's save failed (a full disk, a quota) or saved none (it marked no
+    step): its trace is lost, so the capture failed, exit code 2 (it was 0: a script went on to analyse a run
+    without that rank), the others' traces kept. analyze and replay read them as they are, the missing rank
+    left out with a warning, unless a kept rank's p2p has its partner there: then they refuse, naming their
+    own lenient option, which ``skewlens check`` names too (the line said "skewlens analyze --lenient reads
+    them", an option analyze does not need for a run whose collectives are all that is left unmatched)."""
     from skewlens.console import report_console
 
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
     print(
         f"skewlens profile: error: {lost} (the traces of {_ranks(manifest.ranks)} are kept in {run_dir}; "
-        "skewlens analyze --lenient reads them)",
+        f"skewlens analyze and replay use them without {_ranks(manifest.missing_ranks)}, and "
+        f"`skewlens check {run_dir}` lists what that leaves unmatched)",
         file=sys.stderr,
     )
     return 2
