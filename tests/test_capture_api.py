@@ -470,6 +470,29 @@ def test_under_skewlens_profile_the_python_api_marks_the_steps_of_profiles_run(
         ]
 
 
+@pytest.mark.slow
+def test_under_profile_a_program_marking_too_few_steps_is_told_what_it_marked_and_what_the_window_needed(
+    tmp_path: Path,
+) -> None:
+    from capture_helpers import profile
+
+    script = tmp_path / "serve.py"
+    script.write_text(SERVING_SCRIPT)  # 8 cap.step() marks a rank
+    res = profile(tmp_path / "run", str(tmp_path / "own"), "none", steps="8:1:1", script=script)
+    # before: "no rank saved a trace. ... did it import torch, and run 10+ steps, each ended by
+    # optimizer.step()? A loop without an optimizer marks its steps with the Python API (cap.step(), ...)",
+    # to a program that marks them so, and where optimizer.step() marks none
+    assert res.returncode == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.endswith(
+        "no rank saved a trace: rank 0: trace not saved: no step of the window (step 9) ended: the program "
+        "marked 8 step(s) with cap.step() (capture() under skewlens profile, where only it marks steps), and "
+        "the window's first recorded step ends at mark 10 (--steps 8:1:1: 8 step(s) of wait, 1 of warm-up); "
+        "run more steps or give a smaller --steps; and 1 more"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 class _ProfileSession:
     """What capture() reads of the session ``skewlens profile`` started: its rank, run directory, level and
     step window, and :meth:`steps_by_hand`, which it records."""
@@ -481,6 +504,7 @@ class _ProfileSession:
         self.rank, self.run_dir, self.level = rank, Path("/runs/profile"), Level.OPS
         self.window = StepWindow(wait=1, warmup=1, active=3)
         self.by_hand = 0
+        self.marks_by_hand = False
 
     def steps_by_hand(self) -> None:
         self.by_hand += 1
@@ -497,6 +521,7 @@ def test_under_skewlens_profile_capture_gives_profiles_session_and_only_rank_0_s
     with capture("/runs/own", level="collectives", auto_step=auto_step) as cap:
         assert cap is session
     assert session.by_hand == (0 if auto_step else 1)  # the program's cap.step() marks profile's steps
+    assert session.marks_by_hand is not auto_step  # and a rank that marks too few is told so at exit
     said = (
         "skewlens: capture('/runs/own') under skewlens profile: the steps the program marks are recorded "
         "into '/runs/profile', at profile's --level ops and --steps 1:1:3; capture()'s run directory, level, "

@@ -196,6 +196,7 @@ class CaptureSession:
         self._workers_from_ns = 0  # when the worker events began
         self._window_waits = False  # for this process to join a job (see install)
         self._job_world = 0  # the world of the job this process joined (0: none)
+        self.marks_by_hand = False  # the program took this session with capture(): its cap.step() marks steps
         self._until_joined: list[Any] = []
         """What the window's start could not do yet (the process had no process group: a window with no
         wait starts when torch is imported), done at the first step's end after it joined its job."""
@@ -912,14 +913,19 @@ class CaptureSession:
         self._kineto = self._workers = self._et = None
 
     def _why_no_step(self) -> str | None:
-        """Why this rank, whose optimizers mark the steps, recorded no step: it stepped none (a rank that
+        """Why this rank recorded no step: where ``cap.step()`` marks them, too few marks
+        (:meth:`_why_few_marks`); where its optimizers do, it stepped none (a rank that
         only scores for another's training, which skewlens profile called crashed or killed before saving), or
         the first optimizer to step, which alone marks steps, stepped fewer times than another (a reward model
         trained first, then the policy: profile asked whether the program ran enough steps "each ended by
         optimizer.step()", which it had). None otherwise, in a program that raised, and in a process of no
         job of several ranks (a helper process; a script of one process keeps profile's own question)."""
-        if not self._opt_handles or _raised():
-            return None  # the program marks its steps (capture() under profile), or it failed first
+        if _raised():
+            return None  # it failed first
+        if self.marks_by_hand:
+            return self._why_few_marks()
+        if not self._opt_handles:
+            return None  # the program marks its steps (uninstalled)
         if not self._optimizer_steps:
             if self._job_world < 2:
                 return None
@@ -941,6 +947,24 @@ class CaptureSession:
             f"a step ends at each step() of the first optimizer to step ({first}, {calls} calls; others: "
             f"{listed}), and only it marks steps; where the training's steps are another optimizer's, mark "
             f"them with the Python API (cap.step(), {doc('docs/capture.md')})"
+        )
+
+    def _why_few_marks(self) -> str | None:
+        """Why a program that marks its steps with ``cap.step()`` (capture() under profile) recorded none:
+        it marked fewer than the window waits and warms up for (profile asked whether it had run enough
+        steps "each ended by optimizer.step()", which marks none there). None in a process that marked none
+        and joined no job (a helper process: profile keeps its own question)."""
+        if self.step_index == 0 and self._job_world == 0:
+            return None
+        w = self.window
+        first, last = w.wait + w.warmup, w.wait + w.warmup + w.active - 1
+        steps = f"steps {first}-{last}" if last > first else f"step {first}"
+        marked = f"{self.step_index} step(s)" if self.step_index else "no step"
+        return (
+            f"no step of the window ({steps}) ended: the program marked {marked} with "
+            f"cap.step() (capture() under skewlens profile, where only it marks steps), and the window's "
+            f"first recorded step ends at mark {first + 1} (--steps {w.wait}:{w.warmup}:{w.active}: "
+            f"{w.wait} step(s) of wait, {w.warmup} of warm-up); run more steps or give a smaller --steps"
         )
 
     def _install_sigterm(self) -> None:
