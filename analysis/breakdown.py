@@ -33,6 +33,7 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
+from skewlens.profiler.vocab import COMPILE_FRAME_NAME, COMPILE_MARK
 from skewlens.replay.execution import Coverage, exposed_parts
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
@@ -201,17 +202,6 @@ def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
             ((r, s), (c, b)) for s, c, b in zip(steps.tolist(), calls.tolist(), sums.tolist(), strict=True)
         )
     return out
-
-
-#: What ends the names of torch.compile's compile-time work in a trace (``torch._dynamo.utils.dynamo_timed``'s
-#: record functions): dynamo's bytecode tracing, AOTAutograd's, inductor's lowering. Recorded at the ``ops``
-#: and ``full`` levels where no operator encloses them (not inside ``DistributedDataParallel.forward``, which
-#: compiles ``DDP(torch.compile(net))``'s module), not at ``collectives``.
-COMPILE_MARK = " (dynamo_timed)"
-#: The record function torch.compile opens around each frame it compiles (dynamo's chromium event): where
-#: nothing encloses it, the ``ops`` level keeps it as one node and drops the ``(dynamo_timed)`` ones inside
-#: (``torch.compile(DDP(model))`` on 2 ranks: a ``dynamo`` node of 185.6 ms and no other compile event).
-COMPILE_FRAME_NAME = "dynamo"
 
 
 def steps_compiled(ix: RunIndex) -> set[tuple[int, int]]:

@@ -143,6 +143,16 @@ COMPUTE_GAP_NODE_NAME = "compute"
 #: (Python, sleeps, waits). Analyses count it as host idle, not compute.
 UNTRACED_NODE_NAME = "untraced"
 
+#: What ends the names of torch.compile's compile-time work in a trace (``torch._dynamo.utils.dynamo_timed``'s
+#: record functions): dynamo's bytecode tracing, AOTAutograd's, inductor's lowering. Recorded at the ``ops``
+#: and ``full`` levels where no operator encloses them (not inside ``DistributedDataParallel.forward``, which
+#: compiles ``DDP(torch.compile(net))``'s module), not at ``collectives``.
+COMPILE_MARK = " (dynamo_timed)"
+#: The record function torch.compile opens around each frame it compiles (dynamo's chromium event): where
+#: nothing encloses it, the ``ops`` level keeps it as one node and drops the ``(dynamo_timed)`` ones inside
+#: (``torch.compile(DDP(model))`` on 2 ranks: a ``dynamo`` node of 185.6 ms and no other compile event).
+COMPILE_FRAME_NAME = "dynamo"
+
 #: COMP nodes that stand for a host thread blocked on an asynchronous communication result: the wait for a
 #: functional collective (``wait_tensor``, what DTensor's ``AsyncCollectiveTensor`` calls when its value
 #: is first used) and ``Work.wait()``. Such a node depends on the communication node it waited for; the

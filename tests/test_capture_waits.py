@@ -305,6 +305,32 @@ def test_at_the_ops_level_a_wait_tensor_operator_no_hook_saw_is_a_wait_too() -> 
     assert_thread_tiled(nodes, UNTRACED_NAME)
 
 
+def test_a_wait_tensor_operator_traced_by_torch_compile_or_inside_another_is_no_wait() -> None:
+    # a recompile inside the window: dynamo and AOTAutograd trace the graph's wait_tensor on fake tensors
+    # (14 such operators a rank on 2 gloo ranks, 131 ms of tracing on rank 0), and the new graph's first
+    # call dispatches its wait again through a Python dispatch mode. Each was a wait node, for no
+    # collective: the recompiling step's exposed transfer was 74.0 ms against 17-24 ms around it
+    coll = funcol(62 * MS, 79 * MS)
+    ops = [
+        host_op("dynamo", 5 * MS, 60 * MS),  # the frame compiled
+        host_op("bytecode_tracing (dynamo_timed)", 6 * MS, 30 * MS),
+        host_op(WAIT_TENSOR_NAME, 10 * MS, 20 * MS),
+        host_op(WAIT_TENSOR_NAME, 12 * MS, 19 * MS),
+        host_op("aot_trace_joint_graph (dynamo_timed)", 31 * MS, 50 * MS),
+        host_op(WAIT_TENSOR_NAME, 32 * MS, 45 * MS),
+        host_op("Torch-Compiled Region: 0/1", 61 * MS, 85 * MS),  # the new graph's first call
+        host_op(WAIT_TENSOR_NAME, 70 * MS, 80 * MS),
+        host_op("PythonDispatchMode", 70 * MS + 100_000, 79 * MS + 900_000),
+        host_op(WAIT_TENSOR_NAME, 70 * MS + 200_000, 79 * MS + 800_000),
+    ]
+    nodes = build_nodes(capture([coll], [], ops))
+    (wait,) = the(nodes, WAIT_TENSOR_NAME)
+    (comm,) = the(nodes, "gloo:all_reduce")
+    assert comm.node_id in wait.ctrl_deps and (wait.start_ns, wait.dur_ns) == (70 * MS, 10 * MS)
+    assert [(n.start_ns, n.dur_ns) for n in the(nodes, "dynamo")] == [(5 * MS, 55 * MS)]  # compute, whole
+    assert_thread_tiled(nodes, UNTRACED_NAME)
+
+
 TP_BACKWARD = "autograd::engine::evaluate_function: _FromTorchTensorBackward"
 
 

@@ -9,9 +9,11 @@ at every level:
   named ``_c10d_functional::wait_tensor``. ``torch.ops._c10d_functional.wait_tensor`` called directly
   passes no Python function: at the ``ops`` and ``full`` levels Kineto's operator of that name stands for
   it (where no hooked wait covers it); at the ``collectives`` level it is not seen.
-- ``Work.wait()`` on a Work that a hooked call with ``async_op=True`` returned (FSDP2's all_gather, a
-  user's ``dist.all_reduce(..., async_op=True).wait()``); only the first wait on each Work is recorded (a
-  second returns at once). Its node is named ``c10d::wait``. DDP's reducer waits in C++: not seen.
+- ``Work.wait()`` on a Work that a hooked call with ``async_op=True`` returned (FSDP2's prefetched
+  all_gather, a user's ``dist.all_reduce(..., async_op=True).wait()``); only the first wait on each Work
+  is recorded (a second returns at once). Its node is named ``c10d::wait``. DDP's reducer waits in C++:
+  not seen. FSDP2's own unshards and reduce_scatters pass ``async_op=False``: on gloo each blocks in its
+  call, a blocking collective with no wait node.
 
 Each becomes a COMP node on the waiting thread spanning the call (start to return), with a control
 dependency on the COMM node it waited for. The node cuts the ``compute`` gaps (collectives level) and the
@@ -74,10 +76,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from skewlens.profiler.capture.patches import Patches
 from skewlens.profiler.capture.records import WaitRecord
 from skewlens.profiler.chakra_io import AttrValue
-from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, NodeType
+from skewlens.profiler.vocab import COMPILE_FRAME_NAME, COMPILE_MARK, WAIT_NODE_NAMES, Attr, NodeType
 
 if TYPE_CHECKING:
-    from skewlens.profiler.capture.build import RankCapture, _Proto, _Streams
+    from skewlens.profiler.capture.build import RankCapture, Reach, _Proto, _Streams
 
 #: Node name of a functional collective's wait.
 WAIT_TENSOR_NAME = "_c10d_functional::wait_tensor"
@@ -316,16 +318,21 @@ def _hooked(w: WaitRecord, streams: _Streams) -> _Wait:
 
 def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) -> list[_Wait]:
     """Kineto's ``wait_tensor`` operators inside the steps that no hooked wait covers (one that begins at
-    most ``END_SLACK_NS`` before a hooked wait and overlaps it is that wait's operator)."""
+    most ``END_SLACK_NS`` before a hooked wait and overlaps it is that wait's operator), but those inside
+    torch.compile's compile-time work (:func:`_compiling`: dynamo and AOTAutograd trace the graph's
+    ``wait_tensor`` on fake tensors, which waits for nothing) and those inside another on their thread (the
+    same wait dispatched again through a Python dispatch mode, on the first call of a new graph)."""
     from skewlens.profiler.capture.build import Reach, kineto_thread_alias, step_of
 
-    ops = [o for o in cap.ops if o.is_cpu and o.name == WAIT_TENSOR_NAME]
+    ops = sorted((o for o in cap.ops if o.is_cpu and o.name == WAIT_TENSOR_NAME), key=lambda o: o.start_ns)
     if not ops:
         return []
     covered = Reach((w.start_ns, w.end_ns) for w in hooked)
+    compiling = _compiling(cap)
     alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread)
     ordered = sorted(cap.steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
+    taken_end: dict[int, int] = {}  # thread -> end of the last wait taken on it
     out = []
     for o in ops:
         end = o.start_ns + o.dur_ns
@@ -334,10 +341,30 @@ def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) 
         # to begin a little before the Python call around it): that wait, not a second one
         if step < 0 or covered(o.start_ns + END_SLACK_NS) >= o.start_ns:
             continue
+        if (reach := compiling.get(o.thread)) is not None and reach(o.start_ns) >= end:
+            continue
+        if taken_end.get(o.thread, -1) >= end:
+            continue
+        taken_end[o.thread] = end
         native = alias.get(o.thread)
         stream = streams.thread(native if native is not None else ("kineto", o.thread))
         out.append(_Wait(WAIT_TENSOR_NAME, o.start_ns, end, stream, 0, step, None, True))
     return out
+
+
+def _compiling(cap: RankCapture) -> dict[int, Reach]:
+    """Per Kineto thread, the spans of torch.compile's compile-time work: its frame (``dynamo``) and
+    ``dynamo_timed``'s record functions (:data:`~skewlens.profiler.vocab.COMPILE_MARK`). A ``wait_tensor``
+    traced in them (on 2 gloo ranks, a recompile mid-window: 14 a rank, 131 ms of tracing on rank 0) was
+    a wait for no collective, and its time communication: the step's exposed transfer 74.0 ms against
+    17-24 ms in the steps around it."""
+    from skewlens.profiler.capture.build import Reach
+
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for o in cap.ops:
+        if o.is_cpu and (o.name == COMPILE_FRAME_NAME or o.name.endswith(COMPILE_MARK)):
+            spans.setdefault(o.thread, []).append((o.start_ns, o.start_ns + o.dur_ns))
+    return {t: Reach(s) for t, s in spans.items()}
 
 
 def _waited_for(w: _Wait, candidates: Sequence[_Proto]) -> _Proto | None:
