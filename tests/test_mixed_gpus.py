@@ -6,18 +6,25 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import duckdb
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
 from skewlens.analysis.render import mixed_gpus_note, report
+from skewlens.cli import main as skewlens_main
 from skewlens.profiler.importers import import_traces
-from skewlens.profiler.manifest import Manifest
+from skewlens.profiler.manifest import Manifest, read_manifest, write_manifest
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.parquet import export_run
+from skewlens.profiler.store.schema import META_TABLE, META_VERSION, RankRecord, read_table, write_table
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -120,3 +127,60 @@ def test_the_gpu_note_counts_the_models_beyond_four_and_names_the_ranks_no_trace
         "ranks 6-7 on GPU 3; 2 more models on the other ranks (manifest.json's gpus); no GPU said by the "
         "traces of ranks 12-13. "
     )
+
+
+def _gpu_query() -> str:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "parquet.md").read_text()
+    (query,) = [q for q in re.findall(r"```sql\n(.*?)```", doc, flags=re.S) if "r.gpu" in q]
+    return query
+
+
+def test_the_exports_ranks_table_gives_each_ranks_gpu_and_the_documented_query_ranks_the_a100_first(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ranks.parquet had host and device (cuda:2) but no GPU: "which ranks on A100s were slow" had no column
+    out = tmp_path / "pq"
+    export_run(run_dir, out, workers=1)
+    ranks = read_table(out / "ranks.parquet", RankRecord).to_pylist()
+    assert [(r["rank"], r["device"], r["gpu"]) for r in ranks] == [
+        (0, "cuda:0", H100),
+        (1, "cuda:1", H100),
+        (2, "cuda:2", A100),
+        (3, "cuda:3", H100),
+    ]
+    assert (
+        skewlens_main(["analyze", str(run_dir), "--out", str(out / "AN"), "--no-blame", "--no-pictures"]) == 0
+    )
+    monkeypatch.chdir(out)
+    rows = duckdb.sql(_gpu_query()).fetchall()
+    breakdown = pq.read_table(out / "AN" / "step_breakdown.parquet").to_pylist()
+    mean = {r: round(np.mean([b["compute_ns"] for b in breakdown if b["rank"] == r])) for r in range(4)}
+    assert [(gpu, rank) for gpu, rank, _ in rows] == [(A100, 2), (H100, 0), (H100, 1), (H100, 3)]
+    assert [c for _, _, c in rows] == [mean[2], mean[0], mean[1], mean[3]]
+    assert rows[0][2] > rows[1][2]
+
+
+def test_a_ranks_file_of_schema_13_reads_with_a_null_gpu_as_does_a_rank_no_trace_names_a_gpu_of(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "pq"
+    export_run(run_dir, out, workers=1)
+    f = out / "ranks.parquet"
+    v13 = pq.read_table(f).drop_columns(["gpu"])
+    write_table(v13.replace_schema_metadata({META_VERSION: b"13", META_TABLE: b"ranks"}), f)
+    tbl = read_table(f, RankRecord)
+    assert tbl["gpu"].to_pylist() == [None] * 4 and tbl["device"].to_pylist() == [
+        f"cuda:{r}" for r in range(4)
+    ]
+    # a run whose manifest says no GPU (a CPU capture, a trace without deviceProperties): null, not ''
+    m = read_manifest(run_dir)
+    plain = tmp_path / "plain"
+    shutil.copytree(run_dir, plain)
+    write_manifest(plain, dataclasses.replace(m, gpus={r: g for r, g in m.gpus.items() if r != 1}))
+    export_run(plain, tmp_path / "pq2", workers=1)
+    assert read_table(tmp_path / "pq2" / "ranks.parquet", RankRecord)["gpu"].to_pylist() == [
+        H100,
+        None,
+        A100,
+        H100,
+    ]

@@ -554,6 +554,7 @@ def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
         "rank": ranks,
         "host": [m.hosts.get(r, "") for r in ranks],
         "device": [m.devices.get(r, "") for r in ranks],
+        "gpu": [m.gpus.get(r) or None for r in ranks],
         "clock_offset_ns": [m.clock_offsets_ns.get(r, 0) for r in ranks],
         "num_nodes": [num_nodes[r] for r in ranks],
         # absolute, as run.json's source: a run named relative to the cwd gave a path only that cwd resolves

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 #: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``; 12: ``nodes.dtype``, ``timeline.dtype`` and
 #: ``collectives.dtype``; 13: ``p2p.step``, the export's ``groups`` table, which no older export has, and
 #: the analyses' and replay's files name the run they were made from in their key-value metadata,
-#: :func:`provenance_metadata`).
-SCHEMA_VERSION = "13"
+#: :func:`provenance_metadata`; 14: ``ranks.gpu``).
+SCHEMA_VERSION = "14"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -72,6 +72,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     11: {"collective_skew": ("comm_bytes",)},
     12: {"nodes": ("dtype",), "timeline": ("dtype",), "collectives": ("dtype",)},
     13: {"p2p": ("step",)},
+    14: {"ranks": ("gpu",)},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
@@ -500,6 +501,11 @@ class RankRecord:
     """Host name."""
     device: str
     """Device (cpu, cuda:0, ...)."""
+    gpu: str | None
+    """The rank's GPU, the manifest's ``gpus``: model, SMs and memory, as an imported trace's
+    ``deviceProperties`` or ``skewlens profile``'s CUDA device gave them (``NVIDIA A100-SXM4-80GB (108 SMs,
+    80.0 GiB)``; the ranks on A100s: ``gpu LIKE '%A100%'``). Null where the run says none: a CPU rank, a trace
+    without ``deviceProperties``, a run captured before it was recorded, a file written before schema 14."""
     clock_offset_ns: int
     """Offset applied to this rank's clock to align it with rank 0."""
     num_nodes: int
