@@ -177,6 +177,20 @@ def partial_traces(notes: Mapping[str, str]) -> dict[int, str]:
     return out
 
 
+def gpu_model(name: object, sms: object = None, memory_bytes: object = None) -> str:
+    """A GPU in words, as the manifest's ``gpus`` say it, ``NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)`` (''
+    where it has no name): what tells two ranks' GPUs apart (a model, or one of its SM count and memory).
+    From an imported trace's ``deviceProperties`` or the capture's ``torch.cuda.get_device_properties``."""
+    if not isinstance(name, str) or not name.strip():
+        return ""
+    said = [
+        *([f"{sms} SMs"] if type(sms) is int and sms > 0 else []),
+        *([f"{memory_bytes / 2**30:.1f} GiB"] if type(memory_bytes) is int and memory_bytes > 0 else []),
+    ]
+    detail = " (" + ", ".join(said) + ")" if said else ""
+    return f"{name.strip()[:80]}{detail}"
+
+
 def rank_file(run_dir: str | Path, rank: int) -> Path:
     """Path of one rank's Chakra trace in a run directory."""
     return Path(run_dir) / RANK_FILE.format(rank=rank)
@@ -389,8 +403,9 @@ class Manifest:
     devices: dict[int, str] = field(default_factory=dict)
     """Device of each rank (``cpu``, ``cuda:0``)."""
     gpus: dict[int, str] = field(default_factory=dict)
-    """GPU of each rank as its trace describes it (model, SMs, memory: an imported Kineto trace's
-    ``deviceProperties``); ranks it does not say for are absent (and written without it, the key)."""
+    """GPU of each rank (:func:`gpu_model`: model, SMs, memory), from an imported Kineto trace's
+    ``deviceProperties`` or, in a capture on CUDA, the rank's ``torch.cuda.get_device_properties``; ranks
+    none says it for are absent (and written without it, the key)."""
     hosts: dict[int, str] = field(default_factory=dict)
     """Host name of each rank."""
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)

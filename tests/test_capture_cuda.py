@@ -1074,3 +1074,63 @@ def test_a_collective_whose_nccl_stream_waited_for_a_kernel_moves_with_it_and_it
     assert int(slow.start_ns[0][comm]) == 10_000
     transfer_ns = comm_end_ns - max(10_000, relu_end_ns)
     assert int(slow.end_ns[0][comm]) == max(10_000, relu_end_ns + relu_ns) + transfer_ns
+
+
+def _on_gpu(monkeypatch: pytest.MonkeyPatch, index: int, props: Any) -> None:
+    """This process's torch.cuda as on a rank whose current device is ``index``, of properties ``props`` (an
+    exception: what reading them raises)."""
+
+    def get_device_properties(i: int) -> Any:
+        assert i == index  # the rank's own device, not device 0
+        if isinstance(props, Exception):
+            raise props
+        return props
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: index)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
+
+
+def test_a_capture_on_cuda_records_each_ranks_gpu_model_sms_and_memory_in_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # skewlens profile said cuda:N of each rank and nothing of its GPU: analyze's mixed-GPU note and the
+    # export's ranks.gpu came only from imported traces (unverified on a device: torch.cuda is stood in for)
+    from types import SimpleNamespace
+
+    from skewlens.profiler.capture.run import finalize_run
+    from skewlens.profiler.capture.session import CaptureSession
+    from skewlens.profiler.manifest import read_manifest
+
+    window = StepWindow(wait=0, warmup=0, active=1)
+    gpus = {
+        0: SimpleNamespace(
+            name="NVIDIA H100 80GB HBM3", multi_processor_count=132, total_memory=85_045_231_616
+        ),
+        1: SimpleNamespace(
+            name="NVIDIA A100-SXM4-80GB", multi_processor_count=108, total_memory=85_899_345_920
+        ),
+        2: RuntimeError("CUDA error: unspecified launch failure"),
+    }
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setattr("signal.signal", lambda *_a: None)  # (the capture's SIGTERM handler)
+    for rank, props in gpus.items():
+        monkeypatch.setenv("RANK", str(rank))
+        with monkeypatch.context() as m:
+            _on_gpu(m, rank + 4, props)
+            s = CaptureSession(tmp_path, level=Level.COLLECTIVES, window=window, auto_step=False).install()
+            try:
+                s.step()
+            finally:
+                s.uninstall()
+    assert finalize_run(tmp_path, level=Level.COLLECTIVES, window=window, world_size=3) is not None
+    m = read_manifest(tmp_path)
+    assert m.devices == {0: "cuda:4", 1: "cuda:5", 2: "cuda:6"}
+    # a device that could not say (rank 2) is left out, as a trace without deviceProperties is; its save
+    # went on
+    assert m.gpus == {
+        0: "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)",
+        1: "NVIDIA A100-SXM4-80GB (108 SMs, 80.0 GiB)",
+    }
+    assert m.ranks == (0, 1, 2) and m.missing_ranks == ()

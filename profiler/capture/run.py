@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skewlens.paths import doc
@@ -303,6 +303,12 @@ def unsaved_traces(run_dir: Path) -> dict[int, str]:
 def _saved_parts(run_dir: Path, found: dict[int, dict]) -> dict[int, dict]:
     """The part files of ranks that saved a trace (its file is there, no ``not_saved``)."""
     return {r: p for r, p in found.items() if rank_file(run_dir, r).is_file() and "not_saved" not in p}
+
+
+def part_gpus(parts: Mapping[int, dict]) -> dict[int, str]:
+    """Each rank's GPU as its part file says it (the manifest's ``gpus``); ranks on no GPU, or whose device
+    could not say, are absent."""
+    return {r: str(p["gpu"]) for r, p in sorted(parts.items()) if p.get("gpu")}
 
 
 def read_parts(run_dir: Path) -> dict[int, dict]:
@@ -628,6 +634,7 @@ def _merge(
         level=level.value,
         source="capture",
         devices={r: str(p.get("device", "")) for r, p in parts.items()},
+        gpus=part_gpus(parts),
         hosts={r: str(p.get("host", "")) for r, p in parts.items()},
         clock_offsets_ns={r: int(p.get("clock_offset_ns", 0)) for r, p in parts.items()},
         step_window=window,

@@ -42,6 +42,7 @@ from skewlens.profiler.manifest import (
     ProcessGroupInfo,
     RankNote,
     StepWindow,
+    gpu_model,
     rank_file,
     rank_note_key,
 )
@@ -737,11 +738,12 @@ class CaptureSession:
             workers = self._workers.stop()
             if self._workers.note:
                 self.notes[rank_note_key(rank, RankNote.WORKER_EVENTS)] = self._workers.note
-        device = "cpu"
+        device, gpu = "cpu", ""
         import torch
 
         if torch.cuda.is_available():
-            device = f"cuda:{torch.cuda.current_device()}"
+            index = torch.cuda.current_device()
+            device, gpu = f"cuda:{index}", _gpu(torch, index)
         groups = self._groups()
         comms = self._with_flight_recorder(comms, groups, scatters, partial=partial)
         stopped = None
@@ -798,6 +800,7 @@ class CaptureSession:
         part = {
             **self._part_header(),
             "device": device,
+            **({"gpu": gpu} if gpu else {}),
             "backend": str(backend),
             "clock_offset_ns": off,
             "process_groups": [asdict(g) for g in groups],
@@ -1048,6 +1051,21 @@ def run_identity(started_ns: int) -> dict[str, Any]:
         # the attempt, as this rank's torchrun agent counts its restarts (agents of a job may count apart)
         "restart_count": int(restarts) if restarts.isascii() and restarts.isdigit() else 0,
     }
+
+
+def _gpu(torch: Any, index: int) -> str:
+    """CUDA device ``index`` in words, as the manifest's ``gpus`` say it (:func:`gpu_model`: name, SMs,
+    memory, from ``torch.cuda.get_device_properties``); '' where the device cannot say (a CUDA error: the
+    save goes on without it, as a trace without ``deviceProperties`` is imported)."""
+    try:
+        props = torch.cuda.get_device_properties(index)
+        return gpu_model(
+            getattr(props, "name", None),
+            getattr(props, "multi_processor_count", None),
+            getattr(props, "total_memory", None),
+        )
+    except RuntimeError:
+        return ""
 
 
 def _raised() -> str:

@@ -84,6 +84,7 @@ from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
 from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, own_timeline_hint
+from skewlens.profiler.manifest import gpu_model as manifest_gpu_model
 from skewlens.profiler.vocab import names_nccl_kernel
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
@@ -284,17 +285,11 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
 
 
 def gpu_model(props: Any) -> str:
-    """One ``deviceProperties`` entry in words, ``NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)`` ('' where it
-    has no name): what tells two ranks' GPUs apart (a model, or one of its SM count and memory)."""
-    if not isinstance(props, dict) or not isinstance(name := props.get("name"), str) or not name.strip():
+    """One ``deviceProperties`` entry in words (:func:`skewlens.profiler.manifest.gpu_model`), '' where it
+    has no name."""
+    if not isinstance(props, dict):
         return ""
-    sms, mem = props.get("numSms"), props.get("totalGlobalMem")
-    said = [
-        *([f"{sms} SMs"] if type(sms) is int and sms > 0 else []),
-        *([f"{mem / 2**30:.1f} GiB"] if type(mem) is int and mem > 0 else []),
-    ]
-    detail = " (" + ", ".join(said) + ")" if said else ""
-    return f"{name.strip()[:80]}{detail}"
+    return manifest_gpu_model(props.get("name"), props.get("numSms"), props.get("totalGlobalMem"))
 
 
 def _gpu_models(raw: Any) -> dict[int, str]:
