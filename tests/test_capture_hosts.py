@@ -4,13 +4,14 @@ the CLI) once per host on the same directory, with the part files each host's ra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from skewlens.profiler.manifest import (
     rank_file,
     rank_note_key,
     read_manifest,
+    write_manifest,
 )
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.load import load_run
@@ -655,11 +657,12 @@ def host_dir(
     world: int = 2,
     late_s: float = 0.0,
     run_id: str | None = None,
+    gpus: Mapping[int, str] | None = None,
 ) -> Path:
     """A host's own run directory (no shared storage) after its ``skewlens profile`` merged it: its ranks'
     traces and part files, steps 2-4 of 0.5 s each at whole seconds of rank 0's clock (``late_s`` later;
     a rank saves its times with its clock offset applied), under torchrun's run id ``run_id`` (None: a part
-    file of a skewlens that recorded no run identity)."""
+    file of a skewlens that recorded no run identity), on the GPUs ``gpus`` (rank -> model; none: CPU)."""
     for r in ranks:
         save_rank(run, r, host, world=world, per_host=len(ranks))
         part = json.loads(part_file(run, r).read_text())
@@ -672,6 +675,8 @@ def host_dir(
                 "rendezvous": "10.0.0.1:29500",
                 "started_ns": started_ns,
             }
+        if gpus and r in gpus:  # what a rank on CUDA says of its device
+            part["gpu"] = gpus[r]
         part_file(run, r).write_text(json.dumps(part))
     merge(run, 0)
     return run
@@ -697,6 +702,38 @@ def test_skewlens_merge_combines_the_run_directories_of_a_jobs_hosts_into_one_co
     title = f"skewlens merge: {out} (level"
     assert title in printed.out and title not in printed.err
     assert read_manifest(a).ranks == (0, 1)  # the hosts' directories are left as they were
+
+
+H100 = "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)"
+A100 = "NVIDIA A100-SXM4-80GB (108 SMs, 80.0 GiB)"
+
+
+def test_skewlens_merge_keeps_each_ranks_gpu_from_the_host_it_ran_on(tmp_path: Path) -> None:
+    # the hosts' part files said each rank's GPU; the merged manifest had none (gpus was import's only)
+    a = host_dir(tmp_path / "a", (0, 1), "a", world=4, gpus={0: H100, 1: H100})
+    b = host_dir(tmp_path / "b", (2, 3), "b", world=4, gpus={2: A100})  # rank 3's device could not say
+    assert read_manifest(a).gpus == {0: H100, 1: H100}
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 0
+    assert read_manifest(out).gpus == {0: H100, 1: H100, 2: A100}
+
+
+def test_skewlens_merge_refuses_hosts_that_disagree_on_a_ranks_gpu_naming_the_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = host_dir(tmp_path / "a", (0,), "a", gpus={0: H100})
+    b = host_dir(tmp_path / "b", (1,), "b", gpus={1: A100})
+    # host a's manifest (of an earlier attempt, or edited) says rank 1, whose trace b holds, ran on an H100
+    m = read_manifest(a)
+    write_manifest(a, dataclasses.replace(m, gpus={**m.gpus, 1: H100}))
+    out = tmp_path / "run"
+    assert skewlens_main(["merge", "--out", str(out), str(a), str(b)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"rank 1: GPU '{H100}' in {a / 'manifest.json'} but '{A100}' in its part file in {b}: the "
+        "directories disagree on which GPU it ran on" in err
+    )
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

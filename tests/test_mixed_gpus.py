@@ -184,3 +184,18 @@ def test_a_ranks_file_of_schema_13_reads_with_a_null_gpu_as_does_a_rank_no_trace
         A100,
         H100,
     ]
+
+
+def test_an_extrapolated_run_gives_each_copied_rank_the_gpu_of_the_rank_it_copies(run_dir: Path) -> None:
+    from skewlens.replay.scale import scale_run
+
+    run = load_run(run_dir)
+    scaled = scale_run(run, 8)  # rank i copies rank i mod 4
+    assert scaled.manifest.gpus == {r: A100 if r % 4 == 2 else H100 for r in range(8)}
+    assert scaled.manifest.devices == {r: f"cuda:{r % 4}" for r in range(8)}
+    assert scale_run(run, 6, source=2).manifest.gpus == dict.fromkeys(range(6), A100)
+    seeded = scale_run(run, 16, seed=3)  # a seeded draw: each rank the GPU of the rank it drew
+    drawn = {r: seeded.source_rank(r) for r in range(16)}
+    assert seeded.manifest.gpus == {r: run.manifest.gpus[s] for r, s in drawn.items()}
+    assert set(drawn.values()) == {0, 1, 2, 3}
+

@@ -13,7 +13,7 @@ from pathlib import Path
 from skewlens.profiler.atomic import replace_dir, staging_dir
 from skewlens.profiler.bounded import file_kind
 from skewlens.profiler.capture.autostart import CLOCK_TIMEOUT_DEFAULT_S, ENV_CLOCK_TIMEOUT
-from skewlens.profiler.capture.run import SAVE_UNSAID, finalize_run, read_parts
+from skewlens.profiler.capture.run import SAVE_UNSAID, finalize_run, part_gpus, read_parts
 from skewlens.profiler.capture.schedule import format_window
 from skewlens.profiler.capture.session import part_file
 from skewlens.profiler.errors import CaptureError
@@ -45,7 +45,8 @@ def combine_runs(
     and rendezvous endpoint; unless ``force``), a rank found twice or in none (unless ``allow_missing``:
     then the ranks found are merged and the others listed missing, with why), and ranks whose recorded
     steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset;
-    even with ``force``), and a directory given twice. Directories written before the run identity was
+    even with ``force``), a host's manifest that says another GPU for a rank than its part file, and a
+    directory given twice. Directories written before the run identity was
     recorded are merged, with a manifest note (:data:`RUN_IDENTITY_NOTE`) that it was not checked. The
     manifest's ``merged_from`` lists the directories, absolute."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -94,6 +95,7 @@ def combine_runs(
             "give the directory of every host of the job (or --allow-missing to merge the ranks found)"
         )
     _check_overlap(parts, where)
+    _check_gpus(manifests, parts, where)
     with staging_dir(out) as tmp:
         for r, src in where.items():
             shutil.copy2(rank_file(src, r), rank_file(tmp, r))
@@ -244,6 +246,21 @@ def _check_overlap(parts: dict[int, dict], where: dict[int, Path]) -> None:
                 f"{early} {at[early]} ended it, on rank 0's clock: {why}; --force does not merge them (it "
                 "overrides only a run identity that differs)"
             )
+
+
+def _check_gpus(manifests: dict[Path, Manifest], parts: dict[int, dict], where: dict[int, Path]) -> None:
+    """The merged run's GPU of each rank is its part file's; a host's manifest that says another for a rank
+    merged (its own directory's, or a rank another directory holds the trace of) is refused, naming the
+    rank: which GPU the rank ran on is not known."""
+    merged = part_gpus(parts)
+    for src, m in manifests.items():
+        for r, gpu in sorted(m.gpus.items()):
+            if r in where and merged.get(r) != gpu:
+                raise CaptureError(
+                    f"rank {r}: GPU {gpu!r} in {src / MANIFEST_NAME} but "
+                    f"{repr(merged[r]) if r in merged else 'none'} in its part file in {where[r]}: the "
+                    "directories disagree on which GPU it ran on (of different attempts or runs?)"
+                )
 
 
 def _clock_note(part: dict, rank: int) -> str | None:
