@@ -237,3 +237,22 @@ def test_the_documented_gpu_replacement_that_keeps_host_device_copies_as_recorde
     }
     assert durs["slow_gpu"] == {n: d // 2 for n, d in durs["none"].items()}
     assert durs["kept"] == {n: d // 2 if "DtoD" in n else d for n, d in durs["none"].items()}
+
+
+def test_a_real_replays_run_names_the_gpu_each_rank_replayed_on_as_its_worker_said(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # the replay's OUT/run said cuda:N of each rank and no GPU (a worker on CUDA now says its device's, as a
+    # capture does: unverified on a device; here its result files are written by hand)
+    from skewlens.replay.real.api import _replay_manifest
+    from skewlens.replay.real.plan import RESULT_FILE
+
+    for r in range(4):
+        result = {"rank": r, "host": "h", "device": f"cuda:{r}", "clock_offset_ns": 0}
+        if r != 3:  # rank 3's device could not say
+            result["gpu"] = A100 if r == 2 else H100
+        (tmp_path / RESULT_FILE.format(rank=r)).write_text(json.dumps(result))
+    original = read_manifest(run_dir)
+    m = _replay_manifest(work_dir=tmp_path, original=original, backend="nccl", cmd=["x"], source=run_dir)
+    assert m.gpus == {0: H100, 1: H100, 2: A100}
+    assert m.devices == {r: f"cuda:{r}" for r in range(4)}

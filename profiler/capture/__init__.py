@@ -27,10 +27,10 @@ from skewlens.profiler.vocab import HostTrace, Level
 
 if TYPE_CHECKING:
     from skewlens.profiler.capture.schedule import Action, action_for, parse_window
-    from skewlens.profiler.capture.session import CaptureSession
+    from skewlens.profiler.capture.session import CaptureSession, cuda_gpu
     from skewlens.profiler.manifest import StepWindow
 
-__all__ = ["Action", "CaptureSession", "action_for", "capture", "parse_window"]
+__all__ = ["Action", "CaptureSession", "action_for", "capture", "cuda_gpu", "parse_window"]
 
 #: The names this package exports, by module: imported when first used, so that the bootstrap's
 #: ``autostart`` (imported by every Python process of a wrapped command) does not import numpy and the
@@ -40,6 +40,7 @@ _LAZY = {
     "action_for": "schedule",
     "parse_window": "schedule",
     "CaptureSession": "session",
+    "cuda_gpu": "session",
 }
 
 

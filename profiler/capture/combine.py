@@ -46,9 +46,9 @@ def combine_runs(
     then the ranks found are merged and the others listed missing, with why), and ranks whose recorded
     steps do not overlap in time once their clock offsets are applied (not one run, or a wrong offset;
     even with ``force``), a host's manifest that says another GPU for a rank than its part file, and a
-    directory given twice. Directories written before the run identity was
-    recorded are merged, with a manifest note (:data:`RUN_IDENTITY_NOTE`) that it was not checked. The
-    manifest's ``merged_from`` lists the directories, absolute."""
+    directory given twice. Directories written before the run identity was recorded are merged, with a
+    manifest note (:data:`RUN_IDENTITY_NOTE`) that it was not checked. The manifest's ``merged_from`` lists
+    the directories, absolute."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CaptureError(f"--out {out}: exists and is not an empty directory (choose a new run directory)")
     given: dict[Path, Path] = {}

@@ -743,7 +743,7 @@ class CaptureSession:
 
         if torch.cuda.is_available():
             index = torch.cuda.current_device()
-            device, gpu = f"cuda:{index}", _gpu(torch, index)
+            device, gpu = f"cuda:{index}", cuda_gpu(torch, index)
         groups = self._groups()
         comms = self._with_flight_recorder(comms, groups, scatters, partial=partial)
         stopped = None
@@ -1053,7 +1053,7 @@ def run_identity(started_ns: int) -> dict[str, Any]:
     }
 
 
-def _gpu(torch: Any, index: int) -> str:
+def cuda_gpu(torch: Any, index: int) -> str:
     """CUDA device ``index`` in words, as the manifest's ``gpus`` say it (:func:`gpu_model`: name, SMs,
     memory, from ``torch.cuda.get_device_properties``); '' where the device cannot say (a CUDA error: the
     save goes on without it, as a trace without ``deviceProperties`` is imported)."""

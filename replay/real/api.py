@@ -387,6 +387,7 @@ def _replay_manifest(
         level=original.level,
         source="replay",
         devices={r: str(d.get("device", "")) for r, d in results.items()},
+        gpus={r: str(d["gpu"]) for r, d in results.items() if d.get("gpu")},
         hosts={r: str(d.get("host", socket.gethostname())) for r, d in results.items()},
         clock_offsets_ns={r: int(d.get("clock_offset_ns", 0)) for r, d in results.items()},
         step_window=original.step_window,

@@ -523,12 +523,18 @@ def main(argv: list[str] | None = None) -> int:
                 session.step()
         phase = dog.reached(WorkerPhase.WRITING_TRACE)
         _write_trace(meta, rank, runner, lambda t: t - t0 + meta.first_start_ns)
+        gpu = ""  # the GPU it replayed on, as a capture says it
+        if device.type == "cuda" and device.index is not None:
+            from skewlens.profiler.capture import cuda_gpu
+
+            gpu = cuda_gpu(torch, device.index)
         write_json_atomic(
             work_dir / RESULT_FILE.format(rank=rank),
             {
                 "rank": rank,
                 "host": socket.gethostname(),
                 "device": str(device),
+                **({"gpu": gpu} if gpu else {}),
                 "clock_offset_ns": offset,
             },
         )
