@@ -309,6 +309,77 @@ def test_a_rank_whose_first_optimizer_stopped_stepping_says_so_at_exit(tmp_path:
     assert not (tmp_path / "run" / "rank-0.et").exists()
 
 
+def _exit_with_no_step(tmp_path: Path, stepped: list[str], *, by_hand: bool = False) -> Path:
+    """A session whose optimizers (``SGD``, ``Adam``, ``RMSprop``) step in the order ``stepped``, none of the
+    window's steps (1:1:2) ending, then the rank's exit; its part file (absent where it gave no reason).
+    ``by_hand``: the step marks were handed to ``cap.step()`` first, as ``capture()`` under profile does."""
+    from skewlens.profiler.capture.schedule import parse_window
+    from skewlens.profiler.capture.session import CaptureSession, part_file
+
+    params = {k: torch.zeros(4, requires_grad=True) for k in ("SGD", "Adam", "RMSprop")}
+    opts = {k: getattr(torch.optim, k)([v], lr=0.1) for k, v in params.items()}
+    session = CaptureSession(tmp_path / "run", window=parse_window("1:1:2"), auto_step=True).install()
+    try:
+        for name in stepped:
+            params[name].sum().backward()
+            opts[name].step()
+        if by_hand:
+            session.steps_by_hand()
+        session._at_exit()
+    finally:
+        session.uninstall()
+    return part_file(tmp_path / "run", 0)
+
+
+def test_the_first_optimizer_reason_names_every_other_optimizer_that_stepped(tmp_path: Path) -> None:
+    import json
+
+    part = _exit_with_no_step(tmp_path, ["SGD", "SGD", *["Adam", "RMSprop"] * 3, "RMSprop"])
+    assert json.loads(part.read_text())["not_saved"].startswith(
+        "no step of the window (steps 2-3) ended: a step ends at each step() of the first optimizer to step "
+        "(SGD, 2 calls; others: Adam 3, RMSprop 4), and only it marks steps"
+    )
+
+
+def test_optimizers_that_stepped_as_often_as_the_first_give_no_first_optimizer_reason(tmp_path: Path) -> None:
+    # a GAN that ran too few steps: its generator and discriminator step once an iteration each; the first
+    # did not stop stepping, and profile's own question (did it run 3+ steps?) is the one that fits
+    assert not _exit_with_no_step(tmp_path, ["SGD", "Adam"] * 2).exists()
+
+
+def test_step_marks_handed_to_the_program_give_no_first_optimizer_reason(tmp_path: Path) -> None:
+    # capture() under skewlens profile hands the marks to cap.step(): optimizer steps before it say nothing
+    # of which optimizer marks the steps
+    assert not _exit_with_no_step(tmp_path, ["SGD", "SGD", *["Adam"] * 4], by_hand=True).exists()
+
+
+def test_a_process_of_a_one_rank_job_that_steps_no_optimizer_gives_no_reason_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # only a rank of a job of several ranks says "this rank marked no step": a one-process script keeps
+    # profile's own question, and a helper process with a group of its own (world 1) must not write a
+    # part file under its rank's number, as if it were that rank
+    import torch.distributed as dist
+
+    from skewlens.profiler.capture.schedule import parse_window
+    from skewlens.profiler.capture.session import CaptureSession, part_file
+
+    session = CaptureSession(tmp_path / "run", window=parse_window("1:1:2"), auto_step=True).install()
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            t = torch.ones(4)
+            for _ in range(4):
+                dist.all_reduce(t)
+            session._at_exit()
+        finally:
+            dist.destroy_process_group()
+    finally:
+        session.uninstall()
+    assert session._job_world == 1  # it joined a job: its own, of one rank
+    assert not part_file(tmp_path / "run", 0).exists()
+
+
 PHASES = """
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
