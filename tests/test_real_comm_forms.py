@@ -97,6 +97,22 @@ def test_a_list_reduce_scatter_of_uneven_parts_moves_all_its_recorded_bytes(
     assert args["arg1"] == [(17,), (17,), (16,)] and args["arg0"] == (mine,)
 
 
+@pytest.mark.parametrize(("rank", "mine"), [(1, 3), (2, 3), (3, 2), (4, 2)])
+def test_each_member_of_a_subgroup_takes_its_own_part_of_an_uneven_list_reduce_scatter(
+    monkeypatch: pytest.MonkeyPatch, rank: int, mine: int
+) -> None:
+    # 10 floats on the group of ranks 1-4: parts of 3, 3, 2 and 2, the larger first, by each member's place
+    # in the group (rank 1 the first), not its global rank; and never torch.chunk's 3, 3, 3 and 1, which
+    # gives the last member a part the others do not expect
+    fake = FakeDist(world=5)
+    monkeypatch.setattr(real_ops, "dist", fake)
+    op = replace(_coll("c10d::reduce_scatter_", CommType.REDUCE_SCATTER, 40), pg_name="1")
+    CommIssuer(rank, torch.device("cpu"), {"1": ("g", (1, 2, 3, 4))}, "0").issue(op, blocking=True)
+    [(fn, args)] = fake.calls
+    assert fn == "reduce_scatter" and args["group"] == "g"
+    assert args["arg1"] == [(3,), (3,), (2,), (2,)] and args["arg0"] == (mine,)
+
+
 def test_a_list_all_to_all_is_reissued_as_a_list_all_to_all_with_its_recorded_parts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
