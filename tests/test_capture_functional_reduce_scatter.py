@@ -131,6 +131,27 @@ def test_at_the_ops_level_an_all_reduce_issued_inside_kinetos_functional_reduce_
     assert colls[FUNCTIONAL_REDUCE_SCATTER_OP].start_ns == 10 * MS
 
 
+def test_a_gpu_annotation_of_the_functional_reduce_scatters_name_makes_no_all_reduce_a_reduce_scatter() -> (
+    None
+):
+    # Kineto's GPU timeline repeats the operator's name as an annotation on a stream, whose number may be
+    # the one Kineto gave the main thread: only the operator on the host thread tells what was issued
+    kineto_main = 7  # the main thread's number, and the default CUDA stream's
+    ar = replace(recorder_only("gloo:all_reduce", CommType.ALL_REDUCE, 10 * MS), thread=MAIN)
+    mark = OpRecord(name=STEP_MARK_NAME, start_ns=49 * MS, dur_ns=1_000, thread=kineto_main, is_cpu=True)
+    annotation = replace(
+        mark, name=FUNCTIONAL_REDUCE_SCATTER_OP, start_ns=10 * MS - 40_000, dur_ns=60_000, is_cpu=False
+    )
+    steps = [StepRecord(step=2, start_ns=0, end_ns=50 * MS)]
+    cap = RankCapture(
+        rank=0, comms=[ar], steps=steps, groups=GROUPS, main_thread=MAIN, ops=[mark, annotation]
+    )
+
+    [coll_node] = [n for n in build_nodes(cap) if n.node_type == NodeType.COMM_COLL]
+
+    assert (coll_node.name, coll_node.attrs[Attr.COMM_TYPE]) == ("gloo:all_reduce", CommType.ALL_REDUCE)
+
+
 def test_the_wait_hooks_time_each_functional_reduce_scatter_call_made_while_recording_on_its_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
