@@ -1450,6 +1450,21 @@ def test_a_real_replay_from_python_interrupted_while_its_ranks_run_leaves_out_as
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
 
 
+def test_a_simulated_replay_from_python_removes_an_earlier_real_replays_run_and_real_from_out(
+    tmp_path: Path,
+) -> None:
+    # as skewlens replay does: the real replay's run/ and real/ beside the new simulated files would be
+    # taken for this replay's
+    from skewlens.replay.driver import replay_run
+
+    run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
+    for earlier in ("run", "real", "real-failed"):
+        (out / earlier).mkdir(parents=True)
+        (out / earlier / "meta.json").write_text("{}")
+    replay_run(_real_cfg("sim", run, out), out)
+    assert sorted(p.name for p in out.iterdir()) == ["summary.parquet", "timeline.json", "timeline.parquet"]
+
+
 @pytest.mark.slow
 def test_a_failed_real_replay_leaves_the_earlier_one_in_out_as_it_was_and_keeps_the_log_it_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
