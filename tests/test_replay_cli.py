@@ -2416,3 +2416,37 @@ def test_a_replay_of_a_topology_file_puts_nothing_in_the_temporary_directory_and
     assert (
         capsys.readouterr().err.splitlines()[-1].startswith("skewlens replay: error: topology=mine: no such")
     )
+
+
+def test_a_topology_file_whose_header_puts_it_at_the_configs_root_replays_under_the_files_topology(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # a file with '# @package _global_' holds 'topology:' itself: stored as Hydra reads the header, in the
+    # package it names, and given no name at its root (the config has no key 'name': refused)
+    ring = (CONF_DIR / "topology" / "ring.yaml").read_text().replace("latency_ns: 500", "latency_ns: 321")
+    body = [f"  {line}" for line in ring.splitlines() if line and not line.startswith(("#", "name:"))]
+    topo = tmp_path / "mine.yaml"
+    topo.write_text("\n".join(["# @package _global_", "topology:", *body, ""]))
+    args = ["replay", f"trace={run_dir}", "comm_mode=model", "perfetto=false", "progress=false"]
+    assert skewlens_main([*args, f"out={tmp_path / 'out'}", f"topology={topo}"]) == 0
+    written = OmegaConf.load(tmp_path / "out" / "config.yaml").topology
+    assert (written.name, written.algorithm, written.dims[0].latency_ns) == ("mine", "ring", 321)
+
+
+def test_a_topology_file_named_as_an_entry_of_a_zipped_config_package_replays_under_the_files_topology(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the entries of a zipped package on Hydra's search path cannot be listed, and Hydra looks in it before
+    # the ConfigStore: the file's entry is file_<stem>, never the package's entry of the same name
+    import zipfile
+
+    ring = (CONF_DIR / "topology" / "ring.yaml").read_text()
+    with zipfile.ZipFile(tmp_path / "confs.zip", "w") as z:
+        z.writestr("zipped_confs/__init__.py", "")
+        z.writestr("zipped_confs/topology/mine.yaml", ring.replace("latency_ns: 500", "latency_ns: 999"))
+    monkeypatch.syspath_prepend(str(tmp_path / "confs.zip"))
+    (topo := tmp_path / "mine.yaml").write_text(ring.replace("latency_ns: 500", "latency_ns: 321"))
+    args = ["replay", f"trace={run_dir}", "comm_mode=model", "perfetto=false", "progress=false"]
+    searched = "hydra.searchpath=[pkg://zipped_confs]"
+    assert skewlens_main([*args, f"out={tmp_path / 'out'}", searched, f"topology={topo}"]) == 0
+    assert OmegaConf.load(tmp_path / "out" / "config.yaml").topology.dims[0].latency_ns == 321
