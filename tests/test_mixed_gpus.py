@@ -256,3 +256,14 @@ def test_a_real_replays_run_names_the_gpu_each_rank_replayed_on_as_its_worker_sa
     m = _replay_manifest(work_dir=tmp_path, original=original, backend="nccl", cmd=["x"], source=run_dir)
     assert m.gpus == {0: H100, 1: H100, 2: A100}
     assert m.devices == {r: f"cuda:{r}" for r in range(4)}
+
+
+def test_the_gpu_note_names_four_models_and_a_rank_no_trace_said_a_gpu_of_with_nothing_counted() -> None:
+    gpus = {r: f"GPU {r // 2}" for r in range(8)}  # 4 models, two ranks each: all named; rank 8 unsaid
+    manifest = Manifest(world_size=9, ranks=tuple(range(9)), gpus=gpus)
+    note = mixed_gpus_note(SimpleNamespace(run=SimpleNamespace(manifest=manifest)))  # type: ignore[arg-type]
+    assert note is not None
+    assert note.startswith(
+        "the ranks ran on 4 kinds of GPU: ranks 0-1 on GPU 0; ranks 2-3 on GPU 1; ranks 4-5 on GPU 2; "
+        "ranks 6-7 on GPU 3; no GPU said by the trace of rank 8. "
+    )
