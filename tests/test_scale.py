@@ -9,6 +9,7 @@ checked the same way, and a 4-rank capture scaled to 1,024 ranks with one slowed
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -1074,3 +1075,15 @@ def test_a_scaled_runs_columns_are_read_only_as_a_loaded_runs_are(tmp_path: Path
         if isinstance(getattr(rt, f, None), np.ndarray) and getattr(rt, f).flags.writeable
     ]
     assert len(scaled.ranks) == 4 and writable == []
+
+
+def test_each_rank_of_a_scaled_run_has_the_gpu_and_device_of_the_captured_rank_it_copies(
+    tmp_path: Path,
+) -> None:
+    # (analyze's mixed-GPU note reads manifest.gpus: the copies of an A100 rank ran on an A100)
+    run = build(tmp_path / "ddp", world=2, schedule=DDP)
+    gpus = {0: "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB)", 1: "NVIDIA A100-SXM4-80GB (108 SMs, 79.2 GiB)"}
+    manifest = dataclasses.replace(run.manifest, gpus=gpus, devices={0: "cuda:0", 1: "cuda:1"})
+    scaled = scale_run(dataclasses.replace(run, manifest=manifest), 5)
+    assert scaled.manifest.gpus == {r: gpus[r % 2] for r in range(5)}
+    assert scaled.manifest.devices == {r: f"cuda:{r % 2}" for r in range(5)}
