@@ -2431,6 +2431,11 @@ def test_a_topology_file_whose_header_puts_it_at_the_configs_root_replays_under_
     assert skewlens_main([*args, f"out={tmp_path / 'out'}", f"topology={topo}"]) == 0
     written = OmegaConf.load(tmp_path / "out" / "config.yaml").topology
     assert (written.name, written.algorithm, written.dims[0].latency_ns) == ("mine", "ring", 321)
+    # an item of its list set by key: it was refused, 'topology.dims.0.latency_ns: topology mine.yaml has 0
+    # items in topology.dims' (the check read the file as if it held the topology at its root)
+    latency = "topology.dims.0.latency_ns=777"
+    assert skewlens_main([*args, f"out={tmp_path / 'out'}", f"topology={topo}", latency]) == 0
+    assert OmegaConf.load(tmp_path / "out" / "config.yaml").topology.dims[0].latency_ns == 777
 
 
 def test_a_topology_file_named_as_an_entry_of_a_zipped_config_package_replays_under_the_files_topology(

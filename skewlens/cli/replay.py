@@ -702,7 +702,8 @@ def check_list_items(args: list[str]) -> None:
     ``topology.dims.1.bandwidth_gbps=5``) names an item that each chosen entry has, else a one-line
     :class:`ConfigError` naming the entry and how many it has. Hydra's message was five lines ("Invalid
     type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"), and in a sweep it stopped
-    every job. Not checked where the list is given whole, an entry extends another (its ``defaults``), the
+    every job. Not checked where the list is given whole, an entry extends another (its ``defaults``) or has
+    a ``# @package`` header (Hydra places it: a ``_global_`` file holds ``topology:`` itself), the
     choices are not plain names or a primary config of the user's may choose other entries
     (:func:`_own_primary_config`)."""
     if _own_primary_config(args):
@@ -718,11 +719,12 @@ def check_list_items(args: list[str]) -> None:
         for choice in _group_choices(group, args) or []:
             path = _entry_file(group, choice, dirs)
             try:
-                doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
+                text = path.read_text(encoding="utf-8") if path else ""
+                doc = yaml.safe_load(text) if path else None
             except (OSError, yaml.YAMLError, UnicodeDecodeError):
                 continue  # said elsewhere
-            if not isinstance(doc, dict) or "defaults" in doc:
-                continue
+            if not isinstance(doc, dict) or "defaults" in doc or text.lstrip().startswith("# @package"):
+                continue  # (a header's package is Hydra's to place: '_global_' holds 'topology:' itself)
             items = doc.get(name) or []
             if isinstance(items, list) and index >= len(items):
                 has = (
