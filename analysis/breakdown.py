@@ -33,7 +33,7 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
-from skewlens.profiler.vocab import COMPILE_FRAME_NAME, COMPILE_MARK
+from skewlens.profiler.vocab import names_compile_work
 from skewlens.replay.execution import Coverage, exposed_parts
 
 #: The columns of :attr:`RankMeans.mean_ns`, each a mean per step.
@@ -156,7 +156,8 @@ class OutlierStep:
     median_step_bytes: int = 0
     """The median of that rank's steps' bytes."""
     compiled: bool = False
-    """torch.compile compiled in the step on that rank (it holds nodes named with :data:`COMPILE_MARK`)."""
+    """torch.compile compiled in the step on that rank (it holds a node of compile-time work:
+    :func:`~skewlens.profiler.vocab.names_compile_work`)."""
 
     def _more(self) -> list[str]:
         parts = []
@@ -205,13 +206,13 @@ def step_comm(ix: RunIndex) -> dict[tuple[int, int], tuple[int, int]]:
 
 
 def steps_compiled(ix: RunIndex) -> set[tuple[int, int]]:
-    """The (rank, step) pairs in which torch.compile compiled: the rank has a node of the step named
-    :data:`COMPILE_FRAME_NAME` or with :data:`COMPILE_MARK` (a first compile, a recompile)."""
+    """The (rank, step) pairs in which torch.compile compiled: the rank has a node of the step that is
+    compile-time work (:func:`~skewlens.profiler.vocab.names_compile_work`: a first compile, a recompile)."""
     out: set[tuple[int, int]] = set()
     for r, ri in ix.ranks.items():
         rt = ri.trace
         marked = np.fromiter(
-            (n == COMPILE_FRAME_NAME or n.endswith(COMPILE_MARK) for n in rt.names),
+            (names_compile_work(n) for n in rt.names),
             dtype=bool,
             count=len(rt.names),
         )

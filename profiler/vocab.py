@@ -153,6 +153,14 @@ COMPILE_MARK = " (dynamo_timed)"
 #: (``torch.compile(DDP(model))`` on 2 ranks: a ``dynamo`` node of 185.6 ms and no other compile event).
 COMPILE_FRAME_NAME = "dynamo"
 
+
+def names_compile_work(name: str) -> bool:
+    """A node or operator name that is torch.compile's compile-time work: its frame
+    (:data:`COMPILE_FRAME_NAME`) or one of ``dynamo_timed``'s record functions (:data:`COMPILE_MARK`). The
+    capture's wait filter and the analyses' compiled steps both read it."""
+    return name == COMPILE_FRAME_NAME or name.endswith(COMPILE_MARK)
+
+
 #: COMP nodes that stand for a host thread blocked on an asynchronous communication result: the wait for a
 #: functional collective (``wait_tensor``, what DTensor's ``AsyncCollectiveTensor`` calls when its value
 #: is first used) and ``Work.wait()``. Such a node depends on the communication node it waited for; the

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from skewlens.profiler.capture.patches import Patches
 from skewlens.profiler.capture.records import WaitRecord
 from skewlens.profiler.chakra_io import AttrValue
-from skewlens.profiler.vocab import COMPILE_FRAME_NAME, COMPILE_MARK, WAIT_NODE_NAMES, Attr, NodeType
+from skewlens.profiler.vocab import WAIT_NODE_NAMES, Attr, NodeType, names_compile_work
 
 if TYPE_CHECKING:
     from skewlens.profiler.capture.build import RankCapture, Reach, _Proto, _Streams
@@ -362,7 +362,7 @@ def _compiling(cap: RankCapture) -> dict[int, Reach]:
 
     spans: dict[int, list[tuple[int, int]]] = {}
     for o in cap.ops:
-        if o.is_cpu and (o.name == COMPILE_FRAME_NAME or o.name.endswith(COMPILE_MARK)):
+        if o.is_cpu and names_compile_work(o.name):
             spans.setdefault(o.thread, []).append((o.start_ns, o.start_ns + o.dur_ns))
     return {t: Reach(s) for t, s in spans.items()}
 
