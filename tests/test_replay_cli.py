@@ -2418,15 +2418,20 @@ def test_a_replay_of_a_topology_file_puts_nothing_in_the_temporary_directory_and
     )
 
 
+@pytest.mark.parametrize(
+    "header", ["# @package _global_", "#@package _global_", "# @key v\n# @package _global_"]
+)
 def test_a_topology_file_whose_header_puts_it_at_the_configs_root_replays_under_the_files_topology(
-    run_dir: Path, tmp_path: Path
+    run_dir: Path, tmp_path: Path, header: str
 ) -> None:
     # a file with '# @package _global_' holds 'topology:' itself: stored as Hydra reads the header, in the
-    # package it names, and given no name at its root (the config has no key 'name': refused)
+    # package it names, and given no name at its root (the config has no key 'name': refused). Hydra reads
+    # '#@package' too, which the checks' own test of the header's text refused ('topology=mine.yaml:
+    # unknown key 'topology'')
     ring = (CONF_DIR / "topology" / "ring.yaml").read_text().replace("latency_ns: 500", "latency_ns: 321")
     body = [f"  {line}" for line in ring.splitlines() if line and not line.startswith(("#", "name:"))]
     topo = tmp_path / "mine.yaml"
-    topo.write_text("\n".join(["# @package _global_", "topology:", *body, ""]))
+    topo.write_text("\n".join([header, "topology:", *body, ""]))
     args = ["replay", f"trace={run_dir}", "comm_mode=model", "perfetto=false", "progress=false"]
     assert skewlens_main([*args, f"out={tmp_path / 'out'}", f"topology={topo}"]) == 0
     written = OmegaConf.load(tmp_path / "out" / "config.yaml").topology
@@ -2436,6 +2441,18 @@ def test_a_topology_file_whose_header_puts_it_at_the_configs_root_replays_under_
     latency = "topology.dims.0.latency_ns=777"
     assert skewlens_main([*args, f"out={tmp_path / 'out'}", f"topology={topo}", latency]) == 0
     assert OmegaConf.load(tmp_path / "out" / "config.yaml").topology.dims[0].latency_ns == 777
+
+
+def test_a_topology_file_whose_package_header_has_no_package_is_one_line_naming_it(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topo = tmp_path / "mine.yaml"
+    topo.write_text("# @package\n" + (CONF_DIR / "topology" / "ring.yaml").read_text())
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'out'}", f"topology={topo}", "progress=false"]
+    assert skewlens_main(args) == 2
+    said = f"skewlens replay: error: topology={topo}: its header: Expected header format: KEY VALUE, got "
+    assert capsys.readouterr().err.splitlines() == [f"{said}'@package'"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_topology_file_named_as_an_entry_of_a_zipped_config_package_replays_under_the_files_topology(

@@ -721,9 +721,10 @@ def check_list_items(args: list[str]) -> None:
             try:
                 text = path.read_text(encoding="utf-8") if path else ""
                 doc = yaml.safe_load(text) if path else None
-            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                header = package_header(text, f"{group}={choice}")
+            except (OSError, yaml.YAMLError, UnicodeDecodeError, ConfigError):
                 continue  # said elsewhere
-            if not isinstance(doc, dict) or "defaults" in doc or text.lstrip().startswith("# @package"):
+            if not isinstance(doc, dict) or "defaults" in doc or header is not None:
                 continue  # (a header's package is Hydra's to place: '_global_' holds 'topology:' itself)
             items = doc.get(name) or []
             if isinstance(items, list) and index >= len(items):
@@ -1051,7 +1052,7 @@ def check_group_file(group: str, item: str, path: Path, settings: Sequence[Overr
     command line's ``settings`` of it applied (:func:`check_entry_values`)."""
     refuse_yaml_aliases(path, f"{group}={item}")
     try:
-        if path.read_text(encoding="utf-8").lstrip().startswith("# @package"):
+        if package_header(path.read_text(encoding="utf-8"), f"{group}={item}") is not None:
             return
         doc = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as e:
@@ -1206,12 +1207,25 @@ def store_topology(src: Path, name: str) -> None:
     value'); a file with a ``# @package`` header in the package it names, as Hydra reads one from a
     directory (:meth:`ConfigSource._get_header_dict`, Hydra's own reading of the header)."""
     with src.open(encoding="utf-8") as f:  # as Hydra's FileConfigSource reads one
-        package = ConfigSource._get_header_dict(f.read(512))["package"]
+        package = package_header(f.read(), f"topology={src}")
         f.seek(0)
         doc = OmegaConf.load(f)
     if package is None and isinstance(doc, DictConfig) and "name" not in doc:
         doc.name = src.stem
     ConfigStore.instance().store(group="topology", name=name, node=doc, package=package)
+
+
+def package_header(text: str, what: str) -> str | None:
+    """The package an entry file's ``# @package`` header names (``_global_``), None where it has none, read
+    as Hydra reads it (:meth:`ConfigSource._get_header_dict`, over the file's first 512 characters: also
+    ``#@package _global_``, or after another ``# @key value`` line). The checks that leave such a file to
+    Hydra and :func:`store_topology` all read it here: the checks' own ``startswith("# @package")`` refused
+    ``#@package _global_``, which Hydra places. A header Hydra cannot read is a one-line :class:`ConfigError`
+    naming ``what`` (``topology=FILE``)."""
+    try:
+        return ConfigSource._get_header_dict(text[:512])["package"]
+    except ValueError as e:  # ('# @package' with no value: "Expected header format: KEY VALUE, got ...")
+        raise ConfigError(f"{what}: its header: {first_line(e)}") from None
 
 
 def forget_topologies(stored: list[str]) -> None:
