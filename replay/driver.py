@@ -235,8 +235,10 @@ def replay_run(
     written into a hidden directory inside ``out_dir`` and moved in once the whole replay has succeeded
     (:func:`~skewlens.replay.outputs.publish_replay`): a failed or interrupted replay leaves ``out_dir``'s
     earlier files as they were, and nothing of its own (an interrupted real replay's ``real/plan`` and
-    ``real/work`` included). Given ``sim_dir`` (a new directory of the caller's, inside ``out_dir``), they
-    are written there, and moving them is the caller's."""
+    ``real/work`` included), but for a real replay across hosts: every host writes ``run/`` and ``real/``
+    in ``out_dir`` itself, and what a failed one began stays (``skewlens replay``'s ``run_job`` removes it).
+    Given ``sim_dir`` (a new directory of the caller's, inside ``out_dir``), they are written there, and
+    moving them is the caller's."""
     out_dir = Path(cfg.out if out_dir is None else out_dir)
     check_trace_outside(cfg.trace, out_dir)
     if sim_dir is not None:
