@@ -370,7 +370,8 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
         CauseKind.COMPUTE: late.compute_ns - med.compute_ns,
         CauseKind.HOST_GAP: late.host_gap_ns - med.host_gap_ns,
         CauseKind.LATE_SEND: late.send_gap_ns - med.send_gap_ns,
-        # A window that starts later (the previous sync completed later here) is lateness passed on too.
+        # A window that starts later is lateness passed on too (``start_delta_ns``: the caller gives 0 where
+        # both windows start at their completion of the common event, which both waited at)
         CauseKind.WAIT: late.wait_ns - med.wait_ns + start_delta_ns,
     }
     kind = max(deltas, key=lambda k: deltas[k])
