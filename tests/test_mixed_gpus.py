@@ -117,15 +117,32 @@ def test_the_what_if_of_a_rank_whose_gpu_alone_is_slow_costs_what_its_slowness_c
     assert abs(top.straggler_cost_ns - cost_ns) <= 3  # the what-if's durations are rounded to the ns
 
 
-def test_the_gpu_note_counts_the_models_beyond_four_and_names_the_ranks_no_trace_said_a_gpu_of() -> None:
-    gpus = {r: f"GPU {r // 2}" for r in range(12)}  # 6 models, two ranks each; ranks 12-13 unsaid
-    manifest = Manifest(world_size=14, ranks=tuple(range(14)), gpus=gpus)
+@pytest.mark.parametrize(
+    ("named", "world", "said"),
+    [
+        # 6 models, two ranks each: the 2 beyond four counted; ranks 12-13 unsaid
+        (
+            12,
+            14,
+            (
+                "2 more models on the other ranks (manifest.json's gpus); "
+                "no GPU said by the traces of ranks 12-13. "
+            ),
+        ),
+        # exactly 4 models: all named, nothing counted ('0 more models' on a '>=' mutant); rank 8 unsaid
+        (8, 9, "no GPU said by the trace of rank 8. "),
+    ],
+)
+def test_the_gpu_note_names_four_models_counts_the_rest_and_names_the_ranks_no_trace_said_a_gpu_of(
+    named: int, world: int, said: str
+) -> None:
+    gpus = {r: f"GPU {r // 2}" for r in range(named)}
+    manifest = Manifest(world_size=world, ranks=tuple(range(world)), gpus=gpus)
     note = mixed_gpus_note(SimpleNamespace(run=SimpleNamespace(manifest=manifest)))  # type: ignore[arg-type]
     assert note is not None
     assert note.startswith(
-        "the ranks ran on 6 kinds of GPU: ranks 0-1 on GPU 0; ranks 2-3 on GPU 1; ranks 4-5 on GPU 2; "
-        "ranks 6-7 on GPU 3; 2 more models on the other ranks (manifest.json's gpus); no GPU said by the "
-        "traces of ranks 12-13. "
+        f"the ranks ran on {named // 2} kinds of GPU: ranks 0-1 on GPU 0; ranks 2-3 on GPU 1; ranks 4-5 on "
+        f"GPU 2; ranks 6-7 on GPU 3; {said}"
     )
 
 
@@ -256,14 +273,3 @@ def test_a_real_replays_run_names_the_gpu_each_rank_replayed_on_as_its_worker_sa
     m = _replay_manifest(work_dir=tmp_path, original=original, backend="nccl", cmd=["x"], source=run_dir)
     assert m.gpus == {0: H100, 1: H100, 2: A100}
     assert m.devices == {r: f"cuda:{r}" for r in range(4)}
-
-
-def test_the_gpu_note_names_four_models_and_a_rank_no_trace_said_a_gpu_of_with_nothing_counted() -> None:
-    gpus = {r: f"GPU {r // 2}" for r in range(8)}  # 4 models, two ranks each: all named; rank 8 unsaid
-    manifest = Manifest(world_size=9, ranks=tuple(range(9)), gpus=gpus)
-    note = mixed_gpus_note(SimpleNamespace(run=SimpleNamespace(manifest=manifest)))  # type: ignore[arg-type]
-    assert note is not None
-    assert note.startswith(
-        "the ranks ran on 4 kinds of GPU: ranks 0-1 on GPU 0; ranks 2-3 on GPU 1; ranks 4-5 on GPU 2; "
-        "ranks 6-7 on GPU 3; no GPU said by the trace of rank 8. "
-    )
