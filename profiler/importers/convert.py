@@ -171,7 +171,7 @@ class RankConversion:
     device: str
     """``cuda:<i>`` of the GPU activities, ``cpu`` where there are none."""
     gpu: str = ""
-    """That GPU as the trace's ``deviceProperties`` describe it (``kineto.gpu_model``), '' where not."""
+    """That GPU as the trace's ``deviceProperties`` describe it (``manifest.gpu_model``), '' where not."""
     notes: list[str] = field(default_factory=list)
     """Remarks for the manifest."""
     unsized: int = 0

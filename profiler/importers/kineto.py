@@ -83,8 +83,7 @@ import msgspec
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.errors import TraceImportError
 from skewlens.profiler.importers.host_et import COMM_ANNOTATION_PREFIXES
-from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, own_timeline_hint
-from skewlens.profiler.manifest import gpu_model as manifest_gpu_model
+from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, gpu_model, own_timeline_hint
 from skewlens.profiler.vocab import names_nccl_kernel
 
 SUPPORTED_KINETO_SCHEMAS = frozenset({1})
@@ -167,7 +166,7 @@ class KinetoTrace:
     base_ns: int
     """``baseTimeNanoseconds`` (0 where absent)."""
     gpu_models: dict[int, str] = field(default_factory=dict)
-    """Device id -> its ``deviceProperties`` in words (:func:`gpu_model`); empty where the file has none."""
+    """Device id -> its ``deviceProperties`` in words (:func:`_gpu_models`); empty where the file has none."""
     cpu_ops: list[KEvent] = field(default_factory=list)
     """``cpu_op`` events."""
     annotations: list[KEvent] = field(default_factory=list)
@@ -284,20 +283,15 @@ def _pg_config(raw: Any, path: Path) -> tuple[ProcessGroupInfo, ...]:
     return tuple(out)
 
 
-def gpu_model(props: Any) -> str:
-    """One ``deviceProperties`` entry in words (:func:`skewlens.profiler.manifest.gpu_model`), '' where it
-    has no name."""
-    if not isinstance(props, dict):
-        return ""
-    return manifest_gpu_model(props.get("name"), props.get("numSms"), props.get("totalGlobalMem"))
-
-
 def _gpu_models(raw: Any) -> dict[int, str]:
-    """Device id -> :func:`gpu_model` of ``deviceProperties`` (informational: an entry without an integer
-    ``id`` or a name is passed over, not a corrupt file)."""
+    """Device id -> each ``deviceProperties`` entry in words (:func:`skewlens.profiler.manifest.gpu_model` of
+    its ``name``, ``numSms`` and ``totalGlobalMem``; informational: an entry without an integer ``id`` or a
+    name is passed over, not a corrupt file)."""
     out: dict[int, str] = {}
     for props in raw if isinstance(raw, list) else ():
-        if isinstance(props, dict) and type(i := props.get("id")) is int and (model := gpu_model(props)):
+        if not isinstance(props, dict) or type(i := props.get("id")) is not int:
+            continue
+        if model := gpu_model(props.get("name"), props.get("numSms"), props.get("totalGlobalMem")):
             out.setdefault(i, model)
     return out
 
