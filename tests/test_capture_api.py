@@ -506,8 +506,9 @@ class _ProfileSession:
         self.by_hand = 0
         self.marks_by_hand = False
 
-    def steps_by_hand(self) -> None:
+    def steps_by_hand(self, *, by_program: bool = False) -> None:
         self.by_hand += 1
+        self.marks_by_hand = self.marks_by_hand or by_program
 
 
 @pytest.mark.parametrize(("rank", "auto_step"), [(0, False), (1, False), (0, True)])

@@ -112,8 +112,7 @@ def _joined(session: CaptureSession, run_dir: str | Path, *, auto_step: bool) ->
     import sys
 
     if not auto_step:
-        session.steps_by_hand()
-        session.marks_by_hand = True
+        session.steps_by_hand(by_program=True)
     if session.rank == 0:
         w = session.window
         print(

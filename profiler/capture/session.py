@@ -197,7 +197,7 @@ class CaptureSession:
         self._workers_from_ns = 0  # when the worker events began
         self._window_waits = False  # for this process to join a job (see install)
         self._job_world = 0  # the world of the job this process joined (0: none)
-        self.marks_by_hand = False  # the program took this session with capture(): its cap.step() marks steps
+        self.marks_by_hand = False  # steps_by_hand(by_program=True): the program's cap.step() marks steps
         self._until_joined: list[Any] = []
         """What the window's start could not do yet (the process had no process group: a window with no
         wait starts when torch is imported), done at the first step's end after it joined its job."""
@@ -293,9 +293,11 @@ class CaptureSession:
         if on_term is not None and main and signal.getsignal(signal.SIGTERM) is on_term:  # still ours
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as _install_sigterm found it
 
-    def steps_by_hand(self) -> None:
+    def steps_by_hand(self, *, by_program: bool = False) -> None:
         """Leave the step marks to :meth:`step`: the optimizer step hooks removed, the wrappers' own
-        ``step()`` put back."""
+        ``step()`` put back. ``by_program``: the program's ``cap.step()`` marks them (it took this session
+        with capture() under skewlens profile), so a rank that marks too few is told so at exit."""
+        self.marks_by_hand = self.marks_by_hand or by_program
         for handle in self._opt_handles:
             handle.remove()
         self._opt_handles = []
