@@ -1048,7 +1048,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
     # operators around them and cut the gaps), each depending on the COMM node it waited for
     from skewlens.profiler.capture.waits import wait_protos  # (it builds on this module)
 
-    waits, waited = wait_protos(cap, streams, comms)
+    waits, waited = wait_protos(cap, streams, comms, alias)
     waited_for = {id(w) for w in waited.values()}
     by_id = {id(w): w for w in waits}
     for wid, target in waited.items():

@@ -70,7 +70,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from skewlens.profiler.capture.patches import Patches
@@ -256,10 +256,11 @@ class _Wait(NamedTuple):
 
 
 def wait_protos(
-    cap: RankCapture, streams: _Streams, comms: Sequence[_Proto]
+    cap: RankCapture, streams: _Streams, comms: Sequence[_Proto], alias: Mapping[int, int]
 ) -> tuple[list[_Proto], dict[int, _Proto]]:
     """COMP nodes of the waits inside the recorded steps, and for each (by ``id``) the COMM node it
-    waited for (see the module docstring for the rule); ``comms`` are :func:`build._comm_protos`'s.
+    waited for (see the module docstring for the rule); ``comms`` are :func:`build._comm_protos`'s,
+    ``alias`` :func:`build.kineto_thread_alias`'s (the caller's, of ``cap``).
 
     At the ops and full levels, a ``_c10d_functional::wait_tensor`` operator that Kineto recorded outside
     every hooked wait (the op called directly, ``torch.ops._c10d_functional.wait_tensor``) is a wait too.
@@ -268,7 +269,7 @@ def wait_protos(
 
     steps = {s.step for s in cap.steps}
     waits = [_hooked(w, streams) for w in cap.waits if w.step in steps]
-    waits += _kineto_waits(cap, streams, waits)
+    waits += _kineto_waits(cap, streams, waits, alias)
     if not waits:
         return [], {}
     waits.sort(key=lambda w: (w.start_ns, w.end_ns))
@@ -316,20 +317,21 @@ def _hooked(w: WaitRecord, streams: _Streams) -> _Wait:
     return _Wait(w.name, w.start_ns, w.end_ns, streams.thread(w.thread), w.ident, w.step, issue, w.took_work)
 
 
-def _kineto_waits(cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait]) -> list[_Wait]:
+def _kineto_waits(
+    cap: RankCapture, streams: _Streams, hooked: Sequence[_Wait], alias: Mapping[int, int]
+) -> list[_Wait]:
     """Kineto's ``wait_tensor`` operators inside the steps that no hooked wait covers (one that begins at
     most ``END_SLACK_NS`` before a hooked wait and overlaps it is that wait's operator), but those inside
     torch.compile's compile-time work (:func:`_compiling`: dynamo and AOTAutograd trace the graph's
     ``wait_tensor`` on fake tensors, which waits for nothing) and those inside another on their thread (the
     same wait dispatched again through a Python dispatch mode, on the first call of a new graph)."""
-    from skewlens.profiler.capture.build import Reach, kineto_thread_alias, step_of
+    from skewlens.profiler.capture.build import Reach, step_of
 
     ops = sorted((o for o in cap.ops if o.is_cpu and o.name == WAIT_TENSOR_NAME), key=lambda o: o.start_ns)
     if not ops:
         return []
     covered = Reach((w.start_ns, w.end_ns) for w in hooked)
     compiling = _compiling(cap)
-    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread)
     ordered = sorted(cap.steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
     taken_end: dict[int, int] = {}  # thread -> end of the last wait taken on it
