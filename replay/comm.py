@@ -219,9 +219,11 @@ class ModelTiming:
                 )
         alpha = float(max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims))
         bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
-        slowest = min(ds, key=lambda d: d.effective_bandwidth_gbps)
-        if slowest.kind == "ring" and self.algorithm not in ("ring", "hierarchical"):
-            alpha *= max(1, p // 2)  # messages between non-neighbours travel up to p/2 hops
+        if self.algorithm not in ("ring", "hierarchical"):
+            # messages between non-neighbours travel up to half the ring in hops, on any ring dimension the
+            # group spans (q units there: q/2; p/2 on a ring alone). Before, only where the ring was the
+            # slowest dimension, at p/2: a faster NVSwitch beside a ring of nodes made a step slower
+            alpha *= self._ring_span_hops(members, dims)
         if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
             # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
             # once, not one after another through one port (a broadcast of 8 ranks took 7 S/B, not S/B)
@@ -341,6 +343,15 @@ class ModelTiming:
             alpha *= max(1, hops)
         return self._ns(
             p2p_time_ns(nbytes, alpha, bw), f"one message of {nbytes:,} B from rank {src} to {dst}"
+        )
+
+    def _ring_span_hops(self, members: tuple[int, ...], dims: tuple[int, ...]) -> int:
+        """The most hops a message between two of ``members`` crosses on a ``ring`` dimension they span,
+        at least 1: half the units they occupy on it, the largest over such dimensions."""
+        topo = self.topology
+        return max(
+            [1]
+            + [len({topo.coords(r)[d] for r in members}) // 2 for d in dims if topo.dims[d].kind == "ring"]
         )
 
     def _ring_hops(self, src: int, dst: int, dims: tuple[int, ...]) -> int:

@@ -264,3 +264,27 @@ def test_an_empty_all_reduce_all_gather_reduce_scatter_or_reduce_costs_nothing_a
     empty, full = (res.coll_end_ns[k] - res.coll_arrival_ns[k] for k in range(2))
     assert [int(x) for x in (empty, full)] == [0, round(2 * (ALPHA + 8 / (2 * BW)))]
     assert [int(res.end_ns[r][1]) for r in (0, 1)] == [1_000_000, 2_000_000]  # each its own arrival
+
+
+def test_a_faster_switch_inside_the_nodes_never_slows_a_tree_all_reduce_across_a_ring_of_nodes() -> None:
+    # 16 ranks, 4 nodes of 4 on a switch, the nodes on a ring of 50 GB/s: a tree's messages between nodes
+    # cross up to 4/2 = 2 ring hops whatever the switch's bandwidth. Before, the hops were charged only
+    # where the ring was the slowest dimension, and p/2 = 8 of them: the switch at 450 GB/s (the ring the
+    # slowest) 361.9 µs for 1 MiB, at 25 GB/s (the switch the slowest) 123.9 µs; now 121.9 and 163.9 µs
+    def topo(switch_gbps: float) -> Topology:
+        return Topology(
+            name="ring-of-nodes",
+            dims=(
+                Dimension(kind="switch", size=4, bandwidth_gbps=switch_gbps, latency_ns=700),
+                Dimension(kind="ring", size=4, bandwidth_gbps=50.0, latency_ns=5_000),
+            ),
+        )
+
+    def t(switch_gbps: float) -> int:
+        timing = ModelTiming(topo(switch_gbps), algorithm="tree")
+        return timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
+
+    hops, depth = 4 // 2, 4  # ⌈log2 16⌉
+    assert t(450.0) == round(2 * depth * hops * 5_000 + 2 * S / 50.0)
+    assert t(25.0) == round(2 * depth * hops * 5_000 + 2 * S / 25.0)
+    assert t(450.0) < t(25.0)
