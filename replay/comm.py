@@ -32,6 +32,7 @@ from skewlens.replay.network.algorithms import (
     flat_time_ns,
     hierarchical_time_ns,
     p2p_time_ns,
+    ring_exchange_load,
 )
 from skewlens.replay.network.topology import Topology, TopologyError
 
@@ -228,10 +229,18 @@ class ModelTiming:
             # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
             # once, not one after another through one port (a broadcast of 8 ranks took 7 S/B, not S/B)
             bw *= p - 1
-        return self._ns(
-            flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw),
-            f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
+        t = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=alpha, bw=bw)
+        exchange = comm_type == CommType.ALL_TO_ALL or (
+            self.algorithm == "direct" and comm_type in _EXCHANGES
         )
+        if exchange and len(dims) == 1 and ds[0].kind == "ring" and nbytes > 0:
+            # every member's part to every other round the ring: the busiest link carries q²/8 parts each
+            # way, more than a port's q − 1 from 8 members (a 64-rank all_to_all of 64 MiB on the ring
+            # preset was a switch's 1.35 ms, its links' 10.77 ms)
+            moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
+            phases = 2 if comm_type == CommType.ALL_REDUCE else 1
+            t += max(0.0, phases * ring_exchange_load(p) * (nbytes / p) / bw - moved)
+        return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
 
     def _pairs_ns(self, pairs: Sequence[tuple[int, int, int]], members: tuple[int, ...], adj: Adjust) -> int:
         """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the

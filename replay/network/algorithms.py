@@ -45,6 +45,15 @@ few links carry the most.
 
 A point-to-point message costs ``α + S/B``.
 
+On a ``ring`` dimension (a link to each neighbour, one each way) an all_to_all, and each phase of
+``direct``'s reduce_scatter, all_gather and all_reduce, sends every member's part ``S/q`` to every other of
+the ``q`` members round the ring over the links between them. By the shortest way the busiest link carries
+``q²/8`` parts each way (``(q² − 1)/8`` for odd ``q``: ``ring_exchange_load``), as many as cross a cut of
+the ring, which no routing avoids; from ``q = 8`` that is more than a member's port's ``q − 1``, and the
+bandwidth term is then ``q²/8 · (S/q)/B`` a phase where the formula's is less
+(``skewlens.replay.comm.ModelTiming``, a group on one ring dimension): on the bundled ``ring`` (50 GB/s),
+an all_to_all of 64 MiB a rank among 64 ranks takes 10.77 ms, not a switch's 1.35.
+
 On a ``fully_connected`` dimension (a link between every pair) ``direct`` sends a member's ``p − 1`` parts (a
 root's copies) over ``p − 1`` links at once: its bandwidth term is divided by ``p − 1``
 (``skewlens.replay.comm.ModelTiming``), an all_to_all ``α + S/(pB)``, a broadcast ``α + S/B``.
@@ -148,6 +157,13 @@ def hierarchical_time_ns(
     if comm_type in _RS_LIKE:
         return intra + phase
     return flat_time_ns("ring", comm_type, nbytes=s, p=p0 * p1, alpha=max(a0, a1), bw=min(b0, b1))
+
+
+def ring_exchange_load(q: int) -> float:
+    """Parts the busiest link of a bidirectional ring of ``q`` members carries each way when every member
+    sends one part to every other by the shortest way (a pair half way round splits its part between the
+    two ways): ``Σ_{d<q/2} d`` plus ``q/4`` for even ``q``, ``q²/8`` (``(q² − 1)/8`` for odd ``q``)."""
+    return (q * q - q % 2) / 8
 
 
 def p2p_time_ns(nbytes: float, alpha: float, bw: float) -> float:
