@@ -19,6 +19,7 @@ recorded, ``transfer' = transfer / factor + extra``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -163,6 +164,10 @@ class ModelTiming:
         if len(members) <= 1 or (nbytes == 0 and comm_type in EMPTY_WAITS_FOR_NONE):
             return 0
         adj = self._adjust_dims(members, step)
+        if comm_type == CommType.ALL_TO_ALL and any(f != 1.0 for f, _extra in adj):
+            slowed = self._pairs_slowed_ns(nbytes, members, step, adj, pairs)
+            if slowed is not None:
+                return slowed
         across = comm_type == CommType.ALL_TO_ALL and len(self._spanned(members)) >= 2
         if across and pairs is not None:
             # not cached: uneven splits seldom repeat, and a key would hold p² pairs (MoE: one per call)
@@ -241,6 +246,78 @@ class ModelTiming:
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
             t += max(0.0, phases * ring_exchange_load(p) * (nbytes / p) / bw - moved)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
+
+    def _pairs_slowed_ns(
+        self,
+        nbytes: int,
+        members: tuple[int, ...],
+        step: int,
+        adj: Adjust,
+        pairs: Sequence[tuple[int, int, int]] | None,
+    ) -> int | None:
+        """An all_to_all under a network slowdown that slows some of its links or pairs and not others (a
+        slowed rank or node: its links; a slowed link ``(a, b)``: the traffic between ``a`` and ``b``): each
+        link the pairs' bytes cross (as :meth:`_pairs_ns`) carries them at its own bandwidth, the slowdown's
+        factor for the ranks it belongs to (``comm_adjust`` of them: a rank's port, a node's link of the
+        ranks on it), and no pair's bytes pass faster than the slowdown lets that pair's traffic go
+        (``comm_adjust`` of its two ranks); the latency is the group's. A link's time: its latency, plus the
+        longer of its bytes at its bandwidth and its slowest pair's; on one dimension, the flat formula of
+        the busiest port's bytes so weighed. None where every link and pair has the group's factor, for
+        the costs below. Before, the group's factor slowed every link: rank 3 of 4 on one switch at a
+        tenth of the bandwidth, sending 98,304 B to a hot expert's rank that received 3 such parts, made
+        that all_to_all 59,982 ns (the hot rank's 294,912 B at a tenth) where rank 3's own port takes
+        20,661 (its 98,304 B at a tenth)."""
+        net = self.net
+        if net is None:
+            return None
+        p = len(members)
+        key: tuple[object, ...] | None = None
+        if pairs is None:  # even: every member sends its equal part to every other
+            key = ("pairs slowed", nbytes, members, step)
+            if key in self._cache:
+                cached = self._cache[key]
+                return cached if cached >= 0 else None
+            part = even_split_bytes(nbytes, p)
+            pairs = [(a, b, part) for a in members for b in members if a != b] if part > 0 else []
+        dims = self._spanned(members)
+        multi = len(dims) >= 2
+
+        def spanned(a: int, b: int) -> Sequence[int]:
+            return self._spanned((a, b))
+
+        def factor(ranks: Sequence[int], d: int) -> float:
+            return net.comm_adjust(ranks, step, (d, spanned) if multi else None)[0]
+
+        # per direction, link: [bytes through it, its slowest pair's bytes over that pair's factor]
+        loads: tuple[dict[tuple[int, ...], list[float]], ...] = ({}, {})
+        owners: dict[tuple[int, ...], set[int]] = {}
+        differ = False
+        for src, dst, n in pairs:
+            for d in spanned(src, dst) if multi else dims:
+                f = factor((src, dst), d)
+                differ = differ or f != adj[d][0]
+                for load, r in zip(loads, (src, dst), strict=True):
+                    k = self.topology.link(r, d)
+                    owners.setdefault(k, set()).add(r)
+                    cur = load.setdefault(k, [0.0, 0.0])
+                    cur[0] += n
+                    cur[1] = max(cur[1], n / f)
+        link_f = {k: factor(tuple(sorted(rs)), k[0]) for k, rs in owners.items()}
+        differ = differ or any(f != adj[k[0]][0] for k, f in link_f.items())
+        result: int | None = None
+        if differ:
+            unit = tuple((1.0, extra) for _f, extra in adj)
+            weighed = [{k: max(n / link_f[k], slowest) for k, (n, slowest) in load.items()} for load in loads]
+            if multi:
+                t = max(self._busiest_t(w, unit) for w in weighed)
+                result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
+            else:
+                busiest = max((n for w in weighed for n in w.values()), default=0.0)
+                size = math.ceil(busiest * p / (p - 1))
+                result = self._collective_ns(CommType.ALL_TO_ALL, size, members, unit)
+        if key is not None:
+            self._cache[key] = -1 if result is None else result
+        return result
 
     def _pairs_ns(self, pairs: Sequence[tuple[int, int, int]], members: tuple[int, ...], adj: Adjust) -> int:
         """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the

@@ -131,10 +131,12 @@ def test_a_slow_link_between_nodes_slows_a_hierarchical_all_reduce_between_nodes
 
 def test_a_slow_link_inside_a_node_slows_an_all_to_all_across_nodes_on_the_switch_only() -> None:
     # 8 ranks, 4 a node, a link each: each member's fat-tree link carries S/2 at 25 GB/s, as before; its
-    # switch port 6 S/8 (to the 6 members in another slot), now at a quarter of 200 GB/s and 20 us more
+    # switch port 6 S/8 (to the 6 members in another slot) at 200 GB/s, with 20 us more, and the S/8
+    # between ranks 0 and 1 at a quarter of it (before: all 6 S/8 of every port at a quarter, 36,029 ns)
     slow = SlowdownModel([Slowdown(kind="network", links=((0, 1),), factor=0.25, latency_ns=20_000)])
     timing = ModelTiming(two_level(per_node=4), algorithm="direct", network_effects=slow)
-    switch, fat_tree = 300 + 20_000 + (6 * S / 8) / 50.0, 2_000 + (S / 2) / 25.0
+    switch = 300 + 20_000 + max((6 * S / 8) / 200.0, (S / 8) / 50.0)
+    fat_tree = 2_000 + (S / 2) / 25.0
     assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(max(switch, fat_tree))
 
 
@@ -308,3 +310,63 @@ def test_an_all_to_all_round_a_ring_costs_what_crosses_a_cut_of_the_ring_not_one
     # the ring algorithm's all_reduce only ever talks to its neighbours: a port's load, as on a switch
     ar = ModelTiming(ring, algorithm="ring").collective_time_ns(CommType.ALL_REDUCE, S, range(16))
     assert ar == round(2 * 15 * (ALPHA + S / (16 * BW)))
+
+
+def _hot_expert_dispatch(b: RunBuilder) -> None:
+    """A 4-rank MoE dispatch: ranks 0, 2 and 3 send 98,304 B each to rank 1 (the hot expert's), which sends
+    512 B to rank 0 (splits in bytes per member, own chunk 0); every rank arrives at 1 ms."""
+    part = 98_304
+    sent = {0: [0, part, 0, 0], 1: [512, 0, 0, 0], 2: [0, part, 0, 0], 3: [0, part, 0, 0]}
+    for r in range(4):
+        got = [sent[s][r] for s in range(4)]
+        b.rank(r).compute("router", dur_ns=1_000_000, start_ns=0)
+        b.rank(r).collective(
+            CommType.ALL_TO_ALL,
+            comm_bytes=sum(sent[r]),
+            dur_ns=50_000,
+            peer_bytes=(sum(sent[r]), sum(got)),
+            peer_splits=(sent[r], got),
+        )
+
+
+def test_a_slow_rank_of_an_uneven_all_to_all_slows_its_own_traffic_not_the_hot_ranks(tmp_path: Path) -> None:
+    # one switch (50 GB/s, 500 ns), direct: the hot rank's port takes 3 parts in (294,912 B), rank 3's sends
+    # one. Rank 3's network at a tenth: its port's 98,304 B take 19,660.8 ns (+ α), longer than the hot
+    # port's 5,898 ns at full speed; before, every port was slowed, the hot one's 294,912 B at a tenth
+    # (59,482 ns). Rank 1's (the hot rank's) network at a tenth is what bounds it, as before
+    b = RunBuilder(world_size=4)
+    _hot_expert_dispatch(b)
+    rt = load_run(b.write(tmp_path / "run"))
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    got = {}
+    for slow in (3, 1):
+        effects = SlowdownModel([Slowdown(kind="network", ranks=(slow,), factor=0.1)])
+        res = simulate(rt, comm_mode="model", topology=flat, algorithm="direct", effects=effects)
+        (end,), (arrival,) = res.coll_end_ns, res.coll_arrival_ns
+        got[slow] = int(end - arrival)
+    assert got == {3: round(ALPHA + 98_304 / (BW * 0.1)), 1: round(ALPHA + 3 * 98_304 / (BW * 0.1))}
+
+
+def test_a_slow_rank_across_nodes_slows_its_own_links_and_its_pairs_not_every_link_of_the_group() -> None:
+    # ranks 1, 2 and 3 each send S to rank 0 (node 0 = {0, 1}, node 1 = {2, 3}, a link per rank), rank 3's
+    # network at half speed: rank 0's fat-tree link takes 2 S in at 25 GB/s, rank 3's takes its S out at
+    # 12.5: 2 S / 25 either way; before, every link at half speed: rank 0's 2 S at 12.5 GB/s
+    slow = SlowdownModel([Slowdown(kind="network", ranks=(3,), factor=0.5)])
+    timing = ModelTiming(two_level(), algorithm="direct", network_effects=slow)
+    got = timing.collective_time_ns(
+        CommType.ALL_TO_ALL, S, (0, 1, 2, 3), pairs=[(1, 0, S), (2, 0, S), (3, 0, S)]
+    )
+    assert got == round(2_000 + 2 * S / 25.0)
+
+
+def test_an_even_all_to_all_with_one_slow_rank_costs_that_ranks_port_as_before() -> None:
+    # every member sends S/4 to each other: the slowed rank's port carries its 3 parts at a tenth, the
+    # busiest, as when the whole group was slowed (the ring's 3 (α + S / (4 B f)))
+    slow = SlowdownModel([Slowdown(kind="network", ranks=(2,), factor=0.1)])
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    for alg, want in (
+        ("ring", 3 * (ALPHA + S / (4 * BW * 0.1))),
+        ("direct", ALPHA + 3 * (S / 4) / (BW * 0.1)),
+    ):
+        timing = ModelTiming(flat, algorithm=alg, network_effects=slow)
+        assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) == round(want), alg
