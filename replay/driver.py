@@ -28,13 +28,17 @@ from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Topology
 from skewlens.replay.outputs import (
+    CONFIG_YAML,
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     check_trace_outside,
     publish_replay,
+    real_dirs_state,
+    remove_begun,
     write_perfetto,
     write_summary,
+    write_text,
     write_timeline,
 )
 from skewlens.replay.simulate import SimResult, simulate
@@ -224,31 +228,34 @@ def replay_run(
     cfg: ReplayConfig,
     out_dir: str | Path | None = None,
     *,
-    sim_dir: str | Path | None = None,
     progress: Progress = NO_PROGRESS,
+    config_yaml: str | None = None,
 ) -> ReplayOutcome:
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (default: ``cfg.out``);
     ``progress`` is told of its stages (load, simulate, write). A path may be a string, as everywhere else
     in the library (one was a ``TypeError``: ``unsupported operand type(s) for /: 'str' and 'str'``).
+    ``config_yaml``: the text of a ``config.yaml`` written with the outputs (``skewlens replay``'s); None:
+    none, and an earlier replay's goes.
 
-    As ``skewlens replay`` does, the outputs (a real replay's ``run/`` and ``real/`` on one host too) are
-    written into a hidden directory inside ``out_dir`` and moved in once the whole replay has succeeded
-    (:func:`~skewlens.replay.outputs.publish_replay`): a failed or interrupted replay leaves ``out_dir``'s
-    earlier files as they were, and nothing of its own (an interrupted real replay's ``real/plan`` and
-    ``real/work`` included), but for a real replay across hosts: every host writes ``run/`` and ``real/``
-    in ``out_dir`` itself, and what a failed one began stays (``skewlens replay``'s ``run_job`` removes it).
-    Given ``sim_dir`` (a new directory of the caller's, inside ``out_dir``), they are written there, and
-    moving them is the caller's."""
+    ``skewlens replay`` runs its replays through this. The outputs (a real replay's ``run/`` and ``real/`` on
+    one host too) are written into a hidden directory inside ``out_dir`` and moved in once the whole replay
+    has succeeded (:func:`~skewlens.replay.outputs.publish_replay`): a failed or interrupted replay leaves
+    ``out_dir``'s earlier files as they were, and nothing of its own (an interrupted real replay's
+    ``real/plan`` and ``real/work`` included). A real replay across hosts writes ``run/`` and ``real/`` in
+    ``out_dir`` itself (every host writes there): a failed one removes what it began
+    (:func:`~skewlens.replay.outputs.real_dirs_state`), and its logs stay in ``real-failed/``."""
     out_dir = Path(cfg.out if out_dir is None else out_dir)
     check_trace_outside(cfg.trace, out_dir)
-    if sim_dir is not None:
-        return _replay_into(cfg, out_dir, Path(sim_dir), progress)
     made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # the deepest first
+    real_before = real_dirs_state(out_dir)
     try:
         with staging_dir(out_dir.absolute(), inside=True) as stage:
             outcome = _replay_into(cfg, out_dir, stage, progress)
+            if config_yaml is not None:
+                write_text(stage / CONFIG_YAML, config_yaml)
             publish_replay(stage, out_dir, mode=cfg.mode)
     except BaseException:
+        remove_begun(out_dir, real_before)
         for d in made:  # made for this replay: not left behind empty
             with contextlib.suppress(OSError):
                 d.rmdir()

@@ -44,6 +44,7 @@ from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import IdleStretches, execution_model, idle_stretches
+from skewlens.replay.real.plan import META_FILE
 from skewlens.replay.simulate import SimResult, check_replays
 from skewlens.replay.streaming import (
     CATEGORY_JSON,
@@ -94,6 +95,37 @@ def publish_replay(stage: Path, out_dir: Path, *, mode: str) -> None:
             elif mode != "real":  # an earlier real replay's
                 shutil.rmtree(out_dir / name, ignore_errors=True)
     shutil.rmtree(out_dir / REAL_FAILED_DIR, ignore_errors=True)
+
+
+#: What tells a directory written anew or changed from the one that was there: its inode, and the mtime
+#: of its entries.
+DirIdentity = tuple[int, int]
+
+
+def _identity(p: Path) -> DirIdentity:
+    st = p.stat()
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def real_dirs_state(out_dir: Path) -> dict[Path, DirIdentity | None]:
+    """``out_dir``'s ``run/`` and ``real/`` as they are before a replay into it (None: not there), and the
+    real replay plan's ``meta.json`` (under key ``real/plan/meta.json``), which every real replay that
+    began writes anew, atomically: :func:`remove_begun` tells from them what a failed one began."""
+    paths = [out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR, out_dir / REAL_WORK_DIR / "plan" / META_FILE]
+    return {p: _identity(p) if p.exists() else None for p in paths}
+
+
+def remove_begun(out_dir: Path, before: dict[Path, DirIdentity | None]) -> None:
+    """Remove the ``run/`` and ``real/`` that a failed or interrupted replay into ``out_dir`` began there
+    (a real replay across hosts writes them in place), ``before`` being :func:`real_dirs_state` from before
+    it began. It writes inside an earlier one's directories (leaving their own entries, so their times, as
+    they were), so its new plan tells that it began; an earlier replay's, where none began, stay."""
+    now = real_dirs_state(out_dir)
+    meta = out_dir / REAL_WORK_DIR / "plan" / META_FILE
+    began = now[meta] != before.get(meta)
+    for p in (out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR):
+        if now[p] is not None and (began or before.get(p) != now[p]):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def check_trace_outside(trace: str | Path, out_dir: Path) -> None:

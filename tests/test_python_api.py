@@ -15,7 +15,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -223,23 +223,29 @@ def test_max_simulations_zero_is_taken_as_no_what_if_simulation_not_refused(tmp_
     assert analyze_run(run, max_simulations=1).stragglers[0].straggler_cost_ns == 6 * MS
 
 
-def test_a_real_replay_from_python_stages_into_a_sim_dir_given_as_a_string(
+def test_a_real_replay_from_python_into_an_out_given_as_a_string_is_staged_inside_it_then_moved_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the CLI stages the simulated files and the real replay's beside its out (sim_dir); from Python the
-    # directory may be a string, and the real replay is handed it as a Path, not dropped
+    # as skewlens replay does (it runs its replays through replay_run): the simulated files and the real
+    # replay's are staged in a directory inside out, handed to the real replay as a Path, not dropped
     from skewlens.replay.real import api as real_api
 
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
+
+    def real(**kw: Any) -> None:
+        seen.update(kw, staged=sorted(p.name for p in kw["stage_dir"].iterdir()))
+
     monkeypatch.setattr(real_api, "preflight", lambda *a, **k: None)
-    monkeypatch.setattr(real_api, "real_replay", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(real_api, "real_replay", real)
     topo = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=10.0, latency_ns=5_000)])
     run_dir = str(straggler_run(tmp_path))
-    cfg = ReplayConfig(trace=run_dir, out=str(tmp_path / "a"), topology=topo, perfetto=False, mode="real")
-    (tmp_path / "stage").mkdir()
-    replay_run(cfg, sim_dir=str(tmp_path / "stage"))
-    assert (seen["out_dir"], seen["stage_dir"]) == (tmp_path / "a", tmp_path / "stage")
-    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["summary.parquet", "timeline.parquet"]
+    cfg = ReplayConfig(trace=run_dir, out="unused", topology=topo, perfetto=False, mode="real")
+    (tmp_path / "a").mkdir()
+    replay_run(cfg, str(tmp_path / "a"))
+    assert seen["out_dir"] == tmp_path / "a"
+    assert (seen["stage_dir"].parent, seen["stage_dir"].name[:3]) == ((tmp_path / "a").absolute(), ".a.")
+    assert seen["staged"] == ["summary.parquet", "timeline.parquet"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["summary.parquet", "timeline.parquet"]
 
 
 def test_a_loaded_runs_columns_are_read_only_so_an_edit_cannot_leave_its_cached_execution_model_stale(

@@ -1450,6 +1450,31 @@ def test_a_real_replay_from_python_interrupted_while_its_ranks_run_leaves_out_as
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
 
 
+def test_a_failed_real_replay_across_hosts_from_python_removes_the_run_and_real_it_began_in_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # across hosts every host writes OUT/run and OUT/real in place: skewlens replay removed what a failed
+    # one began, replay_run from Python left OUT/real/plan (the new plan, for 2 ranks) beside the earlier
+    # replay's files
+    from skewlens.replay.driver import replay_run
+    from skewlens.replay.real import api
+
+    def failed(cmd: list[str], **kw: Any) -> None:
+        raise ReplayError("real replay: the launcher exited with code 1")  # a worker that exited 1
+
+    monkeypatch.setattr(api, "run_workers", failed)
+    run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
+    out.mkdir()
+    (out / "summary.parquet").write_text("earlier")
+    cfg = _real_cfg("real", run, out)
+    across = ["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29500"]
+    cfg = replace(cfg, real=replace(cfg.real, nproc=1, launcher_args=across))
+    with pytest.raises(ReplayError, match="exited with code 1"):
+        replay_run(cfg, out)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["summary.parquet"]
+    assert (out / "summary.parquet").read_text() == "earlier"
+
+
 def test_a_simulated_replay_from_python_removes_an_earlier_real_replays_run_and_real_from_out(
     tmp_path: Path,
 ) -> None:

@@ -512,25 +512,50 @@ def test_a_key_the_schema_does_not_have_is_refused_not_dropped(override: str) ->
 def test_an_interrupted_replay_removes_what_it_wrote_and_keeps_what_was_there(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import skewlens.cli.replay as cli_replay
+    import skewlens.replay.driver as driver
 
     out = tmp_path / "o"
     out.mkdir()
     (out / "summary.parquet").write_text("an earlier replay's")
 
-    def interrupted(conf: ReplayConfig, out_dir: Path, *, sim_dir: Path, **_k: object) -> None:
+    def interrupted(conf: ReplayConfig, out_dir: Path, files: Path, *_a: object) -> None:
         for name in ("timeline.parquet", "summary.parquet"):
-            (sim_dir / name).write_text("half")
-        (out_dir / "real" / "plan").mkdir(parents=True)  # mode=real's working files
+            (files / name).write_text("half")
+        (out_dir / "real" / "plan").mkdir(parents=True)  # mode=real's working files, across hosts
         (out_dir / "run").mkdir()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_replay, "replay_run", interrupted)
+    monkeypatch.setattr(driver, "_replay_into", interrupted)
     assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "progress=false"]) != 0
     assert sorted(p.name for p in out.iterdir()) == ["summary.parquet"]  # there before: kept
     assert (out / "summary.parquet").read_text() == "an earlier replay's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "run"]  # no staging directory left
     capsys.readouterr()
+
+
+def test_skewlens_replay_and_replay_run_stage_and_publish_the_same_files(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # run_job staged and published a replay with a copy of replay_run's staging (config.yaml its one
+    # addition); both now go through replay_run: the same files, the same stale ones removed
+    from skewlens.replay.driver import replay_run
+
+    outs = {"cli": tmp_path / "cli", "python": tmp_path / "python"}
+    for out in outs.values():  # an earlier real replay's and its failure's, and a perfetto=true timeline
+        for d in ("run", "real", "real-failed"):
+            (out / d).mkdir(parents=True)
+            (out / d / "meta.json").write_text("{}")
+        (out / "timeline.json").write_text("{}")
+    args = [f"trace={run_dir}", "perfetto=false", "progress=false", "slowdown=straggler"]
+    assert skewlens_main(["replay", *args, f"out={outs['cli']}"]) == 0
+    config = (outs["cli"] / "config.yaml").read_text()
+    replay_run(compose_replay(args), outs["python"], config_yaml=config)
+    files = {k: sorted(p.relative_to(o).as_posix() for p in o.rglob("*")) for k, o in outs.items()}
+    assert files["cli"] == files["python"] == ["config.yaml", "summary.parquet", "timeline.parquet"]
+    assert (outs["python"] / "config.yaml").read_text() == config
+    for name in ("summary.parquet", "timeline.parquet"):
+        tables = [pq.read_table(o / name) for o in outs.values()]
+        assert tables[0].equals(tables[1]), name
 
 
 def test_a_replay_killed_while_writing_leaves_a_staging_directory_that_the_next_replay_removes(

@@ -49,7 +49,7 @@ from skewlens.console import (
     undecodable_name,
 )
 from skewlens.paths import CONF_DIR, conf_entries, doc
-from skewlens.profiler.atomic import staging_dir, why_not_created
+from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
 from skewlens.profiler.store.issues import counted, run_notes
 from skewlens.progress import NO_PROGRESS
@@ -65,17 +65,11 @@ from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, first_line, missing_value
 from skewlens.replay.execution import clock_note
 from skewlens.replay.outputs import (
-    CONFIG_YAML,
-    REAL_RUN_DIR,
-    REAL_WORK_DIR,
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     SweepRecord,
-    publish_replay,
-    write_text,
 )
-from skewlens.replay.real.plan import META_FILE
 from skewlens.replay.render import gpu_idle_table, summary_table
 from skewlens.replay.slowdown import Slowdown
 from skewlens.replay.sweep import append_sweep_row, job_sweep_dir, record_failure
@@ -181,53 +175,25 @@ def unused_knobs(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
     return notes
 
 
-def _identity(p: Path) -> tuple[int, int]:
-    """What tells a path written anew or changed (a new inode; a directory's entries changed: its mtime)
-    from the one that was there."""
-    st = p.stat()
-    return (st.st_ino, st.st_mtime_ns)
-
-
-def _plan_identity(out_dir: Path) -> tuple[int, int] | None:
-    """The real replay plan's ``meta.json`` (written anew, atomically, by every real replay once it
-    began): None where there is none."""
-    meta = out_dir / REAL_WORK_DIR / "plan" / META_FILE
-    return _identity(meta) if meta.exists() else None
-
-
 def run_job(cfg: DictConfig, console: Console) -> None:
     """One Hydra job: validate, replay, write the outputs and ``config.yaml``, render, record the sweep row.
 
-    The simulated replay's files and ``config.yaml`` are written in a hidden directory inside ``OUT``
-    (:func:`~skewlens.profiler.atomic.staging_dir`, ``inside``) and moved in once the whole
-    replay (the real one too) has succeeded, replacing an earlier replay's and removing those of its this
-    one does not write; a failed or interrupted replay leaves them as they were. A real replay on one host
-    stages ``run/`` and ``real/`` there too; across hosts it writes them in place (every host writes there):
-    a failed or interrupted one leaves none of them. A successful replay removes an earlier failure's logs
-    (``real-failed/``)."""
+    The replay and ``config.yaml`` are written as :func:`~skewlens.replay.driver.replay_run` writes them
+    (staged inside ``OUT`` and moved in once the whole replay has succeeded; a failed or interrupted one
+    leaves ``OUT``'s earlier files as they were); a failed job also removes what Hydra made for it."""
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
-    real_dirs = [out_dir / REAL_RUN_DIR, out_dir / REAL_WORK_DIR]
-    before = {p: _identity(p) for p in real_dirs if p.exists()}
-    plan_before = _plan_identity(out_dir)
     try:
         name_topology(cfg, hc.runtime.choices.get("topology"))
         conf = to_config(cfg)
         if hc.job.chdir:  # Hydra runs the job in out_dir: a relative trace is where the command was given
             conf = dataclasses.replace(conf, trace=str(Path(hc.runtime.cwd) / conf.trace))
         check_out_dir(conf, hc)
-        with staging_dir(out_dir.absolute(), inside=True) as stage:
-            progress = RichProgress() if conf.progress else NO_PROGRESS
-            outcome = replay_run(conf, out_dir, sim_dir=stage, progress=progress)
-            write_text(stage / CONFIG_YAML, config_yaml(cfg, Path(hc.runtime.cwd)))
-            publish_replay(stage, out_dir, mode=conf.mode)
+        progress = RichProgress() if conf.progress else NO_PROGRESS
+        outcome = replay_run(
+            conf, out_dir, progress=progress, config_yaml=config_yaml(cfg, Path(hc.runtime.cwd))
+        )
     except BaseException:
-        # what a failed real replay began: it writes inside an earlier one's directories (leaving their own
-        # entries, so their times, as they were), so its new plan tells that it began
-        began = _plan_identity(out_dir) != plan_before
-        for p in real_dirs:
-            if p.exists() and (began or before.get(p) != _identity(p)):
-                shutil.rmtree(p, ignore_errors=True)
         if hc.mode == RunMode.MULTIRUN:  # the sweep's directory for this point, made by Hydra
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
