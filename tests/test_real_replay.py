@@ -1421,6 +1421,35 @@ def test_sigterm_during_a_real_replay_stops_its_processes_and_leaves_no_half_wri
     assert (out / "config.yaml").read_text() == "earlier: true\n"
 
 
+@pytest.mark.slow
+def test_sigkill_of_a_real_replay_stops_its_workers_within_seconds(tmp_path: Path) -> None:
+    # SIGKILL reached the `skewlens replay` process alone: torchrun, in a session of its own, and its
+    # workers ran the whole replay on (the demo's 2-rank run with a 30 s stall: 2 workers and torchrun for
+    # 30 s more); each worker now exits once the process supervising its launcher is gone
+    run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "skewlens", "replay", "mode=real", f"trace={run}", f"out={out}",
+        "progress=false", "slowdown=stall", "slowdown.delay_ms=60000", "real.timeout_s=180",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_end = time.monotonic() + 120
+    replaying: list[str] = []
+    while len(replaying) < 2 and time.monotonic() < t_end and proc.poll() is None:
+        time.sleep(0.2)
+        replaying = [
+            f.name
+            for f in out.glob(".out.*.tmp/real/work/rank-*.progress.json")
+            if '"phase": "replay"' in f.read_text()
+        ]
+    assert len(replaying) == 2, f"the workers did not reach their replay (exit {proc.poll()})"
+    proc.kill()
+    proc.wait(timeout=30)
+    t_end = time.monotonic() + 20  # the stall has a minute to go
+    while (left := _no_replay_processes_left()) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    assert left == []
+
+
 def test_a_real_replay_from_python_interrupted_while_its_ranks_run_leaves_out_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,8 +3,9 @@
 The launcher (``python -m torch.distributed.run ... -m skewlens.replay.real.worker``) runs in its own session.
 torchrun starts each worker in a session of its own too, so the supervisor tracks the whole process tree
 (with psutil) while it runs and, on any error, timeout or Ctrl-C, terminates every process it has seen,
-then kills what is left after a bounded wait. Workers report errors through ``rank-<r>.error.json`` files;
-the first one to appear is the error raised here.
+then kills what is left after a bounded wait; killed with SIGKILL, it stops nothing, and each worker's
+watchdog exits once it is gone (``SUPERVISOR_ENV``). Workers report errors through ``rank-<r>.error.json``
+files; the first one to appear is the error raised here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from skewlens.profiler.store.issues import ranks_label
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ReplayError, ReplayTimeoutError
 from skewlens.replay.execution import waits_for
-from skewlens.replay.real.plan import ERROR_FILE, PROGRESS_FILE, RESULT_FILE, WorkerPhase, issued_root
+from skewlens.replay.real.plan import (
+    ERROR_FILE,
+    PROGRESS_FILE,
+    RESULT_FILE,
+    SUPERVISOR_ENV,
+    WorkerPhase,
+    issued_root,
+)
 
 WORKER_MODULE = "skewlens.replay.real.worker"
 LAUNCHER_LOG = "launcher.log"
@@ -304,6 +312,8 @@ def run_workers(
     launcher's log once every process has stopped after a failure, to put the logs where they outlive the
     replay's working files; the error names the log where it returns it. ``groups``: each process group's
     members ('' all ranks), for a timeout's error to name the ranks it waited for (:func:`waiting_for`).
+    This process cannot stop anything once killed with SIGKILL: the workers watch it (``SUPERVISOR_ENV``,
+    in their environment) and exit when it is gone.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in (
@@ -318,7 +328,7 @@ def run_workers(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env=env,
+            env={**(os.environ if env is None else env), SUPERVISOR_ENV: str(os.getpid())},
         )
     tree = ProcessTree(proc)
     t_end = time.monotonic() + deadline_s

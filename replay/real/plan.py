@@ -78,6 +78,10 @@ RESULT_FILE = "rank-{rank}.result.json"
 #: group's last collective seq issued), rewritten by its watchdog at most every ``PROGRESS_S``.
 PROGRESS_FILE = "rank-{rank}.progress.json"
 PROGRESS_S = 0.25
+#: The environment variable that names the process supervising the launcher (``launch.run_workers``, the
+#: ``skewlens replay`` process): a worker exits once the launcher's parent is no longer that process
+#: (killed with SIGKILL, which nothing of its own can catch to stop the workers).
+SUPERVISOR_ENV = "SKEWLENS_REPLAY_SUPERVISOR"
 
 
 class WorkerPhase(StrEnum):
