@@ -181,11 +181,12 @@ class SlowdownItemConfig:
     """One slowdown item (see ``skewlens.replay.slowdown`` for the kinds and fields)."""
 
     kind: str = MISSING
-    """compute | op | jitter | stall | comm_delay | network."""
+    """compute | op | jitter | stall | comm_delay | host_idle | network."""
     ranks: list[int] = field(default_factory=list)
     """Ranks affected (empty: all)."""
     factor: float = 1.0
-    """compute / op: duration factor; network: bandwidth factor."""
+    """compute / op: duration factor; network: bandwidth factor; host_idle: untraced host time factor (0:
+    none)."""
     pattern: str = ""
     """op: glob on node names, or re:<regex>."""
     sigma: float = 0.0
@@ -257,7 +258,9 @@ class SlowdownConfig:
     """The slowdowns, applied together."""
 
     def __post_init__(self) -> None:
-        for name, value, positive in (("factor", self.factor, True), ("delay_ms", self.delay_ms, False)):
+        # a host_idle item's factor may be 0 (no untraced host time); another kind refuses it, naming its item
+        idle = any(isinstance(e, SlowdownItemConfig) and e.kind == "host_idle" for e in self.entries)
+        for name, value, positive in (("factor", self.factor, not idle), ("delay_ms", self.delay_ms, False)):
             if (problem := number_problem(value, positive=positive, name=name)) is not None:
                 raise ConfigError(f"slowdown.{name}: {problem}")
         self.to_items()

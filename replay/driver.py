@@ -97,7 +97,7 @@ def slowdowns_for(cfg: ReplayConfig, run: RunTrace, topo: Topology) -> tuple[Slo
     items = cfg.slowdown.to_items()
     if cfg.comm_mode == "model" or any(i.nodes for i in items):  # ranks are placed on the topology
         check_fits(topo, run, cfg)
-    steps = run_steps(run) if any(i.kind == "stall" for i in items) else []
+    steps = run_steps(run) if any(i.kind in ("stall", "host_idle") for i in items) else []
     unset = [i.kind == "stall" and i.step is None and not i.every_step for i in items]
     if any(unset):
         if not steps:

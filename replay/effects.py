@@ -9,6 +9,11 @@ Both replayers ask the same three questions of an ``Effects`` object, per node:
 - ``stall_ns(rank, step)``: a wait before the *first* node of ``step`` on ``rank`` (its earliest recorded
   start: ``skewlens.replay.execution.effect_delays`` says where each wait lands, for both replayers).
 
+An effects object may answer a fourth, :class:`HostIdleEffects`' ``host_idle_factor(rank, step)``: multiply
+the rank's untraced host time at ``step`` (the gaps between its host rows and the capture's ``untraced``
+nodes: ``skewlens.replay.execution.host_idle_rows``) by this (>= 0); one without it leaves that time as
+recorded.
+
 Effects must be pure, deterministic functions of their arguments (seeded jitter hashes its seed with the
 arguments): the simulator evaluates them once per distinct argument tuple, not once per node.
 Network slowdowns (link bandwidth, extra latency) act on the topology instead; see
@@ -76,4 +81,14 @@ class NetworkEffects(Protocol):
         """``(bandwidth factor, extra latency ns)`` for communication among ``ranks`` at ``step``; with
         ``on_dim``, on that dimension's links only: a slowed link between two ranks slows the dimensions
         their traffic crosses."""
+        ...
+
+
+@runtime_checkable
+class HostIdleEffects(Protocol):
+    """Optional extra protocol of a slowdown model: what it does to untraced host time (both replayers,
+    through ``skewlens.replay.execution.host_idle_scaled``)."""
+
+    def host_idle_factor(self, rank: int, step: int) -> float:
+        """Factor (>= 0) multiplying the untraced host time of ``rank`` at ``step`` (0: none of it)."""
         ...

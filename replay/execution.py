@@ -103,7 +103,7 @@ from skewlens.profiler.vocab import (
     names_gpu_memory_op,
     names_nccl_kernel,
 )
-from skewlens.replay.effects import Effects
+from skewlens.replay.effects import Effects, HostIdleEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
 I64 = npt.NDArray[np.int64]
@@ -627,6 +627,54 @@ def effect_delays(effects: Effects, rt: RankTrace, m: RankModel) -> I64:
             )
         out[order[fi]] += stall
     return out
+
+
+def host_idle_rows(rt: RankTrace, m: RankModel) -> tuple[B, B]:
+    """A rank's untraced host time, as two row masks: the rows whose recorded gap (:attr:`RankModel.gap_ns`)
+    is such time, and those whose work (:attr:`RankModel.work_ns`) is. Untraced host time is what a host
+    thread spent outside every traced row (a data loader's stall, ``gc.collect()``, a checkpoint write):
+
+    - the gap before a host row (not a GPU op: the GPU's idle time is no host time) after the rows it
+      follows (its start edges; not a row without any, whose gap counts from the rank's first start, nor
+      a nested one);
+    - the capture's ``untraced`` nodes (:func:`untraced_rows`): of one in which the model found a hidden
+      wait, its work after the completion (its wait is for the peers, as a traced collective's is).
+
+    Not the time a thread waits inside a collective or a wait op (traced: the peers set it), nor the
+    ``collectives`` level's ``compute`` gap nodes (compute to the analyses: that level cannot tell its
+    idle time from its work). A ``host_idle`` slowdown scales exactly this (:func:`host_idle_scaled`)."""
+    host = m.valid & rt.is_cpu
+    gaps = host & m.has_start_deps & (m.parent < 0)
+    return gaps, host & untraced_rows(rt)
+
+
+def host_idle_scaled(effects: Effects, rt: RankTrace, m: RankModel, work: I64, gap: I64) -> tuple[I64, I64]:
+    """``work`` and ``gap`` (per row: the model's, or what a replayer made of them) with the rank's untraced
+    host time (:func:`host_idle_rows`) multiplied by the effects' ``host_idle_factor`` of each row's step
+    (a :class:`~skewlens.replay.effects.HostIdleEffects`; other effects leave it as recorded), rounded to
+    the ns; the simulator and the real replay's plan both read it. A factor that is not a finite number
+    >= 0, or a time beyond the simulated clock, is a :class:`~skewlens.replay.errors.ConfigError` naming the
+    rank."""
+    if not isinstance(effects, HostIdleEffects):
+        return work, gap
+    rank = rt.rank
+    steps = np.unique(rt.step).tolist()
+    fac = np.array([float(effects.host_idle_factor(rank, int(st))) for st in steps], dtype=np.float64)
+    if (fac == 1.0).all():
+        return work, gap
+    if (fac < 0).any() or not np.isfinite(fac).all():
+        raise ConfigError(f"rank {rank}: host idle factor must be a finite number >= 0, got {fac.min()}")
+    per_row = fac[np.searchsorted(np.asarray(steps), rt.step)]
+    out = []
+    for vals, rows in zip((gap, work), host_idle_rows(rt, m), strict=True):
+        scaled = vals * per_row
+        if (over := rows & (scaled > MAX_SIM_NS)).any():  # cast to int64, it would wrap around
+            raise ConfigError(
+                f"slowdown: rank {rank}'s untraced host time x{per_row[int(np.argmax(over))]:g} lasts "
+                f"{scaled[over].max() / 1e9:.3g} s, beyond {SIM_CLOCK}"
+            )
+        out.append(np.where(rows, np.rint(scaled), vals).astype(np.int64))
+    return out[1], out[0]
 
 
 def issuer_delays(rt: RankTrace, m: RankModel, delay: I64) -> I64:

@@ -51,6 +51,7 @@ from skewlens.replay.execution import (
     awaited_arrivals,
     effect_delays,
     execution_model,
+    host_idle_scaled,
     issuer_delays,
     replay_gaps,
     scaled_work,
@@ -808,7 +809,8 @@ def _rank_times(
 ) -> tuple[I64, I64]:
     """Replayed duration and host gap of each row of ``rank`` (``rk``: the rows' KIND_*): the execution
     model's work and ``gap`` (:func:`~skewlens.replay.execution.replay_gaps`), overridden where the
-    override is >= 0, then the effects' factors and delays."""
+    override is >= 0, then the effects' factors (of untraced host time too: ``host_idle_scaled``) and
+    delays."""
     n = len(rt)
     g = gap
     if gap_override is not None:
@@ -821,6 +823,7 @@ def _rank_times(
     # the identity only: a subclass of NoEffects overriding a question (a stall) is asked, as the plan asks
     if type(effects) is not NoEffects:
         d = scaled_work(effects, rt, m, d)
+        d, g = host_idle_scaled(effects, rt, m, d, g)
         delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)
     d[rk == KIND_SYNC] = 0

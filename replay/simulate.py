@@ -259,7 +259,7 @@ def check_effects(run: RunTrace, effects: Effects) -> None:
     in Python, a slowdown of rank 5 on 2 ranks, or of an op no rank runs, replayed as if not given."""
     if isinstance(effects, SlowdownModel):
         node_of = effects.node_of or (lambda r: r)  # as SlowdownModel.comm_adjust places ranks
-        steps = run_steps(run) if any(i.kind == "stall" for i in effects.items) else []
+        steps = run_steps(run) if any(i.kind in ("stall", "host_idle") for i in effects.items) else []
         check_slowdown_targets(effects.items, run, node_of, steps, where="effects.items")
 
 

@@ -16,6 +16,11 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
 - ``comm_delay``: an extra wait of ``delay_ms`` before every ``before`` node of the ranks (``send``,
   ``collective`` or ``comm`` for both; mirrors the example's ``--slow-send`` knob): the thread waits, so
   an asynchronous op's issuing thread waits with it (``skewlens.replay.lower``);
+- ``host_idle``: multiply the rank's untraced host time by ``factor`` (0 removes it, 0.5 halves it, 2
+  doubles it): the time a host thread spent between traced rows, in which the trace records nothing (a
+  data loader's stall, ``gc.collect()``, a checkpoint write between operators): each host row's recorded
+  gap after what it follows, and the capture's ``untraced`` nodes (of one in which the model found a hidden
+  wait, its part after the completion): :func:`skewlens.replay.execution.host_idle_rows`;
 - ``network``: multiply the bandwidth of communication by ``factor`` and add ``latency_ns`` to it, for
   traffic over the given ``links`` (rank pairs: a group containing both ends), ``nodes`` (a group with a
   member on one of these nodes, per the topology's placement) or ``ranks`` (a group with one of them);
@@ -42,7 +47,7 @@ from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import OnDim
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
-KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "network")
+KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "host_idle", "network")
 #: Which compute ops a ``compute``, ``op`` or ``jitter`` item scales (:attr:`Slowdown.device`).
 DEVICES = ("any", "host", "gpu")
 #: The kinds ``device`` applies to.
@@ -56,6 +61,7 @@ KIND_FIELDS = {
     "jitter": frozenset({"sigma", "seed"}),
     "stall": frozenset({"step", "every_step", "delay_ns"}),
     "comm_delay": frozenset({"delay_ns", "before"}),
+    "host_idle": frozenset({"factor"}),
     "network": frozenset({"factor", "latency_ns", "links", "nodes"}),
 }
 COMM_ON = {
@@ -78,9 +84,9 @@ LIMITS = {
 
 
 def number_problem(value: float, *, positive: bool, name: str = "") -> str | None:
-    """What is wrong with a slowdown's number ``name`` (a factor: ``positive``; a delay, latency or sigma:
-    >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number > 0, got nan`` (of ``'2'``,
-    ``must be a number, got '2'``, not ``math.isfinite``'s bare TypeError)."""
+    """What is wrong with a slowdown's number ``name`` (a factor: ``positive``; a delay, latency or sigma,
+    or a ``host_idle`` factor: >= 0; each at most its :data:`LIMITS`), or None: ``must be a finite number >
+    0, got nan`` (of ``'2'``, ``must be a number, got '2'``, not ``math.isfinite``'s bare TypeError)."""
     if isinstance(value, bool) or not isinstance(value, Real):
         return f"must be a number, got {value!r}"
     if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
@@ -111,11 +117,12 @@ class Slowdown:
     """One slowdown item (see the module docstring for the kinds)."""
 
     kind: str
-    """compute | op | jitter | stall | comm_delay | network."""
+    """compute | op | jitter | stall | comm_delay | host_idle | network."""
     ranks: tuple[int, ...] = ()
     """Ranks affected (empty: all)."""
     factor: float = 1.0
-    """compute / op: duration factor (> 0); network: bandwidth factor (> 0, 0.5 = half bandwidth)."""
+    """compute / op: duration factor (> 0); network: bandwidth factor (> 0, 0.5 = half bandwidth);
+    host_idle: factor of the untraced host time (>= 0: 0 removes it)."""
     pattern: str = ""
     """op: glob on node names, or ``re:<regex>``."""
     sigma: float = 0.0
@@ -155,7 +162,7 @@ class Slowdown:
                 raise ConfigError(f"{where}: {name} must be a sequence of {name}, got {value!r}")
             object.__setattr__(self, name, tuple(int(v) for v in value))
         for name, value, positive in (
-            ("factor", self.factor, True),
+            ("factor", self.factor, self.kind != "host_idle"),
             ("sigma", self.sigma, False),
             ("delay_ns", self.delay_ns, False),
             ("latency_ns", self.latency_ns, False),
@@ -236,6 +243,8 @@ class Slowdown:
             what = f"a {_ms_text(self.delay_ns)} ms stall at {'every step' if self.every_step else at}"
         elif self.kind == "comm_delay":
             what = f"+{_ms_text(self.delay_ns)} ms before every {self.before} op"
+        elif self.kind == "host_idle":
+            what = f"untraced host time x{self.factor:g}"
         else:
             parts = [f"bandwidth x{self.factor:g}"] if self.factor != 1 else []
             parts += [f"+{self.latency_ns:,} ns latency"] if self.latency_ns else []
@@ -327,6 +336,13 @@ class SlowdownModel:
             if s.kind == "stall" and (s.every_step or s.step == step) and s.applies(rank, step):
                 d += s.delay_ns
         return d
+
+    def host_idle_factor(self, rank: int, step: int) -> float:
+        f = 1.0
+        for s in self.items:
+            if s.kind == "host_idle" and s.applies(rank, step):
+                f *= s.factor
+        return f
 
     def comm_adjust(self, ranks: Sequence[int], step: int, on_dim: OnDim | None = None) -> tuple[float, int]:
         factor, extra = 1.0, 0

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from skewlens.profiler.store.issues import counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
-from skewlens.replay.execution import compute_rows, execution_model
+from skewlens.replay.execution import compute_rows, execution_model, host_idle_rows
 from skewlens.replay.lower import group_members
 from skewlens.replay.slowdown import COMM_ON, Slowdown, op_matches
 
@@ -90,6 +90,8 @@ def check_slowdown_targets(
         if item.kind == "network" and item.links:
             check_network_links(key, item, run, preset=preset)
         have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+        if item.kind == "host_idle":
+            check_host_idle(key, item, run, steps, preset=preset)
         if item.kind == "stall" and item.every_step:
             if not any(item.in_window(s) for s in steps):
                 raise ConfigError(
@@ -101,6 +103,39 @@ def check_slowdown_targets(
         elif item.kind == "stall" and item.step not in steps:
             hint = _preset_hint(preset, "step", item.step)
             raise ConfigError(f"{key}.step: step {item.step} is not in the run ({have}){hint}")
+
+
+def check_host_idle(
+    key: str, item: Slowdown, run: RunTrace, steps: Sequence[int], *, preset: Preset | None = None
+) -> None:
+    """A ``host_idle`` item's window holds some of the run's ``steps`` (where it is limited to some), and its
+    ranks some untraced host time in it (``execution.host_idle_rows``), else a :class:`ConfigError` naming
+    the key: scaling none would replay the run unchanged, silently."""
+    windowed = item.first_step is not None or item.last_step is not None
+    if windowed and not any(item.in_window(s) for s in steps):
+        have = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+        field = "first_step" if item.first_step is not None else "last_step"
+        hint = _preset_hint(preset, "step", getattr(item, field))
+        raise ConfigError(f"{key}.{field}: steps {item.window()} hold none of the run's ({have}){hint}")
+    em = execution_model(run)
+    ranks = list(item.ranks) or sorted(run.ranks)
+    for r in ranks:
+        rt, m = run.ranks[r], em.ranks[r]
+        gaps, untraced = host_idle_rows(rt, m)
+        lo = -(1 << 62) if item.first_step is None else item.first_step
+        hi = 1 << 62 if item.last_step is None else item.last_step
+        window = (rt.step >= lo) & (rt.step <= hi)
+        if (m.gap_ns[gaps & window] > 0).any() or (m.work_ns[untraced & window] > 0).any():
+            return
+    raise ConfigError(
+        f"{key}: {_listed_ranks(ranks)} {'has' if len(ranks) == 1 else 'have'} no untraced host time"
+        f"{f' in steps {item.window()}' if windowed else ''} "
+        "(no gap between host rows, no untraced node) for factor to scale"
+    )
+
+
+def _listed_ranks(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
 def _preset_hint(preset: Preset | None, knob: str, value: object) -> str:

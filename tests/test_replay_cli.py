@@ -386,7 +386,7 @@ def test_a_replay_into_the_directory_of_an_earlier_one_leaves_none_of_its_output
             "slowdown=straggler,nope",
             (
                 "slowdown=nope: no such entry "
-                "(one of jitter, none, slow_gpu, slow_link, slow_send, stall, straggler)"
+                "(one of host_idle, jitter, none, slow_gpu, slow_link, slow_send, stall, straggler)"
             ),
         ),
     ],

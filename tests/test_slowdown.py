@@ -226,7 +226,10 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
             {"kind": "compute", "factor": 2.0, "step": 1},
             r"step belongs to stall items; .*\(first_step / last_step limit",
         ),
-        ({"kind": "stall", "step": 1, "factor": 2.0}, "factor belongs to compute, op and network items"),
+        (
+            {"kind": "stall", "step": 1, "factor": 2.0},
+            "factor belongs to compute, op, host_idle and network items",
+        ),
         ({"kind": "network", "sigma": 0.5}, "sigma belongs to jitter items; a network item reads none"),
         ({"kind": "jitter", "sigma": 0.1, "links": ((0, 1),)}, "links belongs to network items"),
     ],
@@ -388,7 +391,7 @@ def test_a_slowdown_built_in_python_that_names_nothing_in_the_run_is_refused_not
 #: and a value away from its default. Written out here, not taken from KIND_FIELDS, so that a field left
 #: out of it (then ignored on every kind, as before KIND_FIELDS) fails.
 _FIELD_OWNERS: dict[str, tuple[tuple[str, ...], object]] = {
-    "factor": (("compute", "op", "network"), 2.0),
+    "factor": (("compute", "op", "host_idle", "network"), 2.0),
     "pattern": (("op",), "aten::fwd"),
     "sigma": (("jitter",), 0.1),
     "seed": (("jitter",), 3),
@@ -405,6 +408,7 @@ _BASE_ITEM: dict[str, dict[str, object]] = {
     "jitter": {"sigma": 0.1},
     "stall": {"step": 1, "delay_ns": 5},
     "comm_delay": {"delay_ns": 5},
+    "host_idle": {"factor": 0.0},
     "network": {"factor": 0.5},
 }
 

@@ -24,9 +24,11 @@ simulator reads:
   inside the op, no start edge from it: the model starts it at its own dependencies' end plus its gap, as
   the simulator does) is that op's ``issues_inside``: the worker issues it at that time during the op's
   work, so that it overlaps the rest of the op as recorded;
-- ``effects`` scale compute work (``compute_factor``) and add waits before nodes (``delay_before_ns``,
-  plus ``stall_ns`` before the first node of a step: the model's ``effect_delays``, the simulator's, which
-  puts a stall on the step's earliest recorded start, not on the plan's first op of the step); a wait
+- ``effects`` scale compute work (``compute_factor``) and untraced host time (``host_idle_factor``: the
+  model's ``host_idle_scaled``, gaps and ``untraced`` nodes alike, as simulated) and add waits before
+  nodes (``delay_before_ns``, plus ``stall_ns`` before the first node of a step: the model's
+  ``effect_delays``, the simulator's, which puts a stall on the step's earliest recorded start, not on the
+  plan's first op of the step); a wait
   before asynchronous communication is the issuing thread's, so it holds that thread's op after the issue
   too (the model's ``issuer_delays``, as the simulator does), also where the issue is inside a host op
   (``issues_inside``: that op ends as planned, the next one waits).
@@ -60,6 +62,7 @@ from skewlens.replay.execution import (
     deps_by_row,
     effect_delays,
     execution_model,
+    host_idle_scaled,
     issuer_delays,
     scaled_work,
 )
@@ -325,8 +328,9 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     starts = rt.start_ns.tolist()
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
-    gaps = m.gap_ns.tolist()
-    work = scaled_work(effects, rt, m, m.work_ns).tolist()
+    work_ns, gap_ns = host_idle_scaled(effects, rt, m, scaled_work(effects, rt, m, m.work_ns), m.gap_ns)
+    gaps = gap_ns.tolist()
+    work = work_ns.tolist()
     parent = m.parent.tolist()
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)

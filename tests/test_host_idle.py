@@ -1,0 +1,208 @@
+"""``host_idle``: a replay with a rank's untraced host time scaled (0 removes it), in the one execution model.
+
+Untraced host time is what a host thread spent outside every traced row (``execution.host_idle_rows``): the
+gap before a host row after the rows it follows, and the capture's ``untraced`` nodes. Before, a replay could
+add such time (``slowdown=stall``) but not take it away: "what if my data loader had not stalled" had no
+answer (``kind: host_idle`` was refused as an unknown kind).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.execution import execution_model, host_idle_rows
+from skewlens.replay.real.plan import rank_plan
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+#: Rank 1 idles this long before its compute at step ``GAP_STEP``; rank 0 computes ``LONGER_NS`` longer
+#: there, so that part of the gap is absorbed by rank 0's own lateness.
+GAP_NS, GAP_STEP, LONGER_NS = 5_000_000, 2, 1_000_000
+STEPS = 4
+
+
+def _gap_run(tmp_path: Path, *, untraced: bool = False) -> RunTrace:
+    """2 ranks, 4 steps of a 2 ms compute and an all_reduce ending together on both ranks; at step 2 rank 1
+    idles ``GAP_NS`` between its compute and the all_reduce (a recorded gap, or with ``untraced`` an
+    ``untraced`` node, as the ``ops`` level records main-thread time in no operator: a logging flush) and
+    rank 0 computes ``LONGER_NS`` longer."""
+    b = RunBuilder(world_size=2)
+    t = 0
+    for s in range(STEPS):
+        arrive = {}
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            comp = 2_000_000 + (LONGER_NS if (r, s) == (0, GAP_STEP) else 0)
+            rb.compute("aten::mm", dur_ns=comp, start_ns=t)
+            gap = GAP_NS if (r, s) == (1, GAP_STEP) else 0
+            if gap and untraced:
+                rb.compute("untraced", dur_ns=gap)
+            arrive[r] = t + comp + gap
+        end = max(arrive.values()) + 300_000
+        for r in (0, 1):
+            b.rank(r).collective(
+                CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=end - arrive[r], start_ns=arrive[r]
+            )
+        t = end
+    return load_run(b.write(tmp_path / "run", level="ops" if untraced else "collectives"))
+
+
+def _host_idle(factor: float, **kw: object) -> SlowdownModel:
+    return SlowdownModel([Slowdown(kind="host_idle", ranks=(1,), factor=factor, **kw)])  # type: ignore[arg-type]
+
+
+def _arrivals(run: RunTrace, step: int) -> dict[int, int]:
+    """Each rank's recorded arrival at the step's all_reduce."""
+    (inst,) = [c for c in run.collectives if run.ranks[c.ranks[0]].step[c.rows[0]] == step]
+    return {r: int(run.ranks[r].start_ns[row]) for r, row in zip(inst.ranks, inst.rows, strict=True)}
+
+
+@pytest.mark.parametrize("untraced", [False, True], ids=["recorded gap", "untraced node"])
+def test_removing_a_ranks_untraced_host_time_shortens_its_step_by_the_gap_less_what_the_peer_absorbs(
+    tmp_path: Path, untraced: bool
+) -> None:
+    run = _gap_run(tmp_path, untraced=untraced)
+    arrive = _arrivals(run, GAP_STEP)
+    # rank 1 arrives the gap earlier; the all_reduce then waits for rank 0 instead
+    saved = arrive[1] - max(arrive[0], arrive[1] - GAP_NS)
+    assert 0 < saved < GAP_NS  # the fixture has rank 0 absorb part of it
+    base = simulate(run).step_times()
+    gone = simulate(run, effects=_host_idle(0.0, first_step=GAP_STEP, last_step=GAP_STEP)).step_times()
+    assert base[GAP_STEP] - gone[GAP_STEP] == saved
+    assert {s: t for s, t in gone.items() if s != GAP_STEP} == {
+        s: t for s, t in base.items() if s != GAP_STEP
+    }
+    # half of it: the step gives back what the half removed beyond rank 0's lateness; twice: the gap again
+    half = simulate(run, effects=_host_idle(0.5)).step_times()
+    assert base[GAP_STEP] - half[GAP_STEP] == arrive[1] - max(arrive[0], arrive[1] - GAP_NS // 2)
+    double = simulate(run, effects=_host_idle(2.0)).step_times()
+    assert double[GAP_STEP] - base[GAP_STEP] == GAP_NS
+
+
+def test_the_real_replays_plan_scales_the_same_gaps_and_untraced_nodes_as_the_simulator(
+    tmp_path: Path,
+) -> None:
+    for untraced in (False, True):
+        run = _gap_run(tmp_path / str(untraced), untraced=untraced)
+        ops = rank_plan(run.ranks[1], run, _host_idle(0.5))
+        got = [
+            (o.name, o.gap_ns, o.dur_ns) for o in ops if o.step == GAP_STEP and o.name != "c10d::all_reduce_"
+        ]
+        if untraced:  # the untraced node's work halved, the all_reduce after it on time
+            assert got == [("aten::mm", 0, 2_000_000), ("untraced", 0, GAP_NS // 2)]
+        else:  # the gap before the all_reduce halved
+            assert got == [("aten::mm", 0, 2_000_000)]
+            (ar,) = [o for o in ops if o.step == GAP_STEP and o.name == "c10d::all_reduce_"]
+            assert ar.gap_ns == GAP_NS // 2
+
+
+def test_untraced_host_time_is_the_host_rows_gaps_and_untraced_nodes_not_a_collectives_wait(
+    tmp_path: Path,
+) -> None:
+    run = _gap_run(tmp_path, untraced=True)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    gap, work = host_idle_rows(rt, m)
+    # rank 0 idled nowhere: its wait at the all_reduce (rank 1's gap) is a collective's, not host idle time
+    assert int(m.gap_ns[gap].sum()) == 0 and not work.any()
+    rt1, m1 = run.ranks[1], execution_model(run).ranks[1]
+    gap1, work1 = host_idle_rows(rt1, m1)
+    assert int(m1.gap_ns[gap1].sum() + m1.work_ns[work1].sum()) == GAP_NS
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ({"factor": -1.0}, "slowdown item (kind=host_idle): factor must be a finite number >= 0, got -1.0"),
+        ({"factor": float("nan")}, "factor must be a finite number >= 0, got nan"),
+        ({"factor": 0.0, "step": 2}, "step belongs to stall items; a host_idle item reads none"),
+        ({"factor": 0.0, "device": "host"}, "device (host) says which compute ops"),
+    ],
+)
+def test_a_bad_host_idle_item_is_a_config_error_naming_its_field(item: dict, says: str) -> None:
+    with pytest.raises(ConfigError, match=None) as e:
+        Slowdown(kind="host_idle", **item)
+    assert says in str(e.value)
+
+
+def test_a_factor_of_zero_is_refused_for_every_kind_but_host_idle() -> None:
+    assert Slowdown(kind="host_idle", factor=0.0).factor == 0.0
+    with pytest.raises(ConfigError, match=r"factor must be a finite number > 0, got 0\.0"):
+        Slowdown(kind="compute", factor=0.0)
+
+
+def test_a_host_idle_item_on_a_rank_or_steps_the_run_lacks_is_refused_naming_the_key(tmp_path: Path) -> None:
+    run = _gap_run(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"effects.items\[0\].ranks: rank 5 is not in the run \(ranks 0-1\)"
+    ):
+        simulate(run, effects=SlowdownModel([Slowdown(kind="host_idle", ranks=(5,), factor=0.0)]))
+    with pytest.raises(
+        ConfigError, match=r"effects.items\[0\].first_step: steps 9..9 hold none of the run's \(steps 0-3\)"
+    ):
+        simulate(run, effects=_host_idle(0.0, first_step=9, last_step=9))
+    # rank 1 idles at step 2 only: at step 1 there is nothing for the factor to scale
+    with pytest.raises(
+        ConfigError, match=r"effects.items\[0\]: rank 1 has no untraced host time in steps 1..1"
+    ):
+        simulate(run, effects=_host_idle(0.0, first_step=1, last_step=1))
+
+
+def _cli(tmp_path: Path, run: Path, *overrides: str) -> int:
+    return skewlens_main(
+        ["replay", f"trace={run}", f"out={tmp_path / 'out'}", "progress=false", "perfetto=false", *overrides]
+    )
+
+
+def test_the_host_idle_entry_replays_the_step_without_the_gap_from_the_command_line(tmp_path: Path) -> None:
+    run = _gap_run(tmp_path)
+    arrive = _arrivals(run, GAP_STEP)
+    saved = arrive[1] - max(arrive[0], arrive[1] - GAP_NS)
+    assert (
+        _cli(tmp_path, tmp_path / "run", "slowdown=host_idle", "slowdown.rank=1", f"slowdown.step={GAP_STEP}")
+        == 0
+    )
+    rows = pq.read_table(tmp_path / "out" / "summary.parquet").to_pylist()
+    got = {(r["rank"], r["step"]): r["step_time_ns"] for r in rows}
+    base = simulate(run).step_times()
+    # each rank's step, mark to mark, as the job's: both end at the all_reduce
+    assert {r: got[(r, GAP_STEP)] for r in (0, 1)} == {0: base[GAP_STEP] - saved, 1: base[GAP_STEP] - saved}
+    assert {r: got[(r, GAP_STEP + 1)] for r in (0, 1)} == {0: base[GAP_STEP + 1], 1: base[GAP_STEP + 1]}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["slowdown.factor=-1"], "slowdown.factor: must be a finite number >= 0, got -1.0"),
+        (
+            ["slowdown.rank=7"],
+            (
+                "slowdown.entries[0].ranks: rank 7 is not in the run (ranks 0-1); the host_idle preset "
+                "takes it from slowdown.rank"
+            ),
+        ),
+        (
+            ["slowdown.rank=1", "slowdown.step=9"],
+            (
+                "slowdown.entries[0].first_step: steps 9..9 hold none of the run's (steps 0-3); the "
+                "host_idle preset takes it from slowdown.step"
+            ),
+        ),
+    ],
+)
+def test_a_bad_host_idle_setting_is_one_line_naming_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], says: str
+) -> None:
+    _gap_run(tmp_path)
+    assert _cli(tmp_path, tmp_path / "run", "slowdown=host_idle", *overrides) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"skewlens replay: error: {says}"]
+    assert not (tmp_path / "out").exists()
