@@ -34,7 +34,7 @@ from skewlens.analysis.breakdown import (
 from skewlens.analysis.critical_path import DEVICE_GAP, HOST_GAP, shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
-from skewlens.analysis.records import BlameRecord
+from skewlens.analysis.records import BlameRecord, CauseKind
 from skewlens.profiler.manifest import default_group_name
 from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
 from skewlens.profiler.store.render import group_desc, group_members
@@ -192,7 +192,10 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         for r, w in caused:
             cause = top_cause.get(r)
             t.add_row(str(r), "-", "-", "-", _ms(w / steps), (cause.text if cause else "") or "-")
-        for note in uneven_wait_notes(result, [r for r, _w in caused]):
+        for note in [
+            *uneven_wait_notes(result, [r for r, _w in caused]),
+            *host_idle_notes(result, [r for r, _w in caused]),
+        ]:
             t.caption += f"\n{note}"
         return t
     shown = [recs[0], *(rec for rec in recs[1:] if _costs_anything(rec, steps))][:top]
@@ -221,7 +224,10 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         t.caption += f"\n{said}; every rank is in {BLAME_FILE}"
     if (uneven := uneven_cost_note(result, shown[0])) is not None:
         t.caption += f"\n{uneven}"
-    for note in uneven_wait_notes(result, [rec.rank for rec in shown]):
+    for note in [
+        *uneven_wait_notes(result, [rec.rank for rec in shown]),
+        *host_idle_notes(result, [rec.rank for rec in shown]),
+    ]:
         t.caption += f"\n{note}"
     return t
 
@@ -320,6 +326,40 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
         out.append(
             f"rank {r}'s caused wait is uneven over its steps: in step {step} it made its peers wait "
             f"{_ms(worst)} ms, {100.0 * worst / total:.0f}% of it, in its median step {_ms(median)} ms"
+        )
+    return out
+
+
+def host_idle_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
+    """For each of ``ranks`` that made its peers wait mostly for untraced host time (half its caused wait or
+    more at events whose own cause is ``host idle/gap``, in the steps the per-step figures are a mean over),
+    the replay that takes that time away (``slowdown=host_idle``), with the step where one step holds over
+    :data:`UNEVEN_WAIT_SHARE` of it: before, the report named the cause and no what-if for it, as it names
+    ``slow_gpu`` for a rank's GPU."""
+    wanted = set(blame_step_ids(result))
+    caused = caused_wait_in_steps(result)
+    idle: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for e in result.skew.events:
+        if (
+            e.cause.kind is CauseKind.HOST_GAP
+            and not e.cause.passed_on
+            and not e.clock_contradicted
+            and e.step in wanted
+            and e.total_exposed_wait_ns > 0
+        ):
+            idle[e.blamed_rank][e.step] += e.total_exposed_wait_ns
+    out = []
+    for r in ranks:
+        by_step = idle.get(r, {})
+        total = sum(by_step.values())
+        if total < _SHOWN_NS * len(wanted) or 2 * total < caused.get(r, 0):
+            continue
+        worst, step = max((w, -s) for s, w in by_step.items())
+        one = f" slowdown.step={-step}" if worst > UNEVEN_WAIT_SHARE * total else ""
+        out.append(
+            f"rank {r} made its peers wait for untraced host time (between traced operators: a data loader, "
+            f"gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
+            f"slowdown=host_idle slowdown.rank={r}{one} slowdown.factor=0 (0.5: half of it)"
         )
     return out
 

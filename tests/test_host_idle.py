@@ -8,11 +8,15 @@ answer (``kind: host_idle`` was refused as an unknown kind).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 
+from skewlens.analysis import analyze_run
+from skewlens.analysis.render import stragglers_table
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
@@ -206,3 +210,26 @@ def test_a_bad_host_idle_setting_is_one_line_naming_its_key(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"skewlens replay: error: {says}"]
     assert not (tmp_path / "out").exists()
+
+
+def _stragglers_text(run: RunTrace) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=400).print(stragglers_table(analyze_run(run)))
+    return " ".join(buf.getvalue().split())
+
+
+def test_analyze_names_the_host_idle_replay_for_a_rank_that_made_its_peers_wait_for_untraced_host_time(
+    tmp_path: Path,
+) -> None:
+    text = _stragglers_text(_gap_run(tmp_path))
+    assert (
+        "rank 1 made its peers wait for untraced host time (between traced operators: a data loader, "
+        "gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
+        f"slowdown=host_idle slowdown.rank=1 slowdown.step={GAP_STEP} slowdown.factor=0 (0.5: half of it)"
+    ) in text
+
+
+def test_analyze_names_no_host_idle_replay_for_a_rank_whose_compute_grew(run_dir: Path) -> None:
+    # the shared fixture: rank r computes r x 0.1 ms longer than rank 0, no idle time
+    text = _stragglers_text(load_run(run_dir))
+    assert "compute grew" in text and "host_idle" not in text
