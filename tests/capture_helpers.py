@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,40 @@ with socket.socket() as s:
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
 """
+
+
+def stalled_ddp_script(loop: str) -> str:
+    """A 2-rank DDP training script (gloo, a 3-layer MLP, SGD) around ``loop``, the training loop, which on
+    rank 1 sets ``side`` to when it stalled (``start_ns``, ``end_ns``); the script writes ``side`` to the file
+    ``SIDE_FILE`` names, which the checks compare with."""
+    return f"""
+import json, os, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+side = {{}}
+{loop}
+if rank == 1:
+    with open(os.environ["SIDE_FILE"], "w") as f:
+        json.dump(side, f)
+dist.destroy_process_group()
+"""
+
+
+def profile_stalled(tmp_path: Path, script: str) -> tuple[Path, dict[str, int]]:
+    """Profile a :func:`stalled_ddp_script` at ``ops`` on 2 gloo ranks (steps 2-7 of its 8), which must
+    succeed: the run directory and when rank 1 stalled (its side file: ``start_ns``, ``end_ns``)."""
+    side_file = tmp_path / "side.json"
+    run_dir, proc = profile_script(
+        tmp_path, script, nproc=2, steps="1:1:6", level="ops", env={"SIDE_FILE": str(side_file)}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir, json.loads(side_file.read_text())
 
 
 def profile(

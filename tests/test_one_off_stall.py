@@ -12,12 +12,11 @@ only its mean per step.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from capture_helpers import profile_script
+from capture_helpers import profile_stalled, stalled_ddp_script
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
@@ -30,18 +29,8 @@ pytestmark = pytest.mark.slow
 
 STALL_STEP, STALL_MS = 4, 200
 
-SCRIPT = f"""
-import json, os, sys, time
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
+SCRIPT = stalled_ddp_script(f"""
 x = torch.randn(16, 64)
-side = {{}}
 for step in range(8):
     if rank == 1 and step == {STALL_STEP}:
         t0 = time.time_ns()
@@ -50,22 +39,13 @@ for step in range(8):
     model(x).sum().backward()
     opt.step()
     opt.zero_grad()
-if rank == 1:
-    with open(os.environ["SIDE_FILE"], "w") as f:
-        json.dump(side, f)
-dist.destroy_process_group()
-"""
+""")
 
 
 def test_a_one_off_stall_is_named_for_its_step_and_rank_with_its_size_and_its_removal_gives_the_step_back(
     tmp_path: Path,
 ) -> None:
-    side_file = tmp_path / "side.json"
-    run_dir, proc = profile_script(
-        tmp_path, SCRIPT, nproc=2, steps="1:1:6", level="ops", env={"SIDE_FILE": str(side_file)}
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    side = json.loads(side_file.read_text())
+    run_dir, side = profile_stalled(tmp_path, SCRIPT)
     stall_ns = side["end_ns"] - side["start_ns"]
     run = load_run(run_dir)
     result = analyze_run(run)
