@@ -749,7 +749,7 @@ def test_launcher_settings_are_left_to_hydra_where_the_users_primary_config_choo
             ["slowdown.factor: 1,abc"],
             "slowdown.factor=1,abc: Value 'abc' of type 'str' could not be converted",
         ),
-        (["slowdown: stragler,none"], "slowdown=stragler: no such entry (one of jitter, none,"),
+        (["slowdown: stragler,none"], "slowdown=stragler: no such entry (one of host_idle, jitter, none,"),
     ],
 )
 def test_a_bad_sweep_in_the_users_primary_configs_sweeper_params_is_one_line_naming_the_file(
