@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import itertools
 import json
@@ -282,6 +283,11 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
 
 def _doc_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def _section(title: str) -> str:
+    """docs/parquet.md's section ``## title``, up to the next."""
+    return DOC.read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def _doc_python() -> list[str]:
@@ -955,7 +961,7 @@ def test_the_documented_union_by_name_reads_two_runs_of_different_schema_version
     v11 = pq.read_table(old).drop_columns(["dtype"])
     write_table(v11.replace_schema_metadata({META_VERSION: b"11", META_TABLE: b"collectives"}), old)
     monkeypatch.chdir(tmp_path)
-    (query,) = [q for q in _doc_queries() if "union_by_name" in q]
+    (query,) = [q for q in _doc_queries() if "union_by_name" in q and "dtype" in q]
     members = v11.num_rows
     assert duckdb.sql(query).fetchall() == [("a", None, members), ("b", "float32", members)]
     plain = query.replace(", union_by_name = true", "")
@@ -997,7 +1003,7 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
     whose differences are known: what each should find, by hand."""
     _before_after_run(tmp_path / "runs" / "before", after=False)
     _before_after_run(tmp_path / "runs" / "after", after=True)
-    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    section = _section("Comparing two runs")
     commands = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]  # export and analyze
     monkeypatch.chdir(tmp_path)
     for line in commands.splitlines():
@@ -1345,7 +1351,7 @@ def test_the_documented_replay_of_a_with_bs_slowdown_is_held_to_bs_measured_step
     1 doing 20 ms more at the start of each step: the prediction is b's steps exactly."""
     _slow_rank_run(tmp_path / "runs" / "before", slow_ms=0)
     _slow_rank_run(tmp_path / "runs" / "after", slow_ms=20)
-    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    section = _section("Comparing two runs")
     analyze, replay = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     monkeypatch.chdir(tmp_path)
     for command in [c for line in analyze.splitlines() for c in line.split("&&")] + [replay]:
@@ -1400,7 +1406,7 @@ def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_
         script.write_text(DDP_SCRIPT.replace("OWN = False", f"OWN = {own}"))
         proc = profile(tmp_path / "runs" / name, level="ops", steps="1:1:3", script=script)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    section = DOC.read_text().split("## Comparing two runs", 1)[1]
+    section = _section("Comparing two runs")
     commands = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]  # export and analyze
     monkeypatch.chdir(tmp_path)
     for command in (c for line in commands.splitlines() for c in line.split("&&")):
@@ -1420,3 +1426,110 @@ def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_
         out = tmp_path / "FLEET" / f"run={name}"
         steps = duckdb.sql(f"SELECT pair, step FROM '{out}/p2p.parquet' ORDER BY pair").fetchall()
         assert steps == duckdb.sql(JOINED_STEPS.format(out=out)).fetchall() and len(steps) >= 3, name
+
+
+def _night(run_dir: Path, addmm_ms: tuple[list[float], list[float]], gather_bytes: int = 4_096) -> Path:
+    """2 ranks, 3 steps of ``aten::addmm`` (rank r's in step s: ``addmm_ms[r][s]``), an all_gather of
+    ``gather_bytes`` that transfers for 2 ms after the later rank arrives (the earlier one waits for it),
+    then 1 ms of ``aten::add``."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(3):
+            mine, latest = addmm_ms[r][s], max(addmm_ms[0][s], addmm_ms[1][s])
+            rb.step(s).compute("aten::addmm", round(mine * MS))
+            rb.collective(
+                CommType.ALL_GATHER, gather_bytes, round((latest - mine + 2) * MS), name="c10d::allgather_"
+            )
+            rb.compute("aten::add", MS)
+    return b.write(run_dir)
+
+
+def test_the_documented_nightly_gate_names_the_op_and_collective_that_regressed_and_not_a_noisy_night(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "Every night: a gate and a dashboard", verbatim: three earlier nights whose steps each had one slow
+    step on some rank (contention), the first exported by a skewlens before ``dtype`` (schema 11); then
+    tonight either with rank 1's addmm 25% slower in every step and the all_gather 4 times bigger, or as
+    noisy as the earlier nights. The gate names the op, rank and change, the collective and its bytes, and
+    stays quiet on the noisy night; the dashboard gives each night's figures."""
+    from skewlens.profiler.store.schema import write_table
+
+    earlier = {
+        "2026-12-01": ([10, 30, 10], [10, 10, 10]),  # rank 0's second step 20 ms slower
+        "2026-12-02": ([10, 10, 10], [10.2, 10.2, 30]),  # rank 1's least addmm of every night: 10.2 ms
+        "2026-12-03": ([9.9, 9.9, 9.9], [10, 10, 10]),
+    }
+    tonight = {
+        "regressed": (([10, 10, 10], [12.5, 12.5, 12.5]), 16_384),
+        "noisy": (([10, 30, 10], [10.1, 10.1, 10.1]), 4_096),
+    }
+    ops, collectives, dashboard = re.findall(
+        r"```sql\n(.*?)```", _section("Every night: a gate and a dashboard"), flags=re.S
+    )
+    (ci,) = re.findall(r"```python\n(.*?)```", _section("Every night: a gate and a dashboard"), flags=re.S)
+    found: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int, str]] = {}
+    for case, (ms, gather) in tonight.items():
+        root = tmp_path / case
+        nights = {**{d: (a, 4_096) for d, a in earlier.items()}, "2026-12-04": (ms, gather)}
+        for day, (addmm, size) in nights.items():
+            run = _night(root / "runs" / day, addmm, size)
+            argv = ["export", str(run), "--out", str(root / "FLEET" / f"run={day}"), "--no-progress"]
+            assert skewlens_main(argv) == 0
+            argv = ["analyze", str(run), "--out", str(root / "AN" / f"run={day}"), "--no-pictures"]
+            assert skewlens_main(argv) == 0
+        # the first night as a skewlens before schema 12 wrote it: no dtype in nodes nor collectives
+        old = root / "FLEET" / "run=2026-12-01"
+        for f, table in [
+            (old / "collectives.parquet", "collectives"),
+            *((p, "nodes") for p in old.glob("nodes/*/*.parquet")),
+        ]:
+            v11 = pq.read_table(f).drop_columns(["dtype"])
+            write_table(v11.replace_schema_metadata({META_VERSION: b"11", META_TABLE: table.encode()}), f)
+        monkeypatch.chdir(root)
+        (root / "gate_ops.sql").write_text(ops)
+        (root / "gate_collectives.sql").write_text(collectives)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            exec(ci, {})  # the docs' CI snippet, verbatim
+        found[case] = (
+            duckdb.sql(ops).fetchall(),
+            duckdb.sql(collectives).fetchall(),
+            int(exited.value.code or 0),
+            capsys.readouterr().out,
+        )
+    night = datetime.date(2026, 12, 4)
+    gate_ops, gate_collectives, code, said = found["regressed"]
+    # rank 1's least addmm of a step: 12.5 ms tonight, 10.2 ms at most before; rank 0's slow steps are no
+    # night's least, so they do not count
+    assert gate_ops == [(night, 1, "aten::addmm", 10_200_000, 12_500_000, 2_300_000)]
+    # the all_gather's bytes on both ranks; its transfer, 2 ms every night, is not a change
+    gather = ("0", "ALL_GATHER", "c10d::allgather_", 1)
+    assert gate_collectives == [(night, *gather, r, 4_096, 16_384, 2 * MS, 2 * MS) for r in (0, 1)]
+    assert code == 1
+    assert said.splitlines()[0] == (
+        "gate_ops.sql {'run': datetime.date(2026, 12, 4), 'rank': 1, 'name': 'aten::addmm', "
+        "'earlier_ns': 10200000, 'tonight_ns': 12500000, 'change_ns': 2300000}"
+    )
+    assert len(said.splitlines()) == 3
+    assert found["noisy"][:3] == ([], [], 0)
+    # the dashboard: 3 steps a night; a step lasts as long as the slower rank's addmm and 3 ms more; the
+    # earlier rank waits for the later at the all_gather (exposed), then both transfer 2 ms
+    rows = duckdb.sql(dashboard).fetchall()  # the noisy fleet's, the last one entered
+    steps = {**earlier, "2026-12-04": tonight["noisy"][0]}
+    for (day, n, step_ns, exposed_ns, _rank, _cost), (want_day, addmm) in zip(
+        rows, steps.items(), strict=True
+    ):
+        longest = [max(addmm[0][s], addmm[1][s]) for s in range(3)]
+        apart = [abs(addmm[0][s] - addmm[1][s]) for s in range(3)]
+        assert (str(day), n) == (want_day, 3)
+        assert step_ns == round(sum(x + 3 for x in longest) * MS / 3)
+        assert exposed_ns == round(sum(x + 2 for x in apart) * MS / 3)
+    # blame compares typical steps: night 1's one slow step on rank 0 costs nothing (no straggler), rank 1's
+    # 0.2 ms more of every step of night 2 (and its slow third step) costs 0.99 ms over the 3 steps
+    assert [(str(d), r, c) for d, _n, _s, _e, r, c in rows] == [
+        ("2026-12-01", None, None),
+        ("2026-12-02", 1, 329_412),
+        ("2026-12-03", 1, 100_000),
+        ("2026-12-04", 1, 66_667),
+    ]
