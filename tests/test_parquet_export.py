@@ -9,7 +9,8 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from skewlens.analysis.sql import collective_skew_sql
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import export_main, parquet_model
 from skewlens.profiler import chakra_schema as pb
+from skewlens.profiler.atomic import STAGING_SUFFIX, temp_prefix
 from skewlens.profiler.errors import SkewlensError, TraceFormatError, ValidationError
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import read_manifest, write_manifest
@@ -283,6 +285,17 @@ def test_integers_are_delta_encoded_with_statistics_and_strings_are_dictionary_p
 
 def _doc_queries() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def _killed_beside(out: Path, names: Iterable[str], written: Path) -> Path:
+    """The staging directory that an export or analysis into ``out`` killed (SIGKILL, the OOM killer) after
+    writing ``names`` (paths inside it; copies of ``written``'s) leaves beside ``out``; the next one into
+    ``out`` would remove it, none into another run's directory does."""
+    left = out.parent / f"{temp_prefix(out.name)}k3j2x7ab{STAGING_SUFFIX}"
+    for name in names:
+        (left / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(written / name, left / name)
+    return left
 
 
 def _section(title: str) -> str:
@@ -944,6 +957,10 @@ def test_the_documented_many_runs_query_and_loop_keep_runs_apart_where_a_union_o
     union = _skew_rows(con, "FLEET/*")
     assert alone["a"] != alone["b"] and len(alone["a"]) == len(alone["b"]) > 0
     assert set(union) - set(alone["a"]) - set(alone["b"])  # rows of neither run: the union mixed them
+    # a third export, killed after it wrote rank 1's nodes: a directory of FLEET/*/, not of FLEET/run=*/
+    fleet = tmp_path / "FLEET"
+    _killed_beside(fleet / "run=c", ["nodes/rank=1/part-0.parquet"], fleet / "run=a")
+    assert duckdb.sql(query).fetchall() == want
     (loop,) = [c for c in _doc_python() if "FLEET" in c]
     scope: dict[str, Any] = {}
     exec(loop, scope)  # the docs' snippet, verbatim
@@ -1011,6 +1028,10 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
             argv = command.split()
             assert argv[0] == "skewlens"
             assert skewlens_main(argv[1:]) == 0, command
+    # a third run's export and analysis, killed while they wrote (copies of a's files), beside the runs
+    fleet, an = tmp_path / "FLEET", tmp_path / "AN"
+    _killed_beside(fleet / "run=c", ["nodes/rank=1/part-0.parquet", "collectives.parquet"], fleet / "run=a")
+    _killed_beside(an / "run=c", ["step_breakdown.parquet", "collective_skew.parquet"], an / "run=a")
     breakdown, collectives, ops, _predicted, p2p = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     # a: 14 us steps (10 compute, 2 all_reduce, 1 compute, 1 send); b: 40 us, rank 0 waiting 20 us for rank
     # 1's compute at the first all_reduce, rank 1 4 us for rank 0's send
@@ -1488,6 +1509,10 @@ def test_the_documented_nightly_gate_names_the_op_and_collective_that_regressed_
         ]:
             v11 = pq.read_table(f).drop_columns(["dtype"])
             write_table(v11.replace_schema_metadata({META_VERSION: b"11", META_TABLE: table.encode()}), f)
+        # tonight's export and analysis killed once before they finished (the run exported again since)
+        fleet, an = root / "FLEET" / "run=2026-12-06", root / "AN" / "run=2026-12-06"
+        _killed_beside(fleet, ["nodes/rank=1/part-0.parquet", "collectives.parquet"], fleet)
+        _killed_beside(an, ["step_breakdown.parquet", "blame.parquet"], an)
         monkeypatch.chdir(root)
         (root / "gate_ops.sql").write_text(ops)
         (root / "gate_collectives.sql").write_text(collectives)
