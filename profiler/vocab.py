@@ -212,6 +212,19 @@ COLLECTIVE_BY_OP: dict[str, CommType] = {
     "monitored_barrier": CommType.BARRIER,
 }
 
+#: Collective types whose members must all report the same size (what "size differs" means:
+#: :mod:`skewlens.profiler.store.match`); all_to_all, gather and scatter members legitimately differ.
+SIZE_MUST_MATCH = frozenset(
+    {
+        CommType.ALL_REDUCE,
+        CommType.REDUCE,
+        CommType.BROADCAST,
+        CommType.BARRIER,
+        CommType.ALL_GATHER,
+        CommType.REDUCE_SCATTER,
+        CommType.REDUCE_SCATTER_BLOCK,
+    }
+)
 COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
 P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
 

@@ -23,7 +23,7 @@ from skewlens.profiler.manifest import (
     partial_traces,
 )
 from skewlens.profiler.store.model import type_mask
-from skewlens.profiler.vocab import COMM_NODE_TYPES
+from skewlens.profiler.vocab import COMM_NODE_TYPES, SIZE_MUST_MATCH
 
 if TYPE_CHECKING:
     from skewlens.profiler.store.model import RunTrace
@@ -492,6 +492,37 @@ def _into(ns: int, start_ns: int) -> str:
     return f"{d / 1e9:+.2f} s" if abs(d) >= 1_000_000_000 else f"{d / 1e6:+.1f} ms"
 
 
+def _between(deltas_ns: Sequence[int]) -> str:
+    """``+0.5 ms`` or ``+0.5 ms to +0.7 ms``: the span of several ranks' times, each from its own start."""
+    lo, hi = _into(min(deltas_ns), 0), _into(max(deltas_ns), 0)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _seconds_between(ns: Sequence[int]) -> str:
+    """``10.0 s`` or ``9.8 to 10.0 s``."""
+    lo, hi = f"{min(ns) / 1e9:.1f}", f"{max(ns) / 1e9:.1f}"
+    return f"{lo} s" if lo == hi else f"{lo} to {hi} s"
+
+
+#: The stop records' names of the collective types whose members must agree on the size (``all_reduce``).
+_SIZES_AGREE = frozenset(t.name.lower() for t in SIZE_MUST_MATCH)
+
+
+def _issued_apart(inside: Sequence[tuple[int, CallAt]]) -> str | None:
+    """``rank 0 broadcast of 2 KiB, ranks 1-3 all_reduce of 16 KiB``: the members of one call number grouped
+    by what they issued as it, where they issued different collectives (another type, or another size of a
+    type whose members must agree on it); None where they agree."""
+    if len({(c.type, c.size_bytes if c.type in _SIZES_AGREE else -1) for _r, c in inside}) < 2:
+        return None
+    short = {(c.type, c.size_bytes): f"{c.type} of {format_bytes(c.size_bytes)}" for _r, c in inside}
+    if len(set(short.values())) < len(short):  # rounded alike: exact
+        short = {(t, b): f"{t} of {b:,} B" for t, b in short}
+    by: dict[str, list[int]] = {}
+    for r, c in inside:
+        by.setdefault(short[(c.type, c.size_bytes)], []).append(r)
+    return ", ".join(f"{ranks_label(rs)} {what}" for what, rs in by.items())
+
+
 def _name(c: CallAt) -> str:
     return f"{c.type} {c.pg_name}#{c.seq}" if c.seq >= 0 else f"{c.type} on group {c.pg_name}"
 
@@ -506,7 +537,9 @@ def stop_answer(m: Manifest) -> str | None:
     across the ranks' stop records (``manifest.stopped``): the first collective some member of its group is
     in (issued, not returned) that another member saved without having issued, with the rank in it since
     when (into its unfinished step) and the laggard's last returned call; members that issued different
-    collectives under one number; and the ranks that saved no trace. None where no rank was in a call.
+    collectives under one number (another type, or another size where members must agree); and the ranks
+    that saved no trace, beside every member in the call where all that saved are in it. None where no rank
+    was in a call.
     With several groups a laggard that is itself in a call another member did not arrive at waits there: a
     collective with a laggard in no such call comes first, and a waiting laggard is said with its call."""
     stops = {s.rank: s for s in m.stopped}
@@ -565,10 +598,12 @@ def stop_answer(m: Manifest) -> str | None:
         inside = sorted(((r, c) for r, c in inside_of[(pg, seq)] if r in place), key=lambda rc: place[rc[0]])
         late = late_at(pg, seq)
         if late:
-            waits = ", ".join(
-                f"rank {r} in it since {_into(c.at_ns, stops[r].step_start_ns)}, "
-                f"{(stops[r].saved_ns - c.at_ns) / 1e9:.1f} s before it saved"
-                for r, c in inside
+            # one clause for all the members in it (with 64 ranks, one each made a line of 63 clauses)
+            waits = (
+                f"{ranks_label([r for r, _c in inside])} in it since "
+                f"{_between([c.at_ns - stops[r].step_start_ns for r, c in inside])}, "
+                f"{_seconds_between([stops[r].saved_ns - c.at_ns for r, c in inside])} before "
+                + ("it saved" if len(inside) == 1 else "they saved")
             )
             lasts = "; ".join(
                 f"rank {r}'s last: "
@@ -587,11 +622,8 @@ def stop_answer(m: Manifest) -> str | None:
             )
             said.append(f"{ranks_label(late)} did not arrive at {_sized(call)} ({waits}; {lasts})")
             break
-        if len({c.type for _r, c in inside}) > 1:
-            said.append(
-                f"ranks issued different collectives as {pg}#{seq}: "
-                + ", ".join(f"rank {r} {c.type} of {format_bytes(c.size_bytes)}" for r, c in inside)
-            )
+        if (apart := _issued_apart(inside)) is not None:
+            said.append(f"ranks issued different collectives as {pg}#{seq}: {apart}")
             break
     else:  # every member is in every collective some member is in: name where the ranks wait
         r, s = min((r, s) for r, s in stops.items() if s.in_flight)
@@ -600,8 +632,10 @@ def stop_answer(m: Manifest) -> str | None:
         # the call completed; gloo's recorder marks none completed, so a rank that ran out of batches under
         # Join and exited was said to be 'in' the broadcast that synced its final model
         went_on = (set(members.get(c.pg_name, m.ranks)) & set(m.ranks)) - set(stops) - set(m.missing_ranks)
-        if not went_on:
-            said.append(f"rank {r} in {_sized(c)} since {_into(c.at_ns, s.step_start_ns)}")
+        if not went_on:  # every member in it, not the first alone (who read as the one that held it)
+            inside = sorted(inside_of[(c.pg_name, c.seq)]) if c.seq >= 0 else [(r, c)]
+            since = _between([ci.at_ns - stops[ri].step_start_ns for ri, ci in inside])
+            said.append(f"{ranks_label([ri for ri, _c in inside])} in {_sized(c)} since {since}")
     if m.missing_ranks:
         said.append(f"{ranks_label(list(m.missing_ranks))} saved no trace")
     if not said:

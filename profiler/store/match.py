@@ -33,20 +33,8 @@ from skewlens.profiler.store.issues import (
     steps_label,
 )
 from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace, type_mask
-from skewlens.profiler.vocab import CommType, NodeType
+from skewlens.profiler.vocab import SIZE_MUST_MATCH, CommType, NodeType
 
-#: Collective types whose members must all report the same ``comm_size``.
-SIZE_MUST_MATCH = frozenset(
-    {
-        CommType.ALL_REDUCE,
-        CommType.REDUCE,
-        CommType.BROADCAST,
-        CommType.BARRIER,
-        CommType.ALL_GATHER,
-        CommType.REDUCE_SCATTER,
-        CommType.REDUCE_SCATTER_BLOCK,
-    }
-)
 #: At most this many issues of one kind are reported individually; the rest are summarised.
 MAX_REPORTED = 20
 #: Issue kinds of communication whose members disagree across ranks: errors in a strict load, warnings
