@@ -119,7 +119,7 @@ def test_ranks_that_issued_different_collectives_under_one_number_are_named(tmp_
     )
     assert stop_answer(read_manifest(run)) == (
         "step 3 did not finish: ranks issued different collectives as 0#11: rank 0 broadcast of 2 KiB, rank "
-        "1 all_reduce of 16 KiB (times from the start of the step on each rank)"
+        "1 all_reduce of 16 KiB"  # no times said: before, it ended '(times from the start of the step ...)'
     )
 
 
@@ -139,7 +139,7 @@ def test_a_member_that_issued_another_size_under_one_number_is_named_beside_the_
     run = _run(tmp_path, *stops, missing=(1,), world=4)
     assert stop_answer(read_manifest(run)) == (
         "step 3 did not finish: ranks issued different collectives as 0#10: ranks 0, 3 all_reduce of 8 KiB, "
-        "rank 2 all_reduce of 16 KiB; rank 1 saved no trace (times from the start of the step on each rank)"
+        "rank 2 all_reduce of 16 KiB; rank 1 saved no trace"
     )
 
 
@@ -196,7 +196,7 @@ def test_ranks_that_issued_the_same_collective_under_a_disputed_number_are_said_
     run = _run(tmp_path, *stops, _stop(2, ("all_reduce", 10, 1), ("broadcast", 11, 2)), world=4)
     assert stop_answer(read_manifest(run)) == (
         "step 3 did not finish: ranks issued different collectives as 0#11: ranks 0-1, 3 all_reduce of 16 "
-        "KiB, rank 2 broadcast of 2 KiB (times from the start of the step on each rank)"
+        "KiB, rank 2 broadcast of 2 KiB"
     )
 
 

@@ -589,6 +589,7 @@ def stop_answer(m: Manifest) -> str | None:
     # a call whose laggards all wait in such calls themselves goes last (stable: then by number)
     flying.sort(key=lambda x: bool(late := late_at(x[0], x[1])) and all(r in waits_in for r in late))
     said: list[str] = []
+    timed = False  # whether what is said has times (not of different collectives, nor of a missing rank)
     seen: set[tuple[str, int]] = set()
     for pg, seq, _r, call in flying:
         if (pg, seq) in seen:  # said as its first member's
@@ -621,6 +622,7 @@ def stop_answer(m: Manifest) -> str | None:
                 for r in late
             )
             said.append(f"{ranks_label(late)} did not arrive at {_sized(call)} ({waits}; {lasts})")
+            timed = True
             break
         if (apart := _issued_apart(inside)) is not None:
             said.append(f"ranks issued different collectives as {pg}#{seq}: {apart}")
@@ -636,11 +638,14 @@ def stop_answer(m: Manifest) -> str | None:
             inside = sorted(inside_of[(c.pg_name, c.seq)]) if c.seq >= 0 else [(r, c)]
             since = _between([ci.at_ns - stops[ri].step_start_ns for ri, ci in inside])
             said.append(f"{ranks_label([ri for ri, _c in inside])} in {_sized(c)} since {since}")
+            timed = True
     if m.missing_ranks:
         said.append(f"{ranks_label(list(m.missing_ranks))} saved no trace")
     if not said:
         return None
     step = min(s.step for s in stops.values())
     return (
-        f"step {step} did not finish: " + "; ".join(said) + " (times from the start of the step on each rank)"
+        f"step {step} did not finish: "
+        + "; ".join(said)
+        + (" (times from the start of the step on each rank)" if timed else "")
     )
