@@ -369,6 +369,21 @@ def test_a_rank_in_flight_on_a_group_the_manifest_does_not_list_it_in_is_left_ou
     )
 
 
+def test_the_members_said_in_a_call_all_are_in_are_its_groups_only(tmp_path: Path) -> None:
+    # rank 2 is not in group 1 {0, 1} (an untrusted manifest): not among the members said in 1#12
+    run = _mesh(
+        tmp_path,
+        _stop(0, ("all_reduce", 11, 2, "1"), ("all_reduce", 12, 3, "1")),
+        _stop(1, ("all_reduce", 11, 2, "1"), ("all_reduce", 12, 3, "1")),
+        _stop(2, None, ("all_reduce", 12, 4, "1")),
+        _stop(3, None),
+    )
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: ranks 0-1 in all_reduce 1#12 of 16 KiB since +3.0 ms (times from the start "
+        "of the step on each rank)"
+    )
+
+
 def test_times_of_a_second_or_more_either_side_of_the_step_start_are_in_seconds(tmp_path: Path) -> None:
     # rank 0 issued the broadcast 2.5 s into the step and waited 7.5 s of the 10 s until it saved
     assert _said(

@@ -635,7 +635,9 @@ def stop_answer(m: Manifest) -> str | None:
         # Join and exited was said to be 'in' the broadcast that synced its final model
         went_on = (set(members.get(c.pg_name, m.ranks)) & set(m.ranks)) - set(stops) - set(m.missing_ranks)
         if not went_on:  # every member in it, not the first alone (who read as the one that held it)
-            inside = sorted(inside_of[(c.pg_name, c.seq)]) if c.seq >= 0 else [(r, c)]
+            place = stopped_in(c.pg_name)  # its group's members only (a manifest is untrusted)
+            inside = [(ri, ci) for ri, ci in sorted(inside_of[(c.pg_name, c.seq)]) if ri in place]
+            inside = inside if c.seq >= 0 and inside else [(r, c)]
             since = _between([ci.at_ns - stops[ri].step_start_ns for ri, ci in inside])
             said.append(f"{ranks_label([ri for ri, _c in inside])} in {_sized(c)} since {since}")
             timed = True
