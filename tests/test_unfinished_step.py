@@ -188,6 +188,18 @@ def test_the_members_waiting_for_a_rank_that_did_not_arrive_are_said_in_one_clau
     )
 
 
+def test_ranks_that_did_not_arrive_after_the_same_last_call_are_said_together(tmp_path: Path) -> None:
+    # a host's ranks (2 and 3) stuck reading data; the other host's in step 3's first all_reduce. Before:
+    # "rank 2's last: broadcast 0#9, returned at -1.0 ms; rank 3's last: broadcast 0#9, returned at -2.0 ms"
+    stops = [_stop(r, ("broadcast", 9, -1), ("all_reduce", 10, 1)) for r in (0, 1)]
+    run = _run(tmp_path, *stops, _stop(2, ("broadcast", 9, -1)), _stop(3, ("broadcast", 9, -2)), world=4)
+    assert stop_answer(read_manifest(run)) == (
+        "step 3 did not finish: ranks 2-3 did not arrive at all_reduce 0#10 of 16 KiB (ranks 0-1 in it since "
+        "+1.0 ms, 10.0 s before they saved; last of ranks 2-3: broadcast 0#9, returned at -2.0 ms to -1.0 "
+        "ms) (times from the start of the step on each rank)"
+    )
+
+
 def test_ranks_that_issued_the_same_collective_under_a_disputed_number_are_said_together(
     tmp_path: Path,
 ) -> None:

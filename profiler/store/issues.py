@@ -606,20 +606,35 @@ def stop_answer(m: Manifest) -> str | None:
                 f"{_seconds_between([stops[r].saved_ns - c.at_ns for r, c in inside])} before "
                 + ("it saved" if len(inside) == 1 else "they saved")
             )
+            # laggards whose last call, call waited in and exception agree are said together (a host's 8
+            # ranks stuck reading data: one clause, not 8)
+            alike: dict[tuple[str, str, str], list[int]] = {}
+            for r in late:
+                last, w = stops[r].last, waits_in.get(r)
+                key = (_name(last) if last else "", _name(w) if w else "", stops[r].raised)
+                alike.setdefault(key, []).append(r)
             lasts = "; ".join(
-                f"rank {r}'s last: "
+                (f"rank {rs[0]}'s last: " if len(rs) == 1 else f"last of ranks {rank_ranges(rs)}: ")
                 + (
-                    f"{_name(last)}, returned at {_into(last.at_ns, stops[r].step_start_ns)}"
-                    if (last := stops[r].last) is not None
+                    f"{last_name}, returned at "
+                    + _between(
+                        [lc.at_ns - stops[r].step_start_ns for r in rs if (lc := stops[r].last) is not None]
+                    )
+                    if last_name
                     else "none in the capture window"
                 )
                 + (
-                    f", waiting in {_name(w)} since {_into(w.at_ns, stops[r].step_start_ns)}"
-                    if (w := waits_in.get(r)) is not None
+                    f", waiting in {wait_name} since "
+                    + _between([waits_in[r].at_ns - stops[r].step_start_ns for r in rs])
+                    if wait_name
                     else ""
                 )
-                + (f", then its program raised {raised}" if (raised := stops[r].raised) else "")
-                for r in late
+                + (
+                    f", then {'its program' if len(rs) == 1 else 'their programs'} raised {raised}"
+                    if raised
+                    else ""
+                )
+                for (last_name, wait_name, raised), rs in alike.items()
             )
             said.append(f"{ranks_label(late)} did not arrive at {_sized(call)} ({waits}; {lasts})")
             timed = True
