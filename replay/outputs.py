@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,7 +171,13 @@ class ReplayedNodeRecord(NodeRecord):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SweepRecord:
-    """One row of ``sweep.parquet``: one job of a multirun sweep."""
+    """One row of ``sweep.parquet``: one job of a multirun sweep. After these columns, ``sweep.parquet`` has
+    one per swept setting, named by its override's key (``topology.dims.0.bandwidth_gbps``: a setting whose
+    value is not the same in every job of the sweep, failed ones included; a lone job's every override),
+    the job's value: int64 where every job's value is an integer, double where every one is a number, else
+    a string; null in a job without that override. A key that is one of these columns (``topology``,
+    ``slowdown``, ``comm_mode``) is that column, which names the job's choice. ``bandwidth_gbps`` is in
+    GB/s: gigabytes per second (a 400 Gb/s NIC is 50)."""
 
     job: int
     """Hydra job number."""
@@ -194,6 +201,13 @@ class SweepRecord:
     """Longest replayed step (of its slowest rank, the same measure), ns."""
     out_dir: str
     """The job's output directory."""
+    mean_exposed_transfer_ns: int | None = None
+    """Mean over steps of the exposed transfer (communication not under compute nor waiting for peers,
+    ``summary.parquet``'s ``exposed_transfer_ns``) of each step's slowest rank, the rank whose step time
+    ``mean_step_ns`` takes, ns; null in a file of schema version 14 or older, or a replay without steps."""
+    mean_exposed_wait_ns: int | None = None
+    """Mean over steps of the exposed wait for peers (``summary.parquet``'s ``exposed_wait_ns``) of each
+    step's slowest rank, ns; null as ``mean_exposed_transfer_ns``."""
 
 
 #: Each output file's record dataclass (its columns), in the order docs/parquet.md lists them.
@@ -215,6 +229,128 @@ def distinct_overrides(overrides: Sequence[str]) -> list[str]:
     every = [set(o.split()) for o in overrides]
     common = set.intersection(*every) if len(every) > 1 else set()
     return [" ".join(x for x in o.split() if x not in common) for o in overrides]
+
+
+def slowest_rank_steps(summary: Sequence[SummaryRecord]) -> list[SummaryRecord]:
+    """Each step's row of its slowest rank (the longest ``step_time_ns``; of equals, the lowest rank), by
+    step: a step of the job lasts as long as that rank's."""
+    slowest: dict[int, SummaryRecord] = {}
+    for s in summary:
+        best = slowest.get(s.step)
+        if best is None or (s.step_time_ns, -s.rank) > (best.step_time_ns, -best.rank):
+            slowest[s.step] = s
+    return [slowest[k] for k in sorted(slowest)]
+
+
+def _mean(values: Sequence[int]) -> int:
+    return round(sum(values) / len(values))
+
+
+def sweep_record(
+    *,
+    job: int,
+    overrides: str,
+    topology: str,
+    slowdown: str,
+    comm_mode: str,
+    out_dir: str,
+    makespan_ns: int,
+    summary: Sequence[SummaryRecord],
+) -> SweepRecord:
+    """A sweep job's row, its step figures from its replay's ``summary`` (each step's slowest rank's:
+    :func:`slowest_rank_steps`); a replay without steps has the makespan as its step and no exposed
+    communication figures."""
+    steps = slowest_rank_steps(summary)
+    return SweepRecord(
+        job=job,
+        overrides=overrides,
+        topology=topology,
+        slowdown=slowdown,
+        comm_mode=comm_mode,
+        makespan_ns=makespan_ns,
+        mean_step_ns=_mean([s.step_time_ns for s in steps]) if steps else makespan_ns,
+        max_step_ns=max((s.step_time_ns for s in steps), default=makespan_ns),
+        out_dir=out_dir,
+        mean_exposed_transfer_ns=_mean([s.exposed_transfer_ns for s in steps]) if steps else None,
+        mean_exposed_wait_ns=_mean([s.exposed_wait_ns for s in steps]) if steps else None,
+    )
+
+
+#: The unit of a setting, by how its key ends (``bandwidth_gbps``: GB/s, gigabytes per second, as the
+#: network model reads it: 1 GB/s = 1 byte/ns).
+_UNIT_OF_SUFFIX = {"_gbps": "GB/s", "_ns": "ns", "_ms": "ms"}
+#: What ``GB/s`` is, where a swept key's unit is it: ``gbps`` reads as gigabits, 8x less.
+GBPS_NOTE = "GB/s: gigabytes per second (a 400 Gb/s NIC is 50)"
+
+
+def setting_unit(key: str) -> str | None:
+    """The unit of the setting ``key`` (``topology.dims.0.bandwidth_gbps``: ``GB/s``), None where its name
+    says none."""
+    return next((u for end, u in _UNIT_OF_SUFFIX.items() if key.endswith(end)), None)
+
+
+def override_setting(token: str) -> tuple[str, str] | None:
+    """The key and value of one command-line override (``+key=value`` and ``++key=value`` add or force
+    ``key``); None for one that sets no value (``~key`` deletes it)."""
+    if token.startswith("~"):
+        return None
+    key, eq, value = token.lstrip("+").partition("=")
+    return (key, value) if eq and key else None
+
+
+def swept_settings(overrides: Sequence[str]) -> dict[str, list[str | None]]:
+    """The settings a sweep's jobs (``overrides[k]``, space-separated) differ in (those of
+    :func:`distinct_overrides`), in the order they first appear, each with every job's value (None where a
+    job has no override of it)."""
+    keys: dict[str, None] = {}
+    for own in distinct_overrides(overrides):
+        for token in own.split():
+            if (kv := override_setting(token)) is not None:
+                keys.setdefault(kv[0])
+    jobs = [dict(kv for t in o.split() if (kv := override_setting(t)) is not None) for o in overrides]
+    return {key: [job.get(key) for job in jobs] for key in keys}
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _number(text: str) -> float | None:
+    if "_" in text:  # float() reads 1_000, which is no number a user wrote as such
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def setting_column(values: Sequence[str | None]) -> pa.Array:
+    """A swept setting's column of ``sweep.parquet`` from the jobs' values (None: null): int64 where each is
+    an integer, double where each is a number, else a (dictionary) string."""
+    given = [v for v in values if v is not None]
+    numbers = [_number(v) for v in given]
+    if given and all(x is not None for x in numbers):
+        if all(_INTEGER.fullmatch(v) for v in given):
+            return pa.array([None if v is None else int(v) for v in values], type=pa.int64())
+        return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+    return pa.array(values, type=pa.string()).dictionary_encode()
+
+
+def sweep_parquet_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> pa.Table:
+    """``sweep.parquet``'s table: ``rows`` (:class:`SweepRecord`'s columns), then a column per swept setting
+    (:func:`swept_settings` of the rows' overrides and the ``failed`` jobs', which tell the swept settings
+    too: a sweep whose every job but one failed has them), named by its key, typed by
+    :func:`setting_column`. A key that is a column of :class:`SweepRecord` is left to that column."""
+    tbl = table_from_records(SweepRecord, rows, "sweep")
+    settings = swept_settings([r.overrides for r in rows] + list(failed))
+    for key, values in settings.items():
+        if key in tbl.column_names:
+            continue
+        col = setting_column(values[: len(rows)])
+        doc = f"Swept setting {key}: the job's override of it" + (
+            f", {unit}" if (unit := setting_unit(key)) else ""
+        )
+        tbl = tbl.append_column(pa.field(key, col.type, metadata={"doc": doc}), col)
+    return tbl
 
 
 def timeline_table(run: RunTrace, res: SimResult, ranks: Sequence[int]) -> pa.Table:

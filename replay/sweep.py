@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from skewlens.console import print_stderr, report_console
 from skewlens.profiler.atomic import is_staging_name, lock_directory, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.schema import read_table, table_from_records, write_table
+from skewlens.profiler.store.schema import arrow_schema, read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
 from skewlens.replay.outputs import (
     CONFIG_YAML,
@@ -45,6 +45,7 @@ from skewlens.replay.outputs import (
     TIMELINE_PARQUET,
     SweepRecord,
     distinct_overrides,
+    sweep_parquet_table,
 )
 from skewlens.replay.plots import sweep_plot
 from skewlens.replay.render import sweep_table
@@ -58,9 +59,10 @@ FAILED_EXIT = 2
 
 
 def read_sweep(path: Path) -> list[SweepRecord]:
-    """Rows of a ``sweep.parquet`` (or of one job's row file)."""
+    """Rows of a ``sweep.parquet`` (or of one job's row file): its :class:`SweepRecord` columns (not the
+    swept settings' columns after them, whose values are in each row's ``overrides``)."""
     tbl = read_table(path, SweepRecord)
-    return [SweepRecord(**row) for row in tbl.to_pylist()]
+    return [SweepRecord(**row) for row in tbl.select(arrow_schema(SweepRecord).names).to_pylist()]
 
 
 def job_sweep_dir(hc: HydraConf) -> Path:
@@ -105,7 +107,8 @@ def _job_number(path: Path) -> int:
 
 
 def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[str, str]]]:
-    """The finished jobs' rows, written to ``sweep_dir/sweep.parquet`` (by job number), and the failed jobs
+    """The finished jobs' rows, written to ``sweep_dir/sweep.parquet`` (by job number, with a column per
+    swept setting: :func:`~skewlens.replay.outputs.sweep_parquet_table`), and the failed jobs
     (job number -> (overrides, error)). No ``sweep.parquet`` is written when no job finished (an earlier
     sweep's was removed when this one began: :func:`clear_earlier_sweep`)."""
     jobs = sweep_dir / JOBS_DIR
@@ -118,7 +121,8 @@ def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[s
         overrides, _, message = p.read_text(encoding="utf-8").partition("\n")
         failed[_job_number(p)] = (overrides, message.strip())
     if rows:
-        write_table(table_from_records(SweepRecord, rows, "sweep"), sweep_dir / SWEEP_PARQUET)
+        failed_overrides = [o for o, _m in failed.values()]
+        write_table(sweep_parquet_table(rows, failed_overrides), sweep_dir / SWEEP_PARQUET)
     return rows, failed
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
@@ -33,6 +34,7 @@ from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.outputs import SweepRecord, distinct_overrides
 from skewlens.replay.plots import sweep_plot, sweep_points
+from skewlens.replay.summary import SummaryRecord
 from skewlens.replay.sweep import (
     JOBS_DIR,
     SweepSummary,
@@ -1102,3 +1104,135 @@ def test_a_slurm_sweep_that_only_shows_its_config_or_help_passes_the_launcher_ch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no srun: a sweep would be refused (the test above)
     check_launcher(["hydra.mode=MULTIRUN", "hydra/launcher=submitit_slurm", *shows])
+
+
+def _summary_row(rank: int, step: int, step_ms: float, transfer_us: int, wait_us: int) -> SummaryRecord:
+    return SummaryRecord(
+        rank=rank,
+        source_rank=rank,
+        step=step,
+        step_time_ns=round(step_ms * 1e6),
+        recorded_step_ns=0,
+        compute_ns=0,
+        comm_ns=0,
+        wait_ns=wait_us * 1000,
+        exposed_wait_ns=wait_us * 1000,
+        exposed_transfer_ns=transfer_us * 1000,
+    )
+
+
+def test_a_sweep_jobs_row_gives_the_exposed_transfer_and_wait_of_each_steps_slowest_rank_averaged() -> None:
+    # sweep.parquet had the step time only: a planner buying bandwidth could not see the exposed transfer
+    from skewlens.replay.outputs import sweep_record
+
+    summary = [
+        _summary_row(0, 0, 10.0, transfer_us=100, wait_us=900),  # step 0: rank 1 is the slowest
+        _summary_row(1, 0, 12.0, transfer_us=300, wait_us=50),
+        _summary_row(0, 1, 11.0, transfer_us=200, wait_us=10),  # step 1: ranks 0 and 1 equal: rank 0's
+        _summary_row(1, 1, 11.0, transfer_us=999, wait_us=999),
+    ]
+    row = sweep_record(
+        job=3,
+        overrides="a=1",
+        topology="switch",
+        slowdown="none",
+        comm_mode="model",
+        out_dir="o/3",
+        makespan_ns=30_000_000,
+        summary=summary,
+    )
+    assert (row.mean_step_ns, row.max_step_ns) == (11_500_000, 12_000_000)
+    assert (row.mean_exposed_transfer_ns, row.mean_exposed_wait_ns) == (250_000, 30_000)
+    empty = sweep_record(
+        job=0, overrides="", topology="t", slowdown="s", comm_mode="c", out_dir="o", makespan_ns=5, summary=[]
+    )
+    assert (empty.mean_step_ns, empty.mean_exposed_transfer_ns, empty.mean_exposed_wait_ns) == (5, None, None)
+
+
+@pytest.mark.slow  # two replays in this process, 5 s
+def test_a_bandwidth_sweeps_table_has_each_jobs_bandwidth_as_a_number_and_its_slowest_ranks_exposed_comm(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    import duckdb
+
+    out = tmp_path / "sweep"
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "comm_mode=model", "topology=switch"]
+    assert skewlens_main([*args, "topology.dims.0.bandwidth_gbps=0.5,50", "progress=false"]) == 0
+    got = duckdb.sql(
+        f"""SELECT "topology.dims.0.bandwidth_gbps", mean_exposed_transfer_ns, mean_exposed_wait_ns
+        FROM '{out / "sweep.parquet"}' ORDER BY job"""
+    ).fetchall()
+    want = []
+    for job, bandwidth in ((0, 0.5), (1, 50.0)):
+        # the job's own summary: each step's slowest rank's exposed figures, averaged over the steps
+        rows = pq.read_table(out / str(job) / "summary.parquet").to_pylist()
+        slowest = [
+            max((r for r in rows if r["step"] == s), key=lambda r: (r["step_time_ns"], -r["rank"]))
+            for s in sorted({r["step"] for r in rows})
+        ]
+        means = [
+            round(sum(r[c] for r in slowest) / len(slowest))
+            for c in ("exposed_transfer_ns", "exposed_wait_ns")
+        ]
+        want.append((bandwidth, *means))
+    assert got == want
+    assert got[0][1] > got[1][1] > 0  # 1 MiB at 0.5 GB/s is exposed for longer than at 50
+    assert pq.read_schema(out / "sweep.parquet").field("topology.dims.0.bandwidth_gbps").type == "double"
+
+
+def test_the_sweep_table_has_a_typed_column_per_swept_setting_the_failed_jobs_included(
+    tmp_path: Path,
+) -> None:
+    # the swept values were only in the overrides string: no SQL could select or order by them
+    from skewlens.replay.sweep import read_sweep
+
+    rows = [
+        _job(0, "+steps=2 factor=1.5 name=ring topology=ring", 1.0),
+        _job(1, "+steps=4 factor=2 name=4 topology=switch", 2.0),
+        _job(3, "+steps=8 factor=1e1 topology=ring", 3.0),  # sets no name: null there
+    ]
+    for r in rows:
+        append_sweep_row(tmp_path, r)
+    # job 2 failed: the one job that sets `other`, which the sweep therefore differs in
+    (tmp_path / JOBS_DIR / "2.error").write_text("trace=r out=o +steps=6 factor=3 other=x\nbad\n")
+    got, failed = collect_sweep(tmp_path)
+    assert [r.job for r in got] == [0, 1, 3] and list(failed) == [2]
+    tbl = pq.read_table(tmp_path / "sweep.parquet")
+    swept = tbl.column_names[len(dataclasses.fields(SweepRecord)) :]
+    assert swept == ["steps", "factor", "name", "other"]  # topology: its own column, not a second one
+    types = [tbl.schema.field(k).type for k in swept]
+    assert types[:2] == [pa.int64(), pa.float64()]
+    assert types[2:] == [pa.dictionary(pa.int32(), pa.string())] * 2  # as every string column of skewlens'
+    assert tbl.schema.field("factor").metadata == {b"doc": b"Swept setting factor: the job's override of it"}
+    assert [tbl[k].to_pylist() for k in swept] == [
+        [2, 4, 8],
+        [1.5, 2.0, 10.0],
+        ["ring", "4", None],
+        [None, None, None],
+    ]
+    assert read_sweep(tmp_path / "sweep.parquet") == got == sorted(rows, key=lambda r: r.job)
+
+
+def test_a_sweep_file_of_schema_version_14_reads_with_no_exposed_comm_and_a_current_one_round_trips(
+    tmp_path: Path,
+) -> None:
+    from skewlens.profiler.store.schema import (
+        META_TABLE,
+        META_VERSION,
+        SCHEMA_VERSION,
+        table_from_records,
+        write_table,
+    )
+    from skewlens.replay.sweep import read_sweep
+
+    row = dataclasses.replace(_job(0, "a=1", 1.0), mean_exposed_transfer_ns=7, mean_exposed_wait_ns=8)
+    current = table_from_records(SweepRecord, [row], "sweep")
+    assert current.schema.metadata[META_VERSION] == SCHEMA_VERSION.encode() == b"15"
+    assert read_sweep(write_table(current, tmp_path / "v15.parquet")) == [row]
+    v14 = current.drop_columns(["mean_exposed_transfer_ns", "mean_exposed_wait_ns"])
+    f = write_table(
+        v14.replace_schema_metadata({META_VERSION: b"14", META_TABLE: b"sweep"}), tmp_path / "v14.parquet"
+    )
+    assert read_sweep(f) == [
+        dataclasses.replace(row, mean_exposed_transfer_ns=None, mean_exposed_wait_ns=None)
+    ]

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 #: ``nodes.return_ns``; 11: ``collective_skew.comm_bytes``; 12: ``nodes.dtype``, ``timeline.dtype`` and
 #: ``collectives.dtype``; 13: ``p2p.step``, the export's ``groups`` table, which no older export has, and
 #: the analyses' and replay's files name the run they were made from in their key-value metadata,
-#: :func:`provenance_metadata`; 14: ``ranks.gpu``).
-SCHEMA_VERSION = "14"
+#: :func:`provenance_metadata`; 14: ``ranks.gpu``; 15: replay's ``sweep.mean_exposed_transfer_ns`` and
+#: ``mean_exposed_wait_ns``, and a column per swept setting after ``sweep``'s own, which no table lists).
+SCHEMA_VERSION = "15"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -73,6 +74,7 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
     12: {"nodes": ("dtype",), "timeline": ("dtype",), "collectives": ("dtype",)},
     13: {"p2p": ("step",)},
     14: {"ranks": ("gpu",)},
+    15: {"sweep": ("mean_exposed_transfer_ns", "mean_exposed_wait_ns")},
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"

@@ -68,7 +68,7 @@ from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
-    SweepRecord,
+    sweep_record,
 )
 from skewlens.replay.render import gpu_idle_table, summary_table
 from skewlens.replay.slowdown import Slowdown
@@ -237,22 +237,17 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         print_line(console, outputs_line(outcome.real, simulated))
     if hc.mode == RunMode.MULTIRUN:
         # each step's time as the summary measures it (step mark to step mark), the slowest rank's
-        slowest: dict[int, int] = {}
-        for s in outcome.summary:
-            slowest[s.step] = max(slowest.get(s.step, 0), s.step_time_ns)
-        times = list(slowest.values())
         append_sweep_row(
             job_sweep_dir(hc),
-            SweepRecord(
+            sweep_record(
                 job=int(hc.job.num),
                 overrides=" ".join(hc.overrides.task),
                 topology=conf.topology.name,
                 slowdown=conf.slowdown.name,
                 comm_mode=conf.comm_mode,
-                makespan_ns=outcome.sim.makespan_ns,
-                mean_step_ns=round(sum(times) / len(times)) if times else outcome.sim.makespan_ns,
-                max_step_ns=max(times, default=outcome.sim.makespan_ns),
                 out_dir=str(out_dir),
+                makespan_ns=outcome.sim.makespan_ns,
+                summary=outcome.summary,
             ),
         )
 
