@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from skewlens.pictures import figure_class, save_png
-from skewlens.replay.outputs import SweepRecord, distinct_overrides
+from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit
 
 #: Most labelled bars of a sweep of many jobs (one in every ``ceil(jobs / _MAX_LABELS)``).
 _MAX_LABELS = 40
@@ -52,6 +52,38 @@ def sweep_points(rows: Sequence[SweepRecord]) -> SweepPoints:
     return SweepPoints(jobs=tuple(jobs), labels=tuple(labels), key=None, x=())
 
 
+#: The swept values' span (largest over smallest positive) from which the x axis is logarithmic: a
+#: bandwidth sweep doubling from 6.25 to 200 GB/s crowded four of its six points into the left quarter.
+LOG_SPAN = 10.0
+#: Most swept values each given a tick of its own on a logarithmic axis (else matplotlib's decades).
+_MAX_VALUE_TICKS = 12
+
+
+def setting_label(key: str) -> str:
+    """The axis label of the swept setting ``key``: the key and its unit (:func:`setting_unit`), GB/s said
+    in words (``bandwidth_gbps`` reads as gigabits a second, 8x less than the model takes it)."""
+    unit = setting_unit(key)
+    if unit is None:
+        return key
+    return f"{key} ({GBPS_NOTE})" if unit == "GB/s" else f"{key} ({unit})"
+
+
+def _scale_x(ax: Any, x: Sequence[float]) -> None:
+    """A logarithmic x axis where the positive values ``x`` span :data:`LOG_SPAN` or more (symmetric-log,
+    linear up to the smallest positive value, where some are 0 or negative), ticked at the values."""
+    positive = [v for v in x if v > 0]
+    if len(positive) < 2 or max(positive) / min(positive) < LOG_SPAN:
+        return
+    if len(positive) == len(x):
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=min(positive))
+    values = sorted(set(x))
+    if len(values) <= _MAX_VALUE_TICKS:
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.minorticks_off()
+
+
 #: What the sweep picture's step times are, on its axis: a step of the job lasts as long as its slowest rank
 #: (:attr:`SweepRecord.mean_step_ns`, ``max_step_ns``).
 STEP_TIME_AXIS = "replayed step time, ms (each step's slowest rank)"
@@ -75,7 +107,8 @@ def sweep_figure(rows: Sequence[SweepRecord], *, failed: int = 0) -> Any:
         ax = fig.subplots()
         ax.plot(pts.x, mean, marker="o", label="mean step")
         ax.plot(pts.x, longest, marker="^", linestyle="--", label="longest step")
-        ax.set_xlabel(pts.key)
+        ax.set_xlabel(setting_label(pts.key))
+        _scale_x(ax, pts.x)
         ax.set_ylabel(STEP_TIME_AXIS)
         ax.set_ylim(bottom=0)
     else:

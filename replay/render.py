@@ -8,7 +8,7 @@ from statistics import median
 from rich.table import Table
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS
-from skewlens.replay.outputs import SweepRecord, distinct_overrides
+from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit, swept_settings
 from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
 
@@ -117,41 +117,70 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
     return t
 
 
+def _settings_header(overrides: Sequence[str]) -> str:
+    """The overrides column's header: ``overrides``, and under it the unit of each swept setting whose name
+    says one (``bandwidth_gbps: GB/s``, gigabytes per second, which ``gbps`` does not say)."""
+    units = {
+        key.rpartition(".")[2]: unit
+        for key in swept_settings(overrides)
+        if (unit := setting_unit(key)) is not None
+    }
+    return "\n".join(["overrides", *(f"{name}: {unit}" for name, unit in units.items())])
+
+
+def _ms_or_dash(ns: int | None) -> str:
+    return "-" if ns is None else _ms(ns)
+
+
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
     """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
-    their overrides, included) and the replayed step times (ms)."""
+    their overrides, included; the header gives their units), the replayed step times and the exposed
+    communication of each step's slowest rank (ms). The topology, slowdown or communication mode that two or
+    more jobs all share is said once, in the title, not in a column of its own: with the exposed figures,
+    ten columns at 80 characters folded every number over two lines."""
     first = min(rows, key=lambda r: r.job) if rows else None
+    everyone = [r.overrides for r in rows] + list(failed)
+    header = _settings_header(everyone)
+    names = {
+        "topology": [r.topology for r in rows],
+        "slowdown": [r.slowdown for r in rows],
+        "comm": [r.comm_mode for r in rows],
+    }
+    shared = {col: v[0] for col, v in names.items() if len(v) >= 2 and len(set(v)) == 1}
     t = Table(
-        title="Replay sweep",
+        title="Replay sweep" + (f" ({', '.join(f'{c} {v}' for c, v in shared.items())})" if shared else ""),
         caption="mean / max step: over steps, each step's replayed time that of its slowest rank (step mark "
-        "to step mark)"
+        "to step mark); exposed transfer / wait: that rank's communication not under compute, mean over "
+        "steps"
         # what the ratio is against: the first finished job's (job 1's where job 0 failed); it was not said
-        + (f"; (x): mean step against job {first.job}'s" if first is not None and first.mean_step_ns else ""),
+        + (f"; (x): mean step against job {first.job}'s" if first is not None and first.mean_step_ns else "")
+        + (f"; {GBPS_NOTE}" if "GB/s" in header else ""),
     )
-    for col, just in (
+    columns = [
         ("job", "right"),
-        ("overrides", "left"),
-        ("topology", "left"),
-        ("slowdown", "left"),
-        ("comm", "left"),
+        (header, "left"),
+        *((c, "left") for c in names if c not in shared),
         ("mean step ms", "right"),
         ("max step ms", "right"),
+        ("exposed transfer ms", "right"),
+        ("exposed wait ms", "right"),
         ("makespan ms", "right"),
-    ):
+    ]
+    for col, just in columns:
         # folded, not cut: at 80 columns every job's overrides read `slowdow…`, which tell the jobs apart
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     base = first.mean_step_ns if first is not None else 0
-    own = distinct_overrides([r.overrides for r in rows] + list(failed))[: len(rows)]
-    for r, mine in sorted(zip(rows, own, strict=True), key=lambda x: x[0].job):
+    own = distinct_overrides(everyone)[: len(rows)]
+    for k, (r, mine) in sorted(enumerate(zip(rows, own, strict=True)), key=lambda x: x[1][0].job):
         rel = f" ({r.mean_step_ns / base:.2f}x)" if base else ""
         t.add_row(
             str(r.job),
             mine,
-            r.topology,
-            r.slowdown,
-            r.comm_mode,
+            *(v[k] for c, v in names.items() if c not in shared),
             _ms(r.mean_step_ns) + rel,
             _ms(r.max_step_ns),
+            _ms_or_dash(r.mean_exposed_transfer_ns),
+            _ms_or_dash(r.mean_exposed_wait_ns),
             _ms(r.makespan_ns),
         )
     return t

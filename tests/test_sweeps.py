@@ -893,7 +893,8 @@ def test_the_sweep_table_on_an_80_column_terminal_folds_each_jobs_overrides_inst
     console = Console(width=80, record=True)
     console.print(sweep_table(rows))
     lines = console.export_text().splitlines()
-    body = lines[lines.index(next(x for x in lines if x.startswith("┡"))) + 1 : -3]
+    top = lines.index(next(x for x in lines if x.startswith("┡")))
+    body = lines[top + 1 : lines.index(next(x for x in lines if x.startswith("└")))]
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in body]
     jobs = "".join(c[0] + "|" if c[0] else "" for c in cells).split("|")[:-1]
     assert jobs == ["0", "1"]
@@ -992,7 +993,8 @@ def test_the_sweep_table_says_a_step_is_timed_by_its_slowest_rank() -> None:
 
     assert sweep_table([_job(0, "slowdown.factor=1", 1.0)]).caption == (
         "mean / max step: over steps, each step's replayed time that of its slowest rank (step mark to step "
-        "mark); (x): mean step against job 0's"
+        "mark); exposed transfer / wait: that rank's communication not under compute, mean over steps; (x): "
+        "mean step against job 0's"
     )
 
 
@@ -1015,7 +1017,7 @@ def test_the_sweep_table_names_no_base_for_ratios_where_the_first_jobs_mean_step
 
     # no ratio is shown beside any mean step then: the caption does not say what they would be against
     table = sweep_table([_job(0, "slowdown.factor=1", 0.0), _job(1, "slowdown.factor=2", 10.0)])
-    assert "(x)" not in str(table.caption) and str(table.caption).endswith("(step mark to step mark)")
+    assert "(x)" not in str(table.caption) and str(table.caption).endswith("mean over steps")
 
 
 def test_a_sweep_jobs_warnings_name_the_job_they_come_from(
@@ -1151,13 +1153,14 @@ def test_a_sweep_jobs_row_gives_the_exposed_transfer_and_wait_of_each_steps_slow
 
 @pytest.mark.slow  # two replays in this process, 5 s
 def test_a_bandwidth_sweeps_table_has_each_jobs_bandwidth_as_a_number_and_its_slowest_ranks_exposed_comm(
-    run_dir: Path, tmp_path: Path
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import duckdb
 
     out = tmp_path / "sweep"
     args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "comm_mode=model", "topology=switch"]
     assert skewlens_main([*args, "topology.dims.0.bandwidth_gbps=0.5,50", "progress=false"]) == 0
+    table = capsys.readouterr().out
     got = duckdb.sql(
         f"""SELECT "topology.dims.0.bandwidth_gbps", mean_exposed_transfer_ns, mean_exposed_wait_ns
         FROM '{out / "sweep.parquet"}' ORDER BY job"""
@@ -1178,6 +1181,9 @@ def test_a_bandwidth_sweeps_table_has_each_jobs_bandwidth_as_a_number_and_its_sl
     assert got == want
     assert got[0][1] > got[1][1] > 0  # 1 MiB at 0.5 GB/s is exposed for longer than at 50
     assert pq.read_schema(out / "sweep.parquet").field("topology.dims.0.bandwidth_gbps").type == "double"
+    assert "bandwidth_gbps: GB/s" in table and "GB/s: gigabytes per second (a 400 Gb/s NIC" in " ".join(
+        table.split()
+    )
 
 
 def test_the_sweep_table_has_a_typed_column_per_swept_setting_the_failed_jobs_included(
@@ -1236,3 +1242,64 @@ def test_a_sweep_file_of_schema_version_14_reads_with_no_exposed_comm_and_a_curr
     assert read_sweep(f) == [
         dataclasses.replace(row, mean_exposed_transfer_ns=None, mean_exposed_wait_ns=None)
     ]
+
+
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        ((6.25, 12.5, 25, 50, 100, 200), "log"),  # 32x: a doubling sweep
+        ((10, 50, 100), "log"),  # exactly 10x
+        ((1, 1.5, 2), "linear"),
+        ((0, 1, 10, 100), "symlog"),  # a 0 among them: linear up to 1
+    ],
+)
+def test_a_sweep_picture_is_logarithmic_where_its_values_span_10x_and_ticked_at_them(
+    values: tuple[float, ...], scale: str
+) -> None:
+    from skewlens.replay.plots import sweep_figure
+
+    rows = [_job(k, f"slowdown.factor={v}", 10.0 + k) for k, v in enumerate(values)]
+    (ax,) = sweep_figure(rows).axes
+    assert ax.get_xscale() == scale
+    if scale != "linear":
+        assert list(ax.get_xticks()) == [float(v) for v in values]
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"{float(v):g}" for v in values]
+
+
+def test_a_bandwidth_sweeps_picture_and_table_say_its_unit_is_gigabytes_a_second() -> None:
+    # the axis read `topology.dims.0.bandwidth_gbps`: gbps reads as gigabits, and an NDR NIC's 400 Gb/s
+    # typed as 400 is 8x too fast
+    from rich.console import Console
+
+    from skewlens.replay.plots import sweep_figure
+    from skewlens.replay.render import sweep_table
+
+    rows = [
+        dataclasses.replace(
+            _job(k, f"topology.dims.0.bandwidth_gbps={b} topology.dims.0.latency_ns=900", 10.0),
+            mean_exposed_transfer_ns=t,
+            mean_exposed_wait_ns=250_000,
+        )
+        for k, (b, t) in enumerate([(25, 2_000_000), (50, 1_000_000)])
+    ]
+    (ax,) = sweep_figure(rows).axes
+    assert ax.get_xlabel() == (
+        "topology.dims.0.bandwidth_gbps (GB/s: gigabytes per second (a 400 Gb/s NIC is 50))"
+    )
+    latency = [
+        dataclasses.replace(r, overrides=f"topology.dims.0.latency_ns={k}") for k, r in enumerate(rows)
+    ]
+    (ax,) = sweep_figure(latency).axes
+    assert ax.get_xlabel() == "topology.dims.0.latency_ns (ns)"
+    table = sweep_table(rows)
+    assert table.columns[1].header == "overrides\nbandwidth_gbps: GB/s"
+    assert str(table.caption).endswith("; GB/s: gigabytes per second (a 400 Gb/s NIC is 50)")
+    console = Console(width=200, record=True)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    cells = [[c.strip() for c in x.split("│")[1:-1]] for x in lines if x.startswith("│")]
+    header = [c.strip() for c in next(x for x in lines if "job" in x).split("┃")[1:-1]]
+    transfer, wait = header.index("exposed transfer ms"), header.index("exposed wait ms")
+    assert [(c[0], c[transfer], c[wait]) for c in cells] == [("0", "2.000", "0.250"), ("1", "1.000", "0.250")]
+    # shared by every job: said once, in the title
+    assert table.title == "Replay sweep (topology switch, slowdown straggler, comm as_recorded)"
