@@ -33,6 +33,7 @@ import numpy as np
 
 from skewlens.analysis.index import RunIndex
 from skewlens.analysis.records import StepBreakdownRecord
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.vocab import names_compile_work
 from skewlens.replay.execution import Coverage, exposed_parts
 
@@ -185,8 +186,8 @@ class OutlierStep:
         work = f"; {' and '.join(more)} of the median step" if more else ""
         compiled = "; torch.compile compiled in it" if self.compiled else ""
         return (
-            f"step {self.step} took {ratio:.1f}x the median step ({where}: {self.worst_step_ns / 1e6:.2f} "
-            f"against {self.median_step_ns / 1e6:.2f} ms{work}{compiled})"
+            f"step {self.step} took {ratio:.1f}x the median step ({where}: {ms_text(self.worst_step_ns)} "
+            f"against {ms_text(self.median_step_ns)} ms{work}{compiled})"
         )
 
 

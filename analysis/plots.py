@@ -24,7 +24,7 @@ from skewlens.analysis.render import (
     ranks_left_out,
 )
 from skewlens.pictures import figure_class, save_png
-from skewlens.profiler.store.issues import no_trace_line
+from skewlens.profiler.store.issues import ms_text, no_trace_line
 
 WAIT_HEATMAP_FILE = "wait_heatmap.png"
 BREAKDOWN_FILE = "step_breakdown.png"
@@ -170,7 +170,7 @@ def _blamed_line(caused_wait_ns: Mapping[int, int], steps: int) -> str | None:
     """:attr:`HeatmapData.blamed` (``caused_wait_ns``: of the ``steps`` steps the figure is a mean over)."""
     if (r := _most_blamed(caused_wait_ns)) is None:
         return None
-    return f"rank {r} made its peers wait the most: {caused_wait_ns[r] / steps / 1e6:,.2f} ms a step"
+    return f"rank {r} made its peers wait the most: {ms_text(caused_wait_ns[r] / steps)} ms a step"
 
 
 def _labelled_rows(ranks: npt.NDArray[np.int64], caused_wait_ns: Mapping[int, int]) -> tuple[int, ...]:

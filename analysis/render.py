@@ -36,18 +36,11 @@ from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord, CauseKind
 from skewlens.profiler.manifest import default_group_name
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, rank_ranges
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges
 from skewlens.profiler.store.render import group_desc, group_members
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
-
-
-def _ms(ns: float) -> str:
-    """``ns`` in ms to two decimals; a value that rounds to zero is ``0.00``, not ``-0.00`` (a what-if
-    cost a few ns below zero)."""
-    ms = ns / 1e6
-    return f"{ms if abs(ms) >= 0.005 else 0.0:,.2f}"
 
 
 def size_text(n: int) -> str:
@@ -133,6 +126,8 @@ COST_NOTE = (
 
 #: The caption's note on a cost marked ``*``.
 NOT_EVALUATED = "* not evaluated: nowhere slower than the median rank, or beyond the limit on simulations"
+#: The cost cell of a rank whose what-if was not simulated (:data:`NOT_EVALUATED`).
+NOT_EVALUATED_COST = f"{ms_text(0)}*"
 
 
 def blame_step_ids(result: AnalysisResult) -> list[int]:
@@ -191,7 +186,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         caused = sorted(in_steps.items(), key=lambda x: -x[1])[:top]
         for r, w in caused:
             cause = top_cause.get(r)
-            t.add_row(str(r), "-", "-", "-", _ms(w / steps), (cause.text if cause else "") or "-")
+            t.add_row(str(r), "-", "-", "-", ms_text(w / steps), (cause.text if cause else "") or "-")
         for note in [
             *uneven_wait_notes(result, [r for r, _w in caused]),
             *host_idle_notes(result, [r for r, _w in caused]),
@@ -200,13 +195,12 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         return t
     shown = [recs[0], *(rec for rec in recs[1:] if _costs_anything(rec, steps))][:top]
     for rec in shown:
-        pct = 100.0 * rec.straggler_cost_ns / rec.baseline_ns if rec.baseline_ns else 0.0
         t.add_row(
             str(rec.rank),
-            _ms(rec.straggler_cost_ns / steps) if rec.simulated else "0.00*",
-            f"{pct:.1f}",
+            ms_text(rec.straggler_cost_ns / steps) if rec.simulated else NOT_EVALUATED_COST,
+            percent_text(rec.straggler_cost_ns, rec.baseline_ns),
             str(rec.steps_top),
-            _ms(rec.caused_wait_ns / steps),
+            ms_text(rec.caused_wait_ns / steps),
             shown_cause(rec, steps),
         )
     if any(not r.simulated for r in shown):
@@ -251,9 +245,10 @@ def hosts_table(result: AnalysisResult, top: int = 5) -> Table | None:
     for c in ("cost ms / step", "cost %"):
         t.add_column(c, justify="right")
     for rec in recs[:top]:
-        pct = 100.0 * rec.straggler_cost_ns / rec.baseline_ns if rec.baseline_ns else 0.0
-        cost = _ms(rec.straggler_cost_ns / steps) if rec.simulated else "0.00*"
-        t.add_row(rec.host, rank_ranges(rec.ranks), cost, f"{pct:.1f}")
+        cost = ms_text(rec.straggler_cost_ns / steps) if rec.simulated else NOT_EVALUATED_COST
+        t.add_row(
+            rec.host, rank_ranges(rec.ranks), cost, percent_text(rec.straggler_cost_ns, rec.baseline_ns)
+        )
     t.caption = "cost %: as in the stragglers table"
     if any(not r.simulated for r in recs[:top]):
         t.caption += f"\n{NOT_EVALUATED}"
@@ -289,8 +284,8 @@ def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
         else ""
     )
     return (
-        f"rank {rec.rank}'s cost is uneven over its steps: step {step} cost {_ms(worst)} ms{compiled}, "
-        f"{100.0 * worst / total:.0f}% of it, its median step {_ms(median)} ms; every step is in "
+        f"rank {rec.rank}'s cost is uneven over its steps: step {step} cost {ms_text(worst)} ms{compiled}, "
+        f"{percent_text(worst, total, 0)}% of it, its median step {ms_text(median)} ms; every step is in "
         f"{BLAME_STEPS_FILE}"
     )
 
@@ -325,7 +320,8 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
             continue
         out.append(
             f"rank {r}'s caused wait is uneven over its steps: in step {step} it made its peers wait "
-            f"{_ms(worst)} ms, {100.0 * worst / total:.0f}% of it, in its median step {_ms(median)} ms"
+            f"{ms_text(worst)} ms, {percent_text(worst, total, 0)}% of it, in its median step "
+            f"{ms_text(median)} ms"
         )
     return out
 
@@ -382,7 +378,7 @@ def uncompared_notes(result: AnalysisResult) -> list[str]:
         alone = blame.uncompared_ns.get(rec.rank, 0)
         unexplained = rec.caused_wait_ns - max(rec.straggler_cost_ns, 0)
         if unexplained >= steps * 1_000_000 and 2 * alone >= unexplained:
-            caused, kept = _ms(rec.caused_wait_ns // steps), _ms(alone // steps)
+            caused, kept = ms_text(rec.caused_wait_ns // steps), ms_text(alone // steps)
             out.append(
                 f"rank {rec.rank} caused {caused} ms of waits a step, but {kept} ms a step of its work has "
                 "no counterpart on another rank to compare it with (the work before sends only it makes): "
@@ -450,8 +446,8 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
             str(e.step),
             f"{e.label}{mark}",
             size_text(int(e.comm_bytes.max())),
-            _ms(e.skew_ns),
-            _ms(e.total_exposed_wait_ns),
+            ms_text(e.skew_ns),
+            ms_text(e.total_exposed_wait_ns),
             str(e.late_rank),
             str(e.blamed_rank),
             e.cause.text or "-",
@@ -504,7 +500,7 @@ def ranks_left_out(shown: RankMeans, rest: RankMeans) -> str:
     n = len(shown.ranks) + len(rest.ranks)
     return (
         f"{n:,} ranks: the {len(shown.ranks)} that waited least for their peers; the other "
-        f"{len(rest.ranks):,}: step {_ms(step)} ms, wait {_ms(wait)} ms (medians); every rank is in "
+        f"{len(rest.ranks):,}: step {ms_text(step)} ms, wait {ms_text(wait)} ms (medians); every rank is in "
         f"{BREAKDOWN_FILE}"
     )
 
@@ -567,13 +563,18 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     one_count = gpu and len(counts) == 1
     n_steps = next(iter(counts)) if one_count else 0
     over = f" over {n_steps:,} step{'s' if n_steps != 1 else ''}" if one_count else ""
-    t = Table(title=f"Step breakdown per rank (mean ms per step{over})", title_justify="left")
+    # padding shared between neighbouring cells (as the replay summary's): the eleven columns of a GPU run
+    # fit 80 characters with figures of six (up to 999999 ms); their own padding folded its 14.46 over two
+    # lines (14.4 / 6)
+    t = Table(
+        title=f"Step breakdown per rank (mean ms per step{over})", title_justify="left", collapse_padding=True
+    )
     cols = ["rank", "steps", "step", "compute", "wait", "transfer", "overlapped", "idle"]
     if gpu:
         cols = [*cols[:5], "xfer", "overlap", "idle", "GPU kernels", "GPU comm", "GPU idle"]
     for c in cols:
         if not (one_count and c == "steps"):
-            t.add_column(c, justify="right", no_wrap=c == "GPU comm")
+            t.add_column(c, justify="right")  # GPU comm's share goes under it where the table is narrow
     notes = [ranks_left_out(shown, rest)] if rest.ranks else []
     if (outliers := outliers_note(result)) is not None:
         notes.append(outliers)
@@ -588,11 +589,11 @@ def breakdown_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) -
     if notes:
         t.caption = "\n".join(notes)
     for r, n, means in zip(shown.ranks, shown.steps, shown.mean_ns.tolist(), strict=True):
-        cells = [_ms(v) for v in means[: MEAN_PARTS.index("gpu comm") if gpu else len(cols) - 2]]
+        cells = [ms_text(v) for v in means[: MEAN_PARTS.index("gpu comm") if gpu else len(cols) - 2]]
         if gpu:  # the GPU's communication and the share of it under compute kernels, and its idle time
             comm, hidden = means[MEAN_PARTS.index("gpu comm")], means[MEAN_PARTS.index("gpu comm overlap")]
-            cells.append(f"{_ms(comm)} ({100 * hidden / comm:.0f}%)" if comm > 0 else _ms(comm))
-            cells.append(_ms(means[MEAN_PARTS.index("step")] - means[MEAN_PARTS.index("gpu busy")]))
+            cells.append(f"{ms_text(comm)} ({percent_text(hidden, comm, 0)}%)" if comm > 0 else ms_text(comm))
+            cells.append(ms_text(means[MEAN_PARTS.index("step")] - means[MEAN_PARTS.index("gpu busy")]))
         t.add_row(str(r), *([] if one_count else [str(n)]), *cells)
     return t
 
@@ -604,7 +605,11 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
     streams = compute_streams(result.gpu_idle)
     if not streams:
         return None
-    t = Table(title="GPU idle per rank, compute stream (mean ms per step)", title_justify="left")
+    t = Table(
+        title="GPU idle per rank, compute stream (mean ms per step)",
+        title_justify="left",
+        collapse_padding=True,
+    )
     for c in (
         "rank",
         "stream",
@@ -630,16 +635,16 @@ def gpu_idle_table(result: AnalysisResult, *, max_ranks: int = MAX_RANK_ROWS) ->
     t.caption = "\n".join(notes)
 
     def share(ns: float, idle: float) -> str:
-        return f"{_ms(ns)} ({100.0 * ns / idle:.0f}%)" if idle > 0 else _ms(ns)
+        return f"{ms_text(ns)} ({percent_text(ns, idle, 0)}%)" if idle > 0 else ms_text(ns)
 
     for s in shown:
         t.add_row(
             str(s.rank),
             str(s.stream),
             str(s.steps),
-            _ms(s.step_ns),
-            _ms(s.busy_ns),
-            _ms(s.idle_ns),
+            ms_text(s.step_ns),
+            ms_text(s.busy_ns),
+            ms_text(s.idle_ns),
             *(share(p, s.idle_ns) for p in s.parts_ns),
         )
     return t
@@ -660,9 +665,9 @@ def gpu_kernels_table(result: AnalysisResult, top: int = 8) -> Table | None:
             _name_cell(name),
             k.kind,
             str(k.ranks),
-            _ms(k.per_step_ns),
+            ms_text(k.per_step_ns),
             f"{k.kernels_per_step:,.1f}",
-            f"{100 * k.share:.1f}",
+            percent_text(k.share, 1.0),
         )
     t.caption = (
         "ms / step and count / step (how many ran): on a rank that ran it (the mean over those ranks); %: "
@@ -700,12 +705,13 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
         rest_ns = sum(ns for _r, ns in ranked[max_ranks:])
         t.caption = (
             f"{len(ranked):,} ranks on the path: the other {len(ranked) - max_ranks:,} hold "
-            f"{_ms(rest_ns)} ms ({100.0 * rest_ns / total:.1f}%); every path node is in {CRITICAL_PATH_FILE}"
+            f"{ms_text(rest_ns)} ms ({percent_text(rest_ns, total)}%); every path node is in "
+            f"{CRITICAL_PATH_FILE}"
             f"\n{summed}"
         )
         ranked = ranked[:max_ranks]
     for r, ns in ranked:
-        t.add_row(str(r), _ms(ns), f"{100.0 * ns / total:.1f}")
+        t.add_row(str(r), ms_text(ns), percent_text(ns, total))
     # each name's contribution_ns, the gaps before them under a name of their own (a name's contribution_ns +
     # gap_before_ns gave gloo:all_reduce 20.57 ms where the table said 20.41, unsaid)
     gaps = " / ".join(g for g in (HOST_GAP, DEVICE_GAP) if g in op_tot) or HOST_GAP
@@ -716,7 +722,7 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
     top.add_column("%", justify="right")
     shown = sorted(op_tot.items(), key=lambda x: -x[1])[:top_ops]
     for (_n, ns), name in zip(shown, short_names([n for n, _ns in shown]), strict=True):
-        top.add_row(_name_cell(name), _ms(ns), f"{100.0 * ns / total:.1f}")  # one decimal, as by rank
+        top.add_row(_name_cell(name), ms_text(ns), percent_text(ns, total))  # one decimal, as by rank
     return Group(t, top)
 
 

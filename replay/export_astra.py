@@ -105,6 +105,7 @@ from skewlens.profiler.chakra_io import (
 )
 from skewlens.profiler.errors import SkewlensError, ValidationError
 from skewlens.profiler.manifest import ProcessGroupInfo, with_world_ranks
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.vocab import (
     PG_INIT_NODE_NAME,
@@ -363,11 +364,11 @@ def _dropped_host_note(c: _Counts, host_compute: HostCompute) -> str | None:
     window = "traced time (steps where recorded)" if c.untimed_window else "recorded steps"
 
     def share(ns: int) -> str:
-        return f"{ns / 1e6:.2f} ms ({ns / c.window_ns:.0%})" if c.window_ns else f"{ns / 1e6:.2f} ms"
+        return f"{ms_text(ns)} ms ({ns / c.window_ns:.0%})" if c.window_ns else f"{ms_text(ns)} ms"
 
     return (
         f"host compute dropped on {c.dropped_ranks} rank(s) (--host-compute {host_compute}): the hosts were "
-        f"busy in it {share(c.dropped_host_ns)} of the ranks' {c.window_ns / 1e6:.2f} ms of {window}; "
+        f"busy in it {share(c.dropped_host_ns)} of the ranks' {ms_text(c.window_ns)} ms of {window}; "
         f"ASTRA-sim replays only the GPUs' compute kernels, {share(c.kept_gpu_ns)}; --host-compute npu keeps "
         "the host compute, as NPU compute run in series with the kernels"
     )

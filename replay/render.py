@@ -7,18 +7,9 @@ from statistics import median
 
 from rich.table import Table
 
-from skewlens.profiler.store.issues import MAX_RANK_ROWS
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text
 from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit, swept_settings
 from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
-
-
-def _ms(ns: float) -> str:
-    """``ns`` in ms, to the µs below 100 ms and to fewer decimals above (``4467.9``, ``3200000``): eight
-    characters at most up to a day, which the table's columns hold at 80 characters. ``3200000.000`` (a
-    53-minute step) was folded there, ``3200000`` over ``.000`` (cut, ``320000…``, on a plain rich
-    console), and ``4467.869`` (4.5 s) too."""
-    ms = ns / 1e6
-    return f"{ms:.{3 if abs(ms) < 100 else 1 if abs(ms) < 10_000 else 0}f}"
 
 
 def _change(ns: float, ref: float) -> str:
@@ -56,7 +47,7 @@ def summary_table(
         wait = median(mean_wait[k] for k in rest)
         t.caption = (
             f"{len(by_rank)} ranks: the {len(shown)} that waited least for their peers; the other "
-            f"{len(rest)}: step {_ms(step)} ms, wait {_ms(wait)} ms (medians); every rank is in "
+            f"{len(rest)}: step {ms_text(step)} ms, wait {ms_text(wait)} ms (medians); every rank is in "
             "summary.parquet"
         )
         by_rank = {k: by_rank[k] for k in shown}
@@ -76,13 +67,13 @@ def summary_table(
         t.add_row(
             f"{rank}←{rs[0].source_rank}" if copies else str(rank),
             str(n),
-            _ms(rep),
-            _ms(rec),
+            ms_text(rep),
+            ms_text(rec),
             _change(rep, rec),
-            _ms(sum(x.compute_ns for x in rs) / n),
-            _ms(sum(x.comm_ns for x in rs) / n),
-            _ms(sum(x.exposed_wait_ns for x in rs) / n),
-            _ms(sum(x.exposed_transfer_ns for x in rs) / n),
+            ms_text(sum(x.compute_ns for x in rs) / n),
+            ms_text(sum(x.comm_ns for x in rs) / n),
+            ms_text(sum(x.exposed_wait_ns for x in rs) / n),
+            ms_text(sum(x.exposed_transfer_ns for x in rs) / n),
         )
     return t
 
@@ -112,7 +103,7 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
         t.add_row(
             str(rank),
             str(rs[0].gpu_stream),
-            *(_ms(mean(rs, f)) for f in ("gpu_busy_ns", "gpu_idle_ns", *GPU_PART_FIELDS)),
+            *(ms_text(mean(rs, f)) for f in ("gpu_busy_ns", "gpu_idle_ns", *GPU_PART_FIELDS)),
         )
     return t
 
@@ -129,7 +120,7 @@ def _settings_header(overrides: Sequence[str]) -> str:
 
 
 def _ms_or_dash(ns: int | None) -> str:
-    return "-" if ns is None else _ms(ns)
+    return "-" if ns is None else ms_text(ns)
 
 
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
@@ -177,10 +168,10 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
             str(r.job),
             mine,
             *(v[k] for c, v in names.items() if c not in shared),
-            _ms(r.mean_step_ns) + rel,
-            _ms(r.max_step_ns),
+            ms_text(r.mean_step_ns) + rel,
+            ms_text(r.max_step_ns),
             _ms_or_dash(r.mean_exposed_transfer_ns),
             _ms_or_dash(r.mean_exposed_wait_ns),
-            _ms(r.makespan_ns),
+            ms_text(r.makespan_ns),
         )
     return t

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from skewlens.profiler.atomic import atomic_file
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.threads import default_workers, ordered_map
 from skewlens.profiler.vocab import NodeType
@@ -506,7 +507,7 @@ class EventCap:
 
 
 def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f} ms"
+    return f"{ms_text(ns)} ms"
 
 
 #: The ``steps`` track's ``tid`` in a trace file (past any stream's).

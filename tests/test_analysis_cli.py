@@ -31,6 +31,7 @@ from skewlens.analysis.render import (
 )
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
@@ -170,9 +171,9 @@ def test_a_critical_path_share_table_of_more_ranks_than_its_cap_sums_up_the_othe
     share_rows = text.split("Critical path by op")[0]
     listed = [int(line.split("│")[1]) for line in share_rows.splitlines() if line.startswith("│")]
     assert listed == [top]
-    rest_ms = (sum(on_path.values()) - on_path[top]) / 1e6
+    rest = ms_text(sum(on_path.values()) - on_path[top])
     caption = " ".join(text.split())  # the caption wraps at the table's width
-    assert f"{len(on_path)} ranks on the path: the other {len(on_path) - 1} hold {rest_ms:,.2f} ms" in caption
+    assert f"{len(on_path)} ranks on the path: the other {len(on_path) - 1} hold {rest} ms" in caption
 
 
 def test_the_breakdown_picture_of_more_ranks_than_its_cap_draws_only_the_capped_ranks(tmp_path: Path) -> None:
@@ -261,7 +262,7 @@ def test_the_wait_heatmap_of_a_run_with_untraced_ranks_says_its_waits_are_for_th
         wait_heatmap(result, tmp_path / "w.png")
         assert titles.pop().splitlines() == [
             "wait for peers (ms); blank: not a member",
-            *([] if len(traced) == 1 else ["rank 1 made its peers wait the most: 2.00 ms a step"]),
+            *([] if len(traced) == 1 else ["rank 1 made its peers wait the most: 2.000 ms a step"]),
             f"{data.untraced}: waits for traced peers only",
         ]
     b = RunBuilder(world_size=2)  # every rank traced: nothing more said
@@ -347,13 +348,13 @@ def test_the_stragglers_table_gives_ms_per_step_over_the_steps_it_names_and_no_c
     header = " ".join(text.splitlines()[2].split())
     assert "cost ms / step" in header and "caused wait ms / step" in header
     assert "top cause (ms per event)" in header
-    assert _rows(text) == [["1", "40.00", "85.1", "3", "40.00", "compute grew: aten::mm +41.0 ms"]]
+    assert _rows(text) == [["1", "40.000", "85.1", "3", "40.000", "compute grew: aten::mm +41.0 ms"]]
     from skewlens.analysis.render import CAUSE_NOTE
 
     assert CAUSE_NOTE in " ".join(text.split())  # what the cause's amounts are
     no_blame = analyze_run(load_run(build_one_slow_rank(tmp_path / "b")), blame=False)
     assert _rows(_render(stragglers_table(no_blame))) == [
-        ["1", "-", "-", "-", "40.00", "compute grew: aten::mm +41.0 ms"]
+        ["1", "-", "-", "-", "40.000", "compute grew: aten::mm +41.0 ms"]
     ]
 
 
@@ -382,8 +383,8 @@ def test_a_straggler_whose_cost_is_mostly_one_step_is_named_with_that_step_and_i
     share = round(100 * costs[2] / sum(costs.values()))
     median = sorted(costs.values())[2]
     assert (
-        f"rank 1's cost is uneven over its steps: step 2 cost {costs[2] / 1e6:.2f} ms, {share}% of it, its "
-        f"median step {median / 1e6:.2f} ms; every step is in blame_steps.parquet" in text
+        f"rank 1's cost is uneven over its steps: step 2 cost {ms_text(costs[2])} ms, {share}% of it, its "
+        f"median step {ms_text(median)} ms; every step is in blame_steps.parquet" in text
     )
     # an even straggler (build_one_slow_rank's: 40 ms in each of 3 steps) gets no such line
     even = analyze_run(load_run(build_one_slow_rank(tmp_path / "even")))
@@ -409,10 +410,10 @@ def test_a_rank_that_made_its_peers_wait_in_one_step_only_is_named_with_that_ste
     result = analyze_run(load_run(b.write(tmp_path / "run")))
     text = " ".join(_render(stragglers_table(result)).split())
     assert _rows(_render(stragglers_table(result)))[0][0] == "1"
-    assert _rows(_render(stragglers_table(result)))[0][4] == "10.00"  # the mean of its 6 steps
+    assert _rows(_render(stragglers_table(result)))[0][4] == "10.000"  # the mean of its 6 steps
     assert (
-        "rank 1's caused wait is uneven over its steps: in step 3 it made its peers wait 60.00 ms, 100% of "
-        "it, in its median step 0.00 ms" in text
+        "rank 1's caused wait is uneven over its steps: in step 3 it made its peers wait 60.000 ms, 100% of "
+        "it, in its median step 0.000 ms" in text
     )
     assert "rank 0's caused wait" not in text
     # a rank that made its peers wait in every step alike gets no such line
@@ -436,10 +437,10 @@ def test_a_stragglers_uneven_cost_is_named_only_past_a_fifth_of_its_cost_and_twi
     said = "rank 1's cost is uneven over its steps: step {} cost {} ms, {}% of it, its median step {} ms; "
     said += "every step is in blame_steps.parquet"
     assert _uneven([1, 1, 20, 1, 1], other=[0, 0, 0, 0, 100]) == said.format(
-        2, "20.00", 83, "1.00"
+        2, "20.000", 83, "1.000"
     )  # its own
-    assert _uneven([1, 10, 1, 10, 1]) == said.format(1, "10.00", 43, "1.00")  # the first of equals
-    assert _uneven([1] * 8 + [2.5]) == said.format(8, "2.50", 24, "1.00")  # 23.8% of it
+    assert _uneven([1, 10, 1, 10, 1]) == said.format(1, "10.000", 43, "1.000")  # the first of equals
+    assert _uneven([1] * 8 + [2.5]) == said.format(8, "2.500", 24, "1.000")  # 23.8% of it
     assert _uneven([1] * 16 + [4]) is None  # 20% of its cost, not over
     assert _uneven([1] * 10 + [2.1]) is None  # 17%, though over twice its median
     assert _uneven([1, 1, 2]) is None  # 50%, but twice its median step, not over
@@ -470,8 +471,8 @@ def test_the_stragglers_table_without_the_what_if_lists_the_rank_that_caused_the
             rb.collective(CommType.ALL_REDUCE, 1 << 20, (5 + extra - took + 1) * MS)
     result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
     assert [row[:5] for row in _rows(_render(stragglers_table(result)))] == [
-        ["2", "-", "-", "-", "30.00"],
-        ["1", "-", "-", "-", "10.00"],
+        ["2", "-", "-", "-", "30.000"],
+        ["1", "-", "-", "-", "10.000"],
     ]
 
 
@@ -493,7 +494,7 @@ def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_membe
     result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
     text = _render(worst_collectives_table(result))
     assert "exposed wait ms (members' sum)" in text
-    assert [row[2:5] for row in _rows(text)] == [["1.0 MiB", "40.00", "80.00"]] * 3
+    assert [row[2:5] for row in _rows(text)] == [["1.0 MiB", "40.000", "80.000"]] * 3
 
 
 def test_the_worst_collectives_table_says_how_many_it_left_out(tmp_path: Path) -> None:
@@ -542,7 +543,7 @@ def test_a_locally_synchronised_groups_hashed_name_is_cut_in_the_label_and_leave
     out = io.StringIO()
     Console(file=out, width=80).print(worst_collectives_table(result))
     text = out.getvalue()
-    assert _rows(text)[0][:7] == ["0", "all_reduce 3722ef32…#0", "4.0", "1.00", "1.00", "1", "1"]
+    assert _rows(text)[0][:7] == ["0", "all_reduce 3722ef32…#0", "4.0", "1.000", "1.000", "1", "1"]
     assert f"group {hashed}: ranks 0, 1" in " ".join(text.split("┘", 1)[1].split())
 
 
@@ -588,9 +589,7 @@ def test_the_critical_path_share_by_rank_says_it_sums_the_contributions_and_the_
     for rec in result.critical_path:
         on_path[rec.rank] = on_path.get(rec.rank, 0) + rec.contribution_ns + rec.gap_before_ns
     assert any(rec.gap_before_ns for rec in result.critical_path)
-    assert {int(row[0]): row[1] for row in _rows(by_rank)} == {
-        r: f"{ns / 1e6:,.2f}" for r, ns in on_path.items()
-    }
+    assert {int(row[0]): row[1] for row in _rows(by_rank)} == {r: ms_text(ns) for r, ns in on_path.items()}
     # one line: under the three narrow columns it was wrapped into three
     (caption,) = by_rank.split("┘", 1)[1].strip().splitlines()
     assert caption.strip() == "ms: contribution_ns + gap_before_ns in critical_path.parquet"
@@ -611,7 +610,7 @@ def test_the_critical_path_by_op_says_it_sums_each_names_contributions_and_names
         if rec.gap_before_ns:
             on_path["(host gap)"] = on_path.get("(host gap)", 0) + rec.gap_before_ns
     assert "(host gap)" in on_path
-    assert {row[0]: row[1] for row in _rows(by_op)} == {n: f"{ns / 1e6:,.2f}" for n, ns in on_path.items()}
+    assert {row[0]: row[1] for row in _rows(by_op)} == {n: ms_text(ns) for n, ns in on_path.items()}
     (caption,) = by_op.split("┘", 1)[1].strip().splitlines()
     assert caption.strip() == "ms: contribution_ns by name, gap_before_ns as (host gap)"
 
@@ -967,8 +966,8 @@ def test_the_wait_a_rank_caused_per_step_leaves_out_the_waits_before_the_first_s
     text = _render(stragglers_table(result))
     row = next(line for line in text.splitlines() if line.startswith("│    1 │"))
     cells = [c.strip() for c in row.split("│")[1:-1]]
-    assert cells[4] == "10.00"  # caused wait ms / step
-    assert cells[1] == ("10.00" if blame else "-")
+    assert cells[4] == "10.000"  # caused wait ms / step
+    assert cells[1] == ("10.000" if blame else "-")
     # and its cause is of the same steps: it read 'compute grew: setup +50.0 ms, aten::mm +10.0 ms'
     assert cells[5] == "compute grew: aten::mm +10.0 ms"
     if blame:
@@ -995,9 +994,9 @@ def test_the_wait_heatmap_says_in_words_whom_the_most_wait_is_blamed_on(
     wait_heatmap(result, tmp_path / "w.png")
     title = drawn[0].axes[0].get_title().splitlines()
     steps = len(result.index.steps)
-    caused_ms = result.skew.caused_wait_ns[2] / steps / 1e6
-    assert abs(caused_ms - 80) < 1  # the two others wait 40 ms a step each for rank 2
-    assert title[1] == f"rank 2 made its peers wait the most: {caused_ms:,.2f} ms a step"
+    caused_ns = result.skew.caused_wait_ns[2] / steps
+    assert abs(caused_ns / 1e6 - 80) < 1  # the two others wait 40 ms a step each for rank 2
+    assert title[1] == f"rank 2 made its peers wait the most: {ms_text(caused_ns)} ms a step"
 
 
 def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path: Path) -> None:
@@ -1031,13 +1030,66 @@ def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("ns", "text"), [(-3, "0.00"), (-4_999, "0.00"), (-5_000, "-0.01"), (1_234_567_890, "1,234.57")]
+    ("ms", "text"),
+    [
+        (0.0004, "0.000"),  # to the µs below 100 ms
+        (0.5, "0.500"),
+        (12.345, "12.345"),
+        (1234.5, "1234.5"),  # one decimal below 10,000 ms, no thousands separator
+        (123456.7, "123457"),  # none from there, every digit before the point kept
+    ],
 )
+def test_a_figure_in_ms_has_its_decimals_by_its_magnitude_and_every_digit_before_the_point(
+    ms: float, text: str
+) -> None:
+    # the analyses' tables printed two decimals whatever the size (168,923.52 for a 169 s step, which an
+    # 80-column table folded over three lines): now the replay summary's rule, in every table
+    assert ms_text(ms * 1e6) == text
+
+
+def _folded_figures(text: str) -> list[str]:
+    """The table lines of ``text`` that go on with a figure's rest, a row's continuation (its first cell
+    blank) with a cell that begins with a digit, a point, a comma, a percent sign or a closing parenthesis:
+    a figure folded over two lines (``168,`` / ``923.`` / ``52``, ``(100%`` / ``)``)."""
+    out = []
+    for line in text.splitlines():
+        cells = line.split("│")[1:-1]
+        if cells and not cells[0].strip() and any(re.match(r"[\d.,%)]", c.strip()) for c in cells):
+            out.append(line)
+    return out
+
+
+def test_an_80_column_analyze_of_steps_of_minutes_folds_no_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a GPU run of kernels of seconds: steps of 169 s, 10 columns of figures of 10^2-10^5 ms in the step
+    # breakdown and the GPU idle table
+    from skewlens.profiler.importers import import_traces
+    from skewlens.profiler.synth_gpu import GpuRunSpec, write_gpu_run
+
+    spec = GpuRunSpec(
+        world_size=4, steps=3, slow_ranks={1: 1.7}, forward_kernel_ns=4_000_000_000,
+        backward_kernel_ns=8_000_000_000, optimizer_kernel_ns=1_500_000_000, start_skew_ns=2_000_000_000,
+    )  # fmt: skip
+    write_gpu_run(spec, tmp_path / "kineto")
+    import_traces([tmp_path / "kineto"], None, tmp_path / "run")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-pictures"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines() if line[:1] in "┏┃┡│└") <= 80  # tables (not paths)
+    # here: '│    0 │ 168, │ 98,9 │ 69,0 │ 0.9 │ ...' over '│      │ 923. │ 92.4 │ 53.6 │   4 │ ...'
+    assert _folded_figures(text) == []
+    breakdown = text[text.index("Step breakdown") : text.index("GPU idle per rank")]
+    row = next(line for line in breakdown.splitlines() if line.startswith("│    0"))
+    figures = [c.strip() for c in row.split("│")[2:-1]]
+    assert all(re.fullmatch(r"\d+(\.\d+)?( \(\d+%\))?", f) for f in figures), figures
+    assert float(figures[0]) >= 10_000  # the step, whole
+
+
+@pytest.mark.parametrize(("ns", "text"), [(-3, "0.000"), (-499, "0.000"), (-5_000, "-0.005"), (0, "0.000")])
 def test_a_figure_in_ms_that_rounds_to_zero_reads_zero_not_minus_zero(ns: int, text: str) -> None:
     # a what-if cost a few ns below zero read '-0.00' in the stragglers table
-    from skewlens.analysis.render import _ms
-
-    assert _ms(ns) == text
+    assert ms_text(ns) == text
 
 
 @pytest.mark.parametrize("blame", [True, False])
@@ -1050,6 +1102,6 @@ def test_the_wait_heatmaps_title_gives_the_same_wait_a_step_as_the_stragglers_ta
     result = analyze_run(load_run(_set_up_then_steps(tmp_path / "run")), blame=blame)
     wait_heatmap(result, tmp_path / "w.png")
     title = drawn[0].axes[0].get_title().splitlines()
-    assert title[1] == "rank 1 made its peers wait the most: 10.00 ms a step"
+    assert title[1] == "rank 1 made its peers wait the most: 10.000 ms a step"
     row = next(line for line in _render(stragglers_table(result)).splitlines() if line.startswith("│    1 │"))
-    assert [c.strip() for c in row.split("│")[1:-1]][4] == "10.00"
+    assert [c.strip() for c in row.split("│")[1:-1]][4] == "10.000"

@@ -20,6 +20,7 @@ from skewlens.analysis.render import hosts_table
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.manifest import read_manifest, write_manifest
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay import simulate as simulate_module
@@ -282,9 +283,9 @@ def test_a_host_whose_ranks_are_all_slow_costs_the_time_it_adds_though_each_rank
     console.print(shown)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
-    cost = f"{slow.straggler_cost_ns / SLOW_HOST.steps / 1e6:.2f}"
+    cost = ms_text(slow.straggler_cost_ns / SLOW_HOST.steps)
     # no rank of host a is slower than the median anywhere: not simulated ('*')
-    assert [r[:3] for r in rows] == [["b", "2-3", cost], ["a", "0-1", "0.00*"]]
+    assert [r[:3] for r in rows] == [["b", "2-3", cost], ["a", "0-1", "0.000*"]]
 
 
 def test_a_hosts_one_slow_rank_costs_the_host_what_it_costs_and_one_host_or_a_host_each_have_no_host_rows(

@@ -183,7 +183,7 @@ def test_a_step_far_longer_than_its_ranks_median_is_named_with_the_rank_where_it
     assert (found.worst_step_ns, found.median_step_ns) == (50 * MS, 10 * MS)
     assert (
         found.describe()
-        == "step 0 took 5.0x the median step (on 2 ranks, e.g. rank 1: 50.00 against 10.00 ms)"
+        == "step 0 took 5.0x the median step (on 2 ranks, e.g. rank 1: 50.000 against 10.000 ms)"
     )
     assert outlier_steps(_steps({0: [10, 14, 10, 11], 1: [11, 10, 10, 10]})) == []
     assert outlier_steps([]) == []
@@ -203,9 +203,9 @@ def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longes
         lengths[step] = ms
     result.breakdown = _steps({0: lengths, 1: [10.0] * 2000})
     assert outliers_note(result) == (
-        "step 1200 took 6.0x the median step (rank 0: 60.00 against 10.00 ms); step 1500 took 4.5x the "
-        "median step (rank 0: 45.00 against 10.00 ms); step 1800 took 2.0x the median step (rank 0: 20.00 "
-        "against 10.00 ms); and 5 more steps over 1.5x, none longer against their median: the means include "
+        "step 1200 took 6.0x the median step (rank 0: 60.000 against 10.000 ms); step 1500 took 4.5x the "
+        "median step (rank 0: 45.000 against 10.000 ms); step 1800 took 2.0x the median step (rank 0: 20.000 "
+        "against 10.000 ms); and 5 more steps over 1.5x, none longer against their median: the means include "
         "them (a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
     # one more than it names: 'and 1 more step(s) ..., the means include it' of four steps
@@ -225,16 +225,16 @@ def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longes
     result.breakdown = _steps({0: [16, 10, 10, 10, 30, 10], 1: [10] * 6})
     note = outliers_note(result)
     assert note is not None
-    assert note.startswith("step 0 took 1.6x the median step (rank 0: 16.00 against 10.00 ms); step 4 took")
+    assert note.startswith("step 0 took 1.6x the median step (rank 0: 16.000 against 10.000 ms); step 4 took")
 
 
 def test_an_outlier_note_of_exactly_as_many_steps_as_it_names_adds_no_more(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
     result.breakdown = _steps({0: [16, 10, 10, 17, 10, 18, 10, 10, 10, 10], 1: [10.0] * 10})
     assert outliers_note(result) == (
-        "step 0 took 1.6x the median step (rank 0: 16.00 against 10.00 ms); step 3 took 1.7x the median "
-        "step (rank 0: 17.00 against 10.00 ms); step 5 took 1.8x the median step (rank 0: 18.00 against "
-        "10.00 ms): the means include them (a first profiled step often holds warm-up); every step is in "
+        "step 0 took 1.6x the median step (rank 0: 16.000 against 10.000 ms); step 3 took 1.7x the median "
+        "step (rank 0: 17.000 against 10.000 ms); step 5 took 1.8x the median step (rank 0: 18.000 against "
+        "10.000 ms): the means include them (a first profiled step often holds warm-up); every step is in "
         "step_breakdown.parquet"
     )
 
@@ -259,9 +259,9 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
     assert (prefill.step_calls, prefill.median_step_calls) == (16, 1)
     assert (prefill.step_bytes, prefill.median_step_bytes) == (16 * (64 << 10), 4 << 10)
     assert outliers_note(result) == (
-        "step 1 took 3.0x the median step (on 2 ranks, e.g. rank 0: 6.00 against 2.00 ms); step 4 took 24.0x "
-        "the median step (on 2 ranks, e.g. rank 0: 48.00 against 2.00 ms; 16.0x the collectives and 256.0x "
-        "the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
+        "step 1 took 3.0x the median step (on 2 ranks, e.g. rank 0: 6.000 against 2.000 ms); step 4 took "
+        "24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the collectives and "
+        "256.0x the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
         "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
         "profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
@@ -302,10 +302,10 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     assert (first.step, first.compiled, first.more_work) == (0, True, False)
     assert (slow.step, slow.compiled) == (3, False)
     assert outliers_note(result) == (
-        "step 0 took 26.0x the median step (on 2 ranks, e.g. rank 1: 52.00 against 2.00 ms; torch.compile "
-        "compiled in it); step 3 took 3.5x the median step (rank 0: 7.00 against 2.00 ms): the means include "
-        "them (1 of them compiled (torch.compile: warm-up, not skew); a first profiled step often holds "
-        "warm-up); every step is in step_breakdown.parquet"
+        "step 0 took 26.0x the median step (on 2 ranks, e.g. rank 1: 52.000 against 2.000 ms; torch.compile "
+        "compiled in it); step 3 took 3.5x the median step (rank 0: 7.000 against 2.000 ms): the means "
+        "include them (1 of them compiled (torch.compile: warm-up, not skew); a first profiled step often "
+        "holds warm-up); every step is in step_breakdown.parquet"
     )
     # the stragglers table's uneven-cost note says so of a rank's costliest step in which it compiled
     costs = SimpleNamespace(step_records=[
@@ -313,15 +313,15 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     ])  # fmt: skip
     faked = SimpleNamespace(blame=costs, index=result.index)
     assert uneven_cost_note(faked, SimpleNamespace(rank=1, simulated=True)) == (  # type: ignore[arg-type]
-        "rank 1's cost is uneven over its steps: step 0 cost 20.00 ms (torch.compile compiled in it on this "
-        "rank: warm-up), 83% of it, its median step 1.00 ms; every step is in blame_steps.parquet"
+        "rank 1's cost is uneven over its steps: step 0 cost 20.000 ms (torch.compile compiled in it on this "
+        "rank: warm-up), 83% of it, its median step 1.000 ms; every step is in blame_steps.parquet"
     )
     # rank 0's costliest step 3, in which only rank 1 recompiled: no warm-up said of it
     costs.step_records = [
         SimpleNamespace(rank=0, step=s, straggler_cost_ns=c * MS) for s, c in enumerate((1, 1, 1, 20, 1))
     ]
     assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
-        "rank 0's cost is uneven over its steps: step 3 cost 20.00 ms, 83% of it"
+        "rank 0's cost is uneven over its steps: step 3 cost 20.000 ms, 83% of it"
     )
 
 
@@ -337,11 +337,11 @@ def test_a_step_is_more_work_only_past_1_5x_its_ranks_median_calls_or_bytes_an_e
         3072,
         2048,
     )
-    assert not found.more_work and found.describe().endswith("against 10.00 ms)")
+    assert not found.more_work and found.describe().endswith("against 10.000 ms)")
     more = replace(found, step_calls=4)
-    assert more.more_work and more.describe().endswith("10.00 ms; 2.0x the collectives of the median step)")
+    assert more.more_work and more.describe().endswith("10.000 ms; 2.0x the collectives of the median step)")
     more = replace(found, step_bytes=3073)
-    assert more.more_work and more.describe().endswith("10.00 ms; 1.5x the bytes of the median step)")
+    assert more.more_work and more.describe().endswith("10.000 ms; 1.5x the bytes of the median step)")
 
 
 def test_each_steps_communication_is_counted_from_step_0(tmp_path: Path) -> None:

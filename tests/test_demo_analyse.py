@@ -91,10 +91,10 @@ def test_the_demos_verdict_gives_the_cause_as_its_blame_table_shows_it(
     from skewlens.cli.demo import verdict
 
     assert verdict(host_gap_blame(9_177, 0), steps=5) == (
-        "Rank 1 is the top straggler: it costs 0.0 ms per step (mean simulated step 80.0 ms -> 80.0 ms "
+        "Rank 1 is the top straggler: it costs 0.002 ms per step (mean simulated step 80.000 ms -> 79.998 ms "
         "had it run like the median rank).\nCause: -"
     )
     assert verdict(host_gap_blame(5 * 45 * MS, 0), steps=5) == (
-        "Rank 1 is the top straggler: it costs 45.0 ms per step (mean simulated step 80.0 ms -> 35.0 ms "
-        "had it run like the median rank).\nCause: host idle/gap +29.6 ms"
+        "Rank 1 is the top straggler: it costs 45.000 ms per step (mean simulated step 80.000 ms -> "
+        "35.000 ms had it run like the median rank).\nCause: host idle/gap +29.6 ms"
     )

@@ -524,10 +524,10 @@ def test_dropping_a_host_bound_gpu_runs_host_compute_says_in_one_line_how_much_o
     res = export_astra_sim(run, tmp_path / "astra")
     assert res.notes == (
         (
-            "host compute dropped on 2 rank(s) (--host-compute auto): the hosts were busy in it 10.00 ms "
-            "(50%) of the ranks' 20.00 ms of recorded steps; ASTRA-sim replays only the GPUs' compute "
-            "kernels, 2.00 ms (10%); --host-compute npu keeps the host compute, as NPU compute run in series "
-            "with the kernels"
+            "host compute dropped on 2 rank(s) (--host-compute auto): the hosts were busy in it 10.000 ms "
+            "(50%) of the ranks' 20.000 ms of recorded steps; ASTRA-sim replays only the GPUs' compute "
+            "kernels, 2.000 ms (10%); --host-compute npu keeps the host compute, as NPU compute run in "
+            "series with the kernels"
         ),
     )
     assert json.loads((tmp_path / "astra" / "export.json").read_text())["notes"] == list(res.notes)
@@ -550,9 +550,9 @@ def test_without_recorded_steps_the_dropped_host_compute_is_measured_against_the
     )
     (note,) = export_astra_sim(run, tmp_path / "astra").notes
     assert note.startswith(
-        "host compute dropped on 1 rank(s) (--host-compute auto): the hosts were busy in it 0.01 ms (8%) of "
-        "the ranks' 0.10 ms of traced time (steps where recorded); ASTRA-sim replays only the GPUs' compute "
-        "kernels, 0.09 ms (96%);"
+        "host compute dropped on 1 rank(s) (--host-compute auto): the hosts were busy in it 0.008 ms (8%) of "
+        "the ranks' 0.096 ms of traced time (steps where recorded); ASTRA-sim replays only the GPUs' compute "
+        "kernels, 0.092 ms (96%);"
     )
 
 

@@ -204,8 +204,8 @@ def test_the_report_shows_each_ranks_compute_stream_and_the_shares_of_its_idle_t
     # idle: launch 42 us (8%), other 458 (92%)
     row = next(line for line in text.splitlines() if line.strip().startswith("│    0"))
     cells = [c.strip() for c in row.strip("│ ").split("│")]
-    assert cells[:6] == ["0", "8", "1", "1.00", "0.50", "0.50"]
-    assert cells[6:] == ["0.04 (8%)", "0.00 (0%)", "0.00 (0%)", "0.46 (92%)"]
+    assert cells[:6] == ["0", "8", "1", "1.000", "0.500", "0.500"]
+    assert cells[6:] == ["0.042 (8%)", "0.000 (0%)", "0.000 (0%)", "0.458 (92%)"]
     assert (
         "the compute streams idled 50% of their steps, mostly waiting for what the traces do not say; "
         "of that idle time: launch wait 8%, comm wait 0%, stream wait 0%, other 92%"
@@ -459,9 +459,9 @@ def test_the_gpu_kernels_table_sums_each_ops_time_and_count_by_kind(tmp_path: Pa
         "%",
     ]
     # add: 0.50 ms a step of 1.00 ms of GPU ops in all (50%); the NCCL kernel 0.20 ms (20%)
-    assert "add compute 1 0.50 1.0 50.0" in lines
+    assert "add compute 1 0.500 1.0 50.0" in lines
     assert any(
-        line.startswith("ncclDevKernel_SendRecv") and line.endswith("communication 1 0.20 1.0 20.0")
+        line.startswith("ncclDevKernel_SendRecv") and line.endswith("communication 1 0.200 1.0 20.0")
         for line in lines
     )
 
@@ -566,24 +566,30 @@ def test_the_breakdown_gives_the_time_any_stream_of_the_gpu_ran_an_op_copies_and
     row = next(line for line in text.splitlines() if line.strip().startswith("│    0"))
     cells = dict(zip(names, row.strip().strip("│").split("│"), strict=True))
     assert {k: cells[k].strip() for k in ("GPU kernels", "GPU comm", "GPU idle")} == {
-        "GPU kernels": "0.68",
-        "GPU comm": "0.20 (28%)",  # of the NCCL kernel's 600-800, mul's 555-655 covers 55
-        "GPU idle": "0.15",
+        "GPU kernels": "0.680",
+        "GPU comm": "0.200 (28%)",  # of the NCCL kernel's 600-800, mul's 555-655 covers 55
+        "GPU idle": "0.150",
     }
     caption = " ".join(text.split())
     for said in ("wait, xfer: communication not under compute", "overlap: communication under compute"):
         assert said in caption
-    # on a narrower terminal the GPU comm cell is cut, never wrapped over two lines; a GPU that ran no
-    # communication reads 0.00 as the other times do
+    # on a narrower terminal the GPU comm cell's share goes under its figure, which stays whole as every
+    # other figure does (kept on one line, the cell took the room the others' figures then folded in); a
+    # GPU that ran no communication reads 0.000 as the other times do
     narrow = Console(width=72, record=True)
     narrow.print(breakdown_table(res))
-    assert "0.20 (28%)" in narrow.export_text()
+    narrow_text = narrow.export_text()
+    row = next(ln for ln in narrow_text.splitlines() if ln.startswith("│    0"))
+    assert [c.strip() for c in row.split("│")[1:-1]] == [
+        "0", "1.000", "0.745", "0.000", "0.115", "0.085", "0.140", "0.680", "0.200", "0.150"
+    ]  # fmt: skip
+    assert "(28%)" in narrow_text
     res.breakdown = [dataclasses.replace(b, gpu_comm_ns=0, gpu_comm_overlap_ns=0)]
     console = Console(width=100, record=True)
     console.print(breakdown_table(res))
     row = next(line for line in console.export_text().splitlines() if line.strip().startswith("│    0"))
     cells = dict(zip(names, row.strip().strip("│").split("│"), strict=True))
-    assert cells["GPU comm"].strip() == "0.00"
+    assert cells["GPU comm"].strip() == "0.000"
     # a rank left out of the table (max_ranks) with other steps: no one number of steps for the title
     res.breakdown = [b, dataclasses.replace(b, rank=1), dataclasses.replace(b, rank=1, step=1)]
     t = breakdown_table(res, max_ranks=1)
@@ -774,8 +780,8 @@ def test_the_gpu_kernels_table_on_an_80_column_terminal_cuts_the_names_and_keeps
     rows = [line for line in console.export_text().splitlines() if line.startswith("│")]
     cells = [[c.strip() for c in row.split("│")[1:-1]] for row in rows]
     assert [c[1:] for c in cells] == [
-        ["compute", "1", "0.50", "1.0", "50.0"],
-        ["communication", "1", "0.20", "1.0", "20.0"],
+        ["compute", "1", "0.500", "1.0", "50.0"],
+        ["communication", "1", "0.200", "1.0", "20.0"],
     ]
     assert cells[1][0] == "ncclDevKernel_Sen…"
     assert all(len(row) <= 80 for row in rows)

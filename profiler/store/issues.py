@@ -251,6 +251,38 @@ def format_bytes(n: int) -> str:
     return f"{value:.1f}".removesuffix(".0") + " GiB"
 
 
+#: Decimals of a figure in ms by its magnitude (:func:`ms_text`): three below 100 ms (to the µs), one below
+#: 10,000 ms, none from there.
+_MS_DECIMALS = ((3, 100.0), (1, 10_000.0))
+
+
+def ms_text(ns: float) -> str:
+    """``ns`` in ms, its decimals by its magnitude, as every report's tables and lines print ms: ``0.500``,
+    ``12.345``, ``876.5``, ``4467.9``, ``168924`` (to the µs below 100 ms, then three to five significant
+    digits; the digits before the point all kept, no thousands separator): six characters at most up to
+    1,000 s, which the analyses' ten-column tables hold at 80 columns, eight up to a day. Two decimals
+    throughout read ``168,923.52`` for a 169 s step, which such a table folded over three lines (``168,`` /
+    ``923.`` / ``52``); the replay summary's ``3200000.000`` (a 53-minute step) was folded there too, and
+    ``4467.869``. A figure that rounds to zero is ``0.000``, not ``-0.000`` (a what-if cost a few ns below
+    zero)."""
+    ms = ns / 1e6
+    decimals = 0
+    for places, below in _MS_DECIMALS:
+        if abs(round(ms, places)) < below:  # 99.9996 is 100.0, not 100.000
+            decimals = places
+            break
+    text = f"{ms:.{decimals}f}"
+    return text.removeprefix("-") if float(text) == 0 else text
+
+
+def percent_text(part: float, whole: float, decimals: int = 1) -> str:
+    """``part`` as a percentage of ``whole``, without the sign, to one decimal as the reports' ``%``
+    columns print it (``40.8``), or ``decimals`` (a share beside a figure: ``876.5 (1%)``); 0 of a ``whole``
+    of 0, and never ``-0.0``."""
+    text = f"{100.0 * part / whole if whole else 0.0:.{decimals}f}"
+    return text.removeprefix("-") if float(text) == 0 else text
+
+
 def per_rank(values: Mapping[int, str]) -> str:
     """Ranks grouped by value: ``rank 0: 4 MiB, rank 1: 2 MiB`` or ``ranks 0-62: 4 MiB, rank 63: 2 MiB``."""
     by_value: dict[str, list[int]] = {}

@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
-from skewlens.profiler.store.issues import path_word
+from skewlens.profiler.store.issues import ms_text, path_word
 from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.result import RealReplayResult
 
 
 def _ms(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
+    return "-" if ns is None else ms_text(ns)
 
 
 def _delta(ns: int | None, ref: int) -> str:

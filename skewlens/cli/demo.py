@@ -31,7 +31,7 @@ from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.issues import path_word
+from skewlens.profiler.store.issues import ms_text, path_word
 from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def _wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    return f"{ms_text(ns)} ms"
 
 
 def blame_table(result: AnalysisResult) -> Table:
