@@ -148,14 +148,17 @@ def caused_wait_in_steps(result: AnalysisResult) -> dict[int, int]:
     return result.skew.caused_wait_in(blame_step_ids(result))
 
 
-#: Below this a step (what 0.00 ms shows), nothing is blamed on a rank: its cause is not shown.
-_SHOWN_NS = 5_000
+#: A cost or a caused wait under this a step is no blame on a rank, in every table and note: its cause is not
+#: shown, the stragglers table leaves the rank out, its one-off is not named. 5 us: noise beside the ms a
+#: straggler costs (and what rounded to 0.00 ms when the tables printed two decimals).
+BLAMED_NS = 5_000
 
 
 def shown_cause(rec: BlameRecord, steps: int) -> str:
-    """``rec``'s cause, or ``-`` where nothing is blamed on the rank: no cause, or a cost and a caused wait
-    that both round to 0.00 ms a step (a rank of cost 9 us was shown "host idle/gap +29.6 ms")."""
-    blamed = abs(rec.straggler_cost_ns) >= _SHOWN_NS * steps or rec.caused_wait_ns >= _SHOWN_NS * steps
+    """``rec``'s cause, or ``-`` where nothing is blamed on the rank: no cause, or a cost (either way) and a
+    caused wait both under :data:`BLAMED_NS` a step (a rank of cost 9 us was shown "host idle/gap +29.6
+    ms")."""
+    blamed = abs(rec.straggler_cost_ns) >= BLAMED_NS * steps or rec.caused_wait_ns >= BLAMED_NS * steps
     return (rec.cause if blamed else "") or "-"
 
 
@@ -209,7 +212,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         n = sum(_costs_anything(rec, steps) for rec in recs)
         # more of them than rows: say so (at 1,024 ranks, 5 rows under "128 of 1,024 ranks cost ... (those
         # that did not are left out)", as if the 128 were all shown)
-        which = "cost, or made others wait, 0.01 ms a step or more"
+        which = f"cost, or made others wait, {ms_text(BLAMED_NS)} ms a step or more"
         if n > len(shown):
             said = f"{len(shown)} shown of the {n:,} of {len(recs):,} ranks that {which} "
             said += "(the first by cost, then by the wait they caused)"
@@ -257,9 +260,14 @@ def hosts_table(result: AnalysisResult, top: int = 5) -> Table | None:
     return t
 
 
-#: A top straggler whose costliest step holds over this share of its cost, and costs over twice its median
-#: step, is named with that step.
+#: A top straggler whose costliest step holds over this share of its cost, and costs over
+#: :data:`UNEVEN_OVER_MEDIAN` times its median step, is named with that step.
 UNEVEN_SHARE = 0.2
+#: How many times its rank's median step a step's cost or caused wait exceeds to be named as uneven: twice,
+#: so that steps alike are not named (one of them is always the largest).
+UNEVEN_OVER_MEDIAN = 2
+#: The fewest steps whose median says what a typical step is, against which one step is uneven.
+UNEVEN_MIN_STEPS = 3
 
 
 def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
@@ -271,11 +279,11 @@ def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
         return None
     costs = [(s.straggler_cost_ns, s.step) for s in result.blame.step_records if s.rank == rec.rank]
     total = sum(c for c, _s in costs)
-    if len(costs) < 3 or total <= 0:
+    if len(costs) < UNEVEN_MIN_STEPS or total <= 0:
         return None
     worst, step = max(costs, key=lambda cs: (cs[0], -cs[1]))  # the costliest, the first of equals
     median = float(np.median([c for c, _s in costs]))
-    if worst <= UNEVEN_SHARE * total or worst <= 2 * median:
+    if worst <= UNEVEN_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median:
         return None
     # a step in which the rank compiled (torch.compile) costs its compile time: warm-up, not skew
     compiled = (
@@ -312,11 +320,11 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
     for r in ranks:
         waits = [(by_step.get((r, s), 0), s) for s in steps]
         total = sum(w for w, _s in waits)
-        if len(waits) < 3 or total < _SHOWN_NS * len(waits):
+        if len(waits) < UNEVEN_MIN_STEPS or total < BLAMED_NS * len(waits):
             continue
         worst, step = max(waits, key=lambda ws: (ws[0], -ws[1]))  # the most, the first of equals
         median = float(np.median([w for w, _s in waits]))
-        if worst <= UNEVEN_WAIT_SHARE * total or worst <= 2 * median or worst <= floor:
+        if worst <= UNEVEN_WAIT_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median or worst <= floor:
             continue
         out.append(
             f"rank {r}'s caused wait is uneven over its steps: in step {step} it made its peers wait "
@@ -361,14 +369,23 @@ def host_idle_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
 
 
 def _costs_anything(rec: BlameRecord, steps: int) -> bool:
-    """Whether ``rec``'s rank costs, or made others wait, 0.01 ms a step or more (shown, not 0.00)."""
-    return (rec.simulated and rec.straggler_cost_ns >= 5_000 * steps) or rec.caused_wait_ns >= 5_000 * steps
+    """Whether ``rec``'s rank costs (simulated), or made others wait, :data:`BLAMED_NS` a step or more."""
+    floor = BLAMED_NS * steps
+    return (rec.simulated and rec.straggler_cost_ns >= floor) or rec.caused_wait_ns >= floor
+
+
+#: The waits a rank caused beyond its cost, a step, from which :func:`uncompared_notes` looks for why: 1 ms,
+#: what a reader of the stragglers table sees as a rank blamed for more than it costs.
+UNEXPLAINED_NS = 1_000_000
+#: The share of those unexplained waits that its work without a counterpart must reach to be the reason.
+UNCOMPARED_SHARE = 0.5
 
 
 def uncompared_notes(result: AnalysisResult) -> list[str]:
     """A note for each rank the collectives table blames for waits that the what-if cannot charge it: the
-    waits it caused exceed its cost by 1 ms a step, and half as much of its work or more has no counterpart
-    on another rank (the work before sends only it makes), which the what-if keeps as it is."""
+    waits it caused exceed its cost by :data:`UNEXPLAINED_NS` a step, and :data:`UNCOMPARED_SHARE` as much of
+    its work or more has no counterpart on another rank (the work before sends only it makes), which the
+    what-if keeps as it is."""
     blame = result.blame
     if blame is None:
         return []
@@ -377,7 +394,7 @@ def uncompared_notes(result: AnalysisResult) -> list[str]:
     for rec in blame.records:
         alone = blame.uncompared_ns.get(rec.rank, 0)
         unexplained = rec.caused_wait_ns - max(rec.straggler_cost_ns, 0)
-        if unexplained >= steps * 1_000_000 and 2 * alone >= unexplained:
+        if unexplained >= steps * UNEXPLAINED_NS and alone >= UNCOMPARED_SHARE * unexplained:
             caused, kept = ms_text(rec.caused_wait_ns // steps), ms_text(alone // steps)
             out.append(
                 f"rank {rec.rank} caused {caused} ms of waits a step, but {kept} ms a step of its work has "

@@ -631,7 +631,7 @@ def test_the_stragglers_table_leaves_out_ranks_of_no_cost_after_the_first_and_sa
     text = _render(stragglers_table(result))
     assert [row[0] for row in _rows(text)] == ["1"]
     assert " ".join(text.split("┘", 1)[1].split()).endswith(
-        "1 of 2 ranks cost, or made others wait, 0.01 ms a step or more (those that did not are left out); "
+        "1 of 2 ranks cost, or made others wait, 0.005 ms a step or more (those that did not are left out); "
         "every rank is in blame.parquet"
     )
 
@@ -652,7 +652,7 @@ def test_the_stragglers_caption_says_how_many_of_the_ranks_that_cost_anything_it
     text = _render(stragglers_table(result, top=1))
     assert [row[0] for row in _rows(text)] == ["3"]
     assert " ".join(text.split("┘", 1)[1].split()).endswith(
-        "1 shown of the 2 of 8 ranks that cost, or made others wait, 0.01 ms a step or more (the first by "
+        "1 shown of the 2 of 8 ranks that cost, or made others wait, 0.005 ms a step or more (the first by "
         "cost, then by the wait they caused); every rank is in blame.parquet"
     )
 
