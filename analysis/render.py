@@ -356,7 +356,7 @@ def host_idle_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     for r in ranks:
         by_step = idle.get(r, {})
         total = sum(by_step.values())
-        if total < _SHOWN_NS * len(wanted) or 2 * total < caused.get(r, 0):
+        if total < BLAMED_NS * len(wanted) or 2 * total < caused.get(r, 0):
             continue
         worst, step = max((w, -s) for s, w in by_step.items())
         one = f" slowdown.step={-step}" if worst > UNEVEN_WAIT_SHARE * total else ""
