@@ -74,8 +74,19 @@ launches (:func:`launch_times`). An NCCL kernel
 is a member of its collective's sync group: it arrives when launched and its stream is free, its
 transfer begins once every member's kernel has arrived.
 
-**Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges, launch times)`` (clamped
->= 0); for a node without start edges ``gap_i = recorded start_i - t0`` (the rank's first recorded start).
+**Issue edges.** Host communication issued from inside a host row of the thread that issued it (a DDP
+communication hook's all_reduce inside ``AccumulateGrad``, FSDP2's ``unshard`` all_gather inside
+``FSDP::all_gather``, an all_reduce inside ``Optimizer.step``) has an *issue edge* from the innermost such
+row (:func:`_issue_edges`): it is issued at that row's replayed start plus its recorded offset into the
+row, scaled by the row's work factor (:func:`issue_offsets`: replayed over recorded work, so a slowdown,
+a ``dur_override`` or calibration of the row moves it); the offset is clamped to the row's duration (a
+start recorded just past the row's end, by the trace sources' clock error, is at its end). Kernel launches
+are not scaled so: a launch edge is met ``launch_off_ns`` after its source's start whatever the source's
+factor.
+
+**Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges, launch times, issue
+times)`` (clamped >= 0); for a node without start edges ``gap_i = recorded start_i - t0`` (the rank's first
+recorded start).
 """
 
 from __future__ import annotations
@@ -177,6 +188,15 @@ class RankModel:
     start, not after its later waits (:func:`launch_times`)."""
     part_wait_edge: I32
     """Those launch edges (indices into ``launch_src``)."""
+    issue_src: I32
+    """Issue edges, sources (host rows, nested ones included): the innermost host row that communication
+    row ``issue_dst[k]`` was issued from inside (:func:`_issue_edges`). It cannot start before
+    ``issue_off_ns[k]`` scaled by its source's work factor after its source started (:func:`issue_offsets`),
+    so that it moves with that row's start and, inside it, with its length."""
+    issue_dst: I32
+    """Issue edges, dependants (host communication rows)."""
+    issue_off_ns: I64
+    """Issue edges: recorded start of the dependant minus its source's (within its duration: clamped)."""
     gap_ns: I64
     """Recorded host gap before each row (see the module docstring), 0 for invalid and nested rows."""
     work_ns: I64
@@ -448,16 +468,22 @@ def _thread_issues(rt: RankTrace, m: RankModel, ops: B) -> I64:
     )
     launched = ops[m.launch_dst]
     ls = m.launch_src[launched].astype(np.int64)
-    src = np.concatenate([src, qs[inside], ls])
-    dst = np.concatenate([dst, qd[inside], m.launch_dst[launched].astype(np.int64)])
+    # issued from inside a host row (the model's issue edges): inside a running op too
+    issued = ops[m.issue_dst]
+    i_s, i_d = m.issue_src[issued].astype(np.int64), m.issue_dst[issued].astype(np.int64)
+    src = np.concatenate([src, qs[inside], i_s, ls])
+    dst = np.concatenate([dst, qd[inside], i_d, m.launch_dst[launched].astype(np.int64)])
     # issued inside the running op, so after its start, even where both start in one µs (Chakra's times)
     inside_at = np.maximum(rt.start_ns[qd[inside]], rt.start_ns[qs[inside]] + 1)
-    at = np.concatenate([at, inside_at, rt.start_ns[ls] + m.launch_off_ns[launched]])
+    issue_at = np.maximum(rt.start_ns[i_s] + m.issue_off_ns[issued], rt.start_ns[i_s] + 1)
+    at = np.concatenate([at, inside_at, issue_at, rt.start_ns[ls] + m.launch_off_ns[launched]])
     # one issue per op and thread: the launch call (kind 0), else inside a running op (1), else the op's
     # start (2); the earliest of its kind, but the latest launch call: a kernel with several launching rows
     # of one thread is launched by the last, as the model times it (a launch edge's call clipped into an
     # earlier row is that row's end, before the call)
-    kind = np.repeat(np.array([2, 1, 0], dtype=np.int64), [int(hit.sum()), int(inside.sum()), ls.size])
+    kind = np.repeat(
+        np.array([2, 1, 1, 0], dtype=np.int64), [int(hit.sum()), int(inside.sum()), i_s.size, ls.size]
+    )
     other = rt.stream[src] != rt.stream[dst]
     if not other.any():
         return none
@@ -480,7 +506,8 @@ def issuer_heads(rt: RankTrace, m: RankModel, threads: Sequence[tuple[I64, I64]]
 
     The issuing row is the one the op follows (a start edge from a host thread's row of another stream, not a
     communication stream's or a GPU op's: issued at the op's start), or one it was issued from inside, still
-    running then: an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
+    running then: the row of its issue edge (:attr:`RankModel.issue_src`), issued at its recorded offset into
+    it, or an enclosing host operator it depends on (a queue edge from it, where a trace names a node's
     parent operator as its dependency, as Chakra's converter does), issued at the op's start (after the
     operator's own start: it is never the head); or a launch edge (a GPU op: an NCCL kernel), issued at the
     launch call. Of one op's issues from one thread the launch call is taken (the latest, where several rows
@@ -529,8 +556,8 @@ def issued_during(rt: RankTrace, threads: Sequence[tuple[I64, I64]]) -> tuple[I6
     before it), paired with that row. ``(op rows, running rows)``. What holds the thread before that row (a
     delay before it, a hold as an issuer's head) held the issue inside it as well, though the op does not
     follow the row: the real replay's thread issues it during the row. One issued inside an operator it
-    depends on (a queue edge from it) or launched by it starts after that row's start, held with it
-    already."""
+    depends on (a queue edge from it), issued from inside it (an issue edge) or launched by it starts after
+    that row's start, held with it already."""
     empty = np.zeros(0, dtype=np.int64)
     out_ops: list[I64] = [empty]
     out_rows: list[I64] = [empty]
@@ -753,17 +780,18 @@ def launch_times(m: RankModel, start: I64, end: I64) -> I64:
 
 def latest_deps(m: RankModel, start: I64, end: I64, *, waits: bool = True) -> tuple[I32, I64]:
     """Per row, given each row's ``start`` and ``end`` (recorded, or replayed): of what it waits for in the
-    execution model (start and wait edges, and launches, met at the launch call: :func:`launch_times`; a
-    nested row: its enclosing row, met at the nested row's start), the row met latest (the later row among
+    execution model (start and wait edges, launches, met at the launch call: :func:`launch_times`, and
+    issues from inside a host row: :func:`issue_times`; a nested row: its enclosing row, met at the nested
+    row's start), the row met latest (the later row among
     ties), or -1, and when it was met (-1 for none). Without ``waits``: what held its arrival (wait edges
     left out)."""
     n = end.shape[0]
     out = np.full(n, -1, dtype=np.int32)
     met_at = np.full(n, -1, dtype=np.int64)
     ws, wd = (m.wait_src, m.wait_dst) if waits else (m.wait_src[:0], m.wait_dst[:0])
-    src = np.concatenate([m.start_src, ws, m.launch_src])
-    dst = np.concatenate([m.start_dst, wd, m.launch_dst])
-    met = np.concatenate([end[m.start_src], end[ws], launch_times(m, start, end)])
+    src = np.concatenate([m.start_src, ws, m.launch_src, m.issue_src])
+    dst = np.concatenate([m.start_dst, wd, m.launch_dst, m.issue_dst])
+    met = np.concatenate([end[m.start_src], end[ws], launch_times(m, start, end), issue_times(m, start, end)])
     if src.size:
         # per row, the latest time met, then the latest row met then (two scatters: no sort of the edges)
         latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
@@ -1444,10 +1472,10 @@ def _along_comm_stream(rt: RankTrace, src: I64, dst: I64, comm_streams: set[int]
 
 def _edges(
     rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
-) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64]]:
+) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64], I64]:
     """Candidate edges ``(src, dst)`` of one rank, the queue edges of communication streams, the nesting
-    parent of each row, and the recorded GPU dependencies: launches ``(src, dst)`` and host
-    synchronisations ``(src, dst)`` (see the module docstring)."""
+    parent of each row, the recorded GPU dependencies: launches ``(src, dst)`` and host
+    synchronisations ``(src, dst)`` (see the module docstring), and each row's timeline."""
     n = len(rt)
     counts = np.diff(rt.dep_ptr)
     dst = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -1475,6 +1503,7 @@ def _edges(
     qsrcs: list[I64] = []
     qdsts: list[I64] = []
     rows = np.flatnonzero(valid)
+    timeline = rt.stream.astype(np.int64)
     if rows.size:
         timeline = _timelines(rt, valid, end, comm_streams)
         order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
@@ -1532,7 +1561,118 @@ def _edges(
         key = key[np.concatenate(([True], key[1:] != key[:-1]))]
     qs = np.concatenate(qsrcs) if qsrcs else np.zeros(0, dtype=np.int64)
     qd = np.concatenate(qdsts) if qdsts else np.zeros(0, dtype=np.int64)
-    return key % max(n, 1), key // max(n, 1), qs, qd, parent, gpu
+    return key % max(n, 1), key // max(n, 1), qs, qd, parent, gpu, timeline
+
+
+def _issue_edges(
+    rt: RankTrace,
+    *,
+    valid: B,
+    end: I64,
+    timeline: I64,
+    parent: I64,
+    comm_streams: set[int],
+    starts: tuple[I64, I64],
+    queues: tuple[I64, I64],
+    waits: B,
+) -> tuple[I64, I64, I64]:
+    """The issue edges of one rank (:attr:`RankModel.issue_src`), as ``(src, dst, offset)``: each host
+    communication row recorded to start inside a host row of the thread that issued it (its own timeline;
+    for one on a communication stream, the timeline of the latest-starting host row it depends on, by a
+    start or queue edge), from the innermost such row: the last row of that thread begun before it that
+    had not ended then (or ended at most ``SKEW_NS`` before: the trace sources' clocks disagree by that
+    much, and a call made as the row ended reads as just after it), else the innermost row around it
+    within that row's enclosing one. The offset is the recorded start's into that row, clamped to the
+    row's duration (so a start recorded just past the row's end is its end). Not from a row it follows (a
+    start edge from it: issued after it, within the clocks' error) nor from a wait node (its recorded
+    duration is the wait, not work to scale)."""
+    empty = np.zeros(0, dtype=np.int64)
+    n = len(rt)
+    is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
+    cand = np.flatnonzero(valid & is_comm & rt.is_cpu)
+    on_cs = np.isin(rt.stream, list(comm_streams)) if comm_streams else np.zeros(n, dtype=np.bool_)
+    host = valid & rt.is_cpu & ~is_comm & ~on_cs
+    if cand.size == 0 or not host.any():
+        return empty, empty, empty
+    # the issuing thread of each row (-1: none known)
+    thread = np.where(on_cs, -1, timeline).astype(np.int64)
+    known = ~on_cs
+    es, ed = np.concatenate([starts[0], queues[0]]), np.concatenate([starts[1], queues[1]])
+    k = host[es] & on_cs[ed]
+    es, ed = es[k], ed[k]
+    if es.size:
+        o = np.lexsort((rt.start_ns[es], ed))  # by row, then its dependencies by start: the last wins
+        es, ed = es[o], ed[o]
+        last = np.append(ed[1:] != ed[:-1], True)
+        thread[ed[last]] = timeline[es[last]]
+        known[ed[last]] = True
+    cand = cand[known[cand]]
+    follows = set(zip(starts[0].tolist(), starts[1].tolist(), strict=True))
+    out_s: list[int] = []
+    out_d: list[int] = []
+    hr = np.flatnonzero(host)
+    for tl in np.unique(thread[cand]).tolist():
+        rows = hr[timeline[hr] == tl]
+        rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+        if rows.size == 0:
+            continue
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[rows] = np.arange(rows.size)
+        st, en = rt.start_ns[rows], end[rows]
+        on = cand[thread[cand] == tl]
+        at = rt.start_ns[on]
+        ks = np.searchsorted(st, at, side="left") - 1  # the last row begun before each
+        for c, cs, kk in zip(on.tolist(), at.tolist(), ks.tolist(), strict=True):
+            if kk < 0:
+                continue
+            r = int(rows[kk])
+            if int(en[kk]) + SKEW_NS <= cs:  # ended before: the innermost row around it, within r's parent
+                p = int(parent[r])
+                if p < 0 or pos[p] < 0 or int(end[p]) <= cs:
+                    continue
+                seg = np.arange(int(pos[p]), kk + 1)
+                seg = seg[en[seg] > cs]
+                if seg.size == 0:
+                    continue
+                r = int(rows[seg[-1]])
+            if waits[r] or (r, c) in follows:
+                continue
+            out_s.append(r)
+            out_d.append(c)
+    s = np.asarray(out_s, dtype=np.int64)
+    d = np.asarray(out_d, dtype=np.int64)
+    off = np.clip(rt.start_ns[d] - rt.start_ns[s], 0, rt.dur_ns[s]).astype(np.int64)
+    return s, d, off
+
+
+def issue_offsets(m: RankModel, dur: I64) -> I64:
+    """Per issue edge (:attr:`RankModel.issue_src`), given each row's replayed duration ``dur``: its
+    recorded offset scaled by its source row's work factor (``dur`` over the recorded work: a slowdown, a
+    ``dur_override``, calibration), within ``[0, dur]`` of the row, rounded to the ns (a row without
+    recorded work: its offset, within the row). The one rule the simulator (``skewlens.replay.lower``) and
+    the real replay's plan (both through :func:`issue_anchors`) and the analyses (:func:`issue_times`) read;
+    an unchanged replay issues at the recorded offset exactly."""
+    now = dur[m.issue_src].astype(np.int64)
+    was = m.work_ns[m.issue_src]
+    ratio = np.where(was > 0, now / np.maximum(was, 1), 1.0)  # (exact where unchanged: 1.0)
+    scaled = np.where(now == was, m.issue_off_ns, np.rint(m.issue_off_ns * ratio).astype(np.int64))
+    return np.clip(scaled, 0, np.maximum(now, 0)).astype(np.int64)
+
+
+def issue_anchors(rt: RankTrace, m: RankModel, work: I64) -> tuple[I64, I64]:
+    """Per issue edge, given each row's replayed ``work``: the top-level row its issue is timed from (its
+    source; a nested source's enclosing row, from which nested rows are replayed) and how long after that
+    row's start it is issued (a nested source's recorded offset into its enclosing row, plus
+    :func:`issue_offsets`). What the simulator's lowering and the real replay's plan both read."""
+    src = m.issue_src.astype(np.int64)
+    outer = np.where(m.parent[src] >= 0, m.parent[src], src).astype(np.int64)
+    return outer, (rt.start_ns[src] - rt.start_ns[outer] + issue_offsets(m, work)).astype(np.int64)
+
+
+def issue_times(m: RankModel, start: I64, end: I64) -> I64:
+    """Per issue edge, when it is met, given each row's ``start`` and ``end`` (recorded, or replayed): its
+    source's start plus :func:`issue_offsets` of the source's replayed duration."""
+    return start[m.issue_src] + issue_offsets(m, end - start)
 
 
 def _wait_rows(rt: RankTrace) -> B:
@@ -1853,7 +1993,7 @@ def rank_model(
         on = np.isin(rt.stream[p2p_done[0]], list(comm_streams))
         done_rows = p2p_done[0][on]
         end[done_rows] = np.maximum(p2p_done[1][on], _call_returned(rt, done_rows))
-    src, dst, qs0, qd0, parent, (ls, ld, hs, hd) = _edges(rt, valid, end, sync, comm_streams)
+    src, dst, qs0, qd0, parent, (ls, ld, hs, hd), timeline = _edges(rt, valid, end, sync, comm_streams)
     chain_rows = _chained_completions(rt, src, dst, end, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
@@ -1918,9 +2058,21 @@ def rank_model(
     src, dst = src[follows], dst[follows]
     src, dst = _join_batches(rt, (src, dst), sync=sync, end=end, by=rt.start_ns)
     ws, wd = _join_batches(rt, (ws, wd), sync=sync, end=end, by=end)
+    is_s, is_d, is_off = _issue_edges(
+        rt,
+        valid=valid,
+        end=end,
+        timeline=timeline,
+        parent=parent,
+        comm_streams=comm_streams,
+        starts=(src, dst),
+        queues=(qs, qd),
+        waits=waits,
+    )
     depmax = np.full(n, _MIN, dtype=np.int64)
     np.maximum.at(depmax, dst, end[src])
     np.maximum.at(depmax, ld, rt.start_ns[ls] + loff)
+    np.maximum.at(depmax, is_d, rt.start_ns[is_s] + is_off)
     t0 = int(rt.start_ns[valid].min()) if valid.any() else 0
     gap = np.maximum(np.where(depmax > _MIN, rt.start_ns - depmax, rt.start_ns - t0), 0)
     gap[~valid | nested] = 0
@@ -1947,6 +2099,7 @@ def rank_model(
     has = np.zeros(n, dtype=np.bool_)
     has[dst] = True
     has[ld] = True
+    has[is_d] = True
     # the model's edges and nesting as rows of the rank, in 4 bytes (I32)
     return RankModel(
         rank=rt.rank,
@@ -1965,6 +2118,9 @@ def rank_model(
         launch_waited_ns=waited,
         part_wait_src=pw_src.astype(np.int32),
         part_wait_edge=pw_edge.astype(np.int32),
+        issue_src=is_s.astype(np.int32),
+        issue_dst=is_d.astype(np.int32),
+        issue_off_ns=is_off,
         gap_ns=gap.astype(np.int64, copy=False),
         work_ns=work,
         parent=parent.astype(np.int32),

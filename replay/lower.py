@@ -52,6 +52,7 @@ from skewlens.replay.execution import (
     effect_delays,
     execution_model,
     host_idle_scaled,
+    issue_anchors,
     issuer_delays,
     replay_gaps,
     scaled_work,
@@ -251,6 +252,11 @@ class Lowering:
     launch_at_end: B
     """Per launch edge (same order): met ``launch_off_ns`` after its launching row *ends*: a row the host
     row that made the call had waited for before it (``RankModel.part_wait_src``)."""
+    issue_edge: I64
+    """The launch edges (indices, same order) that are the model's issue edges (communication issued from
+    inside a host row), whose offsets follow their row's work (``execution.issue_anchors``)."""
+    issue_k: I64
+    """Per such edge: its index among its rank's issue edges (``RankModel.issue_src``)."""
     seg_offset: I64
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
@@ -347,9 +353,13 @@ class Lowering:
             l_ptr is not None and low.graph.lsucc_off is not None
         ):  # the launch edges out of the rank's segments
             a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
-            launch_off = _launch_offsets(
-                acc, self.launch_rows[a:b] - lo, self.launch_off_ns[a:b], self.launch_at_end[a:b], d
-            )
+            off_ns = self.launch_off_ns[a:b]
+            mine = (self.issue_edge >= a) & (self.issue_edge < b)
+            if mine.any():  # issues from inside a row: their offsets follow the row's work
+                off_ns = off_ns.copy()
+                at = issue_anchors(self.run.ranks[r], self.model.ranks[r], d)[1]
+                off_ns[self.issue_edge[mine] - a] = at[self.issue_k[mine]]
+            launch_off = _launch_offsets(acc, self.launch_rows[a:b] - lo, off_ns, self.launch_at_end[a:b], d)
         return RankRetimed(
             dur=d, off_start=acc, seg_lo=s_lo, gap=head_gap, length=length, launch_lo=a, launch_off=launch_off
         )
@@ -417,6 +427,7 @@ def prepare(
     l_off: list[I64] = []
     l_early: list[npt.NDArray[np.bool_]] = []
     l_end: list[npt.NDArray[np.bool_]] = []
+    l_issue: list[I64] = []  # per launch edge: an issue edge's index among its rank's, else -1
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -458,6 +469,16 @@ def prepare(
         )
         dur[lo:hi] = d
         gap[lo:hi] = g
+        # issue edges (communication issued from inside a host row): met as long after the start of the row
+        # they are timed from as the model says for the replayed work (issue_anchors)
+        i_out, i_off = issue_anchors(rt, m, d)
+        l_src.append(i_out + lo)
+        l_dst.append(np.add(m.issue_dst, lo, dtype=np.int64))
+        l_off.append(i_off)
+        l_early.append(np.zeros(i_out.size, dtype=np.bool_))
+        l_end.append(np.zeros(i_out.size, dtype=np.bool_))
+        l_issue.append(np.full(m.launch_src.size + pw.size, -1, dtype=np.int64))
+        l_issue.append(np.arange(i_out.size, dtype=np.int64))
         t0_rank[i] = run_t0  # a rank that began later holds that as the gap of its first nodes
         e_hi = e_lo + m.start_src.size
         np.add(m.start_src, lo, out=src_all[e_lo:e_hi], dtype=np.int64)
@@ -473,7 +494,8 @@ def prepare(
     lo_all = np.concatenate(l_off) if l_off else z
     early_all = np.concatenate(l_early) if l_early else z.astype(np.bool_)
     end_all = np.concatenate(l_end) if l_end else z.astype(np.bool_)
-    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early, l_end  # the per-rank copies
+    issue_all = np.concatenate(l_issue) if l_issue else z
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early, l_end, l_issue  # the per-rank copies
     # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
     # dependency begin one
     start_edges = [src_all, dst_all]
@@ -534,6 +556,8 @@ def prepare(
     del lsucc_ptr
     c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
     launch_rows, launch_off, at_end = ls_all[lorder], lo_all[lorder], end_all[lorder]
+    issue_k = issue_all[lorder]
+    issue_edge = np.flatnonzero(issue_k >= 0)
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off, at_end, dur)
     lsucc_at_arrival = bytes(early_all[lorder].astype(np.uint8)) if early_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
@@ -543,6 +567,7 @@ def prepare(
         lo_all,
         early_all,
         end_all,
+        issue_all,
         ls_seg,
         ld_seg,
         lorder,
@@ -673,6 +698,8 @@ def prepare(
         launch_rows=_rows(launch_rows),
         launch_off_ns=launch_off,
         launch_at_end=at_end,
+        issue_edge=issue_edge,
+        issue_k=issue_k[issue_edge],
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
 
@@ -792,7 +819,8 @@ def _recorded(
 def _launch_offsets(off_start: I64, launch_rows: Rows, launch_off_ns: I64, at_end: B, dur: I64) -> I64:
     """Per launch edge: ns after its launching segment's start (the launch call's place inside it; for a
     call after its row's wait, after the work's start; ``Graph.lsucc_at_arrival``: after its arrival; where
-    ``at_end``, after the launching row ends: an earlier wait of the row that made the call)."""
+    ``at_end``, after the launching row ends: an earlier wait of the row that made the call; an issue edge's
+    place in the row it is timed from)."""
     return off_start[launch_rows] + launch_off_ns + np.where(at_end, dur[launch_rows], 0)
 
 

@@ -13,7 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
+import numpy as np
 import psutil
+
+from skewlens.profiler.store.model import RankTrace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
@@ -56,13 +59,10 @@ dist.destroy_process_group()
 
 def profile_stalled(tmp_path: Path, script: str) -> tuple[Path, dict[str, int]]:
     """Profile a :func:`stalled_ddp_script` at ``ops`` on 2 gloo ranks (steps 2-7 of its 8), which must
-    succeed: the run directory and when rank 1 stalled (its side file: ``start_ns``, ``end_ns``)."""
-    side_file = tmp_path / "side.json"
-    run_dir, proc = profile_script(
-        tmp_path, script, nproc=2, steps="1:1:6", level="ops", env={"SIDE_FILE": str(side_file)}
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return run_dir, json.loads(side_file.read_text())
+    succeed (:func:`profile_stalled_script`): the run directory and when rank 1 stalled (``start_ns``,
+    ``end_ns``)."""
+    run_dir, (start_ns, end_ns) = profile_stalled_script(tmp_path, script, steps="1:1:6")
+    return run_dir, {"start_ns": start_ns, "end_ns": end_ns}
 
 
 def profile(
@@ -107,6 +107,30 @@ def profile_script(
     script.write_text(text)
     out = tmp_path / "run"
     return out, profile(out, steps=steps, nproc=nproc, env=env, script=script, level=level)
+
+
+def profile_stalled_script(
+    tmp_path: Path, text: str, *, steps: str, level: str = "ops"
+) -> tuple[Path, tuple[int, int]]:
+    """Profile the training script ``text`` on 2 gloo ranks (:func:`profile_script`), which writes when it
+    stalled, ``{"start_ns": ..., "end_ns": ...}`` (``time.time_ns()``), to the file ``$SIDE_FILE``: the run
+    directory and that stall's ``(start_ns, end_ns)``."""
+    side_file = tmp_path / "side.json"
+    run_dir, proc = profile_script(
+        tmp_path, text, nproc=2, steps=steps, level=level, env={"SIDE_FILE": str(side_file)}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    side = json.loads(side_file.read_text())
+    return run_dir, (side["start_ns"], side["end_ns"])
+
+
+def row_holding(rt: RankTrace, window: tuple[int, int]) -> int:
+    """The one row of ``rt`` that holds nine tenths or more of ``window`` (a stall's ``(start_ns, end_ns)``,
+    :func:`profile_stalled_script`): the node the stall is in (an assertion error where not one row is)."""
+    a, b = window
+    overlap = np.minimum(rt.start_ns + rt.dur_ns, b) - np.maximum(rt.start_ns, a)
+    (row,) = np.flatnonzero(overlap > (b - a) * 9 // 10)
+    return int(row)
 
 
 def load_example(module_name: str = "skl_example_train") -> ModuleType:

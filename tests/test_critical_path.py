@@ -62,6 +62,8 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
     for _ in range(100):
         n = int(rng.integers(1, 40))
         e, w, lk = (int(rng.integers(0, 3 * n)), int(rng.integers(0, 4)), int(rng.integers(0, 4)))
+        ik = int(rng.integers(0, 4))
+        dur = rng.integers(0, 3, n)
         m = SimpleNamespace(
             start_src=rng.integers(0, n, e),
             start_dst=rng.integers(0, n, e),
@@ -74,7 +76,11 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             launch_waited_ns=np.zeros(lk, dtype=np.int64),
             part_wait_src=np.zeros(0, dtype=np.int32),
             part_wait_edge=np.zeros(0, dtype=np.int32),
-            dur_ns=rng.integers(0, 3, n),
+            issue_src=rng.integers(0, n, ik),
+            issue_dst=rng.integers(0, n, ik),
+            issue_off_ns=rng.integers(0, 3, ik),
+            dur_ns=dur,
+            work_ns=dur,
             parent=np.where(rng.random(n) < 0.1, rng.integers(0, n, n), -1),
         )
         end = rng.integers(0, 5, n)  # few distinct times: many ties
@@ -85,6 +91,13 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             *zip(m.start_src, m.start_dst, end[m.start_src], strict=True),
             *zip(m.wait_src, m.wait_dst, end[m.wait_src], strict=True),
             *zip(m.launch_src, m.launch_dst, start[m.launch_src] + m.launch_off_ns, strict=True),
+            # an issue from inside a row: its offset into the row, within the row
+            *zip(
+                m.issue_src,
+                m.issue_dst,
+                start[m.issue_src] + np.minimum(m.issue_off_ns, m.dur_ns[m.issue_src]),
+                strict=True,
+            ),
         ]
         for s, d, t in edges:
             pair = (int(t), int(s))

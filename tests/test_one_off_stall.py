@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from capture_helpers import profile_stalled, stalled_ddp_script
+from capture_helpers import profile_stalled, row_holding, stalled_ddp_script
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
@@ -46,7 +46,8 @@ def test_a_one_off_stall_is_named_for_its_step_and_rank_with_its_size_and_its_re
     tmp_path: Path,
 ) -> None:
     run_dir, side = profile_stalled(tmp_path, SCRIPT)
-    stall_ns = side["end_ns"] - side["start_ns"]
+    stall_start, stall_end = side["start_ns"], side["end_ns"]
+    stall_ns = stall_end - stall_start
     run = load_run(run_dir)
     result = analyze_run(run)
     events = [e for e in result.skew.events if e.kind == "collective"]
@@ -62,8 +63,7 @@ def test_a_one_off_stall_is_named_for_its_step_and_rank_with_its_size_and_its_re
     )
     # the replay with the sleep cut from the untraced node that holds it
     rt = run.ranks[1]
-    overlap = np.minimum(rt.end_ns, side["end_ns"]) - np.maximum(rt.start_ns, side["start_ns"])
-    (node,) = np.flatnonzero(overlap > stall_ns * 9 // 10)
+    node = row_holding(rt, (stall_start, stall_end))
     assert rt.names[rt.name_idx[node]] == "untraced" and rt.step[node] == STALL_STEP
     dur = np.full(len(rt.start_ns), -1, dtype=np.int64)
     dur[node] = int(rt.dur_ns[node]) - stall_ns

@@ -250,7 +250,14 @@ def test_communication_issued_inside_a_host_op_is_planned_to_be_issued_during_it
     run = load_run(_issued_inside_run(tmp_path / "run", 1))
     a, op, ag, wait = rank_plan(run.ranks[0], run, NO_EFFECTS)
     assert (op.name, op.issues_inside) == ("FSDP::all_gather (0)", (ag.row,))
-    assert (ag.deps, ag.gap_ns, ag.blocking) == ((a.row,), 4 * MS, False)
+    # timed from the op's start (the model's issue edge), 4 ms in, not 4 ms after `a`
+    assert (ag.deps, ag.gap_ns, ag.issued_in, ag.issue_off_ns, ag.blocking) == (
+        (a.row,),
+        0,
+        op.row,
+        4 * MS,
+        False,
+    )
     assert wait.issues_inside == () and a.issues_inside == ()
 
 

@@ -21,8 +21,9 @@ simulator reads:
   asynchronously (eager sends among them); a profiler capturing the replay then sees the same blocking and
   overlapping calls;
 - asynchronous communication issued from inside a host op that ran on after the issue (recorded start
-  inside the op, no start edge from it: the model starts it at its own dependencies' end plus its gap, as
-  the simulator does) is that op's ``issues_inside``: the worker issues it at that time during the op's
+  inside the op, no start edge from it: the model issues it at the op's start plus its recorded offset
+  into the op scaled by the op's work factor, its issue edge, as the simulator does: ``issued_in``,
+  ``issue_off_ns``) is that op's ``issues_inside``: the worker issues it at that time during the op's
   work, so that it overlaps the rest of the op as recorded;
 - ``effects`` scale compute work (``compute_factor``) and untraced host time (``host_idle_factor``: the
   model's ``host_idle_scaled``, gaps and ``untraced`` nodes alike, as simulated) and add waits before
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.bounded import read_json_bounded as bounded_json
@@ -63,6 +65,7 @@ from skewlens.replay.execution import (
     effect_delays,
     execution_model,
     host_idle_scaled,
+    issue_anchors,
     issuer_delays,
     scaled_work,
 )
@@ -70,8 +73,8 @@ from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 6  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op;
-# 6: issues_inside
+PLAN_VERSION = 7  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op;
+# 6: issues_inside; 7: issued_in, issue_off_ns
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -208,6 +211,13 @@ class ReplayOp:
     """Host compute: rows of the asynchronous communication the program issued while this op ran (recorded
     start inside it, no start edge from it; ``FSDP::all_gather`` around ``unshard(async_op=True)``'s
     all_gather), which the worker issues at their own ready time during this op's work, not after it."""
+    issued_in: int = -1
+    """Communication issued from inside a host op (the model's issue edge): the row of the top-level op
+    whose start it is timed from (the enclosing row's, for an issue from inside a nested op); else -1."""
+    issue_off_ns: int = 0
+    """With ``issued_in``: it is ready no earlier than this long after that op started (the model's
+    :func:`~skewlens.replay.execution.issue_offsets` of the replayed work, plus a nested op's recorded
+    offset into its enclosing one), ns."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,6 +342,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     gaps = gap_ns.tolist()
     work = work_ns.tolist()
     parent = m.parent.tolist()
+    issued = _issue_times(rt, m, work_ns)
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
     queue_deps = deps_by_row(m.queue_src, m.queue_dst, n)
@@ -358,6 +369,8 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
             launched_by[d] += [*start_deps[s], *([parent[s]] if parent[s] >= 0 else [])]
         else:
             launched_by[d].append(s)
+    for d, (s, _off) in issued.items():
+        launched_by[d].append(s)  # after the op it was issued from inside
     order_deps = [
         sorted({*start_deps[i], *wait_deps[i], *launched_by[i], *([parent[i]] if parent[i] >= 0 else [])})
         for i in range(n)
@@ -393,6 +406,8 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                 send, recv = _recorded_splits(rt, i)
                 extra = {"member_bytes": inst.comm_bytes, "send_splits": send, "recv_splits": recv}
             extra["queue_deps"] = tuple(queue_deps[i])
+            if i in issued:
+                extra["issued_in"], extra["issue_off_ns"] = issued[i]
             ops.append(_comm_op(rt, run, i, comm_attrs, {**common, **extra}))
             continue
         if parent[i] >= 0:
@@ -418,6 +433,16 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
         )
     ops = _issuer_holds(rt, m, ops)
     return _mark_blocking(_issued_inside(ops, starts, (rt.start_ns + rt.dur_ns).tolist()))
+
+
+def _issue_times(rt: RankTrace, m: RankModel, work: npt.NDArray[np.int64]) -> dict[int, tuple[int, int]]:
+    """Per communication row issued from inside a host row (the model's issue edges), the top-level row it
+    is timed from and how long after that row's start it is issued, given each row's replayed ``work``: the
+    model's :func:`~skewlens.replay.execution.issue_anchors`, as the simulator times it."""
+    if m.issue_src.size == 0:
+        return {}
+    outer, off = issue_anchors(rt, m, work)
+    return {d: (o, f) for d, o, f in zip(m.issue_dst.tolist(), outer.tolist(), off.tolist(), strict=True)}
 
 
 def _issuer_holds(rt: RankTrace, m: RankModel, ops: list[ReplayOp]) -> list[ReplayOp]:

@@ -299,8 +299,9 @@ class Runner:
                         self._finish(d)
                     if self.gpu is not None and d in self.device:
                         self._sync(self.gpu, d)
+                self.start[op.row] = s  # before its work: what it issues from inside is timed from it
                 self._compute(op, origin_ns)
-                self.start[op.row], self.end[op.row] = s, time.perf_counter_ns()
+                self.end[op.row] = time.perf_counter_ns()
                 continue
             self._issue(op)
         for row in list(self.pending):
@@ -309,10 +310,14 @@ class Runner:
             self._device_times(self.gpu)
 
     def _ready_at(self, op: ReplayOp, origin_ns: int) -> int:
-        """When ``op`` starts, local ns: its dependencies' end plus its gap and delay."""
+        """When ``op`` starts, local ns: its dependencies' end, and for communication issued from inside a
+        host op ``issue_off_ns`` after that op's start (the model's issue edge, as the simulator meets it),
+        plus its gap and delay."""
         ready = origin_ns
         for d in op.deps:
             ready = max(ready, self._ready(op, d, origin_ns))
+        if op.issued_in >= 0 and (began := self.start.get(op.issued_in)) is not None:
+            ready = max(ready, began + op.issue_off_ns)
         return ready + op.gap_ns + op.delay_ns
 
     def _compute(self, op: ReplayOp, origin_ns: int) -> None:

@@ -1,0 +1,213 @@
+"""Communication a host op issues from inside itself (a DDP communication hook inside ``AccumulateGrad``,
+FSDP2's ``unshard(async_op=True)`` inside ``FSDP::all_gather``, an all_reduce inside ``Optimizer.step``) is
+issued at the enclosing row's replayed start plus its recorded offset into the row, scaled by that row's
+work factor: the execution model's issue edges, which the simulator, the analyses and the real replay's
+worker all read. Before, it was issued a fixed gap after the last row its thread finished before the op, so
+shortening the op moved nothing: a 30 ms sleep in a DDP hook could not be replayed away.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from capture_helpers import profile_stalled_script, row_holding
+from replay_workloads import worker_times
+
+from skewlens.profiler.store import RunTrace, load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.execution import execution_model, latest_deps
+from skewlens.replay.real.plan import KIND_COLL, rank_plan
+from skewlens.replay.simulate import Simulator, simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+MS = 1_000_000
+OP_NS = 10 * MS
+
+
+def _issued_inside(run_dir: Path, *, issue_at: int, nested: bool = False) -> RunTrace:
+    """Each of 2 ranks: ``a`` (0-1 ms), then a 10 ms ``op`` (1-11 ms) that issues an all_gather ``issue_at``
+    (gloo's worker stream, its recorded dependency ``a``, as the capture records it), and ``c10d::wait``
+    after the op and the all_gather; with ``nested``, the all_gather is issued from inside ``inner``
+    (3-7 ms) inside ``op``."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("aten::randn", MS, start_ns=0)
+        op = rb.compute("FSDP::all_gather", OP_NS, start_ns=MS, deps=(a,))
+        if nested:
+            rb.compute("inner", 4 * MS, start_ns=3 * MS, deps=(op,))
+        ag = rb.collective(CommType.ALL_GATHER, 4096, MS // 2, start_ns=issue_at, stream=1000, deps=(a,))
+        rb.compute("c10d::wait", MS, start_ns=max(MS + OP_NS, issue_at + MS // 2), deps=(op, ag))
+    return load_run(b.write(run_dir))
+
+
+def _rows(run: RunTrace, *names: str) -> list[int]:
+    rt = run.ranks[0]
+    return [next(i for i in range(len(rt)) if rt.name(i) == nm) for nm in names]
+
+
+def _slowed(pattern: str, factor: float) -> SlowdownModel:
+    return SlowdownModel([Slowdown(kind="op", pattern=pattern, ranks=(0, 1), factor=factor)])
+
+
+@pytest.mark.parametrize(("factor", "after_ns"), [(1.0, 4 * MS), (0.5, 2 * MS), (2.0, 8 * MS)])
+def test_a_collective_issued_40_percent_into_an_op_is_issued_40_percent_into_the_op_as_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factor: float, after_ns: int
+) -> None:
+    # issued 4 ms into the 10 ms op: before, 4 ms after the op began whatever the op's factor (the gap after
+    # `a`); now at 40% of the op as replayed, in the simulator and the real replay's worker alike
+    run = _issued_inside(tmp_path / "run", issue_at=MS + 4 * MS)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    slow = _slowed("FSDP::*", factor)
+    sim = simulate(run, effects=slow)
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == after_ns
+    assert int(sim.end_ns[0][op] - sim.start_ns[0][op]) == round(OP_NS * factor)
+    start, _end = worker_times(rank_plan(run.ranks[0], run, slow), tmp_path, monkeypatch)
+    assert start[ag] - start[op] == after_ns
+
+
+def test_a_what_if_on_a_lowered_run_issues_the_collective_as_a_fresh_replay_does(tmp_path: Path) -> None:
+    # the analyses' what-ifs (blame) re-time one rank of a run lowered once: the op at a quarter of its
+    # length on rank 0 issues the all_gather 1 ms into it there, as simulate() with the override does
+    run = _issued_inside(tmp_path / "run", issue_at=MS + 4 * MS)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    dur = np.full(len(run.ranks[0]), -1, dtype=np.int64)
+    dur[op] = OP_NS // 4
+    sim = Simulator(run)
+    sim.simulate()
+    assert not sim.steps_unchanged(dur_override={0: dur})
+    whatif = sim.simulate(dur_override={0: dur})
+    fresh = simulate(run, dur_override={0: dur})
+    assert int(whatif.start_ns[0][ag] - whatif.start_ns[0][op]) == MS
+    for r in run.ranks:
+        assert whatif.start_ns[r].tolist() == fresh.start_ns[r].tolist()
+    assert sim.simulate().start_ns[0].tolist() == run.ranks[0].start_ns.tolist()  # the lowering's own back
+
+
+def test_the_model_issues_a_collective_from_inside_the_op_it_was_recorded_in(tmp_path: Path) -> None:
+    from skewlens.replay.execution import issue_times
+
+    run = _issued_inside(tmp_path / "run", issue_at=MS + 4 * MS)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_dst.tolist(), m.issue_off_ns.tolist()) == ([op], [ag], [4 * MS])
+    assert int(m.gap_ns[ag]) == 0
+    # the analyses' latest dependency of the all_gather is the op, met at the issue (not `a` and a gap)
+    rt = run.ranks[0]
+    dep, met = latest_deps(m, rt.start_ns, rt.start_ns + rt.dur_ns)
+    assert (int(dep[ag]), int(met[ag])) == (op, MS + 4 * MS)
+    # on the op replayed half as long (its end 6 ms): issued 2 ms into it
+    end = (rt.start_ns + rt.dur_ns).copy()
+    end[op] = MS + OP_NS // 2
+    assert issue_times(m, rt.start_ns, end).tolist() == [MS + 2 * MS]
+
+
+def test_a_collective_issued_inside_a_nested_op_is_issued_from_the_innermost_op(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issued 2 ms into `inner` (3-7 ms, inside the op): `inner` at half its length issues it 1 ms in; `inner`
+    # starts as long after the op's start as recorded (nested rows keep their offset)
+    run = _issued_inside(tmp_path / "run", issue_at=5 * MS, nested=True)
+    op, inner, ag = _rows(run, "FSDP::all_gather", "inner", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_off_ns.tolist()) == ([inner], [2 * MS])
+    slow = _slowed("inner", 0.5)
+    sim = simulate(run, effects=slow)
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS + MS
+    start, _end = worker_times(rank_plan(run.ranks[0], run, slow), tmp_path, monkeypatch)
+    assert start[ag] - start[op] == 3 * MS
+
+
+def test_a_collective_recorded_just_after_its_op_ended_is_issued_at_the_ops_replayed_end(
+    tmp_path: Path,
+) -> None:
+    # recorded 10 µs past the op's end (the clocks of the trace's sources disagree by that much): its offset
+    # is clamped to the op's length, so it moves with the op's end; before, 10.01 ms after the op began
+    run = _issued_inside(tmp_path / "run", issue_at=MS + OP_NS + 10_000)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_off_ns.tolist()) == ([op], [OP_NS])
+    assert int(m.gap_ns[ag]) == 10_000  # unchanged, the replay keeps the recorded start
+    assert int(simulate(run).start_ns[0][ag]) == MS + OP_NS + 10_000
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.5))
+    assert int(sim.start_ns[0][ag]) == MS + OP_NS // 2 + 10_000
+
+
+def test_an_unchanged_replay_issues_the_collective_where_it_was_recorded(tmp_path: Path) -> None:
+    run = _issued_inside(tmp_path / "run", issue_at=MS + 4 * MS)
+    sim = simulate(run)
+    for r, rt in run.ranks.items():
+        assert sim.start_ns[r].tolist() == rt.start_ns.tolist()
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    (ag,) = [o for o in ops if o.kind == KIND_COLL]
+    assert (ag.issued_in, ag.issue_off_ns, ag.gap_ns) == (_rows(run, "FSDP::all_gather")[0], 4 * MS, 0)
+
+
+HOOK_STALL_STEP, HOOK_STALL_MS = 3, 30
+
+HOOK_SCRIPT = f"""
+import json, os, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(64, 64))
+it = [0]
+side = {{}}
+def hook(state, bucket):
+    if rank == 1 and it[0] == {HOOK_STALL_STEP}:  # the profiler numbers steps from 0 too
+        t0 = time.time_ns()
+        time.sleep({HOOK_STALL_MS} / 1e3)
+        side.update(start_ns=t0, end_ns=time.time_ns())
+    return default_hooks.allreduce_hook(state, bucket)
+model.register_comm_hook(None, hook)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(6):
+    it[0] = i
+    opt.zero_grad()
+    model(torch.randn(8, 64)).sum().backward()
+    opt.step()
+if rank == 1:
+    with open(os.environ["SIDE_FILE"], "w") as f:
+        json.dump(side, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_stall_inside_a_ddp_comm_hook_is_replayed_away_by_shortening_the_op_it_ran_in(
+    tmp_path: Path,
+) -> None:
+    # rank 1's hook sleeps 30 ms in step 3, inside AccumulateGrad, then issues the all_reduce; the replay
+    # with that op cut by the sleep: before, rank 1's step took as long (31.1 -> 31.1 ms; the all_reduce 30 ms
+    # after the row before the op whatever the op lasted), now it loses the sleep
+    run_dir, (stall_start, stall_end) = profile_stalled_script(tmp_path, HOOK_SCRIPT, steps="1:1:4")
+    stall_ns = stall_end - stall_start
+    run = load_run(run_dir)
+    rt = run.ranks[1]
+    node = row_holding(rt, (stall_start, stall_end))
+    assert rt.name(node).endswith("AccumulateGrad") and rt.step[node] == HOOK_STALL_STEP
+    dur = np.full(len(rt), -1, dtype=np.int64)
+    dur[node] = int(rt.dur_ns[node]) - stall_ns
+    base = simulate(run).step_spans()
+    whatif = simulate(run, dur_override={1: dur}).step_spans()
+
+    def took(spans: dict[tuple[int, int], tuple[int, int]]) -> int:
+        a, b = spans[(1, HOOK_STALL_STEP)]
+        return b - a
+
+    # rank 1's step loses the sleep, give or take a shared CPU's noise (rank 0's may keep it where the
+    # clocks contradict: its all_reduce recorded done before rank 1's began is detached from the group)
+    assert took(base) - took(whatif) == pytest.approx(stall_ns, abs=5_000_000)
+    assert {k: v for k, v in whatif.items() if k[1] < HOOK_STALL_STEP} == {
+        k: v for k, v in base.items() if k[1] < HOOK_STALL_STEP
+    }
+    # the all_reduce is issued from inside it: the model's issue edge
+    assert node in execution_model(run).ranks[1].issue_src.tolist()
