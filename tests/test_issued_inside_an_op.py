@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from capture_helpers import profile_stalled_script, row_holding
+from capture_helpers import profile_script, profile_stalled_script, row_holding
 from replay_workloads import worker_times
 
 from skewlens.profiler.store import RunTrace, load_run
@@ -211,3 +211,32 @@ def test_a_stall_inside_a_ddp_comm_hook_is_replayed_away_by_shortening_the_op_it
     }
     # the all_reduce is issued from inside it: the model's issue edge
     assert node in execution_model(run).ranks[1].issue_src.tolist()
+
+
+@pytest.mark.slow
+def test_fsdp2_all_gathers_issued_inside_their_ops_move_with_those_ops(tmp_path: Path) -> None:
+    # FSDP2's unshard(async_op=True) at `ops`: each all_gather is issued inside an `FSDP::all_gather (k)`
+    # op; with those ops at half their length each is issued at half its recorded offset into its op
+    # (before: at its recorded offset, however short the op)
+    from test_capture_waits import FSDP_SCRIPT, _filled
+
+    run_dir, proc = profile_script(tmp_path, _filled(FSDP_SCRIPT), nproc=2, steps="1:1:3", level="ops")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = load_run(run_dir)
+    slow = SlowdownModel([Slowdown(kind="op", pattern="FSDP::all_gather*", factor=0.5)])
+    sim, half = simulate(run), simulate(run, effects=slow)
+    for r, rt in run.ranks.items():
+        assert sim.start_ns[r].tolist() == rt.start_ns.tolist(), r  # unchanged: exact
+        ops = [i for i in range(len(rt)) if rt.name(i).startswith("FSDP::all_gather") and rt.is_cpu[i]]
+        found = 0
+        for i in range(len(rt)):
+            if rt.name(i) != "c10d::_allgather_base_" or rt.stream[i] == rt.stream[ops[0]]:
+                continue
+            around = [o for o in ops if rt.start_ns[o] < rt.start_ns[i] < rt.start_ns[o] + rt.dur_ns[o]]
+            if not around:
+                continue
+            (op,) = around
+            off = int(rt.start_ns[i] - rt.start_ns[op])
+            assert abs(int(half.start_ns[r][i] - half.start_ns[r][op]) - off / 2) <= 1, (r, i)
+            found += 1
+        assert found >= 3, r  # each layer's, each step
