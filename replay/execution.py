@@ -1607,7 +1607,10 @@ def _issue_edges(
         thread[ed[last]] = timeline[es[last]]
         known[ed[last]] = True
     cand = cand[known[cand]]
-    follows = set(zip(starts[0].tolist(), starts[1].tolist(), strict=True))
+    into = np.zeros(n, dtype=np.bool_)
+    into[cand] = True
+    into = into[starts[1]]  # (only the start edges into them: a set of every edge is large on big runs)
+    follows = set(zip(starts[0][into].tolist(), starts[1][into].tolist(), strict=True))
     out_s: list[int] = []
     out_d: list[int] = []
     hr = np.flatnonzero(host)
