@@ -185,6 +185,10 @@ COLLECTIVE_BY_OP: dict[str, CommType] = {
     "all_reduce": CommType.ALL_REDUCE,
     "allreduce_coalesced": CommType.ALL_REDUCE,
     "all_reduce_coalesced": CommType.ALL_REDUCE,
+    # gloo's all_reduce of a sparse COO tensor (DDP's gradient of an ``EmbeddingBag(sparse=True)``): the
+    # program called an all_reduce; gloo runs it as all_gathers of each rank's indices and values
+    # (:data:`SPARSE_ALL_REDUCE_OP`)
+    "sparse_all_reduce": CommType.ALL_REDUCE,
     "reduce": CommType.REDUCE,
     "_reduce_oop": CommType.REDUCE,
     "allgather": CommType.ALL_GATHER,
@@ -225,6 +229,11 @@ SIZE_MUST_MATCH = frozenset(
         CommType.REDUCE_SCATTER_BLOCK,
     }
 )
+
+#: Base name (as :func:`collective_from_op` reads it) of gloo's all_reduce of a sparse tensor, which its
+#: flight recorder names ``gloo:sparse_all_reduce`` and records with the dense tensor's size.
+SPARSE_ALL_REDUCE_OP = "sparse_all_reduce"
+
 COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
 P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
 

@@ -52,8 +52,8 @@ from skewlens.profiler.capture.records import (
     StepRecord,
 )
 from skewlens.profiler.errors import CaptureError
-from skewlens.profiler.store.issues import rank_ranges
-from skewlens.profiler.vocab import CommType, NodeType, collective_from_op, dtype_bytes
+from skewlens.profiler.store.issues import format_bytes, rank_ranges
+from skewlens.profiler.vocab import SPARSE_ALL_REDUCE_OP, CommType, NodeType, collective_from_op, dtype_bytes
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -645,6 +645,24 @@ def even_splits_note(unread: int, records: Sequence[CommRecord]) -> str:
     return (
         f"{unread + recorder} all_to_all call(s) recorded with even splits (their bytes sent to and received "
         f"from each member unknown; a simulated or real replay moves equal parts): {'; '.join(parts)}"
+    )
+
+
+def sparse_all_reduce_note(records: Sequence[CommRecord]) -> str:
+    """The manifest's ``communication sizes`` note for gloo's all_reduces of sparse tensors among ``records``
+    (DDP's gradients of ``sparse=True`` embedding tables): recorded as all_reduces of the dense tensor's size,
+    the size gloo's flight recorder gives, while gloo moves each rank's coalesced indices and values, as
+    all_gathers whose sizes vary by rank and step. '' where there are none."""
+    sparse = [c for c in records if c.op.rsplit(":", 1)[-1] == SPARSE_ALL_REDUCE_OP]
+    if not sparse:
+        return ""
+    sizes = sorted({c.size_bytes for c in sparse})
+    dense = format_bytes(sizes[0]) + (f"-{format_bytes(sizes[-1])}" if len(sizes) > 1 else "")
+    return (
+        f"{len(sparse)} sparse all_reduce(s) (gloo:sparse_all_reduce, a sparse=True embedding's gradient) "
+        f"recorded as all_reduces of the dense tensor's size ({dense}): gloo all_gathers each rank's "
+        "coalesced indices and values instead, sizes no rank records, so replay (comm_mode=model, mode=real) "
+        "moves the dense size"
     )
 
 

@@ -763,6 +763,8 @@ class CaptureSession:
         unread = self._hooks.unread_splits if self._hooks is not None else 0
         if note := flight.even_splits_note(unread, self._recorder_only):
             self.notes[rank_note_key(rank, RankNote.ALL_TO_ALL_SPLITS)] = note
+        if note := flight.sparse_all_reduce_note(comms):
+            self.notes[rank_note_key(rank, RankNote.COMM_SIZES)] = note
         native_workers = self._workers is not None and self._workers.recorder == "native"
         cap = RankCapture(
             rank=rank,

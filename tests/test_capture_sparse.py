@@ -1,0 +1,81 @@
+"""gloo's all_reduce of a sparse gradient (DDP over an ``EmbeddingBag(sparse=True)``, a recommender's tables).
+
+gloo's flight recorder names it ``gloo:sparse_all_reduce`` and gives the dense tensor's size; gloo runs it
+as all_gathers of each rank's coalesced indices and values. Before, the capture wrote it with comm_type -1,
+and ``skewlens check``, ``analyze``, ``export`` and ``replay`` refused the run (``unknown comm_type -1``, one
+error per step); now it is an all_reduce of the size the recorder gave, and a note says what gloo moves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from capture_helpers import profile_script
+
+from skewlens.profiler.capture.flight import sparse_all_reduce_note
+from skewlens.profiler.capture.records import CommRecord
+from skewlens.profiler.chakra_io import node_attrs, read_et
+from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store.validate import load_validated
+from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
+
+
+def _record(op: str, size_bytes: int) -> CommRecord:
+    return CommRecord(
+        node_type=NodeType.COMM_COLL, op=op, comm_type=collective_from_op(op), pg_name="0", seq=1, src=-1,
+        dst=-1, tag=0, numel=size_bytes // 4, dtype="float32", size_bytes=size_bytes, start_ns=0,
+        issue_end_ns=0, end_ns=1, is_async=True, thread=1, step=2,
+    )  # fmt: skip
+
+
+def test_gloos_sparse_all_reduce_is_an_all_reduce_not_an_unknown_collective() -> None:
+    assert collective_from_op("gloo:sparse_all_reduce") == CommType.ALL_REDUCE
+
+
+def test_a_sparse_all_reduce_is_noted_as_recorded_at_the_dense_size() -> None:
+    dense = _record("gloo:all_reduce", 4096)
+    assert sparse_all_reduce_note([dense]) == ""
+    note = sparse_all_reduce_note([_record("gloo:sparse_all_reduce", 5_120_000)] * 3 + [dense])
+    assert note.startswith("3 sparse all_reduce(s) (gloo:sparse_all_reduce")
+    assert "dense tensor's size (4.9 MiB)" in note
+    assert "all_gathers each rank's coalesced indices and values" in note
+
+
+SCRIPT = """
+import os, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+r = dist.get_rank()
+emb = DDP(torch.nn.EmbeddingBag(1000, 8, mode="sum", sparse=True))
+opt = torch.optim.SparseAdam(emb.parameters(), lr=1e-3)
+for step in range(4):
+    g = torch.Generator().manual_seed(10 * step + r)
+    idx = torch.randint(0, 1000, ((r + 1) * 20,), generator=g)  # rank 1 looks up twice as many rows
+    emb(idx, torch.tensor([0, 5])).sum().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_ddp_sparse_embeddings_all_reduce_is_captured_as_an_all_reduce_the_run_check_accepts(
+    tmp_path: Path,
+) -> None:
+    run, res = profile_script(tmp_path, SCRIPT, nproc=2, steps="1:1:2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    for r in (0, 1):
+        sparse = [
+            a for n in read_et(run / f"rank-{r}.et").nodes if n.name == "gloo:sparse_all_reduce"
+            for a in [node_attrs(n)]
+        ]  # fmt: skip
+        # one per recorded step (2, 3), the dense table's 1000 x 8 float32 on both ranks
+        assert [(a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) for a in sparse] == [
+            (int(CommType.ALL_REDUCE), 32_000)
+        ] * 2
+    notes = read_manifest(run).notes
+    assert notes["rank 0 communication sizes"].startswith("2 sparse all_reduce(s)")
+    # before: ValidationError "collective node ... has unknown comm_type -1", one per recorded step
+    trace = load_validated(run)
+    assert sorted(i.comm_type for i in trace.collectives) == [CommType.ALL_REDUCE] * 2
