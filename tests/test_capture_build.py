@@ -1451,3 +1451,40 @@ def test_a_collective_waited_for_by_a_later_wait_call_is_no_hidden_wait_where_it
     hidden = main_thread_compute(one_step([issued], ops=ops))
     assert (2_000, 50_000, engine) not in hidden
     assert not [n for n in hidden if n[0] < 40_000 and n[1] > 15_200]
+
+
+def test_a_bucket_all_reduce_running_as_a_blocking_all_to_all_is_issued_keeps_its_own_worker_event() -> None:
+    # µs, rank 0 of a 2-rank DLRM (DDP over a dense MLP, model-parallel tables exchanged with all_to_all):
+    # DDP's bucket all_reduce is issued at 549, 0.2 ms before the backward's blocking all_to_all
+    # (753-8,688); gloo runs the bucket 821-8,223 and the all_to_all's own event 8,234-8,660, both inside
+    # the call. Before, an event of another kind inside a blocking call was hidden from every collective:
+    # each bucket took the next step's event (the first bucket 549-17,000, a 7 ms all_reduce read as 16 ms)
+    # and the last had no end.
+    us = 1_000
+
+    def bucket(t: int, seq: int) -> CommRecord:
+        return replace(coll(t * us, t * us, seq=seq, is_async=True), op="gloo:all_reduce")
+
+    def a2a(s: int, e: int, seq: int) -> CommRecord:
+        return replace(
+            coll(s * us, e * us, seq=seq), op="c10d::alltoall_base_", comm_type=CommType.ALL_TO_ALL
+        )
+
+    def ev(name: str, s: int, e: int) -> OpRecord:
+        return host_op(name, s * us, (e - s) * us, thread=8)
+
+    comms = [bucket(549, 1), a2a(753, 8_688, 2), bucket(12_000, 3), a2a(12_100, 14_000, 4), bucket(16_000, 5)]
+    workers = [
+        ev("gloo:all_reduce", 821, 8_223),
+        ev("gloo:all_to_all", 8_234, 8_660),
+        ev("gloo:all_reduce", 12_150, 12_800),
+        ev("gloo:all_to_all", 12_810, 13_900),
+        ev("gloo:all_reduce", 16_050, 17_000),
+    ]
+    cap = _on_gloo_threads(comms, workers, {8: "0"})
+    ends = {n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "gloo:all_reduce")}
+    assert ends == {1: 8_223 * us, 3: 12_800 * us, 5: 17_000 * us}
+    calls = {
+        n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "c10d::alltoall_base_")
+    }
+    assert calls == {2: 8_688 * us, 4: 14_000 * us}

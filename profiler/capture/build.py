@@ -90,6 +90,8 @@ WAIT_SLACK_NS = 1_000_000
 MAX_KINETO_SKEW_NS = 2_000_000
 #: Earlier than any timestamp (what :class:`Reach` answers before the first interval).
 NEVER_NS = -(1 << 62)
+#: Later than any timestamp.
+ALWAYS_NS = 1 << 62
 #: How much earlier than the flight recorder's issue time a gloo worker event may appear to start (the
 #: recorder stamps an entry after the work is queued; a worker can start it first).
 WORKER_SLACK_NS = 1_000_000
@@ -348,7 +350,11 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     outside the call's ``[start, end]`` (the ``async_op`` all_reduce DDP's forward issues under ``Join``:
     10-40 µs outside; before, the bucket all_reduce issued after it took that event and ended early, and
     each later bucket of the step the one before). A blocking call's ``[start, end]`` hides only the events
-    of other kinds than its own (what it ran inside, such as an object collective's): a recorder-only
+    of other kinds than its own (what it ran inside, such as an object collective's), and those that began
+    before its own event did only from the collectives issued after it began (gloo ran them first: work
+    issued before the call, such as DDP's bucket all_reduce still running as the backward's all_to_all is
+    issued; before, that bucket took a later bucket's event, 253 ms on a 2-rank DLRM whose real all_reduce
+    took 7 ms, and the last bucket of the window had no end): a recorder-only
     collective of its kind may run during it on the group's other thread (a DDP bucket all_reduce in
     flight while SyncBatchNorm's backward all_reduces: before, every event inside the blocking call was
     its, so the bucket took a later bucket's event, its two members' ends up to 27 ms apart on 2 gloo
@@ -359,49 +365,77 @@ def _gloo_worker_ends(cap: RankCapture) -> Callable[[CommRecord], int]:
     or at the ops level, those its blocking hooked collectives waited on (:func:`_worker_groups`) and any
     thread not known to serve another group.
     """
-    blocking = [
-        (c.start_ns, c.end_ns, _event_kinds(c))
-        for c in cap.comms
-        if not _ran_as(c).startswith("gloo:") and not c.is_async and not c.quiet
-    ]
-    hides: dict[CommType | None, Reach] = {}
-
-    def hidden(s: int, e: int, name: str) -> bool:
-        """Whether a blocking hooked call of another kind holds the event ``[s, e]`` of op ``name``."""
-        kind = collective_from_op(name)
-        if kind not in hides:
-            hides[kind] = Reach((a, b) for a, b, kinds in blocking if kind not in kinds)
-        return hides[kind](s) >= e
-
     every = sorted(
         (o.start_ns, o.start_ns + o.dur_ns, o.name, o.thread)
         for o in itertools.chain(cap.ops, cap.worker_events)
         if o.is_cpu and o.name.startswith("gloo:")
     )
+    every_starts = [ev[0] for ev in every]
+
+    def own_start(a: int, b: int, kinds: set[CommType | None]) -> int:
+        """Start of the first event of its own kind that a blocking call ``[a, b]`` holds (NEVER_NS: none)."""
+        k = bisect.bisect_left(every_starts, a)
+        while k < len(every) and every[k][0] <= b:
+            if collective_from_op(every[k][2]) in kinds:
+                return every[k][0]
+            k += 1
+        return NEVER_NS
+
+    calls = sorted(
+        (c.start_ns, c.end_ns, kinds, own_start(c.start_ns, c.end_ns, kinds))
+        for c in cap.comms
+        if not _ran_as(c).startswith("gloo:") and not c.is_async and not c.quiet
+        for kinds in [_event_kinds(c)]
+    )
+    call_starts = [a for a, *_ in calls]
+    longest = max((b - a for a, b, *_ in calls), default=0)
+    hides: dict[CommType | None, Reach] = {}
+
+    def visible_before(s: int, e: int, name: str) -> int:
+        """Issue time before which a collective may take the event ``[s, e]`` of op ``name``: never where a
+        blocking hooked call of another kind holds it (what the call ran), unless it began before that
+        call's own event did: work issued before the call (gloo runs a group's work in issue order), which
+        a collective issued before the call may take (DDP's bucket all_reduce still running when the
+        backward's all_to_all is issued; before, the bucket took a later step's event)."""
+        kind = collective_from_op(name)
+        if kind not in hides:
+            hides[kind] = Reach((a, b) for a, b, kinds, _ in calls if kind not in kinds)
+        limit = ALWAYS_NS
+        if hides[kind](s) < e:
+            return limit
+        j = bisect.bisect_right(call_starts, s) - 1
+        while j >= 0 and call_starts[j] >= s - longest:
+            a, b, kinds, own = calls[j]
+            if kind not in kinds and b >= e:
+                limit = min(limit, a if s < own else NEVER_NS)
+            j -= 1
+        return limit
+
     # native thread ids: the collectives level's recorder; Kineto (ops level) numbers threads its own way
     created = {} if any(o.is_cpu and o.name.startswith("gloo:") for o in cap.ops) else cap.group_threads
     group_of = {**_worker_groups(cap.comms, every), **created}
     exact = set(created.values())  # groups whose every thread is known
-    owned: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # name -> (s, e, owner, thread)
+    # name -> (s, e, visible_before, owner, thread)
+    owned: dict[str, list[tuple[int, int, int, str, str]]] = defaultdict(list)
     for s, e, name, thread in every:
-        if not hidden(s, e, name):
-            owned[name].append((s, e, group_of.get(thread, ""), str(thread)))
-    lists: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        if (vis := visible_before(s, e, name)) > NEVER_NS:
+            owned[name].append((s, e, vis, group_of.get(thread, ""), str(thread)))
+    lists: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     taken: dict[str, set[tuple[int, int]]] = defaultdict(set)  # name -> events claimed
 
-    def candidates(name: str, group: str) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+    def candidates(name: str, group: str) -> tuple[list[tuple[int, int, int]], set[tuple[int, int]]]:
         key = (name, group)
         if key not in lists:
             mine = {group} if group in exact else {group, ""}
-            lists[key] = [(s, e) for s, e, owner, _ in owned.get(name, []) if owner in mine]
+            lists[key] = [(s, e, vis) for s, e, vis, owner, _ in owned.get(name, []) if owner in mine]
         return lists[key], taken[name]
 
     def first_free(name: str, c: CommRecord) -> tuple[int, int] | None:
         cands, used = candidates(name, c.pg_name)
         k = bisect.bisect_left(cands, (c.start_ns - WORKER_SLACK_NS, -1))
-        while k < len(cands) and cands[k] in used:
+        while k < len(cands) and (cands[k][:2] in used or c.start_ns >= cands[k][2]):
             k += 1
-        return cands[k] if k < len(cands) else None
+        return cands[k][:2] if k < len(cands) else None
 
     def end_of(c: CommRecord) -> int:
         """Called in issue order (the order gloo runs a group's collectives in)."""
