@@ -8,6 +8,7 @@ error per step); now it is an all_reduce of the size the recorder gave, and a no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,9 @@ def test_a_sparse_all_reduce_is_noted_as_recorded_at_the_dense_size() -> None:
     assert note.startswith("3 sparse all_reduce(s) (gloo:sparse_all_reduce")
     assert "dense tensor's size (4.9 MiB)" in note
     assert "all_gathers each rank's coalesced indices and values" in note
+    # a hooked call on a sparse tensor (the full level's path): op c10d::allreduce_, the tensor's dense size
+    hooked = replace(_record("c10d::allreduce_", 32_000), sparse=True)
+    assert sparse_all_reduce_note([hooked, dense]).startswith("1 sparse all_reduce(s)")
 
 
 SCRIPT = """
@@ -60,16 +64,17 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("level", ["collectives", "full"])
 def test_a_ddp_sparse_embeddings_all_reduce_is_captured_as_an_all_reduce_the_run_check_accepts(
-    tmp_path: Path,
+    tmp_path: Path, level: str
 ) -> None:
-    run, res = profile_script(tmp_path, SCRIPT, nproc=2, steps="1:1:2")
+    # collectives (and ops): the flight recorder's gloo:sparse_all_reduce, before comm_type -1; full: the
+    # hooked c10d::allreduce_ through DDP's allreduce_hook, before a dense all_reduce with no note
+    run, res = profile_script(tmp_path, SCRIPT, nproc=2, steps="1:1:2", level=level)
     assert res.returncode == 0, res.stderr[-3000:]
+    name = "gloo:sparse_all_reduce" if level == "collectives" else "c10d::allreduce_"
     for r in (0, 1):
-        sparse = [
-            a for n in read_et(run / f"rank-{r}.et").nodes if n.name == "gloo:sparse_all_reduce"
-            for a in [node_attrs(n)]
-        ]  # fmt: skip
+        sparse = [a for n in read_et(run / f"rank-{r}.et").nodes if n.name == name for a in [node_attrs(n)]]
         # one per recorded step (2, 3), the dense table's 1000 x 8 float32 on both ranks
         assert [(a[Attr.COMM_TYPE], a[Attr.COMM_SIZE]) for a in sparse] == [
             (int(CommType.ALL_REDUCE), 32_000)

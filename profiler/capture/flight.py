@@ -650,10 +650,11 @@ def even_splits_note(unread: int, records: Sequence[CommRecord]) -> str:
 
 def sparse_all_reduce_note(records: Sequence[CommRecord]) -> str:
     """The manifest's ``communication sizes`` note for gloo's all_reduces of sparse tensors among ``records``
-    (DDP's gradients of ``sparse=True`` embedding tables): recorded as all_reduces of the dense tensor's size,
+    (DDP's gradients of ``sparse=True`` embedding tables; hooked ones, :attr:`CommRecord.sparse`, or only
+    the recorder's, named ``gloo:sparse_all_reduce``): recorded as all_reduces of the dense tensor's size,
     the size gloo's flight recorder gives, while gloo moves each rank's coalesced indices and values, as
     all_gathers whose sizes vary by rank and step. '' where there are none."""
-    sparse = [c for c in records if c.op.rsplit(":", 1)[-1] == SPARSE_ALL_REDUCE_OP]
+    sparse = [c for c in records if c.sparse or c.op.rsplit(":", 1)[-1] == SPARSE_ALL_REDUCE_OP]
     if not sparse:
         return ""
     sizes = sorted({c.size_bytes for c in sparse})

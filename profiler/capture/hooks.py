@@ -252,6 +252,7 @@ class _Described(NamedTuple):
     send_splits: tuple[int, ...] = ()  # ... and to / from each member, in group-rank order
     recv_splits: tuple[int, ...] = ()
     reduce_op: str = ""  # an all_reduce's, reduce's or reduce_scatter's ReduceOp (reduce_op_name)
+    sparse: bool = False  # of a sparse tensor (CommRecord.sparse)
 
 
 _TASKS = Path("/proc/self/task")
@@ -582,6 +583,7 @@ class CommHooks:
             src_from_result=spec.node_type == NodeType.COMM_RECV and src < 0,
             batch=getattr(self._local, "batch", -1),
             reduce_op=reduce_op,
+            sparse=any(t.is_sparse for t in tensors),
         )
 
     def _time_completion(self, call_id: int, work: Any, issue_end: int, kind: tuple[str, str]) -> None:
@@ -629,7 +631,7 @@ class CommHooks:
                 size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
                 is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
                 send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
-                recv_splits=w.recv_splits, reduce_op=w.reduce_op, quiet=quiet,
+                recv_splits=w.recv_splits, reduce_op=w.reduce_op, quiet=quiet, sparse=w.sparse,
             )  # fmt: skip
             out.append(rec)
         return out

@@ -81,6 +81,10 @@ class CommRecord:
     """The backend's name for the collective where it ran as another than :attr:`op` says (gloo runs a
     functional reduce_scatter as an all_reduce: its flight-recorder entry and worker event say
     ``gloo:all_reduce``); '' where it ran as what :attr:`op` names."""
+    sparse: bool = False
+    """A hooked call on a sparse COO tensor (DDP's all_reduce of a ``sparse=True`` embedding's gradient): its
+    size is the dense tensor's, while gloo all_gathers the indices and values (the flight recorder names it
+    ``gloo:sparse_all_reduce``)."""
     quiet: bool = False
     """Issued with the thread's record functions off (the hooks' quiet calls, once the worker-event
     recorder knows the gloo threads): gloo's worker recorded no ``gloo:*`` event for it."""
