@@ -3,6 +3,7 @@ sorting/summing)."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ from skewlens.analysis.critical_path import DEVICE_GAP, HOST_GAP, shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord, CauseKind
+from skewlens.analysis.skew import Cause
 from skewlens.profiler.manifest import default_group_name
 from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges
 from skewlens.profiler.store.render import group_desc, group_members
@@ -192,7 +194,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
             t.add_row(str(r), "-", "-", "-", ms_text(w / steps), (cause.text if cause else "") or "-")
         for note in [
             *uneven_wait_notes(result, [r for r, _w in caused]),
-            *host_idle_notes(result, [r for r, _w in caused]),
+            *what_if_notes(result, [r for r, _w in caused]),
         ]:
             t.caption += f"\n{note}"
         return t
@@ -223,7 +225,7 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         t.caption += f"\n{uneven}"
     for note in [
         *uneven_wait_notes(result, [rec.rank for rec in shown]),
-        *host_idle_notes(result, [rec.rank for rec in shown]),
+        *what_if_notes(result, [rec.rank for rec in shown]),
     ]:
         t.caption += f"\n{note}"
     return t
@@ -313,9 +315,7 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
     step, the what-if (which compares typical steps) costing it 0.63 ms a step."""
     steps = blame_step_ids(result)
     by_step = result.skew.caused_wait_by_step
-    floor = 0.0
-    if result.blame is not None and result.blame.baseline_step_ns:
-        floor = ONE_OFF_OF_STEP * float(np.median(list(result.blame.baseline_step_ns.values())))
+    floor = ONE_OFF_OF_STEP * _median_step_ns(result)
     out = []
     for r in ranks:
         waits = [(by_step.get((r, s), 0), s) for s in steps]
@@ -334,38 +334,82 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
     return out
 
 
-def host_idle_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
-    """For each of ``ranks`` that made its peers wait mostly for untraced host time (half its caused wait or
-    more at events whose own cause is ``host idle/gap``, in the steps the per-step figures are a mean over),
-    the replay that takes that time away (``slowdown=host_idle``), with the step where one step holds over
-    :data:`UNEVEN_WAIT_SHARE` of it: before, the report named the cause and no what-if for it, as it names
-    ``slow_gpu`` for a rank's GPU."""
+def _median_step_ns(result: AnalysisResult) -> float:
+    """The job's median simulated step (the what-if's baseline), 0 without the what-if."""
+    if result.blame is None or not result.blame.baseline_step_ns:
+        return 0.0
+    return float(np.median(list(result.blame.baseline_step_ns.values())))
+
+
+def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
+    """For each of ``ranks`` that made its peers wait mostly for one thing it did (half its caused wait or
+    more at events whose own cause is it, in the steps the per-step figures are a mean over, and in all
+    :data:`ONE_OFF_OF_STEP` of the job's median simulated step or more: a first step's warm-up of 0.45 ms
+    in six 13.5 ms steps is none), the replay
+    that takes it away, with the step where one step holds over :data:`UNEVEN_WAIT_SHARE` of it: untraced
+    host time (events caused by ``host idle/gap``: ``slowdown=host_idle``), or a scope that stalled (events
+    caused by ``compute grew`` whose first-named op is one, :func:`_stalled_op`: an ``op`` item matching its
+    name, factor 0; a real ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute).
+    Before, the report named the cause and no what-if for it, as it names ``slow_gpu`` for a rank's GPU."""
     wanted = set(blame_step_ids(result))
     caused = caused_wait_in_steps(result)
-    idle: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    floor = max(BLAMED_NS * len(wanted), ONE_OFF_OF_STEP * _median_step_ns(result))
+    # rank -> what it did (None: untraced host time; else the op's name) -> step -> the wait it caused
+    held: dict[int, dict[str | None, dict[int, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
     for e in result.skew.events:
-        if (
-            e.cause.kind is CauseKind.HOST_GAP
-            and not e.cause.passed_on
-            and not e.clock_contradicted
-            and e.step in wanted
-            and e.total_exposed_wait_ns > 0
-        ):
-            idle[e.blamed_rank][e.step] += e.total_exposed_wait_ns
+        c = e.cause
+        if c.passed_on or e.clock_contradicted or e.step not in wanted or e.total_exposed_wait_ns <= 0:
+            continue
+        if c.kind is CauseKind.HOST_GAP:
+            held[e.blamed_rank][None][e.step] += e.total_exposed_wait_ns
+        elif c.kind is CauseKind.COMPUTE and c.ops and _stalled_op(c):
+            held[e.blamed_rank][c.ops[0][0]][e.step] += e.total_exposed_wait_ns
     out = []
     for r in ranks:
-        by_step = idle.get(r, {})
-        total = sum(by_step.values())
-        if total < BLAMED_NS * len(wanted) or 2 * total < caused.get(r, 0):
-            continue
-        worst, step = max((w, -s) for s, w in by_step.items())
-        one = f" slowdown.step={-step}" if worst > UNEVEN_WAIT_SHARE * total else ""
-        out.append(
-            f"rank {r} made its peers wait for untraced host time (between traced operators: a data loader, "
-            f"gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
-            f"slowdown=host_idle slowdown.rank={r}{one} slowdown.factor=0 (0.5: half of it)"
-        )
+        for what, by_step in held.get(r, {}).items():
+            total = sum(by_step.values())
+            if total < floor or 2 * total < caused.get(r, 0):
+                continue
+            worst, step = max((w, -s) for s, w in by_step.items())
+            one = -step if worst > UNEVEN_WAIT_SHARE * total else None
+            out.append(_what_if_text(r, what, one))
     return out
+
+
+def _stalled_op(c: Cause) -> bool:
+    """Whether a compute cause's first-named op is a scope that stalled: not an operator (``aten::mm``,
+    ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the what-if cost
+    compares with the median one) nor a kernel (``void ...``: a slower GPU, ``slow_gpu``), a name such as
+    ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a ``record_function``'s; grown by half the
+    cause or more, and by more than it took on the median member."""
+    name, grew = c.ops[0]
+    scope = "::" not in name and not name.startswith("void ")
+    return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
+
+
+def _what_if_text(rank: int, op: str | None, step: int | None) -> str:
+    """The what-if note of :func:`what_if_notes`: rank ``rank``'s untraced host time (``op`` None) or op
+    ``op`` taken away, at ``step`` (None: every step)."""
+    if op is None:
+        what = (
+            "untraced host time (between traced operators: a data loader, gc.collect(), a checkpoint write)"
+        )
+        at = f" slowdown.step={step}" if step is not None else ""
+        replay = f"slowdown=host_idle slowdown.rank={rank}{at} slowdown.factor=0 (0.5: half of it)"
+    else:
+        what = f"its scope {op}, which stalled (it took over twice its time on the median member)"
+        at = f"first_step:{step},last_step:{step}," if step is not None else ""
+        pattern = re.sub(r"([*?\[])", r"[\1]", op)  # the name itself, as a glob
+        replay = (
+            f"'slowdown.entries=[{{kind:op,ranks:[{rank}],{at}factor:0,pattern:\"{pattern}\"}}]' "
+            "(factor:0.5: half of it)"
+        )
+    return (
+        f"rank {rank} made its peers wait for {what}; what if it were gone: skewlens replay trace=RUN "
+        f"out=OUT {replay}"
+    )
 
 
 def _costs_anything(rec: BlameRecord, steps: int) -> bool:

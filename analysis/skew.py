@@ -77,6 +77,9 @@ class Cause:
     """Op that grew most (compute)."""
     ops: tuple[tuple[str, int], ...] = ()
     """Grown ops with their growth in ns, largest first (compute)."""
+    op_median_ns: int = 0
+    """Compute, of one event: the first-named op's time in the median member's window (what it grew from:
+    a stall where its growth is larger); 0 in a cause summed over events."""
     blamed_from: int = -1
     """For an earlier wait: the rank that caused it."""
     via_rank: int = -1
@@ -355,13 +358,16 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     )
 
 
-def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[str, int], ...]:
+def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[tuple[str, int], ...], int]:
+    """The ops that grew most from the median member's window to the late member's, with their growth, and
+    the first's time in the median member's window."""
     n = max(late.by_name.size, med.by_name.size)
     d = np.zeros(n, dtype=np.int64)
     d[: late.by_name.size] += late.by_name
     d[: med.by_name.size] -= med.by_name
-    top = np.argsort(-d, kind="stable")[:TOP_OPS]
-    return tuple((names[int(i)], int(d[i])) for i in top if d[i] > 0)
+    top = [int(i) for i in np.argsort(-d, kind="stable")[:TOP_OPS] if d[i] > 0]
+    was = int(med.by_name[top[0]]) if top and top[0] < med.by_name.size else 0
+    return tuple((names[i], int(d[i])) for i in top), was
 
 
 def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -> tuple[Cause, int]:
@@ -380,8 +386,10 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
         # what no category counts (a transfer at another group's collective in its window)
         return NO_CAUSE, -1
     if kind is CauseKind.COMPUTE:
-        ops = _grown_ops(late, med, names)
-        return Cause(kind=kind, delta_ns=deltas[kind], op=ops[0][0] if ops else None, ops=ops), -1
+        ops, was = _grown_ops(late, med, names)
+        return Cause(
+            kind=kind, delta_ns=deltas[kind], op=ops[0][0] if ops else None, ops=ops, op_median_ns=was
+        ), -1
     return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
 
 

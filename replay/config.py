@@ -21,7 +21,7 @@ from skewlens.replay.errors import ConfigError, first_line
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import COMM_MODES
-from skewlens.replay.slowdown import Slowdown, SlowdownFieldError, number_problem
+from skewlens.replay.slowdown import ZERO_FACTOR_KINDS, Slowdown, SlowdownFieldError, number_problem
 
 MODES = ("sim", "real")
 
@@ -185,8 +185,8 @@ class SlowdownItemConfig:
     ranks: list[int] = field(default_factory=list)
     """Ranks affected (empty: all)."""
     factor: float = 1.0
-    """compute / op: duration factor; network: bandwidth factor; host_idle: untraced host time factor (0:
-    none)."""
+    """compute / op: duration factor (op: 0 takes the matched ops' time away); network: bandwidth factor;
+    host_idle: untraced host time factor (0: none)."""
     pattern: str = ""
     """op: glob on node names, or re:<regex>."""
     sigma: float = 0.0
@@ -258,9 +258,10 @@ class SlowdownConfig:
     """The slowdowns, applied together."""
 
     def __post_init__(self) -> None:
-        # a host_idle item's factor may be 0 (no untraced host time); another kind refuses it, naming its item
-        idle = any(isinstance(e, SlowdownItemConfig) and e.kind == "host_idle" for e in self.entries)
-        for name, value, positive in (("factor", self.factor, not idle), ("delay_ms", self.delay_ms, False)):
+        # a host_idle or op item's factor may be 0 (no untraced host time, no time in the ops it matches);
+        # another kind refuses it, naming its item
+        zero = any(isinstance(e, SlowdownItemConfig) and e.kind in ZERO_FACTOR_KINDS for e in self.entries)
+        for name, value, positive in (("factor", self.factor, not zero), ("delay_ms", self.delay_ms, False)):
             if (problem := number_problem(value, positive=positive, name=name)) is not None:
                 raise ConfigError(f"slowdown.{name}: {problem}")
         self.to_items()

@@ -33,8 +33,8 @@ class Effects(Protocol):
     """Slowdowns applied per node by simulated and real replay."""
 
     def compute_factor(self, rank: int, step: int, name: str, *, on_gpu: bool = False) -> float:
-        """Factor (> 0) multiplying the recorded duration of compute node ``name`` of ``rank`` at ``step``
-        (``on_gpu``: a GPU op, else a host operator)."""
+        """Factor (>= 0: 0 takes its work away) multiplying the recorded duration of compute node ``name`` of
+        ``rank`` at ``step`` (``on_gpu``: a GPU op, else a host operator)."""
         ...
 
     def delay_before_ns(self, rank: int, step: int, node_type: NodeType, name: str) -> int:

@@ -574,8 +574,9 @@ def issued_during(rt: RankTrace, threads: Sequence[tuple[I64, I64]]) -> tuple[I6
 def scaled_work(effects: Effects, rt: RankTrace, m: RankModel, d: I64) -> I64:
     """The durations ``d`` (per row: the model's ``work_ns``, or the simulator's overrides of it) with the
     :func:`compute_rows`' multiplied by ``effects.compute_factor``, evaluated once per (step, name, on the
-    GPU or not) and rounded to the ns; the simulator and the real replay's plan both read it. A factor that
-    is not a positive finite number, or a duration beyond the simulated clock, is a
+    GPU or not) and rounded to the ns; the simulator and the real replay's plan both read it. A factor of 0
+    takes a row's work away (an ``op`` item: a data loader's fetch that had not stalled). A factor that is
+    negative or not finite, or a duration beyond the simulated clock, is a
     :class:`~skewlens.replay.errors.ConfigError` naming the rank."""
     rank = rt.rank
     rows = np.flatnonzero(compute_rows(rt, m))
@@ -593,8 +594,8 @@ def scaled_work(effects: Effects, rt: RankTrace, m: RankModel, d: I64) -> I64:
         ],
         dtype=np.float64,
     )
-    if (fac <= 0).any() or not np.isfinite(fac).all():
-        raise ConfigError(f"rank {rank}: compute factor must be a positive number, got {fac.min()}")
+    if (fac < 0).any() or not np.isfinite(fac).all():
+        raise ConfigError(f"rank {rank}: compute factor must be a finite number >= 0, got {fac.min()}")
     if (fac == 1.0).all():
         return d
     scaled = d[rows] * fac[inv]

@@ -7,7 +7,10 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
   ``compute``, ``op`` and ``jitter`` items scale the compute ops of ``device``: ``any`` (default), ``host``
   (host operators only: a faster or slower host, the GPU as recorded) or ``gpu`` (GPU ops only: kernels,
   copies and memsets: one slow GPU, whose host runs as recorded);
-- ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``);
+- ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``) by
+  ``factor`` (>= 0: 0 takes the op's time away, a data loader's fetch that had not stalled); the rule is the
+  same at every factor: the matched rows' own durations (what follows a row on its thread waits for its
+  end), not those of rows nested in them, which keep their recorded durations and offsets into it;
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
 - ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks, or with
@@ -48,6 +51,9 @@ from skewlens.replay.effects import OnDim
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "host_idle", "network")
+#: The kinds whose ``factor`` may be 0: it takes away what they scale (the untraced host time, the time of
+#: the ops a pattern matches); elsewhere it means nothing (no compute at all, a network that never delivers).
+ZERO_FACTOR_KINDS = frozenset({"host_idle", "op"})
 #: Which compute ops a ``compute``, ``op`` or ``jitter`` item scales (:attr:`Slowdown.device`).
 DEVICES = ("any", "host", "gpu")
 #: The kinds ``device`` applies to.
@@ -121,8 +127,9 @@ class Slowdown:
     ranks: tuple[int, ...] = ()
     """Ranks affected (empty: all)."""
     factor: float = 1.0
-    """compute / op: duration factor (> 0); network: bandwidth factor (> 0, 0.5 = half bandwidth);
-    host_idle: factor of the untraced host time (>= 0: 0 removes it)."""
+    """compute: duration factor (> 0); op: duration factor of the matched ops (>= 0: 0 takes their time
+    away); network: bandwidth factor (> 0, 0.5 = half bandwidth); host_idle: factor of the untraced host
+    time (>= 0: 0 removes it)."""
     pattern: str = ""
     """op: glob on node names, or ``re:<regex>``."""
     sigma: float = 0.0
@@ -162,7 +169,7 @@ class Slowdown:
                 raise ConfigError(f"{where}: {name} must be a sequence of {name}, got {value!r}")
             object.__setattr__(self, name, tuple(int(v) for v in value))
         for name, value, positive in (
-            ("factor", self.factor, self.kind != "host_idle"),
+            ("factor", self.factor, self.kind not in ZERO_FACTOR_KINDS),
             ("sigma", self.sigma, False),
             ("delay_ns", self.delay_ns, False),
             ("latency_ns", self.latency_ns, False),

@@ -11,12 +11,17 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import psutil
 
 from skewlens.profiler.store.model import RankTrace
+
+if TYPE_CHECKING:
+    from skewlens.analysis import AnalysisResult
+    from skewlens.analysis.skew import SkewEvent
+    from skewlens.profiler.store.model import RunTrace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train.py"
@@ -63,6 +68,21 @@ def profile_stalled(tmp_path: Path, script: str) -> tuple[Path, dict[str, int]]:
     ``end_ns``)."""
     run_dir, (start_ns, end_ns) = profile_stalled_script(tmp_path, script, steps="1:1:6")
     return run_dir, {"start_ns": start_ns, "end_ns": end_ns}
+
+
+def stalled_event(
+    tmp_path: Path, script: str, step: int
+) -> tuple[Path, int, RunTrace, AnalysisResult, SkewEvent]:
+    """:func:`profile_stalled`, then ``skewlens analyze``'s reading of it: the run directory, how long rank 1
+    stalled, the run, the analysis and the one collective of ``step``."""
+    from skewlens.analysis import analyze_run
+    from skewlens.profiler.store import load_run
+
+    run_dir, side = profile_stalled(tmp_path, script)
+    run = load_run(run_dir)
+    result = analyze_run(run)
+    (at,) = [e for e in result.skew.events if e.kind == "collective" and e.step == step]
+    return run_dir, side["end_ns"] - side["start_ns"], run, result, at
 
 
 def profile(

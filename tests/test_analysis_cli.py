@@ -653,7 +653,12 @@ def test_the_stragglers_caption_says_how_many_of_the_ranks_that_cost_anything_it
     assert [row[0] for row in _rows(text)] == ["3"]
     assert " ".join(text.split("┘", 1)[1].split()).endswith(
         "1 shown of the 2 of 8 ranks that cost, or made others wait, 0.005 ms a step or more (the first by "
-        "cost, then by the wait they caused); every rank is in blame.parquet"
+        "cost, then by the wait they caused); every rank is in blame.parquet "
+        # its "work" (a scope by its name) took 9 ms, not 3: the replay without it
+        "rank 3 made its peers wait for its scope work, which stalled (it took over twice its time on the "
+        "median member); what if it were gone: skewlens replay trace=RUN out=OUT "
+        "'slowdown.entries=[{kind:op,ranks:[3],first_step:0,last_step:0,factor:0,pattern:\"work\"}]' "
+        "(factor:0.5: half of it)"
     )
 
 

@@ -1335,9 +1335,9 @@ def test_scaled_work_names_the_bad_factor_and_the_op_whose_scaled_work_leaves_th
     rt, m = run.ranks[0], execution_model(run).ranks[0]
     with pytest.raises(ConfigError) as e:
         scaled_work(
-            _Effects(factor=lambda name, on_gpu: 0.0 if name == "aten::mm" else 3.0), rt, m, m.work_ns
+            _Effects(factor=lambda name, on_gpu: -1.0 if name == "aten::mm" else 3.0), rt, m, m.work_ns
         )
-    assert str(e.value) == "rank 0: compute factor must be a positive number, got 0.0"
+    assert str(e.value) == "rank 0: compute factor must be a finite number >= 0, got -1.0"
     # x1e13: 0.1 ms is 1e18 ns, on the clock (4.61e18); aten::mm's 0.5 ms is 5e18 ns, past it
     with pytest.raises(ConfigError) as e:
         scaled_work(_Effects(factor=lambda name, on_gpu: 1e13), rt, m, m.work_ns)

@@ -9,6 +9,7 @@ answer (``kind: host_idle`` was refused as an unknown kind).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,7 +21,7 @@ from skewlens.analysis.render import stragglers_table
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.execution import execution_model, host_idle_rows
@@ -34,37 +35,45 @@ GAP_NS, GAP_STEP, LONGER_NS = 5_000_000, 2, 1_000_000
 STEPS = 4
 
 
-def _gap_run(tmp_path: Path, *, untraced: bool = False) -> RunTrace:
-    """2 ranks, 4 steps of a 2 ms compute and an all_reduce ending together on both ranks; at step 2 rank 1
-    idles ``GAP_NS`` between its compute and the all_reduce (a recorded gap, or with ``untraced`` an
-    ``untraced`` node, as the ``ops`` level records main-thread time in no operator: a logging flush) and
-    rank 0 computes ``LONGER_NS`` longer."""
+def two_rank_run(tmp_path: Path, work: Callable[[RankBuilder, int, int, int], int], level: str) -> RunTrace:
+    """2 ranks, ``STEPS`` steps: ``work(rank builder, rank, step, t)`` adds the rank's nodes of the step
+    from ``t`` and gives when the rank arrives at the step's all_reduce, which ends together on both ranks
+    0.3 ms after the later arrival."""
     b = RunBuilder(world_size=2)
     t = 0
     for s in range(STEPS):
-        arrive = {}
-        for r in (0, 1):
-            rb = b.rank(r).step(s)
-            comp = 2_000_000 + (LONGER_NS if (r, s) == (0, GAP_STEP) else 0)
-            rb.compute("aten::mm", dur_ns=comp, start_ns=t)
-            gap = GAP_NS if (r, s) == (1, GAP_STEP) else 0
-            if gap and untraced:
-                rb.compute("untraced", dur_ns=gap)
-            arrive[r] = t + comp + gap
+        arrive = {r: work(b.rank(r).step(s), r, s, t) for r in (0, 1)}
         end = max(arrive.values()) + 300_000
         for r in (0, 1):
             b.rank(r).collective(
                 CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=end - arrive[r], start_ns=arrive[r]
             )
         t = end
-    return load_run(b.write(tmp_path / "run", level="ops" if untraced else "collectives"))
+    return load_run(b.write(tmp_path / "run", level=level))
+
+
+def _gap_run(tmp_path: Path, *, untraced: bool = False) -> RunTrace:
+    """2 ranks, 4 steps of a 2 ms compute and an all_reduce ending together on both ranks; at step 2 rank 1
+    idles ``GAP_NS`` between its compute and the all_reduce (a recorded gap, or with ``untraced`` an
+    ``untraced`` node, as the ``ops`` level records main-thread time in no operator: a logging flush) and
+    rank 0 computes ``LONGER_NS`` longer."""
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        comp = 2_000_000 + (LONGER_NS if (r, s) == (0, GAP_STEP) else 0)
+        rb.compute("aten::mm", dur_ns=comp, start_ns=t)
+        gap = GAP_NS if (r, s) == (1, GAP_STEP) else 0
+        if gap and untraced:
+            rb.compute("untraced", dur_ns=gap)
+        return t + comp + gap
+
+    return two_rank_run(tmp_path, work, "ops" if untraced else "collectives")
 
 
 def _host_idle(factor: float, **kw: object) -> SlowdownModel:
     return SlowdownModel([Slowdown(kind="host_idle", ranks=(1,), factor=factor, **kw)])  # type: ignore[arg-type]
 
 
-def _arrivals(run: RunTrace, step: int) -> dict[int, int]:
+def arrivals(run: RunTrace, step: int) -> dict[int, int]:
     """Each rank's recorded arrival at the step's all_reduce."""
     (inst,) = [c for c in run.collectives if run.ranks[c.ranks[0]].step[c.rows[0]] == step]
     return {r: int(run.ranks[r].start_ns[row]) for r, row in zip(inst.ranks, inst.rows, strict=True)}
@@ -75,7 +84,7 @@ def test_removing_a_ranks_untraced_host_time_shortens_its_step_by_the_gap_less_w
     tmp_path: Path, untraced: bool
 ) -> None:
     run = _gap_run(tmp_path, untraced=untraced)
-    arrive = _arrivals(run, GAP_STEP)
+    arrive = arrivals(run, GAP_STEP)
     # rank 1 arrives the gap earlier; the all_reduce then waits for rank 0 instead
     saved = arrive[1] - max(arrive[0], arrive[1] - GAP_NS)
     assert 0 < saved < GAP_NS  # the fixture has rank 0 absorb part of it
@@ -137,8 +146,9 @@ def test_a_bad_host_idle_item_is_a_config_error_naming_its_field(item: dict, say
     assert says in str(e.value)
 
 
-def test_a_factor_of_zero_is_refused_for_every_kind_but_host_idle() -> None:
+def test_a_factor_of_zero_is_refused_for_every_kind_but_host_idle_and_op() -> None:
     assert Slowdown(kind="host_idle", factor=0.0).factor == 0.0
+    assert Slowdown(kind="op", pattern="enumerate(DataLoader)*", factor=0.0).factor == 0.0
     with pytest.raises(ConfigError, match=r"factor must be a finite number > 0, got 0\.0"):
         Slowdown(kind="compute", factor=0.0)
 
@@ -168,7 +178,7 @@ def _cli(tmp_path: Path, run: Path, *overrides: str) -> int:
 
 def test_the_host_idle_entry_replays_the_step_without_the_gap_from_the_command_line(tmp_path: Path) -> None:
     run = _gap_run(tmp_path)
-    arrive = _arrivals(run, GAP_STEP)
+    arrive = arrivals(run, GAP_STEP)
     saved = arrive[1] - max(arrive[0], arrive[1] - GAP_NS)
     assert (
         _cli(tmp_path, tmp_path / "run", "slowdown=host_idle", "slowdown.rank=1", f"slowdown.step={GAP_STEP}")
@@ -212,7 +222,7 @@ def test_a_bad_host_idle_setting_is_one_line_naming_its_key(
     assert not (tmp_path / "out").exists()
 
 
-def _stragglers_text(run: RunTrace) -> str:
+def stragglers_text(run: RunTrace) -> str:
     buf = io.StringIO()
     Console(file=buf, width=400).print(stragglers_table(analyze_run(run)))
     return " ".join(buf.getvalue().split())
@@ -221,7 +231,7 @@ def _stragglers_text(run: RunTrace) -> str:
 def test_analyze_names_the_host_idle_replay_for_a_rank_that_made_its_peers_wait_for_untraced_host_time(
     tmp_path: Path,
 ) -> None:
-    text = _stragglers_text(_gap_run(tmp_path))
+    text = stragglers_text(_gap_run(tmp_path))
     assert (
         "rank 1 made its peers wait for untraced host time (between traced operators: a data loader, "
         "gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
@@ -231,5 +241,5 @@ def test_analyze_names_the_host_idle_replay_for_a_rank_that_made_its_peers_wait_
 
 def test_analyze_names_no_host_idle_replay_for_a_rank_whose_compute_grew(run_dir: Path) -> None:
     # the shared fixture: rank r computes r x 0.1 ms longer than rank 0, no idle time
-    text = _stragglers_text(load_run(run_dir))
+    text = stragglers_text(load_run(run_dir))
     assert "compute grew" in text and "host_idle" not in text

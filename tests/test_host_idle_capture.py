@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from capture_helpers import profile_stalled, stalled_ddp_script
+from capture_helpers import stalled_ddp_script, stalled_event
 from rich.console import Console
 
-from skewlens.analysis import analyze_run
 from skewlens.analysis.records import CauseKind
 from skewlens.analysis.render import stragglers_table
 from skewlens.cli import main as skewlens_main
-from skewlens.profiler.store import load_run
 from skewlens.replay.execution import execution_model, host_idle_rows
 from skewlens.replay.simulate import simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -52,11 +50,7 @@ for x in loader():
 
 
 def test_a_loader_stall_is_named_with_the_host_idle_replay_which_gives_the_step_back(tmp_path: Path) -> None:
-    run_dir, side = profile_stalled(tmp_path, SCRIPT)
-    stall_ns = side["end_ns"] - side["start_ns"]
-    run = load_run(run_dir)
-    result = analyze_run(run)
-    (at,) = [e for e in result.skew.events if e.kind == "collective" and e.step == STALL_STEP]
+    run_dir, stall_ns, run, result, at = stalled_event(tmp_path, SCRIPT, STALL_STEP)
     assert (at.late_rank, at.blamed_rank, at.cause.kind) == (1, 1, CauseKind.HOST_GAP)
     buf = io.StringIO()
     Console(file=buf, width=400).print(stragglers_table(result))

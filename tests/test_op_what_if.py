@@ -1,0 +1,140 @@
+"""``op`` at factor 0: "what if my DataLoader had not stalled", where the stall is a traced scope.
+
+A real ``DataLoader``'s fetch is traced (Kineto's ``enumerate(DataLoader)#...__next__`` scope), so its
+stall is compute to ``skewlens analyze`` ("compute grew: enumerate(DataLoader)#... +30.4 ms"), not the
+untraced host time that ``host_idle`` takes away. An ``op`` item scaled the scope but refused factor 0, and
+analyze named no replay for it; now factor 0 takes the matched ops' time away (the same rule as at any
+factor: their own durations), and analyze names that replay where a rank made its peers wait for a stalled
+op.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_analysis_scenarios import build_one_slow_rank
+from test_host_idle import STEPS, arrivals, stragglers_text, two_rank_run
+
+from skewlens.cli import main as skewlens_main
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RankBuilder
+from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
+from skewlens.replay.errors import ConfigError
+from skewlens.replay.real.plan import rank_plan
+from skewlens.replay.simulate import simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+SCOPE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+#: Each step's fetch takes ``FETCH_NS``; at ``STALL_STEP`` rank 1's takes ``STALL_NS`` more, and rank 0
+#: computes ``LONGER_NS`` longer there, so that part of the stall is absorbed by rank 0's own lateness.
+FETCH_NS, STALL_NS, STALL_STEP, LONGER_NS = 100_000, 5_000_000, 2, 1_000_000
+
+
+def _scope_run(tmp_path: Path) -> RunTrace:
+    """2 ranks, 4 steps of a fetch (the DataLoader's scope), a 2 ms compute and an all_reduce ending together
+    on both ranks; at ``STALL_STEP`` rank 1's fetch stalls ``STALL_NS`` and rank 0 computes ``LONGER_NS``
+    longer."""
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        fetch = FETCH_NS + (STALL_NS if (r, s) == (1, STALL_STEP) else 0)
+        comp = 2_000_000 + (LONGER_NS if (r, s) == (0, STALL_STEP) else 0)
+        rb.compute(SCOPE, dur_ns=fetch, start_ns=t)
+        rb.compute("aten::mm", dur_ns=comp)
+        return t + fetch + comp
+
+    return two_rank_run(tmp_path, work, "ops")
+
+
+def _scope(factor: float) -> SlowdownModel:
+    item = Slowdown(
+        kind="op", ranks=(1,), factor=factor, pattern="enumerate(DataLoader)*", first_step=STALL_STEP,
+        last_step=STALL_STEP,
+    )  # fmt: skip
+    return SlowdownModel([item])
+
+
+def test_an_op_item_of_factor_0_is_accepted_where_another_kinds_is_refused() -> None:
+    assert Slowdown(kind="op", pattern="enumerate(DataLoader)*", factor=0.0).factor == 0.0
+    cfg = SlowdownConfig(entries=[SlowdownItemConfig(kind="op", pattern="x", factor=0.0)])
+    assert cfg.to_items()[0].factor == 0.0
+    with pytest.raises(ConfigError, match=r"op\): factor must be a finite number >= 0, got -1\.0"):
+        Slowdown(kind="op", pattern="x", factor=-1.0)
+    # no compute at all, a network that never delivers: they mean nothing
+    for kind in ("compute", "network"):
+        with pytest.raises(ConfigError, match=r"factor must be a finite number > 0, got 0\.0"):
+            Slowdown(kind=kind, factor=0.0)
+
+
+def test_the_straggler_presets_factor_0_is_refused_naming_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _scope_run(tmp_path)
+    args = [f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false", "perfetto=false"]
+    assert skewlens_main(["replay", *args, "slowdown=straggler", "slowdown.factor=0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["skewlens replay: error: slowdown.factor: must be a finite number > 0, got 0.0"]
+
+
+def test_a_scope_at_factor_0_shortens_the_step_by_its_duration_less_what_the_peer_absorbs(
+    tmp_path: Path,
+) -> None:
+    run = _scope_run(tmp_path)
+    arrive = arrivals(run, STALL_STEP)
+    scope_ns = FETCH_NS + STALL_NS
+    # rank 1 arrives the scope's duration earlier; the all_reduce then waits for rank 0 instead
+    saved = arrive[1] - max(arrive[0], arrive[1] - scope_ns)
+    assert 0 < saved < scope_ns  # the fixture has rank 0 absorb part of it
+    base = simulate(run).step_times()
+    gone = simulate(run, effects=_scope(0.0)).step_times()
+    assert base[STALL_STEP] - gone[STALL_STEP] == saved
+    assert {s: t for s, t in gone.items() if s != STALL_STEP} == {
+        s: t for s, t in base.items() if s != STALL_STEP
+    }
+    half = simulate(run, effects=_scope(0.5)).step_times()
+    assert base[STALL_STEP] - half[STALL_STEP] == arrive[1] - max(arrive[0], arrive[1] - scope_ns // 2)
+    # the real replay's plan: the scope's work gone at that step, kept at the others
+    ops = rank_plan(run.ranks[1], run, _scope(0.0))
+    assert [(o.step, o.dur_ns) for o in ops if o.name == SCOPE] == [
+        (s, 0 if s == STALL_STEP else FETCH_NS) for s in range(STEPS)
+    ]
+
+
+def test_analyze_names_the_op_replay_that_takes_a_stalled_scope_away_and_that_replay_runs(
+    tmp_path: Path,
+) -> None:
+    run = _scope_run(tmp_path)
+    text = stragglers_text(run)
+    said = (
+        f"rank 1 made its peers wait for its scope {SCOPE}, which stalled (it took over twice its time on "
+        "the median member); what if it were gone: skewlens replay trace=RUN out=OUT "
+        f"'slowdown.entries=[{{kind:op,ranks:[1],first_step:{STALL_STEP},last_step:{STALL_STEP},factor:0,"
+        f'pattern:"{SCOPE}"}}]\' (factor:0.5: half of it)'
+    )
+    assert said in text
+    assert "host_idle" not in text  # a traced scope is no untraced host time
+    # the command as given, run: the step gives back the stall less what rank 0 absorbed
+    command = re.search(r"skewlens replay (trace=RUN out=OUT '[^']*')", said)
+    assert command is not None
+    args = [
+        a.replace("trace=RUN", f"trace={tmp_path / 'run'}").replace("out=OUT", f"out={tmp_path / 'out'}")
+        for a in shlex.split(command.group(1))
+    ]
+    assert skewlens_main(["replay", *args, "progress=false", "perfetto=false"]) == 0
+    arrive = arrivals(run, STALL_STEP)
+    saved = arrive[1] - max(arrive[0], arrive[1] - FETCH_NS - STALL_NS)
+    rows = pq.read_table(tmp_path / "out" / "summary.parquet").to_pylist()
+    base = simulate(run).step_times()
+    assert {r["step"]: r["step_time_ns"] for r in rows if r["rank"] == 1} == {
+        s: t - (saved if s == STALL_STEP else 0) for s, t in base.items()
+    }
+
+
+def test_analyze_names_no_op_replay_for_a_rank_whose_operator_is_slower(tmp_path: Path) -> None:
+    # the last rank's aten::mm takes 46 ms where the others' take 5: a slower rank (its what-if cost)
+    text = stragglers_text(load_run(build_one_slow_rank(tmp_path)))
+    assert "compute grew: aten::mm" in text and "what if it were gone" not in text
