@@ -34,8 +34,10 @@ class CollectiveSkewRecord:
     comm_type: str
     """Collective type name, or ``SEND_RECV``."""
     comm_bytes: int
-    """Bytes of this member's call as recorded (its node's ``comm_bytes``: a collective's on this member; a
-    send/recv pair's send or recv size on each side)."""
+    """Bytes of this member's call as recorded (its node's ``comm_bytes``: a collective's input on this
+    member, so an all_to_all's counts the chunk the member keeps for itself and an all_gather's is its
+    shard, not the bytes that crossed the network: an uneven all_to_all's are ``nodes.send_splits_bytes``
+    less that chunk; a send/recv pair's send or recv size on each side)."""
     step: int
     """Training step of the late member's node (-1 unknown)."""
     rank: int

@@ -490,7 +490,9 @@ CLOCK_MARK = "(clocks?)"
 
 def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     """Synchronisation points with the most exposed wait, summed over their members (31 members waiting
-    1.63 ms each: 50.54 ms beside a skew of 1.63), with the bytes of the largest member's call. Those whose
+    1.63 ms each: 50.54 ms beside a skew of 1.63), with the bytes of the largest member's call as recorded
+    (``collective_skew.comm_bytes``: its input, an all_to_all's own chunk included, not what crossed the
+    network). Those whose
     members' recorded times contradict each other (``clock_contradicted``: clocks that disagree) come after
     the others, marked :data:`CLOCK_MARK`: their skew and waits are not meaningful."""
     t = Table(

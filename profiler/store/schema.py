@@ -338,7 +338,9 @@ class NodeRecord:
     comm_type: str | None
     """Collective type name (ALL_REDUCE, ...) for COMM_COLL nodes."""
     comm_bytes: int
-    """Bytes communicated by this rank's call (0 for compute)."""
+    """Bytes of this rank's call as recorded (Chakra's ``comm_size``: the call's input, so an all_to_all's
+    counts the chunk the rank keeps for itself and an all_gather's is its shard; not what crossed the
+    network); 0 for compute."""
     pg_name: str | None
     """Process group name."""
     seq: int
@@ -424,7 +426,8 @@ class CollectiveRecord:
     node_id: int
     """The member's node id."""
     comm_bytes: int
-    """Bytes of the member's call."""
+    """Bytes of the member's call as recorded (the node's ``comm_bytes``: its input, an all_to_all's own
+    chunk included)."""
     step: int
     """Training step (-1 unknown)."""
     start_ns: int
