@@ -1003,11 +1003,12 @@ class _Factor(_Waits):
         return self.factor
 
 
-@pytest.mark.parametrize("factor", [0.0, float("inf"), float("nan")])
-def test_a_compute_factor_that_is_not_a_positive_number_is_the_same_config_error_from_the_plan_as_simulated(
+@pytest.mark.parametrize("factor", [-1.0, float("inf"), float("nan")])
+def test_a_compute_factor_that_is_negative_or_not_finite_is_the_same_config_error_from_the_plan_as_simulated(
     tmp_path: Path, factor: float
 ) -> None:
-    # the plan raised its own ReplayError for 0 and nan, and an OverflowError traceback for inf
+    # the plan raised its own ReplayError for 0 and nan, and an OverflowError traceback for inf (0 is an op
+    # item's now: its ops' time taken away)
     run = _kernel_of_the_next_step_run(tmp_path)
     with pytest.raises(ConfigError, match="compute factor") as simulated:
         simulate(run, effects=_Factor(factor=factor))
@@ -1016,11 +1017,14 @@ def test_a_compute_factor_that_is_not_a_positive_number_is_the_same_config_error
     assert str(planned.value) == str(simulated.value)
 
 
-def test_a_compute_factor_scales_the_planned_work_as_the_simulator_scales_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("factor", [2.5, 0.0])
+def test_a_compute_factor_scales_the_planned_work_as_the_simulator_scales_it(
+    tmp_path: Path, factor: float
+) -> None:
     run = _kernel_of_the_next_step_run(tmp_path)
-    ops = rank_plan(run.ranks[0], run, _Factor(factor=2.5))
-    res = simulate(run, effects=_Factor(factor=2.5))
-    assert [o.dur_ns for o in ops] == [250_000, 250_000, 25_000]
+    ops = rank_plan(run.ranks[0], run, _Factor(factor=factor))
+    res = simulate(run, effects=_Factor(factor=factor))
+    assert [o.dur_ns for o in ops] == [round(d * factor) for d in (100_000, 100_000, 10_000)]
     assert [o.dur_ns for o in ops] == [int(res.end_ns[0][o.row] - res.start_ns[0][o.row]) for o in ops]
 
 
