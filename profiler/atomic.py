@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import resource
 import shutil
 import stat
@@ -182,10 +183,17 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
 STAGING_SUFFIX = ".tmp"
 
 
-def is_staging_name(out_name: str, name: str) -> bool:
-    """Whether ``name`` is that of a staging directory :func:`staging_dir` makes for an output named
-    ``out_name`` (``.NAME.<random>.tmp``)."""
-    return name.startswith(temp_prefix(out_name)) and name.endswith(STAGING_SUFFIX)
+#: A staging directory's name (:func:`staging_dir`): ``.NAME.`` (:func:`temp_prefix`), ``mkdtemp``'s 8 random
+#: characters (``tempfile``'s: ``a-z``, ``0-9``, ``_``) and :data:`STAGING_SUFFIX`.
+_STAGING_NAME = re.compile(r"\.(.+)\.[a-z0-9_]{8}" + re.escape(STAGING_SUFFIX), re.DOTALL)
+
+
+def is_staging_name(name: str, out_name: str | None = None) -> bool:
+    """Whether ``name`` is that of a staging directory :func:`staging_dir` makes (``.NAME.<random>.tmp``,
+    exactly): for an output named ``out_name`` where one is given, else for any output. A user's own
+    ``.foo.tmp`` or ``.notes.old.tmp`` is not one (the random part is 8 of ``mkdtemp``'s characters)."""
+    m = _STAGING_NAME.fullmatch(name)
+    return m is not None and (out_name is None or f".{m[1]}." == temp_prefix(out_name))
 
 
 @contextmanager
@@ -203,9 +211,9 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     artifacts directory) was refused as ``Permission denied``.
 
     The command holds a lock of its staging directory (``flock``) until the block ends; the staging
-    directories for ``out`` that a killed command left (SIGKILL, the OOM killer: nothing of its own
-    removed them, and each held a whole output) are removed when the next one begins
-    (:func:`_remove_abandoned`). Where the file system cannot lock, none is removed."""
+    directories that a killed command left where this one stages (SIGKILL, the OOM killer: nothing of its
+    own removed them, and each held a whole output), for any output's name, are removed when the next one
+    begins (:func:`remove_abandoned`). Where the file system cannot lock, none is removed."""
     if (why := dangling_link(out)) is not None:
         raise SkewlensError(f"cannot write {out}: {why}")
     home = out if inside and out.is_dir() else out.parent
@@ -216,7 +224,7 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
         with _locked(home):  # made and locked before another command's look at what is abandoned
             made = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
             held = lock_directory(made, wait=False)  # new: no one else holds it
-            _remove_abandoned(home, out.name, made)
+            remove_abandoned(home, mine=made)
         chmod_as_made(made)
     except BaseException as e:  # an interrupt too (an abandoned output's removal takes seconds)
         if held is not None:
@@ -247,15 +255,19 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
             os.close(held)
 
 
-def _remove_abandoned(home: Path, out_name: str, mine: Path) -> None:
-    """Remove the staging directories for an output named ``out_name`` in ``home`` (other than ``mine``)
-    that no command holds (:func:`staging_dir`): a command killed before it moved its outputs in left one,
-    which nothing removed (a replay's ``OUT/.OUT.k3j2x7ab.tmp/`` with a whole replay's files in it, one
-    more for each replay killed). One that a running command holds, or whose lock cannot be taken here (a
-    file system without locks), is left."""
+def remove_abandoned(home: Path, *, out_name: str | None = None, mine: Path | None = None) -> None:
+    """Remove the staging directories in ``home`` (:func:`is_staging_name`: of the output ``out_name``
+    where one is given, else of any output; other than ``mine``) that no command holds (:func:`staging_dir`):
+    a command killed before it moved its outputs in left one, which nothing removed (a replay's
+    ``OUT/.OUT.k3j2x7ab.tmp/`` with a whole replay's files in it, one more for each replay killed). A
+    command removes those of any output where it stages: a nightly export into a new ``FLEET/run=<date>``
+    each night, when only those of its own output were, left each killed night's
+    ``FLEET/.run=<date>.<random>.tmp/`` there for good. One that a running command holds, or whose lock
+    cannot be taken here (a file system without locks), is left, and so is anything not named exactly as a
+    staging directory is."""
     with suppress(OSError):  # home unreadable: nothing to look at
         for p in home.iterdir():
-            if p == mine or not is_staging_name(out_name, p.name) or p.is_symlink() or not p.is_dir():
+            if p == mine or not is_staging_name(p.name, out_name) or p.is_symlink() or not p.is_dir():
                 continue
             try:
                 fd = lock_directory(p, wait=False)

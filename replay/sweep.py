@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from skewlens.console import print_stderr, report_console
-from skewlens.profiler.atomic import is_staging_name, lock_directory, write_text_atomic
+from skewlens.profiler.atomic import lock_directory, remove_abandoned, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store.schema import arrow_schema, read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
@@ -142,22 +142,15 @@ def _is_job_dir(path: Path, sweep_dir: Path) -> bool:
     return isinstance(out, str) and Path(out).is_absolute() and Path(out).resolve() == sweep_dir.resolve()
 
 
-def _remove_staging(directory: Path) -> None:
-    """Remove the staging directories (:func:`~skewlens.profiler.atomic.staging_dir`) that replays into
-    ``directory`` left behind: a job killed (SIGKILL: the OOM killer, SLURM past its time) before it moved
-    its outputs in leaves its half-written ones there, and nothing else removes them."""
-    for p in directory.iterdir():
-        if is_staging_name(directory.name, p.name) and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-
-
 def _earlier_job_dirs(sweep_dir: Path) -> Iterator[tuple[Path, bool]]:
     """The directories under ``sweep_dir`` an earlier sweep's jobs may have written, each with whether it
-    is a job directory (:func:`_is_job_dir`), their stale staging directories removed
-    (:func:`_remove_staging`): each directory of ``sweep_dir``, and those below one whose name holds ``=``
-    (``hydra.sweep.subdir=${hydra.job.override_dirname}`` names a job ``slowdown.factor=2.0,topology=ring``,
-    and a value with a ``/`` in it nests it: ``trace=/data/runs/a`` is ``.../trace=/data/runs/a/``), down
-    to a job directory. Hidden ones (``.jobs``, ``.submitit``) are passed over."""
+    is a job directory (:func:`_is_job_dir`), their stale staging directories removed (the job's own,
+    which a job killed before it moved its outputs in left, unless a running job holds it:
+    :func:`~skewlens.profiler.atomic.remove_abandoned`): each directory of ``sweep_dir``, and those below
+    one whose name holds ``=`` (``hydra.sweep.subdir=${hydra.job.override_dirname}`` names a job
+    ``slowdown.factor=2.0,topology=ring``, and a value with a ``/`` in it nests it: ``trace=/data/runs/a``
+    is ``.../trace=/data/runs/a/``), down to a job directory. Hidden ones (``.jobs``, ``.submitit``) are
+    passed over."""
     stack = [(sweep_dir, False)]
     while stack:
         parent, named = stack.pop()
@@ -166,7 +159,7 @@ def _earlier_job_dirs(sweep_dir: Path) -> Iterator[tuple[Path, bool]]:
                 if d.name.startswith(".") or d.is_symlink() or not d.is_dir():
                     continue
                 with contextlib.suppress(OSError):
-                    _remove_staging(d)
+                    remove_abandoned(d, out_name=d.name)
                 job = _is_job_dir(d, sweep_dir)
                 yield d, job
                 if (named or "=" in d.name) and not job:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from user_docs import ROOT
 
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.atomic import (
@@ -516,7 +520,7 @@ def test_an_interrupt_while_a_staging_directory_is_made_closes_its_lock_and_remo
 
     out = tmp_path / "o"
     out.mkdir()
-    abandoned = out / ".o.killed.tmp"
+    abandoned = out / ".o.k3j2x7ab.tmp"
     abandoned.mkdir()
 
     rmtree = atomic.shutil.rmtree
@@ -532,7 +536,7 @@ def test_an_interrupt_while_a_staging_directory_is_made_closes_its_lock_and_remo
         pass
     monkeypatch.undo()
     assert sorted(os.listdir("/proc/self/fd")) == fds
-    assert sorted(p.name for p in out.iterdir()) == [".o.killed.tmp"]
+    assert sorted(p.name for p in out.iterdir()) == [".o.k3j2x7ab.tmp"]
 
 
 def test_a_staging_directorys_lock_is_closed_when_its_block_ends_however_it_ends(tmp_path: Path) -> None:
@@ -609,3 +613,54 @@ def test_an_interrupt_after_a_replays_files_moved_in_and_before_an_earlier_real_
         f"skewlens replay: interrupted while its outputs were moved into {out}, which may now hold some "
         "of them beside an earlier output's; run the command again"
     )
+
+
+def _killed_while_staging(out: Path) -> Path:
+    """The staging directory a command writing ``out`` left when SIGKILL (the OOM killer) stopped it."""
+    killed = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from skewlens.profiler.atomic import staging_dir\n"
+        "with staging_dir(Path(sys.argv[1])) as stage:\n"
+        "    (stage / 'collectives.parquet').write_text('half')\n"
+        "    print(stage, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", killed, str(out)],
+        env=env,
+        timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    left = Path(proc.stdout.strip())
+    assert (left / "collectives.parquet").read_text() == "half"
+    return left
+
+
+@pytest.mark.parametrize("command", ["export", "analyze"])
+def test_a_killed_commands_staging_directory_of_another_output_is_removed_by_the_next_one_beside_it(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a nightly job writes a new FLEET/run=<date> (AN/run=<date>) each night: a night killed while it wrote
+    # left FLEET/.run=<date>.<random>.tmp/, a whole export's files, which only that night's export again
+    # would have removed, so they piled up (and a glob of FLEET/*/ read them as runs)
+    run, fleet = small_run(tmp_path / "run"), tmp_path / "FLEET"
+    killed = _killed_while_staging(fleet / "run=n1")
+    mine = {  # the user's own: not named as skewlens names a staging directory, whatever the output's name
+        name: fleet / name
+        for name in (".foo.tmp", ".run=n2.tmp", ".run=n1.k3j2x7a.tmp", ".run=n1.k3j2x7ab.keep")
+    }
+    for p in mine.values():
+        p.mkdir()
+    (fleet / ".run=n1.k3j2x7ab.tmp").write_text("a file of the user's")
+    with staging_dir(fleet / "run=n3") as running:  # another command's, still writing: left alone
+        args = [command, str(run), "--out", str(fleet / "run=n2")]
+        assert skewlens_main([*args, "--no-pictures"] if command == "analyze" else args) == 0
+        assert running.is_dir()
+    assert not killed.exists()
+    assert sorted(p.name for p in fleet.iterdir()) == sorted([".run=n1.k3j2x7ab.tmp", "run=n2", *mine])
+    capsys.readouterr()

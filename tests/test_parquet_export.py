@@ -289,8 +289,8 @@ def _doc_queries() -> list[str]:
 
 def _killed_beside(out: Path, names: Iterable[str], written: Path) -> Path:
     """The staging directory that an export or analysis into ``out`` killed (SIGKILL, the OOM killer) after
-    writing ``names`` (paths inside it; copies of ``written``'s) leaves beside ``out``; the next one into
-    ``out`` would remove it, none into another run's directory does."""
+    writing ``names`` (paths inside it; copies of ``written``'s) leaves beside ``out``, until the next
+    command that stages beside it (into ``out`` or another run's directory) removes it."""
     left = out.parent / f"{temp_prefix(out.name)}k3j2x7ab{STAGING_SUFFIX}"
     for name in names:
         (left / name).parent.mkdir(parents=True, exist_ok=True)
