@@ -56,8 +56,11 @@ _WAIT = MEAN_PARTS.index("exposed wait")
 def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
     """One record per (rank, step) with a recorded step span, ordered by rank then step."""
     out: list[StepBreakdownRecord] = []
-    incomplete = set(ix.run.incomplete_steps)
     windows = ix.rank_windows()
+    # complete: recorded by every rank of the world (a rank with no trace, a crashed one the manifest lists
+    # among missing_ranks, recorded none) and with its communication matched
+    recorded = [set(windows[r][0]) if r in windows else set() for r in range(ix.run.world_size)]
+    whole = set.intersection(*recorded) - set(ix.run.incomplete_steps) if recorded else set()
     for r, ri in sorted(ix.ranks.items()):
         if r not in windows:
             continue
@@ -96,7 +99,7 @@ def analyze_breakdown(ix: RunIndex) -> list[StepBreakdownRecord]:
                     gpu_comm_ns=int(gpu_comm[k]),
                     gpu_comm_overlap_ns=int(gpu_overlap[k]),
                     gpu_busy_ns=int(gpu_busy[k]),
-                    complete=s not in incomplete,
+                    complete=s in whole,
                 )
             )
     return out

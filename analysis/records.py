@@ -125,10 +125,14 @@ class StepBreakdownRecord:
     (HTA's temporal breakdown's idle, over the step rather than HTA's window). Not a part of the step's
     sum."""
     complete: bool = True
-    """False for a step some of whose communication is not in every trace (a flight recorder lost
-    collectives, declared in the manifest's ``lost_collectives``, a rank stopped inside the step, or a
-    thread issued collectives across the window's end): that
-    was left out of matching, so its waits and transfers are partial."""
+    """Whether every rank of the run's world recorded the step and all of its communication was matched.
+    False for a step a rank has no trace of (a rank the manifest lists among ``missing_ranks``, such as one
+    that crashed, read with a warning or ``--lenient``; a rank whose trace ends before it): the other
+    ranks' waits on it are not in the tables. False too for one some of whose communication is not in every
+    trace (a flight recorder lost collectives, declared in the manifest's ``lost_collectives``, a rank
+    stopped inside the step, or a thread issued collectives across the window's end): that was left out of
+    matching, so its waits and transfers are partial. Before schema version 16, true of a step every
+    present trace had whole, a rank of the run missing."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,6 +24,7 @@ from skewlens.analysis.records import StepBreakdownRecord
 from skewlens.analysis.render import outliers_note, uneven_cost_note
 from skewlens.analysis.skew import analyze_skew
 from skewlens.profiler.store import load_run
+from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import UNTRACED_NODE_NAME, CommType
 from skewlens.replay.execution import execution_model
@@ -378,3 +379,34 @@ def test_the_timeline_draws_each_row_as_the_analyses_index_counts_it(tmp_path: P
         counted[ri.is_untraced] = "untraced"
         assert drawn == counted.tolist()
         assert sorted(set(drawn)) == ["collective", "compute", "other", "untraced", "wait"]
+
+
+def _three_rank_run(path: Path, ranks: tuple[int, ...] = (0, 1, 2)) -> Path:
+    """Ranks ``ranks`` of a world of 3 (the others without a trace): 2 steps of a compute and an all_reduce
+    each."""
+    b = RunBuilder(3)
+    for r in ranks:
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            rb.compute("aten::mm", 2 * MS, start_ns=s * 3 * MS)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, MS // 2)
+    return b.write(path)
+
+
+def test_a_step_is_complete_only_where_every_rank_of_the_world_recorded_it(tmp_path: Path) -> None:
+    # a run whose rank 2 crashed and left no trace (the manifest lists it among missing_ranks; read with a
+    # warning, or with lenient where its trace file is gone) said complete = True of every step of the
+    # ranks kept, so a nightly dashboard could not tell that night from a whole one
+    def complete(run: Path, *, lenient: bool = False) -> dict[tuple[int, int], bool]:
+        rt = load_validated(run, lenient=True) if lenient else load_run(run)
+        return {(x.rank, x.step): x.complete for x in analyze_breakdown(build_index(rt))}
+
+    whole = complete(_three_rank_run(tmp_path / "whole"))
+    assert whole == {(r, s): True for r in range(3) for s in range(2)}
+    crashed = _three_rank_run(tmp_path / "crashed", ranks=(0, 1))
+    assert load_run(crashed).manifest.missing_ranks == (2,)
+    assert complete(crashed) == {(r, s): False for r in range(2) for s in range(2)}
+    gone = _three_rank_run(tmp_path / "gone")
+    (gone / "rank-2.et").unlink()  # listed among the ranks, its trace file missing: lenient leaves it out
+    assert complete(gone, lenient=True) == {(r, s): False for r in range(2) for s in range(2)}
