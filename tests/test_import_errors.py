@@ -7,11 +7,15 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from user_docs import ROOT
 
 from skewlens.profiler.atomic import replace_dir
 from skewlens.profiler.bounded import JSON_GZIP_FLOOR_BYTES, JSON_GZIP_RATIO
@@ -1040,6 +1044,32 @@ def test_a_full_disk_while_writing_the_run_is_one_plain_line_and_leaves_no_stagi
     # was "...: cannot write the run directory ([Errno 28] No space left on device)"
     assert str(e.value) == f"{tmp_path / 'run'}: cannot write the run directory (No space left on device)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+
+
+def test_an_import_killed_while_it_wrote_leaves_a_staging_directory_that_the_next_import_beside_it_removes(
+    tmp_path: Path,
+) -> None:
+    # SIGKILL (the OOM killer) while an import wrote its run left RUNS/.night1.import-<random>/ with its rank
+    # files, which no later command removed (a nightly import into a new RUNS/<date> each night: one more
+    # for each killed night); it is a staging directory as every command's is now
+    trace = _write(tmp_path / "k" / "r0.json", kineto_doc(0, world=1))
+    runs = tmp_path / "runs"
+    killed = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from skewlens.profiler.chakra_io import EtWriter\n"
+        "from skewlens.profiler.importers import import_traces\n"
+        "EtWriter.write_raw = lambda self, data: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "import_traces([Path(sys.argv[1])], None, Path(sys.argv[2]), workers=1)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", killed, str(trace), str(runs / "night1")]
+    assert subprocess.run(argv, env=env, timeout=120, check=False).returncode == -signal.SIGKILL
+    (left,) = runs.iterdir()
+    (half,) = left.iterdir()  # rank 0's file, being written
+    assert left.name.startswith(".night1.") and half.name.startswith(".rank-0.et.")
+    import_traces([trace], None, runs / "night2", workers=1)
+    assert sorted(p.name for p in runs.iterdir()) == ["night2"]
 
 
 def test_two_imports_replacing_one_run_at_once_leave_the_last_one_and_no_hidden_copy(

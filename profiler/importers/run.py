@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import gc
 import json
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
@@ -27,15 +26,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from skewlens.profiler.atomic import (
-    chmod_as_made,
     dangling_link,
     no_temp_dir,
     replace_dir,
-    temp_prefix,
+    staging_dir,
     why_not_created,
 )
 from skewlens.profiler.chakra_io import EtWriter, pg_init_node
-from skewlens.profiler.errors import TraceImportError, address_space_limit
+from skewlens.profiler.errors import SkewlensError, TraceImportError, address_space_limit
 from skewlens.profiler.importers.comm import DEFAULT_PG
 from skewlens.profiler.importers.convert import RankConversion, convert_rank
 from skewlens.profiler.importers.host_et import HostTrace, parse_host_et
@@ -480,31 +478,28 @@ def _write_run(
         skewlens_version=_skewlens_version(),
         notes=notes,
     )
+    # staged as every output is (locked while it is written, a killed import's removed by the next command
+    # that stages beside it): its own unlocked .RUN.import-<random> was never removed
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f"{temp_prefix(out.name, 'import-')}import-", dir=out.parent))
-    except OSError as e:
-        raise TraceImportError(
-            f"{out.parent}: cannot create the run directory there ({why_not_created(out, e)})"
-        ) from None
-    try:
-        chmod_as_made(tmp)  # mkdtemp makes it private; a run directory is an ordinary one
-        for c, part in zip(convs, nodes, strict=True):
-            with (
-                EtWriter(rank_file(tmp, c.rank), {"rank": c.rank, "world_size": ws}) as w,
-                part.open("rb") as fh,
-            ):
-                w.write(meta_node)
-                while chunk := fh.read(_CHUNK):
-                    w.write_raw(chunk)
-        write_manifest(tmp, manifest)
-        if out.exists() and _not_replaceable(out, overwrite) is not None:
-            raise TraceImportError(f"{out}: appeared while importing; not overwritten")
-        replace_dir(tmp, out)  # another import's between its renames: they take turns
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        # the OSError's own words named the staging directory, removed by now, and its errno
-        raise TraceImportError(f"{out}: cannot write the run directory ({e.strerror or e})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staging_dir(out) as tmp:
+            try:
+                for c, part in zip(convs, nodes, strict=True):
+                    with (
+                        EtWriter(rank_file(tmp, c.rank), {"rank": c.rank, "world_size": ws}) as w,
+                        part.open("rb") as fh,
+                    ):
+                        w.write(meta_node)
+                        while chunk := fh.read(_CHUNK):
+                            w.write_raw(chunk)
+                write_manifest(tmp, manifest)
+                if out.exists() and _not_replaceable(out, overwrite) is not None:
+                    raise TraceImportError(f"{out}: appeared while importing; not overwritten")
+                replace_dir(tmp, out)  # another import's between its renames: they take turns
+            except OSError as e:
+                # the OSError's own words named the staging directory, removed by now, and its errno
+                raise TraceImportError(f"{out}: cannot write the run directory ({e.strerror or e})") from None
+    except SkewlensError as e:
+        if type(e) is not SkewlensError:  # the import's own, or a kind of its own
+            raise
+        raise TraceImportError(str(e)) from None  # the staging directory's: "cannot write RUN: ..."
     return manifest
