@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 #: ``collectives.dtype``; 13: ``p2p.step``, the export's ``groups`` table, which no older export has, and
 #: the analyses' and replay's files name the run they were made from in their key-value metadata,
 #: :func:`provenance_metadata`; 14: ``ranks.gpu``; 15: replay's ``sweep.mean_exposed_transfer_ns`` and
-#: ``mean_exposed_wait_ns``, and a column per swept setting after ``sweep``'s own, which no table lists; 16: ``step_breakdown.complete`` is false of every
-#: step of a run a rank of which has no trace, no column added).
+#: ``mean_exposed_wait_ns``, and a column per swept setting after ``sweep``'s own, which no table lists;
+#: 16: ``step_breakdown.complete`` is false of every step of a run a rank of which has no trace, no column
+#: added).
 SCHEMA_VERSION = "16"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
