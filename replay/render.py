@@ -78,14 +78,21 @@ def summary_table(
     return t
 
 
-def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_ROWS) -> Table | None:
-    """Each GPU rank's compute stream in the replay (mean ms per step): busy, idle, and the idle by what it
-    waited for (``skewlens analyze``'s rule, on the replayed times); of more than ``max_ranks`` ranks,
-    those whose stream idled the most. None for a replay without GPU ranks."""
+def _gpu_ranks(rows: Sequence[SummaryRecord]) -> dict[int, list[SummaryRecord]]:
+    """The rows of each rank with a GPU compute stream."""
     by_rank: dict[int, list[SummaryRecord]] = {}
     for r in rows:
         if r.gpu_stream >= 0:
             by_rank.setdefault(r.rank, []).append(r)
+    return by_rank
+
+
+def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_ROWS) -> Table | None:
+    """Each GPU rank's compute stream in the replay (mean ms per step): busy, idle, and the idle by what it
+    waited for (``skewlens analyze``'s rule, on the replayed times); of more than ``max_ranks`` ranks,
+    those whose stream idled the most; under it, what bounds the slowest rank's step (:func:`bound_note`).
+    None for a replay without GPU ranks."""
+    by_rank = _gpu_ranks(rows)
     if not by_rank:
         return None
     t = Table(title="GPU compute stream in the replay (mean ms per step)", collapse_padding=True)
@@ -96,8 +103,12 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
         return sum(getattr(x, field) for x in rs) / len(rs)
 
     shown = sorted(by_rank, key=lambda k: (-mean(by_rank[k], "gpu_idle_ns"), k))[: max_ranks or None]
+    notes = []
     if len(shown) < len(by_rank):
-        t.caption = f"{len(by_rank)} GPU ranks: the {len(shown)} whose stream idled the most"
+        notes.append(f"{len(by_rank)} GPU ranks: the {len(shown)} whose stream idled the most")
+    if (bound := bound_note(rows)) is not None:  # what bounds the slowest rank's step
+        notes.append(bound)
+    t.caption = "; ".join(notes) or None
     for rank in sorted(shown):
         rs = by_rank[rank]
         t.add_row(
@@ -106,6 +117,79 @@ def gpu_idle_table(rows: Sequence[SummaryRecord], *, max_ranks: int = MAX_RANK_R
             *(ms_text(mean(rs, f)) for f in ("gpu_busy_ns", "gpu_idle_ns", *GPU_PART_FIELDS)),
         )
     return t
+
+
+#: What bounds a step, by the largest of its GPU compute stream's busy time and idle parts (``other``, idle
+#: for nothing known or after its last op, says nothing).
+_BOUND_BY = {
+    "gpu_busy_ns": "GPU-bound (its kernels set the step)",
+    "gpu_launch_wait_ns": "host-bound (GPU work, communication included, lengthens the step only where it "
+    "outlasts the host's launches)",
+    "gpu_comm_wait_ns": "bound by communication (transfers, and waits for peers)",
+    "gpu_stream_wait_ns": "bound by work on other streams",
+}
+
+
+def bound_note(rows: Sequence[SummaryRecord]) -> str | None:
+    """What bounds the step of the GPU rank with the longest mean step, from its ``gpu_*`` figures (mean ms
+    per step): its compute stream's busy time and its two largest idle parts, and the verdict of the largest
+    of busy, launch, communication and stream waits (:data:`_BOUND_BY`; none where the rest, ``other``, is
+    larger). A planner's bandwidth sweep of the 8-GPU DLRM trace read 18.712 ms at every bandwidth: rank 3's
+    stream ran 1.020 ms of it and waited 9.569 ms for launches, so the network counts only where
+    communication outlasts the host. None without GPU ranks."""
+    by_rank = _gpu_ranks(rows)
+    if not by_rank:
+        return None
+
+    def mean(rank: int, field: str) -> float:
+        return sum(getattr(x, field) for x in by_rank[rank]) / len(by_rank[rank])
+
+    rank = max(sorted(by_rank), key=lambda k: mean(k, "step_time_ns"))
+    waits = {"gpu_launch_wait_ns": "launches", "gpu_comm_wait_ns": "communication"}
+    waits |= {"gpu_stream_wait_ns": "other streams"}
+    said = sorted(waits, key=lambda f: -mean(rank, f))[:2]
+    parts = ", ".join(f"{_ms(mean(rank, f))} ms for {waits[f]}" for f in said if mean(rank, f) > 0)
+    figures = {f: mean(rank, f) for f in (*_BOUND_BY, "gpu_other_ns")}
+    largest = max(figures, key=lambda f: figures[f])
+    verdict = f": {_BOUND_BY[largest]}" if largest in _BOUND_BY and figures[largest] > 0 else ""
+    return (
+        f"rank {rank}, the slowest (step {_ms(mean(rank, 'step_time_ns'))} ms): its stream ran "
+        f"{_ms(mean(rank, 'gpu_busy_ns'))} ms" + (f" and waited {parts}" if parts else "") + verdict
+    )
+
+
+def _job_list(jobs: Sequence[int]) -> str:
+    """``jobs`` (sorted) as ``jobs 3-9`` or ``jobs 1, 4-6``."""
+    spans: list[list[int]] = []
+    for j in jobs:
+        if spans and j == spans[-1][1] + 1:
+            spans[-1][1] = j
+        else:
+            spans.append([j, j])
+    return "jobs " + ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
+    """Where two or more jobs' mean steps read the same in the table (to the µs) while their exposed transfer
+    does not: that the communication the setting changed held up nothing the step waited for, so that a
+    planner does not read the flat step as "the network does not matter" everywhere, nor the exposed
+    transfer as what the step paid (the 8-GPU DLRM trace at 6.25 to 200 GB/s: 18.712 ms each, exposed
+    transfer 0.381 to 0.042 ms; below 5 GB/s the step grows, 19.954 ms at 1). The first such group; None
+    where there is none."""
+    groups: dict[str, list[SweepRecord]] = {}
+    for r in sorted(rows, key=lambda r: r.job):
+        if r.mean_exposed_transfer_ns is not None:
+            groups.setdefault(_ms(r.mean_step_ns), []).append(r)
+    for step, rs in groups.items():
+        xfer = sorted({_ms(x.mean_exposed_transfer_ns or 0) for x in rs}, key=float)
+        if len(rs) >= 2 and len(xfer) >= 2:
+            return (
+                f"{_job_list([r.job for r in rs])}: one mean step, {step} ms, while their exposed transfer "
+                f"ranges {xfer[0]}-{xfer[-1]} ms: that communication overlapped no traced compute but ended "
+                "before the step's end needed it, so the swept setting did not reach what bounds the step "
+                "there (each job's GPU table says what does)"
+            )
+    return None
 
 
 def _settings_header(overrides: Sequence[str]) -> str:
@@ -145,7 +229,8 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
         "steps"
         # what the ratio is against: the first finished job's (job 1's where job 0 failed); it was not said
         + (f"; (x): mean step against job {first.job}'s" if first is not None and first.mean_step_ns else "")
-        + (f"; {GBPS_NOTE}" if "GB/s" in header else ""),
+        + (f"; {GBPS_NOTE}" if "GB/s" in header else "")
+        + (f"; {flat}" if (flat := flat_sweep_note(rows)) else ""),
     )
     columns = [
         ("job", "right"),

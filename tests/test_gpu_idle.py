@@ -321,6 +321,39 @@ def test_the_replay_times_the_compute_streams_idle_by_the_analyses_rule_unmodifi
     assert replay_gpu_table([s]) is not None
 
 
+def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None:
+    from skewlens.replay.render import bound_note
+    from skewlens.replay.render import gpu_idle_table as replay_gpu_table
+    from skewlens.replay.summary import SummaryRecord
+
+    def row(
+        rank: int, step_ms: float, busy: float, launch: float, comm: float, other: float
+    ) -> SummaryRecord:
+        ms = 1_000_000
+        return SummaryRecord(
+            rank=rank, source_rank=rank, step=1, step_time_ns=round(step_ms * ms), recorded_step_ns=0,
+            compute_ns=0, comm_ns=0, wait_ns=0, exposed_wait_ns=0, exposed_transfer_ns=0, gpu_stream=7,
+            gpu_busy_ns=round(busy * ms), gpu_idle_ns=round((step_ms - busy) * ms),
+            gpu_launch_wait_ns=round(launch * ms), gpu_comm_wait_ns=round(comm * ms),
+            gpu_other_ns=round(other * ms),
+        )  # fmt: skip
+
+    # the 8-GPU DLRM trace's rank 3: a bandwidth sweep's step did not move, and nothing said why
+    host = [row(0, 12.5, 1.0, 9.2, 0.8, 1.5), row(3, 18.712, 1.020, 9.569, 6.554, 1.569)]
+    assert replay_gpu_table(host).caption == (  # type: ignore[union-attr]
+        "rank 3, the slowest (step 18.712 ms): its stream ran 1.020 ms and waited 9.569 ms for launches, "
+        "6.554 ms for communication: host-bound (GPU work, communication included, lengthens the step only "
+        "where it outlasts the host's launches)"
+    )
+    assert bound_note([row(3, 58.323, 1.020, 9.009, 46.725, 1.569)]) == (
+        "rank 3, the slowest (step 58.323 ms): its stream ran 1.020 ms and waited 46.725 ms for "
+        "communication, 9.009 ms for launches: bound by communication (transfers, and waits for peers)"
+    )
+    assert str(bound_note([row(0, 10, 9, 0.5, 0.2, 0.3)])).endswith(": GPU-bound (its kernels set the step)")
+    # idle mostly for nothing known: the figures, no verdict
+    assert str(bound_note([row(0, 10, 1, 2, 0, 7)])).endswith("waited 2.000 ms for launches")
+
+
 def test_a_cpu_replay_has_no_gpu_columns_nor_table(tmp_path: Path) -> None:
     from skewlens.replay.render import gpu_idle_table as replay_gpu_table
     from skewlens.replay.simulate import simulate

@@ -998,6 +998,29 @@ def test_the_sweep_table_says_a_step_is_timed_by_its_slowest_rank() -> None:
     )
 
 
+def test_a_sweep_whose_jobs_read_one_mean_step_while_their_exposed_transfer_differs_says_it_hid() -> None:
+    from skewlens.replay.render import sweep_table
+
+    # the 8-GPU DLRM trace's bandwidth sweep: 18.712 ms at every bandwidth from 6.25 GB/s, while the exposed
+    # transfer fell 0.381 -> 0.042 ms; a planner read "the network does not matter". Below 5 GB/s it grows
+    rows = []
+    jobs = [(1, 19_953_888, 1_472_809), (6.25, 18_712_027, 380_905), (50, 18_712_003, 56_463)]
+    for job, (gbps, step_ns, xfer_ns) in enumerate([*jobs, (200, 18_712_001, 42_061)]):
+        row = _job(job, f"topology.dims.0.bandwidth_gbps={gbps}", step_ns / 1e6)
+        rows.append(
+            dataclasses.replace(row, mean_exposed_transfer_ns=xfer_ns, mean_exposed_wait_ns=6_914_000)
+        )
+    assert str(sweep_table(rows).caption).endswith(
+        "; jobs 1-3: one mean step, 18.712 ms, while their exposed transfer ranges 0.042-0.381 ms: that "
+        "communication overlapped no traced compute but ended before the step's end needed it, so the swept "
+        "setting did not reach what bounds the step there (each job's GPU table says what does)"
+    )
+    # a step that moves with the setting, or one exposed transfer throughout: nothing to say
+    assert "one mean step" not in str(sweep_table(rows[:2]).caption)
+    same = [dataclasses.replace(r, mean_exposed_transfer_ns=42_061) for r in rows]
+    assert "one mean step" not in str(sweep_table(same).caption)
+
+
 def test_the_sweep_tables_ratios_say_which_jobs_mean_step_they_are_against() -> None:
     from rich.console import Console
 
@@ -1276,7 +1299,8 @@ def test_a_bandwidth_sweeps_picture_and_table_say_its_unit_is_gigabytes_a_second
 
     rows = [
         dataclasses.replace(
-            _job(k, f"topology.dims.0.bandwidth_gbps={b} topology.dims.0.latency_ns=900", 10.0),
+            # steps that move with the bandwidth (one step under two exposed transfers has a note of its own)
+            _job(k, f"topology.dims.0.bandwidth_gbps={b} topology.dims.0.latency_ns=900", 11.0 - k),
             mean_exposed_transfer_ns=t,
             mean_exposed_wait_ns=250_000,
         )
