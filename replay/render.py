@@ -174,7 +174,7 @@ def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
     does not: that the communication the setting changed held up nothing the step waited for, so that a
     planner does not read the flat step as "the network does not matter" everywhere, nor the exposed
     transfer as what the step paid (the 8-GPU DLRM trace at 6.25 to 200 GB/s: 18.712 ms each, exposed
-    transfer 0.381 to 0.042 ms; below 5 GB/s the step grows, 19.954 ms at 1). The first such group; None
+    transfer 0.381 to 0.042 ms; below 4 GB/s the step grows, 19.837 ms at 1). The first such group; None
     where there is none."""
     groups: dict[str, list[SweepRecord]] = {}
     for r in sorted(rows, key=lambda r: r.job):

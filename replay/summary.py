@@ -134,6 +134,11 @@ def moved_step_marks(
       of any GPU node of its step that ended by it (on a GPU trace the step ends with its last device node,
       and another stream's kernels may slide past the node that ended last as recorded), nor before the
       step's replayed start mark (which may move with the step before it past the node this mark follows);
+      but a mark recorded after every node that ended by it, the last of them a GPU node, moves with the
+      rank's latest host node that ended by it: the time after that kernel is the step annotation's own,
+      on the host, which a kernel that runs late does not carry along (DLRM at 0.1 GB/s: its step read
+      58.323 ms, 0.117 ms after its last kernel, the host's step long over; it ends with that kernel,
+      58.206);
     - the start mark of a step that begins where the previous one ended (steps measured end to end, as on
       GPUs) with that end;
     - any other start mark with the rank's latest-ending node of an earlier step of the window (from the
@@ -169,6 +174,8 @@ def moved_step_marks(
         first_shift = int(start_ns[r][first] - rt.start_ns[first])
         dev = rows[~rt.is_cpu[rows]]
         last_end = _latest_ends_by_step(rt.step[dev], rt.end_ns[dev], end_ns[r][dev], spans)
+        host = by_end[rt.is_cpu[by_end]]  # by recorded end, as by_end
+        host_ends, host_shift = end_of[host], end_ns[r][host] - end_of[host]
         prev: tuple[int, int] | None = None  # recorded and moved end of the previous step
         window = min(k for k, _a, _b in spans)  # the rank's first marked step: earlier rows are in none
         for step, a, b in sorted(spans, key=lambda x: x[1]):
@@ -182,6 +189,11 @@ def moved_step_marks(
                     moved_a = min(moved_a, a + prev[1] - prev[0])
             k = int(np.searchsorted(ends_sorted, b, side="right")) - 1
             moved_b = b + (int(shift_end[k]) if k >= 0 else first_shift)
+            if k >= 0 and ends_sorted[k] < b and not rt.is_cpu[by_end[k]]:
+                # the mark lies after every node (the step annotation's own end: host time), and the node
+                # before it is a kernel: the tail is the host's, and moves with the host's latest node
+                kh = int(np.searchsorted(host_ends, b, side="right")) - 1
+                moved_b = b + int(host_shift[kh]) if kh >= 0 else moved_b
             if step in last_end:  # not before the step's last GPU row; a CPU step may end earlier
                 moved_b = max(moved_b, last_end[step])
             moved_b = max(moved_b, moved_a)  # nor before it begins: the earlier step's work ran past it

@@ -311,14 +311,37 @@ def test_the_replay_times_the_compute_streams_idle_by_the_analyses_rule_unmodifi
     )  # fmt: skip
     # every op twice as long: aten::mm 10-50, the recorded 10 us gap, aten::add 60-80 launching at 62 (its
     # call 2 us into it), the kernel 8 us later for 1,000 us: launch wait 62 us, busy 1,000, and the rest of
-    # the 1,525 us step other
+    # the 1,385 us step other: it ends with div's kernel, the host's 140 us after it as recorded long over
     (w,) = summarize(
         run, simulate(run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=2.0)]))
     )
-    assert (w.step_time_ns, w.gpu_busy_ns, w.gpu_launch_wait_ns) == (1525 * US, 1000 * US, 62 * US)
+    assert (w.step_time_ns, w.gpu_busy_ns, w.gpu_launch_wait_ns) == (1385 * US, 1000 * US, 62 * US)
     assert w.gpu_launch_wait_ns + w.gpu_comm_wait_ns + w.gpu_stream_wait_ns + w.gpu_other_ns == w.gpu_idle_ns
     assert w.gpu_idle_ns == w.step_time_ns - w.gpu_busy_ns
     assert replay_gpu_table([s]) is not None
+
+
+def test_a_host_bound_steps_end_after_its_last_kernel_is_host_time_that_a_slower_gpu_runs_over(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+    from skewlens.replay.summary import summarize
+
+    # ProfilerStep#1 ends at 1,000 us, 140 us after the last kernel (div, 810-860) and 320 after the host's
+    # last op: host time. Kernels x2 end div at 1,365 us, and the step with it; the end mark moved with the
+    # kernel that ended last before it, so the host's tail came after the GPU's end: 1,505 us (the 8-GPU
+    # DLRM trace at 0.1 GB/s: 58.323 ms where its last kernel ended at 58.206, the host at 18.713)
+    import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    steps = []
+    for factor in (1.0, 2.0, 4.0):
+        gpu = SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=factor, device="gpu")])
+        res = simulate(run, effects=gpu)
+        (s,) = summarize(run, res)
+        last = int(res.end_ns[0][res.timed[0] & ~run.ranks[0].is_cpu].max()) - run.manifest.steps[0].start_ns
+        steps.append((s.step_time_ns // US, last // US))
+    assert steps == [(1000, 860), (1365, 1365), (2665, 2665)]
 
 
 def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None:
@@ -345,8 +368,8 @@ def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None
         "6.554 ms for communication: host-bound (GPU work, communication included, lengthens the step only "
         "where it outlasts the host's launches)"
     )
-    assert bound_note([row(3, 58.323, 1.020, 9.009, 46.725, 1.569)]) == (
-        "rank 3, the slowest (step 58.323 ms): its stream ran 1.020 ms and waited 46.725 ms for "
+    assert bound_note([row(3, 58.206, 1.020, 9.009, 46.725, 1.452)]) == (
+        "rank 3, the slowest (step 58.206 ms): its stream ran 1.020 ms and waited 46.725 ms for "
         "communication, 9.009 ms for launches: bound by communication (transfers, and waits for peers)"
     )
     assert str(bound_note([row(0, 10, 9, 0.5, 0.2, 0.3)])).endswith(": GPU-bound (its kernels set the step)")

@@ -243,8 +243,8 @@ def test_the_documented_gpu_replacement_that_keeps_host_device_copies_as_recorde
                 durs[name][t["name"]] = durs[name].get(t["name"], 0) + dur_ns
     assert steps == {
         "none": (12_509_000, 18_711_000),
-        "slow_gpu": (12_502_000, 18_707_500),
-        "kept": (12_507_500, 18_711_000),
+        "slow_gpu": (12_503_500, 18_707_500),
+        "kept": (12_509_000, 18_711_000),
     }
     assert durs["none"] == {
         "Memcpy HtoD (Pageable -> Device)": 9_000,
