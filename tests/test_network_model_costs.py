@@ -370,3 +370,99 @@ def test_an_even_all_to_all_with_one_slow_rank_costs_that_ranks_port_as_before()
     ):
         timing = ModelTiming(flat, algorithm=alg, network_effects=slow)
         assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) == round(want), alg
+
+
+def _ring(size: int) -> Topology:
+    return Topology(name="r", dims=(Dimension(kind="ring", size=size, bandwidth_gbps=BW, latency_ns=ALPHA),))
+
+
+def test_a_hierarchical_all_reduce_on_a_ring_alone_is_the_ring_algorithms_with_no_hops() -> None:
+    # on one dimension hierarchical is the ring algorithm: each message goes to a neighbour, one hop
+    got = ModelTiming(_ring(16), algorithm="hierarchical").collective_time_ns(
+        CommType.ALL_REDUCE, S, range(16)
+    )
+    assert got == round(2 * 15 * (ALPHA + S / (16 * BW)))
+
+
+def test_a_tree_all_reduce_round_an_odd_ring_pays_half_the_ring_rounded_down_in_hops() -> None:
+    # on a ring of 5 no rank is more than 2 hops from another: 2 hops a message, ⌈log2 5⌉ = 3 levels
+    got = ModelTiming(_ring(5), algorithm="tree").collective_time_ns(CommType.ALL_REDUCE, S, range(5))
+    assert got == round(2 * 3 * (2 * ALPHA) + 2 * S / BW)
+
+
+def test_an_all_to_all_round_a_small_ring_costs_a_port_and_round_an_odd_ring_its_cut() -> None:
+    # direct, every part at once. 4 ranks: a link carries 1 + 2/2 = 2 parts each way, a port 3: the port's
+    # 3 S/4. 9 ranks: a link carries 1 + 2 + 3 + 4 = 10 parts each way ((9² - 1)/8), a port 8: 10 S/9
+    small = ModelTiming(_ring(4), algorithm="direct").collective_time_ns(CommType.ALL_TO_ALL, S, range(4))
+    assert small == round(2 * ALPHA + 3 * S / (4 * BW))
+    odd = ModelTiming(_ring(9), algorithm="direct").collective_time_ns(CommType.ALL_TO_ALL, S, range(9))
+    assert odd == round(4 * ALPHA + 10 * S / (9 * BW))
+
+
+def _one_switch() -> Topology:
+    return Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+
+
+def test_an_even_all_to_all_slowed_on_every_link_costs_the_same_each_time_it_is_asked() -> None:
+    # every link at half speed: the group's factor (the per-link costing finds nothing to tell apart, and
+    # keeps that answer for the next call of the same all_to_all)
+    slow = SlowdownModel([Slowdown(kind="network", factor=0.5)])
+    timing = ModelTiming(_one_switch(), algorithm="direct", network_effects=slow)
+    want = round(ALPHA + 3 * (S / 4) / (BW * 0.5))
+    assert [timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) for _ in range(2)] == [want, want]
+
+
+def test_a_slow_link_for_one_step_slows_that_steps_all_to_all_by_its_pair_not_the_other_steps() -> None:
+    # every link at half speed, and link (0, 1) at a tenth of that in step 1 only: in step 0 each port's 3
+    # parts at half speed; in step 1 the part between 0 and 1 at a twentieth (10 parts' time at full speed,
+    # more than a port's 3 at half speed), not every port's 3 parts at a twentieth (30 parts)
+    slow = SlowdownModel(
+        [
+            Slowdown(kind="network", factor=0.5),
+            Slowdown(kind="network", links=((0, 1),), factor=0.1, first_step=1, last_step=1),
+        ]
+    )
+    timing = ModelTiming(_one_switch(), algorithm="direct", network_effects=slow)
+    part = S / 4
+    got = [timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(4), step) for step in (0, 1, 2)]
+    half, pair = round(ALPHA + 3 * part / (BW * 0.5)), round(ALPHA + part / (BW * 0.05))
+    assert got == [half, pair, half]
+
+
+def test_a_slow_link_between_ranks_that_send_each_other_nothing_leaves_an_uneven_all_to_all_as_it_was() -> (
+    None
+):
+    # ranks 0, 2 and 3 each send X to rank 1, link (2, 3) at a tenth: no byte crosses it, so rank 1's port
+    # takes its 3 X at full speed (before the per-link costing, every port at a tenth: 30 X)
+    x = 100_000
+    pairs = [(0, 1, x), (2, 1, x), (3, 1, x)]
+    slow = SlowdownModel([Slowdown(kind="network", links=((2, 3),), factor=0.1)])
+    for effects in (None, slow):
+        timing = ModelTiming(_one_switch(), algorithm="direct", network_effects=effects)
+        got = timing.collective_time_ns(CommType.ALL_TO_ALL, 4 * x, range(4), pairs=pairs)
+        assert got == round(ALPHA + 3 * x / BW), effects
+
+
+def test_a_faster_network_of_one_rank_speeds_its_own_traffic_not_the_hot_ranks() -> None:
+    # ranks 0, 2 and 3 each send X to rank 1; rank 3's network twice as fast: its port sends X in X / 2B,
+    # rank 1's still takes 3 X in at B (not at 2 B, as if the whole group were faster)
+    x = 100_000
+    fast = SlowdownModel([Slowdown(kind="network", ranks=(3,), factor=2.0)])
+    timing = ModelTiming(_one_switch(), algorithm="direct", network_effects=fast)
+    got = timing.collective_time_ns(
+        CommType.ALL_TO_ALL, 4 * x, range(4), pairs=[(0, 1, x), (2, 1, x), (3, 1, x)]
+    )
+    assert got == round(ALPHA + 3 * x / BW)
+
+
+def test_a_slow_rank_slows_the_node_link_it_shares_and_a_slow_pair_inside_a_node_leaves_it_alone() -> None:
+    # two nodes of 2 ranks, one fat-tree link (NIC) a node; an even all_to_all of S a rank: node 0's NIC
+    # carries ranks 0 and 1's 4 parts to node 1, S. Rank 1 (the NIC's second rank) at a tenth: the NIC is
+    # its network too, S at 2.5 GB/s. Link (0, 1) at a tenth (their switch pair): the NIC at full speed,
+    # S at 25 GB/s (the pair's part at 20 GB/s on the switch takes less)
+    rank1 = SlowdownModel([Slowdown(kind="network", ranks=(1,), factor=0.1)])
+    nic = ModelTiming(two_level(links=1), algorithm="direct", network_effects=rank1)
+    assert nic.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) == round(2_000 + S / 2.5)
+    pair01 = SlowdownModel([Slowdown(kind="network", links=((0, 1),), factor=0.1)])
+    pair = ModelTiming(two_level(links=1), algorithm="direct", network_effects=pair01)
+    assert pair.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) == round(2_000 + S / 25.0)
