@@ -39,6 +39,7 @@ from skewlens.replay.real.plan import (
     KIND_NESTED,
     KIND_RECV,
     KIND_SEND,
+    SUPERVISOR_ENV,
     ReplayOp,
     all_to_all_splits,
     group_specs,
@@ -338,6 +339,35 @@ def test_supervisor_stops_the_whole_process_tree_when_the_replay_overruns(tmp_pa
         run_workers([sys.executable, "-c", spawn], work_dir=tmp_path / "work", deadline_s=1.5)
     assert time.monotonic() - t0 < 15
     assert _no_replay_processes_left() == []
+
+
+def test_the_launcher_is_started_naming_its_parent_as_the_process_its_workers_watch(tmp_path: Path) -> None:
+    # killed with SIGKILL, the supervising process stops nothing: the workers (the launcher's children)
+    # exit once the launcher's parent is no longer the process the environment names, this one
+    seen = tmp_path / "seen"
+    script = (
+        "import os, pathlib\n"
+        f"named = os.environ.get({SUPERVISOR_ENV!r})\n"
+        f"pathlib.Path({str(seen)!r}).write_text(f'{{named}} {{os.getppid()}}')\n"
+    )
+    for env in (None, {**os.environ, SUPERVISOR_ENV: "1"}):
+        run_workers([sys.executable, "-c", script], work_dir=tmp_path / "work", deadline_s=30, env=env)
+        assert seen.read_text() == f"{os.getpid()} {os.getpid()}"
+
+
+def test_a_workers_watchdog_is_orphaned_once_its_launchers_parent_is_not_the_supervisor_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # here the worker is this process and its launcher this process's parent, whose parent is the
+    # supervisor to name; none named (a worker started by hand) watches its launcher alone
+    from skewlens.replay.real.worker import Watchdog
+
+    launchers_parent = psutil.Process(os.getppid()).ppid()
+    got = {}
+    for named in (str(launchers_parent), str(os.getpid()), ""):
+        monkeypatch.setenv(SUPERVISOR_ENV, named)
+        got[named] = Watchdog(0, tmp_path, 10.0)._orphaned(time.perf_counter_ns())
+    assert got == {str(launchers_parent): False, str(os.getpid()): True, "": False}
 
 
 def test_supervisor_raises_the_first_rank_error_and_stops_the_others(tmp_path: Path) -> None:
@@ -1490,12 +1520,15 @@ def test_a_real_replay_from_python_interrupted_while_its_ranks_run_leaves_out_as
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
 
 
+@pytest.mark.parametrize("earlier", [(), ("run", "real/plan", "real/work")])
 def test_a_failed_real_replay_across_hosts_from_python_removes_the_run_and_real_it_began_in_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier: tuple[str, ...]
 ) -> None:
     # across hosts every host writes OUT/run and OUT/real in place: skewlens replay removed what a failed
     # one began, replay_run from Python left OUT/real/plan (the new plan, for 2 ranks) beside the earlier
-    # replay's files
+    # replay's files. Into an earlier replay's run/ and real/ it writes its plan inside them, leaving
+    # real/'s own entries (so its time) as they were: its new plan tells it began, and neither is left
+    # holding half of each
     from skewlens.replay.driver import replay_run
     from skewlens.replay.real import api
 
@@ -1505,6 +1538,9 @@ def test_a_failed_real_replay_across_hosts_from_python_removes_the_run_and_real_
     monkeypatch.setattr(api, "run_workers", failed)
     run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
     out.mkdir()
+    for d in earlier:
+        (out / d).mkdir(parents=True)
+        (out / d / "meta.json").write_text("{}")
     (out / "summary.parquet").write_text("earlier")
     cfg = _real_cfg("real", run, out)
     across = ["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29500"]
@@ -1513,6 +1549,28 @@ def test_a_failed_real_replay_across_hosts_from_python_removes_the_run_and_real_
         replay_run(cfg, out)
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["summary.parquet"]
     assert (out / "summary.parquet").read_text() == "earlier"
+
+
+def test_a_failed_simulated_replay_leaves_an_earlier_real_replays_run_and_real_in_out_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no real replay began (no new plan): the earlier one's run/ and real/ are not this replay's to remove
+    import skewlens.replay.driver as driver
+
+    def interrupted(*_a: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "_replay_into", interrupted)
+    run, out = _one_all_reduce(tmp_path / "run"), tmp_path / "out"
+    for d in ("run", "real/plan", "real/work"):
+        (out / d).mkdir(parents=True)
+    (out / "real" / "plan" / "meta.json").write_text("{}")
+    (out / "run" / "manifest.json").write_text("{}")
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    with pytest.raises(KeyboardInterrupt):
+        driver.replay_run(_real_cfg("sim", run, out), out)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert (out / "real" / "plan" / "meta.json").read_text() == "{}"
 
 
 def test_a_simulated_replay_from_python_removes_an_earlier_real_replays_run_and_real_from_out(
