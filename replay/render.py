@@ -148,13 +148,13 @@ def bound_note(rows: Sequence[SummaryRecord]) -> str | None:
     waits = {"gpu_launch_wait_ns": "launches", "gpu_comm_wait_ns": "communication"}
     waits |= {"gpu_stream_wait_ns": "other streams"}
     said = sorted(waits, key=lambda f: -mean(rank, f))[:2]
-    parts = ", ".join(f"{_ms(mean(rank, f))} ms for {waits[f]}" for f in said if mean(rank, f) > 0)
+    parts = ", ".join(f"{ms_text(mean(rank, f))} ms for {waits[f]}" for f in said if mean(rank, f) > 0)
     figures = {f: mean(rank, f) for f in (*_BOUND_BY, "gpu_other_ns")}
     largest = max(figures, key=lambda f: figures[f])
     verdict = f": {_BOUND_BY[largest]}" if largest in _BOUND_BY and figures[largest] > 0 else ""
     return (
-        f"rank {rank}, the slowest (step {_ms(mean(rank, 'step_time_ns'))} ms): its stream ran "
-        f"{_ms(mean(rank, 'gpu_busy_ns'))} ms" + (f" and waited {parts}" if parts else "") + verdict
+        f"rank {rank}, the slowest (step {ms_text(mean(rank, 'step_time_ns'))} ms): its stream ran "
+        f"{ms_text(mean(rank, 'gpu_busy_ns'))} ms" + (f" and waited {parts}" if parts else "") + verdict
     )
 
 
@@ -179,9 +179,9 @@ def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
     groups: dict[str, list[SweepRecord]] = {}
     for r in sorted(rows, key=lambda r: r.job):
         if r.mean_exposed_transfer_ns is not None:
-            groups.setdefault(_ms(r.mean_step_ns), []).append(r)
+            groups.setdefault(ms_text(r.mean_step_ns), []).append(r)
     for step, rs in groups.items():
-        xfer = sorted({_ms(x.mean_exposed_transfer_ns or 0) for x in rs}, key=float)
+        xfer = sorted({ms_text(x.mean_exposed_transfer_ns or 0) for x in rs}, key=float)
         if len(rs) >= 2 and len(xfer) >= 2:
             return (
                 f"{_job_list([r.job for r in rs])}: one mean step, {step} ms, while their exposed transfer "
