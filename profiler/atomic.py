@@ -34,11 +34,13 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 #: What ``mkdir`` gives a new directory (0777 minus the umask), for those made private by ``mkdtemp``.
 DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
+#: What :func:`replace_dir` adds to its staging directory's name for the earlier output it moves aside.
+REPLACED_SUFFIX = ".old"
 #: Longest file name, in bytes, that Linux's file systems take.
 NAME_MAX = 255
 #: What a temporary name adds to its prefix and suffix: ``mkstemp``'s random characters, and the ``.old``
 #: that :func:`replace_dir` gives a replaced directory.
-_TEMP_EXTRA = 8 + len(".old")
+_TEMP_EXTRA = 8 + len(REPLACED_SUFFIX)
 
 
 def temp_prefix(name: str, suffix: str = ".tmp") -> str:
@@ -196,6 +198,14 @@ def is_staging_name(name: str, out_name: str | None = None) -> bool:
     return m is not None and (out_name is None or f".{m[1]}." == temp_prefix(out_name))
 
 
+def is_replaced_name(name: str) -> bool:
+    """Whether ``name`` is that of an earlier output :func:`replace_dir` moved aside
+    (``.NAME.<random>.tmp.old``, exactly: a staging directory's name, :func:`is_staging_name`, and
+    :data:`REPLACED_SUFFIX`). A user's own ``.foo.tmp.old`` is not one."""
+    stem = name.removesuffix(REPLACED_SUFFIX)
+    return stem != name and is_staging_name(stem)
+
+
 @contextmanager
 def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     """A new, empty directory beside ``out`` (its parents made) to write a whole output into; the block
@@ -213,7 +223,9 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     The command holds a lock of its staging directory (``flock``) until the block ends; the staging
     directories that a killed command left where this one stages (SIGKILL, the OOM killer: nothing of its
     own removed them, and each held a whole output), for any output's name, are removed when the next one
-    begins (:func:`remove_abandoned`). Where the file system cannot lock, none is removed."""
+    begins (:func:`remove_abandoned`), and so are the earlier outputs that a command killed after its
+    renames left moved aside (``.OUT.<random>.tmp.old``: :func:`replace_dir`), while this one holds the
+    lock of where it stages that those renames take. Where the file system cannot lock, none is removed."""
     if (why := dangling_link(out)) is not None:
         raise SkewlensError(f"cannot write {out}: {why}")
     home = out if inside and out.is_dir() else out.parent
@@ -221,10 +233,10 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
     made: Path | None = None
     try:
         home.mkdir(parents=True, exist_ok=True)
-        with _locked(home):  # made and locked before another command's look at what is abandoned
+        with _locked(home) as home_held:  # made and locked before another command's look at what is abandoned
             made = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), suffix=STAGING_SUFFIX, dir=home))
             held = lock_directory(made, wait=False)  # new: no one else holds it
-            remove_abandoned(home, mine=made)
+            remove_abandoned(home, mine=made, replaced=home_held)
         chmod_as_made(made)
     except BaseException as e:  # an interrupt too (an abandoned output's removal takes seconds)
         if held is not None:
@@ -255,7 +267,9 @@ def staging_dir(out: Path, *, inside: bool = False) -> Iterator[Path]:
             os.close(held)
 
 
-def remove_abandoned(home: Path, *, out_name: str | None = None, mine: Path | None = None) -> None:
+def remove_abandoned(
+    home: Path, *, out_name: str | None = None, mine: Path | None = None, replaced: bool = False
+) -> None:
     """Remove the staging directories in ``home`` (:func:`is_staging_name`: of the output ``out_name``
     where one is given, else of any output; other than ``mine``) that no command holds (:func:`staging_dir`):
     a command killed before it moved its outputs in left one, which nothing removed (a replay's
@@ -264,10 +278,21 @@ def remove_abandoned(home: Path, *, out_name: str | None = None, mine: Path | No
     each night, when only those of its own output were, left each killed night's
     ``FLEET/.run=<date>.<random>.tmp/`` there for good. One that a running command holds, or whose lock
     cannot be taken here (a file system without locks), is left, and so is anything not named exactly as a
-    staging directory is."""
+    staging directory is.
+
+    With ``replaced``, for a caller that holds ``home``'s lock (:func:`_locked`), the earlier outputs that
+    :func:`replace_dir` moved aside there (:func:`is_replaced_name`) go too: a command killed while it
+    removed one, after its renames (seconds, for a big output), left it for good (a whole earlier export,
+    ``FLEET/.run=n1.k3j2x7ab.tmp.old/``). Its renames, and the putting back of the earlier output where the
+    second fails, take that lock: one seen while holding it is no longer read, only being removed."""
     with suppress(OSError):  # home unreadable: nothing to look at
         for p in home.iterdir():
-            if p == mine or not is_staging_name(p.name, out_name) or p.is_symlink() or not p.is_dir():
+            old = replaced and is_replaced_name(p.name)
+            named = old or is_staging_name(p.name, out_name)
+            if p == mine or not named or p.is_symlink() or not p.is_dir():
+                continue
+            if old:
+                shutil.rmtree(p, ignore_errors=True)  # its own command's removal, if running, ignores ours
                 continue
             try:
                 fd = lock_directory(p, wait=False)
@@ -324,15 +349,15 @@ def moving_into(out: Path) -> Iterator[None]:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path) -> Iterator[bool]:
     """Hold an exclusive ``flock`` of ``directory`` while the block moves outputs into it: two commands
     that finish at once into one place take turns, and the last one's output is there whole (its moves
     interleaved with the other's left half of each). Where the file system cannot lock (some network
     ones) or the directory cannot be opened to lock it (no read permission), the block runs unlocked; a
-    process killed holding it releases it."""
+    process killed holding it releases it. It yields whether the lock is held."""
     fd = lock_directory(directory)
     try:
-        yield
+        yield fd is not None
     finally:
         if fd is not None:
             os.close(fd)  # releases the lock
@@ -398,7 +423,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
         if not out.exists():
             tmp.replace(out)
             return
-        old = tmp.with_name(f"{tmp.name}.old")  # as unique as tmp, a staging directory
+        old = tmp.with_name(f"{tmp.name}{REPLACED_SUFFIX}")  # as unique as tmp, a staging directory
         try:
             out.replace(old)
         except OSError:
@@ -416,4 +441,4 @@ def replace_dir(tmp: Path, out: Path) -> None:
             else:  # renamed, then interrupted: the new output is in place, and the earlier one goes
                 shutil.rmtree(old, ignore_errors=True)
             raise
-    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)  # killed during it: the next command staging here removes it

@@ -615,6 +615,21 @@ def test_an_interrupt_after_a_replays_files_moved_in_and_before_an_earlier_real_
     )
 
 
+def _killed_by_sigkill(script: str, *args: Path) -> Path:
+    """The path that the Python ``script`` (run with ``args``) printed before it killed itself with SIGKILL
+    (the OOM killer)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return Path(proc.stdout.strip())
+
+
 def _killed_while_staging(out: Path) -> Path:
     """The staging directory a command writing ``out`` left when SIGKILL (the OOM killer) stopped it."""
     killed = (
@@ -626,19 +641,15 @@ def _killed_while_staging(out: Path) -> Path:
         "    print(stage, flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", killed, str(out)],
-        env=env,
-        timeout=60,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == -signal.SIGKILL
-    left = Path(proc.stdout.strip())
+    left = _killed_by_sigkill(killed, out)
     assert (left / "collectives.parquet").read_text() == "half"
     return left
+
+
+def _export_or_analyze(command: str, run: Path, out: Path) -> int:
+    """The exit code of ``skewlens export RUN --out OUT`` or ``analyze RUN --out OUT --no-pictures``."""
+    args = [command, str(run), "--out", str(out)]
+    return skewlens_main([*args, "--no-pictures"] if command == "analyze" else args)
 
 
 @pytest.mark.parametrize("command", ["export", "analyze"])
@@ -658,9 +669,99 @@ def test_a_killed_commands_staging_directory_of_another_output_is_removed_by_the
         p.mkdir()
     (fleet / ".run=n1.k3j2x7ab.tmp").write_text("a file of the user's")
     with staging_dir(fleet / "run=n3") as running:  # another command's, still writing: left alone
-        args = [command, str(run), "--out", str(fleet / "run=n2")]
-        assert skewlens_main([*args, "--no-pictures"] if command == "analyze" else args) == 0
+        assert _export_or_analyze(command, run, fleet / "run=n2") == 0
         assert running.is_dir()
     assert not killed.exists()
     assert sorted(p.name for p in fleet.iterdir()) == sorted([".run=n1.k3j2x7ab.tmp", "run=n2", *mine])
     capsys.readouterr()
+
+
+def _killed_while_removing_the_earlier(run: Path, out: Path) -> Path:
+    """The earlier export of ``out`` that an export of ``run`` into it, killed (SIGKILL) while it removed
+    that earlier one after its renames, left moved aside beside ``out`` (``.OUT.<random>.tmp.old``)."""
+    killed = (
+        "import os, shutil, signal, sys\n"
+        "from skewlens.cli import main\n"
+        "real = shutil.rmtree\n"
+        "def rmtree(path, *a, **k):\n"
+        "    if str(path).endswith('.tmp.old'):\n"
+        "        print(path, flush=True)\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(path, *a, **k)\n"
+        "shutil.rmtree = rmtree\n"
+        "main(['export', sys.argv[1], '--out', sys.argv[2]])\n"
+    )
+    left = _killed_by_sigkill(killed, run, out)
+    assert left.parent == out.parent and (left / "run.json").is_file()
+    return left
+
+
+@pytest.mark.parametrize("command", ["export", "analyze"])
+def test_an_earlier_output_a_killed_command_left_moved_aside_is_removed_by_the_next_one_beside_it(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an export that replaced FLEET/run=n1 moved the earlier one aside as FLEET/.run=n1.<random>.tmp.old and
+    # removed it after its renames (seconds, for a big output): killed then, it left a whole export there for
+    # good, which nothing removed (and a glob of FLEET/*/ read it as a run)
+    fleet = tmp_path / "FLEET"
+    run = small_run(tmp_path / "run")
+    assert _export_or_analyze("export", run, fleet / "run=n1") == 0
+    left = _killed_while_removing_the_earlier(run, fleet / "run=n1")
+    mine = (".foo.tmp.old", ".run=n1.tmp.old", ".run=n1.k3j2x7a.tmp.old", ".run=n1.k3j2x7ab.old")
+    for name in mine:  # the user's own: not named as skewlens names an output it moved aside
+        (fleet / name).mkdir()
+    (fleet / ".run=n2.k3j2x7ab.tmp.old").write_text("a file of the user's")
+    assert _export_or_analyze(command, run, fleet / "run=n2") == 0
+    assert not left.exists()
+    assert sorted(p.name for p in fleet.iterdir()) == sorted(
+        [*mine, ".run=n2.k3j2x7ab.tmp.old", "run=n1", "run=n2"]
+    )
+    capsys.readouterr()
+
+
+def test_an_earlier_output_moved_aside_by_a_running_replace_is_left_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a command staging beside it while another's replace was between its renames (the earlier output
+    # moved aside, the new one's rename about to fail) would have removed the earlier output, which the
+    # failed replace then could not put back: the replace's renames and the removal take the same lock
+    import errno
+
+    def other() -> None:
+        with staging_dir(tmp_path / "other"):
+            pass
+
+    out = _staged(tmp_path / "pq", "earlier", "ranks.parquet")
+    with staging_dir(out) as new:
+        (new / "ranks.parquet").write_text("new")
+        threads = _between_first_renames(tmp_path, monkeypatch, other)
+        real_replace = Path.replace
+
+        def replace(self: Path, target: str | Path) -> Path:
+            if self == new:  # another program's directory appeared at pq after it was moved aside
+                raise OSError(errno.ENOTEMPTY, "Directory not empty")
+            return real_replace(self, target)
+
+        monkeypatch.setattr(Path, "replace", replace)
+        with pytest.raises(OSError):
+            replace_dir(new, out)
+        threads[0].join()
+    assert (out / "ranks.parquet").read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pq"]
+
+
+def test_an_earlier_output_moved_aside_is_kept_where_the_file_system_cannot_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # unlocked, a command staging there cannot tell one a running replace may still put back
+    import errno
+    import fcntl
+
+    def no_locks(_fd: int, _op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    aside = _staged(tmp_path / ".pq.k3j2x7ab.tmp.old", "earlier", "ranks.parquet")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with staging_dir(tmp_path / "other") as stage:
+        assert stage.is_dir()
+    assert (aside / "ranks.parquet").read_text() == "earlier"
