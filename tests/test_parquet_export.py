@@ -1449,12 +1449,17 @@ def test_the_documented_two_run_comparison_lines_up_real_captures_whose_new_all_
         assert steps == duckdb.sql(JOINED_STEPS.format(out=out)).fetchall() and len(steps) >= 3, name
 
 
-def _night(run_dir: Path, addmm_ms: tuple[list[float], list[float]], gather_bytes: int = 4_096) -> Path:
+def _night(
+    run_dir: Path,
+    addmm_ms: tuple[list[float], list[float]],
+    gather_bytes: int = 4_096,
+    ranks: tuple[int, ...] = (0, 1),
+) -> Path:
     """2 ranks, 3 steps of ``aten::addmm`` (rank r's in step s: ``addmm_ms[r][s]``), an all_gather of
     ``gather_bytes`` that transfers for 2 ms after the later rank arrives (the earlier one waits for it),
-    then 1 ms of ``aten::add``."""
+    then 1 ms of ``aten::add``; the traces of ``ranks`` alone (a rank left out crashed: no trace)."""
     b = RunBuilder(2)
-    for r in range(2):
+    for r in ranks:
         rb = b.rank(r)
         for s in range(3):
             mine, latest = addmm_ms[r][s], max(addmm_ms[0][s], addmm_ms[1][s])
@@ -1540,25 +1545,32 @@ def test_the_documented_nightly_gate_names_the_op_and_collective_that_regressed_
     )
     assert len(said.splitlines()) == 3
     assert found["noisy"][:3] == ([], [], 0)
+    # the next night rank 1 crashed and left no trace (analyze warns and exits 0): its steps are rank 0's
+    # alone, a whole night's figures to read but for incomplete_steps, which the dashboard did not have
+    crashed = _night(tmp_path / "noisy" / "runs" / "2026-12-07", ([10, 10, 10], [10, 10, 10]), ranks=(0,))
+    an = tmp_path / "noisy" / "AN" / "run=2026-12-07"
+    assert skewlens_main(["analyze", str(crashed), "--out", str(an), "--no-pictures"]) == 0
     # the dashboard: 3 steps a night; a step lasts as long as the slower rank's addmm and 3 ms more; the
     # earlier rank waits for the later at the all_gather (exposed), then both transfer 2 ms
     rows = duckdb.sql(dashboard).fetchall()  # the noisy fleet's, the last one entered
     steps = {**earlier, "2026-12-06": tonight["noisy"][0]}
-    for (day, n, step_ns, exposed_ns, _rank, _cost), (want_day, addmm) in zip(
-        rows, steps.items(), strict=True
+    for (day, n, incomplete, step_ns, exposed_ns, _rank, _cost), (want_day, addmm) in zip(
+        rows[:-1], steps.items(), strict=True
     ):
         longest = [max(addmm[0][s], addmm[1][s]) for s in range(3)]
         apart = [abs(addmm[0][s] - addmm[1][s]) for s in range(3)]
-        assert (str(day), n) == (want_day, 3)
+        assert (str(day), n, incomplete) == (want_day, 3, 0)
         assert step_ns == round(sum(x + 3 for x in longest) * MS / 3)
         assert exposed_ns == round(sum(x + 2 for x in apart) * MS / 3)
+    assert rows[-1] == (datetime.date(2026, 12, 7), 3, 3, 13 * MS, 2 * MS, None, None)
     # blame compares typical steps: night 1's one slow step on rank 0 costs nothing (no straggler), rank 1's
     # 0.2 ms more of every step of night 2 (and its slow third step) costs 0.99 ms over the 3 steps
-    assert [(str(d), r, c) for d, _n, _s, _e, r, c in rows] == [
+    assert [(str(d), r, c) for d, _n, _i, _s, _e, r, c in rows] == [
         ("2026-12-01", None, None),
         ("2026-12-02", 1, 329_412),
         ("2026-12-03", 1, 100_000),
         ("2026-12-04", None, None),  # every rank alike
         ("2026-12-05", 1, 100_000),
         ("2026-12-06", 1, 66_667),
+        ("2026-12-07", None, None),  # one rank: no peers to compare with
     ]
