@@ -4,6 +4,7 @@ sorting/summing)."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -401,11 +402,11 @@ def _what_if_text(rank: int, op: str | None, step: int | None) -> str:
     else:
         what = f"its scope {op}, which stalled (it took over twice its time on the median member)"
         at = f"first_step:{step},last_step:{step}," if step is not None else ""
-        pattern = re.sub(r"([*?\[])", r"[\1]", op)  # the name itself, as a glob
-        replay = (
-            f"'slowdown.entries=[{{kind:op,ranks:[{rank}],{at}factor:0,pattern:\"{pattern}\"}}]' "
-            "(factor:0.5: half of it)"
-        )
+        # the name itself, as a glob, in a Hydra string (a quote escaped) in a shell word (shlex: a name
+        # with a ' or a space is one argument still)
+        pattern = re.sub(r"([*?\[])", r"[\1]", op).replace('"', '\\"')
+        entries = f'slowdown.entries=[{{kind:op,ranks:[{rank}],{at}factor:0,pattern:"{pattern}"}}]'
+        replay = f"{shlex.quote(entries)} (factor:0.5: half of it)"
     return (
         f"rank {rank} made its peers wait for {what}; what if it were gone: skewlens replay trace=RUN "
         f"out=OUT {replay}"

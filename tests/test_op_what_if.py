@@ -138,3 +138,23 @@ def test_analyze_names_no_op_replay_for_a_rank_whose_operator_is_slower(tmp_path
     # the last rank's aten::mm takes 46 ms where the others' take 5: a slower rank (its what-if cost)
     text = stragglers_text(load_run(build_one_slow_rank(tmp_path)))
     assert "compute grew: aten::mm" in text and "what if it were gone" not in text
+
+
+@pytest.mark.parametrize("name", ['load "shard" [0]', "it's a scope*", "plain#1.step"])
+def test_the_op_replay_for_a_scope_with_quotes_or_globs_in_its_name_parses_back_to_a_glob_of_it_alone(
+    name: str,
+) -> None:
+    import fnmatch
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from skewlens.analysis.render import _what_if_text
+
+    text = _what_if_text(2, name, 5)
+    command = text.split("what if it were gone: ", 1)[1].split(" (factor:0.5", 1)[0]
+    words = shlex.split(command)  # as a shell splits the line a user pastes
+    assert words[:4] == ["skewlens", "replay", "trace=RUN", "out=OUT"] and len(words) == 5
+    (entry,) = OverridesParser.create().parse_override(words[4]).value()
+    assert (entry["kind"], entry["ranks"], entry["first_step"], entry["factor"]) == ("op", [2], 5, 0)
+    assert fnmatch.fnmatchcase(name, entry["pattern"])
+    assert not fnmatch.fnmatchcase(name + "x", entry["pattern"])
