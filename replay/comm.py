@@ -156,10 +156,11 @@ class ModelTiming:
         likewise (:meth:`_even_all_to_all_ns`), so that nearly even splits cost nearly what even ones do
         (before, an even all_to_all got the flat formula at the slowest dimension's bandwidth, blind to the
         members sharing a node's link: 8 ranks of 64 MiB on ``two_node_ib`` 2.47 ms even, 5.37 ms with one
-        byte more to one member). An all_reduce, all_gather, reduce_scatter or reduce of 0 bytes (``nbytes``:
-        its largest member's) costs nothing: it waits for no one and moves nothing
-        (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not the formulas' latency (on 64 ranks of
-        ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
+        byte more to one member). An uneven one on a ring alone keeps its formula, at least its busiest ring
+        link's bytes from its pairs (:meth:`_pair_loads`). An all_reduce, all_gather, reduce_scatter or
+        reduce of 0 bytes (``nbytes``: its largest member's) costs nothing: it waits for no one and moves
+        nothing (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not the formulas' latency (on 64
+        ranks of ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
         members = tuple(sorted(set(ranks)))
         if len(members) <= 1 or (nbytes == 0 and comm_type in EMPTY_WAITS_FOR_NONE):
             return 0
@@ -172,6 +173,11 @@ class ModelTiming:
         if across and pairs is not None:
             # not cached: uneven splits seldom repeat, and a key would hold p² pairs (MoE: one per call)
             return self._pairs_ns(pairs, members, adj)
+        if comm_type == CommType.ALL_TO_ALL and pairs is not None and self._ring_alone(members):
+            # round a ring, its busiest ring link's bytes from the pairs, not the even cut's (not cached)
+            out, _into = self._pair_loads(pairs, self._spanned(members), ring=True)
+            link_bytes = max((n for k, n in out.items() if k[1] < 0), default=0.0)
+            return self._collective_ns(comm_type, nbytes, members, adj, ring_link_bytes=link_bytes)
         key = (comm_type, nbytes, members, adj)
         cached = self._cache.get(key)
         if cached is None:
@@ -183,7 +189,24 @@ class ModelTiming:
             self._cache[key] = cached
         return cached
 
-    def _collective_ns(self, comm_type: CommType, nbytes: int, members: tuple[int, ...], adj: Adjust) -> int:
+    def _ring_alone(self, members: tuple[int, ...]) -> bool:
+        """Whether the group spans one dimension, a ``ring``."""
+        dims = self._spanned(members)
+        return len(dims) == 1 and self.topology.dims[dims[0]].kind == "ring"
+
+    def _collective_ns(
+        self,
+        comm_type: CommType,
+        nbytes: int,
+        members: tuple[int, ...],
+        adj: Adjust,
+        *,
+        ring_link_bytes: float | None = None,
+    ) -> int:
+        """The flat (or hierarchical) formula's time; on a ring alone an exchange's bandwidth term is at
+        least its busiest ring link's bytes a phase over ``B``: ``ring_link_bytes`` (an uneven all_to_all's,
+        from its pairs, :meth:`_pair_loads`), or None: even parts, the cut's ``q²/8`` of ``S/q``
+        (``ring_exchange_load``), what the pairs' accounting gives even parts round a whole ring."""
         p = len(members)
         dims = self._spanned(members)
         ds = [self.topology.dims[d] for d in dims]
@@ -239,12 +262,13 @@ class ModelTiming:
             self.algorithm == "direct" and comm_type in _EXCHANGES
         )
         if exchange and len(dims) == 1 and ds[0].kind == "ring" and nbytes > 0:
-            # every member's part to every other round the ring: the busiest link carries q²/8 parts each
-            # way, more than a port's q − 1 from 8 members (a 64-rank all_to_all of 64 MiB on the ring
-            # preset was a switch's 1.35 ms, its links' 10.77 ms)
+            # every member's part to every other round the ring: even, the busiest link carries q²/8 parts
+            # each way, more than a port's q − 1 from 8 members (a 64-rank all_to_all of 64 MiB on the ring
+            # preset was a switch's 1.35 ms, its links' 10.77 ms); uneven, what its pairs put on it
             moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
-            t += max(0.0, phases * ring_exchange_load(p) * (nbytes / p) / bw - moved)
+            link = ring_exchange_load(p) * (nbytes / p) if ring_link_bytes is None else ring_link_bytes
+            t += max(0.0, phases * link / bw - moved)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
 
     def _pairs_slowed_ns(
@@ -262,7 +286,9 @@ class ModelTiming:
         ranks on it), and no pair's bytes pass faster than the slowdown lets that pair's traffic go
         (``comm_adjust`` of its two ranks); the latency is the group's. A link's time: its latency, plus the
         longer of its bytes at its bandwidth and its slowest pair's; on one dimension, the flat formula of
-        the busiest port's bytes so weighed. None where every link and pair has the group's factor, for
+        the busiest port's bytes so weighed, and round a ring at least its busiest ring link's so weighed (a
+        ring link belongs to the members at its two ends: a slowed rank slows the traffic passing through
+        it too). None where every link and pair has the group's factor, for
         the costs below. Before, the group's factor slowed every link: rank 3 of 4 on one switch at a
         tenth of the bandwidth, sending 98,304 B to a hot expert's rank that received 3 such parts, made
         that all_to_all 59,982 ns (the hot rank's 294,912 B at a tenth) where rank 3's own port takes
@@ -281,6 +307,8 @@ class ModelTiming:
             pairs = [(a, b, part) for a in members for b in members if a != b] if part > 0 else []
         dims = self._spanned(members)
         multi = len(dims) >= 2
+        ring = self._ring_alone(members)
+        at = {self.topology.coords(r)[dims[0]]: r for r in members} if ring else {}
 
         def spanned(a: int, b: int) -> Sequence[int]:
             return self._spanned((a, b))
@@ -293,15 +321,19 @@ class ModelTiming:
         owners: dict[tuple[int, ...], set[int]] = {}
         differ = False
         for src, dst, n in pairs:
-            for d in spanned(src, dst) if multi else dims:
-                f = factor((src, dst), d)
-                differ = differ or f != adj[d][0]
-                for load, r in zip(loads, (src, dst), strict=True):
-                    k = self.topology.link(r, d)
-                    owners.setdefault(k, set()).add(r)
-                    cur = load.setdefault(k, [0.0, 0.0])
-                    cur[0] += n
-                    cur[1] = max(cur[1], n / f)
+            pair_f: dict[int, float] = {}  # dimension: the pair's factor on it
+            for way, k, share in self._pair_links(src, dst, spanned(src, dst) if multi else dims, ring=ring):
+                if k[0] not in pair_f:
+                    pair_f[k[0]] = factor((src, dst), k[0])
+                f = pair_f[k[0]]
+                differ = differ or f != adj[k[0]][0]
+                # a rank's port is its own; a ring link its two ends' (traffic passing through them too)
+                # (a unit no member holds is not the group's: its slowdown is not this group's)
+                ends = ((src, dst)[way],) if k[1] >= 0 else tuple(at[c] for c in k[2:4] if c in at)
+                owners.setdefault(k, set()).update(ends)
+                cur = loads[way].setdefault(k, [0.0, 0.0])
+                cur[0] += n * share
+                cur[1] = max(cur[1], n * share / f)
         link_f = {k: factor(tuple(sorted(rs)), k[0]) for k, rs in owners.items()}
         differ = differ or any(f != adj[k[0]][0] for k, f in link_f.items())
         result: int | None = None
@@ -312,9 +344,12 @@ class ModelTiming:
                 t = max(self._busiest_t(w, unit) for w in weighed)
                 result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
             else:
-                busiest = max((n for w in weighed for n in w.values()), default=0.0)
+                busiest = max((n for w in weighed for k, n in w.items() if k[1] >= 0), default=0.0)
                 size = math.ceil(busiest * p / (p - 1))
-                result = self._collective_ns(CommType.ALL_TO_ALL, size, members, unit)
+                link = max((n for w in weighed for k, n in w.items() if k[1] < 0), default=0.0)
+                result = self._collective_ns(
+                    CommType.ALL_TO_ALL, size, members, unit, ring_link_bytes=link if ring else None
+                )
         if key is not None:
             self._cache[key] = -1 if result is None else result
         return result
@@ -326,15 +361,35 @@ class ModelTiming:
         ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``). On one
         dimension that is the busiest port's ``α + D/B``, what the flat formulas charge (which are kept
         there)."""
-        out: dict[tuple[int, ...], float] = {}  # link: bytes leaving through it
-        into: dict[tuple[int, ...], float] = {}  # link: bytes entering through it
-        for src, dst, n in pairs:
-            for d in self._spanned((src, dst)):
-                for load, r in ((out, src), (into, dst)):
-                    k = self.topology.link(r, d)
-                    load[k] = load.get(k, 0) + n
+        out, into = self._pair_loads(pairs, None, ring=False)
         t = max(self._busiest_t(out, adj), self._busiest_t(into, adj))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
+
+    def _pair_links(
+        self, src: int, dst: int, dims: Sequence[int], *, ring: bool
+    ) -> list[tuple[int, tuple[int, ...], float]]:
+        """The links a pair's bytes cross, each as ``(way, link, share of the bytes)``: on each dimension of
+        ``dims``, the sender's link (way 0, out) and the receiver's (way 1, in) (``Topology.link``); with
+        ``ring`` (a group on one ``ring`` dimension), also the ring's links between them by the shortest way
+        (``Topology.ring_links``, way 0: a link of one direction, index −1)."""
+        topo = self.topology
+        links = [(way, topo.link(r, d), 1.0) for d in dims for way, r in ((0, src), (1, dst))]
+        if ring:
+            links += [(0, k, share) for d in dims for k, share in topo.ring_links(src, dst, d)]
+        return links
+
+    def _pair_loads(
+        self, pairs: Sequence[tuple[int, int, int]], dims: Sequence[int] | None, *, ring: bool
+    ) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]]:
+        """Bytes leaving through each link (a ring's links among them) and entering through each, summed
+        over the pairs (:meth:`_pair_links`, on ``dims`` or, None, the dimensions each pair spans)."""
+        loads: tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]] = ({}, {})
+        for src, dst, n in pairs:
+            for way, k, share in self._pair_links(
+                src, dst, self._spanned((src, dst)) if dims is None else dims, ring=ring
+            ):
+                loads[way][k] = loads[way].get(k, 0.0) + n * share
+        return loads
 
     def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust) -> float:
         """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of

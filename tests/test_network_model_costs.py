@@ -466,3 +466,60 @@ def test_a_slow_rank_slows_the_node_link_it_shares_and_a_slow_pair_inside_a_node
     pair01 = SlowdownModel([Slowdown(kind="network", links=((0, 1),), factor=0.1)])
     pair = ModelTiming(two_level(links=1), algorithm="direct", network_effects=pair01)
     assert pair.collective_time_ns(CommType.ALL_TO_ALL, S, range(4)) == round(2_000 + S / 25.0)
+
+
+def _hot_expert(q: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """Every rank of ``q`` but rank 1 sends ``S`` to rank 1 (a hot expert): the all_to_all's message size
+    (``(q − 1)/q`` of it is rank 1's port's ``(q − 1) S``) and its pairs."""
+    return q * S, [(r, 1, S) for r in range(q) if r != 1]
+
+
+def test_an_uneven_all_to_all_round_a_ring_costs_its_busiest_port_or_ring_link_from_its_pairs() -> None:
+    # direct, hops ⌊q/2⌋ a message. Hot expert, 8 ranks: rank 1's port takes 7 S; its two ring links take
+    # what comes from either side: from 2, 3, 4 and half of 5's (4 hops either way) 3.5 S, the same from
+    # 0, 7, 6 and the other half: the port's 7 S. Before, the even cut's 8 parts of 8 S / 8 (8 S / B).
+    # 64 ranks: the port's 63 S, a link's 31.5 S (not 64²/8 parts of 64 S / 64: 512 S)
+    for q in (8, 64):
+        nbytes, pairs = _hot_expert(q)
+        got = ModelTiming(_ring(q), algorithm="direct").collective_time_ns(
+            CommType.ALL_TO_ALL, nbytes, range(q), pairs=pairs
+        )
+        assert got == round(q // 2 * ALPHA + (q - 1) * S / BW), q
+    # the ring algorithm: its (q − 1) messages' latency, one hop each, and the same bandwidth term
+    nbytes, pairs = _hot_expert(8)
+    ring_alg = ModelTiming(_ring(8), algorithm="ring").collective_time_ns(
+        CommType.ALL_TO_ALL, nbytes, range(8), pairs=pairs
+    )
+    assert ring_alg == round(7 * ALPHA + 7 * S / BW)
+    # every rank sends S to the rank opposite (4 hops, half each way): a ring link from c to c + 1 carries
+    # half of what ranks c − 3 .. c send, 2 S, where a port carries S (before: the even cut of the port's
+    # size, 8/7 S)
+    opposite = [(r, (r + 4) % 8, S) for r in range(8)]
+    got = ModelTiming(_ring(8), algorithm="direct").collective_time_ns(
+        CommType.ALL_TO_ALL, -(-8 * S // 7), range(8), pairs=opposite
+    )
+    assert got == round(4 * ALPHA + 2 * S / BW)
+
+
+def test_an_even_all_to_all_given_as_pairs_costs_what_the_ring_cut_charges_even_traffic() -> None:
+    # the cut's q²/8 parts ((q² − 1)/8 for odd q) are what the pairs' shortest ways put on the busiest link
+    for q, alg in ((8, "direct"), (9, "direct"), (16, "ring"), (16, "tree"), (64, "direct")):
+        nbytes = q * S
+        pairs = [(a, b, S) for a in range(q) for b in range(q) if a != b]
+        timing = ModelTiming(_ring(q), algorithm=alg)
+        even = timing.collective_time_ns(CommType.ALL_TO_ALL, nbytes, range(q))
+        assert timing.collective_time_ns(CommType.ALL_TO_ALL, nbytes, range(q), pairs=pairs) == even, (q, alg)
+    assert even == round(32 * ALPHA + 64 * 64 / 8 * S / BW)
+
+
+def test_a_slow_rank_on_a_ring_slows_the_traffic_passing_through_it_to_a_hot_expert() -> None:
+    # hot expert on 8 ranks, rank 3 at a tenth. Rank 3's link towards rank 2 carries 3's S, 4's S (4 -> 3
+    # -> 2 -> 1) and half of 5's (4 hops either way): 2.5 S at a tenth, 25 S' time; rank 3's port S at a
+    # tenth (10 S), rank 1's port 7 S at full speed. Before, the busiest port's 10 S taken as an even
+    # all_to_all's size whose cut was then charged: 8/7 · 10 S
+    nbytes, pairs = _hot_expert(8)
+    slow = SlowdownModel([Slowdown(kind="network", ranks=(3,), factor=0.1)])
+    got = ModelTiming(_ring(8), algorithm="direct", network_effects=slow).collective_time_ns(
+        CommType.ALL_TO_ALL, nbytes, range(8), pairs=pairs
+    )
+    assert got == round(4 * ALPHA + 2.5 * S / (BW * 0.1))
