@@ -232,15 +232,20 @@ class ModelTiming:
                 ),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
-        if len(dims) >= 2 and nbytes > 0 and comm_type in _EXCHANGES:
+        ring_alone = len(dims) == 1 and ds[0].kind == "ring"
+        hd_round_ring = ring_alone and self.algorithm == "halving_doubling"
+        if (len(dims) >= 2 or hd_round_ring) and nbytes > 0 and comm_type in _EXCHANGES:
             # across dimensions, link by link: once (reduce_scatter, all_gather) or twice (an all_reduce's
             # reduce-scatter, then all-gather); direct: every member sends S/p to every other at once, as an
-            # even all_to_all is costed; halving_doubling (a power-of-two group): step by step
+            # even all_to_all is costed; halving_doubling (a power-of-two group): step by step, round a ring
+            # alone too (its partners p/2, p/4, ... away share the ring's links), each step's messages
+            # paying the ring's hops as the formula's do
             phase: float | None = None
             if self.algorithm == "direct":
                 phase = self._exchange_t(nbytes // p, members, adj)
             elif self.algorithm == "halving_doubling" and p & (p - 1) == 0:
-                phase = self._halving_doubling_t(nbytes, members, adj)
+                hops = self._ring_span_hops(members, dims) if ring_alone else 1
+                phase = self._halving_doubling_t(nbytes, members, adj, hops=hops)
             if phase is not None:
                 phases = 2 if comm_type == CommType.ALL_REDUCE else 1
                 return self._ns(
@@ -261,7 +266,7 @@ class ModelTiming:
         exchange = comm_type == CommType.ALL_TO_ALL or (
             self.algorithm == "direct" and comm_type in _EXCHANGES
         )
-        if exchange and len(dims) == 1 and ds[0].kind == "ring" and nbytes > 0:
+        if exchange and ring_alone and nbytes > 0:
             # every member's part to every other round the ring: even, the busiest link carries q²/8 parts
             # each way, more than a port's q − 1 from 8 members (a 64-rank all_to_all of 64 MiB on the ring
             # preset was a switch's 1.35 ms, its links' 10.77 ms); uneven, what its pairs put on it
@@ -391,14 +396,14 @@ class ModelTiming:
                 loads[way][k] = loads[way].get(k, 0.0) + n * share
         return loads
 
-    def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust) -> float:
+    def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust, hops: int = 1) -> float:
         """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of
-        the link's dimension; 0 where none carries a byte."""
+        the link's dimension (``α`` times ``hops``: a message round a ring alone); 0 where none carries a
+        byte."""
         dims = self.topology.dims
         return max(
             (
-                dims[k[0]].latency_ns
-                + adj[k[0]][1]
+                (dims[k[0]].latency_ns + adj[k[0]][1]) * hops
                 + n / (dims[k[0]].effective_bandwidth_gbps * adj[k[0]][0])
                 for k, n in load.items()
                 if n > 0
@@ -432,29 +437,34 @@ class ModelTiming:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
         return self._busiest_t(load, adj)
 
-    def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], adj: Adjust) -> float:
+    def _halving_doubling_t(
+        self, nbytes: int, members: tuple[int, ...], adj: Adjust, *, hops: int = 1
+    ) -> float:
         """Recursive halving (a reduce-scatter of ``S`` among ``p``, a power of two, members in rank order:
         the partner ``p/2`` away first, then ``p/4``, ..., exchanging ``S/2``, ``S/4``, ..., ``S/p``) link
         by link; recursive doubling (an all-gather) pairs the same distances with the same parts, in the
         other order. In each step every member sends its part to its partner (and receives one) through
         its link on each dimension the two differ in; a link's load is the sum over the members on it, and
         the step lasts its busiest link's ``α + load / B``. Members sharing a node's link (a NIC) share it
-        in the steps that cross nodes, which the flat formula charged as if each had one of its own."""
+        in the steps that cross nodes, which the flat formula charged as if each had one of its own. On a
+        ring alone the messages to partners beyond the next member also load the ring's links between
+        them, by the shortest way (:meth:`_pair_links`), and ``α`` is paid ``hops`` times (a 16-rank
+        reduce-scatter's busiest links carry ``2 S``, ``S``, ``S/4``, ``S/16`` in its four steps, where its
+        ports carry ``15/16 S`` in all)."""
         p = len(members)
-        topo = self.topology
-        dims = self._spanned(members)
-        coords = [topo.coords(r) for r in members]
+        ring = self._ring_alone(members)
         t = 0.0
         dist, part = p // 2, nbytes / 2
         while dist >= 1:
             load: dict[tuple[int, ...], float] = {}
             for i, r in enumerate(members):
-                j = i ^ dist
-                for d in dims:
-                    if coords[i][d] != coords[j][d]:
-                        k = topo.link(r, d)
-                        load[k] = load.get(k, 0.0) + part
-            t += self._busiest_t(load, adj)
+                # what leaves r's links (its partner's bytes enter them the same way), and the ring's
+                for way, k, share in self._pair_links(
+                    r, members[i ^ dist], self._spanned((r, members[i ^ dist])), ring=ring
+                ):
+                    if way == 0:
+                        load[k] = load.get(k, 0.0) + part * share
+            t += self._busiest_t(load, adj, hops)
             dist, part = dist // 2, part / 2
         return t
 

@@ -523,3 +523,20 @@ def test_a_slow_rank_on_a_ring_slows_the_traffic_passing_through_it_to_a_hot_exp
         CommType.ALL_TO_ALL, nbytes, range(8), pairs=pairs
     )
     assert got == round(4 * ALPHA + 2.5 * S / (BW * 0.1))
+
+
+def test_a_halving_doubling_reduce_scatter_round_a_ring_pays_the_ring_links_its_far_partners_share() -> None:
+    # 16 ranks, partners 8, 4, 2, 1 away with S/2, S/4, S/8, S/16, each message 16/2 = 8 hops of α. The
+    # link from c to c + 1 carries: 8 away (half way: half each way), S/4 from each of c − 7 .. c: 2 S; 4
+    # away, S/4 from each of c − 3 .. c sending forward (all four where c − 3 starts a block of 8): S; 2 away,
+    # S/8 from c − 1 and c: S/4; 1 away, S/16. Before, a port's S/2 + S/4 + S/8 + S/16 = 15/16 S in all
+    timing = ModelTiming(_ring(16), algorithm="halving_doubling")
+    steps = 4 * 8 * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps)
+    # an all_reduce: the reduce-scatter, then the all-gather's same steps in the other order
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16)) == round(2 * steps)
+    # 4 ranks: the partner 2 away is half way round (S/4 each way on two links), a link's S/2 is its port's
+    small = ModelTiming(_ring(4), algorithm="halving_doubling").collective_time_ns(
+        CommType.REDUCE_SCATTER, S, range(4)
+    )
+    assert small == round(2 * 2 * ALPHA + 3 / 4 * S / BW)

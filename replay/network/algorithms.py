@@ -14,7 +14,8 @@ Every formula is the time from the last member's arrival until all members are d
   uneven ones the caller makes ``S`` the size whose ``(p−1)/p`` is what the busiest member sends or
   receives (``skewlens.replay.lower.collective_bytes``). These are for a group on one dimension: across
   dimensions an all_to_all is costed link by link, even or not, and so are ``direct``'s all_reduce,
-  reduce_scatter and all_gather, and ``halving_doubling``'s for a power-of-two group, step by step
+  reduce_scatter and all_gather, and ``halving_doubling``'s for a power-of-two group, step by step (and so
+  on a ``ring`` dimension alone, whose links its far partners share)
   (``skewlens.replay.comm.ModelTiming``).
 - broadcast, reduce: ring (pipelined chain) ``(p−1)α + S/B``; tree and halving_doubling (binomial)
   ``L(α + S/B)``; direct (root sends to all) ``α + (p−1)·S/B``.
