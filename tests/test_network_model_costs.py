@@ -316,9 +316,14 @@ def _hot_expert_dispatch(b: RunBuilder) -> None:
     """A 4-rank MoE dispatch: ranks 0, 2 and 3 send 98,304 B each to rank 1 (the hot expert's), which sends
     512 B to rank 0 (splits in bytes per member, own chunk 0); every rank arrives at 1 ms."""
     part = 98_304
-    sent = {0: [0, part, 0, 0], 1: [512, 0, 0, 0], 2: [0, part, 0, 0], 3: [0, part, 0, 0]}
-    for r in range(4):
-        got = [sent[s][r] for s in range(4)]
+    _dispatch(b, {0: [0, part, 0, 0], 1: [512, 0, 0, 0], 2: [0, part, 0, 0], 3: [0, part, 0, 0]})
+
+
+def _dispatch(b: RunBuilder, sent: dict[int, list[int]]) -> None:
+    """An all_to_all in which rank ``r`` sends ``sent[r][d]`` bytes to rank ``d``, after a 1 ms router."""
+    p = len(sent)
+    for r in range(p):
+        got = [sent[s][r] for s in range(p)]
         b.rank(r).compute("router", dur_ns=1_000_000, start_ns=0)
         b.rank(r).collective(
             CommType.ALL_TO_ALL,
@@ -540,3 +545,17 @@ def test_a_halving_doubling_reduce_scatter_round_a_ring_pays_the_ring_links_its_
         CommType.REDUCE_SCATTER, S, range(4)
     )
     assert small == round(2 * 2 * ALPHA + 3 / 4 * S / BW)
+
+
+def test_a_replayed_moe_dispatch_to_a_hot_expert_round_the_ring_preset_costs_the_hot_port(
+    tmp_path: Path,
+) -> None:
+    # the ring preset's shape (size 0, sized to the run's 8 ranks), direct: every rank but 1 sends S to
+    # rank 1, whose port takes 7 S in; a ring link into it takes 3.5 S. Before, the even cut of the port's
+    # size: 8 parts of 8 S / 8
+    b = RunBuilder(world_size=8)
+    _dispatch(b, {r: [S if d == 1 and r != 1 else 0 for d in range(8)] for r in range(8)})
+    rt = load_run(b.write(tmp_path / "run"))
+    res = simulate(rt, comm_mode="model", topology=_ring(0), algorithm="direct")
+    (end,), (arrival,) = res.coll_end_ns, res.coll_arrival_ns
+    assert int(end - arrival) == round(4 * ALPHA + 7 * S / BW)
