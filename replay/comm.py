@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from skewlens.profiler.vocab import EMPTY_WAITS_FOR_NONE, CommType
 from skewlens.replay.core import Flow
@@ -35,7 +35,7 @@ from skewlens.replay.network.algorithms import (
     p2p_time_ns,
     ring_exchange_load,
 )
-from skewlens.replay.network.topology import Topology, TopologyError
+from skewlens.replay.network.topology import Topology, TopologyError, ring_arcs
 
 #: Per dimension of a topology, a network slowdown's ``(bandwidth factor, extra latency ns)`` on its links.
 Adjust = tuple[tuple[float, int], ...]
@@ -157,7 +157,7 @@ class ModelTiming:
         (before, an even all_to_all got the flat formula at the slowest dimension's bandwidth, blind to the
         members sharing a node's link: 8 ranks of 64 MiB on ``two_node_ib`` 2.47 ms even, 5.37 ms with one
         byte more to one member). An uneven one on a ring alone keeps its formula, at least its busiest ring
-        link's bytes from its pairs (:meth:`_pair_loads`). An all_reduce, all_gather, reduce_scatter or
+        link's bytes from its pairs (:meth:`_ring_loads`). An all_reduce, all_gather, reduce_scatter or
         reduce of 0 bytes (``nbytes``: its largest member's) costs nothing: it waits for no one and moves
         nothing (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not the formulas' latency (on 64
         ranks of ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
@@ -175,8 +175,8 @@ class ModelTiming:
             return self._pairs_ns(pairs, members, adj)
         if comm_type == CommType.ALL_TO_ALL and pairs is not None and self._ring_alone(members):
             # round a ring, its busiest ring link's bytes from the pairs, not the even cut's (not cached)
-            out, _into = self._pair_loads(pairs, self._spanned(members), ring=True)
-            link_bytes = max((n for k, n in out.items() if k[1] < 0), default=0.0)
+            (d,) = self._spanned(members)
+            link_bytes = max(self._ring_loads(pairs, d, members).values(), default=0.0)
             return self._collective_ns(comm_type, nbytes, members, adj, ring_link_bytes=link_bytes)
         key = (comm_type, nbytes, members, adj)
         cached = self._cache.get(key)
@@ -205,7 +205,7 @@ class ModelTiming:
     ) -> int:
         """The flat (or hierarchical) formula's time; on a ring alone an exchange's bandwidth term is at
         least its busiest ring link's bytes a phase over ``B``: ``ring_link_bytes`` (an uneven all_to_all's,
-        from its pairs, :meth:`_pair_loads`), or None: even parts, the cut's ``q²/8`` of ``S/q``
+        from its pairs, :meth:`_ring_loads`), or None: even parts, the cut's ``q²/8`` of ``S/q``
         (``ring_exchange_load``), what the pairs' accounting gives even parts round a whole ring."""
         p = len(members)
         dims = self._spanned(members)
@@ -313,7 +313,7 @@ class ModelTiming:
         dims = self._spanned(members)
         multi = len(dims) >= 2
         ring = self._ring_alone(members)
-        at = {self.topology.coords(r)[dims[0]]: r for r in members} if ring else {}
+        size = self._ring_size(dims[0], members) if ring else 0
 
         def spanned(a: int, b: int) -> Sequence[int]:
             return self._spanned((a, b))
@@ -325,21 +325,29 @@ class ModelTiming:
         loads: tuple[dict[tuple[int, ...], list[float]], ...] = ({}, {})
         owners: dict[tuple[int, ...], set[int]] = {}
         differ = False
+        ring_floor = 0.0  # round a ring: the most any pair's share of bytes over its factor
         for src, dst, n in pairs:
-            pair_f: dict[int, float] = {}  # dimension: the pair's factor on it
-            for way, k, share in self._pair_links(src, dst, spanned(src, dst) if multi else dims, ring=ring):
-                if k[0] not in pair_f:
-                    pair_f[k[0]] = factor((src, dst), k[0])
-                f = pair_f[k[0]]
-                differ = differ or f != adj[k[0]][0]
-                # a rank's port is its own; a ring link its two ends' (traffic passing through them too)
-                # (a unit no member holds is not the group's: its slowdown is not this group's)
-                ends = ((src, dst)[way],) if k[1] >= 0 else tuple(at[c] for c in k[2:4] if c in at)
-                owners.setdefault(k, set()).update(ends)
-                cur = loads[way].setdefault(k, [0.0, 0.0])
-                cur[0] += n * share
-                cur[1] = max(cur[1], n * share / f)
+            for d in spanned(src, dst) if multi else dims:
+                f = factor((src, dst), d)
+                differ = differ or f != adj[d][0]
+                for load, r in zip(loads, (src, dst), strict=True):
+                    k = self.topology.link(r, d)
+                    owners.setdefault(k, set()).add(r)
+                    cur = load.setdefault(k, [0.0, 0.0])
+                    cur[0] += n
+                    cur[1] = max(cur[1], n / f)
+                if ring:
+                    a, b = self.topology.coords(src)[d], self.topology.coords(dst)[d]
+                    ring_floor = max([ring_floor] + [n * share / f for *_, share in ring_arcs(a, b, size)])
         link_f = {k: factor(tuple(sorted(rs)), k[0]) for k, rs in owners.items()}
+        ring_loads = self._ring_loads(pairs, dims[0], members) if ring else {}
+        if ring:
+            # a ring link is its two ends' (a slowed rank slows the traffic passing through it too); a
+            # unit no member holds is not the group's, nor its slowdown
+            at = {self.topology.coords(r)[dims[0]]: r for r in members}
+            for k in ring_loads:
+                ends = (k[2], (k[2] + k[3]) % size)
+                link_f[k] = factor(tuple(sorted(at[c] for c in ends if c in at)), k[0])
         differ = differ or any(f != adj[k[0]][0] for k, f in link_f.items())
         result: int | None = None
         if differ:
@@ -349,11 +357,14 @@ class ModelTiming:
                 t = max(self._busiest_t(w, unit) for w in weighed)
                 result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
             else:
-                busiest = max((n for w in weighed for k, n in w.items() if k[1] >= 0), default=0.0)
-                size = math.ceil(busiest * p / (p - 1))
-                link = max((n for w in weighed for k, n in w.items() if k[1] < 0), default=0.0)
+                busiest = max((n for w in weighed for n in w.values()), default=0.0)
+                link = max([ring_floor] + [n / link_f[k] for k, n in ring_loads.items()])
                 result = self._collective_ns(
-                    CommType.ALL_TO_ALL, size, members, unit, ring_link_bytes=link if ring else None
+                    CommType.ALL_TO_ALL,
+                    math.ceil(busiest * p / (p - 1)),
+                    members,
+                    unit,
+                    ring_link_bytes=link if ring else None,
                 )
         if key is not None:
             self._cache[key] = -1 if result is None else result
@@ -366,34 +377,50 @@ class ModelTiming:
         ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``). On one
         dimension that is the busiest port's ``α + D/B``, what the flat formulas charge (which are kept
         there)."""
-        out, into = self._pair_loads(pairs, None, ring=False)
+        out: dict[tuple[int, ...], float] = {}  # link: bytes leaving through it
+        into: dict[tuple[int, ...], float] = {}  # link: bytes entering through it
+        for src, dst, n in pairs:
+            for d in self._spanned((src, dst)):
+                for load, r in ((out, src), (into, dst)):
+                    k = self.topology.link(r, d)
+                    load[k] = load.get(k, 0) + n
         t = max(self._busiest_t(out, adj), self._busiest_t(into, adj))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
 
-    def _pair_links(
-        self, src: int, dst: int, dims: Sequence[int], *, ring: bool
-    ) -> list[tuple[int, tuple[int, ...], float]]:
-        """The links a pair's bytes cross, each as ``(way, link, share of the bytes)``: on each dimension of
-        ``dims``, the sender's link (way 0, out) and the receiver's (way 1, in) (``Topology.link``); with
-        ``ring`` (a group on one ``ring`` dimension), also the ring's links between them by the shortest way
-        (``Topology.ring_links``, way 0: a link of one direction, index −1)."""
+    def _ring_size(self, d: int, members: tuple[int, ...]) -> int:
+        """Units of ring dimension ``d`` (one of size 0, never sized: up to the members' farthest)."""
         topo = self.topology
-        links = [(way, topo.link(r, d), 1.0) for d in dims for way, r in ((0, src), (1, dst))]
-        if ring:
-            links += [(0, k, share) for d in dims for k, share in topo.ring_links(src, dst, d)]
-        return links
+        return topo.dims[d].size or 1 + max(topo.coords(r)[d] for r in members)
 
-    def _pair_loads(
-        self, pairs: Sequence[tuple[int, int, int]], dims: Sequence[int] | None, *, ring: bool
-    ) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]]:
-        """Bytes leaving through each link (a ring's links among them) and entering through each, summed
-        over the pairs (:meth:`_pair_links`, on ``dims`` or, None, the dimensions each pair spans)."""
-        loads: tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]] = ({}, {})
-        for src, dst, n in pairs:
-            for way, k, share in self._pair_links(
-                src, dst, self._spanned((src, dst)) if dims is None else dims, ring=ring
-            ):
-                loads[way][k] = loads[way].get(k, 0.0) + n * share
+    def _ring_loads(
+        self, flows: Iterable[tuple[int, int, float]], d: int, members: tuple[int, ...]
+    ) -> dict[tuple[int, ...], float]:
+        """Bytes each link of ring dimension ``d`` carries, one direction (``topology.ring_arcs``'s names),
+        when every ``(src, dst, bytes)`` of ``flows`` (members') goes the shortest way round: each way a
+        range of the links, summed in a difference array (a pair's cost independent of its hops)."""
+        topo = self.topology
+        size = self._ring_size(d, members)
+        diff: dict[tuple[int, tuple[int, ...]], list[float]] = {}  # (step, the ring's outer coords): diffs
+        for src, dst, n in flows:
+            a, b = topo.coords(src), topo.coords(dst)
+            for step, hops, share in ring_arcs(a[d], b[d], size):
+                arr = diff.setdefault((step, a[d + 1 :]), [0.0] * size)
+                # the links leaving units a, a + step, ... (hops of them), as a range of their first units
+                lo = a[d] if step == 1 else (a[d] - hops + 1) % size
+                end = lo + hops
+                arr[lo] += n * share
+                if end < size:
+                    arr[end] -= n * share
+                elif end > size:  # round past the last unit
+                    arr[0] += n * share
+                    arr[end - size] -= n * share
+        loads: dict[tuple[int, ...], float] = {}
+        for (step, outer), arr in diff.items():
+            acc = 0.0
+            for c, x in enumerate(arr):
+                acc += x
+                if acc > 0:
+                    loads[(d, -1, c, step, *outer)] = acc
         return loads
 
     def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust, hops: int = 1) -> float:
@@ -448,22 +475,28 @@ class ModelTiming:
         the step lasts its busiest link's ``α + load / B``. Members sharing a node's link (a NIC) share it
         in the steps that cross nodes, which the flat formula charged as if each had one of its own. On a
         ring alone the messages to partners beyond the next member also load the ring's links between
-        them, by the shortest way (:meth:`_pair_links`), and ``α`` is paid ``hops`` times (a 16-rank
+        them, by the shortest way (:meth:`_ring_loads`), and ``α`` is paid ``hops`` times (a 16-rank
         reduce-scatter's busiest links carry ``2 S``, ``S``, ``S/4``, ``S/16`` in its four steps, where its
         ports carry ``15/16 S`` in all)."""
         p = len(members)
+        topo = self.topology
+        dims = self._spanned(members)
         ring = self._ring_alone(members)
+        coords = [topo.coords(r) for r in members]
         t = 0.0
         dist, part = p // 2, nbytes / 2
         while dist >= 1:
             load: dict[tuple[int, ...], float] = {}
             for i, r in enumerate(members):
-                # what leaves r's links (its partner's bytes enter them the same way), and the ring's
-                for way, k, share in self._pair_links(
-                    r, members[i ^ dist], self._spanned((r, members[i ^ dist])), ring=ring
-                ):
-                    if way == 0:
-                        load[k] = load.get(k, 0.0) + part * share
+                j = i ^ dist
+                for d in dims:
+                    if coords[i][d] != coords[j][d]:
+                        k = topo.link(r, d)
+                        load[k] = load.get(k, 0.0) + part
+            if ring:
+                load |= self._ring_loads(
+                    ((r, members[i ^ dist], part) for i, r in enumerate(members)), dims[0], members
+                )
             t += self._busiest_t(load, adj, hops)
             dist, part = dist // 2, part / 2
         return t

@@ -55,7 +55,8 @@ bandwidth term is then ``q²/8 · (S/q)/B`` a phase where the formula's is less
 (``skewlens.replay.comm.ModelTiming``, a group on one ring dimension): on the bundled ``ring`` (50 GB/s),
 an all_to_all of 64 MiB a rank among 64 ranks takes 10.77 ms, not a switch's 1.35. An uneven all_to_all
 there is charged its busiest ring link's bytes from its pairs, each by the shortest way
-(``Topology.ring_links``), where that is more than its busiest port's: even parts give the cut's load.
+(``skewlens.replay.network.topology.ring_arcs``), where that is more than its busiest port's: even parts
+give the cut's load.
 
 On a ``fully_connected`` dimension (a link between every pair) ``direct`` sends a member's ``p − 1`` parts (a
 root's copies) over ``p − 1`` links at once: its bandwidth term is divided by ``p − 1``

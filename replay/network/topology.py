@@ -29,6 +29,22 @@ KINDS = ("switch", "ring", "fully_connected", "fat_tree")
 PLACEMENTS = ("block", "round_robin")
 
 
+def ring_arcs(a: int, b: int, size: int) -> list[tuple[int, int, float]]:
+    """The shortest way round a ring of ``size`` units from unit ``a`` to unit ``b``: ``(step, hops,
+    share)``, ``hops`` links one after another in the direction ``step`` (+1 or −1) from ``a``, carrying
+    ``share`` of the bytes; a pair exactly half way round splits its bytes between the two ways. The link
+    from unit ``c`` to ``c + step`` is ``(d, −1, c, step, *coords[d + 1:])`` on dimension ``d`` (index −1:
+    never a rank's own :meth:`Topology.link`)."""
+    fwd = (b - a) % size
+    if fwd == 0:
+        return []
+    if 2 * fwd < size:
+        return [(1, fwd, 1.0)]
+    if 2 * fwd > size:
+        return [(-1, size - fwd, 1.0)]
+    return [(1, fwd, 0.5), (-1, fwd, 0.5)]
+
+
 class TopologyError(ConfigError, ValueError):
     """A topology is inconsistent (bad size, bandwidth, placement); the message names the field. A
     :class:`ConfigError`, so that a :class:`Topology` built in Python fails as every skewlens error does (it
@@ -210,26 +226,6 @@ class Topology:
             slot += c[j] * stride
             stride *= self.dims[j].size
         return (d, slot * self.links_per_node(d) // stride, *c[d:])
-
-    def ring_links(self, src: int, dst: int, d: int) -> list[tuple[tuple[int, ...], float]]:
-        """The links of ring dimension ``d`` a message ``src -> dst`` crosses by the shortest way round, each
-        with the share of its bytes it carries; a pair exactly half way round splits its bytes between the
-        two ways. The link from unit ``c`` to its neighbour ``n`` (one direction) is ``(d, -1, c, n,
-        *coords[d + 1:])``: index −1, never a rank's own :meth:`link`. An outermost dimension of size 0
-        closes after the farther of the two units."""
-        a, b = self.coords(src), self.coords(dst)
-        size = self.dims[d].size or max(a[d], b[d]) + 1
-        fwd = (b[d] - a[d]) % size
-        ways = (
-            [(1, fwd)] if 2 * fwd < size else [(-1, size - fwd)] if 2 * fwd > size else [(1, fwd), (-1, fwd)]
-        )
-        share = 1.0 / len(ways)
-        out = []
-        for step, hops in ways:
-            for h in range(hops):
-                c = (a[d] + step * h) % size
-                out.append(((d, -1, c, (c + step) % size, *a[d + 1 :]), share))
-        return out
 
     def outer_load(self, ranks: Sequence[int], d: int) -> float:
         """Per byte of ``S``, what the busiest link of dimension ``d`` carries in one inter-unit phase of a
