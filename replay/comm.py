@@ -205,8 +205,7 @@ class ModelTiming:
     ) -> int:
         """The flat (or hierarchical) formula's time; on a ring alone an exchange's bandwidth term is at
         least its busiest ring link's bytes a phase over ``B``: ``ring_link_bytes`` (an uneven all_to_all's,
-        from its pairs, :meth:`_ring_loads`), or None: even parts, the cut's ``q²/8`` of ``S/q``
-        (``ring_exchange_load``), what the pairs' accounting gives even parts round a whole ring."""
+        from its pairs, :meth:`_ring_loads`), or None: even parts (:meth:`_even_ring_link_bytes`)."""
         p = len(members)
         dims = self._spanned(members)
         ds = [self.topology.dims[d] for d in dims]
@@ -272,9 +271,23 @@ class ModelTiming:
             # preset was a switch's 1.35 ms, its links' 10.77 ms); uneven, what its pairs put on it
             moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
-            link = ring_exchange_load(p) * (nbytes / p) if ring_link_bytes is None else ring_link_bytes
+            link = self._even_ring_link_bytes(nbytes, members) if ring_link_bytes is None else ring_link_bytes
             t += max(0.0, phases * link / bw - moved)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
+
+    def _even_ring_link_bytes(self, nbytes: int, members: tuple[int, ...]) -> float:
+        """The bytes the busiest link of a ring carries each way when each of ``members`` (a group on that
+        ring alone) sends ``S/p`` to every other by the shortest way: where the group fills the ring, the
+        cut's ``q²/8`` parts (``ring_exchange_load``); where it does not (8 ranks of a ring of 16: a line,
+        whose middle link carries 16 parts, not 8), what :meth:`_ring_loads` puts on it. The callers'
+        results are cached per group and size (:meth:`collective_time_ns`)."""
+        p = len(members)
+        (d,) = self._spanned(members)
+        if p == self._ring_size(d, members):
+            return ring_exchange_load(p) * (nbytes / p)
+        part = nbytes / p
+        flows = ((a, b, part) for a in members for b in members if a != b)
+        return max(self._ring_loads(flows, d, members).values(), default=0.0)
 
     def _pairs_slowed_ns(
         self,

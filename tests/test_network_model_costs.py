@@ -404,6 +404,24 @@ def test_an_all_to_all_round_a_small_ring_costs_a_port_and_round_an_odd_ring_its
     assert odd == round(4 * ALPHA + 10 * S / (9 * BW))
 
 
+def test_an_even_all_to_all_on_half_a_ring_costs_the_line_its_members_form_not_a_whole_rings_cut() -> None:
+    # ranks 0..7 on a ring of 16 (direct, S/8 a part, 8/2 = 4 hops of α): they form a line, no pair's
+    # shortest way round the other half, and the link from 3 to 4 carries every part from 0..3 to 4..7,
+    # 4 · 4 = 16 parts, 2 S (as the same parts given as pairs). Before, the whole ring's cut, 8²/8 = 8 parts:
+    # 22,972 ns where the pairs gave 43,943
+    timing = ModelTiming(_ring(16), algorithm="direct")
+    pairs = [(a, b, S // 8) for a in range(8) for b in range(8) if a != b]
+    even = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8))
+    assert even == timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8), pairs=pairs)
+    assert even == round(4 * ALPHA + 2 * S / BW) == 43_943
+    # direct's all_reduce is two such exchanges, its reduce_scatter one; the ring algorithm's all_to_all its
+    # 7 messages' latency and the same busiest link
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(8)) == round(2 * (4 * ALPHA + 2 * S / BW))
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(8)) == round(4 * ALPHA + 2 * S / BW)
+    ring_alg = ModelTiming(_ring(16), algorithm="ring")
+    assert ring_alg.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(7 * ALPHA + 2 * S / BW)
+
+
 def _one_switch() -> Topology:
     return Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
 

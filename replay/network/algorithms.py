@@ -53,7 +53,9 @@ the ``q`` members round the ring over the links between them. By the shortest wa
 the ring, which no routing avoids; from ``q = 8`` that is more than a member's port's ``q − 1``, and the
 bandwidth term is then ``q²/8 · (S/q)/B`` a phase where the formula's is less
 (``skewlens.replay.comm.ModelTiming``, a group on one ring dimension): on the bundled ``ring`` (50 GB/s),
-an all_to_all of 64 MiB a rank among 64 ranks takes 10.77 ms, not a switch's 1.35. An uneven all_to_all
+an all_to_all of 64 MiB a rank among 64 ranks takes 10.77 ms, not a switch's 1.35. The cut is a group's
+that fills the ring; a group that does not (8 ranks of a ring of 16: a line) has its even parts put on the
+links by the shortest way, as an uneven all_to_all's pairs are. An uneven all_to_all
 there is charged its busiest ring link's bytes from its pairs, each by the shortest way
 (``skewlens.replay.network.topology.ring_arcs``), where that is more than its busiest port's: even parts
 give the cut's load.
