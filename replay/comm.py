@@ -232,17 +232,21 @@ class ModelTiming:
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
         ring_alone = len(dims) == 1 and ds[0].kind == "ring"
-        hd_round_ring = ring_alone and self.algorithm == "halving_doubling"
-        if (len(dims) >= 2 or hd_round_ring) and nbytes > 0 and comm_type in _EXCHANGES:
+        # tree's reduce_scatter and all_gather are charged halving's formula: round a ring alone, its steps
+        halving = self.algorithm == "halving_doubling" or (
+            ring_alone and self.algorithm == "tree" and comm_type != CommType.ALL_REDUCE
+        )
+        if (len(dims) >= 2 or (ring_alone and halving)) and nbytes > 0 and comm_type in _EXCHANGES:
             # across dimensions, link by link: once (reduce_scatter, all_gather) or twice (an all_reduce's
             # reduce-scatter, then all-gather); direct: every member sends S/p to every other at once, as an
-            # even all_to_all is costed; halving_doubling (a power-of-two group): step by step, round a ring
-            # alone too (its partners p/2, p/4, ... away share the ring's links), each step's messages
-            # paying the ring's hops as the formula's do
+            # even all_to_all is costed; halving_doubling (a power-of-two group; tree's reduce_scatter and
+            # all_gather, charged its formula, round a ring alone): step by step, round a ring alone too
+            # (its partners p/2, p/4, ... away share the ring's links), each step's messages paying the
+            # ring's hops as the formula's do
             phase: float | None = None
             if self.algorithm == "direct":
                 phase = self._exchange_t(nbytes // p, members, adj)
-            elif self.algorithm == "halving_doubling" and p & (p - 1) == 0:
+            elif halving and p & (p - 1) == 0:
                 hops = self._ring_span_hops(members, dims) if ring_alone else 1
                 phase = self._halving_doubling_t(nbytes, members, adj, hops=hops)
             if phase is not None:

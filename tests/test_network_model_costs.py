@@ -565,6 +565,17 @@ def test_a_halving_doubling_reduce_scatter_round_a_ring_pays_the_ring_links_its_
     assert small == round(2 * 2 * ALPHA + 3 / 4 * S / BW)
 
 
+def test_a_tree_reduce_scatter_and_all_gather_round_a_ring_pay_the_ring_links_of_halvings_steps() -> None:
+    # tree's reduce_scatter and all_gather are halving's formula: round a ring alone, halving's steps, 16
+    # ranks, 1 MiB: 2 S, S, S/4 and S/16 on the busiest links, 8 hops of α a step. Before, a port's 15/16 S
+    # (35,661 ns)
+    timing = ModelTiming(_ring(16), algorithm="tree")
+    steps = round(4 * 8 * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW)
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == steps == 85_468
+    # an all_gather's comm_size is one member's piece: S/16 each, the same S gathered
+    assert timing.collective_time_ns(CommType.ALL_GATHER, S // 16, range(16)) == steps
+
+
 def test_a_replayed_moe_dispatch_to_a_hot_expert_round_the_ring_preset_costs_the_hot_port(
     tmp_path: Path,
 ) -> None:

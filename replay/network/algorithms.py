@@ -26,7 +26,9 @@ interior in one tree (it sends ``S/2`` to its parent and ``S/2`` to each of two 
 other (``S/2`` to its parent), so its port carries ``2S`` each way (``2S/B``: NCCL's own tuning model
 charges a tree all_reduce ``S / (busBw · 0.5)``, its ``src/graph/tuning.cc``), while latency grows with the
 depth (``2Lα``: reduce up, broadcast down). ``S/B``, charged before, was below what any all_reduce can take
-with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice the ring's speed at scale.
+with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice the ring's speed at scale. On
+a ``ring`` dimension alone tree's reduce_scatter and all_gather (halving_doubling's formula) go through
+halving_doubling's steps (``skewlens.replay.comm.ModelTiming``).
 
 ``hierarchical`` (a group spanning nodes, ``p0`` ranks per node on ``(α0, B0)``, ``p1`` nodes on
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
