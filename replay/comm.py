@@ -29,6 +29,7 @@ from skewlens.replay.effects import NetworkEffects
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
 from skewlens.replay.network.algorithms import (
     ALGORITHMS,
+    double_binary_tree_edges,
     even_split_bytes,
     flat_time_ns,
     hierarchical_time_ns,
@@ -277,6 +278,18 @@ class ModelTiming:
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
             link = self._even_ring_link_bytes(nbytes, members) if ring_link_bytes is None else ring_link_bytes
             t += max(0.0, phases * link / bw - moved)
+        if self.algorithm == "tree" and comm_type == CommType.ALL_REDUCE and ring_alone and nbytes > 0:
+            # NCCL's double binary tree: each edge of its two trees carries S/2 each way, by the shortest way
+            # round; from 16 members the busiest ring link carries more than a port's 2 S (3 S at 16, 5 S
+            # at 64), which sets the bandwidth term
+            moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
+            flows = [
+                (members[a], members[b], nbytes / 2)
+                for child, parent in double_binary_tree_edges(p)
+                for a, b in ((child, parent), (parent, child))
+            ]
+            link = max(self._ring_loads(flows, dims[0], members).values(), default=0.0)
+            t += max(0.0, link / bw - moved)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
 
     def _even_ring_link_bytes(self, nbytes: int, members: tuple[int, ...]) -> float:

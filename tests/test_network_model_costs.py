@@ -576,6 +576,17 @@ def test_a_tree_reduce_scatter_and_all_gather_round_a_ring_pay_the_ring_links_of
     assert timing.collective_time_ns(CommType.ALL_GATHER, S // 16, range(16)) == steps
 
 
+def test_a_tree_all_reduce_round_a_ring_is_charged_its_busiest_ring_link_not_a_port() -> None:
+    # NCCL's double binary tree, every edge of both trees carrying S/2 each way by the shortest way round.
+    # 16 ranks: the link from 4 to 5 carries the S/2 of 4 -> 8, 4 -> 6, 4 -> 5, 3 -> 7 and 3 -> 5, and half
+    # of the S/2 of 0 -> 8 and of 15 -> 7 (8 hops: half each way): 3 S, where a port carries 2 S; 64 ranks
+    # 5 S. Before, the port's 2 S (73,943 and 233,943 ns)
+    for q, depth, busiest in ((16, 4, 3), (64, 6, 5)):
+        got = ModelTiming(_ring(q), algorithm="tree").collective_time_ns(CommType.ALL_REDUCE, S, range(q))
+        assert got == round(2 * depth * (q // 2) * ALPHA + busiest * S / BW), q
+    # 8 ranks: the busiest link's 2 S is the port's (test above: unchanged)
+
+
 def test_a_replayed_moe_dispatch_to_a_hot_expert_round_the_ring_preset_costs_the_hot_port(
     tmp_path: Path,
 ) -> None:

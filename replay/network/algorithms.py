@@ -27,8 +27,10 @@ other (``S/2`` to its parent), so its port carries ``2S`` each way (``2S/B``: NC
 charges a tree all_reduce ``S / (busBw · 0.5)``, its ``src/graph/tuning.cc``), while latency grows with the
 depth (``2Lα``: reduce up, broadcast down). ``S/B``, charged before, was below what any all_reduce can take
 with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice the ring's speed at scale. On
-a ``ring`` dimension alone tree's reduce_scatter and all_gather (halving_doubling's formula) go through
-halving_doubling's steps (``skewlens.replay.comm.ModelTiming``).
+a ``ring`` dimension alone its trees' edges go the shortest way round, sharing the ring's links
+(``double_binary_tree_edges``, ``skewlens.replay.comm.ModelTiming``): from 16 members the busiest link
+carries more than a port's ``2S`` (``3S`` at 16, ``5S`` at 64), and the bandwidth term is that; tree's
+reduce_scatter and all_gather (halving_doubling's formula) go through halving_doubling's steps there.
 
 ``hierarchical`` (a group spanning nodes, ``p0`` ranks per node on ``(α0, B0)``, ``p1`` nodes on
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
@@ -172,6 +174,29 @@ def ring_exchange_load(q: int) -> float:
     sends one part to every other by the shortest way (a pair half way round splits its part between the
     two ways): ``Σ_{d<q/2} d`` plus ``q/4`` for even ``q``, ``q²/8`` (``(q² − 1)/8`` for odd ``q``)."""
     return (q * q - q % 2) / 8
+
+
+def double_binary_tree_edges(p: int) -> list[tuple[int, int]]:
+    """The ``(child, parent)`` edges of NCCL's double binary tree over members ``0 .. p−1`` (its
+    ``src/graph/trees.cc``): the first tree rooted at 0, a member's parent found from its lowest set bit
+    (``xx01[0]`` and ``xx11[0]`` to ``xx10[0]``, or to ``xx00[0]`` where that is past the last member); the
+    second the first mirrored (member ``r`` as ``p − 1 − r``) for even ``p``, shifted by one for odd."""
+
+    def parent(r: int) -> int:
+        if r == 0:
+            return -1
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        return up if up < p else r ^ bit
+
+    def second(r: int) -> int:
+        if p % 2:
+            u = parent((r - 1) % p)
+            return -1 if u < 0 else (u + 1) % p
+        u = parent(p - 1 - r)
+        return -1 if u < 0 else p - 1 - u
+
+    return [(r, u) for tree in (parent, second) for r in range(p) if (u := tree(r)) >= 0]
 
 
 def p2p_time_ns(nbytes: float, alpha: float, bw: float) -> float:
