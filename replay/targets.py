@@ -128,14 +128,10 @@ def check_host_idle(
         if (m.gap_ns[gaps & window] > 0).any() or (m.work_ns[untraced & window] > 0).any():
             return
     raise ConfigError(
-        f"{key}: {_listed_ranks(ranks)} {'has' if len(ranks) == 1 else 'have'} no untraced host time"
+        f"{key}: {ranks_label(ranks)} {'has' if len(ranks) == 1 else 'have'} no untraced host time"
         f"{f' in steps {item.window()}' if windowed else ''} "
         "(no gap between host rows, no untraced node) for factor to scale"
     )
-
-
-def _listed_ranks(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
 def _preset_hint(preset: Preset | None, knob: str, value: object) -> str:
