@@ -7,7 +7,7 @@ from statistics import median
 
 from rich.table import Table
 
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, rank_ranges
 from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit, swept_settings
 from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
@@ -158,17 +158,6 @@ def bound_note(rows: Sequence[SummaryRecord]) -> str | None:
     )
 
 
-def _job_list(jobs: Sequence[int]) -> str:
-    """``jobs`` (sorted) as ``jobs 3-9`` or ``jobs 1, 4-6``."""
-    spans: list[list[int]] = []
-    for j in jobs:
-        if spans and j == spans[-1][1] + 1:
-            spans[-1][1] = j
-        else:
-            spans.append([j, j])
-    return "jobs " + ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
-
-
 def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
     """Where two or more jobs' mean steps read the same in the table (to the µs) while their exposed transfer
     does not: that the communication the setting changed held up nothing the step waited for, so that a
@@ -183,8 +172,9 @@ def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
     for step, rs in groups.items():
         xfer = sorted({ms_text(x.mean_exposed_transfer_ns or 0) for x in rs}, key=float)
         if len(rs) >= 2 and len(xfer) >= 2:
+            jobs = rank_ranges(r.job for r in rs)
             return (
-                f"{_job_list([r.job for r in rs])}: one mean step, {step} ms, while their exposed transfer "
+                f"jobs {jobs}: one mean step, {step} ms, while their exposed transfer "
                 f"ranges {xfer[0]}-{xfer[-1]} ms: that communication overlapped no traced compute but ended "
                 "before the step's end needed it, so the swept setting did not reach what bounds the step "
                 "there (each job's GPU table says what does)"
