@@ -350,8 +350,8 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     that takes it away, with the step where one step holds over :data:`UNEVEN_WAIT_SHARE` of it: untraced
     host time (events caused by ``host idle/gap``: ``slowdown=host_idle``), or a scope that stalled (events
     caused by ``compute grew`` whose first-named op is one, :func:`_stalled_op`: an ``op`` item matching its
-    name, factor 0; a real ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute).
-    Before, the report named the cause and no what-if for it, as it names ``slow_gpu`` for a rank's GPU."""
+    name, factor 0; a real ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute), as
+    :func:`mixed_gpus_note` names ``slow_gpu`` for a rank's GPU."""
     wanted = set(blame_step_ids(result))
     caused = caused_wait_in_steps(result)
     floor = max(BLAMED_NS * len(wanted), ONE_OFF_OF_STEP * _median_step_ns(result))

@@ -324,10 +324,9 @@ class ModelTiming:
         the busiest port's bytes so weighed, and round a ring at least its busiest ring link's so weighed (a
         ring link belongs to the members at its two ends: a slowed rank slows the traffic passing through
         it too). None where every link and pair has the group's factor, for
-        the costs below. Before, the group's factor slowed every link: rank 3 of 4 on one switch at a
-        tenth of the bandwidth, sending 98,304 B to a hot expert's rank that received 3 such parts, made
-        that all_to_all 59,982 ns (the hot rank's 294,912 B at a tenth) where rank 3's own port takes
-        20,661 (its 98,304 B at a tenth)."""
+        the costs below. So rank 3 of 4 on one switch at a tenth of the bandwidth, sending 98,304 B to a
+        hot expert's rank that received 3 such parts, makes that all_to_all 20,661 ns (its own port's
+        98,304 B at a tenth), not the hot rank's 294,912 B at a tenth (59,982)."""
         net = self.net
         if net is None:
             return None

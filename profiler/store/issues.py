@@ -260,10 +260,9 @@ def ms_text(ns: float) -> str:
     """``ns`` in ms, its decimals by its magnitude, as every report's tables and lines print ms: ``0.500``,
     ``12.345``, ``876.5``, ``4467.9``, ``168924`` (to the µs below 100 ms, then three to five significant
     digits; the digits before the point all kept, no thousands separator): six characters at most up to
-    1,000 s, which the analyses' ten-column tables hold at 80 columns, eight up to a day. Two decimals
-    throughout read ``168,923.52`` for a 169 s step, which such a table folded over three lines (``168,`` /
-    ``923.`` / ``52``); the replay summary's ``3200000.000`` (a 53-minute step) was folded there too, and
-    ``4467.869``. A figure that rounds to zero is ``0.000``, not ``-0.000`` (a what-if cost a few ns below
+    1,000 s, which the analyses' ten-column tables hold at 80 columns, eight up to a day (two decimals
+    throughout, ``168,923.52`` for a 169 s step, fold over three lines there: ``168,`` / ``923.`` /
+    ``52``). A figure that rounds to zero is ``0.000``, not ``-0.000`` (a what-if cost a few ns below
     zero)."""
     ms = ns / 1e6
     decimals = 0
