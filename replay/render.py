@@ -193,7 +193,8 @@ def _settings_header(overrides: Sequence[str]) -> str:
     return "\n".join(["overrides", *(f"{name}: {unit}" for name, unit in units.items())])
 
 
-def _ms_or_dash(ns: int | None) -> str:
+def ms_or_dash(ns: int | None) -> str:
+    """A table's cell of ``ns`` in ms (:func:`~skewlens.profiler.store.issues.ms_text`), ``-`` for none."""
     return "-" if ns is None else ms_text(ns)
 
 
@@ -245,8 +246,8 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
             *(v[k] for c, v in names.items() if c not in shared),
             ms_text(r.mean_step_ns) + rel,
             ms_text(r.max_step_ns),
-            _ms_or_dash(r.mean_exposed_transfer_ns),
-            _ms_or_dash(r.mean_exposed_wait_ns),
+            ms_or_dash(r.mean_exposed_transfer_ns),
+            ms_or_dash(r.mean_exposed_wait_ns),
             ms_text(r.makespan_ns),
         )
     return t

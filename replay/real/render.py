@@ -6,13 +6,10 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
-from skewlens.profiler.store.issues import ms_text, path_word
+from skewlens.profiler.store.issues import path_word
 from skewlens.replay.outputs import REAL_RUN_DIR, REAL_WORK_DIR
 from skewlens.replay.real.result import RealReplayResult
-
-
-def _ms(ns: int | None) -> str:
-    return "-" if ns is None else ms_text(ns)
+from skewlens.replay.render import ms_or_dash
 
 
 def _delta(ns: int | None, ref: int) -> str:
@@ -38,10 +35,10 @@ def render_comparison(result: RealReplayResult, simulated: Mapping[int, int]) ->
         table.add_row(
             str(r.rank),
             str(len(r.steps)),
-            _ms(orig),
-            _ms(r.replay_mean_ns),
+            ms_or_dash(orig),
+            ms_or_dash(r.replay_mean_ns),
             _delta(r.replay_mean_ns, orig),
-            _ms(sim),
+            ms_or_dash(sim),
             _delta(sim, orig),
         )
     table.caption = f"Δ: against the recorded step time; real replay captured in {result.run_dir}"
