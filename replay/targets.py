@@ -122,9 +122,8 @@ def check_host_idle(
     for r in ranks:
         rt, m = run.ranks[r], em.ranks[r]
         gaps, untraced = host_idle_rows(rt, m)
-        lo = -(1 << 62) if item.first_step is None else item.first_step
-        hi = 1 << 62 if item.last_step is None else item.last_step
-        window = (rt.step >= lo) & (rt.step <= hi)
+        # the rows of the steps the item scales (Slowdown.in_window, the rule its factor is applied by)
+        window = np.isin(rt.step, [s for s in np.unique(rt.step).tolist() if item.in_window(s)])
         if (m.gap_ns[gaps & window] > 0).any() or (m.work_ns[untraced & window] > 0).any():
             return
     raise ConfigError(
