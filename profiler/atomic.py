@@ -38,9 +38,11 @@ DIR_MODE = FILE_MODE | (FILE_MODE & 0o444) >> 2  # x wherever r
 REPLACED_SUFFIX = ".old"
 #: Longest file name, in bytes, that Linux's file systems take.
 NAME_MAX = 255
+#: How many random characters ``tempfile`` (``mkstemp``, ``mkdtemp``) puts between a prefix and a suffix.
+_TEMP_RANDOM_CHARS = 8
 #: What a temporary name adds to its prefix and suffix: ``mkstemp``'s random characters, and the ``.old``
 #: that :func:`replace_dir` gives a replaced directory.
-_TEMP_EXTRA = 8 + len(REPLACED_SUFFIX)
+_TEMP_EXTRA = _TEMP_RANDOM_CHARS + len(REPLACED_SUFFIX)
 
 
 def temp_prefix(name: str, suffix: str = ".tmp") -> str:
@@ -185,9 +187,11 @@ def write_json_atomic(path: str | Path, data: Any, **dump_kwargs: Any) -> Path:
 STAGING_SUFFIX = ".tmp"
 
 
-#: A staging directory's name (:func:`staging_dir`): ``.NAME.`` (:func:`temp_prefix`), ``mkdtemp``'s 8 random
+#: A staging directory's name (:func:`staging_dir`): ``.NAME.`` (:func:`temp_prefix`), ``mkdtemp``'s random
 #: characters (``tempfile``'s: ``a-z``, ``0-9``, ``_``) and :data:`STAGING_SUFFIX`.
-_STAGING_NAME = re.compile(r"\.(.+)\.[a-z0-9_]{8}" + re.escape(STAGING_SUFFIX), re.DOTALL)
+_STAGING_NAME = re.compile(
+    rf"\.(.+)\.[a-z0-9_]{{{_TEMP_RANDOM_CHARS}}}" + re.escape(STAGING_SUFFIX), re.DOTALL
+)
 
 
 def is_staging_name(name: str, out_name: str | None = None) -> bool:
