@@ -175,6 +175,10 @@ GLOO_FINISH_LAG_NS = 10_000_000
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 
+#: Base name (as :func:`collective_from_op` reads it) of gloo's all_reduce of a sparse tensor, which its
+#: flight recorder names ``gloo:sparse_all_reduce`` and records with the dense tensor's size.
+SPARSE_ALL_REDUCE_OP = "sparse_all_reduce"
+
 #: Map from the torch / c10d op vocabulary to Chakra collective types: the base names (after the last
 #: ``:``, without trailing ``_``, lower-cased) of ``c10d::`` / ``_c10d_functional::`` ops, of the backend
 #: annotations ProcessGroupNCCL records (``nccl:_all_gather_base``, ``nccl:reduce_scatter_tensor_coalesced``)
@@ -188,7 +192,7 @@ COLLECTIVE_BY_OP: dict[str, CommType] = {
     # gloo's all_reduce of a sparse COO tensor (DDP's gradient of an ``EmbeddingBag(sparse=True)``): the
     # program called an all_reduce; gloo runs it as all_gathers of each rank's indices and values
     # (:data:`SPARSE_ALL_REDUCE_OP`)
-    "sparse_all_reduce": CommType.ALL_REDUCE,
+    SPARSE_ALL_REDUCE_OP: CommType.ALL_REDUCE,
     "reduce": CommType.REDUCE,
     "_reduce_oop": CommType.REDUCE,
     "allgather": CommType.ALL_GATHER,
@@ -229,10 +233,6 @@ SIZE_MUST_MATCH = frozenset(
         CommType.REDUCE_SCATTER_BLOCK,
     }
 )
-
-#: Base name (as :func:`collective_from_op` reads it) of gloo's all_reduce of a sparse tensor, which its
-#: flight recorder names ``gloo:sparse_all_reduce`` and records with the dense tensor's size.
-SPARSE_ALL_REDUCE_OP = "sparse_all_reduce"
 
 COMM_NODE_TYPES = frozenset({NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV})
 P2P_NODE_TYPES = frozenset({NodeType.COMM_SEND, NodeType.COMM_RECV})
