@@ -247,9 +247,9 @@ class Slowdown:
             what = f"compute jitter sigma {self.sigma:g} (seed {self.seed})"
         elif self.kind == "stall":
             at = f"step {self.step}" if self.step is not None else "the first step"
-            what = f"a {_ms_text(self.delay_ns)} ms stall at {'every step' if self.every_step else at}"
+            what = f"a {_ms_exact(self.delay_ns)} ms stall at {'every step' if self.every_step else at}"
         elif self.kind == "comm_delay":
-            what = f"+{_ms_text(self.delay_ns)} ms before every {self.before} op"
+            what = f"+{_ms_exact(self.delay_ns)} ms before every {self.before} op"
         elif self.kind == "host_idle":
             what = f"untraced host time x{self.factor:g}"
         else:
@@ -276,9 +276,10 @@ class Slowdown:
         )
 
 
-def _ms_text(ns: int) -> str:
-    """``ns`` in ms as people read it, to the ns: ``50``, ``0.000001``, ``3,600,000`` (an hour; ``:g`` wrote
-    ``3.6e+06``)."""
+def _ms_exact(ns: int) -> str:
+    """``ns`` in ms as people read it, to the ns: ``50``, ``0.000001``, ``3,600,000`` (not ``:g``'s
+    ``3.6e+06``): a slowdown's own setting said back exactly, not a figure rounded by its magnitude as the
+    reports print them (``profiler.store.issues.ms_text``)."""
     return f"{ns / 1e6:,.6f}".rstrip("0").rstrip(".")
 
 
