@@ -1488,3 +1488,22 @@ def test_a_bucket_all_reduce_running_as_a_blocking_all_to_all_is_issued_keeps_it
         n.attrs[Attr.SEQ]: n.start_ns + n.dur_ns for n in by_name(build_nodes(cap), "c10d::alltoall_base_")
     }
     assert calls == {2: 8_688 * us, 4: 14_000 * us}
+
+
+def test_an_event_begun_in_a_blocking_call_before_its_own_is_taken_by_no_collective_issued_later() -> None:
+    # µs: a blocking all_to_all 753-8,688 holds an all_reduce event 821-8,223 that began before its own event
+    # (8,234-8,660): work issued before the call (a bucket whose recorder entry the window does not hold).
+    # A bucket issued at 900, during the call, runs after the all_to_all (gloo runs a group's work in issue
+    # order): its event is 8,700-9,000, not the earlier one, which would end it at 8,223, before its
+    # predecessor's
+    us = 1_000
+    a2a = replace(coll(753 * us, 8_688 * us, seq=1), op="c10d::alltoall_base_", comm_type=CommType.ALL_TO_ALL)
+    bucket = replace(coll(900 * us, 900 * us, seq=2, is_async=True), op="gloo:all_reduce")
+    workers = [
+        host_op("gloo:all_reduce", 821 * us, (8_223 - 821) * us, thread=8),
+        host_op("gloo:all_to_all", 8_234 * us, (8_660 - 8_234) * us, thread=8),
+        host_op("gloo:all_reduce", 8_700 * us, (9_000 - 8_700) * us, thread=8),
+    ]
+    cap = _on_gloo_threads([a2a, bucket], workers, {8: "0"})
+    (node,) = by_name(build_nodes(cap), "gloo:all_reduce")
+    assert node.start_ns + node.dur_ns == 9_000 * us

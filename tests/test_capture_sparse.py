@@ -12,12 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from capture_helpers import profile_script
+from capture_helpers import ONE_GLOO_RANK, profile_script
+from test_capture_hooks import run_script
 
 from skewlens.profiler.capture.flight import sparse_all_reduce_note
 from skewlens.profiler.capture.records import CommRecord
 from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store.issues import format_bytes
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import Attr, CommType, NodeType, collective_from_op
 
@@ -44,6 +46,46 @@ def test_a_sparse_all_reduce_is_noted_as_recorded_at_the_dense_size() -> None:
     # a hooked call on a sparse tensor (the full level's path): op c10d::allreduce_, the tensor's dense size
     hooked = replace(_record("c10d::allreduce_", 32_000), sparse=True)
     assert sparse_all_reduce_note([hooked, dense]).startswith("1 sparse all_reduce(s)")
+
+
+def test_sparse_all_reduces_of_several_sizes_are_noted_with_the_range_of_their_dense_sizes() -> None:
+    # two sparse=True tables, 1,000 x 8 and 5,000 x 256 float32: the note gives the smallest to the largest
+    small, large = 1000 * 8 * 4, 5000 * 256 * 4
+    note = sparse_all_reduce_note([_record("gloo:sparse_all_reduce", b) for b in (large, small, large)])
+    assert note.startswith("3 sparse all_reduce(s)")
+    assert f"dense tensor's size ({format_bytes(small)}-{format_bytes(large)})" in note
+
+
+HOOKED = (
+    ONE_GLOO_RANK
+    + """
+from skewlens.profiler.capture import flight, hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 0, ddp=False)
+hooks.install()
+table = torch.sparse_coo_tensor([[1, 7]], torch.ones(2, 8), (1000, 8)).coalesce()
+dist.all_reduce(table)                                # a sparse=True embedding's gradient
+dist.all_reduce(torch.ones(300))
+dist.barrier()                                        # no tensor at all
+recs = hooks.flush()
+hooks.uninstall()
+print(json.dumps({"calls": [[r.op, r.size_bytes, r.sparse] for r in recs],
+                  "note": flight.sparse_all_reduce_note(recs)}))
+dist.destroy_process_group()
+"""
+)
+
+
+def test_a_hooked_all_reduce_of_a_sparse_tensor_and_only_it_is_marked_sparse_and_noted() -> None:
+    # the full level's path: the hooks see c10d::allreduce_ with the sparse tensor's dense size
+    data = run_script(HOOKED)
+    dense = 1000 * 8 * 4
+    assert data["calls"] == [
+        ["c10d::allreduce_", dense, True],
+        ["c10d::allreduce_", 300 * 4, False],
+        ["c10d::barrier", 0, False],
+    ]
+    assert data["note"].startswith("1 sparse all_reduce(s) (gloo:sparse_all_reduce, a sparse=True")
+    assert f"dense tensor's size ({format_bytes(dense)})" in data["note"]
 
 
 SCRIPT = """
