@@ -200,6 +200,29 @@ def test_ranks_that_did_not_arrive_after_the_same_last_call_are_said_together(tm
     )
 
 
+def test_members_in_a_call_that_saved_at_different_times_are_said_with_the_span_of_their_waits(
+    tmp_path: Path,
+) -> None:
+    # ranks 0 and 1 in step 3's all_reduce from +1 ms, rank 1 saved 200 ms before rank 0: one clause gives
+    # both waits, not the last member's alone
+    stops = [_stop(0, ("broadcast", 9, -1), ("all_reduce", 10, 1))]
+    stops.append(replace(_stop(1, ("broadcast", 9, -1), ("all_reduce", 10, 1)), saved_ns=T0 + 9_800 * MS))
+    run = _run(tmp_path, *stops, _stop(2, ("broadcast", 9, -1)), world=3)
+    waited = f"{(9_800 - 1) / 1e3:.1f} to {(10_000 - 1) / 1e3:.1f} s"  # each from +1 ms to its own save
+    assert f"(ranks 0-1 in it since +1.0 ms, {waited} before they saved; " in stop_answer(read_manifest(run))
+
+
+def test_laggards_that_raised_alike_are_said_with_their_programs(tmp_path: Path) -> None:
+    raised = "RuntimeError: bad batch"
+    stops = [_stop(r, ("broadcast", 9, -1), ("all_reduce", 10, 1)) for r in (0, 1)]
+    late = [replace(_stop(r, ("broadcast", 9, -1)), raised=raised) for r in (2, 3)]
+    run = _run(tmp_path, *stops, *late, world=4)
+    assert (
+        f"last of ranks 2-3: broadcast 0#9, returned at -1.0 ms, then their programs raised {raised}) "
+        in stop_answer(read_manifest(run))
+    )
+
+
 def test_ranks_that_issued_the_same_collective_under_a_disputed_number_are_said_together(
     tmp_path: Path,
 ) -> None:
