@@ -1046,6 +1046,31 @@ def test_a_full_disk_while_writing_the_run_is_one_plain_line_and_leaves_no_stagi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
 
 
+def test_a_staging_directory_that_cannot_be_made_is_the_imports_own_error_naming_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the staging directory's own error ("cannot write RUN: ...") is a TraceImportError, as every other of
+    # the import's is: not the plain SkewlensError staging_dir raises
+    import errno
+    import tempfile
+
+    made = tempfile.mkdtemp
+
+    def full_there(*args: Any, **kwargs: Any) -> str:
+        if str(kwargs.get("prefix", "")).startswith(".run."):  # the run's staging directory, not the scratch
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return made(*args, **kwargs)
+
+    trace = _write(tmp_path / "k" / "r0.json", kineto_doc(0))
+    monkeypatch.setattr(tempfile, "mkdtemp", full_there)
+    with pytest.raises(TraceImportError) as e:
+        import_traces([trace], None, tmp_path / "run", workers=1)
+    assert type(e.value) is TraceImportError
+    assert str(e.value).startswith(f"cannot write {tmp_path / 'run'}: ")
+    assert "No space left on device" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+
+
 def test_an_import_killed_while_it_wrote_leaves_a_staging_directory_that_the_next_import_beside_it_removes(
     tmp_path: Path,
 ) -> None:

@@ -663,7 +663,13 @@ def test_a_killed_commands_staging_directory_of_another_output_is_removed_by_the
     killed = _killed_while_staging(fleet / "run=n1")
     mine = {  # the user's own: not named as skewlens names a staging directory, whatever the output's name
         name: fleet / name
-        for name in (".foo.tmp", ".run=n2.tmp", ".run=n1.k3j2x7a.tmp", ".run=n1.k3j2x7ab.keep")
+        for name in (
+            ".foo.tmp",
+            ".run=n2.tmp",
+            ".run=n1.k3j2x7a.tmp",
+            ".run=n1.k3j2x7ab.keep",
+            ".run=n1.k3j2x7ab.tmp.old",
+        )
     }
     for p in mine.values():
         p.mkdir()
