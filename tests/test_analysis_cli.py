@@ -31,7 +31,7 @@ from skewlens.analysis.render import (
 )
 from skewlens.cli import main
 from skewlens.profiler.store import load_run
-from skewlens.profiler.store.issues import ms_text
+from skewlens.profiler.store.issues import ms_text, percent_text
 from skewlens.profiler.store.schema import read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
@@ -1042,6 +1042,10 @@ def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path
         (12.345, "12.345"),
         (1234.5, "1234.5"),  # one decimal below 10,000 ms, no thousands separator
         (123456.7, "123457"),  # none from there, every digit before the point kept
+        (99.9996, "100.0"),  # by the magnitude it rounds to: not 100.000
+        (9999.96, "10000"),  # not 10000.0
+        (-150.0, "-150.0"),  # a what-if cost below zero by its size: not -150.000
+        (-12345.6, "-12346"),
     ],
 )
 def test_a_figure_in_ms_has_its_decimals_by_its_magnitude_and_every_digit_before_the_point(
@@ -1095,6 +1099,44 @@ def test_an_80_column_analyze_of_steps_of_minutes_folds_no_figure(
 def test_a_figure_in_ms_that_rounds_to_zero_reads_zero_not_minus_zero(ns: int, text: str) -> None:
     # a what-if cost a few ns below zero read '-0.00' in the stragglers table
     assert ms_text(ns) == text
+
+
+@pytest.mark.parametrize(
+    ("part", "whole", "decimals", "text"),
+    [
+        (-1, 100_000, 1, "0.0"),
+        (-1, 100_000, 0, "0"),
+        (-1, 1_000, 1, "-0.1"),
+        (5, 0, 1, "0.0"),
+        (1, 8, 1, "12.5"),
+    ],
+)
+def test_a_percentage_that_rounds_to_zero_reads_zero_and_one_of_nothing_is_zero(
+    part: int, whole: int, decimals: int, text: str
+) -> None:
+    assert percent_text(part, whole, decimals) == text
+
+
+def test_a_rank_blamed_1_ms_a_step_beyond_its_cost_half_of_it_uncompared_work_is_noted() -> None:
+    from types import SimpleNamespace
+
+    from skewlens.analysis.render import uncompared_notes
+
+    steps, ms = 4, 1_000_000
+
+    def notes(caused_ns: int, alone_ns: int, cost_ns: int = 0) -> list[str]:
+        rec = SimpleNamespace(rank=0, caused_wait_ns=caused_ns, straggler_cost_ns=cost_ns)
+        blame = SimpleNamespace(baseline_step_ns=dict.fromkeys(range(steps), 10 * ms), records=[rec],
+                                uncompared_ns={0: alone_ns})  # fmt: skip
+        return uncompared_notes(SimpleNamespace(blame=blame))
+
+    # waits 1 ms a step beyond its cost, half of them its work without a counterpart: said
+    (note,) = notes(steps * ms + 3 * ms, steps * ms // 2, cost_ns=3 * ms)
+    assert note.startswith(
+        f"rank 0 caused {ms_text(7 * ms // 4)} ms of waits a step, but {ms_text(ms // 2)} ms"
+    )
+    assert notes(steps * ms - 1, steps * ms) == []  # under 1 ms a step beyond its cost
+    assert notes(steps * ms, steps * ms // 2 - 1) == []  # under half of it without a counterpart
 
 
 @pytest.mark.parametrize("blame", [True, False])

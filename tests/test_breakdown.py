@@ -410,3 +410,25 @@ def test_a_step_is_complete_only_where_every_rank_of_the_world_recorded_it(tmp_p
     gone = _three_rank_run(tmp_path / "gone")
     (gone / "rank-2.et").unlink()  # listed among the ranks, its trace file missing: lenient leaves it out
     assert complete(gone, lenient=True) == {(r, s): False for r in range(2) for s in range(2)}
+
+
+def test_a_step_whose_collectives_a_flight_recorder_lost_is_not_complete_on_any_rank(tmp_path: Path) -> None:
+    # every rank recorded steps 0-2; rank 1's recorder lost step 1's all_reduce (declared in the manifest's
+    # lost_collectives, as a capture does): that step's waits are partial on both ranks
+    from skewlens.profiler.manifest import LostCollectives, read_manifest, write_manifest
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(3):
+            rb.step(s)
+            rb.compute("aten::mm", 2 * MS, start_ns=s * 3 * MS)
+            if r != 1 or s != 1:
+                rb.collective(CommType.ALL_REDUCE, 1 << 20, MS // 2, seq=s)
+    run = b.write(tmp_path / "run")
+    lost = LostCollectives(pg_name="0", first_seq=1, last_seq=1, steps=(1,), ranks=(1,))
+    write_manifest(run, replace(read_manifest(run), lost_collectives=(lost,)))
+    rt = load_run(run)
+    assert rt.incomplete_steps == (1,)
+    got = {(x.rank, x.step): x.complete for x in analyze_breakdown(build_index(rt))}
+    assert got == {(r, s): s != 1 for r in range(2) for s in range(3)}

@@ -1274,6 +1274,7 @@ def test_a_sweep_file_of_schema_version_14_reads_with_no_exposed_comm_and_a_curr
         ((10, 50, 100), "log"),  # exactly 10x
         ((1, 1.5, 2), "linear"),
         ((0, 1, 10, 100), "symlog"),  # a 0 among them: linear up to 1
+        (tuple(2.0**k for k in range(12)), "log"),  # twelve values: each ticked
     ],
 )
 def test_a_sweep_picture_is_logarithmic_where_its_values_span_10x_and_ticked_at_them(
@@ -1287,6 +1288,51 @@ def test_a_sweep_picture_is_logarithmic_where_its_values_span_10x_and_ticked_at_
     if scale != "linear":
         assert list(ax.get_xticks()) == [float(v) for v in values]
         assert [t.get_text() for t in ax.get_xticklabels()] == [f"{float(v):g}" for v in values]
+    if scale == "symlog":  # linear up to the smallest positive value, not matplotlib's default of 2
+        assert ax.xaxis.get_transform().linthresh == min(v for v in values if v > 0)
+
+
+def test_an_override_sets_a_setting_only_where_it_gives_a_key_and_a_value() -> None:
+    from skewlens.replay.outputs import override_setting
+
+    assert override_setting("slowdown.factor=2") == ("slowdown.factor", "2")
+    assert override_setting("+a.b=1") == ("a.b", "1")
+    assert override_setting("++a.b=x=y") == ("a.b", "x=y")
+    # hydra's deletions, with or without the value they expect, and a token of a value with a space in it
+    assert [override_setting(t) for t in ("~a.b", "~a.b=1", 'b"', "=1")] == [None] * 4
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "column"),
+    [
+        (["-1", "2", None], "int64", [-1, 2, None]),
+        (["0.5", "-2", "1e3"], "double", [0.5, -2.0, 1000.0]),
+        (["1_000", "2"], "string", ["1_000", "2"]),  # float() reads 1_000; no one typed it as a number
+        (["ring", "12"], "string", ["ring", "12"]),
+    ],
+)
+def test_a_swept_settings_column_is_an_integer_a_number_or_a_string_as_every_jobs_value_is(
+    values: list[str | None], kind: str, column: list[object]
+) -> None:
+    from skewlens.replay.outputs import setting_column
+
+    col = setting_column(values)
+    assert str(col.type.value_type if kind == "string" else col.type) == kind
+    assert col.to_pylist() == column
+
+
+@pytest.mark.parametrize(
+    ("key", "label"),
+    [
+        ("slowdown.delay_ms", "slowdown.delay_ms (ms)"),
+        ("topology.dims.0.latency_ns", "topology.dims.0.latency_ns (ns)"),
+        ("slowdown.factor", "slowdown.factor"),
+    ],
+)
+def test_a_swept_settings_axis_gives_the_unit_its_name_ends_in(key: str, label: str) -> None:
+    from skewlens.replay.plots import setting_label
+
+    assert setting_label(key) == label
 
 
 def test_a_bandwidth_sweeps_picture_and_table_say_its_unit_is_gigabytes_a_second() -> None:
