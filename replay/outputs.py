@@ -174,10 +174,10 @@ class SweepRecord:
     """One row of ``sweep.parquet``: one job of a multirun sweep. After these columns, ``sweep.parquet`` has
     one per swept setting, named by its override's key (``topology.dims.0.bandwidth_gbps``: a setting whose
     value is not the same in every job of the sweep, failed ones included; a lone job's every override),
-    the job's value: int64 where every job's value is an integer, double where every one is a number, else
-    a string; null in a job without that override. A key that is one of these columns (``topology``,
-    ``slowdown``, ``comm_mode``) is that column, which names the job's choice. ``bandwidth_gbps`` is in
-    GB/s: gigabytes per second (a 400 Gb/s NIC is 50)."""
+    the job's value: int64 where every job's value is an integer that int64 holds, double where every one is
+    a number, else a string; null in a job without that override. A key that is one of these columns
+    (``topology``, ``slowdown``, ``comm_mode``) is that column, which names the job's choice.
+    ``bandwidth_gbps`` is in GB/s: gigabytes per second (a 400 Gb/s NIC is 50)."""
 
     job: int
     """Hydra job number."""
@@ -323,13 +323,18 @@ def _number(text: str) -> float | None:
         return None
 
 
+#: The int64 column's range: an integer beyond it (a 64-bit unsigned seed, 18446744073709551615) made the
+#: column an OverflowError, a traceback at the end of the sweep with no sweep.parquet, table or picture.
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
 def setting_column(values: Sequence[str | None]) -> pa.Array:
     """A swept setting's column of ``sweep.parquet`` from the jobs' values (None: null): int64 where each is
-    an integer, double where each is a number, else a (dictionary) string."""
+    an integer int64 holds, double where each is a number, else a (dictionary) string."""
     given = [v for v in values if v is not None]
     numbers = [_number(v) for v in given]
     if given and all(x is not None for x in numbers):
-        if all(_INTEGER.fullmatch(v) for v in given):
+        if all(_INTEGER.fullmatch(v) and int(v) in _INT64 for v in given):
             return pa.array([None if v is None else int(v) for v in values], type=pa.int64())
         return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
     return pa.array(values, type=pa.string()).dictionary_encode()

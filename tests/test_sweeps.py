@@ -1308,6 +1308,9 @@ def test_an_override_sets_a_setting_only_where_it_gives_a_key_and_a_value() -> N
         (["-1", "2", None], "int64", [-1, 2, None]),
         (["0.5", "-2", "1e3"], "double", [0.5, -2.0, 1000.0]),
         (["1_000", "2"], "string", ["1_000", "2"]),  # float() reads 1_000; no one typed it as a number
+        # beyond int64 (a 64-bit unsigned seed): a number, where int64 was an OverflowError, a traceback
+        ([str(2**64 - 1), "1"], "double", [float(2**64 - 1), 1.0]),
+        ([str(2**63 - 1), str(-(2**63))], "int64", [2**63 - 1, -(2**63)]),
         (["ring", "12"], "string", ["ring", "12"]),
     ],
 )
