@@ -30,8 +30,8 @@ TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 US = 1000
 
 
-def _write_trace(path: Path) -> Path:
-    """One rank, one step of 1,000 us (times in us):
+def _write_trace(path: Path, step_us: int = 1000) -> Path:
+    """One rank, one step of ``step_us`` (1,000) us (times in us):
 
     - stream 7: ``gemm`` 20-120 (launched at 12); ``relu`` 310-360 (launched at 305); ``mul`` 555-655,
       launched at 347 but waiting (an event) for ``add`` on stream 8, which ends at 550; ``div`` 810-860,
@@ -62,7 +62,7 @@ def _write_trace(path: Path) -> Path:
         args = {"wait_on_stream": on, "wait_on_cuda_event_record_corr_id": record}
         x("cuda_sync", kind, ts, 1, cuda_sync_kind=kind, device=0, stream=stream, correlation=corr, **args)
 
-    x("user_annotation", "ProfilerStep#1", 0, 1000)
+    x("user_annotation", "ProfilerStep#1", 0, step_us)
     op("aten::mm", 10, 20), call("cudaLaunchKernel", 12, 1), kernel("gemm", 7, 20, 100, 1)
     op("aten::add", 40, 10), call("cudaLaunchKernel", 42, 3), kernel("add", 8, 50, 500, 3)
     op("aten::relu", 300, 20), call("cudaLaunchKernel", 305, 2), kernel("relu", 7, 310, 50, 2)
@@ -344,6 +344,29 @@ def test_a_host_bound_steps_end_after_its_last_kernel_is_host_time_that_a_slower
     assert steps == [(1000, 860), (1365, 1365), (2665, 2665)]
 
 
+def test_a_step_marked_to_end_with_its_last_kernel_ends_with_that_kernel_when_the_gpu_runs_faster(
+    tmp_path: Path,
+) -> None:
+    from skewlens.replay.simulate import simulate
+    from skewlens.replay.slowdown import Slowdown, SlowdownModel
+    from skewlens.replay.summary import summarize
+
+    # ProfilerStep#1 ends at 860 us, as div's kernel does: no host time after the GPU's end, so with the
+    # kernels at half their length the step ends when div's kernel now does (not at 860 us, where the host's
+    # last op, ended at 680 us, would put it)
+    import_traces([_write_trace(tmp_path / "trace.json", step_us=860)], None, tmp_path / "run")
+    run = load_trace(tmp_path / "run")
+    got = []
+    for factor in (1.0, 0.5):
+        gpu = SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=factor, device="gpu")])
+        res = simulate(run, effects=gpu)
+        (s,) = summarize(run, res)
+        last = int(res.end_ns[0][res.timed[0] & ~run.ranks[0].is_cpu].max()) - run.manifest.steps[0].start_ns
+        got.append((s.step_time_ns, last))
+    assert got[0] == (860 * US, 860 * US)
+    assert got[1][0] == got[1][1] < 860 * US
+
+
 def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None:
     from skewlens.replay.render import bound_note
     from skewlens.replay.render import gpu_idle_table as replay_gpu_table
@@ -375,6 +398,19 @@ def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None
     assert str(bound_note([row(0, 10, 9, 0.5, 0.2, 0.3)])).endswith(": GPU-bound (its kernels set the step)")
     # idle mostly for nothing known: the figures, no verdict
     assert str(bound_note([row(0, 10, 1, 2, 0, 7)])).endswith("waited 2.000 ms for launches")
+    # of three waits, the two largest are named; the stream wait (the rest) decides the verdict
+    streams = row(0, 10, 1, 1, 2, 0)
+    streams = dataclasses.replace(streams, gpu_stream_wait_ns=6 * 1_000_000)
+    assert bound_note([streams]) == (
+        "rank 0, the slowest (step 10.000 ms): its stream ran 1.000 ms and waited 6.000 ms for other "
+        "streams, 2.000 ms for communication: bound by work on other streams"
+    )
+    # more ranks than shown: both notes, the count first
+    assert replay_gpu_table(host, max_ranks=1).caption == (  # type: ignore[union-attr]
+        "2 GPU ranks: the 1 whose stream idled the most; rank 3, the slowest (step 18.712 ms): its stream "
+        "ran 1.020 ms and waited 9.569 ms for launches, 6.554 ms for communication: host-bound (GPU work, "
+        "communication included, lengthens the step only where it outlasts the host's launches)"
+    )
 
 
 def test_a_cpu_replay_has_no_gpu_columns_nor_table(tmp_path: Path) -> None:

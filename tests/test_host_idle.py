@@ -243,3 +243,79 @@ def test_analyze_names_no_host_idle_replay_for_a_rank_whose_compute_grew(run_dir
     # the shared fixture: rank r computes r x 0.1 ms longer than rank 0, no idle time
     text = stragglers_text(load_run(run_dir))
     assert "compute grew" in text and "host_idle" not in text
+
+
+def test_a_host_idle_item_scales_only_its_ranks_and_steps_and_two_items_multiply(tmp_path: Path) -> None:
+    # rank 1 idles GAP_NS before its all_reduce at steps 1 and 2, rank 0 at step 3 (nobody computes longer:
+    # the peers absorb none of it); rank 1's at step 2 alone is scaled: x0.5 twice is x0.25 of it
+    idle = {(1, 1), (1, 2), (0, 3)}
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
+        return t + 2_000_000 + (GAP_NS if (r, s) in idle else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    base = simulate(run).step_times()
+    window = {"first_step": 2, "last_step": 2}
+    gone = simulate(run, effects=_host_idle(0.0, **window)).step_times()
+    assert gone == {s: t - (GAP_NS if s == 2 else 0) for s, t in base.items()}
+    quarter = SlowdownModel([Slowdown(kind="host_idle", ranks=(1,), factor=0.5, **window)] * 2)  # type: ignore[arg-type]
+    assert simulate(run, effects=quarter).step_times() == {
+        s: t - (GAP_NS * 3 // 4 if s == 2 else 0) for s, t in base.items()
+    }
+
+
+def test_a_thread_that_starts_late_keeps_its_start_with_the_untraced_time_gone(tmp_path: Path) -> None:
+    # a second host thread's first row begins 1.5 ms after the rank's first: no row precedes it, so the
+    # time before it is no gap after anything (the thread had not begun), and factor 0 leaves it there
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
+        if s == 0:
+            rb.compute("aten::copy_", dur_ns=100_000, start_ns=t + 1_500_000, stream=7)
+        return t + 2_000_000 + (GAP_NS if (r, s) == (1, GAP_STEP) else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    rt = run.ranks[1]
+    (copy,) = [i for i in range(len(rt)) if rt.name(i) == "aten::copy_"]
+    gaps, _untraced = host_idle_rows(rt, execution_model(run).ranks[1])
+    assert not gaps[copy]
+    gone = simulate(run, effects=_host_idle(0.0))
+    assert int(gone.start_ns[1][copy]) == int(rt.start_ns[copy])
+
+
+def test_untraced_host_time_scaled_past_the_simulated_clock_is_a_config_error_naming_the_rank(
+    tmp_path: Path,
+) -> None:
+    run = _gap_run(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"^slowdown: rank 1's untraced host time x1e\+12 lasts .* s, beyond "
+    ):
+        simulate(run, effects=_host_idle(1e12))
+
+
+def test_a_scaled_gap_is_rounded_to_the_nearest_ns(tmp_path: Path) -> None:
+    run = _gap_run(tmp_path)
+    ops = rank_plan(run.ranks[1], run, _host_idle(1 / 3))
+    (ar,) = [o for o in ops if o.step == GAP_STEP and o.name == "c10d::all_reduce_"]
+    assert ar.gap_ns == round(GAP_NS / 3) == 1_666_667
+
+
+def test_the_gpus_idle_time_between_kernels_is_no_untraced_host_time(tmp_path: Path) -> None:
+    # a kernel launched at 0.1 ms runs 1 ms after the kernel before it on its stream ended (the GPU idled:
+    # no host time): factor 0 leaves it where it ran
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        op = rb.compute("aten::mm", dur_ns=200_000, start_ns=t)
+        k1 = rb.compute(
+            "k1", dur_ns=1_000_000, start_ns=t + 50_000, stream=7, deps=(op,), launch_ns=t + 10_000
+        )
+        rb.compute(
+            "k2", dur_ns=500_000, start_ns=t + 2_050_000, stream=7, deps=(op, k1), launch_ns=t + 100_000
+        )
+        return t + 3_000_000 + (GAP_NS if (r, s) == (1, GAP_STEP) else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    rt = run.ranks[1]
+    k2 = [i for i in range(len(rt)) if rt.name(i) == "k2"]
+    base, gone = simulate(run), simulate(run, effects=_host_idle(0.0))
+    assert [int(gone.start_ns[1][i] - gone.start_ns[1][i - 1]) for i in k2] == [2_000_000] * STEPS
+    assert base.start_ns[1][k2].tolist() == rt.start_ns[k2].tolist()

@@ -8,6 +8,7 @@ shortening the op moved nothing: a 30 ms sleep in a DDP hook could not be replay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,10 @@ from capture_helpers import profile_script, profile_stalled_script, row_holding
 from replay_workloads import worker_times
 
 from skewlens.profiler.store import RunTrace, load_run
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.effects import NO_EFFECTS
-from skewlens.replay.execution import execution_model, latest_deps
+from skewlens.replay.execution import SKEW_NS, execution_model, latest_deps
 from skewlens.replay.real.plan import KIND_COLL, rank_plan
 from skewlens.replay.simulate import Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -42,6 +43,19 @@ def _issued_inside(run_dir: Path, *, issue_at: int, nested: bool = False) -> Run
             rb.compute("inner", 4 * MS, start_ns=3 * MS, deps=(op,))
         ag = rb.collective(CommType.ALL_GATHER, 4096, MS // 2, start_ns=issue_at, stream=1000, deps=(a,))
         rb.compute("c10d::wait", MS, start_ns=max(MS + OP_NS, issue_at + MS // 2), deps=(op, ag))
+    return load_run(b.write(run_dir))
+
+
+def _op_run(run_dir: Path, inside: Callable[[RankBuilder, int, int], int], *, a_at: int = 0) -> RunTrace:
+    """Each of 2 ranks: ``a`` (``a_at``-1 ms), the 10 ms ``op`` (1-11 ms), the rows ``inside(rank builder, a,
+    op)`` adds (it gives the last collective's) and ``c10d::wait`` after the op and that collective."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        a = rb.compute("aten::randn", MS - a_at, start_ns=a_at)
+        op = rb.compute("FSDP::all_gather", OP_NS, start_ns=MS, deps=(a,))
+        ag = inside(rb, a, op)
+        rb.compute("c10d::wait", MS, start_ns=MS + OP_NS, deps=(op, ag))
     return load_run(b.write(run_dir))
 
 
@@ -145,6 +159,100 @@ def test_an_unchanged_replay_issues_the_collective_where_it_was_recorded(tmp_pat
     ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
     (ag,) = [o for o in ops if o.kind == KIND_COLL]
     assert (ag.issued_in, ag.issue_off_ns, ag.gap_ns) == (_rows(run, "FSDP::all_gather")[0], 4 * MS, 0)
+
+
+def test_a_collective_recorded_skew_ns_or_more_after_its_op_ended_is_not_issued_from_inside_it(
+    tmp_path: Path,
+) -> None:
+    # the clocks' error is under SKEW_NS (20 µs): a start recorded that long after the op's end was made
+    # after the op returned, so the op's length does not move it (it keeps its gap after `a`)
+    run = _issued_inside(tmp_path / "run", issue_at=MS + OP_NS + SKEW_NS)
+    ag = _rows(run, "c10d::all_gather_")[0]
+    m = execution_model(run).ranks[0]
+    assert m.issue_src.tolist() == []
+    assert int(m.gap_ns[ag]) == OP_NS + SKEW_NS
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.5))
+    assert int(sim.start_ns[0][ag]) == MS + OP_NS + SKEW_NS
+    # a ns earlier it is the op's (its offset clamped to the op's length): it moves with the op's end
+    run = _issued_inside(tmp_path / "run2", issue_at=MS + OP_NS + SKEW_NS - 1)
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.5))
+    assert int(sim.start_ns[0][ag]) == MS + OP_NS // 2 + SKEW_NS - 1
+
+
+def test_a_collective_issued_inside_a_row_nested_two_deep_is_issued_from_the_innermost_row_running(
+    tmp_path: Path,
+) -> None:
+    # `op` (1-11 ms) holds `inner` (3-7 ms), which holds `leaf` (3.5-4 ms); the all_gather is recorded at
+    # 5 ms, after `leaf` ended, inside `inner`: it is `inner`'s, 2 ms into it (not the op's, 4 ms into it),
+    # so `inner` at half its length issues it 1 ms into it, 3 ms after the op's start
+
+    def inside(rb: RankBuilder, a: int, op: int) -> int:
+        inner = rb.compute("inner", 4 * MS, start_ns=3 * MS, deps=(op,))
+        rb.compute("leaf", MS // 2, start_ns=3 * MS + MS // 2, deps=(inner,))
+        return rb.collective(CommType.ALL_GATHER, 4096, MS // 2, start_ns=5 * MS, stream=1000, deps=(a,))
+
+    run = _op_run(tmp_path / "run", inside)
+    op, inner, ag = _rows(run, "FSDP::all_gather", "inner", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_off_ns.tolist()) == ([inner], [2 * MS])
+    sim = simulate(run, effects=_slowed("inner", 0.5))
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS + MS
+
+
+def test_a_collective_queued_behind_another_on_gloos_stream_is_issued_by_the_host_thread_it_depends_on(
+    tmp_path: Path,
+) -> None:
+    # three all_gathers on gloo's stream, issued inside the op at 1.2, 1.5 and 5 ms; the third queues behind
+    # the first (gloo's two worker threads), which began later than `a`: the issuing thread is still the host
+    # row's (a row on a communication stream issues nothing), so all three are the op's, and at half the
+    # op's length the third is issued 2 ms into it
+
+    def inside(rb: RankBuilder, a: int, _op: int) -> int:
+        for at, dur in ((MS + MS // 5, MS // 2), (MS + MS // 2, MS), (5 * MS, MS // 2)):
+            ag = rb.collective(CommType.ALL_GATHER, 4096, dur, start_ns=at, stream=1000, deps=(a,))
+        return ag
+
+    run = _op_run(tmp_path / "run", inside)
+    rt = run.ranks[0]
+    op = _rows(run, "FSDP::all_gather")[0]
+    c1, c2, ag = [i for i in range(len(rt)) if rt.name(i) == "c10d::all_gather_"]
+    m = execution_model(run).ranks[0]
+    assert (m.queue_src.tolist(), m.queue_dst.tolist()) == ([c1], [ag])
+    assert sorted(zip(m.issue_dst.tolist(), m.issue_src.tolist(), m.issue_off_ns.tolist(), strict=True)) == [
+        (c1, op, MS // 5),
+        (c2, op, MS // 2),
+        (ag, op, 4 * MS),
+    ]
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.5))
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS
+
+
+def test_a_collective_depending_on_rows_of_two_host_threads_is_issued_by_the_later_starting_ones_thread(
+    tmp_path: Path,
+) -> None:
+    # the all_gather (5 ms, gloo's stream) depends on `x` (thread 7, 0-0.5 ms) and on `a` (the main thread,
+    # 0.2-1 ms): the later-starting dependency's thread issued it, from inside the op that thread was
+    # running (not from thread 7, idle then), so at half the op's length it is issued 2 ms into it
+
+    def inside(rb: RankBuilder, a: int, _op: int) -> int:
+        x = rb.compute("aten::empty", MS // 2, start_ns=0, stream=7)
+        return rb.collective(CommType.ALL_GATHER, 4096, MS // 2, start_ns=5 * MS, stream=1000, deps=(x, a))
+
+    run = _op_run(tmp_path / "run", inside, a_at=MS // 5)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_dst.tolist(), m.issue_off_ns.tolist()) == ([op], [ag], [4 * MS])
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.5))
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS
+
+
+def test_a_scaled_issue_offset_is_rounded_to_the_nearest_ns(tmp_path: Path) -> None:
+    # issued 4 ms + 3 ns into the op; the op at a quarter of its length issues it 1,000,000.75 ns into it,
+    # rounded: 1,000,001
+    run = _issued_inside(tmp_path / "run", issue_at=MS + 4 * MS + 3)
+    op, ag = _rows(run, "FSDP::all_gather", "c10d::all_gather_")
+    sim = simulate(run, effects=_slowed("FSDP::*", 0.25))
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == round((4 * MS + 3) / 4) == 1_000_001
 
 
 HOOK_STALL_STEP, HOOK_STALL_MS = 3, 30

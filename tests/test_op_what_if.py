@@ -27,7 +27,7 @@ from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.real.plan import rank_plan
 from skewlens.replay.simulate import simulate
-from skewlens.replay.slowdown import Slowdown, SlowdownModel
+from skewlens.replay.slowdown import Slowdown, SlowdownModel, op_matches
 
 SCOPE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 #: Each step's fetch takes ``FETCH_NS``; at ``STALL_STEP`` rank 1's takes ``STALL_NS`` more, and rank 0
@@ -158,3 +158,87 @@ def test_the_op_replay_for_a_scope_with_quotes_or_globs_in_its_name_parses_back_
     assert (entry["kind"], entry["ranks"], entry["first_step"], entry["factor"]) == ("op", [2], 5, 0)
     assert fnmatch.fnmatchcase(name, entry["pattern"])
     assert not fnmatch.fnmatchcase(name + "x", entry["pattern"])
+
+
+def _scopes_run(tmp_path: Path, name: str, fetch_ns: int, stall_ns: dict[int, int]) -> RunTrace:
+    """As :func:`_scope_run`, with the scope named ``name``, each fetch ``fetch_ns`` long and rank 1's
+    ``stall_ns[step]`` longer (rank 0 computes no longer)."""
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        fetch = fetch_ns + (stall_ns.get(s, 0) if r == 1 else 0)
+        rb.compute(name, dur_ns=fetch, start_ns=t)
+        rb.compute("aten::mm", dur_ns=2_000_000)
+        return t + fetch + 2_000_000
+
+    return two_rank_run(tmp_path, work, "ops")
+
+
+def test_the_op_replays_pattern_matches_a_scope_named_with_glob_characters_as_itself(tmp_path: Path) -> None:
+    # a record_function scope "fetch[0]*": as a glob, "[0]" would match "0" and "*" anything; the pattern
+    # given escapes them so that it matches the name itself
+    run = _scopes_run(tmp_path, "fetch[0]*", FETCH_NS, {STALL_STEP: STALL_NS})
+    text = stragglers_text(run)
+    assert 'factor:0,pattern:"fetch[[]0][*]"}]\' (factor:0.5: half of it)' in text
+    assert op_matches("fetch[[]0][*]", "fetch[0]*")
+    assert not op_matches("fetch[[]0][*]", "fetch0x")
+
+
+def test_analyze_names_the_op_replay_for_every_step_where_the_scope_stalled_in_each(tmp_path: Path) -> None:
+    # rank 1's fetch stalls as long at every step: no step holds over half of it, so the replay names none
+    run = _scopes_run(tmp_path, SCOPE, FETCH_NS, dict.fromkeys(range(STEPS), STALL_NS))
+    text = stragglers_text(run)
+    assert f"'slowdown.entries=[{{kind:op,ranks:[1],factor:0,pattern:\"{SCOPE}\"}}]'" in text
+
+
+def test_analyze_names_no_op_replay_for_a_scope_that_grew_by_less_than_it_takes_on_the_median_member(
+    tmp_path: Path,
+) -> None:
+    # the scope takes 6 ms on each rank and 11 ms on rank 1 at one step: it grew, by less than its own time
+    # on the median member, so it ran slower there, no stall (the what-if cost answers a slower rank)
+    run = _scopes_run(tmp_path, SCOPE, 6_000_000, {STALL_STEP: STALL_NS})
+    text = stragglers_text(run)
+    assert f"compute grew: {SCOPE}" in text
+    assert "what if it were gone" not in text
+
+
+def _grown_run(tmp_path: Path, grown: dict[tuple[int, str], int]) -> RunTrace:
+    """2 ranks, ``STEPS`` steps of the scope (``FETCH_NS``), ``aten::mm`` (2 ms) and ``aten::add`` (1 ms),
+    rank 1's op ``name`` at step ``s`` longer by ``grown[(s, name)]``."""
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        for name, dur in ((SCOPE, FETCH_NS), ("aten::mm", 2_000_000), ("aten::add", 1_000_000)):
+            dur += grown.get((s, name), 0) if r == 1 else 0
+            rb.compute(name, dur_ns=dur, start_ns=t)
+            t += dur
+        return t
+
+    return two_rank_run(tmp_path, work, "ops")
+
+
+@pytest.mark.parametrize(
+    ("grown", "note"),
+    [
+        # a 0.15 ms stall in 3 ms steps: under a tenth of the median step, no what-if worth naming
+        ({(STALL_STEP, SCOPE): 150_000}, False),
+        # the scope grew 2 ms, the operators 3 ms with it: the scope is under half of what grew, no stall
+        (
+            {
+                (STALL_STEP, SCOPE): 2_000_000,
+                (STALL_STEP, "aten::mm"): 1_500_000,
+                (STALL_STEP, "aten::add"): 1_500_000,
+            },
+            False,
+        ),
+        # a 5 ms stall, and a slower operator at another step made the peers wait 3 ms: the stall is over half
+        ({(STALL_STEP, SCOPE): 5_000_000, (1, "aten::mm"): 3_000_000}, True),
+    ],
+)
+def test_analyze_names_the_op_replay_only_for_a_stall_that_is_most_of_what_grew_and_of_the_wait(
+    tmp_path: Path, grown: dict[tuple[int, str], int], note: bool
+) -> None:
+    text = stragglers_text(_grown_run(tmp_path, grown))
+    said = (
+        f"'slowdown.entries=[{{kind:op,ranks:[1],first_step:{STALL_STEP},last_step:{STALL_STEP},factor:0,"
+        f'pattern:"{SCOPE}"}}]\''
+    )
+    assert (said in text) == note, text
