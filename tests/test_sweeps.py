@@ -1021,6 +1021,27 @@ def test_a_sweep_whose_jobs_read_one_mean_step_while_their_exposed_transfer_diff
     assert "one mean step" not in str(sweep_table(same).caption)
 
 
+def test_the_flat_sweep_note_lists_its_jobs_as_ranges_and_orders_the_transfers_by_value() -> None:
+    from skewlens.replay.render import flat_sweep_note
+
+    # jobs 1 and 4-6 read 18.712 ms (job 3 another step, job 2 no exposed transfer known: left out);
+    # exposed transfers of 2 and 10 ms: their range is 2.000-10.000 ms (by value, not as text)
+    rows = []
+    for job, step_ns, xfer_ns in [
+        (1, 18_712_000, 2_000_000),
+        (2, 18_712_000, None),
+        (3, 19_000_000, 1_000_000),
+        (4, 18_712_000, 10_000_000),
+        (5, 18_712_000, 3_000_000),
+        (6, 18_712_000, 2_000_000),
+    ]:
+        row = _job(job, f"topology.dims.0.bandwidth_gbps={job}", step_ns / 1e6)
+        rows.append(dataclasses.replace(row, mean_exposed_transfer_ns=xfer_ns))
+    assert str(flat_sweep_note(rows)).startswith(
+        "jobs 1, 4-6: one mean step, 18.712 ms, while their exposed transfer ranges 2.000-10.000 ms:"
+    )
+
+
 def test_the_sweep_tables_ratios_say_which_jobs_mean_step_they_are_against() -> None:
     from rich.console import Console
 
