@@ -1583,10 +1583,10 @@ def _issue_edges(
     start or queue edge), from the innermost such row: the last row of that thread begun before it that
     had not ended then (or ended at most ``SKEW_NS`` before: the trace sources' clocks disagree by that
     much, and a call made as the row ended reads as just after it), else the innermost row around it
-    within that row's enclosing one. The offset is the recorded start's into that row, clamped to the
-    row's duration (so a start recorded just past the row's end is its end). Not from a row it follows (a
-    start edge from it: issued after it, within the clocks' error) nor from a wait node (its recorded
-    duration is the wait, not work to scale)."""
+    within that row's enclosing one (likewise: not ended, or ended at most ``SKEW_NS`` before). The offset
+    is the recorded start's into that row, clamped to the row's duration (so a start recorded just past the
+    row's end is its end). Not from a row it follows (a start edge from it: issued after it, within the
+    clocks' error) nor from a wait node (its recorded duration is the wait, not work to scale)."""
     empty = np.zeros(0, dtype=np.int64)
     n = len(rt)
     is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
@@ -1632,10 +1632,10 @@ def _issue_edges(
             r = int(rows[kk])
             if int(en[kk]) + SKEW_NS <= cs:  # ended before: the innermost row around it, within r's parent
                 p = int(parent[r])
-                if p < 0 or pos[p] < 0 or int(end[p]) <= cs:
+                if p < 0 or pos[p] < 0 or int(end[p]) + SKEW_NS <= cs:
                     continue
                 seg = np.arange(int(pos[p]), kk + 1)
-                seg = seg[en[seg] > cs]
+                seg = seg[en[seg] + SKEW_NS > cs]  # (as for the last row begun: the clocks' error)
                 if seg.size == 0:
                     continue
                 r = int(rows[seg[-1]])

@@ -199,6 +199,30 @@ def test_a_collective_issued_inside_a_row_nested_two_deep_is_issued_from_the_inn
     assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS + MS
 
 
+@pytest.mark.parametrize("leaf", [False, True])
+def test_a_collective_recorded_just_after_a_nested_row_ended_is_that_rows_whatever_ran_inside_it(
+    tmp_path: Path, leaf: bool
+) -> None:
+    # `inner` (3-5 ms, inside the op) and the all_gather recorded 10 µs after its end (the clocks' error): it
+    # is `inner`'s, at its end, whether or not `leaf` (3.5-4 ms) ran inside `inner`; so `inner` at half its
+    # length issues it at 4 ms + 10 µs (1 ms after inner's start, then its gap). Before, with `leaf` (the
+    # last row begun, ended long before) it was the op's, 4.01 ms into it whatever `inner` lasted
+    def inside(rb: RankBuilder, a: int, op: int) -> int:
+        inner = rb.compute("inner", 2 * MS, start_ns=3 * MS, deps=(op,))
+        if leaf:
+            rb.compute("leaf", MS // 2, start_ns=3 * MS + MS // 2, deps=(inner,))
+        at = 5 * MS + 10_000
+        return rb.collective(CommType.ALL_GATHER, 4096, MS // 2, start_ns=at, stream=1000, deps=(a,))
+
+    run = _op_run(tmp_path / "run", inside)
+    op, inner, ag = _rows(run, "FSDP::all_gather", "inner", "c10d::all_gather_")
+    m = execution_model(run).ranks[0]
+    assert (m.issue_src.tolist(), m.issue_off_ns.tolist()) == ([inner], [2 * MS])
+    assert int(simulate(run).start_ns[0][ag]) == 5 * MS + 10_000  # unchanged: as recorded
+    sim = simulate(run, effects=_slowed("inner", 0.5))
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == 2 * MS + MS + 10_000
+
+
 def test_a_collective_queued_behind_another_on_gloos_stream_is_issued_by_the_host_thread_it_depends_on(
     tmp_path: Path,
 ) -> None:
