@@ -91,7 +91,7 @@ class HeatmapData:
     spaced label nearer to it than half their spacing is left out, so that none overlap."""
     blamed: str | None = None
     """The finding, in words, under the title: the rank the most peer wait is blamed on and how much a step
-    (``rank 7 made its peers wait the most: 29.75 ms a step``); None where no one waited. The picture said it
+    (``rank 7 made its peers wait the most: 29.755 ms a step``); None where no one waited. The picture said it
     only by a row's colours, which a reader who cannot tell them apart could not read."""
 
     def shade(self) -> npt.NDArray[np.float64]:

@@ -276,8 +276,8 @@ UNEVEN_MIN_STEPS = 3
 def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
     """Where one step holds over :data:`UNEVEN_SHARE` of ``rec``'s rank's straggler cost (of 3 steps or more)
     and costs over twice its median step, that step, its share and the median step's cost; else None. A mean
-    per step hides it: a serving loop with each decode step a step read 'rank 1: 11.17 ms / step' where one
-    prefill cost 398 ms (24%) and the median step 6.40 ms."""
+    per step hides it: a serving loop with each decode step a step read about 11.2 ms a step where one
+    prefill cost 398 ms (24%) and the median step about 6.4 ms."""
     if result.blame is None or not rec.simulated:
         return None
     costs = [(s.straggler_cost_ns, s.step) for s in result.blame.step_records if s.rank == rec.rank]
@@ -312,8 +312,8 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
     wait in the steps the per-step figures are a mean over (of 3 steps or more), over twice its median
     step's and over :data:`ONE_OFF_OF_STEP` of the job's median simulated step (with the what-if), that step,
     its wait, its share and the median step's: a mean per step hides a one-off. A 333 ms ``gc.collect()`` on
-    rank 1 at one step of 10 read 'caused wait 34.02 ms / step' as a rank that made its peers wait every
-    step, the what-if (which compares typical steps) costing it 0.63 ms a step."""
+    rank 1 at one step of 10 read as a rank that made its peers wait about 34 ms every step, the what-if
+    (which compares typical steps) costing it about 0.6 ms a step."""
     steps = blame_step_ids(result)
     by_step = result.skew.caused_wait_by_step
     floor = ONE_OFF_OF_STEP * _median_step_ns(result)
