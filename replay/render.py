@@ -152,8 +152,9 @@ def bound_note(rows: Sequence[SummaryRecord]) -> str | None:
     figures = {f: mean(rank, f) for f in (*_BOUND_BY, "gpu_other_ns")}
     largest = max(figures, key=lambda f: figures[f])
     verdict = f": {_BOUND_BY[largest]}" if largest in _BOUND_BY and figures[largest] > 0 else ""
+    step_ms = ms_text(mean(rank, "step_time_ns"))
     return (
-        f"rank {rank}, the slowest (step {ms_text(mean(rank, 'step_time_ns'))} ms): its stream ran "
+        f"rank {rank}, the rank with the longest mean step ({step_ms} ms): its stream ran "
         f"{ms_text(mean(rank, 'gpu_busy_ns'))} ms" + (f" and waited {parts}" if parts else "") + verdict
     )
 

