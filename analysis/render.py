@@ -153,7 +153,7 @@ def caused_wait_in_steps(result: AnalysisResult) -> dict[int, int]:
 
 #: A cost or a caused wait under this a step is no blame on a rank, in every table and note: its cause is not
 #: shown, the stragglers table leaves the rank out, its one-off is not named. 5 us: noise beside the ms a
-#: straggler costs (and what rounded to 0.00 ms when the tables printed two decimals).
+#: straggler costs; the stragglers table's caption gives it as 0.005 ms.
 BLAMED_NS = 5_000
 
 

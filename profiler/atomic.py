@@ -276,17 +276,16 @@ def remove_abandoned(
 ) -> None:
     """Remove the staging directories in ``home`` (:func:`is_staging_name`: of the output ``out_name``
     where one is given, else of any output; other than ``mine``) that no command holds (:func:`staging_dir`):
-    a command killed before it moved its outputs in left one, which nothing removed (a replay's
-    ``OUT/.OUT.k3j2x7ab.tmp/`` with a whole replay's files in it, one more for each replay killed). A
-    command removes those of any output where it stages: a nightly export into a new ``FLEET/run=<date>``
-    each night, when only those of its own output were, left each killed night's
-    ``FLEET/.run=<date>.<random>.tmp/`` there for good. One that a running command holds, or whose lock
-    cannot be taken here (a file system without locks), is left, and so is anything not named exactly as a
-    staging directory is.
+    a command killed before it moved its outputs in leaves one (a replay's ``OUT/.OUT.k3j2x7ab.tmp/`` with
+    a whole replay's files in it, one more for each replay killed). A command removes those of any output
+    where it stages, so that a nightly export into a new ``FLEET/run=<date>`` each night removes a killed
+    night's ``FLEET/.run=<date>.<random>.tmp/``, an output no later night writes again. One that a running
+    command holds, or whose lock cannot be taken here (a file system without locks), is left, and so is
+    anything not named exactly as a staging directory is.
 
     With ``replaced``, for a caller that holds ``home``'s lock (:func:`_locked`), the earlier outputs that
     :func:`replace_dir` moved aside there (:func:`is_replaced_name`) go too: a command killed while it
-    removed one, after its renames (seconds, for a big output), left it for good (a whole earlier export,
+    removed one, after its renames (seconds, for a big output), leaves it (a whole earlier export,
     ``FLEET/.run=n1.k3j2x7ab.tmp.old/``). Its renames, and the putting back of the earlier output where the
     second fails, take that lock: one seen while holding it is no longer read, only being removed."""
     with suppress(OSError):  # home unreadable: nothing to look at
