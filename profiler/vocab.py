@@ -175,7 +175,7 @@ GLOO_FINISH_LAG_NS = 10_000_000
 #: Schema tag written into the Chakra GlobalMetadata of files we write.
 ET_SCHEMA = "skewlens-chakra-1"
 
-#: Base name (as :func:`collective_from_op` reads it) of gloo's all_reduce of a sparse tensor, which its
+#: Base name (:func:`op_base`) of gloo's all_reduce of a sparse tensor, which its
 #: flight recorder names ``gloo:sparse_all_reduce`` and records with the dense tensor's size.
 SPARSE_ALL_REDUCE_OP = "sparse_all_reduce"
 
@@ -318,10 +318,16 @@ def collective_message_bytes(comm_type: CommType, p: int, members: Sequence[tupl
     return -(-busiest * p // (p - 1)) if uneven else nbytes
 
 
+def op_base(op_name: str) -> str:
+    """The base name of a torch op name, as :data:`COLLECTIVE_BY_OP` keys it: after the last ``:``, without
+    trailing ``_``, lower-cased (``c10d::allreduce_`` is ``allreduce``, ``gloo:sparse_all_reduce``
+    ``sparse_all_reduce``)."""
+    return op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()
+
+
 def collective_from_op(op_name: str) -> CommType | None:
     """Chakra collective type of a torch op name such as ``c10d::allreduce_`` or ``nccl:all_reduce``."""
-    base = op_name.rsplit(":", 1)[-1].strip().rstrip("_").lower()
-    return COLLECTIVE_BY_OP.get(base)
+    return COLLECTIVE_BY_OP.get(op_base(op_name))
 
 
 #: Element size in bytes by dtype name, lower-cased, as Kineto and the flight recorder (``Float``,

@@ -88,6 +88,15 @@ def test_a_hooked_all_reduce_of_a_sparse_tensor_and_only_it_is_marked_sparse_and
     assert f"dense tensor's size ({format_bytes(dense)})" in data["note"]
 
 
+def test_the_sparse_note_reads_an_ops_base_name_as_its_collective_type_does() -> None:
+    # spelled as c10d spells its ops (a trailing _, capitals): an all_reduce by collective_from_op, so a
+    # sparse one by the note too
+    for op in ("gloo:sparse_all_reduce_", "gloo:Sparse_All_Reduce"):
+        record = _record(op, 5_120_000)
+        assert record.comm_type == CommType.ALL_REDUCE
+        assert sparse_all_reduce_note([record]).startswith("1 sparse all_reduce(s)"), op
+
+
 SCRIPT = """
 import os, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP

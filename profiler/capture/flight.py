@@ -53,7 +53,14 @@ from skewlens.profiler.capture.records import (
 )
 from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.store.issues import format_bytes, rank_ranges
-from skewlens.profiler.vocab import SPARSE_ALL_REDUCE_OP, CommType, NodeType, collective_from_op, dtype_bytes
+from skewlens.profiler.vocab import (
+    SPARSE_ALL_REDUCE_OP,
+    CommType,
+    NodeType,
+    collective_from_op,
+    dtype_bytes,
+    op_base,
+)
 
 #: Environment variable that sizes (and so enables) the flight recorder's ring buffer.
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -654,7 +661,7 @@ def sparse_all_reduce_note(records: Sequence[CommRecord]) -> str:
     the recorder's, named ``gloo:sparse_all_reduce``): recorded as all_reduces of the dense tensor's size,
     the size gloo's flight recorder gives, while gloo moves each rank's coalesced indices and values, as
     all_gathers whose sizes vary by rank and step. '' where there are none."""
-    sparse = [c for c in records if c.sparse or c.op.rsplit(":", 1)[-1] == SPARSE_ALL_REDUCE_OP]
+    sparse = [c for c in records if c.sparse or op_base(c.op) == SPARSE_ALL_REDUCE_OP]
     if not sparse:
         return ""
     sizes = sorted({c.size_bytes for c in sparse})
