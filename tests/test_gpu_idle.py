@@ -403,14 +403,15 @@ def test_the_replays_gpu_table_says_what_bounds_the_slowest_ranks_step() -> None
     streams = row(0, 10, 1, 1, 2, 0)
     streams = dataclasses.replace(streams, gpu_stream_wait_ns=6 * 1_000_000)
     assert bound_note([streams]) == (
-        "rank 0, the slowest (step 10.000 ms): its stream ran 1.000 ms and waited 6.000 ms for other "
-        "streams, 2.000 ms for communication: bound by work on other streams"
+        "rank 0, the rank with the longest mean step (10.000 ms): its stream ran 1.000 ms and waited "
+        "6.000 ms for other streams, 2.000 ms for communication: bound by work on other streams"
     )
     # more ranks than shown: both notes, the count first
     assert replay_gpu_table(host, max_ranks=1).caption == (  # type: ignore[union-attr]
-        "2 GPU ranks: the 1 whose stream idled the most; rank 3, the slowest (step 18.712 ms): its stream "
-        "ran 1.020 ms and waited 9.569 ms for launches, 6.554 ms for communication: host-bound (GPU work, "
-        "communication included, lengthens the step only where it outlasts the host's launches)"
+        "2 GPU ranks: the 1 whose stream idled the most; rank 3, the rank with the longest mean step "
+        "(18.712 ms): its stream ran 1.020 ms and waited 9.569 ms for launches, 6.554 ms for communication: "
+        "host-bound (GPU work, communication included, lengthens the step only where it outlasts the host's "
+        "launches)"
     )
 
 

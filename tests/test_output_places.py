@@ -668,7 +668,7 @@ def test_a_killed_commands_staging_directory_of_another_output_is_removed_by_the
             ".run=n2.tmp",
             ".run=n1.k3j2x7a.tmp",
             ".run=n1.k3j2x7ab.keep",
-            ".run=n1.k3j2x7ab.tmp.old",
+            ".run=n1.k3j2x7ab.tmp.bak",  # begins as a staging name: fullmatch, not match
         )
     }
     for p in mine.values():
