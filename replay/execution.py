@@ -686,13 +686,13 @@ def host_idle_scaled(effects: Effects, rt: RankTrace, m: RankModel, work: I64, g
     if not isinstance(effects, HostIdleEffects):
         return work, gap
     rank = rt.rank
-    steps = np.unique(rt.step).tolist()
-    fac = np.array([float(effects.host_idle_factor(rank, int(st))) for st in steps], dtype=np.float64)
+    steps, of_row = np.unique(rt.step, return_inverse=True)
+    fac = np.array([float(effects.host_idle_factor(rank, st)) for st in steps.tolist()], dtype=np.float64)
     if (fac == 1.0).all():
         return work, gap
     if (fac < 0).any() or not np.isfinite(fac).all():
         raise ConfigError(f"rank {rank}: host idle factor must be a finite number >= 0, got {fac.min()}")
-    per_row = fac[np.searchsorted(np.asarray(steps), rt.step)]
+    per_row = fac[of_row]
     out = []
     for vals, rows in zip((gap, work), host_idle_rows(rt, m), strict=True):
         scaled = vals * per_row
