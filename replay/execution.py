@@ -1615,12 +1615,12 @@ def _issue_edges(
     out_s: list[int] = []
     out_d: list[int] = []
     hr = np.flatnonzero(host)
+    pos = np.full(n, -1, dtype=np.int64)  # a row's place among its thread's (set per thread, reset after)
     for tl in np.unique(thread[cand]).tolist():
         rows = hr[timeline[hr] == tl]
         rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
         if rows.size == 0:
             continue
-        pos = np.full(n, -1, dtype=np.int64)
         pos[rows] = np.arange(rows.size)
         st, en = rt.start_ns[rows], end[rows]
         on = cand[thread[cand] == tl]
@@ -1643,6 +1643,7 @@ def _issue_edges(
                 continue
             out_s.append(r)
             out_d.append(c)
+        pos[rows] = -1
     s = np.asarray(out_s, dtype=np.int64)
     d = np.asarray(out_d, dtype=np.int64)
     off = np.clip(rt.start_ns[d] - rt.start_ns[s], 0, rt.dur_ns[s]).astype(np.int64)
