@@ -342,7 +342,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     gaps = gap_ns.tolist()
     work = work_ns.tolist()
     parent = m.parent.tolist()
-    issued = _issue_times(rt, m, work_ns)
+    issued = _issued_from(rt, m, work_ns)
     start_deps = deps_by_row(m.start_src, m.start_dst, n)
     wait_deps = deps_by_row(m.wait_src, m.wait_dst, n)
     queue_deps = deps_by_row(m.queue_src, m.queue_dst, n)
@@ -435,7 +435,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     return _mark_blocking(_issued_inside(ops, starts, (rt.start_ns + rt.dur_ns).tolist()))
 
 
-def _issue_times(rt: RankTrace, m: RankModel, work: npt.NDArray[np.int64]) -> dict[int, tuple[int, int]]:
+def _issued_from(rt: RankTrace, m: RankModel, work: npt.NDArray[np.int64]) -> dict[int, tuple[int, int]]:
     """Per communication row issued from inside a host row (the model's issue edges), the top-level row it
     is timed from and how long after that row's start it is issued, given each row's replayed ``work``: the
     model's :func:`~skewlens.replay.execution.issue_anchors`, as the simulator times it."""
