@@ -232,7 +232,7 @@ class ModelTiming:
                 ),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
-        ring_alone = len(dims) == 1 and ds[0].kind == "ring"
+        ring_alone = self._ring_alone(members)
         # tree's reduce_scatter and all_gather are charged halving's formula: round a ring alone, its steps
         halving = self.algorithm == "halving_doubling" or (
             ring_alone and self.algorithm == "tree" and comm_type != CommType.ALL_REDUCE
