@@ -41,6 +41,7 @@ from skewlens.analysis.skew import Cause
 from skewlens.profiler.manifest import default_group_name
 from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges
 from skewlens.profiler.store.render import group_desc, group_members
+from skewlens.replay.execution import HOST_TIME_NAMES
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
@@ -384,9 +385,11 @@ def _stalled_op(c: Cause) -> bool:
     ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the what-if cost
     compares with the median one) nor a kernel (``void ...``: a slower GPU, ``slow_gpu``), a name such as
     ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a ``record_function``'s; grown by half the
-    cause or more, and by more than it took on the median member."""
+    cause or more, and by more than it took on the median member. Nor the capture's own host-time nodes
+    (:data:`~skewlens.replay.execution.HOST_TIME_NAMES`): the ``collectives`` level's ``compute`` is all of a
+    rank's work between two collectives, which an ``op`` replay at factor 0 would take away whole."""
     name, grew = c.ops[0]
-    scope = "::" not in name and not name.startswith("void ")
+    scope = "::" not in name and not name.startswith("void ") and name not in HOST_TIME_NAMES
     return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
 
 

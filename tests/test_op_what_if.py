@@ -23,6 +23,7 @@ from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RankBuilder
+from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME
 from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.real.plan import rank_plan
@@ -242,3 +243,17 @@ def test_analyze_names_the_op_replay_only_for_a_stall_that_is_most_of_what_grew_
         f'pattern:"{SCOPE}"}}]\''
     )
     assert (said in text) == note, text
+
+
+def test_analyze_names_no_op_replay_for_the_collectives_levels_compute_gap_that_grew(tmp_path: Path) -> None:
+    # the collectives level records all of a rank's host time between two collectives as one `compute` node:
+    # no scope that stalled but the rank's whole step of work, whose "op replay at factor 0" took all of it
+    # away (a drifting rank at that level was told "its scope compute, which stalled")
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        comp = 2_000_000 + (STALL_NS if (r, s) == (1, STALL_STEP) else 0)
+        rb.compute(COMPUTE_GAP_NODE_NAME, dur_ns=comp, start_ns=t)
+        return t + comp
+
+    text = stragglers_text(two_rank_run(tmp_path, work, "collectives"))
+    assert f"compute grew: {COMPUTE_GAP_NODE_NAME} +" in text
+    assert "what if it were gone" not in text and "its scope" not in text
