@@ -274,23 +274,30 @@ class ModelTiming:
             # every member's part to every other round the ring: even, the busiest link carries q²/8 parts
             # each way, more than a port's q − 1 from 8 members (a 64-rank all_to_all of 64 MiB on the ring
             # preset was a switch's 1.35 ms, its links' 10.77 ms); uneven, what its pairs put on it
-            moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
             link = self._even_ring_link_bytes(nbytes, members) if ring_link_bytes is None else ring_link_bytes
-            t += max(0.0, phases * link / bw - moved)
+            t += self._ring_link_excess(comm_type, nbytes, p, bw, phases * link)
         if self.algorithm == "tree" and comm_type == CommType.ALL_REDUCE and ring_alone and nbytes > 0:
             # NCCL's double binary tree: each edge of its two trees carries S/2 each way, by the shortest way
             # round; from 16 members the busiest ring link carries more than a port's 2 S (3 S at 16, 5 S
             # at 64), which sets the bandwidth term
-            moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
             flows = [
                 (members[a], members[b], nbytes / 2)
                 for child, parent in double_binary_tree_edges(p)
                 for a, b in ((child, parent), (parent, child))
             ]
             link = max(self._ring_loads(flows, dims[0], members).values(), default=0.0)
-            t += max(0.0, link / bw - moved)
+            t += self._ring_link_excess(comm_type, nbytes, p, bw, link)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
+
+    def _ring_link_excess(
+        self, comm_type: CommType, nbytes: int, p: int, bw: float, link_bytes: float
+    ) -> float:
+        """What the busiest ring link's ``link_bytes`` over ``bw`` take beyond the flat formula's bandwidth
+        term (0 where they take less): added to the formula's time, its bandwidth term is at least that
+        link's."""
+        moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
+        return max(0.0, link_bytes / bw - moved)
 
     def _even_ring_link_bytes(self, nbytes: int, members: tuple[int, ...]) -> float:
         """The bytes the busiest link of a ring carries each way when each of ``members`` (a group on that
