@@ -228,7 +228,7 @@ class ModelTiming:
             outer = (max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims[1:]), bw)
             return self._ns(
                 hierarchical_time_ns(
-                    comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load
+                    comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load, p=p
                 ),
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )

@@ -348,6 +348,31 @@ def test_the_dp_all_reduces_of_tp8_dp2_on_dgx_h100_take_the_ring_time_on_a_nic_e
     assert alone == contended == [round(textbook)] * 8
 
 
+def test_a_hierarchical_gather_or_scatter_on_dgx_h100_charges_the_roots_port_every_other_members_piece() -> (
+    None
+):
+    # NCCL's PXN: the pieces of members on other nodes cross on the NICs of the root's node, then go on to
+    # the root over NVLink, so the root's port takes (p − 1)/p of S, not (p0 − 1)/p0 of it (half as much at
+    # p0 = 2, which is what was charged). A gather's comm_size is a member's piece: S = 8 MiB of 8 pieces
+    cfg = shipped_topology("dgx_h100_8x")
+    nv, ib = cfg.dims
+    timing = ModelTiming(cfg.to_topology(), algorithm=cfg.algorithm)
+    s = 8 * S
+    a0, b0, a1, b1 = nv.latency_ns, nv.bandwidth_gbps, ib.latency_ns, ib.bandwidth_gbps
+    # 2 nodes x 4 (ranks 0-3, 8-11): p0 = 4, p1 = 2, each GPU its own NIC: L = (p1 − 1)/(p0·p1) = 1/8
+    two_by_four = [0, 1, 2, 3, 8, 9, 10, 11]
+    want = 3 * a0 + 7 / 8 * s / b0 + 1 * (a1 + s / 8 / b1)
+    assert timing.collective_time_ns(CommType.GATHER, S, two_by_four) == round(want) == 44_383
+    assert timing.collective_time_ns(CommType.SCATTER, s, two_by_four) == round(want)
+    # was 3 (α0 + S/(4 B0)) + α1 + S/(8 B1): 42,053 ns
+    # 4 nodes x 2 (ranks 0, 1, 8, 9, 16, 17, 24, 25): p0 = 2, p1 = 4, L = 3/8
+    four_by_two = [0, 1, 8, 9, 16, 17, 24, 25]
+    want = a0 + 7 / 8 * s / b0 + 3 * a1 + 3 / 8 * s / b1
+    assert timing.collective_time_ns(CommType.GATHER, S, four_by_two) == round(want) == 94_926
+    assert timing.collective_time_ns(CommType.SCATTER, s, four_by_two) == round(want)
+    # was α0 + S/(2 B0) + 3 α1 + 3/8 S / B1: 87,935 ns
+
+
 def test_a_hierarchical_all_reduce_on_two_node_ib_shares_the_one_link_in_both_timing_modes(
     tmp_path: Path,
 ) -> None:

@@ -36,10 +36,12 @@ reduce_scatter and all_gather (halving_doubling's formula) go through halving_do
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node
 ring all-gather of ``S``:
 ``T = (p0−1)(α0 + S/(p0·B0)) + 2(p1−1)(α1 + S/(p0·p1·B1)) + (p0−1)(α0 + S/(p0·B0))``.
-reduce_scatter, all_gather, gather and scatter: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``
-(a gather's pieces crossing nodes on every NIC of the root's node, then on to the root inside it, as NCCL's
-PXN routes them); other types (broadcast, reduce) use the flat ring over the slowest dimension. The ``p0``
-inter-node rings run at once, and the inter-node phase's
+reduce_scatter and all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(p0·p1·B1))``; gather and
+scatter: ``(p0−1)α0 + (p−1)/p·S/B0 + (p1−1)(α1 + S/(p0·p1·B1))``, ``p`` the members (a gather's pieces
+cross nodes on every NIC of the root's node, then go on to the root inside it, as NCCL's PXN routes them:
+the root's own port takes every piece but its own, ``(p−1)/p`` of ``S``, not a reduce_scatter's
+``(p0−1)/p0``, half of it at ``p0 = 2``); other types (broadcast, reduce) use the flat ring over the
+slowest dimension. The ``p0`` inter-node rings run at once, and the inter-node phase's
 ``(p1−1)/(p0·p1)·S/B1`` is, in general, ``(p1−1)α1 + L·S/B1`` with ``L`` what the busiest outer link
 carries per byte of ``S`` (``Topology.outer_load``): a node with ``m`` of the ``p`` members imports the
 others' ``(p−m)/p`` of ``S`` over its members' links, ``k`` of them on its busiest link,
@@ -150,16 +152,22 @@ def hierarchical_time_ns(
     inner: tuple[float, float],
     outer: tuple[float, float],
     outer_load: float | None = None,
+    p: int | None = None,
 ) -> float:
     """Two-level cost (see the module docstring); ``inner``/``outer`` are ``(α, B)``; ``outer_load``: ``L``,
     per byte of ``S`` what the busiest outer link carries in one inter-node phase (None: ``(p1−1)/(p0·p1)``,
-    whole nodes on links of their own)."""
+    whole nodes on links of their own); ``p``: the group's members (None: ``p0·p1``), whose ``(p−1)/p`` of
+    ``S`` a gather's root receives (a scatter's sends) through its own port."""
     a0, b0 = inner
     a1, b1 = outer
     s = float(nbytes)
     if comm_type == CommType.BARRIER:
         comm_type, s = CommType.ALL_REDUCE, 0.0
     intra = (p0 - 1) * (a0 + s / (p0 * b0)) if p0 > 1 else 0.0
+    if comm_type in (CommType.GATHER, CommType.SCATTER) and p0 > 1:
+        # PXN: the pieces of every other member, on other nodes too, pass the root's own port
+        members = p0 * p1 if p is None else p
+        intra = (p0 - 1) * a0 + (members - 1) / members * s / b0
     load = (p1 - 1) / (p0 * p1) if outer_load is None else outer_load
     phase = (p1 - 1) * a1 + load * s / b1 if p1 > 1 else 0.0
     if comm_type == CommType.ALL_REDUCE:
