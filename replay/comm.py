@@ -258,9 +258,9 @@ class ModelTiming:
         alpha = float(max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims))
         bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
         if self.algorithm not in ("ring", "hierarchical"):
-            # messages between non-neighbours travel up to half the ring in hops, on any ring dimension the
-            # group spans (q units there: q/2; p/2 on a ring alone). Before, only where the ring was the
-            # slowest dimension, at p/2: a faster NVSwitch beside a ring of nodes made a step slower
+            # messages between non-neighbours travel up to the group's farthest pair's hops by the shortest
+            # way, on every ring dimension the group spans, summed (q units filling a ring: q/2; a line of q
+            # units: q − 1), whether or not the ring is the slowest dimension
             alpha *= self._ring_span_hops(members, dims)
         if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
             # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
@@ -550,7 +550,8 @@ class ModelTiming:
 
     def p2p_time_ns(self, src: int, dst: int, nbytes: int, step: int = -1) -> int:
         """Model time of one message ``src -> dst`` over the slowest dimension they span (at its effective
-        bandwidth, oversubscription applied, as a collective between the same ranks gets)."""
+        bandwidth, oversubscription applied, as a collective between the same ranks gets); ``α`` paid once
+        per hop by the shortest way round each ``ring`` dimension they differ in, summed over them."""
         dims = self._spanned((src, dst))
         if not dims:
             return 0
@@ -566,15 +567,24 @@ class ModelTiming:
         )
 
     def _ring_span_hops(self, members: tuple[int, ...], dims: tuple[int, ...]) -> int:
-        """The most hops a message between two of ``members`` crosses on a ``ring`` dimension they span,
-        at least 1: half the units they occupy on it, the largest over such dimensions."""
+        """The most hops a message between two of ``members`` crosses on the ``ring`` dimensions they span,
+        at least 1: on each, its farthest pair of occupied units' shortest way round
+        (``topology.ring_arcs``: half the units on a ring the group fills, ``q − 1`` on a line of ``q`` units
+        of a larger ring), summed over them (a message crossing both rings of a torus pays the hops on
+        each)."""
         topo = self.topology
-        return max(
-            [1]
-            + [len({topo.coords(r)[d] for r in members}) // 2 for d in dims if topo.dims[d].kind == "ring"]
-        )
+        hops = 0
+        for d in dims:
+            if topo.dims[d].kind != "ring":
+                continue
+            size = self._ring_size(d, members)
+            units = sorted({topo.coords(r)[d] for r in members})
+            hops += max(ring_arcs(a, b, size)[0][1] for i, a in enumerate(units) for b in units[i + 1 :])
+        return max(1, hops)
 
     def _ring_hops(self, src: int, dst: int, dims: tuple[int, ...]) -> int:
+        """Hops a message from ``src`` to ``dst`` crosses by the shortest way round each ``ring`` dimension
+        of ``dims``, summed over them."""
         a, b = self.topology.coords(src), self.topology.coords(dst)
         hops = 0
         for d in dims:
@@ -583,7 +593,7 @@ class ModelTiming:
                 continue
             k = abs(a[d] - b[d])
             size = dim.size or k + 1
-            hops = max(hops, min(k, size - k))
+            hops += min(k, size - k)
         return hops
 
     def collective(

@@ -405,21 +405,49 @@ def test_an_all_to_all_round_a_small_ring_costs_a_port_and_round_an_odd_ring_its
 
 
 def test_an_even_all_to_all_on_half_a_ring_costs_the_line_its_members_form_not_a_whole_rings_cut() -> None:
-    # ranks 0..7 on a ring of 16 (direct, S/8 a part, 8/2 = 4 hops of α): they form a line, no pair's
-    # shortest way round the other half, and the link from 3 to 4 carries every part from 0..3 to 4..7,
-    # 4 · 4 = 16 parts, 2 S (as the same parts given as pairs). Before, the whole ring's cut, 8²/8 = 8 parts:
-    # 22,972 ns where the pairs gave 43,943
+    # ranks 0..7 on a ring of 16 (direct, S/8 a part, 7 hops of α: 0 to 7 the shortest way, along the
+    # line, not 8/2 = 4): they form a line, no pair's shortest way round the other half, and the link from
+    # 3 to 4 carries every part from 0..3 to 4..7, 4 · 4 = 16 parts, 2 S (as the same parts given as
+    # pairs). Before, the whole ring's cut, 8²/8 = 8 parts: 22,972 ns where the pairs gave 43,943
     timing = ModelTiming(_ring(16), algorithm="direct")
     pairs = [(a, b, S // 8) for a in range(8) for b in range(8) if a != b]
     even = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8))
     assert even == timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8), pairs=pairs)
-    assert even == round(4 * ALPHA + 2 * S / BW) == 43_943
+    assert even == round(7 * ALPHA + 2 * S / BW) == 45_443
     # direct's all_reduce is two such exchanges, its reduce_scatter one; the ring algorithm's all_to_all its
     # 7 messages' latency and the same busiest link
-    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(8)) == round(2 * (4 * ALPHA + 2 * S / BW))
-    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(8)) == round(4 * ALPHA + 2 * S / BW)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(8)) == round(2 * (7 * ALPHA + 2 * S / BW))
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(8)) == round(7 * ALPHA + 2 * S / BW)
     ring_alg = ModelTiming(_ring(16), algorithm="ring")
     assert ring_alg.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(7 * ALPHA + 2 * S / BW)
+
+
+def test_a_group_on_part_of_a_ring_pays_its_farthest_pairs_hops_not_half_its_units() -> None:
+    # a tree broadcast among ranks 0..7 of a ring of 16: 0 and 7 are 7 hops apart by the shortest way (the
+    # other way is 9), so a message pays up to 7 α, where half the 8 units, 4, was charged (68,915 ns)
+    got = ModelTiming(_ring(16), algorithm="tree").collective_time_ns(CommType.BROADCAST, S, range(8))
+    assert got == round(3 * (7 * ALPHA + S / BW)) == 73_415
+
+
+def _torus(x: int, y: int) -> Topology:
+    """A 2-D torus of ``x`` by ``y`` ranks: a ring of ``x``, each of its units on a ring of ``y`` (a rank's
+    own link on each, every link 50 GB/s, 500 ns)."""
+    return Topology(
+        name="torus",
+        dims=(
+            Dimension(kind="ring", size=x, bandwidth_gbps=BW, latency_ns=ALPHA),
+            Dimension(kind="ring", size=y, bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+
+
+def test_a_message_crossing_both_rings_of_a_torus_pays_the_hops_on_each() -> None:
+    # 4 x 4: rank 10 is (2, 2), 2 hops from rank 0 round each ring: 4 hops of α, where the larger ring's 2
+    # was charged (21,972 ns for S, 87,886 ns for a 16-rank tree broadcast, now 91,886)
+    timing = ModelTiming(_torus(4, 4), algorithm="tree")
+    assert timing.p2p_time_ns(0, 10, S) == round(4 * ALPHA + S / BW) == 22_972
+    # a tree broadcast among all 16: ⌈log2 16⌉ = 4 levels, each message up to 2 + 2 hops
+    assert timing.collective_time_ns(CommType.BROADCAST, S, range(16)) == round(4 * (4 * ALPHA + S / BW))
 
 
 def _one_switch() -> Topology:
