@@ -157,11 +157,13 @@ class ModelTiming:
         likewise (:meth:`_even_all_to_all_ns`), so that nearly even splits cost nearly what even ones do
         (before, an even all_to_all got the flat formula at the slowest dimension's bandwidth, blind to the
         members sharing a node's link: 8 ranks of 64 MiB on ``two_node_ib`` 2.47 ms even, 5.37 ms with one
-        byte more to one member). An uneven one on a ring alone keeps its formula, at least its busiest ring
-        link's bytes from its pairs (:meth:`_ring_loads`). An all_reduce, all_gather, reduce_scatter or
-        reduce of 0 bytes (``nbytes``: its largest member's) costs nothing: it waits for no one and moves
-        nothing (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not the formulas' latency (on 64
-        ranks of ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for an empty reduce)."""
+        byte more to one member), and where it spans a ring dimension, at least that ring's busiest link's
+        bytes (each pair crossing it by the shortest way, :meth:`_ring_loads`). An uneven one on a ring
+        alone keeps its formula, at least its busiest ring link's bytes from its pairs. An all_reduce,
+        all_gather, reduce_scatter or reduce of 0 bytes (``nbytes``: its largest member's) costs nothing:
+        it waits for no one and moves nothing (:data:`~skewlens.profiler.vocab.EMPTY_WAITS_FOR_NONE`), not
+        the formulas' latency (on 64 ranks of ``dgx_h100_8x`` 79.8 µs for an empty all_reduce, 315 µs for
+        an empty reduce)."""
         members = tuple(sorted(set(ranks)))
         if len(members) <= 1 or (nbytes == 0 and comm_type in EMPTY_WAITS_FOR_NONE):
             return 0
@@ -233,17 +235,19 @@ class ModelTiming:
                 f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks",
             )
         ring_alone = self._ring_alone(members)
-        # tree's reduce_scatter and all_gather are charged halving's formula: round a ring alone, its steps
+        rings = self._ring_dims(dims)
+        # tree's reduce_scatter and all_gather are charged halving's formula: on a group spanning a ring
+        # dimension, its steps
         halving = self.algorithm == "halving_doubling" or (
-            ring_alone and self.algorithm == "tree" and comm_type != CommType.ALL_REDUCE
+            bool(rings) and self.algorithm == "tree" and comm_type != CommType.ALL_REDUCE
         )
         if (len(dims) >= 2 or (ring_alone and halving)) and nbytes > 0 and comm_type in _EXCHANGES:
             # across dimensions, link by link: once (reduce_scatter, all_gather) or twice (an all_reduce's
             # reduce-scatter, then all-gather); direct: every member sends S/p to every other at once, as an
             # even all_to_all is costed; halving_doubling (a power-of-two group; tree's reduce_scatter and
-            # all_gather, charged its formula, round a ring alone): step by step, round a ring alone too
-            # (its partners p/2, p/4, ... away share the ring's links), each step's messages paying the
-            # ring's hops as the formula's do
+            # all_gather, charged its formula, on a group spanning a ring dimension): step by step, round a
+            # ring alone too; on any ring dimension spanned its partners p/2, p/4, ... away share the
+            # ring's links, each step's messages paying the ring's hops on a ring alone as the formula's do
             phase: float | None = None
             if self.algorithm == "direct":
                 phase = self._exchange_t(nbytes // p, members, adj)
@@ -276,8 +280,8 @@ class ModelTiming:
             # preset was a switch's 1.35 ms, its links' 10.77 ms); uneven, what its pairs put on it
             phases = 2 if comm_type == CommType.ALL_REDUCE else 1
             link = self._even_ring_link_bytes(nbytes, members) if ring_link_bytes is None else ring_link_bytes
-            t += self._ring_link_excess(comm_type, nbytes, p, bw, phases * link)
-        if self.algorithm == "tree" and comm_type == CommType.ALL_REDUCE and ring_alone and nbytes > 0:
+            t += self._ring_link_excess(comm_type, nbytes, p, bw, phases * link / bw)
+        if self.algorithm == "tree" and comm_type == CommType.ALL_REDUCE and rings and nbytes > 0:
             # NCCL's double binary tree: each edge of its two trees carries S/2 each way, by the shortest way
             # round; from 16 members the busiest ring link carries more than a port's 2 S (3 S at 16, 5 S
             # at 64), which sets the bandwidth term
@@ -286,18 +290,20 @@ class ModelTiming:
                 for child, parent in double_binary_tree_edges(p)
                 for a, b in ((child, parent), (parent, child))
             ]
-            link = max(self._ring_loads(flows, dims[0], members).values(), default=0.0)
-            t += self._ring_link_excess(comm_type, nbytes, p, bw, link)
+            link_ns = max(
+                load / (self.topology.dims[d].effective_bandwidth_gbps * adj[d][0])
+                for d in rings
+                for load in self._ring_loads(flows, d, members).values()
+            )
+            t += self._ring_link_excess(comm_type, nbytes, p, bw, link_ns)
         return self._ns(t, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks")
 
-    def _ring_link_excess(
-        self, comm_type: CommType, nbytes: int, p: int, bw: float, link_bytes: float
-    ) -> float:
-        """What the busiest ring link's ``link_bytes`` over ``bw`` take beyond the flat formula's bandwidth
-        term (0 where they take less): added to the formula's time, its bandwidth term is at least that
+    def _ring_link_excess(self, comm_type: CommType, nbytes: int, p: int, bw: float, link_ns: float) -> float:
+        """What the busiest ring link's bytes take, ``link_ns``, beyond the flat formula's bandwidth term at
+        ``bw`` (0 where they take less): added to the formula's time, its bandwidth term is at least that
         link's."""
         moved = flat_time_ns(self.algorithm, comm_type, nbytes=nbytes, p=p, alpha=0.0, bw=bw)
-        return max(0.0, link_bytes / bw - moved)
+        return max(0.0, link_ns - moved)
 
     def _even_ring_link_bytes(self, nbytes: int, members: tuple[int, ...]) -> float:
         """The bytes the busiest link of a ring carries each way when each of ``members`` (a group on that
@@ -330,7 +336,9 @@ class ModelTiming:
         longer of its bytes at its bandwidth and its slowest pair's; on one dimension, the flat formula of
         the busiest port's bytes so weighed, and round a ring at least its busiest ring link's so weighed (a
         ring link belongs to the members at its two ends: a slowed rank slows the traffic passing through
-        it too). None where every link and pair has the group's factor, for
+        it too); across dimensions, a ring dimension's links too, each at the factor of the members at its
+        two end units on that ring (:meth:`_ring_loads`). None where every link and pair has the group's
+        factor, for
         the costs below. So rank 3 of 4 on one switch at a tenth of the bandwidth, sending 98,304 B to a
         hot expert's rank that received 3 such parts, makes that all_to_all 20,661 ns (its own port's
         98,304 B at a tenth), not the hot rank's 294,912 B at a tenth (59,982)."""
@@ -391,6 +399,21 @@ class ModelTiming:
             weighed = [{k: max(n / link_f[k], slowest) for k, (n, slowest) in load.items()} for load in loads]
             if multi:
                 t = max(self._busiest_t(w, unit) for w in weighed)
+                for d in self._ring_dims(dims):
+                    # a ring link is its two end units' members on that ring's (as round a ring alone)
+                    size = self._ring_size(d, members)
+                    ring_w: dict[tuple[int, ...], float] = {}
+                    for k, carried in self._ring_loads(pairs, d, members).items():
+                        ends, rail, outer = (k[2], (k[2] + k[3]) % size), -1 - k[1], k[4:]
+                        on_ends = tuple(
+                            r
+                            for r in members
+                            if (c := self.topology.coords(r))[d] in ends
+                            and c[d + 1 :] == outer
+                            and self.topology.link(r, d)[1] == rail
+                        )
+                        ring_w[k] = carried / (factor(on_ends, d) if on_ends else adj[d][0])
+                    t = max(t, self._busiest_t(ring_w, unit))
                 result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
             else:
                 busiest = max((n for w in weighed for n in w.values()), default=0.0)
@@ -410,9 +433,10 @@ class ModelTiming:
         """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the
         receiver through their links (``Topology.link``) on every dimension the two differ in (two ranks
         of a node: its switch only; of two nodes: their nodes' links too); the time is the busiest link's,
-        ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``). On one
-        dimension that is the busiest port's ``α + D/B``, what the flat formulas charge (which are kept
-        there)."""
+        ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``), a ring
+        dimension's links among them (:meth:`_ring_loads`: each pair crossing it goes the shortest way
+        round). On one dimension that is the busiest port's ``α + D/B``, what the flat formulas charge
+        (which are kept there)."""
         out: dict[tuple[int, ...], float] = {}  # link: bytes leaving through it
         into: dict[tuple[int, ...], float] = {}  # link: bytes entering through it
         for src, dst, n in pairs:
@@ -421,6 +445,8 @@ class ModelTiming:
                     k = self.topology.link(r, d)
                     load[k] = load.get(k, 0) + n
         t = max(self._busiest_t(out, adj), self._busiest_t(into, adj))
+        for d in self._ring_dims(self._spanned(members)):
+            t = max(t, self._busiest_t(self._ring_loads(pairs, d, members), adj))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
 
     def _ring_size(self, d: int, members: tuple[int, ...]) -> int:
@@ -432,15 +458,27 @@ class ModelTiming:
         self, flows: Iterable[tuple[int, int, float]], d: int, members: tuple[int, ...]
     ) -> dict[tuple[int, ...], float]:
         """Bytes each link of ring dimension ``d`` carries, one direction (``topology.ring_arcs``'s names),
-        when every ``(src, dst, bytes)`` of ``flows`` (members') goes the shortest way round: each way a
-        range of the links, summed in a difference array (a pair's cost independent of its hops)."""
+        when every ``(src, dst, bytes)`` of ``flows`` (members') that crosses ``d`` goes the shortest way
+        round: each way a range of the links, summed in a difference array (a pair's cost independent of
+        its hops). A pair differing in other dimensions too crosses the inner ones first (NCCL's PXN: to the
+        rank slot of the destination's on its own unit, then round the ring on that slot's link, one of
+        the unit's ``links_per_node`` rings side by side; a ring of nodes of 8 GPUs, each its own NIC, is
+        8 rings), at its source's coordinates on the outer ones."""
         topo = self.topology
         size = self._ring_size(d, members)
-        diff: dict[tuple[int, tuple[int, ...]], list[float]] = {}  # (step, the ring's outer coords): diffs
+        # (step, ring index, the ring's outer coords): diffs
+        diff: dict[tuple[int, int, tuple[int, ...]], list[float]] = {}
+        index_at: dict[tuple[int, ...], int] = {}  # the destination's slot on its unit: its ring
         for src, dst, n in flows:
             a, b = topo.coords(src), topo.coords(dst)
-            for step, hops, share in ring_arcs(a[d], b[d], size):
-                arr = diff.setdefault((step, a[d + 1 :]), [0.0] * size)
+            arcs = ring_arcs(a[d], b[d], size)
+            index = 0
+            if d and arcs:
+                index = index_at.get(b[:d], -1)
+                if index < 0:
+                    index = index_at[b[:d]] = topo.link_at(b[:d] + a[d:], d)[1]
+            for step, hops, share in arcs:
+                arr = diff.setdefault((step, index, a[d + 1 :]), [0.0] * size)
                 # the links leaving units a, a + step, ... (hops of them), as a range of their first units
                 lo = a[d] if step == 1 else (a[d] - hops + 1) % size
                 end = lo + hops
@@ -451,13 +489,17 @@ class ModelTiming:
                     arr[0] += n * share
                     arr[end - size] -= n * share
         loads: dict[tuple[int, ...], float] = {}
-        for (step, outer), arr in diff.items():
+        for (step, index, outer), arr in diff.items():
             acc = 0.0
             for c, x in enumerate(arr):
                 acc += x
                 if acc > 0:
-                    loads[(d, -1, c, step, *outer)] = acc
+                    loads[(d, -1 - index, c, step, *outer)] = acc
         return loads
+
+    def _ring_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        """The ``ring`` dimensions among ``dims``."""
+        return tuple(d for d in dims if self.topology.dims[d].kind == "ring")
 
     def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust, hops: int = 1) -> float:
         """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of
@@ -487,18 +529,25 @@ class ModelTiming:
         """Each member sending ``part`` bytes to every other at once, costed as :meth:`_pairs_ns` costs such
         pairs without listing the ``p²`` of them: on each dimension ``d`` the group spans, a member sends a
         part to, and receives one from, each member whose coordinate ``d`` differs from its own, through
-        its link there; a link's load is the sum over the members on it, the same out as in. Time: the
-        busiest link's ``α + load / B`` (0 where every part is empty, as :meth:`_pairs_ns`, which lists no
-        pair of 0 bytes)."""
+        its link there; a link's load is the sum over the members on it, the same out as in; on a ring
+        dimension, its links' too, the ``p²`` parts each the shortest way round (:meth:`_ring_loads`).
+        Time: the busiest link's ``α + load / B`` (0 where every part is empty, as :meth:`_pairs_ns`, which
+        lists no pair of 0 bytes)."""
         p = len(members)
         topo = self.topology
+        dims = self._spanned(members)
         load: Counter[tuple[int, ...]] = Counter()
-        for d in self._spanned(members):
+        for d in dims:
             coord = {r: topo.coords(r)[d] for r in members}
             same = Counter(coord.values())
             for r in members:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
-        return self._busiest_t(load, adj)
+        t = self._busiest_t(load, adj)
+        if part > 0:
+            for d in self._ring_dims(dims):
+                flows = ((a, b, part) for a in members for b in members if a != b)
+                t = max(t, self._busiest_t(self._ring_loads(flows, d, members), adj))
+        return t
 
     def _halving_doubling_t(
         self, nbytes: int, members: tuple[int, ...], adj: Adjust, *, hops: int = 1
@@ -510,14 +559,15 @@ class ModelTiming:
         its link on each dimension the two differ in; a link's load is the sum over the members on it, and
         the step lasts its busiest link's ``α + load / B``. Members sharing a node's link (a NIC) share it
         in the steps that cross nodes, which the flat formula charged as if each had one of its own. On a
-        ring alone the messages to partners beyond the next member also load the ring's links between
-        them, by the shortest way (:meth:`_ring_loads`), and ``α`` is paid ``hops`` times (a 16-rank
-        reduce-scatter's busiest links carry ``2 S``, ``S``, ``S/4``, ``S/16`` in its four steps, where its
-        ports carry ``15/16 S`` in all)."""
+        ring dimension the group spans (alone or with others) the messages to partners beyond the next
+        unit also load the ring's links between them, by the shortest way (:meth:`_ring_loads`), and
+        ``α`` is paid ``hops`` times (the caller's: the ring's on a ring alone, 1 across dimensions). A
+        16-rank reduce-scatter round a ring alone: its busiest links carry ``2 S``, ``S``, ``S/4``,
+        ``S/16`` in its four steps, where its ports carry ``15/16 S`` in all."""
         p = len(members)
         topo = self.topology
         dims = self._spanned(members)
-        ring = self._ring_alone(members)
+        rings = self._ring_dims(dims)
         coords = [topo.coords(r) for r in members]
         t = 0.0
         dist, part = p // 2, nbytes / 2
@@ -529,9 +579,9 @@ class ModelTiming:
                     if coords[i][d] != coords[j][d]:
                         k = topo.link(r, d)
                         load[k] = load.get(k, 0.0) + part
-            if ring:
+            for d in rings:
                 load |= self._ring_loads(
-                    ((r, members[i ^ dist], part) for i, r in enumerate(members)), dims[0], members
+                    ((r, members[i ^ dist], part) for i, r in enumerate(members)), d, members
                 )
             t += self._busiest_t(load, adj, hops)
             dist, part = dist // 2, part / 2
@@ -579,6 +629,9 @@ class ModelTiming:
                 continue
             size = self._ring_size(d, members)
             units = sorted({topo.coords(r)[d] for r in members})
+            if len(units) == size:  # the whole ring: half way round
+                hops += size // 2
+                continue
             hops += max(ring_arcs(a, b, size)[0][1] for i, a in enumerate(units) for b in units[i + 1 :])
         return max(1, hops)
 

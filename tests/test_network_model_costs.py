@@ -450,6 +450,67 @@ def test_a_message_crossing_both_rings_of_a_torus_pays_the_hops_on_each() -> Non
     assert timing.collective_time_ns(CommType.BROADCAST, S, range(16)) == round(4 * (4 * ALPHA + S / BW))
 
 
+def _ring_of_nodes(links: int) -> Topology:
+    """8 nodes of 2 ranks (a 200 GB/s, 300 ns switch) on a ring of 50 GB/s, 500 ns links, ``links`` rings
+    side by side (0: one per rank slot, 2; 1: one per node)."""
+    return Topology(
+        name="ring-of-nodes",
+        dims=(
+            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA, links_per_node=links),
+        ),
+    )
+
+
+def test_an_all_to_all_across_a_ring_of_nodes_pays_the_ring_links_its_pairs_cross_not_only_the_nics() -> None:
+    # 16 ranks, S/16 a part. A pair crosses the switch first, to the slot of its destination, then goes
+    # round that slot's ring the shortest way: on each of the 2 rings every node sends 2 parts (its 2
+    # ranks') to each other node, an 8-node ring exchange of 2 parts a pair: the busiest link carries
+    # 8²/8 · 2 = 16 parts, where a rank's NIC carries 14 (the 14 members off its node). Before, the NICs'
+    # 14 parts only: 18,850 ns
+    part = S // 16
+    pairs = [(a, b, part) for a in range(16) for b in range(16) if a != b]
+    want = round(ALPHA + 16 * part / BW)
+    for algorithm in ("direct", "ring"):  # link by link whatever the algorithm
+        timing = ModelTiming(_ring_of_nodes(0), algorithm=algorithm)
+        assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16)) == want == 21_472
+        assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=pairs) == want
+    # rank 3 (node 1, slot 1) at half speed: the links of slot 1's ring at node 1 (a ring link is its two
+    # ends') carry their 16 parts at 25 GB/s, the traffic passing through too; its NIC's 14 parts at 25 GB/s
+    # were charged before (37,200 ns)
+    slow = SlowdownModel([Slowdown(kind="network", ranks=(3,), factor=0.5)])
+    slowed = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=slow)
+    assert slowed.collective_time_ns(CommType.ALL_TO_ALL, S, range(16)) == round(
+        ALPHA + 16 * part / (BW * 0.5)
+    )
+
+
+def test_a_halving_doubling_reduce_scatter_across_a_ring_of_nodes_pays_the_ring_links_of_its_far_steps() -> (
+    None
+):
+    # 16 ranks in rank order, rank r on node r // 2: partners 8 apart (4 nodes, half way round: S/2 split
+    # both ways) load the link from node c to c + 1 with S/4 from each of c − 3 .. c: S, where a NIC
+    # carries S/2; partners 4 apart (2 nodes: 0 <-> 2, 1 <-> 3, ...) load the link from node 1 to 2 with the
+    # S/4 of 0 -> 2 and 1 -> 3: S/2, a NIC S/4; 2 apart, the next node, S/8 as the NIC; 1 apart, the switch,
+    # S/16. One α a step (link by link across dimensions). Before, the NICs' S/2 and S/4: 20,478 ns
+    steps = (ALPHA + S / BW) + (ALPHA + S / 2 / BW) + (ALPHA + S / 8 / BW) + (300 + S / 16 / 200.0)
+    for algorithm in ("halving_doubling", "tree"):  # tree's reduce_scatter is charged halving's steps
+        timing = ModelTiming(_ring_of_nodes(0), algorithm=algorithm)
+        assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps) == 36_206
+    # tree's was its flat formula: 4 levels of 4 hops, 15/16 S through a port (27,661 ns)
+
+
+def test_a_tree_all_reduce_across_a_ring_of_nodes_is_charged_its_busiest_ring_link() -> None:
+    # 16 ranks, rank r on node r // 2, the nodes on one ring (one link per node). NCCL's double binary
+    # tree, every edge S/2 each way by the shortest way round: the link between nodes 2 and 3 carries the
+    # edges 5-6, 6-4 and 4-8 (nodes 2 -> 4) of the first tree, 6-5 and 3-7 (nodes 1 -> 3) of the second,
+    # and half of 8-0 and of 7-15 (4 nodes apart, half way round): 6 edges' S/2, 3 S each way, where a
+    # port carries 2 S. 4 levels, 8/2 = 4 hops of α a message. Before, the port's 2 S: 57,943 ns
+    timing = ModelTiming(_ring_of_nodes(1), algorithm="tree")
+    got = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
+    assert got == round(2 * 4 * 4 * ALPHA + 3 * S / BW) == 78_915
+
+
 def _one_switch() -> Topology:
     return Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
 

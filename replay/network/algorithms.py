@@ -30,7 +30,9 @@ with one link per rank (``2(p−1)/p · S/B``, the ring's) and made a tree twice
 a ``ring`` dimension alone its trees' edges go the shortest way round, sharing the ring's links
 (``double_binary_tree_edges``, ``skewlens.replay.comm.ModelTiming``): from 16 members the busiest link
 carries more than a port's ``2S`` (``3S`` at 16, ``5S`` at 64), and the bandwidth term is that; tree's
-reduce_scatter and all_gather (halving_doubling's formula) go through halving_doubling's steps there.
+reduce_scatter and all_gather (halving_doubling's formula) go through halving_doubling's steps there. A
+group spanning a ring dimension and others pays that ring's links the same way (each pair crossing it by
+the shortest way round, on the ring of its destination's slot).
 
 ``hierarchical`` (a group spanning nodes, ``p0`` ranks per node on ``(α0, B0)``, ``p1`` nodes on
 ``(α1, B1)``): intra-node ring reduce-scatter of ``S``, inter-node ring all-reduce of ``S/p0``, intra-node

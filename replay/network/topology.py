@@ -33,8 +33,9 @@ def ring_arcs(a: int, b: int, size: int) -> list[tuple[int, int, float]]:
     """The shortest way round a ring of ``size`` units from unit ``a`` to unit ``b``: ``(step, hops,
     share)``, ``hops`` links one after another in the direction ``step`` (+1 or −1) from ``a``, carrying
     ``share`` of the bytes; a pair exactly half way round splits its bytes between the two ways. The link
-    from unit ``c`` to ``c + step`` is ``(d, −1, c, step, *coords[d + 1:])`` on dimension ``d`` (index −1:
-    never a rank's own :meth:`Topology.link`)."""
+    from unit ``c`` to ``c + step`` is ``(d, −1 − i, c, step, *coords[d + 1:])`` on dimension ``d``, ``i``
+    the index of :meth:`Topology.link` of the rank slot it leaves from (on an outer ring a unit has
+    ``links_per_node`` rings side by side; on the innermost, one: index −1), never a rank's own link."""
     fwd = (b - a) % size
     if fwd == 0:
         return []
@@ -220,7 +221,10 @@ class Topology:
 
     def link(self, rank: int, d: int) -> tuple[int, ...]:
         """The link ``rank`` uses on dimension ``d``: ``(d, link index within its unit, *coords[d:])``."""
-        c = self.coords(rank)
+        return self.link_at(self.coords(rank), d)
+
+    def link_at(self, c: Sequence[int], d: int) -> tuple[int, ...]:
+        """The link the rank slot at coordinates ``c`` uses on dimension ``d`` (:meth:`link`)."""
         slot, stride = 0, 1
         for j in range(d):
             slot += c[j] * stride
