@@ -14,7 +14,8 @@ or NCCL kernels); it is never merged.
 
 - recorded ctrl/data dependencies, and the predecessor on ``i``'s timeline (the earlier-starting node with
   the latest end), unless ``i`` is nested inside it (then ``i`` is *nested*: its times follow its
-  enclosing node, ``parent``) or ``d`` was still running when ``i`` started (see below);
+  enclosing node, ``parent``, scaled with its work: :func:`nested_times`) or ``d`` was still running when
+  ``i`` started (see below);
 - *inferred waits*: a host node that starts at most ``WAIT_SLACK_NS`` after a communication node on another
   timeline completed, on a thread that had been idle ``WAIT_RATIO`` times longer before that, waited for it.
 
@@ -61,9 +62,10 @@ between the ranks' traces) is detached too, so the recording replays as it was.
 **GPU work** (see "GPU dependencies" in :mod:`skewlens.profiler.vocab`). Each CUDA stream is a timeline: a
 kernel, copy or memset starts ``gap`` after the later of its predecessor's end and its other start edges
 (event waits across streams) and its *launch*: a *launch edge* from the host row around its launch call
-is met ``launch_off_ns`` after that row starts (the call's place inside it), not when it ends, so the CPU
-runs ahead of the GPU as recorded. A host row that synchronised on the GPU (stream, event or device
-synchronise, a blocking copy) is a wait node: its dependencies on GPU rows are wait edges; its launches
+is met ``launch_off_ns`` after that row starts (the call's place inside it, scaled with the row's work
+where a replay changes it: "Issue edges"), not when it ends, so the CPU runs ahead of the GPU as
+recorded. A host row that synchronised on the GPU (stream, event or device synchronise, a blocking copy)
+is a wait node: its dependencies on GPU rows are wait edges; its launches
 are met after it *arrives* (its recorded start), before it waits, so that a host op may launch the very
 work it then waits for (``.item()``: the copy names the op in ``skl_launched_in``); those whose call came
 after its wait had ended (``aten::index``: a synchronise, then launches) are met as long after its wait
@@ -80,9 +82,16 @@ communication hook's all_reduce inside ``AccumulateGrad``, FSDP2's ``unshard`` a
 row (:func:`_issue_edges`): it is issued at that row's replayed start plus its recorded offset into the
 row, scaled by the row's work factor (:func:`issue_offsets`: replayed over recorded work, so a slowdown,
 a ``dur_override`` or calibration of the row moves it); the offset is clamped to the row's duration (a
-start recorded just past the row's end, by the trace sources' clock error, is at its end). Kernel launches
-are not scaled so: a launch edge is met ``launch_off_ns`` after its source's start whatever the source's
-factor.
+start recorded just past the row's end, by the trace sources' clock error, is at its end). Launches and
+nested rows move so too (:func:`scaled_offsets`, the one rule): a launch edge is met at its source's
+replayed start plus its call's place scaled by the source's work factor (:func:`launch_offsets`; of a call
+after its source's wait, the place after the wait, from the wait's end; a call made while the source waited
+is met as recorded: the wait is the wait's, not the source's work), so a kernel launched 90% into an op a
+replay halves is launched 45% into the op's recorded length, inside it; a nested row starts its recorded
+offset into its enclosing row scaled by that row's factor and lasts its recorded work so scaled, unless the
+replay changes its own work (an ``op`` item naming it, a ``compute`` item, a ``dur_override``: then its
+own), so a child of a scope a replay halves ends inside the halved scope (:func:`nested_times`; one inside
+an enclosing wait node's wait keeps its recorded offset and its own work).
 
 **Host gaps.** ``gap_i = recorded start_i - max(recorded end of i's start edges, launch times, issue
 times)`` (clamped >= 0); for a node without start edges ``gap_i = recorded start_i - t0`` (the rank's first
@@ -166,7 +175,8 @@ class RankModel:
     """Wait edges, dependants (wait nodes)."""
     launch_src: I32
     """Launch edges, sources (host rows): GPU row ``launch_dst[k]`` cannot start before ``launch_off_ns[k]``
-    after its source started (the launch call inside it), whatever the source does after that."""
+    (scaled by its source's work factor: :func:`launch_offsets`) after its source started (the launch call
+    inside it), whatever the source does after that."""
     launch_dst: I32
     """Launch edges, dependants (GPU rows)."""
     launch_off_ns: I64
@@ -202,7 +212,8 @@ class RankModel:
     work_ns: I64
     """Each row's own work: its recorded duration, less the waiting of a wait node."""
     parent: I32
-    """Nested rows: the outermost enclosing row on the timeline (their times follow it); else -1."""
+    """Nested rows: the outermost enclosing row on the timeline (their times follow it, their offset into
+    it and their work scaled with its work: :func:`nested_times`); else -1."""
     has_start_deps: B
     """Rows with at least one start edge."""
     is_wait: B
@@ -760,20 +771,20 @@ def gpu_compute_rows(rt: RankTrace, m: RankModel) -> B:
 
 def launch_times(m: RankModel, start: I64, end: I64) -> I64:
     """Per launch edge, when it is met, given each row's ``start`` (a wait row's arrival) and ``end``
-    (recorded, or replayed): ``launch_off_ns`` after its source's start, or, for a call after the source's
-    wait (:attr:`RankModel.launch_after_wait`), as long after that wait ended (the latest end of its wait
-    edges, its start at the earliest: its work's start) as it was recorded; for a call after part of it
+    (recorded, or replayed): :func:`launch_offsets` after its source's start (scaled by its source's work
+    factor, its replayed work here being its span after its wait), or, for a call after the source's wait
+    (:attr:`RankModel.launch_after_wait`), as long after that wait ended (the latest end of its wait
+    edges, its start at the earliest: its work's start); for a call after part of it
     (:attr:`RankModel.part_wait_src`), as long after the latest end of the waits before the call (its
-    start at the earliest). The simulator meets its launch edges by the same rule
+    start at the earliest) as recorded. The simulator meets its launch edges by the same rule
     (``Graph.lsucc_at_arrival``: those before a wait, or after part of it; ``Lowering.launch_at_end``: the
     end of a wait before the call)."""
     src = m.launch_src
-    after = m.launch_off_ns - m.launch_waited_ns  # the call's place after the wait before it
-    met = start[src] + after
-    if m.launch_after_wait.any():
-        work_start = start.astype(np.int64, copy=True)
+    work_start = start.astype(np.int64, copy=True)
+    if m.wait_dst.size:
         np.maximum.at(work_start, m.wait_dst, end[m.wait_src])
-        met = np.where(m.launch_after_wait, work_start[src] + after, met)
+    after = launch_offsets(m, np.maximum(end - work_start, 0))  # the call's place after the wait before it
+    met = np.where(m.launch_after_wait, work_start[src], start[src]) + after
     if m.part_wait_edge.size:
         np.maximum.at(met, m.part_wait_edge, end[m.part_wait_src] + after[m.part_wait_edge])
     return met
@@ -1650,28 +1661,77 @@ def _issue_edges(
     return s, d, off
 
 
+def scaled_offsets(m: RankModel, rows: I32 | I64, off_ns: I64, work: I64) -> I64:
+    """Per offset ``off_ns[k]`` into the work of row ``rows[k]``, given each row's replayed ``work``: scaled
+    by that row's work factor (its replayed work over its recorded ``work_ns``: a slowdown, a
+    ``dur_override``, calibration), within ``[0, work]`` of the row, rounded to the ns (a row without
+    recorded work: the offset, within the row); an unchanged replay keeps the recorded offsets exactly
+    (each lies within its row's recorded work). The one rule by which what a row does at a place inside it
+    moves with the row's length: its issues (:func:`issue_offsets`), launches (:func:`launch_offsets`) and
+    nested rows (:func:`nested_times`)."""
+    now = work[rows].astype(np.int64)
+    was = m.work_ns[rows]
+    ratio = np.where(was > 0, now / np.maximum(was, 1), 1.0)  # (exact where unchanged: 1.0)
+    scaled = np.where(now == was, off_ns, np.rint(off_ns * ratio).astype(np.int64))
+    return np.clip(scaled, 0, np.maximum(now, 0)).astype(np.int64)
+
+
 def issue_offsets(m: RankModel, dur: I64) -> I64:
     """Per issue edge (:attr:`RankModel.issue_src`), given each row's replayed duration ``dur``: its
-    recorded offset scaled by its source row's work factor (``dur`` over the recorded work: a slowdown, a
-    ``dur_override``, calibration), within ``[0, dur]`` of the row, rounded to the ns (a row without
-    recorded work: its offset, within the row). The one rule the simulator (``skewlens.replay.lower``) and
-    the real replay's plan (both through :func:`issue_anchors`) and the analyses (:func:`issue_times`) read;
-    an unchanged replay issues at the recorded offset exactly."""
-    now = dur[m.issue_src].astype(np.int64)
-    was = m.work_ns[m.issue_src]
-    ratio = np.where(was > 0, now / np.maximum(was, 1), 1.0)  # (exact where unchanged: 1.0)
-    scaled = np.where(now == was, m.issue_off_ns, np.rint(m.issue_off_ns * ratio).astype(np.int64))
-    return np.clip(scaled, 0, np.maximum(now, 0)).astype(np.int64)
+    recorded offset scaled by its source row's work factor (:func:`scaled_offsets`). The one rule the
+    simulator (``skewlens.replay.lower``) and the real replay's plan (both through :func:`issue_anchors`)
+    and the analyses (:func:`issue_times`) read; an unchanged replay issues at the recorded offset exactly."""
+    return scaled_offsets(m, m.issue_src, m.issue_off_ns, dur)
+
+
+def launch_offsets(m: RankModel, work: I64) -> I64:
+    """Per launch edge, given each row's replayed ``work``: the launch call's place after the wait before
+    it (``launch_off_ns - launch_waited_ns``: after its source's start, or after its wait for a call after
+    the wait, :attr:`RankModel.launch_after_wait`), scaled by its source's work factor
+    (:func:`scaled_offsets`): a kernel launched 90% into an op that a replay halves is launched 45% into
+    its recorded length after the op starts. A call made while its source waited (before or between its
+    waits: :attr:`RankModel.launch_at_arrival`) lies in the wait, not the work: as recorded. What
+    :func:`launch_times` (the analyses) and the simulator's lowering (``skewlens.replay.lower``) read."""
+    after = m.launch_off_ns - m.launch_waited_ns
+    return np.where(m.launch_at_arrival, after, scaled_offsets(m, m.launch_src, after, work)).astype(np.int64)
+
+
+def nested_times(rt: RankTrace, m: RankModel, work: I64) -> tuple[I64, I64, I64]:
+    """The nested rows (:attr:`RankModel.parent`), their offsets into their enclosing row and their
+    durations, given each row's replayed ``work``: ``(rows, offset_ns, dur_ns)``. A nested row moves with
+    its enclosing row's work as an issue or launch inside it does: its recorded offset, and its recorded
+    work, scaled by the enclosing row's work factor (:func:`scaled_offsets`), so a child of a scope a
+    replay halves stays inside it; but a row whose own work the replay changes (a factor of its own: an
+    ``op`` item naming it, a ``compute`` item scaling it; a ``dur_override``) lasts its own replayed work.
+    A nested row inside an enclosing wait node's wait (recorded to start before its wait ended) keeps its
+    recorded offset and lasts its own replayed work: that part of the row is the wait's, not its work's;
+    one after the wait is that long after the wait (recorded) plus its scaled offset after it.
+    The simulator (``skewlens.replay.lower``) and the real replay's plan read this."""
+    inner = np.flatnonzero(m.parent >= 0)
+    outer = m.parent[inner].astype(np.int64)
+    off = (rt.start_ns[inner] - rt.start_ns[outer]).astype(np.int64)
+    waited = m.wait_in_ns[outer]
+    in_work = off >= waited
+    after = scaled_offsets(m, outer, np.maximum(off - waited, 0), work)
+    own = work[inner].astype(np.int64)
+    was = m.work_ns[inner]
+    follows = in_work & (own == was)  # its length is its enclosing row's to scale
+    dur = np.where(follows, scaled_offsets(m, outer, was, work), own)
+    return inner, np.where(in_work, waited + after, off).astype(np.int64), dur.astype(np.int64)
 
 
 def issue_anchors(rt: RankTrace, m: RankModel, work: I64) -> tuple[I64, I64]:
     """Per issue edge, given each row's replayed ``work``: the top-level row its issue is timed from (its
     source; a nested source's enclosing row, from which nested rows are replayed) and how long after that
-    row's start it is issued (a nested source's recorded offset into its enclosing row, plus
+    row's start it is issued (a nested source's offset into its enclosing row, :func:`nested_times`, plus
     :func:`issue_offsets`). What the simulator's lowering and the real replay's plan both read."""
     src = m.issue_src.astype(np.int64)
     outer = np.where(m.parent[src] >= 0, m.parent[src], src).astype(np.int64)
-    return outer, (rt.start_ns[src] - rt.start_ns[outer] + issue_offsets(m, work)).astype(np.int64)
+    into = np.zeros(m.parent.shape[0], dtype=np.int64)
+    if (m.parent[src] >= 0).any():
+        inner, off, _dur = nested_times(rt, m, work)
+        into[inner] = off
+    return outer, (into[src] + issue_offsets(m, work)).astype(np.int64)
 
 
 def issue_times(m: RankModel, start: I64, end: I64) -> I64:

@@ -14,7 +14,8 @@ a what-if changes:
   earlier than the completions it waits for;
 - communication nodes of a sync group are timed by a :class:`CommTiming` (an eager send keeps its recorded
   duration); unmatched ones replay like compute;
-- nested nodes follow their enclosing node; METADATA nodes keep their recorded times.
+- nested nodes follow their enclosing node, their offsets into it and their durations scaled with its
+  work (``execution.nested_times``); METADATA nodes keep their recorded times.
 
 **Segments.** Chains of compute nodes with one dependency and one dependent each are collapsed into one
 segment (their relative timing is fixed), which is what lets the core replay long compute chains quickly.
@@ -54,6 +55,8 @@ from skewlens.replay.execution import (
     host_idle_scaled,
     issue_anchors,
     issuer_delays,
+    launch_offsets,
+    nested_times,
     replay_gaps,
     scaled_work,
 )
@@ -174,11 +177,12 @@ class Lowered:
     graph's ``groups`` and ``transfer``: a list of int objects is 40 bytes a member, 7 MiB each on the 32-rank
     GPU run's 194,560 members)."""
     nested: I64
-    """Global rows that run inside an enclosing row (ascending): they keep their recorded offset into it."""
+    """Global rows that run inside an enclosing row (ascending): they start a set time after it starts."""
     nested_parent: I64
     """The enclosing (outermost) row of each of ``nested``."""
     nested_off_ns: I64
-    """Recorded start of each of ``nested`` after its enclosing row's recorded start."""
+    """Start of each of ``nested`` after its enclosing row's start: its recorded offset scaled with the
+    enclosing row's work (``execution.nested_times``)."""
     waits: npt.NDArray[np.bool_]
     """Rows that wait for a completion (wait nodes): their replayed start is their arrival."""
     start_ns: int
@@ -246,17 +250,13 @@ class Lowering:
     """Per global row: whether it begins a segment."""
     launch_rows: Rows
     """Global row of the launching node of each launch edge, in ``graph.lsucc_idx`` order."""
-    launch_off_ns: I64
-    """Per launch edge (same order): the launch call's offset into its launching node (into its work after
-    its wait, for a call after that wait; after its wait before the call, for a call after part of it)."""
+    launch_k: Rows
+    """Per launch edge (same order): its index among its rank's edges as :func:`_rank_launch_offsets` gives
+    their offsets (launch edges, then those met after an earlier wait, then issue edges), whose offsets
+    follow their row's work: re-read for the replayed work by :meth:`rank_retimed`."""
     launch_at_end: B
     """Per launch edge (same order): met ``launch_off_ns`` after its launching row *ends*: a row the host
     row that made the call had waited for before it (``RankModel.part_wait_src``)."""
-    issue_edge: I64
-    """The launch edges (indices, same order) that are the model's issue edges (communication issued from
-    inside a host row), whose offsets follow their row's work (``execution.issue_anchors``)."""
-    issue_k: I64
-    """Per such edge: its index among its rank's issue edges (``RankModel.issue_src``)."""
     seg_offset: I64
     """First segment of each rank in ``lowered.ranks`` (length ``len(ranks) + 1``): a rank's segments
     follow the earlier ranks'."""
@@ -299,6 +299,7 @@ class Lowering:
         launch = cast("array[int] | None", g.lsucc_off)
         s_lo, s_hi = rr.seg_lo, rr.seg_lo + rr.gap.size
         a, b = rr.launch_lo, rr.launch_lo + (rr.launch_off.size if rr.launch_off is not None else 0)
+        n_lo, n_hi = np.searchsorted(low.nested, [lo, hi]).tolist()
         had = RankRetimed(
             dur=low.dur[lo:hi].copy(),
             off_start=low.off_start[lo:hi].copy(),
@@ -307,8 +308,10 @@ class Lowering:
             length=np.asarray(seg_len[s_lo:s_hi], dtype=np.int64),
             launch_lo=a,
             launch_off=np.asarray(launch[a:b], dtype=np.int64) if launch is not None else None,
+            nested_off=low.nested_off_ns[n_lo:n_hi].copy(),
         )
         low.dur[lo:hi] = rr.dur
+        low.nested_off_ns[n_lo:n_hi] = rr.nested_off
         low.off_start[lo:hi] = rr.off_start
         seg_gap[s_lo:s_hi] = _ints(rr.gap)
         seg_len[s_lo:s_hi] = _ints(rr.length)
@@ -330,7 +333,7 @@ class Lowering:
         if hi == lo:
             return None
         rk = low.kind[lo:hi]
-        d, g = _rank_times(
+        d, g, nested_off = _rank_times(
             self.run.ranks[r],
             self.model.ranks[r],
             r,
@@ -353,15 +356,18 @@ class Lowering:
             l_ptr is not None and low.graph.lsucc_off is not None
         ):  # the launch edges out of the rank's segments
             a, b = l_ptr[s_lo], l_ptr[s_lo + heads.size]
-            off_ns = self.launch_off_ns[a:b]
-            mine = (self.issue_edge >= a) & (self.issue_edge < b)
-            if mine.any():  # issues from inside a row: their offsets follow the row's work
-                off_ns = off_ns.copy()
-                at = issue_anchors(self.run.ranks[r], self.model.ranks[r], d)[1]
-                off_ns[self.issue_edge[mine] - a] = at[self.issue_k[mine]]
+            # their offsets follow their row's replayed work
+            off_ns = _rank_launch_offsets(self.run.ranks[r], self.model.ranks[r], d)[self.launch_k[a:b]]
             launch_off = _launch_offsets(acc, self.launch_rows[a:b] - lo, off_ns, self.launch_at_end[a:b], d)
         return RankRetimed(
-            dur=d, off_start=acc, seg_lo=s_lo, gap=head_gap, length=length, launch_lo=a, launch_off=launch_off
+            dur=d,
+            off_start=acc,
+            seg_lo=s_lo,
+            gap=head_gap,
+            length=length,
+            launch_lo=a,
+            launch_off=launch_off,
+            nested_off=nested_off,
         )
 
 
@@ -383,6 +389,8 @@ class RankRetimed:
     """The first launch edge out of the rank's segments."""
     launch_off: I64 | None
     """Per launch edge out of the rank's segments: its offset (None: the run has no launch edges)."""
+    nested_off: I64
+    """Per nested row of the rank (``Lowered.nested``): its offset into its enclosing row."""
 
 
 def prepare(
@@ -427,7 +435,10 @@ def prepare(
     l_off: list[I64] = []
     l_early: list[npt.NDArray[np.bool_]] = []
     l_end: list[npt.NDArray[np.bool_]] = []
-    l_issue: list[I64] = []  # per launch edge: an issue edge's index among its rank's, else -1
+    l_k: list[I64] = []  # per launch edge: its index among its rank's (_rank_launch_offsets)
+    nested_rows: list[I64] = []
+    nested_parent: list[I64] = []
+    nested_off: list[I64] = []
     for i, r in enumerate(ranks):
         rt = run.ranks[r]
         m = em.ranks[r]
@@ -445,19 +456,28 @@ def prepare(
         x_dst.append(np.add(m.queue_dst, lo, dtype=np.int64))
         w_src.append(np.add(m.wait_src, lo, dtype=np.int64))
         w_dst.append(np.add(m.wait_dst, lo, dtype=np.int64))
-        # a call after its row's wait: met as long after the wait as recorded (from the work's start); one
-        # after part of it: as long after the row's arrival, and after each earlier wait's end (its row's
-        # launch edge, met after it ends: RankModel.part_wait_src)
+        # a call after its row's wait: met after the wait (from the work's start); one after part of it: after
+        # the row's arrival, and after each earlier wait's end (its row's launch edge, met after it ends:
+        # RankModel.part_wait_src); issue edges (communication issued from inside a host row): after the start
+        # of the row they are timed from (issue_anchors); each as long after as the model says for the
+        # replayed work (_rank_launch_offsets)
         pw = m.part_wait_edge
-        l_src.append(np.add(np.concatenate([m.launch_src, m.part_wait_src]), lo, dtype=np.int64))
-        l_dst.append(np.add(np.concatenate([m.launch_dst, m.launch_dst[pw]]), lo, dtype=np.int64))
-        after = m.launch_off_ns - m.launch_waited_ns
-        l_off.append(np.concatenate([after, after[pw]]))
-        l_early.append(np.concatenate([m.launch_at_arrival, np.zeros(pw.size, dtype=np.bool_)]))
-        l_end.append(
-            np.concatenate([np.zeros(m.launch_src.size, dtype=np.bool_), np.ones(pw.size, dtype=np.bool_)])
+        i_out = issue_anchors(rt, m, m.work_ns)[0]
+        l_src.append(np.add(np.concatenate([m.launch_src, m.part_wait_src, i_out]), lo, dtype=np.int64))
+        l_dst.append(
+            np.add(np.concatenate([m.launch_dst, m.launch_dst[pw], m.issue_dst]), lo, dtype=np.int64)
         )
-        d, g = _rank_times(
+        l_early.append(np.concatenate([m.launch_at_arrival, np.zeros(pw.size + i_out.size, dtype=np.bool_)]))
+        l_end.append(
+            np.concatenate(
+                [
+                    np.zeros(m.launch_src.size, dtype=np.bool_),
+                    np.ones(pw.size, dtype=np.bool_),
+                    np.zeros(i_out.size, dtype=np.bool_),
+                ]
+            )
+        )
+        d, g, n_off = _rank_times(
             rt,
             m,
             r,
@@ -469,16 +489,12 @@ def prepare(
         )
         dur[lo:hi] = d
         gap[lo:hi] = g
-        # issue edges (communication issued from inside a host row): met as long after the start of the row
-        # they are timed from as the model says for the replayed work (issue_anchors)
-        i_out, i_off = issue_anchors(rt, m, d)
-        l_src.append(i_out + lo)
-        l_dst.append(np.add(m.issue_dst, lo, dtype=np.int64))
-        l_off.append(i_off)
-        l_early.append(np.zeros(i_out.size, dtype=np.bool_))
-        l_end.append(np.zeros(i_out.size, dtype=np.bool_))
-        l_issue.append(np.full(m.launch_src.size + pw.size, -1, dtype=np.int64))
-        l_issue.append(np.arange(i_out.size, dtype=np.int64))
+        l_off.append(_rank_launch_offsets(rt, m, d))
+        l_k.append(np.arange(l_off[-1].size, dtype=np.int64))
+        inner = np.flatnonzero(m.parent >= 0)
+        nested_rows.append(inner + lo)
+        nested_parent.append(np.add(m.parent[inner], lo, dtype=np.int64))
+        nested_off.append(n_off)
         t0_rank[i] = run_t0  # a rank that began later holds that as the gap of its first nodes
         e_hi = e_lo + m.start_src.size
         np.add(m.start_src, lo, out=src_all[e_lo:e_hi], dtype=np.int64)
@@ -494,8 +510,8 @@ def prepare(
     lo_all = np.concatenate(l_off) if l_off else z
     early_all = np.concatenate(l_early) if l_early else z.astype(np.bool_)
     end_all = np.concatenate(l_end) if l_end else z.astype(np.bool_)
-    issue_all = np.concatenate(l_issue) if l_issue else z
-    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early, l_end, l_issue  # the per-rank copies
+    k_all = np.concatenate(l_k) if l_k else z
+    del x_src, x_dst, w_src, w_dst, l_src, l_dst, l_off, l_early, l_end, l_k  # the per-rank copies
     # rows with a queue-order, wait or launch successor end a segment; rows with a wait or launch
     # dependency begin one
     start_edges = [src_all, dst_all]
@@ -520,17 +536,6 @@ def prepare(
         pred[row_offset[i] : row_offset[i + 1]] -= row_offset[i]
     pred_local = pred.astype(np.int32)
     del pred
-    # nested rows keep their recorded offset into their enclosing row
-    nested_rows: list[I64] = []
-    nested_parent: list[I64] = []
-    nested_off: list[I64] = []
-    for i, r in enumerate(ranks):
-        rt, parent = run.ranks[r], em.ranks[r].parent
-        inner = np.flatnonzero(parent >= 0)
-        lo = int(row_offset[i])
-        nested_rows.append(inner + lo)
-        nested_parent.append(np.add(parent[inner], lo, dtype=np.int64))
-        nested_off.append(rt.start_ns[inner] - rt.start_ns[parent[inner]])
     # a head's earliest start: its recorded start where it keeps its recorded times, else its rank's start
     head_kind = kind[head_rows]
     g_ready0 = t0_rank[rank_index(row_offset, head_rows)]
@@ -556,8 +561,7 @@ def prepare(
     del lsucc_ptr
     c_lsucc_idx = _indices(ld_seg[lorder]) if has_launches else None
     launch_rows, launch_off, at_end = ls_all[lorder], lo_all[lorder], end_all[lorder]
-    issue_k = issue_all[lorder]
-    issue_edge = np.flatnonzero(issue_k >= 0)
+    launch_k = k_all[lorder]
     lsucc_off = _launch_offsets(off_start, launch_rows, launch_off, at_end, dur)
     lsucc_at_arrival = bytes(early_all[lorder].astype(np.uint8)) if early_all.any() else None
     ndeps += np.bincount(ld_seg, minlength=nseg)
@@ -567,7 +571,7 @@ def prepare(
         lo_all,
         early_all,
         end_all,
-        issue_all,
+        k_all,
         ls_seg,
         ld_seg,
         lorder,
@@ -696,10 +700,8 @@ def prepare(
         pred=pred_local,
         is_head=is_head,
         launch_rows=_rows(launch_rows),
-        launch_off_ns=launch_off,
+        launch_k=_rows(launch_k),
         launch_at_end=at_end,
-        issue_edge=issue_edge,
-        issue_k=issue_k[issue_edge],
         seg_offset=np.concatenate([[0], np.cumsum(is_head, dtype=np.int64)])[row_offset],
     )
 
@@ -824,6 +826,15 @@ def _launch_offsets(off_start: I64, launch_rows: Rows, launch_off_ns: I64, at_en
     return off_start[launch_rows] + launch_off_ns + np.where(at_end, dur[launch_rows], 0)
 
 
+def _rank_launch_offsets(rt: RankTrace, m: RankModel, work: I64) -> I64:
+    """Per launch edge the lowering makes of one rank, given its rows' replayed ``work``: how long after its
+    launching row's start (its work's start, arrival or end: see :func:`_launch_offsets`) it is met, as the
+    model says (``execution.launch_offsets``, ``issue_anchors``): its launch edges, then those met after an
+    earlier wait of their row (``RankModel.part_wait_edge``), then its issue edges."""
+    after = launch_offsets(m, work)
+    return np.concatenate([after, after[m.part_wait_edge], issue_anchors(rt, m, work)[1]]).astype(np.int64)
+
+
 def _rank_times(
     rt: RankTrace,
     m: RankModel,
@@ -834,11 +845,12 @@ def _rank_times(
     effects: Effects,
     dur_override: npt.ArrayLike | None,
     gap_override: npt.ArrayLike | None,
-) -> tuple[I64, I64]:
-    """Replayed duration and host gap of each row of ``rank`` (``rk``: the rows' KIND_*): the execution
-    model's work and ``gap`` (:func:`~skewlens.replay.execution.replay_gaps`), overridden where the
-    override is >= 0, then the effects' factors (of untraced host time too: ``host_idle_scaled``) and
-    delays."""
+) -> tuple[I64, I64, I64]:
+    """Replayed duration and host gap of each row of ``rank`` (``rk``: the rows' KIND_*), and each nested
+    row's offset into its enclosing row: the execution model's work and ``gap``
+    (:func:`~skewlens.replay.execution.replay_gaps`), overridden where the override is >= 0, then the
+    effects' factors (of untraced host time too: ``host_idle_scaled``) and delays; a nested row's offset
+    and duration as its enclosing row's work scales them (``execution.nested_times``)."""
     n = len(rt)
     g = gap
     if gap_override is not None:
@@ -854,10 +866,12 @@ def _rank_times(
         d, g = host_idle_scaled(effects, rt, m, d, g)
         delay = effect_delays(effects, rt, m)
         g = g + delay + issuer_delays(rt, m, delay)
+    inner, nested_off, nested_dur = nested_times(rt, m, d)
+    d[inner] = nested_dur  # (``d`` is this function's own)
     d[rk == KIND_SYNC] = 0
     if g is not gap:  # ``gap`` may be the execution model's own column (read-only): 0 on those rows already
         g[(rk == KIND_FIXED) | (rk == KIND_NESTED)] = 0
-    return d, g
+    return d, g, nested_off
 
 
 def csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:

@@ -568,7 +568,7 @@ def _lift(
         segs = low.seg_of_row[w]
         start[w] = [waited.get(sg, a) for sg, a in zip(segs.tolist(), ss[segs].tolist(), strict=True)]
     nested = low.nested
-    if nested.size:  # nested nodes keep their recorded offset into their enclosing node
+    if nested.size:  # nested nodes start their offset into their enclosing node (scaled with its work)
         start[nested] = start[low.nested_parent] + low.nested_off_ns
         end[nested] = start[nested] + low.dur[nested]
     # A result's arrays are read-only, as its cached step spans and the run assume: its steps are the run's

@@ -10,7 +10,9 @@ Kinds of item (each optionally limited to ranks and to a window of steps ``first
 - ``op``: multiply compute nodes whose name matches ``pattern`` (a glob, or a regex written ``re:...``) by
   ``factor`` (>= 0: 0 takes the op's time away, a data loader's fetch that had not stalled); the rule is the
   same at every factor: the matched rows' own durations (what follows a row on its thread waits for its
-  end), not those of rows nested in them, which keep their recorded durations and offsets into it;
+  end); rows nested in them and the launches made inside them move with that length (their offsets into
+  the row, and a nested row's duration where the item does not match it too, scaled by its factor:
+  ``skewlens.replay.execution.nested_times``, ``launch_offsets``);
 - ``jitter``: multiply compute by ``max(0.05, 1 + sigma·z)``, ``z`` a standard normal drawn from a
   generator seeded with ``(seed, rank, step)`` (so the same config always gives the same jitter);
 - ``stall``: a one-off wait of ``delay_ms`` before the first node of step ``step`` on the ranks, or with

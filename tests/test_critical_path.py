@@ -64,14 +64,15 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
         e, w, lk = (int(rng.integers(0, 3 * n)), int(rng.integers(0, 4)), int(rng.integers(0, 4)))
         ik = int(rng.integers(0, 4))
         dur = rng.integers(0, 3, n)
+        ls = rng.integers(0, n, lk)
         m = SimpleNamespace(
             start_src=rng.integers(0, n, e),
             start_dst=rng.integers(0, n, e),
             wait_src=rng.integers(0, n, w),
             wait_dst=rng.integers(0, n, w),
-            launch_src=rng.integers(0, n, lk),
+            launch_src=ls,
             launch_dst=rng.integers(0, n, lk),
-            launch_off_ns=rng.integers(0, 3, lk),
+            launch_off_ns=np.minimum(rng.integers(0, 3, lk), dur[ls]),  # (the model's: within its source)
             launch_after_wait=np.zeros(lk, dtype=np.bool_),
             launch_waited_ns=np.zeros(lk, dtype=np.int64),
             part_wait_src=np.zeros(0, dtype=np.int32),
@@ -83,6 +84,8 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             work_ns=dur,
             parent=np.where(rng.random(n) < 0.1, rng.integers(0, n, n), -1),
         )
+        # (RankModel's property: a launch from a row that waits, its call before the wait, is met in it)
+        m.launch_at_arrival = np.isin(m.launch_src, m.wait_dst)
         end = rng.integers(0, 5, n)  # few distinct times: many ties
         start = end - m.dur_ns
         # the reference, edge by edge: (time met, row) compared as pairs, the larger wins

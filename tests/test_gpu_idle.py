@@ -309,13 +309,14 @@ def test_the_replay_times_the_compute_streams_idle_by_the_analyses_rule_unmodifi
     assert (s.gpu_launch_wait_ns, s.gpu_comm_wait_ns, s.gpu_stream_wait_ns, s.gpu_other_ns) == (
         rec.launch_wait_ns, rec.comm_wait_ns, rec.stream_wait_ns, rec.other_ns
     )  # fmt: skip
-    # every op twice as long: aten::mm 10-50, the recorded 10 us gap, aten::add 60-80 launching at 62 (its
-    # call 2 us into it), the kernel 8 us later for 1,000 us: launch wait 62 us, busy 1,000, and the rest of
-    # the 1,385 us step other: it ends with div's kernel, the host's 140 us after it as recorded long over
+    # every op twice as long: aten::mm 10-50, the recorded 10 us gap, aten::add 60-80 launching at 64 (its
+    # call 2 us into its recorded 10, 4 into its doubled 20), the kernel 8 us later for 1,000 us: launch
+    # wait 64 us, busy 1,000, and the rest of the 1,387 us step other: it ends with div's kernel, the host's
+    # 140 us after it as recorded long over
     (w,) = summarize(
         run, simulate(run, effects=SlowdownModel([Slowdown(kind="compute", ranks=(0,), factor=2.0)]))
     )
-    assert (w.step_time_ns, w.gpu_busy_ns, w.gpu_launch_wait_ns) == (1385 * US, 1000 * US, 62 * US)
+    assert (w.step_time_ns, w.gpu_busy_ns, w.gpu_launch_wait_ns) == (1387 * US, 1000 * US, 64 * US)
     assert w.gpu_launch_wait_ns + w.gpu_comm_wait_ns + w.gpu_stream_wait_ns + w.gpu_other_ns == w.gpu_idle_ns
     assert w.gpu_idle_ns == w.step_time_ns - w.gpu_busy_ns
     assert replay_gpu_table([s]) is not None

@@ -10,7 +10,8 @@ simulator reads:
   first nodes), plus ``delay_ns`` from the effects;
 - a wait node (``wait_deps``) then blocks until those communication ops completed, and does its own work;
 - a nested node (inside another node on its timeline) is not executed again: it takes its times from its
-  enclosing node;
+  enclosing node, at its offset into it, which, with its duration, scales with that node's work (the
+  model's ``nested_times``, as the simulator times it);
 - GPU work (a kernel, copy or memset: the trace's ``is_cpu_op`` false) says so (``gpu``) and names its
   recorded device stream (``stream``); it comes right after the host node that launched it (the model's
   launch edges: ordered by its launch call, not its start), so that a worker on a GPU enqueues it where the
@@ -67,14 +68,15 @@ from skewlens.replay.execution import (
     host_idle_scaled,
     issue_anchors,
     issuer_delays,
+    nested_times,
     scaled_work,
 )
 from skewlens.replay.lower import group_rank_order
 from skewlens.replay.network.algorithms import even_split_bytes
 
 PLAN_FORMAT = "skewlens-real-plan"
-PLAN_VERSION = 7  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op;
-# 6: issues_inside; 7: issued_in, issue_off_ns
+PLAN_VERSION = 8  # 3: send_splits / recv_splits; 4: gpu, stream, queue_deps, launch order; 5: reduce_op;
+# 6: issues_inside; 7: issued_in, issue_off_ns; 8: a nested op's offset_ns and dur_ns scale with its parent
 META_FILE = "meta.json"
 RANK_PLAN_FILE = "rank-{rank}.json"
 #: Files a worker writes into the work directory.
@@ -151,7 +153,8 @@ class ReplayOp:
     """Training step, -1 when unknown."""
     dur_ns: int
     """Compute to do, ns (recorded duration times the compute factor); 0 for communication; for
-    ``nested`` nodes the recorded duration (not executed: the enclosing node's time covers it)."""
+    ``nested`` nodes its duration as the model's ``nested_times`` replays it (not executed: the enclosing
+    node's time covers it)."""
     deps: tuple[int, ...]
     """Rows whose completion this node's start waits for (the model's start edges)."""
     gap_ns: int
@@ -164,7 +167,8 @@ class ReplayOp:
     parent: int = -1
     """For ``nested`` nodes: the row of the enclosing compute node; else -1."""
     offset_ns: int = 0
-    """For ``nested`` nodes: recorded start minus the enclosing node's recorded start, ns."""
+    """For ``nested`` nodes: its start after the enclosing node's start, ns: the recorded offset, scaled with
+    the enclosing node's work (:func:`~skewlens.replay.execution.nested_times`)."""
     comm_type: int = -1
     """Chakra ``CommType`` of a collective, else -1."""
     pg_name: str = ""
@@ -216,8 +220,8 @@ class ReplayOp:
     whose start it is timed from (the enclosing row's, for an issue from inside a nested op); else -1."""
     issue_off_ns: int = 0
     """With ``issued_in``: it is ready no earlier than this long after that op started (the model's
-    :func:`~skewlens.replay.execution.issue_offsets` of the replayed work, plus a nested op's recorded
-    offset into its enclosing one), ns."""
+    :func:`~skewlens.replay.execution.issue_offsets` of the replayed work, plus a nested op's offset into
+    its enclosing one: :func:`~skewlens.replay.execution.issue_anchors`), ns."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -339,6 +343,12 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
     types = rt.node_type.tolist()
     steps = rt.step.tolist()
     work_ns, gap_ns = host_idle_scaled(effects, rt, m, scaled_work(effects, rt, m, m.work_ns), m.gap_ns)
+    inner, nested_off, nested_dur = nested_times(rt, m, work_ns)
+    work_ns = work_ns.copy()  # (may be the model's own, read-only column)
+    work_ns[inner] = nested_dur
+    offset = np.zeros(n, dtype=np.int64)
+    offset[inner] = nested_off
+    offsets = offset.tolist()
     gaps = gap_ns.tolist()
     work = work_ns.tolist()
     parent = m.parent.tolist()
@@ -416,7 +426,7 @@ def rank_plan(rt: RankTrace, run: RunTrace, effects: Effects) -> list[ReplayOp]:
                     kind=KIND_NESTED,
                     dur_ns=work[i],
                     parent=parent[i],
-                    offset_ns=starts[i] - starts[parent[i]],
+                    offset_ns=offsets[i],
                     **common,
                 )
             )

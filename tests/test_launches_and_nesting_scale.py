@@ -1,0 +1,150 @@
+"""What a row does at a place inside it (launches a kernel, runs a nested row) moves with the row's length:
+a launch edge is met at its source's replayed start plus its recorded offset scaled by the source's work
+factor, a nested row starts its scaled offset into its enclosing row and lasts its scaled work, in the
+simulator, its retimed what-ifs, the analyses and the real replay's plan alike (question 164)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from replay_workloads import worker_times
+
+from skewlens.profiler.store import load_run
+from skewlens.profiler.store.model import RunTrace
+from skewlens.profiler.synth import RunBuilder
+from skewlens.replay.execution import execution_model, latest_deps
+from skewlens.replay.real.plan import KIND_NESTED, rank_plan
+from skewlens.replay.simulate import Simulator, simulate
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
+
+MS = 1_000_000
+US = 1_000
+
+
+def _launch_run(tmp_path: Path) -> RunTrace:
+    """One rank: ``prep`` (0-1 ms), then ``aten::linear`` (1-11 ms), which launches ``gemm`` (stream 7) by a
+    call 9 ms into it (90% of its length); the kernel runs 5 µs after the call, for 1 ms."""
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    prep = rb.compute("prep", MS, start_ns=0)
+    op = rb.compute("aten::linear", 10 * MS, start_ns=MS, deps=(prep,))
+    rb.compute("gemm", MS, start_ns=10 * MS + 5 * US, stream=7, deps=(op,), launch_ns=10 * MS)
+    return load_run(b.write(tmp_path / "run"))
+
+
+def _op(pattern: str, factor: float, device: str = "any") -> SlowdownModel:
+    return SlowdownModel([Slowdown(kind="op", pattern=pattern, factor=factor, device=device)])
+
+
+@pytest.mark.parametrize(("factor", "launch_ns"), [(0.5, MS + 4_500 * US), (2.0, MS + 18 * MS)])
+def test_a_kernel_launched_90_percent_into_an_op_a_replay_scales_is_launched_as_far_into_the_scaled_op(
+    tmp_path: Path, factor: float, launch_ns: int
+) -> None:
+    # halved, the op runs 1-6 ms: its launch is met 4.5 ms after its start (45% of its recorded 10 ms), the
+    # kernel 5 µs later; before, at 9 ms after its start whatever the factor: the kernel began at 10.005 ms,
+    # after the halved op had ended (doubled: 10.005 ms, 9 ms before the launch call inside the 20 ms op)
+    run = _launch_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    m = execution_model(run).ranks[0]
+    assert m.launch_src.tolist() == [row["aten::linear"]] and m.launch_off_ns.tolist() == [9 * MS]
+    res = simulate(run, effects=_op("aten::linear", factor))
+    start, end = res.start_ns[0], res.end_ns[0]
+    assert int(start[row["aten::linear"]]) == MS
+    assert int(end[row["aten::linear"]]) == MS + round(10 * MS * factor)
+    assert int(start[row["gemm"]]) == launch_ns + 5 * US
+    # the analyses meet the launch where the simulator did
+    dep, met = latest_deps(m, start, end)
+    assert (int(dep[row["gemm"]]), int(met[row["gemm"]])) == (row["aten::linear"], launch_ns)
+
+
+def test_a_dur_override_what_if_moves_the_launch_inside_the_op_as_a_slowdown_does(tmp_path: Path) -> None:
+    # the retimed lowering (blame's and the critical path's what-ifs): the op given 5 ms of its 10
+    run = _launch_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    sim = Simulator(run)
+    base = sim.simulate()
+    assert np.array_equal(base.start_ns[0], rt.start_ns) and np.array_equal(base.end_ns[0], rt.end_ns)
+    ov = np.full(len(rt), -1, dtype=np.int64)
+    ov[row["aten::linear"]] = 5 * MS
+    res = sim.simulate(dur_override={0: ov})
+    assert int(res.start_ns[0][row["gemm"]]) == MS + 4_500 * US + 5 * US
+    assert int(sim.simulate().start_ns[0][row["gemm"]]) == 10 * MS + 5 * US  # written back after the what-if
+
+
+def test_a_slower_gpu_alone_leaves_the_launch_where_the_host_made_it(tmp_path: Path) -> None:
+    # the kernel's own factor is not its source's: the launch stays 9 ms into the op
+    run = _launch_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    res = simulate(run, effects=_op("gemm", 2.0, device="gpu"))
+    assert int(res.start_ns[0][row["gemm"]]) == 10 * MS + 5 * US
+    assert int(res.end_ns[0][row["gemm"]]) == 10 * MS + 5 * US + 2 * MS
+
+
+def _nested_run(tmp_path: Path) -> RunTrace:
+    """One rank: ``scope`` (0-5 ms) holds ``child`` (4-4.9 ms; nested: it follows the scope), then ``after``
+    (5-6 ms)."""
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    scope = rb.compute("scope", 5 * MS, start_ns=0)
+    rb.compute("child", 900 * US, start_ns=4 * MS)
+    rb.compute("after", MS, start_ns=5 * MS, deps=(scope,))
+    return load_run(b.write(tmp_path / "run"))
+
+
+def test_a_row_nested_in_a_scope_a_replay_halves_ends_inside_the_halved_scope(tmp_path: Path) -> None:
+    # halved, the scope runs 0-2.5 ms: its child 2-2.45 ms; before, 4-4.9 ms, after the scope had ended
+    run = _nested_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    assert execution_model(run).ranks[0].parent[row["child"]] == row["scope"]
+    res = simulate(run, effects=_op("scope", 0.5))
+    start, end = res.start_ns[0], res.end_ns[0]
+    assert (int(start[row["scope"]]), int(end[row["scope"]])) == (0, 2_500 * US)
+    assert (int(start[row["child"]]), int(end[row["child"]])) == (2 * MS, 2_450 * US)
+    # the real replay's plan times the nested op so too
+    ops = {o.row: o for o in rank_plan(rt, run, _op("scope", 0.5))}
+    child = ops[row["child"]]
+    assert (child.kind, child.offset_ns, child.dur_ns) == (KIND_NESTED, 2 * MS, 450 * US)
+
+
+def test_a_nested_row_the_replay_scales_itself_lasts_its_own_work_at_its_scaled_offset(
+    tmp_path: Path,
+) -> None:
+    # one rule for a row both items name: the scope's factor places the child, the child's own factor
+    # gives its length; a factor on the child alone leaves its place in the scope as recorded
+    run = _nested_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    both = SlowdownModel(
+        [Slowdown(kind="op", pattern="scope", factor=0.5), Slowdown(kind="op", pattern="child", factor=2.0)]
+    )
+    res = simulate(run, effects=both)
+    assert (int(res.start_ns[0][row["child"]]), int(res.end_ns[0][row["child"]])) == (2 * MS, 3_800 * US)
+    res = simulate(run, effects=_op("child", 2.0))
+    assert (int(res.start_ns[0][row["child"]]), int(res.end_ns[0][row["child"]])) == (4 * MS, 5_800 * US)
+
+
+def test_the_worker_times_a_nested_op_of_a_scaled_scope_as_the_simulator_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _nested_run(tmp_path)
+    rt = run.ranks[0]
+    effects = _op("scope", 0.5)
+    sim = simulate(run, effects=effects)
+    ops = rank_plan(rt, run, effects)
+    start, end = worker_times(ops, tmp_path, monkeypatch)
+    assert len(ops) == 3
+    for r in (o.row for o in ops):
+        assert (start[r], end[r]) == (int(sim.start_ns[0][r]), int(sim.end_ns[0][r])), rt.name(r)
+
+
+def test_an_unchanged_replay_of_launches_and_nested_rows_is_exact(tmp_path: Path) -> None:
+    for run in (_launch_run(tmp_path / "a"), _nested_run(tmp_path / "b")):
+        res = simulate(run)
+        rt = run.ranks[0]
+        assert np.array_equal(res.start_ns[0], rt.start_ns) and np.array_equal(res.end_ns[0], rt.end_ns)
