@@ -1690,10 +1690,12 @@ def launch_offsets(m: RankModel, work: I64) -> I64:
     the wait, :attr:`RankModel.launch_after_wait`), scaled by its source's work factor
     (:func:`scaled_offsets`): a kernel launched 90% into an op that a replay halves is launched 45% into
     its recorded length after the op starts. A call made while its source waited (before or between its
-    waits: :attr:`RankModel.launch_at_arrival`) lies in the wait, not the work: as recorded. What
+    waits: :attr:`RankModel.launch_at_arrival`) lies in the wait, not the work, and one made inside a sync
+    group's member (whose replayed length is its transfer's, not work) is where it was: as recorded. What
     :func:`launch_times` (the analyses) and the simulator's lowering (``skewlens.replay.lower``) read."""
     after = m.launch_off_ns - m.launch_waited_ns
-    return np.where(m.launch_at_arrival, after, scaled_offsets(m, m.launch_src, after, work)).astype(np.int64)
+    fixed = m.launch_at_arrival | m.sync[m.launch_src]
+    return np.where(fixed, after, scaled_offsets(m, m.launch_src, after, work)).astype(np.int64)
 
 
 def nested_times(rt: RankTrace, m: RankModel, work: I64) -> tuple[I64, I64, I64]:
@@ -1705,13 +1707,14 @@ def nested_times(rt: RankTrace, m: RankModel, work: I64) -> tuple[I64, I64, I64]
     ``op`` item naming it, a ``compute`` item scaling it; a ``dur_override``) lasts its own replayed work.
     A nested row inside an enclosing wait node's wait (recorded to start before its wait ended) keeps its
     recorded offset and lasts its own replayed work: that part of the row is the wait's, not its work's;
-    one after the wait is that long after the wait (recorded) plus its scaled offset after it.
+    one after the wait is that long after the wait (recorded) plus its scaled offset after it. So does one
+    inside a sync group's member (its length is its transfer's).
     The simulator (``skewlens.replay.lower``) and the real replay's plan read this."""
     inner = np.flatnonzero(m.parent >= 0)
     outer = m.parent[inner].astype(np.int64)
     off = (rt.start_ns[inner] - rt.start_ns[outer]).astype(np.int64)
     waited = m.wait_in_ns[outer]
-    in_work = off >= waited
+    in_work = (off >= waited) & ~m.sync[outer]
     after = scaled_offsets(m, outer, np.maximum(off - waited, 0), work)
     own = work[inner].astype(np.int64)
     was = m.work_ns[inner]

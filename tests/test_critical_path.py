@@ -83,6 +83,7 @@ def test_the_latest_dependency_of_each_row_is_the_one_met_last_and_the_later_row
             dur_ns=dur,
             work_ns=dur,
             parent=np.where(rng.random(n) < 0.1, rng.integers(0, n, n), -1),
+            sync=np.zeros(n, dtype=np.bool_),
         )
         # (RankModel's property: a launch from a row that waits, its call before the wait, is met in it)
         m.launch_at_arrival = np.isin(m.launch_src, m.wait_dst)

@@ -14,6 +14,7 @@ from replay_workloads import worker_times
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
 from skewlens.replay.execution import execution_model, latest_deps
 from skewlens.replay.real.plan import KIND_NESTED, rank_plan
 from skewlens.replay.simulate import Simulator, simulate
@@ -148,3 +149,23 @@ def test_an_unchanged_replay_of_launches_and_nested_rows_is_exact(tmp_path: Path
         res = simulate(run)
         rt = run.ranks[0]
         assert np.array_equal(res.start_ns[0], rt.start_ns) and np.array_equal(res.end_ns[0], rt.end_ns)
+
+
+def test_a_kernel_launched_inside_a_collective_is_launched_as_far_into_it_as_recorded(tmp_path: Path) -> None:
+    # a sync group's member lasts its transfer, not work: its launches do not scale with it (the lowering
+    # holds it as 0 ns of work, which scaled the call to the collective's start)
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        prep = rb.compute("prep", MS, start_ns=0)
+        ar = rb.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS, start_ns=MS, deps=(prep,), name="allreduce")
+        rb.compute("gemm", MS, start_ns=10 * MS + 5 * US, stream=7, deps=(ar,), launch_ns=10 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    m = execution_model(run).ranks[0]
+    assert m.sync[row["allreduce"]] and m.launch_src.tolist() == [row["allreduce"]]
+    res = simulate(run)
+    assert int(res.start_ns[0][row["gemm"]]) == 10 * MS + 5 * US
+    dep, met = latest_deps(m, res.start_ns[0], res.end_ns[0])
+    assert (int(dep[row["gemm"]]), int(met[row["gemm"]])) == (row["allreduce"], 10 * MS)
