@@ -12,9 +12,11 @@ For every interval, apart for its host rows and its GPU rows (a slower GPU is no
 ratio over both, of a rank whose kernels took 1.6 times its peers', scaled its kernels by less than
 1/1.6 and its host operators too, and charged it 81% of the time it cost a synthetic run with 40-80 µs
 kernels), the compute total (sum of COMP work, the execution model's: a wait node's blocked
-time is not compute) and the host-gap total (the execution model's gap ``start - latest dependency end``
-of nodes with dependencies, plus the capture's untraced-time nodes' work: of one that hid a wait, only its
-part after the completion, as the simulator times it; in the rank's first interval, also how much later than
+time is not compute) and the host-gap total (the rank's untraced host time, the rows a ``host_idle``
+slowdown scales, ``skewlens.replay.execution.host_idle_rows``: the execution model's gap ``start - latest
+dependency end`` before each host row after the rows it follows, plus the capture's untraced-time nodes'
+work: of one that hid a wait, only its part after the completion, as the simulator times it; not a GPU op's
+gap, the GPU's idle time, which its launches set; in the rank's first interval, also how much later than
 the run's first start it began) are compared with the lower median
 over the ranks that have that interval. The what-if for rank ``r`` scales ``r``'s compute work in each
 interval by ``median / own`` where that is below 1 (only where ``r`` is slower than the median: a rank is
@@ -45,7 +47,7 @@ from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind, H
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.profiler.threads import release_free_memory
 from skewlens.progress import NO_PROGRESS, Progress
-from skewlens.replay.execution import execution_model, replay_gaps, start_heads
+from skewlens.replay.execution import execution_model, host_idle_rows, replay_gaps, start_heads
 
 _OCC_MAX = (1 << 12) - 1
 #: The bit of an interval key (above the occurrence, below the signature) that marks its GPU rows.
@@ -98,7 +100,14 @@ class _Intervals:
 
 
 def _intervals(
-    ri: RankIndex, sig_of: dict[int, int], size_of_row: I64, gaps: I64, *, late_ns: int, heads: B | None
+    ri: RankIndex,
+    sig_of: dict[int, int],
+    size_of_row: I64,
+    gaps: I64,
+    idle: tuple[B, B],
+    *,
+    late_ns: int,
+    heads: B | None,
 ) -> _Intervals:
     """Interval of each row, keyed (step, signature of the next communication node, its occurrence, whether
     the row is GPU work: a rank's host and GPU work in an interval are compared apart)."""
@@ -143,11 +152,9 @@ def _intervals(
     keys, inv = np.unique(key[valid], return_inverse=True)
     vrows = np.flatnonzero(valid)
     comp_w = np.where((ri.is_comp | ri.host_work)[vrows], ri.work_ns[vrows], 0).astype(np.float64)
-    # host gaps: idle before nodes, plus the capture's untraced-time nodes (host time in no operator)
-    # (of untraced time that hid a wait, its part after the completion: its work)
-    gap_w = np.where(ri.has_deps[vrows], gaps[vrows], 0) + np.where(
-        ri.is_untraced[vrows], ri.work_ns[vrows], 0
-    )
+    # host gaps: the rank's untraced host time (execution.host_idle_rows, what a host_idle slowdown scales)
+    idle_gap, idle_work = idle
+    gap_w = np.where(idle_gap[vrows], gaps[vrows], 0) + np.where(idle_work[vrows], ri.work_ns[vrows], 0)
     gap_w = gap_w.astype(np.float64)
     comp = np.bincount(inv, weights=comp_w, minlength=keys.size).astype(np.int64)
     gap = np.bincount(inv, weights=gap_w, minlength=keys.size).astype(np.int64)
@@ -192,6 +199,7 @@ def _all_intervals(ix: RunIndex) -> dict[int, _Intervals]:
             sig_of,
             sizes[r],
             _simulator_gaps(ix, r),
+            host_idle_rows(ri.trace, m),
             late_ns=late,
             heads=start_heads(m) if late else None,
         )
@@ -299,9 +307,12 @@ def _scaling(iv: _Intervals, typical: tuple[np.ndarray, np.ndarray, np.ndarray, 
     return _Scaling(f_comp=f_comp, f_gap=f_gap, excess_ns=int(excess), uncompared_ns=uncompared)
 
 
-def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tuple[I64, I64]:
+def _overrides(
+    ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64, idle: tuple[B, B]
+) -> tuple[I64, I64]:
     """dur/gap overrides making ``ri`` run like its peers' typical (built only for the ranks simulated:
-    two arrays as long as the rank's trace)."""
+    two arrays as long as the rank's trace); ``idle``: the rank's untraced host time
+    (``execution.host_idle_rows``), the gaps and work the what-if scales as its peers' host gaps."""
     rt = ri.trace
     f_comp, f_gap = sc.f_comp, sc.f_gap
     inside = iv.slot >= 0
@@ -312,15 +323,22 @@ def _overrides(ri: RankIndex, iv: _Intervals, sc: _Scaling, *, gaps: I64) -> tup
         # override only what changes (-1 keeps the simulator's own value)
         c = inside & (ri.is_comp | ri.host_work) & (f_comp[row_k] != 1.0)
         dur[c] = np.rint(ri.work_ns[c] * f_comp[row_k[c]]).astype(np.int64)
-        u = inside & ri.is_untraced & (f_gap[row_k] != 1.0)
+        u = inside & idle[1] & (f_gap[row_k] != 1.0)
         dur[u] = np.rint(ri.work_ns[u] * f_gap[row_k[u]]).astype(np.int64)
-        g = inside & ri.has_deps & (f_gap[row_k] != 1.0)
+        g = inside & idle[0] & (f_gap[row_k] != 1.0)
         gap[g] = np.rint(gaps[g] * f_gap[row_k[g]]).astype(np.int64)
         if iv.heads is not None and iv.first_row >= 0 and f_gap[row_k[iv.first_row]] != 1.0:
             # the rank starts earlier: every row without start edges (each counts from the run's start)
             earlier = int(np.rint(iv.late_ns * (1.0 - f_gap[row_k[iv.first_row]])))
             gap[iv.heads] = gaps[iv.heads] - earlier
     return dur, gap
+
+
+def _host_idle(ix: RunIndex, rank: int) -> tuple[B, B]:
+    """``rank``'s untraced host time (``execution.host_idle_rows``: the rows whose gap, and those whose work,
+    is such time): the host gaps the blame compares and its what-if scales, as a ``host_idle`` slowdown
+    does."""
+    return host_idle_rows(ix.ranks[rank].trace, execution_model(ix.run).ranks[rank])
 
 
 def _simulator_gaps(ix: RunIndex, rank: int) -> I64:
@@ -342,7 +360,7 @@ class _RunTotals:
     """Whole-run per-rank totals and their medians, for :func:`_fallback_cause` (computed once)."""
 
     comp: dict[int, np.ndarray]  # rank -> compute time per run-wide name id
-    gaps: dict[int, int]  # rank -> host gaps + untraced time
+    gaps: dict[int, int]  # rank -> untraced host time (execution.host_idle_rows)
     med_comp: np.ndarray
     med_gap: int
 
@@ -354,7 +372,8 @@ def _run_totals(ix: RunIndex) -> _RunTotals:
     for r, ri in ix.ranks.items():
         c = ri.is_comp | ri.host_work
         tot[r] = np.bincount(ri.gname[c], weights=ri.work_ns[c], minlength=n)
-        gaps[r] = int(ri.gap_ns[ri.has_deps].sum()) + int(ri.work_ns[ri.is_untraced].sum())
+        idle_gap, idle_work = _host_idle(ix, r)
+        gaps[r] = int(ri.gap_ns[idle_gap].sum()) + int(ri.work_ns[idle_work].sum())
     return _RunTotals(
         comp=tot,
         gaps=gaps,
@@ -427,7 +446,12 @@ def analyze_blame(
         baseline's where proven (off every binding path to a step's end), else simulated while
         ``max_simulations`` allows; None past it."""
         nonlocal simulated
-        over = {r: _overrides(ix.ranks[r], ivs[r], scaling[r], gaps=_simulator_gaps(ix, r)) for r in slow}
+        over = {
+            r: _overrides(
+                ix.ranks[r], ivs[r], scaling[r], gaps=_simulator_gaps(ix, r), idle=_host_idle(ix, r)
+            )
+            for r in slow
+        }
         durs = {r: d for r, (d, _g) in over.items()}
         gaps = {r: g for r, (_d, g) in over.items()}
         if unchanged is not None and unchanged(dur_override=durs, gap_override=gaps):

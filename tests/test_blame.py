@@ -169,34 +169,53 @@ def test_a_rank_nothing_was_blamed_on_is_given_no_cause(tmp_path: Path) -> None:
     assert slow.cause == "compute grew: aten::mm +41.0 ms"
 
 
+def _slow_sort_run(run_dir: Path, *, kernel_late_ns: int | None = None) -> Path:
+    """3 ranks, 2 steps: rank 1 arrives 1 ms late at step 0's all_reduce (which ends at 7 ms for all); rank 2
+    sorts 8 ms after the second step's all_reduce where the others sort 1 ms. With ``kernel_late_ns``, each
+    aten::mm launches a kernel on GPU stream 7, which rank 2's GPU begins that long after the launch (the
+    others' 10 us)."""
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            late, wait = (MS if r == 1 else 0, MS) if s == 0 else (0, 0)
+            t = s * 20 * MS
+            mm = rb.compute("aten::mm", 5 * MS + late, start_ns=t)
+            if kernel_late_ns is not None:
+                begin = t + (kernel_late_ns if r == 2 else 10_000)
+                rb.compute("sm90_gemm", MS // 10, start_ns=begin, stream=7, deps=(mm,), launch_ns=t)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS + wait - late)
+            if s == 1:
+                rb.compute("aten::sort", (8 if r == 2 else 1) * MS)
+    return b.write(run_dir)
+
+
 def test_the_cause_of_a_rank_that_made_no_one_wait_is_its_excess_over_the_median_rank_per_step(
     tmp_path: Path,
 ) -> None:
     # such a cause came from whole-run totals, unlabelled beside per-step figures: a rank of cost 9 us a step
     # read "host idle/gap +29.6 ms" over 5 steps. Here rank 2 sorts 8 ms after the step's last collective
     # where the others sort 1 ms, in the second of 2 steps: 7 ms more, 3.5 ms a step
-    from skewlens.analysis import analyze_run
-    from skewlens.profiler.synth import RunBuilder
-    from skewlens.profiler.vocab import CommType
-
-    b = RunBuilder(world_size=3)
-    for r in range(3):
-        rb = b.rank(r)
-        for s in range(2):
-            rb.step(s)
-            # rank 1 arrives 1 ms late at step 0's all_reduce, which ends at 7 ms for all
-            late, wait = (MS if r == 1 else 0, MS) if s == 0 else (0, 0)
-            rb.compute("aten::mm", 5 * MS + late, start_ns=s * 20 * MS)
-            rb.collective(CommType.ALL_REDUCE, 1 << 20, 1 * MS + wait - late)
-            if s == 1:
-                rb.compute("aten::sort", (8 if r == 2 else 1) * MS)
-    res = analyze_run(load_run(b.write(tmp_path / "run")))
+    res = analyze_run(load_run(_slow_sort_run(tmp_path / "run")))
     top = res.stragglers[0]
     assert (top.rank, top.straggler_cost_ns, top.caused_wait_ns) == (2, 7 * MS, 0)
     assert top.cause == "compute grew: aten::sort +3.5 ms"
     # ranked by cost before the waits caused: rank 1 made both others wait 1 ms, but costs less
     second = res.stragglers[1]
     assert (second.rank, second.caused_wait_ns) == (1, 2 * MS) and 0 < second.straggler_cost_ns < 7 * MS
+
+
+def test_a_gpus_idle_time_before_its_kernels_is_no_host_gap_in_the_cause_of_a_rank(tmp_path: Path) -> None:
+    # the blame summed every row's gap as host gaps, a GPU op's too (its stream's idle time after the
+    # launch), where untraced host time is the host rows' (execution.host_idle_rows, a host_idle slowdown's
+    # rule): rank 2's GPU began each kernel 4 ms after its launch, its host idle no longer than its peers',
+    # and it read "host idle/gap +4.0 ms"; its excess is its tail's aten::sort (8 ms against 1, in one of 2
+    # steps)
+    res = analyze_run(load_run(_slow_sort_run(tmp_path / "run", kernel_late_ns=4 * MS)))
+    top = res.stragglers[0]
+    assert (top.rank, top.straggler_cost_ns, top.caused_wait_ns) == (2, 7 * MS, 0)
+    assert top.cause == "compute grew: aten::sort +3.5 ms"
 
 
 def test_a_cause_from_an_excess_that_would_read_plus_zero_ms_is_no_cause() -> None:
