@@ -289,12 +289,18 @@ def setting_unit(key: str) -> str | None:
     return next((u for end, u in _UNIT_OF_SUFFIX.items() if key.endswith(end)), None)
 
 
+def override_key(token: str) -> str:
+    """The key one command-line override names: ``key=value``, ``+key=value`` and ``++key=value`` (add or
+    force ``key``), ``~key`` and ``~key=value`` (delete it)."""
+    return token.lstrip("+~").partition("=")[0]
+
+
 def override_setting(token: str) -> tuple[str, str] | None:
-    """The key and value of one command-line override (``+key=value`` and ``++key=value`` add or force
-    ``key``); None for one that sets no value (``~key`` deletes it)."""
+    """The key (:func:`override_key`) and value of one command-line override; None for one that sets no
+    value (``~key`` deletes it)."""
     if token.startswith("~"):
         return None
-    key, eq, value = token.lstrip("+").partition("=")
+    key, (_, eq, value) = override_key(token), token.partition("=")
     return (key, value) if eq and key else None
 
 
@@ -328,15 +334,26 @@ def _number(text: str) -> float | None:
 _INT64 = range(-(1 << 63), 1 << 63)
 
 
+def setting_numbers(values: Sequence[str | None]) -> list[float | None] | None:
+    """A swept setting's values (each job's, None where it has none) as numbers, where each given one is a
+    number (not ``1_000``, which ``float()`` reads); else None: a setting of names, a string column of
+    ``sweep.parquet`` (:func:`setting_column`) and no axis of ``sweep.png``."""
+    given = [v for v in values if v is not None]
+    numbers = [None if v is None else _number(v) for v in values]
+    if not given or any(x is None for x, v in zip(numbers, values, strict=True) if v is not None):
+        return None
+    return numbers
+
+
 def setting_column(values: Sequence[str | None]) -> pa.Array:
     """A swept setting's column of ``sweep.parquet`` from the jobs' values (None: null): int64 where each is
-    an integer int64 holds, double where each is a number, else a (dictionary) string."""
-    given = [v for v in values if v is not None]
-    numbers = [_number(v) for v in given]
-    if given and all(x is not None for x in numbers):
-        if all(_INTEGER.fullmatch(v) and int(v) in _INT64 for v in given):
+    an integer int64 holds, double where each is a number (:func:`setting_numbers`), else a (dictionary)
+    string."""
+    numbers = setting_numbers(values)
+    if numbers is not None:
+        if all(v is None or (_INTEGER.fullmatch(v) and int(v) in _INT64) for v in values):
             return pa.array([None if v is None else int(v) for v in values], type=pa.int64())
-        return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+        return pa.array(numbers, type=pa.float64())
     return pa.array(values, type=pa.string()).dictionary_encode()
 
 

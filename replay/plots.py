@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from skewlens.pictures import figure_class, save_png
-from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit
+from skewlens.replay.outputs import (
+    GBPS_NOTE,
+    SweepRecord,
+    distinct_overrides,
+    setting_numbers,
+    setting_unit,
+    swept_settings,
+)
 
 #: Most labelled bars of a sweep of many jobs (one in every ``ceil(jobs / _MAX_LABELS)``).
 _MAX_LABELS = 40
@@ -30,23 +37,25 @@ class SweepPoints:
 
 
 def sweep_points(rows: Sequence[SweepRecord]) -> SweepPoints:
-    """The points of a sweep's picture: a line over the swept value where the jobs differ in one numeric
-    setting (``-m slowdown.factor=1,1.5,2``), else a bar per job labelled with what sets it apart."""
+    """The points of a sweep's picture: a line over the swept value where the jobs differ in one setting,
+    each job by its value of it, and its values are numbers (``-m slowdown.factor=1,1.5,2``), else a bar per
+    job labelled with what sets it apart. The setting and its values are ``sweep.parquet``'s
+    (:func:`~skewlens.replay.outputs.swept_settings`, :func:`~skewlens.replay.outputs.setting_numbers`): a
+    numeric axis here is a number column there."""
     jobs = sorted(rows, key=lambda r: r.job)
-    labels = distinct_overrides([r.overrides for r in jobs])
-    parts = [label.split() for label in labels]
-    keys = {p[0].partition("=")[0] for p in parts if len(p) == 1}
-    if len(jobs) >= 2 and all(len(p) == 1 for p in parts) and len(keys) == 1:
-        try:
-            x = [float(p[0].partition("=")[2]) for p in parts]
-        except ValueError:
-            pass
-        else:
+    overrides = [r.overrides for r in jobs]
+    labels = distinct_overrides(overrides)
+    settings = swept_settings(overrides)
+    if len(jobs) >= 2 and len(settings) == 1 and all(len(label.split()) == 1 for label in labels):
+        ((key, values),) = settings.items()
+        numbers = setting_numbers(values)
+        if numbers is not None and all(v is not None for v in numbers):
+            x = [float(v) for v in numbers if v is not None]
             order = sorted(range(len(jobs)), key=lambda k: (x[k], jobs[k].job))
             return SweepPoints(
                 jobs=tuple(jobs[k] for k in order),
                 labels=tuple(labels[k] for k in order),
-                key=keys.pop(),
+                key=key,
                 x=tuple(x[k] for k in order),
             )
     return SweepPoints(jobs=tuple(jobs), labels=tuple(labels), key=None, x=())

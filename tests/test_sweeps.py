@@ -969,6 +969,28 @@ def test_a_sweep_of_two_settings_or_of_names_is_a_bar_per_job_labelled_with_what
     )
 
 
+@pytest.mark.parametrize(
+    ("values", "key", "x", "kind"),
+    [
+        # float() reads 1_000: the picture drew a line over 1000 and 2000 beside a string column
+        (("scale.seed=1_000", "scale.seed=2_000"), None, (), "string"),
+        # the picture's axis was named '+scale.seed', the column scale.seed
+        (("+scale.seed=2", "+scale.seed=1"), "scale.seed", (1.0, 2.0), "int64"),
+        (("slowdown.factor=0.5", "slowdown.factor=2"), "slowdown.factor", (0.5, 2.0), "double"),
+    ],
+)
+def test_a_sweeps_picture_draws_an_axis_where_sweep_parquet_has_a_number_column_of_that_setting(
+    values: tuple[str, str], key: str | None, x: tuple[float, ...], kind: str
+) -> None:
+    from skewlens.replay.outputs import sweep_parquet_table
+
+    rows = [_job(k, v, 10.0 + k) for k, v in enumerate(values)]
+    pts = sweep_points(rows)
+    assert (pts.key, pts.x) == (key, x)
+    col = sweep_parquet_table(rows).column("scale.seed" if key is None else key)
+    assert str(col.type.value_type if kind == "string" else col.type) == kind
+
+
 def test_a_lone_sweep_job_keeps_all_its_overrides_as_what_sets_it_apart() -> None:
     assert distinct_overrides(["a=1 b=2"]) == ["a=1 b=2"]
     assert distinct_overrides(["a=1 b=2", "a=1 b=3", "a=1"]) == ["b=2", "b=3", ""]

@@ -68,6 +68,7 @@ from skewlens.replay.outputs import (
     SUMMARY_PARQUET,
     TIMELINE_JSON,
     TIMELINE_PARQUET,
+    override_key,
     sweep_record,
 )
 from skewlens.replay.render import gpu_idle_table, summary_table
@@ -165,7 +166,7 @@ def unused_knobs(cfg: DictConfig, overrides: Sequence[str]) -> list[str]:
     entries = OmegaConf.to_yaml(cfg.slowdown.entries, resolve=False) if "slowdown" in cfg else ""
     notes = []
     for o in overrides:
-        key = o.partition("=")[0].lstrip("+~")
+        key = override_key(o)
         if key in ("scale.source", "scale.seed") and not OmegaConf.select(cfg, "scale.dp", default=0):
             notes.append(f"{o}: scale.dp is 0 (the run replayed as captured), so it changes nothing here")
         knob = key.removeprefix("slowdown.")
@@ -493,7 +494,7 @@ def check_primary_config(args: list[str]) -> None:
     if (primary := _primary_config(args)) is None:
         return
     dirs, path, doc = primary
-    given = {a.partition("=")[0].lstrip("+~") for a in args}
+    given = {override_key(a) for a in args}
     defaults = doc.get("defaults")
     defaults = defaults if isinstance(defaults, list) else []
     for item in defaults:
