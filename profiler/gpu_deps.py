@@ -85,6 +85,7 @@ from itertools import pairwise
 
 import msgspec
 
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.vocab import names_nccl_kernel
 
 #: A GPU node delayed by more than this after its launch and its stream predecessor waited for something.
@@ -346,7 +347,7 @@ def gpu_dependencies(
         if n:
             out.notes.append(
                 f"no CUDA sync events in the trace: {n} GPU wait edge(s) inferred from timing "
-                f"({waited_ns / 1e6:.3f} ms of recorded kernel waiting rests on event waits inferred so)"
+                f"({ms_text(waited_ns)} ms of recorded kernel waiting rests on event waits inferred so)"
             )
     elif unnamed:
         before = sum(len(v) for v in out.inferred.values())
@@ -354,7 +355,7 @@ def gpu_dependencies(
         n = sum(len(v) for v in out.inferred.values()) - before
         out.notes.append(
             f"{len(unnamed)} CUDA stream wait(s) whose sync event names no event record (the trace gives "
-            f"only the event's id): {n} GPU wait edge(s) inferred from timing ({waited_ns / 1e6:.3f} ms of "
+            f"only the event's id): {n} GPU wait edge(s) inferred from timing ({ms_text(waited_ns)} ms of "
             "recorded kernel waiting rests on them)"
         )
     _current_stream_waits(nodes, streams, out, counts, named)

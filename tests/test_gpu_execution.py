@@ -968,7 +968,7 @@ _LEFT_OUT = (
     ("old_us", "then"),
     [
         # "old" (stream 9, no launch in the trace) ends 300 us into step 1's annotation (100-600)
-        ((0, 400), "; step 1 begins where they ended, 0.30 ms into its annotation"),
+        ((0, 400), "; step 1 begins where they ended, 0.300 ms into its annotation"),
         # it ends after step 1's own work (400-600): step 1 has no span, and nothing else said so
         ((0, 1000), "; step 1 was left no time of its own (its work done by the time they ended)"),
         # it ends before the annotation: the first step begins there
@@ -999,6 +999,14 @@ def test_the_16_gpu_traces_first_step_is_no_outlier_once_the_work_launched_befor
     result = analyze_run(_run(imported, name), blame=False)
     assert outlier_steps(result.breakdown) == []
     assert "the median step" not in str(breakdown_table(result).caption)
+
+
+def test_the_16_gpu_imports_notes_print_ms_as_every_report_does(imported: dict[str, RunTrace]) -> None:
+    # the import's notes printed ms by formats of their own ("155.35 ms into its annotation", "3444.032 ms of
+    # recorded kernel waiting"), not by ms_text, as the tables and the other lines do
+    notes = " ".join(_run(imported, "nccl_16gpu_rank0_kineto.json.gz").manifest.notes.values())
+    assert "(3444.0 ms of recorded kernel waiting rests on event waits inferred so)" in notes
+    assert "step 550 begins where they ended, 155.3 ms into its annotation" in notes
 
 
 def test_an_imported_backward_pass_on_autograds_device_thread_follows_the_call_and_the_main_thread_waits(

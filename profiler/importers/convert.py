@@ -129,6 +129,7 @@ from skewlens.profiler.importers.kineto import (
     ranks_text,
 )
 from skewlens.profiler.manifest import MAX_WORLD_SIZE, ProcessGroupInfo, StepSpan
+from skewlens.profiler.store.issues import ms_text
 from skewlens.profiler.vocab import (
     Attr,
     CommType,
@@ -1005,6 +1006,6 @@ def _before_first_note(
     if not steps or steps[0].step != step:
         return f"{said}; step {step} was left no time of its own (its work done by the time they ended)"
     if pre_end is not None and pre_end > ann.start_ns:
-        into_ms = (pre_end - ann.start_ns) / 1e6
-        return f"{said}; step {step} begins where they ended, {into_ms:,.2f} ms into its annotation"
+        into = ms_text(pre_end - ann.start_ns)
+        return f"{said}; step {step} begins where they ended, {into} ms into its annotation"
     return said
