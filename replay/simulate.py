@@ -263,6 +263,31 @@ def check_effects(run: RunTrace, effects: Effects) -> None:
         check_slowdown_targets(effects.items, run, node_of, steps, where="effects.items")
 
 
+def _checked_timing(
+    caller: str,
+    run_trace: RunTrace,
+    *,
+    topology: Topology | None,
+    effects: Effects,
+    comm_mode: str,
+    algorithm: str,
+    contention: bool,
+) -> CommTiming:
+    """The transfer timing of a replay of ``run_trace`` (:func:`simulate`'s, a :class:`Simulator`'s), once
+    ``run_trace`` is a loaded run (else a :class:`ReplayError` naming ``caller``) and ``effects`` are checked
+    against it (:func:`check_effects`)."""
+    if (problem := not_a_run(run_trace)) is not None:
+        raise ReplayError(f"{caller}: {problem}")
+    check_effects(run_trace, effects)
+    return make_timing(
+        comm_mode,
+        topology=_sized(topology, run_trace),
+        algorithm=algorithm,
+        contention=contention,
+        effects=effects,
+    )
+
+
 def simulate(
     run_trace: RunTrace,
     *,
@@ -280,15 +305,14 @@ def simulate(
     given as ``effects`` is checked against the run first (:func:`check_slowdown_targets`: a rank, op, step
     or link it names that the run lacks is a :class:`ConfigError` naming ``effects.items[k]``:
     :func:`check_effects`)."""
-    if (problem := not_a_run(run_trace)) is not None:
-        raise ReplayError(f"simulate: {problem}")
-    check_effects(run_trace, effects)
-    timing = make_timing(
-        comm_mode,
-        topology=_sized(topology, run_trace),
+    timing = _checked_timing(
+        "simulate",
+        run_trace,
+        topology=topology,
+        effects=effects,
+        comm_mode=comm_mode,
         algorithm=algorithm,
         contention=contention,
-        effects=effects,
     )
     low = lower(
         run_trace,
@@ -326,13 +350,14 @@ class Simulator:
         contention: bool = False,
         model: ExecutionModel | None = None,
     ) -> None:
-        check_effects(run_trace, effects)
-        timing = make_timing(
-            comm_mode,
-            topology=_sized(topology, run_trace),
+        timing = _checked_timing(
+            "Simulator",
+            run_trace,
+            topology=topology,
+            effects=effects,
+            comm_mode=comm_mode,
             algorithm=algorithm,
             contention=contention,
-            effects=effects,
         )
         self._run = run_trace
         self._comm_mode = comm_mode

@@ -32,7 +32,7 @@ from skewlens.replay.config import DimensionConfig, ReplayConfig, SlowdownConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.outputs import timeline_table
-from skewlens.replay.simulate import SimResult, simulate
+from skewlens.replay.simulate import SimResult, Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.summary import summarize
 
@@ -512,6 +512,11 @@ def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(t
     with pytest.raises(ReplayError) as e:
         simulate(str(run_dir))  # type: ignore[arg-type]
     assert str(e.value) == f"simulate: got the path {str(run_dir)!r}, not a loaded run: {load}"
+    # Simulator (the blame's, re-timing what-ifs) made simulate's timing without its check: "TypeError:
+    # cannot create weak reference to 'str' object"
+    with pytest.raises(ReplayError) as e:
+        Simulator(str(run_dir))  # type: ignore[arg-type]
+    assert str(e.value) == f"Simulator: got the path {str(run_dir)!r}, not a loaded run: {load}"
     with pytest.raises(AnalysisError) as e:
         analyze_run(run_dir)  # type: ignore[arg-type]
     assert str(e.value) == f"analyze_run: got the path {str(run_dir)!r}, not a loaded run: {load}"
