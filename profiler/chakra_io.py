@@ -359,41 +359,41 @@ def _first_node_hint(msg_bytes: memoryview | bytes) -> str | None:
     )
 
 
-def iter_nodes(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, pb.Node]]:
-    """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset
-    (``data``: as for :func:`iter_messages`)."""
-    p = Path(path)
+def _metadata_and_messages(
+    p: Path, data: bytes | None = None
+) -> tuple[dict[str, Any], Iterator[tuple[int, memoryview]]]:
+    """A trace's GlobalMetadata (:func:`read_metadata`) and an iterator over the node messages after it."""
     it = iter_messages(p, data)
     first = next(it, None)
     if first is None:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
-    read_metadata(first[1], p, first[0])
+    return read_metadata(first[1], p, first[0]), it
+
+
+def _node(p: Path, offset: int, raw: memoryview) -> pb.Node:
+    """The node message ``raw`` at byte ``offset`` of ``p``, else a :class:`TraceFormatError` naming both."""
+    node = pb.Node()
+    try:
+        node.ParseFromString(bytes(raw))
+    except DecodeError:
+        raise TraceFormatError(f"{p}: corrupt node message at byte offset {offset}") from None
+    return node
+
+
+def iter_nodes(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, pb.Node]]:
+    """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset
+    (``data``: as for :func:`iter_messages`)."""
+    p = Path(path)
+    _meta, it = _metadata_and_messages(p, data)
     for offset, raw in it:
-        node = pb.Node()
-        try:
-            node.ParseFromString(bytes(raw))
-        except DecodeError:
-            raise TraceFormatError(f"{p}: corrupt node message at byte offset {offset}") from None
-        yield offset, node
+        yield offset, _node(p, offset, raw)
 
 
 def read_et(path: str | Path) -> EtFile:
     """Read a whole trace (metadata + nodes); for large runs prefer the store's columnar loader."""
     p = Path(path)
-    it = iter_messages(p)
-    first = next(it, None)
-    if first is None:
-        raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
-    meta = read_metadata(first[1], p, first[0])
-    nodes = []
-    for offset, raw in it:
-        node = pb.Node()
-        try:
-            node.ParseFromString(bytes(raw))
-        except DecodeError:
-            raise TraceFormatError(f"{p}: corrupt node message at byte offset {offset}") from None
-        nodes.append(node)
-    return EtFile(path=p, metadata=meta, nodes=nodes)
+    meta, it = _metadata_and_messages(p)
+    return EtFile(path=p, metadata=meta, nodes=[_node(p, offset, raw) for offset, raw in it])
 
 
 def node_attrs(node: pb.Node) -> dict[str, Any]:
