@@ -302,6 +302,8 @@ class SkewResult:
 
 #: How many of the rows begun last before a window :func:`_window` looks at for compute still running.
 _RUNNING_AT_START = 16
+#: How many of the rows begun last before a window :func:`_window` looks at for a wait still going on in it.
+_WAITING_AT_START = 256
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -345,7 +347,13 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     if sends.size:
         s_start = rt.start_ns[sends]
         send_idle = int(np.maximum(np.minimum(ri.cov_all.idle_before(s_start), s_start - a), 0).sum())
-    waits = ri.wait_ns[rows]
+    # the wait that filled most of the window: a row begun before it may still be waiting inside it (a halo
+    # exchange's recvs from a slow neighbour, issued before the exchange with another peer that starts the
+    # window); before, only rows begun inside counted, and where none waited the lateness was passed on from
+    # the event that opened the window, blaming the late rank for its own wait
+    waited = np.concatenate([ri.order[max(k - _WAITING_AT_START, 0) : k], rows])
+    w_start = rt.start_ns[waited]
+    inside = np.minimum(w_start + ri.wait_ns[waited], b) - np.maximum(w_start, a)
     # only waiting that nothing else hid counts (an asynchronous all_reduce waits under backward compute)
     exposed_wait = (ri.cov_wait_comp.upto_one(b) - ri.cov_wait_comp.upto_one(a)) - compute
     return _Window(
@@ -353,7 +361,7 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
         host_gap_ns=max(idle - send_idle, 0),
         send_gap_ns=min(send_idle, idle),
         wait_ns=max(exposed_wait, 0),
-        max_wait_row=int(rows[int(np.argmax(waits))]) if rows.size and waits.max() > 0 else -1,
+        max_wait_row=int(waited[int(np.argmax(inside))]) if inside.size and inside.max() > 0 else -1,
         by_name=by_name,
     )
 

@@ -322,6 +322,36 @@ def test_the_wait_a_rank_caused_never_counts_its_own_wait(tmp_path: Path) -> Non
     assert skew.caused_wait_ns == {2: (20 + 18 + 18) * MS}
 
 
+def test_a_wait_begun_before_the_late_members_window_passes_its_lateness_on_to_whom_it_waited_for(
+    tmp_path: Path,
+) -> None:
+    # a halo exchange: rank 0 posts its recv from rank 2 (30 ms late: compute) at 0, then exchanges with rank
+    # 1 at 0.1 ms (their last common synchronisation, the start of rank 0's window), still waiting for rank
+    # 2 until 30.1 ms, and arrives at the row group's all_reduce 30 ms after rank 1. The wait that made it
+    # late began before its window: before, only waits begun inside counted, so the lateness was passed on
+    # from the exchange with rank 1 and rank 0 blamed for its own wait ("earlier wait +29.8 ms (caused by
+    # rank 0)"; on 4 gloo ranks of a 2x2 stencil with rank 2 sleeping 30 ms, rank 1's 29.9 ms at an FFT
+    # all_to_all with rank 0)
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=3, groups={"0": (0, 1, 2), "row": (0, 1)})
+    r0, r1, r2 = (b.rank(r).step(0) for r in range(3))
+    r2.compute("aten::mm", 30 * MS, start_ns=0)
+    r2.send(0, 256, MS // 10, start_ns=30 * MS)
+    r0.recv(2, 256, 30 * MS + MS // 10, start_ns=0, stream=1)
+    r0.send(1, 256, MS // 10, start_ns=MS // 10)
+    r1.recv(0, 256, MS // 5, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=31 * MS, pg="row")
+    r1.collective(CommType.ALL_REDUCE, 4096, 30 * MS + MS // 2, start_ns=MS, pg="row")
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (row,) = [e for e in skew.events if e.pg_name == "row"]
+    assert (row.late_rank, row.blamed_rank) == (0, 2)
+    assert row.cause.text == "compute grew: aten::mm +30.0 ms (passed on by rank 0)"
+    # rank 0's 30 ms at its recv and rank 1's 30 ms at the all_reduce, both rank 2's
+    assert skew.caused_wait_ns[2] == 60 * MS
+
+
 def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited(tmp_path: Path) -> None:
     # the first all_reduce of a GPU run has no earlier synchronisation point: each member's window is its
     # step, and the late member began its step ~2 ms after the median one (a seeded start delay) without
