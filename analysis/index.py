@@ -115,6 +115,8 @@ class RankIndex:
     """``start_ns[order]``."""
     comm_sorted_end: I64
     """Ends of the communication rows, ascending."""
+    comm_end_rows: I32
+    """The communication rows in that order."""
     cov_all: Coverage
     """Union of all compute and communication intervals of the rank (any stream; untraced time excluded)."""
     cov_comp: Coverage
@@ -243,6 +245,8 @@ def build_index(run: RunTrace) -> RunIndex:
         # a copy of them (8 bytes a row; 15 MiB of the 32-rank GPU run's analyze)
         in_order = bool((rt.start_ns[1:] >= rt.start_ns[:-1]).all())
         is_comm = type_mask(rt.node_type, COMM_NODE_TYPES)
+        comm_rows = np.flatnonzero(is_comm).astype(np.int32)
+        comm_end_rows = comm_rows[np.argsort(end[comm_rows], kind="stable")]
         kinds = comp_kinds(rt, m)
         # a host-time node's own work after the wait it hid is compute (host_work)
         hw = np.flatnonzero(m.host_work)
@@ -284,7 +288,8 @@ def build_index(run: RunTrace) -> RunIndex:
             p2p=np.full(len(rt), -1, dtype=np.int32),
             order=order,
             sorted_start=rt.start_ns if in_order else rt.start_ns[order],
-            comm_sorted_end=np.sort(end[is_comm]),
+            comm_sorted_end=end[comm_end_rows],
+            comm_end_rows=comm_end_rows,
             # M ∪ C, C and M: the execution model's rules (the replay's summary measures with the same)
             cov_all=Coverage.of(*busy_intervals(rt, m, rt.start_ns, end)),
             cov_comp=Coverage.of(*compute_intervals(rt, m, rt.start_ns, end)),
@@ -342,7 +347,7 @@ def rows_starting_in(ri: RankIndex, a: int, b: int) -> I32:
     return ri.order[lo:hi]
 
 
-def last_comm_end_before(ri: RankIndex, t: int) -> int | None:
-    """End of the latest communication row that completed at or before ``t`` on this rank."""
+def last_comm_end_before(ri: RankIndex, t: int) -> tuple[int, int] | None:
+    """End and row of the latest communication row that completed at or before ``t`` on this rank."""
     i = int(np.searchsorted(ri.comm_sorted_end, t, side="right")) - 1
-    return int(ri.comm_sorted_end[i]) if i >= 0 else None
+    return (int(ri.comm_sorted_end[i]), int(ri.comm_end_rows[i])) if i >= 0 else None

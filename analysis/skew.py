@@ -378,8 +378,11 @@ def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[tup
     return tuple((names[i], int(d[i])) for i in top), was
 
 
-def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -> tuple[Cause, int]:
-    """The dominant cause and the row of the late member's longest earlier wait (-1 if none)."""
+def _cause(
+    late: _Window, med: _Window, start_delta_ns: int, names: list[str], *, waited: bool = True
+) -> tuple[Cause, int]:
+    """The dominant cause and the row of the late member's longest earlier wait (-1 if none); not an
+    earlier wait where not ``waited``."""
     deltas = {
         CauseKind.COMPUTE: late.compute_ns - med.compute_ns,
         CauseKind.HOST_GAP: late.host_gap_ns - med.host_gap_ns,
@@ -388,6 +391,8 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
         # both windows start at their completion of the common event, which both waited at)
         CauseKind.WAIT: late.wait_ns - med.wait_ns + start_delta_ns,
     }
+    if not waited:
+        del deltas[CauseKind.WAIT]
     kind = max(deltas, key=lambda k: deltas[k])
     if deltas[kind] < SHOWN_NS:
         # growth that shows as +0.0 ms explains none of the lateness: the late member's extra time lies in
@@ -403,25 +408,25 @@ def _cause(late: _Window, med: _Window, start_delta_ns: int, names: list[str]) -
 
 def _window_start(
     ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool
-) -> tuple[int, bool]:
+) -> tuple[int, int]:
     """Start of a member's window: the previous instance of the group (collectives), else the rank's
     step start (collectives) or its last completed communication (p2p), else its step start (p2p), else
-    its first timed node (not the process-group METADATA node at 0 ns); and whether that start is a
-    synchronisation point (a completed communication), not a step start or first node."""
+    its first timed node (not the process-group METADATA node at 0 ns); and the row of the completed
+    communication that start is, a synchronisation point (-1 for a step start or first node)."""
     arrival = int(ri.trace.start_ns[row])
     if prev_row is not None:
-        return int(ri.end_ns[prev_row]), True
+        return int(ri.end_ns[prev_row]), prev_row
     span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
     step_start = span[0] if span is not None and span[0] <= arrival else None
     if collective and step_start is not None:
-        return step_start, False
-    t = last_comm_end_before(ri, arrival)
-    if t is not None:
-        return t, True
+        return step_start, -1
+    last = last_comm_end_before(ri, arrival)
+    if last is not None:
+        return last
     if step_start is not None:
-        return step_start, False
+        return step_start, -1
     timed = np.flatnonzero(ri.trace.node_type[ri.order] != int(NodeType.METADATA))
-    return (int(ri.sorted_start[timed[0]]) if timed.size else arrival), False
+    return (int(ri.sorted_start[timed[0]]) if timed.size else arrival), -1
 
 
 def _common_event(
@@ -544,6 +549,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             common = _common_event(events, history.get(late_rank, []), late_rank, ranks[mi])
             starts = []
             synced = common is not None
+            start_row = -1  # the late member's window starts at the end of this row of it (-1: none)
             completed = 0  # members whose window starts at their completion of the common event
             for j in (li, mi):
                 if common is not None:
@@ -555,9 +561,10 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     completed += done <= arr[j]
                     continue
                 prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
-                t, at_sync = _window_start(ix, rts[j], prev, rows[j], kind == "collective")
+                t, sync_row = _window_start(ix, rts[j], prev, rows[j], kind == "collective")
                 starts.append(min(t, int(arr[j])))
-                synced = synced or at_sync
+                synced = synced or sync_row >= 0
+                start_row = sync_row if j == li else start_row
             if not synced:
                 # neither window starts at a synchronisation point (the first collective of a trace: each
                 # member's step start): a member that began its step later did not wait for anyone, so
@@ -580,10 +587,11 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 cause, wait_row = _cause(wl, wm, delta, ix.names)
             if cause.kind is CauseKind.WAIT and wait_row < 0:
                 # the window itself started late: the lateness comes from the previous sync point
-                if common is not None:
-                    wait_row = common.rows[common.ranks.index(late_rank)]
-                elif kind == "collective":
-                    wait_row = prev_row.get((pg_name, late_rank), -1)
+                # (the group's previous instance; for a pair, the late member's last completed communication:
+                # before, none, and a halo exchange's neighbour that slept 30 ms before its sends, its window
+                # starting at the end of its first pair, read "earlier wait +27.9 ms (caused by rank 2)" of
+                # itself at the next, not the sleep)
+                wait_row = common.rows[common.ranks.index(late_rank)] if common is not None else start_row
             if cause.kind is CauseKind.WAIT and wait_row >= 0:
                 b = int(blamed_row[late_rank][wait_row])
                 origin = cause_of.get((late_rank, wait_row))
@@ -594,6 +602,13 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     # itself: its own lateness that came back to it through its earlier wait)
                     via = origin.via_rank if origin.via_rank >= 0 else late_rank
                     cause = replace(origin, via_rank=via if via != blamed else -1, passed_on=True)
+            if cause.kind is CauseKind.WAIT and blamed == late_rank:
+                # a wait no one else is blamed for: its own lateness at the sync point its window starts
+                # from, of no cause there, or a wait whose event is not blamed yet, its last arrival after
+                # this one's (recvs from a slow neighbour still pending while the rank exchanged with
+                # another peer: they did not hold it back). A rank never causes its own wait, so the cause
+                # is what else grew; before, "earlier wait +1.2 ms (caused by rank 1)" of rank 1 itself
+                cause, _ = _cause(wl, wm, 0, ix.names, waited=False)
             if cause.kind is CauseKind.WAIT:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
         if kind == "collective":

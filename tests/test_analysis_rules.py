@@ -290,7 +290,9 @@ def test_the_last_communication_before_t_counts_one_that_ended_exactly_at_t(tmp_
         rb.compute("aten::mm", MS, start_ns=0)
         rb.collective(CommType.ALL_REDUCE, 4096, MS)  # [1, 2) ms
     ri = build_index(load_run(b.write(tmp_path / "run"))).ranks[0]
-    assert last_comm_end_before(ri, 2 * MS) == 2 * MS  # "at or before t"
+    last = last_comm_end_before(ri, 2 * MS)  # "at or before t": the all_reduce, its end and its row
+    assert last is not None and last[0] == 2 * MS
+    assert (int(ri.end_ns[last[1]]), int(ri.coll[last[1]])) == (2 * MS, 0)
     assert last_comm_end_before(ri, 2 * MS - 1) is None
 
 

@@ -322,7 +322,7 @@ def test_the_wait_a_rank_caused_never_counts_its_own_wait(tmp_path: Path) -> Non
     assert skew.caused_wait_ns == {2: (20 + 18 + 18) * MS}
 
 
-def test_a_wait_begun_before_the_late_members_window_passes_its_lateness_on_to_whom_it_waited_for(
+def test_a_wait_begun_before_the_late_members_window_passes_its_lateness_on_and_one_still_pending_does_not(
     tmp_path: Path,
 ) -> None:
     # a halo exchange: rank 0 posts its recv from rank 2 (30 ms late: compute) at 0, then exchanges with rank
@@ -346,10 +346,38 @@ def test_a_wait_begun_before_the_late_members_window_passes_its_lateness_on_to_w
     r1.collective(CommType.ALL_REDUCE, 4096, 30 * MS + MS // 2, start_ns=MS, pg="row")
     skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
     (row,) = [e for e in skew.events if e.pg_name == "row"]
+    (pair,) = [e for e in skew.events if e.kind == "p2p" and e.ranks == (0, 1)]
+    # rank 0 was 0.1 ms late to its send to rank 1 while its recv from rank 2 was pending, a wait that went
+    # on past that send: it did not hold rank 0 back. Before, it was the cause, "earlier wait +0.1 ms (caused
+    # by rank 0)", rank 2 not yet blamed for it when the pair (last arrival 0.1 ms) was
+    assert (pair.late_rank, pair.blamed_rank, pair.cause.kind) == (0, 0, CauseKind.NONE)
     assert (row.late_rank, row.blamed_rank) == (0, 2)
     assert row.cause.text == "compute grew: aten::mm +30.0 ms (passed on by rank 0)"
     # rank 0's 30 ms at its recv and rank 1's 30 ms at the all_reduce, both rank 2's
     assert skew.caused_wait_ns[2] == 60 * MS
+
+
+def test_a_pairs_late_sender_whose_window_starts_at_its_own_late_pair_is_late_for_what_made_that_late(
+    tmp_path: Path,
+) -> None:
+    # rank 2 idles 30 ms, then sends its halo to rank 0 and then to rank 3, which have waited since 0. Its
+    # window at the second pair starts where its first pair completed, 30.1 ms after rank 3's: lateness that
+    # pair hands on. Before, a pair's window start was no row to pass it on from, and the second read
+    # "earlier wait +30.1 ms (caused by rank 2)", rank 2's own
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=4)
+    r0, _r1, r2, r3 = (b.rank(r).step(0) for r in range(4))
+    r2.compute("aten::add", MS // 10, start_ns=0)
+    r2.send(0, 256, MS // 10, start_ns=30 * MS)
+    r2.send(3, 256, MS // 10, start_ns=30 * MS + MS // 5)
+    r0.recv(2, 256, 30 * MS + MS // 10, start_ns=0)
+    r3.recv(2, 256, 30 * MS + 3 * MS // 10, start_ns=0)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(e.ranks, e.blamed_rank, e.cause.text) for e in skew.events] == [
+        ((2, 0), 2, "late send: host gap +29.9 ms before the send"),
+        ((2, 3), 2, "late send: host gap +29.9 ms before the send"),
+    ]
 
 
 def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited(tmp_path: Path) -> None:
