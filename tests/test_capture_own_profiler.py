@@ -15,9 +15,9 @@ import torch
 
 from skewlens.profiler.capture import capture
 from skewlens.profiler.capture.kineto import KinetoCapture
-from skewlens.profiler.chakra_io import read_et
+from skewlens.profiler.chakra_io import node_attrs, read_et
 from skewlens.profiler.manifest import read_manifest
-from skewlens.profiler.vocab import NodeType
+from skewlens.profiler.vocab import Attr, NodeType
 
 
 def _program_profiler() -> torch.profiler.profile:
@@ -200,3 +200,30 @@ def test_a_program_profiler_in_its_schedules_warm_up_as_the_window_begins_record
     assert traces == [2]  # its 2 recorded steps' mm, as without skewlens
     notes = read_manifest(tmp_path / "run").notes
     assert "own torch profiler" in notes["rank 0 operators"]
+
+
+def test_operators_inside_the_step_ranges_of_a_program_profiler_still_waiting_for_its_schedule_are_recorded(
+    tmp_path: Path,
+) -> None:
+    # a program's torch.profiler opens a ProfilerStep#<n> range at each prof.step(), recording or not
+    # (here it waits for step 10): the capture's session records the range around each step's operators,
+    # and every operator inside it was left out with it, as communication is (before: no operator node,
+    # and no note saying so)
+    sched = torch.profiler.schedule(wait=10, warmup=1, active=1, repeat=1)
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched)
+    with capture(tmp_path / "run", level="ops", steps="1:1:2") as cap, prof:
+        x = torch.randn(32, 32)
+        for _ in range(5):
+            with torch.profiler.record_function("user::block"):
+                torch.mm(x, x)
+            cap.step()
+            prof.step()
+    nodes = read_et(tmp_path / "run" / "rank-0.et").nodes
+    steps = Counter((n.name, node_attrs(n)[Attr.STEP]) for n in nodes if n.type == NodeType.COMP)
+    # as without the program's profiler: the scope (the outermost operator, its matmul inside) each step
+    assert {k: v for k, v in steps.items() if k[0] == "user::block"} == {
+        ("user::block", 2): 1,
+        ("user::block", 3): 1,
+    }
+    assert not [n for n, _ in steps if n.startswith("ProfilerStep")]
+    assert "rank 0 operators" not in read_manifest(tmp_path / "run").notes

@@ -84,6 +84,9 @@ COMM_OP_PREFIXES = (
 )
 #: Of those, the collective calls themselves (not the backends' events, which may outlive their call).
 COMM_CALL_PREFIXES = ("c10d::", "_c10d_functional::")
+#: Of those, the range a program's own torch.profiler opens at each ``prof.step()`` (whether or not it is
+#: recording: the capture's session records it too). It is no work: the operators inside it are the step's.
+PROFILER_STEP_PREFIX = "ProfilerStep"
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
 WAIT_SLACK_NS = 1_000_000
 #: A hooked call and Kineto's c10d operator further apart than this are not the same call.
@@ -860,6 +863,9 @@ def _op_protos(
             i = todo.pop()
             o = ops[i]
             end = o.start_ns + o.dur_ns
+            if o.name.startswith(PROFILER_STEP_PREFIX):
+                todo.extend(reversed(children[i]))
+                continue
             if o.name.startswith(COMM_OP_PREFIXES):
                 if stream == MAIN_STREAM and o.name.startswith(COMM_CALL_PREFIXES):
                     calls.append((o.start_ns, end))
