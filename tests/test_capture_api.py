@@ -417,6 +417,42 @@ def test_the_python_api_refuses_a_process_group_at_debug_level_detail_and_leaves
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
+def test_profile_saves_no_trace_of_a_program_that_sets_debug_level_detail_itself_and_says_why(
+    tmp_path: Path,
+) -> None:
+    from capture_helpers import profile_script
+
+    # skewlens profile refuses TORCH_DISTRIBUTED_DEBUG=DETAIL in its environment; a program that sets the
+    # level itself before init_process_group was captured: profile exited 0 with traces whose checks'
+    # collectives share the program's numbers (2 gloo ranks: 9 instances issued twice, analyze refused the
+    # run without naming DETAIL)
+    script = textwrap.dedent("""
+        import torch, torch.distributed as dist
+        from torch._C import _distributed_c10d as c10d
+        c10d.set_debug_level(c10d.DebugLevel.DETAIL)
+        dist.init_process_group("gloo")
+        w = torch.nn.Parameter(torch.ones(4))
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(6):
+            (w * 2).sum().backward()
+            dist.all_reduce(w.grad)
+            opt.step()
+            opt.zero_grad()
+        print("trained", flush=True)
+        dist.destroy_process_group()
+    """)
+    run, res = profile_script(tmp_path, script, nproc=2)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stdout.count("trained") == 2  # the program ran as without skewlens
+    for r in (0, 1):
+        assert (
+            f"skewlens: rank {r}: trace not saved: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by the program"
+            in res.stderr
+        )
+    assert not list(run.glob("rank-*.et"))
+
+
 #: A serving loop marking its steps with the API: under ``torch.inference_mode()``, each iteration two
 #: all_reduces (4 B, then 8 B) with an ``optimizer.step()`` between them where argv[2] is ``opt`` (a stray
 #: optimizer call, as a wrapper's), then ``cap.step()``.

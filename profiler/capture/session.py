@@ -740,6 +740,10 @@ class CaptureSession:
             workers = self._workers.stop()
             if self._workers.note:
                 self.notes[rank_note_key(rank, RankNote.WORKER_EVENTS)] = self._workers.note
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():  # skewlens profile refuses it in its environment
+            flight.refuse_wrapped_groups(dist.get_debug_level().name, "set by the program itself")
         device, gpu = "cpu", ""
         import torch
 
