@@ -165,8 +165,14 @@ def test_a_trace_without_distributed_info_needs_a_rank(tmp_path: Path) -> None:
 def test_duplicate_ranks_name_both_files(tmp_path: Path) -> None:
     a = _write(tmp_path / "a.json", kineto_doc(1))
     b = _write(tmp_path / "b.json.gz", kineto_doc(1))
-    with pytest.raises(TraceImportError, match=r"duplicate rank 1: .*a\.json and .*b\.json\.gz"):
+    with pytest.raises(TraceImportError, match=r"duplicate rank 1: .*a\.json and .*b\.json\.gz") as e:
         import_traces([a, b], None, tmp_path / "run")
+    # the usual cause: a directory a tensorboard_trace_handler wrote under schedule(..., repeat=2) holds
+    # one trace per cycle of each rank (before, the error named the files and no cause)
+    assert str(e.value).endswith(
+        "(one trace per rank: a torch.profiler schedule with repeat writes one per cycle; import one "
+        "cycle's traces)"
+    )
 
 
 def test_an_unknown_host_trace_schema_is_refused_with_the_supported_list(tmp_path: Path) -> None:

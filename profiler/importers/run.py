@@ -99,7 +99,10 @@ def _check_ranks(kinetos: Sequence[KinetoTrace], world_size: int | None) -> int:
     seen: dict[int, Path] = {}
     for kt in kinetos:
         if kt.rank in seen:
-            raise TraceImportError(f"duplicate rank {kt.rank}: {seen[kt.rank]} and {kt.path}")
+            raise TraceImportError(
+                f"duplicate rank {kt.rank}: {seen[kt.rank]} and {kt.path} (one trace per rank: a "
+                "torch.profiler schedule with repeat writes one per cycle; import one cycle's traces)"
+            )
         seen[kt.rank] = kt.path
     sizes = {kt.world_size for kt in kinetos if kt.world_size is not None}
     if len(sizes) > 1:
