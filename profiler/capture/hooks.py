@@ -398,6 +398,10 @@ class CommHooks:
             if getattr(local, "depth", 0) or not patches.live:  # inside a hook, or left in a program's chain
                 return orig(*args, **kwargs)
             group = args[group_at] if 0 <= group_at < len(args) else kwargs.get("group")
+            if group is not None and not isinstance(group, c10d.ProcessGroup):
+                # a bare backend (``init_rpc``'s TensorPipe handshake runs ``all_gather_object`` on a
+                # ``ProcessGroupGloo`` of its own): no group of the program's, no name to count it under
+                return orig(*args, **kwargs)
             if coalescing and _coalescing(group, coalescing):
                 # inside ``_coalescing_manager`` the call issues nothing: it is queued, and the context's
                 # end issues one coalesced collective from C++ (the flight recorder's, like DDP's)
