@@ -60,6 +60,13 @@ REPLACED_NOTE = "replaced another job"
 CAPTURE_PARTS_NOTE = "capture parts"
 #: What to do about such a run.
 CAPTURE_PARTS_ADVICE = "wait for `skewlens profile` to finish"
+#: What a capture says of a rank that ran ``torch.distributed.rpc``: none of its traffic is in the trace.
+RPC_NOTE = (
+    "torch.distributed.rpc was running: its traffic (rpc_sync, rpc_async, remote, RRefs, distributed "
+    "autograd, DistributedOptimizer) is not recorded or modelled, so a rank's wait for an RPC reads as its "
+    "own compute (collectives level) or untraced host time or the calling operator's compute (ops, full): "
+    "a slow callee, such as a parameter server, is blamed on its callers"
+)
 #: How a host's manifest begins its note on a rank of a multi-host job that it holds no trace of (another
 #: host's, most likely).
 OTHER_HOST_NOTE = "no trace here: the job spans hosts"
@@ -86,6 +93,7 @@ class RankNote(StrEnum):
     FLIGHT_RECORDER_DEVICE_TIMES = "flight recorder device times"
     IMPORT = "import"
     SOURCE = "source"
+    RPC = "rpc"
 
 
 def rank_note_key(rank: int, kind: RankNote | None = None) -> str:
@@ -107,6 +115,7 @@ DEGRADED_NOTE_KINDS: frozenset[str] = frozenset(
         RankNote.ALL_TO_ALL_SPLITS,
         RankNote.COMM_SIZES,
         RankNote.COMM_GROUPS,
+        RankNote.RPC,
     }
 )
 

@@ -21,6 +21,8 @@ gives, said in the rank's manifest notes (never a failed capture):
 - ``torch._C._distributed_c10d._dump_nccl_trace_json`` (builds with NCCL) and ``_dump_fr_trace_json``:
   NCCL's and gloo's flight recorders (two recorders). Without them: the collectives issued past the
   hooks are not in the trace, and the hooked ones keep the hooks' numbers.
+- ``torch.distributed.rpc._is_current_rpc_agent_set`` (:func:`rpc_running`): whether the rank ran RPC,
+  which the capture does not record, to say so. Without it: no such note.
 - ``torch._C._autograd._enable_record_function``: hooked calls issued with record functions off
   (collectives level). Without it: their gloo work items stay profiled (a little more overhead).
 
@@ -70,3 +72,14 @@ def record_function_switch() -> Callable[[bool], None] | None:
     except ImportError:
         return None
     return _enable_record_function
+
+
+def rpc_running() -> bool:
+    """Whether this process has a ``torch.distributed.rpc`` agent running (``init_rpc`` done, no
+    ``shutdown`` yet); False where this torch has no RPC or no way to tell."""
+    try:
+        from torch.distributed import rpc
+
+        return bool(rpc.is_available() and rpc._is_current_rpc_agent_set())
+    except Exception:  # a private API: its absence costs only the note
+        return False

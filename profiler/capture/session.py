@@ -30,6 +30,7 @@ from skewlens.profiler.atomic import write_json_atomic
 from skewlens.profiler.capture import flight
 from skewlens.profiler.capture.autostart import ENV_PROFILE
 from skewlens.profiler.capture.build import RankCapture, build_nodes
+from skewlens.profiler.capture.compat import rpc_running
 from skewlens.profiler.capture.records import CommRecord, CudaSyncRecord, OpRecord, StepRecord, WaitRecord
 from skewlens.profiler.capture.schedule import Action, Phase, action_for, parse_choice, phases_between
 from skewlens.profiler.chakra_io import EtWriter
@@ -38,6 +39,7 @@ from skewlens.profiler.manifest import (
     PARTS_DIR,
     RAISED_CHARS,
     RAW_DIR,
+    RPC_NOTE,
     STEP_MARKS_NOTE,
     ProcessGroupInfo,
     RankNote,
@@ -730,6 +732,8 @@ class CaptureSession:
                     f"{self._hooks.running} asynchronous call(s) still running when the window ended "
                     "(the program waited for them later, or never): recorded without an end"
                 )
+        if rpc_running():
+            self.notes[rank_note_key(rank, RankNote.RPC)] = RPC_NOTE
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
             first = self._optimizer_steps[self._first_optimizer]
             others = ", ".join(
