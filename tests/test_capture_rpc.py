@@ -1,5 +1,5 @@
 """A program that uses ``torch.distributed.rpc`` beside its process groups, captured (one-rank gloo jobs in a
-fresh process)."""
+fresh process, TensorPipe started for real: slow tier)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from capture_helpers import ONE_GLOO_RANK
 
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs
@@ -16,6 +17,8 @@ from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.store.validate import validate_run
 
 ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
 
 #: One rank that starts RPC inside the capture (hooked, as under `skewlens profile`), and in each of 4 steps
 #: calls itself and runs one all_reduce of 8 floats.
