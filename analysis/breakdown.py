@@ -138,6 +138,9 @@ class RankMeans:
 #: A step longer than this many times its rank's median step is named beside the means (warm-up, a hiccup).
 OUTLIER_FACTOR = 1.5
 
+#: The first profiled steps (by step number) where warm-up shows: allocator, autotuning, communicator set-up.
+WARM_UP_STEPS = 3
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OutlierStep:

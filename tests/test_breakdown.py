@@ -229,6 +229,31 @@ def test_a_long_run_with_more_outlier_steps_than_the_note_names_names_the_longes
     assert note.startswith("step 0 took 1.6x the median step (rank 0: 16.000 against 10.000 ms); step 4 took")
 
 
+def test_an_outlier_note_of_a_rank_that_drifts_slower_names_its_last_steps_without_warm_up(
+    tmp_path: Path,
+) -> None:
+    # a rank 0.5 ms slower each step (its peer waits for it: both ranks' steps grow), 60 steps from 10 ms: the
+    # last five are over 1.5x the median (24.75 ms). Before, the note added "(a first profiled step often
+    # holds warm-up)" of them
+    result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
+    drift = [10 + 0.5 * s for s in range(60)]
+    result.breakdown = _steps({0: drift, 1: drift})
+    assert outliers_note(result) == (
+        "step 59 took 1.6x the median step (on 2 ranks, e.g. rank 0: 39.500 against 24.750 ms); step 58 took "
+        "1.6x the median step (on 2 ranks, e.g. rank 0: 39.000 against 24.750 ms); step 57 took 1.6x the "
+        "median step (on 2 ranks, e.g. rank 0: 38.500 against 24.750 ms); and 2 more steps over 1.5x, none "
+        "longer against their median: the means include them; every step is in step_breakdown.parquet"
+    )
+    # the same with a slow third profiled step (of steps numbered from 4: a window that began later) says it
+    result.breakdown = _steps({0: [12, 12, 40, *drift[3:]], 1: drift})
+    result.breakdown = [replace(b, step=b.step + 4) for b in result.breakdown]
+    note = outliers_note(result)
+    assert note is not None and "; step 6 took 1.6x the median step (rank 0" in note
+    assert note.endswith(
+        "include them (a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+
+
 def test_an_outlier_note_of_exactly_as_many_steps_as_it_names_adds_no_more(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_run(tmp_path, Scenario(world_size=2, steps=3))), blame=False)
     result.breakdown = _steps({0: [16, 10, 10, 17, 10, 18, 10, 10, 10, 10], 1: [10.0] * 10})
