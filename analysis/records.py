@@ -18,7 +18,12 @@ class CauseKind(StrEnum):
     WAIT = "earlier_wait"
     """The rank itself waited for others earlier (the lateness is passed on)."""
     NONE = "none"
-    """No member was measurably late."""
+    """No category explains the lateness: no member arrived after the median member, or the late member's
+    window grew by under 0.05 ms in every category (``skew.SHOWN_NS``). Such a member may still be late by
+    milliseconds and cause exposed waits: its lateness lies where no category counts, such as a window that
+    starts later because the member completed the previous common synchronisation point later (each window
+    starts at its own member's completion there; a longer transfer is no lateness passed on), or a transfer
+    at another group's collective (the skew analysis in analysis.md)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
