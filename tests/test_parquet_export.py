@@ -1574,3 +1574,60 @@ def test_the_documented_nightly_gate_names_the_op_and_collective_that_regressed_
         ("2026-12-06", 1, 66_667),
         ("2026-12-07", None, None),  # one rank: no peers to compare with
     ]
+
+
+def _drifting(run_dir: Path, *, steps: int, since: int, grow_ns: int) -> Path:
+    """2 ranks, ``steps`` steps of 10 ms of ``aten::mm``, an all_reduce that transfers for 2 ms after the
+    later rank arrives (the earlier one waits for it), then 1 ms of ``aten::add``; rank 1's mm ``grow_ns``
+    longer each step from step ``since`` on."""
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r)
+        for s in range(steps):
+            mm = [10 * MS, 10 * MS + grow_ns * max(0, s - since)]
+            rb.step(s).compute("aten::mm", mm[r])
+            rb.collective(CommType.ALL_REDUCE, 4_096, max(mm) - mm[r] + 2 * MS)
+            rb.compute("aten::add", MS)
+    return b.write(run_dir)
+
+
+def test_the_documented_drift_queries_give_a_slower_ranks_growth_per_step_and_the_step_it_began(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "A rank that gets slower step by step", verbatim: rank 1 of 2 does 0.5 ms more each step from step 8
+    of 40. Before, analyze gave means alone, and nothing said how to read the trend from its tables."""
+    steps, since, grow = 40, 8, MS // 2
+    run = _drifting(tmp_path / "run", steps=steps, since=since, grow_ns=grow)
+    monkeypatch.chdir(tmp_path)
+    assert skewlens_main(["analyze", str(run), "--out", "AN", "--no-pictures"]) == 0
+    per_step, trend, began = re.findall(
+        r"```sql\n(.*?)```", _section("A rank that gets slower step by step"), flags=re.S
+    )
+    # each rank's compute a step, by hand: the mm and the add; rank 0 costs nothing (it waits), rank 1 its
+    # growth while the what-if's step stays its peer's (its typical mm is 15.75 ms: to step 19)
+    compute = {r: [11 * MS + (grow * max(0, s - since) if r else 0) for s in range(steps)] for r in (0, 1)}
+    rows = duckdb.sql(per_step).fetchall()
+    assert [row[:3] for row in rows] == [(r, s, compute[r][s]) for r in (0, 1) for s in range(steps)]
+    cost = {(r, s): c for r, s, _c, c in rows}
+    assert [cost[0, s] for s in range(steps)] == [0] * steps
+    assert [cost[1, s] for s in range(20)] == [grow * max(0, s - since) for s in range(20)]
+    # the fitted lines: the compute's from the input; the cost's from the costs, less than the compute's
+    x = np.arange(steps)
+    want = {}
+    for r in (0, 1):
+        y = np.asarray(compute[r], dtype=float)
+        c = np.asarray([cost[r, s] for s in range(steps)], dtype=float)
+        want[r] = (
+            steps,
+            round(np.polyfit(x, y, 1)[0]),
+            round(np.corrcoef(x, y)[0, 1] ** 2, 3) if r else 1.0,  # a value that never changes: 1, slope 0
+            round(np.polyfit(x, c, 1)[0]),
+            round(np.corrcoef(x, c)[0, 1] ** 2, 3) if r else 1.0,
+        )
+    got = duckdb.sql(trend).fetchall()
+    assert [row[0] for row in got] == [1, 0]
+    assert {row[0]: row[1:] for row in got} == want
+    assert want[0][1:] == (0, 1.0, 0, 1.0)
+    assert 0 < want[1][3] < want[1][1] and want[1][2] > 0.9
+    # since which step: rank 1's first five steps cost nothing; its first over 1 ms is the third of growth
+    assert duckdb.sql(began).fetchall() == [(1, since + MS // grow + 1, 0.0)]
