@@ -180,7 +180,9 @@ class ModelTiming:
             # round a ring, its busiest ring link's bytes from the pairs, not the even cut's (not cached)
             (d,) = self._spanned(members)
             link_bytes = max(self._ring_loads(pairs, d, members).values(), default=0.0)
-            return self._collective_ns(comm_type, nbytes, members, adj, ring_link_bytes=link_bytes)
+            return self._collective_ns(
+                comm_type, nbytes, members, adj, ring_link_bytes=link_bytes, pairs=pairs
+            )
         key = (comm_type, nbytes, members, adj)
         cached = self._cache.get(key)
         if cached is None:
@@ -205,10 +207,12 @@ class ModelTiming:
         adj: Adjust,
         *,
         ring_link_bytes: float | None = None,
+        pairs: Sequence[tuple[int, int, int]] | None = None,
     ) -> int:
         """The flat (or hierarchical) formula's time; on a ring alone an exchange's bandwidth term is at
         least its busiest ring link's bytes a phase over ``B``: ``ring_link_bytes`` (an uneven all_to_all's,
-        from its pairs, :meth:`_ring_loads`), or None: even parts (:meth:`_even_ring_link_bytes`)."""
+        from its pairs, :meth:`_ring_loads`), or None: even parts (:meth:`_even_ring_link_bytes`). ``pairs``:
+        an uneven all_to_all's, whose farthest the messages' hops are (None: the group's farthest pair)."""
         p = len(members)
         dims = self._spanned(members)
         ds = [self.topology.dims[d] for d in dims]
@@ -247,25 +251,23 @@ class ModelTiming:
             # even all_to_all is costed; halving_doubling (a power-of-two group; tree's reduce_scatter and
             # all_gather, charged its formula, on a group spanning a ring dimension): step by step, round a
             # ring alone too; on any ring dimension spanned its partners p/2, p/4, ... away share the
-            # ring's links, each step's messages paying the ring's hops on a ring alone as the formula's do
+            # ring's links; each step's (each exchange's) messages pay their farthest pair's ring hops
             phase: float | None = None
             if self.algorithm == "direct":
                 phase = self._exchange_t(nbytes // p, members, adj)
             elif halving and p & (p - 1) == 0:
-                hops = self._ring_span_hops(members, dims) if ring_alone else 1
-                phase = self._halving_doubling_t(nbytes, members, adj, hops=hops)
+                phase = self._halving_doubling_t(nbytes, members, adj)
             if phase is not None:
                 phases = 2 if comm_type == CommType.ALL_REDUCE else 1
                 return self._ns(
                     phases * phase, f"one {comm_type.name.lower()} of {nbytes:,} B among {p} ranks"
                 )
-        alpha = float(max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims))
+        # messages between non-neighbours pay their farthest pair's hops (the group's, or an uneven
+        # all_to_all's pairs') on every ring dimension the group spans, summed, whether or not the ring is the
+        # slowest dimension; ring's and hierarchical's go to a neighbour, one hop
+        alphas = self._hop_alphas(adj, members, () if self.algorithm in ("ring", "hierarchical") else pairs)
+        alpha = max(alphas[d] for d in dims)
         bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
-        if self.algorithm not in ("ring", "hierarchical"):
-            # messages between non-neighbours travel up to the group's farthest pair's hops by the shortest
-            # way, on every ring dimension the group spans, summed (q units filling a ring: q/2; a line of q
-            # units: q − 1), whether or not the ring is the slowest dimension
-            alpha *= self._ring_span_hops(members, dims)
         if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
             # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
             # once, not one after another through one port (a broadcast of 8 ranks took 7 S/B, not S/B)
@@ -398,7 +400,8 @@ class ModelTiming:
             unit = tuple((1.0, extra) for _f, extra in adj)
             weighed = [{k: max(n / link_f[k], slowest) for k, (n, slowest) in load.items()} for load in loads]
             if multi:
-                t = max(self._busiest_t(w, unit) for w in weighed)
+                alphas = self._hop_alphas(unit, members, pairs)
+                t = max(self._busiest_t(w, unit, alphas) for w in weighed)
                 for d in self._ring_dims(dims):
                     # a ring link is its two end units' members on that ring's (as round a ring alone)
                     size = self._ring_size(d, members)
@@ -413,7 +416,7 @@ class ModelTiming:
                             and self.topology.link(r, d)[1] == rail
                         )
                         ring_w[k] = carried / (factor(on_ends, d) if on_ends else adj[d][0])
-                    t = max(t, self._busiest_t(ring_w, unit))
+                    t = max(t, self._busiest_t(ring_w, unit, alphas))
                 result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
             else:
                 busiest = max((n for w in weighed for n in w.values()), default=0.0)
@@ -424,6 +427,7 @@ class ModelTiming:
                     members,
                     unit,
                     ring_link_bytes=link if ring else None,
+                    pairs=pairs,
                 )
         if key is not None:
             self._cache[key] = -1 if result is None else result
@@ -433,7 +437,8 @@ class ModelTiming:
         """An all_to_all's time from its traffic per pair: each pair's bytes leave the sender and enter the
         receiver through their links (``Topology.link``) on every dimension the two differ in (two ranks
         of a node: its switch only; of two nodes: their nodes' links too); the time is the busiest link's,
-        ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``), a ring
+        ``α + bytes / B`` of its dimension (one message per pair, sent at once: ``direct``; ``α`` times the
+        hops of the farthest pair round the rings they cross, :meth:`_hop_alphas`), a ring
         dimension's links among them (:meth:`_ring_loads`: each pair crossing it goes the shortest way
         round). On one dimension that is the busiest port's ``α + D/B``, what the flat formulas charge
         (which are kept there)."""
@@ -444,9 +449,10 @@ class ModelTiming:
                 for load, r in ((out, src), (into, dst)):
                     k = self.topology.link(r, d)
                     load[k] = load.get(k, 0) + n
-        t = max(self._busiest_t(out, adj), self._busiest_t(into, adj))
+        alphas = self._hop_alphas(adj, members, pairs)
+        t = max(self._busiest_t(out, adj, alphas), self._busiest_t(into, adj, alphas))
         for d in self._ring_dims(self._spanned(members)):
-            t = max(t, self._busiest_t(self._ring_loads(pairs, d, members), adj))
+            t = max(t, self._busiest_t(self._ring_loads(pairs, d, members), adj, alphas))
         return self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {len(members)} ranks")
 
     def _ring_size(self, d: int, members: tuple[int, ...]) -> int:
@@ -501,15 +507,16 @@ class ModelTiming:
         """The ``ring`` dimensions among ``dims``."""
         return tuple(d for d in dims if self.topology.dims[d].kind == "ring")
 
-    def _busiest_t(self, load: Mapping[tuple[int, ...], float], adj: Adjust, hops: int = 1) -> float:
+    def _busiest_t(
+        self, load: Mapping[tuple[int, ...], float], adj: Adjust, alphas: Sequence[float]
+    ) -> float:
         """The time of the busiest of the links ``load`` gives bytes to (one direction): ``α + bytes / B`` of
-        the link's dimension (``α`` times ``hops``: a message round a ring alone); 0 where none carries a
-        byte."""
+        the link's dimension, ``α`` the step's there (``alphas``, :meth:`_hop_alphas`: times the hops of its
+        farthest pair round the rings it crosses); 0 where none carries a byte."""
         dims = self.topology.dims
         return max(
             (
-                (dims[k[0]].latency_ns + adj[k[0]][1]) * hops
-                + n / (dims[k[0]].effective_bandwidth_gbps * adj[k[0]][0])
+                alphas[k[0]] + n / (dims[k[0]].effective_bandwidth_gbps * adj[k[0]][0])
                 for k, n in load.items()
                 if n > 0
             ),
@@ -531,8 +538,9 @@ class ModelTiming:
         part to, and receives one from, each member whose coordinate ``d`` differs from its own, through
         its link there; a link's load is the sum over the members on it, the same out as in; on a ring
         dimension, its links' too, the ``p²`` parts each the shortest way round (:meth:`_ring_loads`).
-        Time: the busiest link's ``α + load / B`` (0 where every part is empty, as :meth:`_pairs_ns`, which
-        lists no pair of 0 bytes)."""
+        Time: the busiest link's ``α + load / B``, ``α`` times the group's farthest pair's ring hops
+        (:meth:`_hop_alphas`; 0 where every part is empty, as :meth:`_pairs_ns`, which lists no pair of 0
+        bytes)."""
         p = len(members)
         topo = self.topology
         dims = self._spanned(members)
@@ -542,16 +550,15 @@ class ModelTiming:
             same = Counter(coord.values())
             for r in members:
                 load[topo.link(r, d)] += (p - same[coord[r]]) * part
-        t = self._busiest_t(load, adj)
+        alphas = self._hop_alphas(adj, members)
+        t = self._busiest_t(load, adj, alphas)
         if part > 0:
             for d in self._ring_dims(dims):
                 flows = ((a, b, part) for a in members for b in members if a != b)
-                t = max(t, self._busiest_t(self._ring_loads(flows, d, members), adj))
+                t = max(t, self._busiest_t(self._ring_loads(flows, d, members), adj, alphas))
         return t
 
-    def _halving_doubling_t(
-        self, nbytes: int, members: tuple[int, ...], adj: Adjust, *, hops: int = 1
-    ) -> float:
+    def _halving_doubling_t(self, nbytes: int, members: tuple[int, ...], adj: Adjust) -> float:
         """Recursive halving (a reduce-scatter of ``S`` among ``p``, a power of two, members in rank order:
         the partner ``p/2`` away first, then ``p/4``, ..., exchanging ``S/2``, ``S/4``, ..., ``S/p``) link
         by link; recursive doubling (an all-gather) pairs the same distances with the same parts, in the
@@ -560,10 +567,11 @@ class ModelTiming:
         the step lasts its busiest link's ``α + load / B``. Members sharing a node's link (a NIC) share it
         in the steps that cross nodes, which the flat formula charged as if each had one of its own. On a
         ring dimension the group spans (alone or with others) the messages to partners beyond the next
-        unit also load the ring's links between them, by the shortest way (:meth:`_ring_loads`), and
-        ``α`` is paid ``hops`` times (the caller's: the ring's on a ring alone, 1 across dimensions). A
+        unit also load the ring's links between them, by the shortest way (:meth:`_ring_loads`), and each
+        step pays ``α`` times its own partners' hops round the rings they cross (:meth:`_hop_alphas`). A
         16-rank reduce-scatter round a ring alone: its busiest links carry ``2 S``, ``S``, ``S/4``,
-        ``S/16`` in its four steps, where its ports carry ``15/16 S`` in all."""
+        ``S/16`` in its four steps, where its ports carry ``15/16 S`` in all, and its messages cross 8, 4, 2
+        and 1 hops (each step paid the group's 8 before: 1 MiB at 50 GB/s, 500 ns, 85,468 ns, now 76,968)."""
         p = len(members)
         topo = self.topology
         dims = self._spanned(members)
@@ -579,11 +587,10 @@ class ModelTiming:
                     if coords[i][d] != coords[j][d]:
                         k = topo.link(r, d)
                         load[k] = load.get(k, 0.0) + part
+            step = [(r, members[i ^ dist], part) for i, r in enumerate(members)]
             for d in rings:
-                load |= self._ring_loads(
-                    ((r, members[i ^ dist], part) for i, r in enumerate(members)), d, members
-                )
-            t += self._busiest_t(load, adj, hops)
+                load |= self._ring_loads(step, d, members)
+            t += self._busiest_t(load, adj, self._hop_alphas(adj, members, step))
             dist, part = dist // 2, part / 2
         return t
 
@@ -600,54 +607,59 @@ class ModelTiming:
 
     def p2p_time_ns(self, src: int, dst: int, nbytes: int, step: int = -1) -> int:
         """Model time of one message ``src -> dst`` over the slowest dimension they span (at its effective
-        bandwidth, oversubscription applied, as a collective between the same ranks gets); ``α`` paid once
-        per hop by the shortest way round each ``ring`` dimension they differ in, summed over them."""
+        bandwidth, oversubscription applied, as a collective between the same ranks gets); its ``α``
+        times its hops round the ``ring`` dimensions they differ in (:meth:`_hop_alphas`)."""
         dims = self._spanned((src, dst))
         if not dims:
             return 0
         factor, extra = self._adjust((src, dst), step)
-        ds = [self.topology.dims[d] for d in dims]
-        alpha = max(d.latency_ns for d in ds) + extra
-        bw = min(d.effective_bandwidth_gbps for d in ds) * factor
-        if any(d.kind == "ring" for d in ds):
-            hops = self._ring_hops(src, dst, dims)
-            alpha *= max(1, hops)
+        adj = ((factor, extra),) * len(self.topology.dims)
+        alphas = self._hop_alphas(adj, (src, dst), ((src, dst, nbytes),))
+        alpha = max(alphas[d] for d in dims)
+        bw = min(self.topology.dims[d].effective_bandwidth_gbps for d in dims) * factor
         return self._ns(
             p2p_time_ns(nbytes, alpha, bw), f"one message of {nbytes:,} B from rank {src} to {dst}"
         )
 
-    def _ring_span_hops(self, members: tuple[int, ...], dims: tuple[int, ...]) -> int:
-        """The most hops a message between two of ``members`` crosses on the ``ring`` dimensions they span,
-        at least 1: on each, its farthest pair of occupied units' shortest way round
-        (``topology.ring_arcs``: half the units on a ring the group fills, ``q − 1`` on a line of ``q`` units
-        of a larger ring), summed over them (a message crossing both rings of a torus pays the hops on
-        each)."""
+    def _hop_alphas(
+        self, adj: Adjust, members: Sequence[int], pairs: Sequence[tuple[int, int, float]] | None = None
+    ) -> tuple[float, ...]:
+        """The hop rule, one for every way a transfer is costed (a message, a flat formula, a step or an
+        exchange costed link by link): per dimension of the topology, the ``α`` a message of the step pays
+        there, its latency (plus the slowdown's extra, ``adj``) times the step's hops. Those are, on each
+        ``ring`` dimension the step's ``pairs`` cross (``(src, dst, bytes)`` among ``members``, each a
+        message), its farthest pair's shortest way round (``topology.ring_arcs``), summed over the ring
+        dimensions (a message crossing both rings of a torus pays the hops on each), at least 1. ``pairs``
+        None: every pair of ``members``, the group's farthest (half the units of a ring the group fills,
+        ``q − 1`` on a line of ``q`` units of a larger ring); empty: 1 (messages to neighbours only).
+        Across dimensions a step's links each pay their dimension's ``α`` so multiplied, the same hops a
+        flat formula pays with the slowest ``α``: 16 ranks, 8 nodes × 2 on a ring, an all_to_all's
+        farthest pairs are 4 nodes apart and pay 4 ``α``, as two ranks 4 apart on a ring alone do (one
+        ``α`` before, whatever the distance)."""
         topo = self.topology
         hops = 0
-        for d in dims:
-            if topo.dims[d].kind != "ring":
-                continue
-            size = self._ring_size(d, members)
-            units = sorted({topo.coords(r)[d] for r in members})
+        rings = self._ring_dims(self._spanned(members))
+        for d in rings:
+            size = self._ring_size(d, tuple(members))
+            at = {r: topo.coords(r)[d] for r in members}
+            units = sorted(set(at.values()))
             if len(units) == size:  # the whole ring: half way round
-                hops += size // 2
+                most = size // 2
+            else:
+                most = max(ring_arcs(a, b, size)[0][1] for i, a in enumerate(units) for b in units[i + 1 :])
+            if pairs is None:
+                hops += most
                 continue
-            hops += max(ring_arcs(a, b, size)[0][1] for i, a in enumerate(units) for b in units[i + 1 :])
-        return max(1, hops)
-
-    def _ring_hops(self, src: int, dst: int, dims: tuple[int, ...]) -> int:
-        """Hops a message from ``src`` to ``dst`` crosses by the shortest way round each ``ring`` dimension
-        of ``dims``, summed over them."""
-        a, b = self.topology.coords(src), self.topology.coords(dst)
-        hops = 0
-        for d in dims:
-            dim = self.topology.dims[d]
-            if dim.kind != "ring":
-                continue
-            k = abs(a[d] - b[d])
-            size = dim.size or k + 1
-            hops += min(k, size - k)
-        return hops
+            far = 0  # the step's farthest pair: ring_arcs's hops, min(f, size − f), without its lists
+            for src, dst, _n in pairs:
+                f = (at[dst] - at[src]) % size
+                far = max(far, min(f, size - f))
+                if far == most:  # no pair of the group is farther
+                    break
+            hops += far
+        return tuple(
+            (dim.latency_ns + extra) * max(1, hops) for dim, (_f, extra) in zip(topo.dims, adj, strict=True)
+        )
 
     def collective(
         self,

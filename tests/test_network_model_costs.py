@@ -466,14 +466,15 @@ def test_an_all_to_all_across_a_ring_of_nodes_pays_the_ring_links_its_pairs_cros
     # 16 ranks, S/16 a part. A pair crosses the switch first, to the slot of its destination, then goes
     # round that slot's ring the shortest way: on each of the 2 rings every node sends 2 parts (its 2
     # ranks') to each other node, an 8-node ring exchange of 2 parts a pair: the busiest link carries
-    # 8²/8 · 2 = 16 parts, where a rank's NIC carries 14 (the 14 members off its node). Before, the NICs'
-    # 14 parts only: 18,850 ns
+    # 8²/8 · 2 = 16 parts, where a rank's NIC carries 14 (the 14 members off its node). Its farthest pairs
+    # are 4 nodes apart: 4 hops of α (one, 21,472 ns, before the hop rule reached link-by-link costing).
+    # Before the ring links, the NICs' 14 parts only: 18,850 ns
     part = S // 16
     pairs = [(a, b, part) for a in range(16) for b in range(16) if a != b]
-    want = round(ALPHA + 16 * part / BW)
+    want = round(4 * ALPHA + 16 * part / BW)
     for algorithm in ("direct", "ring"):  # link by link whatever the algorithm
         timing = ModelTiming(_ring_of_nodes(0), algorithm=algorithm)
-        assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16)) == want == 21_472
+        assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16)) == want == 22_972
         assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=pairs) == want
     # rank 3 (node 1, slot 1) at half speed: the links of slot 1's ring at node 1 (a ring link is its two
     # ends') carry their 16 parts at 25 GB/s, the traffic passing through too; its NIC's 14 parts at 25 GB/s
@@ -481,7 +482,7 @@ def test_an_all_to_all_across_a_ring_of_nodes_pays_the_ring_links_its_pairs_cros
     slow = SlowdownModel([Slowdown(kind="network", ranks=(3,), factor=0.5)])
     slowed = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=slow)
     assert slowed.collective_time_ns(CommType.ALL_TO_ALL, S, range(16)) == round(
-        ALPHA + 16 * part / (BW * 0.5)
+        4 * ALPHA + 16 * part / (BW * 0.5)
     )
 
 
@@ -492,11 +493,12 @@ def test_a_halving_doubling_reduce_scatter_across_a_ring_of_nodes_pays_the_ring_
     # both ways) load the link from node c to c + 1 with S/4 from each of c − 3 .. c: S, where a NIC
     # carries S/2; partners 4 apart (2 nodes: 0 <-> 2, 1 <-> 3, ...) load the link from node 1 to 2 with the
     # S/4 of 0 -> 2 and 1 -> 3: S/2, a NIC S/4; 2 apart, the next node, S/8 as the NIC; 1 apart, the switch,
-    # S/16. One α a step (link by link across dimensions). Before, the NICs' S/2 and S/4: 20,478 ns
-    steps = (ALPHA + S / BW) + (ALPHA + S / 2 / BW) + (ALPHA + S / 8 / BW) + (300 + S / 16 / 200.0)
+    # S/16. Each step's α times its partners' hops round the ring: 4, 2, 1 nodes, none (one α a step,
+    # 36,206 ns, before the hop rule reached link-by-link costing). Before, the NICs' S/2 and S/4: 20,478 ns
+    steps = (4 * ALPHA + S / BW) + (2 * ALPHA + S / 2 / BW) + (ALPHA + S / 8 / BW) + (300 + S / 16 / 200.0)
     for algorithm in ("halving_doubling", "tree"):  # tree's reduce_scatter is charged halving's steps
         timing = ModelTiming(_ring_of_nodes(0), algorithm=algorithm)
-        assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps) == 36_206
+        assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps) == 38_206
     # tree's was its flat formula: 4 levels of 4 hops, 15/16 S through a port (27,661 ns)
 
 
@@ -509,6 +511,36 @@ def test_a_tree_all_reduce_across_a_ring_of_nodes_is_charged_its_busiest_ring_li
     timing = ModelTiming(_ring_of_nodes(1), algorithm="tree")
     got = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
     assert got == round(2 * 4 * 4 * ALPHA + 3 * S / BW) == 78_915
+
+
+def test_a_message_four_nodes_round_a_ring_pays_four_hops_whether_its_group_spans_the_switch_or_not() -> None:
+    # ranks 0 and 8 are slot 0 of nodes 0 and 4, half way round the ring of 8 nodes; 1 and 9 slot 1 of
+    # the same nodes. Alone, 0 <-> 8 spans the ring alone and pays its 4 hops of α, as the message 0 -> 8
+    # does; with 1 <-> 9 the group spans the switch too and was costed link by link at one α for the same
+    # messages (21,472 ns). Each NIC carries S, each ring link S/2 (half each way round): 4 α + S/B
+    timing = ModelTiming(_ring_of_nodes(0), algorithm="direct")
+    want = round(4 * ALPHA + S / BW)
+    assert timing.p2p_time_ns(0, 8, S) == want == 22_972
+    alone = [(0, 8, S), (8, 0, S)]
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, 2 * S, (0, 8), pairs=alone) == want
+    both = [*alone, (1, 9, S), (9, 1, S)]
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, 2 * S, (0, 1, 8, 9), pairs=both) == want
+    # a direct all_reduce among the 16 ranks: two exchanges of S/16 parts, the farthest 4 nodes apart (one
+    # α an exchange before: 42,943 ns)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16)) == round(
+        2 * (4 * ALPHA + 16 * (S // 16) / BW)
+    )
+
+
+def test_an_uneven_all_to_all_round_a_ring_pays_the_hops_of_its_farthest_pair_not_the_groups() -> None:
+    # 8 ranks on a ring of 8, each sending S to the next: every message crosses one hop, where the group's
+    # farthest pair's 4 were charged (22,972 ns). A port carries S, as a ring link does: 7/8 of the size
+    nbytes = -(-8 * S // 7)
+    pairs = [(r, (r + 1) % 8, S) for r in range(8)]
+    got = ModelTiming(_ring(8), algorithm="direct").collective_time_ns(
+        CommType.ALL_TO_ALL, nbytes, range(8), pairs=pairs
+    )
+    assert got == round(ALPHA + 7 / 8 * nbytes / BW) == 21_472
 
 
 def _one_switch() -> Topology:
@@ -638,29 +670,31 @@ def test_a_slow_rank_on_a_ring_slows_the_traffic_passing_through_it_to_a_hot_exp
 
 
 def test_a_halving_doubling_reduce_scatter_round_a_ring_pays_the_ring_links_its_far_partners_share() -> None:
-    # 16 ranks, partners 8, 4, 2, 1 away with S/2, S/4, S/8, S/16, each message 16/2 = 8 hops of α. The
-    # link from c to c + 1 carries: 8 away (half way: half each way), S/4 from each of c − 7 .. c: 2 S; 4
-    # away, S/4 from each of c − 3 .. c sending forward (all four where c − 3 starts a block of 8): S; 2 away,
-    # S/8 from c − 1 and c: S/4; 1 away, S/16. Before, a port's S/2 + S/4 + S/8 + S/16 = 15/16 S in all
+    # 16 ranks, partners 8, 4, 2, 1 away with S/2, S/4, S/8, S/16, each step's messages its partners' 8,
+    # 4, 2, 1 hops of α. The link from c to c + 1 carries: 8 away (half way: half each way), S/4 from each
+    # of c − 7 .. c: 2 S; 4 away, S/4 from each of c − 3 .. c sending forward (all four where c − 3 starts a
+    # block of 8): S; 2 away, S/8 from c − 1 and c: S/4; 1 away, S/16. Before, a port's S/2 + S/4 + S/8 +
+    # S/16 = 15/16 S in all; then every step the group's 8 hops (4 · 8 α: 85,468 ns)
     timing = ModelTiming(_ring(16), algorithm="halving_doubling")
-    steps = 4 * 8 * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW
-    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps)
+    steps = (8 + 4 + 2 + 1) * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps) == 76_968
     # an all_reduce: the reduce-scatter, then the all-gather's same steps in the other order
     assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16)) == round(2 * steps)
-    # 4 ranks: the partner 2 away is half way round (S/4 each way on two links), a link's S/2 is its port's
+    # 4 ranks: the partner 2 away is half way round (S/4 each way on two links), a link's S/2 is its port's;
+    # 2 hops, then 1
     small = ModelTiming(_ring(4), algorithm="halving_doubling").collective_time_ns(
         CommType.REDUCE_SCATTER, S, range(4)
     )
-    assert small == round(2 * 2 * ALPHA + 3 / 4 * S / BW)
+    assert small == round((2 + 1) * ALPHA + 3 / 4 * S / BW)
 
 
 def test_a_tree_reduce_scatter_and_all_gather_round_a_ring_pay_the_ring_links_of_halvings_steps() -> None:
     # tree's reduce_scatter and all_gather are halving's formula: round a ring alone, halving's steps, 16
-    # ranks, 1 MiB: 2 S, S, S/4 and S/16 on the busiest links, 8 hops of α a step. Before, a port's 15/16 S
-    # (35,661 ns)
+    # ranks, 1 MiB: 2 S, S, S/4 and S/16 on the busiest links, 8, 4, 2 and 1 hops of α. Before, a port's
+    # 15/16 S (35,661 ns); then the group's 8 hops every step (85,468 ns)
     timing = ModelTiming(_ring(16), algorithm="tree")
-    steps = round(4 * 8 * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW)
-    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == steps == 85_468
+    steps = round((8 + 4 + 2 + 1) * ALPHA + (2 + 1 + 1 / 4 + 1 / 16) * S / BW)
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == steps == 76_968
     # an all_gather's comm_size is one member's piece: S/16 each, the same S gathered
     assert timing.collective_time_ns(CommType.ALL_GATHER, S // 16, range(16)) == steps
 
