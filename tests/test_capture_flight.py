@@ -186,6 +186,22 @@ def test_hooked_calls_take_the_recorders_numbers_and_only_unaccounted_entries_in
     assert [c.seq for c in hooked] == [11] and [e.seq for e in extra] == [13]
 
 
+def test_a_recorder_only_collective_of_a_python_thread_is_issued_by_that_thread() -> None:
+    steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
+    # a metrics thread (ident 99, native 4242) still inside its blocking all_reduce when the window closed:
+    # no hooked record, the recorder's entry alone; DDP's (ident 77, the main thread) beside it
+    entries = [
+        {**_entry("0", 12, 10_600_000), "thread_id": "77"},
+        {**_entry("1", 5, 19_000_000), "thread_id": "99"},
+    ]
+    parsed = parse_dump(json.dumps({"entries": entries}))
+    _, extra, _ = merge(parsed, [], steps, thread=1, natives={77: 1, 99: 4242})
+    assert [(e.pg_name, e.thread) for e in extra] == [("0", 1), ("1", 4242)]  # before: ("1", 1)
+    # a thread Python does not know (a C++ one) stays the main thread's
+    _, extra, _ = merge(parsed, [], steps, thread=1, natives={77: 1})
+    assert [(e.pg_name, e.thread) for e in extra] == [("0", 1), ("1", 1)]
+
+
 def test_a_hooked_call_whose_entry_was_lost_is_left_out_never_renumbered() -> None:
     steps = [StepRecord(step=1, start_ns=5_000_000, end_ns=20_000_000)]
     entries = parse_dump(json.dumps({"entries": [{**_entry("0", 13, 15_000_000), "thread_id": "77"}]}))

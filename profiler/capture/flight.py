@@ -501,6 +501,7 @@ def merge(
     recorded: set[str] | None = None,
     slack_ns: int = 200_000,
     spans: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+    natives: Mapping[int, int] | None = None,
 ) -> tuple[list[CommRecord], list[CommRecord], int]:
     """The hooked calls numbered as the recorder numbers them, the collectives only the recorder saw, and
     how many hooked calls were left out (their entry was lost).
@@ -519,8 +520,14 @@ def merge(
     ``spans`` (:func:`device_spans`): a recorder-only collective, and an asynchronous hooked one, ends
     where its device span ends (a blocking hooked call keeps its return: on NCCL the call returns at
     enqueue and its thread goes on, which the node on the thread says).
+
+    A recorder-only collective was issued by the thread its entry names where ``natives`` (Python ident to
+    native id: the program's Python threads) knows it, else by ``thread``: a blocking call a background
+    thread was still in when the window closed has no hooked record, and is that thread's, not the main
+    thread's (before, it was issued from the main thread's last row, which a delay before it held).
     """
     spans = spans or {}
+    native_of = natives or {}
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = [s.start_ns for s in ordered]
     by_pg: dict[str, list[FrEntry]] = defaultdict(list)
@@ -585,7 +592,7 @@ def merge(
                     # no device span: its end is gloo's worker's where seen (the build looks), else unknown
                     end_ns=max(e.created_ns, spans[(pg, e.seq)][1]) if (pg, e.seq) in spans else END_UNKNOWN,
                     is_async=True,
-                    thread=thread,
+                    thread=native_of.get(e.thread_ident, thread),
                     step=step,
                     ident=e.thread_ident,
                 )

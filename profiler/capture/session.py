@@ -890,8 +890,20 @@ class CaptureSession:
             recorded = {e.pg_name for e in entries}  # the groups are gone; those it has entries of it fed
         mine = [g.name for g in groups if g.name in recorded and rank in g.ranks]
         self.lost = flight.losses(entries, self.steps, mine)
+        # the program's own threads (not a C++ thread Python only saw call back: autograd's device thread)
+        natives = {
+            t.ident: t.native_id
+            for t in threading.enumerate()
+            if t.ident and t.native_id and not isinstance(t, threading._DummyThread)
+        }
         hooked, extra, left_out = flight.merge(
-            entries, comms, self.steps, thread=self._main_thread, recorded=recorded, spans=spans
+            entries,
+            comms,
+            self.steps,
+            thread=self._main_thread,
+            recorded=recorded,
+            spans=spans,
+            natives=natives,
         )
         extra = flight.as_issued(extra, scatters)
         self._recorder_only = extra
