@@ -1124,6 +1124,19 @@ def test_a_collective_of_another_thread_starting_inside_a_hooked_call_does_not_s
     assert kineto_thread_alias([bcast], ops[:3], MAIN) == {1: MAIN}
 
 
+def test_the_main_threads_all_reduce_inside_a_metrics_threads_all_reduce_does_not_swap_the_threads() -> None:
+    from skewlens.profiler.capture.build import kineto_thread_alias
+
+    metrics = 333  # a metrics thread all_reducing loss counters on a group of its own, not profiled by Kineto
+    calls = [replace(coll(10_000 + k * 20_000, 18_000 + k * 20_000, seq=k), thread=metrics) for k in range(3)]
+    ops = [host_op("skewlens::step", 0, 100, thread=1)]
+    for k in range(3):  # DDP's bucket all_reduce on the main thread, of the same name, inside each call
+        ops += [host_op("aten::mm", 9_000 + k * 20_000, 500, thread=1)]
+        ops += [host_op("c10d::allreduce_", 11_000 + k * 20_000, 300, thread=1)]
+    # before: {1: 333}, every training operator on the metrics thread's stream
+    assert kineto_thread_alias(calls, ops, MAIN) == {1: MAIN}
+
+
 def test_without_a_hooked_call_the_main_thread_is_the_one_that_marked_the_steps() -> None:
     from skewlens.profiler.capture.build import kineto_thread_alias
 

@@ -214,9 +214,13 @@ def kineto_thread_alias(
     ran on the calling thread; each Kineto thread goes to the native thread most of its calls name (one
     to one). Only of its name: another thread's operator can start inside a call, as DDP's all_reduce on
     the main thread does while a checkpoint thread (``dcp.async_save``) broadcasts, and that thread may
-    not be profiled at all (Kineto records the threads that existed when it started). Where no call
-    identifies the main thread, the Kineto thread of the step marks (:data:`STEP_MARK_NAME`) is it, and
-    without marks the one with most operators.
+    not be profiled at all (Kineto records the threads that existed when it started). Nor is the Kineto
+    thread of the step marks (:data:`STEP_MARK_NAME`) another thread than the main one: DDP's
+    ``c10d::allreduce_`` on the main thread starts inside a metrics thread's blocking all_reduce of its
+    own group, of the same name (before, that took the main thread's operators to the metrics thread's
+    stream, and the metrics thread's collectives into the main thread's timeline). Where no call
+    identifies the main thread, the Kineto thread of the step marks is it, and without marks the one with
+    most operators.
     """
     c10d: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for o in ops:
@@ -230,8 +234,11 @@ def kineto_thread_alias(
         k = bisect.bisect_left(cands, (c.start_ns, -1))
         if k < len(cands) and cands[k][0] <= c.issue_end_ns:
             votes[(cands[k][1], c.thread)] += 1
+    marking = {o.thread for o in ops if o.is_cpu and o.name == STEP_MARK_NAME}
     alias: dict[int, int] = {}
     for (kineto, native), _ in sorted(votes.items(), key=lambda kv: -kv[1]):
+        if kineto in marking and native != main_thread:
+            continue  # the main thread's operator inside another thread's call
         if kineto not in alias and native not in alias.values():
             alias[kineto] = native
     if main_thread not in alias.values():
