@@ -1135,6 +1135,10 @@ def test_the_main_threads_all_reduce_inside_a_metrics_threads_all_reduce_does_no
         ops += [host_op("c10d::allreduce_", 11_000 + k * 20_000, 300, thread=1)]
     # before: {1: 333}, every training operator on the metrics thread's stream
     assert kineto_thread_alias(calls, ops, MAIN) == {1: MAIN}
+    assert kineto_thread_alias(calls, ops, MAIN, mark_thread=MAIN) == {1: MAIN}
+    # a program that trains on a thread of its own (333 marks the steps and issues the collectives): its
+    # operators stay with it
+    assert kineto_thread_alias(calls, ops, MAIN, mark_thread=metrics) == {1: metrics}
 
 
 def test_without_a_hooked_call_the_main_thread_is_the_one_that_marked_the_steps() -> None:

@@ -153,6 +153,8 @@ class RankCapture:
     """Ops/full levels: the ``time.time_ns()`` read inside each step marker among ``ops`` (the
     ``skewlens::step`` record functions, in order); with the hooked calls they put Kineto on the hooks'
     clock."""
+    mark_thread: int = 0
+    """Ops/full levels: native id of the thread that left those markers (0: unknown, ``main_thread``)."""
     host_ops: Mapping[int, HostOpInfo] = field(default_factory=dict)
     """Full level: what is known of each host operator, by its Kineto correlation id."""
     group_threads: Mapping[int, str] = field(default_factory=dict)
@@ -206,7 +208,7 @@ class _Streams:
 
 
 def kineto_thread_alias(
-    comms: Sequence[CommRecord], ops: Sequence[OpRecord], main_thread: int
+    comms: Sequence[CommRecord], ops: Sequence[OpRecord], main_thread: int, mark_thread: int = 0
 ) -> dict[int, int]:
     """Kineto's thread ids (small sequential numbers) -> native thread ids of the hooks' records.
 
@@ -215,7 +217,8 @@ def kineto_thread_alias(
     to one). Only of its name: another thread's operator can start inside a call, as DDP's all_reduce on
     the main thread does while a checkpoint thread (``dcp.async_save``) broadcasts, and that thread may
     not be profiled at all (Kineto records the threads that existed when it started). Nor is the Kineto
-    thread of the step marks (:data:`STEP_MARK_NAME`) another thread than the main one: DDP's
+    thread of the step marks (:data:`STEP_MARK_NAME`) another thread than the one that left them
+    (``mark_thread``; unknown, the main thread): DDP's
     ``c10d::allreduce_`` on the main thread starts inside a metrics thread's blocking all_reduce of its
     own group, of the same name (before, that took the main thread's operators to the metrics thread's
     stream, and the metrics thread's collectives into the main thread's timeline). Where no call
@@ -237,7 +240,7 @@ def kineto_thread_alias(
     marking = {o.thread for o in ops if o.is_cpu and o.name == STEP_MARK_NAME}
     alias: dict[int, int] = {}
     for (kineto, native), _ in sorted(votes.items(), key=lambda kv: -kv[1]):
-        if kineto in marking and native != main_thread:
+        if kineto in marking and native != (mark_thread or main_thread):
             continue  # the main thread's operator inside another thread's call
         if kineto not in alias and native not in alias.values():
             alias[kineto] = native
@@ -1087,7 +1090,7 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
         off = kineto_clock_offset(cap.comms, cap.ops, cap.mark_times_ns)
         if off:
             cap = replace(cap, ops=[replace(o, start_ns=o.start_ns + off) for o in cap.ops])
-    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread) if cap.ops else {}
+    alias = kineto_thread_alias(cap.comms, cap.ops, cap.main_thread, cap.mark_thread) if cap.ops else {}
     if cap.ops:
         cap = replace(cap, comms=compiled_reduce_scatters(cap.comms, cap.ops, alias))
     comms = _comm_protos(cap, streams, pg_index)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -356,6 +357,8 @@ class KinetoCapture:
         """Why no operators were recorded (the program's own profiler), or empty."""
         self.mark_times_ns: list[int] = []
         """The ``time.time_ns()`` inside each step marker left so far (see ``RankCapture.mark_times_ns``)."""
+        self.mark_thread = 0
+        """Native id of the thread that left the last step marker (0: none left)."""
 
     def start(self) -> bool:
         """Start recording; False (and :attr:`note`) when the program already profiles itself.
@@ -396,6 +399,7 @@ class KinetoCapture:
         """Leave a step marker (a no-op unless recording, and after the first :data:`MARKS` steps)."""
         if self._running:
             leave_mark(self.mark_times_ns)
+            self.mark_thread = threading.get_native_id()
 
     def stop(self) -> list[Any]:
         """Stop and return the raw Kineto events (empty if never started, or the program's profiler took

@@ -794,6 +794,7 @@ class CaptureSession:
             worker_events=workers,
             worker_events_from_ns=self._workers_from_ns if workers else 0,
             mark_times_ns=self._kineto.mark_times_ns if self._kineto is not None else (),
+            mark_thread=self._kineto.mark_thread if self._kineto is not None else 0,
             host_ops=host_ops,
             device=device,
             waits=waits,
