@@ -1773,6 +1773,9 @@ def _gap_waits(
     reducer waits for all of them) that holds the completion of asynchronous collectives its thread issued
     before it, none of which a wait node waited for, is taken to have waited for the one that completed
     last: its work is what follows that completion (what it did before that completion counts as waiting).
+    Torch's reducer waits for its buckets in turn, copying each back before it waits for the next, so a
+    later host-time node of the step that holds (by the same rule) the completion of one of them not yet
+    waited for waited for it too: a DDP backward of two buckets at the ``ops`` level holds a wait for each.
     Where none was recorded inside it, the completion recorded soonest after the node ended, up to
     ``LAG_SLACK_NS`` after, while the node had run ``WAIT_RATIO`` times longer than that before it, is
     held: gloo's worker records a collective's end after it has completed the work the program waits on.
@@ -1846,6 +1849,26 @@ def _gap_waits(
                 out_s.append(c)
                 out_d.append(g)
                 waited[inside] = True
+                if last:
+                    # torch's reducer waits for its buckets in turn, copying each back
+                    # (``copy_bucket_to_grad``) before it waits for the next: a later host-time node of the
+                    # step that holds a completion not yet waited for, by the same rule, waited for it too
+                    later = g_rows[k + 1 :]
+                    for g in later[rt.step[later] == step].tolist():
+                        if waited.all():
+                            break
+                        a, b = int(rt.start_ns[g]), int(end[g])
+                        late = c_end - b
+                        held = (late <= 0) | ((late <= LAG_SLACK_NS) & (late * WAIT_RATIO <= c_end - a))
+                        running = np.flatnonzero(~waited & (c_end > a) & held)
+                        if running.size == 0:
+                            continue
+                        inside = running[late[running] <= 0]
+                        if inside.size == 0:
+                            inside = running[[np.argmin(late[running])]]
+                        out_s.append(int(cs[inside[np.argmax(c_end[inside])]]))
+                        out_d.append(g)
+                        waited[inside] = True
     # what a callback chained on a waited collective's future issued (PowerSGD's P and Q all_reduces) is
     # part of the future the program waited for: waited for too, where it completed by the node's end
     chained = coll[src] & coll[dst] & (rt.stream[src] == rt.stream[dst])

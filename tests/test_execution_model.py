@@ -496,6 +496,71 @@ def test_ops_level_untraced_time_that_holds_the_first_buckets_lagged_completion_
     assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
 
 
+def _ddp_two_bucket_waits(tmp_path: Path, late_ms: float, *, lag_ns: int = 50_000, steps: int = 3) -> Path:
+    """DDP at the ``ops`` level as torch's reducer finishes a backward of two buckets: it waits for the
+    first in ``untraced`` time, copies it back (``copy_bucket_to_grad``), waits for the second in untraced
+    time again, copies it back, then the optimizer runs. Rank 1's backward between the two issues is
+    ``late_ms`` longer (more tokens), so rank 0's wait for the second bucket holds the lateness. Each wait
+    ends ``lag_ns`` before gloo's worker recorded its bucket's end."""
+    b = RunBuilder(2)
+    t = 0
+    late = int(late_ms * MS)
+    for s in range(steps):
+        f0 = t + 10 * MS
+        bwd = {0: 2 * MS, 1: 2 * MS + late}
+        done1 = f0 + 5 * MS  # both issued the first bucket at f0 + 2 ms
+        done2 = f0 + 2 * MS + max(bwd.values()) + MS
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            f = rb.compute("aten::mm", 10 * MS, start_ns=t)
+            g1 = rb.compute("aten::mm", 2 * MS, start_ns=f0, deps=(f,))
+            a1 = rb.collective(
+                CommType.ALL_REDUCE,
+                1 << 20,
+                done1 - (f0 + 2 * MS),
+                start_ns=f0 + 2 * MS,
+                stream=COMM,
+                deps=(g1,),
+            )
+            e = f0 + 2 * MS + bwd[r]
+            g2 = rb.compute("aten::mm", bwd[r], start_ns=f0 + 2 * MS, deps=(g1,))
+            a2 = rb.collective(
+                CommType.ALL_REDUCE, 4 << 20, done2 - e, start_ns=e, stream=COMM, deps=(g2, a1)
+            )
+            prev = g2
+            at = e
+            if done1 - lag_ns > e:  # bucket 1 still running at the last issue: the reducer waits for it
+                prev = rb.compute("untraced", done1 - lag_ns - e, start_ns=e, deps=(g2,))
+                at = done1 - lag_ns
+            c1 = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=at, deps=(prev,))
+            u2 = rb.compute("untraced", done2 - lag_ns - (at + MS // 2), start_ns=at + MS // 2, deps=(c1,))
+            c2 = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=done2 - lag_ns, deps=(u2,))
+            rb.compute("Optimizer.step", 2 * MS, start_ns=done2 - lag_ns + MS // 2, deps=(c2, a2))
+        t = done2 + 3 * MS
+    return b.write(tmp_path / f"ddp_two_buckets{late_ms}")
+
+
+def test_the_reducers_wait_for_a_later_bucket_after_copying_back_an_earlier_one_is_a_wait_too(
+    tmp_path: Path,
+) -> None:
+    # 2 gloo ranks of a DDP transformer at `ops` fed variable-length batches: the light rank's reducer
+    # waited for its first bucket (17.6 ms), copied it back, then waited 146 ms for the second, in untraced
+    # time ending 1.7 ms before gloo recorded the bucket's end. Only the untraced time right after the last
+    # issue was taken as a wait; the second wait stayed host time, so a what-if that balanced the tokens
+    # still waited 146 ms there (rank 1's balanced step 424 ms, recorded 276) and blame missed the late rank
+    run = load_run(_ddp_two_bucket_waits(tmp_path, 30.0))
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    untraced = [i for i in range(len(rt)) if rt.name(i) == "untraced"]
+    assert sorted(m.wait_dst.tolist()) == untraced  # both of rank 0's waits, in every step
+    assert len(untraced) == 6
+    assert [rt.comm_bytes[i] for i in m.wait_src[np.argsort(m.wait_dst)].tolist()] == [1 << 20, 4 << 20] * 3
+    res = simulate(run)
+    assert all(s.step_time_ns == s.recorded_step_ns for s in summarize(run, res))
+    out = analyze_run(run, blame=True)
+    assert out.stragglers[0].rank == 1
+    assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
+
+
 def test_a_lagged_completion_the_model_moves_earlier_is_no_wait_for_the_astra_sim_export(
     tmp_path: Path,
 ) -> None:
