@@ -488,8 +488,24 @@ def resolve(entries: Sequence[FrEntry], comms: Sequence[CommRecord]) -> tuple[li
             continue
         taken.add(k)
         e = ordered[k]
-        out.append(replace(c, pg_name=e.pg_name, numel=e.numel, dtype=e.dtype, size_bytes=e.size_bytes))
+        dtype, numel = program_dtype(c.dtype, e)
+        out.append(replace(c, pg_name=e.pg_name, numel=numel, dtype=dtype, size_bytes=e.size_bytes))
     return out, lost
+
+
+#: The real dtype torch passes a complex tensor to the process group as (``torch.view_as_real``: twice the
+#: elements), by the complex dtype's name.
+_AS_REAL = {"complex64": "float32", "complex128": "float64"}
+
+
+def program_dtype(hooked: str, e: FrEntry) -> tuple[str, int]:
+    """The dtype and element count of a lean call whose hook saw a first input of dtype ``hooked`` ('' where
+    it did not look) and whose recorder entry is ``e``: the entry's, but where the hook saw a complex tensor
+    the entry has as real (``complex64`` as ``float32``, twice the elements: torch's ``view_as_real`` before
+    the process group), the program's complex dtype and half the elements (the bytes are the same)."""
+    if _AS_REAL.get(hooked) == e.dtype and e.numel % 2 == 0:
+        return hooked, e.numel // 2
+    return e.dtype, e.numel
 
 
 def merge(

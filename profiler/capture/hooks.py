@@ -221,6 +221,16 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _complex_dtype(args: tuple[Any, ...], kwargs: dict[str, Any], first: tuple[str, int] | None) -> str:
+    """The dtype name of a call's first input tensor (of a list: its first) where it is complex, else ''."""
+    if first is None:
+        return ""
+    t = _arg(args, kwargs, first)
+    if isinstance(t, list | tuple):
+        t = t[0] if t else None
+    return dtype_name(t.dtype) if isinstance(t, torch.Tensor) and t.is_complex() else ""
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``float32``."""
     return str(dtype).removeprefix("torch.")
@@ -385,6 +395,9 @@ class CommHooks:
         patches = self._patches
         lean = spec.lean
         group_at = sig.index.get("group", -1)
+        # the lean path's one look at the call's tensors: its first input (name, position; keyword-only: no
+        # position), for a complex dtype
+        first = (spec.inputs[0], sig.index.get(spec.inputs[0], 1 << 30)) if spec.inputs else None
         non_member = c10d.GroupMember.NON_GROUP_MEMBER
         compiling = torch.compiler.is_compiling
         # the groups inside a ``_coalescing_manager`` context (one dict, emptied and filled, never replaced)
@@ -411,7 +424,7 @@ class CommHooks:
                 return orig(*args, **kwargs)
             if lean and hooks.lean_left > 0 and group is not non_member:
                 hooks.lean_left -= 1
-                return hooks._lean(spec, orig, args, kwargs)
+                return hooks._lean(spec, orig, args, kwargs, first)
             local.depth = 1
             try:
                 return hooks._call(spec, sig, orig, args, kwargs)
@@ -512,14 +525,22 @@ class CommHooks:
             return ""
 
     def _lean(
-        self, spec: _Spec, orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        spec: _Spec,
+        orig: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        first: tuple[str, int] | None,
     ) -> Any:
         """Record a collective by its times alone: its group, number, size and dtype are the flight
         recorder's entry for it, which its thread created while issuing it (joined at the end of the
         window, :func:`skewlens.profiler.capture.flight.resolve`). The full path (:meth:`_call`) reads
         them from the call's arguments before issuing it, Python work in the middle of the training step
         that costs 3-4% of the example's step time on a 2-core machine (4.3% wall, 3.2% CPU over 10
-        interleaved runs of 290 steps each with and without it); this one costs two clock readings.
+        interleaved runs of 290 steps each with and without it); this one costs two clock readings and a
+        look at the dtype of its first input (``first``: its parameter's name and position): torch passes a
+        complex tensor to the process group as real (``view_as_real``), so the entry has ``float32`` where
+        the program sent ``complex64`` (:func:`skewlens.profiler.capture.flight.resolve` keeps the latter).
         """
         # an all_to_all's splits: sizes the recorder's entry does not have
         splits = self._splits(spec, args, kwargs) if spec.comm_type == CommType.ALL_TO_ALL else EVEN_SPLITS
@@ -540,8 +561,9 @@ class CommHooks:
                 root = self._peer(_arg(args, kwargs, group) or dist.group.WORLD, None, in_group)
             if isinstance(root, int):
                 src, dst = (root, -1) if spec.comm_type in _ROOT_SENDS else (-1, root)
+        dtype = _complex_dtype(args, kwargs, first)
         what = _Described(
-            spec, FROM_RECORDER, -1, self._step_of(), 0, 0, "", src, dst, 0, threading.get_native_id(),
+            spec, FROM_RECORDER, -1, self._step_of(), 0, 0, dtype, src, dst, 0, threading.get_native_id(),
             threading.get_ident(), False, -1, *splits, self._reduce_op(spec, args, kwargs),
         )  # fmt: skip
         self._calls.append((call_id, what, start, issue_end, is_async, None, quiet))

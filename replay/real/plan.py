@@ -134,6 +134,8 @@ _ELEMENT_BYTES = {
     "int8": 1,
     "uint8": 1,
     "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
 }
 
 
