@@ -689,6 +689,41 @@ def test_an_item_of_a_list_is_not_checked_against_the_default_entry_where_a_prim
     assert OmegaConf.create(capsys.readouterr().out).entries[0].factor == 3
 
 
+@pytest.mark.parametrize("sweep", [False, True])
+def test_an_added_group_entry_is_checked_as_a_chosen_one_where_the_users_primary_config_chooses_none(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: bool
+) -> None:
+    # '+slowdown=nosuch' passed the entry check (it compared 'key == group' with the '+' left on): Hydra's
+    # fifteen lines ("In 'mine': Could not find 'slowdown/nosuch'", its options, its search path)
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay_schema\n  - topology: switch\n  - _self_\n")
+    value = "straggler,nosuch" if sweep else "nosuch"
+    args = ["replay", *(["-m"] if sweep else []), "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}"]
+    assert skewlens_main([*args, f"out={tmp_path / 'o'}", f"+slowdown={value}"]) == 2
+    no_such = (
+        "slowdown=nosuch: no such entry (one of host_idle, jitter, none, slow_gpu, slow_link, slow_send, "
+        "stall, straggler)"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {no_such}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_item_of_a_list_is_checked_against_the_entry_a_forced_override_names(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the check read '++topology=two_node_ib' as no choice and named the default: "topology switch has 1 item"
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "++topology=two_node_ib"]
+    assert skewlens_main([*args, "topology.dims.5.bandwidth_gbps=5"]) == 2
+    has = (
+        "topology two_node_ib has 2 items in topology.dims (numbered from 0); give the whole list, "
+        "topology.dims=[...], or choose a topology that has item 5"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: topology.dims.5.bandwidth_gbps: {has}"
+    ]
+
+
 def test_an_item_of_a_list_is_checked_against_the_entry_hydra_takes_the_bundled_one_before_the_users(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -69,6 +69,7 @@ from skewlens.replay.outputs import (
     TIMELINE_JSON,
     TIMELINE_PARQUET,
     override_key,
+    override_setting,
     sweep_record,
 )
 from skewlens.replay.render import gpu_idle_table, summary_table
@@ -546,8 +547,9 @@ def check_groups(args: list[str]) -> None:
     for group in CHECKED_GROUPS:
         known = known_entries(group, dirs)
         for arg in args:
-            key, eq, value = arg.partition("=")
-            for item in (_plain_choices(value) or []) if key == group and eq else []:
+            # ``+slowdown=x`` too (a primary config of the user's that chooses none takes it)
+            key, value = override_setting(arg) or ("", "")
+            for item in (_plain_choices(value) or []) if key == group else []:
                 check_entry(group, item, known)
                 check_user_entry(group, item, dirs, group_settings(group, args))
 
@@ -559,7 +561,7 @@ GROUP_LISTS = {"slowdown": "entries", "topology": "dims"}
 def _group_choices(group: str, args: list[str]) -> list[str] | None:
     """The entries of ``group`` that ``args`` choose (a sweep's comma list too), else ``conf/replay.yaml``'s
     default; None where they are not a plain list of names or paths (a glob, an interpolation)."""
-    given = [a.partition("=")[2] for a in args if a.partition("=")[0] == group and "=" in a]
+    given = [s[1] for s in map(override_setting, args) if s is not None and s[0] == group]
     if not given:
         defaults = yaml.safe_load((CONF_DIR / "replay.yaml").read_text(encoding="utf-8"))["defaults"]
         return [str(d[group]) for d in defaults if isinstance(d, dict) and group in d]
