@@ -14,7 +14,7 @@ from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.comm import ModelTiming
 from skewlens.replay.config import TopologyConfig
 from skewlens.replay.errors import ConfigError
@@ -286,6 +286,25 @@ def test_concurrent_collectives_sharing_node_uplinks_share_their_bandwidth_under
     assert alone[0] == alone[1] == round(2 * (2_000 + S / (2 * 25.0)))
     assert shared == [2 * alone[0], 2 * alone[1]]
     assert replayed_transfer(rt, topology=two_level(), algorithm="ring", contention=True) == alone
+
+
+def test_concurrent_sends_from_one_rank_share_its_switch_port_only_under_contention(tmp_path: Path) -> None:
+    # docs/replay.md: rank 0 sends 1 MiB to each of ranks 1-4 at once (a stream each), the recvs posted at 0.
+    # By default each pair is charged alone, α + S/B = 500 + 1,048,576 / 50 = 21,471.52 ns, though the port
+    # carries 4 MiB; under contention the four flows share rank 0's port, each at a quarter: 4 x 21,472
+    b = RunBuilder(world_size=5)
+    for peer in range(1, 5):
+        b.rank(0).send(peer, S, 1_000, start_ns=0, stream=peer)
+        b.rank(peer).recv(0, S, 1_000, start_ns=0)
+    rt = load_run(b.write(tmp_path / "run"))
+    ends = {}
+    for contention in (False, True):
+        res = simulate(rt, comm_mode="model", topology=flat(), algorithm="ring", contention=contention)
+        ends[contention] = [
+            int(res.end_ns[p][rt.ranks[p].rows_of_type(NodeType.COMM_RECV)[0]]) for p in range(1, 5)
+        ]
+    assert ends[False] == [21_472] * 4
+    assert ends[True] == [85_888] * 4
 
 
 def test_contention_does_not_slow_transfers_on_disjoint_links(tmp_path: Path) -> None:
