@@ -88,6 +88,7 @@ class RankNote(StrEnum):
     COMM_SIZES = "communication sizes"
     COMM_GROUPS = "communication groups"
     GPU_DEPENDENCIES = "GPU dependencies"
+    DATA_DEPENDENCIES = "data dependencies"
     FLIGHT_RECORDER = "flight recorder"
     FLIGHT_RECORDER_DUMP = "flight recorder dump"
     FLIGHT_RECORDER_DEVICE_TIMES = "flight recorder device times"

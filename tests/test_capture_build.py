@@ -20,6 +20,7 @@ from skewlens.profiler.capture.build import (
     RankCapture,
     build_nodes,
     comm_on_host,
+    reused_ids_note,
 )
 from skewlens.profiler.capture.hostet import parse_host_et
 from skewlens.profiler.capture.kineto import op_records, rf_ids_from_chrome_trace
@@ -1524,3 +1525,53 @@ def test_an_event_begun_in_a_blocking_call_before_its_own_is_taken_by_no_collect
     cap = _on_gloo_threads([a2a, bucket], workers, {8: "0"})
     (node,) = by_name(build_nodes(cap), "gloo:all_reduce")
     assert node.start_ns + node.dur_ns == 9_000 * us
+
+
+def test_a_tensor_id_another_thread_still_held_when_a_collective_began_is_reused_not_a_data_dependency() -> (
+    None
+):
+    # a metrics thread all_reduces storage 9 over [2, 12) µs; the prefetch thread's broadcast of a new tensor
+    # that the allocator gave the same id begins at 6 µs, inside it: no dependency between the two threads
+    # (it held the prefetch thread behind the metrics one in replay). The main thread reading 9 at 20 µs,
+    # after both ended, reads what the last of them wrote; and what the main thread itself wrote
+    metrics, prefetch = 222, 333
+    groups = [*GROUPS, *(ProcessGroupInfo(name=g, ranks=(0, 1)) for g in ("1", "2"))]
+
+    def side(pg: str, start: int, end: int, thread: int) -> CommRecord:
+        return replace(coll(start, end, seq=0), pg_name=pg, thread=thread, op="c10d::allreduce_")
+
+    def op(name: str, start: int, dur: int, thread: int, rf: int) -> OpRecord:
+        return OpRecord(name=name, start_ns=start, dur_ns=dur, thread=thread, is_cpu=True, rf_id=rf, corr=rf)
+
+    ops = [
+        op("aten::mm", 0, 5_000, MAIN, 1),
+        op("c10d::allreduce_", 2_000, 10_000, metrics, 2),
+        op("c10d::allreduce_", 6_000, 3_000, prefetch, 3),
+        op("aten::add", 20_000, 1_000, MAIN, 4),
+    ]
+    host = {
+        1: HostOpInfo(schema="aten::mm(...)", inputs=(1, 2), outputs=(5,)),
+        2: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(9,), outputs=(9,)),
+        3: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(9,), outputs=(9,)),
+        4: HostOpInfo(schema="aten::add(...)", inputs=(5, 9), outputs=(6,)),
+    }
+    cap = replace(
+        full_capture(
+            ops,
+            host,
+            end_ns=40_000,
+            comms=[side("1", 2_000, 12_000, metrics), side("2", 6_000, 9_000, prefetch)],
+        ),
+        groups=groups,
+    )
+    notes: list[str] = []
+    nodes = build_nodes(cap, data_notes=notes)
+    ar = {n.attrs[Attr.PG_NAME]: n for n in nodes if n.node_type == NodeType.COMM_COLL}
+    add = next(n for n in nodes if n.name == "aten::add")
+    assert ar["2"].data_deps == ()  # it named the metrics all_reduce
+    assert set(add.data_deps) == {next(n for n in nodes if n.name == "aten::mm").node_id, ar["2"].node_id}
+    assert notes == [reused_ids_note(1)]
+    assert reused_ids_note(1) == (
+        "1 data dependency between threads not drawn: the reader started before the writer ended, so the "
+        "tensor id was reused, not the tensor"
+    )

@@ -25,7 +25,8 @@ waited for (:mod:`skewlens.profiler.capture.waits`).
 Control dependencies keep program order per stream; an asynchronous COMM node depends on the node its
 thread ran before issuing it, and the first node of that thread starting after its completion depends on
 it. Data dependencies come from the host execution trace (``full``): a node (operator or collective, joined
-through its ``c10d::`` operator's record-function id) depends on the last node that wrote a tensor it reads.
+through its ``c10d::`` operator's record-function id) depends on the last node that wrote a tensor it reads;
+between threads only where it began after that node ended (else the id was reused: :func:`_data_deps`).
 """
 
 from __future__ import annotations
@@ -1078,11 +1079,14 @@ def compiled_reduce_scatters(
     return as_issued(comms, spans, thread_of=lambda c: c.thread) if spans else list(comms)
 
 
-def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceNode]:
+def build_nodes(
+    cap: RankCapture, notes: list[str] | None = None, *, data_notes: list[str] | None = None
+) -> list[TraceNode]:
     """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start.
 
     ``notes``: where given, receives what the GPU dependencies came to (counts of the edges drawn and
-    of those the trace could not give), for the manifest.
+    of those the trace could not give), for the manifest; ``data_notes`` likewise what the data
+    dependencies left out (:func:`reused_ids_note`).
     """
     streams = _Streams(cap.main_thread)
     pg_index = {g.name: i for i, g in enumerate(cap.groups)}
@@ -1168,7 +1172,9 @@ def build_nodes(cap: RankCapture, notes: list[str] | None = None) -> list[TraceN
         _join_backward_passes(bursts, protos, ids, ctrl, steps=cap.steps, notes=notes)
     if any(p.kernel is not None for p in protos):
         _gpu_dependencies(cap, protos, ids, streams=streams, alias=alias, ctrl=ctrl, notes=notes)
-    data = _data_deps(protos, ids, cap.host_ops)
+    data, reused = _data_deps(protos, ids, cap.host_ops)
+    if data_notes is not None and reused:
+        data_notes.append(reused_ids_note(reused))
     off = cap.offset_ns
     nodes = [pg_init_node(cap.groups)]
     for p in protos:
@@ -1389,19 +1395,42 @@ def _last_finished(history: list[tuple[int, int]], t: int, *, scan: int = 64) ->
 
 def _data_deps(
     protos: list[_Proto], ids: dict[int, int], host_ops: Mapping[int, HostOpInfo]
-) -> dict[int, list[int]]:
+) -> tuple[dict[int, list[int]], int]:
+    """Per node id, the nodes that last wrote what it reads, and how many such pairs were dropped as a reused
+    id: a reader on another thread than its writer (the issuing thread, for asynchronous communication)
+    that started before the writer ended. A tensor one thread wrote and another reads was written
+    first; an id that another thread's node still held when the reader began names another tensor (the
+    allocator reuses ids, and a side thread's own allocations are not among the operators recorded), and
+    taken for a dependency it would make a side thread's collective wait for another's, or the main
+    thread for a side thread."""
     if not host_ops:
-        return {}
-    writer: dict[int, int] = {}
+        return {}, 0
+    writer: dict[int, _Proto] = {}
     deps: dict[int, list[int]] = {}
+    reused = 0
     for p in protos:  # start order: the last writer before an op started produced what it reads
         info = host_ops.get(p.key) if p.key >= 0 else None
         if info is None:
             continue
         nid = ids[id(p)]
-        found = sorted({writer[t] for t in info.inputs if t in writer and writer[t] != nid})
+        found: set[int] = set()
+        stale: set[int] = set()
+        for t in info.inputs:
+            w = writer.get(t)
+            if w is None or w is p:
+                continue
+            (stale if _issuer(w) != _issuer(p) and p.start_ns < w.end_ns else found).add(ids[id(w)])
+        reused += len(stale - found)
         if found:
-            deps[nid] = found
+            deps[nid] = sorted(found)
         for t in info.outputs:
-            writer[t] = nid
-    return deps
+            writer[t] = p
+    return deps, reused
+
+
+def reused_ids_note(dropped: int) -> str:
+    """The manifest note of :func:`_data_deps`'s dropped pairs."""
+    return (
+        f"{dropped} data dependenc{'y' if dropped == 1 else 'ies'} between threads not drawn: the reader "
+        "started before the writer ended, so the tensor id was reused, not the tensor"
+    )

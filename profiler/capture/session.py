@@ -805,9 +805,12 @@ class CaptureSession:
             else {},
         )
         gpu_notes: list[str] = []
-        nodes = build_nodes(cap, notes=gpu_notes)
+        data_notes: list[str] = []
+        nodes = build_nodes(cap, notes=gpu_notes, data_notes=data_notes)
         if gpu_notes:
             self.notes[rank_note_key(rank, RankNote.GPU_DEPENDENCIES)] = "; ".join(gpu_notes)
+        if data_notes:
+            self.notes[rank_note_key(rank, RankNote.DATA_DEPENDENCIES)] = "; ".join(data_notes)
         path = rank_file(self.run_dir, rank)
         meta = {"rank": rank, "world_size": world, "level": self.level.value}
         if self.level == Level.FULL:
