@@ -246,8 +246,9 @@ class RunBuilder:
             self.ranks[r] = RankBuilder(rank=r, groups=self.groups, _next_id=self.first_node_id)
         return self.ranks[r]
 
-    def write(self, run_dir: str | Path, *, level: str = "collectives") -> Path:
-        """Write ``rank-<r>.et`` for every rank plus the manifest; returns the run directory."""
+    def write(self, run_dir: str | Path, *, level: str = "collectives", source: str = "synthetic") -> Path:
+        """Write ``rank-<r>.et`` for every rank plus the manifest; returns the run directory. ``source``: the
+        manifest's (``capture``: stream 0 is the thread that marks steps, as a capture numbers them)."""
         d = Path(run_dir)
         groups = [
             ProcessGroupInfo(
@@ -281,7 +282,7 @@ class RunBuilder:
                 process_groups=tuple(groups),
                 backend="gloo",
                 level=level,
-                source="synthetic",
+                source=source,
                 steps=tuple(steps),
             ),
         )

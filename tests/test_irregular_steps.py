@@ -154,3 +154,79 @@ def test_a_collective_in_no_step_on_one_member_and_in_step_0_on_another_is_a_ste
     assert "1 collective instance was issued in different steps" in warn.message
     assert "(the first: group '0' seq 0, in no step (rank 0), step 0 (rank 1))" in warn.message
     assert load_validated(run_dir).steps_differ == warn.message
+
+
+def _side_thread_run(tmp_path: Path, *, source: str, main_shift: bool = False) -> Path:
+    """Two ranks, three steps on the main thread (stream 0): compute, the gradient all_reduce on group '0'
+    (DDP's, on a communication stream the main thread issues it to), then each rank's checkpoint thread
+    (stream 1, group '1', no dependency on the main thread) gathers what step 1 saved: on rank 0 it
+    starts late in step 1, on rank 1 a little later, after rank 1 marked step 2. As ``bgtrain.py`` left
+    it: the checkpoint thread's all_gather in step 5 on rank 0, step 4 on rank 1. ``main_shift``: rank 0
+    also marks an evaluation pass of its own as a step, so that its last all_reduce is one step later."""
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), "1": (0, 1)})
+    for r in (0, 1):
+        rb = b.rank(r)
+        t = 0
+        for s in range(3):
+            if main_shift and r == 0 and s == 2:
+                rb.step(2).compute("eval_fwd", dur_ns=MS, start_ns=t)
+                t += MS
+            step = s + 1 if main_shift and r == 0 and s == 2 else s
+            fwd = rb.step(step).compute("fwd", dur_ns=8 * MS, start_ns=t)
+            rb.collective(
+                CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS, start_ns=t + 6 * MS, stream=1000, deps=(fwd,)
+            )
+            rb.compute("opt", dur_ns=MS, start_ns=t + 8 * MS)
+            t += 10 * MS
+        # the checkpoint thread: at 19.5 ms (step 1) on rank 0, 20.5 ms (step 2) on rank 1
+        rb.step(1 if r == 0 else 2).collective(
+            CommType.ALL_GATHER,
+            comm_bytes=MIB,
+            dur_ns=MS,
+            pg="1",
+            start_ns=19 * MS + (r * 2 + 1) * MS // 2,
+            stream=1,
+        )
+    return b.write(tmp_path / "run", source=source)
+
+
+def test_a_side_threads_collective_on_either_side_of_a_step_boundary_is_an_info_not_steps_marked_differently(
+    tmp_path: Path,
+) -> None:
+    # it was "ranks mark steps differently: 1 collective instance ... (the first: group '1' seq 0, in steps
+    # 1 (rank 0), 2 (rank 1)) ...; mark the same steps on every rank", of step marks that were right
+    run_dir = _side_thread_run(tmp_path, source="capture")
+    report = validate_run(run_dir)
+    assert report.ok, [str(i) for i in report.errors]
+    assert [i.kind for i in report.warnings] == []
+    (info,) = [i for i in report.issues if i.kind == "side-thread-steps"]
+    assert info.message == (
+        "1 collective instance that threads beside the steps issued (a thread with no control dependency on "
+        "the one that marks steps, such as a metrics or checkpoint thread) was issued in different steps on "
+        "different members (the first: group '1' seq 0, in steps 1 (rank 0), 2 (rank 1)): such a thread's "
+        "call lands on either side of the main thread's step boundary, earlier on one rank than on another; "
+        "the step marks are not at fault, and each rank's step holds the call where it made it"
+    )
+    assert load_validated(run_dir).steps_differ == ""
+
+
+def test_where_the_thread_that_marks_steps_is_not_known_a_side_threads_collective_still_counts(
+    tmp_path: Path,
+) -> None:
+    # an imported profile numbers threads as Kineto did: stream 0 is no thread in particular
+    report = validate_run(_side_thread_run(tmp_path, source="import"))
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "1 collective instance was issued in different steps" in warn.message
+    assert "(the first: group '1' seq 0, in steps 1 (rank 0), 2 (rank 1))" in warn.message
+    assert not [i for i in report.issues if i.kind == "side-thread-steps"]
+
+
+def test_the_main_threads_own_collectives_in_different_steps_are_still_steps_marked_differently(
+    tmp_path: Path,
+) -> None:
+    # the all_reduce DDP issues from the main thread to a communication stream counts as the main thread's
+    report = validate_run(_side_thread_run(tmp_path, source="capture", main_shift=True))
+    (warn,) = [i for i in report.warnings if i.kind == "step-mismatch"]
+    assert "1 collective instance was issued in different steps" in warn.message
+    assert "(the first: group '0' seq 2, in steps 3 (rank 0), 2 (rank 1))" in warn.message
+    assert len([i for i in report.issues if i.kind == "side-thread-steps"]) == 1

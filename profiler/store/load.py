@@ -91,6 +91,7 @@ from skewlens.profiler.store.match import (
     match_instances,
     match_pairs,
     matchable,
+    step_mark_stream,
 )
 from skewlens.profiler.store.model import (
     DEP_CTRL,
@@ -1269,7 +1270,7 @@ def load_run(
     )
     missing_rank_issues(files, sink)
     if match:
-        comm = {r: CommRows.of(rt) for r, rt in ranks.items()}
+        comm = {r: CommRows.of(rt, step_mark_stream(manifest)) for r, rt in ranks.items()}
         comm, run.incomplete_steps = matchable(comm, manifest, groups, pg_names, sink)
         missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(ranks))
         run.collectives = match_instances(
@@ -1350,7 +1351,7 @@ def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> Non
 
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
     """Collective instances of a loaded run (raises :class:`ValidationError` on the first mismatch)."""
-    comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    comm = {r: CommRows.of(rt, step_mark_stream(run.manifest)) for r, rt in run.ranks.items()}
     comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
     missing = frozenset(run.manifest.missing_ranks)
     return match_instances(
@@ -1360,6 +1361,6 @@ def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
 
 def match_p2p(run: RunTrace) -> list[P2PPair]:
     """Send/recv pairs of a loaded run (raises :class:`ValidationError` on the first unmatched one)."""
-    comm = {r: CommRows.of(rt) for r, rt in run.ranks.items()}
+    comm = {r: CommRows.of(rt, step_mark_stream(run.manifest)) for r, rt in run.ranks.items()}
     comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
     return match_pairs(comm, run.pg_names, IssueLog(strict=True))

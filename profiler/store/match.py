@@ -32,7 +32,16 @@ from skewlens.profiler.store.issues import (
     sizes_per_rank,
     steps_label,
 )
-from skewlens.profiler.store.model import I8, I32, I64, CollectiveInstance, P2PPair, RankTrace, type_mask
+from skewlens.profiler.store.model import (
+    DEP_CTRL,
+    I8,
+    I32,
+    I64,
+    CollectiveInstance,
+    P2PPair,
+    RankTrace,
+    type_mask,
+)
 from skewlens.profiler.vocab import SIZE_MUST_MATCH, CommType, NodeType
 
 #: At most this many issues of one kind are reported individually; the rest are summarised.
@@ -56,6 +65,13 @@ MISMATCH_KINDS = frozenset(
 #: Issue kind of collectives whose members issued them in different steps (the ranks marked steps
 #: differently): a warning, the collectives stay matched.
 STEP_MISMATCH = "step-mismatch"
+#: Issue kind (info) of collectives that threads other than the one that marks steps issued in
+#: different steps on different members: such a thread runs beside the steps, its collectives land on
+#: either side of a step boundary, and no step mark is at fault.
+SIDE_THREAD_STEPS = "side-thread-steps"
+#: Manifest sources whose traces put the thread that marks steps on stream 0 (the capture's session
+#: numbers host threads so, :mod:`skewlens.profiler.capture.build`; a real replay is captured by it).
+MARKS_ON_STREAM_0 = frozenset({"capture", "replay"})
 
 
 def comm_type_name(value: int) -> str:
@@ -104,6 +120,11 @@ class CommRows:
     dtype: list[str] = field(default_factory=list)
     """The dtype each row's tensor was recorded in (``skl_dtype``), ``""`` where none; empty where the trace
     records none."""
+    side: np.ndarray | None = None
+    """Per row, whether a thread beside the steps issued it: one that no control dependency ties to the
+    thread that marks steps (a metrics or prefetch thread of its own; that thread's asynchronous
+    communication, autograd's device threads and its GPU streams are tied to it). None: the thread that
+    marks steps is not known (:func:`step_mark_stream`)."""
 
     @staticmethod
     def empty(rank: int, path: str) -> CommRows:
@@ -124,11 +145,15 @@ class CommRows:
             pg=self.pg[keep], seq=self.seq[keep], comm_type=self.comm_type[keep],
             comm_bytes=self.comm_bytes[keep], src=self.src[keep], dst=self.dst[keep], tag=self.tag[keep],
             start_ns=self.start_ns[keep], dur_ns=self.dur_ns[keep], step=self.step[keep], dtype=dtypes,
+            side=None if self.side is None else self.side[keep],
         )  # fmt: skip
 
     @staticmethod
-    def of(rt: RankTrace) -> CommRows:
+    def of(rt: RankTrace, mark_stream: int | None = None) -> CommRows:
+        """The communication rows of ``rt``; ``mark_stream``: the stream of the thread that marks steps
+        (:func:`step_mark_stream`), None where not known."""
         rows = rt.rows_of_type(NodeType.COMM_COLL, NodeType.COMM_SEND, NodeType.COMM_RECV)
+        side = None if mark_stream is None else _beside_steps(rt, mark_stream)
         return CommRows(
             rank=rt.rank,
             path=rt.path,
@@ -149,7 +174,34 @@ class CommRows:
             dtype=[]
             if rt.dtype_idx is None
             else [rt.dtypes[i] if i >= 0 else "" for i in rt.dtype_idx[rows].tolist()],
+            side=None if side is None else side[rows],
         )
+
+
+def step_mark_stream(manifest: Manifest) -> int | None:
+    """The stream of the thread that marks steps in every rank's trace of a run, where its source says
+    (:data:`MARKS_ON_STREAM_0`); None elsewhere (an imported profile numbers threads as Kineto did)."""
+    return 0 if manifest.source in MARKS_ON_STREAM_0 else None
+
+
+def _beside_steps(rt: RankTrace, mark_stream: int) -> np.ndarray | None:
+    """Per row of ``rt``, whether its stream is one that no chain of control dependencies between streams
+    ties to ``mark_stream`` (None where that stream holds no row: not known)."""
+    if not (rt.stream == mark_stream).any():
+        return None
+    dst = np.repeat(np.arange(len(rt), dtype=np.int64), np.diff(rt.dep_ptr))
+    src = rt.dep_idx.astype(np.int64, copy=False)
+    cross = (rt.dep_kind == DEP_CTRL) & (rt.stream[src] != rt.stream[dst])
+    pairs = set(zip(rt.stream[src[cross]].tolist(), rt.stream[dst[cross]].tolist(), strict=True))
+    tied = {mark_stream}
+    grew = True
+    while grew:  # a handful of streams
+        grew = False
+        for a, b in pairs:
+            if (a in tied) != (b in tied):
+                tied |= {a, b}
+                grew = True
+    return ~np.isin(rt.stream, list(tied))
 
 
 def without_lost(
@@ -398,6 +450,10 @@ def match_instances(
         parts["bytes"].append(c.comm_bytes[ok])
         parts["row"].append(c.row[ok])
         parts["step"].append(c.step[ok].astype(np.int64))
+        # beside the steps: 1, tied to the thread that marks them: 0, not known: -1
+        parts["side"].append(
+            np.full(ok.shape[0], -1, np.int64) if c.side is None else c.side[ok].astype(np.int64)
+        )
     if not parts:
         return []
     col = {k: np.concatenate(v) for k, v in parts.items()}
@@ -487,23 +543,60 @@ def _steps_differ(
     called and others did not), so a step number names different work on different ranks. In no step
     (-1) on one member and in a step on another is such a difference too: that step holds the instance on
     one rank and not on the other (a set-up collective before every rank's first step is in no step on
-    each, and no mismatch)."""
+    each, and no mismatch).
+
+    An instance that threads beside the steps issued on every member (:attr:`CommRows.side`: a metrics,
+    checkpoint or prefetch thread of its own) says nothing of the step marks: such a thread's call lands on
+    either side of the main thread's step boundary, earlier on one rank than on another. Those are one
+    :data:`SIDE_THREAD_STEPS` info line instead, which says so."""
     starts, ends = bounds
     step = col["step"]
-    differ = np.flatnonzero(agreed & (np.minimum.reduceat(step, starts) != np.maximum.reduceat(step, starts)))
-    if differ.size == 0:
+    differ = agreed & (np.minimum.reduceat(step, starts) != np.maximum.reduceat(step, starts))
+    beside = np.minimum.reduceat(col["side"], starts) == 1
+    _side_steps(
+        comm, sink, col, starts=starts[differ & beside], ends=ends[differ & beside], pg_names=pg_names
+    )
+    found = np.flatnonzero(differ & ~beside)
+    if found.size == 0:
         return
-    a, b = int(starts[differ[0]]), int(ends[differ[0]])
+    a, b = int(starts[found[0]]), int(ends[found[0]])
     where = _in_step(comm, col["rank"][a:b].tolist(), col["idx"][a:b].tolist())
     sink.warning(
         STEP_MISMATCH,
-        f"ranks mark steps differently: {counted(int(differ.size), 'collective instance')} "
-        f"{'was' if differ.size == 1 else 'were'} issued in different steps on different members (the first: "
+        f"ranks mark steps differently: {counted(int(found.size), 'collective instance')} "
+        f"{'was' if found.size == 1 else 'were'} issued in different steps on different members (the first: "
         f"group '{pg_names[int(col['pg'][a])]}' seq {int(col['seq'][a])}{where}): a step mark "
         "(optimizer.step() under skewlens profile, session.step() of the Python API) that some ranks made "
         "and others did not, such as one after an evaluation pass that only some ranks mark; a step "
         "number then names different work on different ranks, and the step breakdown, the blame and the "
         "replayed step times compare unlike work; mark the same steps on every rank",
+    )
+
+
+def _side_steps(
+    comm: dict[int, CommRows],
+    sink: IssueLog,
+    col: dict[str, np.ndarray],
+    *,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    pg_names: list[str],
+) -> None:
+    """The :data:`SIDE_THREAD_STEPS` info line of the instances ``starts``/``ends`` (issued in different
+    steps on different members, by threads beside the steps on every member)."""
+    if starts.size == 0:
+        return
+    a, b = int(starts[0]), int(ends[0])
+    where = _in_step(comm, col["rank"][a:b].tolist(), col["idx"][a:b].tolist())
+    n = int(starts.size)
+    sink.info(
+        SIDE_THREAD_STEPS,
+        f"{counted(n, 'collective instance')} that threads beside the steps issued (a thread with no "
+        f"control dependency on the one that marks steps, such as a metrics or checkpoint thread) "
+        f"{'was' if n == 1 else 'were'} issued in different steps on different members (the first: group "
+        f"'{pg_names[int(col['pg'][a])]}' seq {int(col['seq'][a])}{where}): such a thread's call lands on "
+        "either side of the main thread's step boundary, earlier on one rank than on another; the step "
+        "marks are not at fault, and each rank's step holds the call where it made it",
     )
 
 

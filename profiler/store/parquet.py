@@ -56,6 +56,7 @@ from skewlens.profiler.store.match import (
     match_instances,
     match_pairs,
     matchable,
+    step_mark_stream,
 )
 from skewlens.profiler.store.model import CollectiveInstance, P2PPair, RankTrace
 from skewlens.profiler.store.schema import (
@@ -288,9 +289,10 @@ class _RankResult:
 
 
 def _export_rank(
-    path: Path, rank: int, tmp: Path, pg_names: list[str], world: tuple[int, ...]
+    path: Path, rank: int, tmp: Path, pg_names: list[str], world: tuple[int, ...], *, mark_stream: int | None
 ) -> _RankResult:
-    """Worker: decode one rank, write its partitions, return its communication rows."""
+    """Worker: decode one rank, write its partitions, return its communication rows (``mark_stream``:
+    :func:`step_mark_stream`)."""
     sink = IssueLog(strict=False)
     found: dict[str, ProcessGroupInfo] = {}
     names = list(pg_names)
@@ -319,7 +321,7 @@ def _export_rank(
         sink.info("inferred", f"{path}: rank {rank}: {note}", file=str(path), rank=rank)
     return _RankResult(
         rank=rank,
-        comm=CommRows.of(rt),
+        comm=CommRows.of(rt, mark_stream),
         pg_names=names,
         pg_found=found,
         issues=sink.issues,
@@ -355,10 +357,11 @@ def _remap(res: _RankResult, pg_names: list[str]) -> None:
 
 def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> Iterator[_RankResult]:
     world = tuple(range(files.manifest.world_size))
+    mark = step_mark_stream(files.manifest)
     todo = [(f, r) for r, f in sorted(files.files.items()) if f.exists()]
     if workers <= 1 or len(todo) <= 1:
         for f, r in todo:
-            yield _export_rank(f, r, tmp, pg_names, world)
+            yield _export_rank(f, r, tmp, pg_names, world, mark_stream=mark)
         return
     if (why := no_temp_dir()) is not None:  # it was "cannot write OUT: No such file or directory"
         raise SkewlensError(
@@ -368,7 +371,7 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
     from concurrent.futures.process import BrokenProcessPool
 
     with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
-        futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world) for f, r in todo]
+        futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world, mark_stream=mark) for f, r in todo]
         try:
             for (f, r), fut in zip(todo, futures, strict=True):
                 try:
