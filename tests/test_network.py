@@ -392,6 +392,33 @@ def test_a_hierarchical_gather_or_scatter_on_dgx_h100_charges_the_roots_port_eve
     # was α0 + S/(2 B0) + 3 α1 + 3/8 S / B1: 87,935 ns
 
 
+def test_an_uneven_hierarchical_gather_charges_the_roots_port_its_members_pieces_not_full_nodes() -> None:
+    # 4 ranks on node 0 and 2 on node 1 (p = 6, p0 = 4, p1 = 2): the root's port takes the other 5 members'
+    # pieces, 5/6 of S, not the 7/8 of S that p0 · p1 = 8 members would put there. Node 1's 2 members import
+    # the other 4 pieces over their own NICs: L = (6 − 2)/(6 · 2) = 1/3
+    cfg = shipped_topology("dgx_h100_8x")
+    nv, ib = cfg.dims
+    timing = ModelTiming(cfg.to_topology(), algorithm=cfg.algorithm)
+    a0, b0, a1, b1 = nv.latency_ns, nv.bandwidth_gbps, ib.latency_ns, ib.bandwidth_gbps
+    s = 6 * S
+    want = 3 * a0 + 5 / 6 * s / b0 + (a1 + 1 / 3 * s / b1)
+    assert timing.collective_time_ns(CommType.GATHER, S, [0, 1, 2, 3, 8, 9]) == round(want)
+    assert timing.collective_time_ns(CommType.SCATTER, s, [0, 1, 2, 3, 8, 9]) == round(want)
+
+
+def test_a_hierarchical_gather_with_one_member_a_node_pays_no_phase_inside_the_nodes() -> None:
+    # ranks 0 and 9 (slot 0 of node 0, slot 1 of node 1): p0 = 1, p1 = 2. Rank 9's piece reaches the root
+    # through the NIC of the root's rail, never through the root's NVLink port: the inter-node phase alone,
+    # α1 + L · S / B1 with L = (2 − 1)/(2 · 1) = 1/2
+    cfg = shipped_topology("dgx_h100_8x")
+    ib = cfg.dims[1]
+    timing = ModelTiming(cfg.to_topology(), algorithm=cfg.algorithm)
+    s = 2 * S
+    want = ib.latency_ns + 1 / 2 * s / ib.bandwidth_gbps
+    assert timing.collective_time_ns(CommType.GATHER, S, [0, 9]) == round(want)
+    assert timing.collective_time_ns(CommType.SCATTER, s, [0, 9]) == round(want)
+
+
 def test_a_hierarchical_all_reduce_on_two_node_ib_shares_the_one_link_in_both_timing_modes(
     tmp_path: Path,
 ) -> None:

@@ -450,6 +450,15 @@ def test_a_message_crossing_both_rings_of_a_torus_pays_the_hops_on_each() -> Non
     assert timing.collective_time_ns(CommType.BROADCAST, S, range(16)) == round(4 * (4 * ALPHA + S / BW))
 
 
+def test_a_group_on_part_of_both_rings_of_a_torus_pays_its_farthest_pairs_shortest_hops_on_each() -> None:
+    # 8 x 8: the 9 ranks at x and y in {7, 0, 1} (units 7, 0, 1 of each ring, a line of 3 across the ring's
+    # end): on each ring the farthest pair, 7 and 1, is 2 hops apart by the shortest way (through 0; the
+    # other way is 6), so a message pays up to 2 + 2 hops of α. A tree broadcast: ⌈log2 9⌉ = 4 levels
+    group = [x + 8 * y for x in (7, 0, 1) for y in (7, 0, 1)]
+    timing = ModelTiming(_torus(8, 8), algorithm="tree")
+    assert timing.collective_time_ns(CommType.BROADCAST, S, group) == round(4 * (4 * ALPHA + S / BW))
+
+
 def _ring_of_nodes(links: int) -> Topology:
     """8 nodes of 2 ranks (a 200 GB/s, 300 ns switch) on a ring of 50 GB/s, 500 ns links, ``links`` rings
     side by side (0: one per rank slot, 2; 1: one per node)."""
@@ -486,6 +495,23 @@ def test_an_all_to_all_across_a_ring_of_nodes_pays_the_ring_links_its_pairs_cros
     )
 
 
+def test_a_slow_rank_on_a_ring_of_nodes_slows_the_ring_links_at_its_unit_on_its_slots_ring_only() -> None:
+    # a ring link across nodes is its two end units' members on that slot's ring; S from one rank:
+    # rank 4 (node 2, slot 0) to rank 2 (node 1, slot 0) crosses the slot-0 link from node 2 down to node 1;
+    # rank 6 (node 3, slot 0) at half speed is at neither end: S at full speed
+    half = {r: SlowdownModel([Slowdown(kind="network", ranks=(r,), factor=0.5)]) for r in (2, 3, 6)}
+
+    def cost(slow: int, src: int, dst: int) -> int:
+        timing = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=half[slow])
+        return timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=[(src, dst, S)])
+
+    assert cost(6, 4, 2) == round(ALPHA + S / BW)
+    # rank 0 to rank 4 (nodes 0 to 2 on slot 0's ring) passes node 1: rank 2 (its slot 0) at half speed
+    # slows it, rank 3 (its slot 1, the other ring) does not
+    assert cost(2, 0, 4) == round(ALPHA + S / (BW * 0.5))
+    assert cost(3, 0, 4) == round(ALPHA + S / BW)
+
+
 def test_a_halving_doubling_reduce_scatter_across_a_ring_of_nodes_pays_the_ring_links_of_its_far_steps() -> (
     None
 ):
@@ -511,6 +537,22 @@ def test_a_tree_all_reduce_across_a_ring_of_nodes_is_charged_its_busiest_ring_li
     timing = ModelTiming(_ring_of_nodes(1), algorithm="tree")
     got = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
     assert got == round(2 * 4 * 4 * ALPHA + 3 * S / BW) == 78_915
+    # every link at half speed: the busiest ring link's 3 S at half the bandwidth too
+    slowed = ModelTiming(_ring_of_nodes(1), algorithm="tree", network_effects=Slower(0.5, 0))
+    assert slowed.collective_time_ns(CommType.ALL_REDUCE, S, range(16)) == round(
+        2 * 4 * 4 * ALPHA + 3 * S / (BW * 0.5)
+    )
+
+
+def test_a_tree_all_reduce_across_two_rings_is_charged_the_busiest_link_of_either_ring() -> None:
+    # as above, the node's 2 ranks on a ring of 2 (200 GB/s, 300 ns) in place of the switch: the ring of
+    # nodes' link still carries 3 S at 50 GB/s, the busiest of both rings; a message pays 1 hop round the
+    # ring of 2 and 4 round the ring of nodes
+    inner_ring = Dimension(kind="ring", size=2, bandwidth_gbps=200.0, latency_ns=300)
+    nodes = Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA, links_per_node=1)
+    timing = ModelTiming(Topology(name="ring-of-rings", dims=(inner_ring, nodes)), algorithm="tree")
+    got = timing.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
+    assert got == round(2 * 4 * (1 + 4) * ALPHA + 3 * S / BW)
 
 
 def test_a_message_four_nodes_round_a_ring_pays_four_hops_whether_its_group_spans_the_switch_or_not() -> None:
