@@ -76,6 +76,28 @@ def test_a_dur_override_what_if_moves_the_launch_inside_the_op_as_a_slowdown_doe
     assert int(sim.simulate().start_ns[0][row["gemm"]]) == 10 * MS + 5 * US  # written back after the what-if
 
 
+def test_a_scaled_launch_is_met_at_the_nearest_ns_of_its_scaled_place(tmp_path: Path) -> None:
+    # a call 9,000,002 ns into the 10 ms op, the op given 3 ms: 0.3 of it, 2,700,000.6 ns, met at 2,700,001
+    # ns after the op's start (rounded to the nearest ns, not down)
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    prep = rb.compute("prep", MS, start_ns=0)
+    op = rb.compute("aten::linear", 10 * MS, start_ns=MS, deps=(prep,))
+    call_ns = MS + 9 * MS + 2
+    rb.compute("gemm", MS, start_ns=call_ns + 5 * US, stream=7, deps=(op,), launch_ns=call_ns)
+    run = load_run(b.write(tmp_path / "run"))
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    ov = np.full(len(rt), -1, dtype=np.int64)
+    ov[row["aten::linear"]] = 3 * MS
+    res = Simulator(run).simulate(dur_override={0: ov})
+    assert int(res.start_ns[0][row["gemm"]]) == MS + 2_700_001 + 5 * US
+    res = simulate(run, effects=_op("aten::linear", 0.3))
+    assert int(res.start_ns[0][row["gemm"]]) == MS + 2_700_001 + 5 * US
+    dep, met = latest_deps(execution_model(run).ranks[0], res.start_ns[0], res.end_ns[0])
+    assert (int(dep[row["gemm"]]), int(met[row["gemm"]])) == (row["aten::linear"], MS + 2_700_001)
+
+
 def test_a_slower_gpu_alone_leaves_the_launch_where_the_host_made_it(tmp_path: Path) -> None:
     # the kernel's own factor is not its source's: the launch stays 9 ms into the op
     run = _launch_run(tmp_path)
