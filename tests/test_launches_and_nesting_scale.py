@@ -135,6 +135,22 @@ def test_a_row_nested_in_a_scope_a_replay_halves_ends_inside_the_halved_scope(tm
     assert (child.kind, child.offset_ns, child.dur_ns) == (KIND_NESTED, 2 * MS, 450 * US)
 
 
+def test_a_dur_override_what_if_moves_a_nested_row_with_its_scope_then_puts_it_back(tmp_path: Path) -> None:
+    # the retimed lowering (blame's and the critical path's what-ifs): the scope given 2.5 ms of its 5, its
+    # child 4 ms into it runs 2-2.45 ms; the next, unchanged replay has it at 4-4.9 ms again
+    run = _nested_run(tmp_path)
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    sim = Simulator(run)
+    sim.simulate()
+    ov = np.full(len(rt), -1, dtype=np.int64)
+    ov[row["scope"]] = 2_500 * US
+    res = sim.simulate(dur_override={0: ov})
+    assert (int(res.start_ns[0][row["child"]]), int(res.end_ns[0][row["child"]])) == (2 * MS, 2_450 * US)
+    res = sim.simulate()
+    assert (int(res.start_ns[0][row["child"]]), int(res.end_ns[0][row["child"]])) == (4 * MS, 4_900 * US)
+
+
 def test_a_nested_row_the_replay_scales_itself_lasts_its_own_work_at_its_scaled_offset(
     tmp_path: Path,
 ) -> None:
