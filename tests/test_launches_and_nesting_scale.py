@@ -168,6 +168,41 @@ def test_a_nested_row_the_replay_scales_itself_lasts_its_own_work_at_its_scaled_
     assert (int(res.start_ns[0][row["child"]]), int(res.end_ns[0][row["child"]])) == (4 * MS, 5_800 * US)
 
 
+def test_rows_nested_in_a_wait_keep_their_place_in_its_wait_and_scale_with_its_work_after_it(
+    tmp_path: Path,
+) -> None:
+    # ops level, one rank: c10d::wait (1-6 ms) waits for an all_reduce (1-5 ms): 4 ms of wait, then 1 ms
+    # of work. Nested in it: aten::detach 0.1 ms in (in the wait), aten::at_end at the wait's end, 4 ms in,
+    # aten::copy_ 4.4 ms in (0.4 ms into the work). Given 0.5 ms of work: the detach is where it was and
+    # lasts its own 0.2 ms; at_end starts at the wait's end and lasts 0.2 ms x 0.5; the copy_ starts the
+    # wait's 4 ms plus 0.4 ms x 0.5 in and lasts 0.4 ms x 0.5
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    mm = rb.compute("aten::mm", MS, start_ns=0)
+    ar = rb.collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=MS, stream=1000, deps=(mm,))
+    rb.compute("c10d::wait", 5 * MS, start_ns=MS, deps=(mm, ar))
+    rb.compute("aten::detach", 200 * US, start_ns=MS + 100 * US)
+    rb.compute("aten::at_end", 200 * US, start_ns=5 * MS)
+    rb.compute("aten::copy_", 400 * US, start_ns=5 * MS + 400 * US)
+    run = load_run(b.write(tmp_path / "run", level="ops"))
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    m = execution_model(run).ranks[0]
+    wait = row["c10d::wait"]
+    assert m.parent[row["aten::copy_"]] == wait and int(m.work_ns[wait]) == MS
+    ov = np.full(len(rt), -1, dtype=np.int64)
+    ov[wait] = 500 * US
+    res = Simulator(run).simulate(dur_override={0: ov})
+    start, end = res.start_ns[0], res.end_ns[0]
+
+    def placed(name: str) -> tuple[int, int]:
+        return int(start[row[name]] - start[wait]), int(end[row[name]] - start[row[name]])
+
+    assert placed("aten::detach") == (100 * US, 200 * US)
+    assert placed("aten::at_end") == (4 * MS, 100 * US)
+    assert placed("aten::copy_") == (4 * MS + 200 * US, 200 * US)
+
+
 def test_the_worker_times_a_nested_op_of_a_scaled_scope_as_the_simulator_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
