@@ -203,6 +203,29 @@ def test_rows_nested_in_a_wait_keep_their_place_in_its_wait_and_scale_with_its_w
     assert placed("aten::copy_") == (4 * MS + 200 * US, 200 * US)
 
 
+def test_a_row_nested_in_a_collective_keeps_its_recorded_place_whatever_a_what_if_gives_the_collective(
+    tmp_path: Path,
+) -> None:
+    # a sync group's member lasts its transfer, not work: record_param_comms 2 ms into a 4 ms all_reduce
+    # stays 2 ms in, 0.2 ms long, under a dur_override of the all_reduce (which the transfer's model times)
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        prep = rb.compute("prep", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 4 * MS, start_ns=MS, deps=(prep,), name="allreduce")
+        rb.compute("record_param_comms", 200 * US, start_ns=3 * MS)
+    run = load_run(b.write(tmp_path / "run", level="ops"))
+    rt = run.ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    coll, inner = row["allreduce"], row["record_param_comms"]
+    assert execution_model(run).ranks[0].parent[inner] == coll
+    ov = np.full(len(rt), -1, dtype=np.int64)
+    ov[coll] = 2 * MS
+    res = Simulator(run).simulate(dur_override={0: ov, 1: ov})
+    start, end = res.start_ns[0], res.end_ns[0]
+    assert (int(start[inner] - start[coll]), int(end[inner] - start[inner])) == (2 * MS, 200 * US)
+
+
 def test_the_worker_times_a_nested_op_of_a_scaled_scope_as_the_simulator_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
