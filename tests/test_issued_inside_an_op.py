@@ -136,6 +136,21 @@ def test_a_collective_issued_inside_a_nested_op_is_issued_from_the_innermost_op(
     assert start[ag] - start[op] == 3 * MS
 
 
+def test_a_collective_issued_inside_a_nested_op_moves_with_the_enclosing_op_a_replay_scales(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the op at half its length: `inner`, 2 ms into it, starts 1 ms in and lasts 2 ms (its recorded 4 ms
+    # scaled with the op); its issue, 2 ms into its recorded 4, is 1 ms into it: 2 ms after the op's start
+    run = _issued_inside(tmp_path / "run", issue_at=5 * MS, nested=True)
+    op, inner, ag = _rows(run, "FSDP::all_gather", "inner", "c10d::all_gather_")
+    slow = _slowed("FSDP::all_gather", 0.5)
+    sim = simulate(run, effects=slow)
+    assert int(sim.start_ns[0][inner] - sim.start_ns[0][op]) == MS
+    assert int(sim.start_ns[0][ag] - sim.start_ns[0][op]) == MS + MS
+    start, _end = worker_times(rank_plan(run.ranks[0], run, slow), tmp_path, monkeypatch)
+    assert start[ag] - start[op] == 2 * MS
+
+
 def test_a_collective_recorded_just_after_its_op_ended_is_issued_at_the_ops_replayed_end(
     tmp_path: Path,
 ) -> None:
