@@ -506,16 +506,16 @@ def test_a_slow_rank_on_a_ring_of_nodes_slows_the_ring_links_at_its_unit_on_its_
         return timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=[(src, dst, S)])
 
     assert cost(6, 4, 2) == round(ALPHA + S / BW)
-    # rank 0 to rank 4 (nodes 0 to 2 on slot 0's ring) passes node 1: rank 2 (its slot 0) at half speed
-    # slows it, rank 3 (its slot 1, the other ring) does not
-    assert cost(2, 0, 4) == round(ALPHA + S / (BW * 0.5))
-    assert cost(3, 0, 4) == round(ALPHA + S / BW)
+    # rank 0 to rank 4 (nodes 0 to 2 on slot 0's ring: 2 hops, 2 α) passes node 1: rank 2 (its slot 0) at
+    # half speed slows it, rank 3 (its slot 1, the other ring) does not
+    assert cost(2, 0, 4) == round(2 * ALPHA + S / (BW * 0.5))
+    assert cost(3, 0, 4) == round(2 * ALPHA + S / BW)
 
 
 def test_a_slow_rank_slows_the_links_of_its_own_ring_not_those_of_the_ring_beside_it_in_another_pod() -> None:
     # 2 pods (an outer switch) of a ring of 8 nodes of 2 ranks: rank r is slot r % 2, node r // 2 % 8, pod
-    # r // 16. Rank 16 to rank 20 (pod 1, nodes 0 to 2, slot 0) passes node 1 of pod 1's ring: rank 18 at
-    # half speed there slows it; rank 2, at node 1 slot 0 of pod 0's ring, does not
+    # r // 16. Rank 16 to rank 20 (pod 1, nodes 0 to 2, slot 0: 2 hops, 2 α) passes node 1 of pod 1's ring:
+    # rank 18 at half speed there slows it; rank 2, at node 1 slot 0 of pod 0's ring, does not
     switch = Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300)
     ring = Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA)
     pods = Topology(name="pods", dims=(switch, ring, switch))
@@ -525,8 +525,8 @@ def test_a_slow_rank_slows_the_links_of_its_own_ring_not_those_of_the_ring_besid
         timing = ModelTiming(pods, algorithm="direct", network_effects=half)
         return timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(32), pairs=[(16, 20, S)])
 
-    assert cost(18) == round(ALPHA + S / (BW * 0.5))
-    assert cost(2) == round(ALPHA + S / BW)
+    assert cost(18) == round(2 * ALPHA + S / (BW * 0.5))
+    assert cost(2) == round(2 * ALPHA + S / BW)
 
 
 def test_a_halving_doubling_reduce_scatter_across_a_ring_of_nodes_pays_the_ring_links_of_its_far_steps() -> (
