@@ -41,6 +41,11 @@ RANK_FILE = "rank-{rank}.et"
 PARTS_DIR = ".parts"
 RAW_DIR = "raw"
 PARQUET_DIR = "parquet"
+#: Manifest sources whose traces give each host thread one stream of its own, the thread that marks steps
+#: stream 0 (the capture's session numbers them so, :mod:`skewlens.profiler.capture.build`; a real replay
+#: is captured by it). Elsewhere a stream id says less: an imported Kineto profile numbers threads by
+#: Kineto's tid, and a synthetic one as its builder chose.
+THREAD_STREAM_SOURCES = frozenset({"capture", "replay"})
 
 
 #: How a capture's manifest note on a rank (key ``rank N``) begins where the command ended before the capture

@@ -5,10 +5,11 @@ and the real-replay plan (``skewlens.replay.real.plan``) all read this model; no
 rules of its own. Everything here is measured on the recorded run, so replaying the model unmodified
 reproduces the recorded times.
 
-**Timelines.** A node's *timeline* is its stream, with host streams that never run concurrently merged
-into one thread (tracers may give one thread several stream ids). A stream that holds only communication
-nodes is a *communication stream* (the work of asynchronous collectives and p2p ops of one process group,
-or NCCL kernels); it is never merged.
+**Timelines.** A node's *timeline* is its stream; in a run whose host streams are not threads (an imported
+profile, a synthetic one: not a capture), host streams that never run concurrently are merged into one
+thread (tracers may give one thread several stream ids: :func:`_timelines`). A stream that holds only
+communication nodes is a *communication stream* (the work of asynchronous collectives and p2p ops of one
+process group, or NCCL kernels); it is never merged.
 
 **Start edges** ``d -> i`` (``i`` starts ``gap_i`` after the latest of them ends):
 
@@ -108,6 +109,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from skewlens.profiler.manifest import THREAD_STREAM_SOURCES
 from skewlens.profiler.store.model import RankTrace, RunTrace, seal_arrays, type_mask
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
 from skewlens.profiler.vocab import (
@@ -137,7 +139,8 @@ _MAX = np.iinfo(np.int64).max
 #: A node that starts at most this long before its dependency ends (and ends after it) still follows it:
 #: the overlap is clock skew between trace sources, not concurrency.
 SKEW_NS = 20_000
-#: Host streams whose busy times overlap by at most this fraction are replayed as one thread.
+#: Host streams whose busy times overlap by at most this fraction are replayed as one thread (not a
+#: capture's, whose streams are threads: :func:`_timelines`).
 MERGE_OVERLAP = 0.01
 #: A host node starting at most this long after a communication node completed, on a thread that had
 #: been idle ``WAIT_RATIO`` times longer before the completion, is taken to have waited for it.
@@ -1413,13 +1416,23 @@ def _comm_streams(rt: RankTrace, valid: B) -> set[int]:
     return set(np.intersect1d(cand, issued).tolist())
 
 
-def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int]) -> I64:
-    """Timeline of each row: its stream, with host streams that never run concurrently merged into one.
+def _timelines(rt: RankTrace, valid: B, end: I64, comm_streams: set[int], *, merge: bool) -> I64:
+    """Timeline of each row: its stream, with host streams that never run concurrently merged into one
+    where ``merge`` (the run's stream ids are not threads).
 
-    Streams whose busy times overlap by at most ``MERGE_OVERLAP`` of the less busy one are taken as one
-    thread, so program order holds across them. Communication streams are never merged.
+    One rule, by the run's manifest source: a capture's (and a real replay's) host streams are threads,
+    one stream per thread (:data:`~skewlens.profiler.manifest.THREAD_STREAM_SOURCES`), and are never
+    merged: two threads that took turns by chance (a checkpoint thread's gather just after a prefetch
+    thread's broadcast) keep no program order between them; what ties them is recorded (autograd's
+    device threads' joins, control dependencies). Elsewhere (an imported profile, whose host events
+    come from several sources: the autograd engine thread and the main thread of the 8-GPU DLRM trace
+    take turns with nothing recorded between them) streams whose busy times overlap by at most
+    ``MERGE_OVERLAP`` of the less busy one are taken as one thread, so program order holds across them.
+    Communication streams are never merged.
     """
     tl = rt.stream.astype(np.int64, copy=True)
+    if not merge:
+        return tl
     rows = np.flatnonzero(valid)
     on = rt.stream[rows]
     if on.size == 0 or (on == on[0]).all():  # one stream (cheaper to see than to sort the rows' streams)
@@ -1483,11 +1496,12 @@ def _along_comm_stream(rt: RankTrace, src: I64, dst: I64, comm_streams: set[int]
 
 
 def _edges(
-    rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int]
+    rt: RankTrace, valid: B, end: I64, sync: B, comm_streams: set[int], *, merge: bool
 ) -> tuple[I64, I64, I64, I64, I64, tuple[I64, I64, I64, I64], I64]:
     """Candidate edges ``(src, dst)`` of one rank, the queue edges of communication streams, the nesting
     parent of each row, the recorded GPU dependencies: launches ``(src, dst)`` and host
-    synchronisations ``(src, dst)`` (see the module docstring), and each row's timeline."""
+    synchronisations ``(src, dst)`` (see the module docstring), and each row's timeline (``merge``: see
+    :func:`_timelines`)."""
     n = len(rt)
     counts = np.diff(rt.dep_ptr)
     dst = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -1517,7 +1531,7 @@ def _edges(
     rows = np.flatnonzero(valid)
     timeline = rt.stream.astype(np.int64)
     if rows.size:
-        timeline = _timelines(rt, valid, end, comm_streams)
+        timeline = _timelines(rt, valid, end, comm_streams, merge=merge)
         order = rows[np.lexsort((rows, rt.start_ns[rows], timeline[rows]))]
         cuts = np.flatnonzero(np.diff(timeline[order])) + 1
         comm_rows = rows[sync[rows] & rt.is_cpu[rows]]  # host threads wait on host-side communication
@@ -2069,12 +2083,19 @@ def _call_returned(rt: RankTrace, rows: I64) -> I64:
 
 
 def rank_model(
-    rt: RankTrace, sync: B, peer_later: B | None = None, *, p2p_done: tuple[I64, I64] | None = None
+    rt: RankTrace,
+    sync: B,
+    peer_later: B | None = None,
+    *,
+    p2p_done: tuple[I64, I64] | None = None,
+    thread_streams: bool = False,
 ) -> RankModel:
     """The model of one rank, given which of its rows are sync-group members and which of those had a
     member arrive after them (recorded starts; none where not given), and ``p2p_done``: rows of sends and
     recvs whose pair completed before they were recorded to end, and when (:func:`_p2p_done_by`); those
-    issued asynchronously (on a communication stream) end then (:attr:`RankModel.end_clamp_rows`)."""
+    issued asynchronously (on a communication stream) end then (:attr:`RankModel.end_clamp_rows`).
+    ``thread_streams``: the trace gives each host thread a stream of its own (a capture's: no two are
+    merged into one timeline, :func:`_timelines`)."""
     n = len(rt)
     valid = (rt.node_type != NodeType.METADATA) & (rt.node_type != NodeType.INVALID)
     end = rt.start_ns + rt.dur_ns
@@ -2084,7 +2105,9 @@ def rank_model(
         on = np.isin(rt.stream[p2p_done[0]], list(comm_streams))
         done_rows = p2p_done[0][on]
         end[done_rows] = np.maximum(p2p_done[1][on], _call_returned(rt, done_rows))
-    src, dst, qs0, qd0, parent, (ls, ld, hs, hd), timeline = _edges(rt, valid, end, sync, comm_streams)
+    src, dst, qs0, qd0, parent, (ls, ld, hs, hd), timeline = _edges(
+        rt, valid, end, sync, comm_streams, merge=not thread_streams
+    )
     chain_rows = _chained_completions(rt, src, dst, end, comm_streams)
     nested = parent >= 0
     # edges into or out of nested rows: the outermost enclosing row stands for them
@@ -2266,9 +2289,10 @@ def derive(run: RunTrace) -> ExecutionModel:
                     [awaited.get((r, w), v) for w, v in zip(sync_rows[r], t.tolist(), strict=True)]
                 )
             later[rows] = t > rt.start_ns[rows] + SKEW_NS
-        return rank_model(rt, sync, later, p2p_done=p2p_done.get(r))
+        return rank_model(rt, sync, later, p2p_done=p2p_done.get(r), thread_streams=threads)
 
     p2p_done = _p2p_done_by(run, syncs)
+    threads = run.manifest.source in THREAD_STREAM_SOURCES  # one stream per host thread: none merged
 
     # ranks on a few threads (numpy releases the GIL for much of each rank's work); in rank order
     order = list(run.ranks)

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from skewlens.profiler.manifest import LostCollectives, Manifest, ProcessGroupInfo, StepSpan, partial_traces
+from skewlens.profiler.manifest import (
+    THREAD_STREAM_SOURCES,
+    LostCollectives,
+    Manifest,
+    ProcessGroupInfo,
+    StepSpan,
+    partial_traces,
+)
 from skewlens.profiler.store.issues import (
     IssueLog,
     Severity,
@@ -71,7 +78,7 @@ STEP_MISMATCH = "step-mismatch"
 SIDE_THREAD_STEPS = "side-thread-steps"
 #: Manifest sources whose traces put the thread that marks steps on stream 0 (the capture's session
 #: numbers host threads so, :mod:`skewlens.profiler.capture.build`; a real replay is captured by it).
-MARKS_ON_STREAM_0 = frozenset({"capture", "replay"})
+MARKS_ON_STREAM_0 = THREAD_STREAM_SOURCES
 
 
 def comm_type_name(value: int) -> str:
