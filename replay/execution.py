@@ -1565,9 +1565,11 @@ def _edges(
                 k = np.searchsorted(starts, done, side="left")
                 inside = k < part.size
                 cs, done, k = cs[inside], done[inside], k[inside]
-                prev_end = np.where(k > 0, runmax[np.maximum(k - 1, 0)], _MIN)
+                prev_end = runmax[np.maximum(k - 1, 0)]
                 delta, idle = starts[k] - done, done - prev_end
-                waited = (delta <= WAIT_SLACK_NS) & (delta * WAIT_RATIO <= idle)
+                # a timeline's first row waited for nothing: no idle time of its thread is recorded before it
+                # (said here, not left to ``done - _MIN`` overflowing int64 to a negative idle)
+                waited = (k > 0) & (delta <= WAIT_SLACK_NS) & (delta * WAIT_RATIO <= idle)
                 srcs.append(cs[waited])
                 dsts.append(part[k[waited]])
     # resolve nesting to the outermost enclosing row
