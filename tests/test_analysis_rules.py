@@ -296,6 +296,27 @@ def test_the_last_communication_before_t_counts_one_that_ended_exactly_at_t(tmp_
     assert last_comm_end_before(ri, 2 * MS - 1) is None
 
 
+def test_the_last_communication_before_t_is_the_row_that_ended_last_not_the_one_begun_last(
+    tmp_path: Path,
+) -> None:
+    # an asynchronous all_reduce over [0, 10) ms and an all_gather begun after it that ended first, [1, 5) ms:
+    # the communication that completed last before 6 ms is the all_gather (the window start a pair's late
+    # member passes its lateness on from), before 10 ms the all_reduce
+    from skewlens.analysis.index import last_comm_end_before
+
+    b = RunBuilder(2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS, start_ns=0, stream=1)
+        rb.collective(CommType.ALL_GATHER, 4096, 4 * MS, start_ns=MS)
+    ri = build_index(load_run(b.write(tmp_path / "run"))).ranks[0]
+    rt = ri.trace
+    assert [
+        (end, int(rt.comm_bytes[row]))
+        for end, row in (last_comm_end_before(ri, t * MS) or (-1, 0) for t in (6, 10))
+    ] == [(5 * MS, 4096), (10 * MS, 1 << 20)]
+
+
 def test_a_rank_left_out_of_a_lenient_load_has_no_steps_in_the_index(tmp_path: Path) -> None:
     from skewlens.profiler.store.validate import load_validated
 

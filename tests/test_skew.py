@@ -357,6 +357,59 @@ def test_a_wait_begun_before_the_late_members_window_passes_its_lateness_on_and_
     assert skew.caused_wait_ns[2] == 60 * MS
 
 
+def test_the_earlier_wait_passed_on_is_the_one_that_filled_the_window_not_one_still_pending_past_arrival(
+    tmp_path: Path,
+) -> None:
+    # rank 0 waits for its recv from rank 3 (30 ms late: compute) over [0, 30.1) ms, then posts its recv from
+    # rank 2 (100 ms late) at 30.2 ms and arrives at the row group's all_reduce at 31 ms, 30 ms after rank 1.
+    # Of its window [0, 31) ms the first wait fills 30.1 ms and the second 0.8 ms (it goes on to 100 ms):
+    # the lateness is rank 3's, whose event was blamed; the second wait's event comes later
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "row": (0, 1)})
+    r0, r1, r2, r3 = (b.rank(r).step(0) for r in range(4))
+    r3.compute("aten::mm", 30 * MS, start_ns=0)
+    r3.send(0, 256, MS // 10, start_ns=30 * MS)
+    r2.compute("aten::add", 100 * MS, start_ns=0)
+    r2.send(0, 256, MS // 10, start_ns=100 * MS)
+    r0.recv(3, 256, 30 * MS + MS // 10, start_ns=0)
+    r0.recv(2, 256, 70 * MS - MS // 10, start_ns=30 * MS + MS // 5, stream=1)
+    r0.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=31 * MS, pg="row")
+    r1.collective(CommType.ALL_REDUCE, 4096, 30 * MS + MS // 2, start_ns=MS, pg="row")
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (row,) = [e for e in skew.events if e.pg_name == "row"]
+    assert (row.late_rank, row.blamed_rank) == (0, 3)
+    assert row.cause.text == "compute grew: aten::mm +30.0 ms (passed on by rank 0)"
+
+
+def test_a_wait_begun_long_before_the_window_counts_only_its_part_inside_it(tmp_path: Path) -> None:
+    # rank 0's recv from rank 2 (41 ms late) runs [0, 41.1) ms and its recv from rank 3 (70 ms late)
+    # [40.1, 70.1) ms; the row group's all_reduce completed at 40 ms, where rank 0's window at the next one
+    # (arrival 71 ms) starts. Inside [40, 71) ms the first wait fills 1.1 ms, the second 30 ms: rank 3 made
+    # rank 0 late, though the first wait lasted 41.1 ms in all
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "row": (0, 1)})
+    r0, r1, r2, r3 = (b.rank(r).step(0) for r in range(4))
+    r2.compute("aten::add", 41 * MS, start_ns=0)
+    r2.send(0, 256, MS // 10, start_ns=41 * MS)
+    r3.compute("aten::mm", 70 * MS, start_ns=0)
+    r3.send(0, 256, MS // 10, start_ns=70 * MS)
+    r0.recv(2, 256, 41 * MS + MS // 10, start_ns=0, stream=1)
+    for r in (r0, r1):
+        r.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=39 * MS, pg="row")
+    r0.recv(3, 256, 30 * MS, start_ns=40 * MS + MS // 10)
+    r0.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=71 * MS, pg="row")
+    r1.collective(CommType.ALL_REDUCE, 4096, 30 * MS + MS // 2, start_ns=41 * MS, pg="row")
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (_, second) = [e for e in skew.events if e.pg_name == "row"]
+    assert (second.late_rank, second.blamed_rank) == (0, 3)
+    # the pair 3 -> 0's cause: rank 3's window [0, 70) ms at it holds its 70 ms aten::mm, rank 0's none
+    assert second.cause.text == "compute grew: aten::mm +70.0 ms (passed on by rank 0)"
+
+
 def test_a_pairs_late_sender_whose_window_starts_at_its_own_late_pair_is_late_for_what_made_that_late(
     tmp_path: Path,
 ) -> None:
@@ -378,6 +431,52 @@ def test_a_pairs_late_sender_whose_window_starts_at_its_own_late_pair_is_late_fo
         ((2, 0), 2, "late send: host gap +29.9 ms before the send"),
         ((2, 3), 2, "late send: host gap +29.9 ms before the send"),
     ]
+
+
+def test_a_pairs_late_receiver_whose_window_starts_at_its_last_wait_passes_on_what_made_that_late(
+    tmp_path: Path,
+) -> None:
+    # rank 0 waits for its recv from rank 2 (30 ms late: compute) until 30.1 ms, sorts 0.2 ms, then posts
+    # its recv from rank 1, which sent at 1 ms. Rank 0's window at that pair, [30.1, 30.3) ms, starts where
+    # its recv from rank 2 completed and holds no wait (only the sort): the lateness is that recv's, rank 2's
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=3)
+    r0, r1, r2 = (b.rank(r).step(0) for r in range(3))
+    r2.compute("aten::mm", 30 * MS, start_ns=0)
+    r2.send(0, 256, MS // 10, start_ns=30 * MS)
+    r0.recv(2, 256, 30 * MS + MS // 10, start_ns=0)
+    r0.compute("aten::sort", MS // 5, start_ns=30 * MS + MS // 10)
+    r0.recv(1, 256, MS // 10, start_ns=30 * MS + 3 * MS // 10)
+    r1.send(0, 256, 29 * MS + 4 * MS // 10, start_ns=MS)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (pair,) = [e for e in skew.events if e.ranks == (1, 0)]
+    assert (pair.late_rank, pair.blamed_rank) == (0, 2)
+    assert pair.cause.text == "compute grew: aten::mm +30.0 ms (passed on by rank 0)"
+
+
+def test_each_members_window_at_a_collective_starts_at_its_own_end_of_the_groups_previous_instance(
+    tmp_path: Path,
+) -> None:
+    # a broadcast whose root (rank 0) completed at 0.2 ms, before rank 1 arrived at 5 ms (no synchronisation
+    # of the two), then an all_reduce: rank 0 arrives at 40 ms, rank 1 at 6 ms. Each window starts where the
+    # member completed the broadcast: rank 0 idled 39.8 ms of [0.2, 40), rank 1 0.9 of [5.1, 6), so rank 0's
+    # host gap grew 38.9 ms (starting both at 0.2 ms, rank 1's 4.8 ms before its broadcast would count)
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    r0, r1 = (b.rank(r).step(0) for r in range(2))
+    for rb in (r0, r1):
+        rb.compute("aten::mm", MS // 10, start_ns=0)
+    r0.collective(CommType.BROADCAST, 4096, MS // 10, start_ns=MS // 10, root=0)
+    r1.collective(CommType.BROADCAST, 4096, MS // 10, start_ns=5 * MS, root=0)
+    r0.collective(CommType.ALL_REDUCE, 4096, MS // 2, start_ns=40 * MS)
+    r1.collective(CommType.ALL_REDUCE, 4096, 34 * MS + MS // 2, start_ns=6 * MS)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (_, all_reduce) = skew.events
+    assert (all_reduce.late_rank, all_reduce.blamed_rank) == (0, 0)
+    assert all_reduce.cause.text == "host idle/gap +38.9 ms"
 
 
 def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited(tmp_path: Path) -> None:
