@@ -561,6 +561,98 @@ def test_the_reducers_wait_for_a_later_bucket_after_copying_back_an_earlier_one_
     assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
 
 
+#: The reducer's buckets at the end of a backward, one shape a step (ms from the step's start): each bucket's
+#: issue, recorded end and bytes; then the host rows after the last issue, (name, start, end), "untraced"
+#: time and traced copies. Step 0: the first bucket completed before the last issue (no wait), the second's
+#: end is recorded 1 ms after the first untraced stretch, the third's 1 ms after the second. Step 1: the
+#: second untraced stretch holds the ends of two buckets. Step 2: the second stretch (6 ms) ends 9.5 ms
+#: before the second bucket's end, under ``WAIT_RATIO`` (10) times that, and a third holds it; the
+#: fourth holds that end again (recorded 0.3 ms into it), a bucket already waited for.
+_BUCKET_SHAPES: tuple[
+    tuple[tuple[tuple[int, float, int], ...], tuple[tuple[str, float, float], ...]], ...
+] = (
+    (
+        ((2, 3.5, 1 << 20), (3, 25, 2 << 20), (4, 41, 4 << 20)),
+        (
+            ("untraced", 4, 24),
+            ("copy_bucket_to_grad", 24, 24.5),
+            ("untraced", 24.5, 40),
+            ("copy_bucket_to_grad", 40, 40.5),
+        ),
+    ),
+    (
+        ((2, 25, 1 << 20), (3, 30, 2 << 20), (4, 35, 4 << 20)),
+        (
+            ("untraced", 4, 24),
+            ("copy_bucket_to_grad", 24, 24.5),
+            ("untraced", 24.5, 40),
+            ("copy_bucket_to_grad", 40, 40.5),
+        ),
+    ),
+    (
+        ((2, 25, 1 << 20), (4, 40, 4 << 20)),
+        (
+            ("untraced", 4, 24),
+            ("copy_bucket_to_grad", 24, 24.5),
+            ("untraced", 24.5, 30.5),
+            ("aten::zero_", 30.5, 31),
+            ("untraced", 31, 39.5),
+            ("copy_bucket_to_grad", 39.5, 39.7),
+            ("untraced", 39.7, 40.8),
+        ),
+    ),
+)
+
+
+def test_a_later_untraced_stretch_waits_for_the_bucket_it_holds_by_the_rule_of_the_first(
+    tmp_path: Path,
+) -> None:
+    # the rule of the wait hidden after the last issue, applied to each later untraced stretch of the step:
+    # of the buckets not yet waited for whose end it holds (recorded inside it, else the one recorded soonest
+    # after, up to LAG_SLACK_NS, where it ran WAIT_RATIO times that before), the one that ended last
+    b = RunBuilder(2)
+    for r in (0, 1):
+        for s, (buckets, host) in enumerate(_BUCKET_SHAPES):
+            rb, t0 = b.rank(r).step(s), s * 50 * MS
+            prev = rb.compute("aten::mm", 2 * MS, start_ns=t0)
+            issued = []
+            for k, (at, done, nbytes) in enumerate(buckets):
+                if k:  # the backward between two issues
+                    was = buckets[k - 1][0]
+                    prev = rb.compute("aten::mm", (at - was) * MS, start_ns=t0 + was * MS, deps=(prev,))
+                issued.append(
+                    rb.collective(
+                        CommType.ALL_REDUCE,
+                        nbytes,
+                        int((done - at) * MS),
+                        start_ns=t0 + at * MS,
+                        stream=COMM,
+                        deps=(prev,),
+                    )
+                )
+            for name, a, e in host:
+                prev = rb.compute(name, int((e - a) * MS), start_ns=t0 + int(a * MS), deps=(prev,))
+            rb.compute("Optimizer.step", MS, start_ns=t0 + 41 * MS, deps=(prev, *issued))
+    run = load_run(b.write(tmp_path / "run"))
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    waits = sorted(zip(m.wait_dst.tolist(), m.wait_src.tolist(), strict=True))
+    assert [
+        (int(rt.step[d]), int(rt.start_ns[d] - rt.step[d] * 50 * MS), int(rt.comm_bytes[c])) for d, c in waits
+    ] == [
+        (0, 4 * MS, 2 << 20),  # the first stretch: the second bucket, 1 ms after it
+        (
+            0,
+            24_500_000,
+            4 << 20,
+        ),  # the second: the third, 1 ms after it (not the first, done before it began)
+        (1, 4 * MS, 1 << 20),
+        (1, 24_500_000, 4 << 20),  # the later of the two ends inside it
+        (2, 4 * MS, 1 << 20),
+        (2, 31 * MS, 4 << 20),  # not the 6 ms stretch that ended 9.5 ms before the bucket: the next one
+        # (and not the last stretch too)
+    ]
+
+
 def test_a_lagged_completion_the_model_moves_earlier_is_no_wait_for_the_astra_sim_export(
     tmp_path: Path,
 ) -> None:
