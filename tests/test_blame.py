@@ -369,3 +369,42 @@ def test_blame_hands_the_lowerings_freed_memory_back_once_the_lowering_is_made(
     monkeypatch.setattr(blame_module, "release_free_memory", lambda: calls.append(len(made)))
     analyze_blame(ix, skew)
     assert made == [0] and calls == [1]  # once, right after the one lowering
+
+
+def test_a_ranks_longer_untraced_host_time_is_what_its_what_if_shortens_to_its_peers(tmp_path: Path) -> None:
+    # 3 ranks, 2 back-to-back steps: each begins with untraced host time (a data loader; rank 2: 8 ms, the
+    # others 1 ms; the first of the run follows no row), then runs aten::mm 2 ms and an all_reduce that ends
+    # together (11 ms a step). The what-if gives rank 2 its peers' 1 ms of untraced time (the untraced nodes'
+    # work, execution.host_idle_rows, each of them): steps of 1 + 2 + 1 ms, 8 ms against 22, a cost of 14 ms
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            u = rb.compute("untraced", (8 if r == 2 else 1) * MS, start_ns=0 if s == 0 else None)
+            mm = rb.compute("aten::mm", 2 * MS, deps=(u,))
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, (1 if r == 2 else 8) * MS, deps=(mm,))
+    top = analyze_run(load_run(b.write(tmp_path / "run")), blame=True).stragglers[0]
+    assert (top.rank, top.baseline_ns, top.whatif_ns, top.straggler_cost_ns) == (2, 22 * MS, 8 * MS, 14 * MS)
+    assert top.cause == "host idle/gap +7.0 ms"
+
+
+def test_a_rank_whose_gpu_alone_idled_longer_is_not_simulated_for_its_host_gaps(tmp_path: Path) -> None:
+    # rank 2's GPU begins each kernel 4 ms after its launch (its peers' 10 us); its host ran as theirs. The
+    # GPU's idle time is no host gap (execution.host_idle_rows), so the rank has no excess over its peers and
+    # no what-if to simulate: before, every row's gap counted, its GPU intervals' 4 ms too, and it was
+    # simulated (to no cost)
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for s in range(2):
+            rb.step(s)
+            t = s * 20 * MS
+            late = MS if (r == 1 and s == 0) else 0
+            mm = rb.compute("aten::mm", 5 * MS + late, start_ns=t)
+            begin = t + (4 * MS if r == 2 else 10_000)
+            rb.compute("sm90_gemm", MS // 10, start_ns=begin, stream=7, deps=(mm,), launch_ns=t)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, 2 * MS - late if s == 0 else MS)
+    res = analyze_run(load_run(b.write(tmp_path / "run")), blame=True)
+    (gpu_late,) = [s for s in res.stragglers if s.rank == 2]
+    assert (gpu_late.straggler_cost_ns, gpu_late.simulated, gpu_late.cause_kind) == (0, False, "none")
