@@ -265,21 +265,30 @@ def test_an_outlier_note_of_exactly_as_many_steps_as_it_names_adds_no_more(tmp_p
     )
 
 
-def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_not(tmp_path: Path) -> None:
-    # a serving loop marked each decode step a step: one 4 KB all_reduce after 1 ms of compute, 1 ms of
-    # transfer; step 1 is slow (5 ms of compute), step 4 a prefill (16 all_reduces of 64 KB after 2 ms each).
-    # Before, the note put both down to warm-up alike ('a first profiled step often holds warm-up')
+def _decode_loop(tmp_path: Path, *, slow: int | None, prefill: int) -> Path:
+    """2 ranks of a serving loop that marked each decode step a step, 6 steps: one 4 KB all_reduce after 1 ms
+    of compute, 1 ms of transfer; step ``slow`` computes 5 ms, step ``prefill`` makes 16 all_reduces of 64 KB
+    after 2 ms each."""
     b = RunBuilder(2)
     for r in range(2):
         t = 0
         for s in range(6):
             rb = b.rank(r).step(s)
-            calls, size, comp = (16, 64 << 10, 2 * MS) if s == 4 else (1, 4 << 10, 5 * MS if s == 1 else MS)
+            calls, size, comp = (
+                (16, 64 << 10, 2 * MS) if s == prefill else (1, 4 << 10, 5 * MS if s == slow else MS)
+            )
             for _ in range(calls):
                 rb.compute("aten::mm", comp, start_ns=t)
                 rb.collective(CommType.ALL_REDUCE, size, MS, start_ns=t + comp)
                 t += comp + MS
-    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    return b.write(tmp_path / "run")
+
+
+def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_not(tmp_path: Path) -> None:
+    # a serving loop marked each decode step a step: one 4 KB all_reduce after 1 ms of compute, 1 ms of
+    # transfer; step 1 is slow (5 ms of compute), step 4 a prefill (16 all_reduces of 64 KB after 2 ms each).
+    # Before, the note put both down to warm-up alike ('a first profiled step often holds warm-up')
+    result = analyze_run(load_run(_decode_loop(tmp_path, slow=1, prefill=4)), blame=False)
     slow, prefill = outlier_steps(result.breakdown, step_work=step_comm(result.index))
     assert (slow.step, slow.more_work, prefill.step, prefill.more_work) == (1, False, 4, True)
     assert (prefill.step_calls, prefill.median_step_calls) == (16, 1)
@@ -290,6 +299,19 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
         "256.0x the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
         "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
         "profiled step often holds warm-up); every step is in step_breakdown.parquet"
+    )
+
+
+def test_a_prefill_in_the_fourth_profiled_step_is_more_work_and_no_warm_up(tmp_path: Path) -> None:
+    # the decode loop above without its slow step, its prefill in step 3: the fourth profiled step, past the
+    # first WARM_UP_STEPS (3), so the note says more work and nothing of warm-up, its parenthesis closed
+    # after the reason it gives
+    result = analyze_run(load_run(_decode_loop(tmp_path, slow=None, prefill=3)), blame=False)
+    assert outliers_note(result) == (
+        "step 3 took 24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the "
+        "collectives and 256.0x the bytes of the median step): the means include it (it made or moved over "
+        "1.5x the collectives or bytes of the median step: more work, such as a prefill or a longer "
+        "request); every step is in step_breakdown.parquet"
     )
 
 
