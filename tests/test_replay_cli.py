@@ -1200,6 +1200,17 @@ def test_a_scale_source_or_seed_without_scale_dp_is_named_as_changing_nothing(
     assert "changes nothing" not in capsys.readouterr().err
 
 
+def test_a_knob_added_or_forced_on_the_command_line_is_named_as_changing_nothing_as_one_set() -> None:
+    # '+key=value' and '++key=value' name the key as 'key=value' does (outputs.override_key)
+    from skewlens.cli.replay import unused_knobs
+
+    cfg = OmegaConf.create({"slowdown": {"name": "jitter", "entries": []}, "scale": {"dp": 0}})
+    assert unused_knobs(cfg, ["++slowdown.factor=2", "+scale.seed=3"]) == [
+        "++slowdown.factor=2: slowdown jitter does not use slowdown.factor; it changes nothing here",
+        "+scale.seed=3: scale.dp is 0 (the run replayed as captured), so it changes nothing here",
+    ]
+
+
 def test_a_failed_replay_into_the_directory_of_an_earlier_one_leaves_that_one_as_it_was(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -991,6 +991,24 @@ def test_a_sweeps_picture_draws_an_axis_where_sweep_parquet_has_a_number_column_
     assert str(col.type.value_type if kind == "string" else col.type) == kind
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # each job sets a setting of its own: two settings, one token a job
+        ("slowdown.factor=1", "scale.seed=2"),
+        # the jobs differ in a deletion too, which sets no value
+        ("slowdown.factor=1 ~topology.oversubscription", "slowdown.factor=2"),
+        # a job that deletes the setting has no value of it
+        ("slowdown.factor=1", "slowdown.factor=2", "~slowdown.factor"),
+    ],
+)
+def test_a_sweep_whose_jobs_differ_in_more_than_the_values_of_one_numeric_setting_is_a_bar_per_job(
+    overrides: tuple[str, ...],
+) -> None:
+    pts = sweep_points([_job(k, o, 10.0 + k) for k, o in enumerate(overrides)])
+    assert (pts.key, pts.x, pts.labels) == (None, (), overrides)
+
+
 def test_a_lone_sweep_job_keeps_all_its_overrides_as_what_sets_it_apart() -> None:
     assert distinct_overrides(["a=1 b=2"]) == ["a=1 b=2"]
     assert distinct_overrides(["a=1 b=2", "a=1 b=3", "a=1"]) == ["b=2", "b=3", ""]
@@ -1343,6 +1361,13 @@ def test_an_override_sets_a_setting_only_where_it_gives_a_key_and_a_value() -> N
     assert override_setting("++a.b=x=y") == ("a.b", "x=y")
     # hydra's deletions, with or without the value they expect, and a token of a value with a space in it
     assert [override_setting(t) for t in ("~a.b", "~a.b=1", 'b"', "=1")] == [None] * 4
+
+
+def test_the_key_an_override_names_drops_hydras_add_force_and_delete_marks() -> None:
+    from skewlens.replay.outputs import override_key
+
+    tokens = ("a.b=1", "+a.b=1", "++a.b=x=y", "~a.b", "~a.b=1", "=1")
+    assert [override_key(t) for t in tokens] == ["a.b", "a.b", "a.b", "a.b", "a.b", ""]
 
 
 @pytest.mark.parametrize(
