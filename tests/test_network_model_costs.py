@@ -602,6 +602,23 @@ def test_an_uneven_all_to_all_round_a_ring_pays_the_hops_of_its_farthest_pair_no
     assert got == round(ALPHA + 7 / 8 * nbytes / BW) == 21_472
 
 
+def test_an_all_to_all_of_two_nodes_whose_messages_stay_inside_each_node_pays_one_alpha() -> None:
+    # ranks 0, 1 (node 0) and 8, 9 (node 4, half way round the ring of 8 nodes), each sending S to the other
+    # rank of its node only: no message crosses the ring, so each pays the switch's one α (300 ns) over its
+    # S at 200 GB/s, not the 4 ring hops of the group's farthest pair; with rank 1's network at half speed,
+    # its switch link carries S at 100 GB/s
+    pairs = [(0, 1, S), (1, 0, S), (8, 9, S), (9, 8, S)]
+    timing = ModelTiming(_ring_of_nodes(0), algorithm="direct")
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, 2 * S, (0, 1, 8, 9), pairs=pairs) == round(
+        300 + S / 200.0
+    )
+    slow = SlowdownModel([Slowdown(kind="network", ranks=(1,), factor=0.5)])
+    slowed = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=slow)
+    assert slowed.collective_time_ns(CommType.ALL_TO_ALL, 2 * S, (0, 1, 8, 9), pairs=pairs) == round(
+        300 + S / 100.0
+    )
+
+
 def _one_switch() -> Topology:
     return Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
 
