@@ -567,7 +567,8 @@ def test_the_reducers_wait_for_a_later_bucket_after_copying_back_an_earlier_one_
 #: end is recorded 1 ms after the first untraced stretch, the third's 1 ms after the second. Step 1: the
 #: second untraced stretch holds the ends of two buckets. Step 2: the second stretch (6 ms) ends 9.5 ms
 #: before the second bucket's end, under ``WAIT_RATIO`` (10) times that, and a third holds it; the
-#: fourth holds that end again (recorded 0.3 ms into it), a bucket already waited for.
+#: fourth holds that end again (recorded 0.3 ms into it), a bucket already waited for. Step 3: the ends of
+#: two buckets are recorded 1 and 2 ms after the second stretch: it waited for the one recorded soonest.
 _BUCKET_SHAPES: tuple[
     tuple[tuple[tuple[int, float, int], ...], tuple[tuple[str, float, float], ...]], ...
 ] = (
@@ -601,6 +602,15 @@ _BUCKET_SHAPES: tuple[
             ("untraced", 39.7, 40.8),
         ),
     ),
+    (
+        ((2, 25, 1 << 20), (3, 46, 2 << 20), (4, 47, 4 << 20)),
+        (
+            ("untraced", 4, 24),
+            ("copy_bucket_to_grad", 24, 24.5),
+            ("untraced", 24.5, 45),
+            ("copy_bucket_to_grad", 45, 45.5),
+        ),
+    ),
 )
 
 
@@ -632,7 +642,7 @@ def test_a_later_untraced_stretch_waits_for_the_bucket_it_holds_by_the_rule_of_t
                 )
             for name, a, e in host:
                 prev = rb.compute(name, int((e - a) * MS), start_ns=t0 + int(a * MS), deps=(prev,))
-            rb.compute("Optimizer.step", MS, start_ns=t0 + 41 * MS, deps=(prev, *issued))
+            rb.compute("Optimizer.step", MS, start_ns=t0 + int(host[-1][2] * MS), deps=(prev, *issued))
     run = load_run(b.write(tmp_path / "run"))
     rt, m = run.ranks[0], execution_model(run).ranks[0]
     waits = sorted(zip(m.wait_dst.tolist(), m.wait_src.tolist(), strict=True))
@@ -650,6 +660,8 @@ def test_a_later_untraced_stretch_waits_for_the_bucket_it_holds_by_the_rule_of_t
         (2, 4 * MS, 1 << 20),
         (2, 31 * MS, 4 << 20),  # not the 6 ms stretch that ended 9.5 ms before the bucket: the next one
         # (and not the last stretch too)
+        (3, 4 * MS, 1 << 20),
+        (3, 24_500_000, 2 << 20),  # the one recorded soonest after it
     ]
 
 
