@@ -1575,3 +1575,91 @@ def test_a_tensor_id_another_thread_still_held_when_a_collective_began_is_reused
         "1 data dependency between threads not drawn: the reader started before the writer ended, so the "
         "tensor id was reused, not the tensor"
     )
+
+
+def test_a_program_that_trains_on_a_thread_of_its_own_keeps_its_operators_on_that_threads_stream() -> None:
+    # the thread that marks the steps (333) is not the session's main thread: it issues the all_reduces and
+    # Kineto's thread 1 runs its operators, with a c10d::allreduce_ inside each of its calls
+    trainer = 333
+    calls = [replace(coll(10_000 + k * 20_000, 18_000 + k * 20_000, seq=k), thread=trainer) for k in range(2)]
+    ops = [host_op("skewlens::step", 0, 100, thread=1)]
+    for k in range(2):
+        ops += [host_op("aten::mm", 2_000 + k * 20_000, 1_000, thread=1)]
+        ops += [host_op("c10d::allreduce_", 10_500 + k * 20_000, 300, thread=1)]
+    nodes = build_nodes(replace(one_step(calls, ops=ops), mark_thread=trainer))
+    comm_streams = {n.attrs[Attr.STREAM] for n in nodes if n.node_type == NodeType.COMM_COLL}
+    assert len(comm_streams) == 1 and 0 not in comm_streams
+    # both matmuls on the trainer's stream, beside its calls; the main thread's stream holds no operator
+    assert [n.attrs[Attr.STREAM] for n in by_name(nodes, "aten::mm")] == [*comm_streams] * 2
+    assert {n.name for n in nodes if n.attrs.get(Attr.STREAM) == 0} == {UNTRACED_NAME}
+
+
+def test_without_a_known_marking_thread_the_one_that_marks_steps_pairs_with_the_main_thread() -> None:
+    from skewlens.profiler.capture.build import kineto_thread_alias
+
+    # the main thread marks the steps (Kineto's 1) and issues three all_reduces; in the third, a loader
+    # thread's (Kineto's 2) all_reduce of the same name starts before the main thread's own operator
+    calls = [coll(10_000 + k * 20_000, 18_000 + k * 20_000, seq=k) for k in range(3)]
+    ops = [host_op("skewlens::step", 0, 100, thread=1)]
+    ops += [host_op("c10d::allreduce_", 11_000 + k * 20_000, 300, thread=1) for k in range(3)]
+    ops += [host_op("c10d::allreduce_", 50_500, 300, thread=2)]
+    # two votes for 1 against one for 2: the marking thread, unknown (0), is the main thread's
+    assert kineto_thread_alias(calls, ops, MAIN) == {1: MAIN}
+    assert kineto_thread_alias(calls, ops, MAIN, mark_thread=MAIN) == {1: MAIN}
+
+
+def _data_run(
+    ops: list[OpRecord], host: dict[int, HostOpInfo], comms: list[CommRecord]
+) -> tuple[list[TraceNode], list[str]]:
+    """The nodes and the data-dependency notes of a full capture of one 40 µs step on groups 0-2."""
+    groups = [*GROUPS, *(ProcessGroupInfo(name=g, ranks=(0, 1)) for g in ("1", "2"))]
+    cap = replace(full_capture(ops, host, end_ns=40_000, comms=comms), groups=groups)
+    notes: list[str] = []
+    return build_nodes(cap, data_notes=notes), notes
+
+
+def _rf_op(name: str, start: int, dur: int, thread: int, rf: int) -> OpRecord:
+    return OpRecord(name=name, start_ns=start, dur_ns=dur, thread=thread, is_cpu=True, rf_id=rf, corr=rf)
+
+
+def test_a_reader_on_another_thread_that_begins_as_the_writer_ends_depends_on_it_and_nothing_is_noted() -> (
+    None
+):
+    # a metrics thread all_reduces storage 9 over [2, 12) µs; the main thread reads it at 12 µs, when it ended
+    metrics = 222
+    ops = [_rf_op("c10d::allreduce_", 2_000, 10_000, metrics, 2), _rf_op("aten::add", 12_000, 1_000, MAIN, 4)]
+    host = {
+        2: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(9,), outputs=(9,)),
+        4: HostOpInfo(schema="aten::add(...)", inputs=(9,), outputs=(6,)),
+    }
+    comm = replace(coll(2_000, 12_000, seq=0), pg_name="1", thread=metrics)
+    nodes, notes = _data_run(ops, host, [comm])
+    (ar,) = [n for n in nodes if n.node_type == NodeType.COMM_COLL]
+    assert by_name(nodes, "aten::add")[0].data_deps == (ar.node_id,)
+    assert notes == []
+
+
+def test_a_threads_second_async_collective_on_a_tensor_its_first_still_holds_depends_on_the_first() -> None:
+    # the main thread issues an async all_reduce of storage 9 on group 1 ([2, 20) µs), then, before it ended,
+    # an async broadcast of 9 on group 2: one thread's order, no reused id (their streams differ, the
+    # thread that issued them is one)
+    ops = [
+        _rf_op("c10d::allreduce_", 2_000, 500, MAIN, 2),
+        _rf_op("c10d::broadcast_", 4_000, 500, MAIN, 3),
+    ]
+    host = {
+        2: HostOpInfo(schema="c10d::allreduce_(...)", inputs=(9,), outputs=(9,)),
+        3: HostOpInfo(schema="c10d::broadcast_(...)", inputs=(9,), outputs=(9,)),
+    }
+    first = replace(coll(2_000, 20_000, seq=0, is_async=True, issue_end=2_500), pg_name="1")
+    second = replace(
+        coll(4_000, 30_000, seq=0, is_async=True, issue_end=4_500),
+        pg_name="2",
+        op="c10d::broadcast_",
+        comm_type=CommType.BROADCAST,
+    )
+    nodes, notes = _data_run(ops, host, [first, second])
+    ar = {n.attrs[Attr.PG_NAME]: n for n in nodes if n.node_type == NodeType.COMM_COLL}
+    assert ar["1"].attrs[Attr.STREAM] != ar["2"].attrs[Attr.STREAM]
+    assert ar["2"].data_deps == (ar["1"].node_id,)
+    assert notes == []
