@@ -71,3 +71,30 @@ def test_complex_collectives_keep_the_programs_dtype_in_the_trace_the_export_and
     # a real replay issues them with that dtype (before: uint8, 128 and 160 elements) and the same bytes
     real_replay(run_dir=run_dir, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=RealConfig(timeout_s=20))
     assert _comms(tmp_path / "out" / "run") == captured
+
+
+def test_the_lean_paths_look_names_a_complex_first_input_of_a_tensor_or_a_list_and_nothing_else() -> None:
+    import torch
+
+    from skewlens.profiler.capture.hooks import _complex_dtype
+
+    z, w, r = (torch.zeros(3, dtype=d) for d in (torch.complex64, torch.complex128, torch.float32))
+    first = ("tensor", 0)
+    assert _complex_dtype((z,), {}, first) == "complex64"
+    assert _complex_dtype((), {"tensor": w}, first) == "complex128"  # by name
+    assert _complex_dtype(([w, r],), {}, first) == "complex128"  # a list's first tensor
+    assert _complex_dtype(((r, z),), {}, first) == ""
+    assert _complex_dtype(([],), {}, first) == ""
+    assert _complex_dtype((r,), {}, first) == ""
+    assert _complex_dtype((z,), {}, None) == ""  # a call without inputs (a barrier)
+
+
+def test_a_real_replay_sizes_complex_elements_as_torch_does() -> None:
+    import torch
+
+    from skewlens.replay.real.plan import element_bytes, normalise_dtype
+
+    for dtype in (torch.complex64, torch.complex128):
+        name = str(dtype).removeprefix("torch.")
+        assert normalise_dtype(name) == name  # not uint8, a dtype the worker allocates
+        assert element_bytes(name) == torch.zeros(1, dtype=dtype).element_size()

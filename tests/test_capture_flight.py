@@ -25,6 +25,7 @@ from skewlens.profiler.capture.flight import (
     losses,
     merge,
     parse_dump,
+    program_dtype,
     resolve,
     unhooked_groups,
 )
@@ -601,3 +602,35 @@ def test_one_rank_that_lost_several_steps_and_a_loss_ending_at_seq_0_are_said_as
             "member"
         ),
     ]
+
+
+def _real_view(dtype: str, numel: int) -> FrEntry:
+    """A recorder entry of ``numel`` elements of the real ``dtype``."""
+    size = {"float32": 4, "float64": 8}[dtype]
+    return FrEntry(pg_name="0", seq=3, op="gloo:all_reduce", created_ns=1_500, numel=numel, dtype=dtype,
+                   size_bytes=numel * size)  # fmt: skip
+
+
+def test_a_complex_tensor_the_recorder_has_as_its_real_view_keeps_its_dtype_and_complex_element_count() -> (
+    None
+):
+    # torch hands the process group view_as_real: 6 complex64 elements as 12 float32, 6 complex128 as 12
+    # float64
+    assert program_dtype("complex64", _real_view("float32", 12)) == ("complex64", 6)
+    assert program_dtype("complex128", _real_view("float64", 12)) == ("complex128", 6)
+    # no complex input seen, or an entry that is not that input's real view: the entry's as it is
+    assert program_dtype("", _real_view("float32", 12)) == ("float32", 12)
+    assert program_dtype("complex64", _real_view("float64", 12)) == ("float64", 12)
+    assert program_dtype("complex128", _real_view("float32", 12)) == ("float32", 12)
+    assert program_dtype("complex64", _real_view("float32", 7)) == ("float32", 7)  # no pairs of reals
+
+
+def test_a_lean_call_of_a_complex_tensor_takes_its_group_and_bytes_from_the_entry_and_keeps_its_dtype() -> (
+    None
+):
+    entries = parse_dump(json.dumps({"entries": [{**_entry("1", 5, 1_600), "thread_id": "77"}]}))
+    (real,) = entries  # [4, 8] float32: 32 elements, 128 bytes
+    call = replace(_lean(1_000, 2_000, ident=77), dtype="complex64")
+    (out,), lost = resolve(entries, [call])
+    assert lost == 0
+    assert (out.pg_name, out.dtype, out.numel, out.size_bytes) == ("1", "complex64", real.numel // 2, 128)
