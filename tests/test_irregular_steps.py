@@ -230,3 +230,111 @@ def test_the_main_threads_own_collectives_in_different_steps_are_still_steps_mar
     assert "1 collective instance was issued in different steps" in warn.message
     assert "(the first: group '0' seq 2, in steps 3 (rank 0), 2 (rank 1))" in warn.message
     assert len([i for i in report.issues if i.kind == "side-thread-steps"]) == 1
+
+
+def _tied_side_run(
+    tmp_path: Path, *, side_on: tuple[int, int] = (1, 1), tie: str = "", agreed: bool = False
+) -> Path:
+    """:func:`_side_thread_run` (a capture's), its checkpoint all_gather on each rank r on stream
+    ``side_on[r]`` (0: the main thread itself issued it); ``tie``: ``data``, the all_gather reads what the
+    main thread's last forward wrote (a data dependency), ``waited``, the main thread's last optimizer
+    step waits for it (a control dependency from its stream to the main thread's); ``agreed``: each
+    checkpoint thread first gathers once more in step 0 on both ranks."""
+    from dataclasses import replace
+
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), "1": (0, 1)})
+    for r in (0, 1):
+        rb = b.rank(r)
+        if agreed:
+            rb.step(0).collective(
+                CommType.ALL_GATHER, comm_bytes=MIB, dur_ns=MS // 2, pg="1", start_ns=MS, stream=side_on[r]
+            )
+        t = 0
+        fwd = opt = -1
+        for s in range(3):
+            fwd = rb.step(s).compute("fwd", dur_ns=8 * MS, start_ns=t)
+            rb.collective(
+                CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=MS, start_ns=t + 6 * MS, stream=1000, deps=(fwd,)
+            )
+            opt = rb.compute("opt", dur_ns=MS, start_ns=t + 8 * MS)
+            t += 10 * MS
+        gather = rb.step(1 if r == 0 else 2).collective(
+            CommType.ALL_GATHER,
+            comm_bytes=MIB,
+            dur_ns=MS,
+            pg="1",
+            start_ns=29 * MS + r * MS // 2 if side_on[r] == 0 else 19 * MS + (r * 2 + 1) * MS // 2,
+            stream=side_on[r],
+        )
+        at = {n.node_id: k for k, n in enumerate(rb.nodes)}
+        if tie == "data":
+            rb.nodes[at[gather]] = replace(rb.nodes[at[gather]], data_deps=(fwd,))
+        elif tie == "waited":
+            last = rb.nodes[at[opt]]
+            rb.nodes[at[opt]] = replace(last, ctrl_deps=(*last.ctrl_deps, gather))
+    return b.write(tmp_path / "run", source="capture")
+
+
+def _side_kinds(run: Path) -> tuple[list[str], list[str]]:
+    report = validate_run(run)
+    assert report.ok, [str(i) for i in report.errors]
+    return [i.kind for i in report.warnings], [i.kind for i in report.issues if i.kind == "side-thread-steps"]
+
+
+def test_a_real_replays_trace_tells_a_side_threads_collective_from_step_marks_as_a_capture_does(
+    tmp_path: Path,
+) -> None:
+    # the replay is captured by the same session: its thread that marks steps is stream 0 too
+    assert _side_kinds(_side_thread_run(tmp_path, source="replay")) == ([], ["side-thread-steps"])
+
+
+def test_a_side_thread_that_reads_what_the_main_thread_wrote_still_runs_beside_the_steps(
+    tmp_path: Path,
+) -> None:
+    # a data dependency orders a tensor, not the thread: only control dependencies tie a thread to the steps
+    assert _side_kinds(_tied_side_run(tmp_path, tie="data")) == ([], ["side-thread-steps"])
+
+
+def test_a_thread_the_main_thread_waits_for_is_tied_to_the_steps_and_its_collectives_count(
+    tmp_path: Path,
+) -> None:
+    # the dependency runs from its stream to the main thread's: tied all the same, so steps marked differently
+    assert _side_kinds(_tied_side_run(tmp_path, tie="waited")) == (["step-mismatch"], [])
+
+
+def test_a_collective_one_member_issued_from_its_main_thread_counts_as_steps_marked_differently(
+    tmp_path: Path,
+) -> None:
+    # rank 0's checkpoint thread issued it in step 1, rank 1's main thread in step 2: not beside the steps on
+    # every member, so it says something of the step marks
+    assert _side_kinds(_tied_side_run(tmp_path, side_on=(1, 0))) == (["step-mismatch"], [])
+
+
+def test_the_side_thread_info_counts_only_the_collectives_issued_in_different_steps(tmp_path: Path) -> None:
+    # the checkpoint threads gathered once in step 0 on both ranks too: that instance agrees, uncounted
+    run = _tied_side_run(tmp_path, agreed=True)
+    report = validate_run(run)
+    (info,) = [i for i in report.issues if i.kind == "side-thread-steps"]
+    assert info.message.startswith("1 collective instance that threads beside the steps issued")
+    assert "(the first: group '1' seq 1, in steps 1 (rank 0), 2 (rank 1))" in info.message
+
+
+def test_a_side_threads_collective_is_still_told_apart_when_the_manifest_leaves_lost_collectives_out(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from skewlens.profiler.manifest import LostCollectives, read_manifest, write_manifest
+
+    run = _side_thread_run(tmp_path, source="capture")
+    lost = LostCollectives(pg_name="0", first_seq=0, last_seq=0, steps=(0,), ranks=(1,))
+    write_manifest(run, replace(read_manifest(run), lost_collectives=(lost,)))
+    assert _side_kinds(run) == ([], ["side-thread-steps"])
+
+
+def test_export_tells_a_side_threads_collective_from_step_marks_as_check_does(tmp_path: Path) -> None:
+    from skewlens.profiler.store.parquet import export_run
+
+    summary = export_run(_side_thread_run(tmp_path, source="capture"), tmp_path / "pq", workers=1)
+    kinds = [i.kind for i in summary.issues]
+    assert "side-thread-steps" in kinds and "step-mismatch" not in kinds
