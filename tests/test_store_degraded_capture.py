@@ -83,3 +83,20 @@ def test_partial_traces_are_noted_in_rank_order_not_in_the_order_of_their_notes(
     notes = {"rank 10": f"{PARTIAL_TRACE_NOTE} 3", "rank 9": f"{PARTIAL_TRACE_NOTE} 4"}
     said = run_notes(load_run(_run(tmp_path, ends=(500, 500), notes=notes)))
     assert [n.split(":")[0] for n in said if PARTIAL_TRACE_NOTE in n] == ["rank 9", "rank 10"]
+
+
+def test_a_rank_that_ran_rpc_is_a_warning_of_check_and_a_report_note(tmp_path: Path) -> None:
+    from skewlens.profiler.manifest import RPC_NOTE
+
+    # its RPC traffic is in no trace: a slow callee is blamed on its callers, which users must be told
+    run = _run(tmp_path, ends=(500, 500), notes={rank_note_key(1, RankNote.RPC): RPC_NOTE})
+    report = validate_run(run)
+    assert [(i.kind, i.message) for i in report.warnings] == [("capture-note", f"rank 1: {RPC_NOTE}")]
+    assert f"rank 1: {RPC_NOTE}" in run_notes(load_run(run))
+
+
+def test_a_process_that_never_started_rpc_is_not_said_to_have_run_it() -> None:
+    from skewlens.profiler.capture.compat import rpc_running
+
+    # this process made no init_rpc: were it said to, every rank's capture would carry that warning
+    assert rpc_running() is False
