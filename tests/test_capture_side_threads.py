@@ -95,3 +95,45 @@ def test_a_metrics_threads_collectives_stay_on_its_own_thread_and_the_training_o
     assert rt.step[last] == 4
     issuers = rt.dep_idx[rt.dep_ptr[last] : rt.dep_ptr[last + 1]].tolist()
     assert issuers == [hooked[-1]]
+
+
+#: A program that trains on a thread of its own (the main thread starts it and waits): its optimizer.step()
+#: marks the steps from that thread, which issues the gradient all_reduce too.
+TRAINER_THREAD = """
+import threading
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+
+def train():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(64, 64))
+    opt = torch.optim.SGD([w], lr=0.01)
+    for step in range(6):
+        (torch.randn(8, 64) @ w).pow(2).mean().backward()
+        dist.all_reduce(w.grad)
+        opt.step()
+        opt.zero_grad()
+
+t = threading.Thread(target=train, name="trainer")
+t.start()
+t.join()
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_program_training_on_a_thread_of_its_own_keeps_its_operators_beside_its_collectives(
+    tmp_path: Path,
+) -> None:
+    run_dir, proc = profile_script(tmp_path, TRAINER_THREAD, nproc=2, steps="1:1:3", level="ops")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rt = load_run(run_dir).ranks[0]
+    names = [rt.names[k] for k in rt.name_idx]
+    calls = np.flatnonzero(rt.node_type == NodeType.COMM_COLL).tolist()
+    (trainer,) = {int(rt.stream[i]) for i in calls}
+    optimizer = [i for i, n in enumerate(names) if n.startswith("Optimizer.")]
+    assert len(optimizer) >= 3
+    # before: the marks' Kineto thread was paired with the session's main thread, which only waits, so
+    # every training operator went to its stream and the trainer's stream held its calls alone
+    assert {int(rt.stream[i]) for i in optimizer} == {trainer}
