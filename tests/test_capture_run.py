@@ -19,7 +19,7 @@ from capture_helpers import load_example, profile, profile_script
 
 from skewlens.profiler.capture.build import FINISH_LAG_NS
 from skewlens.profiler.chakra_io import node_attrs, read_et
-from skewlens.profiler.manifest import read_manifest
+from skewlens.profiler.manifest import RankNote, read_manifest
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes
 from skewlens.profiler.vocab import Attr, CommType, NodeType
@@ -400,6 +400,8 @@ def test_full_level_adds_schemas_and_data_dependencies(full_run: Path) -> None:
     comm_ids = {n.id for n, _ in comm}
     assert any(comm_ids & set(n.data_deps) for n, _ in comp)
     assert not (full_run / "raw").exists() and not (full_run / ".parts").exists()
+    # one training thread: no data dependency between threads was dropped, and no rank says one was
+    assert not [k for k in read_manifest(full_run).notes if k.endswith(RankNote.DATA_DEPENDENCIES.value)]
 
 
 # ---- failures ----------------------------------------------------------------------------------------
